@@ -1,0 +1,1 @@
+"""trainplan's cost model: pure functions over frozen dataclasses; standard library only."""

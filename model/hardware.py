@@ -1,0 +1,114 @@
+"""The cost model's view of hardware: plain numbers, no graphs, no file reading.
+
+:class:`DeviceSpec` is one accelerator (memory capacity, dense BF16 peak, link bandwidths). The table
+of accelerators, each row with its source, lives in ``topology/accelerators.toml`` and is read by
+:mod:`topology.accelerators`; :class:`ClusterLinks` is what a cluster tells the cost model about
+its two link tiers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from model.errors import InputError
+
+__all__ = ["DeviceSpec", "ClusterLinks"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSpec:
+    """One accelerator as the cost model sees it.
+
+    Every figure comes from the row's ``source`` (vendor datasheet or a named secondary copy).
+    """
+
+    name: str
+    """Catalogue name, e.g. ``"H100-SXM"``."""
+    memory_bytes: int
+    """Device memory capacity in bytes (GB = 10^9 or GiB = 2^30 as the vendor states it)."""
+    memory_unit: str
+    """``"GB"`` or ``"GiB"``: the unit the vendor states the capacity in."""
+    peak_flops_per_s: float
+    """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
+    nvlink_bytes_per_s: float | None = None
+    """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
+    nvlink_domain: int | None = None
+    """GPUs per scale-up domain (8 for an HGX node, 72 for NVL72); None if unknown."""
+    scaleout_bytes_per_s: float | None = None
+    """Scale-out (InfiniBand/RoCE NIC) bandwidth per GPU per direction, bytes/s; None if unknown."""
+    source: str = ""
+    """Where the figures come from."""
+    status: str = "secondary"
+    """``vendor`` (read in the vendor's document), ``secondary`` (a copy of it) or ``derived``."""
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes <= 0 or self.peak_flops_per_s <= 0:
+            raise InputError(f"gpu {self.name}: memory and peak must be positive")
+
+    def with_links(
+        self,
+        *,
+        nvlink_domain: int | None = None,
+        nvlink_bytes_per_s: float | None = None,
+        scaleout_bytes_per_s: float | None = None,
+    ) -> DeviceSpec:
+        """This device with the given link figures overriding the table's (None keeps them)."""
+        for name, value in (
+            ("nvlink_domain", nvlink_domain),
+            ("nvlink_gbps", nvlink_bytes_per_s),
+            ("scaleout_gbps", scaleout_bytes_per_s),
+        ):
+            if value is not None and value <= 0:
+                raise InputError(f"{name}: {value} must be positive")
+        return replace(
+            self,
+            nvlink_domain=nvlink_domain if nvlink_domain is not None else self.nvlink_domain,
+            nvlink_bytes_per_s=nvlink_bytes_per_s or self.nvlink_bytes_per_s,
+            scaleout_bytes_per_s=scaleout_bytes_per_s or self.scaleout_bytes_per_s,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterLinks:
+    """The two link tiers one parallel axis can ride (SPEC.md "Communication").
+
+    An axis whose ranks all sit in one NVLink domain uses ``nvlink_bytes_per_s``; otherwise its
+    ring crosses the scale-out fabric and is bounded by ``scaleout_bytes_per_s``.
+    """
+
+    nvlink_domain: int
+    """GPUs per NVLink domain (>= 1)."""
+    nvlink_bytes_per_s: float
+    """Bandwidth per GPU per direction inside a domain, bytes/s."""
+    scaleout_bytes_per_s: float
+    """Bandwidth per GPU per direction across domains, bytes/s."""
+
+    @classmethod
+    def from_device(cls, device: DeviceSpec) -> ClusterLinks:
+        """The links of a cluster of ``device``; errors name the missing figure and the flag.
+
+        Raises
+        ------
+        InputError
+            When the accelerator table has no figure for a tier and none was given.
+        """
+        missing = [
+            flag
+            for flag, value in (
+                ("--nvlink-domain", device.nvlink_domain),
+                ("--nvlink-gbps", device.nvlink_bytes_per_s),
+                ("--scaleout-gbps", device.scaleout_bytes_per_s),
+            )
+            if value is None
+        ]
+        if missing:
+            raise InputError(
+                f"gpu {device.name}: the accelerator table has no "
+                f"{', '.join(m.lstrip('-') for m in missing)}; give {' '.join(missing)}"
+            )
+        assert device.nvlink_domain and device.nvlink_bytes_per_s and device.scaleout_bytes_per_s
+        return cls(
+            nvlink_domain=device.nvlink_domain,
+            nvlink_bytes_per_s=device.nvlink_bytes_per_s,
+            scaleout_bytes_per_s=device.scaleout_bytes_per_s,
+        )
