@@ -1,0 +1,79 @@
+"""Shared CLI helpers: number options, JSON printing, turning PlannerError into exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from fractions import Fraction
+from typing import Any
+
+import click
+
+from model.errors import PlannerError
+from model.units import parse_count, parse_number
+
+__all__ = ["run_guarded", "NUMBER", "COUNT", "echo_json", "fail"]
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``Error: message`` on stderr and exit with ``code``."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def run_guarded(group: click.Group) -> None:
+    """Run the click group; a PlannerError becomes one line and exit code 2."""
+    try:
+        group.main(standalone_mode=True)
+    except PlannerError as err:
+        fail(str(err))
+
+
+class _Number(click.ParamType):
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (int, float, Fraction)):
+            return Fraction(value)
+        try:
+            return parse_number(value, _flag(param))
+        except PlannerError as err:
+            self.fail(str(err), param, ctx)
+
+
+class _Count(click.ParamType):
+    name = "count"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_count(value, _flag(param))
+        except PlannerError as err:
+            self.fail(str(err), param, ctx)
+
+
+def _flag(param: click.Parameter | None) -> str:
+    if param is None:
+        return "value"
+    opts = getattr(param, "opts", None) or [param.name or "value"]
+    return str(opts[0])
+
+
+NUMBER = _Number()
+"""A number written 4e6, 4,000,000, 4e 6, 4e+6, 70B or 1.5T (exact Fraction)."""
+COUNT = _Count()
+"""A whole number >= 1 written the same ways."""
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Fraction):
+        return int(obj) if obj.denominator == 1 else float(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as one JSON object (Fractions become int when whole, else float)."""
+    click.echo(json.dumps(data, indent=2, default=_default))

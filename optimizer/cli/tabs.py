@@ -1,0 +1,1 @@
+"""The other four tabs of the original tool: pipeline, mfu, ckpt, rlhf."""
