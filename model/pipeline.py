@@ -1,0 +1,130 @@
+"""Pipeline bubble and micro-batches in flight, as closed forms (SPEC.md "Pipeline").
+
+Two conventions are both named in every output:
+
+* ``bubble_fraction`` — idle share of the whole step, ``(pp − 1)/(v·m + pp − 1)`` (GPipe, Huang et
+  al. 2019; the seed's form).
+* ``bubble_ratio`` — bubble time over ideal compute time, ``(pp − 1)/(v·m)`` (Narayanan et al.
+  2021, arXiv 2104.04473, §2.2; Llama 3 Table 4's form).
+
+The timelines themselves are simulated in :mod:`model.schedule`; its tests check the simulated idle
+time against these formulas.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from fractions import Fraction
+
+from model.errors import LayoutError
+
+__all__ = [
+    "Schedule",
+    "bubble_fraction",
+    "bubble_ratio",
+    "microbatches_in_flight",
+    "check_schedule",
+]
+
+
+class Schedule(StrEnum):
+    """Pipeline schedules: GPipe (all forwards, then all backwards), 1F1B (PipeDream-Flush,
+    Harlap et al. 2018 / Narayanan et al. 2021) and interleaved 1F1B with ``v`` model chunks per
+    GPU (Narayanan et al. 2021 §2.2.2)."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Schedule:
+    """Validate a schedule's inputs; return it as a :class:`Schedule`.
+
+    Rules: ``pp >= 1``, ``m >= 1``, ``v >= 1``; ``v > 1`` only with the interleaved schedule;
+    interleaving needs ``m`` to be a multiple of ``pp`` (Narayanan et al. 2021 §2.2.2).
+
+    Raises
+    ------
+    LayoutError
+        Naming the parameter, its value and the rule.
+
+    Examples
+    --------
+    >>> check_schedule(4, 8, "1f1b")
+    <Schedule.ONE_F_ONE_B: '1f1b'>
+    """
+    try:
+        sched = Schedule(str(schedule).lower())
+    except ValueError:
+        raise LayoutError(
+            f"schedule: {schedule!r} is not one of {', '.join(s.value for s in Schedule)}"
+        ) from None
+    for name, value in (("pp", pp), ("num_microbatches", m), ("virtual_stages", v)):
+        if value < 1:
+            raise LayoutError(f"{name}: {value} must be at least 1")
+    if v > 1 and sched is not Schedule.INTERLEAVED:
+        raise LayoutError(f"virtual_stages: {v} > 1 needs schedule 'interleaved', not {sched}")
+    if sched is Schedule.INTERLEAVED and m % pp:
+        raise LayoutError(
+            f"num_microbatches: {m} must be a multiple of pp = {pp} for the interleaved schedule"
+        )
+    return sched
+
+
+def bubble_fraction(pp: int, m: int, v: int = 1) -> Fraction:
+    """Idle share of one step's time on every stage: ``(pp − 1)/(v·m + pp − 1)``.
+
+    Dimensionless, exact. Same for GPipe and 1F1B (v = 1); interleaving divides the bubble by v.
+
+    References: Huang et al. 2019 (GPipe), §2.3; Narayanan et al. 2021, §2.2.
+
+    Examples
+    --------
+    >>> bubble_fraction(4, 8)
+    Fraction(3, 11)
+    >>> float(bubble_fraction(8, 64))
+    0.09859154929577464
+    """
+    return Fraction(pp - 1, v * m + pp - 1)
+
+
+def bubble_ratio(pp: int, m: int, v: int = 1) -> Fraction:
+    """Bubble time over ideal compute time: ``(pp − 1)/(v·m)`` (Narayanan et al. 2021, §2.2.1).
+
+    Examples
+    --------
+    >>> bubble_ratio(16, 16)
+    Fraction(15, 16)
+    """
+    return Fraction(pp - 1, v * m)
+
+
+def microbatches_in_flight(
+    pp: int, m: int, schedule: Schedule | str, v: int = 1, stage: int = 0
+) -> Fraction:
+    """Micro-batches of activations held at the peak by pipeline stage ``stage`` (0 = first).
+
+    * GPipe: ``m`` on every stage (all forwards run before any backward).
+    * 1F1B: ``min(pp − stage, m)`` (warm-up forwards before the first backward).
+    * Interleaved 1F1B: on the first stage ``pp · (1 + (pp − 1)/(pp · v))`` micro-batches' worth
+      of the stage's layers (Korthikanti et al. 2022, arXiv 2205.05198, §4.2.3); on stage i the
+      warm-up is shorter by ``i`` chunks of ``1/v`` of the stage: ``pp − i + (pp − 1 − i)/v``
+      (equal to the paper's form at i = 0), capped at ``m``.
+
+    Unit: micro-batches of the stage's full set of layers (exact; may be fractional).
+
+    Examples
+    --------
+    >>> microbatches_in_flight(4, 8, "1f1b", stage=1)
+    Fraction(3, 1)
+    >>> microbatches_in_flight(4, 8, "interleaved", v=2)
+    Fraction(11, 2)
+    """
+    sched = check_schedule(pp, m, schedule, v)
+    if not 0 <= stage < pp:
+        raise LayoutError(f"stage: {stage} must be in [0, {pp})")
+    if sched is Schedule.GPIPE:
+        return Fraction(m)
+    if sched is Schedule.ONE_F_ONE_B or pp == 1:
+        return Fraction(min(pp - stage, m))
+    return min(Fraction(pp - stage) + Fraction(pp - 1 - stage, v), Fraction(m))
