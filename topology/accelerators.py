@@ -1,0 +1,238 @@
+"""The accelerator table: ``topology/accelerators.toml`` read into :class:`DeviceSpec` values.
+
+The data file is package data read with :mod:`importlib.resources`, so it works from an installed
+wheel. Keys are strict: an unknown key or a missing required key is a :class:`ScenarioError` that
+names the file, the row and the key. Every row carries a ``source``.
+
+Units: the file holds vendor units (``memory_gb`` in GB or GiB as ``memory_unit`` says,
+``bf16_tflops`` in TFLOP/s, ``*_gbps`` in GB/s = 10^9 bytes/s per GPU per direction); the
+:class:`DeviceSpec` values hold base units (bytes, FLOP/s, bytes/s).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from fractions import Fraction
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from model.errors import ScenarioError
+from model.hardware import DeviceSpec
+from model.units import GB, GIB, closest_names
+
+__all__ = ["load_accelerators", "get_accelerator", "accelerator_rows", "ALIASES", "TABLE_FILE"]
+
+TABLE_FILE = "accelerators.toml"
+"""File name of the table inside the ``topology`` package."""
+
+_REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
+_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps")
+_UNITS = {"GB": GB, "GiB": GIB}
+_STATUSES = ("vendor", "secondary", "derived")
+
+ALIASES: dict[str, str] = {
+    "h100": "H100-SXM",
+    "h100sxm5": "H100-SXM",
+    "a100": "A100-80GB",
+    "v100": "V100-SXM2-32GB",
+    "v100sxm2": "V100-SXM2-32GB",
+    "mi300": "MI300X",
+    "trn2": "Trainium2",
+    "gaudi": "Gaudi3",
+}
+"""Short names accepted by :func:`get_accelerator`, keyed by normalised spelling (see ``_key``)."""
+
+
+def _key(name: str) -> str:
+    """Normalised spelling: lower case without spaces, hyphens, underscores or dots.
+
+    >>> _key("TPU v4"), _key("tpu-v4"), _key("H100_SXM")
+    ('tpuv4', 'tpuv4', 'h100sxm')
+    """
+    return re.sub(r"[\s\-_.]+", "", name).lower()
+
+
+def _where(row: int, name: object) -> str:
+    return f"{TABLE_FILE}: accelerator row {row}" + (f" ({name})" if name else "")
+
+
+def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(f"{where}: key '{key}' must be a number, got {value!r}")
+    exact = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    if exact <= 0 or (integer and exact.denominator != 1):
+        kind = "a positive whole number" if integer else "positive"
+        raise ScenarioError(f"{where}: key '{key}' must be {kind}, got {value!r}")
+    return exact
+
+
+def _check_row(row: dict[str, Any], index: int) -> None:
+    where = _where(index, row.get("name"))
+    unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        allowed = ", ".join(_REQUIRED + _OPTIONAL)
+        raise ScenarioError(f"{where}: unknown key '{unknown[0]}' (allowed: {allowed})")
+    for key in _REQUIRED:
+        if key not in row:
+            raise ScenarioError(f"{where}: missing required key '{key}'")
+    if not isinstance(row["name"], str) or not row["name"].strip():
+        raise ScenarioError(f"{where}: key 'name' must be a non-empty string")
+    if row["memory_unit"] not in _UNITS:
+        raise ScenarioError(
+            f"{where}: key 'memory_unit' must be GB or GiB, got {row['memory_unit']!r}"
+        )
+    if row["dense"] is not True:
+        raise ScenarioError(f"{where}: key 'dense' must be true (bf16_tflops is the dense peak)")
+    if not isinstance(row["source"], str) or not row["source"].strip():
+        raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
+    if row["status"] not in _STATUSES:
+        raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
+
+
+def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
+    where = _where(index, row["name"])
+    memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
+    if memory.denominator != 1:
+        raise ScenarioError(f"{where}: memory_gb {row['memory_gb']} is not a whole number of bytes")
+    peak = _number(row["bf16_tflops"], where, "bf16_tflops") * 10**12
+
+    def rate(key: str) -> float | None:
+        return float(_number(row[key], where, key) * GB) if key in row else None
+
+    domain = row.get("nvlink_domain")
+    return DeviceSpec(
+        name=row["name"],
+        memory_bytes=int(memory),
+        memory_unit=row["memory_unit"],
+        peak_flops_per_s=float(peak),
+        nvlink_bytes_per_s=rate("nvlink_gbps"),
+        nvlink_domain=None
+        if domain is None
+        else int(_number(domain, where, "nvlink_domain", integer=True)),
+        scaleout_bytes_per_s=rate("scaleout_gbps"),
+        source=row["source"],
+        status=row["status"],
+    )
+
+
+def _parse(text: str) -> list[dict[str, Any]]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{TABLE_FILE}: not valid TOML ({exc})") from exc
+    extra = sorted(set(data) - {"accelerator"})
+    if extra:
+        raise ScenarioError(
+            f"{TABLE_FILE}: unknown top-level key '{extra[0]}' (only [[accelerator]])"
+        )
+    rows = data.get("accelerator")
+    if not isinstance(rows, list) or not rows:
+        raise ScenarioError(f"{TABLE_FILE}: no [[accelerator]] rows")
+    for index, row in enumerate(rows, start=1):
+        _check_row(row, index)
+    return rows
+
+
+def _devices_from_text(text: str) -> dict[str, DeviceSpec]:
+    """Parse and validate table text (the loader's work, separated from file access for tests)."""
+    devices: dict[str, DeviceSpec] = {}
+    for index, row in enumerate(_parse(text), start=1):
+        device = _to_device(row, index)
+        if _key(device.name) in {_key(n) for n in devices}:
+            raise ScenarioError(f"{_where(index, device.name)}: duplicate name")
+        devices[device.name] = device
+    return devices
+
+
+@cache
+def _table_text() -> str:
+    return resources.files("topology").joinpath(TABLE_FILE).read_text(encoding="utf-8")
+
+
+@cache
+def load_accelerators() -> dict[str, DeviceSpec]:
+    """Every accelerator of the table, by catalogue name, in file order (cached).
+
+    Returns
+    -------
+    dict[str, DeviceSpec]
+        ``memory_bytes`` in bytes (GB = 10^9 or GiB = 2^30 per row), ``peak_flops_per_s`` in
+        dense BF16 FLOP/s, link bandwidths in bytes/s per GPU per direction (None when the table
+        has no sourced figure). Source: ``topology/accelerators.toml``, a ``source`` per row.
+
+    Raises
+    ------
+    ScenarioError
+        When the file is malformed: an unknown or missing key names the file, row and key.
+
+    Examples
+    --------
+    >>> load_accelerators()["H100-SXM"].peak_flops_per_s
+    989400000000000.0
+    """
+    return _devices_from_text(_table_text())
+
+
+def get_accelerator(name: str) -> DeviceSpec:
+    """The accelerator called ``name``: case-insensitive, spaces/hyphens ignored, short aliases.
+
+    ``H100`` → ``H100-SXM``, ``A100`` → ``A100-80GB``, ``TPU v4`` / ``tpu-v4`` → ``TPUv4``
+    (see :data:`ALIASES`).
+
+    Raises
+    ------
+    ScenarioError
+        ``unknown gpu 'X'; did you mean …?`` with the closest catalogue names.
+
+    Examples
+    --------
+    >>> get_accelerator("tpu v4").memory_bytes
+    34359738368
+    >>> get_accelerator("h100").name
+    'H100-SXM'
+    """
+    devices = load_accelerators()
+    by_key = {_key(n): d for n, d in devices.items()}
+    key = _key(str(name))
+    if key in by_key:
+        return by_key[key]
+    if key in ALIASES:
+        return devices[ALIASES[key]]
+    raise ScenarioError(f"unknown gpu '{name}'; {closest_names(str(name), list(devices))}")
+
+
+def accelerator_rows() -> list[dict[str, Any]]:
+    """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
+
+    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, dense, nvlink_gbps,
+    nvlink_domain, scaleout_gbps, source, status``; the vendor figures as written in the file
+    (GB/s per GPU per direction; None where the table has no sourced figure) plus
+    ``memory_bytes`` in bytes.
+
+    Examples
+    --------
+    >>> row = accelerator_rows()[0]
+    >>> row["name"], row["memory_bytes"]
+    ('V100-SXM2-32GB', 32000000000)
+    """
+    devices = load_accelerators()
+    rows = []
+    for raw in _parse(_table_text()):
+        rows.append(
+            {
+                "name": raw["name"],
+                "memory_gb": raw["memory_gb"],
+                "memory_unit": raw["memory_unit"],
+                "memory_bytes": devices[raw["name"]].memory_bytes,
+                "bf16_tflops": raw["bf16_tflops"],
+                "dense": raw["dense"],
+                "nvlink_gbps": raw.get("nvlink_gbps"),
+                "nvlink_domain": raw.get("nvlink_domain"),
+                "scaleout_gbps": raw.get("scaleout_gbps"),
+                "source": raw["source"],
+                "status": raw["status"],
+            }
+        )
+    return rows
