@@ -1,0 +1,170 @@
+"""One point of the layout space, and every legality rule in one place (SPEC.md "Inputs and errors").
+
+Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
+``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
+does not multiply G (SPEC.md "Units and conventions").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from model.errors import LayoutError
+from model.pipeline import Schedule, check_schedule
+from model.specs import AttentionKind, ModelSpec, TrainingSpec
+
+__all__ = ["Recompute", "Layout", "validate"]
+
+
+class Recompute(StrEnum):
+    """Activation recomputation: ``none``; ``sqrt`` (Chen et al. 2016, checkpoints every
+    round(√n) layers); ``selective`` (attention core only, Korthikanti et al. 2022 §5);
+    ``full`` (every layer from its input). Not ordered: compare memory results, not modes."""
+
+    NONE = "none"
+    SQRT = "sqrt"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """Parallel degrees and training knobs of one run. Degrees of 1 mean the axis is off."""
+
+    dp: int = 1
+    """Data-parallel degree (replicas of the model, beyond cp)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron-LM intra-layer)."""
+    pp: int = 1
+    """Pipeline-parallel degree (stages)."""
+    cp: int = 1
+    """Context-parallel degree (sequence split across ranks, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (routed experts split; carved out of dp·cp)."""
+    zero_stage: int = 1
+    """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019."""
+    recompute: Recompute = Recompute.NONE
+    micro_batch_size: int = 1
+    """b, sequences per micro-batch."""
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    virtual_stages: int = 1
+    """v, model chunks per pipeline rank (interleaved schedule only)."""
+    sequence_parallel: bool | None = None
+    """Megatron sequence parallelism; None = on exactly when tp > 1."""
+    uneven_stages: bool = True
+    """Allow pp·v not dividing L (ends get fewer layers); False makes that an error."""
+
+    def __post_init__(self) -> None:
+        for name in ("recompute", "schedule"):
+            kind = Recompute if name == "recompute" else Schedule
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(str(value).lower()))
+            except ValueError:
+                allowed = ", ".join(k.value for k in kind)
+                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
+        for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
+
+    @property
+    def num_gpus(self) -> int:
+        """G = dp · tp · pp · cp."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def sp(self) -> bool:
+        """Whether sequence parallelism is on."""
+        return self.tp > 1 if self.sequence_parallel is None else bool(self.sequence_parallel and self.tp > 1)
+
+    @property
+    def shard_degree(self) -> int:
+        """D = dp · cp: ranks that hold replicas of a dense parameter (ZeRO shards over them)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_shard_degree(self) -> int:
+        """D_e = dp · cp / ep: ranks that hold replicas of an expert parameter."""
+        return self.dp * self.cp // self.ep
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """m = B / (b · dp); exact (see :func:`validate`)."""
+        return global_batch_size // (self.micro_batch_size * self.dp)
+
+    def with_(self, **changes: object) -> Layout:
+        """A copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def validate(
+    layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
+) -> None:
+    """Check every legality rule; raise the first broken one.
+
+    Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
+    KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
+    by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp,
+    and ep > 1 needs a MoE model; B divisible by b·dp; pp·v chunks at most L (and dividing it
+    when uneven stages are off); the schedule rules of :func:`model.pipeline.check_schedule`.
+
+    Raises
+    ------
+    LayoutError
+        Naming the constraint and the numbers.
+    """
+    lay = layout
+    if num_gpus is not None and lay.num_gpus != num_gpus:
+        raise LayoutError(
+            f"gpus: dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp} = {lay.num_gpus}, "
+            f"not {num_gpus}"
+        )
+    s, B = training.seq_len, training.global_batch_size
+    if B % (lay.micro_batch_size * lay.dp):
+        raise LayoutError(
+            f"global_batch_size: {B} is not divisible by micro_batch_size {lay.micro_batch_size} "
+            f"× dp {lay.dp} = {lay.micro_batch_size * lay.dp}"
+        )
+    if lay.cp > 1 and s % (2 * lay.cp):
+        raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
+    if lay.sp and (s // lay.cp) % lay.tp:
+        raise LayoutError(
+            f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"
+        )
+    if lay.ep > 1 and lay.shard_degree % lay.ep:
+        raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
+    check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
+    arch = model.arch
+    if arch is None:
+        if lay.ep > 1:
+            raise LayoutError(f"ep: {lay.ep} needs a MoE model with dimensions, not a size only")
+        return
+    _check_divides("tp", lay.tp, "num_attention_heads", arch.num_attention_heads)
+    if arch.attention is AttentionKind.MHA:
+        _check_divides("tp", lay.tp, "num_kv_heads", arch.kv_heads)
+    _check_divides("tp", lay.tp, "ffn_hidden_size", arch.ffn_hidden_size)
+    if arch.moe is None:
+        if lay.ep > 1:
+            raise LayoutError(f"ep: {lay.ep} > 1 needs a MoE model; {model.name} is dense")
+    else:
+        _check_divides("ep", lay.ep, "num_experts", arch.moe.num_experts)
+        _check_divides("tp", lay.tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
+    chunks = lay.pp * lay.virtual_stages
+    if chunks > arch.num_layers:
+        raise LayoutError(
+            f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} stages, more than "
+            f"num_layers = {arch.num_layers}"
+        )
+    if arch.num_layers % chunks and not lay.uneven_stages:
+        raise LayoutError(
+            f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} does not divide "
+            f"num_layers = {arch.num_layers} (allow uneven stages or choose a divisor)"
+        )
+
+
+def _check_divides(axis: str, degree: int, what: str, value: int) -> None:
+    if value % degree:
+        raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
