@@ -1,0 +1,182 @@
+"""Model and hardware FLOPs utilisation from a measurement (SPEC.md "MFU tab").
+
+MFU = model FLOPs per second ÷ (peak × chips) (Chowdhery et al. 2022, PaLM, arXiv 2204.02311,
+Appendix B). Model FLOPs per token = ``6·N`` (forward 2N + backward 4N) plus, when asked, PaLM's
+attention FLOPs ``12·L·H·Q·T`` per token (``H`` heads of dimension ``Q``, sequence ``T``; computed
+as if non-causal, as PaLM does; causal masking halves them). HFU also counts FLOPs the hardware
+spent recomputing activations: a given percentage of model FLOPs, or derived from the mode:
+
+* ``full`` — one extra forward of every layer: ``2·N`` plus the forward attention ``4·L·H·Q·T``
+  (Megatron-LM's Eq. 3 counts exactly this: 96 vs 72 ``B·s·L·h²`` terms);
+* ``selective`` — recompute of the attention scores and attention over values only:
+  ``4·L·H·Q·T`` (their forward). Korthikanti et al. 2022 (arXiv 2205.05198, Appendix A) count
+  ``s/(3h)`` instead of ``s/(6h)`` in their hardware formula, i.e. three times this; that
+  convention is :func:`korthikanti_flops`.
+
+All FLOP counts are exact :class:`~fractions.Fraction` (1 multiply-add = 2 FLOPs).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from model.errors import InputError
+
+__all__ = [
+    "attention_flops_per_token",
+    "model_flops_per_token",
+    "recompute_flops_per_token",
+    "utilisation",
+    "korthikanti_flops",
+    "megatron_hardware_flops",
+    "RECOMPUTE_MODES",
+]
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+Num = Fraction | int
+
+
+def _positive(name: str, value: Num | None) -> Fraction:
+    if value is None:
+        raise InputError(f"{name}: missing; it is needed here")
+    if value <= 0:
+        raise InputError(f"{name}: {value} must be positive")
+    return Fraction(value)
+
+
+def attention_flops_per_token(
+    layers: int, heads: int, head_dim: int, seq_len: int, causal: bool = False
+) -> Fraction:
+    """Attention-score FLOPs per token, forward + backward: ``12·L·H·Q·T`` (PaLM, Appendix B).
+
+    ``QKᵀ`` and attention-over-``V`` are ``2·2·H·Q·T`` FLOPs per token per layer forward, three
+    times that with the backward. ``causal=True`` halves it (only the lower triangle).
+
+    Raises
+    ------
+    InputError
+        When a dimension is missing or not positive.
+
+    Examples
+    --------
+    >>> attention_flops_per_token(118, 48, 256, 2048)
+    Fraction(35634806784, 1)
+    """
+    f = 12 * _positive("layers", layers) * _positive("heads", heads)
+    f *= _positive("head_dim", head_dim) * _positive("seq_len", seq_len)
+    return f / 2 if causal else f
+
+
+def model_flops_per_token(params: Num, attention_flops: Num = 0) -> Fraction:
+    """Model FLOPs per trained token: ``6·N`` plus attention FLOPs (if counted).
+
+    Examples
+    --------
+    >>> model_flops_per_token(70 * 10**9)
+    Fraction(420000000000, 1)
+    """
+    return 6 * _positive("params", params) + Fraction(attention_flops)
+
+
+def recompute_flops_per_token(
+    mode: str,
+    params: Num,
+    layers: int | None = None,
+    heads: int | None = None,
+    head_dim: int | None = None,
+    seq_len: int | None = None,
+    causal: bool = False,
+) -> Fraction:
+    """FLOPs per token spent recomputing activations under ``mode`` (``none|selective|full``).
+
+    ``full`` = ``2·N`` (+ ``4·L·H·Q·T`` attention forward when the dimensions are given);
+    ``selective`` = ``4·L·H·Q·T`` (needs the dimensions). Halved attention when ``causal``.
+
+    Raises
+    ------
+    InputError
+        Unknown mode, or ``selective`` without layers, heads, head_dim and seq_len.
+
+    Examples
+    --------
+    >>> recompute_flops_per_token("full", 3) == 6
+    True
+    >>> recompute_flops_per_token("selective", 1, 1, 1, 1, 1) == 4
+    True
+    """
+    if mode not in RECOMPUTE_MODES:
+        raise InputError(f"recompute: {mode!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+    if mode == "none":
+        return Fraction(0)
+    names = ("layers", "heads", "head_dim", "seq_len")
+    dims = (layers, heads, head_dim, seq_len)
+    missing = [n for n, d in zip(names, dims, strict=True) if d is None]
+    if mode == "selective" and missing:
+        raise InputError(
+            f"recompute: 'selective' needs the model's {', '.join(missing)} "
+            "(or give recomputed_flops_pct)"
+        )
+    attn = Fraction(0)
+    if not missing:
+        attn = attention_flops_per_token(*dims, causal=causal) / 3  # type: ignore[misc]
+    return attn if mode == "selective" else 2 * _positive("params", params) + attn
+
+
+def utilisation(flops_per_s: Num, peak_flops_per_s: Num, chips: int = 1) -> Fraction:
+    """``flops_per_s ÷ (peak × chips)``: MFU from model FLOP/s, HFU from hardware FLOP/s.
+
+    Raises
+    ------
+    InputError
+        When the peak or the chips are not positive, or the rate is negative.
+
+    Examples
+    --------
+    >>> round(float(utilisation(502 * 10**15, 312 * 10**12, 3072)), 6)
+    0.523755
+    """
+    if flops_per_s < 0:
+        raise InputError(f"achieved FLOP/s: {flops_per_s} must not be negative")
+    return Fraction(flops_per_s) / (_positive("peak", peak_flops_per_s) * _positive("chips", chips))
+
+
+def korthikanti_flops(
+    batch: int, seq_len: int, layers: int, hidden: int, vocab: int, recompute: str = "none"
+) -> Fraction:
+    """FLOPs of one iteration of a GPT model, Korthikanti et al. 2022, Appendix A.
+
+    Model FLOPs (``recompute="none"``): ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))``; hardware FLOPs
+    with selective recomputation: ``s/(3h)`` in place of ``s/(6h)``; with full recomputation
+    Megatron-LM's Eq. 3 (see :func:`megatron_hardware_flops`).
+
+    Examples
+    --------
+    >>> f = korthikanti_flops(4, 2048, 48, 6144, 51200)
+    >>> round(float(f / (1.10 * 8 * 312e12)), 4)
+    0.4165
+    """
+    named = {"batch": batch, "seq_len": seq_len, "layers": layers, "hidden": hidden, "vocab": vocab}
+    b, s, n_l, h, v = (_positive(k, x) for k, x in named.items())
+    if recompute not in RECOMPUTE_MODES:
+        raise InputError(f"recompute: {recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+    if recompute == "full":
+        return megatron_hardware_flops(batch, seq_len, layers, hidden, vocab)
+    attn = s / (3 * h) if recompute == "selective" else s / (6 * h)
+    return 72 * b * n_l * s * h * h * (1 + attn + v / (12 * h * n_l))
+
+
+def megatron_hardware_flops(
+    batch: int, seq_len: int, layers: int, hidden: int, vocab: int
+) -> Fraction:
+    """Hardware FLOPs of one iteration with full recomputation, Narayanan et al. 2021 Eq. 3:
+    ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``.
+
+    Examples
+    --------
+    >>> f = megatron_hardware_flops(3072, 2048, 128, 25600, 51200)
+    >>> round(float(f) / 1e18, 1)  # 51.4 EFLOP: ≈ 103 s at Table 1's 163 TFLOP/s × 3,072 GPUs
+    51.4
+    """
+    b, s, n_l, h, v = (Fraction(x) for x in (batch, seq_len, layers, hidden, vocab))
+    return 96 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))

@@ -1,0 +1,219 @@
+"""Resident memory, FLOPs and time shares of one RLHF step (SPEC.md "RLHF tab").
+
+Networks (OpenRLHF's layout, Hu et al. 2024, arXiv 2405.11143): PPO (Schulman et al. 2017) keeps an
+actor and a critic (trainable) and a reward model and a reference (frozen); GRPO (Shao et al. 2024,
+DeepSeekMath, arXiv 2402.03300) drops the critic, and with a rule-based reward (DeepSeek-R1) the
+reward model too; DPO (Rafailov et al. 2023) keeps a policy and a reference and has no rollout.
+Trainable networks hold 16 B/param (mixed-precision Adam, ZeRO paper), frozen ones 2 B/param (BF16).
+The critic and the reward model have ``reward_params`` parameters (the critic starts from the reward
+model), the actor and the reference ``policy_params``.
+
+FLOPs of one step with ``P`` prompts × ``G`` samples of ``Tp + Tc`` tokens, ``E`` epochs:
+rollout ``2·N_p`` per token (prefill and decode), scoring ``2·N`` per token by every scoring
+network (reference, reward model, critic), training ``6·N`` per token per epoch by every trainable
+network. DPO trains on chosen and rejected sequences (2 per prompt) and scores them with the
+reference. Time of a phase = its FLOPs ÷ (its MFU × peak × chips): decode MFU for the rollout,
+training MFU for scoring and training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from model.errors import InputError
+
+__all__ = [
+    "Network",
+    "ALGORITHMS",
+    "networks",
+    "network_bytes",
+    "phase_flops",
+    "phase_times",
+    "kv_cache_bytes",
+    "logits_buffer_bytes",
+    "TRAINABLE_BYTES_PER_PARAM",
+    "FROZEN_BYTES_PER_PARAM",
+]
+
+ALGORITHMS = ("ppo", "grpo", "dpo")
+REWARDS = ("model", "rule")
+TRAINABLE_BYTES_PER_PARAM = 16
+FROZEN_BYTES_PER_PARAM = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """One resident network: ``role`` (actor, critic, reward, reference, policy), size, trained?"""
+
+    role: str
+    params: Fraction
+    trainable: bool
+
+    @property
+    def bytes_per_param(self) -> int:
+        """16 when trained (weights, grads, Adam states), 2 when frozen (BF16 weights)."""
+        return TRAINABLE_BYTES_PER_PARAM if self.trainable else FROZEN_BYTES_PER_PARAM
+
+    @property
+    def bytes(self) -> Fraction:
+        """Resident bytes of this network."""
+        return self.params * self.bytes_per_param
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    low = str(value).lower()
+    if low not in allowed:
+        raise InputError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    return low
+
+
+def networks(
+    algorithm: str,
+    policy_params: Fraction | int,
+    reward_params: Fraction | int | None = None,
+    reward: str = "model",
+) -> list[Network]:
+    """The networks ``algorithm`` keeps resident.
+
+    Parameters
+    ----------
+    algorithm : {"ppo", "grpo", "dpo"}
+    policy_params, reward_params : number
+        Parameters of the policy and of the reward model / critic (default: the policy's).
+    reward : {"model", "rule"}
+        A learned reward model or a rule-based reward (no network).
+
+    Raises
+    ------
+    InputError
+        Unknown algorithm or reward, non-positive sizes, a rule reward with PPO (its critic is the
+        reward model's size, so give ``reward_params``).
+
+    Examples
+    --------
+    >>> [n.role for n in networks("grpo", 70 * 10**9, reward="rule")]
+    ['actor', 'reference']
+    """
+    algo = _check_choice("algorithm", algorithm, ALGORITHMS)
+    kind = _check_choice("reward", reward, REWARDS)
+    n_p = Fraction(policy_params)
+    n_r = n_p if reward_params is None else Fraction(reward_params)
+    for name, value in (("policy_params", n_p), ("reward_params", n_r)):
+        if value <= 0:
+            raise InputError(f"{name}: {value} must be positive")
+    if algo == "dpo":
+        return [Network("policy", n_p, True), Network("reference", n_p, False)]
+    nets = [Network("actor", n_p, True)]
+    if algo == "ppo":
+        nets.append(Network("critic", n_r, True))
+    if kind == "model":
+        nets.append(Network("reward", n_r, False))
+    nets.append(Network("reference", n_p, False))
+    return nets
+
+
+def network_bytes(nets: list[Network]) -> Fraction:
+    """Resident bytes of all networks (trainable 16 B/param, frozen 2 B/param).
+
+    Examples
+    --------
+    >>> network_bytes(networks("ppo", 70 * 10**9)) == 36 * 70 * 10**9
+    True
+    """
+    return sum((n.bytes for n in nets), Fraction(0))
+
+
+def phase_flops(
+    algorithm: str,
+    nets: list[Network],
+    sequences: int,
+    tokens_per_sequence: int,
+    epochs: int = 1,
+) -> dict[str, Fraction]:
+    """FLOPs of one step by phase: ``rollout``, ``scoring``, ``training``.
+
+    ``sequences`` = prompts × samples per prompt (DPO: prompts × 2, chosen and rejected);
+    ``tokens_per_sequence`` = prompt + completion tokens.
+
+    Examples
+    --------
+    >>> nets = networks("grpo", 1, reward="rule")
+    >>> {k: int(v) for k, v in phase_flops("grpo", nets, 1, 1).items()}
+    {'rollout': 2, 'scoring': 2, 'training': 6}
+    """
+    if epochs < 1:
+        raise InputError(f"epochs: {epochs} must be at least 1")
+    tokens = Fraction(sequences) * tokens_per_sequence
+    policy = nets[0].params
+    rollout = Fraction(0) if algorithm == "dpo" else 2 * policy * tokens
+    scorers = [n for n in nets if n.role not in ("actor", "policy")]  # reference, reward, critic
+    scoring = sum((2 * n.params * tokens for n in scorers), Fraction(0))
+    training = sum((6 * n.params * tokens * epochs for n in nets if n.trainable), Fraction(0))
+    return {"rollout": rollout, "scoring": scoring, "training": training}
+
+
+def phase_times(
+    flops: dict[str, Fraction],
+    decode_mfu: Fraction,
+    train_mfu: Fraction,
+    peak_flops_per_s: Fraction | int,
+    chips: int = 1,
+) -> dict[str, Fraction]:
+    """Seconds per phase: FLOPs ÷ (MFU × peak × chips); decode MFU for the rollout.
+
+    Raises
+    ------
+    InputError
+        An MFU outside (0, 1], or a non-positive peak or chip count.
+
+    Examples
+    --------
+    >>> t = phase_times({"rollout": 2, "scoring": 2, "training": 6}, Fraction(1, 25),
+    ...                 Fraction(2, 5), 1)
+    >>> float(t["rollout"] / sum(t.values()))
+    0.7142857142857143
+    """
+    for name, value in (("decode_mfu", decode_mfu), ("train_mfu", train_mfu)):
+        if not 0 < value <= 1:
+            raise InputError(f"{name}: {float(value)} must be in (0, 1] (a fraction, 0.4 = 40%)")
+    if peak_flops_per_s <= 0 or chips < 1:
+        raise InputError(f"peak and chips: {peak_flops_per_s}, {chips} must be positive")
+    rate = Fraction(peak_flops_per_s) * chips
+    return {
+        phase: Fraction(f) / ((decode_mfu if phase == "rollout" else train_mfu) * rate)
+        for phase, f in flops.items()
+    }
+
+
+def kv_cache_bytes(
+    layers: int, kv_heads: int, head_dim: int, sequences: int, tokens: int, bytes_per_value: int = 2
+) -> int:
+    """KV cache of the rollout engine: ``2 (K, V) · L · g · head_dim · bytes · sequences · tokens``.
+
+    Shape per layer: two tensors ``[sequences, tokens, g, head_dim]`` in BF16.
+
+    Examples
+    --------
+    >>> kv_cache_bytes(80, 8, 128, 1, 1)  # Llama-2/3 70B: 320 KiB per token
+    327680
+    """
+    named = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
+             "rollout_batch": sequences, "tokens": tokens}
+    for name, value in named.items():
+        if value < 1:
+            raise InputError(f"{name}: {value} must be at least 1 for the KV cache")
+    return 2 * layers * kv_heads * head_dim * bytes_per_value * sequences * tokens
+
+
+def logits_buffer_bytes(tokens: int, vocab_size: int) -> int:
+    """FP32 logits of one training micro-batch: ``tokens × V × 4`` bytes (shape ``[tokens, V]``).
+
+    Examples
+    --------
+    >>> logits_buffer_bytes(8192, 128256)  # 4.2 GB for one 8K-token sequence of Llama 3
+    4202692608
+    """
+    if tokens < 1 or vocab_size < 1:
+        raise InputError(f"logits buffer: tokens {tokens} and vocab_size {vocab_size} must be ≥ 1")
+    return 4 * tokens * vocab_size
