@@ -1,0 +1,201 @@
+"""The model catalogue: ``scenarios/models/*.toml`` read into :class:`CatalogueEntry` values.
+
+Each file holds a model's architecture with its published source, the published training setup
+(used as defaults), optionally the published parallel layout, and published facts for display
+and tests. File format (keys checked strictly; unknown keys are errors)::
+
+    name = "llama3-405b"                 # = the file stem
+    source = "paper, table; released config.json"
+    [architecture]                       # Architecture field names; [architecture.moe], .mla
+    [training]                           # seq_len, global_batch_size, source
+    [layout]                             # optional: dp tp pp cp ep zero_stage recompute
+                                         #   micro_batch_size schedule virtual_stages gpu
+                                         #   num_gpus, source
+    [published]                          # free-form facts (params_total = 405e9, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import scenarios
+from model.errors import ScenarioError
+from model.hf_config import architecture_from_dict
+from model.specs import ModelSpec
+from model.units import closest_names
+
+__all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAYOUT_KEYS"]
+
+_TOP_KEYS = ("name", "source", "architecture", "training", "layout", "published")
+_TRAINING_KEYS = ("seq_len", "global_batch_size", "source")
+LAYOUT_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero_stage",
+    "recompute",
+    "micro_batch_size",
+    "schedule",
+    "virtual_stages",
+    "gpu",
+    "num_gpus",
+)
+"""Keys a ``[layout]`` table may hold (besides ``source``)."""
+_LAYOUT_TEXT = ("recompute", "schedule", "gpu")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogueEntry:
+    """One catalogue model with its published training setup and layout."""
+
+    model: ModelSpec
+    """The model (``model.extra`` holds the ``published`` facts)."""
+    training: dict[str, int] = field(default_factory=dict)
+    """Defaults ``seq_len`` (s, tokens) and ``global_batch_size`` (B, sequences); empty for a
+    Hugging Face config."""
+    layout: dict[str, int | str] = field(default_factory=dict)
+    """The published layout (degrees, ``zero_stage``, ``recompute``, ``gpu``, ``num_gpus``…);
+    empty when none is published."""
+    published: dict[str, Any] = field(default_factory=dict)
+    """Published facts for display and tests; never used in formulas."""
+    training_source: str = ""
+    """Where the training defaults come from."""
+    layout_source: str = ""
+    """Where the published layout comes from."""
+
+
+def model_names() -> list[str]:
+    """Sorted catalogue names (the stems of ``scenarios/models/*.toml``).
+
+    Examples
+    --------
+    >>> "deepseek-v3" in model_names()
+    True
+    """
+    return scenarios.names("models")
+
+
+def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{where}: expected a table, got {table!r}")
+    for key in table:
+        if key not in allowed:
+            raise ScenarioError(
+                f"{where}: unknown key {key!r}; {closest_names(key, list(allowed))}"
+            )
+    return table
+
+
+def _whole(table: dict[str, Any], key: str, where: str) -> int:
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScenarioError(f"{where}: {key} = {value!r} must be a whole number >= 1")
+    return value
+
+
+def _source(table: dict[str, Any], where: str) -> str:
+    value = table.get("source")
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(f"{where}: a non-empty 'source' is required")
+    return value
+
+
+def _layout(table: dict[str, Any], where: str) -> dict[str, int | str]:
+    layout: dict[str, int | str] = {}
+    for key, value in table.items():
+        if key == "source":
+            continue
+        if key in _LAYOUT_TEXT:
+            if not isinstance(value, str):
+                raise ScenarioError(f"{where}: {key} = {value!r} must be a string")
+            layout[key] = value
+        elif key == "zero_stage":
+            if isinstance(value, bool) or value not in (0, 1, 2, 3):
+                raise ScenarioError(f"{where}: zero_stage = {value!r} must be 0, 1, 2 or 3")
+            layout[key] = value
+        else:
+            layout[key] = _whole(table, key, where)
+    return layout
+
+
+def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
+    """Build a :class:`CatalogueEntry` from a parsed catalogue file.
+
+    Raises
+    ------
+    ScenarioError
+        On an unknown or missing key, a missing ``source``, or bad dimensions; the message
+        names ``where`` and the table.
+    """
+    _check_keys(d, _TOP_KEYS, where)
+    for key in ("name", "architecture", "training"):
+        if key not in d:
+            raise ScenarioError(f"{where}: missing required table or key {key!r}")
+    arch = architecture_from_dict(d["architecture"], f"{where} [architecture]")
+    training = _check_keys(d["training"], _TRAINING_KEYS, f"{where} [training]")
+    layout = _check_keys(d.get("layout", {}), (*LAYOUT_KEYS, "source"), f"{where} [layout]")
+    published = d.get("published", {})
+    if not isinstance(published, dict):
+        raise ScenarioError(f"{where}: [published] must be a table")
+    model = ModelSpec(name=d["name"], source=_source(d, where), arch=arch, extra=dict(published))
+    return CatalogueEntry(
+        model=model,
+        training={
+            key: _whole(training, key, f"{where} [training]")
+            for key in ("seq_len", "global_batch_size")
+        },
+        layout=_layout(layout, f"{where} [layout]"),
+        published=dict(published),
+        training_source=_source(training, f"{where} [training]"),
+        layout_source=_source(layout, f"{where} [layout]") if layout else "",
+    )
+
+
+def _hf_path(name: str) -> Path | None:
+    path = Path(name)
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    if path.is_file() and path.suffix == ".json":
+        return path
+    return None
+
+
+@cache
+def get_model(name: str) -> CatalogueEntry:
+    """The catalogue model ``name``, or a Hugging Face ``config.json`` given by its path.
+
+    Parameters
+    ----------
+    name : str
+        A catalogue name (``llama3-405b``), a path to a ``config.json``, or a folder holding one.
+        A path gives a model with empty training defaults and layout.
+
+    Returns
+    -------
+    CatalogueEntry
+
+    Raises
+    ------
+    ScenarioError
+        For an unknown name (with the closest known names) or a malformed file.
+
+    Examples
+    --------
+    >>> entry = get_model("llama3-405b")
+    >>> entry.model.arch.num_layers, entry.training["seq_len"], entry.layout["pp"]
+    (126, 8192, 16)
+    """
+    hf = _hf_path(name)
+    if hf is not None:
+        return CatalogueEntry(model=ModelSpec.from_hf_config(hf))
+    d = scenarios.load("models", name)
+    where = f"scenarios/models/{name}.toml"
+    entry = entry_from_dict(d, where)
+    if entry.model.name != name:
+        raise ScenarioError(f"{where}: name = {entry.model.name!r} must equal the file stem")
+    return entry

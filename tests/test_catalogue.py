@@ -1,0 +1,289 @@
+"""The model catalogue, strict scenario loading and Hugging Face config mapping.
+
+Golden parameter counts are those of the released checkpoints: Llama 3 8B = 8,030,261,248
+(meta-llama/Meta-Llama-3-8B) and Mixtral 8x7B = 46,702,792,704 (mistralai/Mixtral-8x7B-v0.1).
+The fixtures in ``tests/data/hf/`` copy the released ``config.json`` files' keys and values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import scenarios
+from model.errors import PlannerError, ScenarioError
+from model.hf_config import architecture_from_dict, architecture_from_hf
+from model.params import count_params
+from model.specs import AttentionKind, Mlp, ModelSpec, Norm, PositionEmbedding
+from optimizer.catalogue import LAYOUT_KEYS, entry_from_dict, get_model, model_names
+
+HF = Path(__file__).parent / "data" / "hf"
+
+REQUIRED_MODELS = [
+    "gpt3-175b",
+    "megatron-1.7b",
+    "megatron-3.6b",
+    "megatron-7.5b",
+    "megatron-18.4b",
+    "megatron-39.1b",
+    "megatron-76.1b",
+    "megatron-145.6b",
+    "megatron-310.1b",
+    "megatron-529.6b",
+    "megatron-1t",
+    "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
+    "mixtral-8x7b",
+    "deepseek-v3",
+    "palm-540b",
+]
+
+
+def _hf(name: str) -> dict:
+    return json.loads((HF / name / "config.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# Every catalogue file
+
+
+def test_required_models_are_in_the_catalogue():
+    assert set(REQUIRED_MODELS) <= set(model_names())
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_catalogue_file_loads_with_source_and_training_defaults(name):
+    entry = get_model(name)
+    assert entry.model.name == name
+    assert entry.model.arch is not None
+    assert len(entry.model.source) > 20
+    assert entry.training_source
+    assert entry.training["seq_len"] >= 1 and entry.training["global_batch_size"] >= 1
+    assert set(entry.layout) <= set(LAYOUT_KEYS)
+    if entry.layout:
+        assert entry.layout_source
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_published_layout_is_consistent(name):
+    """G = dp·tp·pp·cp, ep divides dp·cp, and B is a multiple of dp (SPEC "Layout identity")."""
+    layout = get_model(name).layout
+    if not layout:
+        pytest.skip("no published layout")
+    dp, tp, pp, cp = (layout.get(k, 1) for k in ("dp", "tp", "pp", "cp"))
+    assert dp * tp * pp * cp == layout["num_gpus"]
+    assert (dp * cp) % layout.get("ep", 1) == 0
+    assert get_model(name).training["global_batch_size"] % dp == 0
+
+
+def test_published_figures_close_to_counted_parameters():
+    """Counted N within the papers' rounding (Megatron 1.7B is 1.652 B: Table 1 rounds 3%)."""
+    for name in model_names():
+        entry = get_model(name)
+        published = entry.published.get("params_total")
+        if published is None:
+            continue
+        counted = count_params(entry.model.arch).total
+        assert abs(counted - published) / published < 0.035, name
+
+
+def test_megatron_table1_dims():
+    entry = get_model("megatron-1t")
+    arch = entry.model.arch
+    assert (arch.num_layers, arch.hidden_size, arch.num_attention_heads) == (128, 25600, 160)
+    assert arch.vocab_size == 51200 and arch.ffn_hidden_size == 4 * arch.hidden_size
+    assert arch.tie_embeddings and arch.linear_bias and arch.dropout
+    assert entry.layout == {
+        "gpu": "A100-80GB",
+        "num_gpus": 3072,
+        "dp": 6,
+        "tp": 8,
+        "pp": 64,
+        "cp": 1,
+        "ep": 1,
+        "zero_stage": 0,
+        "recompute": "full",
+    }
+    assert entry.training == {"seq_len": 2048, "global_batch_size": 3072}
+
+
+def test_deepseek_v3_catalogue():
+    entry = get_model("deepseek-v3")
+    arch = entry.model.arch
+    assert arch.attention is AttentionKind.MLA and arch.mla.kv_lora_rank == 512
+    assert arch.moe.num_experts == 256 and arch.moe.router_bias
+    assert arch.num_moe_layers == 58
+    assert entry.layout["ep"] == 64 and entry.layout["zero_stage"] == 1
+    assert entry.training == {"seq_len": 4096, "global_batch_size": 15360}
+    counts = count_params(arch)
+    assert round(counts.total / 1e9) == 671 and round(counts.active / 1e9) in (37, 38)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_unknown_model_name_suggests_close_names():
+    with pytest.raises(
+        ScenarioError, match=r"unknown model 'llama3-405'; did you mean .*llama3-405b"
+    ):
+        get_model("llama3-405")
+    with pytest.raises(ScenarioError, match="unknown model"):
+        scenarios.load("models", "no-such-model")
+
+
+def test_unknown_scenario_kind():
+    with pytest.raises(ScenarioError, match="unknown scenario kind"):
+        scenarios.names("../model")
+
+
+def test_unknown_architecture_key_is_rejected():
+    d = scenarios.load("models", "llama3-8b")
+    d["architecture"]["num_layer"] = 32
+    with pytest.raises(ScenarioError, match=r"bad\.toml \[architecture\]: unknown key 'num_layer'"):
+        entry_from_dict(d, "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [(None, "parameters"), ("training", "batch"), ("layout", "dpp"), ("architecture.moe", "k")],
+)
+def test_unknown_keys_rejected_everywhere(table, key):
+    d = scenarios.load("models", "mixtral-8x7b")
+    d.setdefault("layout", {"dp": 1, "source": "x"})
+    target = d
+    for part in table.split(".") if table else []:
+        target = target[part]
+    target[key] = 1
+    with pytest.raises(ScenarioError, match=f"unknown key '{key}'"):
+        entry_from_dict(d, "bad.toml")
+
+
+def test_missing_source_is_rejected():
+    d = scenarios.load("models", "llama3-8b")
+    del d["source"]
+    with pytest.raises(ScenarioError, match="source"):
+        entry_from_dict(d, "bad.toml")
+    d = scenarios.load("models", "llama3-8b")
+    del d["training"]["source"]
+    with pytest.raises(ScenarioError, match=r"\[training\].*source"):
+        entry_from_dict(d, "bad.toml")
+
+
+def test_architecture_from_dict_types():
+    base = {
+        "num_layers": 2,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 32,
+        "vocab_size": 16,
+    }
+    assert architecture_from_dict({**base, "hidden_size": 8.0}, "t").hidden_size == 8
+    with pytest.raises(ScenarioError, match=r"t: hidden_size = 8\.5 must be a whole number"):
+        architecture_from_dict({**base, "hidden_size": 8.5}, "t")
+    with pytest.raises(ScenarioError, match="must be true or false"):
+        architecture_from_dict({**base, "linear_bias": 1}, "t")
+    with pytest.raises(ScenarioError, match="'gelu', 'swiglu'"):
+        architecture_from_dict({**base, "mlp": "relu"}, "t")
+    with pytest.raises(ScenarioError, match="missing required key.*vocab_size"):
+        architecture_from_dict({k: v for k, v in base.items() if k != "vocab_size"}, "t")
+    with pytest.raises(ScenarioError, match=r"t: model\.num_kv_heads: 3 must divide"):
+        architecture_from_dict({**base, "num_kv_heads": 3}, "t")
+    with pytest.raises(ScenarioError, match=r"t \[moe\]: unknown key 'top_k'"):
+        architecture_from_dict({**base, "moe": {"top_k": 2}}, "t")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face configs
+
+
+def test_hf_llama3_8b_matches_catalogue():
+    arch = architecture_from_hf(_hf("llama3-8b"), "llama3-8b/config.json")
+    assert arch == get_model("llama3-8b").model.arch
+    assert (arch.mlp, arch.norm, arch.position_embedding) == (
+        Mlp.SWIGLU,
+        Norm.RMSNORM,
+        PositionEmbedding.ROPE,
+    )
+    assert arch.kv_heads == 8 and arch.dim_per_head == 128 and not arch.dropout
+
+
+def test_hf_mixtral_matches_catalogue():
+    arch = architecture_from_hf(_hf("mixtral-8x7b"), "mixtral-8x7b/config.json")
+    assert arch == get_model("mixtral-8x7b").model.arch
+    assert arch.moe.num_experts == 8 and arch.moe.experts_per_token == 2
+    assert arch.moe.expert_ffn_hidden_size == 14336 and not arch.moe.router_bias
+
+
+def test_hf_deepseek_v3_matches_catalogue():
+    arch = architecture_from_hf(_hf("deepseek-v3"), "deepseek-v3/config.json")
+    assert arch == get_model("deepseek-v3").model.arch
+    assert arch.moe.first_k_dense_layers == 3 and arch.moe.num_shared_experts == 1
+    assert arch.moe.router_bias  # e_score_correction_bias
+    assert arch.mla.q_lora_rank == 1536 and arch.mla.qk_rope_head_dim == 64
+
+
+def test_hf_missing_key_names_key_and_file():
+    config = _hf("mixtral-8x7b")
+    del config["num_local_experts"]
+    with pytest.raises(ScenarioError, match=r"x/config\.json: .*'num_local_experts'"):
+        architecture_from_hf(config, "x/config.json")
+    config = _hf("deepseek-v3")
+    del config["kv_lora_rank"]
+    with pytest.raises(ScenarioError, match="'kv_lora_rank'"):
+        architecture_from_hf(config, "x/config.json")
+
+
+def test_hf_qwen2_qkv_only_biases_are_not_silently_miscounted():
+    with pytest.raises(ScenarioError, match="q, k and v projections only"):
+        architecture_from_hf(_hf("qwen2-7b"), "qwen2-7b/config.json")
+
+
+def test_hf_partial_biases_and_unsupported_types_rejected():
+    config = _hf("llama3-8b")
+    config["attention_bias"] = True
+    with pytest.raises(ScenarioError, match="attention projections only"):
+        architecture_from_hf(config, "c.json")
+    config["mlp_bias"] = True
+    assert architecture_from_hf(config, "c.json").linear_bias
+    with pytest.raises(ScenarioError, match="model_type 'gpt2' is not supported"):
+        architecture_from_hf({**config, "model_type": "gpt2"}, "c.json")
+    with pytest.raises(ScenarioError, match="hidden_act 'gelu'"):
+        architecture_from_hf({**config, "hidden_act": "gelu"}, "c.json")
+
+
+def test_model_spec_from_hf_config_and_catalogue_path():
+    spec = ModelSpec.from_hf_config(HF / "llama3-8b" / "config.json")
+    assert spec.name == "llama3-8b"
+    entry = get_model(str(HF / "mixtral-8x7b" / "config.json"))
+    assert entry.training == {} and entry.layout == {}
+    assert entry.model.arch == get_model("mixtral-8x7b").model.arch
+    assert get_model(str(HF / "deepseek-v3")).model.arch.moe.num_experts == 256
+    with pytest.raises(PlannerError):
+        ModelSpec.from_hf_config(HF / "missing" / "config.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden parameter counts (released checkpoints), from the catalogue and from the HF fixtures
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [
+        ("llama3-8b", 8_030_261_248, 8_030_261_248),
+        ("mixtral-8x7b", 46_702_792_704, 12_879_925_248),
+    ],
+)
+def test_released_parameter_counts(name, total, active):
+    for arch in (
+        get_model(name).model.arch,
+        architecture_from_hf(_hf(name), f"{name}/config.json"),
+        get_model(str(HF / name / "config.json")).model.arch,
+    ):
+        counts = count_params(arch)
+        assert counts.total == total
+        assert counts.active == active
