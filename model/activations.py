@@ -1,0 +1,214 @@
+"""Activation bytes one transformer layer keeps for backward, per GPU, per micro-batch.
+
+Korthikanti et al. 2022 (arXiv 2205.05198) §4, 16-bit activations and 1-byte dropout masks. Each
+stored tensor is listed by name with its shape; ``S = (s/cp)·b`` tokens on this rank. A tensor
+is divided by tp either always (it has a head or FFN dim split by tp: *tp*) or only with sequence
+parallelism (it has the full hidden dim and is sequence-sharded: *sp*).
+
+GPT layer (LayerNorm, MHA, 4h GeLU MLP, dropout) — reduces exactly to Korthikanti's
+``34·s·b·h + 5·a·s²·b`` (Table 2):
+
+=============================  ==============  =====  =========================
+tensor                         shape           sharded bytes (β = 2)
+=============================  ==============  =====  =========================
+attention LayerNorm input      [S, h]          sp     2·S·h
+QKV projection input           [S, h]          sp     2·S·h
+Q, K (for QKᵀ)                 [S, a·d],[S,g·d] tp    2·S·a·d + 2·S·g·d
+softmax output                 [b, a, s/cp, s] tp     2·a·s_cp·s·b
+attention dropout mask         [b, a, s/cp, s] tp     1·a·s_cp·s·b
+attention dropout output       [b, a, s/cp, s] tp     2·a·s_cp·s·b
+V (for scores·V)               [S, g·d]        tp     2·S·g·d
+output projection input        [S, a·d]        tp     2·S·a·d
+attention output dropout mask  [S, h]          sp     1·S·h
+MLP LayerNorm input            [S, h]          sp     2·S·h
+FC1 input                      [S, h]          sp     2·S·h
+GeLU input                     [S, f]          tp     2·S·f
+FC2 input (GeLU output)        [S, f]          tp     2·S·f
+MLP dropout mask               [S, h]          sp     1·S·h
+=============================  ==============  =====  =========================
+
+With a = g, a·d = h, f = 4h: 2+2+4+2+2+1+2+2+8+8+1 = 34 S·h, and 2+1+2 = 5 a·s·S. Without
+sequence parallelism the *sp* rows (10·S·h) are not divided by tp: Korthikanti's
+``s·b·h·(10 + 24/t + 5·a·s/(h·t))``.
+
+Variants, derived the same way:
+
+* GQA (g < a): K and V are ``[S, g·d]``; Q and the output-projection input stay ``[S, a·d]``.
+* SwiGLU (3 matrices, Llama): the activation saves its input, gate and up ``2·[S, f]``
+  (Megatron-LM's fused ``bias_swiglu`` recomputes SiLU from it), and the down projection its
+  input ``[S, f]``: ``6·S·f`` bytes instead of GeLU's ``4·S·f``. (PyTorch eager also keeps
+  SiLU's output: ``8·S·f``; measured in the fidelity suite.)
+* No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
+  what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
+* FlashAttention: no ``[b, a, s, s]`` tensor is stored (SPEC.md drops the 5·a term; the kernel's
+  per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
+* MoE FFN (top-k routing, SwiGLU experts): the norm input, the router/dispatch input ``[S, h]``,
+  the router's fp32 probabilities ``[S, E]`` (4 B), and per routed copy of a token (k of them):
+  the expert input ``[S, h]``, the activation input ``2·[S, f_e]``, the down-projection input
+  ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine; shared experts as
+  a dense SwiGLU of ``n_shared · f_shared``. Expert tensors are counted sequence-sharded, as with
+  expert tensor-parallel degree 1 or an all-to-all over tp·ep.
+* MLA (DeepSeek-V3): both norm inputs ``[S, h]`` and the shared projection input ``[S, h]``, the
+  query latent before and after its RMSNorm ``2·[S, q_lora]``, the KV latent with the RoPE key
+  ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
+  ``[S, a·(nope+rope)]`` each, V and the output-projection input ``[S, a·v_head]`` (*tp*).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from model.specs import Architecture, AttentionKind, Mlp
+
+__all__ = ["ActivationContext", "LayerActivations", "layer_activations"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationContext:
+    """What the per-layer activation bytes depend on besides the architecture."""
+
+    seq_len: int
+    """s, full sequence length (keys each query meets)."""
+    cp: int
+    """Context-parallel degree; this rank holds s/cp queries."""
+    micro_batch_size: int
+    """b."""
+    tp: int
+    sequence_parallel: bool
+    flash_attention: bool
+    activation_bytes: int = 2
+    """β, bytes per activation element."""
+
+    @property
+    def tokens(self) -> Fraction:
+        """S = (s/cp)·b tokens on this rank per micro-batch."""
+        return Fraction(self.seq_len, self.cp) * self.micro_batch_size
+
+
+@dataclass(frozen=True, slots=True)
+class LayerActivations:
+    """Bytes of one layer, per GPU, per micro-batch, by named tensor."""
+
+    terms: tuple[tuple[str, Fraction], ...]
+    """(tensor name, bytes) for everything kept with no recomputation."""
+    score_names: frozenset[str]
+    """The [b, a, s, s] tensors (dropped by FlashAttention or selective recomputation)."""
+    checkpoint_bytes: Fraction
+    """The layer input kept by full or √n recomputation: ``β·S·h`` (÷ tp with SP)."""
+
+    @property
+    def full_bytes(self) -> Fraction:
+        """Everything the layer keeps without recomputation."""
+        return sum((b for _, b in self.terms), Fraction(0))
+
+    @property
+    def selective_bytes(self) -> Fraction:
+        """Kept with selective recomputation (the attention-score tensors recomputed)."""
+        return sum((b for n, b in self.terms if n not in self.score_names), Fraction(0))
+
+
+def _mask(arch: Architecture) -> int:
+    return 1 if arch.dropout else 0
+
+
+def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
+    S, beta, a, s_cp = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads, ctx.tokens
+    h = arch.hidden_size
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        m = arch.mla
+        qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        rows = [("attention norm input", beta * S * h, "sp"), ("attention projection input", beta * S * h, "sp")]
+        if m.q_lora_rank is not None:
+            rows.append(("query latent and its norm output", 2 * beta * S * m.q_lora_rank, "sp"))
+        rows += [
+            ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
+            ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
+            ("Q", beta * S * qk, "tp"),
+            ("K", beta * S * qk, "tp"),
+            ("V", beta * S * a * m.v_head_dim, "tp"),
+            ("output projection input", beta * S * a * m.v_head_dim, "tp"),
+        ]
+    else:
+        d, g = arch.dim_per_head, arch.kv_heads
+        rows = [
+            ("attention norm input", beta * S * h, "sp"),
+            ("QKV projection input", beta * S * h, "sp"),
+            ("Q", beta * S * a * d, "tp"),
+            ("K", beta * S * g * d, "tp"),
+            ("V", beta * S * g * d, "tp"),
+            ("output projection input", beta * S * a * d, "tp"),
+        ]
+    scores = a * s_cp * ctx.seq_len  # elements of [b, a, s/cp, s]
+    if not ctx.flash_attention:
+        rows.append(("softmax output", beta * scores, "score"))
+        if arch.dropout:
+            rows.append(("attention dropout mask", Fraction(scores), "score"))
+            rows.append(("attention dropout output", beta * scores, "score"))
+    if arch.dropout:
+        rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
+    return rows
+
+
+def _swiglu_or_gelu(prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int) -> list[tuple[str, Fraction, str]]:
+    if arch.mlp is Mlp.SWIGLU:
+        return [
+            (f"{prefix} SwiGLU input (gate, up)", 2 * beta * S * ffn, "tp"),
+            (f"{prefix} down projection input", beta * S * ffn, "tp"),
+        ]
+    return [
+        (f"{prefix} GeLU input", beta * S * ffn, "tp"),
+        (f"{prefix} FC2 input", beta * S * ffn, "tp"),
+    ]
+
+
+def _mlp_terms(arch: Architecture, index: int, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
+    S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
+    rows = [("MLP norm input", beta * S * h, "sp")]
+    if not arch.is_moe_layer(index):
+        rows.append(("FC1 input", beta * S * h, "sp"))
+        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta)
+    else:
+        moe = arch.moe
+        assert moe is not None
+        k = moe.experts_per_token
+        rows += [
+            ("router and dispatch input", beta * S * h, "sp"),
+            ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
+            ("routed expert inputs (top-k copies)", k * beta * S * h, "sp"),
+        ]
+        rows += _swiglu_or_gelu("routed expert", arch, k * S, moe.expert_ffn_hidden_size, beta)
+        rows.append(("routed expert outputs for the combine", k * beta * S * h, "sp"))
+        if moe.num_shared_experts:
+            ffn = moe.num_shared_experts * moe.shared_ffn
+            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta)
+    if arch.dropout:
+        rows.append(("MLP dropout mask", S * h, "sp"))
+    return rows
+
+
+def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) -> LayerActivations:
+    """Activation bytes layer ``index`` keeps for backward, per GPU, per micro-batch.
+
+    See the module docstring for every tensor, its shape and its source.
+
+    Examples
+    --------
+    GPT-3 175B dimensions (s 2048, b 1, h 12288, a 96), tp 8 with sequence parallelism,
+    no FlashAttention: Korthikanti's ``s·b·h/t·(34 + 5·a·s/h)``.
+
+    >>> from model.specs import Architecture
+    >>> gpt3 = Architecture(num_layers=96, hidden_size=12288, num_attention_heads=96,
+    ...     ffn_hidden_size=4 * 12288, vocab_size=51200, dropout=True)
+    >>> ctx = ActivationContext(seq_len=2048, cp=1, micro_batch_size=1, tp=8,
+    ...     sequence_parallel=True, flash_attention=False)
+    >>> layer_activations(gpt3, 0, ctx).full_bytes == Fraction(2048 * 12288, 8) * (34 + 5 * 96 * 2048 / 12288)
+    True
+    """
+    rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)
+    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1}
+    terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
+    scores = frozenset(name for name, _, kind in rows if kind == "score")
+    ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]
+    return LayerActivations(terms, scores, ckpt)

@@ -1,0 +1,266 @@
+"""``evaluate()``: one layout of one model on one accelerator → an :class:`Estimate`.
+
+The evaluator is the cost model's single entry point; the search tabulates the same functions
+(:mod:`optimizer.tables`) and re-checks every answer with ``evaluate()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Protocol
+
+from model.comm import AxisTraffic, cp_traffic, dp_traffic, ep_traffic, pp_traffic, tp_traffic
+from model.flops import StepFlops, step_flops
+from model.hardware import DeviceSpec
+from model.layout import Layout, validate
+from model.memory import ModelState, StageActivations, model_state, stage_activations
+from model.params import count_params, padded_vocab, split_layers, stage_params
+from model.pipeline import bubble_fraction, bubble_ratio
+from model.specs import ModelSpec, TrainingSpec
+from model.timing import CostOptions, stage_microbatch_flops
+
+__all__ = ["AxisLinkLike", "StageMemory", "TrafficRow", "Estimate", "evaluate", "ZeroRow"]
+
+
+class AxisLinkLike(Protocol):
+    """What the cost model needs to know of the link an axis rides (see topology.placement)."""
+
+    link: str
+    bandwidth_bytes_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Bytes on one GPU of one pipeline stage."""
+
+    stage: int
+    num_layers: int
+    dense_params: Fraction
+    """Non-expert parameters on this GPU (÷ tp)."""
+    expert_params: Fraction
+    """Routed-expert parameters on this GPU (÷ tp·ep)."""
+    state: ModelState
+    activations: StageActivations | None
+    """None for a size-only model (no dimensions)."""
+
+    @property
+    def total_bytes(self) -> Fraction:
+        return self.state.total_bytes + (self.activations.total_bytes if self.activations else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroRow:
+    zero_stage: int
+    model_state_bytes: Fraction
+    reduction: Fraction
+    """Model state at ZeRO-0 over model state at this stage."""
+    dp_bytes_per_step: Fraction
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficRow:
+    traffic: AxisTraffic
+    link: str
+    """nvlink, scale-out or none."""
+    bandwidth_bytes_per_s: float | None
+    seconds: float | None
+    """bytes / bandwidth: the time if nothing overlapped it."""
+    overlap: float
+    exposed_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Everything ``evaluate()`` knows about one layout; ``to_dict()`` is the ``--json`` object."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    layout: Layout
+    device: DeviceSpec
+    options: CostOptions
+    num_params: int
+    num_active_params: int
+    num_microbatches: int
+    stages: tuple[StageMemory, ...]
+    busiest: int
+    """Index of the stage with the most bytes."""
+    zero_table: tuple[ZeroRow, ...]
+    traffic: tuple[TrafficRow, ...]
+    flops: StepFlops | None
+    compute_s: float | None
+    """Ideal compute time of the step (m × slowest stage's micro-batch)."""
+    step_s: float | None
+    notes: tuple[str, ...]
+
+    @property
+    def peak(self) -> StageMemory:
+        return self.stages[self.busiest]
+
+    @property
+    def total_bytes(self) -> Fraction:
+        return self.peak.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.device.memory_bytes
+
+    @property
+    def bubble_fraction(self) -> Fraction:
+        return bubble_fraction(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+
+    @property
+    def bubble_ratio(self) -> Fraction:
+        return bubble_ratio(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+
+    @property
+    def exposed_comm_s(self) -> float | None:
+        times = [row.exposed_seconds for row in self.traffic]
+        return None if any(t is None for t in times) else sum(t for t in times if t is not None)
+
+    def _rate(self, flops: int | None) -> float | None:
+        if self.step_s is None or flops is None:
+            return None
+        return flops / (self.step_s * self.layout.num_gpus * self.device.peak_flops_per_s)
+
+    @property
+    def mfu(self) -> float | None:
+        return self._rate(self.flops.model_flops if self.flops else None)
+
+    @property
+    def hfu(self) -> float | None:
+        return self._rate(self.flops.hardware_flops if self.flops else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        from model.report_dict import estimate_to_dict  # local: keeps this module small
+
+        return estimate_to_dict(self)
+
+
+def _state_for(dense: Fraction, experts: Fraction, layout: Layout, training: TrainingSpec) -> ModelState:
+    return model_state(dense, experts, layout, training)
+
+
+def _stages(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int) -> tuple[StageMemory, ...]:
+    arch = model.arch
+    if model.num_params_declared is not None or arch is None:
+        n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
+        per_gpu = Fraction(n, layout.tp * layout.pp)
+        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages) if arch else [()] * layout.pp
+        out = []
+        for i, layers in enumerate(split):
+            acts = stage_activations(arch, layers, i, layout, training) if arch else None
+            out.append(StageMemory(i, len(layers), per_gpu, Fraction(0), _state_for(per_gpu, Fraction(0), layout, training), acts))
+        return tuple(out)
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
+    out = []
+    for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages):
+        dense = Fraction(sp.dense, layout.tp)
+        experts = Fraction(sp.experts, layout.tp * layout.ep)
+        acts = stage_activations(arch, sp.layers, sp.stage, layout, training, vocab)
+        out.append(StageMemory(sp.stage, len(sp.layers), dense, experts, _state_for(dense, experts, layout, training), acts))
+    return tuple(out)
+
+
+def _zero_table(stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions) -> tuple[ZeroRow, ...]:
+    base = model_state(stage.dense_params, stage.expert_params, layout, training, 0).total_bytes
+    rows = []
+    for z in range(4):
+        state = model_state(stage.dense_params, stage.expert_params, layout, training, z).total_bytes
+        dp = dp_traffic(stage.dense_params, stage.expert_params, layout, training, z, options.zero3_regather)
+        rows.append(ZeroRow(z, state, base / state, dp.bytes_per_step))
+    return tuple(rows)
+
+
+def _traffic(model: ModelSpec, training: TrainingSpec, layout: Layout, stages: tuple[StageMemory, ...], options: CostOptions) -> list[AxisTraffic]:
+    heaviest = max(stages, key=lambda s: (s.dense_params + s.expert_params, -s.stage))
+    rows = [dp_traffic(heaviest.dense_params, heaviest.expert_params, layout, training, None, options.zero3_regather)]
+    arch = model.arch
+    if arch is None:
+        return rows
+    most_layers = max(s.num_layers for s in stages)
+    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
+    most_moe = max(sum(arch.is_moe_layer(j) for j in layers) for layers in split)
+    rows += [
+        tp_traffic(arch, most_layers, layout, training),
+        cp_traffic(arch, most_layers, layout, training),
+        ep_traffic(arch, most_moe, layout, training),
+        pp_traffic(arch.hidden_size, layout, training),
+    ]
+    return rows
+
+
+def _link_rows(traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | None, options: CostOptions) -> tuple[TrafficRow, ...]:
+    out = []
+    for t in traffic:
+        key = "dp_cp" if t.axis == "dp" else t.axis
+        link = links.get(key) if links is not None else None
+        if t.group_size == 1 or t.bytes_per_step == 0:
+            out.append(TrafficRow(t, "none", None, 0.0, options.overlap[t.axis], 0.0))
+            continue
+        if link is None or link.bandwidth_bytes_per_s is None:
+            out.append(TrafficRow(t, "unknown", None, None, options.overlap[t.axis], None))
+            continue
+        seconds = float(t.bytes_per_step) / link.bandwidth_bytes_per_s
+        exposed = (1 - options.overlap[t.axis]) * seconds
+        out.append(TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, options.overlap[t.axis], exposed))
+    return tuple(out)
+
+
+def evaluate(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    links: Mapping[str, AxisLinkLike] | None = None,
+    options: CostOptions | None = None,
+    num_gpus: int | None = None,
+    vocab_multiple: int = 0,
+) -> Estimate:
+    """Evaluate one layout: memory per stage, ZeRO table, traffic per axis, FLOPs, step time, MFU.
+
+    Parameters
+    ----------
+    links
+        The link each axis rides (keys ``tp cp ep dp_cp pp``), from :mod:`topology.placement`;
+        None leaves traffic times (and so step time) unknown.
+    vocab_multiple
+        Pad V to a multiple of ``vocab_multiple · tp`` (Megatron-LM's 128); 0 = no padding.
+
+    Raises
+    ------
+    LayoutError
+        When the layout breaks a legality rule (:func:`model.layout.validate`).
+    """
+    options = options or CostOptions()
+    validate(layout, model, training, num_gpus)
+    m = layout.num_microbatches(training.global_batch_size)
+    stages = _stages(model, training, layout, vocab_multiple)
+    busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
+    traffic = _link_rows(_traffic(model, training, layout, stages, options), links, options)
+    arch, notes = model.arch, []
+    n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
+    n_active = n_total if arch is None else count_params(arch).active
+    if model.num_params_declared is not None and arch is not None:
+        n_active = n_total
+    flops = compute_s = step_s = None
+    if arch is None:
+        notes.append("activations, traffic beyond DP, FLOPs and step time need the model's dimensions "
+                     "(give --layers --hidden --heads …, or a catalogue model)")
+    else:
+        flops = step_flops(arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
+                           options.mfu_convention, options.causal_attention_flops)
+        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
+        per_mb = max(stage_microbatch_flops(arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops)
+                     for i, layers in enumerate(split))
+        t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
+        compute_s = m * t_mb
+        exposed = [row.exposed_seconds for row in traffic]
+        if all(e is not None for e in exposed):
+            step_s = compute_s * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + sum(e for e in exposed if e is not None)
+        else:
+            notes.append("step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)")
+    zero = _zero_table(stages[busiest], layout, training, options)
+    return Estimate(model, training, layout, device, options, n_total, n_active, m, stages, busiest,
+                    zero, traffic, flops, compute_s, step_s, tuple(notes))

@@ -1,0 +1,208 @@
+"""FLOPs of a training step: model FLOPs (for MFU) and hardware FLOPs (with recomputation, for HFU
+and for compute time). One multiply-add = 2 FLOPs.
+
+Per layer, per micro-batch of b sequences of s tokens (forward pass):
+
+* matmuls: ``2·s·b·W`` where W is the layer's matmul weights a token uses (attention
+  projections; dense FFN, or router + shared experts + top-k routed experts). Biases and norms
+  are not counted (Narayanan et al. 2021, Appendix / Eq. 3 counts matmuls only).
+* attention: ``2·b·s²·a·d_qk`` for QKᵀ plus ``2·b·s²·a·d_v`` for scores·V; for MHA
+  ``4·b·s²·h``. Counted without causal masking (Megatron-LM's and PaLM's convention);
+  ``causal=True`` halves it.
+* output layer (last stage, once per micro-batch): ``2·s·b·h·V``.
+
+Backward = 2 × forward. Recomputation adds one forward of the layers (full, √n) or of the
+attention core (selective; its QKᵀ and scores·V).
+
+For the GPT layer with full recomputation the hardware FLOPs per step are exactly Megatron-LM's
+Eq. 3, ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``, and the model FLOPs (no recomputation)
+Korthikanti's ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))`` (Korthikanti et al. 2022 Appendix A).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from model.layout import Recompute
+from model.params import attention_params, mlp_params
+from model.specs import Architecture, AttentionKind, Mlp
+
+__all__ = [
+    "MfuConvention",
+    "layer_matmul_weights",
+    "layer_forward_flops",
+    "attention_core_forward_flops",
+    "StepFlops",
+    "step_flops",
+    "megatron_eq3_flops",
+    "korthikanti_model_flops",
+    "korthikanti_selective_hardware_flops",
+]
+
+
+class MfuConvention(StrEnum):
+    """What counts as model FLOPs.
+
+    * ``6n``: ``6·N_active`` per token (Kaplan et al. 2020; PaLM Appendix B without attention),
+      N_active counting every parameter a token uses, embeddings included.
+    * ``6n+attention``: plus PaLM's ``12·L·a·d·s`` per token (non-causal; Chowdhery et al. 2022,
+      Appendix B).
+    * ``megatron``: matmul and attention FLOPs term by term, 3 passes (Korthikanti et al. 2022,
+      Appendix A; equals their 72·B·L·s·h²·(…) for the GPT layer).
+    """
+
+    SIX_N = "6n"
+    SIX_N_ATTENTION = "6n+attention"
+    MEGATRON = "megatron"
+
+
+def _bias_and_norm_free(arch: Architecture, ffn: int) -> int:
+    h = arch.hidden_size
+    return (3 if arch.mlp is Mlp.SWIGLU else 2) * h * ffn
+
+
+def layer_matmul_weights(arch: Architecture, index: int) -> int:
+    """Matmul weights one token passes through in layer ``index`` (no biases, no norms).
+
+    Examples
+    --------
+    >>> from model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, linear_bias=True)
+    >>> layer_matmul_weights(gpt, 0) == 12 * 8 * 8
+    True
+    """
+    h, a = arch.hidden_size, arch.num_attention_heads
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        m = arch.mla
+        attn = attention_params(arch) - m.kv_lora_rank - (m.q_lora_rank or 0)  # less the norms
+    else:
+        d, g = arch.dim_per_head, arch.kv_heads
+        attn = 2 * h * a * d + 2 * h * g * d
+    if not arch.is_moe_layer(index):
+        return attn + _bias_and_norm_free(arch, arch.ffn_hidden_size)
+    moe = arch.moe
+    assert moe is not None
+    ffn = moe.experts_per_token * _bias_and_norm_free(arch, moe.expert_ffn_hidden_size)
+    ffn += moe.num_shared_experts * _bias_and_norm_free(arch, moe.shared_ffn)
+    return attn + h * moe.num_experts + ffn
+
+
+def attention_core_forward_flops(arch: Architecture, seq_len: int, batch: int, causal: bool = False) -> int:
+    """Forward FLOPs of QKᵀ and scores·V for ``batch`` sequences: ``2·b·s²·a·(d_qk + d_v)``.
+
+    Examples
+    --------
+    >>> from model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> attention_core_forward_flops(gpt, 4, 1) == 4 * 1 * 4**2 * 8
+    True
+    """
+    a = arch.num_attention_heads
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        dims = arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim + arch.mla.v_head_dim
+    else:
+        dims = 2 * arch.dim_per_head
+    flops = 2 * batch * seq_len * seq_len * a * dims
+    return flops // 2 if causal else flops
+
+
+def layer_forward_flops(arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False) -> int:
+    """Forward FLOPs of layer ``index`` for ``batch`` sequences (whole layer, all tp/cp ranks).
+
+    Examples
+    --------
+    GPT layer: ``24·b·s·h² + 4·b·s²·h``.
+
+    >>> from model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> layer_forward_flops(gpt, 0, 4, 1) == 24 * 4 * 64 + 4 * 16 * 8
+    True
+    """
+    matmul = 2 * seq_len * batch * layer_matmul_weights(arch, index)
+    return matmul + attention_core_forward_flops(arch, seq_len, batch, causal)
+
+
+@dataclass(frozen=True, slots=True)
+class StepFlops:
+    """FLOPs of one optimizer step, whole job (counts)."""
+
+    model_flops: int
+    """MFU numerator under the chosen :class:`MfuConvention`."""
+    hardware_flops: int
+    """What the GPUs compute: 3 passes of every layer and the output layer, plus recomputation."""
+    recomputed_flops: int
+    """Of ``hardware_flops``, the recomputed forward work."""
+
+
+def recompute_forward_flops(arch: Architecture, index: int, seq_len: int, batch: int, recompute: Recompute, causal: bool = False) -> int:
+    """Forward FLOPs recomputed in backward for layer ``index`` under ``recompute``."""
+    if recompute in (Recompute.FULL, Recompute.SQRT):
+        return layer_forward_flops(arch, index, seq_len, batch, causal)
+    if recompute is Recompute.SELECTIVE:
+        return attention_core_forward_flops(arch, seq_len, batch, causal)
+    return 0
+
+
+def step_flops(
+    arch: Architecture, active_params: int, seq_len: int, global_batch_size: int, recompute: Recompute,
+    convention: MfuConvention = MfuConvention.SIX_N, causal: bool = False,
+) -> StepFlops:
+    """Model and hardware FLOPs of one step of ``global_batch_size`` sequences.
+
+    Examples
+    --------
+    Megatron-LM Eq. 3 for the GPT layer with full recomputation:
+
+    >>> from model.specs import Architecture
+    >>> gpt = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> f = step_flops(gpt, 0, 4, 3, Recompute.FULL, MfuConvention.MEGATRON)
+    >>> f.hardware_flops == megatron_eq3_flops(3, 4, 2, 8, 16)
+    True
+    """
+    B, s = global_batch_size, seq_len
+    layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in range(arch.num_layers))
+    logits_fwd = 2 * s * B * arch.hidden_size * arch.vocab_size
+    recomputed = sum(recompute_forward_flops(arch, i, s, B, recompute, causal) for i in range(arch.num_layers))
+    hardware = 3 * (layers_fwd + logits_fwd) + recomputed
+    tokens = B * s
+    if convention is MfuConvention.MEGATRON:
+        model = 3 * (layers_fwd + logits_fwd)
+    else:
+        model = 6 * active_params * tokens
+        if convention is MfuConvention.SIX_N_ATTENTION:
+            model += 3 * sum(attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers))
+    return StepFlops(model, hardware, recomputed)
+
+
+def megatron_eq3_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+    """Megatron-LM Eq. 3: ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`` FLOPs per iteration (GPT,
+    full recomputation). Narayanan et al. 2021, arXiv 2104.04473, §5.1.
+
+    Examples
+    --------
+    >>> megatron_eq3_flops(1, 2048, 1, 12288, 51200) == 96 * 2048 * 12288**2 + 16 * 2048**2 * 12288 + 6 * 2048 * 12288 * 51200
+    True
+    """
+    B, s, L, h, V = batch, seq_len, num_layers, hidden_size, vocab_size
+    return 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
+
+
+def korthikanti_model_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+    """Korthikanti et al. 2022 Appendix A model FLOPs: ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))``."""
+    B, s, L, h, V = batch, seq_len, num_layers, hidden_size, vocab_size
+    return 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V
+
+
+def korthikanti_selective_hardware_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+    """Korthikanti et al. 2022 Appendix A hardware FLOPs with selective recomputation, as printed:
+    ``72·B·L·s·h²·(1 + s/(3h) + V/(12·h·L))``. (Term by term, recomputing QKᵀ and scores·V adds
+    ``4·B·s²·h`` per layer, i.e. 1 + 2s/(9h); the paper's s/(3h) is what its HFU column uses.)"""
+    B, s, L, h, V = batch, seq_len, num_layers, hidden_size, vocab_size
+    return 72 * B * L * s * h * h + 24 * B * L * s * s * h + 6 * B * s * h * V

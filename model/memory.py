@@ -1,0 +1,174 @@
+"""Per-GPU memory: model state under ZeRO 0–3 and activations under each recompute mode.
+
+Model state (Rajbhandari et al. 2019, arXiv 1910.02054, §3.1 and Figure 1): mixed-precision
+Adam keeps 2 B BF16 weights + 2 B BF16 gradients + 12 B optimizer state (FP32 master, two FP32
+moments) per parameter. ZeRO shards over the D replicas of a parameter (D = dp·cp for dense
+parameters, D_e = dp·cp/ep for routed experts): ZeRO-1 the optimizer state, ZeRO-2 also the
+gradients, ZeRO-3 / FSDP also the weights.
+
+Activations (Korthikanti et al. 2022, arXiv 2205.05198, §4 and §5; Chen et al. 2016, arXiv
+1604.06174): the per-layer bytes of :mod:`model.activations` times the layers of the stage times
+the micro-batches the schedule keeps in flight on it (:func:`model.pipeline.microbatches_in_flight`);
+full and √n recomputation keep checkpoints instead and add a transient, counted once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from model.activations import ActivationContext, layer_activations
+from model.layout import Layout, Recompute
+from model.pipeline import microbatches_in_flight
+from model.specs import Architecture, TrainingSpec
+
+__all__ = [
+    "ModelState",
+    "model_state",
+    "StageActivations",
+    "stage_activations",
+    "sqrt_segment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """Model-state bytes on one GPU (exact)."""
+
+    weights_bytes: Fraction
+    gradients_bytes: Fraction
+    optimizer_bytes: Fraction
+
+    @property
+    def total_bytes(self) -> Fraction:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+def model_state(
+    dense_params: Fraction, expert_params: Fraction, layout: Layout, training: TrainingSpec,
+    zero_stage: int | None = None,
+) -> ModelState:
+    """Weights, gradients and optimizer bytes on one GPU under a ZeRO stage.
+
+    ``dense_params`` and ``expert_params`` are the parameters on this GPU before ZeRO (already
+    divided by tp, and experts by tp·ep). Per parameter class with replicas D:
+
+    * ZeRO-0: ``(2 + 2 + 12)·P``   * ZeRO-1: ``(2 + 2 + 12/D)·P``
+    * ZeRO-2: ``(2 + 14/D)·P``     * ZeRO-3: ``16/D·P``
+
+    (the 2, 2, 12 are ``training``'s weight, gradient and optimizer bytes).
+
+    Examples
+    --------
+    The ZeRO paper's 7.5B on 64 GPUs, ZeRO-1: 31.4 GB (Figure 1).
+
+    >>> from model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
+    >>> model_state(Fraction(7_500_000_000), Fraction(0), Layout(dp=64), t, 1).total_bytes
+    Fraction(31406250000, 1)
+    """
+    stage = layout.zero_stage if zero_stage is None else zero_stage
+    w = g = o = Fraction(0)
+    for params, replicas in ((dense_params, layout.shard_degree), (expert_params, layout.expert_shard_degree)):
+        w += training.weight_bytes * params / (replicas if stage >= 3 else 1)
+        g += training.gradient_bytes * params / (replicas if stage >= 2 else 1)
+        o += training.optimizer_bytes * params / (replicas if stage >= 1 else 1)
+    return ModelState(w, g, o)
+
+
+def sqrt_segment(num_layers: int) -> int:
+    """k = round(√n) layers per checkpointed segment (≥ 1; halves round up). Chen et al. 2016 §4.
+
+    Examples
+    --------
+    >>> sqrt_segment(100), sqrt_segment(8), sqrt_segment(1)
+    (10, 3, 1)
+    """
+    return max(1, math.floor(math.sqrt(num_layers) + 0.5))
+
+
+@dataclass(frozen=True, slots=True)
+class StageActivations:
+    """Activation bytes on one GPU of one pipeline stage (exact)."""
+
+    layers_bytes: Fraction
+    """What the transformer layers keep for backward over all micro-batches in flight
+    (checkpoints included under full / √n recomputation)."""
+    recompute_transient_bytes: Fraction
+    """Extra bytes while one layer (full) or one segment (√n) is recomputed, less the
+    checkpoint it starts from; counted once."""
+    embedding_bytes: Fraction
+    """Input-embedding dropout mask (first stage) and output layer (last stage: final-norm
+    input, output-projection input, FP32 logits ``4·S·V/tp``), times micro-batches in flight."""
+    microbatches_in_flight: Fraction
+    per_microbatch_bytes: Fraction
+    """``layers_bytes`` for one micro-batch."""
+
+    @property
+    def total_bytes(self) -> Fraction:
+        return self.layers_bytes + self.recompute_transient_bytes + self.embedding_bytes
+
+
+def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> ActivationContext:
+    return ActivationContext(
+        seq_len=training.seq_len,
+        cp=layout.cp,
+        micro_batch_size=layout.micro_batch_size,
+        tp=layout.tp,
+        sequence_parallel=layout.sp,
+        flash_attention=training.flash_attention,
+        activation_bytes=training.activation_bytes,
+    )
+
+
+def _embedding_bytes(arch: Architecture, ctx: ActivationContext, stage: int, pp: int, vocab: int) -> Fraction:
+    sp_div = ctx.tp if ctx.sequence_parallel else 1
+    S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
+    total = Fraction(0)
+    if stage == 0 and arch.dropout:
+        total += S * h / sp_div
+    if stage == pp - 1:
+        total += 2 * beta * S * h / sp_div + 4 * S * vocab / ctx.tp
+    return total
+
+
+def stage_activations(
+    arch: Architecture, layers: tuple[int, ...], stage: int, layout: Layout, training: TrainingSpec,
+    vocab_size: int | None = None,
+) -> StageActivations:
+    """Activation bytes on one GPU of pipeline stage ``stage`` holding ``layers``.
+
+    * none: Σ layer bytes × in flight.  * selective: the same without the score tensors.
+    * full: Σ checkpoints (``β·S·h`` ÷ tp with SP) × in flight, plus one layer's bytes less its
+      checkpoint as the transient.
+    * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
+      largest segment's bytes less its checkpoint (full recomputation is k = 1).
+
+    Examples
+    --------
+    >>> from model.specs import Architecture, TrainingSpec
+    >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16, dropout=True)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1, flash_attention=False)
+    >>> a = stage_activations(arch, (0, 1, 2, 3), 0, Layout(recompute="none"), t)
+    >>> a.layers_bytes == 4 * (34 * 4 * 8 + 5 * 2 * 4 * 4)
+    True
+    """
+    ctx = _context(arch, layout, training)
+    m = layout.num_microbatches(training.global_batch_size)
+    in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
+    acts = [layer_activations(arch, j, ctx) for j in layers]
+    mode = layout.recompute
+    transient = Fraction(0)
+    if mode is Recompute.NONE:
+        per_mb = sum((a.full_bytes for a in acts), Fraction(0))
+    elif mode is Recompute.SELECTIVE:
+        per_mb = sum((a.selective_bytes for a in acts), Fraction(0))
+    else:
+        k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
+        segments = [acts[i : i + k] for i in range(0, len(acts), k)]
+        per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
+        transient = max(sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in segments)
+    emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
+    return StageActivations(per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb)

@@ -1,0 +1,87 @@
+"""Step time: compute at a kernel efficiency, the pipeline bubble, exposed communication.
+
+``step_s = ideal_compute_s × (1 + bubble_ratio) + Σ_axis (1 − overlap_axis) × comm_s(axis)``
+(SPEC.md "Step time and MFU"), where ``ideal_compute_s = m × t_mb`` and ``t_mb`` is the slowest
+stage's forward + backward (+ recomputation) of one micro-batch on one GPU:
+hardware FLOPs ÷ (tp·cp) ÷ (peak × kernel_efficiency). A collective's time is its bytes over the
+link's bandwidth per GPU per direction (no latency term).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from model.errors import InputError
+from model.flops import MfuConvention, layer_forward_flops, recompute_forward_flops
+from model.layout import Layout
+from model.specs import Architecture, TrainingSpec
+
+__all__ = ["DEFAULT_OVERLAP", "DEFAULT_KERNEL_EFFICIENCY", "CostOptions", "stage_microbatch_flops"]
+
+DEFAULT_KERNEL_EFFICIENCY = 0.75
+"""Achieved fraction of the dense peak inside matmul/attention kernels. A documented default
+(H100/A100 BF16 GEMMs of training sizes reach 70–80% of peak); calibrated against published
+runs in the fidelity report. Override with ``--kernel-efficiency``."""
+
+DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
+    {"dp": 0.5, "tp": 0.0, "pp": 0.0, "cp": 0.5, "ep": 0.0}
+)
+"""Fraction of each axis's communication hidden behind compute (0 = fully exposed):
+dp 0.5 (gradient reduce-scatter / all-gather bucketed against backward and forward, but the last
+bucket and the optimizer step wait); tp 0 (sequence-parallel collectives sit between dependent
+matmuls); pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
+the next K/V chunk with attention on the current one); ep 0 (dispatch/combine gate the experts).
+Override per axis with ``--overlap axis=fraction``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostOptions:
+    """Knobs of the step-time and MFU model; every default is stated in the output."""
+
+    kernel_efficiency: float = DEFAULT_KERNEL_EFFICIENCY
+    overlap: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_OVERLAP))
+    mfu_convention: MfuConvention = MfuConvention.SIX_N
+    causal_attention_flops: bool = False
+    """Halve attention FLOPs for causal masking (kernels skip masked blocks). Off: Megatron-LM's
+    and PaLM's full-attention count."""
+    zero3_regather: bool = False
+    """Model ZeRO-3's per-micro-batch weight all-gathers (off = the seed's one gather per step)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.kernel_efficiency <= 1:
+            raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
+        object.__setattr__(self, "mfu_convention", MfuConvention(self.mfu_convention))
+        merged = dict(DEFAULT_OVERLAP)
+        for axis, value in self.overlap.items():
+            if axis not in DEFAULT_OVERLAP:
+                raise InputError(f"overlap: unknown axis {axis!r} (dp, tp, pp, cp, ep)")
+            if not 0 <= value <= 1:
+                raise InputError(f"overlap {axis}: {value} must be in [0, 1]")
+            merged[axis] = float(value)
+        object.__setattr__(self, "overlap", MappingProxyType(merged))
+
+
+def stage_microbatch_flops(
+    arch: Architecture, layers: tuple[int, ...], last: bool, layout: Layout, training: TrainingSpec,
+    causal: bool = False,
+) -> int:
+    """Hardware FLOPs of one micro-batch on one pipeline stage (all its tp·cp ranks together):
+    3 × forward of its layers (and of the output layer on the last stage) + recomputation.
+
+    Examples
+    --------
+    >>> from model.specs import Architecture, TrainingSpec
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
+    >>> stage_microbatch_flops(gpt, (0,), True, Layout(), t) == 3 * (24 * 4 * 64 + 4 * 16 * 8 + 2 * 4 * 8 * 16)
+    True
+    """
+    s, b = training.seq_len, layout.micro_batch_size
+    fwd = sum(layer_forward_flops(arch, j, s, b, causal) for j in layers)
+    if last:
+        fwd += 2 * s * b * arch.hidden_size * arch.vocab_size
+    recomputed = sum(recompute_forward_flops(arch, j, s, b, layout.recompute, causal) for j in layers)
+    return 3 * fwd + recomputed
