@@ -20,7 +20,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from optimizer.cli import planner, tabs  # noqa: F401  (commands attach themselves to `cli`)
+    from optimizer.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
 
 
 def main() -> None:

@@ -1,1 +1,141 @@
-"""Planner commands: evaluate, search, example, gpus (filled in by the cost-model work)."""
+"""Planner commands: evaluate (the planner tab), example, gpus, search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from model.errors import InputError
+from optimizer.cli import cli
+from optimizer.cli.common import COUNT, NUMBER, echo_json
+from optimizer.inputs import build_case
+
+__all__ = ["layout_options"]
+
+
+def _overlap(values: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in values:
+        axis, sep, frac = item.partition("=")
+        try:
+            out[axis.strip()] = float(frac)
+        except ValueError:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5") from None
+        if not sep:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5")
+    return out
+
+
+def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--model or --params with dimensions."""
+    opts = [
+        click.option("--model", "model", help="Catalogue name (trainplan evaluate --list-models) or a config.json path."),
+        click.option("--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."),
+        click.option("--arch", type=click.Choice(["gpt", "llama"]), help="Layer family for --params with dimensions."),
+        click.option("--layers", type=COUNT), click.option("--hidden", type=COUNT),
+        click.option("--heads", type=COUNT), click.option("--kv-heads", "kv_heads", type=COUNT),
+        click.option("--ffn-hidden", "ffn_hidden", type=COUNT), click.option("--vocab", type=COUNT),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Degrees, knobs, GPU and cluster overrides shared by evaluate and example."""
+    opts = [
+        click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
+        click.option("--gpus", "num_gpus", type=COUNT, help="Check that dp·tp·pp·cp equals this."),
+        click.option("--dp", type=COUNT), click.option("--tp", type=COUNT), click.option("--pp", type=COUNT),
+        click.option("--cp", type=COUNT), click.option("--ep", type=COUNT),
+        click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3 (3 = FSDP); default 1."),
+        click.option("--recompute", type=click.Choice(["none", "sqrt", "selective", "full"])),
+        click.option("--flash/--no-flash", "flash_attention", default=None, help="FlashAttention (default on)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+                     help="Default: on when tp > 1."),
+        click.option("--seq-len", "seq_len", type=COUNT), click.option("--micro-batch", "micro_batch_size", type=COUNT),
+        click.option("--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
+        click.option("--virtual-stages", "virtual_stages", type=COUNT),
+        click.option("--nvlink-domain", "nvlink_domain", type=COUNT), click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
+        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
+        click.option("--kernel-efficiency", "kernel_efficiency", type=NUMBER, help="Fraction of peak in kernels; default 0.75."),
+        click.option("--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute (repeatable)."),
+        click.option("--mfu-convention", "mfu_convention", type=click.Choice(["6n", "6n+attention", "megatron"])),
+        click.option("--per-stage", "per_stage", is_flag=True, help="Also list every pipeline stage."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:
+    """Evaluate flat parameters; print JSON or text; return the JSON object."""
+    from model.report_dict import estimate_to_dict
+    from optimizer.report import evaluate_text
+
+    params = dict(params)
+    params["overlap"] = _overlap(tuple(params.get("overlap") or ()))
+    case = build_case(params)
+    out = estimate_to_dict(case.evaluate(), per_stage)
+    out["defaults_used"] = case.defaults_used
+    if as_json:
+        echo_json(out)
+    else:
+        click.echo(evaluate_text(out, case.defaults_used))
+        if per_stage:
+            from optimizer.report import table_text
+            click.echo("\nPer stage:\n" + table_text(out["stages"]))
+    return out
+
+
+@cli.command("evaluate")
+@model_options
+@layout_options
+def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
+    """The planner: memory per GPU, ZeRO table, traffic per axis, bubble, step time, MFU.
+
+    Example: trainplan evaluate --model llama3-405b --gpu H100-SXM --tp 8 --pp 16 --dp 128
+    """
+    run_evaluate(params, as_json, per_stage)
+
+
+@cli.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def gpus_cmd(as_json: bool) -> None:
+    """The accelerator table: memory, dense BF16 peak, links, each with its source."""
+    from optimizer.report import gpus_text
+    from topology.accelerators import accelerator_rows
+
+    rows = accelerator_rows()
+    if as_json:
+        echo_json(rows)
+        return
+    click.echo(gpus_text(rows))
+    click.echo("\nSources:")
+    for r in rows:
+        click.echo(f"  {r['name']}: {r['source']}")
+
+
+@cli.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_cmd(as_json: bool) -> None:
+    """The model catalogue: names, sizes and sources."""
+    from model.params import count_params
+    from optimizer.catalogue import get_model, model_names
+
+    rows = []
+    for name in model_names():
+        entry = get_model(name)
+        counts = count_params(entry.model.arch)
+        rows.append({"name": name, "num_params": counts.total, "num_active_params": counts.active,
+                     "seq_len": entry.training.get("seq_len"), "global_batch_size": entry.training.get("global_batch_size"),
+                     "source": entry.model.source})
+    if as_json:
+        echo_json(rows)
+        return
+    from optimizer.report import table_text
+    click.echo(table_text([{k: (f"{v / 1e9:,.1f}B" if k.startswith("num") else v) for k, v in r.items() if k != "source"} for r in rows]))

@@ -1,0 +1,69 @@
+"""``trainplan example NAME``: run one of the 21 named examples of the original tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from model.errors import InputError
+from optimizer.cli import cli
+from optimizer.cli.common import echo_json
+from optimizer.cli.planner import layout_options, model_options
+
+
+def _sets(items: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set: {item!r} must be KEY=VALUE, e.g. microbatches=16")
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+@cli.command("example")
+@click.argument("name", required=False)
+@click.option("--list", "list_", is_flag=True, help="List the examples.")
+@click.option("--set", "sets", multiple=True, help="KEY=VALUE overriding any of the example's parameters.")
+@model_options
+@layout_options
+def example_cmd(name: str | None, list_: bool, sets: tuple[str, ...], as_json: bool, per_stage: bool, **params: Any) -> None:
+    """Run a named example of the original tool (trainplan example --list)."""
+    from optimizer.examples import example_params, examples, run_example
+
+    if list_ or not name:
+        rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
+        if as_json:
+            echo_json(rows)
+        else:
+            for r in rows:
+                click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
+        return
+    overrides = {k: v for k, v in params.items() if v is not None and v != ()}
+    overrides.update(_sets(sets))
+    tab, _ = example_params(name)
+    if tab == "planner":
+        from optimizer.cli.planner import run_evaluate
+
+        _, merged = example_params(name, overrides)
+        if as_json:
+            out = run_example(name, overrides)
+            echo_json(out)
+        else:
+            ex = examples()[name]
+            click.echo(f"Example {name}: {ex['says']}" + (f"  [{ex['source']}]" if ex.get("source") else "") + "\n")
+            run_evaluate(merged, False, per_stage)
+        return
+    from optimizer.cli import tabs
+
+    out = run_example(name, overrides)
+    if as_json:
+        echo_json(out)
+        return
+    click.echo(f"Example {name}: {out['says']}\n")
+    render = getattr(tabs, "render_tab", None)
+    if render is None:
+        echo_json(out)
+    else:
+        render(tab, out)

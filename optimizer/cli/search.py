@@ -1,0 +1,1 @@
+"""``trainplan search``: the best layout of a model on N GPUs (CP-SAT)."""

@@ -1,0 +1,77 @@
+"""The 21 named examples of the original web tool (SEED.md), runnable by name.
+
+Data: ``scenarios/examples.toml`` (the project brief's ``seed_examples.toml``). Each example opens
+one tab with its parameters; parameters given by the caller override the example's.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from model.errors import ScenarioError
+from model.units import closest_names
+
+__all__ = ["examples", "get_example", "example_params", "run_example"]
+
+
+@cache
+def examples() -> dict[str, dict[str, Any]]:
+    """Every example by name, in file order."""
+    text = resources.files("scenarios").joinpath("examples.toml").read_text()
+    return {e["name"]: e for e in tomllib.loads(text)["example"]}
+
+
+def get_example(name: str) -> dict[str, Any]:
+    """One example's table.
+
+    Raises
+    ------
+    ScenarioError
+        For an unknown name, with the closest names.
+    """
+    table = examples()
+    if name not in table:
+        raise ScenarioError(f"unknown example {name!r}; {closest_names(name, list(table))}")
+    return table[name]
+
+
+def example_params(name: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored)."""
+    ex = get_example(name)
+    tab = ex["tab"]
+    if tab == "planner":
+        params: dict[str, Any] = {k: ex[k] for k in ("params", "model", "gpu") if k in ex}
+        layout = dict(ex.get("layout", {}))
+        for key in ("seq_len", "global_batch_size"):
+            if key in layout:
+                params[key] = layout.pop(key)
+        params.update(layout)
+    else:
+        params = dict(ex[tab])
+    for key, value in (overrides or {}).items():
+        if value is not None and value != ():
+            params[key] = value
+    if "model" in params and "params" in params and overrides and "model" in overrides:
+        params.pop("params")
+    return tab, params
+
+
+def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
+    tab, params = example_params(name, overrides)
+    if tab == "planner":
+        from model.report_dict import estimate_to_dict
+        from optimizer.inputs import build_case
+
+        case = build_case(params)
+        out = estimate_to_dict(case.evaluate())
+        out["defaults_used"] = case.defaults_used
+    else:
+        from optimizer.tabs import TAB_REPORTS
+
+        out = TAB_REPORTS[tab](**params)
+    ex = get_example(name)
+    return {"example": name, "tab": tab, "says": ex["says"], "source": ex.get("source", ""), **out}

@@ -1,0 +1,164 @@
+"""From flat parameters (CLI options, an example's TOML table) to the cost model's inputs.
+
+One place decides every default (SPEC.md and issue 2): the catalogue's published training setup
+(s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
+H100-SXM when no GPU is named. The defaults used are listed in :attr:`Case.defaults_used`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from model.errors import InputError
+from model.estimate import Estimate, evaluate
+from model.hardware import ClusterLinks, DeviceSpec
+from model.layout import Layout
+from model.specs import Architecture, ModelSpec, TrainingSpec
+from model.timing import CostOptions
+from optimizer.catalogue import get_model
+from topology.accelerators import get_accelerator
+from topology.placement import axis_links
+
+__all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "links_for"]
+
+DEFAULT_GPU = "H100-SXM"
+LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size",
+               "schedule", "virtual_stages", "sequence_parallel", "uneven_stages")
+_DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """Everything ``evaluate()`` needs, plus where each default came from."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    layout: Layout
+    device: DeviceSpec
+    links: ClusterLinks
+    options: CostOptions
+    num_gpus: int | None
+    vocab_multiple: int = 0
+    defaults_used: dict[str, Any] = field(default_factory=dict)
+
+    def evaluate(self, layout: Layout | None = None) -> Estimate:
+        """Evaluate this case (or another layout of it)."""
+        lay = layout or self.layout
+        return evaluate(self.model, self.training, lay, self.device, links_for(lay, self.links),
+                        self.options, None if layout else self.num_gpus, self.vocab_multiple)
+
+
+def links_for(layout: Layout, links: ClusterLinks) -> dict[str, Any]:
+    """Per-axis links of ``layout`` on a two-tier cluster (topology.placement's span rule)."""
+    degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
+    return axis_links(degrees, links)
+
+
+def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InputError(f"{key}: {value!r} is not a number")
+    if isinstance(value, (int, Fraction, float)):
+        frac = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
+    else:
+        from model.units import parse_number
+        frac = parse_number(value, key)
+    if frac.denominator != 1 or frac < 1:
+        raise InputError(f"{key}: {value} must be a whole number >= 1")
+    return int(frac)
+
+
+def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | None:
+    if params.get("layers") is None and params.get("hidden") is None:
+        return None
+    missing = [k for k in ("layers", "hidden", "heads") if params.get(k) is None]
+    if missing:
+        raise InputError(f"model dimensions: also give --{' --'.join(missing)} (with --layers/--hidden)")
+    kind = str(params.get("arch") or "gpt").lower()
+    if kind not in ("gpt", "llama"):
+        raise InputError(f"arch: {kind!r} is not one of gpt, llama")
+    h = _count(params, "hidden")
+    assert h is not None
+    gpt = kind == "gpt"
+    ffn = _count(params, "ffn_hidden", 4 * h if gpt else None)
+    if ffn is None:
+        raise InputError("ffn_hidden: required with --arch llama (e.g. 53248 for Llama 3 405B)")
+    return Architecture(
+        num_layers=_count(params, "layers"), hidden_size=h, num_attention_heads=_count(params, "heads"),
+        num_kv_heads=_count(params, "kv_heads"), head_dim=_count(params, "head_dim"), ffn_hidden_size=ffn,
+        vocab_size=_count(params, "vocab", 51200 if gpt else 128256),
+        mlp="gelu" if gpt else "swiglu", norm="layernorm" if gpt else "rmsnorm",
+        position_embedding="learned" if gpt else "rope", max_position_embeddings=seq_len if gpt else None,
+        linear_bias=gpt, tie_embeddings=gpt, dropout=gpt,
+    )
+
+
+def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, dict[str, int]]:
+    name = params.get("model")
+    size = params.get("params")
+    if name is not None:
+        if size is not None:
+            raise InputError("params: give either --model or --params, not both")
+        entry = get_model(str(name))
+        return entry.model, dict(entry.training)
+    if size is None:
+        raise InputError("model: give --model NAME (a catalogue name or a config.json path) or --params SIZE")
+    n = _count(params, "params")
+    seq = _count(params, "seq_len", 4096)
+    arch = _arch_from_dims(params, seq or 4096)
+    label = params.get("name") or f"{float(Fraction(n or 0, 10**9)):g}B"
+    return ModelSpec(name=str(label), source="size given by the user", arch=arch, num_params_declared=n), {}
+
+
+def build_case(params: Mapping[str, Any]) -> Case:
+    """Build a :class:`Case` from flat parameters named as in SPEC.md (``dp``, ``seq_len``…).
+
+    Raises
+    ------
+    PlannerError
+        For an unknown model or GPU, an unreadable number, or an impossible layout.
+    """
+    params = {k: v for k, v in params.items() if v is not None}
+    used: dict[str, Any] = {}
+    model, defaults = _model(params, used)
+    layout_args = {k: params[k] for k in LAYOUT_KEYS if k in params}
+    for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+        if k in layout_args:
+            layout_args[k] = _count(params, k)
+    layout_args.setdefault("zero_stage", 1)
+    layout = Layout(**layout_args)
+    for k in ("dp", "tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule"):
+        if k not in params:
+            used[k] = getattr(layout, k) if k != "recompute" and k != "schedule" else str(getattr(layout, k))
+    seq = _count(params, "seq_len", defaults.get("seq_len", 4096))
+    batch = _count(params, "global_batch_size",
+                   defaults.get("global_batch_size", layout.dp * layout.micro_batch_size))
+    if "seq_len" not in params:
+        used["seq_len"] = seq
+    if "global_batch_size" not in params:
+        used["global_batch_size"] = batch
+    training = TrainingSpec(seq_len=seq, global_batch_size=batch,
+                            flash_attention=bool(params.get("flash_attention", True)))
+    gpu_name = params.get("gpu") or DEFAULT_GPU
+    if "gpu" not in params:
+        used["gpu"] = gpu_name
+    device = get_accelerator(str(gpu_name))
+    gbps = {k: (float(Fraction(params[k])) * 1e9 if k in params else None) for k in ("nvlink_gbps", "scaleout_gbps")}
+    device = device.with_links(nvlink_domain=_count(params, "nvlink_domain"),
+                               nvlink_bytes_per_s=gbps["nvlink_gbps"], scaleout_bytes_per_s=gbps["scaleout_gbps"])
+    options = CostOptions(
+        kernel_efficiency=float(Fraction(params.get("kernel_efficiency", CostOptions().kernel_efficiency))),
+        overlap=dict(params.get("overlap", {})),
+        mfu_convention=params.get("mfu_convention", "6n"),
+        causal_attention_flops=bool(params.get("causal_attention_flops", False)),
+        zero3_regather=bool(params.get("zero3_regather", False)),
+    )
+    return Case(model=model, training=training, layout=layout, device=device,
+                links=ClusterLinks.from_device(device), options=options,
+                num_gpus=_count(params, "num_gpus"), vocab_multiple=int(params.get("vocab_multiple", 0)),
+                defaults_used=used)

@@ -1,0 +1,105 @@
+"""Tables for people: the only pandas import. Estimates → DataFrames → terminal text or CSV.
+
+Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only here, on screen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
+
+
+def gb(value: float | int | None) -> str:
+    """Bytes as decimal GB with 2 decimals ("—" for unknown)."""
+    return "—" if value is None else f"{value / 1e9:,.2f} GB"
+
+
+def _secs(value: float | None) -> str:
+    return "—" if value is None else (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.3f} s")
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> pd.DataFrame:
+    """Rows of dicts as a DataFrame with a fixed column order."""
+    df = pd.DataFrame(rows)
+    return df[columns] if columns else df
+
+
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """Rows of already-formatted cells as an aligned text table."""
+    if not rows:
+        return "(none)"
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def _memory_lines(d: dict[str, Any]) -> list[str]:
+    m = d["memory"]
+    lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']})"]
+    parts = [
+        ("weights", m["weights_bytes"]), ("gradients", m["gradients_bytes"]),
+        ("optimizer states", m["optimizer_bytes"]), ("= model state", m["model_state_bytes"]),
+        ("activations (layers, in flight)", m["activations_bytes"]),
+        ("embedding / output-layer activations", m["embedding_activations_bytes"]),
+        ("recompute transient", m["recompute_transient_bytes"]),
+        ("= total", m["total_bytes"]),
+        (f"capacity ({d['gpu']['name']})", m["capacity_bytes"]),
+    ]
+    lines += [f"  {name:<40} {gb(value):>14}" for name, value in parts]
+    if m["activations_unavailable"]:
+        lines.append(f"  activations unavailable: {m['activations_unavailable']}")
+    verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
+    lines.append(f"  verdict: {verdict}")
+    return lines
+
+
+def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
+    """The evaluate command's human output from its JSON object."""
+    lay, model = d["layout"], d["model"]
+    out = [
+        f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
+        f"on {d['num_gpus']:,} × {d['gpu']['name']}",
+        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']} (ep {lay['ep']}), "
+        f"ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, {lay['schedule']}"
+        + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
+        + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
+        f"s {lay['seq_len']}",
+        "",
+        *_memory_lines(d),
+        "",
+        "ZeRO stages for this layout (model state per GPU)",
+        table_text([{"ZeRO": r["zero_stage"], "model state": gb(r["model_state_bytes"]),
+                     "reduction": f"{r['reduction']:.2f}×", "DP bytes/step": gb(r["dp_bytes_per_step"])}
+                    for r in d["zero_table"]]),
+        "",
+        "Traffic per axis (ring bytes sent per GPU per step)",
+        table_text([{"axis": r["axis"], "collective": r["collective"], "group": r["group_size"],
+                     "bytes/step": gb(r["bytes_per_step"]), "link": r["link"],
+                     "time if not overlapped": _secs(r["seconds"]), "exposed": _secs(r["exposed_seconds"])}
+                    for r in d["traffic"]]),
+        "",
+    ]
+    p, t = d["pipeline"], d["time"]
+    out.append(f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
+               f"{_pct(p['bubble_ratio'])} of compute; {p['microbatches_in_flight']} micro-batches in "
+               f"flight on the busiest stage; layers per stage {lay['stage_layers']}")
+    out.append(f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
+               f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}, HFU {_pct(t['hfu'])}")
+    out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
+    if defaults_used:
+        out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
+    out += [f"Note: {n}" for n in d["notes"]]
+    return "\n".join(out)
+
+
+def gpus_text(rows: list[dict[str, Any]]) -> str:
+    """The accelerator table for the terminal."""
+    return table_text([{"name": r["name"], "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
+                        "dense BF16 TFLOP/s": r["bf16_tflops"], "NVLink GB/s": r["nvlink_gbps"],
+                        "domain": r["nvlink_domain"], "scale-out GB/s": r["scaleout_gbps"],
+                        "status": r["status"]} for r in rows])
