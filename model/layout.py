@@ -128,12 +128,6 @@ def validate(
             f"global_batch_size: {B} is not divisible by micro_batch_size {lay.micro_batch_size} "
             f"× dp {lay.dp} = {lay.micro_batch_size * lay.dp}"
         )
-    if lay.cp > 1 and s % (2 * lay.cp):
-        raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
-    if lay.sp and (s // lay.cp) % lay.tp:
-        raise LayoutError(
-            f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"
-        )
     if lay.ep > 1 and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
     check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
@@ -141,7 +135,19 @@ def validate(
     if arch is None:
         if lay.ep > 1:
             raise LayoutError(f"ep: {lay.ep} needs a MoE model with dimensions, not a size only")
-        return
+    else:
+        _check_architecture(lay, model)
+    if lay.cp > 1 and s % (2 * lay.cp):
+        raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
+    if lay.sp and (s // lay.cp) % lay.tp:
+        raise LayoutError(
+            f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"
+        )
+
+
+def _check_architecture(lay: Layout, model: ModelSpec) -> None:
+    arch = model.arch
+    assert arch is not None
     _check_divides("tp", lay.tp, "num_attention_heads", arch.num_attention_heads)
     if arch.attention is AttentionKind.MHA:
         _check_divides("tp", lay.tp, "num_kv_heads", arch.kv_heads)

@@ -1,4 +1,5 @@
-"""Tables for people: the only pandas import. Estimates → DataFrames → terminal text or CSV.
+"""Tables for people and files. Terminal tables with tabulate (fast to import); DataFrames and CSV
+with pandas, imported only when a frame is built.
 
 Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only here, on screen.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+from tabulate import tabulate
 
 __all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
 
@@ -25,8 +26,10 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
-def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> pd.DataFrame:
-    """Rows of dicts as a DataFrame with a fixed column order."""
+def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+    """Rows of dicts as a pandas DataFrame with a fixed column order."""
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     return df[columns] if columns else df
 
@@ -35,7 +38,7 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     """Rows of already-formatted cells as an aligned text table."""
     if not rows:
         return "(none)"
-    return pd.DataFrame(rows).to_string(index=False)
+    return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:

@@ -23,12 +23,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from model.errors import LayoutError
 from model.hardware import ClusterLinks
 
-from .graph import bottleneck_bandwidth
+if TYPE_CHECKING:  # networkx is imported only when a graph is given (it is slow to import)
+    import networkx as nx
 
 __all__ = [
     "DEFAULT_RANK_ORDER",
@@ -244,7 +245,7 @@ def axis_links(
     """
     d, order = _degrees(degrees), _order(rank_order)
     total = d["dp"] * d["tp"] * d["pp"] * d["cp"]
-    graph = links if isinstance(links, nx.Graph) else None
+    graph = None if isinstance(links, ClusterLinks) else links
     if graph is not None and graph.graph.get("num_gpus", 0) < total:
         raise LayoutError(
             f"the cluster graph has {graph.graph.get('num_gpus')} GPUs; "
@@ -260,10 +261,16 @@ def axis_links(
             group = [k * stride for k in range(size)]
             domains = {graph.nodes[f"gpu{r}"]["domain"] for r in group}
             link = "nvlink" if len(domains) == 1 else "scale-out"
-            out[axis] = AxisLink(axis, size, span, link, bottleneck_bandwidth(graph, group))
+            out[axis] = AxisLink(axis, size, span, link, _bottleneck(graph, group))
         else:
             assert isinstance(links, ClusterLinks)
             fits = span <= links.nvlink_domain
             bandwidth = links.nvlink_bytes_per_s if fits else links.scaleout_bytes_per_s
             out[axis] = AxisLink(axis, size, span, "nvlink" if fits else "scale-out", bandwidth)
     return out
+
+
+def _bottleneck(graph: nx.Graph, group: list[int]) -> float:
+    from topology.graph import bottleneck_bandwidth
+
+    return bottleneck_bandwidth(graph, group)
