@@ -53,6 +53,8 @@ class Step:
     computed: tuple[int, ...] = ()
     recomputed: tuple[int, ...] = ()
     discarded: tuple[int, ...] = ()
+    held_without_checkpointing: int = 0
+    """Tensors the no-checkpointing run holds at the same point of its pass."""
 
     def to_dict(self, labels: list[str], ckpts: frozenset[int]) -> dict[str, object]:
         """JSON form with tensors named by ``labels``; ``kept`` = checkpoints held."""
@@ -70,6 +72,7 @@ class Step:
             "kept": names(tuple(i for i in self.held if i in ckpts)),
             "in_memory": names(self.held),
             "held": len(self.held),
+            "held_without_checkpointing": self.held_without_checkpointing,
         }
 
 
@@ -139,23 +142,24 @@ def walk(n: int, k: int) -> list[Step]:
     held = {0}
     steps: list[Step] = []
 
-    def add(phase: str, layer: int, **kw: tuple[int, ...]) -> None:
-        steps.append(Step(len(steps) + 1, phase, layer, tuple(sorted(held)), **kw))
+    def add(phase: str, layer: int, line: int, **kw: tuple[int, ...]) -> None:
+        steps.append(Step(len(steps) + 1, phase, layer, tuple(sorted(held)), **kw,
+                          held_without_checkpointing=line))
 
     for i in range(1, n + 1):
         held.add(i)
         gone = () if (i - 1) in ckpts else (i - 1,)
         held.difference_update(gone)
-        add("forward", i, computed=(i,), discarded=gone)
+        add("forward", i, i + 1, computed=(i,), discarded=gone)
     for a in sorted(ckpts, reverse=True):
         b = min(a + k, n)
         for i in range(a + 1, b + 1):
             held.add(i)
-            add("recompute", i, recomputed=(i,))
+            add("recompute", i, b + 1, recomputed=(i,))
         for i in range(b, a, -1):
             gone = (i - 1, i) if i == a + 1 else (i,)
             held.difference_update(gone)
-            add("backward", i, discarded=gone)
+            add("backward", i, i - 1 if i == 1 else i, discarded=gone)
     return steps
 
 
@@ -203,15 +207,14 @@ def held_over_time(
     Examples
     --------
     >>> [h for _, h in held_over_time(2, None)]
-    [1, 2, 3, 2, 1, 0]
+    [1, 2, 3, 2, 0]
     """
     r = Fraction(backward_ratio)
     if k is None:
         _check(n, 1)
-        held = list(range(1, n + 2)) + list(range(n, -1, -1))
-        times = [Fraction(i) for i in range(n + 1)]
-        times += [n + r * i for i in range(1, n + 2)]
-        return list(zip(times, held, strict=True))
+        forward = [(Fraction(i), i + 1) for i in range(n + 1)]
+        backward = [(n + r * (n - i + 1), i if i > 1 else 0) for i in range(n, 0, -1)]
+        return forward + backward
     series, t = [(Fraction(0), 1)], Fraction(0)
     for s in walk(n, k):
         t += r if s.phase == "backward" else 1

@@ -1,1 +1,298 @@
-"""The other four tabs of the original tool: pipeline, mfu, ckpt, rlhf."""
+"""The other four tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt``, ``rlhf``.
+
+Options are read as text and parsed by :mod:`optimizer.tabs` (numbers as 4e6, 4,000,000, 4e 6,
+70B), so that any bad value is one ``Error: …`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import time
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import click
+
+from model.errors import PlannerError
+from optimizer import tabs
+from optimizer.cli import cli
+from optimizer.cli.common import echo_json, fail
+
+__all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
+
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+
+
+def guarded(fn: Callable[..., None]) -> Callable[..., None]:
+    """Turn a PlannerError inside a command into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except PlannerError as err:
+            fail(str(err))
+
+    return wrapper
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+# ------------------------------------------------------------------------------------ pipeline
+def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
+    """The timeline as text, one row per stage, at most ``width`` columns.
+
+    With room, a forward slot reads ``F3--`` and a backward slot ``B3======`` (micro-batch 3; a
+    chunk's passes with interleaving); when ``m`` is large the time axis is scaled and each column
+    shows the pass at its middle (``F``, ``B``). ``.`` is idle: the bubble.
+    """
+    p = report["stages"]
+    total = Fraction(report["step_time_units"]).limit_denominator(10**6)
+    prefix = len(f"stage {p - 1} |")
+    cols = max(10, width - prefix)
+    unit = Fraction(1, report["virtual_stages"])  # one chunk's forward
+    per_unit = cols // math.ceil(total / unit)
+    scaled = per_unit < 1
+    dt = total / cols if scaled else unit / per_unit
+    ncols = cols if scaled else math.ceil(total / dt)
+    rows = []
+    for row in report["timeline"]:
+        slots = [(Fraction(s["start"]).limit_denominator(10**6),
+                  Fraction(s["end"]).limit_denominator(10**6),
+                  "F" if s["pass"] == "forward" else "B", s["microbatch"]) for s in row["slots"]]
+        cells = ["."] * ncols
+        if scaled:
+            cells = _scaled_cells(slots, dt, ncols)
+        else:
+            for a, b, kind, mb in slots:
+                lo, hi = round(a / dt), round(b / dt)
+                text = f"{kind}{mb}"
+                text = text if len(text) <= hi - lo else kind
+                fill = text + ("-" if kind == "F" else "=") * (hi - lo - len(text))
+                cells[lo:hi] = fill
+        rows.append(f"stage {row['stage']:>{len(str(p - 1))}} |" + "".join(cells))
+    how = (f"scaled: 1 column = {float(dt):.3g} forward times, # both passes" if scaled
+           else "F<micro-batch>-- forward, B<micro-batch>==== backward")
+    rows.append(f"{how}; F forward, B backward, . idle (the bubble)")
+    return rows
+
+
+def _scaled_cells(slots: list[tuple[Fraction, Fraction, str, int]], dt: Fraction,
+                  ncols: int) -> list[str]:
+    """Per column: ``F`` / ``B`` when only that pass runs in it, ``#`` both, ``.`` mostly idle."""
+    busy = [{"F": Fraction(0), "B": Fraction(0)} for _ in range(ncols)]
+    for a, b, kind, _ in slots:
+        for c in range(int(a / dt), min(ncols, math.ceil(b / dt))):
+            busy[c][kind] += max(Fraction(0), min(b, (c + 1) * dt) - max(a, c * dt))
+    cells = []
+    for col in busy:
+        if col["F"] + col["B"] <= dt / 2:
+            cells.append(".")
+        else:
+            cells.append("#" if col["F"] and col["B"] else "F" if col["F"] else "B")
+    return cells
+
+
+@cli.command("pipeline")
+@click.option("--stages", "-p", required=True, help="Pipeline stages p.")
+@click.option("--microbatches", "-m", required=True, help="Micro-batches per step m.")
+@click.option("--schedule", default="1f1b", show_default=True, help="gpipe, 1f1b or interleaved.")
+@click.option("--virtual-stages", "-v", default="1", show_default=True,
+              help="Model chunks per GPU (interleaved; m must be a multiple of p).")
+@click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
+@click.option("--width", default=120, show_default=True, help="Columns of the text timeline.")
+@click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
+@click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
+@JSON
+@guarded
+def pipeline_cmd(stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg,
+                 as_json) -> None:
+    """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
+    r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
+    for path in (png, svg):
+        if path:
+            from optimizer import plots
+
+            plots.pipeline_chart(r, path)
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
+               f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward")
+    click.echo(f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
+               f"idle share of the step, {r['bubble_fraction_formula']}")
+    click.echo(f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
+               f"{r['bubble_ratio_formula']}")
+    held = " ".join(f"{h:g}" for h in r["held_per_stage"])
+    click.echo(f"held per stage  {held}   micro-batches of activations at the peak")
+    click.echo("")
+    for line in render_timeline(r, width):
+        click.echo(line)
+
+
+# ------------------------------------------------------------------------------------ MFU
+@cli.command("mfu")
+@click.option("--params", help="Model parameters N (70e9, 70B).")
+@click.option("--tokens", help="Tokens in one step (all chips).")
+@click.option("--step-seconds", help="Seconds per step.")
+@click.option("--tokens-per-second", help="Training throughput, all chips.")
+@click.option("--achieved-pflops", help="Reported model FLOP rate of the whole job, PFLOP/s.")
+@click.option("--achieved-tflops-per-gpu", help="Reported model FLOP rate per chip, TFLOP/s.")
+@click.option("--gpu", help="Accelerator name from the table (peak from there).")
+@click.option("--peak-tflops", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu).")
+@click.option("--chips", default="1", show_default=True, help="Chips in the job.")
+@click.option("--attention/--no-attention", default=False, help="Count PaLM's attention FLOPs.")
+@click.option("--causal", is_flag=True, help="Halve the attention FLOPs (causal mask).")
+@click.option("--layers", help="Layers L (attention FLOPs).")
+@click.option("--heads", help="Attention heads H.")
+@click.option("--head-dim", help="Head dimension Q.")
+@click.option("--hidden", help="Hidden size (= H·Q), instead of --heads/--head-dim.")
+@click.option("--seq-len", help="Sequence length T.")
+@click.option("--recomputed-flops-pct", help="Recomputed FLOPs as % of model FLOPs (HFU).")
+@click.option("--recompute", help="none, selective or full: derive the recomputed FLOPs.")
+@JSON
+@guarded
+def mfu_cmd(as_json: bool, **kw: Any) -> None:
+    """MFU and HFU from a measured step, a throughput or a reported FLOP rate."""
+    r = tabs.mfu_report(**kw)
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(f"mfu  {r['arithmetic']}")
+    if r["attention"]["included"]:
+        click.echo(f"     without attention FLOPs: {_pct(r['mfu_without_attention'])}; "
+                   f"attention {r['attention']['formula']}")
+    click.echo(f"hfu  {r['hfu_arithmetic']}")
+    click.echo(f"peak {r['peak_flops_per_s'] / 1e12:g} TFLOP/s per chip — {r['peak_source']}")
+
+
+# ------------------------------------------------------------------------------------ ckpt
+def render_step(report: dict[str, Any], st: dict[str, Any]) -> str:
+    """One step as a text line: a cell per tensor (``C`` checkpoint, ``#`` held, ``R``
+    recomputed, ``x`` discarded now, ``.`` free) and the count against no checkpointing."""
+    n = report["layers"]
+    if n + 1 <= 80:
+        cells = []
+        for j in range(n + 1):
+            name = _name(report, j)
+            cells.append("R" if name in st["recomputed"] else "C" if name in st["kept"] else
+                         "#" if name in st["in_memory"] else
+                         "x" if name in st["discarded"] else ".")
+        picture = "".join(cells)
+    else:
+        picture = "#" * round(st["held"] * 60 / (n + 1))
+    return (f"{st['step']:>4} {st['phase']:<9} layer {st['layer']:<4} {picture}  "
+            f"{st['held']:>3} held (no checkpointing: {st['held_without_checkpointing']})")
+
+
+def _name(report: dict[str, Any], j: int) -> str:
+    if report["labels"] == "outputs":
+        return "input" if j == 0 else f"out{j}"
+    return "output" if j == report["layers"] else f"in{j + 1}"
+
+
+@cli.command("ckpt")
+@click.option("--layers", "-n", required=True, help="Layers n.")
+@click.option("--every", "-k", help="Checkpoint every k layers [default: round(√n)].")
+@click.option("--labels", default="outputs", show_default=True,
+              help="Name tensors by layer outputs or inputs.")
+@click.option("--step", help="Show only step S (1 … 3n).")
+@click.option("--play", is_flag=True, help="Animate the steps in the terminal.")
+@click.option("--delay", default=0.6, show_default=True, help="Seconds per frame with --play.")
+@click.option("--gif", type=click.Path(dir_okay=False), help="Write the animation (plot extra).")
+@click.option("--chart", type=click.Path(dir_okay=False),
+              help="Write tensors held over time, both lines, as PNG/SVG (plot extra).")
+@JSON
+@guarded
+def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
+    """Walk through activation checkpointing of an n-layer chain, step by step."""
+    if every is None:
+        every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
+    r = tabs.ckpt_report(layers, every, labels, step)
+    if gif or chart:
+        from optimizer import plots
+
+        if gif:
+            plots.ckpt_gif(r, gif, delay)
+        if chart:
+            plots.held_chart(r, chart)
+    if as_json:
+        echo_json(r)
+        return
+    head = (f"{r['layers']} layers, checkpoint every {r['every']} "
+            f"(checkpoints: {', '.join(r['checkpoints'])})\n"
+            f"peak held {r['peak_held']} ({r['peak_held_formula']}) vs "
+            f"{r['peak_held_without_checkpointing']} without checkpointing; "
+            f"recompute overhead +{r['recompute_overhead']:.1%} "
+            f"({r['recompute_overhead_formula']})")
+    legend = "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
+    if play and sys.stdout.isatty():
+        for st in r["steps"]:
+            click.clear()
+            click.echo(f"{head}\n{legend}\n\n{render_step(r, st)}")
+            time.sleep(max(0.0, delay))
+        return
+    click.echo(f"{head}\n{legend}")
+    for st in r["steps"]:
+        click.echo(render_step(r, st))
+
+
+# ------------------------------------------------------------------------------------ RLHF
+@cli.command("rlhf")
+@click.option("--algorithm", required=True, help="ppo, grpo or dpo.")
+@click.option("--policy-params", required=True, help="Policy parameters N_p (70e9, 70B).")
+@click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
+@click.option("--reward", default="model", show_default=True, help="model or rule (no network).")
+@click.option("--prompts", default=str(tabs.RLHF_DEFAULTS["prompts"]), show_default=True)
+@click.option("--samples-per-prompt", default=str(tabs.RLHF_DEFAULTS["samples_per_prompt"]),
+              show_default=True)
+@click.option("--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]),
+              show_default=True)
+@click.option("--completion-tokens", default=str(tabs.RLHF_DEFAULTS["completion_tokens"]),
+              show_default=True)
+@click.option("--epochs", default="1", show_default=True)
+@click.option("--decode-mfu", default=str(tabs.RLHF_DEFAULTS["decode_mfu"]), show_default=True,
+              help="MFU of rollout generation (0–1).")
+@click.option("--train-mfu", default=str(tabs.RLHF_DEFAULTS["train_mfu"]), show_default=True,
+              help="MFU of scoring and training (0–1).")
+@click.option("--gpu", default=tabs.RLHF_DEFAULTS["gpu"], show_default=True)
+@click.option("--peak-tflops", help="Peak per chip instead of --gpu.")
+@click.option("--chips", default="1", show_default=True)
+@click.option("--rollout-engine", is_flag=True,
+              help="Add the rollout engine's weight copy and KV cache (needs --layers "
+                   "--kv-heads --head-dim).")
+@click.option("--layers")
+@click.option("--kv-heads")
+@click.option("--head-dim")
+@click.option("--rollout-batch", help="Sequences decoded at once [default: all of the step].")
+@click.option("--logits-buffer", is_flag=True,
+              help="Add the FP32 logits buffer (needs --vocab-size).")
+@click.option("--vocab-size")
+@click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
+@JSON
+@guarded
+def rlhf_cmd(as_json: bool, **kw: Any) -> None:
+    """Resident memory, FLOPs and time shares of one PPO, GRPO or DPO step."""
+    r = tabs.rlhf_report(**kw)
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(f"{r['algorithm'].upper()} (reward: {r['reward']}): {r['networks']} networks")
+    for x in r["network_table"]:
+        state = "trainable" if x["trainable"] else "frozen"
+        click.echo(f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
+                   f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB")
+    for k, v in r["extra_bytes"].items():
+        click.echo(f"  {k:<31} {v / 1e12:8.3f} TB")
+    vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
+    click.echo(f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
+               f"bytes per policy parameter{vs_ppo}")
+    click.echo("phase        FLOPs       FLOPs share  time share")
+    for ph in ("rollout", "scoring", "training"):
+        click.echo(f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
+                   f"  {_pct(r['phase_time_share'][ph]):>10}")

@@ -1,0 +1,149 @@
+"""Charts of the pipeline and checkpointing tabs: the only matplotlib import (optional extra).
+
+``pip install 'trainplan[plot]'`` installs matplotlib; without it every function here raises an
+:class:`~model.errors.InputError` saying so. Each function takes the report dictionary of
+:mod:`optimizer.tabs` (the ``--json`` output) and writes one file; the format follows the suffix
+(``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError
+
+__all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
+
+_FWD, _BWD, _IDLE = "#4c78a8", "#f58518", "#eeeeee"
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the non-interactive Agg backend, or a clear error."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError(
+            "plots: matplotlib is not installed; pip install 'trainplan[plot]'"
+        ) from None
+    return plt
+
+
+def _suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in allowed:
+        raise InputError(f"path: {str(path)!r} must end in {', '.join(allowed)}")
+    return p
+
+
+def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
+    """Gantt chart of a simulated pipeline step: one row per stage, forward and backward colours,
+    micro-batch numbers in the bars, the bubble left blank.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    p = report["stages"]
+    fig, ax = plt.subplots(figsize=(min(4 + report["step_time_units"] / 4, 24), 1 + 0.5 * p))
+    for row in report["timeline"]:
+        y = p - 1 - row["stage"]
+        for s in row["slots"]:
+            forward = s["pass"] == "forward"
+            ax.barh(y, s["end"] - s["start"], left=s["start"], height=0.8,
+                    color=_FWD if forward else _BWD, edgecolor="white", linewidth=0.5)
+            if report["microbatches"] <= 32:
+                ax.text((s["start"] + s["end"]) / 2, y, str(s["microbatch"]), ha="center",
+                        va="center", fontsize=7, color="white")
+    ax.set_yticks(range(p), [f"stage {p - 1 - i}" for i in range(p)])
+    ax.set_xlabel("time (one stage's forward of one micro-batch = 1)")
+    ax.set_title(f"{report['schedule']}: p={p}, m={report['microbatches']}, "
+                 f"v={report['virtual_stages']}; bubble {report['bubble_fraction']:.1%} "
+                 f"(blue forward, orange backward)")
+    ax.set_xlim(0, report["step_time_units"])
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def held_chart(report: dict[str, Any], path: str | Path) -> Path:
+    """Tensors held over time, with and without checkpointing (checkpointing tab).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for key, label in (("checkpointing", f"checkpoint every {report['every']}"),
+                       ("without_checkpointing", "no checkpointing")):
+        t, h = zip(*report["held_over_time"][key], strict=True)
+        ax.step(t, h, where="post", label=label)
+    ax.axhline(report["peak_held"], ls=":", color="grey")
+    ax.set_xlabel("time (forward of one layer = 1, backward = 2)")
+    ax.set_ylabel("tensors held")
+    ax.set_title(f"{report['layers']} layers: peak {report['peak_held']} vs "
+                 f"{report['peak_held_without_checkpointing']}, "
+                 f"+{report['recompute_overhead']:.0%} compute")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
+    """Animated walk-through: one frame per step, a cell per tensor coloured by its state
+    (checkpoint, held, recomputed, discarded, free).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, a path not ending in .gif, or a report of one step only.
+    """
+    out = _suffix(path, (".gif",))
+    plt = _pyplot()
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    steps, n = report["steps"], report["layers"]
+    if len(steps) < 2:
+        raise InputError("gif: needs every step (leave out --step)")
+    names = ["input"] + [f"x{i}" for i in range(1, n + 1)]
+    fig, ax = plt.subplots(figsize=(min(2 + 0.5 * (n + 1), 20), 2.2))
+
+    def draw(i: int) -> None:
+        ax.clear()
+        st = steps[i]
+        colours = []
+        for j in range(n + 1):
+            label = _label(report, j)
+            colours.append(
+                "#2ca02c" if label in st["recomputed"] else
+                "#4c78a8" if label in st["kept"] else
+                "#9ecae1" if label in st["in_memory"] else
+                "#d62728" if label in st["discarded"] else _IDLE)
+        ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
+        ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
+        ax.set_yticks([])
+        ax.set_title(f"step {st['step']}: {st['phase']} layer {st['layer']} — {st['held']} held "
+                     f"(peak {report['peak_held']}, no checkpointing {n + 1})", fontsize=9)
+
+    anim = FuncAnimation(fig, draw, frames=len(steps))
+    anim.save(out, writer=PillowWriter(fps=max(1, round(1 / max(delay_s, 0.05)))))
+    plt.close(fig)
+    return out
+
+
+def _label(report: dict[str, Any], j: int) -> str:
+    if report["labels"] == "outputs":
+        return "input" if j == 0 else f"out{j}"
+    return "output" if j == report["layers"] else f"in{j + 1}"
