@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 
 from model.specs import Architecture, AttentionKind, Mlp
 
@@ -206,6 +207,12 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
     >>> layer_activations(gpt3, 0, ctx).full_bytes == Fraction(2048 * 12288, 8) * (34 + 5 * 96 * 2048 / 12288)
     True
     """
+    return _layer_activations(arch, arch.is_moe_layer(index), ctx)
+
+
+@cache
+def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
+    index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
     rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)
     tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)

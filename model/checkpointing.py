@@ -143,8 +143,16 @@ def walk(n: int, k: int) -> list[Step]:
     steps: list[Step] = []
 
     def add(phase: str, layer: int, line: int, **kw: tuple[int, ...]) -> None:
-        steps.append(Step(len(steps) + 1, phase, layer, tuple(sorted(held)), **kw,
-                          held_without_checkpointing=line))
+        steps.append(
+            Step(
+                len(steps) + 1,
+                phase,
+                layer,
+                tuple(sorted(held)),
+                **kw,
+                held_without_checkpointing=line,
+            )
+        )
 
     for i in range(1, n + 1):
         held.add(i)

@@ -21,7 +21,11 @@ from model.pipeline import bubble_fraction, bubble_ratio
 from model.specs import ModelSpec, TrainingSpec
 from model.timing import CostOptions, stage_microbatch_flops
 
-__all__ = ["AxisLinkLike", "StageMemory", "TrafficRow", "Estimate", "evaluate", "ZeroRow"]
+__all__ = [
+    "AxisLinkLike", "StageMemory", "TrafficRow", "Estimate", "evaluate", "ZeroRow",
+    "stage_memory", "stage_states", "stage_activation_list", "TimeTerms", "time_terms", "traffic_rows",
+    "objective_ns",
+]
 
 
 class AxisLinkLike(Protocol):
@@ -93,6 +97,7 @@ class Estimate:
     """Ideal compute time of the step (m × slowest stage's micro-batch)."""
     step_s: float | None
     notes: tuple[str, ...]
+    time_terms: TimeTerms | None = None
 
     @property
     def peak(self) -> StageMemory:
@@ -138,29 +143,44 @@ class Estimate:
         return estimate_to_dict(self)
 
 
-def _state_for(dense: Fraction, experts: Fraction, layout: Layout, training: TrainingSpec) -> ModelState:
-    return model_state(dense, experts, layout, training)
-
-
-def _stages(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int) -> tuple[StageMemory, ...]:
+def _stage_param_list(model: ModelSpec, layout: Layout, vocab_multiple: int) -> list[tuple[int, tuple[int, ...], Fraction, Fraction]]:
+    """(stage, layers, dense params per GPU, expert params per GPU) for every stage."""
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, layout.tp * layout.pp)
-        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages) if arch else [()] * layout.pp
-        out = []
-        for i, layers in enumerate(split):
-            acts = stage_activations(arch, layers, i, layout, training) if arch else None
-            out.append(StageMemory(i, len(layers), per_gpu, Fraction(0), _state_for(per_gpu, Fraction(0), layout, training), acts))
-        return tuple(out)
+        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages) if arch else ((),) * layout.pp
+        return [(i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split)]
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    out = []
-    for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages):
-        dense = Fraction(sp.dense, layout.tp)
-        experts = Fraction(sp.experts, layout.tp * layout.ep)
-        acts = stage_activations(arch, sp.layers, sp.stage, layout, training, vocab)
-        out.append(StageMemory(sp.stage, len(sp.layers), dense, experts, _state_for(dense, experts, layout, training), acts))
-    return tuple(out)
+    return [(sp.stage, sp.layers, Fraction(sp.dense, layout.tp), Fraction(sp.experts, layout.tp * layout.ep))
+            for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages)]
+
+
+def stage_states(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[ModelState, ...]:
+    """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
+    The search tabulates this function over (shape, zero_stage)."""
+    return tuple(model_state(d, e, layout, training) for _, _, d, e in _stage_param_list(model, layout, vocab_multiple))
+
+
+def stage_activation_list(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[StageActivations, ...] | None:
+    """Activation bytes on one GPU of every pipeline stage (reads tp pp cp v micro_batch_size
+    recompute schedule sequence_parallel, and dp through m); None for a size-only model.
+    The search tabulates this function over (shape, recompute)."""
+    arch = model.arch
+    if arch is None:
+        return None
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
+    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages)
+    return tuple(stage_activations(arch, layers, i, layout, training, vocab) for i, layers in enumerate(split))
+
+
+def stage_memory(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[StageMemory, ...]:
+    """Bytes on one GPU of every pipeline stage: :func:`stage_states` + :func:`stage_activation_list`."""
+    params = _stage_param_list(model, layout, vocab_multiple)
+    states = stage_states(model, training, layout, vocab_multiple)
+    acts = stage_activation_list(model, training, layout, vocab_multiple)
+    return tuple(StageMemory(i, len(layers), d, e, states[i], acts[i] if acts else None)
+                 for (i, layers, d, e) in params)
 
 
 def _zero_table(stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions) -> tuple[ZeroRow, ...]:
@@ -173,13 +193,14 @@ def _zero_table(stage: StageMemory, layout: Layout, training: TrainingSpec, opti
     return tuple(rows)
 
 
-def _traffic(model: ModelSpec, training: TrainingSpec, layout: Layout, stages: tuple[StageMemory, ...], options: CostOptions) -> list[AxisTraffic]:
-    heaviest = max(stages, key=lambda s: (s.dense_params + s.expert_params, -s.stage))
-    rows = [dp_traffic(heaviest.dense_params, heaviest.expert_params, layout, training, None, options.zero3_regather)]
+def _traffic(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int, options: CostOptions) -> list[AxisTraffic]:
+    params = _stage_param_list(model, layout, vocab_multiple)
+    _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
+    rows = [dp_traffic(dense, experts, layout, training, None, options.zero3_regather)]
     arch = model.arch
     if arch is None:
         return rows
-    most_layers = max(s.num_layers for s in stages)
+    most_layers = max(len(p[1]) for p in params)
     split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
     most_moe = max(sum(arch.is_moe_layer(j) for j in layers) for layers in split)
     rows += [
@@ -206,6 +227,60 @@ def _link_rows(traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | N
         exposed = (1 - options.overlap[t.axis]) * seconds
         out.append(TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, options.overlap[t.axis], exposed))
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTerms:
+    """Step time split by what it reads: ``step_s = compute_and_pipeline_s + exposed_dp_s``."""
+
+    compute_s: float
+    """Ideal compute: m × the slowest stage's micro-batch time."""
+    compute_and_pipeline_s: float
+    """compute × (1 + bubble_ratio) + exposed tp, cp, ep and pp communication (reads the shape
+    and recompute, not zero_stage)."""
+    exposed_dp_s: float
+    """Exposed data-parallel communication (reads the shape and zero_stage, not recompute)."""
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_and_pipeline_s + self.exposed_dp_s
+
+
+def time_terms(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, device: DeviceSpec,
+    traffic: tuple[TrafficRow, ...], options: CostOptions,
+) -> TimeTerms | None:
+    """Step time of ``layout`` from its traffic rows; None without dimensions or link figures.
+
+    ``step_s = m·t_mb·(1 + bubble_ratio) + Σ_axis (1 − overlap)·bytes/bandwidth`` (SPEC.md).
+    """
+    arch = model.arch
+    if arch is None or any(row.exposed_seconds is None for row in traffic):
+        return None
+    m = layout.num_microbatches(training.global_batch_size)
+    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
+    per_mb = max(stage_microbatch_flops(arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops)
+                 for i, layers in enumerate(split))
+    t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
+    compute = m * t_mb
+    exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
+    other = sum(v for k, v in exposed.items() if k != "dp")
+    return TimeTerms(compute, compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other, exposed.get("dp", 0.0))
+
+
+def traffic_rows(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, links: Mapping[str, AxisLinkLike] | None,
+    options: CostOptions, vocab_multiple: int = 0,
+) -> tuple[TrafficRow, ...]:
+    """Traffic per axis with its link and exposed time. DP uses the stage with the most
+    parameters; tp and cp the stage with the most layers; ep the one with the most MoE layers."""
+    return _link_rows(_traffic(model, training, layout, vocab_multiple, options), links, options)
+
+
+def objective_ns(terms: TimeTerms) -> tuple[int, int]:
+    """The search's two objective terms in whole nanoseconds (rounded to nearest):
+    (compute_and_pipeline, exposed_dp). The solver minimises their sum."""
+    return round(terms.compute_and_pipeline_s * 1e9), round(terms.exposed_dp_s * 1e9)
 
 
 def evaluate(
@@ -236,31 +311,26 @@ def evaluate(
     options = options or CostOptions()
     validate(layout, model, training, num_gpus)
     m = layout.num_microbatches(training.global_batch_size)
-    stages = _stages(model, training, layout, vocab_multiple)
+    stages = stage_memory(model, training, layout, vocab_multiple)
     busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
-    traffic = _link_rows(_traffic(model, training, layout, stages, options), links, options)
+    traffic = traffic_rows(model, training, layout, links, options, vocab_multiple)
     arch, notes = model.arch, []
     n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
     n_active = n_total if arch is None else count_params(arch).active
     if model.num_params_declared is not None and arch is not None:
         n_active = n_total
-    flops = compute_s = step_s = None
+    flops = compute_s = step_s = terms = None
     if arch is None:
         notes.append("activations, traffic beyond DP, FLOPs and step time need the model's dimensions "
                      "(give --layers --hidden --heads …, or a catalogue model)")
     else:
         flops = step_flops(arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
                            options.mfu_convention, options.causal_attention_flops)
-        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
-        per_mb = max(stage_microbatch_flops(arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops)
-                     for i, layers in enumerate(split))
-        t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
-        compute_s = m * t_mb
-        exposed = [row.exposed_seconds for row in traffic]
-        if all(e is not None for e in exposed):
-            step_s = compute_s * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + sum(e for e in exposed if e is not None)
-        else:
+        terms = time_terms(model, training, layout, device, traffic, options)
+        if terms is None:
             notes.append("step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)")
+        else:
+            compute_s, step_s = terms.compute_s, terms.step_s
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(model, training, layout, device, options, n_total, n_active, m, stages, busiest,
-                    zero, traffic, flops, compute_s, step_s, tuple(notes))
+                    zero, traffic, flops, compute_s, step_s, tuple(notes), terms)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 
 from model.layout import Recompute
 from model.params import attention_params, mlp_params
@@ -38,6 +39,7 @@ __all__ = [
     "megatron_eq3_flops",
     "korthikanti_model_flops",
     "korthikanti_selective_hardware_flops",
+    "recompute_forward_flops",
 ]
 
 
@@ -73,6 +75,12 @@ def layer_matmul_weights(arch: Architecture, index: int) -> int:
     >>> layer_matmul_weights(gpt, 0) == 12 * 8 * 8
     True
     """
+    return _layer_matmul_weights(arch, arch.is_moe_layer(index))
+
+
+@cache
+def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
+    index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
     h, a = arch.hidden_size, arch.num_attention_heads
     if arch.attention is AttentionKind.MLA:
         assert arch.mla is not None

@@ -30,6 +30,8 @@ __all__ = [
     "korthikanti_flops",
     "megatron_hardware_flops",
     "RECOMPUTE_MODES",
+    "attention_term",
+    "recompute_share",
 ]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -180,3 +182,82 @@ def megatron_hardware_flops(
     """
     b, s, n_l, h, v = (Fraction(x) for x in (batch, seq_len, layers, hidden, vocab))
     return 96 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
+
+
+def attention_term(
+    layers: int | None,
+    heads: int | None,
+    head_dim: int | None,
+    hidden: int | None,
+    seq_len: int | None,
+    causal: bool = False,
+) -> tuple[Fraction, str]:
+    """PaLM's attention FLOPs per token and the formula with its numbers, from heads × head_dim
+    or from ``hidden`` (= H·Q).
+
+    Raises
+    ------
+    InputError
+        Missing dimensions, or ``hidden`` ≠ heads × head_dim.
+
+    Examples
+    --------
+    >>> attention_term(2, None, None, 64, 128)
+    (Fraction(196608, 1), '12 · 2 · 64 · 128')
+    """
+    if heads is not None and head_dim is not None:
+        hq, hq_text = heads * head_dim, f"{heads} · {head_dim}"
+        if hidden is not None and hidden != hq:
+            raise InputError(f"hidden: {hidden} ≠ heads × head_dim = {heads} × {head_dim}")
+    elif hidden is not None:
+        hq, hq_text = hidden, str(hidden)
+    else:
+        raise InputError("attention: needs heads and head_dim, or hidden (= heads × head_dim)")
+    if layers is None or seq_len is None:
+        raise InputError("attention: needs layers and seq_len")
+    flops = attention_flops_per_token(layers, hq, 1, seq_len, causal)
+    return flops, f"12 · {layers} · {hq_text} · {seq_len}" + (" / 2" if causal else "")
+
+
+def recompute_share(
+    recompute: str | None,
+    pct: Fraction | None,
+    params: Fraction | None,
+    per_token: Fraction | None,
+    layers: int | None = None,
+    hidden: int | None = None,
+    seq_len: int | None = None,
+    causal: bool = False,
+) -> tuple[Fraction, str]:
+    """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
+
+    From ``pct`` (percent of model FLOPs) or from the ``recompute`` mode with the model's
+    dimensions (``hidden`` = heads × head_dim); full recompute of a FLOP rate with no parameter
+    count is 1/3 (2N of 6N).
+
+    Raises
+    ------
+    InputError
+        Both given, a negative percentage, or selective recompute without the dimensions.
+
+    Examples
+    --------
+    >>> recompute_share(None, Fraction(25), None, None)
+    (Fraction(1, 4), '25% recomputed')
+    """
+    if pct is not None and recompute not in (None, "none"):
+        raise InputError("recompute: give recomputed_flops_pct or recompute, not both")
+    if pct is not None:
+        if pct < 0:
+            raise InputError(f"recomputed_flops_pct: {float(pct)} must be ≥ 0")
+        return Fraction(pct) / 100, f"{float(pct):g}% recomputed"
+    if recompute in (None, "none"):
+        return Fraction(0), ""
+    if params is None or per_token is None:
+        if recompute == "full":
+            return Fraction(1, 3), "1/3: full recompute = one more forward, 2N of 6N"
+        raise InputError("recompute: 'selective' needs params and the model's dimensions")
+    extra = recompute_flops_per_token(
+        recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal
+    )
+    return extra / per_token, f"{float(extra):.4g}/{float(per_token):.4g} ({recompute})"

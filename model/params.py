@@ -208,6 +208,7 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
     )
 
 
+@cache
 def split_layers(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each of the ``pp`` pipeline ranks (0-based layers).
 
@@ -265,6 +266,7 @@ class StageParams:
     """Routed-expert parameters of the stage's layers."""
 
 
+@cache
 def stage_params(
     arch: Architecture, pp: int, v: int = 1, vocab_size: int | None = None, uneven: bool = True
 ) -> tuple[StageParams, ...]:

@@ -198,8 +198,13 @@ def kv_cache_bytes(
     >>> kv_cache_bytes(80, 8, 128, 1, 1)  # Llama-2/3 70B: 320 KiB per token
     327680
     """
-    named = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
-             "rollout_batch": sequences, "tokens": tokens}
+    named = {
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "rollout_batch": sequences,
+        "tokens": tokens,
+    }
     for name, value in named.items():
         if value < 1:
             raise InputError(f"{name}: {value} must be at least 1 for the KV cache")
