@@ -34,6 +34,9 @@ __all__ = [
     "logits_buffer_bytes",
     "TRAINABLE_BYTES_PER_PARAM",
     "FROZEN_BYTES_PER_PARAM",
+    "DEFAULTS",
+    "ASSUMPTIONS",
+    "extra_bytes",
 ]
 
 ALGORITHMS = ("ppo", "grpo", "dpo")
@@ -222,3 +225,73 @@ def logits_buffer_bytes(tokens: int, vocab_size: int) -> int:
     if tokens < 1 or vocab_size < 1:
         raise InputError(f"logits buffer: tokens {tokens} and vocab_size {vocab_size} must be ≥ 1")
     return 4 * tokens * vocab_size
+
+
+DEFAULTS: dict[str, object] = {
+    "prompts": 1024,
+    "samples_per_prompt": 16,
+    "prompt_tokens": 1024,
+    "completion_tokens": 4096,
+    "epochs": 1,
+    "decode_mfu": 0.04,
+    "train_mfu": 0.40,
+    "gpu": "H100-SXM",
+}
+"""Documented defaults of the RLHF tab: a GRPO step as in DeepSeekMath (1,024 prompts × 16 samples,
+long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
+(the seed's "decode MFU one tenth of training MFU"). The FLOP and time *shares* depend only on the
+algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
+
+ASSUMPTIONS = (
+    "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network; "
+    "training 6·N per token per epoch per trainable network; decode MFU for the rollout, training "
+    "MFU for scoring and training"
+)
+
+
+def extra_bytes(
+    policy_params: Fraction,
+    sequences: int,
+    tokens_per_sequence: int,
+    *,
+    rollout_engine: bool = False,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    rollout_batch: int | None = None,
+    logits_buffer: bool = False,
+    vocab_size: int | None = None,
+    logits_tokens: int | None = None,
+) -> dict[str, Fraction]:
+    """Optional memory beyond the networks (off by default, as in the seed), in bytes.
+
+    ``rollout_engine``: the inference engine's own BF16 weight copy (2·N_p) and its KV cache for
+    ``rollout_batch`` sequences (default: all of the step) of ``tokens_per_sequence`` tokens.
+    ``logits_buffer``: FP32 logits of ``logits_tokens`` tokens (default: one sequence).
+
+    Raises
+    ------
+    InputError
+        An option on without the dimensions it needs.
+
+    Examples
+    --------
+    >>> extra_bytes(Fraction(10), 1, 1, logits_buffer=True, vocab_size=100)
+    {'logits_buffer_bytes': Fraction(400, 1)}
+    """
+    extras: dict[str, Fraction] = {}
+    if rollout_engine:
+        dims = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim}
+        need = [k for k, v in dims.items() if v is None]
+        if need:
+            raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
+        batch = rollout_batch or sequences
+        extras["rollout_weights_bytes"] = 2 * Fraction(policy_params)
+        kv = kv_cache_bytes(layers, kv_heads, head_dim, batch, tokens_per_sequence)  # type: ignore[arg-type]
+        extras["kv_cache_bytes"] = Fraction(kv)
+    if logits_buffer:
+        if vocab_size is None:
+            raise InputError("logits_buffer: needs vocab_size")
+        tokens = logits_tokens or tokens_per_sequence
+        extras["logits_buffer_bytes"] = Fraction(logits_buffer_bytes(tokens, vocab_size))
+    return extras

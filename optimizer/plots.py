@@ -56,16 +56,32 @@ def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
         y = p - 1 - row["stage"]
         for s in row["slots"]:
             forward = s["pass"] == "forward"
-            ax.barh(y, s["end"] - s["start"], left=s["start"], height=0.8,
-                    color=_FWD if forward else _BWD, edgecolor="white", linewidth=0.5)
+            ax.barh(
+                y,
+                s["end"] - s["start"],
+                left=s["start"],
+                height=0.8,
+                color=_FWD if forward else _BWD,
+                edgecolor="white",
+                linewidth=0.5,
+            )
             if report["microbatches"] <= 32:
-                ax.text((s["start"] + s["end"]) / 2, y, str(s["microbatch"]), ha="center",
-                        va="center", fontsize=7, color="white")
+                ax.text(
+                    (s["start"] + s["end"]) / 2,
+                    y,
+                    str(s["microbatch"]),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
     ax.set_yticks(range(p), [f"stage {p - 1 - i}" for i in range(p)])
     ax.set_xlabel("time (one stage's forward of one micro-batch = 1)")
-    ax.set_title(f"{report['schedule']}: p={p}, m={report['microbatches']}, "
-                 f"v={report['virtual_stages']}; bubble {report['bubble_fraction']:.1%} "
-                 f"(blue forward, orange backward)")
+    ax.set_title(
+        f"{report['schedule']}: p={p}, m={report['microbatches']}, "
+        f"v={report['virtual_stages']}; bubble {report['bubble_fraction']:.1%} "
+        f"(blue forward, orange backward)"
+    )
     ax.set_xlim(0, report["step_time_units"])
     fig.tight_layout()
     fig.savefig(out)
@@ -84,16 +100,20 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
-    for key, label in (("checkpointing", f"checkpoint every {report['every']}"),
-                       ("without_checkpointing", "no checkpointing")):
+    for key, label in (
+        ("checkpointing", f"checkpoint every {report['every']}"),
+        ("without_checkpointing", "no checkpointing"),
+    ):
         t, h = zip(*report["held_over_time"][key], strict=True)
         ax.step(t, h, where="post", label=label)
     ax.axhline(report["peak_held"], ls=":", color="grey")
     ax.set_xlabel("time (forward of one layer = 1, backward = 2)")
     ax.set_ylabel("tensors held")
-    ax.set_title(f"{report['layers']} layers: peak {report['peak_held']} vs "
-                 f"{report['peak_held_without_checkpointing']}, "
-                 f"+{report['recompute_overhead']:.0%} compute")
+    ax.set_title(
+        f"{report['layers']} layers: peak {report['peak_held']} vs "
+        f"{report['peak_held_without_checkpointing']}, "
+        f"+{report['recompute_overhead']:.0%} compute"
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(out)
@@ -127,15 +147,24 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
         for j in range(n + 1):
             label = _label(report, j)
             colours.append(
-                "#2ca02c" if label in st["recomputed"] else
-                "#4c78a8" if label in st["kept"] else
-                "#9ecae1" if label in st["in_memory"] else
-                "#d62728" if label in st["discarded"] else _IDLE)
+                "#2ca02c"
+                if label in st["recomputed"]
+                else "#4c78a8"
+                if label in st["kept"]
+                else "#9ecae1"
+                if label in st["in_memory"]
+                else "#d62728"
+                if label in st["discarded"]
+                else _IDLE
+            )
         ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
         ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
         ax.set_yticks([])
-        ax.set_title(f"step {st['step']}: {st['phase']} layer {st['layer']} — {st['held']} held "
-                     f"(peak {report['peak_held']}, no checkpointing {n + 1})", fontsize=9)
+        ax.set_title(
+            f"step {st['step']}: {st['phase']} layer {st['layer']} — {st['held']} held "
+            f"(peak {report['peak_held']}, no checkpointing {n + 1})",
+            fontsize=9,
+        )
 
     anim = FuncAnimation(fig, draw, frames=len(steps))
     anim.save(out, writer=PillowWriter(fps=max(1, round(1 / max(delay_s, 0.05)))))

@@ -101,25 +101,33 @@ def pipeline_report(
     idle = t.step_time - t.busy_time(0)
     if frac != bubble_fraction(p, m, v) or idle / t.busy_time(0) != bubble_ratio(p, m, v):
         raise AssertionError(f"simulated bubble {frac} ≠ closed form")  # pragma: no cover
-    return jsonable({
-        "tab": "pipeline",
-        "stages": p, "microbatches": m, "schedule": str(t.schedule), "virtual_stages": v,
-        "backward_ratio": ratio,
-        "bubble_fraction": frac,
-        "bubble_fraction_exact": f"{frac.numerator}/{frac.denominator}",
-        "bubble_fraction_formula": f"(p − 1)/(v·m + p − 1) = {p - 1}/({v}·{m} + {p - 1})",
-        "bubble_ratio": idle / t.busy_time(0),
-        "bubble_ratio_formula": f"(p − 1)/(v·m) = {p - 1}/({v}·{m})",
-        "held_per_stage": [t.peak_held(i) for i in range(p)],
-        "step_time_units": t.step_time,
-        "busy_time_units": t.busy_time(0),
-        "time_unit": "one stage's forward of one micro-batch",
-        "timeline": [
-            {"stage": i, "slots": [s.to_dict() for s in t.slots[i]],
-             "held_over_time": [list(e) for e in t.held_over_time(i)]}
-            for i in range(p)
-        ],
-    })
+    return jsonable(
+        {
+            "tab": "pipeline",
+            "stages": p,
+            "microbatches": m,
+            "schedule": str(t.schedule),
+            "virtual_stages": v,
+            "backward_ratio": ratio,
+            "bubble_fraction": frac,
+            "bubble_fraction_exact": f"{frac.numerator}/{frac.denominator}",
+            "bubble_fraction_formula": f"(p − 1)/(v·m + p − 1) = {p - 1}/({v}·{m} + {p - 1})",
+            "bubble_ratio": idle / t.busy_time(0),
+            "bubble_ratio_formula": f"(p − 1)/(v·m) = {p - 1}/({v}·{m})",
+            "held_per_stage": [t.peak_held(i) for i in range(p)],
+            "step_time_units": t.step_time,
+            "busy_time_units": t.busy_time(0),
+            "time_unit": "one stage's forward of one micro-batch",
+            "timeline": [
+                {
+                    "stage": i,
+                    "slots": [s.to_dict() for s in t.slots[i]],
+                    "held_over_time": [list(e) for e in t.held_over_time(i)],
+                }
+                for i in range(p)
+            ],
+        }
+    )
 
 
 # ------------------------------------------------------------------------------------ MFU
@@ -143,22 +151,6 @@ def resolve_peak(gpu: str | None, peak_tflops: Any) -> tuple[Fraction, str]:
     return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"
 
 
-def _attention(layers, heads, head_dim, hidden, seq_len, causal):
-    """(flops per token, formula text) of PaLM's attention term; hidden = heads × head_dim."""
-    if heads is not None and head_dim is not None:
-        hq, hq_text = heads * head_dim, f"{heads} · {head_dim}"
-        if hidden is not None and hidden != hq:
-            raise InputError(f"hidden: {hidden} ≠ heads × head_dim = {heads} × {head_dim}")
-    elif hidden is not None:
-        hq, hq_text = hidden, str(hidden)
-    else:
-        raise InputError("attention: needs heads and head_dim, or hidden (H·Q)")
-    if layers is None or seq_len is None:
-        raise InputError("attention: needs layers and seq_len")
-    flops = mf.attention_flops_per_token(layers, hq, 1, seq_len, causal)
-    return flops, f"12 · {layers} · {hq_text} · {seq_len}" + (" / 2" if causal else "")
-
-
 def _too_high(mode: str, value: Fraction, line: str) -> InputError:
     likely = {
         "step": "step_seconds (seconds per whole step?) or tokens (tokens in the step, all chips)",
@@ -172,13 +164,48 @@ def _too_high(mode: str, value: Fraction, line: str) -> InputError:
     )
 
 
+def _flop_rate(pflops: Any, tflops_per_gpu: Any, peak: Fraction, chips: int):
+    """(model FLOP/s of the job, arithmetic) from a reported rate."""
+    if pflops is not None:
+        rate = _pos("achieved_pflops", pflops) * 10**15
+        return rate, f"{fmt_number(rate)} FLOP/s ÷ ({fmt_number(peak)} · {chips})"
+    per_chip = _pos("achieved_tflops_per_gpu", tflops_per_gpu) * 10**12
+    return per_chip * chips, f"{fmt_number(per_chip)} FLOP/s per chip ÷ {fmt_number(peak)}"
+
+
+def _token_rate(tokens: Any, step_seconds: Any, tps: Any, peak: Fraction, chips: int):
+    """(mode, tokens per second, arithmetic tail) from a step or a throughput."""
+    if tps is not None:
+        rate = _pos("tokens_per_second", tps)
+        return (
+            "tokens_per_second",
+            rate,
+            f"{fmt_number(rate)} tokens/s ÷ ({fmt_number(peak)} · {chips})",
+        )
+    d, secs = _pos("tokens", tokens), _pos("step_seconds", step_seconds)
+    tail = f"{fmt_number(d)} ÷ ({fmt_number(peak)} · {chips} · {fmt_number(secs)} s)"
+    return "step", d / secs, tail
+
+
 def mfu_report(
-    params: Any = None, tokens: Any = None, step_seconds: Any = None,
-    tokens_per_second: Any = None, achieved_pflops: Any = None,
-    achieved_tflops_per_gpu: Any = None, gpu: str | None = None, peak_tflops: Any = None,
-    chips: Any = 1, attention: bool = False, causal: bool = False, layers: Any = None,
-    heads: Any = None, head_dim: Any = None, hidden: Any = None, seq_len: Any = None,
-    recomputed_flops_pct: Any = None, recompute: str | None = None,
+    params: Any = None,
+    tokens: Any = None,
+    step_seconds: Any = None,
+    tokens_per_second: Any = None,
+    achieved_pflops: Any = None,
+    achieved_tflops_per_gpu: Any = None,
+    gpu: str | None = None,
+    peak_tflops: Any = None,
+    chips: Any = 1,
+    attention: bool = False,
+    causal: bool = False,
+    layers: Any = None,
+    heads: Any = None,
+    head_dim: Any = None,
+    hidden: Any = None,
+    seq_len: Any = None,
+    recomputed_flops_pct: Any = None,
+    recompute: str | None = None,
 ) -> dict[str, Any]:
     """The MFU tab: MFU (with and without attention FLOPs) and HFU from one measurement.
 
@@ -200,85 +227,73 @@ def mfu_report(
     """
     n_chips = parse_count(chips, "chips", 0)
     peak, peak_source = resolve_peak(gpu, peak_tflops)
-    dims = {k: _opt_count(k, x) for k, x in (("layers", layers), ("heads", heads),
-            ("head_dim", head_dim), ("hidden", hidden), ("seq_len", seq_len))}
+    named = {"layers": layers, "heads": heads, "head_dim": head_dim, "hidden": hidden}
+    dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
     n = None if params is None else _pos("params", params)
-    attn, attn_text = Fraction(0), ""
-    if attention:
-        attn, attn_text = _attention(*dims.values(), causal)
-    rates = [x is not None for x in (achieved_pflops, achieved_tflops_per_gpu)]
-    tps_given = tokens_per_second is not None
-    step_given = tokens is not None or step_seconds is not None
-    if sum(rates) + tps_given + step_given != 1:
+    attn, attn_text = mf.attention_term(*dims.values(), causal) if attention else (0, "")
+    given = [
+        achieved_pflops is not None or achieved_tflops_per_gpu is not None,
+        tokens_per_second is not None,
+        tokens is not None or step_seconds is not None,
+    ]
+    if sum(given) != 1 or (achieved_pflops is not None and achieved_tflops_per_gpu is not None):
         raise InputError(
-            "mfu inputs: give exactly one of params+tokens+step_seconds, params+tokens_per_second, "
-            "achieved_pflops or achieved_tflops_per_gpu"
+            "mfu inputs: give exactly one of params+tokens+step_seconds, "
+            "params+tokens_per_second, achieved_pflops or achieved_tflops_per_gpu"
         )
-    out: dict[str, Any] = {"tab": "mfu", "chips": n_chips, "peak_flops_per_s": peak,
-                           "peak_source": peak_source}
-    if any(rates):
-        mode, per_token = "flop_rate", None
+    out: dict[str, Any] = {
+        "tab": "mfu",
+        "chips": n_chips,
+        "peak_flops_per_s": peak,
+        "peak_source": peak_source,
+    }
+    if given[0]:
         if attention:
             raise InputError("attention: a reported FLOP rate already counts what it counts")
-        if achieved_pflops is not None:
-            rate = _pos("achieved_pflops", achieved_pflops) * 10**15
-            line = f"{fmt_number(rate)} FLOP/s ÷ ({fmt_number(peak)} · {n_chips})"
-        else:
-            rate = _pos("achieved_tflops_per_gpu", achieved_tflops_per_gpu) * 10**12 * n_chips
-            line = f"{fmt_number(rate / n_chips)} FLOP/s per chip ÷ {fmt_number(peak)}"
-        mfu_value = mfu_plain = mf.utilisation(rate, peak, n_chips)
+        mode, per_token = "flop_rate", None
+        rate, line = _flop_rate(achieved_pflops, achieved_tflops_per_gpu, peak, n_chips)
+        plain = mf.utilisation(rate, peak, n_chips)
     else:
         if n is None:
             raise InputError("params: missing; MFU from tokens needs the parameter count N")
-        if tps_given:
-            mode, tps = "tokens_per_second", _pos("tokens_per_second", tokens_per_second)
-            tail = f"{fmt_number(tps)} tokens/s ÷ ({fmt_number(peak)} · {n_chips})"
-        else:
-            mode = "step"
-            d, secs = _pos("tokens", tokens), _pos("step_seconds", step_seconds)
-            tps = d / secs
-            tail = f"{fmt_number(d)} ÷ ({fmt_number(peak)} · {n_chips} · {fmt_number(secs)} s)"
+        mode, tps, tail = _token_rate(tokens, step_seconds, tokens_per_second, peak, n_chips)
         per_token = mf.model_flops_per_token(n, attn)
-        rate = per_token * tps
-        mfu_value = mf.utilisation(rate, peak, n_chips)
-        mfu_plain = mf.utilisation(6 * n * tps, peak, n_chips)
+        rate, plain = per_token * tps, mf.utilisation(6 * n * tps, peak, n_chips)
         head = f"(6 · {fmt_number(n)} + {attn_text})" if attention else f"6 · {fmt_number(n)}"
         line = f"{head} · {tail}"
         out.update(tokens_per_second=tps, model_flops_per_token=per_token)
-    if mfu_value > 1:
-        raise _too_high(mode, mfu_value, line)
-    extra, hfu_line = _recompute_share(recompute, recomputed_flops_pct, n, per_token, dims, causal)
+    mfu = mf.utilisation(rate, peak, n_chips)
+    if mfu > 1:
+        raise _too_high(mode, mfu, line)
+    hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
+    pct = (
+        None
+        if recomputed_flops_pct is None
+        else parse_number(recomputed_flops_pct, "recomputed_flops_pct")
+    )
+    extra, how = mf.recompute_share(
+        recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], causal
+    )
+    note = " (causal: halved)" if causal else " (non-causal)"
     out.update(
-        mode=mode, achieved_model_flops_per_s=rate, mfu=mfu_value, mfu_without_attention=mfu_plain,
-        hfu=mfu_value * (1 + extra), recomputed_flops_share=extra,
-        attention={"included": bool(attention), "causal": bool(causal) if attention else None,
-                   "flops_per_token": attn,
-                   "formula": (attn_text + (" (causal: halved)" if causal else " (non-causal)"))
-                   if attention else "not counted"},
-        arithmetic=f"{line} = {_pct(mfu_value)}",
-        hfu_arithmetic=f"hfu = mfu × (1 + {hfu_line}) = {_pct(mfu_value * (1 + extra))}"
-        if extra else "hfu = mfu (no recomputation given)",
+        mode=mode,
+        achieved_model_flops_per_s=rate,
+        mfu=mfu,
+        mfu_without_attention=plain,
+        hfu=mfu * (1 + extra),
+        recomputed_flops_share=extra,
+        attention={
+            "included": bool(attention),
+            "causal": bool(causal) if attention else None,
+            "flops_per_token": attn,
+            "formula": attn_text + note if attention else "not counted",
+        },
+        arithmetic=f"{line} = {_pct(mfu)}",
+        hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {_pct(mfu * (1 + extra))}"
+        if extra
+        else "hfu = mfu (no recomputation given)",
     )
     return jsonable(out)
-
-
-def _recompute_share(recompute, pct, n, per_token, dims, causal) -> tuple[Fraction, str]:
-    """Recomputed FLOPs as a share of model FLOPs, and how it was obtained."""
-    if pct is not None and recompute not in (None, "none"):
-        raise InputError("recompute: give recomputed_flops_pct or recompute, not both")
-    if pct is not None:
-        share = _pos("recomputed_flops_pct", pct, allow_zero=True) / 100
-        return share, f"{fmt_number(share * 100)}% recomputed"
-    if recompute in (None, "none"):
-        return Fraction(0), ""
-    if n is None or per_token is None:
-        if recompute == "full":
-            return Fraction(1, 3), "1/3: full recompute = one more forward (2N of 6N)"
-        raise InputError("recompute: 'selective' needs params and the model's dimensions")
-    hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
-    extra = mf.recompute_flops_per_token(recompute, n, dims["layers"], hq,
-                                         1 if hq else None, dims["seq_len"], causal)
-    return extra / per_token, f"{fmt_number(extra)}/{fmt_number(per_token)} ({recompute})"
 
 
 # ------------------------------------------------------------------------------------ ckpt
@@ -309,69 +324,66 @@ def ckpt_report(
     formula = ck.peak_held_formula(n, k)
     if peak != formula:
         raise AssertionError(f"walk peak {peak} ≠ formula {formula}")  # pragma: no cover
-    return jsonable({
-        "tab": "ckpt", "layers": n, "every": k, "labels": labels,
-        "checkpoints": [names[i] for i in sorted(ckpts)],
-        "peak_held": peak,
-        "peak_held_formula": f"n/k + k = {n}/{k} + {k}" if n % k == 0 else
-        f"max(⌈n/k⌉ + last segment, ⌈n/k⌉ − 1 + k) = {formula}",
-        "peak_held_without_checkpointing": n + 1,
-        "recompute_overhead": ck.recompute_overhead(ratio),
-        "recompute_overhead_formula": f"one extra forward: 1/(1 + {fmt_number(ratio)})",
-        "steps": [st.to_dict(names, ckpts) for st in shown],
-        "held_over_time": {
-            "checkpointing": [list(e) for e in ck.held_over_time(n, k, ratio)],
-            "without_checkpointing": [list(e) for e in ck.held_over_time(n, None, ratio)],
-        },
-    })
+    return jsonable(
+        {
+            "tab": "ckpt",
+            "layers": n,
+            "every": k,
+            "labels": labels,
+            "checkpoints": [names[i] for i in sorted(ckpts)],
+            "peak_held": peak,
+            "peak_held_formula": f"n/k + k = {n}/{k} + {k}"
+            if n % k == 0
+            else f"max(⌈n/k⌉ + last segment, ⌈n/k⌉ − 1 + k) = {formula}",
+            "peak_held_without_checkpointing": n + 1,
+            "recompute_overhead": ck.recompute_overhead(ratio),
+            "recompute_overhead_formula": f"one extra forward: 1/(1 + {fmt_number(ratio)})",
+            "steps": [st.to_dict(names, ckpts) for st in shown],
+            "held_over_time": {
+                "checkpointing": [list(e) for e in ck.held_over_time(n, k, ratio)],
+                "without_checkpointing": [list(e) for e in ck.held_over_time(n, None, ratio)],
+            },
+        }
+    )
 
 
 # ------------------------------------------------------------------------------------ RLHF
-RLHF_DEFAULTS: dict[str, Any] = {
-    "prompts": 1024,
-    "samples_per_prompt": 16,
-    "prompt_tokens": 1024,
-    "completion_tokens": 4096,
-    "epochs": 1,
-    "decode_mfu": 0.04,
-    "train_mfu": 0.40,
-    "gpu": "H100-SXM",
-}
-"""Documented defaults of the RLHF tab. A GRPO step as in DeepSeekMath (1,024 prompts, 16 samples,
-long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
-(the seed's "decode MFU one tenth of training MFU"). The FLOP and time *shares* depend only on the
-algorithm, networks, epochs and the two MFUs, not on the token counts or the GPU."""
+RLHF_DEFAULTS: dict[str, Any] = rl.DEFAULTS
+"""The RLHF tab's documented defaults (see :data:`model.rlhf.DEFAULTS`)."""
 
 
-def _rlhf_extras(n_p, seqs, seq_tokens, opts) -> dict[str, Fraction]:
-    extras: dict[str, Fraction] = {}
-    if opts["rollout_engine"]:
-        need = [k for k in ("layers", "kv_heads", "head_dim") if opts[k] is None]
-        if need:
-            raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
-        batch = opts["rollout_batch"] or seqs
-        extras["rollout_weights_bytes"] = 2 * n_p
-        extras["kv_cache_bytes"] = Fraction(rl.kv_cache_bytes(
-            opts["layers"], opts["kv_heads"], opts["head_dim"], batch, seq_tokens))
-    if opts["logits_buffer"]:
-        if opts["vocab_size"] is None:
-            raise InputError("logits_buffer: needs vocab_size")
-        extras["logits_buffer_bytes"] = Fraction(
-            rl.logits_buffer_bytes(opts["logits_tokens"] or seq_tokens, opts["vocab_size"]))
-    return extras
+def _rlhf_counts(algo: str, prompts: Any, samples: Any, prompt_t: Any, completion_t: Any):
+    """(sequences per step, tokens per sequence); DPO has 2 sequences per prompt."""
+    per_prompt = 2 if algo == "dpo" else parse_count(samples, "samples_per_prompt")
+    seqs = parse_count(prompts, "prompts") * per_prompt
+    return seqs, parse_count(prompt_t, "prompt_tokens") + parse_count(
+        completion_t, "completion_tokens"
+    )
 
 
 def rlhf_report(
-    algorithm: str, policy_params: Any, reward_params: Any = None, reward: str = "model",
+    algorithm: str,
+    policy_params: Any,
+    reward_params: Any = None,
+    reward: str = "model",
     prompts: Any = RLHF_DEFAULTS["prompts"],
     samples_per_prompt: Any = RLHF_DEFAULTS["samples_per_prompt"],
     prompt_tokens: Any = RLHF_DEFAULTS["prompt_tokens"],
     completion_tokens: Any = RLHF_DEFAULTS["completion_tokens"],
-    epochs: Any = RLHF_DEFAULTS["epochs"], decode_mfu: Any = RLHF_DEFAULTS["decode_mfu"],
-    train_mfu: Any = RLHF_DEFAULTS["train_mfu"], gpu: str | None = RLHF_DEFAULTS["gpu"],
-    peak_tflops: Any = None, chips: Any = 1, rollout_engine: bool = False, layers: Any = None,
-    kv_heads: Any = None, head_dim: Any = None, rollout_batch: Any = None,
-    logits_buffer: bool = False, vocab_size: Any = None, logits_tokens: Any = None,
+    epochs: Any = RLHF_DEFAULTS["epochs"],
+    decode_mfu: Any = RLHF_DEFAULTS["decode_mfu"],
+    train_mfu: Any = RLHF_DEFAULTS["train_mfu"],
+    gpu: str | None = RLHF_DEFAULTS["gpu"],
+    peak_tflops: Any = None,
+    chips: Any = 1,
+    rollout_engine: bool = False,
+    layers: Any = None,
+    kv_heads: Any = None,
+    head_dim: Any = None,
+    rollout_batch: Any = None,
+    logits_buffer: bool = False,
+    vocab_size: Any = None,
+    logits_tokens: Any = None,
 ) -> dict[str, Any]:
     """The RLHF tab: resident memory by network, FLOPs and time of one step by phase.
 
@@ -389,46 +401,56 @@ def rlhf_report(
     n_r = None if reward_params is None else _pos("reward_params", reward_params)
     nets = rl.networks(algorithm, n_p, n_r, reward)
     algo = str(algorithm).lower()
-    per_prompt = 2 if algo == "dpo" else parse_count(samples_per_prompt, "samples_per_prompt")
-    seqs = parse_count(prompts, "prompts") * per_prompt
-    seq_tokens = parse_count(prompt_tokens, "prompt_tokens") + parse_count(
-        completion_tokens, "completion_tokens")
+    seqs, seq_tokens = _rlhf_counts(
+        algo, prompts, samples_per_prompt, prompt_tokens, completion_tokens
+    )
     flops = rl.phase_flops(algo, nets, seqs, seq_tokens, parse_count(epochs, "epochs"))
     peak, peak_source = resolve_peak(gpu, peak_tflops)
-    times = rl.phase_times(flops, parse_number(decode_mfu, "decode_mfu"),
-                           parse_number(train_mfu, "train_mfu"), peak, parse_count(chips, "chips"))
-    opts = {"rollout_engine": rollout_engine, "logits_buffer": logits_buffer,
-            "rollout_batch": _opt_count("rollout_batch", rollout_batch),
-            "logits_tokens": _opt_count("logits_tokens", logits_tokens)}
-    opts.update({k: _opt_count(k, x) for k, x in (("layers", layers), ("kv_heads", kv_heads),
-                 ("head_dim", head_dim), ("vocab_size", vocab_size))})
-    extras = _rlhf_extras(n_p, seqs, seq_tokens, opts)
+    mfus = (parse_number(decode_mfu, "decode_mfu"), parse_number(train_mfu, "train_mfu"))
+    times = rl.phase_times(flops, *mfus, peak, parse_count(chips, "chips"))
+    dims = {
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "rollout_batch": rollout_batch,
+        "vocab_size": vocab_size,
+        "logits_tokens": logits_tokens,
+    }
+    extras = rl.extra_bytes(
+        n_p,
+        seqs,
+        seq_tokens,
+        rollout_engine=rollout_engine,
+        logits_buffer=logits_buffer,
+        **{k: _opt_count(k, v) for k, v in dims.items()},
+    )
     net_bytes = rl.network_bytes(nets)
     ppo_bytes = rl.network_bytes(rl.networks("ppo", n_p, n_r))
     total_flops, total_time = sum(flops.values()), sum(times.values())
+    table = [
+        {
+            "role": x.role,
+            "params": x.params,
+            "trainable": x.trainable,
+            "bytes_per_param": x.bytes_per_param,
+            "bytes": x.bytes,
+        }
+        for x in nets
+    ]
     return jsonable({
         "tab": "rlhf", "algorithm": algo, "reward": reward,
-        "networks": len(nets),
-        "network_table": [{"role": x.role, "params": x.params, "trainable": x.trainable,
-                           "bytes_per_param": x.bytes_per_param, "bytes": x.bytes} for x in nets],
-        "bytes_per_policy_param": net_bytes / n_p,
-        "network_bytes": net_bytes,
-        "extra_bytes": extras,
-        "resident_bytes": net_bytes + sum(extras.values()),
+        "networks": len(nets), "network_table": table,
+        "bytes_per_policy_param": net_bytes / n_p, "network_bytes": net_bytes,
+        "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
         "fewer_than_ppo": 1 - net_bytes / ppo_bytes,
         "sequences_per_step": seqs, "tokens_per_sequence": seq_tokens,
-        "phase_flops": flops,
-        "rollout_flops": flops["rollout"],
+        "phase_flops": flops, "rollout_flops": flops["rollout"],
         "rollout_flops_share": flops["rollout"] / total_flops,
         "phase_flops_share": {k: f / total_flops for k, f in flops.items()},
-        "phase_seconds": times,
-        "rollout_time_share": times["rollout"] / total_time,
+        "phase_seconds": times, "rollout_time_share": times["rollout"] / total_time,
         "phase_time_share": {k: t / total_time for k, t in times.items()},
-        "peak_flops_per_s": peak, "peak_source": peak_source,
-        "assumptions": "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per "
-        "scoring network; training 6·N per token per epoch per trainable network; decode MFU for "
-        "the rollout, training MFU for scoring and training",
-    })
+        "peak_flops_per_s": peak, "peak_source": peak_source, "assumptions": rl.ASSUMPTIONS,
+    })  # fmt: skip
 
 
 TAB_REPORTS = {

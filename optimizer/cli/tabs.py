@@ -62,9 +62,15 @@ def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
     ncols = cols if scaled else math.ceil(total / dt)
     rows = []
     for row in report["timeline"]:
-        slots = [(Fraction(s["start"]).limit_denominator(10**6),
-                  Fraction(s["end"]).limit_denominator(10**6),
-                  "F" if s["pass"] == "forward" else "B", s["microbatch"]) for s in row["slots"]]
+        slots = [
+            (
+                Fraction(s["start"]).limit_denominator(10**6),
+                Fraction(s["end"]).limit_denominator(10**6),
+                "F" if s["pass"] == "forward" else "B",
+                s["microbatch"],
+            )
+            for s in row["slots"]
+        ]
         cells = ["."] * ncols
         if scaled:
             cells = _scaled_cells(slots, dt, ncols)
@@ -76,14 +82,18 @@ def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
                 fill = text + ("-" if kind == "F" else "=") * (hi - lo - len(text))
                 cells[lo:hi] = fill
         rows.append(f"stage {row['stage']:>{len(str(p - 1))}} |" + "".join(cells))
-    how = (f"scaled: 1 column = {float(dt):.3g} forward times, # both passes" if scaled
-           else "F<micro-batch>-- forward, B<micro-batch>==== backward")
+    how = (
+        f"scaled: 1 column = {float(dt):.3g} forward times, # both passes"
+        if scaled
+        else "F<micro-batch>-- forward, B<micro-batch>==== backward"
+    )
     rows.append(f"{how}; F forward, B backward, . idle (the bubble)")
     return rows
 
 
-def _scaled_cells(slots: list[tuple[Fraction, Fraction, str, int]], dt: Fraction,
-                  ncols: int) -> list[str]:
+def _scaled_cells(
+    slots: list[tuple[Fraction, Fraction, str, int]], dt: Fraction, ncols: int
+) -> list[str]:
     """Per column: ``F`` / ``B`` when only that pass runs in it, ``#`` both, ``.`` mostly idle."""
     busy = [{"F": Fraction(0), "B": Fraction(0)} for _ in range(ncols)]
     for a, b, kind, _ in slots:
@@ -102,16 +112,22 @@ def _scaled_cells(slots: list[tuple[Fraction, Fraction, str, int]], dt: Fraction
 @click.option("--stages", "-p", required=True, help="Pipeline stages p.")
 @click.option("--microbatches", "-m", required=True, help="Micro-batches per step m.")
 @click.option("--schedule", default="1f1b", show_default=True, help="gpipe, 1f1b or interleaved.")
-@click.option("--virtual-stages", "-v", default="1", show_default=True,
-              help="Model chunks per GPU (interleaved; m must be a multiple of p).")
+@click.option(
+    "--virtual-stages",
+    "-v",
+    default="1",
+    show_default=True,
+    help="Model chunks per GPU (interleaved; m must be a multiple of p).",
+)
 @click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
 @click.option("--width", default=120, show_default=True, help="Columns of the text timeline.")
 @click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
 @click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
 @JSON
 @guarded
-def pipeline_cmd(stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg,
-                 as_json) -> None:
+def pipeline_cmd(
+    stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
+) -> None:
     """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
     r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
     for path in (png, svg):
@@ -122,12 +138,18 @@ def pipeline_cmd(stages, microbatches, schedule, virtual_stages, backward_ratio,
     if as_json:
         echo_json(r)
         return
-    click.echo(f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
-               f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward")
-    click.echo(f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
-               f"idle share of the step, {r['bubble_fraction_formula']}")
-    click.echo(f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
-               f"{r['bubble_ratio_formula']}")
+    click.echo(
+        f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
+        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward"
+    )
+    click.echo(
+        f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
+        f"idle share of the step, {r['bubble_fraction_formula']}"
+    )
+    click.echo(
+        f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
+        f"{r['bubble_ratio_formula']}"
+    )
     held = " ".join(f"{h:g}" for h in r["held_per_stage"])
     click.echo(f"held per stage  {held}   micro-batches of activations at the peak")
     click.echo("")
@@ -165,8 +187,10 @@ def mfu_cmd(as_json: bool, **kw: Any) -> None:
         return
     click.echo(f"mfu  {r['arithmetic']}")
     if r["attention"]["included"]:
-        click.echo(f"     without attention FLOPs: {_pct(r['mfu_without_attention'])}; "
-                   f"attention {r['attention']['formula']}")
+        click.echo(
+            f"     without attention FLOPs: {_pct(r['mfu_without_attention'])}; "
+            f"attention {r['attention']['formula']}"
+        )
     click.echo(f"hfu  {r['hfu_arithmetic']}")
     click.echo(f"peak {r['peak_flops_per_s'] / 1e12:g} TFLOP/s per chip — {r['peak_source']}")
 
@@ -180,14 +204,24 @@ def render_step(report: dict[str, Any], st: dict[str, Any]) -> str:
         cells = []
         for j in range(n + 1):
             name = _name(report, j)
-            cells.append("R" if name in st["recomputed"] else "C" if name in st["kept"] else
-                         "#" if name in st["in_memory"] else
-                         "x" if name in st["discarded"] else ".")
+            cells.append(
+                "R"
+                if name in st["recomputed"]
+                else "C"
+                if name in st["kept"]
+                else "#"
+                if name in st["in_memory"]
+                else "x"
+                if name in st["discarded"]
+                else "."
+            )
         picture = "".join(cells)
     else:
         picture = "#" * round(st["held"] * 60 / (n + 1))
-    return (f"{st['step']:>4} {st['phase']:<9} layer {st['layer']:<4} {picture}  "
-            f"{st['held']:>3} held (no checkpointing: {st['held_without_checkpointing']})")
+    return (
+        f"{st['step']:>4} {st['phase']:<9} layer {st['layer']:<4} {picture}  "
+        f"{st['held']:>3} held (no checkpointing: {st['held_without_checkpointing']})"
+    )
 
 
 def _name(report: dict[str, Any], j: int) -> str:
@@ -199,14 +233,21 @@ def _name(report: dict[str, Any], j: int) -> str:
 @cli.command("ckpt")
 @click.option("--layers", "-n", required=True, help="Layers n.")
 @click.option("--every", "-k", help="Checkpoint every k layers [default: round(√n)].")
-@click.option("--labels", default="outputs", show_default=True,
-              help="Name tensors by layer outputs or inputs.")
+@click.option(
+    "--labels",
+    default="outputs",
+    show_default=True,
+    help="Name tensors by layer outputs or inputs.",
+)
 @click.option("--step", help="Show only step S (1 … 3n).")
 @click.option("--play", is_flag=True, help="Animate the steps in the terminal.")
 @click.option("--delay", default=0.6, show_default=True, help="Seconds per frame with --play.")
 @click.option("--gif", type=click.Path(dir_okay=False), help="Write the animation (plot extra).")
-@click.option("--chart", type=click.Path(dir_okay=False),
-              help="Write tensors held over time, both lines, as PNG/SVG (plot extra).")
+@click.option(
+    "--chart",
+    type=click.Path(dir_okay=False),
+    help="Write tensors held over time, both lines, as PNG/SVG (plot extra).",
+)
 @JSON
 @guarded
 def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
@@ -224,12 +265,14 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
     if as_json:
         echo_json(r)
         return
-    head = (f"{r['layers']} layers, checkpoint every {r['every']} "
-            f"(checkpoints: {', '.join(r['checkpoints'])})\n"
-            f"peak held {r['peak_held']} ({r['peak_held_formula']}) vs "
-            f"{r['peak_held_without_checkpointing']} without checkpointing; "
-            f"recompute overhead +{r['recompute_overhead']:.1%} "
-            f"({r['recompute_overhead_formula']})")
+    head = (
+        f"{r['layers']} layers, checkpoint every {r['every']} "
+        f"(checkpoints: {', '.join(r['checkpoints'])})\n"
+        f"peak held {r['peak_held']} ({r['peak_held_formula']}) vs "
+        f"{r['peak_held_without_checkpointing']} without checkpointing; "
+        f"recompute overhead +{r['recompute_overhead']:.1%} "
+        f"({r['recompute_overhead_formula']})"
+    )
     legend = "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
     if play and sys.stdout.isatty():
         for st in r["steps"]:
@@ -249,29 +292,44 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
 @click.option("--reward", default="model", show_default=True, help="model or rule (no network).")
 @click.option("--prompts", default=str(tabs.RLHF_DEFAULTS["prompts"]), show_default=True)
-@click.option("--samples-per-prompt", default=str(tabs.RLHF_DEFAULTS["samples_per_prompt"]),
-              show_default=True)
-@click.option("--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]),
-              show_default=True)
-@click.option("--completion-tokens", default=str(tabs.RLHF_DEFAULTS["completion_tokens"]),
-              show_default=True)
+@click.option(
+    "--samples-per-prompt", default=str(tabs.RLHF_DEFAULTS["samples_per_prompt"]), show_default=True
+)
+@click.option(
+    "--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]), show_default=True
+)
+@click.option(
+    "--completion-tokens", default=str(tabs.RLHF_DEFAULTS["completion_tokens"]), show_default=True
+)
 @click.option("--epochs", default="1", show_default=True)
-@click.option("--decode-mfu", default=str(tabs.RLHF_DEFAULTS["decode_mfu"]), show_default=True,
-              help="MFU of rollout generation (0–1).")
-@click.option("--train-mfu", default=str(tabs.RLHF_DEFAULTS["train_mfu"]), show_default=True,
-              help="MFU of scoring and training (0–1).")
+@click.option(
+    "--decode-mfu",
+    default=str(tabs.RLHF_DEFAULTS["decode_mfu"]),
+    show_default=True,
+    help="MFU of rollout generation (0–1).",
+)
+@click.option(
+    "--train-mfu",
+    default=str(tabs.RLHF_DEFAULTS["train_mfu"]),
+    show_default=True,
+    help="MFU of scoring and training (0–1).",
+)
 @click.option("--gpu", default=tabs.RLHF_DEFAULTS["gpu"], show_default=True)
 @click.option("--peak-tflops", help="Peak per chip instead of --gpu.")
 @click.option("--chips", default="1", show_default=True)
-@click.option("--rollout-engine", is_flag=True,
-              help="Add the rollout engine's weight copy and KV cache (needs --layers "
-                   "--kv-heads --head-dim).")
+@click.option(
+    "--rollout-engine",
+    is_flag=True,
+    help="Add the rollout engine's weight copy and KV cache (needs --layers "
+    "--kv-heads --head-dim).",
+)
 @click.option("--layers")
 @click.option("--kv-heads")
 @click.option("--head-dim")
 @click.option("--rollout-batch", help="Sequences decoded at once [default: all of the step].")
-@click.option("--logits-buffer", is_flag=True,
-              help="Add the FP32 logits buffer (needs --vocab-size).")
+@click.option(
+    "--logits-buffer", is_flag=True, help="Add the FP32 logits buffer (needs --vocab-size)."
+)
 @click.option("--vocab-size")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @JSON
@@ -285,14 +343,20 @@ def rlhf_cmd(as_json: bool, **kw: Any) -> None:
     click.echo(f"{r['algorithm'].upper()} (reward: {r['reward']}): {r['networks']} networks")
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
-        click.echo(f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
-                   f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB")
+        click.echo(
+            f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
+            f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
+        )
     for k, v in r["extra_bytes"].items():
         click.echo(f"  {k:<31} {v / 1e12:8.3f} TB")
     vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
-    click.echo(f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
-               f"bytes per policy parameter{vs_ppo}")
+    click.echo(
+        f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
+        f"bytes per policy parameter{vs_ppo}"
+    )
     click.echo("phase        FLOPs       FLOPs share  time share")
     for ph in ("rollout", "scoring", "training"):
-        click.echo(f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
-                   f"  {_pct(r['phase_time_share'][ph]):>10}")
+        click.echo(
+            f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
+            f"  {_pct(r['phase_time_share'][ph]):>10}"
+        )

@@ -1,0 +1,194 @@
+"""CLI of the four tabs: bad input is one line and exit code 2; text output fits 120 columns."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import optimizer.cli.tabs  # noqa: F401
+from optimizer.cli import cli
+from optimizer.cli.tabs import render_timeline
+from optimizer.tabs import pipeline_report
+
+BAD = [
+    (["ckpt", "--layers", "9", "--every", "0"], "every"),
+    (["ckpt", "--layers", "9", "--every", "3", "--step", "28"], "step"),
+    (["ckpt", "--layers", "9", "--every", "3", "--labels", "names"], "labels"),
+    (["pipeline", "--stages", "4", "--microbatches", "0"], "microbatches"),
+    (["pipeline", "-p", "4", "-m", "6", "--schedule", "interleaved", "-v", "2"], "multiple"),
+    (["pipeline", "-p", "4", "-m", "8", "--schedule", "zigzag"], "schedule"),
+    (["pipeline", "-p", "4", "-m", "eight"], "microbatches"),
+    (
+        [
+            "mfu",
+            "--params",
+            "-70e9",
+            "--tokens",
+            "4e6",
+            "--step-seconds",
+            "7",
+            "--peak-tflops",
+            "989",
+        ],
+        "params",
+    ),
+    (
+        [
+            "mfu",
+            "--params",
+            "70e9",
+            "--tokens",
+            "4e6",
+            "--step-seconds",
+            "-7",
+            "--peak-tflops",
+            "989",
+        ],
+        "step_seconds",
+    ),
+    (["mfu", "--achieved-pflops", "-1", "--peak-tflops", "989"], "achieved_pflops"),
+    (
+        [
+            "mfu",
+            "--params",
+            "70e9",
+            "--tokens",
+            "4e6",
+            "--step-seconds",
+            "0.7",
+            "--peak-tflops",
+            "989",
+            "--chips",
+            "512",
+        ],
+        "step_seconds",
+    ),
+    (["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7"], "peak"),
+    (
+        ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--gpu", "Z999"],
+        "Z999",
+    ),
+    (["rlhf", "--algorithm", "trpo", "--policy-params", "70B"], "algorithm"),
+    (["rlhf", "--algorithm", "ppo", "--policy-params", "70B", "--reward", "oracle"], "reward"),
+    (["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--decode-mfu", "4"], "decode_mfu"),
+]
+
+
+@pytest.mark.parametrize("args, word", BAD, ids=[" ".join(a[:3]) + "…" for a, _ in BAD])
+def test_bad_input_one_line_exit_2(args, word):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and word in lines[0], lines
+
+
+def test_mfu_arithmetic_line_as_the_seed_writes_it():
+    result = CliRunner().invoke(
+        cli,
+        [
+            "mfu",
+            "--params",
+            "70e9",
+            "--tokens",
+            "4,000,000",
+            "--step-seconds",
+            "7",
+            "--peak-tflops",
+            "989",
+            "--chips",
+            "512",
+        ],
+    )
+    assert "6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%" in result.output
+
+
+def test_mfu_causal_says_so():
+    args = [
+        "mfu",
+        "--params",
+        "540.35e9",
+        "--tokens-per-second",
+        "238.3e3",
+        "--gpu",
+        "TPUv4",
+        "--chips",
+        "6144",
+        "--attention",
+        "--layers",
+        "118",
+        "--hidden",
+        "12288",
+        "--seq-len",
+        "2048",
+        "--json",
+    ]
+    full = json.loads(CliRunner().invoke(cli, args).output)
+    causal = json.loads(CliRunner().invoke(cli, [*args, "--causal"]).output)
+    assert causal["attention"]["causal"] is True and "causal" in causal["attention"]["formula"]
+    assert causal["attention"]["flops_per_token"] * 2 == full["attention"]["flops_per_token"]
+
+
+@pytest.mark.parametrize(
+    "p, m, schedule, v",
+    [
+        (4, 8, "1f1b", 1),
+        (8, 64, "1f1b", 1),
+        (16, 512, "gpipe", 1),
+        (4, 8, "interleaved", 2),
+        (2, 60, "1f1b", 1),
+    ],
+)
+def test_text_timeline_fits_and_shows_bubble(p, m, schedule, v):
+    lines = render_timeline(pipeline_report(p, m, schedule, v), 120)
+    assert len(lines) == p + 1
+    assert all(len(line) <= 120 for line in lines)
+    assert "." in lines[0] and ("F" in lines[0]) and ("B" in lines[0] or "#" in lines[0])
+
+
+def test_ckpt_play_falls_back_to_plain_output():
+    result = CliRunner().invoke(cli, ["ckpt", "-n", "9", "-k", "3", "--play", "--delay", "0"])
+    assert result.exit_code == 0
+    assert len([ln for ln in result.output.splitlines() if " held (no " in ln]) == 27
+
+
+def test_ckpt_default_every_is_root_n():
+    out = json.loads(CliRunner().invoke(cli, ["ckpt", "-n", "100", "--json"]).output)
+    assert out["every"] == 10 and out["peak_held"] == 20
+
+
+def test_ckpt_labels_by_inputs():
+    out = json.loads(
+        CliRunner()
+        .invoke(cli, ["ckpt", "-n", "9", "-k", "3", "--labels", "inputs", "--step", "12", "--json"])
+        .output
+    )
+    assert out["checkpoints"] == ["in1", "in4", "in7"]
+    assert out["steps"][0]["recomputed"] == ["output"]
+
+
+def test_charts(tmp_path):
+    pytest.importorskip("matplotlib")
+    png, gif, svg = tmp_path / "p.png", tmp_path / "c.gif", tmp_path / "h.svg"
+    r1 = CliRunner().invoke(cli, ["pipeline", "-p", "4", "-m", "8", "--png", str(png)])
+    r2 = CliRunner().invoke(
+        cli, ["ckpt", "-n", "4", "-k", "2", "--gif", str(gif), "--chart", str(svg)]
+    )
+    assert r1.exit_code == r2.exit_code == 0
+    assert png.stat().st_size > 1000 and gif.stat().st_size > 1000 and svg.stat().st_size > 1000
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    result = CliRunner().invoke(
+        cli, ["pipeline", "-p", "2", "-m", "2", "--svg", str(tmp_path / "x.svg")]
+    )
+    assert result.exit_code == 2 and "pip install 'trainplan[plot]'" in result.output

@@ -1,0 +1,93 @@
+"""Every pipeline, mfu, ckpt and rlhf example of cases/seed_examples.toml, read from the file.
+
+The figures are compared the way ``shared/checks/seed_examples.py`` does (a key anywhere in the
+report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
+:data:`optimizer.tabs.TAB_REPORTS` and on the ``--json`` output of each CLI command.
+"""
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import optimizer.cli.tabs  # noqa: F401  (registers the commands)
+from optimizer.cli import cli
+from optimizer.tabs import TAB_REPORTS
+
+CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "seed_examples.toml"
+EXAMPLES = [e for e in tomllib.loads(CASES.read_text())["example"] if e["tab"] in TAB_REPORTS]
+
+
+def find_all(obj, key):
+    found = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                found.append(v)
+            found.extend(find_all(v, key))
+    elif isinstance(obj, list):
+        for v in obj:
+            found.extend(find_all(v, key))
+    return found
+
+
+def check(report, expect):
+    for key, want in expect.items():
+        rel = None
+        if isinstance(want, dict):
+            want, rel = want["value"], want.get("rel")
+        bound = key.endswith("_min")
+        values = find_all(report, key[:-4] if bound else key)
+        assert values, f"{key} missing"
+        assert all(v == values[0] for v in values), f"{key} differs: {values}"
+        got = values[0]
+        if bound:
+            assert got >= want, key
+        elif isinstance(want, list):
+            assert got == want, key
+        elif isinstance(want, int) and rel is None:
+            assert got == want and not isinstance(got, bool), key
+        else:
+            assert math.isclose(got, want, rel_tol=rel or 1e-6), f"{key}: {got} vs {want}"
+
+
+def test_all_tab_examples_present():
+    assert len(EXAMPLES) == 14
+    assert {e["tab"] for e in EXAMPLES} == set(TAB_REPORTS)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e["name"] for e in EXAMPLES])
+def test_example_report(example):
+    report = TAB_REPORTS[example["tab"]](**example[example["tab"]])
+    check(report, example["expect"])
+    json.dumps(report)  # plain JSON values only
+
+
+def _flags(params):
+    args = []
+    for k, v in params.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            args.append(flag)
+        else:
+            args += [flag, str(v)]
+    return args
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e["name"] for e in EXAMPLES])
+def test_example_cli_json(example):
+    tab = example["tab"]
+    result = CliRunner().invoke(cli, [tab, *_flags(example[tab]), "--json"])
+    assert result.exit_code == 0, result.output
+    check(json.loads(result.output), example["expect"])
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e["name"] for e in EXAMPLES])
+def test_example_cli_text(example):
+    tab = example["tab"]
+    result = CliRunner().invoke(cli, [tab, *_flags(example[tab])])
+    assert result.exit_code == 0, result.output
+    assert all(len(line) <= 120 for line in result.output.splitlines() if "|" in line)
