@@ -106,10 +106,11 @@ def microbatches_in_flight(
 
     * GPipe: ``m`` on every stage (all forwards run before any backward).
     * 1F1B: ``min(pp − stage, m)`` (warm-up forwards before the first backward).
-    * Interleaved 1F1B: on the first stage ``pp · (1 + (pp − 1)/(pp · v))`` micro-batches' worth
-      of the stage's layers (Korthikanti et al. 2022, arXiv 2205.05198, §4.2.3); on stage i the
-      warm-up is shorter by ``i`` chunks of ``1/v`` of the stage: ``pp − i + (pp − 1 − i)/v``
-      (equal to the paper's form at i = 0), capped at ``m``.
+    * Interleaved 1F1B: Megatron-LM's warm-up runs ``2·(pp − i − 1) + (v − 1)·pp`` model-chunk
+      forwards on stage i before its first backward, so ``2·(pp − i − 1) + (v − 1)·pp + 1`` chunks
+      (each 1/v of the stage's layers) are held at the peak, capped at ``m·v``. On the first stage
+      that is ``pp · (1 + (pp − 1)/(pp · v))`` micro-batches' worth (Korthikanti et al. 2022, arXiv
+      2205.05198, §4.2.3); :mod:`model.schedule`'s simulation confirms every stage.
 
     Unit: micro-batches of the stage's full set of layers (exact; may be fractional).
 
@@ -127,4 +128,5 @@ def microbatches_in_flight(
         return Fraction(m)
     if sched is Schedule.ONE_F_ONE_B or pp == 1:
         return Fraction(min(pp - stage, m))
-    return min(Fraction(pp - stage) + Fraction(pp - 1 - stage, v), Fraction(m))
+    chunks = 2 * (pp - stage - 1) + (v - 1) * pp + 1
+    return Fraction(min(chunks, m * v), v)

@@ -1,0 +1,126 @@
+"""The layout space: legal *shapes* (degrees, micro-batch, schedule) and the modifiers
+(zero_stage, recompute) the search chooses among.
+
+Legality is decided by :func:`model.layout.validate` alone — the same rules the evaluator
+applies — so the search never re-types a divisibility rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model.errors import LayoutError
+from model.layout import Layout, Recompute, validate
+from model.pipeline import Schedule
+from model.specs import ModelSpec, TrainingSpec
+
+__all__ = ["Shape", "SearchSpace", "divisors", "legal_shapes", "ZERO_PREFERENCE", "RECOMPUTE_PREFERENCE"]
+
+ZERO_PREFERENCE = (1, 2, 0, 3)
+"""Tie-break among ZeRO stages of equal step time: ZeRO-1 (the common default), then 2, 0, 3."""
+RECOMPUTE_PREFERENCE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.SQRT, Recompute.FULL)
+"""Tie-break among recompute modes of equal step time: less recomputation first."""
+_SCHEDULE_ORDER = {Schedule.ONE_F_ONE_B: 0, Schedule.INTERLEAVED: 1, Schedule.GPIPE: 2}
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending.
+
+    Examples
+    --------
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True, slots=True, order=False)
+class Shape:
+    """A layout without its modifiers: degrees, micro-batch size, schedule, virtual stages."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    schedule: Schedule
+    virtual_stages: int
+
+    def layout(self, zero_stage: int, recompute: Recompute | str) -> Layout:
+        """The full layout with these modifiers."""
+        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, zero_stage=zero_stage,
+                      recompute=recompute, micro_batch_size=self.micro_batch_size, schedule=self.schedule,
+                      virtual_stages=self.virtual_stages)
+
+    @property
+    def tie_key(self) -> tuple[int, ...]:
+        """Tie-break order among shapes of equal step time: fewer model-parallel GPUs
+        (tp·pp·cp), then smaller tp, pp, cp, ep, smaller micro-batch, schedule 1F1B <
+        interleaved < GPipe, fewer virtual stages."""
+        return (self.tp * self.pp * self.cp, self.tp, self.pp, self.cp, self.ep, self.micro_batch_size,
+                _SCHEDULE_ORDER[self.schedule], self.virtual_stages)
+
+
+def _allowed(values: tuple[int, ...] | None, candidates: list[int]) -> list[int]:
+    return candidates if values is None else [c for c in candidates if c in values]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """Allowed values per decision; None means every legal value."""
+
+    num_gpus: int
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = (1,)
+    ep: tuple[int, ...] | None = None
+    micro_batch_size: tuple[int, ...] | None = None
+    max_micro_batch_size: int = 8
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recomputes: tuple[Recompute, ...] = tuple(Recompute)
+    schedules: tuple[Schedule, ...] = tuple(Schedule)
+    virtual_stages: tuple[int, ...] = (2, 3, 4)
+    """Virtual stages tried with the interleaved schedule."""
+    extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 1:
+            raise LayoutError(f"gpus: {self.num_gpus} must be at least 1")
+        if not self.zero_stages or not self.recomputes or not self.schedules:
+            raise LayoutError("search: zero stages, recompute modes and schedules must not be empty")
+
+
+def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
+    if pp == 1:  # no pipeline: the schedules coincide; keep one
+        return [(Schedule.ONE_F_ONE_B, 1)]
+    out = [(s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED]
+    if Schedule.INTERLEAVED in space.schedules:
+        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
+    return out
+
+
+def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
+    """Every shape of ``space`` that :func:`model.layout.validate` accepts, in tie-break order."""
+    G, B = space.num_gpus, training.global_batch_size
+    moe = model.arch is not None and model.arch.moe is not None
+    shapes = []
+    for tp in _allowed(space.tp, divisors(G)):
+        for cp in _allowed(space.cp, divisors(G // tp)):
+            for pp in _allowed(space.pp, divisors(G // (tp * cp))):
+                dp = G // (tp * cp * pp)
+                if B % dp:
+                    continue
+                eps = _allowed(space.ep, divisors(dp * cp)) if moe else [1]
+                mbs = [b for b in _allowed(space.micro_batch_size, divisors(B // dp)) if b <= space.max_micro_batch_size]
+                for ep in eps:
+                    for b in mbs:
+                        for schedule, v in _schedules(space, pp):
+                            shape = Shape(dp, tp, pp, cp, ep, b, schedule, v)
+                            try:
+                                validate(shape.layout(1, Recompute.NONE), model, training, G)
+                            except LayoutError:
+                                continue
+                            shapes.append(shape)
+    return sorted(shapes, key=lambda s: s.tie_key)
