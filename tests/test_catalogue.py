@@ -68,12 +68,10 @@ def test_every_catalogue_file_loads_with_source_and_training_defaults(name):
         assert entry.layout_source
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", [n for n in model_names() if get_model(n).layout])
 def test_published_layout_is_consistent(name):
     """G = dp·tp·pp·cp, ep divides dp·cp, and B is a multiple of dp (SPEC "Layout identity")."""
     layout = get_model(name).layout
-    if not layout:
-        pytest.skip("no published layout")
     dp, tp, pp, cp = (layout.get(k, 1) for k in ("dp", "tp", "pp", "cp"))
     assert dp * tp * pp * cp == layout["num_gpus"]
     assert (dp * cp) % layout.get("ep", 1) == 0
