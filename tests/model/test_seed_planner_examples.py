@@ -1,0 +1,146 @@
+"""Every planner example of ``../shared/cases/seed_examples.toml`` to its stated figures.
+
+Lookup rules as ``../shared/checks/seed_examples.py``: a key is found at any depth of the JSON
+object (outside ``zero_table``) and every occurrence must agree; the ZeRO-table figures are read
+from the ``zero_table`` rows in stage order; plain numbers match to a relative 1e-6 (TOML integers
+exactly); ``{value, rel}`` / ``{values, rel}`` use the given tolerance; lists compare element-wise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from optimizer.examples import run_example
+
+from ._shared import load
+
+PLANNER = [e for e in load("seed_examples.toml")["example"] if e["tab"] == "planner"]
+ZERO_TABLE_KEYS = {
+    "zero_table_bytes": "model_state_bytes",
+    "zero_table_reduction": "reduction",
+    "dp_bytes_per_step": "dp_bytes_per_step",
+}
+
+
+def _find_all(obj: Any, key: str) -> list[Any]:
+    found = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                found.append(v)
+            if k != "zero_table":
+                found.extend(_find_all(v, key))
+    elif isinstance(obj, list):
+        for v in obj:
+            found.extend(_find_all(v, key))
+    return found
+
+
+def _lookup(out: dict[str, Any], key: str) -> Any:
+    if key in ZERO_TABLE_KEYS:
+        tables = _find_all(out, "zero_table")
+        assert len(tables) == 1, f"'zero_table' occurs {len(tables)} times"
+        rows = sorted(tables[0], key=lambda r: r["zero_stage"])
+        assert [r["zero_stage"] for r in rows] == [0, 1, 2, 3]
+        return [r[ZERO_TABLE_KEYS[key]] for r in rows]
+    values = _find_all(out, key)
+    assert values, f"'{key}' is not in the JSON"
+    assert all(v == values[0] for v in values[1:]), f"'{key}' differs between occurrences: {values}"
+    return values[0]
+
+
+def _close(got: Any, want: Any, rel: float | None) -> bool:
+    if isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(_close(g, w, rel) for g, w in zip(got, want, strict=True))
+        )
+    if isinstance(want, (bool, str)):
+        return got == want
+    if isinstance(want, int) and rel is None:
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == want
+    return isinstance(got, (int, float)) and math.isclose(
+        got, want, rel_tol=rel or 1e-6, abs_tol=1e-12
+    )
+
+
+def test_seven_planner_examples_in_the_file():
+    assert len(PLANNER) == 7
+
+
+@pytest.mark.parametrize("example", PLANNER, ids=[e["name"] for e in PLANNER])
+def test_planner_example_figures(example):
+    out = run_example(example["name"])
+    assert out["example"] == example["name"] and out["tab"] == "planner"
+    assert example["expect"], "every planner example states a figure"
+    for key, want in example["expect"].items():
+        rel = None
+        if isinstance(want, dict):
+            want, rel = (want["values"] if "values" in want else want["value"]), want.get("rel")
+        got = _lookup(out, key)
+        assert _close(got, want, rel), (
+            f"{example['name']}: {key} = {got!r}, want {want!r} (rel {rel})"
+        )
+
+
+@pytest.mark.parametrize("example", PLANNER, ids=[e["name"] for e in PLANNER])
+def test_planner_example_layout_is_the_files(example):
+    """The example runs the layout the file gives (degrees, b, B, s) and G = dp·tp·pp·cp."""
+    out = run_example(example["name"])
+    layout = out["layout"]
+    for key, value in example["layout"].items():
+        assert layout[key] == value, key
+    assert out["num_gpus"] == layout["dp"] * layout["tp"] * layout["pp"] * layout["cp"]
+    m, b, dp = layout["num_microbatches"], layout["micro_batch_size"], layout["dp"]
+    assert m * b * dp == layout["global_batch_size"]
+    if "params" in example:
+        assert out["model"]["num_params"] == int(example["params"])
+
+
+def _traffic(out: dict[str, Any], axis: str) -> dict[str, Any]:
+    (row,) = [r for r in out["traffic"] if r["axis"] == axis]
+    return row
+
+
+def test_llama3_405b_shows_memory_zero_table_and_traffic():
+    out = run_example("llama3-405b")
+    mem = out["memory"]
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "total_bytes",
+    ):
+        assert mem[key] > 0, key
+    assert len(out["zero_table"]) == 4
+    for axis in ("dp", "tp", "pp"):
+        row = _traffic(out, axis)
+        assert (
+            row["bytes_per_step"] > 0
+            and row["link"] in ("nvlink", "scale-out")
+            and row["seconds"] > 0
+        )
+    # tp 8 fits in one 8-GPU NVLink domain; dp and pp span nodes.
+    assert _traffic(out, "tp")["link"] == "nvlink"
+    assert _traffic(out, "dp")["link"] == "scale-out" and _traffic(out, "pp")["link"] == "scale-out"
+    assert out["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
+
+
+def test_llama3_405b_128k_has_a_cp_ring_attention_row():
+    row = _traffic(run_example("llama3-405b-128k"), "cp")
+    assert row["group_size"] == 16 and row["bytes_per_step"] > 0
+    assert "ring" in row["collective"] and "K" in row["collective"] and "V" in row["collective"]
+
+
+def test_deepseek_v3_has_an_ep_all_to_all_row_and_experts_over_two_replicas():
+    out = run_example("deepseek-v3-ep64")
+    row = _traffic(out, "ep")
+    assert (
+        row["group_size"] == 64 and row["bytes_per_step"] > 0 and "all-to-all" in row["collective"]
+    )
+    assert any("dp·cp/ep = 2" in line for line in out["assumptions"])
