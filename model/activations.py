@@ -97,16 +97,10 @@ class LayerActivations:
     """The [b, a, s, s] tensors (dropped by FlashAttention or selective recomputation)."""
     checkpoint_bytes: Fraction
     """The layer input kept by full or √n recomputation: ``β·S·h`` (÷ tp with SP)."""
-
-    @property
-    def full_bytes(self) -> Fraction:
-        """Everything the layer keeps without recomputation."""
-        return sum((b for _, b in self.terms), Fraction(0))
-
-    @property
-    def selective_bytes(self) -> Fraction:
-        """Kept with selective recomputation (the attention-score tensors recomputed)."""
-        return sum((b for n, b in self.terms if n not in self.score_names), Fraction(0))
+    full_bytes: Fraction
+    """Everything the layer keeps without recomputation (the sum of ``terms``)."""
+    selective_bytes: Fraction
+    """Kept with selective recomputation (the attention-score tensors recomputed)."""
 
 
 def _mask(arch: Architecture) -> int:
@@ -218,4 +212,6 @@ def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) ->
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]
-    return LayerActivations(terms, scores, ckpt)
+    full = sum((b for _, b in terms), Fraction(0))
+    selective = sum((b for n, b in terms if n not in scores), Fraction(0))
+    return LayerActivations(terms, scores, ckpt, full, selective)

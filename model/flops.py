@@ -143,7 +143,8 @@ class StepFlops:
     model_flops: int
     """MFU numerator under the chosen :class:`MfuConvention`."""
     hardware_flops: int
-    """What the GPUs compute: 3 passes of every layer and the output layer, plus recomputation."""
+    """HFU numerator: model FLOPs plus the recomputed FLOPs (PaLM Appendix B), so HFU ≥ MFU under
+    every convention; for the GPT layer under ``megatron`` with full recomputation it is Eq. 3."""
     recomputed_flops: int
     """Of ``hardware_flops``, the recomputed forward work."""
 
@@ -178,7 +179,6 @@ def step_flops(
     layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in range(arch.num_layers))
     logits_fwd = 2 * s * B * arch.hidden_size * arch.vocab_size
     recomputed = sum(recompute_forward_flops(arch, i, s, B, recompute, causal) for i in range(arch.num_layers))
-    hardware = 3 * (layers_fwd + logits_fwd) + recomputed
     tokens = B * s
     if convention is MfuConvention.MEGATRON:
         model = 3 * (layers_fwd + logits_fwd)
@@ -186,7 +186,7 @@ def step_flops(
         model = 6 * active_params * tokens
         if convention is MfuConvention.SIX_N_ATTENTION:
             model += 3 * sum(attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers))
-    return StepFlops(model, hardware, recomputed)
+    return StepFlops(model, model + recomputed, recomputed)
 
 
 def megatron_eq3_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 
 from model.activations import ActivationContext, layer_activations
 from model.layout import Layout, Recompute
@@ -49,6 +50,14 @@ def model_state(
     dense_params: Fraction, expert_params: Fraction, layout: Layout, training: TrainingSpec,
     zero_stage: int | None = None,
 ) -> ModelState:
+    stage = layout.zero_stage if zero_stage is None else zero_stage
+    return _model_state(dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, training, stage)
+
+
+@cache
+def _model_state(
+    dense_params: Fraction, expert_params: Fraction, shard: int, expert_shard: int, training: TrainingSpec, stage: int
+) -> ModelState:
     """Weights, gradients and optimizer bytes on one GPU under a ZeRO stage.
 
     ``dense_params`` and ``expert_params`` are the parameters on this GPU before ZeRO (already
@@ -68,9 +77,8 @@ def model_state(
     >>> model_state(Fraction(7_500_000_000), Fraction(0), Layout(dp=64), t, 1).total_bytes
     Fraction(31406250000, 1)
     """
-    stage = layout.zero_stage if zero_stage is None else zero_stage
     w = g = o = Fraction(0)
-    for params, replicas in ((dense_params, layout.shard_degree), (expert_params, layout.expert_shard_degree)):
+    for params, replicas in ((dense_params, shard), (expert_params, expert_shard)):
         w += training.weight_bytes * params / (replicas if stage >= 3 else 1)
         g += training.gradient_bytes * params / (replicas if stage >= 2 else 1)
         o += training.optimizer_bytes * params / (replicas if stage >= 1 else 1)
@@ -159,16 +167,21 @@ def stage_activations(
     m = layout.num_microbatches(training.global_batch_size)
     in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
     acts = [layer_activations(arch, j, ctx) for j in layers]
+    kinds: dict[int, tuple[int, object]] = {}  # identical layers share one cached object: sum by count
+    for a in acts:
+        n, _ = kinds.get(id(a), (0, a))
+        kinds[id(a)] = (n + 1, a)
     mode = layout.recompute
     transient = Fraction(0)
     if mode is Recompute.NONE:
-        per_mb = sum((a.full_bytes for a in acts), Fraction(0))
+        per_mb = sum((n * a.full_bytes for n, a in kinds.values()), Fraction(0))  # type: ignore[attr-defined]
     elif mode is Recompute.SELECTIVE:
-        per_mb = sum((a.selective_bytes for a in acts), Fraction(0))
+        per_mb = sum((n * a.selective_bytes for n, a in kinds.values()), Fraction(0))  # type: ignore[attr-defined]
     else:
         k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
         segments = [acts[i : i + k] for i in range(0, len(acts), k)]
         per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
-        transient = max(sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in segments)
+        sums = {tuple(id(a) for a in seg): seg for seg in segments}  # distinct segment compositions
+        transient = max(sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in sums.values())
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
     return StageActivations(per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb)
