@@ -114,7 +114,10 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
         assert arch.mla is not None
         m = arch.mla
         qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        rows = [("attention norm input", beta * S * h, "sp"), ("attention projection input", beta * S * h, "sp")]
+        rows = [
+            ("attention norm input", beta * S * h, "sp"),
+            ("attention projection input", beta * S * h, "sp"),
+        ]
         if m.q_lora_rank is not None:
             rows.append(("query latent and its norm output", 2 * beta * S * m.q_lora_rank, "sp"))
         rows += [
@@ -146,7 +149,9 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
     return rows
 
 
-def _swiglu_or_gelu(prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int) -> list[tuple[str, Fraction, str]]:
+def _swiglu_or_gelu(
+    prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int
+) -> list[tuple[str, Fraction, str]]:
     if arch.mlp is Mlp.SWIGLU:
         return [
             (f"{prefix} SwiGLU input (gate, up)", 2 * beta * S * ffn, "tp"),
@@ -158,7 +163,9 @@ def _swiglu_or_gelu(prefix: str, arch: Architecture, S: Fraction, ffn: int, beta
     ]
 
 
-def _mlp_terms(arch: Architecture, index: int, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
+def _mlp_terms(
+    arch: Architecture, index: int, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
     S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
     rows = [("MLP norm input", beta * S * h, "sp")]
     if not arch.is_moe_layer(index):

@@ -37,8 +37,12 @@ def _ring(n: int) -> Fraction:
 
 
 def dp_traffic(
-    dense_params: Fraction, expert_params: Fraction, layout: Layout, training: TrainingSpec,
-    zero_stage: int | None = None, regather_per_microbatch: bool = False,
+    dense_params: Fraction,
+    expert_params: Fraction,
+    layout: Layout,
+    training: TrainingSpec,
+    zero_stage: int | None = None,
+    regather_per_microbatch: bool = False,
 ) -> AxisTraffic:
     """Data-parallel gradient traffic over D = dp·cp ranks (experts over dp·cp/ep).
 
@@ -71,11 +75,15 @@ def dp_traffic(
 
 
 def _passes(recompute: Recompute, attention_core: bool = False) -> int:
-    extra = recompute in (Recompute.FULL, Recompute.SQRT) or (attention_core and recompute is Recompute.SELECTIVE)
+    extra = recompute in (Recompute.FULL, Recompute.SQRT) or (
+        attention_core and recompute is Recompute.SELECTIVE
+    )
     return 2 + int(extra)
 
 
-def tp_traffic(arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec) -> AxisTraffic:
+def tp_traffic(
+    arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec
+) -> AxisTraffic:
     """Tensor-parallel traffic: per layer, per micro-batch, per pass, 2 all-gathers + 2
     reduce-scatters of ``β·S_tok·h`` (sequence parallel) or 2 all-reduces (without), the same
     bytes: ``4·(t−1)/t·β·S_tok·h``. Korthikanti et al. 2022 §4.2.2.
@@ -116,10 +124,14 @@ def pp_traffic(hidden_size: int, layout: Layout, training: TrainingSpec) -> Axis
     m = layout.num_microbatches(training.global_batch_size)
     tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
     one = training.activation_bytes * tokens * hidden_size / layout.tp
-    return AxisTraffic("pp", "send/recv (point-to-point)", layout.pp, 2 * one * m * layout.virtual_stages)
+    return AxisTraffic(
+        "pp", "send/recv (point-to-point)", layout.pp, 2 * one * m * layout.virtual_stages
+    )
 
 
-def cp_traffic(arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec) -> AxisTraffic:
+def cp_traffic(
+    arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec
+) -> AxisTraffic:
     """Context-parallel ring attention: per layer, per micro-batch, each rank passes its K and V
     chunk around the ring, cp − 1 hops of ``β·S_tok·(K + V dims)/tp`` (g KV heads of d for MHA/GQA;
     MLA exchanges the expanded a·(d_qk) keys and a·d_v values). Backward sends K, V again and
@@ -142,7 +154,9 @@ def cp_traffic(arch: Architecture, num_layers: int, layout: Layout, training: Tr
     tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
     if arch.attention is AttentionKind.MLA:
         assert arch.mla is not None
-        dims = arch.num_attention_heads * (arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim + arch.mla.v_head_dim)
+        dims = arch.num_attention_heads * (
+            arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim + arch.mla.v_head_dim
+        )
     else:
         dims = 2 * arch.kv_heads * arch.dim_per_head
     forward = (layout.cp - 1) * training.activation_bytes * tokens * Fraction(dims, layout.tp)
@@ -151,7 +165,9 @@ def cp_traffic(arch: Architecture, num_layers: int, layout: Layout, training: Tr
     return AxisTraffic("cp", "ring send/recv of K, V (ring attention)", layout.cp, total)
 
 
-def ep_traffic(arch: Architecture, num_moe_layers: int, layout: Layout, training: TrainingSpec) -> AxisTraffic:
+def ep_traffic(
+    arch: Architecture, num_moe_layers: int, layout: Layout, training: TrainingSpec
+) -> AxisTraffic:
     """Expert-parallel all-to-all: per MoE layer, per micro-batch, dispatch and combine in
     forward and again in backward (and in a recomputed forward), each sending the (ep−1)/ep of
     the ``k·T·h`` routed token copies that go to other ranks (uniform routing), ``T`` = tokens on
@@ -170,7 +186,17 @@ def ep_traffic(arch: Architecture, num_moe_layers: int, layout: Layout, training
     if layout.ep == 1 or arch.moe is None:
         return AxisTraffic("ep", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size / (layout.tp if layout.sp else 1)
-    one = _ring(layout.ep) * arch.moe.experts_per_token * tokens * arch.hidden_size * training.activation_bytes
+    tokens = (
+        Fraction(training.seq_len, layout.cp)
+        * layout.micro_batch_size
+        / (layout.tp if layout.sp else 1)
+    )
+    one = (
+        _ring(layout.ep)
+        * arch.moe.experts_per_token
+        * tokens
+        * arch.hidden_size
+        * training.activation_bytes
+    )
     total = 2 * one * _passes(layout.recompute) * num_moe_layers * m
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)

@@ -22,8 +22,18 @@ from model.specs import ModelSpec, TrainingSpec
 from model.timing import CostOptions, stage_microbatch_flops
 
 __all__ = [
-    "AxisLinkLike", "StageMemory", "TrafficRow", "Estimate", "evaluate", "ZeroRow",
-    "stage_memory", "stage_states", "stage_activation_list", "TimeTerms", "time_terms", "traffic_rows",
+    "AxisLinkLike",
+    "StageMemory",
+    "TrafficRow",
+    "Estimate",
+    "evaluate",
+    "ZeroRow",
+    "stage_memory",
+    "stage_states",
+    "stage_activation_list",
+    "TimeTerms",
+    "time_terms",
+    "traffic_rows",
     "objective_ns",
 ]
 
@@ -143,26 +153,46 @@ class Estimate:
         return estimate_to_dict(self)
 
 
-def _stage_param_list(model: ModelSpec, layout: Layout, vocab_multiple: int) -> list[tuple[int, tuple[int, ...], Fraction, Fraction]]:
+def _stage_param_list(
+    model: ModelSpec, layout: Layout, vocab_multiple: int
+) -> list[tuple[int, tuple[int, ...], Fraction, Fraction]]:
     """(stage, layers, dense params per GPU, expert params per GPU) for every stage."""
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, layout.tp * layout.pp)
-        split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages) if arch else ((),) * layout.pp
+        split = (
+            split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
+            if arch
+            else ((),) * layout.pp
+        )
         return [(i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split)]
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    return [(sp.stage, sp.layers, Fraction(sp.dense, layout.tp), Fraction(sp.experts, layout.tp * layout.ep))
-            for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages)]
+    return [
+        (
+            sp.stage,
+            sp.layers,
+            Fraction(sp.dense, layout.tp),
+            Fraction(sp.experts, layout.tp * layout.ep),
+        )
+        for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages)
+    ]
 
 
-def stage_states(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[ModelState, ...]:
+def stage_states(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+) -> tuple[ModelState, ...]:
     """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
     The search tabulates this function over (shape, zero_stage)."""
-    return tuple(model_state(d, e, layout, training) for _, _, d, e in _stage_param_list(model, layout, vocab_multiple))
+    return tuple(
+        model_state(d, e, layout, training)
+        for _, _, d, e in _stage_param_list(model, layout, vocab_multiple)
+    )
 
 
-def stage_activation_list(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[StageActivations, ...] | None:
+def stage_activation_list(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+) -> tuple[StageActivations, ...] | None:
     """Activation bytes on one GPU of every pipeline stage (reads tp pp cp v micro_batch_size
     recompute schedule sequence_parallel, and dp through m); None for a size-only model.
     The search tabulates this function over (shape, recompute)."""
@@ -171,29 +201,48 @@ def stage_activation_list(model: ModelSpec, training: TrainingSpec, layout: Layo
         return None
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
     split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages)
-    return tuple(stage_activations(arch, layers, i, layout, training, vocab) for i, layers in enumerate(split))
+    return tuple(
+        stage_activations(arch, layers, i, layout, training, vocab)
+        for i, layers in enumerate(split)
+    )
 
 
-def stage_memory(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0) -> tuple[StageMemory, ...]:
+def stage_memory(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+) -> tuple[StageMemory, ...]:
     """Bytes on one GPU of every pipeline stage: :func:`stage_states` + :func:`stage_activation_list`."""
     params = _stage_param_list(model, layout, vocab_multiple)
     states = stage_states(model, training, layout, vocab_multiple)
     acts = stage_activation_list(model, training, layout, vocab_multiple)
-    return tuple(StageMemory(i, len(layers), d, e, states[i], acts[i] if acts else None)
-                 for (i, layers, d, e) in params)
+    return tuple(
+        StageMemory(i, len(layers), d, e, states[i], acts[i] if acts else None)
+        for (i, layers, d, e) in params
+    )
 
 
-def _zero_table(stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions) -> tuple[ZeroRow, ...]:
+def _zero_table(
+    stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
+) -> tuple[ZeroRow, ...]:
     base = model_state(stage.dense_params, stage.expert_params, layout, training, 0).total_bytes
     rows = []
     for z in range(4):
-        state = model_state(stage.dense_params, stage.expert_params, layout, training, z).total_bytes
-        dp = dp_traffic(stage.dense_params, stage.expert_params, layout, training, z, options.zero3_regather)
+        state = model_state(
+            stage.dense_params, stage.expert_params, layout, training, z
+        ).total_bytes
+        dp = dp_traffic(
+            stage.dense_params, stage.expert_params, layout, training, z, options.zero3_regather
+        )
         rows.append(ZeroRow(z, state, base / state, dp.bytes_per_step))
     return tuple(rows)
 
 
-def _traffic(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int, options: CostOptions) -> list[AxisTraffic]:
+def _traffic(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    vocab_multiple: int,
+    options: CostOptions,
+) -> list[AxisTraffic]:
     params = _stage_param_list(model, layout, vocab_multiple)
     _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
     rows = [dp_traffic(dense, experts, layout, training, None, options.zero3_regather)]
@@ -212,7 +261,9 @@ def _traffic(model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_mul
     return rows
 
 
-def _link_rows(traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | None, options: CostOptions) -> tuple[TrafficRow, ...]:
+def _link_rows(
+    traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | None, options: CostOptions
+) -> tuple[TrafficRow, ...]:
     out = []
     for t in traffic:
         key = "dp_cp" if t.axis == "dp" else t.axis
@@ -225,7 +276,11 @@ def _link_rows(traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | N
             continue
         seconds = float(t.bytes_per_step) / link.bandwidth_bytes_per_s
         exposed = (1 - options.overlap[t.axis]) * seconds
-        out.append(TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, options.overlap[t.axis], exposed))
+        out.append(
+            TrafficRow(
+                t, link.link, link.bandwidth_bytes_per_s, seconds, options.overlap[t.axis], exposed
+            )
+        )
     return tuple(out)
 
 
@@ -247,8 +302,12 @@ class TimeTerms:
 
 
 def time_terms(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, device: DeviceSpec,
-    traffic: tuple[TrafficRow, ...], options: CostOptions,
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    traffic: tuple[TrafficRow, ...],
+    options: CostOptions,
 ) -> TimeTerms | None:
     """Step time of ``layout`` from its traffic rows; None without dimensions or link figures.
 
@@ -259,18 +318,30 @@ def time_terms(
         return None
     m = layout.num_microbatches(training.global_batch_size)
     split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
-    per_mb = max(stage_microbatch_flops(arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops)
-                 for i, layers in enumerate(split))
+    per_mb = max(
+        stage_microbatch_flops(
+            arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops
+        )
+        for i, layers in enumerate(split)
+    )
     t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
     compute = m * t_mb
     exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
     other = sum(v for k, v in exposed.items() if k != "dp")
-    return TimeTerms(compute, compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other, exposed.get("dp", 0.0))
+    return TimeTerms(
+        compute,
+        compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other,
+        exposed.get("dp", 0.0),
+    )
 
 
 def traffic_rows(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, links: Mapping[str, AxisLinkLike] | None,
-    options: CostOptions, vocab_multiple: int = 0,
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    links: Mapping[str, AxisLinkLike] | None,
+    options: CostOptions,
+    vocab_multiple: int = 0,
 ) -> tuple[TrafficRow, ...]:
     """Traffic per axis with its link and exposed time. DP uses the stage with the most
     parameters; tp and cp the stage with the most layers; ep the one with the most MoE layers."""
@@ -321,16 +392,44 @@ def evaluate(
         n_active = n_total
     flops = compute_s = step_s = terms = None
     if arch is None:
-        notes.append("activations, traffic beyond DP, FLOPs and step time need the model's dimensions "
-                     "(give --layers --hidden --heads …, or a catalogue model)")
+        notes.append(
+            "activations, traffic beyond DP, FLOPs and step time need the model's dimensions "
+            "(give --layers --hidden --heads …, or a catalogue model)"
+        )
     else:
-        flops = step_flops(arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
-                           options.mfu_convention, options.causal_attention_flops)
+        flops = step_flops(
+            arch,
+            n_active,
+            training.seq_len,
+            training.global_batch_size,
+            layout.recompute,
+            options.mfu_convention,
+            options.causal_attention_flops,
+        )
         terms = time_terms(model, training, layout, device, traffic, options)
         if terms is None:
-            notes.append("step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)")
+            notes.append(
+                "step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)"
+            )
         else:
             compute_s, step_s = terms.compute_s, terms.step_s
     zero = _zero_table(stages[busiest], layout, training, options)
-    return Estimate(model, training, layout, device, options, n_total, n_active, m, stages, busiest,
-                    zero, traffic, flops, compute_s, step_s, tuple(notes), terms)
+    return Estimate(
+        model,
+        training,
+        layout,
+        device,
+        options,
+        n_total,
+        n_active,
+        m,
+        stages,
+        busiest,
+        zero,
+        traffic,
+        flops,
+        compute_s,
+        step_s,
+        tuple(notes),
+        terms,
+    )

@@ -26,7 +26,7 @@ from enum import StrEnum
 from functools import cache
 
 from model.layout import Recompute
-from model.params import attention_params, mlp_params
+from model.params import attention_params
 from model.specs import Architecture, AttentionKind, Mlp
 
 __all__ = [
@@ -98,7 +98,9 @@ def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
     return attn + h * moe.num_experts + ffn
 
 
-def attention_core_forward_flops(arch: Architecture, seq_len: int, batch: int, causal: bool = False) -> int:
+def attention_core_forward_flops(
+    arch: Architecture, seq_len: int, batch: int, causal: bool = False
+) -> int:
     """Forward FLOPs of QKᵀ and scores·V for ``batch`` sequences: ``2·b·s²·a·(d_qk + d_v)``.
 
     Examples
@@ -119,7 +121,9 @@ def attention_core_forward_flops(arch: Architecture, seq_len: int, batch: int, c
     return flops // 2 if causal else flops
 
 
-def layer_forward_flops(arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False) -> int:
+def layer_forward_flops(
+    arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False
+) -> int:
     """Forward FLOPs of layer ``index`` for ``batch`` sequences (whole layer, all tp/cp ranks).
 
     Examples
@@ -149,7 +153,14 @@ class StepFlops:
     """Of ``hardware_flops``, the recomputed forward work."""
 
 
-def recompute_forward_flops(arch: Architecture, index: int, seq_len: int, batch: int, recompute: Recompute, causal: bool = False) -> int:
+def recompute_forward_flops(
+    arch: Architecture,
+    index: int,
+    seq_len: int,
+    batch: int,
+    recompute: Recompute,
+    causal: bool = False,
+) -> int:
     """Forward FLOPs recomputed in backward for layer ``index`` under ``recompute``."""
     if recompute in (Recompute.FULL, Recompute.SQRT):
         return layer_forward_flops(arch, index, seq_len, batch, causal)
@@ -159,8 +170,13 @@ def recompute_forward_flops(arch: Architecture, index: int, seq_len: int, batch:
 
 
 def step_flops(
-    arch: Architecture, active_params: int, seq_len: int, global_batch_size: int, recompute: Recompute,
-    convention: MfuConvention = MfuConvention.SIX_N, causal: bool = False,
+    arch: Architecture,
+    active_params: int,
+    seq_len: int,
+    global_batch_size: int,
+    recompute: Recompute,
+    convention: MfuConvention = MfuConvention.SIX_N,
+    causal: bool = False,
 ) -> StepFlops:
     """Model and hardware FLOPs of one step of ``global_batch_size`` sequences.
 
@@ -178,18 +194,24 @@ def step_flops(
     B, s = global_batch_size, seq_len
     layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in range(arch.num_layers))
     logits_fwd = 2 * s * B * arch.hidden_size * arch.vocab_size
-    recomputed = sum(recompute_forward_flops(arch, i, s, B, recompute, causal) for i in range(arch.num_layers))
+    recomputed = sum(
+        recompute_forward_flops(arch, i, s, B, recompute, causal) for i in range(arch.num_layers)
+    )
     tokens = B * s
     if convention is MfuConvention.MEGATRON:
         model = 3 * (layers_fwd + logits_fwd)
     else:
         model = 6 * active_params * tokens
         if convention is MfuConvention.SIX_N_ATTENTION:
-            model += 3 * sum(attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers))
+            model += 3 * sum(
+                attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers)
+            )
     return StepFlops(model, model + recomputed, recomputed)
 
 
-def megatron_eq3_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+def megatron_eq3_flops(
+    batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
     """Megatron-LM Eq. 3: ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`` FLOPs per iteration (GPT,
     full recomputation). Narayanan et al. 2021, arXiv 2104.04473, §5.1.
 
@@ -202,13 +224,17 @@ def megatron_eq3_flops(batch: int, seq_len: int, num_layers: int, hidden_size: i
     return 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
 
 
-def korthikanti_model_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+def korthikanti_model_flops(
+    batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
     """Korthikanti et al. 2022 Appendix A model FLOPs: ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))``."""
     B, s, L, h, V = batch, seq_len, num_layers, hidden_size, vocab_size
     return 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V
 
 
-def korthikanti_selective_hardware_flops(batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int) -> int:
+def korthikanti_selective_hardware_flops(
+    batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
     """Korthikanti et al. 2022 Appendix A hardware FLOPs with selective recomputation, as printed:
     ``72·B·L·s·h²·(1 + s/(3h) + V/(12·h·L))``. (Term by term, recomputing QKᵀ and scores·V adds
     ``4·B·s²·h`` per layer, i.e. 1 + 2s/(9h); the paper's s/(3h) is what its HFU column uses.)"""

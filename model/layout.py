@@ -79,7 +79,11 @@ class Layout:
     @property
     def sp(self) -> bool:
         """Whether sequence parallelism is on."""
-        return self.tp > 1 if self.sequence_parallel is None else bool(self.sequence_parallel and self.tp > 1)
+        return (
+            self.tp > 1
+            if self.sequence_parallel is None
+            else bool(self.sequence_parallel and self.tp > 1)
+        )
 
     @property
     def shard_degree(self) -> int:

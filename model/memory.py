@@ -47,16 +47,31 @@ class ModelState:
 
 
 def model_state(
-    dense_params: Fraction, expert_params: Fraction, layout: Layout, training: TrainingSpec,
+    dense_params: Fraction,
+    expert_params: Fraction,
+    layout: Layout,
+    training: TrainingSpec,
     zero_stage: int | None = None,
 ) -> ModelState:
     stage = layout.zero_stage if zero_stage is None else zero_stage
-    return _model_state(dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, training, stage)
+    return _model_state(
+        dense_params,
+        expert_params,
+        layout.shard_degree,
+        layout.expert_shard_degree,
+        training,
+        stage,
+    )
 
 
 @cache
 def _model_state(
-    dense_params: Fraction, expert_params: Fraction, shard: int, expert_shard: int, training: TrainingSpec, stage: int
+    dense_params: Fraction,
+    expert_params: Fraction,
+    shard: int,
+    expert_shard: int,
+    training: TrainingSpec,
+    stage: int,
 ) -> ModelState:
     """Weights, gradients and optimizer bytes on one GPU under a ZeRO stage.
 
@@ -130,7 +145,9 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
     )
 
 
-def _embedding_bytes(arch: Architecture, ctx: ActivationContext, stage: int, pp: int, vocab: int) -> Fraction:
+def _embedding_bytes(
+    arch: Architecture, ctx: ActivationContext, stage: int, pp: int, vocab: int
+) -> Fraction:
     sp_div = ctx.tp if ctx.sequence_parallel else 1
     S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
     total = Fraction(0)
@@ -142,7 +159,11 @@ def _embedding_bytes(arch: Architecture, ctx: ActivationContext, stage: int, pp:
 
 
 def stage_activations(
-    arch: Architecture, layers: tuple[int, ...], stage: int, layout: Layout, training: TrainingSpec,
+    arch: Architecture,
+    layers: tuple[int, ...],
+    stage: int,
+    layout: Layout,
+    training: TrainingSpec,
     vocab_size: int | None = None,
 ) -> StageActivations:
     """Activation bytes on one GPU of pipeline stage ``stage`` holding ``layers``.
@@ -167,7 +188,9 @@ def stage_activations(
     m = layout.num_microbatches(training.global_batch_size)
     in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
     acts = [layer_activations(arch, j, ctx) for j in layers]
-    kinds: dict[int, tuple[int, object]] = {}  # identical layers share one cached object: sum by count
+    kinds: dict[
+        int, tuple[int, object]
+    ] = {}  # identical layers share one cached object: sum by count
     for a in acts:
         n, _ = kinds.get(id(a), (0, a))
         kinds[id(a)] = (n + 1, a)
@@ -182,6 +205,9 @@ def stage_activations(
         segments = [acts[i : i + k] for i in range(0, len(acts), k)]
         per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
         sums = {tuple(id(a) for a in seg): seg for seg in segments}  # distinct segment compositions
-        transient = max(sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in sums.values())
+        transient = max(
+            sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes
+            for seg in sums.values()
+        )
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
     return StageActivations(per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb)

@@ -73,7 +73,11 @@ def attention_params(arch: Architecture) -> int:
         assert arch.mla is not None
         m = arch.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * a * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
+        q = (
+            h * a * qk
+            if m.q_lora_rank is None
+            else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
+        )
         kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv + a * m.v_head_dim * h
@@ -170,7 +174,9 @@ class ParamCounts:
     @property
     def total(self) -> int:
         """Every parameter (N)."""
-        return self.embedding + self.layers_dense + self.layers_experts + self.final_norm + self.output
+        return (
+            self.embedding + self.layers_dense + self.layers_experts + self.final_norm + self.output
+        )
 
     @property
     def active(self) -> int:
@@ -209,7 +215,9 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
 
 
 @cache
-def split_layers(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> tuple[tuple[int, ...], ...]:
+def split_layers(
+    num_layers: int, pp: int, v: int = 1, uneven: bool = True
+) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each of the ``pp`` pipeline ranks (0-based layers).
 
     The model is cut into ``pp·v`` consecutive chunks; rank i holds chunks i, i + pp, …
@@ -307,4 +315,8 @@ def megatron_eq2_params(num_layers: int, hidden_size: int, vocab_size: int, seq_
     >>> megatron_eq2_params(128, 25600, 51200, 2048)
     1008038707200
     """
-    return 12 * num_layers * hidden_size**2 + 13 * num_layers * hidden_size + (vocab_size + seq_len) * hidden_size
+    return (
+        12 * num_layers * hidden_size**2
+        + 13 * num_layers * hidden_size
+        + (vocab_size + seq_len) * hidden_size
+    )

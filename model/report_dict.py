@@ -42,7 +42,9 @@ def assumptions(est: Estimate) -> list[str]:
         f"{'halved for causal masking' if o.causal_attention_flops else 'counted without causal masking'}",
     ]
     if est.model.size_only or est.model.num_params_declared is not None:
-        out.append("parameters taken as given and divided evenly over tp·pp (the seed's convention)")
+        out.append(
+            "parameters taken as given and divided evenly over tp·pp (the seed's convention)"
+        )
     if est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     return out
@@ -67,7 +69,9 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "capacity_unit": est.device.memory_unit,
         "fits": total <= cap,
         "overflow_bytes": _n(max(total - cap, Fraction(0))),
-        "activations_unavailable": None if acts else "size-only model: no dimensions to derive activations from",
+        "activations_unavailable": None
+        if acts
+        else "size-only model: no dimensions to derive activations from",
     }
 
 
@@ -75,15 +79,21 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
     rows = []
     for s in est.stages:
         acts = s.activations
-        rows.append({
-            "stage": s.stage,
-            "stage_layers": s.num_layers,
-            "stage_state_bytes": _n(s.state.total_bytes),
-            "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
-            "stage_other_activation_bytes": _n(acts.embedding_bytes + acts.recompute_transient_bytes) if acts else None,
-            "stage_in_flight": _n(acts.microbatches_in_flight) if acts else None,
-            "stage_total_bytes": _n(s.total_bytes),
-        })
+        rows.append(
+            {
+                "stage": s.stage,
+                "stage_layers": s.num_layers,
+                "stage_state_bytes": _n(s.state.total_bytes),
+                "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
+                "stage_other_activation_bytes": _n(
+                    acts.embedding_bytes + acts.recompute_transient_bytes
+                )
+                if acts
+                else None,
+                "stage_in_flight": _n(acts.microbatches_in_flight) if acts else None,
+                "stage_total_bytes": _n(s.total_bytes),
+            }
+        )
     return rows
 
 
@@ -93,44 +103,82 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     acts = est.peak.activations
     out: dict[str, Any] = {
         "num_gpus": lay.num_gpus,
-        "model": {"name": est.model.name, "num_params": est.num_params,
-                  "num_active_params": est.num_active_params, "source": est.model.source},
-        "gpu": {"name": est.device.name, "memory_bytes": est.device.memory_bytes,
-                "peak_flops_per_s": est.device.peak_flops_per_s, "source": est.device.source},
+        "model": {
+            "name": est.model.name,
+            "num_params": est.num_params,
+            "num_active_params": est.num_active_params,
+            "source": est.model.source,
+        },
+        "gpu": {
+            "name": est.device.name,
+            "memory_bytes": est.device.memory_bytes,
+            "peak_flops_per_s": est.device.peak_flops_per_s,
+            "source": est.device.source,
+        },
         "layout": {
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
-            "zero_stage": lay.zero_stage, "recompute": str(lay.recompute),
-            "micro_batch_size": lay.micro_batch_size, "global_batch_size": t.global_batch_size,
-            "num_microbatches": est.num_microbatches, "schedule": str(lay.schedule),
-            "virtual_stages": lay.virtual_stages, "seq_len": t.seq_len,
-            "sequence_parallel": lay.sp, "flash_attention": t.flash_attention,
+            "dp": lay.dp,
+            "tp": lay.tp,
+            "pp": lay.pp,
+            "cp": lay.cp,
+            "ep": lay.ep,
+            "zero_stage": lay.zero_stage,
+            "recompute": str(lay.recompute),
+            "micro_batch_size": lay.micro_batch_size,
+            "global_batch_size": t.global_batch_size,
+            "num_microbatches": est.num_microbatches,
+            "schedule": str(lay.schedule),
+            "virtual_stages": lay.virtual_stages,
+            "seq_len": t.seq_len,
+            "sequence_parallel": lay.sp,
+            "flash_attention": t.flash_attention,
             "stage_layers": [s.num_layers for s in est.stages],
         },
         "memory": _memory(est),
         "zero_table": [
-            {"zero_stage": r.zero_stage, "model_state_bytes": _n(r.model_state_bytes),
-             "reduction": float(r.reduction), "dp_bytes_per_step": _n(r.dp_bytes_per_step)}
+            {
+                "zero_stage": r.zero_stage,
+                "model_state_bytes": _n(r.model_state_bytes),
+                "reduction": float(r.reduction),
+                "dp_bytes_per_step": _n(r.dp_bytes_per_step),
+            }
             for r in est.zero_table
         ],
         "traffic": [
-            {"axis": r.traffic.axis, "collective": r.traffic.collective, "group_size": r.traffic.group_size,
-             "bytes_per_step": _n(r.traffic.bytes_per_step), "link": r.link,
-             "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s, "seconds": r.seconds,
-             "overlap": r.overlap, "exposed_seconds": r.exposed_seconds}
+            {
+                "axis": r.traffic.axis,
+                "collective": r.traffic.collective,
+                "group_size": r.traffic.group_size,
+                "bytes_per_step": _n(r.traffic.bytes_per_step),
+                "link": r.link,
+                "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
+                "seconds": r.seconds,
+                "overlap": r.overlap,
+                "exposed_seconds": r.exposed_seconds,
+            }
             for r in est.traffic
         ],
         "pipeline": {
-            "bubble_fraction": float(est.bubble_fraction), "bubble_ratio": float(est.bubble_ratio),
+            "bubble_fraction": float(est.bubble_fraction),
+            "bubble_ratio": float(est.bubble_ratio),
             "microbatches_in_flight": _n(acts.microbatches_in_flight) if acts else None,
         },
-        "flops": None if est.flops is None else {
-            "model_flops": est.flops.model_flops, "hardware_flops": est.flops.hardware_flops,
-            "convention": str(est.options.mfu_convention)},
+        "flops": None
+        if est.flops is None
+        else {
+            "model_flops": est.flops.model_flops,
+            "hardware_flops": est.flops.hardware_flops,
+            "convention": str(est.options.mfu_convention),
+        },
         "time": {
             "compute_s": est.compute_s,
             "bubble_s": None if est.compute_s is None else est.compute_s * float(est.bubble_ratio),
-            "exposed_comm_s": est.exposed_comm_s, "step_s": est.step_s, "mfu": est.mfu, "hfu": est.hfu,
-            "tokens_per_s": None if est.step_s is None else t.global_batch_size * t.seq_len / est.step_s,
+            "exposed_comm_s": est.exposed_comm_s,
+            "step_s": est.step_s,
+            "mfu": est.mfu,
+            "hfu": est.hfu,
+            "tokens_per_s": None
+            if est.step_s is None
+            else t.global_batch_size * t.seq_len / est.step_s,
         },
         "assumptions": assumptions(est),
         "notes": list(est.notes),

@@ -195,7 +195,10 @@ class Architecture:
             )
         if (self.attention is AttentionKind.MLA) != (self.mla is not None):
             raise InputError("model.attention: 'mla' needs an [mla] table, and only it")
-        if self.position_embedding is PositionEmbedding.LEARNED and not self.max_position_embeddings:
+        if (
+            self.position_embedding is PositionEmbedding.LEARNED
+            and not self.max_position_embeddings
+        ):
             raise InputError("model.max_position_embeddings: required with learned positions")
         if self.moe and self.moe.first_k_dense_layers > self.num_layers:
             raise InputError("moe.first_k_dense_layers: more than num_layers")
@@ -274,7 +277,9 @@ class ModelSpec:
         except (OSError, json.JSONDecodeError) as err:
             raise ScenarioError(f"model: cannot read {p}: {err}") from None
         arch = architecture_from_hf(config, str(p))
-        return cls(name=name or p.parent.name or p.stem, source=f"Hugging Face config {p}", arch=arch)
+        return cls(
+            name=name or p.parent.name or p.stem, source=f"Hugging Face config {p}", arch=arch
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -64,7 +64,11 @@ class CostOptions:
 
 
 def stage_microbatch_flops(
-    arch: Architecture, layers: tuple[int, ...], last: bool, layout: Layout, training: TrainingSpec,
+    arch: Architecture,
+    layers: tuple[int, ...],
+    last: bool,
+    layout: Layout,
+    training: TrainingSpec,
     causal: bool = False,
 ) -> int:
     """Hardware FLOPs of one micro-batch on one pipeline stage (all its tp·cp ranks together):
@@ -83,5 +87,7 @@ def stage_microbatch_flops(
     fwd = sum(layer_forward_flops(arch, j, s, b, causal) for j in layers)
     if last:
         fwd += 2 * s * b * arch.hidden_size * arch.vocab_size
-    recomputed = sum(recompute_forward_flops(arch, j, s, b, layout.recompute, causal) for j in layers)
+    recomputed = sum(
+        recompute_forward_flops(arch, j, s, b, layout.recompute, causal) for j in layers
+    )
     return 3 * fwd + recomputed

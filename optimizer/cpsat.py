@@ -47,7 +47,9 @@ class SolveResult:
     solve_seconds: float
 
 
-def _scaled_row(state: tuple[Fraction, ...], act: tuple[Fraction, ...], cap: int) -> tuple[list[int], list[int], int]:
+def _scaled_row(
+    state: tuple[Fraction, ...], act: tuple[Fraction, ...], cap: int
+) -> tuple[list[int], list[int], int]:
     den = math.lcm(*(v.denominator for v in state + act))
     if max(max(state), max(act), Fraction(cap)) * den >= _INT64:  # too large to scale exactly
         return [math.ceil(v) for v in state], [math.ceil(v) for v in act], cap
@@ -57,18 +59,27 @@ def _scaled_row(state: tuple[Fraction, ...], act: tuple[Fraction, ...], cap: int
 def _stage_rows(tables: CostTables, s: int) -> list[int]:
     """Stages of shape s whose memory row is not dominated by another stage's."""
     n = len(tables.state[s][0])
-    vec = [tuple(tables.state[s][z][i] for z in range(len(tables.zero_stages))) +
-           tuple(tables.act[s][r][i] for r in range(len(tables.recomputes))) for i in range(n)]
+    vec = [
+        tuple(tables.state[s][z][i] for z in range(len(tables.zero_stages)))
+        + tuple(tables.act[s][r][i] for r in range(len(tables.recomputes)))
+        for i in range(n)
+    ]
     keep = []
     for i in range(n):
-        dominated = any(j != i and all(a >= b for a, b in zip(vec[j], vec[i], strict=True)) and (vec[j] != vec[i] or j < i)
-                        for j in range(n))
+        dominated = any(
+            j != i
+            and all(a >= b for a, b in zip(vec[j], vec[i], strict=True))
+            and (vec[j] != vec[i] or j < i)
+            for j in range(n)
+        )
         if not dominated:
             keep.append(i)
     return keep
 
 
-def _build(tables: CostTables, linear_memory: bool = False) -> tuple[cp_model.CpModel, list, list, list, cp_model.IntVar]:
+def _build(
+    tables: CostTables, linear_memory: bool = False
+) -> tuple[cp_model.CpModel, list, list, list, cp_model.IntVar]:
     model = cp_model.CpModel()
     S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
     x = [model.new_bool_var(f"shape{s}") for s in range(S)]
@@ -79,10 +90,16 @@ def _build(tables: CostTables, linear_memory: bool = False) -> tuple[cp_model.Cp
     for s in range(S):
         if linear_memory:
             for i in _stage_rows(tables, s):
-                st, ac, cap = _scaled_row(tuple(tables.state[s][z][i] for z in range(Z)),
-                                          tuple(tables.act[s][r][i] for r in range(R)), tables.capacity_bytes)
-                model.add(sum(c * b for c, b in zip(st, zb, strict=True))
-                          + sum(c * b for c, b in zip(ac, rb, strict=True)) <= cap).only_enforce_if(x[s])
+                st, ac, cap = _scaled_row(
+                    tuple(tables.state[s][z][i] for z in range(Z)),
+                    tuple(tables.act[s][r][i] for r in range(R)),
+                    tables.capacity_bytes,
+                )
+                model.add(
+                    sum(c * b for c, b in zip(st, zb, strict=True))
+                    + sum(c * b for c, b in zip(ac, rb, strict=True))
+                    <= cap
+                ).only_enforce_if(x[s])
             continue
         fitting = [(z, r) for z in range(Z) for r in range(R) if tables.fits(s, z, r)]
         if not fitting:
@@ -106,8 +123,11 @@ def _build(tables: CostTables, linear_memory: bool = False) -> tuple[cp_model.Cp
     flat1 = [v for row in tables.t1_ns for v in row]
     flat2 = [v for row in tables.t2_ns for v in row]
     total = model.new_int_var(min(flat1) + min(flat2), max(flat1) + max(flat2), "step_ns")
-    model.add(total == sum(tables.t1_ns[s][r] * y[s][r] for s in range(S) for r in range(R))
-              + sum(tables.t2_ns[s][z] * w[s][z] for s in range(S) for z in range(Z)))
+    model.add(
+        total
+        == sum(tables.t1_ns[s][r] * y[s][r] for s in range(S) for r in range(R))
+        + sum(tables.t2_ns[s][z] * w[s][z] for s in range(S) for z in range(Z))
+    )
     return model, x, zb, rb, total
 
 
@@ -120,8 +140,14 @@ def _solver(time_limit_s: float | None, workers: int) -> cp_model.CpSolver:
     return solver
 
 
-def solve(tables: CostTables, tie_rank_zero: list[int], tie_rank_recompute: list[int],
-          time_limit_s: float | None = None, workers: int = 2, linear_memory: bool = False) -> SolveResult:
+def solve(
+    tables: CostTables,
+    tie_rank_zero: list[int],
+    tie_rank_recompute: list[int],
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    linear_memory: bool = False,
+) -> SolveResult:
     """Minimise step time over the tables, then the tie-break rank among equal step times.
 
     ``tie_rank_zero[z]`` and ``tie_rank_recompute[r]`` rank the modifiers (0 = preferred); shapes
@@ -139,9 +165,11 @@ def solve(tables: CostTables, tie_rank_zero: list[int], tie_rank_recompute: list
     proven = status == cp_model.OPTIMAL
     model.add(total <= best)
     Z, R = len(zb), len(rb)
-    model.minimize(sum(s * Z * R * x[s] for s in range(len(x)))
-                   + sum(tie_rank_recompute[r] * Z * rb[r] for r in range(R))
-                   + sum(tie_rank_zero[z] * zb[z] for z in range(Z)))
+    model.minimize(
+        sum(s * Z * R * x[s] for s in range(len(x)))
+        + sum(tie_rank_recompute[r] * Z * rb[r] for r in range(R))
+        + sum(tie_rank_zero[z] * zb[z] for z in range(Z))
+    )
     for group in (x, zb, rb):
         for var in group:
             model.add_hint(var, solver.boolean_value(var))
@@ -151,5 +179,9 @@ def solve(tables: CostTables, tie_rank_zero: list[int], tie_rank_recompute: list
     sol = solver2 if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else solver
     proven = proven and status2 == cp_model.OPTIMAL
     pick = lambda group: next(i for i, v in enumerate(group) if sol.boolean_value(v))  # noqa: E731
-    return SolveResult("optimal" if proven else "feasible", (pick(x), pick(zb), pick(rb)),
-                       int(sol.value(total)), seconds)
+    return SolveResult(
+        "optimal" if proven else "feasible",
+        (pick(x), pick(zb), pick(rb)),
+        int(sol.value(total)),
+        seconds,
+    )

@@ -38,7 +38,9 @@ def get_example(name: str) -> dict[str, Any]:
     return table[name]
 
 
-def example_params(name: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+def example_params(
+    name: str, overrides: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
     """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored)."""
     ex = get_example(name)
     tab = ex["tab"]

@@ -25,8 +25,20 @@ from topology.placement import axis_links
 __all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "links_for"]
 
 DEFAULT_GPU = "H100-SXM"
-LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size",
-               "schedule", "virtual_stages", "sequence_parallel", "uneven_stages")
+LAYOUT_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero_stage",
+    "recompute",
+    "micro_batch_size",
+    "schedule",
+    "virtual_stages",
+    "sequence_parallel",
+    "uneven_stages",
+)
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
 
 
@@ -47,8 +59,16 @@ class Case:
     def evaluate(self, layout: Layout | None = None) -> Estimate:
         """Evaluate this case (or another layout of it)."""
         lay = layout or self.layout
-        return evaluate(self.model, self.training, lay, self.device, links_for(lay, self.links),
-                        self.options, None if layout else self.num_gpus, self.vocab_multiple)
+        return evaluate(
+            self.model,
+            self.training,
+            lay,
+            self.device,
+            links_for(lay, self.links),
+            self.options,
+            None if layout else self.num_gpus,
+            self.vocab_multiple,
+        )
 
 
 def links_for(layout: Layout, links: ClusterLinks) -> dict[str, Any]:
@@ -67,6 +87,7 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
         frac = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
     else:
         from model.units import parse_number
+
         frac = parse_number(value, key)
     if frac.denominator != 1 or frac < 1:
         raise InputError(f"{key}: {value} must be a whole number >= 1")
@@ -78,7 +99,9 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
         return None
     missing = [k for k in ("layers", "hidden", "heads") if params.get(k) is None]
     if missing:
-        raise InputError(f"model dimensions: also give --{' --'.join(missing)} (with --layers/--hidden)")
+        raise InputError(
+            f"model dimensions: also give --{' --'.join(missing)} (with --layers/--hidden)"
+        )
     kind = str(params.get("arch") or "gpt").lower()
     if kind not in ("gpt", "llama"):
         raise InputError(f"arch: {kind!r} is not one of gpt, llama")
@@ -89,12 +112,20 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
     if ffn is None:
         raise InputError("ffn_hidden: required with --arch llama (e.g. 53248 for Llama 3 405B)")
     return Architecture(
-        num_layers=_count(params, "layers"), hidden_size=h, num_attention_heads=_count(params, "heads"),
-        num_kv_heads=_count(params, "kv_heads"), head_dim=_count(params, "head_dim"), ffn_hidden_size=ffn,
+        num_layers=_count(params, "layers"),
+        hidden_size=h,
+        num_attention_heads=_count(params, "heads"),
+        num_kv_heads=_count(params, "kv_heads"),
+        head_dim=_count(params, "head_dim"),
+        ffn_hidden_size=ffn,
         vocab_size=_count(params, "vocab", 51200 if gpt else 128256),
-        mlp="gelu" if gpt else "swiglu", norm="layernorm" if gpt else "rmsnorm",
-        position_embedding="learned" if gpt else "rope", max_position_embeddings=seq_len if gpt else None,
-        linear_bias=gpt, tie_embeddings=gpt, dropout=gpt,
+        mlp="gelu" if gpt else "swiglu",
+        norm="layernorm" if gpt else "rmsnorm",
+        position_embedding="learned" if gpt else "rope",
+        max_position_embeddings=seq_len if gpt else None,
+        linear_bias=gpt,
+        tie_embeddings=gpt,
+        dropout=gpt,
     )
 
 
@@ -107,12 +138,16 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
         entry = get_model(str(name))
         return entry.model, dict(entry.training)
     if size is None:
-        raise InputError("model: give --model NAME (a catalogue name or a config.json path) or --params SIZE")
+        raise InputError(
+            "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+        )
     n = _count(params, "params")
     seq = _count(params, "seq_len", 4096)
     arch = _arch_from_dims(params, seq or 4096)
     label = params.get("name") or f"{float(Fraction(n or 0, 10**9)):g}B"
-    return ModelSpec(name=str(label), source="size given by the user", arch=arch, num_params_declared=n), {}
+    return ModelSpec(
+        name=str(label), source="size given by the user", arch=arch, num_params_declared=n
+    ), {}
 
 
 def build_case(params: Mapping[str, Any]) -> Case:
@@ -132,33 +167,68 @@ def build_case(params: Mapping[str, Any]) -> Case:
             layout_args[k] = _count(params, k)
     layout_args.setdefault("zero_stage", 1)
     layout = Layout(**layout_args)
-    for k in ("dp", "tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule"):
+    for k in (
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "zero_stage",
+        "recompute",
+        "micro_batch_size",
+        "schedule",
+    ):
         if k not in params:
-            used[k] = getattr(layout, k) if k != "recompute" and k != "schedule" else str(getattr(layout, k))
+            used[k] = (
+                getattr(layout, k)
+                if k != "recompute" and k != "schedule"
+                else str(getattr(layout, k))
+            )
     seq = _count(params, "seq_len", defaults.get("seq_len", 4096))
-    batch = _count(params, "global_batch_size",
-                   defaults.get("global_batch_size", layout.dp * layout.micro_batch_size))
+    batch = _count(
+        params,
+        "global_batch_size",
+        defaults.get("global_batch_size", layout.dp * layout.micro_batch_size),
+    )
     if "seq_len" not in params:
         used["seq_len"] = seq
     if "global_batch_size" not in params:
         used["global_batch_size"] = batch
-    training = TrainingSpec(seq_len=seq, global_batch_size=batch,
-                            flash_attention=bool(params.get("flash_attention", True)))
+    training = TrainingSpec(
+        seq_len=seq,
+        global_batch_size=batch,
+        flash_attention=bool(params.get("flash_attention", True)),
+    )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:
         used["gpu"] = gpu_name
     device = get_accelerator(str(gpu_name))
-    gbps = {k: (float(Fraction(params[k])) * 1e9 if k in params else None) for k in ("nvlink_gbps", "scaleout_gbps")}
-    device = device.with_links(nvlink_domain=_count(params, "nvlink_domain"),
-                               nvlink_bytes_per_s=gbps["nvlink_gbps"], scaleout_bytes_per_s=gbps["scaleout_gbps"])
+    gbps = {
+        k: (float(Fraction(params[k])) * 1e9 if k in params else None)
+        for k in ("nvlink_gbps", "scaleout_gbps")
+    }
+    device = device.with_links(
+        nvlink_domain=_count(params, "nvlink_domain"),
+        nvlink_bytes_per_s=gbps["nvlink_gbps"],
+        scaleout_bytes_per_s=gbps["scaleout_gbps"],
+    )
     options = CostOptions(
-        kernel_efficiency=float(Fraction(params.get("kernel_efficiency", CostOptions().kernel_efficiency))),
+        kernel_efficiency=float(
+            Fraction(params.get("kernel_efficiency", CostOptions().kernel_efficiency))
+        ),
         overlap=dict(params.get("overlap", {})),
         mfu_convention=params.get("mfu_convention", "6n"),
         causal_attention_flops=bool(params.get("causal_attention_flops", False)),
         zero3_regather=bool(params.get("zero3_regather", False)),
     )
-    return Case(model=model, training=training, layout=layout, device=device,
-                links=ClusterLinks.from_device(device), options=options,
-                num_gpus=_count(params, "num_gpus"), vocab_multiple=int(params.get("vocab_multiple", 0)),
-                defaults_used=used)
+    return Case(
+        model=model,
+        training=training,
+        layout=layout,
+        device=device,
+        links=ClusterLinks.from_device(device),
+        options=options,
+        num_gpus=_count(params, "num_gpus"),
+        vocab_multiple=int(params.get("vocab_multiple", 0)),
+        defaults_used=used,
+    )

@@ -45,8 +45,10 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     m = d["memory"]
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']})"]
     parts = [
-        ("weights", m["weights_bytes"]), ("gradients", m["gradients_bytes"]),
-        ("optimizer states", m["optimizer_bytes"]), ("= model state", m["model_state_bytes"]),
+        ("weights", m["weights_bytes"]),
+        ("gradients", m["gradients_bytes"]),
+        ("optimizer states", m["optimizer_bytes"]),
+        ("= model state", m["model_state_bytes"]),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
@@ -76,23 +78,45 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         *_memory_lines(d),
         "",
         "ZeRO stages for this layout (model state per GPU)",
-        table_text([{"ZeRO": r["zero_stage"], "model state": gb(r["model_state_bytes"]),
-                     "reduction": f"{r['reduction']:.2f}×", "DP bytes/step": gb(r["dp_bytes_per_step"])}
-                    for r in d["zero_table"]]),
+        table_text(
+            [
+                {
+                    "ZeRO": r["zero_stage"],
+                    "model state": gb(r["model_state_bytes"]),
+                    "reduction": f"{r['reduction']:.2f}×",
+                    "DP bytes/step": gb(r["dp_bytes_per_step"]),
+                }
+                for r in d["zero_table"]
+            ]
+        ),
         "",
         "Traffic per axis (ring bytes sent per GPU per step)",
-        table_text([{"axis": r["axis"], "collective": r["collective"], "group": r["group_size"],
-                     "bytes/step": gb(r["bytes_per_step"]), "link": r["link"],
-                     "time if not overlapped": _secs(r["seconds"]), "exposed": _secs(r["exposed_seconds"])}
-                    for r in d["traffic"]]),
+        table_text(
+            [
+                {
+                    "axis": r["axis"],
+                    "collective": r["collective"],
+                    "group": r["group_size"],
+                    "bytes/step": gb(r["bytes_per_step"]),
+                    "link": r["link"],
+                    "time if not overlapped": _secs(r["seconds"]),
+                    "exposed": _secs(r["exposed_seconds"]),
+                }
+                for r in d["traffic"]
+            ]
+        ),
         "",
     ]
     p, t = d["pipeline"], d["time"]
-    out.append(f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
-               f"{_pct(p['bubble_ratio'])} of compute; {p['microbatches_in_flight']} micro-batches in "
-               f"flight on the busiest stage; layers per stage {lay['stage_layers']}")
-    out.append(f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-               f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}, HFU {_pct(t['hfu'])}")
+    out.append(
+        f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
+        f"{_pct(p['bubble_ratio'])} of compute; {p['microbatches_in_flight']} micro-batches in "
+        f"flight on the busiest stage; layers per stage {lay['stage_layers']}"
+    )
+    out.append(
+        f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
+        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}, HFU {_pct(t['hfu'])}"
+    )
     out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
     if defaults_used:
         out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
@@ -102,7 +126,17 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
 
 def gpus_text(rows: list[dict[str, Any]]) -> str:
     """The accelerator table for the terminal."""
-    return table_text([{"name": r["name"], "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
-                        "dense BF16 TFLOP/s": r["bf16_tflops"], "NVLink GB/s": r["nvlink_gbps"],
-                        "domain": r["nvlink_domain"], "scale-out GB/s": r["scaleout_gbps"],
-                        "status": r["status"]} for r in rows])
+    return table_text(
+        [
+            {
+                "name": r["name"],
+                "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
+                "dense BF16 TFLOP/s": r["bf16_tflops"],
+                "NVLink GB/s": r["nvlink_gbps"],
+                "domain": r["nvlink_domain"],
+                "scale-out GB/s": r["scaleout_gbps"],
+                "status": r["status"],
+            }
+            for r in rows
+        ]
+    )

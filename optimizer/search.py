@@ -51,11 +51,15 @@ def check_against_evaluate(case: Case, tables: CostTables, s: int, z: int, r: in
     for stage in est.stages:
         want = tables.state[s][z][stage.stage] + tables.act[s][r][stage.stage]
         if stage.total_bytes != want:
-            raise TermMismatch(f"stage {stage.stage} memory: evaluate {stage.total_bytes} != table {want}")
+            raise TermMismatch(
+                f"stage {stage.stage} memory: evaluate {stage.total_bytes} != table {want}"
+            )
     assert est.time_terms is not None
     got = objective_ns(est.time_terms)
     if got != (tables.t1_ns[s][r], tables.t2_ns[s][z]):
-        raise TermMismatch(f"time terms: evaluate {got} != table {(tables.t1_ns[s][r], tables.t2_ns[s][z])}")
+        raise TermMismatch(
+            f"time terms: evaluate {got} != table {(tables.t1_ns[s][r], tables.t2_ns[s][z])}"
+        )
     return est
 
 
@@ -65,11 +69,18 @@ def explain_infeasible(tables: CostTables) -> list[str]:
     for s in range(len(tables.shapes)):
         for z in range(len(tables.zero_stages)):
             for r in range(len(tables.recomputes)):
-                peak, stage = max((a + b, i) for i, (a, b) in enumerate(zip(tables.state[s][z], tables.act[s][r], strict=True)))
+                peak, stage = max(
+                    (a + b, i)
+                    for i, (a, b) in enumerate(
+                        zip(tables.state[s][z], tables.act[s][r], strict=True)
+                    )
+                )
                 if best is None or peak < best[0]:
                     best = (peak, stage, s, z, r)
     if best is None:
-        return ["no legal layout: no combination of degrees satisfies the divisibility rules for this GPU count and batch"]
+        return [
+            "no legal layout: no combination of degrees satisfies the divisibility rules for this GPU count and batch"
+        ]
     peak, stage, s, z, r = best
     sh = tables.shapes[s]
     return [
@@ -80,8 +91,13 @@ def explain_infeasible(tables: CostTables) -> list[str]:
     ]
 
 
-def search(case: Case, space: SearchSpace, time_limit_s: float | None = None, workers: int = 2,
-           headroom: float = 0.0) -> SearchResult:
+def search(
+    case: Case,
+    space: SearchSpace,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    headroom: float = 0.0,
+) -> SearchResult:
     """The layout of ``space`` with the least step time whose every stage fits in memory.
 
     Raises
@@ -94,8 +110,12 @@ def search(case: Case, space: SearchSpace, time_limit_s: float | None = None, wo
     if not shapes:
         raise InfeasibleError(
             f"search: no legal layout of {space.num_gpus} GPUs for B = {case.training.global_batch_size}, "
-            f"s = {case.training.seq_len}", ["divisibility: no dp·tp·pp·cp of the allowed degrees equals the GPU count "
-                                             "with B divisible by b·dp"])
+            f"s = {case.training.seq_len}",
+            [
+                "divisibility: no dp·tp·pp·cp of the allowed degrees equals the GPU count "
+                "with B divisible by b·dp"
+            ],
+        )
     tables = build_tables(case, shapes, space.zero_stages, space.recomputes, headroom)
     t1 = time.perf_counter()
     zero_rank, rec_rank = tie_ranks(tables)
@@ -105,4 +125,6 @@ def search(case: Case, space: SearchSpace, time_limit_s: float | None = None, wo
         explanation = explain_infeasible(tables)
         raise InfeasibleError("search: no layout fits. " + explanation[0], explanation)
     est = check_against_evaluate(case, tables, *result.choice)
-    return SearchResult(result.status, est.layout, est, result.solve_seconds, t1 - t0, len(shapes), n)
+    return SearchResult(
+        result.status, est.layout, est, result.solve_seconds, t1 - t0, len(shapes), n
+    )

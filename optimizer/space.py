@@ -14,7 +14,14 @@ from model.layout import Layout, Recompute, validate
 from model.pipeline import Schedule
 from model.specs import ModelSpec, TrainingSpec
 
-__all__ = ["Shape", "SearchSpace", "divisors", "legal_shapes", "ZERO_PREFERENCE", "RECOMPUTE_PREFERENCE"]
+__all__ = [
+    "Shape",
+    "SearchSpace",
+    "divisors",
+    "legal_shapes",
+    "ZERO_PREFERENCE",
+    "RECOMPUTE_PREFERENCE",
+]
 
 ZERO_PREFERENCE = (1, 2, 0, 3)
 """Tie-break among ZeRO stages of equal step time: ZeRO-1 (the common default), then 2, 0, 3."""
@@ -50,17 +57,34 @@ class Shape:
 
     def layout(self, zero_stage: int, recompute: Recompute | str) -> Layout:
         """The full layout with these modifiers."""
-        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, zero_stage=zero_stage,
-                      recompute=recompute, micro_batch_size=self.micro_batch_size, schedule=self.schedule,
-                      virtual_stages=self.virtual_stages)
+        return Layout(
+            dp=self.dp,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            zero_stage=zero_stage,
+            recompute=recompute,
+            micro_batch_size=self.micro_batch_size,
+            schedule=self.schedule,
+            virtual_stages=self.virtual_stages,
+        )
 
     @property
     def tie_key(self) -> tuple[int, ...]:
         """Tie-break order among shapes of equal step time: fewer model-parallel GPUs
         (tp·pp·cp), then smaller tp, pp, cp, ep, smaller micro-batch, schedule 1F1B <
         interleaved < GPipe, fewer virtual stages."""
-        return (self.tp * self.pp * self.cp, self.tp, self.pp, self.cp, self.ep, self.micro_batch_size,
-                _SCHEDULE_ORDER[self.schedule], self.virtual_stages)
+        return (
+            self.tp * self.pp * self.cp,
+            self.tp,
+            self.pp,
+            self.cp,
+            self.ep,
+            self.micro_batch_size,
+            _SCHEDULE_ORDER[self.schedule],
+            self.virtual_stages,
+        )
 
 
 def _allowed(values: tuple[int, ...] | None, candidates: list[int]) -> list[int]:
@@ -89,7 +113,9 @@ class SearchSpace:
         if self.num_gpus < 1:
             raise LayoutError(f"gpus: {self.num_gpus} must be at least 1")
         if not self.zero_stages or not self.recomputes or not self.schedules:
-            raise LayoutError("search: zero stages, recompute modes and schedules must not be empty")
+            raise LayoutError(
+                "search: zero stages, recompute modes and schedules must not be empty"
+            )
 
 
 def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
@@ -113,7 +139,11 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                 if B % dp:
                     continue
                 eps = _allowed(space.ep, divisors(dp * cp)) if moe else [1]
-                mbs = [b for b in _allowed(space.micro_batch_size, divisors(B // dp)) if b <= space.max_micro_batch_size]
+                mbs = [
+                    b
+                    for b in _allowed(space.micro_batch_size, divisors(B // dp))
+                    if b <= space.max_micro_batch_size
+                ]
                 for ep in eps:
                     for b in mbs:
                         for schedule, v in _schedules(space, pp):

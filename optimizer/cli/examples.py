@@ -25,10 +25,19 @@ def _sets(items: tuple[str, ...]) -> dict[str, Any]:
 @cli.command("example")
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the examples.")
-@click.option("--set", "sets", multiple=True, help="KEY=VALUE overriding any of the example's parameters.")
+@click.option(
+    "--set", "sets", multiple=True, help="KEY=VALUE overriding any of the example's parameters."
+)
 @model_options
 @layout_options
-def example_cmd(name: str | None, list_: bool, sets: tuple[str, ...], as_json: bool, per_stage: bool, **params: Any) -> None:
+def example_cmd(
+    name: str | None,
+    list_: bool,
+    sets: tuple[str, ...],
+    as_json: bool,
+    per_stage: bool,
+    **params: Any,
+) -> None:
     """Run a named example of the original tool (trainplan example --list)."""
     from optimizer.examples import example_params, examples, run_example
 
@@ -52,7 +61,11 @@ def example_cmd(name: str | None, list_: bool, sets: tuple[str, ...], as_json: b
             echo_json(out)
         else:
             ex = examples()[name]
-            click.echo(f"Example {name}: {ex['says']}" + (f"  [{ex['source']}]" if ex.get("source") else "") + "\n")
+            click.echo(
+                f"Example {name}: {ex['says']}"
+                + (f"  [{ex['source']}]" if ex.get("source") else "")
+                + "\n"
+            )
             run_evaluate(merged, False, per_stage)
         return
     from optimizer.cli import tabs

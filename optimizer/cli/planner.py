@@ -31,12 +31,25 @@ def _overlap(values: tuple[str, ...]) -> dict[str, float]:
 def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--model or --params with dimensions."""
     opts = [
-        click.option("--model", "model", help="Catalogue name (trainplan evaluate --list-models) or a config.json path."),
-        click.option("--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."),
-        click.option("--arch", type=click.Choice(["gpt", "llama"]), help="Layer family for --params with dimensions."),
-        click.option("--layers", type=COUNT), click.option("--hidden", type=COUNT),
-        click.option("--heads", type=COUNT), click.option("--kv-heads", "kv_heads", type=COUNT),
-        click.option("--ffn-hidden", "ffn_hidden", type=COUNT), click.option("--vocab", type=COUNT),
+        click.option(
+            "--model",
+            "model",
+            help="Catalogue name (trainplan evaluate --list-models) or a config.json path.",
+        ),
+        click.option(
+            "--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."
+        ),
+        click.option(
+            "--arch",
+            type=click.Choice(["gpt", "llama"]),
+            help="Layer family for --params with dimensions.",
+        ),
+        click.option("--layers", type=COUNT),
+        click.option("--hidden", type=COUNT),
+        click.option("--heads", type=COUNT),
+        click.option("--kv-heads", "kv_heads", type=COUNT),
+        click.option("--ffn-hidden", "ffn_hidden", type=COUNT),
+        click.option("--vocab", type=COUNT),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -48,23 +61,60 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
         click.option("--gpus", "num_gpus", type=COUNT, help="Check that dp·tp·pp·cp equals this."),
-        click.option("--dp", type=COUNT), click.option("--tp", type=COUNT), click.option("--pp", type=COUNT),
-        click.option("--cp", type=COUNT), click.option("--ep", type=COUNT),
-        click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3 (3 = FSDP); default 1."),
+        click.option("--dp", type=COUNT),
+        click.option("--tp", type=COUNT),
+        click.option("--pp", type=COUNT),
+        click.option("--cp", type=COUNT),
+        click.option("--ep", type=COUNT),
+        click.option(
+            "--zero",
+            "zero_stage",
+            type=click.IntRange(0, 3),
+            help="ZeRO stage 0-3 (3 = FSDP); default 1.",
+        ),
         click.option("--recompute", type=click.Choice(["none", "sqrt", "selective", "full"])),
-        click.option("--flash/--no-flash", "flash_attention", default=None, help="FlashAttention (default on)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
-                     help="Default: on when tp > 1."),
-        click.option("--seq-len", "seq_len", type=COUNT), click.option("--micro-batch", "micro_batch_size", type=COUNT),
-        click.option("--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."),
+        click.option(
+            "--flash/--no-flash",
+            "flash_attention",
+            default=None,
+            help="FlashAttention (default on).",
+        ),
+        click.option(
+            "--sequence-parallel/--no-sequence-parallel",
+            "sequence_parallel",
+            default=None,
+            help="Default: on when tp > 1.",
+        ),
+        click.option("--seq-len", "seq_len", type=COUNT),
+        click.option("--micro-batch", "micro_batch_size", type=COUNT),
+        click.option(
+            "--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."
+        ),
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
         click.option("--virtual-stages", "virtual_stages", type=COUNT),
-        click.option("--nvlink-domain", "nvlink_domain", type=COUNT), click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
+        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
+        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
         click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
-        click.option("--kernel-efficiency", "kernel_efficiency", type=NUMBER, help="Fraction of peak in kernels; default 0.75."),
-        click.option("--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute (repeatable)."),
-        click.option("--mfu-convention", "mfu_convention", type=click.Choice(["6n", "6n+attention", "megatron"])),
-        click.option("--per-stage", "per_stage", is_flag=True, help="Also list every pipeline stage."),
+        click.option(
+            "--kernel-efficiency",
+            "kernel_efficiency",
+            type=NUMBER,
+            help="Fraction of peak in kernels; default 0.75.",
+        ),
+        click.option(
+            "--overlap",
+            "overlap",
+            multiple=True,
+            help="AXIS=FRACTION hidden behind compute (repeatable).",
+        ),
+        click.option(
+            "--mfu-convention",
+            "mfu_convention",
+            type=click.Choice(["6n", "6n+attention", "megatron"]),
+        ),
+        click.option(
+            "--per-stage", "per_stage", is_flag=True, help="Also list every pipeline stage."
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
     ]
     for opt in reversed(opts):
@@ -88,6 +138,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
         click.echo(evaluate_text(out, case.defaults_used))
         if per_stage:
             from optimizer.report import table_text
+
             click.echo("\nPer stage:\n" + table_text(out["stages"]))
     return out
 
@@ -131,11 +182,30 @@ def models_cmd(as_json: bool) -> None:
     for name in model_names():
         entry = get_model(name)
         counts = count_params(entry.model.arch)
-        rows.append({"name": name, "num_params": counts.total, "num_active_params": counts.active,
-                     "seq_len": entry.training.get("seq_len"), "global_batch_size": entry.training.get("global_batch_size"),
-                     "source": entry.model.source})
+        rows.append(
+            {
+                "name": name,
+                "num_params": counts.total,
+                "num_active_params": counts.active,
+                "seq_len": entry.training.get("seq_len"),
+                "global_batch_size": entry.training.get("global_batch_size"),
+                "source": entry.model.source,
+            }
+        )
     if as_json:
         echo_json(rows)
         return
     from optimizer.report import table_text
-    click.echo(table_text([{k: (f"{v / 1e9:,.1f}B" if k.startswith("num") else v) for k, v in r.items() if k != "source"} for r in rows]))
+
+    click.echo(
+        table_text(
+            [
+                {
+                    k: (f"{v / 1e9:,.1f}B" if k.startswith("num") else v)
+                    for k, v in r.items()
+                    if k != "source"
+                }
+                for r in rows
+            ]
+        )
+    )

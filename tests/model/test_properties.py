@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -16,12 +16,30 @@ from optimizer.tables import build_tables
 
 # Small scenarios: several models, GPUs (memory binding or not), GPU counts, batches and lengths.
 SCENARIOS = [
-    ({"model": "megatron-1.7b", "gpu": "V100-SXM2-32GB", "scaleout_gbps": 12.5, "seq_len": 2048, "global_batch_size": 32}, 8),
+    (
+        {
+            "model": "megatron-1.7b",
+            "gpu": "V100-SXM2-32GB",
+            "scaleout_gbps": 12.5,
+            "seq_len": 2048,
+            "global_batch_size": 32,
+        },
+        8,
+    ),
     ({"model": "megatron-3.6b", "gpu": "A100-40GB", "seq_len": 1024, "global_batch_size": 64}, 16),
     ({"model": "llama3-8b", "gpu": "A100-40GB", "seq_len": 4096, "global_batch_size": 32}, 16),
     ({"model": "llama3-8b", "gpu": "H100-SXM", "seq_len": 8192, "global_batch_size": 16}, 8),
     ({"model": "mixtral-8x7b", "gpu": "H100-SXM", "seq_len": 4096, "global_batch_size": 16}, 16),
-    ({"model": "megatron-7.5b", "gpu": "V100-SXM2-32GB", "scaleout_gbps": 12.5, "seq_len": 2048, "global_batch_size": 16}, 4),
+    (
+        {
+            "model": "megatron-7.5b",
+            "gpu": "V100-SXM2-32GB",
+            "scaleout_gbps": 12.5,
+            "seq_len": 2048,
+            "global_batch_size": 16,
+        },
+        4,
+    ),
 ]
 
 
@@ -32,7 +50,9 @@ def test_cpsat_equals_enumeration(params, gpus):
     shapes = legal_shapes(case.model, case.training, space)
     tables = build_tables(case, shapes, space.zero_stages, space.recomputes)
     zero_rank, rec_rank = tie_ranks(tables)
-    oracle = best_by_evaluate(case, shapes, space.zero_stages, space.recomputes, zero_rank, rec_rank)
+    oracle = best_by_evaluate(
+        case, shapes, space.zero_stages, space.recomputes, zero_rank, rec_rank
+    )
     assert best_from_tables(tables, zero_rank, rec_rank) == oracle
     if oracle is None:
         with pytest.raises(InfeasibleError):
@@ -57,8 +77,23 @@ def test_search_cli_json_and_infeasible_exit_code():
 
     _register()
     runner = CliRunner()
-    res = runner.invoke(cli, ["search", "--model", "megatron-1.7b", "--gpus", "8", "--gpu", "A100-80GB",
-                              "--global-batch", "32", "--max-micro-batch", "2", "--json"])
+    res = runner.invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "megatron-1.7b",
+            "--gpus",
+            "8",
+            "--gpu",
+            "A100-80GB",
+            "--global-batch",
+            "32",
+            "--max-micro-batch",
+            "2",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["status"] == "optimal" and out["num_gpus"] == 8 and out["solve_seconds"] >= 0
