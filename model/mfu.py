@@ -28,7 +28,6 @@ __all__ = [
     "recompute_flops_per_token",
     "utilisation",
     "korthikanti_flops",
-    "megatron_hardware_flops",
     "RECOMPUTE_MODES",
     "attention_term",
     "recompute_share",
@@ -146,11 +145,11 @@ def utilisation(flops_per_s: Num, peak_flops_per_s: Num, chips: int = 1) -> Frac
 def korthikanti_flops(
     batch: int, seq_len: int, layers: int, hidden: int, vocab: int, recompute: str = "none"
 ) -> Fraction:
-    """FLOPs of one iteration of a GPT model, Korthikanti et al. 2022, Appendix A.
-
-    Model FLOPs (``recompute="none"``): ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))``; hardware FLOPs
-    with selective recomputation: ``s/(3h)`` in place of ``s/(6h)``; with full recomputation
-    Megatron-LM's Eq. 3 (see :func:`megatron_hardware_flops`).
+    """FLOPs of one iteration of a GPT model, Korthikanti et al. 2022, Appendix A, with the
+    inputs checked: model FLOPs (``recompute="none"``,
+    :func:`model.flops.korthikanti_model_flops`), hardware FLOPs with selective recomputation as
+    the paper prints them (:func:`model.flops.korthikanti_selective_hardware_flops`), or with full
+    recomputation Megatron-LM's Eq. 3 (:func:`model.flops.megatron_eq3_flops`).
 
     Examples
     --------
@@ -158,30 +157,25 @@ def korthikanti_flops(
     >>> round(float(f / (1.10 * 8 * 312e12)), 4)
     0.4165
     """
+    from model.flops import (
+        korthikanti_model_flops,
+        korthikanti_selective_hardware_flops,
+        megatron_eq3_flops,
+    )
+
     named = {"batch": batch, "seq_len": seq_len, "layers": layers, "hidden": hidden, "vocab": vocab}
-    b, s, n_l, h, v = (_positive(k, x) for k, x in named.items())
+    for k, x in named.items():
+        value = _positive(k, x)
+        if value.denominator != 1:
+            raise InputError(f"{k}: {x} must be a whole number")
     if recompute not in RECOMPUTE_MODES:
         raise InputError(f"recompute: {recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
-    if recompute == "full":
-        return megatron_hardware_flops(batch, seq_len, layers, hidden, vocab)
-    attn = s / (3 * h) if recompute == "selective" else s / (6 * h)
-    return 72 * b * n_l * s * h * h * (1 + attn + v / (12 * h * n_l))
-
-
-def megatron_hardware_flops(
-    batch: int, seq_len: int, layers: int, hidden: int, vocab: int
-) -> Fraction:
-    """Hardware FLOPs of one iteration with full recomputation, Narayanan et al. 2021 Eq. 3:
-    ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``.
-
-    Examples
-    --------
-    >>> f = megatron_hardware_flops(3072, 2048, 128, 25600, 51200)
-    >>> round(float(f) / 1e18, 1)  # 51.4 EFLOP: ≈ 103 s at Table 1's 163 TFLOP/s × 3,072 GPUs
-    51.4
-    """
-    b, s, n_l, h, v = (Fraction(x) for x in (batch, seq_len, layers, hidden, vocab))
-    return 96 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
+    formula = {
+        "none": korthikanti_model_flops,
+        "selective": korthikanti_selective_hardware_flops,
+        "full": megatron_eq3_flops,
+    }[recompute]
+    return Fraction(formula(*(int(x) for x in named.values())))
 
 
 def attention_term(

@@ -18,5 +18,8 @@ def test_command_documented(name):
 
 
 def test_quick_start_commands_in_readme():
-    assert "pip install -e . && trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM" in README
+    assert (
+        "pip install -e . && trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM"
+        in README
+    )
     assert "pip install -e '.[test]' && python -m pytest" in README

@@ -68,15 +68,11 @@ def example_cmd(
             )
             run_evaluate(merged, False, per_stage)
         return
-    from optimizer.cli import tabs
-
     out = run_example(name, overrides)
     if as_json:
         echo_json(out)
         return
     click.echo(f"Example {name}: {out['says']}\n")
-    render = getattr(tabs, "render_tab", None)
-    if render is None:
-        echo_json(out)
-    else:
-        render(tab, out)
+    _, merged = example_params(name, overrides)
+    ctx = click.get_current_context()
+    ctx.invoke(cli.commands[tab], **merged)

@@ -113,6 +113,12 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["6n", "6n+attention", "megatron"]),
         ),
         click.option(
+            "--pad-vocab",
+            "vocab_multiple",
+            type=int,
+            help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
+        ),
+        click.option(
             "--per-stage", "per_stage", is_flag=True, help="Also list every pipeline stage."
         ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
