@@ -22,11 +22,16 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def run_guarded(group: click.Group) -> None:
-    """Run the click group; a PlannerError becomes one line and exit code 2."""
+    """Run the click group; a PlannerError or a usage error becomes one line and exit code 2."""
     try:
-        group.main(standalone_mode=True)
+        code = group.main(standalone_mode=False)
     except PlannerError as err:
         fail(str(err))
+    except click.exceptions.Abort:
+        fail("aborted", 1)
+    except click.ClickException as err:
+        fail(err.format_message(), err.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 class _Number(click.ParamType):
@@ -35,10 +40,7 @@ class _Number(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, (int, float, Fraction)):
             return Fraction(value)
-        try:
-            return parse_number(value, _flag(param))
-        except PlannerError as err:
-            self.fail(str(err), param, ctx)
+        return parse_number(value, _flag(param))
 
 
 class _Count(click.ParamType):
@@ -47,10 +49,7 @@ class _Count(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, int):
             return value
-        try:
-            return parse_count(value, _flag(param))
-        except PlannerError as err:
-            self.fail(str(err), param, ctx)
+        return parse_count(value, _flag(param))
 
 
 def _flag(param: click.Parameter | None) -> str:
