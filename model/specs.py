@@ -202,6 +202,14 @@ class Architecture:
             raise InputError("model.max_position_embeddings: required with learned positions")
         if self.moe and self.moe.first_k_dense_layers > self.num_layers:
             raise InputError("moe.first_k_dense_layers: more than num_layers")
+        fields = (f for f in self.__dataclass_fields__ if f != "_hash")
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in fields)))
+
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    """Cached hash (architectures key every cached cost term)."""
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def kv_heads(self) -> int:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from types import MappingProxyType
 
 from model.errors import InputError
 from model.flops import MfuConvention, layer_forward_flops, recompute_forward_flops
-from model.layout import Layout
+from model.layout import Layout, Recompute
 from model.specs import Architecture, TrainingSpec
 
 __all__ = ["DEFAULT_OVERLAP", "DEFAULT_KERNEL_EFFICIENCY", "CostOptions", "stage_microbatch_flops"]
@@ -83,11 +84,21 @@ def stage_microbatch_flops(
     >>> stage_microbatch_flops(gpt, (0,), True, Layout(), t) == 3 * (24 * 4 * 64 + 4 * 16 * 8 + 2 * 4 * 8 * 16)
     True
     """
-    s, b = training.seq_len, layout.micro_batch_size
-    fwd = sum(layer_forward_flops(arch, j, s, b, causal) for j in layers)
+    return _stage_microbatch_flops(
+        arch, sum(map(arch.is_moe_layer, layers)), len(layers), last, training.seq_len,
+        layout.micro_batch_size, layout.recompute, causal,
+    )
+
+
+@cache
+def _stage_microbatch_flops(
+    arch: Architecture, moe_layers: int, num_layers: int, last: bool, s: int, b: int,
+    recompute: Recompute, causal: bool,
+) -> int:
+    first_moe = arch.moe.first_k_dense_layers if arch.moe else 0
+    kinds = ((num_layers - moe_layers, 0), (moe_layers, first_moe))  # (count, a layer of that kind)
+    fwd = sum(n * layer_forward_flops(arch, j, s, b, causal) for n, j in kinds if n)
     if last:
         fwd += 2 * s * b * arch.hidden_size * arch.vocab_size
-    recomputed = sum(
-        recompute_forward_flops(arch, j, s, b, layout.recompute, causal) for j in layers
-    )
+    recomputed = sum(n * recompute_forward_flops(arch, j, s, b, recompute, causal) for n, j in kinds if n)
     return 3 * fwd + recomputed
