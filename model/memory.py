@@ -187,27 +187,29 @@ def stage_activations(
     ctx = _context(arch, layout, training)
     m = layout.num_microbatches(training.global_batch_size)
     in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
-    acts = [layer_activations(arch, j, ctx) for j in layers]
-    kinds: dict[
-        int, tuple[int, object]
-    ] = {}  # identical layers share one cached object: sum by count
-    for a in acts:
-        n, _ = kinds.get(id(a), (0, a))
-        kinds[id(a)] = (n + 1, a)
-    mode = layout.recompute
-    transient = Fraction(0)
-    if mode is Recompute.NONE:
-        per_mb = sum((n * a.full_bytes for n, a in kinds.values()), Fraction(0))  # type: ignore[attr-defined]
-    elif mode is Recompute.SELECTIVE:
-        per_mb = sum((n * a.selective_bytes for n, a in kinds.values()), Fraction(0))  # type: ignore[attr-defined]
-    else:
-        k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
-        segments = [acts[i : i + k] for i in range(0, len(acts), k)]
-        per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
-        sums = {tuple(id(a) for a in seg): seg for seg in segments}  # distinct segment compositions
-        transient = max(
-            sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes
-            for seg in sums.values()
-        )
+    kinds = tuple(arch.is_moe_layer(j) for j in layers)
+    per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
     return StageActivations(per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb)
+
+
+@cache
+def _per_microbatch(
+    arch: Architecture, kinds: tuple[bool, ...], mode: Recompute, ctx: ActivationContext
+) -> tuple[Fraction, Fraction]:
+    """(bytes kept per micro-batch, recompute transient) of a stage whose layers are MoE or not
+    as ``kinds`` says; cached, since most stages of a layout repeat the same layers."""
+    first_moe = arch.moe.first_k_dense_layers if arch.moe else 0
+    acts = [layer_activations(arch, first_moe if moe else 0, ctx) for moe in kinds]
+    transient = Fraction(0)
+    if mode is Recompute.NONE:
+        return sum((a.full_bytes for a in acts), Fraction(0)), transient
+    if mode is Recompute.SELECTIVE:
+        return sum((a.selective_bytes for a in acts), Fraction(0)), transient
+    k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
+    segments = [acts[i : i + k] for i in range(0, len(acts), k)]
+    per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
+    transient = max(
+        sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in segments
+    )
+    return per_mb, transient
