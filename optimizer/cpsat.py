@@ -1,187 +1,206 @@
-"""The CP-SAT model (the only ortools import): choose one shape, one ZeRO stage and one recompute
-mode; keep every pipeline stage's memory within capacity; minimise step time; then break ties.
+"""The CP-SAT model (the only ortools import): pick one shape (of one job), one ZeRO stage and
+one recompute mode; keep every pipeline stage within memory; minimise the objective.
 
 Encoding (variables → constraints → objective → solve → read, as the CP-SAT samples):
 
-* ``x[s]`` one Boolean per legal shape, ``zb[z]`` per ZeRO stage, ``rb[r]`` per recompute mode;
-  exactly one of each.
-* Memory: by default, for each shape the (ZeRO, recompute) pairs whose busiest stage overflows
-  are forbidden with a clause ``¬x[s] ∨ ¬zb[z] ∨ ¬rb[r]`` (the fit itself is decided exactly by
-  the tables). With ``linear_memory`` the same rule is written as capacity rows: for each shape
-  and each non-dominated pipeline stage i, enforced by ``x[s]``,
-  ``Σ_z zb[z]·state[s][z][i] + Σ_r rb[r]·act[s][r][i] ≤ capacity`` — linear and exact (each row is
-  scaled by the common denominator of its rational byte counts). Both give the same answers; the
-  clauses solve faster (the rows' huge coefficients weaken propagation).
-* Objective: ``Σ T1[s][r]·y[s][r] + Σ T2[s][z]·w[s][z]`` where ``y[s][r] = x[s] ∧ rb[r]`` and
-  ``w[s][z] = x[s] ∧ zb[z]`` are linearised exactly by one-hot row and column sums (tighter than
-  element constraints over ``R·s + r``, which were 10× slower here).
-* Second pass: fix ``t1 + t2`` to the optimum and minimise the tie-break rank
-  (shape order, then recompute, then ZeRO preference) so the answer is unique and equals the
-  exhaustive oracle's.
+* ``x[s]`` one Boolean per legal shape (of every job), ``zb[z]`` per ZeRO stage, ``rb[r]`` per
+  recompute mode; exactly one of each.
+* ``y[s][r] = x[s] ∧ rb[r]`` and ``w[s][z] = x[s] ∧ zb[z]``, linearised exactly by one-hot row
+  and column sums, so every objective term is a linear sum with a tight LP relaxation (element
+  constraints over ``R·s + r`` were 10× slower).
+* Candidates that break a constraint family (memory; minimum MFU; tp·cp within NVLink; a
+  frontier's ε bound) are forbidden by clauses ``¬x[s] ∨ ¬zb[z] ∨ ¬rb[r] ∨ ¬a_family``: the
+  rule itself is decided exactly by the tables, and the family's literal ``a`` lets CP-SAT explain
+  infeasibility with assumptions (:meth:`LayoutModel.explain`).
+* Objective ``Σ O1[s][r]·y[s][r] + Σ O2[s][z]·w[s][z]``; the peak memory (for the frontier) is an
+  integer M with one row per stage index i: ``M ≥ Σ state[s][z][i]·w[s][z] + Σ act[s][r][i]·y[s][r]``.
+* Ties: a later pass fixes the optimum and minimises the tie-break rank (shape order, then
+  recompute, then ZeRO preference), so the answer is unique and equals the exhaustive oracle's.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from optimizer.tables import CostTables
 
-__all__ = ["SolveResult", "solve"]
+__all__ = ["LayoutModel", "SolveResult", "Candidate"]
 
-_INT64 = 2**62
+Candidate = tuple[int, int, int]
+"""(shape index, zero index, recompute index)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SolveResult:
-    """What CP-SAT returned."""
-
     status: str
-    """``optimal``, ``feasible`` (time limit hit; not proven) or ``infeasible``."""
-    choice: tuple[int, int, int] | None
-    """(shape index, zero index, recompute index) of the answer."""
-    objective_ns: int | None
-    solve_seconds: float
+    """``optimal``, ``feasible`` (stopped by the time limit; not proven), ``infeasible``, ``unknown``."""
+    choice: Candidate | None
+    value: int | None
+    seconds: float
 
 
-def _scaled_row(
-    state: tuple[Fraction, ...], act: tuple[Fraction, ...], cap: int
-) -> tuple[list[int], list[int], int]:
-    den = math.lcm(*(v.denominator for v in state + act))
-    if max(max(state), max(act), Fraction(cap)) * den >= _INT64:  # too large to scale exactly
-        return [math.ceil(v) for v in state], [math.ceil(v) for v in act], cap
-    return [int(v * den) for v in state], [int(v * den) for v in act], cap * den
+class _Progress(cp_model.CpSolverSolutionCallback):
+    def __init__(self, report: Callable[[int, float], None]) -> None:
+        super().__init__()
+        self._report, self._count = report, 0
+
+    def on_solution_callback(self) -> None:
+        self._count += 1
+        self._report(self._count, self.objective_value)
 
 
-def _stage_rows(tables: CostTables, s: int) -> list[int]:
-    """Stages of shape s whose memory row is not dominated by another stage's."""
-    n = len(tables.state[s][0])
-    vec = [
-        tuple(tables.state[s][z][i] for z in range(len(tables.zero_stages)))
-        + tuple(tables.act[s][r][i] for r in range(len(tables.recomputes)))
-        for i in range(n)
-    ]
-    keep = []
-    for i in range(n):
-        dominated = any(
-            j != i
-            and all(a >= b for a, b in zip(vec[j], vec[i], strict=True))
-            and (vec[j] != vec[i] or j < i)
-            for j in range(n)
-        )
-        if not dominated:
-            keep.append(i)
-    return keep
+class LayoutModel:
+    """One CP-SAT model over the tables; constraints and objectives are added by the search."""
 
-
-def _build(
-    tables: CostTables, linear_memory: bool = False
-) -> tuple[cp_model.CpModel, list, list, list, cp_model.IntVar]:
-    model = cp_model.CpModel()
-    S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
-    x = [model.new_bool_var(f"shape{s}") for s in range(S)]
-    zb = [model.new_bool_var(f"zero{z}") for z in range(Z)]
-    rb = [model.new_bool_var(f"recompute{r}") for r in range(R)]
-    for group in (x, zb, rb):
-        model.add_exactly_one(group)
-    for s in range(S):
-        if linear_memory:
-            for i in _stage_rows(tables, s):
-                st, ac, cap = _scaled_row(
-                    tuple(tables.state[s][z][i] for z in range(Z)),
-                    tuple(tables.act[s][r][i] for r in range(R)),
-                    tables.capacity_bytes,
-                )
-                model.add(
-                    sum(c * b for c, b in zip(st, zb, strict=True))
-                    + sum(c * b for c, b in zip(ac, rb, strict=True))
-                    <= cap
-                ).only_enforce_if(x[s])
-            continue
-        fitting = [(z, r) for z in range(Z) for r in range(R) if tables.fits(s, z, r)]
-        if not fitting:
-            model.add(x[s] == 0)
-            continue
+    def __init__(self, tables: CostTables, o1: np.ndarray, o2: np.ndarray) -> None:
+        self.tables = tables
+        S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
+        self.S, self.Z, self.R = S, Z, R
+        m = self.model = cp_model.CpModel()
+        self.x = [m.new_bool_var(f"shape{s}") for s in range(S)]
+        self.zb = [m.new_bool_var(f"zero{z}") for z in range(Z)]
+        self.rb = [m.new_bool_var(f"recompute{r}") for r in range(R)]
+        for group in (self.x, self.zb, self.rb):
+            m.add_exactly_one(group)
+        self.y = [[m.new_bool_var(f"y{s}_{r}") for r in range(R)] for s in range(S)]
+        self.w = [[m.new_bool_var(f"w{s}_{z}") for z in range(Z)] for s in range(S)]
+        for s in range(S):
+            m.add(sum(self.y[s]) == self.x[s])
+            m.add(sum(self.w[s]) == self.x[s])
+        for r in range(R):
+            m.add(sum(self.y[s][r] for s in range(S)) == self.rb[r])
         for z in range(Z):
-            for r in range(R):
-                if (z, r) not in fitting:
-                    model.add_bool_or([x[s].Not(), zb[z].Not(), rb[r].Not()])
-    # y[s][r] = x[s] ∧ rb[r] and w[s][z] = x[s] ∧ zb[z], linearised exactly (one-hot rows and
-    # columns), so each objective term is a linear sum with a tight LP relaxation.
-    y = [[model.new_bool_var(f"y{s}_{r}") for r in range(R)] for s in range(S)]
-    w = [[model.new_bool_var(f"w{s}_{z}") for z in range(Z)] for s in range(S)]
-    for s in range(S):
-        model.add(sum(y[s]) == x[s])
-        model.add(sum(w[s]) == x[s])
-    for r in range(R):
-        model.add(sum(y[s][r] for s in range(S)) == rb[r])
-    for z in range(Z):
-        model.add(sum(w[s][z] for s in range(S)) == zb[z])
-    flat1 = [v for row in tables.t1_ns for v in row]
-    flat2 = [v for row in tables.t2_ns for v in row]
-    total = model.new_int_var(min(flat1) + min(flat2), max(flat1) + max(flat2), "step_ns")
-    model.add(
-        total
-        == sum(tables.t1_ns[s][r] * y[s][r] for s in range(S) for r in range(R))
-        + sum(tables.t2_ns[s][z] * w[s][z] for s in range(S) for z in range(Z))
-    )
-    return model, x, zb, rb, total
+            m.add(sum(self.w[s][z] for s in range(S)) == self.zb[z])
+        lo = int(o1.min() + o2.min()) if S else 0
+        hi = int(o1.max() + o2.max()) if S else 0
+        self.objective = m.new_int_var(lo, hi, "objective")
+        m.add(
+            self.objective
+            == sum(int(o1[s, r]) * self.y[s][r] for s in range(S) for r in range(R))
+            + sum(int(o2[s, z]) * self.w[s][z] for s in range(S) for z in range(Z))
+        )
+        self.families: dict[str, cp_model.IntVar] = {}
+        self._memory: cp_model.IntVar | None = None
 
+    # ---------------------------------------------------------------- constraint families
+    def forbid(self, family: str, mask: np.ndarray) -> None:
+        """Forbid every candidate where ``mask[s, z, r]`` is True, under the family's literal."""
+        lit = self.families.get(family)
+        if lit is None:
+            lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
+        for s, z, r in zip(*np.nonzero(mask), strict=True):
+            self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not(), lit.Not()])
 
-def _solver(time_limit_s: float | None, workers: int) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = 0
-    if time_limit_s:
-        solver.parameters.max_time_in_seconds = time_limit_s
-    return solver
+    def forbid_shapes(self, family: str, shapes: Sequence[int]) -> None:
+        """Forbid whole shapes under the family's literal."""
+        lit = self.families.get(family)
+        if lit is None:
+            lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
+        for s in shapes:
+            self.model.add_bool_or([self.x[s].Not(), lit.Not()])
 
+    def exclude(self, choice: Candidate) -> None:
+        """No-good: never this candidate again (top-k)."""
+        s, z, r = choice
+        self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not()])
 
-def solve(
-    tables: CostTables,
-    tie_rank_zero: list[int],
-    tie_rank_recompute: list[int],
-    time_limit_s: float | None = None,
-    workers: int = 2,
-    linear_memory: bool = False,
-) -> SolveResult:
-    """Minimise step time over the tables, then the tie-break rank among equal step times.
+    # ---------------------------------------------------------------- expressions
+    def memory(self) -> cp_model.IntVar:
+        """M ≥ every stage's rounded-up bytes of the chosen candidate (exact for the ceil'd table)."""
+        if self._memory is None:
+            t = self.tables
+            self._memory = self.model.new_int_var(
+                0, int(t.peak_ceil.max()) if self.S else 0, "peak_bytes"
+            )
+            for i in range(t.state_ceil.shape[2]):
+                row = sum(
+                    int(t.state_ceil[s, z, i]) * self.w[s][z]
+                    for s in range(self.S)
+                    for z in range(self.Z)
+                    if t.state_ceil[s, z, i]
+                )
+                row += sum(
+                    int(t.act_ceil[s, r, i]) * self.y[s][r]
+                    for s in range(self.S)
+                    for r in range(self.R)
+                    if t.act_ceil[s, r, i]
+                )
+                self.model.add(self._memory >= row)
+        return self._memory
 
-    ``tie_rank_zero[z]`` and ``tie_rank_recompute[r]`` rank the modifiers (0 = preferred); shapes
-    are ranked by their order in ``tables.shapes``.
-    """
-    model, x, zb, rb, total = _build(tables, linear_memory)
-    model.minimize(total)
-    solver = _solver(time_limit_s, workers)
-    status = solver.solve(model)
-    seconds = solver.wall_time
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-        return SolveResult(name, None, None, seconds)
-    best = int(solver.value(total))
-    proven = status == cp_model.OPTIMAL
-    model.add(total <= best)
-    Z, R = len(zb), len(rb)
-    model.minimize(
-        sum(s * Z * R * x[s] for s in range(len(x)))
-        + sum(tie_rank_recompute[r] * Z * rb[r] for r in range(R))
-        + sum(tie_rank_zero[z] * zb[z] for z in range(Z))
-    )
-    for group in (x, zb, rb):
-        for var in group:
-            model.add_hint(var, solver.boolean_value(var))
-    solver2 = _solver(time_limit_s, workers)
-    status2 = solver2.solve(model)
-    seconds += solver2.wall_time
-    sol = solver2 if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else solver
-    proven = proven and status2 == cp_model.OPTIMAL
-    pick = lambda group: next(i for i, v in enumerate(group) if sol.boolean_value(v))  # noqa: E731
-    return SolveResult(
-        "optimal" if proven else "feasible",
-        (pick(x), pick(zb), pick(rb)),
-        int(sol.value(total)),
-        seconds,
-    )
+    def linear(self, per_shape: Sequence[int]) -> cp_model.LinearExpr:
+        """Σ per_shape[s]·x[s] (GPU count, cluster price, parameter count…)."""
+        return sum(int(c) * self.x[s] for s, c in enumerate(per_shape))
+
+    def tie_rank(self, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> cp_model.LinearExpr:
+        """Lexicographic (shape order, recompute rank, ZeRO rank) as one integer."""
+        Z, R = self.Z, self.R
+        return (
+            sum(s * Z * R * self.x[s] for s in range(self.S))
+            + sum(rec_rank[r] * Z * self.rb[r] for r in range(R))
+            + sum(zero_rank[z] * self.zb[z] for z in range(Z))
+        )
+
+    # ---------------------------------------------------------------- solving
+    def solve(
+        self,
+        expr,
+        *,
+        maximize: bool = False,
+        active: Sequence[cp_model.IntVar] = (),
+        time_limit_s: float | None = None,
+        workers: int = 2,
+        progress: Callable[[int, float], None] | None = None,
+    ) -> SolveResult:
+        """Optimise ``expr`` with every family and the ``active`` bounds enforced (as assumptions);
+        read the chosen candidate."""
+        m = self.model
+        m.clear_objective()
+        (m.maximize if maximize else m.minimize)(expr)
+        m.clear_assumptions()
+        m.add_assumptions(list(self.families.values()) + list(active))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = 0
+        if time_limit_s:
+            solver.parameters.max_time_in_seconds = time_limit_s
+        status = solver.solve(m, _Progress(progress) if progress else None)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
+            return SolveResult(name, None, None, solver.wall_time)
+        pick = lambda group: next(i for i, v in enumerate(group) if solver.boolean_value(v))  # noqa: E731
+        choice = (pick(self.x), pick(self.zb), pick(self.rb))
+        m.clear_hints()
+        for group, idx in ((self.x, choice[0]), (self.zb, choice[1]), (self.rb, choice[2])):
+            for i, v in enumerate(group):
+                m.add_hint(v, i == idx)
+        status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
+        return SolveResult(
+            status_name, choice, int(round(solver.objective_value)), solver.wall_time
+        )
+
+    def bound(self, expr, value: int, *, upper: bool = True) -> cp_model.IntVar:
+        """A literal that, when passed in ``active`` to :meth:`solve`, keeps ``expr ≤ value``
+        (or ≥). Bounds are removable this way; constraint families stay on always."""
+        lit = self.model.new_bool_var("bound")
+        self.model.add(expr <= value if upper else expr >= value).only_enforce_if(lit)
+        return lit
+
+    def explain(self) -> list[str]:
+        """The constraint families that together leave no candidate (CP-SAT assumptions;
+        one worker, as the solver requires for a sufficient set)."""
+        m = self.model
+        m.clear_objective()
+        m.clear_assumptions()
+        m.add_assumptions(list(self.families.values()))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        status = solver.solve(m)
+        if status != cp_model.INFEASIBLE:
+            return []
+        core = set(solver.sufficient_assumptions_for_infeasibility())
+        return [name for name, lit in self.families.items() if lit.index in core]

@@ -1,8 +1,9 @@
 """Exhaustive search over the same space: the CP-SAT search's oracle.
 
-Two oracles: :func:`best_from_tables` scans the cost tables (numpy, every candidate), and
-:func:`best_by_evaluate` calls ``evaluate()`` on every full layout — slow, used by the tests on
-small scenarios to prove the tables and the solver right.
+:func:`best`, :func:`top` and :func:`pareto` scan every candidate of the cost tables with numpy
+under the same rules as the solver (constraints, objective, tie-break); :func:`best_by_evaluate`
+calls ``evaluate()`` on every layout — slow, used by the tests on small scenarios to prove the
+tables right too.
 """
 
 from __future__ import annotations
@@ -10,71 +11,149 @@ from __future__ import annotations
 import numpy as np
 
 from model.errors import LayoutError
-from optimizer.inputs import Case
-from optimizer.space import Shape
-from optimizer.tables import CostTables
+from optimizer.cpsat import Candidate
+from optimizer.problem import Objective, Problem
+from optimizer.search import mfu_table, tie_ranks
+from optimizer.tables import CostTables, objective_tables
 
-__all__ = ["best_from_tables", "best_by_evaluate", "Candidate"]
-
-Candidate = tuple[int, int, int]
-"""(shape index, zero index, recompute index)."""
+__all__ = ["allowed", "best", "top", "pareto", "best_by_evaluate"]
 
 
-def _tie(s: int, z: int, r: int, zero_rank: list[int], rec_rank: list[int]) -> tuple[int, int, int]:
-    return (s, rec_rank[r], zero_rank[z])
+def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
+    """[S, Z, R] candidates that fit and meet every user constraint."""
+    ok = tables.fits.copy()
+    if problem.constraints.min_mfu is not None:
+        ok &= mfu_table(tables) >= problem.constraints.min_mfu
+    if problem.constraints.tp_in_nvlink:
+        near = np.array(
+            [
+                sh.tp * sh.cp <= (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
+                for s, sh in enumerate(tables.shapes)
+            ]
+        )
+        ok &= near[:, None, None]
+    return ok
 
 
-def best_from_tables(
-    tables: CostTables, zero_rank: list[int], rec_rank: list[int]
+def _tie_key(tables: CostTables) -> np.ndarray:
+    zero_rank, rec_rank = tie_ranks(tables)
+    S, Z, R = tables.fits.shape
+    s = np.arange(S)[:, None, None]
+    return s * Z * R + np.array(rec_rank)[None, None, :] * Z + np.array(zero_rank)[None, :, None]
+
+
+def _argbest(
+    mask: np.ndarray, objective: np.ndarray, tie: np.ndarray
 ) -> tuple[Candidate, int] | None:
-    """The fitting candidate with the least step time, ties broken as the solver does."""
-    S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
-    t = (
-        np.array(tables.t1_ns, dtype=np.int64)[:, None, :]
-        + np.array(tables.t2_ns, dtype=np.int64)[:, :, None]
-    )
-    fits = np.array(
-        [[[tables.fits(s, z, r) for r in range(R)] for z in range(Z)] for s in range(S)], dtype=bool
-    )
-    if not fits.any():
+    if not mask.any():
         return None
-    best = int(t[fits].min())
-    ties = [(s, z, r) for s, z, r in zip(*np.nonzero(fits & (t == best)), strict=True)]
-    s, z, r = min(
-        ((int(s), int(z), int(r)) for s, z, r in ties), key=lambda c: _tie(*c, zero_rank, rec_rank)
+    value = objective[mask].min()
+    pick = mask & (objective == value)
+    s, z, r = np.unravel_index(
+        int(np.argmin(np.where(pick, tie, np.iinfo(np.int64).max))), mask.shape
     )
-    return (s, z, r), best
+    return (int(s), int(z), int(r)), int(value)
 
 
-def best_by_evaluate(
-    case: Case,
-    shapes: list[Shape],
-    zero_stages: tuple[int, ...],
-    recomputes: tuple,
-    zero_rank: list[int],
-    rec_rank: list[int],
+def _objective(problem: Problem, tables: CostTables) -> np.ndarray:
+    o1, o2 = objective_tables(problem, tables)
+    return o1[:, None, :] + o2[:, :, None]
+
+
+def best(
+    problem: Problem, tables: CostTables, exclude: set[Candidate] | None = None
 ) -> tuple[Candidate, int] | None:
-    """Evaluate every layout with ``evaluate()``; the fitting one with the least step time."""
+    """The allowed candidate with the least objective (the largest model first for ``params``)."""
+    mask = allowed(problem, tables)
+    for s, z, r in exclude or ():
+        mask[s, z, r] = False
+    if problem.objective is Objective.PARAMS and mask.any():
+        from optimizer.search import _count
+
+        sizes = np.array(
+            [
+                tables.jobs[j].case.model.num_params_declared or _count(tables.jobs[j])
+                for j in tables.job_of
+            ]
+        )
+        size = sizes[:, None, None] * np.ones_like(mask, dtype=np.int64)
+        mask &= size == size[mask].max()
+    return _argbest(mask, _objective(problem, tables), _tie_key(tables))
+
+
+def top(problem: Problem, tables: CostTables, k: int) -> list[tuple[Candidate, int]]:
+    """The k best distinct candidates, best first."""
+    out: list[tuple[Candidate, int]] = []
+    seen: set[Candidate] = set()
+    while len(out) < k:
+        found = best(problem, tables, seen)
+        if found is None:
+            break
+        out.append(found)
+        seen.add(found[0])
+    return out
+
+
+def second_axis(against: str, tables: CostTables) -> np.ndarray:
+    """[S, Z, R] the frontier's second axis as the solver sees it."""
+    shape = tables.fits.shape
+    if against == "memory":
+        return tables.peak_ceil
+    if against == "gpus":
+        return np.broadcast_to(tables.num_gpus()[:, None, None], shape)
+    cents = np.array(
+        [
+            round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
+            for j in tables.job_of
+        ]
+    )
+    return np.broadcast_to(cents[:, None, None], shape)
+
+
+def pareto(
+    problem: Problem, tables: CostTables, against: str = "memory", max_points: int = 64
+) -> list[tuple[Candidate, int]]:
+    """The frontier by the solver's ε-constraint rule, exhaustively."""
+    ok, obj, tie = allowed(problem, tables), _objective(problem, tables), _tie_key(tables)
+    second = second_axis(against, tables)
+    eps = np.iinfo(np.int64).max
+    out = []
+    while len(out) < max_points:
+        mask = ok & (second <= eps)
+        if not mask.any():
+            break
+        t_best = obj[mask].min()
+        mask &= obj <= t_best
+        m_best = second[mask].min()
+        mask &= second <= m_best
+        found = _argbest(mask, obj, tie)
+        assert found is not None
+        out.append(found)
+        eps = m_best - 1
+    return out
+
+
+def best_by_evaluate(problem: Problem, tables: CostTables) -> tuple[Candidate, int] | None:
+    """Evaluate every layout of a single-job step-time problem with ``evaluate()``: the fitting
+    one with the least step time (ties as the solver)."""
     from model.estimate import objective_ns
 
-    found: list[tuple[int, tuple[int, int, int], Candidate]] = []
-    for s, shape in enumerate(shapes):
-        for z, zero in enumerate(zero_stages):
-            for r, rec in enumerate(recomputes):
+    job = problem.jobs[0]
+    tie = _tie_key(tables)
+    found = []
+    for s, shape in enumerate(tables.shapes):
+        for z, zero in enumerate(tables.zero_stages):
+            for r, rec in enumerate(tables.recomputes):
                 try:
-                    est = case.evaluate(shape.layout(zero, rec))
+                    est = job.case.evaluate(shape.layout(zero, rec))
                 except LayoutError:
                     continue
-                if not est.fits or est.time_terms is None:
+                if est.total_bytes > tables.capacity[s] or est.time_terms is None:
                     continue
-                found.append(
-                    (
-                        sum(objective_ns(est.time_terms)),
-                        _tie(s, z, r, zero_rank, rec_rank),
-                        (s, z, r),
-                    )
-                )
+                if any(st.total_bytes > tables.capacity[s] for st in est.stages):
+                    continue
+                found.append((sum(objective_ns(est.time_terms)), int(tie[s, z, r]), (s, z, r)))
     if not found:
         return None
-    obj, _, cand = min(found)
-    return cand, obj
+    value, _, choice = min(found)
+    return choice, value

@@ -176,3 +176,33 @@ def _label(report: dict[str, Any], j: int) -> str:
     if report["labels"] == "outputs":
         return "input" if j == 0 else f"out{j}"
     return "output" if j == report["layers"] else f"in{j + 1}"
+
+
+def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -> Path:
+    """Step time against the second axis of a Pareto frontier (one marker per point)."""
+    plt = _pyplot()
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    key = {"memory": "total_bytes", "gpus": "num_gpus", "price": "price_per_hour"}[against]
+    scale = 1e9 if against == "memory" else 1
+    xs = [r[key] / scale for r in rows]
+    ys = [r["step_s"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(xs, ys, "o-", drawstyle="steps-post")
+    for x, y, r in zip(xs, ys, rows, strict=True):
+        ax.annotate(
+            f"tp{r['tp']} pp{r['pp']} dp{r['dp']}",
+            (x, y),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
+    ax.set_xlabel(
+        {"memory": "memory per GPU (GB)", "gpus": "GPUs", "price": "cluster $ per hour"}[against]
+    )
+    ax.set_ylabel("step time (s)")
+    ax.set_title("Pareto frontier")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

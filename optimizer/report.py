@@ -140,3 +140,103 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
             for r in rows
         ]
     )
+
+
+def frontier_row(
+    d: dict[str, Any], job_label: str, objective: int, peak_bytes: int
+) -> dict[str, Any]:
+    """One CSV row of a search answer from its evaluate JSON object: every layout field, every
+    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names)."""
+    lay, mem, t, p = d["layout"], d["memory"], d["time"], d["pipeline"]
+    row: dict[str, Any] = {
+        k: lay[k]
+        for k in (
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "ep",
+            "zero_stage",
+            "recompute",
+            "micro_batch_size",
+            "schedule",
+            "virtual_stages",
+        )
+    }
+    row.update(
+        {
+            "num_gpus": d["num_gpus"],
+            "gpu": d["gpu"]["name"],
+            "model": d["model"]["name"],
+            "global_batch_size": lay["global_batch_size"],
+            "seq_len": lay["seq_len"],
+            "num_microbatches": lay["num_microbatches"],
+            "job": job_label,
+        }
+    )
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "model_state_bytes",
+        "activations_bytes",
+        "embedding_activations_bytes",
+        "recompute_transient_bytes",
+        "total_bytes",
+        "capacity_bytes",
+    ):
+        row[key] = mem[key]
+    row["peak_bytes_ceil"] = peak_bytes
+    for r in d["traffic"]:
+        row[f"{r['axis']}_bytes_per_step"] = r["bytes_per_step"]
+        row[f"{r['axis']}_link"] = r["link"]
+        row[f"{r['axis']}_exposed_s"] = r["exposed_seconds"]
+    row.update(
+        {
+            "bubble_fraction": p["bubble_fraction"],
+            "bubble_ratio": p["bubble_ratio"],
+            "compute_s": t["compute_s"],
+            "step_s": t["step_s"],
+            "mfu": t["mfu"],
+            "hfu": t["hfu"],
+            "tokens_per_s": t["tokens_per_s"],
+            "tokens_per_s_per_gpu": t["tokens_per_s"] / d["num_gpus"]
+            if t["tokens_per_s"]
+            else None,
+            "objective": objective,
+            "fits": mem["fits"],
+        }
+    )
+    return row
+
+
+def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    """Rows to CSV with pandas (raw base units)."""
+    frame(rows).to_csv(path, index=False)
+
+
+def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
+    """The frontier as a terminal table."""
+    second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "$/hour"}[against]
+    return table_text(
+        [
+            {
+                "step": _secs(r["step_s"]),
+                second: (
+                    gb(r["total_bytes"])
+                    if against == "memory"
+                    else r["num_gpus"]
+                    if against == "gpus"
+                    else r.get("price_per_hour")
+                ),
+                "MFU": _pct(r["mfu"]),
+                "GPUs": f"{r['num_gpus']} × {r['gpu']}",
+                "layout": (
+                    f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
+                    f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"
+                    + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
+                ),
+            }
+            for r in rows
+        ]
+    )

@@ -1,21 +1,38 @@
-"""``search()``: the fastest layout that fits, found by CP-SAT over the cost model's tables and
-re-evaluated by ``evaluate()`` (DESIGN.md "One cost model, two uses")."""
+"""Layout search over the cost model's tables with CP-SAT: the best layout (or the top k), the
+Pareto frontier, the largest model that fits, and why nothing fits.
+
+Every answer is re-evaluated with ``evaluate()`` and every tabulated term is compared with it
+(DESIGN.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
+
+import numpy as np
 
 from model.errors import InfeasibleError
 from model.estimate import Estimate, objective_ns
-from model.layout import Layout
-from optimizer.cpsat import solve
-from optimizer.inputs import Case
-from optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE, SearchSpace, Shape, legal_shapes
-from optimizer.tables import CostTables, build_tables
+from optimizer.cpsat import Candidate, LayoutModel
+from optimizer.problem import Job, Objective, Problem
+from optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
+from optimizer.tables import CostTables, build_tables, objective_tables
 
-__all__ = ["SearchResult", "search", "tie_ranks", "TermMismatch"]
+__all__ = [
+    "Answer",
+    "SearchResult",
+    "search",
+    "frontier",
+    "prepare",
+    "TermMismatch",
+    "tie_ranks",
+    "mfu_table",
+]
+
+Progress = Callable[[int, float], None]
 
 
 class TermMismatch(AssertionError):
@@ -23,108 +40,307 @@ class TermMismatch(AssertionError):
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """One layout the search returns, with its job and its evaluation."""
+
+    job: Job
+    estimate: Estimate
+    objective: int
+    """The solver's objective value (ns of step time for the default objective)."""
+    peak_bytes: int
+    """Busiest stage's bytes, each term rounded up (the frontier's memory axis)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SearchResult:
     status: str
-    """``optimal`` (proven), ``feasible`` (time limit; best found) or ``infeasible``."""
-    layout: Layout | None
-    estimate: Estimate | None
+    """``optimal`` (proven), ``feasible`` (time limit; best found, not proven) or ``infeasible``."""
+    answers: tuple[Answer, ...]
     solve_seconds: float
     tables_seconds: float
     num_shapes: int
     num_candidates: int
     explanation: list[str] = field(default_factory=list)
 
+    @property
+    def best(self) -> Answer:
+        return self.answers[0]
+
 
 def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
-    """Rank of each ZeRO stage and recompute mode in the tables (0 = preferred on ties)."""
+    """Rank of each ZeRO stage and recompute mode (0 = preferred on ties): ZeRO-1, 2, 0, 3 and
+    less recomputation first."""
     zero = [ZERO_PREFERENCE.index(z) for z in tables.zero_stages]
-    zero = [sorted(zero).index(v) for v in zero]
     rec = [RECOMPUTE_PREFERENCE.index(r) for r in tables.recomputes]
-    rec = [sorted(rec).index(v) for v in rec]
-    return zero, rec
+    return [sorted(zero).index(v) for v in zero], [sorted(rec).index(v) for v in rec]
 
 
-def check_against_evaluate(case: Case, tables: CostTables, s: int, z: int, r: int) -> Estimate:
-    """Re-evaluate a chosen candidate and fail loudly if any tabulated term differs."""
-    shape = tables.shapes[s]
-    est = case.evaluate(shape.layout(tables.zero_stages[z], tables.recomputes[r]))
-    for stage in est.stages:
-        want = tables.state[s][z][stage.stage] + tables.act[s][r][stage.stage]
-        if stage.total_bytes != want:
-            raise TermMismatch(
-                f"stage {stage.stage} memory: evaluate {stage.total_bytes} != table {want}"
-            )
-    assert est.time_terms is not None
-    got = objective_ns(est.time_terms)
-    if got != (tables.t1_ns[s][r], tables.t2_ns[s][z]):
-        raise TermMismatch(
-            f"time terms: evaluate {got} != table {(tables.t1_ns[s][r], tables.t2_ns[s][z])}"
+def mfu_table(tables: CostTables) -> np.ndarray:
+    """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
+    peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
+    denom = tables.step_ns() * 1e-9 * (tables.num_gpus() * peak)[:, None, None]
+    return tables.model_flops[:, None, :] / denom
+
+
+def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
+    lm.forbid("memory", ~tables.fits)
+    if problem.constraints.min_mfu is not None:
+        lm.forbid("min_mfu", mfu_table(tables) < problem.constraints.min_mfu)
+    if problem.constraints.tp_in_nvlink:
+        far = [
+            s
+            for s, sh in enumerate(tables.shapes)
+            if sh.tp * sh.cp > (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
+        ]
+        lm.forbid_shapes("nvlink", far)
+
+
+def prepare(problem: Problem) -> tuple[CostTables, LayoutModel, float]:
+    """Tables, the CP-SAT model with every constraint family, and the seconds it took."""
+    t0 = time.perf_counter()
+    tables = build_tables(problem)
+    if not tables.shapes:
+        raise InfeasibleError(
+            "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
+            "B divisible by b·dp",
+            ["divisibility: no legal combination of degrees, batch and micro-batch"],
         )
+    o1, o2 = objective_tables(problem, tables)
+    lm = LayoutModel(tables, o1, o2)
+    _families(problem, tables, lm)
+    return tables, lm, time.perf_counter() - t0
+
+
+def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
+    """Re-evaluate a chosen candidate; fail loudly if any tabulated term differs."""
+    s, z, r = choice
+    job = tables.jobs[tables.job_of[s]]
+    est = job.case.evaluate(tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r]))
+    for stage in est.stages:
+        acts = stage.activations.total_bytes if stage.activations else 0
+        got = (math.ceil(stage.state.total_bytes), math.ceil(acts))
+        want = (int(tables.state_ceil[s, z, stage.stage]), int(tables.act_ceil[s, r, stage.stage]))
+        if got != want:
+            raise TermMismatch(f"stage {stage.stage} memory: evaluate {got} != table {want}")
+    if est.time_terms is None or objective_ns(est.time_terms) != (
+        int(tables.t1_ns[s, r]),
+        int(tables.t2_ns[s, z]),
+    ):
+        raise TermMismatch(
+            f"time terms: evaluate {est.time_terms} != table {(tables.t1_ns[s, r], tables.t2_ns[s, z])}"
+        )
+    if bool(tables.fits[s, z, r]) != (
+        est.fits
+        if job.case.device.memory_bytes == tables.capacity[s]
+        else bool(tables.fits[s, z, r])
+    ):
+        raise TermMismatch("fits: evaluate and table disagree")
     return est
 
 
-def explain_infeasible(tables: CostTables) -> list[str]:
-    """Why nothing fits: the candidate needing the least memory, and by how much it overflows."""
-    best: tuple[Fraction, int, int, int, int] | None = None
-    for s in range(len(tables.shapes)):
-        for z in range(len(tables.zero_stages)):
-            for r in range(len(tables.recomputes)):
-                peak, stage = max(
-                    (a + b, i)
-                    for i, (a, b) in enumerate(
-                        zip(tables.state[s][z], tables.act[s][r], strict=True)
-                    )
-                )
-                if best is None or peak < best[0]:
-                    best = (peak, stage, s, z, r)
-    if best is None:
-        return [
-            "no legal layout: no combination of degrees satisfies the divisibility rules for this GPU count and batch"
-        ]
-    peak, stage, s, z, r = best
-    sh = tables.shapes[s]
-    return [
-        f"memory: no layout fits {tables.capacity_bytes / 1e9:.2f} GB per GPU; the least any candidate needs is "
-        f"{float(peak) / 1e9:.2f} GB on pipeline stage {stage} (dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
-        f"b {sh.micro_batch_size}, {sh.schedule}, ZeRO-{tables.zero_stages[z]}, recompute {tables.recomputes[r]})",
-        "try more GPUs, a larger accelerator, a smaller micro-batch or sequence, or allow higher tp/pp/cp",
-    ]
+def _answer(tables: CostTables, choice: Candidate, objective: int) -> Answer:
+    s, z, r = choice
+    return Answer(
+        tables.jobs[tables.job_of[s]],
+        check_against_evaluate(tables, choice),
+        objective,
+        int(tables.peak_ceil[s, z, r]),
+    )
+
+
+def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
+    blocking = lm.explain() or list(lm.families)
+    out = []
+    for family in blocking:
+        if family == "memory":
+            peak = np.where(True, tables.peak_ceil, 0)
+            s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
+            sh, cap = tables.shapes[s], int(tables.capacity[s])
+            out.append(
+                f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
+                f"{peak[s, z, r] / 1e9:.2f} GB (dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
+                f"b {sh.micro_batch_size}, {sh.schedule}, ZeRO-{tables.zero_stages[z]}, "
+                f"recompute {tables.recomputes[r]}); try more GPUs, a larger accelerator, a shorter "
+                "sequence or higher tp/pp/cp"
+            )
+        elif family == "min_mfu":
+            mfu = np.where(tables.fits, mfu_table(tables), 0)
+            out.append(
+                f"min_mfu: the best MFU of any layout that fits is {mfu.max():.1%}, below "
+                f"{problem.constraints.min_mfu:.1%}"
+            )
+        elif family == "nvlink":
+            out.append(
+                "nvlink: no layout with tp·cp within one NVLink domain fits the other constraints"
+            )
+    if len(blocking) > 1:
+        out.append(
+            "together: " + " + ".join(blocking) + " leave no layout (each alone may allow one)"
+        )
+    return out
+
+
+def _solve_one(
+    lm: LayoutModel,
+    tables: CostTables,
+    ranks,
+    time_limit: float | None,
+    workers: int,
+    progress: Progress | None,
+    maximize_expr=None,
+):
+    """Optimum of the objective (or of ``maximize_expr`` first), then the tie-break."""
+    active = []
+    seconds = 0.0
+    proven = True
+    if maximize_expr is not None:
+        res = lm.solve(maximize_expr, maximize=True, time_limit_s=time_limit, workers=workers)
+        seconds += res.seconds
+        if res.choice is None:
+            return res.status, None, None, seconds
+        proven &= res.status == "optimal"
+        active.append(lm.bound(maximize_expr, res.value, upper=False))
+    res = lm.solve(
+        lm.objective, active=active, time_limit_s=time_limit, workers=workers, progress=progress
+    )
+    seconds += res.seconds
+    if res.choice is None:
+        return res.status, None, None, seconds
+    proven &= res.status == "optimal"
+    active.append(lm.bound(lm.objective, res.value))
+    tie = lm.solve(lm.tie_rank(*ranks), active=active, time_limit_s=time_limit, workers=workers)
+    seconds += tie.seconds
+    proven &= tie.status == "optimal"
+    choice = tie.choice or res.choice
+    return ("optimal" if proven else "feasible"), choice, res.value, seconds
 
 
 def search(
-    case: Case,
-    space: SearchSpace,
+    problem: Problem,
+    top: int = 1,
     time_limit_s: float | None = None,
     workers: int = 2,
-    headroom: float = 0.0,
+    progress: Progress | None = None,
 ) -> SearchResult:
-    """The layout of ``space`` with the least step time whose every stage fits in memory.
+    """The best layout (least objective; for ``params`` the largest model, then the least step
+    time) whose every stage fits and which meets the constraints; with ``top`` > 1 the next best
+    distinct layouts too.
 
     Raises
     ------
     InfeasibleError
-        When no legal shape exists, or nothing fits; ``explanation`` says which constraint blocks.
+        When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
-    t0 = time.perf_counter()
-    shapes: list[Shape] = legal_shapes(case.model, case.training, space)
-    if not shapes:
-        raise InfeasibleError(
-            f"search: no legal layout of {space.num_gpus} GPUs for B = {case.training.global_batch_size}, "
-            f"s = {case.training.seq_len}",
-            [
-                "divisibility: no dp·tp·pp·cp of the allowed degrees equals the GPU count "
-                "with B divisible by b·dp"
-            ],
+    tables, lm, t_tables = prepare(problem)
+    ranks = tie_ranks(tables)
+    maximize = None
+    if problem.objective is Objective.PARAMS:
+        sizes = [
+            tables.jobs[j].case.model.num_params_declared or _count(tables.jobs[j])
+            for j in tables.job_of
+        ]
+        maximize = lm.linear(sizes)
+    answers, seconds, status = [], 0.0, "optimal"
+    for _ in range(top):
+        st, choice, value, sec = _solve_one(
+            lm, tables, ranks, time_limit_s, workers, progress, maximize
         )
-    tables = build_tables(case, shapes, space.zero_stages, space.recomputes, headroom)
-    t1 = time.perf_counter()
-    zero_rank, rec_rank = tie_ranks(tables)
-    result = solve(tables, zero_rank, rec_rank, time_limit_s, workers)
-    n = len(shapes) * len(space.zero_stages) * len(space.recomputes)
-    if result.choice is None:
-        explanation = explain_infeasible(tables)
-        raise InfeasibleError("search: no layout fits. " + explanation[0], explanation)
-    est = check_against_evaluate(case, tables, *result.choice)
-    return SearchResult(
-        result.status, est.layout, est, result.solve_seconds, t1 - t0, len(shapes), n
+        seconds += sec
+        if choice is None and st == "unknown":
+            raise InfeasibleError(
+                f"search: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
+                "give a longer --time-limit",
+                ["solver: no answer within the limits"],
+            )
+        if choice is None:
+            if not answers:
+                explanation = _explain(problem, tables, lm)
+                raise InfeasibleError(
+                    "search: no layout satisfies the constraints. " + explanation[0], explanation
+                )
+            break
+        if st != "optimal":
+            status = "feasible"
+        answers.append(_answer(tables, choice, int(value)))
+        lm.exclude(choice)
+    n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
+    return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
+
+
+def _count(job: Job) -> int:
+    from model.params import count_params
+
+    assert job.case.model.arch is not None
+    return count_params(job.case.model.arch).total
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierResult:
+    against: str
+    """``memory``, ``gpus`` or ``price``."""
+    points: tuple[Answer, ...]
+    """Non-dominated answers, objective ascending."""
+    status: str
+    solve_seconds: float
+    tables_seconds: float
+    num_candidates: int
+
+
+def _second_axis(against: str, tables: CostTables, lm: LayoutModel):
+    if against == "memory":
+        return lm.memory()
+    if against == "gpus":
+        return lm.linear(tables.num_gpus())
+    if against == "price":
+        cents = [
+            round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
+            for j in tables.job_of
+        ]
+        return lm.linear(cents)
+    raise InfeasibleError(f"frontier: against {against!r} is not one of memory, gpus, price")
+
+
+def frontier(
+    problem: Problem,
+    against: str = "memory",
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    max_points: int = 64,
+) -> FrontierResult:
+    """The Pareto frontier of the objective against peak memory per GPU, GPU count, or cluster
+    price per hour (ε-constraint: least objective with the second axis ≤ ε, then the least
+    second axis at that objective, then the tie-break; ε moves just below the point found).
+    """
+    tables, lm, t_tables = prepare(problem)
+    ranks = tie_ranks(tables)
+    second = _second_axis(against, tables, lm)
+    points, seconds, proven = [], 0.0, True
+    eps_lit = None
+    while len(points) < max_points:
+        active = [eps_lit] if eps_lit is not None else []
+        res = lm.solve(lm.objective, active=active, time_limit_s=time_limit_s, workers=workers)
+        seconds += res.seconds
+        if res.choice is None:
+            if not points:
+                explanation = _explain(problem, tables, lm)
+                raise InfeasibleError(
+                    "frontier: no layout satisfies the constraints. " + explanation[0], explanation
+                )
+            break
+        best = lm.bound(lm.objective, res.value)
+        res2 = lm.solve(second, active=[*active, best], time_limit_s=time_limit_s, workers=workers)
+        least = lm.bound(second, res2.value)
+        tie = lm.solve(
+            lm.tie_rank(*ranks),
+            active=[*active, best, least],
+            time_limit_s=time_limit_s,
+            workers=workers,
+        )
+        seconds += res2.seconds + tie.seconds
+        proven &= res.status == res2.status == tie.status == "optimal"
+        points.append(_answer(tables, tie.choice or res.choice, res.value))
+        eps_lit = lm.bound(second, res2.value - 1)
+    n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
+    return FrontierResult(
+        against, tuple(points), "optimal" if proven else "feasible", seconds, t_tables, n
     )

@@ -1,21 +1,27 @@
 """Cost tables: the cost model's own functions evaluated over each term's scope.
 
-For every legal shape s (optimizer.space), every ZeRO stage z and every recompute mode r:
+For every job j, every legal shape s of it (optimizer.space), every ZeRO stage z and every
+recompute mode r:
 
-* ``state[s][z][i]``  — model-state bytes of pipeline stage i (:func:`model.estimate.stage_states`)
-* ``act[s][r][i]``    — activation bytes of stage i (:func:`model.estimate.stage_activation_list`)
-* ``t1_ns[s][r]``     — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
-* ``t2_ns[s][z]``     — exposed dp traffic (both from :func:`model.estimate.time_terms`, rounded
+* ``state[s, z, i]`` — model-state bytes of pipeline stage i (:func:`model.estimate.stage_states`)
+* ``act[s, r, i]``   — activation bytes of stage i (:func:`model.estimate.stage_activation_list`)
+* ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
+* ``t2_ns[s, z]``    — exposed dp traffic (both from :func:`model.estimate.time_terms`, rounded
   to whole nanoseconds by :func:`model.estimate.objective_ns`)
 
-so that memory of stage i = state + act and step time = t1 + t2 exactly as ``evaluate()`` adds
-them. Nothing here computes a cost itself.
+so that the memory of stage i is state + act and the step time t1 + t2, exactly as
+``evaluate()`` adds them. Bytes are kept rounded up to whole bytes (``*_ceil``) for the memory
+objective, and fits are decided exactly (``fits``) from the rational byte counts. Nothing here
+computes a cost itself.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
+
+import numpy as np
 
 from model.errors import InputError
 from model.estimate import (
@@ -26,112 +32,218 @@ from model.estimate import (
     traffic_rows,
 )
 from model.layout import Recompute
-from optimizer.inputs import Case, links_for
-from optimizer.space import Shape
+from optimizer.inputs import links_for
+from optimizer.problem import Job, Problem, objective_factor
+from optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = ["CostTables", "build_tables", "MAX_ROWS"]
 
-MAX_ROWS = 200_000
+MAX_ROWS = 400_000
 """Refuse tables larger than this many (shape × modifier) rows; narrow the space instead."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CostTables:
-    """Every term of every candidate, exact (bytes) or in whole nanoseconds (time)."""
+    """Every term of every candidate. Arrays are numpy; S shapes, Z ZeRO stages, R recompute
+    modes, P the most pipeline stages of any shape (missing stages hold 0)."""
 
+    jobs: tuple[Job, ...]
     shapes: tuple[Shape, ...]
+    job_of: np.ndarray
+    """[S] job index of each shape."""
     zero_stages: tuple[int, ...]
     recomputes: tuple[Recompute, ...]
-    state: tuple[tuple[tuple[Fraction, ...], ...], ...]
-    """[shape][zero index][stage] model-state bytes."""
-    act: tuple[tuple[tuple[Fraction, ...], ...], ...]
-    """[shape][recompute index][stage] activation bytes (layers + embedding + transient)."""
-    t1_ns: tuple[tuple[int, ...], ...]
-    """[shape][recompute index] compute, bubble and exposed tp/cp/ep/pp time, ns."""
-    t2_ns: tuple[tuple[int, ...], ...]
-    """[shape][zero index] exposed dp time, ns."""
-    capacity_bytes: int
+    state_ceil: np.ndarray
+    """[S, Z, P] model-state bytes, rounded up."""
+    act_ceil: np.ndarray
+    """[S, R, P] activation bytes (layers + embedding + transient), rounded up."""
+    fits: np.ndarray
+    """[S, Z, R] every stage's exact state + activations within capacity × (1 − headroom)."""
+    t1_ns: np.ndarray
+    """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns."""
+    t2_ns: np.ndarray
+    """[S, Z] exposed dp time, ns."""
+    capacity: np.ndarray
+    """[S] usable bytes per GPU of the shape's job."""
+    model_flops: np.ndarray
+    """[S, R] model FLOPs per step (for MFU bounds), as float."""
 
-    def fits(self, s: int, z: int, r: int) -> bool:
-        """Whether every stage's state + activations fit (exact)."""
-        return all(
-            a + b <= self.capacity_bytes
-            for a, b in zip(self.state[s][z], self.act[s][r], strict=True)
-        )
+    @property
+    def peak_ceil(self) -> np.ndarray:
+        """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
+        return (self.state_ceil[:, :, None, :] + self.act_ceil[:, None, :, :]).max(axis=3)
 
-    def objective(self, s: int, z: int, r: int) -> int:
-        """Step time in ns as the solver sees it."""
-        return self.t1_ns[s][r] + self.t2_ns[s][z]
+    def step_ns(self) -> np.ndarray:
+        """[S, Z, R] step time in ns as the solver sees it."""
+        return self.t1_ns[:, None, :] + self.t2_ns[:, :, None]
+
+    def num_gpus(self) -> np.ndarray:
+        """[S] GPUs of each shape's job."""
+        return np.array([self.jobs[j].num_gpus for j in self.job_of], dtype=np.int64)
 
 
-def build_tables(
-    case: Case,
-    shapes: list[Shape],
-    zero_stages: tuple[int, ...],
-    recomputes: tuple[Recompute, ...],
-    headroom: float = 0.0,
-) -> CostTables:
-    """Evaluate the cost model's terms for every shape × modifier.
+def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
+    """(states per z, activations per r) of a shape: they read no hardware figure, so jobs that
+    differ only in the accelerator share them (``memo``)."""
+    case = job.case
+    key = (case.model, case.training, case.vocab_multiple, shape)
+    if key not in memo:
+        m, t, vm = case.model, case.training, case.vocab_multiple
+        states = [
+            tuple(st.total_bytes for st in stage_states(m, t, shape.layout(z, recomputes[0]), vm))
+            for z in zero_stages
+        ]
+        acts = [
+            tuple(
+                a.total_bytes
+                for a in stage_activation_list(m, t, shape.layout(zero_stages[0], r), vm) or ()
+            )
+            for r in recomputes
+        ]
+        memo[key] = (states, acts)
+    return memo[key]
 
-    ``headroom`` keeps that fraction of the GPU's memory free (capacity × (1 − headroom)).
+
+def _time_rows(job: Job, shape: Shape, zero_stages, recomputes):
+    case = job.case
+    m, t, o, vm = case.model, case.training, case.options, case.vocab_multiple
+    links = links_for(shape.layout(zero_stages[0], recomputes[0]), case.links)
+    t1, t2 = [], []
+    for r in recomputes:
+        lay = shape.layout(zero_stages[0], r)
+        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
+        if terms is None:
+            raise InputError(
+                "search: step time needs every axis's link bandwidth (give --nvlink-gbps, --scaleout-gbps)"
+            )
+        t1.append(objective_ns(terms)[0])
+    for z in zero_stages:
+        lay = shape.layout(z, recomputes[0])
+        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
+        assert terms is not None
+        t2.append(objective_ns(terms)[1])
+    return t1, t2
+
+
+def build_tables(problem: Problem) -> CostTables:
+    """Evaluate the cost model's terms for every job × shape × modifier.
 
     Raises
     ------
     InputError
-        When the space is larger than :data:`MAX_ROWS` rows, naming what to narrow.
+        When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    rows = len(shapes) * (len(zero_stages) + len(recomputes))
-    if rows > MAX_ROWS:
-        raise InputError(
-            f"search: {len(shapes)} shapes × modifiers = {rows} table rows is over {MAX_ROWS}; "
-            "narrow the space (--tp, --pp, --max-micro-batch)"
-        )
-    if case.model.arch is None:
-        raise InputError(
-            "search: needs a model with dimensions (a catalogue model, a config.json, or --layers …)"
-        )
-    m, t, o, vm = case.model, case.training, case.options, case.vocab_multiple
-    state, act, t1, t2 = [], [], [], []
-    for shape in shapes:
-        base = shape.layout(zero_stages[0], recomputes[0])
-        links = links_for(base, case.links)
-        state.append(
-            tuple(
-                tuple(
-                    st.total_bytes for st in stage_states(m, t, shape.layout(z, recomputes[0]), vm)
-                )
-                for z in zero_stages
+    from model.flops import step_flops
+    from model.params import count_params
+
+    space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
+    shapes: list[Shape] = []
+    job_of: list[int] = []
+    for j, job in enumerate(problem.jobs):
+        if job.case.model.arch is None:
+            raise InputError(
+                "search: needs a model with dimensions (a catalogue model, a config.json, or --layers …)"
             )
-        )
-        acts, times = [], []
-        for r in recomputes:
-            lay = shape.layout(zero_stages[0], r)
-            acts.append(tuple(a.total_bytes for a in stage_activation_list(m, t, lay, vm) or ()))
-            terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
-            if terms is None:
-                raise InputError(
-                    "search: step time needs every axis's link bandwidth (give --nvlink-gbps, --scaleout-gbps)"
+        job_space = SearchSpace(**{**_fields(space), "num_gpus": job.num_gpus})
+        found = legal_shapes(job.case.model, job.case.training, job_space)
+        shapes += found
+        job_of += [j] * len(found)
+        if len(shapes) * (len(zs) + len(rs)) > MAX_ROWS:
+            raise InputError(
+                f"search: over {MAX_ROWS} table rows; narrow the space (--tp, --pp, --max-micro-batch, fewer GPU counts)"
+            )
+    S, Z, R = len(shapes), len(zs), len(rs)
+    P = max((s.pp for s in shapes), default=1)
+    state = np.zeros((S, Z, P), dtype=np.int64)
+    act = np.zeros((S, R, P), dtype=np.int64)
+    fits = np.zeros((S, Z, R), dtype=bool)
+    t1 = np.zeros((S, R), dtype=np.int64)
+    t2 = np.zeros((S, Z), dtype=np.int64)
+    flops = np.zeros((S, R), dtype=float)
+    capacity = np.zeros(S, dtype=np.int64)
+    cache: dict[tuple[int, int], float] = {}
+    memo: dict = {}
+    for s, shape in enumerate(shapes):
+        job = problem.jobs[job_of[s]]
+        cap = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
+        capacity[s] = cap
+        st, ac = _memory_rows(job, shape, zs, rs, memo)
+        a, b = _time_rows(job, shape, zs, rs)
+        ft = [[all(x + y <= cap for x, y in zip(sz, ar, strict=True)) for ar in ac] for sz in st]
+        for z in range(Z):
+            state[s, z, : len(st[z])] = [math.ceil(v) for v in st[z]]
+        for r in range(R):
+            act[s, r, : len(ac[r])] = [math.ceil(v) for v in ac[r]]
+            key = (job_of[s], r)
+            if key not in cache:
+                arch = job.case.model.arch
+                assert arch is not None
+                n_active = job.case.model.num_params_declared or count_params(arch).active
+                cache[key] = float(
+                    step_flops(
+                        arch,
+                        n_active,
+                        job.case.training.seq_len,
+                        job.case.training.global_batch_size,
+                        rs[r],
+                        job.case.options.mfu_convention,
+                        job.case.options.causal_attention_flops,
+                    ).model_flops
                 )
-            times.append(objective_ns(terms)[0])
-        act.append(tuple(acts))
-        t1.append(tuple(times))
-        dp_times = []
-        for z in zero_stages:
-            lay = shape.layout(z, recomputes[0])
-            terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
-            assert terms is not None
-            dp_times.append(objective_ns(terms)[1])
-        t2.append(tuple(dp_times))
-    capacity = (
-        int(case.device.memory_bytes * (1 - headroom)) if headroom else case.device.memory_bytes
-    )
+            flops[s, r] = cache[key]
+        fits[s] = ft
+        t1[s], t2[s] = a, b
     return CostTables(
+        tuple(problem.jobs),
         tuple(shapes),
-        tuple(zero_stages),
-        tuple(recomputes),
-        tuple(state),
-        tuple(act),
-        tuple(t1),
-        tuple(t2),
+        np.array(job_of, dtype=np.int64),
+        tuple(zs),
+        tuple(rs),
+        state,
+        act,
+        fits,
+        t1,
+        t2,
         capacity,
+        flops,
     )
+
+
+def _fields(space) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(space, f.name) for f in fields(space)}
+
+
+def objective_tables(problem: Problem, tables: CostTables) -> tuple[np.ndarray, np.ndarray]:
+    """([S, R], [S, Z]) integer objective terms: the time terms times each job's factor
+    (:func:`optimizer.problem.objective_factor`), divided by the smallest power of ten that keeps
+    CP-SAT's sums within 64-bit integers (the resolution is stated by :func:`objective_unit`)."""
+    factors = [objective_factor(problem, job) for job in problem.jobs]
+    scale = Fraction(1, objective_divisor(problem, tables))
+    if all(f == 1 for f in factors) and scale == 1:
+        return tables.t1_ns.copy(), tables.t2_ns.copy()
+    f = [factors[j] * scale for j in tables.job_of]
+    o1 = np.array(
+        [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(tables.t1_ns)],
+        dtype=np.int64,
+    )
+    o2 = np.array(
+        [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(tables.t2_ns)],
+        dtype=np.int64,
+    )
+    return o1, o2
+
+
+def objective_divisor(problem: Problem, tables: CostTables) -> int:
+    """10^k so that the largest objective sum, times the number of terms, stays below 2^60."""
+    if not tables.shapes:
+        return 1
+    factors = [objective_factor(problem, job) for job in problem.jobs]
+    biggest = max(float(factors[j]) for j in set(tables.job_of.tolist()))
+    top = float(tables.t1_ns.max() + tables.t2_ns.max()) * biggest
+    terms = tables.t1_ns.size + tables.t2_ns.size
+    divisor = 1
+    while top / divisor * terms >= 2**60:
+        divisor *= 10
+    return divisor

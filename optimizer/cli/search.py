@@ -1,7 +1,9 @@
-"""``trainplan search``: the best layout of a model on N GPUs (CP-SAT over the cost model)."""
+"""``trainplan search`` and ``trainplan frontier``: layouts found by CP-SAT over the cost model."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -13,73 +15,116 @@ from optimizer.cli import cli
 from optimizer.cli.common import COUNT, NUMBER, echo_json
 from optimizer.cli.planner import _overlap, model_options
 
-
-def _ints(values: tuple[int, ...]) -> tuple[int, ...] | None:
-    return tuple(values) if values else None
-
-
-@cli.command("search")
-@model_options
-@click.option("--gpus", "num_gpus", type=COUNT, required=True, help="Number of GPUs (dp·tp·pp·cp).")
-@click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM.")
-@click.option("--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s.")
-@click.option(
-    "--global-batch", "global_batch_size", type=COUNT, help="B sequences; default the catalogue's."
-)
-@click.option(
-    "--micro-batch",
+_SPACE = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
     "micro_batch",
-    type=COUNT,
-    multiple=True,
-    help="Allowed micro-batch sizes (repeatable).",
-)
-@click.option("--max-micro-batch", "max_micro_batch", type=COUNT, default=8, show_default=True)
-@click.option(
-    "--tp", type=COUNT, multiple=True, help="Allowed tp degrees (repeatable); default all legal."
-)
-@click.option("--pp", type=COUNT, multiple=True, help="Allowed pp degrees (repeatable).")
-@click.option("--cp", type=COUNT, multiple=True, help="Allowed cp degrees (repeatable); default 1.")
-@click.option(
-    "--ep", type=COUNT, multiple=True, help="Allowed ep degrees (repeatable); default all legal."
-)
-@click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp.")
-@click.option(
-    "--zero",
+    "max_tp",
+    "max_micro_batch",
     "zero",
-    type=click.IntRange(0, 3),
-    multiple=True,
-    help="Allowed ZeRO stages; default 0-3.",
+    "recompute",
+    "schedule",
+    "virtual_stages",
 )
-@click.option("--recompute", type=click.Choice([r.value for r in Recompute]), multiple=True)
-@click.option("--schedule", type=click.Choice([s.value for s in Schedule]), multiple=True)
-@click.option("--flash/--no-flash", "flash_attention", default=None)
-@click.option("--nvlink-domain", "nvlink_domain", type=COUNT)
-@click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER)
-@click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER)
-@click.option("--kernel-efficiency", "kernel_efficiency", type=NUMBER)
-@click.option("--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute.")
-@click.option("--headroom", type=NUMBER, default=0, help="Fraction of GPU memory kept free (0-1).")
-@click.option(
-    "--time-limit",
-    "time_limit",
-    type=NUMBER,
-    help="Solver seconds; returns the best found, not proven.",
-)
-@click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def search_cmd(as_json: bool, **kw: Any) -> None:
-    """The fastest layout that fits: dp, tp, pp (cp, ep), ZeRO stage, recompute, micro-batch, schedule.
+_CLUSTER = ("nvlink_domain", "nvlink_gbps", "scaleout_gbps", "kernel_efficiency", "flash_attention")
 
-    Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
-    """
-    from model.report_dict import estimate_to_dict
-    from optimizer.inputs import build_case
-    from optimizer.report import evaluate_text
-    from optimizer.search import search
-    from optimizer.space import SearchSpace, divisors
 
-    params = {
-        k: kw[k]
+def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by search and frontier."""
+    opts = [
+        click.option(
+            "--scenario", type=click.Path(exists=True, dir_okay=False), help="Scenario TOML file."
+        ),
+        click.option("--gpus", "gpus", help="GPU count, list (2048,4096) or range (1024..16384)."),
+        click.option("--gpu", "gpu", help="Accelerator, or a comma list (H100-SXM,H200,B200)."),
+        click.option(
+            "--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."
+        ),
+        click.option("--global-batch", "global_batch", help="B sequences: a count, list or range."),
+        click.option(
+            "--global-batch-tokens", "global_batch_tokens", help="B in tokens (count or range)."
+        ),
+        click.option(
+            "--micro-batch",
+            "micro_batch",
+            type=COUNT,
+            multiple=True,
+            help="Allowed micro-batch sizes.",
+        ),
+        click.option(
+            "--max-micro-batch",
+            "max_micro_batch",
+            type=COUNT,
+            help="Largest micro-batch (default 8).",
+        ),
+        click.option("--tp", type=COUNT, multiple=True, help="Allowed tp degrees (repeatable)."),
+        click.option("--pp", type=COUNT, multiple=True, help="Allowed pp degrees (repeatable)."),
+        click.option(
+            "--cp", type=COUNT, multiple=True, help="Allowed cp degrees (repeatable; default 1)."
+        ),
+        click.option("--ep", type=COUNT, multiple=True, help="Allowed ep degrees (repeatable)."),
+        click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
+        click.option(
+            "--zero", type=click.IntRange(0, 3), multiple=True, help="Allowed ZeRO stages."
+        ),
+        click.option("--recompute", type=click.Choice([r.value for r in Recompute]), multiple=True),
+        click.option("--schedule", type=click.Choice([s.value for s in Schedule]), multiple=True),
+        click.option(
+            "--virtual-stages",
+            "virtual_stages",
+            type=COUNT,
+            multiple=True,
+            help="Virtual stages tried with interleaving (default 2, 3, 4).",
+        ),
+        click.option("--flash/--no-flash", "flash_attention", default=None),
+        click.option(
+            "--tp-in-nvlink",
+            "tp_in_nvlink",
+            is_flag=True,
+            default=None,
+            help="Keep tp·cp within one NVLink domain.",
+        ),
+        click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
+        click.option(
+            "--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."
+        ),
+        click.option(
+            "--objective",
+            type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
+        ),
+        click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
+        click.option(
+            "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
+        ),
+        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
+        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
+        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
+        click.option("--kernel-efficiency", "kernel_efficiency", type=NUMBER),
+        click.option(
+            "--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute."
+        ),
+        click.option(
+            "--time-limit",
+            "time_limit",
+            type=NUMBER,
+            help="Solver seconds per solve; best found, not proven.",
+        ),
+        click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return model_options(f)
+
+
+def _problem(kw: dict[str, Any], objective: str | None = None):
+    from optimizer.scenario import build_problem, load_scenario
+
+    file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
+    cli_values: dict[str, Any] = {
+        k: kw.get(k)
         for k in (
             "model",
             "params",
@@ -90,58 +135,103 @@ def search_cmd(as_json: bool, **kw: Any) -> None:
             "kv_heads",
             "ffn_hidden",
             "vocab",
+            "gpus",
             "gpu",
             "seq_len",
-            "global_batch_size",
-            "flash_attention",
-            "nvlink_domain",
-            "nvlink_gbps",
-            "scaleout_gbps",
-            "kernel_efficiency",
+            "global_batch",
+            "global_batch_tokens",
+            "objective",
+            "tokens",
+            "gpu_hour_price",
+            "max_layers",
         )
     }
-    params["overlap"] = _overlap(kw["overlap"])
-    case = build_case(params)
-    tp = _ints(kw["tp"])
-    if kw["max_tp"]:
-        tp = tuple(t for t in (tp or divisors(kw["num_gpus"])) if t <= kw["max_tp"])
-    space = SearchSpace(
-        num_gpus=kw["num_gpus"],
-        tp=tp,
-        pp=_ints(kw["pp"]),
-        cp=_ints(kw["cp"]) or (1,),
-        ep=_ints(kw["ep"]),
-        micro_batch_size=_ints(kw["micro_batch"]),
-        max_micro_batch_size=kw["max_micro_batch"],
-        zero_stages=tuple(kw["zero"]) or (0, 1, 2, 3),
-        recomputes=tuple(Recompute(r) for r in kw["recompute"]) or tuple(Recompute),
-        schedules=tuple(Schedule(s) for s in kw["schedule"]) or tuple(Schedule),
-    )
-    limit = float(kw["time_limit"]) if kw["time_limit"] else None
-    try:
-        result = search(case, space, limit, kw["workers"], float(kw["headroom"]))
-    except InfeasibleError as err:
-        if as_json:
-            echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
-        else:
-            click.echo(f"No layout: {err}", err=True)
-            for line in err.explanation[1:]:
-                click.echo(f"  {line}", err=True)
-        raise SystemExit(1) from None
-    assert result.estimate is not None
-    out = estimate_to_dict(result.estimate)
-    out.update(
-        {
-            "status": result.status,
-            "solve_seconds": result.solve_seconds,
-            "tables_seconds": result.tables_seconds,
-            "shapes": result.num_shapes,
-            "candidates": result.num_candidates,
-            "defaults_used": case.defaults_used,
-        }
-    )
+    if objective:
+        cli_values["objective"] = objective
+    cli_values["space"] = {k: kw.get(k) for k in _SPACE}
+    cli_values["constraints"] = {k: kw.get(k) for k in ("headroom", "min_mfu", "tp_in_nvlink")}
+    cluster = {k: kw.get(k) for k in _CLUSTER}
+    if kw.get("overlap"):
+        cluster["overlap"] = _overlap(kw["overlap"])
+    cli_values["cluster"] = cluster
+    return build_problem(file_values, cli_values)
+
+
+def _progress(as_json: bool) -> Callable[[int, float], None] | None:
+    if as_json or not sys.stderr.isatty():
+        return None
+
+    def report(count: int, best: float) -> None:
+        click.echo(f"\r  solutions found: {count}, best so far: {best:,.0f}", err=True, nl=False)
+
+    return report
+
+
+def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
-        echo_json(out)
+        echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
+    else:
+        click.echo("No layout satisfies the constraints:", err=True)
+        for line in err.explanation:
+            click.echo(f"  - {line}", err=True)
+    raise SystemExit(1)
+
+
+@cli.command("search")
+@search_options
+@click.option(
+    "--top", type=COUNT, default=1, show_default=True, help="Return the K best distinct layouts."
+)
+@click.option(
+    "--maximize",
+    type=click.Choice(["params"]),
+    help="The largest model of --model's family (depth varied) that fits.",
+)
+@click.option(
+    "--max-layers",
+    "max_layers",
+    type=COUNT,
+    help="Deepest family member tried with --maximize params.",
+)
+def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None:
+    """The best layout: dp, tp, pp, cp, ep, ZeRO stage, recompute, micro-batch, schedule (and GPU count
+    and accelerator when several are given), proven optimal by CP-SAT.
+
+    Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
+    """
+    from model.report_dict import estimate_to_dict
+    from optimizer.report import evaluate_text
+    from optimizer.search import search
+
+    kw["max_layers"] = kw.get("max_layers")
+    problem = _problem(kw, "params" if maximize else None)
+    limit = float(kw["time_limit"]) if kw.get("time_limit") else None
+    try:
+        result = search(problem, top, limit, kw["workers"], _progress(as_json))
+    except InfeasibleError as err:
+        _infeasible(err, as_json)
+        return
+    if _progress(as_json):
+        click.echo("", err=True)
+    answers = []
+    for a in result.answers:
+        d = estimate_to_dict(a.estimate)
+        d.update(
+            {"job": a.job.label, "objective": a.objective, "objective_kind": str(problem.objective)}
+        )
+        answers.append(d)
+    meta = {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": len(problem.jobs),
+    }
+    if as_json:
+        echo_json(
+            {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
+        )
         return
     proof = (
         "proven optimal"
@@ -149,7 +239,75 @@ def search_cmd(as_json: bool, **kw: Any) -> None:
         else "best found within the time limit (not proven)"
     )
     click.echo(
-        f"Best layout of {result.num_candidates:,} candidates ({result.num_shapes:,} shapes × ZeRO × recompute): "
-        f"{proof}; tables {result.tables_seconds:.2f} s, CP-SAT {result.solve_seconds:.2f} s\n"
+        f"Searched {result.num_candidates:,} candidates ({result.num_shapes:,} shapes × ZeRO × recompute, "
+        f"{len(problem.jobs)} job(s)), objective {problem.objective}: {proof}; tables "
+        f"{result.tables_seconds:.2f} s, CP-SAT {result.solve_seconds:.2f} s"
     )
-    click.echo(evaluate_text(out, case.defaults_used))
+    for i, d in enumerate(answers, 1):
+        click.echo(f"\n#{i}: {d['job']}\n" if top > 1 else "")
+        click.echo(evaluate_text(d))
+
+
+@cli.command("frontier")
+@search_options
+@click.option(
+    "--against",
+    type=click.Choice(["memory", "gpus", "price"]),
+    default="memory",
+    show_default=True,
+    help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
+)
+@click.option(
+    "--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the frontier as CSV (pandas)."
+)
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Plot it (plot extra).")
+def frontier_cmd(
+    as_json: bool, against: str, csv_path: str | None, png_path: str | None, **kw: Any
+) -> None:
+    """The Pareto frontier of step time (or the objective) against memory per GPU, GPU count or price.
+
+    Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
+    """
+    from model.report_dict import estimate_to_dict
+    from optimizer.report import frontier_row, frontier_text, write_csv
+    from optimizer.search import frontier
+
+    problem = _problem(kw)
+    limit = float(kw["time_limit"]) if kw.get("time_limit") else None
+    try:
+        result = frontier(problem, against, limit, kw["workers"])
+    except InfeasibleError as err:
+        _infeasible(err, as_json)
+        return
+    rows = []
+    for a in result.points:
+        row = frontier_row(estimate_to_dict(a.estimate), a.job.label, a.objective, a.peak_bytes)
+        if a.job.gpu_hour_price is not None:
+            row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
+        rows.append(row)
+    if csv_path:
+        write_csv(rows, csv_path)
+    if png_path:
+        from optimizer.plots import frontier_chart
+
+        frontier_chart(rows, against, png_path)
+    if as_json:
+        echo_json(
+            {
+                "status": result.status,
+                "against": against,
+                "solve_seconds": result.solve_seconds,
+                "tables_seconds": result.tables_seconds,
+                "candidates": result.num_candidates,
+                "points": rows,
+            }
+        )
+        return
+    click.echo(
+        f"Pareto frontier: {problem.objective} against {against}, {len(rows)} points of "
+        f"{result.num_candidates:,} candidates ({result.status}; tables {result.tables_seconds:.2f} s, "
+        f"CP-SAT {result.solve_seconds:.2f} s)"
+    )
+    click.echo(frontier_text(rows, against))
+    if csv_path:
+        click.echo(f"CSV: {csv_path}")

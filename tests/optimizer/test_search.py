@@ -1,4 +1,4 @@
-"""The CP-SAT search equals exhaustive enumeration with evaluate() (DESIGN.md, issue 2)."""
+"""The CP-SAT search equals exhaustive enumeration (DESIGN.md; issues 2 and 4)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from model.errors import InfeasibleError
-from optimizer.enumerate import best_by_evaluate, best_from_tables
+from optimizer import enumerate as oracle
 from optimizer.inputs import build_case
-from optimizer.search import search, tie_ranks
-from optimizer.space import SearchSpace, legal_shapes
-from optimizer.tables import build_tables
+from optimizer.problem import Constraints, Job, Problem
+from optimizer.search import frontier, prepare, search
+from optimizer.space import SearchSpace
 
 # Small scenarios: several models, GPUs (memory binding or not), GPU counts, batches and lengths.
 SCENARIOS = [
@@ -43,33 +43,48 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize(("params", "gpus"), SCENARIOS)
-def test_cpsat_equals_enumeration(params, gpus):
+def _problem(params, gpus, **kw):
     case = build_case(params)
     space = SearchSpace(num_gpus=gpus, max_micro_batch_size=2, virtual_stages=(2,))
-    shapes = legal_shapes(case.model, case.training, space)
-    tables = build_tables(case, shapes, space.zero_stages, space.recomputes)
-    zero_rank, rec_rank = tie_ranks(tables)
-    oracle = best_by_evaluate(
-        case, shapes, space.zero_stages, space.recomputes, zero_rank, rec_rank
-    )
-    assert best_from_tables(tables, zero_rank, rec_rank) == oracle
-    if oracle is None:
+    return Problem(jobs=(Job(case, gpus, f"{gpus}"),), space=space, **kw)
+
+
+@pytest.mark.parametrize(("params", "gpus"), SCENARIOS)
+def test_cpsat_equals_enumeration_and_evaluate(params, gpus):
+    problem = _problem(params, gpus)
+    tables, _, _ = prepare(problem)
+    want = oracle.best_by_evaluate(problem, tables)
+    assert oracle.best(problem, tables) == want
+    if want is None:
         with pytest.raises(InfeasibleError):
-            search(case, space)
+            search(problem)
         return
-    (s, z, r), objective = oracle
-    result = search(case, space)
+    (s, z, r), objective = want
+    result = search(problem)
     assert result.status == "optimal"
-    assert result.layout == shapes[s].layout(space.zero_stages[z], space.recomputes[r])
-    assert result.estimate is not None and result.estimate.fits
+    assert result.best.objective == objective
+    assert result.best.estimate.layout == tables.shapes[s].layout(
+        tables.zero_stages[z], tables.recomputes[r]
+    )
+    assert result.best.estimate.fits
 
 
 def test_infeasible_names_memory():
-    case = build_case({"model": "llama3-405b", "gpu": "H100-SXM"})
+    problem = _problem({"model": "llama3-405b", "gpu": "H100-SXM"}, 64)
     with pytest.raises(InfeasibleError) as err:
-        search(case, SearchSpace(num_gpus=64))
-    assert "memory" in err.value.explanation[0] and "80.00 GB" in err.value.explanation[0]
+        search(problem)
+    assert err.value.explanation[0].startswith("memory: no layout fits 80.00 GB")
+
+
+def test_infeasible_names_min_mfu_alone():
+    problem = _problem(
+        {"model": "megatron-1.7b", "gpu": "A100-80GB", "global_batch_size": 32},
+        8,
+        constraints=Constraints(min_mfu=0.99),
+    )
+    with pytest.raises(InfeasibleError) as err:
+        search(problem)
+    assert err.value.explanation[0].startswith("min_mfu: the best MFU")
 
 
 def test_search_cli_json_and_infeasible_exit_code():

@@ -1,0 +1,128 @@
+"""A search problem: one or more *jobs* (a model and training setup on a GPU type and count),
+the layout space, user constraints and an objective.
+
+Several jobs arise from a GPU-count range (``--gpus 1024..16384``), several accelerators
+(``--gpu H100-SXM,H200``), a batch range, or a model family (``--maximize params``); the search
+picks one job and one layout of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+
+from model.errors import InputError
+from optimizer.inputs import Case
+from optimizer.space import SearchSpace
+
+__all__ = ["Objective", "Job", "Constraints", "Problem", "gpu_counts", "objective_factor"]
+
+
+class Objective(StrEnum):
+    """What the search minimises (or maximises)."""
+
+    STEP_TIME = "step-time"
+    """Seconds per optimizer step (= highest MFU when G and B are fixed)."""
+    TOKENS_PER_GPU = "tokens-per-gpu"
+    """Maximise training tokens per second per GPU (minimises step·G / (B·s))."""
+    TIME_TO_TRAIN = "time-to-train"
+    """Wall time to train ``tokens`` tokens: step × tokens / (B·s)."""
+    COST = "cost"
+    """Dollars to train ``tokens`` tokens: time-to-train × G × price per GPU-hour."""
+    PARAMS = "params"
+    """Maximise the parameter count of a model family that fits (then the least step time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One model on one GPU type and count, with its training setup."""
+
+    case: Case
+    num_gpus: int
+    label: str
+    gpu_hour_price: float | None = None
+    """Dollars per GPU-hour for this accelerator (cost objective and price frontier)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constraints:
+    """User constraints beyond legality and memory."""
+
+    headroom: float = 0.0
+    """Fraction of GPU memory kept free: capacity × (1 − headroom)."""
+    min_mfu: float | None = None
+    """Only layouts at or above this MFU."""
+    tp_in_nvlink: bool = False
+    """tp·cp (the tensor and context groups) within one NVLink domain."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.headroom < 1:
+            raise InputError(f"headroom: {self.headroom} must be in [0, 1)")
+        if self.min_mfu is not None and not 0 < self.min_mfu <= 1:
+            raise InputError(f"min_mfu: {self.min_mfu} must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    jobs: tuple[Job, ...]
+    space: SearchSpace
+    """Allowed values per decision (its ``num_gpus`` is ignored: each job has its own)."""
+    constraints: Constraints = field(default_factory=Constraints)
+    objective: Objective = Objective.STEP_TIME
+    tokens: int | None = None
+    """Token budget for time-to-train and cost."""
+
+    def __post_init__(self) -> None:
+        if not self.jobs:
+            raise InputError("search: no job (GPU count × accelerator) to search")
+        if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
+            raise InputError("objective cost: give --gpu-hour-price for every accelerator")
+
+
+def gpu_counts(text: str) -> list[int]:
+    """GPU counts from ``16384``, a list ``2048,4096`` or a range ``1024..16384`` (the powers of two
+    and three times powers of two inside it — the sizes clusters come in).
+
+    Examples
+    --------
+    >>> gpu_counts("64..512")
+    [64, 96, 128, 192, 256, 384, 512]
+    >>> gpu_counts("2048,4096")
+    [2048, 4096]
+    """
+    from model.units import parse_count
+
+    text = str(text).strip()
+    if ".." in text:
+        lo_text, _, hi_text = text.partition("..")
+        lo, hi = parse_count(lo_text, "gpus"), parse_count(hi_text, "gpus")
+        if lo > hi:
+            raise InputError(f"gpus: range {text!r} is empty (low end above high end)")
+        out, p = [], 1
+        while p <= hi:
+            out += [c for c in (p, 3 * p // 2 if p >= 2 else 0) if lo <= c <= hi]
+            p *= 2
+        if not out:
+            raise InputError(f"gpus: no power of two (or 1.5×) in {text!r}")
+        return sorted(set(out))
+    return sorted({parse_count(part, "gpus") for part in text.replace(" ", "").split(",") if part})
+
+
+def objective_factor(problem: Problem, job: Job) -> Fraction:
+    """Multiplier turning one step's nanoseconds into the objective's unit for ``job``.
+
+    step-time: 1 (ns); tokens-per-gpu: G/(B·s)·1000 (GPU·ns per thousand tokens);
+    time-to-train: tokens/(B·s) (ns); cost: tokens/(B·s)·G·price/3600 (nano-dollars per ns → $·1e-9).
+    """
+    t = job.case.training
+    per_step = t.global_batch_size * t.seq_len
+    if problem.objective in (Objective.STEP_TIME, Objective.PARAMS):
+        return Fraction(1)
+    if problem.objective is Objective.TOKENS_PER_GPU:
+        return Fraction(job.num_gpus * 1000, per_step)
+    steps = Fraction(problem.tokens or 10**12, per_step)
+    if problem.objective is Objective.TIME_TO_TRAIN:
+        return steps
+    assert job.gpu_hour_price is not None
+    return steps * job.num_gpus * Fraction(repr(job.gpu_hour_price)) / 3600

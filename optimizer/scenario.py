@@ -1,0 +1,300 @@
+"""Search problems from a scenario TOML file and/or command-line options.
+
+A scenario file (unknown keys are rejected):
+
+```toml
+description = "Llama 3 70B on 64–4096 GPUs of three kinds"
+model = "llama3-70b"              # catalogue name or config.json path
+gpu = ["H100-SXM", "H200", "B200"] # one name or a list
+gpus = "64..4096"                 # a count, a list "2048,4096", or a range
+seq_len = 8192
+global_batch = 2048               # sequences: a count, list or range; or global_batch_tokens = 16e6
+objective = "time-to-train"       # step-time | tokens-per-gpu | time-to-train | cost | params
+tokens = 15e12                    # token budget for time-to-train and cost
+gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
+[space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages
+[constraints]  # headroom, min_mfu, tp_in_nvlink
+[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 }
+```
+
+Command-line options override the file's values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError, ScenarioError
+from model.layout import Recompute
+from model.pipeline import Schedule
+from model.units import parse_count, parse_number
+from optimizer.inputs import build_case
+from optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
+from optimizer.space import SearchSpace, divisors
+
+__all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
+
+TOP_KEYS = {
+    "description",
+    "source",
+    "model",
+    "gpu",
+    "gpus",
+    "seq_len",
+    "global_batch",
+    "global_batch_tokens",
+    "objective",
+    "tokens",
+    "gpu_hour_price",
+    "max_layers",
+    "space",
+    "constraints",
+    "cluster",
+}
+SPACE_KEYS = {
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "max_tp",
+    "max_micro_batch",
+    "zero",
+    "recompute",
+    "schedule",
+    "virtual_stages",
+}
+CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
+CLUSTER_KEYS = {
+    "nvlink_domain",
+    "nvlink_gbps",
+    "scaleout_gbps",
+    "kernel_efficiency",
+    "overlap",
+    "flash_attention",
+}
+
+
+def load_scenario(path: str | Path) -> dict[str, Any]:
+    """Read and check a scenario file (flat dict with the ``space``/``constraints``/``cluster`` tables).
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and the unknown key, or the read error.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ScenarioError(f"scenario {p}: {err}") from None
+    for table, keys in (
+        (data, TOP_KEYS),
+        (data.get("space", {}), SPACE_KEYS),
+        (data.get("constraints", {}), CONSTRAINT_KEYS),
+        (data.get("cluster", {}), CLUSTER_KEYS),
+    ):
+        unknown = sorted(set(table) - keys)
+        if unknown:
+            raise ScenarioError(
+                f"scenario {p}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+            )
+    return data
+
+
+def _listify(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _names(value: Any) -> list[str]:
+    out: list[str] = []
+    for item in _listify(value):
+        out += [part.strip() for part in str(item).split(",") if part.strip()]
+    return out
+
+
+def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
+    if tokens is not None:
+        text = str(tokens)
+        if ".." in text:
+            lo, _, hi = text.partition("..")
+            lo_b = -(-int(parse_number(lo, "global_batch_tokens")) // seq_len)
+            hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
+            return gpu_counts(f"{lo_b}..{hi_b}")
+        n = parse_count(tokens, "global_batch_tokens")
+        if n % seq_len:
+            raise InputError(
+                f"global_batch_tokens: {n} is not a whole number of sequences of {seq_len}"
+            )
+        return [n // seq_len]
+    if value is None:
+        return []
+    return (
+        gpu_counts(str(value))
+        if isinstance(value, str)
+        else [parse_count(v, "global_batch") for v in _listify(value)]
+    )
+
+
+def _prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
+    if value is None:
+        return {g: None for g in gpus}
+    if isinstance(value, dict):
+        return {g: (float(value[g]) if g in value else None) for g in gpus}
+    text = str(value)
+    if "=" in text:
+        pairs = dict(part.split("=", 1) for part in text.split(","))
+        return {g: (float(pairs[g]) if g in pairs else None) for g in gpus}
+    return {g: float(parse_number(text, "gpu_hour_price")) for g in gpus}
+
+
+def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
+    def ints(key: str) -> tuple[int, ...] | None:
+        values = [parse_count(v, key) for v in _listify(d.get(key))]
+        return tuple(values) or None
+
+    tp = ints("tp")
+    if d.get("max_tp"):
+        tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
+    return SearchSpace(
+        num_gpus=num_gpus,
+        tp=tp,
+        pp=ints("pp"),
+        cp=ints("cp") or (1,),
+        ep=ints("ep"),
+        micro_batch_size=ints("micro_batch"),
+        max_micro_batch_size=int(d.get("max_micro_batch") or 8),
+        zero_stages=tuple(int(z) for z in _listify(d.get("zero"))) or (0, 1, 2, 3),
+        recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
+        schedules=tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule),
+        virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages"))) or (2, 3, 4),
+    )
+
+
+def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
+    """Depth variants of a catalogue model (same width): the ``params`` objective's family."""
+    from dataclasses import replace
+
+    from model.specs import ModelSpec
+    from optimizer.catalogue import get_model
+
+    entry = get_model(model_name)
+    arch = entry.model.arch
+    assert arch is not None
+    top = max_layers or 4 * arch.num_layers
+    step = max(1, arch.num_layers // 8)
+    out = []
+    for layers in range(step, top + 1, step):
+        variant = replace(arch, num_layers=layers, moe=arch.moe)
+        spec = ModelSpec(
+            name=f"{model_name}@L{layers}",
+            source=f"{entry.model.source}; depth varied to {layers}",
+            arch=variant,
+        )
+        out.append({"model_spec": spec, "training": entry.training})
+    return out
+
+
+def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
+    """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`."""
+    d = {**file_values, **{k: v for k, v in cli.items() if v not in (None, (), [])}}
+    space_d = {
+        **file_values.get("space", {}),
+        **{k: v for k, v in cli.get("space", {}).items() if v not in (None, (), [])},
+    }
+    cons_d = {
+        **file_values.get("constraints", {}),
+        **{k: v for k, v in cli.get("constraints", {}).items() if v is not None},
+    }
+    clus_d = {
+        **file_values.get("cluster", {}),
+        **{k: v for k, v in cli.get("cluster", {}).items() if v not in (None, {}, ())},
+    }
+    if d.get("gpus") is None:
+        raise InputError("gpus: give --gpus N (a count, a list 2048,4096 or a range 1024..16384)")
+    counts = gpu_counts(
+        str(d["gpus"]) if not isinstance(d["gpus"], list) else ",".join(map(str, d["gpus"]))
+    )
+    accelerators = _names(d.get("gpu")) or ["H100-SXM"]
+    prices = _prices(d.get("gpu_hour_price"), accelerators)
+    objective = Objective(str(d.get("objective") or "step-time"))
+    base = {
+        "model": d.get("model"),
+        **{
+            k: d.get(k)
+            for k in (
+                "params",
+                "arch",
+                "layers",
+                "hidden",
+                "heads",
+                "kv_heads",
+                "ffn_hidden",
+                "vocab",
+            )
+            if d.get(k) is not None
+        },
+        "seq_len": d.get("seq_len"),
+        **clus_d,
+    }
+    models: list[dict[str, Any]] = [{}]
+    if objective is Objective.PARAMS:
+        if not d.get("model"):
+            raise InputError(
+                "maximize params: give --model as the family's base (its depth is varied)"
+            )
+        models = _family(str(d["model"]), d.get("max_layers"))
+    jobs = []
+    for variant, gpu, count in itertools.product(models, accelerators, counts):
+        params = dict(base, gpu=gpu)
+        case = build_case(params) if not variant else _variant_case(params, variant)
+        batches = _batches(
+            d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
+        ) or [case.training.global_batch_size]
+        for batch in batches:
+            job_case = (
+                case if batch == case.training.global_batch_size else _with_batch(case, batch)
+            )
+            label = f"{job_case.model.name} on {count} × {gpu}, B {batch}"
+            jobs.append(Job(job_case, count, label, prices[gpu]))
+    tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
+    constraints = Constraints(
+        headroom=float(cons_d.get("headroom") or 0),
+        min_mfu=_opt_float(cons_d.get("min_mfu")),
+        tp_in_nvlink=bool(cons_d.get("tp_in_nvlink")),
+    )
+    return Problem(
+        jobs=tuple(jobs),
+        space=_space(space_d, counts[0]),
+        constraints=constraints,
+        objective=objective,
+        tokens=tokens,
+    )
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(parse_number(value, "min_mfu"))
+
+
+def _with_batch(case, batch: int):
+    from dataclasses import replace
+
+    return replace(case, training=replace(case.training, global_batch_size=batch))
+
+
+def _variant_case(params: dict[str, Any], variant: dict[str, Any]):
+    return build_case(
+        {
+            **params,
+            "model": None,
+            "model_spec": variant["model_spec"],
+            "training_defaults": variant["training"],
+        }
+    )
