@@ -52,6 +52,15 @@ Variants, derived the same way:
   query latent before and after its RMSNorm ``2·[S, q_lora]``, the KV latent with the RoPE key
   ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
   ``[S, a·(nope+rope)]`` each, V and the output-projection input ``[S, a·v_head]`` (*tp*).
+
+Conventions (``ActivationContext.convention``, from ``TrainingSpec.activation_convention``):
+``paper`` (the default) is the count above. ``pytorch`` adds, as named terms, what PyTorch's
+kernels keep besides, measured on real layers in ``tests/fidelity`` (docs/fidelity-layers.md):
+norm statistics in fp32 per token (LayerNorm mean and rstd ``8·S``, RMSNorm rstd ``4·S``, per
+norm, *sp*); FlashAttention's logsumexp ``4·a·S`` (*tp*; a score term, so selective
+recomputation drops it); RoPE's cos and sin tables ``2·β·(s/cp)·d`` (not sharded); eager
+SwiGLU's SiLU output ``β·S·f`` (*tp*); for MoE, the top-k indices ``8·k·S``, the permutation's
+two int64 index vectors ``16·k·S`` and the routing weights ``β·k·S`` (*sp*).
 """
 
 from __future__ import annotations
@@ -60,9 +69,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
-from model.specs import Architecture, AttentionKind, Mlp
+from model.errors import InputError
+from model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
-__all__ = ["ActivationContext", "LayerActivations", "layer_activations"]
+__all__ = ["CONVENTIONS", "ActivationContext", "LayerActivations", "layer_activations"]
+
+CONVENTIONS = ("paper", "pytorch")
+"""Activation conventions: ``paper`` (the default) and ``pytorch``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +93,16 @@ class ActivationContext:
     flash_attention: bool
     activation_bytes: int = 2
     """β, bytes per activation element."""
+    convention: str = "paper"
+    """``paper`` (Korthikanti's count, fused Megatron kernels) or ``pytorch`` (adds what PyTorch
+    kernels keep besides: norm statistics, FlashAttention's logsumexp, SiLU's output, rotary
+    tables, MoE routing indices; measured in ``tests/fidelity``)."""
+
+    def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise InputError(
+                f"activation_convention: {self.convention!r} is not one of {', '.join(CONVENTIONS)}"
+            )
 
     @property
     def tokens(self) -> Fraction:
@@ -146,17 +169,55 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
             rows.append(("attention dropout output", beta * scores, "score"))
     if arch.dropout:
         rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
+    if ctx.convention == "pytorch":
+        rows += _pytorch_attention_terms(arch, ctx)
+    return rows
+
+
+def _norm_stats(arch: Architecture, name: str, S: Fraction) -> tuple[str, Fraction, str]:
+    """fp32 per-token statistics a norm kernel keeps: LayerNorm mean and rstd, RMSNorm rstd."""
+    if arch.norm is Norm.LAYERNORM:
+        return (f"{name} statistics (fp32 mean, rstd)", 8 * S, "sp")
+    return (f"{name} statistics (fp32 rstd)", 4 * S, "sp")
+
+
+def _pytorch_attention_terms(
+    arch: Architecture, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """What PyTorch's kernels keep besides the paper's tensors, attention half."""
+    S, beta, a = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads
+    rows = [_norm_stats(arch, "attention norm", S)]
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        if arch.mla.q_lora_rank is not None:
+            rows.append(("query latent norm statistics (fp32 rstd)", 4 * S, "sp"))
+        rows.append(("kv latent norm statistics (fp32 rstd)", 4 * S, "sp"))
+    if ctx.flash_attention:
+        # FlashAttention's per-row softmax statistics [b, a, s/cp] in fp32; recomputed with the
+        # attention core under selective recomputation, so listed with the score tensors.
+        rows.append(("softmax statistics (fp32 logsumexp)", 4 * a * S, "score"))
+    if arch.position_embedding is PositionEmbedding.ROPE:
+        rope = arch.mla.qk_rope_head_dim if arch.mla is not None else arch.dim_per_head
+        # cos and sin [s/cp, d] kept by the rotation's multiplications; one pair per layer,
+        # the same on every tp rank, independent of b.
+        rows.append(
+            ("rotary cos and sin tables", 2 * beta * Fraction(ctx.seq_len, ctx.cp) * rope, "rep")
+        )
     return rows
 
 
 def _swiglu_or_gelu(
-    prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int
+    prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int, convention: str = "paper"
 ) -> list[tuple[str, Fraction, str]]:
     if arch.mlp is Mlp.SWIGLU:
-        return [
+        rows = [
             (f"{prefix} SwiGLU input (gate, up)", 2 * beta * S * ffn, "tp"),
             (f"{prefix} down projection input", beta * S * ffn, "tp"),
         ]
+        if convention == "pytorch":
+            # eager silu(gate) * up: the product keeps SiLU's output as well as up
+            rows.append((f"{prefix} SiLU output (eager SwiGLU)", beta * S * ffn, "tp"))
+        return rows
     return [
         (f"{prefix} GeLU input", beta * S * ffn, "tp"),
         (f"{prefix} FC2 input", beta * S * ffn, "tp"),
@@ -166,11 +227,11 @@ def _swiglu_or_gelu(
 def _mlp_terms(
     arch: Architecture, index: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
-    S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
+    S, beta, h, conv = ctx.tokens, ctx.activation_bytes, arch.hidden_size, ctx.convention
     rows = [("MLP norm input", beta * S * h, "sp")]
     if not arch.is_moe_layer(index):
         rows.append(("FC1 input", beta * S * h, "sp"))
-        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta)
+        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta, conv)
     else:
         moe = arch.moe
         assert moe is not None
@@ -180,11 +241,23 @@ def _mlp_terms(
             ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
             ("routed expert inputs (top-k copies)", k * beta * S * h, "sp"),
         ]
-        rows += _swiglu_or_gelu("routed expert", arch, k * S, moe.expert_ffn_hidden_size, beta)
+        ffn_e = moe.expert_ffn_hidden_size
+        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)
         rows.append(("routed expert outputs for the combine", k * beta * S * h, "sp"))
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
-            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta)
+            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)
+        if conv == "pytorch":
+            rows += [
+                # topk keeps its int64 indices; permuting the k·S routed copies by expert and
+                # back keeps two int64 index vectors (the dispatch gather's and the combine
+                # gather's); the weighted combine keeps the top-k routing weights (β).
+                ("router top-k indices (int64)", 8 * k * S, "sp"),
+                ("token permutation indices (int64, dispatch and combine)", 16 * k * S, "sp"),
+                ("routing weights for the combine", beta * k * S, "sp"),
+            ]
+    if conv == "pytorch":
+        rows.append(_norm_stats(arch, "MLP norm", S))
     if arch.dropout:
         rows.append(("MLP dropout mask", S * h, "sp"))
     return rows
@@ -215,7 +288,7 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
 def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
     index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
     rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)
-    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1}
+    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1, "rep": 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]

@@ -312,9 +312,19 @@ class TrainingSpec:
     """Bytes per parameter of optimizer state (FP32 master 4 + Adam moments 4 + 4)."""
     activation_bytes: int = 2
     """Bytes per activation element (16-bit)."""
+    activation_convention: str = "paper"
+    """``paper`` (Korthikanti et al.'s count; the default) or ``pytorch`` (also what PyTorch
+    kernels keep: fp32 norm statistics, FlashAttention's logsumexp, eager SwiGLU's SiLU output,
+    rotary tables, MoE routing indices; see :mod:`model.activations`, measured in
+    ``tests/fidelity``)."""
 
     def __post_init__(self) -> None:
         _positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
+        if self.activation_convention not in ("paper", "pytorch"):
+            raise InputError(
+                f"training.activation_convention: {self.activation_convention!r} is not one of "
+                "paper, pytorch"
+            )
         for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

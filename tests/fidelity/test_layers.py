@@ -1,0 +1,97 @@
+"""Real PyTorch layers (bf16, CPU) against the cost model's per-layer activation bytes.
+
+For every layer kind, mode and point of the grid, the ``pytorch`` convention predicts the
+measured bytes exactly, term by term; the ``paper`` convention differs by exactly the terms the
+``pytorch`` convention adds, each named (see docs/fidelity-layers.md)."""
+
+from fractions import Fraction
+
+import pytest
+
+pytest.importorskip("torch")
+
+from model.layout import Layout  # noqa: E402
+from model.memory import sqrt_segment, stage_activations  # noqa: E402
+from model.specs import TrainingSpec  # noqa: E402
+from tests.fidelity import cases as C  # noqa: E402
+
+CASES = [
+    pytest.param(label, kind, flash, dims, mode, id=f"{kind}{'-sdpa' if flash else ''}-{dims.label()}-{mode}".replace(" ", ","))
+    for label, kind, flash in C.KINDS
+    for dims in C.GRID
+    for mode in C.MODES
+]  # fmt: skip
+
+PYTORCH_TERMS = {
+    "attention norm statistics (fp32 mean, rstd)",
+    "MLP norm statistics (fp32 mean, rstd)",
+    "attention norm statistics (fp32 rstd)",
+    "MLP norm statistics (fp32 rstd)",
+    "softmax statistics (fp32 logsumexp)",
+    "rotary cos and sin tables",
+    "MLP SiLU output (eager SwiGLU)",
+    "routed expert SiLU output (eager SwiGLU)",
+    "shared expert SiLU output (eager SwiGLU)",
+    "router top-k indices (int64)",
+    "token permutation indices (int64, dispatch and combine)",
+    "routing weights for the combine",
+}
+"""Every term the ``pytorch`` convention adds to the paper's count, by name."""
+
+
+@pytest.mark.parametrize(("label", "kind", "flash", "dims", "mode"), CASES)
+def test_layer_kept_bytes_match_pytorch_convention(label, kind, flash, dims, mode):
+    m = C.measure(kind, dims, mode, flash)
+    acts = C.predict_layer(kind, dims, flash, "pytorch")
+    assert m.kept == C.predicted_kept(acts, mode)
+    assert abs(C.predicted_kept(acts, mode) - m.kept) <= Fraction(1, 100) * m.kept
+    # term by term (Q, K and V are views of one buffer in the GPT layer: one line)
+    want = C.merge_qkv(C.predicted_terms(acts, mode))
+    got = C.merge_qkv({n: Fraction(b) for n, b in m.terms})
+    assert {n: b for n, b in got.items() if b} == {n: b for n, b in want.items() if b}
+    if mode == "full":  # backward: the checkpoint plus the recomputed layer, less its input
+        assert m.peak == acts.full_bytes
+
+
+@pytest.mark.parametrize(("label", "kind", "flash"), C.KINDS)
+def test_paper_convention_differs_by_named_terms_only(label, kind, flash):
+    for dims in C.GRID:
+        paper = C.predict_layer(kind, dims, flash, "paper")
+        torch_ = C.predict_layer(kind, dims, flash, "pytorch")
+        assert dict(paper.terms).items() <= dict(torch_.terms).items()
+        extra = {n for n, _ in torch_.terms} - {n for n, _ in paper.terms}
+        assert extra <= PYTORCH_TERMS
+        assert torch_.full_bytes - paper.full_bytes == sum(b for n, b in torch_.terms if n in extra)
+        assert torch_.checkpoint_bytes == paper.checkpoint_bytes
+
+
+@pytest.mark.parametrize(("label", "n"), C.STACKS)
+def test_sqrt_checkpointing_stack_peak(label, n):
+    """Peak saved bytes during backward of n layers in segments of k = round(√n): the walk
+    (checkpoints held so far + the segment recomputed − its input) is exact; stage_activations
+    holds all ceil(n/k) checkpoints, which overstates by one checkpoint when there is a shorter last
+    segment: its checkpoint is freed (its backward is over) before a full segment is recomputed
+    (exact when k divides n)."""
+    kind, flash = C._kind(label)
+    dims = C.STACK_DIMS
+    m = C.measure_stack(kind, n, flash)
+    assert m.peak == C.stack_walk(kind, dims, n, flash, "pytorch")
+    k = sqrt_segment(n)
+    ckpt = C.predict_layer(kind, dims, flash, "paper").checkpoint_bytes
+    trailing = 1 if n % k else 0  # the short last segment's checkpoint
+    for convention in ("paper", "pytorch"):
+        model = C.stack_prediction(kind, dims, n, flash, convention)
+        assert model - C.stack_walk(kind, dims, n, flash, convention) == trailing * ckpt
+    if n % k == 0:
+        assert abs(C.stack_prediction(kind, dims, n, flash, "pytorch") - m.peak) <= m.peak / 100
+
+
+def test_stack_prediction_uses_stage_activations():
+    kind, flash = "gpt", False
+    d = C.STACK_DIMS
+    arch = C.architecture(kind, d, 4)
+    t = TrainingSpec(seq_len=d.s, global_batch_size=d.b, flash_attention=flash)
+    st = stage_activations(arch, (0, 1, 2, 3), 0, Layout(recompute="sqrt", micro_batch_size=d.b), t)
+    acts = C.predict_layer(kind, d, flash, "paper")
+    assert st.layers_bytes == 2 * acts.checkpoint_bytes
+    assert st.recompute_transient_bytes == 2 * acts.full_bytes - acts.checkpoint_bytes
