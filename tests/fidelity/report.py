@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from tests.fidelity import cases as C
-from tests.fidelity import harness as H
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fidelity-layers.md"
 
@@ -175,4 +174,4 @@ if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
 
-__all__ = ["render", "main", "H"]
+__all__ = ["render", "main"]

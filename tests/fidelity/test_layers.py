@@ -95,3 +95,17 @@ def test_stack_prediction_uses_stage_activations():
     acts = C.predict_layer(kind, d, flash, "paper")
     assert st.layers_bytes == 2 * acts.checkpoint_bytes
     assert st.recompute_transient_bytes == 2 * acts.full_bytes - acts.checkpoint_bytes
+
+
+def test_unknown_convention_is_an_input_error():
+    from model.activations import ActivationContext
+    from model.errors import InputError
+
+    with pytest.raises(InputError):
+        TrainingSpec(seq_len=8, global_batch_size=1, activation_convention="tf")
+    with pytest.raises(InputError):
+        ActivationContext(
+            seq_len=8, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+            flash_attention=True, convention="tf",
+        )  # fmt: skip
+    assert TrainingSpec(seq_len=8, global_batch_size=1).activation_convention == "paper"
