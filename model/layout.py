@@ -54,6 +54,11 @@ class Layout:
     """Megatron sequence parallelism; None = on exactly when tp > 1."""
     uneven_stages: bool = True
     """Allow pp·v not dividing L (ends get fewer layers); False makes that an error."""
+    deallocate_pipeline_outputs: bool = True
+    """Free a stage's output tensor once it is sent to the next stage (Megatron-LM's
+    ``deallocate_pipeline_outputs``, on in Megatron-Core; Llama 3 §3.3.2). False keeps one
+    ``β·S·h`` (÷ tp with SP) per model chunk in flight, as Korthikanti et al. 2022 Appendix B's
+    "without deallocation" line (:func:`model.memory.stage_activations`)."""
 
     def __post_init__(self) -> None:
         for name in ("recompute", "schedule"):

@@ -21,7 +21,8 @@ from functools import cache
 
 from model.activations import ActivationContext, layer_activations
 from model.layout import Layout, Recompute
-from model.pipeline import microbatches_in_flight
+from model.params import split_layers
+from model.pipeline import Schedule, interleaved_chunks_held, microbatches_in_flight
 from model.specs import Architecture, TrainingSpec
 
 __all__ = [
@@ -127,10 +128,19 @@ class StageActivations:
     microbatches_in_flight: Fraction
     per_microbatch_bytes: Fraction
     """``layers_bytes`` for one micro-batch."""
+    pipeline_output_bytes: Fraction = Fraction(0)
+    """Stage outputs kept for backward after they were sent to the next stage (``β·S·h``, ÷ tp
+    with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
+    default, Megatron-LM's ``deallocate_pipeline_outputs``)."""
 
     @property
     def total_bytes(self) -> Fraction:
-        return self.layers_bytes + self.recompute_transient_bytes + self.embedding_bytes
+        return (
+            self.layers_bytes
+            + self.recompute_transient_bytes
+            + self.embedding_bytes
+            + self.pipeline_output_bytes
+        )
 
 
 def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> ActivationContext:
@@ -190,7 +200,82 @@ def stage_activations(
     kinds = tuple(arch.is_moe_layer(j) for j in layers)
     per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
-    return StageActivations(per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb)
+    outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
+    uneven = _uneven_interleaved(arch, layers, stage, layout, m, ctx)
+    if uneven is not None and per_mb:
+        kept, held = uneven
+        emb_held = held[0] if stage == 0 else held[-1]
+        return StageActivations(kept, transient, emb * emb_held, kept / per_mb, per_mb, outputs)
+    return StageActivations(
+        per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
+    )
+
+
+def _uneven_interleaved(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    stage: int,
+    layout: Layout,
+    m: int,
+    ctx: ActivationContext,
+) -> tuple[Fraction, tuple[int, ...]] | None:
+    """Layer bytes held at the peak, chunk by chunk, when an interleaved stage's chunks are
+    uneven (``pp·v`` not dividing L: the end chunks hold fewer layers, e.g. Llama 3 405B's 126
+    layers in 64 chunks of 2 with one layer on the very first and very last chunk). Megatron's
+    warm-up runs the first chunk for pp micro-batches, then the next chunk…, so a small first
+    chunk holds more micro-batches than the others (:func:`model.pipeline.interleaved_chunks_held`);
+    averaging ``pp·(1 + (pp − 1)/(pp·v))`` over the stage's layers overstates it. None when the
+    chunks are even (the closed form is then exact) or under √n recomputation."""
+    v, pp = layout.virtual_stages, layout.pp
+    if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
+        return None
+    if layout.recompute is Recompute.SQRT:
+        return None
+    chunks = split_layers(arch.num_layers, pp * v, 1, layout.uneven_stages)
+    local = [chunks[stage + j * pp] for j in range(v)]
+    if len({len(c) for c in local}) == 1:
+        return None
+    held = interleaved_chunks_held(pp, m, v, stage, tuple(len(c) for c in local))
+
+    def kept(j: int) -> Fraction:
+        a = layer_activations(arch, j, ctx)
+        if layout.recompute is Recompute.NONE:
+            return a.full_bytes
+        if layout.recompute is Recompute.SELECTIVE:
+            return a.selective_bytes
+        return a.checkpoint_bytes
+
+    total = sum(
+        (
+            n * sum((kept(j) for j in chunk), Fraction(0))
+            for n, chunk in zip(held, local, strict=True)
+        ),
+        Fraction(0),
+    )
+    return total, held
+
+
+def _pipeline_output_bytes(
+    arch: Architecture, ctx: ActivationContext, stage: int, layout: Layout
+) -> Fraction:
+    """Bytes of the stage outputs one micro-batch leaves on this GPU when they are not
+    deallocated after the send: one ``β·S·h`` tensor (÷ tp with sequence parallelism) per model
+    chunk that sends (v on every stage but the last, v − 1 there).
+
+    The output of a pipeline stage is sent to the next stage, but autograd keeps the tensor for
+    the backward pass; only its ``grad_fn`` is needed. Megatron-LM's
+    ``deallocate_pipeline_outputs`` (``megatron/core/pipeline_parallel/schedules.py``,
+    ``deallocate_output_tensor``) replaces its data with a scalar after the send; Korthikanti et
+    al. 2022 (arXiv 2205.05198) Appendix B shows the saving on the 530B model's first stage, and
+    Llama 3 (arXiv 2407.21783) §3.3.2 deallocates stage inputs and outputs the same way.
+    """
+    if layout.deallocate_pipeline_outputs or layout.pp == 1:
+        return Fraction(0)
+    sp_div = ctx.tp if ctx.sequence_parallel else 1
+    one = ctx.activation_bytes * ctx.tokens * arch.hidden_size / sp_div
+    v = layout.virtual_stages
+    senders = v - 1 if stage == layout.pp - 1 else v
+    return one * senders  # × micro-batches in flight (each of v chunks) = chunks in flight
 
 
 @cache

@@ -24,6 +24,7 @@ __all__ = [
     "bubble_ratio",
     "microbatches_in_flight",
     "check_schedule",
+    "interleaved_chunks_held",
 ]
 
 
@@ -130,3 +131,51 @@ def microbatches_in_flight(
         return Fraction(min(pp - stage, m))
     chunks = 2 * (pp - stage - 1) + (v - 1) * pp + 1
     return Fraction(min(chunks, m * v), v)
+
+
+def interleaved_chunks_held(
+    pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Micro-batches of each local model chunk that stage ``stage`` holds at its activation peak
+    under Megatron-LM's interleaved 1F1B schedule, when its ``v`` chunks hold ``chunk_layers``
+    layers each (uneven chunks: the ends of an uneven split, Llama 3's smaller first and last
+    chunks).
+
+    The schedule (Narayanan et al. 2021 §2.2.2; ``megatron/core/pipeline_parallel/schedules.py``,
+    micro-batch groups of ``pp``): forward k runs chunk ``(k // pp) % v``; backward k runs chunk
+    ``v − 1 − (k // pp) % v``; ``2·(pp − stage − 1) + (v − 1)·pp`` warm-up forwards, then one
+    forward and one backward at a time. The peak is taken over layers held (Σ count × layers), so
+    with equal chunks the total count is :func:`microbatches_in_flight` × v.
+
+    Examples
+    --------
+    >>> interleaved_chunks_held(4, 8, 2, 0, (1, 1))
+    (7, 4)
+    >>> interleaved_chunks_held(16, 32, 4, 0, (1, 2, 2, 2))
+    (31, 16, 16, 16)
+    """
+    check_schedule(pp, m, Schedule.INTERLEAVED, v)
+    total = m * v
+    warmup = min(2 * (pp - stage - 1) + (v - 1) * pp, total)
+
+    def chunk(k: int, backward: bool) -> int:
+        j = (k // pp) % v
+        return v - 1 - j if backward else j
+
+    held = [0] * v
+    best: tuple[int, tuple[int, ...]] = (-1, tuple(held))
+
+    def note() -> None:
+        nonlocal best
+        layers = sum(c * n for c, n in zip(held, chunk_layers, strict=True))
+        if layers > best[0]:
+            best = (layers, tuple(held))
+
+    for k in range(warmup):
+        held[chunk(k, False)] += 1
+        note()
+    for k in range(warmup, total):
+        held[chunk(k, False)] += 1
+        note()
+        held[chunk(k - warmup, True)] -= 1
+    return best[1]

@@ -19,7 +19,15 @@ from model.flops import MfuConvention, layer_forward_flops, recompute_forward_fl
 from model.layout import Layout, Recompute
 from model.specs import Architecture, TrainingSpec
 
-__all__ = ["DEFAULT_OVERLAP", "DEFAULT_KERNEL_EFFICIENCY", "CostOptions", "stage_microbatch_flops"]
+__all__ = [
+    "DEFAULT_OVERLAP",
+    "DEFAULT_KERNEL_EFFICIENCY",
+    "KERNEL_EFFICIENCY_BY_GENERATION",
+    "KERNEL_EFFICIENCY_HALF_HIDDEN",
+    "kernel_efficiency_for",
+    "CostOptions",
+    "stage_microbatch_flops",
+]
 
 DEFAULT_KERNEL_EFFICIENCY = 0.75
 """Achieved fraction of the dense peak inside matmul/attention kernels. A documented default
@@ -32,9 +40,45 @@ DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
 """Fraction of each axis's communication hidden behind compute (0 = fully exposed):
 dp 0.5 (gradient reduce-scatter / all-gather bucketed against backward and forward, but the last
 bucket and the optimizer step wait); tp 0 (sequence-parallel collectives sit between dependent
-matmuls); pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
+matmuls); dp and tp re-fitted with the kernel efficiency on published runs
+(:mod:`optimizer.fidelity` ``--calibrate``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
+pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
 the next K/V chunk with attention on the current one); ep 0 (dispatch/combine gate the experts).
 Override per axis with ``--overlap axis=fraction``."""
+
+KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
+    {"A100": 0.60, "H100": 0.57}
+)
+"""Large-model kernel efficiency by accelerator generation (the name's prefix before ``-``),
+calibrated on published runs (:mod:`optimizer.fidelity`, ``--calibrate``). Accelerators not
+listed use :data:`DEFAULT_KERNEL_EFFICIENCY`."""
+
+KERNEL_EFFICIENCY_HALF_HIDDEN = 750
+"""h₀ of the hidden-size rule ``efficiency = e∞ · h/(h + h₀)`` (calibrated with
+:data:`KERNEL_EFFICIENCY_BY_GENERATION`). Per token and layer the matmuls cost ∝ h² FLOPs while
+the memory-bound element-wise kernels (norms, activations, dropout, residuals, softmax) move
+∝ h bytes, so their time relative to the matmuls falls as h₀/h: a small model reaches a smaller
+share of the peak (Megatron-LM Table 1: 44% at h 2304, 52% at h 25600)."""
+
+
+def kernel_efficiency_for(device_name: str, hidden_size: int | None = None) -> float:
+    """The kernel-efficiency default for an accelerator and a model's hidden size h:
+    ``e∞ · h/(h + h₀)`` with its generation's calibrated e∞
+    (:data:`KERNEL_EFFICIENCY_BY_GENERATION`, keyed by the name before the first ``-``: "A100",
+    "H100") and :data:`KERNEL_EFFICIENCY_HALF_HIDDEN`; an unlisted accelerator, or no h, gives
+    :data:`DEFAULT_KERNEL_EFFICIENCY`. ``--kernel-efficiency`` overrides it.
+
+    Examples
+    --------
+    >>> kernel_efficiency_for("B200") == DEFAULT_KERNEL_EFFICIENCY
+    True
+    >>> kernel_efficiency_for("A100-80GB", 10**9) <= KERNEL_EFFICIENCY_BY_GENERATION["A100"]
+    True
+    """
+    e_inf = KERNEL_EFFICIENCY_BY_GENERATION.get(device_name.split("-")[0].upper())
+    if e_inf is None or hidden_size is None:
+        return DEFAULT_KERNEL_EFFICIENCY
+    return e_inf * hidden_size / (hidden_size + KERNEL_EFFICIENCY_HALF_HIDDEN)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,20 +129,34 @@ def stage_microbatch_flops(
     True
     """
     return _stage_microbatch_flops(
-        arch, sum(map(arch.is_moe_layer, layers)), len(layers), last, training.seq_len,
-        layout.micro_batch_size, layout.recompute, causal,
+        arch,
+        sum(map(arch.is_moe_layer, layers)),
+        len(layers),
+        last,
+        training.seq_len,
+        layout.micro_batch_size,
+        layout.recompute,
+        causal,
     )
 
 
 @cache
 def _stage_microbatch_flops(
-    arch: Architecture, moe_layers: int, num_layers: int, last: bool, s: int, b: int,
-    recompute: Recompute, causal: bool,
+    arch: Architecture,
+    moe_layers: int,
+    num_layers: int,
+    last: bool,
+    s: int,
+    b: int,
+    recompute: Recompute,
+    causal: bool,
 ) -> int:
     first_moe = arch.moe.first_k_dense_layers if arch.moe else 0
     kinds = ((num_layers - moe_layers, 0), (moe_layers, first_moe))  # (count, a layer of that kind)
     fwd = sum(n * layer_forward_flops(arch, j, s, b, causal) for n, j in kinds if n)
     if last:
         fwd += 2 * s * b * arch.hidden_size * arch.vocab_size
-    recomputed = sum(n * recompute_forward_flops(arch, j, s, b, recompute, causal) for n, j in kinds if n)
+    recomputed = sum(
+        n * recompute_forward_flops(arch, j, s, b, recompute, causal) for n, j in kinds if n
+    )
     return 3 * fwd + recomputed

@@ -17,7 +17,7 @@ from model.estimate import Estimate, evaluate
 from model.hardware import ClusterLinks, DeviceSpec
 from model.layout import Layout
 from model.specs import Architecture, ModelSpec, TrainingSpec
-from model.timing import CostOptions
+from model.timing import CostOptions, kernel_efficiency_for
 from optimizer.catalogue import get_model
 from topology.accelerators import get_accelerator
 from topology.placement import axis_links
@@ -38,6 +38,7 @@ LAYOUT_KEYS = (
     "virtual_stages",
     "sequence_parallel",
     "uneven_stages",
+    "deallocate_pipeline_outputs",
 )
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
 
@@ -214,7 +215,14 @@ def build_case(params: Mapping[str, Any]) -> Case:
     )
     options = CostOptions(
         kernel_efficiency=float(
-            Fraction(params.get("kernel_efficiency", CostOptions().kernel_efficiency))
+            Fraction(
+                params.get(
+                    "kernel_efficiency",
+                    kernel_efficiency_for(
+                        device.name, model.arch.hidden_size if model.arch else None
+                    ),
+                )
+            )
         ),
         overlap=dict(params.get("overlap", {})),
         mfu_convention=params.get("mfu_convention", "6n"),

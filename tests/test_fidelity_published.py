@@ -1,0 +1,108 @@
+"""Published runs against the cost model (``optimizer.fidelity``): the held-out utilisation
+error, every published layout fitting in memory with its paper's recipe, and Korthikanti et al.
+2022 Appendix B's per-stage activation figures for the 530B model. Sources are named in
+``optimizer/fidelity.py`` and ``docs/fidelity-published.md``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model.layout import Layout
+from model.memory import stage_activations
+from model.pipeline import interleaved_chunks_held, microbatches_in_flight
+from model.specs import TrainingSpec
+from optimizer.catalogue import get_model
+from optimizer.fidelity import (
+    CALIBRATION_ROWS,
+    appendix_b_530b,
+    evaluate_all,
+    markdown_report,
+    median_abs_error,
+    published_runs,
+)
+
+GOAL_POINTS = 3.0  # issue 5: median |MFU error| on the held-out rows
+RESULTS = evaluate_all()
+IDS = [r.run.key for r in RESULTS]
+GB = 1e9
+
+
+def test_every_published_row_is_evaluated():
+    keys = {r.key for r in published_runs()}
+    assert len(keys) == 10 + 4 + 3
+    assert CALIBRATION_ROWS < keys
+    assert len(keys - CALIBRATION_ROWS) == 11
+
+
+def test_held_out_median_error_meets_the_goal():
+    assert median_abs_error(RESULTS, calibration=False) <= GOAL_POINTS
+
+
+# Llama 3 405B at 8K on 8,192 GPUs (m = 32 with v = 4) is a finding: Megatron's interleaved
+# warm-up keeps 19.25 micro-batches of 8 layers on rank 1 (89 GB). Llama 3 tunes the number of
+# contiguous micro-batches per chunk round (§3.3.2), which this model does not have yet.
+KNOWN_OVERFLOW = {"llama3-t4/8192"}
+
+
+@pytest.mark.parametrize("res", RESULTS, ids=IDS)
+def test_published_layout_fits(res):
+    if res.run.key in KNOWN_OVERFLOW:
+        assert not res.fits
+        pytest.xfail(
+            "finding: interleaved warm-up memory on rank 1 (see docs/fidelity-published.md)"
+        )
+    assert res.fits, (res.run.key, res.memory_bytes / GB)
+
+
+# Appendix B's figures are read off a per-rank plot (±0.5 GB) and are measured peaks, which
+# also hold backward gradient buffers the model leaves out; the unit may be GiB (7.4%). Hence
+# 10% on the first stage and 20% on the small last-stage figure.
+def test_appendix_b_first_stage():
+    b = appendix_b_530b()
+    assert b.first_stage_bytes / GB == pytest.approx(13.0, rel=0.10)
+    assert b.first_stage_deallocated_bytes / GB == pytest.approx(10.5, rel=0.10)
+
+
+def test_appendix_b_deallocation_frees_one_output_per_microbatch_in_flight():
+    b = appendix_b_530b()
+    s, h, p = 2048, 20480, 35
+    assert b.first_stage_bytes - b.first_stage_deallocated_bytes == 2 * s * h * p
+    assert b.per_stage_bytes[-1] == b.per_stage_deallocated_bytes[-1]  # the last stage sends none
+
+
+def test_appendix_b_last_stage_and_linear_decrease():
+    b = appendix_b_530b()
+    assert b.last_stage_bytes / GB == pytest.approx(1.5, rel=0.20)
+    steps = [x - y for x, y in zip(b.per_stage_bytes[:-2], b.per_stage_bytes[1:-1], strict=True)]
+    assert len(set(steps[1:])) == 1  # one micro-batch fewer per rank: 4 × 2·s·b·h
+    assert steps[1] == 4 * 2 * 2048 * 20480
+
+
+def test_deallocation_default_keeps_todays_figures():
+    arch = get_model("megatron-529.6b").model.arch
+    t = TrainingSpec(seq_len=2048, global_batch_size=35, flash_attention=False)
+    lay = Layout(tp=8, pp=35, recompute="full", sequence_parallel=False)
+    a = stage_activations(arch, (0, 1, 2), 0, lay, t)
+    assert a.pipeline_output_bytes == 0
+    kept = stage_activations(arch, (0, 1, 2), 0, lay.with_(deallocate_pipeline_outputs=False), t)
+    assert kept.total_bytes - a.total_bytes == 2 * 2048 * 20480 * 35
+
+
+@pytest.mark.parametrize("pp,m,v", [(4, 8, 2), (8, 64, 3), (35, 280, 3), (16, 32, 4)])
+def test_interleaved_chunks_held_equal_chunks_matches_closed_form(pp, m, v):
+    for stage in range(pp):
+        held = interleaved_chunks_held(pp, m, v, stage, (1,) * v)
+        assert sum(held) == microbatches_in_flight(pp, m, "interleaved", v, stage) * v
+
+
+def test_uneven_interleaved_first_stage_counts_its_small_first_chunk():
+    # Llama 3 405B, 126 layers in 64 chunks: rank 0 holds chunks of 1, 2, 2, 2 layers; the
+    # warm-up runs 16 forwards of each, then 15 more of the 1-layer chunk: 127 layer-micro-batches.
+    assert interleaved_chunks_held(16, 32, 4, 0, (1, 2, 2, 2)) == (31, 16, 16, 16)
+
+
+def test_doc_is_current():
+    doc = Path(__file__).resolve().parents[1] / "docs" / "fidelity-published.md"
+    assert doc.read_text() == markdown_report(RESULTS)
