@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 from typing import Any, Protocol
 
 from model.comm import AxisTraffic, cp_traffic, dp_traffic, ep_traffic, pp_traffic, tp_traffic
@@ -155,8 +156,31 @@ class Estimate:
 
 def _stage_param_list(
     model: ModelSpec, layout: Layout, vocab_multiple: int
-) -> list[tuple[int, tuple[int, ...], Fraction, Fraction]]:
+) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layers, dense params per GPU, expert params per GPU) for every stage."""
+    return _stage_params_cached(
+        model,
+        layout.tp,
+        layout.pp,
+        layout.virtual_stages,
+        layout.ep,
+        layout.uneven_stages,
+        vocab_multiple,
+    )
+
+
+@cache
+def _stage_params_cached(
+    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
+) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        virtual_stages=v,
+        ep=ep,
+        uneven_stages=uneven,
+        schedule="interleaved" if v > 1 else "1f1b",
+    )
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
@@ -166,9 +190,9 @@ def _stage_param_list(
             if arch
             else ((),) * layout.pp
         )
-        return [(i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split)]
+        return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    return [
+    return tuple(
         (
             sp.stage,
             sp.layers,
@@ -176,7 +200,7 @@ def _stage_param_list(
             Fraction(sp.experts, layout.tp * layout.ep),
         )
         for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages)
-    ]
+    )
 
 
 def stage_states(
@@ -236,6 +260,20 @@ def _zero_table(
     return tuple(rows)
 
 
+@cache
+def _busiest(
+    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
+) -> tuple[Fraction, Fraction, int, int]:
+    """(dense, expert params per GPU of the stage with the most parameters, the most layers on a
+    stage, the most MoE layers on a stage): what each axis's traffic reads."""
+    params = _stage_params_cached(model, tp, pp, v, ep, uneven, vocab_multiple)
+    _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
+    most_layers = max(len(p[1]) for p in params)
+    arch = model.arch
+    most_moe = 0 if arch is None else max(sum(map(arch.is_moe_layer, p[1])) for p in params)
+    return dense, experts, most_layers, most_moe
+
+
 def _traffic(
     model: ModelSpec,
     training: TrainingSpec,
@@ -243,15 +281,19 @@ def _traffic(
     vocab_multiple: int,
     options: CostOptions,
 ) -> list[AxisTraffic]:
-    params = _stage_param_list(model, layout, vocab_multiple)
-    _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
+    dense, experts, most_layers, most_moe = _busiest(
+        model,
+        layout.tp,
+        layout.pp,
+        layout.virtual_stages,
+        layout.ep,
+        layout.uneven_stages,
+        vocab_multiple,
+    )
     rows = [dp_traffic(dense, experts, layout, training, None, options.zero3_regather)]
     arch = model.arch
     if arch is None:
         return rows
-    most_layers = max(len(p[1]) for p in params)
-    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
-    most_moe = max(sum(arch.is_moe_layer(j) for j in layers) for layers in split)
     rows += [
         tp_traffic(arch, most_layers, layout, training),
         cp_traffic(arch, most_layers, layout, training),

@@ -152,6 +152,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         sequence_parallel=layout.sp,
         flash_attention=training.flash_attention,
         activation_bytes=training.activation_bytes,
+        convention=training.activation_convention,
     )
 
 
@@ -194,8 +195,48 @@ def stage_activations(
     >>> a.layers_bytes == 4 * (34 * 4 * 8 + 5 * 2 * 4 * 4)
     True
     """
-    ctx = _context(arch, layout, training)
     m = layout.num_microbatches(training.global_batch_size)
+    # Everything below reads these fields only: memoise on them (the search asks for the same
+    # stage under many dp and zero_stage values).
+    key = (
+        arch,
+        layers,
+        stage,
+        layout.pp,
+        layout.virtual_stages,
+        layout.schedule,
+        layout.recompute,
+        layout.micro_batch_size,
+        layout.tp,
+        layout.cp,
+        layout.sp,
+        layout.uneven_stages,
+        layout.deallocate_pipeline_outputs,
+        training,
+        vocab_size,
+        m,
+    )
+    found = _STAGE_MEMO.get(key)
+    if found is None:
+        found = _STAGE_MEMO[key] = _stage_activations(
+            arch, layers, stage, layout, training, vocab_size, m
+        )
+    return found
+
+
+_STAGE_MEMO: dict[tuple[object, ...], StageActivations] = {}
+
+
+def _stage_activations(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    stage: int,
+    layout: Layout,
+    training: TrainingSpec,
+    vocab_size: int | None,
+    m: int,
+) -> StageActivations:
+    ctx = _context(arch, layout, training)
     in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
     kinds = tuple(arch.is_moe_layer(j) for j in layers)
     per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
@@ -293,8 +334,15 @@ def _per_microbatch(
         return sum((a.selective_bytes for a in acts), Fraction(0)), transient
     k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
     segments = [acts[i : i + k] for i in range(0, len(acts), k)]
-    per_mb = sum((seg[0].checkpoint_bytes for seg in segments), Fraction(0))
+    ckpts = [seg[0].checkpoint_bytes for seg in segments]
+    per_mb = sum(ckpts, Fraction(0))
+    # Backward runs the segments last to first and frees a segment's checkpoint when its
+    # backward is done, so while segment j is recomputed the checkpoints after it are gone:
+    # transient_j = its layers' bytes − its own checkpoint − the later checkpoints. When k divides
+    # n the last segment is the largest and this is k·full_layer − checkpoint (Chen et al. 2016);
+    # a shorter last segment makes the one before it the peak (measured in tests/fidelity).
     transient = max(
-        sum((a.full_bytes for a in seg), Fraction(0)) - seg[0].checkpoint_bytes for seg in segments
+        sum((a.full_bytes for a in seg), Fraction(0)) - ckpts[j] - sum(ckpts[j + 1 :], Fraction(0))
+        for j, seg in enumerate(segments)
     )
     return per_mb, transient

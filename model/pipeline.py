@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from fractions import Fraction
+from functools import cache
 
 from model.errors import LayoutError
 
@@ -133,6 +134,7 @@ def microbatches_in_flight(
     return Fraction(min(chunks, m * v), v)
 
 
+@cache
 def interleaved_chunks_held(
     pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int, ...]
 ) -> tuple[int, ...]:

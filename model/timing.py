@@ -25,6 +25,7 @@ __all__ = [
     "KERNEL_EFFICIENCY_BY_GENERATION",
     "KERNEL_EFFICIENCY_HALF_HIDDEN",
     "kernel_efficiency_for",
+    "GENERATION_OF",
     "CostOptions",
     "stage_microbatch_flops",
 ]
@@ -49,9 +50,17 @@ Override per axis with ``--overlap axis=fraction``."""
 KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
     {"A100": 0.60, "H100": 0.57}
 )
-"""Large-model kernel efficiency by accelerator generation (the name's prefix before ``-``),
-calibrated on published runs (:mod:`optimizer.fidelity`, ``--calibrate``). Accelerators not
-listed use :data:`DEFAULT_KERNEL_EFFICIENCY`."""
+"""Large-model kernel efficiency by accelerator generation, calibrated on published runs
+(:mod:`optimizer.fidelity`, ``--calibrate``): A100 on Megatron-LM Table 1, H100 on Llama 3
+Table 4. Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
+accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
+the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
+
+GENERATION_OF: Mapping[str, str] = MappingProxyType(
+    {"A100": "A100", "H100": "H100", "H800": "H100", "H200": "H100", "GH200": "H100"}
+)
+"""Accelerator name prefix (before ``-``) → calibrated generation (same tensor cores: H800 and
+H200 are Hopper like the H100, NVIDIA H800/H200 datasheets)."""
 
 KERNEL_EFFICIENCY_HALF_HIDDEN = 750
 """h₀ of the hidden-size rule ``efficiency = e∞ · h/(h + h₀)`` (calibrated with
@@ -66,18 +75,20 @@ def kernel_efficiency_for(device_name: str, hidden_size: int | None = None) -> f
     ``e∞ · h/(h + h₀)`` with its generation's calibrated e∞
     (:data:`KERNEL_EFFICIENCY_BY_GENERATION`, keyed by the name before the first ``-``: "A100",
     "H100") and :data:`KERNEL_EFFICIENCY_HALF_HIDDEN`; an unlisted accelerator, or no h, gives
-    :data:`DEFAULT_KERNEL_EFFICIENCY`. ``--kernel-efficiency`` overrides it.
+    :data:`DEFAULT_KERNEL_EFFICIENCY`; an accelerator without a calibration uses the H100's.
+    ``--kernel-efficiency`` overrides it.
 
     Examples
     --------
-    >>> kernel_efficiency_for("B200") == DEFAULT_KERNEL_EFFICIENCY
+    >>> kernel_efficiency_for("B200", 8192) == kernel_efficiency_for("H200", 8192) == kernel_efficiency_for("H100-SXM", 8192)
     True
     >>> kernel_efficiency_for("A100-80GB", 10**9) <= KERNEL_EFFICIENCY_BY_GENERATION["A100"]
     True
     """
-    e_inf = KERNEL_EFFICIENCY_BY_GENERATION.get(device_name.split("-")[0].upper())
-    if e_inf is None or hidden_size is None:
+    if hidden_size is None:
         return DEFAULT_KERNEL_EFFICIENCY
+    generation = GENERATION_OF.get(device_name.split("-")[0].upper(), "H100")
+    e_inf = KERNEL_EFFICIENCY_BY_GENERATION[generation]
     return e_inf * hidden_size / (hidden_size + KERNEL_EFFICIENCY_HALF_HIDDEN)
 
 

@@ -56,32 +56,41 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 class LayoutModel:
     """One CP-SAT model over the tables; constraints and objectives are added by the search."""
 
-    def __init__(self, tables: CostTables, o1: np.ndarray, o2: np.ndarray) -> None:
+    def __init__(
+        self, tables: CostTables, o1: np.ndarray, o2: np.ndarray, keep: np.ndarray | None = None
+    ) -> None:
+        """``keep[s]`` False fixes shape s out of the model (used when a candidate is known to be
+        allowed elsewhere, to drop shapes none of whose candidates is allowed)."""
         self.tables = tables
         S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
         self.S, self.Z, self.R = S, Z, R
+        self.keep = np.ones(S, dtype=bool) if keep is None else keep
         m = self.model = cp_model.CpModel()
         self.x = [m.new_bool_var(f"shape{s}") for s in range(S)]
+        for s in np.nonzero(~self.keep)[0]:
+            m.add(self.x[int(s)] == 0)
+        kept = [int(s) for s in np.nonzero(self.keep)[0]]
         self.zb = [m.new_bool_var(f"zero{z}") for z in range(Z)]
         self.rb = [m.new_bool_var(f"recompute{r}") for r in range(R)]
         for group in (self.x, self.zb, self.rb):
             m.add_exactly_one(group)
-        self.y = [[m.new_bool_var(f"y{s}_{r}") for r in range(R)] for s in range(S)]
-        self.w = [[m.new_bool_var(f"w{s}_{z}") for z in range(Z)] for s in range(S)]
-        for s in range(S):
+        self.kept = kept
+        self.y = {s: [m.new_bool_var(f"y{s}_{r}") for r in range(R)] for s in kept}
+        self.w = {s: [m.new_bool_var(f"w{s}_{z}") for z in range(Z)] for s in kept}
+        for s in kept:
             m.add(sum(self.y[s]) == self.x[s])
             m.add(sum(self.w[s]) == self.x[s])
         for r in range(R):
-            m.add(sum(self.y[s][r] for s in range(S)) == self.rb[r])
+            m.add(sum(self.y[s][r] for s in kept) == self.rb[r])
         for z in range(Z):
-            m.add(sum(self.w[s][z] for s in range(S)) == self.zb[z])
-        lo = int(o1.min() + o2.min()) if S else 0
-        hi = int(o1.max() + o2.max()) if S else 0
+            m.add(sum(self.w[s][z] for s in kept) == self.zb[z])
+        lo = int(o1[kept].min() + o2[kept].min()) if kept else 0
+        hi = int(o1[kept].max() + o2[kept].max()) if kept else 0
         self.objective = m.new_int_var(lo, hi, "objective")
         m.add(
             self.objective
-            == sum(int(o1[s, r]) * self.y[s][r] for s in range(S) for r in range(R))
-            + sum(int(o2[s, z]) * self.w[s][z] for s in range(S) for z in range(Z))
+            == sum(int(o1[s, r]) * self.y[s][r] for s in kept for r in range(R))
+            + sum(int(o2[s, z]) * self.w[s][z] for s in kept for z in range(Z))
         )
         self.families: dict[str, cp_model.IntVar] = {}
         self._memory: cp_model.IntVar | None = None
@@ -92,7 +101,7 @@ class LayoutModel:
         lit = self.families.get(family)
         if lit is None:
             lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
-        for s, z, r in zip(*np.nonzero(mask), strict=True):
+        for s, z, r in zip(*np.nonzero(mask & self.keep[:, None, None]), strict=True):
             self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not(), lit.Not()])
 
     def forbid_shapes(self, family: str, shapes: Sequence[int]) -> None:
@@ -101,7 +110,8 @@ class LayoutModel:
         if lit is None:
             lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
         for s in shapes:
-            self.model.add_bool_or([self.x[s].Not(), lit.Not()])
+            if self.keep[s]:
+                self.model.add_bool_or([self.x[s].Not(), lit.Not()])
 
     def exclude(self, choice: Candidate) -> None:
         """No-good: never this candidate again (top-k)."""
@@ -119,13 +129,13 @@ class LayoutModel:
             for i in range(t.state_ceil.shape[2]):
                 row = sum(
                     int(t.state_ceil[s, z, i]) * self.w[s][z]
-                    for s in range(self.S)
+                    for s in self.kept
                     for z in range(self.Z)
                     if t.state_ceil[s, z, i]
                 )
                 row += sum(
                     int(t.act_ceil[s, r, i]) * self.y[s][r]
-                    for s in range(self.S)
+                    for s in self.kept
                     for r in range(self.R)
                     if t.act_ceil[s, r, i]
                 )
@@ -134,13 +144,13 @@ class LayoutModel:
 
     def linear(self, per_shape: Sequence[int]) -> cp_model.LinearExpr:
         """Σ per_shape[s]·x[s] (GPU count, cluster price, parameter count…)."""
-        return sum(int(c) * self.x[s] for s, c in enumerate(per_shape))
+        return sum(int(per_shape[s]) * self.x[s] for s in self.kept)
 
     def tie_rank(self, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> cp_model.LinearExpr:
         """Lexicographic (shape order, recompute rank, ZeRO rank) as one integer."""
         Z, R = self.Z, self.R
         return (
-            sum(s * Z * R * self.x[s] for s in range(self.S))
+            sum(s * Z * R * self.x[s] for s in self.kept)
             + sum(rec_rank[r] * Z * self.rb[r] for r in range(R))
             + sum(zero_rank[z] * self.zb[z] for z in range(Z))
         )

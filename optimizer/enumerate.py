@@ -13,26 +13,10 @@ import numpy as np
 from model.errors import LayoutError
 from optimizer.cpsat import Candidate
 from optimizer.problem import Objective, Problem
-from optimizer.search import mfu_table, tie_ranks
+from optimizer.rules import allowed, tie_ranks
 from optimizer.tables import CostTables, objective_tables
 
 __all__ = ["allowed", "best", "top", "pareto", "best_by_evaluate"]
-
-
-def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
-    """[S, Z, R] candidates that fit and meet every user constraint."""
-    ok = tables.fits.copy()
-    if problem.constraints.min_mfu is not None:
-        ok &= mfu_table(tables) >= problem.constraints.min_mfu
-    if problem.constraints.tp_in_nvlink:
-        near = np.array(
-            [
-                sh.tp * sh.cp <= (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
-                for s, sh in enumerate(tables.shapes)
-            ]
-        )
-        ok &= near[:, None, None]
-    return ok
 
 
 def _tie_key(tables: CostTables) -> np.ndarray:

@@ -131,6 +131,8 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
 
 
 def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, dict[str, int]]:
+    if params.get("model_spec") is not None:  # a ModelSpec built in code (e.g. a model family)
+        return params["model_spec"], dict(params.get("training_defaults") or {})
     name = params.get("model")
     size = params.get("params")
     if name is not None:

@@ -18,7 +18,7 @@ from model.errors import InfeasibleError
 from model.estimate import Estimate, objective_ns
 from optimizer.cpsat import Candidate, LayoutModel
 from optimizer.problem import Job, Objective, Problem
-from optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
+from optimizer.rules import allowed, mfu_table, tie_ranks
 from optimizer.tables import CostTables, build_tables, objective_tables
 
 __all__ = [
@@ -67,21 +67,6 @@ class SearchResult:
         return self.answers[0]
 
 
-def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
-    """Rank of each ZeRO stage and recompute mode (0 = preferred on ties): ZeRO-1, 2, 0, 3 and
-    less recomputation first."""
-    zero = [ZERO_PREFERENCE.index(z) for z in tables.zero_stages]
-    rec = [RECOMPUTE_PREFERENCE.index(r) for r in tables.recomputes]
-    return [sorted(zero).index(v) for v in zero], [sorted(rec).index(v) for v in rec]
-
-
-def mfu_table(tables: CostTables) -> np.ndarray:
-    """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
-    peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
-    denom = tables.step_ns() * 1e-9 * (tables.num_gpus() * peak)[:, None, None]
-    return tables.model_flops[:, None, :] / denom
-
-
 def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
     lm.forbid("memory", ~tables.fits)
     if problem.constraints.min_mfu is not None:
@@ -106,7 +91,11 @@ def prepare(problem: Problem) -> tuple[CostTables, LayoutModel, float]:
             ["divisibility: no legal combination of degrees, batch and micro-batch"],
         )
     o1, o2 = objective_tables(problem, tables)
-    lm = LayoutModel(tables, o1, o2)
+    ok = allowed(problem, tables)
+    # Shapes none of whose candidates is allowed are left out of the model when something is
+    # allowed (they cannot be chosen); otherwise every shape stays, so CP-SAT can explain why.
+    keep = ok.any(axis=(1, 2)) if ok.any() else None
+    lm = LayoutModel(tables, o1, o2, keep)
     _families(problem, tables, lm)
     return tables, lm, time.perf_counter() - t0
 
@@ -221,6 +210,7 @@ def search(
     time_limit_s: float | None = None,
     workers: int = 2,
     progress: Progress | None = None,
+    prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> SearchResult:
     """The best layout (least objective; for ``params`` the largest model, then the least step
     time) whose every stage fits and which meets the constraints; with ``top`` > 1 the next best
@@ -231,7 +221,7 @@ def search(
     InfeasibleError
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
-    tables, lm, t_tables = prepare(problem)
+    tables, lm, t_tables = prepared or prepare(problem)
     ranks = tie_ranks(tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
@@ -306,12 +296,13 @@ def frontier(
     time_limit_s: float | None = None,
     workers: int = 2,
     max_points: int = 64,
+    prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> FrontierResult:
     """The Pareto frontier of the objective against peak memory per GPU, GPU count, or cluster
     price per hour (ε-constraint: least objective with the second axis ≤ ε, then the least
     second axis at that objective, then the tie-break; ε moves just below the point found).
     """
-    tables, lm, t_tables = prepare(problem)
+    tables, lm, t_tables = prepared or prepare(problem)
     ranks = tie_ranks(tables)
     second = _second_axis(against, tables, lm)
     points, seconds, proven = [], 0.0, True

@@ -67,11 +67,8 @@ class CostTables:
     """[S] usable bytes per GPU of the shape's job."""
     model_flops: np.ndarray
     """[S, R] model FLOPs per step (for MFU bounds), as float."""
-
-    @property
-    def peak_ceil(self) -> np.ndarray:
-        """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
-        return (self.state_ceil[:, :, None, :] + self.act_ceil[:, None, :, :]).max(axis=3)
+    peak_ceil: np.ndarray
+    """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
 
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
@@ -193,6 +190,10 @@ def build_tables(problem: Problem) -> CostTables:
             flops[s, r] = cache[key]
         fits[s] = ft
         t1[s], t2[s] = a, b
+    peak = np.zeros((S, Z, R), dtype=np.int64)
+    for z in range(Z):  # a loop over z keeps the temporary at [S, R, P]
+        if S:
+            peak[:, z, :] = (state[:, z, None, :] + act).max(axis=2)
     return CostTables(
         tuple(problem.jobs),
         tuple(shapes),
@@ -206,6 +207,7 @@ def build_tables(problem: Problem) -> CostTables:
         t2,
         capacity,
         flops,
+        peak,
     )
 
 

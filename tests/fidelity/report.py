@@ -32,9 +32,8 @@ stacks) for the same dimensions, under each convention (`ActivationContext.conve
 
 **The planner's default is `paper`** (SPEC.md "Activations": Korthikanti et al.'s 34·s·b·h +
 5·a·s²·b and its derivations). `pytorch` adds, by name, what PyTorch's kernels keep besides; with
-it every per-layer prediction equals the measurement exactly (error 0 on every per-layer row);
-the one √n row that is off (+2.5%, n = 5) is `stage_activations` holding a checkpoint that
-backward has already freed (below).
+it every prediction equals the measurement exactly (error 0 on every row, the √n stacks
+included).
 
 ## Median absolute error
 
@@ -85,9 +84,9 @@ outputs, and the full-recomputation checkpoint 2·s·b·h.
   runs inside backward, where the hooks see it). Selective checkpoints the attention core (scores,
   softmax, dropout, ·V; or SDPA); full checkpoints the whole layer.
 - **√n stacks**: backward frees each segment's checkpoint when that segment is done, so when the
-  last segment is shorter than k its checkpoint is gone before a full segment is recomputed:
-  the measured peak is `stage_activations`' checkpoints + transient less one checkpoint
-  (2·s·b·h) whenever k does not divide n (row n = 5 below); exact when k divides n.
+  last segment is shorter than k its checkpoint is gone before a full segment is recomputed.
+  The measurement found this (row n = 5 was +2.5% over); `stage_activations`' transient now
+  subtracts the later segments' checkpoints, and every stack is exact.
 """
 
 

@@ -11,7 +11,7 @@ from model.errors import InfeasibleError
 from optimizer import enumerate as oracle
 from optimizer.inputs import build_case
 from optimizer.problem import Constraints, Job, Problem
-from optimizer.search import frontier, prepare, search
+from optimizer.search import prepare, search
 from optimizer.space import SearchSpace
 
 # Small scenarios: several models, GPUs (memory binding or not), GPU counts, batches and lengths.

@@ -1,0 +1,43 @@
+"""Which candidates the search may choose and how ties break — decided once, from the tables,
+and shared by the CP-SAT search and the exhaustive oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optimizer.problem import Problem
+from optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
+from optimizer.tables import CostTables
+
+__all__ = ["tie_ranks", "mfu_table", "allowed"]
+
+
+def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
+    """Rank of each ZeRO stage and recompute mode (0 = preferred on ties): ZeRO-1, 2, 0, 3 and
+    less recomputation first."""
+    zero = [ZERO_PREFERENCE.index(z) for z in tables.zero_stages]
+    rec = [RECOMPUTE_PREFERENCE.index(r) for r in tables.recomputes]
+    return [sorted(zero).index(v) for v in zero], [sorted(rec).index(v) for v in rec]
+
+
+def mfu_table(tables: CostTables) -> np.ndarray:
+    """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
+    peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
+    denom = tables.step_ns() * 1e-9 * (tables.num_gpus() * peak)[:, None, None]
+    return tables.model_flops[:, None, :] / denom
+
+
+def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
+    """[S, Z, R] candidates that fit and meet every user constraint."""
+    ok = tables.fits.copy()
+    if problem.constraints.min_mfu is not None:
+        ok &= mfu_table(tables) >= problem.constraints.min_mfu
+    if problem.constraints.tp_in_nvlink:
+        near = np.array(
+            [
+                sh.tp * sh.cp <= (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
+                for s, sh in enumerate(tables.shapes)
+            ]
+        )
+        ok &= near[:, None, None]
+    return ok
