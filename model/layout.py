@@ -52,6 +52,9 @@ class Layout:
     """v, model chunks per pipeline rank (interleaved schedule only)."""
     sequence_parallel: bool | None = None
     """Megatron sequence parallelism; None = on exactly when tp > 1."""
+    rank_order: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+    """Inner to outer order of the axes over the ranks (Megatron-LM's default tp-cp-ep-dp-pp);
+    it decides which axis's groups sit inside an NVLink domain (topology.placement)."""
     uneven_stages: bool = True
     """Allow pp·v not dividing L (ends get fewer layers); False makes that an error."""
     deallocate_pipeline_outputs: bool = True
@@ -73,6 +76,17 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
+        order = tuple(
+            str(a)
+            for a in (
+                self.rank_order.split("-") if isinstance(self.rank_order, str) else self.rank_order
+            )
+        )
+        if sorted(order) != ["cp", "dp", "ep", "pp", "tp"]:
+            raise LayoutError(
+                f"rank_order: {'-'.join(order)!r} must order each of tp, cp, ep, dp, pp once"
+            )
+        object.__setattr__(self, "rank_order", order)
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
 

@@ -132,6 +132,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "sequence_parallel": lay.sp,
             "flash_attention": t.flash_attention,
             "stage_layers": [s.num_layers for s in est.stages],
+            "rank_order": "-".join(lay.rank_order),
         },
         "memory": _memory(est),
         "zero_table": [

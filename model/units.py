@@ -57,7 +57,7 @@ def parse_number(text: str | float | int, name: str = "value") -> Fraction:
     """
     if isinstance(text, bool):
         raise InputError(f"{name}: {text!r} is not a number")
-    if isinstance(text, int):
+    if isinstance(text, (int, Fraction)):
         return Fraction(text)
     if isinstance(text, float):
         return Fraction(repr(text))

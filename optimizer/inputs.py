@@ -39,6 +39,7 @@ LAYOUT_KEYS = (
     "sequence_parallel",
     "uneven_stages",
     "deallocate_pipeline_outputs",
+    "rank_order",
 )
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
 
@@ -55,6 +56,8 @@ class Case:
     options: CostOptions
     num_gpus: int | None
     vocab_multiple: int = 0
+    fabric: tuple[tuple[str, Any], ...] = ()
+    """Cluster-graph options (rail_optimized, pod_size, oversubscription); empty = two tiers."""
     defaults_used: dict[str, Any] = field(default_factory=dict)
 
     def evaluate(self, layout: Layout | None = None) -> Estimate:
@@ -65,17 +68,33 @@ class Case:
             self.training,
             lay,
             self.device,
-            links_for(lay, self.links),
+            links_for(lay, self.links, self.fabric),
             self.options,
             None if layout else self.num_gpus,
             self.vocab_multiple,
         )
 
 
-def links_for(layout: Layout, links: ClusterLinks) -> dict[str, Any]:
-    """Per-axis links of ``layout`` on a two-tier cluster (topology.placement's span rule)."""
+def links_for(
+    layout: Layout, links: ClusterLinks, fabric: tuple[tuple[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """Per-axis links of ``layout`` for its rank order: on a two-tier cluster (NVLink domains and a
+    scale-out tier; topology.placement's span rule) or, with ``fabric`` options (``rail_optimized``,
+    ``pod_size``, ``oversubscription``), the bottleneck bandwidth of each axis's first rank group in
+    a networkx cluster graph (topology.graph)."""
     degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
-    return axis_links(degrees, links)
+    if not fabric:
+        return axis_links(degrees, links, layout.rank_order)
+    from topology.graph import build_cluster
+
+    graph = build_cluster(
+        layout.num_gpus,
+        links.nvlink_domain,
+        links.nvlink_bytes_per_s,
+        links.scaleout_bytes_per_s,
+        **dict(fabric),
+    )
+    return axis_links(degrees, graph, layout.rank_order)
 
 
 def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
@@ -240,5 +259,28 @@ def build_case(params: Mapping[str, Any]) -> Case:
         options=options,
         num_gpus=_count(params, "num_gpus"),
         vocab_multiple=int(params.get("vocab_multiple", 0)),
+        fabric=_fabric(params),
         defaults_used=used,
     )
+
+
+def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Cluster-graph options from ``fabric`` (two-tier | fat-tree | rail), ``pod_size`` and
+    ``oversubscription``; empty for the default two-tier rule."""
+    kind = str(params.get("fabric") or "two-tier")
+    if kind not in ("two-tier", "fat-tree", "rail"):
+        raise InputError(f"fabric: {kind!r} is not one of two-tier, fat-tree, rail")
+    pod, over = params.get("pod_size"), params.get("oversubscription")
+    if kind == "two-tier":
+        if pod is not None or over is not None:
+            raise InputError("pod_size / oversubscription: need --fabric fat-tree or rail")
+        return ()
+    out: list[tuple[str, Any]] = [("rail_optimized", kind == "rail")]
+    if pod is not None:
+        out.append(("pod_size", _count(params, "pod_size")))
+    if over is not None:
+        value = float(Fraction(over) if not isinstance(over, str) else Fraction(over))
+        if value < 1:
+            raise InputError(f"oversubscription: {over} must be at least 1 (1 = non-blocking)")
+        out.append(("oversubscription", value))
+    return tuple(out)

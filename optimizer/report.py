@@ -73,7 +73,7 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         f"ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
-        f"s {lay['seq_len']}",
+        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",
         "",
         *_memory_lines(d),
         "",

@@ -33,7 +33,7 @@ from model.pipeline import Schedule
 from model.units import parse_count, parse_number
 from optimizer.inputs import build_case
 from optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
-from optimizer.space import SearchSpace, divisors
+from optimizer.space import DEFAULT_RANK_ORDER, SearchSpace, divisors
 
 __all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
 
@@ -66,6 +66,7 @@ SPACE_KEYS = {
     "recompute",
     "schedule",
     "virtual_stages",
+    "rank_order",
 }
 CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
 CLUSTER_KEYS = {
@@ -75,6 +76,9 @@ CLUSTER_KEYS = {
     "kernel_efficiency",
     "overlap",
     "flash_attention",
+    "fabric",
+    "pod_size",
+    "oversubscription",
 }
 
 
@@ -175,7 +179,18 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
         schedules=tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule),
         virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages"))) or (2, 3, 4),
+        rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
+        or (DEFAULT_RANK_ORDER,),
     )
+
+
+def _order(text: str) -> tuple[str, ...]:
+    order = tuple(part.strip() for part in str(text).split("-"))
+    if sorted(order) != ["cp", "dp", "ep", "pp", "tp"]:
+        raise InputError(
+            f"rank_order: {text!r} must order each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp"
+        )
+    return order
 
 
 def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:

@@ -14,6 +14,9 @@ from model.layout import Layout, Recompute, validate
 from model.pipeline import Schedule
 from model.specs import ModelSpec, TrainingSpec
 
+DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+"""Megatron-LM's default order, inner to outer."""
+
 __all__ = [
     "Shape",
     "SearchSpace",
@@ -54,6 +57,10 @@ class Shape:
     micro_batch_size: int
     schedule: Schedule
     virtual_stages: int
+    rank_order: tuple[str, ...] = DEFAULT_RANK_ORDER
+    """Inner-to-outer axis order over the ranks (decides which axes ride NVLink)."""
+    order_rank: int = 0
+    """Position of ``rank_order`` in the space's list (tie-break: earlier first)."""
 
     def layout(self, zero_stage: int, recompute: Recompute | str) -> Layout:
         """The full layout with these modifiers."""
@@ -68,13 +75,14 @@ class Shape:
             micro_batch_size=self.micro_batch_size,
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
+            rank_order=self.rank_order,
         )
 
     @property
     def tie_key(self) -> tuple[int, ...]:
         """Tie-break order among shapes of equal step time: fewer model-parallel GPUs
         (tp·pp·cp), then smaller tp, pp, cp, ep, smaller micro-batch, schedule 1F1B <
-        interleaved < GPipe, fewer virtual stages."""
+        interleaved < GPipe, fewer virtual stages, rank orders in the space's order."""
         return (
             self.tp * self.pp * self.cp,
             self.tp,
@@ -84,6 +92,7 @@ class Shape:
             self.micro_batch_size,
             _SCHEDULE_ORDER[self.schedule],
             self.virtual_stages,
+            self.order_rank,
         )
 
 
@@ -106,6 +115,8 @@ class SearchSpace:
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[Schedule, ...] = tuple(Schedule)
     virtual_stages: tuple[int, ...] = (2, 3, 4)
+    rank_orders: tuple[tuple[str, ...], ...] = (DEFAULT_RANK_ORDER,)
+    """Rank orders the search may choose among (the first is preferred on ties)."""
     """Virtual stages tried with the interleaved schedule."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
@@ -147,10 +158,11 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                 for ep in eps:
                     for b in mbs:
                         for schedule, v in _schedules(space, pp):
-                            shape = Shape(dp, tp, pp, cp, ep, b, schedule, v)
-                            try:
-                                validate(shape.layout(1, Recompute.NONE), model, training, G)
-                            except LayoutError:
-                                continue
-                            shapes.append(shape)
+                            for k, order in enumerate(space.rank_orders):
+                                shape = Shape(dp, tp, pp, cp, ep, b, schedule, v, order, k)
+                                try:
+                                    validate(shape.layout(1, Recompute.NONE), model, training, G)
+                                except LayoutError:
+                                    break  # the order does not change legality
+                                shapes.append(shape)
     return sorted(shapes, key=lambda s: s.tie_key)

@@ -104,7 +104,7 @@ def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
 def _time_rows(job: Job, shape: Shape, zero_stages, recomputes):
     case = job.case
     m, t, o, vm = case.model, case.training, case.options, case.vocab_multiple
-    links = links_for(shape.layout(zero_stages[0], recomputes[0]), case.links)
+    links = links_for(shape.layout(zero_stages[0], recomputes[0]), case.links, case.fabric)
     t1, t2 = [], []
     for r in recomputes:
         lay = shape.layout(zero_stages[0], r)

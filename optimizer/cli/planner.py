@@ -92,6 +92,18 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
         click.option("--virtual-stages", "virtual_stages", type=COUNT),
+        click.option(
+            "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
+        ),
+        click.option(
+            "--fabric",
+            type=click.Choice(["two-tier", "fat-tree", "rail"]),
+            help="Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
+        ),
+        click.option("--pod-size", "pod_size", type=COUNT, help="GPUs per pod (graph fabrics)."),
+        click.option(
+            "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
+        ),
         click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
         click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
         click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),

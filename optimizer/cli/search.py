@@ -16,6 +16,7 @@ from optimizer.cli.common import COUNT, NUMBER, echo_json
 from optimizer.cli.planner import _overlap, model_options
 
 _SPACE = (
+    "rank_order",
     "tp",
     "pp",
     "cp",
@@ -28,7 +29,16 @@ _SPACE = (
     "schedule",
     "virtual_stages",
 )
-_CLUSTER = ("nvlink_domain", "nvlink_gbps", "scaleout_gbps", "kernel_efficiency", "flash_attention")
+_CLUSTER = (
+    "fabric",
+    "pod_size",
+    "oversubscription",
+    "nvlink_domain",
+    "nvlink_gbps",
+    "scaleout_gbps",
+    "kernel_efficiency",
+    "flash_attention",
+)
 
 
 def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -97,6 +107,21 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
         click.option(
             "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
+        ),
+        click.option(
+            "--rank-order",
+            "rank_order",
+            multiple=True,
+            help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
+        ),
+        click.option(
+            "--fabric",
+            type=click.Choice(["two-tier", "fat-tree", "rail"]),
+            help="Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
+        ),
+        click.option("--pod-size", "pod_size", type=COUNT, help="GPUs per pod (graph fabrics)."),
+        click.option(
+            "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
         ),
         click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
         click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),

@@ -1,0 +1,283 @@
+"""The full search's features: GPU ranges and accelerators, objectives, scenario files, rank orders
+and fabrics, the frontier CSV, the largest model that fits, explanations (issue 4)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from model.errors import InfeasibleError, InputError, ScenarioError
+from optimizer.cli import _register, cli
+from optimizer.inputs import build_case
+from optimizer.problem import Objective, gpu_counts
+from optimizer.scenario import build_problem, load_scenario
+from optimizer.search import frontier, search
+
+_register()
+SMALL = {
+    "model": "megatron-1.7b",
+    "gpu": "A100-80GB",
+    "global_batch": 32,
+    "space": {"max_micro_batch": 2},
+}
+
+
+def test_gpu_counts():
+    assert gpu_counts("64..4096") == [
+        64,
+        96,
+        128,
+        192,
+        256,
+        384,
+        512,
+        768,
+        1024,
+        1536,
+        2048,
+        3072,
+        4096,
+    ]
+    assert gpu_counts("2048,4096") == [2048, 4096]
+    with pytest.raises(InputError):
+        gpu_counts("100..10")
+
+
+def test_range_and_accelerators_pick_one_job_each_with_its_own_shapes():
+    problem = build_problem({}, {**SMALL, "gpus": "8..32", "gpu": "A100-40GB,A100-80GB"})
+    assert [(j.num_gpus, j.case.device.name) for j in problem.jobs] == [
+        (g, d) for d in ("A100-40GB", "A100-80GB") for g in (8, 12, 16, 24, 32)
+    ]
+    best = search(problem).best
+    # the step-time objective with B fixed prefers the most GPUs; the answer uses all of them
+    assert best.estimate.layout.num_gpus == best.job.num_gpus == 32
+
+
+def test_time_to_train_objective_scales_by_steps():
+    problem = build_problem(
+        {}, {**SMALL, "gpus": "16", "objective": "time-to-train", "tokens": "1e9"}
+    )
+    result = search(problem)
+    est = result.best.estimate
+    steps = 10**9 / (32 * est.training.seq_len)
+    assert result.best.objective == pytest.approx(
+        sum(
+            map(
+                round,
+                (est.time_terms.compute_and_pipeline_s * 1e9, est.time_terms.exposed_dp_s * 1e9),
+            )
+        )
+        * steps,
+        rel=1e-6,
+    )
+
+
+def test_cost_objective_needs_prices():
+    with pytest.raises(InputError):
+        build_problem({}, {**SMALL, "gpus": "16", "objective": "cost"})
+    problem = build_problem(
+        {}, {**SMALL, "gpus": "8,16", "objective": "cost", "gpu_hour_price": "2.5"}
+    )
+    assert search(problem).best.job.gpu_hour_price == 2.5
+
+
+def test_maximize_params_finds_the_deepest_member_that_fits():
+    problem = build_problem({}, {**SMALL, "gpus": "8", "objective": "params", "max_layers": 96})
+    best = search(problem).best
+    layers = best.estimate.model.arch.num_layers
+    assert best.estimate.fits
+    deeper = [j for j in problem.jobs if j.case.model.arch.num_layers > layers]
+    for job in deeper:  # nothing deeper fits in any layout
+        single = build_problem({}, {**SMALL, "gpus": "8"})
+        single = type(single)(jobs=(type(job)(job.case, 8, job.label),), space=single.space)
+        with pytest.raises(InfeasibleError):
+            search(single)
+
+
+def test_frontier_csv_rows_are_non_dominated_and_re_evaluate(tmp_path):
+    path = tmp_path / "f.csv"
+    runner = CliRunner()
+    res = runner.invoke(
+        cli,
+        [
+            "frontier",
+            "--model",
+            "megatron-1.7b",
+            "--gpus",
+            "8",
+            "--gpu",
+            "A100-80GB",
+            "--global-batch",
+            "32",
+            "--max-micro-batch",
+            "2",
+            "--csv",
+            str(path),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(path)
+    for column in (
+        "dp tp pp cp ep zero_stage recompute micro_batch_size schedule virtual_stages num_gpus gpu "
+        "total_bytes step_s mfu fits"
+    ).split():
+        assert column in df.columns
+    assert list(df["step_s"]) == sorted(df["step_s"]) and list(df["total_bytes"]) == sorted(
+        df["total_bytes"], reverse=True
+    )
+    for row in df.itertuples():
+        case = build_case(
+            {
+                "model": "megatron-1.7b",
+                "gpu": "A100-80GB",
+                "global_batch_size": 32,
+                "dp": row.dp,
+                "tp": row.tp,
+                "pp": row.pp,
+                "cp": row.cp,
+                "ep": row.ep,
+                "zero_stage": row.zero_stage,
+                "recompute": row.recompute,
+                "micro_batch_size": row.micro_batch_size,
+                "schedule": row.schedule,
+                "virtual_stages": row.virtual_stages,
+            }
+        )
+        est = case.evaluate()
+        assert est.step_s == pytest.approx(row.step_s, rel=1e-12)
+        assert float(est.total_bytes) == pytest.approx(row.total_bytes, rel=1e-12)
+
+
+def test_frontier_against_gpus():
+    result = frontier(build_problem({}, {**SMALL, "gpus": "4..16"}), "gpus")
+    gpus = [a.job.num_gpus for a in result.points]
+    steps = [a.objective for a in result.points]
+    assert gpus == sorted(gpus, reverse=True) and steps == sorted(steps)
+
+
+def test_scenario_file_and_overrides(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'model = "megatron-1.7b"\ngpu = "A100-80GB"\ngpus = 8\nglobal_batch = 32\n'
+        "[space]\nmax_micro_batch = 2\ntp = [1, 2]\n[constraints]\nheadroom = 0.1\n"
+    )
+    values = load_scenario(path)
+    problem = build_problem(values, {"gpus": "16"})
+    assert [j.num_gpus for j in problem.jobs] == [16]
+    assert problem.space.tp == (1, 2) and problem.constraints.headroom == 0.1
+    best = search(problem).best
+    assert best.estimate.layout.tp in (1, 2)
+    assert best.estimate.total_bytes <= 0.9 * best.estimate.device.memory_bytes
+    path.write_text('model = "megatron-1.7b"\ngpus = 8\nbogus = 1\n')
+    with pytest.raises(ScenarioError):
+        load_scenario(path)
+
+
+def test_rank_order_and_fabric_change_links():
+    base = {"model": "llama3-8b", "tp": 4, "pp": 2, "dp": 4, "global_batch_size": 32}
+    default = {r.traffic.axis: r.link for r in build_case(base).evaluate().traffic}
+    inner_pp = {
+        r.traffic.axis: r.link
+        for r in build_case({**base, "rank_order": "tp-pp-cp-ep-dp"}).evaluate().traffic
+    }
+    assert default["pp"] == "scale-out" and inner_pp["pp"] == "nvlink"
+    over = build_case(
+        {
+            **base,
+            "dp": 64,
+            "global_batch_size": 256,
+            "fabric": "fat-tree",
+            "pod_size": 64,
+            "oversubscription": 2,
+        }
+    ).evaluate()
+    dp = next(r for r in over.traffic if r.traffic.axis == "dp")
+    assert dp.bandwidth_bytes_per_s == pytest.approx(25e9)  # 50 GB/s NIC halved above the pod
+
+
+def test_search_chooses_among_rank_orders():
+    problem = build_problem(
+        {},
+        {
+            "model": "llama3-8b",
+            "gpu": "H100-SXM",
+            "gpus": "16",
+            "global_batch": 32,
+            "space": {
+                "max_micro_batch": 1,
+                "tp": [4],
+                "pp": [2],
+                "rank_order": ["tp-cp-ep-dp-pp", "tp-pp-cp-ep-dp"],
+            },
+        },
+    )
+    assert search(problem).best.estimate.layout.rank_order in (
+        ("tp", "cp", "ep", "dp", "pp"),
+        ("tp", "pp", "cp", "ep", "dp"),
+    )
+
+
+def test_infeasible_explanation_and_json_exit_code():
+    runner = CliRunner()
+    res = runner.invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "megatron-1.7b",
+            "--gpus",
+            "8",
+            "--gpu",
+            "A100-80GB",
+            "--global-batch",
+            "32",
+            "--min-mfu",
+            "0.95",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 1
+    out = json.loads(res.output)
+    assert out["status"] == "infeasible" and out["explanation"][0].startswith("min_mfu:")
+
+
+def test_top_k_json():
+    runner = CliRunner()
+    res = runner.invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "megatron-1.7b",
+            "--gpus",
+            "8",
+            "--gpu",
+            "A100-80GB",
+            "--global-batch",
+            "32",
+            "--max-micro-batch",
+            "2",
+            "--top",
+            "3",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    answers = json.loads(res.output)["answers"]
+    assert len(answers) == 3 and [a["objective"] for a in answers] == sorted(
+        a["objective"] for a in answers
+    )
+    assert len({json.dumps(a["layout"], sort_keys=True) for a in answers}) == 3
+
+
+def test_objective_enum_values():
+    assert {o.value for o in Objective} == {
+        "step-time",
+        "tokens-per-gpu",
+        "time-to-train",
+        "cost",
+        "params",
+    }
