@@ -15,11 +15,11 @@ from typing import Any, Protocol
 from model.comm import AxisTraffic, cp_traffic, dp_traffic, ep_traffic, pp_traffic, tp_traffic
 from model.flops import StepFlops, step_flops
 from model.hardware import DeviceSpec
-from model.layout import Layout, validate
+from model.layout import Layout, Recompute, validate
 from model.memory import ModelState, StageActivations, model_state, stage_activations
 from model.params import count_params, padded_vocab, split_layers, stage_params
 from model.pipeline import bubble_fraction, bubble_ratio
-from model.specs import ModelSpec, TrainingSpec
+from model.specs import Architecture, ModelSpec, TrainingSpec
 from model.timing import CostOptions, stage_microbatch_flops
 
 __all__ = [
@@ -343,6 +343,18 @@ class TimeTerms:
         return self.compute_and_pipeline_s + self.exposed_dp_s
 
 
+@cache
+def _slowest_stage_flops(
+    arch: Architecture, pp: int, v: int, b: int, recompute: Recompute, training: TrainingSpec, causal: bool
+) -> int:
+    """Hardware FLOPs of one micro-batch on the busiest pipeline stage (what sets the pace)."""
+    layout = Layout(pp=pp, virtual_stages=v, micro_batch_size=b, recompute=recompute,
+                    schedule="interleaved" if v > 1 else "1f1b")
+    split = split_layers(arch.num_layers, pp, v)
+    return max(stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
+               for i, layers in enumerate(split))
+
+
 def time_terms(
     model: ModelSpec,
     training: TrainingSpec,
@@ -359,12 +371,9 @@ def time_terms(
     if arch is None or any(row.exposed_seconds is None for row in traffic):
         return None
     m = layout.num_microbatches(training.global_batch_size)
-    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
-    per_mb = max(
-        stage_microbatch_flops(
-            arch, layers, i == layout.pp - 1, layout, training, options.causal_attention_flops
-        )
-        for i, layers in enumerate(split)
+    per_mb = _slowest_stage_flops(
+        arch, layout.pp, layout.virtual_stages, layout.micro_batch_size, layout.recompute,
+        training, options.causal_attention_flops,
     )
     t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
     compute = m * t_mb

@@ -214,7 +214,10 @@ def stage_activations(
         layout.deallocate_pipeline_outputs,
         training,
         vocab_size,
-        m,
+        # m matters only through the micro-batches in flight, except for uneven interleaved chunks
+        m
+        if layout.virtual_stages > 1 and arch.num_layers % (layout.pp * layout.virtual_stages)
+        else microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage),
     )
     found = _STAGE_MEMO.get(key)
     if found is None:

@@ -13,6 +13,7 @@ import resource
 import time
 from dataclasses import dataclass
 
+from model.errors import InfeasibleError
 from optimizer import enumerate as oracle
 from optimizer.scenario import build_problem
 from optimizer.search import frontier, prepare, search
@@ -53,6 +54,10 @@ CASES = [
         {"model": "gpt3-175b", "gpus": "1024", "gpu": "A100-80GB", "global_batch": 1536},
     ),
     Case(
+        "MT-NLG 530B, 4,480 A100-80GB (its 560 DGX nodes), B 1920",
+        {"model": "megatron-529.6b", "gpus": "4480", "gpu": "A100-80GB", "global_batch": 1920},
+    ),
+    Case(
         "MT-NLG 530B, 5,128 A100-80GB, B 1920",
         {"model": "megatron-529.6b", "gpus": "5128", "gpu": "A100-80GB", "global_batch": 1920},
     ),
@@ -62,7 +67,10 @@ CASES = [
 def _one(case: Case) -> dict:
     problem = build_problem({}, dict(case.values))
     t0 = time.perf_counter()
-    prepared = prepare(problem)
+    try:
+        prepared = prepare(problem)
+    except InfeasibleError as err:
+        return {"case": case.name, "infeasible": str(err), "seconds": time.perf_counter() - t0}
     tables = prepared[0]
     t_tables = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -95,6 +103,12 @@ def run(quick: bool = False) -> list[dict]:
     for case in CASES[:3] if quick else CASES:
         row = _one(case)
         rows.append(row)
+        if "infeasible" in row:
+            print(
+                f"{row['case']}: {row['infeasible']} (answered in {row['seconds']:.2f} s)",
+                flush=True,
+            )
+            continue
         total_cp, total_en = (
             row["tables_s"] + row["cpsat_s"],
             row["tables_s"] + row["enumeration_s"],

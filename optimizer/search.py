@@ -80,10 +80,12 @@ def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
         lm.forbid_shapes("nvlink", far)
 
 
-def prepare(problem: Problem) -> tuple[CostTables, LayoutModel, float]:
+def prepare(
+    problem: Problem, progress: Callable[[int, int], None] | None = None
+) -> tuple[CostTables, LayoutModel, float]:
     """Tables, the CP-SAT model with every constraint family, and the seconds it took."""
     t0 = time.perf_counter()
-    tables = build_tables(problem)
+    tables = build_tables(problem, progress)
     if not tables.shapes:
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "

@@ -18,6 +18,7 @@ computes a cost itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -101,6 +102,20 @@ def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
     return memo[key]
 
 
+def _fits(states, acts, cap: int) -> list[list[bool]]:
+    """[z][r] every stage's state + activations ≤ cap, exactly: decided in floats where the margin
+    is clear (a relative 1e-9 from the capacity), and with the exact rationals otherwise."""
+    st = np.array([[float(v) for v in row] for row in states])
+    ac = np.array([[float(v) for v in row] for row in acts])
+    total = st[:, None, :] + ac[None, :, :]  # [Z, R, P]
+    clear_in = (total <= cap * (1 - 1e-9)).all(axis=2)
+    clear_out = (total > cap * (1 + 1e-9)).any(axis=2)
+    out = clear_in.tolist()
+    for z, r in zip(*np.nonzero(~clear_in & ~clear_out), strict=True):
+        out[z][r] = all(x + y <= cap for x, y in zip(states[z], acts[r], strict=True))
+    return out
+
+
 def _time_rows(job: Job, shape: Shape, zero_stages, recomputes):
     case = job.case
     m, t, o, vm = case.model, case.training, case.options, case.vocab_multiple
@@ -122,8 +137,12 @@ def _time_rows(job: Job, shape: Shape, zero_stages, recomputes):
     return t1, t2
 
 
-def build_tables(problem: Problem) -> CostTables:
+def build_tables(
+    problem: Problem, progress: Callable[[int, int], None] | None = None
+) -> CostTables:
     """Evaluate the cost model's terms for every job × shape × modifier.
+
+    ``progress(done, total)`` is called every 200 shapes (the CLI's terminal progress line).
 
     Raises
     ------
@@ -161,12 +180,14 @@ def build_tables(problem: Problem) -> CostTables:
     cache: dict[tuple[int, int], float] = {}
     memo: dict = {}
     for s, shape in enumerate(shapes):
+        if progress and s % 200 == 0:
+            progress(s, len(shapes))
         job = problem.jobs[job_of[s]]
         cap = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
         capacity[s] = cap
         st, ac = _memory_rows(job, shape, zs, rs, memo)
         a, b = _time_rows(job, shape, zs, rs)
-        ft = [[all(x + y <= cap for x, y in zip(sz, ar, strict=True)) for ar in ac] for sz in st]
+        ft = _fits(st, ac, cap)
         for z in range(Z):
             state[s, z, : len(st[z])] = [math.ceil(v) for v in st[z]]
         for r in range(R):

@@ -192,6 +192,16 @@ def _progress(as_json: bool) -> Callable[[int, float], None] | None:
     return report
 
 
+def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
+    if as_json or not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int) -> None:
+        click.echo(f"\r  cost tables: {done:,} of {total:,} shapes", err=True, nl=False)
+
+    return report
+
+
 def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
         echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
@@ -232,7 +242,10 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     problem = _problem(kw, "params" if maximize else None)
     limit = float(kw["time_limit"]) if kw.get("time_limit") else None
     try:
-        result = search(problem, top, limit, kw["workers"], _progress(as_json))
+        from optimizer.search import prepare
+
+        prepared = prepare(problem, _table_progress(as_json))
+        result = search(problem, top, limit, kw["workers"], _progress(as_json), prepared=prepared)
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
@@ -300,7 +313,10 @@ def frontier_cmd(
     problem = _problem(kw)
     limit = float(kw["time_limit"]) if kw.get("time_limit") else None
     try:
-        result = frontier(problem, against, limit, kw["workers"])
+        from optimizer.search import prepare
+
+        prepared = prepare(problem, _table_progress(as_json))
+        result = frontier(problem, against, limit, kw["workers"], prepared=prepared)
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
