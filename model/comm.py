@@ -61,8 +61,10 @@ def dp_traffic(
     """
     stage = layout.zero_stage if zero_stage is None else zero_stage
     g, w = training.gradient_bytes, training.weight_bytes
-    if stage < 3:
-        per_param, name = g + w, ("all-reduce" if stage == 0 else "reduce-scatter + all-gather")
+    if stage == 0:  # all-reduce of the gradients: a reduce-scatter and an all-gather of g bytes
+        per_param, name = 2 * g, "all-reduce"
+    elif stage < 3:  # reduce-scatter the gradients, all-gather the updated (bf16) weights
+        per_param, name = g + w, "reduce-scatter + all-gather"
     elif regather_per_microbatch:
         m = layout.num_microbatches(training.global_batch_size)
         per_param, name = g + w * 2 * m, "reduce-scatter + all-gather per micro-batch (fwd, bwd)"

@@ -62,7 +62,7 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> Fraction:
-        return self.state.total_bytes + (self.activations.total_bytes if self.activations else 0)
+        return self.state.resident_bytes + (self.activations.total_bytes if self.activations else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +208,50 @@ def stage_states(
 ) -> tuple[ModelState, ...]:
     """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
     The search tabulates this function over (shape, zero_stage)."""
-    return tuple(
-        model_state(d, e, layout, training)
-        for _, _, d, e in _stage_param_list(model, layout, vocab_multiple)
+    units = _gather_units(
+        model,
+        layout.tp,
+        layout.pp,
+        layout.virtual_stages,
+        layout.ep,
+        layout.uneven_stages,
+        vocab_multiple,
     )
+    return tuple(
+        model_state(d, e, layout, training, gather_unit=units[i])
+        for i, (_, _, d, e) in enumerate(_stage_param_list(model, layout, vocab_multiple))
+    )
+
+
+@cache
+def _gather_units(
+    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
+) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, the (dense, expert) parameters on one GPU of the largest unit ZeRO-3 gathers at
+    once: one of its layers, the input embedding (first stage) or the output layer (last stage).
+    (0, 0) for a size-only model, whose layers are unknown."""
+    arch = model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0)),) * pp
+    from model.params import layer_params
+
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+    counts = count_params(arch, vocab)
+    out = []
+    for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
+        units = [
+            (
+                Fraction(layer_params(arch, j).dense, tp),
+                Fraction(layer_params(arch, j).experts, tp * ep),
+            )
+            for j in sorted(set(layers))
+        ]
+        if i == 0:
+            units.append((Fraction(counts.embedding, tp), Fraction(0)))
+        if i == pp - 1:
+            units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
+        out.append(max(units, key=lambda u: u[0] + u[1]))
+    return tuple(out)
 
 
 def stage_activation_list(
@@ -345,14 +385,27 @@ class TimeTerms:
 
 @cache
 def _slowest_stage_flops(
-    arch: Architecture, pp: int, v: int, b: int, recompute: Recompute, training: TrainingSpec, causal: bool
+    arch: Architecture,
+    pp: int,
+    v: int,
+    b: int,
+    recompute: Recompute,
+    training: TrainingSpec,
+    causal: bool,
 ) -> int:
     """Hardware FLOPs of one micro-batch on the busiest pipeline stage (what sets the pace)."""
-    layout = Layout(pp=pp, virtual_stages=v, micro_batch_size=b, recompute=recompute,
-                    schedule="interleaved" if v > 1 else "1f1b")
+    layout = Layout(
+        pp=pp,
+        virtual_stages=v,
+        micro_batch_size=b,
+        recompute=recompute,
+        schedule="interleaved" if v > 1 else "1f1b",
+    )
     split = split_layers(arch.num_layers, pp, v)
-    return max(stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
-               for i, layers in enumerate(split))
+    return max(
+        stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
+        for i, layers in enumerate(split)
+    )
 
 
 def time_terms(
@@ -372,8 +425,13 @@ def time_terms(
         return None
     m = layout.num_microbatches(training.global_batch_size)
     per_mb = _slowest_stage_flops(
-        arch, layout.pp, layout.virtual_stages, layout.micro_batch_size, layout.recompute,
-        training, options.causal_attention_flops,
+        arch,
+        layout.pp,
+        layout.virtual_stages,
+        layout.micro_batch_size,
+        layout.recompute,
+        training,
+        options.causal_attention_flops,
     )
     t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
     compute = m * t_mb

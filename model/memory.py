@@ -41,10 +41,21 @@ class ModelState:
     weights_bytes: Fraction
     gradients_bytes: Fraction
     optimizer_bytes: Fraction
+    gathered_bytes: Fraction = Fraction(0)
+    """ZeRO-3 only: the full (unsharded over dp·cp) weights of the layer being computed and of
+    the next one, prefetched — what FSDP / DeepSpeed ZeRO-3 hold gathered at any moment
+    (Rajbhandari et al. 2019 §5.3; PyTorch FSDP's forward/backward prefetch). Not part of
+    ``total_bytes`` (the seed's model state); counted in the GPU's total."""
 
     @property
     def total_bytes(self) -> Fraction:
+        """Weights + gradients + optimizer state (the seed's 16 B/param, sharded)."""
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def resident_bytes(self) -> Fraction:
+        """``total_bytes`` plus the ZeRO-3 gather buffer."""
+        return self.total_bytes + self.gathered_bytes
 
 
 def model_state(
@@ -53,9 +64,17 @@ def model_state(
     layout: Layout,
     training: TrainingSpec,
     zero_stage: int | None = None,
+    gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
 ) -> ModelState:
+    """Model-state bytes on one GPU (weights, gradients, optimizer state) under a ZeRO stage.
+
+    ``dense_params`` / ``expert_params``: parameters on this GPU before ZeRO (÷ tp; experts
+    ÷ tp·ep). ``gather_unit``: (dense, expert) parameters on this GPU of the largest unit ZeRO-3
+    gathers at once (a layer, the embedding or the output layer); under ZeRO-3 two such units are
+    held gathered (:attr:`ModelState.gathered_bytes`). See :func:`_model_state` for the formulas.
+    """
     stage = layout.zero_stage if zero_stage is None else zero_stage
-    return _model_state(
+    state = _model_state(
         dense_params,
         expert_params,
         layout.shard_degree,
@@ -63,6 +82,18 @@ def model_state(
         training,
         stage,
     )
+    if stage < 3 or layout.shard_degree == 1:
+        return state
+    dense, experts = gather_unit
+    gathered = (
+        2
+        * training.weight_bytes
+        * (
+            dense * (layout.shard_degree - 1) / layout.shard_degree
+            + experts * (layout.expert_shard_degree - 1) / layout.expert_shard_degree
+        )
+    )
+    return ModelState(state.weights_bytes, state.gradients_bytes, state.optimizer_bytes, gathered)
 
 
 @cache

@@ -32,12 +32,21 @@ def assumptions(est: Estimate) -> list[str]:
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
         f"{'on' if lay.sp else 'off'}; recompute {lay.recompute}; schedule {lay.schedule}",
-        "total = model state + layer activations + embedding/output-layer activations + recompute "
+        "total = model state + the ZeRO-3 gather buffer (two units gathered: the layer computed and "
+        "the next, prefetched) + layer activations + embedding/output-layer activations + recompute "
         "transient, on the busiest pipeline stage",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak; "
         f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
+        (
+            "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
+            if o.zero3_regather
+            else "ZeRO-3 gathers the weights once per step (the seed's convention; --zero3-regather for once "
+            "per micro-batch)"
+        )
+        if lay.zero_stage == 3
+        else "no ZeRO-3 gathers",
         f"MFU convention {o.mfu_convention}; attention FLOPs "
         f"{'halved for causal masking' if o.causal_attention_flops else 'counted without causal masking'}",
     ]
@@ -61,9 +70,11 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "gradients_bytes": _n(st.state.gradients_bytes),
         "optimizer_bytes": _n(st.state.optimizer_bytes),
         "model_state_bytes": _n(st.state.total_bytes),
+        "zero3_gathered_bytes": _n(st.state.gathered_bytes),
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
+        "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
         "total_bytes": _n(total),
         "capacity_bytes": cap,
         "capacity_unit": est.device.memory_unit,

@@ -28,7 +28,9 @@ GB = 10**9
 TB = 10**12
 GIB = 2**30
 
-_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+_SUFFIX = {"B": 10**9, "T": 10**12}
+"""Size suffixes (SPEC.md "Inputs"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
+means 8192 tokens, so a silent 8000 would be a wrong figure."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 
 
@@ -36,7 +38,7 @@ def parse_number(text: str | float | int, name: str = "value") -> Fraction:
     """Read a number as the seed writes it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
-    space) and the size suffixes ``K M B G T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
+    space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
 
     Returns
     -------

@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from model.errors import ScenarioError
+from model.errors import InputError, ScenarioError
 from model.units import closest_names
 
 __all__ = ["examples", "get_example", "example_params", "run_example"]
@@ -72,8 +72,17 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
         out = estimate_to_dict(case.evaluate())
         out["defaults_used"] = case.defaults_used
     else:
+        import inspect
+
         from optimizer.tabs import TAB_REPORTS
 
+        accepted = set(inspect.signature(TAB_REPORTS[tab]).parameters)
+        unknown = sorted(set(params) - accepted)
+        if unknown:
+            raise InputError(
+                f"example {name}: {unknown[0]!r} is not a parameter of the {tab} tab "
+                f"(it takes {', '.join(sorted(accepted))})"
+            )
         out = TAB_REPORTS[tab](**params)
     ex = get_example(name)
     return {"example": name, "tab": tab, "says": ex["says"], "source": ex.get("source", ""), **out}

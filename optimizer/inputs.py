@@ -41,6 +41,43 @@ LAYOUT_KEYS = (
     "deallocate_pipeline_outputs",
     "rank_order",
 )
+KNOWN_KEYS = frozenset(
+    {
+        "model",
+        "params",
+        "name",
+        "model_spec",
+        "training_defaults",
+        "gpu",
+        "num_gpus",
+        "seq_len",
+        "global_batch_size",
+        "flash_attention",
+        "nvlink_domain",
+        "nvlink_gbps",
+        "scaleout_gbps",
+        "kernel_efficiency",
+        "overlap",
+        "mfu_convention",
+        "causal_attention_flops",
+        "zero3_regather",
+        "vocab_multiple",
+        "fabric",
+        "pod_size",
+        "oversubscription",
+        "activation_convention",
+        *LAYOUT_KEYS,
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn_hidden",
+        "vocab",
+        "arch",
+        "head_dim",
+    }
+)
+"""Every parameter :func:`build_case` reads; anything else is an error naming it."""
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
 
 
@@ -181,6 +218,11 @@ def build_case(params: Mapping[str, Any]) -> Case:
         For an unknown model or GPU, an unreadable number, or an impossible layout.
     """
     params = {k: v for k, v in params.items() if v is not None}
+    unknown = sorted(set(params) - KNOWN_KEYS)
+    if unknown:
+        raise InputError(
+            f"{unknown[0]}: not a planner parameter (known: {', '.join(sorted(KNOWN_KEYS))})"
+        )
     used: dict[str, Any] = {}
     model, defaults = _model(params, used)
     layout_args = {k: params[k] for k in LAYOUT_KEYS if k in params}
@@ -220,6 +262,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         seq_len=seq,
         global_batch_size=batch,
         flash_attention=bool(params.get("flash_attention", True)),
+        activation_convention=str(params.get("activation_convention", "paper")),
     )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:
@@ -247,7 +290,10 @@ def build_case(params: Mapping[str, Any]) -> Case:
         ),
         overlap=dict(params.get("overlap", {})),
         mfu_convention=params.get("mfu_convention", "6n"),
-        causal_attention_flops=bool(params.get("causal_attention_flops", False)),
+        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
+        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
+        # full s² is computed (Megatron-LM's Eq. 3 convention).
+        causal_attention_flops=bool(params.get("causal_attention_flops", training.flash_attention)),
         zero3_regather=bool(params.get("zero3_regather", False)),
     )
     return Case(

@@ -16,7 +16,15 @@ from model.errors import InputError
 from optimizer.inputs import Case
 from optimizer.space import SearchSpace
 
-__all__ = ["Objective", "Job", "Constraints", "Problem", "gpu_counts", "objective_factor"]
+__all__ = [
+    "Objective",
+    "Job",
+    "Constraints",
+    "Problem",
+    "gpu_counts",
+    "objective_factor",
+    "objective_unit",
+]
 
 
 class Objective(StrEnum):
@@ -78,6 +86,10 @@ class Problem:
             raise InputError("search: no job (GPU count × accelerator) to search")
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")
+        if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:
+            raise InputError(
+                f"objective {self.objective}: give the token budget, e.g. --tokens 15e12"
+            )
 
 
 def gpu_counts(text: str) -> list[int]:
@@ -109,6 +121,18 @@ def gpu_counts(text: str) -> list[int]:
     return sorted({parse_count(part, "gpus") for part in text.replace(" ", "").split(",") if part})
 
 
+def objective_unit(problem: Problem, divisor: int = 1) -> str:
+    """The unit of the solver's objective value (after dividing by ``divisor``)."""
+    base = {
+        Objective.STEP_TIME: "ns per step",
+        Objective.PARAMS: "ns per step",
+        Objective.TOKENS_PER_GPU: "GPU·ns per 1000 tokens (lower is more tokens/s per GPU)",
+        Objective.TIME_TO_TRAIN: "ns to train the token budget",
+        Objective.COST: "nano-dollars to train the token budget",
+    }[problem.objective]
+    return base if divisor == 1 else f"{base} ÷ {divisor:,}"
+
+
 def objective_factor(problem: Problem, job: Job) -> Fraction:
     """Multiplier turning one step's nanoseconds into the objective's unit for ``job``.
 
@@ -121,7 +145,8 @@ def objective_factor(problem: Problem, job: Job) -> Fraction:
         return Fraction(1)
     if problem.objective is Objective.TOKENS_PER_GPU:
         return Fraction(job.num_gpus * 1000, per_step)
-    steps = Fraction(problem.tokens or 10**12, per_step)
+    assert problem.tokens is not None
+    steps = Fraction(problem.tokens, per_step)
     if problem.objective is Objective.TIME_TO_TRAIN:
         return steps
     assert job.gpu_hour_price is not None

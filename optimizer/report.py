@@ -49,9 +49,11 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("gradients", m["gradients_bytes"]),
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
+        ("ZeRO-3 gathered weights (2 units)", m.get("zero3_gathered_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
+        ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
         ("= total", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']})", m["capacity_bytes"]),
     ]

@@ -9,7 +9,7 @@ from optimizer.problem import Problem
 from optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
 from optimizer.tables import CostTables
 
-__all__ = ["tie_ranks", "mfu_table", "allowed"]
+__all__ = ["tie_ranks", "mfu_table", "allowed", "tp_cp_in_nvlink"]
 
 
 def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
@@ -33,11 +33,17 @@ def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
     if problem.constraints.min_mfu is not None:
         ok &= mfu_table(tables) >= problem.constraints.min_mfu
     if problem.constraints.tp_in_nvlink:
-        near = np.array(
-            [
-                sh.tp * sh.cp <= (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
-                for s, sh in enumerate(tables.shapes)
-            ]
-        )
+        near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))], dtype=bool)
         ok &= near[:, None, None]
     return ok
+
+
+def tp_cp_in_nvlink(tables: CostTables, s: int) -> bool:
+    """Whether shape s's tp and cp groups each sit inside one NVLink domain for its rank order
+    (topology.placement's span rule, the same one that assigns the links)."""
+    from topology.placement import fits_in_domain
+
+    sh = tables.shapes[s]
+    domain = tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1
+    degrees = {"dp": sh.dp, "tp": sh.tp, "pp": sh.pp, "cp": sh.cp, "ep": sh.ep}
+    return all(fits_in_domain(degrees, axis, domain, sh.rank_order) for axis in ("tp", "cp"))

@@ -79,6 +79,8 @@ CLUSTER_KEYS = {
     "fabric",
     "pod_size",
     "oversubscription",
+    "causal_attention_flops",
+    "zero3_regather",
 }
 
 
@@ -131,7 +133,7 @@ def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
             lo, _, hi = text.partition("..")
             lo_b = -(-int(parse_number(lo, "global_batch_tokens")) // seq_len)
             hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
-            return gpu_counts(f"{lo_b}..{hi_b}")
+            return _sizes(f"{lo_b}..{hi_b}", "global_batch_tokens")
         n = parse_count(tokens, "global_batch_tokens")
         if n % seq_len:
             raise InputError(
@@ -140,23 +142,49 @@ def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
         return [n // seq_len]
     if value is None:
         return []
-    return (
-        gpu_counts(str(value))
-        if isinstance(value, str)
-        else [parse_count(v, "global_batch") for v in _listify(value)]
-    )
+    if isinstance(value, str):
+        return _sizes(value, "global_batch")
+    return [parse_count(v, "global_batch") for v in _listify(value)]
+
+
+def _sizes(text: str, name: str) -> list[int]:
+    """Sizes from a count, list or range (powers of two and 1.5× powers of two inside it)."""
+    try:
+        return gpu_counts(text)
+    except InputError as err:
+        raise InputError(str(err).replace("gpus:", f"{name}:", 1)) from None
+
+
+def _price(value: Any, gpu: str) -> float:
+    price = float(parse_number(value, f"gpu_hour_price {gpu}"))
+    if price <= 0:
+        raise InputError(
+            f"gpu_hour_price: {value!r} for {gpu} must be a positive number of dollars per GPU-hour"
+        )
+    return price
 
 
 def _prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
+    """Dollars per GPU-hour per accelerator from one number, ``GPU=price,…`` or a TOML table."""
     if value is None:
         return {g: None for g in gpus}
     if isinstance(value, dict):
-        return {g: (float(value[g]) if g in value else None) for g in gpus}
-    text = str(value)
-    if "=" in text:
-        pairs = dict(part.split("=", 1) for part in text.split(","))
-        return {g: (float(pairs[g]) if g in pairs else None) for g in gpus}
-    return {g: float(parse_number(text, "gpu_hour_price")) for g in gpus}
+        pairs = {str(k): v for k, v in value.items()}
+    elif "=" in str(value):
+        pairs = {}
+        for part in str(value).split(","):
+            name, sep, price = part.partition("=")
+            if not sep or not name.strip():
+                raise InputError(f"gpu_hour_price: {part!r} must be GPU=PRICE, e.g. H100-SXM=2.5")
+            pairs[name.strip()] = price.strip()
+    else:
+        return {g: _price(value, g) for g in gpus}
+    unknown = sorted(set(pairs) - set(gpus))
+    if unknown:
+        raise InputError(
+            f"gpu_hour_price: {unknown[0]!r} is not one of the searched GPUs ({', '.join(gpus)})"
+        )
+    return {g: (_price(pairs[g], g) if g in pairs else None) for g in gpus}
 
 
 def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
@@ -240,6 +268,21 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     accelerators = _names(d.get("gpu")) or ["H100-SXM"]
     prices = _prices(d.get("gpu_hour_price"), accelerators)
     objective = Objective(str(d.get("objective") or "step-time"))
+    several_batches = (
+        len(
+            _batches(
+                d.get("global_batch"), d.get("global_batch_tokens"), int(d.get("seq_len") or 1)
+            )
+        )
+        > 1
+    )
+    if several_batches and not d.get("objective"):
+        objective = Objective.TOKENS_PER_GPU  # step times of different batches do not compare
+    elif several_batches and objective is Objective.STEP_TIME:
+        raise InputError(
+            "global_batch: several batch sizes make step times incomparable; use "
+            "--objective tokens-per-gpu or time-to-train"
+        )
     base = {
         "model": d.get("model"),
         **{

@@ -18,7 +18,7 @@ from model.errors import InfeasibleError
 from model.estimate import Estimate, objective_ns
 from optimizer.cpsat import Candidate, LayoutModel
 from optimizer.problem import Job, Objective, Problem
-from optimizer.rules import allowed, mfu_table, tie_ranks
+from optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from optimizer.tables import CostTables, build_tables, objective_tables
 
 __all__ = [
@@ -72,11 +72,7 @@ def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
     if problem.constraints.min_mfu is not None:
         lm.forbid("min_mfu", mfu_table(tables) < problem.constraints.min_mfu)
     if problem.constraints.tp_in_nvlink:
-        far = [
-            s
-            for s, sh in enumerate(tables.shapes)
-            if sh.tp * sh.cp > (tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1)
-        ]
+        far = [s for s in range(len(tables.shapes)) if not tp_cp_in_nvlink(tables, s)]
         lm.forbid_shapes("nvlink", far)
 
 
@@ -109,7 +105,7 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
     est = job.case.evaluate(tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r]))
     for stage in est.stages:
         acts = stage.activations.total_bytes if stage.activations else 0
-        got = (math.ceil(stage.state.total_bytes), math.ceil(acts))
+        got = (math.ceil(stage.state.resident_bytes), math.ceil(acts))
         want = (int(tables.state_ceil[s, z, stage.stage]), int(tables.act_ceil[s, r, stage.stage]))
         if got != want:
             raise TermMismatch(f"stage {stage.stage} memory: evaluate {got} != table {want}")

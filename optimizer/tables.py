@@ -88,7 +88,9 @@ def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
     if key not in memo:
         m, t, vm = case.model, case.training, case.vocab_multiple
         states = [
-            tuple(st.total_bytes for st in stage_states(m, t, shape.layout(z, recomputes[0]), vm))
+            tuple(
+                st.resident_bytes for st in stage_states(m, t, shape.layout(z, recomputes[0]), vm)
+            )
             for z in zero_stages
         ]
         acts = [

@@ -275,6 +275,11 @@ def mfu_report(
         recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], causal
     )
     note = " (causal: halved)" if causal else " (non-causal)"
+    if mfu * (1 + extra) > 1:
+        raise InputError(
+            f"hfu: mfu {_pct(mfu)} × (1 + {how}) = {_pct(mfu * (1 + extra))} is above 100%, impossible; "
+            "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
+        )
     out.update(
         mode=mode,
         achieved_model_flops_per_s=rate,
@@ -297,6 +302,10 @@ def mfu_report(
 
 
 # ------------------------------------------------------------------------------------ ckpt
+MAX_CKPT_LAYERS = 1000
+"""Largest chain the checkpointing walk-through lays out (its output grows with n²)."""
+
+
 def ckpt_report(
     layers: Any, every: Any, labels: str = "outputs", step: Any = None, backward_ratio: Any = 2
 ) -> dict[str, Any]:
@@ -309,6 +318,11 @@ def ckpt_report(
     (6, 10, ['input', 'out3', 'out6'])
     """
     n = parse_count(layers, "layers", 0)
+    if n > MAX_CKPT_LAYERS:
+        raise InputError(
+            f"layers: {n} is over {MAX_CKPT_LAYERS}; the walk-through lists every tensor at every one "
+            "of its 3·n steps (n² cells) — use a smaller n to see the pattern"
+        )
     k = parse_count(every, "every", 0)
     names = ck.tensor_labels(n, labels) if n >= 1 else []
     steps = ck.walk(n, k)

@@ -223,13 +223,21 @@ def test_params_1_5T():
     assert out["memory"]["activations_unavailable"]
 
 
-@pytest.mark.parametrize("text", ["4e6", "4,000,000", "4e 6", "4e+6", "4000000", "4M"])
+@pytest.mark.parametrize("text", ["4e6", "4,000,000", "4e 6", "4e+6", "4000000"])
 def test_global_batch_number_forms(text):
     result = invoke("--params", "70B", "--dp", "8", "--global-batch", text, "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["layout"]["global_batch_size"] == 4_000_000
     assert out["layout"]["num_microbatches"] == 500_000
+
+
+@pytest.mark.parametrize("text", ["8K", "8k", "4M"])
+def test_k_and_m_suffixes_are_refused(monkeypatch, capsys, text):
+    """SPEC names the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
+    code, out, err = run_main(monkeypatch, capsys, "--params", "70B", "--seq-len", text)
+    assert code == 2
+    assert "is not a number" in err and "Traceback" not in out + err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,6 +93,25 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
         click.option("--virtual-stages", "virtual_stages", type=COUNT),
         click.option(
+            "--activation-convention",
+            "activation_convention",
+            type=click.Choice(["paper", "pytorch"]),
+            help="paper (Korthikanti, default) or pytorch (adds what PyTorch kernels keep; measured).",
+        ),
+        click.option(
+            "--causal-attention-flops/--full-attention-flops",
+            "causal_attention_flops",
+            default=None,
+            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
+        ),
+        click.option(
+            "--zero3-regather",
+            "zero3_regather",
+            is_flag=True,
+            default=None,
+            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
+        ),
+        click.option(
             "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
         ),
         click.option(

@@ -30,6 +30,8 @@ _SPACE = (
     "virtual_stages",
 )
 _CLUSTER = (
+    "causal_attention_flops",
+    "zero3_regather",
     "fabric",
     "pod_size",
     "oversubscription",
@@ -107,6 +109,19 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
         click.option(
             "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
+        ),
+        click.option(
+            "--causal-attention-flops/--full-attention-flops",
+            "causal_attention_flops",
+            default=None,
+            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
+        ),
+        click.option(
+            "--zero3-regather",
+            "zero3_regather",
+            is_flag=True,
+            default=None,
+            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
         ),
         click.option(
             "--rank-order",

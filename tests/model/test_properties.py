@@ -174,11 +174,13 @@ def test_total_is_the_sum_of_its_parts(params):
         assert (
             state.total_bytes == state.weights_bytes + state.gradients_bytes + state.optimizer_bytes
         )
-        assert (
-            acts.total_bytes
-            == acts.layers_bytes + acts.embedding_bytes + acts.recompute_transient_bytes
+        assert acts.total_bytes == (
+            acts.layers_bytes
+            + acts.embedding_bytes
+            + acts.recompute_transient_bytes
+            + acts.pipeline_output_bytes
         )
-        assert s.total_bytes == state.total_bytes + acts.total_bytes
+        assert s.total_bytes == state.total_bytes + state.gathered_bytes + acts.total_bytes
     assert est.total_bytes == max(s.total_bytes for s in est.stages)
     mem = est.to_dict()["memory"]
     parts = [
@@ -190,6 +192,8 @@ def test_total_is_the_sum_of_its_parts(params):
             "activations_bytes",
             "embedding_activations_bytes",
             "recompute_transient_bytes",
+            "pipeline_output_bytes",
+            "zero3_gathered_bytes",
         )
     ]
     assert math.isclose(sum(parts), mem["total_bytes"], rel_tol=1e-12)
