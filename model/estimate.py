@@ -500,6 +500,8 @@ def evaluate(
     if model.num_params_declared is not None and arch is not None:
         n_active = n_total
     flops = compute_s = step_s = terms = None
+    if arch is None and layout.zero_stage == 3:
+        notes.append("ZeRO-3's gather buffer (the gathered layer and the next) needs layer sizes: not counted")
     if arch is None:
         notes.append(
             "activations, traffic beyond DP, FLOPs and step time need the model's dimensions "

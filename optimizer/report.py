@@ -43,7 +43,7 @@ def table_text(rows: list[dict[str, Any]]) -> str:
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m = d["memory"]
-    lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']})"]
+    lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
     parts = [
         ("weights", m["weights_bytes"]),
         ("gradients", m["gradients_bytes"]),
@@ -112,8 +112,13 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     p, t = d["pipeline"], d["time"]
     out.append(
         f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
-        f"{_pct(p['bubble_ratio'])} of compute; {p['microbatches_in_flight']} micro-batches in "
-        f"flight on the busiest stage; layers per stage {lay['stage_layers']}"
+        f"{_pct(p['bubble_ratio'])} of compute; "
+        + (
+            f"{p['microbatches_in_flight']} micro-batches in flight on the busiest stage; layers per stage "
+            f"{lay['stage_layers']} (stages counted from 0)"
+            if p["microbatches_in_flight"] is not None
+            else "layers unknown (size-only model)"
+        )
     )
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "

@@ -197,6 +197,17 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
     return build_problem(file_values, cli_values)
 
 
+def _time_limit(kw: dict[str, Any]) -> float | None:
+    from model.errors import InputError
+
+    if kw.get("time_limit") is None:
+        return None
+    value = float(kw["time_limit"])
+    if value <= 0:
+        raise InputError(f"--time-limit: {kw['time_limit']} must be a positive number of seconds")
+    return value
+
+
 def _progress(as_json: bool) -> Callable[[int, float], None] | None:
     if as_json or not sys.stderr.isatty():
         return None
@@ -255,7 +266,7 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
 
     kw["max_layers"] = kw.get("max_layers")
     problem = _problem(kw, "params" if maximize else None)
-    limit = float(kw["time_limit"]) if kw.get("time_limit") else None
+    limit = _time_limit(kw)
     try:
         from optimizer.search import prepare
 
@@ -266,6 +277,10 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         return
     if _progress(as_json):
         click.echo("", err=True)
+    from optimizer.problem import objective_unit
+    from optimizer.tables import objective_divisor
+
+    unit = objective_unit(problem, objective_divisor(problem, prepared[0]))
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
@@ -297,7 +312,8 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         f"{result.tables_seconds:.2f} s, CP-SAT {result.solve_seconds:.2f} s"
     )
     for i, d in enumerate(answers, 1):
-        click.echo(f"\n#{i}: {d['job']}\n" if top > 1 else "")
+        click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
+        click.echo(f"objective ({problem.objective}): {d['objective']:,} {unit}\n")
         click.echo(evaluate_text(d))
 
 
@@ -326,7 +342,7 @@ def frontier_cmd(
     from optimizer.search import frontier
 
     problem = _problem(kw)
-    limit = float(kw["time_limit"]) if kw.get("time_limit") else None
+    limit = _time_limit(kw)
     try:
         from optimizer.search import prepare
 

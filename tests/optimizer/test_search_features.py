@@ -81,7 +81,10 @@ def test_cost_objective_needs_prices():
     with pytest.raises(InputError):  # and a token budget
         build_problem({}, {**SMALL, "gpus": "16", "objective": "cost", "gpu_hour_price": "2.5"})
     with pytest.raises(InputError):  # and a positive price
-        build_problem({}, {**SMALL, "gpus": "16", "objective": "cost", "gpu_hour_price": "-2.5", "tokens": "1e9"})
+        build_problem(
+            {},
+            {**SMALL, "gpus": "16", "objective": "cost", "gpu_hour_price": "-2.5", "tokens": "1e9"},
+        )
     problem = build_problem(
         {}, {**SMALL, "gpus": "8,16", "objective": "cost", "gpu_hour_price": "2.5", "tokens": "1e9"}
     )
