@@ -501,7 +501,9 @@ def evaluate(
         n_active = n_total
     flops = compute_s = step_s = terms = None
     if arch is None and layout.zero_stage == 3:
-        notes.append("ZeRO-3's gather buffer (the gathered layer and the next) needs layer sizes: not counted")
+        notes.append(
+            "ZeRO-3's gather buffer (the gathered layer and the next) needs layer sizes: not counted"
+        )
     if arch is None:
         notes.append(
             "activations, traffic beyond DP, FLOPs and step time need the model's dimensions "

@@ -7,14 +7,14 @@ does not multiply G (SPEC.md "Units and conventions").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from model.errors import LayoutError
 from model.pipeline import Schedule, check_schedule
 from model.specs import AttentionKind, ModelSpec, TrainingSpec
 
-__all__ = ["Recompute", "Layout", "validate"]
+__all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
 
 
 class Recompute(StrEnum):
@@ -121,6 +121,24 @@ class Layout:
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
+"""Every field of :class:`Layout`, in order (the one list the CLI, catalogue and reports use)."""
+
+SEARCHED_FIELDS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero_stage",
+    "recompute",
+    "micro_batch_size",
+    "schedule",
+    "virtual_stages",
+)
+"""The fields a published layout states and the search chooses (CSV columns, catalogue keys)."""
 
 
 def validate(

@@ -24,6 +24,7 @@ from typing import Any
 import scenarios
 from model.errors import ScenarioError
 from model.hf_config import architecture_from_dict
+from model.layout import SEARCHED_FIELDS
 from model.specs import ModelSpec
 from model.units import closest_names
 
@@ -31,20 +32,7 @@ __all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAY
 
 _TOP_KEYS = ("name", "source", "architecture", "training", "layout", "published")
 _TRAINING_KEYS = ("seq_len", "global_batch_size", "source")
-LAYOUT_KEYS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "zero_stage",
-    "recompute",
-    "micro_batch_size",
-    "schedule",
-    "virtual_stages",
-    "gpu",
-    "num_gpus",
-)
+LAYOUT_KEYS = (*SEARCHED_FIELDS, "gpu", "num_gpus")
 """Keys a ``[layout]`` table may hold (besides ``source``)."""
 _LAYOUT_TEXT = ("recompute", "schedule", "gpu")
 

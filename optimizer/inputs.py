@@ -15,7 +15,7 @@ from typing import Any
 from model.errors import InputError
 from model.estimate import Estimate, evaluate
 from model.hardware import ClusterLinks, DeviceSpec
-from model.layout import Layout
+from model.layout import LAYOUT_FIELDS, Layout
 from model.specs import Architecture, ModelSpec, TrainingSpec
 from model.timing import CostOptions, kernel_efficiency_for
 from optimizer.catalogue import get_model
@@ -25,22 +25,7 @@ from topology.placement import axis_links
 __all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "links_for"]
 
 DEFAULT_GPU = "H100-SXM"
-LAYOUT_KEYS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "zero_stage",
-    "recompute",
-    "micro_batch_size",
-    "schedule",
-    "virtual_stages",
-    "sequence_parallel",
-    "uneven_stages",
-    "deallocate_pipeline_outputs",
-    "rank_order",
-)
+LAYOUT_KEYS = LAYOUT_FIELDS
 KNOWN_KEYS = frozenset(
     {
         "model",

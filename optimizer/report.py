@@ -10,6 +10,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from model.layout import SEARCHED_FIELDS
+
 __all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
 
 
@@ -155,21 +157,7 @@ def frontier_row(
     """One CSV row of a search answer from its evaluate JSON object: every layout field, every
     memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names)."""
     lay, mem, t, p = d["layout"], d["memory"], d["time"], d["pipeline"]
-    row: dict[str, Any] = {
-        k: lay[k]
-        for k in (
-            "dp",
-            "tp",
-            "pp",
-            "cp",
-            "ep",
-            "zero_stage",
-            "recompute",
-            "micro_batch_size",
-            "schedule",
-            "virtual_stages",
-        )
-    }
+    row: dict[str, Any] = {k: lay[k] for k in SEARCHED_FIELDS}
     row.update(
         {
             "num_gpus": d["num_gpus"],

@@ -81,6 +81,7 @@ CLUSTER_KEYS = {
     "oversubscription",
     "causal_attention_flops",
     "zero3_regather",
+    "activation_convention",
 }
 
 

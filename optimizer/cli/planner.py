@@ -56,6 +56,53 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Step-time conventions, topology and link overrides: shared by evaluate, example, search and
+    frontier."""
+    opts = [
+        click.option(
+            "--activation-convention",
+            "activation_convention",
+            type=click.Choice(["paper", "pytorch"]),
+            help="paper (Korthikanti, default) or pytorch (adds what PyTorch kernels keep; measured).",
+        ),
+        click.option(
+            "--causal-attention-flops/--full-attention-flops",
+            "causal_attention_flops",
+            default=None,
+            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
+        ),
+        click.option(
+            "--zero3-regather",
+            "zero3_regather",
+            is_flag=True,
+            default=None,
+            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
+        ),
+        click.option(
+            "--fabric",
+            type=click.Choice(["two-tier", "fat-tree", "rail"]),
+            help="Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
+        ),
+        click.option("--pod-size", "pod_size", type=COUNT, help="GPUs per pod (graph fabrics)."),
+        click.option(
+            "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
+        ),
+        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
+        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
+        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
+        click.option(
+            "--kernel-efficiency",
+            "kernel_efficiency",
+            type=NUMBER,
+            help="Fraction of peak in kernels; default 0.75.",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Degrees, knobs, GPU and cluster overrides shared by evaluate and example."""
     opts = [
@@ -93,46 +140,6 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
         click.option("--virtual-stages", "virtual_stages", type=COUNT),
         click.option(
-            "--activation-convention",
-            "activation_convention",
-            type=click.Choice(["paper", "pytorch"]),
-            help="paper (Korthikanti, default) or pytorch (adds what PyTorch kernels keep; measured).",
-        ),
-        click.option(
-            "--causal-attention-flops/--full-attention-flops",
-            "causal_attention_flops",
-            default=None,
-            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
-        ),
-        click.option(
-            "--zero3-regather",
-            "zero3_regather",
-            is_flag=True,
-            default=None,
-            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
-        ),
-        click.option(
-            "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
-        ),
-        click.option(
-            "--fabric",
-            type=click.Choice(["two-tier", "fat-tree", "rail"]),
-            help="Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
-        ),
-        click.option("--pod-size", "pod_size", type=COUNT, help="GPUs per pod (graph fabrics)."),
-        click.option(
-            "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
-        ),
-        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
-        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
-        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
-        click.option(
-            "--kernel-efficiency",
-            "kernel_efficiency",
-            type=NUMBER,
-            help="Fraction of peak in kernels; default 0.75.",
-        ),
-        click.option(
             "--overlap",
             "overlap",
             multiple=True,
@@ -150,13 +157,16 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
         ),
         click.option(
+            "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
+        ),
+        click.option(
             "--per-stage", "per_stage", is_flag=True, help="Also list every pipeline stage."
         ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return cluster_options(f)
 
 
 def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from model.layout import Recompute
 from model.pipeline import Schedule
 from optimizer.cli import cli
 from optimizer.cli.common import COUNT, NUMBER, echo_json
-from optimizer.cli.planner import _overlap, model_options
+from optimizer.cli.planner import _overlap, cluster_options, model_options
 
 _SPACE = (
     "rank_order",
@@ -30,6 +30,7 @@ _SPACE = (
     "virtual_stages",
 )
 _CLUSTER = (
+    "activation_convention",
     "causal_attention_flops",
     "zero3_regather",
     "fabric",
@@ -111,37 +112,11 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
         ),
         click.option(
-            "--causal-attention-flops/--full-attention-flops",
-            "causal_attention_flops",
-            default=None,
-            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
-        ),
-        click.option(
-            "--zero3-regather",
-            "zero3_regather",
-            is_flag=True,
-            default=None,
-            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
-        ),
-        click.option(
             "--rank-order",
             "rank_order",
             multiple=True,
             help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
         ),
-        click.option(
-            "--fabric",
-            type=click.Choice(["two-tier", "fat-tree", "rail"]),
-            help="Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
-        ),
-        click.option("--pod-size", "pod_size", type=COUNT, help="GPUs per pod (graph fabrics)."),
-        click.option(
-            "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
-        ),
-        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
-        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
-        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
-        click.option("--kernel-efficiency", "kernel_efficiency", type=NUMBER),
         click.option(
             "--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute."
         ),
@@ -156,7 +131,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return model_options(f)
+    return model_options(cluster_options(f))
 
 
 def _problem(kw: dict[str, Any], objective: str | None = None):
