@@ -104,6 +104,75 @@ def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
     return memo[key]
 
 
+PARALLEL_MIN_SHAPES = 2000
+"""Tables of at least this many shapes are built by two processes (the machine's two cores)."""
+
+
+def _chunk_rows(
+    problem: Problem, shapes: list[Shape], job_of: list[int], progress=None
+) -> list[tuple]:
+    """(states ceil'd, activations ceil'd, fits, t1 ns, t2 ns) of each shape, from the cost model."""
+    zs, rs = problem.space.zero_stages, problem.space.recomputes
+    memo: dict = {}
+    out = []
+    for s, shape in enumerate(shapes):
+        if progress and s % 200 == 0:
+            progress(s, len(shapes))
+        job = problem.jobs[job_of[s]]
+        cap = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
+        st, ac = _memory_rows(job, shape, zs, rs, memo)
+        a, b = _time_rows(job, shape, zs, rs)
+        out.append(
+            (
+                [[math.ceil(v) for v in row] for row in st],
+                [[math.ceil(v) for v in row] for row in ac],
+                _fits(st, ac, cap),
+                a,
+                b,
+            )
+        )
+    return out
+
+
+_PARTS: list[tuple] = []
+"""The work of each forked process, set just before the fork (so nothing is pickled going in)."""
+
+
+def _worker(i: int) -> list[tuple]:
+    return _chunk_rows(*_PARTS[i])
+
+
+def _all_rows(problem: Problem, shapes: list[Shape], job_of: list[int], progress) -> list[tuple]:
+    """Every shape's rows; split over two forked processes when the table is large (results are
+    identical: each process runs the same pure functions)."""
+    import multiprocessing
+    import os
+
+    if (
+        len(shapes) < PARALLEL_MIN_SHAPES
+        or (os.cpu_count() or 1) < 2
+        or os.environ.get("TRAINPLAN_SERIAL")
+    ):
+        return _chunk_rows(problem, shapes, job_of, progress)
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        return _chunk_rows(problem, shapes, job_of, progress)
+    # interleave so both halves see a similar mix of jobs (and so of cost)
+    _PARTS[:] = [(problem, shapes[i::2], job_of[i::2], None) for i in range(2)]
+    try:
+        with ctx.Pool(2) as pool:
+            halves = pool.map(_worker, range(2))
+    finally:
+        _PARTS.clear()
+    rows: list[tuple] = [None] * len(shapes)  # type: ignore[list-item]
+    for i, half in enumerate(halves):
+        rows[i::2] = half
+    if progress:
+        progress(len(shapes), len(shapes))
+    return rows
+
+
 def _fits(states, acts, cap: int) -> list[list[bool]]:
     """[z][r] every stage's state + activations ≤ cap, exactly: decided in floats where the margin
     is clear (a relative 1e-9 from the capacity), and with the exact rationals otherwise."""
@@ -179,21 +248,15 @@ def build_tables(
     t2 = np.zeros((S, Z), dtype=np.int64)
     flops = np.zeros((S, R), dtype=float)
     capacity = np.zeros(S, dtype=np.int64)
+    rows = _all_rows(problem, shapes, job_of, progress)
     cache: dict[tuple[int, int], float] = {}
-    memo: dict = {}
-    for s, shape in enumerate(shapes):
-        if progress and s % 200 == 0:
-            progress(s, len(shapes))
+    for s, (st, ac, ft, a, b) in enumerate(rows):
         job = problem.jobs[job_of[s]]
-        cap = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
-        capacity[s] = cap
-        st, ac = _memory_rows(job, shape, zs, rs, memo)
-        a, b = _time_rows(job, shape, zs, rs)
-        ft = _fits(st, ac, cap)
+        capacity[s] = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
         for z in range(Z):
-            state[s, z, : len(st[z])] = [math.ceil(v) for v in st[z]]
+            state[s, z, : len(st[z])] = st[z]
         for r in range(R):
-            act[s, r, : len(ac[r])] = [math.ceil(v) for v in ac[r]]
+            act[s, r, : len(ac[r])] = ac[r]
             key = (job_of[s], r)
             if key not in cache:
                 arch = job.case.model.arch
