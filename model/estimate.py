@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, Protocol
 
 from model.comm import AxisTraffic, cp_traffic, dp_traffic, ep_traffic, pp_traffic, tp_traffic
-from model.flops import StepFlops, step_flops
+from model.flops import StepFlops, step_flops, utilisation
 from model.hardware import DeviceSpec
 from model.layout import Layout, Recompute, validate
 from model.memory import ModelState, StageActivations, model_state, stage_activations
@@ -138,7 +138,7 @@ class Estimate:
     def _rate(self, flops: int | None) -> float | None:
         if self.step_s is None or flops is None:
             return None
-        return flops / (self.step_s * self.layout.num_gpus * self.device.peak_flops_per_s)
+        return utilisation(flops, self.step_s, self.layout.num_gpus, self.device.peak_flops_per_s)
 
     @property
     def mfu(self) -> float | None:

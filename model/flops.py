@@ -40,6 +40,7 @@ __all__ = [
     "korthikanti_model_flops",
     "korthikanti_selective_hardware_flops",
     "recompute_forward_flops",
+    "utilisation",
 ]
 
 
@@ -207,6 +208,19 @@ def step_flops(
                 attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers)
             )
     return StepFlops(model, model + recomputed, recomputed)
+
+
+def utilisation(flops, step_s, num_gpus, peak_flops_per_s):
+    """FLOPs-utilisation of a step: ``flops / (step_s × num_gpus × peak)`` (MFU with model FLOPs,
+    HFU with hardware FLOPs; Chowdhery et al. 2022, Appendix B). Works elementwise on numpy
+    arrays (the search's tables) as on floats.
+
+    Examples
+    --------
+    >>> round(utilisation(6 * 70e9 * 4e6, 7, 512, 989e12), 6)
+    0.473964
+    """
+    return flops / (step_s * num_gpus * peak_flops_per_s)
 
 
 def megatron_eq3_flops(

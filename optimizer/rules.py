@@ -22,9 +22,15 @@ def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
 
 def mfu_table(tables: CostTables) -> np.ndarray:
     """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
+    from model.flops import utilisation
+
     peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
-    denom = tables.step_ns() * 1e-9 * (tables.num_gpus() * peak)[:, None, None]
-    return tables.model_flops[:, None, :] / denom
+    return utilisation(
+        tables.model_flops[:, None, :],
+        tables.step_ns() * 1e-9,
+        tables.num_gpus()[:, None, None],
+        peak[:, None, None],
+    )
 
 
 def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
