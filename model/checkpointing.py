@@ -31,6 +31,7 @@ __all__ = [
     "peak_held_formula",
     "recompute_overhead",
     "held_over_time",
+    "tensor_state",
 ]
 
 LABELS = ("outputs", "inputs")
@@ -228,3 +229,18 @@ def held_over_time(
         t += r if s.phase == "backward" else 1
         series.append((t, len(s.held)))
     return series
+
+
+def tensor_state(step: dict, name: str) -> str:
+    """What a step does to tensor ``name``: ``recomputed``, ``kept`` (a checkpoint), ``held``,
+    ``discarded`` (freed at this step) or ``free`` — in that precedence (the walk-through's
+    cells, drawn as text and as frames)."""
+    for key, state in (
+        ("recomputed", "recomputed"),
+        ("kept", "kept"),
+        ("in_memory", "held"),
+        ("discarded", "discarded"),
+    ):
+        if name in step[key]:
+            return state
+    return "free"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from model.checkpointing import tensor_state
 from model.errors import InputError
 
 __all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
@@ -121,6 +122,16 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     return out
 
 
+def _colours() -> dict[str, str]:
+    return {
+        "recomputed": "#2ca02c",
+        "kept": "#4c78a8",
+        "held": "#9ecae1",
+        "discarded": "#d62728",
+        "free": _IDLE,
+    }
+
+
 def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
     """Animated walk-through: one frame per step, a cell per tensor coloured by its state
     (checkpoint, held, recomputed, discarded, free).
@@ -146,17 +157,7 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
         colours = []
         for j in range(n + 1):
             label = _label(report, j)
-            colours.append(
-                "#2ca02c"
-                if label in st["recomputed"]
-                else "#4c78a8"
-                if label in st["kept"]
-                else "#9ecae1"
-                if label in st["in_memory"]
-                else "#d62728"
-                if label in st["discarded"]
-                else _IDLE
-            )
+            colours.append(_colours()[tensor_state(st, label)])
         ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
         ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
         ax.set_yticks([])

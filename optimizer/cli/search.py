@@ -14,34 +14,10 @@ from model.pipeline import Schedule
 from optimizer.cli import cli
 from optimizer.cli.common import COUNT, NUMBER, echo_json
 from optimizer.cli.planner import _overlap, cluster_options, model_options
+from optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
 
-_SPACE = (
-    "rank_order",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "micro_batch",
-    "max_tp",
-    "max_micro_batch",
-    "zero",
-    "recompute",
-    "schedule",
-    "virtual_stages",
-)
-_CLUSTER = (
-    "activation_convention",
-    "causal_attention_flops",
-    "zero3_regather",
-    "fabric",
-    "pod_size",
-    "oversubscription",
-    "nvlink_domain",
-    "nvlink_gbps",
-    "scaleout_gbps",
-    "kernel_efficiency",
-    "flash_attention",
-)
+_SPACE = tuple(sorted(SPACE_KEYS))
+_CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
 
 
 def search_options(f: Callable[..., Any]) -> Callable[..., Any]:

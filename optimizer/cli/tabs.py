@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from model.checkpointing import tensor_state
 from model.errors import PlannerError
 from optimizer import tabs
 from optimizer.cli import cli
@@ -196,6 +197,9 @@ def mfu_cmd(as_json: bool, **kw: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ ckpt
+_CELL = {"recomputed": "R", "kept": "C", "held": "#", "discarded": "x", "free": "."}
+
+
 def render_step(report: dict[str, Any], st: dict[str, Any]) -> str:
     """One step as a text line: a cell per tensor (``C`` checkpoint, ``#`` held, ``R``
     recomputed, ``x`` discarded now, ``.`` free) and the count against no checkpointing."""
@@ -204,17 +208,7 @@ def render_step(report: dict[str, Any], st: dict[str, Any]) -> str:
         cells = []
         for j in range(n + 1):
             name = _name(report, j)
-            cells.append(
-                "R"
-                if name in st["recomputed"]
-                else "C"
-                if name in st["kept"]
-                else "#"
-                if name in st["in_memory"]
-                else "x"
-                if name in st["discarded"]
-                else "."
-            )
+            cells.append(_CELL[tensor_state(st, name)])
         picture = "".join(cells)
     else:
         picture = "#" * round(st["held"] * 60 / (n + 1))
