@@ -31,9 +31,10 @@ __all__ = [
 ]
 
 DEFAULT_KERNEL_EFFICIENCY = 0.75
-"""Achieved fraction of the dense peak inside matmul/attention kernels. A documented default
-(H100/A100 BF16 GEMMs of training sizes reach 70–80% of peak); calibrated against published
-runs in the fidelity report. Override with ``--kernel-efficiency``."""
+"""Fallback fraction of the dense peak, used only where no calibrated rule applies: a
+:class:`CostOptions` built directly, or a model without dimensions. Not a sourced figure: the
+planner's defaults come from :func:`kernel_efficiency_for`, calibrated on published runs
+(:mod:`optimizer.fidelity`). Override with ``--kernel-efficiency``."""
 
 DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
     {"dp": 0.5, "tp": 0.0, "pp": 0.0, "cp": 0.5, "ep": 0.0}

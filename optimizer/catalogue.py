@@ -150,6 +150,8 @@ def _hf_path(name: str) -> Path | None:
         return path / "config.json"
     if path.is_file() and path.suffix == ".json":
         return path
+    if path.suffix == ".json" or "/" in name:
+        raise ScenarioError(f"model: {name!r} looks like a path, but no config.json is there")
     return None
 
 

@@ -18,6 +18,7 @@ from model.hardware import ClusterLinks, DeviceSpec
 from model.layout import LAYOUT_FIELDS, Layout
 from model.specs import Architecture, ModelSpec, TrainingSpec
 from model.timing import CostOptions, kernel_efficiency_for
+from model.units import parse_number
 from optimizer.catalogue import get_model
 from topology.accelerators import get_accelerator
 from topology.placement import axis_links
@@ -253,10 +254,16 @@ def build_case(params: Mapping[str, Any]) -> Case:
     if "gpu" not in params:
         used["gpu"] = gpu_name
     device = get_accelerator(str(gpu_name))
-    gbps = {
-        k: (float(Fraction(params[k])) * 1e9 if k in params else None)
-        for k in ("nvlink_gbps", "scaleout_gbps")
-    }
+    gbps = {}
+    for k in ("nvlink_gbps", "scaleout_gbps"):
+        value = None
+        if k in params:
+            value = float(parse_number(params[k], k))
+            if value <= 0:
+                raise InputError(
+                    f"{k}: {params[k]} must be a positive bandwidth in GB/s per GPU per direction"
+                )
+        gbps[k] = None if value is None else value * 1e9
     device = device.with_links(
         nvlink_domain=_count(params, "nvlink_domain"),
         nvlink_bytes_per_s=gbps["nvlink_gbps"],

@@ -280,6 +280,11 @@ def _second_axis(against: str, tables: CostTables, lm: LayoutModel):
     if against == "gpus":
         return lm.linear(tables.num_gpus())
     if against == "price":
+        if any(job.gpu_hour_price is None for job in tables.jobs):
+            raise InfeasibleError(
+                "frontier: against price needs --gpu-hour-price for every accelerator",
+                ["price: no $ per GPU-hour given"],
+            )
         cents = [
             round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
             for j in tables.job_of

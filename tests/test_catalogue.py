@@ -119,6 +119,8 @@ def test_deepseek_v3_catalogue():
     assert entry.training == {"seq_len": 4096, "global_batch_size": 15360}
     counts = count_params(arch)
     assert round(counts.total / 1e9) == 671 and round(counts.active / 1e9) in (37, 38)
+    # the exact counts (DeepSeek-V3 report: 671B total, 37B activated; MTP module excluded)
+    assert (counts.total, counts.active) == (671_026_419_200, 37_552_297_472)
 
 
 # ---------------------------------------------------------------------------------------------
