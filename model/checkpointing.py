@@ -157,7 +157,7 @@ def walk(n: int, k: int) -> list[Step]:
 
     for i in range(1, n + 1):
         held.add(i)
-        gone = () if (i - 1) in ckpts else (i - 1,)
+        gone: tuple[int, ...] = () if (i - 1) in ckpts else (i - 1,)
         held.difference_update(gone)
         add("forward", i, i + 1, computed=(i,), discarded=gone)
     for a in sorted(ckpts, reverse=True):

@@ -18,7 +18,7 @@ from model.hardware import DeviceSpec
 from model.layout import Layout, Recompute, validate
 from model.memory import ModelState, StageActivations, model_state, stage_activations
 from model.params import count_params, padded_vocab, split_layers, stage_params
-from model.pipeline import bubble_fraction, bubble_ratio
+from model.pipeline import Schedule, bubble_fraction, bubble_ratio
 from model.specs import Architecture, ModelSpec, TrainingSpec
 from model.timing import CostOptions, stage_microbatch_flops
 
@@ -179,7 +179,7 @@ def _stage_params_cached(
         virtual_stages=v,
         ep=ep,
         uneven_stages=uneven,
-        schedule="interleaved" if v > 1 else "1f1b",
+        schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
     )
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
@@ -399,7 +399,7 @@ def _slowest_stage_flops(
         virtual_stages=v,
         micro_batch_size=b,
         recompute=recompute,
-        schedule="interleaved" if v > 1 else "1f1b",
+        schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
     )
     split = split_layers(arch.num_layers, pp, v)
     return max(

@@ -92,11 +92,11 @@ def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
         attn = 2 * h * a * d + 2 * h * g * d
     if not arch.is_moe_layer(index):
         return attn + _bias_and_norm_free(arch, arch.ffn_hidden_size)
-    moe = arch.moe
-    assert moe is not None
-    ffn = moe.experts_per_token * _bias_and_norm_free(arch, moe.expert_ffn_hidden_size)
-    ffn += moe.num_shared_experts * _bias_and_norm_free(arch, moe.shared_ffn)
-    return attn + h * moe.num_experts + ffn
+    spec = arch.moe
+    assert spec is not None
+    ffn = spec.experts_per_token * _bias_and_norm_free(arch, spec.expert_ffn_hidden_size)
+    ffn += spec.num_shared_experts * _bias_and_norm_free(arch, spec.shared_ffn)
+    return attn + h * spec.num_experts + ffn
 
 
 def attention_core_forward_flops(

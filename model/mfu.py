@@ -120,7 +120,7 @@ def recompute_flops_per_token(
         )
     attn = Fraction(0)
     if not missing:
-        attn = attention_flops_per_token(*dims, causal=causal) / 3  # type: ignore[misc]
+        attn = attention_flops_per_token(*dims, causal=causal) / 3  # type: ignore[misc,arg-type]
     return attn if mode == "selective" else 2 * _positive("params", params) + attn
 
 
