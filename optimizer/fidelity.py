@@ -530,12 +530,17 @@ def _summary(results: Sequence[RunResult]) -> list[str]:
 
 
 def text_report(results: Sequence[RunResult] | None = None) -> str:
-    from tabulate import tabulate
+    from optimizer.report import table_text
 
     results = results or evaluate_all()
     head, body = _table(results)
     b = appendix_b_530b()
-    out = [tabulate(body, head), "", *_summary(results), ""]
+    out = [
+        table_text([dict(zip(head, row, strict=True)) for row in body]),
+        "",
+        *_summary(results),
+        "",
+    ]
     out.append(
         "Korthikanti Appendix B, 530B activations per GPU: first stage "
         f"{_gb(b.first_stage_bytes)} GB (paper ≈ {b.published_first_gb}), with output "
