@@ -154,19 +154,16 @@ class Estimate:
         return estimate_to_dict(self)
 
 
+def _split_key(layout: Layout) -> tuple[int, int, int, int, bool]:
+    """(tp, pp, v, ep, uneven_stages): what the per-stage parameter split reads of a layout."""
+    return layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages
+
+
 def _stage_param_list(
     model: ModelSpec, layout: Layout, vocab_multiple: int
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layers, dense params per GPU, expert params per GPU) for every stage."""
-    return _stage_params_cached(
-        model,
-        layout.tp,
-        layout.pp,
-        layout.virtual_stages,
-        layout.ep,
-        layout.uneven_stages,
-        vocab_multiple,
-    )
+    return _stage_params_cached(model, *_split_key(layout), vocab_multiple)
 
 
 @cache
@@ -208,15 +205,7 @@ def stage_states(
 ) -> tuple[ModelState, ...]:
     """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
     The search tabulates this function over (shape, zero_stage)."""
-    units = _gather_units(
-        model,
-        layout.tp,
-        layout.pp,
-        layout.virtual_stages,
-        layout.ep,
-        layout.uneven_stages,
-        vocab_multiple,
-    )
+    units = _gather_units(model, *_split_key(layout), vocab_multiple)
     return tuple(
         model_state(d, e, layout, training, gather_unit=units[i])
         for i, (_, _, d, e) in enumerate(_stage_param_list(model, layout, vocab_multiple))
@@ -321,15 +310,7 @@ def _traffic(
     vocab_multiple: int,
     options: CostOptions,
 ) -> list[AxisTraffic]:
-    dense, experts, most_layers, most_moe = _busiest(
-        model,
-        layout.tp,
-        layout.pp,
-        layout.virtual_stages,
-        layout.ep,
-        layout.uneven_stages,
-        vocab_multiple,
-    )
+    dense, experts, most_layers, most_moe = _busiest(model, *_split_key(layout), vocab_multiple)
     rows = [dp_traffic(dense, experts, layout, training, None, options.zero3_regather)]
     arch = model.arch
     if arch is None:

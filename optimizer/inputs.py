@@ -15,7 +15,7 @@ from typing import Any
 from model.errors import InputError
 from model.estimate import Estimate, evaluate
 from model.hardware import ClusterLinks, DeviceSpec
-from model.layout import LAYOUT_FIELDS, Layout
+from model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from model.specs import Architecture, ModelSpec, TrainingSpec
 from model.timing import CostOptions, kernel_efficiency_for
 from model.units import parse_number
@@ -23,7 +23,7 @@ from optimizer.catalogue import get_model
 from topology.accelerators import get_accelerator
 from topology.placement import axis_links
 
-__all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "links_for"]
+__all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "DIM_KEYS", "links_for"]
 
 DEFAULT_GPU = "H100-SXM"
 LAYOUT_KEYS = LAYOUT_FIELDS
@@ -64,7 +64,8 @@ KNOWN_KEYS = frozenset(
     }
 )
 """Every parameter :func:`build_case` reads; anything else is an error naming it."""
-_DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "arch", "head_dim")
+DIM_KEYS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim")
+"""Dimensions given with ``--params`` (the CLI options of the same names)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,17 +218,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             layout_args[k] = _count(params, k)
     layout_args.setdefault("zero_stage", 1)
     layout = Layout(**layout_args)
-    for k in (
-        "dp",
-        "tp",
-        "pp",
-        "cp",
-        "ep",
-        "zero_stage",
-        "recompute",
-        "micro_batch_size",
-        "schedule",
-    ):
+    for k in SEARCHED_FIELDS[:-1]:  # the layout defaults worth printing (v is 1 unless asked)
         if k not in params:
             used[k] = (
                 getattr(layout, k)

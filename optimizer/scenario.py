@@ -31,7 +31,7 @@ from model.errors import InputError, ScenarioError
 from model.layout import Recompute
 from model.pipeline import Schedule
 from model.units import parse_count, parse_number
-from optimizer.inputs import build_case
+from optimizer.inputs import DIM_KEYS, build_case
 from optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from optimizer.space import DEFAULT_RANK_ORDER, SearchSpace, divisors
 
@@ -286,20 +286,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         )
     base = {
         "model": d.get("model"),
-        **{
-            k: d.get(k)
-            for k in (
-                "params",
-                "arch",
-                "layers",
-                "hidden",
-                "heads",
-                "kv_heads",
-                "ffn_hidden",
-                "vocab",
-            )
-            if d.get(k) is not None
-        },
+        **{k: d.get(k) for k in ("params", *DIM_KEYS) if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
         **clus_d,
     }

@@ -14,6 +14,7 @@ from model.pipeline import Schedule
 from optimizer.cli import cli
 from optimizer.cli.common import COUNT, NUMBER, echo_json
 from optimizer.cli.planner import _overlap, cluster_options, model_options
+from optimizer.inputs import DIM_KEYS
 from optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
 
 _SPACE = tuple(sorted(SPACE_KEYS))
@@ -119,13 +120,7 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
         for k in (
             "model",
             "params",
-            "arch",
-            "layers",
-            "hidden",
-            "heads",
-            "kv_heads",
-            "ffn_hidden",
-            "vocab",
+            *DIM_KEYS,
             "gpus",
             "gpu",
             "seq_len",
