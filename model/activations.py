@@ -61,6 +61,15 @@ norm, *sp*); FlashAttention's logsumexp ``4·a·S`` (*tp*; a score term, so sele
 recomputation drops it); RoPE's cos and sin tables ``2·β·(s/cp)·d`` (not sharded); eager
 SwiGLU's SiLU output ``β·S·f`` (*tp*); for MoE, the top-k indices ``8·k·S``, the permutation's
 two int64 index vectors ``16·k·S`` and the routing weights ``β·k·S`` (*sp*).
+
+Memory-efficient norms (``ActivationContext.memory_efficient_norm``, from
+``TrainingSpec.memory_efficient_norm``; Apex ``FusedLayerNorm`` / ``FusedRMSNorm`` with
+``memory_efficient=True``, Megatron-LM ``--memory-efficient-layer-norm``): the layer's two norms
+keep their output, which the next projection keeps anyway, and recover x̂ = (y − bias)/weight in
+backward, so the "attention norm input" and "MLP norm input" rows (``2·β·S·h``, *sp*) go, and a
+LayerNorm's statistics are fp32 rstd only (``4·S``). With it nothing keeps a layer's input, so a
+pipeline stage's received input can be freed after the forward (Llama 3 §3.3.2). MLA's latent
+norms are not affected. Measured in ``tests/fidelity``.
 """
 
 from __future__ import annotations
@@ -97,6 +106,9 @@ class ActivationContext:
     """``paper`` (Korthikanti's count, fused Megatron kernels) or ``pytorch`` (adds what PyTorch
     kernels keep besides: norm statistics, FlashAttention's logsumexp, SiLU's output, rotary
     tables, MoE routing indices; measured in ``tests/fidelity``)."""
+    memory_efficient_norm: bool = False
+    """Norms keep their output instead of their input (Apex ``memory_efficient=True``): no
+    "attention norm input" / "MLP norm input" rows; a LayerNorm keeps fp32 rstd only."""
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -124,6 +136,9 @@ class LayerActivations:
     """Everything the layer keeps without recomputation (the sum of ``terms``)."""
     selective_bytes: Fraction
     """Kept with selective recomputation (the attention-score tensors recomputed)."""
+    input_bytes: Fraction
+    """The layer's input among ``terms`` (the attention norm input, ``checkpoint_bytes``; 0 with
+    memory-efficient norms): the storage a recomputation checkpoint shares with the layer."""
 
 
 def _mask(arch: Architecture) -> int:
@@ -174,9 +189,16 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
     return rows
 
 
-def _norm_stats(arch: Architecture, name: str, S: Fraction) -> tuple[str, Fraction, str]:
-    """fp32 per-token statistics a norm kernel keeps: LayerNorm mean and rstd, RMSNorm rstd."""
-    if arch.norm is Norm.LAYERNORM:
+NORM_INPUTS = frozenset({"attention norm input", "MLP norm input"})
+"""The rows a memory-efficient norm does not keep."""
+
+
+def _norm_stats(
+    arch: Architecture, name: str, S: Fraction, keeps_output: bool = False
+) -> tuple[str, Fraction, str]:
+    """fp32 per-token statistics a norm kernel keeps: LayerNorm mean and rstd, RMSNorm rstd; a
+    memory-efficient LayerNorm (Apex) keeps rstd only (x̂ = (y − bias)/weight needs no mean)."""
+    if arch.norm is Norm.LAYERNORM and not keeps_output:
         return (f"{name} statistics (fp32 mean, rstd)", 8 * S, "sp")
     return (f"{name} statistics (fp32 rstd)", 4 * S, "sp")
 
@@ -186,7 +208,7 @@ def _pytorch_attention_terms(
 ) -> list[tuple[str, Fraction, str]]:
     """What PyTorch's kernels keep besides the paper's tensors, attention half."""
     S, beta, a = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads
-    rows = [_norm_stats(arch, "attention norm", S)]
+    rows = [_norm_stats(arch, "attention norm", S, ctx.memory_efficient_norm)]
     if arch.attention is AttentionKind.MLA:
         assert arch.mla is not None
         if arch.mla.q_lora_rank is not None:
@@ -257,7 +279,7 @@ def _mlp_terms(
                 ("routing weights for the combine", beta * k * S, "sp"),
             ]
     if conv == "pytorch":
-        rows.append(_norm_stats(arch, "MLP norm", S))
+        rows.append(_norm_stats(arch, "MLP norm", S, ctx.memory_efficient_norm))
     if arch.dropout:
         rows.append(("MLP dropout mask", S * h, "sp"))
     return rows
@@ -288,10 +310,14 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
 def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
     index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
     rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)
+    if ctx.memory_efficient_norm:
+        # the norm keeps its output, the next projection's input (the same storage)
+        rows = [r for r in rows if r[0] not in NORM_INPUTS]
     tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1, "rep": 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]
     full = sum((b for _, b in terms), Fraction(0))
     selective = sum((b for n, b in terms if n not in scores), Fraction(0))
-    return LayerActivations(terms, scores, ckpt, full, selective)
+    kept_input = ckpt if "attention norm input" in dict(terms) else Fraction(0)
+    return LayerActivations(terms, scores, ckpt, full, selective, kept_input)

@@ -20,7 +20,7 @@ from model.memory import ModelState, StageActivations, model_state, stage_activa
 from model.params import count_params, padded_vocab, split_layers, stage_params
 from model.pipeline import Schedule, bubble_fraction, bubble_ratio
 from model.specs import Architecture, ModelSpec, TrainingSpec
-from model.timing import CostOptions, stage_microbatch_flops
+from model.timing import CostOptions, stage_microbatch_attention_flops, stage_microbatch_flops
 
 __all__ = [
     "AxisLinkLike",
@@ -373,8 +373,12 @@ def _slowest_stage_flops(
     recompute: Recompute,
     training: TrainingSpec,
     causal: bool,
-) -> int:
-    """Hardware FLOPs of one micro-batch on the busiest pipeline stage (what sets the pace)."""
+    efficiency: float,
+    attention_efficiency: float | None,
+) -> float:
+    """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on the slowest pipeline stage (what
+    sets the pace): its hardware FLOPs at ``efficiency``, the FlashAttention core's at
+    ``attention_efficiency`` when that is given and FlashAttention is on."""
     layout = Layout(
         pp=pp,
         virtual_stages=v,
@@ -383,10 +387,17 @@ def _slowest_stage_flops(
         schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
     )
     split = split_layers(arch.num_layers, pp, v)
-    return max(
-        stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
-        for i, layers in enumerate(split)
-    )
+    separate = attention_efficiency is not None and training.flash_attention
+
+    def cost(i: int, layers: tuple[int, ...]) -> float:
+        total = stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
+        if not separate:
+            return total / efficiency
+        assert attention_efficiency is not None
+        core = stage_microbatch_attention_flops(arch, layers, layout, training, causal)
+        return (total - core) / efficiency + core / attention_efficiency
+
+    return max(cost(i, layers) for i, layers in enumerate(split))
 
 
 def time_terms(
@@ -413,8 +424,10 @@ def time_terms(
         layout.recompute,
         training,
         options.causal_attention_flops,
+        options.kernel_efficiency,
+        options.attention_efficiency,
     )
-    t_mb = per_mb / (layout.tp * layout.cp) / (device.peak_flops_per_s * options.kernel_efficiency)
+    t_mb = per_mb / (layout.tp * layout.cp) / device.peak_flops_per_s
     compute = m * t_mb
     exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
     other = sum(v for k, v in exposed.items() if k != "dp")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from model.errors import LayoutError
+from model.params import check_chunks
 from model.pipeline import Schedule, check_schedule
 from model.specs import AttentionKind, ModelSpec, TrainingSpec
 
@@ -200,11 +201,7 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
         _check_divides("ep", lay.ep, "num_experts", arch.moe.num_experts)
         _check_divides("tp", lay.tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
     chunks = lay.pp * lay.virtual_stages
-    if chunks > arch.num_layers:
-        raise LayoutError(
-            f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} stages, more than "
-            f"num_layers = {arch.num_layers}"
-        )
+    check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
     if arch.num_layers % chunks and not lay.uneven_stages:
         raise LayoutError(
             f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} does not divide "

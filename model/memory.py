@@ -184,6 +184,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         flash_attention=training.flash_attention,
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
+        memory_efficient_norm=training.memory_efficient_norm,
     )
 
 
@@ -372,11 +373,18 @@ def _per_microbatch(
     per_mb = sum(ckpts, Fraction(0))
     # Backward runs the segments last to first and frees a segment's checkpoint when its
     # backward is done, so while segment j is recomputed the checkpoints after it are gone:
-    # transient_j = its layers' bytes − its own checkpoint − the later checkpoints. When k divides
+    # transient_j = its layers' bytes − its own checkpoint (the input its first layer keeps, none
+    # with memory-efficient norms) − the later checkpoints. When k divides
     # n the last segment is the largest and this is k·full_layer − checkpoint (Chen et al. 2016);
     # a shorter last segment makes the one before it the peak (measured in tests/fidelity).
-    transient = max(
-        sum((a.full_bytes for a in seg), Fraction(0)) - ckpts[j] - sum(ckpts[j + 1 :], Fraction(0))
-        for j, seg in enumerate(segments)
-    )
+    transient = (
+        max(
+            sum((a.full_bytes for a in seg), Fraction(0))
+            - seg[0].input_bytes
+            - sum(ckpts[j + 1 :], Fraction(0))
+            for j, seg in enumerate(segments)
+        )
+        if segments
+        else Fraction(0)
+    )  # a stage of no layers (embedding or output layer only)
     return per_mb, transient

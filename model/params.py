@@ -18,6 +18,8 @@ from model.errors import LayoutError
 from model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = [
+    "MAX_EMPTY_CHUNKS",
+    "check_chunks",
     "LayerParams",
     "ParamCounts",
     "StageParams",
@@ -214,6 +216,36 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
     )
 
 
+MAX_EMPTY_CHUNKS = 2
+"""Model chunks that may hold no transformer layer: the first (embedding only) and the last
+(output layer only), Llama 3 §3.3.2."""
+
+
+def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> None:
+    """Check that ``pp·v`` model chunks can hold ``num_layers`` layers.
+
+    Raises
+    ------
+    LayoutError
+        When more than :data:`MAX_EMPTY_CHUNKS` chunks would hold no layer (only the first
+        chunk, embedding only, and the last, output layer only, may be empty), or any chunk
+        would be empty with uneven stages off.
+    """
+    chunks = pp * v
+    spare = 0 if not uneven else MAX_EMPTY_CHUNKS
+    if chunks > num_layers + spare:
+        rule = (
+            f"at most num_layers + {MAX_EMPTY_CHUNKS}: only the first chunk (embedding only) and "
+            "the last (output layer only) may hold no layer"
+            if uneven
+            else "at most num_layers with uneven stages off"
+        )
+        raise LayoutError(
+            f"pp: {pp} × virtual_stages {v} = {chunks} model chunks for num_layers = "
+            f"{num_layers}; {rule}"
+        )
+
+
 @cache
 def split_layers(
     num_layers: int, pp: int, v: int = 1, uneven: bool = True
@@ -224,25 +256,30 @@ def split_layers(
     (Narayanan et al. 2021 §2.2.2). When ``pp·v`` does not divide L, every chunk gets
     ceil(L/(pp·v)) layers and the chunks at the ends give one back first (first, last, second,
     second-to-last, …), so the stages that also hold the embedding and the output layer get fewer
-    layers — Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7.
+    layers — Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7. With L + 1 or L + 2
+    chunks the very first chunk holds only the embedding and the very last only the output
+    layer (Llama 3, Dubey et al. 2024 §3.3.2: "the first model chunk on the first stage has only
+    the embedding, and the last model chunk on the last stage has only output projection and
+    loss calculation" — 126 layers in 16 × 8 chunks of one layer).
 
     Raises
     ------
     LayoutError
-        When there are fewer layers than chunks, or the split is uneven and ``uneven`` is False.
+        See :func:`check_chunks`; or the split is uneven and ``uneven`` is False.
 
     Examples
     --------
     >>> [len(s) for s in split_layers(126, 16)]
     [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
+    >>> [len(s) for s in split_layers(126, 16, v=8)]
+    [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
+    >>> split_layers(126, 16, v=8)[0][:2]
+    (15, 31)
     >>> split_layers(4, 2, v=2)
     ((0, 2), (1, 3))
     """
     chunks = pp * v
-    if num_layers < chunks:
-        raise LayoutError(
-            f"pp: {pp} × virtual_stages {v} = {chunks} model chunks, more than num_layers = {num_layers}"
-        )
+    check_chunks(num_layers, pp, v, uneven)
     if num_layers % chunks and not uneven:
         raise LayoutError(
             f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = {num_layers} "

@@ -31,13 +31,25 @@ def assumptions(est: Estimate) -> list[str]:
         + (f", experts over dp·cp/ep = {lay.expert_shard_degree}" if lay.ep > 1 else ""),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
-        f"{'on' if lay.sp else 'off'}; recompute {lay.recompute}; schedule {lay.schedule}",
+        f"{'on' if lay.sp else 'off'}; recompute {lay.recompute}; schedule {lay.schedule}; "
+        f"convention {t.activation_convention}"
+        + (
+            "; memory-efficient norms (keep their output, not their input)"
+            if t.memory_efficient_norm
+            else ""
+        ),
         "total = model state + the ZeRO-3 gather buffer (two units gathered: the layer computed and "
         "the next, prefetched) + layer activations + embedding/output-layer activations + recompute "
         "transient, on the busiest pipeline stage",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
-        f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak; "
+        f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak"
+        + (
+            f" (the FlashAttention core at {o.attention_efficiency:g}, FlashAttention-2 on Hopper)"
+            if o.attention_efficiency is not None and t.flash_attention
+            else ""
+        )
+        + "; "
         f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
         (
             "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
@@ -142,6 +154,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "seq_len": t.seq_len,
             "sequence_parallel": lay.sp,
             "flash_attention": t.flash_attention,
+            "activation_convention": t.activation_convention,
+            "memory_efficient_norm": t.memory_efficient_norm,
             "stage_layers": [s.num_layers for s in est.stages],
             "rank_order": "-".join(lay.rank_order),
         },
@@ -191,6 +205,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "tokens_per_s": None
             if est.step_s is None
             else t.global_batch_size * t.seq_len / est.step_s,
+            "kernel_efficiency": est.options.kernel_efficiency,
+            "attention_efficiency": est.options.attention_efficiency if t.flash_attention else None,
         },
         "assumptions": assumptions(est),
         "notes": list(est.notes),

@@ -318,6 +318,13 @@ class TrainingSpec:
     rotary tables, MoE routing indices; see :mod:`model.activations`, measured in
     ``tests/fidelity``)."""
 
+    memory_efficient_norm: bool = False
+    """LayerNorm / RMSNorm keep their output (which the next projection keeps anyway) and fp32
+    rstd instead of their input: Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``,
+    Megatron-LM ``--memory-efficient-layer-norm``. Drops the two ``β·S·h`` norm inputs of every
+    layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
+    §3.3.2 does); measured in ``tests/fidelity``."""
+
     def __post_init__(self) -> None:
         _positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
         if self.activation_convention not in ("paper", "pytorch"):

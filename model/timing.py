@@ -15,7 +15,12 @@ from functools import cache
 from types import MappingProxyType
 
 from model.errors import InputError
-from model.flops import MfuConvention, layer_forward_flops, recompute_forward_flops
+from model.flops import (
+    MfuConvention,
+    attention_core_forward_flops,
+    layer_forward_flops,
+    recompute_forward_flops,
+)
 from model.layout import Layout, Recompute
 from model.specs import Architecture, TrainingSpec
 
@@ -25,9 +30,12 @@ __all__ = [
     "KERNEL_EFFICIENCY_BY_GENERATION",
     "KERNEL_EFFICIENCY_HALF_HIDDEN",
     "kernel_efficiency_for",
+    "ATTENTION_EFFICIENCY_BY_GENERATION",
+    "attention_efficiency_for",
     "GENERATION_OF",
     "CostOptions",
     "stage_microbatch_flops",
+    "stage_microbatch_attention_flops",
 ]
 
 DEFAULT_KERNEL_EFFICIENCY = 0.75
@@ -49,7 +57,7 @@ the next K/V chunk with attention on the current one); ep 0 (dispatch/combine ga
 Override per axis with ``--overlap axis=fraction``."""
 
 KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
-    {"A100": 0.60, "H100": 0.57}
+    {"A100": 0.60, "H100": 0.56}
 )
 """Large-model kernel efficiency by accelerator generation, calibrated on published runs
 (:mod:`optimizer.fidelity`, ``--calibrate``): A100 on Megatron-LM Table 1, H100 on Llama 3
@@ -62,6 +70,16 @@ GENERATION_OF: Mapping[str, str] = MappingProxyType(
 )
 """Accelerator name prefix (before ``-``) → calibrated generation (same tensor cores: H800 and
 H200 are Hopper like the H100, NVIDIA H800/H200 datasheets)."""
+
+ATTENTION_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType({"H100": 0.35})
+"""Fraction of the dense peak the FlashAttention kernel reaches on the attention core (QKᵀ and
+scores·V, forward and backward), by generation. H100: 0.35, FlashAttention-2 on Hopper ("only
+35% utilization on H100 GPUs", Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, abstract);
+Llama 3 405B (2024) trained before FlashAttention-3, which reaches up to 75% in forward — pass
+``--attention-efficiency`` for it. A100: no separate figure; FlashAttention-2 reaches 50–73% of
+peak there (Dao 2023, arXiv 2307.08691, abstract), the range of the matmul efficiency, so the
+core runs at the kernel efficiency. Without FlashAttention the core is batched matmuls and
+softmax, also at the kernel efficiency."""
 
 KERNEL_EFFICIENCY_HALF_HIDDEN = 750
 """h₀ of the hidden-size rule ``efficiency = e∞ · h/(h + h₀)`` (calibrated with
@@ -93,6 +111,20 @@ def kernel_efficiency_for(device_name: str, hidden_size: int | None = None) -> f
     return e_inf * hidden_size / (hidden_size + KERNEL_EFFICIENCY_HALF_HIDDEN)
 
 
+def attention_efficiency_for(device_name: str) -> float | None:
+    """The FlashAttention core's default efficiency for an accelerator
+    (:data:`ATTENTION_EFFICIENCY_BY_GENERATION`, by :data:`GENERATION_OF`; uncalibrated parts use
+    the H100's); None where the core runs at the kernel efficiency (A100).
+
+    Examples
+    --------
+    >>> attention_efficiency_for("H100-SXM"), attention_efficiency_for("A100-80GB")
+    (0.35, None)
+    """
+    generation = GENERATION_OF.get(device_name.split("-")[0].upper(), "H100")
+    return ATTENTION_EFFICIENCY_BY_GENERATION.get(generation)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostOptions:
     """Knobs of the step-time and MFU model; every default is stated in the output."""
@@ -105,10 +137,16 @@ class CostOptions:
     and PaLM's full-attention count."""
     zero3_regather: bool = False
     """Model ZeRO-3's per-micro-batch weight all-gathers (off = the seed's one gather per step)."""
+    attention_efficiency: float | None = None
+    """Fraction of the dense peak of the FlashAttention core (QKᵀ, scores·V; forward, backward
+    and recomputed), used when FlashAttention is on; None = ``kernel_efficiency``
+    (:data:`ATTENTION_EFFICIENCY_BY_GENERATION`)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.kernel_efficiency <= 1:
             raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
+        if self.attention_efficiency is not None and not 0 < self.attention_efficiency <= 1:
+            raise InputError(f"attention_efficiency: {self.attention_efficiency} must be in (0, 1]")
         object.__setattr__(self, "mfu_convention", MfuConvention(self.mfu_convention))
         merged = dict(DEFAULT_OVERLAP)
         for axis, value in self.overlap.items():
@@ -172,3 +210,27 @@ def _stage_microbatch_flops(
         n * recompute_forward_flops(arch, j, s, b, recompute, causal) for n, j in kinds if n
     )
     return 3 * fwd + recomputed
+
+
+def stage_microbatch_attention_flops(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    layout: Layout,
+    training: TrainingSpec,
+    causal: bool = False,
+) -> int:
+    """Of :func:`stage_microbatch_flops`, the attention core's (QKᵀ and scores·V): 3 × its
+    forward per layer, plus once more when it is recomputed (selective, full or √n).
+
+    Examples
+    --------
+    >>> from model.specs import Architecture, TrainingSpec
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
+    >>> stage_microbatch_attention_flops(gpt, (0,), Layout(recompute="selective"), t) == 4 * 512
+    True
+    """
+    core = attention_core_forward_flops(arch, training.seq_len, layout.micro_batch_size, causal)
+    passes = 3 if layout.recompute is Recompute.NONE else 4
+    return passes * core * len(layers)

@@ -17,7 +17,7 @@ from model.estimate import Estimate, evaluate
 from model.hardware import ClusterLinks, DeviceSpec
 from model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from model.specs import Architecture, ModelSpec, TrainingSpec
-from model.timing import CostOptions, kernel_efficiency_for
+from model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from model.units import parse_number
 from optimizer.catalogue import get_model
 from topology.accelerators import get_accelerator
@@ -43,6 +43,7 @@ KNOWN_KEYS = frozenset(
         "nvlink_gbps",
         "scaleout_gbps",
         "kernel_efficiency",
+        "attention_efficiency",
         "overlap",
         "mfu_convention",
         "causal_attention_flops",
@@ -52,6 +53,7 @@ KNOWN_KEYS = frozenset(
         "pod_size",
         "oversubscription",
         "activation_convention",
+        "memory_efficient_norm",
         *LAYOUT_KEYS,
         "layers",
         "hidden",
@@ -240,6 +242,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         global_batch_size=batch,
         flash_attention=bool(params.get("flash_attention", True)),
         activation_convention=str(params.get("activation_convention", "paper")),
+        memory_efficient_norm=bool(params.get("memory_efficient_norm", False)),
     )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:
@@ -278,6 +281,11 @@ def build_case(params: Mapping[str, Any]) -> Case:
         # full s² is computed (Megatron-LM's Eq. 3 convention).
         causal_attention_flops=bool(params.get("causal_attention_flops", training.flash_attention)),
         zero3_regather=bool(params.get("zero3_regather", False)),
+        attention_efficiency=(
+            float(Fraction(params["attention_efficiency"]))
+            if params.get("attention_efficiency") is not None
+            else attention_efficiency_for(device.name)
+        ),
     )
     return Case(
         model=model,

@@ -74,6 +74,7 @@ CLUSTER_KEYS = {
     "nvlink_gbps",
     "scaleout_gbps",
     "kernel_efficiency",
+    "attention_efficiency",
     "overlap",
     "flash_attention",
     "fabric",
@@ -82,6 +83,7 @@ CLUSTER_KEYS = {
     "causal_attention_flops",
     "zero3_regather",
     "activation_convention",
+    "memory_efficient_norm",
 }
 
 

@@ -67,6 +67,14 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="paper (Korthikanti, default) or pytorch (adds what PyTorch kernels keep; measured).",
         ),
         click.option(
+            "--memory-efficient-norm",
+            "memory_efficient_norm",
+            is_flag=True,
+            default=None,
+            help="Norms keep their output, not their input (Apex memory_efficient, Megatron-LM "
+            "--memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
+        ),
+        click.option(
             "--causal-attention-flops/--full-attention-flops",
             "causal_attention_flops",
             default=None,
@@ -95,7 +103,15 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--kernel-efficiency",
             "kernel_efficiency",
             type=NUMBER,
-            help="Fraction of peak in kernels; default 0.75.",
+            help="Fraction of peak in kernels; default calibrated per accelerator generation "
+            "and hidden size (model.timing.kernel_efficiency_for).",
+        ),
+        click.option(
+            "--attention-efficiency",
+            "attention_efficiency",
+            type=NUMBER,
+            help="Fraction of peak of the FlashAttention core; default 0.35 on Hopper "
+            "(FlashAttention-2), the kernel efficiency on A100.",
         ),
     ]
     for opt in reversed(opts):

@@ -84,17 +84,36 @@ def architecture(kind: str, dims: Dims, num_layers: int = 1) -> Architecture:
     )  # fmt: skip
 
 
-def context(dims: Dims, flash: bool, convention: str) -> ActivationContext:
+def context(
+    dims: Dims, flash: bool, convention: str, memory_efficient_norm: bool = False
+) -> ActivationContext:
     return ActivationContext(
         seq_len=dims.s, cp=1, micro_batch_size=dims.b, tp=1, sequence_parallel=False,
-        flash_attention=flash, convention=convention,
+        flash_attention=flash, convention=convention, memory_efficient_norm=memory_efficient_norm,
     )  # fmt: skip
 
 
-def predict_layer(kind: str, dims: Dims, flash: bool, convention: str) -> LayerActivations:
+def predict_layer(
+    kind: str, dims: Dims, flash: bool, convention: str, memory_efficient_norm: bool = False
+) -> LayerActivations:
     return layer_activations(
-        architecture(kind, dims), 0, context(_dims(kind, dims), flash, convention)
+        architecture(kind, dims),
+        0,
+        context(_dims(kind, dims), flash, convention, memory_efficient_norm),
     )
+
+
+ME_GRID = (GRID[0], GRID[2])
+"""Dimensions swept with memory-efficient norms (every kind and mode)."""
+
+ME_STACKS = (("GPT (eager softmax)", 4), ("Llama (SDPA)", 5))
+"""√n stacks measured with memory-efficient norms."""
+
+
+def full_peak(acts: LayerActivations) -> Fraction:
+    """Peak saved bytes while a fully recomputed layer runs backward: the checkpoint plus the
+    recomputed layer, less the input the layer itself keeps (the checkpoint's storage)."""
+    return acts.checkpoint_bytes + acts.full_bytes - acts.input_bytes
 
 
 def predicted_kept(acts: LayerActivations, mode: str) -> Fraction:
@@ -151,11 +170,34 @@ def stack_walk(kind: str, dims: Dims, n: int, flash: bool, convention: str) -> F
     """The same peak walked segment by segment as backward runs them, last first: while segment
     j is recomputed, the checkpoints of segments 0..j are held (the later ones were freed with
     their segments) plus segment j's layers less its input, the checkpoint it starts from."""
-    acts = predict_layer(kind, dims, flash, convention)
+    return _walk(predict_layer(kind, dims, flash, convention), n)
+
+
+def _walk(acts: LayerActivations, n: int) -> Fraction:
     k = sqrt_segment(n)
     sizes = [min(k, n - i) for i in range(0, n, k)]
     ckpt = acts.checkpoint_bytes
-    return max((j + 1) * ckpt + size * acts.full_bytes - ckpt for j, size in enumerate(sizes))
+    return max(
+        (j + 1) * ckpt + size * acts.full_bytes - acts.input_bytes for j, size in enumerate(sizes)
+    )
+
+
+def me_stack_walk(kind: str, dims: Dims, n: int, flash: bool) -> Fraction:
+    """:func:`stack_walk` with memory-efficient norms, pytorch convention."""
+    return _walk(predict_layer(kind, dims, flash, "pytorch", True), n)
+
+
+def me_stack_prediction(kind: str, dims: Dims, n: int, flash: bool, convention: str) -> Fraction:
+    """``stage_activations``' checkpoints plus transient with memory-efficient norms."""
+    arch = architecture(kind, dims, n)
+    d = _dims(kind, dims)
+    training = TrainingSpec(
+        seq_len=d.s, global_batch_size=d.b, flash_attention=flash,
+        activation_convention=convention, memory_efficient_norm=True,
+    )  # fmt: skip
+    layout = Layout(recompute="sqrt", micro_batch_size=d.b)
+    st = stage_activations(arch, tuple(range(n)), 0, layout, training)
+    return st.layers_bytes + st.recompute_transient_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,9 +221,9 @@ def measure_state(fp32_accumulation: bool) -> tuple[int, dict[str, int]]:
 
 
 @cache
-def measure_stack(kind: str, n: int, flash: bool) -> H.Measurement:
+def measure_stack(kind: str, n: int, flash: bool, norm: str = "gpu") -> H.Measurement:
     hk, d = harness_args(kind, STACK_DIMS)
-    return H.measure_stack(hk, d, n, sqrt_segment(n), flash=flash)
+    return H.measure_stack(hk, d, n, sqrt_segment(n), flash=flash, norm=norm)
 
 
 @dataclass(frozen=True)
@@ -235,7 +277,7 @@ def rows() -> list[Row]:
                             "full (peak)",
                             d.label(),
                             m.peak,
-                            *(pred[c].full_bytes for c in pred),
+                            *(full_peak(pred[c]) for c in pred),
                         )
                     )
     for label, n in STACKS:
@@ -243,6 +285,45 @@ def rows() -> list[Row]:
         m = measure_stack(kind, n, flash)
         d = _dims(kind, STACK_DIMS)
         preds = (stack_prediction(kind, STACK_DIMS, n, flash, c) for c in ("paper", "pytorch"))
+        mode = f"√n, n={n}, k={sqrt_segment(n)} (peak)"
+        out.append(Row(label, mode, d.label(), m.peak, *preds))
+    return out
+
+
+def me_rows() -> list[Row]:
+    """The memory-efficient-norm sweep: ``paper`` and ``pytorch`` columns are both with
+    ``memory_efficient_norm``."""
+    out: list[Row] = []
+    for label, kind, flash in KINDS:
+        for dims in ME_GRID:
+            d = _dims(kind, dims)
+            pred = {c: predict_layer(kind, dims, flash, c, True) for c in ("paper", "pytorch")}
+            for mode in MODES:
+                m = measure(kind, dims, mode, flash, "memory-efficient")
+                out.append(
+                    Row(
+                        label,
+                        mode,
+                        d.label(),
+                        m.kept,
+                        *(predicted_kept(pred[c], mode) for c in pred),
+                    )
+                )
+                if mode == "full":
+                    out.append(
+                        Row(
+                            label,
+                            "full (peak)",
+                            d.label(),
+                            m.peak,
+                            *(full_peak(pred[c]) for c in pred),
+                        )
+                    )
+    for label, n in ME_STACKS:
+        kind, flash = _kind(label)
+        m = measure_stack(kind, n, flash, "memory-efficient")
+        d = _dims(kind, STACK_DIMS)
+        preds = (me_stack_prediction(kind, STACK_DIMS, n, flash, c) for c in ("paper", "pytorch"))
         mode = f"√n, n={n}, k={sqrt_segment(n)} (peak)"
         out.append(Row(label, mode, d.label(), m.peak, *preds))
     return out

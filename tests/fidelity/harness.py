@@ -89,6 +89,7 @@ class SavedBytes:
         if entry[1] == 0:
             self.current -= entry[0]
             del self.live[key]
+            self.names.pop(key, None)  # the address may be reused by another tensor
 
     @staticmethod
     def _unpack(packed: object) -> torch.Tensor:
@@ -122,12 +123,13 @@ _ACTIVE: SavedBytes | None = None
 
 
 def tag(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Name ``t``'s storage for the active measurement, before or after it is saved."""
+    """Name ``t``'s storage for the active measurement, before or after it is saved (the last
+    tag wins: a name left at a reused address by a tensor that was never saved is replaced)."""
     if _ACTIVE is not None:
         key = t.untyped_storage().data_ptr()
         _ACTIVE.names[key] = name
         entry = _ACTIVE.live.get(key)
-        if entry is not None and entry[2] is None:
+        if entry is not None:
             entry[2] = name
     return t
 
@@ -189,8 +191,58 @@ class _GpuRMSNormFn(torch.autograd.Function):
         return dx.to(x.dtype), dw, None, None
 
 
+class _MemoryEfficientLayerNormFn(torch.autograd.Function):
+    """Apex ``FusedLayerNorm(memory_efficient=True)``: keeps the output and fp32 rstd, not the
+    input; backward recovers x̂ = (y − bias)/weight."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, name):  # type: ignore[override]
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + eps)
+        tag(rstd, f"{name} statistics (fp32 rstd)")
+        y = ((xf - mean) * rstd * weight.float() + bias.float()).to(x.dtype)
+        ctx.save_for_backward(y, weight, bias, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        y, weight, bias, rstd = ctx.saved_tensors
+        xhat = (y.float() - bias.float()) / weight.float()
+        dyf = dy.float()
+        g = dyf * weight.float()
+        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        red = tuple(range(dy.dim() - 1))
+        dw = (dyf * xhat).sum(red).to(weight.dtype)
+        return dx.to(y.dtype), dw, dyf.sum(red).to(weight.dtype), None, None
+
+
+class _MemoryEfficientRMSNormFn(torch.autograd.Function):
+    """Apex ``FusedRMSNorm(memory_efficient=True)``: keeps the output and fp32 rstd."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, name):  # type: ignore[override]
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        tag(rstd, f"{name} statistics (fp32 rstd)")
+        y = (xf * rstd * weight.float()).to(x.dtype)
+        ctx.save_for_backward(y, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        y, weight, rstd = ctx.saved_tensors
+        xhat = y.float() / weight.float()
+        dyf = dy.float()
+        g = dyf * weight.float()
+        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        dw = (dyf * xhat).sum(tuple(range(dy.dim() - 1))).to(weight.dtype)
+        return dx.to(y.dtype), dw, None, None
+
+
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm; ``impl="gpu"`` keeps what CUDA keeps, ``"aten"`` is F.layer_norm /
+    """LayerNorm or RMSNorm; ``impl="gpu"`` keeps what CUDA keeps, ``"memory-efficient"`` what
+    Apex's ``memory_efficient=True`` kernels keep (output and rstd), ``"aten"`` is F.layer_norm /
     F.rms_norm as this CPU runs them."""
 
     def __init__(self, h: int, kind: str, name: str, impl: str) -> None:
@@ -201,6 +253,10 @@ class Norm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tag(x, f"{self.name} input")
+        if self.impl == "memory-efficient":
+            if self.kind == "layernorm":
+                return _MemoryEfficientLayerNormFn.apply(x, self.weight, self.bias, 1e-5, self.name)
+            return _MemoryEfficientRMSNormFn.apply(x, self.weight, 1e-5, self.name)
         if self.impl == "gpu":
             if self.kind == "layernorm":
                 return _GpuLayerNormFn.apply(x, self.weight, self.bias, 1e-5, self.name)
@@ -502,9 +558,11 @@ def measure_layer(
     return _run(layer, layer, dims)
 
 
-def measure_stack(kind: str, dims: Dims, n: int, k: int, *, flash: bool) -> Measurement:
+def measure_stack(
+    kind: str, dims: Dims, n: int, k: int, *, flash: bool, norm: str = "gpu"
+) -> Measurement:
     """n layers, checkpointed in segments of k (√n checkpointing; k = 1 is full)."""
-    layers = nn.ModuleList(Layer(kind, dims, flash=flash) for _ in range(n))
+    layers = nn.ModuleList(Layer(kind, dims, flash=flash, norm=norm) for _ in range(n))
 
     def segment(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
         def run(x: torch.Tensor) -> torch.Tensor:

@@ -118,8 +118,36 @@ def render() -> str:
             f"| {r.kind} | {r.mode} | {r.dims} | {r.measured} | {_int(r.paper)} | "
             f"{_int(r.pytorch)} | {_pct(r.paper_error)} | {_pct(r.pytorch_error)} |\n"
         )
+    out.append(_memory_efficient())
     out.append(_state())
     return "".join(out)
+
+
+def _memory_efficient() -> str:
+    table = C.me_rows()
+    meds = C.medians(table)["all"]
+    lines = [
+        "\n## Memory-efficient norms (`memory_efficient_norm`)\n\n"
+        "Apex `FusedLayerNorm` / `FusedRMSNorm(memory_efficient=True)` (Megatron-LM "
+        "`--memory-efficient-layer-norm`) keep the norm's output, which the next projection keeps "
+        "anyway, and fp32 rstd, and recover x̂ = (y − bias)/weight in backward. The harness's "
+        "norms do the same (`norm=\"memory-efficient\"`). The model "
+        "(`TrainingSpec.memory_efficient_norm`) drops the two norm inputs of every layer, "
+        "2·β·S·h (÷ tp with sequence parallelism), and a LayerNorm's fp32 mean; nothing then "
+        "keeps a layer's input, so a pipeline stage's received input can be freed (Llama 3 "
+        "§3.3.2). Under full and √n recomputation the recomputed segment no longer keeps a copy "
+        "of its checkpoint, so the peak is the checkpoints plus the whole segment. "
+        f"Median |error|: paper {_abs_pct(meds[0])}, pytorch {_abs_pct(meds[1])} "
+        "(both columns with memory-efficient norms).\n\n"
+        "| layer kind | mode | dims | measured B | paper B | pytorch B | paper error | "
+        "pytorch error |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
+    ]
+    for r in table:
+        lines.append(
+            f"| {r.kind} | {r.mode} | {r.dims} | {r.measured} | {_int(r.paper)} | "
+            f"{_int(r.pytorch)} | {_pct(r.paper_error)} | {_pct(r.pytorch_error)} |\n"
+        )
+    return "".join(lines)
 
 
 def _int(x: Fraction) -> str:

@@ -104,3 +104,40 @@ def test_unknown_convention_is_an_input_error():
             flash_attention=True, convention="tf",
         )  # fmt: skip
     assert TrainingSpec(seq_len=8, global_batch_size=1).activation_convention == "paper"
+
+
+ME_CASES = [
+    pytest.param(label, kind, flash, dims, mode, id=f"me-{kind}{'-sdpa' * flash}-{dims.label()}-{mode}".replace(" ", ","))
+    for label, kind, flash in C.KINDS
+    for dims in C.ME_GRID
+    for mode in C.MODES
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "kind", "flash", "dims", "mode"), ME_CASES)
+def test_memory_efficient_norm_layer_matches(label, kind, flash, dims, mode):
+    """Norms that keep their output and fp32 rstd (Apex ``memory_efficient=True``): the
+    ``memory_efficient_norm`` prediction equals the measurement term by term, and differs from
+    the stock count by exactly the two norm inputs (and a LayerNorm's fp32 mean)."""
+    m = C.measure(kind, dims, mode, flash, "memory-efficient")
+    acts = C.predict_layer(kind, dims, flash, "pytorch", True)
+    assert m.kept == C.predicted_kept(acts, mode)
+    want = C.merge_qkv(C.predicted_terms(acts, mode))
+    got = C.merge_qkv({n: Fraction(b) for n, b in m.terms})
+    assert {n: b for n, b in got.items() if b} == {n: b for n, b in want.items() if b}
+    if mode == "full":
+        assert m.peak == C.full_peak(acts) == acts.checkpoint_bytes + acts.full_bytes
+    stock = C.predict_layer(kind, dims, flash, "paper")
+    lean = C.predict_layer(kind, dims, flash, "paper", True)
+    assert stock.full_bytes - lean.full_bytes == 2 * acts.checkpoint_bytes  # 2·β·S·h
+    assert lean.input_bytes == 0 and stock.input_bytes == stock.checkpoint_bytes
+
+
+@pytest.mark.parametrize(("label", "n"), C.ME_STACKS)
+def test_memory_efficient_norm_sqrt_stack(label, n):
+    """√n checkpointing with memory-efficient norms: the recomputed segment's first layer keeps
+    no copy of the checkpoint, so the transient no longer subtracts it (measured)."""
+    kind, flash = C._kind(label)
+    m = C.measure_stack(kind, n, flash, "memory-efficient")
+    assert m.peak == C.me_stack_walk(kind, C.STACK_DIMS, n, flash)
+    assert m.peak == C.me_stack_prediction(kind, C.STACK_DIMS, n, flash, "pytorch")
