@@ -33,7 +33,7 @@ from model.pipeline import Schedule
 from model.units import parse_count, parse_number
 from optimizer.inputs import DIM_KEYS, build_case
 from optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
-from optimizer.space import DEFAULT_RANK_ORDER, SearchSpace, divisors
+from optimizer.space import DEFAULT_RANK_ORDER, DEFAULT_VIRTUAL_STAGES, SearchSpace, divisors
 
 __all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
 
@@ -209,7 +209,8 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         zero_stages=tuple(int(z) for z in _listify(d.get("zero"))) or (0, 1, 2, 3),
         recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
         schedules=tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule),
-        virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages"))) or (2, 3, 4),
+        virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages")))
+        or DEFAULT_VIRTUAL_STAGES,
         rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
         or (DEFAULT_RANK_ORDER,),
     )

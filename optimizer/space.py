@@ -100,6 +100,11 @@ def _allowed(values: tuple[int, ...] | None, candidates: list[int]) -> list[int]
     return candidates if values is None else [c for c in candidates if c in values]
 
 
+DEFAULT_VIRTUAL_STAGES: tuple[int, ...] = (2, 3, 4, 8)
+"""Virtual stages the search tries with interleaving: Megatron-LM Table 1's 2 and 3, 4, and
+Llama 3 405B's 8 (one-layer chunks, §3.3.2)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchSpace:
     """Allowed values per decision; None means every legal value."""
@@ -114,10 +119,10 @@ class SearchSpace:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[Schedule, ...] = tuple(Schedule)
-    virtual_stages: tuple[int, ...] = (2, 3, 4)
+    virtual_stages: tuple[int, ...] = DEFAULT_VIRTUAL_STAGES
+    """Virtual stages tried with the interleaved schedule."""
     rank_orders: tuple[tuple[str, ...], ...] = (DEFAULT_RANK_ORDER,)
     """Rank orders the search may choose among (the first is preferred on ties)."""
-    """Virtual stages tried with the interleaved schedule."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

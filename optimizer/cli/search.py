@@ -66,7 +66,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "virtual_stages",
             type=COUNT,
             multiple=True,
-            help="Virtual stages tried with interleaving (default 2, 3, 4).",
+            help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
         ),
         click.option("--flash/--no-flash", "flash_attention", default=None),
         click.option(
