@@ -131,7 +131,7 @@ def _memory_efficient() -> str:
         "Apex `FusedLayerNorm` / `FusedRMSNorm(memory_efficient=True)` (Megatron-LM "
         "`--memory-efficient-layer-norm`) keep the norm's output, which the next projection keeps "
         "anyway, and fp32 rstd, and recover x̂ = (y − bias)/weight in backward. The harness's "
-        "norms do the same (`norm=\"memory-efficient\"`). The model "
+        'norms do the same (`norm="memory-efficient"`). The model '
         "(`TrainingSpec.memory_efficient_norm`) drops the two norm inputs of every layer, "
         "2·β·S·h (÷ tp with sequence parallelism), and a LayerNorm's fp32 mean; nothing then "
         "keeps a layer's input, so a pipeline stage's received input can be freed (Llama 3 "
