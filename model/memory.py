@@ -277,7 +277,7 @@ def _stage_activations(
     per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
-    uneven = _uneven_interleaved(arch, layers, stage, layout, m, ctx)
+    uneven = _uneven_interleaved(arch, layers, stage, layout, m, ctx, emb)
     if uneven is not None and per_mb:
         kept, held = uneven
         emb_held = held[0] if stage == 0 else held[-1]
@@ -294,14 +294,18 @@ def _uneven_interleaved(
     layout: Layout,
     m: int,
     ctx: ActivationContext,
+    end_bytes: Fraction = Fraction(0),
 ) -> tuple[Fraction, tuple[int, ...]] | None:
     """Layer bytes held at the peak, chunk by chunk, when an interleaved stage's chunks are
     uneven (``pp·v`` not dividing L: the end chunks hold fewer layers, e.g. Llama 3 405B's 126
     layers in 64 chunks of 2 with one layer on the very first and very last chunk). Megatron's
     warm-up runs the first chunk for pp micro-batches, then the next chunk…, so a small first
     chunk holds more micro-batches than the others (:func:`model.pipeline.interleaved_chunks_held`);
-    averaging ``pp·(1 + (pp − 1)/(pp·v))`` over the stage's layers overstates it. None when the
-    chunks are even (the closed form is then exact) or under √n recomputation."""
+    averaging ``pp·(1 + (pp − 1)/(pp·v))`` over the stage's layers overstates it. The peak is
+    found by bytes, ``end_bytes`` (the embedding's or output layer's activations per
+    micro-batch) weighing the stage's first chunk (stage 0) or last chunk (last stage): an empty
+    last chunk still holds the output layer's logits. None when the chunks are even (the closed
+    form is then exact) or under √n recomputation."""
     v, pp = layout.virtual_stages, layout.pp
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         return None
@@ -311,7 +315,6 @@ def _uneven_interleaved(
     local = [chunks[stage + j * pp] for j in range(v)]
     if len({len(c) for c in local}) == 1:
         return None
-    held = interleaved_chunks_held(pp, m, v, stage, tuple(len(c) for c in local))
 
     def kept(j: int) -> Fraction:
         a = layer_activations(arch, j, ctx)
@@ -321,13 +324,14 @@ def _uneven_interleaved(
             return a.selective_bytes
         return a.checkpoint_bytes
 
-    total = sum(
-        (
-            n * sum((kept(j) for j in chunk), Fraction(0))
-            for n, chunk in zip(held, local, strict=True)
-        ),
-        Fraction(0),
-    )
+    chunk_bytes = [sum((kept(j) for j in chunk), Fraction(0)) for chunk in local]
+    weights = list(chunk_bytes)
+    if stage == 0:
+        weights[0] += end_bytes
+    elif stage == pp - 1:
+        weights[-1] += end_bytes
+    held = interleaved_chunks_held(pp, m, v, stage, tuple(weights))
+    total = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
     return total, held
 
 

@@ -136,18 +136,19 @@ def microbatches_in_flight(
 
 @cache
 def interleaved_chunks_held(
-    pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int, ...]
+    pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int | Fraction, ...]
 ) -> tuple[int, ...]:
     """Micro-batches of each local model chunk that stage ``stage`` holds at its activation peak
-    under Megatron-LM's interleaved 1F1B schedule, when its ``v`` chunks hold ``chunk_layers``
-    layers each (uneven chunks: the ends of an uneven split, Llama 3's smaller first and last
-    chunks).
+    under Megatron-LM's interleaved 1F1B schedule, when its ``v`` chunks weigh ``chunk_layers``
+    each per micro-batch — layers, or bytes (uneven chunks: the ends of an uneven split, Llama 3's
+    smaller first and last chunks; an empty last chunk still weighs its output layer's bytes).
 
     The schedule (Narayanan et al. 2021 §2.2.2; ``megatron/core/pipeline_parallel/schedules.py``,
     micro-batch groups of ``pp``): forward k runs chunk ``(k // pp) % v``; backward k runs chunk
     ``v − 1 − (k // pp) % v``; ``2·(pp − stage − 1) + (v − 1)·pp`` warm-up forwards, then one
-    forward and one backward at a time. The peak is taken over layers held (Σ count × layers), so
-    with equal chunks the total count is :func:`microbatches_in_flight` × v.
+    forward and one backward at a time. The peak is taken over the weight held (Σ count × weight;
+    the first such state on ties), so with equal chunks the total count is
+    :func:`microbatches_in_flight` × v.
 
     Examples
     --------
@@ -165,13 +166,13 @@ def interleaved_chunks_held(
         return v - 1 - j if backward else j
 
     held = [0] * v
-    best: tuple[int, tuple[int, ...]] = (-1, tuple(held))
+    best: tuple[int | Fraction, tuple[int, ...]] = (-1, tuple(held))
 
     def note() -> None:
         nonlocal best
-        layers = sum(c * n for c, n in zip(held, chunk_layers, strict=True))
-        if layers > best[0]:
-            best = (layers, tuple(held))
+        weight = sum(c * n for c, n in zip(held, chunk_layers, strict=True))
+        if weight > best[0]:
+            best = (weight, tuple(held))
 
     for k in range(warmup):
         held[chunk(k, False)] += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from model.timing import GENERATION_OF, attention_efficiency_for
 from model.units import as_json_number
 
 if TYPE_CHECKING:
@@ -18,6 +19,20 @@ __all__ = ["estimate_to_dict", "assumptions"]
 
 def _n(value: Fraction | int | float | None) -> int | float | None:
     return None if value is None else as_json_number(value)
+
+
+def _attention_note(est: Estimate) -> str:
+    """Where the FlashAttention core's efficiency in the step time comes from."""
+    o, device = est.options, est.device
+    if o.attention_efficiency is None or not est.training.flash_attention:
+        return ""
+    if o.attention_efficiency != attention_efficiency_for(device.name):
+        why = "given"
+    elif GENERATION_OF.get(device.name.split("-")[0].upper()) == "H100":
+        why = "FlashAttention-2 on Hopper, Shah et al. 2024"
+    else:
+        why = "FlashAttention-2's H100 figure, borrowed: none for this accelerator"
+    return f" (the FlashAttention core at {o.attention_efficiency:g}: {why})"
 
 
 def assumptions(est: Estimate) -> list[str]:
@@ -44,11 +59,7 @@ def assumptions(est: Estimate) -> list[str]:
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak"
-        + (
-            f" (the FlashAttention core at {o.attention_efficiency:g}, FlashAttention-2 on Hopper)"
-            if o.attention_efficiency is not None and t.flash_attention
-            else ""
-        )
+        + _attention_note(est)
         + "; "
         f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
         (

@@ -140,6 +140,29 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
     return int(frac)
 
 
+def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A true/false parameter; anything but a bool (e.g. the string "false") is an error."""
+    value = params.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"{key}: {value!r} must be true or false")
+    return value
+
+
+def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
+    """An efficiency in (0, 1], or None when not given."""
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"{key}: {value!r} is not a number")
+    frac = Fraction(repr(value)) if isinstance(value, float) else parse_number(value, key)
+    if not 0 < frac <= 1:
+        raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
+    return float(frac)
+
+
 def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | None:
     if params.get("layers") is None and params.get("hidden") is None:
         return None
@@ -240,9 +263,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     training = TrainingSpec(
         seq_len=seq,
         global_batch_size=batch,
-        flash_attention=bool(params.get("flash_attention", True)),
+        flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
-        memory_efficient_norm=bool(params.get("memory_efficient_norm", False)),
+        memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
     )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:
@@ -279,12 +302,11 @@ def build_case(params: Mapping[str, Any]) -> Case:
         # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
         # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
         # full s² is computed (Megatron-LM's Eq. 3 convention).
-        causal_attention_flops=bool(params.get("causal_attention_flops", training.flash_attention)),
-        zero3_regather=bool(params.get("zero3_regather", False)),
+        causal_attention_flops=_flag(params, "causal_attention_flops", training.flash_attention),
+        zero3_regather=_flag(params, "zero3_regather", False),
         attention_efficiency=(
-            float(Fraction(params["attention_efficiency"]))
-            if params.get("attention_efficiency") is not None
-            else attention_efficiency_for(device.name)
+            _fraction_of_peak(params, "attention_efficiency")
+            or attention_efficiency_for(device.name)
         ),
     )
     return Case(

@@ -17,6 +17,7 @@ from optimizer.catalogue import get_model
 from optimizer.fidelity import (
     CALIBRATION_ROWS,
     appendix_b_530b,
+    build_run_case,
     evaluate_all,
     llama3_memory_walk,
     markdown_report,
@@ -115,3 +116,14 @@ def test_uneven_interleaved_first_stage_counts_its_small_first_chunk():
 def test_doc_is_current():
     doc = Path(__file__).resolve().parents[1] / "docs" / "fidelity-published.md"
     assert doc.read_text() == markdown_report(RESULTS)
+
+
+def test_empty_last_chunk_still_holds_the_output_layer():
+    """Llama 3 at v = 8: the last stage's last chunk has no layer but holds the output layer's
+    activations (fp32 logits 4·S·V/t and the final norm and projection inputs), and the peak is
+    found by bytes, so one micro-batch of it is counted."""
+    run = next(r for r in published_runs() if r.key == "llama3-t4/8192")
+    est = build_run_case(run).evaluate()
+    last = est.stages[-1].activations
+    s, t, h, V = 8192, 8, 16384, 128256
+    assert last.embedding_bytes == 4 * s * V // t + 2 * 2 * s * h // t  # one micro-batch

@@ -1,0 +1,47 @@
+"""Parameters that reach build_case from scenario files or Python are checked by type and range:
+an efficiency is a fraction of the peak in (0, 1], a flag is true or false (the string "false"
+is not), each error naming the key, the value and the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from model.errors import InputError
+from optimizer.inputs import build_case
+
+BASE = {"model": "llama3-8b", "gpu": "H100-SXM", "dp": 8, "num_gpus": 8}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"attention_efficiency": "abc"}, "attention_efficiency: 'abc' is not a number"),
+        ({"attention_efficiency": True}, "attention_efficiency: True is not a number"),
+        ({"attention_efficiency": 2}, "attention_efficiency: 2 must be a fraction of the peak"),
+        ({"attention_efficiency": 0}, "attention_efficiency: 0 must be a fraction of the peak"),
+        (
+            {"memory_efficient_norm": "false"},
+            "memory_efficient_norm: 'false' must be true or false",
+        ),
+        ({"zero3_regather": 1}, "zero3_regather: 1 must be true or false"),
+    ],
+)
+def test_bad_values_name_key_value_and_rule(extra, message):
+    with pytest.raises(InputError, match=message):
+        build_case(BASE | extra)
+
+
+def test_attention_efficiency_default_and_override():
+    assert build_case(BASE).options.attention_efficiency == 0.35  # FlashAttention-2 on H100
+    assert build_case(BASE | {"gpu": "A100-80GB"}).options.attention_efficiency is None
+    assert build_case(BASE | {"attention_efficiency": "0.75"}).options.attention_efficiency == 0.75
+
+
+def test_attention_core_slower_than_matmuls_lengthens_the_step():
+    """With the core at the kernel efficiency (override = e) the step is shorter than at 0.35."""
+    case = build_case(BASE | {"seq_len": 32768, "global_batch_size": 8})
+    eff = case.options.kernel_efficiency
+    fast = build_case(
+        BASE | {"seq_len": 32768, "global_batch_size": 8, "attention_efficiency": eff}
+    )
+    assert case.evaluate().step_s > fast.evaluate().step_s
