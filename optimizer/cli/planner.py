@@ -67,9 +67,8 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="paper (Korthikanti, default) or pytorch (adds what PyTorch kernels keep; measured).",
         ),
         click.option(
-            "--memory-efficient-norm",
+            "--memory-efficient-norm/--no-memory-efficient-norm",
             "memory_efficient_norm",
-            is_flag=True,
             default=None,
             help="Norms keep their output, not their input (Apex memory_efficient, Megatron-LM "
             "--memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
