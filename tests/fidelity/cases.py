@@ -251,35 +251,31 @@ def _kind(name: str) -> tuple[str, bool]:
     raise KeyError(name)
 
 
+def _layer_rows(grid: tuple[Dims, ...], memory_efficient_norm: bool) -> list[Row]:
+    """Per layer: kept after forward under each mode and, for full, the peak during backward."""
+    norm = "memory-efficient" if memory_efficient_norm else "gpu"
+    out: list[Row] = []
+    for label, kind, flash in KINDS:
+        for dims in grid:
+            d = _dims(kind, dims)
+            pred = {
+                c: predict_layer(kind, dims, flash, c, memory_efficient_norm)
+                for c in ("paper", "pytorch")
+            }
+            for mode in MODES:
+                m = measure(kind, dims, mode, flash, norm)
+                kept = (predicted_kept(pred[c], mode) for c in pred)
+                out.append(Row(label, mode, d.label(), m.kept, *kept))
+                if mode == "full":
+                    peaks = (full_peak(pred[c]) for c in pred)
+                    out.append(Row(label, "full (peak)", d.label(), m.peak, *peaks))
+    return out
+
+
 def rows() -> list[Row]:
     """Every case of the sweep: per layer (kept after forward; full: the checkpoint kept and,
     as "full (peak)", the peak during backward) and the √n stacks (peak during backward)."""
-    out: list[Row] = []
-    for label, kind, flash in KINDS:
-        for dims in GRID:
-            d = _dims(kind, dims)
-            pred = {c: predict_layer(kind, dims, flash, c) for c in ("paper", "pytorch")}
-            for mode in MODES:
-                m = measure(kind, dims, mode, flash)
-                out.append(
-                    Row(
-                        label,
-                        mode,
-                        d.label(),
-                        m.kept,
-                        *(predicted_kept(pred[c], mode) for c in pred),
-                    )
-                )
-                if mode == "full":
-                    out.append(
-                        Row(
-                            label,
-                            "full (peak)",
-                            d.label(),
-                            m.peak,
-                            *(full_peak(pred[c]) for c in pred),
-                        )
-                    )
+    out = _layer_rows(GRID, False)
     for label, n in STACKS:
         kind, flash = _kind(label)
         m = measure_stack(kind, n, flash)
@@ -293,32 +289,7 @@ def rows() -> list[Row]:
 def me_rows() -> list[Row]:
     """The memory-efficient-norm sweep: ``paper`` and ``pytorch`` columns are both with
     ``memory_efficient_norm``."""
-    out: list[Row] = []
-    for label, kind, flash in KINDS:
-        for dims in ME_GRID:
-            d = _dims(kind, dims)
-            pred = {c: predict_layer(kind, dims, flash, c, True) for c in ("paper", "pytorch")}
-            for mode in MODES:
-                m = measure(kind, dims, mode, flash, "memory-efficient")
-                out.append(
-                    Row(
-                        label,
-                        mode,
-                        d.label(),
-                        m.kept,
-                        *(predicted_kept(pred[c], mode) for c in pred),
-                    )
-                )
-                if mode == "full":
-                    out.append(
-                        Row(
-                            label,
-                            "full (peak)",
-                            d.label(),
-                            m.peak,
-                            *(full_peak(pred[c]) for c in pred),
-                        )
-                    )
+    out = _layer_rows(ME_GRID, True)
     for label, n in ME_STACKS:
         kind, flash = _kind(label)
         m = measure_stack(kind, n, flash, "memory-efficient")
