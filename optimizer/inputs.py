@@ -54,6 +54,7 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
+        "fp32_gradients",
         *LAYOUT_KEYS,
         "layers",
         "hidden",
@@ -266,6 +267,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
+        gradient_bytes=4 if _flag(params, "fp32_gradients", False) else 2,
     )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:

@@ -84,6 +84,7 @@ CLUSTER_KEYS = {
     "zero3_regather",
     "activation_convention",
     "memory_efficient_norm",
+    "fp32_gradients",
 }
 
 

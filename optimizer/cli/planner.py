@@ -74,6 +74,14 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
         ),
         click.option(
+            "--fp32-gradients/--bf16-gradients",
+            "fp32_gradients",
+            default=None,
+            help="Accumulate and reduce gradients in FP32: 4 B/param instead of 2, 18 B/param of "
+            "model state (Megatron-LM --accumulate-allreduce-grads-in-fp32; Llama 3 §3.3.2). "
+            "Default bf16.",
+        ),
+        click.option(
             "--causal-attention-flops/--full-attention-flops",
             "causal_attention_flops",
             default=None,

@@ -45,3 +45,16 @@ def test_attention_core_slower_than_matmuls_lengthens_the_step():
         BASE | {"seq_len": 32768, "global_batch_size": 8, "attention_efficiency": eff}
     )
     assert case.evaluate().step_s > fast.evaluate().step_s
+
+
+def test_fp32_gradients_is_the_measured_18_bytes_per_param():
+    """--fp32-gradients: 2 B weights + 4 B fp32 gradients + 12 B optimizer = 18 B/param at
+    ZeRO-0 (measured in tests/fidelity), and the ZeRO-0 all-reduce moves 2·4 B per parameter."""
+    case = build_case(BASE | {"zero_stage": 0, "fp32_gradients": True})
+    est = case.evaluate()
+    n = est.num_params
+    assert est.peak.state.total_bytes == 18 * n
+    ring = (8 - 1) / 8  # each GPU sends (D − 1)/D of the buffer per reduce-scatter / all-gather
+    dp = next(r for r in est.traffic if r.traffic.axis == "dp")
+    assert float(dp.traffic.bytes_per_step) == pytest.approx(ring * 2 * 4 * n)
+    assert build_case(BASE).training.gradient_bytes == 2
