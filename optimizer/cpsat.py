@@ -67,8 +67,8 @@ class LayoutModel:
         self.keep = np.ones(S, dtype=bool) if keep is None else keep
         m = self.model = cp_model.CpModel()
         self.x = [m.new_bool_var(f"shape{s}") for s in range(S)]
-        for s in np.nonzero(~self.keep)[0]:
-            m.add(self.x[int(s)] == 0)
+        for dropped in np.nonzero(~self.keep)[0]:
+            m.add(self.x[int(dropped)] == 0)
         kept = [int(s) for s in np.nonzero(self.keep)[0]]
         self.zb = [m.new_bool_var(f"zero{z}") for z in range(Z)]
         self.rb = [m.new_bool_var(f"recompute{r}") for r in range(R)]
@@ -127,7 +127,7 @@ class LayoutModel:
                 0, int(t.peak_ceil.max()) if self.S else 0, "peak_bytes"
             )
             for i in range(t.state_ceil.shape[2]):
-                row = sum(
+                row: cp_model.LinearExpr | int = sum(
                     int(t.state_ceil[s, z, i]) * self.w[s][z]
                     for s in self.kept
                     for z in range(self.Z)
@@ -142,11 +142,13 @@ class LayoutModel:
                 self.model.add(self._memory >= row)
         return self._memory
 
-    def linear(self, per_shape: Sequence[int]) -> cp_model.LinearExpr:
+    def linear(self, per_shape: Sequence[int] | np.ndarray) -> cp_model.LinearExpr | int:
         """Σ per_shape[s]·x[s] (GPU count, cluster price, parameter count…)."""
         return sum(int(per_shape[s]) * self.x[s] for s in self.kept)
 
-    def tie_rank(self, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> cp_model.LinearExpr:
+    def tie_rank(
+        self, zero_rank: Sequence[int], rec_rank: Sequence[int]
+    ) -> cp_model.LinearExpr | int:
         """Lexicographic (shape order, recompute rank, ZeRO rank) as one integer."""
         Z, R = self.Z, self.R
         return (

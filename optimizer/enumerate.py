@@ -101,7 +101,7 @@ def pareto(
     ok, obj, tie = allowed(problem, tables), _objective(problem, tables), _tie_key(tables)
     second = second_axis(against, tables)
     eps = np.iinfo(np.int64).max
-    out = []
+    out: list[tuple[Candidate, int]] = []
     while len(out) < max_points:
         mask = ok & (second <= eps)
         if not mask.any():

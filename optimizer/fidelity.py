@@ -502,8 +502,12 @@ def llama3_memory_walk() -> tuple[MemoryStep, ...]:
 # Calibration
 
 
+EFFICIENCY_GRID = tuple(percent / 100 for percent in range(40, 96))
+"""e∞ values :func:`calibrate` tries: 0.40 to 0.95 in steps of 0.01."""
+
+
 def calibrate(
-    efficiencies: Sequence[float] = tuple(x / 100 for x in range(40, 96)),
+    efficiencies: Sequence[float] = EFFICIENCY_GRID,
     half_hidden: Sequence[int] = (0, 250, 500, 750, 1000, 1250, 1500, 2000, 2500, 3000),
     overlaps: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
 ) -> dict[str, Any]:

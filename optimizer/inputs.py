@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, overload
 
 from model.errors import InputError
 from model.estimate import Estimate, evaluate
 from model.hardware import ClusterLinks, DeviceSpec
 from model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
-from model.specs import Architecture, ModelSpec, TrainingSpec
+from model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding, TrainingSpec
 from model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from model.units import parse_number
 from optimizer.catalogue import get_model
@@ -124,7 +124,12 @@ def links_for(
     return axis_links(degrees, graph, layout.rank_order)
 
 
+@overload
+def _count(params: Mapping[str, Any], key: str, default: int) -> int: ...
+@overload
+def _count(params: Mapping[str, Any], key: str, default: None = None) -> int | None: ...
 def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+    """A whole number >= 1 from ``params[key]`` (number or text like 70B), or ``default``."""
     value = params.get(key)
     if value is None:
         return default
@@ -181,17 +186,19 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
     ffn = _count(params, "ffn_hidden", 4 * h if gpt else None)
     if ffn is None:
         raise InputError("ffn_hidden: required with --arch llama (e.g. 53248 for Llama 3 405B)")
+    layers, heads = _count(params, "layers"), _count(params, "heads")
+    assert layers is not None and heads is not None  # checked above
     return Architecture(
-        num_layers=_count(params, "layers"),
+        num_layers=layers,
         hidden_size=h,
-        num_attention_heads=_count(params, "heads"),
+        num_attention_heads=heads,
         num_kv_heads=_count(params, "kv_heads"),
         head_dim=_count(params, "head_dim"),
         ffn_hidden_size=ffn,
         vocab_size=_count(params, "vocab", 51200 if gpt else 128256),
-        mlp="gelu" if gpt else "swiglu",
-        norm="layernorm" if gpt else "rmsnorm",
-        position_embedding="learned" if gpt else "rope",
+        mlp=Mlp.GELU if gpt else Mlp.SWIGLU,
+        norm=Norm.LAYERNORM if gpt else Norm.RMSNORM,
+        position_embedding=PositionEmbedding.LEARNED if gpt else PositionEmbedding.ROPE,
         max_position_embeddings=seq_len if gpt else None,
         linear_bias=gpt,
         tie_embeddings=gpt,

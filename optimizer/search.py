@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def prepare(
     ok = allowed(problem, tables)
     # Shapes none of whose candidates is allowed are left out of the model when something is
     # allowed (they cannot be chosen); otherwise every shape stays, so CP-SAT can explain why.
-    keep = ok.any(axis=(1, 2)) if ok.any() else None
+    keep: np.ndarray | None = np.asarray(ok.any(axis=(1, 2))) if ok.any() else None
     lm = LayoutModel(tables, o1, o2, keep)
     _families(problem, tables, lm)
     return tables, lm, time.perf_counter() - t0
@@ -186,6 +187,7 @@ def _solve_one(
         if res.choice is None:
             return res.status, None, None, seconds
         proven &= res.status == "optimal"
+        assert res.value is not None  # an answer has a value
         active.append(lm.bound(maximize_expr, res.value, upper=False))
     res = lm.solve(
         lm.objective, active=active, time_limit_s=time_limit, workers=workers, progress=progress
@@ -194,6 +196,7 @@ def _solve_one(
     if res.choice is None:
         return res.status, None, None, seconds
     proven &= res.status == "optimal"
+    assert res.value is not None
     active.append(lm.bound(lm.objective, res.value))
     tie = lm.solve(lm.tie_rank(*ranks), active=active, time_limit_s=time_limit, workers=workers)
     seconds += tie.seconds
@@ -228,7 +231,8 @@ def search(
             for j in tables.job_of
         ]
         maximize = lm.linear(sizes)
-    answers, seconds, status = [], 0.0, "optimal"
+    answers: list[Answer] = []
+    seconds, status = 0.0, "optimal"
     for _ in range(top):
         st, choice, value, sec = _solve_one(
             lm, tables, ranks, time_limit_s, workers, progress, maximize
@@ -308,10 +312,11 @@ def frontier(
     tables, lm, t_tables = prepared or prepare(problem)
     ranks = tie_ranks(tables)
     second = _second_axis(against, tables, lm)
-    points, seconds, proven = [], 0.0, True
+    points: list[Answer] = []
+    seconds, proven = 0.0, True
     eps_lit = None
     while len(points) < max_points:
-        active = [eps_lit] if eps_lit is not None else []
+        active: list[Any] = [eps_lit] if eps_lit is not None else []
         res = lm.solve(lm.objective, active=active, time_limit_s=time_limit_s, workers=workers)
         seconds += res.seconds
         if res.choice is None:
@@ -321,8 +326,10 @@ def frontier(
                     "frontier: no layout satisfies the constraints. " + explanation[0], explanation
                 )
             break
+        assert res.value is not None
         best = lm.bound(lm.objective, res.value)
         res2 = lm.solve(second, active=[*active, best], time_limit_s=time_limit_s, workers=workers)
+        assert res2.value is not None  # feasible: the first solve's answer satisfies it
         least = lm.bound(second, res2.value)
         tie = lm.solve(
             lm.tie_rank(*ranks),

@@ -71,7 +71,7 @@ class Shape:
             cp=self.cp,
             ep=self.ep,
             zero_stage=zero_stage,
-            recompute=recompute,
+            recompute=Recompute(recompute),
             micro_batch_size=self.micro_batch_size,
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
@@ -137,7 +137,9 @@ class SearchSpace:
 def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
-    out = [(s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED]
+    out: list[tuple[Schedule, int]] = [
+        (s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED
+    ]
     if Schedule.INTERLEAVED in space.schedules:
         out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
     return out

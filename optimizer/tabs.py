@@ -8,6 +8,7 @@ and fractions as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -230,7 +231,13 @@ def mfu_report(
     named = {"layers": layers, "heads": heads, "head_dim": head_dim, "hidden": hidden}
     dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
     n = None if params is None else _pos("params", params)
-    attn, attn_text = mf.attention_term(*dims.values(), causal) if attention else (0, "")
+    attn, attn_text = (
+        mf.attention_term(
+            dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], causal
+        )
+        if attention
+        else (0, "")
+    )
     given = [
         achieved_pflops is not None or achieved_tflops_per_gpu is not None,
         tokens_per_second is not None,
@@ -467,7 +474,7 @@ def rlhf_report(
     })  # fmt: skip
 
 
-TAB_REPORTS = {
+TAB_REPORTS: dict[str, Callable[..., dict[str, Any]]] = {
     "pipeline": pipeline_report,
     "mfu": mfu_report,
     "ckpt": ckpt_report,

@@ -248,7 +248,7 @@ def models_cmd(as_json: bool) -> None:
     from model.params import count_params
     from optimizer.catalogue import get_model, model_names
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in model_names():
         entry = get_model(name)
         counts = count_params(entry.model.arch)
