@@ -24,7 +24,8 @@ Rows and conventions (each is stated again in the report):
 * **Llama 3 Table 4** (arXiv 2407.21783): 405B on H100-SXM at 989.4 TFLOP/s, BF16; 8K rows
   without activation checkpointing (§3.3.2), also kept for the 128K row; FlashAttention and
   sequence parallelism on; DP is FSDP sharding optimizer states and gradients with weights not
-  re-sharded after forward (§3.3.2) = ZeRO-2 in this model; interleaved schedule with v = 8
+  re-sharded after forward (§3.3.2) = ZeRO-2 in this model, with FP32 gradient
+  accumulation and reduce-scatter (§3.3.2, ``fp32_gradients``); interleaved schedule with v = 8
   (:data:`LLAMA3_VIRTUAL_STAGES`: one-layer chunks, the first holding only the embedding and
   the last only the output layer); b = 1, m = batch per DP rank; stage inputs and outputs
   deallocated (§3.3.2), modelled as memory-efficient norms (a stage's input is then kept by
@@ -283,6 +284,7 @@ def published_runs(path: Path | str = PUBLISHED_TOML) -> tuple[PublishedRun, ...
             "schedule": "interleaved",
             "virtual_stages": LLAMA3_VIRTUAL_STAGES,
             "memory_efficient_norm": True,
+            "fp32_gradients": True,
             "flash_attention": True,
             "mfu_convention": "6n+attention",
             "causal_attention_flops": True,
@@ -298,7 +300,8 @@ def published_runs(path: Path | str = PUBLISHED_TOML) -> tuple[PublishedRun, ...
                 published_value=r["tflops_per_gpu"],
                 published_unit="TFLOP/s/GPU",
                 recipe=(
-                    f"no recompute, FSDP as ZeRO-2, memory-efficient norms, TP {r['tp']} "
+                    f"no recompute, FSDP as ZeRO-2, FP32 gradients, memory-efficient norms, "
+                    f"TP {r['tp']} "
                     f"CP {r['cp']} PP {r['pp']} v {LLAMA3_VIRTUAL_STAGES}, b 1, "
                     f"m {r['batch_per_dp']}"
                 ),
@@ -706,9 +709,13 @@ def markdown_report(results: Sequence[RunResult] | None = None) -> str:
         f"equal norm inputs) would give {_gb(stage_input_only)} GB, which also fits. "
         "Per layer and micro-batch "
         "(tp 8 with sequence parallelism, paper convention) a Llama 3 405B layer keeps "
-        "(12·h + 4·g·d + 6·f)·s/t = 532.7 MB; memory-efficient norms drop the two 2·s·h/t norm "
-        "inputs (465.6 MB). Rank 1 holds 2·(16 − 2) + 7·16 + 1 = 141 one-layer chunks at the "
-        "peak (17.6 micro-batches of its 8 layers): 65.6 GB, plus 7.1 GB of model state. "
+        f"(12·h + 4·g·d + 6·f)·s/t = {walk[1].activation_bytes / 141 / 1e6:.1f} MB; "
+        "memory-efficient norms drop the two 2·s·h/t norm inputs "
+        f"({walk[2].activation_bytes / 141 / 1e6:.1f} MB). Rank 1 holds 2·(16 − 2) + 7·16 + 1 = "
+        "141 one-layer chunks at the peak (17.6 micro-batches of its 8 layers): "
+        f"{_gb(walk[2].activation_bytes)} GB, plus "
+        f"{_gb(walk[2].total_bytes - walk[2].activation_bytes)} GB of model state (FP32 "
+        "gradients sharded over DP 64). "
         "Not modelled and not needed for the fit: Llama 3's tunable number of consecutive "
         "micro-batches per chunk round (N ≥ PP in their Figure 6, which would hold more).",
     ]
@@ -726,7 +733,8 @@ CONVENTIONS = (
     "Korthikanti Table 5: selective recomputation + sequence parallelism, b and B of Table 3, "
     "dp 1, v 3 for 175B and 530B; MFU from the iteration time with Appendix A model FLOPs.",
     "Llama 3 Table 4: FSDP that shards optimizer states and gradients and keeps weights "
-    "gathered between forward and backward is modelled as ZeRO-2 (2 B weights + 14/D B); "
+    "gathered between forward and backward is modelled as ZeRO-2 with FP32 gradients (§3.3.2: "
+    "FP32 accumulation and reduce-scatter; 2 B weights + 16/D B per parameter); "
     "no activation checkpointing; v = 8 (§3.3.2's first chunk holding only the embedding means "
     "one-layer chunks: 126 layers + 2 empty end chunks = 16 × 8; the stages hold 7, 8 × 14, 7 "
     "layers); memory-efficient norms (§3.3.2 frees each stage's input tensor, which only a norm "
