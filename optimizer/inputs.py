@@ -169,6 +169,22 @@ def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
     return float(frac)
 
 
+def _attention_efficiency(
+    params: Mapping[str, Any], device_name: str, training: TrainingSpec
+) -> float | None:
+    """The FlashAttention core's efficiency: given, or the accelerator's default. Given with
+    FlashAttention off it would be ignored (the core is then matmuls at the kernel efficiency):
+    an error rather than a silent no-op."""
+    given = _fraction_of_peak(params, "attention_efficiency")
+    if given is not None and not training.flash_attention:
+        raise InputError(
+            f"attention_efficiency: {given:g} applies to FlashAttention's "
+            "core; with flash_attention off the attention core runs at the kernel efficiency "
+            "(drop one of the two)"
+        )
+    return given if given is not None else attention_efficiency_for(device_name)
+
+
 def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | None:
     if params.get("layers") is None and params.get("hidden") is None:
         return None
@@ -313,10 +329,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         # full s² is computed (Megatron-LM's Eq. 3 convention).
         causal_attention_flops=_flag(params, "causal_attention_flops", training.flash_attention),
         zero3_regather=_flag(params, "zero3_regather", False),
-        attention_efficiency=(
-            _fraction_of_peak(params, "attention_efficiency")
-            or attention_efficiency_for(device.name)
-        ),
+        attention_efficiency=_attention_efficiency(params, device.name, training),
     )
     return Case(
         model=model,

@@ -24,6 +24,10 @@ BASE = {"model": "llama3-8b", "gpu": "H100-SXM", "dp": 8, "num_gpus": 8}
             "memory_efficient_norm: 'false' must be true or false",
         ),
         ({"zero3_regather": 1}, "zero3_regather: 1 must be true or false"),
+        (
+            {"attention_efficiency": 0.5, "flash_attention": False},
+            "attention_efficiency: 0.5 applies to FlashAttention's core",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_rule(extra, message):
