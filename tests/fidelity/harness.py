@@ -148,96 +148,51 @@ def _untagged(t: torch.Tensor) -> str:
 # norms that keep what the CUDA kernels keep
 
 
-class _GpuLayerNormFn(torch.autograd.Function):
+class _NormFn(torch.autograd.Function):
+    """LayerNorm (``bias`` given) or RMSNorm (``bias`` None) keeping what the CUDA kernels keep:
+    the input and fp32 statistics (LayerNorm mean and rstd, RMSNorm rstd); or, with
+    ``keep_output`` (Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``), the
+    output and fp32 rstd, backward recovering x̂ = (y − bias)/weight."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, name):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, eps, name, keep_output):  # type: ignore[override]
         xf = x.float()
-        mean = xf.mean(-1, keepdim=True)
-        rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + eps)
-        tag(mean, f"{name} statistics (fp32 mean, rstd)")
-        tag(rstd, f"{name} statistics (fp32 mean, rstd)")
-        ctx.save_for_backward(x, weight, mean, rstd)
-        return ((xf - mean) * rstd * weight.float() + bias.float()).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, dy):  # type: ignore[override]
-        x, weight, mean, rstd = ctx.saved_tensors
-        xhat = (x.float() - mean) * rstd
-        dyf = dy.float()
-        g = dyf * weight.float()
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-        red = tuple(range(dy.dim() - 1))
-        dw = (dyf * xhat).sum(red).to(weight.dtype)
-        return dx.to(x.dtype), dw, dyf.sum(red).to(weight.dtype), None, None
-
-
-class _GpuRMSNormFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps, name):  # type: ignore[override]
-        xf = x.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        tag(rstd, f"{name} statistics (fp32 rstd)")
-        ctx.save_for_backward(x, weight, rstd)
-        return (xf * rstd * weight.float()).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, dy):  # type: ignore[override]
-        x, weight, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd
-        dyf = dy.float()
-        g = dyf * weight.float()
-        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-        dw = (dyf * xhat).sum(tuple(range(dy.dim() - 1))).to(weight.dtype)
-        return dx.to(x.dtype), dw, None, None
-
-
-class _MemoryEfficientLayerNormFn(torch.autograd.Function):
-    """Apex ``FusedLayerNorm(memory_efficient=True)``: keeps the output and fp32 rstd, not the
-    input; backward recovers x̂ = (y − bias)/weight."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, name):  # type: ignore[override]
-        xf = x.float()
-        mean = xf.mean(-1, keepdim=True)
-        rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + eps)
-        tag(rstd, f"{name} statistics (fp32 rstd)")
-        y = ((xf - mean) * rstd * weight.float() + bias.float()).to(x.dtype)
-        ctx.save_for_backward(y, weight, bias, rstd)
+        layernorm = bias is not None
+        mean = xf.mean(-1, keepdim=True) if layernorm else None
+        centred = xf - mean if layernorm else xf
+        rstd = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
+        y = centred * rstd * weight.float()
+        y = (y + bias.float() if layernorm else y).to(x.dtype)
+        if keep_output:
+            tag(rstd, f"{name} statistics (fp32 rstd)")
+            ctx.save_for_backward(y, weight, bias, rstd)
+        else:
+            stats = "fp32 mean, rstd" if layernorm else "fp32 rstd"
+            for t in (mean, rstd):
+                if t is not None:
+                    tag(t, f"{name} statistics ({stats})")
+            ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.keep_output, ctx.layernorm = keep_output, layernorm
         return y
 
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
-        y, weight, bias, rstd = ctx.saved_tensors
-        xhat = (y.float() - bias.float()) / weight.float()
+        if ctx.keep_output:
+            y, weight, bias, rstd = ctx.saved_tensors
+            shifted = y.float() - bias.float() if ctx.layernorm else y.float()
+            xhat, dtype = shifted / weight.float(), y.dtype
+        else:
+            x, weight, bias, mean, rstd = ctx.saved_tensors
+            xhat = (x.float() - mean if ctx.layernorm else x.float()) * rstd
+            dtype = x.dtype
         dyf = dy.float()
         g = dyf * weight.float()
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        inner = g - g.mean(-1, keepdim=True) if ctx.layernorm else g
+        dx = rstd * (inner - xhat * (g * xhat).mean(-1, keepdim=True))
         red = tuple(range(dy.dim() - 1))
         dw = (dyf * xhat).sum(red).to(weight.dtype)
-        return dx.to(y.dtype), dw, dyf.sum(red).to(weight.dtype), None, None
-
-
-class _MemoryEfficientRMSNormFn(torch.autograd.Function):
-    """Apex ``FusedRMSNorm(memory_efficient=True)``: keeps the output and fp32 rstd."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps, name):  # type: ignore[override]
-        xf = x.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        tag(rstd, f"{name} statistics (fp32 rstd)")
-        y = (xf * rstd * weight.float()).to(x.dtype)
-        ctx.save_for_backward(y, weight, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):  # type: ignore[override]
-        y, weight, rstd = ctx.saved_tensors
-        xhat = y.float() / weight.float()
-        dyf = dy.float()
-        g = dyf * weight.float()
-        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-        dw = (dyf * xhat).sum(tuple(range(dy.dim() - 1))).to(weight.dtype)
-        return dx.to(y.dtype), dw, None, None
+        db = dyf.sum(red).to(weight.dtype) if ctx.layernorm else None
+        return dx.to(dtype), dw, db, None, None, None
 
 
 class Norm(nn.Module):
@@ -253,14 +208,9 @@ class Norm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tag(x, f"{self.name} input")
-        if self.impl == "memory-efficient":
-            if self.kind == "layernorm":
-                return _MemoryEfficientLayerNormFn.apply(x, self.weight, self.bias, 1e-5, self.name)
-            return _MemoryEfficientRMSNormFn.apply(x, self.weight, 1e-5, self.name)
-        if self.impl == "gpu":
-            if self.kind == "layernorm":
-                return _GpuLayerNormFn.apply(x, self.weight, self.bias, 1e-5, self.name)
-            return _GpuRMSNormFn.apply(x, self.weight, 1e-5, self.name)
+        if self.impl in ("gpu", "memory-efficient"):
+            keep_output = self.impl == "memory-efficient"
+            return _NormFn.apply(x, self.weight, self.bias, 1e-5, self.name, keep_output)
         if self.kind == "layernorm":
             out = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
             claim(f"{self.name} statistics (CPU: bf16 mean, rstd)")
