@@ -78,8 +78,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
-from model.errors import InputError
-from model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.errors import InputError
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = ["CONVENTIONS", "ActivationContext", "LayerActivations", "layer_activations"]
 
@@ -295,7 +295,7 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
     GPT-3 175B dimensions (s 2048, b 1, h 12288, a 96), tp 8 with sequence parallelism,
     no FlashAttention: Korthikanti's ``s·b·h/t·(34 + 5·a·s/h)``.
 
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt3 = Architecture(num_layers=96, hidden_size=12288, num_attention_heads=96,
     ...     ffn_hidden_size=4 * 12288, vocab_size=51200, dropout=True)
     >>> ctx = ActivationContext(seq_len=2048, cp=1, micro_batch_size=1, tp=8,

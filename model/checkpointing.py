@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from model.errors import InputError
+from trainplan.model.errors import InputError
 
 __all__ = [
     "Step",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from model.layout import Layout, Recompute
-from model.specs import Architecture, AttentionKind, TrainingSpec
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
 
 __all__ = ["AxisTraffic", "dp_traffic", "tp_traffic", "pp_traffic", "cp_traffic", "ep_traffic"]
 
@@ -54,7 +54,7 @@ def dp_traffic(
 
     Examples
     --------
-    >>> from model.specs import TrainingSpec
+    >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
     >>> dp_traffic(Fraction(70 * 10**9), Fraction(0), Layout(dp=64, zero_stage=3), t).bytes_per_step
     Fraction(413437500000, 1)
@@ -92,7 +92,7 @@ def tp_traffic(
 
     Examples
     --------
-    >>> from model.specs import Architecture, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
@@ -116,7 +116,7 @@ def pp_traffic(hidden_size: int, layout: Layout, training: TrainingSpec) -> Axis
 
     Examples
     --------
-    >>> from model.specs import TrainingSpec
+    >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=4, global_batch_size=8)
     >>> pp_traffic(8, Layout(pp=2), t).bytes_per_step
     Fraction(1024, 1)
@@ -143,7 +143,7 @@ def cp_traffic(
 
     Examples
     --------
-    >>> from model.specs import Architecture, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> t = TrainingSpec(seq_len=8, global_batch_size=1)
@@ -178,7 +178,7 @@ def ep_traffic(
 
     Examples
     --------
-    >>> from model.specs import Architecture, MoESpec, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32,
     ...     vocab_size=16, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=16))
     >>> t = TrainingSpec(seq_len=4, global_batch_size=2)

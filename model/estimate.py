@@ -12,15 +12,26 @@ from fractions import Fraction
 from functools import cache
 from typing import Any, Protocol
 
-from model.comm import AxisTraffic, cp_traffic, dp_traffic, ep_traffic, pp_traffic, tp_traffic
-from model.flops import StepFlops, step_flops, utilisation
-from model.hardware import DeviceSpec
-from model.layout import Layout, Recompute, validate
-from model.memory import ModelState, StageActivations, model_state, stage_activations
-from model.params import count_params, padded_vocab, split_layers, stage_params
-from model.pipeline import Schedule, bubble_fraction, bubble_ratio
-from model.specs import Architecture, ModelSpec, TrainingSpec
-from model.timing import CostOptions, stage_microbatch_attention_flops, stage_microbatch_flops
+from trainplan.model.comm import (
+    AxisTraffic,
+    cp_traffic,
+    dp_traffic,
+    ep_traffic,
+    pp_traffic,
+    tp_traffic,
+)
+from trainplan.model.flops import StepFlops, step_flops, utilisation
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layout import Layout, Recompute, validate
+from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
+from trainplan.model.params import count_params, padded_vocab, split_layers, stage_params
+from trainplan.model.pipeline import Schedule, bubble_fraction, bubble_ratio
+from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.timing import (
+    CostOptions,
+    stage_microbatch_attention_flops,
+    stage_microbatch_flops,
+)
 
 __all__ = [
     "AxisLinkLike",
@@ -149,7 +160,7 @@ class Estimate:
         return self._rate(self.flops.hardware_flops if self.flops else None)
 
     def to_dict(self) -> dict[str, Any]:
-        from model.report_dict import estimate_to_dict  # local: keeps this module small
+        from trainplan.model.report_dict import estimate_to_dict  # local: keeps this module small
 
         return estimate_to_dict(self)
 
@@ -222,7 +233,7 @@ def _gather_units(
     arch = model.arch
     if arch is None:
         return ((Fraction(0), Fraction(0)),) * pp
-    from model.params import layer_params
+    from trainplan.model.params import layer_params
 
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
-from model.layout import Recompute
-from model.params import attention_params
-from model.specs import Architecture, AttentionKind, Mlp
+from trainplan.model.layout import Recompute
+from trainplan.model.params import attention_params
+from trainplan.model.specs import Architecture, AttentionKind, Mlp
 
 __all__ = [
     "MfuConvention",
@@ -70,7 +70,7 @@ def layer_matmul_weights(arch: Architecture, index: int) -> int:
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16, linear_bias=True)
     >>> layer_matmul_weights(gpt, 0) == 12 * 8 * 8
@@ -106,7 +106,7 @@ def attention_core_forward_flops(
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> attention_core_forward_flops(gpt, 4, 1) == 4 * 1 * 4**2 * 8
@@ -131,7 +131,7 @@ def layer_forward_flops(
     --------
     GPT layer: ``24·b·s·h² + 4·b·s²·h``.
 
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> layer_forward_flops(gpt, 0, 4, 1) == 24 * 4 * 64 + 4 * 16 * 8
@@ -185,7 +185,7 @@ def step_flops(
     --------
     Megatron-LM Eq. 3 for the GPT layer with full recomputation:
 
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> f = step_flops(gpt, 0, 4, 3, Recompute.FULL, MfuConvention.MEGATRON)

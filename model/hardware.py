@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from model.errors import InputError
+from trainplan.model.errors import InputError
 
 __all__ = ["DeviceSpec", "ClusterLinks"]
 

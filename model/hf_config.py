@@ -12,8 +12,8 @@ import typing
 from enum import Enum
 from typing import Any
 
-from model.errors import InputError, ScenarioError
-from model.specs import (
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.specs import (
     Architecture,
     AttentionKind,
     MLASpec,
@@ -22,7 +22,7 @@ from model.specs import (
     Norm,
     PositionEmbedding,
 )
-from model.units import closest_names
+from trainplan.model.units import closest_names
 
 __all__ = ["architecture_from_dict", "architecture_from_hf", "HF_MODEL_TYPES"]
 

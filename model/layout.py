@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
-from model.errors import LayoutError
-from model.params import check_chunks
-from model.pipeline import Schedule, check_schedule
-from model.specs import AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.errors import LayoutError
+from trainplan.model.params import check_chunks
+from trainplan.model.pipeline import Schedule, check_schedule
+from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
 
 __all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
-from model.activations import ActivationContext, layer_activations
-from model.layout import Layout, Recompute
-from model.params import split_layers
-from model.pipeline import Schedule, interleaved_chunks_held, microbatches_in_flight
-from model.specs import Architecture, TrainingSpec
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.params import split_layers
+from trainplan.model.pipeline import Schedule, interleaved_chunks_held, microbatches_in_flight
+from trainplan.model.specs import Architecture, TrainingSpec
 
 __all__ = [
     "ModelState",
@@ -119,7 +119,7 @@ def _model_state(
     --------
     The ZeRO paper's 7.5B on 64 GPUs, ZeRO-1: 31.4 GB (Figure 1).
 
-    >>> from model.specs import TrainingSpec
+    >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
     >>> model_state(Fraction(7_500_000_000), Fraction(0), Layout(dp=64), t, 1).total_bytes
     Fraction(31406250000, 1)
@@ -219,7 +219,7 @@ def stage_activations(
 
     Examples
     --------
-    >>> from model.specs import Architecture, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
     >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16, dropout=True)
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1, flash_attention=False)

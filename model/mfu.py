@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from model.errors import InputError
+from trainplan.model.errors import InputError
 
 __all__ = [
     "attention_flops_per_token",
@@ -157,7 +157,7 @@ def korthikanti_flops(
     >>> round(float(f / (1.10 * 8 * 312e12)), 4)
     0.4165
     """
-    from model.flops import (
+    from trainplan.model.flops import (
         korthikanti_model_flops,
         korthikanti_selective_hardware_flops,
         megatron_eq3_flops,

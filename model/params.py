@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from model.errors import LayoutError
-from model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.errors import LayoutError
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = [
     "MAX_EMPTY_CHUNKS",
@@ -65,7 +65,7 @@ def attention_params(arch: Architecture) -> int:
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> attention_params(Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                               ffn_hidden_size=32, vocab_size=16, linear_bias=True))
     288
@@ -95,7 +95,7 @@ def mlp_params(arch: Architecture, ffn: int) -> int:
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16, mlp="swiglu")
     >>> mlp_params(arch, 32)
@@ -137,7 +137,7 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16, linear_bias=True)
     >>> layer_params(gpt, 0).total == 12 * 8**2 + 13 * 8
@@ -192,7 +192,7 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> llama3_8b = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
     ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu",
     ...     norm="rmsnorm")
@@ -319,7 +319,7 @@ def stage_params(
 
     Examples
     --------
-    >>> from model.specs import Architecture
+    >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> [s.dense for s in stage_params(arch, 2)] == [128 + 2 * 800, 2 * 800 + 16 + 128]

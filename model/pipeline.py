@@ -17,7 +17,7 @@ from enum import StrEnum
 from fractions import Fraction
 from functools import cache
 
-from model.errors import LayoutError
+from trainplan.model.errors import LayoutError
 
 __all__ = [
     "Schedule",

@@ -8,11 +8,11 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from model.timing import GENERATION_OF, attention_efficiency_for
-from model.units import as_json_number
+from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
+from trainplan.model.units import as_json_number
 
 if TYPE_CHECKING:
-    from model.estimate import Estimate
+    from trainplan.model.estimate import Estimate
 
 __all__ = ["estimate_to_dict", "assumptions"]
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from model.errors import InputError
-from model.pipeline import Schedule, check_schedule
+from trainplan.model.errors import InputError
+from trainplan.model.pipeline import Schedule, check_schedule
 
 __all__ = ["Slot", "Timeline", "simulate", "stage_order", "MAX_PASSES"]
 

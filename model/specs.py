@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from model.errors import InputError, ScenarioError
+from trainplan.model.errors import InputError, ScenarioError
 
 __all__ = [
     "Mlp",
@@ -277,7 +277,7 @@ class ModelSpec:
         ScenarioError
             When the file cannot be read or a required key is missing.
         """
-        from model.hf_config import architecture_from_hf  # local: keeps this module small
+        from trainplan.model.hf_config import architecture_from_hf  # local: keeps this module small
 
         p = Path(path)
         try:

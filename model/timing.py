@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
 
-from model.errors import InputError
-from model.flops import (
+from trainplan.model.errors import InputError
+from trainplan.model.flops import (
     MfuConvention,
     attention_core_forward_flops,
     layer_forward_flops,
     recompute_forward_flops,
 )
-from model.layout import Layout, Recompute
-from model.specs import Architecture, TrainingSpec
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.specs import Architecture, TrainingSpec
 
 __all__ = [
     "DEFAULT_OVERLAP",
@@ -171,7 +171,7 @@ def stage_microbatch_flops(
 
     Examples
     --------
-    >>> from model.specs import Architecture, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
@@ -224,7 +224,7 @@ def stage_microbatch_attention_flops(
 
     Examples
     --------
-    >>> from model.specs import Architecture, TrainingSpec
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1)

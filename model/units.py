@@ -11,7 +11,7 @@ import difflib
 import re
 from fractions import Fraction
 
-from model.errors import InputError
+from trainplan.model.errors import InputError
 
 __all__ = [
     "GB",

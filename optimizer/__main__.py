@@ -1,5 +1,5 @@
-"""``python -m optimizer`` runs the trainplan CLI."""
+"""``python -m trainplan.optimizer`` runs the trainplan CLI."""
 
-from optimizer.cli import main
+from trainplan.optimizer.cli import main
 
 main()

@@ -1,6 +1,6 @@
 """Benchmark: CP-SAT against exhaustive enumeration on published-scale searches (issue 4).
 
-``python -m optimizer.bench [--quick]`` runs, in one process, each case's table building (the cost
+``python -m trainplan.optimizer.bench [--quick]`` runs, in one process, each case's table building (the cost
 model over every candidate), the CP-SAT search and the numpy enumeration over the same tables, and
 prints wall times, candidates evaluated and the ratio; then the process's peak memory. Not a test:
 speed goals live here, not in timed tests.
@@ -13,10 +13,10 @@ import resource
 import time
 from dataclasses import dataclass
 
-from model.errors import InfeasibleError
-from optimizer import enumerate as oracle
-from optimizer.scenario import build_problem
-from optimizer.search import frontier, prepare, search
+from trainplan.model.errors import InfeasibleError
+from trainplan.optimizer import enumerate as oracle
+from trainplan.optimizer.scenario import build_problem
+from trainplan.optimizer.search import frontier, prepare, search
 
 __all__ = ["CASES", "run"]
 

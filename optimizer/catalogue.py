@@ -21,12 +21,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import scenarios
-from model.errors import ScenarioError
-from model.hf_config import architecture_from_dict
-from model.layout import SEARCHED_FIELDS
-from model.specs import ModelSpec
-from model.units import closest_names
+from trainplan import scenarios
+from trainplan.model.errors import ScenarioError
+from trainplan.model.hf_config import architecture_from_dict
+from trainplan.model.layout import SEARCHED_FIELDS
+from trainplan.model.specs import ModelSpec
+from trainplan.model.units import closest_names
 
 __all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAYOUT_KEYS"]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.tables import CostTables
+from trainplan.optimizer.tables import CostTables
 
 __all__ = ["LayoutModel", "SolveResult", "Candidate"]
 

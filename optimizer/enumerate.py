@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.errors import LayoutError
-from optimizer.cpsat import Candidate
-from optimizer.problem import Objective, Problem
-from optimizer.rules import allowed, tie_ranks
-from optimizer.tables import CostTables, objective_tables
+from trainplan.model.errors import LayoutError
+from trainplan.optimizer.cpsat import Candidate
+from trainplan.optimizer.problem import Objective, Problem
+from trainplan.optimizer.rules import allowed, tie_ranks
+from trainplan.optimizer.tables import CostTables, objective_tables
 
 __all__ = ["allowed", "best", "top", "pareto", "best_by_evaluate"]
 
@@ -52,7 +52,7 @@ def best(
     for s, z, r in exclude or ():
         mask[s, z, r] = False
     if problem.objective is Objective.PARAMS and mask.any():
-        from optimizer.search import _count
+        from trainplan.optimizer.search import _count
 
         sizes = np.array(
             [
@@ -120,7 +120,7 @@ def pareto(
 def best_by_evaluate(problem: Problem, tables: CostTables) -> tuple[Candidate, int] | None:
     """Evaluate every layout of a single-job step-time problem with ``evaluate()``: the fitting
     one with the least step time (ties as the solver)."""
-    from model.estimate import objective_ns
+    from trainplan.model.estimate import objective_ns
 
     job = problem.jobs[0]
     tie = _tie_key(tables)

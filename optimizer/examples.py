@@ -6,13 +6,12 @@ one tab with its parameters; parameters given by the caller override the example
 
 from __future__ import annotations
 
-import tomllib
 from functools import cache
-from importlib import resources
 from typing import Any
 
-from model.errors import InputError, ScenarioError
-from model.units import closest_names
+from trainplan import scenarios
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.units import closest_names
 
 __all__ = ["examples", "get_example", "example_params", "run_example"]
 
@@ -20,8 +19,7 @@ __all__ = ["examples", "get_example", "example_params", "run_example"]
 @cache
 def examples() -> dict[str, dict[str, Any]]:
     """Every example by name, in file order."""
-    text = resources.files("scenarios").joinpath("examples.toml").read_text()
-    return {e["name"]: e for e in tomllib.loads(text)["example"]}
+    return {e["name"]: e for e in scenarios.data("examples")["example"]}
 
 
 def get_example(name: str) -> dict[str, Any]:
@@ -65,8 +63,8 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
     tab, params = example_params(name, overrides)
     if tab == "planner":
-        from model.report_dict import estimate_to_dict
-        from optimizer.inputs import build_case
+        from trainplan.model.report_dict import estimate_to_dict
+        from trainplan.optimizer.inputs import build_case
 
         case = build_case(params)
         out = estimate_to_dict(case.evaluate())
@@ -74,7 +72,7 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     else:
         import inspect
 
-        from optimizer.tabs import TAB_REPORTS
+        from trainplan.optimizer.tabs import TAB_REPORTS
 
         accepted = set(inspect.signature(TAB_REPORTS[tab]).parameters)
         unknown = sorted(set(params) - accepted)

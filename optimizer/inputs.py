@@ -12,16 +12,23 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, overload
 
-from model.errors import InputError
-from model.estimate import Estimate, evaluate
-from model.hardware import ClusterLinks, DeviceSpec
-from model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
-from model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding, TrainingSpec
-from model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
-from model.units import parse_number
-from optimizer.catalogue import get_model
-from topology.accelerators import get_accelerator
-from topology.placement import axis_links
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import Estimate, evaluate
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.specs import (
+    Architecture,
+    Mlp,
+    ModelSpec,
+    Norm,
+    PositionEmbedding,
+    TrainingSpec,
+)
+from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
+from trainplan.model.units import parse_number
+from trainplan.optimizer.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.placement import axis_links
 
 __all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "DIM_KEYS", "links_for"]
 
@@ -112,7 +119,7 @@ def links_for(
     degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
     if not fabric:
         return axis_links(degrees, links, layout.rank_order)
-    from topology.graph import build_cluster
+    from trainplan.topology.graph import build_cluster
 
     graph = build_cluster(
         layout.num_gpus,
@@ -138,7 +145,7 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
     if isinstance(value, (int, Fraction, float)):
         frac = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
     else:
-        from model.units import parse_number
+        from trainplan.model.units import parse_number
 
         frac = parse_number(value, key)
     if frac.denominator != 1 or frac < 1:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from model.checkpointing import tensor_state
-from model.errors import InputError
+from trainplan.model.checkpointing import tensor_state
+from trainplan.model.errors import InputError
 
 __all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
 

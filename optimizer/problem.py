@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 
-from model.errors import InputError
-from optimizer.inputs import Case
-from optimizer.space import SearchSpace
+from trainplan.model.errors import InputError
+from trainplan.optimizer.inputs import Case
+from trainplan.optimizer.space import SearchSpace
 
 __all__ = [
     "Objective",
@@ -103,7 +103,7 @@ def gpu_counts(text: str) -> list[int]:
     >>> gpu_counts("2048,4096")
     [2048, 4096]
     """
-    from model.units import parse_count
+    from trainplan.model.units import parse_count
 
     text = str(text).strip()
     if ".." in text:

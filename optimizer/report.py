@@ -10,7 +10,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from model.layout import SEARCHED_FIELDS
+from trainplan.model.layout import SEARCHED_FIELDS
 
 __all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
 

@@ -27,13 +27,18 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from model.errors import InputError, ScenarioError
-from model.layout import Recompute
-from model.pipeline import Schedule
-from model.units import parse_count, parse_number
-from optimizer.inputs import DIM_KEYS, build_case
-from optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
-from optimizer.space import DEFAULT_RANK_ORDER, DEFAULT_VIRTUAL_STAGES, SearchSpace, divisors
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.layout import Recompute
+from trainplan.model.pipeline import Schedule
+from trainplan.model.units import parse_count, parse_number
+from trainplan.optimizer.inputs import DIM_KEYS, build_case
+from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
+from trainplan.optimizer.space import (
+    DEFAULT_RANK_ORDER,
+    DEFAULT_VIRTUAL_STAGES,
+    SearchSpace,
+    divisors,
+)
 
 __all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
 
@@ -230,8 +235,8 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     """Depth variants of a catalogue model (same width): the ``params`` objective's family."""
     from dataclasses import replace
 
-    from model.specs import ModelSpec
-    from optimizer.catalogue import get_model
+    from trainplan.model.specs import ModelSpec
+    from trainplan.optimizer.catalogue import get_model
 
     entry = get_model(model_name)
     arch = entry.model.arch

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from model.errors import InfeasibleError
-from model.estimate import Estimate, objective_ns
-from optimizer.cpsat import Candidate, LayoutModel
-from optimizer.problem import Job, Objective, Problem
-from optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from optimizer.tables import CostTables, build_tables, objective_tables
+from trainplan.model.errors import InfeasibleError
+from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.optimizer.cpsat import Candidate, LayoutModel
+from trainplan.optimizer.problem import Job, Objective, Problem
+from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
+from trainplan.optimizer.tables import CostTables, build_tables, objective_tables
 
 __all__ = [
     "Answer",
@@ -260,7 +260,7 @@ def search(
 
 
 def _count(job: Job) -> int:
-    from model.params import count_params
+    from trainplan.model.params import count_params
 
     assert job.case.model.arch is not None
     return count_params(job.case.model.arch).total

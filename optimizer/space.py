@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.errors import LayoutError
-from model.layout import Layout, Recompute, validate
-from model.pipeline import Schedule
-from model.specs import ModelSpec, TrainingSpec
+from trainplan.model.errors import LayoutError
+from trainplan.model.layout import Layout, Recompute, validate
+from trainplan.model.pipeline import Schedule
+from trainplan.model.specs import ModelSpec, TrainingSpec
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Megatron-LM's default order, inner to outer."""

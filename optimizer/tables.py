@@ -24,18 +24,18 @@ from fractions import Fraction
 
 import numpy as np
 
-from model.errors import InputError
-from model.estimate import (
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import (
     objective_ns,
     stage_activation_list,
     stage_states,
     time_terms,
     traffic_rows,
 )
-from model.layout import Recompute
-from optimizer.inputs import links_for
-from optimizer.problem import Job, Problem, objective_factor
-from optimizer.space import SearchSpace, Shape, legal_shapes
+from trainplan.model.layout import Recompute
+from trainplan.optimizer.inputs import links_for
+from trainplan.optimizer.problem import Job, Problem, objective_factor
+from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = ["CostTables", "build_tables", "MAX_ROWS"]
 
@@ -220,8 +220,8 @@ def build_tables(
     InputError
         When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    from model.flops import step_flops
-    from model.params import count_params
+    from trainplan.model.flops import step_flops
+    from trainplan.model.params import count_params
 
     space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
     shapes: list[Shape] = []

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from model import checkpointing as ck
-from model import mfu as mf
-from model import rlhf as rl
-from model.errors import InputError
-from model.pipeline import bubble_fraction, bubble_ratio
-from model.schedule import simulate
-from model.units import as_json_number, parse_count, parse_number
+from trainplan.model import checkpointing as ck
+from trainplan.model import mfu as mf
+from trainplan.model import rlhf as rl
+from trainplan.model.errors import InputError
+from trainplan.model.pipeline import bubble_fraction, bubble_ratio
+from trainplan.model.schedule import simulate
+from trainplan.model.units import as_json_number, parse_count, parse_number
 
 __all__ = [
     "pipeline_report",
@@ -146,7 +146,7 @@ def resolve_peak(gpu: str | None, peak_tflops: Any) -> tuple[Fraction, str]:
         return _pos("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
     if gpu is None:
         raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
-    from topology.accelerators import get_accelerator  # optimizer ← topology; lazy
+    from trainplan.topology.accelerators import get_accelerator  # optimizer ← topology; lazy
 
     device = get_accelerator(gpu)
     return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"

@@ -12,10 +12,10 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from model.errors import ScenarioError
-from model.units import closest_names
+from trainplan.model.errors import ScenarioError
+from trainplan.model.units import closest_names
 
-__all__ = ["names", "load"]
+__all__ = ["names", "load", "data"]
 
 
 def _folder(kind: str) -> Traversable:
@@ -72,3 +72,32 @@ def load(kind: str, name: str) -> dict[str, Any]:
         return tomllib.loads(entry.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(f"scenarios/{kind}/{name}.toml: invalid TOML: {err}") from None
+
+
+DATA_FILES = ("examples", "published")
+"""The package's top-level data files: ``examples.toml`` (the original tool's 21 named examples
+and the figures each must show) and ``published.toml`` (papers' tables: Megatron-LM 2021 Table 1,
+Korthikanti et al. 2022 Tables 3 and 5, Llama 3 Table 4, the ZeRO paper's Table 1, …; each table
+names its source in the file)."""
+
+
+def data(name: str) -> dict[str, Any]:
+    """The parsed ``scenarios/<name>.toml``, one of :data:`DATA_FILES`; read through
+    :mod:`importlib.resources`, so an installed wheel finds it as a checkout does.
+
+    Raises
+    ------
+    ScenarioError
+        For a name not in :data:`DATA_FILES`.
+
+    Examples
+    --------
+    >>> data("published")["megatron_table1"][0]["columns"][:3]
+    ['params_b', 'heads', 'hidden']
+    >>> len(data("examples")["example"])
+    21
+    """
+    if name not in DATA_FILES:
+        raise ScenarioError(f"unknown data file {name!r}; {closest_names(name, list(DATA_FILES))}")
+    text = resources.files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)

@@ -18,8 +18,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-import optimizer.cli as cli_module
-from optimizer.cli import cli, main
+import trainplan.optimizer.cli as cli_module
+from trainplan.optimizer.cli import cli, main
 
 cli_module._register()
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from model.layout import Layout
-from model.memory import stage_activations
-from model.pipeline import interleaved_chunks_held, microbatches_in_flight
-from model.specs import TrainingSpec
-from optimizer.catalogue import get_model
-from optimizer.fidelity import (
+from trainplan.model.layout import Layout
+from trainplan.model.memory import stage_activations
+from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
+from trainplan.model.specs import TrainingSpec
+from trainplan.optimizer.catalogue import get_model
+from trainplan.optimizer.fidelity import (
     CALIBRATION_ROWS,
     appendix_b_530b,
     build_run_case,

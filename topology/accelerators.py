@@ -18,9 +18,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from model.errors import ScenarioError
-from model.hardware import DeviceSpec
-from model.units import GB, GIB, closest_names
+from trainplan.model.errors import ScenarioError
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.units import GB, GIB, closest_names
 
 __all__ = ["load_accelerators", "get_accelerator", "accelerator_rows", "ALIASES", "TABLE_FILE"]
 
@@ -148,7 +148,7 @@ def _devices_from_text(text: str) -> dict[str, DeviceSpec]:
 
 @cache
 def _table_text() -> str:
-    return resources.files("topology").joinpath(TABLE_FILE).read_text(encoding="utf-8")
+    return resources.files("trainplan.topology").joinpath(TABLE_FILE).read_text(encoding="utf-8")
 
 
 @cache

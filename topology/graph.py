@@ -25,8 +25,8 @@ from typing import Any
 
 import networkx as nx
 
-from model.errors import InputError
-from model.hardware import DeviceSpec
+from trainplan.model.errors import InputError
+from trainplan.model.hardware import DeviceSpec
 
 __all__ = [
     "build_cluster",
@@ -225,11 +225,11 @@ def cluster_for_device(device: DeviceSpec, num_gpus: int, **options: Any) -> nx.
 
     Examples
     --------
-    >>> from topology.accelerators import get_accelerator
+    >>> from trainplan.topology.accelerators import get_accelerator
     >>> cluster_for_device(get_accelerator("H100"), 16).graph["nvlink_domain"]
     8
     """
-    from model.hardware import ClusterLinks
+    from trainplan.model.hardware import ClusterLinks
 
     links = ClusterLinks.from_device(device)
     return build_cluster(

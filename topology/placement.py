@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from model.errors import LayoutError
-from model.hardware import ClusterLinks
+from trainplan.model.errors import LayoutError
+from trainplan.model.hardware import ClusterLinks
 
 if TYPE_CHECKING:  # networkx is imported only when a graph is given (it is slow to import)
     import networkx as nx
@@ -270,6 +270,6 @@ def axis_links(
 
 
 def _bottleneck(graph: nx.Graph, group: list[int]) -> float:
-    from topology.graph import bottleneck_bandwidth
+    from trainplan.topology.graph import bottleneck_bandwidth
 
     return bottleneck_bandwidth(graph, group)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from optimizer.cli.common import run_guarded
+from trainplan.optimizer.cli.common import run_guarded
 
 __all__ = ["main", "cli"]
 
@@ -20,7 +20,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from optimizer.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
+    from trainplan.optimizer.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from model.errors import PlannerError
-from model.units import parse_count, parse_number
+from trainplan.model.errors import PlannerError
+from trainplan.model.units import parse_count, parse_number
 
 __all__ = ["run_guarded", "NUMBER", "COUNT", "echo_json", "fail"]
 

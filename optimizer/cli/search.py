@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from model.errors import InfeasibleError
-from model.layout import Recompute
-from model.pipeline import Schedule
-from optimizer.cli import cli
-from optimizer.cli.common import COUNT, NUMBER, echo_json
-from optimizer.cli.planner import _overlap, cluster_options, model_options
-from optimizer.inputs import DIM_KEYS
-from optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
+from trainplan.model.errors import InfeasibleError
+from trainplan.model.layout import Recompute
+from trainplan.model.pipeline import Schedule
+from trainplan.optimizer.cli import cli
+from trainplan.optimizer.cli.common import COUNT, NUMBER, echo_json
+from trainplan.optimizer.cli.planner import _overlap, cluster_options, model_options
+from trainplan.optimizer.inputs import DIM_KEYS
+from trainplan.optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
 
 _SPACE = tuple(sorted(SPACE_KEYS))
 _CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
@@ -112,7 +112,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _problem(kw: dict[str, Any], objective: str | None = None):
-    from optimizer.scenario import build_problem, load_scenario
+    from trainplan.optimizer.scenario import build_problem, load_scenario
 
     file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
     cli_values: dict[str, Any] = {
@@ -144,7 +144,7 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:
-    from model.errors import InputError
+    from trainplan.model.errors import InputError
 
     if kw.get("time_limit") is None:
         return None
@@ -206,15 +206,15 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
 
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
-    from model.report_dict import estimate_to_dict
-    from optimizer.report import evaluate_text
-    from optimizer.search import search
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.report import evaluate_text
+    from trainplan.optimizer.search import search
 
     kw["max_layers"] = kw.get("max_layers")
     problem = _problem(kw, "params" if maximize else None)
     limit = _time_limit(kw)
     try:
-        from optimizer.search import prepare
+        from trainplan.optimizer.search import prepare
 
         prepared = prepare(problem, _table_progress(as_json))
         result = search(problem, top, limit, kw["workers"], _progress(as_json), prepared=prepared)
@@ -223,8 +223,8 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         return
     if _progress(as_json):
         click.echo("", err=True)
-    from optimizer.problem import objective_unit
-    from optimizer.tables import objective_divisor
+    from trainplan.optimizer.problem import objective_unit
+    from trainplan.optimizer.tables import objective_divisor
 
     unit = objective_unit(problem, objective_divisor(problem, prepared[0]))
     answers = []
@@ -283,14 +283,14 @@ def frontier_cmd(
 
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
-    from model.report_dict import estimate_to_dict
-    from optimizer.report import frontier_row, frontier_text, write_csv
-    from optimizer.search import frontier
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.report import frontier_row, frontier_text, write_csv
+    from trainplan.optimizer.search import frontier
 
     problem = _problem(kw)
     limit = _time_limit(kw)
     try:
-        from optimizer.search import prepare
+        from trainplan.optimizer.search import prepare
 
         prepared = prepare(problem, _table_progress(as_json))
         result = frontier(problem, against, limit, kw["workers"], prepared=prepared)
@@ -306,7 +306,7 @@ def frontier_cmd(
     if csv_path:
         write_csv(rows, csv_path)
     if png_path:
-        from optimizer.plots import frontier_chart
+        from trainplan.optimizer.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
     if as_json:

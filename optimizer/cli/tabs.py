@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
-from model.checkpointing import tensor_state
-from model.errors import PlannerError
-from optimizer import tabs
-from optimizer.cli import cli
-from optimizer.cli.common import echo_json, fail
+from trainplan.model.checkpointing import tensor_state
+from trainplan.model.errors import PlannerError
+from trainplan.optimizer import tabs
+from trainplan.optimizer.cli import cli
+from trainplan.optimizer.cli.common import echo_json, fail
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
@@ -133,7 +133,7 @@ def pipeline_cmd(
     r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
     for path in (png, svg):
         if path:
-            from optimizer import plots
+            from trainplan.optimizer import plots
 
             plots.pipeline_chart(r, path)
     if as_json:
@@ -250,7 +250,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
     r = tabs.ckpt_report(layers, every, labels, step)
     if gif or chart:
-        from optimizer import plots
+        from trainplan.optimizer import plots
 
         if gif:
             plots.ckpt_gif(r, gif, delay)

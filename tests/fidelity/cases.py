@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
-from model.activations import ActivationContext, LayerActivations, layer_activations
-from model.layout import Layout
-from model.memory import sqrt_segment, stage_activations
-from model.specs import Architecture, MoESpec, TrainingSpec
 from tests.fidelity import harness as H
 from tests.fidelity.harness import Dims
+from trainplan.model.activations import ActivationContext, LayerActivations, layer_activations
+from trainplan.model.layout import Layout
+from trainplan.model.memory import sqrt_segment, stage_activations
+from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
 
 # (name, harness kind, flash)
 KINDS = (

@@ -155,9 +155,9 @@ def _int(x: Fraction) -> str:
 
 
 def _state() -> str:
-    from model.layout import Layout
-    from model.memory import model_state
-    from model.specs import TrainingSpec
+    from trainplan.model.layout import Layout
+    from trainplan.model.memory import model_state
+    from trainplan.model.specs import TrainingSpec
 
     lines = [
         "\n## Model state: mixed-precision AdamW, bytes per parameter\n\n"

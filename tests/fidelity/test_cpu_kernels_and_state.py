@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from model.layout import Layout  # noqa: E402
-from model.memory import model_state  # noqa: E402
-from model.specs import TrainingSpec  # noqa: E402
 from tests.fidelity import cases as C  # noqa: E402
 from tests.fidelity import harness as H  # noqa: E402
+from trainplan.model.layout import Layout  # noqa: E402
+from trainplan.model.memory import model_state  # noqa: E402
+from trainplan.model.specs import TrainingSpec  # noqa: E402
 
 
 @pytest.mark.parametrize(("kind", "norm_kind"), [("gpt", "layernorm"), ("llama", "rmsnorm")])

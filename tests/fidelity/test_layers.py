@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from model.layout import Layout  # noqa: E402
-from model.memory import stage_activations  # noqa: E402
-from model.specs import TrainingSpec  # noqa: E402
 from tests.fidelity import cases as C  # noqa: E402
+from trainplan.model.layout import Layout  # noqa: E402
+from trainplan.model.memory import stage_activations  # noqa: E402
+from trainplan.model.specs import TrainingSpec  # noqa: E402
 
 CASES = [
     pytest.param(label, kind, flash, dims, mode, id=f"{kind}{'-sdpa' if flash else ''}-{dims.label()}-{mode}".replace(" ", ","))
@@ -93,8 +93,8 @@ def test_stack_prediction_uses_stage_activations():
 
 
 def test_unknown_convention_is_an_input_error():
-    from model.activations import ActivationContext
-    from model.errors import InputError
+    from trainplan.model.activations import ActivationContext
+    from trainplan.model.errors import InputError
 
     with pytest.raises(InputError):
         TrainingSpec(seq_len=8, global_batch_size=1, activation_convention="tf")

@@ -1,20 +1,18 @@
-"""Paths to the project's shared case files (``../shared/cases`` next to the repository root)."""
+"""The project's reference tables, read from the installed package (``scenarios/published.toml``
+and ``scenarios/examples.toml``, each table with its source): nothing outside the repository."""
 
 from __future__ import annotations
 
-import tomllib
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CASES = REPO_ROOT.parent / "shared" / "cases"
+from trainplan import scenarios
+
+_FILES = {"published.toml": "published", "seed_examples.toml": "examples"}
 
 
-@cache
 def load(name: str) -> dict[str, Any]:
-    """A TOML file of ``../shared/cases`` (``published.toml``, ``seed_examples.toml``)."""
-    return tomllib.loads((CASES / name).read_text())
+    """A data file of the package by its file name (``published.toml``, ``seed_examples.toml``)."""
+    return scenarios.data(_FILES[name])
 
 
 def table_rows(name: str, table: str) -> list[dict[str, Any]]:

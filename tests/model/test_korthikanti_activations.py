@@ -1,5 +1,5 @@
 """Korthikanti et al. 2022 (arXiv 2205.05198) activation formulas, every entry of
-``../shared/cases/published.toml`` ``korthikanti_activation_formulas``, on GPT-3 175B dimensions
+``scenarios/published.toml`` ``korthikanti_activation_formulas``, on GPT-3 175B dimensions
 (``get_model("gpt3-175b")``: h 12288, a 96, 96 layers), s = 2048, b = 1, t = 8, FlashAttention off,
 dropout on, 16-bit activations. The formula strings are read from the file and evaluated exactly."""
 
@@ -9,13 +9,13 @@ from fractions import Fraction
 
 import pytest
 
-from model.activations import ActivationContext, layer_activations
-from model.layout import Layout
-from model.memory import stage_activations
-from model.params import split_layers
-from model.specs import TrainingSpec
-from optimizer.catalogue import get_model
-from optimizer.inputs import build_case
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.layout import Layout
+from trainplan.model.memory import stage_activations
+from trainplan.model.params import split_layers
+from trainplan.model.specs import TrainingSpec
+from trainplan.optimizer.catalogue import get_model
+from trainplan.optimizer.inputs import build_case
 
 from ._shared import load
 

@@ -1,5 +1,5 @@
 """Megatron-LM (Narayanan et al. 2021, SC'21) Table 1, every row of
-``../shared/cases/published.toml`` ``megatron_table1``: Eq. 2 parameter counts and Eq. 3 FLOPs
+``scenarios/published.toml`` ``megatron_table1``: Eq. 2 parameter counts and Eq. 3 FLOPs
 per iteration on the catalogue's ``megatron-*`` models (GPT conventions: learned positions,
 biases, LayerNorm, tied embeddings, V = 51200, s = 2048), and Korthikanti et al. 2022's model
 FLOPs (Appendix A)."""
@@ -11,11 +11,16 @@ from fractions import Fraction
 
 import pytest
 
-from model.flops import MfuConvention, korthikanti_model_flops, megatron_eq3_flops, step_flops
-from model.layout import Recompute
-from model.params import count_params, megatron_eq2_params
-from model.specs import Norm, PositionEmbedding
-from optimizer.catalogue import get_model, model_names
+from trainplan.model.flops import (
+    MfuConvention,
+    korthikanti_model_flops,
+    megatron_eq3_flops,
+    step_flops,
+)
+from trainplan.model.layout import Recompute
+from trainplan.model.params import count_params, megatron_eq2_params
+from trainplan.model.specs import Norm, PositionEmbedding
+from trainplan.optimizer.catalogue import get_model, model_names
 
 from ._shared import table_meta, table_rows
 

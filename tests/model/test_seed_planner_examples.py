@@ -1,6 +1,6 @@
-"""Every planner example of ``../shared/cases/seed_examples.toml`` to its stated figures.
+"""Every planner example of ``scenarios/examples.toml`` to its stated figures.
 
-Lookup rules as ``../shared/checks/seed_examples.py``: a key is found at any depth of the JSON
+Lookup rules as the project brief's outside check of the examples: a key is found at any depth of the JSON
 object (outside ``zero_table``) and every occurrence must agree; the ZeRO-table figures are read
 from the ``zero_table`` rows in stage order; plain numbers match to a relative 1e-6 (TOML integers
 exactly); ``{value, rel}`` / ``{values, rel}`` use the given tolerance; lists compare element-wise.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.examples import run_example
+from trainplan.optimizer.examples import run_example
 
 from ._shared import load
 

@@ -1,5 +1,5 @@
 """ZeRO (Rajbhandari et al. 2019) Table 1: model state per device, ZeRO-1/2/3, every row of
-``../shared/cases/published.toml`` ``zero_table1`` within the file's ``rel`` (the paper truncates
+``scenarios/published.toml`` ``zero_table1`` within the file's ``rel`` (the paper truncates
 a few cells, e.g. 1.875 → 1.88, 513.5 → 513).
 
 A cell matches within ``rel`` or within half a unit of its last printed digit, whichever is
@@ -13,9 +13,9 @@ from fractions import Fraction
 
 import pytest
 
-from model.layout import Layout
-from model.memory import model_state
-from model.specs import TrainingSpec
+from trainplan.model.layout import Layout
+from trainplan.model.memory import model_state
+from trainplan.model.specs import TrainingSpec
 
 from ._shared import table_meta, table_rows
 

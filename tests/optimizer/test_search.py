@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from model.errors import InfeasibleError
-from optimizer import enumerate as oracle
-from optimizer.inputs import build_case
-from optimizer.problem import Constraints, Job, Problem
-from optimizer.search import prepare, search
-from optimizer.space import SearchSpace
+from trainplan.model.errors import InfeasibleError
+from trainplan.optimizer import enumerate as oracle
+from trainplan.optimizer.inputs import build_case
+from trainplan.optimizer.problem import Constraints, Job, Problem
+from trainplan.optimizer.search import prepare, search
+from trainplan.optimizer.space import SearchSpace
 
 # Small scenarios: several models, GPUs (memory binding or not), GPU counts, batches and lengths.
 SCENARIOS = [
@@ -88,7 +88,7 @@ def test_infeasible_names_min_mfu_alone():
 
 
 def test_search_cli_json_and_infeasible_exit_code():
-    from optimizer.cli import _register, cli
+    from trainplan.optimizer.cli import _register, cli
 
     _register()
     runner = CliRunner()

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from model.errors import InfeasibleError, InputError, ScenarioError
-from optimizer.cli import _register, cli
-from optimizer.inputs import build_case
-from optimizer.problem import Objective, gpu_counts
-from optimizer.scenario import build_problem, load_scenario
-from optimizer.search import frontier, search
+from trainplan.model.errors import InfeasibleError, InputError, ScenarioError
+from trainplan.optimizer.cli import _register, cli
+from trainplan.optimizer.inputs import build_case
+from trainplan.optimizer.problem import Objective, gpu_counts
+from trainplan.optimizer.scenario import build_problem, load_scenario
+from trainplan.optimizer.search import frontier, search
 
 _register()
 SMALL = {
@@ -91,6 +91,7 @@ def test_cost_objective_needs_prices():
     assert search(problem).best.job.gpu_hour_price == 2.5
 
 
+@pytest.mark.slow
 def test_maximize_params_finds_the_deepest_member_that_fits():
     problem = build_problem({}, {**SMALL, "gpus": "8", "objective": "params", "max_layers": 96})
     best = search(problem).best
@@ -294,7 +295,7 @@ def test_parallel_tables_equal_serial(monkeypatch):
     """Large tables are built by two forked processes; the arrays are the same as one process's."""
     import numpy as np
 
-    from optimizer import tables as t
+    from trainplan.optimizer import tables as t
 
     problem = build_problem({}, {**SMALL, "gpus": "8,16"})
     monkeypatch.setenv("TRAINPLAN_SERIAL", "1")

@@ -1,4 +1,4 @@
-"""Every pipeline, mfu, ckpt and rlhf example of cases/seed_examples.toml, read from the file.
+"""Every pipeline, mfu, ckpt and rlhf example of ``scenarios/examples.toml``, read from the package.
 
 The figures are compared the way ``shared/checks/seed_examples.py`` does (a key anywhere in the
 report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
@@ -7,18 +7,16 @@ report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
 
 import json
 import math
-import tomllib
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-import optimizer.cli.tabs  # noqa: F401  (registers the commands)
-from optimizer.cli import cli
-from optimizer.tabs import TAB_REPORTS
+import trainplan.optimizer.cli.tabs  # noqa: F401  (registers the commands)
+from trainplan import scenarios
+from trainplan.optimizer.cli import cli
+from trainplan.optimizer.tabs import TAB_REPORTS
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "seed_examples.toml"
-EXAMPLES = [e for e in tomllib.loads(CASES.read_text())["example"] if e["tab"] in TAB_REPORTS]
+EXAMPLES = [e for e in scenarios.data("examples")["example"] if e["tab"] in TAB_REPORTS]
 
 
 def find_all(obj, key):

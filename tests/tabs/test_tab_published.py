@@ -1,17 +1,14 @@
 """Published MFU/HFU figures: Korthikanti et al. 2022 Table 5 and PaLM Table 3's MT-NLG row."""
 
 import math
-import tomllib
-from pathlib import Path
 
 import pytest
 
-from model.mfu import korthikanti_flops, utilisation
-from optimizer.tabs import mfu_report
+from trainplan import scenarios
+from trainplan.model.mfu import korthikanti_flops, utilisation
+from trainplan.optimizer.tabs import mfu_report
 
-PUBLISHED = tomllib.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "cases" / "published.toml").read_text()
-)
+PUBLISHED = scenarios.data("published")
 K5 = PUBLISHED["korthikanti_table5"][0]
 A100_PEAK = 312 * 10**12
 VOCAB, SEQ = 51200, 2048  # Korthikanti et al. 2022, Table 3

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from model.errors import ScenarioError
-from topology import accelerators
-from topology.accelerators import (
+from trainplan.model.errors import ScenarioError
+from trainplan.topology import accelerators
+from trainplan.topology.accelerators import (
     _devices_from_text,
     accelerator_rows,
     get_accelerator,

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from model.errors import InputError
-from topology.accelerators import get_accelerator
-from topology.graph import (
+from trainplan.model.errors import InputError
+from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.graph import (
     bottleneck_bandwidth,
     build_cluster,
     cluster_for_device,

@@ -2,10 +2,10 @@
 
 import pytest
 
-from model.errors import LayoutError
-from model.hardware import ClusterLinks
-from topology.graph import build_cluster
-from topology.placement import (
+from trainplan.model.errors import LayoutError
+from trainplan.model.hardware import ClusterLinks
+from trainplan.topology.graph import build_cluster
+from trainplan.topology.placement import (
     AXES,
     axis_groups,
     axis_links,
