@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
 
@@ -30,6 +31,14 @@ class AxisTraffic:
     """Ranks in one group of this axis."""
     bytes_per_step: Fraction
     """Bytes sent by one GPU per optimizer step."""
+    microbatch_bytes: Fraction = Fraction(0)
+    """Of ``bytes_per_step``, what recurs once per micro-batch, for one micro-batch (per-micro-
+    batch gradient reduce-scatters and ZeRO-3 gathers; 0 when everything is sent once per step).
+    Exposed time treats it apart (:func:`model.estimate.time_terms`)."""
+    hidden_bytes: Fraction = Fraction(0)
+    """Of ``bytes_per_step``, what the framework runs under a matmul by construction, so it is
+    never exposed (Megatron-Core's backward re-gather of a sequence-parallel input, launched
+    asynchronously under the input-gradient GEMM)."""
 
 
 def _ring(n: int) -> Fraction:
@@ -44,36 +53,64 @@ def dp_traffic(
     zero_stage: int | None = None,
     regather_per_microbatch: bool = False,
 ) -> AxisTraffic:
-    """Data-parallel gradient traffic over D = dp·cp ranks (experts over dp·cp/ep).
+    """Data-parallel traffic over D = dp·cp ranks (experts over D_e), as the layout's framework
+    runs the ZeRO stage (:meth:`model.frameworks.Mechanism.traffic_terms`): per parameter
+    ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``.
 
-    ZeRO-0/1/2: ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the all-gather of the
-    updated weights); ZeRO-3 adds one all-gather of the weights: ``3·(D−1)/D · 2·P`` (1.5×;
-    Rajbhandari et al. 2019 §7). ``regather_per_microbatch`` (off by default, as in the seed)
-    makes ZeRO-3 gather the weights before every micro-batch's forward and backward instead:
-    ``(D−1)/D·2·P·(1 + 2m)``. P = parameters on this GPU (after tp/pp/ep split).
+    ``textbook``: ZeRO-0/1/2 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
+    all-gather of the updated weights); ZeRO-3 adds one all-gather: ``3·(D−1)/D · 2·P`` (1.5×;
+    Rajbhandari et al. 2019 §7); ``regather_per_microbatch`` gathers before every micro-batch's
+    forward and backward instead: ``(D−1)/D·2·P·(1 + 2m)``. Physical profiles send what their
+    mechanism sends: e.g. Megatron's distributed optimizer a reduce-scatter of FP32 gradients and
+    an all-gather of bf16 weights once per step, FSDP2 ZeRO-3 two bf16 gathers and one FP32
+    reduce-scatter per micro-batch. P = parameters on this GPU (after tp/pp/ep split).
 
     Examples
     --------
     >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
-    >>> dp_traffic(Fraction(70 * 10**9), Fraction(0), Layout(dp=64, zero_stage=3), t).bytes_per_step
+    >>> lay = Layout(dp=64, zero_stage=3, framework="textbook")
+    >>> dp_traffic(Fraction(70 * 10**9), Fraction(0), lay, t).bytes_per_step
     Fraction(413437500000, 1)
+
+    FSDP2 ZeRO-3, m = 1: (2 + 2 + 4)·(63/64)·P, all of it per micro-batch.
+
+    >>> f = dp_traffic(Fraction(70 * 10**9), Fraction(0), lay.with_(framework="fsdp2"), t)
+    >>> f.bytes_per_step == f.microbatch_bytes == 8 * Fraction(63, 64) * 70 * 10**9
+    True
     """
     stage = layout.zero_stage if zero_stage is None else zero_stage
-    g, w = training.gradient_bytes, training.weight_bytes
-    if stage == 0:  # all-reduce of the gradients: a reduce-scatter and an all-gather of g bytes
-        per_param, name = 2 * g, "all-reduce"
-    elif stage < 3:  # reduce-scatter the gradients, all-gather the updated (bf16) weights
-        per_param, name = g + w, "reduce-scatter + all-gather"
-    elif regather_per_microbatch:
-        m = layout.num_microbatches(training.global_batch_size)
-        per_param, name = g + w * 2 * m, "reduce-scatter + all-gather per micro-batch (fwd, bwd)"
-    else:
-        per_param, name = g + 2 * w, "reduce-scatter + 2 all-gathers"
-    total = _ring(layout.shard_degree) * per_param * dense_params
+    mech = mechanism(
+        layout.framework,
+        stage,
+        training.weight_bytes,
+        training.gradient_bytes,
+        training.optimizer_bytes,
+        regather_per_microbatch,
+    )
+    per_step, per_mb = mech.traffic_terms()
+    m = layout.num_microbatches(training.global_batch_size)
+    ring = _ring(layout.shard_degree) * dense_params
     if expert_params:
-        total += _ring(layout.expert_shard_degree) * per_param * expert_params
-    return AxisTraffic("dp", name, layout.shard_degree, total)
+        ring += _ring(layout.expert_shard_degree) * expert_params
+    return AxisTraffic(
+        "dp", _dp_name(mech), layout.shard_degree, ring * (per_step + m * per_mb), ring * per_mb
+    )
+
+
+def _dp_name(mech: Mechanism) -> str:
+    """The collectives of a mechanism, named with their dtype and how often they run."""
+    dtype = {2: "bf16", 4: "fp32"}.get(mech.reduce_bytes, f"{mech.reduce_bytes}-byte")
+    reduce = f"{'all-reduce' if mech.all_reduce else 'reduce-scatter'} ({dtype})"
+    reduce += " per micro-batch" if mech.reduce_per_microbatch else ""
+    parts = [reduce]
+    if mech.gathers_per_step:
+        times = "" if mech.gathers_per_step == 1 else f"{mech.gathers_per_step} × "
+        parts.append(f"{times}all-gather per step")
+    if mech.gathers_per_microbatch:
+        what = "fwd, bwd" if mech.gathers_per_microbatch == 2 else "fwd"
+        parts.append(f"all-gather per micro-batch ({what})")
+    return " + ".join(parts)
 
 
 def _passes(recompute: Recompute, attention_core: bool = False) -> int:
@@ -84,11 +121,35 @@ def _passes(recompute: Recompute, attention_core: bool = False) -> int:
 
 
 def tp_traffic(
-    arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec
+    arch: Architecture,
+    num_layers: int,
+    layout: Layout,
+    training: TrainingSpec,
+    first: bool = False,
+    last: bool = False,
+    num_moe_layers: int = 0,
 ) -> AxisTraffic:
-    """Tensor-parallel traffic: per layer, per micro-batch, per pass, 2 all-gathers + 2
-    reduce-scatters of ``β·S_tok·h`` (sequence parallel) or 2 all-reduces (without), the same
-    bytes: ``4·(t−1)/t·β·S_tok·h``. Korthikanti et al. 2022 §4.2.2.
+    """Tensor-parallel traffic of one pipeline stage holding ``num_layers`` layers
+    (``num_moe_layers`` of them MoE; ``first`` / ``last``: it holds the embedding / the output
+    layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
+
+    ``textbook`` (SPEC.md; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
+    (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
+    parallelism, or 2 all-reduces without — ``4·one`` either way.
+
+    Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward
+    all-gathers each column-parallel layer's input again for its weight gradient (the forward
+    kept only the local shard: ``LinearWithGradAccumulationAndAsyncCommunication``), so backward
+    sends ``6·one`` — the re-gather launched asynchronously under the input-gradient GEMM, so it
+    is counted as traffic but never exposed (:attr:`AxisTraffic.hidden_bytes`); the first stage reduce-scatters (SP) or all-reduces the vocab-parallel
+    embedding's output (``2·one`` over forward and backward); the last stage gathers the final
+    norm's output for the vocab-parallel output layer and again in backward, and reduce-scatters
+    its gradient (``3·one``; without SP an all-reduce of the input gradient, ``2·one``), and the
+    vocab-parallel cross-entropy all-reduces three fp32 values per token (max logit, Σ exp,
+    target logit; ``vocab_parallel_cross_entropy``); with expert tensor parallelism (etp > 1)
+    every MoE layer all-gathers its routed tokens over etp before the experts and
+    reduce-scatters after (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and
+    recomputed forward.
 
     Examples
     --------
@@ -96,39 +157,77 @@ def tp_traffic(
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
-    >>> tp_traffic(arch, 1, Layout(tp=2), t).bytes_per_step == 2 * 4 * Fraction(1, 2) * 2 * 4 * 8
+    >>> tb = Layout(tp=2, framework="textbook")
+    >>> tp_traffic(arch, 1, tb, t).bytes_per_step == 2 * 4 * Fraction(1, 2) * 2 * 4 * 8
+    True
+    >>> tp_traffic(arch, 1, tb.with_(framework="megatron"), t).bytes_per_step == 10 * 32
     True
     """
-    if layout.tp == 1:
+    expert_tp = layout.expert_tp if num_moe_layers and arch.moe is not None else 1
+    if layout.tp == 1 and expert_tp == 1:
         return AxisTraffic("tp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
+    beta = training.activation_bytes
     tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
-    per_pass = 4 * _ring(layout.tp) * training.activation_bytes * tokens * arch.hidden_size
+    one = _ring(layout.tp) * beta * tokens * arch.hidden_size
+    physical = layout.framework.physical
+    recompute = layout.recompute in (Recompute.FULL, Recompute.SQRT)
+    regather = 2 if physical and layout.sp else 0
+    per_mb = (4 + 4 + regather + (4 if recompute else 0)) * one * num_layers
+    hidden = regather * one * num_layers * m
     name = "all-gather + reduce-scatter" if layout.sp else "all-reduce"
-    total = per_pass * _passes(layout.recompute) * num_layers * m
-    return AxisTraffic("tp", name, layout.tp, total)
+    if physical:
+        if first:
+            per_mb += 2 * one
+        if last:
+            per_mb += (3 if layout.sp else 2) * one
+            per_mb += 3 * 2 * _ring(layout.tp) * 4 * tokens  # cross-entropy's fp32 all-reduces
+        if expert_tp > 1:
+            assert arch.moe is not None
+            local = tokens / (layout.tp if layout.sp else 1)
+            routed = arch.moe.experts_per_token * local * arch.hidden_size * beta
+            per_mb += 2 * (expert_tp - 1) * routed * (3 if recompute else 2) * num_moe_layers
+            name += " (+ etp token all-gather/reduce-scatter)"
+    return AxisTraffic("tp", name, layout.tp, per_mb * m, Fraction(0), hidden)
 
 
-def pp_traffic(hidden_size: int, layout: Layout, training: TrainingSpec) -> AxisTraffic:
+def pp_traffic(
+    hidden_size: int,
+    layout: Layout,
+    training: TrainingSpec,
+    tied_embedding_params: Fraction = Fraction(0),
+    reduce_bytes: int = 4,
+) -> AxisTraffic:
     """Pipeline traffic of a middle stage: per micro-batch (and per model chunk with
-    interleaving) one activation forward and one gradient backward of ``β·S_tok·h/tp`` bytes
-    (scatter/gather over tp; Narayanan et al. 2021 §4.1).
+    interleaving) one activation forward and one gradient backward. ``textbook``: each of
+    ``β·S_tok·h/tp`` bytes (scatter/gather over tp; Narayanan et al. 2021 §4.1). Physical
+    profiles: ``β·S_tok·h/tp`` with sequence parallelism (the tensor is already split), the full
+    ``β·S_tok·h`` without it (Megatron-Core sends the whole tensor) unless
+    :attr:`Layout.pipeline_scatter_gather` (Megatron-LM 2021); plus, with tied embeddings
+    over pp > 1, the once-per-step all-reduce of the embedding's gradient between the first and
+    the last stage (``tied_embedding_params`` per GPU, ``reduce_bytes`` per element:
+    Megatron-Core's ``_allreduce_word_embedding_grads``).
 
     Examples
     --------
     >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=4, global_batch_size=8)
-    >>> pp_traffic(8, Layout(pp=2), t).bytes_per_step
+    >>> pp_traffic(8, Layout(pp=2, framework="textbook"), t).bytes_per_step
     Fraction(1024, 1)
     """
     if layout.pp == 1:
         return AxisTraffic("pp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
     tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
-    one = training.activation_bytes * tokens * hidden_size / layout.tp
-    return AxisTraffic(
-        "pp", "send/recv (point-to-point)", layout.pp, 2 * one * m * layout.virtual_stages
-    )
+    physical = layout.framework.physical
+    split = layout.tp if (layout.sp or not physical or layout.pipeline_scatter_gather) else 1
+    one = training.activation_bytes * tokens * hidden_size / split
+    total = 2 * one * m * layout.virtual_stages
+    name = "send/recv (point-to-point)"
+    if tied_embedding_params and layout.framework.physical:
+        total += reduce_bytes * tied_embedding_params  # all-reduce over 2 ranks: 2·(1/2)·bytes
+        name += " + tied-embedding all-reduce"
+    return AxisTraffic("pp", name, layout.pp, total)
 
 
 def cp_traffic(

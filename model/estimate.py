@@ -21,6 +21,7 @@ from trainplan.model.comm import (
     tp_traffic,
 )
 from trainplan.model.flops import StepFlops, step_flops, utilisation
+from trainplan.model.frameworks import ZERO_STAGES, mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
@@ -29,6 +30,7 @@ from trainplan.model.pipeline import Schedule, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.timing import (
     CostOptions,
+    exposed_seconds,
     stage_microbatch_attention_flops,
     stage_microbatch_flops,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "TimeTerms",
     "time_terms",
     "traffic_rows",
+    "microbatch_seconds",
     "objective_ns",
 ]
 
@@ -72,8 +75,31 @@ class StageMemory:
     """None for a size-only model (no dimensions)."""
 
     @property
+    def backward_bytes(self) -> Fraction:
+        """Bytes at the forward/backward peak: model state, gathered units, buffers and every
+        activation line (the micro-batches in flight, the recompute transient)."""
+        acts = self.activations.total_bytes if self.activations else 0
+        return self.state.backward_bytes + acts
+
+    @property
     def total_bytes(self) -> Fraction:
-        return self.state.resident_bytes + (self.activations.total_bytes if self.activations else 0)
+        """The peak over the step's phases: forward/backward (:attr:`backward_bytes`) or the
+        optimizer step (:attr:`ModelState.optimizer_step_bytes`; no activations are live)."""
+        return max(self.backward_bytes, self.state.optimizer_step_bytes)
+
+    @property
+    def peak_phase(self) -> str:
+        """``forward-backward`` or ``optimizer-step``: where :attr:`total_bytes` is reached."""
+        if self.state.optimizer_step_bytes > self.backward_bytes:
+            return "optimizer-step"
+        return "forward-backward"
+
+    @property
+    def steady_bytes(self) -> Fraction:
+        """Model state (with gathered units) + activations: the steady state the seed reports,
+        without the transient buffers of either phase."""
+        acts = self.activations.total_bytes if self.activations else 0
+        return self.state.resident_bytes + acts
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +156,15 @@ class Estimate:
         return self.peak.total_bytes
 
     @property
+    def capacity_bytes(self) -> int:
+        """What the layout may use of a GPU: the device's HBM less the runtime reserve under a
+        physical profile, the vendor's stated capacity under ``textbook``
+        (:meth:`DeviceSpec.usable_bytes`)."""
+        return self.device.usable_bytes(self.layout.framework.physical)
+
+    @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.device.memory_bytes
+        return self.total_bytes <= self.capacity_bytes
 
     @property
     def bubble_fraction(self) -> Fraction:
@@ -165,9 +198,21 @@ class Estimate:
         return estimate_to_dict(self)
 
 
-def _split_key(layout: Layout) -> tuple[int, int, int, int, bool]:
-    """(tp, pp, v, ep, uneven_stages): what the per-stage parameter split reads of a layout."""
-    return layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages
+SplitKey = tuple[int, int, int, int, bool, int, bool]
+
+
+def _split_key(layout: Layout) -> SplitKey:
+    """(tp, pp, v, ep, uneven_stages, etp, physical): what the per-stage parameter split reads of
+    a layout (physical profiles keep norms and routers whole on every tp rank)."""
+    return (
+        layout.tp,
+        layout.pp,
+        layout.virtual_stages,
+        layout.ep,
+        layout.uneven_stages,
+        layout.expert_tp,
+        layout.framework.physical,
+    )
 
 
 def _stage_param_list(
@@ -177,37 +222,41 @@ def _stage_param_list(
     return _stage_params_cached(model, *_split_key(layout), vocab_multiple)
 
 
+def _per_gpu(dense: int, replicated: int, tp: int, physical: bool) -> Fraction:
+    """Dense parameters on one tensor-parallel rank: ÷ tp, except (physical profiles) what
+    every rank holds whole (:attr:`model.params.LayerParams.tp_replicated`)."""
+    if not physical:
+        return Fraction(dense, tp)
+    return Fraction(dense - replicated, tp) + replicated
+
+
 @cache
 def _stage_params_cached(
-    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    vocab_multiple: int,
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        virtual_stages=v,
-        ep=ep,
-        uneven_stages=uneven,
-        schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
-    )
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
-        per_gpu = Fraction(n, layout.tp * layout.pp)
-        split = (
-            split_layers(arch.num_layers, layout.pp, layout.virtual_stages)
-            if arch
-            else ((),) * layout.pp
-        )
+        per_gpu = Fraction(n, tp * pp)
+        split = split_layers(arch.num_layers, pp, v) if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
         (
             sp.stage,
             sp.layers,
-            Fraction(sp.dense, layout.tp),
-            Fraction(sp.experts, layout.tp * layout.ep),
+            _per_gpu(sp.dense, sp.tp_replicated, tp, physical),
+            Fraction(sp.experts, etp * ep),
         )
-        for sp in stage_params(arch, layout.pp, layout.virtual_stages, vocab, layout.uneven_stages)
+        for sp in stage_params(arch, pp, v, vocab, uneven)
     )
 
 
@@ -225,11 +274,19 @@ def stage_states(
 
 @cache
 def _gather_units(
-    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    vocab_multiple: int,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
-    """Per stage, the (dense, expert) parameters on one GPU of the largest unit ZeRO-3 gathers at
-    once: one of its layers, the input embedding (first stage) or the output layer (last stage).
-    (0, 0) for a size-only model, whose layers are unknown."""
+    """Per stage, the (dense, expert) parameters on one GPU of the largest unit gathered or
+    reduced at once (ZeRO-3 / FSDP units): one of its layers, the input embedding (first stage)
+    or the output layer (last stage). (0, 0) for a size-only model, whose layers are unknown."""
     arch = model.arch
     if arch is None:
         return ((Fraction(0), Fraction(0)),) * pp
@@ -241,8 +298,8 @@ def _gather_units(
     for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
         units = [
             (
-                Fraction(layer_params(arch, j).dense, tp),
-                Fraction(layer_params(arch, j).experts, tp * ep),
+                _per_gpu(layer_params(arch, j).dense, layer_params(arch, j).tp_replicated, tp, physical),
+                Fraction(layer_params(arch, j).experts, etp * ep),
             )
             for j in sorted(set(layers))
         ]
@@ -287,9 +344,14 @@ def stage_memory(
 def _zero_table(
     stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
 ) -> tuple[ZeroRow, ...]:
-    base = model_state(stage.dense_params, stage.expert_params, layout, training, 0).total_bytes
+    """The model state of the busiest stage under each ZeRO stage the layout's framework has,
+    against its lowest stage (textbook: ZeRO-0, as the seed's table)."""
+    stages = ZERO_STAGES[layout.framework]
+    base = model_state(
+        stage.dense_params, stage.expert_params, layout, training, stages[0]
+    ).total_bytes
     rows = []
-    for z in range(4):
+    for z in stages:
         state = model_state(
             stage.dense_params, stage.expert_params, layout, training, z
         ).total_bytes
@@ -302,16 +364,26 @@ def _zero_table(
 
 @cache
 def _busiest(
-    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, vocab_multiple: int
-) -> tuple[Fraction, Fraction, int, int]:
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    vocab_multiple: int,
+) -> tuple[Fraction, Fraction, int, int, tuple[tuple[int, int, bool, bool], ...]]:
     """(dense, expert params per GPU of the stage with the most parameters, the most layers on a
-    stage, the most MoE layers on a stage): what each axis's traffic reads."""
-    params = _stage_params_cached(model, tp, pp, v, ep, uneven, vocab_multiple)
+    stage, the most MoE layers on a stage, and per distinct stage (layers, MoE layers, first,
+    last)): what each axis's traffic reads."""
+    params = _stage_params_cached(model, tp, pp, v, ep, uneven, etp, physical, vocab_multiple)
     _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
     most_layers = max(len(p[1]) for p in params)
     arch = model.arch
-    most_moe = 0 if arch is None else max(sum(map(arch.is_moe_layer, p[1])) for p in params)
-    return dense, experts, most_layers, most_moe
+    moe = [0 if arch is None else sum(map(arch.is_moe_layer, p[1])) for p in params]
+    kinds = {(len(p[1]), moe[i], i == 0, i == pp - 1) for i, p in enumerate(params)}
+    return dense, experts, most_layers, max(moe), tuple(sorted(kinds))
 
 
 def _traffic(
@@ -321,22 +393,41 @@ def _traffic(
     vocab_multiple: int,
     options: CostOptions,
 ) -> list[AxisTraffic]:
-    dense, experts, most_layers, most_moe = _busiest(model, *_split_key(layout), vocab_multiple)
-    rows = [dp_traffic(dense, experts, layout, training, None, options.zero3_regather)]
+    key = _split_key(layout)
+    dense, experts, most_layers, most_moe, kinds = _busiest(model, *key, vocab_multiple)
+    dp = dp_traffic(dense, experts, layout, training, None, options.zero3_regather)
+    rows = [dp]
     arch = model.arch
     if arch is None:
         return rows
+    tp = max(
+        (
+            tp_traffic(arch, n, layout, training, first, last, moe)
+            for n, moe, first, last in kinds
+        ),
+        key=lambda t: t.bytes_per_step,
+    )
+    tied = Fraction(0)
+    if arch.tie_embeddings and layout.pp > 1:
+        tied = Fraction(padded_vocab(arch.vocab_size, vocab_multiple, layout.tp) * arch.hidden_size, layout.tp)
+    reduce_bytes = mechanism(
+        layout.framework, layout.zero_stage, training.weight_bytes, training.gradient_bytes
+    ).reduce_bytes
     rows += [
-        tp_traffic(arch, most_layers, layout, training),
+        tp,
         cp_traffic(arch, most_layers, layout, training),
         ep_traffic(arch, most_moe, layout, training),
-        pp_traffic(arch.hidden_size, layout, training),
+        pp_traffic(arch.hidden_size, layout, training, tied, reduce_bytes),
     ]
     return rows
 
 
 def _link_rows(
-    traffic: list[AxisTraffic], links: Mapping[str, AxisLinkLike] | None, options: CostOptions
+    traffic: list[AxisTraffic],
+    links: Mapping[str, AxisLinkLike] | None,
+    options: CostOptions,
+    microbatches: int = 1,
+    window_s: float | None = None,
 ) -> tuple[TrafficRow, ...]:
     out = []
     for t in traffic:
@@ -349,7 +440,13 @@ def _link_rows(
             out.append(TrafficRow(t, "unknown", None, None, options.overlap[t.axis], None))
             continue
         seconds = float(t.bytes_per_step) / link.bandwidth_bytes_per_s
-        exposed = (1 - options.overlap[t.axis]) * seconds
+        exposed = exposed_seconds(
+            float(t.bytes_per_step - t.hidden_bytes) / link.bandwidth_bytes_per_s,
+            float(t.microbatch_bytes) / link.bandwidth_bytes_per_s,
+            microbatches,
+            options.overlap[t.axis],
+            window_s,
+        )
         out.append(
             TrafficRow(
                 t, link.link, link.bandwidth_bytes_per_s, seconds, options.overlap[t.axis], exposed
@@ -427,18 +524,7 @@ def time_terms(
     if arch is None or any(row.exposed_seconds is None for row in traffic):
         return None
     m = layout.num_microbatches(training.global_batch_size)
-    per_mb = _slowest_stage_flops(
-        arch,
-        layout.pp,
-        layout.virtual_stages,
-        layout.micro_batch_size,
-        layout.recompute,
-        training,
-        options.causal_attention_flops,
-        options.kernel_efficiency,
-        options.attention_efficiency,
-    )
-    t_mb = per_mb / (layout.tp * layout.cp) / device.peak_flops_per_s
+    t_mb = microbatch_seconds(arch, training, layout, device, options)
     compute = m * t_mb
     exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
     other = sum(v for k, v in exposed.items() if k != "dp")
@@ -449,6 +535,31 @@ def time_terms(
     )
 
 
+def microbatch_seconds(
+    arch: Architecture,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    options: CostOptions,
+    recompute: Recompute | None = None,
+) -> float:
+    """Seconds of one micro-batch's forward and backward (and recomputation) on the slowest
+    pipeline stage, on one GPU: its hardware FLOPs ÷ (tp·cp) ÷ (peak × efficiency);
+    ``recompute`` overrides the layout's mode."""
+    per_mb = _slowest_stage_flops(
+        arch,
+        layout.pp,
+        layout.virtual_stages,
+        layout.micro_batch_size,
+        layout.recompute if recompute is None else recompute,
+        training,
+        options.causal_attention_flops,
+        options.kernel_efficiency,
+        options.attention_efficiency,
+    )
+    return per_mb / (layout.tp * layout.cp) / device.peak_flops_per_s
+
+
 def traffic_rows(
     model: ModelSpec,
     training: TrainingSpec,
@@ -456,10 +567,25 @@ def traffic_rows(
     links: Mapping[str, AxisLinkLike] | None,
     options: CostOptions,
     vocab_multiple: int = 0,
+    device: DeviceSpec | None = None,
 ) -> tuple[TrafficRow, ...]:
     """Traffic per axis with its link and exposed time. DP uses the stage with the most
-    parameters; tp and cp the stage with the most layers; ep the one with the most MoE layers."""
-    return _link_rows(_traffic(model, training, layout, vocab_multiple, options), links, options)
+    parameters; tp the stage with the most of it; cp the stage with the most layers; ep the one
+    with the most MoE layers.
+
+    Per-micro-batch collectives (:attr:`AxisTraffic.microbatch_bytes`) hide behind the next
+    micro-batch's compute (:func:`model.timing.exposed_seconds`); the window is one micro-batch
+    on the slowest stage *without* recomputation (a lower bound on the compute they overlap,
+    read from the shape alone so the search's tables keep time terms per (shape, ZeRO stage) and
+    per (shape, recompute)); with no ``device`` or dimensions every micro-batch's collective is
+    treated like the last.
+    """
+    window = None
+    if device is not None and model.arch is not None:
+        window = microbatch_seconds(model.arch, training, layout, device, options, Recompute.NONE)
+    m = layout.num_microbatches(training.global_batch_size)
+    rows = _traffic(model, training, layout, vocab_multiple, options)
+    return _link_rows(rows, links, options, m, window)
 
 
 def objective_ns(terms: TimeTerms) -> tuple[int, int]:
@@ -498,7 +624,7 @@ def evaluate(
     m = layout.num_microbatches(training.global_batch_size)
     stages = stage_memory(model, training, layout, vocab_multiple)
     busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
-    traffic = traffic_rows(model, training, layout, links, options, vocab_multiple)
+    traffic = traffic_rows(model, training, layout, links, options, vocab_multiple, device)
     arch, notes = model.arch, []
     n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
     n_active = n_total if arch is None else count_params(arch).active

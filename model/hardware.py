@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES
 
 __all__ = ["DeviceSpec", "ClusterLinks"]
 
@@ -28,6 +29,13 @@ class DeviceSpec:
     """Device memory capacity in bytes (GB = 10^9 or GiB = 2^30 as the vendor states it)."""
     memory_unit: str
     """``"GB"`` or ``"GiB"``: the unit the vendor states the capacity in."""
+    hbm_bytes: int | None = None
+    """The device's HBM in bytes where the vendor's "GB" counts power-of-two stacks (an "80 GB"
+    H100 has 80 GiB); None = ``memory_bytes`` as stated."""
+    runtime_reserve_bytes: int = DEFAULT_RUNTIME_RESERVE_BYTES
+    """Bytes a physical profile keeps free for the driver, CUDA context, NCCL buffers and
+    allocator fragmentation (:data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`;
+    ``--memory-reserve`` overrides)."""
     peak_flops_per_s: float
     """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
     nvlink_bytes_per_s: float | None = None
@@ -44,7 +52,31 @@ class DeviceSpec:
     def __post_init__(self) -> None:
         if self.memory_bytes <= 0 or self.peak_flops_per_s <= 0:
             raise InputError(f"gpu {self.name}: memory and peak must be positive")
+        if not 0 <= self.runtime_reserve_bytes < self.physical_bytes:
+            raise InputError(
+                f"memory_reserve: {self.runtime_reserve_bytes / 2**30:g} GiB must be at least 0 "
+                f"and below the {self.name}'s {self.physical_bytes / 2**30:g} GiB"
+            )
 
+    @property
+    def physical_bytes(self) -> int:
+        """The bytes the device has: ``hbm_bytes`` where known, else ``memory_bytes``."""
+        return self.hbm_bytes or self.memory_bytes
+
+    def usable_bytes(self, physical: bool = True) -> int:
+        """Bytes a layout may use: the device's bytes less the runtime reserve under a physical
+        profile; the vendor's stated capacity under ``textbook`` (the seed's 80 GB = 80·10⁹).
+
+        Examples
+        --------
+        >>> h100 = DeviceSpec(name="H100", memory_bytes=80 * 10**9, memory_unit="GB",
+        ...                   hbm_bytes=80 * 2**30, peak_flops_per_s=989e12)
+        >>> h100.usable_bytes(False), h100.usable_bytes(True) == 77 * 2**30
+        (80000000000, True)
+        """
+        if not physical:
+            return self.memory_bytes
+        return self.physical_bytes - self.runtime_reserve_bytes
     def with_links(
         self,
         *,

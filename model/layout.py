@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.params import check_chunks
 from trainplan.model.pipeline import Schedule, check_schedule
 from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
@@ -42,9 +43,18 @@ class Layout:
     cp: int = 1
     """Context-parallel degree (sequence split across ranks, ring attention)."""
     ep: int = 1
-    """Expert-parallel degree (routed experts split; carved out of dp·cp)."""
+    """Expert-parallel degree (routed experts split; carved out of dp·cp, or of tp·dp·cp when
+    ``etp`` differs from tp)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (Megatron-Core ``--expert-tensor-parallel-size``): routed
+    experts are split over etp·ep ranks and their optimizer state over the expert data-parallel
+    group of tp·dp·cp/(etp·ep) ranks. None = tp (the seed's convention)."""
     zero_stage: int = 1
-    """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019."""
+    """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019. What a stage
+    holds and sends depends on ``framework`` (:mod:`model.frameworks`)."""
+    framework: Framework = DEFAULT_FRAMEWORK
+    """The framework profile whose mechanism the stage is: ``megatron``, ``deepspeed``,
+    ``fsdp2`` or ``textbook`` (:mod:`model.frameworks`)."""
     recompute: Recompute = Recompute.NONE
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
@@ -64,16 +74,27 @@ class Layout:
     ``β·S·h`` (÷ tp with SP) per model chunk in flight, as Korthikanti et al. 2022 Appendix B's
     "without deallocation" line (:func:`model.memory.stage_activations`)."""
 
+    pipeline_scatter_gather: bool = False
+    """Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021 §4.1,
+    ``--scatter-gather-tensors-in-pipeline``, on by default in Megatron-LM 2021; no longer in
+    Megatron-Core): without sequence parallelism each pipeline send carries 1/tp of the
+    activation and the receiver all-gathers it over NVLink. Physical profiles only (the textbook
+    always sends 1/tp)."""
+
     def __post_init__(self) -> None:
-        for name in ("recompute", "schedule"):
-            kind = Recompute if name == "recompute" else Schedule
+        for name, kind in (
+            ("recompute", Recompute),
+            ("schedule", Schedule),
+            ("framework", Framework),
+        ):
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, kind(str(value).lower()))
             except ValueError:
                 allowed = ", ".join(k.value for k in kind)
                 raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
-        for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+        names = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
+        for name in names + (("etp",) if self.etp is not None else ()):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
@@ -111,9 +132,15 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel degree: ``etp``, or tp when not set."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_shard_degree(self) -> int:
-        """D_e = dp · cp / ep: ranks that hold replicas of an expert parameter."""
-        return self.dp * self.cp // self.ep
+        """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
+        expert data-parallel group; dp·cp/ep when etp = tp)."""
+        return self.tp * self.dp * self.cp // (self.expert_tp * self.ep)
 
     def num_microbatches(self, global_batch_size: int) -> int:
         """m = B / (b · dp); exact (see :func:`validate`)."""
@@ -138,6 +165,7 @@ SEARCHED_FIELDS: tuple[str, ...] = (
     "micro_batch_size",
     "schedule",
     "virtual_stages",
+    "framework",
 )
 """The fields a published layout states and the search chooses (CSV columns, catalogue keys)."""
 
@@ -149,8 +177,10 @@ def validate(
 
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
-    by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp,
-    and ep > 1 needs a MoE model; B divisible by b·dp; pp·v chunks at most L (and dividing it
+    by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp
+    (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
+    the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
+    axes (:func:`model.frameworks.check_framework`); B divisible by b·dp; pp·v chunks at most L (and dividing it
     when uneven stages are off); the schedule rules of :func:`model.pipeline.check_schedule`.
 
     Raises
@@ -170,8 +200,20 @@ def validate(
             f"global_batch_size: {B} is not divisible by micro_batch_size {lay.micro_batch_size} "
             f"× dp {lay.dp} = {lay.micro_batch_size * lay.dp}"
         )
-    if lay.ep > 1 and lay.shard_degree % lay.ep:
+    check_framework(lay.framework, lay.zero_stage, lay.pp)
+    expert_ranks = lay.tp * lay.shard_degree
+    if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
+    if lay.etp is not None and lay.etp > lay.tp:
+        raise LayoutError(
+            f"etp: {lay.etp} above tp = {lay.tp} is not modelled (etp's token collectives ride "
+            "the tp group's link)"
+        )
+    if lay.etp is not None and expert_ranks % (lay.ep * lay.expert_tp):
+        raise LayoutError(
+            f"ep: etp {lay.expert_tp} × ep {lay.ep} = {lay.ep * lay.expert_tp} must divide "
+            f"tp × dp × cp = {expert_ranks} (the expert groups are carved out of those ranks)"
+        )
     check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
     arch = model.arch
     if arch is None:
@@ -197,9 +239,12 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
     if arch.moe is None:
         if lay.ep > 1:
             raise LayoutError(f"ep: {lay.ep} > 1 needs a MoE model; {model.name} is dense")
+        if lay.etp is not None:
+            raise LayoutError(f"etp: {lay.etp} needs a MoE model; {model.name} is dense")
     else:
         _check_divides("ep", lay.ep, "num_experts", arch.moe.num_experts)
-        _check_divides("tp", lay.tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
+        axis = "tp" if lay.etp is None else "etp"
+        _check_divides(axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
     chunks = lay.pp * lay.virtual_stages
     check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
     if arch.num_layers % chunks and not lay.uneven_stages:

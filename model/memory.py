@@ -20,6 +20,7 @@ from fractions import Fraction
 from functools import cache
 
 from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import split_layers
 from trainplan.model.pipeline import Schedule, interleaved_chunks_held, microbatches_in_flight
@@ -36,16 +37,24 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ModelState:
-    """Model-state bytes on one GPU (exact)."""
+    """Model-state bytes on one GPU (exact), as the layout's framework holds them
+    (:class:`model.frameworks.Mechanism`)."""
 
     weights_bytes: Fraction
     gradients_bytes: Fraction
     optimizer_bytes: Fraction
     gathered_bytes: Fraction = Fraction(0)
-    """ZeRO-3 only: the full (unsharded over dp·cp) weights of the layer being computed and of
-    the next one, prefetched — what FSDP / DeepSpeed ZeRO-3 hold gathered at any moment
-    (Rajbhandari et al. 2019 §5.3; PyTorch FSDP's forward/backward prefetch). Not part of
-    ``total_bytes`` (the seed's model state); counted in the GPU's total."""
+    """ZeRO-3 only: the gathered (unsharded over dp·cp) bf16 weights of the unit being computed
+    and of the next one, prefetched, beyond the local shard — what FSDP and DeepSpeed ZeRO-3
+    hold gathered at any moment (Rajbhandari et al. 2019 §5.3; FSDP's forward/backward prefetch;
+    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the seed's model
+    state); counted in the GPU's total."""
+    buffers_bytes: Fraction = Fraction(0)
+    """Live in forward/backward only: one unit's unsharded gradients before their reduction
+    (FSDP2) and the framework's fixed communication buckets (DeepSpeed's IPG bucket)."""
+    step_bytes: Fraction = Fraction(0)
+    """Live during the optimizer step only: DeepSpeed's FP32 gradient partition (of one
+    sub-group under ZeRO-3)."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -54,8 +63,18 @@ class ModelState:
 
     @property
     def resident_bytes(self) -> Fraction:
-        """``total_bytes`` plus the ZeRO-3 gather buffer."""
+        """``total_bytes`` plus the ZeRO-3 gather buffer: held through forward and backward."""
         return self.total_bytes + self.gathered_bytes
+
+    @property
+    def backward_bytes(self) -> Fraction:
+        """Model-state bytes at the forward/backward peak: resident + buffers."""
+        return self.resident_bytes + self.buffers_bytes
+
+    @property
+    def optimizer_step_bytes(self) -> Fraction:
+        """Bytes while the optimizer steps (no activations are live then): state + step extras."""
+        return self.total_bytes + self.step_bytes
 
 
 def model_state(
@@ -66,34 +85,48 @@ def model_state(
     zero_stage: int | None = None,
     gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
 ) -> ModelState:
-    """Model-state bytes on one GPU (weights, gradients, optimizer state) under a ZeRO stage.
+    """Model-state bytes on one GPU (weights, gradients, optimizer state, gathered units,
+    buffers, step extras) under a ZeRO stage of the layout's framework.
 
-    ``dense_params`` / ``expert_params``: parameters on this GPU before ZeRO (÷ tp; experts
-    ÷ tp·ep). ``gather_unit``: (dense, expert) parameters on this GPU of the largest unit ZeRO-3
-    gathers at once (a layer, the embedding or the output layer); under ZeRO-3 two such units are
-    held gathered (:attr:`ModelState.gathered_bytes`). See :func:`_model_state` for the formulas.
+    ``dense_params`` / ``expert_params``: parameters on this GPU before ZeRO (after tp; experts
+    after etp·ep). ``gather_unit``: (dense, expert) parameters on this GPU of the largest unit
+    gathered or reduced at once (a layer, the embedding or the output layer). Dense parameters
+    are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
+    each class is held as :meth:`model.frameworks.Mechanism.memory_terms` says.
+
+    Raises
+    ------
+    LayoutError
+        A ZeRO stage the framework does not model.
+
+    Examples
+    --------
+    The ZeRO paper's 7.5B on 64 GPUs, ZeRO-1 (textbook): 31.4 GB (Figure 1).
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
+    >>> lay = Layout(dp=64, framework="textbook")
+    >>> model_state(Fraction(7_500_000_000), Fraction(0), lay, t, 1).total_bytes
+    Fraction(31406250000, 1)
+    >>> model_state(Fraction(7_500_000_000), Fraction(0), lay.with_(framework="megatron"), t, 1).total_bytes
+    Fraction(46406250000, 1)
     """
     stage = layout.zero_stage if zero_stage is None else zero_stage
-    state = _model_state(
+    mech = mechanism(
+        layout.framework,
+        stage,
+        training.weight_bytes,
+        training.gradient_bytes,
+        training.optimizer_bytes,
+    )
+    return _model_state(
         dense_params,
         expert_params,
         layout.shard_degree,
         layout.expert_shard_degree,
-        training,
-        stage,
+        mech,
+        gather_unit,
     )
-    if stage < 3 or layout.shard_degree == 1:
-        return state
-    dense, experts = gather_unit
-    gathered = (
-        2
-        * training.weight_bytes
-        * (
-            dense * (layout.shard_degree - 1) / layout.shard_degree
-            + experts * (layout.expert_shard_degree - 1) / layout.expert_shard_degree
-        )
-    )
-    return ModelState(state.weights_bytes, state.gradients_bytes, state.optimizer_bytes, gathered)
 
 
 @cache
@@ -102,34 +135,28 @@ def _model_state(
     expert_params: Fraction,
     shard: int,
     expert_shard: int,
-    training: TrainingSpec,
-    stage: int,
+    mech: Mechanism,
+    unit: tuple[Fraction, Fraction],
 ) -> ModelState:
-    """Weights, gradients and optimizer bytes on one GPU under a ZeRO stage.
-
-    ``dense_params`` and ``expert_params`` are the parameters on this GPU before ZeRO (already
-    divided by tp, and experts by tp·ep). Per parameter class with replicas D:
+    """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
+    ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
+    replicas:
 
     * ZeRO-0: ``(2 + 2 + 12)·P``   * ZeRO-1: ``(2 + 2 + 12/D)·P``
-    * ZeRO-2: ``(2 + 14/D)·P``     * ZeRO-3: ``16/D·P``
+    * ZeRO-2: ``(2 + 14/D)·P``     * ZeRO-3: ``16/D·P`` (+ two gathered units)
 
-    (the 2, 2, 12 are ``training``'s weight, gradient and optimizer bytes).
-
-    Examples
-    --------
-    The ZeRO paper's 7.5B on 64 GPUs, ZeRO-1: 31.4 GB (Figure 1).
-
-    >>> from trainplan.model.specs import TrainingSpec
-    >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
-    >>> model_state(Fraction(7_500_000_000), Fraction(0), Layout(dp=64), t, 1).total_bytes
-    Fraction(31406250000, 1)
+    The fixed buckets are counted once, not per parameter class.
     """
-    w = g = o = Fraction(0)
-    for params, replicas in ((dense_params, shard), (expert_params, expert_shard)):
-        w += training.weight_bytes * params / (replicas if stage >= 3 else 1)
-        g += training.gradient_bytes * params / (replicas if stage >= 2 else 1)
-        o += training.optimizer_bytes * params / (replicas if stage >= 1 else 1)
-    return ModelState(w, g, o)
+    parts = [Fraction(0)] * 6
+    for params, replicas, u in ((dense_params, shard, unit[0]), (expert_params, expert_shard, unit[1])):
+        if not params and not u:
+            continue
+        for k, v in enumerate(mech.memory_terms(params, replicas, u)):
+            parts[k] += v
+    if expert_params and dense_params:
+        parts[4] -= mech.bucket_bytes  # one bucket, not one per class
+    w, g, o, gathered, buffers, step = parts
+    return ModelState(w, g, o, gathered, buffers, step)
 
 
 def sqrt_segment(num_layers: int) -> int:
@@ -246,9 +273,10 @@ def stage_activations(
         layout.deallocate_pipeline_outputs,
         training,
         vocab_size,
-        # m matters only through the micro-batches in flight, except for uneven interleaved chunks
+        # m matters only through the micro-batches in flight, except for interleaved chunks,
+        # whose peak is found chunk by chunk
         m
-        if layout.virtual_stages > 1 and arch.num_layers % (layout.pp * layout.virtual_stages)
+        if layout.virtual_stages > 1
         else microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage),
     )
     found = _STAGE_MEMO.get(key)
@@ -277,17 +305,23 @@ def _stage_activations(
     per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
     emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
-    uneven = _uneven_interleaved(arch, layers, stage, layout, m, ctx, emb)
-    if uneven is not None and per_mb:
-        kept, held = uneven
-        emb_held = held[0] if stage == 0 else held[-1]
-        return StageActivations(kept, transient, emb * emb_held, kept / per_mb, per_mb, outputs)
+    chunks = _interleaved_peak(arch, layers, stage, layout, m, ctx, emb)
+    if chunks is None:
+        return StageActivations(
+            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
+        )
+    kept, held = chunks
+    # the embedding lives in the stage's first chunk, the output layer in the last one: each is
+    # held for as many micro-batches as its chunk (the last stage's last chunk: one at a time)
+    emb_held = held[0] if stage == 0 else held[-1]
+    if kept is None or not per_mb:  # √n: per-chunk checkpoints are not modelled; closed form
+        kept = per_mb * in_flight
     return StageActivations(
-        per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
+        kept, transient, emb * emb_held, kept / per_mb if per_mb else in_flight, per_mb, outputs
     )
 
 
-def _uneven_interleaved(
+def _interleaved_peak(
     arch: Architecture,
     layers: tuple[int, ...],
     stage: int,
@@ -295,26 +329,26 @@ def _uneven_interleaved(
     m: int,
     ctx: ActivationContext,
     end_bytes: Fraction = Fraction(0),
-) -> tuple[Fraction, tuple[int, ...]] | None:
-    """Layer bytes held at the peak, chunk by chunk, when an interleaved stage's chunks are
-    uneven (``pp·v`` not dividing L: the end chunks hold fewer layers, e.g. Llama 3 405B's 126
-    layers in 64 chunks of 2 with one layer on the very first and very last chunk). Megatron's
-    warm-up runs the first chunk for pp micro-batches, then the next chunk…, so a small first
-    chunk holds more micro-batches than the others (:func:`model.pipeline.interleaved_chunks_held`);
-    averaging ``pp·(1 + (pp − 1)/(pp·v))`` over the stage's layers overstates it. The peak is
-    found by bytes, ``end_bytes`` (the embedding's or output layer's activations per
+) -> tuple[Fraction | None, tuple[int, ...]] | None:
+    """(layer bytes held at the peak, micro-batches held per local chunk) of an interleaved
+    stage, found chunk by chunk. Megatron's warm-up runs the first chunk for pp micro-batches,
+    then the next chunk…, so the chunks hold different counts
+    (:func:`model.pipeline.interleaved_chunks_held`): a small first chunk (uneven ``pp·v``, e.g.
+    Llama 3 405B's 126 layers in 64 chunks) holds more micro-batches than the others, and the
+    last stage's last chunk — the one with the output layer — holds one micro-batch at a time.
+    The peak is found by bytes, ``end_bytes`` (the embedding's or output layer's activations per
     micro-batch) weighing the stage's first chunk (stage 0) or last chunk (last stage): an empty
-    last chunk still holds the output layer's logits. None when the chunks are even (the closed
-    form is then exact) or under √n recomputation."""
+    last chunk still holds the output layer's logits. Under √n recomputation the layer bytes are
+    None (the closed form is used) and the counts come from the chunks' layer counts. None
+    without interleaving."""
     v, pp = layout.virtual_stages, layout.pp
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         return None
-    if layout.recompute is Recompute.SQRT:
-        return None
     chunks = split_layers(arch.num_layers, pp * v, 1, layout.uneven_stages)
     local = [chunks[stage + j * pp] for j in range(v)]
-    if len({len(c) for c in local}) == 1:
-        return None
+    if layout.recompute is Recompute.SQRT:
+        counts = tuple(Fraction(len(c)) for c in local)
+        return None, interleaved_chunks_held(pp, m, v, stage, counts)
 
     def kept(j: int) -> Fraction:
         a = layer_activations(arch, j, ctx)

@@ -120,6 +120,12 @@ class LayerParams:
     """Routed experts (sharded over ep); 0 on a dense layer."""
     experts_active: int
     """Routed-expert parameters one token uses (top-k of them)."""
+    tp_replicated: int = 0
+    """Of ``dense``, the parameters every tensor-parallel rank holds whole: the norms, a MoE
+    router, MLA's down-projections and their norms, and the biases of row-parallel layers
+    (attention output, FFN output), which Megatron-Core adds after the reduction
+    (``RowParallelLinear``; MLA ``linear_q_down_proj``/``linear_kv_down_proj`` are
+    ``parallel_mode="duplicated"``)."""
 
     @property
     def dense(self) -> int:
@@ -145,16 +151,38 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
     """
     attention = attention_params(arch)
     norms = 2 * _norm_params(arch, arch.hidden_size)
+    h = arch.hidden_size
+    row_bias = h if arch.linear_bias else 0  # attention output / FFN output bias
+    replicated = norms + _attention_replicated(arch) + row_bias
     if not arch.is_moe_layer(index):
-        return LayerParams(attention, norms, mlp_params(arch, arch.ffn_hidden_size), 0, 0)
+        ffn = mlp_params(arch, arch.ffn_hidden_size)
+        return LayerParams(attention, norms, ffn, 0, 0, replicated + row_bias)
     moe = arch.moe
     assert moe is not None
-    router = arch.hidden_size * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
+    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
     shared = moe.num_shared_experts * mlp_params(arch, moe.shared_ffn)
     expert = mlp_params(arch, moe.expert_ffn_hidden_size)
+    shared_bias = row_bias if moe.num_shared_experts else 0
     return LayerParams(
-        attention, norms, router + shared, moe.num_experts * expert, moe.experts_per_token * expert
+        attention,
+        norms,
+        router + shared,
+        moe.num_experts * expert,
+        moe.experts_per_token * expert,
+        replicated + router + shared_bias,
     )
+
+
+def _attention_replicated(arch: Architecture) -> int:
+    """MLA's down-projections and their RMSNorms, which every tensor-parallel rank holds whole
+    (Megatron-Core ``MLASelfAttention``: ``linear_q_down_proj`` and ``linear_kv_down_proj`` are
+    duplicated); 0 for MHA/GQA, whose projections are all split (biases aside)."""
+    if arch.attention is not AttentionKind.MLA:
+        return 0
+    assert arch.mla is not None
+    m, h = arch.mla, arch.hidden_size
+    q = 0 if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank
+    return q + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +337,9 @@ class StageParams:
     """Non-expert parameters (layers, plus embedding / final norm / output on the end stages)."""
     experts: int
     """Routed-expert parameters of the stage's layers."""
+    tp_replicated: int = 0
+    """Of ``dense``, what every tensor-parallel rank holds whole (:attr:`LayerParams.tp_replicated`,
+    learned position embeddings and the final norm)."""
 
 
 @cache
@@ -328,15 +359,19 @@ def stage_params(
     counts = count_params(arch, vocab_size)
     split = split_layers(arch.num_layers, pp, v, uneven)
     out = []
+    positions = counts.embedding - (vocab_size or arch.vocab_size) * arch.hidden_size
     for i, layers in enumerate(split):
         dense = sum(layer_params(arch, j).dense for j in layers)
+        replicated = sum(layer_params(arch, j).tp_replicated for j in layers)
         if i == 0:
             dense += counts.embedding
+            replicated += positions  # learned positions: a plain table on every tp rank
         if i == pp - 1:
             tied_copy = (vocab_size or arch.vocab_size) * arch.hidden_size if pp > 1 else 0
             dense += counts.final_norm + (counts.output or tied_copy)
+            replicated += counts.final_norm
         experts = sum(layer_params(arch, j).experts for j in layers)
-        out.append(StageParams(i, layers, dense, experts))
+        out.append(StageParams(i, layers, dense, experts, replicated))
     return tuple(out)
 
 

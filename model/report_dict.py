@@ -8,11 +8,13 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
 
 if TYPE_CHECKING:
     from trainplan.model.estimate import Estimate
+    from trainplan.model.layout import Layout
 
 __all__ = ["estimate_to_dict", "assumptions"]
 
@@ -39,11 +41,13 @@ def assumptions(est: Estimate) -> list[str]:
     """Every convention and default behind the figures, as sentences for the output."""
     t, lay, o = est.training, est.layout, est.options
     overlap = ", ".join(f"{k} {v:g}" for k, v in o.overlap.items())
+    mech = mechanism(
+        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes
+    )
     out = [
-        f"model state: {t.weight_bytes} B weights + {t.gradient_bytes} B gradients + "
-        f"{t.optimizer_bytes} B optimizer per parameter (mixed-precision Adam; Rajbhandari et al. 2019), "
-        f"ZeRO-{lay.zero_stage} over dp·cp = {lay.shard_degree}"
-        + (f", experts over dp·cp/ep = {lay.expert_shard_degree}" if lay.ep > 1 else ""),
+        f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
+        _state_sentence(mech, lay),
+        _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
         f"{'on' if lay.sp else 'off'}; recompute {lay.recompute}; schedule {lay.schedule}; "
@@ -53,23 +57,17 @@ def assumptions(est: Estimate) -> list[str]:
             if t.memory_efficient_norm
             else ""
         ),
-        "total = model state + the ZeRO-3 gather buffer (two units gathered: the layer computed and "
-        "the next, prefetched) + layer activations + embedding/output-layer activations + recompute "
-        "transient, on the busiest pipeline stage",
+        "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
+        "(model state + gathered units + buffers + layer activations + embedding/output-layer "
+        "activations + recompute transient) or the optimizer step (model state + what the step "
+        "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak"
         + _attention_note(est)
         + "; "
         f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
-        (
-            "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
-            if o.zero3_regather
-            else "ZeRO-3 gathers the weights once per step (the seed's convention; --zero3-regather for once "
-            "per micro-batch)"
-        )
-        if lay.zero_stage == 3
-        else "no ZeRO-3 gathers",
+        f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
         f"MFU convention {o.mfu_convention}; attention FLOPs "
         f"{'halved for causal masking' if o.causal_attention_flops else 'counted without causal masking'}",
     ]
@@ -82,10 +80,54 @@ def assumptions(est: Estimate) -> list[str]:
     return out
 
 
+def _state_sentence(mech: Mechanism, lay: Layout) -> str:
+    """Bytes per parameter held whole and sharded, over which replicas."""
+    full = mech.weights_full + mech.grads_full + mech.optimizer_full
+    sharded = mech.weights_sharded + mech.grads_sharded + mech.optimizer_sharded
+    parts = [f"{full} B/param whole"] if full else []
+    if sharded:
+        parts.append(f"{sharded} B/param ÷ D")
+    if mech.step_sharded:
+        parts.append(f"+ {mech.step_sharded} B/param ÷ D during the optimizer step")
+    if mech.gathered_units:
+        parts.append(f"+ {mech.gathered_units} gathered units")
+    group = "dp·cp/ep" if lay.etp is None or lay.etp == lay.tp else "tp·dp·cp/(etp·ep)"
+    experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
+    return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"
+
+
+def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
+    if lay.framework.physical:
+        return "the mechanism's own collectives (per micro-batch where it says so)"
+    if lay.zero_stage != 3:
+        return "one exchange per step (the seed's convention)"
+    if regather:
+        return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
+    return (
+        "ZeRO-3 gathers the weights once per step (the seed's convention; --zero3-regather "
+        "for once per micro-batch)"
+    )
+
+
+def _capacity_sentence(est: Estimate) -> str:
+    d = est.device
+    if not est.layout.framework.physical:
+        return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the seed's convention)"
+    have = (
+        f"{d.hbm_bytes / 2**30:g} GiB of HBM"
+        if d.hbm_bytes
+        else f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
+    )
+    return (
+        f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:g} GiB runtime reserve (driver, "
+        "CUDA context, NCCL buffers, fragmentation; --memory-reserve)"
+    )
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
     st = est.peak
     acts = st.activations
-    cap = est.device.memory_bytes
+    cap = est.capacity_bytes
     total = est.total_bytes
     return {
         "busiest_stage": st.stage,
@@ -98,9 +140,18 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
+        "buffers_bytes": _n(st.state.buffers_bytes),
+        "optimizer_step_bytes": _n(st.state.step_bytes),
         "total_bytes": _n(total),
+        "peak_phase": st.peak_phase,
+        "steady_bytes": _n(st.steady_bytes),
         "capacity_bytes": cap,
-        "capacity_unit": est.device.memory_unit,
+        "capacity_unit": est.device.memory_unit
+        if not est.layout.framework.physical or not est.device.hbm_bytes
+        else "GiB",
+        "runtime_reserve_bytes": est.device.runtime_reserve_bytes
+        if est.layout.framework.physical
+        else 0,
         "fits": total <= cap,
         "overflow_bytes": _n(max(total - cap, Fraction(0))),
         "activations_unavailable": None
@@ -155,7 +206,9 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "pp": lay.pp,
             "cp": lay.cp,
             "ep": lay.ep,
+            "etp": lay.expert_tp,
             "zero_stage": lay.zero_stage,
+            "framework": str(lay.framework),
             "recompute": str(lay.recompute),
             "micro_batch_size": lay.micro_batch_size,
             "global_batch_size": t.global_batch_size,
@@ -186,6 +239,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
                 "collective": r.traffic.collective,
                 "group_size": r.traffic.group_size,
                 "bytes_per_step": _n(r.traffic.bytes_per_step),
+                "microbatch_bytes": _n(r.traffic.microbatch_bytes),
                 "link": r.link,
                 "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
                 "seconds": r.seconds,

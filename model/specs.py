@@ -306,8 +306,11 @@ class TrainingSpec:
     """FlashAttention: no s×s score, softmax or dropout tensors are stored (drops 5·a·s·s·b)."""
     weight_bytes: int = 2
     """Bytes per parameter of the working weights (BF16)."""
-    gradient_bytes: int = 2
-    """Bytes per parameter of gradients (BF16; 4 for FP32 accumulation)."""
+    gradient_bytes: int | None = None
+    """Bytes per gradient element as accumulated and reduced: 2 (BF16) or 4 (FP32). None = the
+    framework's own default with bf16 parameters (:func:`model.frameworks.mechanism`: FP32
+    ``main_grad`` in Megatron-Core, FP32 reduction in FSDP2 as torchtitan sets it, the parameter
+    dtype in DeepSpeed ZeRO and in the textbook's 16 B/param)."""
     optimizer_bytes: int = 12
     """Bytes per parameter of optimizer state (FP32 master 4 + Adam moments 4 + 4)."""
     activation_bytes: int = 2
@@ -334,10 +337,13 @@ class TrainingSpec:
             )
         for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
             value = getattr(self, name)
+            if name == "gradient_bytes" and value is None:
+                continue
             if not isinstance(value, int) or value < 0:
                 raise InputError(f"training.{name}: {value!r} must be a whole number >= 0")
 
     @property
     def state_bytes_per_param(self) -> int:
-        """Bytes of model state per parameter (16 for mixed-precision Adam)."""
-        return self.weight_bytes + self.gradient_bytes + self.optimizer_bytes
+        """Bytes of model state per parameter in the textbook's steady state (16 for
+        mixed-precision Adam; gradients of 2 bytes unless given)."""
+        return self.weight_bytes + (self.gradient_bytes or 2) + self.optimizer_bytes

@@ -36,6 +36,7 @@ __all__ = [
     "CostOptions",
     "stage_microbatch_flops",
     "stage_microbatch_attention_flops",
+    "exposed_seconds",
 ]
 
 DEFAULT_KERNEL_EFFICIENCY = 0.75
@@ -234,3 +235,38 @@ def stage_microbatch_attention_flops(
     core = attention_core_forward_flops(arch, training.seq_len, layout.micro_batch_size, causal)
     passes = 3 if layout.recompute is Recompute.NONE else 4
     return passes * core * len(layers)
+
+
+def exposed_seconds(
+    seconds: float,
+    microbatch_seconds: float,
+    microbatches: int,
+    overlap: float,
+    window_s: float | None,
+) -> float:
+    """Seconds of an axis's communication left exposed in a step.
+
+    ``seconds`` is the whole step's traffic over the link; ``microbatch_seconds`` the part that
+    recurs once per micro-batch (per-micro-batch gradient reduce-scatters, ZeRO-3 gathers),
+    for one micro-batch. The once-per-step part and the last micro-batch's share overlap as the
+    axis's ``overlap`` fraction says (SPEC.md); each earlier micro-batch's collective runs under
+    the next micro-batch's compute (``window_s``, one micro-batch on the slowest stage), and
+    only what exceeds that window is exposed:
+
+    ``(1 − o)·(c_step + c_mb) + (m − 1)·max(0, c_mb − window)``
+
+    With no per-micro-batch part this is the seed's ``(1 − o)·seconds``; without a window
+    (unknown compute time) every micro-batch's collective is treated like the last.
+
+    Examples
+    --------
+    >>> exposed_seconds(10.0, 0.0, 8, 0.5, 1.0)
+    5.0
+    >>> exposed_seconds(8 * 2.0, 2.0, 8, 0.5, 1.5)  # 2 s per micro-batch under a 1.5 s window
+    4.5
+    """
+    step_part = seconds - microbatches * microbatch_seconds
+    if window_s is None:
+        return (1 - overlap) * seconds
+    hidden_behind = max(0.0, microbatch_seconds - window_s) * (microbatches - 1)
+    return (1 - overlap) * (step_part + microbatch_seconds) + hidden_behind

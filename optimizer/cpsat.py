@@ -104,6 +104,12 @@ class LayoutModel:
         for s, z, r in zip(*np.nonzero(mask & self.keep[:, None, None]), strict=True):
             self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not(), lit.Not()])
 
+    def forbid_pairs(self, mask: np.ndarray) -> None:
+        """Forbid every (shape, ZeRO stage) where ``mask[s, z]`` is True, unconditionally (a stage
+        the shape's framework does not have: not a constraint family to explain)."""
+        for s, z in zip(*np.nonzero(mask & self.keep[:, None]), strict=True):
+            self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not()])
+
     def forbid_shapes(self, family: str, shapes: Sequence[int]) -> None:
         """Forbid whole shapes under the family's literal."""
         lit = self.families.get(family)

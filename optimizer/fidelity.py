@@ -204,7 +204,12 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             "pp": r["pp"],
             "dp": r["gpus"] // (r["tp"] * r["pp"]),
             "num_gpus": r["gpus"],
+            # Megatron-LM 2021: DDP (no ZeRO), fp16 gradients reduced in fp16 (its default
+            # without --accumulate-allreduce-grads-in-fp32), scatter/gather pipeline sends (§4.1)
+            "framework": "megatron",
             "zero_stage": 0,
+            "fp32_gradients": False,
+            "pipeline_scatter_gather": True,
             "recompute": "full",
             "micro_batch_size": b,
             "global_batch_size": r["batch"],
@@ -238,6 +243,7 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             "pp": r["pp"],
             "dp": 1,
             "num_gpus": r["gpus"],
+            "framework": "megatron",  # Megatron-LM 2022: dp = 1, DDP
             "zero_stage": 0,
             "recompute": "selective",
             "micro_batch_size": r["micro_batch"],
@@ -276,6 +282,9 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             "pp": r["pp"],
             "dp": r["dp"],
             "num_gpus": r["gpus"],
+            # FSDP, optimizer states and gradients sharded, no reshard after forward (§3.3.1),
+            # FP32 gradient accumulation and reduce-scatter (§3.3.4)
+            "framework": "fsdp2",
             "zero_stage": 2,
             "recompute": "none",
             "micro_batch_size": 1,
@@ -300,7 +309,8 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
                 published_value=r["tflops_per_gpu"],
                 published_unit="TFLOP/s/GPU",
                 recipe=(
-                    f"no recompute, FSDP as ZeRO-2, FP32 gradients, memory-efficient norms, "
+                    f"no recompute, FSDP2 ZeRO-2 (no reshard after forward, FP32 "
+                    f"reduce-scatter per micro-batch), memory-efficient norms, "
                     f"TP {r['tp']} "
                     f"CP {r['cp']} PP {r['pp']} v {LLAMA3_VIRTUAL_STAGES}, b 1, "
                     f"m {r['batch_per_dp']}"
@@ -495,7 +505,7 @@ def llama3_memory_walk() -> tuple[MemoryStep, ...]:
                 microbatches_in_flight=float(st.activations.microbatches_in_flight),
                 activation_bytes=float(st.activations.layers_bytes),
                 total_bytes=float(est.total_bytes),
-                capacity_bytes=float(est.device.memory_bytes),
+                capacity_bytes=float(est.capacity_bytes),
             )
         )
     return tuple(out)
@@ -590,7 +600,7 @@ def _table(results: Sequence[RunResult]) -> tuple[list[str], list[list[str]]]:
                 f"{100 * res.predicted_util:.1f}%",
                 f"{res.error_points:+.1f}",
                 "calibration" if r.calibration else "held out",
-                f"{_gb(res.memory_bytes)} / {_gb(res.estimate.device.memory_bytes)}",
+                f"{_gb(res.memory_bytes)} / {_gb(res.estimate.capacity_bytes)}",
                 "yes" if res.fits else "NO",
             ]
         )

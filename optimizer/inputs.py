@@ -8,14 +8,15 @@ H100-SXM when no GPU is named. The defaults used are listed in :attr:`Case.defau
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, overload
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate, evaluate
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
-from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout, validate
 from trainplan.model.specs import (
     Architecture,
     Mlp,
@@ -30,7 +31,15 @@ from trainplan.optimizer.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.placement import axis_links
 
-__all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "DIM_KEYS", "links_for"]
+__all__ = [
+    "Case",
+    "build_case",
+    "DEFAULT_GPU",
+    "LAYOUT_KEYS",
+    "DIM_KEYS",
+    "links_for",
+    "parse_framework",
+]
 
 DEFAULT_GPU = "H100-SXM"
 LAYOUT_KEYS = LAYOUT_FIELDS
@@ -62,6 +71,7 @@ KNOWN_KEYS = frozenset(
         "activation_convention",
         "memory_efficient_norm",
         "fp32_gradients",
+        "memory_reserve_gib",
         *LAYOUT_KEYS,
         "layers",
         "hidden",
@@ -95,8 +105,16 @@ class Case:
     defaults_used: dict[str, Any] = field(default_factory=dict)
 
     def evaluate(self, layout: Layout | None = None) -> Estimate:
-        """Evaluate this case (or another layout of it)."""
+        """Evaluate this case (or another layout of it).
+
+        Raises
+        ------
+        LayoutError
+            The layout's first broken legality rule (:func:`model.layout.validate`), checked
+            before the links are placed so the message is the cost model's.
+        """
         lay = layout or self.layout
+        validate(lay, self.model, self.training, None if layout else self.num_gpus)
         return evaluate(
             self.model,
             self.training,
@@ -117,6 +135,7 @@ def links_for(
     ``pod_size``, ``oversubscription``), the bottleneck bandwidth of each axis's first rank group in
     a networkx cluster graph (topology.graph)."""
     degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
+    degrees["etp"] = layout.expert_tp
     if not fabric:
         return axis_links(degrees, links, layout.rank_order)
     from trainplan.topology.graph import build_cluster
@@ -269,18 +288,17 @@ def build_case(params: Mapping[str, Any]) -> Case:
     used: dict[str, Any] = {}
     model, defaults = _model(params, used)
     layout_args = {k: params[k] for k in LAYOUT_KEYS if k in params}
-    for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+    for k in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
-    layout_args.setdefault("zero_stage", 1)
+    framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
+    layout_args["framework"] = framework
+    layout_args.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
     layout = Layout(**layout_args)
-    for k in SEARCHED_FIELDS[:-1]:  # the layout defaults worth printing (v is 1 unless asked)
-        if k not in params:
-            used[k] = (
-                getattr(layout, k)
-                if k != "recompute" and k != "schedule"
-                else str(getattr(layout, k))
-            )
+    for k in SEARCHED_FIELDS:  # the layout defaults worth printing (v is 1 unless asked)
+        if k not in params and k != "virtual_stages":
+            value = getattr(layout, k)
+            used[k] = str(value) if k in ("recompute", "schedule", "framework") else value
     seq = _count(params, "seq_len", defaults.get("seq_len", 4096))
     batch = _count(
         params,
@@ -297,7 +315,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
-        gradient_bytes=4 if _flag(params, "fp32_gradients", False) else 2,
+        gradient_bytes=_gradient_bytes(params),
     )
     gpu_name = params.get("gpu") or DEFAULT_GPU
     if "gpu" not in params:
@@ -318,6 +336,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
         nvlink_bytes_per_s=gbps["nvlink_gbps"],
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
     )
+    if "memory_reserve_gib" in params:
+        reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
+        device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
     options = CostOptions(
         kernel_efficiency=float(
             Fraction(
@@ -350,6 +371,22 @@ def build_case(params: Mapping[str, Any]) -> Case:
         fabric=_fabric(params),
         defaults_used=used,
     )
+
+
+def _gradient_bytes(params: Mapping[str, Any]) -> int | None:
+    """4 with ``fp32_gradients`` true, 2 with it false, None (the framework's default) unset."""
+    if params.get("fp32_gradients") is None:
+        return None
+    return 4 if _flag(params, "fp32_gradients", False) else 2
+
+
+def parse_framework(value: Any) -> Framework:
+    """A framework profile by name (``megatron``, ``deepspeed``, ``fsdp2``, ``textbook``)."""
+    try:
+        return Framework(str(value).lower())
+    except ValueError:
+        names = ", ".join(f.value for f in Framework)
+        raise InputError(f"framework: {value!r} is not one of {names}") from None
 
 
 def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

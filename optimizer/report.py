@@ -51,15 +51,17 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("gradients", m["gradients_bytes"]),
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
-        ("ZeRO-3 gathered weights (2 units)", m.get("zero3_gathered_bytes")),
+        ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
+        ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
         ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
-        ("= total", m["total_bytes"]),
-        (f"capacity ({d['gpu']['name']})", m["capacity_bytes"]),
+        ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
+        (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
+        (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
-    lines += [f"  {name:<40} {gb(value):>14}" for name, value in parts]
+    lines += [f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name[0] in "=c"]
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
@@ -73,8 +75,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     out = [
         f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
         f"on {d['num_gpus']:,} × {d['gpu']['name']}",
-        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']} (ep {lay['ep']}), "
-        f"ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, {lay['schedule']}"
+        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']} (ep {lay['ep']}"
+        + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
+        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, "
+        f"{lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
         f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",

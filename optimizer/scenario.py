@@ -10,11 +10,14 @@ gpus = "64..4096"                 # a count, a list "2048,4096", or a range
 seq_len = 8192
 global_batch = 2048               # sequences: a count, list or range; or global_batch_tokens = 16e6
 objective = "time-to-train"       # step-time | tokens-per-gpu | time-to-train | cost | params
+framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | textbook
 tokens = 15e12                    # token budget for time-to-train and cost
 gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
-[space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages
+[space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
+               # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
-[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 }
+[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
+               # memory_reserve_gib
 ```
 
 Command-line options override the file's values.
@@ -31,7 +34,8 @@ from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.model.units import parse_count, parse_number
-from trainplan.optimizer.inputs import DIM_KEYS, build_case
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK
+from trainplan.optimizer.inputs import DIM_KEYS, build_case, parse_framework
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -55,6 +59,7 @@ TOP_KEYS = {
     "tokens",
     "gpu_hour_price",
     "max_layers",
+    "framework",
     "space",
     "constraints",
     "cluster",
@@ -72,6 +77,7 @@ SPACE_KEYS = {
     "schedule",
     "virtual_stages",
     "rank_order",
+    "framework",
 }
 CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
 CLUSTER_KEYS = {
@@ -90,6 +96,7 @@ CLUSTER_KEYS = {
     "activation_convention",
     "memory_efficient_norm",
     "fp32_gradients",
+    "memory_reserve_gib",
 }
 
 
@@ -219,6 +226,8 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or DEFAULT_VIRTUAL_STAGES,
         rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
         or (DEFAULT_RANK_ORDER,),
+        frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
+        or (DEFAULT_FRAMEWORK,),
     )
 
 
@@ -259,6 +268,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`."""
     d = {**file_values, **{k: v for k, v in cli.items() if v not in (None, (), [])}}
     space_d = {
+        **({"framework": file_values["framework"]} if "framework" in file_values else {}),
         **file_values.get("space", {}),
         **{k: v for k, v in cli.get("space", {}).items() if v not in (None, (), [])},
     }

@@ -69,7 +69,8 @@ class SearchResult:
 
 
 def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
-    lm.forbid("memory", ~tables.fits)
+    lm.forbid_pairs(~tables.legal)  # a ZeRO stage the shape's framework lacks: never, no family
+    lm.forbid("memory", ~tables.fits & tables.legal[:, :, None])
     if problem.constraints.min_mfu is not None:
         lm.forbid("min_mfu", mfu_table(tables) < problem.constraints.min_mfu)
     if problem.constraints.tp_in_nvlink:
@@ -106,8 +107,17 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
     est = job.case.evaluate(tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r]))
     for stage in est.stages:
         acts = stage.activations.total_bytes if stage.activations else 0
-        got = (math.ceil(stage.state.resident_bytes), math.ceil(acts))
-        want = (int(tables.state_ceil[s, z, stage.stage]), int(tables.act_ceil[s, r, stage.stage]))
+        got = (
+            math.ceil(stage.state.backward_bytes),
+            math.ceil(stage.state.optimizer_step_bytes),
+            math.ceil(acts),
+        )
+        i = stage.stage
+        want = (
+            int(tables.state_ceil[s, z, i]),
+            int(tables.step_ceil[s, z, i]),
+            int(tables.act_ceil[s, r, i]),
+        )
         if got != want:
             raise TermMismatch(f"stage {stage.stage} memory: evaluate {got} != table {want}")
     if est.time_terms is None or objective_ns(est.time_terms) != (
@@ -118,9 +128,7 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
             f"time terms: evaluate {est.time_terms} != table {(tables.t1_ns[s, r], tables.t2_ns[s, z])}"
         )
     if bool(tables.fits[s, z, r]) != (
-        est.fits
-        if job.case.device.memory_bytes == tables.capacity[s]
-        else bool(tables.fits[s, z, r])
+        est.fits if est.capacity_bytes == tables.capacity[s] else bool(tables.fits[s, z, r])
     ):
         raise TermMismatch("fits: evaluate and table disagree")
     return est
@@ -141,13 +149,14 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     out = []
     for family in blocking:
         if family == "memory":
-            peak = np.where(True, tables.peak_ceil, 0)
+            top = np.iinfo(np.int64).max
+            peak = np.where(tables.legal[:, :, None], tables.peak_ceil, top)
             s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
             sh, cap = tables.shapes[s], int(tables.capacity[s])
             out.append(
                 f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
                 f"{peak[s, z, r] / 1e9:.2f} GB (dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
-                f"b {sh.micro_batch_size}, {sh.schedule}, ZeRO-{tables.zero_stages[z]}, "
+                f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
                 f"recompute {tables.recomputes[r]}); try more GPUs, a larger accelerator, a shorter "
                 "sequence or higher tp/pp/cp"
             )

@@ -7,9 +7,10 @@ applies — so the search never re-types a divisibility rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework, check_framework
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.pipeline import Schedule
 from trainplan.model.specs import ModelSpec, TrainingSpec
@@ -61,6 +62,10 @@ class Shape:
     """Inner-to-outer axis order over the ranks (decides which axes ride NVLink)."""
     order_rank: int = 0
     """Position of ``rank_order`` in the space's list (tie-break: earlier first)."""
+    framework: Framework = DEFAULT_FRAMEWORK
+    """The framework profile whose mechanisms this shape's ZeRO stages are."""
+    framework_rank: int = 0
+    """Position of ``framework`` in the space's list (tie-break: earlier first)."""
 
     def layout(self, zero_stage: int, recompute: Recompute | str) -> Layout:
         """The full layout with these modifiers."""
@@ -76,13 +81,15 @@ class Shape:
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
             rank_order=self.rank_order,
+            framework=self.framework,
         )
 
     @property
     def tie_key(self) -> tuple[int, ...]:
         """Tie-break order among shapes of equal step time: fewer model-parallel GPUs
         (tp·pp·cp), then smaller tp, pp, cp, ep, smaller micro-batch, schedule 1F1B <
-        interleaved < GPipe, fewer virtual stages, rank orders in the space's order."""
+        interleaved < GPipe, fewer virtual stages, rank orders and frameworks in the space's
+        order."""
         return (
             self.tp * self.pp * self.cp,
             self.tp,
@@ -93,6 +100,7 @@ class Shape:
             _SCHEDULE_ORDER[self.schedule],
             self.virtual_stages,
             self.order_rank,
+            self.framework_rank,
         )
 
 
@@ -123,6 +131,9 @@ class SearchSpace:
     """Virtual stages tried with the interleaved schedule."""
     rank_orders: tuple[tuple[str, ...], ...] = (DEFAULT_RANK_ORDER,)
     """Rank orders the search may choose among (the first is preferred on ties)."""
+    frameworks: tuple[Framework, ...] = (DEFAULT_FRAMEWORK,)
+    """Framework profiles the search may choose among (the first is preferred on ties); each
+    shape's ZeRO stages are that framework's (:data:`model.frameworks.ZERO_STAGES`)."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +143,15 @@ class SearchSpace:
             raise LayoutError(
                 "search: zero stages, recompute modes and schedules must not be empty"
             )
+        if not self.frameworks:
+            raise LayoutError("search: give at least one --framework")
+        object.__setattr__(self, "frameworks", tuple(Framework(f) for f in self.frameworks))
+        for fw in self.frameworks:
+            if not set(ZERO_STAGES[fw]) & set(self.zero_stages):
+                raise LayoutError(
+                    f"zero: {', '.join(map(str, self.zero_stages))} has no stage of --framework "
+                    f"{fw} (it models {', '.join(map(str, ZERO_STAGES[fw]))})"
+                )
 
 
 def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
@@ -166,10 +186,30 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                     for b in mbs:
                         for schedule, v in _schedules(space, pp):
                             for k, order in enumerate(space.rank_orders):
-                                shape = Shape(dp, tp, pp, cp, ep, b, schedule, v, order, k)
+                                base = Shape(dp, tp, pp, cp, ep, b, schedule, v, order, k)
                                 try:
-                                    validate(shape.layout(1, Recompute.NONE), model, training, G)
+                                    validate(
+                                        base.layout(1, Recompute.NONE).with_(framework="textbook"),
+                                        model,
+                                        training,
+                                        G,
+                                    )
                                 except LayoutError:
                                     break  # the order does not change legality
-                                shapes.append(shape)
+                                shapes += _with_frameworks(base, space, pp)
     return sorted(shapes, key=lambda s: s.tie_key)
+
+
+def _with_frameworks(base: Shape, space: SearchSpace, pp: int) -> list[Shape]:
+    """``base`` under each framework of the space that runs at least one allowed ZeRO stage
+    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`)."""
+    out = []
+    for rank, fw in enumerate(space.frameworks):
+        for z in space.zero_stages:
+            try:
+                check_framework(fw, z, pp)
+            except LayoutError:
+                continue
+            out.append(replace(base, framework=fw, framework_rank=rank))
+            break
+    return out

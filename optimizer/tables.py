@@ -3,13 +3,17 @@
 For every job j, every legal shape s of it (optimizer.space), every ZeRO stage z and every
 recompute mode r:
 
-* ``state[s, z, i]`` — model-state bytes of pipeline stage i (:func:`model.estimate.stage_states`)
+* ``state[s, z, i]`` — model-state bytes of pipeline stage i in forward/backward: weights,
+  gradients, optimizer state, gathered units and buffers (:func:`model.estimate.stage_states`)
+* ``step[s, z, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
 * ``act[s, r, i]``   — activation bytes of stage i (:func:`model.estimate.stage_activation_list`)
+* ``legal[s, z]``    — the ZeRO stage exists in the shape's framework with its axes
+  (:func:`model.frameworks.check_framework`)
 * ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
 * ``t2_ns[s, z]``    — exposed dp traffic (both from :func:`model.estimate.time_terms`, rounded
   to whole nanoseconds by :func:`model.estimate.objective_ns`)
 
-so that the memory of stage i is state + act and the step time t1 + t2, exactly as
+so that the memory of stage i is max(state + act, step) and the step time t1 + t2, exactly as
 ``evaluate()`` adds them. Bytes are kept rounded up to whole bytes (``*_ceil``) for the memory
 objective, and fits are decided exactly (``fits``) from the rational byte counts. Nothing here
 computes a cost itself.
@@ -24,7 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.frameworks import check_framework
 from trainplan.model.estimate import (
     objective_ns,
     stage_activation_list,
@@ -55,11 +60,16 @@ class CostTables:
     zero_stages: tuple[int, ...]
     recomputes: tuple[Recompute, ...]
     state_ceil: np.ndarray
-    """[S, Z, P] model-state bytes, rounded up."""
+    """[S, Z, P] model-state bytes in forward/backward, rounded up."""
+    step_ceil: np.ndarray
+    """[S, Z, P] model-state bytes during the optimizer step, rounded up."""
+    legal: np.ndarray
+    """[S, Z] whether ZeRO stage z exists in shape s's framework with its axes."""
     act_ceil: np.ndarray
     """[S, R, P] activation bytes (layers + embedding + transient), rounded up."""
     fits: np.ndarray
-    """[S, Z, R] every stage's exact state + activations within capacity × (1 − headroom)."""
+    """[S, Z, R] legal, and every stage's exact peak (max of state + activations and the step's
+    bytes) within capacity × (1 − headroom)."""
     t1_ns: np.ndarray
     """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns."""
     t2_ns: np.ndarray
@@ -80,27 +90,43 @@ class CostTables:
         return np.array([self.jobs[j].num_gpus for j in self.job_of], dtype=np.int64)
 
 
+def legal_stages(shape: Shape, zero_stages) -> list[bool]:
+    """Whether each ZeRO stage exists in the shape's framework with its pipeline degree (at least
+    one does: :func:`optimizer.space.legal_shapes` keeps no other shape)."""
+    out = []
+    for z in zero_stages:
+        try:
+            check_framework(shape.framework, z, shape.pp)
+        except LayoutError:
+            out.append(False)
+        else:
+            out.append(True)
+    return out
+
+
 def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
-    """(states per z, activations per r) of a shape: they read no hardware figure, so jobs that
-    differ only in the accelerator share them (``memo``)."""
+    """(forward/backward states per z, optimizer-step states per z, activations per r) of a
+    shape; an illegal ZeRO stage gets zeros (its candidates are never allowed). They read no
+    hardware figure, so jobs that differ only in the accelerator share them (``memo``)."""
     case = job.case
     key = (case.model, case.training, case.vocab_multiple, shape)
     if key not in memo:
         m, t, vm = case.model, case.training, case.vocab_multiple
-        states = [
-            tuple(
-                st.resident_bytes for st in stage_states(m, t, shape.layout(z, recomputes[0]), vm)
-            )
-            for z in zero_stages
-        ]
+        legal = legal_stages(shape, zero_stages)
+        first = zero_stages[legal.index(True)]
+        states, steps = [], []
+        for z, ok in zip(zero_stages, legal, strict=True):
+            found = stage_states(m, t, shape.layout(z, recomputes[0]), vm) if ok else ()
+            states.append(tuple(st.backward_bytes for st in found) or (0,) * shape.pp)
+            steps.append(tuple(st.optimizer_step_bytes for st in found) or (0,) * shape.pp)
         acts = [
             tuple(
                 a.total_bytes
-                for a in stage_activation_list(m, t, shape.layout(zero_stages[0], r), vm) or ()
+                for a in stage_activation_list(m, t, shape.layout(first, r), vm) or ()
             )
             for r in recomputes
         ]
-        memo[key] = (states, acts)
+        memo[key] = (states, steps, acts, legal)
     return memo[key]
 
 
@@ -119,16 +145,19 @@ def _chunk_rows(
         if progress and s % 200 == 0:
             progress(s, len(shapes))
         job = problem.jobs[job_of[s]]
-        cap = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
-        st, ac = _memory_rows(job, shape, zs, rs, memo)
-        a, b = _time_rows(job, shape, zs, rs)
+        cap = _capacity_of(job, shape, problem.constraints.headroom)
+        st, step, ac, legal = _memory_rows(job, shape, zs, rs, memo)
+        a, b = _time_rows(job, shape, zs, rs, legal)
+        fits = _fits(st, step, ac, cap)
         out.append(
             (
                 [[math.ceil(v) for v in row] for row in st],
+                [[math.ceil(v) for v in row] for row in step],
                 [[math.ceil(v) for v in row] for row in ac],
-                _fits(st, ac, cap),
+                [[f and ok for f in row] for row, ok in zip(fits, legal, strict=True)],
                 a,
                 b,
+                legal,
             )
         )
     return out
@@ -173,36 +202,50 @@ def _all_rows(problem: Problem, shapes: list[Shape], job_of: list[int], progress
     return rows
 
 
-def _fits(states, acts, cap: int) -> list[list[bool]]:
-    """[z][r] every stage's state + activations ≤ cap, exactly: decided in floats where the margin
-    is clear (a relative 1e-9 from the capacity), and with the exact rationals otherwise."""
+def _capacity_of(job: Job, shape: Shape, headroom: float) -> int:
+    """Usable bytes per GPU of a candidate: the device's capacity as its framework counts it
+    (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − headroom)."""
+    return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
+
+
+def _fits(states, steps, acts, cap: int) -> list[list[bool]]:
+    """[z][r] every stage's peak — max(state + activations, optimizer-step state) — ≤ cap,
+    exactly: decided in floats where the margin is clear (a relative 1e-9 from the capacity),
+    and with the exact rationals otherwise."""
     st = np.array([[float(v) for v in row] for row in states])
+    sp = np.array([[float(v) for v in row] for row in steps])
     ac = np.array([[float(v) for v in row] for row in acts])
-    total = st[:, None, :] + ac[None, :, :]  # [Z, R, P]
+    total = np.maximum(st[:, None, :] + ac[None, :, :], sp[:, None, :])  # [Z, R, P]
     clear_in = (total <= cap * (1 - 1e-9)).all(axis=2)
     clear_out = (total > cap * (1 + 1e-9)).any(axis=2)
     out = clear_in.tolist()
     for z, r in zip(*np.nonzero(~clear_in & ~clear_out), strict=True):
-        out[z][r] = all(x + y <= cap for x, y in zip(states[z], acts[r], strict=True))
+        out[z][r] = all(
+            max(x + y, w) <= cap for x, y, w in zip(states[z], acts[r], steps[z], strict=True)
+        )
     return out
 
 
-def _time_rows(job: Job, shape: Shape, zero_stages, recomputes):
+def _time_rows(job: Job, shape: Shape, zero_stages, recomputes, legal: list[bool]):
     case = job.case
     m, t, o, vm = case.model, case.training, case.options, case.vocab_multiple
-    links = links_for(shape.layout(zero_stages[0], recomputes[0]), case.links, case.fabric)
+    first = zero_stages[legal.index(True)]
+    links = links_for(shape.layout(first, recomputes[0]), case.links, case.fabric)
     t1, t2 = [], []
     for r in recomputes:
-        lay = shape.layout(zero_stages[0], r)
-        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
+        lay = shape.layout(first, r)
+        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o)
         if terms is None:
             raise InputError(
                 "search: step time needs every axis's link bandwidth (give --nvlink-gbps, --scaleout-gbps)"
             )
         t1.append(objective_ns(terms)[0])
-    for z in zero_stages:
+    for z, ok in zip(zero_stages, legal, strict=True):
+        if not ok:
+            t2.append(0)  # never allowed (legal is False)
+            continue
         lay = shape.layout(z, recomputes[0])
-        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm), o)
+        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o)
         assert terms is not None
         t2.append(objective_ns(terms)[1])
     return t1, t2
@@ -242,6 +285,8 @@ def build_tables(
     S, Z, R = len(shapes), len(zs), len(rs)
     P = max((s.pp for s in shapes), default=1)
     state = np.zeros((S, Z, P), dtype=np.int64)
+    step = np.zeros((S, Z, P), dtype=np.int64)
+    legal = np.zeros((S, Z), dtype=bool)
     act = np.zeros((S, R, P), dtype=np.int64)
     fits = np.zeros((S, Z, R), dtype=bool)
     t1 = np.zeros((S, R), dtype=np.int64)
@@ -250,11 +295,13 @@ def build_tables(
     capacity = np.zeros(S, dtype=np.int64)
     rows = _all_rows(problem, shapes, job_of, progress)
     cache: dict[tuple[int, int], float] = {}
-    for s, (st, ac, ft, a, b) in enumerate(rows):
+    for s, (st, sp, ac, ft, a, b, lg) in enumerate(rows):
         job = problem.jobs[job_of[s]]
-        capacity[s] = int(job.case.device.memory_bytes * (1 - problem.constraints.headroom))
+        capacity[s] = _capacity_of(job, shapes[s], problem.constraints.headroom)
+        legal[s] = lg
         for z in range(Z):
             state[s, z, : len(st[z])] = st[z]
+            step[s, z, : len(sp[z])] = sp[z]
         for r in range(R):
             act[s, r, : len(ac[r])] = ac[r]
             key = (job_of[s], r)
@@ -279,7 +326,7 @@ def build_tables(
     peak = np.zeros((S, Z, R), dtype=np.int64)
     for z in range(Z):  # a loop over z keeps the temporary at [S, R, P]
         if S:
-            peak[:, z, :] = (state[:, z, None, :] + act).max(axis=2)
+            peak[:, z, :] = np.maximum(state[:, z, None, :] + act, step[:, z, None, :]).max(axis=2)
     return CostTables(
         tuple(problem.jobs),
         tuple(shapes),
@@ -287,6 +334,8 @@ def build_tables(
         tuple(zs),
         tuple(rs),
         state,
+        step,
+        legal,
         act,
         fits,
         t1,

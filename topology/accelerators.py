@@ -28,7 +28,7 @@ TABLE_FILE = "accelerators.toml"
 """File name of the table inside the ``topology`` package."""
 
 _REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
-_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps")
+_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib")
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
 
@@ -102,10 +102,19 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         return float(_number(row[key], where, key) * GB) if key in row else None
 
     domain = row.get("nvlink_domain")
+    hbm = None
+    if "hbm_gib" in row:
+        hbm_exact = _number(row["hbm_gib"], where, "hbm_gib") * GIB
+        if hbm_exact.denominator != 1 or hbm_exact < memory:
+            raise ScenarioError(
+                f"{where}: hbm_gib {row['hbm_gib']} must be whole bytes and at least memory_gb"
+            )
+        hbm = int(hbm_exact)
     return DeviceSpec(
         name=row["name"],
         memory_bytes=int(memory),
         memory_unit=row["memory_unit"],
+        hbm_bytes=hbm,
         peak_flops_per_s=float(peak),
         nvlink_bytes_per_s=rate("nvlink_gbps"),
         nvlink_domain=None

@@ -69,16 +69,22 @@ class AxisLink:
 
 
 def _degrees(degrees: Mapping[str, int]) -> dict[str, int]:
-    unknown = sorted(set(degrees) - {"tp", "cp", "ep", "dp", "pp"})
+    unknown = sorted(set(degrees) - {"tp", "cp", "ep", "dp", "pp", "etp"})
     if unknown:
-        raise LayoutError(f"unknown parallel axis '{unknown[0]}' (known: tp, cp, ep, dp, pp)")
+        raise LayoutError(f"unknown parallel axis '{unknown[0]}' (known: tp, cp, ep, dp, pp, etp)")
     out = {axis: degrees.get(axis, 1) for axis in ("tp", "cp", "ep", "dp", "pp")}
+    out["etp"] = degrees.get("etp") or out["tp"]
     for axis, value in out.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LayoutError(f"{axis}: {value!r} must be a whole number >= 1")
-    if (out["dp"] * out["cp"]) % out["ep"]:
+    if out["etp"] == out["tp"] and (out["dp"] * out["cp"]) % out["ep"]:
         raise LayoutError(
             f"ep: {out['ep']} must divide dp·cp = {out['dp']}·{out['cp']} = {out['dp'] * out['cp']}"
+        )
+    ranks = out["tp"] * out["dp"] * out["cp"]
+    if out["etp"] != out["tp"] and ranks % (out["etp"] * out["ep"]):
+        raise LayoutError(
+            f"ep: etp {out['etp']} × ep {out['ep']} must divide tp·dp·cp = {ranks}"
         )
     return out
 
@@ -127,6 +133,15 @@ def _stride_size(d: dict[str, int], axis: str, order: tuple[str, ...]) -> tuple[
     block = min(stride("cp"), stride("dp"))  # the cp·dp block starts at the inner of the two
     if axis == "dp_cp":
         return block, d["cp"] * d["dp"]
+    if axis == "ep" and d["etp"] != d["tp"]:
+        # Megatron-Core's expert rank order etp-ep-edp-pp over the tp·cp·dp block: ep groups of
+        # consecutive etp-strided ranks (needs tp innermost and pp outermost in the dense order)
+        if dense[0] != "tp" or dense[-1] != "pp":
+            raise LayoutError(
+                f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
+                "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
+            )
+        return d["etp"], d["ep"]
     if axis == "ep":
         inner = order.index("ep") < order.index("dp")
         return (block, d["ep"]) if inner else (block * d["cp"] * d["dp"] // d["ep"], d["ep"])

@@ -64,6 +64,13 @@ def example_cmd(
             click.echo(
                 f"Example {name}: {ex['says']}"
                 + (f"  [{ex['source']}]" if ex.get("source") else "")
+                + f"\nProfile: {merged['framework']}"
+                + (
+                    " (the original tool's steady-state convention; --framework megatron|"
+                    "deepspeed|fsdp2 for a real framework's peak memory and traffic)"
+                    if merged["framework"] == "textbook"
+                    else ""
+                )
                 + "\n"
             )
             run_evaluate(merged, False, per_stage)

@@ -103,6 +103,13 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--oversubscription", type=NUMBER, help="Scale-out oversubscription above a pod (≥ 1)."
         ),
+        click.option(
+            "--memory-reserve",
+            "memory_reserve_gib",
+            type=NUMBER,
+            help="GiB of each GPU kept for the driver, CUDA context, NCCL and fragmentation under "
+            "a physical --framework (default 3).",
+        ),
         click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
         click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
         click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
@@ -137,10 +144,23 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cp", type=COUNT),
         click.option("--ep", type=COUNT),
         click.option(
+            "--etp",
+            type=COUNT,
+            help="Expert tensor-parallel degree (Megatron-Core --expert-tensor-parallel-size); "
+            "default tp.",
+        ),
+        click.option(
+            "--framework",
+            type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+            help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
+            "it (default megatron); textbook = the seed's steady-state convention.",
+        ),
+        click.option(
             "--zero",
             "zero_stage",
             type=click.IntRange(0, 3),
-            help="ZeRO stage 0-3 (3 = FSDP); default 1.",
+            help="ZeRO stage 0-3 (3 = FSDP); default the framework's (megatron 1, deepspeed 1, "
+            "fsdp2 3, textbook 1).",
         ),
         click.option("--recompute", type=click.Choice(["none", "sqrt", "selective", "full"])),
         click.option(

@@ -59,6 +59,13 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--zero", type=click.IntRange(0, 3), multiple=True, help="Allowed ZeRO stages."
         ),
+        click.option(
+            "--framework",
+            type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+            multiple=True,
+            help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
+            "default megatron). textbook is the seed's steady-state convention.",
+        ),
         click.option("--recompute", type=click.Choice([r.value for r in Recompute]), multiple=True),
         click.option("--schedule", type=click.Choice([s.value for s in Schedule]), multiple=True),
         click.option(

@@ -1,6 +1,7 @@
 """ZeRO (Rajbhandari et al. 2019) Table 1: model state per device, ZeRO-1/2/3, every row of
 ``scenarios/published.toml`` ``zero_table1`` within the file's ``rel`` (the paper truncates
-a few cells, e.g. 1.875 → 1.88, 513.5 → 513).
+a few cells, e.g. 1.875 → 1.88, 513.5 → 513). The paper's steady state is the ``textbook``
+profile (SPEC.md "Two kinds of figures").
 
 A cell matches within ``rel`` or within half a unit of its last printed digit, whichever is
 wider: the paper prints 7.5B over 1024 GPUs under ZeRO-3 (exactly 0.1171875 GB) as 0.12, 2.4%
@@ -48,7 +49,7 @@ def test_table_has_eighteen_rows():
 def test_zero_table1_row(row):
     params = Fraction(int(row["params"]))
     training = TrainingSpec(seq_len=1, global_batch_size=row["dp"])
-    layout = Layout(dp=row["dp"])
+    layout = Layout(dp=row["dp"], framework="textbook")
     stage0 = model_state(params, Fraction(0), layout, training, 0).total_bytes
     assert stage0 == 16 * params
     for stage in (1, 2, 3):
@@ -62,7 +63,8 @@ def test_zero_table1_exact_form(row):
     """The exact values behind the rounded cells: (2+2+12/D)·P, (2+14/D)·P, 16/D·P."""
     p, d = Fraction(int(row["params"])), row["dp"]
     training = TrainingSpec(seq_len=1, global_batch_size=d)
-    got = [model_state(p, Fraction(0), Layout(dp=d), training, z) for z in (1, 2, 3)]
+    lay = Layout(dp=d, framework="textbook")
+    got = [model_state(p, Fraction(0), lay, training, z) for z in (1, 2, 3)]
     assert [s.total_bytes for s in got] == [
         (4 + Fraction(12, d)) * p,
         (2 + Fraction(14, d)) * p,

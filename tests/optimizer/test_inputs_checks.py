@@ -61,4 +61,6 @@ def test_fp32_gradients_is_the_measured_18_bytes_per_param():
     ring = (8 - 1) / 8  # each GPU sends (D − 1)/D of the buffer per reduce-scatter / all-gather
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     assert float(dp.traffic.bytes_per_step) == pytest.approx(ring * 2 * 4 * n)
-    assert build_case(BASE).training.gradient_bytes == 2
+    # unset: the framework's default (Megatron-Core: FP32 main_grad with bf16 parameters)
+    assert build_case(BASE).training.gradient_bytes is None
+    assert build_case(BASE | {"fp32_gradients": False}).training.gradient_bytes == 2

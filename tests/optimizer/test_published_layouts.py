@@ -33,6 +33,7 @@ def test_search_at_least_as_fast_as_published(run):
         cp=(1, lay.cp) if lay.cp > 1 else (1,),
         max_micro_batch_size=lay.micro_batch_size,
         virtual_stages=tuple(sorted({2, 3, 4, lay.virtual_stages} - {1})),
+        frameworks=(lay.framework,),  # the mechanism the paper's recipe runs
     )
     problem = Problem(jobs=(Job(case, lay.num_gpus, run.key),), space=space)
     result = search(problem)
