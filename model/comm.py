@@ -137,19 +137,19 @@ def tp_traffic(
     (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
     parallelism, or 2 all-reduces without — ``4·one`` either way.
 
-    Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward
-    all-gathers each column-parallel layer's input again for its weight gradient (the forward
-    kept only the local shard: ``LinearWithGradAccumulationAndAsyncCommunication``), so backward
+    Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward all-
+    gathers each column-parallel layer's input again for its weight gradient (the forward kept
+    only the local shard: ``LinearWithGradAccumulationAndAsyncCommunication``), so backward
     sends ``6·one`` — the re-gather launched asynchronously under the input-gradient GEMM, so it
-    is counted as traffic but never exposed (:attr:`AxisTraffic.hidden_bytes`); the first stage reduce-scatters (SP) or all-reduces the vocab-parallel
-    embedding's output (``2·one`` over forward and backward); the last stage gathers the final
-    norm's output for the vocab-parallel output layer and again in backward, and reduce-scatters
-    its gradient (``3·one``; without SP an all-reduce of the input gradient, ``2·one``), and the
-    vocab-parallel cross-entropy all-reduces three fp32 values per token (max logit, Σ exp,
-    target logit; ``vocab_parallel_cross_entropy``); with expert tensor parallelism (etp > 1)
-    every MoE layer all-gathers its routed tokens over etp before the experts and
-    reduce-scatters after (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and
-    recomputed forward.
+    is counted as traffic but never exposed (:attr:`AxisTraffic.hidden_bytes`); the first stage
+    reduce-scatters (SP) or all-reduces the vocab-parallel embedding's output (``2·one`` over
+    forward and backward); the last stage gathers the final norm's output for the vocab-parallel
+    output layer and again in backward, and reduce-scatters its gradient (``3·one``; without SP
+    an all-reduce of the input gradient, ``2·one``), and the vocab-parallel cross-entropy all-
+    reduces three fp32 values per token (max logit, Σ exp, target logit;
+    ``vocab_parallel_cross_entropy``); with expert tensor parallelism (etp > 1) every MoE layer
+    all-gathers its routed tokens over etp before the experts and reduce-scatters after
+    (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and recomputed forward.
 
     Examples
     --------

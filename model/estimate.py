@@ -298,7 +298,9 @@ def _gather_units(
     for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
         units = [
             (
-                _per_gpu(layer_params(arch, j).dense, layer_params(arch, j).tp_replicated, tp, physical),
+                _per_gpu(
+                    layer_params(arch, j).dense, layer_params(arch, j).tp_replicated, tp, physical
+                ),
                 Fraction(layer_params(arch, j).experts, etp * ep),
             )
             for j in sorted(set(layers))
@@ -401,15 +403,14 @@ def _traffic(
     if arch is None:
         return rows
     tp = max(
-        (
-            tp_traffic(arch, n, layout, training, first, last, moe)
-            for n, moe, first, last in kinds
-        ),
+        (tp_traffic(arch, n, layout, training, first, last, moe) for n, moe, first, last in kinds),
         key=lambda t: t.bytes_per_step,
     )
     tied = Fraction(0)
     if arch.tie_embeddings and layout.pp > 1:
-        tied = Fraction(padded_vocab(arch.vocab_size, vocab_multiple, layout.tp) * arch.hidden_size, layout.tp)
+        tied = Fraction(
+            padded_vocab(arch.vocab_size, vocab_multiple, layout.tp) * arch.hidden_size, layout.tp
+        )
     reduce_bytes = mechanism(
         layout.framework, layout.zero_stage, training.weight_bytes, training.gradient_bytes
     ).reduce_bytes

@@ -54,6 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import LayoutError
 
@@ -266,8 +267,7 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
             Framework.TEXTBOOK: "0–3",
         }[framework]
         raise LayoutError(
-            f"zero_stage: {zero_stage} is not a stage of --framework {framework} (it models "
-            f"{what})"
+            f"zero_stage: {zero_stage} is not a stage of --framework {framework} (it models {what})"
         )
     if framework is Framework.DEEPSPEED and zero_stage >= 2 and pp > 1:
         raise LayoutError(
@@ -342,28 +342,30 @@ def mechanism(
     g = GRADIENT_BYTES[fw] if gradient_bytes is None else gradient_bytes
     src = _SOURCES[fw]
     if fw is Framework.TEXTBOOK:
-        common = dict(
-            framework=fw, zero_stage=zero_stage, reduce_bytes=g, weight_bytes=w, source=src
-        )
-        if zero_stage == 0:
+
+        def textbook(name: str, **held: Any) -> Mechanism:
             return Mechanism(
-                name="data parallel (all-reduce)",
+                fw, zero_stage, name, reduce_bytes=g, weight_bytes=w, source=src, **held
+            )
+
+        if zero_stage == 0:
+            return textbook(
+                "data parallel (all-reduce)",
                 weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-                optimizer_full=o, optimizer_sharded=0, all_reduce=True, **common,
+                optimizer_full=o, optimizer_sharded=0, all_reduce=True,
             )  # fmt: skip
         if zero_stage < 3:
-            return Mechanism(
-                name=f"ZeRO-{zero_stage} (steady state)",
+            return textbook(
+                f"ZeRO-{zero_stage} (steady state)",
                 weights_full=w, weights_sharded=0,
                 grads_full=g if zero_stage == 1 else 0, grads_sharded=0 if zero_stage == 1 else g,
-                optimizer_full=0, optimizer_sharded=o, gathers_per_step=1, **common,
+                optimizer_full=0, optimizer_sharded=o, gathers_per_step=1,
             )  # fmt: skip
-        return Mechanism(
-            name="ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (one gather per step)",
+        return textbook(
+            "ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (one gather per step)",
             weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
             optimizer_full=0, optimizer_sharded=o, gathered_units=2,
             gathers_per_step=0 if regather else 2, gathers_per_microbatch=2 if regather else 0,
-            **common,
         )  # fmt: skip
     if fw is Framework.MEGATRON:
         # main_grad in g bytes (FP32 by default with bf16); a 16-bit main_grad is copied to FP32

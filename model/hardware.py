@@ -77,6 +77,7 @@ class DeviceSpec:
         if not physical:
             return self.memory_bytes
         return self.physical_bytes - self.runtime_reserve_bytes
+
     def with_links(
         self,
         *,

@@ -244,7 +244,9 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
     else:
         _check_divides("ep", lay.ep, "num_experts", arch.moe.num_experts)
         axis = "tp" if lay.etp is None else "etp"
-        _check_divides(axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
+        _check_divides(
+            axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size
+        )
     chunks = lay.pp * lay.virtual_stages
     check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
     if arch.num_layers % chunks and not lay.uneven_stages:

@@ -148,7 +148,10 @@ def _model_state(
     The fixed buckets are counted once, not per parameter class.
     """
     parts = [Fraction(0)] * 6
-    for params, replicas, u in ((dense_params, shard, unit[0]), (expert_params, expert_shard, unit[1])):
+    for params, replicas, u in (
+        (dense_params, shard, unit[0]),
+        (expert_params, expert_shard, unit[1]),
+    ):
         if not params and not u:
             continue
         for k, v in enumerate(mech.memory_terms(params, replicas, u)):

@@ -112,7 +112,9 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
 def _capacity_sentence(est: Estimate) -> str:
     d = est.device
     if not est.layout.framework.physical:
-        return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the seed's convention)"
+        return (
+            f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the seed's convention)"
+        )
     have = (
         f"{d.hbm_bytes / 2**30:g} GiB of HBM"
         if d.hbm_bytes

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.model.units import parse_count, parse_number
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.optimizer.inputs import DIM_KEYS, build_case, parse_framework
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (

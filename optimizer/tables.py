@@ -29,7 +29,6 @@ from fractions import Fraction
 import numpy as np
 
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.frameworks import check_framework
 from trainplan.model.estimate import (
     objective_ns,
     stage_activation_list,
@@ -37,6 +36,7 @@ from trainplan.model.estimate import (
     time_terms,
     traffic_rows,
 )
+from trainplan.model.frameworks import check_framework
 from trainplan.model.layout import Recompute
 from trainplan.optimizer.inputs import links_for
 from trainplan.optimizer.problem import Job, Problem, objective_factor
@@ -121,8 +121,7 @@ def _memory_rows(job: Job, shape: Shape, zero_stages, recomputes, memo: dict):
             steps.append(tuple(st.optimizer_step_bytes for st in found) or (0,) * shape.pp)
         acts = [
             tuple(
-                a.total_bytes
-                for a in stage_activation_list(m, t, shape.layout(first, r), vm) or ()
+                a.total_bytes for a in stage_activation_list(m, t, shape.layout(first, r), vm) or ()
             )
             for r in recomputes
         ]
@@ -234,7 +233,9 @@ def _time_rows(job: Job, shape: Shape, zero_stages, recomputes, legal: list[bool
     t1, t2 = [], []
     for r in recomputes:
         lay = shape.layout(first, r)
-        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o)
+        terms = time_terms(
+            m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o
+        )
         if terms is None:
             raise InputError(
                 "search: step time needs every axis's link bandwidth (give --nvlink-gbps, --scaleout-gbps)"
@@ -245,7 +246,9 @@ def _time_rows(job: Job, shape: Shape, zero_stages, recomputes, legal: list[bool
             t2.append(0)  # never allowed (legal is False)
             continue
         lay = shape.layout(z, recomputes[0])
-        terms = time_terms(m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o)
+        terms = time_terms(
+            m, t, lay, case.device, traffic_rows(m, t, lay, links, o, vm, case.device), o
+        )
         assert terms is not None
         t2.append(objective_ns(terms)[1])
     return t1, t2

@@ -83,9 +83,7 @@ def _degrees(degrees: Mapping[str, int]) -> dict[str, int]:
         )
     ranks = out["tp"] * out["dp"] * out["cp"]
     if out["etp"] != out["tp"] and ranks % (out["etp"] * out["ep"]):
-        raise LayoutError(
-            f"ep: etp {out['etp']} × ep {out['ep']} must divide tp·dp·cp = {ranks}"
-        )
+        raise LayoutError(f"ep: etp {out['etp']} × ep {out['ep']} must divide tp·dp·cp = {ranks}")
     return out
 
 
