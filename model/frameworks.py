@@ -53,10 +53,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from fractions import Fraction
 from typing import Any
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.xp import minimum
 
 __all__ = [
     "Framework",
@@ -187,35 +187,37 @@ class Mechanism:
     ``reshard_after_forward=False``: forward)."""
     source: str = ""
 
-    def memory_terms(
-        self, params: Fraction, replicas: int, unit: Fraction
-    ) -> tuple[Fraction, Fraction, Fraction, Fraction, Fraction, Fraction]:
-        """(weights, gradients, optimizer, gathered, backward buffers, step extra) bytes on one
-        GPU for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit
-        holds ``unit`` of them (all counts per GPU, after tp/pp/ep).
+    def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
+        """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
+        for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
+        ``unit`` of them (all counts per GPU, after tp/pp/ep). The fixed
+        :attr:`bucket_bytes` are not included (one bucket serves every parameter class).
+
+        Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
+        (:mod:`model.xp`).
 
         Examples
         --------
         DeepSpeed ZeRO-2, P = 13e9 on N = 8 GPUs: ``2P + 18P/N`` at the step
         (``estimate_zero2_model_states_mem_needs``) = 55.25e9 B.
 
+        >>> from fractions import Fraction
         >>> m = mechanism(Framework.DEEPSPEED, 2)
         >>> w, g, o, _, _, step = m.memory_terms(Fraction(13 * 10**9), 8, Fraction(0))
         >>> w + g + o + step
         Fraction(55250000000, 1)
         """
         d = replicas
-        weights = self.weights_full * params + self.weights_sharded * params / d
-        grads = self.grads_full * params + self.grads_sharded * params / d
-        opt = self.optimizer_full * params + self.optimizer_sharded * params / d
-        gathered = (
-            self.gathered_units * self.weight_bytes * unit * (d - 1) / d if d > 1 else Fraction(0)
-        )
         shard = params / d
+        weights = self.weights_full * params + self.weights_sharded * shard
+        grads = self.grads_full * params + self.grads_sharded * shard
+        opt = self.optimizer_full * params + self.optimizer_sharded * shard
+        # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
+        gathered = self.gathered_units * self.weight_bytes * (unit - unit / d)
         if self.step_cap_elements is not None:
-            shard = min(shard, Fraction(self.step_cap_elements))
+            shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard
-        buffers = self.unit_grad_bytes * unit + self.bucket_bytes
+        buffers = self.unit_grad_bytes * unit
         return weights, grads, opt, gathered, buffers, step
 
     def traffic_terms(self) -> tuple[int, int]:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
+from typing import Any
 
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.frameworks import Mechanism, mechanism
@@ -147,19 +148,29 @@ def _model_state(
 
     The fixed buckets are counted once, not per parameter class.
     """
-    parts = [Fraction(0)] * 6
-    for params, replicas, u in (
-        (dense_params, shard, unit[0]),
-        (expert_params, expert_shard, unit[1]),
-    ):
-        if not params and not u:
-            continue
-        for k, v in enumerate(mech.memory_terms(params, replicas, u)):
-            parts[k] += v
-    if expert_params and dense_params:
-        parts[4] -= mech.bucket_bytes  # one bucket, not one per class
-    w, g, o, gathered, buffers, step = parts
+    w, g, o, gathered, buffers, step = state_terms(
+        mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1]
+    )
     return ModelState(w, g, o, gathered, buffers, step)
+
+
+def state_terms(
+    mech: Mechanism,
+    dense_params: Any,
+    expert_params: Any,
+    shard: Any,
+    expert_shard: Any,
+    dense_unit: Any,
+    expert_unit: Any,
+) -> tuple[Any, ...]:
+    """(weights, gradients, optimizer, gathered, buffers, step extra) bytes on one GPU: the
+    mechanism's terms for the dense parameters (replicated over ``shard`` ranks) plus those of the
+    routed experts (over ``expert_shard``), and the framework's fixed buckets once. Exact for
+    Fractions; element-wise for arrays of layouts (the search's tables call it so)."""
+    dense = mech.memory_terms(dense_params, shard, dense_unit)
+    experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
+    w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
+    return w, g, o, gathered, buffers + mech.bucket_bytes, step
 
 
 def sqrt_segment(num_layers: int) -> int:

@@ -13,11 +13,14 @@ time against these formulas.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from fractions import Fraction
 from functools import cache
+from typing import Any
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.xp import maximum, minimum, where
 
 __all__ = [
     "Schedule",
@@ -26,6 +29,8 @@ __all__ = [
     "microbatches_in_flight",
     "check_schedule",
     "interleaved_chunks_held",
+    "interleaved_chunks_held_simulated",
+    "interleaved_peak",
 ]
 
 
@@ -134,11 +139,104 @@ def microbatches_in_flight(
     return Fraction(min(chunks, m * v), v)
 
 
+def _chunk_count(done: Any, position: int, pp: Any, v: int) -> Any:
+    """How many of ``done`` forwards (or backwards) ran the chunk at ``position`` of the block
+    order: they run in blocks of pp, block q on position q mod v, so after ``done`` of them
+    ``pp·⌊done/(v·pp)⌋ + clamp(done mod (v·pp) − position·pp, 0, pp)``."""
+    period = v * pp
+    rest = done - (done // period) * period
+    return (done // period) * pp + minimum(maximum(rest - position * pp, 0), pp)
+
+
+def interleaved_peak(
+    pp: Any, m: Any, v: int, stage: Any, chunk_weights: Sequence[Any]
+) -> tuple[Any, list[Any]]:
+    """(peak weight, micro-batches held per local chunk at that peak) of pipeline stage ``stage``
+    under Megatron-LM's interleaved 1F1B schedule, in closed form: the same states as
+    :func:`interleaved_chunks_held_simulated` without walking the m·v steps.
+
+    Forward k runs chunk ``⌊k/pp⌋ mod v`` and backward k chunk ``v − 1 − ⌊k/pp⌋ mod v``
+    (Narayanan et al. 2021 §2.2.2; ``megatron/core/pipeline_parallel/schedules.py``); after
+    ``W = min(2·(pp − i − 1) + (v − 1)·pp, m·v)`` warm-up forwards each step adds a forward and
+    then retires a backward. The held count of chunk j after F forwards and B backwards is
+    ``F_j(F) − B_j(B)`` (:func:`_chunk_count`); in the steady phase both advance together, so
+    the held vector repeats every v·pp steps, and the weight ``Σ_j held_j·w_j`` is linear between
+    the steps where a forward or a backward block starts. The peak is therefore among: the
+    warm-up states at block ends and at W; the steady states at block starts, the first and the
+    last of one period (about 2·v + 4 states). Ties go to the earliest state, as the simulation.
+
+    Works on scalars (``pp``, ``m``, ``stage`` ints; weights exact) and on arrays of layouts
+    (:mod:`model.xp`); ``v`` is one whole number for all.
+
+    Examples
+    --------
+    >>> interleaved_peak(4, 8, 2, 0, (1, 1))
+    (11, [7, 4])
+    >>> interleaved_peak(16, 32, 4, 0, (1, 2, 2, 2))[1]
+    [31, 16, 16, 16]
+    """
+    total = m * v
+    warmup = minimum(2 * (pp - stage - 1) + (v - 1) * pp, total)
+    steady = total - warmup
+    last = maximum(minimum(steady, v * pp) - 1, 0)
+    # (time, forwards done, backwards done, valid) of each candidate state
+    states: list[tuple[Any, Any, Any, Any]] = []
+    for f in [warmup, 1, *(minimum(q * pp, warmup) for q in range(1, v + 1))]:
+        states.append((f, f, 0, f >= 1))
+    steps = [0, last]
+    shift = (-(warmup + 1)) % pp
+    for q in range(v + 1):
+        steps += [minimum(q * pp, last), minimum(shift + q * pp, last)]
+    for t in steps:
+        states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
+    best_w, best_time, best_held = None, None, None
+    for time, fwd, bwd, valid in states:
+        held = [_chunk_count(fwd, j, pp, v) - _chunk_count(bwd, v - 1 - j, pp, v) for j in range(v)]
+        weight = sum((h * w for h, w in zip(held, chunk_weights, strict=True)), 0)
+        if best_w is None:
+            best_w, best_time, best_held = where(valid, weight, -1), time, held
+            continue
+        better = valid & ((weight > best_w) | ((weight == best_w) & (time < best_time)))
+        best_w = where(better, weight, best_w)
+        best_time = where(better, time, best_time)
+        best_held = [where(better, h, b) for h, b in zip(held, best_held, strict=True)]
+    assert best_held is not None
+    return best_w, best_held
+
+
 @cache
 def interleaved_chunks_held(
     pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int | Fraction, ...]
 ) -> tuple[int, ...]:
     """Micro-batches of each local model chunk that stage ``stage`` holds at its activation peak
+    under Megatron-LM's interleaved 1F1B schedule, when its ``v`` chunks weigh ``chunk_layers``
+    each per micro-batch — layers, or bytes (uneven chunks: the ends of an uneven split, Llama 3's
+    smaller first and last chunks; an empty last chunk still weighs its output layer's bytes).
+    The closed form :func:`interleaved_peak`; :func:`interleaved_chunks_held_simulated` is its
+    oracle.
+
+    Raises
+    ------
+    LayoutError
+        The schedule's rules (:func:`check_schedule`).
+
+    Examples
+    --------
+    >>> interleaved_chunks_held(4, 8, 2, 0, (1, 1))
+    (7, 4)
+    """
+    check_schedule(pp, m, Schedule.INTERLEAVED, v)
+    _, held = interleaved_peak(pp, m, v, stage, chunk_layers)
+    return tuple(int(h) for h in held)
+
+
+def interleaved_chunks_held_simulated(
+    pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int | Fraction, ...]
+) -> tuple[int, ...]:
+    """The schedule simulated forward by forward: the test oracle of
+    :func:`interleaved_chunks_held` (a closed form; the search never runs this loop).
+
+    Micro-batches of each local model chunk that stage ``stage`` holds at its activation peak
     under Megatron-LM's interleaved 1F1B schedule, when its ``v`` chunks weigh ``chunk_layers``
     each per micro-batch — layers, or bytes (uneven chunks: the ends of an uneven split, Llama 3's
     smaller first and last chunks; an empty last chunk still weighs its output layer's bytes).
@@ -152,9 +250,9 @@ def interleaved_chunks_held(
 
     Examples
     --------
-    >>> interleaved_chunks_held(4, 8, 2, 0, (1, 1))
+    >>> interleaved_chunks_held_simulated(4, 8, 2, 0, (1, 1))
     (7, 4)
-    >>> interleaved_chunks_held(16, 32, 4, 0, (1, 2, 2, 2))
+    >>> interleaved_chunks_held_simulated(16, 32, 4, 0, (1, 2, 2, 2))
     (31, 16, 16, 16)
     """
     check_schedule(pp, m, Schedule.INTERLEAVED, v)

@@ -1,0 +1,231 @@
+"""A pipeline stage's activation bytes as terms written once for one layout or many.
+
+:func:`model.memory.stage_activations` (the evaluator, exact) and :mod:`optimizer.tables` (numpy
+arrays of thousands of layouts) both assemble a stage's bytes from these pieces (issue 10):
+
+* :func:`layer_quantities` — the four per-layer figures a stage's bytes are built from, for a
+  dense and for a MoE layer: everything kept with no recomputation (``full``), with selective
+  recomputation (``selective``), the checkpoint full/√n recomputation keeps (``checkpoint``),
+  and the layer input among the kept tensors (``input``); exact, per activation context.
+* :func:`stage_forms` — what a stage of given layer kinds keeps per micro-batch and the
+  candidates for its recompute transient, as integer linear forms over those eight figures
+  (Chen et al. 2016 §4 for √n; Korthikanti et al. 2022 §5 for selective and full).
+* :func:`apply_form`, :func:`peak_transient` — the forms evaluated on exact figures or arrays.
+* :func:`embedding_bytes` — the embedding's and the output layer's activations on the end stages.
+* :func:`flat_in_flight` — micro-batches held by GPipe and 1F1B stages (closed forms);
+  interleaved stages use :func:`model.pipeline.interleaved_peak` chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from functools import cache
+from typing import Any
+
+from trainplan.model.activations import ActivationContext, _layer_activations
+from trainplan.model.layout import Recompute
+from trainplan.model.specs import Architecture
+from trainplan.model.xp import maximum, minimum, where
+
+__all__ = [
+    "QUANTITIES",
+    "Form",
+    "layer_quantities",
+    "stage_forms",
+    "chunk_form",
+    "apply_form",
+    "peak_transient",
+    "embedding_bytes",
+    "flat_in_flight",
+    "sqrt_segment",
+]
+
+QUANTITIES = ("full", "selective", "checkpoint", "input")
+"""Per-layer figures, for a dense layer then a MoE layer (8 in all; :func:`layer_quantities`)."""
+
+Form = tuple[int, ...]
+"""Integer coefficients of the eight per-layer figures (dense full, selective, checkpoint,
+input; MoE full, selective, checkpoint, input)."""
+
+
+def sqrt_segment(num_layers: int) -> int:
+    """k = round(√n) layers per checkpointed segment (≥ 1; halves round up). Chen et al. 2016 §4.
+
+    Examples
+    --------
+    >>> sqrt_segment(100), sqrt_segment(8), sqrt_segment(1)
+    (10, 3, 1)
+    """
+    import math
+
+    return max(1, math.floor(math.sqrt(num_layers) + 0.5))
+
+
+def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fraction, ...]:
+    """The eight per-layer figures (:data:`QUANTITIES` for a dense layer, then for a MoE layer;
+    the MoE four are 0 for a dense model), bytes per GPU per micro-batch, exact
+    (:func:`model.activations.layer_activations`).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, dropout=True)
+    >>> ctx = ActivationContext(seq_len=4, cp=1, micro_batch_size=1, tp=1,
+    ...                         sequence_parallel=False, flash_attention=False)
+    >>> layer_quantities(gpt, ctx)[:3] == (34 * 4 * 8 + 5 * 2 * 4 * 4, 34 * 4 * 8, 2 * 4 * 8)
+    True
+    """
+    out: list[Fraction] = []
+    for moe in (False, True):
+        if moe and arch.moe is None:
+            out += [Fraction(0)] * 4
+            continue
+        a = _layer_activations(arch, moe, ctx)
+        out += [a.full_bytes, a.selective_bytes, a.checkpoint_bytes, a.input_bytes]
+    return tuple(out)
+
+
+def _unit(kind: bool, quantity: str) -> list[int]:
+    form = [0] * 8
+    form[4 * kind + QUANTITIES.index(quantity)] = 1
+    return form
+
+
+def _add(*forms: Sequence[int]) -> list[int]:
+    return [sum(c) for c in zip(*forms, strict=True)]
+
+
+def _scale(form: Sequence[int], k: int) -> list[int]:
+    return [k * c for c in form]
+
+
+@cache
+def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[Form, ...]]:
+    """(bytes kept per micro-batch, candidate recompute transients) of a stage whose layers are
+    MoE or not as ``kinds`` says, as linear forms over :func:`layer_quantities`.
+
+    * none / selective: every layer's ``full`` / ``selective`` bytes; no transient.
+    * full (k = 1) and √n (k = round(√n)): one ``checkpoint`` per segment of k layers kept per
+      micro-batch; while segment j is recomputed it holds its layers' ``full`` bytes less the
+      input its first layer keeps (the checkpoint it starts from) — and backward, which runs the
+      segments last to first, has already freed the checkpoints after it. The transient is the
+      largest of these (when k divides n the last segment: k·full − checkpoint, Chen et al.
+      2016; a shorter last segment makes the one before it the peak, measured in
+      ``tests/fidelity``).
+
+    Examples
+    --------
+    >>> per_mb, transients = stage_forms((False, False, False), Recompute.FULL)
+    >>> per_mb[:4], [t[:4] for t in transients][-1]
+    ((0, 0, 3, 0), (1, 0, 0, -1))
+    """
+    if mode in (Recompute.NONE, Recompute.SELECTIVE):
+        quantity = "full" if mode is Recompute.NONE else "selective"
+        return tuple(_add([0] * 8, *(_unit(k, quantity) for k in kinds))), ()
+    k = 1 if mode is Recompute.FULL else sqrt_segment(len(kinds))
+    segments = [kinds[i : i + k] for i in range(0, len(kinds), k)]
+    ckpts = [_unit(seg[0], "checkpoint") for seg in segments]
+    per_mb = tuple(_add([0] * 8, *ckpts))
+    transients = tuple(
+        tuple(
+            _add(
+                *(_unit(kind, "full") for kind in seg),
+                _scale(_unit(seg[0], "input"), -1),
+                *(_scale(c, -1) for c in ckpts[j + 1 :]),
+            )
+        )
+        for j, seg in enumerate(segments)
+    )
+    return per_mb, transients
+
+
+@cache
+def chunk_form(kinds: tuple[bool, ...], mode: Recompute) -> Form:
+    """What a model chunk of layers ``kinds`` keeps per micro-batch under an interleaved
+    schedule: each layer's ``full``, ``selective`` or (full and √n recomputation)
+    ``checkpoint`` bytes.
+
+    Examples
+    --------
+    >>> chunk_form((False, True), Recompute.SELECTIVE)
+    (0, 1, 0, 0, 0, 1, 0, 0)
+    """
+    quantity = {Recompute.NONE: "full", Recompute.SELECTIVE: "selective"}.get(mode, "checkpoint")
+    return tuple(_add([0] * 8, *(_unit(k, quantity) for k in kinds)))
+
+
+def apply_form(form: Form, quantities: Sequence[Any]) -> Any:
+    """Σ coefficient × figure: exact for Fractions, element-wise for arrays of layouts.
+
+    Examples
+    --------
+    >>> apply_form((1, 0, 2, 0, 0, 0, 0, 0), [5, 0, 3, 0, 0, 0, 0, 0])
+    11
+    """
+    total: Any = 0
+    for c, q in zip(form, quantities, strict=True):
+        if c:
+            total = total + c * q
+    return total
+
+
+def peak_transient(forms: Sequence[Form], quantities: Sequence[Any]) -> Any:
+    """The largest of the candidate transients (0 for none: a stage without recomputation, or
+    one of no layers).
+
+    Examples
+    --------
+    >>> peak_transient(((1, 0, 0, 0, 0, 0, 0, 0), (2, 0, 0, 0, 0, 0, 0, 0)), [3] * 8)
+    6
+    """
+    best: Any = 0
+    for i, form in enumerate(forms):
+        value = apply_form(form, quantities)
+        best = value if i == 0 else maximum(best, value)
+    return best
+
+
+def embedding_bytes(
+    arch: Architecture,
+    first: Any,
+    last: Any,
+    tokens: Any,
+    tp: Any,
+    sequence_parallel: Any,
+    activation_bytes: int,
+    vocab: int,
+) -> Any:
+    """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
+    stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
+    model with dropout; on the ``last`` stage the final norm's and the output projection's inputs
+    ``2·β·S·h`` (÷ tp with SP) and the FP32 logits ``4·S·V/tp``. S = tokens per micro-batch on
+    this rank.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16)  # 2·2·4·8 + 4·4·16
+    Fraction(384, 1)
+    """
+    h = arch.hidden_size
+    sp_div = where(sequence_parallel, tp, 1)
+    dropout = tokens * h / sp_div if arch.dropout else 0
+    output = 2 * activation_bytes * tokens * h / sp_div + 4 * tokens * vocab / tp
+    return where(first, dropout, 0) + where(last, output, 0)
+
+
+def flat_in_flight(pp: Any, m: Any, stage: Any, gpipe: Any) -> Any:
+    """Micro-batches held at the peak by a GPipe stage (``m``: every forward before any
+    backward) or a 1F1B stage (``min(pp − stage, m)``: its warm-up forwards; Narayanan et al.
+    2021 §2.2.1).
+
+    Examples
+    --------
+    >>> flat_in_flight(4, 8, 1, False), flat_in_flight(4, 8, 1, True)
+    (3, 8)
+    """
+    return where(gpipe, m, minimum(pp - stage, m))
