@@ -12,13 +12,26 @@ import click
 from trainplan.model.errors import PlannerError
 from trainplan.model.units import parse_count, parse_number
 
-__all__ = ["run_guarded", "NUMBER", "COUNT", "echo_json", "fail"]
+__all__ = ["run_guarded", "GuardedGroup", "NUMBER", "COUNT", "echo_json", "fail"]
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``Error: message`` on stderr and exit with ``code``."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
+
+
+class GuardedGroup(click.Group):
+    """A click group whose commands turn any :class:`PlannerError` — raised by a command or by an
+    option's conversion (``NUMBER``, ``COUNT``, ``OUTPUT``) — into one line on stderr and exit
+    code 2 (SPEC.md "Inputs and errors"). The rule lives here once, so it holds in the console
+    script and under click's ``CliRunner`` alike; no command catches PlannerError itself."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PlannerError as err:
+            fail(str(err))
 
 
 def run_guarded(group: click.Group) -> None:

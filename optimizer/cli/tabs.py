@@ -6,38 +6,22 @@ Options are read as text and parsed by :mod:`optimizer.tabs` (numbers as 4e6, 4,
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import click
 
 from trainplan.model.checkpointing import tensor_state
-from trainplan.model.errors import PlannerError
 from trainplan.optimizer import tabs
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import echo_json, fail
+from trainplan.optimizer.cli.common import echo_json
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-
-
-def guarded(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn a PlannerError inside a command into one line on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except PlannerError as err:
-            fail(str(err))
-
-    return wrapper
 
 
 def _pct(x: float) -> str:
@@ -125,7 +109,6 @@ def _scaled_cells(
 @click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
 @click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
 @JSON
-@guarded
 def pipeline_cmd(
     stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
 ) -> None:
@@ -179,7 +162,6 @@ def pipeline_cmd(
 @click.option("--recomputed-flops-pct", help="Recomputed FLOPs as % of model FLOPs (HFU).")
 @click.option("--recompute", help="none, selective or full: derive the recomputed FLOPs.")
 @JSON
-@guarded
 def mfu_cmd(as_json: bool, **kw: Any) -> None:
     """MFU and HFU from a measured step, a throughput or a reported FLOP rate."""
     r = tabs.mfu_report(**kw)
@@ -243,7 +225,6 @@ def _name(report: dict[str, Any], j: int) -> str:
     help="Write tensors held over time, both lines, as PNG/SVG (plot extra).",
 )
 @JSON
-@guarded
 def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
     """Walk through activation checkpointing of an n-layer chain, step by step."""
     if every is None:
@@ -327,7 +308,6 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--vocab-size")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @JSON
-@guarded
 def rlhf_cmd(as_json: bool, **kw: Any) -> None:
     """Resident memory, FLOPs and time shares of one PPO, GRPO or DPO step."""
     r = tabs.rlhf_report(**kw)
