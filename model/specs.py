@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.units import check_limit
 
 __all__ = [
     "Mlp",
@@ -56,9 +57,12 @@ class PositionEmbedding(StrEnum):
 
 
 def _positive(owner: str, **values: int | None) -> None:
+    """Each value given is a whole number >= 1 and within its size limit (model.units.LIMITS)."""
     for name, value in values.items():
         if value is not None and (not isinstance(value, int) or value < 1):
             raise InputError(f"{owner}.{name}: {value!r} must be a whole number >= 1")
+        if value is not None:
+            check_limit(f"{owner}.{name}", value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,8 +256,11 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.arch is None and self.num_params_declared is None:
             raise InputError(f"model {self.name}: give dimensions or a parameter count")
-        if self.num_params_declared is not None and self.num_params_declared < 1:
-            raise InputError(f"params: {self.num_params_declared} must be positive")
+        if self.num_params_declared is not None:
+            n = self.num_params_declared
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise InputError(f"params: {n!r} must be a whole number >= 1")
+            check_limit("params", n)
 
     @property
     def size_only(self) -> bool:

@@ -25,7 +25,7 @@ from trainplan.model.specs import (
     TrainingSpec,
 )
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
-from trainplan.model.units import parse_number
+from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.placement import axis_links
@@ -136,21 +136,10 @@ def _count(params: Mapping[str, Any], key: str, default: int) -> int: ...
 @overload
 def _count(params: Mapping[str, Any], key: str, default: None = None) -> int | None: ...
 def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
-    """A whole number >= 1 from ``params[key]`` (number or text like 70B), or ``default``."""
+    """A whole number >= 1 within its limit from ``params[key]`` (number or text like 70B; the
+    rule of :func:`model.units.parse_count`), or ``default``."""
     value = params.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InputError(f"{key}: {value!r} is not a number")
-    if isinstance(value, (int, Fraction, float)):
-        frac = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
-    else:
-        from trainplan.model.units import parse_number
-
-        frac = parse_number(value, key)
-    if frac.denominator != 1 or frac < 1:
-        raise InputError(f"{key}: {value} must be a whole number >= 1")
-    return int(frac)
+    return default if value is None else parse_count(value, key)
 
 
 def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -168,9 +157,7 @@ def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
     value = params.get(key)
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise InputError(f"{key}: {value!r} is not a number")
-    frac = Fraction(repr(value)) if isinstance(value, float) else parse_number(value, key)
+    frac = parse_number(value, key)
     if not 0 < frac <= 1:
         raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
     return float(frac)
@@ -319,16 +306,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
     )
     options = CostOptions(
-        kernel_efficiency=float(
-            Fraction(
-                params.get(
-                    "kernel_efficiency",
-                    kernel_efficiency_for(
-                        device.name, model.arch.hidden_size if model.arch else None
-                    ),
-                )
-            )
-        ),
+        kernel_efficiency=_fraction_of_peak(params, "kernel_efficiency")
+        or kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
         overlap=dict(params.get("overlap", {})),
         mfu_convention=params.get("mfu_convention", "6n"),
         # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
@@ -346,7 +325,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         links=ClusterLinks.from_device(device),
         options=options,
         num_gpus=_count(params, "num_gpus"),
-        vocab_multiple=int(params.get("vocab_multiple", 0)),
+        vocab_multiple=_count(params, "vocab_multiple", 0),
         fabric=_fabric(params),
         defaults_used=used,
     )
@@ -367,7 +346,7 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     if pod is not None:
         out.append(("pod_size", _count(params, "pod_size")))
     if over is not None:
-        value = float(Fraction(over) if not isinstance(over, str) else Fraction(over))
+        value = float(parse_number(over, "oversubscription"))
         if value < 1:
             raise InputError(f"oversubscription: {over} must be at least 1 (1 = non-blocking)")
         out.append(("oversubscription", value))

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.errors import InputError
+from trainplan.model.units import parse_positive
 
 __all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
 
@@ -168,7 +169,8 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
         )
 
     anim = FuncAnimation(fig, draw, frames=len(steps))
-    anim.save(out, writer=PillowWriter(fps=max(1, round(1 / max(delay_s, 0.05)))))
+    frame_s = float(parse_positive(delay_s, "delay"))
+    anim.save(out, writer=PillowWriter(fps=1 / frame_s))
     plt.close(fig)
     return out
 

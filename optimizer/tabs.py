@@ -18,7 +18,7 @@ from trainplan.model import rlhf as rl
 from trainplan.model.errors import InputError
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.schedule import simulate
-from trainplan.model.units import as_json_number, parse_count, parse_number
+from trainplan.model.units import as_json_number, parse_count, parse_number, parse_positive
 
 __all__ = [
     "pipeline_report",
@@ -43,11 +43,9 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def _pos(name: str, value: Any, *, allow_zero: bool = False) -> Fraction:
-    x = parse_number(value, name)
-    if x < 0 or (x == 0 and not allow_zero):
-        raise InputError(f"{name}: {value} must be {'≥ 0' if allow_zero else 'positive'}")
-    return x
+def _pos(name: str, value: Any) -> Fraction:
+    """A number above zero (within its limit, if it has one): :func:`model.units.parse_positive`."""
+    return parse_positive(value, name)
 
 
 def _opt_count(name: str, value: Any) -> int | None:
@@ -230,7 +228,7 @@ def mfu_report(
     peak, peak_source = resolve_peak(gpu, peak_tflops)
     named = {"layers": layers, "heads": heads, "head_dim": head_dim, "hidden": hidden}
     dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
-    n = None if params is None else _pos("params", params)
+    n = None if params is None else parse_count(params, "params")
     attn, attn_text = (
         mf.attention_term(
             dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], causal
@@ -418,8 +416,8 @@ def rlhf_report(
     >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
     (4, 36, 2520000000000)
     """
-    n_p = _pos("policy_params", policy_params)
-    n_r = None if reward_params is None else _pos("reward_params", reward_params)
+    n_p = parse_count(policy_params, "policy_params")
+    n_r = None if reward_params is None else parse_count(reward_params, "reward_params")
     nets = rl.networks(algorithm, n_p, n_r, reward)
     algo = str(algorithm).lower()
     seqs, seq_tokens = _rlhf_counts(

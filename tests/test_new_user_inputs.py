@@ -8,9 +8,14 @@ directly. Figures are derived by hand in the comments.
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 import trainplan.optimizer.cli as cli_module
+from trainplan.model.errors import InputError
+from trainplan.model.layout import Layout
+from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
 
 cli_module._register()
@@ -40,3 +45,79 @@ def test_planner_error_is_one_line_in_every_command():
     assert "unknown model 'nope'" in refused("evaluate", "--model", "nope")
     assert "microbatches" in refused("pipeline", "--stages", "4", "--microbatches", "0")
     assert "unknown model" in refused("search", "--model", "nope", "--gpus", "8")
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers: one range for every number, one table of limits for sizes and counts
+# (model.units.parse_number / LIMITS / check_limit), ≥ 1 for every count (parse_count)
+
+
+def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
+    line = refused("evaluate", "--params", "1e999999")
+    assert "--params: '1e999999' is out of range" in line and "1e300" in line
+    with pytest.raises(InputError, match="out of range"):
+        parse_number("1e-400", "x")
+    assert parse_number("1e300", "x") == 10**300  # the edge itself is a number
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["evaluate", "--params", "70B", "--pad-vocab", "-128"],
+            "--pad-vocab: '-128' must be at least 1",
+        ),
+        (["pipeline", "-p", "4", "-m", "8", "--width", "-1"], "--width: '-1' must be at least 1"),
+        (["pipeline", "-p", "4", "-m", "8", "--width", "0"], "--width: '0' must be at least 1"),
+        (["ckpt", "--layers", "9", "--delay", "-1"], "--delay: -1 must be positive"),
+        (["ckpt", "--layers", "9", "--delay", "0"], "--delay: 0 must be positive"),
+        (
+            ["rlhf", "--algorithm", "grpo", "--policy-params", "0.5"],
+            "policy_params: '0.5' must be a whole number",
+        ),
+        (
+            ["rlhf", "--algorithm", "grpo", "--policy-params", "0"],
+            "policy_params: '0' must be at least 1",
+        ),
+        (
+            [
+                "mfu",
+                "--params",
+                "-7e9",
+                "--tokens",
+                "4e6",
+                "--step-seconds",
+                "7",
+                "--peak-tflops",
+                "989",
+            ],
+            "params: '-7e9' must be at least 1",
+        ),
+    ],
+)
+def test_zero_or_negative_sizes_and_counts_are_refused(args, needle):
+    assert needle in refused(*args)
+
+
+def test_absurd_magnitudes_are_refused_with_the_stated_limit():
+    # s = 1e26 would print 4.98e23 GB of activations; the limit is 2^24 = 16,777,216 tokens.
+    line = refused("evaluate", "--model", "llama3-8b", "--seq-len", "1e26")
+    assert "--seq-len: 1e26 is above the limit of 16,777,216 tokens (2^24" in line
+    assert "is above the limit of 1,000,000,000,000,000 parameters" in refused(
+        "evaluate", "--params", "2e15"
+    )
+    assert "16,777,216 GPUs" in refused("evaluate", "--model", "llama3-8b", "--tp", "1e9")
+    # the limit is inclusive: 2^24 passes, 2^24 + 1 does not, under any spelling of the name
+    check_limit("seq_len", 2**24)
+    for name in ("seq_len", "--seq-len", "training.seq_len", "prompt_tokens"):
+        with pytest.raises(InputError, match="above the limit of 16,777,216 tokens"):
+            check_limit(name, 2**24 + 1)
+
+
+def test_the_library_applies_the_same_limits():
+    with pytest.raises(InputError, match=r"training\.seq_len: .* above the limit of 16,777,216"):
+        TrainingSpec(seq_len=10**26, global_batch_size=1)
+    with pytest.raises(InputError, match=r"tp: .* above the limit of 16,777,216 GPUs"):
+        Layout(tp=2**25)
+    with pytest.raises(InputError, match=r"params: .* above the limit"):
+        ModelSpec(name="x", num_params_declared=10**16)

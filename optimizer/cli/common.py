@@ -10,9 +10,17 @@ from typing import Any
 import click
 
 from trainplan.model.errors import PlannerError
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import parse_count, parse_number, parse_positive
 
-__all__ = ["run_guarded", "GuardedGroup", "NUMBER", "COUNT", "echo_json", "fail"]
+__all__ = [
+    "run_guarded",
+    "GuardedGroup",
+    "NUMBER",
+    "COUNT",
+    "POSITIVE",
+    "echo_json",
+    "fail",
+]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -60,9 +68,14 @@ class _Count(click.ParamType):
     name = "count"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, int):
-            return value
         return parse_count(value, _flag(param))
+
+
+class _Positive(click.ParamType):
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return parse_positive(value, _flag(param))
 
 
 def _flag(param: click.Parameter | None) -> str:
@@ -75,7 +88,9 @@ def _flag(param: click.Parameter | None) -> str:
 NUMBER = _Number()
 """A number written 4e6, 4,000,000, 4e 6, 4e+6, 70B or 1.5T (exact Fraction)."""
 COUNT = _Count()
-"""A whole number >= 1 written the same ways."""
+"""A whole number >= 1, within its size limit (model.units.LIMITS), written the same ways."""
+POSITIVE = _Positive()
+"""A number above zero (a duration, a rate), within its limit if it has one."""
 
 
 def _default(obj: Any) -> Any:

@@ -176,7 +176,7 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--pad-vocab",
             "vocab_multiple",
-            type=int,
+            type=COUNT,
             help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
         ),
         click.option(

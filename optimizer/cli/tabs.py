@@ -17,7 +17,7 @@ import click
 from trainplan.model.checkpointing import tensor_state
 from trainplan.optimizer import tabs
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import echo_json
+from trainplan.optimizer.cli.common import COUNT, POSITIVE, echo_json
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
@@ -105,7 +105,9 @@ def _scaled_cells(
     help="Model chunks per GPU (interleaved; m must be a multiple of p).",
 )
 @click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
-@click.option("--width", default=120, show_default=True, help="Columns of the text timeline.")
+@click.option(
+    "--width", type=COUNT, default=120, show_default=True, help="Columns of the text timeline."
+)
 @click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
 @click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
 @JSON
@@ -217,7 +219,13 @@ def _name(report: dict[str, Any], j: int) -> str:
 )
 @click.option("--step", help="Show only step S (1 … 3n).")
 @click.option("--play", is_flag=True, help="Animate the steps in the terminal.")
-@click.option("--delay", default=0.6, show_default=True, help="Seconds per frame with --play.")
+@click.option(
+    "--delay",
+    type=POSITIVE,
+    default="0.6",
+    show_default=True,
+    help="Seconds per frame with --play and --gif.",
+)
 @click.option("--gif", type=click.Path(dir_okay=False), help="Write the animation (plot extra).")
 @click.option(
     "--chart",
@@ -253,7 +261,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         for st in r["steps"]:
             click.clear()
             click.echo(f"{head}\n{legend}\n\n{render_step(r, st)}")
-            time.sleep(max(0.0, delay))
+            time.sleep(float(delay))
         return
     click.echo(f"{head}\n{legend}")
     for st in r["steps"]:
