@@ -7,9 +7,12 @@ H100-SXM when no GPU is named. The defaults used are listed in :attr:`Case.defau
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, overload
 
 from trainplan.model.errors import InputError
@@ -30,7 +33,16 @@ from trainplan.optimizer.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.placement import axis_links
 
-__all__ = ["Case", "build_case", "DEFAULT_GPU", "LAYOUT_KEYS", "DIM_KEYS", "links_for"]
+__all__ = [
+    "Case",
+    "build_case",
+    "DEFAULT_GPU",
+    "LAYOUT_KEYS",
+    "DIM_KEYS",
+    "links_for",
+    "output_path",
+    "writing",
+]
 
 DEFAULT_GPU = "H100-SXM"
 LAYOUT_KEYS = LAYOUT_FIELDS
@@ -351,3 +363,65 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
             raise InputError(f"oversubscription: {over} must be at least 1 (1 = non-blocking)")
         out.append(("oversubscription", value))
     return tuple(out)
+
+
+def output_path(
+    path: str | os.PathLike[str] | None, name: str, suffixes: tuple[str, ...] = ()
+) -> Path:
+    """The file a command will write (``--csv``, ``--png``, ``--svg``, ``--gif``, ``--chart``),
+    checked before anything is computed or written — the one rule for every output path.
+
+    The path must be non-empty, end in one of ``suffixes`` (any ending when empty; compared
+    without case), not be a folder, and lie in a folder that exists and may be written (an
+    existing file there must be writable too).
+
+    Raises
+    ------
+    InputError
+        Naming the option (``name``), the path and the broken rule.
+
+    Examples
+    --------
+    >>> output_path("", "--csv")
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: --csv: '' is empty; give the file to write, e.g. --csv out.csv
+    """
+    text = "" if path is None else os.fspath(path)
+    if not text.strip():
+        example = f"out{suffixes[0]}" if suffixes else "out.csv"
+        raise InputError(
+            f"{name}: {text!r} is empty; give the file to write, e.g. {name} {example}"
+        )
+    p = Path(text).expanduser()
+    if p.is_dir():
+        raise InputError(f"{name}: {text!r} is a folder; give a file path inside it")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"{name}: {text!r} must end in {', '.join(suffixes)}")
+    folder = p.parent
+    if not folder.is_dir():
+        raise InputError(
+            f"{name}: {text!r} is in a folder that does not exist ({str(folder)!r}); create it first"
+        )
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{name}: {text!r} cannot be written (permission denied)")
+    return p
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str], name: str) -> Iterator[None]:
+    """Around the write itself: what the file system still refuses after :func:`output_path`'s
+    check (a read-only mount, a full disk, ``/proc``) becomes an InputError naming the option and
+    the path, never a traceback.
+
+    Raises
+    ------
+    InputError
+        ``--png: '/proc/x.png' could not be written: No such file or directory``.
+    """
+    try:
+        yield
+    except OSError as err:
+        raise InputError(
+            f"{name}: {os.fspath(path)!r} could not be written: {err.strerror or err}"
+        ) from None

@@ -35,10 +35,18 @@ def _pyplot() -> Any:
 
 
 def _suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
-    p = Path(path)
-    if p.suffix.lower() not in allowed:
-        raise InputError(f"path: {str(path)!r} must end in {', '.join(allowed)}")
-    return p
+    """The output file, checked by the one rule for output paths (optimizer.inputs.output_path)."""
+    from trainplan.optimizer.inputs import output_path
+
+    return output_path(path, "path", allowed)
+
+
+def _save(fig: Any, out: Path) -> None:
+    """Write a figure; what the file system refuses is an InputError (optimizer.inputs.writing)."""
+    from trainplan.optimizer.inputs import writing
+
+    with writing(out, "path"):
+        fig.savefig(out)
 
 
 def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
@@ -48,7 +56,7 @@ def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
     Raises
     ------
     InputError
-        matplotlib missing, or a path that is not .png/.svg/.pdf.
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
@@ -86,7 +94,7 @@ def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
     )
     ax.set_xlim(0, report["step_time_units"])
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -97,7 +105,7 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     Raises
     ------
     InputError
-        matplotlib missing, or a path that is not .png/.svg/.pdf.
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
@@ -118,7 +126,7 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     )
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -140,7 +148,8 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
     Raises
     ------
     InputError
-        matplotlib missing, a path not ending in .gif, or a report of one step only.
+        matplotlib missing, a path not ending in .gif or not in a writable folder, a report of
+        one step only, or a delay that is not positive.
     """
     out = _suffix(path, (".gif",))
     plt = _pyplot()
@@ -170,7 +179,10 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
 
     anim = FuncAnimation(fig, draw, frames=len(steps))
     frame_s = float(parse_positive(delay_s, "delay"))
-    anim.save(out, writer=PillowWriter(fps=1 / frame_s))
+    from trainplan.optimizer.inputs import writing
+
+    with writing(out, "path"):
+        anim.save(out, writer=PillowWriter(fps=1 / frame_s))
     plt.close(fig)
     return out
 
@@ -206,6 +218,6 @@ def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -
     ax.set_title("Pareto frontier")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out

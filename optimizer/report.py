@@ -206,8 +206,18 @@ def frontier_row(
 
 
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    """Rows to CSV with pandas (raw base units)."""
-    frame(rows).to_csv(path, index=False)
+    """Rows to CSV with pandas (raw base units).
+
+    Raises
+    ------
+    InputError
+        A path that cannot be written (optimizer.inputs.output_path's rule).
+    """
+    from trainplan.optimizer.inputs import output_path, writing
+
+    out = output_path(path, "csv")
+    with writing(out, "csv"):
+        frame(rows).to_csv(out, index=False)
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:

@@ -8,6 +8,7 @@ directly. Figures are derived by hand in the comments.
 
 from __future__ import annotations
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -17,6 +18,8 @@ from trainplan.model.layout import Layout
 from trainplan.model.specs import ModelSpec, TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
+from trainplan.optimizer.cli.common import output
+from trainplan.optimizer.inputs import output_path
 
 cli_module._register()
 
@@ -121,3 +124,58 @@ def test_the_library_applies_the_same_limits():
         Layout(tp=2**25)
     with pytest.raises(InputError, match=r"params: .* above the limit"):
         ModelSpec(name="x", num_params_declared=10**16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output files: one check before anything is computed or written (optimizer.inputs.output_path,
+# the click type optimizer.cli.common.output), for every option that writes a file
+
+LEAST_ARGS = {
+    "frontier": ["--model", "llama3-8b", "--gpus", "8"],
+    "pipeline": ["-p", "4", "-m", "8"],
+    "ckpt": ["--layers", "9"],
+}
+"""What each command that writes files needs besides the file option."""
+
+
+def _file_options() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(command, option, allowed endings) of every option of every command that writes a file."""
+    out = []
+    for name, command in sorted(cli.commands.items()):
+        for param in command.params:
+            if isinstance(param.type, click.Path):  # a bare click.Path would skip the rule
+                assert param.type.exists, f"{name} {param.opts[0]}: writes without the rule"
+            if isinstance(param.type, type(output())):
+                out.append((name, param.opts[0], param.type.suffixes))
+    return out
+
+
+FILE_OPTIONS = _file_options()
+
+
+def test_every_file_writing_option_is_known():
+    assert {(c, o) for c, o, _ in FILE_OPTIONS} == {
+        ("frontier", "--csv"),
+        ("frontier", "--png"),
+        ("pipeline", "--png"),
+        ("pipeline", "--svg"),
+        ("ckpt", "--gif"),
+        ("ckpt", "--chart"),
+    }
+
+
+@pytest.mark.parametrize(("command", "option", "suffixes"), FILE_OPTIONS)
+def test_an_output_path_in_a_missing_folder_is_refused_before_any_work(
+    tmp_path, command, option, suffixes
+):
+    target = tmp_path / "missing" / f"out{(suffixes or ('.csv',))[0]}"
+    line = refused(command, *LEAST_ARGS[command], option, str(target))
+    assert f"{option}: '{target}' is in a folder that does not exist" in line
+    assert "empty" in refused(command, *LEAST_ARGS[command], option, "")
+    assert "is a folder" in refused(command, *LEAST_ARGS[command], option, str(tmp_path) + "/")
+
+
+def test_output_path_rule():
+    with pytest.raises(InputError, match=r"--png: 'x\.pdf' must end in \.png"):
+        output_path("x.pdf", "--png", (".png",))
+    assert output_path("X.PNG", "--png", (".png",)).name == "X.PNG"  # case-blind ending

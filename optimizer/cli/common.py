@@ -18,6 +18,8 @@ __all__ = [
     "NUMBER",
     "COUNT",
     "POSITIVE",
+    "OUTPUT",
+    "output",
     "echo_json",
     "fail",
 ]
@@ -78,6 +80,27 @@ class _Positive(click.ParamType):
         return parse_positive(value, _flag(param))
 
 
+class _Output(click.ParamType):
+    """A file the command writes, checked when the option is read (before any work)."""
+
+    name = "path"
+
+    def __init__(self, suffixes: tuple[str, ...] = ()) -> None:
+        self.suffixes = suffixes
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from trainplan.optimizer.inputs import output_path
+
+        return str(output_path(value, _flag(param), self.suffixes))
+
+
+def output(*suffixes: str) -> click.ParamType:
+    """The click type of an option that writes a file ending in one of ``suffixes`` (any, when
+    none): empty paths, missing or unwritable folders are refused as the option is read, by
+    :func:`optimizer.inputs.output_path`."""
+    return _Output(tuple(suffixes))
+
+
 def _flag(param: click.Parameter | None) -> str:
     if param is None:
         return "value"
@@ -91,6 +114,8 @@ COUNT = _Count()
 """A whole number >= 1, within its size limit (model.units.LIMITS), written the same ways."""
 POSITIVE = _Positive()
 """A number above zero (a duration, a rate), within its limit if it has one."""
+OUTPUT = output()
+"""A file path the command writes, of any ending (see :func:`output`)."""
 
 
 def _default(obj: Any) -> Any:

@@ -12,7 +12,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, NUMBER, echo_json
+from trainplan.optimizer.cli.common import COUNT, NUMBER, OUTPUT, echo_json, output
 from trainplan.optimizer.cli.planner import _overlap, cluster_options, model_options
 from trainplan.optimizer.inputs import DIM_KEYS
 from trainplan.optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
@@ -272,10 +272,13 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     show_default=True,
     help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
 )
+@click.option("--csv", "csv_path", type=OUTPUT, help="Write the frontier as CSV (pandas).")
 @click.option(
-    "--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the frontier as CSV (pandas)."
+    "--png",
+    "png_path",
+    type=output(".png", ".svg", ".pdf"),
+    help="Plot it: .png, .svg or .pdf (plot extra).",
 )
-@click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Plot it (plot extra).")
 def frontier_cmd(
     as_json: bool, against: str, csv_path: str | None, png_path: str | None, **kw: Any
 ) -> None:
@@ -303,9 +306,9 @@ def frontier_cmd(
         if a.job.gpu_hour_price is not None:
             row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
         rows.append(row)
-    if csv_path:
+    if csv_path is not None:
         write_csv(rows, csv_path)
-    if png_path:
+    if png_path is not None:
         from trainplan.optimizer.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
@@ -327,5 +330,5 @@ def frontier_cmd(
         f"CP-SAT {result.solve_seconds:.2f} s)"
     )
     click.echo(frontier_text(rows, against))
-    if csv_path:
+    if csv_path is not None:
         click.echo(f"CSV: {csv_path}")

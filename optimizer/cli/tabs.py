@@ -17,7 +17,7 @@ import click
 from trainplan.model.checkpointing import tensor_state
 from trainplan.optimizer import tabs
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, POSITIVE, echo_json
+from trainplan.optimizer.cli.common import COUNT, POSITIVE, echo_json, output
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
@@ -108,8 +108,8 @@ def _scaled_cells(
 @click.option(
     "--width", type=COUNT, default=120, show_default=True, help="Columns of the text timeline."
 )
-@click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
-@click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
+@click.option("--png", type=output(".png"), help="Write the chart as PNG (plot extra).")
+@click.option("--svg", type=output(".svg"), help="Write the chart as SVG (plot extra).")
 @JSON
 def pipeline_cmd(
     stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
@@ -117,7 +117,7 @@ def pipeline_cmd(
     """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
     r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
     for path in (png, svg):
-        if path:
+        if path is not None:
             from trainplan.optimizer import plots
 
             plots.pipeline_chart(r, path)
@@ -226,10 +226,10 @@ def _name(report: dict[str, Any], j: int) -> str:
     show_default=True,
     help="Seconds per frame with --play and --gif.",
 )
-@click.option("--gif", type=click.Path(dir_okay=False), help="Write the animation (plot extra).")
+@click.option("--gif", type=output(".gif"), help="Write the animation (plot extra).")
 @click.option(
     "--chart",
-    type=click.Path(dir_okay=False),
+    type=output(".png", ".svg", ".pdf"),
     help="Write tensors held over time, both lines, as PNG/SVG (plot extra).",
 )
 @JSON
@@ -238,12 +238,12 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
     if every is None:
         every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
     r = tabs.ckpt_report(layers, every, labels, step)
-    if gif or chart:
+    if gif is not None or chart is not None:
         from trainplan.optimizer import plots
 
-        if gif:
+        if gif is not None:
             plots.ckpt_gif(r, gif, delay)
-        if chart:
+        if chart is not None:
             plots.held_chart(r, chart)
     if as_json:
         echo_json(r)
