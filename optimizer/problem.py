@@ -118,7 +118,13 @@ def gpu_counts(text: str) -> list[int]:
         if not out:
             raise InputError(f"gpus: no power of two (or 1.5×) in {text!r}")
         return sorted(set(out))
-    return sorted({parse_count(part, "gpus") for part in text.replace(" ", "").split(",") if part})
+    counts = sorted({parse_count(p, "gpus") for p in text.replace(" ", "").split(",") if p})
+    if not counts:
+        raise InputError(
+            f"gpus: {text!r} gives no GPU count; write a count (16384), a list (2048,4096) or a "
+            "range (1024..16384)"
+        )
+    return counts
 
 
 def objective_unit(problem: Problem, divisor: int = 1) -> str:

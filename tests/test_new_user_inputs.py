@@ -20,6 +20,13 @@ from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
 from trainplan.optimizer.cli.common import output
 from trainplan.optimizer.inputs import output_path
+from trainplan.optimizer.scenario import (
+    CLUSTER_KEYS,
+    CONSTRAINT_KEYS,
+    SPACE_KEYS,
+    TOP_KEYS,
+    VALUE_KINDS,
+)
 
 cli_module._register()
 
@@ -179,3 +186,46 @@ def test_output_path_rule():
     with pytest.raises(InputError, match=r"--png: 'x\.pdf' must end in \.png"):
         output_path("x.pdf", "--png", (".png",))
     assert output_path("X.PNG", "--png", (".png",)).name == "X.PNG"  # case-blind ending
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenario files: every value checked against its key's kind (optimizer.scenario.VALUE_KINDS);
+# an empty GPU list is refused where GPU counts are read (optimizer.problem.gpu_counts)
+
+
+def test_every_scenario_key_has_a_kind():
+    assert set(VALUE_KINDS) == (TOP_KEYS | SPACE_KEYS | CONSTRAINT_KEYS | CLUSTER_KEYS) - {
+        "space",
+        "constraints",
+        "cluster",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ('seq_len = "long"', "seq_len: 'long' is not a number"),
+        ("seq_len = 8192.5", "seq_len: 8192.5 must be a whole number"),
+        ("seq_len = 1e26", "seq_len: 1e+26 is above the limit of 16,777,216 tokens"),
+        ('objective = "fast"', "objective: 'fast' is not one of step-time"),
+        ('[constraints]\ntp_in_nvlink = "false"', "tp_in_nvlink: 'false' must be true or false"),
+        ('[cluster]\nkernel_efficiency = "fast"', "kernel_efficiency: 'fast' is not a number"),
+        ('[cluster]\noverlap = { dp = "abc" }', "overlap dp: 'abc' is not a number"),
+        ("[cluster]\noverlap = { dp = 2 }", "overlap dp: 2 must be a fraction in [0, 1]"),
+        ('[space]\nrecompute = ["bogus"]', "recompute: 'bogus' is not one of none"),
+        ("[space]\nzero = [4]", "zero: 4 is not one of 0, 1, 2, 3"),
+        ("space = 5", "space = 5 must be a table"),
+    ],
+)
+def test_a_scenario_value_of_the_wrong_kind_is_one_line(tmp_path, body, needle):
+    path = tmp_path / "s.toml"
+    path.write_text(f'model = "llama3-8b"\ngpus = 8\n{body}\n')
+    line = refused("search", "--scenario", str(path))
+    assert line.startswith(f"Error: scenario {path}: ") and needle in line
+
+
+def test_an_empty_gpu_count_is_refused():
+    for text in ("", ",", " "):
+        assert f"gpus: {text.strip()!r} gives no GPU count" in refused(
+            "search", "--model", "llama3-8b", "--gpus", text
+        )
