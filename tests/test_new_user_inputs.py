@@ -229,3 +229,21 @@ def test_an_empty_gpu_count_is_refused():
         assert f"gpus: {text.strip()!r} gives no GPU count" in refused(
             "search", "--model", "llama3-8b", "--gpus", text
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# A declared size the dimensions contradict (model.specs.DECLARED_SIZE_TOLERANCE, in ModelSpec)
+
+LLAMA3_70B_DIMS = ["--arch", "llama", "--layers", "80", "--hidden", "8192", "--heads", "64"]
+LLAMA3_70B_DIMS += ["--kv-heads", "8", "--ffn-hidden", "28672"]
+
+
+def test_a_declared_size_the_dimensions_contradict_is_refused():
+    # Llama 3 70B's dimensions count 70,553,706,496 parameters (the catalogue's llama3-70b, V
+    # 128,256); 10% of that is 7,055,370,649.6, so 77,609,077,145 is the largest size accepted.
+    line = refused("evaluate", "--params", "7B", *LLAMA3_70B_DIMS)
+    assert "params: 7,000,000,000 declared" in line and "count 70,553,706,496" in line
+    assert "within 10%" in line
+    assert run("evaluate", "--params", "70B", *LLAMA3_70B_DIMS).exit_code == 0
+    assert run("evaluate", "--params", "77609077145", *LLAMA3_70B_DIMS).exit_code == 0
+    assert "(+10%)" in refused("evaluate", "--params", "77609077146", *LLAMA3_70B_DIMS)
