@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, check_applicable
 
 __all__ = [
     "Network",
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULTS",
     "ASSUMPTIONS",
     "extra_bytes",
+    "not_applicable",
 ]
 
 ALGORITHMS = ("ppo", "grpo", "dpo")
@@ -71,11 +72,47 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     return low
 
 
+def not_applicable(
+    algorithm: str,
+    reward: str | None = None,
+    *,
+    rollout_engine: bool = False,
+    logits_buffer: bool = False,
+) -> dict[str, str]:
+    """The RLHF tab's options that do not apply to ``algorithm`` with ``reward`` (and without the
+    rollout engine or the logits buffer), each with the reason — given, they would be ignored, so
+    :func:`model.errors.check_applicable` refuses them.
+
+    Examples
+    --------
+    >>> sorted(not_applicable("grpo", "rule", rollout_engine=True, logits_buffer=True))
+    ['reward_params']
+    """
+    algo = _check_choice("algorithm", algorithm, ALGORITHMS)
+    out: dict[str, str] = {}
+    if algo == "dpo":
+        pairs = "DPO (Rafailov et al. 2023) learns from preference pairs"
+        out["reward"] = f"{pairs}: it has no reward model or rule"
+        out["reward_params"] = f"{pairs}: it has no reward model or critic"
+        out["samples_per_prompt"] = f"{pairs}: 2 sequences per prompt, chosen and rejected"
+        for name in ("decode_mfu", "rollout_engine", "rollout_batch"):
+            out[name] = f"{pairs}: it generates no rollouts"
+    elif algo == "grpo" and reward is not None and str(reward).lower() == "rule":
+        out["reward_params"] = "GRPO with a rule-based reward has no reward model and no critic"
+    if not rollout_engine:
+        for name in ("layers", "kv_heads", "head_dim", "rollout_batch"):
+            out.setdefault(name, "it sizes the rollout engine's KV cache; add --rollout-engine")
+    if not logits_buffer:
+        for name in ("vocab_size", "logits_tokens"):
+            out[name] = "it sizes the FP32 logits buffer; add --logits-buffer"
+    return out
+
+
 def networks(
     algorithm: str,
     policy_params: Fraction | int,
     reward_params: Fraction | int | None = None,
-    reward: str = "model",
+    reward: str | None = None,
 ) -> list[Network]:
     """The networks ``algorithm`` keeps resident.
 
@@ -84,14 +121,15 @@ def networks(
     algorithm : {"ppo", "grpo", "dpo"}
     policy_params, reward_params : number
         Parameters of the policy and of the reward model / critic (default: the policy's).
-    reward : {"model", "rule"}
-        A learned reward model or a rule-based reward (no network).
+    reward : {"model", "rule"} or None
+        A learned reward model (the default for PPO and GRPO) or a rule-based reward (no network);
+        DPO has neither, so it takes none.
 
     Raises
     ------
     InputError
-        Unknown algorithm or reward, non-positive sizes, a rule reward with PPO (its critic is the
-        reward model's size, so give ``reward_params``).
+        Unknown algorithm or reward, non-positive sizes, or a reward or reward size that does not
+        apply (:func:`not_applicable`: DPO; ``reward_params`` with GRPO and a rule reward).
 
     Examples
     --------
@@ -99,7 +137,11 @@ def networks(
     ['actor', 'reference']
     """
     algo = _check_choice("algorithm", algorithm, ALGORITHMS)
-    kind = _check_choice("reward", reward, REWARDS)
+    check_applicable(
+        {"reward": reward, "reward_params": reward_params},
+        not_applicable(algo, reward, rollout_engine=True, logits_buffer=True),
+    )
+    kind = _check_choice("reward", reward or "model", REWARDS)
     n_p = Fraction(policy_params)
     n_r = n_p if reward_params is None else Fraction(reward_params)
     for name, value in (("policy_params", n_p), ("reward_params", n_r)):

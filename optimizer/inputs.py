@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
@@ -182,11 +182,13 @@ def _attention_efficiency(
     FlashAttention off it would be ignored (the core is then matmuls at the kernel efficiency):
     an error rather than a silent no-op."""
     given = _fraction_of_peak(params, "attention_efficiency")
-    if given is not None and not training.flash_attention:
-        raise InputError(
-            f"attention_efficiency: {given:g} applies to FlashAttention's "
-            "core; with flash_attention off the attention core runs at the kernel efficiency "
-            "(drop one of the two)"
+    if not training.flash_attention:
+        check_applicable(
+            {"attention_efficiency": given},
+            {
+                "attention_efficiency": "it is FlashAttention's core efficiency, and with "
+                "flash_attention off the core runs at the kernel efficiency (drop one of the two)"
+            },
         )
     return given if given is not None else attention_efficiency_for(device_name)
 
@@ -234,8 +236,10 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
     name = params.get("model")
     size = params.get("params")
     if name is not None:
-        if size is not None:
-            raise InputError("params: give either --model or --params, not both")
+        check_applicable(
+            {"params": size},
+            {"params": f"model {name} has its own size; give either --model or --params, not both"},
+        )
         entry = get_model(str(name))
         return entry.model, dict(entry.training)
     if size is None:
@@ -350,9 +354,12 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     if kind not in ("two-tier", "fat-tree", "rail"):
         raise InputError(f"fabric: {kind!r} is not one of two-tier, fat-tree, rail")
     pod, over = params.get("pod_size"), params.get("oversubscription")
+    given_keys = ("pod_size", "oversubscription")
     if kind == "two-tier":
-        if pod is not None or over is not None:
-            raise InputError("pod_size / oversubscription: need --fabric fat-tree or rail")
+        why = "it shapes a cluster graph; add --fabric fat-tree or rail"
+        check_applicable(
+            {"pod_size": pod, "oversubscription": over}, dict.fromkeys(given_keys, why)
+        )
         return ()
     out: list[tuple[str, Any]] = [("rail_optimized", kind == "rail")]
     if pod is not None:

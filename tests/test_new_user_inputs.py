@@ -8,6 +8,8 @@ directly. Figures are derived by hand in the comments.
 
 from __future__ import annotations
 
+import json
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -247,3 +249,69 @@ def test_a_declared_size_the_dimensions_contradict_is_refused():
     assert run("evaluate", "--params", "70B", *LLAMA3_70B_DIMS).exit_code == 0
     assert run("evaluate", "--params", "77609077145", *LLAMA3_70B_DIMS).exit_code == 0
     assert "(+10%)" in refused("evaluate", "--params", "77609077146", *LLAMA3_70B_DIMS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options that do not apply, and a value given twice: refused, never silently ignored
+# (model.errors.check_applicable; RLHF's table in model.rlhf.not_applicable)
+
+GRPO = ["rlhf", "--algorithm", "grpo", "--policy-params", "70B"]
+MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--reward", "rule"],
+            "reward: 'rule' does not apply: DPO (Rafailov et al. 2023) learns from preference pairs",
+        ),
+        (
+            ["rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--samples-per-prompt", "8"],
+            "samples_per_prompt: '8' does not apply",
+        ),
+        (
+            ["rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--rollout-engine"],
+            "rollout_engine: True does not apply",
+        ),
+        (
+            [*GRPO, "--reward", "rule", "--reward-params", "7B"],
+            "reward_params: '7B' does not apply",
+        ),
+        (
+            [*GRPO, "--layers", "80"],
+            "layers: '80' does not apply: it sizes the rollout engine's KV",
+        ),
+        ([*GRPO, "--vocab-size", "128256"], "vocab_size: '128256' does not apply"),
+        (
+            [*GRPO, "--peak-tflops", "500", "--gpu", "H100-SXM"],
+            "gpu: 'H100-SXM' does not apply: the peak is given by peak_tflops = 500",
+        ),
+        (
+            [*MFU_70B, "--peak-tflops", "989", "--gpu", "A100-80GB"],
+            "gpu: 'A100-80GB' does not apply: the peak is given by peak_tflops = 989",
+        ),
+        (
+            [*MFU_70B, "--peak-tflops", "989", "--layers", "80", "--seq-len", "8192"],
+            "layers: '80' does not apply: it enters only attention FLOPs (--attention)",
+        ),
+        ([*MFU_70B, "--peak-tflops", "989", "--causal"], "causal: True does not apply"),
+        (
+            ["evaluate", "--model", "llama3-8b", "--pod-size", "64"],
+            "pod_size: 64 does not apply: it shapes a cluster graph",
+        ),
+    ],
+)
+def test_an_option_that_does_not_apply_is_refused(args, needle):
+    assert needle in refused(*args)
+
+
+def test_the_same_options_where_they_apply_are_used():
+    # GRPO's default reward is a model (3 networks); the peak from --peak-tflops alone:
+    # 6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4% (the seed's example).
+    out = json.loads(run(*GRPO, "--json").stdout)
+    assert out["reward"] == "model" and out["networks"] == 3
+    dpo = json.loads(run("rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--json").stdout)
+    assert dpo["reward"] is None and dpo["networks"] == 2 and dpo["sequences_per_step"] == 2 * 1024
+    mfu = json.loads(run(*MFU_70B, "--peak-tflops", "989", "--json").stdout)
+    assert mfu["mfu"] == pytest.approx(6 * 70e9 * 4e6 / (989e12 * 512 * 7))

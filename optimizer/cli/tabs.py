@@ -273,10 +273,11 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--algorithm", required=True, help="ppo, grpo or dpo.")
 @click.option("--policy-params", required=True, help="Policy parameters N_p (70e9, 70B).")
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
-@click.option("--reward", default="model", show_default=True, help="model or rule (no network).")
+@click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model].")
 @click.option("--prompts", default=str(tabs.RLHF_DEFAULTS["prompts"]), show_default=True)
 @click.option(
-    "--samples-per-prompt", default=str(tabs.RLHF_DEFAULTS["samples_per_prompt"]), show_default=True
+    "--samples-per-prompt",
+    help=f"PPO and GRPO [default: {tabs.RLHF_DEFAULTS['samples_per_prompt']}]; DPO has 2 (a pair).",
 )
 @click.option(
     "--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]), show_default=True
@@ -287,9 +288,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--epochs", default="1", show_default=True)
 @click.option(
     "--decode-mfu",
-    default=str(tabs.RLHF_DEFAULTS["decode_mfu"]),
-    show_default=True,
-    help="MFU of rollout generation (0–1).",
+    help=f"MFU of rollout generation (0–1) [default: {tabs.RLHF_DEFAULTS['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
@@ -297,7 +296,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
     show_default=True,
     help="MFU of scoring and training (0–1).",
 )
-@click.option("--gpu", default=tabs.RLHF_DEFAULTS["gpu"], show_default=True)
+@click.option("--gpu", help=f"Accelerator [default: {tabs.RLHF_DEFAULTS['gpu']}].")
 @click.option("--peak-tflops", help="Peak per chip instead of --gpu.")
 @click.option("--chips", default="1", show_default=True)
 @click.option(
@@ -322,7 +321,8 @@ def rlhf_cmd(as_json: bool, **kw: Any) -> None:
     if as_json:
         echo_json(r)
         return
-    click.echo(f"{r['algorithm'].upper()} (reward: {r['reward']}): {r['networks']} networks")
+    reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
+    click.echo(f"{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
         click.echo(
