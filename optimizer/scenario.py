@@ -30,7 +30,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.layout import Recompute
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.inputs import DIM_KEYS, build_case
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
@@ -314,6 +314,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         return tuple(values) or None
 
     tp = ints("tp")
+    schedules = tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule)
+    for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
+        check_virtual_stages(v, schedules)
     if d.get("max_tp"):
         tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
     return SearchSpace(
@@ -326,9 +329,8 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         max_micro_batch_size=int(d.get("max_micro_batch") or 8),
         zero_stages=tuple(int(z) for z in _listify(d.get("zero"))) or (0, 1, 2, 3),
         recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
-        schedules=tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule),
-        virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages")))
-        or DEFAULT_VIRTUAL_STAGES,
+        schedules=schedules,
+        virtual_stages=ints("virtual_stages") or DEFAULT_VIRTUAL_STAGES,
         rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
         or (DEFAULT_RANK_ORDER,),
     )

@@ -315,3 +315,18 @@ def test_the_same_options_where_they_apply_are_used():
     assert dpo["reward"] is None and dpo["networks"] == 2 and dpo["sequences_per_step"] == 2 * 1024
     mfu = json.loads(run(*MFU_70B, "--peak-tflops", "989", "--json").stdout)
     assert mfu["mfu"] == pytest.approx(6 * 70e9 * 4e6 / (989e12 * 512 * 7))
+
+
+# ---------------------------------------------------------------------------------------------
+# A pair evaluate refuses, search refuses too (model.pipeline.check_virtual_stages, both paths)
+
+
+def test_search_applies_evaluates_rule_for_virtual_stages_and_schedule():
+    rule = "virtual_stages: 3 > 1 needs schedule 'interleaved', not 1f1b"
+    pair = ["--virtual-stages", "3", "--schedule", "1f1b"]
+    assert refused("evaluate", "--model", "llama3-8b", "--pp", "4", *pair) == f"Error: {rule}"
+    assert refused("search", "--model", "llama3-8b", "--gpus", "64", *pair) == f"Error: {rule}"
+    with_gpipe = refused(
+        "search", "--model", "llama3-8b", "--gpus", "64", *pair, "--schedule", "gpipe"
+    )
+    assert with_gpipe.endswith("not 1f1b or gpipe")
