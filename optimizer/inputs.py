@@ -302,7 +302,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
         gradient_bytes=4 if _flag(params, "fp32_gradients", False) else 2,
     )
-    gpu_name = params.get("gpu") or DEFAULT_GPU
+    gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
     device = get_accelerator(str(gpu_name))

@@ -32,7 +32,7 @@ from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import parse_count, parse_number
-from trainplan.optimizer.inputs import DIM_KEYS, build_case
+from trainplan.optimizer.inputs import DEFAULT_GPU, DIM_KEYS, build_case
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -389,7 +389,9 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     counts = gpu_counts(
         str(d["gpus"]) if not isinstance(d["gpus"], list) else ",".join(map(str, d["gpus"]))
     )
-    accelerators = _names(d.get("gpu")) or ["H100-SXM"]
+    accelerators = _names(d.get("gpu")) if d.get("gpu") is not None else [DEFAULT_GPU]
+    if not accelerators:
+        raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
     prices = _prices(d.get("gpu_hour_price"), accelerators)
     objective = Objective(str(d.get("objective") or "step-time"))
     several_batches = (

@@ -29,6 +29,7 @@ from trainplan.optimizer.scenario import (
     TOP_KEYS,
     VALUE_KINDS,
 )
+from trainplan.topology.accelerators import get_accelerator
 
 cli_module._register()
 
@@ -330,3 +331,31 @@ def test_search_applies_evaluates_rule_for_virtual_stages_and_schedule():
         "search", "--model", "llama3-8b", "--gpus", "64", *pair, "--schedule", "gpipe"
     )
     assert with_gpipe.endswith("not 1f1b or gpipe")
+
+
+# ---------------------------------------------------------------------------------------------
+# An ambiguous GPU name lists its candidates (topology.accelerators.get_accelerator)
+
+
+@pytest.mark.parametrize(
+    ("name", "candidates"),
+    [
+        ("A100", "A100-40GB, A100-80GB"),
+        ("H100", "H100-SXM, H100-PCIe, H100-NVL"),
+        ("gaudi", "Gaudi2, Gaudi3"),
+        ("TPU v5", "TPUv5e, TPUv5p"),
+    ],
+)
+def test_an_ambiguous_gpu_name_lists_the_candidates(name, candidates):
+    line = refused("evaluate", "--model", "llama3-8b", "--gpu", name)
+    assert f"gpu: '{name}' is ambiguous: it could be {candidates}; name one" in line
+    assert "ambiguous" in refused("search", "--model", "llama3-8b", "--gpus", "8", "--gpu", name)
+    assert "ambiguous" in refused(*MFU_70B, "--gpu", name)
+
+
+def test_an_unambiguous_start_or_an_empty_name():
+    assert get_accelerator("V100").name == "V100-SXM2-32GB"  # the only V100 row
+    assert "is empty" in refused("evaluate", "--model", "llama3-8b", "--gpu", "")
+    assert "names no accelerator" in refused(
+        "search", "--model", "llama3-8b", "--gpus", "8", "--gpu", ""
+    )
