@@ -91,6 +91,25 @@ class Problem:
                 f"objective {self.objective}: give the token budget, e.g. --tokens 15e12"
             )
 
+    def check_frontier_axis(self, against: str) -> None:
+        """A frontier's second axis must be one the problem can measure: ``memory``, ``gpus``,
+        or ``price`` with a $ per GPU-hour for every accelerator (as the cost objective needs).
+
+        Raises
+        ------
+        InputError
+            The axis unknown, or price without every accelerator's price (bad input: exit 2,
+            not the infeasible exit 1).
+        """
+        if against not in ("memory", "gpus", "price"):
+            raise InputError(f"against: {against!r} is not one of memory, gpus, price")
+        missing = sorted({j.case.device.name for j in self.jobs if j.gpu_hour_price is None})
+        if against == "price" and missing:
+            raise InputError(
+                f"against: 'price' needs --gpu-hour-price for every accelerator; none given for "
+                f"{', '.join(missing)} (e.g. --gpu-hour-price {missing[0]}=2.5)"
+            )
+
 
 def gpu_counts(text: str) -> list[int]:
     """GPU counts from ``16384``, a list ``2048,4096`` or a range ``1024..16384`` (the powers of two

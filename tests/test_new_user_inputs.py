@@ -359,3 +359,31 @@ def test_an_unambiguous_start_or_an_empty_name():
     assert "names no accelerator" in refused(
         "search", "--model", "llama3-8b", "--gpus", "8", "--gpu", ""
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exit classes: bad input 2, an honest "no layout" 1 — and the explanation names the constraint
+
+SMALL_SEARCH = ["--model", "megatron-1.7b", "--gpus", "8", "--gpu", "A100-80GB"]
+SMALL_SEARCH += ["--global-batch", "32", "--max-micro-batch", "2"]
+
+
+def test_frontier_against_price_without_prices_is_bad_input():
+    line = refused("frontier", *SMALL_SEARCH, "--against", "price")
+    assert "against: 'price' needs --gpu-hour-price for every accelerator" in line
+    assert "none given for A100-80GB" in line
+
+
+def test_an_mfu_nothing_reaches_is_explained_as_min_mfu():
+    best = json.loads(run("search", *SMALL_SEARCH, "--json").stdout)["time"]["mfu"]
+    result = run("search", *SMALL_SEARCH, "--min-mfu", "0.9")
+    assert result.exit_code == 1  # infeasible, not bad input
+    first = result.stderr.splitlines()[1]  # after "No layout satisfies the constraints:"
+    # the step-time answer with G and B fixed is the highest MFU of any layout that fits
+    assert first == (
+        f"  - min_mfu: the best MFU of any layout that fits is {best:.1%}, below the min_mfu "
+        "of 90.0% asked for; lower --min-mfu"
+    )
+    assert "no layout fits" not in result.stderr
+    out = json.loads(run("search", *SMALL_SEARCH, "--min-mfu", "0.9", "--json").stdout)
+    assert out["status"] == "infeasible" and "min_mfu" in out["message"]

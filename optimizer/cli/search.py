@@ -291,6 +291,7 @@ def frontier_cmd(
     from trainplan.optimizer.search import frontier
 
     problem = _problem(kw)
+    problem.check_frontier_axis(against)  # bad input before the tables are built
     limit = _time_limit(kw)
     try:
         from trainplan.optimizer.search import prepare
