@@ -24,6 +24,7 @@ __all__ = [
     "gpu_counts",
     "objective_factor",
     "objective_unit",
+    "objective_value",
 ]
 
 
@@ -156,6 +157,32 @@ def objective_unit(problem: Problem, divisor: int = 1) -> str:
         Objective.COST: "nano-dollars to train the token budget",
     }[problem.objective]
     return base if divisor == 1 else f"{base} ÷ {divisor:,}"
+
+
+def objective_value(objective: Objective, value: int, divisor: int = 1) -> tuple[str, float]:
+    """The solver's objective ``value`` (in :func:`objective_unit`'s units ÷ ``divisor``) in base
+    units, with the JSON key that names its unit (README: times in seconds):
+
+    * ``objective_s``: seconds — per step (step-time; params, whose first objective is the size)
+      or to train the token budget (time-to-train);
+    * ``objective_usd``: dollars to train the token budget (cost);
+    * ``objective_gpu_s_per_token``: GPU-seconds per token (tokens-per-gpu; its inverse is tokens
+      per second per GPU).
+
+    Resolution: ``divisor`` ns (or nano-dollars), as the solver's integers hold it.
+
+    Examples
+    --------
+    >>> key, seconds = objective_value(Objective.TIME_TO_TRAIN, 19_711_837_881, 100_000)
+    >>> key, round(seconds / 86400, 1)  # 1,971,183.8 s = 22.8 days
+    ('objective_s', 22.8)
+    """
+    base = value * divisor * 1e-9  # ns → s, nano-dollars → $
+    if objective is Objective.TOKENS_PER_GPU:
+        return "objective_gpu_s_per_token", base / 1000  # the solver counts per 1000 tokens
+    if objective is Objective.COST:
+        return "objective_usd", base
+    return "objective_s", base
 
 
 def objective_factor(problem: Problem, job: Job) -> Fraction:

@@ -12,7 +12,15 @@ from tabulate import tabulate
 
 from trainplan.model.layout import SEARCHED_FIELDS
 
-__all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
+__all__ = [
+    "frame",
+    "table_text",
+    "evaluate_text",
+    "gpus_text",
+    "gb",
+    "duration",
+    "objective_text",
+]
 
 
 def gb(value: float | int | None) -> str:
@@ -22,6 +30,43 @@ def gb(value: float | int | None) -> str:
 
 def _secs(value: float | None) -> str:
     return "—" if value is None else (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.3f} s")
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit a person reads them in: ms below a second, s below two minutes, then
+    minutes, hours and days (1 day = 86,400 s; no months or years, whose lengths vary).
+
+    Examples
+    --------
+    >>> duration(1971183.7881), duration(10800), duration(5400), duration(10.44064)
+    ('22.8 days', '3.0 h', '90.0 min', '10.441 s')
+    """
+    if seconds < 120:
+        return _secs(seconds)
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size or unit == "min":
+            return f"{seconds / size:,.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def objective_text(kind: str, key: str, value: float, tokens: int | None = None) -> str:
+    """A search objective for people, from :func:`optimizer.problem.objective_value`'s key and
+    base-unit value: "22.8 days to train 1.5e+13 tokens", "$2,345,678 to train …", "10.441 s per
+    step", "3,120 tokens/s per GPU".
+
+    Examples
+    --------
+    >>> objective_text("time-to-train", "objective_s", 1971183.7881, 15 * 10**12)
+    '22.8 days to train 15,000,000,000,000 tokens'
+    """
+    budget = f" to train {tokens:,} tokens" if tokens else " to train the token budget"
+    if key == "objective_usd":
+        return f"${value:,.0f}{budget}"
+    if key == "objective_gpu_s_per_token":
+        return f"{1 / value:,.0f} tokens/s per GPU"
+    if kind == "time-to-train":
+        return duration(value) + budget
+    return f"{duration(value)} per step"
 
 
 def _pct(value: float | None) -> str:
@@ -152,10 +197,12 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
 
 
 def frontier_row(
-    d: dict[str, Any], job_label: str, objective: int, peak_bytes: int
+    d: dict[str, Any], job_label: str, objective: tuple[str, float], peak_bytes: int
 ) -> dict[str, Any]:
     """One CSV row of a search answer from its evaluate JSON object: every layout field, every
-    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names)."""
+    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names;
+    ``objective`` is the (key, value) of :func:`optimizer.problem.objective_value`, e.g.
+    ``objective_s``)."""
     lay, mem, t, p = d["layout"], d["memory"], d["time"], d["pipeline"]
     row: dict[str, Any] = {k: lay[k] for k in SEARCHED_FIELDS}
     row.update(
@@ -198,7 +245,7 @@ def frontier_row(
             "tokens_per_s_per_gpu": t["tokens_per_s"] / d["num_gpus"]
             if t["tokens_per_s"]
             else None,
-            "objective": objective,
+            objective[0]: objective[1],
             "fits": mem["fits"],
         }
     )

@@ -22,6 +22,7 @@ from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
 from trainplan.optimizer.cli.common import output
 from trainplan.optimizer.inputs import output_path
+from trainplan.optimizer.report import duration, objective_text
 from trainplan.optimizer.scenario import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
@@ -387,3 +388,39 @@ def test_an_mfu_nothing_reaches_is_explained_as_min_mfu():
     assert "no layout fits" not in result.stderr
     out = json.loads(run("search", *SMALL_SEARCH, "--min-mfu", "0.9", "--json").stdout)
     assert out["status"] == "infeasible" and "min_mfu" in out["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Readability: figures in the units people read (optimizer.report.duration / objective_text;
+# JSON objective in base units under a key naming the unit, optimizer.problem.objective_value)
+
+
+def test_search_objective_is_seconds_in_json_and_human_units_in_text():
+    step = json.loads(run("search", *SMALL_SEARCH, "--json").stdout)
+    assert step["objective_kind"] == "step-time" and "objective" not in step
+    assert step["objective_s"] == pytest.approx(step["time"]["step_s"], abs=1e-9)  # whole ns
+    # time-to-train 1e9 tokens with B 32 of s 2048: 1e9 / 65,536 = 15,258.789… steps
+    budget = ["--objective", "time-to-train", "--tokens", "1e9"]
+    out = json.loads(run("search", *SMALL_SEARCH, *budget, "--json").stdout)
+    assert out["objective_s"] == pytest.approx(out["time"]["step_s"] * 1e9 / (32 * 2048), rel=1e-9)
+    text = run("search", *SMALL_SEARCH, *budget).stdout
+    assert (
+        f"objective (time-to-train): {duration(out['objective_s'])} to train 1,000,000,000 tokens"
+        in text
+    )
+    assert " ns " not in text
+
+
+def test_durations_read_in_days_hours_minutes():
+    # the 19,711,837,881 ns ÷ 100,000 = 1,971,183.79 s = 22.8 days (÷ 86,400)
+    assert duration(19_711_837_881 * 100_000 * 1e-9) == "22.8 days"
+    assert duration(3 * 3600) == "3.0 h" and duration(300) == "5.0 min"
+    assert duration(10.4406) == "10.441 s" and duration(0.0123) == "12.3 ms"
+    assert (
+        objective_text("cost", "objective_usd", 1234567.4, 10**9)
+        == "$1,234,567 to train 1,000,000,000 tokens"
+    )
+    assert (
+        objective_text("tokens-per-gpu", "objective_gpu_s_per_token", 1 / 4000)
+        == "4,000 tokens/s per GPU"
+    )

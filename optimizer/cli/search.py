@@ -154,12 +154,25 @@ def _time_limit(kw: dict[str, Any]) -> float | None:
     return value
 
 
-def _progress(as_json: bool) -> Callable[[int, float], None] | None:
+def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
+    """The solver's objective value → (JSON key naming the unit, value in that unit)."""
+    from trainplan.optimizer.problem import objective_value
+    from trainplan.optimizer.tables import objective_divisor
+
+    divisor = objective_divisor(problem, prepared[0])
+    return lambda value: objective_value(problem.objective, round(value), divisor)
+
+
+def _progress(as_json: bool, problem: Any, prepared: Any) -> Callable[[int, float], None] | None:
     if as_json or not sys.stderr.isatty():
         return None
+    from trainplan.optimizer.report import objective_text
+
+    in_units = _in_units(problem, prepared)
 
     def report(count: int, best: float) -> None:
-        click.echo(f"\r  solutions found: {count}, best so far: {best:,.0f}", err=True, nl=False)
+        best_text = objective_text(str(problem.objective), *in_units(best), problem.tokens)
+        click.echo(f"\r  solutions found: {count}, best so far: {best_text}", err=True, nl=False)
 
     return report
 
@@ -217,22 +230,22 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         from trainplan.optimizer.search import prepare
 
         prepared = prepare(problem, _table_progress(as_json))
-        result = search(problem, top, limit, kw["workers"], _progress(as_json), prepared=prepared)
+        progress = _progress(as_json, problem, prepared)
+        result = search(problem, top, limit, kw["workers"], progress, prepared=prepared)
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
-    if _progress(as_json):
+    if progress:
         click.echo("", err=True)
-    from trainplan.optimizer.problem import objective_unit
-    from trainplan.optimizer.tables import objective_divisor
+    from trainplan.optimizer.report import objective_text
 
-    unit = objective_unit(problem, objective_divisor(problem, prepared[0]))
+    in_units = _in_units(problem, prepared)
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
-        d.update(
-            {"job": a.job.label, "objective": a.objective, "objective_kind": str(problem.objective)}
-        )
+        key, value = in_units(a.objective)
+        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
+        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
         answers.append(d)
     meta = {
         "status": result.status,
@@ -259,7 +272,7 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     )
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
-        click.echo(f"objective ({problem.objective}): {d['objective']:,} {unit}\n")
+        click.echo(f"objective ({problem.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
 
 
@@ -302,8 +315,11 @@ def frontier_cmd(
         _infeasible(err, as_json)
         return
     rows = []
+    in_units = _in_units(problem, prepared)
     for a in result.points:
-        row = frontier_row(estimate_to_dict(a.estimate), a.job.label, a.objective, a.peak_bytes)
+        row = frontier_row(
+            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
+        )
         if a.job.gpu_hour_price is not None:
             row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
         rows.append(row)
