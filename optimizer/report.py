@@ -20,6 +20,7 @@ __all__ = [
     "gb",
     "duration",
     "objective_text",
+    "readable",
 ]
 
 
@@ -79,6 +80,33 @@ def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
 
     df = pd.DataFrame(rows)
     return df[columns] if columns else df
+
+
+def readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row for the screen, each cell by the unit its key names: ``*_bytes`` in GB (the
+    suffix dropped from the header), ``*_s`` as a duration, other numbers with thousands
+    separators; None as "—".
+
+    Examples
+    --------
+    >>> readable({"stage": 0, "stage_total_bytes": 72_812_345_678, "step_s": 10.44064})
+    {'stage': '0', 'stage_total': '72.81 GB', 'step': '10.441 s'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key.endswith("_bytes"):
+            out[key.removesuffix("_bytes")] = gb(value)
+        elif key.endswith("_s") and not isinstance(value, bool):
+            out[key.removesuffix("_s")] = "—" if value is None else duration(value)
+        elif value is None:
+            out[key] = "—"
+        elif isinstance(value, float):
+            out[key] = f"{value:,.4g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = f"{value:,}"
+        else:
+            out[key] = str(value)
+    return out
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:

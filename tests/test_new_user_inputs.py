@@ -424,3 +424,12 @@ def test_durations_read_in_days_hours_minutes():
         objective_text("tokens-per-gpu", "objective_gpu_s_per_token", 1 / 4000)
         == "4,000 tokens/s per GPU"
     )
+
+
+def test_per_stage_table_prints_gigabytes_not_raw_bytes():
+    args = ["evaluate", "--model", "llama3-8b", "--pp", "4", "--per-stage"]
+    stages = json.loads(run(*args, "--json").stdout)["stages"]
+    text = run(*args).stdout.split("Per stage")[1]
+    for st in stages:  # e.g. stage 0: 72,829,… bytes → "72.83 GB"
+        assert f"{st['stage_total_bytes'] / 1e9:,.2f} GB" in text
+        assert str(st["stage_total_bytes"]) not in text

@@ -207,9 +207,10 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, case.defaults_used))
         if per_stage:
-            from trainplan.optimizer.report import table_text
+            from trainplan.optimizer.report import readable, table_text
 
-            click.echo("\nPer stage:\n" + table_text(out["stages"]))
+            rows = [readable(row) for row in out["stages"]]
+            click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
     return out
 
 
