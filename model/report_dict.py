@@ -102,6 +102,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "capacity_bytes": cap,
         "capacity_unit": est.device.memory_unit,
         "fits": total <= cap,
+        "fits_covers": "model state and activations" if acts else "model state only",
         "overflow_bytes": _n(max(total - cap, Fraction(0))),
         "activations_unavailable": None
         if acts

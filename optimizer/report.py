@@ -136,6 +136,10 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
+    if m.get("fits_covers", "model state and activations") != "model state and activations":
+        verdict += f" ({m['fits_covers']}: activations unknown without the dimensions, " + (
+            "so the whole step may not fit)" if m["fits"] else "which would only add to it)"
+        )
     lines.append(f"  verdict: {verdict}")
     return lines
 

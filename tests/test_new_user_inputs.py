@@ -433,3 +433,14 @@ def test_per_stage_table_prints_gigabytes_not_raw_bytes():
     for st in stages:  # e.g. stage 0: 72,829,… bytes → "72.83 GB"
         assert f"{st['stage_total_bytes'] / 1e9:,.2f} GB" in text
         assert str(st["stage_total_bytes"]) not in text
+
+
+def test_a_size_only_verdict_says_it_covers_model_state_only():
+    # 70B × 16 B/param ÷ (tp 8 · pp 4) = 35.00 GB of model state ≤ 80 GB; activations unknown
+    args = ["evaluate", "--params", "70B", "--tp", "8", "--pp", "4"]
+    mem = json.loads(run(*args, "--json").stdout)["memory"]
+    assert mem["total_bytes"] == 70 * 10**9 * 16 // 32 and mem["fits"]
+    assert mem["fits_covers"] == "model state only"
+    assert "verdict: fits (model state only: activations unknown" in run(*args).stdout
+    full = json.loads(run("evaluate", "--model", "llama3-8b", "--json").stdout)["memory"]
+    assert full["fits_covers"] == "model state and activations"
