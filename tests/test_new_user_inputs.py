@@ -9,6 +9,7 @@ directly. Figures are derived by hand in the comments.
 from __future__ import annotations
 
 import json
+import re
 
 import click
 import pytest
@@ -444,3 +445,29 @@ def test_a_size_only_verdict_says_it_covers_model_state_only():
     assert "verdict: fits (model state only: activations unknown" in run(*args).stdout
     full = json.loads(run("evaluate", "--model", "llama3-8b", "--json").stdout)["memory"]
     assert full["fits_covers"] == "model state and activations"
+
+
+def _help_texts(command: click.Command) -> str:
+    """Everything ``--help`` shows of a command, unwrapped: its docstring and each option's."""
+    return " ".join([command.help or "", *(getattr(p, "help", None) or "" for p in command.params)])
+
+
+def _options(command: click.Command) -> set[str]:
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+
+
+_REFERENCE = re.compile(r"trainplan (\w+)((?: [^\s()]+)*)")
+_FOREIGN = re.compile(r"Megatron-LM --[\w-]+")  # another tool's flag, named as its source
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_help_names_only_options_and_commands_that_exist(name):
+    """`evaluate --help` once pointed at a `--list-models` that no command has."""
+    command = cli.commands[name]
+    text = _FOREIGN.sub("", _help_texts(command))
+    for other, tail in _REFERENCE.findall(text):
+        assert other in cli.commands, f"{name} --help names 'trainplan {other}'"
+        for flag in re.findall(r"--[\w-]+", tail):
+            assert flag in _options(cli.commands[other]), f"{name} --help: trainplan {other} {flag}"
+    for flag in re.findall(r"(?<![\w-])--[\w-]+", _REFERENCE.sub("", text)):
+        assert flag in _options(command), f"{name} --help names {flag}, not an option of {name}"

@@ -34,7 +34,7 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--model",
             "model",
-            help="Catalogue name (trainplan evaluate --list-models) or a config.json path.",
+            help="Catalogue name (trainplan models lists them) or a config.json path.",
         ),
         click.option(
             "--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."
