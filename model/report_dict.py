@@ -8,13 +8,14 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
 
 if TYPE_CHECKING:
     from trainplan.model.estimate import Estimate
 
-__all__ = ["estimate_to_dict", "assumptions"]
+__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention"]
 
 
 def _n(value: Fraction | int | float | None) -> int | float | None:
@@ -80,6 +81,27 @@ def assumptions(est: Estimate) -> list[str]:
     if est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     return out
+
+
+def mfu_with_attention(est: Estimate) -> float | None:
+    """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
+    halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
+    uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
+    contexts (Llama 3's Table 4 counts it). None without dimensions or a step time."""
+    arch = est.model.arch
+    if arch is None or est.step_s is None:
+        return None
+    t, lay = est.training, est.layout
+    flops = step_flops(
+        arch,
+        est.num_active_params,
+        t.seq_len,
+        t.global_batch_size,
+        lay.recompute,
+        MfuConvention.SIX_N_ATTENTION,
+        est.options.causal_attention_flops,
+    )
+    return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
 
 
 def _memory(est: Estimate) -> dict[str, Any]:
@@ -213,6 +235,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "exposed_comm_s": est.exposed_comm_s,
             "step_s": est.step_s,
             "mfu": est.mfu,
+            "mfu_with_attention": mfu_with_attention(est),
             "hfu": est.hfu,
             "tokens_per_s": None
             if est.step_s is None

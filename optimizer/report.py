@@ -144,6 +144,14 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _mfu_conventions(d: dict[str, Any]) -> str:
+    """Beside a 6n MFU, which leaves attention out, the attention-inclusive figure."""
+    flops, t = d.get("flops") or {}, d["time"]
+    if flops.get("convention") != "6n" or t.get("mfu_with_attention") is None:
+        return ""
+    return f" (6n; {_pct(t['mfu_with_attention'])} with attention FLOPs, 6n+attention)"
+
+
 def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
     """The evaluate command's human output from its JSON object."""
     lay, model = d["layout"], d["model"]
@@ -201,7 +209,9 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     )
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}, HFU {_pct(t['hfu'])}"
+        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        + _mfu_conventions(d)
+        + f", HFU {_pct(t['hfu'])}"
     )
     out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
     if defaults_used:

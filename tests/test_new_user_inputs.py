@@ -471,3 +471,15 @@ def test_help_names_only_options_and_commands_that_exist(name):
             assert flag in _options(cli.commands[other]), f"{name} --help: trainplan {other} {flag}"
     for flag in re.findall(r"(?<![\w-])--[\w-]+", _REFERENCE.sub("", text)):
         assert flag in _options(command), f"{name} --help names {flag}, not an option of {name}"
+
+
+def test_a_6n_mfu_prints_the_attention_inclusive_figure_beside_it():
+    # Llama 3 405B at s = 131,072 (the 128K example): causal attention adds 6·L·a·d·s per token
+    # to 6·N, so MFU grows by 1 + L·a·d·s/N = 1 + 126·16,384·131,072 / 405,853,388,800 = 1.667.
+    out = json.loads(run("example", "llama3-405b-128k", "--json").stdout)
+    t, n = out["time"], out["model"]["num_params"]
+    ratio = 1 + 126 * 128 * 128 * 131072 / n
+    assert out["flops"]["convention"] == "6n"
+    assert t["mfu_with_attention"] == pytest.approx(t["mfu"] * ratio, rel=1e-12)
+    text = run("example", "llama3-405b-128k").stdout
+    assert f"MFU {t['mfu']:.1%} (6n; {t['mfu_with_attention']:.1%} with attention FLOPs" in text
