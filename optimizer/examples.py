@@ -44,6 +44,7 @@ def example_params(
     tab = ex["tab"]
     if tab == "planner":
         params: dict[str, Any] = {k: ex[k] for k in ("params", "model", "gpu") if k in ex}
+        params.update(ex.get("recipe", {}))  # training options a published run states
         layout = dict(ex.get("layout", {}))
         for key in ("seq_len", "global_batch_size"):
             if key in layout:

@@ -18,10 +18,12 @@ from click.testing import CliRunner
 import trainplan.optimizer.cli as cli_module
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout
+from trainplan.model.report_dict import estimate_to_dict
 from trainplan.model.specs import ModelSpec, TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
 from trainplan.optimizer.cli.common import output
+from trainplan.optimizer.fidelity import build_run_case, published_runs
 from trainplan.optimizer.inputs import output_path
 from trainplan.optimizer.report import duration, objective_text
 from trainplan.optimizer.scenario import (
@@ -483,3 +485,24 @@ def test_a_6n_mfu_prints_the_attention_inclusive_figure_beside_it():
     assert t["mfu_with_attention"] == pytest.approx(t["mfu"] * ratio, rel=1e-12)
     text = run("example", "llama3-405b-128k").stdout
     assert f"MFU {t['mfu']:.1%} (6n; {t['mfu_with_attention']:.1%} with attention FLOPs" in text
+
+
+@pytest.mark.parametrize(
+    ("example", "key"),
+    [("llama3-405b", "llama3-t4/16384"), ("llama3-405b-128k", "llama3-t4/16384-128k")],
+)
+def test_the_llama3_examples_run_the_published_recipe(example, key):
+    """Labelled Llama 3 Table 4, the examples run its recipe (ZeRO-2 for FSDP, FP32 gradients,
+    interleaved one-layer chunks, memory-efficient norms), as the fidelity harness's rows do —
+    not plain 1F1B with ZeRO-1, which gave 24% MFU at 8K."""
+    out = json.loads(run("example", example, "--json").stdout)
+    lay = out["layout"]
+    assert (lay["zero_stage"], lay["schedule"], lay["virtual_stages"]) == (2, "interleaved", 8)
+    assert lay["memory_efficient_norm"] and "recompute" in lay and lay["recompute"] == "none"
+    assert out["memory"]["gradients_bytes"] > 0 and "4 B gradients" in out["assumptions"][0]
+    (published,) = [r for r in published_runs() if r.key == key]
+    harness = estimate_to_dict(build_run_case(published).evaluate())
+    # the same figures as the harness (which counts 6n+attention, as Table 4 does)
+    assert out["time"]["mfu_with_attention"] == pytest.approx(harness["time"]["mfu"], rel=1e-12)
+    assert out["memory"]["total_bytes"] == harness["memory"]["total_bytes"]
+    assert out["time"]["mfu_with_attention"] == pytest.approx(published.published_util, abs=0.03)
