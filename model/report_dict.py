@@ -15,7 +15,7 @@ from trainplan.model.units import as_json_number
 if TYPE_CHECKING:
     from trainplan.model.estimate import Estimate
 
-__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention"]
+__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
 
 
 def _n(value: Fraction | int | float | None) -> int | float | None:
@@ -102,6 +102,22 @@ def mfu_with_attention(est: Estimate) -> float | None:
         est.options.causal_attention_flops,
     )
     return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
+
+
+def bound_notes(est: Estimate) -> list[str]:
+    """Figures the model states as bounds rather than estimates, said where they are printed:
+    expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
+    own (model.comm.ep_traffic), an upper bound on DeepSeek-V3-style node-limited routing, which
+    sends a token to at most 4 nodes and deduplicates it there (DeepSeek-V3 Technical Report,
+    arXiv 2412.19437, §2.1.2 and §3.2.2)."""
+    notes = []
+    if any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+        notes.append(
+            "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
+            "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
+            "§3.2.2: at most 4 nodes per token) sends less"
+        )
+    return notes
 
 
 def _memory(est: Estimate) -> dict[str, Any]:
@@ -244,7 +260,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "attention_efficiency": est.options.attention_efficiency if t.flash_attention else None,
         },
         "assumptions": assumptions(est),
-        "notes": list(est.notes),
+        "notes": [*est.notes, *bound_notes(est)],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)

@@ -506,3 +506,14 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
     assert out["time"]["mfu_with_attention"] == pytest.approx(harness["time"]["mfu"], rel=1e-12)
     assert out["memory"]["total_bytes"] == harness["memory"]["total_bytes"]
     assert out["time"]["mfu_with_attention"] == pytest.approx(published.published_util, abs=0.03)
+
+
+def test_expert_parallel_traffic_is_labelled_an_upper_bound():
+    out = json.loads(run("example", "deepseek-v3-ep64", "--json").stdout)
+    (ep,) = [r for r in out["traffic"] if r["axis"] == "ep"]
+    assert ep["bytes_per_step"] > 0
+    (note,) = [n for n in out["notes"] if n.startswith("ep traffic is an upper bound")]
+    assert "DeepSeek-V3 §2.1.2" in note
+    assert f"Note: {note}" in run("example", "deepseek-v3-ep64").stdout
+    dense = json.loads(run("example", "llama3-405b", "--json").stdout)
+    assert not any("upper bound" in n for n in dense["notes"])  # no EP, no note
