@@ -35,6 +35,8 @@ __all__ = [
     "TRAINABLE_BYTES_PER_PARAM",
     "FROZEN_BYTES_PER_PARAM",
     "DEFAULTS",
+    "ROLLOUT_BATCH",
+    "rollout_batch_size",
     "ASSUMPTIONS",
     "extra_bytes",
     "not_applicable",
@@ -269,6 +271,12 @@ def logits_buffer_bytes(tokens: int, vocab_size: int) -> int:
     return 4 * tokens * vocab_size
 
 
+ROLLOUT_BATCH = 256
+"""Sequences the rollout engine decodes at once, by default: vLLM's ``max_num_seqs`` default of
+256 per engine (``EngineArgs.max_num_seqs = 256``, vllm/engine/arg_utils.py; the scheduler's cap on
+concurrent sequences), which OpenRLHF and verl use for their rollouts unless set. The KV cache is
+held for these sequences, not for every sequence of the step; ``rollout_batch`` overrides it."""
+
 DEFAULTS: dict[str, object] = {
     "prompts": 1024,
     "samples_per_prompt": 16,
@@ -278,17 +286,42 @@ DEFAULTS: dict[str, object] = {
     "decode_mfu": 0.04,
     "train_mfu": 0.40,
     "gpu": "H100-SXM",
+    "rollout_batch": ROLLOUT_BATCH,
 }
 """Documented defaults of the RLHF tab: a GRPO step as in DeepSeekMath (1,024 prompts × 16 samples,
 long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
-(the seed's "decode MFU one tenth of training MFU"). The FLOP and time *shares* depend only on the
-algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
+(the seed's "decode MFU one tenth of training MFU"); the rollout engine decodes
+:data:`ROLLOUT_BATCH` sequences at once (vLLM's default). The FLOP and time *shares* depend only on
+the algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
 
 ASSUMPTIONS = (
     "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network; "
     "training 6·N per token per epoch per trainable network; decode MFU for the rollout, training "
     "MFU for scoring and training"
 )
+
+
+def rollout_batch_size(rollout_batch: int | None, sequences: int) -> int:
+    """Sequences the rollout engine decodes at once: ``rollout_batch`` as given, else
+    :data:`ROLLOUT_BATCH` (vLLM's default ``max_num_seqs``) or the step's ``sequences`` when fewer.
+
+    Raises
+    ------
+    InputError
+        A rollout batch larger than the step's sequences.
+
+    Examples
+    --------
+    >>> rollout_batch_size(None, 16384), rollout_batch_size(None, 100), rollout_batch_size(64, 100)
+    (256, 100, 64)
+    """
+    if rollout_batch is None:
+        return min(ROLLOUT_BATCH, sequences)
+    if rollout_batch > sequences:
+        raise InputError(
+            f"rollout_batch: {rollout_batch} is more than the {sequences:,} sequences of the step"
+        )
+    return rollout_batch
 
 
 def extra_bytes(
@@ -308,13 +341,14 @@ def extra_bytes(
     """Optional memory beyond the networks (off by default, as in the seed), in bytes.
 
     ``rollout_engine``: the inference engine's own BF16 weight copy (2·N_p) and its KV cache for
-    ``rollout_batch`` sequences (default: all of the step) of ``tokens_per_sequence`` tokens.
+    the ``rollout_batch`` sequences it decodes at once (default :data:`ROLLOUT_BATCH`, vLLM's 256,
+    or all of the step's ``sequences`` when fewer) of ``tokens_per_sequence`` tokens.
     ``logits_buffer``: FP32 logits of ``logits_tokens`` tokens (default: one sequence).
 
     Raises
     ------
     InputError
-        An option on without the dimensions it needs.
+        An option on without the dimensions it needs, or a rollout batch larger than the step.
 
     Examples
     --------
@@ -327,7 +361,7 @@ def extra_bytes(
         need = [k for k, v in dims.items() if v is None]
         if need:
             raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
-        batch = rollout_batch or sequences
+        batch = rollout_batch_size(rollout_batch, sequences)
         extras["rollout_weights_bytes"] = 2 * Fraction(policy_params)
         kv = kv_cache_bytes(layers, kv_heads, head_dim, batch, tokens_per_sequence)  # type: ignore[arg-type]
         extras["kv_cache_bytes"] = Fraction(kv)

@@ -510,6 +510,8 @@ def rlhf_report(
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
         "fewer_than_ppo": 1 - net_bytes / ppo_bytes,
         "sequences_per_step": seqs, "tokens_per_sequence": seq_tokens,
+        "rollout_batch": rl.rollout_batch_size(_opt_count("rollout_batch", rollout_batch), seqs)
+        if rollout_engine else None,
         "phase_flops": flops, "rollout_flops": flops["rollout"],
         "rollout_flops_share": flops["rollout"] / total_flops,
         "phase_flops_share": {k: f / total_flops for k, f in flops.items()},

@@ -517,3 +517,22 @@ def test_expert_parallel_traffic_is_labelled_an_upper_bound():
     assert f"Note: {note}" in run("example", "deepseek-v3-ep64").stdout
     dense = json.loads(run("example", "llama3-405b", "--json").stdout)
     assert not any("upper bound" in n for n in dense["notes"])  # no EP, no note
+
+
+# ---------------------------------------------------------------------------------------------
+# RLHF: the rollout engine's KV cache holds the engine's concurrent batch (model.rlhf.ROLLOUT_BATCH)
+
+
+def test_rollout_kv_cache_holds_the_engines_concurrent_batch():
+    engine = [*GRPO, "--rollout-engine", "--layers", "80", "--kv-heads", "8", "--head-dim", "128"]
+    out = json.loads(run(*engine, "--json").stdout)
+    # 2 (K, V) · 80 layers · 8 KV heads · 128 dims · 2 B = 327,680 B per token; 1,024 + 4,096
+    # tokens per sequence; vLLM's max_num_seqs = 256 sequences at once → 429.5 GB
+    per_token = 2 * 80 * 8 * 128 * 2
+    assert out["rollout_batch"] == 256 and out["sequences_per_step"] == 1024 * 16
+    assert out["extra_bytes"]["kv_cache_bytes"] == per_token * 5120 * 256 == 429_496_729_600
+    # not the whole step's 16,384 sequences at once (27.5 TB), unless the user says so
+    mine = json.loads(run(*engine, "--rollout-batch", "16384", "--json").stdout)
+    assert mine["extra_bytes"]["kv_cache_bytes"] == per_token * 5120 * 16384 == 27_487_790_694_400
+    assert "more than the 16,384 sequences" in refused(*engine, "--rollout-batch", "16385")
+    assert "kv_cache_bytes (256 seqs at once)" in run(*engine).stdout

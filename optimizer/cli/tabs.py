@@ -308,7 +308,11 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--layers")
 @click.option("--kv-heads")
 @click.option("--head-dim")
-@click.option("--rollout-batch", help="Sequences decoded at once [default: all of the step].")
+@click.option(
+    "--rollout-batch",
+    help="Sequences the engine decodes at once, its KV cache "
+    f"[default: {tabs.RLHF_DEFAULTS['rollout_batch']}, vLLM's max_num_seqs].",
+)
 @click.option(
     "--logits-buffer", is_flag=True, help="Add the FP32 logits buffer (needs --vocab-size)."
 )
@@ -330,7 +334,8 @@ def rlhf_cmd(as_json: bool, **kw: Any) -> None:
             f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
         )
     for k, v in r["extra_bytes"].items():
-        click.echo(f"  {k:<31} {v / 1e12:8.3f} TB")
+        at_once = f" ({r['rollout_batch']} seqs at once)" if k == "kv_cache_bytes" else ""
+        click.echo(f"  {k + at_once:<31} {v / 1e12:8.3f} TB")
     vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
     click.echo(
         f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
