@@ -536,3 +536,85 @@ def test_rollout_kv_cache_holds_the_engines_concurrent_batch():
     assert mine["extra_bytes"]["kv_cache_bytes"] == per_token * 5120 * 16384 == 27_487_790_694_400
     assert "more than the 16,384 sequences" in refused(*engine, "--rollout-batch", "16385")
     assert "kv_cache_bytes (256 seqs at once)" in run(*engine).stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Pictures (optimizer.plots): each names what its colours and marks mean
+
+
+def _svg_text(path) -> str:
+    """An SVG written with its text kept as text (not paths), to read the labels back."""
+    return path.read_text()
+
+
+def test_interleaved_pipeline_chart_tells_model_chunks_apart(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    from trainplan.optimizer.plots import pipeline_chart
+    from trainplan.optimizer.tabs import pipeline_report
+
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        pipeline_chart(pipeline_report(4, 8, "interleaved", 2), tmp_path / "v2.svg")
+        pipeline_chart(pipeline_report(4, 8), tmp_path / "v1.svg")
+    two = _svg_text(tmp_path / "v2.svg")
+    for label in ("forward, chunk 0", "forward, chunk 1", "backward, chunk 0", "backward, chunk 1"):
+        assert label in two
+    assert 'id="h' in two  # a hatch pattern marks chunk 1
+    one = _svg_text(tmp_path / "v1.svg")
+    assert "forward" in one and "chunk" not in one
+
+
+def test_checkpointing_gif_has_a_colour_legend(tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from trainplan.optimizer.plots import _ckpt_frames, _pyplot
+    from trainplan.optimizer.tabs import ckpt_report
+
+    report = ckpt_report(9, 3)
+    plt = _pyplot()
+    fig, draw = _ckpt_frames(plt, report)
+    draw(12)  # step 13: backward of layer 9, out9 discarded
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["checkpoint (kept)", "held", "recomputed", "discarded now", "free"]
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks[:2] == ["input", "out1"] and ticks[-1] == "out9"  # the text walk's names
+    plt.close(fig)
+    assert run("ckpt", "--layers", "3", "--gif", str(tmp_path / "w.gif")).exit_code == 0
+    assert Image.open(tmp_path / "w.gif").n_frames == 9  # 3 · 3 steps
+
+
+FRONTIER_ROWS = [
+    {
+        "dp": 8 // tp, "tp": tp, "pp": 1, "cp": 1, "ep": 1, "zero_stage": z, "recompute": rec,
+        "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1, "num_gpus": 8,
+        "gpu": "H100-SXM", "total_bytes": gb * 1e9, "step_s": step,
+    }
+    for tp, z, rec, gb, step in [
+        (1, 2, "none", 70.9, 240.69), (1, 3, "none", 58.7, 240.70), (2, 2, "none", 42.5, 250.44),
+        (2, 3, "none", 37.3, 250.45), (2, 2, "none", 36.3, 264.95), (2, 3, "none", 34.8, 264.95),
+        (4, 3, "full", 26.5, 269.98), (4, 2, "full", 26.4, 270.0), (8, 1, "none", 21.2, 309.1),
+    ]
+]  # fmt: skip
+"""Nine points of a frontier, several within a pixel of each other (the labels crowd there)."""
+
+
+def test_frontier_chart_labels_do_not_overlap_and_name_zero_and_recompute(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    from trainplan.optimizer.plots import _place_labels, _pyplot, frontier_chart
+
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        frontier_chart(FRONTIER_ROWS, "memory", tmp_path / "f.svg")
+    svg = _svg_text(tmp_path / "f.svg")
+    assert "dp 8 tp 1 pp 1 cp 1 ep 1, ZeRO-2, recompute none, b 1, 1f1b" in svg
+    assert "dp 2 tp 4 pp 1 cp 1 ep 1, ZeRO-3, recompute full, b 1, 1f1b" in svg
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [r["total_bytes"] / 1e9 for r in FRONTIER_ROWS]
+    ys = [r["step_s"] for r in FRONTIER_ROWS]
+    ax.plot(xs, ys, "o")
+    _place_labels(ax, xs, ys, [str(i) for i in range(1, len(xs) + 1)])
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    assert len(boxes) == 9
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    plt.close(fig)
