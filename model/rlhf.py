@@ -325,7 +325,7 @@ def rollout_batch_size(rollout_batch: int | None, sequences: int) -> int:
 
 
 def extra_bytes(
-    policy_params: Fraction,
+    policy_params: Fraction | int,
     sequences: int,
     tokens_per_sequence: int,
     *,

@@ -177,7 +177,7 @@ def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
     )
 
 
-def parse_number(text: str | float | int, name: str = "value") -> Fraction:
+def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
     """Read a number as the seed writes it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
@@ -238,7 +238,7 @@ def _in_range(value: Fraction, name: str, text: object) -> Fraction:
     return value
 
 
-def parse_count(text: str | float | int, name: str = "value", minimum: int = 1) -> int:
+def parse_count(text: str | float | int | Fraction, name: str = "value", minimum: int = 1) -> int:
     """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum`` and at most the
     parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`).
 

@@ -252,8 +252,9 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
     anim = FuncAnimation(fig, draw, frames=len(report["steps"]))
     from trainplan.optimizer.inputs import writing
 
+    fps: Any = 1 / frame_s  # a float is fine: Pillow shows each frame 1000/fps ms
     with writing(out, "path"):
-        anim.save(out, writer=PillowWriter(fps=1 / frame_s))
+        anim.save(out, writer=PillowWriter(fps=fps))
     plt.close(fig)
     return out
 

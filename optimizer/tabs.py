@@ -247,7 +247,7 @@ def mfu_report(
         {**named, "seq_len": seq_len, "causal": causal, "attention": attention}, ignored
     )
     dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
-    n = None if params is None else parse_count(params, "params")
+    n = None if params is None else Fraction(parse_count(params, "params"))
     attn, attn_text = (
         mf.attention_term(
             dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], causal
