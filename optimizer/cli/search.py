@@ -12,7 +12,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, NUMBER, OUTPUT, echo_json, output
+from trainplan.optimizer.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
 from trainplan.optimizer.cli.planner import _overlap, cluster_options, model_options
 from trainplan.optimizer.inputs import DIM_KEYS
 from trainplan.optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
@@ -100,7 +100,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--time-limit",
             "time_limit",
-            type=NUMBER,
+            type=POSITIVE,
             help="Solver seconds per solve; best found, not proven.",
         ),
         click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
@@ -144,14 +144,8 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:
-    from trainplan.model.errors import InputError
-
-    if kw.get("time_limit") is None:
-        return None
-    value = float(kw["time_limit"])
-    if value <= 0:
-        raise InputError(f"--time-limit: {kw['time_limit']} must be a positive number of seconds")
-    return value
+    """Solver seconds per solve (already positive: the POSITIVE option type), or None."""
+    return None if kw.get("time_limit") is None else float(kw["time_limit"])
 
 
 def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
