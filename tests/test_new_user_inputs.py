@@ -18,12 +18,12 @@ from click.testing import CliRunner
 import trainplan.optimizer.cli as cli_module
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout
-from trainplan.model.report_dict import estimate_to_dict
 from trainplan.model.specs import ModelSpec, TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.optimizer.cli import cli
 from trainplan.optimizer.cli.common import output
-from trainplan.optimizer.fidelity import build_run_case, published_runs
+from trainplan.optimizer.examples import example_params
+from trainplan.optimizer.fidelity import published_runs
 from trainplan.optimizer.inputs import output_path
 from trainplan.optimizer.report import duration, objective_text
 from trainplan.optimizer.scenario import (
@@ -439,11 +439,12 @@ def test_per_stage_table_prints_gigabytes_not_raw_bytes():
 
 
 def test_a_size_only_verdict_says_it_covers_model_state_only():
-    # 70B × 16 B/param ÷ (tp 8 · pp 4) = 35.00 GB of model state ≤ 80 GB; activations unknown
+    # 70B × 16 B/param ÷ (tp 8 · pp 4) = 35.00 GB of model state ≤ 80 GB; activations unknown,
+    # so the total is the model state alone and the verdict says so
     args = ["evaluate", "--params", "70B", "--tp", "8", "--pp", "4"]
     mem = json.loads(run(*args, "--json").stdout)["memory"]
-    assert mem["total_bytes"] == 70 * 10**9 * 16 // 32 and mem["fits"]
-    assert mem["fits_covers"] == "model state only"
+    assert mem["total_bytes"] == mem["model_state_bytes"] and mem["activations_bytes"] is None
+    assert mem["fits"] and mem["fits_covers"] == "model state only"
     assert "verdict: fits (model state only: activations unknown" in run(*args).stdout
     full = json.loads(run("evaluate", "--model", "llama3-8b", "--json").stdout)["memory"]
     assert full["fits_covers"] == "model state and activations"
@@ -459,7 +460,7 @@ def _options(command: click.Command) -> set[str]:
 
 
 _REFERENCE = re.compile(r"trainplan (\w+)((?: [^\s()]+)*)")
-_FOREIGN = re.compile(r"Megatron-LM --[\w-]+")  # another tool's flag, named as its source
+_FOREIGN = re.compile(r"[A-Z][\w.-]*(?:'s)? --[\w-]+")  # another tool's flag (Megatron-LM --…)
 
 
 @pytest.mark.parametrize("name", sorted(cli.commands))
@@ -495,16 +496,19 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
     """Labelled Llama 3 Table 4, the examples run its recipe (ZeRO-2 for FSDP, FP32 gradients,
     interleaved one-layer chunks, memory-efficient norms), as the fidelity harness's rows do —
     not plain 1F1B with ZeRO-1, which gave 24% MFU at 8K."""
+    (published,) = [r for r in published_runs() if r.key == key]
+    _, params = example_params(example)
+    recipe = (
+        *("dp", "tp", "pp", "cp", "micro_batch_size", "global_batch_size", "seq_len"),
+        *("zero_stage", "recompute", "schedule", "virtual_stages"),
+        *("memory_efficient_norm", "fp32_gradients"),
+    )
+    assert {k: params[k] for k in recipe} == {k: published.params[k] for k in recipe}
     out = json.loads(run("example", example, "--json").stdout)
     lay = out["layout"]
     assert (lay["zero_stage"], lay["schedule"], lay["virtual_stages"]) == (2, "interleaved", 8)
-    assert lay["memory_efficient_norm"] and "recompute" in lay and lay["recompute"] == "none"
-    assert out["memory"]["gradients_bytes"] > 0 and "4 B gradients" in out["assumptions"][0]
-    (published,) = [r for r in published_runs() if r.key == key]
-    harness = estimate_to_dict(build_run_case(published).evaluate())
-    # the same figures as the harness (which counts 6n+attention, as Table 4 does)
-    assert out["time"]["mfu_with_attention"] == pytest.approx(harness["time"]["mfu"], rel=1e-12)
-    assert out["memory"]["total_bytes"] == harness["memory"]["total_bytes"]
+    # Table 4 counts attention FLOPs (6n+attention): 41% at 8K, 38% at 128K; the harness's
+    # held-out error is 0.8 and 2.6 points (README), so within 3 points here
     assert out["time"]["mfu_with_attention"] == pytest.approx(published.published_util, abs=0.03)
 
 
