@@ -124,6 +124,7 @@ def test_absurd_magnitudes_are_refused_with_the_stated_limit():
         "evaluate", "--params", "2e15"
     )
     assert "16,777,216 GPUs" in refused("evaluate", "--model", "llama3-8b", "--tp", "1e9")
+    assert "above the limit of 100 layouts" in refused("search", *SMALL_SEARCH, "--top", "1e9")
     # the limit is inclusive: 2^24 passes, 2^24 + 1 does not, under any spelling of the name
     check_limit("seq_len", 2**24)
     for name in ("seq_len", "--seq-len", "training.seq_len", "prompt_tokens"):
