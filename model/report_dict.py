@@ -87,7 +87,8 @@ def mfu_with_attention(est: Estimate) -> float | None:
     """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
     halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
     uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
-    contexts (Llama 3's Table 4 counts it). None without dimensions or a step time."""
+    contexts (Llama 3's Table 4 counts it). A 0–1 fraction; None without dimensions or a step
+    time."""
     arch = est.model.arch
     if arch is None or est.step_s is None:
         return None
