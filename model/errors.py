@@ -5,7 +5,17 @@ The CLI turns any :class:`PlannerError` into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-__all__ = ["PlannerError", "LayoutError", "ScenarioError", "InfeasibleError", "InputError"]
+from collections.abc import Mapping
+from fractions import Fraction
+
+__all__ = [
+    "PlannerError",
+    "LayoutError",
+    "ScenarioError",
+    "InfeasibleError",
+    "InputError",
+    "check_applicable",
+]
 
 
 class PlannerError(ValueError):
@@ -30,3 +40,32 @@ class InfeasibleError(PlannerError):
     def __init__(self, message: str, explanation: list[str] | None = None) -> None:
         super().__init__(message)
         self.explanation = explanation or []
+
+
+def check_applicable(given: Mapping[str, object], not_applicable: Mapping[str, str]) -> None:
+    """Refuse an option that was given but does not apply — the one rule for options a context
+    would otherwise ignore silently (``--reward rule`` with DPO, ``--gpu`` with ``--peak-tflops``).
+
+    ``given`` maps option names to their values (None or False: not given); ``not_applicable``
+    maps the options that do not apply in this context to the reason.
+
+    Raises
+    ------
+    InputError
+        ``reward: 'rule' does not apply: DPO has no reward …`` for the first such option given.
+
+    Examples
+    --------
+    >>> check_applicable({"reward": None}, {"reward": "DPO has no reward"})
+    >>> check_applicable({"reward": "rule"}, {"reward": "DPO has no reward"})
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: reward: 'rule' does not apply: DPO has no reward
+    """
+    for name, why in not_applicable.items():
+        value = given.get(name)
+        if value is not None and value is not False:
+            shown = repr(value)
+            if isinstance(value, Fraction):  # a number option: as written, not Fraction(8, 1)
+                shown = f"{int(value):,}" if value.denominator == 1 else f"{float(value):g}"
+            raise InputError(f"{name}: {shown} does not apply: {why}")

@@ -15,6 +15,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_frame
 from trainplan.model.params import check_chunks
 from trainplan.model.pipeline import Schedule, check_schedule
 from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.units import check_limit
 
 __all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
 
@@ -98,6 +99,7 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
+            check_limit(name, value)
         order = tuple(
             str(a)
             for a in (

@@ -28,6 +28,7 @@ __all__ = [
     "bubble_ratio",
     "microbatches_in_flight",
     "check_schedule",
+    "check_virtual_stages",
     "interleaved_chunks_held",
     "interleaved_chunks_held_simulated",
     "interleaved_peak",
@@ -69,13 +70,31 @@ def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Sch
     for name, value in (("pp", pp), ("num_microbatches", m), ("virtual_stages", v)):
         if value < 1:
             raise LayoutError(f"{name}: {value} must be at least 1")
-    if v > 1 and sched is not Schedule.INTERLEAVED:
-        raise LayoutError(f"virtual_stages: {v} > 1 needs schedule 'interleaved', not {sched}")
+    check_virtual_stages(v, (sched,))
     if sched is Schedule.INTERLEAVED and m % pp:
         raise LayoutError(
             f"num_microbatches: {m} must be a multiple of pp = {pp} for the interleaved schedule"
         )
     return sched
+
+
+def check_virtual_stages(v: int, schedules: tuple[Schedule, ...]) -> None:
+    """The rule that ties virtual stages to a schedule, for one layout (``evaluate``) and for the
+    schedules a search may choose (``search --schedule …``): ``v > 1`` needs the interleaved
+    schedule among ``schedules`` (Narayanan et al. 2021 §2.2.2; model chunks exist only there).
+
+    Raises
+    ------
+    LayoutError
+        ``virtual_stages: 3 > 1 needs schedule 'interleaved', not 1f1b``.
+
+    Examples
+    --------
+    >>> check_virtual_stages(3, (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED))
+    """
+    if v > 1 and Schedule.INTERLEAVED not in schedules:
+        names = " or ".join(str(s) for s in schedules)
+        raise LayoutError(f"virtual_stages: {v} > 1 needs schedule 'interleaved', not {names}")
 
 
 def bubble_fraction(pp: int, m: int, v: int = 1) -> Fraction:

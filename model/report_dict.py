@@ -8,6 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from trainplan.model.estimate import Estimate
     from trainplan.model.layout import Layout
 
-__all__ = ["estimate_to_dict", "assumptions"]
+__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
 
 
 def _n(value: Fraction | int | float | None) -> int | float | None:
@@ -126,6 +127,44 @@ def _capacity_sentence(est: Estimate) -> str:
     )
 
 
+def mfu_with_attention(est: Estimate) -> float | None:
+    """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
+    halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
+    uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
+    contexts (Llama 3's Table 4 counts it). A 0–1 fraction; None without dimensions or a step
+    time."""
+    arch = est.model.arch
+    if arch is None or est.step_s is None:
+        return None
+    t, lay = est.training, est.layout
+    flops = step_flops(
+        arch,
+        est.num_active_params,
+        t.seq_len,
+        t.global_batch_size,
+        lay.recompute,
+        MfuConvention.SIX_N_ATTENTION,
+        est.options.causal_attention_flops,
+    )
+    return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
+
+
+def bound_notes(est: Estimate) -> list[str]:
+    """Figures the model states as bounds rather than estimates, said where they are printed:
+    expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
+    own (model.comm.ep_traffic), an upper bound on DeepSeek-V3-style node-limited routing, which
+    sends a token to at most 4 nodes and deduplicates it there (DeepSeek-V3 Technical Report,
+    arXiv 2412.19437, §2.1.2 and §3.2.2)."""
+    notes = []
+    if any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+        notes.append(
+            "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
+            "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
+            "§3.2.2: at most 4 nodes per token) sends less"
+        )
+    return notes
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
     st = est.peak
     acts = st.activations
@@ -155,6 +194,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         if est.layout.framework.physical
         else 0,
         "fits": total <= cap,
+        "fits_covers": "model state and activations" if acts else "model state only",
         "overflow_bytes": _n(max(total - cap, Fraction(0))),
         "activations_unavailable": None
         if acts
@@ -268,6 +308,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "exposed_comm_s": est.exposed_comm_s,
             "step_s": est.step_s,
             "mfu": est.mfu,
+            "mfu_with_attention": mfu_with_attention(est),
             "hfu": est.hfu,
             "tokens_per_s": None
             if est.step_s is None
@@ -276,7 +317,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "attention_efficiency": est.options.attention_efficiency if t.flash_attention else None,
         },
         "assumptions": assumptions(est),
-        "notes": list(est.notes),
+        "notes": [*est.notes, *bound_notes(est)],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, check_applicable
 
 __all__ = [
     "Network",
@@ -35,8 +35,11 @@ __all__ = [
     "TRAINABLE_BYTES_PER_PARAM",
     "FROZEN_BYTES_PER_PARAM",
     "DEFAULTS",
+    "ROLLOUT_BATCH",
+    "rollout_batch_size",
     "ASSUMPTIONS",
     "extra_bytes",
+    "not_applicable",
 ]
 
 ALGORITHMS = ("ppo", "grpo", "dpo")
@@ -71,11 +74,47 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     return low
 
 
+def not_applicable(
+    algorithm: str,
+    reward: str | None = None,
+    *,
+    rollout_engine: bool = False,
+    logits_buffer: bool = False,
+) -> dict[str, str]:
+    """The RLHF tab's options that do not apply to ``algorithm`` with ``reward`` (and without the
+    rollout engine or the logits buffer), each with the reason — given, they would be ignored, so
+    :func:`model.errors.check_applicable` refuses them.
+
+    Examples
+    --------
+    >>> sorted(not_applicable("grpo", "rule", rollout_engine=True, logits_buffer=True))
+    ['reward_params']
+    """
+    algo = _check_choice("algorithm", algorithm, ALGORITHMS)
+    out: dict[str, str] = {}
+    if algo == "dpo":
+        pairs = "DPO (Rafailov et al. 2023) learns from preference pairs"
+        out["reward"] = f"{pairs}: it has no reward model or rule"
+        out["reward_params"] = f"{pairs}: it has no reward model or critic"
+        out["samples_per_prompt"] = f"{pairs}: 2 sequences per prompt, chosen and rejected"
+        for name in ("decode_mfu", "rollout_engine", "rollout_batch"):
+            out[name] = f"{pairs}: it generates no rollouts"
+    elif algo == "grpo" and reward is not None and str(reward).lower() == "rule":
+        out["reward_params"] = "GRPO with a rule-based reward has no reward model and no critic"
+    if not rollout_engine:
+        for name in ("layers", "kv_heads", "head_dim", "rollout_batch"):
+            out.setdefault(name, "it sizes the rollout engine's KV cache; add --rollout-engine")
+    if not logits_buffer:
+        for name in ("vocab_size", "logits_tokens"):
+            out[name] = "it sizes the FP32 logits buffer; add --logits-buffer"
+    return out
+
+
 def networks(
     algorithm: str,
     policy_params: Fraction | int,
     reward_params: Fraction | int | None = None,
-    reward: str = "model",
+    reward: str | None = None,
 ) -> list[Network]:
     """The networks ``algorithm`` keeps resident.
 
@@ -84,14 +123,15 @@ def networks(
     algorithm : {"ppo", "grpo", "dpo"}
     policy_params, reward_params : number
         Parameters of the policy and of the reward model / critic (default: the policy's).
-    reward : {"model", "rule"}
-        A learned reward model or a rule-based reward (no network).
+    reward : {"model", "rule"} or None
+        A learned reward model (the default for PPO and GRPO) or a rule-based reward (no network);
+        DPO has neither, so it takes none.
 
     Raises
     ------
     InputError
-        Unknown algorithm or reward, non-positive sizes, a rule reward with PPO (its critic is the
-        reward model's size, so give ``reward_params``).
+        Unknown algorithm or reward, non-positive sizes, or a reward or reward size that does not
+        apply (:func:`not_applicable`: DPO; ``reward_params`` with GRPO and a rule reward).
 
     Examples
     --------
@@ -99,7 +139,11 @@ def networks(
     ['actor', 'reference']
     """
     algo = _check_choice("algorithm", algorithm, ALGORITHMS)
-    kind = _check_choice("reward", reward, REWARDS)
+    check_applicable(
+        {"reward": reward, "reward_params": reward_params},
+        not_applicable(algo, reward, rollout_engine=True, logits_buffer=True),
+    )
+    kind = _check_choice("reward", reward or "model", REWARDS)
     n_p = Fraction(policy_params)
     n_r = n_p if reward_params is None else Fraction(reward_params)
     for name, value in (("policy_params", n_p), ("reward_params", n_r)):
@@ -227,6 +271,12 @@ def logits_buffer_bytes(tokens: int, vocab_size: int) -> int:
     return 4 * tokens * vocab_size
 
 
+ROLLOUT_BATCH = 256
+"""Sequences the rollout engine decodes at once, by default: vLLM's ``max_num_seqs`` default of
+256 per engine (``EngineArgs.max_num_seqs = 256``, vllm/engine/arg_utils.py; the scheduler's cap on
+concurrent sequences), which OpenRLHF and verl use for their rollouts unless set. The KV cache is
+held for these sequences, not for every sequence of the step; ``rollout_batch`` overrides it."""
+
 DEFAULTS: dict[str, object] = {
     "prompts": 1024,
     "samples_per_prompt": 16,
@@ -236,11 +286,13 @@ DEFAULTS: dict[str, object] = {
     "decode_mfu": 0.04,
     "train_mfu": 0.40,
     "gpu": "H100-SXM",
+    "rollout_batch": ROLLOUT_BATCH,
 }
 """Documented defaults of the RLHF tab: a GRPO step as in DeepSeekMath (1,024 prompts × 16 samples,
 long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
-(the seed's "decode MFU one tenth of training MFU"). The FLOP and time *shares* depend only on the
-algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
+(the seed's "decode MFU one tenth of training MFU"); the rollout engine decodes
+:data:`ROLLOUT_BATCH` sequences at once (vLLM's default). The FLOP and time *shares* depend only on
+the algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
 
 ASSUMPTIONS = (
     "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network; "
@@ -249,8 +301,31 @@ ASSUMPTIONS = (
 )
 
 
+def rollout_batch_size(rollout_batch: int | None, sequences: int) -> int:
+    """Sequences the rollout engine decodes at once: ``rollout_batch`` as given, else
+    :data:`ROLLOUT_BATCH` (vLLM's default ``max_num_seqs``) or the step's ``sequences`` when fewer.
+
+    Raises
+    ------
+    InputError
+        A rollout batch larger than the step's sequences.
+
+    Examples
+    --------
+    >>> rollout_batch_size(None, 16384), rollout_batch_size(None, 100), rollout_batch_size(64, 100)
+    (256, 100, 64)
+    """
+    if rollout_batch is None:
+        return min(ROLLOUT_BATCH, sequences)
+    if rollout_batch > sequences:
+        raise InputError(
+            f"rollout_batch: {rollout_batch} is more than the {sequences:,} sequences of the step"
+        )
+    return rollout_batch
+
+
 def extra_bytes(
-    policy_params: Fraction,
+    policy_params: Fraction | int,
     sequences: int,
     tokens_per_sequence: int,
     *,
@@ -266,13 +341,14 @@ def extra_bytes(
     """Optional memory beyond the networks (off by default, as in the seed), in bytes.
 
     ``rollout_engine``: the inference engine's own BF16 weight copy (2·N_p) and its KV cache for
-    ``rollout_batch`` sequences (default: all of the step) of ``tokens_per_sequence`` tokens.
+    the ``rollout_batch`` sequences it decodes at once (default :data:`ROLLOUT_BATCH`, vLLM's 256,
+    or all of the step's ``sequences`` when fewer) of ``tokens_per_sequence`` tokens.
     ``logits_buffer``: FP32 logits of ``logits_tokens`` tokens (default: one sequence).
 
     Raises
     ------
     InputError
-        An option on without the dimensions it needs.
+        An option on without the dimensions it needs, or a rollout batch larger than the step.
 
     Examples
     --------
@@ -285,7 +361,7 @@ def extra_bytes(
         need = [k for k, v in dims.items() if v is None]
         if need:
             raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
-        batch = rollout_batch or sequences
+        batch = rollout_batch_size(rollout_batch, sequences)
         extras["rollout_weights_bytes"] = 2 * Fraction(policy_params)
         kv = kv_cache_bytes(layers, kv_heads, head_dim, batch, tokens_per_sequence)  # type: ignore[arg-type]
         extras["kv_cache_bytes"] = Fraction(kv)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.units import check_limit
 
 __all__ = [
+    "DECLARED_SIZE_TOLERANCE",
     "Mlp",
     "Norm",
     "AttentionKind",
@@ -56,9 +59,12 @@ class PositionEmbedding(StrEnum):
 
 
 def _positive(owner: str, **values: int | None) -> None:
+    """Each value given is a whole number >= 1 and within its size limit (model.units.LIMITS)."""
     for name, value in values.items():
         if value is not None and (not isinstance(value, int) or value < 1):
             raise InputError(f"{owner}.{name}: {value!r} must be a whole number >= 1")
+        if value is not None:
+            check_limit(f"{owner}.{name}", value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +237,30 @@ class Architecture:
         return self.moe is not None and index >= self.moe.first_k_dense_layers
 
 
+DECLARED_SIZE_TOLERANCE = Fraction(1, 10)
+"""How far a declared size (``--params``) may lie from the count of the dimensions given with it,
+as a fraction of that count. Published sizes are rounded (Llama 2 "70B" has 68.98·10^9
+parameters, GPT-3 "175B" 174.6·10^9: within 2%); 10% leaves room for details dimensions given on
+the command line leave out (biases, norms, a vocabulary guess), and refuses ``--params 7B`` with
+80 layers of hidden 8,192 (about 65·10^9)."""
+
+
+def _check_declared_size(declared: int, arch: Architecture) -> None:
+    """Refuse a declared size that the dimensions' own count contradicts (see
+    :data:`DECLARED_SIZE_TOLERANCE`)."""
+    from trainplan.model.params import count_params  # local: params imports this module
+
+    counted = count_params(arch).total
+    if abs(declared - counted) > DECLARED_SIZE_TOLERANCE * counted:
+        raise InputError(
+            f"params: {declared:,} declared, but the dimensions given ({arch.num_layers} layers, "
+            f"hidden {arch.hidden_size:,}, ffn {arch.ffn_hidden_size:,}, vocab {arch.vocab_size:,}) "
+            f"count {counted:,} ({(declared - counted) / counted:+.0%}); the two must agree within "
+            f"{float(DECLARED_SIZE_TOLERANCE):.0%} — correct the dimensions, or leave out --params to "
+            "use their count"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A model: its name, source and either an architecture, a declared size, or both.
@@ -238,7 +268,8 @@ class ModelSpec:
     With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state
     is computed and divided evenly over tp·pp (the seed's convention); activations are
     unavailable. With both, the declared size is used for model state and the architecture for
-    activations, traffic and FLOPs.
+    activations, traffic and FLOPs; the two must agree within :data:`DECLARED_SIZE_TOLERANCE`
+    (an InputError otherwise).
     """
 
     name: str
@@ -252,8 +283,13 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.arch is None and self.num_params_declared is None:
             raise InputError(f"model {self.name}: give dimensions or a parameter count")
-        if self.num_params_declared is not None and self.num_params_declared < 1:
-            raise InputError(f"params: {self.num_params_declared} must be positive")
+        if self.num_params_declared is not None:
+            n = self.num_params_declared
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise InputError(f"params: {n!r} must be a whole number >= 1")
+            check_limit("params", n)
+            if self.arch is not None:
+                _check_declared_size(n, self.arch)
 
     @property
     def size_only(self) -> bool:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 
 from trainplan.model.errors import InputError
 
@@ -17,8 +20,14 @@ __all__ = [
     "GB",
     "TB",
     "GIB",
+    "MAX_EXPONENT",
+    "Limit",
+    "LIMITS",
+    "limit_for",
+    "check_limit",
     "parse_number",
     "parse_count",
+    "parse_positive",
     "exact_div",
     "as_json_number",
     "closest_names",
@@ -33,8 +42,144 @@ _SUFFIX = {"B": 10**9, "T": 10**12}
 means 8192 tokens, so a silent 8000 would be a wrong figure."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 
+MAX_EXPONENT = 300
+"""Every number read lies within ±10^300 and is 0 or at least 10^-300 in size: beyond that a float
+(IEEE double, ≈ 1.8·10^308) overflows or underflows when the figure is printed, and ``1e999999``
+would take seconds to expand exactly. :func:`parse_number` refuses the rest."""
 
-def parse_number(text: str | float | int, name: str = "value") -> Fraction:
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The largest accepted value of a size or count, with the reason it is no smaller."""
+
+    maximum: int
+    """Largest accepted value, in ``unit``."""
+    unit: str
+    """What the value counts (``tokens``, ``GPUs``…)."""
+    why: str
+    """The rule in words: the published extremes it leaves room for (each with its source)."""
+
+
+_GPUS = Limit(2**24, "GPUs", "2^24; published training runs use up to ~10^5, Llama 3 16,384")
+_SEQUENCES = Limit(2**24, "sequences", "2^24; published global batches are ~10^3, Llama 3 2,048")
+_TOKENS_PER_SEQUENCE = Limit(
+    2**24, "tokens", "2^24 = 16,777,216; the longest published training contexts are ~10^6"
+)
+_WIDTH = Limit(2**20, "dims", "2^20; the widest published models have h ~ 2.6·10^4, Megatron 1T")
+
+LIMITS: Mapping[str, Limit] = MappingProxyType(
+    {
+        "params": Limit(
+            10**15, "parameters", "10^15 = 1,000T; the largest published models have ~2·10^12"
+        ),
+        "seq_len": _TOKENS_PER_SEQUENCE,
+        "global_batch_size": _SEQUENCES,
+        "micro_batch_size": Limit(2**16, "sequences", "2^16; a global batch is at most 2^24"),
+        "gpus": _GPUS,
+        "layers": Limit(
+            10**4, "layers", "10^4; the deepest published LLMs have ~10^2 layers, PaLM 118"
+        ),
+        "virtual_stages": Limit(10**4, "model chunks", "10^4, the most layers a model may have"),
+        "hidden": _WIDTH,
+        "ffn_hidden": Limit(
+            2**22, "dims", "2^22; published FFNs are ~10^4–10^5 wide, Llama 3 405B 53,248"
+        ),
+        "heads": Limit(2**16, "heads", "2^16; published models have ~10^2, Megatron 1T 160"),
+        "head_dim": Limit(2**16, "dims", "2^16; published heads have 64–256 dims"),
+        "vocab": Limit(2**24, "tokens", "2^24; published vocabularies are ~10^5, Llama 3 128,256"),
+        "vocab_multiple": Limit(
+            2**16, "tokens", "2^16; Megatron-LM pads to multiples of 128 (× tp)"
+        ),
+        "tokens": Limit(
+            10**16, "tokens", "10^16; the largest published budgets are ~1.6·10^13, Llama 3"
+        ),
+        "sequences": _SEQUENCES,
+        "epochs": Limit(10**3, "epochs", "10^3; PPO implementations use 1–4 per batch"),
+        "width": Limit(10**3, "columns", "10^3; a terminal line is ~10^2"),
+        "top": Limit(100, "layouts", "100; each answer is one more CP-SAT solve of ~0.1–1 s"),
+        "workers": Limit(2**10, "threads", "2^10; CP-SAT runs one search thread per worker"),
+        "delay": Limit(60, "seconds per frame", "60; an animation frame longer than a minute"),
+    }
+)
+"""Upper limits of sizes and counts, by parameter name (see :func:`limit_for` for the spellings
+that share one). A value above its limit is refused by :func:`check_limit` with the limit and its
+reason, rather than printed as an absurd figure (``--seq-len 1e26`` would be 4.98·10^23 GB)."""
+
+_LIMIT_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        **dict.fromkeys(("num_params", "num_params_declared", "policy_params"), "params"),
+        "reward_params": "params",
+        **dict.fromkeys(("prompt_tokens", "completion_tokens", "logits_tokens"), "seq_len"),
+        "max_position_embeddings": "seq_len",
+        **dict.fromkeys(("global_batch", "prompts", "rollout_batch"), "global_batch_size"),
+        **dict.fromkeys(("samples_per_prompt", "max_micro_batch"), "micro_batch_size"),
+        "micro_batch": "micro_batch_size",
+        **dict.fromkeys(("num_gpus", "chips", "dp", "tp", "pp", "cp", "ep"), "gpus"),
+        **dict.fromkeys(("max_tp", "nvlink_domain", "pod_size"), "gpus"),
+        **dict.fromkeys(("num_layers", "max_layers", "first_k_dense_layers"), "layers"),
+        "hidden_size": "hidden",
+        **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), "hidden"),
+        **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size"), "ffn_hidden"),
+        "shared_expert_ffn_hidden_size": "ffn_hidden",
+        **dict.fromkeys(("num_attention_heads", "num_kv_heads", "kv_heads"), "heads"),
+        **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"), "head_dim"),
+        "vocab_size": "vocab",
+        "pad_vocab": "vocab_multiple",
+        "global_batch_tokens": "tokens",
+    }
+)
+
+
+def _canonical(name: str) -> str:
+    """``--seq-len`` → ``seq_len``; ``training.seq_len`` → ``seq_len``."""
+    return name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_").strip().lower()
+
+
+def limit_for(name: str) -> Limit | None:
+    """The :class:`Limit` of a parameter, by any of its spellings (``--seq-len``, ``seq_len``,
+    ``training.seq_len``; ``tp`` and ``--gpus`` share the GPU limit); None when it has none.
+
+    Examples
+    --------
+    >>> limit_for("--seq-len").maximum
+    16777216
+    >>> limit_for("model.num_layers") is LIMITS["layers"], limit_for("kernel_efficiency")
+    (True, None)
+    """
+    key = _canonical(name)
+    return LIMITS.get(_LIMIT_ALIASES.get(key, key))
+
+
+def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
+    """Refuse a size or count above its :data:`LIMITS` entry (nothing happens for a parameter
+    without one).
+
+    Raises
+    ------
+    InputError
+        ``seq_len: 1e26 is above the limit of 16,777,216 tokens (2^24 …)``, naming the parameter,
+        the value as written (``text``) and the limit with its reason.
+
+    Examples
+    --------
+    >>> check_limit("--seq-len", 8192)
+    >>> check_limit("--seq-len", 10**26, "1e26")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: --seq-len: 1e26 is above the limit of 16,777,216 tokens (2^24 ...)
+    """
+    limit = limit_for(name)
+    if limit is None or value <= limit.maximum:
+        return
+    shown = (
+        text if text is not None else (f"{value:,}" if value < 10**15 else f"{float(value):.3g}")
+    )
+    raise InputError(
+        f"{name}: {shown} is above the limit of {limit.maximum:,} {limit.unit} ({limit.why})"
+    )
+
+
+def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
     """Read a number as the seed writes it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
@@ -48,7 +193,8 @@ def parse_number(text: str | float | int, name: str = "value") -> Fraction:
     Raises
     ------
     InputError
-        Naming ``name`` and the text when it is not a number.
+        Naming ``name`` and the text when it is not a number, or when it is out of range: not 0
+        and outside [10^-300, 10^300] in size (:data:`MAX_EXPONENT`).
 
     Examples
     --------
@@ -60,9 +206,9 @@ def parse_number(text: str | float | int, name: str = "value") -> Fraction:
     if isinstance(text, bool):
         raise InputError(f"{name}: {text!r} is not a number")
     if isinstance(text, (int, Fraction)):
-        return Fraction(text)
+        return _in_range(Fraction(text), name, text)
     if isinstance(text, float):
-        return Fraction(repr(text))
+        text = repr(text)  # inf and nan fail the pattern below
     raw = str(text).strip()
     s = raw.replace(",", "").replace("_", "")
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
@@ -77,17 +223,31 @@ def parse_number(text: str | float | int, name: str = "value") -> Fraction:
     mantissa, _, exponent = s.lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:
+        if abs(int(exponent)) > 2 * MAX_EXPONENT:  # refused before 10**exponent is expanded
+            return _in_range(Fraction(10) ** (2 * MAX_EXPONENT + 1), name, raw)
         value *= Fraction(10) ** int(exponent)
+    return _in_range(value, name, raw)
+
+
+def _in_range(value: Fraction, name: str, text: object) -> Fraction:
+    """``value`` when it is 0 or within [10^-MAX_EXPONENT, 10^MAX_EXPONENT] in size."""
+    if value and not Fraction(1, 10**MAX_EXPONENT) <= abs(value) <= 10**MAX_EXPONENT:
+        shown = repr(text) if isinstance(text, str) and len(text) <= 40 else "the value given"
+        raise InputError(
+            f"{name}: {shown} is out of range: a number is 0 or between 1e-{MAX_EXPONENT} and "
+            f"1e{MAX_EXPONENT} in size (beyond, a float cannot hold it)"
+        )
     return value
 
 
-def parse_count(text: str | float | int, name: str = "value", minimum: int = 1) -> int:
-    """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum``.
+def parse_count(text: str | float | int | Fraction, name: str = "value", minimum: int = 1) -> int:
+    """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum`` and at most the
+    parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`).
 
     Raises
     ------
     InputError
-        When the text is not a number, not whole, or below ``minimum``.
+        When the text is not a number, not whole, below ``minimum`` or above the limit.
 
     Examples
     --------
@@ -99,7 +259,29 @@ def parse_count(text: str | float | int, name: str = "value", minimum: int = 1) 
         raise InputError(f"{name}: {text!r} must be a whole number")
     if value < minimum:
         raise InputError(f"{name}: {text!r} must be at least {minimum}")
+    check_limit(name, value, text if isinstance(text, str) else None)
     return int(value)
+
+
+def parse_positive(text: str | float | int | Fraction, name: str = "value") -> Fraction:
+    """Read a number that must be above zero (a duration, a rate, a peak) and at most the
+    parameter's :data:`LIMITS` entry, if it has one.
+
+    Raises
+    ------
+    InputError
+        When the text is not a number, is zero or negative, or is above the limit.
+
+    Examples
+    --------
+    >>> parse_positive("0.6", "delay")
+    Fraction(3, 5)
+    """
+    value = parse_number(text, name)
+    if value <= 0:
+        raise InputError(f"{name}: {text} must be positive")
+    check_limit(name, value, text if isinstance(text, str) else None)
+    return value
 
 
 def exact_div(numerator: int, denominator: int, what: str) -> int:

@@ -47,9 +47,11 @@ def example_params(
     ex = get_example(name)
     tab = ex["tab"]
     if tab == "planner":
-        # the original tool's figures: the seed's steady-state convention, by name
+        # the original tool's figures: the seed's steady-state convention, by name, with the
+        # training options a published run states (its `recipe`, which may name its framework)
         params: dict[str, Any] = {"framework": EXAMPLE_FRAMEWORK}
         params.update({k: ex[k] for k in ("params", "model", "gpu") if k in ex})
+        params.update(ex.get("recipe", {}))
         layout = dict(ex.get("layout", {}))
         for key in ("seq_len", "global_batch_size"):
             if key in layout:

@@ -7,12 +7,15 @@ H100-SXM when no GPU is named. The defaults used are listed in :attr:`Case.defau
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, overload
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
@@ -26,7 +29,7 @@ from trainplan.model.specs import (
     TrainingSpec,
 )
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
-from trainplan.model.units import parse_number
+from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.placement import axis_links
@@ -39,6 +42,8 @@ __all__ = [
     "DIM_KEYS",
     "links_for",
     "parse_framework",
+    "output_path",
+    "writing",
 ]
 
 DEFAULT_GPU = "H100-SXM"
@@ -155,21 +160,10 @@ def _count(params: Mapping[str, Any], key: str, default: int) -> int: ...
 @overload
 def _count(params: Mapping[str, Any], key: str, default: None = None) -> int | None: ...
 def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
-    """A whole number >= 1 from ``params[key]`` (number or text like 70B), or ``default``."""
+    """A whole number >= 1 within its limit from ``params[key]`` (number or text like 70B; the
+    rule of :func:`model.units.parse_count`), or ``default``."""
     value = params.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InputError(f"{key}: {value!r} is not a number")
-    if isinstance(value, (int, Fraction, float)):
-        frac = Fraction(value) if not isinstance(value, float) else Fraction(repr(value))
-    else:
-        from trainplan.model.units import parse_number
-
-        frac = parse_number(value, key)
-    if frac.denominator != 1 or frac < 1:
-        raise InputError(f"{key}: {value} must be a whole number >= 1")
-    return int(frac)
+    return default if value is None else parse_count(value, key)
 
 
 def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -187,9 +181,7 @@ def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
     value = params.get(key)
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise InputError(f"{key}: {value!r} is not a number")
-    frac = Fraction(repr(value)) if isinstance(value, float) else parse_number(value, key)
+    frac = parse_number(value, key)
     if not 0 < frac <= 1:
         raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
     return float(frac)
@@ -202,11 +194,13 @@ def _attention_efficiency(
     FlashAttention off it would be ignored (the core is then matmuls at the kernel efficiency):
     an error rather than a silent no-op."""
     given = _fraction_of_peak(params, "attention_efficiency")
-    if given is not None and not training.flash_attention:
-        raise InputError(
-            f"attention_efficiency: {given:g} applies to FlashAttention's "
-            "core; with flash_attention off the attention core runs at the kernel efficiency "
-            "(drop one of the two)"
+    if not training.flash_attention:
+        check_applicable(
+            {"attention_efficiency": given},
+            {
+                "attention_efficiency": "it is FlashAttention's core efficiency, and with "
+                "flash_attention off the core runs at the kernel efficiency (drop one of the two)"
+            },
         )
     return given if given is not None else attention_efficiency_for(device_name)
 
@@ -254,8 +248,10 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
     name = params.get("model")
     size = params.get("params")
     if name is not None:
-        if size is not None:
-            raise InputError("params: give either --model or --params, not both")
+        check_applicable(
+            {"params": size},
+            {"params": f"model {name} has its own size; give either --model or --params, not both"},
+        )
         entry = get_model(str(name))
         return entry.model, dict(entry.training)
     if size is None:
@@ -317,7 +313,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
         gradient_bytes=_gradient_bytes(params),
     )
-    gpu_name = params.get("gpu") or DEFAULT_GPU
+    gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
     device = get_accelerator(str(gpu_name))
@@ -340,16 +336,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
         reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
         device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
     options = CostOptions(
-        kernel_efficiency=float(
-            Fraction(
-                params.get(
-                    "kernel_efficiency",
-                    kernel_efficiency_for(
-                        device.name, model.arch.hidden_size if model.arch else None
-                    ),
-                )
-            )
-        ),
+        kernel_efficiency=_fraction_of_peak(params, "kernel_efficiency")
+        or kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
         overlap=dict(params.get("overlap", {})),
         mfu_convention=params.get("mfu_convention", "6n"),
         # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
@@ -367,7 +355,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         links=ClusterLinks.from_device(device),
         options=options,
         num_gpus=_count(params, "num_gpus"),
-        vocab_multiple=int(params.get("vocab_multiple", 0)),
+        vocab_multiple=_count(params, "vocab_multiple", 0),
         fabric=_fabric(params),
         defaults_used=used,
     )
@@ -396,16 +384,81 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     if kind not in ("two-tier", "fat-tree", "rail"):
         raise InputError(f"fabric: {kind!r} is not one of two-tier, fat-tree, rail")
     pod, over = params.get("pod_size"), params.get("oversubscription")
+    given_keys = ("pod_size", "oversubscription")
     if kind == "two-tier":
-        if pod is not None or over is not None:
-            raise InputError("pod_size / oversubscription: need --fabric fat-tree or rail")
+        why = "it shapes a cluster graph; add --fabric fat-tree or rail"
+        check_applicable(
+            {"pod_size": pod, "oversubscription": over}, dict.fromkeys(given_keys, why)
+        )
         return ()
     out: list[tuple[str, Any]] = [("rail_optimized", kind == "rail")]
     if pod is not None:
         out.append(("pod_size", _count(params, "pod_size")))
     if over is not None:
-        value = float(Fraction(over) if not isinstance(over, str) else Fraction(over))
+        value = float(parse_number(over, "oversubscription"))
         if value < 1:
             raise InputError(f"oversubscription: {over} must be at least 1 (1 = non-blocking)")
         out.append(("oversubscription", value))
     return tuple(out)
+
+
+def output_path(
+    path: str | os.PathLike[str] | None, name: str, suffixes: tuple[str, ...] = ()
+) -> Path:
+    """The file a command will write (``--csv``, ``--png``, ``--svg``, ``--gif``, ``--chart``),
+    checked before anything is computed or written — the one rule for every output path.
+
+    The path must be non-empty, end in one of ``suffixes`` (any ending when empty; compared
+    without case), not be a folder, and lie in a folder that exists and may be written (an
+    existing file there must be writable too).
+
+    Raises
+    ------
+    InputError
+        Naming the option (``name``), the path and the broken rule.
+
+    Examples
+    --------
+    >>> output_path("", "--csv")
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: --csv: '' is empty; give the file to write, e.g. --csv out.csv
+    """
+    text = "" if path is None else os.fspath(path)
+    if not text.strip():
+        example = f"out{suffixes[0]}" if suffixes else "out.csv"
+        raise InputError(
+            f"{name}: {text!r} is empty; give the file to write, e.g. {name} {example}"
+        )
+    p = Path(text).expanduser()
+    if p.is_dir():
+        raise InputError(f"{name}: {text!r} is a folder; give a file path inside it")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"{name}: {text!r} must end in {', '.join(suffixes)}")
+    folder = p.parent
+    if not folder.is_dir():
+        raise InputError(
+            f"{name}: {text!r} is in a folder that does not exist ({str(folder)!r}); create it first"
+        )
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{name}: {text!r} cannot be written (permission denied)")
+    return p
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str], name: str) -> Iterator[None]:
+    """Around the write itself: what the file system still refuses after :func:`output_path`'s
+    check (a read-only mount, a full disk, ``/proc``) becomes an InputError naming the option and
+    the path, never a traceback.
+
+    Raises
+    ------
+    InputError
+        ``--png: '/proc/x.png' could not be written: No such file or directory``.
+    """
+    try:
+        yield
+    except OSError as err:
+        raise InputError(
+            f"{name}: {os.fspath(path)!r} could not be written: {err.strerror or err}"
+        ) from None

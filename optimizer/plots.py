@@ -13,6 +13,7 @@ from typing import Any
 
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.errors import InputError
+from trainplan.model.units import parse_positive
 
 __all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
 
@@ -34,35 +35,70 @@ def _pyplot() -> Any:
 
 
 def _suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
-    p = Path(path)
-    if p.suffix.lower() not in allowed:
-        raise InputError(f"path: {str(path)!r} must end in {', '.join(allowed)}")
-    return p
+    """The output file, checked by the one rule for output paths (optimizer.inputs.output_path)."""
+    from trainplan.optimizer.inputs import output_path
+
+    return output_path(path, "path", allowed)
+
+
+def _save(fig: Any, out: Path) -> None:
+    """Write a figure; what the file system refuses is an InputError (optimizer.inputs.writing)."""
+    from trainplan.optimizer.inputs import writing
+
+    with writing(out, "path"):
+        fig.savefig(out)
+
+
+_HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "++", "--")
+"""Hatch of model chunk 0, 1, 2, … (cycled), so chunks stay apart in greyscale too."""
+
+
+def _chunk_colour(plt: Any, forward: bool, chunk: int, chunks: int) -> Any:
+    """Forward in blues, backward in oranges, darker for later model chunks (one shade when v = 1)."""
+    if chunks == 1:
+        return _FWD if forward else _BWD
+    cmap = plt.get_cmap("Blues" if forward else "Oranges")
+    return cmap(0.45 + 0.45 * chunk / (chunks - 1))
 
 
 def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
-    """Gantt chart of a simulated pipeline step: one row per stage, forward and backward colours,
-    micro-batch numbers in the bars, the bubble left blank.
+    """Gantt chart of a simulated pipeline step: one row per stage, forward in blues and backward
+    in oranges, micro-batch numbers in the bars, the bubble left blank. With interleaving each
+    model chunk has its own shade and hatch, named in a legend (chunk c of stage i holds the
+    layers of virtual stage c·p + i; Narayanan et al. 2021 §2.2.2).
 
     Raises
     ------
     InputError
-        matplotlib missing, or a path that is not .png/.svg/.pdf.
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
-    p = report["stages"]
-    fig, ax = plt.subplots(figsize=(min(4 + report["step_time_units"] / 4, 24), 1 + 0.5 * p))
+
+    with plt.rc_context({"hatch.linewidth": 0.6}):
+        _pipeline_figure(plt, report, out)
+    return out
+
+
+def _pipeline_figure(plt: Any, report: dict[str, Any], out: Path) -> None:
+    """Draw and write :func:`pipeline_chart`'s figure."""
+    from matplotlib.patches import Patch
+
+    p, v = report["stages"], report["virtual_stages"]
+    fig, ax = plt.subplots(
+        figsize=(min(6 + report["step_time_units"] / 4, 26), max(2.2, 1.2 + 0.5 * p, 0.9 + 0.2 * v))
+    )
     for row in report["timeline"]:
         y = p - 1 - row["stage"]
         for s in row["slots"]:
-            forward = s["pass"] == "forward"
+            forward, chunk = s["pass"] == "forward", s.get("chunk", 0)
             ax.barh(
                 y,
                 s["end"] - s["start"],
                 left=s["start"],
                 height=0.8,
-                color=_FWD if forward else _BWD,
+                color=_chunk_colour(plt, forward, chunk, v),
+                hatch=_HATCHES[chunk % len(_HATCHES)] if v > 1 else "",
                 edgecolor="white",
                 linewidth=0.5,
             )
@@ -74,20 +110,36 @@ def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
                     ha="center",
                     va="center",
                     fontsize=7,
-                    color="white",
+                    color="white" if v == 1 or chunk > 0 else "black",
                 )
     ax.set_yticks(range(p), [f"stage {p - 1 - i}" for i in range(p)])
-    ax.set_xlabel("time (one stage's forward of one micro-batch = 1)")
+    ax.set_xlabel("time (one stage's forward of one micro-batch = 1); numbers are micro-batches")
     ax.set_title(
         f"{report['schedule']}: p={p}, m={report['microbatches']}, "
-        f"v={report['virtual_stages']}; bubble {report['bubble_fraction']:.1%} "
-        f"(blue forward, orange backward)"
+        f"v={v}; bubble {report['bubble_fraction']:.1%}"
     )
     ax.set_xlim(0, report["step_time_units"])
+    handles = [
+        Patch(
+            facecolor=_chunk_colour(plt, forward, c, v),
+            hatch=_HATCHES[c % len(_HATCHES)] if v > 1 else "",
+            edgecolor="white",
+            label=f"{'forward' if forward else 'backward'}" + (f", chunk {c}" if v > 1 else ""),
+        )
+        for forward in (True, False)
+        for c in range(v)
+    ]
+    ax.legend(
+        handles=handles,
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+        ncol=2 if v > 1 else 1,
+        fontsize=7,
+        frameon=False,
+    )
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
-    return out
 
 
 def held_chart(report: dict[str, Any], path: str | Path) -> Path:
@@ -96,7 +148,7 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     Raises
     ------
     InputError
-        matplotlib missing, or a path that is not .png/.svg/.pdf.
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
@@ -117,47 +169,46 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     )
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out
 
 
+_LEGEND = {
+    "kept": "checkpoint (kept)",
+    "held": "held",
+    "recomputed": "recomputed",
+    "discarded": "discarded now",
+    "free": "free",
+}
+"""Legend text of each tensor state (the text walk-through's C, #, R, x and .)."""
+
+
 def _colours() -> dict[str, str]:
+    """Colour of each tensor state, in the text legend's order (C, #, R, x, .)."""
     return {
-        "recomputed": "#2ca02c",
         "kept": "#4c78a8",
         "held": "#9ecae1",
+        "recomputed": "#2ca02c",
         "discarded": "#d62728",
         "free": _IDLE,
     }
 
 
-def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
-    """Animated walk-through: one frame per step, a cell per tensor coloured by its state
-    (checkpoint, held, recomputed, discarded, free).
-
-    Raises
-    ------
-    InputError
-        matplotlib missing, a path not ending in .gif, or a report of one step only.
-    """
-    out = _suffix(path, (".gif",))
-    plt = _pyplot()
-    from matplotlib.animation import FuncAnimation, PillowWriter
+def _ckpt_frames(plt: Any, report: dict[str, Any]) -> tuple[Any, Any]:
+    """(figure, draw) of the walk-through: ``draw(i)`` paints step i, a cell per tensor coloured
+    by its state, with the colour legend (the text walk-through's C, #, R, x and .)."""
+    from matplotlib.patches import Patch
 
     steps, n = report["steps"], report["layers"]
-    if len(steps) < 2:
-        raise InputError("gif: needs every step (leave out --step)")
-    names = ["input"] + [f"x{i}" for i in range(1, n + 1)]
-    fig, ax = plt.subplots(figsize=(min(2 + 0.5 * (n + 1), 20), 2.2))
+    names = [_label(report, j) for j in range(n + 1)]
+    fig, ax = plt.subplots(figsize=(max(6.5, min(2 + 0.5 * (n + 1), 20)), 2.6))
+    legend = [Patch(facecolor=c, label=_LEGEND[state]) for state, c in _colours().items()]
 
     def draw(i: int) -> None:
         ax.clear()
         st = steps[i]
-        colours = []
-        for j in range(n + 1):
-            label = _label(report, j)
-            colours.append(_colours()[tensor_state(st, label)])
+        colours = [_colours()[tensor_state(st, _label(report, j))] for j in range(n + 1)]
         ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
         ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
         ax.set_yticks([])
@@ -166,9 +217,44 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
             f"(peak {report['peak_held']}, no checkpointing {n + 1})",
             fontsize=9,
         )
+        ax.legend(
+            handles=legend,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.22),
+            ncol=len(legend),
+            fontsize=7,
+            frameon=False,
+        )
+        fig.subplots_adjust(bottom=0.32)
 
-    anim = FuncAnimation(fig, draw, frames=len(steps))
-    anim.save(out, writer=PillowWriter(fps=max(1, round(1 / max(delay_s, 0.05)))))
+    return fig, draw
+
+
+def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
+    """Animated walk-through: one frame per step, a cell per tensor coloured by its state
+    (checkpoint, held, recomputed, discarded, free; the legend names each colour), the tensors
+    named as in the text walk-through (``labels``).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, a path not ending in .gif or not in a writable folder, a report of
+        one step only, or a delay that is not positive.
+    """
+    out = _suffix(path, (".gif",))
+    plt = _pyplot()
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    if len(report["steps"]) < 2:
+        raise InputError("gif: needs every step (leave out --step)")
+    frame_s = float(parse_positive(delay_s, "delay"))
+    fig, draw = _ckpt_frames(plt, report)
+    anim = FuncAnimation(fig, draw, frames=len(report["steps"]))
+    from trainplan.optimizer.inputs import writing
+
+    fps: Any = 1 / frame_s  # a float is fine: Pillow shows each frame 1000/fps ms
+    with writing(out, "path"):
+        anim.save(out, writer=PillowWriter(fps=fps))
     plt.close(fig)
     return out
 
@@ -179,31 +265,93 @@ def _label(report: dict[str, Any], j: int) -> str:
     return "output" if j == report["layers"] else f"in{j + 1}"
 
 
+def _layout_key(r: dict[str, Any], with_gpus: bool) -> str:
+    """One frontier point's layout in full: degrees, ZeRO stage, recompute, micro-batch, schedule."""
+    v = f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""
+    gpus = f"{r['num_gpus']} × {r['gpu']}: " if with_gpus else ""
+    return (
+        f"{gpus}dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']}, "
+        f"ZeRO-{r['zero_stage']}, recompute {r['recompute']}, b {r['micro_batch_size']}, "
+        f"{r['schedule']}{v}"
+    )
+
+
+_OFFSETS = ((5, 4), (5, -12), (-14, 4), (-14, -12), (5, 14), (5, -22), (-14, 14), (-14, -22))
+"""Label positions tried around a point, in points (right-above first)."""
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Whether two boxes (x, y, width, height) in display space overlap."""
+    return not (
+        a[0] + a[2] < b[0] or b[0] + b[2] < a[0] or a[1] + a[3] < b[1] or b[1] + b[3] < a[1]
+    )
+
+
+def _place_labels(ax: Any, xs: list[float], ys: list[float], texts: list[str]) -> None:
+    """Label each point where its label overlaps no earlier label and no marker: the first free
+    offset of :data:`_OFFSETS` (in display space), else the first offset."""
+    fig = ax.figure
+    fig.canvas.draw()  # fixes the axes' transform
+    px_per_pt = fig.dpi / 72
+    marks = [tuple(ax.transData.transform((x, y))) for x, y in zip(xs, ys, strict=True)]
+    mark_boxes = [(mx - 4, my - 4, 8.0, 8.0) for mx, my in marks]
+    taken: list[tuple[float, float, float, float]] = []
+    for (x, y), (mx, my), text in zip(zip(xs, ys, strict=True), marks, texts, strict=True):
+        size = ((6 * len(text) + 2) * px_per_pt, 10 * px_per_pt)
+        chosen = _OFFSETS[0]
+        for dx, dy in _OFFSETS:
+            box = (mx + dx * px_per_pt, my + dy * px_per_pt, *size)
+            if not any(_overlaps(box, b) for b in (*taken, *mark_boxes)):
+                chosen = (dx, dy)
+                break
+        taken.append((mx + chosen[0] * px_per_pt, my + chosen[1] * px_per_pt, *size))
+        ax.annotate(
+            text, (x, y), xytext=chosen, textcoords="offset points", fontsize=7, fontweight="bold"
+        )
+
+
 def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -> Path:
-    """Step time against the second axis of a Pareto frontier (one marker per point)."""
+    """Step time against the second axis of a Pareto frontier: one numbered marker per point
+    (labels placed clear of each other), and beside the plot each number's full layout — degrees,
+    ZeRO stage, recompute, micro-batch and schedule (and GPUs unless against memory).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
     plt = _pyplot()
     out = _suffix(path, (".png", ".svg", ".pdf"))
     key = {"memory": "total_bytes", "gpus": "num_gpus", "price": "price_per_hour"}[against]
     scale = 1e9 if against == "memory" else 1
     xs = [r[key] / scale for r in rows]
     ys = [r["step_s"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(xs, ys, "o-", drawstyle="steps-post")
-    for x, y, r in zip(xs, ys, rows, strict=True):
-        ax.annotate(
-            f"tp{r['tp']} pp{r['pp']} dp{r['dp']}",
-            (x, y),
-            fontsize=7,
-            xytext=(3, 3),
-            textcoords="offset points",
-        )
+    keys = [f"{i:>2}  {_layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
+    height = max(4.5, 1.2 + 0.16 * len(rows))
+    fig, (ax, side) = plt.subplots(
+        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
+    )
+    ax.plot(xs, ys, "o-", drawstyle="steps-post", markersize=4)
     ax.set_xlabel(
         {"memory": "memory per GPU (GB)", "gpus": "GPUs", "price": "cluster $ per hour"}[against]
     )
     ax.set_ylabel("step time (s)")
-    ax.set_title("Pareto frontier")
+    ax.set_title(f"Pareto frontier: step time against {against} ({len(rows)} points)")
     ax.grid(alpha=0.3)
+    ax.margins(0.08)
+    _place_labels(ax, xs, ys, [str(i) for i in range(1, len(rows) + 1)])
+    side.axis("off")
+    side.text(
+        0,
+        1,
+        "\n".join(keys),
+        va="top",
+        ha="left",
+        family="monospace",
+        fontsize=7 if len(rows) <= 40 else 6,
+        transform=side.transAxes,
+    )
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out

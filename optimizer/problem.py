@@ -24,6 +24,7 @@ __all__ = [
     "gpu_counts",
     "objective_factor",
     "objective_unit",
+    "objective_value",
 ]
 
 
@@ -91,6 +92,25 @@ class Problem:
                 f"objective {self.objective}: give the token budget, e.g. --tokens 15e12"
             )
 
+    def check_frontier_axis(self, against: str) -> None:
+        """A frontier's second axis must be one the problem can measure: ``memory``, ``gpus``,
+        or ``price`` with a $ per GPU-hour for every accelerator (as the cost objective needs).
+
+        Raises
+        ------
+        InputError
+            The axis unknown, or price without every accelerator's price (bad input: exit 2,
+            not the infeasible exit 1).
+        """
+        if against not in ("memory", "gpus", "price"):
+            raise InputError(f"against: {against!r} is not one of memory, gpus, price")
+        missing = sorted({j.case.device.name for j in self.jobs if j.gpu_hour_price is None})
+        if against == "price" and missing:
+            raise InputError(
+                f"against: 'price' needs --gpu-hour-price for every accelerator; none given for "
+                f"{', '.join(missing)} (e.g. --gpu-hour-price {missing[0]}=2.5)"
+            )
+
 
 def gpu_counts(text: str) -> list[int]:
     """GPU counts from ``16384``, a list ``2048,4096`` or a range ``1024..16384`` (the powers of two
@@ -118,7 +138,13 @@ def gpu_counts(text: str) -> list[int]:
         if not out:
             raise InputError(f"gpus: no power of two (or 1.5×) in {text!r}")
         return sorted(set(out))
-    return sorted({parse_count(part, "gpus") for part in text.replace(" ", "").split(",") if part})
+    counts = sorted({parse_count(p, "gpus") for p in text.replace(" ", "").split(",") if p})
+    if not counts:
+        raise InputError(
+            f"gpus: {text!r} gives no GPU count; write a count (16384), a list (2048,4096) or a "
+            "range (1024..16384)"
+        )
+    return counts
 
 
 def objective_unit(problem: Problem, divisor: int = 1) -> str:
@@ -131,6 +157,32 @@ def objective_unit(problem: Problem, divisor: int = 1) -> str:
         Objective.COST: "nano-dollars to train the token budget",
     }[problem.objective]
     return base if divisor == 1 else f"{base} ÷ {divisor:,}"
+
+
+def objective_value(objective: Objective, value: int, divisor: int = 1) -> tuple[str, float]:
+    """The solver's objective ``value`` (in :func:`objective_unit`'s units ÷ ``divisor``) in base
+    units, with the JSON key that names its unit (README: times in seconds):
+
+    * ``objective_s``: seconds — per step (step-time; params, whose first objective is the size)
+      or to train the token budget (time-to-train);
+    * ``objective_usd``: dollars to train the token budget (cost);
+    * ``objective_gpu_s_per_token``: GPU-seconds per token (tokens-per-gpu; its inverse is tokens
+      per second per GPU).
+
+    Resolution: ``divisor`` ns (or nano-dollars), as the solver's integers hold it.
+
+    Examples
+    --------
+    >>> key, seconds = objective_value(Objective.TIME_TO_TRAIN, 19_711_837_881, 100_000)
+    >>> key, round(seconds / 86400, 1)  # 1,971,183.8 s = 22.8 days
+    ('objective_s', 22.8)
+    """
+    base = value * divisor * 1e-9  # ns → s, nano-dollars → $
+    if objective is Objective.TOKENS_PER_GPU:
+        return "objective_gpu_s_per_token", base / 1000  # the solver counts per 1000 tokens
+    if objective is Objective.COST:
+        return "objective_usd", base
+    return "objective_s", base
 
 
 def objective_factor(problem: Problem, job: Job) -> Fraction:

@@ -12,7 +12,16 @@ from tabulate import tabulate
 
 from trainplan.model.layout import SEARCHED_FIELDS
 
-__all__ = ["frame", "table_text", "evaluate_text", "gpus_text", "gb"]
+__all__ = [
+    "frame",
+    "table_text",
+    "evaluate_text",
+    "gpus_text",
+    "gb",
+    "duration",
+    "objective_text",
+    "readable",
+]
 
 
 def gb(value: float | int | None) -> str:
@@ -22,6 +31,43 @@ def gb(value: float | int | None) -> str:
 
 def _secs(value: float | None) -> str:
     return "—" if value is None else (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.3f} s")
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit a person reads them in: ms below a second, s below two minutes, then
+    minutes, hours and days (1 day = 86,400 s; no months or years, whose lengths vary).
+
+    Examples
+    --------
+    >>> duration(1971183.7881), duration(10800), duration(5400), duration(10.44064)
+    ('22.8 days', '3.0 h', '90.0 min', '10.441 s')
+    """
+    if seconds < 120:
+        return _secs(seconds)
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size or unit == "min":
+            return f"{seconds / size:,.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def objective_text(kind: str, key: str, value: float, tokens: int | None = None) -> str:
+    """A search objective for people, from :func:`optimizer.problem.objective_value`'s key and
+    base-unit value: "22.8 days to train 1.5e+13 tokens", "$2,345,678 to train …", "10.441 s per
+    step", "3,120 tokens/s per GPU".
+
+    Examples
+    --------
+    >>> objective_text("time-to-train", "objective_s", 1971183.7881, 15 * 10**12)
+    '22.8 days to train 15,000,000,000,000 tokens'
+    """
+    budget = f" to train {tokens:,} tokens" if tokens else " to train the token budget"
+    if key == "objective_usd":
+        return f"${value:,.0f}{budget}"
+    if key == "objective_gpu_s_per_token":
+        return f"{1 / value:,.0f} tokens/s per GPU"
+    if kind == "time-to-train":
+        return duration(value) + budget
+    return f"{duration(value)} per step"
 
 
 def _pct(value: float | None) -> str:
@@ -34,6 +80,33 @@ def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
 
     df = pd.DataFrame(rows)
     return df[columns] if columns else df
+
+
+def readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row for the screen, each cell by the unit its key names: ``*_bytes`` in GB (the
+    suffix dropped from the header), ``*_s`` as a duration, other numbers with thousands
+    separators; None as "—".
+
+    Examples
+    --------
+    >>> readable({"stage": 0, "stage_total_bytes": 72_812_345_678, "step_s": 10.44064})
+    {'stage': '0', 'stage_total': '72.81 GB', 'step': '10.441 s'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key.endswith("_bytes"):
+            out[key.removesuffix("_bytes")] = gb(value)
+        elif key.endswith("_s") and not isinstance(value, bool):
+            out[key.removesuffix("_s")] = "—" if value is None else duration(value)
+        elif value is None:
+            out[key] = "—"
+        elif isinstance(value, float):
+            out[key] = f"{value:,.4g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = f"{value:,}"
+        else:
+            out[key] = str(value)
+    return out
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:
@@ -65,8 +138,20 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
+    if m.get("fits_covers", "model state and activations") != "model state and activations":
+        verdict += f" ({m['fits_covers']}: activations unknown without the dimensions, " + (
+            "so the whole step may not fit)" if m["fits"] else "which would only add to it)"
+        )
     lines.append(f"  verdict: {verdict}")
     return lines
+
+
+def _mfu_conventions(d: dict[str, Any]) -> str:
+    """Beside a 6n MFU, which leaves attention out, the attention-inclusive figure."""
+    flops, t = d.get("flops") or {}, d["time"]
+    if flops.get("convention") != "6n" or t.get("mfu_with_attention") is None:
+        return ""
+    return f" (6n; {_pct(t['mfu_with_attention'])} with attention FLOPs, 6n+attention)"
 
 
 def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
@@ -128,7 +213,9 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     )
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}, HFU {_pct(t['hfu'])}"
+        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        + _mfu_conventions(d)
+        + f", HFU {_pct(t['hfu'])}"
     )
     out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
     if defaults_used:
@@ -156,10 +243,12 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
 
 
 def frontier_row(
-    d: dict[str, Any], job_label: str, objective: int, peak_bytes: int
+    d: dict[str, Any], job_label: str, objective: tuple[str, float], peak_bytes: int
 ) -> dict[str, Any]:
     """One CSV row of a search answer from its evaluate JSON object: every layout field, every
-    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names)."""
+    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names;
+    ``objective`` is the (key, value) of :func:`optimizer.problem.objective_value`, e.g.
+    ``objective_s``)."""
     lay, mem, t, p = d["layout"], d["memory"], d["time"], d["pipeline"]
     row: dict[str, Any] = {k: lay[k] for k in SEARCHED_FIELDS}
     row.update(
@@ -202,7 +291,7 @@ def frontier_row(
             "tokens_per_s_per_gpu": t["tokens_per_s"] / d["num_gpus"]
             if t["tokens_per_s"]
             else None,
-            "objective": objective,
+            objective[0]: objective[1],
             "fits": mem["fits"],
         }
     )
@@ -210,8 +299,18 @@ def frontier_row(
 
 
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    """Rows to CSV with pandas (raw base units)."""
-    frame(rows).to_csv(path, index=False)
+    """Rows to CSV with pandas (raw base units).
+
+    Raises
+    ------
+    InputError
+        A path that cannot be written (optimizer.inputs.output_path's rule).
+    """
+    from trainplan.optimizer.inputs import output_path, writing
+
+    out = output_path(path, "csv")
+    with writing(out, "csv"):
+        frame(rows).to_csv(out, index=False)
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:

@@ -20,7 +20,8 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
                # memory_reserve_gib
 ```
 
-Command-line options override the file's values.
+Command-line options override the file's values. Unknown keys and values of the wrong kind
+(``seq_len = "long"``; :data:`VALUE_KINDS`) are refused with the file and the key.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import parse_count, parse_number
-from trainplan.optimizer.inputs import DIM_KEYS, build_case, parse_framework
+from trainplan.optimizer.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -100,30 +101,145 @@ CLUSTER_KEYS = {
 }
 
 
+_FLAG, _TEXT, _COUNT, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
+    "flag",
+    "text",
+    "count",
+    "number",
+    "sizes",
+    "price",
+    "fractions",
+)
+_ANY = "any"  # a key without a kind yet (a test requires one for every key)
+_SCHEDULES = tuple(x.value for x in Schedule)
+_RECOMPUTES = tuple(x.value for x in Recompute)
+_FRAMEWORKS = tuple(x.value for x in Framework)
+VALUE_KINDS: dict[str, Any] = {
+    # top level
+    "description": _TEXT,
+    "source": _TEXT,
+    "model": _TEXT,
+    "gpu": [_TEXT],
+    "gpus": _SIZES,
+    "seq_len": _COUNT,
+    "global_batch": _SIZES,
+    "global_batch_tokens": _SIZES,
+    "objective": tuple(o.value for o in Objective),
+    "tokens": _COUNT,
+    "gpu_hour_price": _PRICE,
+    "max_layers": _COUNT,
+    "framework": [_FRAMEWORKS],  # top level or [space]: one profile or a list
+    # [space]
+    "tp": [_COUNT],
+    "pp": [_COUNT],
+    "cp": [_COUNT],
+    "ep": [_COUNT],
+    "micro_batch": [_COUNT],
+    "max_tp": _COUNT,
+    "max_micro_batch": _COUNT,
+    "zero": [(0, 1, 2, 3)],
+    "recompute": [_RECOMPUTES],
+    "schedule": [_SCHEDULES],
+    "virtual_stages": [_COUNT],
+    "rank_order": [_TEXT],
+    # [constraints]
+    "headroom": _NUMBER,
+    "min_mfu": _NUMBER,
+    "tp_in_nvlink": _FLAG,
+    # [cluster]
+    "nvlink_domain": _COUNT,
+    "nvlink_gbps": _NUMBER,
+    "scaleout_gbps": _NUMBER,
+    "kernel_efficiency": _NUMBER,
+    "attention_efficiency": _NUMBER,
+    "overlap": _FRACTIONS,
+    "flash_attention": _FLAG,
+    "fabric": ("two-tier", "fat-tree", "rail"),
+    "pod_size": _COUNT,
+    "oversubscription": _NUMBER,
+    "causal_attention_flops": _FLAG,
+    "zero3_regather": _FLAG,
+    "activation_convention": ("paper", "pytorch"),
+    "memory_efficient_norm": _FLAG,
+    "fp32_gradients": _FLAG,
+    "memory_reserve_gib": _NUMBER,
+}
+"""The kind of value each scenario key holds — the one place a file's value types are checked:
+``flag`` (true/false), ``text``, ``count`` (a whole number ≥ 1 within its limit, as 8192 or
+"15e12"), ``number``, ``sizes`` (a count, a list of counts, or text "2048,4096" / "64..4096"),
+``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
+tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
+the type (min_mfu in (0, 1], headroom in [0, 1)…) are checked where the value is used, by the
+same code as the command-line options."""
+
+
+def _check_value(key: str, value: Any, kind: Any) -> None:
+    """Raise InputError when ``value`` is not of ``kind`` (see :data:`VALUE_KINDS`)."""
+    if isinstance(kind, list):
+        for item in value if isinstance(value, list) else [value]:
+            _check_value(key, item, kind[0])
+    elif isinstance(kind, tuple):
+        if isinstance(value, bool) or value not in kind:
+            raise InputError(f"{key}: {value!r} is not one of {', '.join(map(str, kind))}")
+    elif kind == _FLAG:
+        if not isinstance(value, bool):
+            raise InputError(f"{key}: {value!r} must be true or false")
+    elif kind == _TEXT:
+        if not isinstance(value, str):
+            raise InputError(f"{key}: {value!r} must be a string")
+    elif kind == _COUNT:
+        parse_count(value, key)
+    elif kind == _NUMBER:
+        parse_number(value, key)
+    elif kind == _SIZES:
+        parts = str(value).replace("..", ",").split(",") if isinstance(value, str) else value
+        _check_value(key, parts, [_COUNT])
+    elif kind in (_PRICE, _FRACTIONS):
+        table = value if isinstance(value, dict) else {None: value}
+        if kind == _FRACTIONS and not isinstance(value, dict):
+            raise InputError(f"{key}: {value!r} must be a table of fractions, e.g. {{ dp = 0.5 }}")
+        for name, number in table.items():
+            x = parse_number(number, f"{key} {name}" if name else key)
+            if kind == _FRACTIONS and not 0 <= x <= 1:
+                raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
+
+
 def load_scenario(path: str | Path) -> dict[str, Any]:
-    """Read and check a scenario file (flat dict with the ``space``/``constraints``/``cluster`` tables).
+    """Read and check a scenario file (flat dict with the ``space``/``constraints``/``cluster`` tables):
+    every key known, every value of its kind (:data:`VALUE_KINDS`).
 
     Raises
     ------
     ScenarioError
-        Naming the file and the unknown key, or the read error.
+        Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
+        or the read error.
     """
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ScenarioError(f"scenario {p}: {err}") from None
-    for table, keys in (
-        (data, TOP_KEYS),
-        (data.get("space", {}), SPACE_KEYS),
-        (data.get("constraints", {}), CONSTRAINT_KEYS),
-        (data.get("cluster", {}), CLUSTER_KEYS),
+    for name, keys in (
+        ("", TOP_KEYS),
+        ("space", SPACE_KEYS),
+        ("constraints", CONSTRAINT_KEYS),
+        ("cluster", CLUSTER_KEYS),
     ):
+        table = data.get(name, {}) if name else data
+        if not isinstance(table, dict):
+            raise ScenarioError(f"scenario {p}: {name} = {table!r} must be a table, [{name}]")
         unknown = sorted(set(table) - keys)
         if unknown:
             raise ScenarioError(
                 f"scenario {p}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
             )
+        for key, value in table.items():
+            if key in ("space", "constraints", "cluster"):
+                continue
+            try:
+                _check_value(key, value, VALUE_KINDS.get(key, _ANY))
+            except InputError as err:
+                raise ScenarioError(f"scenario {p}: {err}") from None
     return data
 
 
@@ -209,6 +325,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         return tuple(values) or None
 
     tp = ints("tp")
+    schedules = tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule)
+    for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
+        check_virtual_stages(v, schedules)
     if d.get("max_tp"):
         tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
     return SearchSpace(
@@ -221,9 +340,8 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         max_micro_batch_size=int(d.get("max_micro_batch") or 8),
         zero_stages=tuple(int(z) for z in _listify(d.get("zero"))) or (0, 1, 2, 3),
         recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
-        schedules=tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule),
-        virtual_stages=tuple(int(v) for v in _listify(d.get("virtual_stages")))
-        or DEFAULT_VIRTUAL_STAGES,
+        schedules=schedules,
+        virtual_stages=ints("virtual_stages") or DEFAULT_VIRTUAL_STAGES,
         rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
         or (DEFAULT_RANK_ORDER,),
         frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
@@ -285,13 +403,17 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     counts = gpu_counts(
         str(d["gpus"]) if not isinstance(d["gpus"], list) else ",".join(map(str, d["gpus"]))
     )
-    accelerators = _names(d.get("gpu")) or ["H100-SXM"]
+    accelerators = _names(d.get("gpu")) if d.get("gpu") is not None else [DEFAULT_GPU]
+    if not accelerators:
+        raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
     prices = _prices(d.get("gpu_hour_price"), accelerators)
     objective = Objective(str(d.get("objective") or "step-time"))
     several_batches = (
         len(
             _batches(
-                d.get("global_batch"), d.get("global_batch_tokens"), int(d.get("seq_len") or 1)
+                d.get("global_batch"),
+                d.get("global_batch_tokens"),
+                parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1,
             )
         )
         > 1

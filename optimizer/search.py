@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trainplan.model.errors import InfeasibleError
+from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
@@ -145,10 +145,15 @@ def _answer(tables: CostTables, choice: Candidate, objective: int) -> Answer:
 
 
 def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
+    """One line per constraint family in CP-SAT's infeasible core, the user's own constraints
+    (min_mfu, nvlink) first — so the message names the constraint the user set — and memory last;
+    memory says "no layout fits" only when that is so."""
     blocking = lm.explain() or list(lm.families)
+    blocking = sorted(blocking, key=lambda family: family == "memory")
+    fits = tables.fits
     out = []
     for family in blocking:
-        if family == "memory":
+        if family == "memory" and not fits.any():
             top = np.iinfo(np.int64).max
             peak = np.where(tables.legal[:, :, None], tables.peak_ceil, top)
             s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
@@ -160,11 +165,25 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
                 f"recompute {tables.recomputes[r]}); try more GPUs, a larger accelerator, a shorter "
                 "sequence or higher tp/pp/cp"
             )
-        elif family == "min_mfu":
-            mfu = np.where(tables.fits, mfu_table(tables), 0)
+        elif family == "memory":
+            others = " and ".join(f for f in blocking if f != "memory")
             out.append(
-                f"min_mfu: the best MFU of any layout that fits is {mfu.max():.1%}, below "
-                f"{problem.constraints.min_mfu:.1%}"
+                f"memory: {int(fits.sum()):,} of {fits.size:,} candidates fit in "
+                f"{int(tables.capacity.max()) / 1e9:.2f} GB per GPU, but none of them meets {others}"
+            )
+        elif family == "min_mfu":
+            mfu = mfu_table(tables)
+            best, where = (
+                (np.where(fits, mfu, 0).max(), "that fits")
+                if fits.any()
+                else (
+                    mfu.max(),
+                    "(none fits)",
+                )
+            )
+            out.append(
+                f"min_mfu: the best MFU of any layout {where} is {best:.1%}, below the "
+                f"min_mfu of {problem.constraints.min_mfu:.1%} asked for; lower --min-mfu"
             )
         elif family == "nvlink":
             out.append(
@@ -293,17 +312,12 @@ def _second_axis(against: str, tables: CostTables, lm: LayoutModel):
     if against == "gpus":
         return lm.linear(tables.num_gpus())
     if against == "price":
-        if any(job.gpu_hour_price is None for job in tables.jobs):
-            raise InfeasibleError(
-                "frontier: against price needs --gpu-hour-price for every accelerator",
-                ["price: no $ per GPU-hour given"],
-            )
         cents = [
             round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
             for j in tables.job_of
         ]
         return lm.linear(cents)
-    raise InfeasibleError(f"frontier: against {against!r} is not one of memory, gpus, price")
+    raise InputError(f"against: {against!r} is not one of memory, gpus, price")
 
 
 def frontier(
@@ -317,7 +331,16 @@ def frontier(
     """The Pareto frontier of the objective against peak memory per GPU, GPU count, or cluster
     price per hour (ε-constraint: least objective with the second axis ≤ ε, then the least
     second axis at that objective, then the tie-break; ε moves just below the point found).
+
+    Raises
+    ------
+    InputError
+        An axis that is not memory, gpus or price, or price without a $ per GPU-hour for every
+        accelerator (:meth:`Problem.check_frontier_axis`).
+    InfeasibleError
+        When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
+    problem.check_frontier_axis(against)  # bad input (exit 2) before any table is built
     tables, lm, t_tables = prepared or prepare(problem)
     ranks = tie_ranks(tables)
     second = _second_axis(against, tables, lm)

@@ -15,10 +15,10 @@ from typing import Any
 from trainplan.model import checkpointing as ck
 from trainplan.model import mfu as mf
 from trainplan.model import rlhf as rl
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.schedule import simulate
-from trainplan.model.units import as_json_number, parse_count, parse_number
+from trainplan.model.units import as_json_number, parse_count, parse_number, parse_positive
 
 __all__ = [
     "pipeline_report",
@@ -43,11 +43,9 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def _pos(name: str, value: Any, *, allow_zero: bool = False) -> Fraction:
-    x = parse_number(value, name)
-    if x < 0 or (x == 0 and not allow_zero):
-        raise InputError(f"{name}: {value} must be {'≥ 0' if allow_zero else 'positive'}")
-    return x
+def _pos(name: str, value: Any) -> Fraction:
+    """A number above zero (within its limit, if it has one): :func:`model.units.parse_positive`."""
+    return parse_positive(value, name)
 
 
 def _opt_count(name: str, value: Any) -> int | None:
@@ -132,18 +130,27 @@ def pipeline_report(
 
 
 # ------------------------------------------------------------------------------------ MFU
-def resolve_peak(gpu: str | None, peak_tflops: Any) -> tuple[Fraction, str]:
-    """Peak FLOP/s per chip and its source: ``peak_tflops`` if given, else the accelerator table.
+def resolve_peak(
+    gpu: str | None, peak_tflops: Any, default_gpu: str | None = None
+) -> tuple[Fraction, str]:
+    """Peak FLOP/s per chip and its source: ``peak_tflops`` (TFLOP/s) if given, else the
+    accelerator table's dense BF16 peak of ``gpu`` (or of ``default_gpu`` when neither is given).
 
     Raises
     ------
     InputError
-        When neither is given or the peak is not positive.
+        When neither is given (and there is no default), when both are given (one would be
+        ignored: :func:`model.errors.check_applicable`), or when the peak is not positive.
     ScenarioError
-        An unknown accelerator name (with the closest names).
+        An unknown or ambiguous accelerator name (with the candidates).
     """
     if peak_tflops is not None:
+        check_applicable(
+            {"gpu": gpu},
+            {"gpu": f"the peak is given by peak_tflops = {peak_tflops}; give one of the two"},
+        )
         return _pos("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
+    gpu = gpu or default_gpu
     if gpu is None:
         raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
     from trainplan.topology.accelerators import get_accelerator  # optimizer ← topology; lazy
@@ -229,8 +236,18 @@ def mfu_report(
     n_chips = parse_count(chips, "chips", 0)
     peak, peak_source = resolve_peak(gpu, peak_tflops)
     named = {"layers": layers, "heads": heads, "head_dim": head_dim, "hidden": hidden}
+    rate_given = achieved_pflops is not None or achieved_tflops_per_gpu is not None
+    ignored: dict[str, str] = {}
+    if rate_given:
+        ignored["attention"] = "a reported FLOP rate already counts what it counts"
+    if not attention and recompute in (None, "none"):
+        why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
+        ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
+    check_applicable(
+        {**named, "seq_len": seq_len, "causal": causal, "attention": attention}, ignored
+    )
     dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
-    n = None if params is None else _pos("params", params)
+    n = None if params is None else Fraction(parse_count(params, "params"))
     attn, attn_text = (
         mf.attention_term(
             dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], causal
@@ -255,8 +272,6 @@ def mfu_report(
         "peak_source": peak_source,
     }
     if given[0]:
-        if attention:
-            raise InputError("attention: a reported FLOP rate already counts what it counts")
         mode, per_token = "flop_rate", None
         rate, line = _flop_rate(achieved_pflops, achieved_tflops_per_gpu, peak, n_chips)
         plain = mf.utilisation(rate, peak, n_chips)
@@ -386,15 +401,15 @@ def rlhf_report(
     algorithm: str,
     policy_params: Any,
     reward_params: Any = None,
-    reward: str = "model",
+    reward: str | None = None,
     prompts: Any = RLHF_DEFAULTS["prompts"],
-    samples_per_prompt: Any = RLHF_DEFAULTS["samples_per_prompt"],
+    samples_per_prompt: Any = None,
     prompt_tokens: Any = RLHF_DEFAULTS["prompt_tokens"],
     completion_tokens: Any = RLHF_DEFAULTS["completion_tokens"],
     epochs: Any = RLHF_DEFAULTS["epochs"],
-    decode_mfu: Any = RLHF_DEFAULTS["decode_mfu"],
+    decode_mfu: Any = None,
     train_mfu: Any = RLHF_DEFAULTS["train_mfu"],
-    gpu: str | None = RLHF_DEFAULTS["gpu"],
+    gpu: str | None = None,
     peak_tflops: Any = None,
     chips: Any = 1,
     rollout_engine: bool = False,
@@ -410,7 +425,16 @@ def rlhf_report(
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
     (``logits_buffer``) are off by default (the seed leaves them out) and add to
-    ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only.
+    ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only. Options left
+    None take :data:`RLHF_DEFAULTS` (``reward`` model for PPO and GRPO; ``gpu`` H100-SXM unless
+    ``peak_tflops`` is given).
+
+    Raises
+    ------
+    InputError
+        A bad value, or an option that does not apply (:func:`model.rlhf.not_applicable`:
+        ``reward`` with DPO, the KV-cache dimensions without ``rollout_engine``…; ``gpu`` with
+        ``peak_tflops``).
 
     Examples
     --------
@@ -418,16 +442,37 @@ def rlhf_report(
     >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
     (4, 36, 2520000000000)
     """
-    n_p = _pos("policy_params", policy_params)
-    n_r = None if reward_params is None else _pos("reward_params", reward_params)
-    nets = rl.networks(algorithm, n_p, n_r, reward)
     algo = str(algorithm).lower()
-    seqs, seq_tokens = _rlhf_counts(
-        algo, prompts, samples_per_prompt, prompt_tokens, completion_tokens
+    given = {
+        "reward": reward,
+        "reward_params": reward_params,
+        "samples_per_prompt": samples_per_prompt,
+        "decode_mfu": decode_mfu,
+        "rollout_engine": rollout_engine,
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "rollout_batch": rollout_batch,
+        "vocab_size": vocab_size,
+        "logits_tokens": logits_tokens,
+    }
+    check_applicable(
+        given,
+        rl.not_applicable(algo, reward, rollout_engine=rollout_engine, logits_buffer=logits_buffer),
     )
+    n_p = parse_count(policy_params, "policy_params")
+    n_r = None if reward_params is None else parse_count(reward_params, "reward_params")
+    nets = rl.networks(algo, n_p, n_r, reward)
+    if algo != "dpo":
+        reward = reward or "model"
+    samples = (
+        RLHF_DEFAULTS["samples_per_prompt"] if samples_per_prompt is None else samples_per_prompt
+    )
+    seqs, seq_tokens = _rlhf_counts(algo, prompts, samples, prompt_tokens, completion_tokens)
     flops = rl.phase_flops(algo, nets, seqs, seq_tokens, parse_count(epochs, "epochs"))
-    peak, peak_source = resolve_peak(gpu, peak_tflops)
-    mfus = (parse_number(decode_mfu, "decode_mfu"), parse_number(train_mfu, "train_mfu"))
+    peak, peak_source = resolve_peak(gpu, peak_tflops, RLHF_DEFAULTS["gpu"])
+    decode = RLHF_DEFAULTS["decode_mfu"] if decode_mfu is None else decode_mfu
+    mfus = (parse_number(decode, "decode_mfu"), parse_number(train_mfu, "train_mfu"))
     times = rl.phase_times(flops, *mfus, peak, parse_count(chips, "chips"))
     dims = {
         "layers": layers,
@@ -465,6 +510,8 @@ def rlhf_report(
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
         "fewer_than_ppo": 1 - net_bytes / ppo_bytes,
         "sequences_per_step": seqs, "tokens_per_sequence": seq_tokens,
+        "rollout_batch": rl.rollout_batch_size(_opt_count("rollout_batch", rollout_batch), seqs)
+        if rollout_engine else None,
         "phase_flops": flops, "rollout_flops": flops["rollout"],
         "rollout_flops_share": flops["rollout"] / total_flops,
         "phase_flops_share": {k: f / total_flops for k, f in flops.items()},

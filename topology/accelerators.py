@@ -33,16 +33,12 @@ _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
 
 ALIASES: dict[str, str] = {
-    "h100": "H100-SXM",
     "h100sxm5": "H100-SXM",
-    "a100": "A100-80GB",
-    "v100": "V100-SXM2-32GB",
-    "v100sxm2": "V100-SXM2-32GB",
-    "mi300": "MI300X",
     "trn2": "Trainium2",
-    "gaudi": "Gaudi3",
 }
-"""Short names accepted by :func:`get_accelerator`, keyed by normalised spelling (see ``_key``)."""
+"""Other spellings accepted by :func:`get_accelerator`, keyed by normalised spelling (see
+``_key``). Only names that mean one part: ``H100`` (SXM, PCIe or NVL?), ``A100`` (40 or 80 GB?)
+and ``Gaudi`` (2 or 3?) are not here, and are refused with their candidates."""
 
 
 def _key(name: str) -> str:
@@ -185,30 +181,41 @@ def load_accelerators() -> dict[str, DeviceSpec]:
 
 
 def get_accelerator(name: str) -> DeviceSpec:
-    """The accelerator called ``name``: case-insensitive, spaces/hyphens ignored, short aliases.
-
-    ``H100`` → ``H100-SXM``, ``A100`` → ``A100-80GB``, ``TPU v4`` / ``tpu-v4`` → ``TPUv4``
-    (see :data:`ALIASES`).
+    """The accelerator called ``name``: case-insensitive, spaces/hyphens ignored, the spellings
+    of :data:`ALIASES`, or the start of exactly one catalogue name (``V100`` → ``V100-SXM2-32GB``,
+    ``TPU v4`` / ``tpu-v4`` → ``TPUv4``). A start several names share is ambiguous: the
+    candidates are listed, none is chosen (``A100`` could be the 40 GB or the 80 GB part).
 
     Raises
     ------
     ScenarioError
+        ``gpu: 'A100' is ambiguous: A100-40GB, A100-80GB …`` with the candidates, or
         ``unknown gpu 'X'; did you mean …?`` with the closest catalogue names.
 
     Examples
     --------
     >>> get_accelerator("tpu v4").memory_bytes
     34359738368
-    >>> get_accelerator("h100").name
-    'H100-SXM'
+    >>> get_accelerator("h100-sxm").name, get_accelerator("v100").name
+    ('H100-SXM', 'V100-SXM2-32GB')
     """
     devices = load_accelerators()
     by_key = {_key(n): d for n, d in devices.items()}
     key = _key(str(name))
+    if not key:
+        raise ScenarioError(f"gpu: {name!r} is empty; name an accelerator (trainplan gpus)")
     if key in by_key:
         return by_key[key]
     if key in ALIASES:
         return devices[ALIASES[key]]
+    candidates = [n for n in devices if _key(n).startswith(key)]
+    if len(candidates) == 1:
+        return devices[candidates[0]]
+    if candidates:
+        raise ScenarioError(
+            f"gpu: {name!r} is ambiguous: it could be {', '.join(candidates)}; name one "
+            "(trainplan gpus lists them)"
+        )
     raise ScenarioError(f"unknown gpu '{name}'; {closest_names(str(name), list(devices))}")
 
 

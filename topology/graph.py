@@ -226,7 +226,7 @@ def cluster_for_device(device: DeviceSpec, num_gpus: int, **options: Any) -> nx.
     Examples
     --------
     >>> from trainplan.topology.accelerators import get_accelerator
-    >>> cluster_for_device(get_accelerator("H100"), 16).graph["nvlink_domain"]
+    >>> cluster_for_device(get_accelerator("H100-SXM"), 16).graph["nvlink_domain"]
     8
     """
     from trainplan.model.hardware import ClusterLinks

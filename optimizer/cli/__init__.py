@@ -1,19 +1,23 @@
 """The ``trainplan`` command line: a click group whose commands parse, call the library, print.
 
 Every command has ``--json``; any :class:`model.errors.PlannerError` becomes one line on stderr and
-exit code 2 (never a traceback). Commands live in sibling modules and are registered here.
+exit code 2, never a traceback (:class:`~optimizer.cli.common.GuardedGroup`). Commands live in
+sibling modules and are registered here.
 """
 
 from __future__ import annotations
 
 import click
 
-from trainplan.optimizer.cli.common import run_guarded
+from trainplan.optimizer.cli.common import GuardedGroup, run_guarded
 
 __all__ = ["main", "cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=GuardedGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="trainplan")
 def cli() -> None:
     """trainplan: memory, traffic, bubble and MFU of a training layout, and the best layout."""

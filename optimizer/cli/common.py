@@ -10,15 +10,38 @@ from typing import Any
 import click
 
 from trainplan.model.errors import PlannerError
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import parse_count, parse_number, parse_positive
 
-__all__ = ["run_guarded", "NUMBER", "COUNT", "echo_json", "fail"]
+__all__ = [
+    "run_guarded",
+    "GuardedGroup",
+    "NUMBER",
+    "COUNT",
+    "POSITIVE",
+    "OUTPUT",
+    "output",
+    "echo_json",
+    "fail",
+]
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``Error: message`` on stderr and exit with ``code``."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
+
+
+class GuardedGroup(click.Group):
+    """A click group whose commands turn any :class:`PlannerError` — raised by a command or by an
+    option's conversion (``NUMBER``, ``COUNT``, ``OUTPUT``) — into one line on stderr and exit
+    code 2 (SPEC.md "Inputs and errors"). The rule lives here once, so it holds in the console
+    script and under click's ``CliRunner`` alike; no command catches PlannerError itself."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PlannerError as err:
+            fail(str(err))
 
 
 def run_guarded(group: click.Group) -> None:
@@ -47,9 +70,35 @@ class _Count(click.ParamType):
     name = "count"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, int):
-            return value
         return parse_count(value, _flag(param))
+
+
+class _Positive(click.ParamType):
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return parse_positive(value, _flag(param))
+
+
+class _Output(click.ParamType):
+    """A file the command writes, checked when the option is read (before any work)."""
+
+    name = "path"
+
+    def __init__(self, suffixes: tuple[str, ...] = ()) -> None:
+        self.suffixes = suffixes
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from trainplan.optimizer.inputs import output_path
+
+        return str(output_path(value, _flag(param), self.suffixes))
+
+
+def output(*suffixes: str) -> click.ParamType:
+    """The click type of an option that writes a file ending in one of ``suffixes`` (any, when
+    none): empty paths, missing or unwritable folders are refused as the option is read, by
+    :func:`optimizer.inputs.output_path`."""
+    return _Output(tuple(suffixes))
 
 
 def _flag(param: click.Parameter | None) -> str:
@@ -62,7 +111,11 @@ def _flag(param: click.Parameter | None) -> str:
 NUMBER = _Number()
 """A number written 4e6, 4,000,000, 4e 6, 4e+6, 70B or 1.5T (exact Fraction)."""
 COUNT = _Count()
-"""A whole number >= 1 written the same ways."""
+"""A whole number >= 1, within its size limit (model.units.LIMITS), written the same ways."""
+POSITIVE = _Positive()
+"""A number above zero (a duration, a rate), within its limit if it has one."""
+OUTPUT = output()
+"""A file path the command writes, of any ending (see :func:`output`)."""
 
 
 def _default(obj: Any) -> Any:

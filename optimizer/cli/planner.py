@@ -34,7 +34,7 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--model",
             "model",
-            help="Catalogue name (trainplan evaluate --list-models) or a config.json path.",
+            help="Catalogue name (trainplan models lists them) or a config.json path.",
         ),
         click.option(
             "--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."
@@ -196,7 +196,7 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--pad-vocab",
             "vocab_multiple",
-            type=int,
+            type=COUNT,
             help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
         ),
         click.option(
@@ -227,9 +227,10 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, case.defaults_used))
         if per_stage:
-            from trainplan.optimizer.report import table_text
+            from trainplan.optimizer.report import readable, table_text
 
-            click.echo("\nPer stage:\n" + table_text(out["stages"]))
+            rows = [readable(row) for row in out["stages"]]
+            click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
     return out
 
 

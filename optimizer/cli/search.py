@@ -12,7 +12,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, NUMBER, echo_json
+from trainplan.optimizer.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
 from trainplan.optimizer.cli.planner import _overlap, cluster_options, model_options
 from trainplan.optimizer.inputs import DIM_KEYS
 from trainplan.optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
@@ -107,7 +107,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--time-limit",
             "time_limit",
-            type=NUMBER,
+            type=POSITIVE,
             help="Solver seconds per solve; best found, not proven.",
         ),
         click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
@@ -151,22 +151,29 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:
-    from trainplan.model.errors import InputError
-
-    if kw.get("time_limit") is None:
-        return None
-    value = float(kw["time_limit"])
-    if value <= 0:
-        raise InputError(f"--time-limit: {kw['time_limit']} must be a positive number of seconds")
-    return value
+    """Solver seconds per solve (already positive: the POSITIVE option type), or None."""
+    return None if kw.get("time_limit") is None else float(kw["time_limit"])
 
 
-def _progress(as_json: bool) -> Callable[[int, float], None] | None:
+def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
+    """The solver's objective value → (JSON key naming the unit, value in that unit)."""
+    from trainplan.optimizer.problem import objective_value
+    from trainplan.optimizer.tables import objective_divisor
+
+    divisor = objective_divisor(problem, prepared[0])
+    return lambda value: objective_value(problem.objective, round(value), divisor)
+
+
+def _progress(as_json: bool, problem: Any, prepared: Any) -> Callable[[int, float], None] | None:
     if as_json or not sys.stderr.isatty():
         return None
+    from trainplan.optimizer.report import objective_text
+
+    in_units = _in_units(problem, prepared)
 
     def report(count: int, best: float) -> None:
-        click.echo(f"\r  solutions found: {count}, best so far: {best:,.0f}", err=True, nl=False)
+        best_text = objective_text(str(problem.objective), *in_units(best), problem.tokens)
+        click.echo(f"\r  solutions found: {count}, best so far: {best_text}", err=True, nl=False)
 
     return report
 
@@ -224,22 +231,22 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         from trainplan.optimizer.search import prepare
 
         prepared = prepare(problem, _table_progress(as_json))
-        result = search(problem, top, limit, kw["workers"], _progress(as_json), prepared=prepared)
+        progress = _progress(as_json, problem, prepared)
+        result = search(problem, top, limit, kw["workers"], progress, prepared=prepared)
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
-    if _progress(as_json):
+    if progress:
         click.echo("", err=True)
-    from trainplan.optimizer.problem import objective_unit
-    from trainplan.optimizer.tables import objective_divisor
+    from trainplan.optimizer.report import objective_text
 
-    unit = objective_unit(problem, objective_divisor(problem, prepared[0]))
+    in_units = _in_units(problem, prepared)
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
-        d.update(
-            {"job": a.job.label, "objective": a.objective, "objective_kind": str(problem.objective)}
-        )
+        key, value = in_units(a.objective)
+        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
+        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
         answers.append(d)
     meta = {
         "status": result.status,
@@ -266,7 +273,7 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     )
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
-        click.echo(f"objective ({problem.objective}): {d['objective']:,} {unit}\n")
+        click.echo(f"objective ({problem.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
 
 
@@ -279,10 +286,13 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     show_default=True,
     help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
 )
+@click.option("--csv", "csv_path", type=OUTPUT, help="Write the frontier as CSV (pandas).")
 @click.option(
-    "--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the frontier as CSV (pandas)."
+    "--png",
+    "png_path",
+    type=output(".png", ".svg", ".pdf"),
+    help="Plot it: .png, .svg or .pdf (plot extra).",
 )
-@click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Plot it (plot extra).")
 def frontier_cmd(
     as_json: bool, against: str, csv_path: str | None, png_path: str | None, **kw: Any
 ) -> None:
@@ -295,6 +305,7 @@ def frontier_cmd(
     from trainplan.optimizer.search import frontier
 
     problem = _problem(kw)
+    problem.check_frontier_axis(against)  # bad input before the tables are built
     limit = _time_limit(kw)
     try:
         from trainplan.optimizer.search import prepare
@@ -305,14 +316,17 @@ def frontier_cmd(
         _infeasible(err, as_json)
         return
     rows = []
+    in_units = _in_units(problem, prepared)
     for a in result.points:
-        row = frontier_row(estimate_to_dict(a.estimate), a.job.label, a.objective, a.peak_bytes)
+        row = frontier_row(
+            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
+        )
         if a.job.gpu_hour_price is not None:
             row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
         rows.append(row)
-    if csv_path:
+    if csv_path is not None:
         write_csv(rows, csv_path)
-    if png_path:
+    if png_path is not None:
         from trainplan.optimizer.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
@@ -334,5 +348,5 @@ def frontier_cmd(
         f"CP-SAT {result.solve_seconds:.2f} s)"
     )
     click.echo(frontier_text(rows, against))
-    if csv_path:
+    if csv_path is not None:
         click.echo(f"CSV: {csv_path}")

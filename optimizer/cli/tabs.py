@@ -6,38 +6,22 @@ Options are read as text and parsed by :mod:`optimizer.tabs` (numbers as 4e6, 4,
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import click
 
 from trainplan.model.checkpointing import tensor_state
-from trainplan.model.errors import PlannerError
 from trainplan.optimizer import tabs
 from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import echo_json, fail
+from trainplan.optimizer.cli.common import COUNT, POSITIVE, echo_json, output
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-
-
-def guarded(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn a PlannerError inside a command into one line on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except PlannerError as err:
-            fail(str(err))
-
-    return wrapper
 
 
 def _pct(x: float) -> str:
@@ -121,18 +105,19 @@ def _scaled_cells(
     help="Model chunks per GPU (interleaved; m must be a multiple of p).",
 )
 @click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
-@click.option("--width", default=120, show_default=True, help="Columns of the text timeline.")
-@click.option("--png", type=click.Path(dir_okay=False), help="Write the chart as PNG (plot extra).")
-@click.option("--svg", type=click.Path(dir_okay=False), help="Write the chart as SVG (plot extra).")
+@click.option(
+    "--width", type=COUNT, default=120, show_default=True, help="Columns of the text timeline."
+)
+@click.option("--png", type=output(".png"), help="Write the chart as PNG (plot extra).")
+@click.option("--svg", type=output(".svg"), help="Write the chart as SVG (plot extra).")
 @JSON
-@guarded
 def pipeline_cmd(
     stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
 ) -> None:
     """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
     r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
     for path in (png, svg):
-        if path:
+        if path is not None:
             from trainplan.optimizer import plots
 
             plots.pipeline_chart(r, path)
@@ -179,7 +164,6 @@ def pipeline_cmd(
 @click.option("--recomputed-flops-pct", help="Recomputed FLOPs as % of model FLOPs (HFU).")
 @click.option("--recompute", help="none, selective or full: derive the recomputed FLOPs.")
 @JSON
-@guarded
 def mfu_cmd(as_json: bool, **kw: Any) -> None:
     """MFU and HFU from a measured step, a throughput or a reported FLOP rate."""
     r = tabs.mfu_report(**kw)
@@ -235,26 +219,31 @@ def _name(report: dict[str, Any], j: int) -> str:
 )
 @click.option("--step", help="Show only step S (1 … 3n).")
 @click.option("--play", is_flag=True, help="Animate the steps in the terminal.")
-@click.option("--delay", default=0.6, show_default=True, help="Seconds per frame with --play.")
-@click.option("--gif", type=click.Path(dir_okay=False), help="Write the animation (plot extra).")
+@click.option(
+    "--delay",
+    type=POSITIVE,
+    default="0.6",
+    show_default=True,
+    help="Seconds per frame with --play and --gif.",
+)
+@click.option("--gif", type=output(".gif"), help="Write the animation (plot extra).")
 @click.option(
     "--chart",
-    type=click.Path(dir_okay=False),
+    type=output(".png", ".svg", ".pdf"),
     help="Write tensors held over time, both lines, as PNG/SVG (plot extra).",
 )
 @JSON
-@guarded
 def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
     """Walk through activation checkpointing of an n-layer chain, step by step."""
     if every is None:
         every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
     r = tabs.ckpt_report(layers, every, labels, step)
-    if gif or chart:
+    if gif is not None or chart is not None:
         from trainplan.optimizer import plots
 
-        if gif:
+        if gif is not None:
             plots.ckpt_gif(r, gif, delay)
-        if chart:
+        if chart is not None:
             plots.held_chart(r, chart)
     if as_json:
         echo_json(r)
@@ -272,7 +261,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         for st in r["steps"]:
             click.clear()
             click.echo(f"{head}\n{legend}\n\n{render_step(r, st)}")
-            time.sleep(max(0.0, delay))
+            time.sleep(float(delay))
         return
     click.echo(f"{head}\n{legend}")
     for st in r["steps"]:
@@ -284,10 +273,11 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--algorithm", required=True, help="ppo, grpo or dpo.")
 @click.option("--policy-params", required=True, help="Policy parameters N_p (70e9, 70B).")
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
-@click.option("--reward", default="model", show_default=True, help="model or rule (no network).")
+@click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model].")
 @click.option("--prompts", default=str(tabs.RLHF_DEFAULTS["prompts"]), show_default=True)
 @click.option(
-    "--samples-per-prompt", default=str(tabs.RLHF_DEFAULTS["samples_per_prompt"]), show_default=True
+    "--samples-per-prompt",
+    help=f"PPO and GRPO [default: {tabs.RLHF_DEFAULTS['samples_per_prompt']}]; DPO has 2 (a pair).",
 )
 @click.option(
     "--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]), show_default=True
@@ -298,9 +288,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--epochs", default="1", show_default=True)
 @click.option(
     "--decode-mfu",
-    default=str(tabs.RLHF_DEFAULTS["decode_mfu"]),
-    show_default=True,
-    help="MFU of rollout generation (0–1).",
+    help=f"MFU of rollout generation (0–1) [default: {tabs.RLHF_DEFAULTS['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
@@ -308,7 +296,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
     show_default=True,
     help="MFU of scoring and training (0–1).",
 )
-@click.option("--gpu", default=tabs.RLHF_DEFAULTS["gpu"], show_default=True)
+@click.option("--gpu", help=f"Accelerator [default: {tabs.RLHF_DEFAULTS['gpu']}].")
 @click.option("--peak-tflops", help="Peak per chip instead of --gpu.")
 @click.option("--chips", default="1", show_default=True)
 @click.option(
@@ -320,21 +308,25 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
 @click.option("--layers")
 @click.option("--kv-heads")
 @click.option("--head-dim")
-@click.option("--rollout-batch", help="Sequences decoded at once [default: all of the step].")
+@click.option(
+    "--rollout-batch",
+    help="Sequences the engine decodes at once, its KV cache "
+    f"[default: {tabs.RLHF_DEFAULTS['rollout_batch']}, vLLM's max_num_seqs].",
+)
 @click.option(
     "--logits-buffer", is_flag=True, help="Add the FP32 logits buffer (needs --vocab-size)."
 )
 @click.option("--vocab-size")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @JSON
-@guarded
 def rlhf_cmd(as_json: bool, **kw: Any) -> None:
     """Resident memory, FLOPs and time shares of one PPO, GRPO or DPO step."""
     r = tabs.rlhf_report(**kw)
     if as_json:
         echo_json(r)
         return
-    click.echo(f"{r['algorithm'].upper()} (reward: {r['reward']}): {r['networks']} networks")
+    reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
+    click.echo(f"{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
         click.echo(
@@ -342,7 +334,8 @@ def rlhf_cmd(as_json: bool, **kw: Any) -> None:
             f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
         )
     for k, v in r["extra_bytes"].items():
-        click.echo(f"  {k:<31} {v / 1e12:8.3f} TB")
+        at_once = f" ({r['rollout_batch']} seqs at once)" if k == "kv_cache_bytes" else ""
+        click.echo(f"  {k + at_once:<31} {v / 1e12:8.3f} TB")
     vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
     click.echo(
         f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "

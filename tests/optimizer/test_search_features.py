@@ -275,8 +275,8 @@ def test_top_k_json():
     )
     assert res.exit_code == 0, res.output
     answers = json.loads(res.output)["answers"]
-    assert len(answers) == 3 and [a["objective"] for a in answers] == sorted(
-        a["objective"] for a in answers
+    assert len(answers) == 3 and [a["objective_s"] for a in answers] == sorted(
+        a["objective_s"] for a in answers
     )
     assert len({json.dumps(a["layout"], sort_keys=True) for a in answers}) == 3
 

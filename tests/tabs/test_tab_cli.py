@@ -146,7 +146,7 @@ def test_text_timeline_fits_and_shows_bubble(p, m, schedule, v):
 
 
 def test_ckpt_play_falls_back_to_plain_output():
-    result = CliRunner().invoke(cli, ["ckpt", "-n", "9", "-k", "3", "--play", "--delay", "0"])
+    result = CliRunner().invoke(cli, ["ckpt", "-n", "9", "-k", "3", "--play", "--delay", "0.01"])
     assert result.exit_code == 0
     assert len([ln for ln in result.output.splitlines() if " held (no " in ln]) == 27
 

@@ -85,19 +85,10 @@ def test_checkpointing_peak(nk):
     st.booleans(),
 )
 def test_hfu_at_least_mfu(tps, chips, pct, mode, attention):
-    kw = dict(
-        params=1e9,
-        tokens_per_second=tps,
-        peak_tflops=1000,
-        chips=chips,
-        attention=attention,
-        layers=4,
-        heads=8,
-        head_dim=64,
-        seq_len=512,
-    )
-    by_pct = mfu_report(**kw, recomputed_flops_pct=pct)
-    by_mode = mfu_report(**kw, recompute=mode)
+    kw = dict(params=1e9, tokens_per_second=tps, peak_tflops=1000, chips=chips, attention=attention)
+    dims = dict(layers=4, heads=8, head_dim=64, seq_len=512)  # given only where they apply
+    by_pct = mfu_report(**kw, **(dims if attention else {}), recomputed_flops_pct=pct)
+    by_mode = mfu_report(**kw, **(dims if attention or mode != "none" else {}), recompute=mode)
     for r in (by_pct, by_mode):
         assert r["hfu"] >= r["mfu"] >= 0
         assert r["mfu"] >= r["mfu_without_attention"]
@@ -109,7 +100,7 @@ def test_full_recompute_is_a_third_of_six_n():
 
 @pytest.mark.parametrize(
     "algorithm, reward, nets",
-    [("ppo", "model", 4), ("grpo", "model", 3), ("grpo", "rule", 2), ("dpo", "model", 2)],
+    [("ppo", "model", 4), ("grpo", "model", 3), ("grpo", "rule", 2), ("dpo", None, 2)],
 )
 def test_rlhf_share_sums(algorithm, reward, nets):
     r = rlhf_report(algorithm, 7e9, reward=reward, peak_tflops=1000)

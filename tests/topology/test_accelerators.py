@@ -58,9 +58,9 @@ def test_pinned_figures():
 @pytest.mark.parametrize(
     ("alias", "name"),
     [
-        ("H100", "H100-SXM"),
         ("h100-sxm", "H100-SXM"),
-        ("A100", "A100-80GB"),
+        ("h100 sxm5", "H100-SXM"),
+        ("V100", "V100-SXM2-32GB"),
         ("TPU v4", "TPUv4"),
         ("tpu-v4", "TPUv4"),
         ("gaudi 3", "Gaudi3"),
