@@ -11,12 +11,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
+from trainplan.model.xp import exact, where
 
-__all__ = ["AxisTraffic", "dp_traffic", "tp_traffic", "pp_traffic", "cp_traffic", "ep_traffic"]
+__all__ = [
+    "AxisTraffic",
+    "dp_traffic",
+    "tp_traffic",
+    "pp_traffic",
+    "cp_traffic",
+    "ep_traffic",
+    "dp_bytes",
+    "tp_bytes",
+    "pp_bytes",
+    "cp_bytes",
+    "ep_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +55,10 @@ class AxisTraffic:
     asynchronously under the input-gradient GEMM)."""
 
 
-def _ring(n: int) -> Fraction:
-    return Fraction(n - 1, n)
+def _ring(n: Any) -> Any:
+    """(n − 1)/n: the share of a buffer each rank sends in a ring all-gather or reduce-scatter
+    (exact for an int n; element-wise for arrays)."""
+    return exact(n - 1) / n
 
 
 def dp_traffic(
@@ -88,14 +104,23 @@ def dp_traffic(
         training.optimizer_bytes,
         regather_per_microbatch,
     )
-    per_step, per_mb = mech.traffic_terms()
     m = layout.num_microbatches(training.global_batch_size)
-    ring = _ring(layout.shard_degree) * dense_params
-    if expert_params:
-        ring += _ring(layout.expert_shard_degree) * expert_params
-    return AxisTraffic(
-        "dp", _dp_name(mech), layout.shard_degree, ring * (per_step + m * per_mb), ring * per_mb
+    total, per_mb = dp_bytes(
+        mech, dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, m
     )
+    return AxisTraffic("dp", _dp_name(mech), layout.shard_degree, total, per_mb)
+
+
+def dp_bytes(
+    mech: Mechanism, dense: Any, experts: Any, shard: Any, expert_shard: Any, m: Any
+) -> tuple[Any, Any]:
+    """(bytes per step, bytes per micro-batch) one GPU sends for data parallelism: each
+    parameter's ring share ``(D − 1)/D`` (dense over D = ``shard``, experts over ``expert_shard``)
+    times the mechanism's bytes per parameter once per step plus m times its bytes per
+    micro-batch (:meth:`Mechanism.traffic_terms`). Element-wise for arrays of layouts."""
+    per_step, per_mb = mech.traffic_terms()
+    ring = _ring(shard) * dense + _ring(expert_shard) * experts
+    return ring * (per_step + m * per_mb), ring * per_mb
 
 
 def _dp_name(mech: Mechanism) -> str:
@@ -167,28 +192,53 @@ def tp_traffic(
     if layout.tp == 1 and expert_tp == 1:
         return AxisTraffic("tp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    beta = training.activation_bytes
-    tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
-    one = _ring(layout.tp) * beta * tokens * arch.hidden_size
-    physical = layout.framework.physical
     recompute = layout.recompute in (Recompute.FULL, Recompute.SQRT)
-    regather = 2 if physical and layout.sp else 0
-    per_mb = (4 + 4 + regather + (4 if recompute else 0)) * one * num_layers
-    hidden = regather * one * num_layers * m
+    total, hidden = tp_bytes(
+        arch, num_layers, num_moe_layers, first, last, layout.tp, expert_tp, layout.cp,
+        layout.micro_batch_size, m, training.seq_len, training.activation_bytes, layout.sp,
+        layout.framework.physical, recompute,
+    )  # fmt: skip
     name = "all-gather + reduce-scatter" if layout.sp else "all-reduce"
-    if physical:
-        if first:
-            per_mb += 2 * one
-        if last:
-            per_mb += (3 if layout.sp else 2) * one
-            per_mb += 3 * 2 * _ring(layout.tp) * 4 * tokens  # cross-entropy's fp32 all-reduces
-        if expert_tp > 1:
-            assert arch.moe is not None
-            local = tokens / (layout.tp if layout.sp else 1)
-            routed = arch.moe.experts_per_token * local * arch.hidden_size * beta
-            per_mb += 2 * (expert_tp - 1) * routed * (3 if recompute else 2) * num_moe_layers
-            name += " (+ etp token all-gather/reduce-scatter)"
-    return AxisTraffic("tp", name, layout.tp, per_mb * m, Fraction(0), hidden)
+    if layout.framework.physical and expert_tp > 1:
+        name += " (+ etp token all-gather/reduce-scatter)"
+    return AxisTraffic("tp", name, layout.tp, total, Fraction(0), hidden)
+
+
+def tp_bytes(
+    arch: Architecture,
+    num_layers: Any,
+    num_moe_layers: Any,
+    first: Any,
+    last: Any,
+    tp: Any,
+    expert_tp: Any,
+    cp: Any,
+    b: Any,
+    m: Any,
+    seq_len: int,
+    beta: int,
+    sp: Any,
+    physical: Any,
+    recompute: bool,
+) -> tuple[Any, Any]:
+    """(bytes per step, of them hidden under a GEMM) of :func:`tp_traffic`, from plain numbers:
+    exact for ints, element-wise for arrays of layouts. ``recompute``: full or √n (a recomputed
+    forward sends its collectives again)."""
+    tokens = exact(seq_len) / cp * b
+    one = _ring(tp) * beta * tokens * arch.hidden_size
+    regather = where(physical & sp, 2, 0)
+    per_mb = (8 + regather + (4 if recompute else 0)) * one * num_layers
+    hidden = regather * one * num_layers * m
+    boundary = where(first, 2 * one, 0) + where(
+        last, where(sp, 3, 2) * one + 3 * 2 * _ring(tp) * 4 * tokens, 0
+    )  # the embedding's and the output layer's collectives; cross-entropy's fp32 all-reduces
+    per_mb = per_mb + where(physical, boundary, 0)
+    if arch.moe is not None:
+        local = tokens / where(sp, tp, 1)
+        routed = arch.moe.experts_per_token * local * arch.hidden_size * beta
+        etp = 2 * (expert_tp - 1) * routed * (3 if recompute else 2) * num_moe_layers
+        per_mb = per_mb + where(physical, etp, 0)
+    return per_mb * m, hidden
 
 
 def pp_traffic(
@@ -218,16 +268,38 @@ def pp_traffic(
     if layout.pp == 1:
         return AxisTraffic("pp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
     physical = layout.framework.physical
-    split = layout.tp if (layout.sp or not physical or layout.pipeline_scatter_gather) else 1
-    one = training.activation_bytes * tokens * hidden_size / split
-    total = 2 * one * m * layout.virtual_stages
+    total = pp_bytes(
+        hidden_size, layout.tp, layout.cp, layout.micro_batch_size, m, layout.virtual_stages,
+        training.seq_len, training.activation_bytes,
+        layout.sp or not physical or layout.pipeline_scatter_gather,
+        tied_embedding_params if physical else 0, reduce_bytes,
+    )  # fmt: skip
     name = "send/recv (point-to-point)"
-    if tied_embedding_params and layout.framework.physical:
-        total += reduce_bytes * tied_embedding_params  # all-reduce over 2 ranks: 2·(1/2)·bytes
+    if tied_embedding_params and physical:
         name += " + tied-embedding all-reduce"
     return AxisTraffic("pp", name, layout.pp, total)
+
+
+def pp_bytes(
+    hidden_size: int,
+    tp: Any,
+    cp: Any,
+    b: Any,
+    m: Any,
+    v: Any,
+    seq_len: int,
+    beta: int,
+    split_over_tp: Any,
+    tied_embedding_params: Any,
+    reduce_bytes: int,
+) -> Any:
+    """Bytes per step of :func:`pp_traffic` (pp > 1), from plain numbers: exact for ints,
+    element-wise for arrays. ``split_over_tp``: each send carries 1/tp of the activation."""
+    tokens = exact(seq_len) / cp * b
+    one = beta * tokens * hidden_size / where(split_over_tp, tp, 1)
+    # the tied embedding's all-reduce over its 2 ranks: 2·(1/2)·bytes per element
+    return 2 * one * m * v + reduce_bytes * tied_embedding_params
 
 
 def cp_traffic(
@@ -252,7 +324,27 @@ def cp_traffic(
     if layout.cp == 1:
         return AxisTraffic("cp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    tokens = Fraction(training.seq_len, layout.cp) * layout.micro_batch_size
+    total = cp_bytes(
+        arch, num_layers, layout.cp, layout.tp, layout.micro_batch_size, m, training.seq_len,
+        training.activation_bytes, _passes(layout.recompute, attention_core=True) > 2,
+    )  # fmt: skip
+    return AxisTraffic("cp", "ring send/recv of K, V (ring attention)", layout.cp, total)
+
+
+def cp_bytes(
+    arch: Architecture,
+    num_layers: Any,
+    cp: Any,
+    tp: Any,
+    b: Any,
+    m: Any,
+    seq_len: int,
+    beta: int,
+    recomputed: bool,
+) -> Any:
+    """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
+    for arrays); ``recomputed``: the attention core runs again in backward."""
+    tokens = exact(seq_len) / cp * b
     if arch.attention is AttentionKind.MLA:
         assert arch.mla is not None
         dims = arch.num_attention_heads * (
@@ -260,10 +352,9 @@ def cp_traffic(
         )
     else:
         dims = 2 * arch.kv_heads * arch.dim_per_head
-    forward = (layout.cp - 1) * training.activation_bytes * tokens * Fraction(dims, layout.tp)
-    passes = 1 + 2 + (_passes(layout.recompute, attention_core=True) - 2)
-    total = forward * passes * num_layers * m
-    return AxisTraffic("cp", "ring send/recv of K, V (ring attention)", layout.cp, total)
+    forward = (cp - 1) * beta * tokens * dims / tp
+    passes = 3 + (1 if recomputed else 0)
+    return forward * passes * num_layers * m
 
 
 def ep_traffic(
@@ -287,17 +378,30 @@ def ep_traffic(
     if layout.ep == 1 or arch.moe is None:
         return AxisTraffic("ep", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    tokens = (
-        Fraction(training.seq_len, layout.cp)
-        * layout.micro_batch_size
-        / (layout.tp if layout.sp else 1)
-    )
-    one = (
-        _ring(layout.ep)
-        * arch.moe.experts_per_token
-        * tokens
-        * arch.hidden_size
-        * training.activation_bytes
-    )
-    total = 2 * one * _passes(layout.recompute) * num_moe_layers * m
+    total = ep_bytes(
+        arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
+        training.seq_len, training.activation_bytes, layout.sp, _passes(layout.recompute) > 2,
+    )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
+
+
+def ep_bytes(
+    arch: Architecture,
+    num_moe_layers: Any,
+    ep: Any,
+    tp: Any,
+    cp: Any,
+    b: Any,
+    m: Any,
+    seq_len: int,
+    beta: int,
+    sp: Any,
+    recompute: bool,
+) -> Any:
+    """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
+    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again)."""
+    if arch.moe is None:
+        return 0 * ep
+    tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
+    one = _ring(ep) * arch.moe.experts_per_token * tokens * arch.hidden_size * beta
+    return 2 * one * (3 if recompute else 2) * num_moe_layers * m

@@ -26,13 +26,14 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
 from trainplan.model.params import count_params, padded_vocab, split_layers, stage_params
-from trainplan.model.pipeline import Schedule, bubble_fraction, bubble_ratio
+from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.timing import (
     CostOptions,
+    core_passes,
     exposed_seconds,
-    stage_microbatch_attention_flops,
-    stage_microbatch_flops,
+    microbatch_flop_terms,
+    stage_peak_seconds,
 )
 
 __all__ = [
@@ -43,6 +44,9 @@ __all__ = [
     "evaluate",
     "ZeroRow",
     "stage_memory",
+    "stage_params_per_gpu",
+    "gather_units",
+    "stage_kinds",
     "stage_states",
     "stage_activation_list",
     "TimeTerms",
@@ -219,7 +223,7 @@ def _stage_param_list(
     model: ModelSpec, layout: Layout, vocab_multiple: int
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layers, dense params per GPU, expert params per GPU) for every stage."""
-    return _stage_params_cached(model, *_split_key(layout), vocab_multiple)
+    return stage_params_per_gpu(model, *_split_key(layout), vocab_multiple)
 
 
 def _per_gpu(dense: int, replicated: int, tp: int, physical: bool) -> Fraction:
@@ -231,7 +235,7 @@ def _per_gpu(dense: int, replicated: int, tp: int, physical: bool) -> Fraction:
 
 
 @cache
-def _stage_params_cached(
+def stage_params_per_gpu(
     model: ModelSpec,
     tp: int,
     pp: int,
@@ -242,6 +246,10 @@ def _stage_params_cached(
     physical: bool,
     vocab_multiple: int,
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
+    """(stage, layer indices, dense parameters on one GPU, routed-expert parameters on one GPU)
+    of every pipeline stage: dense ÷ tp (except, under a physical profile, what every tp rank
+    holds whole), experts ÷ etp·ep; a declared size divided evenly over tp·pp. Exact, cached on
+    what it reads (the search's tables ask for each structure once)."""
     arch = model.arch
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
@@ -265,7 +273,7 @@ def stage_states(
 ) -> tuple[ModelState, ...]:
     """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
     The search tabulates this function over (shape, zero_stage)."""
-    units = _gather_units(model, *_split_key(layout), vocab_multiple)
+    units = gather_units(model, *_split_key(layout), vocab_multiple)
     return tuple(
         model_state(d, e, layout, training, gather_unit=units[i])
         for i, (_, _, d, e) in enumerate(_stage_param_list(model, layout, vocab_multiple))
@@ -273,7 +281,7 @@ def stage_states(
 
 
 @cache
-def _gather_units(
+def gather_units(
     model: ModelSpec,
     tp: int,
     pp: int,
@@ -379,7 +387,7 @@ def _busiest(
     """(dense, expert params per GPU of the stage with the most parameters, the most layers on a
     stage, the most MoE layers on a stage, and per distinct stage (layers, MoE layers, first,
     last)): what each axis's traffic reads."""
-    params = _stage_params_cached(model, tp, pp, v, ep, uneven, etp, physical, vocab_multiple)
+    params = stage_params_per_gpu(model, tp, pp, v, ep, uneven, etp, physical, vocab_multiple)
     _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
     most_layers = max(len(p[1]) for p in params)
     arch = model.arch
@@ -486,27 +494,29 @@ def _slowest_stage_flops(
     attention_efficiency: float | None,
 ) -> float:
     """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on the slowest pipeline stage (what
-    sets the pace): its hardware FLOPs at ``efficiency``, the FlashAttention core's at
-    ``attention_efficiency`` when that is given and FlashAttention is on."""
-    layout = Layout(
-        pp=pp,
-        virtual_stages=v,
-        micro_batch_size=b,
-        recompute=recompute,
-        schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
+    sets the pace): :func:`model.timing.stage_peak_seconds` of each stage, the FlashAttention
+    core at ``attention_efficiency`` when that is given and FlashAttention is on."""
+    terms = microbatch_flop_terms(arch, training.seq_len, b, recompute, causal)
+    separate = attention_efficiency if training.flash_attention else None
+    return max(
+        stage_peak_seconds(
+            terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate
+        )
+        for n_dense, n_moe, last in stage_kinds(arch, pp, v)
     )
-    split = split_layers(arch.num_layers, pp, v)
-    separate = attention_efficiency is not None and training.flash_attention
 
-    def cost(i: int, layers: tuple[int, ...]) -> float:
-        total = stage_microbatch_flops(arch, layers, i == pp - 1, layout, training, causal)
-        if not separate:
-            return total / efficiency
-        assert attention_efficiency is not None
-        core = stage_microbatch_attention_flops(arch, layers, layout, training, causal)
-        return (total - core) / efficiency + core / attention_efficiency
 
-    return max(cost(i, layers) for i, layers in enumerate(split))
+@cache
+def stage_kinds(
+    arch: Architecture, pp: int, v: int, uneven: bool = True
+) -> tuple[tuple[int, int, bool], ...]:
+    """(dense layers, MoE layers, holds the output layer) of each pipeline stage."""
+    split = split_layers(arch.num_layers, pp, v, uneven)
+    out = []
+    for i, layers in enumerate(split):
+        moe = sum(map(arch.is_moe_layer, layers))
+        out.append((len(layers) - moe, moe, i == pp - 1))
+    return tuple(out)
 
 
 def time_terms(

@@ -14,18 +14,27 @@ full and √n recomputation keep checkpoints instead and add a transient, counte
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.activations import ActivationContext
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import split_layers
-from trainplan.model.pipeline import Schedule, interleaved_chunks_held, microbatches_in_flight
+from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.stage_bytes import (
+    apply_form,
+    chunk_form,
+    chunk_peak,
+    embedding_bytes,
+    layer_quantities,
+    peak_transient,
+    sqrt_segment,
+    stage_forms,
+)
 
 __all__ = [
     "ModelState",
@@ -173,17 +182,6 @@ def state_terms(
     return w, g, o, gathered, buffers + mech.bucket_bytes, step
 
 
-def sqrt_segment(num_layers: int) -> int:
-    """k = round(√n) layers per checkpointed segment (≥ 1; halves round up). Chen et al. 2016 §4.
-
-    Examples
-    --------
-    >>> sqrt_segment(100), sqrt_segment(8), sqrt_segment(1)
-    (10, 3, 1)
-    """
-    return max(1, math.floor(math.sqrt(num_layers) + 0.5))
-
-
 @dataclass(frozen=True, slots=True)
 class StageActivations:
     """Activation bytes on one GPU of one pipeline stage (exact)."""
@@ -227,19 +225,6 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
     )
-
-
-def _embedding_bytes(
-    arch: Architecture, ctx: ActivationContext, stage: int, pp: int, vocab: int
-) -> Fraction:
-    sp_div = ctx.tp if ctx.sequence_parallel else 1
-    S, beta, h = ctx.tokens, ctx.activation_bytes, arch.hidden_size
-    total = Fraction(0)
-    if stage == 0 and arch.dropout:
-        total += S * h / sp_div
-    if stage == pp - 1:
-        total += 2 * beta * S * h / sp_div + 4 * S * vocab / ctx.tp
-    return total
 
 
 def stage_activations(
@@ -313,74 +298,54 @@ def _stage_activations(
     vocab_size: int | None,
     m: int,
 ) -> StageActivations:
+    """The stage's bytes from :mod:`model.stage_bytes`' terms (the search's tables assemble the
+    same terms over arrays of layouts)."""
     ctx = _context(arch, layout, training)
-    in_flight = microbatches_in_flight(layout.pp, m, layout.schedule, layout.virtual_stages, stage)
+    q = layer_quantities(arch, ctx)
+    pp, v, mode = layout.pp, layout.virtual_stages, layout.recompute
+    in_flight = microbatches_in_flight(pp, m, layout.schedule, v, stage)
     kinds = tuple(arch.is_moe_layer(j) for j in layers)
-    per_mb, transient = _per_microbatch(arch, kinds, layout.recompute, ctx)
-    emb = _embedding_bytes(arch, ctx, stage, layout.pp, vocab_size or arch.vocab_size)
+    per_form, transient_forms = stage_forms(kinds, mode)
+    per_mb, transient = apply_form(per_form, q), peak_transient(transient_forms, q)
+    emb = embedding_bytes(
+        arch,
+        stage == 0,
+        stage == pp - 1,
+        ctx.tokens,
+        layout.tp,
+        layout.sp,
+        training.activation_bytes,
+        vocab_size or arch.vocab_size,
+    )
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
-    chunks = _interleaved_peak(arch, layers, stage, layout, m, ctx, emb)
-    if chunks is None:
+    if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         return StageActivations(
             per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
         )
-    kept, held = chunks
-    # the embedding lives in the stage's first chunk, the output layer in the last one: each is
-    # held for as many micro-batches as its chunk (the last stage's last chunk: one at a time)
-    emb_held = held[0] if stage == 0 else held[-1]
-    if kept is None or not per_mb:  # √n: per-chunk checkpoints are not modelled; closed form
+    # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
+    # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
+    # place the end chunk's micro-batches.
+    local = local_chunks(arch, pp, v, layout.uneven_stages, stage)
+    if mode is Recompute.SQRT:
+        held, end_held = chunk_peak(pp, m, v, stage, [Fraction(len(c)) for c in local], 0)
         kept = per_mb * in_flight
+    else:
+        chunk_bytes = [apply_form(chunk_form(c, mode), q) for c in local]
+        held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
+        kept = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
     return StageActivations(
-        kept, transient, emb * emb_held, kept / per_mb if per_mb else in_flight, per_mb, outputs
+        kept, transient, emb * end_held, kept / per_mb if per_mb else in_flight, per_mb, outputs
     )
 
 
-def _interleaved_peak(
-    arch: Architecture,
-    layers: tuple[int, ...],
-    stage: int,
-    layout: Layout,
-    m: int,
-    ctx: ActivationContext,
-    end_bytes: Fraction = Fraction(0),
-) -> tuple[Fraction | None, tuple[int, ...]] | None:
-    """(layer bytes held at the peak, micro-batches held per local chunk) of an interleaved
-    stage, found chunk by chunk. Megatron's warm-up runs the first chunk for pp micro-batches,
-    then the next chunk…, so the chunks hold different counts
-    (:func:`model.pipeline.interleaved_chunks_held`): a small first chunk (uneven ``pp·v``, e.g.
-    Llama 3 405B's 126 layers in 64 chunks) holds more micro-batches than the others, and the
-    last stage's last chunk — the one with the output layer — holds one micro-batch at a time.
-    The peak is found by bytes, ``end_bytes`` (the embedding's or output layer's activations per
-    micro-batch) weighing the stage's first chunk (stage 0) or last chunk (last stage): an empty
-    last chunk still holds the output layer's logits. Under √n recomputation the layer bytes are
-    None (the closed form is used) and the counts come from the chunks' layer counts. None
-    without interleaving."""
-    v, pp = layout.virtual_stages, layout.pp
-    if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
-        return None
-    chunks = split_layers(arch.num_layers, pp * v, 1, layout.uneven_stages)
-    local = [chunks[stage + j * pp] for j in range(v)]
-    if layout.recompute is Recompute.SQRT:
-        counts = tuple(Fraction(len(c)) for c in local)
-        return None, interleaved_chunks_held(pp, m, v, stage, counts)
-
-    def kept(j: int) -> Fraction:
-        a = layer_activations(arch, j, ctx)
-        if layout.recompute is Recompute.NONE:
-            return a.full_bytes
-        if layout.recompute is Recompute.SELECTIVE:
-            return a.selective_bytes
-        return a.checkpoint_bytes
-
-    chunk_bytes = [sum((kept(j) for j in chunk), Fraction(0)) for chunk in local]
-    weights = list(chunk_bytes)
-    if stage == 0:
-        weights[0] += end_bytes
-    elif stage == pp - 1:
-        weights[-1] += end_bytes
-    held = interleaved_chunks_held(pp, m, v, stage, tuple(weights))
-    total = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
-    return total, held
+@cache
+def local_chunks(
+    arch: Architecture, pp: int, v: int, uneven: bool, stage: int
+) -> tuple[tuple[bool, ...], ...]:
+    """The layer kinds (MoE or not) of each of a stage's v model chunks: chunks i, i + pp, …
+    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`split_layers`)."""
+    chunks = split_layers(arch.num_layers, pp * v, 1, uneven)
+    return tuple(tuple(arch.is_moe_layer(j) for j in chunks[stage + k * pp]) for k in range(v))
 
 
 def _pipeline_output_bytes(
@@ -404,39 +369,3 @@ def _pipeline_output_bytes(
     v = layout.virtual_stages
     senders = v - 1 if stage == layout.pp - 1 else v
     return one * senders  # × micro-batches in flight (each of v chunks) = chunks in flight
-
-
-@cache
-def _per_microbatch(
-    arch: Architecture, kinds: tuple[bool, ...], mode: Recompute, ctx: ActivationContext
-) -> tuple[Fraction, Fraction]:
-    """(bytes kept per micro-batch, recompute transient) of a stage whose layers are MoE or not
-    as ``kinds`` says; cached, since most stages of a layout repeat the same layers."""
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else 0
-    acts = [layer_activations(arch, first_moe if moe else 0, ctx) for moe in kinds]
-    transient = Fraction(0)
-    if mode is Recompute.NONE:
-        return sum((a.full_bytes for a in acts), Fraction(0)), transient
-    if mode is Recompute.SELECTIVE:
-        return sum((a.selective_bytes for a in acts), Fraction(0)), transient
-    k = 1 if mode is Recompute.FULL else sqrt_segment(len(acts))
-    segments = [acts[i : i + k] for i in range(0, len(acts), k)]
-    ckpts = [seg[0].checkpoint_bytes for seg in segments]
-    per_mb = sum(ckpts, Fraction(0))
-    # Backward runs the segments last to first and frees a segment's checkpoint when its
-    # backward is done, so while segment j is recomputed the checkpoints after it are gone:
-    # transient_j = its layers' bytes − its own checkpoint (the input its first layer keeps, none
-    # with memory-efficient norms) − the later checkpoints. When k divides
-    # n the last segment is the largest and this is k·full_layer − checkpoint (Chen et al. 2016);
-    # a shorter last segment makes the one before it the peak (measured in tests/fidelity).
-    transient = (
-        max(
-            sum((a.full_bytes for a in seg), Fraction(0))
-            - seg[0].input_bytes
-            - sum(ckpts[j + 1 :], Fraction(0))
-            for j, seg in enumerate(segments)
-        )
-        if segments
-        else Fraction(0)
-    )  # a stage of no layers (embedding or output layer only)
-    return per_mb, transient

@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.xp import maximum, minimum, where
+from trainplan.model.xp import exact, maximum, minimum, where
 
 __all__ = [
     "Schedule",
@@ -32,6 +32,8 @@ __all__ = [
     "interleaved_chunks_held",
     "interleaved_chunks_held_simulated",
     "interleaved_peak",
+    "flat_in_flight",
+    "interleaved_in_flight",
 ]
 
 
@@ -114,15 +116,44 @@ def bubble_fraction(pp: int, m: int, v: int = 1) -> Fraction:
     return Fraction(pp - 1, v * m + pp - 1)
 
 
-def bubble_ratio(pp: int, m: int, v: int = 1) -> Fraction:
+def bubble_ratio(pp: Any, m: Any, v: Any = 1) -> Any:
     """Bubble time over ideal compute time: ``(pp − 1)/(v·m)`` (Narayanan et al. 2021, §2.2.1).
+    Exact for ints; element-wise for arrays of layouts.
 
     Examples
     --------
     >>> bubble_ratio(16, 16)
     Fraction(15, 16)
     """
-    return Fraction(pp - 1, v * m)
+    return exact(pp - 1) / (v * m)
+
+
+def flat_in_flight(pp: Any, m: Any, stage: Any, gpipe: Any) -> Any:
+    """Micro-batches held at the peak by a GPipe stage (``m``: every forward before any
+    backward) or a 1F1B stage (``min(pp − stage, m)``: its warm-up forwards; Narayanan et al.
+    2021 §2.2.1).
+
+    Examples
+    --------
+    >>> flat_in_flight(4, 8, 1, False), flat_in_flight(4, 8, 1, True)
+    (3, 8)
+    """
+    return where(gpipe, m, minimum(pp - stage, m))
+
+
+def interleaved_in_flight(pp: Any, m: Any, v: int, stage: Any) -> Any:
+    """Micro-batches of a whole stage held at the peak under the interleaved schedule when its
+    chunks are equal: Megatron-LM's warm-up runs ``2·(pp − i − 1) + (v − 1)·pp`` chunk forwards
+    before the first backward, so one more chunk is held at the peak, capped at m·v, each 1/v of
+    the stage — ``pp·(1 + (pp − 1)/(pp·v))`` on the first stage (Korthikanti et al. 2022
+    §4.2.3).
+
+    Examples
+    --------
+    >>> interleaved_in_flight(4, 8, 2, 0)
+    Fraction(11, 2)
+    """
+    return exact(minimum(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v)) / v
 
 
 def microbatches_in_flight(
@@ -150,12 +181,9 @@ def microbatches_in_flight(
     sched = check_schedule(pp, m, schedule, v)
     if not 0 <= stage < pp:
         raise LayoutError(f"stage: {stage} must be in [0, {pp})")
-    if sched is Schedule.GPIPE:
-        return Fraction(m)
-    if sched is Schedule.ONE_F_ONE_B or pp == 1:
-        return Fraction(min(pp - stage, m))
-    chunks = 2 * (pp - stage - 1) + (v - 1) * pp + 1
-    return Fraction(min(chunks, m * v), v)
+    if sched is Schedule.INTERLEAVED and pp > 1:
+        return interleaved_in_flight(pp, m, v, stage)
+    return Fraction(flat_in_flight(pp, m, stage, sched is Schedule.GPIPE))
 
 
 def _chunk_count(done: Any, position: int, pp: Any, v: int) -> Any:

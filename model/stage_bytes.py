@@ -12,8 +12,9 @@ arrays of thousands of layouts) both assemble a stage's bytes from these pieces 
   (Chen et al. 2016 §4 for √n; Korthikanti et al. 2022 §5 for selective and full).
 * :func:`apply_form`, :func:`peak_transient` — the forms evaluated on exact figures or arrays.
 * :func:`embedding_bytes` — the embedding's and the output layer's activations on the end stages.
-* :func:`flat_in_flight` — micro-batches held by GPipe and 1F1B stages (closed forms);
-  interleaved stages use :func:`model.pipeline.interleaved_peak` chunk by chunk.
+* :func:`chunk_peak` — an interleaved stage's peak chunk by chunk
+  (:func:`model.pipeline.interleaved_peak`); GPipe and 1F1B stages hold
+  :func:`model.pipeline.flat_in_flight` micro-batches.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any
 
 from trainplan.model.activations import ActivationContext, _layer_activations
 from trainplan.model.layout import Recompute
+from trainplan.model.pipeline import interleaved_peak
 from trainplan.model.specs import Architecture
-from trainplan.model.xp import maximum, minimum, where
+from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
     "QUANTITIES",
@@ -37,7 +39,7 @@ __all__ = [
     "apply_form",
     "peak_transient",
     "embedding_bytes",
-    "flat_in_flight",
+    "chunk_peak",
     "sqrt_segment",
 ]
 
@@ -156,8 +158,9 @@ def chunk_form(kinds: tuple[bool, ...], mode: Recompute) -> Form:
     return tuple(_add([0] * 8, *(_unit(k, quantity) for k in kinds)))
 
 
-def apply_form(form: Form, quantities: Sequence[Any]) -> Any:
-    """Σ coefficient × figure: exact for Fractions, element-wise for arrays of layouts.
+def apply_form(form: Sequence[Any], quantities: Sequence[Any]) -> Any:
+    """Σ coefficient × figure: exact for Fractions, element-wise for arrays of layouts (the
+    coefficients may themselves be arrays: one form per layout and stage).
 
     Examples
     --------
@@ -166,12 +169,12 @@ def apply_form(form: Form, quantities: Sequence[Any]) -> Any:
     """
     total: Any = 0
     for c, q in zip(form, quantities, strict=True):
-        if c:
+        if is_array(c) or c:
             total = total + c * q
     return total
 
 
-def peak_transient(forms: Sequence[Form], quantities: Sequence[Any]) -> Any:
+def peak_transient(forms: Sequence[Sequence[Any]], quantities: Sequence[Any]) -> Any:
     """The largest of the candidate transients (0 for none: a stage without recomputation, or
     one of no layers).
 
@@ -218,14 +221,25 @@ def embedding_bytes(
     return where(first, dropout, 0) + where(last, output, 0)
 
 
-def flat_in_flight(pp: Any, m: Any, stage: Any, gpipe: Any) -> Any:
-    """Micro-batches held at the peak by a GPipe stage (``m``: every forward before any
-    backward) or a 1F1B stage (``min(pp − stage, m)``: its warm-up forwards; Narayanan et al.
-    2021 §2.2.1).
+def chunk_peak(
+    pp: Any, m: Any, v: int, stage: Any, chunk_weights: Sequence[Any], end_weight: Any
+) -> tuple[list[Any], Any]:
+    """(micro-batches held per local chunk, and by the chunk with the embedding or the output
+    layer) at an interleaved stage's peak, the chunks weighing ``chunk_weights`` per micro-batch
+    and the end stages' end chunk ``end_weight`` more (the embedding lives in stage 0's first
+    chunk, the output layer in the last stage's last chunk: an empty last chunk still weighs its
+    logits). :func:`model.pipeline.interleaved_peak` finds the peak.
 
     Examples
     --------
-    >>> flat_in_flight(4, 8, 1, False), flat_in_flight(4, 8, 1, True)
-    (3, 8)
+    >>> chunk_peak(4, 8, 2, 3, [1, 1], 5)  # the last stage's last chunk: one micro-batch
+    ([4, 1], 1)
     """
-    return where(gpipe, m, minimum(pp - stage, m))
+    first = stage == 0
+    last = (stage == pp - 1) & (stage != 0)
+    weights = [
+        w + where((first & (j == 0)) | (last & (j == v - 1)), end_weight, 0)
+        for j, w in enumerate(chunk_weights)
+    ]
+    _, held = interleaved_peak(pp, m, v, stage, weights)
+    return held, where(first, held[0], held[v - 1])

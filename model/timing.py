@@ -9,10 +9,11 @@ link's bandwidth per GPU per direction (no latency term).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
+from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.flops import (
@@ -23,6 +24,7 @@ from trainplan.model.flops import (
 )
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.xp import maximum, where
 
 __all__ = [
     "DEFAULT_OVERLAP",
@@ -36,6 +38,10 @@ __all__ = [
     "CostOptions",
     "stage_microbatch_flops",
     "stage_microbatch_attention_flops",
+    "microbatch_flop_terms",
+    "stage_hardware_flops",
+    "stage_peak_seconds",
+    "core_passes",
     "exposed_seconds",
 ]
 
@@ -179,38 +185,59 @@ def stage_microbatch_flops(
     >>> stage_microbatch_flops(gpt, (0,), True, Layout(), t) == 3 * (24 * 4 * 64 + 4 * 16 * 8 + 2 * 4 * 8 * 16)
     True
     """
-    return _stage_microbatch_flops(
-        arch,
-        sum(map(arch.is_moe_layer, layers)),
-        len(layers),
-        last,
-        training.seq_len,
-        layout.micro_batch_size,
-        layout.recompute,
-        causal,
+    moe = sum(map(arch.is_moe_layer, layers))
+    terms = microbatch_flop_terms(
+        arch, training.seq_len, layout.micro_batch_size, layout.recompute, causal
     )
+    return stage_hardware_flops(terms, len(layers) - moe, moe, last)
 
 
 @cache
-def _stage_microbatch_flops(
-    arch: Architecture,
-    moe_layers: int,
-    num_layers: int,
-    last: bool,
-    s: int,
-    b: int,
-    recompute: Recompute,
-    causal: bool,
-) -> int:
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else 0
-    kinds = ((num_layers - moe_layers, 0), (moe_layers, first_moe))  # (count, a layer of that kind)
-    fwd = sum(n * layer_forward_flops(arch, j, s, b, causal) for n, j in kinds if n)
-    if last:
-        fwd += 2 * s * b * arch.hidden_size * arch.vocab_size
-    recomputed = sum(
-        n * recompute_forward_flops(arch, j, s, b, recompute, causal) for n, j in kinds if n
+def microbatch_flop_terms(
+    arch: Architecture, s: int, b: int, recompute: Recompute, causal: bool
+) -> tuple[int, int, int, int, int, int]:
+    """FLOPs of one micro-batch of ``b`` sequences of ``s`` tokens (whole, all tp·cp ranks),
+    the terms a stage's time is built from: (forward of a dense layer, of a MoE layer, of the
+    output layer; recomputed forward of a dense layer, of a MoE layer; the attention core's
+    forward). Exact integers (:mod:`model.flops`); per-layer FLOPs grow with b."""
+    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
+    kinds = [(0, first_moe > 0), (first_moe, arch.moe is not None)]  # (layer index, exists)
+    f_dense, f_moe = (layer_forward_flops(arch, j, s, b, causal) if ok else 0 for j, ok in kinds)
+    r_dense, r_moe = (
+        recompute_forward_flops(arch, j, s, b, recompute, causal) if ok else 0 for j, ok in kinds
     )
-    return 3 * fwd + recomputed
+    out = 2 * s * b * arch.hidden_size * arch.vocab_size
+    core = attention_core_forward_flops(arch, s, b, causal)
+    return f_dense, f_moe, out, r_dense, r_moe, core
+
+
+def stage_hardware_flops(terms: Sequence[int], n_dense: Any, n_moe: Any, last: Any) -> Any:
+    """Hardware FLOPs of one micro-batch on a stage of ``n_dense`` dense and ``n_moe`` MoE
+    layers (``last``: it holds the output layer): ``3 × forward + recomputed forward`` of
+    :func:`microbatch_flop_terms`. Exact for ints; element-wise for arrays of layouts."""
+    f_dense, f_moe, out, r_dense, r_moe, _ = terms
+    forward = n_dense * f_dense + n_moe * f_moe + where(last, out, 0)
+    return 3 * forward + n_dense * r_dense + n_moe * r_moe
+
+
+def stage_peak_seconds(
+    terms: Sequence[int],
+    n_dense: Any,
+    n_moe: Any,
+    last: Any,
+    core_passes: int,
+    efficiency: float,
+    attention_efficiency: float | None,
+) -> Any:
+    """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on a stage: its hardware FLOPs at
+    ``efficiency``; with ``attention_efficiency`` the attention core's ``core_passes`` passes
+    (3, or 4 when recomputed) at that efficiency instead. Divide by (tp·cp) and the peak for
+    seconds on one GPU."""
+    total = stage_hardware_flops(terms, n_dense, n_moe, last)
+    if attention_efficiency is None:
+        return total / efficiency
+    core = core_passes * terms[5] * (n_dense + n_moe)
+    return (total - core) / efficiency + core / attention_efficiency
 
 
 def stage_microbatch_attention_flops(
@@ -233,8 +260,13 @@ def stage_microbatch_attention_flops(
     True
     """
     core = attention_core_forward_flops(arch, training.seq_len, layout.micro_batch_size, causal)
-    passes = 3 if layout.recompute is Recompute.NONE else 4
-    return passes * core * len(layers)
+    return core_passes(layout.recompute) * core * len(layers)
+
+
+def core_passes(recompute: Recompute) -> int:
+    """Passes of the attention core per micro-batch: forward and backward (3 forwards' worth),
+    and once more when it is recomputed (selective, full or √n)."""
+    return 3 if recompute is Recompute.NONE else 4
 
 
 def exposed_seconds(
@@ -268,5 +300,5 @@ def exposed_seconds(
     step_part = seconds - microbatches * microbatch_seconds
     if window_s is None:
         return (1 - overlap) * seconds
-    hidden_behind = max(0.0, microbatch_seconds - window_s) * (microbatches - 1)
+    hidden_behind = maximum(0.0, microbatch_seconds - window_s) * (microbatches - 1)
     return (1 - overlap) * (step_part + microbatch_seconds) + hidden_behind

@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
+from trainplan.model.xp import is_array, minimum, where
 
 if TYPE_CHECKING:  # networkx is imported only when a graph is given (it is slow to import)
     import networkx as nx
@@ -39,6 +40,8 @@ __all__ = [
     "axis_span",
     "fits_in_domain",
     "axis_links",
+    "axis_spans",
+    "two_tier_bandwidth",
 ]
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -119,31 +122,54 @@ def world_size(degrees: Mapping[str, int]) -> int:
     return d["dp"] * d["tp"] * d["pp"] * d["cp"]
 
 
-def _stride_size(d: dict[str, int], axis: str, order: tuple[str, ...]) -> tuple[int, int]:
-    """(stride, size) of ``axis``'s groups: rank offsets between members, and member count."""
+def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tuple[Any, Any]:
+    """(stride, size) of ``axis``'s groups: rank offsets between members, and member count.
+    The degrees may be ints or arrays of layouts (the search's tables: one rank order at a time,
+    etp equal to tp)."""
     dense = [a for a in order if a != "ep"]
 
-    def stride(a: str) -> int:
+    def stride(a: str) -> Any:
         return math.prod(d[x] for x in dense[: dense.index(a)])
 
     if axis in ("tp", "cp", "dp", "pp"):
         return stride(axis), d[axis]
-    block = min(stride("cp"), stride("dp"))  # the cp·dp block starts at the inner of the two
+    block = minimum(stride("cp"), stride("dp"))  # the cp·dp block starts at the inner of the two
     if axis == "dp_cp":
         return block, d["cp"] * d["dp"]
-    if axis == "ep" and d["etp"] != d["tp"]:
-        # Megatron-Core's expert rank order etp-ep-edp-pp over the tp·cp·dp block: ep groups of
-        # consecutive etp-strided ranks (needs tp innermost and pp outermost in the dense order)
-        if dense[0] != "tp" or dense[-1] != "pp":
-            raise LayoutError(
-                f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
-                "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
-            )
-        return d["etp"], d["ep"]
     if axis == "ep":
+        etp = d.get("etp", d["tp"])
+        if not is_array(etp) and etp != d["tp"]:
+            # Megatron-Core's expert rank order etp-ep-edp-pp over the tp·cp·dp block: ep groups
+            # of consecutive etp-strided ranks (needs tp innermost and pp outermost)
+            if dense[0] != "tp" or dense[-1] != "pp":
+                raise LayoutError(
+                    f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
+                    "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
+                )
+            return etp, d["ep"]
         inner = order.index("ep") < order.index("dp")
         return (block, d["ep"]) if inner else (block * d["cp"] * d["dp"] // d["ep"], d["ep"])
     raise LayoutError(f"unknown axis '{axis}' (known: {', '.join(AXES)})")
+
+
+def axis_spans(
+    degrees: Mapping[str, Any], rank_order: Sequence[str], axes: Sequence[str] = AXES
+) -> dict[str, Any]:
+    """The span (stride × group size) of each axis: ints, or arrays of layouts that share one
+    rank order (the search's tables; the degrees are not re-checked here)."""
+    order = tuple(rank_order)
+    out = {}
+    for axis in axes:
+        stride, size = _stride_size(degrees, axis, order)
+        out[axis] = stride * size
+    return out
+
+
+def two_tier_bandwidth(span: Any, links: ClusterLinks) -> Any:
+    """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks on a two-tier
+    cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's (SPEC.md
+    "Units and conventions"). Element-wise for arrays."""
+    return where(span <= links.nvlink_domain, links.nvlink_bytes_per_s, links.scaleout_bytes_per_s)
 
 
 def axis_groups(
@@ -277,7 +303,7 @@ def axis_links(
         else:
             assert isinstance(links, ClusterLinks)
             fits = span <= links.nvlink_domain
-            bandwidth = links.nvlink_bytes_per_s if fits else links.scaleout_bytes_per_s
+            bandwidth = two_tier_bandwidth(span, links)
             out[axis] = AxisLink(axis, size, span, "nvlink" if fits else "scale-out", bandwidth)
     return out
 

@@ -289,28 +289,3 @@ def test_objective_enum_values():
         "cost",
         "params",
     }
-
-
-def test_parallel_tables_equal_serial(monkeypatch):
-    """Large tables are built by two forked processes; the arrays are the same as one process's."""
-    import numpy as np
-
-    from trainplan.optimizer import tables as t
-
-    problem = build_problem({}, {**SMALL, "gpus": "8,16"})
-    monkeypatch.setenv("TRAINPLAN_SERIAL", "1")
-    serial = t.build_tables(problem)
-    monkeypatch.delenv("TRAINPLAN_SERIAL")
-    monkeypatch.setattr(t, "PARALLEL_MIN_SHAPES", 2)
-    parallel = t.build_tables(problem)
-    for name in (
-        "state_ceil",
-        "act_ceil",
-        "fits",
-        "t1_ns",
-        "t2_ns",
-        "capacity",
-        "model_flops",
-        "peak_ceil",
-    ):
-        assert np.array_equal(getattr(serial, name), getattr(parallel, name)), name

@@ -1,0 +1,437 @@
+"""The cost model over arrays of layouts: every term of every candidate of one job at once.
+
+The search's tables (:mod:`optimizer.tables`) need, for thousands of shapes, each stage's model
+state per ZeRO stage, activations per recompute mode, and the step-time terms. This module calls
+the cost model's *own* functions — written once for exact numbers and for arrays
+(:mod:`model.xp`) — with numpy arrays holding every shape (issue 10):
+
+* exact per-*scope* figures, computed once per distinct argument and cached by the model: stage
+  parameters per (tp, pp, v, ep, framework kind) (:func:`model.estimate.stage_params_per_gpu`),
+  per-layer activation figures per (b, cp, tp) (:func:`model.stage_bytes.layer_quantities`),
+  per-micro-batch FLOPs per b (:func:`model.timing.microbatch_flop_terms`), the stage's
+  recompute forms per layer kinds (:func:`model.stage_bytes.stage_forms`);
+* then the formulas over arrays: :func:`model.memory.state_terms`,
+  :func:`model.stage_bytes.apply_form`, :func:`model.pipeline.flat_in_flight`,
+  :func:`model.stage_bytes.chunk_peak` (the interleaved schedule's closed form),
+  :func:`model.timing.stage_peak_seconds`, the traffic of :mod:`model.comm`
+  (``*_bytes``), the links of :func:`topology.placement.two_tier_bandwidth` and
+  :func:`model.timing.exposed_seconds`.
+
+Arrays are float64; bytes are exact to within a byte and times to a nanosecond of the exact
+evaluation (:mod:`tests.optimizer.test_tables_exact` draws random candidates to hold that), and
+fit verdicts near the capacity are re-decided exactly by :mod:`optimizer.tables`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
+from trainplan.model.estimate import gather_units, stage_kinds, stage_params_per_gpu
+from trainplan.model.frameworks import ZERO_STAGES, Framework, check_framework, mechanism
+from trainplan.model.layout import Recompute
+from trainplan.model.memory import _context, local_chunks, state_terms
+from trainplan.model.params import padded_vocab, split_layers
+from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
+from trainplan.model.stage_bytes import (
+    apply_form,
+    chunk_form,
+    chunk_peak,
+    embedding_bytes,
+    layer_quantities,
+    peak_transient,
+    stage_forms,
+)
+from trainplan.model.timing import (
+    core_passes,
+    exposed_seconds,
+    microbatch_flop_terms,
+    stage_peak_seconds,
+)
+from trainplan.optimizer.space import Shape
+
+__all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
+
+_AXES = ("tp", "cp", "ep", "pp")
+"""The axes whose exposed time is part of t1 (dp's is t2)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ShapeArrays:
+    """One job's shapes as arrays ([N] each; [N, 1] where they meet stage arrays)."""
+
+    shapes: tuple[Shape, ...]
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    b: np.ndarray
+    v: np.ndarray
+    m: np.ndarray
+    gpipe: np.ndarray
+    interleaved: np.ndarray
+    physical: np.ndarray
+    P: int
+    """The most pipeline stages of any shape (stage arrays are [N, P], padded)."""
+
+    @property
+    def stage(self) -> np.ndarray:
+        """[1, P] stage indices."""
+        return np.arange(self.P)[None, :]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """[N, P] whether the stage exists (i < pp)."""
+        return self.stage < self.pp[:, None]
+
+    def col(self, name: str) -> np.ndarray:
+        """[N, 1] of a field."""
+        return getattr(self, name)[:, None]
+
+
+def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArrays:
+    """The shapes' fields as int64 arrays (m = B/(b·dp))."""
+
+    def arr(f) -> np.ndarray:
+        return np.array([f(s) for s in shapes], dtype=np.int64)
+
+    dp, b = arr(lambda s: s.dp), arr(lambda s: s.micro_batch_size)
+    pp = arr(lambda s: s.pp)
+    return ShapeArrays(
+        shapes=shapes,
+        dp=dp,
+        tp=arr(lambda s: s.tp),
+        pp=pp,
+        cp=arr(lambda s: s.cp),
+        ep=arr(lambda s: s.ep),
+        b=b,
+        v=arr(lambda s: s.virtual_stages),
+        m=global_batch_size // (b * dp),
+        gpipe=np.array([s.schedule is Schedule.GPIPE for s in shapes]),
+        interleaved=np.array(
+            [s.schedule is Schedule.INTERLEAVED and s.virtual_stages > 1 for s in shapes]
+        ),
+        physical=np.array([s.framework.physical for s in shapes]),
+        P=int(pp.max()) if len(shapes) else 1,
+    )
+
+
+def _gather(keys: list[Any], table: dict[Any, Any], P: int | None = None) -> np.ndarray:
+    """Rows of ``table`` (one per distinct key, each a number or a [≤ P] sequence) for every
+    shape's key: [N] or [N, P] (padded with 0) float64."""
+    distinct = list(dict.fromkeys(keys))
+    index = {k: i for i, k in enumerate(distinct)}
+    if P is None:
+        rows = np.array([float(table[k]) for k in distinct], dtype=float)
+    else:
+        rows = np.zeros((len(distinct), P))
+        for i, k in enumerate(distinct):
+            values = [float(x) for x in table[k]]
+            rows[i, : len(values)] = values
+    return rows[np.array([index[k] for k in keys], dtype=np.int64)]
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def _structure_key(s: Shape) -> tuple:
+    return (s.tp, s.pp, s.virtual_stages, s.ep, True, s.tp, s.framework.physical)
+
+
+def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
+    """Forward/backward state [N, Z, P], optimizer-step state [N, Z, P], activations
+    [N, R, P] and legality [N, Z] of every shape of ``job``, from the cost model's terms."""
+    case = job.case
+    model, t, vm = case.model, case.training, case.vocab_multiple
+    arch = model.arch
+    assert arch is not None
+    N, P, Z, R = len(sa.shapes), sa.P, len(zero_stages), len(recomputes)
+    keys = [_structure_key(s) for s in sa.shapes]
+    params = {k: stage_params_per_gpu(model, *k, vm) for k in dict.fromkeys(keys)}
+    units = {k: gather_units(model, *k, vm) for k in dict.fromkeys(keys)}
+    dense = _gather(keys, {k: [p[2] for p in v] for k, v in params.items()}, P)
+    experts = _gather(keys, {k: [p[3] for p in v] for k, v in params.items()}, P)
+    dense_u = _gather(keys, {k: [u[0] for u in v] for k, v in units.items()}, P)
+    expert_u = _gather(keys, {k: [u[1] for u in v] for k, v in units.items()}, P)
+    shard = sa.col("dp") * sa.col("cp")
+    expert_shard = shard // sa.col("ep")
+    valid = sa.valid
+    state = np.zeros((N, Z, P))
+    step = np.zeros((N, Z, P))
+    legal = np.zeros((N, Z), dtype=bool)
+    frameworks = np.array([s.framework.value for s in sa.shapes])
+    for fw_name in dict.fromkeys(frameworks.tolist()):
+        fw = Framework(fw_name)
+        rows = frameworks == fw_name
+        for zi, z in enumerate(zero_stages):
+            if z not in ZERO_STAGES[fw]:
+                continue
+            ok = rows & ~((fw is Framework.DEEPSPEED) & (z >= 2) & (sa.pp > 1))
+            check_framework(fw, z, 1)
+            mech = mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
+            w, g, o, gathered, buffers, extra = state_terms(
+                mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok], expert_u[ok]
+            )
+            total = w + g + o
+            state[ok, zi] = np.where(valid[ok], total + gathered + buffers, 0)
+            step[ok, zi] = np.where(valid[ok], total + extra, 0)
+            legal[ok, zi] = True
+    act = np.zeros((N, R, P))
+    for ri, mode in enumerate(recomputes):
+        act[:, ri] = np.where(valid, _activations(job, sa, Recompute(mode)), 0)
+    return {"state": state, "step": step, "act": act, "legal": legal}
+
+
+def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
+    """[N, P] activation bytes of every stage under ``mode`` (layers in flight, the recompute
+    transient and the embedding/output layer; pipeline outputs are deallocated)."""
+    case = job.case
+    arch, t = case.model.arch, case.training
+    assert arch is not None
+    N, P = len(sa.shapes), sa.P
+    # per-layer figures per activation context (b, cp, tp)
+    ctx_keys = [(s.micro_batch_size, s.cp, s.tp) for s in sa.shapes]
+    figures = {
+        k: layer_quantities(arch, _context(arch, sa.shapes[ctx_keys.index(k)].layout(1, mode), t))
+        for k in dict.fromkeys(ctx_keys)
+    }
+    q = [_gather(ctx_keys, {k: f[i] for k, f in figures.items()})[:, None] for i in range(8)]
+    # each stage's forms: what it keeps per micro-batch and its transient candidates
+    struct = [(s.pp, s.virtual_stages) for s in sa.shapes]
+    per_mb_c, trans_c = _stage_form_arrays(arch, struct, mode, P)
+    per_mb = apply_form(per_mb_c, q)
+    transient = peak_transient(trans_c, q) if trans_c else np.zeros((N, P))
+    stage = sa.stage
+    vocab = padded_vocab(arch.vocab_size, case.vocab_multiple, sa.col("tp"))
+    tokens = t.seq_len / sa.col("cp") * sa.col("b")
+    emb = embedding_bytes(
+        arch,
+        stage == 0,
+        stage == sa.col("pp") - 1,
+        tokens,
+        sa.col("tp"),
+        sa.col("tp") > 1,
+        t.activation_bytes,
+        vocab,
+    )
+    flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
+    kept, emb_total = per_mb * flight, emb * flight
+    for v in sorted(set(sa.v[sa.interleaved].tolist())):
+        rows = sa.interleaved & (sa.v == v)
+        k, e = _interleaved(arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows])
+        kept[rows], emb_total[rows] = k, e
+    return kept + transient + emb_total
+
+
+def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
+    """Coefficient arrays of every shape's stages: ([8] of [N, P], [T] of [8] of [N, P])."""
+    distinct = list(dict.fromkeys(struct))
+    forms = {}
+    T = 0
+    for pp, v in distinct:
+        split = split_layers(arch.num_layers, pp, v)
+        per_stage = [stage_forms(tuple(map(arch.is_moe_layer, layers)), mode) for layers in split]
+        forms[(pp, v)] = per_stage
+        T = max(T, *(len(f[1]) for f in per_stage))
+    index = np.array([distinct.index(k) for k in struct], dtype=np.int64)
+    per_mb = np.zeros((len(distinct), 8, P))
+    trans = np.zeros((len(distinct), T, 8, P))
+    for d, key in enumerate(distinct):
+        for i, (pm, tr) in enumerate(forms[key]):
+            per_mb[d, :, i] = pm
+            for j, form in enumerate(tr):
+                trans[d, j, :, i] = form
+    per_mb_c = [per_mb[index, c] for c in range(8)]
+    trans_c = [[trans[index, j, c] for c in range(8)] for j in range(T)]
+    return per_mb_c, trans_c
+
+
+def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
+    """(kept, embedding/output-layer bytes) [n, P] of interleaved shapes with v chunks."""
+    shapes = [s for s, r in zip(sa.shapes, rows, strict=True) if r]
+    P = sa.P
+    pp, m = sa.pp[rows][:, None], sa.m[rows][:, None]
+    stage = np.minimum(sa.stage, pp - 1)  # padded stages: any valid index (masked later)
+    coeff = np.zeros((len(shapes), v, 8, P))
+    counts = np.zeros((len(shapes), v, P))
+    cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for n, s in enumerate(shapes):
+        key = (s.pp, v)
+        if key not in cache:
+            c = np.zeros((v, 8, P))
+            k = np.zeros((v, P))
+            for i in range(s.pp):
+                for j, kinds in enumerate(local_chunks(arch, s.pp, v, True, i)):
+                    c[j, :, i] = chunk_form(kinds, mode)
+                    k[j, i] = len(kinds)
+            cache[key] = (c, k)
+        coeff[n], counts[n] = cache[key]
+    if mode is Recompute.SQRT:
+        _, end_held = chunk_peak(pp, m, v, stage, [counts[:, j] for j in range(v)], 0)
+        return per_mb * interleaved_in_flight(pp, m, v, stage), emb * end_held
+    chunk_bytes = [apply_form([coeff[:, j, c] for c in range(8)], q) for j in range(v)]
+    held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
+    kept = sum(h * cb for h, cb in zip(held, chunk_bytes, strict=True))
+    return kept, emb * end_held
+
+
+# ------------------------------------------------------------------------------ time
+
+
+def _stage_kind_arrays(arch, sa: ShapeArrays):
+    """[N, P] dense layers, MoE layers, last-stage flag, first-stage flag of every stage."""
+    keys = [(s.pp, s.virtual_stages) for s in sa.shapes]
+    kinds = {k: stage_kinds(arch, *k) for k in dict.fromkeys(keys)}
+    n_dense = _gather(keys, {k: [x[0] for x in v] for k, v in kinds.items()}, sa.P)
+    n_moe = _gather(keys, {k: [x[1] for x in v] for k, v in kinds.items()}, sa.P)
+    last = sa.stage == sa.col("pp") - 1
+    return n_dense, n_moe, last, sa.stage == 0
+
+
+def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last) -> np.ndarray:
+    """[N] seconds of one micro-batch on the slowest stage, on one GPU."""
+    case = job.case
+    arch, t, o = case.model.arch, case.training, case.options
+    keys = [s.micro_batch_size for s in sa.shapes]
+    terms = {
+        b: microbatch_flop_terms(arch, t.seq_len, b, mode, o.causal_attention_flops)
+        for b in dict.fromkeys(keys)
+    }
+    cols = [_gather(keys, {b: f[i] for b, f in terms.items()})[:, None] for i in range(6)]
+    separate = o.attention_efficiency if t.flash_attention else None
+    cost = stage_peak_seconds(
+        cols, n_dense, n_moe, last, core_passes(mode), o.kernel_efficiency, separate
+    )
+    cost = np.where(sa.valid, cost, 0).max(axis=1)
+    return cost / (sa.tp * sa.cp) / case.device.peak_flops_per_s
+
+
+def _bandwidths(job, sa: ShapeArrays) -> dict[str, np.ndarray]:
+    """[N] ring bandwidth of each axis (dp: the dp·cp gradient group) for every shape."""
+    from trainplan.optimizer.inputs import links_for
+    from trainplan.topology.placement import axis_spans, two_tier_bandwidth
+
+    case = job.case
+    N = len(sa.shapes)
+    out = {a: np.zeros(N) for a in (*_AXES, "dp")}
+    if case.fabric:  # a cluster graph: each shape's links from the graph (no closed form)
+        for n, s in enumerate(sa.shapes):
+            links = links_for(s.layout(1, Recompute.NONE), case.links, case.fabric)
+            for axis in out:
+                bw = links["dp_cp" if axis == "dp" else axis].bandwidth_bytes_per_s
+                out[axis][n] = bw or np.inf
+        return out
+    orders = [s.rank_order for s in sa.shapes]
+    for order in dict.fromkeys(orders):
+        rows = np.array([o == order for o in orders])
+        degrees = {a: getattr(sa, a)[rows] for a in ("tp", "cp", "ep", "dp", "pp")}
+        spans = axis_spans(degrees, order, ("tp", "cp", "ep", "dp_cp", "pp"))
+        for axis in out:
+            span = spans["dp_cp" if axis == "dp" else axis]
+            out[axis][rows] = two_tier_bandwidth(span, case.links)
+    return out
+
+
+def time_arrays(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """t1 [N, R] (compute × (1 + bubble) + exposed tp, cp, ep, pp) and t2 [N, Z] (exposed dp),
+    in whole nanoseconds, as :func:`model.estimate.time_terms` and
+    :func:`model.estimate.objective_ns` give them."""
+    case = job.case
+    arch, t, o = case.model.arch, case.training, case.options
+    assert arch is not None
+    N, Z, R = len(sa.shapes), len(zero_stages), len(recomputes)
+    n_dense, n_moe, last, first = _stage_kind_arrays(arch, sa)
+    valid = sa.valid
+    bw = _bandwidths(job, sa)
+    m, tp, cp, b = sa.m, sa.tp, sa.cp, sa.b
+    sp = tp > 1
+    s, beta = np.float64(t.seq_len), t.activation_bytes  # a float: the terms stay arrays
+    most_layers = np.where(valid, n_dense + n_moe, 0).max(axis=1)
+    most_moe = np.where(valid, n_moe, 0).max(axis=1)
+    window = _microbatch_seconds(job, sa, Recompute.NONE, n_dense, n_moe, last)
+    t1 = np.zeros((N, R), dtype=np.int64)
+    physical = sa.col("physical")
+    tied = np.zeros(N)
+    if arch.tie_embeddings:
+        vocab = padded_vocab(arch.vocab_size, case.vocab_multiple, tp)
+        tied = np.where(sa.physical & (sa.pp > 1), vocab * arch.hidden_size / tp, 0)
+    frameworks = [sh.framework for sh in sa.shapes]
+    reduce_bytes = np.array([_reduce_bytes(fw, t, zero_stages) for fw in frameworks], dtype=float)
+    pp_total = np.where(
+        sa.pp > 1,
+        pp_bytes(
+            arch.hidden_size, tp, cp, b, m, sa.v, s, beta, sp | ~sa.physical, tied, reduce_bytes
+        ),
+        0,
+    )
+    for ri, mode in enumerate(recomputes):
+        mode = Recompute(mode)
+        t_mb = _microbatch_seconds(job, sa, mode, n_dense, n_moe, last)
+        compute = m * t_mb
+        full = mode in (Recompute.FULL, Recompute.SQRT)
+        tp_all, tp_hidden = tp_bytes(
+            arch, n_dense + n_moe, n_moe, first, last, sa.col("tp"), sa.col("tp"), sa.col("cp"),
+            sa.col("b"), sa.col("m"), s, beta, sa.col("tp") > 1, physical, full,
+        )  # fmt: skip
+        tp_all = np.where(valid, tp_all, -1)
+        pick = tp_all.argmax(axis=1)
+        rows = np.arange(N)
+        traffic = {
+            "tp": (tp_all[rows, pick], tp_hidden[rows, pick]),
+            "cp": (cp_bytes(arch, most_layers, cp, tp, b, m, s, beta, mode != Recompute.NONE), 0),
+            "ep": (ep_bytes(arch, most_moe, sa.ep, tp, cp, b, m, s, beta, sp, full), 0),
+            "pp": (pp_total, 0),
+        }
+        exposed = sum(
+            exposed_seconds((total - hidden) / bw[axis], 0.0, m, o.overlap[axis], window)
+            for axis, (total, hidden) in traffic.items()
+        )
+        seconds = compute * (1 + bubble_ratio(sa.pp, m, sa.v)) + exposed
+        t1[:, ri] = np.rint(seconds * 1e9)
+    t2 = np.zeros((N, Z), dtype=np.int64)
+    busiest = _busiest_params(job, sa)
+    for fw in dict.fromkeys(frameworks):
+        rows = np.array([f is fw for f in frameworks])
+        for zi, z in enumerate(zero_stages):
+            if not (legal[rows, zi]).any():
+                continue
+            mech = mechanism(
+                fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes, o.zero3_regather
+            )
+            dense, experts = busiest[0][rows], busiest[1][rows]
+            shard = sa.dp[rows] * sa.cp[rows]
+            total, per_mb = dp_bytes(mech, dense, experts, shard, shard // sa.ep[rows], m[rows])
+            exposed = exposed_seconds(
+                total / bw["dp"][rows],
+                per_mb / bw["dp"][rows],
+                m[rows],
+                o.overlap["dp"],
+                window[rows],
+            )
+            t2[rows, zi] = np.where(legal[rows, zi], np.rint(exposed * 1e9), 0)
+    return {"t1": t1, "t2": t2}
+
+
+def _reduce_bytes(fw: Framework, t, zero_stages) -> int:
+    """Bytes per gradient element the framework reduces (the tied embedding's all-reduce)."""
+    z = next((z for z in zero_stages if z in ZERO_STAGES[fw]), ZERO_STAGES[fw][0])
+    return mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes).reduce_bytes
+
+
+def _busiest_params(job, sa: ShapeArrays) -> tuple[np.ndarray, np.ndarray]:
+    """[N] dense and expert parameters on one GPU of each shape's stage with the most."""
+    case = job.case
+    keys = [_structure_key(s) for s in sa.shapes]
+    table = {}
+    for k in dict.fromkeys(keys):
+        params = stage_params_per_gpu(case.model, *k, case.vocab_multiple)
+        _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
+        table[k] = (dense, experts)
+    return (
+        _gather(keys, {k: v[0] for k, v in table.items()}),
+        _gather(keys, {k: v[1] for k, v in table.items()}),
+    )

@@ -1,0 +1,91 @@
+"""The search's tables (the cost model over arrays, float64; issue 10) against the exact
+evaluator, on thousands of random candidates across dense, GQA, MoE and MLA models, every
+schedule, recompute mode and framework profile: bytes to the byte after rounding up, time to the
+nanosecond (:data:`optimizer.search.BYTE_TOLERANCE`, :data:`optimizer.search.NS_TOLERANCE`:
+float64 sums in another order), fit verdicts exactly."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from trainplan.model.estimate import objective_ns
+from trainplan.optimizer.scenario import build_problem
+from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
+from trainplan.optimizer.tables import build_tables
+
+FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
+CASES = [
+    # (model, GPUs, GPU, extra search options): dense GPT with dropout and learned positions,
+    # GQA + SwiGLU, MoE with ep, MLA + MoE with dense first layers
+    ("megatron-1.7b", "16", "A100-80GB", {"global_batch": 64, "seq_len": 2048}),
+    ("llama3-8b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096}),
+    ("mixtral-8x7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "ep": [1, 2, 4]}),
+    ("deepseek-v3", "64", "H800", {"global_batch": 64, "seq_len": 4096, "ep": [8, 16]}),
+    ("llama3-70b", "32", "H100-SXM", {"global_batch": 64, "seq_len": 8192, "cp": [1, 2]}),
+]
+
+
+def _problem(model, gpus, gpu, extra):
+    values = {
+        "model": model,
+        "gpus": gpus,
+        "gpu": gpu,
+        "global_batch": extra["global_batch"],
+        "seq_len": extra["seq_len"],
+        "space": {
+            "max_micro_batch": 2,
+            "virtual_stages": [2, 3, 4],
+            "framework": FRAMEWORKS,
+            **{k: v for k, v in extra.items() if k in ("ep", "cp")},
+        },
+    }
+    return build_problem({}, values)
+
+
+@pytest.mark.parametrize(("model", "gpus", "gpu", "extra"), CASES, ids=[c[0] for c in CASES])
+def test_tables_equal_the_exact_evaluation(model, gpus, gpu, extra):
+    problem = _problem(model, gpus, gpu, extra)
+    tables = build_tables(problem)
+    rng = random.Random(hash(model) % 1000)
+    candidates = [
+        (s, z, r)
+        for s in range(len(tables.shapes))
+        for z in range(len(tables.zero_stages))
+        for r in range(len(tables.recomputes))
+        if tables.legal[s, z]
+    ]
+    sample = rng.sample(candidates, min(400, len(candidates)))
+    schedules = {str(tables.shapes[s].schedule) for s, _, _ in sample}
+    assert {"1f1b", "interleaved"} <= schedules or model == "deepseek-v3"
+    for s, z, r in sample:
+        job = tables.jobs[tables.job_of[s]]
+        lay = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
+        est = job.case.evaluate(lay)
+        where = f"{lay}"
+        for st in est.stages:
+            i = st.stage
+            acts = st.activations.total_bytes if st.activations else 0
+            assert (
+                abs(math.ceil(st.state.backward_bytes) - tables.state_ceil[s, z, i])
+                <= BYTE_TOLERANCE
+            ), where
+            assert (
+                abs(math.ceil(st.state.optimizer_step_bytes) - tables.step_ceil[s, z, i])
+                <= BYTE_TOLERANCE
+            ), where
+            assert abs(math.ceil(acts) - tables.act_ceil[s, r, i]) <= BYTE_TOLERANCE, where
+        t1, t2 = objective_ns(est.time_terms)
+        assert abs(t1 - tables.t1_ns[s, r]) <= NS_TOLERANCE, (where, t1, tables.t1_ns[s, r])
+        assert abs(t2 - tables.t2_ns[s, z]) <= NS_TOLERANCE, (where, t2, tables.t2_ns[s, z])
+        assert bool(tables.fits[s, z, r]) == est.fits, where
+        assert tables.capacity[s] == est.capacity_bytes
+
+
+def test_every_framework_and_schedule_is_drawn():
+    problem = _problem(*CASES[1])
+    tables = build_tables(problem)
+    assert {s.framework.value for s in tables.shapes} == set(FRAMEWORKS)
+    assert {str(s.schedule) for s in tables.shapes} == {"1f1b", "interleaved", "gpipe"}
