@@ -302,17 +302,19 @@ def gather_units(
 
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)
+    # a layer's unit depends only on its kind (dense or MoE): one of each is enough
+    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
+    kind_unit = {}
+    for moe, j in ((False, 0), (True, first_moe)):
+        if j < arch.num_layers:
+            lp = layer_params(arch, j)
+            kind_unit[moe] = (
+                _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
+                Fraction(lp.experts, etp * ep),
+            )
     out = []
     for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
-        units = [
-            (
-                _per_gpu(
-                    layer_params(arch, j).dense, layer_params(arch, j).tp_replicated, tp, physical
-                ),
-                Fraction(layer_params(arch, j).experts, etp * ep),
-            )
-            for j in sorted(set(layers))
-        ]
+        units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
         if i == pp - 1:

@@ -31,6 +31,10 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+_ORDERS: set[tuple[str, ...]] = set()
+"""Rank orders already checked (each a permutation of the five axes)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
     """Parallel degrees and training knobs of one run. Degrees of 1 mean the axis is off."""
@@ -89,6 +93,8 @@ class Layout:
             ("framework", Framework),
         ):
             value = getattr(self, name)
+            if isinstance(value, kind):
+                continue
             try:
                 object.__setattr__(self, name, kind(str(value).lower()))
             except ValueError:
@@ -100,16 +106,16 @@ class Layout:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
             check_limit(name, value)
-        order = tuple(
-            str(a)
-            for a in (
-                self.rank_order.split("-") if isinstance(self.rank_order, str) else self.rank_order
-            )
+        order = (
+            tuple(self.rank_order.split("-"))
+            if isinstance(self.rank_order, str)
+            else tuple(str(a) for a in self.rank_order)
         )
-        if sorted(order) != ["cp", "dp", "ep", "pp", "tp"]:
+        if order not in _ORDERS and sorted(order) != ["cp", "dp", "ep", "pp", "tp"]:
             raise LayoutError(
                 f"rank_order: {'-'.join(order)!r} must order each of tp, cp, ep, dp, pp once"
             )
+        _ORDERS.add(order)
         object.__setattr__(self, "rank_order", order)
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")

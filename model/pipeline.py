@@ -186,13 +186,15 @@ def microbatches_in_flight(
     return Fraction(flat_in_flight(pp, m, stage, sched is Schedule.GPIPE))
 
 
-def _chunk_count(done: Any, position: int, pp: Any, v: int) -> Any:
-    """How many of ``done`` forwards (or backwards) ran the chunk at ``position`` of the block
+def _chunk_counts(done: Any, pp: Any, v: int) -> list[Any]:
+    """How many of ``done`` forwards (or backwards) ran the chunk at each position of the block
     order: they run in blocks of pp, block q on position q mod v, so after ``done`` of them
-    ``pp·⌊done/(v·pp)⌋ + clamp(done mod (v·pp) − position·pp, 0, pp)``."""
+    position k has ``pp·⌊done/(v·pp)⌋ + clamp(done mod (v·pp) − k·pp, 0, pp)``."""
     period = v * pp
-    rest = done - (done // period) * period
-    return (done // period) * pp + minimum(maximum(rest - position * pp, 0), pp)
+    laps = done // period
+    rest = done - laps * period
+    base = laps * pp
+    return [base + minimum(maximum(rest - k * pp, 0), pp) for k in range(v)]
 
 
 def interleaved_peak(
@@ -206,7 +208,7 @@ def interleaved_peak(
     (Narayanan et al. 2021 §2.2.2; ``megatron/core/pipeline_parallel/schedules.py``); after
     ``W = min(2·(pp − i − 1) + (v − 1)·pp, m·v)`` warm-up forwards each step adds a forward and
     then retires a backward. The held count of chunk j after F forwards and B backwards is
-    ``F_j(F) − B_j(B)`` (:func:`_chunk_count`); in the steady phase both advance together, so
+    ``F_j(F) − B_j(B)`` (:func:`_chunk_counts`); in the steady phase both advance together, so
     the held vector repeats every v·pp steps, and the weight ``Σ_j held_j·w_j`` is linear between
     the steps where a forward or a backward block starts. The peak is therefore among: the
     warm-up states at block ends and at W; the steady states at block starts, the first and the
@@ -238,7 +240,8 @@ def interleaved_peak(
         states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
     best_w, best_time, best_held = None, None, None
     for time, fwd, bwd, valid in states:
-        held = [_chunk_count(fwd, j, pp, v) - _chunk_count(bwd, v - 1 - j, pp, v) for j in range(v)]
+        forwards, backwards = _chunk_counts(fwd, pp, v), _chunk_counts(bwd, pp, v)
+        held = [forwards[j] - backwards[v - 1 - j] for j in range(v)]
         weight = sum((h * w for h, w in zip(held, chunk_weights, strict=True)), 0)
         if best_w is None:
             best_w, best_time, best_held = where(valid, weight, -1), time, held

@@ -92,6 +92,35 @@ class ShapeArrays:
         """[N, 1] of a field."""
         return getattr(self, name)[:, None]
 
+    def groups(self):
+        """(rows, sub-arrays) for each pipeline degree: stage arrays sized to that degree, not
+        padded to the largest (most of the work is per stage)."""
+        for pp in sorted(set(self.pp.tolist())):
+            rows = self.pp == pp
+            yield (
+                rows,
+                ShapeArrays(
+                    shapes=tuple(s for s, r in zip(self.shapes, rows, strict=True) if r),
+                    **{
+                        f: getattr(self, f)[rows]
+                        for f in (
+                            "dp",
+                            "tp",
+                            "pp",
+                            "cp",
+                            "ep",
+                            "b",
+                            "v",
+                            "m",
+                            "gpipe",
+                            "interleaved",
+                            "physical",
+                        )
+                    },  # fmt: skip
+                    P=pp,
+                ),
+            )
+
 
 def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArrays:
     """The shapes' fields as int64 arrays (m = B/(b·dp))."""
@@ -145,6 +174,25 @@ def _structure_key(s: Shape) -> tuple:
 def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
     """Forward/backward state [N, Z, P], optimizer-step state [N, Z, P], activations
     [N, R, P] and legality [N, Z] of every shape of ``job``, from the cost model's terms."""
+    N, P, Z, R = len(sa.shapes), sa.P, len(zero_stages), len(recomputes)
+    out = {
+        "state": np.zeros((N, Z, P)),
+        "step": np.zeros((N, Z, P)),
+        "act": np.zeros((N, R, P)),
+        "legal": np.zeros((N, Z), dtype=bool),
+    }
+    for rows, sub in sa.groups():
+        part = _memory_group(job, sub, zero_stages, recomputes)
+        for key, value in part.items():
+            if value.ndim == 3:
+                out[key][rows, :, : sub.P] = value
+            else:
+                out[key][rows] = value
+    return out
+
+
+def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
+    """:func:`memory_arrays` for shapes of one pipeline degree."""
     case = job.case
     model, t, vm = case.model, case.training, case.vocab_multiple
     arch = model.arch
@@ -340,6 +388,16 @@ def time_arrays(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
     """t1 [N, R] (compute × (1 + bubble) + exposed tp, cp, ep, pp) and t2 [N, Z] (exposed dp),
     in whole nanoseconds, as :func:`model.estimate.time_terms` and
     :func:`model.estimate.objective_ns` give them."""
+    N, Z, R = len(sa.shapes), len(zero_stages), len(recomputes)
+    out = {"t1": np.zeros((N, R), dtype=np.int64), "t2": np.zeros((N, Z), dtype=np.int64)}
+    for rows, sub in sa.groups():
+        part = _time_group(job, sub, zero_stages, recomputes, legal[rows])
+        out["t1"][rows], out["t2"][rows] = part["t1"], part["t2"]
+    return out
+
+
+def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """:func:`time_arrays` for shapes of one pipeline degree."""
     case = job.case
     arch, t, o = case.model.arch, case.training, case.options
     assert arch is not None

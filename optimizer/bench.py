@@ -1,15 +1,25 @@
-"""Benchmark: CP-SAT against exhaustive enumeration on published-scale searches (issue 4).
+"""Benchmark: the search's speed on published-scale problems, beside a reference loop (issue 10).
 
-``python -m trainplan.optimizer.bench [--quick]`` runs, in one process, each case's table building (the cost
-model over every candidate), the CP-SAT search and the numpy enumeration over the same tables, and
-prints wall times, candidates evaluated and the ratio; then the process's peak memory. Not a test:
-speed goals live here, not in timed tests.
+``python -m trainplan.optimizer.bench`` runs each case twice:
+
+* in this process: table building (the cost model over every candidate), the CP-SAT search and
+  the numpy enumeration over the same tables — seconds, candidates per second, whether the two
+  agree;
+* end to end, as a user runs it: ``trainplan search …`` in a fresh Python process, from process
+  start to answer;
+
+and measures, in the same run, a fixed pure-Python reference loop
+(``sum(i*i for i in range(10**7))`` in a fresh process) so that the times compare across
+machines: every end-to-end time is also printed as a multiple of it. Speed goals live here, not
+in timed tests. ``--smoke`` runs one small case and exits 1 when table building has fallen 5×
+below :data:`SMOKE_CANDIDATES_PER_REFERENCE` (CI runs it: a cache that stops hitting is caught).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -18,70 +28,97 @@ from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.scenario import build_problem
 from trainplan.optimizer.search import frontier, prepare, search
 
-__all__ = ["CASES", "run"]
+__all__ = ["CASES", "run", "reference_seconds", "SMOKE_CANDIDATES_PER_REFERENCE"]
+
+REFERENCE = "sum(i*i for i in range(10**7))"
+"""The reference loop, run with ``python -c`` (about 0.9 s on the 2-core development machine)."""
+
+SMOKE_CANDIDATES_PER_REFERENCE = 14_000
+"""Candidates tabulated per reference-loop second on the smoke case (Llama 3 70B on 64 H100s)
+when this was written (16,000 candidates/s with a 0.88 s reference loop): the smoke check fails
+below a fifth of it."""
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
     values: dict
+    argv: tuple[str, ...]
+    """The same problem as ``trainplan search`` options (for the end-to-end run)."""
     frontier: bool = False
 
 
+def _case(name: str, frontier_: bool = False, **values) -> Case:
+    argv: list[str] = ["frontier" if frontier_ else "search"]
+    for key, value in values.items():
+        flag = {"global_batch": "--global-batch"}.get(key, "--" + key.replace("_", "-"))
+        argv += [flag, str(value)]
+    return Case(name, values, tuple(argv), frontier_)
+
+
 CASES = [
-    Case(
-        "Llama 3 405B, 16,384 H100 (best)",
-        {"model": "llama3-405b", "gpus": "16384", "gpu": "H100-SXM"},
-    ),
-    Case(
-        "Llama 3 405B, 16,384 H100 (frontier vs memory)",
-        {"model": "llama3-405b", "gpus": "16384", "gpu": "H100-SXM"},
-        frontier=True,
-    ),
-    Case("DeepSeek-V3, 2,048 H800", {"model": "deepseek-v3", "gpus": "2048", "gpu": "H800"}),
-    Case(
+    _case("Llama 3 405B, 16,384 H100 (best)", model="llama3-405b", gpus="16384", gpu="H100-SXM"),
+    _case("Llama 3 70B, 64 H100 (best)", model="llama3-70b", gpus="64", gpu="H100-SXM"),
+    _case(
         "Llama 3 70B, 64..4096 × H100/H200/B200, time to train 15T",
-        {
-            "model": "llama3-70b",
-            "gpus": "64..4096",
-            "gpu": "H100-SXM,H200,B200",
-            "objective": "time-to-train",
-            "tokens": "15e12",
-        },
+        model="llama3-70b",
+        gpus="64..4096",
+        gpu="H100-SXM,H200,B200",
+        objective="time-to-train",
+        tokens="15e12",
     ),
-    Case(
+    _case("DeepSeek-V3, 2,048 H800", model="deepseek-v3", gpus="2048", gpu="H800"),
+    _case(
         "GPT-3 175B, 1,024 A100-80GB, B 1536",
-        {"model": "gpt3-175b", "gpus": "1024", "gpu": "A100-80GB", "global_batch": 1536},
+        model="gpt3-175b",
+        gpus="1024",
+        gpu="A100-80GB",
+        global_batch=1536,
     ),
-    Case(
-        "MT-NLG 530B, 4,480 A100-80GB (its 560 DGX nodes), B 1920",
-        {"model": "megatron-529.6b", "gpus": "4480", "gpu": "A100-80GB", "global_batch": 1920},
+    _case(
+        "Megatron 1T, 3,072 A100-80GB, B 2048",
+        model="megatron-1t",
+        gpus="3072",
+        gpu="A100-80GB",
+        global_batch=2048,
     ),
-    Case(
-        "MT-NLG 530B, 5,128 A100-80GB, B 1920",
-        {"model": "megatron-529.6b", "gpus": "5128", "gpu": "A100-80GB", "global_batch": 1920},
+    _case(
+        "Llama 3 405B, 16,384 H100 (frontier vs memory)",
+        frontier_=True,
+        model="llama3-405b",
+        gpus="16384",
+        gpu="H100-SXM",
     ),
 ]
 
 
-def _one(case: Case) -> dict:
+def _wall(argv: list[str]) -> float:
+    """Seconds a fresh Python process takes to run ``argv`` (after ``python``)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *argv], check=False, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def reference_seconds() -> float:
+    """The reference loop's wall time in a fresh process (the best of two)."""
+    return min(_wall(["-c", REFERENCE]) for _ in range(2))
+
+
+def _in_process(case: Case) -> dict:
     problem = build_problem({}, dict(case.values))
     t0 = time.perf_counter()
     try:
         prepared = prepare(problem)
     except InfeasibleError as err:
-        return {"case": case.name, "infeasible": str(err), "seconds": time.perf_counter() - t0}
+        return {"infeasible": str(err), "tables_s": time.perf_counter() - t0}
     tables = prepared[0]
     t_tables = time.perf_counter() - t0
     t0 = time.perf_counter()
     if case.frontier:
-        result = frontier(problem, prepared=prepared)
-        points = len(result.points)
-        objectives = [p.objective for p in result.points]
+        objectives = [p.objective for p in frontier(problem, prepared=prepared).points]
     else:
         objectives = [search(problem, prepared=prepared).best.objective]
-        points = 1
-    t_cpsat = time.perf_counter() - t0
+    t_solve = time.perf_counter() - t0
     t0 = time.perf_counter()
     if case.frontier:
         found = [obj for _, obj in oracle.pareto(problem, tables)]
@@ -89,50 +126,85 @@ def _one(case: Case) -> dict:
         best = oracle.best(problem, tables)
         found = [] if best is None else [best[1]]
     t_enum = time.perf_counter() - t0
-    n = tables.fits.size
+    n = int(tables.fits.size)
     return {
-        "case": case.name,
-        "candidates": n,
         "shapes": len(tables.shapes),
+        "candidates": n,
         "tables_s": t_tables,
-        "cpsat_s": t_cpsat,
+        "solve_s": t_solve,
         "enumeration_s": t_enum,
-        "points": points,
+        "candidates_per_s": n / t_tables if t_tables else float("inf"),
         "agree": found == objectives,
     }
 
 
 def run(quick: bool = False) -> list[dict]:
-    """Run the cases (``quick``: the first three only) and print one line each."""
+    """Run the cases (``quick``: the first three), print a Markdown table, return the rows."""
+    ref = reference_seconds()
+    print(f"reference loop (python -c '{REFERENCE}'): {ref:.2f} s\n")
+    print(
+        "| case | shapes | candidates | tables | CP-SAT | enumeration | candidates/s | "
+        "end to end | × reference | agree |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     rows = []
     for case in CASES[:3] if quick else CASES:
-        row = _one(case)
+        row = {"case": case.name, **_in_process(case)}
+        row["end_to_end_s"] = _wall(["-m", "trainplan.optimizer", *case.argv])
         rows.append(row)
         if "infeasible" in row:
-            print(
-                f"{row['case']}: {row['infeasible']} (answered in {row['seconds']:.2f} s)",
-                flush=True,
-            )
+            print(f"| {case.name} | — | — | {row['tables_s']:.2f} s | — | — | — | "
+                  f"{row['end_to_end_s']:.2f} s | {row['end_to_end_s'] / ref:.1f} | infeasible |")  # fmt: skip
             continue
-        total_cp, total_en = (
-            row["tables_s"] + row["cpsat_s"],
-            row["tables_s"] + row["enumeration_s"],
-        )
         print(
-            f"{row['case']}: {row['candidates']:,} candidates ({row['shapes']:,} shapes); tables "
-            f"{row['tables_s']:.2f} s; CP-SAT {row['cpsat_s']:.2f} s (total {total_cp:.2f} s); enumeration "
-            f"{row['enumeration_s']:.3f} s (total {total_en:.2f} s); CP-SAT/enumeration {total_cp / total_en:.2f}",
+            f"| {case.name} | {row['shapes']:,} | {row['candidates']:,} | {row['tables_s']:.2f} s "
+            f"| {row['solve_s']:.2f} s | {row['enumeration_s']:.3f} s | "
+            f"{row['candidates_per_s']:,.0f} | {row['end_to_end_s']:.2f} s | "
+            f"{row['end_to_end_s'] / ref:.1f} | {'yes' if row['agree'] else 'NO'} |",
             flush=True,
         )
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory of this process: {peak_mb:.0f} MB")
+    evaluate = _wall(
+        [
+            "-m",
+            "trainplan.optimizer",
+            "evaluate",
+            "--model",
+            "llama3-405b",
+            "--tp",
+            "8",
+            "--pp",
+            "16",
+            "--dp",
+            "128",
+        ]  # fmt: skip
+    )
+    print(f"\n`trainplan evaluate` (Llama 3 405B, cold process): {evaluate:.2f} s = "
+          f"{evaluate / ref:.2f} × reference")  # fmt: skip
     return rows
+
+
+def smoke() -> int:
+    """One small case: exit 1 when table building has fallen 5× below its recorded speed
+    relative to the reference loop (:data:`SMOKE_CANDIDATES_PER_REFERENCE`)."""
+    ref = reference_seconds()
+    row = _in_process(CASES[1])
+    speed = row["candidates_per_s"] * ref
+    floor = SMOKE_CANDIDATES_PER_REFERENCE / 5
+    print(
+        f"smoke: {row['candidates']:,} candidates in {row['tables_s']:.2f} s with a {ref:.2f} s "
+        f"reference loop = {speed:,.0f} candidates per reference second (floor {floor:,.0f})"
+    )
+    return 0 if speed >= floor and row["agree"] else 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the first three cases")
-    run(parser.parse_args().quick)
+    parser.add_argument("--smoke", action="store_true", help="one case; exit 1 if 5× slower")
+    args = parser.parse_args()
+    if args.smoke:
+        sys.exit(smoke())
+    run(args.quick)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,34 @@
-"""The CP-SAT model (the only ortools import): pick one shape (of one job), one ZeRO stage and
-one recompute mode; keep every pipeline stage within memory; minimise the objective.
+"""The CP-SAT model (the only ortools import): pick one candidate — a shape (of one job), a
+ZeRO stage and a recompute mode — that keeps every pipeline stage within memory and meets the
+constraints; minimise the objective.
 
 Encoding (variables → constraints → objective → solve → read, as the CP-SAT samples):
 
-* ``x[s]`` one Boolean per legal shape (of every job), ``zb[z]`` per ZeRO stage, ``rb[r]`` per
-  recompute mode; exactly one of each.
-* ``y[s][r] = x[s] ∧ rb[r]`` and ``w[s][z] = x[s] ∧ zb[z]``, linearised exactly by one-hot row
-  and column sums, so every objective term is a linear sum with a tight LP relaxation (element
-  constraints over ``R·s + r`` were 10× slower).
-* Candidates that break a constraint family (memory; minimum MFU; tp·cp within NVLink; a
-  frontier's ε bound) are forbidden by clauses ``¬x[s] ∨ ¬zb[z] ∨ ¬rb[r] ∨ ¬a_family``: the
-  rule itself is decided exactly by the tables, and the family's literal ``a`` lets CP-SAT explain
-  infeasibility with assumptions (:meth:`LayoutModel.explain`).
-* Objective ``Σ O1[s][r]·y[s][r] + Σ O2[s][z]·w[s][z]``; the peak memory (for the frontier) is an
-  integer M with one row per stage index i: ``M ≥ Σ state[s][z][i]·w[s][z] + Σ act[s][r][i]·y[s][r]``.
+* ``x[c]`` one Boolean per candidate c = (s, z, r) the tables allow — legal, fitting, meeting
+  every constraint family (memory; minimum MFU; tp·cp within NVLink) — exactly one true. Each
+  family is decided exactly by the tables (:func:`optimizer.rules.allowed`), so candidates
+  that break one are not variables at all: the model holds only what may be chosen.
+* When no candidate is allowed, the model instead holds every legal candidate, and each family
+  has a literal ``a_f`` with ``a_f ⇒ Σ x[c] = 0`` over the candidates that break it; CP-SAT's
+  assumptions then name the families that together leave nothing
+  (:meth:`LayoutModel.explain`).
+* The objective and every other quantity are linear sums over the one-hot ``x``: objective
+  ``Σ (O1[s][r] + O2[s][z])·x[c]``, peak memory (the frontier's second axis) ``Σ peak[c]·x[c]``,
+  GPU count or price ``Σ value[s]·x[c]``; an integer ``index = Σ c·x[c]`` reads the choice.
 * Ties: a later pass fixes the optimum and minimises the tie-break rank (shape order, then
   recompute, then ZeRO preference), so the answer is unique and equals the exhaustive oracle's.
+* Top-k: each answer found is excluded (``x[c] = 0``); frontiers bound the second axis with
+  removable literals.
+
+The earlier encoding (one Boolean per shape, ZeRO stage and recompute mode, their products, and
+a clause per forbidden candidate) gave the same answers but spent seconds in the solver on tens
+of thousands of clauses; with the tables deciding every rule exactly, a candidate's Boolean is
+the whole choice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,114 +62,96 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 
 class LayoutModel:
-    """One CP-SAT model over the tables; constraints and objectives are added by the search."""
+    """One CP-SAT model over the tables' candidates; bounds and objectives are added by the
+    search."""
 
     def __init__(
-        self, tables: CostTables, o1: np.ndarray, o2: np.ndarray, keep: np.ndarray | None = None
+        self,
+        tables: CostTables,
+        objective: np.ndarray,
+        allowed: np.ndarray,
+        families: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        """``keep[s]`` False fixes shape s out of the model (used when a candidate is known to be
-        allowed elsewhere, to drop shapes none of whose candidates is allowed)."""
+        """``objective[s, z, r]``: the integer objective of each candidate; ``allowed[s, z, r]``:
+        the candidates that may be chosen; ``families``: name → [S, Z, R] mask of the legal
+        candidates each constraint family forbids (used only when nothing is allowed, to
+        explain why)."""
         self.tables = tables
-        S, Z, R = len(tables.shapes), len(tables.zero_stages), len(tables.recomputes)
-        self.S, self.Z, self.R = S, Z, R
-        self.keep = np.ones(S, dtype=bool) if keep is None else keep
+        explaining = not allowed.any()
+        mask = tables.legal[:, :, None] & np.ones_like(allowed) if explaining else allowed
+        self.candidates = np.argwhere(mask)
+        """[C, 3] (s, z, r) of each variable."""
+        C = len(self.candidates)
         m = self.model = cp_model.CpModel()
-        self.x = [m.new_bool_var(f"shape{s}") for s in range(S)]
-        for dropped in np.nonzero(~self.keep)[0]:
-            m.add(self.x[int(dropped)] == 0)
-        kept = [int(s) for s in np.nonzero(self.keep)[0]]
-        self.zb = [m.new_bool_var(f"zero{z}") for z in range(Z)]
-        self.rb = [m.new_bool_var(f"recompute{r}") for r in range(R)]
-        for group in (self.x, self.zb, self.rb):
-            m.add_exactly_one(group)
-        self.kept = kept
-        self.y = {s: [m.new_bool_var(f"y{s}_{r}") for r in range(R)] for s in kept}
-        self.w = {s: [m.new_bool_var(f"w{s}_{z}") for z in range(Z)] for s in kept}
-        for s in kept:
-            m.add(sum(self.y[s]) == self.x[s])
-            m.add(sum(self.w[s]) == self.x[s])
-        for r in range(R):
-            m.add(sum(self.y[s][r] for s in kept) == self.rb[r])
-        for z in range(Z):
-            m.add(sum(self.w[s][z] for s in kept) == self.zb[z])
-        lo = int(o1[kept].min() + o2[kept].min()) if kept else 0
-        hi = int(o1[kept].max() + o2[kept].max()) if kept else 0
+        self.x = [m.new_bool_var(f"c{c}") for c in range(C)]
+        if C:
+            m.add_exactly_one(self.x)
+        self.index = m.new_int_var(0, max(C - 1, 0), "index")
+        m.add(self.index == cp_model.LinearExpr.weighted_sum(self.x, list(range(C))))
+        values = objective[tuple(self.candidates.T)] if C else np.zeros(0, dtype=np.int64)
+        self._objective_values = values.astype(np.int64)
+        self._excluded = np.zeros(C, dtype=bool)
+        lo, hi = (int(values.min()), int(values.max())) if C else (0, 0)
         self.objective = m.new_int_var(lo, hi, "objective")
-        m.add(
-            self.objective
-            == sum(int(o1[s, r]) * self.y[s][r] for s in kept for r in range(R))
-            + sum(int(o2[s, z]) * self.w[s][z] for s in kept for z in range(Z))
-        )
+        m.add(self.objective == self.weighted(values))
         self.families: dict[str, cp_model.IntVar] = {}
+        if explaining:
+            for name, forbidden in (families or {}).items():
+                lit = self.families[name] = m.new_bool_var(f"family_{name}")
+                hit = [self.x[c] for c in np.nonzero(forbidden[tuple(self.candidates.T)])[0]]
+                if hit:
+                    m.add(sum(hit) == 0).only_enforce_if(lit)
         self._memory: cp_model.IntVar | None = None
 
-    # ---------------------------------------------------------------- constraint families
-    def forbid(self, family: str, mask: np.ndarray) -> None:
-        """Forbid every candidate where ``mask[s, z, r]`` is True, under the family's literal."""
-        lit = self.families.get(family)
-        if lit is None:
-            lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
-        for s, z, r in zip(*np.nonzero(mask & self.keep[:, None, None]), strict=True):
-            self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not(), lit.Not()])
+    # ---------------------------------------------------------------- expressions
+    def weighted(self, values: np.ndarray | Sequence[int]) -> cp_model.LinearExpr:
+        """Σ values[c]·x[c] over the candidates."""
+        return cp_model.LinearExpr.weighted_sum(self.x, [int(v) for v in values])
 
-    def forbid_pairs(self, mask: np.ndarray) -> None:
-        """Forbid every (shape, ZeRO stage) where ``mask[s, z]`` is True, unconditionally (a stage
-        the shape's framework does not have: not a constraint family to explain)."""
-        for s, z in zip(*np.nonzero(mask & self.keep[:, None]), strict=True):
-            self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not()])
-
-    def forbid_shapes(self, family: str, shapes: Sequence[int]) -> None:
-        """Forbid whole shapes under the family's literal."""
-        lit = self.families.get(family)
-        if lit is None:
-            lit = self.families[family] = self.model.new_bool_var(f"family_{family}")
-        for s in shapes:
-            if self.keep[s]:
-                self.model.add_bool_or([self.x[s].Not(), lit.Not()])
+    def per_candidate(self, table: np.ndarray) -> np.ndarray:
+        """An [S, Z, R] table's value at each candidate."""
+        return table[tuple(self.candidates.T)]
 
     def exclude(self, choice: Candidate) -> None:
         """No-good: never this candidate again (top-k)."""
-        s, z, r = choice
-        self.model.add_bool_or([self.x[s].Not(), self.zb[z].Not(), self.rb[r].Not()])
+        hit = np.nonzero((self.candidates == np.array(choice)).all(axis=1))[0]
+        for c in hit:
+            self.model.add(self.x[int(c)] == 0)
+            self._excluded[c] = True
 
-    # ---------------------------------------------------------------- expressions
     def memory(self) -> cp_model.IntVar:
-        """M ≥ every stage's rounded-up bytes of the chosen candidate (exact for the ceil'd table)."""
+        """M = the chosen candidate's peak bytes on its busiest stage (rounded up)."""
         if self._memory is None:
             t = self.tables
+            peak = self.per_candidate(t.peak_ceil)
             self._memory = self.model.new_int_var(
-                0, int(t.peak_ceil.max()) if self.S else 0, "peak_bytes"
+                0, int(peak.max()) if len(peak) else 0, "peak_bytes"
             )
-            for i in range(t.state_ceil.shape[2]):
-                row: cp_model.LinearExpr | int = sum(
-                    int(t.state_ceil[s, z, i]) * self.w[s][z]
-                    for s in self.kept
-                    for z in range(self.Z)
-                    if t.state_ceil[s, z, i]
-                )
-                row += sum(
-                    int(t.act_ceil[s, r, i]) * self.y[s][r]
-                    for s in self.kept
-                    for r in range(self.R)
-                    if t.act_ceil[s, r, i]
-                )
-                self.model.add(self._memory >= row)
+            self.model.add(self._memory == self.weighted(peak))
         return self._memory
 
-    def linear(self, per_shape: Sequence[int] | np.ndarray) -> cp_model.LinearExpr | int:
-        """Σ per_shape[s]·x[s] (GPU count, cluster price, parameter count…)."""
-        return sum(int(per_shape[s]) * self.x[s] for s in self.kept)
+    def linear(self, per_shape: Sequence[int] | np.ndarray) -> cp_model.LinearExpr:
+        """Σ per_shape[s]·x[c] (GPU count, cluster price, parameter count…)."""
+        values = np.asarray(per_shape, dtype=np.int64)
+        return self.weighted(values[self.candidates[:, 0]] if len(self.candidates) else [])
 
-    def tie_rank(
-        self, zero_rank: Sequence[int], rec_rank: Sequence[int]
-    ) -> cp_model.LinearExpr | int:
+    def tie_rank(self, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> cp_model.LinearExpr:
         """Lexicographic (shape order, recompute rank, ZeRO rank) as one integer."""
-        Z, R = self.Z, self.R
-        return (
-            sum(s * Z * R * self.x[s] for s in self.kept)
-            + sum(rec_rank[r] * Z * self.rb[r] for r in range(R))
-            + sum(zero_rank[z] * self.zb[z] for z in range(Z))
-        )
+        Z, R = len(self.tables.zero_stages), len(self.tables.recomputes)
+        s, z, r = (self.candidates[:, k] for k in range(3))
+        ranks = s * Z * R + np.asarray(rec_rank)[r] * Z + np.asarray(zero_rank)[z]
+        return self.weighted(ranks)
+
+    def first_at(self, value: int, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> Candidate:
+        """The candidate of least tie rank among those whose objective is ``value`` and that are
+        still allowed (not excluded): the tie-break pass when only the objective binds, read off
+        the candidates instead of a second solve."""
+        Z, R = len(self.tables.zero_stages), len(self.tables.recomputes)
+        s, z, r = (self.candidates[:, k] for k in range(3))
+        ranks = s * Z * R + np.asarray(rec_rank)[r] * Z + np.asarray(zero_rank)[z]
+        at = (self._objective_values == value) & ~self._excluded
+        c = int(np.flatnonzero(at)[np.argmin(ranks[at])])
+        return tuple(int(v) for v in self.candidates[c])  # type: ignore[return-value]
 
     # ---------------------------------------------------------------- solving
     def solve(
@@ -174,8 +164,8 @@ class LayoutModel:
         workers: int = 2,
         progress: Callable[[int, float], None] | None = None,
     ) -> SolveResult:
-        """Optimise ``expr`` with every family and the ``active`` bounds enforced (as assumptions);
-        read the chosen candidate."""
+        """Optimise ``expr`` with the ``active`` bounds enforced (as assumptions); read the
+        chosen candidate."""
         m = self.model
         m.clear_objective()
         (m.maximize if maximize else m.minimize)(expr)
@@ -190,20 +180,18 @@ class LayoutModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
             return SolveResult(name, None, None, solver.wall_time)
-        pick = lambda group: next(i for i, v in enumerate(group) if solver.boolean_value(v))  # noqa: E731
-        choice = (pick(self.x), pick(self.zb), pick(self.rb))
+        c = int(solver.value(self.index))
+        choice = tuple(int(v) for v in self.candidates[c])
         m.clear_hints()
-        for group, idx in ((self.x, choice[0]), (self.zb, choice[1]), (self.rb, choice[2])):
-            for i, v in enumerate(group):
-                m.add_hint(v, i == idx)
+        m.add_hint(self.x[c], True)
         status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
         return SolveResult(
             status_name, choice, int(round(solver.objective_value)), solver.wall_time
-        )
+        )  # type: ignore[arg-type]
 
     def bound(self, expr, value: int, *, upper: bool = True) -> cp_model.IntVar:
         """A literal that, when passed in ``active`` to :meth:`solve`, keeps ``expr ≤ value``
-        (or ≥). Bounds are removable this way; constraint families stay on always."""
+        (or ≥). Bounds are removable this way."""
         lit = self.model.new_bool_var("bound")
         self.model.add(expr <= value if upper else expr >= value).only_enforce_if(lit)
         return lit

@@ -112,9 +112,10 @@ class Problem:
             )
 
 
-def gpu_counts(text: str) -> list[int]:
+def gpu_counts(text: str, name: str = "gpus") -> list[int]:
     """GPU counts from ``16384``, a list ``2048,4096`` or a range ``1024..16384`` (the powers of two
-    and three times powers of two inside it — the sizes clusters come in).
+    and three times powers of two inside it — the sizes clusters come in). ``name``: the
+    parameter the sizes are (its limit and its name in errors; e.g. ``global_batch``).
 
     Examples
     --------
@@ -128,20 +129,20 @@ def gpu_counts(text: str) -> list[int]:
     text = str(text).strip()
     if ".." in text:
         lo_text, _, hi_text = text.partition("..")
-        lo, hi = parse_count(lo_text, "gpus"), parse_count(hi_text, "gpus")
+        lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
         if lo > hi:
-            raise InputError(f"gpus: range {text!r} is empty (low end above high end)")
+            raise InputError(f"{name}: range {text!r} is empty (low end above high end)")
         out, p = [], 1
         while p <= hi:
             out += [c for c in (p, 3 * p // 2 if p >= 2 else 0) if lo <= c <= hi]
             p *= 2
         if not out:
-            raise InputError(f"gpus: no power of two (or 1.5×) in {text!r}")
+            raise InputError(f"{name}: no power of two (or 1.5×) in {text!r}")
         return sorted(set(out))
-    counts = sorted({parse_count(p, "gpus") for p in text.replace(" ", "").split(",") if p})
+    counts = sorted({parse_count(p, name) for p in text.replace(" ", "").split(",") if p})
     if not counts:
         raise InputError(
-            f"gpus: {text!r} gives no GPU count; write a count (16384), a list (2048,4096) or a "
+            f"{name}: {text!r} gives no count; write a count (16384), a list (2048,4096) or a "
             "range (1024..16384)"
         )
     return counts

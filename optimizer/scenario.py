@@ -281,10 +281,7 @@ def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
 
 def _sizes(text: str, name: str) -> list[int]:
     """Sizes from a count, list or range (powers of two and 1.5× powers of two inside it)."""
-    try:
-        return gpu_counts(text)
-    except InputError as err:
-        raise InputError(str(err).replace("gpus:", f"{name}:", 1)) from None
+    return gpu_counts(text, name)
 
 
 def _price(value: Any, gpu: str) -> float:

@@ -68,14 +68,16 @@ class SearchResult:
         return self.answers[0]
 
 
-def _families(problem: Problem, tables: CostTables, lm: LayoutModel) -> None:
-    lm.forbid_pairs(~tables.legal)  # a ZeRO stage the shape's framework lacks: never, no family
-    lm.forbid("memory", ~tables.fits & tables.legal[:, :, None])
+def _families(problem: Problem, tables: CostTables) -> dict[str, np.ndarray]:
+    """Each constraint family's [S, Z, R] mask of the legal candidates it forbids."""
+    legal = tables.legal[:, :, None] & np.ones_like(tables.fits)
+    out = {"memory": legal & ~tables.fits}
     if problem.constraints.min_mfu is not None:
-        lm.forbid("min_mfu", mfu_table(tables) < problem.constraints.min_mfu)
+        out["min_mfu"] = legal & (mfu_table(tables) < problem.constraints.min_mfu)
     if problem.constraints.tp_in_nvlink:
-        far = [s for s in range(len(tables.shapes)) if not tp_cp_in_nvlink(tables, s)]
-        lm.forbid_shapes("nvlink", far)
+        far = np.array([not tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
+        out["nvlink"] = legal & far[:, None, None]
+    return out
 
 
 def prepare(
@@ -92,11 +94,8 @@ def prepare(
         )
     o1, o2 = objective_tables(problem, tables)
     ok = allowed(problem, tables)
-    # Shapes none of whose candidates is allowed are left out of the model when something is
-    # allowed (they cannot be chosen); otherwise every shape stays, so CP-SAT can explain why.
-    keep: np.ndarray | None = np.asarray(ok.any(axis=(1, 2))) if ok.any() else None
-    lm = LayoutModel(tables, o1, o2, keep)
-    _families(problem, tables, lm)
+    objective = o1[:, None, :] + o2[:, :, None]
+    lm = LayoutModel(tables, objective, ok, _families(problem, tables))
     return tables, lm, time.perf_counter() - t0
 
 
@@ -233,6 +232,14 @@ def _solve_one(
         return res.status, None, None, seconds
     proven &= res.status == "optimal"
     assert res.value is not None
+    if not active and res.status == "optimal":
+        # nothing but the objective binds: the first of the optimal candidates by tie rank
+        return (
+            "optimal" if proven else "feasible",
+            lm.first_at(res.value, *ranks),
+            res.value,
+            seconds,
+        )
     active.append(lm.bound(lm.objective, res.value))
     tie = lm.solve(lm.tie_rank(*ranks), active=active, time_limit_s=time_limit, workers=workers)
     seconds += tie.seconds

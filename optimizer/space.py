@@ -67,8 +67,11 @@ class Shape:
     framework_rank: int = 0
     """Position of ``framework`` in the space's list (tie-break: earlier first)."""
 
-    def layout(self, zero_stage: int, recompute: Recompute | str) -> Layout:
-        """The full layout with these modifiers."""
+    def layout(
+        self, zero_stage: int, recompute: Recompute | str, framework: Framework | str | None = None
+    ) -> Layout:
+        """The full layout with these modifiers (``framework``: another profile than the
+        shape's)."""
         return Layout(
             dp=self.dp,
             tp=self.tp,
@@ -81,7 +84,7 @@ class Shape:
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
             rank_order=self.rank_order,
-            framework=self.framework,
+            framework=self.framework if framework is None else Framework(framework),
         )
 
     @property
@@ -184,20 +187,32 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                 ]
                 for ep in eps:
                     for b in mbs:
+                        plain = None  # whether the plain (1F1B) schedule is legal
                         for schedule, v in _schedules(space, pp):
-                            for k, order in enumerate(space.rank_orders):
-                                base = Shape(dp, tp, pp, cp, ep, b, schedule, v, order, k)
-                                try:
-                                    validate(
-                                        base.layout(1, Recompute.NONE).with_(framework="textbook"),
-                                        model,
-                                        training,
-                                        G,
-                                    )
-                                except LayoutError:
-                                    break  # the order does not change legality
-                                shapes += _with_frameworks(base, space, pp)
+                            shape = Shape(dp, tp, pp, cp, ep, b, schedule, v, space.rank_orders[0])
+                            if schedule is not Schedule.INTERLEAVED and plain is not None:
+                                ok = plain  # GPipe and 1F1B obey the same rules
+                            elif schedule is Schedule.INTERLEAVED and plain is False:
+                                ok = False  # interleaving only adds rules (m % pp, pp·v chunks)
+                            else:
+                                ok = _legal(shape, model, training, G)
+                            if schedule is not Schedule.INTERLEAVED:
+                                plain = ok
+                            if ok:  # the rank order does not change legality
+                                for k, order in enumerate(space.rank_orders):
+                                    base = replace(shape, rank_order=order, order_rank=k)
+                                    shapes += _with_frameworks(base, space, pp)
     return sorted(shapes, key=lambda s: s.tie_key)
+
+
+def _legal(shape: Shape, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> bool:
+    """Whether :func:`model.layout.validate` accepts the shape's axes (each framework's ZeRO
+    stages are checked by :func:`_with_frameworks`)."""
+    try:
+        validate(shape.layout(1, "none", "textbook"), model, training, num_gpus)
+    except LayoutError:
+        return False
+    return True
 
 
 def _with_frameworks(base: Shape, space: SearchSpace, pp: int) -> list[Shape]:

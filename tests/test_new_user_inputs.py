@@ -234,7 +234,7 @@ def test_a_scenario_value_of_the_wrong_kind_is_one_line(tmp_path, body, needle):
 
 def test_an_empty_gpu_count_is_refused():
     for text in ("", ",", " "):
-        assert f"gpus: {text.strip()!r} gives no GPU count" in refused(
+        assert f"gpus: {text.strip()!r} gives no count" in refused(
             "search", "--model", "llama3-8b", "--gpus", text
         )
 
