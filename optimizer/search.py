@@ -81,11 +81,15 @@ def _families(problem: Problem, tables: CostTables) -> dict[str, np.ndarray]:
 
 
 def prepare(
-    problem: Problem, progress: Callable[[int, int], None] | None = None
+    problem: Problem,
+    progress: Callable[[int, int], None] | None = None,
+    time_limit_s: float | None = None,
 ) -> tuple[CostTables, LayoutModel, float]:
-    """Tables, the CP-SAT model with every constraint family, and the seconds it took."""
+    """Tables, the CP-SAT model with every constraint family, and the seconds it took.
+    ``time_limit_s`` bounds table building too: jobs not started within it are left out."""
     t0 = time.perf_counter()
-    tables = build_tables(problem, progress)
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    tables = build_tables(problem, progress, deadline)
     if not tables.shapes:
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
@@ -265,7 +269,8 @@ def search(
     InfeasibleError
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
-    tables, lm, t_tables = prepared or prepare(problem)
+    tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
+    time_limit_s = _remaining(time_limit_s, t_tables)
     ranks = tie_ranks(tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
@@ -299,7 +304,14 @@ def search(
         answers.append(_answer(tables, choice, int(value)))
         lm.exclude(choice)
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
+    if not tables.complete:
+        status = "feasible"  # the best of the jobs tabulated within the time limit
     return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
+
+
+def _remaining(time_limit_s: float | None, spent: float) -> float | None:
+    """What a time limit leaves the solver after the tables (at least 0.1 s, to read an answer)."""
+    return None if time_limit_s is None else max(0.1, time_limit_s - spent)
 
 
 def _count(job: Job) -> int:
@@ -356,11 +368,13 @@ def frontier(
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
     problem.check_frontier_axis(against)  # bad input (exit 2) before any table is built
-    tables, lm, t_tables = prepared or prepare(problem)
+    tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
+    time_limit_s = _remaining(time_limit_s, t_tables)
+    proven = tables.complete
     ranks = tie_ranks(tables)
     second = _second_axis(against, tables, lm)
     points: list[Answer] = []
-    seconds, proven = 0.0, True
+    seconds = 0.0
     eps_lit = None
     while len(points) < max_points:
         active: list[Any] = [eps_lit] if eps_lit is not None else []

@@ -23,6 +23,7 @@ within a relative 1e-9 of the capacity, and every printed answer is re-evaluated
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -78,6 +79,14 @@ class CostTables:
     """[S, R] model FLOPs per step (for MFU bounds), as float."""
     peak_ceil: np.ndarray
     """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
+    jobs_tabulated: int = -1
+    """How many of the jobs (in order) have shapes here; fewer than ``len(jobs)`` when a time
+    limit stopped table building (-1: all)."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether every job was tabulated (no time limit cut table building short)."""
+        return self.jobs_tabulated < 0 or self.jobs_tabulated == len(self.jobs)
 
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
@@ -132,11 +141,15 @@ def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
 
 
 def build_tables(
-    problem: Problem, progress: Callable[[int, int], None] | None = None
+    problem: Problem,
+    progress: Callable[[int, int], None] | None = None,
+    deadline: float | None = None,
 ) -> CostTables:
     """Evaluate the cost model's terms for every job × shape × modifier.
 
     ``progress(done, total)`` is called after each job (the CLI's terminal progress line).
+    ``deadline`` (a :func:`time.perf_counter` value): jobs not started by then are left out
+    (:attr:`CostTables.complete` is False; the search then reports ``feasible``, not proven).
 
     Raises
     ------
@@ -177,7 +190,11 @@ def build_tables(
     job_of: list[int] = []
     memo: dict = {}
     lo = 0
+    tabulated = len(per_job)
     for j, (job, found) in enumerate(per_job):
+        if deadline is not None and j and time.perf_counter() > deadline:
+            tabulated = j
+            break
         hi = lo + len(found)
         if found:
             mem, times, cap, ft = _job_rows(job, found, zs, rs, problem.constraints.headroom, memo)
@@ -207,6 +224,10 @@ def build_tables(
         lo = hi
         if progress:
             progress(lo, S)
+    if tabulated < len(per_job):  # cut short: keep the tabulated jobs' rows
+        state, step, act, legal, fits = state[:lo], step[:lo], act[:lo], legal[:lo], fits[:lo]
+        t1, t2, capacity, flops = t1[:lo], t2[:lo], capacity[:lo], flops[:lo]
+        S = lo
     peak = np.zeros((S, Z, R), dtype=np.int64)
     for z in range(Z):  # a loop over z keeps the temporary at [S, R, P]
         if S:
@@ -227,6 +248,7 @@ def build_tables(
         capacity,
         flops,
         peak,
+        tabulated,
     )
 
 

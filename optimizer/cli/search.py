@@ -108,7 +108,8 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--time-limit",
             "time_limit",
             type=POSITIVE,
-            help="Solver seconds per solve; best found, not proven.",
+            help="Seconds for the whole search, table building included; the best found, "
+            "status feasible (not proven) when it runs out.",
         ),
         click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
@@ -151,7 +152,7 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:
-    """Solver seconds per solve (already positive: the POSITIVE option type), or None."""
+    """Seconds for the whole search (already positive: the POSITIVE option type), or None."""
     return None if kw.get("time_limit") is None else float(kw["time_limit"])
 
 
@@ -230,7 +231,7 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     try:
         from trainplan.optimizer.search import prepare
 
-        prepared = prepare(problem, _table_progress(as_json))
+        prepared = prepare(problem, _table_progress(as_json), limit)
         progress = _progress(as_json, problem, prepared)
         result = search(problem, top, limit, kw["workers"], progress, prepared=prepared)
     except InfeasibleError as err:
@@ -310,7 +311,7 @@ def frontier_cmd(
     try:
         from trainplan.optimizer.search import prepare
 
-        prepared = prepare(problem, _table_progress(as_json))
+        prepared = prepare(problem, _table_progress(as_json), limit)
         result = frontier(problem, against, limit, kw["workers"], prepared=prepared)
     except InfeasibleError as err:
         _infeasible(err, as_json)

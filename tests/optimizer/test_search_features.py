@@ -289,3 +289,16 @@ def test_objective_enum_values():
         "cost",
         "params",
     }
+
+
+def test_time_limit_bounds_table_building_and_returns_the_best_so_far():
+    """--time-limit covers the tables too: jobs not started within it are left out, and the
+    answer is the best of those tabulated, status feasible (issue 10)."""
+    from trainplan.optimizer.search import search
+
+    problem = build_problem({}, {**SMALL, "gpus": "8,16"})
+    full = search(problem)
+    assert full.status == "optimal"
+    cut = search(problem, time_limit_s=1e-9)  # only the first job (8 GPUs) gets tabulated
+    assert cut.status == "feasible"
+    assert cut.best.job.num_gpus == 8 and cut.num_shapes < full.num_shapes
