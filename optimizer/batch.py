@@ -360,7 +360,7 @@ def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last) -> np.nd
 
 def _bandwidths(job, sa: ShapeArrays) -> dict[str, np.ndarray]:
     """[N] ring bandwidth of each axis (dp: the dp·cp gradient group) for every shape."""
-    from trainplan.optimizer.inputs import links_for
+    from trainplan.optimizer.case import links_for
     from trainplan.topology.placement import axis_spans, two_tier_bandwidth
 
     case = job.case

@@ -13,7 +13,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
-from trainplan.optimizer.inputs import Case
+from trainplan.optimizer.case import Case
 from trainplan.optimizer.space import SearchSpace
 
 __all__ = [

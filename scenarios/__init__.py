@@ -1,7 +1,7 @@
 """Scenario data files (models, examples, clusters), read through :mod:`importlib.resources`.
 
 Data access only: this package returns the parsed TOML as dicts; building specs from them is the
-caller's job (``optimizer.catalogue``). Files live at ``scenarios/<kind>/<name>.toml`` and are
+caller's job (``scenarios.catalogue``). Files live at ``scenarios/<kind>/<name>.toml`` and are
 package data, so they are found in an installed wheel as well as in a checkout.
 """
 

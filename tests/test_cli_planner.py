@@ -1,7 +1,7 @@
 """The planner CLI, ``trainplan evaluate`` (issue 2 items 7 and 10).
 
 Happy paths run in-process through click's CliRunner. Bad inputs run through the console-script
-entry point ``optimizer.cli.main`` (in-process, with ``sys.argv`` set), because that is where a
+entry point ``interface.cli.main`` (in-process, with ``sys.argv`` set), because that is where a
 PlannerError becomes one line and exit code 2 (``run_guarded``); CliRunner calls the click group
 directly and would see the exception instead. A few cases also run the installed ``trainplan``
 script in a subprocess.
@@ -18,8 +18,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-import trainplan.optimizer.cli as cli_module
-from trainplan.optimizer.cli import cli, main
+import trainplan.interface.cli as cli_module
+from trainplan.interface.cli import cli, main
 
 cli_module._register()
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.optimizer.cli import _register, cli
+from trainplan.interface.cli import _register, cli
 
 _register()
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

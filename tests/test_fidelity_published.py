@@ -1,7 +1,7 @@
-"""Published runs against the cost model (``optimizer.fidelity``): the held-out utilisation
+"""Published runs against the cost model (``interface.fidelity``): the held-out utilisation
 error, every published layout fitting in memory with its paper's recipe, and Korthikanti et al.
 2022 Appendix B's per-stage activation figures for the 530B model. Sources are named in
-``optimizer/fidelity.py`` and ``docs/fidelity-published.md``."""
+``interface/fidelity.py`` and ``docs/fidelity-published.md``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.model.layout import Layout
-from trainplan.model.memory import stage_activations
-from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
-from trainplan.model.specs import TrainingSpec
-from trainplan.optimizer.catalogue import get_model
-from trainplan.optimizer.fidelity import (
+from trainplan.interface.fidelity import (
     CALIBRATION_ROWS,
     appendix_b_530b,
     build_run_case,
@@ -25,6 +20,11 @@ from trainplan.optimizer.fidelity import (
     median_abs_error,
     published_runs,
 )
+from trainplan.model.layout import Layout
+from trainplan.model.memory import stage_activations
+from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
+from trainplan.model.specs import TrainingSpec
+from trainplan.scenarios.catalogue import get_model
 
 GOAL_POINTS = 3.0  # issue 5: median |MFU error| on the held-out rows
 RESULTS = evaluate_all()

@@ -2,7 +2,7 @@
 
 Each kind of trip has one rule in the code; these tests hold the rule through the command line
 (click's ``CliRunner`` on the real group: a PlannerError is one line on stderr and exit code 2,
-:class:`~trainplan.optimizer.cli.common.GuardedGroup`) and, where the rule is a library function,
+:class:`~trainplan.interface.cli.common.GuardedGroup`) and, where the rule is a library function,
 directly. Figures are derived by hand in the comments.
 """
 
@@ -15,24 +15,24 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import trainplan.optimizer.cli as cli_module
-from trainplan.model.errors import InputError
-from trainplan.model.layout import Layout
-from trainplan.model.specs import ModelSpec, TrainingSpec
-from trainplan.model.units import check_limit, parse_number
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import output
-from trainplan.optimizer.examples import example_params
-from trainplan.optimizer.fidelity import published_runs
-from trainplan.optimizer.inputs import output_path
-from trainplan.optimizer.report import duration, objective_text
-from trainplan.optimizer.scenario import (
+import trainplan.interface.cli as cli_module
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import output
+from trainplan.interface.examples import example_params
+from trainplan.interface.fidelity import published_runs
+from trainplan.interface.inputs import output_path
+from trainplan.interface.report import duration, objective_text
+from trainplan.interface.scenario import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
     SPACE_KEYS,
     TOP_KEYS,
     VALUE_KINDS,
 )
+from trainplan.model.errors import InputError
+from trainplan.model.layout import Layout
+from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.units import check_limit, parse_number
 from trainplan.topology.accelerators import get_accelerator
 
 cli_module._register()
@@ -142,8 +142,8 @@ def test_the_library_applies_the_same_limits():
 
 
 # ---------------------------------------------------------------------------------------------
-# Output files: one check before anything is computed or written (optimizer.inputs.output_path,
-# the click type optimizer.cli.common.output), for every option that writes a file
+# Output files: one check before anything is computed or written (interface.inputs.output_path,
+# the click type interface.cli.common.output), for every option that writes a file
 
 LEAST_ARGS = {
     "frontier": ["--model", "llama3-8b", "--gpus", "8"],
@@ -197,7 +197,7 @@ def test_output_path_rule():
 
 
 # ---------------------------------------------------------------------------------------------
-# Scenario files: every value checked against its key's kind (optimizer.scenario.VALUE_KINDS);
+# Scenario files: every value checked against its key's kind (interface.scenario.VALUE_KINDS);
 # an empty GPU list is refused where GPU counts are read (optimizer.problem.gpu_counts)
 
 
@@ -395,7 +395,7 @@ def test_an_mfu_nothing_reaches_is_explained_as_min_mfu():
 
 
 # ---------------------------------------------------------------------------------------------
-# Readability: figures in the units people read (optimizer.report.duration / objective_text;
+# Readability: figures in the units people read (interface.report.duration / objective_text;
 # JSON objective in base units under a key naming the unit, optimizer.problem.objective_value)
 
 
@@ -544,7 +544,7 @@ def test_rollout_kv_cache_holds_the_engines_concurrent_batch():
 
 
 # ---------------------------------------------------------------------------------------------
-# Pictures (optimizer.plots): each names what its colours and marks mean
+# Pictures (interface.plots): each names what its colours and marks mean
 
 
 def _svg_text(path) -> str:
@@ -554,8 +554,8 @@ def _svg_text(path) -> str:
 
 def test_interleaved_pipeline_chart_tells_model_chunks_apart(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
-    from trainplan.optimizer.plots import pipeline_chart
-    from trainplan.optimizer.tabs import pipeline_report
+    from trainplan.interface.plots import pipeline_chart
+    from trainplan.interface.tabs import pipeline_report
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         pipeline_chart(pipeline_report(4, 8, "interleaved", 2), tmp_path / "v2.svg")
@@ -572,8 +572,8 @@ def test_checkpointing_gif_has_a_colour_legend(tmp_path):
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    from trainplan.optimizer.plots import _ckpt_frames, _pyplot
-    from trainplan.optimizer.tabs import ckpt_report
+    from trainplan.interface.plots import _ckpt_frames, _pyplot
+    from trainplan.interface.tabs import ckpt_report
 
     report = ckpt_report(9, 3)
     plt = _pyplot()
@@ -605,7 +605,7 @@ FRONTIER_ROWS = [
 
 def test_frontier_chart_labels_do_not_overlap_and_name_zero_and_recompute(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
-    from trainplan.optimizer.plots import _place_labels, _pyplot, frontier_chart
+    from trainplan.interface.plots import _place_labels, _pyplot, frontier_chart
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         frontier_chart(FRONTIER_ROWS, "memory", tmp_path / "f.svg")

@@ -22,6 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_cli_planner import run_main
+from trainplan.interface.cli import _register, cli
+from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
@@ -35,8 +37,6 @@ from trainplan.model.frameworks import (
 from trainplan.model.layout import Layout
 from trainplan.model.memory import model_state
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
-from trainplan.optimizer.cli import _register, cli
-from trainplan.optimizer.inputs import build_case
 
 T = TrainingSpec(seq_len=1, global_batch_size=8)
 P13 = Fraction(13 * 10**9)

@@ -20,7 +20,7 @@ from trainplan.model.flops import (
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params, megatron_eq2_params
 from trainplan.model.specs import Norm, PositionEmbedding
-from trainplan.optimizer.catalogue import get_model, model_names
+from trainplan.scenarios.catalogue import get_model, model_names
 
 from ._shared import table_meta, table_rows
 

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.params import count_params, split_layers, stage_params
-from trainplan.optimizer.catalogue import get_model
-from trainplan.optimizer.inputs import build_case
+from trainplan.scenarios.catalogue import get_model
 
 from ._shared import load
 

@@ -20,11 +20,11 @@ from fractions import Fraction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute
-from trainplan.optimizer.catalogue import get_model
-from trainplan.optimizer.inputs import build_case
+from trainplan.scenarios.catalogue import get_model
 
 MODELS = ("megatron-1.7b", "llama3-8b", "mixtral-8x7b")
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

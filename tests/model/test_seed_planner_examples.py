@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainplan.optimizer.examples import run_example
+from trainplan.interface.examples import run_example
 
 from ._shared import load
 

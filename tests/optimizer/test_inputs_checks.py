@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InputError
-from trainplan.optimizer.inputs import build_case
 
 BASE = {"model": "llama3-8b", "gpu": "H100-SXM", "dp": 8, "num_gpus": 8}
 

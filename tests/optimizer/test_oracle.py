@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from trainplan.interface.scenario import build_problem
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
-from trainplan.optimizer.scenario import build_problem
 from trainplan.optimizer.search import frontier, prepare, search
 
 MODELS = ["megatron-1.7b", "megatron-3.6b", "llama3-8b", "mixtral-8x7b", "megatron-7.5b"]

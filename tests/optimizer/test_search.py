@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
-from trainplan.optimizer.inputs import build_case
 from trainplan.optimizer.problem import Constraints, Job, Problem
 from trainplan.optimizer.search import prepare, search
 from trainplan.optimizer.space import SearchSpace
@@ -89,7 +89,7 @@ def test_infeasible_names_min_mfu_alone():
 
 
 def test_search_cli_json_and_infeasible_exit_code():
-    from trainplan.optimizer.cli import _register, cli
+    from trainplan.interface.cli import _register, cli
 
     _register()
     runner = CliRunner()

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from trainplan.interface.cli import _register, cli
+from trainplan.interface.inputs import build_case
+from trainplan.interface.scenario import build_problem, load_scenario
 from trainplan.model.errors import InfeasibleError, InputError, ScenarioError
-from trainplan.optimizer.cli import _register, cli
-from trainplan.optimizer.inputs import build_case
 from trainplan.optimizer.problem import Objective, gpu_counts
-from trainplan.optimizer.scenario import build_problem, load_scenario
 from trainplan.optimizer.search import frontier, search
 
 _register()

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
+from trainplan.interface.scenario import build_problem
 from trainplan.model.estimate import objective_ns
-from trainplan.optimizer.scenario import build_problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.tables import build_tables
 

@@ -5,10 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import trainplan.optimizer.cli.tabs  # noqa: F401
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.tabs import render_timeline
-from trainplan.optimizer.tabs import pipeline_report
+import trainplan.interface.cli.tabs  # noqa: F401
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.tabs import render_timeline
+from trainplan.interface.tabs import pipeline_report
 
 BAD = [
     (["ckpt", "--layers", "9", "--every", "0"], "every"),

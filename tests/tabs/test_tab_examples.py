@@ -2,7 +2,7 @@
 
 The figures are compared the way ``shared/checks/seed_examples.py`` does (a key anywhere in the
 report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
-:data:`optimizer.tabs.TAB_REPORTS` and on the ``--json`` output of each CLI command.
+:data:`interface.tabs.TAB_REPORTS` and on the ``--json`` output of each CLI command.
 """
 
 import json
@@ -11,10 +11,10 @@ import math
 import pytest
 from click.testing import CliRunner
 
-import trainplan.optimizer.cli.tabs  # noqa: F401  (registers the commands)
+import trainplan.interface.cli.tabs  # noqa: F401  (registers the commands)
 from trainplan import scenarios
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.tabs import TAB_REPORTS
+from trainplan.interface.cli import cli
+from trainplan.interface.tabs import TAB_REPORTS
 
 EXAMPLES = [e for e in scenarios.data("examples")["example"] if e["tab"] in TAB_REPORTS]
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainplan.interface.tabs import mfu_report, rlhf_report
 from trainplan.model import checkpointing as ck
 from trainplan.model.mfu import recompute_flops_per_token
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio, microbatches_in_flight
 from trainplan.model.schedule import simulate
-from trainplan.optimizer.tabs import mfu_report, rlhf_report
 
 PP = st.integers(1, 8)
 M = st.integers(1, 24)

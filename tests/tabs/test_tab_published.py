@@ -5,8 +5,8 @@ import math
 import pytest
 
 from trainplan import scenarios
+from trainplan.interface.tabs import mfu_report
 from trainplan.model.mfu import korthikanti_flops, utilisation
-from trainplan.optimizer.tabs import mfu_report
 
 PUBLISHED = scenarios.data("published")
 K5 = PUBLISHED["korthikanti_table5"][0]

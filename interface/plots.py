@@ -2,7 +2,7 @@
 
 ``pip install 'trainplan[plot]'`` installs matplotlib; without it every function here raises an
 :class:`~model.errors.InputError` saying so. Each function takes the report dictionary of
-:mod:`optimizer.tabs` (the ``--json`` output) and writes one file; the format follows the suffix
+:mod:`interface.tabs` (the ``--json`` output) and writes one file; the format follows the suffix
 (``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation).
 """
 
@@ -35,15 +35,15 @@ def _pyplot() -> Any:
 
 
 def _suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
-    """The output file, checked by the one rule for output paths (optimizer.inputs.output_path)."""
-    from trainplan.optimizer.inputs import output_path
+    """The output file, checked by the one rule for output paths (interface.inputs.output_path)."""
+    from trainplan.interface.inputs import output_path
 
     return output_path(path, "path", allowed)
 
 
 def _save(fig: Any, out: Path) -> None:
-    """Write a figure; what the file system refuses is an InputError (optimizer.inputs.writing)."""
-    from trainplan.optimizer.inputs import writing
+    """Write a figure; what the file system refuses is an InputError (interface.inputs.writing)."""
+    from trainplan.interface.inputs import writing
 
     with writing(out, "path"):
         fig.savefig(out)
@@ -250,7 +250,7 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
     frame_s = float(parse_positive(delay_s, "delay"))
     fig, draw = _ckpt_frames(plt, report)
     anim = FuncAnimation(fig, draw, frames=len(report["steps"]))
-    from trainplan.optimizer.inputs import writing
+    from trainplan.interface.inputs import writing
 
     fps: Any = 1 / frame_s  # a float is fine: Pillow shows each frame 1000/fps ms
     with writing(out, "path"):

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import COUNT, NUMBER, echo_json
+from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InputError
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, NUMBER, echo_json
-from trainplan.optimizer.inputs import build_case
 
 __all__ = ["layout_options"]
 
@@ -214,8 +214,8 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:
     """Evaluate flat parameters; print JSON or text; return the JSON object."""
+    from trainplan.interface.report import evaluate_text
     from trainplan.model.report_dict import estimate_to_dict
-    from trainplan.optimizer.report import evaluate_text
 
     params = dict(params)
     params["overlap"] = _overlap(tuple(params.get("overlap") or ()))
@@ -227,7 +227,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, case.defaults_used))
         if per_stage:
-            from trainplan.optimizer.report import readable, table_text
+            from trainplan.interface.report import readable, table_text
 
             rows = [readable(row) for row in out["stages"]]
             click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
@@ -249,7 +249,7 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus_cmd(as_json: bool) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
-    from trainplan.optimizer.report import gpus_text
+    from trainplan.interface.report import gpus_text
     from trainplan.topology.accelerators import accelerator_rows
 
     rows = accelerator_rows()
@@ -267,7 +267,7 @@ def gpus_cmd(as_json: bool) -> None:
 def models_cmd(as_json: bool) -> None:
     """The model catalogue: names, sizes and sources."""
     from trainplan.model.params import count_params
-    from trainplan.optimizer.catalogue import get_model, model_names
+    from trainplan.scenarios.catalogue import get_model, model_names
 
     rows: list[dict[str, Any]] = []
     for name in model_names():
@@ -286,7 +286,7 @@ def models_cmd(as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
-    from trainplan.optimizer.report import table_text
+    from trainplan.interface.report import table_text
 
     click.echo(
         table_text(

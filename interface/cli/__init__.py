@@ -1,7 +1,7 @@
 """The ``trainplan`` command line: a click group whose commands parse, call the library, print.
 
 Every command has ``--json``; any :class:`model.errors.PlannerError` becomes one line on stderr and
-exit code 2, never a traceback (:class:`~optimizer.cli.common.GuardedGroup`). Commands live in
+exit code 2, never a traceback (:class:`~interface.cli.common.GuardedGroup`). Commands live in
 sibling modules and are registered here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from trainplan.optimizer.cli.common import GuardedGroup, run_guarded
+from trainplan.interface.cli.common import GuardedGroup, run_guarded
 
 __all__ = ["main", "cli"]
 
@@ -24,7 +24,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainplan.optimizer.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
+    from trainplan.interface.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 One place decides every default (SPEC.md and issue 2): the catalogue's published training setup
 (s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
-H100-SXM when no GPU is named. The defaults used are listed in :attr:`Case.defaults_used`.
+H100-SXM when no GPU is named. The defaults used are listed in
+:attr:`trainplan.optimizer.case.Case.defaults_used`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
 from trainplan.model.errors import InputError, check_applicable
-from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.hardware import ClusterLinks, DeviceSpec
-from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout, validate
+from trainplan.model.hardware import ClusterLinks
+from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.specs import (
     Architecture,
     Mlp,
@@ -30,17 +30,15 @@ from trainplan.model.specs import (
 )
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.model.units import parse_count, parse_number
-from trainplan.optimizer.catalogue import get_model
+from trainplan.optimizer.case import Case
+from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
-from trainplan.topology.placement import axis_links
 
 __all__ = [
-    "Case",
     "build_case",
     "DEFAULT_GPU",
     "LAYOUT_KEYS",
     "DIM_KEYS",
-    "links_for",
     "parse_framework",
     "output_path",
     "writing",
@@ -91,68 +89,6 @@ KNOWN_KEYS = frozenset(
 """Every parameter :func:`build_case` reads; anything else is an error naming it."""
 DIM_KEYS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim")
 """Dimensions given with ``--params`` (the CLI options of the same names)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Case:
-    """Everything ``evaluate()`` needs, plus where each default came from."""
-
-    model: ModelSpec
-    training: TrainingSpec
-    layout: Layout
-    device: DeviceSpec
-    links: ClusterLinks
-    options: CostOptions
-    num_gpus: int | None
-    vocab_multiple: int = 0
-    fabric: tuple[tuple[str, Any], ...] = ()
-    """Cluster-graph options (rail_optimized, pod_size, oversubscription); empty = two tiers."""
-    defaults_used: dict[str, Any] = field(default_factory=dict)
-
-    def evaluate(self, layout: Layout | None = None) -> Estimate:
-        """Evaluate this case (or another layout of it).
-
-        Raises
-        ------
-        LayoutError
-            The layout's first broken legality rule (:func:`model.layout.validate`), checked
-            before the links are placed so the message is the cost model's.
-        """
-        lay = layout or self.layout
-        validate(lay, self.model, self.training, None if layout else self.num_gpus)
-        return evaluate(
-            self.model,
-            self.training,
-            lay,
-            self.device,
-            links_for(lay, self.links, self.fabric),
-            self.options,
-            None if layout else self.num_gpus,
-            self.vocab_multiple,
-        )
-
-
-def links_for(
-    layout: Layout, links: ClusterLinks, fabric: tuple[tuple[str, Any], ...] = ()
-) -> dict[str, Any]:
-    """Per-axis links of ``layout`` for its rank order: on a two-tier cluster (NVLink domains and a
-    scale-out tier; topology.placement's span rule) or, with ``fabric`` options (``rail_optimized``,
-    ``pod_size``, ``oversubscription``), the bottleneck bandwidth of each axis's first rank group in
-    a networkx cluster graph (topology.graph)."""
-    degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
-    degrees["etp"] = layout.expert_tp
-    if not fabric:
-        return axis_links(degrees, links, layout.rank_order)
-    from trainplan.topology.graph import build_cluster
-
-    graph = build_cluster(
-        layout.num_gpus,
-        links.nvlink_domain,
-        links.nvlink_bytes_per_s,
-        links.scaleout_bytes_per_s,
-        **dict(fabric),
-    )
-    return axis_links(degrees, graph, layout.rank_order)
 
 
 @overload

@@ -71,8 +71,8 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
     tab, params = example_params(name, overrides)
     if tab == "planner":
+        from trainplan.interface.inputs import build_case
         from trainplan.model.report_dict import estimate_to_dict
-        from trainplan.optimizer.inputs import build_case
 
         case = build_case(params)
         out = estimate_to_dict(case.evaluate())
@@ -80,7 +80,7 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     else:
         import inspect
 
-        from trainplan.optimizer.tabs import TAB_REPORTS
+        from trainplan.interface.tabs import TAB_REPORTS
 
         accepted = set(inspect.signature(TAB_REPORTS[tab]).parameters)
         unknown = sorted(set(params) - accepted)

@@ -1,6 +1,6 @@
 """The other four tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt``, ``rlhf``.
 
-Options are read as text and parsed by :mod:`optimizer.tabs` (numbers as 4e6, 4,000,000, 4e 6,
+Options are read as text and parsed by :mod:`interface.tabs` (numbers as 4e6, 4,000,000, 4e 6,
 70B), so that any bad value is one ``Error: …`` line and exit code 2.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
 from trainplan.model.checkpointing import tensor_state
-from trainplan.optimizer import tabs
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, POSITIVE, echo_json, output
+from trainplan.interface import tabs
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
@@ -118,7 +118,7 @@ def pipeline_cmd(
     r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
     for path in (png, svg):
         if path is not None:
-            from trainplan.optimizer import plots
+            from trainplan.interface import plots
 
             plots.pipeline_chart(r, path)
     if as_json:
@@ -239,7 +239,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
     r = tabs.ckpt_report(layers, every, labels, step)
     if gif is not None or chart is not None:
-        from trainplan.optimizer import plots
+        from trainplan.interface import plots
 
         if gif is not None:
             plots.ckpt_gif(r, gif, delay)

@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import echo_json
+from trainplan.interface.cli.planner import layout_options, model_options
 from trainplan.model.errors import InputError
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import echo_json
-from trainplan.optimizer.cli.planner import layout_options, model_options
 
 
 def _sets(items: tuple[str, ...]) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def example_cmd(
     **params: Any,
 ) -> None:
     """Run a named example of the original tool (trainplan example --list)."""
-    from trainplan.optimizer.examples import example_params, examples, run_example
+    from trainplan.interface.examples import example_params, examples, run_example
 
     if list_ or not name:
         rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
@@ -53,7 +53,7 @@ def example_cmd(
     overrides.update(_sets(sets))
     tab, _ = example_params(name)
     if tab == "planner":
-        from trainplan.optimizer.cli.planner import run_evaluate
+        from trainplan.interface.cli.planner import run_evaluate
 
         _, merged = example_params(name, overrides)
         if as_json:

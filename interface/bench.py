@@ -1,6 +1,6 @@
 """Benchmark: the search's speed on published-scale problems, beside a reference loop (issue 10).
 
-``python -m trainplan.optimizer.bench`` runs each case twice:
+``python -m trainplan.interface.bench`` runs each case twice:
 
 * in this process: table building (the cost model over every candidate), the CP-SAT search and
   the numpy enumeration over the same tables — seconds, candidates per second, whether the two
@@ -23,9 +23,9 @@ import sys
 import time
 from dataclasses import dataclass
 
+from trainplan.interface.scenario import build_problem
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
-from trainplan.optimizer.scenario import build_problem
 from trainplan.optimizer.search import frontier, prepare, search
 
 __all__ = ["CASES", "run", "reference_seconds", "SMOKE_CANDIDATES_PER_REFERENCE"]
@@ -150,7 +150,7 @@ def run(quick: bool = False) -> list[dict]:
     rows = []
     for case in CASES[:3] if quick else CASES:
         row = {"case": case.name, **_in_process(case)}
-        row["end_to_end_s"] = _wall(["-m", "trainplan.optimizer", *case.argv])
+        row["end_to_end_s"] = _wall(["-m", "trainplan", *case.argv])
         rows.append(row)
         if "infeasible" in row:
             print(f"| {case.name} | — | — | {row['tables_s']:.2f} s | — | — | — | "

@@ -89,7 +89,7 @@ class _Output(click.ParamType):
         self.suffixes = suffixes
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from trainplan.optimizer.inputs import output_path
+        from trainplan.interface.inputs import output_path
 
         return str(output_path(value, _flag(param), self.suffixes))
 
@@ -97,7 +97,7 @@ class _Output(click.ParamType):
 def output(*suffixes: str) -> click.ParamType:
     """The click type of an option that writes a file ending in one of ``suffixes`` (any, when
     none): empty paths, missing or unwritable folders are refused as the option is read, by
-    :func:`optimizer.inputs.output_path`."""
+    :func:`interface.inputs.output_path`."""
     return _Output(tuple(suffixes))
 
 

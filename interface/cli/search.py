@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
+from trainplan.interface.cli.planner import _overlap, cluster_options, model_options
+from trainplan.interface.inputs import DIM_KEYS
+from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
-from trainplan.optimizer.cli import cli
-from trainplan.optimizer.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
-from trainplan.optimizer.cli.planner import _overlap, cluster_options, model_options
-from trainplan.optimizer.inputs import DIM_KEYS
-from trainplan.optimizer.scenario import CLUSTER_KEYS, SPACE_KEYS
 
 _SPACE = tuple(sorted(SPACE_KEYS))
 _CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
@@ -120,7 +120,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _problem(kw: dict[str, Any], objective: str | None = None):
-    from trainplan.optimizer.scenario import build_problem, load_scenario
+    from trainplan.interface.scenario import build_problem, load_scenario
 
     file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
     cli_values: dict[str, Any] = {
@@ -168,7 +168,7 @@ def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float
 def _progress(as_json: bool, problem: Any, prepared: Any) -> Callable[[int, float], None] | None:
     if as_json or not sys.stderr.isatty():
         return None
-    from trainplan.optimizer.report import objective_text
+    from trainplan.interface.report import objective_text
 
     in_units = _in_units(problem, prepared)
 
@@ -221,8 +221,8 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
 
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
+    from trainplan.interface.report import evaluate_text
     from trainplan.model.report_dict import estimate_to_dict
-    from trainplan.optimizer.report import evaluate_text
     from trainplan.optimizer.search import search
 
     kw["max_layers"] = kw.get("max_layers")
@@ -239,7 +239,7 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         return
     if progress:
         click.echo("", err=True)
-    from trainplan.optimizer.report import objective_text
+    from trainplan.interface.report import objective_text
 
     in_units = _in_units(problem, prepared)
     answers = []
@@ -301,8 +301,8 @@ def frontier_cmd(
 
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
+    from trainplan.interface.report import frontier_row, frontier_text, write_csv
     from trainplan.model.report_dict import estimate_to_dict
-    from trainplan.optimizer.report import frontier_row, frontier_text, write_csv
     from trainplan.optimizer.search import frontier
 
     problem = _problem(kw)
@@ -328,7 +328,7 @@ def frontier_cmd(
     if csv_path is not None:
         write_csv(rows, csv_path)
     if png_path is not None:
-        from trainplan.optimizer.plots import frontier_chart
+        from trainplan.interface.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
     if as_json:

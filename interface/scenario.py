@@ -31,12 +31,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from trainplan.interface.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import parse_count, parse_number
-from trainplan.optimizer.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -360,7 +360,7 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     from dataclasses import replace
 
     from trainplan.model.specs import ModelSpec
-    from trainplan.optimizer.catalogue import get_model
+    from trainplan.scenarios.catalogue import get_model
 
     entry = get_model(model_name)
     arch = entry.model.arch

@@ -304,9 +304,9 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
     Raises
     ------
     InputError
-        A path that cannot be written (optimizer.inputs.output_path's rule).
+        A path that cannot be written (interface.inputs.output_path's rule).
     """
-    from trainplan.optimizer.inputs import output_path, writing
+    from trainplan.interface.inputs import output_path, writing
 
     out = output_path(path, "csv")
     with writing(out, "csv"):

@@ -1,0 +1,8 @@
+"""What people use: the ``trainplan`` command line (:mod:`trainplan.interface.cli`), text tables
+and CSV (:mod:`~trainplan.interface.report`), pictures (:mod:`~trainplan.interface.plots`), the
+original tool's tabs and 21 named examples (:mod:`~trainplan.interface.tabs`,
+:mod:`~trainplan.interface.examples`), parameters and scenario files parsed into cases and search
+problems (:mod:`~trainplan.interface.inputs`, :mod:`~trainplan.interface.scenario`), the
+published-runs report (:mod:`~trainplan.interface.fidelity`) and the benchmark
+(:mod:`~trainplan.interface.bench`). It sits one layer above the cost model (``model``), the
+cluster (``topology``) and the search (``optimizer``): they never import it."""
