@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-def padded_vocab(vocab_size: int, multiple: int = 0, tp: int = 1) -> int:
+def padded_vocab(vocab_size: int, multiple: int = 0, tp: Any = 1) -> Any:
     """V padded up to a multiple of ``multiple · tp`` (Megatron-LM's
     ``make_vocab_size_divisible_by``, default 128, times the tensor-parallel degree); 0 = no padding.
 

@@ -238,7 +238,9 @@ def interleaved_peak(
         steps += [minimum(q * pp, last), minimum(shift + q * pp, last)]
     for t in steps:
         states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
-    best_w, best_time, best_held = None, None, None
+    best_w: Any = None
+    best_time: Any = None
+    best_held: list[Any] | None = None
     for time, fwd, bwd, valid in states:
         forwards, backwards = _chunk_counts(fwd, pp, v), _chunk_counts(bwd, pp, v)
         held = [forwards[j] - backwards[v - 1 - j] for j in range(v)]
@@ -246,12 +248,13 @@ def interleaved_peak(
         if best_w is None:
             best_w, best_time, best_held = where(valid, weight, -1), time, held
             continue
+        assert best_held is not None
         better = valid & ((weight > best_w) | ((weight == best_w) & (time < best_time)))
         best_w = where(better, weight, best_w)
         best_time = where(better, time, best_time)
         best_held = [where(better, h, b) for h, b in zip(held, best_held, strict=True)]
     assert best_held is not None
-    return best_w, best_held
+    return best_w, list(best_held)
 
 
 @cache

@@ -211,7 +211,7 @@ def microbatch_flop_terms(
     return f_dense, f_moe, out, r_dense, r_moe, core
 
 
-def stage_hardware_flops(terms: Sequence[int], n_dense: Any, n_moe: Any, last: Any) -> Any:
+def stage_hardware_flops(terms: Sequence[Any], n_dense: Any, n_moe: Any, last: Any) -> Any:
     """Hardware FLOPs of one micro-batch on a stage of ``n_dense`` dense and ``n_moe`` MoE
     layers (``last``: it holds the output layer): ``3 × forward + recomputed forward`` of
     :func:`microbatch_flop_terms`. Exact for ints; element-wise for arrays of layouts."""
@@ -221,7 +221,7 @@ def stage_hardware_flops(terms: Sequence[int], n_dense: Any, n_moe: Any, last: A
 
 
 def stage_peak_seconds(
-    terms: Sequence[int],
+    terms: Sequence[Any],
     n_dense: Any,
     n_moe: Any,
     last: Any,
@@ -270,12 +270,12 @@ def core_passes(recompute: Recompute) -> int:
 
 
 def exposed_seconds(
-    seconds: float,
-    microbatch_seconds: float,
-    microbatches: int,
+    seconds: Any,
+    microbatch_seconds: Any,
+    microbatches: Any,
     overlap: float,
-    window_s: float | None,
-) -> float:
+    window_s: Any,
+) -> Any:
     """Seconds of an axis's communication left exposed in a step.
 
     ``seconds`` is the whole step's traffic over the link; ``microbatch_seconds`` the part that

@@ -444,10 +444,11 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
             "ep": (ep_bytes(arch, most_moe, sa.ep, tp, cp, b, m, s, beta, sp, full), 0),
             "pp": (pp_total, 0),
         }
-        exposed = sum(
-            exposed_seconds((total - hidden) / bw[axis], 0.0, m, o.overlap[axis], window)
-            for axis, (total, hidden) in traffic.items()
-        )
+        exposed: Any = 0.0
+        for axis, (total, hidden) in traffic.items():
+            exposed = exposed + exposed_seconds(
+                (total - hidden) / bw[axis], 0.0, m, o.overlap[axis], window
+            )
         seconds = compute * (1 + bubble_ratio(sa.pp, m, sa.v)) + exposed
         t1[:, ri] = np.rint(seconds * 1e9)
     t2 = np.zeros((N, Z), dtype=np.int64)

@@ -181,13 +181,14 @@ class LayoutModel:
             name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
             return SolveResult(name, None, None, solver.wall_time)
         c = int(solver.value(self.index))
-        choice = tuple(int(v) for v in self.candidates[c])
+        s, z, r = (int(v) for v in self.candidates[c])
+        choice = (s, z, r)
         m.clear_hints()
         m.add_hint(self.x[c], True)
         status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
         return SolveResult(
             status_name, choice, int(round(solver.objective_value)), solver.wall_time
-        )  # type: ignore[arg-type]
+        )
 
     def bound(self, expr, value: int, *, upper: bool = True) -> cp_model.IntVar:
         """A literal that, when passed in ``active`` to :meth:`solve`, keeps ``expr ≤ value``

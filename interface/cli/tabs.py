@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
+from trainplan.interface import tabs
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
 from trainplan.model.checkpointing import tensor_state
-from trainplan.interface import tabs
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
 
