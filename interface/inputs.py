@@ -28,6 +28,7 @@ from trainplan.model.specs import (
     PositionEmbedding,
     TrainingSpec,
 )
+from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.case import Case
@@ -46,6 +47,14 @@ __all__ = [
 
 DEFAULT_GPU = "H100-SXM"
 LAYOUT_KEYS = LAYOUT_FIELDS
+MEGATRON_SPLIT_KEYS = (
+    "first_stage_layers",
+    "last_stage_layers",
+    "account_for_embedding",
+    "account_for_loss",
+)
+"""Megatron-Core's stage-layout arguments (:func:`model.split.megatron_stage_layers`), turned
+into ``stage_layers`` once the model's depth is known."""
 KNOWN_KEYS = frozenset(
     {
         "model",
@@ -76,6 +85,7 @@ KNOWN_KEYS = frozenset(
         "fp32_gradients",
         "memory_reserve_gib",
         *LAYOUT_KEYS,
+        *MEGATRON_SPLIT_KEYS,
         "layers",
         "hidden",
         "heads",
@@ -223,6 +233,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    if any(k in params for k in MEGATRON_SPLIT_KEYS):
+        layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
     layout_args["framework"] = framework
     layout_args.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
@@ -294,6 +306,39 @@ def build_case(params: Mapping[str, Any]) -> Case:
         vocab_multiple=_count(params, "vocab_multiple", 0),
         fabric=_fabric(params),
         defaults_used=used,
+    )
+
+
+def _megatron_split(
+    params: Mapping[str, Any], model: ModelSpec, layout_args: Mapping[str, Any]
+) -> tuple[int, ...]:
+    """Per-chunk layer counts from Megatron-Core's stage-layout arguments."""
+    check_applicable(
+        {"stage_layers": layout_args.get("stage_layers")},
+        {
+            "stage_layers": "give either stage_layers or Megatron's first/last-stage layers and "
+            "embedding/loss accounting, not both"
+        },
+    )
+    if model.arch is None:
+        raise InputError(
+            "first_stage_layers: a stage layout needs the model's layers (a catalogue model, a "
+            "config.json or --layers), not a size only"
+        )
+    ends = {}
+    for k in ("first_stage_layers", "last_stage_layers"):
+        if k in params:
+            ends[k] = parse_number(params[k], k)
+            if ends[k] != int(ends[k]) or ends[k] < 0:
+                raise InputError(f"{k}: {params[k]} must be a whole number >= 0")
+    return megatron_stage_layers(
+        model.arch.num_layers,
+        int(layout_args.get("pp", 1)),
+        int(layout_args.get("virtual_stages", 1)),
+        first=None if "first_stage_layers" not in ends else int(ends["first_stage_layers"]),
+        last=None if "last_stage_layers" not in ends else int(ends["last_stage_layers"]),
+        account_for_embedding=_flag(params, "account_for_embedding", False),
+        account_for_loss=_flag(params, "account_for_loss", False),
     )
 
 

@@ -25,9 +25,10 @@ from trainplan.model.frameworks import ZERO_STAGES, mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
-from trainplan.model.params import count_params, padded_vocab, split_layers, stage_params
+from trainplan.model.params import count_params, padded_vocab, stage_params
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.split import split_layers
 from trainplan.model.timing import (
     CostOptions,
     core_passes,
@@ -202,12 +203,12 @@ class Estimate:
         return estimate_to_dict(self)
 
 
-SplitKey = tuple[int, int, int, int, bool, int, bool]
+SplitKey = tuple[int, int, int, int, bool, int, bool, "tuple[int, ...] | None"]
 
 
 def _split_key(layout: Layout) -> SplitKey:
-    """(tp, pp, v, ep, uneven_stages, etp, physical): what the per-stage parameter split reads of
-    a layout (physical profiles keep norms and routers whole on every tp rank)."""
+    """(tp, pp, v, ep, uneven_stages, etp, physical, stage_layers): what the per-stage parameter
+    split reads of a layout (physical profiles keep norms and routers whole on every tp rank)."""
     return (
         layout.tp,
         layout.pp,
@@ -216,6 +217,7 @@ def _split_key(layout: Layout) -> SplitKey:
         layout.uneven_stages,
         layout.expert_tp,
         layout.framework.physical,
+        layout.stage_layers,
     )
 
 
@@ -244,6 +246,7 @@ def stage_params_per_gpu(
     uneven: bool,
     etp: int,
     physical: bool,
+    sizes: tuple[int, ...] | None,
     vocab_multiple: int,
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layer indices, dense parameters on one GPU, routed-expert parameters on one GPU)
@@ -254,7 +257,7 @@ def stage_params_per_gpu(
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, tp * pp)
-        split = split_layers(arch.num_layers, pp, v) if arch else ((),) * pp
+        split = split_layers(arch.num_layers, pp, v, uneven, sizes) if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
@@ -264,7 +267,7 @@ def stage_params_per_gpu(
             _per_gpu(sp.dense, sp.tp_replicated, tp, physical),
             Fraction(sp.experts, etp * ep),
         )
-        for sp in stage_params(arch, pp, v, vocab, uneven)
+        for sp in stage_params(arch, pp, v, vocab, uneven, sizes)
     )
 
 
@@ -290,6 +293,7 @@ def gather_units(
     uneven: bool,
     etp: int,
     physical: bool,
+    sizes: tuple[int, ...] | None,
     vocab_multiple: int,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) parameters on one GPU of the largest unit gathered or
@@ -313,7 +317,7 @@ def gather_units(
                 Fraction(lp.experts, etp * ep),
             )
     out = []
-    for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
+    for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven, sizes)):
         units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
@@ -333,7 +337,9 @@ def stage_activation_list(
     if arch is None:
         return None
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages)
+    split = split_layers(
+        arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )
     return tuple(
         stage_activations(arch, layers, i, layout, training, vocab)
         for i, layers in enumerate(split)
@@ -384,12 +390,15 @@ def _busiest(
     uneven: bool,
     etp: int,
     physical: bool,
+    sizes: tuple[int, ...] | None,
     vocab_multiple: int,
 ) -> tuple[Fraction, Fraction, int, int, tuple[tuple[int, int, bool, bool], ...]]:
     """(dense, expert params per GPU of the stage with the most parameters, the most layers on a
     stage, the most MoE layers on a stage, and per distinct stage (layers, MoE layers, first,
     last)): what each axis's traffic reads."""
-    params = stage_params_per_gpu(model, tp, pp, v, ep, uneven, etp, physical, vocab_multiple)
+    params = stage_params_per_gpu(
+        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple
+    )
     _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
     most_layers = max(len(p[1]) for p in params)
     arch = model.arch
@@ -494,6 +503,8 @@ def _slowest_stage_flops(
     causal: bool,
     efficiency: float,
     attention_efficiency: float | None,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
 ) -> float:
     """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on the slowest pipeline stage (what
     sets the pace): :func:`model.timing.stage_peak_seconds` of each stage, the FlashAttention
@@ -504,16 +515,21 @@ def _slowest_stage_flops(
         stage_peak_seconds(
             terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate
         )
-        for n_dense, n_moe, last in stage_kinds(arch, pp, v)
+        for n_dense, n_moe, last in stage_kinds(arch, pp, v, uneven, sizes)
     )
 
 
 @cache
 def stage_kinds(
-    arch: Architecture, pp: int, v: int, uneven: bool = True
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, int, bool], ...]:
-    """(dense layers, MoE layers, holds the output layer) of each pipeline stage."""
-    split = split_layers(arch.num_layers, pp, v, uneven)
+    """(dense layers, MoE layers, holds the output layer) of each pipeline stage
+    (:func:`model.split.split_layers` with ``uneven`` and ``sizes``)."""
+    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
     out = []
     for i, layers in enumerate(split):
         moe = sum(map(arch.is_moe_layer, layers))
@@ -569,6 +585,8 @@ def microbatch_seconds(
         options.causal_attention_flops,
         options.kernel_efficiency,
         options.attention_efficiency,
+        layout.uneven_stages,
+        layout.stage_layers,
     )
     return per_mb / (layout.tp * layout.cp) / device.peak_flops_per_s
 

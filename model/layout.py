@@ -12,9 +12,9 @@ from enum import StrEnum
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
-from trainplan.model.params import check_chunks
 from trainplan.model.pipeline import Schedule, check_schedule
 from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.split import check_chunks, check_stage_layers, chunk_sizes_from_ranks
 from trainplan.model.units import check_limit
 
 __all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
@@ -73,6 +73,11 @@ class Layout:
     it decides which axis's groups sit inside an NVLink domain (topology.placement)."""
     uneven_stages: bool = True
     """Allow pp·v not dividing L (ends get fewer layers); False makes that an error."""
+    stage_layers: tuple[int, ...] | None = None
+    """Transformer layers of each model chunk in model order (pp·v counts; or pp counts, one per
+    stage, each divided evenly over its v chunks), summing to L; None = the default split
+    (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
+    embedding-only first or loss-only last stage). Stored per chunk."""
     deallocate_pipeline_outputs: bool = True
     """Free a stage's output tensor once it is sent to the next stage (Megatron-LM's
     ``deallocate_pipeline_outputs``, on in Megatron-Core; Llama 3 §3.3.2). False keeps one
@@ -117,8 +122,32 @@ class Layout:
             )
         _ORDERS.add(order)
         object.__setattr__(self, "rank_order", order)
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", self._chunk_layers(self.stage_layers))
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
+
+    def _chunk_layers(self, counts: object) -> tuple[int, ...]:
+        """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
+        items = counts.split(",") if isinstance(counts, str) else counts
+        try:
+            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            raise LayoutError(
+                f"stage_layers: {counts!r} must be whole numbers >= 0, e.g. 7,8,8,7"
+            ) from None
+        chunks = self.pp * self.virtual_stages
+        if any(n < 0 for n in sizes):
+            raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0")
+        if len(sizes) == self.pp and chunks != self.pp:
+            return chunk_sizes_from_ranks(sizes, self.virtual_stages)
+        if len(sizes) != chunks:
+            raise LayoutError(
+                f"stage_layers: {len(sizes)} counts for pp {self.pp} × virtual_stages "
+                f"{self.virtual_stages} = {chunks} model chunks (give one per stage, or one per "
+                "model chunk in model order)"
+            )
+        return sizes
 
     @property
     def num_gpus(self) -> int:
@@ -188,8 +217,9 @@ def validate(
     by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
-    axes (:func:`model.frameworks.check_framework`); B divisible by b·dp; pp·v chunks at most L (and dividing it
-    when uneven stages are off); the schedule rules of :func:`model.pipeline.check_schedule`.
+    axes (:func:`model.frameworks.check_framework`); B divisible by b·dp; pp·v chunks at most L
+    (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing to L
+    (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
 
     Raises
     ------
@@ -225,6 +255,11 @@ def validate(
     check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
     arch = model.arch
     if arch is None:
+        if lay.stage_layers is not None:
+            raise LayoutError(
+                "stage_layers: a stage layout needs the model's layers (a catalogue model, a "
+                "config.json or --layers), not a size only"
+            )
         if lay.ep > 1:
             raise LayoutError(f"ep: {lay.ep} needs a MoE model with dimensions, not a size only")
     else:
@@ -256,6 +291,9 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
             axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size
         )
     chunks = lay.pp * lay.virtual_stages
+    if lay.stage_layers is not None:
+        check_stage_layers(arch.num_layers, lay.pp, lay.virtual_stages, lay.stage_layers)
+        return
     check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
     if arch.num_layers % chunks and not lay.uneven_stages:
         raise LayoutError(

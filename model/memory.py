@@ -22,9 +22,9 @@ from typing import Any
 from trainplan.model.activations import ActivationContext
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.params import split_layers
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import split_layers
 from trainplan.model.stage_bytes import (
     apply_form,
     chunk_form,
@@ -269,6 +269,7 @@ def stage_activations(
         layout.cp,
         layout.sp,
         layout.uneven_stages,
+        layout.stage_layers,
         layout.deallocate_pipeline_outputs,
         training,
         vocab_size,
@@ -325,7 +326,7 @@ def _stage_activations(
     # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
     # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
     # place the end chunk's micro-batches.
-    local = local_chunks(arch, pp, v, layout.uneven_stages, stage)
+    local = local_chunks(arch, pp, v, layout.uneven_stages, stage, layout.stage_layers)
     if mode is Recompute.SQRT:
         held, end_held = chunk_peak(pp, m, v, stage, [Fraction(len(c)) for c in local], 0)
         kept = per_mb * in_flight
@@ -340,11 +341,17 @@ def _stage_activations(
 
 @cache
 def local_chunks(
-    arch: Architecture, pp: int, v: int, uneven: bool, stage: int
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    stage: int,
+    sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[bool, ...], ...]:
     """The layer kinds (MoE or not) of each of a stage's v model chunks: chunks i, i + pp, …
-    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`split_layers`)."""
-    chunks = split_layers(arch.num_layers, pp * v, 1, uneven)
+    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`split_layers`, explicit
+    per-chunk ``sizes`` or the default split)."""
+    chunks = split_layers(arch.num_layers, pp * v, 1, uneven, sizes)
     return tuple(tuple(arch.is_moe_layer(j) for j in chunks[stage + k * pp]) for k in range(v))
 
 

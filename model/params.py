@@ -5,8 +5,7 @@ Counts are exact integers from the architecture (Megatron-LM's Eq. 2 is the GPT 
 positions), the last stage the final norm and the output layer; with tied embeddings and pp > 1 the
 last stage keeps its own copy of the embedding for the output layer (Megatron-LM does, and
 all-reduces the two copies' gradients), which counts in that stage's memory but not in the model's
-total. Uneven splits put one layer fewer on the end stages first (Llama 3 405B: 126 layers over
-16 stages = 7, 8 × 14, 7; The Llama 3 Herd of Models §3.3.2).
+total. Which layers each stage holds is :mod:`model.split`'s.
 """
 
 from __future__ import annotations
@@ -15,12 +14,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from trainplan.model.errors import LayoutError
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.split import split_layers
 
 __all__ = [
-    "MAX_EMPTY_CHUNKS",
-    "check_chunks",
     "LayerParams",
     "ParamCounts",
     "StageParams",
@@ -29,7 +26,6 @@ __all__ = [
     "mlp_params",
     "layer_params",
     "count_params",
-    "split_layers",
     "stage_params",
     "megatron_eq2_params",
 ]
@@ -245,88 +241,6 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
     )
 
 
-MAX_EMPTY_CHUNKS = 2
-"""Model chunks that may hold no transformer layer: the first (embedding only) and the last
-(output layer only), Llama 3 §3.3.2."""
-
-
-def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> None:
-    """Check that ``pp·v`` model chunks can hold ``num_layers`` layers.
-
-    Raises
-    ------
-    LayoutError
-        When more than :data:`MAX_EMPTY_CHUNKS` chunks would hold no layer (only the first
-        chunk, embedding only, and the last, output layer only, may be empty), or any chunk
-        would be empty with uneven stages off.
-    """
-    chunks = pp * v
-    spare = 0 if not uneven else MAX_EMPTY_CHUNKS
-    if chunks > num_layers + spare:
-        rule = (
-            f"at most num_layers + {MAX_EMPTY_CHUNKS}: only the first chunk (embedding only) and "
-            "the last (output layer only) may hold no layer"
-            if uneven
-            else "at most num_layers with uneven stages off"
-        )
-        raise LayoutError(
-            f"pp: {pp} × virtual_stages {v} = {chunks} model chunks for num_layers = "
-            f"{num_layers}; {rule}"
-        )
-
-
-@cache
-def split_layers(
-    num_layers: int, pp: int, v: int = 1, uneven: bool = True
-) -> tuple[tuple[int, ...], ...]:
-    """Layer indices held by each of the ``pp`` pipeline ranks (0-based layers).
-
-    The model is cut into ``pp·v`` consecutive chunks; rank i holds chunks i, i + pp, …
-    (Narayanan et al. 2021 §2.2.2). When ``pp·v`` does not divide L, every chunk gets
-    ceil(L/(pp·v)) layers and the chunks at the ends give one back first (first, last, second,
-    second-to-last, …), so the stages that also hold the embedding and the output layer get fewer
-    layers — Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7. With L + 1 or L + 2
-    chunks the very first chunk holds only the embedding and the very last only the output
-    layer (Llama 3, Dubey et al. 2024 §3.3.2: "the first model chunk on the first stage has only
-    the embedding, and the last model chunk on the last stage has only output projection and
-    loss calculation" — 126 layers in 16 × 8 chunks of one layer).
-
-    Raises
-    ------
-    LayoutError
-        See :func:`check_chunks`; or the split is uneven and ``uneven`` is False.
-
-    Examples
-    --------
-    >>> [len(s) for s in split_layers(126, 16)]
-    [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
-    >>> [len(s) for s in split_layers(126, 16, v=8)]
-    [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
-    >>> split_layers(126, 16, v=8)[0][:2]
-    (15, 31)
-    >>> split_layers(4, 2, v=2)
-    ((0, 2), (1, 3))
-    """
-    chunks = pp * v
-    check_chunks(num_layers, pp, v, uneven)
-    if num_layers % chunks and not uneven:
-        raise LayoutError(
-            f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = {num_layers} "
-            "(allow uneven stages, or pick a divisor)"
-        )
-    size = -(-num_layers // chunks)
-    sizes = [size] * chunks
-    deficit = chunks * size - num_layers
-    order = [j for k in range(chunks) for j in (k, chunks - 1 - k)]
-    for j in list(dict.fromkeys(order))[:deficit]:
-        sizes[j] -= 1
-    starts = [sum(sizes[:j]) for j in range(chunks)]
-    ranks: list[list[int]] = [[] for _ in range(pp)]
-    for j in range(chunks):
-        ranks[j % pp].extend(range(starts[j], starts[j] + sizes[j]))
-    return tuple(tuple(r) for r in ranks)
-
-
 @dataclass(frozen=True, slots=True)
 class StageParams:
     """Parameters held by one pipeline stage (all its tensor-parallel shards together)."""
@@ -345,7 +259,12 @@ class StageParams:
 
 @cache
 def stage_params(
-    arch: Architecture, pp: int, v: int = 1, vocab_size: int | None = None, uneven: bool = True
+    arch: Architecture,
+    pp: int,
+    v: int = 1,
+    vocab_size: int | None = None,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
 ) -> tuple[StageParams, ...]:
     """Parameters on each pipeline stage; see the module docstring for placement.
 
@@ -358,7 +277,7 @@ def stage_params(
     True
     """
     counts = count_params(arch, vocab_size)
-    split = split_layers(arch.num_layers, pp, v, uneven)
+    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
     out = []
     positions = counts.embedding - (vocab_size or arch.vocab_size) * arch.hidden_size
     for i, layers in enumerate(split):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.split import default_chunk_sizes
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
 
@@ -76,9 +77,26 @@ def assumptions(est: Estimate) -> list[str]:
         out.append(
             "parameters taken as given and divided evenly over tp·pp (the seed's convention)"
         )
-    if est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
+    if lay.stage_layers is not None:
+        out.append(
+            "stage layout as given: layers per model chunk "
+            f"{', '.join(map(str, lay.stage_layers))} (model order; stage i holds chunks i, "
+            "i + pp, …)"
+        )
+    elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     return out
+
+
+def _chunk_layers(est: Estimate) -> list[int] | None:
+    """Transformer layers of each model chunk in model order (pp·v of them); None for a
+    size-only model."""
+    lay, arch = est.layout, est.model.arch
+    if lay.stage_layers is not None:
+        return list(lay.stage_layers)
+    if arch is None:
+        return None
+    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
 
 
 def _state_sentence(mech: Mechanism, lay: Layout) -> str:
@@ -263,6 +281,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_convention": t.activation_convention,
             "memory_efficient_norm": t.memory_efficient_norm,
             "stage_layers": [s.num_layers for s in est.stages],
+            "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
         },
         "memory": _memory(est),

@@ -34,8 +34,9 @@ from trainplan.model.estimate import gather_units, stage_kinds, stage_params_per
 from trainplan.model.frameworks import ZERO_STAGES, Framework, check_framework, mechanism
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import _context, local_chunks, state_terms
-from trainplan.model.params import padded_vocab, split_layers
+from trainplan.model.params import padded_vocab
 from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
+from trainplan.model.split import split_layers
 from trainplan.model.stage_bytes import (
     apply_form,
     chunk_form,
@@ -168,7 +169,9 @@ def _gather(keys: list[Any], table: dict[Any, Any], P: int | None = None) -> np.
 
 
 def _structure_key(s: Shape) -> tuple:
-    return (s.tp, s.pp, s.virtual_stages, s.ep, True, s.tp, s.framework.physical)
+    """:func:`model.estimate._split_key` of a searched shape (the default split: the search
+    keeps even splits; explicit ``stage_layers`` are evaluated, not searched)."""
+    return (s.tp, s.pp, s.virtual_stages, s.ep, True, s.tp, s.framework.physical, None)
 
 
 def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:

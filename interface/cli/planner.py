@@ -183,6 +183,39 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
         click.option("--virtual-stages", "virtual_stages", type=COUNT),
         click.option(
+            "--stage-layers",
+            "stage_layers",
+            help="Transformer layers per pipeline stage, e.g. 7,8,8,7 (pp counts; or pp × "
+            "virtual-stages counts, one per model chunk in model order); must sum to L. "
+            "Default: as even as L allows, the end stages holding fewer.",
+        ),
+        click.option(
+            "--first-stage-layers",
+            "first_stage_layers",
+            type=click.IntRange(0),
+            help="Megatron-Core's --decoder-first-pipeline-num-layers: layers on the first "
+            "stage, the rest split evenly over the others.",
+        ),
+        click.option(
+            "--last-stage-layers",
+            "last_stage_layers",
+            type=click.IntRange(0),
+            help="Megatron-Core's --decoder-last-pipeline-num-layers.",
+        ),
+        click.option(
+            "--account-for-embedding/--no-account-for-embedding",
+            "account_for_embedding",
+            default=None,
+            help="Megatron-Core's --account-for-embedding-in-pipeline-split: the embedding "
+            "counts as a layer, so the first stage holds one transformer layer fewer.",
+        ),
+        click.option(
+            "--account-for-loss/--no-account-for-loss",
+            "account_for_loss",
+            default=None,
+            help="Megatron-Core's --account-for-loss-in-pipeline-split (the last stage).",
+        ),
+        click.option(
             "--overlap",
             "overlap",
             multiple=True,

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from trainplan.interface.inputs import build_case
-from trainplan.model.params import count_params, split_layers, stage_params
+from trainplan.model.params import count_params, stage_params
+from trainplan.model.split import split_layers
 from trainplan.scenarios.catalogue import get_model
 
 from ._shared import load

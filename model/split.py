@@ -1,0 +1,296 @@
+"""How the transformer layers are cut into pipeline stages and model chunks.
+
+The model is cut into ``pp·v`` consecutive model chunks (v = virtual stages per rank, 1 without
+interleaving); pipeline rank i holds chunks i, i + pp, i + 2·pp, … (Narayanan et al. 2021,
+arXiv 2104.04473, §2.2.2). The first chunk also holds the input embedding and the last the final
+norm, the output layer and the loss.
+
+Three ways to size the chunks, each what a framework runs:
+
+- the default split (:func:`default_chunk_sizes`): as even as L allows, the chunks at the ends
+  giving a layer back first (Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7; Dubey et
+  al. 2024 §3.3.2), and with L + 1 or L + 2 chunks an embedding-only first chunk and an
+  output-only last chunk (ibid.);
+- explicit layer counts per chunk or per rank (:attr:`model.layout.Layout.stage_layers`;
+  Megatron-Core's ``--pipeline-model-parallel-layout`` writes the same thing as a string);
+- Megatron-Core's arguments (:func:`megatron_stage_layers`): ``--decoder-first-pipeline-num-layers``
+  / ``--decoder-last-pipeline-num-layers``, and ``--account-for-embedding-in-pipeline-split`` /
+  ``--account-for-loss-in-pipeline-split``, which count the embedding and the loss as a layer
+  each so that the end stages hold one transformer layer fewer (Megatron-Core
+  ``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``; the rules are
+  checked in ``transformer_config.py``).
+
+Every function here is exact integer arithmetic; errors are :class:`model.errors.LayoutError`
+naming the parameter, the value and the rule.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from trainplan.model.errors import LayoutError
+
+__all__ = [
+    "MAX_EMPTY_CHUNKS",
+    "check_chunks",
+    "check_stage_layers",
+    "chunk_sizes_from_ranks",
+    "default_chunk_sizes",
+    "megatron_stage_layers",
+    "split_layers",
+]
+
+MAX_EMPTY_CHUNKS = 2
+"""Model chunks of the default split that may hold no transformer layer: the first (embedding
+only) and the last (output layer only), Llama 3 §3.3.2."""
+
+
+def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> None:
+    """Check that the default split can cut ``num_layers`` layers into ``pp·v`` model chunks.
+
+    Raises
+    ------
+    LayoutError
+        When more than :data:`MAX_EMPTY_CHUNKS` chunks would hold no layer (only the first
+        chunk, embedding only, and the last, output layer only, may be empty), or any chunk
+        would be empty with uneven stages off.
+    """
+    chunks = pp * v
+    spare = 0 if not uneven else MAX_EMPTY_CHUNKS
+    if chunks > num_layers + spare:
+        rule = (
+            f"at most num_layers + {MAX_EMPTY_CHUNKS}: only the first chunk (embedding only) and "
+            "the last (output layer only) may hold no layer"
+            if uneven
+            else "at most num_layers with uneven stages off"
+        )
+        raise LayoutError(
+            f"pp: {pp} × virtual_stages {v} = {chunks} model chunks for num_layers = "
+            f"{num_layers}; {rule}"
+        )
+
+
+def default_chunk_sizes(
+    num_layers: int, pp: int, v: int = 1, uneven: bool = True
+) -> tuple[int, ...]:
+    """Layers of each of the ``pp·v`` model chunks, in model order, under the default split.
+
+    Every chunk gets ceil(L/(pp·v)) layers and the chunks at the ends give one back first (first,
+    last, second, second-to-last, …), so the stages that also hold the embedding and the output
+    layer get fewer layers.
+
+    Raises
+    ------
+    LayoutError
+        See :func:`check_chunks`; or pp·v does not divide L and ``uneven`` is False.
+
+    Examples
+    --------
+    >>> default_chunk_sizes(126, 16)
+    (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
+    >>> default_chunk_sizes(4, 3)
+    (1, 2, 1)
+    """
+    chunks = pp * v
+    check_chunks(num_layers, pp, v, uneven)
+    if num_layers % chunks and not uneven:
+        raise LayoutError(
+            f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = {num_layers} "
+            "(allow uneven stages, or pick a divisor)"
+        )
+    size = -(-num_layers // chunks)
+    sizes = [size] * chunks
+    deficit = chunks * size - num_layers
+    order = [j for k in range(chunks) for j in (k, chunks - 1 - k)]
+    for j in list(dict.fromkeys(order))[:deficit]:
+        sizes[j] -= 1
+    return tuple(sizes)
+
+
+def chunk_sizes_from_ranks(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...]:
+    """Per-chunk layer counts (model order) from per-rank counts, each rank's layers divided
+    evenly over its v chunks (Megatron-Core's rule before explicit layouts: with virtual stages
+    every stage's layer count must be divisible by v).
+
+    Raises
+    ------
+    LayoutError
+        When v does not divide a rank's count.
+
+    Examples
+    --------
+    >>> chunk_sizes_from_ranks((4, 6), 2)
+    (2, 3, 2, 3)
+    """
+    for i, n in enumerate(rank_layers):
+        if n % v:
+            raise LayoutError(
+                f"stage_layers: stage {i} holds {n} layers, not divisible by virtual_stages {v} "
+                "(give one count per model chunk instead, pp × virtual_stages of them)"
+            )
+    pp = len(rank_layers)
+    return tuple(rank_layers[j % pp] // v for j in range(pp * v))
+
+
+def check_stage_layers(num_layers: int, pp: int, v: int, sizes: tuple[int, ...]) -> None:
+    """Check explicit per-chunk layer counts: pp·v whole numbers ≥ 0 that sum to L.
+
+    Empty chunks are allowed anywhere (Megatron-Core's custom pipeline layouts fill them with an
+    identity op), as long as the counts sum to L.
+
+    Raises
+    ------
+    LayoutError
+        Naming the count, the sum or the length that breaks the rule.
+
+    Examples
+    --------
+    >>> check_stage_layers(32, 4, 1, (8, 8, 8, 7))
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: stage_layers: 8+8+8+7 = 31 layers, not num_layers = 32
+    """
+    if len(sizes) != pp * v:
+        raise LayoutError(
+            f"stage_layers: {len(sizes)} counts for pp {pp} × virtual_stages {v} = {pp * v} model "
+            "chunks (give one per stage, or one per model chunk in model order)"
+        )
+    for n in sizes:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise LayoutError(f"stage_layers: {n!r} must be a whole number >= 0")
+    if sum(sizes) != num_layers:
+        raise LayoutError(
+            f"stage_layers: {'+'.join(map(str, sizes))} = {sum(sizes)} layers, not num_layers = "
+            f"{num_layers}"
+        )
+
+
+def megatron_stage_layers(
+    num_layers: int,
+    pp: int,
+    v: int = 1,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> tuple[int, ...]:
+    """Per-chunk layer counts (model order) as Megatron-Core builds them from its arguments.
+
+    ``first``/``last`` (``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``): the first/last stage holds that many layers, the
+    other stages share the rest evenly. ``account_for_embedding``/``account_for_loss``
+    (``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``):
+    the embedding and the loss count as one layer each, L + 1 (+ 1) is split evenly over the
+    pp·v chunks, and the first (last) chunk builds one transformer layer fewer. Megatron-Core
+    refuses to combine the two families (its ``transformer_config.py`` checks).
+
+    Raises
+    ------
+    LayoutError
+        When the families are combined, a count is negative or exceeds L, or what Megatron-Core
+        asserts divisible is not (the rest over the middle stages; every stage's count by v;
+        L + 1 (+ 1) by pp·v).
+
+    Examples
+    --------
+    Llama 3 405B's 126 layers on 16 stages, embedding and loss accounted: 128 / 16 = 8 slots per
+    stage, the first and the last stage give one to the embedding and the loss:
+
+    >>> megatron_stage_layers(126, 16, account_for_embedding=True, account_for_loss=True)
+    (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
+    >>> megatron_stage_layers(30, 4, first=6, last=6)
+    (6, 9, 9, 6)
+    """
+    accounted = account_for_embedding or account_for_loss
+    given = (first is not None) + (last is not None)
+    if accounted and given:
+        raise LayoutError(
+            "first_stage_layers: Megatron-Core does not combine --decoder-first/last-pipeline-"
+            "num-layers with --account-for-embedding/loss-in-pipeline-split"
+        )
+    if not accounted and not given:
+        return default_chunk_sizes(num_layers, pp, v)
+    if accounted:
+        slots = num_layers + account_for_embedding + account_for_loss
+        if slots % (pp * v):
+            raise LayoutError(
+                f"account_for_embedding: num_layers {num_layers} + embedding/loss = {slots} is not "
+                f"divisible by pp {pp} × virtual_stages {v} = {pp * v}"
+            )
+        sizes = [slots // (pp * v)] * (pp * v)
+        sizes[0] -= account_for_embedding
+        sizes[-1] -= account_for_loss
+        if min(sizes) < 0:
+            raise LayoutError(
+                f"account_for_embedding: {slots} slots over {pp * v} chunks leave a chunk with "
+                "fewer layers than none"
+            )
+        return tuple(sizes)
+    if pp == 1 or (pp == 2 and given == 2 and (first or 0) + (last or 0) != num_layers):
+        raise LayoutError(
+            f"first_stage_layers: with pp {pp} the first/last stage counts must cover all "
+            f"{num_layers} layers"
+        )
+    rest, middle = num_layers, pp
+    for name, n in (("first_stage_layers", first), ("last_stage_layers", last)):
+        if n is None:
+            continue
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= num_layers:
+            raise LayoutError(f"{name}: {n!r} must be a whole number from 0 to {num_layers}")
+        rest, middle = rest - n, middle - 1
+    if rest < 0 or (middle and rest % middle) or (not middle and rest):
+        raise LayoutError(
+            f"first_stage_layers: the {max(rest, 0)} layers left after the first/last stages do "
+            f"not split evenly over the other {middle} stages"
+        )
+    each = rest // middle if middle else 0
+    ranks = (
+        first if first is not None else each,
+        *([each] * (pp - 2)),
+        last if last is not None else each,
+    )
+    return chunk_sizes_from_ranks(ranks, v)
+
+
+@cache
+def split_layers(
+    num_layers: int,
+    pp: int,
+    v: int = 1,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """Layer indices held by each of the ``pp`` pipeline ranks (0-based layers).
+
+    ``sizes``: explicit layers per model chunk in model order (pp·v counts summing to L); None =
+    :func:`default_chunk_sizes`. Rank i holds chunks i, i + pp, ….
+
+    Raises
+    ------
+    LayoutError
+        See :func:`default_chunk_sizes` and :func:`check_stage_layers`.
+
+    Examples
+    --------
+    >>> [len(s) for s in split_layers(126, 16)]
+    [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
+    >>> [len(s) for s in split_layers(126, 16, v=8)]
+    [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
+    >>> split_layers(126, 16, v=8)[0][:2]
+    (15, 31)
+    >>> split_layers(4, 2, v=2)
+    ((0, 2), (1, 3))
+    >>> split_layers(5, 2, sizes=(1, 4))
+    ((0,), (1, 2, 3, 4))
+    """
+    chunks = pp * v
+    if sizes is None:
+        sizes = default_chunk_sizes(num_layers, pp, v, uneven)
+    else:
+        check_stage_layers(num_layers, pp, v, sizes)
+    starts = [sum(sizes[:j]) for j in range(chunks)]
+    ranks: list[list[int]] = [[] for _ in range(pp)]
+    for j in range(chunks):
+        ranks[j % pp].extend(range(starts[j], starts[j] + sizes[j]))
+    return tuple(tuple(r) for r in ranks)
