@@ -25,7 +25,7 @@ Rows and conventions (each is stated again in the report):
   without activation checkpointing (§3.3.2), also kept for the 128K row; FlashAttention and
   sequence parallelism on; DP is FSDP sharding optimizer states and gradients with weights not
   re-sharded after forward (§3.3.2) = ZeRO-2 in this model, with FP32 gradient
-  accumulation and reduce-scatter (§3.3.2, ``fp32_gradients``); interleaved schedule with v = 8
+  accumulation and reduce-scatter (§3.3.2, ``gradient_dtype = fp32``); interleaved schedule with v = 8
   (:data:`LLAMA3_VIRTUAL_STAGES`: one-layer chunks, the first holding only the embedding and
   the last only the output layer); b = 1, m = batch per DP rank; stage inputs and outputs
   deallocated (§3.3.2), modelled as memory-efficient norms (a stage's input is then kept by
@@ -209,7 +209,7 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             # without --accumulate-allreduce-grads-in-fp32), scatter/gather pipeline sends (§4.1)
             "framework": "megatron",
             "zero_stage": 0,
-            "fp32_gradients": False,
+            "gradient_dtype": "bf16",
             "pipeline_scatter_gather": True,
             "recompute": "full",
             "micro_batch_size": b,
@@ -294,7 +294,7 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             "schedule": "interleaved",
             "virtual_stages": LLAMA3_VIRTUAL_STAGES,
             "memory_efficient_norm": True,
-            "fp32_gradients": True,
+            "gradient_dtype": "fp32",
             "flash_attention": True,
             "mfu_convention": "6n+attention",
             "causal_attention_flops": True,

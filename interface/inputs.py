@@ -20,6 +20,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import (
     Architecture,
     Mlp,
@@ -82,7 +83,10 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
-        "fp32_gradients",
+        "gradient_dtype",
+        "precision",
+        "optimizer_dtype",
+        "master_weights",
         "memory_reserve_gib",
         *LAYOUT_KEYS,
         *MEGATRON_SPLIT_KEYS,
@@ -260,11 +264,20 @@ def build_case(params: Mapping[str, Any]) -> Case:
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
         gradient_bytes=_gradient_bytes(params),
+        optimizer_bytes=optimizer_state_bytes(
+            str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
+        ),
+        precision=params.get("precision", Precision.BF16),
     )
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
     device = get_accelerator(str(gpu_name))
+    check_precision(training.precision, device)
+    if training.precision is Precision.FP8 and model.arch is None:
+        raise InputError(
+            "precision: fp8 needs the model's layers (which weights are linear), not a size only"
+        )
     gbps = {}
     for k in ("nvlink_gbps", "scaleout_gbps"):
         value = None
@@ -343,10 +356,10 @@ def _megatron_split(
 
 
 def _gradient_bytes(params: Mapping[str, Any]) -> int | None:
-    """4 with ``fp32_gradients`` true, 2 with it false, None (the framework's default) unset."""
-    if params.get("fp32_gradients") is None:
+    """Bytes of ``gradient_dtype`` (fp32 4, bf16 2); None (the framework's default) unset."""
+    if params.get("gradient_dtype") is None:
         return None
-    return 4 if _flag(params, "fp32_gradients", False) else 2
+    return dtype_bytes("gradient_dtype", params["gradient_dtype"])
 
 
 def parse_framework(value: Any) -> Framework:

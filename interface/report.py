@@ -125,6 +125,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
         ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
+        ("FP8 weight cache (weight + transpose)", m.get("weight_cache_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),

@@ -17,7 +17,8 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
-               # memory_reserve_gib
+               # memory_reserve_gib; the recipe: precision (bf16 | fp8), gradient_dtype,
+               # optimizer_dtype (fp32 | bf16), master_weights
 ```
 
 Command-line options override the file's values. Unknown keys and values of the wrong kind
@@ -96,7 +97,10 @@ CLUSTER_KEYS = {
     "zero3_regather",
     "activation_convention",
     "memory_efficient_norm",
-    "fp32_gradients",
+    "gradient_dtype",
+    "precision",
+    "optimizer_dtype",
+    "master_weights",
     "memory_reserve_gib",
 }
 
@@ -161,7 +165,10 @@ VALUE_KINDS: dict[str, Any] = {
     "zero3_regather": _FLAG,
     "activation_convention": ("paper", "pytorch"),
     "memory_efficient_norm": _FLAG,
-    "fp32_gradients": _FLAG,
+    "gradient_dtype": ("bf16", "fp32"),
+    "precision": ("bf16", "fp8"),
+    "optimizer_dtype": ("fp32", "bf16"),
+    "master_weights": _FLAG,
     "memory_reserve_gib": _NUMBER,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:

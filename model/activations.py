@@ -79,6 +79,7 @@ from fractions import Fraction
 from functools import cache
 
 from trainplan.model.errors import InputError
+from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = ["CONVENTIONS", "ActivationContext", "LayerActivations", "layer_activations"]
@@ -109,6 +110,11 @@ class ActivationContext:
     memory_efficient_norm: bool = False
     """Norms keep their output instead of their input (Apex ``memory_efficient=True``): no
     "attention norm input" / "MLP norm input" rows; a LayerNorm keeps fp32 rstd only."""
+    fp8_linear_inputs: bool = False
+    """The linear layers save their inputs in FP8 (``precision = fp8``, Transformer Engine):
+    the rows of :data:`model.precision.FP8_LINEAR_INPUTS` hold 1 byte per element instead of
+    β. With memory-efficient norms the norm keeps its BF16 output for itself, so the QKV and
+    FC1 inputs stay at β and their FP8 copies are added."""
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -285,6 +291,33 @@ def _mlp_terms(
     return rows
 
 
+NORM_OUTPUTS = frozenset({"QKV projection input", "attention projection input", "FC1 input"})
+"""The projection inputs that are a norm's output (shared with a memory-efficient norm)."""
+
+
+def _fp8_rows(
+    rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """The rows under ``precision = fp8``: each linear layer's saved input at
+    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β; with memory-efficient
+    norms the norm's BF16 output stays and the FP8 copy is added."""
+    scale = Fraction(FP8_ACTIVATION_BYTES, ctx.activation_bytes)
+    out = []
+    for name, value, kind in rows:
+        if name not in FP8_LINEAR_INPUTS:
+            out.append((name, value, kind))
+        elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
+            out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
+        else:
+            out.append((f"{name} (FP8)", value * scale, kind))
+    names = {r[0] for r in rows}
+    if "router and dispatch input" in names and any(n.startswith("shared expert") for n in names):
+        # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
+        value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]
+        out.append(("shared expert FC1 input (FP8)", value * scale, "sp"))
+    return out
+
+
 def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) -> LayerActivations:
     """Activation bytes layer ``index`` keeps for backward, per GPU, per micro-batch.
 
@@ -313,6 +346,8 @@ def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) ->
     if ctx.memory_efficient_norm:
         # the norm keeps its output, the next projection's input (the same storage)
         rows = [r for r in rows if r[0] not in NORM_INPUTS]
+    if ctx.fp8_linear_inputs:
+        rows = _fp8_rows(rows, ctx)
     tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1, "rep": 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")

@@ -27,6 +27,7 @@ from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
 from trainplan.model.params import count_params, padded_vocab, stage_params
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
+from trainplan.model.precision import linear_speedup
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.split import split_layers
 from trainplan.model.timing import (
@@ -47,6 +48,7 @@ __all__ = [
     "stage_memory",
     "stage_params_per_gpu",
     "gather_units",
+    "stage_linear_per_gpu",
     "stage_kinds",
     "stage_states",
     "stage_activation_list",
@@ -276,11 +278,48 @@ def stage_states(
 ) -> tuple[ModelState, ...]:
     """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
     The search tabulates this function over (shape, zero_stage)."""
-    units = gather_units(model, *_split_key(layout), vocab_multiple)
+    key = _split_key(layout)
+    units = gather_units(model, *key, vocab_multiple)
+    linear = stage_linear_per_gpu(model, *key)
     return tuple(
-        model_state(d, e, layout, training, gather_unit=units[i])
+        model_state(d, e, layout, training, gather_unit=units[i], linear=linear[i][:2])
         for i, (_, _, d, e) in enumerate(_stage_param_list(model, layout, vocab_multiple))
     )
+
+
+@cache
+def stage_linear_per_gpu(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    sizes: tuple[int, ...] | None,
+) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, (the linear layers' weight elements on one GPU, those of its largest layer):
+    :attr:`LayerParams.linear` ÷ tp (except the tp-replicated part under a physical profile)
+    + :attr:`LayerParams.expert_linear` ÷ etp·ep — what a GEMM precision's cached weight copies
+    scale with (:mod:`model.precision`; the largest layer for the gathered units of ZeRO-3).
+    Zeros for a size-only model (its layers are unknown)."""
+    arch = model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0)),) * pp
+    from trainplan.model.params import layer_params
+
+    out = []
+    for layers in split_layers(arch.num_layers, pp, v, uneven, sizes):
+        per_layer = [Fraction(0)]
+        for j in layers:
+            lp = layer_params(arch, j)
+            per_layer.append(
+                _per_gpu(lp.linear, lp.linear_replicated, tp, physical)
+                + Fraction(lp.expert_linear, etp * ep)
+            )
+        out.append((sum(per_layer, Fraction(0)), max(per_layer)))
+    return tuple(out)
 
 
 @cache
@@ -505,6 +544,7 @@ def _slowest_stage_flops(
     attention_efficiency: float | None,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    speedup: float = 1.0,
 ) -> float:
     """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on the slowest pipeline stage (what
     sets the pace): :func:`model.timing.stage_peak_seconds` of each stage, the FlashAttention
@@ -513,7 +553,7 @@ def _slowest_stage_flops(
     separate = attention_efficiency if training.flash_attention else None
     return max(
         stage_peak_seconds(
-            terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate
+            terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate, speedup
         )
         for n_dense, n_moe, last in stage_kinds(arch, pp, v, uneven, sizes)
     )
@@ -587,6 +627,7 @@ def microbatch_seconds(
         options.attention_efficiency,
         layout.uneven_stages,
         layout.stage_layers,
+        linear_speedup(training.precision, device),
     )
     return per_mb / (layout.tp * layout.cp) / device.peak_flops_per_s
 

@@ -38,6 +38,9 @@ class DeviceSpec:
     ``--memory-reserve`` overrides)."""
     peak_flops_per_s: float
     """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
+    fp8_flops_per_s: float | None = None
+    """Dense FP8 tensor peak in FLOP/s (no sparsity); None on parts without FP8 tensor cores
+    (V100, A100, TPUs): ``precision = fp8`` is refused there (:mod:`model.precision`)."""
     nvlink_bytes_per_s: float | None = None
     """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
     nvlink_domain: int | None = None

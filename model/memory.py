@@ -23,6 +23,7 @@ from trainplan.model.activations import ActivationContext
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
+from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import split_layers
 from trainplan.model.stage_bytes import (
@@ -42,6 +43,9 @@ __all__ = [
     "StageActivations",
     "stage_activations",
     "sqrt_segment",
+    "state_terms",
+    "weight_cache_terms",
+    "cache_bytes_per_element",
 ]
 
 
@@ -65,6 +69,11 @@ class ModelState:
     step_bytes: Fraction = Fraction(0)
     """Live during the optimizer step only: DeepSpeed's FP32 gradient partition (of one
     sub-group under ZeRO-3)."""
+    weight_cache_bytes: Fraction = Fraction(0)
+    """Low-precision copies of the linear weights kept for the whole step: Transformer Engine's
+    FP8 weight and transpose under ``precision = fp8`` (:data:`model.precision.
+    FP8_WEIGHT_CACHE_BYTES` per linear weight element), when the weights are held whole. Under
+    ZeRO-3 / FSDP the copies of the gathered units are counted in ``gathered_bytes``."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -73,8 +82,9 @@ class ModelState:
 
     @property
     def resident_bytes(self) -> Fraction:
-        """``total_bytes`` plus the ZeRO-3 gather buffer: held through forward and backward."""
-        return self.total_bytes + self.gathered_bytes
+        """``total_bytes`` plus the ZeRO-3 gather buffer and the cached weight copies: held
+        through forward and backward."""
+        return self.total_bytes + self.gathered_bytes + self.weight_cache_bytes
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -83,8 +93,9 @@ class ModelState:
 
     @property
     def optimizer_step_bytes(self) -> Fraction:
-        """Bytes while the optimizer steps (no activations are live then): state + step extras."""
-        return self.total_bytes + self.step_bytes
+        """Bytes while the optimizer steps (no activations are live then): state + step extras
+        + the cached weight copies (persistent module buffers)."""
+        return self.total_bytes + self.step_bytes + self.weight_cache_bytes
 
 
 def model_state(
@@ -94,13 +105,17 @@ def model_state(
     training: TrainingSpec,
     zero_stage: int | None = None,
     gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
 ) -> ModelState:
     """Model-state bytes on one GPU (weights, gradients, optimizer state, gathered units,
     buffers, step extras) under a ZeRO stage of the layout's framework.
 
     ``dense_params`` / ``expert_params``: parameters on this GPU before ZeRO (after tp; experts
     after etp·ep). ``gather_unit``: (dense, expert) parameters on this GPU of the largest unit
-    gathered or reduced at once (a layer, the embedding or the output layer). Dense parameters
+    gathered or reduced at once (a layer, the embedding or the output layer). ``linear``: the
+    linear layers' weight elements on this GPU and those of its largest layer
+    (:func:`model.estimate.stage_linear_per_gpu`), whose FP8 copies ``precision = fp8`` caches
+    (:func:`weight_cache_terms`). Dense parameters
     are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
     each class is held as :meth:`model.frameworks.Mechanism.memory_terms` says.
 
@@ -136,6 +151,8 @@ def model_state(
         layout.expert_shard_degree,
         mech,
         gather_unit,
+        linear,
+        cache_bytes_per_element(training),
     )
 
 
@@ -147,6 +164,8 @@ def _model_state(
     expert_shard: int,
     mech: Mechanism,
     unit: tuple[Fraction, Fraction],
+    linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    cache_bytes: int = 0,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
     ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
@@ -157,10 +176,32 @@ def _model_state(
 
     The fixed buckets are counted once, not per parameter class.
     """
-    w, g, o, gathered, buffers, step = state_terms(
-        mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1]
-    )
-    return ModelState(w, g, o, gathered, buffers, step)
+    w, g, o, gathered, buffers, step, cache = state_terms(
+        mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
+        cache_bytes,
+    )  # fmt: skip
+    return ModelState(w, g, o, gathered, buffers, step, cache)
+
+
+def cache_bytes_per_element(training: TrainingSpec) -> int:
+    """Bytes per linear weight element of the low-precision copies the recipe caches:
+    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8, else 0."""
+    return FP8_WEIGHT_CACHE_BYTES if training.precision is Precision.FP8 else 0
+
+
+def weight_cache_terms(
+    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int
+) -> tuple[Any, Any]:
+    """(persistent cache, cache of the gathered units) bytes on one GPU for ``cache_bytes`` per
+    linear weight element: the stage's ``linear`` elements when the weights are held whole (TE
+    caches the FP8 weight and transpose for the step); else, under ZeRO-3 / FSDP, copies of the
+    :attr:`Mechanism.gathered_units` gathered layers only (``layer_linear``: the largest
+    layer's). Exact for Fractions; element-wise for arrays."""
+    if not cache_bytes:
+        return 0, 0
+    if mech.weights_full:
+        return cache_bytes * linear, 0
+    return 0, cache_bytes * mech.gathered_units * layer_linear
 
 
 def state_terms(
@@ -171,15 +212,21 @@ def state_terms(
     expert_shard: Any,
     dense_unit: Any,
     expert_unit: Any,
+    linear: Any = 0,
+    layer_linear: Any = 0,
+    cache_bytes: int = 0,
 ) -> tuple[Any, ...]:
-    """(weights, gradients, optimizer, gathered, buffers, step extra) bytes on one GPU: the
-    mechanism's terms for the dense parameters (replicated over ``shard`` ranks) plus those of the
-    routed experts (over ``expert_shard``), and the framework's fixed buckets once. Exact for
-    Fractions; element-wise for arrays of layouts (the search's tables call it so)."""
+    """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache) bytes on one
+    GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks) plus
+    those of the routed experts (over ``expert_shard``), the framework's fixed buckets once, and
+    the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
+    ZeRO-3). Exact for Fractions; element-wise for arrays of layouts (the search's tables call
+    it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
-    return w, g, o, gathered, buffers + mech.bucket_bytes, step
+    cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
+    return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +271,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
+        fp8_linear_inputs=training.precision is Precision.FP8,
     )
 
 

@@ -123,6 +123,14 @@ class LayerParams:
     (attention output, FFN output), which Megatron-Core adds after the reduction
     (``RowParallelLinear``; MLA ``linear_q_down_proj``/``linear_kv_down_proj`` are
     ``parallel_mode="duplicated"``)."""
+    linear: int = 0
+    """Of ``dense``, the weight matrices of the linear layers a GEMM precision applies to (QKV /
+    MLA projections, output projection, dense FFN or shared experts); not biases, norms or the
+    MoE router (:mod:`model.precision`)."""
+    linear_replicated: int = 0
+    """Of ``linear``, what every tensor-parallel rank holds whole (MLA's down-projections)."""
+    expert_linear: int = 0
+    """The routed experts' weight matrices (``experts`` less their biases)."""
 
     @property
     def dense(self) -> int:
@@ -151,9 +159,19 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
     h = arch.hidden_size
     row_bias = h if arch.linear_bias else 0  # attention output / FFN output bias
     replicated = norms + _attention_replicated(arch) + row_bias
+    att_linear, att_replicated = _attention_linear(arch)
     if not arch.is_moe_layer(index):
         ffn = mlp_params(arch, arch.ffn_hidden_size)
-        return LayerParams(attention, norms, ffn, 0, 0, replicated + row_bias)
+        return LayerParams(
+            attention,
+            norms,
+            ffn,
+            0,
+            0,
+            replicated + row_bias,
+            att_linear + _mlp_weights(arch, arch.ffn_hidden_size),
+            att_replicated,
+        )
     moe = arch.moe
     assert moe is not None
     router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
@@ -167,7 +185,36 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
         moe.num_experts * expert,
         moe.experts_per_token * expert,
         replicated + router + shared_bias,
+        att_linear + moe.num_shared_experts * _mlp_weights(arch, moe.shared_ffn),
+        att_replicated,
+        moe.num_experts * _mlp_weights(arch, moe.expert_ffn_hidden_size),
     )
+
+
+def _mlp_weights(arch: Architecture, ffn: int) -> int:
+    """The weight matrices of one FFN (:func:`mlp_params` without biases): 3·h·f or 2·h·f."""
+    return (3 if arch.mlp is Mlp.SWIGLU else 2) * arch.hidden_size * ffn
+
+
+def _attention_linear(arch: Architecture) -> tuple[int, int]:
+    """(weight matrices of the attention block's linear layers, of which tp-replicated):
+    :func:`attention_params` without biases and MLA's latent norms; MLA's down-projections are
+    the replicated part."""
+    h, a = arch.hidden_size, arch.num_attention_heads
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        m = arch.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        down = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+        if m.q_lora_rank is None:
+            up += h * a * qk
+        else:
+            down += h * m.q_lora_rank
+            up += m.q_lora_rank * a * qk
+        return down + up, down
+    d, g = arch.dim_per_head, arch.kv_heads
+    return h * a * d + 2 * h * g * d + a * d * h, 0
 
 
 def _attention_replicated(arch: Architecture) -> int:

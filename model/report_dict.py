@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.precision import (
+    FP8_GEMM_EFFICIENCY,
+    FP8_WEIGHT_CACHE_BYTES,
+    KEPT_HIGH_PRECISION,
+    Precision,
+    linear_speedup,
+)
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
@@ -48,6 +55,7 @@ def assumptions(est: Estimate) -> list[str]:
     )
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
+        _precision_sentence(est),
         _state_sentence(mech, lay),
         _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
@@ -97,6 +105,22 @@ def _chunk_layers(est: Estimate) -> list[int] | None:
     if arch is None:
         return None
     return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
+
+
+def _precision_sentence(est: Estimate) -> str:
+    """The recipe's numerics: GEMM precision, optimizer state, gradient dtype."""
+    t = est.training
+    grads = f"{t.gradient_bytes} B gradients" if t.gradient_bytes else "the framework's gradients"
+    state = f"optimizer state {t.optimizer_bytes} B/param, {grads}"
+    if t.precision is not Precision.FP8:
+        return f"precision bf16 (weights, activations, GEMMs); {state}"
+    speed = linear_speedup(t.precision, est.device)
+    return (
+        f"precision fp8 (Transformer Engine): linear weights cached as FP8 weight + transpose "
+        f"(+{FP8_WEIGHT_CACHE_BYTES} B per linear weight), linear inputs saved in FP8, linear "
+        f"GEMMs {speed:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 "
+        f"efficiency); in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
+    )
 
 
 def _state_sentence(mech: Mechanism, lay: Layout) -> str:
@@ -195,6 +219,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "optimizer_bytes": _n(st.state.optimizer_bytes),
         "model_state_bytes": _n(st.state.total_bytes),
         "zero3_gathered_bytes": _n(st.state.gathered_bytes),
+        "weight_cache_bytes": _n(st.state.weight_cache_bytes),
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
@@ -280,6 +305,9 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "flash_attention": t.flash_attention,
             "activation_convention": t.activation_convention,
             "memory_efficient_norm": t.memory_efficient_norm,
+            "precision": str(t.precision),
+            "gradient_bytes": t.gradient_bytes,
+            "optimizer_bytes_per_param": t.optimizer_bytes,
             "stage_layers": [s.num_layers for s in est.stages],
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.precision import Precision
 from trainplan.model.units import check_limit
 
 __all__ = [
@@ -351,6 +352,9 @@ class TrainingSpec:
     """Bytes per parameter of optimizer state (FP32 master 4 + Adam moments 4 + 4)."""
     activation_bytes: int = 2
     """Bytes per activation element (16-bit)."""
+    precision: Precision = Precision.BF16
+    """The linear layers' GEMM precision: ``bf16`` or ``fp8`` (Transformer Engine: cached FP8
+    weight copies, FP8-saved linear inputs, GEMMs at the FP8 peak; :mod:`model.precision`)."""
     activation_convention: str = "paper"
     """``paper`` (Korthikanti et al.'s count; the default) or ``pytorch`` (also what PyTorch
     kernels keep: fp32 norm statistics, FlashAttention's logsumexp, eager SwiGLU's SiLU output,
@@ -371,6 +375,10 @@ class TrainingSpec:
                 f"training.activation_convention: {self.activation_convention!r} is not one of "
                 "paper, pytorch"
             )
+        try:
+            object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
+        except ValueError:
+            raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
         for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
             value = getattr(self, name)
             if name == "gradient_bytes" and value is None:

@@ -228,16 +228,25 @@ def stage_peak_seconds(
     core_passes: int,
     efficiency: float,
     attention_efficiency: float | None,
+    linear_speedup: float = 1.0,
 ) -> Any:
     """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on a stage: its hardware FLOPs at
     ``efficiency``; with ``attention_efficiency`` the attention core's ``core_passes`` passes
-    (3, or 4 when recomputed) at that efficiency instead. Divide by (tp·cp) and the peak for
+    (3, or 4 when recomputed) at that efficiency instead; with ``linear_speedup`` ≠ 1 the
+    transformer layers' linear GEMMs (everything but the attention core and the output layer;
+    the MoE router's small GEMM included) ``linear_speedup`` times faster
+    (:func:`model.precision.linear_speedup`: FP8). Divide by (tp·cp) and the BF16 peak for
     seconds on one GPU."""
     total = stage_hardware_flops(terms, n_dense, n_moe, last)
-    if attention_efficiency is None:
+    if attention_efficiency is None and linear_speedup == 1.0:
         return total / efficiency
     core = core_passes * terms[5] * (n_dense + n_moe)
-    return (total - core) / efficiency + core / attention_efficiency
+    core_efficiency = efficiency if attention_efficiency is None else attention_efficiency
+    if linear_speedup == 1.0:
+        return (total - core) / efficiency + core / core_efficiency
+    output = 3 * where(last, terms[2], 0)
+    linear = total - core - output
+    return (output + linear / linear_speedup) / efficiency + core / core_efficiency
 
 
 def stage_microbatch_attention_flops(

@@ -30,12 +30,18 @@ from typing import Any
 import numpy as np
 
 from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
-from trainplan.model.estimate import gather_units, stage_kinds, stage_params_per_gpu
+from trainplan.model.estimate import (
+    gather_units,
+    stage_kinds,
+    stage_linear_per_gpu,
+    stage_params_per_gpu,
+)
 from trainplan.model.frameworks import ZERO_STAGES, Framework, check_framework, mechanism
 from trainplan.model.layout import Recompute
-from trainplan.model.memory import _context, local_chunks, state_terms
+from trainplan.model.memory import _context, cache_bytes_per_element, local_chunks, state_terms
 from trainplan.model.params import padded_vocab
 from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
+from trainplan.model.precision import linear_speedup
 from trainplan.model.split import split_layers
 from trainplan.model.stage_bytes import (
     apply_form,
@@ -208,6 +214,16 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     experts = _gather(keys, {k: [p[3] for p in v] for k, v in params.items()}, P)
     dense_u = _gather(keys, {k: [u[0] for u in v] for k, v in units.items()}, P)
     expert_u = _gather(keys, {k: [u[1] for u in v] for k, v in units.items()}, P)
+    cache_bytes = cache_bytes_per_element(t)
+    uniq = list(dict.fromkeys(keys))
+    linear, layer_linear = (
+        (
+            _gather(keys, {k: [x[i] for x in stage_linear_per_gpu(model, *k)] for k in uniq}, P)
+            for i in (0, 1)
+        )
+        if cache_bytes
+        else (np.zeros((N, P)), np.zeros((N, P)))
+    )
     shard = sa.col("dp") * sa.col("cp")
     expert_shard = shard // sa.col("ep")
     valid = sa.valid
@@ -224,12 +240,13 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             ok = rows & ~((fw is Framework.DEEPSPEED) & (z >= 2) & (sa.pp > 1))
             check_framework(fw, z, 1)
             mech = mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
-            w, g, o, gathered, buffers, extra = state_terms(
-                mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok], expert_u[ok]
-            )
+            w, g, o, gathered, buffers, extra, cache = state_terms(
+                mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok],
+                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes,
+            )  # fmt: skip
             total = w + g + o
-            state[ok, zi] = np.where(valid[ok], total + gathered + buffers, 0)
-            step[ok, zi] = np.where(valid[ok], total + extra, 0)
+            state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)
+            step[ok, zi] = np.where(valid[ok], total + extra + cache, 0)
             legal[ok, zi] = True
     act = np.zeros((N, R, P))
     for ri, mode in enumerate(recomputes):
@@ -354,8 +371,9 @@ def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last) -> np.nd
     }
     cols = [_gather(keys, {b: f[i] for b, f in terms.items()})[:, None] for i in range(6)]
     separate = o.attention_efficiency if t.flash_attention else None
+    speedup = linear_speedup(t.precision, case.device)
     cost = stage_peak_seconds(
-        cols, n_dense, n_moe, last, core_passes(mode), o.kernel_efficiency, separate
+        cols, n_dense, n_moe, last, core_passes(mode), o.kernel_efficiency, separate, speedup
     )
     cost = np.where(sa.valid, cost, 0).max(axis=1)
     return cost / (sa.tp * sa.cp) / case.device.peak_flops_per_s

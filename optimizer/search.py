@@ -309,9 +309,14 @@ def search(
     return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
 
 
+SOLVE_FLOOR_S = 1.0
+"""The least a solve is given after the tables, to read an answer even on a loaded machine (a
+0.1 s floor returned no answer with the CPUs shared)."""
+
+
 def _remaining(time_limit_s: float | None, spent: float) -> float | None:
-    """What a time limit leaves the solver after the tables (at least 0.1 s, to read an answer)."""
-    return None if time_limit_s is None else max(0.1, time_limit_s - spent)
+    """What a time limit leaves the solver after the tables (at least :data:`SOLVE_FLOOR_S`)."""
+    return None if time_limit_s is None else max(SOLVE_FLOOR_S, time_limit_s - spent)
 
 
 def _count(job: Job) -> int:

@@ -502,7 +502,7 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
     recipe = (
         *("dp", "tp", "pp", "cp", "micro_batch_size", "global_batch_size", "seq_len"),
         *("zero_stage", "recompute", "schedule", "virtual_stages"),
-        *("memory_efficient_norm", "fp32_gradients"),
+        *("memory_efficient_norm", "gradient_dtype"),
     )
     assert {k: params[k] for k in recipe} == {k: published.params[k] for k in recipe}
     out = json.loads(run("example", example, "--json").stdout)

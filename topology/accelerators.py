@@ -33,6 +33,7 @@ _OPTIONAL = (
     "nvlink_domain",
     "scaleout_gbps",
     "hbm_gib",
+    "fp8_tflops",
     "hbm_tbps",
     "host_link_gbps",
     "bandwidth_source",
@@ -134,6 +135,9 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         if domain is None
         else int(_number(domain, where, "nvlink_domain", integer=True)),
         scaleout_bytes_per_s=rate("scaleout_gbps"),
+        fp8_flops_per_s=float(_number(row["fp8_tflops"], where, "fp8_tflops") * 10**12)
+        if "fp8_tflops" in row
+        else None,
         hbm_bytes_per_s=float(_number(row["hbm_tbps"], where, "hbm_tbps") * 10**12)
         if "hbm_tbps" in row
         else None,
@@ -244,7 +248,7 @@ def get_accelerator(name: str) -> DeviceSpec:
 def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
-    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, dense, nvlink_gbps,
+    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
     where the table has no sourced figure) plus ``memory_bytes`` in bytes.
@@ -265,6 +269,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "memory_unit": raw["memory_unit"],
                 "memory_bytes": devices[raw["name"]].memory_bytes,
                 "bf16_tflops": raw["bf16_tflops"],
+                "fp8_tflops": raw.get("fp8_tflops"),
                 "dense": raw["dense"],
                 "nvlink_gbps": raw.get("nvlink_gbps"),
                 "nvlink_domain": raw.get("nvlink_domain"),

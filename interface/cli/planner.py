@@ -74,12 +74,33 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
         ),
         click.option(
-            "--fp32-gradients/--bf16-gradients",
-            "fp32_gradients",
+            "--precision",
+            type=click.Choice(["bf16", "fp8"]),
+            help="GEMM precision of the linear layers (default bf16). fp8 = Transformer Engine: "
+            "cached FP8 weight + transpose (+2 B per linear weight), linear inputs saved in FP8, "
+            "linear GEMMs at the FP8 peak; embedding, output layer, norms, router and attention "
+            "core stay BF16.",
+        ),
+        click.option(
+            "--gradient-dtype",
+            "gradient_dtype",
+            type=click.Choice(["bf16", "fp32"]),
+            help="Gradient accumulation and reduction dtype (Megatron-LM "
+            "--accumulate-allreduce-grads-in-fp32; Llama 3 §3.3.2). Default: the framework's "
+            "(megatron fp32 main_grad, fsdp2 fp32 reduction, deepspeed and textbook bf16).",
+        ),
+        click.option(
+            "--optimizer-dtype",
+            "optimizer_dtype",
+            type=click.Choice(["fp32", "bf16"]),
+            help="Adam moments' dtype (Megatron-Core --exp-avg-dtype and its second moment; "
+            "DeepSeek-V3 keeps them in BF16). Default fp32.",
+        ),
+        click.option(
+            "--master-weights/--no-master-weights",
+            "master_weights",
             default=None,
-            help="Accumulate and reduce gradients in FP32: 4 B/param instead of 2, 18 B/param of "
-            "model state (Megatron-LM --accumulate-allreduce-grads-in-fp32; Llama 3 §3.3.2). "
-            "Default bf16.",
+            help="Keep an FP32 master copy of the weights in the optimizer (default on).",
         ),
         click.option(
             "--causal-attention-flops/--full-attention-flops",

@@ -51,10 +51,10 @@ def test_attention_core_slower_than_matmuls_lengthens_the_step():
     assert case.evaluate().step_s > fast.evaluate().step_s
 
 
-def test_fp32_gradients_is_the_measured_18_bytes_per_param():
-    """--fp32-gradients: 2 B weights + 4 B fp32 gradients + 12 B optimizer = 18 B/param at
+def test_gradient_dtype_fp32_is_the_measured_18_bytes_per_param():
+    """--gradient-dtype fp32: 2 B weights + 4 B fp32 gradients + 12 B optimizer = 18 B/param at
     ZeRO-0 (measured in tests/fidelity), and the ZeRO-0 all-reduce moves 2·4 B per parameter."""
-    case = build_case(BASE | {"zero_stage": 0, "fp32_gradients": True})
+    case = build_case(BASE | {"zero_stage": 0, "gradient_dtype": "fp32"})
     est = case.evaluate()
     n = est.num_params
     assert est.peak.state.total_bytes == 18 * n
@@ -63,4 +63,4 @@ def test_fp32_gradients_is_the_measured_18_bytes_per_param():
     assert float(dp.traffic.bytes_per_step) == pytest.approx(ring * 2 * 4 * n)
     # unset: the framework's default (Megatron-Core: FP32 main_grad with bf16 parameters)
     assert build_case(BASE).training.gradient_bytes is None
-    assert build_case(BASE | {"fp32_gradients": False}).training.gradient_bytes == 2
+    assert build_case(BASE | {"gradient_dtype": "bf16"}).training.gradient_bytes == 2

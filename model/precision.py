@@ -1,0 +1,185 @@
+"""Numerics of a training recipe: the GEMM precision, the optimizer state's dtypes, the gradient
+dtype — and what each costs in memory and buys in time.
+
+**BF16** (the default): BF16 weights, activations and GEMMs; an FP32 master copy and FP32 Adam
+moments in the optimizer (12 B/param; Rajbhandari et al. 2019 §3.1).
+
+**FP8** as Transformer Engine runs it on Hopper and Blackwell (TE docs, "Using FP8 with
+Transformer Engine"; Micikevicius et al. 2022, arXiv 2209.05433), the recipe Megatron-Core's
+``--fp8-format hybrid`` selects:
+
+* the high-precision (BF16) weights stay, and each linear layer's weight gains cached FP8 copies
+  for the step: the weight and its transpose (Hopper's FP8 tensor cores take only the TN layout,
+  so dgrad and wgrad need the transposed copy; TE ``Float8Tensor`` keeps both, and with
+  ``is_first_microbatch`` caches them across the micro-batches of a step):
+  :data:`FP8_WEIGHT_CACHE_BYTES` = 2 B per linear weight element. Under ZeRO-3 / FSDP the copies
+  exist only for the gathered units. Blackwell's MXFP8 also keeps row- and column-wise copies
+  (plus one E8M0 scale per 32 elements, 1/16 B, not counted);
+* the inputs a linear layer saves for its weight gradient are saved in FP8 (1 B per element,
+  :data:`FP8_ACTIVATION_BYTES`): the QKV, output-projection, FC1 and FC2 / down-projection
+  inputs, the routed experts' inputs (:data:`FP8_LINEAR_INPUTS`);
+* the linear layers' GEMMs (forward, dgrad, wgrad; recomputed ones too) run at the FP8 dense peak
+  (``DeviceSpec.fp8_flops_per_s``) at :data:`FP8_GEMM_EFFICIENCY` of the BF16 GEMM efficiency.
+
+What stays in BF16 (or FP32): the embedding, the output layer and the loss, every norm, the MoE
+router, the attention core (QKᵀ, softmax, scores·V: FlashAttention in BF16), the activation
+functions, the gradients and their reduction (:attr:`TrainingSpec.gradient_bytes`), the master
+weights and the optimizer — as in DeepSeek-V3's FP8 recipe (Liu et al. 2024, arXiv 2412.19437,
+§3.3: "embedding module, the output head, MoE gating modules, normalization operators, and
+attention operators" kept in their original precision).
+
+**Optimizer state** (:func:`optimizer_state_bytes`): FP32 or BF16 Adam moments, with or without
+the FP32 master weights — Megatron-Core's precision-aware optimizer (``--exp-avg-dtype``,
+``--exp-avg-sq-dtype``, ``--main-params-dtype``); DeepSeek-V3 §3.3.3 tracks the moments in BF16
+with FP32 master weights (8 B/param).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from trainplan.model.errors import InputError
+from trainplan.model.hardware import DeviceSpec
+
+__all__ = [
+    "Precision",
+    "DTYPE_BYTES",
+    "FP8_WEIGHT_CACHE_BYTES",
+    "FP8_ACTIVATION_BYTES",
+    "FP8_GEMM_EFFICIENCY",
+    "FP8_LINEAR_INPUTS",
+    "KEPT_HIGH_PRECISION",
+    "optimizer_state_bytes",
+    "dtype_bytes",
+    "check_precision",
+    "linear_speedup",
+]
+
+
+class Precision(StrEnum):
+    """The linear layers' GEMM precision: ``bf16`` or ``fp8`` (Transformer Engine)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+"""Bytes per element of the dtypes optimizer state and gradients can be held in."""
+
+FP8_WEIGHT_CACHE_BYTES = 2
+"""Bytes per linear weight element of the FP8 copies Transformer Engine caches for a step: the
+FP8 weight and its FP8 transpose (1 + 1; TE ``Float8Tensor`` with its transpose cache)."""
+
+FP8_ACTIVATION_BYTES = 1
+"""Bytes per element of a linear layer's input saved in FP8 (E4M3) for its weight gradient."""
+
+FP8_GEMM_EFFICIENCY = 0.75
+"""FP8 GEMMs' fraction of the FP8 peak relative to BF16 GEMMs' fraction of the BF16 peak
+(their kernel efficiency × this): on Hopper (FP8 peak 2× BF16) the linear layers' GEMMs run
+2 × 0.75 = 1.5× faster, the quantisation kernels TE runs around each GEMM (casts, transposes,
+amax reductions) folded in. With the linear layers most of a dense transformer's step this gives
+1.3–1.4× end to end on NeMo's published FP8 layouts (``tests/model/test_precision.py``):
+inside Megatron-Bridge's Performance Tuning Guide's "typically achieving a speedup of 1.2–1.5X"
+for FP8 on the Transformer block's linear layers (Low Precision Training, §1) and near the 1.42×
+a user measured for a 13B GPT on H100 (0.34 → 0.24 s/step, NVIDIA/Megatron-LM issue #396).
+Not fitted to a row: the absolute FP8 step times of NeMo's tables are compared, with their gap,
+in the README."""
+
+FP8_LINEAR_INPUTS = frozenset(
+    {
+        "QKV projection input",
+        "attention projection input",
+        "kv latent norm output",
+        "output projection input",
+        "FC1 input",
+        "MLP down projection input",
+        "MLP FC2 input",
+        "routed expert inputs (top-k copies)",
+        "routed expert down projection input",
+        "routed expert FC2 input",
+        "shared expert down projection input",
+        "shared expert FC2 input",
+    }
+)
+"""The activation rows (:mod:`model.activations`) that are a linear layer's saved input, held in
+FP8 under ``precision = fp8``. MLA's query latent and its norm output share one row and stay
+BF16 (over-counting the q up-projection's input by 1 B per element)."""
+
+KEPT_HIGH_PRECISION = (
+    "embedding, output layer and loss, norms, MoE router, attention core, activation functions, "
+    "gradients, master weights and optimizer"
+)
+"""What FP8 training keeps in BF16/FP32 (DeepSeek-V3 §3.3; Transformer Engine)."""
+
+
+def optimizer_state_bytes(moments: str = "fp32", master_weights: bool = True) -> int:
+    """Bytes per parameter of Adam's state: two moments of ``moments`` dtype, plus an FP32
+    master copy of the weights when ``master_weights``.
+
+    Raises
+    ------
+    InputError
+        ``moments`` not fp32 or bf16.
+
+    Examples
+    --------
+    Mixed-precision Adam (ZeRO §3.1): 4 + 4 + 4 = 12; DeepSeek-V3's BF16 moments with FP32
+    master weights: 4 + 2 + 2 = 8; BF16 moments and no master copy: 2 + 2 = 4.
+
+    >>> optimizer_state_bytes(), optimizer_state_bytes("bf16"), optimizer_state_bytes("bf16", False)
+    (12, 8, 4)
+    """
+    return (4 if master_weights else 0) + 2 * dtype_bytes("optimizer_dtype", moments)
+
+
+def dtype_bytes(name: str, dtype: str) -> int:
+    """Bytes per element of ``dtype`` (fp32 or bf16) for the parameter ``name``.
+
+    Raises
+    ------
+    InputError
+        Naming ``name`` and the allowed dtypes.
+    """
+    try:
+        return DTYPE_BYTES[str(dtype).lower()]
+    except KeyError:
+        raise InputError(f"{name}: {dtype!r} is not one of fp32, bf16") from None
+
+
+def check_precision(precision: Precision | str, device: DeviceSpec) -> Precision:
+    """The precision, checked against the device.
+
+    Raises
+    ------
+    InputError
+        Not bf16 or fp8, or fp8 on a device without FP8 tensor cores.
+    """
+    try:
+        p = Precision(str(precision).lower())
+    except ValueError:
+        raise InputError(f"precision: {precision!r} is not one of bf16, fp8") from None
+    if p is Precision.FP8 and device.fp8_flops_per_s is None:
+        raise InputError(
+            f"precision: fp8 needs FP8 tensor cores (Hopper, Blackwell, MI300, Gaudi 3); the "
+            f"{device.name} has none in the table"
+        )
+    return p
+
+
+def linear_speedup(precision: Precision | str, device: DeviceSpec) -> float:
+    """How much faster the linear layers' GEMMs run than in BF16: 1 for bf16; for fp8 the FP8
+    peak over the BF16 peak × :data:`FP8_GEMM_EFFICIENCY`.
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> h100 = DeviceSpec(name="H100", memory_bytes=80 * 10**9, memory_unit="GB",
+    ...                   peak_flops_per_s=989.4e12, fp8_flops_per_s=1978.9e12)
+    >>> round(linear_speedup("fp8", h100), 4)
+    1.5001
+    """
+    p = check_precision(precision, device)
+    if p is Precision.BF16:
+        return 1.0
+    assert device.fp8_flops_per_s is not None
+    return device.fp8_flops_per_s / device.peak_flops_per_s * FP8_GEMM_EFFICIENCY

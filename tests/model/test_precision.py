@@ -1,0 +1,156 @@
+"""Precision recipes (issue 11 item 1): FP8 as Transformer Engine runs it, optimizer-state
+dtypes, the gradient dtype. Every figure is derived by hand below; sources in
+:mod:`trainplan.model.precision`."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from tests.test_cli_planner import run_main
+from trainplan.interface.inputs import build_case
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.precision import linear_speedup, optimizer_state_bytes
+from trainplan.model.timing import stage_peak_seconds
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+LLAMA3_8B = {"model": "llama3-8b", "dp": 8, "seq_len": 8192, "global_batch_size": 64}
+LINEAR_PER_LAYER = 218_103_808
+"""Llama 3 8B (h 4,096, 32 heads, 8 KV heads of 128, FFN 14,336, SwiGLU): q and o 2·h² =
+33,554,432; k and v 2·h·1,024 = 8,388,608; MLP 3·h·14,336 = 176,160,768; = 218,103,808 linear
+weights per layer (the two RMSNorms, 8,192, are not linear)."""
+
+
+def test_optimizer_state_dtypes():
+    """Adam: FP32 master 4 + two moments. FP32 moments 4 + 4 + 4 = 12 (ZeRO §3.1); BF16 moments
+    with FP32 master 4 + 2 + 2 = 8 (DeepSeek-V3 §3.3.3); BF16 moments, no master 2 + 2 = 4."""
+    assert optimizer_state_bytes("fp32", True) == 12
+    assert optimizer_state_bytes("bf16", True) == 8
+    assert optimizer_state_bytes("bf16", False) == 4
+    # Llama 3 8B, megatron ZeRO-1 on dp 8: optimizer state 8 B/param ÷ 8 = 1 B/param
+    est = build_case({**LLAMA3_8B, "optimizer_dtype": "bf16"}).evaluate()
+    assert est.training.optimizer_bytes == 8
+    dense = est.stages[0].dense_params
+    assert est.stages[0].state.optimizer_bytes == dense * 8 / 8
+
+
+def test_gradient_dtype_replaces_fp32_gradients():
+    """--gradient-dtype bf16 under megatron: 2 B gradients instead of FP32 main_grad's 4."""
+    fp32 = build_case(LLAMA3_8B).evaluate().stages[0]
+    bf16 = build_case({**LLAMA3_8B, "gradient_dtype": "bf16"}).evaluate().stages[0]
+    assert fp32.state.gradients_bytes == 4 * fp32.dense_params
+    assert bf16.state.gradients_bytes == 2 * bf16.dense_params
+
+
+def test_fp8_weight_cache_is_two_bytes_per_linear_weight():
+    """FP8 weight + FP8 transpose, 1 + 1 B per linear weight element, for the step: Llama 3 8B
+    on one stage, tp 1: 32 × 218,103,808 × 2 = 13,958,643,712 B; tp 2 halves it (no Llama
+    linear weight is replicated over tp)."""
+    fp8 = build_case({**LLAMA3_8B, "precision": "fp8"}).evaluate().stages[0].state
+    assert fp8.weight_cache_bytes == 32 * LINEAR_PER_LAYER * 2 == 13_958_643_712
+    tp2 = build_case({**LLAMA3_8B, "precision": "fp8", "tp": 2, "dp": 4}).evaluate()
+    assert tp2.stages[0].state.weight_cache_bytes == 6_979_321_856
+    bf16 = build_case(LLAMA3_8B).evaluate().stages[0].state
+    assert bf16.weight_cache_bytes == 0
+    # counted at the forward/backward peak and in the optimizer step (persistent buffers)
+    assert fp8.backward_bytes - bf16.backward_bytes == 13_958_643_712
+    assert fp8.optimizer_step_bytes - bf16.optimizer_step_bytes == 13_958_643_712
+
+
+def test_fp8_under_fsdp_caches_only_the_gathered_layers():
+    """FSDP2 full sharding: no persistent cache; the two gathered layers (current and
+    prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more gathered."""
+    base = {**LLAMA3_8B, "framework": "fsdp2", "zero_stage": 3}
+    fp8 = build_case({**base, "precision": "fp8"}).evaluate().stages[0].state
+    bf16 = build_case(base).evaluate().stages[0].state
+    assert fp8.weight_cache_bytes == 0
+    assert fp8.gathered_bytes - bf16.gathered_bytes == 2 * 2 * LINEAR_PER_LAYER == 872_415_232
+
+
+def test_fp8_saves_linear_inputs_in_one_byte():
+    """One Llama 3 8B layer, tp 1, s 8,192, b 1, FlashAttention, Korthikanti's count. Per token
+    (S = 8,192), bytes in BF16: attention norm input 2h, QKV input 2h, Q 2h, K and V 2 × 2·1,024,
+    output-projection input 2h, MLP norm input 2h, FC1 input 2h, SwiGLU input 2 × 2f, down input
+    2f = 12h + 4,096 + 6f = 49,152 + 4,096 + 86,016 = 139,264. FP8 saves the QKV, output, FC1
+    inputs (h each) and the down input (f): 139,264 − 3 × 4,096 − 14,336 = 112,640."""
+    arch = get_model("llama3-8b").model.arch
+    kw = dict(seq_len=8192, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False)
+    bf16 = layer_activations(arch, 0, ActivationContext(**kw, flash_attention=True))
+    fp8 = layer_activations(
+        arch, 0, ActivationContext(**kw, flash_attention=True, fp8_linear_inputs=True)
+    )
+    assert bf16.full_bytes == 139_264 * 8192
+    assert fp8.full_bytes == 112_640 * 8192
+    assert "FC1 input (FP8)" in dict(fp8.terms)
+    # the layer input a full recomputation keeps stays BF16
+    assert fp8.checkpoint_bytes == bf16.checkpoint_bytes == 2 * 4096 * 8192
+
+
+def test_fp8_linear_gemms_at_the_fp8_peak():
+    """H100 SXM: FP8 1,978.9 TFLOPS over BF16 989.4 × 0.75 = 1.50005: the layers' linear GEMMs
+    take 1/1.50005 of their BF16 time; the attention core and the output layer keep theirs.
+    Hand terms (forward of a dense layer 100, output layer 40, attention core 10; no
+    recomputation; 2 dense layers, the last stage): BF16 3·(2·100 + 40) = 720 at efficiency 0.5
+    = 1,440; FP8: core 3·2·10 = 60, output 3·40 = 120, linear 720 − 60 − 120 = 540 →
+    (120 + 540/1.50005)/0.5 + 60/0.5."""
+    h100 = get_accelerator("H100-SXM")
+    speed = linear_speedup("fp8", h100)
+    assert speed == pytest.approx(1978.9 / 989.4 * 0.75)
+    terms = (100, 0, 40, 0, 0, 10)
+    assert stage_peak_seconds(terms, 2, 0, True, 3, 0.5, None) == 1440
+    fp8 = stage_peak_seconds(terms, 2, 0, True, 3, 0.5, None, speed)
+    assert fp8 == pytest.approx((120 + 540 / speed) / 0.5 + 60 / 0.5)
+
+
+# NeMo 24.12 performance summary (docs.nvidia.com/nemo-framework/user-guide/24.12/
+# nemotoolkit/performance/performance_summary.html), FP8 pre-training on DGX-H100: the layouts.
+NEMO_FP8_LAYOUTS = [
+    dict(model="llama3-70b", tp=4, pp=4, cp=2, dp=2, schedule="interleaved", virtual_stages=5,
+         global_batch_size=128, seq_len=8192),
+    dict(model="llama3-8b", cp=2, dp=4, global_batch_size=128, seq_len=8192),
+    dict(model="llama2-70b", tp=4, pp=4, dp=4, schedule="interleaved", virtual_stages=20,
+         global_batch_size=128, seq_len=4096),
+    dict(model="gpt3-175b", tp=4, pp=8, dp=4, schedule="interleaved", virtual_stages=6,
+         global_batch_size=256, seq_len=2048),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", NEMO_FP8_LAYOUTS, ids=[r["model"] for r in NEMO_FP8_LAYOUTS])
+def test_fp8_end_to_end_speedup_is_the_published_range(layout):
+    """FP8 on the Transformer block's linear layers "typically achiev[es] a speedup of
+    1.2–1.5X" (Megatron-Bridge Performance Tuning Guide, Low Precision Training §1): on NeMo's
+    own FP8 layouts the predicted step-time ratio lies in that range."""
+    bf16 = build_case({**layout, "gpu": "H100-SXM"}).evaluate()
+    fp8 = build_case({**layout, "gpu": "H100-SXM", "precision": "fp8"}).evaluate()
+    assert 1.2 <= bf16.step_s / fp8.step_s <= 1.5
+
+
+def test_fp8_memory_goes_down_for_activations_and_up_for_the_cache():
+    """The trade an engineer weighs: Llama 3 70B (NeMo's FP8 layout) — activations shrink by
+    the FP8-saved inputs, the model state gains the weight cache."""
+    layout = {**NEMO_FP8_LAYOUTS[0], "gpu": "H100-SXM"}
+    bf16 = build_case(layout).evaluate().peak
+    fp8 = build_case({**layout, "precision": "fp8"}).evaluate().peak
+    assert fp8.activations.layers_bytes < bf16.activations.layers_bytes
+    assert fp8.state.weight_cache_bytes > 0
+    ratio = fp8.activations.per_microbatch_bytes / bf16.activations.per_microbatch_bytes
+    assert Fraction(1, 2) < ratio < 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--model", "llama3-8b", "--gpu", "A100-80GB", "--precision", "fp8"],
+            "needs FP8 tensor cores",
+        ),
+        (["--params", "7B", "--precision", "fp8"], "needs the model's layers"),
+        (["--model", "llama3-8b", "--precision", "fp4"], "--precision"),
+    ],
+)
+def test_fp8_refusals_are_one_line(monkeypatch, capsys, args, message):
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
