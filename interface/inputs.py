@@ -20,6 +20,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import (
     Architecture,
@@ -87,6 +88,10 @@ KNOWN_KEYS = frozenset(
         "precision",
         "optimizer_dtype",
         "master_weights",
+        "offload_optimizer",
+        "offload_params",
+        "host_link_gbps",
+        "host_memory_gbps",
         "memory_reserve_gib",
         *LAYOUT_KEYS,
         *MEGATRON_SPLIT_KEYS,
@@ -268,6 +273,10 @@ def build_case(params: Mapping[str, Any]) -> Case:
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
         ),
         precision=params.get("precision", Precision.BF16),
+        offload=Offload(
+            optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
+            params=_flag(params, "offload_params", False),
+        ),
     )
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
@@ -279,7 +288,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             "precision: fp8 needs the model's layers (which weights are linear), not a size only"
         )
     gbps = {}
-    for k in ("nvlink_gbps", "scaleout_gbps"):
+    for k in ("nvlink_gbps", "scaleout_gbps", "host_link_gbps", "host_memory_gbps"):
         value = None
         if k in params:
             value = float(parse_number(params[k], k))
@@ -293,6 +302,12 @@ def build_case(params: Mapping[str, Any]) -> Case:
         nvlink_bytes_per_s=gbps["nvlink_gbps"],
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
     )
+    for k, field in (
+        ("host_link_gbps", "host_link_bytes_per_s"),
+        ("host_memory_gbps", "host_memory_bytes_per_s"),
+    ):
+        if gbps[k] is not None:
+            device = replace(device, **{field: gbps[k]})
     if "memory_reserve_gib" in params:
         reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
         device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))

@@ -143,6 +143,15 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         verdict += f" ({m['fits_covers']}: activations unknown without the dimensions, " + (
             "so the whole step may not fit)" if m["fits"] else "which would only add to it)"
         )
+    if m.get("host_bytes"):
+        cap = m.get("host_capacity_bytes")
+        lines.append(
+            f"  {'host memory (offloaded), per GPU':<44} {gb(m['host_bytes']):>14}"
+            f"  (per node {gb(m['host_bytes_per_node'])}"
+            + (f"; host capacity per GPU {gb(cap)})" if cap else "; host capacity unknown)")
+        )
+        if m.get("host_fits") is False:
+            verdict = f"DOES NOT FIT: host memory over by {gb(m['host_bytes'] - cap)}"
     lines.append(f"  verdict: {verdict}")
     return lines
 
@@ -214,7 +223,9 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     )
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        f"{_secs(t['exposed_comm_s'])}"
+        + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
+        + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
         + _mfu_conventions(d)
         + f", HFU {_pct(t['hfu'])}"
     )

@@ -18,7 +18,8 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
                # memory_reserve_gib; the recipe: precision (bf16 | fp8), gradient_dtype,
-               # optimizer_dtype (fp32 | bf16), master_weights
+               # optimizer_dtype (fp32 | bf16), master_weights; offload_optimizer (0-1),
+               # offload_params, host_link_gbps, host_memory_gbps
 ```
 
 Command-line options override the file's values. Unknown keys and values of the wrong kind
@@ -101,6 +102,10 @@ CLUSTER_KEYS = {
     "precision",
     "optimizer_dtype",
     "master_weights",
+    "offload_optimizer",
+    "offload_params",
+    "host_link_gbps",
+    "host_memory_gbps",
     "memory_reserve_gib",
 }
 
@@ -169,6 +174,10 @@ VALUE_KINDS: dict[str, Any] = {
     "precision": ("bf16", "fp8"),
     "optimizer_dtype": ("fp32", "bf16"),
     "master_weights": _FLAG,
+    "offload_optimizer": _NUMBER,
+    "offload_params": _FLAG,
+    "host_link_gbps": _NUMBER,
+    "host_memory_gbps": _NUMBER,
     "memory_reserve_gib": _NUMBER,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:

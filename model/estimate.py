@@ -7,7 +7,7 @@ The evaluator is the cost model's single entry point; the search tabulates the s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cache
 from typing import Any, Protocol
@@ -20,11 +20,19 @@ from trainplan.model.comm import (
     pp_traffic,
     tp_traffic,
 )
+from trainplan.model.errors import InputError
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES, mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
-from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
+from trainplan.model.memory import (
+    ModelState,
+    StageActivations,
+    model_state,
+    optimizer_elements,
+    stage_activations,
+)
+from trainplan.model.offload import NO_OFFLOAD, offload_seconds
 from trainplan.model.params import count_params, padded_vocab, stage_params
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.precision import linear_speedup
@@ -54,6 +62,8 @@ __all__ = [
     "stage_activation_list",
     "TimeTerms",
     "time_terms",
+    "stage_offload_seconds",
+    "host_rates",
     "traffic_rows",
     "microbatch_seconds",
     "objective_ns",
@@ -170,8 +180,22 @@ class Estimate:
         return self.device.usable_bytes(self.layout.framework.physical)
 
     @property
+    def host_bytes(self) -> Fraction:
+        """Bytes on one GPU's share of the host memory (offload), the most of any stage."""
+        return max(s.state.host_bytes for s in self.stages)
+
+    @property
+    def host_fits(self) -> bool | None:
+        """Whether :attr:`host_bytes` fits the device's host memory per GPU; None when that is
+        unknown (and something is offloaded)."""
+        cap = self.device.host_memory_bytes
+        if not self.host_bytes:
+            return True
+        return None if cap is None else self.host_bytes <= cap
+
+    @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return self.total_bytes <= self.capacity_bytes and self.host_fits is not False
 
     @property
     def bubble_fraction(self) -> Fraction:
@@ -402,8 +426,11 @@ def _zero_table(
     stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
 ) -> tuple[ZeroRow, ...]:
     """The model state of the busiest stage under each ZeRO stage the layout's framework has,
-    against its lowest stage (textbook: ZeRO-0, as the seed's table)."""
+    against its lowest stage (textbook: ZeRO-0, as the seed's table). On the GPU without
+    offload: the table compares the ZeRO stages themselves (an offload is reported beside it,
+    ``memory.host_bytes``)."""
     stages = ZERO_STAGES[layout.framework]
+    training = replace(training, offload=NO_OFFLOAD)
     base = model_state(
         stage.dense_params, stage.expert_params, layout, training, stages[0]
     ).total_bytes
@@ -525,10 +552,13 @@ class TimeTerms:
     and recompute, not zero_stage)."""
     exposed_dp_s: float
     """Exposed data-parallel communication (reads the shape and zero_stage, not recompute)."""
+    offload_s: float = 0.0
+    """Host-link transfers and the CPU optimizer step of an offload, all exposed (reads the
+    shape and zero_stage; :func:`model.offload.offload_seconds`)."""
 
     @property
     def step_s(self) -> float:
-        return self.compute_and_pipeline_s + self.exposed_dp_s
+        return self.compute_and_pipeline_s + self.exposed_dp_s + self.offload_s
 
 
 @cache
@@ -601,7 +631,62 @@ def time_terms(
         compute,
         compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other,
         exposed.get("dp", 0.0),
+        stage_offload_seconds(model, training, layout, device, options),
     )
+
+
+def stage_offload_seconds(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    options: CostOptions,
+    vocab_multiple: int = 0,
+) -> float:
+    """:func:`model.offload.offload_seconds` of the stage with the most parameters (whose
+    optimizer step finishes last). 0 without offload.
+
+    Raises
+    ------
+    InputError
+        Offload on a device without host-link or host-memory figures.
+    """
+    off = training.offload
+    if not off.active:
+        return 0.0
+    link, memory = host_rates(device)
+    dense, experts, *_ = _busiest(model, *_split_key(layout), vocab_multiple)
+    mech = mechanism(
+        layout.framework,
+        layout.zero_stage,
+        training.weight_bytes,
+        training.gradient_bytes,
+        training.optimizer_bytes,
+        options.zero3_regather,
+    )
+    elements = optimizer_elements(
+        mech, dense, experts, layout.shard_degree, layout.expert_shard_degree
+    )
+    m = layout.num_microbatches(training.global_batch_size)
+    return float(offload_seconds(mech, off, elements, m, training.optimizer_bytes, link, memory))
+
+
+def host_rates(device: DeviceSpec) -> tuple[float, float]:
+    """(host-link bytes/s per direction, host-memory bytes/s per GPU) of ``device``.
+
+    Raises
+    ------
+    InputError
+        Either is unknown (not in the accelerator table and not given).
+    """
+    link, memory = device.host_link_bytes_per_s, device.host_memory_bytes_per_s
+    if link is None or memory is None:
+        missing = "--host-link-gbps" if link is None else "--host-memory-gbps"
+        raise InputError(
+            f"offload: the {device.name} has no {'host link' if link is None else 'host memory'}"
+            f" bandwidth in the table (trainplan gpus); give {missing}"
+        )
+    return link, memory
 
 
 def microbatch_seconds(
@@ -662,8 +747,11 @@ def traffic_rows(
 
 def objective_ns(terms: TimeTerms) -> tuple[int, int]:
     """The search's two objective terms in whole nanoseconds (rounded to nearest):
-    (compute_and_pipeline, exposed_dp). The solver minimises their sum."""
-    return round(terms.compute_and_pipeline_s * 1e9), round(terms.exposed_dp_s * 1e9)
+    (compute_and_pipeline, exposed_dp + offload). The solver minimises their sum."""
+    return (
+        round(terms.compute_and_pipeline_s * 1e9),
+        round((terms.exposed_dp_s + terms.offload_s) * 1e9),
+    )
 
 
 def evaluate(

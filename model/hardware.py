@@ -56,6 +56,17 @@ class DeviceSpec:
     unknown."""
     bandwidth_source: str = ""
     """Where ``hbm_bytes_per_s`` and ``host_link_bytes_per_s`` come from."""
+    host_memory_bytes: int | None = None
+    """Host (CPU) memory per GPU of the vendor's reference node, bytes: what offloaded optimizer
+    state and parameters live in (:mod:`model.offload`). None if unknown."""
+    host_memory_bytes_per_s: float | None = None
+    """Host memory bandwidth per GPU, bytes/s: what a CPU optimizer step streams at
+    (:mod:`model.offload`). None if unknown."""
+    host_source: str = ""
+    """Where ``host_memory_bytes`` and ``host_memory_bytes_per_s`` come from."""
+    gpus_per_node: int = 8
+    """GPUs per host node of the reference system (8 for HGX/DGX; 4 per GB200/GB300 compute
+    tray): what host bytes per node multiply by."""
     source: str = ""
     """Where the figures come from."""
     status: str = "secondary"

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
+from trainplan.model.offload import check_offload
 from trainplan.model.pipeline import Schedule, check_schedule
 from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, chunk_sizes_from_ranks
@@ -217,7 +218,8 @@ def validate(
     by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
-    axes (:func:`model.frameworks.check_framework`); B divisible by b·dp; pp·v chunks at most L
+    axes (:func:`model.frameworks.check_framework`) and its offload (:func:`model.offload.
+    check_offload`); B divisible by b·dp; pp·v chunks at most L
     (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing to L
     (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
 
@@ -239,6 +241,7 @@ def validate(
             f"× dp {lay.dp} = {lay.micro_batch_size * lay.dp}"
         )
     check_framework(lay.framework, lay.zero_stage, lay.pp)
+    check_offload(lay.framework, lay.zero_stage, training.offload)
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")

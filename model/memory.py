@@ -22,6 +22,7 @@ from typing import Any
 from trainplan.model.activations import ActivationContext
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -46,6 +47,7 @@ __all__ = [
     "state_terms",
     "weight_cache_terms",
     "cache_bytes_per_element",
+    "optimizer_elements",
 ]
 
 
@@ -69,6 +71,10 @@ class ModelState:
     step_bytes: Fraction = Fraction(0)
     """Live during the optimizer step only: DeepSpeed's FP32 gradient partition (of one
     sub-group under ZeRO-3)."""
+    host_bytes: Fraction = Fraction(0)
+    """On the host, not the GPU: the offloaded optimizer state, its FP32 gradient buffer and,
+    with parameter offload, the weight shards (:func:`model.offload.offload_memory`). Not part
+    of any GPU total."""
     weight_cache_bytes: Fraction = Fraction(0)
     """Low-precision copies of the linear weights kept for the whole step: Transformer Engine's
     FP8 weight and transpose under ``precision = fp8`` (:data:`model.precision.
@@ -153,6 +159,7 @@ def model_state(
         gather_unit,
         linear,
         cache_bytes_per_element(training),
+        training.offload,
     )
 
 
@@ -166,6 +173,7 @@ def _model_state(
     unit: tuple[Fraction, Fraction],
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     cache_bytes: int = 0,
+    offload: Offload = NO_OFFLOAD,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
     ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
@@ -176,11 +184,11 @@ def _model_state(
 
     The fixed buckets are counted once, not per parameter class.
     """
-    w, g, o, gathered, buffers, step, cache = state_terms(
+    w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes,
+        cache_bytes, offload,
     )  # fmt: skip
-    return ModelState(w, g, o, gathered, buffers, step, cache)
+    return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
 def cache_bytes_per_element(training: TrainingSpec) -> int:
@@ -215,18 +223,32 @@ def state_terms(
     linear: Any = 0,
     layer_linear: Any = 0,
     cache_bytes: int = 0,
+    offload: Offload = NO_OFFLOAD,
 ) -> tuple[Any, ...]:
-    """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache) bytes on one
-    GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks) plus
-    those of the routed experts (over ``expert_shard``), the framework's fixed buckets once, and
-    the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
-    ZeRO-3). Exact for Fractions; element-wise for arrays of layouts (the search's tables call
-    it so)."""
+    """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
+    of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
+    plus those of the routed experts (over ``expert_shard``), the framework's fixed buckets
+    once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
+    ZeRO-3), and what ``offload`` moves to the GPU's share of the host
+    (:func:`model.offload.offload_memory`; the last term). Exact for Fractions; element-wise for
+    arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
-    return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache
+    elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
+    w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements)
+    return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
+
+
+def optimizer_elements(
+    mech: Mechanism, dense_params: Any, expert_params: Any, shard: Any, expert_shard: Any
+) -> Any:
+    """Elements of optimizer state on one GPU: the shard (dense ÷ D, experts ÷ D_e) under a
+    sharded optimizer, else every parameter on the GPU. What offload moves and the CPU steps."""
+    if mech.optimizer_sharded:
+        return dense_params / shard + expert_params / expert_shard
+    return dense_params + expert_params
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ def assumptions(est: Estimate) -> list[str]:
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
         _precision_sentence(est),
+        *_offload_sentence(est),
         _state_sentence(mech, lay),
         _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
@@ -105,6 +106,26 @@ def _chunk_layers(est: Estimate) -> list[int] | None:
     if arch is None:
         return None
     return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
+
+
+def _offload_sentence(est: Estimate) -> list[str]:
+    """What is offloaded, where it lives and what it costs; nothing without offload."""
+    off, d = est.training.offload, est.device
+    if not off.active:
+        return []
+    share = "" if off.optimizer == 1 else f"{float(off.optimizer):g} of "
+    what = (
+        "parameter shards, their gradients and the optimizer"
+        if off.params
+        else f"{share}the optimizer state and its step"
+    )
+    return [
+        f"offload: {what} on the host ({d.host_memory_bytes and d.host_memory_bytes / 1e9:g} GB "
+        f"per GPU, {d.gpus_per_node} GPUs per node; {d.host_source or 'given'}); transfers over "
+        f"the host link at {(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction and the "
+        f"CPU Adam step at {(d.host_memory_bytes_per_s or 0) / 1e9:g} GB/s of host memory, all "
+        "exposed (no delayed parameter update, no overlap with backward: an upper bound)"
+    ]
 
 
 def _precision_sentence(est: Estimate) -> str:
@@ -220,6 +241,10 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "model_state_bytes": _n(st.state.total_bytes),
         "zero3_gathered_bytes": _n(st.state.gathered_bytes),
         "weight_cache_bytes": _n(st.state.weight_cache_bytes),
+        "host_bytes": _n(est.host_bytes),
+        "host_bytes_per_node": _n(est.host_bytes * est.device.gpus_per_node),
+        "host_capacity_bytes": est.device.host_memory_bytes,
+        "host_fits": est.host_fits,
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
@@ -353,6 +378,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "compute_s": est.compute_s,
             "bubble_s": None if est.compute_s is None else est.compute_s * float(est.bubble_ratio),
             "exposed_comm_s": est.exposed_comm_s,
+            "offload_s": est.time_terms.offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
             "mfu_with_attention": mfu_with_attention(est),

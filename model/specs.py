@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.precision import Precision
 from trainplan.model.units import check_limit
 
@@ -352,6 +353,8 @@ class TrainingSpec:
     """Bytes per parameter of optimizer state (FP32 master 4 + Adam moments 4 + 4)."""
     activation_bytes: int = 2
     """Bytes per activation element (16-bit)."""
+    offload: Offload = NO_OFFLOAD
+    """Optimizer state and parameters on the host (:mod:`model.offload`)."""
     precision: Precision = Precision.BF16
     """The linear layers' GEMM precision: ``bf16`` or ``fp8`` (Transformer Engine: cached FP8
     weight copies, FP8-saved linear inputs, GEMMs at the FP8 peak; :mod:`model.precision`)."""

@@ -30,15 +30,24 @@ from typing import Any
 import numpy as np
 
 from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
+from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import (
     gather_units,
+    host_rates,
     stage_kinds,
     stage_linear_per_gpu,
     stage_params_per_gpu,
 )
 from trainplan.model.frameworks import ZERO_STAGES, Framework, check_framework, mechanism
 from trainplan.model.layout import Recompute
-from trainplan.model.memory import _context, cache_bytes_per_element, local_chunks, state_terms
+from trainplan.model.memory import (
+    _context,
+    cache_bytes_per_element,
+    local_chunks,
+    optimizer_elements,
+    state_terms,
+)
+from trainplan.model.offload import check_offload, offload_seconds
 from trainplan.model.params import padded_vocab
 from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
 from trainplan.model.precision import linear_speedup
@@ -237,17 +246,28 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
         for zi, z in enumerate(zero_stages):
             if z not in ZERO_STAGES[fw]:
                 continue
+            try:
+                check_offload(fw, z, t.offload)
+            except LayoutError:
+                continue
             ok = rows & ~((fw is Framework.DEEPSPEED) & (z >= 2) & (sa.pp > 1))
             check_framework(fw, z, 1)
             mech = mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
-            w, g, o, gathered, buffers, extra, cache = state_terms(
+            w, g, o, gathered, buffers, extra, cache, host = state_terms(
                 mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok],
-                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes,
+                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes, t.offload,
             )  # fmt: skip
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)
             step[ok, zi] = np.where(valid[ok], total + extra + cache, 0)
-            legal[ok, zi] = True
+            # the host's share fits its memory (model.estimate.Estimate.host_fits)
+            host_cap = case.device.host_memory_bytes
+            host_ok = (
+                np.ones(int(ok.sum()), dtype=bool)
+                if not t.offload.active or host_cap is None
+                else (np.where(valid[ok], host, 0).max(axis=1) <= host_cap)
+            )
+            legal[ok, zi] = host_ok
     act = np.zeros((N, R, P))
     for ri, mode in enumerate(recomputes):
         act[:, ri] = np.where(valid, _activations(job, sa, Recompute(mode)), 0)
@@ -492,6 +512,12 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
                 o.overlap["dp"],
                 window[rows],
             )
+            if t.offload.active:
+                link, memory = host_rates(case.device)
+                elements = optimizer_elements(mech, dense, experts, shard, shard // sa.ep[rows])
+                exposed = exposed + offload_seconds(
+                    mech, t.offload, elements, m[rows], t.optimizer_bytes, link, memory
+                )
             t2[rows, zi] = np.where(legal[rows, zi], np.rint(exposed * 1e9), 0)
     return {"t1": t1, "t2": t2}
 

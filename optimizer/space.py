@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework, check_framework
 from trainplan.model.layout import Layout, Recompute, validate
+from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.pipeline import Schedule
 from trainplan.model.specs import ModelSpec, TrainingSpec
 
@@ -201,28 +202,33 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                             if ok:  # the rank order does not change legality
                                 for k, order in enumerate(space.rank_orders):
                                     base = replace(shape, rank_order=order, order_rank=k)
-                                    shapes += _with_frameworks(base, space, pp)
+                                    shapes += _with_frameworks(base, space, pp, training.offload)
     return sorted(shapes, key=lambda s: s.tie_key)
 
 
 def _legal(shape: Shape, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> bool:
     """Whether :func:`model.layout.validate` accepts the shape's axes (each framework's ZeRO
     stages are checked by :func:`_with_frameworks`)."""
-    try:
-        validate(shape.layout(1, "none", "textbook"), model, training, num_gpus)
+    try:  # the axes only: offload is a framework's mechanism, checked with it
+        axes = replace(training, offload=NO_OFFLOAD)
+        validate(shape.layout(1, "none", "textbook"), model, axes, num_gpus)
     except LayoutError:
         return False
     return True
 
 
-def _with_frameworks(base: Shape, space: SearchSpace, pp: int) -> list[Shape]:
+def _with_frameworks(
+    base: Shape, space: SearchSpace, pp: int, offload: Offload = NO_OFFLOAD
+) -> list[Shape]:
     """``base`` under each framework of the space that runs at least one allowed ZeRO stage
-    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`)."""
+    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`) and the recipe's
+    offload (:func:`model.offload.check_offload`)."""
     out = []
     for rank, fw in enumerate(space.frameworks):
         for z in space.zero_stages:
             try:
                 check_framework(fw, z, pp)
+                check_offload(fw, z, offload)
             except LayoutError:
                 continue
             out.append(replace(base, framework=fw, framework_rank=rank))

@@ -37,6 +37,10 @@ _OPTIONAL = (
     "hbm_tbps",
     "host_link_gbps",
     "bandwidth_source",
+    "host_memory_gb",
+    "host_memory_gbps",
+    "host_source",
+    "gpus_per_node",
 )
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
@@ -101,6 +105,14 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         not isinstance(row["bandwidth_source"], str) or not row["bandwidth_source"].strip()
     ):
         raise ScenarioError(f"{where}: key 'bandwidth_source' must be a non-empty string")
+    has_host = "host_memory_gb" in row or "host_memory_gbps" in row
+    if has_host != ("host_source" in row) or (
+        has_host and (not isinstance(row["host_source"], str) or not row["host_source"].strip())
+    ):
+        raise ScenarioError(
+            f"{where}: host_memory_gb / host_memory_gbps need a non-empty host_source, and only "
+            "they do"
+        )
     if row["status"] not in _STATUSES:
         raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
 
@@ -143,6 +155,14 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         else None,
         host_link_bytes_per_s=rate("host_link_gbps"),
         bandwidth_source=row.get("bandwidth_source", ""),
+        host_memory_bytes=int(_number(row["host_memory_gb"], where, "host_memory_gb") * GB)
+        if "host_memory_gb" in row
+        else None,
+        host_memory_bytes_per_s=rate("host_memory_gbps"),
+        host_source=row.get("host_source", ""),
+        gpus_per_node=int(
+            _number(row.get("gpus_per_node", 8), where, "gpus_per_node", integer=True)
+        ),
         source=row["source"],
         status=row["status"],
     )
@@ -249,7 +269,8 @@ def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
     Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, dense, nvlink_gbps,
-    nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, source, status``;
+    nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, host_memory_gb,
+    host_memory_gbps, host_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
     where the table has no sourced figure) plus ``memory_bytes`` in bytes.
 
@@ -277,6 +298,9 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "hbm_tbps": raw.get("hbm_tbps"),
                 "host_link_gbps": raw.get("host_link_gbps"),
                 "bandwidth_source": raw.get("bandwidth_source"),
+                "host_memory_gb": raw.get("host_memory_gb"),
+                "host_memory_gbps": raw.get("host_memory_gbps"),
+                "host_source": raw.get("host_source"),
                 "source": raw["source"],
                 "status": raw["status"],
             }

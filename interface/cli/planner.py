@@ -97,6 +97,32 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "DeepSeek-V3 keeps them in BF16). Default fp32.",
         ),
         click.option(
+            "--offload-optimizer",
+            "offload_optimizer",
+            help="Fraction 0-1 of the optimizer state (and its step) on the host: Megatron-Core "
+            "--optimizer-offload-fraction; DeepSpeed offload_optimizer = 1. The CPU runs Adam; "
+            "gradients and weights cross the host link.",
+        ),
+        click.option(
+            "--offload-params",
+            "offload_params",
+            is_flag=True,
+            default=None,
+            help="ZeRO-3 parameter shards, their gradients and the optimizer on the host "
+            "(DeepSpeed offload_param, FSDP2 CPUOffloadPolicy).",
+        ),
+        click.option(
+            "--host-link-gbps",
+            "host_link_gbps",
+            help="GPU-host link, GB/s per GPU per direction (default: the accelerator table's).",
+        ),
+        click.option(
+            "--host-memory-gbps",
+            "host_memory_gbps",
+            help="Host memory bandwidth per GPU, GB/s, for the CPU optimizer step (default: the "
+            "table's reference node).",
+        ),
+        click.option(
             "--master-weights/--no-master-weights",
             "master_weights",
             default=None,

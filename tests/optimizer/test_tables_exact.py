@@ -43,12 +43,19 @@ CASES = [
             "cluster": {"precision": "fp8", "optimizer_dtype": "bf16", "gradient_dtype": "fp32"},
         },
     ),
+    # offload (issue 11 item 2): host bytes, the CPU step and the host-link transfers in t2
+    (
+        "llama3-8b-offload",
+        "16",
+        "H100-SXM",
+        {"global_batch": 32, "seq_len": 4096, "cluster": {"offload_optimizer": 1}},
+    ),
 ]
 
 
 def _problem(model, gpus, gpu, extra):
     values = {
-        "model": model.removesuffix("-fp8"),
+        "model": model.removesuffix("-fp8").removesuffix("-offload"),
         "cluster": extra.get("cluster", {}),
         "gpus": gpus,
         "gpu": gpu,

@@ -1,0 +1,233 @@
+"""Offload of optimizer state and parameters to the host (CPU) memory.
+
+Two mechanisms, as frameworks run them:
+
+* **Optimizer offload** (a fraction ``f`` of the optimizer state): Megatron-Core's
+  ``--optimizer-cpu-offload`` with ``--optimizer-offload-fraction`` (``HybridDeviceOptimizer``),
+  DeepSpeed's ``offload_optimizer: {device: cpu}`` (ZeRO-Offload, Ren et al. 2021, arXiv
+  2101.06840; under ZeRO-3 a partial ``ratio``). The offloaded share of the optimizer state (FP32
+  master and moments) and of the optimizer-step extras leaves the GPU; the host holds it and an
+  FP32 copy of the matching gradients; each step the reduced gradients go to the host (once per
+  step in Megatron-Core; every micro-batch where the framework reduces per micro-batch, as
+  DeepSpeed ZeRO-2/3 accumulates into the host buffer), the CPU runs Adam, and the updated
+  weights come back.
+* **Parameter offload** (ZeRO-3 only): DeepSpeed ZeRO-Infinity's ``offload_param`` (Rajbhandari
+  et al. 2021, arXiv 2104.07857) and FSDP2's ``CPUOffloadPolicy``: the parameter shards, their
+  gradients and the whole optimizer live on the host; every micro-batch fetches the shard to the
+  GPU for the forward and again for the backward gathers, and sends its reduced gradients back.
+
+Time (:func:`offload_seconds`): host-link transfers at ``DeviceSpec.host_link_bytes_per_s``
+(PCIe or NVLink-C2C, per direction) plus the CPU Adam step, which streams master, moments,
+gradient and the written-back weight through host memory at
+``DeviceSpec.host_memory_bytes_per_s`` (a memory-bound kernel: DeepSpeed's vectorised CPU-Adam,
+ZeRO-Offload §4.2). Everything is counted exposed — no delayed parameter update (ZeRO-Offload
+§4.3), no overlap of the copies with backward — an upper bound on what offload costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework, Mechanism
+from trainplan.model.xp import is_array
+
+__all__ = [
+    "Offload",
+    "NO_OFFLOAD",
+    "HOST_GRADIENT_BYTES",
+    "check_offload",
+    "offload_memory",
+    "offload_seconds",
+    "offload_transfers",
+    "cpu_adam_bytes",
+]
+
+HOST_GRADIENT_BYTES = 4
+"""Bytes per offloaded element of the FP32 gradient buffer the host keeps for the CPU step
+(DeepSpeed's pinned FP32 gradient partition; Megatron-Core's ``HybridDeviceOptimizer`` copies
+``main_grad`` to the host)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """What lives on the host instead of the GPU."""
+
+    optimizer: Fraction = Fraction(0)
+    """Fraction of the optimizer state (and its step) on the host, 0–1 (Megatron-Core
+    ``--optimizer-offload-fraction``; DeepSpeed ``offload_optimizer`` = 1)."""
+    params: bool = False
+    """Parameter shards (and their gradients and the whole optimizer) on the host: ZeRO-3 only
+    (DeepSpeed ``offload_param``, FSDP2 ``CPUOffloadPolicy``). Implies ``optimizer`` = 1."""
+
+    def __post_init__(self) -> None:
+        try:
+            f = Fraction(str(self.optimizer))
+        except (TypeError, ValueError):
+            raise LayoutError(
+                f"offload_optimizer: {self.optimizer!r} must be a fraction from 0 to 1"
+            ) from None
+        if not 0 <= f <= 1:
+            raise LayoutError(f"offload_optimizer: {self.optimizer!r} must be from 0 to 1")
+        if self.params and f not in (0, 1):
+            raise LayoutError(
+                f"offload_optimizer: {self.optimizer!r} with offload_params: the whole optimizer "
+                "moves with the parameters (1)"
+            )
+        object.__setattr__(self, "optimizer", Fraction(1) if self.params else f)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.optimizer) or self.params
+
+
+NO_OFFLOAD = Offload()
+
+
+def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> None:
+    """Check that ``framework`` runs ``offload`` at ``zero_stage``.
+
+    Raises
+    ------
+    LayoutError
+        textbook (no mechanism); parameter offload below ZeRO-3 or under Megatron-Core;
+        DeepSpeed ZeRO-1/2 with a partial fraction (``ratio`` is ZeRO-3's); FSDP2 anything but
+        ``CPUOffloadPolicy`` (parameters, gradients and optimizer together, ZeRO-3).
+
+    Examples
+    --------
+    >>> check_offload(Framework.MEGATRON, 1, Offload(optimizer=Fraction(1, 2)))
+    >>> try:
+    ...     check_offload(Framework.MEGATRON, 1, Offload(params=True))
+    ... except LayoutError as err:
+    ...     print(err)
+    offload_params: Megatron-Core offloads the optimizer only (--optimizer-cpu-offload), not parameters
+    """
+    if not offload.active:
+        return
+    fw = Framework(framework)
+    if fw is Framework.TEXTBOOK:
+        raise LayoutError(
+            "offload: the textbook profile has no offload mechanism; use --framework megatron, "
+            "deepspeed or fsdp2"
+        )
+    if offload.params and fw is Framework.MEGATRON:
+        raise LayoutError(
+            "offload_params: Megatron-Core offloads the optimizer only (--optimizer-cpu-offload), "
+            "not parameters"
+        )
+    if offload.params and zero_stage != 3:
+        raise LayoutError(
+            f"offload_params: parameter offload needs ZeRO-3 (sharded parameters), not ZeRO-"
+            f"{zero_stage}"
+        )
+    if fw is Framework.DEEPSPEED and zero_stage < 3 and offload.optimizer != 1:
+        raise LayoutError(
+            f"offload_optimizer: {offload.optimizer} — DeepSpeed ZeRO-{zero_stage} offloads the "
+            "whole optimizer (1); a partial ratio is ZeRO-3's"
+        )
+    if fw is Framework.FSDP2 and not (offload.params and zero_stage == 3):
+        raise LayoutError(
+            "offload_optimizer: FSDP2's CPUOffloadPolicy moves parameters, gradients and the "
+            "optimizer together under ZeRO-3: give --offload-params with --zero 3"
+        )
+
+
+def offload_memory(
+    mech: Mechanism,
+    offload: Offload,
+    weights: Any,
+    grads: Any,
+    optimizer: Any,
+    step: Any,
+    elements: Any,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """(weights, gradients, optimizer, step extra) left on the GPU and the bytes on the host,
+    from the mechanism's terms: the offloaded share ``f`` of the optimizer state and of the step
+    extras moves, with an FP32 gradient buffer (:data:`HOST_GRADIENT_BYTES` per offloaded
+    element); with parameters the weight and gradient shards move too. ``elements``: the
+    optimizer's elements on this GPU (its shard). Exact for Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Megatron distributed optimizer, 1e9 elements on dp 8 with half the optimizer offloaded:
+    12 B × 1.25e8 × 1/2 = 7.5e8 B of state and 4 B × 1.25e8 × 1/2 = 2.5e8 B of FP32 gradients
+    on the host.
+
+    >>> from trainplan.model.frameworks import mechanism
+    >>> m = mechanism("megatron", 1)
+    >>> _, _, o, _, host = offload_memory(m, Offload(Fraction(1, 2)), 2e9, 4e9, 1.5e9, 0, 1.25e8)
+    >>> o, host
+    (750000000.0, 1000000000.0)
+    """
+    f: Any = offload.optimizer
+    if not f:
+        return weights, grads, optimizer, step, 0
+    if any(map(is_array, (weights, grads, optimizer, step, elements))):
+        f = float(f)
+    host = f * optimizer + f * HOST_GRADIENT_BYTES * elements
+    optimizer, step = optimizer - f * optimizer, step - f * step
+    if offload.params:
+        host = host + weights
+        weights, grads = 0 * weights, 0 * grads
+    return weights, grads, optimizer, step, host
+
+
+def cpu_adam_bytes(optimizer_bytes: int, weight_bytes: int) -> int:
+    """Host-memory bytes the CPU Adam step streams per element: reads and writes the master and
+    moments (2 × ``optimizer_bytes``), reads the FP32 gradient, writes the working weight.
+
+    >>> cpu_adam_bytes(12, 2)
+    30
+    """
+    return 2 * optimizer_bytes + HOST_GRADIENT_BYTES + weight_bytes
+
+
+def offload_transfers(
+    mech: Mechanism, offload: Offload, elements: Any, microbatches: Any
+) -> tuple[Any, Any]:
+    """(device→host, host→device) bytes per step over the host link: the offloaded gradients
+    (once per step, or per micro-batch where the framework reduces per micro-batch), the
+    updated weights back once per step; with parameters, the shard fetched for the forward and
+    for the backward of every micro-batch. Exact for numbers; element-wise for arrays."""
+    f: Any = float(offload.optimizer) if is_array(elements) else offload.optimizer
+    grads = f * elements * mech.reduce_bytes
+    d2h = grads * microbatches if mech.reduce_per_microbatch else grads
+    h2d = f * elements * mech.weight_bytes
+    if offload.params:
+        h2d = h2d + 2 * microbatches * elements * mech.weight_bytes
+    return d2h, h2d
+
+
+def offload_seconds(
+    mech: Mechanism,
+    offload: Offload,
+    elements: Any,
+    microbatches: Any,
+    optimizer_bytes: int,
+    host_link_bytes_per_s: float,
+    host_memory_bytes_per_s: float,
+) -> Any:
+    """Seconds per step the offload adds, all exposed: the host-link transfers
+    (:func:`offload_transfers`) at ``host_link_bytes_per_s`` per direction, one after the
+    other, plus the CPU Adam step over the offloaded elements at ``host_memory_bytes_per_s``
+    (:func:`cpu_adam_bytes`). Exact for numbers; element-wise for arrays.
+
+    Examples
+    --------
+    ZeRO-Offload on one H100 (PCIe Gen5 64 GB/s, 76.8 GB/s of host memory per GPU), 1e9
+    elements, bf16 gradients once per step: (2e9 + 2e9)/64e9 + 30e9/76.8e9 = 0.0625 + 0.390625.
+
+    >>> from trainplan.model.frameworks import mechanism
+    >>> m = mechanism("megatron", 1, gradient_bytes=2)
+    >>> offload_seconds(m, Offload(Fraction(1)), 1e9, 8, 12, 64e9, 76.8e9)
+    0.453125
+    """
+    if not offload.active:
+        return 0.0 * elements
+    d2h, h2d = offload_transfers(mech, offload, elements, microbatches)
+    f = float(offload.optimizer)
+    cpu = f * elements * cpu_adam_bytes(optimizer_bytes, mech.weight_bytes)
+    return (d2h + h2d) / host_link_bytes_per_s + cpu / host_memory_bytes_per_s

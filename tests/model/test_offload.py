@@ -1,0 +1,110 @@
+"""Offload (issue 11 item 2): optimizer state and parameters on the host, their host bytes per
+GPU and per node, and the host-link transfers and CPU optimizer step in the step time. Sources
+in :mod:`trainplan.model.offload`; host figures from the accelerator table (DGX H100: 2 TB and
+614.4 GB/s over 8 GPUs; PCIe Gen5 x16, 64 GB/s per direction)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from tests.test_cli_planner import run_main
+from trainplan.interface.inputs import build_case
+
+BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
+
+
+def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
+    """Megatron-Core distributed optimizer (ZeRO-1), dp 8, --offload-optimizer 1. With P dense
+    parameters on the GPU (after tp), the optimizer shard has P/8 elements: its 12 B/param leave
+    the GPU; the host holds 12 + 4 (FP32 gradients) = 16 B × P/8 = 2P. Per step, once: FP32
+    main_grad D2H 4 B × P/8, bf16 weights H2D 2 B × P/8, over 64 GB/s; the CPU Adam streams
+    2·12 + 4 + 2 = 30 B × P/8 at 76.8 GB/s."""
+    plain = build_case(BASE).evaluate()
+    off = build_case({**BASE, "offload_optimizer": 1}).evaluate()
+    P = plain.stages[0].dense_params
+    assert plain.stages[0].state.optimizer_bytes == 12 * P / 8
+    assert off.stages[0].state.optimizer_bytes == 0
+    assert off.host_bytes == 2 * P
+    assert off.peak.total_bytes == plain.peak.total_bytes - 12 * P / 8
+    elements = float(P / 8)
+    expected = (4 + 2) * elements / 64e9 + 30 * elements / 76.8e9
+    assert off.time_terms.offload_s == pytest.approx(expected, rel=1e-12)
+    assert off.step_s == pytest.approx(plain.step_s + expected, rel=1e-12)
+    d = off.to_dict()["memory"]
+    assert d["host_bytes_per_node"] == pytest.approx(8 * float(2 * P))
+    assert d["host_capacity_bytes"] == 256 * 10**9 and d["host_fits"] is True
+
+
+def test_partial_offload_is_a_fraction_of_each():
+    """--offload-optimizer 0.25 (Megatron-Core --optimizer-offload-fraction): a quarter of the
+    12 B × P/8 moves, with a quarter of the FP32 gradients: host 0.25 × 16 × P/8 = P/2."""
+    plain = build_case(BASE).evaluate().stages[0]
+    quarter = build_case({**BASE, "offload_optimizer": 0.25}).evaluate()
+    P = plain.dense_params
+    assert quarter.stages[0].state.optimizer_bytes == Fraction(3, 4) * 12 * P / 8
+    assert quarter.host_bytes == P / 2
+
+
+def test_deepspeed_zero3_parameter_offload():
+    """DeepSpeed ZeRO-3 with offload_param: the bf16 parameter shard (2 B × P/8), the optimizer
+    (12 B × P/8) and FP32 gradients (4 B × P/8) on the host = 18 B × P/8; the GPU keeps no shard,
+    only the gathered layers and buffers. Every micro-batch fetches the shard twice (forward and
+    backward, 2 × 2 B × P/8) and sends its bf16 gradients back (2 B × P/8)."""
+    base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
+    plain = build_case(base).evaluate()
+    off = build_case({**base, "offload_params": True}).evaluate()
+    P = plain.stages[0].dense_params
+    st = off.stages[0].state
+    assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
+    assert off.host_bytes == 18 * P / 8
+    m = off.num_microbatches
+    elements = float(P / 8)
+    transfers = (m * 2 * elements) + (2 * elements + 2 * m * 2 * elements)
+    cpu = 30 * elements / 76.8e9
+    assert off.time_terms.offload_s == pytest.approx(transfers / 64e9 + cpu, rel=1e-12)
+
+
+def test_host_memory_that_does_not_fit_is_a_verdict():
+    """A 405B model's optimizer on the host of 8 H100s: 16 B × 405e9 / 8 GPUs ≈ 812 GB per GPU
+    over the DGX H100's 256 GB per GPU: the verdict says so."""
+    est = build_case(
+        {"model": "llama3-405b", "tp": 8, "dp": 1, "pp": 1, "offload_optimizer": 1,
+         "global_batch_size": 8, "seq_len": 8192}
+    ).evaluate()  # fmt: skip
+    assert est.host_bytes > 256 * 10**9
+    assert est.host_fits is False and est.fits is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--framework", "textbook", "--offload-optimizer", "1"],
+            "textbook profile has no offload",
+        ),
+        (["--offload-params"], "Megatron-Core offloads the optimizer only"),
+        (["--framework", "deepspeed", "--zero", "2", "--offload-optimizer", "0.5"], "ratio"),
+        (["--framework", "fsdp2", "--offload-optimizer", "1"], "CPUOffloadPolicy"),
+        (["--offload-optimizer", "1.5"], "must be from 0 to 1"),
+        (["--gpu", "B200", "--offload-optimizer", "1"], "--host-link-gbps"),
+    ],
+)
+def test_offload_refusals_are_one_line(monkeypatch, capsys, args, message):
+    code, out, err = run_main(monkeypatch, capsys, "--model", "llama3-8b", "--dp", "8", *args)
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_host_link_override_reaches_the_step():
+    """--host-link-gbps 32 (PCIe Gen4) on a B200 with its table's host memory: the transfer term
+    doubles against 64."""
+    base = {"model": "llama3-8b", "dp": 8, "gpu": "B200", "offload_optimizer": 1}
+    fast = build_case({**base, "host_link_gbps": 64}).evaluate().time_terms.offload_s
+    slow = build_case({**base, "host_link_gbps": 32}).evaluate().time_terms.offload_s
+    est = build_case({**base, "host_link_gbps": 64}).evaluate()
+    elements = float(est.stages[0].dense_params / 8)
+    cpu = 30 * elements / 89.6e9
+    assert fast == pytest.approx(6 * elements / 64e9 + cpu)
+    assert slow - cpu == pytest.approx(2 * (fast - cpu))
