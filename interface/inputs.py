@@ -291,7 +291,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         links=ClusterLinks.from_device(device),
         options=options,
         num_gpus=_count(params, "num_gpus"),
-        vocab_multiple=_count(params, "vocab_multiple", 0),
+        vocab_multiple=_count(params, "vocab_multiple"),
         fabric=_fabric(params),
         defaults_used=used,
     )

@@ -25,16 +25,24 @@ from trainplan.model.frameworks import ZERO_STAGES, mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import ModelState, StageActivations, model_state, stage_activations
-from trainplan.model.params import count_params, padded_vocab, split_layers, stage_params
+from trainplan.model.params import (
+    count_params,
+    padded_vocab,
+    shares_embedding_with_last_stage,
+    stage_layers,
+    stage_params,
+)
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.timing import (
     CostOptions,
     core_passes,
     exposed_seconds,
+    layers_core_flops,
     microbatch_flop_terms,
     stage_peak_seconds,
 )
+from trainplan.model.vocab import vocab_multiple_for
 
 __all__ = [
     "AxisLinkLike",
@@ -47,6 +55,7 @@ __all__ = [
     "stage_params_per_gpu",
     "gather_units",
     "stage_kinds",
+    "stage_core_flops",
     "stage_states",
     "stage_activation_list",
     "TimeTerms",
@@ -150,6 +159,9 @@ class Estimate:
     step_s: float | None
     notes: tuple[str, ...]
     time_terms: TimeTerms | None = None
+    padded_vocab_size: int | None = None
+    """The vocabulary rows the tp ranks hold together (:func:`model.vocab.padded_vocab`); None
+    for a size-only model."""
 
     @property
     def peak(self) -> StageMemory:
@@ -254,7 +266,7 @@ def stage_params_per_gpu(
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, tp * pp)
-        split = split_layers(arch.num_layers, pp, v) if arch else ((),) * pp
+        split = stage_layers(arch, pp, v) if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
@@ -269,10 +281,13 @@ def stage_params_per_gpu(
 
 
 def stage_states(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[ModelState, ...]:
-    """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
-    The search tabulates this function over (shape, zero_stage)."""
+    """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v,
+    and the framework for the vocabulary's padding: ``vocab_multiple`` None is the framework's,
+    :func:`model.vocab.vocab_multiple_for`). The search tabulates this function over (shape,
+    zero_stage)."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     units = gather_units(model, *_split_key(layout), vocab_multiple)
     return tuple(
         model_state(d, e, layout, training, gather_unit=units[i])
@@ -303,17 +318,17 @@ def gather_units(
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)
     # a layer's unit depends only on its kind (dense or MoE): one of each is enough
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
     kind_unit = {}
-    for moe, j in ((False, 0), (True, first_moe)):
-        if j < arch.num_layers:
+    for moe in (False, True):
+        j = arch.kind_index(moe)
+        if j is not None:
             lp = layer_params(arch, j)
             kind_unit[moe] = (
                 _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
                 Fraction(lp.experts, etp * ep),
             )
     out = []
-    for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven)):
+    for i, layers in enumerate(stage_layers(arch, pp, v, uneven)):
         units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
@@ -324,16 +339,18 @@ def gather_units(
 
 
 def stage_activation_list(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[StageActivations, ...] | None:
     """Activation bytes on one GPU of every pipeline stage (reads tp pp cp v micro_batch_size
-    recompute schedule sequence_parallel, and dp through m); None for a size-only model.
-    The search tabulates this function over (shape, recompute)."""
+    recompute schedule sequence_parallel, dp through m, and the framework for the vocabulary's
+    padding); None for a size-only model. The search tabulates this function over (shape,
+    recompute)."""
     arch = model.arch
     if arch is None:
         return None
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    split = split_layers(arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages)
+    split = stage_layers(arch, layout.pp, layout.virtual_stages, layout.uneven_stages)
     return tuple(
         stage_activations(arch, layers, i, layout, training, vocab)
         for i, layers in enumerate(split)
@@ -341,9 +358,10 @@ def stage_activation_list(
 
 
 def stage_memory(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[StageMemory, ...]:
     """Bytes on one GPU of every pipeline stage: :func:`stage_states` + :func:`stage_activation_list`."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     params = _stage_param_list(model, layout, vocab_multiple)
     states = stage_states(model, training, layout, vocab_multiple)
     acts = stage_activation_list(model, training, layout, vocab_multiple)
@@ -417,7 +435,7 @@ def _traffic(
         key=lambda t: t.bytes_per_step,
     )
     tied = Fraction(0)
-    if arch.tie_embeddings and layout.pp > 1:
+    if shares_embedding_with_last_stage(arch) and layout.pp > 1:
         tied = Fraction(
             padded_vocab(arch.vocab_size, vocab_multiple, layout.tp) * arch.hidden_size, layout.tp
         )
@@ -500,11 +518,19 @@ def _slowest_stage_flops(
     core at ``attention_efficiency`` when that is given and FlashAttention is on."""
     terms = microbatch_flop_terms(arch, training.seq_len, b, recompute, causal)
     separate = attention_efficiency if training.flash_attention else None
+    cores = stage_core_flops(arch, pp, v, training.seq_len, causal)
     return max(
         stage_peak_seconds(
-            terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate
+            terms,
+            n_dense,
+            n_moe,
+            last,
+            b * core,
+            core_passes(recompute),
+            efficiency,
+            separate,
         )
-        for n_dense, n_moe, last in stage_kinds(arch, pp, v)
+        for (n_dense, n_moe, last), core in zip(stage_kinds(arch, pp, v), cores, strict=True)
     )
 
 
@@ -512,13 +538,26 @@ def _slowest_stage_flops(
 def stage_kinds(
     arch: Architecture, pp: int, v: int, uneven: bool = True
 ) -> tuple[tuple[int, int, bool], ...]:
-    """(dense layers, MoE layers, holds the output layer) of each pipeline stage."""
-    split = split_layers(arch.num_layers, pp, v, uneven)
+    """(dense layers, MoE layers, holds the output layer) of each pipeline stage (MTP blocks
+    counted on the last)."""
     out = []
-    for i, layers in enumerate(split):
+    for i, layers in enumerate(stage_layers(arch, pp, v, uneven)):
         moe = sum(map(arch.is_moe_layer, layers))
         out.append((len(layers) - moe, moe, i == pp - 1))
     return tuple(out)
+
+
+@cache
+def stage_core_flops(
+    arch: Architecture, pp: int, v: int, seq_len: int, causal: bool, uneven: bool = True
+) -> tuple[int, ...]:
+    """Forward FLOPs of each pipeline stage's attention cores for one sequence
+    (:func:`model.timing.layers_core_flops`): stages differ when layers' spans do (Gemma 3's
+    global layers, Llama 4's unchunked ones)."""
+    return tuple(
+        layers_core_flops(arch, layers, seq_len, causal)
+        for layers in stage_layers(arch, pp, v, uneven)
+    )
 
 
 def time_terms(
@@ -579,7 +618,7 @@ def traffic_rows(
     layout: Layout,
     links: Mapping[str, AxisLinkLike] | None,
     options: CostOptions,
-    vocab_multiple: int = 0,
+    vocab_multiple: int | None = None,
     device: DeviceSpec | None = None,
 ) -> tuple[TrafficRow, ...]:
     """Traffic per axis with its link and exposed time. DP uses the stage with the most
@@ -597,6 +636,7 @@ def traffic_rows(
     if device is not None and model.arch is not None:
         window = microbatch_seconds(model.arch, training, layout, device, options, Recompute.NONE)
     m = layout.num_microbatches(training.global_batch_size)
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     rows = _traffic(model, training, layout, vocab_multiple, options)
     return _link_rows(rows, links, options, m, window)
 
@@ -615,7 +655,7 @@ def evaluate(
     links: Mapping[str, AxisLinkLike] | None = None,
     options: CostOptions | None = None,
     num_gpus: int | None = None,
-    vocab_multiple: int = 0,
+    vocab_multiple: int | None = None,
 ) -> Estimate:
     """Evaluate one layout: memory per stage, ZeRO table, traffic per axis, FLOPs, step time, MFU.
 
@@ -625,7 +665,8 @@ def evaluate(
         The link each axis rides (keys ``tp cp ep dp_cp pp``), from :mod:`topology.placement`;
         None leaves traffic times (and so step time) unknown.
     vocab_multiple
-        Pad V to a multiple of ``vocab_multiple · tp`` (Megatron-LM's 128); 0 = no padding.
+        Pad V to a multiple of ``vocab_multiple · tp`` (Megatron-LM's 128); None = the layout's
+        framework's (:data:`model.vocab.VOCAB_MULTIPLE`); 0 or 1 = whole rows per rank only.
 
     Raises
     ------
@@ -638,7 +679,13 @@ def evaluate(
     stages = stage_memory(model, training, layout, vocab_multiple)
     busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
     traffic = traffic_rows(model, training, layout, links, options, vocab_multiple, device)
-    arch, notes = model.arch, []
+    arch, notes = model.arch, list(model.notes)
+    padded = None
+    if arch is not None:
+        multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+        padded = padded_vocab(arch.vocab_size, multiple, layout.tp)
+        if padded != arch.vocab_size:
+            notes.append(_vocab_note(arch.vocab_size, padded, multiple, layout, vocab_multiple))
     n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
     n_active = n_total if arch is None else count_params(arch).active
     if model.num_params_declared is not None and arch is not None:
@@ -689,4 +736,26 @@ def evaluate(
         step_s,
         tuple(notes),
         terms,
+        padded,
+    )
+
+
+def _vocab_note(vocab: int, padded: int, multiple: int, layout: Layout, given: int | None) -> str:
+    """The sentence that says how V was padded for tp (issue 11 item 7)."""
+    tp = layout.tp
+    if multiple > 1:
+        why = (
+            f"--pad-vocab {multiple}"
+            if given is not None
+            else f"{layout.framework} pads to a multiple of make_vocab_size_divisible_by "
+            f"{multiple} × tp"
+        )
+        return (
+            f"vocabulary {vocab:,} padded to {padded:,} rows ({why} = {multiple * tp:,}; "
+            f"{padded // tp:,} rows per tp rank)"
+        )
+    return (
+        f"vocabulary {vocab:,} is not divisible by tp {tp}: the busiest tp rank holds "
+        f"⌈{vocab:,}/{tp}⌉ = {padded // tp:,} rows, counted as {padded:,} (whole rows, never "
+        "fractional ones)"
     )

@@ -46,6 +46,10 @@ def _convert(value: Any, kind: Any, key: str, where: str) -> Any:
         if not isinstance(value, bool):
             raise ScenarioError(f"{where}: {key} = {value!r} must be true or false")
         return value
+    if typing.get_origin(kind) is tuple:  # tuple[X, ...]: a list of X
+        if not isinstance(value, list | tuple):
+            raise ScenarioError(f"{where}: {key} = {value!r} must be a list")
+        return tuple(_convert(item, args[0], key, where) for item in value)
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ScenarioError(f"{where}: {key} = {value!r} must be a whole number")
@@ -137,7 +141,7 @@ def architecture_from_dict(d: dict[str, Any], where: str) -> Architecture:
     ...     architecture_from_dict({"num_layer": 2}, "example.toml")
     ... except ScenarioError as err:
     ...     print(err)
-    example.toml: unknown key 'num_layer'; did you mean num_layers, mla, num_kv_heads?
+    example.toml: unknown key 'num_layer'; did you mean num_layers, mtp_layers, mla?
     """
     return _build(Architecture, d, where, nested={"moe": MoESpec, "mla": MLASpec})
 

@@ -22,7 +22,7 @@ from typing import Any
 from trainplan.model.activations import ActivationContext
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.params import split_layers
+from trainplan.model.params import model_chunks
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.stage_bytes import (
@@ -343,8 +343,9 @@ def local_chunks(
     arch: Architecture, pp: int, v: int, uneven: bool, stage: int
 ) -> tuple[tuple[bool, ...], ...]:
     """The layer kinds (MoE or not) of each of a stage's v model chunks: chunks i, i + pp, …
-    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`split_layers`)."""
-    chunks = split_layers(arch.num_layers, pp * v, 1, uneven)
+    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`model_chunks`, the MTP
+    blocks in the last)."""
+    chunks = model_chunks(arch, pp, v, uneven)
     return tuple(tuple(arch.is_moe_layer(j) for j in chunks[stage + k * pp]) for k in range(v))
 
 

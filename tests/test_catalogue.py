@@ -238,9 +238,6 @@ def test_hf_missing_key_names_key_and_file():
         architecture_from_hf(config, "x/config.json")
 
 
-def test_hf_qwen2_qkv_only_biases_are_not_silently_miscounted():
-    with pytest.raises(ScenarioError, match="q, k and v projections only"):
-        architecture_from_hf(_hf("qwen2-7b"), "qwen2-7b/config.json")
 
 
 def test_hf_partial_biases_and_unsupported_types_rejected():
