@@ -323,29 +323,28 @@ class ModelSpec:
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> ModelSpec:
         """Read a Hugging Face ``config.json`` from disk (nothing is downloaded).
 
-        Understands Llama, Mistral, Mixtral, Qwen2 and DeepSeek-V3 keys
-        (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
-        ``head_dim``, ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``,
-        ``attention_bias``, ``num_local_experts``/``n_routed_experts``,
-        ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``,
-        ``first_k_dense_replace``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-        ``qk_rope_head_dim``, ``v_head_dim``).
+        The families and keys understood are listed in :mod:`model.hf_families`; a key that is
+        neither read nor known to change no cost is named in :attr:`notes`.
 
         Raises
         ------
         ScenarioError
-            When the file cannot be read or a required key is missing.
+            When the file cannot be read, a required key is missing, or a key's value cannot be
+            modelled (the message names the key, the value and the file).
         """
-        from trainplan.model.hf_config import architecture_from_hf  # local: keeps this module small
+        from trainplan.model.hf_config import read_hf_config  # local: keeps this module small
 
         p = Path(path)
         try:
             config = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ScenarioError(f"model: cannot read {p}: {err}") from None
-        arch = architecture_from_hf(config, str(p))
+        arch, notes = read_hf_config(config, str(p))
         return cls(
-            name=name or p.parent.name or p.stem, source=f"Hugging Face config {p}", arch=arch
+            name=name or p.parent.name or p.stem,
+            source=f"Hugging Face config {p}",
+            arch=arch,
+            notes=notes,
         )
 
 
