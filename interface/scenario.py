@@ -98,6 +98,7 @@ CLUSTER_KEYS = {
     "memory_efficient_norm",
     "fp32_gradients",
     "memory_reserve_gib",
+    "vocab_multiple",
 }
 
 
@@ -163,6 +164,7 @@ VALUE_KINDS: dict[str, Any] = {
     "memory_efficient_norm": _FLAG,
     "fp32_gradients": _FLAG,
     "memory_reserve_gib": _NUMBER,
+    "vocab_multiple": _COUNT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``count`` (a whole number ≥ 1 within its limit, as 8192 or

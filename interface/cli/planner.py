@@ -82,10 +82,19 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "Default bf16.",
         ),
         click.option(
+            "--pad-vocab",
+            "vocab_multiple",
+            type=COUNT,
+            help="Pad V to a multiple of this × tp (a whole number >= 1); default the "
+            "framework's: megatron 128 (make_vocab_size_divisible_by), the others whole rows "
+            "per tp rank.",
+        ),
+        click.option(
             "--causal-attention-flops/--full-attention-flops",
             "causal_attention_flops",
             default=None,
-            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
+            help="Count attention FLOPs over the (query, key) pairs the causal mask, window or "
+            "chunks keep, or over the full s² (default: the pairs with FlashAttention).",
         ),
         click.option(
             "--zero3-regather",
@@ -192,12 +201,6 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--mfu-convention",
             "mfu_convention",
             type=click.Choice(["6n", "6n+attention", "megatron"]),
-        ),
-        click.option(
-            "--pad-vocab",
-            "vocab_multiple",
-            type=COUNT,
-            help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
         ),
         click.option(
             "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
