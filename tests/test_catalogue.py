@@ -40,6 +40,16 @@ REQUIRED_MODELS = [
     "mixtral-8x7b",
     "deepseek-v3",
     "palm-540b",
+    # issue 11 item 6: today's families
+    "mistral-7b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "qwen3-8b",
+    "qwen3-235b-a22b",
+    "gemma3-27b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "llama4-scout",
 ]
 
 
@@ -242,6 +252,22 @@ def test_hf_deepseek_v3_matches_catalogue():
     assert arch.moe.first_k_dense_layers == 3 and arch.moe.num_shared_experts == 1
     assert arch.moe.router_bias  # e_score_correction_bias
     assert arch.mla.q_lora_rank == 1536 and arch.mla.qk_rope_head_dim == 64
+
+
+@pytest.mark.parametrize(
+    ("name", "fixture"),
+    [
+        ("mistral-7b", "mistral-7b"),
+        ("qwen2.5-7b", "qwen2-7b"),  # Qwen2.5-7B keeps Qwen2-7B's dimensions
+        ("qwen3-8b", "qwen3-8b"),
+        ("gemma3-27b", "gemma-3-27b"),
+        ("gpt-oss-120b", "gpt-oss-120b"),
+        ("llama4-scout", "llama-4-scout"),
+    ],
+)
+def test_new_catalogue_entries_match_their_released_configs(name, fixture):
+    """Each new catalogue entry is what the importer reads from the released config.json."""
+    assert architecture_from_hf(_hf(fixture), f"{fixture}/config.json") == get_model(name).model.arch
 
 
 def test_hf_missing_key_names_key_and_file():
