@@ -197,8 +197,13 @@ def _biases(r: Reader, _: dict[str, Any]) -> dict[str, Any]:
 
 
 def _window_everywhere(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
-    """Mistral, Mixtral, Phi-3: ``sliding_window`` (null = none) on every layer."""
-    return {**_biases(r, kw), "sliding_window": r.count("sliding_window", None)}
+    """Mistral, Mixtral, Phi-3: ``sliding_window`` (null = none) on every layer, or on the
+    layers ``layer_types`` names."""
+    window = r.count("sliding_window", None)
+    pattern = layer_types(r, kw["num_layers"])
+    if pattern is not None and AttentionSpan.LOCAL not in pattern:
+        window = None
+    return {**_biases(r, kw), "sliding_window": window, "attention_pattern": pattern or ()}
 
 
 def _qwen_window(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
