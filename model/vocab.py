@@ -53,7 +53,7 @@ def vocab_multiple_for(framework: Framework, given: int | None = None) -> int:
     return VOCAB_MULTIPLE[framework] if given is None else given
 
 
-def padded_vocab(vocab_size: int, multiple: int = 1, tp: Any = 1) -> Any:
+def padded_vocab(vocab_size: int, multiple: Any = 1, tp: Any = 1) -> Any:
     """The vocabulary rows the tp ranks hold together: V rounded up to a multiple of
     ``multiple · tp`` — Megatron-LM's ``_vocab_size_with_padding`` with
     ``make_vocab_size_divisible_by`` = ``multiple`` (128 by default there). ``multiple`` 1 (or

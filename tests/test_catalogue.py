@@ -267,7 +267,9 @@ def test_hf_deepseek_v3_matches_catalogue():
 )
 def test_new_catalogue_entries_match_their_released_configs(name, fixture):
     """Each new catalogue entry is what the importer reads from the released config.json."""
-    assert architecture_from_hf(_hf(fixture), f"{fixture}/config.json") == get_model(name).model.arch
+    assert (
+        architecture_from_hf(_hf(fixture), f"{fixture}/config.json") == get_model(name).model.arch
+    )
 
 
 def test_hf_missing_key_names_key_and_file():
@@ -279,8 +281,6 @@ def test_hf_missing_key_names_key_and_file():
     del config["kv_lora_rank"]
     with pytest.raises(ScenarioError, match="'kv_lora_rank'"):
         architecture_from_hf(config, "x/config.json")
-
-
 
 
 def test_hf_partial_biases_and_unsupported_types_rejected():
