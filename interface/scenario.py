@@ -60,6 +60,7 @@ TOP_KEYS = {
     "tokens",
     "gpu_hour_price",
     "max_layers",
+    "mtp_layers",
     "framework",
     "space",
     "constraints",
@@ -102,10 +103,11 @@ CLUSTER_KEYS = {
 }
 
 
-_FLAG, _TEXT, _COUNT, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
+_FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "flag",
     "text",
     "count",
+    "whole",
     "number",
     "sizes",
     "price",
@@ -129,6 +131,7 @@ VALUE_KINDS: dict[str, Any] = {
     "tokens": _COUNT,
     "gpu_hour_price": _PRICE,
     "max_layers": _COUNT,
+    "mtp_layers": _WHOLE,
     "framework": [_FRAMEWORKS],  # top level or [space]: one profile or a list
     # [space]
     "tp": [_COUNT],
@@ -167,7 +170,7 @@ VALUE_KINDS: dict[str, Any] = {
     "vocab_multiple": _COUNT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
-``flag`` (true/false), ``text``, ``count`` (a whole number ≥ 1 within its limit, as 8192 or
+``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
 "15e12"), ``number``, ``sizes`` (a count, a list of counts, or text "2048,4096" / "64..4096"),
 ``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
 tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
@@ -191,6 +194,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
             raise InputError(f"{key}: {value!r} must be a string")
     elif kind == _COUNT:
         parse_count(value, key)
+    elif kind == _WHOLE:
+        parse_count(value, key, minimum=0)
     elif kind == _NUMBER:
         parse_number(value, key)
     elif kind == _SIZES:
@@ -426,7 +431,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         )
     base = {
         "model": d.get("model"),
-        **{k: d.get(k) for k in ("params", *DIM_KEYS) if d.get(k) is not None},
+        **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
         **clus_d,
     }

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, NUMBER, echo_json
+from trainplan.interface.cli.common import COUNT, NUMBER, WHOLE, echo_json
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InputError
 
@@ -50,6 +50,13 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kv-heads", "kv_heads", type=COUNT),
         click.option("--ffn-hidden", "ffn_hidden", type=COUNT),
         click.option("--vocab", type=COUNT),
+        click.option(
+            "--mtp-layers",
+            "mtp_layers",
+            type=WHOLE,
+            help="Multi-token-prediction modules trained with the model (DeepSeek-V3: 1; 0 drops "
+            "them); default the model's.",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)

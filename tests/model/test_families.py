@@ -179,3 +179,30 @@ def test_deepseek_v3_mtp_parameters_memory_and_flops():
     assert acts.embedding_bytes - base.embedding_bytes == 2_411_724_800
     one_moe_layer = base.layers_bytes / 3  # the stage's three main layers are MoE layers
     assert acts.layers_bytes - base.layers_bytes == one_moe_layer
+
+
+def test_mtp_layers_is_a_choice_for_evaluate_and_search(tmp_path):
+    """``--mtp-layers N`` (0 drops the modules) on evaluate and search, ``mtp_layers`` in a
+    scenario file; a declared size has no layers to add one to."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "trainplan", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    lay = ["--gpus", "2048", "--dp", "128", "--pp", "16", "--ep", "64", "--json"]
+    dropped = json.loads(
+        run("evaluate", "--model", "deepseek-v3", "--mtp-layers", "0", *lay).stdout
+    )
+    kept = json.loads(run("evaluate", "--model", "deepseek-v3", *lay).stdout)
+    # 671,026,419,200 main parameters, + 11,610,068,224 for the one module (above)
+    assert dropped["model"]["num_params"] == 671_026_419_200
+    assert kept["model"]["num_params"] == 671_026_419_200 + 11_610_068_224
+    assert kept["time"]["step_s"] > dropped["time"]["step_s"]  # the last stage sets the pace
+    out = run("evaluate", "--params", "7B", "--mtp-layers", "1")
+    assert out.returncode == 2 and "mtp_layers: 1 needs a model with dimensions" in out.stderr
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('model = "deepseek-v3"\ngpus = 2048\ngpu = "H800"\nmtp_layers = -1\n')
+    out = run("search", "--scenario", str(scenario))
+    assert out.returncode == 2 and "mtp_layers: -1 must be at least 0" in out.stderr
