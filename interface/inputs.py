@@ -103,6 +103,7 @@ KNOWN_KEYS = frozenset(
         "vocab",
         "arch",
         "head_dim",
+        "mtp_layers",
     }
 )
 """Every parameter :func:`build_case` reads; anything else is an error naming it."""
@@ -238,6 +239,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         )
     used: dict[str, Any] = {}
     model, defaults = _model(params, used)
+    model = _with_mtp(model, params)
     layout_args = {k: params[k] for k in LAYOUT_KEYS if k in params}
     for k in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
@@ -331,7 +333,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         links=ClusterLinks.from_device(device),
         options=options,
         num_gpus=_count(params, "num_gpus"),
-        vocab_multiple=_count(params, "vocab_multiple", 0),
+        vocab_multiple=_count(params, "vocab_multiple"),
         fabric=_fabric(params),
         defaults_used=used,
     )
@@ -368,6 +370,27 @@ def _megatron_split(
         account_for_embedding=_flag(params, "account_for_embedding", False),
         account_for_loss=_flag(params, "account_for_loss", False),
     )
+
+
+def _with_mtp(model: ModelSpec, params: Mapping[str, Any]) -> ModelSpec:
+    """The model with ``mtp_layers`` multi-token-prediction modules instead of its own
+    (``--mtp-layers``; DeepSeek-V3 §2.2), when given.
+
+    Raises
+    ------
+    InputError
+        For a model without dimensions, whose layers are unknown.
+    """
+    value = params.get("mtp_layers")
+    if value is None:
+        return model
+    n = parse_count(value, "mtp_layers", minimum=0)
+    if model.arch is None or model.num_params_declared is not None:
+        raise InputError(
+            f"mtp_layers: {value!r} needs a model with dimensions (a catalogue model or a "
+            "config.json), not a declared size"
+        )
+    return replace(model, arch=replace(model.arch, mtp_layers=n))
 
 
 def _gradient_bytes(params: Mapping[str, Any]) -> int | None:

@@ -62,6 +62,7 @@ TOP_KEYS = {
     "tokens",
     "gpu_hour_price",
     "max_layers",
+    "mtp_layers",
     "framework",
     "space",
     "constraints",
@@ -107,13 +108,15 @@ CLUSTER_KEYS = {
     "host_link_gbps",
     "host_memory_gbps",
     "memory_reserve_gib",
+    "vocab_multiple",
 }
 
 
-_FLAG, _TEXT, _COUNT, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
+_FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "flag",
     "text",
     "count",
+    "whole",
     "number",
     "sizes",
     "price",
@@ -137,6 +140,7 @@ VALUE_KINDS: dict[str, Any] = {
     "tokens": _COUNT,
     "gpu_hour_price": _PRICE,
     "max_layers": _COUNT,
+    "mtp_layers": _WHOLE,
     "framework": [_FRAMEWORKS],  # top level or [space]: one profile or a list
     # [space]
     "tp": [_COUNT],
@@ -179,9 +183,10 @@ VALUE_KINDS: dict[str, Any] = {
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "memory_reserve_gib": _NUMBER,
+    "vocab_multiple": _COUNT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
-``flag`` (true/false), ``text``, ``count`` (a whole number ≥ 1 within its limit, as 8192 or
+``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
 "15e12"), ``number``, ``sizes`` (a count, a list of counts, or text "2048,4096" / "64..4096"),
 ``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
 tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
@@ -205,6 +210,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
             raise InputError(f"{key}: {value!r} must be a string")
     elif kind == _COUNT:
         parse_count(value, key)
+    elif kind == _WHOLE:
+        parse_count(value, key, minimum=0)
     elif kind == _NUMBER:
         parse_number(value, key)
     elif kind == _SIZES:
@@ -440,7 +447,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         )
     base = {
         "model": d.get("model"),
-        **{k: d.get(k) for k in ("params", *DIM_KEYS) if d.get(k) is not None},
+        **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
         **clus_d,
     }

@@ -42,6 +42,17 @@ Variants, derived the same way:
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
 * FlashAttention: no ``[b, a, s, s]`` tensor is stored (SPEC.md drops the 5·a term; the kernel's
   per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
+* Without FlashAttention the score tensors are the whole ``[b, a, s/cp, s]`` whatever the mask:
+  eager attention (Hugging Face's ``eager_attention_forward``, Megatron's unfused softmax) adds a
+  causal, sliding-window or chunked mask to the full score matrix, so windows and chunks save no
+  score memory there (windowed attention in Megatron-Core/Transformer Engine runs only in the
+  flash/fused backends, which store none). Attention sinks (gpt-oss) add one column to the
+  softmax, ``[b, a, s/cp, s + 1]``; logit soft-capping (Gemma 2) keeps tanh's output, one more
+  ``β·a·s_cp·s``.
+* QK-norm (Qwen3, Gemma 3): the norms keep their inputs, Q and K before normalisation,
+  ``β·S·(a + g)·d`` (*tp*), besides the normalised Q and K.
+* Post-norms (Gemma 2/3's norm after the attention and after the FFN): each keeps its input,
+  ``β·S·h`` (*sp*).
 * MoE FFN (top-k routing, SwiGLU experts): the norm input, the router/dispatch input ``[S, h]``,
   the router's fp32 probabilities ``[S, E]`` (4 B), and per routed copy of a token (k of them):
   the expert input ``[S, h]``, the activation input ``2·[S, f_e]``, the down-projection input
@@ -182,14 +193,23 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
             ("V", beta * S * g * d, "tp"),
             ("output projection input", beta * S * a * d, "tp"),
         ]
+        if arch.qk_norm:
+            rows.append(("Q and K before QK-norm", beta * S * (a + g) * d, "tp"))
     scores = a * s_cp * ctx.seq_len  # elements of [b, a, s/cp, s]
     if not ctx.flash_attention:
-        rows.append(("softmax output", beta * scores, "score"))
+        # eager attention: the whole [b, a, s/cp, s] score matrix with the mask added, whatever
+        # the mask (a window or chunks store no less); a sink adds one column to the softmax
+        sinks = a * s_cp if arch.attention_sinks else 0
+        rows.append(("softmax output", beta * (scores + sinks), "score"))
+        if arch.attention_softcapping:
+            rows.append(("soft-capped scores (tanh output)", beta * scores, "score"))
         if arch.dropout:
             rows.append(("attention dropout mask", Fraction(scores), "score"))
             rows.append(("attention dropout output", beta * scores, "score"))
     if arch.dropout:
         rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
+    if arch.post_norms:
+        rows.append(("attention post-norm input", beta * S * h, "sp"))
     if ctx.convention == "pytorch":
         rows += _pytorch_attention_terms(arch, ctx)
     return rows
@@ -220,6 +240,10 @@ def _pytorch_attention_terms(
         if arch.mla.q_lora_rank is not None:
             rows.append(("query latent norm statistics (fp32 rstd)", 4 * S, "sp"))
         rows.append(("kv latent norm statistics (fp32 rstd)", 4 * S, "sp"))
+    if arch.qk_norm:
+        rows.append(("QK-norm statistics (fp32 rstd)", 4 * S * (a + arch.kv_heads), "tp"))
+    if arch.post_norms:
+        rows.append(_norm_stats(arch, "attention post-norm", S))
     if ctx.flash_attention:
         # FlashAttention's per-row softmax statistics [b, a, s/cp] in fp32; recomputed with the
         # attention core under selective recomputation, so listed with the score tensors.
@@ -237,14 +261,15 @@ def _pytorch_attention_terms(
 def _swiglu_or_gelu(
     prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int, convention: str = "paper"
 ) -> list[tuple[str, Fraction, str]]:
-    if arch.mlp is Mlp.SWIGLU:
+    if arch.mlp.gated:
+        unit, act = ("SwiGLU", "SiLU") if arch.mlp is Mlp.SWIGLU else ("GeGLU", "GELU")
         rows = [
-            (f"{prefix} SwiGLU input (gate, up)", 2 * beta * S * ffn, "tp"),
+            (f"{prefix} {unit} input (gate, up)", 2 * beta * S * ffn, "tp"),
             (f"{prefix} down projection input", beta * S * ffn, "tp"),
         ]
         if convention == "pytorch":
-            # eager silu(gate) * up: the product keeps SiLU's output as well as up
-            rows.append((f"{prefix} SiLU output (eager SwiGLU)", beta * S * ffn, "tp"))
+            # eager act(gate) * up: the product keeps the activation's output as well as up
+            rows.append((f"{prefix} {act} output (eager {unit})", beta * S * ffn, "tp"))
         return rows
     return [
         (f"{prefix} GeLU input", beta * S * ffn, "tp"),
@@ -286,8 +311,12 @@ def _mlp_terms(
             ]
     if conv == "pytorch":
         rows.append(_norm_stats(arch, "MLP norm", S, ctx.memory_efficient_norm))
+        if arch.post_norms:
+            rows.append(_norm_stats(arch, "MLP post-norm", S))
     if arch.dropout:
         rows.append(("MLP dropout mask", S * h, "sp"))
+    if arch.post_norms:
+        rows.append(("MLP post-norm input", beta * S * h, "sp"))
     return rows
 
 
@@ -341,7 +370,8 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
 
 @cache
 def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
-    index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
+    index = arch.kind_index(moe)
+    assert index is not None, "no layer of this kind"
     rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)
     if ctx.memory_efficient_norm:
         # the norm keeps its output, the next projection's input (the same storage)

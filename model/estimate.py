@@ -33,18 +33,25 @@ from trainplan.model.memory import (
     stage_activations,
 )
 from trainplan.model.offload import NO_OFFLOAD, offload_seconds
-from trainplan.model.params import count_params, padded_vocab, stage_params
+from trainplan.model.params import (
+    count_params,
+    padded_vocab,
+    shares_embedding_with_last_stage,
+    stage_params,
+)
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.precision import linear_speedup
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
-from trainplan.model.split import split_layers
+from trainplan.model.split import stage_layers
 from trainplan.model.timing import (
     CostOptions,
     core_passes,
     exposed_seconds,
+    layers_core_flops,
     microbatch_flop_terms,
     stage_peak_seconds,
 )
+from trainplan.model.vocab import vocab_multiple_for
 
 __all__ = [
     "AxisLinkLike",
@@ -58,6 +65,7 @@ __all__ = [
     "gather_units",
     "stage_linear_per_gpu",
     "stage_kinds",
+    "stage_core_flops",
     "stage_states",
     "stage_activation_list",
     "TimeTerms",
@@ -163,6 +171,9 @@ class Estimate:
     step_s: float | None
     notes: tuple[str, ...]
     time_terms: TimeTerms | None = None
+    padded_vocab_size: int | None = None
+    """The vocabulary rows the tp ranks hold together (:func:`model.vocab.padded_vocab`); None
+    for a size-only model."""
 
     @property
     def peak(self) -> StageMemory:
@@ -283,7 +294,7 @@ def stage_params_per_gpu(
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, tp * pp)
-        split = split_layers(arch.num_layers, pp, v, uneven, sizes) if arch else ((),) * pp
+        split = stage_layers(arch, pp, v, uneven, sizes) if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
@@ -298,10 +309,13 @@ def stage_params_per_gpu(
 
 
 def stage_states(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[ModelState, ...]:
-    """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v).
-    The search tabulates this function over (shape, zero_stage)."""
+    """Model-state bytes on one GPU of every pipeline stage (reads dp tp pp cp ep zero_stage v,
+    and the framework for the vocabulary's padding: ``vocab_multiple`` None is the framework's,
+    :func:`model.vocab.vocab_multiple_for`). The search tabulates this function over (shape,
+    zero_stage)."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     key = _split_key(layout)
     units = gather_units(model, *key, vocab_multiple)
     linear = stage_linear_per_gpu(model, *key)
@@ -334,7 +348,7 @@ def stage_linear_per_gpu(
     from trainplan.model.params import layer_params
 
     out = []
-    for layers in split_layers(arch.num_layers, pp, v, uneven, sizes):
+    for layers in stage_layers(arch, pp, v, uneven, sizes):
         per_layer = [Fraction(0)]
         for j in layers:
             lp = layer_params(arch, j)
@@ -370,17 +384,17 @@ def gather_units(
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)
     # a layer's unit depends only on its kind (dense or MoE): one of each is enough
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
     kind_unit = {}
-    for moe, j in ((False, 0), (True, first_moe)):
-        if j < arch.num_layers:
+    for moe in (False, True):
+        j = arch.kind_index(moe)
+        if j is not None:
             lp = layer_params(arch, j)
             kind_unit[moe] = (
                 _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
                 Fraction(lp.experts, etp * ep),
             )
     out = []
-    for i, layers in enumerate(split_layers(arch.num_layers, pp, v, uneven, sizes)):
+    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
         units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
@@ -391,17 +405,19 @@ def gather_units(
 
 
 def stage_activation_list(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[StageActivations, ...] | None:
     """Activation bytes on one GPU of every pipeline stage (reads tp pp cp v micro_batch_size
-    recompute schedule sequence_parallel, and dp through m); None for a size-only model.
-    The search tabulates this function over (shape, recompute)."""
+    recompute schedule sequence_parallel, dp through m, and the framework for the vocabulary's
+    padding); None for a size-only model. The search tabulates this function over (shape,
+    recompute)."""
     arch = model.arch
     if arch is None:
         return None
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
-    split = split_layers(
-        arch.num_layers, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    split = stage_layers(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
     )
     return tuple(
         stage_activations(arch, layers, i, layout, training, vocab)
@@ -410,9 +426,10 @@ def stage_activation_list(
 
 
 def stage_memory(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int = 0
+    model: ModelSpec, training: TrainingSpec, layout: Layout, vocab_multiple: int | None = None
 ) -> tuple[StageMemory, ...]:
     """Bytes on one GPU of every pipeline stage: :func:`stage_states` + :func:`stage_activation_list`."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     params = _stage_param_list(model, layout, vocab_multiple)
     states = stage_states(model, training, layout, vocab_multiple)
     acts = stage_activation_list(model, training, layout, vocab_multiple)
@@ -492,7 +509,7 @@ def _traffic(
         key=lambda t: t.bytes_per_step,
     )
     tied = Fraction(0)
-    if arch.tie_embeddings and layout.pp > 1:
+    if shares_embedding_with_last_stage(arch) and layout.pp > 1:
         tied = Fraction(
             padded_vocab(arch.vocab_size, vocab_multiple, layout.tp) * arch.hidden_size, layout.tp
         )
@@ -581,11 +598,22 @@ def _slowest_stage_flops(
     core at ``attention_efficiency`` when that is given and FlashAttention is on."""
     terms = microbatch_flop_terms(arch, training.seq_len, b, recompute, causal)
     separate = attention_efficiency if training.flash_attention else None
+    cores = stage_core_flops(arch, pp, v, training.seq_len, causal, uneven, sizes)
     return max(
         stage_peak_seconds(
-            terms, n_dense, n_moe, last, core_passes(recompute), efficiency, separate, speedup
+            terms,
+            n_dense,
+            n_moe,
+            last,
+            b * core,
+            core_passes(recompute),
+            efficiency,
+            separate,
+            speedup,
         )
-        for n_dense, n_moe, last in stage_kinds(arch, pp, v, uneven, sizes)
+        for (n_dense, n_moe, last), core in zip(
+            stage_kinds(arch, pp, v, uneven, sizes), cores, strict=True
+        )
     )
 
 
@@ -597,14 +625,32 @@ def stage_kinds(
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, int, bool], ...]:
-    """(dense layers, MoE layers, holds the output layer) of each pipeline stage
-    (:func:`model.split.split_layers` with ``uneven`` and ``sizes``)."""
-    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
+    """(dense layers, MoE layers, holds the output layer) of each pipeline stage (MTP blocks
+    counted on the last; :func:`model.split.stage_layers` with ``uneven`` and ``sizes``)."""
     out = []
-    for i, layers in enumerate(split):
+    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
         moe = sum(map(arch.is_moe_layer, layers))
         out.append((len(layers) - moe, moe, i == pp - 1))
     return tuple(out)
+
+
+@cache
+def stage_core_flops(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    seq_len: int,
+    causal: bool,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[int, ...]:
+    """Forward FLOPs of each pipeline stage's attention cores for one sequence
+    (:func:`model.timing.layers_core_flops`): stages differ when layers' spans do (Gemma 3's
+    global layers, Llama 4's unchunked ones)."""
+    return tuple(
+        layers_core_flops(arch, layers, seq_len, causal)
+        for layers in stage_layers(arch, pp, v, uneven, sizes)
+    )
 
 
 def time_terms(
@@ -614,6 +660,7 @@ def time_terms(
     device: DeviceSpec,
     traffic: tuple[TrafficRow, ...],
     options: CostOptions,
+    vocab_multiple: int | None = None,
 ) -> TimeTerms | None:
     """Step time of ``layout`` from its traffic rows; None without dimensions or link figures.
 
@@ -631,7 +678,7 @@ def time_terms(
         compute,
         compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other,
         exposed.get("dp", 0.0),
-        stage_offload_seconds(model, training, layout, device, options),
+        stage_offload_seconds(model, training, layout, device, options, vocab_multiple),
     )
 
 
@@ -641,7 +688,7 @@ def stage_offload_seconds(
     layout: Layout,
     device: DeviceSpec,
     options: CostOptions,
-    vocab_multiple: int = 0,
+    vocab_multiple: int | None = None,
 ) -> float:
     """:func:`model.offload.offload_seconds` of the stage with the most parameters (whose
     optimizer step finishes last). 0 without offload.
@@ -655,7 +702,8 @@ def stage_offload_seconds(
     if not off.active:
         return 0.0
     link, memory = host_rates(device)
-    dense, experts, *_ = _busiest(model, *_split_key(layout), vocab_multiple)
+    multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+    dense, experts, *_ = _busiest(model, *_split_key(layout), multiple)
     mech = mechanism(
         layout.framework,
         layout.zero_stage,
@@ -723,7 +771,7 @@ def traffic_rows(
     layout: Layout,
     links: Mapping[str, AxisLinkLike] | None,
     options: CostOptions,
-    vocab_multiple: int = 0,
+    vocab_multiple: int | None = None,
     device: DeviceSpec | None = None,
 ) -> tuple[TrafficRow, ...]:
     """Traffic per axis with its link and exposed time. DP uses the stage with the most
@@ -741,6 +789,7 @@ def traffic_rows(
     if device is not None and model.arch is not None:
         window = microbatch_seconds(model.arch, training, layout, device, options, Recompute.NONE)
     m = layout.num_microbatches(training.global_batch_size)
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     rows = _traffic(model, training, layout, vocab_multiple, options)
     return _link_rows(rows, links, options, m, window)
 
@@ -762,7 +811,7 @@ def evaluate(
     links: Mapping[str, AxisLinkLike] | None = None,
     options: CostOptions | None = None,
     num_gpus: int | None = None,
-    vocab_multiple: int = 0,
+    vocab_multiple: int | None = None,
 ) -> Estimate:
     """Evaluate one layout: memory per stage, ZeRO table, traffic per axis, FLOPs, step time, MFU.
 
@@ -772,7 +821,8 @@ def evaluate(
         The link each axis rides (keys ``tp cp ep dp_cp pp``), from :mod:`topology.placement`;
         None leaves traffic times (and so step time) unknown.
     vocab_multiple
-        Pad V to a multiple of ``vocab_multiple · tp`` (Megatron-LM's 128); 0 = no padding.
+        Pad V to a multiple of ``vocab_multiple · tp`` (Megatron-LM's 128); None = the layout's
+        framework's (:data:`model.vocab.VOCAB_MULTIPLE`); 0 or 1 = whole rows per rank only.
 
     Raises
     ------
@@ -785,7 +835,13 @@ def evaluate(
     stages = stage_memory(model, training, layout, vocab_multiple)
     busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
     traffic = traffic_rows(model, training, layout, links, options, vocab_multiple, device)
-    arch, notes = model.arch, []
+    arch, notes = model.arch, list(model.notes)
+    padded = None
+    if arch is not None:
+        multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+        padded = padded_vocab(arch.vocab_size, multiple, layout.tp)
+        if padded != arch.vocab_size:
+            notes.append(_vocab_note(arch.vocab_size, padded, multiple, layout, vocab_multiple))
     n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
     n_active = n_total if arch is None else count_params(arch).active
     if model.num_params_declared is not None and arch is not None:
@@ -810,7 +866,7 @@ def evaluate(
             options.mfu_convention,
             options.causal_attention_flops,
         )
-        terms = time_terms(model, training, layout, device, traffic, options)
+        terms = time_terms(model, training, layout, device, traffic, options, vocab_multiple)
         if terms is None:
             notes.append(
                 "step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)"
@@ -836,4 +892,26 @@ def evaluate(
         step_s,
         tuple(notes),
         terms,
+        padded,
+    )
+
+
+def _vocab_note(vocab: int, padded: int, multiple: int, layout: Layout, given: int | None) -> str:
+    """The sentence that says how V was padded for tp (issue 11 item 7)."""
+    tp = layout.tp
+    if multiple > 1:
+        why = (
+            f"--pad-vocab {multiple}"
+            if given is not None
+            else f"{layout.framework} pads to a multiple of make_vocab_size_divisible_by "
+            f"{multiple} × tp"
+        )
+        return (
+            f"vocabulary {vocab:,} padded to {padded:,} rows ({why} = {multiple * tp:,}; "
+            f"{padded // tp:,} rows per tp rank)"
+        )
+    return (
+        f"vocabulary {vocab:,} is not divisible by tp {tp}: the busiest tp rank holds "
+        f"⌈{vocab:,}/{tp}⌉ = {padded // tp:,} rows, counted as {padded:,} (whole rows, never "
+        "fractional ones)"
     )

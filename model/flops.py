@@ -6,10 +6,15 @@ Per layer, per micro-batch of b sequences of s tokens (forward pass):
 * matmuls: ``2·s·b·W`` where W is the layer's matmul weights a token uses (attention
   projections; dense FFN, or router + shared experts + top-k routed experts). Biases and norms
   are not counted (Narayanan et al. 2021, Appendix / Eq. 3 counts matmuls only).
-* attention: ``2·b·s²·a·d_qk`` for QKᵀ plus ``2·b·s²·a·d_v`` for scores·V; for MHA
-  ``4·b·s²·h``. Counted without causal masking (Megatron-LM's and PaLM's convention);
-  ``causal=True`` halves it.
-* output layer (last stage, once per micro-batch): ``2·s·b·h·V``.
+* attention: ``2·b·P·a·d_qk`` for QKᵀ plus ``2·b·P·a·d_v`` for scores·V, P the (query, key)
+  pairs the layer computes per sequence (:func:`model.attention.attended_pairs`): s² without
+  causal masking (Megatron-LM's and PaLM's convention, the full score matrix an unfused kernel
+  computes: windows and chunks save nothing there), the pairs attended with ``causal=True`` —
+  s(s+1)/2 for a global layer, fewer for a sliding window or chunks. For MHA with P = s²:
+  ``4·b·s²·h``.
+* output layer (last stage, once per micro-batch): ``2·s·b·h·V``; with D multi-token-prediction
+  modules the shared head runs D more times and each module's projection adds ``2·s·b·2h·h``
+  (:func:`output_forward_flops`); their transformer blocks are layers L, L + 1, ….
 
 Backward = 2 × forward. Recomputation adds one forward of the layers (full, √n) or of the
 attention core (selective; its QKᵀ and scores·V).
@@ -25,15 +30,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
+from trainplan.model.attention import attended_pairs
 from trainplan.model.layout import Recompute
 from trainplan.model.params import attention_params
-from trainplan.model.specs import Architecture, AttentionKind, Mlp
+from trainplan.model.specs import Architecture, AttentionKind
 
 __all__ = [
     "MfuConvention",
     "layer_matmul_weights",
     "layer_forward_flops",
     "attention_core_forward_flops",
+    "output_forward_flops",
     "StepFlops",
     "step_flops",
     "megatron_eq3_flops",
@@ -62,7 +69,7 @@ class MfuConvention(StrEnum):
 
 def _bias_and_norm_free(arch: Architecture, ffn: int) -> int:
     h = arch.hidden_size
-    return (3 if arch.mlp is Mlp.SWIGLU else 2) * h * ffn
+    return (3 if arch.mlp.gated else 2) * h * ffn
 
 
 def layer_matmul_weights(arch: Architecture, index: int) -> int:
@@ -81,7 +88,6 @@ def layer_matmul_weights(arch: Architecture, index: int) -> int:
 
 @cache
 def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
-    index = arch.moe.first_k_dense_layers if moe and arch.moe else 0
     h, a = arch.hidden_size, arch.num_attention_heads
     if arch.attention is AttentionKind.MLA:
         assert arch.mla is not None
@@ -90,7 +96,7 @@ def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
     else:
         d, g = arch.dim_per_head, arch.kv_heads
         attn = 2 * h * a * d + 2 * h * g * d
-    if not arch.is_moe_layer(index):
+    if not moe:
         return attn + _bias_and_norm_free(arch, arch.ffn_hidden_size)
     spec = arch.moe
     assert spec is not None
@@ -100,16 +106,21 @@ def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
 
 
 def attention_core_forward_flops(
-    arch: Architecture, seq_len: int, batch: int, causal: bool = False
+    arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False
 ) -> int:
-    """Forward FLOPs of QKᵀ and scores·V for ``batch`` sequences: ``2·b·s²·a·(d_qk + d_v)``.
+    """Forward FLOPs of layer ``index``'s QKᵀ and scores·V for ``batch`` sequences:
+    ``2·b·P·a·(d_qk + d_v)``, P the pairs of :func:`model.attention.attended_pairs` for the
+    layer's span (s² without ``causal``; the attended pairs with it). Attention sinks add a
+    logit, not a key: no matmul FLOPs.
 
     Examples
     --------
     >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
-    >>> attention_core_forward_flops(gpt, 4, 1) == 4 * 1 * 4**2 * 8
+    >>> attention_core_forward_flops(gpt, 0, 4, 1) == 4 * 1 * 4**2 * 8
+    True
+    >>> attention_core_forward_flops(gpt, 0, 4, 1, causal=True) == 2 * (4 * 5 // 2) * 2 * 8
     True
     """
     a = arch.num_attention_heads
@@ -118,8 +129,26 @@ def attention_core_forward_flops(
         dims = arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim + arch.mla.v_head_dim
     else:
         dims = 2 * arch.dim_per_head
-    flops = 2 * batch * seq_len * seq_len * a * dims
-    return flops // 2 if causal else flops
+    span = arch.layer_span(index)
+    pairs = attended_pairs(span, seq_len, arch.span_width(span), causal)
+    return 2 * batch * pairs * a * dims
+
+
+def output_forward_flops(arch: Architecture, seq_len: int, batch: int) -> int:
+    """Forward FLOPs of the output layer for ``batch`` sequences, ``2·s·b·h·V``, run once more by
+    each of the D MTP modules, which also project 2h → h: ``2·s·b·(h·V·(1 + D) + D·2h·h)``
+    (DeepSeek-V3 §2.2; the modules' blocks are counted as layers).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
+    >>> output_forward_flops(arch, 4, 1) == 2 * 4 * (8 * 16 * 2 + 2 * 8 * 8)
+    True
+    """
+    h, d = arch.hidden_size, arch.mtp_layers
+    return 2 * seq_len * batch * (h * arch.vocab_size * (1 + d) + d * 2 * h * h)
 
 
 def layer_forward_flops(
@@ -138,7 +167,7 @@ def layer_forward_flops(
     True
     """
     matmul = 2 * seq_len * batch * layer_matmul_weights(arch, index)
-    return matmul + attention_core_forward_flops(arch, seq_len, batch, causal)
+    return matmul + attention_core_forward_flops(arch, index, seq_len, batch, causal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +195,7 @@ def recompute_forward_flops(
     if recompute in (Recompute.FULL, Recompute.SQRT):
         return layer_forward_flops(arch, index, seq_len, batch, causal)
     if recompute is Recompute.SELECTIVE:
-        return attention_core_forward_flops(arch, seq_len, batch, causal)
+        return attention_core_forward_flops(arch, index, seq_len, batch, causal)
     return 0
 
 
@@ -193,20 +222,17 @@ def step_flops(
     True
     """
     B, s = global_batch_size, seq_len
-    layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in range(arch.num_layers))
-    logits_fwd = 2 * s * B * arch.hidden_size * arch.vocab_size
-    recomputed = sum(
-        recompute_forward_flops(arch, i, s, B, recompute, causal) for i in range(arch.num_layers)
-    )
+    layers = range(arch.num_layers + arch.mtp_layers)  # the MTP blocks too
+    layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in layers)
+    logits_fwd = output_forward_flops(arch, s, B)
+    recomputed = sum(recompute_forward_flops(arch, i, s, B, recompute, causal) for i in layers)
     tokens = B * s
     if convention is MfuConvention.MEGATRON:
         model = 3 * (layers_fwd + logits_fwd)
     else:
         model = 6 * active_params * tokens
         if convention is MfuConvention.SIX_N_ATTENTION:
-            model += 3 * sum(
-                attention_core_forward_flops(arch, s, B, causal) for _ in range(arch.num_layers)
-            )
+            model += 3 * sum(attention_core_forward_flops(arch, i, s, B, causal) for i in layers)
     return StepFlops(model, model + recomputed, recomputed)
 
 

@@ -15,20 +15,12 @@ from typing import Any
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.specs import (
     Architecture,
-    AttentionKind,
     MLASpec,
-    Mlp,
     MoESpec,
-    Norm,
-    PositionEmbedding,
 )
 from trainplan.model.units import closest_names
 
-__all__ = ["architecture_from_dict", "architecture_from_hf", "HF_MODEL_TYPES"]
-
-HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3")
-"""``model_type`` values :func:`architecture_from_hf` understands (all pre-norm, RMSNorm, RoPE,
-gated SiLU MLP, no dropout)."""
+__all__ = ["architecture_from_dict", "architecture_from_hf", "read_hf_config", "convert"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -54,6 +46,10 @@ def _convert(value: Any, kind: Any, key: str, where: str) -> Any:
                 raise ScenarioError(f"{where}: {key} = {value!r} must be a whole number")
             value = int(value)
         return value
+    if typing.get_origin(kind) is tuple:  # tuple[X, ...]: a list of X
+        if not isinstance(value, list | tuple):
+            raise ScenarioError(f"{where}: {key} = {value!r} must be a list")
+        return tuple(_convert(item, args[0], key, where) for item in value)
     if isinstance(kind, type) and issubclass(kind, Enum):
         allowed = [m.value for m in kind]
         if value not in allowed:
@@ -137,149 +133,36 @@ def architecture_from_dict(d: dict[str, Any], where: str) -> Architecture:
     ...     architecture_from_dict({"num_layer": 2}, "example.toml")
     ... except ScenarioError as err:
     ...     print(err)
-    example.toml: unknown key 'num_layer'; did you mean num_layers, mla, num_kv_heads?
+    example.toml: unknown key 'num_layer'; did you mean num_layers, mtp_layers, mla?
     """
     return _build(Architecture, d, where, nested={"moe": MoESpec, "mla": MLASpec})
 
 
 # --------------------------------------------------------------------------------------------
-# Hugging Face config.json
+# Hugging Face config.json (the families: model.hf_families)
 
 
-def _get(config: dict[str, Any], key: str, where: str, default: Any = dataclasses.MISSING) -> Any:
-    value = config.get(key, default)
-    if value is dataclasses.MISSING:
-        raise ScenarioError(f"{where}: Hugging Face config has no {key!r} (required)")
-    return value
-
-
-def _count(config: dict[str, Any], key: str, where: str, default: Any = dataclasses.MISSING) -> Any:
-    value = _get(config, key, where, default)
-    if value is None:
-        return None
-    return _convert(value, int, key, where)
-
-
-def _flag(config: dict[str, Any], key: str, where: str) -> bool:
-    value = config.get(key, False)
-    return bool(_convert(value, bool, key, where)) if value is not None else False
-
-
-def _hf_biases(config: dict[str, Any], model_type: str, where: str) -> dict[str, bool]:
-    """``linear_bias`` (and ``qkv_bias`` if Architecture has it) from the bias flags.
-
-    Llama/Mistral: ``attention_bias`` puts biases on q, k, v and o; ``mlp_bias`` on gate, up and
-    down. Qwen2 always has biases on q, k and v only (hard-coded in ``Qwen2Attention``).
-    """
-    attention = _flag(config, "attention_bias", where)
-    mlp = _flag(config, "mlp_bias", where)
-    if model_type == "qwen2":
-        if "qkv_bias" in {f.name for f in dataclasses.fields(Architecture)}:
-            return {"linear_bias": False, "qkv_bias": True}
-        raise ScenarioError(
-            f"{where}: Qwen2 has biases on the q, k and v projections only; Architecture can "
-            "only put biases on every linear layer (linear_bias), which would miscount them"
-        )
-    if attention != mlp:
-        which = "attention" if attention else "MLP"
-        raise ScenarioError(
-            f"{where}: biases on the {which} projections only (attention_bias = {attention}, "
-            f"mlp_bias = {mlp}) cannot be represented; Architecture.linear_bias means every linear"
-        )
-    return {"linear_bias": attention}
-
-
-def _hf_moe(config: dict[str, Any], model_type: str, where: str) -> MoESpec | None:
-    experts = config.get("num_local_experts") or config.get("n_routed_experts")
-    if model_type in ("mixtral", "deepseek_v3") and not experts:
-        key = "num_local_experts" if model_type == "mixtral" else "n_routed_experts"
-        _get(config, key, where)  # raises: the MoE model has no expert count
-    if not experts:
-        return None
-    if _count(config, "moe_layer_freq", where, 1) != 1:
-        raise ScenarioError(f"{where}: moe_layer_freq != 1 (MoE every k-th layer) is not modelled")
-    if model_type == "deepseek_v3":
-        expert_ffn = _count(config, "moe_intermediate_size", where)
-        shared = _count(config, "n_shared_experts", where) or 0
-        first_dense = _count(config, "first_k_dense_replace", where)
-        # DeepseekV3TopkRouter's e_score_correction_bias (aux-loss-free balancing, §2.1.2)
-        router_bias = True
-    else:  # Mixtral: every layer is MoE, experts of intermediate_size, no shared expert
-        expert_ffn = _count(config, "intermediate_size", where)
-        shared, first_dense, router_bias = 0, 0, False
-    try:
-        return MoESpec(
-            num_experts=_convert(experts, int, "n_routed_experts", where),
-            experts_per_token=_count(config, "num_experts_per_tok", where),
-            expert_ffn_hidden_size=expert_ffn,
-            num_shared_experts=shared,
-            first_k_dense_layers=first_dense,
-            router_bias=router_bias,
-        )
-    except InputError as err:
-        raise ScenarioError(f"{where}: {err}") from None
-
-
-def _hf_mla(config: dict[str, Any], where: str) -> MLASpec:
-    try:
-        return MLASpec(
-            q_lora_rank=_count(config, "q_lora_rank", where),
-            kv_lora_rank=_count(config, "kv_lora_rank", where),
-            qk_nope_head_dim=_count(config, "qk_nope_head_dim", where),
-            qk_rope_head_dim=_count(config, "qk_rope_head_dim", where),
-            v_head_dim=_count(config, "v_head_dim", where),
-        )
-    except InputError as err:
-        raise ScenarioError(f"{where}: {err}") from None
-
-
-def architecture_from_hf(config: dict[str, Any], where: str) -> Architecture:
-    """Map a Hugging Face ``config.json`` (already parsed) to an :class:`Architecture`.
-
-    Supported ``model_type`` values: ``llama``, ``mistral``, ``mixtral``, ``qwen2``,
-    ``deepseek_v3``. All are pre-norm decoders with RMSNorm, RoPE, a gated SiLU MLP (SwiGLU,
-    ``hidden_act = "silu"``) and no dropout; ``max_position_embeddings`` is a RoPE limit, not a
-    parameter table, and is left out.
-
-    Key mapping: ``num_hidden_layers`` → L, ``hidden_size`` → h, ``num_attention_heads`` → a,
-    ``num_key_value_heads`` → g (absent or equal to a: MHA), ``head_dim`` → d (absent or equal to
-    h/a: default), ``intermediate_size`` → f, ``vocab_size`` → V, ``tie_word_embeddings``
-    (absent: false, the default of every supported config class), ``attention_bias`` and
-    ``mlp_bias`` → ``linear_bias`` (both or neither; one alone cannot be represented).
-
-    - Mixtral: ``num_local_experts`` experts of ``intermediate_size``, top
-      ``num_experts_per_tok``, every layer MoE, no router bias.
-    - DeepSeek-V3: MLA from ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-      ``qk_rope_head_dim``, ``v_head_dim`` (d = ``qk_nope_head_dim``, the report's d_h = 128; a
-      saved ``head_dim`` key, which recent transformers set to ``qk_rope_head_dim``, is ignored);
-      ``n_routed_experts`` experts of ``moe_intermediate_size``, ``n_shared_experts`` shared ones of
-      the same size, dense FFN of ``intermediate_size`` in the first ``first_k_dense_replace``
-      layers; ``router_bias`` is true (the router's ``e_score_correction_bias``, DeepSeek-V3
-      Technical Report §2.1.2). The multi-token-prediction module
-      (``num_nextn_predict_layers``, 14B parameters in the release) is *ignored*: it is not part of
-      the 671B main model the report counts.
-    - Qwen2: biases on q, k and v only — rejected with a :class:`ScenarioError`, because
-      ``Architecture.linear_bias`` means biases on every linear layer (unless ``Architecture`` gains
-      a ``qkv_bias`` field, which is then set).
-    - Mistral's ``sliding_window`` and DeepSeek's group-limited routing do not change parameter
-      counts or activation shapes and are ignored.
-
-    Parameters
-    ----------
-    config : dict
-        The parsed ``config.json``.
-    where : str
-        The file it came from, named in every error.
-
-    Returns
-    -------
-    Architecture
+def read_hf_config(config: Any, where: str) -> tuple[Architecture, tuple[str, ...]]:
+    """Map a Hugging Face ``config.json`` (already parsed) to an :class:`Architecture` and the
+    notes on what was left out: a key neither read nor known to change no cost, a vision encoder
+    not modelled. The families, every key read and every key knowingly ignored are in
+    :mod:`model.hf_families`.
 
     Raises
     ------
     ScenarioError
-        On a missing required key (naming it and ``where``), an unsupported ``model_type``,
-        activation or bias layout, nonzero ``attention_dropout``, or rejected dimensions.
+        On a missing required key (naming it and ``where``), an unsupported ``model_type``, a
+        value that cannot be modelled (naming the key, the value and the rule), or rejected
+        dimensions.
+    """
+    from trainplan.model.hf_families import read_hf  # local: the families import this module
+
+    return read_hf(config, where)
+
+
+def architecture_from_hf(config: Any, where: str) -> Architecture:
+    """The :class:`Architecture` of a Hugging Face ``config.json`` (:func:`read_hf_config`
+    without its notes).
 
     Examples
     --------
@@ -294,50 +177,9 @@ def architecture_from_hf(config: dict[str, Any], where: str) -> Architecture:
     ...     print(err)
     config.json: Hugging Face config has no 'num_hidden_layers' (required)
     """
-    if not isinstance(config, dict):
-        raise ScenarioError(f"{where}: a Hugging Face config must be a JSON object")
-    model_type = _get(config, "model_type", where)
-    if model_type not in HF_MODEL_TYPES:
-        raise ScenarioError(
-            f"{where}: model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(HF_MODEL_TYPES)} (or write a scenario file with explicit dimensions)"
-        )
-    num_layers = _count(config, "num_hidden_layers", where)
-    h = _count(config, "hidden_size", where)
-    a = _count(config, "num_attention_heads", where)
-    ffn = _count(config, "intermediate_size", where)
-    vocab = _count(config, "vocab_size", where)
-    act = _get(config, "hidden_act", where, "silu")
-    if act not in ("silu", "swish"):
-        raise ScenarioError(
-            f"{where}: hidden_act {act!r} in a gated MLP is not modelled (only SiLU: SwiGLU)"
-        )
-    if config.get("attention_dropout") not in (None, 0, 0.0):
-        raise ScenarioError(f"{where}: attention_dropout > 0 is not modelled")
-    g = _count(config, "num_key_value_heads", where, None)
-    is_mla = model_type == "deepseek_v3"
-    mla = _hf_mla(config, where) if is_mla else None
-    d = mla.qk_nope_head_dim if mla else _count(config, "head_dim", where, None)
-    if d is not None and not is_mla and h % a == 0 and d == h // a:
-        d = None
-    try:
-        return Architecture(
-            num_layers=num_layers,
-            hidden_size=h,
-            num_attention_heads=a,
-            num_kv_heads=None if g in (None, a) else g,
-            head_dim=d,
-            ffn_hidden_size=ffn,
-            vocab_size=vocab,
-            mlp=Mlp.SWIGLU,
-            norm=Norm.RMSNORM,
-            attention=AttentionKind.MLA if is_mla else AttentionKind.MHA,
-            position_embedding=PositionEmbedding.ROPE,
-            tie_embeddings=_flag(config, "tie_word_embeddings", where),
-            dropout=False,
-            moe=_hf_moe(config, model_type, where),
-            mla=mla,
-            **_hf_biases(config, model_type, where),
-        )
-    except InputError as err:
-        raise ScenarioError(f"{where}: {err}") from None
+    return read_hf_config(config, where)[0]
+
+
+convert = _convert
+"""Check ``value`` against a type annotation (int, bool, a StrEnum, a tuple, optional), naming
+``key`` and ``where`` in the error: the one conversion rule for scenario files and configs."""

@@ -26,7 +26,7 @@ from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import split_layers
+from trainplan.model.split import model_chunks
 from trainplan.model.stage_bytes import (
     apply_form,
     chunk_form,
@@ -419,9 +419,9 @@ def local_chunks(
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[bool, ...], ...]:
     """The layer kinds (MoE or not) of each of a stage's v model chunks: chunks i, i + pp, …
-    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`split_layers`, explicit
-    per-chunk ``sizes`` or the default split)."""
-    chunks = split_layers(arch.num_layers, pp * v, 1, uneven, sizes)
+    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`model.split.model_chunks`:
+    explicit per-chunk ``sizes`` or the default split, the MTP blocks in the last)."""
+    chunks = model_chunks(arch, pp, v, uneven, sizes)
     return tuple(tuple(arch.is_moe_layer(j) for j in chunks[stage + k * pp]) for k in range(v))
 
 

@@ -2,26 +2,29 @@
 
 Counts are exact integers from the architecture (Megatron-LM's Eq. 2 is the GPT case; see
 :func:`megatron_eq2_params`). Placement: the first stage holds the input embedding (and learned
-positions), the last stage the final norm and the output layer; with tied embeddings and pp > 1 the
-last stage keeps its own copy of the embedding for the output layer (Megatron-LM does, and
-all-reduces the two copies' gradients), which counts in that stage's memory but not in the model's
-total. Which layers each stage holds is :mod:`model.split`'s.
+positions), the last stage the final norm and the output layer, and the multi-token-prediction
+modules (DeepSeek-V3 §2.2; Megatron-Core places them on the last stage by default); with tied
+embeddings or MTP and pp > 1 the last stage keeps its own copy of the embedding (Megatron-LM does,
+and all-reduces the two copies' gradients), which counts in that stage's memory but not in the
+model's total. Which layers each stage holds is :mod:`model.split`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
-from trainplan.model.split import split_layers
+from trainplan.model.split import stage_layers
+from trainplan.model.vocab import padded_vocab
 
 __all__ = [
     "LayerParams",
     "ParamCounts",
     "StageParams",
     "padded_vocab",
+    "shares_embedding_with_last_stage",
+    "mtp_extra_params",
     "attention_params",
     "mlp_params",
     "layer_params",
@@ -31,21 +34,13 @@ __all__ = [
 ]
 
 
-def padded_vocab(vocab_size: int, multiple: int = 0, tp: Any = 1) -> Any:
-    """V padded up to a multiple of ``multiple · tp`` (Megatron-LM's
-    ``make_vocab_size_divisible_by``, default 128, times the tensor-parallel degree); 0 = no padding.
-
-    Examples
-    --------
-    >>> padded_vocab(50257, 128, 8)
-    51200
-    >>> padded_vocab(128256)
-    128256
-    """
-    if multiple <= 0:
-        return vocab_size
-    step = multiple * tp
-    return -(-vocab_size // step) * step
+def shares_embedding_with_last_stage(arch: Architecture) -> bool:
+    """Whether the last pipeline stage needs the input embedding's weights too, so that with
+    pp > 1 it keeps its own copy and the two copies' gradients are all-reduced between the first
+    and last stage: tied embeddings (the output layer is the embedding, Megatron-LM) or MTP
+    modules, which embed the shifted tokens on the last stage (Megatron-Core ``GPTModel`` builds
+    the embedding where ``pre_process or mtp_process``)."""
+    return arch.tie_embeddings or arch.mtp_layers > 0
 
 
 def _norm_params(arch: Architecture, width: int) -> int:
@@ -55,10 +50,12 @@ def _norm_params(arch: Architecture, width: int) -> int:
 def attention_params(arch: Architecture) -> int:
     """Parameters of one attention block (projections and their biases; not the norm).
 
-    MHA/GQA: ``h·a·d + 2·h·g·d + a·d·h`` (+ biases ``a·d + 2·g·d + h``); for MHA with d = h/a
-    this is 4h² (+ 4h), as in Megatron-LM Eq. 2. MLA (DeepSeek-V3 §2.1.1): query down/up
-    projections with the latent's RMSNorm, the joint KV down-projection with the shared RoPE key,
-    its RMSNorm, the KV up-projection and the output projection.
+    MHA/GQA: ``h·a·d + 2·h·g·d + a·d·h`` (+ biases ``a·d + 2·g·d + h`` with ``linear_bias``,
+    ``a·d + 2·g·d`` with ``qkv_bias``); for MHA with d = h/a this is 4h² (+ 4h), as in
+    Megatron-LM Eq. 2. QK-norm adds its two weights of d (Qwen3 ``q_norm``/``k_norm``), sinks one
+    logit per head (gpt-oss). MLA (DeepSeek-V3 §2.1.1): query down/up projections with the
+    latent's RMSNorm, the joint KV down-projection with the shared RoPE key, its RMSNorm, the KV
+    up-projection and the output projection.
 
     Examples
     --------
@@ -82,13 +79,17 @@ def attention_params(arch: Architecture) -> int:
         return q + kv + a * m.v_head_dim * h
     d, g = arch.dim_per_head, arch.kv_heads
     weights = h * a * d + 2 * h * g * d + a * d * h
-    return weights + ((a * d + 2 * g * d + h) if arch.linear_bias else 0)
+    if arch.linear_bias:
+        weights += a * d + 2 * g * d + h
+    elif arch.qkv_bias:
+        weights += a * d + 2 * g * d
+    return weights + (2 * d if arch.qk_norm else 0) + (a if arch.attention_sinks else 0)
 
 
 def mlp_params(arch: Architecture, ffn: int) -> int:
     """Parameters of one feed-forward network of hidden size ``ffn``.
 
-    GeLU: ``2·h·f`` (+ biases ``f + h``); SwiGLU: ``3·h·f`` (+ ``2f + h``).
+    GeLU: ``2·h·f`` (+ biases ``f + h``); SwiGLU or GeGLU: ``3·h·f`` (+ ``2f + h``).
 
     Examples
     --------
@@ -99,7 +100,7 @@ def mlp_params(arch: Architecture, ffn: int) -> int:
     768
     """
     h = arch.hidden_size
-    if arch.mlp is Mlp.SWIGLU:
+    if arch.mlp.gated:
         return 3 * h * ffn + ((2 * ffn + h) if arch.linear_bias else 0)
     return 2 * h * ffn + ((ffn + h) if arch.linear_bias else 0)
 
@@ -110,7 +111,7 @@ class LayerParams:
 
     attention: int
     norms: int
-    """The two pre-norms (attention and FFN)."""
+    """The two pre-norms (attention and FFN), and the two post-norms with ``post_norms``."""
     ffn_dense: int
     """Dense FFN, or on a MoE layer the router and shared experts (sharded like dense weights)."""
     experts: int
@@ -144,7 +145,9 @@ class LayerParams:
 
 @cache
 def layer_params(arch: Architecture, index: int) -> LayerParams:
-    """Parameters of layer ``index`` (0-based); MoE layers from ``moe.first_k_dense_layers`` on.
+    """Parameters of layer ``index`` (0-based; index L + k is the block of MTP module k + 1, its
+    projection and norms being :func:`mtp_extra_params`); MoE or dense as
+    :meth:`Architecture.is_moe_layer` says.
 
     Examples
     --------
@@ -155,7 +158,7 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
     True
     """
     attention = attention_params(arch)
-    norms = 2 * _norm_params(arch, arch.hidden_size)
+    norms = (4 if arch.post_norms else 2) * _norm_params(arch, arch.hidden_size)
     h = arch.hidden_size
     row_bias = h if arch.linear_bias else 0  # attention output / FFN output bias
     replicated = norms + _attention_replicated(arch) + row_bias
@@ -220,9 +223,10 @@ def _attention_linear(arch: Architecture) -> tuple[int, int]:
 def _attention_replicated(arch: Architecture) -> int:
     """MLA's down-projections and their RMSNorms, which every tensor-parallel rank holds whole
     (Megatron-Core ``MLASelfAttention``: ``linear_q_down_proj`` and ``linear_kv_down_proj`` are
-    duplicated); 0 for MHA/GQA, whose projections are all split (biases aside)."""
+    duplicated); for MHA/GQA, whose projections are all split (biases and sinks with their
+    heads), QK-norm's two weights of d, applied to every head on every rank."""
     if arch.attention is not AttentionKind.MLA:
-        return 0
+        return 2 * arch.dim_per_head if arch.qk_norm else 0
     assert arch.mla is not None
     m, h = arch.mla, arch.hidden_size
     q = 0 if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank
@@ -244,18 +248,30 @@ class ParamCounts:
     final_norm: int
     output: int
     """Output layer V·h; 0 when tied to the input embedding."""
+    mtp: int = 0
+    """The MTP modules' own parameters: their blocks, projections and norms (the embedding and
+    output head are shared, DeepSeek-V3 §2.2); 0 without MTP."""
+    mtp_active: int = 0
+    """What one token's MTP forward multiplies by: each block's active parameters, projection
+    and norms, and the shared output head once more per module (its matmul runs again)."""
 
     @property
-    def total(self) -> int:
-        """Every parameter (N)."""
+    def main(self) -> int:
+        """Parameters of the main model, the MTP modules left out (DeepSeek-V3's 671B)."""
         return (
             self.embedding + self.layers_dense + self.layers_experts + self.final_norm + self.output
         )
 
     @property
+    def total(self) -> int:
+        """Every parameter trained (N): the main model and the MTP modules."""
+        return self.main + self.mtp
+
+    @property
     def active(self) -> int:
-        """Parameters one token uses (N_active; = total for a dense model)."""
-        return self.total - self.layers_experts + self.layers_experts_active
+        """Parameters one token uses (N_active; = total for a dense model without MTP): the main
+        model's, routed experts top-k only, plus :attr:`mtp_active`."""
+        return self.main - self.layers_experts + self.layers_experts_active + self.mtp_active
 
 
 @cache
@@ -278,6 +294,10 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
         assert arch.max_position_embeddings is not None
         embedding += arch.max_position_embeddings * h
     layers = [layer_params(arch, i) for i in range(arch.num_layers)]
+    blocks = [
+        layer_params(arch, i) for i in range(arch.num_layers, arch.num_layers + arch.mtp_layers)
+    ]
+    extra = mtp_extra_params(arch)[0]
     return ParamCounts(
         embedding=embedding,
         layers_dense=sum(p.dense for p in layers),
@@ -285,7 +305,30 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
         layers_experts_active=sum(p.experts_active for p in layers),
         final_norm=_norm_params(arch, h),
         output=0 if arch.tie_embeddings else v * h,
+        mtp=sum(p.total for p in blocks) + extra,
+        mtp_active=sum(p.dense + p.experts_active for p in blocks)
+        + extra
+        + arch.mtp_layers * arch.vocab_size * h,
     )
+
+
+def mtp_extra_params(arch: Architecture) -> tuple[int, int]:
+    """(parameters, of which every tp rank holds whole) of the MTP modules besides their blocks:
+    per module the projection M_k of 2h → h (``eh_proj``, no bias) and three RMSNorms of h (the
+    hidden state's and the shifted embedding's before the projection, and the module's final
+    norm before the shared head; DeepSeek-V3 §2.2, Megatron-Core ``MultiTokenPredictionLayer``).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     ffn_hidden_size=32, vocab_size=16, norm="rmsnorm", mtp_layers=1)
+    >>> mtp_extra_params(arch)  # 2·8·8 + 3·8
+    (152, 24)
+    """
+    h, k = arch.hidden_size, arch.mtp_layers
+    norms = 3 * _norm_params(arch, h)
+    return k * (2 * h * h + norms), k * norms
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +356,9 @@ def stage_params(
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[StageParams, ...]:
-    """Parameters on each pipeline stage; see the module docstring for placement.
+    """Parameters on each pipeline stage; see the module docstring for placement (the MTP
+    modules, with their projections and norms, on the last stage, which then also keeps a copy of
+    the embedding when pp > 1: :func:`shares_embedding_with_last_stage`).
 
     Examples
     --------
@@ -324,7 +369,7 @@ def stage_params(
     True
     """
     counts = count_params(arch, vocab_size)
-    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
+    split = stage_layers(arch, pp, v, uneven, sizes)
     out = []
     positions = counts.embedding - (vocab_size or arch.vocab_size) * arch.hidden_size
     for i, layers in enumerate(split):
@@ -334,9 +379,11 @@ def stage_params(
             dense += counts.embedding
             replicated += positions  # learned positions: a plain table on every tp rank
         if i == pp - 1:
-            tied_copy = (vocab_size or arch.vocab_size) * arch.hidden_size if pp > 1 else 0
-            dense += counts.final_norm + (counts.output or tied_copy)
-            replicated += counts.final_norm
+            copy = pp > 1 and shares_embedding_with_last_stage(arch)
+            extra, extra_replicated = mtp_extra_params(arch)
+            dense += counts.final_norm + counts.output + extra
+            dense += (vocab_size or arch.vocab_size) * arch.hidden_size if copy else 0
+            replicated += counts.final_norm + extra_replicated
         experts = sum(layer_params(arch, j).experts for j in layers)
         out.append(StageParams(i, layers, dense, experts, replicated))
     return tuple(out)

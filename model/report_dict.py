@@ -80,7 +80,12 @@ def assumptions(est: Estimate) -> list[str]:
         f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
         f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
         f"MFU convention {o.mfu_convention}; attention FLOPs "
-        f"{'halved for causal masking' if o.causal_attention_flops else 'counted without causal masking'}",
+        + (
+            "over the (query, key) pairs each layer's mask keeps (causal: s(s+1)/2 per sequence; "
+            "fewer for a sliding window or chunks)"
+            if o.causal_attention_flops
+            else "over the full s×s per layer (no causal masking; windows and chunks save nothing)"
+        ),
     ]
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
@@ -302,6 +307,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "name": est.model.name,
             "num_params": est.num_params,
             "num_active_params": est.num_active_params,
+            "padded_vocab_size": est.padded_vocab_size,
             "source": est.model.source,
         },
         "gpu": {

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from trainplan.model.arch_parts import (
+    AttentionKind,
+    MLASpec,
+    Mlp,
+    MoESpec,
+    Norm,
+    PositionEmbedding,
+    positive,
+)
+from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.precision import Precision
@@ -23,6 +32,7 @@ __all__ = [
     "Mlp",
     "Norm",
     "AttentionKind",
+    "AttentionSpan",
     "PositionEmbedding",
     "MoESpec",
     "MLASpec",
@@ -32,111 +42,10 @@ __all__ = [
 ]
 
 
-class Mlp(StrEnum):
-    """Feed-forward kind: ``gelu`` (two matrices h×f, f×h) or ``swiglu`` (three: gate, up, down)."""
-
-    GELU = "gelu"
-    SWIGLU = "swiglu"
-
-
-class Norm(StrEnum):
-    """``layernorm`` (weight and bias, 2h parameters) or ``rmsnorm`` (weight only, h)."""
-
-    LAYERNORM = "layernorm"
-    RMSNORM = "rmsnorm"
-
-
-class AttentionKind(StrEnum):
-    """``mha`` (multi-head, GQA/MQA through ``num_kv_heads``) or ``mla`` (DeepSeek-V2/V3)."""
-
-    MHA = "mha"
-    MLA = "mla"
-
-
-class PositionEmbedding(StrEnum):
-    """``learned`` (a table of ``max_position_embeddings × h`` parameters, GPT) or ``rope``."""
-
-    LEARNED = "learned"
-    ROPE = "rope"
-
-
-def _positive(owner: str, **values: int | None) -> None:
-    """Each value given is a whole number >= 1 and within its size limit (model.units.LIMITS)."""
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise InputError(f"{owner}.{name}: {value!r} must be a whole number >= 1")
-        if value is not None:
-            check_limit(f"{owner}.{name}", value)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MoESpec:
-    """Mixture-of-experts FFN (Fedus et al. 2021; Mixtral; DeepSeek-V3 §2.1.2)."""
-
-    num_experts: int
-    """Routed experts per MoE layer (E)."""
-    experts_per_token: int
-    """Routed experts each token is sent to (top-k)."""
-    expert_ffn_hidden_size: int
-    """FFN hidden size of one routed expert (f_e)."""
-    num_shared_experts: int = 0
-    """Experts every token passes through (DeepSeek); 0 for Mixtral."""
-    shared_expert_ffn_hidden_size: int | None = None
-    """FFN hidden size of one shared expert; None means ``expert_ffn_hidden_size``."""
-    first_k_dense_layers: int = 0
-    """The first k layers use a dense FFN of ``Architecture.ffn_hidden_size`` (DeepSeek-V3: 3)."""
-    router_bias: bool = False
-    """A learned per-expert bias on the router (DeepSeek-V3's ``e_score_correction_bias``)."""
-
-    def __post_init__(self) -> None:
-        _positive(
-            "moe",
-            num_experts=self.num_experts,
-            experts_per_token=self.experts_per_token,
-            expert_ffn_hidden_size=self.expert_ffn_hidden_size,
-            shared_expert_ffn_hidden_size=self.shared_expert_ffn_hidden_size,
-        )
-        if self.experts_per_token > self.num_experts:
-            raise InputError(
-                f"moe.experts_per_token: {self.experts_per_token} must be at most "
-                f"num_experts = {self.num_experts}"
-            )
-
-    @property
-    def shared_ffn(self) -> int:
-        """FFN hidden size of one shared expert."""
-        return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MLASpec:
-    """Multi-head latent attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1)."""
-
-    q_lora_rank: int | None
-    """Rank of the query down-projection (1536 in V3); None = queries not compressed."""
-    kv_lora_rank: int
-    """Rank of the joint key-value latent (512 in V3)."""
-    qk_nope_head_dim: int
-    """Per-head query/key dims without RoPE (128 in V3)."""
-    qk_rope_head_dim: int
-    """Per-head decoupled RoPE dims (64 in V3); the key's RoPE part is shared by all heads."""
-    v_head_dim: int
-    """Per-head value dims (128 in V3)."""
-
-    def __post_init__(self) -> None:
-        _positive(
-            "mla",
-            q_lora_rank=self.q_lora_rank,
-            kv_lora_rank=self.kv_lora_rank,
-            qk_nope_head_dim=self.qk_nope_head_dim,
-            qk_rope_head_dim=self.qk_rope_head_dim,
-            v_head_dim=self.v_head_dim,
-        )
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Architecture:
-    """Dimensions of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek-V3 families)."""
+    """Dimensions of a decoder-only transformer (GPT, Llama, Mistral, Mixtral, Qwen2/3, Gemma 2/3,
+    gpt-oss, Llama 4, Phi-3, DeepSeek-V3 families)."""
 
     num_layers: int
     """L, transformer layers."""
@@ -166,6 +75,42 @@ class Architecture:
     """Dropout after attention probabilities, attention output and MLP output (GPT); none in Llama."""
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections only (Qwen2/2.5: ``a·d + 2·g·d`` per layer); not
+    with ``linear_bias``, which puts them on every linear layer."""
+    qk_norm: bool = False
+    """An RMSNorm over the head dim on queries and keys before QKᵀ, one learned weight of d each
+    (Qwen3, Gemma 3: ``q_norm``, ``k_norm``; 2·d parameters per layer)."""
+    post_norms: bool = False
+    """Norms after the attention and the FFN too, before each residual add (Gemma 2/3's
+    ``post_attention_layernorm``/``post_feedforward_layernorm``): four norms per layer."""
+    sliding_window: int | None = None
+    """W, keys a query of a ``local`` layer attends to, its own included (Mistral 7B 4,096;
+    Gemma 3 1,024; gpt-oss 128); :mod:`model.attention`."""
+    attention_chunk_size: int | None = None
+    """C, tokens per chunk of a ``chunked`` layer (Llama 4: 8,192)."""
+    attention_pattern: tuple[AttentionSpan, ...] = ()
+    """The layers' spans, repeated over the layers (layer i takes entry i mod its length):
+    ``("local", "global")`` for Gemma 2 and gpt-oss, five ``local`` and one ``global`` for
+    Gemma 3, three ``chunked`` and one ``global`` for Llama 4. Empty: every layer ``local`` when
+    only ``sliding_window`` is given (Mistral), every layer ``chunked`` when only
+    ``attention_chunk_size`` is, else every layer ``global``."""
+    attention_sinks: bool = False
+    """A learned logit per head joins each row's softmax (gpt-oss ``sinks``): ``a`` parameters
+    per layer, one more score column without FlashAttention; no key, so no matmul FLOPs."""
+    attention_softcapping: bool = False
+    """Attention logits soft-capped, ``cap·tanh(x/cap)`` (Gemma 2 ``attn_logit_softcapping``):
+    without FlashAttention the tanh output is one more ``[b, a, s, s]`` tensor kept for
+    backward; FlashAttention ≥ 2.6 applies the cap inside the kernel."""
+    final_logit_softcapping: bool = False
+    """The output logits soft-capped (Gemma 2 ``final_logit_softcapping``): the tanh output,
+    ``β·S·V/tp``, is kept for backward besides the FP32 logits."""
+    mtp_layers: int = 0
+    """D, multi-token-prediction modules (DeepSeek-V3 §2.2, ``num_nextn_predict_layers`` = 1):
+    each adds a projection 2h → h, two RMSNorms, one transformer block of the kind the layer
+    index L + k would have, and a final RMSNorm, and runs the shared output head once more; it
+    shares the embedding and the output head with the main model and sits on the last pipeline
+    stage (Megatron-Core's default placement)."""
 
     def __post_init__(self) -> None:
         for name, kind in (
@@ -180,7 +125,7 @@ class Architecture:
             except ValueError:
                 allowed = ", ".join(k.value for k in kind)
                 raise InputError(f"model.{name}: {value!r} is not one of {allowed}") from None
-        _positive(
+        positive(
             "model",
             num_layers=self.num_layers,
             hidden_size=self.hidden_size,
@@ -210,6 +155,7 @@ class Architecture:
             raise InputError("model.max_position_embeddings: required with learned positions")
         if self.moe and self.moe.first_k_dense_layers > self.num_layers:
             raise InputError("moe.first_k_dense_layers: more than num_layers")
+        _check_attention(self)
         fields = (f for f in self.__dataclass_fields__ if f != "_hash")
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in fields)))
 
@@ -231,12 +177,86 @@ class Architecture:
 
     @property
     def num_moe_layers(self) -> int:
-        """Layers whose FFN is a mixture of experts."""
-        return 0 if self.moe is None else self.num_layers - self.moe.first_k_dense_layers
+        """Layers of the main model whose FFN is a mixture of experts."""
+        return sum(map(self.is_moe_layer, range(self.num_layers)))
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether layer ``index`` (0-based) has a MoE FFN."""
-        return self.moe is not None and index >= self.moe.first_k_dense_layers
+        """Whether layer ``index`` (0-based; L, L + 1, … are the MTP blocks) has a MoE FFN
+        (:meth:`MoESpec.is_moe`)."""
+        return self.moe is not None and self.moe.is_moe(index)
+
+    def kind_index(self, moe: bool) -> int | None:
+        """The first layer (main or MTP) whose FFN is MoE (``moe``) or dense; None when there is
+        none. A layer's parameters, stored tensors and matmul FLOPs depend only on that kind."""
+        total = self.num_layers + self.mtp_layers
+        return next((i for i in range(total) if self.is_moe_layer(i) == moe), None)
+
+    def layer_span(self, index: int) -> AttentionSpan:
+        """The attention span of layer ``index`` (:attr:`attention_pattern`, repeated)."""
+        return pattern_span(self.attention_pattern, index)
+
+    def span_width(self, span: AttentionSpan) -> int | None:
+        """W for ``local``, C for ``chunked``, None for ``global``."""
+        if span is AttentionSpan.LOCAL:
+            return self.sliding_window
+        if span is AttentionSpan.CHUNKED:
+            return self.attention_chunk_size
+        return None
+
+
+def _check_attention(arch: Architecture) -> None:
+    """Normalise :attr:`Architecture.attention_pattern` and check the attention fields agree:
+    a ``local`` layer needs ``sliding_window``, a ``chunked`` one ``attention_chunk_size``, and
+    each of the two is used by some layer; q/k/v biases, QK-norm and sinks are MHA/GQA
+    features; ``qkv_bias`` and ``linear_bias`` do not go together."""
+    positive(
+        "model",
+        sliding_window=arch.sliding_window,
+        attention_chunk_size=arch.attention_chunk_size,
+    )
+    if not isinstance(arch.mtp_layers, int) or isinstance(arch.mtp_layers, bool):
+        raise InputError(f"model.mtp_layers: {arch.mtp_layers!r} must be a whole number >= 0")
+    if arch.mtp_layers < 0:
+        raise InputError(f"model.mtp_layers: {arch.mtp_layers} must be a whole number >= 0")
+    check_limit("model.mtp_layers", arch.mtp_layers)
+    pattern = arch.attention_pattern
+    if isinstance(pattern, str) or not isinstance(pattern, tuple | list):
+        raise InputError(f"model.attention_pattern: {pattern!r} must be a list of spans")
+    try:
+        spans = tuple(AttentionSpan(str(p).lower()) for p in pattern)
+    except ValueError:
+        allowed = ", ".join(k.value for k in AttentionSpan)
+        raise InputError(
+            f"model.attention_pattern: {list(pattern)!r} holds a span that is not one of {allowed}"
+        ) from None
+    if len(spans) > arch.num_layers:
+        raise InputError(
+            f"model.attention_pattern: {len(spans)} entries for num_layers = {arch.num_layers}; "
+            "it repeats over the layers, so at most one entry per layer"
+        )
+    if not spans and (arch.sliding_window is None) != (arch.attention_chunk_size is None):
+        spans = (AttentionSpan.LOCAL if arch.sliding_window else AttentionSpan.CHUNKED,)
+    for span, key, value in (
+        (AttentionSpan.LOCAL, "sliding_window", arch.sliding_window),
+        (AttentionSpan.CHUNKED, "attention_chunk_size", arch.attention_chunk_size),
+    ):
+        if (span in spans) != (value is not None):
+            rule = (
+                f"a '{span}' layer needs model.{key}"
+                if value is None
+                else f"model.{key} = {value} is given but no layer of attention_pattern is '{span}'"
+            )
+            raise InputError(f"model.attention_pattern: {[s.value for s in spans]!r}: {rule}")
+    object.__setattr__(arch, "attention_pattern", spans)
+    if arch.qkv_bias and arch.linear_bias:
+        raise InputError(
+            "model.qkv_bias: true with linear_bias true; linear_bias already puts biases on q, k "
+            "and v (give one of the two)"
+        )
+    if arch.attention is AttentionKind.MLA:
+        for name in ("qkv_bias", "qk_norm", "attention_sinks"):
+            if getattr(arch, name):
+                raise InputError(f"model.{name}: true is an MHA/GQA feature, not modelled with MLA")
 
 
 DECLARED_SIZE_TOLERANCE = Fraction(1, 10)
@@ -281,6 +301,9 @@ class ModelSpec:
     """Parameter count as given by the user; None means counted from ``arch``."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Published facts kept for display (e.g. {"params_total": 671e9}); never used in formulas."""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """What reading the model left out or approximated (a ``config.json`` key not understood, a
+    vision encoder not modelled…); printed with every estimate's notes."""
 
     def __post_init__(self) -> None:
         if self.arch is None and self.num_params_declared is None:
@@ -302,29 +325,28 @@ class ModelSpec:
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> ModelSpec:
         """Read a Hugging Face ``config.json`` from disk (nothing is downloaded).
 
-        Understands Llama, Mistral, Mixtral, Qwen2 and DeepSeek-V3 keys
-        (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
-        ``head_dim``, ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``,
-        ``attention_bias``, ``num_local_experts``/``n_routed_experts``,
-        ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``,
-        ``first_k_dense_replace``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-        ``qk_rope_head_dim``, ``v_head_dim``).
+        The families and keys understood are listed in :mod:`model.hf_families`; a key that is
+        neither read nor known to change no cost is named in :attr:`notes`.
 
         Raises
         ------
         ScenarioError
-            When the file cannot be read or a required key is missing.
+            When the file cannot be read, a required key is missing, or a key's value cannot be
+            modelled (the message names the key, the value and the file).
         """
-        from trainplan.model.hf_config import architecture_from_hf  # local: keeps this module small
+        from trainplan.model.hf_config import read_hf_config  # local: keeps this module small
 
         p = Path(path)
         try:
             config = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ScenarioError(f"model: cannot read {p}: {err}") from None
-        arch = architecture_from_hf(config, str(p))
+        arch, notes = read_hf_config(config, str(p))
         return cls(
-            name=name or p.parent.name or p.stem, source=f"Hugging Face config {p}", arch=arch
+            name=name or p.parent.name or p.stem,
+            source=f"Hugging Face config {p}",
+            arch=arch,
+            notes=notes,
         )
 
 
@@ -372,7 +394,7 @@ class TrainingSpec:
     §3.3.2 does); measured in ``tests/fidelity``."""
 
     def __post_init__(self) -> None:
-        _positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
+        positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
         if self.activation_convention not in ("paper", "pytorch"):
             raise InputError(
                 f"training.activation_convention: {self.activation_convention!r} is not one of "

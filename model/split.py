@@ -20,6 +20,9 @@ Three ways to size the chunks, each what a framework runs:
   ``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``; the rules are
   checked in ``transformer_config.py``).
 
+A model's multi-token-prediction blocks (layer indices L, L + 1, …) go to the last chunk
+(:func:`model_chunks`, :func:`stage_layers`; Megatron-Core's default MTP placement).
+
 Every function here is exact integer arithmetic; errors are :class:`model.errors.LayoutError`
 naming the parameter, the value and the rule.
 """
@@ -27,8 +30,12 @@ naming the parameter, the value and the rule.
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
 from trainplan.model.errors import LayoutError
+
+if TYPE_CHECKING:
+    from trainplan.model.specs import Architecture
 
 __all__ = [
     "MAX_EMPTY_CHUNKS",
@@ -37,7 +44,9 @@ __all__ = [
     "chunk_sizes_from_ranks",
     "default_chunk_sizes",
     "megatron_stage_layers",
+    "model_chunks",
     "split_layers",
+    "stage_layers",
 ]
 
 MAX_EMPTY_CHUNKS = 2
@@ -294,3 +303,44 @@ def split_layers(
     for j in range(chunks):
         ranks[j % pp].extend(range(starts[j], starts[j] + sizes[j]))
     return tuple(tuple(r) for r in ranks)
+
+
+@cache
+def model_chunks(
+    arch: Architecture,
+    pp: int,
+    v: int = 1,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """The layers of each of the pp·v model chunks in model order (:func:`split_layers` with
+    ``pp·v`` stages and the per-chunk ``sizes``), the MTP blocks (indices L, L + 1, …) appended
+    to the last chunk: they sit on the last pipeline stage, after the output layer's input
+    (Megatron-Core's default MTP placement)."""
+    chunks = split_layers(arch.num_layers, pp * v, 1, uneven, sizes)
+    mtp = tuple(range(arch.num_layers, arch.num_layers + arch.mtp_layers))
+    return chunks[:-1] + (chunks[-1] + mtp,)
+
+
+@cache
+def stage_layers(
+    arch: Architecture,
+    pp: int,
+    v: int = 1,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """The layers each of the pp pipeline ranks holds (:func:`split_layers` with the per-chunk
+    ``sizes``), the MTP blocks on the last rank (in its last chunk).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...     ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
+    >>> stage_layers(arch, 2)
+    ((0, 1), (2, 3, 4))
+    """
+    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
+    mtp = tuple(range(arch.num_layers, arch.num_layers + arch.mtp_layers))
+    return split[:-1] + (split[-1] + mtp,)

@@ -66,7 +66,7 @@ def sqrt_segment(num_layers: int) -> int:
 
 def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fraction, ...]:
     """The eight per-layer figures (:data:`QUANTITIES` for a dense layer, then for a MoE layer;
-    the MoE four are 0 for a dense model), bytes per GPU per micro-batch, exact
+    a kind no layer has gets 0s), bytes per GPU per micro-batch, exact
     (:func:`model.activations.layer_activations`).
 
     Examples
@@ -81,7 +81,7 @@ def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fracti
     """
     out: list[Fraction] = []
     for moe in (False, True):
-        if moe and arch.moe is None:
+        if arch.kind_index(moe) is None:  # no layer of this kind (a MoE model with no dense one)
             out += [Fraction(0)] * 4
             continue
         a = _layer_activations(arch, moe, ctx)
@@ -198,13 +198,17 @@ def embedding_bytes(
     tp: Any,
     sequence_parallel: Any,
     activation_bytes: int,
-    vocab: int,
+    vocab: Any,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
     model with dropout; on the ``last`` stage the final norm's and the output projection's inputs
-    ``2·β·S·h`` (÷ tp with SP) and the FP32 logits ``4·S·V/tp``. S = tokens per micro-batch on
-    this rank.
+    ``2·β·S·h`` (÷ tp with SP) and the FP32 logits ``4·S·V/tp`` (V the padded rows, ``vocab``),
+    with final-logit soft-capping also tanh's output ``β·S·V/tp`` (Gemma 2). Each of D MTP
+    modules on the last stage keeps the same for its own pass through the shared head, and the
+    shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
+    (÷ tp with SP; the hidden state's norm input is the tensor the previous final norm keeps).
+    S = tokens per micro-batch on this rank.
 
     Examples
     --------
@@ -214,10 +218,12 @@ def embedding_bytes(
     >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16)  # 2·2·4·8 + 4·4·16
     Fraction(384, 1)
     """
-    h = arch.hidden_size
+    h, beta, d = arch.hidden_size, activation_bytes, arch.mtp_layers
     sp_div = where(sequence_parallel, tp, 1)
     dropout = tokens * h / sp_div if arch.dropout else 0
-    output = 2 * activation_bytes * tokens * h / sp_div + 4 * tokens * vocab / tp
+    logits = (4 + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
+    head = 2 * beta * tokens * h / sp_div + logits
+    output = (1 + d) * head + d * 3 * beta * tokens * h / sp_div
     return where(first, dropout, 0) + where(last, output, 0)
 
 

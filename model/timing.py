@@ -19,8 +19,8 @@ from trainplan.model.errors import InputError
 from trainplan.model.flops import (
     MfuConvention,
     attention_core_forward_flops,
-    layer_forward_flops,
-    recompute_forward_flops,
+    layer_matmul_weights,
+    output_forward_flops,
 )
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -39,6 +39,7 @@ __all__ = [
     "stage_microbatch_flops",
     "stage_microbatch_attention_flops",
     "microbatch_flop_terms",
+    "layers_core_flops",
     "stage_hardware_flops",
     "stage_peak_seconds",
     "core_passes",
@@ -140,8 +141,10 @@ class CostOptions:
     overlap: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_OVERLAP))
     mfu_convention: MfuConvention = MfuConvention.SIX_N
     causal_attention_flops: bool = False
-    """Halve attention FLOPs for causal masking (kernels skip masked blocks). Off: Megatron-LM's
-    and PaLM's full-attention count."""
+    """Count the attention core's (query, key) pairs as the mask keeps them — s(s+1)/2 per
+    causal sequence, fewer under a sliding window or chunks (FlashAttention skips the masked
+    blocks; :mod:`model.attention`). Off: s² per layer, Megatron-LM's and PaLM's full count and
+    what an unfused kernel computes, windows included."""
     zero3_regather: bool = False
     """Model ZeRO-3's per-micro-batch weight all-gathers (off = the seed's one gather per step)."""
     attention_efficiency: float | None = None
@@ -186,38 +189,50 @@ def stage_microbatch_flops(
     True
     """
     moe = sum(map(arch.is_moe_layer, layers))
-    terms = microbatch_flop_terms(
-        arch, training.seq_len, layout.micro_batch_size, layout.recompute, causal
+    s, b = training.seq_len, layout.micro_batch_size
+    terms = microbatch_flop_terms(arch, s, b, layout.recompute, causal)
+    core = b * layers_core_flops(arch, layers, s, causal)
+    return stage_hardware_flops(
+        terms, len(layers) - moe, moe, last, core, core_passes(layout.recompute)
     )
-    return stage_hardware_flops(terms, len(layers) - moe, moe, last)
 
 
 @cache
 def microbatch_flop_terms(
     arch: Architecture, s: int, b: int, recompute: Recompute, causal: bool
-) -> tuple[int, int, int, int, int, int]:
+) -> tuple[int, int, int, int, int]:
     """FLOPs of one micro-batch of ``b`` sequences of ``s`` tokens (whole, all tp·cp ranks),
-    the terms a stage's time is built from: (forward of a dense layer, of a MoE layer, of the
-    output layer; recomputed forward of a dense layer, of a MoE layer; the attention core's
-    forward). Exact integers (:mod:`model.flops`); per-layer FLOPs grow with b."""
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
-    kinds = [(0, first_moe > 0), (first_moe, arch.moe is not None)]  # (layer index, exists)
-    f_dense, f_moe = (layer_forward_flops(arch, j, s, b, causal) if ok else 0 for j, ok in kinds)
-    r_dense, r_moe = (
-        recompute_forward_flops(arch, j, s, b, recompute, causal) if ok else 0 for j, ok in kinds
-    )
-    out = 2 * s * b * arch.hidden_size * arch.vocab_size
-    core = attention_core_forward_flops(arch, s, b, causal)
-    return f_dense, f_moe, out, r_dense, r_moe, core
+    the terms a stage's time is built from besides its attention core
+    (:func:`layers_core_flops`): (matmul forward of a dense layer, of a MoE layer; forward of the
+    output layer with the MTP modules' head passes and projections; recomputed matmul forward of a
+    dense layer, of a MoE layer). Exact integers (:mod:`model.flops`); they grow with b. A layer's
+    matmuls depend only on its kind (dense or MoE); its attention core also on its span."""
+    kinds = [arch.kind_index(False), arch.kind_index(True)]  # a layer of each kind, if any
+    full = recompute in (Recompute.FULL, Recompute.SQRT)
+    f_dense, f_moe = (0 if j is None else 2 * s * b * layer_matmul_weights(arch, j) for j in kinds)
+    r_dense, r_moe = (f_dense, f_moe) if full else (0, 0)
+    return f_dense, f_moe, output_forward_flops(arch, s, b), r_dense, r_moe
 
 
-def stage_hardware_flops(terms: Sequence[Any], n_dense: Any, n_moe: Any, last: Any) -> Any:
+@cache
+def layers_core_flops(arch: Architecture, layers: tuple[int, ...], s: int, causal: bool) -> int:
+    """Forward FLOPs of the attention cores (QKᵀ, scores·V) of ``layers`` for one sequence of
+    ``s`` tokens (:func:`model.flops.attention_core_forward_flops`; each layer by its span, so a
+    stage of Gemma 3's local layers costs less than one holding its global layers). × b for a
+    micro-batch of b sequences."""
+    return sum(attention_core_forward_flops(arch, j, s, 1, causal) for j in layers)
+
+
+def stage_hardware_flops(
+    terms: Sequence[Any], n_dense: Any, n_moe: Any, last: Any, core: Any, passes: int
+) -> Any:
     """Hardware FLOPs of one micro-batch on a stage of ``n_dense`` dense and ``n_moe`` MoE
-    layers (``last``: it holds the output layer): ``3 × forward + recomputed forward`` of
-    :func:`microbatch_flop_terms`. Exact for ints; element-wise for arrays of layouts."""
-    f_dense, f_moe, out, r_dense, r_moe, _ = terms
+    layers (``last``: it holds the output layer) whose attention cores take ``core`` FLOPs
+    forward: ``3 × forward + recomputed forward`` of :func:`microbatch_flop_terms`, and the core
+    ``passes`` times (:func:`core_passes`). Exact for ints; element-wise for arrays of layouts."""
+    f_dense, f_moe, out, r_dense, r_moe = terms
     forward = n_dense * f_dense + n_moe * f_moe + where(last, out, 0)
-    return 3 * forward + n_dense * r_dense + n_moe * r_moe
+    return 3 * forward + n_dense * r_dense + n_moe * r_moe + passes * core
 
 
 def stage_peak_seconds(
@@ -225,28 +240,29 @@ def stage_peak_seconds(
     n_dense: Any,
     n_moe: Any,
     last: Any,
-    core_passes: int,
+    core: Any,
+    passes: int,
     efficiency: float,
     attention_efficiency: float | None,
     linear_speedup: float = 1.0,
 ) -> Any:
     """Peak-seconds (FLOPs ÷ efficiency) of one micro-batch on a stage: its hardware FLOPs at
-    ``efficiency``; with ``attention_efficiency`` the attention core's ``core_passes`` passes
+    ``efficiency``; with ``attention_efficiency`` the attention core's ``passes`` passes
     (3, or 4 when recomputed) at that efficiency instead; with ``linear_speedup`` ≠ 1 the
     transformer layers' linear GEMMs (everything but the attention core and the output layer;
     the MoE router's small GEMM included) ``linear_speedup`` times faster
     (:func:`model.precision.linear_speedup`: FP8). Divide by (tp·cp) and the BF16 peak for
     seconds on one GPU."""
-    total = stage_hardware_flops(terms, n_dense, n_moe, last)
+    total = stage_hardware_flops(terms, n_dense, n_moe, last, core, passes)
     if attention_efficiency is None and linear_speedup == 1.0:
         return total / efficiency
-    core = core_passes * terms[5] * (n_dense + n_moe)
+    cores = passes * core
     core_efficiency = efficiency if attention_efficiency is None else attention_efficiency
     if linear_speedup == 1.0:
-        return (total - core) / efficiency + core / core_efficiency
+        return (total - cores) / efficiency + cores / core_efficiency
     output = 3 * where(last, terms[2], 0)
-    linear = total - core - output
-    return (output + linear / linear_speedup) / efficiency + core / core_efficiency
+    linear = total - cores - output
+    return (output + linear / linear_speedup) / efficiency + cores / core_efficiency
 
 
 def stage_microbatch_attention_flops(
@@ -268,8 +284,8 @@ def stage_microbatch_attention_flops(
     >>> stage_microbatch_attention_flops(gpt, (0,), Layout(recompute="selective"), t) == 4 * 512
     True
     """
-    core = attention_core_forward_flops(arch, training.seq_len, layout.micro_batch_size, causal)
-    return core_passes(layout.recompute) * core * len(layers)
+    core = layout.micro_batch_size * layers_core_flops(arch, layers, training.seq_len, causal)
+    return core_passes(layout.recompute) * core
 
 
 def core_passes(recompute: Recompute) -> int:

@@ -111,13 +111,18 @@ _LIMIT_ALIASES: Mapping[str, str] = MappingProxyType(
         **dict.fromkeys(("num_params", "num_params_declared", "policy_params"), "params"),
         "reward_params": "params",
         **dict.fromkeys(("prompt_tokens", "completion_tokens", "logits_tokens"), "seq_len"),
-        "max_position_embeddings": "seq_len",
+        **dict.fromkeys(
+            ("max_position_embeddings", "sliding_window", "attention_chunk_size"), "seq_len"
+        ),
         **dict.fromkeys(("global_batch", "prompts", "rollout_batch"), "global_batch_size"),
         **dict.fromkeys(("samples_per_prompt", "max_micro_batch"), "micro_batch_size"),
         "micro_batch": "micro_batch_size",
         **dict.fromkeys(("num_gpus", "chips", "dp", "tp", "pp", "cp", "ep"), "gpus"),
         **dict.fromkeys(("max_tp", "nvlink_domain", "pod_size"), "gpus"),
-        **dict.fromkeys(("num_layers", "max_layers", "first_k_dense_layers"), "layers"),
+        **dict.fromkeys(
+            ("num_layers", "max_layers", "first_k_dense_layers", "mtp_layers", "moe_layer_step"),
+            "layers",
+        ),
         "hidden_size": "hidden",
         **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), "hidden"),
         **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size"), "ffn_hidden"),

@@ -34,6 +34,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import (
     gather_units,
     host_rates,
+    stage_core_flops,
     stage_kinds,
     stage_linear_per_gpu,
     stage_params_per_gpu,
@@ -48,10 +49,9 @@ from trainplan.model.memory import (
     state_terms,
 )
 from trainplan.model.offload import check_offload, offload_seconds
-from trainplan.model.params import padded_vocab
+from trainplan.model.params import padded_vocab, shares_embedding_with_last_stage, stage_layers
 from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
 from trainplan.model.precision import linear_speedup
-from trainplan.model.split import split_layers
 from trainplan.model.stage_bytes import (
     apply_form,
     chunk_form,
@@ -67,6 +67,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
+from trainplan.model.vocab import vocab_multiple_for
 from trainplan.optimizer.space import Shape
 
 __all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
@@ -183,10 +184,13 @@ def _gather(keys: list[Any], table: dict[Any, Any], P: int | None = None) -> np.
 # ------------------------------------------------------------------------------ memory
 
 
-def _structure_key(s: Shape) -> tuple:
-    """:func:`model.estimate._split_key` of a searched shape (the default split: the search
-    keeps even splits; explicit ``stage_layers`` are evaluated, not searched)."""
-    return (s.tp, s.pp, s.virtual_stages, s.ep, True, s.tp, s.framework.physical, None)
+def _structure_key(s: Shape, vocab_multiple: int | None) -> tuple:
+    """What :func:`model.estimate.stage_params_per_gpu` reads of a shape (its
+    :func:`model.estimate._split_key`: the default split, as the search keeps even splits and
+    explicit ``stage_layers`` are evaluated, not searched), the vocabulary's padding multiple
+    (the framework's unless given) last."""
+    vm = vocab_multiple_for(s.framework, vocab_multiple)
+    return (s.tp, s.pp, s.virtual_stages, s.ep, True, s.tp, s.framework.physical, None, vm)
 
 
 def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
@@ -212,13 +216,13 @@ def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
 def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
     """:func:`memory_arrays` for shapes of one pipeline degree."""
     case = job.case
-    model, t, vm = case.model, case.training, case.vocab_multiple
+    model, t = case.model, case.training
     arch = model.arch
     assert arch is not None
     N, P, Z, R = len(sa.shapes), sa.P, len(zero_stages), len(recomputes)
-    keys = [_structure_key(s) for s in sa.shapes]
-    params = {k: stage_params_per_gpu(model, *k, vm) for k in dict.fromkeys(keys)}
-    units = {k: gather_units(model, *k, vm) for k in dict.fromkeys(keys)}
+    keys = [_structure_key(s, case.vocab_multiple) for s in sa.shapes]
+    params = {k: stage_params_per_gpu(model, *k) for k in dict.fromkeys(keys)}
+    units = {k: gather_units(model, *k) for k in dict.fromkeys(keys)}
     dense = _gather(keys, {k: [p[2] for p in v] for k, v in params.items()}, P)
     experts = _gather(keys, {k: [p[3] for p in v] for k, v in params.items()}, P)
     dense_u = _gather(keys, {k: [u[0] for u in v] for k, v in units.items()}, P)
@@ -227,7 +231,9 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     uniq = list(dict.fromkeys(keys))
     linear, layer_linear = (
         (
-            _gather(keys, {k: [x[i] for x in stage_linear_per_gpu(model, *k)] for k in uniq}, P)
+            _gather(
+                keys, {k: [x[i] for x in stage_linear_per_gpu(model, *k[:-1])] for k in uniq}, P
+            )
             for i in (0, 1)
         )
         if cache_bytes
@@ -294,7 +300,7 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
     per_mb = apply_form(per_mb_c, q)
     transient = peak_transient(trans_c, q) if trans_c else np.zeros((N, P))
     stage = sa.stage
-    vocab = padded_vocab(arch.vocab_size, case.vocab_multiple, sa.col("tp"))
+    vocab = padded_vocab(arch.vocab_size, _vocab_multiples(case, sa)[:, None], sa.col("tp"))
     tokens = t.seq_len / sa.col("cp") * sa.col("b")
     emb = embedding_bytes(
         arch,
@@ -321,7 +327,7 @@ def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
     forms = {}
     T = 0
     for pp, v in distinct:
-        split = split_layers(arch.num_layers, pp, v)
+        split = stage_layers(arch, pp, v)
         per_stage = [stage_forms(tuple(map(arch.is_moe_layer, layers)), mode) for layers in split]
         forms[(pp, v)] = per_stage
         T = max(T, *(len(f[1]) for f in per_stage))
@@ -370,17 +376,30 @@ def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
 # ------------------------------------------------------------------------------ time
 
 
-def _stage_kind_arrays(arch, sa: ShapeArrays):
-    """[N, P] dense layers, MoE layers, last-stage flag, first-stage flag of every stage."""
+def _vocab_multiples(case, sa: ShapeArrays) -> np.ndarray:
+    """[N] the vocabulary padding multiple of each shape (its framework's unless given)."""
+    return np.array(
+        [vocab_multiple_for(s.framework, case.vocab_multiple) for s in sa.shapes], dtype=np.int64
+    )
+
+
+def _stage_kind_arrays(job, sa: ShapeArrays):
+    """[N, P] dense layers, MoE layers, last-stage flag, first-stage flag, and the attention
+    cores' forward FLOPs for one micro-batch of every stage."""
+    case = job.case
+    arch, t = case.model.arch, case.training
     keys = [(s.pp, s.virtual_stages) for s in sa.shapes]
     kinds = {k: stage_kinds(arch, *k) for k in dict.fromkeys(keys)}
     n_dense = _gather(keys, {k: [x[0] for x in v] for k, v in kinds.items()}, sa.P)
     n_moe = _gather(keys, {k: [x[1] for x in v] for k, v in kinds.items()}, sa.P)
+    causal = case.options.causal_attention_flops
+    cores = {k: stage_core_flops(arch, *k, t.seq_len, causal) for k in dict.fromkeys(keys)}
+    core = _gather(keys, cores, sa.P) * sa.col("b")
     last = sa.stage == sa.col("pp") - 1
-    return n_dense, n_moe, last, sa.stage == 0
+    return n_dense, n_moe, last, sa.stage == 0, core
 
 
-def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last) -> np.ndarray:
+def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last, core) -> np.ndarray:
     """[N] seconds of one micro-batch on the slowest stage, on one GPU."""
     case = job.case
     arch, t, o = case.model.arch, case.training, case.options
@@ -389,11 +408,11 @@ def _microbatch_seconds(job, sa, mode: Recompute, n_dense, n_moe, last) -> np.nd
         b: microbatch_flop_terms(arch, t.seq_len, b, mode, o.causal_attention_flops)
         for b in dict.fromkeys(keys)
     }
-    cols = [_gather(keys, {b: f[i] for b, f in terms.items()})[:, None] for i in range(6)]
+    cols = [_gather(keys, {b: f[i] for b, f in terms.items()})[:, None] for i in range(5)]
     separate = o.attention_efficiency if t.flash_attention else None
     speedup = linear_speedup(t.precision, case.device)
     cost = stage_peak_seconds(
-        cols, n_dense, n_moe, last, core_passes(mode), o.kernel_efficiency, separate, speedup
+        cols, n_dense, n_moe, last, core, core_passes(mode), o.kernel_efficiency, separate, speedup
     )
     cost = np.where(sa.valid, cost, 0).max(axis=1)
     return cost / (sa.tp * sa.cp) / case.device.peak_flops_per_s
@@ -443,7 +462,7 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
     arch, t, o = case.model.arch, case.training, case.options
     assert arch is not None
     N, Z, R = len(sa.shapes), len(zero_stages), len(recomputes)
-    n_dense, n_moe, last, first = _stage_kind_arrays(arch, sa)
+    n_dense, n_moe, last, first, core = _stage_kind_arrays(job, sa)
     valid = sa.valid
     bw = _bandwidths(job, sa)
     m, tp, cp, b = sa.m, sa.tp, sa.cp, sa.b
@@ -451,12 +470,12 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
     s, beta = np.float64(t.seq_len), t.activation_bytes  # a float: the terms stay arrays
     most_layers = np.where(valid, n_dense + n_moe, 0).max(axis=1)
     most_moe = np.where(valid, n_moe, 0).max(axis=1)
-    window = _microbatch_seconds(job, sa, Recompute.NONE, n_dense, n_moe, last)
+    window = _microbatch_seconds(job, sa, Recompute.NONE, n_dense, n_moe, last, core)
     t1 = np.zeros((N, R), dtype=np.int64)
     physical = sa.col("physical")
     tied = np.zeros(N)
-    if arch.tie_embeddings:
-        vocab = padded_vocab(arch.vocab_size, case.vocab_multiple, tp)
+    if shares_embedding_with_last_stage(arch):
+        vocab = padded_vocab(arch.vocab_size, _vocab_multiples(case, sa), tp)
         tied = np.where(sa.physical & (sa.pp > 1), vocab * arch.hidden_size / tp, 0)
     frameworks = [sh.framework for sh in sa.shapes]
     reduce_bytes = np.array([_reduce_bytes(fw, t, zero_stages) for fw in frameworks], dtype=float)
@@ -469,7 +488,7 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
     )
     for ri, mode in enumerate(recomputes):
         mode = Recompute(mode)
-        t_mb = _microbatch_seconds(job, sa, mode, n_dense, n_moe, last)
+        t_mb = _microbatch_seconds(job, sa, mode, n_dense, n_moe, last, core)
         compute = m * t_mb
         full = mode in (Recompute.FULL, Recompute.SQRT)
         tp_all, tp_hidden = tp_bytes(
@@ -531,10 +550,10 @@ def _reduce_bytes(fw: Framework, t, zero_stages) -> int:
 def _busiest_params(job, sa: ShapeArrays) -> tuple[np.ndarray, np.ndarray]:
     """[N] dense and expert parameters on one GPU of each shape's stage with the most."""
     case = job.case
-    keys = [_structure_key(s) for s in sa.shapes]
+    keys = [_structure_key(s, case.vocab_multiple) for s in sa.shapes]
     table = {}
     for k in dict.fromkeys(keys):
-        params = stage_params_per_gpu(case.model, *k, case.vocab_multiple)
+        params = stage_params_per_gpu(case.model, *k)
         _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
         table[k] = (dense, experts)
     return (

@@ -31,7 +31,9 @@ class Case:
     links: ClusterLinks
     options: CostOptions
     num_gpus: int | None
-    vocab_multiple: int = 0
+    vocab_multiple: int | None = None
+    """Pad V to a multiple of this × tp (``--pad-vocab``); None = each layout's framework's
+    (:data:`model.vocab.VOCAB_MULTIPLE`)."""
     fabric: tuple[tuple[str, Any], ...] = ()
     """Cluster-graph options (rail_optimized, pod_size, oversubscription); empty = two tiers."""
     defaults_used: dict[str, Any] = field(default_factory=dict)

@@ -478,11 +478,13 @@ def test_help_names_only_options_and_commands_that_exist(name):
 
 
 def test_a_6n_mfu_prints_the_attention_inclusive_figure_beside_it():
-    # Llama 3 405B at s = 131,072 (the 128K example): causal attention adds 6·L·a·d·s per token
-    # to 6·N, so MFU grows by 1 + L·a·d·s/N = 1 + 126·16,384·131,072 / 405,853,388,800 = 1.667.
+    # Llama 3 405B at s = 131,072 (the 128K example): causal attention counts the s(s+1)/2
+    # attended pairs of a sequence, 3 passes × 2·(s+1)/2 pairs per token × 2 FLOPs × a·2d =
+    # 6·a·d·(s+1) per token and layer beside 6·N, so MFU grows by 1 + L·a·d·(s+1)/N
+    # = 1 + 126·16,384·131,073 / 405,853,388,800 = 1.667.
     out = json.loads(run("example", "llama3-405b-128k", "--json").stdout)
     t, n = out["time"], out["model"]["num_params"]
-    ratio = 1 + 126 * 128 * 128 * 131072 / n
+    ratio = 1 + 126 * 128 * 128 * 131073 / n
     assert out["flops"]["convention"] == "6n"
     assert t["mfu_with_attention"] == pytest.approx(t["mfu"] * ratio, rel=1e-12)
     text = run("example", "llama3-405b-128k").stdout

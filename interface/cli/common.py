@@ -17,6 +17,7 @@ __all__ = [
     "GuardedGroup",
     "NUMBER",
     "COUNT",
+    "WHOLE",
     "POSITIVE",
     "OUTPUT",
     "output",
@@ -73,6 +74,13 @@ class _Count(click.ParamType):
         return parse_count(value, _flag(param))
 
 
+class _Whole(click.ParamType):
+    name = "count"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return parse_count(value, _flag(param), minimum=0)
+
+
 class _Positive(click.ParamType):
     name = "number"
 
@@ -112,6 +120,9 @@ NUMBER = _Number()
 """A number written 4e6, 4,000,000, 4e 6, 4e+6, 70B or 1.5T (exact Fraction)."""
 COUNT = _Count()
 """A whole number >= 1, within its size limit (model.units.LIMITS), written the same ways."""
+WHOLE = _Whole()
+"""A whole number >= 0 (0 allowed: ``--mtp-layers 0`` drops a model's MTP modules), within its
+limit."""
 POSITIVE = _Positive()
 """A number above zero (a duration, a rate), within its limit if it has one."""
 OUTPUT = output()

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, NUMBER, echo_json
+from trainplan.interface.cli.common import COUNT, NUMBER, WHOLE, echo_json
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InputError
 
@@ -50,6 +50,13 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kv-heads", "kv_heads", type=COUNT),
         click.option("--ffn-hidden", "ffn_hidden", type=COUNT),
         click.option("--vocab", type=COUNT),
+        click.option(
+            "--mtp-layers",
+            "mtp_layers",
+            type=WHOLE,
+            help="Multi-token-prediction modules trained with the model (DeepSeek-V3: 1; 0 drops "
+            "them); default the model's.",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -129,10 +136,19 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Keep an FP32 master copy of the weights in the optimizer (default on).",
         ),
         click.option(
+            "--pad-vocab",
+            "vocab_multiple",
+            type=COUNT,
+            help="Pad V to a multiple of this × tp (a whole number >= 1); default the "
+            "framework's: megatron 128 (make_vocab_size_divisible_by), the others whole rows "
+            "per tp rank.",
+        ),
+        click.option(
             "--causal-attention-flops/--full-attention-flops",
             "causal_attention_flops",
             default=None,
-            help="Halve attention FLOPs for the causal mask (default: on with FlashAttention).",
+            help="Count attention FLOPs over the (query, key) pairs the causal mask, window or "
+            "chunks keep, or over the full s² (default: the pairs with FlashAttention).",
         ),
         click.option(
             "--zero3-regather",
@@ -272,12 +288,6 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--mfu-convention",
             "mfu_convention",
             type=click.Choice(["6n", "6n+attention", "megatron"]),
-        ),
-        click.option(
-            "--pad-vocab",
-            "vocab_multiple",
-            type=COUNT,
-            help="Pad V to a multiple of this × tp (Megatron-LM's 128); default no padding.",
         ),
         click.option(
             "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."

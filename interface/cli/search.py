@@ -138,6 +138,7 @@ def _problem(kw: dict[str, Any], objective: str | None = None):
             "tokens",
             "gpu_hour_price",
             "max_layers",
+            "mtp_layers",
         )
     }
     if objective:

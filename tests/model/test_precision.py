@@ -91,16 +91,16 @@ def test_fp8_saves_linear_inputs_in_one_byte():
 def test_fp8_linear_gemms_at_the_fp8_peak():
     """H100 SXM: FP8 1,978.9 TFLOPS over BF16 989.4 × 0.75 = 1.50005: the layers' linear GEMMs
     take 1/1.50005 of their BF16 time; the attention core and the output layer keep theirs.
-    Hand terms (forward of a dense layer 100, output layer 40, attention core 10; no
-    recomputation; 2 dense layers, the last stage): BF16 3·(2·100 + 40) = 720 at efficiency 0.5
-    = 1,440; FP8: core 3·2·10 = 60, output 3·40 = 120, linear 720 − 60 − 120 = 540 →
-    (120 + 540/1.50005)/0.5 + 60/0.5."""
+    Hand terms (forward of a dense layer without its attention core 90, output layer 40, the
+    stage's two attention cores 2 × 10 = 20; no recomputation; the last stage): BF16
+    3·(2·90 + 40) + 3·20 = 720 at efficiency 0.5 = 1,440; FP8: core 3·20 = 60, output
+    3·40 = 120, linear 720 − 60 − 120 = 540 → (120 + 540/1.50005)/0.5 + 60/0.5."""
     h100 = get_accelerator("H100-SXM")
     speed = linear_speedup("fp8", h100)
     assert speed == pytest.approx(1978.9 / 989.4 * 0.75)
-    terms = (100, 0, 40, 0, 0, 10)
-    assert stage_peak_seconds(terms, 2, 0, True, 3, 0.5, None) == 1440
-    fp8 = stage_peak_seconds(terms, 2, 0, True, 3, 0.5, None, speed)
+    terms = (90, 0, 40, 0, 0)
+    assert stage_peak_seconds(terms, 2, 0, True, 20, 3, 0.5, None) == 1440
+    fp8 = stage_peak_seconds(terms, 2, 0, True, 20, 3, 0.5, None, speed)
     assert fp8 == pytest.approx((120 + 540 / speed) / 0.5 + 60 / 0.5)
 
 

@@ -21,7 +21,7 @@ from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError
-from trainplan.model.estimate import stage_kinds
+from trainplan.model.estimate import stage_core_flops, stage_kinds
 from trainplan.model.layout import Layout
 from trainplan.model.params import count_params, layer_params, stage_params
 from trainplan.model.split import default_chunk_sizes, megatron_stage_layers, split_layers
@@ -55,11 +55,12 @@ def test_explicit_stage_layers_move_parameters_and_activations():
     given_ = build_case({**LLAMA3_405B, "stage_layers": "6," + ",".join(["8"] * 15)}).evaluate()
     assert [s.num_layers for s in given_.stages] == [6] + [8] * 15
     # dense parameters on one tp rank (megatron keeps the norms whole on every rank: 6 layers ×
-    # 2 norms × h, and no positions): (2,101,346,304 + 6 × 3,187,671,040) / 8 + 196,608
-    # = 21,227,372,544 / 8 + 196,608 = 2,653,618,176
+    # 2 norms × h, and no positions; it pads V = 128,256 to a multiple of 128 × tp = 1,024:
+    # 129,024 rows × h = 2,113,929,216): (2,113,929,216 + 6 × 3,187,671,040) / 8 + 196,608
+    # = 21,239,955,456 / 8 + 196,608 = 2,655,191,040
     h = 16_384
-    per_rank = Fraction(2_101_346_304 + 6 * (3_187_703_808 - 2 * h), 8) + 6 * 2 * h
-    assert given_.stages[0].dense_params == per_rank == Fraction(2_653_618_176)
+    per_rank = Fraction(129_024 * h + 6 * (3_187_703_808 - 2 * h), 8) + 6 * 2 * h
+    assert given_.stages[0].dense_params == per_rank == Fraction(2_655_191_040)
     a6, a7 = given_.stages[0].activations, default.stages[0].activations
     assert a6.layers_bytes / a7.layers_bytes == Fraction(6, 7)
     assert a6.microbatches_in_flight == a7.microbatches_in_flight == 16
@@ -137,8 +138,12 @@ def test_the_slowest_stage_sets_the_pace():
     skew = build_case({**base, "stage_layers": "5,9,9,9"}).evaluate()
     terms = microbatch_flop_terms(arch, 8192, 1, skew.layout.recompute, True)
     o = skew.options
-    nine = stage_peak_seconds(terms, 9, 0, True, 1, o.kernel_efficiency, o.attention_efficiency)
-    eight = stage_peak_seconds(terms, 8, 0, True, 1, o.kernel_efficiency, o.attention_efficiency)
+    core9 = stage_core_flops(arch, 4, 1, 8192, True, True, (5, 9, 9, 9))[3]
+    core8 = stage_core_flops(arch, 4, 1, 8192, True)[3]
+    assert core9 * 8 == core8 * 9  # every Llama 3 layer is global: the cores scale with layers
+    eff, attn = o.kernel_efficiency, o.attention_efficiency
+    nine = stage_peak_seconds(terms, 9, 0, True, core9, 3, eff, attn)
+    eight = stage_peak_seconds(terms, 8, 0, True, core8, 3, eff, attn)
     assert skew.step_s / even.step_s == pytest.approx(nine / eight, rel=0.02)
     assert skew.step_s > even.step_s
 
