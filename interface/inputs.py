@@ -304,12 +304,10 @@ def build_case(params: Mapping[str, Any]) -> Case:
         nvlink_bytes_per_s=gbps["nvlink_gbps"],
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
     )
-    for k, field in (
-        ("host_link_gbps", "host_link_bytes_per_s"),
-        ("host_memory_gbps", "host_memory_bytes_per_s"),
-    ):
-        if gbps[k] is not None:
-            device = replace(device, **{field: gbps[k]})
+    if gbps["host_link_gbps"] is not None:
+        device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])
+    if gbps["host_memory_gbps"] is not None:
+        device = replace(device, host_memory_bytes_per_s=gbps["host_memory_gbps"])
     if "memory_reserve_gib" in params:
         reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
         device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
