@@ -166,7 +166,7 @@ def _flag(config: dict[str, Any], key: str, where: str) -> bool:
 
 
 def _hf_biases(config: dict[str, Any], model_type: str, where: str) -> dict[str, bool]:
-    """``linear_bias`` (and ``qkv_bias`` if Architecture has it) from the bias flags.
+    """``linear_bias`` and ``qkv_bias`` from the bias flags.
 
     Llama/Mistral: ``attention_bias`` puts biases on q, k, v and o; ``mlp_bias`` on gate, up and
     down. Qwen2 always has biases on q, k and v only (hard-coded in ``Qwen2Attention``).
@@ -174,12 +174,7 @@ def _hf_biases(config: dict[str, Any], model_type: str, where: str) -> dict[str,
     attention = _flag(config, "attention_bias", where)
     mlp = _flag(config, "mlp_bias", where)
     if model_type == "qwen2":
-        if "qkv_bias" in {f.name for f in dataclasses.fields(Architecture)}:
-            return {"linear_bias": False, "qkv_bias": True}
-        raise ScenarioError(
-            f"{where}: Qwen2 has biases on the q, k and v projections only; Architecture can "
-            "only put biases on every linear layer (linear_bias), which would miscount them"
-        )
+        return {"linear_bias": False, "qkv_bias": True}
     if attention != mlp:
         which = "attention" if attention else "MLP"
         raise ScenarioError(
@@ -258,9 +253,8 @@ def architecture_from_hf(config: dict[str, Any], where: str) -> Architecture:
       Technical Report §2.1.2). The multi-token-prediction module
       (``num_nextn_predict_layers``, 14B parameters in the release) is *ignored*: it is not part of
       the 671B main model the report counts.
-    - Qwen2: biases on q, k and v only — rejected with a :class:`ScenarioError`, because
-      ``Architecture.linear_bias`` means biases on every linear layer (unless ``Architecture`` gains
-      a ``qkv_bias`` field, which is then set).
+    - Qwen2 (and Qwen2.5, the same ``model_type``): biases on q, k and v only
+      (``Architecture.qkv_bias``).
     - Mistral's ``sliding_window`` and DeepSeek's group-limited routing do not change parameter
       counts or activation shapes and are ignored.
 

@@ -59,7 +59,8 @@ def _norm_params(arch: Architecture, width: int) -> int:
 def attention_params(arch: Architecture) -> int:
     """Parameters of one attention block (projections and their biases; not the norm).
 
-    MHA/GQA: ``h·a·d + 2·h·g·d + a·d·h`` (+ biases ``a·d + 2·g·d + h``); for MHA with d = h/a
+    MHA/GQA: ``h·a·d + 2·h·g·d + a·d·h`` (+ biases ``a·d + 2·g·d + h``; Qwen2's q/k/v biases
+    alone, ``qkv_bias``: ``a·d + 2·g·d``); for MHA with d = h/a
     this is 4h² (+ 4h), as in Megatron-LM Eq. 2. MLA (DeepSeek-V3 §2.1.1): query down/up
     projections with the latent's RMSNorm, the joint KV down-projection with the shared RoPE key,
     its RMSNorm, the KV up-projection and the output projection.
@@ -86,7 +87,9 @@ def attention_params(arch: Architecture) -> int:
         return q + kv + a * m.v_head_dim * h
     d, g = arch.dim_per_head, arch.kv_heads
     weights = h * a * d + 2 * h * g * d + a * d * h
-    return weights + ((a * d + 2 * g * d + h) if arch.linear_bias else 0)
+    if arch.linear_bias:
+        return weights + a * d + 2 * g * d + h
+    return weights + ((a * d + 2 * g * d) if arch.qkv_bias else 0)
 
 
 def mlp_params(arch: Architecture, ffn: int) -> int:

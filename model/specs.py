@@ -158,6 +158,11 @@ class Architecture:
     """Rows of a learned position table (GPT: the training sequence length)."""
     linear_bias: bool = False
     """Biases on every linear layer (GPT-2/3, Megatron GPT); none in Llama."""
+    qkv_bias: bool = False
+    """Biases on the query, key and value projections only (Qwen2 and Qwen2.5: hard-coded
+    ``bias=True`` on q/k/v in transformers' ``Qwen2Attention``); ``a·d + 2·g·d`` per layer, split
+    over tp with their column-parallel projections. Ignored when ``linear_bias`` already counts
+    them."""
     tie_embeddings: bool = False
     """Output layer shares the input embedding matrix."""
     dropout: bool = False
