@@ -235,6 +235,8 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "NVLink GB/s": r["nvlink_gbps"],
                 "domain": r["nvlink_domain"],
                 "scale-out GB/s": r["scaleout_gbps"],
+                "HBM TB/s": r["hbm_tbps"],
+                "host GB/s": r["host_link_gbps"],
                 "status": r["status"],
             }
             for r in rows

@@ -44,6 +44,15 @@ class DeviceSpec:
     """GPUs per scale-up domain (8 for an HGX node, 72 for NVL72); None if unknown."""
     scaleout_bytes_per_s: float | None = None
     """Scale-out (InfiniBand/RoCE NIC) bandwidth per GPU per direction, bytes/s; None if unknown."""
+    hbm_bytes_per_s: float | None = None
+    """HBM bandwidth per GPU, bytes/s (the vendor's peak); what decode reads the weights and the
+    KV cache at (:mod:`model.rollout`). None if unknown."""
+    host_link_bytes_per_s: float | None = None
+    """GPU ↔ host link (PCIe, or NVLink-C2C on Grace parts) per GPU per direction, bytes/s; what
+    optimizer offload moves gradients and weights over (:mod:`model.rlhf_roles`). None if
+    unknown."""
+    bandwidth_source: str = ""
+    """Where ``hbm_bytes_per_s`` and ``host_link_bytes_per_s`` come from."""
     source: str = ""
     """Where the figures come from."""
     status: str = "secondary"

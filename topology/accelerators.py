@@ -28,7 +28,15 @@ TABLE_FILE = "accelerators.toml"
 """File name of the table inside the ``topology`` package."""
 
 _REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
-_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib")
+_OPTIONAL = (
+    "nvlink_gbps",
+    "nvlink_domain",
+    "scaleout_gbps",
+    "hbm_gib",
+    "hbm_tbps",
+    "host_link_gbps",
+    "bandwidth_source",
+)
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
 
@@ -83,6 +91,15 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         raise ScenarioError(f"{where}: key 'dense' must be true (bf16_tflops is the dense peak)")
     if not isinstance(row["source"], str) or not row["source"].strip():
         raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
+    has_rate = "hbm_tbps" in row or "host_link_gbps" in row
+    if has_rate != ("bandwidth_source" in row):
+        raise ScenarioError(
+            f"{where}: hbm_tbps / host_link_gbps need a bandwidth_source, and only they do"
+        )
+    if has_rate and (
+        not isinstance(row["bandwidth_source"], str) or not row["bandwidth_source"].strip()
+    ):
+        raise ScenarioError(f"{where}: key 'bandwidth_source' must be a non-empty string")
     if row["status"] not in _STATUSES:
         raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
 
@@ -117,6 +134,11 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         if domain is None
         else int(_number(domain, where, "nvlink_domain", integer=True)),
         scaleout_bytes_per_s=rate("scaleout_gbps"),
+        hbm_bytes_per_s=float(_number(row["hbm_tbps"], where, "hbm_tbps") * 10**12)
+        if "hbm_tbps" in row
+        else None,
+        host_link_bytes_per_s=rate("host_link_gbps"),
+        bandwidth_source=row.get("bandwidth_source", ""),
         source=row["source"],
         status=row["status"],
     )
@@ -223,9 +245,9 @@ def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
     Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, dense, nvlink_gbps,
-    nvlink_domain, scaleout_gbps, source, status``; the vendor figures as written in the file
-    (GB/s per GPU per direction; None where the table has no sourced figure) plus
-    ``memory_bytes`` in bytes.
+    nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, source, status``;
+    the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
+    where the table has no sourced figure) plus ``memory_bytes`` in bytes.
 
     Examples
     --------
@@ -247,6 +269,9 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "nvlink_gbps": raw.get("nvlink_gbps"),
                 "nvlink_domain": raw.get("nvlink_domain"),
                 "scaleout_gbps": raw.get("scaleout_gbps"),
+                "hbm_tbps": raw.get("hbm_tbps"),
+                "host_link_gbps": raw.get("host_link_gbps"),
+                "bandwidth_source": raw.get("bandwidth_source"),
                 "source": raw["source"],
                 "status": raw["status"],
             }

@@ -82,8 +82,23 @@ def test_rows_are_json_able_and_carry_bytes():
     assert tpu["memory_bytes"] == 32 * 2**30
     assert set(rows[0]) == {
         "name", "memory_gb", "memory_unit", "memory_bytes", "bf16_tflops", "dense",
-        "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "source", "status",
+        "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_tbps", "host_link_gbps",
+        "bandwidth_source", "source", "status",
     }  # fmt: skip
+
+
+def test_hbm_and_host_link_bandwidths_carry_their_source():
+    """The rollout's decode reads weights and the KV cache at the HBM bandwidth; optimizer
+    offload crosses the host link. H100 SXM datasheet: 3.35 TB/s HBM3, PCIe Gen5 128 GB/s both
+    ways (64 GB/s per direction)."""
+    h100 = get_accelerator("H100-SXM")
+    assert h100.hbm_bytes_per_s == 3.35e12 and h100.host_link_bytes_per_s == 64e9
+    assert "3.35 TB/s" in h100.bandwidth_source
+    assert get_accelerator("B200").host_link_bytes_per_s is None  # not sourced: left out
+    assert all(d.hbm_bytes_per_s for d in load_accelerators().values())
+    bad = GOOD.replace('status = "vendor"', 'hbm_tbps = 1.0\nstatus = "vendor"')
+    with pytest.raises(ScenarioError, match="need a bandwidth_source"):
+        _devices_from_text(bad)
 
 
 def test_loader_is_cached():
