@@ -116,7 +116,9 @@ def _old_log_prob(value: str | None) -> bool | None:
 @click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
 @click.option("--rollout-tp", help="Faithful: the engine's tp [default: 2, verl's].")
 @click.option(
-    "--offload", is_flag=True, help="Faithful: trainable roles' optimizer state in host memory."
+    "--offload",
+    help="Faithful: none, optimizer (CPU Adam), idle (state to host outside the role's phases), "
+    "or role=mode,… [default: none].",
 )
 @click.option(
     "--shared-engine-weights",
@@ -143,6 +145,13 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
             f"\nFaithful accounting ({f['framework']} ZeRO-{f['zero_stage']}, {f['recompute']} "
             f"recompute, logits {f['logits']}): {f['policy']} on {f['gpus']} × {f['gpu']}, "
             f"{f['sequences']:,} rollouts of {f['tokens_per_sequence']:,} tokens"
+        )
+        fl = f["phase_flops_total"]
+        click.echo(
+            f"FLOPs per step: rollout {fl['rollout']:.3e} (2N per token, prefill and decode), "
+            f"scoring {fl['scoring']:.3e} (2N per token: "
+            f"{', '.join(f['flops_by_role']['scoring'])}), training {fl['training']:.3e} "
+            f"(6N per token × {f['epochs']} epoch(s))"
         )
         for line in plan_lines(f, width):
             click.echo(line)
