@@ -426,8 +426,8 @@ def rlhf_report(
     """The RLHF tab: resident memory by network, FLOPs and time of one step by phase.
 
     With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
-    of issue 12 under ``faithful`` (:func:`interface.rlhf_faithful.faithful_report`; its options,
-    :data:`interface.rlhf_faithful.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
+    of issue 12 under ``faithful`` (:func:`interface.rlhf_report.faithful_report`; its options,
+    :data:`interface.rlhf_report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
     says which; without it the figures are the seed's (``accounting: "seed"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
@@ -449,7 +449,7 @@ def rlhf_report(
     >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
     (4, 36, 2520000000000)
     """
-    from trainplan.interface import rlhf_faithful as rf
+    from trainplan.interface import rlhf_report as rf
 
     unknown = sorted(set(faithful) - set(rf.FAITHFUL_ONLY) - {"rollout_batch"})
     if unknown:

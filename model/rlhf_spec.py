@@ -146,14 +146,19 @@ class RLHFSpec:
     """
 
     algorithm: str
+    """``ppo`` or ``grpo``."""
     policy: ModelSpec
+    """The actor's (and the reference's and the engine's) network, with its dimensions."""
     critic: ModelSpec | None = None
     """The critic's and the reward model's network (default: the policy's)."""
     reward: str = "model"
+    """``model`` (a frozen reward network) or ``rule`` (a verifier: no network)."""
     prompts: int
+    """Prompts per step."""
     samples_per_prompt: int
     """Rollouts per prompt: GRPO's group size."""
     prompt_tokens: int
+    """Tokens per prompt."""
     completion_tokens: int
     """The rollouts' mean completion length (tokens); every rollout has it unless
     ``max_completion_tokens`` says the longest is longer."""
@@ -166,17 +171,25 @@ class RLHFSpec:
     """Sequences per optimizer update (OpenRLHF ``train_batch_size``; verl ``ppo_mini_batch_size``
     × n); None = all of the step's, one update per epoch."""
     micro_batch_tokens: int = MICRO_BATCH_TOKENS
+    """Tokens per micro-batch of the update and the log-prob forwards (:data:`MICRO_BATCH_TOKENS`)."""
     logits: LogitsMode = LogitsMode.FULL
+    """How log-probs and entropy are computed over the logits (the module docstring)."""
     logits_chunk_tokens: int = LOGITS_CHUNK_TOKENS
+    """Tokens per chunk with ``chunked`` or ``fused`` logits (:data:`LOGITS_CHUNK_TOKENS`)."""
     old_log_prob: bool = True
+    """The actor recomputes the rollouts' log-probs in the scoring phase (verl's default); False:
+    the engine's are used."""
     engine_memory_fraction: Fraction | None = None
+    """vLLM ``gpu_memory_utilization`` in (0, 1); None: the class docstring's defaults."""
     max_num_seqs: int = 256
     """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``)."""
     off_policy: int = 0
     """0: synchronous (each rollout uses the weights just trained); 1: one-step off-policy (the
     rollout of step k+1 runs while step k trains, on GPUs of its own)."""
     framework: Framework = Framework.MEGATRON
+    """The training roles' framework profile (:mod:`model.frameworks`; not ``textbook``)."""
     zero_stage: int | None = None
+    """Its ZeRO stage; None: the framework's default."""
     recompute: Recompute = Recompute.FULL
     """Activation recomputation of the update: full, as verl's default
     ``enable_gradient_checkpointing: True`` and NeMo-RL's performance recipes."""
@@ -185,6 +198,7 @@ class RLHFSpec:
     bandwidth_efficiency: float = 1.0
     """Fraction of the HBM bandwidth decode reaches (1 = the roofline's bound)."""
     roles_: tuple[RoleSpec, ...] = field(init=False, repr=False, compare=False)
+    """The step's roles (:attr:`roles`), set from the algorithm and the reward."""
 
     def __post_init__(self) -> None:
         algo = str(self.algorithm).lower()

@@ -46,11 +46,15 @@ class PoolPlan:
     """One pool's roles, memory per phase and work per phase."""
 
     index: int
+    """Its number (0, 1, …)."""
     gpus: int
+    """Its GPUs."""
     first_gpu: int
     """Its GPUs are ``first_gpu … first_gpu + gpus − 1`` (pools are laid out in index order)."""
     roles: tuple[str, ...]
+    """The roles placed on it."""
     held_bytes: Fraction
+    """Σ of its roles' held bytes per GPU."""
     peak_bytes: tuple[Fraction, Fraction, Fraction]
     """Per phase (rollout, scoring, training): Σ held + the largest phase bytes of its roles."""
     busy_s: tuple[float, float, float]
@@ -69,14 +73,19 @@ class StepPlan:
     """A placement evaluated: pools, phase times, the step, and whether it fits."""
 
     pools: tuple[PoolPlan, ...]
+    """The pools, in order."""
     costs: tuple[RoleCost, ...]
+    """Every role's cost, in the roles' order."""
     capacity_bytes: int
+    """Usable bytes per GPU (HBM less the runtime reserve)."""
     host_capacity_bytes: Fraction
     """Host bytes available per GPU: host memory per node ÷ GPUs per node."""
     off_policy: int
+    """0 synchronous, 1 one-step off-policy."""
     phase_s: tuple[float, float, float]
     """max over pools of W(phase)."""
     step_s: float
+    """Seconds per step (the module docstring's rules)."""
 
     @property
     def fits(self) -> bool:

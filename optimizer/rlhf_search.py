@@ -32,8 +32,11 @@ class Placement:
     """One placement: per role (spec order) its option, its pool, and the step it makes."""
 
     options: tuple[RoleOption, ...]
+    """Each role's option, in the roles' order."""
     pool_of: tuple[int, ...]
+    """Each role's pool (numbered in order of first use)."""
     plan: StepPlan
+    """The placement re-composed by the cost model (:func:`model.rlhf_step.compose`)."""
     objective_ns: int
     """The solver's step time, integer ns (per-role seconds rounded to ns, then the rules)."""
 
@@ -52,10 +55,15 @@ class PlacementResult:
     split: Placement | None
     """The best with the rollout engine on GPUs of its own (None: none fits)."""
     reason: str
+    """Why it colocates or splits, with the alternative's step time."""
     tables_seconds: float
+    """Seconds spent costing the options."""
     solve_seconds: float
+    """Seconds of the three CP-SAT solves (best, colocated, split)."""
     options: int
+    """Role options that fit a GPU on their own (the model's Booleans, per pool slot)."""
     tried: int
+    """Role options costed."""
     explanation: list[str] = field(default_factory=list)
 
 

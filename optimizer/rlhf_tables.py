@@ -56,9 +56,13 @@ class RLHFProblem:
     """A placement search: the workload, the cluster, and what may vary."""
 
     spec: RLHFSpec
+    """The workload."""
     device: DeviceSpec
+    """The accelerator (its HBM, peak, links, HBM bandwidth and host link)."""
     gpus: int
+    """GPUs of the cluster."""
     links: ClusterLinks
+    """Its two link tiers."""
     fractions: tuple[Fraction, ...] = ()
     """Engine fractions to try; empty: the spec's, else :data:`SEARCH_FRACTIONS`."""
     offload: bool = True
@@ -163,7 +167,9 @@ class RLHFTables:
     (option, cost) that fit a GPU on their own."""
 
     problem: RLHFProblem
+    """What was tabulated."""
     sizes: tuple[int, ...]
+    """Pool sizes (:func:`pool_sizes`)."""
     options: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]] = field(default_factory=dict)
     seconds: float = 0.0
     """Seconds spent building the tables."""

@@ -210,7 +210,8 @@ def rlhf_plan_cmd(
     """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
     its dp/tp/pp (training) or tp/dp (rollout), offload and the engine's memory fraction —
     CP-SAT over the cost model's tables, proven optimal within the model."""
-    from trainplan.interface.rlhf_faithful import result_dict, rlhf_inputs
+    from trainplan.interface.rlhf_faithful import rlhf_inputs
+    from trainplan.interface.rlhf_report import result_dict
     from trainplan.interface.rlhf_text import result_lines
     from trainplan.optimizer.rlhf_search import search_placement
     from trainplan.optimizer.rlhf_tables import RLHFProblem
