@@ -217,10 +217,11 @@ def network_cost(
         swap, held_b, host = held_b, Fraction(0), host + held_b
         moves = float(2 * swap / Fraction(device.host_link_bytes_per_s))
         terms.append(Term("state to host when idle", "host", swap, "bytes", IDLE_SOURCE))
-        terms.append(Term("state out and back in", rs.phases[0], moves, "s", IDLE_SOURCE))
-        if rs.phases[0] == "scoring":
+        for phase in rs.phases:  # in for its turn in each phase it works in, then out
+            terms.append(Term("state in and back out", phase, moves, "s", IDLE_SOURCE))
+        if "scoring" in rs.phases:
             scoring_s += moves
-        else:
+        if "training" in rs.phases:
             training_s += moves
     return RoleCost(
         opt,

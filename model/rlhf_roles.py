@@ -30,7 +30,8 @@ Offload (``RoleOption.offload``), two mechanisms people use:
   buffers, optimizer) to the CPU before generation (``offload_after_refit``) and keeps the
   reference's weights on the CPU, swapped in for its log-probs (``use_reference_model``); verl's
   ``param_offload`` / ``optimizer_offload``. It holds nothing on the GPU outside its phases
-  (``swap_bytes`` instead of ``held_bytes``), and each step moves its state out and back in.
+  (``swap_bytes`` instead of ``held_bytes``): its state comes in for its turn in each phase it
+  works in and goes back out after, over the host link.
 
 The per-role figures are those of the role's busiest pipeline stage in each phase; ``held`` is
 the largest stage's state, so ``held + phase bytes`` is the role's true peak.
@@ -160,8 +161,8 @@ class RoleCost:
     """Its BF16 weights held whole on the GPU (the engine's copy; a trainable role's working
     weights when its framework keeps them whole): what a shared engine copy can reuse."""
     swap_bytes: Fraction = Fraction(0)
-    """Offloaded when idle: its state, on the GPU only in the phases it works in (then
-    ``held_bytes`` is 0)."""
+    """Offloaded when idle: its state, on the GPU only during its own turn in the phases it works
+    in (then ``held_bytes`` is 0)."""
     phases: tuple[str, ...] = ()
     """The phases it works in."""
 

@@ -6,11 +6,11 @@ EuroSys, arXiv 2409.19256, §5–6) and ReaL (Mei et al. 2025, MLSys, arXiv 2406
 choice is worth 1.5× to several × in throughput. The rules, written once here and read by the
 search's CP-SAT model (:mod:`optimizer.rlhf_cpsat`) and its exhaustive oracle:
 
-* **Memory.** On a pool, in each phase, every role placed there keeps its ``held_bytes``, the
-  roles offloaded when idle that work in the phase bring back their state (``swap_bytes``), and
+* **Memory.** On a pool, in each phase, every role placed there keeps its ``held_bytes``, and
   the roles working in the phase add their phase bytes one at a time (work on one pool
-  serialises): ``peak(pool, phase) = Σ held + Σ swap of the phase's roles + max over its roles
-  of phase bytes``. Every
+  serialises) — a role offloaded when idle with its state brought back for its turn
+  (``swap_bytes``): ``peak(pool, phase) = Σ held + max over the phase's roles of (swap + phase
+  bytes)``. Every
   phase's peak must fit the GPU's usable bytes (HBM less the runtime reserve, as the framework
   profiles compare); offloaded optimizer state must fit the host's share per GPU (host memory
   per node ÷ GPUs per NVLink domain).
@@ -155,12 +155,9 @@ def compose(
             raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
         gpus = sizes.pop()
         held = sum((c.held_bytes for c in members), Fraction(0))
-        swaps = [
-            sum((c.swap_bytes for c in members if ph in c.phases), Fraction(0)) for ph in PHASES
-        ]
         peaks = [
-            held + sw + max(c.phase_bytes(ph) for c in members)
-            for sw, ph in zip(swaps, PHASES, strict=True)
+            held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
+            for ph in PHASES
         ]
         kinds = {str(c.option.role): c for c in members}
         if shared_weights and "rollout" in kinds and "actor" in kinds:

@@ -11,8 +11,8 @@ Encoding:
   y[q, n]``, and a used slot has a role. ``Σ n·y ≤ G``: the pools are disjoint.
 * Memory: for every slot, phase and role working in that phase, ``Σ_roles held·x + phase
   bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
-  (bytes rounded up), with the state of the roles offloaded when idle that work in the phase
-  added (``Σ swap·x``). Host: ``Σ host bytes·x ≤`` the host's share per GPU.
+  (bytes rounded up; a role offloaded when idle adds its state, swapped in for its turn). Host:
+  ``Σ host bytes·x ≤`` the host's share per GPU.
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
   slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
@@ -129,12 +129,14 @@ class PlacementModel:
         for q, entries in by_slot.items():
             held = sum(ints[(ri, n, oi)][0] * v for ri, n, oi, v in entries)
             for k, _ in enumerate(PHASES):
-                swap = sum(ints[(ri, n, oi)][4][k] * v for ri, n, oi, v in entries)
-                m.add(held + swap <= cap)
                 for ri in {e[0] for e in entries}:
-                    mine = [(ints[(r2, n, oi)][1][k], v) for r2, n, oi, v in entries if r2 == ri]
+                    mine = [
+                        (ints[(r2, n, oi)][1][k] + ints[(r2, n, oi)][4][k], v)
+                        for r2, n, oi, v in entries
+                        if r2 == ri
+                    ]
                     if any(b for b, _ in mine):
-                        m.add(held + swap + sum(b * v for b, v in mine) <= cap)
+                        m.add(held + sum(b * v for b, v in mine) <= cap)
             if entries:
                 m.add(sum(ints[(ri, n, oi)][2] * v for ri, n, oi, v in entries) <= host_cap)
             work[q] = [

@@ -113,8 +113,7 @@ def objective_ns(
             return None
         held = sum(i[0] for _, i in members)
         for k in range(3):
-            swap = sum(i[4][k] for _, i in members)
-            if held + swap + max(i[1][k] for _, i in members) > cap:
+            if held + max(i[1][k] + i[4][k] for _, i in members) > cap:
                 return None
         if sum(i[2] for _, i in members) > host_cap:
             return None

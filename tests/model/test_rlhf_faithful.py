@@ -224,7 +224,8 @@ def test_cpu_adam_host_bytes_of_a_real_70b_actor():
 
 
 def test_pool_memory_and_step_rules():
-    """Peak = Σ held + Σ swap of the roles working in the phase + the largest phase bytes; the
+    """Peak = Σ held + the largest (swap + phase bytes) of the roles working in the phase: work on
+    a pool serialises and a role offloaded when idle is on the GPU for its own turn only. The
     synchronous step adds each phase's slowest pool, one step off-policy overlaps."""
 
     def cost(name, held, phases, seconds, swap=0):
@@ -240,8 +241,11 @@ def test_pool_memory_and_step_rules():
     actor = cost("actor", 30, {"scoring": 10, "training": 20}, {"scoring": 5.0, "training": 30.0})
     ref = cost("reference", 0, {"scoring": 10}, {"scoring": 5.0}, swap=15)
     plan = compose([roll, actor, ref], [0, 0, 0], 100, 10**12, 8)
-    # rollout 30 + 40; scoring 30 + 15 (the reference back) + 10; training 30 + 20
+    # rollout 30 + 40; scoring 30 + max(10, 15 (the reference back) + 10); training 30 + 20
     assert plan.pools[0].peak_bytes == (70, 55, 50) and plan.fits
+    big = cost("reward", 0, {"scoring": 10}, {"scoring": 5.0}, swap=35)
+    both = compose([roll, actor, ref, big], [0, 0, 0, 0], 100, 10**12, 8)
+    assert both.pools[0].peak_bytes[1] == 30 + 35 + 10  # one at a time, not 30 + 15 + 35 + 10
     assert plan.step_s == 60 + 10 + 30 == step_seconds([[60, 10, 30]], 0)
     split = compose([roll, actor, ref], [0, 1, 1], 100, 10**12, 8, off_policy=1)
     assert split.step_s == max(60, 10 + 30) == 60
