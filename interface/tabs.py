@@ -399,7 +399,7 @@ def _rlhf_counts(algo: str, prompts: Any, samples: Any, prompt_t: Any, completio
 
 def rlhf_report(
     algorithm: str,
-    policy_params: Any,
+    policy_params: Any = None,
     reward_params: Any = None,
     reward: str | None = None,
     prompts: Any = RLHF_DEFAULTS["prompts"],
@@ -411,7 +411,7 @@ def rlhf_report(
     train_mfu: Any = RLHF_DEFAULTS["train_mfu"],
     gpu: str | None = None,
     peak_tflops: Any = None,
-    chips: Any = 1,
+    chips: Any = None,
     rollout_engine: bool = False,
     layers: Any = None,
     kv_heads: Any = None,
@@ -420,8 +420,15 @@ def rlhf_report(
     logits_buffer: bool = False,
     vocab_size: Any = None,
     logits_tokens: Any = None,
+    model: str | None = None,
+    **faithful: Any,
 ) -> dict[str, Any]:
     """The RLHF tab: resident memory by network, FLOPs and time of one step by phase.
+
+    With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
+    of issue 12 under ``faithful`` (:func:`interface.rlhf_report.faithful_report`; its options,
+    :data:`interface.rlhf_report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
+    says which; without it the figures are the seed's (``accounting: "seed"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
     (``logits_buffer``) are off by default (the seed leaves them out) and add to
@@ -442,6 +449,30 @@ def rlhf_report(
     >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
     (4, 36, 2520000000000)
     """
+    from trainplan.interface import rlhf_report as rf
+
+    unknown = sorted(set(faithful) - set(rf.FAITHFUL_ONLY) - {"rollout_batch"})
+    if unknown:
+        raise TypeError(f"rlhf_report() got an unexpected keyword argument {unknown[0]!r}")
+    if model is not None:
+        seed_params = {
+            "policy_params": policy_params, "reward_params": reward_params, "chips": chips,
+            "peak_tflops": peak_tflops, "rollout_engine": rollout_engine, "layers": layers,
+            "kv_heads": kv_heads, "head_dim": head_dim, "logits_buffer": logits_buffer,
+            "vocab_size": vocab_size, "logits_tokens": logits_tokens,
+        }  # fmt: skip
+        params = {
+            "algorithm": algorithm, "model": model, "reward": reward, "prompts": prompts,
+            "samples_per_prompt": samples_per_prompt, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "epochs": epochs, "decode_mfu": decode_mfu,
+            "train_mfu": train_mfu, "gpu": gpu, "rollout_batch": rollout_batch,
+            **seed_params, **faithful,
+        }  # fmt: skip
+        return rf.faithful_report(rlhf_report, params)
+    check_applicable(
+        {k: v for k, v in faithful.items() if k in rf.FAITHFUL_ONLY},
+        dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME"),
+    )
     algo = str(algorithm).lower()
     given = {
         "reward": reward,
@@ -460,6 +491,11 @@ def rlhf_report(
         given,
         rl.not_applicable(algo, reward, rollout_engine=rollout_engine, logits_buffer=logits_buffer),
     )
+    if policy_params is None:
+        raise InputError(
+            "policy_params: missing; give --policy-params SIZE (the seed's accounting) or --model "
+            "NAME (the faithful one)"
+        )
     n_p = parse_count(policy_params, "policy_params")
     n_r = None if reward_params is None else parse_count(reward_params, "reward_params")
     nets = rl.networks(algo, n_p, n_r, reward)
@@ -473,7 +509,7 @@ def rlhf_report(
     peak, peak_source = resolve_peak(gpu, peak_tflops, RLHF_DEFAULTS["gpu"])
     decode = RLHF_DEFAULTS["decode_mfu"] if decode_mfu is None else decode_mfu
     mfus = (parse_number(decode, "decode_mfu"), parse_number(train_mfu, "train_mfu"))
-    times = rl.phase_times(flops, *mfus, peak, parse_count(chips, "chips"))
+    times = rl.phase_times(flops, *mfus, peak, parse_count(1 if chips is None else chips, "chips"))
     dims = {
         "layers": layers,
         "kv_heads": kv_heads,
@@ -504,7 +540,7 @@ def rlhf_report(
         for x in nets
     ]
     return jsonable({
-        "tab": "rlhf", "algorithm": algo, "reward": reward,
+        "tab": "rlhf", "accounting": "seed", "algorithm": algo, "reward": reward,
         "networks": len(nets), "network_table": table,
         "bytes_per_policy_param": net_bytes / n_p, "network_bytes": net_bytes,
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),

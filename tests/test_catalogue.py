@@ -7,6 +7,7 @@ The fixtures in ``tests/data/hf/`` copy the released ``config.json`` files' keys
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -281,6 +282,18 @@ def test_hf_missing_key_names_key_and_file():
     del config["kv_lora_rank"]
     with pytest.raises(ScenarioError, match="'kv_lora_rank'"):
         architecture_from_hf(config, "x/config.json")
+
+
+def test_hf_qwen2_qkv_only_biases_are_counted():
+    """Qwen2's q, k and v projections carry biases and nothing else does (``qkv_bias``): per
+    layer a·d + 2·g·d = 28·128 + 2·4·128 = 4,608 parameters, 28 layers = 129,024 over the
+    bias-free count. Total 7,615,616,512: the safetensors count of Qwen/Qwen2-7B (7.62B on the
+    model card)."""
+    arch = architecture_from_hf(_hf("qwen2-7b"), "qwen2-7b/config.json")
+    assert arch.qkv_bias and not arch.linear_bias
+    assert count_params(arch).total == 7_615_616_512
+    plain = dataclasses.replace(arch, qkv_bias=False)
+    assert count_params(arch).total - count_params(plain).total == 28 * (28 * 128 + 2 * 4 * 128)
 
 
 def test_hf_partial_biases_and_unsupported_types_rejected():

@@ -1,4 +1,5 @@
-"""The other four tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt``, ``rlhf``.
+"""Three of the other tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt`` (``rlhf`` is in
+:mod:`interface.cli.rlhf`).
 
 Options are read as text and parsed by :mod:`interface.tabs` (numbers as 4e6, 4,000,000, 4e 6,
 70B), so that any bad value is one ``Error: …`` line and exit code 2.
@@ -19,7 +20,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
 from trainplan.model.checkpointing import tensor_state
 
-__all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "rlhf_cmd", "render_timeline", "render_step"]
+__all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "render_timeline", "render_step"]
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 
@@ -268,82 +269,6 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         click.echo(render_step(r, st))
 
 
-# ------------------------------------------------------------------------------------ RLHF
-@cli.command("rlhf")
-@click.option("--algorithm", required=True, help="ppo, grpo or dpo.")
-@click.option("--policy-params", required=True, help="Policy parameters N_p (70e9, 70B).")
-@click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
-@click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model].")
-@click.option("--prompts", default=str(tabs.RLHF_DEFAULTS["prompts"]), show_default=True)
-@click.option(
-    "--samples-per-prompt",
-    help=f"PPO and GRPO [default: {tabs.RLHF_DEFAULTS['samples_per_prompt']}]; DPO has 2 (a pair).",
-)
-@click.option(
-    "--prompt-tokens", default=str(tabs.RLHF_DEFAULTS["prompt_tokens"]), show_default=True
-)
-@click.option(
-    "--completion-tokens", default=str(tabs.RLHF_DEFAULTS["completion_tokens"]), show_default=True
-)
-@click.option("--epochs", default="1", show_default=True)
-@click.option(
-    "--decode-mfu",
-    help=f"MFU of rollout generation (0–1) [default: {tabs.RLHF_DEFAULTS['decode_mfu']}].",
-)
-@click.option(
-    "--train-mfu",
-    default=str(tabs.RLHF_DEFAULTS["train_mfu"]),
-    show_default=True,
-    help="MFU of scoring and training (0–1).",
-)
-@click.option("--gpu", help=f"Accelerator [default: {tabs.RLHF_DEFAULTS['gpu']}].")
-@click.option("--peak-tflops", help="Peak per chip instead of --gpu.")
-@click.option("--chips", default="1", show_default=True)
-@click.option(
-    "--rollout-engine",
-    is_flag=True,
-    help="Add the rollout engine's weight copy and KV cache (needs --layers "
-    "--kv-heads --head-dim).",
-)
-@click.option("--layers")
-@click.option("--kv-heads")
-@click.option("--head-dim")
-@click.option(
-    "--rollout-batch",
-    help="Sequences the engine decodes at once, its KV cache "
-    f"[default: {tabs.RLHF_DEFAULTS['rollout_batch']}, vLLM's max_num_seqs].",
-)
-@click.option(
-    "--logits-buffer", is_flag=True, help="Add the FP32 logits buffer (needs --vocab-size)."
-)
-@click.option("--vocab-size")
-@click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
-@JSON
-def rlhf_cmd(as_json: bool, **kw: Any) -> None:
-    """Resident memory, FLOPs and time shares of one PPO, GRPO or DPO step."""
-    r = tabs.rlhf_report(**kw)
-    if as_json:
-        echo_json(r)
-        return
-    reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
-    click.echo(f"{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
-    for x in r["network_table"]:
-        state = "trainable" if x["trainable"] else "frozen"
-        click.echo(
-            f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
-            f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
-        )
-    for k, v in r["extra_bytes"].items():
-        at_once = f" ({r['rollout_batch']} seqs at once)" if k == "kv_cache_bytes" else ""
-        click.echo(f"  {k + at_once:<31} {v / 1e12:8.3f} TB")
-    vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
-    click.echo(
-        f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
-        f"bytes per policy parameter{vs_ppo}"
-    )
-    click.echo("phase        FLOPs       FLOPs share  time share")
-    for ph in ("rollout", "scoring", "training"):
-        click.echo(
-            f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
-            f"  {_pct(r['phase_time_share'][ph]):>10}"
-        )
+# The rlhf tab lives in its own module with rlhf-plan; importing this one registers it too (the
+# tab tests register "the tabs" by importing this module).
+from trainplan.interface.cli import rlhf as _rlhf  # noqa: E402, F401

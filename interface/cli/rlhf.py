@@ -1,0 +1,239 @@
+"""``trainplan rlhf`` (the RLHF tab: the seed's accounting, and with ``--model`` the faithful one)
+and ``trainplan rlhf-plan`` (the placement and parallelism search).
+
+Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf_faithful`,
+so any bad value is one ``Error: …`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from trainplan.interface import tabs
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json
+
+__all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
+
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+D = tabs.RLHF_DEFAULTS
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The workload options both commands share."""
+    opts = [
+        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the tab's seed accounting only)."),
+        click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
+        click.option("--prompts", default=str(D["prompts"]), show_default=True),
+        click.option(
+            "--samples-per-prompt",
+            help=f"Rollouts per prompt, GRPO's group size [default: {D['samples_per_prompt']}]; DPO has 2.",
+        ),
+        click.option("--prompt-tokens", default=str(D["prompt_tokens"]), show_default=True),
+        click.option("--completion-tokens", default=str(D["completion_tokens"]), show_default=True),
+        click.option("--epochs", default="1", show_default=True, help="PPO epochs per step."),
+        click.option(
+            "--max-completion-tokens",
+            help="The longest rollout's completion (the engine waits for it) [default: the mean].",
+        ),
+        click.option("--gpu", help=f"Accelerator [default: {D['gpu']}]."),
+        click.option(
+            "--rollout-batch",
+            help="Sequences an engine decodes at once at most (vLLM max_num_seqs) "
+            f"[default: {D['rollout_batch']}].",
+        ),
+        click.option("--critic-model", help="The critic's and reward model's network [default: the policy's]."),
+        click.option("--framework", help="megatron, deepspeed or fsdp2 (faithful) [default: megatron]."),
+        click.option("--zero", help="ZeRO stage of the framework [default: the framework's]."),
+        click.option("--train-batch", help="Sequences per optimizer update [default: all of the step's]."),
+        click.option("--micro-batch-tokens", help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
+        click.option("--logits", help="full, chunked or fused: log-softmax/entropy over the logits [default: full]."),
+        click.option("--old-log-prob", help="recompute (the actor's forward, verl) or engine [default: recompute]."),
+        click.option("--engine-memory-fraction", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
+        click.option("--off-policy", help="0 synchronous, 1 one-step off-policy [default: 0]."),
+        click.option("--recompute", help="Activation recomputation of the update [default: full]."),
+        click.option("--host-memory-gb", help="Host memory per node, GB [default: 2000, DGX H100]."),
+        click.option("--bandwidth-efficiency", help="Fraction of HBM bandwidth decode reaches [default: 1]."),
+    ]  # fmt: skip
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _old_log_prob(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    low = value.lower()
+    if low not in ("recompute", "engine"):
+        from trainplan.model.errors import InputError
+
+        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
+    return low == "recompute"
+
+
+# ------------------------------------------------------------------------------------ rlhf
+@cli.command("rlhf")
+@_workload
+@click.option("--policy-params", help="Policy parameters N_p (70e9, 70B): the seed's accounting.")
+@click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
+@click.option(
+    "--decode-mfu",
+    help=f"Seed accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+)
+@click.option(
+    "--train-mfu",
+    default=str(D["train_mfu"]),
+    show_default=True,
+    help="Seed accounting: MFU of scoring and training (0–1).",
+)
+@click.option("--peak-tflops", help="Peak per chip instead of --gpu (seed accounting).")
+@click.option("--chips", help="Seed accounting: chips [default: 1].")
+@click.option(
+    "--rollout-engine",
+    is_flag=True,
+    help="Seed accounting: add the engine's weight copy and KV cache (needs --layers "
+    "--kv-heads --head-dim).",
+)
+@click.option("--layers")
+@click.option("--kv-heads")
+@click.option("--head-dim")
+@click.option("--logits-buffer", is_flag=True, help="Seed accounting: add the FP32 logits buffer.")
+@click.option("--vocab-size")
+@click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
+@click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
+@click.option("--gpus", help="Faithful: GPUs of the cluster [default: 8].")
+@click.option(
+    "--rollout-gpus", help="Faithful: the engine on this many GPUs of its own [default: colocated]."
+)
+@click.option("--train-tp", help="Faithful: tp of the training and scoring roles [default: 1].")
+@click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
+@click.option("--rollout-tp", help="Faithful: the engine's tp [default: 2, verl's].")
+@click.option(
+    "--offload",
+    help="Faithful: none, optimizer (CPU Adam), idle (state to host outside the role's phases), "
+    "or role=mode,… [default: none].",
+)
+@click.option(
+    "--shared-engine-weights",
+    is_flag=True,
+    help="Faithful: colocated, the engine reuses the actor's BF16 weights (HybridFlow).",
+)
+@click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
+@JSON
+def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> None:
+    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the seed's figures, or with --model
+    every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
+    kw["old_log_prob"] = _old_log_prob(old_log_prob)
+    kw = {k: v for k, v in kw.items() if v is not None and v is not False or k in _SEED_ARGS}
+    r = tabs.rlhf_report(**kw)
+    if as_json:
+        echo_json(r)
+        return
+    _seed_text(r)
+    if "faithful" in r:
+        from trainplan.interface.rlhf_text import plan_lines
+
+        f = r["faithful"]
+        click.echo(
+            f"\nFaithful accounting ({f['framework']} ZeRO-{f['zero_stage']}, {f['recompute']} "
+            f"recompute, logits {f['logits']}): {f['policy']} on {f['gpus']} × {f['gpu']}, "
+            f"{f['sequences']:,} rollouts of {f['tokens_per_sequence']:,} tokens"
+        )
+        fl = f["phase_flops_total"]
+        click.echo(
+            f"FLOPs per step: rollout {fl['rollout']:.3e} (2N per token, prefill and decode), "
+            f"scoring {fl['scoring']:.3e} (2N per token: "
+            f"{', '.join(f['flops_by_role']['scoring'])}), training {fl['training']:.3e} "
+            f"(6N per token × {f['epochs']} epoch(s))"
+        )
+        for line in plan_lines(f, width):
+            click.echo(line)
+
+
+_SEED_ARGS = ("algorithm", "train_mfu", "prompts", "prompt_tokens", "completion_tokens", "epochs")
+
+
+def _seed_text(r: dict[str, Any]) -> None:
+    head = "" if r["accounting"] == "seed" else "The seed's accounting (textbook): "
+    reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
+    click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
+    for x in r["network_table"]:
+        state = "trainable" if x["trainable"] else "frozen"
+        click.echo(
+            f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
+            f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
+        )
+    for k, v in r["extra_bytes"].items():
+        at_once = f" ({r['rollout_batch']} seqs at once)" if k == "kv_cache_bytes" else ""
+        click.echo(f"  {k + at_once:<31} {v / 1e12:8.3f} TB")
+    vs_ppo = "" if r["algorithm"] == "ppo" else f"; {_pct(r['fewer_than_ppo'])} fewer than PPO"
+    click.echo(
+        f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
+        f"bytes per policy parameter{vs_ppo}"
+    )
+    click.echo("phase        FLOPs       FLOPs share  time share")
+    for ph in ("rollout", "scoring", "training"):
+        click.echo(
+            f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
+            f"  {_pct(r['phase_time_share'][ph]):>10}"
+        )
+
+
+# ------------------------------------------------------------------------------------ rlhf-plan
+@cli.command("rlhf-plan")
+@_workload
+@click.option("--model", required=True, help="The policy (catalogue name or config.json).")
+@click.option("--gpus", required=True, help="GPUs of the cluster.")
+@click.option(
+    "--offload/--no-offload", default=True, show_default=True, help="Let trainable roles offload."
+)
+@click.option("--time-limit", type=POSITIVE, help="Seconds for each CP-SAT solve (then: feasible).")
+@click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT threads.")
+@click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
+@JSON
+def rlhf_plan_cmd(
+    as_json: bool,
+    width: int,
+    offload: bool,
+    time_limit: Any,
+    workers: int,
+    old_log_prob: str | None,
+    **kw: Any,
+) -> None:
+    """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
+    its dp/tp/pp (training) or tp/dp (rollout), offload and the engine's memory fraction —
+    CP-SAT over the cost model's tables, proven optimal within the model."""
+    from trainplan.interface.rlhf_faithful import rlhf_inputs
+    from trainplan.interface.rlhf_report import result_dict
+    from trainplan.interface.rlhf_text import result_lines
+    from trainplan.optimizer.rlhf_search import search_placement
+    from trainplan.optimizer.rlhf_tables import RLHFProblem
+
+    kw["old_log_prob"] = _old_log_prob(old_log_prob)
+    inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)
+    problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=offload)
+    from trainplan.model.errors import InfeasibleError
+
+    try:
+        result = search_placement(problem, float(time_limit) if time_limit else None, workers)
+    except InfeasibleError as err:
+        if as_json:
+            echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
+        else:
+            click.echo("No placement fits:", err=True)
+            for line in err.explanation:
+                click.echo(f"  - {line}", err=True)
+        raise SystemExit(1) from None
+    res = tabs.jsonable(result_dict(inp, result))
+    if as_json:
+        echo_json(res)
+        return
+    for line in result_lines(res, width):
+        click.echo(line)

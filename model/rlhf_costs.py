@@ -1,0 +1,325 @@
+"""The formulas of each RLHF role's cost (:func:`model.rlhf_roles.role_cost` calls them): a
+training or scoring role from ``evaluate()`` of its layout and the RLHF logits terms, the rollout
+engine from :mod:`model.rollout`. The rules and their sources are in :mod:`model.rlhf_roles`."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.estimate import Estimate, StageMemory, stage_params_per_gpu
+from trainplan.model.frameworks import Framework, mechanism
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.rlhf_roles import (
+    IDLE_SOURCE,
+    OFFLOAD_SOURCE,
+    Evaluator,
+    RoleCost,
+    RoleOption,
+    Term,
+)
+from trainplan.model.rlhf_spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.rollout import engine_memory, kv_bytes_per_token, rollout_time
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.timing import kernel_efficiency_for
+
+__all__ = ["network_cost", "rollout_cost"]
+
+_ENGINE_SOURCE = (
+    "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
+    "the engine takes (weights + KV cache); model.rollout"
+)
+_KV_SOURCE = (
+    "KV cache 2·L·g·d·2 B per token, g/tp KV heads per GPU (one when tp > g; MLA: the latent, "
+    "whole), for the sequences decoded at once (vLLM PagedAttention, max_num_seqs)"
+)
+_LOGITS_SOURCE = {
+    LogitsMode.FULL: "FP32 logits [tokens × V]/tp, and log-softmax/entropy over them as large "
+    "(verl entropy_from_logits, logprobs_from_logits)",
+    LogitsMode.CHUNKED: "FP32 logits [tokens × V]/tp; log-softmax/entropy 2,048 tokens at a time "
+    "(verl entropy_from_logits_with_chunking)",
+    LogitsMode.FUSED: "fused linear cross-entropy: logits and log-softmax one 2,048-token chunk at "
+    "a time (Liger Kernel; verl use_fused_kernels)",
+}
+
+
+def _batch(sequences: int, b: int, dp: int) -> int:
+    """Sequences rounded up to whole micro-batches on every dp rank (the busiest rank's share)."""
+    return math.ceil(sequences / (b * dp)) * b * dp
+
+
+def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
+    return Layout(
+        dp=opt.dp,
+        tp=opt.tp,
+        pp=opt.pp,
+        framework=spec.framework,
+        zero_stage=spec.zero_stage or 1,
+        recompute=recompute,
+        micro_batch_size=spec.micro_batch_sequences,
+    )
+
+
+def _stage_params(stage: StageMemory) -> Fraction:
+    return stage.dense_params + stage.expert_params
+
+
+def _forward_s(est: Estimate) -> float:
+    """A forward over the batch: a third of the three passes' compute, bubble and tp/pp/cp/ep
+    traffic (no recomputation, no DP exchange)."""
+    if est.time_terms is None:
+        raise InputError("rlhf: step time needs every axis's link bandwidth")
+    return est.time_terms.compute_and_pipeline_s / 3
+
+
+def network_cost(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
+) -> RoleCost:
+    arch = rs.model.arch
+    assert arch is not None
+    # sequence parallelism splits every sequence over tp: padded to a multiple of it (NeMo-RL's
+    # make_sequence_length_divisible_by; Megatron-LM requires it)
+    b, s = spec.micro_batch_sequences, math.ceil(spec.seq_len / opt.tp) * opt.tp
+    score_est = evaluate(
+        rs.model,
+        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
+        _layout(spec, opt, Recompute.NONE),
+    )
+    logit, temp = logits_bytes(
+        b * s, arch.vocab_size, opt.tp, spec.logits, spec.logits_chunk_tokens
+    )
+    counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
+    mech = mechanism(spec.framework, spec.zero_stage or 1)
+    last = len(score_est.stages) - 1
+    terms: list[Term] = []
+    if rs.trainable:
+        train_est = evaluate(
+            rs.model,
+            TrainingSpec(
+                seq_len=s, global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp)
+            ),
+            _layout(spec, opt, spec.recompute),
+        )
+        extra = (logit + temp - counted) if rs.log_probs else -counted
+        offloaded, held, train_peak, host = [], [], [], Fraction(0)
+        for i, st in enumerate(train_est.stages):
+            off = Fraction(0)
+            if opt.offload == "optimizer":
+                master = 4 * _stage_params(st) / opt.dp if spec.framework is Framework.FSDP2 else 0
+                off = st.state.optimizer_bytes + master
+                host = max(host, off)
+            offloaded.append(off)
+            held.append(st.state.total_bytes - off)
+            step = st.state.total_bytes - off + (0 if off else st.state.step_bytes)
+            train_peak.append(max(st.backward_bytes + (extra if i == last else 0) - off, step))
+        held_b = max(held)
+        state = train_est.peak.state
+        terms += [
+            Term("weights", "held", state.weights_bytes, "bytes", mech.source),
+            Term("gradients", "held", state.gradients_bytes, "bytes", mech.source),
+            Term(
+                "optimizer state" + (" (offloaded)" if opt.offload == "optimizer" else ""),
+                "host" if opt.offload == "optimizer" else "held",
+                state.optimizer_bytes,
+                "bytes",
+                OFFLOAD_SOURCE if opt.offload == "optimizer" else mech.source,
+            ),
+        ]
+        acts = train_est.peak.activations
+        if acts is not None:
+            terms.append(
+                Term(
+                    f"activations ({spec.recompute} recompute, b {b} × s {s})",
+                    "training",
+                    acts.total_bytes,
+                    "bytes",
+                    "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
+                )
+            )
+        if rs.log_probs:
+            terms += [
+                Term("FP32 logits", "training", logit, "bytes", _LOGITS_SOURCE[spec.logits]),
+                Term(
+                    "log-softmax/entropy temporary",
+                    "training",
+                    temp,
+                    "bytes",
+                    _LOGITS_SOURCE[spec.logits],
+                ),
+            ]
+        if train_est.step_s is None:
+            raise InputError("rlhf: step time needs every axis's link bandwidth")
+        updates = spec.epochs * spec.updates_per_epoch
+        offload_s = 0.0
+        if opt.offload == "optimizer":
+            assert device.host_link_bytes_per_s
+            shard = max(_stage_params(st) for st in train_est.stages) / opt.dp
+            offload_s = float(6 * shard / Fraction(device.host_link_bytes_per_s)) * updates
+            terms.append(Term("host offload per GPU", "host", host, "bytes", OFFLOAD_SOURCE))
+        training_s = updates * train_est.step_s + offload_s
+        terms.append(
+            Term(
+                f"training ({spec.epochs} epoch(s) × {spec.updates_per_epoch} update(s))",
+                "training",
+                training_s,
+                "s",
+                "evaluate() step time of the layout (model.timing), 6N per token per epoch",
+            )
+        )
+        training_b = max(train_peak) - held_b
+    else:
+        held = []
+        for st in score_est.stages:
+            p_dense, p_exp = st.dense_params, st.expert_params
+            if mech.weights_full:
+                held.append(2 * (p_dense + p_exp))
+            else:
+                held.append(2 * p_dense / opt.dp + 2 * p_exp / score_est.layout.expert_shard_degree)
+        held_b = max(held)
+        host, training_s, training_b = Fraction(0), 0.0, Fraction(0)
+        how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
+        terms.append(Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source))
+    scoring_s, scoring_b = 0.0, Fraction(0)
+    if "scoring" in rs.phases:
+        out = (logit + temp) if rs.log_probs else Fraction(0)
+        peaks = [
+            held[i] + st.state.gathered_bytes + (out if i == last else 0)
+            for i, st in enumerate(score_est.stages)
+        ]
+        scoring_b = max(peaks) - held_b
+        scoring_s = _forward_s(score_est)
+        what = "old log-probs" if rs.role is Role.ACTOR else "forward"
+        terms.append(
+            Term(
+                f"scoring {what} (2N per token)",
+                "scoring",
+                scoring_s,
+                "s",
+                "evaluate() without recomputation: one of a micro-batch's three passes",
+            )
+        )
+        if rs.log_probs and not rs.trainable:
+            terms.append(
+                Term(
+                    "FP32 logits + log-softmax",
+                    "scoring",
+                    out,
+                    "bytes",
+                    _LOGITS_SOURCE[spec.logits],
+                )
+            )
+    whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
+    swap = Fraction(0)
+    if opt.offload == "idle":
+        assert device.host_link_bytes_per_s
+        swap, held_b, host = held_b, Fraction(0), host + held_b
+        moves = float(2 * swap / Fraction(device.host_link_bytes_per_s))
+        terms.append(Term("state to host when idle", "host", swap, "bytes", IDLE_SOURCE))
+        for phase in rs.phases:  # in for its turn in each phase it works in, then out
+            terms.append(Term("state in and back out", phase, moves, "s", IDLE_SOURCE))
+        if "scoring" in rs.phases:
+            scoring_s += moves
+        if "training" in rs.phases:
+            training_s += moves
+    return RoleCost(
+        opt,
+        held_b,
+        Fraction(0),
+        scoring_b,
+        training_b,
+        0.0,
+        scoring_s,
+        training_s,
+        host,
+        tuple(terms),
+        bf16_weight_bytes=Fraction(whole) if rs.trainable and not swap else Fraction(0),
+        swap_bytes=swap,
+        phases=rs.phases,
+    )
+
+
+def rollout_cost(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    opt: RoleOption,
+    device: DeviceSpec,
+    sync_bytes_per_s: float | None,
+) -> RoleCost:
+    arch = rs.model.arch
+    assert arch is not None
+    if opt.pp != 1:
+        raise LayoutError("rollout: the engine runs tp × dp replicas (pp 1)")
+    if opt.fraction is None:
+        raise InputError("rollout: the engine needs its memory fraction")
+    if device.hbm_bytes_per_s is None:
+        raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
+    ((_, _, dense, experts),) = stage_params_per_gpu(
+        rs.model, opt.tp, 1, 1, 1, True, opt.tp, True, None, 0
+    )
+    weights = 2 * (dense + experts)
+    per_replica = math.ceil(spec.sequences / opt.dp)
+    mem = engine_memory(
+        arch,
+        weights,
+        device.physical_bytes,
+        opt.fraction,
+        spec.max_num_seqs,
+        per_replica,
+        spec.seq_len,
+        opt.tp,
+    )
+    if not mem.fits:
+        raise LayoutError(
+            f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
+            f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
+            f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
+        )
+    time = rollout_time(
+        active_params=rs.active_params,
+        weights_bytes=weights,
+        kv_per_token_bytes=kv_bytes_per_token(arch, opt.tp),
+        sequences_per_replica=per_replica,
+        concurrent=mem.concurrent,
+        prompt_tokens=spec.prompt_tokens,
+        completion_tokens=spec.completion_tokens,
+        tp=opt.tp,
+        peak_flops_per_s=device.peak_flops_per_s,
+        kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
+        hbm_bytes_per_s=device.hbm_bytes_per_s,
+        bandwidth_efficiency=spec.bandwidth_efficiency,
+        sync_bytes=weights,
+        sync_bytes_per_s=sync_bytes_per_s,
+        max_completion_tokens=spec.max_completion_tokens,
+    )
+    bw = f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source})"
+    kv = f"KV cache ({mem.concurrent} sequences at once, by {mem.limited_by})"
+    steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
+    roof = f"roofline: max(2N·c, weights + KV read); {bw}"
+    sync = "BF16 weights over the link between training and rollout ranks"
+    prefill_src = "model.rollout; kernel efficiency model.timing"
+    terms = (
+        Term("engine budget (fraction × HBM)", "rollout", mem.budget_bytes, "bytes", _ENGINE_SOURCE),
+        Term("engine weights (BF16, ÷ tp)", "rollout", weights, "bytes", _ENGINE_SOURCE),
+        Term(kv, "rollout", mem.kv_cache_bytes, "bytes", _KV_SOURCE),
+        Term("sequences decoded at once", "rollout", mem.concurrent, "sequences", _KV_SOURCE),
+        Term("prefill (2N per prompt token)", "rollout", time.prefill_s, "s", prefill_src),
+        Term(steps, "rollout", time.decode_s, "s", roof),
+        Term("weight sync (2N/tp to each engine GPU)", "rollout", time.sync_s, "s", sync),
+    )  # fmt: skip
+    return RoleCost(
+        opt,
+        Fraction(0),
+        mem.budget_bytes,
+        Fraction(0),
+        Fraction(0),
+        time.total_s,
+        0.0,
+        0.0,
+        Fraction(0),
+        terms,
+        mem.concurrent,
+        weights,
+        phases=rs.phases,
+    )

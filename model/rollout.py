@@ -1,0 +1,350 @@
+"""The rollout engine of an RLHF step: its weights, its KV cache, its memory budget, and the
+seconds it takes to generate a step's rollouts (prefill and decode) on a pool of GPUs.
+
+Sources, term by term:
+
+* **Weights**: BF16, the policy's parameters split over the engine's tp (vLLM's
+  ``tensor_parallel_size``; norms and routers whole on every rank, as the training profiles
+  count them: :func:`model.estimate.stage_params_per_gpu`).
+* **KV cache**: per layer, K and V of ``[tokens, g, d]`` in the cache dtype (BF16, vLLM's
+  ``kv_cache_dtype="auto"`` = the model dtype; Kwon et al. 2023, PagedAttention). GQA keeps g
+  KV heads (Ainslie et al. 2023); vLLM splits them over tp when tp ≤ g and keeps one head on
+  each rank when tp > g (``num_kv_heads = max(1, total_num_kv_heads // tp_size)`` in its Llama
+  and Qwen2 attention). MLA (DeepSeek-V2/V3) caches the compressed latent ``c_KV``
+  (``kv_lora_rank``) and the shared RoPE key (``qk_rope_head_dim``) per token, whole on every tp
+  rank (vLLM's MLA backend).
+* **Memory budget**: vLLM's ``gpu_memory_utilization`` — "the fraction of GPU memory" the engine
+  may use for weights, activations and KV cache (vLLM engine arguments; default 0.9; verl's
+  rollout default 0.5 when colocated with training) — and SGLang's ``mem_fraction_static``
+  (weights and KV pool) are one number here: ``fraction × the device's bytes``. The KV space is
+  what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
+  (:data:`model.rlhf.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
+  full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
+* **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
+  prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated
+  kernel efficiency; each decode step of ``c`` sequences takes the longer of its compute
+  (``2·N_active·c``) and of reading the weights and every sequence's KV cache so far from HBM at
+  the accelerator's bandwidth (``hbm_tbps``, vendor datasheets). Sequences the engine cannot
+  hold at once run in further waves. With every rollout at the mean length a wave decodes that
+  many steps; when the longest rollout is longer (``max_completion_tokens``: a synchronous
+  engine waits for it), a wave decodes as many steps as the longest, reading the weights every
+  step, while the tokens it generates stay those of mean-length rollouts — on average
+  ``c·mean/max`` sequences live at each step (a uniform thinning of the batch; the lengths'
+  distribution is not modelled).
+* **Weight sync**: the updated policy's BF16 weights reach each engine GPU (``2·N/tp`` bytes)
+  over the link between the training and the rollout ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.specs import Architecture
+
+__all__ = [
+    "KV_CACHE_BYTES",
+    "kv_heads_per_gpu",
+    "kv_bytes_per_token",
+    "EngineMemory",
+    "engine_memory",
+    "RolloutTime",
+    "decode_seconds",
+    "rollout_time",
+    "check_fraction",
+]
+
+KV_CACHE_BYTES = 2
+"""Bytes per cached K or V element: BF16 (vLLM ``kv_cache_dtype="auto"``: the model dtype)."""
+
+
+def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fraction:
+    """An engine memory fraction in (0, 1) (vLLM ``gpu_memory_utilization``, SGLang
+    ``mem_fraction_static``).
+
+    Raises
+    ------
+    InputError
+        ``engine_memory_fraction: 1.2 must be in (0, 1) …`` for 0, 1 or anything outside.
+
+    Examples
+    --------
+    >>> check_fraction(Fraction(1, 2))
+    Fraction(1, 2)
+    """
+    if not 0 < value < 1:
+        raise InputError(
+            f"{name}: {float(value):g} must be in (0, 1): the fraction of each GPU's memory the "
+            "rollout engine takes (vLLM gpu_memory_utilization, SGLang mem_fraction_static)"
+        )
+    return value
+
+
+def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
+    """KV heads one GPU of a ``tp``-way engine caches: g/tp when tp ≤ g, else 1 (each head kept
+    whole on tp/g ranks, as vLLM does).
+
+    Raises
+    ------
+    LayoutError
+        When neither of tp and g divides the other (vLLM refuses such a tp).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> qwen = Architecture(num_layers=28, hidden_size=3584, num_attention_heads=28,
+    ...                     num_kv_heads=4, ffn_hidden_size=18944, vocab_size=152064)
+    >>> [kv_heads_per_gpu(qwen, tp) for tp in (1, 2, 4, 8)]
+    [4, 2, 1, 1]
+    """
+    g = arch.kv_heads
+    if tp <= g:
+        if g % tp:
+            raise LayoutError(f"rollout tp: {tp} does not divide the {g} KV heads")
+        return g // tp
+    if tp % g:
+        raise LayoutError(f"rollout tp: {tp} is not a multiple of the {g} KV heads")
+    return 1
+
+
+def kv_bytes_per_token(arch: Architecture, tp: int = 1, cache_bytes: int = KV_CACHE_BYTES) -> int:
+    """KV-cache bytes per token on one GPU of a ``tp``-way engine.
+
+    GQA/MHA: ``2 (K, V) · L · g_gpu · d · bytes`` (:func:`kv_heads_per_gpu`); MLA:
+    ``L · (kv_lora_rank + qk_rope_head_dim) · bytes`` on every rank.
+
+    Examples
+    --------
+    Llama 3 70B (L 80, g 8, d 128): 2·80·8·128·2 = 327,680 B per token, 40,960 at tp 8;
+    Qwen2.5 7B (L 28, g 4, d 128): 57,344 at tp 1, 14,336 at tp 4 and at tp 8 (one head each).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> llama70 = Architecture(num_layers=80, hidden_size=8192, num_attention_heads=64,
+    ...                        num_kv_heads=8, ffn_hidden_size=28672, vocab_size=128256)
+    >>> kv_bytes_per_token(llama70), kv_bytes_per_token(llama70, 8)
+    (327680, 40960)
+    """
+    if arch.mla is not None:
+        return arch.num_layers * (arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim) * cache_bytes
+    return 2 * arch.num_layers * kv_heads_per_gpu(arch, tp) * arch.dim_per_head * cache_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMemory:
+    """The rollout engine's bytes on one of its GPUs (all exact)."""
+
+    budget_bytes: Fraction
+    """What the engine takes: fraction × the device's bytes (vLLM ``gpu_memory_utilization``)."""
+    weights_bytes: Fraction
+    """Its BF16 weight copy on this GPU."""
+    kv_space_bytes: Fraction
+    """Budget less weights: what the KV cache may fill."""
+    kv_per_sequence_bytes: int
+    """One sequence's KV cache at full length (prompt + completion tokens) on this GPU."""
+    concurrent: int
+    """Sequences one engine replica decodes at once (0: the KV space holds none)."""
+    limited_by: str
+    """What sets ``concurrent``: ``max_num_seqs``, ``sequences`` (the replica has no more) or
+    ``kv_space``."""
+
+    @property
+    def kv_cache_bytes(self) -> Fraction:
+        """KV cache of the ``concurrent`` sequences at full length (≤ ``kv_space_bytes``)."""
+        return Fraction(self.concurrent * self.kv_per_sequence_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """True when the engine holds at least one sequence at full length."""
+        return self.concurrent >= 1
+
+
+def engine_memory(
+    arch: Architecture,
+    weights_bytes: Fraction,
+    device_bytes: int,
+    fraction: Fraction,
+    max_num_seqs: int,
+    sequences_per_replica: int,
+    seq_tokens: int,
+    tp: int,
+) -> EngineMemory:
+    """The engine's memory on one GPU and how many sequences it decodes at once.
+
+    ``device_bytes``: the GPU's bytes (its HBM); ``fraction``: vLLM's ``gpu_memory_utilization``;
+    ``weights_bytes``: the engine's weights on one GPU; ``sequences_per_replica``: rollouts this
+    engine replica (tp GPUs) generates in the step; ``seq_tokens``: prompt + completion tokens.
+
+    Raises
+    ------
+    InputError
+        A fraction outside (0, 1) (:func:`check_fraction`).
+    LayoutError
+        A tp the KV heads do not allow (:func:`kv_heads_per_gpu`).
+
+    Examples
+    --------
+    Qwen2.5 7B at tp 1 on an 80 GiB H100 with fraction 1/2: budget 42,949,672,960 B; weights
+    2·7,615,616,512 = 15,231,233,024 B; KV space 27,718,439,936 B; a 5,120-token sequence holds
+    57,344·5,120 = 293,601,280 B, so 94 fit at once (fewer than max_num_seqs 256).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> qwen = Architecture(num_layers=28, hidden_size=3584, num_attention_heads=28,
+    ...                     num_kv_heads=4, ffn_hidden_size=18944, vocab_size=152064)
+    >>> m = engine_memory(qwen, Fraction(15_231_233_024), 80 * 2**30, Fraction(1, 2), 256,
+    ...                   2048, 5120, 1)
+    >>> m.concurrent, m.limited_by, int(m.kv_space_bytes)
+    (94, 'kv_space', 27718439936)
+    """
+    check_fraction(fraction)
+    budget = fraction * device_bytes
+    kv_space = budget - weights_bytes
+    per_seq = kv_bytes_per_token(arch, tp) * seq_tokens
+    room = max(0, math.floor(kv_space / per_seq))
+    concurrent = min(max_num_seqs, sequences_per_replica, room)
+    if concurrent == room and room < min(max_num_seqs, sequences_per_replica):
+        limited = "kv_space"
+    elif concurrent == sequences_per_replica and sequences_per_replica < max_num_seqs:
+        limited = "sequences"
+    else:
+        limited = "max_num_seqs"
+    return EngineMemory(budget, weights_bytes, kv_space, per_seq, concurrent, limited)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutTime:
+    """Seconds of one step's rollout on one engine replica (all replicas run in parallel)."""
+
+    prefill_s: float
+    """Prompt processing, every wave: compute-bound."""
+    decode_s: float
+    """Token-by-token generation, every wave: each step the longer of compute and HBM reads."""
+    sync_s: float
+    """The updated weights reaching the engine before it starts."""
+    waves: int
+    """Rounds of ``concurrent`` sequences the replica runs (the last may be smaller)."""
+    memory_bound_steps: int
+    """Decode steps bound by HBM reads (of ``waves × completion tokens``)."""
+    total_steps: int
+
+    @property
+    def total_s(self) -> float:
+        """prefill + decode + weight sync."""
+        return self.prefill_s + self.decode_s + self.sync_s
+
+
+def decode_seconds(
+    compute_s: Fraction, read0_s: Fraction, read_per_step_s: Fraction, steps: int
+) -> tuple[Fraction, int]:
+    """``Σ_{t=1..steps} max(compute_s, read0_s + read_per_step_s · t)`` and how many of the
+    steps are memory-bound: each decode step computes for ``compute_s`` and reads the weights
+    and the KV cache so far (``read0_s`` at the prompt, ``read_per_step_s`` more per generated
+    token); the crossover is found in closed form.
+
+    Examples
+    --------
+    Steps 1–4 read 1.5, 2, 2.5, 3 s against 2 s of compute: 2 + 2 + 2.5 + 3 = 9.5 s, two
+    memory-bound steps (the second reads exactly its compute time: not counted as bound).
+
+    >>> decode_seconds(Fraction(2), Fraction(1), Fraction(1, 2), 4)
+    (Fraction(19, 2), 2)
+    """
+    if steps <= 0:
+        return Fraction(0), 0
+    if read_per_step_s > 0:
+        first = max(1, math.floor((compute_s - read0_s) / read_per_step_s) + 1)
+    else:
+        first = 1 if read0_s > compute_s else steps + 1
+    first = min(first, steps + 1)
+    n = steps - first + 1
+    compute_part = (first - 1) * compute_s
+    memory_part = n * read0_s + read_per_step_s * Fraction((first + steps) * n, 2)
+    return compute_part + memory_part, n
+
+
+def rollout_time(
+    *,
+    active_params: int,
+    weights_bytes: Fraction,
+    kv_per_token_bytes: int,
+    sequences_per_replica: int,
+    concurrent: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    tp: int,
+    peak_flops_per_s: float,
+    kernel_efficiency: float,
+    hbm_bytes_per_s: float,
+    bandwidth_efficiency: float,
+    sync_bytes: Fraction = Fraction(0),
+    sync_bytes_per_s: float | None = None,
+    max_completion_tokens: int | None = None,
+) -> RolloutTime:
+    """Seconds for one engine replica (``tp`` GPUs) to generate ``sequences_per_replica``
+    rollouts, ``concurrent`` at a time.
+
+    Per wave of ``c`` sequences: prefill ``2·N_active·c·Tp / tp`` FLOPs per GPU at
+    ``peak × kernel_efficiency``; then ``Tc`` decode steps, step t computing
+    ``2·N_active·c / tp`` FLOPs and reading ``weights + c·kv·(Tp + t)`` bytes per GPU at
+    ``hbm × bandwidth_efficiency`` (:func:`decode_seconds`). With ``max_completion_tokens``
+    (T_max > Tc) a wave runs T_max steps with ``c·Tc/T_max`` sequences live on average (the
+    module docstring). Weight sync: ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth
+    is given).
+
+    Raises
+    ------
+    InputError
+        ``concurrent`` below 1 (the engine holds no sequence), or a bandwidth that is not positive.
+
+    Examples
+    --------
+    One wave of 64 sequences of Qwen2.5 7B (N 7,615,616,512, weights 15.23 GB) at tp 1 on an
+    H100 (3.35 TB/s, 989.4 TFLOP/s at 0.5), 1,024 prompt + 4,096 completion tokens, reading
+    57,344 B per token per sequence. Decode compute per step 2·N·64/(989.4e12·0.5) = 1.97 ms;
+    reading the weights alone takes 15.23e9/3.35e12 = 4.55 ms, so every step is memory-bound:
+    4,096 × 4.55 ms = 18.62 s of weights plus the KV cache, 64·57,344·(4,096·1,024 +
+    4,096·4,097/2) = 4.619e13 B = 13.79 s; prefill 2·N·64·1,024/494.7e12 = 2.018 s.
+
+    >>> t = rollout_time(active_params=7_615_616_512, weights_bytes=Fraction(15_231_233_024),
+    ...     kv_per_token_bytes=57_344, sequences_per_replica=64, concurrent=64,
+    ...     prompt_tokens=1024, completion_tokens=4096, tp=1, peak_flops_per_s=989.4e12,
+    ...     kernel_efficiency=0.5, hbm_bytes_per_s=3.35e12, bandwidth_efficiency=1.0)
+    >>> t.waves, t.memory_bound_steps, round(t.decode_s, 2), round(t.prefill_s, 3)
+    (1, 4096, 32.41, 2.018)
+    """
+    if concurrent < 1:
+        raise InputError("rollout: the engine's KV space holds no sequence at full length")
+    if hbm_bytes_per_s <= 0 or bandwidth_efficiency <= 0:
+        raise InputError("rollout: HBM bandwidth and its efficiency must be positive")
+    rate = Fraction(peak_flops_per_s) * Fraction(kernel_efficiency)
+    bandwidth = Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency)
+    longest = max_completion_tokens or completion_tokens
+    if longest < completion_tokens:
+        raise InputError(
+            f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
+        )
+    full, rest = divmod(sequences_per_replica, concurrent)
+    waves = [concurrent] * full + ([rest] if rest else [])
+    prefill = decode = Fraction(0)
+    bound = 0
+    for c in waves:
+        prefill += Fraction(2 * active_params * c * prompt_tokens, tp) / rate
+        live = Fraction(c * completion_tokens, longest)
+        compute = 2 * active_params * live / tp / rate
+        read0 = (weights_bytes + live * kv_per_token_bytes * prompt_tokens) / bandwidth
+        per_step = live * kv_per_token_bytes / bandwidth
+        seconds, n = decode_seconds(compute, read0, per_step, longest)
+        decode += seconds
+        bound += n
+    sync = Fraction(0)
+    if sync_bytes and sync_bytes_per_s:
+        sync = sync_bytes / Fraction(sync_bytes_per_s)
+    return RolloutTime(
+        float(prefill),
+        float(decode),
+        float(sync),
+        len(waves),
+        bound,
+        len(waves) * longest,
+    )

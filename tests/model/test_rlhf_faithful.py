@@ -1,0 +1,269 @@
+"""The faithful RLHF accounting of issue 12, held to hand-derived figures: the rollout engine's KV
+cache and decode time for a GQA model, the logits buffers, host memory under offload, the pool
+memory and step-time rules of a placement."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.hardware import ClusterLinks
+from trainplan.model.rlhf_roles import RoleCost, RoleOption, offload_host_bytes
+from trainplan.model.rlhf_spec import RLHFSpec, logits_bytes, phase_flops
+from trainplan.model.rlhf_step import compose, step_seconds
+from trainplan.model.rollout import (
+    decode_seconds,
+    engine_memory,
+    kv_bytes_per_token,
+    rollout_time,
+)
+from trainplan.model.timing import kernel_efficiency_for
+from trainplan.optimizer.rlhf_tables import RLHFProblem, cost_of
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+QWEN = get_model("qwen2.5-7b").model  # L 28, h 3584, a 28, g 4, d 128, V 152,064
+N_QWEN = 7_615_616_512
+H100 = get_accelerator("H100-SXM")
+
+
+def _spec(**kw):
+    base = dict(
+        algorithm="grpo",
+        policy=QWEN,
+        reward="rule",
+        prompts=4,
+        samples_per_prompt=16,
+        prompt_tokens=1024,
+        completion_tokens=4096,
+    )
+    return RLHFSpec(**{**base, **kw})
+
+
+def test_kv_cache_per_token_gqa_by_hand():
+    """Per token: 2 (K and V) · L · g · d · 2 B = 2·28·4·128·2 = 57,344 B. vLLM splits the 4 KV
+    heads over tp ≤ 4 and keeps one whole head per GPU beyond: 28,672 at tp 2, 14,336 at 4 and 8.
+    Llama 3 70B (L 80, g 8): 327,680 B, as the seed's kv_cache_bytes."""
+    assert kv_bytes_per_token(QWEN.arch) == 2 * 28 * 4 * 128 * 2 == 57_344
+    assert [kv_bytes_per_token(QWEN.arch, tp) for tp in (2, 4, 8)] == [28_672, 14_336, 14_336]
+    llama = get_model("llama3-70b").model.arch
+    assert kv_bytes_per_token(llama) == 2 * 80 * 8 * 128 * 2 == 327_680
+    with pytest.raises(LayoutError, match="KV heads"):
+        kv_bytes_per_token(get_model("llama3-8b").model.arch, 3)
+
+
+def test_engine_memory_and_concurrency_by_hand():
+    """An 80 GiB H100, fraction 0.5: budget 0.5·80·2^30 = 42,949,672,960 B; Qwen2.5 7B's BF16
+    weights 2·7,615,616,512 = 15,231,233,024 B; KV space 27,718,439,936 B. A 1,024 + 4,096 token
+    sequence holds 57,344·5,120 = 293,601,280 B: ⌊27,718,439,936 / 293,601,280⌋ = 94 at once,
+    below vLLM's max_num_seqs 256."""
+    m = engine_memory(
+        QWEN.arch, Fraction(2 * N_QWEN), 80 * 2**30, Fraction(1, 2), 256, 10_000, 5120, 1
+    )
+    assert m.budget_bytes == 42_949_672_960 and m.weights_bytes == 15_231_233_024
+    assert m.kv_space_bytes == 42_949_672_960 - 15_231_233_024 == 27_718_439_936
+    assert m.kv_per_sequence_bytes == 57_344 * 5120 == 293_601_280
+    assert m.concurrent == 27_718_439_936 // 293_601_280 == 94 and m.limited_by == "kv_space"
+    assert m.kv_cache_bytes == 94 * 293_601_280
+    few = engine_memory(
+        QWEN.arch, Fraction(2 * N_QWEN), 80 * 2**30, Fraction(9, 10), 256, 64, 5120, 1
+    )
+    assert (few.concurrent, few.limited_by) == (64, "sequences")
+    with pytest.raises(InputError, match=r"engine_memory_fraction: 1.2 must be in \(0, 1\)"):
+        engine_memory(QWEN.arch, Fraction(0), 80 * 2**30, Fraction(6, 5), 256, 1, 1, 1)
+
+
+def test_decode_time_gqa_by_hand():
+    """One engine replica (tp 1) decodes 64 Qwen2.5 7B rollouts of 1,024 + 4,096 tokens on an
+    H100 at its datasheet 3.35 TB/s. A step computes 2·N·64 = 9.748e11 FLOPs: 2.13 ms at
+    989.4 TFLOP/s × the calibrated 0.4631; it reads the weights, 15,231,233,024 B = 4.55 ms, and
+    the cache so far — memory-bound from the first step. So decode is
+    (4,096 · 15,231,233,024 + 64 · 57,344 · (4,096·1,024 + 4,096·4,097/2)) / 3.35e12
+    = (62,387,130,466,304 + 46,187,004,559,360) / 3.35e12 = 32.410 s; prefill
+    2·N·64·1,024 / (989.4e12 · 0.4631) = 2.179 s."""
+    eff = kernel_efficiency_for("H100-SXM", 3584)
+    assert eff == pytest.approx(0.56 * 3584 / 4334)
+    t = rollout_time(
+        active_params=N_QWEN,
+        weights_bytes=Fraction(2 * N_QWEN),
+        kv_per_token_bytes=57_344,
+        sequences_per_replica=64,
+        concurrent=64,
+        prompt_tokens=1024,
+        completion_tokens=4096,
+        tp=1,
+        peak_flops_per_s=989.4e12,
+        kernel_efficiency=eff,
+        hbm_bytes_per_s=3.35e12,
+        bandwidth_efficiency=1.0,
+    )
+    weights = 4096 * 15_231_233_024
+    kv = 64 * 57_344 * (4096 * 1024 + 4096 * 4097 // 2)
+    assert weights == 62_387_130_466_304 and kv == 46_187_004_559_360
+    assert t.decode_s == pytest.approx((weights + kv) / 3.35e12, rel=1e-12)
+    assert t.decode_s == pytest.approx(32.410, abs=1e-3)
+    assert t.memory_bound_steps == t.total_steps == 4096 and t.waves == 1
+    assert t.prefill_s == pytest.approx(2 * N_QWEN * 64 * 1024 / (989.4e12 * eff), rel=1e-12)
+    # 200 rollouts, 64 at once: three full waves and one of 8
+    four = rollout_time(**{**_ROLL, "sequences_per_replica": 200})
+    assert four.waves == 4
+
+
+_ROLL = dict(
+    active_params=N_QWEN,
+    weights_bytes=Fraction(2 * N_QWEN),
+    kv_per_token_bytes=57_344,
+    sequences_per_replica=64,
+    concurrent=64,
+    prompt_tokens=1024,
+    completion_tokens=4096,
+    tp=1,
+    peak_flops_per_s=989.4e12,
+    kernel_efficiency=0.5,
+    hbm_bytes_per_s=3.35e12,
+    bandwidth_efficiency=1.0,
+)
+
+
+def test_decode_crossover_and_the_longest_rollout():
+    """decode_seconds sums max(compute, read) per step in closed form; a longer longest rollout
+    runs more steps (each reading the weights) with the same tokens generated."""
+    total, bound = decode_seconds(Fraction(10), Fraction(1), Fraction(1), 20)
+    assert total == sum(max(10, 1 + t) for t in range(1, 21)) and bound == 11
+    same = rollout_time(**_ROLL, max_completion_tokens=4096)
+    assert same.decode_s == rollout_time(**_ROLL).decode_s
+    tail = rollout_time(**_ROLL, max_completion_tokens=8192)
+    assert tail.total_steps == 8192 and tail.decode_s > same.decode_s
+    with pytest.raises(InputError, match="max_completion_tokens"):
+        rollout_time(**_ROLL, max_completion_tokens=100)
+
+
+def test_rollout_role_cost_reads_the_engine_and_its_sources():
+    """The engine's cost on one GPU: its budget in the rollout phase, nothing held; the decode
+    term names the HBM figure's source."""
+    spec = _spec(engine_memory_fraction=Fraction(9, 10))
+    problem = RLHFProblem(spec, H100, 1, ClusterLinks.from_device(H100))
+    cost = cost_of(problem, RoleOption("rollout", 1, 1, 1, 1, "none", Fraction(9, 10)))
+    assert cost.held_bytes == 0 and cost.rollout_bytes == Fraction(9, 10) * 80 * 2**30
+    assert cost.concurrent == 64  # the replica's 64 rollouts, all at once
+    decode = next(t for t in cost.terms if t.name.startswith("decode"))
+    assert "3.35 TB/s" in decode.source and decode.value == pytest.approx(32.41, abs=0.01)
+
+
+def test_logits_buffers_of_a_7b_grpo_micro_batch():
+    """Qwen2.5 7B, 16,384 tokens per micro-batch (verl's ppo_max_token_len_per_gpu) over
+    V = 152,064: FP32 logits 4·16,384·152,064 = 9,965,666,304 B and a log-softmax/entropy
+    temporary as large — the update peaks near 2 × 9.97e9 B above its activations. Chunked
+    (2,048 tokens) keeps the logits and a 4·2,048·152,064 = 1,245,708,288 B temporary."""
+    assert logits_bytes(16384, 152064, 1, "full") == (9_965_666_304, 9_965_666_304)
+    assert logits_bytes(16384, 152064, 1, "chunked") == (9_965_666_304, 1_245_708_288)
+    assert logits_bytes(16384, 152064, 1, "fused") == (1_245_708_288, 1_245_708_288)
+    assert logits_bytes(16384, 152064, 4, "full")[0] == 9_965_666_304 // 4
+    spec = _spec(completion_tokens=3072)  # 4,096 tokens: 4 sequences per micro-batch
+    assert spec.micro_batch_sequences == 4
+    problem = RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
+    opt = RoleOption("actor", 8, 8, 1, 1)
+    full = cost_of(problem, opt)
+    terms = {t.name: t.value for t in full.terms}
+    assert terms["FP32 logits"] == terms["log-softmax/entropy temporary"] == 9_965_666_304
+    chunked = cost_of(
+        RLHFProblem(_spec(completion_tokens=3072, logits="chunked"), H100, 8, problem.links), opt
+    )
+    assert full.training_bytes - chunked.training_bytes == 9_965_666_304 - 1_245_708_288
+
+
+def test_old_log_prob_pass_and_phase_flops():
+    """GRPO with a rule reward: scoring is the reference's 2N per token and the actor's old
+    log-probs, another 2N; without the recompute (log-probs from the engine), only the first."""
+    spec = _spec()
+    tokens = 64 * 5120
+    flops = phase_flops(spec)
+    assert flops["rollout"] == {"rollout": 2 * N_QWEN * tokens}
+    assert flops["scoring"] == {"actor": 2 * N_QWEN * tokens, "reference": 2 * N_QWEN * tokens}
+    assert flops["training"] == {"actor": 6 * N_QWEN * tokens}
+    assert phase_flops(_spec(old_log_prob=False))["scoring"] == {"reference": 2 * N_QWEN * tokens}
+    assert _spec(algorithm="ppo", reward="model").role("critic").trainable
+
+
+def test_host_memory_of_cpu_adam_roles():
+    """A 70B trainable role with CPU Adam: 12 B/param (FP32 master + two moments) = 0.84e12 B of
+    host memory wherever its shards sit; two such roles on one 8-GPU node need twice that,
+    1.68e12 B — within a DGX H100's 2 TB; a third would not fit."""
+    assert offload_host_bytes(70 * 10**9, 1) == 840 * 10**9
+    per_gpu = offload_host_bytes(70 * 10**9, 8)  # each of 8 GPUs holds an eighth
+    assert per_gpu * 8 == 840 * 10**9
+
+    def role(name):
+        return RoleCost(
+            RoleOption(name, 8, 8), Fraction(0), Fraction(0), Fraction(0), Fraction(0),
+            0.0, 0.0, 1.0, per_gpu, (), phases=("training",),
+        )  # fmt: skip
+
+    two = compose([role("actor"), role("critic")], [0, 0], 80 * 10**9, 2 * 10**12, 8)
+    assert two.pools[0].host_bytes * 8 == 2 * 840 * 10**9 and two.fits
+    three = compose(
+        [role("actor"), role("critic"), role("reference")], [0, 0, 0], 80 * 10**9, 2 * 10**12, 8
+    )
+    assert three.pools[0].host_bytes * 8 == 3 * 840 * 10**9 and not three.fits
+
+
+def test_cpu_adam_host_bytes_of_a_real_70b_actor():
+    """Llama 3 70B actor on 8 GPUs (dp 8) under Megatron's distributed optimizer with CPU Adam:
+    each GPU keeps 12/8 B per parameter on the host, 12 N = 846,644,477,952 B per node."""
+    llama = get_model("llama3-70b").model
+    n = 70_553_706_496
+    spec = RLHFSpec(
+        algorithm="ppo", policy=llama, prompts=8, samples_per_prompt=1, prompt_tokens=512,
+        completion_tokens=512,
+    )  # fmt: skip
+    problem = RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
+    cost = cost_of(problem, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
+    assert cost.host_bytes * 8 == 12 * n == 846_644_477_952
+
+
+def test_pool_memory_and_step_rules():
+    """Peak = Σ held + the largest (swap + phase bytes) of the roles working in the phase: work on
+    a pool serialises and a role offloaded when idle is on the GPU for its own turn only. The
+    synchronous step adds each phase's slowest pool, one step off-policy overlaps."""
+
+    def cost(name, held, phases, seconds, swap=0):
+        b = {p: Fraction(phases.get(p, 0)) for p in ("rollout", "scoring", "training")}
+        s = {p: seconds.get(p, 0.0) for p in ("rollout", "scoring", "training")}
+        return RoleCost(
+            RoleOption(name, 8, 8), Fraction(held), b["rollout"], b["scoring"], b["training"],
+            s["rollout"], s["scoring"], s["training"], Fraction(0), (), swap_bytes=Fraction(swap),
+            phases=tuple(p for p in b if b[p] or s[p]),
+        )  # fmt: skip
+
+    roll = cost("rollout", 0, {"rollout": 40}, {"rollout": 60.0})
+    actor = cost("actor", 30, {"scoring": 10, "training": 20}, {"scoring": 5.0, "training": 30.0})
+    ref = cost("reference", 0, {"scoring": 10}, {"scoring": 5.0}, swap=15)
+    plan = compose([roll, actor, ref], [0, 0, 0], 100, 10**12, 8)
+    # rollout 30 + 40; scoring 30 + max(10, 15 (the reference back) + 10); training 30 + 20
+    assert plan.pools[0].peak_bytes == (70, 55, 50) and plan.fits
+    big = cost("reward", 0, {"scoring": 10}, {"scoring": 5.0}, swap=35)
+    both = compose([roll, actor, ref, big], [0, 0, 0, 0], 100, 10**12, 8)
+    assert both.pools[0].peak_bytes[1] == 30 + 35 + 10  # one at a time, not 30 + 15 + 35 + 10
+    assert plan.step_s == 60 + 10 + 30 == step_seconds([[60, 10, 30]], 0)
+    split = compose([roll, actor, ref], [0, 1, 1], 100, 10**12, 8, off_policy=1)
+    assert split.step_s == max(60, 10 + 30) == 60
+    assert compose([roll, actor, ref], [0, 1, 1], 100, 10**12, 8).step_s == 100
+    with pytest.raises(InputError, match="numbered"):
+        compose([roll, actor, ref], [0, 2, 2], 100, 10**12, 8)
+
+
+def test_spec_refuses_bad_inputs_with_the_rule():
+    with pytest.raises(InputError, match="completion_tokens: 0 must be at least 1"):
+        _spec(completion_tokens=0)
+    with pytest.raises(InputError, match="not a multiple of the group size 16"):
+        _spec(train_batch=8)
+    with pytest.raises(InputError, match="must divide the step's 64 sequences"):
+        _spec(train_batch=48)
+    with pytest.raises(InputError, match=r"\(0, 1\)"):
+        _spec(engine_memory_fraction=Fraction(0))
+    with pytest.raises(InputError, match="ppo, grpo"):
+        _spec(algorithm="dpo")
+    with pytest.raises(InputError, match="offload"):
+        RoleOption("actor", 8, 8, offload="disk")
