@@ -30,11 +30,12 @@ __all__ = [
     "SearchRun",
     "to_json",
     "parse_overlap",
+    "uploaded_model",
 ]
 
 _SPACE = tuple(sorted(SPACE_KEYS))
 _CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
-_TOP = ("model", "params", *DIM_KEYS, "gpus", "gpu", "seq_len", "global_batch")
+_TOP: tuple[str, ...] = ("model", "params", *DIM_KEYS, "gpus", "gpu", "seq_len", "global_batch")
 _TOP += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_layers")
 
 
@@ -95,6 +96,39 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
     out = estimate_to_dict(case.evaluate(), per_stage)
     out["defaults_used"] = case.defaults_used
     return out
+
+
+MAX_CONFIG_CHARS = 1_000_000
+"""Largest uploaded config.json read (a Hugging Face config is a few kB)."""
+
+
+def uploaded_model(text: str, name: str | None = None) -> Any:
+    """A :class:`~model.specs.ModelSpec` from the text of a Hugging Face ``config.json`` (the web
+    app's upload; the CLI reads the same keys from a path, :meth:`ModelSpec.from_hf_config`),
+    named ``name``, else by its ``_name_or_path``, else ``uploaded``.
+
+    Raises
+    ------
+    ScenarioError
+        Text that is not a JSON object, too long, or a config the mapping refuses
+        (:func:`model.hf_config.architecture_from_hf`, naming the key).
+    """
+    from trainplan.model.errors import ScenarioError
+    from trainplan.model.hf_config import architecture_from_hf
+    from trainplan.model.specs import ModelSpec
+
+    where = "config: the uploaded config.json"
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ScenarioError(f"{where} has {len(text):,} characters, over {MAX_CONFIG_CHARS:,}")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"{where} is not JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where} must be a JSON object, not {type(config).__name__}")
+    arch = architecture_from_hf(config, where)
+    label = name or str(config.get("_name_or_path") or "uploaded").rstrip("/").split("/")[-1]
+    return ModelSpec(name=label, source="Hugging Face config.json (uploaded)", arch=arch)
 
 
 def models_json() -> list[dict[str, Any]]:

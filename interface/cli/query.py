@@ -41,6 +41,7 @@ class QueryParam:
     choices: tuple[str, ...]
     """Allowed values, when the option has a fixed set."""
     default: Any
+    required: bool
 
 
 def _command(name: str) -> click.Command:
@@ -78,6 +79,7 @@ def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
                 boolean=option.is_flag and option.is_bool_flag,
                 choices=tuple(str(c) for c in choices),
                 default=None if callable(option.default) else option.default,
+                required=option.required,
             )
         )
     return out
@@ -109,22 +111,24 @@ def parse_query(
         that does not apply in the API (``--json``, files, ``leave_out``).
     """
     command = _command(name)
-    by_key = {}
-    for option in _options(command):
-        by_key[option.opts[0][2:]] = option
+    by_key = {option.opts[0][2:]: option for option in _options(command)}
     why = dict(leave_out or {})
     argv: list[str] = []
     for raw_key, value in items:
         key = raw_key.strip().replace("_", "-")
-        option = by_key.get(key)
-        if option is not None and (key == "json" or _writes_file(option) or key in why):
+        found = by_key.get(key)
+        if found is None:  # click says "No such option" as the command line does
+            argv += [f"--{key}", value]
+            continue
+        option = found
+        if key == "json" or _writes_file(option) or key in why:
             reason = why.get(key) or (
                 "the API always answers JSON"
                 if key == "json"
                 else "it names a file on the server; the API answers with the data instead"
             )
             raise InputError(f"{option.opts[0]}: {value!r} does not apply here: {reason}")
-        if option is not None and option.is_flag and option.is_bool_flag:
+        if option.is_flag and option.is_bool_flag:
             argv += _switch(option, key, value)
         else:
             argv += [f"--{key}", value]
