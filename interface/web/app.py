@@ -13,7 +13,6 @@ import socket
 from importlib.metadata import version
 
 import uvicorn
-
 from fastapi import FastAPI, Request, Response
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
@@ -59,8 +58,8 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
     async def bad_input(request: Request, err: PlannerError) -> Response:
         return json_response({"error": str(err)}, 422)
 
-    app.include_router(stream.router)
     app.include_router(api.router)
+    app.include_router(stream.router)
     app.include_router(figures.router)
     app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
     app.mount("/vendor/swagger-ui", StaticFiles(directory=pages.swagger_folder()), name="swagger")

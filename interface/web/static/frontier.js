@@ -15,6 +15,7 @@ TP.searchPage("frontier", async (last, q) => {
   ], 'id="points-table"');
   const chart = TP.$("#chart");
   await TP.figure(chart, `/api/figures/frontier?${q}`);
+  TP.$$("a[target]", chart).forEach((a) => a.removeAttribute("target")); // open here, as a page link
   const tip = TP.$("#tooltip");
   const rows = TP.$$("#points-table tbody tr");
   const light = (i, on) => {

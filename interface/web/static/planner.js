@@ -1,7 +1,7 @@
 // The planner tab: /api/evaluate and its memory figure for the form's inputs.
 "use strict";
 (async () => {
-  TP.example("model=llama3-70b&dp=4&tp=4&pp=4");
+  TP.example("model=llama3-70b&dp=2&tp=4&pp=8");
   await window.catalogues;
   const form = TP.$("#inputs");
   const params = new URLSearchParams(location.search);
