@@ -336,3 +336,8 @@ def test_trainplan_serve_prints_its_address(server):
     with urllib.request.urlopen(f"{server}/api/gpus", timeout=10) as res:
         rows = json.loads(res.read())
     assert rows == cli_json("gpus")
+
+
+def test_serve_refuses_a_bad_port_in_one_line(monkeypatch, capsys):
+    line = cli_error(monkeypatch, capsys, "serve", "--port", "99999")
+    assert line == "Error: --port: 99999 must be from 0 to 65535 (0 = any free port)"
