@@ -1,21 +1,43 @@
-"""Charts of the pipeline and checkpointing tabs: the only matplotlib import (optional extra).
+"""Charts of the planner, pipeline, checkpointing and frontier: the only matplotlib import
+(optional extra).
 
-``pip install 'trainplan[plot]'`` installs matplotlib; without it every function here raises an
-:class:`~model.errors.InputError` saying so. Each function takes the report dictionary of
-:mod:`interface.tabs` (the ``--json`` output) and writes one file; the format follows the suffix
-(``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation).
+``pip install 'trainplan[plot]'`` (or ``[web]``) installs matplotlib; without it every function
+here raises an :class:`~model.errors.InputError` saying so. Each function takes a ``--json``
+object (:mod:`interface.tabs`, :mod:`interface.commands`) and writes one file, whose format follows
+the suffix (``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation), or SVG into a binary stream
+(:func:`svg`, the web app's figures).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from trainplan.interface.chart_layout import (
+    MEMORY_PARTS,
+    STATE_LEGEND,
+    layout_key,
+    tensor_label,
+)
+from trainplan.interface.chart_layout import place_labels as _place_labels
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.errors import InputError
 from trainplan.model.units import parse_positive
 
-__all__ = ["pipeline_chart", "held_chart", "ckpt_gif"]
+__all__ = [
+    "pipeline_chart",
+    "held_chart",
+    "ckpt_gif",
+    "ckpt_frame",
+    "memory_chart",
+    "frontier_chart",
+    "svg",
+]
+
+Target = str | Path | IO[bytes]
+"""Where a chart goes: a file path, or a binary stream that receives SVG."""
 
 _FWD, _BWD, _IDLE = "#4c78a8", "#f58518", "#eeeeee"
 
@@ -34,19 +56,46 @@ def _pyplot() -> Any:
     return plt
 
 
-def _suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
-    """The output file, checked by the one rule for output paths (interface.inputs.output_path)."""
+def _suffix(path: Target, allowed: tuple[str, ...]) -> Any:
+    """The output file, checked by the one rule for output paths (interface.inputs.output_path);
+    a stream passes as it is."""
     from trainplan.interface.inputs import output_path
 
-    return output_path(path, "path", allowed)
+    return path if hasattr(path, "write") else output_path(path, "path", allowed)  # type: ignore[arg-type]
 
 
-def _save(fig: Any, out: Path) -> None:
-    """Write a figure; what the file system refuses is an InputError (interface.inputs.writing)."""
+def _save(fig: Any, out: Any) -> None:
+    """Write a figure (SVG into a stream); what the file system refuses is an InputError
+    (interface.inputs.writing)."""
     from trainplan.interface.inputs import writing
 
+    if hasattr(out, "write"):
+        fig.savefig(out, format="svg")
+        return
     with writing(out, "path"):
         fig.savefig(out)
+
+
+_LOCK = threading.Lock()
+"""pyplot's state is global: one figure at a time (the web app draws from several threads)."""
+
+
+def svg(draw: Callable[[IO[bytes]], Any]) -> str:
+    """The SVG text of what ``draw(stream)`` writes (one of this module's charts given a stream),
+    with text kept as text (selectable, searchable; the browser's fonts), one figure at a time.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing (the ``[web]`` or ``[plot]`` extra).
+    """
+    import io
+
+    plt = _pyplot()
+    with _LOCK, plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "trainplan"}):
+        buf = io.BytesIO()
+        draw(buf)
+    return buf.getvalue().decode()
 
 
 _HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "++", "--")
@@ -61,7 +110,7 @@ def _chunk_colour(plt: Any, forward: bool, chunk: int, chunks: int) -> Any:
     return cmap(0.45 + 0.45 * chunk / (chunks - 1))
 
 
-def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
+def pipeline_chart(report: dict[str, Any], path: Target) -> Any:
     """Gantt chart of a simulated pipeline step: one row per stage, forward in blues and backward
     in oranges, micro-batch numbers in the bars, the bubble left blank. With interleaving each
     model chunk has its own shade and hatch, named in a legend (chunk c of stage i holds the
@@ -80,7 +129,7 @@ def pipeline_chart(report: dict[str, Any], path: str | Path) -> Path:
     return out
 
 
-def _pipeline_figure(plt: Any, report: dict[str, Any], out: Path) -> None:
+def _pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
     """Draw and write :func:`pipeline_chart`'s figure."""
     from matplotlib.patches import Patch
 
@@ -142,7 +191,7 @@ def _pipeline_figure(plt: Any, report: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def held_chart(report: dict[str, Any], path: str | Path) -> Path:
+def held_chart(report: dict[str, Any], path: Target) -> Any:
     """Tensors held over time, with and without checkpointing (checkpointing tab).
 
     Raises
@@ -174,16 +223,6 @@ def held_chart(report: dict[str, Any], path: str | Path) -> Path:
     return out
 
 
-_LEGEND = {
-    "kept": "checkpoint (kept)",
-    "held": "held",
-    "recomputed": "recomputed",
-    "discarded": "discarded now",
-    "free": "free",
-}
-"""Legend text of each tensor state (the text walk-through's C, #, R, x and .)."""
-
-
 def _colours() -> dict[str, str]:
     """Colour of each tensor state, in the text legend's order (C, #, R, x, .)."""
     return {
@@ -201,14 +240,14 @@ def _ckpt_frames(plt: Any, report: dict[str, Any]) -> tuple[Any, Any]:
     from matplotlib.patches import Patch
 
     steps, n = report["steps"], report["layers"]
-    names = [_label(report, j) for j in range(n + 1)]
+    names = [tensor_label(report, j) for j in range(n + 1)]
     fig, ax = plt.subplots(figsize=(max(6.5, min(2 + 0.5 * (n + 1), 20)), 2.6))
-    legend = [Patch(facecolor=c, label=_LEGEND[state]) for state, c in _colours().items()]
+    legend = [Patch(facecolor=c, label=STATE_LEGEND[state]) for state, c in _colours().items()]
 
     def draw(i: int) -> None:
         ax.clear()
         st = steps[i]
-        colours = [_colours()[tensor_state(st, _label(report, j))] for j in range(n + 1)]
+        colours = [_colours()[tensor_state(st, tensor_label(report, j))] for j in range(n + 1)]
         ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
         ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
         ax.set_yticks([])
@@ -228,6 +267,24 @@ def _ckpt_frames(plt: Any, report: dict[str, Any]) -> tuple[Any, Any]:
         fig.subplots_adjust(bottom=0.32)
 
     return fig, draw
+
+
+def ckpt_frame(report: dict[str, Any], index: int, path: Target) -> Any:
+    """One frame of :func:`ckpt_gif`: ``report["steps"][index]``, a cell per tensor coloured by
+    its state, with the colour legend (the web app steps and plays these).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    fig, draw = _ckpt_frames(plt, report)
+    draw(index)
+    _save(fig, out)
+    plt.close(fig)
+    return out
 
 
 def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
@@ -259,61 +316,13 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
     return out
 
 
-def _label(report: dict[str, Any], j: int) -> str:
-    if report["labels"] == "outputs":
-        return "input" if j == 0 else f"out{j}"
-    return "output" if j == report["layers"] else f"in{j + 1}"
-
-
-def _layout_key(r: dict[str, Any], with_gpus: bool) -> str:
-    """One frontier point's layout in full: degrees, ZeRO stage, recompute, micro-batch, schedule."""
-    v = f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""
-    gpus = f"{r['num_gpus']} × {r['gpu']}: " if with_gpus else ""
-    return (
-        f"{gpus}dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']}, "
-        f"ZeRO-{r['zero_stage']}, recompute {r['recompute']}, b {r['micro_batch_size']}, "
-        f"{r['schedule']}{v}"
-    )
-
-
-_OFFSETS = ((5, 4), (5, -12), (-14, 4), (-14, -12), (5, 14), (5, -22), (-14, 14), (-14, -22))
-"""Label positions tried around a point, in points (right-above first)."""
-
-
-def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
-    """Whether two boxes (x, y, width, height) in display space overlap."""
-    return not (
-        a[0] + a[2] < b[0] or b[0] + b[2] < a[0] or a[1] + a[3] < b[1] or b[1] + b[3] < a[1]
-    )
-
-
-def _place_labels(ax: Any, xs: list[float], ys: list[float], texts: list[str]) -> None:
-    """Label each point where its label overlaps no earlier label and no marker: the first free
-    offset of :data:`_OFFSETS` (in display space), else the first offset."""
-    fig = ax.figure
-    fig.canvas.draw()  # fixes the axes' transform
-    px_per_pt = fig.dpi / 72
-    marks = [tuple(ax.transData.transform((x, y))) for x, y in zip(xs, ys, strict=True)]
-    mark_boxes = [(mx - 4, my - 4, 8.0, 8.0) for mx, my in marks]
-    taken: list[tuple[float, float, float, float]] = []
-    for (x, y), (mx, my), text in zip(zip(xs, ys, strict=True), marks, texts, strict=True):
-        size = ((6 * len(text) + 2) * px_per_pt, 10 * px_per_pt)
-        chosen = _OFFSETS[0]
-        for dx, dy in _OFFSETS:
-            box = (mx + dx * px_per_pt, my + dy * px_per_pt, *size)
-            if not any(_overlaps(box, b) for b in (*taken, *mark_boxes)):
-                chosen = (dx, dy)
-                break
-        taken.append((mx + chosen[0] * px_per_pt, my + chosen[1] * px_per_pt, *size))
-        ax.annotate(
-            text, (x, y), xytext=chosen, textcoords="offset points", fontsize=7, fontweight="bold"
-        )
-
-
-def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -> Path:
+def frontier_chart(
+    rows: list[dict[str, Any]], against: str, path: Target, links: list[str] | None = None
+) -> Any:
     """Step time against the second axis of a Pareto frontier: one numbered marker per point
     (labels placed clear of each other), and beside the plot each number's full layout — degrees,
-    ZeRO stage, recompute, micro-batch and schedule (and GPUs unless against memory).
+    ZeRO stage, recompute, micro-batch and schedule (and GPUs unless against memory). With
+    ``links`` (SVG), marker i is a link to ``links[i]`` in a group with id ``point-<i+1>``.
 
     Raises
     ------
@@ -326,12 +335,16 @@ def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -
     scale = 1e9 if against == "memory" else 1
     xs = [r[key] / scale for r in rows]
     ys = [r["step_s"] for r in rows]
-    keys = [f"{i:>2}  {_layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
+    keys = [f"{i:>2}  {layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
     height = max(4.5, 1.2 + 0.16 * len(rows))
     fig, (ax, side) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
     )
     ax.plot(xs, ys, "o-", drawstyle="steps-post", markersize=4)
+    for i, url in enumerate(links or ()):
+        (mark,) = ax.plot([xs[i]], [ys[i]], "o", markersize=9, color="#4c78a8", alpha=0.35)
+        mark.set_url(url)
+        mark.set_gid(f"point-{i + 1}")
     ax.set_xlabel(
         {"memory": "memory per GPU (GB)", "gpus": "GPUs", "price": "cluster $ per hour"}[against]
     )
@@ -351,6 +364,54 @@ def frontier_chart(rows: list[dict[str, Any]], against: str, path: str | Path) -
         fontsize=7 if len(rows) <= 40 else 6,
         transform=side.transAxes,
     )
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def memory_chart(d: dict[str, Any], path: Target) -> Any:
+    """The planner's memory per GPU (busiest stage) as stacked bars in GB, one per phase of the
+    step — forward/backward (model state, gathered weights, buffers, activations, transient) and
+    the optimizer step (model state and what the step materialises) — against the usable
+    capacity, with the total at the peak and the verdict in the title. ``d`` is the evaluate
+    ``--json`` object (:func:`interface.commands.evaluate_json`).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    m = d["memory"]
+    phases = {"forward/backward": [k for k, *_ in MEMORY_PARTS[:-1]]}
+    if m.get("optimizer_step_bytes"):
+        phases["optimizer step"] = [k for k, *_ in MEMORY_PARTS[:3]] + ["optimizer_step_bytes"]
+    fig, ax = plt.subplots(figsize=(9, 1.9 + 0.5 * len(phases)))
+    for y, keys in enumerate(reversed(phases.values())):
+        left = 0.0
+        for key, label, colour in MEMORY_PARTS:
+            if key in keys and m.get(key):
+                ax.barh(y, m[key] / 1e9, left=left, color=colour, label=label, height=0.6)
+                left += m[key] / 1e9
+    cap = m["capacity_bytes"] / 1e9
+    ax.axvline(cap, color="black", ls="--", lw=1.2, label=f"capacity {cap:,.2f} GB")
+    ax.set_yticks(range(len(phases)), list(reversed(phases)))
+    ax.set_xlabel("GB per GPU (10^9 bytes), busiest pipeline stage")
+    verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {m['overflow_bytes'] / 1e9:,.2f} GB"
+    ax.set_title(
+        f"total {m['total_bytes'] / 1e9:,.2f} GB at the peak ({m.get('peak_phase', 'forward-backward')})"
+        f", usable {cap:,.2f} GB on {d['gpu']['name']}\nverdict: {verdict}",
+        fontsize=9,
+        loc="left",
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    order = [label for _, label, _ in MEMORY_PARTS if label in unique]
+    order += [k for k in unique if k.startswith("capacity")]
+    ax.legend([unique[k] for k in order], order, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              fontsize=7, frameon=False)  # fmt: skip
     fig.tight_layout()
     _save(fig, out)
     plt.close(fig)

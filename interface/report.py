@@ -21,6 +21,8 @@ __all__ = [
     "duration",
     "objective_text",
     "readable",
+    "csv_text",
+    "write_csv",
 ]
 
 
@@ -310,6 +312,11 @@ def frontier_row(
         }
     )
     return row
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """Rows as the CSV text :func:`write_csv` writes (pandas; raw base units), for a download."""
+    return str(frame(rows).to_csv(index=False))
 
 
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:

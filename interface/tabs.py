@@ -8,6 +8,7 @@ and fractions as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -329,9 +330,15 @@ MAX_CKPT_LAYERS = 1000
 
 
 def ckpt_report(
-    layers: Any, every: Any, labels: str = "outputs", step: Any = None, backward_ratio: Any = 2
+    layers: Any,
+    every: Any = None,
+    labels: str = "outputs",
+    step: Any = None,
+    backward_ratio: Any = 2,
 ) -> dict[str, Any]:
     """The checkpointing tab: every step of the walk, peak held against ``n + 1``, overhead.
+    ``every`` (k) defaults to round(√n), Chen et al. 2016's choice; counts are tensors (one
+    layer's output each), time in forward-of-one-layer units.
 
     Examples
     --------
@@ -345,6 +352,8 @@ def ckpt_report(
             f"layers: {n} is over {MAX_CKPT_LAYERS}; the walk-through lists every tensor at every one "
             "of its 3·n steps (n² cells) — use a smaller n to see the pattern"
         )
+    if every is None:  # k = round(√n) needs n ≥ 1 (the CLI's rule before this default moved here)
+        every = max(1, round(math.sqrt(parse_count(layers, "layers"))))
     k = parse_count(every, "every", 0)
     names = ck.tensor_labels(n, labels) if n >= 1 else []
     steps = ck.walk(n, k)

@@ -63,6 +63,10 @@ OWNERS = {
     "matplotlib": ("interface/plots.py",),
     "networkx": ("topology/",),
     "tabulate": ("interface/report.py",),
+    "fastapi": ("interface/web/",),
+    "starlette": ("interface/web/",),
+    "uvicorn": ("interface/web/",),
+    "swagger_ui_bundle": ("interface/web/",),
     "torch": (),
 }
 

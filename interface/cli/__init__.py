@@ -24,7 +24,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainplan.interface.cli import examples, planner, rlhf, search, tabs  # noqa: F401  (commands attach to `cli`)
+    from trainplan.interface.cli import examples, planner, rlhf, search, serve, tabs  # noqa: F401  (commands attach to `cli`)
 
 
 def main() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from fractions import Fraction
 from typing import Any
@@ -129,14 +128,9 @@ OUTPUT = output()
 """A file path the command writes, of any ending (see :func:`output`)."""
 
 
-def _default(obj: Any) -> Any:
-    if isinstance(obj, Fraction):
-        return int(obj) if obj.denominator == 1 else float(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
-
-
 def echo_json(data: Any) -> None:
-    """Print ``data`` as one JSON object (Fractions become int when whole, else float)."""
-    click.echo(json.dumps(data, indent=2, default=_default))
+    """Print ``data`` as one JSON object (:func:`interface.commands.to_json`: Fractions become int
+    when whole, else float)."""
+    from trainplan.interface.commands import to_json
+
+    click.echo(to_json(data))

@@ -9,23 +9,8 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, WHOLE, echo_json
-from trainplan.interface.inputs import build_case
-from trainplan.model.errors import InputError
 
 __all__ = ["layout_options"]
-
-
-def _overlap(values: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for item in values:
-        axis, sep, frac = item.partition("=")
-        try:
-            out[axis.strip()] = float(frac)
-        except ValueError:
-            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5") from None
-        if not sep:
-            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5")
-    return out
 
 
 def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -303,19 +288,16 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:
-    """Evaluate flat parameters; print JSON or text; return the JSON object."""
+    """Evaluate flat parameters (:func:`interface.commands.evaluate_json`); print JSON or text;
+    return the JSON object."""
+    from trainplan.interface.commands import evaluate_json
     from trainplan.interface.report import evaluate_text
-    from trainplan.model.report_dict import estimate_to_dict
 
-    params = dict(params)
-    params["overlap"] = _overlap(tuple(params.get("overlap") or ()))
-    case = build_case(params)
-    out = estimate_to_dict(case.evaluate(), per_stage)
-    out["defaults_used"] = case.defaults_used
+    out = evaluate_json(params, per_stage)
     if as_json:
         echo_json(out)
     else:
-        click.echo(evaluate_text(out, case.defaults_used))
+        click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
             from trainplan.interface.report import readable, table_text
 
@@ -339,10 +321,10 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus_cmd(as_json: bool) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
+    from trainplan.interface.commands import gpus_json
     from trainplan.interface.report import gpus_text
-    from trainplan.topology.accelerators import accelerator_rows
 
-    rows = accelerator_rows()
+    rows = gpus_json()
     if as_json:
         echo_json(rows)
         return
@@ -358,23 +340,9 @@ def gpus_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_cmd(as_json: bool) -> None:
     """The model catalogue: names, sizes and sources."""
-    from trainplan.model.params import count_params
-    from trainplan.scenarios.catalogue import get_model, model_names
+    from trainplan.interface.commands import models_json
 
-    rows: list[dict[str, Any]] = []
-    for name in model_names():
-        entry = get_model(name)
-        counts = count_params(entry.model.arch)
-        rows.append(
-            {
-                "name": name,
-                "num_params": counts.total,
-                "num_active_params": counts.active,
-                "seq_len": entry.training.get("seq_len"),
-                "global_batch_size": entry.training.get("global_batch_size"),
-                "source": entry.model.source,
-            }
-        )
+    rows = models_json()
     if as_json:
         echo_json(rows)
         return

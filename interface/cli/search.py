@@ -10,15 +10,11 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
-from trainplan.interface.cli.planner import _overlap, cluster_options, model_options
-from trainplan.interface.inputs import DIM_KEYS
-from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
+from trainplan.interface.cli.planner import cluster_options, model_options
+from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
-
-_SPACE = tuple(sorted(SPACE_KEYS))
-_CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
 
 
 def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -119,62 +115,12 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return model_options(cluster_options(f))
 
 
-def _problem(kw: dict[str, Any], objective: str | None = None):
-    from trainplan.interface.scenario import build_problem, load_scenario
-
-    file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
-    cli_values: dict[str, Any] = {
-        k: kw.get(k)
-        for k in (
-            "model",
-            "params",
-            *DIM_KEYS,
-            "gpus",
-            "gpu",
-            "seq_len",
-            "global_batch",
-            "global_batch_tokens",
-            "objective",
-            "tokens",
-            "gpu_hour_price",
-            "max_layers",
-            "mtp_layers",
-        )
-    }
-    if objective:
-        cli_values["objective"] = objective
-    cli_values["space"] = {k: kw.get(k) for k in _SPACE}
-    cli_values["constraints"] = {k: kw.get(k) for k in ("headroom", "min_mfu", "tp_in_nvlink")}
-    cluster = {k: kw.get(k) for k in _CLUSTER}
-    if kw.get("overlap"):
-        cluster["overlap"] = _overlap(kw["overlap"])
-    cli_values["cluster"] = cluster
-    return build_problem(file_values, cli_values)
-
-
-def _time_limit(kw: dict[str, Any]) -> float | None:
-    """Seconds for the whole search (already positive: the POSITIVE option type), or None."""
-    return None if kw.get("time_limit") is None else float(kw["time_limit"])
-
-
-def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
-    """The solver's objective value → (JSON key naming the unit, value in that unit)."""
-    from trainplan.optimizer.problem import objective_value
-    from trainplan.optimizer.tables import objective_divisor
-
-    divisor = objective_divisor(problem, prepared[0])
-    return lambda value: objective_value(problem.objective, round(value), divisor)
-
-
-def _progress(as_json: bool, problem: Any, prepared: Any) -> Callable[[int, float], None] | None:
+def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
+    """CP-SAT's solutions as they come, on a terminal's stderr (never with --json)."""
     if as_json or not sys.stderr.isatty():
         return None
-    from trainplan.interface.report import objective_text
 
-    in_units = _in_units(problem, prepared)
-
-    def report(count: int, best: float) -> None:
-        best_text = objective_text(str(problem.objective), *in_units(best), problem.tokens)
+    def report(count: int, best_text: str) -> None:
         click.echo(f"\r  solutions found: {count}, best so far: {best_text}", err=True, nl=False)
 
     return report
@@ -192,7 +138,7 @@ def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
 
 def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
-        echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
+        echo_json(infeasible_json(err))
     else:
         click.echo("No layout satisfies the constraints:", err=True)
         for line in err.explanation:
@@ -223,59 +169,33 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
     from trainplan.interface.report import evaluate_text
-    from trainplan.model.report_dict import estimate_to_dict
-    from trainplan.optimizer.search import search
 
-    kw["max_layers"] = kw.get("max_layers")
-    problem = _problem(kw, "params" if maximize else None)
-    limit = _time_limit(kw)
+    solutions = _solutions(as_json)
     try:
-        from trainplan.optimizer.search import prepare
-
-        prepared = prepare(problem, _table_progress(as_json), limit)
-        progress = _progress(as_json, problem, prepared)
-        result = search(problem, top, limit, kw["workers"], progress, prepared=prepared)
+        run = search_json(kw, top, maximize, _table_progress(as_json), solutions)
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
-    if progress:
+    if solutions:
         click.echo("", err=True)
-    from trainplan.interface.report import objective_text
-
-    in_units = _in_units(problem, prepared)
-    answers = []
-    for a in result.answers:
-        d = estimate_to_dict(a.estimate)
-        key, value = in_units(a.objective)
-        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
-        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
-        answers.append(d)
-    meta = {
-        "status": result.status,
-        "solve_seconds": result.solve_seconds,
-        "tables_seconds": result.tables_seconds,
-        "shapes": result.num_shapes,
-        "candidates": result.num_candidates,
-        "jobs": len(problem.jobs),
-    }
+    out = run.json
     if as_json:
-        echo_json(
-            {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
-        )
+        echo_json(out)
         return
+    answers = [out] if top == 1 else out["answers"]
     proof = (
         "proven optimal"
-        if result.status == "optimal"
+        if out["status"] == "optimal"
         else "best found within the time limit (not proven)"
     )
     click.echo(
-        f"Searched {result.num_candidates:,} candidates ({result.num_shapes:,} shapes × ZeRO × recompute, "
-        f"{len(problem.jobs)} job(s)), objective {problem.objective}: {proof}; tables "
-        f"{result.tables_seconds:.2f} s, CP-SAT {result.solve_seconds:.2f} s"
+        f"Searched {out['candidates']:,} candidates ({out['shapes']:,} shapes × ZeRO × recompute, "
+        f"{out['jobs']} job(s)), objective {run.objective}: {proof}; tables "
+        f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s"
     )
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
-        click.echo(f"objective ({problem.objective}): {d['objective_text']}\n")
+        click.echo(f"objective ({run.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
 
 
@@ -302,30 +222,15 @@ def frontier_cmd(
 
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
-    from trainplan.interface.report import frontier_row, frontier_text, write_csv
-    from trainplan.model.report_dict import estimate_to_dict
-    from trainplan.optimizer.search import frontier
+    from trainplan.interface.report import frontier_text, write_csv
 
-    problem = _problem(kw)
-    problem.check_frontier_axis(against)  # bad input before the tables are built
-    limit = _time_limit(kw)
     try:
-        from trainplan.optimizer.search import prepare
-
-        prepared = prepare(problem, _table_progress(as_json), limit)
-        result = frontier(problem, against, limit, kw["workers"], prepared=prepared)
+        run = frontier_json(kw, against, _table_progress(as_json))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
-    rows = []
-    in_units = _in_units(problem, prepared)
-    for a in result.points:
-        row = frontier_row(
-            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
-        )
-        if a.job.gpu_hour_price is not None:
-            row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
-        rows.append(row)
+    out = run.json
+    rows = out["points"]
     if csv_path is not None:
         write_csv(rows, csv_path)
     if png_path is not None:
@@ -333,21 +238,12 @@ def frontier_cmd(
 
         frontier_chart(rows, against, png_path)
     if as_json:
-        echo_json(
-            {
-                "status": result.status,
-                "against": against,
-                "solve_seconds": result.solve_seconds,
-                "tables_seconds": result.tables_seconds,
-                "candidates": result.num_candidates,
-                "points": rows,
-            }
-        )
+        echo_json(out)
         return
     click.echo(
-        f"Pareto frontier: {problem.objective} against {against}, {len(rows)} points of "
-        f"{result.num_candidates:,} candidates ({result.status}; tables {result.tables_seconds:.2f} s, "
-        f"CP-SAT {result.solve_seconds:.2f} s)"
+        f"Pareto frontier: {run.objective} against {against}, {len(rows)} points of "
+        f"{out['candidates']:,} candidates ({out['status']}; tables {out['tables_seconds']:.2f} s, "
+        f"CP-SAT {out['solve_seconds']:.2f} s)"
     )
     click.echo(frontier_text(rows, against))
     if csv_path is not None:

@@ -236,8 +236,6 @@ def _name(report: dict[str, Any], j: int) -> str:
 @JSON
 def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
     """Walk through activation checkpointing of an n-layer chain, step by step."""
-    if every is None:
-        every = max(1, round(math.sqrt(tabs.parse_count(layers, "layers"))))
     r = tabs.ckpt_report(layers, every, labels, step)
     if gif is not None or chart is not None:
         from trainplan.interface import plots

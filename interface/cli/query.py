@@ -1,0 +1,139 @@
+"""The commands' options as the web API's query parameters: one grammar, so the API reads every
+input exactly as the command line does and refuses a bad one with the same line.
+
+A query parameter is an option's long name without the dashes (``seq-len=8192``; ``seq_len`` is
+read the same); an option that repeats on the command line repeats in the query (``tp=8&tp=16``);
+an on/off option is ``true`` or ``false`` (``flash=false`` is ``--no-flash``). The query becomes
+the argument list the command line would get, and click parses it with the command's own option
+types (:data:`interface.cli.common.COUNT`…), so a value is refused with the very line ``trainplan``
+prints after ``Error:``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli.common import _Output
+from trainplan.model.errors import InputError
+
+__all__ = ["QueryParam", "query_params", "parse_query"]
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class QueryParam:
+    """One option of a command as a query parameter (for the API's OpenAPI description)."""
+
+    name: str
+    """The query name: the option's long name without dashes (``seq-len``)."""
+    help: str
+    multiple: bool
+    """Repeatable (``tp=8&tp=16``)."""
+    boolean: bool
+    """true or false."""
+    choices: tuple[str, ...]
+    """Allowed values, when the option has a fixed set."""
+    default: Any
+    required: bool
+
+
+def _command(name: str) -> click.Command:
+    _register()
+    return cli.commands[name]
+
+
+def _options(command: click.Command) -> list[click.Option]:
+    return [
+        p
+        for p in command.params
+        if isinstance(p, click.Option) and not p.is_eager and p.opts[0].startswith("--")
+    ]
+
+
+def _writes_file(option: click.Option) -> bool:
+    return isinstance(option.type, _Output | click.Path)
+
+
+def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
+    """The query parameters of command ``name``: every option but ``--json`` (the API always
+    answers JSON), the options that read or write files, and ``leave_out`` (query names)."""
+    out = []
+    skip = {"json", *leave_out}
+    for option in _options(_command(name)):
+        key = option.opts[0][2:]
+        if key in skip or _writes_file(option):
+            continue
+        choices = option.type.choices if isinstance(option.type, click.Choice) else ()
+        out.append(
+            QueryParam(
+                name=key,
+                help=option.help or "",
+                multiple=option.multiple,
+                boolean=option.is_flag and option.is_bool_flag,
+                choices=tuple(str(c) for c in choices),
+                default=None if callable(option.default) else option.default,
+                required=option.required,
+            )
+        )
+    return out
+
+
+def _switch(option: click.Option, key: str, value: str) -> list[str]:
+    """An on/off option's command-line form for ``true``/``false``."""
+    text = value.strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise InputError(f"{option.opts[0]}: {value!r} must be true or false")
+    if text in _TRUE:
+        return [option.opts[0]]
+    return [option.secondary_opts[0]] if option.secondary_opts else []
+
+
+def parse_query(
+    name: str, items: Iterable[tuple[str, str]], leave_out: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Parse query ``items`` as command ``name``'s options would be; returns the parameters its
+    callback receives (click's names, defaults filled in, values converted by the options' types).
+
+    ``leave_out`` maps query names that do not apply to the reason, for a one-line refusal.
+
+    Raises
+    ------
+    PlannerError
+        What the command line refuses, with its message: a value an option's type refuses, an
+        unknown parameter (click's "No such option: --x"), a choice not offered; and an option
+        that does not apply in the API (``--json``, files, ``leave_out``).
+    """
+    command = _command(name)
+    by_key = {option.opts[0][2:]: option for option in _options(command)}
+    why = dict(leave_out or {})
+    argv: list[str] = []
+    for raw_key, value in items:
+        key = raw_key.strip().replace("_", "-")
+        found = by_key.get(key)
+        if found is None:  # click says "No such option" as the command line does
+            argv += [f"--{key}", value]
+            continue
+        option = found
+        if key == "json" or _writes_file(option) or key in why:
+            reason = why.get(key) or (
+                "the API always answers JSON"
+                if key == "json"
+                else "it names a file on the server; the API answers with the data instead"
+            )
+            raise InputError(f"{option.opts[0]}: {value!r} does not apply here: {reason}")
+        if option.is_flag and option.is_bool_flag:
+            argv += _switch(option, key, value)
+        else:
+            argv += [f"--{key}", value]
+    try:
+        ctx = command.make_context(name, argv, parent=click.Context(cli, info_name="trainplan"))
+    except click.ClickException as err:
+        raise InputError(err.format_message()) from None
+    return dict(ctx.params)

@@ -1,0 +1,322 @@
+"""What each command computes, as the JSON object its ``--json`` prints: one function per command,
+called by the command line (:mod:`interface.cli`) and the web app (:mod:`interface.web`) alike, so
+both answer the same inputs with the same object and refuse the same bad input with the same line.
+
+Parameters arrive as the CLI's options parse them (click's names: ``model``, ``tp``,
+``seq_len``…; numbers already exact or still text, which the model's parsers read). Nothing here
+prints or writes files: the callers present the object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from trainplan.interface.inputs import DIM_KEYS, build_case
+from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
+from trainplan.model.errors import InfeasibleError, InputError
+
+__all__ = [
+    "evaluate_json",
+    "models_json",
+    "gpus_json",
+    "search_problem",
+    "search_json",
+    "frontier_json",
+    "infeasible_json",
+    "SearchRun",
+    "to_json",
+    "parse_overlap",
+    "uploaded_model",
+]
+
+_SPACE = tuple(sorted(SPACE_KEYS))
+_CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
+_TOP: tuple[str, ...] = ("model", "params", *DIM_KEYS, "gpus", "gpu", "seq_len", "global_batch")
+_TOP += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_layers", "mtp_layers")
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Fraction):
+        return int(obj) if obj.denominator == 1 else float(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def to_json(data: Any, indent: int | None = 2) -> str:
+    """``data`` as the JSON text every ``--json`` prints: exact Fractions become int when whole,
+    else float (bytes stay exact integers; times in seconds; rates as 0–1 fractions)."""
+    return json.dumps(data, indent=indent, default=_default)
+
+
+def parse_overlap(values: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """``AXIS=FRACTION`` texts (``--overlap dp=0.5``, repeatable) as {axis: fraction hidden behind
+    compute}; the fractions' range is checked by the cost model's options.
+
+    Raises
+    ------
+    InputError
+        An item that is not AXIS=FRACTION.
+    """
+    out = {}
+    for item in values:
+        axis, sep, frac = item.partition("=")
+        try:
+            out[axis.strip()] = float(frac)
+        except ValueError:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5") from None
+        if not sep:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5")
+    return out
+
+
+def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, Any]:
+    """The planner (``trainplan evaluate --json``): memory, ZeRO table, traffic, bubble, step time
+    and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``).
+
+    ``params`` are the evaluate options by their parameter names (bytes, seconds and 0–1 rates
+    out; SPEC.md conventions; sources in :mod:`model`). ``overlap`` may be a tuple of
+    ``AXIS=FRACTION`` texts, as the option gives it.
+
+    Raises
+    ------
+    PlannerError
+        Any bad or inapplicable input, one line naming the parameter, value and rule
+        (:func:`interface.inputs.build_case`).
+    """
+    from trainplan.model.report_dict import estimate_to_dict
+
+    params = dict(params)
+    params["overlap"] = parse_overlap(tuple(params.get("overlap") or ()))
+    case = build_case(params)
+    out = estimate_to_dict(case.evaluate(), per_stage)
+    out["defaults_used"] = case.defaults_used
+    return out
+
+
+MAX_CONFIG_CHARS = 1_000_000
+"""Largest uploaded config.json read (a Hugging Face config is a few kB)."""
+
+
+def uploaded_model(text: str, name: str | None = None) -> Any:
+    """A :class:`~model.specs.ModelSpec` from the text of a Hugging Face ``config.json`` (the web
+    app's upload; the CLI reads the same keys from a path, :meth:`ModelSpec.from_hf_config`),
+    named ``name``, else by its ``_name_or_path``, else ``uploaded``.
+
+    Raises
+    ------
+    ScenarioError
+        Text that is not a JSON object, too long, or a config the mapping refuses
+        (:func:`model.hf_config.architecture_from_hf`, naming the key).
+    """
+    from trainplan.model.errors import ScenarioError
+    from trainplan.model.hf_config import architecture_from_hf
+    from trainplan.model.specs import ModelSpec
+
+    where = "config: the uploaded config.json"
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ScenarioError(f"{where} has {len(text):,} characters, over {MAX_CONFIG_CHARS:,}")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"{where} is not JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where} must be a JSON object, not {type(config).__name__}")
+    arch = architecture_from_hf(config, where)
+    label = name or str(config.get("_name_or_path") or "uploaded").rstrip("/").split("/")[-1]
+    return ModelSpec(name=label, source="Hugging Face config.json (uploaded)", arch=arch)
+
+
+def models_json() -> list[dict[str, Any]]:
+    """The model catalogue (``trainplan models --json``): name, exact parameter counts, the
+    published s and B, and each model's source (``scenarios/models/*.toml``)."""
+    from trainplan.model.params import count_params
+    from trainplan.scenarios.catalogue import get_model, model_names
+
+    rows: list[dict[str, Any]] = []
+    for name in model_names():
+        entry = get_model(name)
+        counts = count_params(entry.model.arch)
+        rows.append(
+            {
+                "name": name,
+                "num_params": counts.total,
+                "num_active_params": counts.active,
+                "seq_len": entry.training.get("seq_len"),
+                "global_batch_size": entry.training.get("global_batch_size"),
+                "source": entry.model.source,
+            }
+        )
+    return rows
+
+
+def gpus_json() -> list[dict[str, Any]]:
+    """The accelerator table (``trainplan gpus --json``): memory, dense BF16 peak, links, each
+    row with its source (``topology/accelerators.toml``)."""
+    from trainplan.topology.accelerators import accelerator_rows
+
+    return accelerator_rows()
+
+
+def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
+    """The search :class:`~optimizer.problem.Problem` of the search/frontier options ``kw``
+    (a scenario file's values under them, the options winning).
+
+    Raises
+    ------
+    PlannerError
+        A bad value, an unknown model or GPU, an unreadable scenario file.
+    """
+    from trainplan.interface.scenario import build_problem, load_scenario
+
+    file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
+    cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
+    if objective:
+        cli_values["objective"] = objective
+    cli_values["space"] = {k: kw.get(k) for k in _SPACE}
+    cli_values["constraints"] = {k: kw.get(k) for k in ("headroom", "min_mfu", "tp_in_nvlink")}
+    cluster = {k: kw.get(k) for k in _CLUSTER}
+    if kw.get("overlap"):
+        cluster["overlap"] = parse_overlap(kw["overlap"])
+    cli_values["cluster"] = cluster
+    return build_problem(file_values, cli_values)
+
+
+def _time_limit(kw: dict[str, Any]) -> float | None:
+    return None if kw.get("time_limit") is None else float(kw["time_limit"])
+
+
+def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
+    """The solver's objective value → (JSON key naming the unit, value in that unit)."""
+    from trainplan.optimizer.problem import objective_value
+    from trainplan.optimizer.tables import objective_divisor
+
+    divisor = objective_divisor(problem, prepared[0])
+    return lambda value: objective_value(problem.objective, round(value), divisor)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRun:
+    """A search's or a frontier's JSON object with what its text needs besides."""
+
+    json: dict[str, Any]
+    """The ``--json`` object (seconds, bytes, 0–1 rates)."""
+    objective: str
+    """The objective's name (``step-time``…)."""
+    jobs: int
+    """Jobs (model × GPU count × accelerator × batch) searched."""
+
+
+TableProgress = Callable[[int, int], None]
+"""``(shapes tabulated, shapes in all)`` after each job."""
+SolutionProgress = Callable[[int, str], None]
+"""``(solutions found, best objective so far as text)`` as CP-SAT improves."""
+
+
+def search_json(
+    kw: dict[str, Any],
+    top: int = 1,
+    maximize: str | None = None,
+    on_tables: TableProgress | None = None,
+    on_solution: SolutionProgress | None = None,
+) -> SearchRun:
+    """The best layout (``trainplan search --json``): the answer's evaluate object plus
+    ``status``, ``solve_seconds``, ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``,
+    ``job``, ``objective_kind``, the objective under a key naming its unit and
+    ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``).
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line).
+    InfeasibleError
+        No layout meets the constraints; its ``explanation`` names the blocking families.
+    """
+    from trainplan.interface.report import objective_text
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.search import prepare, search
+
+    kw = {**kw, "max_layers": kw.get("max_layers")}
+    problem = search_problem(kw, "params" if maximize else None)
+    limit = _time_limit(kw)
+    prepared = prepare(problem, on_tables, limit)
+    in_units = _in_units(problem, prepared)
+    progress = None
+    if on_solution is not None:
+        report = on_solution
+
+        def progress(count: int, best: float) -> None:
+            report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
+
+    result = search(problem, top, limit, kw.get("workers") or 2, progress, prepared=prepared)
+    answers = []
+    for a in result.answers:
+        d = estimate_to_dict(a.estimate)
+        key, value = in_units(a.objective)
+        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
+        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+        answers.append(d)
+    meta = {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": len(problem.jobs),
+    }
+    out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def frontier_json(
+    kw: dict[str, Any], against: str = "memory", on_tables: TableProgress | None = None
+) -> SearchRun:
+    """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
+    ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
+    (:func:`interface.report.frontier_row`: every layout field, memory term, traffic per axis,
+    step time, MFU; units in the names), objective ascending.
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line; an axis that needs what was not given, e.g. price without prices).
+    InfeasibleError
+        No layout meets the constraints.
+    """
+    from trainplan.interface.report import frontier_row
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.search import frontier, prepare
+
+    problem = search_problem(kw)
+    problem.check_frontier_axis(against)  # bad input before the tables are built
+    limit = _time_limit(kw)
+    prepared = prepare(problem, on_tables, limit)
+    result = frontier(problem, against, limit, kw.get("workers") or 2, prepared=prepared)
+    rows = []
+    in_units = _in_units(problem, prepared)
+    for a in result.points:
+        row = frontier_row(
+            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
+        )
+        if a.job.gpu_hour_price is not None:
+            row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
+        rows.append(row)
+    out = {
+        "status": result.status,
+        "against": against,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "candidates": result.num_candidates,
+        "points": rows,
+    }
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
+    """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
+    (exit code 1): ``status`` infeasible, the ``explanation`` lines and the ``message``."""
+    return {"status": "infeasible", "explanation": err.explanation, "message": str(err)}

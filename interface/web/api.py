@@ -1,0 +1,200 @@
+"""The JSON API: each endpoint is the command of the same name with ``--json``, key for key.
+
+Every endpoint parses its query as the command's options (:mod:`interface.web.params`), calls the
+shared function the command calls (:mod:`interface.commands`, :mod:`interface.tabs`) and answers
+its object. Bad input raises a :class:`~model.errors.PlannerError`, which the app answers with HTTP
+422 and ``{"error": …}``, the line ``trainplan`` prints after ``Error:``. A search or frontier with
+no layout that fits answers 200 with the CLI's ``status: "infeasible"`` object (the CLI exits 1:
+the input was good, the answer is no).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from trainplan.interface import commands, tabs
+from trainplan.interface.web.params import openapi_parameters, parse
+from trainplan.model.errors import InfeasibleError, check_applicable
+
+__all__ = ["router", "evaluate_object", "search_run", "frontier_run", "json_response", "pairs"]
+
+router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
+
+BAD_INPUT: dict[int | str, dict[str, Any]] = {
+    422: {
+        "description": "Bad input: the one line the CLI prints after `Error:`, naming the "
+        "parameter, the value and the rule",
+        "content": {
+            "application/json": {
+                "example": {"error": "--tp: '0' must be at least 1"},
+            }
+        },
+    }
+}
+CONFIG = (
+    "The text of a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, DeepSeek-V3 keys), "
+    "instead of model or params: the planner's upload"
+)
+_MODEL_KEYS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
+
+
+def pairs(request: Request) -> list[tuple[str, str]]:
+    """The query as (name, value) pairs, repeats kept in order."""
+    return list(request.query_params.multi_items())
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """``data`` as the CLI's ``--json`` writes it (exact integers, Fractions as numbers)."""
+    return Response(commands.to_json(data, None), status, media_type="application/json")
+
+
+def _doc(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"parameters": openapi_parameters(name, extra)}
+
+
+def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
+    """``trainplan evaluate --json`` of the query (with ``config``: the uploaded model)."""
+    params, own = parse("evaluate", query, ("config",))
+    params.pop("as_json")
+    per_stage = params.pop("per_stage")
+    if "config" in own:
+        why = "the uploaded config.json is the model; give the config, a model or a size"
+        check_applicable({k: params.get(k) for k in _MODEL_KEYS}, dict.fromkeys(_MODEL_KEYS, why))
+        params["model_spec"] = commands.uploaded_model(own["config"])
+    return commands.evaluate_json(params, per_stage)
+
+
+_RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()
+_RESULTS_LOCK = threading.Lock()
+CACHED_RESULTS = 32
+"""Searches and frontiers kept by their parsed inputs (deterministic: a fixed seed), so the page's
+figure and CSV download reuse the run the page showed."""
+
+
+def _key(kind: str, kw: dict[str, Any]) -> tuple[Any, ...]:
+    return (kind, *sorted((k, repr(v)) for k, v in kw.items() if k != "as_json"))
+
+
+def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> Any:
+    """``run()``'s SearchRun (or its InfeasibleError, returned) for the inputs ``key``
+    (:func:`_key`), computed once."""
+    with _RESULTS_LOCK:
+        if key in _RESULTS:
+            _RESULTS.move_to_end(key)
+            return _RESULTS[key]
+    try:
+        result: commands.SearchRun | InfeasibleError = run()
+    except InfeasibleError as err:
+        result = err
+    with _RESULTS_LOCK:
+        _RESULTS[key] = result
+        while len(_RESULTS) > CACHED_RESULTS:
+            _RESULTS.popitem(last=False)
+    return result
+
+
+def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
+    """The SearchRun (or InfeasibleError) of ``trainplan search`` for the query; ``progress``:
+    :func:`interface.commands.search_json`'s ``on_tables`` and ``on_solution``."""
+    kw, _ = parse("search", query)
+    key = _key("search", kw)
+    top, maximize = kw.pop("top"), kw.pop("maximize")
+    return cached_run(key, lambda: commands.search_json(kw, top, maximize, **progress))
+
+
+def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
+    """The SearchRun (or InfeasibleError) of ``trainplan frontier`` for the query."""
+    kw, _ = parse("frontier", query)
+    key = _key("frontier", kw)
+    against, on_tables = kw.pop("against"), progress.get("on_tables")
+    return cached_run(key, lambda: commands.frontier_json(kw, against, on_tables))
+
+
+def run_object(result: Any) -> dict[str, Any]:
+    """A SearchRun's JSON object, or the CLI's infeasible object."""
+    if isinstance(result, InfeasibleError):
+        return commands.infeasible_json(result)
+    return dict(result.json)
+
+
+@router.get("/evaluate", responses=BAD_INPUT, openapi_extra=_doc("evaluate", {"config": CONFIG}))
+def evaluate(request: Request) -> Response:
+    """The planner, `trainplan evaluate --json`: memory per GPU, ZeRO table, traffic per axis,
+    bubble, step time, MFU/HFU, assumptions, defaults used."""
+    return json_response(evaluate_object(pairs(request)))
+
+
+@router.get("/search", responses=BAD_INPUT, openapi_extra=_doc("search"))
+def search(request: Request) -> Response:
+    """The best layout, `trainplan search --json`: the answer's evaluate object with `status`
+    (optimal, feasible, infeasible), the objective and the solve times."""
+    return json_response(run_object(search_run(pairs(request))))
+
+
+@router.get("/frontier", responses=BAD_INPUT, openapi_extra=_doc("frontier"))
+def frontier(request: Request) -> Response:
+    """The Pareto frontier, `trainplan frontier --json`: `points`, one CSV row each."""
+    return json_response(run_object(frontier_run(pairs(request))))
+
+
+def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict[str, Any]:
+    kw, _ = parse(name, query)
+    for key in ("as_json", *drop):
+        kw.pop(key, None)
+    return tabs.TAB_REPORTS[name](**kw)
+
+
+def pipeline_object(query: list[tuple[str, str]]) -> dict[str, Any]:
+    """``trainplan pipeline --json`` of the query."""
+    return _tab("pipeline", query, ("width", "png", "svg"))
+
+
+def ckpt_object(query: list[tuple[str, str]]) -> dict[str, Any]:
+    """``trainplan ckpt --json`` of the query."""
+    return _tab("ckpt", query, ("play", "delay", "gif", "chart"))
+
+
+@router.get("/pipeline", responses=BAD_INPUT, openapi_extra=_doc("pipeline"))
+def pipeline(request: Request) -> Response:
+    """Pipeline bubble, `trainplan pipeline --json`: the simulated timeline per stage, the bubble
+    both ways with their formulas, micro-batches held per stage."""
+    return json_response(pipeline_object(pairs(request)))
+
+
+@router.get("/mfu", responses=BAD_INPUT, openapi_extra=_doc("mfu"))
+def mfu(request: Request) -> Response:
+    """MFU and HFU, `trainplan mfu --json`: from a measured step, a throughput or a FLOP rate;
+    attention FLOPs and recomputation."""
+    return json_response(_tab("mfu", pairs(request), ()))
+
+
+@router.get("/ckpt", responses=BAD_INPUT, openapi_extra=_doc("ckpt"))
+def ckpt(request: Request) -> Response:
+    """Activation checkpointing, `trainplan ckpt --json`: every step of the walk, the peak held
+    against no checkpointing, the recompute overhead, tensors held over time."""
+    return json_response(ckpt_object(pairs(request)))
+
+
+@router.get("/rlhf", responses=BAD_INPUT, openapi_extra=_doc("rlhf"))
+def rlhf(request: Request) -> Response:
+    """RLHF, `trainplan rlhf --json`: the networks' resident memory, FLOPs and time by phase."""
+    return json_response(_tab("rlhf", pairs(request), ()))
+
+
+@router.get("/gpus", responses=BAD_INPUT)
+def gpus(request: Request) -> Response:
+    """The accelerator table, `trainplan gpus --json`, each row with its source."""
+    parse("gpus", pairs(request))
+    return json_response(commands.gpus_json())
+
+
+@router.get("/models", responses=BAD_INPUT)
+def models(request: Request) -> Response:
+    """The model catalogue, `trainplan models --json`, each model with its source."""
+    parse("models", pairs(request))
+    return json_response(commands.models_json())

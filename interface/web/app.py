@@ -1,0 +1,74 @@
+"""The web app: the pages, the JSON API, the figures, and one rule for errors.
+
+:func:`create_app` builds it (FastAPI, an ASGI framework on Starlette, served by uvicorn: it
+describes the API as OpenAPI from the same option list the CLI parses with). Any
+:class:`~model.errors.PlannerError` becomes HTTP 422 with ``{"error": line}``, ``line`` being what
+``trainplan`` prints after ``Error:``; any other error is a plain 500 (the trace goes to the
+server's log, never to the page).
+"""
+
+from __future__ import annotations
+
+import socket
+from importlib.metadata import version
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
+from fastapi.staticfiles import StaticFiles
+
+from trainplan.interface.web import api, figures, pages, stream
+from trainplan.interface.web.api import json_response
+from trainplan.model.errors import PlannerError
+
+__all__ = ["create_app", "serve", "LOCAL_HOSTS"]
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+"""Host headers answered: a page elsewhere cannot reach the app through a DNS name that points
+here (DNS rebinding)."""
+
+DESCRIPTION = """Each endpoint under `/api` is the `trainplan` command of the same name with `--json`:
+its query parameters are the command's options without the dashes (`seq-len=8192`; repeat one
+that repeats, `tp=8&tp=16`; on/off options are `true`/`false`), and its answer is the same object,
+key for key. Bad input is HTTP 422 with `{"error": line}`, the line the CLI prints after `Error:`.
+Options that name files on the server (`--scenario`, `--csv`, `--png`…) are not taken: the planner
+takes a config.json's text as `config`, and `/api/figures/…` and `/api/figures/frontier.csv` return
+the pictures and the CSV."""
+
+
+def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
+    """The app, answering requests addressed to ``hosts`` (the loopback names by default).
+
+    Raises
+    ------
+    ImportError
+        Without the ``[web]`` extra (fastapi, uvicorn, matplotlib, swagger-ui-bundle).
+    """
+    app = FastAPI(
+        title="trainplan",
+        version=version("trainplan"),
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.openapi_version = "3.0.3"  # what the bundled Swagger UI (4.x) reads
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
+
+    @app.exception_handler(PlannerError)
+    async def bad_input(request: Request, err: PlannerError) -> Response:
+        return json_response({"error": str(err)}, 422)
+
+    app.include_router(api.router)
+    app.include_router(stream.router)
+    app.include_router(figures.router)
+    app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
+    app.mount("/vendor/swagger-ui", StaticFiles(directory=pages.swagger_folder()), name="swagger")
+    app.include_router(pages.router)
+    return app
+
+
+def serve(sock: socket.socket) -> None:
+    """Serve :func:`create_app` with uvicorn on a listening socket until interrupted (Ctrl+C);
+    uvicorn logs warnings and errors only (a failed request's trace goes there)."""
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    server.run(sockets=[sock])

@@ -1,0 +1,166 @@
+"""The pages' figures and the frontier's CSV: the API's objects drawn by :mod:`interface.plots`
+(SVG, text kept as text) and written by :func:`interface.report.csv_text` — the same charts and
+CSV the CLI writes with ``--png``/``--svg``/``--chart``/``--csv``, never a second computation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request, Response
+
+from trainplan.interface import plots
+from trainplan.interface.report import csv_text
+from trainplan.interface.web.api import (
+    BAD_INPUT,
+    CONFIG,
+    ckpt_object,
+    evaluate_object,
+    frontier_run,
+    json_response,
+    pairs,
+    pipeline_object,
+    run_object,
+)
+from trainplan.interface.web.params import openapi_parameters
+from trainplan.model.errors import InfeasibleError
+
+__all__ = ["router", "planner_link", "planner_links"]
+
+router = APIRouter(prefix="/api/figures", tags=["figures and downloads"])
+SVG: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/svg+xml": {}}, "description": "The figure as SVG"},
+    **BAD_INPUT,
+}
+CSV: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {}}, "description": "frontier.csv"},
+    **BAD_INPUT,
+}
+_CACHE = "private, max-age=300"  # a figure depends on its query alone
+
+
+def _svg(draw: Any) -> Response:
+    return Response(plots.svg(draw), media_type="image/svg+xml", headers={"Cache-Control": _CACHE})
+
+
+def _doc(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"parameters": openapi_parameters(name, extra)}
+
+
+@router.get(
+    "/memory",
+    response_class=Response,
+    responses=SVG,
+    openapi_extra=_doc("evaluate", {"config": CONFIG}),
+)
+def memory(request: Request) -> Response:
+    """The planner's memory per GPU as stacked bars against the capacity, with the verdict
+    (the evaluate object of the same query)."""
+    d = evaluate_object(pairs(request))
+    return _svg(lambda out: plots.memory_chart(d, out))
+
+
+@router.get("/pipeline", response_class=Response, responses=SVG, openapi_extra=_doc("pipeline"))
+def pipeline(request: Request) -> Response:
+    """The pipeline timeline per stage (`trainplan pipeline --svg`)."""
+    r = pipeline_object(pairs(request))
+    return _svg(lambda out: plots.pipeline_chart(r, out))
+
+
+@router.get("/ckpt-step", response_class=Response, responses=SVG, openapi_extra=_doc("ckpt"))
+def ckpt_step(request: Request) -> Response:
+    """One step of the checkpointing walk (a frame of `trainplan ckpt --gif`); `step` 1 … 3n,
+    default 1."""
+    query = pairs(request)
+    if not any(k == "step" for k, _ in query):
+        query.append(("step", "1"))
+    r = ckpt_object(query)
+    return _svg(lambda out: plots.ckpt_frame(r, 0, out))
+
+
+@router.get("/ckpt-held", response_class=Response, responses=SVG, openapi_extra=_doc("ckpt"))
+def ckpt_held(request: Request) -> Response:
+    """Tensors held over time against no checkpointing (`trainplan ckpt --chart`)."""
+    r = ckpt_object([(k, v) for k, v in pairs(request) if k != "step"])
+    return _svg(lambda out: plots.held_chart(r, out))
+
+
+_SEARCHED = {
+    "dp": "dp",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "zero_stage": "zero",
+    "recompute": "recompute",
+    "micro_batch_size": "micro-batch",
+    "schedule": "schedule",
+    "virtual_stages": "virtual-stages",
+    "framework": "framework",
+    "gpu": "gpu",
+    "global_batch_size": "global-batch",
+    "seq_len": "seq-len",
+    "rank_order": "rank-order",
+}
+"""A frontier row's fields as the planner's query names."""
+_NOT_CARRIED = {"gpus", *_SEARCHED.values()}
+
+
+def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
+    """The planner page of a frontier point: the search's model and cluster options (those the
+    planner has) with the point's layout, so the planner shows the point's figures."""
+    from trainplan.interface.cli.query import query_params
+
+    planner = {q.name for q in query_params("evaluate")}
+    kept = [(k, v) for k, v in query if k.replace("_", "-") in planner - _NOT_CARRIED]
+    layout = [(name, str(row[key])) for key, name in _SEARCHED.items() if row.get(key) is not None]
+    return "/planner?" + urlencode(kept + layout + [("gpus", str(row["num_gpus"]))])
+
+
+def planner_links(query: list[tuple[str, str]], obj: dict[str, Any]) -> list[str]:
+    """The planner page of each layout in a search's or frontier's object (its answer and the
+    next ones, or its points, in order); none for an infeasible one."""
+    if "points" in obj:
+        rows = obj["points"]
+    else:
+        answers = obj.get("answers") or ([obj, *obj.get("top", [])] if "layout" in obj else [])
+        rows = [
+            {**a["layout"], "gpu": a["gpu"]["name"], "num_gpus": a["num_gpus"]} for a in answers
+        ]
+    return [planner_link(query, r) for r in rows]
+
+
+def _points(request: Request) -> tuple[list[tuple[str, str]], Any]:
+    query = pairs(request)
+    return query, frontier_run(query)
+
+
+@router.get("/frontier", response_class=Response, responses=SVG, openapi_extra=_doc("frontier"))
+def frontier(request: Request) -> Response:
+    """The frontier chart (`trainplan frontier --png x.svg`), each point a link to its layout on
+    the planner page."""
+    query, result = _points(request)
+    if isinstance(result, InfeasibleError):
+        return json_response(run_object(result), 409)
+    rows, against = result.json["points"], result.json["against"]
+    links = [planner_link(query, r) for r in rows]
+    return _svg(lambda out: plots.frontier_chart(rows, against, out, links))
+
+
+@router.get(
+    "/frontier.csv",
+    response_class=Response,
+    responses=CSV,
+    openapi_extra=_doc("frontier"),
+)
+def frontier_csv(request: Request) -> Response:
+    """The frontier as CSV, as `trainplan frontier --csv` writes it (a download)."""
+    _, result = _points(request)
+    if isinstance(result, InfeasibleError):
+        return json_response(run_object(result), 409)
+    return Response(
+        csv_text(result.json["points"]),
+        media_type="text/csv",
+        headers={"Content-Disposition": 'attachment; filename="frontier.csv"'},
+    )

@@ -1,0 +1,89 @@
+"""A request's query as a command's options (:mod:`interface.cli.query`), the few inputs only the
+web has, and the OpenAPI description of both.
+
+The API takes every option of the command of the same name except those that name files on the
+server (``--scenario``, ``--csv``, ``--png``…), shape terminal output (``--width``, ``--play``) or
+choose JSON (``--json``); a catalogue model is a name, and a ``config.json`` comes as its text
+(``config=``), never as a path the server would read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from trainplan.interface.cli.query import parse_query, query_params
+from trainplan.model.errors import InputError
+
+__all__ = ["parse", "openapi_parameters", "TERMINAL_ONLY"]
+
+TERMINAL_ONLY = {
+    "width": "it sets the text timeline's columns; the page draws the chart",
+    "play": "it animates the terminal; the page has its own play button",
+    "delay": "it sets the terminal's and the GIF's frame time; the page's speed is its own",
+}
+"""Options of the terminal's output, refused by the API with these reasons."""
+
+
+def _refuse_paths(pairs: list[tuple[str, str]]) -> None:
+    for key, value in pairs:
+        text = value.strip()
+        if key == "model" and ("/" in text or "\\" in text or text.endswith(".json")):
+            raise InputError(
+                f"--model: {value!r} does not apply here: the web app reads no files on the "
+                "server; send the config.json's text as config= (the planner's upload)"
+            )
+
+
+def parse(
+    name: str, pairs: Iterable[tuple[str, str]], web_only: Iterable[str] = ()
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the command's parameters as its callback gets them, the web-only values by name) from the
+    query ``pairs``; ``web_only`` names the parameters the web adds (``config``, ``step``…).
+
+    Raises
+    ------
+    PlannerError
+        What ``trainplan NAME`` refuses, with its line; an option that does not apply here.
+    """
+    extra = set(web_only)
+    pairs = list(pairs)
+    _refuse_paths(pairs)
+    own = {k: v for k, v in pairs if k in extra}
+    rest = [(k, v) for k, v in pairs if k not in extra]
+    return parse_query(name, rest, TERMINAL_ONLY), own
+
+
+def openapi_parameters(name: str, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """OpenAPI query parameters of command ``name``'s options (their help text, choices and
+    repetition), plus ``extra`` web-only parameters {name: description}."""
+    out: list[dict[str, Any]] = []
+    for q in query_params(name, TERMINAL_ONLY):
+        schema: dict[str, Any] = {"type": "boolean"} if q.boolean else {"type": "string"}
+        if q.choices:
+            schema["enum"] = list(q.choices)
+        if q.multiple:
+            schema = {"type": "array", "items": schema}
+        elif q.default not in (None, False, ()):
+            schema["default"] = str(q.default)
+        out.append(
+            {
+                "name": q.name,
+                "in": "query",
+                "required": q.required,
+                "description": q.help or f"the --{q.name} option of trainplan {name}",
+                "schema": schema,
+                **({"style": "form", "explode": True} if q.multiple else {}),
+            }
+        )
+    for key, text in (extra or {}).items():
+        out.append(
+            {
+                "name": key,
+                "in": "query",
+                "required": False,
+                "description": text,
+                "schema": {"type": "string"},
+            }
+        )
+    return out

@@ -1,0 +1,57 @@
+// The checkpointing tab: /api/ckpt, one frame per step (/api/figures/ckpt-step) to step through
+// or play, and the held-over-time chart.
+"use strict";
+(async () => {
+  TP.example("layers=9&every=3&step=1");
+  await window.catalogues;
+  let report = null, query = null, step = Number(new URLSearchParams(location.search).get("step")) || 1, timer = null;
+  const slider = TP.$("#slider"), play = TP.$("#play"), delay = TP.$("#delay");
+
+  function show(s) {
+    if (!report) return;
+    const total = report.steps.length;
+    step = Math.min(Math.max(1, s), total);
+    slider.max = total;
+    slider.value = step;
+    const st = report.steps[step - 1];
+    TP.$("#step-info").textContent = `step ${step} of ${total}: ${st.phase} layer ${st.layer} — ${st.held} held (no checkpointing: ${st.held_without_checkpointing})`;
+    TP.$("#step-info").dataset.step = step;
+    TP.setPageParam("step", step);
+    const q = new URLSearchParams(query);
+    q.set("step", step);
+    TP.figure(TP.$("#frame"), `/api/figures/ckpt-step?${q}`);
+  }
+
+  function stop() {
+    clearInterval(timer);
+    timer = null;
+    play.textContent = "▶ play";
+  }
+  play.addEventListener("click", () => {
+    if (timer) return stop();
+    play.textContent = "⏸ pause";
+    if (step >= report.steps.length) show(1);
+    timer = setInterval(() => (step >= report.steps.length ? stop() : show(step + 1)), Math.max(50, Number(delay.value) * 1000));
+  });
+  TP.$("#first").addEventListener("click", () => { stop(); show(1); });
+  TP.$("#prev").addEventListener("click", () => { stop(); show(step - 1); });
+  TP.$("#next").addEventListener("click", () => { stop(); show(step + 1); });
+  TP.$("#last").addEventListener("click", () => { stop(); show(report.steps.length); });
+  slider.addEventListener("input", () => { stop(); show(Number(slider.value)); });
+
+  TP.bind(TP.$("#inputs"), async (q) => {
+    stop();
+    const r = await TP.api("ckpt", `/api/ckpt?${q}`);
+    if (!r) return;
+    report = r;
+    query = q;
+    TP.$("#summary").innerHTML = [
+      ["peak held", `${r.peak_held}`, r.peak_held_formula, "peak-held"],
+      ["without checkpointing", `${r.peak_held_without_checkpointing}`, "n + 1 tensors"],
+      ["recompute overhead", `+${(r.recompute_overhead * 100).toFixed(1)}%`, r.recompute_overhead_formula],
+      ["checkpoints", r.checkpoints.join(", "), `every ${r.every} of ${r.layers} layers`],
+    ].map(([k, v, note, id]) => `<div><b ${id ? `id="${id}"` : ""}>${TP.esc(v)}</b><span>${k}: ${TP.esc(note)}</span></div>`).join("");
+    show(step);
+    TP.figure(TP.$("#held"), `/api/figures/ckpt-held?${q}`);
+  }, { pageOnly: ["step"] });
+})();

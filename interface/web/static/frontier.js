@@ -1,0 +1,41 @@
+// The frontier tab: the Pareto frontier with its progress, its chart (each point a link to the
+// Planner), its points, and the CSV download.
+"use strict";
+TP.searchPage("frontier", async (last, q) => {
+  const r = last.result, answer = TP.$("#answer");
+  answer.hidden = r.status === "infeasible";
+  if (answer.hidden) return;
+  TP.$("#csv").href = `/api/figures/frontier.csv?${q}`;
+  const second = { memory: ["memory/GPU", (p) => TP.gb(p.total_bytes)], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
+  TP.$("#points").innerHTML = TP.table(r.points, [
+    ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["MFU", (p) => TP.pct(p.mfu)],
+    ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${TP.esc(p.gpu)}`],
+    ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],
+    ["", (p, i) => `<a href="${TP.esc(last.planner[i])}">planner</a>`],
+  ], 'id="points-table"');
+  const chart = TP.$("#chart");
+  await TP.figure(chart, `/api/figures/frontier?${q}`);
+  TP.$$("a[target]", chart).forEach((a) => a.removeAttribute("target")); // open here, as a page link
+  const tip = TP.$("#tooltip");
+  const rows = TP.$$("#points-table tbody tr");
+  const light = (i, on) => {
+    rows[i]?.classList.toggle("highlight", on);
+    const g = TP.$(`#point-${i + 1}`, chart);
+    if (g) g.style.opacity = on ? "1" : "";
+  };
+  TP.$$("g[id^=point-]", chart).forEach((g) => {
+    const i = Number(g.id.slice(6)) - 1, p = r.points[i];
+    g.style.cursor = "pointer";
+    g.addEventListener("mouseenter", () => {
+      light(i, true);
+      tip.style.display = "block";
+      tip.textContent = `#${i + 1}: ${TP.secs(p.step_s)} per step, ${TP.gb(p.total_bytes)} per GPU, MFU ${TP.pct(p.mfu)} — dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp}, ZeRO-${p.zero_stage}, ${p.recompute}, b ${p.micro_batch_size}, ${p.schedule} (click: open in the Planner)`;
+    });
+    g.addEventListener("mousemove", (e) => { tip.style.left = `${e.clientX + 14}px`; tip.style.top = `${e.clientY + 10}px`; });
+    g.addEventListener("mouseleave", () => { light(i, false); tip.style.display = "none"; });
+  });
+  rows.forEach((row, i) => {
+    row.addEventListener("mouseenter", () => light(i, true));
+    row.addEventListener("mouseleave", () => light(i, false));
+  });
+});

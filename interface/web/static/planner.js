@@ -1,0 +1,79 @@
+// The planner tab: /api/evaluate and its memory figure for the form's inputs.
+"use strict";
+(async () => {
+  TP.example("model=llama3-70b&dp=2&tp=4&pp=8");
+  await window.catalogues;
+  const form = TP.$("#inputs");
+  const params = new URLSearchParams(location.search);
+  const source = params.get("config") ? "config" : params.get("params") ? "size" : "catalogue";
+  TP.$(`input[name=_source][value=${source}]`).checked = true;
+
+  function showSource() {
+    const mode = TP.$("input[name=_source]:checked").value;
+    for (const box of TP.$$("[data-source]")) box.hidden = box.dataset.source !== mode;
+  }
+  showSource();
+  form.addEventListener("change", (e) => { if (e.target.name === "_source") showSource(); });
+
+  TP.$("#config-file").addEventListener("change", async (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    const text = await file.text();
+    let compact = text;
+    try { compact = JSON.stringify(JSON.parse(text)); } catch { /* the API names the error */ }
+    TP.$("#config").value = compact;
+    TP.$("#config-name").textContent = `${file.name}: ${compact.length.toLocaleString("en-US")} characters`;
+    form.dispatchEvent(new Event("change"));
+  });
+
+  const MEMORY = [
+    ["weights", "weights_bytes"], ["gradients", "gradients_bytes"], ["optimizer states", "optimizer_bytes"],
+    ["= model state", "model_state_bytes"], ["gathered weights (2 units)", "zero3_gathered_bytes"],
+    ["buffers in forward/backward", "buffers_bytes"], ["activations (layers, in flight)", "activations_bytes"],
+    ["embedding / output-layer activations", "embedding_activations_bytes"], ["recompute transient", "recompute_transient_bytes"],
+    ["pipeline outputs kept", "pipeline_output_bytes"], ["optimizer step extra (no activations then)", "optimizer_step_bytes"],
+  ];
+
+  function render(d) {
+    const m = d.memory, lay = d.layout, t = d.time, p = d.pipeline;
+    TP.$("#headline").innerHTML = `<b>${TP.esc(d.model.name)}</b>: ${TP.num(d.model.num_params)} parameters on ${TP.num(d.num_gpus)} × ${TP.esc(d.gpu.name)}<br>` +
+      `<span class="mono">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp} (ep ${lay.ep}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}</span>`;
+    const v = TP.$("#verdict");
+    v.className = `verdict ${m.fits ? "fits" : "nofit"}`;
+    v.textContent = (m.fits ? "fits" : `DOES NOT FIT: over by ${TP.gb(m.overflow_bytes)}`) +
+      ` — total ${TP.gb(m.total_bytes)} at the peak (${m.peak_phase}) of ${TP.gb(m.capacity_bytes)} usable` +
+      (m.fits_covers !== "model state and activations" ? ` (${m.fits_covers})` : "");
+    v.dataset.totalBytes = m.total_bytes;
+    const rows = MEMORY.filter(([name, k]) => m[k] || name.startsWith("=")).map(([name, k]) => ({ name, v: m[k] }));
+    rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
+    rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
+    TP.$("#memory-table").innerHTML = TP.table(rows, [["term", (r) => TP.esc(r.name)], ["bytes per GPU", (r) => `<span ${r.id ? 'id="memory-total"' : ""}>${TP.gb(r.v)}</span>`]]) +
+      (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
+    TP.$("#zero-table").innerHTML = TP.table(d.zero_table, [
+      ["ZeRO", (r) => r.zero_stage], ["model state", (r) => TP.gb(r.model_state_bytes)],
+      ["reduction", (r) => `${r.reduction.toFixed(2)}×`], ["DP bytes/step", (r) => TP.gb(r.dp_bytes_per_step)],
+    ]);
+    TP.$("#traffic-table").innerHTML = TP.table(d.traffic, [
+      ["axis", (r) => r.axis], ["collective", (r) => TP.esc(r.collective)], ["group", (r) => r.group_size],
+      ["bytes/step", (r) => TP.gb(r.bytes_per_step)], ["link", (r) => (r.link === "nvlink" ? "NVLink (fits in a domain)" : TP.esc(r.link))],
+      ["time if not overlapped", (r) => TP.secs(r.seconds)], ["exposed", (r) => TP.secs(r.exposed_seconds)],
+    ], 'id="traffic"');
+    TP.$("#step").innerHTML = [
+      ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute)", TP.pct(p.bubble_ratio)],
+      ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.secs(t.step_s), "step-time"],
+      ["compute + bubble + exposed comm", `${TP.secs(t.compute_s)} + ${TP.secs(t.bubble_s)} + ${TP.secs(t.exposed_comm_s)}`],
+      [`MFU (${d.flops.convention})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], ["HFU", TP.pct(t.hfu), "hfu"],
+    ].map(([k, val, id]) => `<div><b ${id ? `id="${id}"` : ""}>${val}</b><span>${k}</span></div>`).join("");
+    TP.$("#assumptions").innerHTML = d.assumptions.map((a) => `<li>${TP.esc(a)}</li>`).join("");
+    TP.$("#defaults").textContent = Object.keys(d.defaults_used).length ? "Defaults used: " + Object.entries(d.defaults_used).map(([k, x]) => `${k} = ${x}`).join(", ") : "";
+    TP.$("#notes").innerHTML = d.notes.map((n) => `<li>Note: ${TP.esc(n)}</li>`).join("");
+  }
+
+  TP.bind(form, async (q) => {
+    if (!q.get("model") && !q.get("params") && !q.get("config")) return;
+    const d = await TP.api("evaluate", `/api/evaluate?${q}`);
+    if (!d) return;
+    render(d);
+    TP.figure(TP.$("#memory-figure"), `/api/figures/memory?${q}`);
+  });
+})();

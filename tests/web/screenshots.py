@@ -1,0 +1,55 @@
+"""The README's screenshots of every tab: ``python -m tests.web.screenshots`` (the ``[web]`` and
+``[webtest]`` extras and Debian's Chromium) starts ``trainplan serve``, opens each tab on an
+example in headless Chromium, waits for its figures and writes ``docs/screenshots/<tab>.png``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, start_server
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = {
+    "planner": ("/planner?model=llama3-70b&dp=2&tp=4&pp=8", "#memory-figure svg"),
+    "pipeline": (
+        "/pipeline?stages=4&microbatches=8&schedule=interleaved&virtual-stages=2",
+        "#timeline svg",
+    ),
+    "mfu": (
+        "/mfu?params=70e9&tokens=4e6&step-seconds=7&peak-tflops=989&chips=512&attention=true"
+        "&layers=80&heads=64&head-dim=128&seq-len=4096&causal=true&recompute=selective",
+        "#mfu",
+    ),
+    "ckpt": ("/ckpt?layers=9&every=3&step=12", "#frame svg"),
+    "rlhf": ("/rlhf?algorithm=ppo&policy-params=70e9&reward-params=7e9", "#resident"),
+    "search": ("/search?model=llama3-70b&gpus=64", ".answer .memory-figure svg"),
+    "frontier": ("/frontier?model=llama3-70b&gpus=64", "#chart svg"),
+    "api": ("/docs", ".swagger-ui .opblock"),
+}
+"""Each tab's example and the element that says it is drawn."""
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    proc, address = start_server()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1360, "height": 1000})
+            page.set_default_timeout(90_000)
+            for name, (path, ready) in SHOTS.items():
+                page.goto(address + path)
+                page.locator(ready).first.wait_for()
+                page.wait_for_timeout(800)  # the last figure's swap
+                page.screenshot(path=str(OUT / f"{name}.png"))
+                print(OUT / f"{name}.png")
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""The web API against the CLI (issue 14 items 1, 2 and 5): each endpoint answers the object the
+command prints with ``--json`` for the same inputs, key for key and value for value; bad input is
+HTTP 422 with the very line the CLI prints after ``Error:`` (never a trace); the figures are the
+API's objects drawn; nothing is loaded from a network. In-process through FastAPI's TestClient,
+plus ``trainplan serve`` itself in a subprocess. Skipped without the ``[web]``/``[webtest]``
+extras (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.request
+import warnings
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.web.conftest import need
+
+need("fastapi", "pip install -e '.[web]'")
+need("httpx", "pip install -e '.[webtest]'")
+
+warnings.filterwarnings("ignore", message=".*httpx2.*")  # newer Starlette prefers httpx2; both work
+from click.testing import CliRunner  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from trainplan.interface.cli import _register, cli, main  # noqa: E402
+from trainplan.interface.web.app import create_app  # noqa: E402
+
+_register()
+ROOT = Path(__file__).resolve().parents[2]
+HF_8B = ROOT / "tests" / "data" / "hf" / "llama3-8b" / "config.json"
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app(("testserver",)))
+
+
+def cli_json(*args: str):
+    """What ``trainplan ARGS --json`` prints, parsed."""
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def cli_error(monkeypatch, capsys, *args: str) -> str:
+    """The one line ``trainplan ARGS`` prints on stderr for bad input (exit code 2)."""
+    monkeypatch.setattr(sys, "argv", ["trainplan", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    return err
+
+
+def query(args: list[str]) -> str:
+    """CLI options ``--key value …`` as the API's query ``key=value&…``."""
+    pairs = [(args[i].lstrip("-"), args[i + 1]) for i in range(0, len(args), 2)]
+    return urlencode(pairs)
+
+
+EVALUATE = [
+    "--model",
+    "llama3-70b",
+    "--dp",
+    "4",
+    "--tp",
+    "4",
+    "--pp",
+    "4",
+    "--recompute",
+    "selective",
+]
+CASES = [
+    ("evaluate", EVALUATE),
+    (
+        "evaluate",
+        [
+            "--model",
+            "mixtral-8x7b",
+            "--tp",
+            "2",
+            "--ep",
+            "4",
+            "--dp",
+            "4",
+            "--framework",
+            "deepspeed",
+            "--zero",
+            "1",
+        ],
+    ),
+    ("evaluate", ["--params", "70B"]),
+    (
+        "pipeline",
+        [
+            "--stages",
+            "4",
+            "--microbatches",
+            "8",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "2",
+        ],
+    ),
+    (
+        "mfu",
+        [
+            "--params",
+            "70e9",
+            "--tokens",
+            "4e6",
+            "--step-seconds",
+            "7",
+            "--peak-tflops",
+            "989",
+            "--chips",
+            "512",
+        ],
+    ),
+    ("ckpt", ["--layers", "9", "--every", "3"]),
+    ("ckpt", ["--layers", "16"]),
+    ("rlhf", ["--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule"]),
+    ("gpus", []),
+    ("models", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "args"), CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)]
+)
+def test_endpoint_is_the_cli_json(client, command, args):
+    got = client.get(f"/api/{command}?{query(args)}")
+    assert got.status_code == 200, got.text
+    assert got.json() == cli_json(command, *args)
+
+
+def test_flags_and_repeated_options(client):
+    got = client.get(
+        "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&overlap=dp=0.2&overlap=tp=0.1"
+    )
+    want = cli_json("evaluate", "--model", "llama3-70b", "--tp", "8", "--pp", "2", "--dp", "4", "--no-flash",
+                    "--overlap", "dp=0.2", "--overlap", "tp=0.1")  # fmt: skip
+    assert got.json() == want
+    assert want["layout"]["flash_attention"] is False
+
+
+BAD = [
+    ["evaluate", "--model", "llama3-70b", "--tp", "0"],
+    ["evaluate", "--model", "llama3-70b", "--schedule", "x"],
+    ["evaluate", "--model", "nosuch"],
+    ["evaluate", "--model", "llama3-70b", "--bogus", "1"],
+    ["evaluate", "--model", "llama3-70b", "--tp", "3"],
+    ["pipeline", "--stages", "4"],
+    [
+        "mfu",
+        "--params",
+        "70e9",
+        "--tokens",
+        "4e6",
+        "--step-seconds",
+        "0.1",
+        "--peak-tflops",
+        "989",
+        "--chips",
+        "512",
+    ],
+    ["ckpt", "--layers", "9", "--every", "0"],
+    ["rlhf", "--algorithm", "dpo", "--policy-params", "7e9", "--reward", "rule"],
+    ["search", "--model", "llama3-70b", "--gpus", "64", "--min-mfu", "x"],
+    ["frontier", "--model", "llama3-70b", "--gpus", "64", "--against", "price"],
+]
+
+
+@pytest.mark.parametrize("args", BAD, ids=[" ".join(a[:1] + a[-2:]) for a in BAD])
+def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
+    line = cli_error(monkeypatch, capsys, *args)
+    got = client.get(f"/api/{args[0]}?{query(args[1:])}")
+    assert got.status_code == 422
+    assert "Traceback" not in got.text
+    assert f"Error: {got.json()['error']}" == line
+
+
+def test_options_the_web_does_not_take(client):
+    for url, name in (
+        ("/api/pipeline?stages=4&microbatches=8&png=x.png", "--png"),
+        ("/api/evaluate?model=../tests/data/hf/llama3-8b/config.json", "--model"),
+        ("/api/search?model=llama3-70b&gpus=64&scenario=/etc/passwd", "--scenario"),
+        ("/api/pipeline?stages=4&microbatches=8&width=80", "--width"),
+        ("/api/ckpt?layers=9&json=true", "--json"),
+    ):
+        got = client.get(url)
+        assert got.status_code == 422, url
+        assert (
+            got.json()["error"].startswith(f"{name}: ")
+            and "does not apply here" in got.json()["error"]
+        )
+
+
+def test_uploaded_config_is_the_cli_path(client):
+    text = HF_8B.read_text()
+    got = client.get("/api/evaluate?" + urlencode({"config": text, "tp": "2", "dp": "4"})).json()
+    want = cli_json("evaluate", "--model", str(HF_8B), "--tp", "2", "--dp", "4")
+    assert got["memory"] == want["memory"] and got["traffic"] == want["traffic"]
+    assert got["time"] == want["time"]
+    both = client.get("/api/evaluate?" + urlencode({"config": text, "model": "llama3-8b"}))
+    assert both.status_code == 422 and both.json()["error"].startswith(
+        "model: 'llama3-8b' does not apply"
+    )
+    assert client.get("/api/evaluate?config=%7B").status_code == 422
+
+
+SEARCH = ["--model", "llama3-8b", "--gpus", "8"]
+
+
+def _untimed(d):
+    return {k: v for k, v in d.items() if k not in ("solve_seconds", "tables_seconds")}
+
+
+def test_search_and_its_stream(client):
+    got = client.get(f"/api/search?{query(SEARCH)}").json()
+    assert _untimed(got) == _untimed(cli_json("search", *SEARCH))
+    assert got["status"] == "optimal"
+    events = [
+        json.loads(x) for x in client.get(f"/api/search/stream?{query(SEARCH)}").text.splitlines()
+    ]
+    assert events[-1]["event"] == "result" and events[-1]["result"] == got  # the same (cached) run
+    link = events[-1]["planner"][0]
+    planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
+    assert planner["memory"]["total_bytes"] == got["memory"]["total_bytes"]
+
+
+def test_stream_reports_progress_and_bad_input(client):
+    args = ["--model", "llama3-70b", "--gpus", "32", "--gpu", "H100-SXM,H200"]
+    events = [
+        json.loads(x) for x in client.get(f"/api/search/stream?{query(args)}").text.splitlines()
+    ]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("tables") == 2 and kinds[-1] == "result"  # one per job
+    assert events[0]["total"] == events[1]["done"]
+    bad = client.get("/api/search/stream?model=llama3-70bb&gpus=32")
+    assert bad.status_code == 422 and bad.json()["error"].startswith("unknown model 'llama3-70bb'")
+
+
+def test_infeasible_search_is_the_cli_object(client):
+    args = ["--model", "llama3-405b", "--gpus", "8"]
+    got = client.get(f"/api/search?{query(args)}")
+    assert got.status_code == 200 and got.json() == cli_json("search", *args)
+    assert got.json()["status"] == "infeasible"
+
+
+def test_frontier_and_its_csv(client, tmp_path):
+    path = tmp_path / "frontier.csv"
+    result = CliRunner().invoke(cli, ["frontier", *SEARCH, "--csv", str(path), "--json"])
+    want = json.loads(result.output)
+    got = client.get(f"/api/frontier?{query(SEARCH)}").json()
+    assert got["points"] == want["points"] and got["status"] == want["status"] == "optimal"
+    csv = client.get(f"/api/figures/frontier.csv?{query(SEARCH)}")
+    assert csv.headers["content-disposition"] == 'attachment; filename="frontier.csv"'
+    assert csv.text == path.read_text()
+    svg = client.get(f"/api/figures/frontier?{query(SEARCH)}").text
+    links = re.findall(r'xlink:href="(/planner\?[^"]+)"', svg)
+    assert len(links) == len(got["points"]) and 'id="point-1"' in svg
+
+
+def test_figures_draw_the_api_objects(client):
+    d = cli_json("evaluate", *EVALUATE)
+    svg = client.get(f"/api/figures/memory?{query(EVALUATE)}")
+    assert svg.headers["content-type"] == "image/svg+xml"
+    total = d["memory"]["total_bytes"] / 1e9
+    assert f"total {total:,.2f} GB at the peak" in svg.text
+    m = d["memory"]
+    verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {m['overflow_bytes'] / 1e9:,.2f} GB"
+    assert f"verdict: {verdict}</text>" in svg.text
+    frame = client.get("/api/figures/ckpt-step?layers=9&every=3&step=5").text
+    assert "step 5: backward" in frame or "step 5: forward layer 5" in frame
+    assert "peak 6 vs 10" in client.get("/api/figures/ckpt-held?layers=9&every=3&step=5").text
+    assert "bubble 27.3%" in client.get("/api/figures/pipeline?stages=4&microbatches=8").text
+
+
+def test_openapi_describes_every_endpoint(client):
+    spec = client.get("/openapi.json").json()
+    for name in (
+        "evaluate",
+        "search",
+        "frontier",
+        "pipeline",
+        "mfu",
+        "ckpt",
+        "rlhf",
+        "gpus",
+        "models",
+    ):
+        assert f"/api/{name}" in spec["paths"]
+    params = {p["name"]: p for p in spec["paths"]["/api/evaluate"]["get"]["parameters"]}
+    assert {"tp", "seq-len", "config", "framework"} <= set(params) and "json" not in params
+    assert params["schedule"]["schema"]["enum"] == ["gpipe", "1f1b", "interleaved"]
+    search = {p["name"]: p for p in spec["paths"]["/api/search"]["get"]["parameters"]}
+    assert search["tp"]["schema"]["type"] == "array" and "scenario" not in search
+    assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
+
+
+PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier"]
+
+
+@pytest.mark.parametrize("path", [f"/{p}" for p in PAGES] + ["/docs"])
+def test_pages_load_nothing_from_a_network(client, path):
+    html = client.get(path)
+    assert html.status_code == 200
+    refs = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']+)["\']', html.text)
+    assert refs, path
+    for ref in refs:
+        assert ref.startswith(("/", "#", "data:")), f"{path} loads {ref}"
+        if ref.startswith("/") and not ref.startswith("/openapi"):
+            assert client.get(ref).status_code == 200, ref
+
+
+def test_static_scripts_name_no_network_address(client):
+    static = ROOT / "interface" / "web" / "static"
+    for f in static.iterdir():
+        assert not re.search(r"https?://", f.read_text()), f.name
+
+
+def test_other_hosts_and_pages(client):
+    assert client.get("/api/gpus", headers={"host": "evil.example"}).status_code == 400
+    assert client.get("/nosuch").status_code == 404
+    assert client.get("/", follow_redirects=False).headers["location"] == "/planner"
+
+
+def test_trainplan_serve_prints_its_address(server):
+    with urllib.request.urlopen(f"{server}/api/gpus", timeout=10) as res:
+        rows = json.loads(res.read())
+    assert rows == cli_json("gpus")
+
+
+def test_serve_refuses_a_bad_port_in_one_line(monkeypatch, capsys):
+    line = cli_error(monkeypatch, capsys, "serve", "--port", "99999")
+    assert line == "Error: --port: 99999 must be from 0 to 65535 (0 = any free port)"

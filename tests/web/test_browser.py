@@ -1,0 +1,250 @@
+"""Every tab in a real browser (issue 14 item 4): headless Debian Chromium driven by Playwright
+against ``trainplan serve``. Each tab loads with no script error and no request leaving
+127.0.0.1; an input change brings the figures to the CLI's values for the same input; the
+checkpoint animation advances; a bad input shows the CLI's error line; the frontier's CSV
+downloads as the CLI writes it. Marked slow (CI runs ``-m slow``); skipped without Chromium or
+the extras (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from click.testing import CliRunner
+
+from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, need, need_chromium
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+need("fastapi", "pip install -e '.[web]'")
+need("playwright", "pip install -e '.[webtest]'")
+need_chromium()
+
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+
+from trainplan.interface.cli import _register, cli  # noqa: E402
+
+_register()
+TIMEOUT = 60_000  # ms; a frontier on a loaded 2-core machine
+expect.set_options(timeout=TIMEOUT)
+
+
+def cli_json(*args: str):
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    return json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server) -> Iterator[Page]:
+    """A page that records script errors and any request not to the server; both must stay empty."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    outside: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on(
+        "console",
+        lambda m: errors.append(m.text) if m.type == "error" and "422" not in m.text else None,
+    )
+    pg.on(
+        "request", lambda r: None if r.url.startswith((server, "data:")) else outside.append(r.url)
+    )
+    pg.base = server  # type: ignore[attr-defined]
+    yield pg
+    context.close()
+    assert not errors, errors
+    assert not outside, f"requests left 127.0.0.1: {outside}"
+
+
+def go(page: Page, path: str) -> None:
+    page.goto(page.base + path)  # type: ignore[attr-defined]
+
+
+TABS = {
+    "planner": ("#memory-figure svg", "#memory-total"),
+    "pipeline": ("#timeline svg", "#bubble-fraction"),
+    "mfu": (None, "#mfu"),
+    "ckpt": ("#frame svg", "#peak-held"),
+    "rlhf": (None, "#resident"),
+    "search": ("#answers .memory-figure svg", "#status.optimal"),
+    "frontier": ("#chart svg", "#status.optimal"),
+}
+
+
+@pytest.mark.parametrize("tab", list(TABS))
+def test_each_tab_loads(page, tab, tmp_path):
+    go(page, f"/{tab}")
+    figure, value = TABS[tab]
+    expect(page.locator(value)).to_be_visible()
+    if figure:
+        expect(page.locator(figure).first).to_be_visible()
+    expect(page.locator("#gpu-table tbody tr").first).to_be_visible()  # the accelerator table
+    expect(page.locator("#gpu-table")).to_contain_text("NVIDIA H100 Tensor Core GPU datasheet")
+    assert "?" in page.url  # a first visit shows an example, in the URL
+    page.screenshot(path=str(tmp_path / f"{tab}.png"), full_page=True)
+
+
+def test_planner_input_change_matches_the_cli(page):
+    go(page, "/planner?model=llama3-70b&dp=4&tp=4&pp=4")
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
+    page.fill("input[name=tp]", "8")
+    page.fill("input[name=dp]", "2")
+    page.select_option("select[name=recompute]", "full")
+    want = cli_json(
+        "evaluate",
+        "--model",
+        "llama3-70b",
+        "--dp",
+        "2",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--recompute",
+        "full",
+    )
+    total = want["memory"]["total_bytes"]
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    expect(page.locator("#memory-total")).to_have_text(f"{total / 1e9:,.2f} GB")
+    expect(page.locator("#memory-figure svg")).to_contain_text(
+        f"total {total / 1e9:,.2f} GB at the peak"
+    )
+    expect(page.locator("#mfu")).to_have_text(f"{want['time']['mfu'] * 100:.1f}%")
+    assert "tp=8" in page.url and "recompute=full" in page.url
+    tp_row = [r for r in want["traffic"] if r["axis"] == "tp"][0]
+    expect(page.locator("#traffic tbody tr").nth(1)).to_contain_text(
+        "NVLink" if tp_row["link"] == "nvlink" else "scale-out"
+    )
+    # the URL is the plan: opened afresh, it shows the same figures
+    go(page, page.url.removeprefix(page.base))  # type: ignore[attr-defined]
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    expect(page.locator("input[name=tp]")).to_have_value("8")
+
+
+def test_planner_bad_input_shows_the_cli_line(page):
+    go(page, "/planner?model=llama3-70b&dp=4&tp=4&pp=4")
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
+    page.fill("input[name=tp]", "0")
+    expect(page.locator("#error")).to_have_text("Error: --tp: '0' must be at least 1")
+    page.fill("input[name=tp]", "3")
+    expect(page.locator("#error")).to_contain_text("Error: ")
+    page.fill("input[name=tp]", "4")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_planner_uploads_a_config(page):
+    go(page, "/planner?model=llama3-70b")
+    page.check("input[name=_source][value=config]")
+    config = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama3-8b" / "config.json"
+    page.set_input_files("#config-file", str(config))
+    total = cli_json("evaluate", "--model", str(config))["memory"]["total_bytes"]
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    assert "config=" in page.url and "model=" not in page.url
+
+
+def test_pipeline_and_mfu_and_rlhf_values(page):
+    go(page, "/pipeline?stages=4&microbatches=8")
+    expect(page.locator("#bubble-fraction")).to_have_text("3/11 = 27.3%")
+    page.select_option("select[name=schedule]", "interleaved")
+    page.fill("input[name=virtual-stages]", "2")
+    r = cli_json(
+        "pipeline",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--schedule",
+        "interleaved",
+        "--virtual-stages",
+        "2",
+    )
+    expect(page.locator("#bubble-fraction")).to_have_text(
+        f"{r['bubble_fraction_exact']} = {r['bubble_fraction'] * 100:.1f}%"
+    )
+    expect(page.locator("#timeline svg")).to_contain_text("interleaved: p=4, m=8, v=2")
+    go(page, "/mfu?params=70e9&tokens=4e6&step-seconds=7&peak-tflops=989&chips=512")
+    expect(page.locator("#arithmetic")).to_have_text(
+        "6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%"
+    )
+    page.check("input[name=_mode][value=throughput]")
+    page.fill("div[data-mode=throughput] input[name=tokens-per-second]", "571428")
+    expect(page.locator("#arithmetic")).to_contain_text("571.428e3 tokens/s")
+    go(page, "/rlhf?algorithm=ppo&policy-params=70e9")
+    expect(page.locator("#resident")).to_have_text("2.520 TB")
+
+
+def test_checkpoint_animation_advances(page):
+    go(page, "/ckpt?layers=9&every=3")
+    expect(page.locator("#step-info")).to_have_attribute("data-step", "1")
+    page.fill("#delay", "0.1")
+    page.click("#play")
+    page.wait_for_function("() => Number(document.querySelector('#step-info').dataset.step) >= 6")
+    page.click("#play")  # pause
+    step = int(page.locator("#step-info").get_attribute("data-step") or 0)
+    assert step >= 6 and f"step={step}" in page.url
+    expect(page.locator("#frame svg")).to_contain_text(f"step {step}:")
+    page.click("#last")
+    expect(page.locator("#step-info")).to_contain_text("step 27 of 27")
+    expect(page.locator("#frame svg")).to_contain_text("step 27: backward layer 1")
+
+
+SEARCH = {"model": "llama3-8b", "gpus": "8"}
+
+
+def test_search_shows_progress_and_the_proof(page):
+    go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "64"}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator("#progress")).to_be_visible()
+    expect(page.locator("#progress-text")).to_contain_text("done in")
+    want = cli_json("search", "--model", "llama3-70b", "--gpus", "64")
+    expect(page.locator(".answer .total").first).to_have_text(
+        f"{want['memory']['total_bytes'] / 1e9:,.2f} GB"
+    )
+    expect(page.locator(".answer .objective").first).to_have_text(want["objective_text"])
+    page.fill("input[name=min-mfu]", "0.9")
+    page.click("#run")
+    expect(page.locator("#status")).to_have_text("no layout satisfies the constraints")
+    expect(page.locator("#explanation")).to_contain_text("min_mfu: the best MFU")
+
+
+def test_frontier_chart_links_and_csv_download(page, tmp_path):
+    go(page, "/frontier?" + urlencode(SEARCH))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator("#chart svg")).to_be_visible()
+    path = tmp_path / "cli.csv"
+    CliRunner().invoke(cli, ["frontier", "--model", "llama3-8b", "--gpus", "8", "--csv", str(path)])
+    with page.expect_download() as info:
+        page.click("#csv")
+    download = info.value
+    assert download.suggested_filename == "frontier.csv"
+    assert Path(download.path()).read_text() == path.read_text()
+    rows = path.read_text().splitlines()
+    expect(page.locator("#points-table tbody tr")).to_have_count(len(rows) - 1)
+    point = page.locator("#chart g#point-1")
+    point.hover()
+    expect(page.locator("#tooltip")).to_contain_text("#1:")
+    expect(page.locator("#points-table tbody tr").first).to_have_class(re.compile("highlight"))
+    point.locator("use").click()
+    page.wait_for_url(re.compile(r"/planner\?"))
+    first = cli_json("frontier", "--model", "llama3-8b", "--gpus", "8")["points"][0]
+    expect(page.locator("#verdict")).to_have_attribute(
+        "data-total-bytes", str(first["total_bytes"])
+    )
+
+
+def test_api_documentation_renders_offline(page):
+    go(page, "/docs")
+    expect(page.locator(".swagger-ui")).to_be_visible()
+    expect(page.get_by_text("/api/evaluate", exact=True).first).to_be_visible()
