@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_GPU",
     "LAYOUT_KEYS",
     "DIM_KEYS",
+    "RECIPE_KEYS",
     "parse_framework",
     "output_path",
     "writing",
@@ -49,6 +50,18 @@ __all__ = [
 
 DEFAULT_GPU = "H100-SXM"
 LAYOUT_KEYS = LAYOUT_FIELDS
+RECIPE_KEYS = (
+    "gradient_dtype",
+    "precision",
+    "optimizer_dtype",
+    "master_weights",
+    "offload_optimizer",
+    "offload_params",
+    "host_link_gbps",
+    "host_memory_gbps",
+)
+"""The training recipe's numerics and offload (:mod:`model.precision`, :mod:`model.offload`):
+evaluate options, and ``[cluster]`` keys of a scenario file."""
 MEGATRON_SPLIT_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
@@ -84,14 +97,7 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
-        "gradient_dtype",
-        "precision",
-        "optimizer_dtype",
-        "master_weights",
-        "offload_optimizer",
-        "offload_params",
-        "host_link_gbps",
-        "host_memory_gbps",
+        *RECIPE_KEYS,
         "memory_reserve_gib",
         *LAYOUT_KEYS,
         *MEGATRON_SPLIT_KEYS,

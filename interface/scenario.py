@@ -33,7 +33,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from trainplan.interface.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
+from trainplan.interface.inputs import (
+    DEFAULT_GPU,
+    DIM_KEYS,
+    RECIPE_KEYS,
+    build_case,
+    parse_framework,
+)
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
@@ -99,14 +105,7 @@ CLUSTER_KEYS = {
     "zero3_regather",
     "activation_convention",
     "memory_efficient_norm",
-    "gradient_dtype",
-    "precision",
-    "optimizer_dtype",
-    "master_weights",
-    "offload_optimizer",
-    "offload_params",
-    "host_link_gbps",
-    "host_memory_gbps",
+    *RECIPE_KEYS,
     "memory_reserve_gib",
     "vocab_multiple",
 }

@@ -330,8 +330,8 @@ def stage_layers(
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, ...], ...]:
-    """The layers each of the pp pipeline ranks holds (:func:`split_layers` with the per-chunk
-    ``sizes``), the MTP blocks on the last rank (in its last chunk).
+    """The layers each of the pp pipeline ranks holds: its chunks i, i + pp, … of
+    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk).
 
     Examples
     --------
@@ -341,6 +341,5 @@ def stage_layers(
     >>> stage_layers(arch, 2)
     ((0, 1), (2, 3, 4))
     """
-    split = split_layers(arch.num_layers, pp, v, uneven, sizes)
-    mtp = tuple(range(arch.num_layers, arch.num_layers + arch.mtp_layers))
-    return split[:-1] + (split[-1] + mtp,)
+    chunks = model_chunks(arch, pp, v, uneven, sizes)
+    return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
