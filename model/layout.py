@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
+from trainplan.model.context_parallel import CpKind, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.pipeline import Schedule, check_schedule
@@ -46,7 +47,16 @@ class Layout:
     pp: int = 1
     """Pipeline-parallel degree (stages)."""
     cp: int = 1
-    """Context-parallel degree (sequence split across ranks, ring attention)."""
+    """Context-parallel degree (the sequence split over cp ranks; how they exchange attention's
+    inputs is ``cp_kind``)."""
+    cp_kind: CpKind = CpKind.RING
+    """How the cp ranks exchange attention's inputs: ``ring`` (K/V point to point),
+    ``all-gather`` (K/V all-gathered, Llama 3), ``ulysses`` (all-to-all over heads) or
+    ``a2a+p2p`` (Ulysses inside groups of ``cp_a2a``, ring across); Megatron-Core's
+    ``--cp-comm-type`` (:mod:`model.context_parallel`). Anything but ``ring`` needs cp > 1."""
+    cp_a2a: int | None = None
+    """The inner all-to-all degree of ``a2a+p2p`` (Megatron-Core
+    ``--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a``); None for every other kind."""
     ep: int = 1
     """Expert-parallel degree (routed experts split; carved out of dp·cp, or of tp·dp·cp when
     ``etp`` differs from tp)."""
@@ -96,6 +106,7 @@ class Layout:
             ("recompute", Recompute),
             ("schedule", Schedule),
             ("framework", Framework),
+            ("cp_kind", CpKind),
         ):
             value = getattr(self, name)
             if isinstance(value, kind):
@@ -106,7 +117,8 @@ class Layout:
                 allowed = ", ".join(k.value for k in kind)
                 raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
         names = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
-        for name in names + (("etp",) if self.etp is not None else ()):
+        optional = tuple(n for n in ("etp", "cp_a2a") if getattr(self, n) is not None)
+        for name in names + optional:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
@@ -196,6 +208,7 @@ SEARCHED_FIELDS: tuple[str, ...] = (
     "tp",
     "pp",
     "cp",
+    "cp_kind",
     "ep",
     "zero_stage",
     "recompute",
@@ -214,7 +227,9 @@ def validate(
 
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
-    by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp
+    by 2·cp (load-balanced causal split, Megatron-LM; every CP flavour), and the CP flavour's own
+    rules (:func:`model.context_parallel.check_cp_kind`: Ulysses' heads divisible by cp on a
+    tensor-parallel rank, the hybrid's inner degree); ep divides the routed experts and dp·cp
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
     axes (:func:`model.frameworks.check_framework`); B divisible by b·dp; pp·v chunks at most L
@@ -266,6 +281,7 @@ def validate(
         _check_architecture(lay, model)
     if lay.cp > 1 and s % (2 * lay.cp):
         raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
+    check_cp_kind(lay.cp_kind, lay.cp, lay.cp_a2a, lay.tp, arch)
     if lay.sp and (s // lay.cp) % lay.tp:
         raise LayoutError(
             f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"

@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from trainplan.model.activations import ActivationContext
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
@@ -202,6 +203,11 @@ class StageActivations:
     """Stage outputs kept for backward after they were sent to the next stage (``β·S·h``, ÷ tp
     with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
     default, Megatron-LM's ``deallocate_pipeline_outputs``)."""
+    cp_transient_bytes: Fraction = Fraction(0)
+    """What the context-parallel exchange holds beside the kept activations while one layer's
+    attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
+    :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
+    stage without transformer layers."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -210,6 +216,7 @@ class StageActivations:
             + self.recompute_transient_bytes
             + self.embedding_bytes
             + self.pipeline_output_bytes
+            + self.cp_transient_bytes
         )
 
 
@@ -224,6 +231,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
+        cp_kind=layout.cp_kind,
     )
 
 
@@ -267,6 +275,8 @@ def stage_activations(
         layout.micro_batch_size,
         layout.tp,
         layout.cp,
+        layout.cp_kind,
+        layout.cp_a2a,
         layout.sp,
         layout.uneven_stages,
         layout.stage_layers,
@@ -319,9 +329,13 @@ def _stage_activations(
         vocab_size or arch.vocab_size,
     )
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
+    r, u = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
+    gather = layout.cp_kind is CpKind.ALL_GATHER
+    beta = training.activation_bytes
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, layout.tp, ctx.tokens, beta) * bool(layers)
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         return StageActivations(
-            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
+            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs, cp_buffers
         )
     # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
     # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
@@ -335,7 +349,13 @@ def _stage_activations(
         held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
         kept = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
     return StageActivations(
-        kept, transient, emb * end_held, kept / per_mb if per_mb else in_flight, per_mb, outputs
+        kept,
+        transient,
+        emb * end_held,
+        kept / per_mb if per_mb else in_flight,
+        per_mb,
+        outputs,
+        cp_buffers,
     )
 
 
