@@ -14,7 +14,8 @@ framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | te
 tokens = 15e12                    # token budget for time-to-train and cost
 gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
-               # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron)
+               # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
+               # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
                # memory_reserve_gib
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.interface.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
+from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
@@ -69,6 +71,8 @@ SPACE_KEYS = {
     "tp",
     "pp",
     "cp",
+    "cp_kind",
+    "cp_a2a",
     "ep",
     "micro_batch",
     "max_tp",
@@ -114,6 +118,7 @@ _ANY = "any"  # a key without a kind yet (a test requires one for every key)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
+_CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
 VALUE_KINDS: dict[str, Any] = {
     # top level
     "description": _TEXT,
@@ -133,6 +138,8 @@ VALUE_KINDS: dict[str, Any] = {
     "tp": [_COUNT],
     "pp": [_COUNT],
     "cp": [_COUNT],
+    "cp_kind": [_CP_KINDS],
+    "cp_a2a": [_COUNT],
     "ep": [_COUNT],
     "micro_batch": [_COUNT],
     "max_tp": _COUNT,
@@ -343,7 +350,16 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or (DEFAULT_RANK_ORDER,),
         frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
         or (DEFAULT_FRAMEWORK,),
+        cp_kinds=tuple(_cp_kind(k) for k in _names(d.get("cp_kind"))) or DEFAULT_SEARCHED_CP_KINDS,
+        cp_a2a=ints("cp_a2a"),
     )
+
+
+def _cp_kind(text: str) -> CpKind:
+    try:
+        return CpKind(text.lower())
+    except ValueError:
+        raise InputError(f"cp_kind: {text!r} is not one of {', '.join(_CP_KINDS)}") from None
 
 
 def _order(text: str) -> tuple[str, ...]:
