@@ -102,23 +102,19 @@ class Layout:
     always sends 1/tp)."""
 
     def __post_init__(self) -> None:
-        for name, kind in (
-            ("recompute", Recompute),
-            ("schedule", Schedule),
-            ("framework", Framework),
-            ("cp_kind", CpKind),
+        if not (  # the common case first: every enum field already an enum (the search's shapes)
+            self.recompute.__class__ is Recompute
+            and self.schedule.__class__ is Schedule
+            and self.framework.__class__ is Framework
+            and self.cp_kind.__class__ is CpKind
         ):
-            value = getattr(self, name)
-            if isinstance(value, kind):
-                continue
-            try:
-                object.__setattr__(self, name, kind(str(value).lower()))
-            except ValueError:
-                allowed = ", ".join(k.value for k in kind)
-                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
-        names = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
-        optional = tuple(n for n in ("etp", "cp_a2a") if getattr(self, n) is not None)
-        for name in names + optional:
+            self._read_enums()
+        names = _DEGREE_FIELDS
+        if self.etp is not None:
+            names += ("etp",)
+        if self.cp_a2a is not None:
+            names += ("cp_a2a",)
+        for name in names:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
@@ -138,6 +134,19 @@ class Layout:
             object.__setattr__(self, "stage_layers", self._chunk_layers(self.stage_layers))
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
+
+    def _read_enums(self) -> None:
+        """Each enum field given as text (any case; aliases where the enum has them) read into
+        its enum, or a LayoutError naming the field and the allowed values."""
+        for name, kind in _ENUM_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, kind):
+                continue
+            try:
+                object.__setattr__(self, name, kind(str(value).lower()))
+            except ValueError:
+                allowed = ", ".join(k.value for k in kind)
+                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
@@ -199,6 +208,24 @@ class Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+
+_ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
+    ("recompute", Recompute),
+    ("schedule", Schedule),
+    ("framework", Framework),
+    ("cp_kind", CpKind),
+)
+"""The fields read by name into their enum (a ``str`` is accepted and converted)."""
+_DEGREE_FIELDS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "micro_batch_size",
+    "virtual_stages",
+)
+"""The fields that must be whole numbers >= 1 (``etp`` and ``cp_a2a`` too when given)."""
 
 LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
 """Every field of :class:`Layout`, in order (the one list the CLI, catalogue and reports use)."""

@@ -262,7 +262,8 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
     assert arch is not None
     N, P = len(sa.shapes), sa.P
     # per-layer figures per activation context (b, cp, tp, CP flavour)
-    ctx_keys = [(s.micro_batch_size, s.cp, s.tp, s.cp_kind) for s in sa.shapes]
+    # (the flavour only where cp > 1: a plain key hashes faster than an enum)
+    ctx_keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
     figures = {
         k: layer_quantities(arch, _context(arch, sa.shapes[ctx_keys.index(k)].layout(1, mode), t))
         for k in dict.fromkeys(ctx_keys)
@@ -288,11 +289,13 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
     )
     flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
     kept, emb_total = per_mb * flight, emb * flight
-    n_dense, n_moe, _, _ = _stage_kind_arrays(arch, sa)
-    cp_buffers = cp_transient_bytes(
-        arch, sa.col("cp_ring"), sa.col("cp_a2a"), sa.col("cp_gather"), sa.col("tp"), tokens,
-        t.activation_bytes,
-    ) * (n_dense + n_moe > 0)  # fmt: skip
+    cp_buffers: Any = 0  # none without context parallelism (cp_transient_bytes is 0 there)
+    if (sa.cp > 1).any():
+        n_dense, n_moe, _, _ = _stage_kind_arrays(arch, sa)
+        cp_buffers = cp_transient_bytes(
+            arch, sa.col("cp_ring"), sa.col("cp_a2a"), sa.col("cp_gather"), sa.col("tp"), tokens,
+            t.activation_bytes,
+        ) * (n_dense + n_moe > 0)  # fmt: skip
     for v in sorted(set(sa.v[sa.interleaved].tolist())):
         rows = sa.interleaved & (sa.v == v)
         k, e = _interleaved(arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows])

@@ -93,7 +93,7 @@ class Shape:
             cp_a2a=self.cp_a2a,
             ep=self.ep,
             zero_stage=zero_stage,
-            recompute=Recompute(recompute),
+            recompute=recompute if isinstance(recompute, Recompute) else Recompute(recompute),
             micro_batch_size=self.micro_batch_size,
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
@@ -228,9 +228,12 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                             if not ok:
                                 continue
                             # neither the CP flavour's rules nor the rank order change the rest
-                            for variant in _with_cp_kinds(shape, space, model):
+                            variants = [shape] if cp == 1 else _with_cp_kinds(shape, space, model)
+                            for variant in variants:
                                 for k, order in enumerate(space.rank_orders):
-                                    base = replace(variant, rank_order=order, order_rank=k)
+                                    base = variant  # built with the first order, rank 0
+                                    if k:
+                                        base = replace(variant, rank_order=order, order_rank=k)
                                     shapes += _with_frameworks(base, space, pp)
     return sorted(shapes, key=lambda s: s.tie_key)
 
@@ -239,7 +242,7 @@ def _legal(shape: Shape, model: ModelSpec, training: TrainingSpec, num_gpus: int
     """Whether :func:`model.layout.validate` accepts the shape's axes (each framework's ZeRO
     stages are checked by :func:`_with_frameworks`)."""
     try:
-        validate(shape.layout(1, "none", "textbook"), model, training, num_gpus)
+        validate(shape.layout(1, Recompute.NONE, Framework.TEXTBOOK), model, training, num_gpus)
     except LayoutError:
         return False
     return True
@@ -275,6 +278,7 @@ def _with_frameworks(base: Shape, space: SearchSpace, pp: int) -> list[Shape]:
                 check_framework(fw, z, pp)
             except LayoutError:
                 continue
-            out.append(replace(base, framework=fw, framework_rank=rank))
+            same = fw is base.framework and rank == base.framework_rank
+            out.append(base if same else replace(base, framework=fw, framework_rank=rank))
             break
     return out
