@@ -34,7 +34,7 @@ from typing import Any
 
 from trainplan.interface.inputs import DEFAULT_GPU, DIM_KEYS, build_case, parse_framework
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
@@ -334,11 +334,27 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         check_virtual_stages(v, schedules)
     if d.get("max_tp"):
         tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
+    cp = ints("cp") or (1,)
+    cp_kinds = tuple(_cp_kind(k) for k in _names(d.get("cp_kind")))
+    cp_a2a = ints("cp_a2a")
+    check_applicable(  # a CP flavour or inner degree the space could never use is an error
+        {
+            "cp_kind": ", ".join(cp_kinds) if cp_kinds and max(cp) == 1 else None,
+            "cp_a2a": ", ".join(map(str, cp_a2a))
+            if cp_a2a and CpKind.HYBRID not in cp_kinds
+            else None,
+        },
+        {
+            "cp_kind": "it chooses among context-parallel flavours, and the search's cp is 1 "
+            "(add --cp 2 …)",
+            "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
+        },
+    )
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
         pp=ints("pp"),
-        cp=ints("cp") or (1,),
+        cp=cp,
         ep=ints("ep"),
         micro_batch_size=ints("micro_batch"),
         max_micro_batch_size=int(d.get("max_micro_batch") or 8),
@@ -350,8 +366,8 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or (DEFAULT_RANK_ORDER,),
         frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
         or (DEFAULT_FRAMEWORK,),
-        cp_kinds=tuple(_cp_kind(k) for k in _names(d.get("cp_kind"))) or DEFAULT_SEARCHED_CP_KINDS,
-        cp_a2a=ints("cp_a2a"),
+        cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
+        cp_a2a=cp_a2a,
     )
 
 

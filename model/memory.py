@@ -9,7 +9,9 @@ gradients, ZeRO-3 / FSDP also the weights.
 Activations (Korthikanti et al. 2022, arXiv 2205.05198, §4 and §5; Chen et al. 2016, arXiv
 1604.06174): the per-layer bytes of :mod:`model.activations` times the layers of the stage times
 the micro-batches the schedule keeps in flight on it (:func:`model.pipeline.microbatches_in_flight`);
-full and √n recomputation keep checkpoints instead and add a transient, counted once.
+full and √n recomputation keep checkpoints instead and add a transient, counted once, as are the
+buffers a context-parallel flavour holds while one layer's attention runs
+(:mod:`model.context_parallel`).
 """
 
 from __future__ import annotations
@@ -250,6 +252,9 @@ def stage_activations(
       checkpoint as the transient.
     * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
       largest segment's bytes less its checkpoint (full recomputation is k = 1).
+
+    With context parallelism the exchange's buffers of one layer are added once
+    (:attr:`StageActivations.cp_transient_bytes`).
 
     Examples
     --------

@@ -61,7 +61,7 @@ def assumptions(est: Estimate) -> list[str]:
         ),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + recompute transient) or the optimizer step (model state + what the step "
+        "activations + recompute transient + context-parallel buffers) or the optimizer step (model state + what the step "
         "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
@@ -255,7 +255,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_state_bytes": _n(s.state.total_bytes),
                 "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
                 "stage_other_activation_bytes": _n(
-                    acts.embedding_bytes + acts.recompute_transient_bytes
+                    acts.embedding_bytes + acts.recompute_transient_bytes + acts.cp_transient_bytes
                 )
                 if acts
                 else None,

@@ -122,3 +122,12 @@ def test_search_cli_cp_kind():
     res = CliRunner().invoke(cli, [*args, "--cp-kind", "all-gather"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["layout"]["cp_kind"] == "all-gather"
+
+
+def test_a_flavour_the_space_cannot_use_is_refused():
+    """--cp-kind with cp 1 only (the search's default) and --cp-a2a without the hybrid would be
+    ignored: each is one line naming the option (check_applicable)."""
+    with pytest.raises(InputError, match="cp_kind: 'ulysses' does not apply: .* cp is 1"):
+        build_problem({}, {**CASE, "space": {"cp_kind": ["ulysses"]}})
+    with pytest.raises(InputError, match="cp_a2a: '2' does not apply: .*a2a\\+p2p"):
+        build_problem({}, {**CASE, "space": {"cp": [8], "cp_a2a": [2]}})
