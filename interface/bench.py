@@ -166,7 +166,7 @@ def run(quick: bool = False) -> list[dict]:
     evaluate = _wall(
         [
             "-m",
-            "trainplan.optimizer",
+            "trainplan",
             "evaluate",
             "--model",
             "llama3-405b",

@@ -280,6 +280,8 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
             "gpu": "H100-SXM",
             "tp": r["tp"],
             "cp": r["cp"],
+            # §3.3.2: K and V all-gathered, then attention on the local query chunks
+            **({"cp_kind": "all-gather"} if r["cp"] > 1 else {}),
             "pp": r["pp"],
             "dp": r["dp"],
             "num_gpus": r["gpus"],
@@ -313,7 +315,8 @@ def published_runs(path: Path | str | None = None) -> tuple[PublishedRun, ...]:
                     f"no recompute, FSDP2 ZeRO-2 (no reshard after forward, FP32 "
                     f"reduce-scatter per micro-batch), memory-efficient norms, "
                     f"TP {r['tp']} "
-                    f"CP {r['cp']} PP {r['pp']} v {LLAMA3_VIRTUAL_STAGES}, b 1, "
+                    f"CP {r['cp']}{' (all-gather)' if r['cp'] > 1 else ''} PP {r['pp']} "
+                    f"v {LLAMA3_VIRTUAL_STAGES}, b 1, "
                     f"m {r['batch_per_dp']}"
                 ),
             )

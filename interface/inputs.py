@@ -247,7 +247,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
     model, defaults = _model(params, used)
     model = _with_mtp(model, params)
     layout_args = {k: params[k] for k in LAYOUT_KEYS if k in params}
-    for k in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages"):
+    for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
@@ -256,10 +256,13 @@ def build_case(params: Mapping[str, Any]) -> Case:
     layout_args["framework"] = framework
     layout_args.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
     layout = Layout(**layout_args)
-    for k in SEARCHED_FIELDS:  # the layout defaults worth printing (v is 1 unless asked)
-        if k not in params and k != "virtual_stages":
+    for k in SEARCHED_FIELDS:  # the layout defaults worth printing (v is 1 unless asked; the
+        # CP flavour only with cp > 1)
+        if k not in params and k != "virtual_stages" and (k != "cp_kind" or layout.cp > 1):
             value = getattr(layout, k)
-            used[k] = str(value) if k in ("recompute", "schedule", "framework") else value
+            used[k] = (
+                str(value) if k in ("recompute", "schedule", "framework", "cp_kind") else value
+            )
     seq = _count(params, "seq_len", defaults.get("seq_len", 4096))
     batch = _count(
         params,

@@ -133,6 +133,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
         ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
+        ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
@@ -158,6 +159,12 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _cp_kind_text(lay: dict[str, Any]) -> str:
+    """``ring``, ``ulysses``, … and the hybrid's inner degree: ``a2a+p2p (a2a 2)``."""
+    kind = lay.get("cp_kind", "ring")
+    return f"{kind} (a2a {lay['cp_a2a']})" if lay.get("cp_a2a") else kind
+
+
 def _mfu_conventions(d: dict[str, Any]) -> str:
     """Beside a 6n MFU, which leaves attention out, the attention-inclusive figure."""
     flops, t = d.get("flops") or {}, d["time"]
@@ -172,7 +179,9 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     out = [
         f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
         f"on {d['num_gpus']:,} × {d['gpu']['name']}",
-        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']} (ep {lay['ep']}"
+        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
+        + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
+        + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
         + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, "
         f"{lay['schedule']}"

@@ -14,7 +14,8 @@ framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | te
 tokens = 15e12                    # token budget for time-to-train and cost
 gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
-               # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron)
+               # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
+               # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
                # memory_reserve_gib; the recipe: precision (bf16 | fp8), gradient_dtype,
@@ -40,7 +41,8 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
+from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
@@ -78,6 +80,8 @@ SPACE_KEYS = {
     "tp",
     "pp",
     "cp",
+    "cp_kind",
+    "cp_a2a",
     "ep",
     "micro_batch",
     "max_tp",
@@ -125,6 +129,7 @@ _ANY = "any"  # a key without a kind yet (a test requires one for every key)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
+_CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
 VALUE_KINDS: dict[str, Any] = {
     # top level
     "description": _TEXT,
@@ -145,6 +150,8 @@ VALUE_KINDS: dict[str, Any] = {
     "tp": [_COUNT],
     "pp": [_COUNT],
     "cp": [_COUNT],
+    "cp_kind": [_CP_KINDS],
+    "cp_a2a": [_COUNT],
     "ep": [_COUNT],
     "micro_batch": [_COUNT],
     "max_tp": _COUNT,
@@ -349,11 +356,27 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         check_virtual_stages(v, schedules)
     if d.get("max_tp"):
         tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
+    cp = ints("cp") or (1,)
+    cp_kinds = tuple(_cp_kind(k) for k in _names(d.get("cp_kind")))
+    cp_a2a = ints("cp_a2a")
+    check_applicable(  # a CP flavour or inner degree the space could never use is an error
+        {
+            "cp_kind": ", ".join(cp_kinds) if cp_kinds and max(cp) == 1 else None,
+            "cp_a2a": ", ".join(map(str, cp_a2a))
+            if cp_a2a and CpKind.HYBRID not in cp_kinds
+            else None,
+        },
+        {
+            "cp_kind": "it chooses among context-parallel flavours, and the search's cp is 1 "
+            "(add --cp 2 …)",
+            "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
+        },
+    )
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
         pp=ints("pp"),
-        cp=ints("cp") or (1,),
+        cp=cp,
         ep=ints("ep"),
         micro_batch_size=ints("micro_batch"),
         max_micro_batch_size=int(d.get("max_micro_batch") or 8),
@@ -365,7 +388,16 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or (DEFAULT_RANK_ORDER,),
         frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
         or (DEFAULT_FRAMEWORK,),
+        cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
+        cp_a2a=cp_a2a,
     )
+
+
+def _cp_kind(text: str) -> CpKind:
+    try:
+        return CpKind(text.lower())
+    except ValueError:
+        raise InputError(f"cp_kind: {text!r} is not one of {', '.join(_CP_KINDS)}") from None
 
 
 def _order(text: str) -> tuple[str, ...]:

@@ -59,6 +59,15 @@ Variants, derived the same way:
   ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine; shared experts as
   a dense SwiGLU of ``n_shared · f_shared``. Expert tensors are counted sequence-sharded, as with
   expert tensor-parallel degree 1 or an all-to-all over tp·ep.
+* Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
+  above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
+  its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
+  the same bytes) and the output after the all-to-all back, which is the output projection's
+  input. The all-gather flavour (Transformer Engine ``AttnFuncWithCPAndKVAllGather``) also
+  keeps the attention output of each of its two query chunks apart from the merged output the
+  projection keeps: ``[S, a·d]`` (*tp*; recomputed with the attention core under selective
+  recomputation). The buffers the exchange holds while a layer runs are a transient
+  (:func:`model.context_parallel.cp_transient_bytes`).
 * MLA (DeepSeek-V3): both norm inputs ``[S, h]`` and the shared projection input ``[S, h]``, the
   query latent before and after its RMSNorm ``2·[S, q_lora]``, the KV latent with the RoPE key
   ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
@@ -89,6 +98,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
+from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import InputError
 from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
@@ -126,8 +136,12 @@ class ActivationContext:
     the rows of :data:`model.precision.FP8_LINEAR_INPUTS` hold 1 byte per element instead of
     β. With memory-efficient norms the norm keeps its BF16 output for itself, so the QKV and
     FC1 inputs stay at β and their FP8 copies are added."""
+    cp_kind: CpKind = CpKind.RING
+    """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
+    the all-gather flavour keeps one more tensor (the module docstring)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))
         if self.convention not in CONVENTIONS:
             raise InputError(
                 f"activation_convention: {self.convention!r} is not one of {', '.join(CONVENTIONS)}"
@@ -146,7 +160,9 @@ class LayerActivations:
     terms: tuple[tuple[str, Fraction], ...]
     """(tensor name, bytes) for everything kept with no recomputation."""
     score_names: frozenset[str]
-    """The [b, a, s, s] tensors (dropped by FlashAttention or selective recomputation)."""
+    """The tensors the attention core makes and selective recomputation drops: the [b, a, s, s]
+    score tensors (absent with FlashAttention), FlashAttention's statistics, the all-gather
+    flavour's per-chunk outputs."""
     checkpoint_bytes: Fraction
     """The layer input kept by full or √n recomputation: ``β·S·h`` (÷ tp with SP)."""
     full_bytes: Fraction
@@ -206,6 +222,9 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
         if arch.dropout:
             rows.append(("attention dropout mask", Fraction(scores), "score"))
             rows.append(("attention dropout output", beta * scores, "score"))
+    if ctx.cp > 1 and ctx.cp_kind is CpKind.ALL_GATHER:
+        out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
+        rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
     if arch.dropout:
         rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
     if arch.post_norms:

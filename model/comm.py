@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import exact, where
 
 __all__ = [
@@ -305,12 +306,16 @@ def pp_bytes(
 def cp_traffic(
     arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec
 ) -> AxisTraffic:
-    """Context-parallel ring attention: per layer, per micro-batch, each rank passes its K and V
-    chunk around the ring, cp − 1 hops of ``β·S_tok·(K + V dims)/tp`` (g KV heads of d for MHA/GQA;
-    MLA exchanges the expanded a·(d_qk) keys and a·d_v values). Backward sends K, V again and
-    their gradients: 2× the forward; a recomputed forward (full, √n, and selective, which
-    recomputes the attention core) sends it once more. Liu et al. 2023 (Ring Attention);
-    Llama 3 §3.3.2 all-gathers K/V instead, the same bytes.
+    """Context-parallel traffic of a stage holding ``num_layers`` layers, as the layout's CP
+    flavour (:attr:`Layout.cp_kind`) exchanges attention's inputs, per layer and micro-batch
+    (:func:`model.context_parallel.cp_layer_bytes`): the ring passes each rank's K/V chunk
+    ``β·S_tok·(K + V dims)/tp`` cp − 1 hops forward, twice that backward (K, V and their
+    gradients) and once more when the attention core is recomputed (full, √n and selective
+    recomputation); the all-gather sends the same bytes (all-gather of K/V forward, re-gather
+    and reduce-scatter of dK/dV backward: Llama 3 §3.3.2, Transformer Engine); Ulysses
+    all-to-alls Q, K, V and O over heads ((cp−1)/cp of each, forward and backward: Jacobs et al.
+    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across. MLA
+    exchanges the expanded a·(d_qk) keys and a·d_v values. Liu et al. 2023 (Ring Attention).
 
     Examples
     --------
@@ -320,21 +325,28 @@ def cp_traffic(
     >>> t = TrainingSpec(seq_len=8, global_batch_size=1)
     >>> cp_traffic(arch, 1, Layout(cp=2), t).bytes_per_step
     Fraction(384, 1)
+    >>> cp_traffic(arch, 1, Layout(cp=2, cp_kind="ulysses"), t).bytes_per_step
+    Fraction(288, 1)
     """
     if layout.cp == 1:
         return AxisTraffic("cp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
+    ring, a2a = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
     total = cp_bytes(
-        arch, num_layers, layout.cp, layout.tp, layout.micro_batch_size, m, training.seq_len,
-        training.activation_bytes, _passes(layout.recompute, attention_core=True) > 2,
+        arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
+        training.seq_len, training.activation_bytes,
+        _passes(layout.recompute, attention_core=True) > 2,
     )  # fmt: skip
-    return AxisTraffic("cp", "ring send/recv of K, V (ring attention)", layout.cp, total)
+    name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
+    return AxisTraffic("cp", name, layout.cp, total)
 
 
 def cp_bytes(
     arch: Architecture,
     num_layers: Any,
     cp: Any,
+    ring: Any,
+    a2a: Any,
     tp: Any,
     b: Any,
     m: Any,
@@ -343,18 +355,14 @@ def cp_bytes(
     recomputed: bool,
 ) -> Any:
     """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
-    for arrays); ``recomputed``: the attention core runs again in backward."""
+    for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
+    tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
+    K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
+    and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
+    in backward."""
     tokens = exact(seq_len) / cp * b
-    if arch.attention is AttentionKind.MLA:
-        assert arch.mla is not None
-        dims = arch.num_attention_heads * (
-            arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim + arch.mla.v_head_dim
-        )
-    else:
-        dims = 2 * arch.kv_heads * arch.dim_per_head
-    forward = (cp - 1) * beta * tokens * dims / tp
-    passes = 3 + (1 if recomputed else 0)
-    return forward * passes * num_layers * m
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed)
+    return per_layer * num_layers * m
 
 
 def ep_traffic(

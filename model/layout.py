@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
+from trainplan.model.context_parallel import CpKind, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
@@ -47,7 +48,16 @@ class Layout:
     pp: int = 1
     """Pipeline-parallel degree (stages)."""
     cp: int = 1
-    """Context-parallel degree (sequence split across ranks, ring attention)."""
+    """Context-parallel degree (the sequence split over cp ranks; how they exchange attention's
+    inputs is ``cp_kind``)."""
+    cp_kind: CpKind = CpKind.RING
+    """How the cp ranks exchange attention's inputs: ``ring`` (K/V point to point),
+    ``all-gather`` (K/V all-gathered, Llama 3), ``ulysses`` (all-to-all over heads) or
+    ``a2a+p2p`` (Ulysses inside groups of ``cp_a2a``, ring across); Megatron-Core's
+    ``--cp-comm-type`` (:mod:`model.context_parallel`). Anything but ``ring`` needs cp > 1."""
+    cp_a2a: int | None = None
+    """The inner all-to-all degree of ``a2a+p2p`` (Megatron-Core
+    ``--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a``); None for every other kind."""
     ep: int = 1
     """Expert-parallel degree (routed experts split; carved out of dp·cp, or of tp·dp·cp when
     ``etp`` differs from tp)."""
@@ -93,21 +103,19 @@ class Layout:
     always sends 1/tp)."""
 
     def __post_init__(self) -> None:
-        for name, kind in (
-            ("recompute", Recompute),
-            ("schedule", Schedule),
-            ("framework", Framework),
+        if not (  # the common case first: every enum field already an enum (the search's shapes)
+            self.recompute.__class__ is Recompute
+            and self.schedule.__class__ is Schedule
+            and self.framework.__class__ is Framework
+            and self.cp_kind.__class__ is CpKind
         ):
-            value = getattr(self, name)
-            if isinstance(value, kind):
-                continue
-            try:
-                object.__setattr__(self, name, kind(str(value).lower()))
-            except ValueError:
-                allowed = ", ".join(k.value for k in kind)
-                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
-        names = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
-        for name in names + (("etp",) if self.etp is not None else ()):
+            self._read_enums()
+        names = _DEGREE_FIELDS
+        if self.etp is not None:
+            names += ("etp",)
+        if self.cp_a2a is not None:
+            names += ("cp_a2a",)
+        for name in names:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"{name}: {value!r} must be a whole number >= 1")
@@ -127,6 +135,19 @@ class Layout:
             object.__setattr__(self, "stage_layers", self._chunk_layers(self.stage_layers))
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
+
+    def _read_enums(self) -> None:
+        """Each enum field given as text (any case; aliases where the enum has them) read into
+        its enum, or a LayoutError naming the field and the allowed values."""
+        for name, kind in _ENUM_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, kind):
+                continue
+            try:
+                object.__setattr__(self, name, kind(str(value).lower()))
+            except ValueError:
+                allowed = ", ".join(k.value for k in kind)
+                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
@@ -189,6 +210,24 @@ class Layout:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+_ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
+    ("recompute", Recompute),
+    ("schedule", Schedule),
+    ("framework", Framework),
+    ("cp_kind", CpKind),
+)
+"""The fields read by name into their enum (a ``str`` is accepted and converted)."""
+_DEGREE_FIELDS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "micro_batch_size",
+    "virtual_stages",
+)
+"""The fields that must be whole numbers >= 1 (``etp`` and ``cp_a2a`` too when given)."""
+
 LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
 """Every field of :class:`Layout`, in order (the one list the CLI, catalogue and reports use)."""
 
@@ -197,6 +236,7 @@ SEARCHED_FIELDS: tuple[str, ...] = (
     "tp",
     "pp",
     "cp",
+    "cp_kind",
     "ep",
     "zero_stage",
     "recompute",
@@ -215,7 +255,9 @@ def validate(
 
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
-    by 2·cp (load-balanced causal split, Megatron-LM); ep divides the routed experts and dp·cp
+    by 2·cp (load-balanced causal split, Megatron-LM; every CP flavour), and the CP flavour's own
+    rules (:func:`model.context_parallel.check_cp_kind`: Ulysses' heads divisible by cp on a
+    tensor-parallel rank, the hybrid's inner degree); ep divides the routed experts and dp·cp
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
     axes (:func:`model.frameworks.check_framework`) and its offload (:func:`model.offload.
@@ -269,6 +311,7 @@ def validate(
         _check_architecture(lay, model)
     if lay.cp > 1 and s % (2 * lay.cp):
         raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
+    check_cp_kind(lay.cp_kind, lay.cp, lay.cp_a2a, lay.tp, arch)
     if lay.sp and (s // lay.cp) % lay.tp:
         raise LayoutError(
             f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"

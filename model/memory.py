@@ -9,7 +9,9 @@ gradients, ZeRO-3 / FSDP also the weights.
 Activations (Korthikanti et al. 2022, arXiv 2205.05198, §4 and §5; Chen et al. 2016, arXiv
 1604.06174): the per-layer bytes of :mod:`model.activations` times the layers of the stage times
 the micro-batches the schedule keeps in flight on it (:func:`model.pipeline.microbatches_in_flight`);
-full and √n recomputation keep checkpoints instead and add a transient, counted once.
+full and √n recomputation keep checkpoints instead and add a transient, counted once, as are the
+buffers a context-parallel flavour holds while one layer's attention runs
+(:mod:`model.context_parallel`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from trainplan.model.activations import ActivationContext
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
@@ -271,6 +274,11 @@ class StageActivations:
     """Stage outputs kept for backward after they were sent to the next stage (``β·S·h``, ÷ tp
     with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
     default, Megatron-LM's ``deallocate_pipeline_outputs``)."""
+    cp_transient_bytes: Fraction = Fraction(0)
+    """What the context-parallel exchange holds beside the kept activations while one layer's
+    attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
+    :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
+    stage without transformer layers."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -279,6 +287,7 @@ class StageActivations:
             + self.recompute_transient_bytes
             + self.embedding_bytes
             + self.pipeline_output_bytes
+            + self.cp_transient_bytes
         )
 
 
@@ -294,6 +303,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8,
+        cp_kind=layout.cp_kind,
     )
 
 
@@ -312,6 +322,9 @@ def stage_activations(
       checkpoint as the transient.
     * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
       largest segment's bytes less its checkpoint (full recomputation is k = 1).
+
+    With context parallelism the exchange's buffers of one layer are added once
+    (:attr:`StageActivations.cp_transient_bytes`).
 
     Examples
     --------
@@ -337,6 +350,8 @@ def stage_activations(
         layout.micro_batch_size,
         layout.tp,
         layout.cp,
+        layout.cp_kind,
+        layout.cp_a2a,
         layout.sp,
         layout.uneven_stages,
         layout.stage_layers,
@@ -389,9 +404,13 @@ def _stage_activations(
         vocab_size or arch.vocab_size,
     )
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
+    r, u = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
+    gather = layout.cp_kind is CpKind.ALL_GATHER
+    beta = training.activation_bytes
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, layout.tp, ctx.tokens, beta) * bool(layers)
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         return StageActivations(
-            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs
+            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs, cp_buffers
         )
     # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
     # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
@@ -405,7 +424,13 @@ def _stage_activations(
         held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
         kept = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
     return StageActivations(
-        kept, transient, emb * end_held, kept / per_mb if per_mb else in_flight, per_mb, outputs
+        kept,
+        transient,
+        emb * end_held,
+        kept / per_mb if per_mb else in_flight,
+        per_mb,
+        outputs,
+        cp_buffers,
     )
 
 

@@ -70,7 +70,7 @@ def assumptions(est: Estimate) -> list[str]:
         ),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + recompute transient) or the optimizer step (model state + what the step "
+        "activations + recompute transient + context-parallel buffers) or the optimizer step (model state + what the step "
         "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
@@ -87,6 +87,8 @@ def assumptions(est: Estimate) -> list[str]:
             else "over the full s×s per layer (no causal masking; windows and chunks save nothing)"
         ),
     ]
+    if lay.cp > 1:
+        out.append(_cp_sentence(lay))
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
             "parameters taken as given and divided evenly over tp·pp (the seed's convention)"
@@ -100,6 +102,27 @@ def assumptions(est: Estimate) -> list[str]:
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     return out
+
+
+def _cp_sentence(lay: Layout) -> str:
+    """What the layout's context-parallel flavour sends and holds (model.context_parallel)."""
+    what = {
+        "ring": "each rank's K/V chunk passes cp − 1 hops around the ring per layer (Ring "
+        "Attention; Megatron-Core p2p)",
+        "all-gather": "K/V all-gathered per layer, re-gathered in backward and dK/dV "
+        "reduce-scattered (Llama 3 §3.3.2; Megatron-Core all_gather); each query chunk's output "
+        "kept apart",
+        "ulysses": "Q, K, V all-to-all over heads before attention and O after, forward and "
+        "backward (DeepSpeed-Ulysses; Megatron-Core a2a; cp divides the heads per tp rank)",
+        "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
+        "groups (Megatron-Core a2a+p2p)",
+    }[str(lay.cp_kind)]
+    return (
+        f"context parallelism {lay.cp_kind} over cp = {lay.cp}: {what}; the sequence in 2·cp "
+        "load-balanced chunks; the exchange's buffers while a layer runs counted once "
+        "(cp_transient_bytes); the cp overlap fraction applies to every flavour"
+        + ("; both parts timed on the whole cp group's link" if lay.cp_a2a else "")
+    )
 
 
 def _chunk_layers(est: Estimate) -> list[int] | None:
@@ -254,6 +277,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
+        "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
         "buffers_bytes": _n(st.state.buffers_bytes),
         "optimizer_step_bytes": _n(st.state.step_bytes),
         "total_bytes": _n(total),
@@ -286,7 +310,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_state_bytes": _n(s.state.total_bytes),
                 "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
                 "stage_other_activation_bytes": _n(
-                    acts.embedding_bytes + acts.recompute_transient_bytes
+                    acts.embedding_bytes + acts.recompute_transient_bytes + acts.cp_transient_bytes
                 )
                 if acts
                 else None,
@@ -321,6 +345,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "tp": lay.tp,
             "pp": lay.pp,
             "cp": lay.cp,
+            "cp_kind": str(lay.cp_kind),
+            "cp_a2a": lay.cp_a2a,
             "ep": lay.ep,
             "etp": lay.expert_tp,
             "zero_stage": lay.zero_stage,

@@ -7,14 +7,16 @@ the cost model's *own* functions — written once for exact numbers and for arra
 
 * exact per-*scope* figures, computed once per distinct argument and cached by the model: stage
   parameters per (tp, pp, v, ep, framework kind) (:func:`model.estimate.stage_params_per_gpu`),
-  per-layer activation figures per (b, cp, tp) (:func:`model.stage_bytes.layer_quantities`),
+  per-layer activation figures per (b, cp, tp, CP flavour)
+  (:func:`model.stage_bytes.layer_quantities`),
   per-micro-batch FLOPs per b (:func:`model.timing.microbatch_flop_terms`), the stage's
   recompute forms per layer kinds (:func:`model.stage_bytes.stage_forms`);
 * then the formulas over arrays: :func:`model.memory.state_terms`,
   :func:`model.stage_bytes.apply_form`, :func:`model.pipeline.flat_in_flight`,
   :func:`model.stage_bytes.chunk_peak` (the interleaved schedule's closed form),
   :func:`model.timing.stage_peak_seconds`, the traffic of :mod:`model.comm`
-  (``*_bytes``), the links of :func:`topology.placement.two_tier_bandwidth` and
+  (``*_bytes``), the CP flavour's buffers (:func:`model.context_parallel.cp_transient_bytes`),
+  the links of :func:`topology.placement.two_tier_bandwidth` and
   :func:`model.timing.exposed_seconds`.
 
 Arrays are float64; bytes are exact to within a byte and times to a nanosecond of the exact
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import (
     gather_units,
@@ -92,6 +95,13 @@ class ShapeArrays:
     gpipe: np.ndarray
     interleaved: np.ndarray
     physical: np.ndarray
+    cp_ring: np.ndarray
+    """Ranks of the K/V exchange (ring or all-gather) of each shape's CP flavour
+    (:func:`model.context_parallel.cp_degrees`)."""
+    cp_a2a: np.ndarray
+    """Ranks of the head all-to-all of each shape's CP flavour."""
+    cp_gather: np.ndarray
+    """Whether the K/V exchange is an all-gather."""
     P: int
     """The most pipeline stages of any shape (stage arrays are [N, P], padded)."""
 
@@ -132,6 +142,9 @@ class ShapeArrays:
                             "gpipe",
                             "interleaved",
                             "physical",
+                            "cp_ring",
+                            "cp_a2a",
+                            "cp_gather",
                         )
                     },  # fmt: skip
                     P=pp,
@@ -147,6 +160,7 @@ def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArra
 
     dp, b = arr(lambda s: s.dp), arr(lambda s: s.micro_batch_size)
     pp = arr(lambda s: s.pp)
+    degrees = [cp_degrees(s.cp_kind, s.cp, s.cp_a2a) for s in shapes]
     return ShapeArrays(
         shapes=shapes,
         dp=dp,
@@ -162,6 +176,9 @@ def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArra
             [s.schedule is Schedule.INTERLEAVED and s.virtual_stages > 1 for s in shapes]
         ),
         physical=np.array([s.framework.physical for s in shapes]),
+        cp_ring=np.array([r for r, _ in degrees], dtype=np.int64),
+        cp_a2a=np.array([u for _, u in degrees], dtype=np.int64),
+        cp_gather=np.array([s.cp_kind is CpKind.ALL_GATHER for s in shapes]),
         P=int(pp.max()) if len(shapes) else 1,
     )
 
@@ -287,8 +304,9 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
     arch, t = case.model.arch, case.training
     assert arch is not None
     N, P = len(sa.shapes), sa.P
-    # per-layer figures per activation context (b, cp, tp)
-    ctx_keys = [(s.micro_batch_size, s.cp, s.tp) for s in sa.shapes]
+    # per-layer figures per activation context (b, cp, tp, CP flavour)
+    # (the flavour only where cp > 1: a plain key hashes faster than an enum)
+    ctx_keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
     figures = {
         k: layer_quantities(arch, _context(arch, sa.shapes[ctx_keys.index(k)].layout(1, mode), t))
         for k in dict.fromkeys(ctx_keys)
@@ -314,11 +332,18 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
     )
     flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
     kept, emb_total = per_mb * flight, emb * flight
+    cp_buffers: Any = 0  # none without context parallelism (cp_transient_bytes is 0 there)
+    if (sa.cp > 1).any():
+        n_dense, n_moe, _, _, _ = _stage_kind_arrays(job, sa)
+        cp_buffers = cp_transient_bytes(
+            arch, sa.col("cp_ring"), sa.col("cp_a2a"), sa.col("cp_gather"), sa.col("tp"), tokens,
+            t.activation_bytes,
+        ) * (n_dense + n_moe > 0)  # fmt: skip
     for v in sorted(set(sa.v[sa.interleaved].tolist())):
         rows = sa.interleaved & (sa.v == v)
         k, e = _interleaved(arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows])
         kept[rows], emb_total[rows] = k, e
-    return kept + transient + emb_total
+    return kept + transient + emb_total + cp_buffers
 
 
 def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
@@ -500,7 +525,22 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
         rows = np.arange(N)
         traffic = {
             "tp": (tp_all[rows, pick], tp_hidden[rows, pick]),
-            "cp": (cp_bytes(arch, most_layers, cp, tp, b, m, s, beta, mode != Recompute.NONE), 0),
+            "cp": (
+                cp_bytes(
+                    arch,
+                    most_layers,
+                    cp,
+                    sa.cp_ring,
+                    sa.cp_a2a,
+                    tp,
+                    b,
+                    m,
+                    s,
+                    beta,
+                    mode != Recompute.NONE,
+                ),  # fmt: skip
+                0,
+            ),
             "ep": (ep_bytes(arch, most_moe, sa.ep, tp, cp, b, m, s, beta, sp, full), 0),
             "pp": (pp_total, 0),
         }

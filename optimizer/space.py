@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from trainplan.model.context_parallel import (
+    DEFAULT_SEARCHED_CP_KINDS,
+    CpKind,
+    check_cp_kind,
+)
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework, check_framework
 from trainplan.model.layout import Layout, Recompute, validate
@@ -67,6 +72,13 @@ class Shape:
     """The framework profile whose mechanisms this shape's ZeRO stages are."""
     framework_rank: int = 0
     """Position of ``framework`` in the space's list (tie-break: earlier first)."""
+    cp_kind: CpKind = CpKind.RING
+    """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); ``ring``
+    when cp = 1."""
+    cp_a2a: int | None = None
+    """The inner all-to-all degree of ``a2a+p2p``; None for every other kind."""
+    cp_kind_rank: int = 0
+    """Position of ``cp_kind`` in the space's list (tie-break: earlier first)."""
 
     def layout(
         self, zero_stage: int, recompute: Recompute | str, framework: Framework | str | None = None
@@ -78,9 +90,11 @@ class Shape:
             tp=self.tp,
             pp=self.pp,
             cp=self.cp,
+            cp_kind=self.cp_kind,
+            cp_a2a=self.cp_a2a,
             ep=self.ep,
             zero_stage=zero_stage,
-            recompute=Recompute(recompute),
+            recompute=recompute if isinstance(recompute, Recompute) else Recompute(recompute),
             micro_batch_size=self.micro_batch_size,
             schedule=self.schedule,
             virtual_stages=self.virtual_stages,
@@ -91,7 +105,8 @@ class Shape:
     @property
     def tie_key(self) -> tuple[int, ...]:
         """Tie-break order among shapes of equal step time: fewer model-parallel GPUs
-        (tp·pp·cp), then smaller tp, pp, cp, ep, smaller micro-batch, schedule 1F1B <
+        (tp·pp·cp), then smaller tp, pp, cp, CP flavours in the space's order (the hybrid's
+        smaller inner degree first), smaller ep, smaller micro-batch, schedule 1F1B <
         interleaved < GPipe, fewer virtual stages, rank orders and frameworks in the space's
         order."""
         return (
@@ -99,6 +114,8 @@ class Shape:
             self.tp,
             self.pp,
             self.cp,
+            self.cp_kind_rank,
+            self.cp_a2a or 0,
             self.ep,
             self.micro_batch_size,
             _SCHEDULE_ORDER[self.schedule],
@@ -138,6 +155,13 @@ class SearchSpace:
     frameworks: tuple[Framework, ...] = (DEFAULT_FRAMEWORK,)
     """Framework profiles the search may choose among (the first is preferred on ties); each
     shape's ZeRO stages are that framework's (:data:`model.frameworks.ZERO_STAGES`)."""
+    cp_kinds: tuple[CpKind, ...] = DEFAULT_SEARCHED_CP_KINDS
+    """CP flavours the search may choose among on shapes with cp > 1 (the first is preferred
+    on ties; a shape with cp = 1 has none); default ring, all-gather and Ulysses
+    (:data:`model.context_parallel.DEFAULT_SEARCHED_CP_KINDS`)."""
+    cp_a2a: tuple[int, ...] | None = None
+    """Inner all-to-all degrees tried with ``a2a+p2p``; None = every legal one (dividing cp,
+    strictly between 1 and cp, and the heads on a tensor-parallel rank)."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +174,9 @@ class SearchSpace:
         if not self.frameworks:
             raise LayoutError("search: give at least one --framework")
         object.__setattr__(self, "frameworks", tuple(Framework(f) for f in self.frameworks))
+        if not self.cp_kinds:
+            raise LayoutError("search: give at least one --cp-kind")
+        object.__setattr__(self, "cp_kinds", tuple(CpKind(k) for k in self.cp_kinds))
         for fw in self.frameworks:
             if not set(ZERO_STAGES[fw]) & set(self.zero_stages):
                 raise LayoutError(
@@ -199,9 +226,15 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                                 ok = _legal(shape, model, training, G)
                             if schedule is not Schedule.INTERLEAVED:
                                 plain = ok
-                            if ok:  # the rank order does not change legality
+                            if not ok:
+                                continue
+                            # neither the CP flavour's rules nor the rank order change the rest
+                            variants = [shape] if cp == 1 else _with_cp_kinds(shape, space, model)
+                            for variant in variants:
                                 for k, order in enumerate(space.rank_orders):
-                                    base = replace(shape, rank_order=order, order_rank=k)
+                                    base = variant  # built with the first order, rank 0
+                                    if k:
+                                        base = replace(variant, rank_order=order, order_rank=k)
                                     shapes += _with_frameworks(base, space, pp, training.offload)
     return sorted(shapes, key=lambda s: s.tie_key)
 
@@ -211,10 +244,30 @@ def _legal(shape: Shape, model: ModelSpec, training: TrainingSpec, num_gpus: int
     stages are checked by :func:`_with_frameworks`)."""
     try:  # the axes only: offload is a framework's mechanism, checked with it
         axes = replace(training, offload=NO_OFFLOAD)
-        validate(shape.layout(1, "none", "textbook"), model, axes, num_gpus)
+        validate(shape.layout(1, Recompute.NONE, Framework.TEXTBOOK), model, axes, num_gpus)
     except LayoutError:
         return False
     return True
+
+
+def _with_cp_kinds(shape: Shape, space: SearchSpace, model: ModelSpec) -> list[Shape]:
+    """``shape`` (legal with the ring) under each CP flavour of the space whose own rules
+    :func:`model.context_parallel.check_cp_kind` accepts — the hybrid once per legal inner
+    degree; a shape with cp = 1 once, as it is."""
+    if shape.cp == 1:
+        return [shape]
+    out = []
+    for rank, kind in enumerate(space.cp_kinds):
+        inner: list[int | None] = [None]
+        if kind is CpKind.HYBRID:
+            inner = [u for u in _allowed(space.cp_a2a, divisors(shape.cp)) if 1 < u < shape.cp]
+        for u in inner:
+            try:
+                check_cp_kind(kind, shape.cp, u, shape.tp, model.arch)
+            except LayoutError:
+                continue
+            out.append(replace(shape, cp_kind=kind, cp_a2a=u, cp_kind_rank=rank))
+    return out
 
 
 def _with_frameworks(
@@ -231,6 +284,7 @@ def _with_frameworks(
                 check_offload(fw, z, offload)
             except LayoutError:
                 continue
-            out.append(replace(base, framework=fw, framework_rank=rank))
+            same = fw is base.framework and rank == base.framework_rank
+            out.append(base if same else replace(base, framework=fw, framework_rank=rank))
             break
     return out

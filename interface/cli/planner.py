@@ -9,8 +9,12 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, WHOLE, echo_json
+from trainplan.model.context_parallel import CpKind
 
-__all__ = ["layout_options"]
+__all__ = ["layout_options", "CP_KIND_CHOICES"]
+
+CP_KIND_CHOICES = [k.value for k in CpKind] + ["p2p", "all_gather", "a2a", "hybrid"]
+"""``--cp-kind`` values: the flavours' names and Megatron-Core's ``--cp-comm-type`` spellings."""
 
 
 def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -190,6 +194,22 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tp", type=COUNT),
         click.option("--pp", type=COUNT),
         click.option("--cp", type=COUNT),
+        click.option(
+            "--cp-kind",
+            "cp_kind",
+            type=click.Choice(CP_KIND_CHOICES),
+            help="How the cp ranks exchange attention's inputs: ring (K/V point to point, "
+            "default), all-gather (Llama 3), ulysses (all-to-all over heads) or a2a+p2p "
+            "(ulysses inside groups of --cp-a2a, ring across); Megatron's p2p, all_gather, a2a "
+            "are aliases.",
+        ),
+        click.option(
+            "--cp-a2a",
+            "cp_a2a",
+            type=COUNT,
+            help="Inner all-to-all degree of --cp-kind a2a+p2p (Megatron-Core "
+            "--hierarchical-context-parallel-sizes).",
+        ),
         click.option("--ep", type=COUNT),
         click.option(
             "--etp",

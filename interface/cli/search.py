@@ -10,7 +10,7 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
-from trainplan.interface.cli.planner import cluster_options, model_options
+from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.layout import Recompute
@@ -49,6 +49,21 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--pp", type=COUNT, multiple=True, help="Allowed pp degrees (repeatable)."),
         click.option(
             "--cp", type=COUNT, multiple=True, help="Allowed cp degrees (repeatable; default 1)."
+        ),
+        click.option(
+            "--cp-kind",
+            "cp_kind",
+            type=click.Choice(CP_KIND_CHOICES),
+            multiple=True,
+            help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
+            "all-gather, ulysses; a2a+p2p only when given).",
+        ),
+        click.option(
+            "--cp-a2a",
+            "cp_a2a",
+            type=COUNT,
+            multiple=True,
+            help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
         ),
         click.option("--ep", type=COUNT, multiple=True, help="Allowed ep degrees (repeatable)."),
         click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),

@@ -6,7 +6,8 @@
   textbook promises it); the ZeRO table is monotone there;
 * per-layer activations checkpoint ≤ selective ≤ none; a stage's kept activations
   full ≤ selective ≤ none and √n ≤ none; totals with the transient full, √n ≤ none;
-* traffic is zero on an axis of degree 1 (and positive on one of degree > 1);
+* traffic is zero on an axis of degree 1 (and positive on one of degree > 1), for every CP
+  flavour;
 * the total equals the sum of its parts;
 * hfu ≥ mfu;
 * evaluate is deterministic.
@@ -44,7 +45,14 @@ def layouts(draw, models=MODELS, convention: str | None = None):
     arch = get_model(name).model.arch
     tp = draw(st.sampled_from(_tp_choices(arch)))
     pp = draw(st.sampled_from([1, 2, 3, 4, 5, 8]))
-    cp = draw(st.sampled_from([1, 1, 2]))
+    cp = draw(st.sampled_from([1, 1, 2, 4]))
+    cp_kind, cp_a2a = "ring", None
+    if cp > 1:  # the flavours whose head rule the drawn tp allows (model.context_parallel)
+        heads = (arch.num_attention_heads // tp, arch.kv_heads // tp)
+        kinds = ["ring", "all-gather"] + (["ulysses"] if all(n % cp == 0 for n in heads) else [])
+        kinds += ["a2a+p2p"] if cp == 4 and all(n % 2 == 0 for n in heads) else []
+        cp_kind = draw(st.sampled_from(kinds))
+        cp_a2a = 2 if cp_kind == "a2a+p2p" else None
     dp = draw(st.sampled_from([1, 2, 4]))
     ep = 1
     if arch.moe:
@@ -69,6 +77,8 @@ def layouts(draw, models=MODELS, convention: str | None = None):
         "tp": tp,
         "pp": pp,
         "cp": cp,
+        "cp_kind": cp_kind,
+        "cp_a2a": cp_a2a,
         "ep": ep,
         "framework": framework,
         "zero_stage": draw(
@@ -122,6 +132,7 @@ def test_per_layer_activations_checkpoint_le_selective_le_none(params, index):
     ctx = ActivationContext(
         seq_len=params["seq_len"],
         cp=params["cp"],
+        cp_kind=params["cp_kind"],
         micro_batch_size=params["micro_batch_size"],
         tp=params["tp"],
         sequence_parallel=sp,
@@ -188,6 +199,7 @@ def test_total_is_the_sum_of_its_parts(params):
             + acts.embedding_bytes
             + acts.recompute_transient_bytes
             + acts.pipeline_output_bytes
+            + acts.cp_transient_bytes
         )
         backward = state.total_bytes + state.gathered_bytes + state.buffers_bytes + acts.total_bytes
         assert s.total_bytes == max(backward, state.total_bytes + state.step_bytes)
@@ -204,6 +216,7 @@ def test_total_is_the_sum_of_its_parts(params):
             "embedding_activations_bytes",
             "recompute_transient_bytes",
             "pipeline_output_bytes",
+            "cp_transient_bytes",
             "zero3_gathered_bytes",
             "buffers_bytes",
         )
@@ -276,3 +289,22 @@ def test_evaluate_is_deterministic(params):
     a, b = _evaluate(params), _evaluate(params)
     assert a.to_dict() == b.to_dict()
     assert a.total_bytes == b.total_bytes and a.step_s == b.step_s and a.zero_table == b.zero_table
+
+
+@SETTINGS
+@given(layouts())
+def test_ring_and_all_gather_send_the_same_and_the_all_gather_holds_more(params):
+    """Ring Attention and Llama 3's all-gather move the same K/V bytes (cp − 1 chunks forward,
+    twice that backward: Transformer Engine re-gathers K/V and reduce-scatters dK/dV), so the
+    step time is the same; the all-gather holds at least as much (its gathered K/V and dK/dV
+    against the ring's chunks, and each query chunk's output kept apart)."""
+    if params["cp"] == 1:
+        return
+    ring = _evaluate(params, cp_kind="ring", cp_a2a=None)
+    gather = _evaluate(params, cp_kind="all-gather", cp_a2a=None)
+    rows = [{r.traffic.axis: r.traffic.bytes_per_step for r in e.traffic} for e in (ring, gather)]
+    assert rows[0] == rows[1] and rows[0]["cp"] > 0
+    assert ring.step_s == gather.step_s
+    for a, b in zip(ring.stages, gather.stages, strict=True):
+        assert a.activations.total_bytes <= b.activations.total_bytes
+        assert a.activations.cp_transient_bytes <= b.activations.cp_transient_bytes

@@ -133,10 +133,16 @@ def test_llama3_405b_shows_memory_zero_table_and_traffic():
     assert out["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
 
 
-def test_llama3_405b_128k_has_a_cp_ring_attention_row():
-    row = _traffic(run_example("llama3-405b-128k"), "cp")
-    assert row["group_size"] == 16 and row["bytes_per_step"] > 0
-    assert "ring" in row["collective"] and "K" in row["collective"] and "V" in row["collective"]
+def test_llama3_405b_128k_has_an_all_gather_cp_row():
+    """Llama 3 §3.3.2 all-gathers K and V over cp 16. S = 131,072/16 = 8,192 tokens; K + V on a
+    rank β·S·2·g·d/tp = 2·8192·2·8·128/8 = 4 MiB; per layer (cp−1)·4 MiB forward, twice in
+    backward (TE re-gathers K/V, reduce-scatters dK/dV): 15·4·3 = 180 MiB; the busiest stage
+    holds 8 one-layer chunks, m = 16: 180 MiB·8·16 = 24,159,191,040 B."""
+    out = run_example("llama3-405b-128k")
+    row = _traffic(out, "cp")
+    assert out["layout"]["cp_kind"] == "all-gather"
+    assert row["group_size"] == 16 and row["bytes_per_step"] == 180 * 2**20 * 8 * 16
+    assert row["collective"].startswith("all-gather of K, V + reduce-scatter of dK, dV")
 
 
 def test_deepseek_v3_has_an_ep_all_to_all_row_and_experts_over_two_replicas():

@@ -1,6 +1,6 @@
 """The search's tables (the cost model over arrays, float64; issue 10) against the exact
 evaluator, on thousands of random candidates across dense, GQA, MoE and MLA models, every
-schedule, recompute mode and framework profile: bytes to the byte after rounding up, time to the
+schedule, recompute mode, framework profile and context-parallel flavour: bytes to the byte after rounding up, time to the
 nanosecond (:data:`optimizer.search.BYTE_TOLERANCE`, :data:`optimizer.search.NS_TOLERANCE`:
 float64 sums in another order), fit verdicts exactly."""
 
@@ -17,14 +17,17 @@ from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.tables import build_tables
 
 FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
+CP_KINDS = ["ring", "all-gather", "ulysses", "a2a+p2p"]
+CP = {"cp": [1, 2, 4], "cp_kind": CP_KINDS}
+"""Context parallelism in every flavour (the hybrid with cp 4 = 2 × 2), on GQA and MLA."""
 CASES = [
     # (model, GPUs, GPU, extra search options): dense GPT with dropout and learned positions,
     # GQA + SwiGLU, MoE with ep, MLA + MoE with dense first layers
     ("megatron-1.7b", "16", "A100-80GB", {"global_batch": 64, "seq_len": 2048}),
     ("llama3-8b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096}),
     ("mixtral-8x7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "ep": [1, 2, 4]}),
-    ("deepseek-v3", "64", "H800", {"global_batch": 64, "seq_len": 4096, "ep": [8, 16]}),
-    ("llama3-70b", "32", "H100-SXM", {"global_batch": 64, "seq_len": 8192, "cp": [1, 2]}),
+    ("deepseek-v3", "64", "H800", {"global_batch": 64, "seq_len": 4096, "ep": [8, 16], **CP}),
+    ("llama3-70b", "32", "H100-SXM", {"global_batch": 64, "seq_len": 8192, **CP}),
     # recipes (issue 11 item 1): FP8 caches, FP8-saved inputs, FP8 GEMM time; BF16 moments
     (
         "llama3-8b-fp8",
@@ -77,7 +80,7 @@ def _problem(model, gpus, gpu, extra):
             "max_micro_batch": 2,
             "virtual_stages": [2, 3, 4],
             "framework": FRAMEWORKS,
-            **{k: v for k, v in extra.items() if k in ("ep", "cp")},
+            **{k: v for k, v in extra.items() if k in ("ep", "cp", "cp_kind")},
         },
         "cluster": {
             **extra.get("cluster", {}),
@@ -102,6 +105,10 @@ def test_tables_equal_the_exact_evaluation(model, gpus, gpu, extra):
     sample = rng.sample(candidates, min(400, len(candidates)))
     schedules = {str(tables.shapes[s].schedule) for s, _, _ in sample}
     assert {"1f1b", "interleaved"} <= schedules or model.startswith(("deepseek-v3", "llama4-scout"))
+    if "cp_kind" in extra:  # every CP flavour is drawn
+        assert {
+            str(tables.shapes[s].cp_kind) for s, _, _ in sample if tables.shapes[s].cp > 1
+        } == set(CP_KINDS)
     for s, z, r in sample:
         job = tables.jobs[tables.job_of[s]]
         lay = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])

@@ -1,0 +1,298 @@
+"""Context-parallel flavours: how the cp ranks that share one sequence exchange attention's inputs.
+
+Every flavour splits the sequence of s tokens into 2·cp chunks and gives rank i chunks i and
+2·cp − 1 − i (the causal load balance of Megatron-Core / Transformer Engine; Llama 3 §3.3.2), so a
+rank holds ``S = (s/cp)·b`` tokens of every tensor outside attention, and computes the same
+attention FLOPs whatever the flavour. What differs is what crosses the cp group, and which
+buffers the exchange holds while one layer's attention runs:
+
+* ``ring`` — Ring Attention (Liu et al. 2023, arXiv 2310.01889); Megatron-Core
+  ``--cp-comm-type p2p``, Transformer Engine ``AttnFuncWithCPAndKVP2P``. Each rank's K/V chunk
+  passes around the ring: cp − 1 point-to-point hops per layer forward; backward sends K/V
+  again and their gradients dK/dV (2×); a recomputed attention core sends it once more.
+* ``all-gather`` — Llama 3's CP (Dubey et al. 2024, arXiv 2407.21783, §3.3.2); Megatron-Core
+  ``all_gather``, TE ``AttnFuncWithCPAndKVAllGather``: K and V are all-gathered before
+  attention, each rank computing its local query chunks against them. TE keeps only the local
+  K/V for backward and *re-gathers* them there, then reduce-scatters dK/dV: the same bytes as
+  the ring, ``(cp − 1)/cp`` of the full-sequence K/V per collective.
+* ``ulysses`` — DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509, §3); Megatron-Core
+  ``a2a``, TE ``AttnFuncWithCPAndQKVOA2A``: an all-to-all turns Q, K, V from a sequence shard
+  into the full sequence of a/cp heads, attention runs locally, and an all-to-all turns the
+  output back (the paper's ``4·N·h/P`` per layer forward). TE's backward all-to-alls the saved
+  output O and its gradient dO in, and dQ, dK, dV out. Heads are split over cp: TE asserts that
+  cp divides the query heads and the K/V heads on a tensor-parallel rank (no replication of KV
+  heads; DeepSpeed's uneven-head split is not modelled).
+* ``a2a+p2p`` — the hybrid (TE ``cp_comm_type = "a2a+p2p"``, Megatron-Core
+  ``--hierarchical-context-parallel-sizes u r``): Ulysses over an inner group of u = ``cp_a2a``
+  consecutive cp ranks, then a ring over the r = cp/u groups. After the inner all-to-all a
+  rank holds (s/r)·b tokens of a/(tp·u) heads, so the ring's K/V chunk has the same bytes as
+  the local one.
+
+A flavour is reduced to two degrees (:func:`cp_degrees`): r, the ranks of the K/V exchange (ring
+or all-gather), and u, the ranks of the head all-to-all — ring and all-gather (cp, 1), Ulysses
+(1, cp), the hybrid (cp/u, u) — so one formula, element-wise over arrays, serves every flavour.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from trainplan.model.errors import LayoutError
+from trainplan.model.specs import Architecture, AttentionKind
+from trainplan.model.xp import exact, maximum, where
+
+__all__ = [
+    "CpKind",
+    "DEFAULT_SEARCHED_CP_KINDS",
+    "cp_degrees",
+    "attention_dims",
+    "check_cp_kind",
+    "cp_layer_bytes",
+    "cp_transient_bytes",
+    "cp_collective",
+]
+
+
+class CpKind(StrEnum):
+    """How context parallelism exchanges attention's inputs: ``ring`` (point-to-point K/V,
+    Megatron-Core ``p2p``), ``all-gather`` (``all_gather``, Llama 3), ``ulysses`` (all-to-all
+    over heads, ``a2a``) or ``a2a+p2p`` (Ulysses inside, ring across). Megatron-Core's
+    ``--cp-comm-type`` spellings (``p2p``, ``all_gather``, ``a2a``) and ``hybrid`` are read as
+    aliases.
+
+    Examples
+    --------
+    >>> CpKind("p2p"), CpKind("a2a"), CpKind("hybrid")
+    (<CpKind.RING: 'ring'>, <CpKind.ULYSSES: 'ulysses'>, <CpKind.HYBRID: 'a2a+p2p'>)
+    """
+
+    RING = "ring"
+    ALL_GATHER = "all-gather"
+    ULYSSES = "ulysses"
+    HYBRID = "a2a+p2p"
+
+    @classmethod
+    def _missing_(cls, value: object) -> CpKind | None:
+        return _ALIASES.get(str(value).lower())
+
+
+_ALIASES = {
+    "p2p": CpKind.RING,
+    "all_gather": CpKind.ALL_GATHER,
+    "allgather": CpKind.ALL_GATHER,
+    "a2a": CpKind.ULYSSES,
+    "hybrid": CpKind.HYBRID,
+}
+
+DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES)
+"""The flavours the search tries on a shape with cp > 1 unless told otherwise, preferred in this
+order on ties. The hybrid is searched only when asked for (``--cp-kind a2a+p2p``): it adds an
+inner degree per cp."""
+
+
+def cp_degrees(kind: CpKind, cp: int, cp_a2a: int | None = None) -> tuple[int, int]:
+    """(r, u): the ranks of the K/V exchange (ring or all-gather) and of the head all-to-all.
+    ``r · u = cp``; a degree of 1 means that part is off.
+
+    Examples
+    --------
+    >>> cp_degrees(CpKind.RING, 8), cp_degrees(CpKind.ULYSSES, 8), cp_degrees(CpKind.HYBRID, 8, 2)
+    ((8, 1), (1, 8), (4, 2))
+    """
+    if kind is CpKind.ULYSSES:
+        return 1, cp
+    if kind is CpKind.HYBRID:
+        u = cp_a2a or 1
+        return cp // u, u
+    return cp, 1
+
+
+def attention_dims(arch: Architecture) -> tuple[int, int, int]:
+    """(Q, K + V, O) elements per token over all heads, before the tensor-parallel split:
+    MHA/GQA ``(a·d, 2·g·d, a·d)``; MLA the expanded per-head keys and values
+    ``(a·(nope + rope), a·(nope + rope) + a·v_head, a·v_head)`` (DeepSeek-V3 §2.1.1: the RoPE key
+    is broadcast to every head before attention).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> gqa = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8, num_kv_heads=2,
+    ...                    ffn_hidden_size=128, vocab_size=16)
+    >>> attention_dims(gqa)
+    (64, 32, 64)
+    """
+    a = arch.num_attention_heads
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        qk = a * (arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim)
+        v = a * arch.mla.v_head_dim
+        return qk, qk + v, v
+    d = arch.dim_per_head
+    return a * d, 2 * arch.kv_heads * d, a * d
+
+
+def check_cp_kind(
+    kind: CpKind, cp: int, cp_a2a: int | None, tp: int, arch: Architecture | None
+) -> None:
+    """The flavour's own legality rules (:func:`model.layout.validate` calls this; so does the
+    search's shape list for each flavour after the first): a flavour other than the ring needs
+    cp > 1; ``cp_a2a`` is the hybrid's inner degree, given with it alone, strictly between 1 and
+    cp and dividing cp; the head all-to-all over u ranks (Ulysses: u = cp; hybrid: u =
+    ``cp_a2a``) needs u to divide the query heads and the K/V heads on a tensor-parallel rank,
+    a/tp and g/tp (TE ``AttnFuncWithCPAndQKVOA2A``: "The number of attention heads needs to be
+    divisible by CP size"; MLA's keys and values have a heads). The 2·cp sequence split is
+    checked by :func:`model.layout.validate` for every flavour. A model without dimensions
+    skips the head rule.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the parameter, its value and the rule.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> llama = Architecture(num_layers=1, hidden_size=1024, num_attention_heads=8,
+    ...                      num_kv_heads=2, ffn_hidden_size=128, vocab_size=16)
+    >>> check_cp_kind(CpKind.ULYSSES, 2, None, 1, llama)
+    >>> check_cp_kind(CpKind.ULYSSES, 4, None, 1, llama)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: cp: ulysses splits the heads over 4 ranks, ... num_kv_heads / tp = 2 / 1 = 2 ...
+    """
+    if cp_a2a is not None and kind is not CpKind.HYBRID:
+        raise LayoutError(
+            f"cp_a2a: {cp_a2a} is the inner all-to-all degree of cp_kind a2a+p2p, not of {kind}"
+        )
+    if kind is CpKind.RING:
+        return
+    if cp == 1:
+        raise LayoutError(f"cp_kind: {kind} needs cp > 1 (cp 1 has no context parallelism)")
+    if kind is CpKind.HYBRID:
+        if cp_a2a is None:
+            raise LayoutError(
+                "cp_a2a: cp_kind a2a+p2p needs the inner all-to-all degree (--cp-a2a, Megatron's "
+                "--hierarchical-context-parallel-sizes)"
+            )
+        if not 1 < cp_a2a < cp or cp % cp_a2a:
+            raise LayoutError(
+                f"cp_a2a: {cp_a2a} must divide cp = {cp} and lie strictly between 1 and cp "
+                "(1 is cp_kind ring, cp is ulysses)"
+            )
+    if kind is CpKind.ALL_GATHER or arch is None:
+        return
+    u = cp if kind is CpKind.ULYSSES else cp_a2a
+    assert u is not None
+    a = arch.num_attention_heads
+    g = a if arch.attention is AttentionKind.MLA else arch.kv_heads
+    for name, heads in (("num_attention_heads", a), ("num_kv_heads", g)):
+        if heads % tp or (heads // tp) % u:
+            raise LayoutError(
+                f"cp: {kind} splits the heads over {u} ranks, which does not divide "
+                f"{name} / tp = {heads} / {tp} = {heads / tp:g} (Transformer Engine's all-to-all "
+                "rule)"
+            )
+
+
+def _chunks(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tuple[Any, Any, Any]:
+    """(Q, K + V, O) bytes of this rank's S tokens on one tensor-parallel rank."""
+    q, kv, o = attention_dims(arch)
+    one = beta * exact(tokens) / tp
+    return one * q, one * kv, one * o
+
+
+def cp_layer_bytes(
+    arch: Architecture, r: Any, u: Any, tp: Any, tokens: Any, beta: int, recomputed: bool
+) -> Any:
+    """Bytes one GPU sends for one layer's attention, one micro-batch, forward and backward
+    (and the recomputed forward when ``recomputed``), exact for ints and Fractions, element-wise
+    for arrays. ``tokens`` = S = (s/cp)·b on this rank; Q, KV, O are this rank's bytes of those
+    tensors (:func:`attention_dims` × β·S/tp).
+
+    * K/V exchange over r ranks (ring or all-gather; hybrid: across the groups): ``(r − 1)·KV``
+      forward (ring: r − 1 hops; all-gather: (r−1)/r of the r·KV gathered), twice in backward
+      (K/V again and dK/dV: ring hops, or TE's re-gather and reduce-scatter), once more recomputed.
+    * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
+      its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
+      re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.
+
+    Examples
+    --------
+    Ring, cp 2, MHA with a·d = 8 (K + V: 16 elements per token), S = 4 tokens, tp 1, β 2:
+    KV = 2·4·16 = 128 B; (2 − 1)·128 × 3 = 384.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> cp_layer_bytes(arch, 2, 1, 1, 4, 2, False)
+    Fraction(384, 1)
+
+    Ulysses, cp 2: Q = O = 64 B, KV = 128 B; ½·(256 + 320) = 288.
+
+    >>> cp_layer_bytes(arch, 1, 2, 1, 4, 2, False)
+    Fraction(288, 1)
+    """
+    q, kv, o = _chunks(arch, tp, tokens, beta)
+    extra = 1 if recomputed else 0
+    exchange = (r - 1) * kv * (3 + extra)
+    a2a = exact(u - 1) / u * ((q + kv + o) * (1 + extra) + q + kv + 2 * o)
+    return exchange + a2a
+
+
+def cp_transient_bytes(
+    arch: Architecture, r: Any, u: Any, gather: Any, tp: Any, tokens: Any, beta: int
+) -> Any:
+    """Bytes the exchange holds beside the layer's kept activations while one layer's attention
+    runs (forward or backward, whichever holds more), on one GPU, counted once per stage like
+    the recompute transient; exact for ints and Fractions, element-wise for arrays (``gather``:
+    the K/V exchange is an all-gather). What is counted, as Transformer Engine allocates it:
+
+    * ring (r > 1): forward keeps every K/V chunk it has held in its ``p2p_comm_buffers`` list
+      until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV``;
+      backward double-buffers [K/V, dK/dV]: ``4·KV``. The larger: ``max(r, 4)·KV``.
+    * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
+      before their reduce-scatter: ``2·r·KV`` (forward: the gathered K/V and its chunk-reordered
+      copy, as much).
+    * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
+      layer's own Q, K, V are still referenced: ``2·(Q + KV)``.
+    * the hybrid runs the all-to-all, then the ring: the larger of the two.
+
+    Not counted: the per-step partial outputs and softmax statistics the ring and the
+    all-gather keep until they are merged, and allocator rounding.
+
+    Examples
+    --------
+    Ring, cp 8, KV = 128 B (the :func:`cp_layer_bytes` example): max(8, 4)·128.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> cp_transient_bytes(arch, 8, 1, False, 1, 4, 2), cp_transient_bytes(arch, 8, 1, True, 1, 4, 2)
+    (Fraction(1024, 1), Fraction(2048, 1))
+    """
+    q, kv, _ = _chunks(arch, tp, tokens, beta)
+    exchange = where(gather, 2 * r * kv, maximum(r, 4) * kv)
+    exchange = where(r > 1, exchange, 0 * kv)
+    a2a = where(u > 1, 2 * (q + kv), 0 * kv)
+    return maximum(exchange, a2a)
+
+
+def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:
+    """The collectives of a flavour, named for the traffic table.
+
+    Examples
+    --------
+    >>> cp_collective(CpKind.HYBRID, 8, 2)
+    'all-to-all of Q, K, V, O over 2 ranks + ring send/recv of K, V over 4 (a2a+p2p)'
+    """
+    r, u = cp_degrees(kind, cp, cp_a2a)
+    if kind is CpKind.ALL_GATHER:
+        return "all-gather of K, V + reduce-scatter of dK, dV (Llama 3 all-gather CP)"
+    if kind is CpKind.ULYSSES:
+        return "all-to-all of Q, K, V, O over heads (DeepSpeed-Ulysses)"
+    if kind is CpKind.HYBRID:
+        return (
+            f"all-to-all of Q, K, V, O over {u} ranks + ring send/recv of K, V over {r} (a2a+p2p)"
+        )
+    return "ring send/recv of K, V (ring attention)"

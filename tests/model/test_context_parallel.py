@@ -1,0 +1,264 @@
+"""Context-parallel flavours (issue 11 item 4): traffic, memory and legal degrees of the ring,
+the all-gather, DeepSpeed-Ulysses and their hybrid, each value derived by hand below.
+
+Sources: Ring Attention (Liu et al. 2023, arXiv 2310.01889); Llama 3 (Dubey et al. 2024, arXiv
+2407.21783) §3.3.2 for the all-gather with 2·cp load-balanced chunks; DeepSpeed-Ulysses (Jacobs
+et al. 2023, arXiv 2309.14509) §3, "4Nh/P" per layer forward; Transformer Engine's
+``context_parallel.py`` (``AttnFuncWithCPAndKVP2P``, ``AttnFuncWithCPAndKVAllGather``,
+``AttnFuncWithCPAndQKVOA2A``) for what each flavour sends in backward, keeps and buffers, and for
+the all-to-all's head rule; Megatron-Core ``--cp-comm-type`` and
+``--hierarchical-context-parallel-sizes``.
+
+The worked case, Llama 3 8B (a = 32 query heads, g = 8 KV heads, d = 128, L = 32) at
+s = 32,768 on cp = 8, tp 1, b 1, one micro-batch, β = 2 B:
+
+* S = s/cp·b = 4,096 tokens on a rank;
+* Q = β·S·a·d = 2·4096·4096 = 32 MiB; K + V = β·S·2·g·d = 2·4096·2048 = 16 MiB; O = 32 MiB.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+from click.testing import CliRunner
+
+from tests.test_cli_planner import run_main
+from trainplan.interface.cli import _register, cli
+from trainplan.interface.inputs import build_case
+from trainplan.model.context_parallel import (
+    CpKind,
+    attention_dims,
+    cp_degrees,
+    cp_layer_bytes,
+    cp_transient_bytes,
+)
+from trainplan.model.errors import LayoutError
+from trainplan.scenarios.catalogue import get_model
+
+MiB = 2**20
+LLAMA8B = {
+    "model": "llama3-8b",
+    "gpu": "H100-SXM",
+    "dp": 1,
+    "tp": 1,
+    "pp": 1,
+    "cp": 8,
+    "seq_len": 32768,
+    "global_batch_size": 1,
+    "micro_batch_size": 1,
+}
+LAYERS = 32
+
+
+def _evaluate(**changes):
+    return build_case({**LLAMA8B, **changes}).evaluate()
+
+
+def _cp_row(est):
+    return next(r.traffic for r in est.traffic if r.traffic.axis == "cp")
+
+
+def test_chunk_sizes_of_the_worked_case():
+    arch = get_model("llama3-8b").model.arch
+    assert attention_dims(arch) == (32 * 128, 2 * 8 * 128, 32 * 128)
+    S = 32768 // 8
+    q, kv, o = (2 * S * n for n in attention_dims(arch))
+    assert (q, kv, o) == (32 * MiB, 16 * MiB, 32 * MiB)
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "per_layer_mib", "recomputed_mib"),
+    [
+        # ring: cp − 1 = 7 hops of K + V (16 MiB) forward, twice that in backward (K/V and
+        # dK/dV): 7·16·3 = 336 MiB; selective recomputation re-runs the core: 7·16·4 = 448 MiB
+        ("ring", {}, 336, 448),
+        # all-gather: forward all-gathers K/V, sending (cp−1)/cp of the 8·16 MiB gathered =
+        # 7·16; backward re-gathers K/V and reduce-scatters dK/dV (TE): 3 × 112 = 336, 448
+        ("all-gather", {}, 336, 448),
+        # Ulysses: each all-to-all sends (cp−1)/cp = 7/8 of its tensor. Forward Q, K, V in and
+        # O out: 32 + 16 + 32 = 80 MiB; backward O and dO in, dQ, dK, dV out: 32·2 + 32 + 16 =
+        # 112 MiB; 7/8·(80 + 112) = 168 MiB; recomputed: 7/8·(2·80 + 112) = 238 MiB
+        ("ulysses", {}, 168, 238),
+        # hybrid, Ulysses over u = 2 inside, ring over r = 4 across: the ring's chunk after the
+        # all-to-all is 2·S tokens of g/2 heads, still 16 MiB: 3·16·3 + ½·192 = 144 + 96 = 240;
+        # recomputed 3·16·4 + ½·272 = 192 + 136 = 328
+        ("a2a+p2p", {"cp_a2a": 2}, 240, 328),
+    ],
+)
+def test_cp_traffic_per_flavour(kind, extra, per_layer_mib, recomputed_mib):
+    """Bytes per step = per-layer bytes × 32 layers × 1 micro-batch."""
+    est = _evaluate(cp_kind=kind, **extra)
+    assert _cp_row(est).bytes_per_step == per_layer_mib * MiB * LAYERS
+    recomputed = _evaluate(cp_kind=kind, recompute="selective", **extra)
+    assert _cp_row(recomputed).bytes_per_step == recomputed_mib * MiB * LAYERS
+
+
+def test_ulysses_forward_is_the_papers_4nh_over_p():
+    """Jacobs et al. §3: the forward all-to-alls of an MHA layer move an aggregate 3Nh (Q, K, V)
+    and Nh (O), ``4Nh/P`` per link. Per GPU our forward share is (P−1)/P of the local 4·(N/P)·h
+    elements: GPT-style MHA (h = a·d = 8), N = 64 tokens, P = 4, tp 1, β = 1 (elements):
+    ¾·4·16·8 = 384. The forward is the whole with backward and recomputation taken out:
+    fwd+bwd+recomputed − fwd+bwd."""
+    from trainplan.model.specs import Architecture
+
+    mha = Architecture(
+        num_layers=1, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16
+    )
+    S = Fraction(64, 4)
+    forward = cp_layer_bytes(mha, 1, 4, 1, S, 1, True) - cp_layer_bytes(mha, 1, 4, 1, S, 1, False)
+    assert forward == Fraction(3, 4) * 4 * S * 8 == 384
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "buffers_mib"),
+    [
+        # ring: TE keeps each K/V chunk of the forward (local copy + 7 received = 8 × 16) and
+        # double-buffers [K/V, dK/dV] in backward (4 × 16): max = 128 MiB
+        ("ring", {}, 128),
+        # all-gather: backward holds the re-gathered K, V (8 × 16) and the full dK, dV (8 × 16)
+        ("all-gather", {}, 256),
+        # Ulysses: a send copy and the received tensor of Q, K, V: 2·(32 + 16) = 96 MiB
+        ("ulysses", {}, 96),
+        # hybrid: the all-to-all's 96 MiB, then the ring over 4 (max(4, 4)·16 = 64): 96 MiB
+        ("a2a+p2p", {"cp_a2a": 2}, 96),
+    ],
+)
+def test_cp_buffers_per_flavour(kind, extra, buffers_mib):
+    est = _evaluate(cp_kind=kind, **extra)
+    acts = est.stages[0].activations
+    assert acts.cp_transient_bytes == buffers_mib * MiB
+    assert acts.total_bytes == (
+        acts.layers_bytes
+        + acts.embedding_bytes
+        + acts.recompute_transient_bytes
+        + buffers_mib * MiB
+    )
+    memory = est.to_dict()["memory"]
+    assert memory["cp_transient_bytes"] == buffers_mib * MiB
+
+
+def test_all_gather_keeps_each_query_chunks_output():
+    """TE's all-gather saves the attention outputs of its two query chunks for backward, beside
+    the merged output the projection keeps: one more [S, a·d] = 32 MiB per layer, 32 layers,
+    one micro-batch in flight = 1 GiB; selective recomputation recomputes it with the core."""
+    ring, gather = _evaluate(cp_kind="ring"), _evaluate(cp_kind="all-gather")
+    extra = gather.stages[0].activations.layers_bytes - ring.stages[0].activations.layers_bytes
+    assert extra == 32 * MiB * LAYERS == 2**30
+    for kind in ("ulysses", "a2a+p2p"):  # the others keep the ring's bytes
+        other = _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None)
+        assert other.stages[0].activations.layers_bytes == ring.stages[0].activations.layers_bytes
+    ring_sel = _evaluate(cp_kind="ring", recompute="selective").stages[0].activations
+    gather_sel = _evaluate(cp_kind="all-gather", recompute="selective").stages[0].activations
+    assert gather_sel.layers_bytes == ring_sel.layers_bytes
+
+
+def test_the_flavours_compute_the_same():
+    """The load-balanced split gives every flavour the same attention FLOPs: the compute time is
+    one; step times differ only by the exposed cp traffic (overlap 0.5)."""
+    ests = {k: _evaluate(cp_kind=k) for k in ("ring", "all-gather", "ulysses")}
+    assert len({e.compute_s for e in ests.values()}) == 1
+    assert ests["ring"].step_s == ests["all-gather"].step_s
+    assert ests["ulysses"].step_s < ests["ring"].step_s  # 168 MiB per layer against 336
+
+
+def test_no_buffers_and_no_traffic_without_cp():
+    est = _evaluate(cp=1, dp=8, global_batch_size=8)
+    assert est.stages[0].activations.cp_transient_bytes == 0
+    assert _cp_row(est).bytes_per_step == 0
+    assert cp_transient_bytes(get_model("llama3-8b").model.arch, 1, 1, False, 1, 4096, 2) == 0
+
+
+def test_degrees_of_each_flavour():
+    assert cp_degrees(CpKind.RING, 16) == cp_degrees(CpKind.ALL_GATHER, 16) == (16, 1)
+    assert cp_degrees(CpKind.ULYSSES, 16) == (1, 16)
+    assert cp_degrees(CpKind("hybrid"), 16, 4) == (4, 4)
+    assert CpKind("all_gather") is CpKind.ALL_GATHER and CpKind("P2P") is CpKind.RING
+
+
+# ------------------------------------------------------------------------------ legal degrees
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # Llama 3 405B's published 128K layout (tp 8, cp 16): g/tp = 8/8 = 1 KV head per rank,
+        # which 16 ranks cannot split: Ulysses is refused, the ring and the all-gather are not
+        (
+            {"model": "llama3-405b", "tp": 8, "cp": 16, "seq_len": 131072, "cp_kind": "ulysses"},
+            "cp: ulysses splits the heads over 16 ranks, which does not divide num_kv_heads / tp = 8 / 8 = 1",
+        ),
+        # Llama 3 8B, tp 1, cp 16: a/tp = 32 splits, g/tp = 8 does not
+        (
+            {"cp": 16, "cp_kind": "ulysses"},
+            "cp: ulysses splits the heads over 16 ranks, which does not divide num_kv_heads / tp = 8 / 1 = 8",
+        ),
+        # the hybrid's inner all-to-all over 16 of cp 32 ranks: the same rule with u = 16
+        (
+            {"cp": 32, "cp_kind": "a2a+p2p", "cp_a2a": 16},
+            "cp: a2a+p2p splits the heads over 16 ranks, which does not divide num_kv_heads / tp = 8 / 1 = 8",
+        ),
+        # every flavour splits the sequence into 2·cp chunks: 8200 = 16·512 + 8
+        ({"seq_len": 8200, "cp_kind": "ulysses"}, "cp: seq_len 8200 is not divisible by 2 × cp = 16"),
+        ({"cp": 1, "dp": 8, "global_batch_size": 8, "cp_kind": "all-gather"}, "cp_kind: all-gather needs cp > 1"),
+        ({"cp_kind": "a2a+p2p"}, "cp_a2a: cp_kind a2a+p2p needs the inner all-to-all degree"),
+        ({"cp_kind": "a2a+p2p", "cp_a2a": 8}, "cp_a2a: 8 must divide cp = 8 and lie strictly between 1 and cp"),
+        ({"cp_kind": "a2a+p2p", "cp_a2a": 3}, "cp_a2a: 3 must divide cp = 8"),
+        ({"cp_kind": "ring", "cp_a2a": 2}, "cp_a2a: 2 is the inner all-to-all degree of cp_kind a2a+p2p, not of ring"),
+        ({"cp_kind": "tree"}, "cp_kind: 'tree' is not one of ring, all-gather, ulysses, a2a+p2p"),
+    ],
+)  # fmt: skip
+def test_illegal_cp_flavours_are_refused_naming_the_rule(changes, message):
+    with pytest.raises(LayoutError) as err:
+        _evaluate(**changes)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_legal_ulysses_degrees():
+    """cp divides a/tp = 32 and g/tp = 8 at tp 1: cp 2, 4, 8 split Llama 3 8B's heads."""
+    for cp in (2, 4, 8):
+        _evaluate(cp=cp, cp_kind="ulysses")
+    _evaluate(cp=8, cp_kind="a2a+p2p", cp_a2a=4)  # u = 4 divides 8 KV heads
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def test_evaluate_cli_cp_kind_json_keys_and_collective_names():
+    _register()
+    runner = CliRunner()
+    args = ["evaluate", "--model", "llama3-8b", "--cp", "8", "--seq-len", "32768"]
+    names = {}
+    for kind in ("ring", "all-gather", "ulysses", "a2a"):
+        res = runner.invoke(cli, [*args, "--cp-kind", kind, "--global-batch", "1", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["layout"]["cp_kind"] == ("ulysses" if kind == "a2a" else kind)
+        assert out["layout"]["cp_a2a"] is None
+        names[kind] = next(r["collective"] for r in out["traffic"] if r["axis"] == "cp")
+    assert names == {
+        "ring": "ring send/recv of K, V (ring attention)",
+        "all-gather": "all-gather of K, V + reduce-scatter of dK, dV (Llama 3 all-gather CP)",
+        "ulysses": "all-to-all of Q, K, V, O over heads (DeepSpeed-Ulysses)",
+        "a2a": "all-to-all of Q, K, V, O over heads (DeepSpeed-Ulysses)",
+    }
+    res = runner.invoke(
+        cli, [*args, "--cp-kind", "a2a+p2p", "--cp-a2a", "2", "--global-batch", "1"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "cp 8 a2a+p2p (a2a 2)" in res.stdout
+    assert "context-parallel buffers (one layer)" in res.stdout
+    assert "over 2 ranks + ring send/recv of K, V over 4 (a2a+p2p)" in res.stdout
+
+
+def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys):
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-405b", "--tp", "8", "--cp", "16", "--seq-len",
+        "131072", "--cp-kind", "ulysses",
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert (
+        err.startswith("Error: cp: ulysses splits the heads over 16 ranks") and err.count("\n") == 1
+    )

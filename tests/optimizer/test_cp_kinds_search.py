@@ -1,0 +1,133 @@
+"""The CP flavour as a searched dimension and as a constraint (issue 11 item 4).
+
+The worked case of ``tests/model/test_context_parallel.py``: Llama 3 8B at s = 32,768 on 8
+H100s, tp 1, pp 1, cp 8, one sequence per step. Every flavour computes the same; the exposed cp
+traffic decides: Ulysses sends 168 MiB per layer, the hybrid (2 × 4) 240, the ring and the
+all-gather 336 each — so Ulysses is the fastest, and the ring and the all-gather tie, broken by
+the order the flavours are given in.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from trainplan.interface.cli import _register, cli
+from trainplan.interface.scenario import build_problem, load_scenario
+from trainplan.model.context_parallel import CpKind
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.optimizer import enumerate as oracle
+from trainplan.optimizer.search import prepare, search
+from trainplan.optimizer.space import SearchSpace, legal_shapes
+from trainplan.scenarios.catalogue import get_model
+
+CASE = {
+    "model": "llama3-8b",
+    "gpus": "8",
+    "gpu": "H100-SXM",
+    "seq_len": 32768,
+    "global_batch": 1,
+    "space": {"tp": [1], "pp": [1], "cp": [8], "recompute": ["none"], "zero": [1]},
+}
+
+
+def _best(cp_kind=None, **space):
+    values = {**CASE, "space": {**CASE["space"], **space}}
+    if cp_kind is not None:
+        values["space"]["cp_kind"] = cp_kind
+    problem = build_problem({}, values)
+    result = search(problem)
+    tables = prepare(problem)[0]
+    found = oracle.best(problem, tables)
+    assert found is not None and found[1] == result.best.objective  # CP-SAT = enumeration
+    return result.best.estimate.layout
+
+
+def test_the_search_chooses_among_the_flavours_by_default():
+    lay = _best()
+    assert (lay.cp, lay.cp_kind, lay.cp_a2a) == (8, CpKind.ULYSSES, None)
+
+
+def test_the_flavour_as_a_constraint():
+    assert _best(["ring"]).cp_kind is CpKind.RING
+    assert _best(["p2p", "a2a+p2p"]).cp_kind is CpKind.HYBRID  # 240 MiB per layer beats 336
+    lay = _best(["a2a+p2p"], cp_a2a=[4])
+    assert (lay.cp_kind, lay.cp_a2a) == (CpKind.HYBRID, 4)
+
+
+def test_ring_and_all_gather_tie_in_the_order_given():
+    """Same bytes, same step time: the first flavour given wins the tie."""
+    assert _best(["ring", "all-gather"]).cp_kind is CpKind.RING
+    assert _best(["all-gather", "ring"]).cp_kind is CpKind.ALL_GATHER
+
+
+def test_legal_shapes_carry_the_flavours_whose_head_rule_holds():
+    """Llama 3 8B (a 32, g 8) on 64 GPUs at s 32,768: Ulysses needs cp | 32/tp and cp | 8/tp —
+    tp 1: cp 2, 4, 8; tp 2 (4 KV heads a rank): cp 2, 4; tp 4 (2): cp 2; tp 8 (1): none. The
+    hybrid's inner u needs the same of u: cp 4 with u 2 at tp 1, 2, 4; cp 8 with u 2 at tp 1, 2,
+    4 and u 4 at tp 1, 2. The ring and the all-gather go with every cp; cp 1 has no flavour."""
+    entry = get_model("llama3-8b")
+    from trainplan.model.specs import TrainingSpec
+
+    training = TrainingSpec(seq_len=32768, global_batch_size=64)
+    space = SearchSpace(
+        num_gpus=64,
+        tp=(1, 2, 4, 8),
+        pp=(1,),
+        cp=(1, 2, 4, 8),
+        micro_batch_size=(1,),
+        cp_kinds=tuple(CpKind),
+    )
+    shapes = legal_shapes(entry.model, training, space)
+    kinds = {(s.tp, s.cp, str(s.cp_kind), s.cp_a2a) for s in shapes}
+    ulysses = {(tp, cp) for tp, cp, k, _ in kinds if k == "ulysses"}
+    assert ulysses == {(1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)}
+    hybrid = {(tp, cp, u) for tp, cp, k, u in kinds if k == "a2a+p2p"}
+    assert hybrid == {(1, 4, 2), (2, 4, 2), (4, 4, 2), (1, 8, 2), (2, 8, 2), (4, 8, 2)} | {
+        (1, 8, 4),
+        (2, 8, 4),
+    }
+    for tp in (1, 2, 4, 8):
+        for cp in (2, 4, 8):
+            assert {(tp, cp, "ring", None), (tp, cp, "all-gather", None)} <= kinds
+    assert {k for tp, cp, k, _ in kinds if cp == 1} == {"ring"}
+
+
+def test_scenario_cp_kind_and_bad_values(tmp_path):
+    good = tmp_path / "s.toml"
+    good.write_text(
+        'model = "llama3-8b"\ngpus = 8\nseq_len = 32768\nglobal_batch = 1\n'
+        '[space]\ntp = [1]\npp = [1]\ncp = [8]\ncp_kind = ["ring", "all-gather"]\n'
+    )
+    problem = build_problem(load_scenario(good), {})
+    assert problem.space.cp_kinds == (CpKind.RING, CpKind.ALL_GATHER)
+    assert search(problem).best.estimate.layout.cp_kind is CpKind.RING
+    bad = tmp_path / "b.toml"
+    bad.write_text('model = "llama3-8b"\ngpus = 8\n[space]\ncp_kind = "tree"\n')
+    with pytest.raises(ScenarioError, match="cp_kind: 'tree' is not one of ring, all-gather"):
+        load_scenario(bad)
+    with pytest.raises(InputError, match="cp_kind: 'tree' is not one of"):
+        build_problem({}, {**CASE, "space": {"cp_kind": ["tree"]}})
+
+
+def test_search_cli_cp_kind():
+    _register()
+    args = ["search", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "32768"]
+    args += ["--global-batch", "1", "--tp", "1", "--pp", "1", "--cp", "8", "--json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["layout"]["cp_kind"] == "ulysses"
+    res = CliRunner().invoke(cli, [*args, "--cp-kind", "all-gather"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["layout"]["cp_kind"] == "all-gather"
+
+
+def test_a_flavour_the_space_cannot_use_is_refused():
+    """--cp-kind with cp 1 only (the search's default) and --cp-a2a without the hybrid would be
+    ignored: each is one line naming the option (check_applicable)."""
+    with pytest.raises(InputError, match="cp_kind: 'ulysses' does not apply: .* cp is 1"):
+        build_problem({}, {**CASE, "space": {"cp_kind": ["ulysses"]}})
+    with pytest.raises(InputError, match="cp_a2a: '2' does not apply: .*a2a\\+p2p"):
+        build_problem({}, {**CASE, "space": {"cp": [8], "cp_a2a": [2]}})
