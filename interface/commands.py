@@ -102,6 +102,44 @@ MAX_CONFIG_CHARS = 1_000_000
 """Largest uploaded config.json read (a Hugging Face config is a few kB)."""
 
 
+RLHF_SEED_ARGS = (
+    "algorithm",
+    "train_mfu",
+    "prompts",
+    "prompt_tokens",
+    "completion_tokens",
+    "epochs",
+)
+"""``trainplan rlhf`` options passed on even when unset or false (the seed's own defaults)."""
+
+
+def old_log_prob_flag(value: str | None) -> bool | None:
+    """``--old-log-prob recompute|engine`` → True (a scoring pass recomputes them) / False.
+
+    Raises
+    ------
+    InputError
+        Any other value.
+    """
+    if value is None:
+        return None
+    low = value.lower()
+    if low not in ("recompute", "engine"):
+        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
+    return low == "recompute"
+
+
+def rlhf_json(kw: dict[str, Any]) -> dict[str, Any]:
+    """``trainplan rlhf --json`` of the command's parsed options (display-only ones such as
+    ``width`` dropped): the seed's figures, and the faithful accounting with ``model``."""
+    from trainplan.interface import tabs
+
+    kw = {k: v for k, v in kw.items() if k not in ("width", "as_json")}
+    kw["old_log_prob"] = old_log_prob_flag(kw.get("old_log_prob"))
+    kw = {k: v for k, v in kw.items() if v is not None and v is not False or k in RLHF_SEED_ARGS}
+    return tabs.rlhf_report(**kw)
+
+
 def uploaded_model(text: str, name: str | None = None) -> Any:
     """A :class:`~model.specs.ModelSpec` from the text of a Hugging Face ``config.json`` (the web
     app's upload; the CLI reads the same keys from a path, :meth:`ModelSpec.from_hf_config`),

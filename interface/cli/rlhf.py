@@ -15,6 +15,7 @@ import click
 from trainplan.interface import tabs
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json
+from trainplan.interface.commands import old_log_prob_flag, rlhf_json
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
 
@@ -65,17 +66,6 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(opts):
         f = opt(f)
     return f
-
-
-def _old_log_prob(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    low = value.lower()
-    if low not in ("recompute", "engine"):
-        from trainplan.model.errors import InputError
-
-        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
-    return low == "recompute"
 
 
 # ------------------------------------------------------------------------------------ rlhf
@@ -130,9 +120,7 @@ def _old_log_prob(value: str | None) -> bool | None:
 def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> None:
     """Memory, FLOPs and time of one PPO, GRPO or DPO step: the seed's figures, or with --model
     every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
-    kw["old_log_prob"] = _old_log_prob(old_log_prob)
-    kw = {k: v for k, v in kw.items() if v is not None and v is not False or k in _SEED_ARGS}
-    r = tabs.rlhf_report(**kw)
+    r = rlhf_json({**kw, "old_log_prob": old_log_prob})
     if as_json:
         echo_json(r)
         return
@@ -155,9 +143,6 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
         )
         for line in plan_lines(f, width):
             click.echo(line)
-
-
-_SEED_ARGS = ("algorithm", "train_mfu", "prompts", "prompt_tokens", "completion_tokens", "epochs")
 
 
 def _seed_text(r: dict[str, Any]) -> None:
@@ -216,7 +201,7 @@ def rlhf_plan_cmd(
     from trainplan.optimizer.rlhf_search import search_placement
     from trainplan.optimizer.rlhf_tables import RLHFProblem
 
-    kw["old_log_prob"] = _old_log_prob(old_log_prob)
+    kw["old_log_prob"] = old_log_prob_flag(old_log_prob)
     inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=offload)
     from trainplan.model.errors import InfeasibleError

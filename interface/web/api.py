@@ -183,7 +183,8 @@ def ckpt(request: Request) -> Response:
 @router.get("/rlhf", responses=BAD_INPUT, openapi_extra=_doc("rlhf"))
 def rlhf(request: Request) -> Response:
     """RLHF, `trainplan rlhf --json`: the networks' resident memory, FLOPs and time by phase."""
-    return json_response(_tab("rlhf", pairs(request), ()))
+    kw, _ = parse("rlhf", pairs(request))
+    return json_response(commands.rlhf_json(kw))
 
 
 @router.get("/gpus", responses=BAD_INPUT)
