@@ -232,6 +232,7 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "name": r["name"],
                 "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
                 "dense BF16 TFLOP/s": r["bf16_tflops"],
+                "HBM GB/s": r["hbm_bandwidth_gbps"],
                 "NVLink GB/s": r["nvlink_gbps"],
                 "domain": r["nvlink_domain"],
                 "scale-out GB/s": r["scaleout_gbps"],

@@ -38,6 +38,10 @@ class DeviceSpec:
     ``--memory-reserve`` overrides)."""
     peak_flops_per_s: float
     """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
+    hbm_bytes_per_s: float | None = None
+    """Peak device-memory (HBM) bandwidth, bytes/s, as the vendor states it (the accelerator
+    table's ``hbm_bandwidth_gbps``); None if unknown. The roofline time model
+    (:mod:`model.roofline`) bounds memory-bound operations by it."""
     nvlink_bytes_per_s: float | None = None
     """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
     nvlink_domain: int | None = None

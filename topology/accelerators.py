@@ -5,7 +5,8 @@ wheel. Keys are strict: an unknown key or a missing required key is a :class:`Sc
 names the file, the row and the key. Every row carries a ``source``.
 
 Units: the file holds vendor units (``memory_gb`` in GB or GiB as ``memory_unit`` says,
-``bf16_tflops`` in TFLOP/s, ``*_gbps`` in GB/s = 10^9 bytes/s per GPU per direction); the
+``bf16_tflops`` in TFLOP/s, ``*_gbps`` in GB/s = 10^9 bytes/s per GPU per direction, and
+``hbm_bandwidth_gbps`` the device memory's peak bandwidth in GB/s); the
 :class:`DeviceSpec` values hold base units (bytes, FLOP/s, bytes/s).
 """
 
@@ -28,7 +29,7 @@ TABLE_FILE = "accelerators.toml"
 """File name of the table inside the ``topology`` package."""
 
 _REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
-_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib")
+_OPTIONAL = ("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib", "hbm_bandwidth_gbps")
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
 
@@ -112,6 +113,7 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         memory_unit=row["memory_unit"],
         hbm_bytes=hbm,
         peak_flops_per_s=float(peak),
+        hbm_bytes_per_s=rate("hbm_bandwidth_gbps"),
         nvlink_bytes_per_s=rate("nvlink_gbps"),
         nvlink_domain=None
         if domain is None
@@ -222,7 +224,7 @@ def get_accelerator(name: str) -> DeviceSpec:
 def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
-    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, dense, nvlink_gbps,
+    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, hbm_bandwidth_gbps, dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, source, status``; the vendor figures as written in the file
     (GB/s per GPU per direction; None where the table has no sourced figure) plus
     ``memory_bytes`` in bytes.
@@ -243,6 +245,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "memory_unit": raw["memory_unit"],
                 "memory_bytes": devices[raw["name"]].memory_bytes,
                 "bf16_tflops": raw["bf16_tflops"],
+                "hbm_bandwidth_gbps": raw.get("hbm_bandwidth_gbps"),
                 "dense": raw["dense"],
                 "nvlink_gbps": raw.get("nvlink_gbps"),
                 "nvlink_domain": raw.get("nvlink_domain"),

@@ -82,8 +82,22 @@ def test_rows_are_json_able_and_carry_bytes():
     assert tpu["memory_bytes"] == 32 * 2**30
     assert set(rows[0]) == {
         "name", "memory_gb", "memory_unit", "memory_bytes", "bf16_tflops", "dense",
-        "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "source", "status",
+        "hbm_bandwidth_gbps", "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "source", "status",
     }  # fmt: skip
+
+
+def test_every_row_has_its_hbm_bandwidth_with_a_source_comment():
+    """The roofline time model needs each accelerator's HBM bandwidth; every row states it, and
+    its line carries its source (the vendor datasheet), as ``hbm_gib`` does."""
+    lines = accelerators._table_text().splitlines()
+    rows = [line for line in lines if line.startswith("hbm_bandwidth_gbps")]
+    assert len(rows) == len(load_accelerators())
+    assert all("#" in line and len(line.split("#", 1)[1].strip()) > 10 for line in rows)
+    assert load_accelerators()["H100-SXM"].hbm_bytes_per_s == 3.35e12
+    assert load_accelerators()["A100-80GB"].hbm_bytes_per_s == 2.039e12
+    assert load_accelerators()["A100-40GB"].hbm_bytes_per_s == 1.555e12
+    assert load_accelerators()["H200"].hbm_bytes_per_s == 4.8e12
+    assert load_accelerators()["B200"].hbm_bytes_per_s == 8e12
 
 
 def test_loader_is_cached():
