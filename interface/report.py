@@ -211,9 +211,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
             else "layers unknown (size-only model)"
         )
     )
+    optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        f"{_secs(t['exposed_comm_s'])}{optimizer} = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
         + _mfu_conventions(d)
         + f", HFU {_pct(t['hfu'])}"
     )
