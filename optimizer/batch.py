@@ -52,6 +52,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
+from trainplan.optimizer.batch_roofline import roofline_rows, roofline_times
 from trainplan.optimizer.space import Shape
 
 __all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
@@ -98,29 +99,16 @@ class ShapeArrays:
         padded to the largest (most of the work is per stage)."""
         for pp in sorted(set(self.pp.tolist())):
             rows = self.pp == pp
-            yield (
-                rows,
-                ShapeArrays(
-                    shapes=tuple(s for s, r in zip(self.shapes, rows, strict=True) if r),
-                    **{
-                        f: getattr(self, f)[rows]
-                        for f in (
-                            "dp",
-                            "tp",
-                            "pp",
-                            "cp",
-                            "ep",
-                            "b",
-                            "v",
-                            "m",
-                            "gpipe",
-                            "interleaved",
-                            "physical",
-                        )
-                    },  # fmt: skip
-                    P=pp,
-                ),
-            )
+            yield rows, self.subset(rows, pp)
+
+    def subset(self, rows: np.ndarray, P: int | None = None) -> ShapeArrays:
+        """The shapes of ``rows`` (a boolean [N] mask), stage arrays [n, P]."""
+        fields = ("dp", "tp", "pp", "cp", "ep", "b", "v", "m", "gpipe", "interleaved", "physical")
+        return ShapeArrays(
+            shapes=tuple(s for s, r in zip(self.shapes, rows, strict=True) if r),
+            **{f: getattr(self, f)[rows] for f in fields},
+            P=self.P if P is None else P,
+        )
 
 
 def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArrays:
@@ -475,6 +463,21 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
                 window[rows],
             )
             t2[rows, zi] = np.where(legal[rows, zi], np.rint(exposed * 1e9), 0)
+    roof = roofline_rows(job, sa)
+    if roof.any():
+        sub = sa.subset(roof)
+        shape = (len(sa.shapes), sa.P)
+        kinds = tuple(np.broadcast_to(k, shape)[roof] for k in (n_dense, n_moe, last, first))
+        part = roofline_times(
+            job,
+            sub,
+            zero_stages,
+            recomputes,
+            legal[roof],
+            kinds,
+            (busiest[0][roof], busiest[1][roof]),
+        )
+        t1[roof], t2[roof] = part["t1"], part["t2"]
     return {"t1": t1, "t2": t2}
 
 
