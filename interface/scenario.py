@@ -16,8 +16,11 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
-[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
-               # memory_reserve_gib
+[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the time model:
+               # time_model (roofline | single), gemm_efficiency, hbm_efficiency, scaleup_efficiency,
+               # scaleout_efficiency, attention_efficiency, tp_comm_overlap (none | async | full),
+               # cp_comm (ring | all-gather), grad_reduce_overlap, calibration (a file of
+               # trainplan calibrate); single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
 
 Command-line options override the file's values. Unknown keys and values of the wrong kind
@@ -98,6 +101,15 @@ CLUSTER_KEYS = {
     "memory_efficient_norm",
     "fp32_gradients",
     "memory_reserve_gib",
+    "time_model",
+    "gemm_efficiency",
+    "hbm_efficiency",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+    "tp_comm_overlap",
+    "cp_comm",
+    "grad_reduce_overlap",
+    "calibration",
 }
 
 
@@ -163,6 +175,15 @@ VALUE_KINDS: dict[str, Any] = {
     "memory_efficient_norm": _FLAG,
     "fp32_gradients": _FLAG,
     "memory_reserve_gib": _NUMBER,
+    "time_model": ("roofline", "single"),
+    "gemm_efficiency": _NUMBER,
+    "hbm_efficiency": _NUMBER,
+    "scaleup_efficiency": _NUMBER,
+    "scaleout_efficiency": _NUMBER,
+    "tp_comm_overlap": ("none", "async", "full"),
+    "cp_comm": ("ring", "all-gather"),
+    "grad_reduce_overlap": _FLAG,
+    "calibration": _TEXT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``count`` (a whole number ≥ 1 within its limit, as 8192 or

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import resources
 
 import click
 import pytest
@@ -145,10 +146,12 @@ def test_the_library_applies_the_same_limits():
 # Output files: one check before anything is computed or written (interface.inputs.output_path,
 # the click type interface.cli.common.output), for every option that writes a file
 
+MEASUREMENTS = resources.files("trainplan.scenarios").joinpath("measurements-megatron-2021.toml")
 LEAST_ARGS = {
     "frontier": ["--model", "llama3-8b", "--gpus", "8"],
     "pipeline": ["-p", "4", "-m", "8"],
     "ckpt": ["--layers", "9"],
+    "calibrate": [str(MEASUREMENTS)],
 }
 """What each command that writes files needs besides the file option."""
 
@@ -176,6 +179,7 @@ def test_every_file_writing_option_is_known():
         ("pipeline", "--svg"),
         ("ckpt", "--gif"),
         ("ckpt", "--chart"),
+        ("calibrate", "--output"),
     }
 
 

@@ -24,7 +24,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainplan.interface.cli import examples, planner, search, tabs  # noqa: F401  (commands attach to `cli`)
+    from trainplan.interface.cli import (  # noqa: F401  (commands attach to `cli`)
+        calibrate,
+        examples,
+        planner,
+        search,
+        tabs,
+    )
 
 
 def main() -> None:
