@@ -60,6 +60,8 @@ __all__ = [
     "LayerTime",
     "PARTS",
     "op_seconds",
+    "LayerCompute",
+    "layer_compute",
     "layer_time",
     "embedding_time",
     "output_time",
@@ -194,16 +196,50 @@ def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock
     return 0.0 if link is None else collective_seconds(kind, n, sent, link, c.params)
 
 
-def _role(ops: tuple[Op, ...], role: str, c: Clock, which: str) -> float:
-    """Seconds of the GEMMs with ``role`` (forward, or their input-/weight-gradient GEMM)."""
-    picked = [o for o in ops if o.role == role]
-    if which == "forward":
-        return sum(op_seconds(o, c) for o in picked)
-    return sum((_dgrad if which == "dgrad" else _wgrad)(o, c) for o in picked)
+@dataclass(frozen=True, slots=True)
+class LayerCompute:
+    """The operations of one layer and micro-batch on one GPU, without its collectives: what
+    does not depend on the links (cached once per layer shape and accelerator)."""
+
+    forward_s: float
+    backward_s: float
+    core_forward_s: float
+    """The attention core's forward (what selective recomputation repeats)."""
+    core_backward_s: float
+    roles: dict[str, tuple[float, float, float]]
+    """Per GEMM role (``attn_in`` …): seconds of its forward, input-gradient and weight-gradient
+    GEMMs (what a tensor-parallel collective can hide behind)."""
+
+    def role(self, name: str, which: str) -> float:
+        """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
+        k = ("forward", "dgrad", "wgrad").index(which)
+        return self.roles[name][k] if name in self.roles else 0.0
+
+
+@cache
+def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
+    """:class:`LayerCompute` of a layer shape on the accelerator of ``c`` (its links unread)."""
+    ops = layer_ops(x)
+    roles: dict[str, tuple[float, float, float]] = {}
+    for name in ("attn_in", "attn_out", "mlp_in", "mlp_out"):
+        picked = [o for o in ops if o.role == name]
+        if picked:
+            roles[name] = (
+                sum(op_seconds(o, c) for o in picked),
+                sum(_dgrad(o, c) for o in picked),
+                sum(_wgrad(o, c) for o in picked),
+            )
+    return LayerCompute(
+        sum(op_seconds(o, c) for o in ops),
+        sum(op_seconds(o, c, backward=True) for o in ops),
+        sum(op_seconds(o, c) for o in ops if o.core),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.core),
+        roles,
+    )
 
 
 def _tp_collectives(
-    x: LayerShape, ops: tuple[Op, ...], c: Clock, full_recompute: bool
+    x: LayerShape, ops: LayerCompute, c: Clock, full_recompute: bool
 ) -> tuple[float, float]:
     """(all tp collective seconds, exposed seconds) of one layer and micro-batch."""
     tp = x.tp
@@ -225,19 +261,19 @@ def _tp_collectives(
         full = mode is TpOverlap.FULL
         for _ in range(passes):  # forward (and the recomputed forward)
             for col, row in (("attn_in", "attn_out"), ("mlp_in", "mlp_out")):
-                wait(ag, _role(ops, col, c, "forward"), full)
-                wait(rs, _role(ops, row, c, "forward"), full)
+                wait(ag, ops.role(col, "forward"), full)
+                wait(rs, ops.role(row, "forward"), full)
         for col, row in (("attn_in", "attn_out"), ("mlp_in", "mlp_out")):
-            wait(ag, _role(ops, row, c, "dgrad"), full)  # the output gradient, gathered
+            wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
-            wait(ag, _role(ops, col, c, "dgrad"), hidden)  # the input, gathered again
-            wait(rs, _role(ops, col, c, "wgrad"), hidden)  # the input gradient, scattered
+            wait(ag, ops.role(col, "dgrad"), hidden)  # the input, gathered again
+            wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
         for _ in range(2 * passes):  # after each row-parallel linear (attention, MLP)
             wait(ar, 0.0, False)
         for col in ("attn_in", "mlp_in"):
-            wait(ar, _role(ops, col, c, "wgrad"), mode is not TpOverlap.NONE)
+            wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
     if x.moe and x.etp > 1 and x.arch.moe is not None:
         routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta
         sent = (x.etp - 1) * routed
@@ -303,21 +339,17 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     >>> t.tp_s, t.seconds == t.compute_s
     (0.0, True)
     """
-    ops = layer_ops(x)
-    forward = sum(op_seconds(o, c) for o in ops)
-    backward = sum(op_seconds(o, c, backward=True) for o in ops)
+    ops = layer_compute(x, Clock(c.peak_flops_per_s, c.hbm_bytes_per_s, c.params))
+    forward, backward = ops.forward_s, ops.backward_s
     full = recompute in (Recompute.FULL, Recompute.SQRT)
     if full:
         recomputed = forward
     elif recompute is Recompute.SELECTIVE:
-        recomputed = sum(op_seconds(o, c) for o in ops if o.core)
+        recomputed = ops.core_forward_s
     else:
         recomputed = 0.0
     tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
-    core = (
-        sum(op_seconds(o, c) for o in ops if o.core),
-        sum(op_seconds(o, c, backward=True) for o in ops if o.core),
-    )
+    core = (ops.core_forward_s, ops.core_backward_s)
     cp_s, cp_exposed = _cp_collectives(x, core, c, recompute is not Recompute.NONE)
     ep_s = _ep_collectives(x, c, full)
     return LayerTime(forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_s)

@@ -138,21 +138,26 @@ def kind_parts(
     and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks).
     Cached: the search asks once per distinct (b, tp, cp, ep, links, recompute)."""
 
-    def shape(moe: bool) -> LayerShape:
+    def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
-            arch, moe, training.seq_len, b, tp, cp, ep, etp, sp,
+            arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
     zero = (0.0,) * 7
-    dense = layer_time(shape(False), c, recompute).parts if first_moe > 0 else zero
+    # what each part reads of the links: the embedding and output layer tp's, a dense layer tp's
+    # and cp's (fewer distinct clocks, more cache hits)
+    base = (c.peak_flops_per_s, c.hbm_bytes_per_s, c.params)
+    tp_only = Clock(*base, c.tp_link, None, None, c.tp_comm_overlap, c.cp_comm)
+    no_ep = Clock(*base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_comm)
+    dense = layer_time(shape(False), no_ep, recompute).parts
     moe = layer_time(shape(True), c, recompute).parts if arch.moe is not None else zero
     return (
-        dense,
+        dense if first_moe > 0 else zero,
         moe,
-        embedding_time(shape(False), c).parts,
-        output_time(shape(False), c, vocab).parts,
+        embedding_time(shape(False), tp_only).parts,
+        output_time(shape(False), tp_only, vocab).parts,
     )
 
 

@@ -388,7 +388,29 @@ def time_arrays(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
 
 
 def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
-    """:func:`time_arrays` for shapes of one pipeline degree."""
+    """:func:`time_arrays` for shapes of one pipeline degree: the roofline model's rows
+    (:mod:`optimizer.batch_roofline`) and the single model's."""
+    N, Z, R = len(sa.shapes), len(zero_stages), len(recomputes)
+    out = {"t1": np.zeros((N, R), dtype=np.int64), "t2": np.zeros((N, Z), dtype=np.int64)}
+    roof = roofline_rows(job, sa)
+    for rows, compute in ((roof, _roofline_group), (~roof, _single_group)):
+        if rows.any():
+            part = compute(job, sa.subset(rows), zero_stages, recomputes, legal[rows])
+            out["t1"][rows], out["t2"][rows] = part["t1"], part["t2"]
+    return out
+
+
+def _roofline_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """The roofline model's t1 and t2 of shapes of one pipeline degree."""
+    arch = job.case.model.arch
+    n_dense, n_moe, last, first = _stage_kind_arrays(arch, sa)
+    shape = (len(sa.shapes), sa.P)
+    kinds = tuple(np.broadcast_to(k, shape) for k in (n_dense, n_moe, last, first))
+    return roofline_times(job, sa, zero_stages, recomputes, legal, kinds, _busiest_params(job, sa))
+
+
+def _single_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """The single model's t1 and t2 of shapes of one pipeline degree."""
     case = job.case
     arch, t, o = case.model.arch, case.training, case.options
     assert arch is not None

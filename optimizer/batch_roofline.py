@@ -49,9 +49,9 @@ def roofline_rows(job: Any, sa: Any) -> np.ndarray:
     return np.asarray(sa.physical, dtype=bool)
 
 
-def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, list[LinkTime | None]]]:
+def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per axis (tp cp ep pp dp): [N] bandwidth per GPU for its collectives, [N] whether it is
-    the scale-up tier, and the :class:`LinkTime` of each shape (None at degree 1), as
+    the scale-up tier and [N] whether the axis has more than one rank, as
     :func:`model.step_time.link_time` reads the evaluator's links."""
     from trainplan.optimizer.case import links_for
     from trainplan.topology.placement import axis_spans
@@ -90,46 +90,53 @@ def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, list[Li
                 )  # fmt: skip
                 bw[axis][rows] = np.where(inside, float(L.nvlink_bytes_per_s), out)
                 up[axis][rows] = inside
-    out = {}
-    for axis in sizes:
-        times = [
-            LinkTime(float(bw[axis][n]), bool(up[axis][n])) if sizes[axis][n] > 1 else None
-            for n in range(N)
+    return {axis: (bw[axis], up[axis], sizes[axis] > 1) for axis in sizes}
+
+
+def _distinct(sa: Any, links: dict[str, Any]) -> tuple[list[tuple], np.ndarray]:
+    """The distinct (b, tp, cp, ep, tp link, cp link, ep link) of the shapes, each link a
+    :class:`LinkTime` or None at degree 1, and [N] each shape's index among them."""
+    cols = [sa.b, sa.tp, sa.cp, sa.ep]
+    for axis in ("tp", "cp", "ep"):
+        bw, up, used = links[axis]
+        cols += [np.where(used, bw, 0.0), np.where(used, up, False)]
+    table = np.column_stack([np.asarray(c, dtype=float) for c in cols])
+    unique, inverse = np.unique(table, axis=0, return_inverse=True)
+    keys = []
+    for row in unique:
+        b, tp, cp, ep = (int(x) for x in row[:4])
+        link = [
+            LinkTime(float(row[4 + 2 * k]), bool(row[5 + 2 * k])) if row[4 + 2 * k] else None
+            for k in range(3)
         ]
-        out[axis] = (bw[axis], up[axis], times)
-    return out
+        keys.append((b, tp, cp, ep, *link))
+    return keys, np.asarray(inverse).reshape(-1)
 
 
-def _stage_totals(job, sa, links, mode: Recompute, kinds) -> np.ndarray:
+def _stage_totals(job, sa, distinct, mode: Recompute, kinds) -> np.ndarray:
     """[N, P] seconds of one micro-batch on each stage (operations + exposed tp/cp/ep); stages
     beyond a shape's pp hold −inf."""
     case = job.case
     arch, t, o = case.model.arch, case.training, case.options
     p = params_of(o, case.device)
     dev = case.device
-    keys = []
-    for n, s in enumerate(sa.shapes):
-        keys.append(
-            (s.micro_batch_size, s.tp, s.cp, s.ep, links["tp"][2][n], links["cp"][2][n],
-             links["ep"][2][n])
-        )  # fmt: skip
-    table = {}
-    for key in dict.fromkeys(keys):
-        b, tp, cp, ep, tpl, cpl, epl = key
+    keys, rows = distinct
+    table = []
+    for b, tp, cp, ep, tpl, cpl, epl in keys:
         clock = Clock(
             dev.peak_flops_per_s, dev.hbm_bytes_per_s, p, tpl, cpl, epl,
             o.tp_comm_overlap, o.cp_comm,
         )  # fmt: skip
         vocab = padded_vocab(arch.vocab_size, case.vocab_multiple, tp)
-        table[key] = kind_parts(
-            arch, t, b, tp, cp, ep, tp, tp > 1, o.causal_attention_flops, mode, vocab, clock
+        table.append(
+            kind_parts(
+                arch, t, b, tp, cp, ep, tp, tp > 1, o.causal_attention_flops, mode, vocab, clock
+            )
         )
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    rows = np.array([index[k] for k in keys], dtype=np.int64)
     n_dense, n_moe, last, first = kinds
     parts = []
     for kind in range(4):
-        per_key = np.array([table[k][kind] for k in index])  # [K, 7]
+        per_key = np.array([entry[kind] for entry in table])  # [K, 7]
         parts.append(tuple(per_key[rows, j][:, None] for j in range(len(PARTS))))
     staged = stage_parts(*parts, n_dense, n_moe, first, last)
     i = {name: j for j, name in enumerate(PARTS)}
@@ -169,13 +176,14 @@ def roofline_times(
         pp_seconds(message, 2 * m * v, tied, links["pp"][0], links["pp"][1], p),
         0.0,
     )
-    window = _stage_totals(job, sa, links, Recompute.NONE, kinds).max(axis=1)
+    distinct = _distinct(sa, links)
+    window = _stage_totals(job, sa, distinct, Recompute.NONE, kinds).max(axis=1)
     for ri, mode in enumerate(recomputes):
         mode = Recompute(mode)
         t_mb = (
             window
             if mode is Recompute.NONE
-            else _stage_totals(job, sa, links, mode, kinds).max(axis=1)
+            else _stage_totals(job, sa, distinct, mode, kinds).max(axis=1)
         )
         out["t1"][:, ri] = np.rint((m * t_mb * (1 + ratio) + pp) * 1e9)
     most_layers = np.maximum(1, np.where(sa.valid, kinds[0] + kinds[1], 0).max(axis=1))
