@@ -36,7 +36,7 @@ import argparse
 import dataclasses
 import statistics
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,11 +446,11 @@ def median_abs_error(
 # Calibration
 
 
-def _inverse_util(run: PublishedRun) -> Callable[[dict[str, float]], float]:
+def _inverse_util(run: PublishedRun) -> Callable[[Mapping[str, float]], float]:
     """1 / the run's predicted utilisation under some roofline figures (∝ its step time)."""
 
-    def predict(trial: dict[str, float]) -> float:
-        est = build_run_case(run, **trial).evaluate()
+    def predict(trial: Mapping[str, float]) -> float:
+        est = build_run_case(run, "roofline", **trial).evaluate()
         util = est.hfu if run.metric == "hfu" else est.mfu
         assert util is not None
         return 1 / util

@@ -138,7 +138,8 @@ def _stage_totals(job, sa, distinct, mode: Recompute, kinds) -> np.ndarray:
     for kind in range(4):
         per_key = np.array([entry[kind] for entry in table])  # [K, 7]
         parts.append(tuple(per_key[rows, j][:, None] for j in range(len(PARTS))))
-    staged = stage_parts(*parts, n_dense, n_moe, first, last)
+    dense, moe, embedding, output = parts
+    staged = stage_parts(dense, moe, embedding, output, n_dense, n_moe, first, last)
     i = {name: j for j, name in enumerate(PARTS)}
     total = staged[i["compute"]] + staged[i["tp_exposed"]] + staged[i["cp_exposed"]]
     total = total + staged[i["ep_exposed"]]
