@@ -83,9 +83,13 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
             + _attention_note(est)
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
+    from trainplan.model.roofline import roofline_params_for
+
     p = params_of(o, est.device)
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
+    if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
+        fitted = "given (--gemm-efficiency or --calibration)"
     attention = (
         f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
         if est.training.flash_attention and p.attention_efficiency is not None
