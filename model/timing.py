@@ -66,7 +66,7 @@ DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
 dp 0.5 (gradient reduce-scatter / all-gather bucketed against backward and forward, but the last
 bucket and the optimizer step wait); tp 0 (sequence-parallel collectives sit between dependent
 matmuls); dp and tp re-fitted with the kernel efficiency on published runs
-(:mod:`interface.fidelity` ``--calibrate``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
+(:mod:`interface.fidelity` ``--calibrate-single``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
 pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
 the next K/V chunk with attention on the current one); ep 0 (dispatch/combine gate the experts).
 Override per axis with ``--overlap axis=fraction``."""
@@ -75,7 +75,7 @@ KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
     {"A100": 0.60, "H100": 0.56}
 )
 """Large-model kernel efficiency by accelerator generation, calibrated on published runs
-(:mod:`interface.fidelity`, ``--calibrate``): A100 on Megatron-LM Table 1, H100 on Llama 3
+(:mod:`interface.fidelity`, ``--calibrate-single``): A100 on Megatron-LM Table 1, H100 on Llama 3
 Table 4. Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
 accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
 the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
