@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
+from trainplan.interface.time_inputs import TIME_KEYS, cost_options
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
@@ -31,7 +32,7 @@ from trainplan.model.specs import (
     TrainingSpec,
 )
 from trainplan.model.split import megatron_stage_layers
-from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
+from trainplan.model.timing import attention_efficiency_for
 from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
@@ -99,6 +100,7 @@ KNOWN_KEYS = frozenset(
         "memory_efficient_norm",
         *RECIPE_KEYS,
         "memory_reserve_gib",
+        *TIME_KEYS,
         *LAYOUT_KEYS,
         *MEGATRON_SPLIT_KEYS,
         "layers",
@@ -320,17 +322,13 @@ def build_case(params: Mapping[str, Any]) -> Case:
     if "memory_reserve_gib" in params:
         reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
         device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
-    options = CostOptions(
-        kernel_efficiency=_fraction_of_peak(params, "kernel_efficiency")
-        or kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
-        overlap=dict(params.get("overlap", {})),
-        mfu_convention=params.get("mfu_convention", "6n"),
-        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
-        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
-        # full s² is computed (Megatron-LM's Eq. 3 convention).
-        causal_attention_flops=_flag(params, "causal_attention_flops", training.flash_attention),
-        zero3_regather=_flag(params, "zero3_regather", False),
-        attention_efficiency=_attention_efficiency(params, device.name, training),
+    options = cost_options(
+        params,
+        device,
+        model,
+        training,
+        framework,
+        _attention_efficiency(params, device.name, training),
     )
     return Case(
         model=model,

@@ -232,9 +232,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
             else "layers unknown (size-only model)"
         )
     )
+    optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])}"
+        f"{_secs(t['exposed_comm_s'])}{optimizer}"
         + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
         + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
         + _mfu_conventions(d)
@@ -255,11 +256,13 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "name": r["name"],
                 "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
                 "dense BF16 TFLOP/s": r["bf16_tflops"],
+                "dense FP8 TFLOP/s": r["fp8_tflops"],
                 "NVLink GB/s": r["nvlink_gbps"],
                 "domain": r["nvlink_domain"],
                 "scale-out GB/s": r["scaleout_gbps"],
                 "HBM TB/s": r["hbm_tbps"],
                 "host GB/s": r["host_link_gbps"],
+                "host memory GB/s": r["host_memory_gbps"],
                 "status": r["status"],
             }
             for r in rows

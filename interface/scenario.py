@@ -17,10 +17,14 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
                # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
-[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, kernel_efficiency, overlap = { dp = 0.5 },
-               # memory_reserve_gib; the recipe: precision (bf16 | fp8), gradient_dtype,
-               # optimizer_dtype (fp32 | bf16), master_weights; offload_optimizer (0-1),
-               # offload_params, host_link_gbps, host_memory_gbps
+[cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
+               # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # master_weights; offload_optimizer (0-1), offload_params, host_link_gbps,
+               # host_memory_gbps; the time model: time_model (roofline | single),
+               # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
+               # attention_efficiency, tp_comm_overlap (none | async | full),
+               # grad_reduce_overlap, calibration (a file of trainplan calibrate);
+               # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
 
 Command-line options override the file's values. Unknown keys and values of the wrong kind
@@ -112,6 +116,14 @@ CLUSTER_KEYS = {
     *RECIPE_KEYS,
     "memory_reserve_gib",
     "vocab_multiple",
+    "time_model",
+    "gemm_efficiency",
+    "hbm_efficiency",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+    "tp_comm_overlap",
+    "grad_reduce_overlap",
+    "calibration",
 }
 
 
@@ -190,6 +202,14 @@ VALUE_KINDS: dict[str, Any] = {
     "host_memory_gbps": _NUMBER,
     "memory_reserve_gib": _NUMBER,
     "vocab_multiple": _COUNT,
+    "time_model": ("roofline", "single"),
+    "gemm_efficiency": _NUMBER,
+    "hbm_efficiency": _NUMBER,
+    "scaleup_efficiency": _NUMBER,
+    "scaleout_efficiency": _NUMBER,
+    "tp_comm_overlap": ("none", "async", "full"),
+    "grad_reduce_overlap": _FLAG,
+    "calibration": _TEXT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or

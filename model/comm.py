@@ -29,6 +29,7 @@ __all__ = [
     "dp_bytes",
     "tp_bytes",
     "pp_bytes",
+    "pp_message_bytes",
     "cp_bytes",
     "ep_bytes",
 ]
@@ -297,10 +298,24 @@ def pp_bytes(
 ) -> Any:
     """Bytes per step of :func:`pp_traffic` (pp > 1), from plain numbers: exact for ints,
     element-wise for arrays. ``split_over_tp``: each send carries 1/tp of the activation."""
-    tokens = exact(seq_len) / cp * b
-    one = beta * tokens * hidden_size / where(split_over_tp, tp, 1)
+    one = pp_message_bytes(hidden_size, tp, cp, b, seq_len, beta, split_over_tp)
     # the tied embedding's all-reduce over its 2 ranks: 2·(1/2)·bytes per element
     return 2 * one * m * v + reduce_bytes * tied_embedding_params
+
+
+def pp_message_bytes(
+    hidden_size: int, tp: Any, cp: Any, b: Any, seq_len: Any, beta: int, split_over_tp: Any
+) -> Any:
+    """Bytes of one pipeline message (an activation or its gradient, one micro-batch, one model
+    chunk): ``β·(s/cp)·b·h``, ÷ tp when ``split_over_tp``. Exact for ints; element-wise for arrays.
+
+    Examples
+    --------
+    >>> pp_message_bytes(8, 2, 1, 1, 4, 2, True)
+    Fraction(32, 1)
+    """
+    tokens = exact(seq_len) / cp * b
+    return beta * tokens * hidden_size / where(split_over_tp, tp, 1)
 
 
 def cp_traffic(

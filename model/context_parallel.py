@@ -46,6 +46,7 @@ __all__ = [
     "CpKind",
     "DEFAULT_SEARCHED_CP_KINDS",
     "cp_degrees",
+    "cp_tensor_bytes",
     "attention_dims",
     "check_cp_kind",
     "cp_layer_bytes",
@@ -195,8 +196,10 @@ def check_cp_kind(
             )
 
 
-def _chunks(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tuple[Any, Any, Any]:
-    """(Q, K + V, O) bytes of this rank's S tokens on one tensor-parallel rank."""
+def cp_tensor_bytes(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tuple[Any, Any, Any]:
+    """(Q, K + V, O) bytes of this rank's S tokens on one tensor-parallel rank: what the CP
+    flavours exchange (:func:`cp_layer_bytes`; the roofline clock times the same tensors,
+    :mod:`model.layer_time`)."""
     q, kv, o = attention_dims(arch)
     one = beta * exact(tokens) / tp
     return one * q, one * kv, one * o
@@ -233,7 +236,7 @@ def cp_layer_bytes(
     >>> cp_layer_bytes(arch, 1, 2, 1, 4, 2, False)
     Fraction(288, 1)
     """
-    q, kv, o = _chunks(arch, tp, tokens, beta)
+    q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
     extra = 1 if recomputed else 0
     exchange = (r - 1) * kv * (3 + extra)
     a2a = exact(u - 1) / u * ((q + kv + o) * (1 + extra) + q + kv + 2 * o)
@@ -271,7 +274,7 @@ def cp_transient_bytes(
     >>> cp_transient_bytes(arch, 8, 1, False, 1, 4, 2), cp_transient_bytes(arch, 8, 1, True, 1, 4, 2)
     (Fraction(1024, 1), Fraction(2048, 1))
     """
-    q, kv, _ = _chunks(arch, tp, tokens, beta)
+    q, kv, _ = cp_tensor_bytes(arch, tp, tokens, beta)
     exchange = where(gather, 2 * r * kv, maximum(r, 4) * kv)
     exchange = where(r > 1, exchange, 0 * kv)
     a2a = where(u > 1, 2 * (q + kv), 0 * kv)

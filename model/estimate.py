@@ -41,6 +41,7 @@ from trainplan.model.params import (
 )
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.precision import linear_speedup
+from trainplan.model.roofline_step import RooflineStep, roofline_step, uses_roofline
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.split import stage_layers
 from trainplan.model.timing import (
@@ -560,22 +561,28 @@ def _link_rows(
 
 @dataclass(frozen=True, slots=True)
 class TimeTerms:
-    """Step time split by what it reads: ``step_s = compute_and_pipeline_s + exposed_dp_s``."""
+    """Step time split by what it reads:
+    ``step_s = compute_and_pipeline_s + exposed_dp_s + optimizer_s``."""
 
     compute_s: float
-    """Ideal compute: m × the slowest stage's micro-batch time."""
+    """Ideal compute: m × the slowest stage's micro-batch of operations (the roofline model's
+    exposed tp, cp and ep collectives are not in it; the single model has none)."""
     compute_and_pipeline_s: float
-    """compute × (1 + bubble_ratio) + exposed tp, cp, ep and pp communication (reads the shape
-    and recompute, not zero_stage)."""
+    """m × the slowest stage's micro-batch × (1 + bubble_ratio) + exposed tp, cp, ep and pp
+    communication (reads the shape and recompute, not zero_stage)."""
     exposed_dp_s: float
     """Exposed data-parallel communication (reads the shape and zero_stage, not recompute)."""
+    bubble_s: float = 0.0
+    """The pipeline bubble: m × the slowest stage's micro-batch × bubble_ratio."""
+    optimizer_s: float = 0.0
+    """The optimizer step on the GPU (roofline model; reads the shape and zero_stage)."""
     offload_s: float = 0.0
     """Host-link transfers and the CPU optimizer step of an offload, all exposed (reads the
     shape and zero_stage; :func:`model.offload.offload_seconds`)."""
 
     @property
     def step_s(self) -> float:
-        return self.compute_and_pipeline_s + self.exposed_dp_s + self.offload_s
+        return self.compute_and_pipeline_s + self.exposed_dp_s + self.optimizer_s + self.offload_s
 
 
 @cache
@@ -660,25 +667,45 @@ def time_terms(
     device: DeviceSpec,
     traffic: tuple[TrafficRow, ...],
     options: CostOptions,
+    links: Mapping[str, AxisLinkLike] | None = None,
     vocab_multiple: int | None = None,
 ) -> TimeTerms | None:
     """Step time of ``layout`` from its traffic rows; None without dimensions or link figures.
 
-    ``step_s = m·t_mb·(1 + bubble_ratio) + Σ_axis (1 − overlap)·bytes/bandwidth`` (SPEC.md).
+    Single model: ``step_s = m·t_mb·(1 + bubble_ratio) + Σ_axis (1 − overlap)·bytes/bandwidth``
+    (SPEC.md). Roofline model (:mod:`model.roofline_step`): ``m·t_mb·(1 + bubble_ratio)`` with
+    ``t_mb`` the slowest stage's operations and exposed tp/cp/ep collectives, plus the pipeline
+    messages, the exposed dp traffic and the optimizer step.
     """
     arch = model.arch
     if arch is None or any(row.exposed_seconds is None for row in traffic):
         return None
     m = layout.num_microbatches(training.global_batch_size)
+    ratio = float(bubble_ratio(layout.pp, m, layout.virtual_stages))
+    exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
+    multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+    offload = stage_offload_seconds(model, training, layout, device, options, multiple)
+    if links is not None and uses_roofline(options, layout, device):
+        step = _roofline(model, training, layout, device, links, options, multiple)
+        paced = m * step.microbatch_s
+        return TimeTerms(
+            m * step.compute_microbatch_s,
+            paced * (1 + ratio) + step.axes["pp"][1],
+            step.axes["dp"][1],
+            paced * ratio,
+            step.optimizer_s,
+            offload,
+        )
     t_mb = microbatch_seconds(arch, training, layout, device, options)
     compute = m * t_mb
-    exposed = {row.traffic.axis: row.exposed_seconds or 0.0 for row in traffic}
     other = sum(v for k, v in exposed.items() if k != "dp")
     return TimeTerms(
         compute,
-        compute * (1 + float(bubble_ratio(layout.pp, m, layout.virtual_stages))) + other,
+        compute * (1 + ratio) + other,
         exposed.get("dp", 0.0),
-        stage_offload_seconds(model, training, layout, device, options, vocab_multiple),
+        compute * ratio,
+        0.0,
+        offload,
     )
 
 
@@ -737,6 +764,27 @@ def host_rates(device: DeviceSpec) -> tuple[float, float]:
     return link, memory
 
 
+def _roofline(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    links: Mapping[str, AxisLinkLike],
+    options: CostOptions,
+    vocab_multiple: int,
+) -> RooflineStep:
+    """:func:`model.roofline_step.roofline_step` of a layout (its traffic and busiest stage)."""
+    arch = model.arch
+    assert arch is not None
+    dense, experts, most_layers, _, _ = _busiest(model, *_split_key(layout), vocab_multiple)
+    return roofline_step(
+        arch, training, layout, device, links, options,
+        padded_vocab(arch.vocab_size, vocab_multiple, layout.tp),
+        _traffic(model, training, layout, vocab_multiple, options),
+        (dense, experts, max(1, most_layers)),
+    )  # fmt: skip
+
+
 def microbatch_seconds(
     arch: Architecture,
     training: TrainingSpec,
@@ -776,7 +824,9 @@ def traffic_rows(
 ) -> tuple[TrafficRow, ...]:
     """Traffic per axis with its link and exposed time. DP uses the stage with the most
     parameters; tp the stage with the most of it; cp the stage with the most layers; ep the one
-    with the most MoE layers.
+    with the most MoE layers. Under the roofline model (:mod:`model.roofline_step`) the seconds
+    are the slowest stage's collectives and what their mechanisms leave exposed; what follows
+    is the single model's.
 
     Per-micro-batch collectives (:attr:`AxisTraffic.microbatch_bytes`) hide behind the next
     micro-batch's compute (:func:`model.timing.exposed_seconds`); the window is one micro-batch
@@ -785,21 +835,44 @@ def traffic_rows(
     per (shape, recompute)); with no ``device`` or dimensions every micro-batch's collective is
     treated like the last.
     """
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+    rows = _traffic(model, training, layout, vocab_multiple, options)
+    if (
+        device is not None
+        and model.arch is not None
+        and links is not None
+        and uses_roofline(options, layout, device)
+    ):
+        plain = _link_rows(rows, links, options)
+        if any(r.exposed_seconds is None for r in plain):
+            return plain  # a link without a bandwidth: no time
+        step = _roofline(model, training, layout, device, links, options, vocab_multiple)
+        return tuple(_roofline_row(r, step) for r in plain)
     window = None
     if device is not None and model.arch is not None:
         window = microbatch_seconds(model.arch, training, layout, device, options, Recompute.NONE)
     m = layout.num_microbatches(training.global_batch_size)
-    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
-    rows = _traffic(model, training, layout, vocab_multiple, options)
     return _link_rows(rows, links, options, m, window)
+
+
+def _roofline_row(row: TrafficRow, step: RooflineStep) -> TrafficRow:
+    """A traffic row with the roofline model's seconds: the axis's collectives if nothing
+    overlapped them (latency and bytes at the link's bandwidth × efficiency) and what its
+    mechanism leaves exposed; ``overlap`` is the share hidden."""
+    if row.link == "none":
+        return row
+    seconds, exposed = step.axes[row.traffic.axis]
+    hidden = 1 - exposed / seconds if seconds > 0 else 0.0
+    return TrafficRow(row.traffic, row.link, row.bandwidth_bytes_per_s, seconds, hidden, exposed)
 
 
 def objective_ns(terms: TimeTerms) -> tuple[int, int]:
     """The search's two objective terms in whole nanoseconds (rounded to nearest):
-    (compute_and_pipeline, exposed_dp + offload). The solver minimises their sum."""
+    (compute_and_pipeline, exposed_dp + optimizer step + offload). The solver minimises their
+    sum."""
     return (
         round(terms.compute_and_pipeline_s * 1e9),
-        round((terms.exposed_dp_s + terms.offload_s) * 1e9),
+        round((terms.exposed_dp_s + terms.optimizer_s + terms.offload_s) * 1e9),
     )
 
 
@@ -866,7 +939,7 @@ def evaluate(
             options.mfu_convention,
             options.causal_attention_flops,
         )
-        terms = time_terms(model, training, layout, device, traffic, options, vocab_multiple)
+        terms = time_terms(model, training, layout, device, traffic, options, links, vocab_multiple)
         if terms is None:
             notes.append(
                 "step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)"

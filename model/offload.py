@@ -43,6 +43,7 @@ __all__ = [
     "offload_seconds",
     "offload_transfers",
     "cpu_adam_bytes",
+    "adam_step_bytes",
 ]
 
 HOST_GRADIENT_BYTES = 4
@@ -175,14 +176,30 @@ def offload_memory(
     return weights, grads, optimizer, step, host
 
 
+def adam_step_bytes(optimizer_bytes: int, weight_bytes: int, clip_and_zero: bool = True) -> int:
+    """Bytes one Adam step moves per element it updates: reads and writes the master weight and
+    both moments (2 × ``optimizer_bytes``), reads the FP32 gradient (4), writes the working
+    weight (``weight_bytes``); on the GPU the gradient-norm clip reads the gradient once more
+    (4) and zeroing the gradient buffer writes it (4) — Apex/Megatron ``FusedAdam`` over FP32
+    state. The optimizer step is memory-bound: what it takes is these bytes over the memory's
+    bandwidth (HBM on the GPU, :mod:`model.step_time`; host memory for CPU Adam,
+    :func:`offload_seconds`).
+
+    >>> adam_step_bytes(12, 2), adam_step_bytes(12, 2, clip_and_zero=False), adam_step_bytes(8, 2)
+    (38, 30, 30)
+    """
+    clip = 2 * HOST_GRADIENT_BYTES if clip_and_zero else 0
+    return 2 * optimizer_bytes + HOST_GRADIENT_BYTES + weight_bytes + clip
+
+
 def cpu_adam_bytes(optimizer_bytes: int, weight_bytes: int) -> int:
-    """Host-memory bytes the CPU Adam step streams per element: reads and writes the master and
-    moments (2 × ``optimizer_bytes``), reads the FP32 gradient, writes the working weight.
+    """Host-memory bytes the CPU Adam step streams per element (:func:`adam_step_bytes`
+    without the GPU's clip and zeroing, which stay on the GPU).
 
     >>> cpu_adam_bytes(12, 2)
     30
     """
-    return 2 * optimizer_bytes + HOST_GRADIENT_BYTES + weight_bytes
+    return adam_step_bytes(optimizer_bytes, weight_bytes, clip_and_zero=False)
 
 
 def offload_transfers(

@@ -28,6 +28,35 @@ if TYPE_CHECKING:
 __all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
 
 
+def _time_model(est: Estimate) -> str:
+    from trainplan.model.roofline_step import uses_roofline
+
+    return "roofline" if uses_roofline(est.options, est.layout, est.device) else "single"
+
+
+def _efficiencies(est: Estimate) -> dict[str, Any]:
+    """The time model's figures: the roofline's (``roofline``) or the single model's kernel and
+    attention efficiencies."""
+    from dataclasses import asdict
+
+    from trainplan.model.roofline_step import params_of
+
+    flash = est.training.flash_attention
+    if _time_model(est) == "single":
+        return {
+            "kernel_efficiency": est.options.kernel_efficiency,
+            "attention_efficiency": est.options.attention_efficiency if flash else None,
+        }
+    figures = asdict(params_of(est.options, est.device))
+    if not flash:
+        figures["attention_efficiency"] = None
+    return {
+        "roofline": figures,
+        "tp_comm_overlap": str(est.options.tp_comm_overlap),
+        "grad_reduce_overlap": est.options.grad_reduce_overlap,
+    }
+
+
 def _n(value: Fraction | int | float | None) -> int | float | None:
     return None if value is None else as_json_number(value)
 
@@ -44,6 +73,43 @@ def _attention_note(est: Estimate) -> str:
     else:
         why = "FlashAttention-2's H100 figure, borrowed: none for this accelerator"
     return f" (the FlashAttention core at {o.attention_efficiency:g}: {why})"
+
+
+def _time_sentence(est: Estimate, overlap: str) -> str:
+    """How the step time was reckoned: the roofline model's figures and mechanisms, or the
+    single model's efficiency and overlaps."""
+    from trainplan.model.roofline import generation_of
+    from trainplan.model.roofline_step import params_of, uses_roofline
+
+    o = est.options
+    if not uses_roofline(o, est.layout, est.device):
+        return (
+            f"step time (single model): hardware FLOPs at kernel efficiency "
+            f"{o.kernel_efficiency:g} of the dense peak"
+            + _attention_note(est)
+            + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
+        )
+    from trainplan.model.roofline import roofline_params_for
+
+    p = params_of(o, est.device)
+    gen = generation_of(est.device.name)
+    fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
+    if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
+        fitted = "given (--gemm-efficiency or --calibration)"
+    attention = (
+        f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
+        if est.training.flash_attention and p.attention_efficiency is not None
+        else ""
+    )
+    return (
+        "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
+        f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
+        f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}collectives "
+        f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
+        f"{p.scaleout_efficiency:g} scale-out); tp overlap {o.tp_comm_overlap}, cp {_cp_overlap(est)}, "
+        f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}; "
+        "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
+    )
 
 
 def assumptions(est: Estimate) -> list[str]:
@@ -74,10 +140,7 @@ def assumptions(est: Estimate) -> list[str]:
         "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
-        f"step time: hardware FLOPs at kernel efficiency {o.kernel_efficiency:g} of the dense peak"
-        + _attention_note(est)
-        + "; "
-        f"× (1 + bubble_ratio); plus exposed communication with overlap {overlap}",
+        _time_sentence(est, overlap),
         f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
         f"MFU convention {o.mfu_convention}; attention FLOPs "
         + (
@@ -170,6 +233,19 @@ def _precision_sentence(est: Estimate) -> str:
         f"GEMMs {speed:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 "
         f"efficiency); in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
+
+
+def _cp_overlap(est: Estimate) -> str:
+    """How the roofline clock overlaps the layout's CP flavour (:mod:`model.layer_time`)."""
+    lay = est.layout
+    if lay.cp == 1:
+        return "off"
+    return {
+        "ring": "ring K/V under the core",
+        "all-gather": "all-gather exposed",
+        "ulysses": "all-to-alls exposed",
+        "a2a+p2p": "all-to-alls exposed, ring under the core",
+    }[str(lay.cp_kind)]
 
 
 def _state_sentence(mech: Mechanism, lay: Layout) -> str:
@@ -407,9 +483,11 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "convention": str(est.options.mfu_convention),
         },
         "time": {
+            "time_model": _time_model(est),
             "compute_s": est.compute_s,
-            "bubble_s": None if est.compute_s is None else est.compute_s * float(est.bubble_ratio),
+            "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
             "exposed_comm_s": est.exposed_comm_s,
+            "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
             "offload_s": est.time_terms.offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
@@ -418,8 +496,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "tokens_per_s": None
             if est.step_s is None
             else t.global_batch_size * t.seq_len / est.step_s,
-            "kernel_efficiency": est.options.kernel_efficiency,
-            "attention_efficiency": est.options.attention_efficiency if t.flash_attention else None,
+            **_efficiencies(est),
         },
         "assumptions": assumptions(est),
         "notes": [*est.notes, *bound_notes(est)],

@@ -1,4 +1,8 @@
-"""Step time: compute at a kernel efficiency, the pipeline bubble, exposed communication.
+"""Step time's options (:class:`CostOptions`) and the single-efficiency time model.
+
+Two time models (``time_model``): ``roofline`` (the default for the physical framework
+profiles) times each operation and collective (:mod:`model.step_time`); ``single`` is the
+original model, kept by name and always used by the ``textbook`` profile:
 
 ``step_s = ideal_compute_s × (1 + bubble_ratio) + Σ_axis (1 − overlap_axis) × comm_s(axis)``
 (SPEC.md "Step time and MFU"), where ``ideal_compute_s = m × t_mb`` and ``t_mb`` is the slowest
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cache
 from types import MappingProxyType
 from typing import Any
@@ -22,11 +27,14 @@ from trainplan.model.flops import (
     layer_matmul_weights,
     output_forward_flops,
 )
+from trainplan.model.layer_time import TpOverlap
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import maximum, where
 
 __all__ = [
+    "TimeModel",
     "DEFAULT_OVERLAP",
     "DEFAULT_KERNEL_EFFICIENCY",
     "KERNEL_EFFICIENCY_BY_GENERATION",
@@ -59,7 +67,7 @@ DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
 dp 0.5 (gradient reduce-scatter / all-gather bucketed against backward and forward, but the last
 bucket and the optimizer step wait); tp 0 (sequence-parallel collectives sit between dependent
 matmuls); dp and tp re-fitted with the kernel efficiency on published runs
-(:mod:`interface.fidelity` ``--calibrate``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
+(:mod:`interface.fidelity` ``--calibrate-single``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
 pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
 the next K/V chunk with attention on the current one); ep 0 (dispatch/combine gate the experts).
 Override per axis with ``--overlap axis=fraction``."""
@@ -68,7 +76,7 @@ KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
     {"A100": 0.60, "H100": 0.56}
 )
 """Large-model kernel efficiency by accelerator generation, calibrated on published runs
-(:mod:`interface.fidelity`, ``--calibrate``): A100 on Megatron-LM Table 1, H100 on Llama 3
+(:mod:`interface.fidelity`, ``--calibrate-single``): A100 on Megatron-LM Table 1, H100 on Llama 3
 Table 4. Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
 accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
 the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
@@ -133,12 +141,24 @@ def attention_efficiency_for(device_name: str) -> float | None:
     return ATTENTION_EFFICIENCY_BY_GENERATION.get(generation)
 
 
+class TimeModel(StrEnum):
+    """``roofline``: every operation on the roofline and every collective by its mechanism
+    (:mod:`model.step_time`; physical profiles); ``single``: one kernel efficiency for all
+    FLOPs and one overlap fraction per axis (the original model; the ``textbook`` profile always
+    uses it)."""
+
+    ROOFLINE = "roofline"
+    SINGLE = "single"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostOptions:
     """Knobs of the step-time and MFU model; every default is stated in the output."""
 
     kernel_efficiency: float = DEFAULT_KERNEL_EFFICIENCY
+    """The single model's fraction of the dense peak for all FLOPs."""
     overlap: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_OVERLAP))
+    """The single model's hidden fraction of each axis's communication."""
     mfu_convention: MfuConvention = MfuConvention.SIX_N
     causal_attention_flops: bool = False
     """Count the attention core's (query, key) pairs as the mask keeps them — s(s+1)/2 per
@@ -151,8 +171,30 @@ class CostOptions:
     """Fraction of the dense peak of the FlashAttention core (QKᵀ, scores·V; forward, backward
     and recomputed), used when FlashAttention is on; None = ``kernel_efficiency``
     (:data:`ATTENTION_EFFICIENCY_BY_GENERATION`)."""
+    time_model: TimeModel = TimeModel.ROOFLINE
+    """Which time model physical profiles use (:class:`TimeModel`); ``textbook`` is always
+    ``single``."""
+    roofline: RooflineParams | None = None
+    """The roofline model's efficiencies and latencies; None = the accelerator's defaults
+    (:func:`model.roofline.roofline_params_for`)."""
+    tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
+    """How tensor-parallel collectives overlap GEMMs (:class:`model.layer_time.TpOverlap`)."""
+    grad_reduce_overlap: bool = True
+    """Overlap the once-per-step data-parallel reduction with the last micro-batch's backward
+    and the weight all-gather with the next forward (Megatron-Core ``--overlap-grad-reduce``,
+    ``--overlap-param-gather``); False: they wait (Megatron-LM 2021's DDP all-reduce)."""
 
     def __post_init__(self) -> None:
+        for name, kind in (
+            ("time_model", TimeModel),
+            ("tp_comm_overlap", TpOverlap),
+        ):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(str(value).lower()))
+            except ValueError:
+                allowed = ", ".join(k.value for k in kind)
+                raise InputError(f"{name}: {value!r} is not one of {allowed}") from None
         if not 0 < self.kernel_efficiency <= 1:
             raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
         if self.attention_efficiency is not None and not 0 < self.attention_efficiency <= 1:

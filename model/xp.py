@@ -18,7 +18,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["namespace", "exact", "maximum", "minimum", "where", "floor", "is_array"]
+__all__ = ["namespace", "exact", "maximum", "minimum", "where", "floor", "log2", "is_array"]
 
 
 def namespace(*values: Any) -> Any:
@@ -105,3 +105,19 @@ def floor(value: Any) -> Any:
     if ns is None:
         return value // 1 if not isinstance(value, Fraction) else value.__floor__()
     return ns.floor(value)
+
+
+def log2(value: Any) -> Any:
+    """Base-2 logarithm (a float for scalars).
+
+    Examples
+    --------
+    >>> log2(8)
+    3.0
+    """
+    ns = namespace(value)
+    if ns is None:
+        import math
+
+        return math.log2(value)
+    return ns.log2(value)

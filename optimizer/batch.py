@@ -36,7 +36,6 @@ from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_by
 from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import (
     gather_units,
-    host_rates,
     stage_core_flops,
     stage_kinds,
     stage_linear_per_gpu,
@@ -48,10 +47,9 @@ from trainplan.model.memory import (
     _context,
     cache_bytes_per_element,
     local_chunks,
-    optimizer_elements,
     state_terms,
 )
-from trainplan.model.offload import check_offload, offload_seconds
+from trainplan.model.offload import check_offload
 from trainplan.model.params import padded_vocab, shares_embedding_with_last_stage, stage_layers
 from trainplan.model.pipeline import Schedule, bubble_ratio, flat_in_flight, interleaved_in_flight
 from trainplan.model.precision import linear_speedup
@@ -71,6 +69,7 @@ from trainplan.model.timing import (
     stage_peak_seconds,
 )
 from trainplan.model.vocab import vocab_multiple_for
+from trainplan.optimizer.batch_roofline import offload_arrays, roofline_rows, roofline_times
 from trainplan.optimizer.space import Shape
 
 __all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
@@ -124,32 +123,19 @@ class ShapeArrays:
         padded to the largest (most of the work is per stage)."""
         for pp in sorted(set(self.pp.tolist())):
             rows = self.pp == pp
-            yield (
-                rows,
-                ShapeArrays(
-                    shapes=tuple(s for s, r in zip(self.shapes, rows, strict=True) if r),
-                    **{
-                        f: getattr(self, f)[rows]
-                        for f in (
-                            "dp",
-                            "tp",
-                            "pp",
-                            "cp",
-                            "ep",
-                            "b",
-                            "v",
-                            "m",
-                            "gpipe",
-                            "interleaved",
-                            "physical",
-                            "cp_ring",
-                            "cp_a2a",
-                            "cp_gather",
-                        )
-                    },  # fmt: skip
-                    P=pp,
-                ),
-            )
+            yield rows, self.subset(rows, pp)
+
+    def subset(self, rows: np.ndarray, P: int | None = None) -> ShapeArrays:
+        """The shapes of ``rows`` (a boolean [N] mask), stage arrays [n, P]."""
+        fields = (
+            *("dp", "tp", "pp", "cp", "ep", "b", "v", "m", "gpipe", "interleaved", "physical"),
+            *("cp_ring", "cp_a2a", "cp_gather"),
+        )
+        return ShapeArrays(
+            shapes=tuple(s for s, r in zip(self.shapes, rows, strict=True) if r),
+            **{f: getattr(self, f)[rows] for f in fields},
+            P=self.P if P is None else P,
+        )
 
 
 def shape_arrays(shapes: tuple[Shape, ...], global_batch_size: int) -> ShapeArrays:
@@ -482,7 +468,28 @@ def time_arrays(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
 
 
 def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
-    """:func:`time_arrays` for shapes of one pipeline degree."""
+    """:func:`time_arrays` for shapes of one pipeline degree: the roofline model's rows
+    (:mod:`optimizer.batch_roofline`) and the single model's."""
+    N, Z, R = len(sa.shapes), len(zero_stages), len(recomputes)
+    out = {"t1": np.zeros((N, R), dtype=np.int64), "t2": np.zeros((N, Z), dtype=np.int64)}
+    roof = roofline_rows(job, sa)
+    for rows, compute in ((roof, _roofline_group), (~roof, _single_group)):
+        if rows.any():
+            part = compute(job, sa.subset(rows), zero_stages, recomputes, legal[rows])
+            out["t1"][rows], out["t2"][rows] = part["t1"], part["t2"]
+    return out
+
+
+def _roofline_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """The roofline model's t1 and t2 of shapes of one pipeline degree."""
+    n_dense, n_moe, last, first, _ = _stage_kind_arrays(job, sa)
+    shape = (len(sa.shapes), sa.P)
+    kinds = tuple(np.broadcast_to(k, shape) for k in (n_dense, n_moe, last, first))
+    return roofline_times(job, sa, zero_stages, recomputes, legal, kinds, _busiest_params(job, sa))
+
+
+def _single_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[str, np.ndarray]:
+    """The single model's t1 and t2 of shapes of one pipeline degree."""
     case = job.case
     arch, t, o = case.model.arch, case.training, case.options
     assert arch is not None
@@ -571,13 +578,25 @@ def _time_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[st
                 o.overlap["dp"],
                 window[rows],
             )
-            if t.offload.active:
-                link, memory = host_rates(case.device)
-                elements = optimizer_elements(mech, dense, experts, shard, shard // sa.ep[rows])
-                exposed = exposed + offload_seconds(
-                    mech, t.offload, elements, m[rows], t.optimizer_bytes, link, memory
-                )
+            exposed = exposed + offload_arrays(
+                case, mech, dense, experts, shard, shard // sa.ep[rows], m[rows]
+            )
             t2[rows, zi] = np.where(legal[rows, zi], np.rint(exposed * 1e9), 0)
+    roof = roofline_rows(job, sa)
+    if roof.any():
+        sub = sa.subset(roof)
+        shape = (len(sa.shapes), sa.P)
+        kinds = tuple(np.broadcast_to(k, shape)[roof] for k in (n_dense, n_moe, last, first))
+        part = roofline_times(
+            job,
+            sub,
+            zero_stages,
+            recomputes,
+            legal[roof],
+            kinds,
+            (busiest[0][roof], busiest[1][roof]),
+        )
+        t1[roof], t2[roof] = part["t1"], part["t2"]
     return {"t1": t1, "t2": t2}
 
 

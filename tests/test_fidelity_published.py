@@ -1,7 +1,9 @@
-"""Published runs against the cost model (``interface.fidelity``): the held-out utilisation
-error, every published layout fitting in memory with its paper's recipe, and Korthikanti et al.
-2022 Appendix B's per-stage activation figures for the 530B model. Sources are named in
-``interface/fidelity.py`` and ``docs/fidelity-published.md``."""
+"""Published runs against the cost model (``interface.fidelity``): the held-out errors of the
+roofline time model beside the previous model's, the fitted efficiencies reproducible from the
+calibration rows, every published layout fitting in memory with its paper's recipe, and
+Korthikanti et al. 2022 Appendix B's per-stage activation figures for the 530B model. Sources
+are named in ``interface/fidelity.py`` and ``docs/fidelity-published.md``. The goals of issue
+16 are reported (``docs/fidelity-published.md``), not asserted: a missed goal is a finding."""
 
 from __future__ import annotations
 
@@ -12,17 +14,18 @@ import pytest
 
 from trainplan.interface.fidelity import (
     CALIBRATION_ROWS,
-    appendix_b_530b,
     build_run_case,
+    calibrate,
     evaluate_all,
-    llama3_memory_walk,
-    markdown_report,
     median_abs_error,
     published_runs,
 )
+from trainplan.interface.fidelity_memory import appendix_b_530b, llama3_memory_walk
+from trainplan.interface.fidelity_report import goal_lines, markdown_report
 from trainplan.model.layout import Layout
 from trainplan.model.memory import stage_activations
 from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
+from trainplan.model.roofline import GEMM_EFFICIENCY_BY_GENERATION
 from trainplan.model.specs import TrainingSpec
 from trainplan.scenarios.catalogue import get_model
 
@@ -34,13 +37,37 @@ GB = 1e9
 
 def test_every_published_row_is_evaluated():
     keys = {r.key for r in published_runs()}
-    assert len(keys) == 10 + 4 + 3
+    assert len(keys) == 10 + 8 + 3  # Korthikanti Table 5: both columns
     assert CALIBRATION_ROWS < keys
-    assert len(keys - CALIBRATION_ROWS) == 11
+    assert len(keys - CALIBRATION_ROWS) == 15
 
 
 def test_held_out_median_error_meets_the_goal():
     assert median_abs_error(RESULTS, calibration=False) <= GOAL_POINTS
+
+
+def test_roofline_improves_on_the_previous_model_where_it_was_held_out():
+    """The roofline model's held-out Korthikanti Table 5 iteration times (all eight, none of
+    them fitted) are closer to the paper than the previous model's, on average and at worst."""
+    rows = [r for r in RESULTS if r.run.key.startswith("korthikanti-t5/")]
+    assert len(rows) == 8 and not any(r.run.calibration for r in rows)
+    new = [abs(r.time_error) for r in rows]
+    old = [abs(r.previous_time_error) for r in rows]
+    assert sum(new) < sum(old) and max(new) < max(old)
+
+
+def test_fitted_gemm_efficiencies_are_the_calibration_rows_fit():
+    """model.roofline's constants are what `--calibrate` fits on the calibration rows."""
+    fit = calibrate()
+    for gen, value in GEMM_EFFICIENCY_BY_GENERATION.items():
+        assert fit[gen]["gemm_efficiency"] == pytest.approx(value, abs=5e-4), gen
+
+
+def test_goal_lines_name_every_goal_and_its_verdict():
+    lines = goal_lines(RESULTS)
+    assert len(lines) == 4
+    assert all(("met" in line) for line in lines)
+    assert "Calculon 3.65%, 8.87%" in lines[1]
 
 
 @pytest.mark.parametrize("res", RESULTS, ids=IDS)

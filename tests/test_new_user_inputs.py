@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import resources
 
 import click
 import pytest
@@ -145,10 +146,12 @@ def test_the_library_applies_the_same_limits():
 # Output files: one check before anything is computed or written (interface.inputs.output_path,
 # the click type interface.cli.common.output), for every option that writes a file
 
+MEASUREMENTS = resources.files("trainplan.scenarios").joinpath("measurements-megatron-2021.toml")
 LEAST_ARGS = {
     "frontier": ["--model", "llama3-8b", "--gpus", "8"],
     "pipeline": ["-p", "4", "-m", "8"],
     "ckpt": ["--layers", "9"],
+    "calibrate": [str(MEASUREMENTS)],
 }
 """What each command that writes files needs besides the file option."""
 
@@ -176,6 +179,7 @@ def test_every_file_writing_option_is_known():
         ("pipeline", "--svg"),
         ("ckpt", "--gif"),
         ("ckpt", "--chart"),
+        ("calibrate", "--output"),
     }
 
 
@@ -510,9 +514,10 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
     out = json.loads(run("example", example, "--json").stdout)
     lay = out["layout"]
     assert (lay["zero_stage"], lay["schedule"], lay["virtual_stages"]) == (2, "interleaved", 8)
-    # Table 4 counts attention FLOPs (6n+attention): 41% at 8K, 38% at 128K; the harness's
-    # held-out error is 0.8 and 2.6 points (README), so within 3 points here
-    assert out["time"]["mfu_with_attention"] == pytest.approx(published.published_util, abs=0.03)
+    # Table 4 counts attention FLOPs (6n+attention): 41% at 8K, 38% at 128K; the roofline
+    # model's held-out error on these rows is at most 3.5 points (docs/fidelity-published.md:
+    # the 128K row, set by the FlashAttention core's sourced 0.35 efficiency), so within 4
+    assert out["time"]["mfu_with_attention"] == pytest.approx(published.published_util, abs=0.04)
 
 
 def test_expert_parallel_traffic_is_labelled_an_upper_bound():

@@ -5,7 +5,8 @@ wheel. Keys are strict: an unknown key or a missing required key is a :class:`Sc
 names the file, the row and the key. Every row carries a ``source``.
 
 Units: the file holds vendor units (``memory_gb`` in GB or GiB as ``memory_unit`` says,
-``bf16_tflops`` in TFLOP/s, ``*_gbps`` in GB/s = 10^9 bytes/s per GPU per direction); the
+``bf16_tflops`` in TFLOP/s, ``*_gbps`` in GB/s = 10^9 bytes/s per GPU per direction, and
+``hbm_tbps`` the device memory's peak bandwidth in TB/s); the
 :class:`DeviceSpec` values hold base units (bytes, FLOP/s, bytes/s).
 """
 

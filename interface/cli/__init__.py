@@ -24,7 +24,15 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainplan.interface.cli import examples, planner, rlhf, search, serve, tabs  # noqa: F401  (commands attach to `cli`)
+    from trainplan.interface.cli import (  # noqa: F401  (commands attach to `cli`)
+        calibrate,
+        examples,
+        planner,
+        rlhf,
+        search,
+        serve,
+        tabs,
+    )
 
 
 def main() -> None:

@@ -166,18 +166,71 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
         click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
         click.option(
+            "--time-model",
+            "time_model",
+            type=click.Choice(["roofline", "single"]),
+            help="roofline (default for megatron, deepspeed, fsdp2): every operation on the "
+            "roofline, collectives by mechanism; single: one kernel efficiency and per-axis "
+            "overlaps (the original model; textbook always uses it).",
+        ),
+        click.option(
+            "--gemm-efficiency",
+            "gemm_efficiency",
+            type=NUMBER,
+            help="Roofline: fraction of peak of a GEMM's main loop; default fitted per "
+            "accelerator generation (model.roofline).",
+        ),
+        click.option(
+            "--hbm-efficiency",
+            "hbm_efficiency",
+            type=NUMBER,
+            help="Roofline: fraction of the HBM bandwidth memory-bound kernels reach (0.9).",
+        ),
+        click.option(
+            "--scaleup-efficiency",
+            "scaleup_efficiency",
+            type=NUMBER,
+            help="Roofline: fraction of NVLink bandwidth collectives reach (0.8, NCCL's figure).",
+        ),
+        click.option(
+            "--scaleout-efficiency",
+            "scaleout_efficiency",
+            type=NUMBER,
+            help="Roofline: fraction of the NIC's rate collectives reach (0.96, NCCL's figure).",
+        ),
+        click.option(
+            "--tp-comm-overlap",
+            "tp_comm_overlap",
+            type=click.Choice(["none", "async", "full"]),
+            help="Roofline: none (Megatron-LM 2021), async (backward collectives under the "
+            "gradient GEMMs; default), full (Transformer Engine userbuffers).",
+        ),
+        click.option(
+            "--grad-reduce-overlap/--no-grad-reduce-overlap",
+            "grad_reduce_overlap",
+            default=None,
+            help="Roofline: overlap the once-per-step gradient reduction and weight gather with "
+            "compute (default on; Megatron-Core --overlap-grad-reduce).",
+        ),
+        click.option(
+            "--calibration",
+            "calibration",
+            type=click.Path(exists=True, dir_okay=False),
+            help="A file written by trainplan calibrate: its fitted figures for its GPU.",
+        ),
+        click.option(
             "--kernel-efficiency",
             "kernel_efficiency",
             type=NUMBER,
-            help="Fraction of peak in kernels; default calibrated per accelerator generation "
-            "and hidden size (model.timing.kernel_efficiency_for).",
+            help="Single time model: fraction of peak in kernels; default calibrated per "
+            "accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
         ),
         click.option(
             "--attention-efficiency",
             "attention_efficiency",
             type=NUMBER,
             help="Fraction of peak of the FlashAttention core; default 0.35 on Hopper "
-            "(FlashAttention-2), the kernel efficiency on A100.",
+            "(FlashAttention-2), the GEMM rule (single: the kernel efficiency) on A100.",
         ),
     ]
     for opt in reversed(opts):
@@ -287,7 +340,7 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--overlap",
             "overlap",
             multiple=True,
-            help="AXIS=FRACTION hidden behind compute (repeatable).",
+            help="Single time model: AXIS=FRACTION hidden behind compute (repeatable).",
         ),
         click.option(
             "--mfu-convention",

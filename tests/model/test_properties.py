@@ -295,16 +295,19 @@ def test_evaluate_is_deterministic(params):
 @given(layouts())
 def test_ring_and_all_gather_send_the_same_and_the_all_gather_holds_more(params):
     """Ring Attention and Llama 3's all-gather move the same K/V bytes (cp − 1 chunks forward,
-    twice that backward: Transformer Engine re-gathers K/V and reduce-scatters dK/dV), so the
-    step time is the same; the all-gather holds at least as much (its gathered K/V and dK/dV
-    against the ring's chunks, and each query chunk's output kept apart)."""
+    twice that backward: Transformer Engine re-gathers K/V and reduce-scatters dK/dV); the
+    ring hides its chunks under the attention core where the all-gather waits (Llama 3 §3.3.2),
+    so the all-gather's micro-batches are never shorter (its whole step can be: a longer
+    micro-batch hides more of the data-parallel reduction); it holds at least as much (its
+    gathered K/V and dK/dV against the ring's chunks, and each query chunk's output kept
+    apart)."""
     if params["cp"] == 1:
         return
     ring = _evaluate(params, cp_kind="ring", cp_a2a=None)
     gather = _evaluate(params, cp_kind="all-gather", cp_a2a=None)
     rows = [{r.traffic.axis: r.traffic.bytes_per_step for r in e.traffic} for e in (ring, gather)]
     assert rows[0] == rows[1] and rows[0]["cp"] > 0
-    assert ring.step_s == gather.step_s
+    assert ring.time_terms.compute_and_pipeline_s <= gather.time_terms.compute_and_pipeline_s
     for a, b in zip(ring.stages, gather.stages, strict=True):
         assert a.activations.total_bytes <= b.activations.total_bytes
         assert a.activations.cp_transient_bytes <= b.activations.cp_transient_bytes

@@ -1,0 +1,243 @@
+"""Calibration from measurements: fit the roofline model's efficiencies to measured step times
+of known layouts on one cluster, report the fit and its residuals, and write them as a scenario
+file that ``evaluate --calibration`` and ``search --scenario`` / ``--calibration`` load.
+
+The fit minimises the squared relative errors ``predicted / measured − 1`` over the chosen
+figures (:data:`model.roofline.CALIBRATABLE`, each bounded to (0.05, 1]) with SciPy's
+trust-region least squares (``scipy.optimize.least_squares``); every prediction is the cost
+model's own ``evaluate()`` — nothing is re-typed.
+
+A measurements file (TOML; unknown keys are refused by ``build_case`` itself)::
+
+    gpu = "A100-80GB"                 # the cluster's accelerator, every run
+    fit = ["gemm_efficiency"]         # the figures to fit (default: gemm_efficiency)
+    [[run]]
+    label = "7.5B on 128 GPUs"
+    step_seconds = 3.70               # measured seconds per optimizer step
+    model = "megatron-7.5b"           # and any evaluate parameter: tp, pp, dp, micro_batch_size,
+    tp = 4                            # global_batch_size, seq_len, recompute, framework, …
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.roofline import CALIBRATABLE
+
+__all__ = [
+    "Measurement",
+    "Residual",
+    "Fit",
+    "fit_figures",
+    "read_measurements",
+    "calibrate_measurements",
+    "fit_text",
+    "scenario_text",
+]
+
+_BOUNDS = (0.05, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured step of a known layout."""
+
+    label: str
+    step_s: float
+    """Measured seconds per optimizer step (> 0)."""
+    params: Mapping[str, Any]
+    """Flat evaluate parameters (:func:`interface.inputs.build_case`) of the layout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """A measurement beside the fitted model's prediction."""
+
+    label: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        """predicted / measured − 1."""
+        return self.predicted_s / self.measured_s - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Fitted figures and the residuals they leave."""
+
+    figures: Mapping[str, float]
+    residuals: tuple[Residual, ...]
+    fixed: Mapping[str, float]
+    """The other roofline figures in force (defaults, not fitted)."""
+
+    @property
+    def mean_abs_error(self) -> float:
+        return sum(abs(r.error) for r in self.residuals) / len(self.residuals)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(abs(r.error) for r in self.residuals)
+
+
+def fit_figures(
+    predict: Sequence[Callable[[Mapping[str, float]], float]],
+    measured: Sequence[float],
+    keys: Sequence[str],
+    start: Mapping[str, float],
+) -> dict[str, float]:
+    """The figures ``keys`` minimising Σ (predict_i(figures) / measured_i − 1)², from
+    ``start``, each within (0.05, 1].
+
+    Raises
+    ------
+    InputError
+        More figures than measurements (the fit would be undetermined), or an unknown figure.
+    """
+    from scipy.optimize import least_squares
+
+    unknown = [k for k in keys if k not in CALIBRATABLE]
+    if unknown:
+        raise InputError(f"fit: {unknown[0]!r} is not one of {', '.join(CALIBRATABLE)}")
+    if not keys or len(keys) > len(measured):
+        raise InputError(
+            f"fit: {len(keys)} figure(s) from {len(measured)} measurement(s); give at least as "
+            "many measured steps as figures to fit, and at least one figure"
+        )
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        figures = dict(zip(keys, map(float, x), strict=True))
+        return [p(figures) / m - 1 for p, m in zip(predict, measured, strict=True)]
+
+    x0 = [min(max(start[k], _BOUNDS[0]), _BOUNDS[1]) for k in keys]
+    result = least_squares(
+        residuals, x0, bounds=([_BOUNDS[0]] * len(keys), [_BOUNDS[1]] * len(keys))
+    )
+    return {k: round(float(v), 4) for k, v in zip(keys, result.x, strict=True)}
+
+
+def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Measurement, ...]]:
+    """(gpu, figures to fit, measurements) of a measurements file (see the module docstring).
+
+    Raises
+    ------
+    ScenarioError
+        Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ScenarioError(f"measurements {p}: {err}") from None
+    unknown = sorted(set(data) - {"gpu", "fit", "run", "description"})
+    if unknown:
+        raise ScenarioError(f"measurements {p}: unknown key {unknown[0]!r} (gpu, fit, run)")
+    runs = data.get("run")
+    if not isinstance(data.get("gpu"), str) or not isinstance(runs, list) or not runs:
+        raise ScenarioError(f'measurements {p}: needs gpu = "NAME" and at least one [[run]]')
+    fit = data.get("fit", ["gemm_efficiency"])
+    if isinstance(fit, str):
+        fit = [fit]
+    out = []
+    for i, run in enumerate(runs, start=1):
+        step = run.get("step_seconds")
+        if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
+            raise ScenarioError(
+                f"measurements {p}: run {i}: step_seconds {step!r} must be a positive number"
+            )
+        params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
+        if "gpu" in params:
+            raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
+        params["gpu"] = data["gpu"]
+        out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
+    return data["gpu"], tuple(str(k) for k in fit), tuple(out)
+
+
+def _predictor(m: Measurement) -> Callable[[Mapping[str, float]], float]:
+    from trainplan.interface.inputs import build_case
+
+    def predict(figures: Mapping[str, float]) -> float:
+        est = build_case(dict(m.params) | dict(figures)).evaluate()
+        if est.step_s is None:
+            raise InputError(f"{m.label}: no step time (give the model's dimensions and links)")
+        return est.step_s
+
+    return predict
+
+
+def calibrate_measurements(
+    gpu: str, keys: Sequence[str], measurements: Sequence[Measurement]
+) -> Fit:
+    """Fit ``keys`` to ``measurements`` on ``gpu`` (the roofline time model) and return the fit
+    with each run's residual."""
+    from trainplan.model.roofline import roofline_params_for
+    from trainplan.topology.accelerators import get_accelerator
+
+    device = get_accelerator(gpu)
+    base = roofline_params_for(device.name)
+    start = {k: getattr(base, k) or base.gemm_efficiency for k in keys}
+    predictors = [_predictor(m) for m in measurements]
+    figures = fit_figures(predictors, [m.step_s for m in measurements], keys, start)
+    residuals = tuple(
+        Residual(m.label, m.step_s, p(figures))
+        for m, p in zip(measurements, predictors, strict=True)
+    )
+    fixed = {k: getattr(base, k) for k in CALIBRATABLE if k not in figures}
+    return Fit(figures, residuals, {k: v for k, v in fixed.items() if v is not None})
+
+
+def fit_text(fit: Fit) -> str:
+    """The fit and its residuals for the terminal."""
+    lines = ["fitted: " + ", ".join(f"{k} = {v:.4f}" for k, v in fit.figures.items())]
+    if fit.fixed:
+        lines.append(
+            "held at their defaults: " + ", ".join(f"{k} = {v:g}" for k, v in fit.fixed.items())
+        )
+    width = max(len(r.label) for r in fit.residuals)
+    lines.append(f"{'run':<{width}}  measured s  predicted s   error")
+    for r in fit.residuals:
+        lines.append(
+            f"{r.label:<{width}}  {r.measured_s:10.3f}  {r.predicted_s:11.3f}  {100 * r.error:+6.2f}%"
+        )
+    lines.append(
+        f"mean |error| {100 * fit.mean_abs_error:.2f}%, max {100 * fit.max_abs_error:.2f}% "
+        f"over {len(fit.residuals)} run(s)"
+    )
+    return "\n".join(lines)
+
+
+def scenario_text(fit: Fit, gpu: str, source: str) -> str:
+    """A scenario file holding the fit: ``gpu`` and a ``[cluster]`` table of the fitted figures,
+    the residuals as comments. ``evaluate --calibration FILE`` and ``search --scenario FILE``
+    (or ``--calibration FILE``) load it."""
+    today = _dt.date.today().isoformat()
+    lines = [
+        f"# Written by trainplan calibrate on {today} from {source}.",
+        "# Residuals of the fit (predicted / measured − 1):",
+    ]
+    lines += [
+        f"#   {r.label}: measured {r.measured_s:.4g} s, predicted {r.predicted_s:.4g} s, "
+        f"{100 * r.error:+.2f}%"
+        for r in fit.residuals
+    ]
+    lines += [
+        f"description = {_quote(f'roofline figures fitted to {len(fit.residuals)} measured step(s)')}",
+        f"source = {_quote(source)}",
+        f"gpu = {_quote(gpu)}",
+        "",
+        "[cluster]",
+    ]
+    lines += [f"{k} = {v!r}" for k, v in fit.figures.items() if math.isfinite(v)]
+    return "\n".join(lines) + "\n"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,155 @@
+"""The step-time options of a case, from flat parameters: which time model, its figures, the
+overlap mechanisms, and a calibration file written by ``trainplan calibrate``.
+
+Keys: ``time_model`` (roofline | single), the roofline figures of
+:data:`model.roofline.CALIBRATABLE` (``gemm_efficiency`` …, fractions in (0, 1]),
+``tp_comm_overlap`` (none | async | full),
+``grad_reduce_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
+table holds fitted figures for its ``gpu``). The single model's ``kernel_efficiency`` and
+``overlap`` are refused where the roofline model times the layout, and the roofline's figures
+where the single model does: an option that does not apply is never silently ignored.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainplan.model.errors import InputError, ScenarioError, check_applicable
+from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layer_time import TpOverlap
+from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
+from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
+from trainplan.model.units import parse_number
+
+__all__ = ["TIME_KEYS", "ROOFLINE_KEYS", "cost_options", "read_calibration"]
+
+ROOFLINE_KEYS: tuple[str, ...] = tuple(k for k in CALIBRATABLE if k != "attention_efficiency")
+"""Roofline figures given by name (``attention_efficiency`` serves both models)."""
+
+TIME_KEYS: tuple[str, ...] = (
+    "time_model",
+    *ROOFLINE_KEYS,
+    "tp_comm_overlap",
+    "grad_reduce_overlap",
+    "calibration",
+)
+"""Every step-time key :func:`cost_options` reads besides the single model's."""
+
+
+def _fraction(value: Any, key: str) -> float:
+    x = float(parse_number(value, key))
+    if not 0 < x <= 1:
+        raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
+    return x
+
+
+def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
+    """The fitted roofline figures of a calibration file for ``device_name``: its ``[cluster]``
+    keys among :data:`model.roofline.CALIBRATABLE`; empty when the file calibrates another
+    accelerator (its ``gpu``).
+
+    Raises
+    ------
+    ScenarioError
+        The file cannot be read, has no ``gpu`` or ``[cluster]``, or a figure is out of range.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ScenarioError(f"calibration {p}: {err}") from None
+    cluster = data.get("cluster")
+    if not isinstance(data.get("gpu"), str) or not isinstance(cluster, dict):
+        raise ScenarioError(f'calibration {p}: needs gpu = "NAME" and a [cluster] table')
+    from trainplan.topology.accelerators import get_accelerator
+
+    if get_accelerator(data["gpu"]).name != device_name:
+        return {}
+    try:
+        return {k: _fraction(cluster[k], k) for k in CALIBRATABLE if k in cluster}
+    except InputError as err:
+        raise ScenarioError(f"calibration {p}: {err}") from None
+
+
+def cost_options(
+    params: Mapping[str, Any],
+    device: DeviceSpec,
+    model: ModelSpec,
+    training: TrainingSpec,
+    framework: Framework,
+    attention_efficiency: float | None,
+) -> CostOptions:
+    """The :class:`CostOptions` of a case (see the module docstring).
+
+    Raises
+    ------
+    InputError
+        A value out of range, or an option of the other time model.
+    """
+    time_model = _choice(TimeModel, params, "time_model", "roofline")
+    roofline = time_model is TimeModel.ROOFLINE and framework.physical
+    why = (
+        "the roofline time model (the default for megatron, deepspeed and fsdp2) times each "
+        "operation and overlaps by mechanism; this option belongs to --time-model single"
+    )
+    single_only = {"kernel_efficiency": why, "overlap": why} if roofline else {}
+    given = {k: params.get(k) or None for k in ("kernel_efficiency", "overlap")}
+    check_applicable(given, single_only)
+    if not roofline:
+        why = "the single time model (the textbook profile's, or --time-model single) has one "
+        why += "kernel efficiency and per-axis overlaps; this option belongs to the roofline model"
+        check_applicable(
+            {k: params.get(k) for k in TIME_KEYS if k != "time_model"},
+            {k: why for k in TIME_KEYS if k != "time_model"},
+        )
+    figures = (
+        read_calibration(params["calibration"], device.name) if params.get("calibration") else {}
+    )
+    figures |= {k: _fraction(params[k], k) for k in ROOFLINE_KEYS if params.get(k) is not None}
+    if params.get("attention_efficiency") is not None:
+        figures["attention_efficiency"] = _fraction(
+            params["attention_efficiency"], "attention_efficiency"
+        )
+    if not training.flash_attention:
+        figures.pop("attention_efficiency", None)
+    kernel = params.get("kernel_efficiency")
+    return CostOptions(
+        kernel_efficiency=_fraction(kernel, "kernel_efficiency")
+        if kernel is not None
+        else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
+        overlap=dict(params.get("overlap", {})),
+        mfu_convention=params.get("mfu_convention", "6n"),
+        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
+        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
+        # full s² is computed (Megatron-LM's Eq. 3 convention).
+        causal_attention_flops=_flag(params, "causal_attention_flops", training.flash_attention),
+        zero3_regather=_flag(params, "zero3_regather", False),
+        attention_efficiency=attention_efficiency,
+        time_model=time_model,
+        roofline=roofline_params_for(device.name, **figures),
+        tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
+        grad_reduce_overlap=_flag(params, "grad_reduce_overlap", True),
+    )
+
+
+def _choice(kind: Any, params: Mapping[str, Any], key: str, default: str) -> Any:
+    value = params.get(key, default)
+    try:
+        return kind(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(k.value for k in kind)
+        raise InputError(f"{key}: {value!r} is not one of {allowed}") from None
+
+
+def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = params.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"{key}: {value!r} must be true or false")
+    return value

@@ -1,0 +1,361 @@
+"""The roofline clock: seconds of one operation on one GPU, and of one collective over a link.
+
+An operation takes ``max(FLOPs / (peak × e(shape)), bytes / (HBM × e_HBM)) + t_kernel``
+(Williams, Waterman & Patterson 2009, "Roofline", CACM 52(4)): compute-bound kernels (GEMMs,
+the FlashAttention core) by the first term, memory-bound ones (norms, activations, dropout,
+residual adds, softmax, the optimizer step) by the second. A collective takes
+``latency + bytes sent per GPU / (link bandwidth × e_link)`` (Hockney's α-β model, with NCCL's
+own latency figures; Thakur, Rabenseifner & Gropp 2005 for the ring and tree byte counts).
+
+Every figure of :class:`RooflineParams` is a stated default with its source, or a fitted
+efficiency (``trainplan calibrate``; the published-runs report marks its calibration rows).
+Pure functions over floats; no state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from trainplan.model.errors import InputError
+from trainplan.model.xp import log2, maximum, minimum, where
+
+__all__ = [
+    "RooflineParams",
+    "GEMM_EFFICIENCY_BY_GENERATION",
+    "DEFAULT_GEMM_EFFICIENCY",
+    "generation_of",
+    "roofline_params_for",
+    "CALIBRATABLE",
+    "gemm_efficiency",
+    "gemm_seconds",
+    "attention_seconds",
+    "memory_seconds",
+    "Collective",
+    "LinkTime",
+    "collective_seconds",
+    "collective_time",
+    "collective_latency",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RooflineParams:
+    """What the roofline clock reads besides the accelerator's peak and HBM bandwidth.
+
+    Efficiencies are fractions in (0, 1]; latencies in seconds. Defaults: :data:`DEFAULT_*`
+    figures below, each with its source; ``gemm_efficiency`` per accelerator generation is fitted
+    (:func:`roofline_params_for`).
+    """
+
+    gemm_efficiency: float
+    """e_GEMM: fraction of the dense peak a GEMM's main loop sustains (its shape's rule:
+    :func:`gemm_efficiency`). Fitted on published runs per generation
+    (:data:`GEMM_EFFICIENCY_BY_GENERATION`) or on the user's own steps (``trainplan calibrate``)."""
+    attention_efficiency: float | None = None
+    """Fraction of the dense peak of the FlashAttention core (one fused kernel, forward and
+    backward); None = the core runs as batched GEMMs at :attr:`gemm_efficiency`'s rule (the
+    accelerator has no separate figure). Hopper: 0.35 (FlashAttention-2 on H100, Shah et al. 2024,
+    FlashAttention-3, arXiv 2407.08608, abstract)."""
+    hbm_efficiency: float = 0.9
+    """e_HBM: fraction of the datasheet HBM bandwidth a streaming kernel reaches. 0.9: Calculon's
+    A100 memory-efficiency table gives 0.90 for transfers of 100 MB and more
+    (calculon-ai/calculon ``systems/a100_80g.json``, ``mem1.MB_efficiency``), the size of a
+    layer's element-wise tensors here."""
+    scaleup_efficiency: float = 0.8
+    """Fraction of the nominal NVLink bandwidth per GPU a collective's bus bandwidth reaches.
+    0.8: NCCL's topology model counts 20 GB/s per A100 NVLink (``SM80_NVLINK_BW 20.0`` in
+    ``src/graph/topo.h``) of the 25 GB/s per direction NVLink 3 carries, and 20.6 of 25 per H100
+    link (``SM90_NVLINK_BW``; 40.1 of 50 on Blackwell)."""
+    scaleout_efficiency: float = 0.96
+    """Fraction of the NIC's line rate a collective reaches. 0.96: NCCL counts 12 GB/s for a
+    100 Gb/s (12.5 GB/s) NIC (``NET_BW 12.0`` in ``src/graph/topo.h``)."""
+    collective_base_latency_s: float = 8.4e-6
+    """Fixed latency of one NCCL collective: 8.4 µs, the ``Simple`` protocol's base latency of
+    ring and tree (NCCL ``src/graph/tuning.cc``, ``baseLat``)."""
+    scaleup_hop_latency_s: float = 3.4e-6
+    """Latency of one ring step over NVLink: 3.4 µs (NCCL ``tuning.cc``, ``hwLat`` NVLink, ring,
+    ``Simple``)."""
+    scaleout_hop_latency_s: float = 14e-6
+    """Latency of one ring or tree step over the network: 14 µs (NCCL ``tuning.cc``, ``hwLat``
+    NET, ring and tree, ``Simple``)."""
+    kernel_overhead_s: float = 3e-6
+    """t_kernel: the gap a dependent kernel adds on one stream (launch and the last partial wave
+    draining), per operation. 3 µs: the few-microsecond launch overhead of the CUDA C++ Best
+    Practices Guide ("kernel launch overhead"); Calculon's A100 GEMM-efficiency table (0.6 at
+    1 GFLOP, 0.9 at 16 GFLOP) implies 2–6 µs per GEMM. An estimate, stated; not fitted."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name.endswith("_efficiency") and not 0 < value <= 1:
+                raise InputError(f"{f.name}: {value} must be a fraction in (0, 1]")
+            if f.name.endswith("_s") and not 0 <= value < 1:
+                raise InputError(f"{f.name}: {value} must be seconds in [0, 1)")
+
+    def with_(self, **changes: Any) -> RooflineParams:
+        """A copy with some figures changed (checked again)."""
+        return replace(self, **changes)
+
+
+CALIBRATABLE: tuple[str, ...] = (
+    "gemm_efficiency",
+    "attention_efficiency",
+    "hbm_efficiency",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+)
+"""The figures ``trainplan calibrate`` may fit (the latencies and t_kernel stay as sourced)."""
+
+GEMM_EFFICIENCY_BY_GENERATION: MappingProxyType[str, float] = MappingProxyType(
+    {"A100": 0.6794, "H100": 0.556}
+)
+"""e_GEMM by accelerator generation, fitted on the published runs' calibration rows
+(``python -m trainplan.interface.fidelity --calibrate``: A100 on Megatron-LM Table 1's
+calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row); every other row is held out.
+Same-architecture parts share their generation's figure (:func:`generation_of`); accelerators
+never calibrated use the newest calibrated one (H100), an assumption stated in the output."""
+
+DEFAULT_GEMM_EFFICIENCY = GEMM_EFFICIENCY_BY_GENERATION["H100"]
+"""The figure for an accelerator of no calibrated generation (see above)."""
+
+_GENERATIONS: MappingProxyType[str, str] = MappingProxyType(
+    {"A100": "A100", "H100": "H100", "H800": "H100", "H200": "H100", "GH200": "H100"}
+)
+
+_ATTENTION_EFFICIENCY: MappingProxyType[str, float] = MappingProxyType({"H100": 0.35})
+"""FlashAttention core efficiency by generation (see :attr:`RooflineParams.attention_efficiency`;
+A100: FlashAttention-2 reaches 50–73% of peak there, Dao 2023, arXiv 2307.08608, the GEMMs'
+range, so the core follows the GEMM rule)."""
+
+
+def generation_of(device_name: str) -> str | None:
+    """The calibrated generation an accelerator belongs to (name before the first ``-``:
+    H800, H200 and GH200 are Hopper like the H100); None for an uncalibrated part.
+
+    Examples
+    --------
+    >>> generation_of("H200"), generation_of("A100-40GB"), generation_of("B200")
+    ('H100', 'A100', None)
+    """
+    return _GENERATIONS.get(device_name.split("-")[0].upper())
+
+
+def roofline_params_for(device_name: str, **overrides: Any) -> RooflineParams:
+    """The default :class:`RooflineParams` of an accelerator: its generation's fitted
+    e_GEMM (:data:`GEMM_EFFICIENCY_BY_GENERATION`, the H100's for uncalibrated parts) and
+    FlashAttention efficiency, the sourced defaults for the rest; ``overrides`` replace any.
+
+    Examples
+    --------
+    >>> roofline_params_for("H100-SXM").attention_efficiency
+    0.35
+    >>> roofline_params_for("A100-80GB", hbm_efficiency=0.8).hbm_efficiency
+    0.8
+    """
+    gen = generation_of(device_name) or "H100"
+    base = RooflineParams(
+        gemm_efficiency=GEMM_EFFICIENCY_BY_GENERATION[gen],
+        attention_efficiency=_ATTENTION_EFFICIENCY.get(gen),
+    )
+    return base.with_(**overrides) if overrides else base
+
+
+def gemm_efficiency(
+    k: float, peak_flops_per_s: float, hbm_bytes_per_s: float, p: RooflineParams, beta: int = 2
+) -> float:
+    """The efficiency rule for a GEMM of reduction depth ``k`` (per GPU, after sharding):
+
+    ``e(k) = e_GEMM · k / (k + k₀)``,  ``k₀ = (β/2) · e_GEMM·peak / (e_HBM·HBM)``
+
+    Each output tile of a GEMM runs its main loop (``2·k`` FLOPs per output element) and then
+    writes the tile back (``β`` bytes per element), and on a kernel that computes one tile after
+    another the write-back does not overlap that tile's main loop (NVIDIA, "Matrix
+    Multiplication Background User's Guide": a GEMM's output is written once per tile;
+    CUTLASS's epilogue follows the main loop). So the GEMM takes its math time plus its output's
+    write time, which is the efficiency above: ``k₀`` is the accelerator's balance point in
+    FLOP per byte (A100-80GB: 0.74·312/(0.9·2,039) ≈ 126; H100-SXM: 0.60·989/(0.9·3,350) ≈ 197).
+    A GEMM whose per-GPU depth ``k`` is a few hundred — the row-parallel projections at high tp,
+    whose ``k = h/tp`` or ``f/tp`` — runs measurably slower: smaller shards, lower efficiency.
+
+    Examples
+    --------
+    >>> p = RooflineParams(gemm_efficiency=0.8, hbm_efficiency=1.0)
+    >>> round(gemm_efficiency(100, 100e12, 1e12, p), 6)  # k₀ = 0.8·100 = 80: 0.8·100/180
+    0.444444
+    """
+    k0 = beta / 2 * p.gemm_efficiency * peak_flops_per_s / (p.hbm_efficiency * hbm_bytes_per_s)
+    return p.gemm_efficiency * k / (k + k0)
+
+
+def gemm_seconds(
+    m: float,
+    n: float,
+    k: float,
+    batch: float,
+    peak_flops_per_s: float,
+    hbm_bytes_per_s: float,
+    p: RooflineParams,
+    beta: int = 2,
+    extra_bytes: float = 0.0,
+) -> float:
+    """Seconds of ``batch`` GEMMs ``[m, k] × [k, n]`` on one GPU: the roofline of its
+    ``2·m·n·k·batch`` FLOPs at :func:`gemm_efficiency` and the bytes it moves (both inputs and
+    the output, ``β`` bytes each, plus ``extra_bytes``, e.g. an FP32 gradient accumulated in
+    place), plus t_kernel.
+
+    Examples
+    --------
+    A 4096³ GEMM on an A100-80GB at e_GEMM 0.74: 2·4096³ FLOPs / (312e12 · 0.74·4096/(4096 + k₀))
+    with k₀ = 0.74·312e12 / (0.9·2.039e12), plus 3 µs:
+
+    >>> import math
+    >>> p = RooflineParams(gemm_efficiency=0.74)
+    >>> k0 = 0.74 * 312e12 / (0.9 * 2.039e12)
+    >>> t = 2 * 4096**3 / (312e12 * 0.74 * 4096 / (4096 + k0)) + 3e-6
+    >>> math.isclose(gemm_seconds(4096, 4096, 4096, 1, 312e12, 2.039e12, p), t)
+    True
+    """
+    flops = 2.0 * m * n * k * batch
+    moved = beta * batch * (m * k + k * n + m * n) + extra_bytes
+    e = gemm_efficiency(k, peak_flops_per_s, hbm_bytes_per_s, p, beta)
+    return (
+        max(flops / (peak_flops_per_s * e), moved / (hbm_bytes_per_s * p.hbm_efficiency))
+        + p.kernel_overhead_s
+    )
+
+
+def attention_seconds(
+    flops: float,
+    moved_bytes: float,
+    peak_flops_per_s: float,
+    hbm_bytes_per_s: float,
+    p: RooflineParams,
+) -> float:
+    """Seconds of the fused FlashAttention core: the roofline of its FLOPs at
+    :attr:`RooflineParams.attention_efficiency` and its bytes (Q, K, V, O and their gradients),
+    plus t_kernel.
+
+    Raises
+    ------
+    InputError
+        When ``p`` has no attention efficiency (the core is then batched GEMMs).
+    """
+    if p.attention_efficiency is None:
+        raise InputError("attention_efficiency: none given for a fused FlashAttention core")
+    return (
+        max(
+            flops / (peak_flops_per_s * p.attention_efficiency),
+            moved_bytes / (hbm_bytes_per_s * p.hbm_efficiency),
+        )
+        + p.kernel_overhead_s
+    )
+
+
+def memory_seconds(moved_bytes: float, hbm_bytes_per_s: float, p: RooflineParams) -> float:
+    """Seconds of a memory-bound kernel moving ``moved_bytes`` through HBM: bytes / (HBM ×
+    e_HBM) + t_kernel (its few FLOPs per byte are far below any accelerator's balance point).
+
+    Examples
+    --------
+    A LayerNorm over [8192, 6144] bf16 on an A100-80GB reads and writes 2·2·8192·6144 bytes:
+
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> round(memory_seconds(2 * 2 * 8192 * 6144, 2.039e12, p) * 1e6, 2)  # µs: 109.71 + 3
+    112.71
+    """
+    return moved_bytes / (hbm_bytes_per_s * p.hbm_efficiency) + p.kernel_overhead_s
+
+
+class Collective(StrEnum):
+    """A collective or point-to-point message, as NCCL runs it."""
+
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_REDUCE = "all-reduce"
+    ALL_TO_ALL = "all-to-all"
+    SEND_RECV = "send-recv"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTime:
+    """The link an axis's collective rides, as the α-β clock reads it."""
+
+    bandwidth_bytes_per_s: float
+    """Nominal bandwidth per GPU per direction (the accelerator table's or the cluster's)."""
+    scaleup: bool
+    """True for the NVLink-class domain, False for the scale-out network."""
+
+
+def collective_seconds(
+    kind: Collective, group_size: int, sent_bytes: float, link: LinkTime, p: RooflineParams
+) -> float:
+    """Seconds of one collective over ``group_size`` ranks in which each GPU sends
+    ``sent_bytes`` (the ring counts of :mod:`model.comm`: ``(n − 1)/n·S`` for an all-gather or
+    reduce-scatter of an ``S``-byte buffer, twice that for an all-reduce):
+
+    ``latency + sent_bytes / (bandwidth × e_link)``
+
+    Latency, NCCL's model for its ``Simple`` protocol (``src/graph/tuning.cc``): the base latency
+    plus one hop per ring step — ``n − 1`` steps for an all-gather or reduce-scatter,
+    ``2(n − 1)`` for a ring all-reduce; over the network an all-reduce runs as NCCL's tree when
+    that is quicker, ``2·log₂ n`` hops (its bus bandwidth is the ring's, so only the latency
+    differs); an all-to-all and a point-to-point send post their messages at once: one hop.
+    ``group_size`` 1 or no bytes: 0.
+
+    Examples
+    --------
+    An all-gather of a 2·8192·6144-byte buffer over 8 NVLink GPUs (A100: 300 GB/s nominal):
+    8.4 + 7 × 3.4 µs + (7/8)·2·8192·6144 B / (0.8 · 300 GB/s).
+
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> sent = 7 / 8 * 2 * 8192 * 6144
+    >>> t = collective_seconds(Collective.ALL_GATHER, 8, sent, LinkTime(300e9, True), p)
+    >>> round(t * 1e6, 1)  # µs: 32.2 of latency, 367.0 of bytes
+    399.2
+    """
+    return collective_time(
+        kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p
+    )
+
+
+def collective_latency(kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams) -> Any:
+    """The latency part of :func:`collective_seconds`: NCCL's base latency plus one hop per
+    step of its algorithm. Element-wise for arrays.
+
+    Examples
+    --------
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> round(collective_latency(Collective.ALL_REDUCE, 1024, False, p) * 1e6, 1)  # tree: 2·10 hops
+    288.4
+    """
+    hop = where(scaleup, p.scaleup_hop_latency_s, p.scaleout_hop_latency_s)
+    if kind is Collective.ALL_REDUCE:
+        ring = 2 * (group_size - 1) * 1.0
+        steps = where(scaleup, ring, minimum(ring, 2 * log2(maximum(group_size, 1))))
+    elif kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        steps = (group_size - 1) * 1.0
+    else:
+        steps = 1.0
+    return p.collective_base_latency_s + steps * hop
+
+
+def collective_time(
+    kind: Collective,
+    group_size: Any,
+    sent_bytes: Any,
+    bandwidth: Any,
+    scaleup: Any,
+    p: RooflineParams,
+) -> Any:
+    """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
+    for arrays of layouts (the search's tables), the same operations in the same order."""
+    efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    seconds = collective_latency(kind, group_size, scaleup, p) + sent_bytes / (
+        bandwidth * efficiency
+    )
+    return where((group_size > 1) & (sent_bytes > 0), seconds, 0.0)

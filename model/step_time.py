@@ -1,0 +1,316 @@
+"""The roofline step: per-stage micro-batch time from each layer's operations and collectives
+(:mod:`model.layer_time`), the pipeline's point-to-point messages, data-parallel traffic
+overlapped by its mechanism, and the optimizer step.
+
+``step_s = m·t_mb·(1 + bubble_ratio) + pp + exposed dp + optimizer step`` where ``t_mb`` is the
+slowest stage's micro-batch (operations + exposed tp, cp, ep collectives). The formulas for pp,
+dp and the optimizer step are written once for exact floats and for arrays of layouts
+(:mod:`model.xp`); the search's tables call them with arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from trainplan.model.context_parallel import CpKind, cp_degrees
+from trainplan.model.frameworks import Mechanism
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layer_time import (
+    Clock,
+    TpOverlap,
+    embedding_time,
+    layer_time,
+    output_time,
+    stage_parts,
+)
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
+from trainplan.model.roofline import (
+    Collective,
+    LinkTime,
+    RooflineParams,
+    collective_latency,
+    collective_time,
+)
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import stage_layers
+from trainplan.model.xp import maximum, minimum, where
+
+__all__ = [
+    "link_time",
+    "rings_bandwidth",
+    "clock",
+    "kind_parts",
+    "stage_part_list",
+    "pp_seconds",
+    "dp_seconds",
+    "dp_exposed_seconds",
+    "optimizer_seconds",
+]
+
+
+def link_time(
+    link: Any, scaleup_bandwidth: float | None, domain: int | None = None
+) -> LinkTime | None:
+    """The :class:`LinkTime` of an axis's link (a :class:`topology.placement.AxisLink` or any
+    object with ``link`` and ``bandwidth_bytes_per_s``); None at degree 1 or when unknown. A link
+    named ``nvlink`` is the scale-up tier; a graph's bottleneck link counts as scale-up when its
+    bandwidth is the scale-up figure ``scaleup_bandwidth``.
+
+    A scale-out group with ``g`` members in each NVLink domain of ``domain`` GPUs (its
+    ``group_size``·``domain``/``span``) runs ``g`` rings at once, each leaving the domain
+    through its own GPU's NIC (NCCL builds one ring per channel and gives each channel its own
+    NIC on rail-optimised nodes): the group's bandwidth per GPU is ``g`` × the NIC's, at most
+    the scale-up figure. A group with one member per domain (dp outside tp = 8) gets one NIC.
+    """
+    if link is None or link.bandwidth_bytes_per_s is None or link.link == "none":
+        return None
+    bandwidth = float(link.bandwidth_bytes_per_s)
+    scaleup = link.link == "nvlink" or bandwidth == scaleup_bandwidth
+    span, size = getattr(link, "span", None), getattr(link, "group_size", None)
+    if not scaleup and domain and span and size:
+        bandwidth = rings_bandwidth(bandwidth, size, span, domain, scaleup_bandwidth)
+    return LinkTime(bandwidth, bool(scaleup))
+
+
+def rings_bandwidth(
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None
+) -> Any:
+    """The bandwidth per GPU of a scale-out group's collectives: ``g`` parallel rings, one per
+    NIC, for ``g = max(1, min(group_size, domain·group_size // span))`` members per domain,
+    capped at the scale-up bandwidth (see :func:`link_time`). Element-wise for arrays.
+
+    Examples
+    --------
+    dp = 32 with tp = 1 on 8-GPU A100 nodes (25 GB/s NICs): 8 members per node, 8 rings:
+
+    >>> rings_bandwidth(25e9, 32, 32, 8, 300e9)
+    200000000000.0
+    >>> rings_bandwidth(25e9, 32, 256, 8, 300e9)  # tp = 8 inside: one member per node
+    25000000000.0
+    """
+    per_domain = maximum(1, minimum(group_size, domain * group_size // span))
+    bandwidth = nic * per_domain
+    return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
+
+
+def cp_mechanism(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
+    """(K/V exchange ranks, all-to-all ranks, the exchange is an all-gather) of a CP flavour
+    (:func:`model.context_parallel.cp_degrees`): what the roofline clock times."""
+    r, u = cp_degrees(kind, cp, cp_a2a)
+    return r, u, kind is CpKind.ALL_GATHER
+
+
+def clock(
+    device: DeviceSpec,
+    params: RooflineParams,
+    links: Mapping[str, Any] | None,
+    tp_comm_overlap: TpOverlap = TpOverlap.ASYNC,
+    cp: tuple[int, int, bool] = (1, 1, False),
+    linear_speedup: float = 1.0,
+) -> Clock:
+    """The :class:`Clock` of a layout on ``device`` with the links of its axes; ``cp`` = (K/V
+    exchange ranks, all-to-all ranks, the exchange is an all-gather) of its CP flavour
+    (:func:`cp_mechanism`)."""
+    assert device.hbm_bytes_per_s is not None
+    get = (lambda a: None) if links is None else links.get
+    up, domain = device.nvlink_bytes_per_s, device.nvlink_domain
+    return Clock(
+        device.peak_flops_per_s,
+        device.hbm_bytes_per_s,
+        params,
+        link_time(get("tp"), up, domain),
+        link_time(get("cp"), up, domain),
+        link_time(get("ep"), up, domain),
+        tp_comm_overlap,
+        *cp,
+        linear_speedup,
+    )
+
+
+@cache
+def kind_parts(
+    arch: Architecture,
+    training: TrainingSpec,
+    b: int,
+    tp: int,
+    cp: int,
+    ep: int,
+    etp: int,
+    sp: bool,
+    causal: bool,
+    recompute: Recompute,
+    vocab: int,
+    c: Clock,
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """The :attr:`model.layer_time.LayerTime.parts` of a dense layer, a MoE layer, the embedding
+    and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks).
+    Cached: the search asks once per distinct (b, tp, cp, ep, links, recompute)."""
+
+    def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
+        return LayerShape(
+            arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
+            training.flash_attention, causal, training.activation_bytes,
+            widest_span_layer(arch, moe, training.seq_len, causal),
+        )  # fmt: skip
+
+    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
+    zero = (0.0,) * 7
+    # what each part reads of the links: the embedding and output layer tp's, a dense layer tp's
+    # and cp's (fewer distinct clocks, more cache hits)
+    base = (c.peak_flops_per_s, c.hbm_bytes_per_s, c.params)
+    tp_only = Clock(
+        *base, c.tp_link, None, None, c.tp_comm_overlap, linear_speedup=c.linear_speedup
+    )
+    no_ep = Clock(
+        *base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_ring, c.cp_a2a, c.cp_gather,
+        c.linear_speedup,
+    )  # fmt: skip
+    dense = layer_time(shape(False), no_ep, recompute).parts
+    moe = layer_time(shape(True), c, recompute).parts if arch.moe is not None else zero
+    return (
+        dense if first_moe > 0 else zero,
+        moe,
+        embedding_time(shape(False), tp_only).parts,
+        output_time(shape(False), tp_only, vocab).parts,
+    )
+
+
+def stage_part_list(
+    arch: Architecture,
+    training: TrainingSpec,
+    layout: Layout,
+    c: Clock,
+    vocab: int,
+    causal: bool,
+    recompute: Recompute | None = None,
+) -> list[list[float]]:
+    """Per pipeline stage, the :data:`model.layer_time.PARTS` of one micro-batch (seconds on one
+    GPU): its layers' operations and exposed collectives, the embedding on the first stage and
+    the output layer on the last (:func:`model.layer_time.stage_parts`); a multi-token-prediction
+    block counts as a layer of its kind on the last stage (its 2h → h projection and its second
+    pass through the output head are not timed)."""
+    kinds = kind_parts(
+        arch, training, layout.micro_batch_size, layout.tp, layout.cp, layout.ep,
+        layout.expert_tp, layout.sp, causal,
+        layout.recompute if recompute is None else recompute, vocab, c,
+    )  # fmt: skip
+    split = stage_layers(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )
+    out = []
+    for i, layers in enumerate(split):
+        n_moe = sum(map(arch.is_moe_layer, layers))
+        out.append(stage_parts(*kinds, len(layers) - n_moe, n_moe, i == 0, i == layout.pp - 1))
+    return out
+
+
+def pp_seconds(
+    message_bytes: Any,
+    messages: Any,
+    tied_bytes: Any,
+    bandwidth: Any,
+    scaleup: Any,
+    p: RooflineParams,
+) -> Any:
+    """Seconds a stage waits on pipeline messages in a step: ``messages`` sends of
+    ``message_bytes`` each (``2·m·v``: one activation forward and one gradient backward per
+    micro-batch and model chunk), each on the critical path of its micro-batch, plus the tied
+    embedding's once-per-step all-reduce between the first and last stage (``tied_bytes`` sent).
+    Element-wise for arrays."""
+    send = collective_time(Collective.SEND_RECV, 2, message_bytes, bandwidth, scaleup, p)
+    tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
+    return messages * send + tied
+
+
+def dp_seconds(
+    mech: Mechanism,
+    step_bytes: Any,
+    microbatch_bytes: Any,
+    group: Any,
+    units: Any,
+    bandwidth: Any,
+    scaleup: Any,
+    p: RooflineParams,
+) -> tuple[Any, Any]:
+    """(seconds of the once-per-step data-parallel traffic, seconds of one micro-batch's)
+    over ``group`` = dp·cp ranks: the bytes at the link's bandwidth, plus NCCL's latency once per
+    collective call — one per gradient unit (``units``: the layers of the stage, the granularity
+    at which frameworks bucket, gather and reduce) for each collective the mechanism runs there
+    (its reduction and its all-gathers). Element-wise for arrays."""
+    reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
+    step_calls = [(reduce, 0 if mech.reduce_per_microbatch else 1)]
+    step_calls.append((Collective.ALL_GATHER, mech.gathers_per_step))
+    mb_calls = [(reduce, 1 if mech.reduce_per_microbatch else 0)]
+    mb_calls.append((Collective.ALL_GATHER, mech.gathers_per_microbatch))
+
+    def latency(calls: list[tuple[Collective, int]]) -> Any:
+        total: Any = 0.0
+        for kind, count in calls:
+            if count:
+                total = total + count * units * collective_latency(kind, group, scaleup, p)
+        return total
+
+    efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    step = where(step_bytes > 0, latency(step_calls) + step_bytes / (bandwidth * efficiency), 0.0)
+    mb = where(
+        microbatch_bytes > 0, latency(mb_calls) + microbatch_bytes / (bandwidth * efficiency), 0.0
+    )
+    return step, mb
+
+
+def dp_exposed_seconds(
+    step_s: Any, microbatch_s: Any, m: Any, window_s: Any, overlapped: bool, tail: Any
+) -> Any:
+    """Seconds of data-parallel communication left exposed in a step, by mechanism.
+
+    * Per-micro-batch collectives (per-micro-batch gradient reduce-scatters, ZeRO-3/FSDP
+      gathers) run under the compute of their micro-batch (prefetch and bucketed reduction): of
+      each but the last only what exceeds one micro-batch's compute (``window_s``, without
+      recomputation) waits; of the last, at least its last unit's share ``tail`` (the final
+      layer's gradients are reduced after all compute is done).
+    * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
+      DDP all-reduce, FSDP2 ZeRO-2's weight gather) overlaps the last micro-batch's backward and
+      the next step's first forward when the framework overlaps it (``overlapped``:
+      Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``, FSDP's prefetch):
+      ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's DDP all-reduce
+      after the last backward).
+
+    Examples
+    --------
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # max(2 − 1.5, 0.2)
+    0.5
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1)
+    2.0
+    >>> round(dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25), 12)  # 3·0.1 + max(0.1, 0.125)
+    0.425
+    """
+    step = maximum(step_s - window_s, step_s * tail) if overlapped else step_s
+    hidden = (m - 1) * maximum(0.0, microbatch_s - window_s)
+    last = maximum(microbatch_s - window_s, microbatch_s * tail)
+    return step + hidden + last
+
+
+def optimizer_seconds(
+    owned_params: Any,
+    hbm_bytes_per_s: float,
+    p: RooflineParams,
+    bytes_per_param: int = OPTIMIZER_BYTES_PER_PARAM,
+) -> Any:
+    """Seconds of the optimizer step on one GPU: the parameters it updates (its ZeRO shard, or
+    all it holds; less what an offload steps on the host) at ``bytes_per_param``
+    (:func:`model.offload.adam_step_bytes` of the recipe's optimizer state; 38 for FP32 Adam)
+    through HBM. Element-wise for arrays.
+
+    Examples
+    --------
+    2.75e9 parameters on an A100-80GB (Korthikanti's 22B on 8 GPUs, no data parallelism):
+    38 · 2.75e9 B / (0.9 · 2.039e12 B/s) ≈ 56.9 ms.
+
+    >>> p = RooflineParams(gemm_efficiency=0.74)
+    >>> round(optimizer_seconds(2.75e9, 2.039e12, p) * 1e3, 1)
+    56.9
+    """
+    return bytes_per_param * owned_params / (hbm_bytes_per_s * p.hbm_efficiency)
