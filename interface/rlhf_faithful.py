@@ -73,8 +73,9 @@ ASSUMPTIONS = (
     "training roles keep their model state on their GPUs through every phase unless offloaded",
     "the critic and the reward model are counted with their base model's output layer (a value "
     "head is one column; its V·h weights are not subtracted) but without vocabulary logits",
-    "a scoring forward frees each layer's activations as it goes (not counted); CPU Adam's own "
-    "time under offload is not counted",
+    "a scoring forward frees each layer's activations as it goes (not counted); optimizer "
+    "offload as model.offload counts it: host-link transfers and the CPU Adam step in every "
+    "update, all exposed (an upper bound)",
 )
 
 

@@ -9,9 +9,10 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, StageMemory, stage_params_per_gpu
-from trainplan.model.frameworks import Framework, mechanism
+from trainplan.model.frameworks import mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf_roles import (
     IDLE_SOURCE,
     OFFLOAD_SOURCE,
@@ -95,38 +96,56 @@ def network_cost(
     last = len(score_est.stages) - 1
     terms: list[Term] = []
     if rs.trainable:
+        # CPU Adam is model.offload's mechanism, applied by evaluate(): the optimizer state and
+        # its step leave the GPU, the host holds them with an FP32 gradient buffer, and the step
+        # time gains the host-link transfers and the CPU Adam step (TimeTerms.offload_s).
+        # A framework that cannot offload the optimizer alone is refused (check_offload's rule,
+        # which evaluate() applies too): a LayoutError, as any illegal layout.
+        offload = Offload(optimizer=Fraction(1)) if opt.offload == "optimizer" else NO_OFFLOAD
+        try:
+            check_offload(spec.framework, spec.zero_stage or 1, offload)
+        except LayoutError:  # the rule is model.offload's; the advice is this tab's
+            raise LayoutError(
+                f"offload: {rs.role}=optimizer — {spec.framework} ZeRO-{spec.zero_stage} has no "
+                "optimizer-only offload (model.offload.check_offload: FSDP2's CPUOffloadPolicy "
+                "moves the parameters too); use idle, or --framework megatron or deepspeed"
+            ) from None
         train_est = evaluate(
             rs.model,
             TrainingSpec(
-                seq_len=s, global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp)
+                seq_len=s,
+                global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp),
+                offload=offload,
             ),
             _layout(spec, opt, spec.recompute),
         )
         extra = (logit + temp - counted) if rs.log_probs else -counted
-        offloaded, held, train_peak, host = [], [], [], Fraction(0)
-        for i, st in enumerate(train_est.stages):
-            off = Fraction(0)
-            if opt.offload == "optimizer":
-                master = 4 * _stage_params(st) / opt.dp if spec.framework is Framework.FSDP2 else 0
-                off = st.state.optimizer_bytes + master
-                host = max(host, off)
-            offloaded.append(off)
-            held.append(st.state.total_bytes - off)
-            step = st.state.total_bytes - off + (0 if off else st.state.step_bytes)
-            train_peak.append(max(st.backward_bytes + (extra if i == last else 0) - off, step))
+        held = [st.state.total_bytes for st in train_est.stages]
+        train_peak = [
+            max(st.backward_bytes + (extra if i == last else 0), st.state.optimizer_step_bytes)
+            for i, st in enumerate(train_est.stages)
+        ]
         held_b = max(held)
+        host = train_est.host_bytes
         state = train_est.peak.state
         terms += [
             Term("weights", "held", state.weights_bytes, "bytes", mech.source),
             Term("gradients", "held", state.gradients_bytes, "bytes", mech.source),
-            Term(
-                "optimizer state" + (" (offloaded)" if opt.offload == "optimizer" else ""),
-                "host" if opt.offload == "optimizer" else "held",
-                state.optimizer_bytes,
-                "bytes",
-                OFFLOAD_SOURCE if opt.offload == "optimizer" else mech.source,
-            ),
         ]
+        if offload.active:
+            terms.append(
+                Term(
+                    "optimizer state + FP32 gradient buffer (offloaded)",
+                    "host",
+                    host,
+                    "bytes",
+                    OFFLOAD_SOURCE,
+                )
+            )
+        else:
+            terms.append(
+                Term("optimizer state", "held", state.optimizer_bytes, "bytes", mech.source)
+            )
         acts = train_est.peak.activations
         if acts is not None:
             terms.append(
@@ -149,16 +168,10 @@ def network_cost(
                     _LOGITS_SOURCE[spec.logits],
                 ),
             ]
-        if train_est.step_s is None:
+        if train_est.step_s is None or train_est.time_terms is None:
             raise InputError("rlhf: step time needs every axis's link bandwidth")
         updates = spec.epochs * spec.updates_per_epoch
-        offload_s = 0.0
-        if opt.offload == "optimizer":
-            assert device.host_link_bytes_per_s
-            shard = max(_stage_params(st) for st in train_est.stages) / opt.dp
-            offload_s = float(6 * shard / Fraction(device.host_link_bytes_per_s)) * updates
-            terms.append(Term("host offload per GPU", "host", host, "bytes", OFFLOAD_SOURCE))
-        training_s = updates * train_est.step_s + offload_s
+        training_s = updates * train_est.step_s
         terms.append(
             Term(
                 f"training ({spec.epochs} epoch(s) × {spec.updates_per_epoch} update(s))",
@@ -168,6 +181,16 @@ def network_cost(
                 "evaluate() step time of the layout (model.timing), 6N per token per epoch",
             )
         )
+        if offload.active:
+            terms.append(
+                Term(
+                    "of which optimizer offload (host link + CPU Adam)",
+                    "training",
+                    updates * train_est.time_terms.offload_s,
+                    "s",
+                    OFFLOAD_SOURCE,
+                )
+            )
         training_b = max(train_peak) - held_b
     else:
         held = []

@@ -20,11 +20,16 @@ seconds per phase and its host bytes — from the cost model itself:
 
 Offload (``RoleOption.offload``), two mechanisms people use:
 
-* ``optimizer`` — CPU Adam (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840; DeepSpeed
-  ``offload_optimizer``, Megatron-Core ``--optimizer-cpu-offload``): the FP32 master weights and
-  Adam moments — 12 B per parameter of the GPU's shard — live in host memory; each update moves
-  the FP32 gradient shard down and the BF16 weights back up over the host link
-  (``host_link_gbps``; CPU Adam's own time is not counted). Trainable roles only.
+* ``optimizer`` — CPU Adam, as :mod:`model.offload` runs it (``evaluate()`` of the update's
+  layout with ``TrainingSpec(offload=Offload(optimizer=1))``; Megatron-Core
+  ``--optimizer-cpu-offload``, DeepSpeed ``offload_optimizer``, ZeRO-Offload, Ren et al. 2021,
+  arXiv 2101.06840): the optimizer state and its step leave the GPU; the host holds the state and
+  an FP32 gradient buffer (12 + 4 B per element of the GPU's optimizer shard under mixed-precision
+  Adam); each update adds the host-link transfers (gradients down, once or per micro-batch as the
+  framework reduces, weights up; ``host_link_gbps``) and the CPU Adam step at the host memory
+  bandwidth (``host_memory_gbps``), all exposed. Trainable roles only, under a framework that
+  offloads the optimizer alone (not FSDP2, whose ``CPUOffloadPolicy`` moves the parameters too;
+  not ``textbook``): :func:`model.offload.check_offload`.
 * ``idle`` — the role's whole state goes to host memory while it does not work and comes back
   for its phases: NeMo-RL's Megatron policy moves "as much as possible" (parameters, gradient
   buffers, optimizer) to the CPU before generation (``offload_after_refit``) and keeps the
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.estimate import Estimate
+from trainplan.model.estimate import Estimate, host_rates
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.rlhf_spec import RLHFSpec, Role
@@ -56,7 +61,6 @@ __all__ = [
     "RoleCost",
     "Evaluator",
     "role_cost",
-    "offload_host_bytes",
     "OFFLOAD_SOURCE",
     "IDLE_SOURCE",
     "OFFLOAD_MODES",
@@ -70,9 +74,10 @@ Evaluator = Callable[[ModelSpec, TrainingSpec, Layout], Estimate]
 cluster: :func:`optimizer.case.links_for`)."""
 
 OFFLOAD_SOURCE = (
-    "ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840): FP32 master + Adam moments, 12 B per "
-    "parameter of the shard, in host memory; FP32 gradients down and BF16 weights up over the "
-    "host link each update"
+    "model.offload (Megatron-Core --optimizer-cpu-offload; DeepSpeed offload_optimizer, "
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): optimizer state + FP32 gradient buffer in "
+    "host memory; gradients down and weights up over the host link, CPU Adam at the host memory "
+    "bandwidth, each update"
 )
 IDLE_SOURCE = (
     "NeMo-RL MegatronPolicyWorker.offload_after_refit (parameters, gradient buffers and optimizer "
@@ -152,7 +157,9 @@ class RoleCost:
     training_s: float
     """Its seconds of work in each phase (0 where it does not work)."""
     host_bytes: Fraction
-    """Host memory per GPU of the pool (offloaded optimizer state)."""
+    """Host memory per GPU of the pool, bytes: the offloaded optimizer state and its FP32
+    gradient buffer (``optimizer``: ``Estimate.host_bytes``), or the state parked there
+    (``idle``)."""
     terms: tuple[Term, ...]
     """Every figure behind the above, with its source."""
     concurrent: int = 0
@@ -181,23 +188,6 @@ class RoleCost:
         ]
 
 
-def offload_host_bytes(params: Fraction | int, replicas: int) -> Fraction:
-    """Host bytes per GPU of offloaded optimizer state: 12 B (FP32 master + two Adam moments)
-    per parameter of the GPU's shard (``params`` on the GPU, sharded over ``replicas``).
-
-    Examples
-    --------
-    A 70B trainable role with CPU Adam needs 12 × 70·10⁹ = 0.84·10¹² B of host memory in all,
-    wherever its shards sit; on 8 GPUs of one node, 105 GB per GPU.
-
-    >>> offload_host_bytes(70 * 10**9, 1) == Fraction(84 * 10**10)
-    True
-    >>> offload_host_bytes(Fraction(70 * 10**9, 8), 1) * 8 == 84 * 10**10
-    True
-    """
-    return Fraction(12) * Fraction(params) / replicas
-
-
 def role_cost(
     spec: RLHFSpec,
     option: RoleOption,
@@ -213,9 +203,13 @@ def role_cost(
     ------
     LayoutError
         Degrees the model does not allow (``evaluate()``'s rules; a rollout tp the KV heads do not
-        allow), or an engine whose KV space holds no sequence at full length.
+        allow); optimizer offload under a framework that cannot run CPU Adam alone (FSDP2,
+        textbook: :func:`model.offload.check_offload`); an engine whose KV space holds no
+        sequence at full length.
     InputError
-        Offload on a frozen role or without a host-link figure; a rollout without HBM bandwidth.
+        Offload on a frozen role; optimizer offload without the host-link and host-memory
+        bandwidths (:func:`model.estimate.host_rates`), idle offload without the host link; a
+        rollout without HBM bandwidth.
     """
     from trainplan.model.rlhf_costs import network_cost, rollout_cost  # they use these types
 
@@ -224,7 +218,9 @@ def role_cost(
         raise InputError(f"offload: {rs.role} is frozen; only trainable roles have optimizer state")
     if option.offload == "idle" and rs.role is Role.ROLLOUT:
         raise InputError("offload: the engine already frees its memory after the rollout")
-    if option.offload != "none" and not device.host_link_bytes_per_s:
+    if option.offload == "optimizer":
+        host_rates(device)  # the one-line InputError naming the missing bandwidth
+    elif option.offload == "idle" and not device.host_link_bytes_per_s:
         raise InputError(
             f"offload: the accelerator table has no host link figure for {device.name}"
         )

@@ -7,8 +7,11 @@ domain up to the cluster (whole nodes: 8, 16, … 64 on 64 H100), so pools pack 
 On a pool of n GPUs a training or scoring role may take any dp·tp·pp = n with tp a power of two
 within the NVLink domain and pp a power of two (``evaluate()``'s legality rules decide the rest:
 heads, KV heads and s divisible by tp; the framework's rules) and an offload mode (``none``;
-``optimizer`` for a trainable role; ``idle``); the rollout engine any power-of-two tp within
-the domain that the KV heads allow and each of the memory fractions. An option that does not fit a GPU on its own is left out.
+``optimizer`` for a trainable role on an accelerator with host-link and host-memory bandwidths,
+refused like any illegal layout where the framework cannot run CPU Adam alone —
+:func:`model.offload.check_offload`; ``idle``); the rollout engine any power-of-two tp within
+the domain that the KV heads allow and each of the memory fractions. An option that does not
+fit a GPU (or its share of the host memory) on its own is left out.
 """
 
 from __future__ import annotations
@@ -137,9 +140,12 @@ def _training_options(
     problem: RLHFProblem, role: Role, n: int, trainable: bool
 ) -> list[RoleOption]:
     out = []
-    modes = ["none"]
-    if problem.offload and problem.device.host_link_bytes_per_s:
-        modes += ["optimizer", "idle"] if trainable else ["idle"]
+    dev, modes = problem.device, ["none"]
+    if problem.offload and dev.host_link_bytes_per_s:
+        # CPU Adam also streams through host memory (model.offload): offered where its
+        # bandwidth is known; a framework that cannot run it is refused by evaluate()
+        cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
+        modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
     for tp in _powers(problem.max_tp or problem.node, n):
         for pp in _powers(n // tp, n // tp):
             for off in modes:

@@ -4,13 +4,14 @@ memory and step-time rules of a placement."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.rlhf_roles import RoleCost, RoleOption, offload_host_bytes
+from trainplan.model.rlhf_roles import RoleCost, RoleOption
 from trainplan.model.rlhf_spec import RLHFSpec, logits_bytes, phase_flops
 from trainplan.model.rlhf_step import compose, step_seconds
 from trainplan.model.rollout import (
@@ -20,7 +21,7 @@ from trainplan.model.rollout import (
     rollout_time,
 )
 from trainplan.model.timing import kernel_efficiency_for
-from trainplan.optimizer.rlhf_tables import RLHFProblem, cost_of
+from trainplan.optimizer.rlhf_tables import RLHFProblem, build_tables, cost_of
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -188,12 +189,13 @@ def test_old_log_prob_pass_and_phase_flops():
 
 
 def test_host_memory_of_cpu_adam_roles():
-    """A 70B trainable role with CPU Adam: 12 B/param (FP32 master + two moments) = 0.84e12 B of
-    host memory wherever its shards sit; two such roles on one 8-GPU node need twice that,
-    1.68e12 B — within a DGX H100's 2 TB; a third would not fit."""
-    assert offload_host_bytes(70 * 10**9, 1) == 840 * 10**9
-    per_gpu = offload_host_bytes(70 * 10**9, 8)  # each of 8 GPUs holds an eighth
-    assert per_gpu * 8 == 840 * 10**9
+    """A 70B trainable role with CPU Adam (model.offload): the host holds the FP32 master and
+    two moments (12 B) and the FP32 gradient buffer CPU Adam reads (4 B) per element of the
+    optimizer's shards — 16 × 70e9 = 1.12e12 B wherever the shards sit, 1.4e11 B on each of 8
+    GPUs. One such role fits a DGX H100's 2 TB; two on one 8-GPU node need 2.24e12 B and do
+    not (with 12 B they would have: 1.68e12)."""
+    per_gpu = Fraction((12 + 4) * 70 * 10**9, 8)
+    assert per_gpu == 140 * 10**9
 
     def role(name):
         return RoleCost(
@@ -201,26 +203,105 @@ def test_host_memory_of_cpu_adam_roles():
             0.0, 0.0, 1.0, per_gpu, (), phases=("training",),
         )  # fmt: skip
 
+    one = compose([role("actor")], [0], 80 * 10**9, 2 * 10**12, 8)
+    assert one.pools[0].host_bytes * 8 == 1_120 * 10**9 and one.fits
     two = compose([role("actor"), role("critic")], [0, 0], 80 * 10**9, 2 * 10**12, 8)
-    assert two.pools[0].host_bytes * 8 == 2 * 840 * 10**9 and two.fits
-    three = compose(
-        [role("actor"), role("critic"), role("reference")], [0, 0, 0], 80 * 10**9, 2 * 10**12, 8
-    )
-    assert three.pools[0].host_bytes * 8 == 3 * 840 * 10**9 and not three.fits
+    assert two.pools[0].host_bytes * 8 == 2 * 1_120 * 10**9 and not two.fits
 
 
-def test_cpu_adam_host_bytes_of_a_real_70b_actor():
-    """Llama 3 70B actor on 8 GPUs (dp 8) under Megatron's distributed optimizer with CPU Adam:
-    each GPU keeps 12/8 B per parameter on the host, 12 N = 846,644,477,952 B per node."""
-    llama = get_model("llama3-70b").model
-    n = 70_553_706_496
+LLAMA70 = get_model("llama3-70b").model
+N_LLAMA70 = 70_553_706_496
+
+
+def _llama70_actor(**kw) -> RLHFProblem:
     spec = RLHFSpec(
-        algorithm="ppo", policy=llama, prompts=8, samples_per_prompt=1, prompt_tokens=512,
-        completion_tokens=512,
+        algorithm="ppo", policy=LLAMA70, prompts=8, samples_per_prompt=1, prompt_tokens=512,
+        completion_tokens=512, **kw,
     )  # fmt: skip
-    problem = RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
+    return RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
+
+
+def test_cpu_adam_of_a_real_70b_actor_is_the_offload_mechanism():
+    """Llama 3 70B actor on 8 H100 (dp 8) under Megatron's distributed optimizer (FP32
+    main_grad) with CPU Adam, evaluate() with Offload(optimizer=1). Each GPU's optimizer shard
+    is e = N/8 = 8,819,213,312 elements.
+
+    * GPU: the optimizer state, 12 B × e = 105,830,559,744 B, leaves what the role holds;
+      weights (2 N) and FP32 gradients (4 N) stay; the update's peak above the held state is
+      unchanged (Megatron's step adds nothing with FP32 gradients).
+    * host: 12 B of state + 4 B of FP32 gradient buffer per element, 16 e per GPU, 16 N =
+      1,128,859,303,936 B per node.
+    * time, per update (one here): the FP32 gradients down once per step (Megatron-Core's
+      HybridDeviceOptimizer) and the BF16 weights back, (4 + 2) B × e / 64 GB/s = 0.826801 s,
+      plus CPU Adam streaming (2·12 + 4 + 2) B × e / 76.8 GB/s = 3.445005 s: 4.271806 s. The
+      GPU's own Adam step leaves the step: 38 B × e (model.offload.adam_step_bytes(12, 2)) at
+      3.35 TB/s × 0.9 (H100 HBM3 × the roofline's HBM efficiency) = 0.111154 s.
+    """
+    problem = _llama70_actor()
+    base = cost_of(problem, RoleOption("actor", 8, 8, 1, 1))
     cost = cost_of(problem, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
-    assert cost.host_bytes * 8 == 12 * n == 846_644_477_952
+    e = Fraction(N_LLAMA70, 8)
+    assert e == 8_819_213_312
+    assert base.held_bytes - cost.held_bytes == 12 * e == 105_830_559_744
+    assert cost.held_bytes == (2 + 4) * N_LLAMA70 == 423_322_238_976
+    assert cost.training_bytes == base.training_bytes
+    assert cost.host_bytes == 16 * e and cost.host_bytes * 8 == 16 * N_LLAMA70 == 1_128_859_303_936
+    link = (4 + 2) * 8_819_213_312 / 64e9
+    adam = (2 * 12 + 4 + 2) * 8_819_213_312 / 76.8e9
+    assert link == pytest.approx(0.826801248) and adam == pytest.approx(3.445005200)
+    gpu_adam = 38 * 8_819_213_312 / (3.35e12 * 0.9)
+    assert gpu_adam == pytest.approx(0.111154264)
+    assert cost.training_s - base.training_s == pytest.approx(link + adam - gpu_adam, rel=1e-9)
+    terms = {t.name: t for t in cost.terms}
+    assert terms["of which optimizer offload (host link + CPU Adam)"].value == pytest.approx(
+        4.271806448, rel=1e-9
+    )
+    host = terms["optimizer state + FP32 gradient buffer (offloaded)"]
+    assert (host.phase, host.value) == ("host", 16 * e) and "model.offload" in host.source
+    assert "optimizer state" not in terms  # nothing of it is held on the GPU
+
+
+def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
+    """Qwen2.5 7B actor on 8 H100 (dp 8), DeepSpeed ZeRO-2 with offload_optimizer: the 64
+    sequences of 5,120 tokens go 3 per micro-batch, ⌈64/24⌉·24 = 72 on the dp ranks, m = 3
+    micro-batches. e = N/8 = 951,952,064 elements per GPU. DeepSpeed accumulates BF16 gradients
+    into the host's FP32 partition every micro-batch: 3 × 2 B × e down, 2 B × e of weights up,
+    8 B × e / 64 GB/s = 0.118994 s; CPU Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.490850 s per
+    update, less the GPU's own Adam step (38 B × e at 3.35 TB/s × 0.9 = 0.011998 s).
+    GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e =
+    15,231,233,024 B per GPU."""
+    problem = RLHFProblem(
+        _spec(framework="deepspeed", zero_stage=2), H100, 8, ClusterLinks.from_device(H100)
+    )
+    base = cost_of(problem, RoleOption("actor", 8, 8, 1, 1))
+    cost = cost_of(problem, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
+    e = Fraction(N_QWEN, 8)
+    assert e == 951_952_064
+    assert base.held_bytes - cost.held_bytes == 12 * e
+    assert cost.host_bytes == 16 * e == 15_231_233_024
+    offload_s = (3 * 2 + 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
+    assert offload_s == pytest.approx(0.118994008 + 0.371856275, rel=1e-8)
+    gpu_adam = 38 * 951_952_064 / (3.35e12 * 0.9)  # the GPU's Adam step leaves, as above
+    assert cost.training_s - base.training_s == pytest.approx(offload_s - gpu_adam, rel=1e-9)
+
+
+def test_cpu_adam_refused_where_the_framework_cannot_run_it():
+    """FSDP2's only offload is CPUOffloadPolicy (parameters, gradients and optimizer together):
+    CPU Adam alone is illegal there, a LayoutError like any illegal layout — the placement
+    search leaves those options out and keeps the others. Without a host-memory bandwidth the
+    CPU step cannot be timed: one line naming it."""
+    fsdp = RLHFProblem(_spec(framework="fsdp2"), H100, 8, ClusterLinks.from_device(H100))
+    with pytest.raises(LayoutError, match="CPUOffloadPolicy"):
+        cost_of(fsdp, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
+    assert cost_of(fsdp, RoleOption("actor", 8, 8, 1, 1, "idle")).swap_bytes > 0
+    small = RLHFProblem(_spec(framework="fsdp2"), H100, 8, ClusterLinks.from_device(H100), max_tp=1)
+    tables = build_tables(small)
+    kept = {o.offload for by in tables.options.values() for v in by.values() for o, _ in v}
+    assert "optimizer" not in kept and "idle" in kept
+    no_memory = replace(H100, host_memory_bytes_per_s=None)
+    mega = RLHFProblem(_spec(), no_memory, 8, ClusterLinks.from_device(no_memory))
+    with pytest.raises(InputError, match="offload: the H100-SXM has no host memory bandwidth"):
+        cost_of(mega, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
 
 
 def test_pool_memory_and_step_rules():

@@ -35,12 +35,13 @@ TINY = ModelSpec(
 
 
 def _small(mem_gib: int, algorithm="grpo", reward="rule", off_policy=0) -> RLHFProblem:
-    """A 4-GPU node of a small-memory accelerator, so memory decides between placements."""
+    """A 4-GPU node of a small-memory accelerator, so memory decides between placements; with
+    H100's host link and host memory bandwidth, so CPU Adam is among the options."""
     dev = DeviceSpec(
         name="H100-test", memory_bytes=mem_gib * 2**30, memory_unit="GiB",
         peak_flops_per_s=989.4e12, nvlink_bytes_per_s=450e9, nvlink_domain=4,
         scaleout_bytes_per_s=50e9, hbm_bytes_per_s=3.35e12, host_link_bytes_per_s=64e9,
-        runtime_reserve_bytes=2**29,
+        host_memory_bytes_per_s=76.8e9, runtime_reserve_bytes=2**29,
     )  # fmt: skip
     spec = RLHFSpec(
         algorithm=algorithm, policy=TINY, reward=reward, prompts=16, samples_per_prompt=8,

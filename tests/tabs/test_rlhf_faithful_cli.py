@@ -73,6 +73,8 @@ BAD = [
     (["--engine-memory-fraction", "1.2"], "engine_memory_fraction: 1.2 must be in (0, 1)"),
     (["--engine-memory-fraction", "0"], "engine_memory_fraction: 0 must be in (0, 1)"),
     (["--offload", "reference=optimizer"], "reference is frozen"),
+    # CPU Adam alone is model.offload's rule: FSDP2 offloads only with its parameters
+    (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
     (["--policy-params", "7B"], "policy_params: '7B' does not apply"),
     (["--framework", "textbook"], "framework: 'textbook' is the seed's accounting"),
