@@ -7,6 +7,8 @@ sibling modules and are registered here.
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from trainplan.interface.cli.common import GuardedGroup, run_guarded
@@ -14,8 +16,41 @@ from trainplan.interface.cli.common import GuardedGroup, run_guarded
 __all__ = ["main", "cli"]
 
 
+COMMAND_MODULES: dict[str, str] = {
+    "evaluate": "planner",
+    "gpus": "planner",
+    "models": "planner",
+    "search": "search",
+    "frontier": "search",
+    "example": "examples",
+    "pipeline": "tabs",
+    "mfu": "tabs",
+    "ckpt": "tabs",
+    "rlhf": "rlhf",
+    "rlhf-plan": "rlhf",
+    "calibrate": "calibrate",
+    "serve": "serve",
+}
+"""Which sibling module defines each command: a command's module is imported when the command is
+looked up (click's lazy-loading pattern, "Extending Click: Lazily Loading Subcommands"), so
+``trainplan evaluate`` does not import the RLHF or search modules. ``--help`` imports them all."""
+
+
+class LazyGroup(GuardedGroup):
+    """:class:`GuardedGroup` whose commands are imported from :data:`COMMAND_MODULES` on first
+    lookup."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMAND_MODULES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"trainplan.interface.cli.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+
 @click.group(
-    cls=GuardedGroup,
+    cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="trainplan")
@@ -24,6 +59,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    """Import every command module (for code that reads ``cli.commands`` directly)."""
     from trainplan.interface.cli import (  # noqa: F401  (commands attach to `cli`)
         calibrate,
         examples,
@@ -36,6 +72,5 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    _register()
+    """Console-script entry point (commands load on lookup, :class:`LazyGroup`)."""
     run_guarded(cli)
