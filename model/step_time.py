@@ -41,6 +41,7 @@ from trainplan.model.xp import maximum, minimum, where
 __all__ = [
     "link_time",
     "rings_bandwidth",
+    "all_to_all_bandwidth",
     "clock",
     "kind_parts",
     "stage_part_list",
@@ -52,7 +53,7 @@ __all__ = [
 
 
 def link_time(
-    link: Any, scaleup_bandwidth: float | None, domain: int | None = None
+    link: Any, scaleup_bandwidth: float | None, domain: int | None = None, all_to_all: bool = False
 ) -> LinkTime | None:
     """The :class:`LinkTime` of an axis's link (a :class:`topology.placement.AxisLink` or any
     object with ``link`` and ``bandwidth_bytes_per_s``); None at degree 1 or when unknown. A link
@@ -64,6 +65,8 @@ def link_time(
     through its own GPU's NIC (NCCL builds one ring per channel and gives each channel its own
     NIC on rail-optimised nodes): the group's bandwidth per GPU is ``g`` × the NIC's, at most
     the scale-up figure. A group with one member per domain (dp outside tp = 8) gets one NIC.
+    An all-to-all (``all_to_all``: the expert dispatch and combine) is not a ring: each GPU's
+    messages to ranks outside its domain leave through its own NIC (:func:`all_to_all_bandwidth`).
     """
     if link is None or link.bandwidth_bytes_per_s is None or link.link == "none":
         return None
@@ -71,7 +74,8 @@ def link_time(
     scaleup = link.link == "nvlink" or bandwidth == scaleup_bandwidth
     span, size = getattr(link, "span", None), getattr(link, "group_size", None)
     if not scaleup and domain and span and size:
-        bandwidth = rings_bandwidth(bandwidth, size, span, domain, scaleup_bandwidth)
+        group = all_to_all_bandwidth if all_to_all else rings_bandwidth
+        bandwidth = group(bandwidth, size, span, domain, scaleup_bandwidth)
     return LinkTime(bandwidth, bool(scaleup))
 
 
@@ -93,6 +97,34 @@ def rings_bandwidth(
     """
     per_domain = maximum(1, minimum(group_size, domain * group_size // span))
     bandwidth = nic * per_domain
+    return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
+
+
+def all_to_all_bandwidth(
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None
+) -> Any:
+    """The bandwidth per GPU, counted over all the bytes it sends, of an all-to-all over a
+    scale-out group with ``g`` members per domain (as in :func:`rings_bandwidth`): of the
+    ``n − 1`` peers each GPU sends to, ``n − g`` are outside its domain and their share of the
+    bytes, ``(n − g)/(n − 1)``, leaves through the GPU's own NIC while the rest rides the
+    scale-up links at the same time; so the whole message moves at ``NIC × (n − 1)/(n − g)``,
+    at most the scale-up figure. No parallel rings: NCCL's all-to-all posts one send and one
+    receive per peer (``ncclSend``/``ncclRecv`` in a group), and a node's 8 NICs carry its 8
+    GPUs' off-node messages, one NIC each on rail-optimised nodes. Element-wise for arrays.
+
+    Examples
+    --------
+    ep = 256 with tp = 1 on 8-GPU H800 nodes (50 GB/s NICs): 248 of 255 peers are off-node,
+    50 × 255/248 GB/s; ep = 16 over two nodes: 8 of 15, 50 × 15/8.
+
+    >>> round(all_to_all_bandwidth(50e9, 256, 256, 8, 400e9) / 1e9, 2)
+    51.41
+    >>> round(all_to_all_bandwidth(50e9, 16, 16, 8, 400e9) / 1e9, 2)
+    93.75
+    """
+    per_domain = maximum(1, minimum(group_size, domain * group_size // span))
+    outside = maximum(group_size - per_domain, 1)
+    bandwidth = nic * (group_size - 1) / outside
     return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
 
 
@@ -123,7 +155,7 @@ def clock(
         params,
         link_time(get("tp"), up, domain),
         link_time(get("cp"), up, domain),
-        link_time(get("ep"), up, domain),
+        link_time(get("ep"), up, domain, all_to_all=True),
         tp_comm_overlap,
         *cp,
         linear_speedup,

@@ -32,6 +32,7 @@ from trainplan.model.precision import linear_speedup
 from trainplan.model.roofline import LinkTime
 from trainplan.model.roofline_step import params_of
 from trainplan.model.step_time import (
+    all_to_all_bandwidth,
     dp_exposed_seconds,
     dp_seconds,
     kind_parts,
@@ -76,8 +77,9 @@ def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndar
             links = links_for(s.layout(1, Recompute.NONE), L, case.fabric)
             for axis in sizes:
                 lt = link_time(
-                    links["dp_cp" if axis == "dp" else axis], L.nvlink_bytes_per_s, L.nvlink_domain
-                )
+                    links["dp_cp" if axis == "dp" else axis], L.nvlink_bytes_per_s,
+                    L.nvlink_domain, all_to_all=axis == "ep",
+                )  # fmt: skip
                 if lt is not None:
                     bw[axis][n], up[axis][n] = lt.bandwidth_bytes_per_s, lt.scaleup
     else:
@@ -89,7 +91,8 @@ def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndar
             for axis, size in sizes.items():
                 span = spans["dp_cp" if axis == "dp" else axis]
                 inside = span <= L.nvlink_domain
-                out = rings_bandwidth(
+                group = all_to_all_bandwidth if axis == "ep" else rings_bandwidth
+                out = group(
                     float(L.scaleout_bytes_per_s), size[rows], span, L.nvlink_domain,
                     L.nvlink_bytes_per_s,
                 )  # fmt: skip

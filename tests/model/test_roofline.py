@@ -160,3 +160,20 @@ def test_recomputation_adds_time_and_overlap_hides_some():
     bare = Clock(PEAK, HBM, P, LinkTime(NVLINK, True), tp_comm_overlap=TpOverlap.NONE)
     exposed = layer_time(SHAPE, bare, Recompute.NONE)
     assert exposed.tp_s == none.tp_s and none.tp_exposed_s < exposed.tp_exposed_s == exposed.tp_s
+
+
+def test_expert_all_to_all_leaves_through_each_gpus_own_nic():
+    """An all-to-all is not a ring: the ring rule's parallel rings (dp with tp 1 gets a node's
+    8 NICs) must not apply to the expert dispatch and combine. ep 256 with tp 1 on 8-GPU H800
+    nodes, 400 Gb/s = 50 GB/s NICs, NVLink 200 GB/s per direction: each GPU sends to 255 peers,
+    248 of them off-node, and those bytes leave through its own NIC. Over all its bytes the GPU
+    moves at 50 × 255/248 = 51.41 GB/s, not a ring's 8 × 50 = 400 capped at 200 GB/s."""
+    from trainplan.model.step_time import link_time
+    from trainplan.topology.placement import AxisLink
+
+    link = AxisLink("ep", 256, 256, "scale-out", 50e9)
+    a2a = link_time(link, 200e9, 8, all_to_all=True)
+    ring = link_time(link, 200e9, 8)
+    assert a2a is not None and ring is not None and not a2a.scaleup
+    assert a2a.bandwidth_bytes_per_s == pytest.approx(50e9 * 255 / 248)
+    assert ring.bandwidth_bytes_per_s == 200e9  # 8 rings × 50 GB/s, capped at NVLink
