@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options
+from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
@@ -128,16 +129,6 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
     rule of :func:`model.units.parse_count`), or ``default``."""
     value = params.get(key)
     return default if value is None else parse_count(value, key)
-
-
-def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
-    """A true/false parameter; anything but a bool (e.g. the string "false") is an error."""
-    value = params.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InputError(f"{key}: {value!r} must be true or false")
-    return value
 
 
 def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:

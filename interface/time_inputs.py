@@ -26,7 +26,7 @@ from trainplan.model.specs import ModelSpec, TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
 from trainplan.model.units import parse_number
 
-__all__ = ["TIME_KEYS", "ROOFLINE_KEYS", "cost_options", "read_calibration"]
+__all__ = ["TIME_KEYS", "ROOFLINE_KEYS", "bool_param", "cost_options", "read_calibration"]
 
 ROOFLINE_KEYS: tuple[str, ...] = tuple(k for k in CALIBRATABLE if k != "attention_efficiency")
 """Roofline figures given by name (``attention_efficiency`` serves both models)."""
@@ -127,13 +127,15 @@ def cost_options(
         # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
         # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
         # full s² is computed (Megatron-LM's Eq. 3 convention).
-        causal_attention_flops=_flag(params, "causal_attention_flops", training.flash_attention),
-        zero3_regather=_flag(params, "zero3_regather", False),
+        causal_attention_flops=bool_param(
+            params, "causal_attention_flops", training.flash_attention
+        ),
+        zero3_regather=bool_param(params, "zero3_regather", False),
         attention_efficiency=attention_efficiency,
         time_model=time_model,
         roofline=roofline_params_for(device.name, **figures),
         tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
-        grad_reduce_overlap=_flag(params, "grad_reduce_overlap", True),
+        grad_reduce_overlap=bool_param(params, "grad_reduce_overlap", True),
     )
 
 
@@ -146,7 +148,9 @@ def _choice(kind: Any, params: Mapping[str, Any], key: str, default: str) -> Any
         raise InputError(f"{key}: {value!r} is not one of {allowed}") from None
 
 
-def _flag(params: Mapping[str, Any], key: str, default: bool) -> bool:
+def bool_param(params: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A true/false parameter of a query or scenario; anything but a bool (e.g. the string
+    "false") is an :class:`InputError` naming the key; missing: ``default``."""
     value = params.get(key)
     if value is None:
         return default
