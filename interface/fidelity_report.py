@@ -192,6 +192,7 @@ def gap_section(results: Sequence[RunResult]) -> list[str]:
         est = r.estimate
         arch, lay, dev = est.model.arch, est.layout, est.device
         assert arch is not None and est.time_terms is not None and est.step_s
+        assert dev.hbm_bytes_per_s is not None
         p = roofline_params_for(dev.name)
         k = arch.hidden_size / lay.tp
         rel = gemm_efficiency(k, dev.peak_flops_per_s, dev.hbm_bytes_per_s, p) / p.gemm_efficiency
