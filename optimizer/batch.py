@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.errors import LayoutError
@@ -69,7 +70,13 @@ from trainplan.model.timing import (
     stage_peak_seconds,
 )
 from trainplan.model.vocab import vocab_multiple_for
-from trainplan.optimizer.batch_roofline import offload_arrays, roofline_rows, roofline_times
+from trainplan.optimizer.batch_roofline import (
+    activation_offload_arrays,
+    offload_arrays,
+    offload_figures,
+    roofline_rows,
+    roofline_times,
+)
 from trainplan.optimizer.space import Shape
 
 __all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
@@ -325,11 +332,27 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
             arch, sa.col("cp_ring"), sa.col("cp_a2a"), sa.col("cp_gather"), sa.col("tp"), tokens,
             t.activation_bytes,
         ) * (n_dense + n_moe > 0)  # fmt: skip
+    off = offload_figures(job, sa, mode)
+    q_off = None if off is None else [x[:, None] for x in off]
+    offloaded = None if q_off is None else apply_form(per_mb_c, q_off) * flight
     for v in sorted(set(sa.v[sa.interleaved].tolist())):
         rows = sa.interleaved & (sa.v == v)
-        k, e = _interleaved(arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows])
+        sub_off = None if q_off is None else [x[rows] for x in q_off]
+        k, e, o = _interleaved(
+            arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows], sub_off
+        )
         kept[rows], emb_total[rows] = k, e
-    return kept + transient + emb_total + cp_buffers
+        if offloaded is not None:
+            offloaded[rows] = o
+    buffer: Any = 0
+    if q_off is not None and offloaded is not None:
+        n_dense, n_moe, _, _, _ = _stage_kind_arrays(job, sa)
+        i = 1 if mode is Recompute.SELECTIVE else 0
+        per_layer = np.maximum(
+            np.where(n_dense > 0, q_off[i], 0), np.where(n_moe > 0, q_off[4 + i], 0)
+        )
+        buffer = np.minimum(offload_buffer_bytes(per_layer, (n_dense + n_moe) * flight), offloaded)
+    return kept + transient + emb_total + cp_buffers + buffer
 
 
 def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
@@ -355,8 +378,10 @@ def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
     return per_mb_c, trans_c
 
 
-def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
-    """(kept, embedding/output-layer bytes) [n, P] of interleaved shapes with v chunks."""
+def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb, q_off=None):
+    """(kept, embedding/output-layer bytes, offloaded activations) [n, P] of interleaved shapes
+    with v chunks (offloaded: the chunks' :func:`model.stage_bytes.offload_quantities` figures
+    ``q_off`` times the micro-batches each holds at the peak; 0 without)."""
     shapes = [s for s, r in zip(sa.shapes, rows, strict=True) if r]
     P = sa.P
     pp, m = sa.pp[rows][:, None], sa.m[rows][:, None]
@@ -377,11 +402,16 @@ def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
         coeff[n], counts[n] = cache[key]
     if mode is Recompute.SQRT:
         _, end_held = chunk_peak(pp, m, v, stage, [counts[:, j] for j in range(v)], 0)
-        return per_mb * interleaved_in_flight(pp, m, v, stage), emb * end_held
+        return per_mb * interleaved_in_flight(pp, m, v, stage), emb * end_held, 0
     chunk_bytes = [apply_form([coeff[:, j, c] for c in range(8)], q) for j in range(v)]
     held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
     kept = sum(h * cb for h, cb in zip(held, chunk_bytes, strict=True))
-    return kept, emb * end_held
+    offloaded: Any = 0
+    if q_off is not None:
+        offloaded = sum(
+            h * apply_form([coeff[:, j, c] for c in range(8)], q_off) for j, h in enumerate(held)
+        )
+    return kept, emb * end_held, offloaded
 
 
 # ------------------------------------------------------------------------------ time
@@ -557,6 +587,7 @@ def _single_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[
                 (total - hidden) / bw[axis], 0.0, m, o.overlap[axis], window
             )
         seconds = compute * (1 + bubble_ratio(sa.pp, m, sa.v)) + exposed
+        seconds = seconds + activation_offload_arrays(job, sa, mode, n_dense, n_moe, t_mb)
         t1[:, ri] = np.rint(seconds * 1e9)
     t2 = np.zeros((N, Z), dtype=np.int64)
     busiest = _busiest_params(job, sa)

@@ -160,6 +160,15 @@ def build_tables(
     from trainplan.model.params import count_params
 
     space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
+    if any(job.case.training.offload.activations for job in problem.jobs):
+        # activation offload runs with recompute none or selective only
+        # (model.activation_offload.check_activation_offload)
+        rs = tuple(r for r in rs if r in (Recompute.NONE, Recompute.SELECTIVE))
+        if not rs:
+            raise InputError(
+                "search: offload_activations needs recompute none or selective among the "
+                "recompute modes (full and sqrt keep only checkpoints: nothing to offload)"
+            )
     per_job: list[tuple[Job, tuple[Shape, ...]]] = []
     total = 0
     for job in problem.jobs:
