@@ -205,13 +205,17 @@ def _structure_key(s: Shape, vocab_multiple: int | None) -> tuple:
 
 def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
     """Forward/backward state [N, Z, P], optimizer-step state [N, Z, P], activations
-    [N, R, P] and legality [N, Z] of every shape of ``job``, from the cost model's terms."""
+    [N, R, P], legality [N, Z], and the host's share per GPU of the offloaded state
+    (``host`` [N, Z, P]) and activations (``act_host`` [N, R, P]) of every shape of ``job``,
+    from the cost model's terms."""
     N, P, Z, R = len(sa.shapes), sa.P, len(zero_stages), len(recomputes)
     out = {
         "state": np.zeros((N, Z, P)),
         "step": np.zeros((N, Z, P)),
         "act": np.zeros((N, R, P)),
         "legal": np.zeros((N, Z), dtype=bool),
+        "host": np.zeros((N, Z, P)),
+        "act_host": np.zeros((N, R, P)),
     }
     for rows, sub in sa.groups():
         part = _memory_group(job, sub, zero_stages, recomputes)
@@ -254,6 +258,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     valid = sa.valid
     state = np.zeros((N, Z, P))
     step = np.zeros((N, Z, P))
+    host_state = np.zeros((N, Z, P))
     legal = np.zeros((N, Z), dtype=bool)
     frameworks = np.array([s.framework.value for s in sa.shapes])
     for fw_name in dict.fromkeys(frameworks.tolist()):
@@ -276,6 +281,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)
             step[ok, zi] = np.where(valid[ok], total + extra + cache, 0)
+            host_state[ok, zi] = np.where(valid[ok], host, 0)
             # the host's share fits its memory (model.estimate.Estimate.host_fits)
             host_cap = case.device.host_memory_bytes
             host_ok = (
@@ -285,14 +291,26 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             )
             legal[ok, zi] = host_ok
     act = np.zeros((N, R, P))
+    act_host = np.zeros((N, R, P))
     for ri, mode in enumerate(recomputes):
-        act[:, ri] = np.where(valid, _activations(job, sa, Recompute(mode)), 0)
-    return {"state": state, "step": step, "act": act, "legal": legal}
+        gpu, on_host = _activations(job, sa, Recompute(mode))
+        act[:, ri] = np.where(valid, gpu, 0)
+        act_host[:, ri] = np.where(valid, on_host, 0)
+    return {
+        "state": state,
+        "step": step,
+        "act": act,
+        "legal": legal,
+        "host": host_state,
+        "act_host": act_host,
+    }
 
 
-def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
-    """[N, P] activation bytes of every stage under ``mode`` (layers in flight, the recompute
-    transient and the embedding/output layer; pipeline outputs are deallocated)."""
+def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any]:
+    """([N, P] activation bytes of every stage under ``mode`` (layers in flight, the recompute
+    transient, the embedding/output layer and activation offload's GPU buffer; pipeline outputs
+    are deallocated), [N, P] activation offload's host bytes or 0):
+    :func:`model.memory.stage_activations` over arrays."""
     case = job.case
     arch, t = case.model.arch, case.training
     assert arch is not None
@@ -345,6 +363,7 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
         if offloaded is not None:
             offloaded[rows] = o
     buffer: Any = 0
+    host: Any = 0
     if q_off is not None and offloaded is not None:
         n_dense, n_moe, _, _, _ = _stage_kind_arrays(job, sa)
         i = 1 if mode is Recompute.SELECTIVE else 0
@@ -352,7 +371,8 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
             np.where(n_dense > 0, q_off[i], 0), np.where(n_moe > 0, q_off[4 + i], 0)
         )
         buffer = np.minimum(offload_buffer_bytes(per_layer, (n_dense + n_moe) * flight), offloaded)
-    return kept + transient + emb_total + cp_buffers + buffer
+        host = offloaded - np.minimum(per_layer, offloaded)
+    return kept + transient + emb_total + cp_buffers + buffer, host
 
 
 def _stage_form_arrays(arch, struct, mode: Recompute, P: int):

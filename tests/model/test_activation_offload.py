@@ -218,3 +218,42 @@ def test_offload_never_raises_the_gpu_peak_nor_lowers_the_step(params, data):
         assert off.step_s >= plain.step_s
         assert off.time_terms.activation_offload_s >= 0
     assert isinstance(off.peak.activations.offload_host_bytes, Fraction)
+
+
+def test_search_tables_exclude_a_host_that_overflows():
+    """GPipe holds all m micro-batches: Llama 3 8B at s 8192, B 512 on 8 H100s (m 128 or more
+    per stage) offloading 8·S·h per layer (attn_norm 2, core_attn 2 + 0.5 + 0.5, attn_proj 2,
+    mlp_norm 2 S·h ÷ tp) puts ~618 GB on a GPU's 256 GB share of the host: the tables' fit
+    verdicts, host included, equal the exact evaluation's on every candidate, and only
+    recompute none and selective are candidates."""
+    from trainplan.interface.scenario import build_problem
+    from trainplan.optimizer.tables import build_tables
+
+    values = {
+        "model": "llama3-8b",
+        "gpus": 8,
+        "gpu": "H100-SXM",
+        "global_batch": 512,
+        "seq_len": 8192,
+        "space": {
+            "tp": [1, 2],
+            "pp": [2, 4],
+            "schedule": ["gpipe", "1f1b"],
+            "max_micro_batch": 1,
+            "framework": ["megatron"],
+        },
+        "cluster": {"offload_activations": ["attn_norm", "core_attn", "attn_proj", "mlp_norm"]},
+    }
+    problem = build_problem({}, values)
+    tables = build_tables(problem)
+    assert [str(r) for r in tables.recomputes] == ["none", "selective"]
+    overflows = 0
+    for s, shape in enumerate(tables.shapes):
+        for z, zero in enumerate(tables.zero_stages):
+            if not tables.legal[s, z]:
+                continue
+            for r, mode in enumerate(tables.recomputes):
+                est = problem.jobs[0].case.evaluate(shape.layout(zero, mode))
+                assert bool(tables.fits[s, z, r]) == est.fits, shape
+                overflows += est.host_fits is False
+    assert overflows > 0
