@@ -111,9 +111,9 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--offload-activations",
             "offload_activations",
             help="Comma list of modules whose saved activations go to the host between forward "
-            "and backward: Megatron-Core --fine-grained-activation-offloading --offload-modules "
-            "(attn_norm, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act). Copies overlap "
-            "the next layer's compute; recompute none or selective.",
+            "and backward, named as Megatron-Core's --offload-modules names them (attn_norm, "
+            "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation "
+            "offloading). Copies overlap the next layer's compute; recompute none or selective.",
         ),
         click.option(
             "--host-link-gbps",
