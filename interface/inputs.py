@@ -59,6 +59,7 @@ RECIPE_KEYS = (
     "master_weights",
     "offload_optimizer",
     "offload_params",
+    "offload_activations",
     "host_link_gbps",
     "host_memory_gbps",
 )
@@ -280,6 +281,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
+            activations=params.get("offload_activations") or (),
         ),
     )
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted

@@ -134,6 +134,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("recompute transient", m["recompute_transient_bytes"]),
         ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
+        ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
@@ -237,6 +238,11 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
         f"{_secs(t['exposed_comm_s'])}{optimizer}"
         + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
+        + (
+            f" (activation offload {_secs(t['activation_offload_s'])} exposed, in compute)"
+            if t.get("activation_offload_s")
+            else ""
+        )
         + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
         + _mfu_conventions(d)
         + f", HFU {_pct(t['hfu'])}"

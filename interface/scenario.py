@@ -19,7 +19,7 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
-               # master_weights; offload_optimizer (0-1), offload_params, host_link_gbps,
+               # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # host_memory_gbps; the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency, tp_comm_overlap (none | async | full),
@@ -45,6 +45,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
@@ -198,6 +199,7 @@ VALUE_KINDS: dict[str, Any] = {
     "master_weights": _FLAG,
     "offload_optimizer": _NUMBER,
     "offload_params": _FLAG,
+    "offload_activations": [OFFLOAD_MODULES],
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "memory_reserve_gib": _NUMBER,

@@ -139,6 +139,10 @@ class ActivationContext:
     cp_kind: CpKind = CpKind.RING
     """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
     the all-gather flavour keeps one more tensor (the module docstring)."""
+    offload_modules: tuple[str, ...] = ()
+    """Megatron-Core modules whose saved tensors go to the host (:mod:`model.activation_offload`):
+    :func:`layer_activations` still lists every tensor; :func:`model.stage_bytes.layer_quantities`
+    leaves the offloaded ones off the GPU's per-layer figures."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))

@@ -12,6 +12,7 @@ from fractions import Fraction
 from functools import cache
 from typing import Any, Protocol
 
+from trainplan.model.activation_offload import activation_offload_seconds
 from trainplan.model.comm import (
     AxisTraffic,
     cp_traffic,
@@ -28,6 +29,7 @@ from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import (
     ModelState,
     StageActivations,
+    _context,
     model_state,
     optimizer_elements,
     stage_activations,
@@ -44,6 +46,7 @@ from trainplan.model.precision import linear_speedup
 from trainplan.model.roofline_step import RooflineStep, roofline_step, uses_roofline
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 from trainplan.model.split import stage_layers
+from trainplan.model.stage_bytes import offload_quantities
 from trainplan.model.timing import (
     CostOptions,
     core_passes,
@@ -72,6 +75,7 @@ __all__ = [
     "TimeTerms",
     "time_terms",
     "stage_offload_seconds",
+    "stage_activation_offload_seconds",
     "host_rates",
     "traffic_rows",
     "microbatch_seconds",
@@ -193,8 +197,12 @@ class Estimate:
 
     @property
     def host_bytes(self) -> Fraction:
-        """Bytes on one GPU's share of the host memory (offload), the most of any stage."""
-        return max(s.state.host_bytes for s in self.stages)
+        """Bytes on one GPU's share of the host memory (offload: optimizer state, parameters,
+        and activations, :attr:`StageActivations.offload_host_bytes`), the most of any stage."""
+        return max(
+            s.state.host_bytes + (s.activations.offload_host_bytes if s.activations else 0)
+            for s in self.stages
+        )
 
     @property
     def host_fits(self) -> bool | None:
@@ -579,6 +587,9 @@ class TimeTerms:
     offload_s: float = 0.0
     """Host-link transfers and the CPU optimizer step of an offload, all exposed (reads the
     shape and zero_stage; :func:`model.offload.offload_seconds`)."""
+    activation_offload_s: float = 0.0
+    """What activation offload's copies leave exposed (reads the shape and recompute;
+    :func:`stage_activation_offload_seconds`); already in ``compute_and_pipeline_s``."""
 
     @property
     def step_s(self) -> float:
@@ -688,24 +699,63 @@ def time_terms(
     if links is not None and uses_roofline(options, layout, device):
         step = _roofline(model, training, layout, device, links, options, multiple)
         paced = m * step.microbatch_s
+        act = stage_activation_offload_seconds(arch, training, layout, device, step.microbatch_s)
         return TimeTerms(
             m * step.compute_microbatch_s,
-            paced * (1 + ratio) + step.axes["pp"][1],
+            paced * (1 + ratio) + step.axes["pp"][1] + act,
             step.axes["dp"][1],
             paced * ratio,
             step.optimizer_s,
             offload,
+            act,
         )
     t_mb = microbatch_seconds(arch, training, layout, device, options)
     compute = m * t_mb
     other = sum(v for k, v in exposed.items() if k != "dp")
+    act = stage_activation_offload_seconds(arch, training, layout, device, t_mb)
     return TimeTerms(
         compute,
-        compute * (1 + ratio) + other,
+        compute * (1 + ratio) + other + act,
         exposed.get("dp", 0.0),
         compute * ratio,
         0.0,
         offload,
+        act,
+    )
+
+
+def stage_activation_offload_seconds(
+    arch: Architecture,
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    microbatch_s: float,
+) -> float:
+    """:func:`model.activation_offload.activation_offload_seconds` of the stage with the most
+    layers (its dense layers the most layers less the most MoE layers of any stage), from the
+    per-layer offloaded bytes (:func:`model.stage_bytes.offload_quantities`: selective
+    recomputation's figure or no recomputation's) and the time model's micro-batch on the
+    slowest stage, ``microbatch_s``. 0 without activation offload.
+
+    Raises
+    ------
+    InputError
+        Activation offload on a device without a host-link figure.
+    """
+    if not training.offload.activations:
+        return 0.0
+    link, _ = host_rates(device, need_memory=False)
+    q = offload_quantities(arch, _context(arch, layout, training))
+    i = 1 if layout.recompute is Recompute.SELECTIVE else 0
+    kinds = stage_kinds(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )
+    most, most_moe = max(d + e for d, e, _ in kinds), max(e for _, e, _ in kinds)
+    m = layout.num_microbatches(training.global_batch_size)
+    return float(
+        activation_offload_seconds(
+            float(q[i]), float(q[4 + i]), most - most_moe, most_moe, microbatch_s, m, link
+        )
     )
 
 
@@ -746,8 +796,10 @@ def stage_offload_seconds(
     return float(offload_seconds(mech, off, elements, m, training.optimizer_bytes, link, memory))
 
 
-def host_rates(device: DeviceSpec) -> tuple[float, float]:
-    """(host-link bytes/s per direction, host-memory bytes/s per GPU) of ``device``.
+def host_rates(device: DeviceSpec, need_memory: bool = True) -> tuple[float, float]:
+    """(host-link bytes/s per direction, host-memory bytes/s per GPU) of ``device``; with
+    ``need_memory`` False an unknown host-memory rate is returned as 0 (activation offload
+    only crosses the link).
 
     Raises
     ------
@@ -755,6 +807,8 @@ def host_rates(device: DeviceSpec) -> tuple[float, float]:
         Either is unknown (not in the accelerator table and not given).
     """
     link, memory = device.host_link_bytes_per_s, device.host_memory_bytes_per_s
+    if link is not None and memory is None and not need_memory:
+        return link, 0.0
     if link is None or memory is None:
         missing = "--host-link-gbps" if link is None else "--host-memory-gbps"
         raise InputError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
+from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import CpKind, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
@@ -261,7 +262,8 @@ def validate(
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
     axes (:func:`model.frameworks.check_framework`) and its offload (:func:`model.offload.
-    check_offload`); B divisible by b·dp; pp·v chunks at most L
+    check_offload`; activation offload's recompute and MoE rules,
+    :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks at most L
     (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing to L
     (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
 
@@ -284,6 +286,8 @@ def validate(
         )
     check_framework(lay.framework, lay.zero_stage, lay.pp)
     check_offload(lay.framework, lay.zero_stage, training.offload)
+    has_moe = model.arch is None or model.arch.kind_index(True) is not None
+    check_activation_offload(lay.framework, lay.recompute, training.offload.activations, has_moe)
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")

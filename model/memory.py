@@ -21,6 +21,7 @@ from fractions import Fraction
 from functools import cache
 from typing import Any
 
+from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.frameworks import Mechanism, mechanism
@@ -36,6 +37,7 @@ from trainplan.model.stage_bytes import (
     chunk_peak,
     embedding_bytes,
     layer_quantities,
+    offload_quantities,
     peak_transient,
     sqrt_segment,
     stage_forms,
@@ -279,6 +281,14 @@ class StageActivations:
     attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
     :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
     stage without transformer layers."""
+    offload_buffer_bytes: Fraction = Fraction(0)
+    """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
+    GPU — the group never offloaded and one layer in transit
+    (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
+    offloaded tensor out. 0 without activation offload."""
+    offload_host_bytes: Fraction = Fraction(0)
+    """Activation offload: the offloaded tensors of every layer and micro-batch in flight on the
+    host, less the group never offloaded. Not part of any GPU total."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -288,6 +298,7 @@ class StageActivations:
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.cp_transient_bytes
+            + self.offload_buffer_bytes
         )
 
 
@@ -304,6 +315,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8,
         cp_kind=layout.cp_kind,
+        offload_modules=training.offload.activations,
     )
 
 
@@ -408,14 +420,27 @@ def _stage_activations(
     gather = layout.cp_kind is CpKind.ALL_GATHER
     beta = training.activation_bytes
     cp_buffers = cp_transient_bytes(arch, r, u, gather, layout.tp, ctx.tokens, beta) * bool(layers)
+    off_q = offload_quantities(arch, ctx)
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
+        buffer, host = _offload_lines(
+            kinds, in_flight, off_q, apply_form(per_form, off_q) * in_flight, mode
+        )
         return StageActivations(
-            per_mb * in_flight, transient, emb * in_flight, in_flight, per_mb, outputs, cp_buffers
+            per_mb * in_flight,
+            transient,
+            emb * in_flight,
+            in_flight,
+            per_mb,
+            outputs,
+            cp_buffers,
+            buffer,
+            host,
         )
     # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
     # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
     # place the end chunk's micro-batches.
     local = local_chunks(arch, pp, v, layout.uneven_stages, stage, layout.stage_layers)
+    offloaded = Fraction(0)
     if mode is Recompute.SQRT:
         held, end_held = chunk_peak(pp, m, v, stage, [Fraction(len(c)) for c in local], 0)
         kept = per_mb * in_flight
@@ -423,6 +448,11 @@ def _stage_activations(
         chunk_bytes = [apply_form(chunk_form(c, mode), q) for c in local]
         held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
         kept = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
+        offloaded = sum(
+            (n * apply_form(chunk_form(c, mode), off_q) for n, c in zip(held, local, strict=True)),
+            Fraction(0),
+        )
+    buffer, host = _offload_lines(kinds, in_flight, off_q, offloaded, mode)
     return StageActivations(
         kept,
         transient,
@@ -431,7 +461,29 @@ def _stage_activations(
         per_mb,
         outputs,
         cp_buffers,
+        buffer,
+        host,
     )
+
+
+def _offload_lines(
+    kinds: tuple[bool, ...],
+    in_flight: Fraction,
+    off_q: tuple[Fraction, ...],
+    offloaded: Fraction,
+    mode: Recompute,
+) -> tuple[Fraction, Fraction]:
+    """(GPU buffer, host bytes) of activation offload on a stage of layer ``kinds`` holding
+    ``in_flight`` micro-batches whose layers offload ``offloaded`` bytes in all (:func:`model.
+    stage_bytes.offload_quantities` figures ``off_q``): the buffer of
+    :func:`model.activation_offload.offload_buffer_bytes` for the stage's largest per-layer
+    offload, and the rest on the host."""
+    if not offloaded:
+        return Fraction(0), Fraction(0)
+    figure = 1 if mode is Recompute.SELECTIVE else 0
+    per_layer = max(off_q[4 * k + figure] for k in set(kinds))
+    buffer = min(offload_buffer_bytes(per_layer, len(kinds) * in_flight), offloaded)
+    return buffer, offloaded - min(per_layer, offloaded)
 
 
 @cache

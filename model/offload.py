@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.activation_offload import check_activation_offload, parse_modules
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, Mechanism
 from trainplan.model.xp import is_array
@@ -62,6 +63,11 @@ class Offload:
     params: bool = False
     """Parameter shards (and their gradients and the whole optimizer) on the host: ZeRO-3 only
     (DeepSpeed ``offload_param``, FSDP2 ``CPUOffloadPolicy``). Implies ``optimizer`` = 1."""
+    activations: tuple[str, ...] = ()
+    """Megatron-Core modules whose saved activations go to the host between forward and
+    backward (``--offload-modules``; :mod:`model.activation_offload`), in
+    :data:`~model.activation_offload.OFFLOAD_MODULES` order; ``()`` for none. Not part of
+    :attr:`active` (which is the optimizer and parameter offload)."""
 
     def __post_init__(self) -> None:
         try:
@@ -78,9 +84,11 @@ class Offload:
                 "moves with the parameters (1)"
             )
         object.__setattr__(self, "optimizer", Fraction(1) if self.params else f)
+        object.__setattr__(self, "activations", parse_modules(self.activations))
 
     @property
     def active(self) -> bool:
+        """Whether the optimizer state or the parameters are offloaded (not activations)."""
         return bool(self.optimizer) or self.params
 
 
@@ -95,7 +103,9 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     LayoutError
         textbook (no mechanism); parameter offload below ZeRO-3 or under Megatron-Core;
         DeepSpeed ZeRO-1/2 with a partial fraction (``ratio`` is ZeRO-3's); FSDP2 anything but
-        ``CPUOffloadPolicy`` (parameters, gradients and optimizer together, ZeRO-3).
+        ``CPUOffloadPolicy`` (parameters, gradients and optimizer together, ZeRO-3); activation
+        offload under a profile other than Megatron-Core, or ``attn_proj`` without ``core_attn``
+        (:func:`model.activation_offload.check_activation_offload`).
 
     Examples
     --------
@@ -106,6 +116,8 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     ...     print(err)
     offload_params: Megatron-Core offloads the optimizer only (--optimizer-cpu-offload), not parameters
     """
+    if offload.activations:  # the recompute and MoE rules: model.layout.validate
+        check_activation_offload(Framework(framework), "none", offload.activations)
     if not offload.active:
         return
     fw = Framework(framework)

@@ -199,11 +199,27 @@ def _chunk_layers(est: Estimate) -> list[int] | None:
     return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
 
 
+def _activation_offload_sentence(est: Estimate) -> list[str]:
+    """Which activations are offloaded and how their copies are timed; nothing without."""
+    mods, d = est.training.offload.activations, est.device
+    if not mods:
+        return []
+    return [
+        f"activation offload: the tensors {', '.join(mods)} save for backward go to the host "
+        "after each layer's forward and come back before its backward (Megatron-Core "
+        "--fine-grained-activation-offloading); two layers' worth stays on the GPU (the group "
+        "never offloaded, one in transit); copies at "
+        f"{(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction overlap the next layer's "
+        "forward / the previous layer's backward, the excess exposed (activation_offload_s, in "
+        "the compute and pipeline term)"
+    ]
+
+
 def _offload_sentence(est: Estimate) -> list[str]:
     """What is offloaded, where it lives and what it costs; nothing without offload."""
     off, d = est.training.offload, est.device
     if not off.active:
-        return []
+        return _activation_offload_sentence(est)
     share = "" if off.optimizer == 1 else f"{float(off.optimizer):g} of "
     what = (
         "parameter shards, their gradients and the optimizer"
@@ -215,7 +231,8 @@ def _offload_sentence(est: Estimate) -> list[str]:
         f"per GPU, {d.gpus_per_node} GPUs per node; {d.host_source or 'given'}); transfers over "
         f"the host link at {(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction and the "
         f"CPU Adam step at {(d.host_memory_bytes_per_s or 0) / 1e9:g} GB/s of host memory, all "
-        "exposed (no delayed parameter update, no overlap with backward: an upper bound)"
+        "exposed (no delayed parameter update, no overlap with backward: an upper bound)",
+        *_activation_offload_sentence(est),
     ]
 
 
@@ -354,6 +371,8 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
         "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
+        "activation_offload_buffer_bytes": _n(acts.offload_buffer_bytes) if acts else None,
+        "activation_offload_host_bytes": _n(acts.offload_host_bytes) if acts else None,
         "buffers_bytes": _n(st.state.buffers_bytes),
         "optimizer_step_bytes": _n(st.state.step_bytes),
         "total_bytes": _n(total),
@@ -386,7 +405,10 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_state_bytes": _n(s.state.total_bytes),
                 "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
                 "stage_other_activation_bytes": _n(
-                    acts.embedding_bytes + acts.recompute_transient_bytes + acts.cp_transient_bytes
+                    acts.embedding_bytes
+                    + acts.recompute_transient_bytes
+                    + acts.cp_transient_bytes
+                    + acts.offload_buffer_bytes
                 )
                 if acts
                 else None,
@@ -444,6 +466,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "stage_layers": [s.num_layers for s in est.stages],
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
+            "offload_activations": list(t.offload.activations),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -489,6 +512,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "exposed_comm_s": est.exposed_comm_s,
             "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
             "offload_s": est.time_terms.offload_s if est.time_terms else None,
+            "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
             "mfu_with_attention": mfu_with_attention(est),

@@ -24,6 +24,7 @@ from fractions import Fraction
 from functools import cache
 from typing import Any
 
+from trainplan.model.activation_offload import offloaded_bytes
 from trainplan.model.activations import ActivationContext, _layer_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import interleaved_peak
@@ -34,6 +35,7 @@ __all__ = [
     "QUANTITIES",
     "Form",
     "layer_quantities",
+    "offload_quantities",
     "stage_forms",
     "chunk_form",
     "apply_form",
@@ -67,7 +69,9 @@ def sqrt_segment(num_layers: int) -> int:
 def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fraction, ...]:
     """The eight per-layer figures (:data:`QUANTITIES` for a dense layer, then for a MoE layer;
     a kind no layer has gets 0s), bytes per GPU per micro-batch, exact
-    (:func:`model.activations.layer_activations`).
+    (:func:`model.activations.layer_activations`). With activation offload
+    (``ctx.offload_modules``) ``full`` and ``selective`` are what stays on the GPU: less
+    :func:`offload_quantities`' figures.
 
     Examples
     --------
@@ -85,7 +89,36 @@ def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fracti
             out += [Fraction(0)] * 4
             continue
         a = _layer_activations(arch, moe, ctx)
-        out += [a.full_bytes, a.selective_bytes, a.checkpoint_bytes, a.input_bytes]
+        off_full, off_sel = offloaded_bytes(a.terms, a.score_names, ctx.offload_modules)
+        out += [a.full_bytes - off_full, a.selective_bytes - off_sel]
+        out += [a.checkpoint_bytes, a.input_bytes]
+    return tuple(out)
+
+
+def offload_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fraction, ...]:
+    """The eight per-layer figures of what ``ctx.offload_modules`` moves to the host, bytes per
+    GPU per micro-batch (``full`` and ``selective``; no checkpoint or input figure: full and √n
+    recomputation offload nothing, :func:`model.activation_offload.check_activation_offload`).
+    All 0 without activation offload. Exact.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, dropout=True)
+    >>> ctx = ActivationContext(seq_len=4, cp=1, micro_batch_size=1, tp=1,
+    ...     sequence_parallel=False, flash_attention=True, offload_modules=("attn_norm",))
+    >>> offload_quantities(gpt, ctx)[:2]  # the attention norm's input, 2·S·h = 2·4·8
+    (Fraction(64, 1), Fraction(64, 1))
+    """
+    out: list[Fraction] = []
+    for moe in (False, True):
+        if not ctx.offload_modules or arch.kind_index(moe) is None:
+            out += [Fraction(0)] * 4
+            continue
+        a = _layer_activations(arch, moe, ctx)
+        full, sel = offloaded_bytes(a.terms, a.score_names, ctx.offload_modules)
+        out += [full, sel, Fraction(0), Fraction(0)]
     return tuple(out)
 
 

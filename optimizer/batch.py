@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.comm import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.errors import LayoutError
@@ -69,7 +70,13 @@ from trainplan.model.timing import (
     stage_peak_seconds,
 )
 from trainplan.model.vocab import vocab_multiple_for
-from trainplan.optimizer.batch_roofline import offload_arrays, roofline_rows, roofline_times
+from trainplan.optimizer.batch_roofline import (
+    activation_offload_arrays,
+    offload_arrays,
+    offload_figures,
+    roofline_rows,
+    roofline_times,
+)
 from trainplan.optimizer.space import Shape
 
 __all__ = ["ShapeArrays", "shape_arrays", "memory_arrays", "time_arrays"]
@@ -198,13 +205,17 @@ def _structure_key(s: Shape, vocab_multiple: int | None) -> tuple:
 
 def memory_arrays(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np.ndarray]:
     """Forward/backward state [N, Z, P], optimizer-step state [N, Z, P], activations
-    [N, R, P] and legality [N, Z] of every shape of ``job``, from the cost model's terms."""
+    [N, R, P], legality [N, Z], and the host's share per GPU of the offloaded state
+    (``host`` [N, Z, P]) and activations (``act_host`` [N, R, P]) of every shape of ``job``,
+    from the cost model's terms."""
     N, P, Z, R = len(sa.shapes), sa.P, len(zero_stages), len(recomputes)
     out = {
         "state": np.zeros((N, Z, P)),
         "step": np.zeros((N, Z, P)),
         "act": np.zeros((N, R, P)),
         "legal": np.zeros((N, Z), dtype=bool),
+        "host": np.zeros((N, Z, P)),
+        "act_host": np.zeros((N, R, P)),
     }
     for rows, sub in sa.groups():
         part = _memory_group(job, sub, zero_stages, recomputes)
@@ -247,6 +258,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     valid = sa.valid
     state = np.zeros((N, Z, P))
     step = np.zeros((N, Z, P))
+    host_state = np.zeros((N, Z, P))
     legal = np.zeros((N, Z), dtype=bool)
     frameworks = np.array([s.framework.value for s in sa.shapes])
     for fw_name in dict.fromkeys(frameworks.tolist()):
@@ -269,6 +281,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)
             step[ok, zi] = np.where(valid[ok], total + extra + cache, 0)
+            host_state[ok, zi] = np.where(valid[ok], host, 0)
             # the host's share fits its memory (model.estimate.Estimate.host_fits)
             host_cap = case.device.host_memory_bytes
             host_ok = (
@@ -278,14 +291,26 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             )
             legal[ok, zi] = host_ok
     act = np.zeros((N, R, P))
+    act_host = np.zeros((N, R, P))
     for ri, mode in enumerate(recomputes):
-        act[:, ri] = np.where(valid, _activations(job, sa, Recompute(mode)), 0)
-    return {"state": state, "step": step, "act": act, "legal": legal}
+        gpu, on_host = _activations(job, sa, Recompute(mode))
+        act[:, ri] = np.where(valid, gpu, 0)
+        act_host[:, ri] = np.where(valid, on_host, 0)
+    return {
+        "state": state,
+        "step": step,
+        "act": act,
+        "legal": legal,
+        "host": host_state,
+        "act_host": act_host,
+    }
 
 
-def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
-    """[N, P] activation bytes of every stage under ``mode`` (layers in flight, the recompute
-    transient and the embedding/output layer; pipeline outputs are deallocated)."""
+def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any]:
+    """([N, P] activation bytes of every stage under ``mode`` (layers in flight, the recompute
+    transient, the embedding/output layer and activation offload's GPU buffer; pipeline outputs
+    are deallocated), [N, P] activation offload's host bytes or 0):
+    :func:`model.memory.stage_activations` over arrays."""
     case = job.case
     arch, t = case.model.arch, case.training
     assert arch is not None
@@ -325,11 +350,29 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> np.ndarray:
             arch, sa.col("cp_ring"), sa.col("cp_a2a"), sa.col("cp_gather"), sa.col("tp"), tokens,
             t.activation_bytes,
         ) * (n_dense + n_moe > 0)  # fmt: skip
+    off = offload_figures(job, sa, mode)
+    q_off = None if off is None else [x[:, None] for x in off]
+    offloaded = None if q_off is None else apply_form(per_mb_c, q_off) * flight
     for v in sorted(set(sa.v[sa.interleaved].tolist())):
         rows = sa.interleaved & (sa.v == v)
-        k, e = _interleaved(arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows])
+        sub_off = None if q_off is None else [x[rows] for x in q_off]
+        k, e, o = _interleaved(
+            arch, sa, rows, v, mode, [x[rows] for x in q], per_mb[rows], emb[rows], sub_off
+        )
         kept[rows], emb_total[rows] = k, e
-    return kept + transient + emb_total + cp_buffers
+        if offloaded is not None:
+            offloaded[rows] = o
+    buffer: Any = 0
+    host: Any = 0
+    if q_off is not None and offloaded is not None:
+        n_dense, n_moe, _, _, _ = _stage_kind_arrays(job, sa)
+        i = 1 if mode is Recompute.SELECTIVE else 0
+        per_layer = np.maximum(
+            np.where(n_dense > 0, q_off[i], 0), np.where(n_moe > 0, q_off[4 + i], 0)
+        )
+        buffer = np.minimum(offload_buffer_bytes(per_layer, (n_dense + n_moe) * flight), offloaded)
+        host = offloaded - np.minimum(per_layer, offloaded)
+    return kept + transient + emb_total + cp_buffers + buffer, host
 
 
 def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
@@ -355,8 +398,10 @@ def _stage_form_arrays(arch, struct, mode: Recompute, P: int):
     return per_mb_c, trans_c
 
 
-def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
-    """(kept, embedding/output-layer bytes) [n, P] of interleaved shapes with v chunks."""
+def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb, q_off=None):
+    """(kept, embedding/output-layer bytes, offloaded activations) [n, P] of interleaved shapes
+    with v chunks (offloaded: the chunks' :func:`model.stage_bytes.offload_quantities` figures
+    ``q_off`` times the micro-batches each holds at the peak; 0 without)."""
     shapes = [s for s, r in zip(sa.shapes, rows, strict=True) if r]
     P = sa.P
     pp, m = sa.pp[rows][:, None], sa.m[rows][:, None]
@@ -377,11 +422,16 @@ def _interleaved(arch, sa, rows, v, mode, q, per_mb, emb):
         coeff[n], counts[n] = cache[key]
     if mode is Recompute.SQRT:
         _, end_held = chunk_peak(pp, m, v, stage, [counts[:, j] for j in range(v)], 0)
-        return per_mb * interleaved_in_flight(pp, m, v, stage), emb * end_held
+        return per_mb * interleaved_in_flight(pp, m, v, stage), emb * end_held, 0
     chunk_bytes = [apply_form([coeff[:, j, c] for c in range(8)], q) for j in range(v)]
     held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
     kept = sum(h * cb for h, cb in zip(held, chunk_bytes, strict=True))
-    return kept, emb * end_held
+    offloaded: Any = 0
+    if q_off is not None:
+        offloaded = sum(
+            h * apply_form([coeff[:, j, c] for c in range(8)], q_off) for j, h in enumerate(held)
+        )
+    return kept, emb * end_held, offloaded
 
 
 # ------------------------------------------------------------------------------ time
@@ -557,6 +607,7 @@ def _single_group(job, sa: ShapeArrays, zero_stages, recomputes, legal) -> dict[
                 (total - hidden) / bw[axis], 0.0, m, o.overlap[axis], window
             )
         seconds = compute * (1 + bubble_ratio(sa.pp, m, sa.v)) + exposed
+        seconds = seconds + activation_offload_arrays(job, sa, mode, n_dense, n_moe, t_mb)
         t1[:, ri] = np.rint(seconds * 1e9)
     t2 = np.zeros((N, Z), dtype=np.int64)
     busiest = _busiest_params(job, sa)

@@ -43,7 +43,53 @@ from trainplan.model.step_time import (
 from trainplan.model.timing import TimeModel
 from trainplan.model.vocab import vocab_multiple_for
 
-__all__ = ["roofline_rows", "roofline_times"]
+__all__ = ["roofline_rows", "roofline_times", "offload_figures", "activation_offload_arrays"]
+
+
+def offload_figures(job: Any, sa: Any, mode: Recompute) -> list[np.ndarray] | None:
+    """The eight per-layer figures of :func:`model.stage_bytes.offload_quantities` for every
+    shape ([N] each), under recompute ``mode``; None without activation offload."""
+    from trainplan.model.memory import _context
+    from trainplan.model.stage_bytes import offload_quantities
+
+    case = job.case
+    arch, t = case.model.arch, case.training
+    if not t.offload.activations:
+        return None
+    keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
+    distinct = list(dict.fromkeys(keys))
+    table = np.array(
+        [
+            [
+                float(x)
+                for x in offload_quantities(
+                    arch, _context(arch, sa.shapes[keys.index(k)].layout(1, mode), t)
+                )
+            ]
+            for k in distinct
+        ]
+    )
+    index = np.array([distinct.index(k) for k in keys], dtype=np.int64)
+    return [table[index, i] for i in range(8)]
+
+
+def activation_offload_arrays(
+    job: Any, sa: Any, mode: Recompute, n_dense: Any, n_moe: Any, t_mb: np.ndarray
+) -> Any:
+    """[N] :func:`model.activation_offload.activation_offload_seconds` of every shape: the
+    stage with the most layers (``n_dense``, ``n_moe``: [N, P]), its micro-batch ``t_mb`` —
+    what :func:`model.estimate.stage_activation_offload_seconds` gives one layout. 0 without
+    activation offload."""
+    from trainplan.model.activation_offload import activation_offload_seconds
+
+    q = offload_figures(job, sa, mode)
+    if q is None:
+        return 0.0
+    link, _ = host_rates(job.case.device, need_memory=False)
+    i = 1 if mode is Recompute.SELECTIVE else 0
+    most = np.where(sa.valid, n_dense + n_moe, 0).max(axis=1)
+    most_moe = np.where(sa.valid, n_moe, 0).max(axis=1)
+    return activation_offload_seconds(q[i], q[4 + i], most - most_moe, most_moe, t_mb, sa.m, link)
 
 
 def roofline_rows(job: Any, sa: Any) -> np.ndarray:
@@ -205,7 +251,8 @@ def roofline_times(
             if mode is Recompute.NONE
             else _stage_totals(job, sa, distinct, mode, kinds).max(axis=1)
         )
-        out["t1"][:, ri] = np.rint((m * t_mb * (1 + ratio) + pp) * 1e9)
+        act = activation_offload_arrays(job, sa, mode, kinds[0], kinds[1], t_mb)
+        out["t1"][:, ri] = np.rint((m * t_mb * (1 + ratio) + pp + act) * 1e9)
     most_layers = np.maximum(1, np.where(sa.valid, kinds[0] + kinds[1], 0).max(axis=1))
     dense, experts = busiest
     frameworks = [s.framework for s in sa.shapes]

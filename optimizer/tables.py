@@ -119,7 +119,8 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo
 
 
 def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
-    """[N, Z, R] legal and every stage's peak — max(state + activations, optimizer-step state) —
+    """[N, Z, R] legal, the host's share of offloaded state and activations within the host
+    memory per GPU, and every stage's peak — max(state + activations, optimizer-step state) —
     within ``cap``; decided exactly (the exact evaluator's rationals) where the float margin is
     within :data:`FIT_MARGIN` of the capacity."""
     state, step, act, legal = mem["state"], mem["step"], mem["act"], mem["legal"]
@@ -127,13 +128,19 @@ def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
     limit = cap[:, None, None, None].astype(float)
     clear_in = (peak <= limit * (1 - FIT_MARGIN)).all(axis=3)
     clear_out = (peak > limit * (1 + FIT_MARGIN)).any(axis=3)
-    fits = clear_in & legal[:, :, None]
     case = job.case
+    host_ok = np.ones(clear_in.shape, dtype=bool)
+    host_cap = case.device.host_memory_bytes
+    if host_cap is not None and mem["act_host"].any():
+        # the host's share of offloaded state and activations (model.estimate.Estimate.host_fits)
+        host = (mem["host"][:, :, None, :] + mem["act_host"][:, None, :, :]).max(axis=3)
+        host_ok = host <= host_cap
+    fits = clear_in & legal[:, :, None] & host_ok
     for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal[:, :, None]), strict=True):
         lay = shapes[n].layout(zs[z], rs[r])
         states = stage_states(case.model, case.training, lay, case.vocab_multiple)
         acts = stage_activation_list(case.model, case.training, lay, case.vocab_multiple) or ()
-        fits[n, z, r] = all(
+        fits[n, z, r] = host_ok[n, z, r] and all(
             max(st.backward_bytes + a.total_bytes, st.optimizer_step_bytes) <= cap[n]
             for st, a in zip(states, acts, strict=True)
         )
@@ -160,6 +167,15 @@ def build_tables(
     from trainplan.model.params import count_params
 
     space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
+    if any(job.case.training.offload.activations for job in problem.jobs):
+        # activation offload runs with recompute none or selective only
+        # (model.activation_offload.check_activation_offload)
+        rs = tuple(r for r in rs if r in (Recompute.NONE, Recompute.SELECTIVE))
+        if not rs:
+            raise InputError(
+                "search: offload_activations needs recompute none or selective among the "
+                "recompute modes (full and sqrt keep only checkpoints: nothing to offload)"
+            )
     per_job: list[tuple[Job, tuple[Shape, ...]]] = []
     total = 0
     for job in problem.jobs:

@@ -108,6 +108,14 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "(DeepSpeed offload_param, FSDP2 CPUOffloadPolicy).",
         ),
         click.option(
+            "--offload-activations",
+            "offload_activations",
+            help="Comma list of modules whose saved activations go to the host between forward "
+            "and backward, named as Megatron-Core's --offload-modules names them (attn_norm, "
+            "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation "
+            "offloading). Copies overlap the next layer's compute; recompute none or selective.",
+        ),
+        click.option(
             "--host-link-gbps",
             "host_link_gbps",
             help="GPU-host link, GB/s per GPU per direction (default: the accelerator table's).",

@@ -53,6 +53,33 @@ CASES = [
         "H100-SXM",
         {"global_batch": 32, "seq_len": 4096, "cluster": {"offload_optimizer": 1}},
     ),
+    # activation offload (issue 11 item 2): the offloaded tensors off the per-layer figures, the
+    # two-layer GPU buffer, the exposed copy time in t1 (a slow 4 GB/s link so that some of it
+    # is exposed); MoE expert modules on Mixtral
+    (
+        "llama3-8b-actoff",
+        "16",
+        "H100-SXM",
+        {
+            "global_batch": 32,
+            "seq_len": 4096,
+            "cluster": {
+                "offload_activations": ["attn_norm", "core_attn", "attn_proj"],
+                "host_link_gbps": 4,
+            },
+        },
+    ),
+    (
+        "mixtral-8x7b-actoff",
+        "16",
+        "H100-SXM",
+        {
+            "global_batch": 32,
+            "seq_len": 4096,
+            "ep": [1, 2, 4],
+            "cluster": {"offload_activations": ["mlp_norm", "expert_fc1", "moe_act"]},
+        },
+    ),
     # issue 11: per-layer attention spans (Gemma 3's 5 local : 1 global, GeGLU, post-norms,
     # QK-norm, tied embeddings; Llama 4's chunks, shared expert; gpt-oss's windows, sinks and
     # biases without FlashAttention), DeepSeek-V3's MTP block (above), padded vocabularies
@@ -71,7 +98,7 @@ CASES = [
 
 def _problem(model, gpus, gpu, extra):
     values = {
-        "model": model.removesuffix("-fp8").removesuffix("-offload"),
+        "model": model.removesuffix("-fp8").removesuffix("-offload").removesuffix("-actoff"),
         "gpus": gpus,
         "gpu": gpu,
         "global_batch": extra["global_batch"],

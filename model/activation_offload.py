@@ -1,0 +1,259 @@
+"""Activation offload: chosen tensors of every layer on the host between forward and backward.
+
+The mechanism modelled is Megatron-Core's *fine-grained activation offloading*
+(``--fine-grained-activation-offloading --offload-modules M …``; Megatron-LM
+``docs/source/api-guide/fine_grained_activation_offloading.md``,
+``megatron/core/pipeline_parallel/fine_grained_activation_offload.py``, and the user guide
+https://docs.nvidia.com/megatron-core/developer-guide/latest/user-guide/features/fine_grained_activation_offloading.html):
+
+* **What moves.** For each chosen module of each transformer layer, the tensors its forward
+  saves for backward (``PipelineOffloadManager`` enters autograd's ``saved_tensors_hooks``
+  around the module): the module's *input*, as Megatron's guide says, and for the attention
+  core everything it saves (Q, K, V and, without FlashAttention, the score tensors). Module
+  names are Megatron-Core's (:data:`OFFLOAD_MODULES`); each is mapped to the named tensors of
+  :mod:`model.activations` by :func:`module_of`.
+* **When.** Device→host after the module's forward, host→device before its backward, on
+  dedicated CUDA streams (``_d2h_stream``, ``_h2d_stream``): the copy of layer i overlaps the
+  compute of the next layer in forward, the reload of the next layer's tensors overlaps this
+  layer's backward (prefetch). Exposed is what a layer's copy takes beyond that compute
+  (:func:`activation_offload_seconds`).
+* **What stays on the GPU.** The offload manager never offloads the last group of each module
+  name (``post_warmup_callback``: "do not offload the last X groups so that the reloading won't
+  block the computing stream" — the layer whose backward comes first), and one layer's tensors
+  are in transit at any moment (copied out, or prefetched back): :func:`offload_buffer_bytes`
+  keeps two layers' offloaded bytes on the GPU (one when the stage holds a single layer of a
+  single micro-batch). The host holds the rest (:func:`model.memory.stage_activations`).
+* **Rules** (:func:`check_activation_offload`; Megatron-Core's ``TransformerConfig``
+  validation): the module names above; ``attn_proj`` only with ``core_attn`` (its input is the
+  attention core's output, which the core's backward needs); ``expert_fc1`` and ``moe_act``
+  only in MoE layers (a dense model has none); only the Megatron-Core profile runs it (its
+  Transformer Engine path; DeepSpeed, FSDP2 and the textbook profile have no such mechanism).
+  The planner also asks for recomputation ``none`` or ``selective`` (Megatron pairs offload with
+  fine-grained recomputation; under full or √n recomputation a layer keeps only its input
+  checkpoint, so there would be nothing to offload).
+
+Alternative mechanisms, not modelled: PyTorch's ``torch.autograd.graph.save_on_cpu`` (every
+saved tensor of a region, copied synchronously unless pinned; no prefetch) and Transformer
+Engine's ``get_cpu_offload_context`` / Megatron-Core's older ``--cpu-offloading`` with
+``cpu_offloading_num_layers`` (whole layers; refused by Megatron-Core with pp > 1 and with
+recomputation) — the fine-grained mechanism is the one Megatron-Core supports with pipeline
+parallelism, and it is what this module follows.
+
+Approximate: Megatron's ``min_offloaded_tensor_size`` (tensors under 2²⁰ elements stay on the
+GPU) is ignored; the exposed time is per layer with the stage's micro-batch split evenly over
+its layers (forward : backward = 1 : 2), added to the step as if on the critical path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.errors import LayoutError
+from trainplan.model.xp import maximum, minimum, where
+
+__all__ = [
+    "OFFLOAD_MODULES",
+    "MOE_MODULES",
+    "parse_modules",
+    "module_of",
+    "offloaded_bytes",
+    "check_activation_offload",
+    "offload_buffer_bytes",
+    "activation_offload_seconds",
+]
+
+OFFLOAD_MODULES = ("attn_norm", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+"""Megatron-Core's ``--offload-modules`` choices (Megatron-LM
+``docs/source/api-guide/fine_grained_activation_offloading.md``), in a layer's forward order:
+the attention norm's input, the attention core's saved tensors, the attention output
+projection's input, the MLP norm's input, the routed experts' FC1 input, the MoE activation
+function's input."""
+
+MOE_MODULES = frozenset({"expert_fc1", "moe_act"})
+"""Modules only a MoE layer has."""
+
+_TERMS = {
+    "attention norm input": "attn_norm",
+    "Q": "core_attn",
+    "K": "core_attn",
+    "V": "core_attn",
+    "output projection input": "attn_proj",
+    "MLP norm input": "mlp_norm",
+    "routed expert inputs (top-k copies)": "expert_fc1",
+    "routed expert SwiGLU input (gate, up)": "moe_act",
+    "routed expert GeGLU input (gate, up)": "moe_act",
+    "routed expert GeLU input": "moe_act",
+}
+"""Named tensors of :mod:`model.activations` → the module whose forward saves them."""
+
+_PREFIXES = (
+    ("attention norm statistics", "attn_norm"),
+    ("MLP norm statistics", "mlp_norm"),
+    ("routed expert SiLU output", "moe_act"),
+    ("routed expert GELU output", "moe_act"),
+)
+"""Term-name prefixes (the ``pytorch`` convention's extra tensors) → module."""
+
+
+def parse_modules(value: Any) -> tuple[str, ...]:
+    """The modules of a CLI value (``"core_attn,attn_proj"``) or a list, in
+    :data:`OFFLOAD_MODULES` order, each once; ``()`` for none (``""``, ``"none"``, None).
+
+    Raises
+    ------
+    LayoutError
+        A name that is not one of :data:`OFFLOAD_MODULES`.
+
+    >>> parse_modules("attn_proj, core_attn")
+    ('core_attn', 'attn_proj')
+    >>> parse_modules(None)
+    ()
+    """
+    if value is None or value == "" or value == "none":
+        return ()
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out = {str(n).strip() for n in names if str(n).strip()}
+    bad = sorted(out - set(OFFLOAD_MODULES))
+    if bad:
+        raise LayoutError(
+            f"offload_activations: {', '.join(bad)} is not one of Megatron-Core's "
+            f"--offload-modules ({', '.join(OFFLOAD_MODULES)})"
+        )
+    return tuple(m for m in OFFLOAD_MODULES if m in out)
+
+
+def module_of(name: str, scores: Iterable[str] = ()) -> str | None:
+    """The Megatron-Core module whose forward saves the tensor ``name`` of
+    :mod:`model.activations` (its FP8 variant too), or None (kept on the GPU by every choice).
+    ``scores``: the layer's attention-score tensors, saved inside the attention core.
+
+    >>> module_of("output projection input (FP8)"), module_of("FC1 input")
+    ('attn_proj', None)
+    """
+    base = name.split(" (FP8")[0]
+    if base in _TERMS:
+        return _TERMS[base]
+    if name in set(scores):
+        return "core_attn"
+    return next((m for p, m in _PREFIXES if name.startswith(p)), None)
+
+
+def offloaded_bytes(
+    terms: Iterable[tuple[str, Fraction]], scores: frozenset[str], modules: Iterable[str]
+) -> tuple[Fraction, Fraction]:
+    """(bytes offloaded without recomputation, with selective recomputation) of one layer per
+    GPU per micro-batch: the ``terms`` (:attr:`model.activations.LayerActivations.terms`) that
+    a chosen module saves; under selective recomputation the score tensors are not saved at
+    all, so they are not offloaded either. Exact.
+
+    >>> terms = (("attention norm input", Fraction(4)), ("softmax output", Fraction(9)),
+    ...          ("Q", Fraction(2)), ("FC1 input", Fraction(4)))
+    >>> offloaded_bytes(terms, frozenset({"softmax output"}), ("core_attn",))
+    (Fraction(11, 1), Fraction(2, 1))
+    """
+    chosen = set(modules)
+    full = sel = Fraction(0)
+    for name, value in terms:
+        if module_of(name, scores) in chosen:
+            full += value
+            if name not in scores:
+                sel += value
+    return full, sel
+
+
+def check_activation_offload(
+    framework: str, recompute: str, modules: tuple[str, ...], has_moe: bool = True
+) -> None:
+    """Check that ``framework`` runs the activation offload of ``modules`` with ``recompute``.
+
+    Raises
+    ------
+    LayoutError
+        A profile other than Megatron-Core; ``attn_proj`` without ``core_attn``; an expert
+        module on a model without MoE layers; full or √n recomputation.
+
+    >>> check_activation_offload("megatron", "selective", ("core_attn",))
+    >>> try:
+    ...     check_activation_offload("deepspeed", "none", ("core_attn",))
+    ... except LayoutError as err:
+    ...     print(err)  # doctest: +ELLIPSIS
+    offload_activations: deepspeed has no fine-grained activation offload ...
+    """
+    if not modules:
+        return
+    if str(framework) != "megatron":
+        raise LayoutError(
+            f"offload_activations: {framework} has no fine-grained activation offload "
+            "(Megatron-Core's --fine-grained-activation-offloading); use --framework megatron"
+        )
+    if "attn_proj" in modules and "core_attn" not in modules:
+        raise LayoutError(
+            "offload_activations: attn_proj needs core_attn too (its input is the attention "
+            "core's output, which core_attn's backward needs; Megatron-Core refuses it alone)"
+        )
+    moe = sorted(MOE_MODULES & set(modules))
+    if moe and not has_moe:
+        raise LayoutError(
+            f"offload_activations: {', '.join(moe)} offloads MoE expert tensors; this model has "
+            "no MoE layers"
+        )
+    if str(recompute) not in ("none", "selective"):
+        raise LayoutError(
+            f"offload_activations: recompute {recompute} keeps only each layer's input "
+            "checkpoint, nothing to offload; use --recompute none or selective (Megatron-Core "
+            "pairs the offload with fine-grained recomputation)"
+        )
+
+
+def offload_buffer_bytes(per_layer: Any, held: Any) -> Any:
+    """Bytes of offloaded tensors still on one GPU at the peak: ``per_layer`` (the most any
+    layer of the stage offloads per micro-batch) × min(2, ``held``), ``held`` the layer ×
+    micro-batch pairs the stage keeps: the group Megatron-Core never offloads (the first
+    backward's last layer) and one layer in transit. Exact for numbers; element-wise for arrays.
+
+    >>> offload_buffer_bytes(Fraction(10), 32), offload_buffer_bytes(Fraction(10), 1)
+    (Fraction(20, 1), Fraction(10, 1))
+    """
+    return per_layer * minimum(held, 2)
+
+
+def activation_offload_seconds(
+    dense_bytes: Any,
+    moe_bytes: Any,
+    n_dense: Any,
+    n_moe: Any,
+    microbatch_s: Any,
+    m: Any,
+    link_bytes_per_s: float,
+) -> Any:
+    """Seconds per step the offload leaves exposed on a stage of ``n_dense`` dense and ``n_moe``
+    MoE layers, each offloading ``dense_bytes`` / ``moe_bytes`` per micro-batch.
+
+    Each layer's copy device→host overlaps the next layer's forward and its reload host→device
+    overlaps the backward before it (separate copy streams, prefetch; Megatron-Core
+    ``fine_grained_activation_offload.py``). With ``t`` = ``microbatch_s`` / (layers) one layer's
+    share of the stage's micro-batch, forward ``t/3`` and backward ``2t/3`` (backward = 2 ×
+    forward), a layer of ``x`` bytes exposes ``max(0, x/B − t/3) + max(0, x/B − 2t/3)`` at
+    ``B`` = ``link_bytes_per_s`` per direction; × m micro-batches. Exact for numbers;
+    element-wise for arrays.
+
+    Examples
+    --------
+    A layer offloading 64 MB at 64 GB/s (1 ms each way) in a 12-layer stage whose micro-batch
+    takes 24 ms (t = 2 ms: forward 0.667 ms, backward 1.333 ms): 0.333 ms exposed per layer,
+    × 12 layers × 4 micro-batches = 16 ms.
+
+    >>> round(activation_offload_seconds(64e6, 0, 12, 0, 24e-3, 4, 64e9), 9)
+    0.016
+    """
+    layers = n_dense + n_moe
+    t = microbatch_s / maximum(layers, 1)
+
+    def exposed(x: Any) -> Any:
+        copy = x / link_bytes_per_s
+        return maximum(copy - t / 3, 0) + maximum(copy - 2 * t / 3, 0)
+
+    per_mb = n_dense * exposed(dense_bytes) + n_moe * exposed(moe_bytes)
+    return where(layers > 0, m * per_mb, 0 * per_mb)

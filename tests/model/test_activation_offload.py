@@ -1,0 +1,259 @@
+"""Activation offload (issue 11 item 2): Megatron-Core's fine-grained activation offloading
+(``--fine-grained-activation-offloading --offload-modules …``), sources in
+:mod:`trainplan.model.activation_offload` (Megatron-LM
+``docs/source/api-guide/fine_grained_activation_offloading.md`` and
+``megatron/core/pipeline_parallel/fine_grained_activation_offload.py``). Per-layer tensors from
+Korthikanti et al. 2022 (arXiv 2205.05198) §4 as :mod:`trainplan.model.activations` derives them;
+PCIe Gen5 x16 at 64 GB/s per direction (the accelerator table's H100 SXM host link)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tests.model.test_properties import SETTINGS, layouts
+from tests.test_cli_planner import run_main
+from trainplan.interface.inputs import build_case
+from trainplan.model.activation_offload import activation_offload_seconds
+from trainplan.model.errors import LayoutError
+from trainplan.model.offload import Offload
+
+# Llama 3 8B: h 4096, a 32 heads, g 8 KV heads, d 128, 32 layers; s 8192, b 1, tp 1, pp 1,
+# dp 8, B 64 → m 8; selective recomputation; FlashAttention (no score tensors)
+BASE = {
+    "model": "llama3-8b",
+    "dp": 8,
+    "seq_len": 8192,
+    "global_batch_size": 64,
+    "recompute": "selective",
+}
+S, H = 8192, 4096  # tokens per micro-batch on a GPU (s/cp · b), hidden size
+
+
+def test_llama3_8b_attention_norm_and_core_offloaded_by_hand():
+    """--offload-activations attn_norm,core_attn on Llama 3 8B (the tensors of one layer, per
+    micro-batch, β = 2 B, S = 8192 tokens, h = 4096, tp 1):
+
+    * attn_norm saves its input [S, h]:           2·S·h           = 67,108,864 B
+    * core_attn saves Q [S, a·d] = [S, 4096]:     2·S·h           = 67,108,864 B
+      and K, V [S, g·d] = [S, 1024] each:         2 × 2·S·h/4     = 33,554,432 B
+      (FlashAttention: no [b, a, s, s] score tensor; the logsumexp is the pytorch convention's)
+    * per layer: 5·S·h = 167,772,160 B (0.168 GB).
+
+    pp 1: one micro-batch in flight, 32 layers held → 32 × 167,772,160 = 5,368,709,120 B leave
+    the per-layer stack; the GPU keeps two layers' worth (the group Megatron-Core never
+    offloads and one in transit), 335,544,320 B; the host holds 31 layers, 5,200,936,960 B.
+    Copies: 167,772,160 B / 64e9 B/s = 2.62144 ms per layer each way, 8 micro-batches × 32
+    layers × 2 directions = 1.342 s of link time per step, all hidden when a layer's forward
+    (a third of its share of the micro-batch) takes longer than 2.62 ms."""
+    plain = build_case(BASE).evaluate()
+    off = build_case({**BASE, "offload_activations": "attn_norm,core_attn"}).evaluate()
+    per_layer = 5 * S * H
+    assert per_layer == 167_772_160
+    a0, a1 = plain.peak.activations, off.peak.activations
+    assert a0.layers_bytes - a1.layers_bytes == 32 * per_layer == 5_368_709_120
+    assert a1.offload_buffer_bytes == 2 * per_layer == 335_544_320
+    assert a1.offload_host_bytes == 31 * per_layer == 5_200_936_960
+    assert off.host_bytes == 5_200_936_960
+    assert plain.total_bytes - off.total_bytes == 30 * per_layer
+    copy = per_layer / 64e9
+    assert copy == pytest.approx(2.62144e-3, rel=1e-12)
+    # the roofline model's slowest micro-batch over 32 layers: a layer's forward outlasts the copy
+    m = off.num_microbatches
+    t_layer = (off.compute_s / m) / 32
+    assert t_layer / 3 > copy
+    assert off.time_terms.activation_offload_s == 0.0
+    assert off.step_s == pytest.approx(plain.step_s, rel=1e-12)
+    d = off.to_dict()
+    assert d["layout"]["offload_activations"] == ["attn_norm", "core_attn"]
+    assert d["memory"]["activation_offload_buffer_bytes"] == 335_544_320
+    assert d["memory"]["activation_offload_host_bytes"] == 5_200_936_960
+    assert d["memory"]["host_bytes_per_node"] == 8 * 5_200_936_960
+    assert d["time"]["activation_offload_s"] == 0.0
+
+
+def test_slow_link_exposes_what_a_layer_cannot_hide():
+    """The same layout under the single time model with an 8 GB/s host link: a copy takes
+    167,772,160 / 8e9 = 20.97 ms per layer; with t the layer's share of the micro-batch (t_mb/32),
+    the forward hides t/3 and the backward 2t/3 of it; exposed per step =
+    m · 32 · (max(0, 20.97 ms − t/3) + max(0, 20.97 ms − 2t/3)), in the compute term."""
+    params = {**BASE, "time_model": "single", "host_link_gbps": 8}
+    plain = build_case(params).evaluate()
+    off = build_case({**params, "offload_activations": "attn_norm,core_attn"}).evaluate()
+    m = off.num_microbatches
+    t = off.compute_s / m / 32
+    copy = 5 * S * H / 8e9
+    assert copy == pytest.approx(20.97152e-3, rel=1e-12)
+    expected = m * 32 * (max(0, copy - t / 3) + max(0, copy - 2 * t / 3))
+    assert expected > 0
+    assert off.time_terms.activation_offload_s == pytest.approx(expected, rel=1e-12)
+    assert off.step_s == pytest.approx(plain.step_s + expected, rel=1e-12)
+    assert off.time_terms.compute_and_pipeline_s == pytest.approx(
+        plain.time_terms.compute_and_pipeline_s + expected, rel=1e-12
+    )
+
+
+def test_exposed_seconds_by_hand():
+    """64 MB per layer at 64 GB/s = 1 ms each way; a 12-layer stage whose micro-batch takes
+    24 ms gives t = 2 ms per layer: forward 0.667 ms hides 0.667 of the copy out, backward
+    1.333 ms hides all of the reload: 0.333 ms × 12 layers × 4 micro-batches = 16 ms. Halving
+    the link to 32 GB/s: (2 − 0.667) + (2 − 1.333) = 2 ms per layer → 96 ms."""
+    assert activation_offload_seconds(64e6, 0, 12, 0, 24e-3, 4, 64e9) == pytest.approx(16e-3)
+    assert activation_offload_seconds(64e6, 0, 12, 0, 24e-3, 4, 32e9) == pytest.approx(96e-3)
+    assert activation_offload_seconds(64e6, 0, 12, 0, 0.5, 4, 64e9) == 0
+
+
+def test_mixtral_expert_modules_offload_routed_copies():
+    """Mixtral 8×7B (top-2 of 8 experts, f_e 14336), --offload-activations expert_fc1,moe_act,
+    tp 1, ep 1: per MoE layer expert_fc1's input is the k = 2 routed copies [2S, h] (2·2·S·h B)
+    and moe_act's input the gate and up projections [2S, 2·f_e] (2·2·2·S·f_e B)."""
+    base = {"model": "mixtral-8x7b", "dp": 8, "seq_len": 4096, "global_batch_size": 64}
+    base["recompute"] = "selective"
+    plain = build_case(base).evaluate()
+    off = build_case({**base, "offload_activations": "expert_fc1,moe_act"}).evaluate()
+    s, h, f = 4096, 4096, 14336
+    per_layer = 2 * 2 * s * h + 2 * 2 * 2 * s * f
+    a0, a1 = plain.peak.activations, off.peak.activations
+    assert a0.layers_bytes - a1.layers_bytes == 32 * per_layer
+    assert a1.offload_buffer_bytes == 2 * per_layer
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--framework", "deepspeed"), "offload_activations: deepspeed has no fine-grained"),
+        (("--framework", "textbook"), "offload_activations: textbook has no fine-grained"),
+        (("--recompute", "full"), "offload_activations: recompute full keeps only"),
+        (("--recompute", "sqrt"), "offload_activations: recompute sqrt keeps only"),
+    ],
+)
+def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
+    code, out, err = run_main(
+        monkeypatch,
+        capsys,
+        "--model",
+        "llama3-8b",
+        "--dp",
+        "8",
+        "--offload-activations",
+        "core_attn",
+        *args,
+    )
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize(
+    ("modules", "message"),
+    [
+        ("attn_proj", "attn_proj needs core_attn"),
+        ("expert_fc1", "this model has no MoE layers"),
+        ("core_attn,qkv", "qkv is not one of Megatron-Core's --offload-modules"),
+    ],
+)
+def test_module_rules_refused(monkeypatch, capsys, modules, message):
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--dp", "8", "--offload-activations", modules
+    )
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_offload_value_normalises_and_refuses():
+    assert Offload(activations=["core_attn", "attn_norm", "core_attn"]).activations == (
+        "attn_norm",
+        "core_attn",
+    )
+    assert not Offload(activations="core_attn").active  # the optimizer/parameter offload flag
+    with pytest.raises(LayoutError, match="offload_activations: mlp is not one of"):
+        Offload(activations="mlp")
+
+
+def test_scenario_key_reaches_the_search_space():
+    """``[cluster] offload_activations`` in a scenario: a list of module names, checked."""
+    from trainplan.interface.scenario import build_problem
+
+    values = {
+        "model": "llama3-8b",
+        "gpus": 8,
+        "global_batch": 16,
+        "seq_len": 2048,
+        "cluster": {"offload_activations": ["core_attn", "attn_norm"]},
+    }
+    problem = build_problem({}, values)
+    assert problem.jobs[0].case.training.offload.activations == ("attn_norm", "core_attn")
+
+
+def _modules(name: str) -> st.SearchStrategy[list[str]]:
+    dense = ["attn_norm", "core_attn", "mlp_norm"]
+    pool = dense + (["expert_fc1", "moe_act"] if name.startswith("mixtral") else [])
+    return st.lists(st.sampled_from(pool), min_size=1, unique=True)
+
+
+@SETTINGS
+@given(layouts(), st.data())
+def test_offload_never_raises_the_gpu_peak_nor_lowers_the_step(params, data):
+    """Over legal Megatron-Core layouts (recompute none or selective): the GPU's peak with the
+    offload is at most the peak without, the host holds what left it, and the step is no faster."""
+    params = {**params, "framework": "megatron", "zero_stage": 1}
+    params["recompute"] = data.draw(st.sampled_from(["none", "selective"]))
+    mods = data.draw(_modules(params["model"]))
+    if "core_attn" in mods and data.draw(st.booleans()):
+        mods.append("attn_proj")
+    try:
+        plain = build_case(params).evaluate()
+    except LayoutError:
+        assume(False)
+    off = build_case({**params, "offload_activations": ",".join(mods)}).evaluate()
+    assert off.total_bytes <= plain.total_bytes
+    for a, b in zip(plain.stages, off.stages, strict=True):
+        assert b.total_bytes <= a.total_bytes
+        assert b.activations.offload_host_bytes >= 0
+        assert b.activations.offload_buffer_bytes >= 0
+    assert off.host_bytes >= plain.host_bytes
+    if plain.step_s is not None:
+        assert off.step_s >= plain.step_s
+        assert off.time_terms.activation_offload_s >= 0
+    assert isinstance(off.peak.activations.offload_host_bytes, Fraction)
+
+
+def test_search_tables_exclude_a_host_that_overflows():
+    """GPipe holds all m micro-batches: Llama 3 8B at s 8192, B 512 on 8 H100s (m 128 or more
+    per stage) offloading 8·S·h per layer (attn_norm 2, core_attn 2 + 0.5 + 0.5, attn_proj 2,
+    mlp_norm 2 S·h ÷ tp) puts ~618 GB on a GPU's 256 GB share of the host: the tables' fit
+    verdicts, host included, equal the exact evaluation's on every candidate, and only
+    recompute none and selective are candidates."""
+    from trainplan.interface.scenario import build_problem
+    from trainplan.optimizer.tables import build_tables
+
+    values = {
+        "model": "llama3-8b",
+        "gpus": 8,
+        "gpu": "H100-SXM",
+        "global_batch": 512,
+        "seq_len": 8192,
+        "space": {
+            "tp": [1, 2],
+            "pp": [2, 4],
+            "schedule": ["gpipe", "1f1b"],
+            "max_micro_batch": 1,
+            "framework": ["megatron"],
+        },
+        "cluster": {"offload_activations": ["attn_norm", "core_attn", "attn_proj", "mlp_norm"]},
+    }
+    problem = build_problem({}, values)
+    tables = build_tables(problem)
+    assert [str(r) for r in tables.recomputes] == ["none", "selective"]
+    overflows = 0
+    for s, shape in enumerate(tables.shapes):
+        for z, zero in enumerate(tables.zero_stages):
+            if not tables.legal[s, z]:
+                continue
+            for r, mode in enumerate(tables.recomputes):
+                est = problem.jobs[0].case.evaluate(shape.layout(zero, mode))
+                assert bool(tables.fits[s, z, r]) == est.fits, shape
+                overflows += est.host_fits is False
+    assert overflows > 0
