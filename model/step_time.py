@@ -145,7 +145,9 @@ def clock(
 ) -> Clock:
     """The :class:`Clock` of a layout on ``device`` with the links of its axes; ``cp`` = (K/V
     exchange ranks, all-to-all ranks, the exchange is an all-gather) of its CP flavour
-    (:func:`cp_mechanism`)."""
+    (:func:`cp_mechanism`). The expert axis, and the cp axis under pure Ulysses (no K/V
+    exchange), run all-to-alls (:func:`all_to_all_bandwidth`); the hybrid's all-to-all stays
+    inside its a2a group, which the rank order keeps in a node, and its ring takes the ring rule."""
     assert device.hbm_bytes_per_s is not None
     get = (lambda a: None) if links is None else links.get
     up, domain = device.nvlink_bytes_per_s, device.nvlink_domain
@@ -154,7 +156,7 @@ def clock(
         device.hbm_bytes_per_s,
         params,
         link_time(get("tp"), up, domain),
-        link_time(get("cp"), up, domain),
+        link_time(get("cp"), up, domain, all_to_all=cp[0] == 1 and cp[1] > 1),
         link_time(get("ep"), up, domain, all_to_all=True),
         tp_comm_overlap,
         *cp,

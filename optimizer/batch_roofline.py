@@ -122,9 +122,10 @@ def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndar
         for n, s in enumerate(sa.shapes):
             links = links_for(s.layout(1, Recompute.NONE), L, case.fabric)
             for axis in sizes:
+                a2a = axis == "ep" or (axis == "cp" and sa.cp_ring[n] == 1 and sa.cp_a2a[n] > 1)
                 lt = link_time(
                     links["dp_cp" if axis == "dp" else axis], L.nvlink_bytes_per_s,
-                    L.nvlink_domain, all_to_all=axis == "ep",
+                    L.nvlink_domain, all_to_all=bool(a2a),
                 )  # fmt: skip
                 if lt is not None:
                     bw[axis][n], up[axis][n] = lt.bandwidth_bytes_per_s, lt.scaleup
@@ -137,11 +138,14 @@ def _links(job: Any, sa: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndar
             for axis, size in sizes.items():
                 span = spans["dp_cp" if axis == "dp" else axis]
                 inside = span <= L.nvlink_domain
-                group = all_to_all_bandwidth if axis == "ep" else rings_bandwidth
-                out = group(
-                    float(L.scaleout_bytes_per_s), size[rows], span, L.nvlink_domain,
-                    L.nvlink_bytes_per_s,
-                )  # fmt: skip
+                args = (float(L.scaleout_bytes_per_s), size[rows], span, L.nvlink_domain,
+                        L.nvlink_bytes_per_s)  # fmt: skip
+                out = rings_bandwidth(*args)
+                if axis == "ep":
+                    out = all_to_all_bandwidth(*args)
+                elif axis == "cp":  # pure Ulysses: all-to-alls only (model.step_time.clock)
+                    ulysses = (sa.cp_ring[rows] == 1) & (sa.cp_a2a[rows] > 1)
+                    out = np.where(ulysses, all_to_all_bandwidth(*args), out)
                 bw[axis][rows] = np.where(inside, float(L.nvlink_bytes_per_s), out)
                 up[axis][rows] = inside
     return {axis: (bw[axis], up[axis], sizes[axis] > 1) for axis in sizes}
