@@ -183,8 +183,13 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
-        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, "
-        f"{lay['schedule']}"
+        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}"
+        + (
+            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per stage)"
+            if lay.get("recompute_layers") is not None
+            else ""
+        )
+        + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
         f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",

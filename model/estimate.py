@@ -696,6 +696,12 @@ def time_terms(
             step.optimizer_s,
             offload,
         )
+    if layout.recompute_layers is not None:
+        raise InputError(
+            "recompute_layers: per-stage recomputation is timed by the roofline model only "
+            "(--time-model roofline, a physical framework profile, an accelerator with its HBM "
+            "bandwidth)"
+        )
     t_mb = microbatch_seconds(arch, training, layout, device, options)
     compute = m * t_mb
     other = sum(v for k, v in exposed.items() if k != "dp")
@@ -938,6 +944,7 @@ def evaluate(
             layout.recompute,
             options.mfu_convention,
             options.causal_attention_flops,
+            recomputed_layers(arch, layout),
         )
         terms = time_terms(model, training, layout, device, traffic, options, links, vocab_multiple)
         if terms is None:
@@ -946,6 +953,11 @@ def evaluate(
             )
         else:
             compute_s, step_s = terms.compute_s, terms.step_s
+    if layout.recompute_layers is not None:
+        notes.append(
+            "recompute_layers: the traffic table's tp/cp/ep bytes count the base mode's passes; "
+            "the recomputed layers' second forward collectives are in the step time"
+        )
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(
         model,
@@ -966,6 +978,19 @@ def evaluate(
         tuple(notes),
         terms,
         padded,
+    )
+
+
+def recomputed_layers(arch: Architecture, layout: Layout) -> frozenset[int]:
+    """Indices of the layers fully recomputed by ``Layout.recompute_layers`` (the first k of
+    each stage, :func:`model.split.stage_layers`); empty without per-stage counts."""
+    if layout.recompute_layers is None:
+        return frozenset()
+    split = stage_layers(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )
+    return frozenset(
+        j for k, layers in zip(layout.recompute_layers, split, strict=True) for j in layers[:k]
     )
 
 

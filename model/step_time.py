@@ -44,6 +44,7 @@ __all__ = [
     "clock",
     "kind_parts",
     "stage_part_list",
+    "recompute_stage_parts",
     "pp_seconds",
     "dp_seconds",
     "dp_exposed_seconds",
@@ -191,20 +192,80 @@ def stage_part_list(
     GPU): its layers' operations and exposed collectives, the embedding on the first stage and
     the output layer on the last (:func:`model.layer_time.stage_parts`); a multi-token-prediction
     block counts as a layer of its kind on the last stage (its 2h → h projection and its second
-    pass through the output head are not timed)."""
+    pass through the output head are not timed). With ``Layout.recompute_layers`` a stage's
+    first k layers are timed as fully recomputed and the rest under ``recompute``
+    (:func:`recompute_stage_parts`). ``recompute`` overrides the layout's mode and ignores its
+    per-stage counts (the dp window: no recomputation anywhere)."""
+    mode = layout.recompute if recompute is None else recompute
     kinds = kind_parts(
         arch, training, layout.micro_batch_size, layout.tp, layout.cp, layout.ep,
-        layout.expert_tp, layout.sp, causal,
-        layout.recompute if recompute is None else recompute, vocab, c,
+        layout.expert_tp, layout.sp, causal, mode, vocab, c,
     )  # fmt: skip
+    per_stage = layout.recompute_layers is not None and recompute is None
+    full = (
+        kind_parts(
+            arch,
+            training,
+            layout.micro_batch_size,
+            layout.tp,
+            layout.cp,
+            layout.ep,
+            layout.expert_tp,
+            layout.sp,
+            causal,
+            Recompute.FULL,
+            vocab,
+            c,
+        )  # fmt: skip
+        if per_stage
+        else kinds
+    )
     split = stage_layers(
         arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
     )
     out = []
     for i, layers in enumerate(split):
+        k = layout.recomputed_on(i) if per_stage else 0
         n_moe = sum(map(arch.is_moe_layer, layers))
-        out.append(stage_parts(*kinds, len(layers) - n_moe, n_moe, i == 0, i == layout.pp - 1))
+        k_moe = sum(map(arch.is_moe_layer, layers[:k]))
+        out.append(
+            recompute_stage_parts(
+                kinds,
+                full,
+                len(layers) - n_moe,
+                n_moe,
+                k - k_moe,
+                k_moe,
+                i == 0,
+                i == layout.pp - 1,
+            )  # fmt: skip
+        )
     return out
+
+
+def recompute_stage_parts(
+    base: tuple[tuple[float, ...], ...],
+    full: tuple[tuple[float, ...], ...],
+    n_dense: int,
+    n_moe: int,
+    k_dense: int,
+    k_moe: int,
+    first: bool,
+    last: bool,
+) -> list[float]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on a stage of ``n_dense`` dense and
+    ``n_moe`` MoE layers of which ``k_dense`` and ``k_moe`` are fully recomputed
+    (:attr:`model.layout.Layout.recompute_layers`): :func:`model.layer_time.stage_parts` of the
+    others under the base mode's :func:`kind_parts` (``base``), plus those of the recomputed
+    layers under ``full``'s (their backward runs one more forward and its collectives:
+    :func:`model.layer_time.layer_time`). With no layer recomputed it is ``stage_parts`` of
+    ``base`` alone, the same float. Seconds; the evaluator and the per-stage search's tables
+    both call it."""
+    parts = stage_parts(*base, n_dense - k_dense, n_moe - k_moe, first, last)
+    if not (k_dense or k_moe):
+        return parts
+    extra = stage_parts(*full, k_dense, k_moe, False, False)
+    return [a + b for a, b in zip(parts, extra, strict=True)]
 
 
 def pp_seconds(
