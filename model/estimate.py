@@ -401,7 +401,8 @@ def gather_units(
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
         if i == pp - 1:
             units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
-        out.append(max(units, key=lambda u: u[0] + u[1]))
+        # a middle stage with no layers (a custom layout's zeros) gathers nothing
+        out.append(max(units, key=lambda u: u[0] + u[1], default=(Fraction(0), Fraction(0))))
     return tuple(out)
 
 
@@ -438,6 +439,37 @@ def stage_memory(
         StageMemory(i, len(layers), d, e, states[i], acts[i] if acts else None)
         for (i, layers, d, e) in params
     )
+
+
+def stage_memory_at(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    stage: int,
+    vocab_multiple: int | None = None,
+) -> StageMemory:
+    """Bytes on one GPU of pipeline stage ``stage`` alone: the ``stage``-th of
+    :func:`stage_memory`, from the same functions (:func:`model.memory.model_state` with the
+    stage's parameters, gather unit and linear weights; :func:`model.memory.stage_activations`)
+    without computing the other stages' activations. The per-stage search tabulates it over
+    (stage, layers, recomputed layers) (:mod:`optimizer.stage_tables`)."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+    key = _split_key(layout)
+    i, layers, d, e = _stage_param_list(model, layout, vocab_multiple)[stage]
+    state = model_state(
+        d,
+        e,
+        layout,
+        training,
+        gather_unit=gather_units(model, *key, vocab_multiple)[stage],
+        linear=stage_linear_per_gpu(model, *key)[stage][:2],
+    )
+    arch = model.arch
+    acts = None
+    if arch is not None:
+        vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
+        acts = stage_activations(arch, layers, stage, layout, training, vocab)
+    return StageMemory(i, len(layers), d, e, state, acts)
 
 
 def _zero_table(

@@ -44,6 +44,7 @@ __all__ = [
     "clock",
     "kind_parts",
     "stage_part_list",
+    "stage_parts_at",
     "recompute_stage_parts",
     "pp_seconds",
     "dp_seconds",
@@ -189,58 +190,53 @@ def stage_part_list(
     recompute: Recompute | None = None,
 ) -> list[list[float]]:
     """Per pipeline stage, the :data:`model.layer_time.PARTS` of one micro-batch (seconds on one
-    GPU): its layers' operations and exposed collectives, the embedding on the first stage and
-    the output layer on the last (:func:`model.layer_time.stage_parts`); a multi-token-prediction
-    block counts as a layer of its kind on the last stage (its 2h → h projection and its second
-    pass through the output head are not timed). With ``Layout.recompute_layers`` a stage's
-    first k layers are timed as fully recomputed and the rest under ``recompute``
-    (:func:`recompute_stage_parts`). ``recompute`` overrides the layout's mode and ignores its
-    per-stage counts (the dp window: no recomputation anywhere)."""
-    mode = layout.recompute if recompute is None else recompute
-    kinds = kind_parts(
-        arch, training, layout.micro_batch_size, layout.tp, layout.cp, layout.ep,
-        layout.expert_tp, layout.sp, causal, mode, vocab, c,
-    )  # fmt: skip
-    per_stage = layout.recompute_layers is not None and recompute is None
-    full = (
-        kind_parts(
-            arch,
-            training,
-            layout.micro_batch_size,
-            layout.tp,
-            layout.cp,
-            layout.ep,
-            layout.expert_tp,
-            layout.sp,
-            causal,
-            Recompute.FULL,
-            vocab,
-            c,
-        )  # fmt: skip
-        if per_stage
-        else kinds
-    )
+    GPU): :func:`stage_parts_at` of each stage of the layout's split. ``recompute`` overrides
+    the layout's mode and ignores its per-stage counts (the dp window: no recomputation
+    anywhere)."""
     split = stage_layers(
         arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
     )
-    out = []
-    for i, layers in enumerate(split):
-        k = layout.recomputed_on(i) if per_stage else 0
-        n_moe = sum(map(arch.is_moe_layer, layers))
-        k_moe = sum(map(arch.is_moe_layer, layers[:k]))
-        out.append(
-            recompute_stage_parts(
-                kinds,
-                full,
-                len(layers) - n_moe,
-                n_moe,
-                k - k_moe,
-                k_moe,
-                i == 0,
-                i == layout.pp - 1,
-            )  # fmt: skip
-        )
-    return out
+    return [
+        stage_parts_at(arch, training, layout, c, vocab, causal, i, layers, recompute)
+        for i, layers in enumerate(split)
+    ]
+
+
+def stage_parts_at(
+    arch: Architecture,
+    training: TrainingSpec,
+    layout: Layout,
+    c: Clock,
+    vocab: int,
+    causal: bool,
+    stage: int,
+    layers: tuple[int, ...],
+    recompute: Recompute | None = None,
+) -> list[float]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``stage`` holding
+    ``layers`` (seconds on one GPU): its layers' operations and exposed collectives, the
+    embedding on the first stage and the output layer on the last
+    (:func:`model.layer_time.stage_parts`); a multi-token-prediction block counts as a layer of
+    its kind on the last stage (its 2h → h projection and its second pass through the output
+    head are not timed). With ``Layout.recompute_layers`` the stage's first k layers are timed
+    as fully recomputed and the rest under ``recompute`` (:func:`recompute_stage_parts`).
+    ``recompute`` overrides the layout's mode and ignores its per-stage counts. The per-stage
+    search tabulates it over (stage, layers, recomputed layers)."""
+    mode = layout.recompute if recompute is None else recompute
+    b, tp, cp, ep, etp, sp = (
+        layout.micro_batch_size, layout.tp, layout.cp, layout.ep, layout.expert_tp, layout.sp
+    )  # fmt: skip
+    kinds = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, mode, vocab, c)
+    k = (layout.recomputed_on(stage) or 0) if recompute is None else 0
+    full = kinds
+    if k:
+        full = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, Recompute.FULL, vocab, c)
+    n_moe = sum(map(arch.is_moe_layer, layers))
+    k_moe = sum(map(arch.is_moe_layer, layers[:k]))
+    return recompute_stage_parts(
+        kinds, full, len(layers) - n_moe, n_moe, k - k_moe, k_moe, stage == 0,
+        stage == layout.pp - 1,
+    )  # fmt: skip
 
 
 def recompute_stage_parts(
