@@ -76,6 +76,7 @@ TOP_KEYS = {
     "max_layers",
     "mtp_layers",
     "framework",
+    "per_stage",
     "space",
     "constraints",
     "cluster",
@@ -177,6 +178,7 @@ VALUE_KINDS: dict[str, Any] = {
     "headroom": _NUMBER,
     "min_mfu": _NUMBER,
     "tp_in_nvlink": _FLAG,
+    "per_stage": _FLAG,
     # [cluster]
     "nvlink_domain": _COUNT,
     "nvlink_gbps": _NUMBER,
