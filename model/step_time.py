@@ -239,9 +239,13 @@ def stage_parts_at(
     )  # fmt: skip
 
 
+KindParts = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+""":func:`kind_parts`: the parts of a dense layer, a MoE layer, the embedding, the output layer."""
+
+
 def recompute_stage_parts(
-    base: tuple[tuple[float, ...], ...],
-    full: tuple[tuple[float, ...], ...],
+    base: KindParts,
+    full: KindParts,
     n_dense: int,
     n_moe: int,
     k_dense: int,
