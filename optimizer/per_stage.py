@@ -28,7 +28,11 @@ from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import Answer, TermMismatch, prepare, search
 from trainplan.optimizer.stage_cpsat import StageModel
-from trainplan.optimizer.stage_tables import StageTables, build_stage_tables, check_per_stage
+from trainplan.optimizer.stage_tables import (
+    StageTables,
+    build_stage_tables,
+    pipeline_lower_bound,
+)
 from trainplan.optimizer.tables import CostTables, objective_tables
 
 __all__ = [
@@ -142,6 +146,8 @@ def solve_shape(
     base = case.evaluate(layout)
     pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
     lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
+    if cap_ns is not None and pipeline_lower_bound(case, layout) + lower >= cap_ns:
+        return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
     tables = build_stage_tables(case, layout, headroom, cap_ns, lower)
     t_tables = time.perf_counter() - t0
     rows = sum(len(r) for r in tables.options)
@@ -189,12 +195,12 @@ def base_layouts(layout: Layout) -> list[Layout]:
     """The per-stage search's base layouts for a uniform candidate's ``layout``: the same shape
     and ZeRO stage under 1F1B with v = 1, the default split and no per-stage counts, with
     recompute none (full recomputation is every stage's count at its layers) and, when the
-    uniform candidate recomputes at all, selective too."""
+    uniform candidate is selective, selective too (its other layers selective)."""
     plain = layout.with_(
         schedule=Schedule.ONE_F_ONE_B, virtual_stages=1, stage_layers=None, recompute_layers=None
     )
     out = [plain.with_(recompute=Recompute.NONE)]
-    if layout.recompute is not Recompute.NONE:
+    if layout.recompute is Recompute.SELECTIVE:
         out.append(plain.with_(recompute=Recompute.SELECTIVE))
     return out
 
@@ -261,13 +267,17 @@ def per_stage_search(
     uniform_ns = _total_ns(best_uniform.estimate)
     plans: list[tuple[Job, ShapePlan]] = []
     proven = uniform.status == "optimal"
+    bases = []
     for job, base in ranked_bases(problem, prepared, top_shapes):
         case = job.case
         try:
             validate(base, case.model, case.training)
-            check_per_stage(case, base)
+            bound = pipeline_lower_bound(case, base)
         except (LayoutError, InputError):
             continue
+        bases.append((bound, len(bases), job, base))
+    for _, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
+        case = job.case
         left = None
         if time_limit_s is not None:
             left = time_limit_s - (time.perf_counter() - t0)

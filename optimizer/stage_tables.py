@@ -41,6 +41,7 @@ __all__ = [
     "check_per_stage",
     "realization",
     "build_stage_tables",
+    "pipeline_lower_bound",
 ]
 
 
@@ -145,6 +146,70 @@ def realization(
     return layout.with_(stage_layers=tuple(sizes), recompute_layers=tuple(counts))
 
 
+def pipeline_lower_bound(case: Case, layout: Layout) -> int:
+    """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
+    whole ns, read from time alone (no memory): the least T such that the stages, each at its
+    fastest for n layers (nothing recomputed: recomputation only adds time), can hold L layers
+    between them with every stage's paced time ≤ T. The search skips a shape whose bound plus
+    the rest's lower bound cannot beat the best plan so far.
+
+    Raises
+    ------
+    InputError
+        :func:`check_per_stage`'s rules.
+    """
+    check_per_stage(case, layout)
+    arch = case.model.arch
+    assert arch is not None
+    L, pp = arch.num_layers, layout.pp
+    training, options, device = case.training, case.options, case.device
+    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
+    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
+    c = stage_clock(training, layout, device, links_for(layout, case.links, case.fabric), options)
+    causal = options.causal_attention_flops
+    m = layout.num_microbatches(training.global_batch_size)
+    ratio = float(bubble_ratio(pp, m, 1))
+    plain = layout.with_(stage_layers=None, recompute_layers=None)
+    by_role: dict[tuple[bool, bool], list[int]] = {}
+    fastest: list[list[int]] = []
+    for stage in range(pp):
+        role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
+        if role not in by_role:
+            by_role[role] = [
+                round(
+                    m
+                    * totals(
+                        [
+                            stage_parts_at(
+                                arch, training, plain, c, vocab, causal, stage, tuple(range(n))
+                            )
+                        ]
+                    )[0]
+                    * (1 + ratio)
+                    * 1e9
+                )  # fmt: skip
+                for n in ([L] if pp == 1 else range(L + 1))
+            ]
+        fastest.append(by_role[role])
+    if pp == 1:
+        return fastest[0][0]
+    candidates = sorted({t for row in fastest for t in row})
+
+    def holds(t: int) -> bool:  # the most layers each stage can take within t, together ≥ L
+        return (
+            sum(max((n for n, v in enumerate(row) if v <= t), default=-1) for row in fastest) >= L
+        )
+
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return candidates[lo]
+
+
 def build_stage_tables(
     case: Case,
     layout: Layout,
@@ -190,11 +255,20 @@ def build_stage_tables(
     def fits(stage: int, n: int, k: int) -> bool:
         return memory(stage, n, k).total_bytes <= capacity
 
+    times: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
+    plain = layout.with_(stage_layers=None, recompute_layers=None)
+
     def paced(stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
-        lay = realization(layout, L, stage, n, k)
-        layers = tuple(range(n))
-        t = totals([stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)])[0]
-        return round(m * t * (1 + ratio) * 1e9), t
+        # a stage's time reads only whether it is first or last, its layers and their counts
+        key = (stage == 0, stage == pp - 1, n, k, mode)
+        if key not in times:
+            counts = tuple(k if i == stage else 0 for i in range(pp))
+            lay = plain.with_(recompute_layers=counts) if k else plain
+            layers = tuple(range(n))
+            parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
+            t = totals([parts])[0]
+            times[key] = (round(m * t * (1 + ratio) * 1e9), t)
+        return times[key]
 
     rows: list[tuple[StageOption, ...]] = []
     for stage in range(pp):
