@@ -173,16 +173,15 @@ def solve_shape(
                 status = "feasible" if out_of_time else "infeasible"
             break
         seconds += sol.seconds
-        known = sol.key in model.known
-        if not known:
-            lay = layout.with_(stage_layers=sol.layers, recompute_layers=sol.recomputed)
-            est = case.evaluate(lay)
-            _check(tables, est, sol.paced_ns)
-            total = _total_ns(est)
-            model.add_rest(sol.key, total - sol.paced_ns)
-            if best is None or total < best[0]:
-                best = (total, est)
-                hint = (sol.layers, sol.recomputed)
+        known = sol.key in model.known  # before this solve: then the optimum is proven
+        lay = layout.with_(stage_layers=sol.layers, recompute_layers=sol.recomputed)
+        est = case.evaluate(lay)
+        _check(tables, est, sol.paced_ns)
+        total = _total_ns(est)
+        model.add_rest(sol.key, total - sol.paced_ns)
+        if best is None or total < best[0]:
+            best = (total, est)
+            hint = (sol.layers, sol.recomputed)
         if known:
             status = sol.status
             break
