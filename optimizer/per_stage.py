@@ -266,7 +266,7 @@ def per_stage_search(
     uniform_ns = _total_ns(best_uniform.estimate)
     plans: list[tuple[Job, ShapePlan]] = []
     proven = uniform.status == "optimal"
-    bases = []
+    bases: list[tuple[int, int, Job, Layout]] = []
     for job, base in ranked_bases(problem, prepared, top_shapes):
         case = job.case
         try:
