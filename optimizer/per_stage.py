@@ -25,7 +25,7 @@ from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
-from trainplan.optimizer.rules import allowed
+from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
 from trainplan.optimizer.search import Answer, TermMismatch, prepare, search
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_tables import (
@@ -205,32 +205,41 @@ def base_layouts(layout: Layout) -> list[Layout]:
 
 
 def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, float], top: int):
-    """The ``top`` shapes whose best uniform candidate (fitting, meeting the constraints) is
-    fastest, as (job, base layout) pairs (:func:`base_layouts` of that candidate), fastest first;
-    shapes that give the same base are counted once."""
+    """As (job, base layout) pairs (:func:`base_layouts`), fastest first: the ``top`` shapes whose
+    best uniform candidate (fitting, meeting the constraints) is fastest, then the ``top`` shapes
+    where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
+    candidate, fit ignored: the uniform tables' full recomputation of the default split can
+    overflow where moving layers off the first stages does not). Shapes that give the same base
+    are counted once."""
     tables = prepared[0]
     ok = allowed(problem, tables)
+    legal = np.broadcast_to(tables.legal[:, :, None], ok.shape)
+    if problem.constraints.tp_in_nvlink:
+        near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
+        legal = legal & near[:, None, None]
     big = np.iinfo(np.int64).max
     o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
-    obj = np.where(ok, o1[:, None, :] + o2[:, :, None], big)
-    flat = obj.reshape(len(tables.shapes), -1)
-    best = flat.min(axis=1)
+    objective = o1[:, None, :] + o2[:, :, None]
+    fitting = ok.any(axis=(1, 2))
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
-    shapes_taken = 0
-    for s in np.argsort(best, kind="stable"):
-        if best[s] == big or shapes_taken >= top:
-            break
-        z, r = np.unravel_index(int(flat[s].argmin()), obj.shape[1:])
-        job = tables.jobs[tables.job_of[s]]
-        layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
-        fresh = False
-        for base in base_layouts(layout):
-            if (int(tables.job_of[s]), base) not in seen:
-                seen.add((int(tables.job_of[s]), base))
-                out.append((job, base))
-                fresh = True
-        shapes_taken += fresh
+    for mask, shapes in ((ok, fitting), (legal, ~fitting)):
+        flat = np.where(mask & shapes[:, None, None], objective, big).reshape(len(shapes), -1)
+        best = flat.min(axis=1)
+        taken = 0
+        for s in np.argsort(best, kind="stable"):
+            if best[s] == big or taken >= top:
+                break
+            z, r = np.unravel_index(int(flat[s].argmin()), objective.shape[1:])
+            job = tables.jobs[tables.job_of[s]]
+            layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
+            fresh = False
+            for base in base_layouts(layout):
+                if (int(tables.job_of[s]), base) not in seen:
+                    seen.add((int(tables.job_of[s]), base))
+                    out.append((job, base))
+                    fresh = True
+            taken += fresh
     return out
 
 
