@@ -9,7 +9,7 @@ Sources, read for what exists (never copied):
   parallelism, recompute_num_layers indicates the layers per pipeline stage"; per virtual stage
   under interleaving); ``--decoder-first-pipeline-num-layers`` /
   ``--decoder-last-pipeline-num-layers`` (the other stages share the rest evenly); a per-stage
-  vector beyond that needs Megatron-Core's ``--pipeline-model-parallel-layout``. Full and
+  vector beyond that needs Megatron-Core's ``--pipeline-model-parallel-layout`` (:func:`pipeline_layout`). Full and
   selective granularity do not combine in one run.
 * torchtitan ``[activation_checkpoint]``: ``mode = "none" | "selective" | "full"``,
   ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
@@ -26,7 +26,13 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
 
-__all__ = ["LaunchFlags", "megatron_flags", "torchtitan_toml", "single_count_layout"]
+__all__ = [
+    "LaunchFlags",
+    "megatron_flags",
+    "pipeline_layout",
+    "torchtitan_toml",
+    "single_count_layout",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +106,29 @@ def megatron_flags(arch: Architecture, layout: Layout, global_batch_size: int) -
                 "--decoder-last-pipeline-num-layers", str(split[-1]),
             ]  # fmt: skip
         else:
+            out += ["--pipeline-model-parallel-layout", pipeline_layout(split)]
             notes.append(
                 f"layers per stage {','.join(map(str, split))}: the middle stages differ, which "
-                "--decoder-first/last-pipeline-num-layers cannot say; give them with "
-                "Megatron-Core's --pipeline-model-parallel-layout"
+                "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
+                "--pipeline-model-parallel-layout (experimental there) says it"
             )
     out += _megatron_recompute(layout, split, notes)
     return LaunchFlags(tuple(out), tuple(notes))
+
+
+def pipeline_layout(split: tuple[int, ...]) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` layers per stage
+    (v = 1): ``E`` the embedding, ``t`` a transformer layer (``t*N`` N of them), ``|`` between
+    stages, ``L`` the loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
+    ``Et*3|(tt|)*29,m|L`` for DeepSeek-V3).
+
+    Examples
+    --------
+    >>> pipeline_layout((9, 10, 0, 11))
+    'Et*9|t*10||t*11L'
+    """
+    stages = [f"t*{n}" if n else "" for n in split]
+    return "E" + "|".join(stages) + "L"
 
 
 def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]) -> list[str]:

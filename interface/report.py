@@ -6,6 +6,7 @@ Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tabulate import tabulate
@@ -420,7 +421,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
         )
     elif ps["gain"] == 1:
         out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
-    out += ["", "Megatron-LM: " + " ".join(launch["megatron"])]
+    out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell
     out += [f"  note: {n}" for n in launch["megatron_notes"]]
     if launch["megatron_step_s"] is not None:
         out.append(

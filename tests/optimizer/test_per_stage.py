@@ -210,6 +210,10 @@ def test_megatron_flags_say_what_one_count_cannot():
     uneven = Layout(pp=4, stage_layers=(1, 2, 3, 2))
     notes = megatron_flags(tiny_case(8, 4).model.arch, uneven, 8).notes
     assert any("--pipeline-model-parallel-layout" in n for n in notes)
+    assert megatron_flags(tiny_case(8, 4).model.arch, uneven, 8).flags[-2:] == (
+        "--pipeline-model-parallel-layout",
+        "Et*1|t*2|t*3|t*2L",
+    )
     titan = torchtitan_toml(arch, lay)
     assert 'pipeline_parallel_split_points = ["layers.40"]' in titan.flags
     assert titan.flags[-2:] == ('mode = "selective"', 'selective_ac_option = "1"')
