@@ -130,6 +130,16 @@ def test_oracle_case_by_hand():
     assert got.estimate.layout.recompute_layers == (2, 0)
 
 
+def test_time_limit_returns_what_it_has_not_a_proof():
+    """A limit already spent by the tables leaves no solve: status feasible (not proven), no
+    plan; without a limit the same base is proven."""
+    case = tiny_case(6, 2)
+    headroom = tight_headroom(case)
+    spent = solve_shape(case, case.layout, headroom, time_limit_s=1e-9)
+    assert (spent.status, spent.estimate, spent.solves) == ("feasible", None, 0)
+    assert solve_shape(case, case.layout, headroom).status == "optimal"
+
+
 def test_tables_rows_are_the_evaluators_figures():
     """Each table row's peak bytes is stage_memory's for a layout that has it (the re-evaluation
     in solve_shape checks the chosen rows; here every row of a small case)."""
