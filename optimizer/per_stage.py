@@ -100,7 +100,8 @@ def _total_ns(est: Estimate) -> int:
 
 
 def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
-    """Every stage's tabulated peak and the pipeline term agree with ``evaluate()``."""
+    """Every stage's tabulated peak and the pipeline term agree with ``evaluate()`` (bytes to a
+    byte after rounding up, time to 2 ns); a difference raises :class:`TermMismatch`."""
     options = {
         (s, o.layers, o.recomputed): o for s, rows in enumerate(tables.options) for o in rows
     }
@@ -116,6 +117,12 @@ def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         paced.append(row.paced_ns)
     if max(paced) != paced_ns:
         raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
+    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
+    assert est.time_terms is not None
+    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
+    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
+    if abs(evaluated - paced_ns) > 2:
+        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
 
 
 def solve_shape(
