@@ -13,9 +13,10 @@ Sources, read for what exists (never copied):
   selective granularity do not combine in one run.
 * torchtitan ``[activation_checkpoint]``: ``mode = "none" | "selective" | "full"``,
   ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
-  transformer block of the model); ``[parallelism]`` degrees and
-  ``pipeline_parallel_split_points = ["layers.K", …]`` (the first layer of each stage after the
-  first). No per-stage AC count.
+  transformer block of the model); ``[parallelism]`` degrees, ``pipeline_parallel_schedule``
+  (``GPipe``, ``1F1B``, ``Interleaved1F1B``) and ``pipeline_parallel_split_points =
+  ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
+  when interleaved). No per-stage AC count.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture
-from trainplan.model.split import stage_layers
+from trainplan.model.split import model_chunks, stage_layers
 
 __all__ = [
     "LaunchFlags",
@@ -189,8 +190,16 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
     ]
     notes: list[str] = []
     if layout.pp > 1:
+        chunks = [
+            len(c)
+            for c in model_chunks(
+                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+            )
+        ]
+        schedule = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+        lines.append(f'pipeline_parallel_schedule = "{schedule[str(layout.schedule)]}"')
         starts, at = [], 0
-        for n in split[:-1]:
+        for n in chunks[:-1]:  # one split point per model chunk (pp·v stages when interleaved)
             at += n
             starts.append(f'"layers.{at}"')
         lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
