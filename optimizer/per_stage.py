@@ -227,11 +227,12 @@ def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, floa
     big = np.iinfo(np.int64).max
     o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
     objective = o1[:, None, :] + o2[:, :, None]
-    fitting = ok.any(axis=(1, 2))
+    fitting: np.ndarray = np.asarray(ok.any(axis=(1, 2)), dtype=bool)
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
     for mask, shapes in ((ok, fitting), (legal, ~fitting)):
-        flat = np.where(mask & shapes[:, None, None], objective, big).reshape(len(shapes), -1)
+        keep = mask & shapes[:, None, None]
+        flat = np.where(keep, objective, big).reshape(len(tables.shapes), -1)
         best = flat.min(axis=1)
         taken = 0
         for s in np.argsort(best, kind="stable"):
