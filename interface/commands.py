@@ -310,6 +310,85 @@ def search_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
+def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
+    """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
+    object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
+    uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
+    ``uniform`` (the best uniform layout's ``layout`` line fields and ``step_s``), ``gain``
+    (uniform ÷ per-stage step time, ≥ 1), ``shapes`` (per base layout: its status, step time,
+    solves, seconds), ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
+    ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
+    ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
+    runs (null when the plan's counts are one number).
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line), an objective other than step time, a model the per-stage search
+        does not model.
+    InfeasibleError
+        No uniform layout fits.
+    """
+    from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.per_stage import per_stage_search
+
+    problem = search_problem(kw)
+    result = per_stage_search(problem, shapes, _time_limit(kw), kw.get("workers") or 2)
+    plan, uniform = result.plan, result.uniform.estimate
+    d = estimate_to_dict(plan)
+    lay = plan.layout
+    arch = plan.model.arch
+    assert arch is not None
+    counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
+    megatron = megatron_flags(arch, lay, plan.training.global_batch_size)
+    titan = torchtitan_toml(arch, lay)
+    single = single_count_layout(lay)
+    megatron_step = None
+    if single is not None:
+        megatron_step = result.job.case.evaluate(single).step_s
+    d["per_stage"] = {
+        "status": result.status,
+        "job": result.job.label,
+        "stage_layers": [s.num_layers for s in plan.stages],
+        "recompute_layers": list(counts),
+        "step_s": result.plan_ns / 1e9,
+        "uniform": {
+            "layout": estimate_to_dict(uniform)["layout"],
+            "step_s": result.uniform_ns / 1e9,
+        },
+        "gain": result.gain,
+        "shapes": [
+            {
+                "dp": s.layout.dp,
+                "tp": s.layout.tp,
+                "pp": s.layout.pp,
+                "cp": s.layout.cp,
+                "micro_batch_size": s.layout.micro_batch_size,
+                "zero_stage": s.layout.zero_stage,
+                "recompute": str(s.layout.recompute),
+                "status": s.status,
+                "step_s": None if s.objective_ns is None else s.objective_ns / 1e9,
+                "solves": s.solves,
+                "tables_seconds": s.tables_seconds,
+                "solve_seconds": s.solve_seconds,
+            }
+            for s in result.shapes
+        ],
+        "uniform_seconds": result.uniform_seconds,
+        "tables_seconds": result.tables_seconds,
+        "solve_seconds": result.solve_seconds,
+    }
+    d["launch"] = {
+        "megatron": list(megatron.flags),
+        "megatron_notes": list(megatron.notes),
+        "megatron_step_s": megatron_step,
+        "torchtitan": list(titan.flags),
+        "torchtitan_notes": list(titan.notes),
+    }
+    return SearchRun(d, str(problem.objective), len(problem.jobs))
+
+
 def frontier_json(
     kw: dict[str, Any], against: str = "memory", on_tables: TableProgress | None = None
 ) -> SearchRun:

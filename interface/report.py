@@ -6,6 +6,7 @@ Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tabulate import tabulate
@@ -184,8 +185,13 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
-        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}, "
-        f"{lay['schedule']}"
+        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}"
+        + (
+            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per stage)"
+            if lay.get("recompute_layers") is not None
+            else ""
+        )
+        + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
         f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",
@@ -377,3 +383,57 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
             for r in rows
         ]
     )
+
+
+def _layout_line(lay: dict[str, Any]) -> str:
+    """A layout's degrees, ZeRO stage, recompute, schedule and micro-batch on one line."""
+    return (
+        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
+        f"{lay.get('framework', 'megatron')} ZeRO-{lay['zero_stage']}, recompute "
+        f"{lay['recompute']}, {lay['schedule']}"
+        + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
+        + f", b {lay['micro_batch_size']}"
+    )
+
+
+def per_stage_text(d: dict[str, Any]) -> str:
+    """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
+    proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
+    ps, launch = d["per_stage"], d["launch"]
+    proof = {
+        "optimal": "OPTIMAL (proven over the shapes searched)",
+        "feasible": "FEASIBLE (best found within the time limit, not proven)",
+    }[ps["status"]]
+    lay = d["layout"]
+    counts = ps["recompute_layers"]
+    out = [
+        f"Per-stage search ({ps['job']}): {proof}; uniform search {ps['uniform_seconds']:.2f} s, "
+        f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
+        f"{len(ps['shapes'])} base layout(s)",
+        "",
+        f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
+        f"{duration(ps['uniform']['step_s'])} per step",
+        f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
+        f"({ps['gain']:.3f}× the uniform)",
+    ]
+    if any(counts) or lay.get("recompute_layers") is not None:
+        out.append(
+            table_text(
+                [
+                    {"stage": i, "layers": n, "recomputed (full)": k, "others": lay["recompute"]}
+                    for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True))
+                ]
+            )
+        )
+    elif ps["gain"] == 1:
+        out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
+    out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell
+    out += [f"  note: {n}" for n in launch["megatron_notes"]]
+    if launch["megatron_step_s"] is not None:
+        out.append(
+            f"  with one --recompute-num-layers for every stage: {duration(launch['megatron_step_s'])}"
+            " per step"
+        )
+    out += ["", "torchtitan:", *("  " + line for line in launch["torchtitan"])]
+    out += [f"  note: {n}" for n in launch["torchtitan_notes"]]
+    return "\n".join(out)

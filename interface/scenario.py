@@ -13,6 +13,7 @@ objective = "time-to-train"       # step-time | tokens-per-gpu | time-to-train |
 framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | textbook
 tokens = 15e12                    # token budget for time-to-train and cost
 gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
+per_stage = false                 # search: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
                # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
@@ -77,6 +78,7 @@ TOP_KEYS = {
     "max_layers",
     "mtp_layers",
     "framework",
+    "per_stage",
     "space",
     "constraints",
     "cluster",
@@ -178,6 +180,7 @@ VALUE_KINDS: dict[str, Any] = {
     "headroom": _NUMBER,
     "min_mfu": _NUMBER,
     "tp_in_nvlink": _FLAG,
+    "per_stage": _FLAG,
     # [cluster]
     "nvlink_domain": _COUNT,
     "nvlink_gbps": _NUMBER,

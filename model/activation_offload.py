@@ -164,7 +164,11 @@ def offloaded_bytes(
 
 
 def check_activation_offload(
-    framework: str, recompute: str, modules: tuple[str, ...], has_moe: bool = True
+    framework: str,
+    recompute: str,
+    modules: tuple[str, ...],
+    has_moe: bool = True,
+    recompute_layers: tuple[int, ...] | None = None,
 ) -> None:
     """Check that ``framework`` runs the activation offload of ``modules`` with ``recompute``.
 
@@ -172,7 +176,9 @@ def check_activation_offload(
     ------
     LayoutError
         A profile other than Megatron-Core; ``attn_proj`` without ``core_attn``; an expert
-        module on a model without MoE layers; full or √n recomputation.
+        module on a model without MoE layers; full or √n recomputation, or fully recomputed
+        layers per stage (``recompute_layers`` with a count above 0: the two are not modelled
+        together).
 
     >>> check_activation_offload("megatron", "selective", ("core_attn",))
     >>> try:
@@ -204,6 +210,12 @@ def check_activation_offload(
             f"offload_activations: recompute {recompute} keeps only each layer's input "
             "checkpoint, nothing to offload; use --recompute none or selective (Megatron-Core "
             "pairs the offload with fine-grained recomputation)"
+        )
+    if recompute_layers and any(recompute_layers):
+        raise LayoutError(
+            "offload_activations: with recompute_layers "
+            f"{','.join(map(str, recompute_layers))} (fully recomputed layers per stage) the "
+            "offload is not modelled; give one of the two"
         )
 
 

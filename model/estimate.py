@@ -409,7 +409,8 @@ def gather_units(
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
         if i == pp - 1:
             units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
-        out.append(max(units, key=lambda u: u[0] + u[1]))
+        # a middle stage with no layers (a custom layout's zeros) gathers nothing
+        out.append(max(units, key=lambda u: u[0] + u[1], default=(Fraction(0), Fraction(0))))
     return tuple(out)
 
 
@@ -446,6 +447,37 @@ def stage_memory(
         StageMemory(i, len(layers), d, e, states[i], acts[i] if acts else None)
         for (i, layers, d, e) in params
     )
+
+
+def stage_memory_at(
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    stage: int,
+    vocab_multiple: int | None = None,
+) -> StageMemory:
+    """Bytes on one GPU of pipeline stage ``stage`` alone: the ``stage``-th of
+    :func:`stage_memory`, from the same functions (:func:`model.memory.model_state` with the
+    stage's parameters, gather unit and linear weights; :func:`model.memory.stage_activations`)
+    without computing the other stages' activations. The per-stage search tabulates it over
+    (stage, layers, recomputed layers) (:mod:`optimizer.stage_tables`)."""
+    vocab_multiple = vocab_multiple_for(layout.framework, vocab_multiple)
+    key = _split_key(layout)
+    i, layers, d, e = _stage_param_list(model, layout, vocab_multiple)[stage]
+    state = model_state(
+        d,
+        e,
+        layout,
+        training,
+        gather_unit=gather_units(model, *key, vocab_multiple)[stage],
+        linear=stage_linear_per_gpu(model, *key)[stage][:2],
+    )
+    arch = model.arch
+    acts = None
+    if arch is not None:
+        vocab = padded_vocab(arch.vocab_size, vocab_multiple, layout.tp)
+        acts = stage_activations(arch, layers, stage, layout, training, vocab)
+    return StageMemory(i, len(layers), d, e, state, acts)
 
 
 def _zero_table(
@@ -708,6 +740,12 @@ def time_terms(
             step.optimizer_s,
             offload,
             act,
+        )
+    if layout.recompute_layers is not None:
+        raise InputError(
+            "recompute_layers: per-stage recomputation is timed by the roofline model only "
+            "(--time-model roofline, a physical framework profile, an accelerator with its HBM "
+            "bandwidth)"
         )
     t_mb = microbatch_seconds(arch, training, layout, device, options)
     compute = m * t_mb
@@ -992,6 +1030,7 @@ def evaluate(
             layout.recompute,
             options.mfu_convention,
             options.causal_attention_flops,
+            recomputed_layers(arch, layout),
         )
         terms = time_terms(model, training, layout, device, traffic, options, links, vocab_multiple)
         if terms is None:
@@ -1000,6 +1039,11 @@ def evaluate(
             )
         else:
             compute_s, step_s = terms.compute_s, terms.step_s
+    if layout.recompute_layers is not None:
+        notes.append(
+            "recompute_layers: the traffic table's tp/cp/ep bytes count the base mode's passes; "
+            "the recomputed layers' second forward collectives are in the step time"
+        )
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(
         model,
@@ -1020,6 +1064,19 @@ def evaluate(
         tuple(notes),
         terms,
         padded,
+    )
+
+
+def recomputed_layers(arch: Architecture, layout: Layout) -> frozenset[int]:
+    """Indices of the layers fully recomputed by ``Layout.recompute_layers`` (the first k of
+    each stage, :func:`model.split.stage_layers`); empty without per-stage counts."""
+    if layout.recompute_layers is None:
+        return frozenset()
+    split = stage_layers(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )
+    return frozenset(
+        j for k, layers in zip(layout.recompute_layers, split, strict=True) for j in layers[:k]
     )
 
 

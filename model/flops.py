@@ -207,8 +207,11 @@ def step_flops(
     recompute: Recompute,
     convention: MfuConvention = MfuConvention.SIX_N,
     causal: bool = False,
+    full_layers: frozenset[int] = frozenset(),
 ) -> StepFlops:
-    """Model and hardware FLOPs of one step of ``global_batch_size`` sequences.
+    """Model and hardware FLOPs of one step of ``global_batch_size`` sequences. ``full_layers``:
+    layer indices fully recomputed whatever ``recompute`` says (the per-stage counts of
+    :attr:`model.layout.Layout.recompute_layers`: one more forward of each, PaLM Appendix B).
 
     Examples
     --------
@@ -225,7 +228,12 @@ def step_flops(
     layers = range(arch.num_layers + arch.mtp_layers)  # the MTP blocks too
     layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in layers)
     logits_fwd = output_forward_flops(arch, s, B)
-    recomputed = sum(recompute_forward_flops(arch, i, s, B, recompute, causal) for i in layers)
+    recomputed = sum(
+        recompute_forward_flops(
+            arch, i, s, B, Recompute.FULL if i in full_layers else recompute, causal
+        )
+        for i in layers
+    )
     tokens = B * s
     if convention is MfuConvention.MEGATRON:
         model = 3 * (layers_fwd + logits_fwd)

@@ -16,8 +16,13 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
 from trainplan.model.pipeline import Schedule, check_schedule
-from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
-from trainplan.model.split import check_chunks, check_stage_layers, chunk_sizes_from_ranks
+from trainplan.model.specs import Architecture, AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.split import (
+    check_chunks,
+    check_stage_layers,
+    chunk_sizes_from_ranks,
+    stage_layers,
+)
 from trainplan.model.units import check_limit
 
 __all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
@@ -90,6 +95,16 @@ class Layout:
     stage, each divided evenly over its v chunks), summing to L; None = the default split
     (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
     embedding-only first or loss-only last stage). Stored per chunk."""
+    recompute_layers: tuple[int, ...] | None = None
+    """Per pipeline stage (pp counts), how many of its transformer layers are fully recomputed
+    in backward — the first that many layers of the stage, each from its input, as Megatron-LM's
+    ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` does per
+    stage (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``); the
+    stage's other layers keep ``recompute`` (``none`` or ``selective``). None = every layer keeps
+    ``recompute``. All n of a stage's n layers = ``full`` there; 0 = the base mode. One count per
+    stage, 0 ≤ count ≤ the stage's layers; needs ``virtual_stages = 1`` (Megatron applies N to
+    every model chunk, which this model does not split). Mist (EuroSys 2025) and AdaPipe
+    (ASPLOS 2024) choose such counts per stage."""
     deallocate_pipeline_outputs: bool = True
     """Free a stage's output tensor once it is sent to the next stage (Megatron-LM's
     ``deallocate_pipeline_outputs``, on in Megatron-Core; Llama 3 §3.3.2). False keeps one
@@ -134,6 +149,8 @@ class Layout:
         object.__setattr__(self, "rank_order", order)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._chunk_layers(self.stage_layers))
+        if self.recompute_layers is not None:
+            object.__setattr__(self, "recompute_layers", self._recompute_counts())
         if self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"zero_stage: {self.zero_stage!r} must be 0, 1, 2 or 3")
 
@@ -171,6 +188,30 @@ class Layout:
                 "model chunk in model order)"
             )
         return sizes
+
+    def _recompute_counts(self) -> tuple[int, ...]:
+        """``recompute_layers`` as pp whole numbers >= 0 (:attr:`recompute_layers`)."""
+        counts = self.recompute_layers
+        items = counts.split(",") if isinstance(counts, str) else counts
+        try:
+            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            raise LayoutError(
+                f"recompute_layers: {counts!r} must be whole numbers >= 0, one per pipeline "
+                "stage, e.g. 2,4,4,0"
+            ) from None
+        if any(n < 0 for n in sizes):
+            raise LayoutError(f"recompute_layers: {counts!r} must be whole numbers >= 0")
+        if len(sizes) != self.pp:
+            raise LayoutError(
+                f"recompute_layers: {len(sizes)} counts for pp {self.pp} (give one per stage)"
+            )
+        return sizes
+
+    def recomputed_on(self, stage: int) -> int | None:
+        """Layers fully recomputed on pipeline stage ``stage`` (:attr:`recompute_layers`), or
+        None when every layer keeps ``recompute``."""
+        return None if self.recompute_layers is None else self.recompute_layers[stage]
 
     @property
     def num_gpus(self) -> int:
@@ -287,7 +328,9 @@ def validate(
     check_framework(lay.framework, lay.zero_stage, lay.pp)
     check_offload(lay.framework, lay.zero_stage, training.offload)
     has_moe = model.arch is None or model.arch.kind_index(True) is not None
-    check_activation_offload(lay.framework, lay.recompute, training.offload.activations, has_moe)
+    check_activation_offload(
+        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers
+    )
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
@@ -343,13 +386,39 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
     chunks = lay.pp * lay.virtual_stages
     if lay.stage_layers is not None:
         check_stage_layers(arch.num_layers, lay.pp, lay.virtual_stages, lay.stage_layers)
-        return
-    check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
-    if arch.num_layers % chunks and not lay.uneven_stages:
+    else:
+        check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
+        if arch.num_layers % chunks and not lay.uneven_stages:
+            raise LayoutError(
+                f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} does not divide "
+                f"num_layers = {arch.num_layers} (allow uneven stages or choose a divisor)"
+            )
+    if lay.recompute_layers is not None:
+        _check_recompute_layers(lay, arch)
+
+
+def _check_recompute_layers(lay: Layout, arch: Architecture) -> None:
+    """The per-stage recomputation counts' rules (:attr:`Layout.recompute_layers`)."""
+    counts = lay.recompute_layers
+    assert counts is not None
+    shown = ",".join(map(str, counts))
+    if lay.virtual_stages > 1:
         raise LayoutError(
-            f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} does not divide "
-            f"num_layers = {arch.num_layers} (allow uneven stages or choose a divisor)"
+            f"recompute_layers: {shown} needs virtual_stages 1, not {lay.virtual_stages} "
+            "(per-stage counts over interleaved model chunks are not modelled)"
         )
+    if lay.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
+        raise LayoutError(
+            f"recompute_layers: {shown} needs recompute none or selective for the other "
+            f"layers, not {lay.recompute}"
+        )
+    split = stage_layers(arch, lay.pp, 1, lay.uneven_stages, lay.stage_layers)
+    for i, (k, layers) in enumerate(zip(counts, split, strict=True)):
+        if k > len(layers):
+            raise LayoutError(
+                f"recompute_layers: {k} on stage {i} is more than its {len(layers)} layers "
+                "(each count must be at most its stage's layers)"
+            )
 
 
 def _check_divides(axis: str, degree: int, what: str, value: int) -> None:

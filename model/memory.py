@@ -33,6 +33,7 @@ from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks
 from trainplan.model.stage_bytes import (
     apply_form,
+    block_forms,
     chunk_form,
     chunk_peak,
     embedding_bytes,
@@ -40,7 +41,6 @@ from trainplan.model.stage_bytes import (
     offload_quantities,
     peak_transient,
     sqrt_segment,
-    stage_forms,
 )
 
 __all__ = [
@@ -332,6 +332,8 @@ def stage_activations(
     * none: Σ layer bytes × in flight.  * selective: the same without the score tensors.
     * full: Σ checkpoints (``β·S·h`` ÷ tp with SP) × in flight, plus one layer's bytes less its
       checkpoint as the transient.
+    * with ``Layout.recompute_layers``: the first k layers as full, the others as the base mode,
+      the transient of the last recomputed layer (:func:`model.stage_bytes.block_forms`).
     * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
       largest segment's bytes less its checkpoint (full recomputation is k = 1).
 
@@ -359,6 +361,7 @@ def stage_activations(
         layout.virtual_stages,
         layout.schedule,
         layout.recompute,
+        layout.recomputed_on(stage),
         layout.micro_batch_size,
         layout.tp,
         layout.cp,
@@ -403,7 +406,7 @@ def _stage_activations(
     pp, v, mode = layout.pp, layout.virtual_stages, layout.recompute
     in_flight = microbatches_in_flight(pp, m, layout.schedule, v, stage)
     kinds = tuple(arch.is_moe_layer(j) for j in layers)
-    per_form, transient_forms = stage_forms(kinds, mode)
+    per_form, transient_forms = block_forms(kinds, mode, layout.recomputed_on(stage))
     per_mb, transient = apply_form(per_form, q), peak_transient(transient_forms, q)
     emb = embedding_bytes(
         arch,

@@ -164,6 +164,13 @@ def assumptions(est: Estimate) -> list[str]:
         )
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
+    if lay.recompute_layers is not None:
+        out.append(
+            "per-stage recomputation: the first "
+            f"{', '.join(map(str, lay.recompute_layers))} layers of each stage fully recomputed "
+            f"(Megatron-LM --recompute-method block), the others {lay.recompute}; each keeps its "
+            "input and adds one forward in backward"
+        )
     return out
 
 
@@ -450,6 +457,9 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "zero_stage": lay.zero_stage,
             "framework": str(lay.framework),
             "recompute": str(lay.recompute),
+            "recompute_layers": (
+                None if lay.recompute_layers is None else list(lay.recompute_layers)
+            ),
             "micro_batch_size": lay.micro_batch_size,
             "global_batch_size": t.global_batch_size,
             "num_microbatches": est.num_microbatches,

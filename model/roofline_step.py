@@ -25,7 +25,7 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic, pp_message_bytes
 from trainplan.model.frameworks import mechanism
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.layer_time import PARTS
+from trainplan.model.layer_time import PARTS, Clock
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.offload import adam_step_bytes
@@ -44,7 +44,15 @@ from trainplan.model.step_time import (
 )
 from trainplan.model.timing import CostOptions, TimeModel
 
-__all__ = ["RooflineStep", "uses_roofline", "params_of", "roofline_step", "slowest", "totals"]
+__all__ = [
+    "RooflineStep",
+    "uses_roofline",
+    "params_of",
+    "stage_clock",
+    "roofline_step",
+    "slowest",
+    "totals",
+]
 
 
 def uses_roofline(options: CostOptions, layout: Layout, device: DeviceSpec) -> bool:
@@ -94,6 +102,22 @@ class RooflineStep:
     """The optimizer step."""
 
 
+def stage_clock(
+    training: TrainingSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    links: Mapping[str, Any],
+    options: CostOptions,
+) -> Clock:
+    """The :class:`model.layer_time.Clock` the layout's stages are timed on: the accelerator's
+    peaks, the roofline figures in force (:func:`params_of`), each axis's link, the tp overlap,
+    the CP flavour and the precision's linear speed-up."""
+    p = params_of(options, device)
+    cp = cp_mechanism(layout.cp_kind, layout.cp, layout.cp_a2a)
+    speedup = linear_speedup(training.precision, device)
+    return clock(device, p, links, options.tp_comm_overlap, cp, speedup)
+
+
 def roofline_step(
     arch: Architecture,
     training: TrainingSpec,
@@ -109,9 +133,7 @@ def roofline_step(
     (:func:`model.estimate.traffic_rows`' own), ``busiest`` the (dense, expert) parameters on
     one GPU of the stage with the most and the most layers on a stage."""
     p = params_of(options, device)
-    cp = cp_mechanism(layout.cp_kind, layout.cp, layout.cp_a2a)
-    speedup = linear_speedup(training.precision, device)
-    c = clock(device, p, links, options.tp_comm_overlap, cp, speedup)
+    c = stage_clock(training, layout, device, links, options)
     causal = options.causal_attention_flops
     parts = stage_part_list(arch, training, layout, c, vocab, causal)
     k = slowest(parts)

@@ -149,8 +149,10 @@ def simulate(
     schedule: Schedule | str = Schedule.ONE_F_ONE_B,
     v: int = 1,
     backward_ratio: Fraction | int = 2,
+    stage_times: tuple[tuple[Fraction, Fraction], ...] | None = None,
 ) -> Timeline:
-    """Simulate one step of a pipeline schedule on ``pp`` equally fast stages.
+    """Simulate one step of a pipeline schedule on ``pp`` equally fast stages, or with
+    ``stage_times`` on stages of their own speeds.
 
     Parameters
     ----------
@@ -160,6 +162,11 @@ def simulate(
         ``gpipe``, ``1f1b`` or ``interleaved``.
     backward_ratio : Fraction
         Backward time over forward time (2 by default).
+    stage_times : tuple of (forward, backward) per stage, optional
+        Each stage's own forward and backward of one micro-batch (any time unit; its recomputed
+        forward belongs to its backward), for unbalanced pipelines (per-stage layers or
+        recomputation, :attr:`model.layout.Layout.recompute_layers`); replaces
+        ``backward_ratio``. A chunk's passes take 1/v of its stage's.
 
     Returns
     -------
@@ -188,8 +195,16 @@ def simulate(
             f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
             f"{MAX_PASSES // 2:,} passes this timeline simulates; use fewer micro-batches"
         )
+    if stage_times is not None and (
+        len(stage_times) != pp or any(Fraction(t) <= 0 for ft in stage_times for t in ft)
+    ):
+        raise InputError(
+            f"stage_times: {len(stage_times)} (forward, backward) pairs must be one per stage "
+            f"(pp {pp}), each time positive"
+        )
+    times = stage_times or ((Fraction(1), ratio),) * pp
+    durs = [{"F": Fraction(f) / v, "B": Fraction(b) / v} for f, b in times]
     orders = [stage_order(pp, m, sched, v, i) for i in range(pp)]
-    dur = {"F": Fraction(1, v), "B": ratio / v}
     last = pp * v - 1
     ends: dict[tuple[str, int, int], Fraction] = {}  # (kind, virtual stage, microbatch) -> end
     slots: list[list[Slot]] = [[] for _ in range(pp)]
@@ -208,7 +223,7 @@ def simulate(
                 if dep is not None and dep not in ends:
                     break
                 start = max(free[i], ends[dep]) if dep is not None else free[i]
-                free[i] = ends[(kind, u, j)] = start + dur[kind]
+                free[i] = ends[(kind, u, j)] = start + durs[i][kind]
                 slots[i].append(Slot(i, start, free[i], kind, j, c))
                 pos[i] += 1
                 remaining -= 1

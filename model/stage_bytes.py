@@ -37,6 +37,7 @@ __all__ = [
     "layer_quantities",
     "offload_quantities",
     "stage_forms",
+    "block_forms",
     "chunk_form",
     "apply_form",
     "peak_transient",
@@ -174,6 +175,56 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
         for j, seg in enumerate(segments)
     )
     return per_mb, transients
+
+
+@cache
+def block_forms(
+    kinds: tuple[bool, ...], base: Recompute, recomputed: int | None
+) -> tuple[Form, tuple[Form, ...]]:
+    """:func:`stage_forms` of a stage whose first ``recomputed`` layers are fully recomputed
+    (Megatron-LM's ``--recompute-method block --recompute-num-layers``, per stage:
+    :attr:`model.layout.Layout.recompute_layers`) and whose other layers keep ``base``
+    (``none`` or ``selective``). None is ``base`` everywhere.
+
+    * kept per micro-batch: the recomputed layers' ``checkpoint`` (their input) plus the other
+      layers' ``full`` / ``selective`` bytes;
+    * transient, while recomputed layer j runs in backward: its ``full`` bytes less its input
+      (the checkpoint it starts from), less what backward has already freed of the micro-batch —
+      the checkpoints of the recomputed layers after it and the kept bytes of every layer not
+      recomputed (they come after it in the stage); with some layers not recomputed also 0 (a
+      transient never lowers the peak).
+
+    With every layer recomputed the forms are :func:`stage_forms` ``full`` exactly; with none,
+    ``base``'s.
+
+    Examples
+    --------
+    >>> per_mb, transients = block_forms((False, False, False), Recompute.NONE, 1)
+    >>> per_mb[:4], transients[0][:4]
+    ((2, 0, 1, 0), (-1, 0, 0, -1))
+    >>> block_forms((False,) * 3, Recompute.NONE, 3) == stage_forms((False,) * 3, Recompute.FULL)
+    True
+    """
+    if recomputed is None or recomputed == 0:
+        return stage_forms(kinds, base)
+    if recomputed == len(kinds):
+        return stage_forms(kinds, Recompute.FULL)
+    quantity = "full" if base is Recompute.NONE else "selective"
+    ckpts = [_unit(kind, "checkpoint") for kind in kinds[:recomputed]]
+    kept = [_unit(kind, quantity) for kind in kinds[recomputed:]]
+    per_mb = tuple(_add([0] * 8, *ckpts, *kept))
+    transients = tuple(
+        tuple(
+            _add(
+                _unit(kinds[j], "full"),
+                _scale(_unit(kinds[j], "input"), -1),
+                *(_scale(c, -1) for c in ckpts[j + 1 :]),
+                *(_scale(c, -1) for c in kept),
+            )
+        )
+        for j in range(recomputed)
+    )
+    return per_mb, (*transients, (0,) * 8)
 
 
 @cache

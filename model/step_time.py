@@ -45,6 +45,8 @@ __all__ = [
     "clock",
     "kind_parts",
     "stage_part_list",
+    "stage_parts_at",
+    "recompute_stage_parts",
     "pp_seconds",
     "dp_seconds",
     "dp_exposed_seconds",
@@ -222,23 +224,82 @@ def stage_part_list(
     recompute: Recompute | None = None,
 ) -> list[list[float]]:
     """Per pipeline stage, the :data:`model.layer_time.PARTS` of one micro-batch (seconds on one
-    GPU): its layers' operations and exposed collectives, the embedding on the first stage and
-    the output layer on the last (:func:`model.layer_time.stage_parts`); a multi-token-prediction
-    block counts as a layer of its kind on the last stage (its 2h → h projection and its second
-    pass through the output head are not timed)."""
-    kinds = kind_parts(
-        arch, training, layout.micro_batch_size, layout.tp, layout.cp, layout.ep,
-        layout.expert_tp, layout.sp, causal,
-        layout.recompute if recompute is None else recompute, vocab, c,
-    )  # fmt: skip
+    GPU): :func:`stage_parts_at` of each stage of the layout's split. ``recompute`` overrides
+    the layout's mode and ignores its per-stage counts (the dp window: no recomputation
+    anywhere)."""
     split = stage_layers(
         arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
     )
-    out = []
-    for i, layers in enumerate(split):
-        n_moe = sum(map(arch.is_moe_layer, layers))
-        out.append(stage_parts(*kinds, len(layers) - n_moe, n_moe, i == 0, i == layout.pp - 1))
-    return out
+    return [
+        stage_parts_at(arch, training, layout, c, vocab, causal, i, layers, recompute)
+        for i, layers in enumerate(split)
+    ]
+
+
+def stage_parts_at(
+    arch: Architecture,
+    training: TrainingSpec,
+    layout: Layout,
+    c: Clock,
+    vocab: int,
+    causal: bool,
+    stage: int,
+    layers: tuple[int, ...],
+    recompute: Recompute | None = None,
+) -> list[float]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``stage`` holding
+    ``layers`` (seconds on one GPU): its layers' operations and exposed collectives, the
+    embedding on the first stage and the output layer on the last
+    (:func:`model.layer_time.stage_parts`); a multi-token-prediction block counts as a layer of
+    its kind on the last stage (its 2h → h projection and its second pass through the output
+    head are not timed). With ``Layout.recompute_layers`` the stage's first k layers are timed
+    as fully recomputed and the rest under ``recompute`` (:func:`recompute_stage_parts`).
+    ``recompute`` overrides the layout's mode and ignores its per-stage counts. The per-stage
+    search tabulates it over (stage, layers, recomputed layers)."""
+    mode = layout.recompute if recompute is None else recompute
+    b, tp, cp, ep, etp, sp = (
+        layout.micro_batch_size, layout.tp, layout.cp, layout.ep, layout.expert_tp, layout.sp
+    )  # fmt: skip
+    kinds = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, mode, vocab, c)
+    k = (layout.recomputed_on(stage) or 0) if recompute is None else 0
+    full = kinds
+    if k:
+        full = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, Recompute.FULL, vocab, c)
+    n_moe = sum(map(arch.is_moe_layer, layers))
+    k_moe = sum(map(arch.is_moe_layer, layers[:k]))
+    return recompute_stage_parts(
+        kinds, full, len(layers) - n_moe, n_moe, k - k_moe, k_moe, stage == 0,
+        stage == layout.pp - 1,
+    )  # fmt: skip
+
+
+KindParts = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+""":func:`kind_parts`: the parts of a dense layer, a MoE layer, the embedding, the output layer."""
+
+
+def recompute_stage_parts(
+    base: KindParts,
+    full: KindParts,
+    n_dense: int,
+    n_moe: int,
+    k_dense: int,
+    k_moe: int,
+    first: bool,
+    last: bool,
+) -> list[float]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on a stage of ``n_dense`` dense and
+    ``n_moe`` MoE layers of which ``k_dense`` and ``k_moe`` are fully recomputed
+    (:attr:`model.layout.Layout.recompute_layers`): :func:`model.layer_time.stage_parts` of the
+    others under the base mode's :func:`kind_parts` (``base``), plus those of the recomputed
+    layers under ``full``'s (their backward runs one more forward and its collectives:
+    :func:`model.layer_time.layer_time`). With no layer recomputed it is ``stage_parts`` of
+    ``base`` alone, the same float. Seconds; the evaluator and the per-stage search's tables
+    both call it."""
+    parts = stage_parts(*base, n_dense - k_dense, n_moe - k_moe, first, last)
+    if not (k_dense or k_moe):
+        return parts
+    extra = stage_parts(*full, k_dense, k_moe, False, False)
+    return [a + b for a, b in zip(parts, extra, strict=True)]
 
 
 def pp_seconds(

@@ -57,7 +57,7 @@ def test_project_imported_by_installed_name(path):
 # library -> the only places (path prefixes, relative to the repo) allowed to import it
 OWNERS = {
     # the layout search's model and the RLHF placement search's model (issue 12)
-    "ortools": ("optimizer/cpsat.py", "optimizer/rlhf_cpsat.py"),
+    "ortools": ("optimizer/cpsat.py", "optimizer/rlhf_cpsat.py", "optimizer/stage_cpsat.py"),
     "pandas": ("interface/report.py",),
     "click": ("interface/cli/",),
     "matplotlib": ("interface/plots.py",),

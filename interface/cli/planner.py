@@ -319,6 +319,13 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "Default: as even as L allows, the end stages holding fewer.",
         ),
         click.option(
+            "--recompute-layers",
+            "recompute_layers",
+            help="Layers fully recomputed on each pipeline stage, e.g. 2,4,4,0 (pp counts; the "
+            "first that many layers of each stage, Megatron-LM's --recompute-method block; the "
+            "others keep --recompute none or selective). Needs virtual-stages 1.",
+        ),
+        click.option(
             "--first-stage-layers",
             "first_stage_layers",
             type=click.IntRange(0),

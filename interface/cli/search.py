@@ -12,7 +12,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
 from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
-from trainplan.model.errors import InfeasibleError
+from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 
@@ -177,7 +177,31 @@ def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     type=COUNT,
     help="Deepest family member tried with --maximize params.",
 )
-def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None:
+@click.option(
+    "--per-stage",
+    "per_stage",
+    is_flag=True,
+    default=None,
+    help="Also choose each pipeline stage's layers and how many of them are fully recomputed "
+    "(CP-SAT per stage, over the fastest uniform shapes); prints the gain over the best uniform "
+    "layout and the Megatron-LM / torchtitan flags.",
+)
+@click.option(
+    "--per-stage-shapes",
+    "per_stage_shapes",
+    type=COUNT,
+    default=8,
+    show_default=True,
+    help="With --per-stage: how many of the fastest uniform shapes to search per stage.",
+)
+def search_cmd(
+    as_json: bool,
+    top: int,
+    maximize: str | None,
+    per_stage: bool | None,
+    per_stage_shapes: int,
+    **kw: Any,
+) -> None:
     """The best layout: dp, tp, pp, cp, ep, ZeRO stage, recompute, micro-batch, schedule (and GPU count
     and accelerator when several are given), proven optimal by CP-SAT.
 
@@ -185,6 +209,11 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
     """
     from trainplan.interface.report import evaluate_text
 
+    if per_stage or (per_stage is None and _scenario_per_stage(kw)):
+        if top != 1 or maximize:
+            raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
+        _per_stage(kw, per_stage_shapes, as_json)
+        return
     solutions = _solutions(as_json)
     try:
         run = search_json(kw, top, maximize, _table_progress(as_json), solutions)
@@ -212,6 +241,32 @@ def search_cmd(as_json: bool, top: int, maximize: str | None, **kw: Any) -> None
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
+
+
+def _scenario_per_stage(kw: dict[str, Any]) -> bool:
+    """``per_stage = true`` in the scenario file, if one is given."""
+    if not kw.get("scenario"):
+        return False
+    from trainplan.interface.scenario import load_scenario
+
+    return bool(load_scenario(kw["scenario"]).get("per_stage"))
+
+
+def _per_stage(kw: dict[str, Any], shapes: int, as_json: bool) -> None:
+    from trainplan.interface.commands import per_stage_json
+    from trainplan.interface.report import evaluate_text, per_stage_text
+
+    try:
+        run = per_stage_json(kw, shapes)
+    except InfeasibleError as err:
+        _infeasible(err, as_json)
+        return
+    if as_json:
+        echo_json(run.json)
+        return
+    click.echo(per_stage_text(run.json))
+    click.echo("")
+    click.echo(evaluate_text(run.json))
 
 
 @cli.command("frontier")

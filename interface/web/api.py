@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request, Response
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.web.params import openapi_parameters, parse
-from trainplan.model.errors import InfeasibleError, check_applicable
+from trainplan.model.errors import InfeasibleError, InputError, check_applicable
 
 __all__ = ["router", "evaluate_object", "search_run", "frontier_run", "json_response", "pairs"]
 
@@ -104,6 +104,11 @@ def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("search", query)
     key = _key("search", kw)
     top, maximize = kw.pop("top"), kw.pop("maximize")
+    per_stage, shapes = kw.pop("per_stage", None), kw.pop("per_stage_shapes", 8)
+    if per_stage:  # the CLI's search --per-stage --json object
+        if top != 1 or maximize:
+            raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
+        return cached_run(key, lambda: commands.per_stage_json(kw, shapes))
     return cached_run(key, lambda: commands.search_json(kw, top, maximize, **progress))
 
 

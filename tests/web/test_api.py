@@ -247,6 +247,25 @@ def test_stream_reports_progress_and_bad_input(client):
     assert bad.status_code == 422 and bad.json()["error"].startswith("unknown model 'llama3-70bb'")
 
 
+def _no_seconds(d):
+    """The per-stage object without its timings."""
+    ps = {
+        k: v
+        for k, v in d["per_stage"].items()
+        if k not in ("uniform_seconds", "tables_seconds", "solve_seconds", "shapes")
+    }
+    return {**d, "per_stage": ps}
+
+
+def test_per_stage_search_is_the_cli_object(client):
+    args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192"]
+    got = client.get(f"/api/search?{query(args)}&per-stage=true").json()
+    assert _no_seconds(got) == _no_seconds(cli_json("search", *args, "--per-stage"))
+    assert got["per_stage"]["recompute_layers"] == [37, 33]
+    bad = client.get(f"/api/search?{query([*args, '--top', '2'])}&per-stage=true")
+    assert bad.status_code == 422 and bad.json()["error"].startswith("per_stage: takes neither")
+
+
 def test_infeasible_search_is_the_cli_object(client):
     args = ["--model", "llama3-405b", "--gpus", "8"]
     got = client.get(f"/api/search?{query(args)}")

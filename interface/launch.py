@@ -1,0 +1,225 @@
+"""A plan as the flags that launch it: Megatron-LM arguments and a torchtitan TOML fragment, each
+with what the framework cannot express said in words (issue 13).
+
+Sources, read for what exists (never copied):
+
+* Megatron-LM ``megatron/training/arguments.py`` and NeMo's "Activation Recomputation" page:
+  ``--recompute-granularity full|selective``, ``--recompute-method uniform|block``,
+  ``--recompute-num-layers N`` — one N for every pipeline stage ("when training with pipeline
+  parallelism, recompute_num_layers indicates the layers per pipeline stage"; per virtual stage
+  under interleaving); ``--decoder-first-pipeline-num-layers`` /
+  ``--decoder-last-pipeline-num-layers`` (the other stages share the rest evenly); a per-stage
+  vector beyond that needs Megatron-Core's ``--pipeline-model-parallel-layout`` (:func:`pipeline_layout`). Full and
+  selective granularity do not combine in one run.
+* torchtitan ``[activation_checkpoint]``: ``mode = "none" | "selective" | "full"``,
+  ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
+  transformer block of the model); ``[parallelism]`` degrees, ``pipeline_parallel_schedule``
+  (``GPipe``, ``1F1B``, ``Interleaved1F1B``) and ``pipeline_parallel_split_points =
+  ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
+  when interleaved). No per-stage AC count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.specs import Architecture
+from trainplan.model.split import model_chunks, stage_layers
+
+__all__ = [
+    "LaunchFlags",
+    "megatron_flags",
+    "pipeline_layout",
+    "torchtitan_toml",
+    "single_count_layout",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFlags:
+    """What a framework is given, and what it cannot be given."""
+
+    flags: tuple[str, ...]
+    """Command-line arguments (Megatron-LM) or TOML lines (torchtitan), in order."""
+    notes: tuple[str, ...]
+    """One sentence per part of the plan the flags do not express exactly."""
+
+
+def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
+    return tuple(
+        len(s)
+        for s in stage_layers(
+            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+        )
+    )
+
+
+def single_count_layout(layout: Layout) -> Layout | None:
+    """The layout Megatron-LM runs for ``layout``'s per-stage counts with one
+    ``--recompute-num-layers``: the largest count on every stage (at most its layers); None
+    when the counts are already one number (or absent). More recomputation never holds more, so
+    it fits where the plan fits; it is slower by the extra recomputation."""
+    counts = layout.recompute_layers
+    if counts is None or len(set(counts)) <= 1:
+        return None
+    return layout.with_(recompute_layers=tuple(max(counts) for _ in counts))
+
+
+def megatron_flags(arch: Architecture, layout: Layout, global_batch_size: int) -> LaunchFlags:
+    """Megatron-LM arguments for ``layout``: parallel sizes, micro- and global batch, the stage
+    split and recomputation; :attr:`LaunchFlags.notes` says what does not map exactly.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=8, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> lay = Layout(pp=2, stage_layers=(3, 5), recompute_layers=(2, 2))
+    >>> megatron_flags(arch, lay, 8).flags[-10:-6]
+    ('--decoder-first-pipeline-num-layers', '3', '--decoder-last-pipeline-num-layers', '5')
+    >>> megatron_flags(arch, lay, 8).flags[-2:]
+    ('--recompute-num-layers', '2')
+    """
+    out = [
+        "--tensor-model-parallel-size", str(layout.tp),
+        "--pipeline-model-parallel-size", str(layout.pp),
+        "--context-parallel-size", str(layout.cp),
+        "--micro-batch-size", str(layout.micro_batch_size),
+        "--global-batch-size", str(global_batch_size),
+    ]  # fmt: skip
+    notes: list[str] = []
+    if layout.ep > 1:
+        out += ["--expert-model-parallel-size", str(layout.ep)]
+    if layout.sp:
+        out.append("--sequence-parallel")
+    if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
+        out.append("--use-distributed-optimizer")
+    if layout.virtual_stages > 1:
+        chunk = arch.num_layers // (layout.pp * layout.virtual_stages)
+        out += ["--num-layers-per-virtual-pipeline-stage", str(chunk)]
+    split = _split(arch, layout)
+    if layout.stage_layers is not None and layout.pp > 1:
+        middle = split[1:-1]
+        if len(set(middle)) <= 1:
+            out += [
+                "--decoder-first-pipeline-num-layers", str(split[0]),
+                "--decoder-last-pipeline-num-layers", str(split[-1]),
+            ]  # fmt: skip
+        else:
+            out += ["--pipeline-model-parallel-layout", pipeline_layout(split)]
+            notes.append(
+                f"layers per stage {','.join(map(str, split))}: the middle stages differ, which "
+                "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
+                "--pipeline-model-parallel-layout (experimental there) says it"
+            )
+    out += _megatron_recompute(layout, split, notes)
+    return LaunchFlags(tuple(out), tuple(notes))
+
+
+def pipeline_layout(split: tuple[int, ...]) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` layers per stage
+    (v = 1): ``E`` the embedding, ``t`` a transformer layer (``t*N`` N of them), ``|`` between
+    stages, ``L`` the loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
+    ``Et*3|(tt|)*29,m|L`` for DeepSeek-V3).
+
+    Examples
+    --------
+    >>> pipeline_layout((9, 10, 0, 11))
+    'Et*9|t*10||t*11L'
+    """
+    stages = [f"t*{n}" if n else "" for n in split]
+    return "E" + "|".join(stages) + "L"
+
+
+def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]) -> list[str]:
+    counts = layout.recompute_layers
+    base = layout.recompute
+    if counts is None or not any(counts):
+        if base is Recompute.FULL:
+            return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                    "--recompute-num-layers", "1"]  # fmt: skip
+        if base is Recompute.SELECTIVE:
+            return ["--recompute-granularity", "selective"]
+        if base is Recompute.SQRT:
+            notes.append(
+                "recompute sqrt: Megatron-LM's nearest is --recompute-granularity full "
+                "--recompute-method uniform --recompute-num-layers round(√n) (it checkpoints "
+                "every that many layers)"
+            )
+        return []
+    flags = ["--recompute-granularity", "full", "--recompute-method", "block"]
+    top = max(counts)
+    flags += ["--recompute-num-layers", str(top)]
+    if len(set(counts)) > 1:
+        notes.append(
+            f"recompute_layers {','.join(map(str, counts))} per stage: Megatron-LM's "
+            f"--recompute-num-layers is one count for every stage; {top} (the largest) recomputes "
+            f"min({top}, its layers) on each stage — it fits wherever the plan fits but runs the "
+            "extra recomputation (its step time is printed beside the plan); per-stage counts "
+            "need a patch to the block method"
+        )
+    if base is Recompute.SELECTIVE:
+        notes.append(
+            "the layers not recomputed keep selective recomputation in the plan, but Megatron-LM "
+            "runs one --recompute-granularity: with full they keep every activation (more memory "
+            "than planned)"
+        )
+    return flags
+
+
+def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
+    """A torchtitan TOML fragment for ``layout``: ``[parallelism]`` degrees and split points,
+    ``[activation_checkpoint]``; what it cannot express (per-stage AC counts, interleaving's
+    chunks) in :attr:`LaunchFlags.notes`.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=8, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> torchtitan_toml(arch, Layout(pp=2, recompute="full")).flags[-2:]
+    ('[activation_checkpoint]', 'mode = "full"')
+    """
+    split = _split(arch, layout)
+    lines = [
+        "[parallelism]",
+        f"tensor_parallel_degree = {layout.tp}",
+        f"pipeline_parallel_degree = {layout.pp}",
+        f"context_parallel_degree = {layout.cp}",
+    ]
+    notes: list[str] = []
+    if layout.pp > 1:
+        chunks = [
+            len(c)
+            for c in model_chunks(
+                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+            )
+        ]
+        schedule = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+        lines.append(f'pipeline_parallel_schedule = "{schedule[str(layout.schedule)]}"')
+        starts, at = [], 0
+        for n in chunks[:-1]:  # one split point per model chunk (pp·v stages when interleaved)
+            at += n
+            starts.append(f'"layers.{at}"')
+        lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
+    counts = layout.recompute_layers
+    lines.append("[activation_checkpoint]")
+    if counts is not None and all(k == n for k, n in zip(counts, split, strict=True)):
+        lines.append('mode = "full"')
+    elif counts is not None and any(counts):
+        ratios = [n // k for k, n in zip(counts, split, strict=True) if k]
+        every = max(1, min(ratios))
+        lines += ['mode = "selective"', f'selective_ac_option = "{every}"']
+        notes.append(
+            f"recompute_layers {','.join(map(str, counts))} per stage: torchtitan checkpoints "
+            f"every N-th block of the whole model, not a count per stage; N = {every} recomputes "
+            "at least the plan's share on every stage (about n/N of a stage's n layers)"
+        )
+    elif layout.recompute is Recompute.FULL:
+        lines.append('mode = "full"')
+    elif layout.recompute is Recompute.SELECTIVE:
+        lines += ['mode = "selective"', 'selective_ac_option = "op"']
+    else:
+        lines.append('mode = "none"')
+    return LaunchFlags(tuple(lines), tuple(notes))

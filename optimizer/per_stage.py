@@ -1,0 +1,326 @@
+"""Per-stage layers and recomputation, proven optimal (issue 13): the outer choice of dp, tp,
+pp, cp, ZeRO stage, framework and micro-batch is the uniform search's (its top shapes); for
+each, CP-SAT chooses every stage's layer count and how many of its layers are fully recomputed
+(:mod:`optimizer.stage_cpsat` over :mod:`optimizer.stage_tables`), and every answer is
+re-evaluated with ``evaluate()`` (a tabulated figure that differs raises
+:class:`optimizer.search.TermMismatch`).
+
+Mist (Zhu et al., EuroSys 2025) and AdaPipe (Sun et al., ASPLOS 2024) co-optimise the same per
+stage; Llama 3 (Dubey et al. 2024 §3.3.2) takes a layer off its first and last stages;
+Megatron-LM's ``--recompute-num-layers`` recomputes only some layers of a stage.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.layout import Layout, Recompute, validate
+from trainplan.model.pipeline import Schedule
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.cpsat import LayoutModel
+from trainplan.optimizer.problem import Job, Objective, Problem
+from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
+from trainplan.optimizer.search import Answer, TermMismatch, prepare, search
+from trainplan.optimizer.stage_cpsat import StageModel
+from trainplan.optimizer.stage_tables import (
+    StageTables,
+    build_stage_tables,
+    pipeline_lower_bound,
+)
+from trainplan.optimizer.tables import CostTables, objective_tables
+
+__all__ = [
+    "ShapePlan",
+    "PerStageResult",
+    "solve_shape",
+    "per_stage_search",
+    "base_layouts",
+    "ranked_bases",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapePlan:
+    """The per-stage optimum of one base layout (shape, ZeRO stage, base recompute mode)."""
+
+    layout: Layout
+    """The base layout (1F1B, v = 1, recompute none or selective, the default split)."""
+    status: str
+    """``optimal`` (proven), ``feasible`` (time limit: the best found), ``infeasible`` (no split
+    fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
+    best plan so far)."""
+    estimate: Estimate | None
+    """The chosen layout (``stage_layers``, ``recompute_layers``) re-evaluated exactly."""
+    objective_ns: int | None
+    """Its step time in whole ns (:func:`model.estimate.objective_ns`, summed)."""
+    solves: int
+    """CP-SAT solves (one more per (A, B, C) triple whose rest was added)."""
+    tables_seconds: float
+    solve_seconds: float
+    rows: int
+    """Table rows (stage options that fit) over all stages."""
+
+
+@dataclass(frozen=True, slots=True)
+class PerStageResult:
+    """The per-stage plan beside the best uniform plan of the same problem."""
+
+    status: str
+    """``optimal`` when every shape's per-stage optimum was proven and the uniform search was;
+    else ``feasible``."""
+    uniform: Answer
+    """The best uniform layout (:func:`optimizer.search.search`)."""
+    uniform_ns: int
+    plan: Estimate
+    """The answer: the best per-stage plan, or the uniform one where no per-stage plan is
+    faster (never slower than ``uniform``)."""
+    plan_ns: int
+    job: Job
+    shapes: tuple[ShapePlan, ...]
+    uniform_seconds: float
+    """The uniform search (its tables and CP-SAT)."""
+    tables_seconds: float
+    solve_seconds: float
+
+    @property
+    def gain(self) -> float:
+        """Uniform step time ÷ per-stage step time (≥ 1)."""
+        return self.uniform_ns / self.plan_ns
+
+
+def _total_ns(est: Estimate) -> int:
+    assert est.time_terms is not None
+    return sum(objective_ns(est.time_terms))
+
+
+def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
+    """Every stage's tabulated peak and the pipeline term agree with ``evaluate()`` (bytes to a
+    byte after rounding up, time to 2 ns); a difference raises :class:`TermMismatch`."""
+    options = {
+        (s, o.layers, o.recomputed): o for s, rows in enumerate(tables.options) for o in rows
+    }
+    lay = est.layout
+    assert lay.stage_layers is not None and lay.recompute_layers is not None
+    paced = []
+    for s, stage in enumerate(est.stages):
+        row = options.get((s, stage.num_layers, lay.recompute_layers[s]))
+        if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
+            raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
+        if stage.total_bytes > tables.capacity:
+            raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
+        paced.append(row.paced_ns)
+    if max(paced) != paced_ns:
+        raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
+    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
+    assert est.time_terms is not None
+    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
+    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
+    if abs(evaluated - paced_ns) > 2:
+        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
+
+
+def solve_shape(
+    case: Case,
+    layout: Layout,
+    headroom: float = 0.0,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    cap_ns: int | None = None,
+) -> ShapePlan:
+    """The per-stage optimum of ``layout``'s shape on ``case``: the least step time over every
+    stage's layer count and recomputed layers whose stages all fit.
+
+    Loop: solve; if the rest of the step for the optimum's (A, B, C) triple is not yet known,
+    evaluate the optimum's layout, add its rest (exact) and solve again; the first optimum whose
+    triple is known is proven (every other triple's rest is at least the lower bound used).
+
+    ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
+    ``no-gain``.
+
+    Raises
+    ------
+    InputError
+        What the per-stage search does not model (:func:`optimizer.stage_tables.check_per_stage`).
+    """
+    t0 = time.perf_counter()
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    base = case.evaluate(layout)
+    pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
+    lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
+    if cap_ns is not None and pipeline_lower_bound(case, layout) + lower >= cap_ns:
+        return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
+    tables = build_stage_tables(case, layout, headroom, cap_ns, lower)
+    t_tables = time.perf_counter() - t0
+    rows = sum(len(r) for r in tables.options)
+    reach = sum(max((o.layers for o in r), default=-1) for r in tables.options)
+    if any(not r for r in tables.options) or reach < tables.num_layers:
+        # some stage has no option (or the options cannot hold L layers): nothing fits, or
+        # nothing beats cap_ns
+        none = "infeasible" if cap_ns is None else "no-gain"
+        return ShapePlan(layout, none, None, None, 0, t_tables, 0.0, rows)
+    model = StageModel(tables, lower)
+    best: tuple[int, Estimate] | None = None
+    hint = None
+    status, solves, seconds = "feasible", 0, 0.0
+    while True:
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            break
+        sol = model.solve(left, workers, hint)
+        solves += 1
+        if sol is None:
+            if best is None:
+                out_of_time = deadline is not None and time.perf_counter() >= deadline
+                status = "feasible" if out_of_time else "infeasible"
+            break
+        seconds += sol.seconds
+        known = sol.key in model.known  # before this solve: then the optimum is proven
+        lay = layout.with_(stage_layers=sol.layers, recompute_layers=sol.recomputed)
+        est = case.evaluate(lay)
+        _check(tables, est, sol.paced_ns)
+        total = _total_ns(est)
+        model.add_rest(sol.key, total - sol.paced_ns)
+        if best is None or total < best[0]:
+            best = (total, est)
+            hint = (sol.layers, sol.recomputed)
+        if known:
+            status = sol.status
+            break
+    if best is None:
+        return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
+    return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
+
+
+def base_layouts(layout: Layout) -> list[Layout]:
+    """The per-stage search's base layouts for a uniform candidate's ``layout``: the same shape
+    and ZeRO stage under 1F1B with v = 1, the default split and no per-stage counts, with
+    recompute none (full recomputation is every stage's count at its layers) and, when the
+    uniform candidate is selective, selective too (its other layers selective)."""
+    plain = layout.with_(
+        schedule=Schedule.ONE_F_ONE_B, virtual_stages=1, stage_layers=None, recompute_layers=None
+    )
+    out = [plain.with_(recompute=Recompute.NONE)]
+    if layout.recompute is Recompute.SELECTIVE:
+        out.append(plain.with_(recompute=Recompute.SELECTIVE))
+    return out
+
+
+def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, float], top: int):
+    """As (job, base layout) pairs (:func:`base_layouts`), fastest first: the ``top`` shapes whose
+    best uniform candidate (fitting, meeting the constraints) is fastest, then the ``top`` shapes
+    where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
+    candidate, fit ignored: the uniform tables' full recomputation of the default split can
+    overflow where moving layers off the first stages does not). Shapes that give the same base
+    are counted once."""
+    tables = prepared[0]
+    ok = allowed(problem, tables)
+    legal = np.broadcast_to(tables.legal[:, :, None], ok.shape)
+    if problem.constraints.tp_in_nvlink:
+        near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
+        legal = legal & near[:, None, None]
+    big = np.iinfo(np.int64).max
+    o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
+    objective = o1[:, None, :] + o2[:, :, None]
+    fitting: np.ndarray = np.asarray(ok.any(axis=(1, 2)), dtype=bool)
+    out: list[tuple[Job, Layout]] = []
+    seen: set[tuple[int, Layout]] = set()
+    for mask, shapes in ((ok, fitting), (legal, ~fitting)):
+        keep = mask & shapes[:, None, None]
+        flat = np.where(keep, objective, big).reshape(len(tables.shapes), -1)
+        best = flat.min(axis=1)
+        taken = 0
+        for s in np.argsort(best, kind="stable"):
+            if best[s] == big or taken >= top:
+                break
+            z, r = np.unravel_index(int(flat[s].argmin()), objective.shape[1:])
+            job = tables.jobs[tables.job_of[s]]
+            layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
+            fresh = False
+            for base in base_layouts(layout):
+                if (int(tables.job_of[s]), base) not in seen:
+                    seen.add((int(tables.job_of[s]), base))
+                    out.append((job, base))
+                    fresh = True
+            taken += fresh
+    return out
+
+
+def per_stage_search(
+    problem: Problem,
+    top_shapes: int = 8,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+) -> PerStageResult:
+    """The fastest layout with per-stage layers and recomputation among the base layouts of the
+    ``top_shapes`` shapes whose uniform layouts are fastest (:func:`ranked_bases`), beside the
+    best uniform layout (:func:`optimizer.search.search`, proven); never slower than it (when no
+    per-stage plan is faster the uniform one is the plan). ``optimal`` means proven over those
+    shapes' per-stage spaces; GPipe and interleaved shapes are taken as 1F1B.
+
+    Raises
+    ------
+    InputError
+        An objective other than step time.
+    InfeasibleError
+        No uniform layout fits (the uniform search's explanation).
+    """
+    if problem.objective is not Objective.STEP_TIME:
+        raise InputError(
+            f"per_stage: objective {problem.objective} — the per-stage search minimises step-time"
+        )
+    t0 = time.perf_counter()
+    prepared = prepare(problem, time_limit_s=time_limit_s)
+    left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+    uniform = search(problem, time_limit_s=left, workers=workers, prepared=prepared)
+    t_uniform = time.perf_counter() - t0
+    best_uniform = uniform.best
+    uniform_ns = _total_ns(best_uniform.estimate)
+    plans: list[tuple[Job, ShapePlan]] = []
+    proven = uniform.status == "optimal"
+    bases: list[tuple[int, int, Job, Layout]] = []
+    for job, base in ranked_bases(problem, prepared, top_shapes):
+        case = job.case
+        try:
+            validate(base, case.model, case.training)
+            bound = pipeline_lower_bound(case, base)
+        except (LayoutError, InputError):
+            continue
+        bases.append((bound, len(bases), job, base))
+    for _, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
+        case = job.case
+        left = None
+        if time_limit_s is not None:
+            left = time_limit_s - (time.perf_counter() - t0)
+            if left <= 0:
+                proven = False
+                break
+        cap = min([uniform_ns] + [p.objective_ns for _, p in plans if p.objective_ns])
+        plan = solve_shape(case, base, problem.constraints.headroom, left, workers, cap)
+        proven &= plan.status in ("optimal", "infeasible", "no-gain")
+        plans.append((job, plan))
+    plan_est, plan_ns, job = best_uniform.estimate, uniform_ns, best_uniform.job
+    found = [(p.objective_ns, i) for i, (_, p) in enumerate(plans) if p.objective_ns is not None]
+    if found:
+        ns, i = min(found)
+        if ns < uniform_ns:
+            job, shape = plans[i]
+            assert shape.estimate is not None
+            plan_est, plan_ns = shape.estimate, ns
+    return PerStageResult(
+        "optimal" if proven else "feasible",
+        best_uniform,
+        uniform_ns,
+        plan_est,
+        plan_ns,
+        job,
+        tuple(p for _, p in plans),
+        t_uniform,
+        sum(p.tables_seconds for _, p in plans),
+        sum(p.solve_seconds for _, p in plans),
+    )

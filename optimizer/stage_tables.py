@@ -1,0 +1,305 @@
+"""Per-stage tables (issue 13): for one layout shape, what each pipeline stage costs with n of
+the model's L layers of which the first k are fully recomputed, from the evaluator's own
+per-stage functions.
+
+Every figure is one call of the function ``evaluate()`` itself calls, on a layout that puts n
+layers on the stage (``Layout.stage_layers``) and recomputes k of them
+(``Layout.recompute_layers``):
+
+* bytes: :func:`model.estimate.stage_memory_at` (the stage's peak over its phases, exact);
+* its micro-batch: :func:`model.step_time.stage_parts_at` on the layout's
+  :func:`model.roofline_step.stage_clock`, summed by :func:`model.roofline_step.totals`; paced
+  over the step as the evaluator paces the slowest stage, ``m·t·(1 + bubble_ratio)``
+  (:func:`model.estimate.time_terms`);
+* the dp overlap window (the same without recomputation) and the stage's dense parameters per
+  GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
+  optimizer step, offload: :func:`model.roofline_step.roofline_step`).
+
+A stage's figures read only its own layers and position, never the other stages' counts, when
+the model's layers are alike (dense, no multi-token-prediction blocks): :func:`check_per_stage`
+refuses other models. The CP-SAT model over these rows is :mod:`optimizer.stage_cpsat`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import StageMemory, stage_memory_at
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.params import layer_params
+from trainplan.model.pipeline import Schedule, bubble_ratio
+from trainplan.model.roofline_step import stage_clock, totals, uses_roofline
+from trainplan.model.step_time import stage_parts_at
+from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.optimizer.case import Case, links_for
+
+__all__ = [
+    "StageOption",
+    "StageTables",
+    "check_per_stage",
+    "realization",
+    "build_stage_tables",
+    "pipeline_lower_bound",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StageOption:
+    """One stage holding ``layers`` layers, ``recomputed`` of them fully recomputed, that fits."""
+
+    layers: int
+    """n, transformer layers on the stage."""
+    recomputed: int
+    """k ≤ n, of them fully recomputed (the first k: Megatron-LM's block method)."""
+    paced_ns: int
+    """The step's pipeline term if this stage were the slowest, whole ns:
+    ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
+    collectives; :func:`model.step_time.stage_parts_at`)."""
+    bare_ns: int
+    """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
+    longest: :func:`model.roofline_step.roofline_step`)."""
+    params_key: int
+    """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
+    the dp bytes, the optimizer step and offload."""
+    peak_bytes: int
+    """Its peak bytes per GPU, rounded up (:func:`model.estimate.stage_memory_at`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageTables:
+    """Per stage, every (layers, recomputed) that fits, for one base layout."""
+
+    case: Case
+    layout: Layout
+    """The base layout: the shape, ZeRO stage, base recompute mode (none or selective), 1F1B."""
+    num_layers: int
+    """L, the layers to place."""
+    capacity: int
+    """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom))."""
+    options: tuple[tuple[StageOption, ...], ...]
+    """Per stage, the options that fit: for each layer count the least recomputation that fits
+    (more recomputes hold no more and run no slower — tested — so they are dominated)."""
+    evaluations: int
+    """Per-stage memory evaluations made to build the rows."""
+
+
+def check_per_stage(case: Case, layout: Layout) -> None:
+    """Refuse what the per-stage search does not model, in one line naming the rule.
+
+    Rules: a model with dimensions whose layers are alike (dense, no MTP blocks, every layer the
+    same parameters), so a stage's cost reads only its own layer count; the roofline time model;
+    1F1B with v = 1 (the closed form ``m·t_max·(1 + (p − 1)/m)`` bounds the simulated 1F1B step of
+    unequal stages, tests/model/test_recompute_layers.py; GPipe's can exceed it); base recompute
+    none or selective.
+
+    Raises
+    ------
+    InputError
+        The first rule broken.
+    """
+    arch = case.model.arch
+    if arch is None:
+        raise InputError("per_stage: needs the model's dimensions (a catalogue model or --layers)")
+    if arch.moe is not None or arch.mtp_layers:
+        raise InputError(
+            f"per_stage: {case.model.name} has MoE layers or MTP blocks; the per-stage search "
+            "needs layers that are all alike (dense)"
+        )
+    first = layer_params(arch, 0)
+    if any(layer_params(arch, i) != first for i in range(1, arch.num_layers)):
+        raise InputError(
+            f"per_stage: {case.model.name}'s layers differ in size; the per-stage search needs "
+            "layers that are all alike"
+        )
+    if not uses_roofline(case.options, layout, case.device):
+        raise InputError(
+            "per_stage: needs the roofline time model (a physical framework profile and an "
+            "accelerator with its HBM bandwidth)"
+        )
+    if layout.schedule is not Schedule.ONE_F_ONE_B or layout.virtual_stages != 1:
+        raise InputError(
+            f"per_stage: schedule {layout.schedule} v={layout.virtual_stages}: the per-stage "
+            "search takes 1F1B with virtual_stages 1"
+        )
+    if layout.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
+        raise InputError(
+            f"per_stage: base recompute {layout.recompute} must be none or selective (the "
+            "layers not recomputed keep it)"
+        )
+
+
+def realization(
+    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int
+) -> Layout:
+    """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed, the other
+    L − n layers on the next stage and none recomputed elsewhere: what the tables evaluate one
+    stage's option on (the stage's figures do not read the others')."""
+    pp = layout.pp
+    sizes = [0] * pp
+    sizes[stage] = layers
+    if pp > 1:
+        sizes[(stage + 1) % pp] += num_layers - layers
+    counts = [0] * pp
+    counts[stage] = recomputed
+    return layout.with_(stage_layers=tuple(sizes), recompute_layers=tuple(counts))
+
+
+def pipeline_lower_bound(case: Case, layout: Layout) -> int:
+    """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
+    whole ns, read from time alone (no memory): the least T such that the stages, each at its
+    fastest for n layers (nothing recomputed: recomputation only adds time), can hold L layers
+    between them with every stage's paced time ≤ T. The search skips a shape whose bound plus
+    the rest's lower bound cannot beat the best plan so far.
+
+    Raises
+    ------
+    InputError
+        :func:`check_per_stage`'s rules.
+    """
+    check_per_stage(case, layout)
+    arch = case.model.arch
+    assert arch is not None
+    L, pp = arch.num_layers, layout.pp
+    training, options, device = case.training, case.options, case.device
+    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
+    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
+    c = stage_clock(training, layout, device, links_for(layout, case.links, case.fabric), options)
+    causal = options.causal_attention_flops
+    m = layout.num_microbatches(training.global_batch_size)
+    ratio = float(bubble_ratio(pp, m, 1))
+    plain = layout.with_(stage_layers=None, recompute_layers=None)
+    by_role: dict[tuple[bool, bool], list[int]] = {}
+    fastest: list[list[int]] = []
+    for stage in range(pp):
+        role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
+        if role not in by_role:
+            by_role[role] = [
+                round(
+                    m
+                    * totals(
+                        [
+                            stage_parts_at(
+                                arch, training, plain, c, vocab, causal, stage, tuple(range(n))
+                            )
+                        ]
+                    )[0]
+                    * (1 + ratio)
+                    * 1e9
+                )  # fmt: skip
+                for n in ([L] if pp == 1 else range(L + 1))
+            ]
+        fastest.append(by_role[role])
+    if pp == 1:
+        return fastest[0][0]
+    candidates = sorted({t for row in fastest for t in row})
+
+    def holds(t: int) -> bool:  # the most layers each stage can take within t, together ≥ L
+        return (
+            sum(max((n for n, v in enumerate(row) if v <= t), default=-1) for row in fastest) >= L
+        )
+
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return candidates[lo]
+
+
+def build_stage_tables(
+    case: Case,
+    layout: Layout,
+    headroom: float = 0.0,
+    cap_ns: int | None = None,
+    rest_lower_ns: int = 0,
+) -> StageTables:
+    """The per-stage rows of ``layout``'s shape on ``case``: for every stage and layer count n
+    (0 … L; only L when pp = 1), the least k whose peak fits, with its figures
+    (:class:`StageOption`). With ``cap_ns`` only rows whose pipeline term plus ``rest_lower_ns``
+    (a lower bound on the rest of the step) stays below it: a stage slower than that cannot be
+    part of a step faster than ``cap_ns``.
+
+    Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster):
+    k = 0 is tried first, then k = n, then the least k by bisection; the scan over n stops at the
+    first n that does not fit fully recomputed or whose stage alone reaches the cap.
+
+    Raises
+    ------
+    InputError
+        :func:`check_per_stage`'s rules.
+    """
+    check_per_stage(case, layout)
+    arch = case.model.arch
+    assert arch is not None
+    L, pp = arch.num_layers, layout.pp
+    training, options, device = case.training, case.options, case.device
+    capacity = int(device.usable_bytes(layout.framework.physical) * (1 - headroom))
+    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
+    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
+    c = stage_clock(training, layout, device, links_for(layout, case.links, case.fabric), options)
+    causal = options.causal_attention_flops
+    m = layout.num_microbatches(training.global_batch_size)
+    ratio = float(bubble_ratio(pp, m, 1))
+    evaluations = 0
+
+    def memory(stage: int, n: int, k: int) -> StageMemory:
+        nonlocal evaluations
+        evaluations += 1
+        lay = realization(layout, L, stage, n, k)
+        return stage_memory_at(case.model, training, lay, stage, multiple)
+
+    def fits(stage: int, n: int, k: int) -> bool:
+        return memory(stage, n, k).total_bytes <= capacity
+
+    times: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
+    plain = layout.with_(stage_layers=None, recompute_layers=None)
+
+    def paced(stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+        # a stage's time reads only whether it is first or last, its layers and their counts
+        key = (stage == 0, stage == pp - 1, n, k, mode)
+        if key not in times:
+            counts = tuple(k if i == stage else 0 for i in range(pp))
+            lay = plain.with_(recompute_layers=counts) if k else plain
+            layers = tuple(range(n))
+            parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
+            t = totals([parts])[0]
+            times[key] = (round(m * t * (1 + ratio) * 1e9), t)
+        return times[key]
+
+    rows: list[tuple[StageOption, ...]] = []
+    for stage in range(pp):
+        found = []
+        counts = [L] if pp == 1 else range(L + 1)
+        for n in counts:
+            bare = paced(stage, n, 0, Recompute.NONE)[1]
+            if cap_ns is not None and paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
+                break  # k = 0 is this n's fastest, and more layers are slower
+            if fits(stage, n, 0):
+                k = 0
+            elif not fits(stage, n, n):
+                break
+            else:
+                lo, hi = 1, n  # the least k that fits: hi fits, lo − 1 does not
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if fits(stage, n, mid):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                k = hi
+            paced_ns, _ = paced(stage, n, k)
+            if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
+                continue
+            mem = memory(stage, n, k)
+            key = mem.dense_params * layout.tp
+            if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
+                raise AssertionError(f"stage parameters × tp not whole: {key}")
+            found.append(
+                StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
+            )
+        rows.append(tuple(found))
+    return StageTables(case, layout, L, capacity, tuple(rows), evaluations)

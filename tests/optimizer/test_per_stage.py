@@ -1,0 +1,278 @@
+"""The per-stage search (issue 13): CP-SAT's per-stage optimum equals an exhaustive oracle that
+calls ``evaluate()`` on every (layers per stage, recomputed layers per stage) of small models;
+the plan is never slower than the best uniform layout; the CLI prints it with its flags.
+
+The oracle shares nothing with the solver but the evaluator: it walks every composition of L
+into pp stage counts and every recomputed count 0 … n on every stage, evaluates each layout
+exactly, keeps those whose every stage fits, and takes the least step time in whole ns
+(:func:`model.estimate.objective_ns`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainplan.interface.inputs import build_case
+from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
+from trainplan.interface.scenario import build_problem
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import objective_ns
+from trainplan.model.layout import Layout
+from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
+from trainplan.optimizer.per_stage import per_stage_search, solve_shape
+from trainplan.optimizer.stage_tables import build_stage_tables
+
+
+def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1):
+    """A 256-wide Llama-like model whose activations (s 8192) outweigh its weights, so memory
+    decides how much is recomputed."""
+    arch = Architecture(
+        num_layers=num_layers,
+        hidden_size=256,
+        num_attention_heads=4,
+        ffn_hidden_size=688,
+        vocab_size=1024,
+        mlp=Mlp.SWIGLU,
+        norm=Norm.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+    )
+    return build_case(
+        {
+            "model_spec": ModelSpec(name="tiny", source="test", arch=arch),
+            "pp": pp,
+            "seq_len": 8192,
+            "global_batch_size": 8,
+            "micro_batch_size": b,
+            "recompute": base,
+            "gpu": "H100-SXM",
+        }
+    )
+
+
+def tight_headroom(case, share: float = 0.5) -> float:
+    """The headroom that leaves a capacity ``share`` of the way from the default split's peak
+    under full recomputation to its peak without: the uniform layout must recompute."""
+    none = case.evaluate(case.layout.with_(recompute="none"))
+    full = case.evaluate(case.layout.with_(recompute="full"))
+    cap = full.total_bytes + share * (none.total_bytes - full.total_bytes)
+    return 1 - float(cap) / none.capacity_bytes
+
+
+def compositions(total: int, parts: int):
+    """Every way of writing ``total`` as ``parts`` ordered counts ≥ 0."""
+    for cuts in itertools.combinations(range(total + parts - 1), parts - 1):
+        prev, out = -1, []
+        for c in (*cuts, total + parts - 1):
+            out.append(c - prev - 1)
+            prev = c
+        yield tuple(out)
+
+
+def oracle(case, headroom: float):
+    """(least step ns, layers, recomputed) over every per-stage layout that fits, by evaluate()."""
+    lay = case.layout
+    capacity = int(case.device.usable_bytes(lay.framework.physical) * (1 - headroom))
+    best = None
+    for sizes in compositions(case.model.arch.num_layers, lay.pp):
+        for counts in itertools.product(*(range(n + 1) for n in sizes)):
+            est = case.evaluate(lay.with_(stage_layers=sizes, recompute_layers=counts))
+            if all(s.total_bytes <= capacity for s in est.stages):
+                value = sum(objective_ns(est.time_terms))
+                if best is None or value < best[0]:
+                    best = (value, sizes, counts)
+    return best
+
+
+ORACLE_CASES = [
+    (6, 2, "none", 0.5),
+    (5, 3, "none", 0.5),
+    (8, 3, "none", 0.3),
+    (6, 2, "selective", 0.5),
+    pytest.param(10, 4, "none", 0.5, marks=pytest.mark.slow),
+    pytest.param(12, 4, "none", 0.3, marks=pytest.mark.slow),
+    pytest.param(16, 2, "selective", 0.4, marks=pytest.mark.slow),
+    pytest.param(16, 3, "none", 0.6, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "base", "share"), ORACLE_CASES)
+def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
+    case = tiny_case(num_layers, pp, base)
+    headroom = tight_headroom(case, share)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    if want is None:
+        assert got.status == "infeasible"
+        return
+    assert got.status == "optimal"
+    assert got.estimate is not None
+    # whole ns: the solver's T + R and the evaluation may round apart by a nanosecond or two
+    assert abs(got.objective_ns - want[0]) <= 2
+    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
+
+
+def test_oracle_case_by_hand():
+    """6 layers on 2 stages, halfway between full recomputation's peak and none's: the oracle and
+    CP-SAT both put 3 + 3 layers and recompute 2 of stage 0's (it holds 2 micro-batches in
+    flight; stage 1 holds 1 and needs none)."""
+    case = tiny_case(6, 2)
+    headroom = tight_headroom(case, 0.5)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    assert want is not None and (want[1], want[2]) == ((3, 3), (2, 0))
+    assert got.estimate is not None
+    assert got.estimate.layout.stage_layers == (3, 3)
+    assert got.estimate.layout.recompute_layers == (2, 0)
+
+
+def test_time_limit_returns_what_it_has_not_a_proof():
+    """A limit already spent by the tables leaves no solve: status feasible (not proven), no
+    plan; without a limit the same base is proven."""
+    case = tiny_case(6, 2)
+    headroom = tight_headroom(case)
+    spent = solve_shape(case, case.layout, headroom, time_limit_s=1e-9)
+    assert (spent.status, spent.estimate, spent.solves) == ("feasible", None, 0)
+    assert solve_shape(case, case.layout, headroom).status == "optimal"
+
+
+def test_tables_rows_are_the_evaluators_figures():
+    """Each table row's peak bytes is stage_memory's for a layout that has it (the re-evaluation
+    in solve_shape checks the chosen rows; here every row of a small case)."""
+    case = tiny_case(5, 3)
+    headroom = tight_headroom(case)
+    tables = build_stage_tables(case, case.layout, headroom)
+    for stage, rows in enumerate(tables.options):
+        for row in rows:
+            sizes = [0, 0, 0]
+            sizes[stage] = row.layers
+            sizes[(stage + 1) % 3] += 5 - row.layers
+            counts = [0, 0, 0]
+            counts[stage] = row.recomputed
+            est = case.evaluate(
+                case.layout.with_(stage_layers=tuple(sizes), recompute_layers=tuple(counts))
+            )
+            assert -(-est.stages[stage].total_bytes // 1) == row.peak_bytes
+            assert row.peak_bytes <= tables.capacity
+
+
+def _problem(model: str, gpus: str, seq: int, headroom: float = 0.0):
+    return build_problem(
+        {},
+        {
+            "model": model,
+            "gpus": gpus,
+            "gpu": "H100-SXM",
+            "seq_len": seq,
+            "global_batch": 32,
+            "constraints": {"headroom": headroom},
+            "space": {"max_micro_batch": 2},
+        },
+    )
+
+
+@settings(max_examples=6, deadline=None)
+@given(gpus=st.sampled_from(["4", "8"]), headroom=st.sampled_from([0.0, 0.2, 0.4]))
+def test_per_stage_plan_is_never_slower_than_the_best_uniform(gpus, headroom):
+    """Whatever the cluster and headroom, the per-stage answer is at most the uniform answer's
+    step time, and every stage of it fits."""
+    problem = _problem("llama3-8b", gpus, 8192, headroom)
+    try:
+        result = per_stage_search(problem, top_shapes=3)
+    except Exception as err:  # no uniform layout fits: nothing to compare
+        assert "no layout" in str(err)
+        return
+    assert result.plan_ns <= result.uniform_ns
+    assert result.gain >= 1
+    capacity = int(result.plan.capacity_bytes * (1 - headroom))
+    assert all(s.total_bytes <= capacity for s in result.plan.stages)
+    assert result.plan_ns == sum(objective_ns(result.plan.time_terms))
+
+
+def test_per_stage_refuses_what_it_does_not_model():
+    with pytest.raises(InputError, match="per_stage: mixtral-8x7b has MoE layers"):
+        case = build_case({"model": "mixtral-8x7b", "pp": 2, "global_batch_size": 8})
+        solve_shape(case, case.layout)
+    case = tiny_case(4, 2)
+    with pytest.raises(InputError, match="takes 1F1B with virtual_stages 1"):
+        solve_shape(case, case.layout.with_(schedule="gpipe"))
+
+
+# --- what users see ---------------------------------------------------------------------------
+
+
+def test_megatron_flags_say_what_one_count_cannot():
+    """Megatron-LM's --recompute-num-layers is one count for every stage: the plan's 37,33 is
+    launched as 37 with a note, and the single-count layout recomputes 37 on both stages."""
+    arch = tiny_case(80, 2).model.arch
+    lay = Layout(pp=2, tp=8, stage_layers=(40, 40), recompute_layers=(37, 33))
+    flags = megatron_flags(arch, lay, 2048)
+    text = " ".join(flags.flags)
+    assert "--recompute-granularity full --recompute-method block --recompute-num-layers 37" in text
+    assert "--decoder-first-pipeline-num-layers 40 --decoder-last-pipeline-num-layers 40" in text
+    assert any("one count for every stage" in n for n in flags.notes)
+    assert single_count_layout(lay) == lay.with_(recompute_layers=(37, 37))
+    assert single_count_layout(lay.with_(recompute_layers=(3, 3))) is None
+    uneven = Layout(pp=4, stage_layers=(1, 2, 3, 2))
+    notes = megatron_flags(tiny_case(8, 4).model.arch, uneven, 8).notes
+    assert any("--pipeline-model-parallel-layout" in n for n in notes)
+    assert megatron_flags(tiny_case(8, 4).model.arch, uneven, 8).flags[-2:] == (
+        "--pipeline-model-parallel-layout",
+        "Et*1|t*2|t*3|t*2L",
+    )
+    titan = torchtitan_toml(arch, lay)
+    assert 'pipeline_parallel_split_points = ["layers.40"]' in titan.flags
+    assert titan.flags[-2:] == ('mode = "selective"', 'selective_ac_option = "1"')
+    assert torchtitan_toml(arch, lay.with_(recompute_layers=(40, 40))).flags[-1] == 'mode = "full"'
+
+
+def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys, tmp_path):
+    """Llama 3 70B on 16 H100 at 8K: the best uniform layout recomputes every layer (pp 2, tp 8);
+    per stage, 37 of stage 0's 40 layers and 33 of stage 1's are enough: 1.026× faster,
+    proven."""
+    monkeypatch.setattr("sys.argv", ["trainplan", "search"])
+    args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--per-stage"]
+    from trainplan.interface.cli import main
+
+    monkeypatch.setattr("sys.argv", ["trainplan", "search", *args, "--json"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code in (0, None)
+    d = json.loads(capsys.readouterr().out)
+    ps = d["per_stage"]
+    assert ps["status"] == "optimal"
+    assert ps["stage_layers"] == [40, 40]
+    assert ps["recompute_layers"] == [37, 33]
+    assert ps["uniform"]["layout"]["recompute"] == "full"
+    assert ps["gain"] == pytest.approx(1.0257, abs=1e-3)
+    assert d["layout"]["recompute_layers"] == [37, 33]
+    assert "--recompute-num-layers" in d["launch"]["megatron"]
+    assert d["launch"]["megatron_step_s"] > ps["step_s"]
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('model = "llama3-70b"\ngpus = 16\nseq_len = 8192\nper_stage = true\n')
+    monkeypatch.setattr("sys.argv", ["trainplan", "search", "--scenario", str(scenario)])
+    with pytest.raises(SystemExit):
+        main()
+    out = capsys.readouterr().out
+    assert "OPTIMAL (proven over the shapes searched)" in out
+    assert "1.026× the uniform" in out
+    assert "Megatron-LM: --tensor-model-parallel-size 8" in out
+
+
+def test_cli_per_stage_refuses_top(monkeypatch, capsys):
+    monkeypatch.setattr(
+        "sys.argv",
+        ["trainplan", "search", "--model", "llama3-8b", "--gpus", "8", "--per-stage", "--top", "2"],
+    )
+    from trainplan.interface.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "Error: per_stage: takes neither --top nor --maximize (one plan, step time)"
+    )
