@@ -190,6 +190,20 @@ class LayoutModel:
             status_name, choice, int(round(solver.objective_value)), solver.wall_time
         )
 
+    def forbid_above(self, values: np.ndarray, value: int) -> None:
+        """Permanently rule out every candidate whose ``values[c]`` (one per variable) exceeds
+        ``value``: a bound on Σ values·x that, with exactly one candidate chosen, is a set of
+        fixed variables (presolve removes them) instead of a linear constraint over all of
+        them. For bounds that only tighten (the frontier's ε)."""
+        for c in np.flatnonzero(np.asarray(values) > value):
+            if not self._excluded[c]:
+                self.model.add(self.x[int(c)] == 0)
+                self._excluded[c] = True
+
+    def retire(self, lit: cp_model.IntVar) -> None:
+        """Never enforce a :meth:`bound` literal again (presolve then drops its constraint)."""
+        self.model.add(lit == 0)
+
     def bound(self, expr, value: int, *, upper: bool = True) -> cp_model.IntVar:
         """A literal that, when passed in ``active`` to :meth:`solve`, keeps ``expr ≤ value``
         (or ≥). Bounds are removable this way."""

@@ -338,18 +338,23 @@ class FrontierResult:
     num_candidates: int
 
 
-def _second_axis(against: str, tables: CostTables, lm: LayoutModel):
+def _second_axis(against: str, tables: CostTables, lm: LayoutModel) -> tuple[Any, np.ndarray]:
+    """The frontier's second axis as a CP-SAT expression and its value per candidate."""
     if against == "memory":
-        return lm.memory()
+        return lm.memory(), lm.per_candidate(tables.peak_ceil)
     if against == "gpus":
-        return lm.linear(tables.num_gpus())
-    if against == "price":
-        cents = [
-            round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
-            for j in tables.job_of
-        ]
-        return lm.linear(cents)
-    raise InputError(f"against: {against!r} is not one of memory, gpus, price")
+        per_shape = np.asarray(tables.num_gpus(), dtype=np.int64)
+    elif against == "price":
+        per_shape = np.array(
+            [
+                round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
+                for j in tables.job_of
+            ],
+            dtype=np.int64,
+        )
+    else:
+        raise InputError(f"against: {against!r} is not one of memory, gpus, price")
+    return lm.linear(per_shape), per_shape[lm.candidates[:, 0]]
 
 
 def frontier(
@@ -377,12 +382,11 @@ def frontier(
     time_limit_s = _remaining(time_limit_s, t_tables)
     proven = tables.complete
     ranks = tie_ranks(tables)
-    second = _second_axis(against, tables, lm)
+    second, second_values = _second_axis(against, tables, lm)
     points: list[Answer] = []
     seconds = 0.0
-    eps_lit = None
     while len(points) < max_points:
-        active: list[Any] = [eps_lit] if eps_lit is not None else []
+        active: list[Any] = []
         res = lm.solve(lm.objective, active=active, time_limit_s=time_limit_s, workers=workers)
         seconds += res.seconds
         if res.choice is None:
@@ -406,7 +410,9 @@ def frontier(
         seconds += res2.seconds + tie.seconds
         proven &= res.status == res2.status == tie.status == "optimal"
         points.append(_answer(tables, tie.choice or res.choice, res.value))
-        eps_lit = lm.bound(second, res2.value - 1)
+        lm.retire(best)
+        lm.retire(least)
+        lm.forbid_above(second_values, res2.value - 1)  # ε only tightens: fixed variables
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     return FrontierResult(
         against, tuple(points), "optimal" if proven else "feasible", seconds, t_tables, n
