@@ -46,14 +46,18 @@ class Case:
     argv: tuple[str, ...]
     """The same problem as ``trainplan search`` options (for the end-to-end run)."""
     frontier: bool = False
+    against: str = "memory"
+    """The frontier's second axis (``frontier --against``)."""
 
 
-def _case(name: str, frontier_: bool = False, **values) -> Case:
+def _case(name: str, frontier_: bool = False, against: str = "memory", **values) -> Case:
     argv: list[str] = ["frontier" if frontier_ else "search"]
     for key, value in values.items():
         flag = {"global_batch": "--global-batch"}.get(key, "--" + key.replace("_", "-"))
         argv += [flag, str(value)]
-    return Case(name, values, tuple(argv), frontier_)
+    if frontier_ and against != "memory":
+        argv += ["--against", against]
+    return Case(name, values, tuple(argv), frontier_, against)
 
 
 CASES = [
@@ -89,6 +93,14 @@ CASES = [
         gpus="16384",
         gpu="H100-SXM",
     ),
+    _case(
+        "Llama 3 70B, 64..4096 H100 (frontier vs GPU count)",
+        frontier_=True,
+        against="gpus",
+        model="llama3-70b",
+        gpus="64..4096",
+        gpu="H100-SXM",
+    ),
 ]
 
 
@@ -115,13 +127,15 @@ def _in_process(case: Case) -> dict:
     t_tables = time.perf_counter() - t0
     t0 = time.perf_counter()
     if case.frontier:
-        objectives = [p.objective for p in frontier(problem, prepared=prepared).points]
+        objectives = [
+            p.objective for p in frontier(problem, case.against, prepared=prepared).points
+        ]
     else:
         objectives = [search(problem, prepared=prepared).best.objective]
     t_solve = time.perf_counter() - t0
     t0 = time.perf_counter()
     if case.frontier:
-        found = [obj for _, obj in oracle.pareto(problem, tables)]
+        found = [obj for _, obj in oracle.pareto(problem, tables, case.against)]
     else:
         best = oracle.best(problem, tables)
         found = [] if best is None else [best[1]]
