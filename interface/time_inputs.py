@@ -92,6 +92,12 @@ def cost_options(
         A value out of range, or an option of the other time model.
     """
     time_model = _choice(TimeModel, params, "time_model", "roofline")
+    if params.get("time_model") == "roofline" and not framework.physical:
+        raise InputError(
+            f"time_model: roofline times the mechanisms of a physical profile; framework "
+            f"{framework} keeps the single model (its figures are the seed's); use --framework "
+            "megatron, deepspeed or fsdp2, or leave --time-model out"
+        )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical
     why = (
         "the roofline time model (the default for megatron, deepspeed and fsdp2) times each "

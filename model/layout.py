@@ -345,6 +345,15 @@ def validate(
             f"tp × dp × cp = {expert_ranks} (the expert groups are carved out of those ranks)"
         )
     check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
+    if str(lay.schedule) == "interleaved" and lay.pp < 2:
+        raise LayoutError(
+            "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
+            "model chunks across pipeline stages), not pp 1; use 1f1b"
+        )
+    if lay.sequence_parallel and lay.tp == 1:
+        raise LayoutError(
+            "sequence_parallel: splits the tp group's activations and needs tp ≥ 2, not tp 1"
+        )
     arch = model.arch
     if arch is None:
         if lay.stage_layers is not None:

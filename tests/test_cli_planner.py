@@ -373,3 +373,20 @@ def test_console_script_subprocess():
         assert bad.returncode == 2, bad
         assert "Traceback" not in bad.stderr + bad.stdout
         assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("Error")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--framework", "textbook", "--time-model", "roofline"], "time_model: roofline"),
+        (["--schedule", "interleaved", "--pp", "1"], "schedule: interleaved needs pp ≥ 2"),
+        (["--sequence-parallel", "--tp", "1"], "sequence_parallel: "),
+    ],
+)
+def test_an_option_that_would_do_nothing_is_refused(monkeypatch, capsys, args, message):
+    """Options never silently ignored: the textbook profile keeps the single time model, a
+    one-stage pipeline cannot interleave, sequence parallelism splits a tp group of at least 2.
+    One line naming the parameter, exit 2."""
+    code, out, err = run_main(monkeypatch, capsys, "--model", "llama3-8b", *args)
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err

@@ -61,7 +61,7 @@ def layouts(draw, models=MODELS, convention: str | None = None):
                 [e for e in (1, 2, 4, 8) if arch.moe.num_experts % e == 0 and (dp * cp) % e == 0]
             )
         )
-    schedule = draw(st.sampled_from(["gpipe", "1f1b", "interleaved"]))
+    schedule = draw(st.sampled_from(["gpipe", "1f1b"] + (["interleaved"] if pp > 1 else [])))
     v = 1
     if schedule == "interleaved":
         v = draw(st.sampled_from([v for v in (1, 2, 3) if pp * v <= arch.num_layers]))
