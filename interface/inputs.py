@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
-from trainplan.interface.time_inputs import TIME_KEYS, cost_options
+from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
@@ -133,14 +133,9 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
 
 
 def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
-    """An efficiency in (0, 1], or None when not given."""
+    """An efficiency in (0, 1] (:func:`time_inputs.fraction_of_peak`), or None when not given."""
     value = params.get(key)
-    if value is None:
-        return None
-    frac = parse_number(value, key)
-    if not 0 < frac <= 1:
-        raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
-    return float(frac)
+    return None if value is None else fraction_of_peak(value, key)
 
 
 def _attention_efficiency(

@@ -24,9 +24,16 @@ from trainplan.model.layer_time import TpOverlap
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
 from trainplan.model.specs import ModelSpec, TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
-from trainplan.model.units import parse_number
+from trainplan.model.units import parse_number, shown_number
 
-__all__ = ["TIME_KEYS", "ROOFLINE_KEYS", "bool_param", "cost_options", "read_calibration"]
+__all__ = [
+    "TIME_KEYS",
+    "ROOFLINE_KEYS",
+    "bool_param",
+    "cost_options",
+    "fraction_of_peak",
+    "read_calibration",
+]
 
 ROOFLINE_KEYS: tuple[str, ...] = tuple(k for k in CALIBRATABLE if k != "attention_efficiency")
 """Roofline figures given by name (``attention_efficiency`` serves both models)."""
@@ -41,10 +48,16 @@ TIME_KEYS: tuple[str, ...] = (
 """Every step-time key :func:`cost_options` reads besides the single model's."""
 
 
-def _fraction(value: Any, key: str) -> float:
+def fraction_of_peak(value: Any, key: str) -> float:
+    """An efficiency: a number in (0, 1] (a fraction of a datasheet peak or bandwidth).
+
+    Raises
+    ------
+    InputError
+        Not a number, or outside (0, 1]; the line names ``key`` and the value as given."""
     x = float(parse_number(value, key))
     if not 0 < x <= 1:
-        raise InputError(f"{key}: {value} must be a fraction of the peak in (0, 1]")
+        raise InputError(f"{key}: {shown_number(value)} must be a fraction of the peak in (0, 1]")
     return x
 
 
@@ -71,7 +84,7 @@ def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
     if get_accelerator(data["gpu"]).name != device_name:
         return {}
     try:
-        return {k: _fraction(cluster[k], k) for k in CALIBRATABLE if k in cluster}
+        return {k: fraction_of_peak(cluster[k], k) for k in CALIBRATABLE if k in cluster}
     except InputError as err:
         raise ScenarioError(f"calibration {p}: {err}") from None
 
@@ -116,16 +129,18 @@ def cost_options(
     figures = (
         read_calibration(params["calibration"], device.name) if params.get("calibration") else {}
     )
-    figures |= {k: _fraction(params[k], k) for k in ROOFLINE_KEYS if params.get(k) is not None}
+    figures |= {
+        k: fraction_of_peak(params[k], k) for k in ROOFLINE_KEYS if params.get(k) is not None
+    }
     if params.get("attention_efficiency") is not None:
-        figures["attention_efficiency"] = _fraction(
+        figures["attention_efficiency"] = fraction_of_peak(
             params["attention_efficiency"], "attention_efficiency"
         )
     if not training.flash_attention:
         figures.pop("attention_efficiency", None)
     kernel = params.get("kernel_efficiency")
     return CostOptions(
-        kernel_efficiency=_fraction(kernel, "kernel_efficiency")
+        kernel_efficiency=fraction_of_peak(kernel, "kernel_efficiency")
         if kernel is not None
         else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
         overlap=dict(params.get("overlap", {})),

@@ -33,6 +33,7 @@ from typing import Any
 from trainplan.model.activation_offload import check_activation_offload, parse_modules
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, Mechanism
+from trainplan.model.units import shown_number
 from trainplan.model.xp import is_array
 
 __all__ = [
@@ -77,7 +78,9 @@ class Offload:
                 f"offload_optimizer: {self.optimizer!r} must be a fraction from 0 to 1"
             ) from None
         if not 0 <= f <= 1:
-            raise LayoutError(f"offload_optimizer: {self.optimizer!r} must be from 0 to 1")
+            raise LayoutError(
+                f"offload_optimizer: {shown_number(self.optimizer)} must be from 0 to 1"
+            )
         if self.params and f not in (0, 1):
             raise LayoutError(
                 f"offload_optimizer: {self.optimizer!r} with offload_params: the whole optimizer "

@@ -25,7 +25,7 @@ from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.precision import Precision
-from trainplan.model.units import check_limit
+from trainplan.model.units import check_limit, shown_number
 
 __all__ = [
     "DECLARED_SIZE_TOLERANCE",
@@ -311,7 +311,7 @@ class ModelSpec:
         if self.num_params_declared is not None:
             n = self.num_params_declared
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise InputError(f"params: {n!r} must be a whole number >= 1")
+                raise InputError(f"params: {shown_number(n)} must be a whole number >= 1")
             check_limit("params", n)
             if self.arch is not None:
                 _check_declared_size(n, self.arch)

@@ -32,6 +32,7 @@ __all__ = [
     "exact_div",
     "as_json_number",
     "closest_names",
+    "shown_number",
 ]
 
 GB = 10**9
@@ -262,10 +263,11 @@ def parse_count(text: str | float | int | Fraction, name: str = "value", minimum
     4000000
     """
     value = parse_number(text, name)
+    given = repr(text) if isinstance(text, str) else shown_number(text)
     if value.denominator != 1:
-        raise InputError(f"{name}: {text!r} must be a whole number")
+        raise InputError(f"{name}: {given} must be a whole number")
     if value < minimum:
-        raise InputError(f"{name}: {text!r} must be at least {minimum}")
+        raise InputError(f"{name}: {given} must be at least {minimum}")
     check_limit(name, value, text if isinstance(text, str) else None)
     return int(value)
 
@@ -322,6 +324,18 @@ def as_json_number(value: Fraction | int | float) -> int | float:
     if isinstance(value, Fraction):
         return int(value) if value.denominator == 1 else float(value)
     return value
+
+
+def shown_number(value: object) -> str:
+    """A number as a user would write it, for error lines: a whole :class:`Fraction` as an
+    integer, another as its float (``Fraction(3, 2)`` → ``1.5``); anything else as ``str``.
+
+    >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7_000_000_000)), shown_number("x")
+    ('1.5', '-7000000000', 'x')
+    """
+    if isinstance(value, Fraction):
+        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+    return str(value)
 
 
 def closest_names(name: str, names: list[str]) -> str:

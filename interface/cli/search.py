@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, NUMBER, OUTPUT, POSITIVE, echo_json, output
+from trainplan.interface.cli.common import COUNT, NUMBER, POSITIVE, echo_json, output
 from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.model.errors import InfeasibleError, InputError
@@ -278,7 +278,7 @@ def _per_stage(kw: dict[str, Any], shapes: int, as_json: bool) -> None:
     show_default=True,
     help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
 )
-@click.option("--csv", "csv_path", type=OUTPUT, help="Write the frontier as CSV (pandas).")
+@click.option("--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas).")
 @click.option(
     "--png",
     "png_path",
