@@ -20,6 +20,7 @@ from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
+from trainplan.optimizer.space import recipe_refusal
 from trainplan.optimizer.tables import CostTables, build_tables, objective_tables
 
 __all__ = [
@@ -91,10 +92,25 @@ def prepare(
     deadline = None if time_limit_s is None else t0 + time_limit_s
     tables = build_tables(problem, progress, deadline)
     if not tables.shapes:
+        for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
+            arch = job.case.model.arch
+            moe = arch is None or arch.kind_index(True) is not None
+            refusal = recipe_refusal(problem.space, job.case.training, moe)
+            if refusal:
+                raise InputError(refusal)
+        why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
+        space = problem.space
+        for axis in ("tp", "pp", "cp", "ep"):
+            given = getattr(space, axis)
+            gpus = sorted({job.num_gpus for job in problem.jobs})
+            if given and not any(g % d == 0 for d in given for g in gpus):
+                shown = ", ".join(map(str, given))
+                counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
+                why.insert(0, f"{axis}: {shown} divides no GPU count searched ({counts})")
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
             "B divisible by b·dp",
-            ["divisibility: no legal combination of degrees, batch and micro-batch"],
+            why,
         )
     o1, o2 = objective_tables(problem, tables)
     ok = allowed(problem, tables)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import (
     DEFAULT_SEARCHED_CP_KINDS,
     CpKind,
@@ -268,6 +269,24 @@ def _with_cp_kinds(shape: Shape, space: SearchSpace, model: ModelSpec) -> list[S
                 continue
             out.append(replace(shape, cp_kind=kind, cp_a2a=u, cp_kind_rank=rank))
     return out
+
+
+def recipe_refusal(space: SearchSpace, training: TrainingSpec, has_moe: bool) -> str | None:
+    """Why no framework of ``space`` can run the recipe's offload at any allowed ZeRO stage
+    (the first framework's rule, as :func:`model.offload.check_offload` and
+    :func:`model.activation_offload.check_activation_offload` state it), or None when one can:
+    a search that finds no shape says this instead of a generic "no legal combination"."""
+    first = None
+    for fw in space.frameworks:
+        for z in space.zero_stages:
+            try:
+                check_offload(fw, z, training.offload)
+                check_activation_offload(fw, "none", training.offload.activations, has_moe)
+            except LayoutError as err:
+                first = first or str(err)
+                continue
+            return None
+    return first
 
 
 def _with_frameworks(

@@ -296,3 +296,20 @@ def test_time_limit_bounds_table_building_and_returns_the_best_so_far():
     cut = search(problem, time_limit_s=1e-9)  # only the first job (8 GPUs) gets tabulated
     assert cut.status == "feasible"
     assert cut.best.job.num_gpus == 8 and cut.num_shapes < full.num_shapes
+
+
+def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
+    """`search --offload-activations … --framework fsdp2` names the rule (exit 2), as evaluate
+    does, instead of "no legal combination"; a degree that divides no GPU count is named."""
+    from click.testing import CliRunner
+
+    from trainplan.interface.cli import _register, cli
+
+    _register()
+    base = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
+    r = CliRunner().invoke(
+        cli, [*base, "--offload-activations", "attn_norm", "--framework", "fsdp2"]
+    )
+    assert r.exit_code == 2 and "fsdp2 has no fine-grained activation offload" in r.output
+    r = CliRunner().invoke(cli, [*base, "--tp", "3"])
+    assert r.exit_code == 1 and "tp: 3 divides no GPU count searched (8)" in r.output
