@@ -34,7 +34,7 @@ from trainplan.model.specs import (
 )
 from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import parse_count, parse_number, shown_number
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
@@ -130,6 +130,12 @@ def _count(params: Mapping[str, Any], key: str, default: int | None = None) -> i
     rule of :func:`model.units.parse_count`), or ``default``."""
     value = params.get(key)
     return default if value is None else parse_count(value, key)
+
+
+MIN_GBPS = 0.1
+"""The least link or host-memory bandwidth accepted, GB/s: below any interconnect in use (PCIe
+Gen1 ×1 moves 0.25 GB/s per direction, PCI-SIG), so a typo such as 1e-3 is refused instead of
+printing a step of years."""
 
 
 def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
@@ -293,9 +299,10 @@ def build_case(params: Mapping[str, Any]) -> Case:
         value = None
         if k in params:
             value = float(parse_number(params[k], k))
-            if value <= 0:
+            if value < MIN_GBPS:
                 raise InputError(
-                    f"{k}: {params[k]} must be a positive bandwidth in GB/s per GPU per direction"
+                    f"{k}: {shown_number(params[k])} must be a bandwidth of at least {MIN_GBPS:g} "
+                    "GB/s per GPU per direction (PCIe Gen1 ×1 moves 0.25)"
                 )
         gbps[k] = None if value is None else value * 1e9
     device = device.with_links(

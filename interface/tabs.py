@@ -360,7 +360,7 @@ def ckpt_report(
     ckpts = frozenset(ck.checkpoints(n, k))
     shown = steps
     if step is not None:
-        s = parse_count(step, "step", 0)
+        s = parse_count(step, "step", 1)
         if not 1 <= s <= len(steps):
             raise InputError(f"step: {step} must be from 1 to {len(steps)} (3 × layers)")
         shown = [steps[s - 1]]

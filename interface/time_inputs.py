@@ -48,6 +48,11 @@ TIME_KEYS: tuple[str, ...] = (
 """Every step-time key :func:`cost_options` reads besides the single model's."""
 
 
+MIN_EFFICIENCY = 0.01
+"""The least efficiency accepted: 1 % of a datasheet peak, below any kernel or link a training
+run keeps (a value like 1e-300 would print a step of 10³⁰⁰ seconds)."""
+
+
 def fraction_of_peak(value: Any, key: str) -> float:
     """An efficiency: a number in (0, 1] (a fraction of a datasheet peak or bandwidth).
 
@@ -56,8 +61,11 @@ def fraction_of_peak(value: Any, key: str) -> float:
     InputError
         Not a number, or outside (0, 1]; the line names ``key`` and the value as given."""
     x = float(parse_number(value, key))
-    if not 0 < x <= 1:
-        raise InputError(f"{key}: {shown_number(value)} must be a fraction of the peak in (0, 1]")
+    if not MIN_EFFICIENCY <= x <= 1:
+        raise InputError(
+            f"{key}: {shown_number(value)} must be a fraction of the peak from "
+            f"{MIN_EFFICIENCY:g} to 1"
+        )
     return x
 
 

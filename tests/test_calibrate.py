@@ -108,7 +108,7 @@ BASE = {"model": "llama3-8b", "gpu": "H100-SXM", "tp": 2, "dp": 4}
         ),
         (
             {"gemm_efficiency": 1.5},
-            r"gemm_efficiency: 1.5 must be a fraction of the peak in \(0, 1\]",
+            r"gemm_efficiency: 1.5 must be a fraction of the peak from 0.01 to 1",
         ),
         ({"time_model": "fast"}, "time_model: 'fast' is not one of roofline, single"),
         ({"tp_comm_overlap": "some"}, "tp_comm_overlap: 'some' is not one of none, async, full"),

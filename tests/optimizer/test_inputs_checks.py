@@ -1,5 +1,5 @@
 """Parameters that reach build_case from scenario files or Python are checked by type and range:
-an efficiency is a fraction of the peak in (0, 1], a flag is true or false (the string "false"
+an efficiency is a fraction of the peak from 0.01 to 1, a flag is true or false (the string "false"
 is not), each error naming the key, the value and the rule."""
 
 from __future__ import annotations
