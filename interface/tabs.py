@@ -160,12 +160,14 @@ def resolve_peak(
     return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"
 
 
-def _too_high(mode: str, value: Fraction, line: str) -> InputError:
+def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
     likely = {
-        "step": "step_seconds (seconds per whole step?) or tokens (tokens in the step, all chips)",
-        "tokens_per_second": "tokens_per_second (all chips together?) or chips",
+        "step": "step_seconds (seconds per whole step?), tokens (tokens in the step, all "
+        f"chips) or chips ({chips}: the job's chip count)",
+        "tokens_per_second": f"tokens_per_second (all chips together?) or chips ({chips})",
         "flop_rate": "achieved_pflops (aggregate over all chips; per-GPU rates go to "
-        "achieved_tflops_per_gpu) or chips",
+        f"achieved_tflops_per_gpu) or chips ({chips})",
+        "flop_rate_per_gpu": "achieved_tflops_per_gpu (one chip's rate, in TFLOP/s)",
     }[mode]
     return InputError(
         f"mfu: {line} = {_pct(value)} is above 100%, impossible; the likely wrong input is "
@@ -273,7 +275,8 @@ def mfu_report(
         "peak_source": peak_source,
     }
     if given[0]:
-        mode, per_token = "flop_rate", None
+        mode = "flop_rate" if achieved_pflops is not None else "flop_rate_per_gpu"
+        per_token = None
         rate, line = _flop_rate(achieved_pflops, achieved_tflops_per_gpu, peak, n_chips)
         plain = mf.utilisation(rate, peak, n_chips)
     else:
@@ -287,7 +290,7 @@ def mfu_report(
         out.update(tokens_per_second=tps, model_flops_per_token=per_token)
     mfu = mf.utilisation(rate, peak, n_chips)
     if mfu > 1:
-        raise _too_high(mode, mfu, line)
+        raise _too_high(mode, mfu, line, n_chips)
     hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
     pct = (
         None
