@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import StageMemory, stage_memory_at
@@ -146,6 +147,32 @@ def realization(
     return layout.with_(stage_layers=tuple(sizes), recompute_layers=tuple(counts))
 
 
+def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
+    """What both per-stage tables read off a shape, after :func:`check_per_stage`: (arch, L,
+    pp, training, vocabulary multiple, padded vocabulary, the roofline clock, causal, m, the
+    1F1B bubble ratio).
+
+    Raises
+    ------
+    InputError
+        :func:`check_per_stage`'s rules.
+    """
+    check_per_stage(case, layout)
+    arch = case.model.arch
+    assert arch is not None
+    training, options = case.training, case.options
+    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
+    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
+    links = links_for(layout, case.links, case.fabric)
+    c = stage_clock(training, layout, case.device, links, options)
+    m = layout.num_microbatches(training.global_batch_size)
+    ratio = float(bubble_ratio(layout.pp, m, 1))
+    return (
+        arch, arch.num_layers, layout.pp, training, multiple, vocab, c,
+        options.causal_attention_flops, m, ratio,
+    )  # fmt: skip
+
+
 def pipeline_lower_bound(case: Case, layout: Layout) -> int:
     """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
     whole ns, read from time alone (no memory): the least T such that the stages, each at its
@@ -158,17 +185,8 @@ def pipeline_lower_bound(case: Case, layout: Layout) -> int:
     InputError
         :func:`check_per_stage`'s rules.
     """
-    check_per_stage(case, layout)
-    arch = case.model.arch
-    assert arch is not None
-    L, pp = arch.num_layers, layout.pp
-    training, options, device = case.training, case.options, case.device
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
-    c = stage_clock(training, layout, device, links_for(layout, case.links, case.fabric), options)
-    causal = options.causal_attention_flops
-    m = layout.num_microbatches(training.global_batch_size)
-    ratio = float(bubble_ratio(pp, m, 1))
+    sc = _stage_context(case, layout)
+    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = sc
     plain = layout.with_(stage_layers=None, recompute_layers=None)
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
@@ -232,18 +250,8 @@ def build_stage_tables(
     InputError
         :func:`check_per_stage`'s rules.
     """
-    check_per_stage(case, layout)
-    arch = case.model.arch
-    assert arch is not None
-    L, pp = arch.num_layers, layout.pp
-    training, options, device = case.training, case.options, case.device
-    capacity = int(device.usable_bytes(layout.framework.physical) * (1 - headroom))
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
-    c = stage_clock(training, layout, device, links_for(layout, case.links, case.fabric), options)
-    causal = options.causal_attention_flops
-    m = layout.num_microbatches(training.global_batch_size)
-    ratio = float(bubble_ratio(pp, m, 1))
+    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
+    capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
     evaluations = 0
 
     def memory(stage: int, n: int, k: int) -> StageMemory:
