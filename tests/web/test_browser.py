@@ -219,6 +219,35 @@ def test_search_shows_progress_and_the_proof(page):
     expect(page.locator("#explanation")).to_contain_text("min_mfu: the best MFU")
 
 
+def test_search_per_stage_shows_the_stages_and_the_flags(page):
+    args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192"]
+    go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "16", "seq-len": "8192"}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    page.check("input[name=per-stage]")
+    page.click("#run")
+    expect(page.locator("#status")).to_have_text("OPTIMAL (proven over the shapes searched)")
+    assert "per-stage=true" in page.url
+    want = cli_json("search", *args, "--per-stage")
+    ps, launch = want["per_stage"], want["launch"]
+    rows = page.locator("#stage-table tbody tr")
+    expect(rows).to_have_count(len(ps["stage_layers"]))
+    for i, (n, k) in enumerate(zip(ps["stage_layers"], ps["recompute_layers"], strict=True)):
+        expect(rows.nth(i).locator("td")).to_have_text(
+            [str(i), str(n), str(k), want["layout"]["recompute"]]
+        )
+    expect(page.locator(".per-stage .gain")).to_have_text(f"{ps['gain']:.3f}×")
+    expect(page.locator("#megatron-flags")).to_have_text(" ".join(launch["megatron"]))
+    expect(page.locator(".megatron-notes li")).to_have_count(len(launch["megatron_notes"]))
+    expect(page.locator("#megatron-step")).to_contain_text("with one --recompute-num-layers")
+    expect(page.locator("#torchtitan-toml")).to_have_text("\n".join(launch["torchtitan"]))
+    expect(page.locator(".torchtitan-notes")).to_contain_text(launch["torchtitan_notes"][0])
+    page.fill("input[name=top]", "2")
+    page.click("#run")
+    expect(page.locator("#error")).to_have_text(
+        "Error: per_stage: takes neither --top nor --maximize (one plan, step time)"
+    )
+
+
 def test_frontier_chart_links_and_csv_download(page, tmp_path):
     go(page, "/frontier?" + urlencode(SEARCH))
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")

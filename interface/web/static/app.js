@@ -231,9 +231,13 @@ TP.searchPage = async (kind, render) => {
     bar.value = 1;
     text.textContent = `done in ${elapsed()}`;
     const r = last.result, status = TP.$("#status");
-    status.className = `status ${r.status}`;
+    // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's words.
+    const proof = r.per_stage ? r.per_stage.status : r.status;
+    status.className = `status ${proof}`;
     status.id = "status";
-    status.textContent = { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[r.status];
+    status.textContent = r.per_stage
+      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
+      : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
     render(last, q);
   }

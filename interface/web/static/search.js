@@ -1,8 +1,54 @@
-// The search tab: the best layout, proven optimal by CP-SAT, with its progress.
+// The search tab: the best layout, proven optimal by CP-SAT, with its progress; with "per stage",
+// the per-stage plan (search --per-stage) beside the best uniform one, and its launch flags.
 "use strict";
+
+// A layout's line as the CLI prints it (degrees, ZeRO, recompute, schedule, micro-batch).
+const layoutLine = (l) =>
+  `dp ${l.dp} × tp ${l.tp} × pp ${l.pp} × cp ${l.cp}, ${l.framework} ZeRO-${l.zero_stage}, recompute ${l.recompute}, ${l.schedule}${l.virtual_stages > 1 ? " v=" + l.virtual_stages : ""}, b ${l.micro_batch_size}`;
+
+// One shell word as Python's shlex.quote writes it, so the flags paste into a shell as the CLI prints them.
+const shellWord = (w) => (w === "" ? "''" : /[^\w@%+=:,./-]/.test(w) ? `'${w.replace(/'/g, `'"'"'`)}'` : w);
+
+const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
+
+// The CLI's search --per-stage --json object, presented: nothing computed here.
+function perStage(r) {
+  const ps = r.per_stage, launch = r.launch, u = ps.uniform;
+  const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i] }));
+  return `<div class="card per-stage">
+      <h3>${TP.esc(ps.job)}</h3>
+      <p class="mono uniform-layout">best uniform: ${TP.esc(layoutLine(u.layout))}</p>
+      <p class="mono per-stage-layout">per-stage: ${TP.esc(layoutLine(r.layout))}</p>
+      <div class="big"><div><b class="uniform-step">${TP.secs(u.step_s)}</b><span>best uniform step time</span></div>
+      <div><b class="step">${TP.secs(ps.step_s)}</b><span>per-stage step time</span></div>
+      <div><b class="gain">${ps.gain.toFixed(3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
+      <div><b class="total">${TP.gb(r.memory.total_bytes)}</b><span>memory per GPU of ${TP.gb(r.memory.capacity_bytes)}</span></div>
+      <div><b class="mfu">${TP.pct(r.time.mfu)}</b><span>MFU</span></div></div>
+      ${ps.gain === 1 ? `<p class="note">no per-stage plan is faster than the uniform one: the plan is the uniform one</p>` : ""}
+      <h3>Stages</h3>
+      <div class="table-wrap">${TP.table(stages, [
+        ["stage", (s, i) => i],
+        ["layers", (s) => s.n],
+        ["recomputed (full)", (s) => s.k],
+        ["others", () => TP.esc(r.layout.recompute)],
+      ], 'id="stage-table"')}</div>
+    </div>
+    <div class="card launch">
+      <h3>Megatron-LM</h3>
+      <pre class="launch-text" id="megatron-flags">${TP.esc(launch.megatron.map(shellWord).join(" "))}</pre>
+      ${notes(launch.megatron_notes, "megatron-notes")}
+      ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${TP.secs(launch.megatron_step_s)} per step</p>`}
+      <h3>torchtitan</h3>
+      <pre class="launch-text" id="torchtitan-toml">${TP.esc(launch.torchtitan.join("\n"))}</pre>
+      ${notes(launch.torchtitan_notes, "torchtitan-notes")}
+    </div>
+    <p class="note">Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${ps.uniform_seconds.toFixed(2)} s, stage tables ${ps.tables_seconds.toFixed(2)} s, CP-SAT ${ps.solve_seconds.toFixed(2)} s.</p>`;
+}
+
 TP.searchPage("search", (last, q) => {
   const r = last.result, box = TP.$("#answers");
   if (r.status === "infeasible") { box.innerHTML = ""; return; }
+  if (r.per_stage) { box.innerHTML = perStage(r); return; }
   const answers = r.answers || [r, ...(r.top || [])];
   box.innerHTML = answers.map((a, i) => {
     const lay = a.layout, m = a.memory, t = a.time;
