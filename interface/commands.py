@@ -341,7 +341,7 @@ def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
     arch = plan.model.arch
     assert arch is not None
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
-    megatron = megatron_flags(arch, lay, plan.training.global_batch_size)
+    megatron = megatron_flags(arch, lay, plan.training.global_batch_size, plan.training)
     titan = torchtitan_toml(arch, lay)
     single = single_count_layout(lay)
     megatron_step = None

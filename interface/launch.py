@@ -21,10 +21,12 @@ Sources, read for what exists (never copied):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.specs import Architecture
+from trainplan.model.precision import Precision
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks, stage_layers
 
 __all__ = [
@@ -66,9 +68,21 @@ def single_count_layout(layout: Layout) -> Layout | None:
     return layout.with_(recompute_layers=tuple(max(counts) for _ in counts))
 
 
-def megatron_flags(arch: Architecture, layout: Layout, global_batch_size: int) -> LaunchFlags:
-    """Megatron-LM arguments for ``layout``: parallel sizes, micro- and global batch, the stage
-    split and recomputation; :attr:`LaunchFlags.notes` says what does not map exactly.
+def megatron_flags(
+    arch: Architecture,
+    layout: Layout,
+    global_batch_size: int,
+    training: TrainingSpec | None = None,
+) -> LaunchFlags:
+    """Megatron-LM arguments for ``layout``: parallel sizes, the CP flavour
+    (``--cp-comm-type p2p|allgather|a2a|a2a+p2p``, ``--hierarchical-context-parallel-sizes``),
+    micro- and global batch, the stage split (per model chunk when interleaved) and
+    recomputation, and with ``training`` the recipe the plan's figures assume: FP8
+    (``--fp8-format hybrid``), optimizer offload (``--optimizer-cpu-offload
+    --optimizer-offload-fraction F``) and activation offload
+    (``--fine-grained-activation-offloading --offload-modules …``) — Megatron-LM
+    ``megatron/training/arguments.py``; :attr:`LaunchFlags.notes` says what does not map
+    exactly.
 
     Examples
     --------
@@ -89,17 +103,37 @@ def megatron_flags(arch: Architecture, layout: Layout, global_batch_size: int) -
         "--global-batch-size", str(global_batch_size),
     ]  # fmt: skip
     notes: list[str] = []
+    if layout.cp > 1:
+        comm = {"ring": "p2p", "all-gather": "allgather", "ulysses": "a2a", "a2a+p2p": "a2a+p2p"}
+        out += ["--cp-comm-type", comm[str(layout.cp_kind)]]
+        if layout.cp_a2a:
+            inner = str(layout.cp_a2a)
+            out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
     if layout.ep > 1:
         out += ["--expert-model-parallel-size", str(layout.ep)]
     if layout.sp:
         out.append("--sequence-parallel")
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
         out.append("--use-distributed-optimizer")
-    if layout.virtual_stages > 1:
-        chunk = arch.num_layers // (layout.pp * layout.virtual_stages)
-        out += ["--num-layers-per-virtual-pipeline-stage", str(chunk)]
     split = _split(arch, layout)
-    if layout.stage_layers is not None and layout.pp > 1:
+    if layout.virtual_stages > 1:
+        chunks = tuple(
+            len(c)
+            for c in model_chunks(
+                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+            )
+        )
+        if len(set(chunks)) == 1:
+            out += ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
+        else:  # uneven chunks: only the layout string says them (model chunks in model order)
+            out += ["--pipeline-model-parallel-layout", pipeline_layout(chunks)]
+            notes.append(
+                f"layers per model chunk {','.join(map(str, chunks))} (v = "
+                f"{layout.virtual_stages}): uneven, which --num-layers-per-virtual-pipeline-stage "
+                "cannot say; Megatron-Core's --pipeline-model-parallel-layout (experimental "
+                "there) lists the pp·v chunks in model order"
+            )
+    elif layout.stage_layers is not None and layout.pp > 1:
         middle = split[1:-1]
         if len(set(middle)) <= 1:
             out += [
@@ -114,6 +148,15 @@ def megatron_flags(arch: Architecture, layout: Layout, global_batch_size: int) -
                 "--pipeline-model-parallel-layout (experimental there) says it"
             )
     out += _megatron_recompute(layout, split, notes)
+    if training is not None:
+        if training.precision is Precision.FP8:
+            out += ["--fp8-format", "hybrid"]
+        if training.offload.optimizer:
+            out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                    f"{float(training.offload.optimizer):g}"]  # fmt: skip
+        if training.offload.activations:
+            out += ["--fine-grained-activation-offloading", "--offload-modules",
+                    *training.offload.activations]  # fmt: skip
     return LaunchFlags(tuple(out), tuple(notes))
 
 
@@ -142,11 +185,20 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
         if base is Recompute.SELECTIVE:
             return ["--recompute-granularity", "selective"]
         if base is Recompute.SQRT:
+            every = max(1, round(math.sqrt(max(split))))
             notes.append(
-                "recompute sqrt: Megatron-LM's nearest is --recompute-granularity full "
-                "--recompute-method uniform --recompute-num-layers round(√n) (it checkpoints "
-                "every that many layers)"
+                f"recompute sqrt: Megatron-LM's uniform method checkpoints every "
+                f"--recompute-num-layers layers of a stage; {every} = round(√n) for the stage with "
+                f"the most layers ({max(split)}), the same on every stage"
+                + (
+                    "; interleaved, Megatron applies it per model chunk, which the plan's "
+                    "√n per stage does not"
+                    if layout.virtual_stages > 1
+                    else ""
+                )
             )
+            return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                    "--recompute-num-layers", str(every)]  # fmt: skip
         return []
     flags = ["--recompute-granularity", "full", "--recompute-method", "block"]
     top = max(counts)

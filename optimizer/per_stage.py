@@ -284,14 +284,20 @@ def per_stage_search(
     plans: list[tuple[Job, ShapePlan]] = []
     proven = uniform.status == "optimal"
     bases: list[tuple[int, int, Job, Layout]] = []
+    refusal: InputError | None = None
     for job, base in ranked_bases(problem, prepared, top_shapes):
         case = job.case
         try:
             validate(base, case.model, case.training)
             bound = pipeline_lower_bound(case, base)
-        except (LayoutError, InputError):
+        except LayoutError:
+            continue
+        except InputError as err:  # a rule of check_per_stage: said if no base is left
+            refusal = refusal or err
             continue
         bases.append((bound, len(bases), job, base))
+    if not bases and refusal is not None:
+        raise refusal
     for _, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
         case = job.case
         left = None

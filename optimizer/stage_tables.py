@@ -114,6 +114,11 @@ def check_per_stage(case: Case, layout: Layout) -> None:
             f"per_stage: {case.model.name}'s layers differ in size; the per-stage search needs "
             "layers that are all alike"
         )
+    if case.training.offload.activations:
+        raise InputError(
+            "per_stage: activation offload (--offload-activations) is not in the per-stage "
+            "tables; search without --per-stage, or without the offload"
+        )
     if not uses_roofline(case.options, layout, case.device):
         raise InputError(
             "per_stage: needs the roofline time model (a physical framework profile and an "

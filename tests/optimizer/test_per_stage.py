@@ -276,3 +276,72 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == (
         "Error: per_stage: takes neither --top nor --maximize (one plan, step time)"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "mixtral-8x7b", "--gpus", "64"], "per_stage: mixtral-8x7b has MoE layers"),
+        (
+            ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--framework", "textbook"],
+            "per_stage: needs the roofline time model",
+        ),
+        (
+            ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192",
+             "--offload-activations", "attn_norm,core_attn"],
+            "per_stage: activation offload",
+        ),
+    ],
+)  # fmt: skip
+def test_cli_per_stage_says_its_rule_when_no_shape_qualifies(monkeypatch, capsys, args, message):
+    """A rule of check_per_stage that leaves no base shape is said (exit 2), never "OPTIMAL over
+    0 base layouts"."""
+    monkeypatch.setattr(
+        "sys.argv", ["trainplan", "search", *args, "--gpu", "H100-SXM", "--per-stage"]
+    )
+    from trainplan.interface.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_megatron_flags_carry_the_recipe_the_plan_assumes():
+    """The flags launch the plan's figures: the CP flavour (Megatron-Core --cp-comm-type), FP8,
+    CPU optimizer offload and fine-grained activation offload; uneven interleaved chunks as the
+    layout string (--num-layers-per-virtual-pipeline-stage would build another v); √n as the
+    uniform method every round(√n) layers."""
+    from dataclasses import replace
+
+    from trainplan.model.offload import Offload
+    from trainplan.model.precision import Precision
+
+    case = build_case({"model": "llama3-8b", "gpu": "H100-SXM"})
+    arch = case.model.arch
+    training = replace(
+        case.training,
+        precision=Precision.FP8,
+        offload=Offload(optimizer=1, activations=("attn_norm", "core_attn")),
+    )
+    lay = Layout(tp=2, cp=4, cp_kind="a2a+p2p", cp_a2a=2, pp=2)
+    text = " ".join(megatron_flags(arch, lay, 64, training).flags)
+    assert "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2" in text
+    assert "--fp8-format hybrid" in text
+    assert "--optimizer-cpu-offload --optimizer-offload-fraction 1" in text
+    assert text.endswith(
+        "--fine-grained-activation-offloading --offload-modules attn_norm core_attn"
+    )
+    ring = " ".join(megatron_flags(arch, Layout(cp=2, pp=2), 64).flags)
+    assert "--cp-comm-type p2p" in ring
+    # 32 layers over pp 4 × v 3 = 12 chunks: uneven (2 or 3 layers each)
+    inter = Layout(pp=4, virtual_stages=3, schedule="interleaved")
+    flags = megatron_flags(arch, inter, 64)
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags.flags
+    assert "--pipeline-model-parallel-layout" in flags.flags
+    even = megatron_flags(arch, Layout(pp=4, virtual_stages=2, schedule="interleaved"), 64)
+    assert " ".join(even.flags).endswith("--num-layers-per-virtual-pipeline-stage 4")
+    sqrt = megatron_flags(arch, Layout(pp=2, recompute="sqrt"), 64)  # 16 layers a stage: every 4
+    assert " ".join(sqrt.flags).endswith(
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 4"
+    )
