@@ -103,6 +103,11 @@ def megatron_flags(
         "--global-batch-size", str(global_batch_size),
     ]  # fmt: skip
     notes: list[str] = []
+    if str(layout.framework) != "megatron":
+        notes.append(
+            f"framework {layout.framework}: the plan's memory and traffic are that profile's "
+            "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
+        )
     if layout.cp > 1:
         comm = {"ring": "p2p", "all-gather": "allgather", "ulysses": "a2a", "a2a+p2p": "a2a+p2p"}
         out += ["--cp-comm-type", comm[str(layout.cp_kind)]]

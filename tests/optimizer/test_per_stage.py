@@ -345,3 +345,12 @@ def test_megatron_flags_carry_the_recipe_the_plan_assumes():
     assert " ".join(sqrt.flags).endswith(
         "--recompute-granularity full --recompute-method uniform --recompute-num-layers 4"
     )
+
+
+def test_megatron_flags_say_when_the_plan_is_another_frameworks():
+    """A plan under DeepSpeed or the textbook profile is not what Megatron-LM's flags launch:
+    the note says so."""
+    arch = build_case({"model": "llama3-8b", "gpu": "H100-SXM"}).model.arch
+    notes = megatron_flags(arch, Layout(framework="deepspeed", zero_stage=3), 64).notes
+    assert any(n.startswith("framework deepspeed:") for n in notes)
+    assert not megatron_flags(arch, Layout(), 64).notes
