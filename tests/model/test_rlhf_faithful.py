@@ -86,20 +86,7 @@ def test_decode_time_gqa_by_hand():
     2·N·64·1,024 / (989.4e12 · 0.4631) = 2.179 s."""
     eff = kernel_efficiency_for("H100-SXM", 3584)
     assert eff == pytest.approx(0.56 * 3584 / 4334)
-    t = rollout_time(
-        active_params=N_QWEN,
-        weights_bytes=Fraction(2 * N_QWEN),
-        kv_per_token_bytes=57_344,
-        sequences_per_replica=64,
-        concurrent=64,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-        tp=1,
-        peak_flops_per_s=989.4e12,
-        kernel_efficiency=eff,
-        hbm_bytes_per_s=3.35e12,
-        bandwidth_efficiency=1.0,
-    )
+    t = rollout_time(**{**_ROLL, "kernel_efficiency": eff})  # _ROLL: the figures above
     weights = 4096 * 15_231_233_024
     kv = 64 * 57_344 * (4096 * 1024 + 4096 * 4097 // 2)
     assert weights == 62_387_130_466_304 and kv == 46_187_004_559_360
