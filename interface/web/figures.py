@@ -102,8 +102,21 @@ _SEARCHED = {
     "global_batch_size": "global-batch",
     "seq_len": "seq-len",
     "rank_order": "rank-order",
+    "cp_kind": "cp-kind",
+    "cp_a2a": "cp-a2a",
+    "stage_layers": "stage-layers",
+    "recompute_layers": "recompute-layers",
 }
-"""A frontier row's fields as the planner's query names."""
+"""A layout's fields (a search answer's or a frontier row's) as the planner's query names: the
+searched decisions, the CP flavour, and a per-stage plan's layers and recomputed layers per stage
+(lists as the planner's comma-separated form)."""
+
+
+def _query_value(value: Any) -> str:
+    """A layout field as the planner's query writes it: lists comma-separated (``38,42``)."""
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
 _NOT_CARRIED = {"gpus", *_SEARCHED.values()}
 
 
@@ -114,7 +127,11 @@ def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
 
     planner = {q.name for q in query_params("evaluate")}
     kept = [(k, v) for k, v in query if k.replace("_", "-") in planner - _NOT_CARRIED]
-    layout = [(name, str(row[key])) for key, name in _SEARCHED.items() if row.get(key) is not None]
+    layout = [
+        (name, _query_value(row[key]))
+        for key, name in _SEARCHED.items()
+        if row.get(key) is not None
+    ]
     return "/planner?" + urlencode(kept + layout + [("gpus", str(row["num_gpus"]))])
 
 

@@ -235,6 +235,19 @@ def test_search_and_its_stream(client):
     assert planner["memory"]["total_bytes"] == got["memory"]["total_bytes"]
 
 
+def test_planner_link_carries_the_answers_cp_flavour(client):
+    # the search chooses among flavours: the link names the answer's one, not the query's list
+    args = ["--model", "llama3-8b", "--gpus", "16", "--seq-len", "131072", "--global-batch", "16"]
+    args += ["--cp", "1", "--cp", "2", "--cp", "4", "--cp-kind", "all-gather", "--cp-kind", "ring"]
+    events = client.get(f"/api/search/stream?{query(args)}").text.splitlines()
+    last = json.loads(events[-1])
+    link, answer = last["planner"][0], last["result"]
+    assert answer["layout"]["cp"] == 4 and answer["layout"]["cp_kind"] == "ring"
+    assert link.count("cp-kind=") == 1 and "cp-kind=ring" in link
+    planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
+    assert planner["layout"] == answer["layout"] and planner["memory"] == answer["memory"]
+
+
 def test_stream_reports_progress_and_bad_input(client):
     args = ["--model", "llama3-70b", "--gpus", "32", "--gpu", "H100-SXM,H200"]
     events = [
@@ -262,6 +275,13 @@ def test_per_stage_search_is_the_cli_object(client):
     got = client.get(f"/api/search?{query(args)}&per-stage=true").json()
     assert _no_seconds(got) == _no_seconds(cli_json("search", *args, "--per-stage"))
     assert got["per_stage"]["recompute_layers"] == [37, 33]
+    # its Planner link carries the stages' layers and recomputed layers: the same plan
+    stream = client.get(f"/api/search/stream?{query(args)}&per-stage=true").text.splitlines()
+    link = json.loads(stream[-1])["planner"][0]
+    assert "recompute-layers=37%2C33" in link
+    planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
+    assert planner["layout"] == got["layout"] and planner["memory"] == got["memory"]
+    assert planner["time"]["step_s"] == got["time"]["step_s"]
     bad = client.get(f"/api/search?{query([*args, '--top', '2'])}&per-stage=true")
     assert bad.status_code == 422 and bad.json()["error"].startswith("per_stage: takes neither")
 

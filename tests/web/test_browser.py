@@ -133,6 +133,21 @@ def test_planner_input_change_matches_the_cli(page):
     expect(page.locator("input[name=tp]")).to_have_value("8")
 
 
+def test_planner_keeps_a_links_options_without_a_field(page):
+    # a search answer's link may carry cluster options the form has none for: kept and said
+    args = ["--model", "llama3-70b", "--dp", "1", "--tp", "8", "--pp", "2"]
+    go(page, "/planner?" + urlencode({"model": "llama3-70b", "dp": "1", "tp": "8", "pp": "2",
+                                      "memory-reserve": "10"}))  # fmt: skip
+    expect(page.locator("#link-only")).to_have_text(
+        "From the link, options without a field here (kept): memory-reserve = 10"
+    )
+    total = cli_json("evaluate", *args, "--memory-reserve", "10")["memory"]["capacity_bytes"]
+    assert total != cli_json("evaluate", *args)["memory"]["capacity_bytes"]
+    expect(page.locator("#memory-table")).to_contain_text(f"{total / 1e9:,.2f} GB")
+    page.fill("input[name=pp]", "4")  # a change keeps it too
+    expect(page).to_have_url(re.compile(r"memory-reserve=10"))
+
+
 def test_planner_bad_input_shows_the_cli_line(page):
     go(page, "/planner?model=llama3-70b&dp=4&tp=4&pp=4")
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
@@ -241,6 +256,16 @@ def test_search_per_stage_shows_the_stages_and_the_flags(page):
     expect(page.locator("#megatron-step")).to_contain_text("with one --recompute-num-layers")
     expect(page.locator("#torchtitan-toml")).to_have_text("\n".join(launch["torchtitan"]))
     expect(page.locator(".torchtitan-notes")).to_contain_text(launch["torchtitan_notes"][0])
+    page.click(".per-stage .planner-link")  # the plan in the Planner, its stages included
+    expect(page.locator("input[name=recompute-layers]")).to_have_value(
+        ",".join(map(str, ps["recompute_layers"]))
+    )
+    expect(page.locator("input[name=stage-layers]")).to_have_value(
+        ",".join(map(str, ps["stage_layers"]))
+    )
+    total = want["memory"]["total_bytes"]  # the per-stage plan's peak, not the default split's
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    page.go_back()
     page.fill("input[name=top]", "2")
     page.click("#run")
     expect(page.locator("#error")).to_have_text(

@@ -58,14 +58,27 @@ const TP = (() => {
     return q;
   }
 
+  // The link's options that have no field on the form (a search answer's cluster options, say):
+  // with passThrough they travel with every query, unchanged, so the page shows the linked plan.
+  function linkOnly(form) {
+    const names = new Set($$("[name]", form).map((el) => el.name));
+    return [...new URLSearchParams(location.search)].filter(([k]) => !names.has(k));
+  }
+
   // Keep the URL in step with the form; call update(query) now and on every change (debounced).
-  function bind(form, update, { wait = 250, pageOnly = [] } = {}) {
+  function bind(form, update, { wait = 250, pageOnly = [], passThrough = false } = {}) {
     fill(form, new URLSearchParams(location.search));
+    const extra = passThrough ? linkOnly(form) : [];
+    const full = () => {
+      const q = query(form);
+      for (const [k, v] of extra) q.append(k, v);
+      return q;
+    };
     let timer = null;
     const changed = () => {
       clearTimeout(timer);
       timer = setTimeout(() => {
-        const q = query(form);
+        const q = full();
         const keep = new URLSearchParams(location.search);
         for (const k of pageOnly) if (keep.has(k)) q.set(k, keep.get(k));
         history.replaceState(null, "", `${location.pathname}?${q}`);
@@ -75,7 +88,7 @@ const TP = (() => {
     form.addEventListener("input", changed);
     form.addEventListener("change", changed);
     form.addEventListener("submit", (e) => e.preventDefault());
-    update(query(form));
+    update(full());
     return changed;
   }
 
@@ -156,7 +169,7 @@ const TP = (() => {
     }
   }
 
-  return { $, $$, example, gb, pct, num, secs, esc, table, bind, query, fill, setPageParam, api, figure, showError, catalogues };
+  return { $, $$, example, gb, pct, num, secs, esc, table, bind, linkOnly, query, fill, setPageParam, api, figure, showError, catalogues };
 })();
 
 // The tab's script waits for the catalogues, so its form's selects are filled before it reads them.

@@ -69,11 +69,17 @@
     TP.$("#notes").innerHTML = d.notes.map((n) => `<li>Note: ${TP.esc(n)}</li>`).join("");
   }
 
+  // A link from the search or frontier may set options this form has no field for: they are kept
+  // as they came, and said.
+  const extra = TP.linkOnly(form);
+  TP.$("#link-only").textContent = extra.length
+    ? "From the link, options without a field here (kept): " + extra.map(([k, x]) => `${k} = ${x}`).join(", ")
+    : "";
   TP.bind(form, async (q) => {
     if (!q.get("model") && !q.get("params") && !q.get("config")) return;
     const d = await TP.api("evaluate", `/api/evaluate?${q}`);
     if (!d) return;
     render(d);
     TP.figure(TP.$("#memory-figure"), `/api/figures/memory?${q}`);
-  });
+  }, { passThrough: true });
 })();

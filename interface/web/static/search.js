@@ -12,7 +12,7 @@ const shellWord = (w) => (w === "" ? "''" : /[^\w@%+=:,./-]/.test(w) ? `'${w.rep
 const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
 
 // The CLI's search --per-stage --json object, presented: nothing computed here.
-function perStage(r) {
+function perStage(r, link) {
   const ps = r.per_stage, launch = r.launch, u = ps.uniform;
   const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i] }));
   return `<div class="card per-stage">
@@ -24,6 +24,7 @@ function perStage(r) {
       <div><b class="gain">${ps.gain.toFixed(3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
       <div><b class="total">${TP.gb(r.memory.total_bytes)}</b><span>memory per GPU of ${TP.gb(r.memory.capacity_bytes)}</span></div>
       <div><b class="mfu">${TP.pct(r.time.mfu)}</b><span>MFU</span></div></div>
+      <p><a class="planner-link" href="${TP.esc(link)}">Open this plan in the Planner</a> (its stages' layers and recomputed layers included)</p>
       ${ps.gain === 1 ? `<p class="note">no per-stage plan is faster than the uniform one: the plan is the uniform one</p>` : ""}
       <h3>Stages</h3>
       <div class="table-wrap">${TP.table(stages, [
@@ -48,7 +49,7 @@ function perStage(r) {
 TP.searchPage("search", (last, q) => {
   const r = last.result, box = TP.$("#answers");
   if (r.status === "infeasible") { box.innerHTML = ""; return; }
-  if (r.per_stage) { box.innerHTML = perStage(r); return; }
+  if (r.per_stage) { box.innerHTML = perStage(r, last.planner[0]); return; }
   const answers = r.answers || [r, ...(r.top || [])];
   box.innerHTML = answers.map((a, i) => {
     const lay = a.layout, m = a.memory, t = a.time;
