@@ -336,7 +336,7 @@ def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
 
     problem = search_problem(kw)
     result = per_stage_search(problem, shapes, _time_limit(kw), kw.get("workers") or 2)
-    assert result.uniform is not None  # without_uniform unset: a uniform layout fits
+    assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan, uniform = result.plan, result.uniform.estimate
     d = estimate_to_dict(plan)
     lay = plan.layout
