@@ -195,6 +195,10 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert first["uniform_step_s"] == pytest.approx(first["step_s"] * first["gain"])
     assert (second["num_gpus"], second["plan"], second["gain"]) == (32, "uniform", 1.0)
     assert second["stage_layers"] is None and second["recompute"] == "none"
+    from trainplan.interface.chart_layout import layout_key  # the --png key beside the plot
+
+    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/33")
+    assert "\n" not in layout_key(second, True)
     csv = tmp_path / "f.csv"
     code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
     assert code in (0, None)
