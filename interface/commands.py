@@ -441,7 +441,7 @@ def per_stage_frontier_json(
     """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
     (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
     ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
-    ``seconds`` and ``points``, second axis ascending, one CSV row each:
+    ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
     :func:`interface.report.frontier_row`'s fields (``objective_s`` the step time,
     ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
     ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),

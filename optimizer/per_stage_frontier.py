@@ -73,7 +73,8 @@ class PerStageFrontier:
     against: str
     """``memory``, ``gpus`` or ``price``."""
     points: tuple[FrontierPoint, ...]
-    """Non-dominated, second-axis value ascending (step time descending)."""
+    """Non-dominated, step time ascending (second-axis value descending), as the uniform
+    frontier's."""
     status: str
     """``optimal`` when every per-stage search and uniform search it rests on was proven
     (per-stage: over the base layouts each searched); ``feasible`` (time limit: the best so
@@ -96,12 +97,13 @@ def axis_value(against: str, result: PerStageResult) -> int:
 
 
 def _non_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
-    """Value ascending, each strictly faster than every point of lesser or equal value."""
+    """Each point strictly faster than every point of lesser or equal value; step time
+    ascending."""
     out: list[FrontierPoint] = []
     for p in sorted(points, key=lambda p: (p.value, p.step_ns)):
         if not out or p.step_ns < out[-1].step_ns:  # equal values: the fastest came first
             out.append(p)
-    return tuple(out)
+    return tuple(reversed(out))
 
 
 def per_stage_frontier(
@@ -140,6 +142,7 @@ def per_stage_frontier(
     proven, searches = True, 0
     if against == "memory":
         prepared = prepare(problem, time_limit_s=time_limit_s)
+        proven = prepared[0].complete  # a time limit that cut the tables short proves nothing
         eps: int | None = None
         while len(_non_dominated(points)) < max_points:
             rest = left()

@@ -92,15 +92,15 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         found.append((value, r.plan_ns, "per-stage" if r.per_stage else "uniform"))
         eps = value - 1
     want = non_dominated(found)
-    assert [(p.value, p.step_ns, p.kind) for p in got.points] == want
+    assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert len(want) == 10
     assert want[0] == (112_609_792, 31_539_459, "per-stage")
     assert want[-1] == (509_418_496, 13_869_301, "uniform")
-    assert got.points[0].uniform_ns == 33_050_219
-    # non-dominated: value up, step time down, strictly
+    assert got.points[-1].uniform_ns == 33_050_219
+    # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
     steps = [p.step_ns for p in got.points]
-    assert values == sorted(set(values)) and steps == sorted(set(steps), reverse=True)
+    assert steps == sorted(set(steps)) and values == sorted(set(values), reverse=True)
     # the uniform frontier: never faster at the same axis value; each point's uniform step time
     # is the uniform frontier's at its own value
     uniform = [(a.peak_bytes, a.objective) for a in frontier(problem, "memory").points]
@@ -133,7 +133,7 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
             assert r.plan.layout.stage_layers == (4, 2)
             assert r.plan.layout.recompute_layers == (4, 1)
     want = non_dominated(found)
-    assert [(p.value, p.step_ns, p.kind) for p in got.points] == want
+    assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert [(v, k) for v, _, k in want] == [
         (2, "per-stage"), (3, "per-stage"), (4, "uniform"), (6, "per-stage"), (8, "uniform")
     ]  # fmt: skip
@@ -142,8 +142,8 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
     for p in got.points:
         assert p.uniform_ns == staircase(uniform, p.value)
-    assert got.points[0].gain is None
-    assert got.points[1].gain == pytest.approx(17_074_584 / 15_422_677)
+    assert got.points[-1].gain is None
+    assert got.points[-2].gain == pytest.approx(17_074_584 / 15_422_677)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
@@ -188,7 +188,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert code in (0, None)
     d = json.loads(out)
     assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
-    first, second = d["points"]
+    second, first = d["points"]  # fastest first
     assert (first["num_gpus"], first["plan"]) == (16, "per-stage")
     assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [37, 33]
     assert first["gain"] == pytest.approx(1.0257, abs=1e-3)
