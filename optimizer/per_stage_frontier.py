@@ -182,6 +182,7 @@ def per_stage_frontier(
     best_ns: int | None = None  # the frontier so far: its fastest point
     best_uniform: tuple[int, Answer] | None = None  # the fastest uniform layout of the jobs so far
     stopped = False
+    nothing: InfeasibleError | None = None  # the last job's reason when none fits
     for value, group in itertools.groupby(jobs, key=lambda j: axis_value_of_job(against, j)):
         if len(points) >= max_points:
             break
@@ -198,8 +199,9 @@ def per_stage_frontier(
                     replace(problem, jobs=(job,)), top_shapes, rest, workers,
                     cap_ns=cap, without_uniform=True,
                 )  # fmt: skip
-            except InfeasibleError:
+            except InfeasibleError as err:
                 searches += 1
+                nothing = err
                 if deadline is not None and time.perf_counter() >= deadline:
                     proven = False
                 continue
@@ -218,6 +220,8 @@ def per_stage_frontier(
         if stopped:
             proven = False
             break
+    if not points and nothing is not None and not stopped:
+        raise nothing
     return PerStageFrontier(
         against,
         _non_dominated(points),

@@ -159,6 +159,15 @@ def test_price_frontier_is_the_gpu_frontier_in_cents():
     ]
 
 
+def test_nothing_fits_is_infeasible_on_every_axis():
+    """1 GPU at 160 MB per GPU holds no plan, uniform or per stage."""
+    problem = tiny_problem((1,), 160e6, price=2.5)
+    for against in ("gpus", "price", "memory"):
+        with pytest.raises(InfeasibleError, match="memory: no layout fits 0.16 GB") as err:
+            per_stage_frontier(problem, against)
+        assert err.value.explanation[-1].startswith("per_stage: no split of the 1 base layout")
+
+
 def test_time_limit_spent_returns_what_it_has_not_a_proof():
     problem = tiny_problem((2, 4), 160e6)
     spent = per_stage_frontier(problem, "gpus", time_limit_s=1e-9)
