@@ -82,6 +82,7 @@ def _in_process(case: Case) -> dict:
     result = per_stage_search(problem)
     total = time.perf_counter() - t0
     lay = result.plan.layout
+    assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     return {
         "uniform_s": result.uniform_ns / 1e9,
         "uniform_recompute": str(result.uniform.estimate.layout.recompute),

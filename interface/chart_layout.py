@@ -26,13 +26,20 @@ def tensor_label(report: dict[str, Any], j: int) -> str:
 
 
 def layout_key(r: dict[str, Any], with_gpus: bool) -> str:
-    """One frontier point's layout in full: degrees, ZeRO stage, recompute, micro-batch, schedule."""
+    """One frontier point's layout in full: degrees, ZeRO stage, recompute, micro-batch, schedule;
+    a per-stage point (``frontier --per-stage``) adds its layers and fully recomputed layers per
+    stage."""
     v = f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""
     gpus = f"{r['num_gpus']} × {r['gpu']}: " if with_gpus else ""
+    per_stage = ""
+    if r.get("stage_layers") is not None:  # a second line, indented under the first
+        layers = "/".join(map(str, r["stage_layers"]))
+        counts = "/".join(map(str, r["recompute_layers"]))
+        per_stage = f"\n      per stage: layers {layers}, fully recomputed {counts}"
     return (
         f"{gpus}dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']}, "
         f"ZeRO-{r['zero_stage']}, recompute {r['recompute']}, b {r['micro_batch_size']}, "
-        f"{r['schedule']}{v}"
+        f"{r['schedule']}{v}{per_stage}"
     )
 
 

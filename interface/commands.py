@@ -26,6 +26,7 @@ __all__ = [
     "search_problem",
     "search_json",
     "frontier_json",
+    "per_stage_frontier_json",
     "infeasible_json",
     "SearchRun",
     "to_json",
@@ -335,6 +336,7 @@ def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
 
     problem = search_problem(kw)
     result = per_stage_search(problem, shapes, _time_limit(kw), kw.get("workers") or 2)
+    assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan, uniform = result.plan, result.uniform.estimate
     d = estimate_to_dict(plan)
     lay = plan.layout
@@ -428,6 +430,66 @@ def frontier_json(
         "solve_seconds": result.solve_seconds,
         "tables_seconds": result.tables_seconds,
         "candidates": result.num_candidates,
+        "points": rows,
+    }
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def per_stage_frontier_json(
+    kw: dict[str, Any], against: str = "memory", shapes: int = 8
+) -> SearchRun:
+    """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
+    (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
+    ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
+    ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
+    :func:`interface.report.frontier_row`'s fields (``objective_s`` the step time,
+    ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
+    ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
+    ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
+    fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
+    (:func:`optimizer.per_stage_frontier.per_stage_frontier`).
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line): an axis that needs what was not given, an objective other than
+        step time, a model the per-stage search does not model.
+    InfeasibleError
+        Nothing fits, uniform or per stage.
+    """
+    from trainplan.interface.report import frontier_row
+    from trainplan.model.report_dict import estimate_to_dict
+    from trainplan.optimizer.per_stage import peak_bytes
+    from trainplan.optimizer.per_stage_frontier import per_stage_frontier
+
+    problem = search_problem(kw)
+    result = per_stage_frontier(problem, against, shapes, _time_limit(kw), kw.get("workers") or 2)
+    rows = []
+    for p in result.points:
+        lay = p.estimate.layout
+        per_stage = p.kind == "per-stage"
+        peak = p.value if against == "memory" else peak_bytes(p.estimate)
+        row = frontier_row(
+            estimate_to_dict(p.estimate), p.job.label, ("objective_s", p.step_ns / 1e9), peak
+        )
+        if p.job.gpu_hour_price is not None:
+            row["price_per_hour"] = p.job.num_gpus * p.job.gpu_hour_price
+        row.update(
+            {
+                "plan": p.kind,
+                "stage_layers": [s.num_layers for s in p.estimate.stages] if per_stage else None,
+                "recompute_layers": list(lay.recompute_layers or ()) if per_stage else None,
+                "uniform_step_s": None if p.uniform_ns is None else p.uniform_ns / 1e9,
+                "gain": p.gain,
+            }
+        )
+        rows.append(row)
+    out = {
+        "status": result.status,
+        "against": against,
+        "per_stage": True,
+        "searches": result.searches,
+        "seconds": result.seconds,
         "points": rows,
     }
     return SearchRun(out, str(problem.objective), len(problem.jobs))

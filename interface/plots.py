@@ -336,7 +336,7 @@ def frontier_chart(
     xs = [r[key] / scale for r in rows]
     ys = [r["step_s"] for r in rows]
     keys = [f"{i:>2}  {layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
-    height = max(4.5, 1.2 + 0.16 * len(rows))
+    height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
     fig, (ax, side) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
     )
@@ -361,7 +361,7 @@ def frontier_chart(
         va="top",
         ha="left",
         family="monospace",
-        fontsize=7 if len(rows) <= 40 else 6,
+        fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
         transform=side.transAxes,
     )
     fig.tight_layout()

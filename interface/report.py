@@ -359,30 +359,43 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
-    """The frontier as a terminal table."""
+    """The frontier as a terminal table; rows of the per-stage frontier (``plan`` set) add the
+    plan's kind, its layers and fully recomputed layers per stage, the uniform step time at the
+    same axis value and the gain."""
     second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "$/hour"}[against]
-    return table_text(
-        [
-            {
-                "step": _secs(r["step_s"]),
-                second: (
-                    gb(r["total_bytes"])
-                    if against == "memory"
-                    else r["num_gpus"]
-                    if against == "gpus"
-                    else r.get("price_per_hour")
-                ),
-                "MFU": _pct(r["mfu"]),
-                "GPUs": f"{r['num_gpus']} × {r['gpu']}",
-                "layout": (
-                    f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
-                    f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"
-                    + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
-                ),
-            }
-            for r in rows
-        ]
-    )
+    out = []
+    for r in rows:
+        line = {
+            "step": _secs(r["step_s"]),
+            second: (
+                gb(r["total_bytes"])
+                if against == "memory"
+                else r["num_gpus"]
+                if against == "gpus"
+                else r.get("price_per_hour")
+            ),
+            "MFU": _pct(r["mfu"]),
+            "GPUs": f"{r['num_gpus']} × {r['gpu']}",
+            "layout": (
+                f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
+                f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"
+                + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
+            ),
+        }
+        if "plan" in r:
+            per_stage = r["stage_layers"] is not None
+            line["plan"] = r["plan"]
+            line["layers / recomputed per stage"] = (
+                "/".join(map(str, r["stage_layers"]))
+                + " / "
+                + "/".join(map(str, r["recompute_layers"]))
+                if per_stage
+                else "—"
+            )
+            line["uniform step"] = _secs(r["uniform_step_s"])
+            line["gain"] = "—" if r["gain"] is None else f"{r['gain']:.3f}×"
+        out.append(line)
+    return table_text(out)
 
 
 def _layout_line(lay: dict[str, Any]) -> str:

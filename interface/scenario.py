@@ -13,7 +13,7 @@ objective = "time-to-train"       # step-time | tokens-per-gpu | time-to-train |
 framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | textbook
 tokens = 15e12                    # token budget for time-to-train and cost
 gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
-per_stage = false                 # search: also choose layers and recomputed layers per stage
+per_stage = false                 # search, frontier: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
                # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)

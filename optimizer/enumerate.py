@@ -85,12 +85,7 @@ def second_axis(against: str, tables: CostTables) -> np.ndarray:
         return tables.peak_ceil
     if against == "gpus":
         return np.broadcast_to(tables.num_gpus()[:, None, None], shape)
-    cents = np.array(
-        [
-            round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
-            for j in tables.job_of
-        ]
-    )
+    cents = np.array([tables.jobs[j].cents_per_hour for j in tables.job_of])
     return np.broadcast_to(cents[:, None, None], shape)
 
 

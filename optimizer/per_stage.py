@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.errors import InfeasibleError, InputError, LayoutError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.pipeline import Schedule
@@ -26,7 +26,7 @@ from trainplan.optimizer.case import Case
 from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
-from trainplan.optimizer.search import Answer, TermMismatch, prepare, search
+from trainplan.optimizer.search import Answer, SearchResult, TermMismatch, prepare, search
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_tables import (
     StageTables,
@@ -42,6 +42,10 @@ __all__ = [
     "per_stage_search",
     "base_layouts",
     "ranked_bases",
+    "check_objective",
+    "uniform_within",
+    "peak_bytes",
+    "step_ns",
 ]
 
 
@@ -74,13 +78,18 @@ class PerStageResult:
     status: str
     """``optimal`` when every shape's per-stage optimum was proven and the uniform search was;
     else ``feasible``."""
-    uniform: Answer
-    """The best uniform layout (:func:`optimizer.search.search`)."""
-    uniform_ns: int
+    uniform: Answer | None
+    """The best uniform layout (:func:`optimizer.search.search`); None only when
+    ``without_uniform`` was asked and no uniform layout fits."""
+    uniform_ns: int | None
+    """Its step time, whole ns (None with ``uniform``)."""
     plan: Estimate
     """The answer: the best per-stage plan, or the uniform one where no per-stage plan is
-    faster (never slower than ``uniform``)."""
+    faster (never slower than ``uniform``). With ``cap_ns``, per-stage plans are sought only
+    below the cap: the plan is the per-stage optimum when that is below both the cap and the
+    uniform step time, else the uniform layout."""
     plan_ns: int
+    """Its step time, whole ns (:func:`model.estimate.objective_ns`, summed)."""
     job: Job
     shapes: tuple[ShapePlan, ...]
     uniform_seconds: float
@@ -89,14 +98,73 @@ class PerStageResult:
     solve_seconds: float
 
     @property
-    def gain(self) -> float:
-        """Uniform step time ÷ per-stage step time (≥ 1)."""
-        return self.uniform_ns / self.plan_ns
+    def per_stage(self) -> bool:
+        """Whether the plan is a per-stage one (strictly faster than the uniform layout, or the
+        only plan that fits)."""
+        return self.uniform_ns is None or self.plan_ns < self.uniform_ns
+
+    @property
+    def gain(self) -> float | None:
+        """Uniform step time ÷ per-stage step time (≥ 1); None when no uniform layout fits."""
+        return None if self.uniform_ns is None else self.uniform_ns / self.plan_ns
 
 
-def _total_ns(est: Estimate) -> int:
+def step_ns(est: Estimate) -> int:
+    """An evaluated layout's step time in whole ns, as the searches compare it: the sum of
+    :func:`model.estimate.objective_ns`'s two terms."""
     assert est.time_terms is not None
     return sum(objective_ns(est.time_terms))
+
+
+def peak_bytes(est: Estimate) -> int:
+    """The busiest stage's peak bytes per GPU, rounded up once (``ceil(total_bytes)`` of
+    :func:`model.estimate.stage_memory_at`): the per-stage tables' measure
+    (:attr:`optimizer.stage_tables.StageOption.peak_bytes`). The uniform tables round each term
+    up (:attr:`optimizer.search.Answer.peak_bytes`), at most a few bytes more."""
+    return max(math.ceil(stage.total_bytes) for stage in est.stages)
+
+
+def check_objective(problem: Problem) -> None:
+    """The per-stage search minimises step time.
+
+    Raises
+    ------
+    InputError
+        Another objective (one line).
+    """
+    if problem.objective is not Objective.STEP_TIME:
+        raise InputError(
+            f"per_stage: objective {problem.objective} — the per-stage search minimises step-time"
+        )
+
+
+def uniform_within(
+    problem: Problem,
+    prepared: tuple[CostTables, LayoutModel, float],
+    max_bytes: int | None = None,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+) -> SearchResult:
+    """The best uniform layout (:func:`optimizer.search.search`) whose busiest stage needs at
+    most ``max_bytes`` bytes per GPU (each term rounded up: the uniform frontier's memory axis,
+    :attr:`optimizer.search.Answer.peak_bytes`). ``prepared``'s model is tightened for good
+    (:meth:`optimizer.cpsat.LayoutModel.forbid_above`): for a sweep whose bound only decreases.
+
+    Raises
+    ------
+    InfeasibleError
+        No uniform layout fits and meets the constraints (the search's explanation), or none
+        within ``max_bytes``.
+    """
+    tables, lm, _ = prepared
+    if max_bytes is not None:
+        ok = allowed(problem, tables)
+        if ok.any():
+            if not (ok & (tables.peak_ceil <= max_bytes)).any():
+                line = f"memory: no uniform layout within {max_bytes:,} B per GPU"
+                raise InfeasibleError(f"search: {line}", [line])
+            lm.forbid_above(lm.per_candidate(tables.peak_ceil), max_bytes)
+    return search(problem, time_limit_s=time_limit_s, workers=workers, prepared=prepared)
 
 
 def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
@@ -132,6 +200,7 @@ def solve_shape(
     time_limit_s: float | None = None,
     workers: int = 2,
     cap_ns: int | None = None,
+    max_bytes: int | None = None,
 ) -> ShapePlan:
     """The per-stage optimum of ``layout``'s shape on ``case``: the least step time over every
     stage's layer count and recomputed layers whose stages all fit.
@@ -141,7 +210,8 @@ def solve_shape(
     triple is known is proven (every other triple's rest is at least the lower bound used).
 
     ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
-    ``no-gain``.
+    ``no-gain``. ``max_bytes``: every stage's peak at most this many bytes per GPU besides the
+    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`).
 
     Raises
     ------
@@ -155,7 +225,7 @@ def solve_shape(
     lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
     if cap_ns is not None and pipeline_lower_bound(case, layout) + lower >= cap_ns:
         return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
-    tables = build_stage_tables(case, layout, headroom, cap_ns, lower)
+    tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes)
     t_tables = time.perf_counter() - t0
     rows = sum(len(r) for r in tables.options)
     reach = sum(max((o.layers for o in r), default=-1) for r in tables.options)
@@ -184,7 +254,7 @@ def solve_shape(
         lay = layout.with_(stage_layers=sol.layers, recompute_layers=sol.recomputed)
         est = case.evaluate(lay)
         _check(tables, est, sol.paced_ns)
-        total = _total_ns(est)
+        total = step_ns(est)
         model.add_rest(sol.key, total - sol.paced_ns)
         if best is None or total < best[0]:
             best = (total, est)
@@ -211,15 +281,23 @@ def base_layouts(layout: Layout) -> list[Layout]:
     return out
 
 
-def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, float], top: int):
+def ranked_bases(
+    problem: Problem,
+    prepared: tuple[CostTables, LayoutModel, float],
+    top: int,
+    max_bytes: int | None = None,
+):
     """As (job, base layout) pairs (:func:`base_layouts`), fastest first: the ``top`` shapes whose
-    best uniform candidate (fitting, meeting the constraints) is fastest, then the ``top`` shapes
+    best uniform candidate (fitting, meeting the constraints, and with ``max_bytes`` needing at
+    most that many bytes per GPU) is fastest, then the ``top`` shapes
     where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
     candidate, fit ignored: the uniform tables' full recomputation of the default split can
     overflow where moving layers off the first stages does not). Shapes that give the same base
     are counted once."""
     tables = prepared[0]
     ok = allowed(problem, tables)
+    if max_bytes is not None:
+        ok = ok & (tables.peak_ceil <= max_bytes)
     legal = np.broadcast_to(tables.legal[:, :, None], ok.shape)
     if problem.constraints.tp_in_nvlink:
         near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
@@ -256,36 +334,58 @@ def per_stage_search(
     top_shapes: int = 8,
     time_limit_s: float | None = None,
     workers: int = 2,
+    *,
+    cap_ns: int | None = None,
+    max_bytes: int | None = None,
+    without_uniform: bool = False,
+    prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> PerStageResult:
     """The fastest layout with per-stage layers and recomputation among the base layouts of the
     ``top_shapes`` shapes whose uniform layouts are fastest (:func:`ranked_bases`), beside the
     best uniform layout (:func:`optimizer.search.search`, proven); never slower than it (when no
     per-stage plan is faster the uniform one is the plan). ``optimal`` means proven over those
-    shapes' per-stage spaces; GPipe and interleaved shapes are taken as 1F1B.
+    shapes' per-stage spaces; GPipe and interleaved shapes are taken as 1F1B. A per-stage plan
+    below ``min_mfu`` is not taken.
+
+    ``cap_ns``: per-stage plans are sought only below this step time, whole ns (a frontier's
+    best cheaper point; see :attr:`PerStageResult.plan`). ``max_bytes``: every stage of the
+    uniform and the per-stage plans at most this many bytes per GPU (:func:`uniform_within`,
+    :func:`optimizer.stage_tables.build_stage_tables`). ``without_uniform``: when no uniform
+    layout fits (or none within ``max_bytes``) the per-stage search still runs, over the shapes
+    where none fits; ``uniform`` is then None. ``prepared``: the uniform tables and model
+    (:func:`optimizer.search.prepare`), tightened to ``max_bytes`` for good.
 
     Raises
     ------
     InputError
-        An objective other than step time.
+        An objective other than step time (:func:`check_objective`); a rule of
+        :func:`optimizer.stage_tables.check_per_stage` that leaves no base layout.
     InfeasibleError
-        No uniform layout fits (the uniform search's explanation).
+        No uniform layout fits (the uniform search's explanation); with ``without_uniform``,
+        only when no per-stage plan fits either.
     """
-    if problem.objective is not Objective.STEP_TIME:
-        raise InputError(
-            f"per_stage: objective {problem.objective} — the per-stage search minimises step-time"
-        )
+    check_objective(problem)
     t0 = time.perf_counter()
-    prepared = prepare(problem, time_limit_s=time_limit_s)
+    prepared = prepared or prepare(problem, time_limit_s=time_limit_s)
     left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
-    uniform = search(problem, time_limit_s=left, workers=workers, prepared=prepared)
+    uniform: Answer | None = None
+    uniform_ns: int | None = None
+    no_uniform: InfeasibleError | None = None
+    try:
+        found_uniform = uniform_within(problem, prepared, max_bytes, left, workers)
+    except InfeasibleError as err:
+        if not without_uniform:
+            raise
+        no_uniform, proven = err, True
+    else:
+        uniform = found_uniform.best
+        uniform_ns = step_ns(uniform.estimate)
+        proven = found_uniform.status == "optimal"
     t_uniform = time.perf_counter() - t0
-    best_uniform = uniform.best
-    uniform_ns = _total_ns(best_uniform.estimate)
     plans: list[tuple[Job, ShapePlan]] = []
-    proven = uniform.status == "optimal"
     bases: list[tuple[int, int, Job, Layout]] = []
     refusal: InputError | None = None
-    for job, base in ranked_bases(problem, prepared, top_shapes):
+    for job, base in ranked_bases(problem, prepared, top_shapes, max_bytes):
         case = job.case
         try:
             validate(base, case.model, case.training)
@@ -298,6 +398,7 @@ def per_stage_search(
         bases.append((bound, len(bases), job, base))
     if not bases and refusal is not None:
         raise refusal
+    min_mfu = problem.constraints.min_mfu
     for _, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
         case = job.case
         left = None
@@ -306,21 +407,38 @@ def per_stage_search(
             if left <= 0:
                 proven = False
                 break
-        cap = min([uniform_ns] + [p.objective_ns for _, p in plans if p.objective_ns])
-        plan = solve_shape(case, base, problem.constraints.headroom, left, workers, cap)
+        caps = [c for c in (uniform_ns, cap_ns) if c is not None]
+        caps += [p.objective_ns for _, p in plans if p.objective_ns is not None]
+        cap = min(caps, default=None)
+        plan = solve_shape(case, base, problem.constraints.headroom, left, workers, cap, max_bytes)
         proven &= plan.status in ("optimal", "infeasible", "no-gain")
+        if plan.estimate is not None and min_mfu is not None:
+            # the shape's fastest plan: when it misses min_mfu, every plan of it does
+            if (plan.estimate.mfu or 0.0) < min_mfu:
+                plan = ShapePlan(
+                    plan.layout, "infeasible", None, None, plan.solves,
+                    plan.tables_seconds, plan.solve_seconds, plan.rows,
+                )  # fmt: skip
         plans.append((job, plan))
-    plan_est, plan_ns, job = best_uniform.estimate, uniform_ns, best_uniform.job
     found = [(p.objective_ns, i) for i, (_, p) in enumerate(plans) if p.objective_ns is not None]
-    if found:
-        ns, i = min(found)
-        if ns < uniform_ns:
-            job, shape = plans[i]
+    best = min(found, default=None)
+    if uniform is not None and uniform_ns is not None:
+        plan_est, plan_ns, job = uniform.estimate, uniform_ns, uniform.job
+        if best is not None and best[0] < uniform_ns:
+            job, shape = plans[best[1]]
             assert shape.estimate is not None
-            plan_est, plan_ns = shape.estimate, ns
+            plan_est, plan_ns = shape.estimate, best[0]
+    elif best is not None:
+        job, shape = plans[best[1]]
+        assert shape.estimate is not None
+        plan_est, plan_ns = shape.estimate, best[0]
+    else:
+        assert no_uniform is not None
+        line = f"per_stage: no split of the {len(bases)} base layout(s) searched fits either"
+        raise InfeasibleError(str(no_uniform), [*no_uniform.explanation, line])
     return PerStageResult(
         "optimal" if proven else "feasible",
-        best_uniform,
+        uniform,
         uniform_ns,
         plan_est,
         plan_ns,

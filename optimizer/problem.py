@@ -53,6 +53,12 @@ class Job:
     gpu_hour_price: float | None = None
     """Dollars per GPU-hour for this accelerator (cost objective and price frontier)."""
 
+    @property
+    def cents_per_hour(self) -> int:
+        """The cluster's price in whole cents per hour, ``round(num_gpus × gpu_hour_price ×
+        100)`` (0 without a price): the price frontier's axis, as the solver holds it."""
+        return round(self.num_gpus * (self.gpu_hour_price or 0) * 100)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Constraints:

@@ -318,7 +318,8 @@ def search(
         if st != "optimal":
             status = "feasible"
         answers.append(_answer(tables, choice, int(value)))
-        lm.exclude(choice)
+        if len(answers) < top:  # the last answer stays: a prepared model can be searched again
+            lm.exclude(choice)
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     if not tables.complete:
         status = "feasible"  # the best of the jobs tabulated within the time limit
@@ -361,13 +362,7 @@ def _second_axis(against: str, tables: CostTables, lm: LayoutModel) -> tuple[Any
     if against == "gpus":
         per_shape = np.asarray(tables.num_gpus(), dtype=np.int64)
     elif against == "price":
-        per_shape = np.array(
-            [
-                round(tables.jobs[j].num_gpus * (tables.jobs[j].gpu_hour_price or 0) * 100)
-                for j in tables.job_of
-            ],
-            dtype=np.int64,
-        )
+        per_shape = np.array([tables.jobs[j].cents_per_hour for j in tables.job_of], dtype=np.int64)
     else:
         raise InputError(f"against: {against!r} is not one of memory, gpus, price")
     return lm.linear(per_shape), per_shape[lm.candidates[:, 0]]

@@ -78,7 +78,8 @@ class StageTables:
     num_layers: int
     """L, the layers to place."""
     capacity: int
-    """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom))."""
+    """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom), or the
+    ``max_bytes`` bound when lower)."""
     options: tuple[tuple[StageOption, ...], ...]
     """Per stage, the options that fit: for each layer count the least recomputation that fits
     (more recomputes hold no more and run no slower — tested — so they are dominated)."""
@@ -239,12 +240,14 @@ def build_stage_tables(
     headroom: float = 0.0,
     cap_ns: int | None = None,
     rest_lower_ns: int = 0,
+    max_bytes: int | None = None,
 ) -> StageTables:
     """The per-stage rows of ``layout``'s shape on ``case``: for every stage and layer count n
     (0 … L; only L when pp = 1), the least k whose peak fits, with its figures
     (:class:`StageOption`). With ``cap_ns`` only rows whose pipeline term plus ``rest_lower_ns``
     (a lower bound on the rest of the step) stays below it: a stage slower than that cannot be
-    part of a step faster than ``cap_ns``.
+    part of a step faster than ``cap_ns``. ``max_bytes``: a further bound on every stage's peak,
+    bytes per GPU (the memory frontier's ε): the capacity is the lesser of the two.
 
     Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster):
     k = 0 is tried first, then k = n, then the least k by bisection; the scan over n stops at the
@@ -257,6 +260,8 @@ def build_stage_tables(
     """
     arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
     capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
+    if max_bytes is not None:
+        capacity = min(capacity, max_bytes)
     evaluations = 0
 
     def memory(stage: int, n: int, k: int) -> StageMemory:

@@ -285,17 +285,45 @@ def _per_stage(kw: dict[str, Any], shapes: int, as_json: bool) -> None:
     type=output(".png", ".svg", ".pdf"),
     help="Plot it: .png, .svg or .pdf (plot extra).",
 )
+@click.option(
+    "--per-stage",
+    "per_stage",
+    is_flag=True,
+    default=None,
+    help="Every point the better of the best uniform layout and the best per-stage plan (each "
+    "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
+    "prints which, and the gain over the uniform layout.",
+)
+@click.option(
+    "--per-stage-shapes",
+    "per_stage_shapes",
+    type=COUNT,
+    default=8,
+    show_default=True,
+    help="With --per-stage: how many of the fastest uniform shapes each search takes per stage.",
+)
 def frontier_cmd(
-    as_json: bool, against: str, csv_path: str | None, png_path: str | None, **kw: Any
+    as_json: bool,
+    against: str,
+    csv_path: str | None,
+    png_path: str | None,
+    per_stage: bool | None,
+    per_stage_shapes: int,
+    **kw: Any,
 ) -> None:
     """The Pareto frontier of step time (or the objective) against memory per GPU, GPU count or price.
 
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
+    from trainplan.interface.commands import per_stage_frontier_json
     from trainplan.interface.report import frontier_text, write_csv
 
+    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     try:
-        run = frontier_json(kw, against, _table_progress(as_json))
+        if per_stage:
+            run = per_stage_frontier_json(kw, against, per_stage_shapes)
+        else:
+            run = frontier_json(kw, against, _table_progress(as_json))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
@@ -310,11 +338,22 @@ def frontier_cmd(
     if as_json:
         echo_json(out)
         return
-    click.echo(
-        f"Pareto frontier: {run.objective} against {against}, {len(rows)} points of "
-        f"{out['candidates']:,} candidates ({out['status']}; tables {out['tables_seconds']:.2f} s, "
-        f"CP-SAT {out['solve_seconds']:.2f} s)"
-    )
+    if per_stage:
+        proof = {
+            "optimal": "optimal over the shapes searched",
+            "feasible": "best found within the time limit, not proven",
+        }[out["status"]]
+        click.echo(
+            f"Pareto frontier, uniform or per stage: {run.objective} against {against}, "
+            f"{len(rows)} points ({proof}; {out['searches']} per-stage searches, "
+            f"{out['seconds']:.2f} s)"
+        )
+    else:
+        click.echo(
+            f"Pareto frontier: {run.objective} against {against}, {len(rows)} points of "
+            f"{out['candidates']:,} candidates ({out['status']}; tables "
+            f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s)"
+        )
     click.echo(frontier_text(rows, against))
     if csv_path is not None:
         click.echo(f"CSV: {csv_path}")
