@@ -187,7 +187,8 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
         + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}"
         + (
-            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per stage)"
+            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per "
+            + ("stage)" if lay["virtual_stages"] == 1 else "model chunk of each stage)")
             if lay.get("recompute_layers") is not None
             else ""
         )

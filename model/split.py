@@ -45,7 +45,9 @@ __all__ = [
     "default_chunk_sizes",
     "megatron_stage_layers",
     "model_chunks",
+    "recomputed_in_chunks",
     "split_layers",
+    "stage_chunks",
     "stage_layers",
 ]
 
@@ -343,3 +345,47 @@ def stage_layers(
     """
     chunks = model_chunks(arch, pp, v, uneven, sizes)
     return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
+
+
+@cache
+def stage_chunks(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    stage: int,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """The layer indices of each of pipeline rank ``stage``'s v model chunks, in the order the
+    rank holds them: chunks stage, stage + pp, … of :func:`model_chunks` (Narayanan et al. 2021
+    §2.2.2). Their concatenation is :func:`stage_layers`' ``stage``-th entry.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=6, hidden_size=8, num_attention_heads=2,
+    ...     ffn_hidden_size=32, vocab_size=16)
+    >>> stage_chunks(arch, 2, 2, True, 0, (1, 1, 2, 2))
+    ((0,), (2, 3))
+    """
+    return model_chunks(arch, pp, v, uneven, sizes)[stage::pp]
+
+
+def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:
+    """The layers a stage fully recomputes when its count is ``count``: the first
+    ``min(count, len(chunk))`` layers of each of its model chunks, in the stage's order. The count
+    is per model chunk, as Megatron-LM's ``--recompute-method block --recompute-num-layers N``
+    (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``: the block is
+    one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual pipelining,
+    recompute_num_layers specifies the number of layers per virtual pipeline stage"); with one
+    chunk per stage it is the stage's first ``count`` layers
+    (:attr:`model.layout.Layout.recompute_layers`).
+
+    Examples
+    --------
+    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2)
+    (0, 1, 6, 7)
+    >>> recomputed_in_chunks(((0, 1, 2),), 2)
+    (0, 1)
+    """
+    return tuple(j for chunk in chunks for j in chunk[:count])

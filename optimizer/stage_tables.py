@@ -269,14 +269,12 @@ def build_stage_tables(
         return memory(stage, n, k).total_bytes <= capacity
 
     times: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
-    plain = layout.with_(stage_layers=None, recompute_layers=None)
 
     def paced(stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
         # a stage's time reads only whether it is first or last, its layers and their counts
         key = (stage == 0, stage == pp - 1, n, k, mode)
         if key not in times:
-            counts = tuple(k if i == stage else 0 for i in range(pp))
-            lay = plain.with_(recompute_layers=counts) if k else plain
+            lay = realization(layout, L, stage, n, k)  # its chunks say which layers k recomputes
             layers = tuple(range(n))
             parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
             t = totals([parts])[0]
