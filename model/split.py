@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_EMPTY_CHUNKS",
+    "balanced_chunk_sizes",
     "check_chunks",
     "check_stage_layers",
     "chunk_sizes_from_ranks",
@@ -141,6 +142,30 @@ def chunk_sizes_from_ranks(rank_layers: tuple[int, ...], v: int) -> tuple[int, .
             )
     pp = len(rank_layers)
     return tuple(rank_layers[j % pp] // v for j in range(pp * v))
+
+
+def balanced_chunk_sizes(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...]:
+    """Per-chunk layer counts (model order) from per-rank counts, each rank's n layers spread as
+    evenly as they go over its v chunks: ⌊n/v⌋ each, the rank's last ``n mod v`` chunks one
+    more (later chunks are held for fewer micro-batches at an interleaved stage's peak,
+    :func:`model.pipeline.interleaved_peak`). Where v divides every count it is
+    :func:`chunk_sizes_from_ranks`; the per-stage search's split of a stage's layers over its
+    model chunks (:mod:`optimizer.stage_tables`), written out per chunk (Megatron-Core's
+    ``--pipeline-model-parallel-layout`` takes any per-chunk counts).
+
+    Examples
+    --------
+    >>> balanced_chunk_sizes((4, 7), 2)
+    (2, 3, 2, 4)
+    >>> balanced_chunk_sizes((4, 6), 2) == chunk_sizes_from_ranks((4, 6), 2)
+    True
+    """
+    pp = len(rank_layers)
+    sizes = [0] * (pp * v)
+    for i, n in enumerate(rank_layers):
+        for c in range(v):
+            sizes[i + c * pp] = n // v + (c >= v - n % v)
+    return tuple(sizes)
 
 
 def check_stage_layers(num_layers: int, pp: int, v: int, sizes: tuple[int, ...]) -> None:
