@@ -417,15 +417,19 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
         f"({ps['gain']:.3f}× the uniform)",
     ]
+    v, pp = lay["virtual_stages"], lay["pp"]
     if any(counts) or lay.get("recompute_layers") is not None:
-        out.append(
-            table_text(
-                [
-                    {"stage": i, "layers": n, "recomputed (full)": k, "others": lay["recompute"]}
-                    for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True))
-                ]
-            )
-        )
+        chunks = lay.get("stage_layers")
+        rows = []
+        for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True)):
+            row = {"stage": i, "layers": n}
+            if v > 1 and chunks is not None:  # per chunk: Megatron-LM's count is per chunk
+                row["chunks"] = "+".join(str(c) for c in chunks[i::pp])
+                row["recomputed (full) per chunk"] = k
+            else:
+                row["recomputed (full)"] = k
+            rows.append({**row, "others": lay["recompute"]})
+        out.append(table_text(rows))
     elif ps["gain"] == 1:
         out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
     out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell

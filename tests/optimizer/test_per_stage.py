@@ -270,6 +270,27 @@ def test_megatron_flags_say_what_one_count_cannot():
     assert torchtitan_toml(arch, lay.with_(recompute_layers=(40, 40))).flags[-1] == 'mode = "full"'
 
 
+def test_megatron_flags_of_an_interleaved_per_stage_plan():
+    """7 layers on pp 2 × v 2, stages of 2 and 5 layers: balanced over their chunks, 1 + 1 and
+    2 + 3, in model order 1, 2, 1, 3 — uneven, so the layout string; counts 1,3 are per chunk
+    (Megatron-LM's --recompute-num-layers per virtual stage): the single count 3 recomputes
+    min(3, chunk) — stage 0's largest chunk has 1 layer, so the run Megatron makes is 1,3."""
+    from trainplan.optimizer.per_stage import plan_layout
+
+    arch = tiny_case(7, 2).model.arch
+    base = Layout(pp=2, schedule="interleaved", virtual_stages=2)
+    lay = plan_layout(base, (2, 5), (1, 3))
+    assert lay.stage_layers == (1, 2, 1, 3)
+    flags = megatron_flags(arch, lay, 8)
+    text = " ".join(flags.flags)
+    assert "--pipeline-model-parallel-layout Et*1|t*2|t*1|t*3L" in text
+    assert text.endswith("--recompute-method block --recompute-num-layers 3")
+    assert any("first min(3, its layers) of each model chunk" in n for n in flags.notes)
+    assert single_count_layout(lay, arch) == lay.with_(recompute_layers=(1, 3))
+    titan = torchtitan_toml(arch, lay)  # stage 0 recomputes 1 + 1 of 2, stage 1 3 + 2 of 5
+    assert titan.flags[-1] == 'mode = "full"'
+
+
 def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys, tmp_path):
     """Llama 3 70B on 16 H100 at 8K: the best uniform layout recomputes every layer (pp 2, tp 8);
     per stage, 37 of stage 0's 40 layers and 33 of stage 1's are enough: 1.026× faster,
