@@ -234,8 +234,8 @@ def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, floa
     best uniform candidate (fitting, meeting the constraints) is fastest, then the ``top`` shapes
     where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
     candidate, fit ignored: the uniform tables' full recomputation of the default split can
-    overflow where moving layers off the first stages does not). Shapes that give the same base
-    are counted once."""
+    overflow where moving layers off the first stages does not). Shapes that give the same 1F1B
+    base are counted once (an interleaved shape's interleaved bases come with it, uncounted)."""
     tables = prepared[0]
     ok = allowed(problem, tables)
     legal = np.broadcast_to(tables.legal[:, :, None], ok.shape)
@@ -264,7 +264,9 @@ def ranked_bases(problem: Problem, prepared: tuple[CostTables, LayoutModel, floa
                 if (int(tables.job_of[s]), base) not in seen:
                     seen.add((int(tables.job_of[s]), base))
                     out.append((job, base))
-                    fresh = True
+                    # counted by its 1F1B base: an interleaved shape's other v add their own
+                    # interleaved bases without taking the place of another shape
+                    fresh |= base.virtual_stages == 1
             taken += fresh
     return out
 
