@@ -196,7 +196,8 @@ def megatron_flags(
 def pipeline_layout(split: tuple[int, ...]) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` layers per stage
     (v = 1), or per model chunk in model order (pp·v of them, interleaved): ``E`` the embedding,
-    ``t`` a transformer layer (``t*N`` N of them), ``|`` between (virtual) stages, ``L`` the loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
+    ``t`` a transformer layer (``t*N`` N of them), ``|`` between (virtual) stages, ``L`` the
+    loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
     ``Et*3|(tt|)*29,m|L`` for DeepSeek-V3).
 
     Examples
