@@ -345,7 +345,7 @@ def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
     megatron = megatron_flags(arch, lay, plan.training.global_batch_size, plan.training)
     titan = torchtitan_toml(arch, lay)
-    single = single_count_layout(lay)
+    single = single_count_layout(lay, arch)
     megatron_step = None
     if single is not None:
         megatron_step = result.job.case.evaluate(single).step_s

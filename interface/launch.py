@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import model_chunks, stage_layers
+from trainplan.model.split import model_chunks, recomputed_in_chunks, stage_chunks, stage_layers
 
 __all__ = [
     "LaunchFlags",
@@ -57,15 +57,43 @@ def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
     )
 
 
-def single_count_layout(layout: Layout) -> Layout | None:
+def _recomputed_per_stage(arch: Architecture, layout: Layout) -> tuple[int, ...]:
+    """Layers each stage fully recomputes under ``layout.recompute_layers`` (the first k of each
+    of its model chunks, :func:`model.split.recomputed_in_chunks`); zeros without counts."""
+    counts = layout.recompute_layers or (0,) * layout.pp
+    pp, v, uneven, sizes = (
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
+    )
+    return tuple(
+        len(recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k))
+        for i, k in enumerate(counts)
+    )
+
+
+def single_count_layout(layout: Layout, arch: Architecture | None = None) -> Layout | None:
     """The layout Megatron-LM runs for ``layout``'s per-stage counts with one
-    ``--recompute-num-layers``: the largest count on every stage (at most its layers); None
-    when the counts are already one number (or absent). More recomputation never holds more, so
-    it fits where the plan fits; it is slower by the extra recomputation."""
+    ``--recompute-num-layers``: the largest count on every stage — with ``arch``, at most each
+    stage's largest model chunk, as Megatron's block method recomputes ``min(N, the chunk's
+    layers)`` (a larger count is the same run); None when the counts are already one number
+    (or absent). More recomputation never holds more, so it fits where the plan fits; it is
+    slower by the extra recomputation."""
     counts = layout.recompute_layers
     if counts is None or len(set(counts)) <= 1:
         return None
-    return layout.with_(recompute_layers=tuple(max(counts) for _ in counts))
+    top = max(counts)
+    if arch is None:
+        return layout.with_(recompute_layers=tuple(top for _ in counts))
+    pp, v, uneven, sizes = (
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
+    )
+    largest = [max(map(len, stage_chunks(arch, pp, v, uneven, i, sizes))) for i in range(pp)]
+    return layout.with_(recompute_layers=tuple(min(top, n) for n in largest))
 
 
 def megatron_flags(
@@ -167,8 +195,9 @@ def megatron_flags(
 
 def pipeline_layout(split: tuple[int, ...]) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` layers per stage
-    (v = 1): ``E`` the embedding, ``t`` a transformer layer (``t*N`` N of them), ``|`` between
-    stages, ``L`` the loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
+    (v = 1), or per model chunk in model order (pp·v of them, interleaved): ``E`` the embedding,
+    ``t`` a transformer layer (``t*N`` N of them), ``|`` between (virtual) stages, ``L`` the
+    loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
     ``Et*3|(tt|)*29,m|L`` for DeepSeek-V3).
 
     Examples
@@ -207,13 +236,14 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
         return []
     flags = ["--recompute-granularity", "full", "--recompute-method", "block"]
     top = max(counts)
-    flags += ["--recompute-num-layers", str(top)]
+    flags += ["--recompute-num-layers", str(top)]  # per model chunk, as the plan's counts
     if len(set(counts)) > 1:
+        where = "on each stage" if layout.virtual_stages == 1 else "of each model chunk"
         notes.append(
             f"recompute_layers {','.join(map(str, counts))} per stage: Megatron-LM's "
             f"--recompute-num-layers is one count for every stage; {top} (the largest) recomputes "
-            f"min({top}, its layers) on each stage — it fits wherever the plan fits but runs the "
-            "extra recomputation (its step time is printed beside the plan); per-stage counts "
+            f"the first min({top}, its layers) {where} — it fits wherever the plan fits but runs "
+            "the extra recomputation (its step time is printed beside the plan); per-stage counts "
             "need a patch to the block method"
         )
     if base is Recompute.SELECTIVE:
@@ -262,10 +292,11 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
     counts = layout.recompute_layers
     lines.append("[activation_checkpoint]")
-    if counts is not None and all(k == n for k, n in zip(counts, split, strict=True)):
+    done = _recomputed_per_stage(arch, layout)  # layers recomputed on each stage (per chunk)
+    if counts is not None and all(k == n for k, n in zip(done, split, strict=True)):
         lines.append('mode = "full"')
     elif counts is not None and any(counts):
-        ratios = [n // k for k, n in zip(counts, split, strict=True) if k]
+        ratios = [n // k for k, n in zip(done, split, strict=True) if k]
         every = max(1, min(ratios))
         lines += ['mode = "selective"', f'selective_ac_option = "{every}"']
         notes.append(

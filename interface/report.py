@@ -187,7 +187,8 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
         + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}"
         + (
-            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per stage)"
+            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per "
+            + ("stage)" if lay["virtual_stages"] == 1 else "model chunk of each stage)")
             if lay.get("recompute_layers") is not None
             else ""
         )
@@ -429,15 +430,19 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
         f"({ps['gain']:.3f}× the uniform)",
     ]
+    v, pp = lay["virtual_stages"], lay["pp"]
     if any(counts) or lay.get("recompute_layers") is not None:
-        out.append(
-            table_text(
-                [
-                    {"stage": i, "layers": n, "recomputed (full)": k, "others": lay["recompute"]}
-                    for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True))
-                ]
-            )
-        )
+        chunks = lay.get("stage_layers")
+        rows = []
+        for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True)):
+            row = {"stage": i, "layers": n}
+            if v > 1 and chunks is not None:  # per chunk: Megatron-LM's count is per chunk
+                row["chunks"] = "+".join(str(c) for c in chunks[i::pp])
+                row["recomputed (full) per chunk"] = k
+            else:
+                row["recomputed (full)"] = k
+            rows.append({**row, "others": lay["recompute"]})
+        out.append(table_text(rows))
     elif ps["gain"] == 1:
         out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
     out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell

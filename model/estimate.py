@@ -45,7 +45,7 @@ from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.precision import linear_speedup
 from trainplan.model.roofline_step import RooflineStep, roofline_step, uses_roofline
 from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
-from trainplan.model.split import stage_layers
+from trainplan.model.split import recomputed_in_chunks, stage_chunks, stage_layers
 from trainplan.model.stage_bytes import offload_quantities
 from trainplan.model.timing import (
     CostOptions,
@@ -1069,14 +1069,20 @@ def evaluate(
 
 def recomputed_layers(arch: Architecture, layout: Layout) -> frozenset[int]:
     """Indices of the layers fully recomputed by ``Layout.recompute_layers`` (the first k of
-    each stage, :func:`model.split.stage_layers`); empty without per-stage counts."""
+    each model chunk of each stage, :func:`model.split.recomputed_in_chunks`); empty without
+    per-stage counts."""
     if layout.recompute_layers is None:
         return frozenset()
-    split = stage_layers(
-        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    pp, v, uneven, sizes = (
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
     )
     return frozenset(
-        j for k, layers in zip(layout.recompute_layers, split, strict=True) for j in layers[:k]
+        j
+        for i, k in enumerate(layout.recompute_layers)
+        for j in recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
     )
 
 

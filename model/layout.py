@@ -21,7 +21,7 @@ from trainplan.model.split import (
     check_chunks,
     check_stage_layers,
     chunk_sizes_from_ranks,
-    stage_layers,
+    stage_chunks,
 )
 from trainplan.model.units import check_limit
 
@@ -96,14 +96,17 @@ class Layout:
     (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
     embedding-only first or loss-only last stage). Stored per chunk."""
     recompute_layers: tuple[int, ...] | None = None
-    """Per pipeline stage (pp counts), how many of its transformer layers are fully recomputed
-    in backward — the first that many layers of the stage, each from its input, as Megatron-LM's
-    ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` does per
-    stage (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``); the
-    stage's other layers keep ``recompute`` (``none`` or ``selective``). None = every layer keeps
-    ``recompute``. All n of a stage's n layers = ``full`` there; 0 = the base mode. One count per
-    stage, 0 ≤ count ≤ the stage's layers; needs ``virtual_stages = 1`` (Megatron applies N to
-    every model chunk, which this model does not split). Mist (EuroSys 2025) and AdaPipe
+    """Per pipeline stage (pp counts), how many transformer layers of each of its model chunks
+    are fully recomputed in backward — the first min(N, chunk's layers) layers of every chunk
+    the stage holds, each from its input, as Megatron-LM's ``--recompute-granularity full
+    --recompute-method block --recompute-num-layers N`` does (``megatron/core/transformer/
+    transformer_block.py``, ``_checkpointed_forward``: the block is one model chunk's layers, so
+    N is per chunk — per virtual pipeline stage when interleaved, NeMo's "Activation
+    Recomputation" page; :func:`model.split.recomputed_in_chunks`). With v = 1 the chunk is the
+    stage: its first N layers. The other layers keep ``recompute`` (``none`` or ``selective``).
+    None = every layer keeps ``recompute``. A count of the stage's largest chunk = ``full``
+    there; 0 = the base mode. One count per stage, 0 ≤ count ≤ the layers of the stage's
+    largest model chunk (the stage's layers when v = 1). Mist (EuroSys 2025) and AdaPipe
     (ASPLOS 2024) choose such counts per stage."""
     deallocate_pipeline_outputs: bool = True
     """Free a stage's output tensor once it is sent to the next stage (Megatron-LM's
@@ -411,23 +414,27 @@ def _check_recompute_layers(lay: Layout, arch: Architecture) -> None:
     counts = lay.recompute_layers
     assert counts is not None
     shown = ",".join(map(str, counts))
-    if lay.virtual_stages > 1:
-        raise LayoutError(
-            f"recompute_layers: {shown} needs virtual_stages 1, not {lay.virtual_stages} "
-            "(per-stage counts over interleaved model chunks are not modelled)"
-        )
     if lay.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
         raise LayoutError(
             f"recompute_layers: {shown} needs recompute none or selective for the other "
             f"layers, not {lay.recompute}"
         )
-    split = stage_layers(arch, lay.pp, 1, lay.uneven_stages, lay.stage_layers)
-    for i, (k, layers) in enumerate(zip(counts, split, strict=True)):
-        if k > len(layers):
+    v = lay.virtual_stages
+    for i, k in enumerate(counts):
+        chunks = stage_chunks(arch, lay.pp, v, lay.uneven_stages, i, lay.stage_layers)
+        largest = max(len(c) for c in chunks)
+        if k <= largest:
+            continue
+        if v == 1:
             raise LayoutError(
-                f"recompute_layers: {k} on stage {i} is more than its {len(layers)} layers "
+                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
                 "(each count must be at most its stage's layers)"
             )
+        raise LayoutError(
+            f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
+            f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
+            "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
+        )
 
 
 def _check_divides(axis: str, degree: int, what: str, value: int) -> None:

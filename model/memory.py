@@ -32,8 +32,10 @@ from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks
 from trainplan.model.stage_bytes import (
+    Form,
     apply_form,
     block_forms,
+    chunk_block_forms,
     chunk_form,
     chunk_peak,
     embedding_bytes,
@@ -332,8 +334,11 @@ def stage_activations(
     * none: Σ layer bytes × in flight.  * selective: the same without the score tensors.
     * full: Σ checkpoints (``β·S·h`` ÷ tp with SP) × in flight, plus one layer's bytes less its
       checkpoint as the transient.
-    * with ``Layout.recompute_layers``: the first k layers as full, the others as the base mode,
-      the transient of the last recomputed layer (:func:`model.stage_bytes.block_forms`).
+    * with ``Layout.recompute_layers``: the first k layers of each model chunk as full, the
+      others as the base mode, the largest recompute transient
+      (:func:`model.stage_bytes.block_forms`; per chunk when interleaved,
+      :func:`model.stage_bytes.chunk_block_forms`, each chunk weighing its own bytes in the
+      interleaved peak).
     * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
       largest segment's bytes less its checkpoint (full recomputation is k = 1).
 
@@ -406,7 +411,14 @@ def _stage_activations(
     pp, v, mode = layout.pp, layout.virtual_stages, layout.recompute
     in_flight = microbatches_in_flight(pp, m, layout.schedule, v, stage)
     kinds = tuple(arch.is_moe_layer(j) for j in layers)
-    per_form, transient_forms = block_forms(kinds, mode, layout.recomputed_on(stage))
+    recomputed = layout.recomputed_on(stage)
+    local = local_chunks(arch, pp, v, layout.uneven_stages, stage, layout.stage_layers)
+    forms: tuple[Form, ...] | None = None  # per model chunk, with per-chunk counts (v > 1)
+    if recomputed is not None and v > 1:
+        forms, transient_forms = chunk_block_forms(local, mode, recomputed)
+        per_form = tuple(sum(c) for c in zip(*forms, strict=True))
+    else:
+        per_form, transient_forms = block_forms(kinds, mode, recomputed)
     per_mb, transient = apply_form(per_form, q), peak_transient(transient_forms, q)
     emb = embedding_bytes(
         arch,
@@ -439,21 +451,22 @@ def _stage_activations(
             buffer,
             host,
         )
-    # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak). Under √n the
-    # chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer counts
-    # place the end chunk's micro-batches.
-    local = local_chunks(arch, pp, v, layout.uneven_stages, stage, layout.stage_layers)
+    # Interleaved: the peak found chunk by chunk (model.pipeline.interleaved_peak); with
+    # per-stage counts each chunk weighs its own recomputed layers (chunk_block_forms). Under √n
+    # the chunks' checkpoints are not modelled per chunk: the closed form holds, and the layer
+    # counts place the end chunk's micro-batches.
     offloaded = Fraction(0)
     if mode is Recompute.SQRT:
         held, end_held = chunk_peak(pp, m, v, stage, [Fraction(len(c)) for c in local], 0)
         kept = per_mb * in_flight
     else:
-        chunk_bytes = [apply_form(chunk_form(c, mode), q) for c in local]
+        if forms is None:
+            forms = tuple(chunk_form(c, mode) for c in local)
+        chunk_bytes = [apply_form(f, q) for f in forms]
         held, end_held = chunk_peak(pp, m, v, stage, chunk_bytes, emb)
         kept = sum((n * b for n, b in zip(held, chunk_bytes, strict=True)), Fraction(0))
         offloaded = sum(
-            (n * apply_form(chunk_form(c, mode), off_q) for n, c in zip(held, local, strict=True)),
-            Fraction(0),
+            (n * apply_form(f, off_q) for n, f in zip(held, forms, strict=True)), Fraction(0)
         )
     buffer, host = _offload_lines(kinds, in_flight, off_q, offloaded, mode)
     return StageActivations(

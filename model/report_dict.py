@@ -165,11 +165,12 @@ def assumptions(est: Estimate) -> list[str]:
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     if lay.recompute_layers is not None:
+        where = "stage" if lay.virtual_stages == 1 else "stage's model chunks (per chunk)"
         out.append(
             "per-stage recomputation: the first "
-            f"{', '.join(map(str, lay.recompute_layers))} layers of each stage fully recomputed "
-            f"(Megatron-LM --recompute-method block), the others {lay.recompute}; each keeps its "
-            "input and adds one forward in backward"
+            f"{', '.join(map(str, lay.recompute_layers))} layers of each {where} fully "
+            f"recomputed (Megatron-LM --recompute-method block), the others {lay.recompute}; "
+            "each keeps its input and adds one forward in backward"
         )
     return out
 

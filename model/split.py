@@ -39,13 +39,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_EMPTY_CHUNKS",
+    "balanced_chunk_sizes",
     "check_chunks",
     "check_stage_layers",
     "chunk_sizes_from_ranks",
     "default_chunk_sizes",
     "megatron_stage_layers",
     "model_chunks",
+    "recomputed_in_chunks",
     "split_layers",
+    "stage_chunks",
     "stage_layers",
 ]
 
@@ -139,6 +142,30 @@ def chunk_sizes_from_ranks(rank_layers: tuple[int, ...], v: int) -> tuple[int, .
             )
     pp = len(rank_layers)
     return tuple(rank_layers[j % pp] // v for j in range(pp * v))
+
+
+def balanced_chunk_sizes(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...]:
+    """Per-chunk layer counts (model order) from per-rank counts, each rank's n layers spread as
+    evenly as they go over its v chunks: ⌊n/v⌋ each, the rank's last ``n mod v`` chunks one
+    more (later chunks are held for fewer micro-batches at an interleaved stage's peak,
+    :func:`model.pipeline.interleaved_peak`). Where v divides every count it is
+    :func:`chunk_sizes_from_ranks`; the per-stage search's split of a stage's layers over its
+    model chunks (:mod:`optimizer.stage_tables`), written out per chunk (Megatron-Core's
+    ``--pipeline-model-parallel-layout`` takes any per-chunk counts).
+
+    Examples
+    --------
+    >>> balanced_chunk_sizes((4, 7), 2)
+    (2, 3, 2, 4)
+    >>> balanced_chunk_sizes((4, 6), 2) == chunk_sizes_from_ranks((4, 6), 2)
+    True
+    """
+    pp = len(rank_layers)
+    sizes = [0] * (pp * v)
+    for i, n in enumerate(rank_layers):
+        for c in range(v):
+            sizes[i + c * pp] = n // v + (c >= v - n % v)
+    return tuple(sizes)
 
 
 def check_stage_layers(num_layers: int, pp: int, v: int, sizes: tuple[int, ...]) -> None:
@@ -343,3 +370,47 @@ def stage_layers(
     """
     chunks = model_chunks(arch, pp, v, uneven, sizes)
     return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
+
+
+@cache
+def stage_chunks(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    stage: int,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """The layer indices of each of pipeline rank ``stage``'s v model chunks, in the order the
+    rank holds them: chunks stage, stage + pp, … of :func:`model_chunks` (Narayanan et al. 2021
+    §2.2.2). Their concatenation is :func:`stage_layers`' ``stage``-th entry.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=6, hidden_size=8, num_attention_heads=2,
+    ...     ffn_hidden_size=32, vocab_size=16)
+    >>> stage_chunks(arch, 2, 2, True, 0, (1, 1, 2, 2))
+    ((0,), (2, 3))
+    """
+    return model_chunks(arch, pp, v, uneven, sizes)[stage::pp]
+
+
+def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:
+    """The layers a stage fully recomputes when its count is ``count``: the first
+    ``min(count, len(chunk))`` layers of each of its model chunks, in the stage's order. The count
+    is per model chunk, as Megatron-LM's ``--recompute-method block --recompute-num-layers N``
+    (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``: the block is
+    one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual pipelining,
+    recompute_num_layers specifies the number of layers per virtual pipeline stage"); with one
+    chunk per stage it is the stage's first ``count`` layers
+    (:attr:`model.layout.Layout.recompute_layers`).
+
+    Examples
+    --------
+    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2)
+    (0, 1, 6, 7)
+    >>> recomputed_in_chunks(((0, 1, 2),), 2)
+    (0, 1)
+    """
+    return tuple(j for chunk in chunks for j in chunk[:count])

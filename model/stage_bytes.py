@@ -38,6 +38,7 @@ __all__ = [
     "offload_quantities",
     "stage_forms",
     "block_forms",
+    "chunk_block_forms",
     "chunk_form",
     "apply_form",
     "peak_transient",
@@ -209,22 +210,66 @@ def block_forms(
         return stage_forms(kinds, base)
     if recomputed == len(kinds):
         return stage_forms(kinds, Recompute.FULL)
+    per_chunk, transients = chunk_block_forms((kinds,), base, recomputed)
+    return per_chunk[0], transients
+
+
+@cache
+def chunk_block_forms(
+    chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: int
+) -> tuple[tuple[Form, ...], tuple[Form, ...]]:
+    """(what each model chunk keeps per micro-batch, candidate recompute transients) of a stage
+    whose chunks hold layers of ``chunks``' kinds (in the stage's order) and recompute the first
+    ``min(recomputed, chunk's layers)`` of each (Megatron-LM's block method per model chunk,
+    :attr:`model.layout.Layout.recompute_layers`); the other layers keep ``base`` (``none`` or
+    ``selective``).
+
+    * kept by a chunk per micro-batch: its recomputed layers' ``checkpoint`` plus its other
+      layers' ``full`` / ``selective`` bytes;
+    * transient, while recomputed layer j of chunk c runs in backward: its ``full`` bytes less
+      its input, less what backward has already freed of that micro-batch — the checkpoints of
+      the recomputed layers after it in c, the kept bytes of c's layers not recomputed, and
+      everything the chunks after c keep (their backward ran first: backward runs the chunks
+      last to first); with some layer not recomputed also 0 (a transient never lowers the peak).
+
+    With one chunk it is :func:`block_forms`; with every layer recomputed the transients are
+    :func:`stage_forms` ``full``'s over the stage's layers.
+
+    Examples
+    --------
+    >>> kept, transients = chunk_block_forms(((False, False), (False, False)), Recompute.NONE, 1)
+    >>> [k[:4] for k in kept]
+    [(1, 0, 1, 0), (1, 0, 1, 0)]
+    >>> [t[:4] for t in transients]
+    [(-1, 0, -1, -1), (0, 0, 0, -1), (0, 0, 0, 0)]
+    """
     quantity = "full" if base is Recompute.NONE else "selective"
-    ckpts = [_unit(kind, "checkpoint") for kind in kinds[:recomputed]]
-    kept = [_unit(kind, quantity) for kind in kinds[recomputed:]]
-    per_mb = tuple(_add([0] * 8, *ckpts, *kept))
-    transients = tuple(
-        tuple(
-            _add(
-                _unit(kinds[j], "full"),
-                _scale(_unit(kinds[j], "input"), -1),
-                *(_scale(c, -1) for c in ckpts[j + 1 :]),
-                *(_scale(c, -1) for c in kept),
+    kept_units: list[list[list[int]]] = []
+    per_chunk: list[Form] = []
+    for kinds in chunks:
+        k = min(recomputed, len(kinds))
+        units = [_unit(kind, "checkpoint") for kind in kinds[:k]]
+        units += [_unit(kind, quantity) for kind in kinds[k:]]
+        kept_units.append(units)
+        per_chunk.append(tuple(_add([0] * 8, *units)))
+    transients: list[Form] = []
+    for c, kinds in enumerate(chunks):
+        later = [_scale(f, -1) for f in per_chunk[c + 1 :]]
+        for j in range(min(recomputed, len(kinds))):
+            freed = [_scale(u, -1) for u in kept_units[c][j + 1 :]]
+            transients.append(
+                tuple(
+                    _add(
+                        _unit(kinds[j], "full"),
+                        _scale(_unit(kinds[j], "input"), -1),
+                        *freed,
+                        *later,
+                    )
+                )
             )
-        )
-        for j in range(recomputed)
-    )
-    return per_mb, (*transients, (0,) * 8)
+    if any(recomputed < len(kinds) for kinds in chunks):
+        transients.append((0,) * 8)
+    return tuple(per_chunk), tuple(transients)
 
 
 @cache

@@ -35,7 +35,7 @@ from trainplan.model.roofline import (
     collective_time,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import stage_layers
+from trainplan.model.split import recomputed_in_chunks, stage_chunks, stage_layers
 from trainplan.model.xp import maximum, minimum, where
 
 __all__ = [
@@ -252,23 +252,31 @@ def stage_parts_at(
     embedding on the first stage and the output layer on the last
     (:func:`model.layer_time.stage_parts`); a multi-token-prediction block counts as a layer of
     its kind on the last stage (its 2h → h projection and its second pass through the output
-    head are not timed). With ``Layout.recompute_layers`` the stage's first k layers are timed
-    as fully recomputed and the rest under ``recompute`` (:func:`recompute_stage_parts`).
-    ``recompute`` overrides the layout's mode and ignores its per-stage counts. The per-stage
-    search tabulates it over (stage, layers, recomputed layers)."""
+    head are not timed). With ``Layout.recompute_layers`` the first k layers of each of the
+    stage's model chunks (:func:`model.split.recomputed_in_chunks`, the layout's own split:
+    ``layers`` must be the layout's layers of ``stage``) are timed as fully recomputed and the
+    rest under ``recompute`` (:func:`recompute_stage_parts`). ``recompute`` overrides the
+    layout's mode and ignores its per-stage counts. The per-stage search tabulates it over
+    (stage, layers, recomputed layers)."""
     mode = layout.recompute if recompute is None else recompute
     b, tp, cp, ep, etp, sp = (
         layout.micro_batch_size, layout.tp, layout.cp, layout.ep, layout.expert_tp, layout.sp
     )  # fmt: skip
     kinds = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, mode, vocab, c)
-    k = (layout.recomputed_on(stage) or 0) if recompute is None else 0
+    count = (layout.recomputed_on(stage) or 0) if recompute is None else 0
+    recomputed: tuple[int, ...] = ()
     full = kinds
-    if k:
+    if count:
         full = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, Recompute.FULL, vocab, c)
+        chunks = stage_chunks(
+            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, stage,
+            layout.stage_layers,
+        )  # fmt: skip
+        recomputed = recomputed_in_chunks(chunks, count)
     n_moe = sum(map(arch.is_moe_layer, layers))
-    k_moe = sum(map(arch.is_moe_layer, layers[:k]))
+    k_moe = sum(map(arch.is_moe_layer, recomputed))
     return recompute_stage_parts(
-        kinds, full, len(layers) - n_moe, n_moe, k - k_moe, k_moe, stage == 0,
+        kinds, full, len(layers) - n_moe, n_moe, len(recomputed) - k_moe, k_moe, stage == 0,
         stage == layout.pp - 1,
     )  # fmt: skip
 

@@ -22,6 +22,7 @@ from trainplan.model.errors import InfeasibleError, InputError, LayoutError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.pipeline import Schedule
+from trainplan.model.split import balanced_chunk_sizes
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
@@ -41,6 +42,7 @@ __all__ = [
     "solve_shape",
     "per_stage_search",
     "base_layouts",
+    "plan_layout",
     "ranked_bases",
     "check_objective",
     "uniform_within",
@@ -54,7 +56,8 @@ class ShapePlan:
     """The per-stage optimum of one base layout (shape, ZeRO stage, base recompute mode)."""
 
     layout: Layout
-    """The base layout (1F1B, v = 1, recompute none or selective, the default split)."""
+    """The base layout (1F1B with v = 1 or interleaved with its v, recompute none or selective,
+    the default split)."""
     status: str
     """``optimal`` (proven), ``feasible`` (time limit: the best found), ``infeasible`` (no split
     fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
@@ -251,7 +254,7 @@ def solve_shape(
             break
         seconds += sol.seconds
         known = sol.key in model.known  # before this solve: then the optimum is proven
-        lay = layout.with_(stage_layers=sol.layers, recompute_layers=sol.recomputed)
+        lay = plan_layout(layout, sol.layers, sol.recomputed)
         est = case.evaluate(lay)
         _check(tables, est, sol.paced_ns)
         total = step_ns(est)
@@ -267,18 +270,33 @@ def solve_shape(
     return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
 
 
+def plan_layout(base: Layout, layers: tuple[int, ...], recomputed: tuple[int, ...]) -> Layout:
+    """``base`` with each stage's ``layers`` (spread over its model chunks by
+    :func:`model.split.balanced_chunk_sizes`, written per chunk) and its per-chunk
+    ``recomputed`` counts: the layout a per-stage solution stands for."""
+    return base.with_(
+        stage_layers=balanced_chunk_sizes(layers, base.virtual_stages),
+        recompute_layers=recomputed,
+    )
+
+
 def base_layouts(layout: Layout) -> list[Layout]:
     """The per-stage search's base layouts for a uniform candidate's ``layout``: the same shape
-    and ZeRO stage under 1F1B with v = 1, the default split and no per-stage counts, with
-    recompute none (full recomputation is every stage's count at its layers) and, when the
-    uniform candidate is selective, selective too (its other layers selective)."""
-    plain = layout.with_(
-        schedule=Schedule.ONE_F_ONE_B, virtual_stages=1, stage_layers=None, recompute_layers=None
-    )
-    out = [plain.with_(recompute=Recompute.NONE)]
+    and ZeRO stage with the default split and no per-stage counts, under 1F1B with v = 1 and,
+    when the candidate interleaves, also under its interleaved schedule and v (per-stage counts
+    per model chunk); each with recompute none (full recomputation is every stage's count at
+    its largest chunk) and, when the uniform candidate is selective, selective too (its other
+    layers selective). GPipe candidates are taken as 1F1B."""
+    plain = layout.with_(stage_layers=None, recompute_layers=None)
+    schedules = [
+        plain.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
+    ]  # the interleaved shape's own first: it is the uniform search's choice
+    if layout.schedule is Schedule.INTERLEAVED:
+        schedules.insert(0, plain)
+    modes = [Recompute.NONE]
     if layout.recompute is Recompute.SELECTIVE:
-        out.append(plain.with_(recompute=Recompute.SELECTIVE))
-    return out
+        modes.append(Recompute.SELECTIVE)
+    return [s.with_(recompute=r) for s in schedules for r in modes]
 
 
 def ranked_bases(
@@ -292,8 +310,8 @@ def ranked_bases(
     most that many bytes per GPU) is fastest, then the ``top`` shapes
     where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
     candidate, fit ignored: the uniform tables' full recomputation of the default split can
-    overflow where moving layers off the first stages does not). Shapes that give the same base
-    are counted once."""
+    overflow where moving layers off the first stages does not). Shapes that give the same 1F1B
+    base are counted once (an interleaved shape's interleaved bases come with it, uncounted)."""
     tables = prepared[0]
     ok = allowed(problem, tables)
     if max_bytes is not None:
@@ -324,7 +342,9 @@ def ranked_bases(
                 if (int(tables.job_of[s]), base) not in seen:
                     seen.add((int(tables.job_of[s]), base))
                     out.append((job, base))
-                    fresh = True
+                    # counted by its 1F1B base: an interleaved shape's other v add their own
+                    # interleaved bases without taking the place of another shape
+                    fresh |= base.virtual_stages == 1
             taken += fresh
     return out
 
@@ -344,7 +364,8 @@ def per_stage_search(
     ``top_shapes`` shapes whose uniform layouts are fastest (:func:`ranked_bases`), beside the
     best uniform layout (:func:`optimizer.search.search`, proven); never slower than it (when no
     per-stage plan is faster the uniform one is the plan). ``optimal`` means proven over those
-    shapes' per-stage spaces; GPipe and interleaved shapes are taken as 1F1B. A per-stage plan
+    shapes' per-stage spaces; GPipe shapes are taken as 1F1B, interleaved ones both as
+    interleaved (per-chunk counts) and as 1F1B (:func:`base_layouts`). A per-stage plan
     below ``min_mfu`` is not taken.
 
     ``cap_ns``: per-stage plans are sought only below this step time, whole ns (a frontier's

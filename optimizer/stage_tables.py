@@ -15,6 +15,15 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
   optimizer step, offload: :func:`model.roofline_step.roofline_step`).
 
+Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers are
+spread over its chunks by :func:`model.split.balanced_chunk_sizes` (⌊n/v⌋ each, its last
+n mod v chunks one more) and its count k applies to each chunk, as Megatron-LM's
+``--recompute-num-layers`` (0 ≤ k ≤ ⌈n/v⌉; :attr:`model.layout.Layout.recompute_layers`). The
+interleaved peak (:func:`model.pipeline.interleaved_peak`) reads the stage's own chunk weights
+and its position only — the schedule's order of forwards and backwards on a stage is fixed by
+pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k, and the
+pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
+
 A stage's figures read only its own layers and position, never the other stages' counts, when
 the model's layers are alike (dense, no multi-token-prediction blocks): :func:`check_per_stage`
 refuses other models. The CP-SAT model over these rows is :mod:`optimizer.stage_cpsat`.
@@ -32,6 +41,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
 from trainplan.model.pipeline import Schedule, bubble_ratio
 from trainplan.model.roofline_step import stage_clock, totals, uses_roofline
+from trainplan.model.split import balanced_chunk_sizes
 from trainplan.model.step_time import stage_parts_at
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
 from trainplan.optimizer.case import Case, links_for
@@ -41,6 +51,7 @@ __all__ = [
     "StageTables",
     "check_per_stage",
     "realization",
+    "most_recomputed",
     "build_stage_tables",
     "pipeline_lower_bound",
 ]
@@ -53,7 +64,8 @@ class StageOption:
     layers: int
     """n, transformer layers on the stage."""
     recomputed: int
-    """k ≤ n, of them fully recomputed (the first k: Megatron-LM's block method)."""
+    """k, fully recomputed: the first k layers of each of the stage's model chunks (Megatron-LM's
+    block method; the stage's first k when v = 1), k ≤ its largest chunk's layers."""
     paced_ns: int
     """The step's pipeline term if this stage were the slowest, whole ns:
     ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
@@ -74,7 +86,8 @@ class StageTables:
 
     case: Case
     layout: Layout
-    """The base layout: the shape, ZeRO stage, base recompute mode (none or selective), 1F1B."""
+    """The base layout: the shape, ZeRO stage, base recompute mode (none or selective), 1F1B or
+    interleaved with its v."""
     num_layers: int
     """L, the layers to place."""
     capacity: int
@@ -92,9 +105,11 @@ def check_per_stage(case: Case, layout: Layout) -> None:
 
     Rules: a model with dimensions whose layers are alike (dense, no MTP blocks, every layer the
     same parameters), so a stage's cost reads only its own layer count; the roofline time model;
-    1F1B with v = 1 (the closed form ``m·t_max·(1 + (p − 1)/m)`` bounds the simulated 1F1B step of
-    unequal stages, tests/model/test_recompute_layers.py; GPipe's can exceed it); base recompute
-    none or selective.
+    1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
+    pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
+    exact for equal stages and an estimate for unequal ones, whose simulated step stays under
+    1F1B's ``(m + p − 1)·t_max``, tests/model/test_recompute_layers.py; GPipe's simulated step
+    can exceed it); base recompute none or selective.
 
     Raises
     ------
@@ -125,10 +140,10 @@ def check_per_stage(case: Case, layout: Layout) -> None:
             "per_stage: needs the roofline time model (a physical framework profile and an "
             "accelerator with its HBM bandwidth)"
         )
-    if layout.schedule is not Schedule.ONE_F_ONE_B or layout.virtual_stages != 1:
+    if layout.schedule is Schedule.GPIPE:
         raise InputError(
-            f"per_stage: schedule {layout.schedule} v={layout.virtual_stages}: the per-stage "
-            "search takes 1F1B with virtual_stages 1"
+            f"per_stage: schedule {layout.schedule}: the per-stage search takes 1F1B or "
+            "interleaved (GPipe's step with unequal stages can exceed the closed form)"
         )
     if layout.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
         raise InputError(
@@ -140,9 +155,10 @@ def check_per_stage(case: Case, layout: Layout) -> None:
 def realization(
     layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int
 ) -> Layout:
-    """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed, the other
-    L − n layers on the next stage and none recomputed elsewhere: what the tables evaluate one
-    stage's option on (the stage's figures do not read the others')."""
+    """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed (per model
+    chunk), the other L − n layers on the next stage and none recomputed elsewhere: what the
+    tables evaluate one stage's option on (the stage's figures do not read the others'). Each
+    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`."""
     pp = layout.pp
     sizes = [0] * pp
     sizes[stage] = layers
@@ -150,13 +166,23 @@ def realization(
         sizes[(stage + 1) % pp] += num_layers - layers
     counts = [0] * pp
     counts[stage] = recomputed
-    return layout.with_(stage_layers=tuple(sizes), recompute_layers=tuple(counts))
+    return layout.with_(
+        stage_layers=balanced_chunk_sizes(tuple(sizes), layout.virtual_stages),
+        recompute_layers=tuple(counts),
+    )
+
+
+def most_recomputed(layers: int, v: int) -> int:
+    """The largest count a stage of ``layers`` layers over v chunks takes: its largest chunk's
+    layers, ⌈n/v⌉ (:func:`model.split.balanced_chunk_sizes`); a count there recomputes every
+    layer."""
+    return -(-layers // v)
 
 
 def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
     """What both per-stage tables read off a shape, after :func:`check_per_stage`: (arch, L,
     pp, training, vocabulary multiple, padded vocabulary, the roofline clock, causal, m, the
-    1F1B bubble ratio).
+    bubble ratio (p − 1)/(v·m)).
 
     Raises
     ------
@@ -172,7 +198,7 @@ def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
     links = links_for(layout, case.links, case.fabric)
     c = stage_clock(training, layout, case.device, links, options)
     m = layout.num_microbatches(training.global_batch_size)
-    ratio = float(bubble_ratio(layout.pp, m, 1))
+    ratio = float(bubble_ratio(layout.pp, m, layout.virtual_stages))
     return (
         arch, arch.num_layers, layout.pp, training, multiple, vocab, c,
         options.causal_attention_flops, m, ratio,
@@ -243,7 +269,8 @@ def build_stage_tables(
     max_bytes: int | None = None,
 ) -> StageTables:
     """The per-stage rows of ``layout``'s shape on ``case``: for every stage and layer count n
-    (0 … L; only L when pp = 1), the least k whose peak fits, with its figures
+    (0 … L; only L when pp = 1), the least k (0 … ⌈n/v⌉, per model chunk) whose peak fits, with
+    its figures
     (:class:`StageOption`). With ``cap_ns`` only rows whose pipeline term plus ``rest_lower_ns``
     (a lower bound on the rest of the step) stays below it: a stage slower than that cannot be
     part of a step faster than ``cap_ns``. ``max_bytes``: a further bound on every stage's peak,
@@ -259,6 +286,7 @@ def build_stage_tables(
         :func:`check_per_stage`'s rules.
     """
     arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
+    v = layout.virtual_stages
     capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
     if max_bytes is not None:
         capacity = min(capacity, max_bytes)
@@ -274,14 +302,12 @@ def build_stage_tables(
         return memory(stage, n, k).total_bytes <= capacity
 
     times: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
-    plain = layout.with_(stage_layers=None, recompute_layers=None)
 
     def paced(stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
         # a stage's time reads only whether it is first or last, its layers and their counts
         key = (stage == 0, stage == pp - 1, n, k, mode)
         if key not in times:
-            counts = tuple(k if i == stage else 0 for i in range(pp))
-            lay = plain.with_(recompute_layers=counts) if k else plain
+            lay = realization(layout, L, stage, n, k)  # its chunks say which layers k recomputes
             layers = tuple(range(n))
             parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
             t = totals([parts])[0]
@@ -296,12 +322,13 @@ def build_stage_tables(
             bare = paced(stage, n, 0, Recompute.NONE)[1]
             if cap_ns is not None and paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
                 break  # k = 0 is this n's fastest, and more layers are slower
+            top = most_recomputed(n, v)
             if fits(stage, n, 0):
                 k = 0
-            elif not fits(stage, n, n):
+            elif not fits(stage, n, top):
                 break
             else:
-                lo, hi = 1, n  # the least k that fits: hi fits, lo − 1 does not
+                lo, hi = 1, top  # the least k that fits: hi fits, lo − 1 does not
                 while lo < hi:
                     mid = (lo + hi) // 2
                     if fits(stage, n, mid):

@@ -21,6 +21,7 @@ from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.pipeline import interleaved_chunks_held_simulated
 from trainplan.model.schedule import simulate
 from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
 from trainplan.model.stage_bytes import block_forms, stage_forms
@@ -167,9 +168,11 @@ def test_one_more_recomputed_layer_never_holds_more_nor_runs_faster(layers, data
         ("2,4,21,0", {}, "recompute_layers: 21 on stage 2 is more than its 20 layers"),
         ("1,1,1,1", {"recompute": "full"}, "needs recompute none or selective"),
         (
-            "1,1,1,1",
+            "11,1,1,1",
             {"schedule": "interleaved", "virtual_stages": 2},
-            "needs virtual_stages 1, not 2",
+            "recompute_layers: 11 on stage 0 is more than its largest model chunk's 10 layers "
+            "(with virtual_stages 2 the count is per model chunk, as Megatron-LM's "
+            "--recompute-num-layers; each must be at most its stage's largest chunk)",
         ),
     ],
 )
@@ -240,3 +243,167 @@ def test_closed_form_bounds_the_simulated_1f1b_step(pp, m, times):
 def test_uniform_simulation_unchanged():
     assert simulate(4, 8, "1f1b").step_time == 33
     assert simulate(4, 8, "1f1b", stage_times=((Fraction(1), Fraction(2)),) * 4).step_time == 33
+
+
+# --- interleaved model chunks: the count is per chunk ----------------------------------------
+
+
+def test_llama3_70b_per_chunk_counts_by_hand():
+    """The same Llama 3 70B run interleaved, v = 2: 80 layers in 8 chunks of 10, stage i holds
+    chunks i and i + 4. --recompute-layers 2,4,4,0 recomputes the first 2 (4, 4, 0) layers of
+    *each* chunk (Megatron-LM's --recompute-num-layers per virtual stage). Megatron's warm-up is
+    2·(pp − i − 1) + (v − 1)·pp chunk forwards, so stage i holds 11, 9, 7, 5 chunks at its peak:
+
+    * stage 0, a chunk = 2 · 16,777,216 + 8 · 281,018,368 = 2,281,701,376 B; × 11 =
+      25,098,715,136 B (30,912,020,480 B without recomputation);
+    * stage 1, a chunk = 4 · 16,777,216 + 6 · 281,018,368 = 1,753,219,072 B; × 9 =
+      15,778,971,648 B; stage 2 × 7 = 12,272,533,504 B;
+    * stage 3: 5 · 10 · 281,018,368 = 14,050,918,400 B, as without recomputation.
+
+    FLOPs: 2·2 + 4·2 + 4·2 + 0 = 20 of the 80 layers recomputed, 20/80 of full recomputation's
+    extra. Time: the slowest stages recompute 8 of their 20 layers, as a 1F1B layout with counts
+    4,8,8,0 — the same m·t_mb (compute_s, the same float), the bubble (pp − 1)/(v·m) half of it.
+    Counts at the largest chunk (10) everywhere are full recomputation, exactly."""
+    inter = {**LLAMA3_70B, "schedule": "interleaved", "virtual_stages": 2}
+    part = build_case({**inter, "recompute_layers": "2,4,4,0"}).evaluate()
+    none = build_case(inter).evaluate()
+    full = build_case({**inter, "recompute": "full"}).evaluate()
+    layer, ckpt = 281_018_368, 16_777_216
+    acts = [s.activations for s in part.stages]
+    assert [a.microbatches_in_flight for a in acts] == [
+        Fraction(11, 2), Fraction(9, 2), Fraction(7, 2), Fraction(5, 2)
+    ]  # fmt: skip
+    assert none.stages[0].activations.layers_bytes == 11 * 10 * layer == 30_912_020_480
+    assert acts[0].layers_bytes == 11 * (2 * ckpt + 8 * layer) == 25_098_715_136
+    assert acts[1].layers_bytes == 9 * (4 * ckpt + 6 * layer) == 15_778_971_648
+    assert acts[2].layers_bytes == 7 * (4 * ckpt + 6 * layer) == 12_272_533_504
+    assert acts[3].layers_bytes == 5 * 10 * layer == 14_050_918_400
+    assert all(a.recompute_transient_bytes == 0 for a in acts)
+    extra_full = full.flops.hardware_flops - none.flops.hardware_flops
+    assert part.flops.hardware_flops - none.flops.hardware_flops == extra_full * 20 // 80
+    flat = build_case({**LLAMA3_70B, "recompute_layers": "4,8,8,0"}).evaluate()
+    assert part.time_terms.compute_s == flat.time_terms.compute_s
+    assert part.time_terms.bubble_s == pytest.approx(flat.time_terms.bubble_s / 2, rel=1e-12)
+    alln = build_case({**inter, "recompute_layers": "10,10,10,10"}).evaluate()
+    assert [s.total_bytes for s in alln.stages] == [s.total_bytes for s in full.stages]
+    assert alln.step_s == full.step_s
+    assert any(
+        "of each stage's model chunks (per chunk)" in a for a in part.to_dict()["assumptions"]
+    )
+
+
+def test_per_chunk_counts_clip_at_a_small_chunk():
+    """80 layers over pp 4 × v 3 = 12 chunks: the default split gives 6, 6, 7 × 8, 6, 6; stage 0
+    holds chunks 0, 4, 8 (6, 7, 7 layers). A count of 6 recomputes 6 + 6 + 6 = 18 of its 20
+    layers; 7 all 20 (full there); 8 is refused (its largest chunk has 7)."""
+    from trainplan.model.estimate import recomputed_layers
+
+    inter = {**LLAMA3_70B, "schedule": "interleaved", "virtual_stages": 3}
+    case = build_case({**inter, "recompute_layers": "6,0,0,0"})
+    arch = case.model.arch
+    rec = recomputed_layers(arch, case.layout)
+    assert sorted(rec) == [*range(0, 6), *range(26, 32), *range(54, 60)]
+    est = case.evaluate()
+    layer, ckpt = 281_018_368, 16_777_216
+    # stage 0's warm-up is 2·3 + 2·4 = 14 chunk forwards in blocks of pp = 4 (chunk 0, 1, 2,
+    # then 0 again): with the next forward 15 chunks held, 7 of chunk 0 and 4 of chunks 1 and 2
+    chunk_bytes = (6 * ckpt, 6 * ckpt + layer, 6 * ckpt + layer)
+    assert interleaved_chunks_held_simulated(4, 32, 3, 0, chunk_bytes) == (7, 4, 4)
+    assert est.stages[0].activations.layers_bytes == 7 * 6 * ckpt + 8 * (6 * ckpt + layer)
+    assert est.stages[0].activations.layers_bytes == 3_758_096_384
+    full_stage0 = build_case({**inter, "recompute_layers": "7,0,0,0"}).evaluate().stages[0]
+    full = build_case({**inter, "recompute": "full"}).evaluate().stages[0]
+    assert full_stage0.total_bytes == full.total_bytes
+    with pytest.raises(LayoutError, match="8 on stage 0 is more than its largest model chunk's 7"):
+        build_case({**inter, "recompute_layers": "8,0,0,0"}).evaluate()
+
+
+_CHUNKS = st.integers(min_value=2, max_value=3).flatmap(
+    lambda pp: st.tuples(
+        st.just(pp),
+        st.integers(min_value=2, max_value=3),
+    ).flatmap(
+        lambda pv: st.tuples(
+            st.just(pv), st.tuples(*[st.integers(min_value=0, max_value=3)] * (pv[0] * pv[1]))
+        )
+    )
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(shape=_CHUNKS, base=st.sampled_from(["none", "selective"]))
+def test_interleaved_counts_at_the_ends_are_the_uniform_modes(shape, base):
+    """Interleaved, any per-chunk split: counts of every stage's largest chunk are the ``full``
+    mode (memory exact, time to float rounding), all zeros the base mode (exact)."""
+    (pp, v), chunks = shape
+    if sum(chunks) == 0:
+        return
+    case = {
+        **_small_case(pp, chunks),
+        "pp": pp,
+        "virtual_stages": v,
+        "schedule": "interleaved",
+        "global_batch_size": 2 * pp,
+    }
+    largest = [max(chunks[i::pp]) for i in range(pp)]
+    base_e = build_case({**case, "recompute": base}).evaluate()
+    zeros = build_case({**case, "recompute": base, "recompute_layers": "0," * (pp - 1) + "0"})
+    zeros_e = zeros.evaluate()
+    full = build_case({**case, "recompute": "full"}).evaluate()
+    alln = build_case(
+        {**case, "recompute": base, "recompute_layers": ",".join(map(str, largest))}
+    ).evaluate()
+    assert [s.total_bytes for s in zeros_e.stages] == [s.total_bytes for s in base_e.stages]
+    assert zeros_e.step_s == base_e.step_s
+    assert [s.total_bytes for s in alln.stages] == [s.total_bytes for s in full.stages]
+    assert alln.step_s == pytest.approx(full.step_s, rel=1e-12)
+    assert alln.flops.hardware_flops == full.flops.hardware_flops
+
+
+# --- the interleaved pipeline with unequal stages ---------------------------------------------
+
+
+def test_interleaved_closed_form_is_not_a_bound_with_unequal_stages():
+    """The evaluator's pipeline term is m·t_max·(1 + (p − 1)/(v·m)) = (m + (p − 1)/v)·t_max,
+    t_max the slowest stage's forward + backward (model.estimate.time_terms), for interleaved
+    stages too. Equal stages: exact. Unequal stages: not a bound. By hand, p 2, v 2, m 2,
+    stage 0 (F 3, B 9), stage 1 (F 4, B 8) — both 12 per micro-batch, so the closed form says
+    (2 + 1/2)·12 = 30; a chunk's passes take half (F 1.5/2, B 4.5/4):
+
+    * stage 0: F(0,c0) 0–1.5, F(1,c0) 1.5–3, F(0,c1) 3.5–5 (after stage 1's F(0,c0) 1.5–3.5),
+      F(1,c1) 5.5–7, then B(0,c1) 11.5–16, B(1,c1) 17.5–22, B(0,c0) 22–26.5, B(1,c0) 26.5–31;
+    * stage 1: F(0,c0) 1.5–3.5, F(1,c0) 3.5–5.5, F(0,c1) 5.5–7.5, B(0,c1) 7.5–11.5,
+      F(1,c1) 11.5–13.5, B(1,c1) 13.5–17.5, B(0,c0) 17.5–21.5, B(1,c0) 22–26.
+
+    Step 31 > 30: stage 0's slow backward meets stage 1's slow forward. The 1F1B form
+    (m + p − 1)·t_max = 36 still bounds it."""
+    times = ((Fraction(3), Fraction(9)), (Fraction(4), Fraction(8)))
+    t = simulate(2, 2, "interleaved", v=2, stage_times=times)
+    assert t.step_time == 31
+    assert [(s.kind, s.microbatch, s.chunk, s.start, s.end) for s in t.slots[1]][3] == (
+        "B", 0, 1, Fraction(15, 2), Fraction(23, 2)
+    )  # fmt: skip
+    assert (2 + Fraction(1, 2)) * 12 == 30 < t.step_time <= (2 + 2 - 1) * 12
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pp=st.integers(2, 4),
+    v=st.integers(2, 3),
+    groups=st.integers(1, 3),
+    stages=st.lists(st.tuples(st.integers(1, 8), st.integers(0, 8)), min_size=4, max_size=4),
+)
+def test_interleaved_simulation_against_the_closed_form(pp, v, groups, stages):
+    """Stages as the planner times them (n layers: forward n, backward 2n plus r ≤ n recomputed
+    forwards): the simulated interleaved step is (m + (p − 1)/v)·t exactly when the stages are
+    equal, and never above the 1F1B form (m + p − 1)·t_max when they are not — the interleaved
+    closed form is an estimate there (test above), off by less than (p − 1)(1 − 1/v)·t_max."""
+    m = pp * groups
+    times = tuple((Fraction(n), Fraction(2 * n + min(r, n))) for n, r in stages[:pp])
+    t_max = max(f + b for f, b in times)
+    sim = simulate(pp, m, "interleaved", v=v, stage_times=times).step_time
+    assert sim <= (m + pp - 1) * t_max
+    equal = (times[0],) * pp
+    assert simulate(pp, m, "interleaved", v=v, stage_times=equal).step_time == (
+        m + Fraction(pp - 1, v)
+    ) * sum(times[0])

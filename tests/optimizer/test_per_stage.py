@@ -28,9 +28,10 @@ from trainplan.optimizer.per_stage import per_stage_search, solve_shape
 from trainplan.optimizer.stage_tables import build_stage_tables
 
 
-def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1):
+def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1, v: int = 1, gb: int = 8):
     """A 256-wide Llama-like model whose activations (s 8192) outweigh its weights, so memory
-    decides how much is recomputed."""
+    decides how much is recomputed; interleaved with v model chunks per stage when v > 1."""
+    extra = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
     arch = Architecture(
         num_layers=num_layers,
         hidden_size=256,
@@ -46,10 +47,11 @@ def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1):
             "model_spec": ModelSpec(name="tiny", source="test", arch=arch),
             "pp": pp,
             "seq_len": 8192,
-            "global_batch_size": 8,
+            "global_batch_size": gb,
             "micro_batch_size": b,
             "recompute": base,
             "gpu": "H100-SXM",
+            **extra,
         }
     )
 
@@ -74,13 +76,20 @@ def compositions(total: int, parts: int):
 
 
 def oracle(case, headroom: float):
-    """(least step ns, layers, recomputed) over every per-stage layout that fits, by evaluate()."""
+    """(least step ns, layers, recomputed) over every per-stage layout that fits, by evaluate():
+    every composition of L into pp stage counts, each stage's n spread over its v chunks as
+    ⌊n/v⌋ with its last n mod v chunks one more, and every per-chunk count 0 … ⌈n/v⌉."""
     lay = case.layout
+    v = lay.virtual_stages
     capacity = int(case.device.usable_bytes(lay.framework.physical) * (1 - headroom))
     best = None
     for sizes in compositions(case.model.arch.num_layers, lay.pp):
-        for counts in itertools.product(*(range(n + 1) for n in sizes)):
-            est = case.evaluate(lay.with_(stage_layers=sizes, recompute_layers=counts))
+        chunks = [0] * (lay.pp * v)
+        for i, n in enumerate(sizes):
+            for c in range(v):
+                chunks[i + c * lay.pp] = n // v + (c >= v - n % v)
+        for counts in itertools.product(*(range(-(-n // v) + 1) for n in sizes)):
+            est = case.evaluate(lay.with_(stage_layers=tuple(chunks), recompute_layers=counts))
             if all(s.total_bytes <= capacity for s in est.stages):
                 value = sum(objective_ns(est.time_terms))
                 if best is None or value < best[0]:
@@ -100,6 +109,16 @@ ORACLE_CASES = [
 ]
 
 
+INTERLEAVED_CASES = [
+    (6, 2, 2, "none", 0.5, 8),
+    (7, 2, 2, "none", 0.4, 8),
+    (8, 2, 3, "selective", 0.5, 8),
+    (9, 3, 2, "none", 0.5, 6),
+    pytest.param(12, 3, 2, "none", 0.3, 6, marks=pytest.mark.slow),
+    pytest.param(11, 2, 3, "none", 0.6, 8, marks=pytest.mark.slow),
+]
+
+
 @pytest.mark.parametrize(("num_layers", "pp", "base", "share"), ORACLE_CASES)
 def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
     case = tiny_case(num_layers, pp, base)
@@ -113,6 +132,24 @@ def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
     assert got.estimate is not None
     # whole ns: the solver's T + R and the evaluation may round apart by a nanosecond or two
     assert abs(got.objective_ns - want[0]) <= 2
+    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "v", "base", "share", "gb"), INTERLEAVED_CASES)
+def test_cp_sat_equals_the_exhaustive_oracle_interleaved(num_layers, pp, v, base, share, gb):
+    """Interleaved shapes keep their schedule: CP-SAT over per-stage (n, per-chunk k) rows equals
+    evaluate() over every composition and count, to the nanosecond."""
+    case = tiny_case(num_layers, pp, base, v=v, gb=gb)
+    headroom = tight_headroom(case, share)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    if want is None:
+        assert got.status == "infeasible"
+        return
+    assert got.status == "optimal"
+    assert got.estimate is not None
+    assert got.estimate.layout.virtual_stages == v
+    assert got.objective_ns == want[0]
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
 
 
@@ -198,7 +235,10 @@ def test_per_stage_refuses_what_it_does_not_model():
         case = build_case({"model": "mixtral-8x7b", "pp": 2, "global_batch_size": 8})
         solve_shape(case, case.layout)
     case = tiny_case(4, 2)
-    with pytest.raises(InputError, match="takes 1F1B with virtual_stages 1"):
+    with pytest.raises(
+        InputError,
+        match="per_stage: schedule gpipe: the per-stage search takes 1F1B or interleaved",
+    ):
         solve_shape(case, case.layout.with_(schedule="gpipe"))
 
 
@@ -228,6 +268,27 @@ def test_megatron_flags_say_what_one_count_cannot():
     assert 'pipeline_parallel_split_points = ["layers.40"]' in titan.flags
     assert titan.flags[-2:] == ('mode = "selective"', 'selective_ac_option = "1"')
     assert torchtitan_toml(arch, lay.with_(recompute_layers=(40, 40))).flags[-1] == 'mode = "full"'
+
+
+def test_megatron_flags_of_an_interleaved_per_stage_plan():
+    """7 layers on pp 2 × v 2, stages of 2 and 5 layers: balanced over their chunks, 1 + 1 and
+    2 + 3, in model order 1, 2, 1, 3 — uneven, so the layout string; counts 1,3 are per chunk
+    (Megatron-LM's --recompute-num-layers per virtual stage): the single count 3 recomputes
+    min(3, chunk) — stage 0's largest chunk has 1 layer, so the run Megatron makes is 1,3."""
+    from trainplan.optimizer.per_stage import plan_layout
+
+    arch = tiny_case(7, 2).model.arch
+    base = Layout(pp=2, schedule="interleaved", virtual_stages=2)
+    lay = plan_layout(base, (2, 5), (1, 3))
+    assert lay.stage_layers == (1, 2, 1, 3)
+    flags = megatron_flags(arch, lay, 8)
+    text = " ".join(flags.flags)
+    assert "--pipeline-model-parallel-layout Et*1|t*2|t*1|t*3L" in text
+    assert text.endswith("--recompute-method block --recompute-num-layers 3")
+    assert any("first min(3, its layers) of each model chunk" in n for n in flags.notes)
+    assert single_count_layout(lay, arch) == lay.with_(recompute_layers=(1, 3))
+    titan = torchtitan_toml(arch, lay)  # stage 0 recomputes 1 + 1 of 2, stage 1 3 + 2 of 5
+    assert titan.flags[-1] == 'mode = "full"'
 
 
 def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys, tmp_path):
