@@ -76,12 +76,19 @@ def compositions(total: int, parts: int):
 
 
 def oracle(case, headroom: float):
-    """(least step ns, layers, recomputed) over every per-stage layout that fits, by evaluate():
-    every composition of L into pp stage counts, each stage's n spread over its v chunks as
-    ⌊n/v⌋ with its last n mod v chunks one more, and every per-chunk count 0 … ⌈n/v⌉."""
+    """(least step ns, layers, recomputed) over every per-stage layout of ``case.layout``'s shape
+    that fits the device less ``headroom`` (:func:`oracle_at`)."""
     lay = case.layout
-    v = lay.virtual_stages
     capacity = int(case.device.usable_bytes(lay.framework.physical) * (1 - headroom))
+    return oracle_at(case, lay, capacity)
+
+
+def oracle_at(case, lay, capacity: int):
+    """(least step ns, layers, recomputed) over every per-stage layout of ``lay``'s shape whose
+    every stage needs at most ``capacity`` bytes, by evaluate(): every composition of L into pp
+    stage counts, each stage's n spread over its v chunks as ⌊n/v⌋ with its last n mod v chunks
+    one more, and every per-chunk count 0 … ⌈n/v⌉; None when none fits."""
+    v = lay.virtual_stages
     best = None
     for sizes in compositions(case.model.arch.num_layers, lay.pp):
         chunks = [0] * (lay.pp * v)

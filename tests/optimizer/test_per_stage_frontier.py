@@ -7,15 +7,13 @@ each evaluated with ``evaluate()``) at the point's own byte capacity.
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import replace
 
 import pytest
 
-from tests.optimizer.test_per_stage import compositions, tiny_case
+from tests.optimizer.test_per_stage import oracle_at, tiny_case
 from trainplan.model.errors import InfeasibleError
-from trainplan.model.estimate import objective_ns
 from trainplan.optimizer.per_stage import peak_bytes, per_stage_search
 from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 from trainplan.optimizer.problem import Constraints, Job, Problem
@@ -33,19 +31,6 @@ def tiny_problem(gpus: tuple[int, ...], capacity: float | None = None, price: fl
     tp = None if capacity is None else (1,)
     space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=tp)
     return Problem(jobs=jobs, space=space, constraints=Constraints(headroom=headroom))
-
-
-def oracle_at(case, layout, capacity: int) -> int | None:
-    """Least step time, whole ns, over every per-stage split of ``layout``'s shape whose every
-    stage needs at most ``capacity`` bytes (exhaustive, by evaluate())."""
-    best = None
-    for sizes in compositions(case.model.arch.num_layers, layout.pp):
-        for counts in itertools.product(*(range(n + 1) for n in sizes)):
-            est = case.evaluate(layout.with_(stage_layers=sizes, recompute_layers=counts))
-            if all(s.total_bytes <= capacity for s in est.stages):
-                value = sum(objective_ns(est.time_terms))
-                best = value if best is None else min(best, value)
-    return best
 
 
 def non_dominated(found):
@@ -70,12 +55,12 @@ def check_per_stage_points(result, capacity_of):
             continue
         lay = p.estimate.layout
         base = lay.with_(stage_layers=None, recompute_layers=None)
-        assert oracle_at(p.job.case, base, capacity_of(p)) == pytest.approx(p.step_ns, abs=2)
+        assert oracle_at(p.job.case, base, capacity_of(p))[0] == pytest.approx(p.step_ns, abs=2)
 
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 10 points run from 112,609,792 B (tp 2, 5 of 6 layers
+    gives the same points; the 12 points (two of them interleaved, per-chunk counts) run from 112,609,792 B (tp 2, 5 of 6 layers
     recomputed: 31.54 ms against the uniform full recomputation's 33.05 ms) to the uniform
     509,418,496 B plan without recomputation (13.87 ms)."""
     problem = tiny_problem((2,))
@@ -93,7 +78,8 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    assert len(want) == 10
+    assert len(want) == 12
+    assert sum(p.estimate.layout.virtual_stages > 1 for p in got.points) == 2
     assert want[0] == (112_609_792, 31_539_459, "per-stage")
     assert want[-1] == (509_418_496, 13_869_301, "uniform")
     assert got.points[-1].uniform_ns == 33_050_219
@@ -115,7 +101,8 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     """tp 1 and 160 MB per GPU: 1 GPU holds no plan; on 2 no uniform layout fits (pp 2 under
     full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 1 recomputed do; 3
-    and 6 GPUs gain 1.107× per stage, 4 and 8 keep the uniform plan."""
+    and 6 GPUs gain 1.107× per stage; 4 gains 1.050× interleaved (pp 2 × v 2, chunks of 1 and 2
+    layers on each stage, 2 and 1 recomputed per chunk: 3 of 3 and 2 of 3); 8 keeps the uniform plan."""
     capacity = 160e6
     problem = tiny_problem((1, 2, 3, 4, 6, 8), capacity)
     got = per_stage_frontier(problem, "gpus")
@@ -135,7 +122,7 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert [(v, k) for v, _, k in want] == [
-        (2, "per-stage"), (3, "per-stage"), (4, "uniform"), (6, "per-stage"), (8, "uniform")
+        (2, "per-stage"), (3, "per-stage"), (4, "per-stage"), (6, "per-stage"), (8, "uniform")
     ]  # fmt: skip
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
@@ -144,6 +131,13 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
         assert p.uniform_ns == staircase(uniform, p.value)
     assert got.points[-1].gain is None
     assert got.points[-2].gain == pytest.approx(17_074_584 / 15_422_677)
+    four = got.points[2].estimate.layout
+    assert (four.virtual_stages, four.stage_layers, four.recompute_layers) == (
+        2,
+        (1, 1, 2, 2),
+        (2, 1),
+    )
+    assert got.points[2].gain == pytest.approx(11_057_817 / 10_528_678)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
