@@ -30,6 +30,7 @@ from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
 from trainplan.optimizer.search import Answer, SearchResult, TermMismatch, prepare, search
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_tables import (
+    OutOfTime,
     StageTables,
     build_stage_tables,
     pipeline_lower_bound,
@@ -228,7 +229,10 @@ def solve_shape(
     lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
     if cap_ns is not None and pipeline_lower_bound(case, layout) + lower >= cap_ns:
         return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
-    tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes)
+    try:
+        tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes, deadline)
+    except OutOfTime:  # the time limit: this shape is not searched, nothing is proven
+        return ShapePlan(layout, "feasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
     t_tables = time.perf_counter() - t0
     rows = sum(len(r) for r in tables.options)
     reach = sum(max((o.layers for o in r), default=-1) for r in tables.options)

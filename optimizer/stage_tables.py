@@ -32,6 +32,7 @@ refuses other models. The CP-SAT model over these rows is :mod:`optimizer.stage_
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ from trainplan.optimizer.case import Case, links_for
 __all__ = [
     "StageOption",
     "StageTables",
+    "OutOfTime",
     "check_per_stage",
     "realization",
     "most_recomputed",
@@ -98,6 +100,11 @@ class StageTables:
     (more recomputes hold no more and run no slower — tested — so they are dominated)."""
     evaluations: int
     """Per-stage memory evaluations made to build the rows."""
+
+
+class OutOfTime(Exception):
+    """The deadline given to :func:`build_stage_tables` passed before its rows were complete
+    (the caller's ``--time-limit``: the shape is left unsearched, its status ``feasible``)."""
 
 
 def check_per_stage(case: Case, layout: Layout) -> None:
@@ -267,6 +274,7 @@ def build_stage_tables(
     cap_ns: int | None = None,
     rest_lower_ns: int = 0,
     max_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> StageTables:
     """The per-stage rows of ``layout``'s shape on ``case``: for every stage and layer count n
     (0 … L; only L when pp = 1), the least k (0 … ⌈n/v⌉, per model chunk) whose peak fits, with
@@ -275,6 +283,8 @@ def build_stage_tables(
     (a lower bound on the rest of the step) stays below it: a stage slower than that cannot be
     part of a step faster than ``cap_ns``. ``max_bytes``: a further bound on every stage's peak,
     bytes per GPU (the memory frontier's ε): the capacity is the lesser of the two.
+    ``deadline``: a :func:`time.perf_counter` instant, checked before each layer count's rows
+    (a few evaluations each), so a time limit holds to within one of them.
 
     Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster):
     k = 0 is tried first, then k = n, then the least k by bisection; the scan over n stops at the
@@ -284,6 +294,8 @@ def build_stage_tables(
     ------
     InputError
         :func:`check_per_stage`'s rules.
+    OutOfTime
+        ``deadline`` passed before the rows were complete.
     """
     arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
     v = layout.virtual_stages
@@ -319,6 +331,8 @@ def build_stage_tables(
         found = []
         counts = [L] if pp == 1 else range(L + 1)
         for n in counts:
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
             bare = paced(stage, n, 0, Recompute.NONE)[1]
             if cap_ns is not None and paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
                 break  # k = 0 is this n's fastest, and more layers are slower

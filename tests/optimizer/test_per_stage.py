@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +26,7 @@ from trainplan.model.estimate import objective_ns
 from trainplan.model.layout import Layout
 from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
 from trainplan.optimizer.per_stage import per_stage_search, solve_shape
-from trainplan.optimizer.stage_tables import build_stage_tables
+from trainplan.optimizer.stage_tables import OutOfTime, build_stage_tables
 
 
 def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1, v: int = 1, gb: int = 8):
@@ -181,7 +182,10 @@ def test_time_limit_returns_what_it_has_not_a_proof():
     headroom = tight_headroom(case)
     spent = solve_shape(case, case.layout, headroom, time_limit_s=1e-9)
     assert (spent.status, spent.estimate, spent.solves) == ("feasible", None, 0)
+    assert spent.rows == 0  # the tables stopped at their first layer count, not after them
     assert solve_shape(case, case.layout, headroom).status == "optimal"
+    with pytest.raises(OutOfTime):
+        build_stage_tables(case, case.layout, headroom, deadline=time.perf_counter())
 
 
 def test_tables_rows_are_the_evaluators_figures():
