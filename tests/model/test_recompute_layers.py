@@ -292,6 +292,21 @@ def test_llama3_70b_per_chunk_counts_by_hand():
     )
 
 
+def test_an_earlier_chunk_recomputed_adds_its_transient_to_the_held_peak():
+    """Stage 0 with chunks of 2 and 18 layers (B 8, m 8), 2 recomputed per chunk: the schedule's
+    held peak is 4 chunk-0 and 4 chunk-1 micro-batches less what its backwards freed,
+    18,354,274,304 B, and it is held while chunk 0's backward recomputes its last layer (chunk
+    1's backward of that micro-batch ran first and freed its share, so nothing more comes off):
+    the stage's peak is that plus one layer's full less its input, 281,018,368 − 16,777,216 =
+    264,241,152 B (the review's walk of model.schedule.stage_order; the later chunk used to be
+    taken off the transient a second time, leaving 0)."""
+    case = {**LLAMA3_70B, "global_batch_size": 8, "schedule": "interleaved", "virtual_stages": 2}
+    case |= {"stage_layers": "2,10,10,10,18,10,10,10", "recompute_layers": "2,0,0,0"}
+    stage = build_case(case).evaluate().stages[0]
+    assert stage.activations.layers_bytes == 18_354_274_304
+    assert stage.activations.recompute_transient_bytes == 281_018_368 - 16_777_216 == 264_241_152
+
+
 def test_per_chunk_counts_clip_at_a_small_chunk():
     """80 layers over pp 4 × v 3 = 12 chunks: the default split gives 6, 6, 7 × 8, 6, 6; stage 0
     holds chunks 0, 4, 8 (6, 7, 7 layers). A count of 6 recomputes 6 + 6 + 6 = 18 of its 20
