@@ -311,7 +311,29 @@ def search_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
-def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
+PER_STAGE_SHAPES: int | None = None
+"""The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
+legal shape whose model state can fit (:func:`optimizer.per_stage.ranked_bases`)."""
+
+
+def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:
+    """``--per-stage-shapes`` as the per-stage search takes it: ``shapes`` or the default (None:
+    every shape).
+
+    Raises
+    ------
+    InputError
+        ``shapes`` given without ``--per-stage`` (it would do nothing).
+    """
+    if shapes is not None and not per_stage:
+        raise InputError(
+            f"per_stage_shapes: {shapes} applies to the per-stage search only; add --per-stage "
+            "(or per_stage = true in the scenario)"
+        )
+    return PER_STAGE_SHAPES if shapes is None else shapes
+
+
+def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
     object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
     uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
@@ -369,6 +391,9 @@ def per_stage_json(kw: dict[str, Any], shapes: int = 8) -> SearchRun:
                 "micro_batch_size": s.layout.micro_batch_size,
                 "zero_stage": s.layout.zero_stage,
                 "recompute": str(s.layout.recompute),
+                "schedule": str(s.layout.schedule),
+                "virtual_stages": s.layout.virtual_stages,
+                "framework": str(s.layout.framework),
                 "status": s.status,
                 "step_s": None if s.objective_ns is None else s.objective_ns / 1e9,
                 "solves": s.solves,
@@ -436,7 +461,7 @@ def frontier_json(
 
 
 def per_stage_frontier_json(
-    kw: dict[str, Any], against: str = "memory", shapes: int = 8
+    kw: dict[str, Any], against: str = "memory", shapes: int | None = PER_STAGE_SHAPES
 ) -> SearchRun:
     """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
     (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
@@ -445,6 +470,8 @@ def per_stage_frontier_json(
     :func:`interface.report.frontier_row`'s fields (``objective_s`` the step time,
     ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
     ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
+    ``chunk_layers`` (per model chunk in model order, what ``--stage-layers`` takes; the same as
+    ``stage_layers`` when v = 1),
     ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
     fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
     (:func:`optimizer.per_stage_frontier.per_stage_frontier`).
@@ -478,6 +505,7 @@ def per_stage_frontier_json(
             {
                 "plan": p.kind,
                 "stage_layers": [s.num_layers for s in p.estimate.stages] if per_stage else None,
+                "chunk_layers": list(lay.stage_layers or ()) if per_stage else None,
                 "recompute_layers": list(lay.recompute_layers or ()) if per_stage else None,
                 "uniform_step_s": None if p.uniform_ns is None else p.uniform_ns / 1e9,
                 "gain": p.gain,

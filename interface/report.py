@@ -189,7 +189,7 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + (
             f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per "
             + ("stage)" if lay["virtual_stages"] == 1 else "model chunk of each stage)")
-            if lay.get("recompute_layers") is not None
+            if lay.get("recompute_layers") is not None and any(lay["recompute_layers"])
             else ""
         )
         + f", {lay['schedule']}"
@@ -341,7 +341,7 @@ def frontier_row(
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
     """Rows as the CSV text :func:`write_csv` writes (pandas; raw base units), for a download."""
-    return str(frame(rows).to_csv(index=False))
+    return str(_csv_frame(rows).to_csv(index=False))
 
 
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:
@@ -356,7 +356,18 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
 
     out = output_path(path, "csv")
     with writing(out, "csv"):
-        frame(rows).to_csv(out, index=False)
+        _csv_frame(rows).to_csv(out, index=False)
+
+
+def _csv_frame(rows: list[dict[str, Any]]) -> Any:
+    """Rows as a DataFrame for CSV: a list (a per-stage plan's layers per stage or chunk) as the
+    comma-separated text the CLI's ``--stage-layers`` / ``--recompute-layers`` take."""
+    return frame(
+        [
+            {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v for k, v in row.items()}
+            for row in rows
+        ]
+    )
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
@@ -432,7 +443,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
     if any(counts) or lay.get("recompute_layers") is not None:
-        chunks = lay.get("stage_layers")
+        chunks = lay.get("chunk_layers")
         rows = []
         for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True)):
             row = {"stage": i, "layers": n}

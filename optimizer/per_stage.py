@@ -30,10 +30,12 @@ from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
 from trainplan.optimizer.search import Answer, SearchResult, TermMismatch, prepare, search
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_tables import (
+    NO_SPLIT,
     OutOfTime,
     StageTables,
     build_stage_tables,
     pipeline_lower_bound,
+    stage_capacity,
 )
 from trainplan.optimizer.tables import CostTables, objective_tables
 
@@ -227,7 +229,11 @@ def solve_shape(
     base = case.evaluate(layout)
     pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
     lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
-    if cap_ns is not None and pipeline_lower_bound(case, layout) + lower >= cap_ns:
+    capacity = stage_capacity(case, layout, headroom, max_bytes)
+    bound = pipeline_lower_bound(case, layout, capacity)
+    if bound >= NO_SPLIT:
+        return ShapePlan(layout, "infeasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
+    if cap_ns is not None and bound + lower >= cap_ns:
         return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
     try:
         tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes, deadline)
@@ -284,78 +290,105 @@ def plan_layout(base: Layout, layers: tuple[int, ...], recomputed: tuple[int, ..
     )
 
 
-def base_layouts(layout: Layout) -> list[Layout]:
+def base_layouts(layout: Layout, schedules: tuple[Schedule, ...] = tuple(Schedule)) -> list[Layout]:
     """The per-stage search's base layouts for a uniform candidate's ``layout``: the same shape
     and ZeRO stage with the default split and no per-stage counts, under 1F1B with v = 1 and,
     when the candidate interleaves, also under its interleaved schedule and v (per-stage counts
     per model chunk); each with recompute none (full recomputation is every stage's count at
     its largest chunk) and, when the uniform candidate is selective, selective too (its other
-    layers selective). GPipe candidates are taken as 1F1B."""
+    layers selective). GPipe candidates are taken as 1F1B. Only schedules in ``schedules`` (the
+    search space's) are used: 1F1B only when it is allowed (or pp = 1, where the schedules
+    coincide), so a space of interleaved schedules keeps its plans interleaved."""
     plain = layout.with_(stage_layers=None, recompute_layers=None)
-    schedules = [
-        plain.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
-    ]  # the interleaved shape's own first: it is the uniform search's choice
-    if layout.schedule is Schedule.INTERLEAVED:
-        schedules.insert(0, plain)
+    bases = []
+    if layout.schedule is Schedule.INTERLEAVED:  # the uniform search's choice first
+        bases.append(plain)
+    if Schedule.ONE_F_ONE_B in schedules or layout.pp == 1:
+        bases.append(plain.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1))
     modes = [Recompute.NONE]
     if layout.recompute is Recompute.SELECTIVE:
         modes.append(Recompute.SELECTIVE)
-    return [s.with_(recompute=r) for s in schedules for r in modes]
+    return [b.with_(recompute=r) for b in bases for r in modes]
 
 
 def ranked_bases(
     problem: Problem,
     prepared: tuple[CostTables, LayoutModel, float],
-    top: int,
+    top: int | None,
     max_bytes: int | None = None,
+    interleaved_top: int = 8,
 ):
     """As (job, base layout) pairs (:func:`base_layouts`), fastest first: the ``top`` shapes whose
     best uniform candidate (fitting, meeting the constraints, and with ``max_bytes`` needing at
-    most that many bytes per GPU) is fastest, then the ``top`` shapes
-    where no uniform candidate fits but a per-stage split might (ranked by their fastest legal
-    candidate, fit ignored: the uniform tables' full recomputation of the default split can
-    overflow where moving layers off the first stages does not). Shapes that give the same 1F1B
-    base are counted once (an interleaved shape's interleaved bases come with it, uncounted)."""
+    most that many bytes per GPU) is fastest, then the ``top`` shapes whose fastest legal
+    candidate is fastest with fit ignored (among those whose model state, summed over the
+    stages, leaves each stage within the capacity on average) — what a shape could run at if
+    memory did not bind,
+    the most a per-stage split can recover: a shape whose uniform layouts fit only fully
+    recomputed, or not at all (the default split's full recomputation can overflow where moving
+    layers off the first stages does not), ranks here by its speed without recomputation.
+    Shapes are counted by dp, tp, pp, cp, micro-batch, ZeRO stage, framework and recompute mode
+    once; an interleaved shape keeps its first-ranked v (the uniform search's best for it), and
+    only among the first ``interleaved_top`` shapes of a list (the rest come as 1F1B: the exact
+    interleaved peak costs milliseconds a row). With ``top`` None every legal shape whose model
+    state can fit comes, in that order."""
     tables = prepared[0]
     ok = allowed(problem, tables)
     if max_bytes is not None:
         ok = ok & (tables.peak_ceil <= max_bytes)
-    legal = np.broadcast_to(tables.legal[:, :, None], ok.shape)
+    # a split moves layers, not their sum: where the stages' mean model state is over the
+    # capacity, some stage is over it under every split (and no per-stage plan fits)
+    room = tables.capacity  # × (1 − headroom) already
+    if max_bytes is not None:
+        room = np.minimum(room, max_bytes)
+    pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
+    state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
+    legal = np.broadcast_to((tables.legal & state_fits)[:, :, None], ok.shape)
     if problem.constraints.tp_in_nvlink:
         near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
         legal = legal & near[:, None, None]
     big = np.iinfo(np.int64).max
     o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
     objective = o1[:, None, :] + o2[:, :, None]
-    fitting: np.ndarray = np.asarray(ok.any(axis=(1, 2)), dtype=bool)
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
-    for mask, shapes in ((ok, fitting), (legal, ~fitting)):
-        keep = mask & shapes[:, None, None]
+    counted: set[tuple[int, Layout]] = set()
+    with_v: set[tuple[int, Layout]] = set()
+    near_top: set[tuple[int, Layout]] = set()
+    for keep in (ok, legal):
         flat = np.where(keep, objective, big).reshape(len(tables.shapes), -1)
         best = flat.min(axis=1)
         taken = 0
         for s in np.argsort(best, kind="stable"):
-            if best[s] == big or taken >= top:
+            if best[s] == big or (top is not None and taken >= top):
                 break
             z, r = np.unravel_index(int(flat[s].argmin()), objective.shape[1:])
             job = tables.jobs[tables.job_of[s]]
             layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
-            fresh = False
-            for base in base_layouts(layout):
-                if (int(tables.job_of[s]), base) not in seen:
-                    seen.add((int(tables.job_of[s]), base))
+            j = int(tables.job_of[s])
+            # one shape whatever its schedule and v: counted once, its first-ranked v kept, and
+            # kept interleaved only among a list's first interleaved_top shapes
+            shape = (j, layout.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1))
+            if shape not in counted:
+                counted.add(shape)
+                if taken < interleaved_top:
+                    near_top.add(shape)
+                taken += 1
+            bases = base_layouts(layout, problem.space.schedules)
+            if layout.schedule is Schedule.INTERLEAVED:
+                if shape in with_v or shape not in near_top:
+                    bases = [b for b in bases if b.virtual_stages == 1]
+                with_v.add(shape)
+            for base in bases:
+                if (j, base) not in seen:
+                    seen.add((j, base))
                     out.append((job, base))
-                    # counted by its 1F1B base: an interleaved shape's other v add their own
-                    # interleaved bases without taking the place of another shape
-                    fresh |= base.virtual_stages == 1
-            taken += fresh
     return out
 
 
 def per_stage_search(
     problem: Problem,
-    top_shapes: int = 8,
+    top_shapes: int | None = None,
     time_limit_s: float | None = None,
     workers: int = 2,
     *,
@@ -410,11 +443,12 @@ def per_stage_search(
     plans: list[tuple[Job, ShapePlan]] = []
     bases: list[tuple[int, int, Job, Layout]] = []
     refusal: InputError | None = None
+    headroom = problem.constraints.headroom
     for job, base in ranked_bases(problem, prepared, top_shapes, max_bytes):
         case = job.case
         try:
             validate(base, case.model, case.training)
-            bound = pipeline_lower_bound(case, base)
+            bound = pipeline_lower_bound(case, base)  # time alone: memory's bound when solved
         except LayoutError:
             continue
         except InputError as err:  # a rule of check_per_stage: said if no base is left
@@ -424,7 +458,7 @@ def per_stage_search(
     if not bases and refusal is not None:
         raise refusal
     min_mfu = problem.constraints.min_mfu
-    for _, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
+    for bound, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
         case = job.case
         left = None
         if time_limit_s is not None:
@@ -435,7 +469,11 @@ def per_stage_search(
         caps = [c for c in (uniform_ns, cap_ns) if c is not None]
         caps += [p.objective_ns for _, p in plans if p.objective_ns is not None]
         cap = min(caps, default=None)
-        plan = solve_shape(case, base, problem.constraints.headroom, left, workers, cap, max_bytes)
+        if cap is not None and bound >= cap:
+            # the pipeline alone cannot beat the best so far (nor, sorted, any base after it)
+            plans.append((job, ShapePlan(base, "no-gain", None, None, 0, 0.0, 0.0, 0)))
+            continue
+        plan = solve_shape(case, base, headroom, left, workers, cap, max_bytes)
         proven &= plan.status in ("optimal", "infeasible", "no-gain")
         if plan.estimate is not None and min_mfu is not None:
             # the shape's fastest plan: when it misses min_mfu, every plan of it does

@@ -109,7 +109,7 @@ def _non_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
 def per_stage_frontier(
     problem: Problem,
     against: str = "memory",
-    top_shapes: int = 8,
+    top_shapes: int | None = None,
     time_limit_s: float | None = None,
     workers: int = 2,
     max_points: int = 64,

@@ -56,6 +56,8 @@ __all__ = [
     "most_recomputed",
     "build_stage_tables",
     "pipeline_lower_bound",
+    "stage_capacity",
+    "NO_SPLIT",
 ]
 
 
@@ -212,11 +214,66 @@ def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def pipeline_lower_bound(case: Case, layout: Layout) -> int:
+def stage_capacity(
+    case: Case, layout: Layout, headroom: float = 0.0, max_bytes: int | None = None
+) -> int:
+    """Bytes per GPU a stage may use: the device's usable bytes as ``layout``'s framework counts
+    them (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − ``headroom``), and at most
+    ``max_bytes`` when given."""
+    capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
+    return capacity if max_bytes is None else min(capacity, max_bytes)
+
+
+NO_SPLIT = 2**62
+""":func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
+
+
+def _stage_memory(case: Case, layout: Layout, stage: int, n: int, k: int) -> StageMemory:
+    """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
+    :func:`model.estimate.stage_memory_at` on :func:`realization`'s layout."""
+    arch = case.model.arch
+    assert arch is not None
+    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
+    lay = realization(layout, arch.num_layers, stage, n, k)
+    return stage_memory_at(case.model, case.training, lay, stage, multiple)
+
+
+def _most_that_fits(fits: Any, top: int, guess: int) -> int:
+    """The largest n in 0 … ``top`` with ``fits(n)`` (monotone: true up to some n, then false),
+    or −1 when not even 0 fits: galloping from ``guess`` (the neighbouring stage's answer, which
+    is usually within a layer or two), then bisection."""
+    guess = min(max(guess, 0), top)
+    if fits(guess):
+        lo, step = guess, 1  # lo fits; find a hi that does not
+        while lo + step <= top and fits(lo + step):
+            lo, step = lo + step, step * 2
+        hi = min(lo + step, top + 1)  # does not fit (or past the top)
+    else:
+        hi, step = guess, 1  # hi does not fit; find a lo that does
+        while hi - step >= 0 and not fits(hi - step):
+            hi, step = hi - step, step * 2
+        if hi - step < 0:
+            if not fits(0):
+                return -1
+            lo = 0
+        else:
+            lo = hi - step
+    while hi - lo > 1:  # lo fits, hi does not
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None) -> int:
     """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
-    whole ns, read from time alone (no memory): the least T such that the stages, each at its
-    fastest for n layers (nothing recomputed: recomputation only adds time), can hold L layers
-    between them with every stage's paced time ≤ T. The search skips a shape whose bound plus
+    whole ns: the least T such that the stages, each at its fastest for n layers (nothing
+    recomputed: recomputation only adds time), can hold L layers between them with every stage's
+    paced time ≤ T. With ``capacity`` (bytes per GPU) a stage takes at most the most layers that
+    fit it fully recomputed (more layers never hold less: bisection over n), and a shape where
+    these cannot hold L layers gets :data:`NO_SPLIT`. The search skips a shape whose bound plus
     the rest's lower bound cannot beat the best plan so far.
 
     Raises
@@ -226,6 +283,24 @@ def pipeline_lower_bound(case: Case, layout: Layout) -> int:
     """
     sc = _stage_context(case, layout)
     arch, L, pp, training, multiple, vocab, c, causal, m, ratio = sc
+    v = layout.virtual_stages
+    fit_most = [L] * pp
+    if capacity is not None:
+        for stage in range(pp):
+
+            def fits(n: int, stage: int = stage) -> bool:
+                k = most_recomputed(n, v)
+                return _stage_memory(case, layout, stage, n, k).total_bytes <= capacity
+
+            if pp == 1:  # one stage holds all L layers
+                if not fits(L):
+                    return NO_SPLIT
+                continue
+            fit_most[stage] = _most_that_fits(fits, L, fit_most[stage - 1] if stage else L // pp)
+            if fit_most[stage] < 0:
+                return NO_SPLIT
+        if sum(fit_most) < L:
+            return NO_SPLIT
     plain = layout.with_(stage_layers=None, recompute_layers=None)
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
@@ -254,7 +329,11 @@ def pipeline_lower_bound(case: Case, layout: Layout) -> int:
 
     def holds(t: int) -> bool:  # the most layers each stage can take within t, together ≥ L
         return (
-            sum(max((n for n, v in enumerate(row) if v <= t), default=-1) for row in fastest) >= L
+            sum(
+                max((n for n, x in enumerate(row[: most + 1]) if x <= t), default=-1)
+                for row, most in zip(fastest, fit_most, strict=True)
+            )
+            >= L
         )
 
     lo, hi = 0, len(candidates) - 1
@@ -286,9 +365,12 @@ def build_stage_tables(
     ``deadline``: a :func:`time.perf_counter` instant, checked before each layer count's rows
     (a few evaluations each), so a time limit holds to within one of them.
 
-    Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster):
-    k = 0 is tried first, then k = n, then the least k by bisection; the scan over n stops at the
-    first n that does not fit fully recomputed or whose stage alone reaches the cap.
+    Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster; one
+    more layer on the stage never holds less): the least k of n − 1 layers is tried first, then
+    the most, then the least k above it by bisection; the scan over n stops at the first n that
+    does not fit fully recomputed or whose stage alone reaches the cap. Once the stages built (by
+    their rows) and the others (by time alone) cannot hold L layers below ``cap_ns``, the rest
+    are left empty: no split of this shape beats it.
 
     Raises
     ------
@@ -299,16 +381,17 @@ def build_stage_tables(
     """
     arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
     v = layout.virtual_stages
-    capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
-    if max_bytes is not None:
-        capacity = min(capacity, max_bytes)
+    capacity = stage_capacity(case, layout, headroom, max_bytes)
     evaluations = 0
+
+    memo: dict[tuple[int, int, int], StageMemory] = {}
 
     def memory(stage: int, n: int, k: int) -> StageMemory:
         nonlocal evaluations
-        evaluations += 1
-        lay = realization(layout, L, stage, n, k)
-        return stage_memory_at(case.model, training, lay, stage, multiple)
+        if (stage, n, k) not in memo:
+            evaluations += 1
+            memo[stage, n, k] = _stage_memory(case, layout, stage, n, k)
+        return memo[stage, n, k]
 
     def fits(stage: int, n: int, k: int) -> bool:
         return memory(stage, n, k).total_bytes <= capacity
@@ -326,10 +409,21 @@ def build_stage_tables(
             times[key] = (round(m * t * (1 + ratio) * 1e9), t)
         return times[key]
 
+    # time alone (no memory, nothing recomputed) caps what each stage can take below cap_ns: once
+    # the stages built and those caps of the others cannot hold L layers, no split beats cap_ns
+    counts = [L] if pp == 1 else range(L + 1)
+    most = [
+        max((n for n in counts if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
+            default=-1)
+        for i in range(pp)
+    ]  # fmt: skip
     rows: list[tuple[StageOption, ...]] = []
     for stage in range(pp):
+        if sum(most) < L:  # some stage has no row, or together they cannot hold L layers
+            rows += [()] * (pp - stage)
+            break
         found = []
-        counts = [L] if pp == 1 else range(L + 1)
+        least = 0
         for n in counts:
             if deadline is not None and time.perf_counter() >= deadline:
                 raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
@@ -337,12 +431,14 @@ def build_stage_tables(
             if cap_ns is not None and paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
                 break  # k = 0 is this n's fastest, and more layers are slower
             top = most_recomputed(n, v)
-            if fits(stage, n, 0):
-                k = 0
-            elif not fits(stage, n, top):
+            # the least k that fits is at least n − 1's (one more layer never holds less):
+            # try that first, then bisect above it
+            if fits(stage, n, least):
+                k = least
+            elif least >= top or not fits(stage, n, top):
                 break
             else:
-                lo, hi = 1, top  # the least k that fits: hi fits, lo − 1 does not
+                lo, hi = least + 1, top  # hi fits, lo − 1 does not
                 while lo < hi:
                     mid = (lo + hi) // 2
                     if fits(stage, n, mid):
@@ -350,6 +446,7 @@ def build_stage_tables(
                     else:
                         lo = mid + 1
                 k = hi
+            least = k
             paced_ns, _ = paced(stage, n, k)
             if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
                 continue
@@ -361,4 +458,5 @@ def build_stage_tables(
                 StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
             )
         rows.append(tuple(found))
+        most[stage] = max((o.layers for o in found), default=-1)
     return StageTables(case, layout, L, capacity, tuple(rows), evaluations)

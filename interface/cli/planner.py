@@ -323,7 +323,9 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "recompute_layers",
             help="Layers fully recomputed on each pipeline stage, e.g. 2,4,4,0 (pp counts; the "
             "first that many layers of each stage, Megatron-LM's --recompute-method block; the "
-            "others keep --recompute none or selective). Needs virtual-stages 1.",
+            "others keep --recompute none or selective). With virtual-stages > 1 the count is "
+            "per model chunk, as Megatron-LM's: the first that many layers of each of the "
+            "stage's chunks.",
         ),
         click.option(
             "--first-stage-layers",

@@ -12,6 +12,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, NUMBER, POSITIVE, echo_json, output
 from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
+from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
@@ -190,16 +191,16 @@ def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     "--per-stage-shapes",
     "per_stage_shapes",
     type=COUNT,
-    default=8,
-    show_default=True,
-    help="With --per-stage: how many of the fastest uniform shapes to search per stage.",
+    default=None,
+    help="With --per-stage: search only this many shapes per stage (the fastest uniform ones, "
+    "then the fastest with fit ignored); default every shape, so the answer is proven over all.",
 )
 def search_cmd(
     as_json: bool,
     top: int,
     maximize: str | None,
     per_stage: bool | None,
-    per_stage_shapes: int,
+    per_stage_shapes: int | None,
     **kw: Any,
 ) -> None:
     """The best layout: dp, tp, pp, cp, ep, ZeRO stage, recompute, micro-batch, schedule (and GPU count
@@ -209,10 +210,12 @@ def search_cmd(
     """
     from trainplan.interface.report import evaluate_text
 
-    if per_stage or (per_stage is None and _scenario_per_stage(kw)):
+    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
+    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
+    if per_stage:
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
-        _per_stage(kw, per_stage_shapes, as_json)
+        _per_stage(kw, shapes, as_json)
         return
     solutions = _solutions(as_json)
     try:
@@ -298,9 +301,9 @@ def _per_stage(kw: dict[str, Any], shapes: int, as_json: bool) -> None:
     "--per-stage-shapes",
     "per_stage_shapes",
     type=COUNT,
-    default=8,
-    show_default=True,
-    help="With --per-stage: how many of the fastest uniform shapes each search takes per stage.",
+    default=None,
+    help="With --per-stage: each search takes only this many shapes per stage; default every "
+    "shape.",
 )
 def frontier_cmd(
     as_json: bool,
@@ -308,7 +311,7 @@ def frontier_cmd(
     csv_path: str | None,
     png_path: str | None,
     per_stage: bool | None,
-    per_stage_shapes: int,
+    per_stage_shapes: int | None,
     **kw: Any,
 ) -> None:
     """The Pareto frontier of step time (or the objective) against memory per GPU, GPU count or price.
@@ -319,9 +322,10 @@ def frontier_cmd(
     from trainplan.interface.report import frontier_text, write_csv
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
+    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
     try:
         if per_stage:
-            run = per_stage_frontier_json(kw, against, per_stage_shapes)
+            run = per_stage_frontier_json(kw, against, shapes)
         else:
             run = frontier_json(kw, against, _table_progress(as_json))
     except InfeasibleError as err:

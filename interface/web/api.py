@@ -104,7 +104,8 @@ def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("search", query)
     key = _key("search", kw)
     top, maximize = kw.pop("top"), kw.pop("maximize")
-    per_stage, shapes = kw.pop("per_stage", None), kw.pop("per_stage_shapes", 8)
+    per_stage = kw.pop("per_stage", None)
+    shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
     if per_stage:  # the CLI's search --per-stage --json object
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
@@ -117,6 +118,10 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("frontier", query)
     key = _key("frontier", kw)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
+    per_stage = kw.pop("per_stage", None)
+    shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
+    if per_stage:  # the CLI's frontier --per-stage --json object
+        return cached_run(key, lambda: commands.per_stage_frontier_json(kw, against, shapes))
     return cached_run(key, lambda: commands.frontier_json(kw, against, on_tables))
 
 

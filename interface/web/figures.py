@@ -104,12 +104,12 @@ _SEARCHED = {
     "rank_order": "rank-order",
     "cp_kind": "cp-kind",
     "cp_a2a": "cp-a2a",
-    "stage_layers": "stage-layers",
     "recompute_layers": "recompute-layers",
 }
 """A layout's fields (a search answer's or a frontier row's) as the planner's query names: the
-searched decisions, the CP flavour, and a per-stage plan's layers and recomputed layers per stage
-(lists as the planner's comma-separated form)."""
+searched decisions, the CP flavour, and a per-stage plan's recomputed layers per stage (lists as
+the planner's comma-separated form); a per-stage plan's split goes as its ``chunk_layers`` (per
+model chunk: a stage's total need not divide by v)."""
 
 
 def _query_value(value: Any) -> str:
@@ -117,7 +117,7 @@ def _query_value(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
-_NOT_CARRIED = {"gpus", *_SEARCHED.values()}
+_NOT_CARRIED = {"gpus", "stage-layers", *_SEARCHED.values()}
 
 
 def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
@@ -132,6 +132,8 @@ def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
         for key, name in _SEARCHED.items()
         if row.get(key) is not None
     ]
+    if row.get("recompute_layers") is not None and row.get("chunk_layers"):
+        layout.append(("stage-layers", _query_value(row["chunk_layers"])))
     return "/planner?" + urlencode(kept + layout + [("gpus", str(row["num_gpus"]))])
 
 

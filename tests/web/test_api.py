@@ -307,6 +307,35 @@ def test_frontier_and_its_csv(client, tmp_path):
     assert len(links) == len(got["points"]) and 'id="point-1"' in svg
 
 
+PER_STAGE_8B = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "32"]
+
+
+def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(client):
+    """/api/frontier with per-stage=true is frontier --per-stage --json (it used to answer the
+    uniform frontier). Its 8-GPU point is interleaved (pp 2 × v 8, 17 + 15 layers): its planner
+    link gives the split per chunk (a stage's 17 layers do not divide by v = 8), and the link
+    evaluates to the point's own step time; the CSV writes the lists as --stage-layers takes
+    them."""
+    args = [*PER_STAGE_8B[:2], "--gpus", "2..8", *PER_STAGE_8B[4:], "--against", "gpus"]
+    want = cli_json("frontier", *args, "--per-stage")
+    got = client.get(f"/api/frontier?{query(args)}&per-stage=true").json()
+    assert got["per_stage"] is True and got["points"] == want["points"]
+    eight = got["points"][0]
+    assert (eight["num_gpus"], eight["virtual_stages"], eight["stage_layers"]) == (8, 8, [17, 15])
+    assert len(eight["chunk_layers"]) == 16 and sum(eight["chunk_layers"]) == 32
+    events = client.get(f"/api/frontier/stream?{query(args)}&per-stage=true").text.splitlines()
+    link = json.loads(events[-1])["planner"][0]
+    chunks = ",".join(map(str, eight["chunk_layers"]))
+    assert "stage-layers=" + chunks.replace(",", "%2C") in link
+    planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
+    assert planner["time"]["step_s"] == pytest.approx(eight["step_s"], rel=1e-12)
+    csv = client.get(f"/api/figures/frontier.csv?{query(args)}&per-stage=true").text
+    assert f'"{chunks}"' in csv.splitlines()[1]
+    bad = client.get(f"/api/frontier?{query([*args, '--per-stage-shapes', '3'])}")
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("per_stage_shapes: 3 applies to the per-stage search")
+
+
 def test_figures_draw_the_api_objects(client):
     d = cli_json("evaluate", *EVALUATE)
     svg = client.get(f"/api/figures/memory?{query(EVALUATE)}")

@@ -244,8 +244,9 @@ TP.searchPage = async (kind, render) => {
     bar.value = 1;
     text.textContent = `done in ${elapsed()}`;
     const r = last.result, status = TP.$("#status");
-    // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's words.
-    const proof = r.per_stage ? r.per_stage.status : r.status;
+    // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's
+    // words; the per-stage frontier (per_stage true) in status, in the same words.
+    const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
     status.className = `status ${proof}`;
     status.id = "status";
     status.textContent = r.per_stage

@@ -11,6 +11,13 @@ TP.searchPage("frontier", async (last, q) => {
     ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${TP.esc(p.gpu)}`],
     ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],
+    // the per-stage frontier (frontier --per-stage): each point's plan, its stages, and the gain
+    ...(r.per_stage ? [
+      ["plan", (p) => TP.esc(p.plan)],
+      ["layers / recomputed per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/")} / ${p.recompute_layers.join("/")}` : "—")],
+      ["uniform step", (p) => (p.uniform_step_s === null ? "none fits" : TP.secs(p.uniform_step_s))],
+      ["gain", (p) => (p.gain === null ? "—" : `${p.gain.toFixed(3)}×`)],
+    ] : []),
     ["", (p, i) => `<a href="${TP.esc(last.planner[i])}">planner</a>`],
   ], 'id="points-table"');
   const chart = TP.$("#chart");

@@ -14,7 +14,10 @@ const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map
 // The CLI's search --per-stage --json object, presented: nothing computed here.
 function perStage(r, link) {
   const ps = r.per_stage, launch = r.launch, u = ps.uniform;
-  const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i] }));
+  const lay = r.layout, v = lay.virtual_stages, pp = lay.pp;
+  // interleaved: each stage's chunks (model order, every pp-th) and its count per chunk, as the CLI
+  const chunks = (i) => lay.chunk_layers.filter((c, j) => j % pp === i).join("+");
+  const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i], c: v > 1 ? chunks(i) : null }));
   return `<div class="card per-stage">
       <h3>${TP.esc(ps.job)}</h3>
       <p class="mono uniform-layout">best uniform: ${TP.esc(layoutLine(u.layout))}</p>
@@ -30,7 +33,7 @@ function perStage(r, link) {
       <div class="table-wrap">${TP.table(stages, [
         ["stage", (s, i) => i],
         ["layers", (s) => s.n],
-        ["recomputed (full)", (s) => s.k],
+        ...(v > 1 ? [["chunks", (s) => s.c], ["recomputed (full) per chunk", (s) => s.k]] : [["recomputed (full)", (s) => s.k]]),
         ["others", () => TP.esc(r.layout.recompute)],
       ], 'id="stage-table"')}</div>
     </div>
