@@ -426,3 +426,60 @@ def test_megatron_flags_say_when_the_plan_is_another_frameworks():
     notes = megatron_flags(arch, Layout(framework="deepspeed", zero_stage=3), 64).notes
     assert any(n.startswith("framework deepspeed:") for n in notes)
     assert not megatron_flags(arch, Layout(), 64).notes
+
+
+def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
+    """--schedule interleaved: every base with a pipeline stays interleaved (pp 1 has no
+    schedule to keep); the review found a 1F1B plan answered and called a gain. Llama 3 8B on 8
+    H100, B 32: pp 2 × v 8 with 17 + 15 layers (chunks 2+2+2+2+2+2+2+3 and 1+2+…+2) is 1.007×
+    the uniform tp 2 plan."""
+    from trainplan.interface.cli import main
+
+    args = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "32"]
+    argv = ["trainplan", "search", *args, "--schedule", "interleaved", "--per-stage", "--json"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code in (0, None)
+    d = json.loads(capsys.readouterr().out)
+    assert {(s["pp"] > 1, s["schedule"]) for s in d["per_stage"]["shapes"]} == {
+        (False, "1f1b"),
+        (True, "interleaved"),
+    }
+    lay = d["layout"]
+    assert (lay["schedule"], lay["virtual_stages"], lay["stage_layers"]) == (
+        "interleaved",
+        8,
+        [17, 15],
+    )
+    assert lay["chunk_layers"] == [2, 1, *[2] * 12, 3, 2]
+    assert d["per_stage"]["gain"] == pytest.approx(1.0075, abs=1e-4)
+    monkeypatch.setattr("sys.argv", argv[:-1])
+    with pytest.raises(SystemExit):
+        main()
+    out = capsys.readouterr().out
+    assert "0        17        2+2+2+2+2+2+2+3  0" in out  # each stage's chunks, not its total
+
+
+def test_every_shape_is_searched_by_default(monkeypatch, capsys):
+    """Llama 3 70B on 32 H100 at 8K: the best uniform plan (tp 8 × pp 2) recomputes nothing, and
+    the fastest uniform shapes have no faster split; tp 4 × pp 4, whose uniform layouts fit only
+    fully recomputed (713 s), does: 19, 20, 21, 20 layers with 6, 2, 0, 0 recomputed, 533.5 s,
+    1.077× (the review's find; limited to the 8 fastest uniform shapes the search missed it)."""
+    from trainplan.interface.cli import main
+
+    args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
+    got = {}
+    for extra in ([], ["--per-stage-shapes", "1"]):
+        monkeypatch.setattr("sys.argv", ["trainplan", "search", *args, *extra, "--json"])
+        with pytest.raises(SystemExit):
+            main()
+        got[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert got[True]["per_stage"]["gain"] == 1.0
+    d = got[False]
+    assert d["per_stage"]["gain"] == pytest.approx(1.0772, abs=1e-4)
+    lay = d["layout"]
+    assert (lay["dp"], lay["tp"], lay["pp"], lay["schedule"]) == (2, 4, 4, "1f1b")
+    assert d["per_stage"]["stage_layers"] == [19, 20, 21, 20]
+    assert d["per_stage"]["recompute_layers"] == [6, 2, 0, 0]
+    assert d["per_stage"]["step_s"] == pytest.approx(533.530, abs=1e-3)
