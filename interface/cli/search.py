@@ -255,7 +255,7 @@ def _scenario_per_stage(kw: dict[str, Any]) -> bool:
     return bool(load_scenario(kw["scenario"]).get("per_stage"))
 
 
-def _per_stage(kw: dict[str, Any], shapes: int, as_json: bool) -> None:
+def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
     from trainplan.interface.report import evaluate_text, per_stage_text
 
