@@ -23,6 +23,10 @@ SHOTS = {
     "ckpt": ("/ckpt?layers=9&every=3&step=12", "#frame svg"),
     "rlhf": ("/rlhf?algorithm=ppo&policy-params=70e9&reward-params=7e9", "#resident"),
     "search": ("/search?model=llama3-70b&gpus=64", ".answer .memory-figure svg"),
+    "search-per-stage": (
+        "/search?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true",
+        ".per-stage .gain",
+    ),
     "frontier": ("/frontier?model=llama3-70b&gpus=64", "#chart svg"),
     "api": ("/docs", ".swagger-ui .opblock"),
 }
