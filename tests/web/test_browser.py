@@ -298,6 +298,31 @@ def test_frontier_chart_links_and_csv_download(page, tmp_path):
     )
 
 
+def test_frontier_per_stage_box_shows_the_plans(page):
+    """The Frontier tab's "per stage" box: frontier --per-stage's points with their plan, stages
+    and gain; the 8-GPU point (interleaved, v 8) opens in the Planner with its per-chunk split."""
+    q = {"model": "llama3-8b", "gpus": "2..8", "seq-len": "8192", "global-batch": "32"}
+    go(page, "/frontier?" + urlencode({**q, "against": "gpus"}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    page.check("input[name=per-stage]")
+    page.click("#run")
+    expect(page.locator("#status")).to_have_text("OPTIMAL (proven over the shapes searched)")
+    args = ["--model", "llama3-8b", "--gpus", "2..8", "--seq-len", "8192", "--global-batch", "32"]
+    want = cli_json("frontier", *args, "--against", "gpus", "--per-stage")["points"]
+    rows = page.locator("#points-table tbody tr")
+    expect(rows).to_have_count(len(want))
+    expect(rows.first).to_contain_text("per-stage")
+    expect(rows.first).to_contain_text(f"{want[0]['gain']:.3f}×")
+    rows.first.locator("a").click()
+    page.wait_for_url(re.compile(r"/planner\?"))
+    expect(page.locator("input[name=stage-layers]")).to_have_value(
+        ",".join(map(str, want[0]["chunk_layers"]))
+    )
+    expect(page.locator("#verdict")).to_have_attribute(
+        "data-total-bytes", str(want[0]["total_bytes"])
+    )
+
+
 def test_api_documentation_renders_offline(page):
     go(page, "/docs")
     expect(page.locator(".swagger-ui")).to_be_visible()
