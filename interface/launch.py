@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import model_chunks, recomputed_in_chunks, stage_chunks, stage_layers
+from trainplan.model.split import model_chunks, stage_chunks, stage_layers
 
 __all__ = [
     "LaunchFlags",
@@ -54,22 +55,6 @@ def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
         for s in stage_layers(
             arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
         )
-    )
-
-
-def _recomputed_per_stage(arch: Architecture, layout: Layout) -> tuple[int, ...]:
-    """Layers each stage fully recomputes under ``layout.recompute_layers`` (the first k of each
-    of its model chunks, :func:`model.split.recomputed_in_chunks`); zeros without counts."""
-    counts = layout.recompute_layers or (0,) * layout.pp
-    pp, v, uneven, sizes = (
-        layout.pp,
-        layout.virtual_stages,
-        layout.uneven_stages,
-        layout.stage_layers,
-    )
-    return tuple(
-        len(recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k))
-        for i, k in enumerate(counts)
     )
 
 
@@ -292,7 +277,7 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
     counts = layout.recompute_layers
     lines.append("[activation_checkpoint]")
-    done = _recomputed_per_stage(arch, layout)  # layers recomputed on each stage (per chunk)
+    done = tuple(map(len, recomputed_by_stage(arch, layout)))  # layers recomputed per stage
     if counts is not None and all(k == n for k, n in zip(done, split, strict=True)):
         lines.append('mode = "full"')
     elif counts is not None and any(counts):

@@ -63,6 +63,8 @@ __all__ = [
     "TrafficRow",
     "Estimate",
     "evaluate",
+    "recomputed_by_stage",
+    "recomputed_layers",
     "ZeroRow",
     "stage_memory",
     "stage_params_per_gpu",
@@ -1067,23 +1069,27 @@ def evaluate(
     )
 
 
-def recomputed_layers(arch: Architecture, layout: Layout) -> frozenset[int]:
-    """Indices of the layers fully recomputed by ``Layout.recompute_layers`` (the first k of
-    each model chunk of each stage, :func:`model.split.recomputed_in_chunks`); empty without
-    per-stage counts."""
-    if layout.recompute_layers is None:
-        return frozenset()
+def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline stage, the indices of the layers ``Layout.recompute_layers`` fully recomputes
+    there (the first k of each of its model chunks, :func:`model.split.recomputed_in_chunks`);
+    empty tuples without per-stage counts."""
+    counts = layout.recompute_layers or (0,) * layout.pp
     pp, v, uneven, sizes = (
         layout.pp,
         layout.virtual_stages,
         layout.uneven_stages,
         layout.stage_layers,
     )
-    return frozenset(
-        j
-        for i, k in enumerate(layout.recompute_layers)
-        for j in recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
+    return tuple(
+        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
+        for i, k in enumerate(counts)
     )
+
+
+def recomputed_layers(arch: Architecture, layout: Layout) -> frozenset[int]:
+    """Indices of the layers fully recomputed by ``Layout.recompute_layers`` on any stage
+    (:func:`recomputed_by_stage`); empty without per-stage counts."""
+    return frozenset(j for stage in recomputed_by_stage(arch, layout) for j in stage)
 
 
 def _vocab_note(vocab: int, padded: int, multiple: int, layout: Layout, given: int | None) -> str:

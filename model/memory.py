@@ -30,7 +30,7 @@ from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
 from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import model_chunks
+from trainplan.model.split import stage_chunks
 from trainplan.model.stage_bytes import (
     Form,
     apply_form,
@@ -511,11 +511,11 @@ def local_chunks(
     stage: int,
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[bool, ...], ...]:
-    """The layer kinds (MoE or not) of each of a stage's v model chunks: chunks i, i + pp, …
-    of the pp·v consecutive chunks (Narayanan et al. 2021 §2.2.2; :func:`model.split.model_chunks`:
+    """The layer kinds (MoE or not) of each of a stage's v model chunks
+    (:func:`model.split.stage_chunks`: chunks i, i + pp, … of the pp·v consecutive chunks,
     explicit per-chunk ``sizes`` or the default split, the MTP blocks in the last)."""
-    chunks = model_chunks(arch, pp, v, uneven, sizes)
-    return tuple(tuple(arch.is_moe_layer(j) for j in chunks[stage + k * pp]) for k in range(v))
+    chunks = stage_chunks(arch, pp, v, uneven, stage, sizes)
+    return tuple(tuple(arch.is_moe_layer(j) for j in chunk) for chunk in chunks)
 
 
 def _pipeline_output_bytes(

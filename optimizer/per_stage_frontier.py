@@ -96,6 +96,20 @@ def axis_value(against: str, result: PerStageResult) -> int:
     return result.uniform.peak_bytes
 
 
+def _frontier(
+    against: str, points: list[FrontierPoint], proven: bool, searches: int, t0: float
+) -> PerStageFrontier:
+    """The result: the non-dominated ``points``, proven or not, with the searches run and the
+    seconds since ``t0`` (:func:`time.perf_counter`)."""
+    return PerStageFrontier(
+        against,
+        _non_dominated(points),
+        "optimal" if proven else "feasible",
+        searches,
+        time.perf_counter() - t0,
+    )
+
+
 def _non_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
     """Each point strictly faster than every point of lesser or equal value; step time
     ascending."""
@@ -171,13 +185,7 @@ def per_stage_frontier(
                     uniform = None
             points.append(_point(r, value, uniform))
             eps = value - 1
-        return PerStageFrontier(
-            against,
-            _non_dominated(points),
-            "optimal" if proven else "feasible",
-            searches,
-            time.perf_counter() - t0,
-        )
+        return _frontier(against, points, proven, searches, t0)
     jobs = sorted(problem.jobs, key=lambda j: axis_value_of_job(against, j))
     best_ns: int | None = None  # the frontier so far: its fastest point
     best_uniform: tuple[int, Answer] | None = None  # the fastest uniform layout of the jobs so far
@@ -222,13 +230,7 @@ def per_stage_frontier(
             break
     if not points and nothing is not None and not stopped:
         raise nothing
-    return PerStageFrontier(
-        against,
-        _non_dominated(points),
-        "optimal" if proven else "feasible",
-        searches,
-        time.perf_counter() - t0,
-    )
+    return _frontier(against, points, proven, searches, t0)
 
 
 def axis_value_of_job(against: str, job: Job) -> int:
