@@ -369,8 +369,16 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
     titan = torchtitan_toml(arch, lay)
     single = single_count_layout(lay, arch)
     megatron_step = None
+    notes = list(megatron.notes)
     if single is not None:
         megatron_step = result.job.case.evaluate(single).step_s
+        if megatron_step >= uniform.step_s:
+            notes.append(
+                f"with one --recompute-num-layers (stock Megatron-LM) this plan takes "
+                f"{megatron_step:.2f} s a step, no faster than the best uniform plan's "
+                f"{uniform.step_s:.2f} s: launch the uniform plan unless the block method is "
+                "patched for per-stage counts"
+            )
     d["per_stage"] = {
         "status": result.status,
         "job": result.job.label,
@@ -408,7 +416,7 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
     }
     d["launch"] = {
         "megatron": list(megatron.flags),
-        "megatron_notes": list(megatron.notes),
+        "megatron_notes": notes,
         "megatron_step_s": megatron_step,
         "torchtitan": list(titan.flags),
         "torchtitan_notes": list(titan.notes),

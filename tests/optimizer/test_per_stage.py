@@ -483,3 +483,10 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     assert d["per_stage"]["stage_layers"] == [19, 20, 21, 20]
     assert d["per_stage"]["recompute_layers"] == [6, 2, 0, 0]
     assert d["per_stage"]["step_s"] == pytest.approx(533.530, abs=1e-3)
+    # stock Megatron-LM runs the largest count (6) on every stage: 586.66 s, slower than the
+    # uniform plan's 574.73 s — the flags say so instead of promising the gain
+    assert d["launch"]["megatron_step_s"] == pytest.approx(586.66, abs=0.01)
+    assert any(
+        "no faster than the best uniform plan's 574.73 s" in n
+        for n in d["launch"]["megatron_notes"]
+    )
