@@ -277,6 +277,10 @@ def solve_shape(
             break
     if best is None:
         return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
+    if cap_ns is not None and best[0] >= cap_ns and status == "optimal":
+        # rows at or above the cap were left out, so this is no proof for the shape: it has
+        # nothing faster than the cap (the plan found is not kept)
+        return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
     return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
 
 
@@ -329,20 +333,23 @@ def ranked_bases(
     layers off the first stages does not), ranks here by its speed without recomputation.
     Shapes are counted by dp, tp, pp, cp, micro-batch, ZeRO stage, framework and recompute mode
     once; an interleaved shape keeps its first-ranked v (the uniform search's best for it), and
-    only among the first ``interleaved_top`` shapes of a list (the rest come as 1F1B: the exact
-    interleaved peak costs milliseconds a row). With ``top`` None every legal shape whose model
-    state can fit comes, in that order."""
+    only among the first ``interleaved_top`` shapes of a ranking (the rest come as 1F1B: the
+    exact interleaved peak costs milliseconds a row) — unless the space allows no 1F1B, when
+    every shape comes interleaved. With ``top`` None every legal shape whose model state can fit
+    comes, in that order."""
     tables = prepared[0]
     ok = allowed(problem, tables)
     if max_bytes is not None:
         ok = ok & (tables.peak_ceil <= max_bytes)
     # a split moves layers, not their sum: where the stages' mean model state is over the
-    # capacity, some stage is over it under every split (and no per-stage plan fits)
+    # capacity, some stage is over it under every split (and no per-stage plan fits). Not under
+    # ZeRO-3, whose gather buffers go with a stage's layers (an empty stage holds none): kept.
     room = tables.capacity  # × (1 − headroom) already
     if max_bytes is not None:
         room = np.minimum(room, max_bytes)
     pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
     state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
+    state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :]
     legal = np.broadcast_to((tables.legal & state_fits)[:, :, None], ok.shape)
     if problem.constraints.tp_in_nvlink:
         near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
@@ -353,12 +360,13 @@ def ranked_bases(
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
     counted: set[tuple[int, Layout]] = set()
-    with_v: set[tuple[int, Layout]] = set()
-    near_top: set[tuple[int, Layout]] = set()
+    with_v: set[tuple[int, Layout]] = set()  # shapes whose interleaved base is in
+    one_f_one_b = Schedule.ONE_F_ONE_B in problem.space.schedules
     for keep in (ok, legal):
         flat = np.where(keep, objective, big).reshape(len(tables.shapes), -1)
         best = flat.min(axis=1)
         taken = 0
+        ranked: list[tuple[int, Layout]] = []  # this ranking's shapes, in order
         for s in np.argsort(best, kind="stable"):
             if best[s] == big or (top is not None and taken >= top):
                 break
@@ -366,19 +374,22 @@ def ranked_bases(
             job = tables.jobs[tables.job_of[s]]
             layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
             j = int(tables.job_of[s])
-            # one shape whatever its schedule and v: counted once, its first-ranked v kept, and
-            # kept interleaved only among a list's first interleaved_top shapes
+            # one shape whatever its schedule and v: counted once; interleaved at its
+            # first-ranked v, and only among a ranking's first interleaved_top shapes unless
+            # 1F1B is not allowed (then every shape comes interleaved)
             shape = (j, layout.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1))
+            if shape not in ranked:
+                ranked.append(shape)
             if shape not in counted:
                 counted.add(shape)
-                if taken < interleaved_top:
-                    near_top.add(shape)
                 taken += 1
             bases = base_layouts(layout, problem.space.schedules)
             if layout.schedule is Schedule.INTERLEAVED:
-                if shape in with_v or shape not in near_top:
+                near_top = ranked.index(shape) < interleaved_top or not one_f_one_b
+                if shape in with_v or not near_top:
                     bases = [b for b in bases if b.virtual_stages == 1]
-                with_v.add(shape)
+                else:
+                    with_v.add(shape)
             for base in bases:
                 if (j, base) not in seen:
                     seen.add((j, base))

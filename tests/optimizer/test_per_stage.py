@@ -490,3 +490,43 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
         "no faster than the best uniform plan's 574.73 s" in n
         for n in d["launch"]["megatron_notes"]
     )
+
+
+def test_a_cap_the_optimum_does_not_beat_is_no_gain():
+    """With a cap at (or 1 ns under) the shape's own optimum, the rows at or above it are left
+    out, so the shape has no plan faster than the cap: ``no-gain``, not ``optimal`` (the review
+    found ``optimal`` returned with a plan that did not beat its cap); 1 ns above, the optimum."""
+    case = tiny_case(6, 2)
+    headroom = tight_headroom(case, 0.5)
+    best = oracle(case, headroom)
+    assert best is not None
+    for cap, status in ((best[0], "no-gain"), (best[0] - 1, "no-gain"), (best[0] + 1, "optimal")):
+        got = solve_shape(case, case.layout, headroom, cap_ns=cap)
+        assert got.status == status
+        assert got.objective_ns == (best[0] if status == "optimal" else None)
+
+
+def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch, capsys):
+    """--schedule interleaved leaves no 1F1B base: every shape comes interleaved (at its
+    first-ranked v), not only the first 8 of a ranking. Llama 3 70B on 32 H100: tp 4 × pp 8,
+    v 2, with 4,4,5,5,… layers per chunk and 2,1,1,1,0,0,0,0 recomputed, 562.14 s against the
+    uniform interleaved 575.21 s (the review's find; that shape used to get no base)."""
+    from trainplan.interface.cli import main
+
+    args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
+    monkeypatch.setattr(
+        "sys.argv", ["trainplan", "search", *args, "--schedule", "interleaved", "--json"]
+    )
+    with pytest.raises(SystemExit):
+        main()
+    d = json.loads(capsys.readouterr().out)
+    lay = d["layout"]
+    assert (lay["tp"], lay["pp"], lay["schedule"], lay["virtual_stages"]) == (
+        4,
+        8,
+        "interleaved",
+        2,
+    )
+    assert d["per_stage"]["step_s"] == pytest.approx(562.14, abs=0.01)
+    assert d["per_stage"]["uniform"]["step_s"] == pytest.approx(575.21, abs=0.01)
+    assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
