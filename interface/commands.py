@@ -372,7 +372,11 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
     notes = list(megatron.notes)
     if single is not None:
         megatron_step = result.job.case.evaluate(single).step_s
-        if megatron_step >= uniform.step_s:
+        if (
+            megatron_step is not None
+            and uniform.step_s is not None
+            and megatron_step >= uniform.step_s
+        ):
             notes.append(
                 f"with one --recompute-num-layers (stock Megatron-LM) this plan takes "
                 f"{megatron_step:.2f} s a step, no faster than the best uniform plan's "
