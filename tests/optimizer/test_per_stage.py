@@ -127,17 +127,26 @@ INTERLEAVED_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("num_layers", "pp", "base", "share"), ORACLE_CASES)
-def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
-    case = tiny_case(num_layers, pp, base)
+def _solved_and_oracle(case, share: float):
+    """CP-SAT's answer for ``case``'s shape and the exhaustive oracle's at the headroom ``share``
+    of the way between full recomputation's peak and none's: infeasible both, or optimal with an
+    estimate (asserted here)."""
     headroom = tight_headroom(case, share)
     want = oracle(case, headroom)
     got = solve_shape(case, case.layout, headroom)
     if want is None:
         assert got.status == "infeasible"
+    else:
+        assert got.status == "optimal"
+        assert got.estimate is not None
+    return got, want
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "base", "share"), ORACLE_CASES)
+def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
+    got, want = _solved_and_oracle(tiny_case(num_layers, pp, base), share)
+    if want is None:
         return
-    assert got.status == "optimal"
-    assert got.estimate is not None
     # whole ns: the solver's T + R and the evaluation may round apart by a nanosecond or two
     assert abs(got.objective_ns - want[0]) <= 2
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
@@ -147,15 +156,9 @@ def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
 def test_cp_sat_equals_the_exhaustive_oracle_interleaved(num_layers, pp, v, base, share, gb):
     """Interleaved shapes keep their schedule: CP-SAT over per-stage (n, per-chunk k) rows equals
     evaluate() over every composition and count, to the nanosecond."""
-    case = tiny_case(num_layers, pp, base, v=v, gb=gb)
-    headroom = tight_headroom(case, share)
-    want = oracle(case, headroom)
-    got = solve_shape(case, case.layout, headroom)
+    got, want = _solved_and_oracle(tiny_case(num_layers, pp, base, v=v, gb=gb), share)
     if want is None:
-        assert got.status == "infeasible"
         return
-    assert got.status == "optimal"
-    assert got.estimate is not None
     assert got.estimate.layout.virtual_stages == v
     assert got.objective_ns == want[0]
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
