@@ -15,8 +15,8 @@ from trainplan.topology.accelerators import (
 
 SEED_NAMES = [
     "V100-SXM2-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H100-NVL",
-    "H100-96GB-500W", "H800", "H20", "H200", "B200", "B300", "GB200", "GB300", "MI250X", "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5e",
-    "TPUv5p", "TPUv6e", "Gaudi2", "Gaudi3", "Trainium2",
+    "H100-96GB-500W", "H800", "H20", "H200", "B200", "B300", "GB200", "GB300", "MI250X",
+    "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5e", "TPUv5p", "TPUv6e", "Gaudi2", "Gaudi3", "Trainium2",
 ]  # fmt: skip
 
 
