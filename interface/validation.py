@@ -47,7 +47,7 @@ from trainplan.interface.inputs import KNOWN_KEYS
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.specs import ModelSpec
-from trainplan.model.units import closest_names
+from trainplan.scenarios.catalogue import check_keys
 
 __all__ = [
     "ValidationTable",
@@ -85,7 +85,10 @@ _RUN_META = (
     "unmodelled",
     "cannot_express",
 )
-_PARAMS = frozenset(KNOWN_KEYS - {"model_spec", "training_defaults"})
+_PARAMS = tuple(sorted(KNOWN_KEYS - {"model_spec", "training_defaults"}))
+"""Planner parameters a table's ``params`` or a run may give (:func:`interface.inputs.build_case`;
+a model built in code is not one)."""
+_RUN_KEYS = (*_RUN_META, *_PARAMS)
 _REQUIRED_PARAMS = ("gpu", "num_gpus", "seq_len", "global_batch_size")
 
 
@@ -230,13 +233,6 @@ def _texts(d: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _check_keys(d: Mapping[str, Any], allowed: Sequence[str] | frozenset[str], where: str) -> None:
-    for key in d:
-        if key not in allowed and key not in _PARAMS:
-            known = sorted(set(allowed) | _PARAMS)
-            raise ScenarioError(f"{where}: unknown key {key!r}; {closest_names(key, known)}")
-
-
 def _positive(value: Any, key: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ScenarioError(f"{where}: '{key}' must be a positive number, got {value!r}")
@@ -251,7 +247,7 @@ def _run(
     key = _text(row, "key", _where(table.file, index))
     assert key is not None
     where = _where(table.file, index, key)
-    _check_keys(row, _RUN_META, where)
+    check_keys(row, _RUN_KEYS, where)
     other = [f for f in FIGURES if f != table.published and f in row]
     if other:
         raise ScenarioError(
@@ -298,13 +294,7 @@ def _run(
 
 def _table(table: Any, file: str, index: int) -> list[ValidationRun]:
     where = _where(file, index)
-    if not isinstance(table, dict):
-        raise ScenarioError(f"{where}: expected a table, got {table!r}")
-    for key in table:
-        if key not in _TABLE_KEYS:
-            raise ScenarioError(
-                f"{where}: unknown key {key!r}; {closest_names(key, list(_TABLE_KEYS))}"
-            )
+    check_keys(table, _TABLE_KEYS, where)
     for key in ("source", "framework", "framework_as_run", "published", "convention", "recipe"):
         _text(table, key, where)
     _text(table, "cannot_express", where, required=False)
@@ -312,15 +302,7 @@ def _table(table: Any, file: str, index: int) -> list[ValidationRun]:
         raise ScenarioError(f"{where}: 'published' must be one of {', '.join(FIGURES)}")
     if table.get("memory") not in (None, *MEMORY_KINDS):
         raise ScenarioError(f"{where}: 'memory' must be one of {', '.join(MEMORY_KINDS)}")
-    params = table.get("params", {})
-    if not isinstance(params, dict):
-        raise ScenarioError(f"{where}: 'params' must be a table of planner parameters")
-    for key in params:
-        if key not in _PARAMS:
-            raise ScenarioError(
-                f"{where} [params]: unknown planner parameter {key!r}; "
-                f"{closest_names(key, sorted(_PARAMS))}"
-            )
+    params = check_keys(table.get("params", {}), _PARAMS, f"{where} [params]")
     rows = table.get("run")
     if not isinstance(rows, list) or not rows:
         raise ScenarioError(f"{where}: no [[table.run]] rows")
@@ -395,9 +377,7 @@ def validation_models() -> dict[str, ModelSpec]:
     out: dict[str, ModelSpec] = {}
     for i, entry in enumerate(data.get("model", []), start=1):
         where = f"scenarios/validation/{MODELS_FILE}.toml [[model]] {i}"
-        for key in entry:
-            if key not in ("name", "source", "architecture"):
-                raise ScenarioError(f"{where}: unknown key {key!r} (name, source, architecture)")
+        check_keys(entry, ("name", "source", "architecture"), where)
         name = _text(entry, "name", where)
         source = _text(entry, "source", where)
         assert name is not None and source is not None

@@ -92,7 +92,7 @@ def test_a_published_throughput_row_from_the_data():
         (('source = "a paper, Table 1"\n', ""), "'source' must be a non-empty string"),
         (("tokens_per_s_per_gpu = 8192", "step_s = 2"), "'step_s' given, but the table"),
         (("num_gpus = 8\n", ""), "planner parameter 'num_gpus' is required"),
-        (("seq_len = 8192", "seq_lenn = 8192"), "[params]: unknown planner parameter 'seq_lenn'"),
+        (("seq_len = 8192", "seq_lenn = 8192"), "[params]: unknown key 'seq_lenn'"),
         (("dp = 8", "dp = 8\npeak_memory_gib = 70"), "needs the table's 'memory' kind"),
         (("tokens_per_s_per_gpu = 8192", "tokens_per_s_per_gpu = 0"), "must be a positive number"),
     ],
