@@ -3,7 +3,9 @@ evaluated with the layout and recipe its paper states, under the roofline time m
 by side, the previous single-efficiency model (``time_model = "single"``).
 
 ``python -m trainplan.interface.fidelity`` prints the table; ``--markdown`` writes the page
-``docs/fidelity-published.md`` is generated from; ``--calibrate`` re-runs the fit behind
+``docs/fidelity-published.md`` is generated from; ``--validation`` the report of the validation
+set of published end-to-end runs (:mod:`interface.validation_report`; with ``--markdown`` the
+page ``docs/fidelity-validation.md``, with ``--json`` its JSON object); ``--calibrate`` re-runs the fit behind
 :data:`model.roofline.GEMM_EFFICIENCY_BY_GENERATION`; ``--calibrate-single`` the previous
 model's grid behind :data:`model.timing.KERNEL_EFFICIENCY_BY_GENERATION`.
 
@@ -547,11 +549,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m trainplan.interface.fidelity", description=__doc__
     )
     parser.add_argument("--markdown", action="store_true", help="print the Markdown page")
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="the validation set of published end-to-end runs (scenarios/validation)",
+    )
+    parser.add_argument("--json", action="store_true", help="with --validation: print JSON")
     parser.add_argument("--calibrate", action="store_true", help="re-run the roofline fit")
     parser.add_argument(
         "--calibrate-single", action="store_true", help="re-run the single model's grid"
     )
     args = parser.parse_args(argv)
+    if args.json and not args.validation:
+        parser.error("--json applies to --validation only")
+    if args.validation:
+        from trainplan.interface.validation_report import print_report
+
+        print_report(args.markdown, args.json)
+        return 0
     if args.calibrate:
         print(calibrate())
         return 0

@@ -276,6 +276,7 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "HBM TB/s": r["hbm_tbps"],
                 "host GB/s": r["host_link_gbps"],
                 "host memory GB/s": r["host_memory_gbps"],
+                "power W": r["power_w"],
                 "status": r["status"],
             }
             for r in rows

@@ -28,7 +28,14 @@ from trainplan.model.layout import SEARCHED_FIELDS
 from trainplan.model.specs import ModelSpec
 from trainplan.model.units import closest_names
 
-__all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAYOUT_KEYS"]
+__all__ = [
+    "CatalogueEntry",
+    "get_model",
+    "model_names",
+    "entry_from_dict",
+    "check_keys",
+    "LAYOUT_KEYS",
+]
 
 _TOP_KEYS = ("name", "source", "architecture", "training", "layout", "published")
 _TRAINING_KEYS = ("seq_len", "global_batch_size", "source")
@@ -68,7 +75,14 @@ def model_names() -> list[str]:
     return scenarios.names("models")
 
 
-def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+def check_keys(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+    """``table`` itself when it is a table whose keys are all ``allowed``.
+
+    Raises
+    ------
+    ScenarioError
+        Not a table, or an unknown key (named with ``where`` and the closest allowed keys).
+    """
     if not isinstance(table, dict):
         raise ScenarioError(f"{where}: expected a table, got {table!r}")
     for key in table:
@@ -120,13 +134,13 @@ def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
         On an unknown or missing key, a missing ``source``, or bad dimensions; the message
         names ``where`` and the table.
     """
-    _check_keys(d, _TOP_KEYS, where)
+    check_keys(d, _TOP_KEYS, where)
     for key in ("name", "architecture", "training"):
         if key not in d:
             raise ScenarioError(f"{where}: missing required table or key {key!r}")
     arch = architecture_from_dict(d["architecture"], f"{where} [architecture]")
-    training = _check_keys(d["training"], _TRAINING_KEYS, f"{where} [training]")
-    layout = _check_keys(d.get("layout", {}), (*LAYOUT_KEYS, "source"), f"{where} [layout]")
+    training = check_keys(d["training"], _TRAINING_KEYS, f"{where} [training]")
+    layout = check_keys(d.get("layout", {}), (*LAYOUT_KEYS, "source"), f"{where} [layout]")
     published = d.get("published", {})
     if not isinstance(published, dict):
         raise ScenarioError(f"{where}: [published] must be a table")

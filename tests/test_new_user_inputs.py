@@ -350,7 +350,7 @@ def test_search_applies_evaluates_rule_for_virtual_stages_and_schedule():
     ("name", "candidates"),
     [
         ("A100", "A100-40GB, A100-80GB"),
-        ("H100", "H100-SXM, H100-PCIe, H100-NVL"),
+        ("H100", "H100-SXM, H100-PCIe, H100-NVL, H100-96GB-500W"),
         ("gaudi", "Gaudi2, Gaudi3"),
         ("TPU v5", "TPUv5e, TPUv5p"),
     ],

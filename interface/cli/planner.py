@@ -424,6 +424,8 @@ def gpus_cmd(as_json: bool) -> None:
         click.echo(f"  {r['name']}: {r['source']}")
         if r["bandwidth_source"]:
             click.echo(f"  {' ' * len(r['name'])}  HBM and host link: {r['bandwidth_source']}")
+        if r["power_source"]:
+            click.echo(f"  {' ' * len(r['name'])}  power: {r['power_source']}")
 
 
 @cli.command("models")
