@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import BlockFormat, GemmTable, LayerGemms, ShapeGemms, SmCount
 from trainplan.model.roofline import RooflineParams, gemm_efficiency
 
 __all__ = [
+    "GemmPart",
     "sm_count",
     "DEEPGEMM_BLOCK_M",
     "DEEPGEMM_BLOCK_N",
@@ -57,6 +59,19 @@ contiguous grouped GEMM uses the layout's M alignment, 128 (``utils.py``
 DEEPGEMM_BLOCK_N = (*range(16, 129, 8), 144, 160)
 """DeepGEMM's candidate N blocks on Hopper (same function): 16 to 128 by 8, then 144 and 160;
 a 256-row M block only with an N block of at most 128."""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPart:
+    """What the shape rule reads of a part besides the GEMM: its SMs (``gemm.toml``), dense
+    peak (TFLOP/s, of the GEMM's input dtype) and HBM bandwidth (TB/s) from the accelerator
+    table, and the fraction of that bandwidth a streaming kernel reaches (e.g. BabelStream's
+    triad, :func:`model.kernels.stream_fraction`)."""
+
+    sms: int
+    peak_tflops: float
+    hbm_tbps: float
+    hbm_efficiency: float
 
 
 def sm_count(rows: Sequence[SmCount], part: str) -> int:
@@ -192,7 +207,7 @@ def gemm_point(
 
 
 def depth_factor(
-    k: int, fraction: float, peak_tflops: float, hbm_tbps: float, hbm_efficiency: float, beta: float
+    k: int, fraction: float, peak_tflops: float, hbm_tbps: float, hbm_efficiency: float, beta: int
 ) -> float:
     """``k / (k + k₀)``, ``k₀ = (β/2)·fraction·peak / (e_HBM·HBM)``: the depth rule of
     :func:`model.roofline.gemm_efficiency` without its e_GEMM (one rule, read from there).
@@ -212,11 +227,8 @@ def large_gemm_fraction(
     n: int,
     k: int,
     groups: int,
-    peak_tflops: float,
-    sms: int,
-    hbm_tbps: float,
-    hbm_efficiency: float,
-    beta: float,
+    part: GemmPart,
+    beta: int,
     contiguous: bool = False,
 ) -> float:
     """``f_large``: the fraction of the peak that makes :func:`shape_efficiency` return the
@@ -235,13 +247,13 @@ def large_gemm_fraction(
     (β = 2): w = 896/(7·132) = 0.9697 (256 × 128 tiles), r = 1520/(1978.9·0.9697) = 0.7921,
     c = 1978.9/(0.9·3.35) = 656.3, f = 0.7921·16384/(16384 − 0.7921·656.3):
 
-    >>> f = large_gemm_fraction(1520, 4096, 7168, 16384, 1, 1978.9, 132, 3.35, 0.9, 2)
-    >>> round(f, 4)
+    >>> h800 = GemmPart(sms=132, peak_tflops=1978.9, hbm_tbps=3.35, hbm_efficiency=0.9)
+    >>> round(large_gemm_fraction(1520, 4096, 7168, 16384, 1, h800, 2), 4)
     0.8181
     """
-    bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
-    r = measured_tflops / (peak_tflops * wave_efficiency(m, n, groups, sms, bm, bn))
-    c = beta / 2 * peak_tflops / (hbm_efficiency * hbm_tbps)
+    bm, bn = deepgemm_blocks(m, n, groups, part.sms, contiguous)
+    r = measured_tflops / (part.peak_tflops * wave_efficiency(m, n, groups, part.sms, bm, bn))
+    c = beta / 2 * part.peak_tflops / (part.hbm_efficiency * part.hbm_tbps)
     if not 0 < r * c < k:
         raise InputError(f"gemm: {measured_tflops} TFLOP/s at k = {k} is beyond the depth rule")
     f = r * k / (k - r * c)
@@ -254,18 +266,9 @@ def large_gemm_fraction(
 
 
 def shape_efficiency(
-    m: int,
-    n: int,
-    k: int,
-    groups: int,
-    fraction: float,
-    sms: int,
-    peak_tflops: float,
-    hbm_tbps: float,
-    hbm_efficiency: float,
-    beta: float,
+    m: int, n: int, k: int, groups: int, fraction: float, part: GemmPart, beta: int,
     contiguous: bool = False,
-) -> float:
+) -> float:  # fmt: skip
     """The proposed rule (module docstring): ``fraction × w(m, n, groups) × k/(k + k₀)``, the
     tile DeepGEMM's (:func:`deepgemm_blocks`).
 
@@ -273,13 +276,15 @@ def shape_efficiency(
     --------
     The H800 anchor above reproduces its own measurement:
 
-    >>> f = large_gemm_fraction(1520, 4096, 7168, 16384, 1, 1978.9, 132, 3.35, 0.9, 2)
-    >>> round(1978.9 * shape_efficiency(4096, 7168, 16384, 1, f, 132, 1978.9, 3.35, 0.9, 2), 6)
+    >>> h800 = GemmPart(sms=132, peak_tflops=1978.9, hbm_tbps=3.35, hbm_efficiency=0.9)
+    >>> f = large_gemm_fraction(1520, 4096, 7168, 16384, 1, h800, 2)
+    >>> round(1978.9 * shape_efficiency(4096, 7168, 16384, 1, f, h800, 2), 6)
     1520.0
     """
-    bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
-    w = wave_efficiency(m, n, groups, sms, bm, bn)
-    return fraction * w * depth_factor(k, fraction, peak_tflops, hbm_tbps, hbm_efficiency, beta)
+    bm, bn = deepgemm_blocks(m, n, groups, part.sms, contiguous)
+    w = wave_efficiency(m, n, groups, part.sms, bm, bn)
+    depth = depth_factor(k, fraction, part.peak_tflops, part.hbm_tbps, part.hbm_efficiency, beta)
+    return fraction * w * depth
 
 
 def shape_seconds(
@@ -288,19 +293,16 @@ def shape_seconds(
     k: int,
     groups: int,
     fraction: float,
-    sms: int,
-    peak_tflops: float,
-    hbm_tbps: float,
-    hbm_efficiency: float,
-    in_bytes: float,
-    out_bytes: float,
+    part: GemmPart,
+    bytes_in_out: tuple[float, int],
     kernel_overhead_s: float,
     contiguous: bool = False,
 ) -> float:
     """Seconds of ``groups`` GEMMs ``[m, k] × [k, n]`` on the roofline of
     :func:`model.roofline.gemm_seconds` with :func:`shape_efficiency` as the compute term:
-    ``max(2·groups·m·n·k / (peak · e), groups·((m·k + k·n)·in_bytes + m·n·out_bytes) /
-    (e_HBM · HBM)) + t_kernel``. The depth rule's β is the output's bytes per element.
+    ``max(2·groups·m·n·k / (peak · e), groups·((m·k + k·n)·b_in + m·n·b_out) /
+    (e_HBM · HBM)) + t_kernel``, ``bytes_in_out = (b_in, b_out)`` bytes per element of the
+    operands and of the output (the depth rule's β is ``b_out``).
 
     Against the published tables (``tests/model/test_gemm_shapes.py`` holds the figures):
     within a few per cent where m, n, k ≥ 2048 (DeepGEMM's dense and contiguous-grouped H800
@@ -312,17 +314,17 @@ def shape_seconds(
     A decode-sized GEMM is memory-bound: 64 × 7168 × 16384 in FP8 on H800 reads 117 MB of
     weight at 0.887 × 3.35 TB/s (BabelStream triad on H100) in 39.6 µs, plus 3 µs:
 
-    >>> t = shape_seconds(64, 7168, 16384, 1, 0.8, 132, 1978.9, 3.35, 0.887, 1, 2, 3e-6)
+    >>> h800 = GemmPart(sms=132, peak_tflops=1978.9, hbm_tbps=3.35, hbm_efficiency=0.887)
+    >>> t = shape_seconds(64, 7168, 16384, 1, 0.8, h800, (1, 2), 3e-6)
     >>> round(2 * 64 * 7168 * 16384 / t / 1e12)  # TFLOP/s (published: 336)
     348
     """
-    e = shape_efficiency(
-        m, n, k, groups, fraction, sms, peak_tflops, hbm_tbps, hbm_efficiency, out_bytes, contiguous
-    )
+    in_bytes, out_bytes = bytes_in_out
+    e = shape_efficiency(m, n, k, groups, fraction, part, out_bytes, contiguous)
     flops = 2.0 * groups * m * n * k
     moved = groups * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    compute = flops / (peak_tflops * 1e12 * e)
-    memory = moved / (hbm_tbps * 1e12 * hbm_efficiency)
+    compute = flops / (part.peak_tflops * 1e12 * e)
+    memory = moved / (part.hbm_tbps * 1e12 * part.hbm_efficiency)
     return max(compute, memory) + kernel_overhead_s
 
 

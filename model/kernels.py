@@ -29,12 +29,13 @@ from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import AttentionCurve, NormCurve, StreamRow
 
 __all__ = [
+    "AttentionKey",
     "Interpolated",
     "interpolate_log2",
     "attention_kernel_flops",
     "AttentionRate",
     "attention_rate",
-    "attention_seconds",
+    "published_attention_seconds",
     "stream_fraction",
     "norm_bandwidth",
 ]
@@ -139,6 +140,19 @@ def attention_kernel_flops(
 
 
 @dataclass(frozen=True, slots=True)
+class AttentionKey:
+    """Which published kernel to read: the kernel (``attention.toml``'s names), the part, the
+    input dtype (fp16 and bf16 read each other's curves), the direction (fwd, bwd, fwd+bwd) and
+    the causal mask."""
+
+    kernel: str
+    part: str
+    dtype: str
+    direction: str
+    causal: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionRate:
     """A kernel's published rate for one shape, with the convention it is counted in."""
 
@@ -149,21 +163,15 @@ class AttentionRate:
     sources: tuple[str, ...]
 
 
-def _matching(
-    curves: Sequence[AttentionCurve],
-    kernel: str,
-    part: str,
-    dtype: str,
-    direction: str,
-    causal: bool,
-) -> list[AttentionCurve]:
-    cls = _DTYPE_CLASS.get(dtype)
+def _matching(curves: Sequence[AttentionCurve], key: AttentionKey) -> list[AttentionCurve]:
+    cls = _DTYPE_CLASS.get(key.dtype)
     if cls is None:
-        raise InputError(f"dtype: {dtype!r} is not one of {', '.join(_DTYPE_CLASS)}")
+        raise InputError(f"dtype: {key.dtype!r} is not one of {', '.join(_DTYPE_CLASS)}")
     found = [
         c
         for c in curves
-        if (c.kernel, c.part, c.direction, c.causal) == (kernel, part, direction, causal)
+        if (c.kernel, c.part, c.direction, c.causal)
+        == (key.kernel, key.part, key.direction, key.causal)
         and _DTYPE_CLASS[c.dtype] == cls
     ]
     if not found:
@@ -171,27 +179,22 @@ def _matching(
             {f"{c.kernel}/{c.part}/{c.dtype}/{c.direction}/causal={c.causal}" for c in curves}
         )
         raise InputError(
-            f"attention kernel: no published curve for {kernel} on {part} ({dtype}, {direction}, "
-            f"causal={causal}); published: {', '.join(have)}"
+            f"attention kernel: no published curve for {key.kernel} on {key.part} ({key.dtype}, "
+            f"{key.direction}, causal={key.causal}); published: {', '.join(have)}"
         )
     return found
 
 
 def attention_rate(
     curves: Sequence[AttentionCurve],
-    kernel: str,
-    part: str,
-    dtype: str,
-    direction: str,
-    causal: bool,
-    head_dim_qk: int,
-    head_dim_v: int,
+    key: AttentionKey,
+    head_dims: tuple[int, int],
     seq_len: int,
 ) -> AttentionRate:
-    """The published TFLOP/s of ``kernel`` on ``part`` for one shape: the curve with these head
-    dimensions, interpolated in log2(seq_len) (:func:`interpolate_log2`). For equal head
-    dimensions without a curve of their own, linear in the head dimension between the two
-    nearest published ones (held at the nearest outside them, flagged).
+    """The published TFLOP/s of ``key``'s kernel for one shape: the curve with these
+    ``head_dims`` (d_qk, d_v), interpolated in log2(seq_len) (:func:`interpolate_log2`). For
+    equal head dimensions without a curve of their own, linear in the head dimension between
+    the two nearest published ones (held at the nearest outside them, flagged).
 
     Raises
     ------
@@ -202,35 +205,34 @@ def attention_rate(
     Examples
     --------
     >>> from trainplan.scenarios.kernel_data import attention_curves
-    >>> r = attention_rate(attention_curves(), "flash-attention-2", "A100-80GB", "bf16",
-    ...                    "fwd+bwd", False, 64, 64, 2048)
+    >>> key = AttentionKey("flash-attention-2", "A100-80GB", "bf16", "fwd+bwd", False)
+    >>> r = attention_rate(attention_curves(), key, (64, 64), 2048)
     >>> r.tflops_per_s, r.flop_count, r.clamped
     (162, 'fa-half', None)
     """
-    found = _matching(curves, kernel, part, dtype, direction, causal)
-    exact = [c for c in found if (c.head_dim_qk, c.head_dim_v) == (head_dim_qk, head_dim_v)]
+    found = _matching(curves, key)
+    exact = [c for c in found if (c.head_dim_qk, c.head_dim_v) == head_dims]
     if exact:
         c = exact[0]
         r = interpolate_log2(c.seq_len, c.tflops_per_s, seq_len)
         return AttentionRate(r.value, c.flop_count, r.clamped, (c.source,))
+    d_qk, d_v = head_dims
     square = sorted(
         (c for c in found if c.head_dim_qk == c.head_dim_v), key=lambda c: c.head_dim_qk
     )
-    if head_dim_qk != head_dim_v or not square:
+    if d_qk != d_v or not square:
         dims = sorted({(c.head_dim_qk, c.head_dim_v) for c in found})
         raise InputError(
-            f"head_dim: ({head_dim_qk}, {head_dim_v}) has no published {kernel} curve on {part}; "
+            f"head_dim: ({d_qk}, {d_v}) has no published {key.kernel} curve on {key.part}; "
             f"published (d_qk, d_v): {dims}"
         )
     rates = [interpolate_log2(c.seq_len, c.tflops_per_s, seq_len) for c in square]
-    by_dim = interpolate_linear(
-        [c.head_dim_qk for c in square], [r.value for r in rates], head_dim_qk
-    )
+    by_dim = interpolate_linear([c.head_dim_qk for c in square], [r.value for r in rates], d_qk)
     clamped = by_dim.clamped or next((r.clamped for r in rates if r.clamped), None)
     conventions = {c.flop_count for c in square}
     if len(conventions) > 1:
         raise InputError(
-            f"attention kernel: {kernel} on {part} mixes FLOP conventions {conventions}"
+            f"attention kernel: {key.kernel} on {key.part} mixes FLOP conventions {conventions}"
         )
     return AttentionRate(
         by_dim.value, square[0].flop_count, clamped, tuple(c.source for c in square)
@@ -257,18 +259,13 @@ def interpolate_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> In
     return Interpolated(ys[i - 1] + t * (ys[i] - ys[i - 1]))
 
 
-def attention_seconds(
+def published_attention_seconds(
     curves: Sequence[AttentionCurve],
-    kernel: str,
-    part: str,
-    dtype: str,
-    direction: str,
-    causal: bool,
+    key: AttentionKey,
     batch: float,
     q_heads: int,
     seq_len: int,
-    head_dim_qk: int,
-    head_dim_v: int,
+    head_dims: tuple[int, int],
 ) -> float:
     """Seconds of one attention call of ``batch`` sequences and ``q_heads`` query heads at the
     published rate: the FLOPs the benchmark would count for this shape
@@ -282,16 +279,14 @@ def attention_seconds(
     published point: 162 TFLOP/s): 3.5 · 4·8·2048²·32·64 = 9.62e11 FLOPs over 162e12 FLOP/s.
 
     >>> from trainplan.scenarios.kernel_data import attention_curves
-    >>> t = attention_seconds(attention_curves(), "flash-attention-2", "A100-80GB", "fp16",
-    ...                       "fwd+bwd", False, 8, 32, 2048, 64, 64)
+    >>> key = AttentionKey("flash-attention-2", "A100-80GB", "fp16", "fwd+bwd", False)
+    >>> t = published_attention_seconds(attention_curves(), key, 8, 32, 2048, (64, 64))
     >>> round(t * 1e3, 4)  # ms
     5.9387
     """
-    rate = attention_rate(
-        curves, kernel, part, dtype, direction, causal, head_dim_qk, head_dim_v, seq_len
-    )
+    rate = attention_rate(curves, key, head_dims, seq_len)
     flops = attention_kernel_flops(
-        rate.flop_count, direction, batch, q_heads, seq_len, head_dim_qk, head_dim_v, causal
+        rate.flop_count, key.direction, batch, q_heads, seq_len, *head_dims, key.causal
     )
     return flops / (rate.tflops_per_s * 1e12)
 

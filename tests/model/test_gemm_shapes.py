@@ -9,6 +9,7 @@ import pytest
 
 from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import (
+    GemmPart,
     block_scale_bytes,
     deepgemm_blocks,
     gemm_point,
@@ -72,14 +73,13 @@ def test_deepgemm_tile_choice_by_hand():
 def _rule_errors(table, peak, sms, hbm_tbps, e_hbm, anchor, in_bytes, t_kernel=3e-6):
     """Relative error of the rule (with the roofline's t_kernel, 3 µs) on each published row."""
     contiguous = table.layout == "grouped-contiguous"
+    part = GemmPart(sms=sms, peak_tflops=peak, hbm_tbps=hbm_tbps, hbm_efficiency=e_hbm)
     rows = list(zip(table.groups, table.m, table.n, table.k, table.tflops_per_s, strict=True))
     g, m, n, k, measured = next(r for r in rows if r[1:4] == anchor)
-    f = large_gemm_fraction(measured, m, n, k, g, peak, sms, hbm_tbps, e_hbm, 2, contiguous)
+    f = large_gemm_fraction(measured, m, n, k, g, part, 2, contiguous)
     out = {}
     for g, m, n, k, measured in rows:
-        t = shape_seconds(
-            m, n, k, g, f, sms, peak, hbm_tbps, e_hbm, in_bytes, 2, t_kernel, contiguous
-        )
+        t = shape_seconds(m, n, k, g, f, part, (in_bytes, 2), t_kernel, contiguous)
         out[(g, m, n, k)] = 2 * g * m * n * k / t / 1e12 / measured - 1
     return out
 

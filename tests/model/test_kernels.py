@@ -11,11 +11,12 @@ import pytest
 from trainplan.model.errors import InputError
 from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.kernels import (
+    AttentionKey,
     attention_kernel_flops,
     attention_rate,
-    attention_seconds,
     interpolate_log2,
     norm_bandwidth,
+    published_attention_seconds,
     stream_fraction,
 )
 from trainplan.model.specs import Architecture
@@ -25,16 +26,15 @@ CURVES = attention_curves()
 
 
 def _rate(kernel, part, dtype, direction, causal, d, s, dv=None):
-    return attention_rate(CURVES, kernel, part, dtype, direction, causal, d, dv or d, s)
+    key = AttentionKey(kernel, part, dtype, direction, causal)
+    return attention_rate(CURVES, key, (d, dv or d), s)
 
 
 def test_every_published_attention_point_comes_back_exactly():
     for c in CURVES:
         for s, tflops in zip(c.seq_len, c.tflops_per_s, strict=True):
-            r = attention_rate(
-                CURVES, c.kernel, c.part, c.dtype, c.direction, c.causal,
-                c.head_dim_qk, c.head_dim_v, s,
-            )  # fmt: skip
+            key = AttentionKey(c.kernel, c.part, c.dtype, c.direction, c.causal)
+            r = attention_rate(CURVES, key, (c.head_dim_qk, c.head_dim_v), s)
             assert (r.tflops_per_s, r.clamped, r.flop_count) == (tflops, None, c.flop_count)
 
 
@@ -112,7 +112,8 @@ def test_nonmasked_forward_is_the_models_own_attention_count():
 def test_attention_seconds_by_hand():
     # cuDNN 9.22 on GB200, bf16, causal fwd, s 8,192 (1,574 TFLOP/s), Llama 3 70B's 64 heads
     # of 128, b 1: 2·64·(8192·8193/2)·256 FLOPs at 1,574e12 FLOP/s.
-    t = attention_seconds(CURVES, "cudnn", "GB200", "bf16", "fwd", True, 1, 64, 8192, 128, 128)
+    key = AttentionKey("cudnn", "GB200", "bf16", "fwd", True)
+    t = published_attention_seconds(CURVES, key, 1, 64, 8192, (128, 128))
     assert t == pytest.approx(2 * 64 * (8192 * 8193 / 2) * 256 / 1574e12)
 
 
