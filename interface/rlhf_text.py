@@ -56,7 +56,8 @@ def roles_lines(plan: dict[str, Any]) -> list[str]:
 
 
 def terms_lines(plan: dict[str, Any]) -> list[str]:
-    """Every term with its phase, value and source."""
+    """Every term with its phase, value and the key of its source; the sources listed once
+    under the table, by key."""
     rows = []
     for t in plan["terms"]:
         unit = t["unit"]
@@ -73,10 +74,11 @@ def terms_lines(plan: dict[str, Any]) -> list[str]:
                 "term": t["term"],
                 "phase": t["phase"],
                 "value": value,
-                "source": t["source"],
+                "source": f"[{t['source']}]",
             }
         )
-    return table_text(rows).splitlines()
+    notes = [f"[{key}] {text}" for key, text in plan["sources"].items()]
+    return [*table_text(rows).splitlines(), "Sources:", *notes]
 
 
 def pools_lines(plan: dict[str, Any]) -> list[str]:
@@ -163,7 +165,10 @@ def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     how = "one-step off-policy" if plan["off_policy"] else "synchronous"
     ph = plan["step_phase_seconds"]
     verdict = "fits" if plan["fits"] else "DOES NOT FIT"
-    out = [f"placement: {plan['placement']}, {how} — {verdict}", *roles_lines(plan), ""]
+    out = [f"placement: {plan['placement']}, {how} — {verdict}"]
+    out += [f"  does not fit: {line}" for line in plan.get("does_not_fit", [])]
+    out += [f"  to fit: {line}" for line in plan.get("to_fit", [])]
+    out += [*roles_lines(plan), ""]
     out += ["Terms (per GPU of the role's pool; seconds per step), each with its source:"]
     out += [*terms_lines(plan), "", *pools_lines(plan), ""]
     out.append(

@@ -5,6 +5,7 @@ engine from :mod:`model.rollout`. The rules and their sources are in :mod:`model
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
@@ -26,7 +27,7 @@ from trainplan.model.rollout import engine_memory, kv_bytes_per_token, rollout_t
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import kernel_efficiency_for
 
-__all__ = ["network_cost", "rollout_cost"]
+__all__ = ["network_cost", "rollout_cost", "engine_weights_bytes", "least_engine_tp"]
 
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
@@ -263,13 +264,45 @@ def network_cost(
     )
 
 
+def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
+    """The engine's BF16 weights on one GPU at ``tp`` (norms and routers whole on every rank:
+    :func:`model.estimate.stage_params_per_gpu`)."""
+    ((_, _, dense, experts),) = stage_params_per_gpu(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
+    return 2 * (dense + experts)
+
+
+def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
+    """The least power-of-two tp (up to the attention heads) at which the engine's weights and
+    one full-length sequence's KV cache fit ``fraction`` of the device's bytes (None: none
+    does) — what a tab's engine that does not fit its budget would need."""
+    rs = spec.role(Role.ROLLOUT)
+    arch = rs.model.arch
+    assert arch is not None
+    budget = fraction * device.physical_bytes
+    tp = 1
+    while tp <= arch.num_attention_heads:
+        try:
+            need = engine_weights_bytes(rs, tp) + kv_bytes_per_token(arch, tp) * spec.seq_len
+        except LayoutError:
+            need = None
+        if need is not None and need <= budget:
+            return tp
+        tp *= 2
+    return None
+
+
 def rollout_cost(
     spec: RLHFSpec,
     rs: RoleSpec,
     opt: RoleOption,
     device: DeviceSpec,
     sync_bytes_per_s: float | None,
+    over_budget: bool = False,
 ) -> RoleCost:
+    """The engine's cost (:func:`model.rlhf_roles.role_cost`). An engine whose budget cannot
+    hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
+    cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
+    timed one sequence at a time."""
     arch = rs.model.arch
     assert arch is not None
     if opt.pp != 1:
@@ -278,10 +311,7 @@ def rollout_cost(
         raise InputError("rollout: the engine needs its memory fraction")
     if device.hbm_bytes_per_s is None:
         raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
-    ((_, _, dense, experts),) = stage_params_per_gpu(
-        rs.model, opt.tp, 1, 1, 1, True, opt.tp, True, None, 0
-    )
-    weights = 2 * (dense + experts)
+    weights = engine_weights_bytes(rs, opt.tp)
     per_replica = math.ceil(spec.sequences / opt.dp)
     mem = engine_memory(
         arch,
@@ -293,12 +323,16 @@ def rollout_cost(
         spec.seq_len,
         opt.tp,
     )
+    need = mem.budget_bytes
     if not mem.fits:
-        raise LayoutError(
-            f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
-            f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
-            f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
-        )
+        if not over_budget:
+            raise LayoutError(
+                f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
+                f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
+                f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
+            )
+        need = weights + mem.kv_per_sequence_bytes
+        mem = replace(mem, concurrent=1, limited_by="kv_space")
     time = rollout_time(
         active_params=rs.active_params,
         weights_bytes=weights,
@@ -318,6 +352,8 @@ def rollout_cost(
     )
     bw = f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source})"
     kv = f"KV cache ({mem.concurrent} sequences at once, by {mem.limited_by})"
+    if need > mem.budget_bytes:
+        kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
     steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
     roof = f"roofline: max(2N·c, weights + KV read); {bw}"
     sync = "BF16 weights over the link between training and rollout ranks"
@@ -334,7 +370,7 @@ def rollout_cost(
     return RoleCost(
         opt,
         Fraction(0),
-        mem.budget_bytes,
+        need,
         Fraction(0),
         Fraction(0),
         time.total_s,
@@ -345,4 +381,5 @@ def rollout_cost(
         mem.concurrent,
         weights,
         phases=rs.phases,
+        budget_bytes=mem.budget_bytes,
     )

@@ -192,12 +192,21 @@ class RLHFTables:
 
 
 def cost_of(
-    problem: RLHFProblem, option: RoleOption, evaluator: Evaluator | None = None
+    problem: RLHFProblem,
+    option: RoleOption,
+    evaluator: Evaluator | None = None,
+    over_budget: bool = False,
 ) -> RoleCost:
-    """One option's cost (:func:`model.rlhf_roles.role_cost`) on the problem's cluster."""
+    """One option's cost (:func:`model.rlhf_roles.role_cost`, with its ``over_budget``) on the
+    problem's cluster."""
     ev = evaluator or make_evaluator(problem.device, problem.links)
     return role_cost(
-        problem.spec, option, problem.device, ev, sync_bandwidth(problem.links, problem.gpus)
+        problem.spec,
+        option,
+        problem.device,
+        ev,
+        sync_bandwidth(problem.links, problem.gpus),
+        over_budget,
     )
 
 

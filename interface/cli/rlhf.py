@@ -104,7 +104,9 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--train-tp", help="Faithful: tp of the training and scoring roles [default: 1].")
 @click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
-@click.option("--rollout-tp", help="Faithful: the engine's tp [default: 2, verl's].")
+@click.option(
+    "--rollout-tp", help="Faithful: the engine's tp [default: verl's 2; 1 on an odd GPU count]."
+)
 @click.option(
     "--offload",
     help="Faithful: none, optimizer (CPU Adam), idle (state to host outside the role's phases), "
