@@ -64,7 +64,7 @@ def plan_dict(
     )
     roles = [_role_record(c, q, spec) for c, q in zip(plan.costs, pools, strict=True)]
     sources: dict[str, str] = {}
-    keys = {}  # source text → its key, numbered in order of first citation
+    keys: dict[str, str] = {}  # source text → its key, numbered in order of first citation
     for c in plan.costs:
         for t in c.terms:
             if t.source not in keys:
@@ -138,9 +138,12 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
 
 
 def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
-    """``rlhf-plan``'s JSON: the workload, ``status``, ``reason``, ``best``, ``colocated``,
-    ``split`` (each a :func:`plan_dict` with its ``options``), ``tables_seconds``,
-    ``solve_seconds``, ``options``, ``tried``."""
+    """``rlhf-plan``'s JSON: the workload, ``status`` (``optimal``, ``feasible``: a time limit
+    stopped the search, ``unknown``: it stopped before any placement was found), ``reason``,
+    ``best`` (None when unknown), ``colocated``, ``split`` (each a :func:`plan_dict` with its
+    ``objective_ns``), ``alternatives`` (the colocated and split solves' statuses),
+    ``tables_seconds``, ``solve_seconds``, ``time_limit_seconds``, ``tables_complete``,
+    ``options``, ``tried``, ``skipped``."""
 
     def one(p: Any) -> dict[str, Any] | None:
         if p is None:
@@ -158,10 +161,14 @@ def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
         "best": one(result.best),
         "colocated": one(result.colocated),
         "split": one(result.split),
+        "alternatives": dict(result.variant_status),
         "tables_seconds": result.tables_seconds,
         "solve_seconds": result.solve_seconds,
+        "time_limit_seconds": result.time_limit_s,
+        "tables_complete": result.complete,
         "options": result.options,
         "tried": result.tried,
+        "skipped": result.skipped,
     }
 
 

@@ -27,7 +27,13 @@ from trainplan.model.rollout import engine_memory, kv_bytes_per_token, rollout_t
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import kernel_efficiency_for
 
-__all__ = ["network_cost", "rollout_cost", "engine_weights_bytes", "least_engine_tp"]
+__all__ = [
+    "network_cost",
+    "rollout_cost",
+    "engine_weights_bytes",
+    "least_engine_tp",
+    "seconds_floor",
+]
 
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
@@ -66,6 +72,40 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
 
 def _stage_params(stage: StageMemory) -> Fraction:
     return stage.dense_params + stage.expert_params
+
+
+def _microbatch_s(est: Estimate) -> float:
+    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0 without
+    a step time: still a floor)."""
+    if est.time_terms is None:
+        return 0.0
+    return est.time_terms.compute_s / est.num_microbatches
+
+
+def seconds_floor(spec: RLHFSpec, cost: RoleCost, dp: int) -> float:
+    """A lower bound on the seconds, over all its phases, of ``cost``'s role at the same tp, pp
+    and offload on ``dp`` ranks: its micro-batches per rank there (:func:`_batch`) × the
+    per-micro-batch compute (``cost.microbatch_s``, which dp does not change) — a scoring
+    forward a third of the three passes, each update's step at least its compute
+    (``compute_and_pipeline_s ≥ compute_s``). Bubbles, traffic, the optimizer and offload only
+    add. 0 for the engine.
+
+    Examples
+    --------
+    The scoring forward at 1.5 s per micro-batch of 3 sequences, 16,384 sequences on 512 ranks:
+    ⌈16,384 / 1,536⌉ = 11 micro-batches, 11 × 1.5 / 3 = 5.5 s (a frozen role: no update).
+    """
+    scoring_mb, training_mb = cost.microbatch_s
+    b = spec.micro_batch_sequences
+    floor = 0.0
+    if "scoring" in cost.phases:
+        floor += _batch(spec.sequences, b, dp) // (b * dp) * scoring_mb / 3
+    if "training" in cost.phases:
+        updates = spec.epochs * spec.updates_per_epoch
+        floor += (
+            updates * (_batch(spec.train_batch or spec.sequences, b, dp) // (b * dp)) * training_mb
+        )
+    return floor
 
 
 def _forward_s(est: Estimate) -> float:
@@ -261,6 +301,7 @@ def network_cost(
         bf16_weight_bytes=Fraction(whole) if rs.trainable and not swap else Fraction(0),
         swap_bytes=swap,
         phases=rs.phases,
+        microbatch_s=(_microbatch_s(score_est), _microbatch_s(train_est) if rs.trainable else 0.0),
     )
 
 
