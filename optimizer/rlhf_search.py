@@ -283,24 +283,7 @@ def search_placement(
     tables = build_tables(problem, clock, tables_by, on_tables, incumbent)
     pruned = dominant(tables)
     t0 = clock()
-    answers: dict[bool | None, PlacementChoice | None] = {}
-    statuses: dict[bool | None, str] = {}
-    for k, colocate in enumerate((None, True, False)):
-        if progress:
-            progress("solve", k, 3)
-        if k and statuses[None] == "infeasible":
-            answers[colocate], statuses[colocate] = None, "infeasible"
-            continue
-        budget = left((0.6, 0.5, 1.0)[k])
-        if budget is not None and budget <= 0:
-            answers[colocate], statuses[colocate] = None, "unknown"
-            continue
-        model = PlacementModel(pruned, colocate=colocate)
-        budget = left((0.6, 0.5, 1.0)[k])
-        answers[colocate] = model.solve(budget, workers) if budget is None or budget > 0 else None
-        statuses[colocate] = model.status if budget is None or budget > 0 else "unknown"
-    if progress:
-        progress("solve", 3, 3)
+    answers, statuses = _solve_three(pruned, left, workers, progress)
     solve_s = clock() - t0
     statuses = _qualified(statuses, answers, tables)
     if statuses[None] == "infeasible":
@@ -331,6 +314,37 @@ def search_placement(
         variant_status={"colocated": statuses[True], "split": statuses[False]},
         skipped=tables.skipped,
     )
+
+
+def _solve_three(
+    tables: RLHFTables,
+    left: Callable[[float], float | None],
+    workers: int,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[bool | None, PlacementChoice | None], dict[bool | None, str]]:
+    """The best, the best colocated and the best split placement (keys None, True, False) and
+    each solve's status; ``left(share)``: that share of the time left (None: no limit) — 60 %
+    for the first, half the rest for the second, the rest for the third."""
+    answers: dict[bool | None, PlacementChoice | None] = {}
+    statuses: dict[bool | None, str] = {}
+    for k, colocate in enumerate((None, True, False)):
+        if progress:
+            progress("solve", k, 3)
+        share = (0.6, 0.5, 1.0)[k]
+        answers[colocate], statuses[colocate] = None, "unknown"
+        if k and statuses[None] == "infeasible":  # nothing fits: nor do its kinds
+            statuses[colocate] = "infeasible"
+            continue
+        budget = left(share)
+        if budget is not None and budget <= 0:
+            continue
+        model = PlacementModel(tables, colocate=colocate)
+        budget = left(share)  # less what building the model took
+        if budget is None or budget > 0:
+            answers[colocate], statuses[colocate] = model.solve(budget, workers), model.status
+    if progress:
+        progress("solve", 3, 3)
+    return answers, statuses
 
 
 def _qualified(

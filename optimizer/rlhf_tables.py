@@ -321,25 +321,32 @@ def build_tables(
                 except LayoutError:
                     continue
                 first.setdefault(key, cost)
-                alone = (
-                    cost.held_bytes
-                    + cost.swap_bytes
-                    + max(cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
-                )
-                if alone <= cap and cost.host_bytes <= host_cap:
+                if _fits_alone(cost, cap, host_cap):
                     out[rs.role][n].append((opt, cost))
             done += 1
             if progress is not None:
                 progress(done, total)
     if bound and bound > 0:
-        out = {
-            role: {n: [(o, c) for o, c in opts if _own_ns(c) <= bound] for n, opts in by.items()}
-            for role, by in out.items()
-        }
+        out = _within(out, bound)
     return RLHFTables(
         problem, sizes, out, clock() - t0, tried, True, bound if bound and bound > 0 else None,
         skipped,
     )  # fmt: skip
+
+
+def _fits_alone(cost: RoleCost, cap: int, host_cap: Fraction) -> bool:
+    """The option alone on a GPU: its held, swapped and largest phase bytes within ``cap``, its
+    host bytes within the host's share."""
+    phase = max(cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
+    return cost.held_bytes + cost.swap_bytes + phase <= cap and cost.host_bytes <= host_cap
+
+
+def _within(out: dict, bound_ns: int) -> dict:
+    """The options whose own seconds (in the model's integers) are within ``bound_ns``."""
+    return {
+        role: {n: [(o, c) for o, c in opts if _own_ns(c) <= bound_ns] for n, opts in by.items()}
+        for role, by in out.items()
+    }
 
 
 def _own_ns(cost: RoleCost) -> int:

@@ -68,7 +68,7 @@ def calibrate_cmd(
 
     if output_file and _same_file(Path(output_file), Path(measurements)):
         raise InputError(
-            f"output: {str(output_file)!r} is the measurements file; writing the fit there would "
+            f"--output: {str(output_file)!r} is the measurements file; writing the fit there would "
             "overwrite the measurements — give another file"
         )
     gpu, keys, runs = read_measurements(measurements)
@@ -79,27 +79,7 @@ def calibrate_cmd(
         with writing(output_file, "--output"):
             Path(output_file).write_text(scenario_text(result, gpu, f"measurements {measurements}"))
     if as_json:
-        echo_json(
-            {
-                "gpu": gpu,
-                "fitted": dict(result.figures),
-                "held": dict(result.fixed),
-                "residuals": [
-                    {
-                        "label": r.label,
-                        "measured_s": r.measured_s,
-                        "predicted_s": r.predicted_s,
-                        "error": r.error,
-                    }
-                    for r in result.residuals
-                ],
-                "mean_abs_error": result.mean_abs_error,
-                "max_abs_error": result.max_abs_error,
-                "problems": problems,
-                "accepted": not problems or accept,
-                "output": str(output_file) if written else None,
-            }
-        )
+        echo_json(_fit_json(gpu, result, problems, accept, output_file if written else None))
     else:
         click.echo(fit_text(result))
         if written:
@@ -115,6 +95,30 @@ def calibrate_cmd(
             + (", nothing was written" if output_file else "")
             + "; --accept-poor-fit keeps such a fit anyway"
         )
+
+
+def _fit_json(gpu: str, fit: Any, problems: list[str], accept: bool, output: Any) -> dict:
+    """``calibrate --json``: the fit, its residuals, why it is poor (``problems``), whether it
+    was kept, and the file written (None: none)."""
+    return {
+        "gpu": gpu,
+        "fitted": dict(fit.figures),
+        "held": dict(fit.fixed),
+        "residuals": [
+            {
+                "label": r.label,
+                "measured_s": r.measured_s,
+                "predicted_s": r.predicted_s,
+                "error": r.error,
+            }
+            for r in fit.residuals
+        ],
+        "mean_abs_error": fit.mean_abs_error,
+        "max_abs_error": fit.max_abs_error,
+        "problems": problems,
+        "accepted": not problems or accept,
+        "output": str(output) if output else None,
+    }
 
 
 def _same_file(a: Path, b: Path) -> bool:

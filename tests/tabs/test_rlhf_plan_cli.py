@@ -116,8 +116,8 @@ def _two_gib() -> None:
 @pytest.mark.slow
 def test_a_million_gpus_in_bounded_memory():
     """10⁶ GPUs: 35 pool sizes, not 125,000 (the old search grew past 9 GB). Under a 2 GiB
-    address-space limit and a 60 s time limit the search answers."""
-    args = [*GRPO, "--model", "llama3-8b", "--gpus", "1,000,000", "--time-limit", "60", "--json"]
+    address-space limit and a 20 s time limit the search answers (or says it ran out)."""
+    args = [*GRPO, "--model", "llama3-8b", "--gpus", "1,000,000", "--time-limit", "20", "--json"]
     res = trainplan(*args, preexec_fn=_two_gib)
     assert res.returncode in (0, 1), res.stderr
     r = json.loads(res.stdout)
