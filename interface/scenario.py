@@ -514,9 +514,12 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
                 "maximize params: give --model as the family's base (its depth is varied)"
             )
         models = _family(str(d["model"]), d.get("max_layers"))
+    calibrated = _calibrated(base.get("calibration"), accelerators)
     jobs = []
     for variant, gpu, count in itertools.product(models, accelerators, counts):
         params = dict(base, gpu=gpu)
+        if gpu not in calibrated:
+            params.pop("calibration", None)
         case = build_case(params) if not variant else _variant_case(params, variant)
         batches = _batches(
             d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
@@ -540,6 +543,32 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         objective=objective,
         tokens=tokens,
     )
+
+
+def _calibrated(path: Any, accelerators: list[str]) -> set[str]:
+    """The searched accelerators a calibration file applies to: the one it was fitted on (the
+    others keep their default figures).
+
+    Raises
+    ------
+    InputError
+        The file was fitted on none of the searched accelerators: it would be unused.
+    """
+    if not path:
+        return set()
+    from trainplan.interface.time_inputs import calibration_gpu
+    from trainplan.topology.accelerators import get_accelerator
+
+    fitted_on = calibration_gpu(path)
+    names = {gpu: get_accelerator(gpu).name for gpu in accelerators}
+    if fitted_on not in names.values():
+        raise InputError(
+            f"calibration: {str(path)!r} was fitted on {fitted_on}, which is not among the "
+            f"searched accelerators ({', '.join(accelerators)}); efficiencies measured on one "
+            f"accelerator say nothing of another — add --gpu {fitted_on}, calibrate on these, "
+            "or leave --calibration out"
+        )
+    return {gpu for gpu, name in names.items() if name == fitted_on}
 
 
 def _opt_float(value: Any) -> float | None:

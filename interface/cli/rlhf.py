@@ -7,7 +7,9 @@ so any bad value is one ``Error: …`` line and exit code 2.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -104,7 +106,9 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--train-tp", help="Faithful: tp of the training and scoring roles [default: 1].")
 @click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
-@click.option("--rollout-tp", help="Faithful: the engine's tp [default: 2, verl's].")
+@click.option(
+    "--rollout-tp", help="Faithful: the engine's tp [default: verl's 2; 1 on an odd GPU count]."
+)
 @click.option(
     "--offload",
     help="Faithful: none, optimizer (CPU Adam), idle (state to host outside the role's phases), "
@@ -179,7 +183,12 @@ def _seed_text(r: dict[str, Any]) -> None:
 @click.option(
     "--offload/--no-offload", default=True, show_default=True, help="Let trainable roles offload."
 )
-@click.option("--time-limit", type=POSITIVE, help="Seconds for each CP-SAT solve (then: feasible).")
+@click.option(
+    "--time-limit",
+    type=POSITIVE,
+    help="Seconds for the whole search, table building included; out of time: the best "
+    "found (status feasible), or none (status unknown, exit 1) — never 'infeasible'.",
+)
 @click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT threads.")
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
@@ -198,16 +207,17 @@ def rlhf_plan_cmd(
     from trainplan.interface.rlhf_faithful import rlhf_inputs
     from trainplan.interface.rlhf_report import result_dict
     from trainplan.interface.rlhf_text import result_lines
+    from trainplan.model.errors import InfeasibleError
     from trainplan.optimizer.rlhf_search import search_placement
     from trainplan.optimizer.rlhf_tables import RLHFProblem
 
     kw["old_log_prob"] = old_log_prob_flag(old_log_prob)
     inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=offload)
-    from trainplan.model.errors import InfeasibleError
-
+    limit = float(time_limit) if time_limit else None
     try:
-        result = search_placement(problem, float(time_limit) if time_limit else None, workers)
+        with _progress(as_json) as progress:
+            result = search_placement(problem, limit, workers, progress)
     except InfeasibleError as err:
         if as_json:
             echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
@@ -219,6 +229,40 @@ def rlhf_plan_cmd(
     res = tabs.jsonable(result_dict(inp, result))
     if as_json:
         echo_json(res)
+    else:
+        for line in result_lines(res, width):
+            click.echo(line)
+    if result.best is None:
+        if not as_json:
+            click.echo(
+                f"No placement found within the time limit of {limit:g} s (not proven "
+                "infeasible): give a longer --time-limit",
+                err=True,
+            )
+        raise SystemExit(1)
+
+
+@contextmanager
+def _progress(as_json: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A tqdm bar on stderr while the tables are built and CP-SAT solves — on a terminal only,
+    never with --json."""
+    if as_json or not sys.stderr.isatty():
+        yield None
         return
-    for line in result_lines(res, width):
-        click.echo(line)
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, desc="cost tables", unit=" pool×role", leave=False, file=sys.stderr)
+
+    def report(stage: str, done: int, total: int) -> None:
+        if stage == "solve":
+            name = ("best", "best colocated", "best split", "done")[done]
+            bar.set_description(f"CP-SAT: {name}")
+            return
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        yield report
+    finally:
+        bar.close()
