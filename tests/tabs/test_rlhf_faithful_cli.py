@@ -1,6 +1,6 @@
 """``trainplan rlhf --model …`` (the faithful accounting) and ``trainplan rlhf-plan``: every term
-with its source, the JSON keys the README names, bad inputs as one line and exit 2, the seed's
-figures untouched, and the measured-configurations table of the README."""
+with its source, the JSON keys the documentation names, bad inputs as one line and exit 2, the seed's
+figures untouched, and the measured-configurations table of the RLHF guide."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from trainplan.interface.rlhf_measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
 _register()
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "rlhf.md").read_text()
 GRPO7 = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule"]
 
 
@@ -120,7 +120,7 @@ def test_plan_bad_inputs_and_json():
 
 
 def test_readme_measured_table_is_the_planners():
-    """The README's table of published RLHF steps is what ``python -m
+    """The RLHF guide's table of published RLHF steps is what ``python -m
     trainplan.interface.rlhf_measured`` prints (the planner's figures, not hand-copied)."""
     evaluated = rows()
     assert len(evaluated) >= 5
