@@ -57,7 +57,10 @@ def option_names() -> dict[str, list[str]]:
     """Every command's options, each by all its spellings (``--flash/--no-flash`` as both)."""
     return {
         name: [
-            opt for p in command.params for opt in (*p.opts, *p.secondary_opts) if opt.startswith("-")
+            opt
+            for p in command.params
+            for opt in (*p.opts, *p.secondary_opts)
+            if opt.startswith("-")
         ]
         for name, command in _commands()
     }
@@ -176,9 +179,11 @@ KEY_DOCS: dict[str, str] = {
     "memory.host_bytes_per_node": "Offloaded state on the host, per node.",
     "memory.host_capacity_bytes": "Host memory per GPU available to offload.",
     "memory.host_fits": "Whether the host holds what is offloaded (null without offload).",
-    "memory.activations_bytes": "What the transformer layers keep for backward over the micro-batches in flight (checkpoints included).",
+    "memory.activations_bytes": "What the transformer layers keep for backward over the "
+    "micro-batches in flight (checkpoints included).",
     "memory.embedding_activations_bytes": "Embedding and output-layer activations (FP32 logits on the last stage).",
-    "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed holds at the peak, less its checkpoint, counted once.",
+    "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed "
+    "holds at the peak, less its checkpoint, counted once.",
     "memory.pipeline_output_bytes": "Pipeline outputs kept until sent (0 when deallocated after the send).",
     "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
     "memory.activation_offload_buffer_bytes": "Layers of offloaded activations kept on the GPU (never offloaded, in transit).",
@@ -254,7 +259,8 @@ KEY_DOCS: dict[str, str] = {
     "stages[].stage_layers": "Transformer layers on the stage.",
     "stages[].stage_state_bytes": "Model state on one GPU of the stage.",
     "stages[].stage_activation_bytes": "Layer activations held at the stage's peak.",
-    "stages[].stage_other_activation_bytes": "Embedding/output-layer activations, recompute and context-parallel transients, offload buffers.",
+    "stages[].stage_other_activation_bytes": "Embedding/output-layer activations, recompute and "
+    "context-parallel transients, offload buffers.",
     "stages[].stage_in_flight": "Micro-batches of activations the schedule holds on the stage.",
     "stages[].stage_total_bytes": "The stage's peak per GPU.",
 }

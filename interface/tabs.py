@@ -505,7 +505,7 @@ def rlhf_report(
     )
     if policy_params is None:
         raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the seed's accounting) or --model "
+            "policy_params: missing; give --policy-params SIZE (the original planner's accounting) or --model "
             "NAME (the faithful one)"
         )
     n_p = parse_count(policy_params, "policy_params")

@@ -84,3 +84,8 @@ def test_no_internal_words(path):
     """Written for users who never heard of the project's history."""
     found = INTERNAL.findall(path.read_text())
     assert not found, f"{path.name}: {found}"
+
+
+def test_no_internal_words_in_the_cli_reference():
+    """The help texts the reference is generated from."""
+    assert not INTERNAL.findall(cli_markdown())

@@ -54,7 +54,7 @@ def test_faithful_json_keys_and_terms_with_sources():
 
 def test_faithful_text_prints_every_term_and_a_timeline():
     out = run(*GRPO7, "--gpus", "16", "--rollout-gpus", "8", "--off-policy", "1").stdout
-    for line in ("The seed's accounting (textbook)", "Faithful accounting", "engine budget",
+    for line in ("The original planner's accounting (textbook)", "Faithful accounting", "engine budget",
                  "KV cache", "decode", "FP32 logits", "one-step off-policy", "pool 1 (GPUs 8–15)"):  # fmt: skip
         assert line in out, line
 
@@ -77,7 +77,7 @@ BAD = [
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
     (["--policy-params", "7B"], "policy_params: '7B' does not apply"),
-    (["--framework", "textbook"], "framework: 'textbook' is the seed's accounting"),
+    (["--framework", "textbook"], "framework: 'textbook' is the original planner's accounting"),
     (["--off-policy", "1"], "off_policy: 1 needs the engine on GPUs of its own"),
 ]
 
