@@ -101,7 +101,7 @@ def run(t: Transcript, cwd: Path) -> str:
     """What the command prints, stdout and stderr together, trailing spaces stripped."""
     args = shlex.split(t.command)
     assert args[0] == "trainplan", t.command
-    env = {**os.environ, "COLUMNS": "100"}
+    env = {**os.environ, "COLUMNS": "80", "LINES": "24"}  # a terminal's default size
     proc = subprocess.run(
         [sys.executable, "-m", "trainplan", *args[1:]],
         cwd=cwd,
