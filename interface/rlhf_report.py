@@ -1,6 +1,6 @@
 """The faithful RLHF accounting and the placement search as plain data: the ``faithful`` object
 of ``trainplan rlhf --model …`` (:func:`faithful_report`) and ``trainplan rlhf-plan --json``
-(:func:`result_dict`); the README names every key. Built from the cost model's records
+(:func:`result_dict`); docs/reference/json.md lists every key. Built from the cost model's records
 (:mod:`model.rlhf_step`, :mod:`model.rlhf_roles`) and the parsed inputs
 (:mod:`interface.rlhf_faithful`)."""
 

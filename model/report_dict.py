@@ -426,7 +426,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
 
 
 def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
-    """The evaluate ``--json`` object (keys listed in the README)."""
+    """The evaluate ``--json`` object (keys listed in docs/reference/json.md)."""
     lay, t = est.layout, est.training
     acts = est.peak.activations
     out: dict[str, Any] = {
