@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``): the generated reference pages and the API's sources.
 
 * A page holding ``<!-- generated: cli -->`` or ``<!-- generated: json -->`` gets the command-line
-  or JSON reference there (:mod:`trainplan.interface.reference`), so neither can drift from code.
+  or JSON reference there (:mod:`trainplan.interface.cli.reference`), so neither can drift from code.
 * griffe (mkdocstrings) reads the package statically, but the repository keeps the package's
   folders side by side (``model/`` installs as ``trainplan.model``, as ``pyproject.toml`` maps
   them): ``build/api-src/trainplan`` is laid out as the installed package, links to the folders.
@@ -37,11 +37,11 @@ _ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj|const):(<
 
 def on_page_markdown(markdown: str, **_: object) -> str:
     if "<!-- generated: cli -->" in markdown:
-        from trainplan.interface.reference import cli_markdown
+        from trainplan.interface.cli.reference import cli_markdown
 
         markdown = markdown.replace("<!-- generated: cli -->", cli_markdown())
     if "<!-- generated: json -->" in markdown:
-        from trainplan.interface.reference import json_markdown
+        from trainplan.interface.cli.reference import json_markdown
 
         markdown = markdown.replace("<!-- generated: json -->", json_markdown())
     return markdown

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainplan.interface.cli import _register, cli
-from trainplan.interface.reference import (
+from trainplan.interface.cli.reference import (
     JSON_RUNS,
     cli_markdown,
     json_keys,
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = {p: p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))}
 GUIDES = "\n".join(text for p, text in DOCS.items() if "reference" not in p.parts)
+REFERENCE = cli_markdown()
 
 
 def test_quick_start_commands_in_readme():
@@ -41,11 +42,11 @@ def test_command_documented(name):
     command = cli.commands[name]
     assert command.help and command.help.strip()
     assert f"trainplan {name}" in GUIDES, f"no guide shows `trainplan {name}`"
-    assert f"## trainplan {name}\n" in cli_markdown()
+    assert f"## trainplan {name}\n" in REFERENCE
 
 
 def test_every_option_in_the_reference():
-    reference = cli_markdown()
+    reference = REFERENCE
     sections = dict(re.findall(r"## trainplan (\S+)\n(.*?)(?=\n## trainplan |\Z)", reference, re.S))
     assert set(sections) == set(cli.commands)
     for name, options in option_names().items():
@@ -69,7 +70,7 @@ def test_reference_pages_in_the_site():
 def test_every_evaluate_key_says_what_it_means():
     obj = run_json(JSON_RUNS["evaluate"])
     missing = [path for path, _ in json_keys(obj) if key_doc(path) is None]
-    assert not missing, f"keys without a meaning in interface/reference.py KEY_DOCS: {missing}"
+    assert not missing, f"keys without a meaning in interface/cli/reference.py KEY_DOCS: {missing}"
 
 
 INTERNAL = re.compile(
@@ -88,4 +89,4 @@ def test_no_internal_words(path):
 
 def test_no_internal_words_in_the_cli_reference():
     """The help texts the reference is generated from."""
-    assert not INTERNAL.findall(cli_markdown())
+    assert not INTERNAL.findall(REFERENCE)

@@ -67,6 +67,7 @@ OWNERS = {
     "starlette": ("interface/web/",),
     "uvicorn": ("interface/web/",),
     "swagger_ui_bundle": ("interface/web/",),
+    "mkdocs": ("interface/web/manual.py",),
     "torch": (),
 }
 

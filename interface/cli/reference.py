@@ -7,8 +7,8 @@ The documentation site (``mkdocs.yml``, ``docs/hooks.py``) puts :func:`cli_markd
 built, so neither page can drift from the code; ``tests/test_docs.py`` holds every command and
 option to the first and every key of the evaluate object to :data:`KEY_DOCS`.
 
-    python -m trainplan.interface.reference cli     # print the CLI reference (Markdown)
-    python -m trainplan.interface.reference json    # print the JSON reference (Markdown)
+    python -m trainplan.interface.cli.reference cli     # print the CLI reference (Markdown)
+    python -m trainplan.interface.cli.reference json    # print the JSON reference (Markdown)
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def cli_markdown() -> str:
             if record is None:
                 continue
             spelling, help_text = record
+            if isinstance(param, click.Argument):
+                help_text = "The command's argument" + (" (required)." if param.required else ".")
             lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
         lines.append("")
     return "\n".join(lines)
@@ -363,7 +365,7 @@ def json_markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m trainplan.interface.reference cli|json``: print a reference page."""
+    """``python -m trainplan.interface.cli.reference cli|json``: print a reference page."""
     which = (argv if argv is not None else sys.argv[1:]) or ["cli"]
     print(cli_markdown() if which[0] == "cli" else json_markdown())
 
