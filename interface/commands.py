@@ -80,7 +80,7 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
     and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``).
 
     ``params`` are the evaluate options by their parameter names (bytes, seconds and 0–1 rates
-    out; SPEC.md conventions; sources in :mod:`model`). ``overlap`` may be a tuple of
+    out; docs/concepts/conventions.md; sources in :mod:`model`). ``overlap`` may be a tuple of
     ``AXIS=FRACTION`` texts, as the option gives it.
 
     Raises
@@ -111,7 +111,7 @@ RLHF_SEED_ARGS = (
     "completion_tokens",
     "epochs",
 )
-"""``trainplan rlhf`` options passed on even when unset or false (the seed's own defaults)."""
+"""``trainplan rlhf`` options passed on even when unset or false (the original planner's own defaults)."""
 
 
 def old_log_prob_flag(value: str | None) -> bool | None:
@@ -132,7 +132,7 @@ def old_log_prob_flag(value: str | None) -> bool | None:
 
 def rlhf_json(kw: dict[str, Any]) -> dict[str, Any]:
     """``trainplan rlhf --json`` of the command's parsed options (display-only ones such as
-    ``width`` dropped): the seed's figures, and the faithful accounting with ``model``."""
+    ``width`` dropped): the original planner's figures, and the faithful accounting with ``model``."""
     from trainplan.interface import tabs
 
     kw = {k: v for k, v in kw.items() if k not in ("width", "as_json")}

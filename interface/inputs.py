@@ -1,6 +1,7 @@
 """From flat parameters (CLI options, an example's TOML table) to the cost model's inputs.
 
-One place decides every default (SPEC.md and issue 2): the catalogue's published training setup
+One place decides every default (docs/concepts/conventions.md;
+docs/guides/evaluate.md "Inputs"): the catalogue's published training setup
 (s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
 H100-SXM when no GPU is named. The defaults used are listed in
 :attr:`trainplan.optimizer.case.Case.defaults_used`.
@@ -225,7 +226,7 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
 
 
 def build_case(params: Mapping[str, Any]) -> Case:
-    """Build a :class:`Case` from flat parameters named as in SPEC.md (``dp``, ``seq_len``…).
+    """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md (``dp``, ``seq_len``…).
 
     Raises
     ------

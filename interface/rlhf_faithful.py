@@ -154,8 +154,8 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
     framework = parse_framework(_opt(params, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
-            "framework: 'textbook' is the seed's accounting; the faithful one runs a framework's "
-            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the seed's figures"
+            "framework: 'textbook' is the original planner's accounting; the faithful one runs a framework's "
+            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the original planner's figures"
         )
 
     def count(key: str) -> int | None:

@@ -1,6 +1,6 @@
 """The faithful RLHF accounting and the placement search as plain data: the ``faithful`` object
 of ``trainplan rlhf --model …`` (:func:`faithful_report`) and ``trainplan rlhf-plan --json``
-(:func:`result_dict`); the README names every key. Built from the cost model's records
+(:func:`result_dict`); docs/reference/json.md lists every key. Built from the cost model's records
 (:mod:`model.rlhf_step`, :mod:`model.rlhf_roles`) and the parsed inputs
 (:mod:`interface.rlhf_faithful`)."""
 
@@ -184,12 +184,12 @@ SEED_ONLY = (
     "policy_params", "reward_params", "chips", "peak_tflops", "rollout_engine", "layers",
     "kv_heads", "head_dim", "logits_buffer", "vocab_size", "logits_tokens",
 )  # fmt: skip
-"""Options of the seed's accounting only: with ``--model`` the sizes, dimensions and the
+"""Options of the original planner's accounting only: with ``--model`` the sizes, dimensions and the
 engine come from the model and the placement."""
 
 
 def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The RLHF tab with ``model``: the seed's figures for the same workload (its keys, with
+    """The RLHF tab with ``model``: the original planner's figures for the same workload (its keys, with
     ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
     :func:`plan_dict` of the tab's placement. ``seed_report`` is :func:`interface.tabs.
     rlhf_report` (passed in: it imports this module).

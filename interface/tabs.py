@@ -1,6 +1,6 @@
 """The pipeline, MFU, checkpointing and RLHF tabs as report dictionaries (the ``--json`` output).
 
-Each ``*_report`` takes the parameter names of ``cases/seed_examples.toml`` as keyword arguments,
+Each ``*_report`` takes the parameter names of ``scenarios/examples.toml`` as keyword arguments,
 checks them (a :class:`~model.errors.PlannerError` naming the parameter, value and rule), calls the
 cost model in :mod:`model` and returns plain JSON values: ints when whole, floats otherwise, rates
 and fractions as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
@@ -443,7 +443,7 @@ def rlhf_report(
     says which; without it the figures are the seed's (``accounting: "seed"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
-    (``logits_buffer``) are off by default (the seed leaves them out) and add to
+    (``logits_buffer``) are off by default (the original planner leaves them out) and add to
     ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only. Options left
     None take :data:`RLHF_DEFAULTS` (``reward`` model for PPO and GRPO; ``gpu`` H100-SXM unless
     ``peak_tflops`` is given).
@@ -505,7 +505,7 @@ def rlhf_report(
     )
     if policy_params is None:
         raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the seed's accounting) or --model "
+            "policy_params: missing; give --policy-params SIZE (the original planner's accounting) or --model "
             "NAME (the faithful one)"
         )
     n_p = parse_count(policy_params, "policy_params")

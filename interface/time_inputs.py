@@ -143,7 +143,7 @@ def cost_options(
     if params.get("time_model") == "roofline" and not framework.physical:
         raise InputError(
             f"time_model: roofline times the mechanisms of a physical profile; framework "
-            f"{framework} keeps the single model (its figures are the seed's); use --framework "
+            f"{framework} keeps the single model (its figures are the original planner's); use --framework "
             "megatron, deepspeed or fsdp2, or leave --time-model out"
         )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical

@@ -40,7 +40,7 @@ Variants, derived the same way:
   SiLU's output: ``8·S·f``; measured in the fidelity suite.)
 * No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
-* FlashAttention: no ``[b, a, s, s]`` tensor is stored (SPEC.md drops the 5·a term; the kernel's
+* FlashAttention: no ``[b, a, s, s]`` tensor is stored (the conventions drop the 5·a term; the kernel's
   per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
 * Without FlashAttention the score tensors are the whole ``[b, a, s/cp, s]`` whatever the mask:
   eager attention (Hugging Face's ``eager_attention_forward``, Megatron's unfused softmax) adds a

@@ -1,4 +1,5 @@
-"""Bytes each parallel axis sends per GPU per step (ring algorithms; SPEC.md "Communication").
+"""Bytes each parallel axis sends per GPU per step (ring algorithms;
+docs/concepts/conventions.md "Communication").
 
 For a ring collective over n ranks of a buffer of S bytes each GPU sends ``(n−1)/n·S`` for an
 all-gather or reduce-scatter and ``2·(n−1)/n·S`` for an all-reduce (Thakur, Rabenseifner & Gropp
@@ -160,7 +161,7 @@ def tp_traffic(
     (``num_moe_layers`` of them MoE; ``first`` / ``last``: it holds the embedding / the output
     layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
 
-    ``textbook`` (SPEC.md; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
+    ``textbook`` (conventions "Communication"; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
     (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
     parallelism, or 2 all-reduces without — ``4·one`` either way.
 

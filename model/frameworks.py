@@ -43,7 +43,7 @@ Profiles (``--framework``):
   ``reshard_after_forward=False`` (one gather per micro-batch, the stage's weights held whole
   from forward to backward) — the recipe of Llama 3 §3.3.1 ("we do not reshard after forward"),
   with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards).
-* ``textbook`` — the seed's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
+* ``textbook`` — the original planner's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
   B/param sharded as ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather;
   ``zero3_regather`` gathers per micro-batch), capacity as the vendor states it. It reproduces
   the original tool's figures; the search does not optimise it by default.
@@ -110,7 +110,7 @@ DEFAULT_ZERO_STAGE: dict[Framework, int] = {
 }
 """The stage a layout gets when none is given: Megatron's distributed optimizer, DeepSpeed's
 stage 1, FSDP2's full sharding (``fully_shard``'s default ``reshard_after_forward=True``), and
-ZeRO-1 for the textbook (the seed's default)."""
+ZeRO-1 for the textbook (the original planner's default)."""
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``reduce_bucket_size`` default, elements (``deepspeed/runtime/zero/config.py``):

@@ -1,8 +1,9 @@
-"""One point of the layout space, and every legality rule in one place (SPEC.md "Inputs and errors").
+"""One point of the layout space, and every legality rule in one place
+(docs/concepts/conventions.md "Inputs and errors").
 
 Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
 ``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (SPEC.md "Units and conventions").
+does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Layout:
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``--expert-tensor-parallel-size``): routed
     experts are split over etp·ep ranks and their optimizer state over the expert data-parallel
-    group of tp·dp·cp/(etp·ep) ranks. None = tp (the seed's convention)."""
+    group of tp·dp·cp/(etp·ep) ranks. None = tp (the textbook convention)."""
     zero_stage: int = 1
     """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019. What a stage
     holds and sends depends on ``framework`` (:mod:`model.frameworks`)."""

@@ -70,7 +70,7 @@ class ModelState:
     """ZeRO-3 only: the gathered (unsharded over dp·cp) bf16 weights of the unit being computed
     and of the next one, prefetched, beyond the local shard — what FSDP and DeepSpeed ZeRO-3
     hold gathered at any moment (Rajbhandari et al. 2019 §5.3; FSDP's forward/backward prefetch;
-    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the seed's model
+    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the textbook's model
     state); counted in the GPU's total."""
     buffers_bytes: Fraction = Fraction(0)
     """Live in forward/backward only: one unit's unsharded gradients before their reduction
@@ -90,7 +90,7 @@ class ModelState:
 
     @property
     def total_bytes(self) -> Fraction:
-        """Weights + gradients + optimizer state (the seed's 16 B/param, sharded)."""
+        """Weights + gradients + optimizer state (the textbook's 16 B/param, sharded)."""
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
     @property
@@ -183,7 +183,7 @@ def _model_state(
     offload: Offload = NO_OFFLOAD,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
-    ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
+    ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
     replicas:
 
     * ZeRO-0: ``(2 + 2 + 12)·P``   * ZeRO-1: ``(2 + 2 + 12/D)·P``

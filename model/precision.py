@@ -83,7 +83,7 @@ inside Megatron-Bridge's Performance Tuning Guide's "typically achieving a speed
 for FP8 on the Transformer block's linear layers (Low Precision Training, §1) and near the 1.42×
 a user measured for a 13B GPT on H100 (0.34 → 0.24 s/step, NVIDIA/Megatron-LM issue #396).
 Not fitted to a row: the absolute FP8 step times of NeMo's tables are compared, with their gap,
-in the README."""
+in docs/fidelity-validation.md."""
 
 FP8_LINEAR_INPUTS = frozenset(
     {

@@ -154,7 +154,7 @@ def assumptions(est: Estimate) -> list[str]:
         out.append(_cp_sentence(lay))
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
-            "parameters taken as given and divided evenly over tp·pp (the seed's convention)"
+            "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
         )
     if lay.stage_layers is not None:
         out.append(
@@ -293,11 +293,11 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
     if lay.framework.physical:
         return "the mechanism's own collectives (per micro-batch where it says so)"
     if lay.zero_stage != 3:
-        return "one exchange per step (the seed's convention)"
+        return "one exchange per step (the textbook convention)"
     if regather:
         return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
     return (
-        "ZeRO-3 gathers the weights once per step (the seed's convention; --zero3-regather "
+        "ZeRO-3 gathers the weights once per step (the textbook convention; --zero3-regather "
         "for once per micro-batch)"
     )
 
@@ -305,9 +305,7 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
 def _capacity_sentence(est: Estimate) -> str:
     d = est.device
     if not est.layout.framework.physical:
-        return (
-            f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the seed's convention)"
-        )
+        return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the textbook convention)"
     have = (
         f"{d.hbm_bytes / 2**30:g} GiB of HBM"
         if d.hbm_bytes
@@ -428,7 +426,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
 
 
 def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
-    """The evaluate ``--json`` object (keys listed in the README)."""
+    """The evaluate ``--json`` object (keys listed in docs/reference/json.md)."""
     lay, t = est.layout, est.training
     acts = est.peak.activations
     out: dict[str, Any] = {

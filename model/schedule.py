@@ -1,4 +1,5 @@
-"""Pipeline timelines simulated from each schedule's dependency rules (SPEC.md "Pipeline tab").
+"""Pipeline timelines simulated from each schedule's dependency rules
+(docs/concepts/conventions.md "Pipeline").
 
 Every stage runs its own ordered list of passes; a pass starts when the stage is free and the pass
 it depends on has ended. The dependency rules are the same for every schedule:

@@ -1,6 +1,7 @@
 """What is trained (:class:`ModelSpec`, :class:`Architecture`) and how (:class:`TrainingSpec`).
 
-Symbols follow SPEC.md: L layers, h hidden size, a attention heads, g KV heads, d head dim,
+Symbols follow docs/concepts/conventions.md "Units and symbols":
+L layers, h hidden size, a attention heads, g KV heads, d head dim,
 f FFN hidden size, V vocabulary, s sequence length, B global batch (sequences).
 """
 
@@ -288,7 +289,7 @@ class ModelSpec:
     """A model: its name, source and either an architecture, a declared size, or both.
 
     With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state
-    is computed and divided evenly over tp·pp (the seed's convention); activations are
+    is computed and divided evenly over tp·pp (the textbook convention); activations are
     unavailable. With both, the declared size is used for model state and the architecture for
     activations, traffic and FLOPs; the two must agree within :data:`DECLARED_SIZE_TOLERANCE`
     (an InputError otherwise).

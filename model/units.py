@@ -1,6 +1,6 @@
 """Units, number parsing and exact-arithmetic helpers.
 
-Conventions (SPEC.md "Units and conventions"): GB = 10**9 bytes, TB = 10**12 bytes, GiB = 2**30
+Conventions (docs/concepts/conventions.md "Units and symbols"): GB = 10**9 bytes, TB = 10**12 bytes, GiB = 2**30
 bytes (only where a vendor states capacity in GiB). Time in seconds, bandwidth in bytes/s per GPU
 per direction. Counts are ``int``; exact rationals are :class:`fractions.Fraction`.
 """
@@ -40,7 +40,7 @@ TB = 10**12
 GIB = 2**30
 
 _SUFFIX = {"B": 10**9, "T": 10**12}
-"""Size suffixes (SPEC.md "Inputs"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
+"""Size suffixes (docs/concepts/conventions.md "Inputs and errors"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
 means 8192 tokens, so a silent 8000 would be a wrong figure."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 
@@ -188,7 +188,7 @@ def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
 
 
 def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
-    """Read a number as the seed writes it, exactly.
+    """Read a number as the original planner writes it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
     space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).

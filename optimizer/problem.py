@@ -168,7 +168,7 @@ def objective_unit(problem: Problem, divisor: int = 1) -> str:
 
 def objective_value(objective: Objective, value: int, divisor: int = 1) -> tuple[str, float]:
     """The solver's objective ``value`` (in :func:`objective_unit`'s units ÷ ``divisor``) in base
-    units, with the JSON key that names its unit (README: times in seconds):
+    units, with the JSON key that names its unit (docs/reference/json.md: times in seconds):
 
     * ``objective_s``: seconds — per step (step-time; params, whose first objective is the size)
       or to train the token budget (time-to-train);

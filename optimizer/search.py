@@ -2,7 +2,7 @@
 Pareto frontier, the largest model that fits, and why nothing fits.
 
 Every answer is re-evaluated with ``evaluate()`` and every tabulated term is compared with it
-(DESIGN.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
+(docs/concepts/search.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
 """
 
 from __future__ import annotations

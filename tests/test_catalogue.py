@@ -81,7 +81,7 @@ def test_every_catalogue_file_loads_with_source_and_training_defaults(name):
 
 @pytest.mark.parametrize("name", [n for n in model_names() if get_model(n).layout])
 def test_published_layout_is_consistent(name):
-    """G = dp·tp·pp·cp, ep divides dp·cp, and B is a multiple of dp (SPEC "Layout identity")."""
+    """G = dp·tp·pp·cp, ep divides dp·cp, and B is a multiple of dp (docs/concepts/conventions.md "Layout")."""
     layout = get_model(name).layout
     dp, tp, pp, cp = (layout.get(k, 1) for k in ("dp", "tp", "pp", "cp"))
     assert dp * tp * pp * cp == layout["num_gpus"]

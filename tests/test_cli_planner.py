@@ -241,7 +241,7 @@ def test_global_batch_number_forms(text):
 
 @pytest.mark.parametrize("text", ["8K", "8k", "4M"])
 def test_k_and_m_suffixes_are_refused(monkeypatch, capsys, text):
-    """SPEC names the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
+    """The conventions name the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
     code, out, err = run_main(monkeypatch, capsys, "--params", "70B", "--seq-len", text)
     assert code == 2
     assert "is not a number" in err and "Traceback" not in out + err

@@ -34,7 +34,7 @@ def fail(message: str, code: int = 2) -> None:
 class GuardedGroup(click.Group):
     """A click group whose commands turn any :class:`PlannerError` — raised by a command or by an
     option's conversion (``NUMBER``, ``COUNT``, ``OUTPUT``) — into one line on stderr and exit
-    code 2 (SPEC.md "Inputs and errors"). The rule lives here once, so it holds in the console
+    code 2 (docs/concepts/conventions.md "Inputs and errors"). The rule lives here once, so it holds in the console
     script and under click's ``CliRunner`` alike; no command catches PlannerError itself."""
 
     def invoke(self, ctx: click.Context) -> Any:

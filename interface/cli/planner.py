@@ -33,12 +33,14 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["gpt", "llama"]),
             help="Layer family for --params with dimensions.",
         ),
-        click.option("--layers", type=COUNT),
-        click.option("--hidden", type=COUNT),
-        click.option("--heads", type=COUNT),
-        click.option("--kv-heads", "kv_heads", type=COUNT),
-        click.option("--ffn-hidden", "ffn_hidden", type=COUNT),
-        click.option("--vocab", type=COUNT),
+        click.option("--layers", type=COUNT, help="L, transformer layers (with --params)."),
+        click.option("--hidden", type=COUNT, help="h, hidden size (with --params)."),
+        click.option("--heads", type=COUNT, help="a, attention heads (with --params)."),
+        click.option("--kv-heads", "kv_heads", type=COUNT, help="g, KV heads (GQA; default a)."),
+        click.option(
+            "--ffn-hidden", "ffn_hidden", type=COUNT, help="f, FFN hidden size (with --params)."
+        ),
+        click.option("--vocab", type=COUNT, help="V, vocabulary size (with --params)."),
         click.option(
             "--mtp-layers",
             "mtp_layers",
@@ -152,7 +154,7 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "zero3_regather",
             is_flag=True,
             default=None,
-            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, the seed's).",
+            help="ZeRO-3 gathers weights for every micro-batch (default: once per step, as textbook).",
         ),
         click.option(
             "--fabric",
@@ -170,9 +172,24 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="GiB of each GPU kept for the driver, CUDA context, NCCL and fragmentation under "
             "a physical --framework (default 3).",
         ),
-        click.option("--nvlink-domain", "nvlink_domain", type=COUNT),
-        click.option("--nvlink-gbps", "nvlink_gbps", type=NUMBER),
-        click.option("--scaleout-gbps", "scaleout_gbps", type=NUMBER),
+        click.option(
+            "--nvlink-domain",
+            "nvlink_domain",
+            type=COUNT,
+            help="GPUs per NVLink domain; default the accelerator's.",
+        ),
+        click.option(
+            "--nvlink-gbps",
+            "nvlink_gbps",
+            type=NUMBER,
+            help="NVLink GB/s per GPU per direction; default the accelerator's.",
+        ),
+        click.option(
+            "--scaleout-gbps",
+            "scaleout_gbps",
+            type=NUMBER,
+            help="Scale-out NIC GB/s per GPU per direction; default the accelerator's.",
+        ),
         click.option(
             "--time-model",
             "time_model",
@@ -251,10 +268,10 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
         click.option("--gpus", "num_gpus", type=COUNT, help="Check that dp·tp·pp·cp equals this."),
-        click.option("--dp", type=COUNT),
-        click.option("--tp", type=COUNT),
-        click.option("--pp", type=COUNT),
-        click.option("--cp", type=COUNT),
+        click.option("--dp", type=COUNT, help="Data-parallel degree (default 1)."),
+        click.option("--tp", type=COUNT, help="Tensor-parallel degree (default 1)."),
+        click.option("--pp", type=COUNT, help="Pipeline-parallel degree (default 1)."),
+        click.option("--cp", type=COUNT, help="Context-parallel degree (default 1)."),
         click.option(
             "--cp-kind",
             "cp_kind",
@@ -271,7 +288,9 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Inner all-to-all degree of --cp-kind a2a+p2p (Megatron-Core "
             "--hierarchical-context-parallel-sizes).",
         ),
-        click.option("--ep", type=COUNT),
+        click.option(
+            "--ep", type=COUNT, help="Expert-parallel degree, carved from dp·cp (default 1)."
+        ),
         click.option(
             "--etp",
             type=COUNT,
@@ -282,7 +301,7 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--framework",
             type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
             help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
-            "it (default megatron); textbook = the seed's steady-state convention.",
+            "it (default megatron); textbook = the ZeRO paper's steady state (the original planner's figures).",
         ),
         click.option(
             "--zero",
@@ -291,7 +310,11 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="ZeRO stage 0-3 (3 = FSDP); default the framework's (megatron 1, deepspeed 1, "
             "fsdp2 3, textbook 1).",
         ),
-        click.option("--recompute", type=click.Choice(["none", "sqrt", "selective", "full"])),
+        click.option(
+            "--recompute",
+            type=click.Choice(["none", "sqrt", "selective", "full"]),
+            help="Activation recomputation (default none).",
+        ),
         click.option(
             "--flash/--no-flash",
             "flash_attention",
@@ -304,13 +327,26 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Default: on when tp > 1.",
         ),
-        click.option("--seq-len", "seq_len", type=COUNT),
-        click.option("--micro-batch", "micro_batch_size", type=COUNT),
+        click.option(
+            "--seq-len", "seq_len", type=COUNT, help="s, tokens per sequence; default the model's."
+        ),
+        click.option(
+            "--micro-batch", "micro_batch_size", type=COUNT, help="b, sequences per micro-batch."
+        ),
         click.option(
             "--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."
         ),
-        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"])),
-        click.option("--virtual-stages", "virtual_stages", type=COUNT),
+        click.option(
+            "--schedule",
+            type=click.Choice(["gpipe", "1f1b", "interleaved"]),
+            help="Pipeline schedule (default 1f1b).",
+        ),
+        click.option(
+            "--virtual-stages",
+            "virtual_stages",
+            type=COUNT,
+            help="v, model chunks per stage (interleaved).",
+        ),
         click.option(
             "--stage-layers",
             "stage_layers",
@@ -363,6 +399,8 @@ def layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--mfu-convention",
             "mfu_convention",
             type=click.Choice(["6n", "6n+attention", "megatron"]),
+            help="Model FLOPs: 6·N per token (default), plus PaLM's attention FLOPs, or "
+            "Korthikanti's term by term.",
         ),
         click.option(
             "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."

@@ -1,4 +1,4 @@
-"""``trainplan rlhf`` (the RLHF tab: the seed's accounting, and with ``--model`` the faithful one)
+"""``trainplan rlhf`` (the RLHF tab: the original planner's accounting, and with ``--model`` the faithful one)
 and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
 Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf_faithful`,
@@ -32,15 +32,27 @@ def _pct(x: float) -> str:
 def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
     """The workload options both commands share."""
     opts = [
-        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the tab's seed accounting only)."),
+        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the original planner's accounting only)."),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
-        click.option("--prompts", default=str(D["prompts"]), show_default=True),
+        click.option(
+            "--prompts", default=str(D["prompts"]), show_default=True, help="Prompts per step."
+        ),
         click.option(
             "--samples-per-prompt",
             help=f"Rollouts per prompt, GRPO's group size [default: {D['samples_per_prompt']}]; DPO has 2.",
         ),
-        click.option("--prompt-tokens", default=str(D["prompt_tokens"]), show_default=True),
-        click.option("--completion-tokens", default=str(D["completion_tokens"]), show_default=True),
+        click.option(
+            "--prompt-tokens",
+            default=str(D["prompt_tokens"]),
+            show_default=True,
+            help="Tokens per prompt.",
+        ),
+        click.option(
+            "--completion-tokens",
+            default=str(D["completion_tokens"]),
+            show_default=True,
+            help="Tokens per completion (the mean).",
+        ),
         click.option("--epochs", default="1", show_default=True, help="PPO epochs per step."),
         click.option(
             "--max-completion-tokens",
@@ -73,31 +85,35 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 # ------------------------------------------------------------------------------------ rlhf
 @cli.command("rlhf")
 @_workload
-@click.option("--policy-params", help="Policy parameters N_p (70e9, 70B): the seed's accounting.")
+@click.option(
+    "--policy-params", help="Policy parameters N_p (70e9, 70B): the original planner's accounting."
+)
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
 @click.option(
     "--decode-mfu",
-    help=f"Seed accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+    help=f"Original accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
     default=str(D["train_mfu"]),
     show_default=True,
-    help="Seed accounting: MFU of scoring and training (0–1).",
+    help="Original accounting: MFU of scoring and training (0–1).",
 )
-@click.option("--peak-tflops", help="Peak per chip instead of --gpu (seed accounting).")
-@click.option("--chips", help="Seed accounting: chips [default: 1].")
+@click.option("--peak-tflops", help="Peak per chip instead of --gpu (original accounting).")
+@click.option("--chips", help="Original accounting: chips [default: 1].")
 @click.option(
     "--rollout-engine",
     is_flag=True,
-    help="Seed accounting: add the engine's weight copy and KV cache (needs --layers "
+    help="Original accounting: add the engine's weight copy and KV cache (needs --layers "
     "--kv-heads --head-dim).",
 )
-@click.option("--layers")
-@click.option("--kv-heads")
-@click.option("--head-dim")
-@click.option("--logits-buffer", is_flag=True, help="Seed accounting: add the FP32 logits buffer.")
-@click.option("--vocab-size")
+@click.option("--layers", help="Original accounting: the policy's layers (KV cache).")
+@click.option("--kv-heads", help="Original accounting: the policy's KV heads (KV cache).")
+@click.option("--head-dim", help="Original accounting: the policy's head dimension (KV cache).")
+@click.option(
+    "--logits-buffer", is_flag=True, help="Original accounting: add the FP32 logits buffer."
+)
+@click.option("--vocab-size", help="Original accounting: vocabulary for --logits-buffer.")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
 @click.option("--gpus", help="Faithful: GPUs of the cluster [default: 8].")
@@ -122,7 +138,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
 def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> None:
-    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the seed's figures, or with --model
+    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the original planner's figures, or with --model
     every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
     r = rlhf_json({**kw, "old_log_prob": old_log_prob})
     if as_json:
@@ -150,7 +166,7 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
 
 
 def _seed_text(r: dict[str, Any]) -> None:
-    head = "" if r["accounting"] == "seed" else "The seed's accounting (textbook): "
+    head = "" if r["accounting"] == "seed" else "The original planner's accounting (textbook): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
     click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:

@@ -76,10 +76,20 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
             multiple=True,
             help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
-            "default megatron). textbook is the seed's steady-state convention.",
+            "default megatron). textbook is the ZeRO paper's steady state.",
         ),
-        click.option("--recompute", type=click.Choice([r.value for r in Recompute]), multiple=True),
-        click.option("--schedule", type=click.Choice([s.value for s in Schedule]), multiple=True),
+        click.option(
+            "--recompute",
+            type=click.Choice([r.value for r in Recompute]),
+            multiple=True,
+            help="Recompute modes allowed (repeatable; default all).",
+        ),
+        click.option(
+            "--schedule",
+            type=click.Choice([s.value for s in Schedule]),
+            multiple=True,
+            help="Pipeline schedules allowed (repeatable; default all).",
+        ),
         click.option(
             "--virtual-stages",
             "virtual_stages",
@@ -87,7 +97,12 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             multiple=True,
             help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
         ),
-        click.option("--flash/--no-flash", "flash_attention", default=None),
+        click.option(
+            "--flash/--no-flash",
+            "flash_attention",
+            default=None,
+            help="FlashAttention (default on).",
+        ),
         click.option(
             "--tp-in-nvlink",
             "tp_in_nvlink",
@@ -102,6 +117,7 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--objective",
             type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
+            help="What to minimise (default step-time; time-to-train and cost need --tokens).",
         ),
         click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
         click.option(

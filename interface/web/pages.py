@@ -47,7 +47,7 @@ def _page(name: str) -> str:
     nav = "".join(
         f'<a href="/{key}"{here if key == name else ""}>{title}</a>' for key, title in PAGES.items()
     )
-    nav += '<a href="/docs">API</a>'
+    nav += '<a href="/docs">API</a><a href="/manual/">Documentation</a>'
     html = (_PAGES / "layout.html").read_text()
     for key, value in (
         ("title", PAGES[name]),

@@ -1,6 +1,6 @@
 """``trainplan rlhf --model …`` (the faithful accounting) and ``trainplan rlhf-plan``: every term
-with its source, the JSON keys the README names, bad inputs as one line and exit 2, the seed's
-figures untouched, and the measured-configurations table of the README."""
+with its source, the JSON keys the documentation names, bad inputs as one line and exit 2, the seed's
+figures untouched, and the measured-configurations table of the RLHF guide."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from trainplan.interface.rlhf_measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
 _register()
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "rlhf.md").read_text()
 GRPO7 = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule"]
 
 
@@ -56,7 +56,7 @@ def test_faithful_json_keys_and_terms_with_sources():
 
 def test_faithful_text_prints_every_term_and_a_timeline():
     out = run(*GRPO7, "--gpus", "16", "--rollout-gpus", "8", "--off-policy", "1").stdout
-    for line in ("The seed's accounting (textbook)", "Faithful accounting", "engine budget",
+    for line in ("The original planner's accounting (textbook)", "Faithful accounting", "engine budget",
                  "KV cache", "decode", "FP32 logits", "one-step off-policy", "pool 1 (GPUs 8–15)"):  # fmt: skip
         assert line in out, line
 
@@ -79,7 +79,7 @@ BAD = [
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
     (["--policy-params", "7B"], "policy_params: '7B' does not apply"),
-    (["--framework", "textbook"], "framework: 'textbook' is the seed's accounting"),
+    (["--framework", "textbook"], "framework: 'textbook' is the original planner's accounting"),
     (["--off-policy", "1"], "off_policy: 1 needs the engine on GPUs of its own"),
 ]
 
@@ -122,7 +122,7 @@ def test_plan_bad_inputs_and_json():
 
 
 def test_readme_measured_table_is_the_planners():
-    """The README's table of published RLHF steps is what ``python -m
+    """The RLHF guide's table of published RLHF steps is what ``python -m
     trainplan.interface.rlhf_measured`` prints (the planner's figures, not hand-copied)."""
     evaluated = rows()
     assert len(evaluated) >= 5

@@ -1,6 +1,6 @@
 """Every pipeline, mfu, ckpt and rlhf example of ``scenarios/examples.toml``, read from the package.
 
-The figures are compared the way ``shared/checks/seed_examples.py`` does (a key anywhere in the
+The figures are compared by the examples file's rule (a key anywhere in the
 report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
 :data:`interface.tabs.TAB_REPORTS` and on the ``--json`` output of each CLI command.
 """
