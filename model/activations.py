@@ -73,6 +73,18 @@ Variants, derived the same way:
   ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
   ``[S, a·(nope+rope)]`` each, V and the output-projection input ``[S, a·v_head]`` (*tp*).
 
+Tensor parallelism through PyTorch DTensor (``ActivationContext.gathered_block_inputs``; the
+``fsdp2`` profile, torchtitan's plan in ``torchtitan/models/common/decoder_sharding.py``): the
+norms are ``SequenceParallel`` and keep their sequence-sharded inputs (*sp*), but the attention
+and MLP blocks redistribute their input from the sequence shard to ``Replicate`` before the
+column-parallel projections, and autograd keeps that all-gathered tensor: the QKV and FC1 inputs
+``[S, h]`` are whole on every tp rank (Megatron-Core's ``LinearWithGradAccumulationAndAsync
+Communication.forward`` in ``megatron/core/tensor_parallel/layers.py`` saves the shard and
+all-gathers it again in backward). MLA's latents run replicated on the gathered tokens; a MoE
+layer with ep = 1 routes the gathered tokens (:data:`MOE_ROUTING_ROWS`), with ep > 1 the
+sequence shard, its shared experts gathering their own input. Measured on CPU through DTensor
+on a gloo group (``tests/fidelity/test_tp_dtensor.py``).
+
 Conventions (``ActivationContext.convention``, from ``TrainingSpec.activation_convention``):
 ``paper`` (the default) is the count above. ``pytorch`` adds, as named terms, what PyTorch's
 kernels keep besides, measured on real layers in ``tests/fidelity`` (docs/fidelity-layers.md):
@@ -103,7 +115,14 @@ from trainplan.model.errors import InputError
 from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
-__all__ = ["CONVENTIONS", "ActivationContext", "LayerActivations", "layer_activations"]
+__all__ = [
+    "CONVENTIONS",
+    "GATHERED_INPUTS",
+    "MOE_ROUTING_ROWS",
+    "ActivationContext",
+    "LayerActivations",
+    "layer_activations",
+]
 
 CONVENTIONS = ("paper", "pytorch")
 """Activation conventions: ``paper`` (the default) and ``pytorch``."""
@@ -143,6 +162,16 @@ class ActivationContext:
     """Megatron-Core modules whose saved tensors go to the host (:mod:`model.activation_offload`):
     :func:`layer_activations` still lists every tensor; :func:`model.stage_bytes.layer_quantities`
     leaves the offloaded ones off the GPU's per-layer figures."""
+    gathered_block_inputs: bool = False
+    """The tensor-parallel plan all-gathers the sequence-parallel shard into a tensor replicated
+    over the tp ranks at the attention and MLP blocks' inputs, and the projections save that
+    whole tensor (PyTorch DTensor ``PrepareModuleInput(desired_input_layouts=Replicate())``
+    ahead of ``ColwiseParallel``, torchtitan's plan; the ``fsdp2`` profile): the rows of
+    :func:`gathered_rows` are not divided by tp. Megatron-Core's linear layers save the shard
+    and gather it again in backward (Korthikanti's count, False)."""
+    ep: int = 1
+    """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
+    tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))
@@ -370,6 +399,57 @@ def _fp8_rows(
     return out
 
 
+GATHERED_INPUTS = frozenset(
+    {
+        "QKV projection input",
+        "FC1 input",
+        "attention projection input",
+        "query latent and its norm output",
+        "query latent norm statistics (fp32 rstd)",
+        "kv latent with rope key",
+        "kv latent norm output",
+        "kv latent norm statistics (fp32 rstd)",
+    }
+)
+"""Rows that are whole on every tp rank under ``gathered_block_inputs``: the QKV and FC1 inputs
+(torchtitan ``decoder_sharding.py`` ``set_gqa_attention_sharding`` / ``set_dense_ffn_sharding``:
+the block's input goes from the sequence shard to ``Replicate`` before the column-parallel
+``wq``/``wk``/``wv`` and ``w1``/``w3``); MLA's projection input and its latents
+(``deepseek_v3/sharding.py``: the input gathered, the low-rank ``wq_a``, ``wkv_a``, ``q_norm``,
+``kv_norm`` replicated, so they run on every token of the gathered tensor)."""
+
+MOE_ROUTING_ROWS = frozenset(
+    {
+        "router and dispatch input",
+        "router probabilities (fp32)",
+        "routed expert inputs (top-k copies)",
+        "routed expert outputs for the combine",
+        "router top-k indices (int64)",
+        "token permutation indices (int64, dispatch and combine)",
+        "routing weights for the combine",
+    }
+)
+"""A MoE layer's routing rows: whole on every tp rank under ``gathered_block_inputs`` with
+ep = 1 (torchtitan ``moe_sharding.py``: "EP off, SP on" redistributes the MoE input from
+``Shard(1)`` to ``Replicate``, the router and the tensor-parallel experts run on every token);
+with ep > 1 the tokens stay sequence-sharded ("EP on": ``Shard(1)`` → ``Shard(1)``)."""
+
+
+def _gathered(
+    rows: list[tuple[str, Fraction, str]], arch: Architecture, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """``rows`` under ``gathered_block_inputs``: :data:`GATHERED_INPUTS` (and with ep = 1
+    :data:`MOE_ROUTING_ROWS`) whole; with ep > 1 the shared experts' ``FeedForward`` gathers its
+    own input to ``Replicate`` (``_shared_experts_sharding_configs``), one more ``β·S·h``."""
+    names = GATHERED_INPUTS | (MOE_ROUTING_ROWS if ctx.ep == 1 else frozenset())
+    out = [(n, v, "gathered" if n.split(" (FP8")[0] in names else k) for n, v, k in rows]
+    shared = any(n.startswith("shared expert") for n, _, _ in rows)
+    if shared and ctx.ep > 1 and ctx.sequence_parallel and ctx.tp > 1:
+        value = ctx.activation_bytes * ctx.tokens * arch.hidden_size
+        out.append(("shared expert input (tp-gathered)", value, "gathered"))
+    return out
+
+
 def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) -> LayerActivations:
     """Activation bytes layer ``index`` keeps for backward, per GPU, per micro-batch.
 
@@ -401,7 +481,10 @@ def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) ->
         rows = [r for r in rows if r[0] not in NORM_INPUTS]
     if ctx.fp8_linear_inputs:
         rows = _fp8_rows(rows, ctx)
-    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1, "rep": 1}
+    if ctx.gathered_block_inputs:
+        rows = _gathered(rows, arch, ctx)
+    sp = ctx.tp if ctx.sequence_parallel else 1
+    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": sp, "rep": 1, "gathered": 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]

@@ -88,6 +88,16 @@ class Framework(StrEnum):
         real bytes); False for ``textbook``."""
         return self is not Framework.TEXTBOOK
 
+    @property
+    def gathers_block_inputs(self) -> bool:
+        """True when the profile's tensor parallelism keeps the attention and MLP blocks'
+        all-gathered inputs for backward (:attr:`model.activations.ActivationContext.
+        gathered_block_inputs`): ``fsdp2``, whose tensor parallelism is torchtitan's DTensor
+        plan (``torchtitan/models/common/decoder_sharding.py``: ``SequenceParallel`` norms, the
+        block input redistributed to ``Replicate`` before ``ColwiseParallel``). Megatron-Core
+        keeps the sequence shard and gathers again in backward."""
+        return self is Framework.FSDP2
+
 
 DEFAULT_FRAMEWORK = Framework.MEGATRON
 """The profile ``evaluate``, ``search`` and ``frontier`` use unless told: Megatron-Core runs

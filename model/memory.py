@@ -318,6 +318,8 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         fp8_linear_inputs=training.precision is Precision.FP8,
         cp_kind=layout.cp_kind,
         offload_modules=training.offload.activations,
+        gathered_block_inputs=layout.framework.gathers_block_inputs,
+        ep=layout.ep,
     )
 
 
@@ -376,6 +378,8 @@ def stage_activations(
         layout.uneven_stages,
         layout.stage_layers,
         layout.deallocate_pipeline_outputs,
+        layout.framework,
+        layout.ep,
         training,
         vocab_size,
         # m matters only through the micro-batches in flight, except for interleaved chunks,
@@ -429,6 +433,7 @@ def _stage_activations(
         layout.sp,
         training.activation_bytes,
         vocab_size or arch.vocab_size,
+        layout.framework.gathers_block_inputs,
     )
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
     r, u = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)

@@ -333,6 +333,7 @@ def embedding_bytes(
     sequence_parallel: Any,
     activation_bytes: int,
     vocab: Any,
+    gathered: Any = False,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
@@ -342,7 +343,11 @@ def embedding_bytes(
     modules on the last stage keeps the same for its own pass through the shared head, and the
     shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
     (÷ tp with SP; the hidden state's norm input is the tensor the previous final norm keeps).
-    S = tokens per micro-batch on this rank.
+    S = tokens per micro-batch on this rank. With ``gathered`` (the ``fsdp2`` profile,
+    :attr:`model.frameworks.Framework.gathers_block_inputs`) the output projection keeps the
+    final norm's all-gathered output, whole on every tp rank (torchtitan
+    ``decoder_sharding.py`` ``pre_lm_head_norm_config``: the norm's output goes to ``Replicate``
+    before ``lm_head``).
 
     Examples
     --------
@@ -356,7 +361,7 @@ def embedding_bytes(
     sp_div = where(sequence_parallel, tp, 1)
     dropout = tokens * h / sp_div if arch.dropout else 0
     logits = (4 + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
-    head = 2 * beta * tokens * h / sp_div + logits
+    head = beta * tokens * h / sp_div + beta * tokens * h / where(gathered, 1, sp_div) + logits
     output = (1 + d) * head + d * 3 * beta * tokens * h / sp_div
     return where(first, dropout, 0) + where(last, output, 0)
 

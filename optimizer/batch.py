@@ -317,7 +317,10 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any
     N, P = len(sa.shapes), sa.P
     # per-layer figures per activation context (b, cp, tp, CP flavour)
     # (the flavour only where cp > 1: a plain key hashes faster than an enum)
-    ctx_keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
+    ctx_keys = [
+        (s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind, s.ep, s.framework)
+        for s in sa.shapes
+    ]
     figures = {
         k: layer_quantities(arch, _context(arch, sa.shapes[ctx_keys.index(k)].layout(1, mode), t))
         for k in dict.fromkeys(ctx_keys)
@@ -340,6 +343,7 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any
         sa.col("tp") > 1,
         t.activation_bytes,
         vocab,
+        np.array([s.framework.gathers_block_inputs for s in sa.shapes])[:, None],
     )
     flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
     kept, emb_total = per_mb * flight, emb * flight

@@ -1,0 +1,57 @@
+"""What each framework profile keeps for backward, per tensor, where the frameworks differ.
+
+Figures held here, each derived in the test from the framework's code:
+
+* ``fsdp2`` with tp > 1 (torchtitan's DTensor plan, ``torchtitan/models/common/
+  decoder_sharding.py``): the QKV and FC1 projections keep the all-gathered block input
+  ``[S, h]`` whole on every tp rank; Megatron-Core keeps the sequence shard (measured on CPU
+  through DTensor in ``tests/fidelity/test_tp_dtensor.py``). Llama 3 70B, s 8192, tp 4, pp 2:
+  ``2 × 2·S·h·(1 − 1/4)`` = 201,326,592 B more per layer per micro-batch, 16.1 GB on the first
+  stage's 40 layers × 2 micro-batches in flight, and the layout the search used to pick does not
+  fit.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.interface.inputs import build_case
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.specs import Architecture
+
+LLAMA70B = {"model": "llama3-70b", "num_gpus": 32, "global_batch_size": 2048, "seq_len": 8192}
+
+
+def _ctx(**kw) -> ActivationContext:
+    base = dict(seq_len=8192, cp=1, micro_batch_size=1, tp=4, sequence_parallel=True,
+                flash_attention=True)  # fmt: skip
+    return ActivationContext(**{**base, **kw})
+
+
+def test_fsdp2_keeps_the_gathered_qkv_and_fc1_inputs():
+    arch = Architecture(num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+                        ffn_hidden_size=28672, vocab_size=128256, norm="rmsnorm", mlp="swiglu",
+                        position_embedding="rope")  # fmt: skip
+    megatron = dict(layer_activations(arch, 0, _ctx()).terms)
+    fsdp2 = dict(layer_activations(arch, 0, _ctx(gathered_block_inputs=True)).terms)
+    S, h = 8192, 8192
+    for name in ("QKV projection input", "FC1 input"):
+        assert megatron[name] == 2 * S * h / 4 and fsdp2[name] == 2 * S * h
+    # the norms keep their sequence shard under both plans; everything else is equal
+    assert fsdp2["attention norm input"] == megatron["attention norm input"] == 2 * S * h / 4
+    differ = {n for n in fsdp2 if fsdp2[n] != megatron[n]}
+    assert differ == {"QKV projection input", "FC1 input"}
+    extra = sum(fsdp2.values()) - sum(megatron.values())
+    assert extra == 2 * 2 * S * h * Fraction(3, 4) == 201_326_592
+
+
+def test_llama3_70b_fsdp2_tp4_pp2_no_longer_fits():
+    """The layout ``search --framework megatron --framework fsdp2`` answered on 32 H100s at
+    82.61 of 82.68 GB: 16.1 GB more activations on stage 0, so it does not fit."""
+    lay = {**LLAMA70B, "dp": 4, "tp": 4, "pp": 2, "framework": "fsdp2", "zero_stage": 3}
+    est = build_case(lay).evaluate()
+    meg = build_case({**lay, "framework": "megatron", "zero_stage": 1}).evaluate()
+    a_f, a_m = est.stages[0].activations, meg.stages[0].activations
+    assert a_f.microbatches_in_flight == 2
+    assert a_f.layers_bytes - a_m.layers_bytes == 40 * 2 * 201_326_592 == 16_106_127_360
+    assert not est.fits
