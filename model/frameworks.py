@@ -98,6 +98,17 @@ class Framework(StrEnum):
         keeps the sequence shard and gathers again in backward."""
         return self is Framework.FSDP2
 
+    @property
+    def fp8_saves_fp8_inputs(self) -> bool:
+        """True when, under ``precision = fp8``, the linear layers save their inputs in FP8
+        (Transformer Engine's ``Linear``, as Megatron-Core runs it). False for ``fsdp2``:
+        torchtitan's float8 is torchao's ``Float8Linear``, whose
+        ``matmul_with_hp_or_float8_args.forward`` (``torchao/float8/float8_linear.py``) saves
+        ``input_hp``, the BF16 input, and casts it again in backward; torchtitan's recipes are
+        ``rowwise`` and ``rowwise_with_gw_hp`` (``torchtitan/components/quantization/
+        float8.py``), so no input reaches a linear already in FP8."""
+        return self is not Framework.FSDP2
+
 
 DEFAULT_FRAMEWORK = Framework.MEGATRON
 """The profile ``evaluate``, ``search`` and ``frontier`` use unless told: Megatron-Core runs

@@ -315,7 +315,8 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
-        fp8_linear_inputs=training.precision is Precision.FP8,
+        fp8_linear_inputs=training.precision is Precision.FP8
+        and layout.framework.fp8_saves_fp8_inputs,
         cp_kind=layout.cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=layout.framework.gathers_block_inputs,

@@ -55,3 +55,21 @@ def test_llama3_70b_fsdp2_tp4_pp2_no_longer_fits():
     assert a_f.microbatches_in_flight == 2
     assert a_f.layers_bytes - a_m.layers_bytes == 40 * 2 * 201_326_592 == 16_106_127_360
     assert not est.fits
+
+
+def test_fsdp2_fp8_keeps_the_bf16_linear_inputs():
+    """torchao's ``Float8Linear`` (torchtitan's float8) saves ``input_hp``, the BF16 input, so
+    FP8 changes nothing a layer keeps under ``fsdp2``; Transformer Engine (``megatron``) saves
+    the QKV, output-projection, FC1 and down-projection inputs in FP8, 1 B per element."""
+    base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
+            "seq_len": 8192, "gpu": "H100-SXM"}  # fmt: skip
+    acts = {}
+    for fw, zero in (("fsdp2", 3), ("megatron", 1)):
+        for precision in ("bf16", "fp8"):
+            case = build_case({**base, "framework": fw, "zero_stage": zero, "precision": precision})
+            acts[fw, precision] = case.evaluate().stages[0].activations.per_microbatch_bytes
+    assert acts["fsdp2", "fp8"] == acts["fsdp2", "bf16"] == acts["megatron", "bf16"]
+    S, h, f, q, layers = 8192, 4096, 14336, 4096, 32
+    # Megatron: QKV, FC1 (h each), output projection (a·d = h) and down projection (f) at 1 B
+    saved = (h + h + q + f) * S * layers
+    assert acts["megatron", "bf16"] - acts["megatron", "fp8"] == saved
