@@ -109,6 +109,15 @@ class Framework(StrEnum):
         float8.py``), so no input reaches a linear already in FP8."""
         return self is not Framework.FSDP2
 
+    @property
+    def fp8_caches_weights(self) -> bool:
+        """True when, under ``precision = fp8``, the linear weights' FP8 copies are cached for
+        the step (Transformer Engine, :data:`model.precision.FP8_WEIGHT_CACHE_BYTES`). False for
+        ``fsdp2``: torchao's ``Float8Linear`` casts the weight inside each GEMM
+        (``matmul_with_hp_or_float8_args``: ``hp_tensor_to_float8_dynamic`` in forward and again
+        in backward, saving the high-precision weight), so no copy outlives its GEMM."""
+        return self is not Framework.FSDP2
+
 
 DEFAULT_FRAMEWORK = Framework.MEGATRON
 """The profile ``evaluate``, ``search`` and ``frontier`` use unless told: Megatron-Core runs

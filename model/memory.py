@@ -24,7 +24,7 @@ from typing import Any
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
-from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.frameworks import Framework, Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.pipeline import Schedule, microbatches_in_flight
@@ -165,7 +165,7 @@ def model_state(
         mech,
         gather_unit,
         linear,
-        cache_bytes_per_element(training),
+        cache_bytes_per_element(training, layout.framework),
         training.offload,
     )
 
@@ -198,10 +198,12 @@ def _model_state(
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec) -> int:
+def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int:
     """Bytes per linear weight element of the low-precision copies the recipe caches:
-    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8, else 0."""
-    return FP8_WEIGHT_CACHE_BYTES if training.precision is Precision.FP8 else 0
+    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8 where the framework caches them
+    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0."""
+    fp8 = training.precision is Precision.FP8 and framework.fp8_caches_weights
+    return FP8_WEIGHT_CACHE_BYTES if fp8 else 0
 
 
 def weight_cache_terms(

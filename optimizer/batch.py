@@ -241,7 +241,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     experts = _gather(keys, {k: [p[3] for p in v] for k, v in params.items()}, P)
     dense_u = _gather(keys, {k: [u[0] for u in v] for k, v in units.items()}, P)
     expert_u = _gather(keys, {k: [u[1] for u in v] for k, v in units.items()}, P)
-    cache_bytes = cache_bytes_per_element(t)
+    cache_bytes = max(cache_bytes_per_element(t, s.framework) for s in sa.shapes)
     uniq = list(dict.fromkeys(keys))
     linear, layer_linear = (
         (
@@ -276,7 +276,8 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             mech = mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
             w, g, o, gathered, buffers, extra, cache, host = state_terms(
                 mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok],
-                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes, t.offload,
+                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes_per_element(t, fw),
+                t.offload,
             )  # fmt: skip
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)

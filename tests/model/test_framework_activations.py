@@ -73,3 +73,21 @@ def test_fsdp2_fp8_keeps_the_bf16_linear_inputs():
     # Megatron: QKV, FC1 (h each), output projection (a·d = h) and down projection (f) at 1 B
     saved = (h + h + q + f) * S * layers
     assert acts["megatron", "bf16"] - acts["megatron", "fp8"] == saved
+
+
+def test_fsdp2_fp8_caches_no_weight_copies():
+    """torchao casts each weight inside its GEMM (forward and again in backward): no FP8 weight
+    copy is held under ``fsdp2``, ZeRO-2 (weights whole) or ZeRO-3 (gathered units); Transformer
+    Engine caches the FP8 weight and its transpose, 2 B per linear weight element."""
+    base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
+            "seq_len": 8192, "gpu": "H100-SXM", "precision": "fp8"}  # fmt: skip
+    for zero in (2, 3):
+        fp8 = build_case({**base, "framework": "fsdp2", "zero_stage": zero}).evaluate()
+        bf16 = build_case({**base, "framework": "fsdp2", "zero_stage": zero,
+                           "precision": "bf16"}).evaluate()  # fmt: skip
+        assert fp8.stages[0].state.weight_cache_bytes == 0
+        assert fp8.stages[0].state.backward_bytes == bf16.stages[0].state.backward_bytes
+    meg = build_case({**base, "framework": "megatron", "zero_stage": 1}).evaluate()
+    # 32 layers × (q, k, v, o, gate, up, down) = 32 × (4096·6144 + 4096² + 3·4096·14336)
+    linear = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    assert meg.stages[0].state.weight_cache_bytes == 2 * linear

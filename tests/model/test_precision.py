@@ -59,14 +59,18 @@ def test_fp8_weight_cache_is_two_bytes_per_linear_weight():
     assert fp8.optimizer_step_bytes - bf16.optimizer_step_bytes == 13_958_643_712
 
 
-def test_fp8_under_fsdp_caches_only_the_gathered_layers():
-    """FSDP2 full sharding: no persistent cache; the two gathered layers (current and
-    prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more gathered."""
-    base = {**LLAMA3_8B, "framework": "fsdp2", "zero_stage": 3}
+def test_fp8_under_zero3_caches_only_the_gathered_layers():
+    """DeepSpeed ZeRO-3 with Transformer Engine: no persistent cache; the two gathered layers
+    (current and prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more
+    gathered. FSDP2 (torchao's ``Float8Linear`` casts inside each GEMM) caches none."""
+    base = {**LLAMA3_8B, "framework": "deepspeed", "zero_stage": 3}
     fp8 = build_case({**base, "precision": "fp8"}).evaluate().stages[0].state
     bf16 = build_case(base).evaluate().stages[0].state
     assert fp8.weight_cache_bytes == 0
     assert fp8.gathered_bytes - bf16.gathered_bytes == 2 * 2 * LINEAR_PER_LAYER == 872_415_232
+    fsdp = {**base, "framework": "fsdp2"}
+    fsdp_fp8 = build_case({**fsdp, "precision": "fp8"}).evaluate().stages[0].state
+    assert fsdp_fp8.gathered_bytes == build_case(fsdp).evaluate().stages[0].state.gathered_bytes
 
 
 def test_fp8_saves_linear_inputs_in_one_byte():
