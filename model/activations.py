@@ -380,8 +380,14 @@ def _fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
     """The rows under ``precision = fp8``: each linear layer's saved input at
-    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β; with memory-efficient
-    norms the norm's BF16 output stays and the FP8 copy is added."""
+    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β (Transformer Engine
+    ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward`` saves the quantized
+    ``inputmat``); with memory-efficient norms the norm's BF16 output stays and the FP8 copy is
+    added. The attention output stays BF16 where the fused/flash attention kernel keeps it for
+    its own backward (``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward``
+    saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
+    leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
+    recomputed with the attention core under selective recomputation (a score term)."""
     scale = Fraction(FP8_ACTIVATION_BYTES, ctx.activation_bytes)
     out = []
     for name, value, kind in rows:
@@ -389,6 +395,11 @@ def _fp8_rows(
             out.append((name, value, kind))
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
+        elif name == "output projection input" and ctx.flash_attention:
+            out += [
+                ("attention output (BF16, kept by the attention kernel)", value, "score"),
+                (f"{name} (FP8)", value * scale, kind),
+            ]
         else:
             out.append((f"{name} (FP8)", value * scale, kind))
     names = {r[0] for r in rows}
