@@ -58,7 +58,9 @@ Variants, derived the same way:
   the expert input ``[S, h]``, the activation input ``2·[S, f_e]``, the down-projection input
   ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine; shared experts as
   a dense SwiGLU of ``n_shared · f_shared``. Expert tensors are counted sequence-sharded, as with
-  expert tensor-parallel degree 1 or an all-to-all over tp·ep.
+  expert tensor-parallel degree 1 or an all-to-all over tp·ep; with etp > 1 (``expert_tp``) the
+  experts' input holds the tokens the etp group all-gathered, ``k·β·S·h·etp/tp`` (the
+  activation's and the down projection's inputs, ``[k·S·etp/tp, f_e/etp]``, are unchanged).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
@@ -169,6 +171,13 @@ class ActivationContext:
     ahead of ``ColwiseParallel``, torchtitan's plan; the ``fsdp2`` profile): the rows of
     :func:`gathered_rows` are not divided by tp. Megatron-Core's linear layers save the shard
     and gather it again in backward (Korthikanti's count, False)."""
+    expert_tp: int = 1
+    """Expert tensor-parallel degree whose group all-gathers the routed tokens before the
+    experts (Megatron-Core ``MoEAlltoAllTokenDispatcher.token_dispatch``: after the all-to-all
+    over ep, ``gather_from_sequence_parallel_region(global_input_tokens, group=self.tp_group)``
+    over the expert-TP group): with sequence parallelism the experts' first linear layer keeps
+    etp ranks' routed tokens, ``k·β·S·h·etp/tp``. 1 where the profile gathers none (the
+    textbook's convention; ``fsdp2``, whose routed tokens follow ``gathered_block_inputs``)."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
@@ -341,10 +350,11 @@ def _mlp_terms(
         moe = arch.moe
         assert moe is not None
         k = moe.experts_per_token
+        gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
         rows += [
             ("router and dispatch input", beta * S * h, "sp"),
             ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
-            ("routed expert inputs (top-k copies)", k * beta * S * h, "sp"),
+            ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
         ffn_e = moe.expert_ffn_hidden_size
         rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)

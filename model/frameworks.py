@@ -99,6 +99,14 @@ class Framework(StrEnum):
         return self is Framework.FSDP2
 
     @property
+    def gathers_expert_tokens(self) -> bool:
+        """True when expert tensor parallelism all-gathers the routed tokens over the expert-TP
+        group before the experts (:attr:`model.activations.ActivationContext.expert_tp`):
+        ``megatron`` (``megatron/core/transformer/moe/token_dispatcher.py``
+        ``MoEAlltoAllTokenDispatcher.token_dispatch``)."""
+        return self is Framework.MEGATRON
+
+    @property
     def fp8_saves_fp8_inputs(self) -> bool:
         """True when, under ``precision = fp8``, the linear layers save their inputs in FP8
         (Transformer Engine's ``Linear``, as Megatron-Core runs it). False for ``fsdp2``:

@@ -322,6 +322,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         cp_kind=layout.cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=layout.framework.gathers_block_inputs,
+        expert_tp=layout.expert_tp if layout.framework.gathers_expert_tokens else 1,
         ep=layout.ep,
     )
 
@@ -383,6 +384,7 @@ def stage_activations(
         layout.deallocate_pipeline_outputs,
         layout.framework,
         layout.ep,
+        layout.etp,
         training,
         vocab_size,
         # m matters only through the micro-batches in flight, except for interleaved chunks,

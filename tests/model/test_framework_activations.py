@@ -93,3 +93,21 @@ def test_fsdp2_fp8_caches_no_weight_copies():
     # 32 layers × (q, k, v, o, gate, up, down) = 32 × (4096·6144 + 4096² + 3·4096·14336)
     linear = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
     assert meg.stages[0].state.weight_cache_bytes == 2 * linear
+
+
+def test_expert_tp_gathers_the_experts_input():
+    """Megatron-Core's all-to-all dispatcher all-gathers the routed tokens over the expert-TP
+    group after the all-to-all (``token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher.
+    token_dispatch``), so the experts' first linear layer keeps etp ranks' tokens. Mixtral 8x7B
+    (k 2, h 4096, 32 MoE layers), s 4096, tp 2 with sequence parallelism, one micro-batch:
+    etp 2 keeps ``k·2·S·h·(2 − 1)/2`` = 33,554,432 B more per layer than etp 1, 1,073,741,824 B
+    on the stage; the SwiGLU inputs ``[k·S·etp/tp, f/etp]`` are the same."""
+    base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "num_gpus": 8,
+            "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
+    etp2 = build_case(base).evaluate().stages[0].activations
+    etp1 = build_case({**base, "etp": 1}).evaluate().stages[0].activations
+    assert etp2.layers_bytes - etp1.layers_bytes == 32 * 2 * 2 * 4096 * 4096 // 2 == 1_073_741_824
+    # the textbook keeps the seed's sequence-sharded count
+    tb = {**base, "framework": "textbook", "zero_stage": 1}
+    assert (build_case(tb).evaluate().stages[0].activations.layers_bytes
+            == build_case({**tb, "etp": 1}).evaluate().stages[0].activations.layers_bytes)  # fmt: skip
