@@ -111,3 +111,22 @@ def test_expert_tp_gathers_the_experts_input():
     tb = {**base, "framework": "textbook", "zero_stage": 1}
     assert (build_case(tb).evaluate().stages[0].activations.layers_bytes
             == build_case({**tb, "etp": 1}).evaluate().stages[0].activations.layers_bytes)  # fmt: skip
+
+
+def test_moe_layers_send_no_mlp_tp_collectives_without_shared_experts():
+    """Megatron-Core's MoE layer: the routed experts' tokens move over the expert-TP group only
+    (``MoEAlltoAllTokenDispatcher``); only shared experts (``SharedExpertMLP``, over the tp
+    group) gather and scatter like a dense MLP. Mixtral 8x7B (no shared experts), tp 2 with
+    sequence parallelism, etp 1, s 4096, b 1, m 1: ``one`` = (1/2)·2·4096·4096 = 16,777,216 B;
+    per layer the attention half's 5·one (forward all-gather and reduce-scatter; backward the
+    gradient's all-gather, the input's re-gather and the reduce-scatter), × 32 layers =
+    2,684,354,560; the embedding's 2·one and the output layer's 3·one + cross-entropy's
+    3 × 2 × (1/2) × 4 × 4096: 2,768,289,792 B (the dense MLP half used to double the layers'
+    share, 5,452,644,352 B)."""
+    base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "etp": 1, "num_gpus": 8,
+            "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
+    est = build_case(base).evaluate()
+    tp = next(r.traffic for r in est.traffic if r.traffic.axis == "tp")
+    one = 16_777_216
+    assert tp.bytes_per_step == 32 * 5 * one + 2 * one + 3 * one + 3 * 2 * 4 * 4096 // 2
+    assert tp.bytes_per_step == 2_768_289_792
