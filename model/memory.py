@@ -55,6 +55,7 @@ __all__ = [
     "weight_cache_terms",
     "cache_bytes_per_element",
     "optimizer_elements",
+    "keeps_gathered_inputs",
 ]
 
 
@@ -306,6 +307,15 @@ class StageActivations:
         )
 
 
+def keeps_gathered_inputs(framework: Framework, training: TrainingSpec) -> bool:
+    """Whether tensor parallelism keeps the blocks' all-gathered inputs: the recipe's
+    :attr:`model.specs.TrainingSpec.gathered_block_inputs`, else the framework's
+    (:attr:`model.frameworks.Framework.gathers_block_inputs`)."""
+    if training.gathered_block_inputs is None:
+        return framework.gathers_block_inputs
+    return training.gathered_block_inputs
+
+
 def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> ActivationContext:
     return ActivationContext(
         seq_len=training.seq_len,
@@ -321,7 +331,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         and layout.framework.fp8_saves_fp8_inputs,
         cp_kind=layout.cp_kind,
         offload_modules=training.offload.activations,
-        gathered_block_inputs=layout.framework.gathers_block_inputs,
+        gathered_block_inputs=keeps_gathered_inputs(layout.framework, training),
         expert_tp=layout.expert_tp if layout.framework.gathers_expert_tokens else 1,
         ep=layout.ep,
     )
@@ -438,7 +448,7 @@ def _stage_activations(
         layout.sp,
         training.activation_bytes,
         vocab_size or arch.vocab_size,
-        layout.framework.gathers_block_inputs,
+        keeps_gathered_inputs(layout.framework, training),
     )
     outputs = _pipeline_output_bytes(arch, ctx, stage, layout) * in_flight
     r, u = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)

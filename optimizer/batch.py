@@ -47,6 +47,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.memory import (
     _context,
     cache_bytes_per_element,
+    keeps_gathered_inputs,
     local_chunks,
     state_terms,
 )
@@ -344,7 +345,7 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any
         sa.col("tp") > 1,
         t.activation_bytes,
         vocab,
-        np.array([s.framework.gathers_block_inputs for s in sa.shapes])[:, None],
+        np.array([keeps_gathered_inputs(s.framework, t) for s in sa.shapes])[:, None],
     )
     flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
     kept, emb_total = per_mb * flight, emb * flight
