@@ -33,7 +33,9 @@ Profiles (``--framework``):
   at a time at the step (``stage3.py`` ``_prepare_fp32_grad_for_sub_group``). The pipeline
   engine refuses ZeRO-2 and -3 (``deepspeed/runtime/pipe/engine.py``: "ZeRO-2 and ZeRO-3 are
   incompatible with pipeline parallelism"); ZeRO-0 is not modelled (DeepSpeed's bf16 path
-  already shards the optimizer).
+  already shards the optimizer). Stages 1 and 2 allocate the IPG bucket (``reduce_bucket_size``
+  elements in the parameters' dtype) in every backward (``stage_1_and_2.py`` ``setup_buckets``,
+  ``contiguous_gradients`` on by default).
 * ``fsdp2`` — PyTorch FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)`` as torchtitan configures it. The sharded parameter is the FP32 master
   (``4/D``), with FP32 Adam moments and FP32 sharded gradients (``8/D``, ``4/D``); each unit is
@@ -152,7 +154,9 @@ ZeRO-1 for the textbook (the seed's default)."""
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``reduce_bucket_size`` default, elements (``deepspeed/runtime/zero/config.py``):
-the contiguous IPG gradient bucket of ZeRO-2 and -3, allocated in the gradient dtype."""
+the contiguous IPG gradient bucket of ZeRO-1, -2 (``stage_1_and_2.py`` ``setup_buckets``, in
+the parameters' dtype, live in backward) and -3 (``stage3.py``, allocated at construction and
+held for the whole run)."""
 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 """DeepSpeed ``stage3_prefetch_bucket_size`` default, elements: parameters fetched ahead of use."""
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
@@ -426,18 +430,22 @@ def mechanism(
         )  # fmt: skip
     if fw is Framework.DEEPSPEED:
         bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
+        # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
+        # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
+        # (contiguous_gradients defaults to True), released at the backward's end
+        ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
         if zero_stage == 1:
             return Mechanism(
                 fw, 1, "DeepSpeed ZeRO stage 1",
                 weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-                optimizer_full=0, optimizer_sharded=o, step_sharded=4, reduce_bytes=g,
-                gathers_per_step=1, weight_bytes=w, source=src,
+                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+                reduce_bytes=g, gathers_per_step=1, weight_bytes=w, source=src,
             )  # fmt: skip
         if zero_stage == 2:
             return Mechanism(
                 fw, 2, "DeepSpeed ZeRO stage 2",
                 weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
-                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=bucket,
+                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
                 reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w,
                 source=src,
             )  # fmt: skip

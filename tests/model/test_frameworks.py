@@ -305,3 +305,14 @@ def test_json_names_the_profile_and_the_peak_phase():
     assert mem["peak_phase"] in ("forward-backward", "optimizer-step")
     assert mem["total_bytes"] >= mem["steady_bytes"]
     assert any("DeepSpeed ZeRO stage 2" in a for a in out["assumptions"])
+
+
+def test_deepspeed_zero1_allocates_the_ipg_bucket_in_backward():
+    """DeepSpeed's ZeRO-1 runs the same ``stage_1_and_2.py`` optimizer as ZeRO-2: its first
+    gradient hook of a backward allocates the contiguous IPG bucket (``setup_buckets``:
+    ``reduce_bucket_size`` = 5e8 elements in the parameters' bf16, ``contiguous_gradients`` on
+    by default), released at the backward's end: 1e9 B in backward, none at the step."""
+    st = model_state(P13, Fraction(0), Layout(dp=8, framework="deepspeed", zero_stage=1), T)
+    assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 1_000_000_000
+    assert st.backward_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 1_000_000_000
+    assert st.optimizer_step_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 4 * P13 / 8
