@@ -215,6 +215,10 @@ class Mechanism:
     reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
     bucket_bytes: int = 0
     """Fixed communication buckets live in backward, bytes (DeepSpeed's IPG bucket)."""
+    bucket_persists: bool = False
+    """The buckets are allocated once and held through the optimizer step too (DeepSpeed
+    ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
+    in ``offload_states``), not only in backward."""
     reduce_bytes: int = 2
     """Bytes per gradient element on the wire."""
     all_reduce: bool = False
@@ -454,7 +458,7 @@ def mechanism(
             weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
             optimizer_full=0, optimizer_sharded=o, step_sharded=4,
             step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
-            bucket_bytes=bucket, reduce_bytes=g, reduce_per_microbatch=True,
+            bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
             gathers_per_microbatch=2, weight_bytes=w, source=src,
         )  # fmt: skip
     # FSDP2: the FP32 sharded parameter is the master copy; gradients sharded in FP32; a unit's

@@ -248,6 +248,8 @@ def state_terms(
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements)
+    if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
+        step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
 
 
