@@ -215,6 +215,12 @@ class Mechanism:
     reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
     bucket_bytes: int = 0
     """Fixed communication buckets live in backward, bytes (DeepSpeed's IPG bucket)."""
+    host_accumulation_bytes: int = 0
+    """Bytes per offloaded optimizer element of the host buffers that accumulate gradients over
+    the micro-batches of a step under optimizer offload (DeepSpeed ZeRO-1/2:
+    ``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu`` keeps one buffer per
+    parameter of the rank's partition, in the parameter's dtype, ``accumulated_grads_in_cpu``);
+    only with more than one micro-batch per step."""
     bucket_persists: bool = False
     """The buckets are allocated once and held through the optimizer step too (DeepSpeed
     ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
@@ -443,15 +449,16 @@ def mechanism(
                 fw, 1, "DeepSpeed ZeRO stage 1",
                 weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
                 optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
-                reduce_bytes=g, gathers_per_step=1, weight_bytes=w, source=src,
+                host_accumulation_bytes=w, reduce_bytes=g, gathers_per_step=1, weight_bytes=w,
+                source=src,
             )  # fmt: skip
         if zero_stage == 2:
             return Mechanism(
                 fw, 2, "DeepSpeed ZeRO stage 2",
                 weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
                 optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
-                reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w,
-                source=src,
+                host_accumulation_bytes=w, reduce_bytes=g, reduce_per_microbatch=True,
+                gathers_per_step=1, weight_bytes=w, source=src,
             )  # fmt: skip
         return Mechanism(
             fw, 3, "DeepSpeed ZeRO stage 3",

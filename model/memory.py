@@ -168,6 +168,7 @@ def model_state(
         linear,
         cache_bytes_per_element(training, layout.framework),
         training.offload,
+        layout.num_microbatches(training.global_batch_size) > 1,
     )
 
 
@@ -182,6 +183,7 @@ def _model_state(
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
+    accumulating: bool = False,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
     ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
@@ -194,7 +196,7 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload,
+        cache_bytes, offload, accumulating,
     )  # fmt: skip
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
@@ -234,20 +236,22 @@ def state_terms(
     layer_linear: Any = 0,
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
+    accumulating: Any = False,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
     plus those of the routed experts (over ``expert_shard``), the framework's fixed buckets
     once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
     ZeRO-3), and what ``offload`` moves to the GPU's share of the host
-    (:func:`model.offload.offload_memory`; the last term). Exact for Fractions; element-wise for
+    (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
+    more than one micro-batch per step; the last term). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
-    w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements)
+    w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
     if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
         step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host

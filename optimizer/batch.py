@@ -278,7 +278,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             w, g, o, gathered, buffers, extra, cache, host = state_terms(
                 mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok],
                 expert_u[ok], linear[ok], layer_linear[ok], cache_bytes_per_element(t, fw),
-                t.offload,
+                t.offload, (sa.m[ok] > 1)[:, None],
             )  # fmt: skip
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)

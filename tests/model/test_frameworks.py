@@ -317,3 +317,23 @@ def test_deepspeed_zero1_allocates_the_ipg_bucket_in_backward():
     assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 1_000_000_000
     assert st.backward_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 1_000_000_000
     assert st.optimizer_step_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 4 * P13 / 8
+
+
+def test_deepspeed_offload_accumulates_bf16_gradients_on_the_host():
+    """DeepSpeed ZeRO-1/2 with ``offload_optimizer`` and gradient accumulation keeps a host
+    buffer per parameter of the rank's partition in the parameters' dtype
+    (``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu``, ``accumulated_grads_in_cpu``):
+    P = 13e9 on 8 ranks, 2 micro-batches: 2 × 13e9/8 = 3.25e9 B more on the host than with one
+    micro-batch (where ``copy_grads_in_partition`` skips it)."""
+    from dataclasses import replace
+
+    from trainplan.model.offload import Offload
+
+    for zero in (1, 2):
+        lay = Layout(dp=8, framework="deepspeed", zero_stage=zero)
+        one = replace(T, offload=Offload(optimizer=1))
+        two = replace(one, global_batch_size=16)
+        host1 = model_state(P13, Fraction(0), lay, one).host_bytes
+        host2 = model_state(P13, Fraction(0), lay, two).host_bytes
+        assert host2 - host1 == 2 * P13 / 8 == 3_250_000_000
+        assert host1 == (12 + 4) * P13 / 8  # the optimizer state and its FP32 gradients
