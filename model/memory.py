@@ -252,6 +252,12 @@ def state_terms(
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
+    if offload.params:
+        # the local shard lives on the host, so each gathered unit is whole on the GPU
+        # (DeepSpeed stage3 fetches the CPU partition into the full-size gathered buffer;
+        # FSDP2's CPUOffloadPolicy copies the shard in before its all-gather)
+        shards = dense_unit / shard + expert_unit / expert_shard
+        gathered = gathered + mech.gathered_units * mech.weight_bytes * shards
     if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
         step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
