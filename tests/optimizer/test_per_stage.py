@@ -403,7 +403,11 @@ def test_megatron_flags_carry_the_recipe_the_plan_assumes():
     text = " ".join(megatron_flags(arch, lay, 64, training).flags)
     assert "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2" in text
     assert "--fp8-format hybrid" in text
-    assert "--optimizer-cpu-offload --optimizer-offload-fraction 1" in text
+    # Megatron-LM arguments.py validate_args asserts --use-precision-aware-optimizer with it
+    assert (
+        "--optimizer-cpu-offload --optimizer-offload-fraction 1 --use-precision-aware-optimizer"
+        in text
+    )
     assert text.endswith(
         "--fine-grained-activation-offloading --offload-modules core_attn attn_proj"
     )
