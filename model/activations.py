@@ -56,7 +56,10 @@ Variants, derived the same way:
 * MoE FFN (top-k routing, SwiGLU experts): the norm input, the router/dispatch input ``[S, h]``,
   the router's fp32 probabilities ``[S, E]`` (4 B), and per routed copy of a token (k of them):
   the expert input ``[S, h]``, the activation input ``2·[S, f_e]``, the down-projection input
-  ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine; shared experts as
+  ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine
+  (``combine_output_bytes`` per element: β in the paper's count, none in Megatron-Core, which
+  weights inside the expert activation and keeps the fp32 weights ``4·k·S`` instead, fp32 in
+  torchtitan); shared experts as
   a dense SwiGLU of ``n_shared · f_shared``. Expert tensors are counted sequence-sharded, as with
   expert tensor-parallel degree 1 or an all-to-all over tp·ep; with etp > 1 (``expert_tp``) the
   experts' input holds the tokens the etp group all-gathered, ``k·β·S·h·etp/tp`` (the
@@ -178,6 +181,15 @@ class ActivationContext:
     over the expert-TP group): with sequence parallelism the experts' first linear layer keeps
     etp ranks' routed tokens, ``k·β·S·h·etp/tp``. 1 where the profile gathers none (the
     textbook's convention; ``fsdp2``, whose routed tokens follow ``gathered_block_inputs``)."""
+    combine_output_bytes: int | None = None
+    """Bytes per element of the routed experts' outputs the weighted combine keeps for the
+    routing weights' gradient: None = β (an eager ``output · weight`` product, the paper
+    convention); 0 where the weights are applied inside the expert activation and the combine
+    is a plain un-permute (Megatron-Core: ``experts.py`` ``TEGroupedMLP.forward`` calls
+    ``weighted_bias_swiglu_impl(..., permuted_probs)``, ``MoEAlltoAllTokenDispatcher.
+    combine_postprocess`` calls ``unpermute`` without probs), which keeps the fp32 routing
+    weights instead; 4 where the combine multiplies an fp32 copy (torchtitan
+    ``token_dispatcher.py`` ``combine``: ``routed_output.to(torch.float32) * scores``)."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
@@ -358,7 +370,13 @@ def _mlp_terms(
         ]
         ffn_e = moe.expert_ffn_hidden_size
         rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)
-        rows.append(("routed expert outputs for the combine", k * beta * S * h, "sp"))
+        combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
+        if combine:
+            rows.append(("routed expert outputs for the combine", k * combine * S * h, "sp"))
+        else:  # the weighted activation keeps the fp32 weights of the routed tokens it sees
+            rows.append(
+                ("routing weights in the expert activation (fp32)", 4 * k * S * gathered, "sp")
+            )
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
             rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)

@@ -108,6 +108,15 @@ class Framework(StrEnum):
         ``MoEAlltoAllTokenDispatcher.token_dispatch``)."""
         return self is Framework.MEGATRON
 
+    def moe_combine_bytes(self) -> int | None:
+        """Bytes per element of the routed experts' outputs a MoE layer's weighted combine
+        keeps (:attr:`model.activations.ActivationContext.combine_output_bytes`): 0 for
+        ``megatron`` (``TEGroupedMLP.forward`` weights inside the activation,
+        ``weighted_bias_swiglu_impl``; the combine's ``unpermute`` gets no probs), 4 for
+        ``fsdp2`` (torchtitan ``token_dispatcher.py`` ``combine`` multiplies an fp32 copy by the
+        scores), None (β, the paper's count) for the others."""
+        return {Framework.MEGATRON: 0, Framework.FSDP2: 4}.get(self)
+
     @property
     def fp8_saves_fp8_inputs(self) -> bool:
         """True when, under ``precision = fp8``, the linear layers save their inputs in FP8

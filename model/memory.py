@@ -345,6 +345,7 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(layout.framework, training),
         expert_tp=layout.expert_tp if layout.framework.gathers_expert_tokens else 1,
+        combine_output_bytes=layout.framework.moe_combine_bytes(),
         ep=layout.ep,
     )
 

@@ -100,13 +100,15 @@ def test_expert_tp_gathers_the_experts_input():
     group after the all-to-all (``token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher.
     token_dispatch``), so the experts' first linear layer keeps etp ranks' tokens. Mixtral 8x7B
     (k 2, h 4096, 32 MoE layers), s 4096, tp 2 with sequence parallelism, one micro-batch:
-    etp 2 keeps ``k·2·S·h·(2 − 1)/2`` = 33,554,432 B more per layer than etp 1, 1,073,741,824 B
-    on the stage; the SwiGLU inputs ``[k·S·etp/tp, f/etp]`` are the same."""
+    etp 2 keeps ``k·2·S·h·(2 − 1)/2`` = 33,554,432 B more per layer than etp 1, and the gathered
+    tokens' fp32 routing weights in the weighted activation ``4·k·S·(2 − 1)/2`` = 16,384 B:
+    1,074,266,112 B on the stage; the SwiGLU inputs ``[k·S·etp/tp, f/etp]`` are the same."""
     base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "num_gpus": 8,
             "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
     etp2 = build_case(base).evaluate().stages[0].activations
     etp1 = build_case({**base, "etp": 1}).evaluate().stages[0].activations
-    assert etp2.layers_bytes - etp1.layers_bytes == 32 * 2 * 2 * 4096 * 4096 // 2 == 1_073_741_824
+    per_layer = 2 * 2 * 4096 * 4096 // 2 + 4 * 2 * 4096 // 2
+    assert etp2.layers_bytes - etp1.layers_bytes == 32 * per_layer == 1_074_266_112
     # the textbook keeps the seed's sequence-sharded count
     tb = {**base, "framework": "textbook", "zero_stage": 1}
     assert (build_case(tb).evaluate().stages[0].activations.layers_bytes
@@ -130,3 +132,23 @@ def test_moe_layers_send_no_mlp_tp_collectives_without_shared_experts():
     one = 16_777_216
     assert tp.bytes_per_step == 32 * 5 * one + 2 * one + 3 * one + 3 * 2 * 4 * 4096 // 2
     assert tp.bytes_per_step == 2_768_289_792
+
+
+def test_moe_combine_keeps_what_each_framework_multiplies():
+    """The routed experts' outputs kept for the routing weights' gradient, Mixtral 8x7B (k 2,
+    h 4096), s 4096, tp 1, per MoE layer and micro-batch:
+
+    * megatron: none — ``TEGroupedMLP.forward`` weights inside the activation
+      (``weighted_bias_swiglu_impl``), and the combine's ``unpermute`` gets no probs; the
+      activation keeps the fp32 weights, 4·k·S = 32,768 B;
+    * fsdp2: torchtitan's ``combine`` multiplies an fp32 copy, 4·k·S·h = 134,217,728 B;
+    * textbook (the paper's count): β·k·S·h = 67,108,864 B."""
+    base = {"model": "mixtral-8x7b", "dp": 8, "num_gpus": 8, "global_batch_size": 8,
+            "seq_len": 4096}  # fmt: skip
+    per_mb = {}
+    for fw, zero in (("megatron", 1), ("fsdp2", 3), ("textbook", 1)):
+        est = build_case({**base, "framework": fw, "zero_stage": zero}).evaluate()
+        per_mb[fw] = est.stages[0].activations.per_microbatch_bytes
+    k, S, h, layers = 2, 4096, 4096, 32
+    assert per_mb["textbook"] - per_mb["megatron"] == layers * (2 * k * S * h - 4 * k * S)
+    assert per_mb["fsdp2"] - per_mb["textbook"] == layers * 2 * k * S * h
