@@ -26,10 +26,12 @@ Rows and recipes (each is stated again in the report):
   175B and 530B interleaved with v = 3, no FlashAttention. Megatron-LM of 2022 overlaps the
   backward tensor-parallel collectives with the gradient GEMMs (the default ``async``).
 * **Llama 3 Table 4** (arXiv 2407.21783): 405B on H100-SXM at 989.4 TFLOP/s, BF16; FSDP as
-  ZeRO-2 with FP32 gradients, interleaved v = 8, no activation checkpointing, memory-efficient
-  norms (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the
-  gather is exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with
-  causal attention.
+  ZeRO-2 with FP32 gradients, tensor parallelism keeping the sequence shard of the blocks' inputs
+  (``gathered_block_inputs = False``: the layouts ran, which torchtitan's plan would not fit),
+  interleaved v = 8, no activation checkpointing, memory-efficient norms
+  (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the gather is
+  exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with causal
+  attention.
 """
 
 from __future__ import annotations
@@ -358,6 +360,11 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
             "schedule": "interleaved",
             "virtual_stages": LLAMA3_VIRTUAL_STAGES,
             "memory_efficient_norm": True,
+            # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
+            # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
+            # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
+            # published layouts ran
+            "gathered_block_inputs": False,
             "gradient_dtype": "fp32",
             "flash_attention": True,
             "mfu_convention": "6n+attention",
@@ -375,7 +382,8 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
                 published_unit="TFLOP/s/GPU",
                 recipe=(
                     f"no recompute, FSDP2 ZeRO-2 (no reshard after forward, FP32 "
-                    f"reduce-scatter per micro-batch), memory-efficient norms, "
+                    f"reduce-scatter per micro-batch), tp keeping the sequence shard, "
+                    f"memory-efficient norms, "
                     f"TP {r['tp']} CP {r['cp']}{' (all-gather)' if r['cp'] > 1 else ''} PP {r['pp']} "
                     f"v {LLAMA3_VIRTUAL_STAGES}, b 1, "
                     f"m {r['batch_per_dp']}"

@@ -101,6 +101,7 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
+        "gathered_block_inputs",
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -275,6 +276,11 @@ def build_case(params: Mapping[str, Any]) -> Case:
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
+        gathered_block_inputs=(
+            _flag(params, "gathered_block_inputs", False)
+            if "gathered_block_inputs" in params
+            else None
+        ),
         gradient_bytes=_gradient_bytes(params),
         optimizer_bytes=optimizer_state_bytes(
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)

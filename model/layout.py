@@ -332,9 +332,11 @@ def validate(
     check_framework(lay.framework, lay.zero_stage, lay.pp)
     check_offload(lay.framework, lay.zero_stage, training.offload)
     has_moe = model.arch is None or model.arch.kind_index(True) is not None
+    has_mla = model.arch is None or model.arch.mla is not None
     check_activation_offload(
-        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers
-    )
+        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers,
+        has_mla,
+    )  # fmt: skip
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")

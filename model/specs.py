@@ -394,6 +394,15 @@ class TrainingSpec:
     layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
     §3.3.2 does); measured in ``tests/fidelity``."""
 
+    gathered_block_inputs: bool | None = None
+    """Whether tensor parallelism keeps the attention and MLP blocks' all-gathered inputs for
+    backward, whole on every tp rank (:attr:`model.activations.ActivationContext.
+    gathered_block_inputs`). None = the framework profile's
+    (:attr:`model.frameworks.Framework.gathers_block_inputs`: ``fsdp2`` runs torchtitan's DTensor
+    plan, which keeps them; Megatron-Core keeps the sequence shard). False under ``fsdp2`` is FSDP
+    beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
+    published layouts fit only so)."""
+
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
         if self.activation_convention not in ("paper", "pytorch"):

@@ -95,7 +95,8 @@ def prepare(
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
             arch = job.case.model.arch
             moe = arch is None or arch.kind_index(True) is not None
-            refusal = recipe_refusal(problem.space, job.case.training, moe)
+            mla = arch is None or arch.mla is not None
+            refusal = recipe_refusal(problem.space, job.case.training, moe, mla)
             if refusal:
                 raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
