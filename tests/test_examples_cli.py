@@ -11,14 +11,11 @@ promises — written out below as the terminal shows them. Commands load on look
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
 import pytest
 
+from tests.cli_runs import Done, run_many
 from tests.examples_check import check_expect
 from trainplan import scenarios
 
@@ -72,17 +69,12 @@ TEXT: dict[str, list[str]] = {
 """What each example's text shows, as printed (the derivations in the comments)."""
 
 
-def _run(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "trainplan", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
 @cache
-def _runs() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+def _runs() -> dict[str, Done]:
     """Every example in text and JSON, each its own process, a few at a time."""
-    calls = [("example", n, *j) for n in EXAMPLES for j in ((), ("--json",))]
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(calls, pool.map(_run, calls), strict=True))
+    return run_many(
+        {f"{n}{j}": ["example", n, *j.split()] for n in EXAMPLES for j in ("", " --json")}
+    )
 
 
 def test_the_table_covers_the_21_examples():
@@ -91,7 +83,7 @@ def test_the_table_covers_the_21_examples():
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
 def test_example_json_holds_its_figures(name):
-    done = _runs()[("example", name, "--json")]
+    done = _runs()[f"{name} --json"]
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["example"] == name and out["tab"] == EXAMPLES[name]["tab"]
@@ -100,7 +92,7 @@ def test_example_json_holds_its_figures(name):
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
 def test_example_text_shows_its_figures(name):
-    done = _runs()[("example", name)]
+    done = _runs()[name]
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     assert done.stdout.startswith(f"Example {name}: {EXAMPLES[name]['says']}")
     for fragment in TEXT[name]:
