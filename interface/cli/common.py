@@ -187,8 +187,9 @@ class _Positive(click.ParamType):
 
 
 class _ListOf(click.ParamType):
-    """One value of a list option: its items (separated by ``;``, :func:`model.units.list_items`),
-    each converted by ``inner``; a tuple. :func:`list_option` flattens the option's values."""
+    """One value of a list option: its items (separated by ``;``, :func:`model.units.list_items`;
+    names of a fixed set by ``,`` too), each converted by ``inner``; a tuple. :func:`list_option`
+    flattens the option's values."""
 
     def __init__(self, inner: click.ParamType) -> None:
         self.inner = inner
@@ -197,6 +198,8 @@ class _ListOf(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple):
             return value
+        if isinstance(self.inner, click.Choice) and isinstance(value, str):
+            value = value.replace(",", ";")  # names hold no comma: megatron,fsdp2 is two
         items = list_items(value, _flag(param))
         return tuple(self.inner.convert(item, param, ctx) for item in items)
 

@@ -50,6 +50,10 @@ def test_lists_are_repeated_keys_semicolons_or_ranges(client):
     assert _ok(client, f"{SEARCH}&gpus=8&gpus=16")["jobs"] == 2
     assert _ok(client, f"{SEARCH}&gpus=8;16")["jobs"] == 2
     assert _ok(client, f"{SEARCH}&gpus=8..16")["jobs"] == 3  # 8, 12, 16
+    # names hold no comma: a field's "megatron,fsdp2" is two frameworks, as megatron;fsdp2
+    both = _ok(client, f"{SEARCH}&gpus=8&framework=megatron,fsdp2")["candidates"]
+    assert both == _ok(client, f"{SEARCH}&gpus=8&framework=megatron;fsdp2")["candidates"]
+    assert both > _ok(client, f"{SEARCH}&gpus=8&framework=megatron")["candidates"]
 
 
 def test_ambiguous_commas_and_repeated_single_values_are_422(client):
