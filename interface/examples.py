@@ -71,12 +71,9 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
     tab, params = example_params(name, overrides)
     if tab == "planner":
-        from trainplan.interface.inputs import build_case
-        from trainplan.model.report_dict import estimate_to_dict
+        from trainplan.interface.commands import evaluate_json
 
-        case = build_case(params)
-        out = estimate_to_dict(case.evaluate())
-        out["defaults_used"] = case.defaults_used
+        out = evaluate_json(params)
     else:
         import inspect
 

@@ -7,7 +7,6 @@ f FFN hidden size, V vocabulary, s sequence length, B global batch (sequences).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -335,14 +334,14 @@ class ModelSpec:
             When the file cannot be read, a required key is missing, or a key's value cannot be
             modelled (the message names the key, the value and the file).
         """
-        from trainplan.model.hf_config import read_hf_config  # local: keeps this module small
+        from trainplan.model.hf_config import parse_config_json, read_hf_config  # local: small
 
         p = Path(path)
         try:
-            config = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ScenarioError(f"model: cannot read {p}: {err}") from None
-        arch, notes = read_hf_config(config, str(p))
+            data = p.read_bytes()
+        except OSError as err:
+            raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
+        arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
         return cls(
             name=name or p.parent.name or p.stem,
             source=f"Hugging Face config {p}",

@@ -308,6 +308,7 @@ def search(
                 f"search: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
                 "give a longer --time-limit",
                 ["solver: no answer within the limits"],
+                status="unknown",
             )
         if choice is None:
             if not answers:

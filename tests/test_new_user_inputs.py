@@ -237,10 +237,14 @@ def test_a_scenario_value_of_the_wrong_kind_is_one_line(tmp_path, body, needle):
 
 
 def test_an_empty_gpu_count_is_refused():
-    for text in ("", ",", " "):
-        assert f"gpus: {text.strip()!r} gives no count" in refused(
+    for text in ("", " "):
+        assert f"--gpus: {text!r} is empty; give a value" in refused(
             "search", "--model", "llama3-8b", "--gpus", text
         )
+    assert "--gpus: '64;' has an empty item" in refused(
+        "search", "--model", "llama3-8b", "--gpus", "64;"
+    )
+    assert "gpus: ',' is not a number" in refused("search", "--model", "llama3-8b", "--gpus", ",")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +369,7 @@ def test_an_ambiguous_gpu_name_lists_the_candidates(name, candidates):
 def test_an_unambiguous_start_or_an_empty_name():
     assert get_accelerator("V100").name == "V100-SXM2-32GB"  # the only V100 row
     assert "is empty" in refused("evaluate", "--model", "llama3-8b", "--gpu", "")
-    assert "names no accelerator" in refused(
+    assert "--gpu: '' is empty; give a value" in refused(
         "search", "--model", "llama3-8b", "--gpus", "8", "--gpu", ""
     )
 

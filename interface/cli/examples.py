@@ -82,4 +82,6 @@ def example_cmd(
     click.echo(f"Example {name}: {out['says']}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
-    ctx.invoke(cli.commands[tab], **merged)
+    command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
+    assert command is not None, tab
+    ctx.invoke(command, **merged)

@@ -9,7 +9,16 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, NUMBER, POSITIVE, echo_json, output
+from trainplan.interface.cli.common import (
+    COUNT,
+    INTERRUPTED,
+    NUMBER,
+    POSITIVE,
+    echo_json,
+    list_option,
+    output,
+)
+from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
@@ -24,21 +33,36 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--scenario", type=click.Path(exists=True, dir_okay=False), help="Scenario TOML file."
         ),
-        click.option("--gpus", "gpus", help="GPU count, list (2048,4096) or range (1024..16384)."),
-        click.option("--gpu", "gpu", help="Accelerator, or a comma list (H100-SXM,H200,B200)."),
+        list_option(
+            "--gpus",
+            "gpus",
+            help="GPU count (16384 or 16,384), or a range (1024..16384: the powers of two and "
+            "1.5× powers of two in it); repeat for several (--gpus 2048 --gpus 4096).",
+        ),
+        list_option(
+            "--gpu",
+            "gpu",
+            help="Accelerator; repeat, or separate with commas, to choose among several "
+            "(--gpu H100-SXM --gpu B200).",
+        ),
         click.option(
             "--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."
         ),
-        click.option("--global-batch", "global_batch", help="B sequences: a count, list or range."),
-        click.option(
-            "--global-batch-tokens", "global_batch_tokens", help="B in tokens (count or range)."
+        list_option(
+            "--global-batch",
+            "global_batch",
+            help="B sequences: a count or a range (1024..4096); repeat for several.",
         ),
-        click.option(
+        list_option(
+            "--global-batch-tokens",
+            "global_batch_tokens",
+            help="B in tokens (16e6, or a range 8e6..16e6); repeat for several.",
+        ),
+        list_option(
             "--micro-batch",
             "micro_batch",
             type=COUNT,
-            multiple=True,
-            help="Allowed micro-batch sizes.",
+            help="Allowed micro-batch sizes (repeatable).",
         ),
         click.option(
             "--max-micro-batch",
@@ -46,55 +70,45 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=COUNT,
             help="Largest micro-batch (default 8).",
         ),
-        click.option("--tp", type=COUNT, multiple=True, help="Allowed tp degrees (repeatable)."),
-        click.option("--pp", type=COUNT, multiple=True, help="Allowed pp degrees (repeatable)."),
-        click.option(
-            "--cp", type=COUNT, multiple=True, help="Allowed cp degrees (repeatable; default 1)."
-        ),
-        click.option(
+        list_option("--tp", type=COUNT, help="Allowed tp degrees (repeatable)."),
+        list_option("--pp", type=COUNT, help="Allowed pp degrees (repeatable)."),
+        list_option("--cp", type=COUNT, help="Allowed cp degrees (repeatable; default 1)."),
+        list_option(
             "--cp-kind",
             "cp_kind",
             type=click.Choice(CP_KIND_CHOICES),
-            multiple=True,
             help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
             "all-gather, ulysses; a2a+p2p only when given).",
         ),
-        click.option(
+        list_option(
             "--cp-a2a",
             "cp_a2a",
             type=COUNT,
-            multiple=True,
             help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
         ),
-        click.option("--ep", type=COUNT, multiple=True, help="Allowed ep degrees (repeatable)."),
+        list_option("--ep", type=COUNT, help="Allowed ep degrees (repeatable)."),
         click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
-        click.option(
-            "--zero", type=click.IntRange(0, 3), multiple=True, help="Allowed ZeRO stages."
-        ),
-        click.option(
+        list_option("--zero", type=click.IntRange(0, 3), help="Allowed ZeRO stages (repeatable)."),
+        list_option(
             "--framework",
             type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
-            multiple=True,
             help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
             "default megatron). textbook is the ZeRO paper's steady state.",
         ),
-        click.option(
+        list_option(
             "--recompute",
             type=click.Choice([r.value for r in Recompute]),
-            multiple=True,
             help="Recompute modes allowed (repeatable; default all).",
         ),
-        click.option(
+        list_option(
             "--schedule",
             type=click.Choice([s.value for s in Schedule]),
-            multiple=True,
             help="Pipeline schedules allowed (repeatable; default all).",
         ),
-        click.option(
+        list_option(
             "--virtual-stages",
             "virtual_stages",
             type=COUNT,
-            multiple=True,
             help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
         ),
         click.option(
@@ -123,10 +137,9 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
         ),
-        click.option(
+        list_option(
             "--rank-order",
             "rank_order",
-            multiple=True,
             help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
         ),
         click.option(
@@ -148,8 +161,9 @@ def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
-    """CP-SAT's solutions as they come, on a terminal's stderr (never with --json)."""
-    if as_json or not sys.stderr.isatty():
+    """CP-SAT's solutions as they come, on a terminal's stderr (with --json too: the JSON is on
+    stdout, and a long search shows it is alive — and where Ctrl-C would stop it)."""
+    if not sys.stderr.isatty():
         return None
 
     def report(count: int, best_text: str) -> None:
@@ -159,7 +173,8 @@ def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
 
 
 def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
-    if as_json or not sys.stderr.isatty():
+    """The cost tables' progress on a terminal's stderr (as :func:`_solutions`)."""
+    if not sys.stderr.isatty():
         return None
 
     def report(done: int, total: int) -> None:
@@ -172,7 +187,12 @@ def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
         echo_json(infeasible_json(err))
     else:
-        click.echo("No layout satisfies the constraints:", err=True)
+        click.echo(
+            "No layout satisfies the constraints:"
+            if err.status == "infeasible"
+            else f"No layout found before the solver stopped ({err}):",
+            err=True,
+        )
         for line in err.explanation:
             click.echo(f"  - {line}", err=True)
     raise SystemExit(1)
@@ -234,32 +254,48 @@ def search_cmd(
         _per_stage(kw, shapes, as_json)
         return
     solutions = _solutions(as_json)
+    tables = stop_between_tables(_table_progress(as_json))
     try:
-        run = search_json(kw, top, maximize, _table_progress(as_json), solutions)
+        run, stopped = interruptible(lambda: search_json(kw, top, maximize, tables, solutions))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
     if solutions:
         click.echo("", err=True)
     out = run.json
+    out["interrupted"] = stopped
     if as_json:
         echo_json(out)
+        _exit_if(stopped)
         return
     answers = [out] if top == 1 else out["answers"]
-    proof = (
-        "proven optimal"
-        if out["status"] == "optimal"
-        else "best found within the time limit (not proven)"
-    )
     click.echo(
         f"Searched {out['candidates']:,} candidates ({out['shapes']:,} shapes × ZeRO × recompute, "
-        f"{out['jobs']} job(s)), objective {run.objective}: {proof}; tables "
+        f"{out['jobs']} job(s)), objective {run.objective}: {_proof(out)}; tables "
         f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s"
     )
+    if out.get("time_limit_note"):
+        click.echo(f"Note: {out['time_limit_note']}")
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
+    _exit_if(stopped)
+
+
+def _proof(out: dict[str, Any]) -> str:
+    """What the status says of the answer, in words."""
+    if out.get("interrupted"):
+        return "interrupted (Ctrl-C): the best found before it, not proven"
+    if out["status"] == "optimal":
+        return "proven optimal"
+    return "best found within the time limit (not proven)"
+
+
+def _exit_if(interrupted: bool) -> None:
+    """End an interrupted command with exit code 130 once its answer so far is printed."""
+    if interrupted:
+        click.get_current_context().exit(INTERRUPTED)
 
 
 def _scenario_per_stage(kw: dict[str, Any]) -> bool:
@@ -276,16 +312,21 @@ def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     from trainplan.interface.report import evaluate_text, per_stage_text
 
     try:
-        run = per_stage_json(kw, shapes)
+        run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
+    run.json["interrupted"] = stopped
     if as_json:
         echo_json(run.json)
+        _exit_if(stopped)
         return
+    if stopped:
+        click.echo("Interrupted (Ctrl-C): the best plan found before it, not proven\n")
     click.echo(per_stage_text(run.json))
     click.echo("")
     click.echo(evaluate_text(run.json))
+    _exit_if(stopped)
 
 
 @cli.command("frontier")
@@ -339,15 +380,17 @@ def frontier_cmd(
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
+    tables = stop_between_tables(_table_progress(as_json))
     try:
         if per_stage:
-            run = per_stage_frontier_json(kw, against, shapes)
+            run, stopped = interruptible(lambda: per_stage_frontier_json(kw, against, shapes))
         else:
-            run = frontier_json(kw, against, _table_progress(as_json))
+            run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
     out = run.json
+    out["interrupted"] = stopped
     rows = out["points"]
     if csv_path is not None:
         write_csv(rows, csv_path)
@@ -357,7 +400,10 @@ def frontier_cmd(
         frontier_chart(rows, against, png_path)
     if as_json:
         echo_json(out)
+        _exit_if(stopped)
         return
+    if stopped:
+        click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
     if per_stage:
         proof = {
             "optimal": "optimal over the shapes searched",
@@ -377,3 +423,4 @@ def frontier_cmd(
     click.echo(frontier_text(rows, against))
     if csv_path is not None:
         click.echo(f"CSV: {csv_path}")
+    _exit_if(stopped)
