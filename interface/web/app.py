@@ -9,8 +9,12 @@ server's log, never to the page).
 
 from __future__ import annotations
 
+import enum
 import socket
 from importlib.metadata import version
+from typing import Any
+
+import click.core
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -52,6 +56,14 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
         redoc_url=None,
     )
     app.openapi_version = "3.0.3"  # what the bundled Swagger UI (4.x) reads
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            drop_unset_defaults(build())
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
 
     @app.exception_handler(PlannerError)
@@ -65,6 +77,27 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
     app.mount("/vendor/swagger-ui", StaticFiles(directory=pages.swagger_folder()), name="swagger")
     app.include_router(pages.router)
     return app
+
+
+def _click_sentinels() -> set[str]:
+    """The text of click's "no value" sentinels (``Sentinel.UNSET``, click ≥ 8.2), which
+    ``Option.default`` holds for an option without a default."""
+    unset = getattr(click.core, "UNSET", None)
+    return {str(member) for member in type(unset)} if isinstance(unset, enum.Enum) else set()
+
+
+def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (an OpenAPI description) without any parameter default that is click's sentinel
+    for "no default": Swagger UI would pre-fill ``Sentinel.UNSET`` into "Try it out" and send
+    it. An option without a default has none in the description."""
+    unset = _click_sentinels()
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            for param in operation.get("parameters", []):
+                for part in (param.get("schema", {}), param.get("schema", {}).get("items", {})):
+                    if str(part.get("default")) in unset:
+                        del part["default"]
+    return schema
 
 
 def serve(sock: socket.socket) -> None:

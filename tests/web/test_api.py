@@ -373,6 +373,31 @@ def test_openapi_describes_every_endpoint(client):
     assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
 
 
+def test_openapi_defaults_are_real_values_never_clicks_sentinel(client):
+    """click ≥ 8.2 keeps ``Sentinel.UNSET`` as an option's default when it has none; the
+    description must not offer it (Swagger UI's "Try it out" pre-fills and sends defaults)."""
+    text = client.get("/openapi.json").text
+    assert "Sentinel" not in text and "UNSET" not in text
+    spec = json.loads(text)
+    for path, item in spec["paths"].items():
+        for operation in item.values():
+            for param in operation.get("parameters", []):
+                schema = param["schema"]
+                default = schema.get("default", schema.get("items", {}).get("default"))
+                if default is not None:  # a default offered is one the endpoint takes
+                    one = client.get(f"{path}?{urlencode({param['name']: default})}")
+                    assert one.status_code != 422 or param["name"] not in one.json()["error"], (
+                        path,
+                        param["name"],
+                        default,
+                    )
+    pipeline = {p["name"]: p for p in spec["paths"]["/api/pipeline"]["get"]["parameters"]}
+    assert pipeline["schedule"]["schema"]["default"] == "1f1b"
+    assert "default" not in pipeline["stages"]["schema"]  # required, no default
+    evaluate = {p["name"]: p for p in spec["paths"]["/api/evaluate"]["get"]["parameters"]}
+    assert "default" not in evaluate["model"]["schema"]
+
+
 PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier"]
 
 
