@@ -15,7 +15,6 @@ from importlib.metadata import version
 from typing import Any
 
 import click.core
-
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
