@@ -65,7 +65,11 @@ async def _stream(kind: str, request: Request) -> Response:
         )
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    job, _ = jobs.run_job(kind, query, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e))
+
+    def put(event: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    job, _ = jobs.run_job(kind, query, put)
 
     async def next_event() -> dict[str, Any] | None:
         """The job's next event as the stream sends it; None when the client has gone."""
