@@ -9,12 +9,10 @@ server's log, never to the page).
 
 from __future__ import annotations
 
-import enum
 import socket
 from importlib.metadata import version
 from typing import Any
 
-import click.core
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
@@ -79,18 +77,13 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
     return app
 
 
-def _click_sentinels() -> set[str]:
-    """The text of click's "no value" sentinels (``Sentinel.UNSET``, click ≥ 8.2), which
-    ``Option.default`` holds for an option without a default."""
-    unset = getattr(click.core, "UNSET", None)
-    return {str(member) for member in type(unset)} if isinstance(unset, enum.Enum) else set()
-
-
 def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` (an OpenAPI description) without any parameter default that is click's sentinel
     for "no default": Swagger UI would pre-fill ``Sentinel.UNSET`` into "Try it out" and send
     it. An option without a default has none in the description."""
-    unset = _click_sentinels()
+    from trainplan.interface.cli.names import no_default_texts
+
+    unset = no_default_texts()
     for path in schema.get("paths", {}).values():
         for operation in path.values():
             for param in operation.get("parameters", []):

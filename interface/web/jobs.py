@@ -87,6 +87,8 @@ class Job:
                 if message[0] in ("result", "infeasible", "error"):
                     return
         finally:
+            self._conn.close()
+            self.process.join(5)  # reaped, not left a zombie
             self._forget()
 
     def cancel(self) -> None:
@@ -101,9 +103,10 @@ class Job:
         self._forget()
 
     def _forget(self) -> None:
+        """Off the list of running jobs (the pipe is closed by :meth:`messages`, whose reader
+        sees its end when the process ends)."""
         with _RUNNING_LOCK:
             _RUNNING.pop(self.pid, None)
-        self._conn.close()
 
 
 def running() -> list[dict[str, Any]]:

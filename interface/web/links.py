@@ -16,7 +16,6 @@ from fractions import Fraction
 from functools import cache
 from typing import Any
 
-import click
 from fastapi import APIRouter, Request, Response
 
 from trainplan.interface.web.api import json_response, pairs
@@ -41,27 +40,17 @@ _TAB_PAGE = {"planner": "planner", "pipeline": "pipeline", "mfu": "mfu", "ckpt":
 """An example's ``tab`` (scenarios/examples.toml) and the page that shows it."""
 
 
-def _options(command: str) -> list[click.Option]:
-    from trainplan.interface.cli import _register, cli
-
-    _register()
-    return [p for p in cli.commands[command].params if isinstance(p, click.Option)]
-
-
 @cache
 def aliases(page: str) -> dict[str, str]:
     """Other names of ``page``'s parameters → the page's name (the option without dashes): the
     command's parameter name (``zero_stage`` → ``zero``) and its one-letter options (``p`` →
     ``stages``). Names equal to the page's own are left out."""
+    from trainplan.interface.cli.names import option_names
+
     out: dict[str, str] = {}
-    for option in _options(PAGE_COMMANDS[page]):
-        longs = [o for o in option.opts if o.startswith("--")]
-        if not longs or option.name in (None, "as_json"):
-            continue
-        name = longs[0][2:]
-        names = [option.name, option.name.replace("_", "-")]
-        names += [o[1:] for o in option.opts if len(o) == 2 and o[0] == "-"]
-        out.update({alias: name for alias in names if alias != name})
+    for o in option_names(PAGE_COMMANDS[page]):
+        names = [o.param, o.param.replace("_", "-"), *o.short]
+        out.update({alias: o.long for alias in names if alias != o.long})
     return out
 
 
@@ -91,11 +80,12 @@ def example_query(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     InputError
         An example parameter that no option of its page takes (a broken examples file).
     """
+    from trainplan.interface.cli.names import option_names
     from trainplan.interface.examples import example_params
 
     tab, params = example_params(name)
     page = _TAB_PAGE[tab]
-    names = {o.name: o.opts[0][2:] for o in _options(PAGE_COMMANDS[page]) if o.name}
+    names = {o.param: o.long for o in option_names(PAGE_COMMANDS[page])}
     out = []
     for key, value in params.items():
         if key not in names:

@@ -264,24 +264,31 @@ const TP = (() => {
     for (const el of $$("[aria-invalid=true]")) { el.removeAttribute("aria-invalid"); el.removeAttribute("aria-describedby"); }
   }
 
-  // Show the error line (the CLI's "Error: " and the API's line) next to its field, or at the
-  // top; the results that no longer match the inputs are dimmed until the next good answer.
+  // Show the error line (the CLI's "Error: " and the API's line) next to its field, with a link
+  // to it at the top (the field may be out of view), or at the top alone when no field is named;
+  // the results that no longer match the inputs are dimmed until the next good answer.
   function showError(message, form = $("#inputs")) {
     clearFieldErrors();
     const box = $("#error");
     const el = message ? fieldFor(form, message) : null;
+    box.textContent = message ? `Error: ${message}` : "";
     if (el) {
       const p = document.createElement("p");
       p.className = "field-error";
       p.id = `error-${el.name}`;
-      p.setAttribute("role", "alert");
       p.textContent = `Error: ${message}`;
       (el.closest("label") || el).after(p);
       el.setAttribute("aria-invalid", "true");
       el.setAttribute("aria-describedby", p.id);
+      box.textContent = `Error at the ${el.name} field: `;
+      const link = document.createElement("a");
+      link.href = "#";
+      link.className = "to-field";
+      link.textContent = "go to the field";
+      link.addEventListener("click", (e) => { e.preventDefault(); el.focus(); });
+      box.append(link);
     }
-    box.textContent = message && !el ? `Error: ${message}` : "";
-    box.hidden = !message || Boolean(el);
+    box.hidden = !message;
     document.body.classList.toggle("has-error", Boolean(message));
     $("#results")?.setAttribute("aria-busy", message ? "true" : "false");
   }
