@@ -62,7 +62,7 @@ INTROS = {
     "it follows and the limits of its figures.",
 }
 """Each tab's "how to use" line, under its title."""
-LIST_SEPARATOR: str = getattr(units, "LIST_SEPARATOR", ";")
+LIST_SEPARATOR: str = units.LIST_SEPARATOR
 """How one field holds several values (``2048;4096``): the separator of the command line's list
 grammar (``model.units.LIST_SEPARATOR``), which the API reads; a comma only groups thousands."""
 LIST_HELP = (

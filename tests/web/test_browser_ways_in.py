@@ -27,25 +27,6 @@ from playwright.sync_api import Page, expect  # noqa: E402
 
 expect.set_options(timeout=TIMEOUT)
 
-from trainplan.model.errors import InputError  # noqa: E402
-from trainplan.model.units import parse_number  # noqa: E402
-
-
-def _comma_refused() -> bool:
-    try:
-        parse_number("4,0")
-    except InputError:
-        return True
-    return False
-
-
-COMMA_GRAMMAR = pytest.mark.xfail(
-    not _comma_refused(),
-    reason="the number grammar that refuses 4,0 and reads 16,384 as one count in lists "
-    "(model/units.py, optimizer/problem.py) is not in this tree yet",
-    strict=True,
-)
-
 
 def api_json(page: Page, path: str):
     with urllib.request.urlopen(page.base + path, timeout=60) as res:  # type: ignore[attr-defined]
@@ -82,7 +63,6 @@ def test_fields_go_to_the_api_as_typed(page):
     assert "gpus=16%2C384" in page.url  # the address keeps the text too
 
 
-@COMMA_GRAMMAR
 def test_16384_is_one_gpu_count_in_search(page):
     go(page, "/search?model=llama3-70b&gpus=64")
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
@@ -92,7 +72,6 @@ def test_16384_is_one_gpu_count_in_search(page):
     expect(page.locator(".answer h3").first).to_contain_text("16384 ×")
 
 
-@COMMA_GRAMMAR
 def test_4_comma_0_is_refused_next_to_its_field(page):
     go(page, "/planner?model=llama3-70b&dp=2&tp=4&pp=8")
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
