@@ -31,12 +31,12 @@ from trainplan.model.pipeline_zb import (
     default_virtual_stages,
 )
 from trainplan.model.schedule_zb import (
-    ZbH2,
     dualpipe_order,
     dualpipe_stage,
     loop_stage,
     v_stage,
     zb_h1_order,
+    zb_h2_orders,
     zb_v_order,
 )
 from trainplan.model.timeline import Slot, Timeline
@@ -200,7 +200,7 @@ def _simulate_split(
         return times.overlapped if len(entry) > 1 else times.of(entry[0].kind)
 
     if sched is SplitSchedule.ZB_H2:
-        slots = run(pp, pp, loop_stage(pp), duration, policy=ZbH2(pp, m))
+        slots = run(pp, pp, loop_stage(pp), duration, orders=zb_h2_orders(pp, m))
     elif sched is SplitSchedule.ZB_H1:
         orders = [zb_h1_order(pp, m, v, r) for r in range(pp)]
         slots = run(pp, pp * v, loop_stage(pp), duration, orders=orders)

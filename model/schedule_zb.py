@@ -10,10 +10,12 @@ Each order is written from the framework code that runs the schedule (read, then
   ``(v − 1)·k + pp − 1 − r`` warm-up forwards (``k`` micro-batches per round), then a forward and
   an input-gradient backward ``I`` at a time, the ``W`` of the oldest ``I`` after each from the
   ``(r + 1)``-th on, and the held-back ``W`` at the end.
-* ZB-H2 — Qi et al. 2024 §2.2 describes it by its rule, not code: "more F passes during the warm-up
-  phase", W passes reordered at the tail into a parallelogram, at most ``2p − 1`` micro-batches in
-  flight. :class:`ZbH2` runs that rule: an ``I`` as soon as its gradient has arrived, else a
-  forward while fewer than ``2·pp − 1`` micro-batches are in flight, else the oldest ``W``.
+* ZB-H2 — Qi et al. 2024 §2.2 describes it by its rule and its figure, not code: "more F passes
+  during the warm-up phase", W passes reordered at the tail into a parallelogram, at most
+  ``2p − 1`` micro-batches in flight. :class:`ZbH2` runs that rule at equal pass times (the
+  figure's): an ``I`` as soon as its gradient has arrived, else a forward while fewer than
+  ``2·pp − 1`` micro-batches are in flight, else the oldest ``W``; :func:`zb_h2_orders` keeps the
+  order it produces, which then runs at any durations (as the handcrafted schedule does).
 * ZB-V — ``ScheduleZBVZeroBubble._calculate_single_rank_operations`` (same file; Qi et al. 2024
   §6): two chunks per rank in V order, ``2·(pp − r) − 1`` chunk-0 forwards, ``r`` (F1, F0) pairs,
   ``pp − r`` (F1, I1, W1), the steady (F0, I0, W0, F1, I1, W1), then the cool-down.
@@ -36,12 +38,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from fractions import Fraction
+from functools import cache
 
-from trainplan.model.pipeline_sim import Engine, Entry, Step
+from trainplan.model.pipeline_sim import Engine, Entry, Step, run
 
 __all__ = [
     "zb_h1_order",
     "ZbH2",
+    "zb_h2_orders",
     "zb_v_order",
     "dualpipe_order",
     "loop_stage",
@@ -110,8 +114,9 @@ class ZbH2:
     the next forward if it has arrived and fewer than ``in_flight`` (``2·pp − 1``) micro-batches
     are between their forward and their ``W``, else the oldest pending ``W``; else it waits.
 
-    With equal pass times this is the paper's Figure 3 (bottom): ``2·(pp − i) − 1`` warm-up
-    forwards on stage ``i``, then I, W, F in turn, the tail a parallelogram."""
+    With equal pass times stage ``i`` runs ``2·(pp − i) − 1`` warm-up forwards and computes
+    without a gap from ``i·t_f`` on: the paper's parallelogram (tests/model/test_pipeline_zb.py);
+    its Table 2 bubble ``(p − 1)(T_F + T_B − 2T_W)`` holds for any durations."""
 
     def __init__(self, pp: int, m: int) -> None:
         self.m, self.in_flight = m, 2 * pp - 1
@@ -136,6 +141,19 @@ class ZbH2:
             self.done["W"][rank] += 1
             return (Step("W", w),)
         return None
+
+
+@cache
+def zb_h2_orders(pp: int, m: int) -> tuple[tuple[Entry, ...], ...]:
+    """Every rank's ZB-H2 order: :class:`ZbH2`'s rule run at equal pass times.
+
+    Examples
+    --------
+    >>> " ".join(f"{e[0].kind}{e[0].microbatch}" for e in zb_h2_orders(2, 3)[0])
+    'F0 F1 F2 I0 W0 I1 W1 I2 W2'
+    """
+    slots = run(pp, pp, loop_stage(pp), lambda rank, entry: Fraction(1), policy=ZbH2(pp, m))
+    return tuple(tuple((Step(s.kind, s.microbatch),) for s in rank) for rank in slots)
 
 
 def zb_v_order(pp: int, m: int, rank: int) -> list[Entry]:
