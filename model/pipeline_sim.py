@@ -66,7 +66,9 @@ class PassTimes:
     Raises
     ------
     InputError
-        ``t_f``, ``t_b`` not positive, ``t_w`` negative, or ``t_fb`` not positive.
+        ``t_f``, ``t_b`` not positive, ``t_w`` negative, or ``t_fb`` outside
+        ``[max(t_f, t_b + t_w), t_f + t_b + t_w]`` (two passes overlapped take at least the longer
+        one and at most both in turn).
     """
 
     t_f: Fraction = Fraction(1)
@@ -80,8 +82,14 @@ class PassTimes:
                 raise InputError(f"{name}: {getattr(self, name)} must be positive")
         if Fraction(self.t_w) < 0:
             raise InputError(f"t_w: {self.t_w} must not be negative")
-        if self.t_fb is not None and Fraction(self.t_fb) <= 0:
-            raise InputError(f"t_fb: {self.t_fb} must be positive")
+        if self.t_fb is not None:
+            f, full = Fraction(self.t_f), Fraction(self.t_b) + Fraction(self.t_w)
+            if not max(f, full) <= Fraction(self.t_fb) <= f + full:
+                raise InputError(
+                    f"t_fb: {self.t_fb} must be between max(t_f, t_b + t_w) = {max(f, full)} and "
+                    f"t_f + t_b + t_w = {f + full} (an overlapped forward and backward take at "
+                    "least the longer one and at most both in turn)"
+                )
 
     @property
     def overlapped(self) -> Fraction:

@@ -98,7 +98,11 @@ def check_schedule_framework(schedule: str, framework: Framework | str, pp: int,
     ...
     trainplan.model.errors.LayoutError: schedule: dualpipe does not run under framework megatron ...
     """
-    fw = Framework(str(framework))
+    try:
+        fw = Framework(str(framework))
+    except ValueError:
+        names = ", ".join(f.value for f in Framework)
+        raise LayoutError(f"framework: {framework!r} is not one of {names}") from None
     name = str(schedule)
     if fw not in SCHEDULE_SUPPORT[name]:
         runs = ", ".join(sorted(f.value for f in SCHEDULE_SUPPORT[name]))
