@@ -26,7 +26,7 @@ def split_summary(r: dict[str, Any]) -> list[str]:
     lines = [
         f"{r['schedule']}: {r['stages']} ranks × {r['microbatches']} micro-batches, "
         f"v = {r['virtual_stages']}; {times} (one chunk's passes)",
-        f"bubble          {r['bubble_time_units']:g} units = {r['bubble_fraction'] * 100:.1f}% of "
+        f"bubble          {r['bubble_time_units']:g} time units = {r['bubble_fraction'] * 100:.1f}% of "
         f"the step ({r['bubble_fraction_formula']}) — {r['bubble_source']}",
     ]
     if closed["applies"]:
@@ -38,8 +38,8 @@ def split_summary(r: dict[str, Any]) -> list[str]:
     held = " ".join(f"{h:g}" for h in r["chunks_held_per_stage"])
     pending = " ".join(f"{h:g}" for h in r["w_pending_per_stage"])
     lines += [
-        f"span bubble     {r['span_bubble_units']:g} units — {r['span_bubble_source']}",
-        f"step            {r['step_time_units']:g} units — {r['step_source']}",
+        f"span bubble     {r['span_bubble_units']:g} time units — {r['span_bubble_source']}",
+        f"step            {r['step_time_units']:g} time units — {r['step_source']}",
         f"held per rank   {held} chunk micro-batches in flight (forward to last backward); "
         f"W buffers {pending} — {r['held_source']}",
         f"parameters      {r['parameter_copies']} cop{'y' if r['parameter_copies'] == 1 else 'ies'}"
@@ -93,14 +93,16 @@ def render_split_timeline(report: dict[str, Any], width: int = 120) -> list[str]
         cells = _scaled(row, dt, ncols) if scaled else _labelled(row, dt, ncols)
         out.append(f"rank {i:>{len(str(p - 1))}} |" + "".join(cells))
     how = (
-        f"scaled: 1 column = {float(dt):.3g} time units"
+        f"scaled: 1 column = {float(dt):.3g} time units; F forward, B backward, I input gradient, "
+        "W weight gradient"
         if scaled
         else "F<mb>-- forward, B<mb>== backward, I<mb>~~ input gradient, W<mb>++ weight gradient"
     )
-    out.append(
-        f"{how}; & overlapped forward and backward; lower case: fed from the other end; . idle"
-    )
-    return out
+    return [
+        *out,
+        how,
+        "& overlapped forward and backward; lower case: fed from the other end; . idle",
+    ]
 
 
 def _labelled(row: list, dt: Fraction, ncols: int) -> list[str]:
