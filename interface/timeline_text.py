@@ -2,7 +2,7 @@
 and the timeline, one row per rank, ``F`` forward, ``B`` full backward, ``I`` input-gradient
 backward, ``W`` weight-gradient backward, ``&`` an overlapped forward-and-backward block
 (DualPipe); lower-case letters are micro-batches fed from the other end (DualPipe's reverse
-direction)."""
+direction); ``'`` marks a V placement's second chunk."""
 
 from __future__ import annotations
 
@@ -71,8 +71,11 @@ def _blocks(row: dict[str, Any]) -> list[tuple[Fraction, Fraction, str, str, boo
 
 
 def _label(s: dict[str, Any]) -> str:
+    """``F3``; lower case fed from the other end (DualPipe); ``'`` a V placement's second chunk."""
     letter = _LETTER[s["pass"]]
-    return (letter.lower() if s.get("direction") else letter) + str(s["microbatch"])
+    if s.get("direction"):
+        return letter.lower() + str(s["microbatch"])
+    return letter + str(s["microbatch"]) + ("'" if s.get("chunk") else "")
 
 
 def render_split_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
@@ -101,7 +104,7 @@ def render_split_timeline(report: dict[str, Any], width: int = 120) -> list[str]
     return [
         *out,
         how,
-        "& overlapped forward and backward; lower case: fed from the other end; . idle",
+        "& overlapped forward and backward; lower case: fed from the other end; ' second chunk; . idle",
     ]
 
 
