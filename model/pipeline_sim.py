@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from trainplan.model.errors import InputError
 
@@ -160,7 +160,7 @@ class Policy(Protocol):
     """A rule that picks a rank's next block when the rank is free (zero-bubble handcrafted
     schedules whose order depends on which input has arrived)."""
 
-    def next(self, rank: int, t: Fraction, engine: Engine) -> Entry | None | bool:
+    def next(self, rank: int, t: Fraction, engine: Engine) -> Entry | None | Literal[True]:
         """The block to start at ``t``; ``None`` to wait for the next event; ``True`` when the
         rank has nothing left."""
         ...

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
+from typing import Literal
 
 from trainplan.model.pipeline_sim import Engine, Entry, Step, run
 
@@ -122,7 +123,7 @@ class ZbH2:
         self.m, self.in_flight = m, 2 * pp - 1
         self.done = {k: [0] * pp for k in "FIW"}
 
-    def next(self, rank: int, t: Fraction, engine: Engine) -> Entry | None | bool:
+    def next(self, rank: int, t: Fraction, engine: Engine) -> Entry | None | Literal[True]:
         """The block rank ``rank`` starts at ``t`` (see the class docstring)."""
         f, i, w = (self.done[k][rank] for k in "FIW")
         if w == self.m:
