@@ -18,7 +18,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import Schedule, check_counts
 from trainplan.model.pipeline_sim import PassTimes
 
 __all__ = [
@@ -70,7 +70,9 @@ def default_virtual_stages(schedule: SplitSchedule) -> int:
 def check_split_schedule(pp: int, m: int, schedule: SplitSchedule | str, v: int) -> SplitSchedule:
     """Validate a split-backward schedule's inputs; return it as a :class:`SplitSchedule`.
 
-    Rules: ``pp, m, v >= 1``; ZB-H2 ``v = 1``; ZB-V, DualPipe and DualPipeV exactly two chunks per
+    Rules: ``pp, m, v >= 1``; interleaved ZB-H1 (``v > 1``) ``m`` a multiple of
+    ``max(1, m // pp)`` (PyTorch ``ScheduleInterleavedZeroBubble``'s rounds, without which its
+    order deadlocks); ZB-H2 ``v = 1``; ZB-V, DualPipe and DualPipeV exactly two chunks per
     rank (``v = 2``: PyTorch ``ScheduleZBVZeroBubble``/``ScheduleDualPipeV`` raise "requires
     exactly 2 stages per rank"); DualPipe an even ``pp`` and an even ``m >= 2·pp``
     (``dualpipe/dualpipe.py`` ``step()``: ``num_ranks % 2 == 0``, ``num_chunks % 2 == 0 and
@@ -91,9 +93,13 @@ def check_split_schedule(pp: int, m: int, schedule: SplitSchedule | str, v: int)
     except ValueError:
         names = ", ".join(TIMELINE_SCHEDULES)
         raise LayoutError(f"schedule: {schedule!r} is not one of {names}") from None
-    for name, value in (("pp", pp), ("num_microbatches", m), ("virtual_stages", v)):
-        if value < 1:
-            raise LayoutError(f"{name}: {value} must be at least 1")
+    check_counts(pp, m, v)
+    rounds = max(1, m // pp)
+    if sched is SplitSchedule.ZB_H1 and v > 1 and m % rounds:
+        raise LayoutError(
+            f"num_microbatches: {m} must be a multiple of max(1, {m} // pp {pp}) = {rounds} under "
+            "interleaved zb-h1 (its rounds of micro-batches)"
+        )
     fixed = _FIXED_V.get(sched)
     if fixed is not None and v != fixed:
         raise LayoutError(f"virtual_stages: {v} must be {fixed} under schedule {sched}")

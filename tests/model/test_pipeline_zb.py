@@ -221,7 +221,7 @@ def test_parameter_copies_and_placement():
 # ------------------------------------------------------------------ invariants of every timeline
 @settings(max_examples=40, deadline=None)
 @given(
-    st.sampled_from(["zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"]),
+    st.sampled_from(["zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev", "zb-h1 v2", "zb-h1 v3"]),
     st.integers(1, 5),
     st.integers(0, 6),
     TIME,
@@ -229,10 +229,15 @@ def test_parameter_copies_and_placement():
     TIME,
 )
 def test_timelines_respect_the_dataflow(name, pp, extra, t_f, t_b, t_w):
+    """Every pass once, a rank never runs two at once (but an F&B pair), every input before its
+    use; interleaved ZB-H1 (v = 2, 3) included."""
+    name, _, v = name.partition(" v")
     if name == "dualpipe":
         pp = 2 * ((pp + 1) // 2)
     m = 2 * pp + 2 * extra
-    t = simulate(pp, m, name, times=PassTimes(t_f, t_b, t_w))
+    if v:
+        m = pp * (1 + extra)  # whole rounds of pp micro-batches
+    t = simulate(pp, m, name, int(v) if v else None, times=PassTimes(t_f, t_b, t_w))
     placement = stage_placement(name, pp, t.v)
     stages = pp if name == "dualpipe" else pp * t.v
     ends = {}
@@ -274,6 +279,7 @@ def test_timelines_respect_the_dataflow(name, pp, extra, t_f, t_b, t_w):
         ((4, 8, "zb-v", 3), "virtual_stages: 3 must be 2"),
         ((4, 8, "zb-h2", 2), "virtual_stages: 2 must be 1"),
         ((4, 8, "zigzag", 1), "schedule: 'zigzag' is not one of"),
+        ((2, 5, "zb-h1", 2), "num_microbatches: 5 must be a multiple of max"),
     ],
 )
 def test_schedule_rules(args, message):
