@@ -152,6 +152,9 @@ def _num(x: Fraction) -> int | float:
     return int(x) if x.denominator == 1 else float(x)
 
 
+NO_INPUT = Fraction(0)
+"""What :meth:`Engine.arrival` returns for a block with no input (the first stage's forward)."""
+
 Entry = tuple[Step, ...]
 """One block of a rank's order: one pass, or DualPipe's overlapped (forward, backward) pair."""
 
@@ -193,7 +196,7 @@ class Engine:
         self.stage_of, self.duration = stage_of, duration
         self.ready: dict[tuple[str, int, int, int], Any] = {}
         self.slots: list[list[Slot]] = [[] for _ in range(ranks)]
-        self.ends: list[Fraction] = []  # heap of pass ends, for waiting ranks
+        self.ends: list[Fraction] | None = None  # heap of pass ends, kept for a policy
 
     def dep(self, rank: int, step: Step) -> tuple[str, int, int, int] | None:
         """The key ``step`` on ``rank`` waits for (:func:`dependency`)."""
@@ -201,31 +204,31 @@ class Engine:
 
     def arrival(self, rank: int, entry: Entry, join: Callable[..., Any] = max) -> Any:
         """When every input of ``entry`` on ``rank`` has arrived (``join`` of their release
-        times, 0 for none); None while one is unknown."""
-        t: Any = Fraction(0)
+        times; :data:`NO_INPUT` for a first forward); None while one is unknown."""
+        t: Any = NO_INPUT
         for step in entry:
             key = self.dep(rank, step)
             if key is not None:
                 if key not in self.ready:
                     return None
-                t = join(t, self.ready[key])
+                t = self.ready[key] if t is NO_INPUT else join(t, self.ready[key])
         return t
 
     def start(self, rank: int, entry: Entry, at: Any) -> Any:
         """Run ``entry`` on ``rank`` from ``at``; its outputs are released at its end."""
         end = at + self.duration(rank, entry)
+        overlap = len(entry) > 1
+        slots = self.slots[rank]
         for step in entry:
-            stage = self.stage_of(rank, step)
-            key = (step.direction, stage, step.microbatch)
-            if step.kind == "F":
-                self.ready[("F", *key)] = end
-            elif step.kind in "BI":
-                self.ready[("G", *key)] = end
-            self.slots[rank].append(
-                Slot(rank, at, end, step.kind, step.microbatch, step.chunk, step.direction,
-                     overlap=len(entry) > 1)
-            )  # fmt: skip
-        if isinstance(end, Fraction):
+            kind = step.kind
+            if kind == "F" or kind == "B" or kind == "I":
+                stage = self.stage_of(rank, step)
+                what = "F" if kind == "F" else "G"
+                self.ready[what, step.direction, stage, step.microbatch] = end
+            slots.append(
+                Slot(rank, at, end, kind, step.microbatch, step.chunk, step.direction, overlap)
+            )
+        if self.ends is not None:
             heapq.heappush(self.ends, end)
         return end
 
@@ -275,7 +278,8 @@ def run(
                 arrived = engine.arrival(rank, order[pos[rank]], join)
                 if arrived is None:
                     break
-                free[rank] = engine.start(rank, order[pos[rank]], join(free[rank], arrived))
+                at = free[rank] if arrived is NO_INPUT else join(free[rank], arrived)
+                free[rank] = engine.start(rank, order[pos[rank]], at)
                 pos[rank] += 1
                 total -= len(order[pos[rank] - 1])
                 progressed = True
@@ -286,6 +290,7 @@ def run(
 
 def _run_policy(engine: Engine, policy: Policy) -> tuple[tuple[Slot, ...], ...]:
     """:func:`run` for a policy: ranks decide in the order they become free."""
+    engine.ends = []
     free = [(Fraction(0), r) for r in range(engine.ranks)]
     waiting: list[int] = []  # ranks with nothing to start at t_wait
     t_wait = Fraction(0)
@@ -317,6 +322,7 @@ def _run_policy(engine: Engine, policy: Policy) -> tuple[tuple[Slot, ...], ...]:
 
 def _next_event(engine: Engine, t: Fraction, free: list[tuple[Fraction, int]]) -> Fraction | None:
     """The first time after ``t`` a pass ends or a busy rank frees up."""
+    assert engine.ends is not None
     while engine.ends and engine.ends[0] <= t:
         heapq.heappop(engine.ends)
     candidates = [engine.ends[0]] if engine.ends else []
