@@ -19,6 +19,10 @@ class Forms(frozenset):
     def __add__(self, other):
         return Forms(tuple(a + b for a, b in zip(f, g, strict=True)) for f in self for g in other)
 
+    def __radd__(self, other):  # time 0 (a rank's start) plus a duration
+        assert other == 0
+        return self
+
 
 def prune(forms):
     """Drop every form another one dominates (durations are positive)."""
