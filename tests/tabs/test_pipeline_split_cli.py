@@ -1,5 +1,5 @@
 """The pipeline tab's split-backward schedules as a user runs them: ``trainplan pipeline`` in a
-separate process (text and --json), bad input as one line, the web API and its figure."""
+separate process (text and --json), bad input as one line (the web API: tests/web/test_api.py)."""
 
 from __future__ import annotations
 
@@ -91,20 +91,3 @@ def test_frameworks_that_run_it():
     r = pipeline_report(4, 8, "zb-v", framework="fsdp2")
     assert r["frameworks"] == ["fsdp2", "textbook"]
     assert any("ScheduleZBVZeroBubble" in i for i in r["implementations"])
-
-
-def test_web_api_and_figure():
-    pytest.importorskip("fastapi")
-    pytest.importorskip("httpx")
-    from fastapi.testclient import TestClient
-
-    from trainplan.interface.web.app import create_app
-
-    client = TestClient(create_app(("testserver",)))
-    r = client.get("/api/pipeline?stages=4&microbatches=8&schedule=zb-h2").json()
-    assert r["span_bubble_units"] == 0 and r["chunks_held_per_stage"] == [7] * 4
-    bad = client.get("/api/pipeline?stages=4&microbatches=8&schedule=dualpipe&framework=fsdp2")
-    assert bad.status_code == 422 and "dualpipe does not run under framework fsdp2" in bad.text
-    svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
-    assert svg.headers["content-type"] == "image/svg+xml"
-    assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text

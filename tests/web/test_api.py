@@ -409,3 +409,16 @@ def test_trainplan_serve_prints_its_address(server):
 def test_serve_refuses_a_bad_port_in_one_line(monkeypatch, capsys):
     line = cli_error(monkeypatch, capsys, "serve", "--port", "99999")
     assert line == "Error: --port: 99999 must be from 0 to 65535 (0 = any free port)"
+
+
+def test_pipeline_split_schedules(client):
+    """/api/pipeline and its figure for the split-backward schedules: ZB-H2's zero span bubble at
+    2p − 1 in flight, a schedule refused under a framework that cannot run it (422, one line),
+    DualPipe's timeline with its overlapped blocks."""
+    r = client.get("/api/pipeline?stages=4&microbatches=8&schedule=zb-h2").json()
+    assert r["span_bubble_units"] == 0 and r["chunks_held_per_stage"] == [7] * 4
+    bad = client.get("/api/pipeline?stages=4&microbatches=8&schedule=dualpipe&framework=fsdp2")
+    assert bad.status_code == 422 and "dualpipe does not run under framework fsdp2" in bad.text
+    svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
+    assert svg.headers["content-type"] == "image/svg+xml"
+    assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text
