@@ -136,6 +136,9 @@ def pipeline_chart(report: dict[str, Any], path: Target) -> Any:
     out = _suffix(path, (".png", ".svg", ".pdf"))
     plt = _pyplot()
     with plt.rc_context({"hatch.linewidth": 0.6}):
+        if "pass_times" in report:  # split-backward schedules: F, B, I, W and overlapped blocks
+            _split_pipeline_figure(plt, report, out)
+            return out
         fig = pipeline_figure(report)
         fig.tight_layout()
         _save(fig, out)
@@ -286,6 +289,91 @@ def _summary_raster(ax: Any, report: dict[str, Any]) -> None:
         extent=(0, total, -0.5, p - 0.5),
         origin="upper",
     )
+
+
+_PASS_COLOURS = {
+    "forward": "#4c78a8",
+    "backward": "#f58518",
+    "backward_input": "#e45756",
+    "backward_weight": "#54a24b",
+}
+"""Colour of each pass of the split-backward timelines (JSON names of
+:data:`model.pipeline_sim.PASS_NAMES`)."""
+
+_LABEL = {
+    "forward": "F forward",
+    "backward": "B backward (input and weights)",
+    "backward_input": "I backward, input gradient",
+    "backward_weight": "W backward, weight gradient",
+}
+
+
+def _bar(ax: Any, s: dict[str, Any], y: float, height: float, numbers: bool) -> None:
+    chunk = s.get("chunk", 0)
+    ax.barh(
+        y,
+        s["end"] - s["start"],
+        left=s["start"],
+        height=height,
+        color=_PASS_COLOURS[s["pass"]],
+        hatch="//" if chunk else "",
+        edgecolor="white",
+        linewidth=0.4,
+    )
+    if numbers:
+        mb = str(s["microbatch"]) + ("'" if s.get("direction") else "")
+        ax.text((s["start"] + s["end"]) / 2, y, mb, ha="center", va="center", fontsize=6,
+                color="white")  # fmt: skip
+
+
+def _split_pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
+    """Draw and write the timeline of a split-backward schedule (ZB-H1, ZB-H2, ZB-V, DualPipe,
+    DualPipeV): one row per rank; forward blue, full backward orange, input-gradient backward
+    red, weight-gradient backward green; a rank's second chunk hatched (the V placements'
+    returning chunk, DualPipe's reverse-direction stage); an overlapped forward-and-backward block
+    (DualPipe's F&B) as its two halves stacked inside one black border, as the DualPipe README's
+    figure marks them."""
+    from matplotlib.patches import Patch, Rectangle
+
+    p, total = report["stages"], report["step_time_units"]
+    fig, ax = plt.subplots(figsize=(min(6 + total / 4, 26), max(2.2, 1.2 + 0.5 * p)))
+    numbers = report["microbatches"] <= 32
+    for row in report["timeline"]:
+        y = p - 1 - row["stage"]
+        slots = row["slots"]
+        i = 0
+        while i < len(slots):
+            s = slots[i]
+            if s.get("overlapped") and i + 1 < len(slots):
+                _bar(ax, s, y + 0.2, 0.4, numbers)
+                _bar(ax, slots[i + 1], y - 0.2, 0.4, numbers)
+                width = s["end"] - s["start"]
+                ax.add_patch(Rectangle((s["start"], y - 0.4), width, 0.8, fill=False, lw=0.9))
+                i += 2
+                continue
+            _bar(ax, s, y, 0.8, numbers)
+            i += 1
+    ax.set_yticks(range(p), [f"rank {p - 1 - i}" for i in range(p)])
+    ax.set_xlabel(
+        "time (the pass times given); numbers are micro-batches, ' those fed from the other end"
+    )
+    ax.set_title(
+        f"{report['schedule']}: {p} ranks, m={report['microbatches']}; "
+        f"bubble {report['bubble_fraction']:.1%}, span bubble {report['span_bubble_units']:g}"
+    )
+    ax.set_xlim(0, total)
+    kinds = {s["pass"] for row in report["timeline"] for s in row["slots"]}
+    handles = [
+        Patch(facecolor=_PASS_COLOURS[k], label=_LABEL[k]) for k in _PASS_COLOURS if k in kinds
+    ]
+    handles.append(Patch(facecolor="white", edgecolor="grey", hatch="//", label="second chunk"))
+    if any(s.get("overlapped") for row in report["timeline"] for s in row["slots"]):
+        handles.append(Patch(facecolor="white", edgecolor="black", label="overlapped F&B block"))
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7,
+              frameon=False)  # fmt: skip
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
 
 
 def held_chart(report: dict[str, Any], path: Target) -> Any:

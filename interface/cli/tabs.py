@@ -21,7 +21,10 @@ from trainplan.interface import tabs
 from trainplan.interface.chart_layout import chunk_letter, pass_label
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
+from trainplan.interface.timeline_text import render_split_timeline, split_summary
 from trainplan.model.checkpointing import tensor_state
+from trainplan.model.frameworks import Framework
+from trainplan.model.schedule import TIMELINE_SCHEDULES
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "render_timeline", "render_step"]
 
@@ -47,8 +50,11 @@ def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
     times as many (filled ``-`` and ``=``); ``.`` is idle, the bubble. When the labelled timeline
     is wider than ``width`` it wraps into bands (each headed by its start time), up to
     :data:`MAX_BANDS`; beyond that the time axis is scaled and each column shows the pass at its
-    middle (``F``, ``B``, ``#`` both). The last lines are the legend.
+    middle (``F``, ``B``, ``#`` both). The last lines are the legend. Split-backward schedules:
+    :func:`interface.timeline_text.render_split_timeline`.
     """
+    if "pass_times" in report:
+        return render_split_timeline(report, width)
     p, v = report["stages"], report["virtual_stages"]
     total = Fraction(report["step_time_units"]).limit_denominator(10**6)
     prefix = len(f"stage {p - 1} |")
@@ -138,17 +144,38 @@ def _scaled_cells(
 
 
 @cli.command("pipeline")
-@click.option("--stages", "-p", required=True, help="Pipeline stages p.")
-@click.option("--microbatches", "-m", required=True, help="Micro-batches per step m.")
-@click.option("--schedule", default="1f1b", show_default=True, help="gpipe, 1f1b or interleaved.")
+@click.option("--stages", "-p", required=True, help="Pipeline stages (ranks) p.")
+@click.option(
+    "--microbatches", "-m", required=True, help="Micro-batches per step m (DualPipe: both ends)."
+)
+@click.option(
+    "--schedule",
+    default="1f1b",
+    show_default=True,
+    help=f"One of {', '.join(TIMELINE_SCHEDULES)}: classic, or with the backward split into input "
+    "and weight gradients.",
+)
 @click.option(
     "--virtual-stages",
     "-v",
-    default="1",
-    show_default=True,
-    help="Model chunks per GPU (interleaved; m must be a multiple of p).",
+    help="Chunks per rank (default 1; 2 under zb-v, dualpipe, dualpipev; interleaved needs m a "
+    "multiple of p).",
 )
-@click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
+@click.option("--backward-ratio", help="Classic schedules: backward / forward time (default 2).")
+@click.option("--t-f", "t_f", help="Split schedules: one chunk's forward time T_F (default 1).")
+@click.option("--t-b", "t_b", help="Split schedules: input-gradient backward time T_B (default 1).")
+@click.option(
+    "--t-w", "t_w", help="Split schedules: weight-gradient backward time T_W (default 1)."
+)
+@click.option(
+    "--t-fb",
+    "t_fb",
+    help="DualPipe: overlapped forward + backward block time F&B (default T_F + T_B + T_W).",
+)
+@click.option(
+    "--framework",
+    help=f"Refuse a schedule this framework cannot run ({', '.join(f.value for f in Framework)}).",
+)
 @click.option(
     "--width",
     type=COUNT,
@@ -157,11 +184,10 @@ def _scaled_cells(
 @click.option("--png", type=output(".png"), help="Write the chart as PNG (plot extra).")
 @click.option("--svg", type=output(".svg"), help="Write the chart as SVG (plot extra).")
 @JSON
-def pipeline_cmd(
-    stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
-) -> None:
-    """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
-    r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
+def pipeline_cmd(width, png, svg, as_json, **kw) -> None:
+    """Pipeline bubble and timeline: GPipe, 1F1B, interleaved 1F1B, zero-bubble (ZB-H1, ZB-H2,
+    ZB-V), DualPipe and DualPipeV."""
+    r = tabs.pipeline_report(**kw)
     for path in (png, svg):
         if path is not None:
             from trainplan.interface import plots
@@ -170,24 +196,23 @@ def pipeline_cmd(
     if as_json:
         echo_json(r)
         return
-    click.echo(
-        f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
-        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward"
-    )
-    click.echo(
-        f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
-        f"idle share of the step, {r['bubble_fraction_formula']}"
-    )
-    click.echo(
-        f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
-        f"{r['bubble_ratio_formula']}"
-    )
-    held = " ".join(f"{h:g}" for h in r["held_per_stage"])
-    click.echo(f"held per stage  {held}   micro-batches of activations at the peak")
-    click.echo("")
+    lines = split_summary(r) if "pass_times" in r else _classic_summary(r)
     columns = width or shutil.get_terminal_size((120, 24)).columns
-    for line in render_timeline(r, columns):
+    for line in [*lines, "", *render_timeline(r, columns)]:
         click.echo(line)
+
+
+def _classic_summary(r: dict[str, Any]) -> list[str]:
+    held = " ".join(f"{h:g}" for h in r["held_per_stage"])
+    return [
+        f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
+        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward",
+        f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
+        f"idle share of the step, {r['bubble_fraction_formula']}",
+        f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
+        f"{r['bubble_ratio_formula']}",
+        f"held per stage  {held}   micro-batches of activations at the peak",
+    ]
 
 
 # ------------------------------------------------------------------------------------ MFU

@@ -507,3 +507,16 @@ def test_closing_a_search_stream_stops_its_process(server):
         while (jobs() or Path(f"/proc/{pid}").exists()) and time.time() < deadline:
             time.sleep(0.2)
         assert jobs() == [] and not Path(f"/proc/{pid}").exists(), path
+
+
+def test_pipeline_split_schedules(client):
+    """/api/pipeline and its figure for the split-backward schedules: ZB-H2's zero span bubble at
+    2p − 1 in flight, a schedule refused under a framework that cannot run it (422, one line),
+    DualPipe's timeline with its overlapped blocks."""
+    r = client.get("/api/pipeline?stages=4&microbatches=8&schedule=zb-h2").json()
+    assert r["span_bubble_units"] == 0 and r["chunks_held_per_stage"] == [7] * 4
+    bad = client.get("/api/pipeline?stages=4&microbatches=8&schedule=dualpipe&framework=fsdp2")
+    assert bad.status_code == 422 and "dualpipe does not run under framework fsdp2" in bad.text
+    svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
+    assert svg.headers["content-type"] == "image/svg+xml"
+    assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text

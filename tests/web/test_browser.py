@@ -126,6 +126,22 @@ def test_planner_uploads_a_config(page):
     assert "config=" in page.url and "model=" not in page.url
 
 
+def test_pipeline_split_schedule(page):
+    """The schedule selector's zero-bubble and DualPipe entries: the page shows the CLI's figures
+    and the timeline with its overlapped blocks."""
+    go(page, "/pipeline?stages=4&microbatches=8")
+    page.select_option("select[name=schedule]", "dualpipe")
+    page.fill("input[name=t-fb]", "2")
+    r = cli_json(
+        "pipeline", "--stages", "4", "--microbatches", "8", "--schedule", "dualpipe", "--t-fb", "2"
+    )
+    expect(page.locator("#bubble-fraction")).to_have_text(
+        f"{r['bubble_fraction_exact']} = {r['bubble_fraction'] * 100:.1f}%"
+    )
+    expect(page.locator("#timeline svg")).to_contain_text("overlapped F&B block")
+    expect(page.locator("#held-table")).to_contain_text("2.5")
+
+
 def test_pipeline_and_mfu_and_rlhf_values(page):
     go(page, "/pipeline?stages=4&microbatches=8")
     expect(page.locator("#bubble-fraction")).to_have_text("3/11 = 27.3%")
