@@ -72,6 +72,17 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
         ),
         click.option(
+            "--tp-block-inputs",
+            "tp_block_inputs",
+            type=click.Choice(["sharded", "gathered"]),
+            help="fsdp2 with tp > 1: what tensor parallelism keeps of each attention and MLP "
+            "block's all-gathered input for backward. gathered (the default): the whole input "
+            "on every tp rank, torchtitan's DTensor plan; sharded: the sequence shard, gathered "
+            "again in backward, as FSDP beside Megatron-style sequence parallelism (how Meta ran "
+            "Llama 3 405B). Refused under megatron, deepspeed and textbook (they keep the "
+            "shard), with tp 1 and without sequence parallelism.",
+        ),
+        click.option(
             "--precision",
             type=click.Choice(["bf16", "fp8"]),
             help="GEMM precision of the linear layers (default bf16). fp8 = Transformer Engine: "

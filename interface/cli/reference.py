@@ -159,6 +159,9 @@ KEY_DOCS: dict[str, str] = {
     "layout.virtual_stages": "v, model chunks per pipeline stage (interleaved).",
     "layout.seq_len": "s, tokens per sequence.",
     "layout.sequence_parallel": "Megatron's sequence parallelism (on by default when tp > 1).",
+    "layout.tp_block_inputs": "With sequence parallelism, what tensor parallelism keeps of each "
+    "block's all-gathered input: `gathered` (whole on every tp rank, torchtitan's plan, fsdp2's "
+    "default) or `sharded` (the sequence shard); null without sequence parallelism.",
     "layout.flash_attention": "FlashAttention (no stored score matrix; causal FLOPs).",
     "layout.activation_convention": "paper (Korthikanti et al.) or pytorch (what PyTorch's kernels keep).",
     "layout.memory_efficient_norm": "Norms keep their output instead of their input.",
