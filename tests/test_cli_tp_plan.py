@@ -87,7 +87,8 @@ REFUSED = {
         "tensor-parallel plan, and megatron keeps the sequence shard",
     ),
     "tp 1": (
-        ["evaluate", "--model", "llama3-8b", "--framework", "fsdp2", "--tp-block-inputs", "sharded"],
+        ["evaluate", "--model", "llama3-8b", "--framework", "fsdp2"]
+        + ["--tp-block-inputs", "sharded"],
         "tp_block_inputs: 'sharded' does not apply: with tp 1 there is no tensor parallelism",
     ),
     "no sp": (
