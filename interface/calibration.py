@@ -11,7 +11,7 @@ A fit is trusted only when the model can explain the measurements (:func:`fit_pr
 fitted figure on a bound of its range (:data:`BOUND_TOLERANCE`: the optimum lies outside what the
 hardware can do, e.g. a step faster than the datasheet peak allows), and no run's residual beyond
 :data:`MAX_RESIDUAL`. ``trainplan calibrate`` refuses any other fit (no file written, exit 2)
-unless told ``--accept-poor-fit``; ``docs/calibration.md`` states the rule.
+unless told ``--accept-poor-fit``; ``docs/guides/calibration.md`` states the rule.
 
 A measurements file (TOML; unknown keys are refused by ``build_case`` itself)::
 

@@ -27,7 +27,7 @@ Rows and recipes (each is stated again in the report):
   backward tensor-parallel collectives with the gradient GEMMs (the default ``async``).
 * **Llama 3 Table 4** (arXiv 2407.21783): 405B on H100-SXM at 989.4 TFLOP/s, BF16; FSDP as
   ZeRO-2 with FP32 gradients, tensor parallelism keeping the sequence shard of the blocks' inputs
-  (``gathered_block_inputs = False``: the layouts ran, which torchtitan's plan would not fit),
+  (``tp_block_inputs = "sharded"``: the layouts ran, which torchtitan's plan would not fit),
   interleaved v = 8, no activation checkpointing, memory-efficient norms
   (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the gather is
   exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with causal
@@ -364,7 +364,7 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
             # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
             # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
             # published layouts ran
-            "gathered_block_inputs": False,
+            "tp_block_inputs": "sharded",
             "gradient_dtype": "fp32",
             "flash_attention": True,
             "mfu_convention": "6n+attention",

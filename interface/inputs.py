@@ -20,6 +20,7 @@ from typing import Any, overload
 
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
+from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
@@ -102,7 +103,8 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
-        "gathered_block_inputs",
+        "tp_block_inputs",
+        "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -277,7 +279,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         gathered_block_inputs=(
             _flag(params, "gathered_block_inputs", False)
             if "gathered_block_inputs" in params
-            else None
+            else gathered_block_inputs(params.get("tp_block_inputs"))
         ),
         gradient_bytes=_gradient_bytes(params),
         optimizer_bytes=optimizer_state_bytes(
@@ -290,6 +292,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             activations=params.get("offload_activations") or (),
         ),
     )
+    _tp_plan(params, layout, used)
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
@@ -343,6 +346,18 @@ def build_case(params: Mapping[str, Any]) -> Case:
         defaults_used=used,
         notes=() if "global_batch_size" in params or batch_note is None else (batch_note,),
     )
+
+
+def _tp_plan(params: Mapping[str, Any], layout: Layout, used: dict[str, Any]) -> None:
+    """``tp_block_inputs`` checked against the layout (:func:`interface.tp_plan.
+    check_tp_block_inputs`); the fsdp2 profile's own plan listed among the defaults used where
+    it counts (tp > 1 with sequence parallelism) and was not chosen."""
+    check_tp_block_inputs(
+        params.get("tp_block_inputs"), (layout.framework,), (layout.tp,), layout.sp
+    )
+    chosen = "tp_block_inputs" in params or "gathered_block_inputs" in params
+    if not chosen and layout.framework.gathers_block_inputs and layout.sp:
+        used["tp_block_inputs"] = "gathered"
 
 
 MICROBATCHES_PER_STAGE = 4

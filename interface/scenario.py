@@ -20,6 +20,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # host_memory_gbps; the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
@@ -49,6 +50,11 @@ from trainplan.interface.inputs import (
     RECIPE_KEYS,
     build_case,
     parse_framework,
+)
+from trainplan.interface.tp_plan import (
+    TP_BLOCK_INPUTS,
+    check_tp_block_inputs,
+    gathered_block_inputs,
 )
 from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
@@ -120,6 +126,7 @@ CLUSTER_KEYS = {
     "zero3_regather",
     "activation_convention",
     "memory_efficient_norm",
+    "tp_block_inputs",
     *RECIPE_KEYS,
     "memory_reserve_gib",
     "vocab_multiple",
@@ -200,6 +207,7 @@ VALUE_KINDS: dict[str, Any] = {
     "zero3_regather": _FLAG,
     "activation_convention": ("paper", "pytorch"),
     "memory_efficient_norm": _FLAG,
+    "tp_block_inputs": TP_BLOCK_INPUTS,
     "gradient_dtype": ("bf16", "fp32"),
     "precision": ("bf16", "fp8"),
     "optimizer_dtype": ("fp32", "bf16"),
@@ -456,11 +464,12 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             "global_batch: several batch sizes make step times incomparable; use "
             "--objective tokens-per-gpu or time-to-train"
         )
+    space = _space(space_d, counts[0])
     base = {
         "model": d.get("model"),
         **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
-        **clus_d,
+        **_tp_plan(clus_d, space, counts),
     }
     opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
@@ -495,11 +504,24 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     )
     return Problem(
         jobs=tuple(jobs),
-        space=_space(space_d, counts[0]),
+        space=space,
         constraints=constraints,
         objective=objective,
         tokens=tokens,
     )
+
+
+def _tp_plan(cluster: dict[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
+    """The ``[cluster]`` values as the jobs' cases take them: ``tp_block_inputs`` checked against
+    the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
+    passed on as the recipe's ``gathered_block_inputs``, which every other profile the search
+    weighs leaves as its own (the shard)."""
+    out = {k: v for k, v in cluster.items() if k != "tp_block_inputs"}
+    value = cluster.get("tp_block_inputs")
+    check_tp_block_inputs(value, space.frameworks, space.tp or divisors(max(counts)))
+    if gathered_block_inputs(value) is False:
+        out["gathered_block_inputs"] = False
+    return out
 
 
 def _calibrated(path: Any, accelerators: list[str]) -> set[str]:

@@ -104,7 +104,7 @@ def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
     ------
     InputError
         The file calibrates another accelerator (its ``gpu``): efficiencies fitted on one part
-        are refused for another, never silently unused (``docs/calibration.md``).
+        are refused for another, never silently unused (``docs/guides/calibration.md``).
     ScenarioError
         The file cannot be read, has no ``gpu`` or ``[cluster]``, or a figure is out of range.
     """

@@ -47,14 +47,14 @@ from trainplan.model.errors import InputError
     "accept",
     is_flag=True,
     help="Keep a fit the model cannot explain (a figure on a bound of its range, or a run off "
-    "by more than ±25%): write it anyway, with a warning (docs/calibration.md).",
+    "by more than ±25%): write it anyway, with a warning (docs/guides/calibration.md).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def calibrate_cmd(
     measurements: str, fit: tuple[str, ...], output_file: Any, accept: bool, as_json: bool
 ) -> None:
     """Fit efficiencies to MEASUREMENTS (a TOML file: gpu, fit, and [[run]] tables of evaluate
-    parameters with step_seconds; see docs/calibration.md) and report the residuals. A fit with
+    parameters with step_seconds; see docs/guides/calibration.md) and report the residuals. A fit with
     a figure on a bound or a run off by more than ±25% is refused (exit 2) unless
     --accept-poor-fit."""
     from trainplan.interface.calibration import (

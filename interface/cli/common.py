@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 import click
+import cloup
 
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
@@ -42,8 +43,9 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-class GuardedCommand(click.Command):
-    """A click command that refuses an option of one value given twice with different values
+class GuardedCommand(cloup.Command):
+    """A click command (cloup's, whose ``--help`` lists options by group:
+    :func:`interface.cli.options.option_groups`) that refuses an option of one value given twice with different values
     (``--gpu H100-SXM --gpu B200`` on evaluate, ``dp=8&dp=16`` in the web API, which parses the
     query as this command's arguments), and an on/off option given both ways (``--flash
     --no-flash``), instead of keeping the last silently. Options that take several values are

@@ -8,7 +8,8 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json
-from trainplan.interface.cli.planner import layout_options, model_options
+from trainplan.interface.cli.options import option_groups
+from trainplan.interface.cli.planner import evaluate_options
 from trainplan.model.errors import InputError
 
 
@@ -24,12 +25,21 @@ def _sets(items: tuple[str, ...]) -> dict[str, Any]:
 
 @cli.command("example")
 @click.argument("name", required=False)
-@click.option("--list", "list_", is_flag=True, help="List the examples.")
-@click.option(
-    "--set", "sets", multiple=True, help="KEY=VALUE overriding any of the example's parameters."
+@option_groups(
+    (
+        "Example",
+        [
+            click.option("--list", "list_", is_flag=True, help="List the examples."),
+            click.option(
+                "--set",
+                "sets",
+                multiple=True,
+                help="KEY=VALUE overriding any of the example's parameters.",
+            ),
+        ],
+    )
 )
-@model_options
-@layout_options
+@evaluate_options
 def example_cmd(
     name: str | None,
     list_: bool,

@@ -86,17 +86,40 @@ def cli_markdown() -> str:
         usage = " ".join(command.collect_usage_pieces(ctx))
         lines += [f"## trainplan {name}", "", _help_paragraphs(command), ""]
         lines += ["```text", f"trainplan {name} {usage}", "```", ""]
-        lines += ["| option | what it does |", "| --- | --- |"]
-        for param in command.params:
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            spelling, help_text = record
-            if isinstance(param, click.Argument):
-                help_text = "The command's argument" + (" (required)." if param.required else ".")
-            lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
-        lines.append("")
+        for title, params in _sections(command):
+            lines += [f"**{title}**", ""] if title else []
+            lines += ["| option | what it does |", "| --- | --- |"]
+            for param in params:
+                record = param.get_help_record(ctx)
+                if record is None:
+                    continue
+                spelling, help_text = record
+                if isinstance(param, click.Argument):
+                    required = " (required)." if param.required else "."
+                    help_text = "The command's argument" + required
+                lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
+            lines.append("")
     return "\n".join(lines)
+
+
+def _sections(command: click.Command) -> list[tuple[str | None, list[click.Parameter]]]:
+    """A command's parameters as ``--help`` groups them: (title, parameters) per option group
+    (:func:`interface.cli.options.option_groups`) in order, the arguments first and the options
+    of no group last ("Other options"); one untitled section for a command without groups."""
+    groups = getattr(command, "option_groups", None) or []
+    if not groups:
+        return [(None, list(command.params))]
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    rest = [
+        p
+        for p in command.params
+        if isinstance(p, click.Option) and getattr(p, "group", None) is None
+    ]
+    out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
+        arguments
+    )
+    out += [(g.title, list(g.options)) for g in groups]
+    return out + [("Other options", rest)] * bool(rest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +182,9 @@ KEY_DOCS: dict[str, str] = {
     "layout.virtual_stages": "v, model chunks per pipeline stage (interleaved).",
     "layout.seq_len": "s, tokens per sequence.",
     "layout.sequence_parallel": "Megatron's sequence parallelism (on by default when tp > 1).",
+    "layout.tp_block_inputs": "With sequence parallelism, what tensor parallelism keeps of each "
+    "block's all-gathered input: `gathered` (whole on every tp rank, torchtitan's plan, fsdp2's "
+    "default) or `sharded` (the sequence shard); null without sequence parallelism.",
     "layout.flash_attention": "FlashAttention (no stored score matrix; causal FLOPs).",
     "layout.activation_convention": "paper (Korthikanti et al.) or pytorch (what PyTorch's kernels keep).",
     "layout.memory_efficient_norm": "Norms keep their output instead of their input.",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -19,145 +19,178 @@ from trainplan.interface.cli.common import (
     output,
 )
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
-from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
+from trainplan.interface.cli.options import (
+    CALIBRATION,
+    MODEL,
+    RECIPE,
+    Decorator,
+    advanced,
+    option_groups,
+)
+from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 
+SCENARIO: Decorator = click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Scenario TOML file: every option below as a key (docs: Find the best layout); the "
+    "options given win.",
+)
+"""A scenario file of the search's values."""
 
-def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by search and frontier."""
-    opts = [
-        click.option(
-            "--scenario", type=click.Path(exists=True, dir_okay=False), help="Scenario TOML file."
-        ),
-        list_option(
-            "--gpus",
-            "gpus",
-            help="GPU count (16384 or 16,384), or a range (1024..16384: the powers of two and "
-            "1.5× powers of two in it); repeat for several (--gpus 2048 --gpus 4096).",
-        ),
-        list_option(
-            "--gpu",
-            "gpu",
-            help="Accelerator; repeat, or separate with commas, to choose among several "
-            "(--gpu H100-SXM --gpu B200).",
-        ),
-        click.option(
-            "--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."
-        ),
-        list_option(
-            "--global-batch",
-            "global_batch",
-            help="B sequences: a count or a range (1024..4096); repeat for several.",
-        ),
-        list_option(
-            "--global-batch-tokens",
-            "global_batch_tokens",
-            help="B in tokens (16e6, or a range 8e6..16e6); repeat for several.",
-        ),
-        list_option(
-            "--micro-batch",
-            "micro_batch",
-            type=COUNT,
-            help="Allowed micro-batch sizes (repeatable).",
-        ),
-        click.option(
-            "--max-micro-batch",
-            "max_micro_batch",
-            type=COUNT,
-            help="Largest micro-batch (default 8).",
-        ),
-        list_option("--tp", type=COUNT, help="Allowed tp degrees (repeatable)."),
-        list_option("--pp", type=COUNT, help="Allowed pp degrees (repeatable)."),
-        list_option("--cp", type=COUNT, help="Allowed cp degrees (repeatable; default 1)."),
-        list_option(
-            "--cp-kind",
-            "cp_kind",
-            type=click.Choice(CP_KIND_CHOICES),
-            help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
-            "all-gather, ulysses; a2a+p2p only when given).",
-        ),
-        list_option(
-            "--cp-a2a",
-            "cp_a2a",
-            type=COUNT,
-            help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
-        ),
-        list_option("--ep", type=COUNT, help="Allowed ep degrees (repeatable)."),
-        click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
-        list_option("--zero", type=click.IntRange(0, 3), help="Allowed ZeRO stages (repeatable)."),
-        list_option(
-            "--framework",
-            type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
-            help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
-            "default megatron). textbook is the ZeRO paper's steady state.",
-        ),
-        list_option(
-            "--recompute",
-            type=click.Choice([r.value for r in Recompute]),
-            help="Recompute modes allowed (repeatable; default all).",
-        ),
-        list_option(
-            "--schedule",
-            type=click.Choice([s.value for s in Schedule]),
-            help="Pipeline schedules allowed (repeatable; default all).",
-        ),
-        list_option(
-            "--virtual-stages",
-            "virtual_stages",
-            type=COUNT,
-            help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
-        ),
-        click.option(
-            "--flash/--no-flash",
-            "flash_attention",
-            default=None,
-            help="FlashAttention (default on).",
-        ),
-        click.option(
-            "--tp-in-nvlink",
-            "tp_in_nvlink",
-            is_flag=True,
-            default=None,
-            help="Keep tp·cp within one NVLink domain.",
-        ),
-        click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
-        click.option(
-            "--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."
-        ),
-        click.option(
-            "--objective",
-            type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
-            help="What to minimise (default step-time; time-to-train and cost need --tokens).",
-        ),
-        click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
-        click.option(
-            "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
-        ),
-        list_option(
-            "--rank-order",
-            "rank_order",
-            help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
-        ),
-        click.option(
-            "--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute."
-        ),
-        click.option(
-            "--time-limit",
-            "time_limit",
-            type=POSITIVE,
-            help="Seconds for the whole search, table building included; the best found, "
-            "status feasible (not proven) when it runs out.",
-        ),
-        click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return model_options(cluster_options(f))
+CLUSTER: list[Decorator] = [
+    list_option(
+        "--gpus",
+        "gpus",
+        help="GPU count (16384 or 16,384), or a range (1024..16384: the powers of two and "
+        "1.5× powers of two in it); repeat for several (--gpus 2048 --gpus 4096).",
+    ),
+    list_option(
+        "--gpu",
+        "gpu",
+        help="Accelerator; repeat, or separate with commas, to choose among several "
+        "(--gpu H100-SXM --gpu B200).",
+    ),
+]
+"""The GPU counts and accelerators searched."""
+
+BATCH: list[Decorator] = [
+    click.option("--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."),
+    list_option(
+        "--global-batch",
+        "global_batch",
+        help="B sequences: a count or a range (1024..4096); repeat for several.",
+    ),
+    list_option(
+        "--global-batch-tokens",
+        "global_batch_tokens",
+        help="B in tokens (16e6, or a range 8e6..16e6); repeat for several.",
+    ),
+]
+"""Sequence length and global batch."""
+
+OBJECTIVE: list[Decorator] = [
+    click.option(
+        "--objective",
+        type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
+        help="What to minimise (default step-time; time-to-train and cost need --tokens).",
+    ),
+    click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
+    click.option(
+        "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
+    ),
+]
+"""What is minimised, and the figures it needs."""
+
+SPACE: list[Decorator] = [
+    list_option(
+        "--framework",
+        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+        help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
+        "default megatron). textbook is the ZeRO paper's steady state.",
+    ),
+    list_option("--tp", type=COUNT, help="Allowed tp degrees (repeatable)."),
+    list_option("--pp", type=COUNT, help="Allowed pp degrees (repeatable)."),
+    list_option("--cp", type=COUNT, help="Allowed cp degrees (repeatable; default 1)."),
+    list_option("--ep", type=COUNT, help="Allowed ep degrees (repeatable)."),
+    list_option("--zero", type=click.IntRange(0, 3), help="Allowed ZeRO stages (repeatable)."),
+    list_option(
+        "--recompute",
+        type=click.Choice([r.value for r in Recompute]),
+        help="Recompute modes allowed (repeatable; default all).",
+    ),
+    list_option(
+        "--schedule",
+        type=click.Choice([s.value for s in Schedule]),
+        help="Pipeline schedules allowed (repeatable; default all).",
+    ),
+    list_option(
+        "--virtual-stages",
+        "virtual_stages",
+        type=COUNT,
+        help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
+    ),
+    list_option(
+        "--micro-batch",
+        "micro_batch",
+        type=COUNT,
+        help="Allowed micro-batch sizes (repeatable).",
+    ),
+    click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
+    click.option(
+        "--max-micro-batch",
+        "max_micro_batch",
+        type=COUNT,
+        help="Largest micro-batch (default 8).",
+    ),
+    list_option(
+        "--cp-kind",
+        "cp_kind",
+        type=click.Choice(CP_KIND_CHOICES),
+        help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
+        "all-gather, ulysses; a2a+p2p only when given).",
+    ),
+    list_option(
+        "--cp-a2a",
+        "cp_a2a",
+        type=COUNT,
+        help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
+    ),
+    list_option(
+        "--rank-order",
+        "rank_order",
+        help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
+    ),
+]
+"""The layouts searched: frameworks, degrees, ZeRO stages, recomputation, schedules, micro-batches."""
+
+CONSTRAINTS: list[Decorator] = [
+    click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
+    click.option("--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."),
+    click.option(
+        "--tp-in-nvlink",
+        "tp_in_nvlink",
+        is_flag=True,
+        default=None,
+        help="Keep tp·cp within one NVLink domain.",
+    ),
+]
+"""What every answer must satisfy."""
+
+SOLVER: list[Decorator] = [
+    click.option(
+        "--time-limit",
+        "time_limit",
+        type=POSITIVE,
+        help="Seconds for the whole search, table building included; the best found, "
+        "status feasible (not proven) when it runs out.",
+    ),
+    click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+]
+"""The solver's time and workers, and the output."""
+
+
+def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
+    """Every option of search or frontier in its group: ``command`` is the command's own group
+    (title, options), shown after the constraints."""
+    return option_groups(
+        ("Scenario", [SCENARIO]),
+        ("Model", MODEL),
+        ("Cluster", [*CLUSTER, CALIBRATION]),
+        ("Sequence and batch", BATCH),
+        ("Objective", OBJECTIVE),
+        ("Search space", SPACE),
+        ("Constraints", CONSTRAINTS),
+        ("Training recipe", RECIPE),
+        command,
+        ("Solver and output", SOLVER),
+        *advanced(),
+    )
 
 
 def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
@@ -198,39 +231,47 @@ def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     raise SystemExit(1)
 
 
+SEARCH_OPTIONS: list[Decorator] = [
+    click.option(
+        "--top",
+        type=COUNT,
+        default=1,
+        show_default=True,
+        help="Return the K best distinct layouts.",
+    ),
+    click.option(
+        "--maximize",
+        type=click.Choice(["params"]),
+        help="The largest model of --model's family (depth varied) that fits.",
+    ),
+    click.option(
+        "--max-layers",
+        "max_layers",
+        type=COUNT,
+        help="Deepest family member tried with --maximize params.",
+    ),
+    click.option(
+        "--per-stage",
+        "per_stage",
+        is_flag=True,
+        default=None,
+        help="Also choose each pipeline stage's layers and how many of them are fully recomputed "
+        "(CP-SAT per stage, over the fastest uniform shapes); prints the gain over the best uniform "
+        "layout and the Megatron-LM / torchtitan flags.",
+    ),
+    click.option(
+        "--per-stage-shapes",
+        "per_stage_shapes",
+        type=COUNT,
+        default=None,
+        help="With --per-stage: search only this many shapes per stage (the fastest uniform ones, "
+        "then the fastest with fit ignored); default every shape, so the answer is proven over all.",
+    ),
+]
+
+
 @cli.command("search")
-@search_options
-@click.option(
-    "--top", type=COUNT, default=1, show_default=True, help="Return the K best distinct layouts."
-)
-@click.option(
-    "--maximize",
-    type=click.Choice(["params"]),
-    help="The largest model of --model's family (depth varied) that fits.",
-)
-@click.option(
-    "--max-layers",
-    "max_layers",
-    type=COUNT,
-    help="Deepest family member tried with --maximize params.",
-)
-@click.option(
-    "--per-stage",
-    "per_stage",
-    is_flag=True,
-    default=None,
-    help="Also choose each pipeline stage's layers and how many of them are fully recomputed "
-    "(CP-SAT per stage, over the fastest uniform shapes); prints the gain over the best uniform "
-    "layout and the Megatron-LM / torchtitan flags.",
-)
-@click.option(
-    "--per-stage-shapes",
-    "per_stage_shapes",
-    type=COUNT,
-    default=None,
-    help="With --per-stage: search only this many shapes per stage (the fastest uniform ones, "
-    "then the fastest with fit ignored); default every shape, so the answer is proven over all.",
-)
+@search_options(("Search", SEARCH_OPTIONS))
 def search_cmd(
     as_json: bool,
     top: int,
@@ -329,39 +370,45 @@ def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     _exit_if(stopped)
 
 
+FRONTIER_OPTIONS: list[Decorator] = [
+    click.option(
+        "--against",
+        type=click.Choice(["memory", "gpus", "price"]),
+        default="memory",
+        show_default=True,
+        help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
+    ),
+    click.option(
+        "--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas)."
+    ),
+    click.option(
+        "--png",
+        "png_path",
+        type=output(".png", ".svg", ".pdf"),
+        help="Plot it: .png, .svg or .pdf (plot extra).",
+    ),
+    click.option(
+        "--per-stage",
+        "per_stage",
+        is_flag=True,
+        default=None,
+        help="Every point the better of the best uniform layout and the best per-stage plan (each "
+        "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
+        "prints which, and the gain over the uniform layout.",
+    ),
+    click.option(
+        "--per-stage-shapes",
+        "per_stage_shapes",
+        type=COUNT,
+        default=None,
+        help="With --per-stage: each search takes only this many shapes per stage; default every "
+        "shape.",
+    ),
+]
+
+
 @cli.command("frontier")
-@search_options
-@click.option(
-    "--against",
-    type=click.Choice(["memory", "gpus", "price"]),
-    default="memory",
-    show_default=True,
-    help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
-)
-@click.option("--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas).")
-@click.option(
-    "--png",
-    "png_path",
-    type=output(".png", ".svg", ".pdf"),
-    help="Plot it: .png, .svg or .pdf (plot extra).",
-)
-@click.option(
-    "--per-stage",
-    "per_stage",
-    is_flag=True,
-    default=None,
-    help="Every point the better of the best uniform layout and the best per-stage plan (each "
-    "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
-    "prints which, and the gain over the uniform layout.",
-)
-@click.option(
-    "--per-stage-shapes",
-    "per_stage_shapes",
-    type=COUNT,
-    default=None,
-    help="With --per-stage: each search takes only this many shapes per stage; default every "
-    "shape.",
-)
+@search_options(("Frontier", FRONTIER_OPTIONS))
 def frontier_cmd(
     as_json: bool,
     against: str,

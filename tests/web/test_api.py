@@ -174,6 +174,7 @@ BAD = [
     ["rlhf", "--algorithm", "dpo", "--policy-params", "7e9", "--reward", "rule"],
     ["search", "--model", "llama3-70b", "--gpus", "64", "--min-mfu", "x"],
     ["frontier", "--model", "llama3-70b", "--gpus", "64", "--against", "price"],
+    ["evaluate", "--model", "llama3-8b", "--tp", "2", "--tp-block-inputs", "sharded"],
 ]
 
 
@@ -184,6 +185,15 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     assert got.status_code == 422
     assert "Traceback" not in got.text
     assert f"Error: {got.json()['error']}" == line
+
+
+def test_tp_block_inputs_is_the_cli_option(client):
+    """fsdp2's tensor-parallel plan chosen in the query, as on the command line."""
+    args = ["--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2", "--dp", "4"]
+    args += ["--tp-block-inputs", "sharded"]
+    got = client.get(f"/api/evaluate?{query(args)}").json()
+    want = cli_json("evaluate", *args)
+    assert got["memory"] == want["memory"] and got["layout"]["tp_block_inputs"] == "sharded"
 
 
 def test_options_the_web_does_not_take(client):
