@@ -42,6 +42,11 @@ from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
+MAX_SHOWN_PATH = 400
+"""Characters of a file path an error line echoes: a path is what the user typed and needs whole
+to act on (a temporary folder's path alone runs past 80); a pasted 100,000-character value is still
+cut, with its length said."""
+
 __all__ = [
     "build_case",
     "DEFAULT_GPU",
@@ -522,7 +527,7 @@ def output_path(
         raise InputError(
             f"{name}: {text!r} is empty; give the file to write, e.g. {name} {example}"
         )
-    shown = shown_text(text)
+    shown = shown_text(text, MAX_SHOWN_PATH)
     p = Path(text).expanduser()
     try:
         if p.is_dir():
@@ -532,7 +537,7 @@ def output_path(
         folder = p.parent
         if not folder.is_dir():
             raise InputError(
-                f"{name}: {shown} is in a folder that does not exist ({shown_text(str(folder))}); "
+                f"{name}: {shown} is in a folder that does not exist ({shown_text(str(folder), MAX_SHOWN_PATH)}); "
                 "create it first"
             )
         if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
