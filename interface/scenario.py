@@ -16,7 +16,8 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 per_stage = false                 # search, frontier: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
-               # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
+               # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
+               # cp_a2a (hybrid inner degrees)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import CpKind, check_cp_kind
+from trainplan.model.context_parallel import CpKind, check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
@@ -383,6 +383,7 @@ def validate(
     if lay.cp > 1 and s % (2 * lay.cp):
         raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
     check_cp_kind(lay.cp_kind, lay.cp, lay.cp_a2a, lay.tp, arch)
+    check_cp_framework(lay.cp_kind, lay.cp, lay.framework, arch)
     if lay.sp and (s // lay.cp) % lay.tp:
         raise LayoutError(
             f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
-from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes, kv_repeat
 from trainplan.model.frameworks import Framework, Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
@@ -300,7 +300,7 @@ class StageActivations:
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
-    GPU — the group never offloaded and one layer in transit
+    GPU — one layer's: the group of each module name never offloaded
     (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
     offloaded tensor out. 0 without activation offload."""
     offload_host_bytes: Fraction = Fraction(0)
@@ -467,7 +467,9 @@ def _stage_activations(
     r, u = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
     gather = layout.cp_kind is CpKind.ALL_GATHER
     beta = training.activation_bytes
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, layout.tp, ctx.tokens, beta) * bool(layers)
+    rep = kv_repeat(layout.cp_kind, u, layout.tp, arch)
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, layout.tp, ctx.tokens, beta, rep)
+    cp_buffers *= bool(layers)
     off_q = offload_quantities(arch, ctx)
     if layout.schedule is not Schedule.INTERLEAVED or v == 1 or pp == 1:
         buffer, host = _offload_lines(

@@ -13,6 +13,7 @@ from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import (
     DEFAULT_SEARCHED_CP_KINDS,
     CpKind,
+    check_cp_framework,
     check_cp_kind,
 )
 from trainplan.model.errors import LayoutError
@@ -20,7 +21,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.pipeline import Schedule
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Megatron-LM's default order, inner to outer."""
@@ -236,7 +237,9 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                                     base = variant  # built with the first order, rank 0
                                     if k:
                                         base = replace(variant, rank_order=order, order_rank=k)
-                                    shapes += _with_frameworks(base, space, pp, training.offload)
+                                    shapes += _with_frameworks(
+                                        base, space, pp, training.offload, model.arch
+                                    )
     return sorted(shapes, key=lambda s: s.tie_key)
 
 
@@ -294,15 +297,21 @@ def recipe_refusal(
 
 
 def _with_frameworks(
-    base: Shape, space: SearchSpace, pp: int, offload: Offload = NO_OFFLOAD
+    base: Shape,
+    space: SearchSpace,
+    pp: int,
+    offload: Offload = NO_OFFLOAD,
+    arch: Architecture | None = None,
 ) -> list[Shape]:
     """``base`` under each framework of the space that runs at least one allowed ZeRO stage
-    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`) and the recipe's
-    offload (:func:`model.offload.check_offload`)."""
+    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`), the recipe's
+    offload (:func:`model.offload.check_offload`) and the shape's CP flavour on ``arch``'s
+    layers (:func:`model.context_parallel.check_cp_framework`)."""
     out = []
     for rank, fw in enumerate(space.frameworks):
         for z in space.zero_stages:
             try:
+                check_cp_framework(base.cp_kind, base.cp, fw, arch)
                 check_framework(fw, z, pp)
                 check_offload(fw, z, offload)
             except LayoutError:

@@ -72,7 +72,8 @@ LAYOUT: list[Decorator] = [
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
         help="How the cp ranks exchange attention's inputs: ring (K/V point to point, "
-        "default), all-gather (Llama 3), ulysses (all-to-all over heads) or a2a+p2p "
+        "default), all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
+        "(verl's: K/V heads repeated up to cp; fsdp2, textbook) or a2a+p2p "
         "(ulysses inside groups of --cp-a2a, ring across); Megatron's p2p, all_gather, a2a "
         "are aliases.",
     ),

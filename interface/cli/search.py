@@ -132,7 +132,7 @@ SPACE: list[Decorator] = [
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
         help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
-        "all-gather, ulysses; a2a+p2p only when given).",
+        "all-gather, ulysses; ulysses-kv-repeat and a2a+p2p only when given).",
     ),
     list_option(
         "--cp-a2a",
