@@ -63,6 +63,7 @@ __all__ = [
     "kv_repeat",
     "has_window",
     "window_kv_tokens",
+    "window_note",
     "cp_layer_bytes",
     "cp_transient_bytes",
     "cp_collective",
@@ -464,3 +465,37 @@ def window_kv_tokens(seq_len: int, cp: int, window: int) -> int:
             need += before
         most = max(most, need)
     return min(most, (cp - 1) * seq_len // cp)
+
+
+def window_note(kind: CpKind, cp: int, seq_len: int, arch: Architecture | None) -> str | None:
+    """The estimate's note on sliding-window layers under context parallelism: the K/V exchange
+    is counted whole for them (Transformer Engine's all-gather does gather it whole; a ring is
+    an upper bound), beside what a neighbour-only exchange would need
+    (:func:`window_kv_tokens`). None without cp, without windowed layers, or under the
+    all-to-all flavours (each rank attends over the whole sequence of its heads).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> mistral = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8,
+    ...     ffn_hidden_size=128, vocab_size=16, sliding_window=4096)
+    >>> print(window_note(CpKind.RING, 4, 32768, mistral))  # doctest: +NORMALIZE_WHITESPACE
+    cp: the ring's traffic counts the whole K/V exchange for the sliding-window layers too (an
+    upper bound): a layer of window 4096 needs the 4095 keys before each query chunk, 8190 of
+    the 24576 tokens' K/V the busiest rank receives
+    """
+    if cp == 1 or kind in (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT) or not has_window(arch):
+        return None
+    assert arch is not None and arch.sliding_window is not None
+    w = arch.sliding_window
+    need, whole = window_kv_tokens(seq_len, cp, w), (cp - 1) * seq_len // cp
+    how = {
+        CpKind.ALL_GATHER: "the all-gather gathers the whole K/V for the sliding-window layers "
+        "too (Transformer Engine does; exact for it)",
+        CpKind.RING: "the ring's traffic counts the whole K/V exchange for the sliding-window "
+        "layers too (an upper bound)",
+        CpKind.HYBRID: "the hybrid's ring counts the whole K/V exchange for the sliding-window "
+        "layers too (an upper bound)",
+    }[kind]
+    return (
+        f"cp: {how}: a layer of window {w} needs the {w - 1} keys before each query chunk, "
+        f"{need} of the {whole} tokens' K/V the busiest rank receives"
+    )

@@ -21,6 +21,7 @@ from trainplan.model.comm import (
     pp_traffic,
     tp_traffic,
 )
+from trainplan.model.context_parallel import window_note
 from trainplan.model.errors import InputError
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES, mechanism
@@ -1004,6 +1005,8 @@ def evaluate(
     busiest = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
     traffic = traffic_rows(model, training, layout, links, options, vocab_multiple, device)
     arch, notes = model.arch, list(model.notes)
+    cp_window = window_note(layout.cp_kind, layout.cp, training.seq_len, arch)
+    notes += [cp_window] if cp_window else []
     padded = None
     if arch is not None:
         multiple = vocab_multiple_for(layout.framework, vocab_multiple)

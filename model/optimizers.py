@@ -66,7 +66,9 @@ __all__ = [
     "newton_schulz_flops",
     "optimizer_step_bytes",
     "muon_gather_bytes",
+    "newton_schulz_bytes",
     "state_bytes",
+    "stage_state_split",
 ]
 
 MASTER_BYTES = 4
@@ -285,6 +287,20 @@ def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> int:
     return steps * (4 * m * m * n + 2 * m**3)
 
 
+def newton_schulz_bytes(rows: int, cols: int) -> int:
+    """Bytes Muon's orthogonalisation of one whole ``rows`` × ``cols`` matrix holds at its most
+    (``zeropower_via_newtonschulz5``, m = min, n = max): the gathered FP32 update (4·m·n), the
+    BF16 iterate X, a·X and B·X (3 × 2·m·n) and the m × m BF16 A = X·Xᵀ, A·A and B (3 × 2·m²):
+    ``10·m·n + 6·m²`` — a transient of the optimizer step, for the largest matrix a GPU
+    orthogonalises.
+
+    >>> newton_schulz_bytes(4096, 14336) == 10 * 4096 * 14336 + 6 * 4096**2
+    True
+    """
+    m, n = min(rows, cols), max(rows, cols)
+    return 10 * m * n + 6 * m * m
+
+
 def optimizer_step_bytes(state_bytes: Fraction | int, weight_bytes: int) -> Fraction:
     """HBM bytes one optimizer step moves per element: reads and writes its state
     (2 × ``state_bytes``, the master included), reads the FP32 gradient (4), writes the working
@@ -356,12 +372,72 @@ def state_bytes(
     Fraction(54705307648, 1)
     """
     k = OptimizerKind(kind)
-    per_element = element_bytes(k, ParamClass.MATRIX, adam_bytes)
-    total = Fraction(0)
+    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep)
+    total = (d_el + e_el) * element_bytes(k, ParamClass.MATRIX, adam_bytes) + d_ex + e_ex
+    total += embedding * element_bytes(k, ParamClass.EMBEDDING, adam_bytes)
+    return total + vectors * element_bytes(k, ParamClass.VECTOR, adam_bytes)
+
+
+def _matrices(
+    kind: OptimizerKind, arch: Architecture, layers: Iterable[int], tp: int, etp: int, ep: int
+) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
+    """((dense matrix elements, their extra bytes), (expert ones)) of ``layers`` on one GPU."""
+    d_el = d_ex = e_el = e_ex = Fraction(0)
     for j in layers:
         for m in layer_matrices(arch, j):
             rows, cols = m.local(etp if m.expert else tp)
-            count = m.count // ep if m.expert else m.count
-            total += count * (rows * cols * per_element + matrix_extra_bytes(k, rows, cols))
-    total += embedding * element_bytes(k, ParamClass.EMBEDDING, adam_bytes)
-    return total + vectors * element_bytes(k, ParamClass.VECTOR, adam_bytes)
+            count = Fraction(m.count, ep) if m.expert else Fraction(m.count)
+            extra = count * matrix_extra_bytes(kind, rows, cols)
+            if m.expert:
+                e_el, e_ex = e_el + count * rows * cols, e_ex + extra
+            else:
+                d_el, d_ex = d_el + count * rows * cols, d_ex + extra
+    return (d_el, d_ex), (e_el, e_ex)
+
+
+def stage_state_split(
+    kind: OptimizerKind | str,
+    arch: Architecture,
+    layers: Iterable[int],
+    tp: int,
+    etp: int,
+    ep: int,
+    embedding: Fraction | int,
+    dense: Fraction | int,
+    experts: Fraction | int,
+    adam_bytes: int = 12,
+) -> tuple[Fraction, Fraction]:
+    """(dense, routed-expert) optimizer-state bytes on one GPU of a pipeline stage before ZeRO,
+    for a stage holding ``dense`` and ``experts`` parameter elements on the GPU (after tp, etp,
+    ep), of which ``embedding`` are its input-embedding / output-layer elements: the stage's
+    matrices (:func:`layer_matrices` of ``layers``) by :func:`element_bytes` and
+    :func:`matrix_extra_bytes`, the embedding by its class, and what is left (norms, biases) as
+    vectors. Under Adam: ``adam_bytes`` × each (the planner's figure before optimizers were
+    named). What ZeRO shards is this over D (dense) and D_e (experts).
+
+    Examples
+    --------
+    Llama 3 8B's stage 0 of pp 4 at tp 1 (layers 0–7, the input embedding 525,336,576 and 16
+    norm weights of 4,096): under Muon 8 B × 8 × 218,103,808 + 12 × (525,336,576 + 65,536).
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("llama3-8b").model.arch
+    >>> dense = 8 * 218_103_808 + 525_336_576 + 16 * 4096
+    >>> stage_state_split("muon", arch, range(8), 1, 1, 1, 525_336_576, dense, 0)
+    (Fraction(20263469056, 1), Fraction(0, 1))
+    >>> stage_state_split("adam", arch, range(8), 1, 1, 1, 525_336_576, dense, 0)[0] == 12 * dense
+    True
+    """
+    k = OptimizerKind(kind)
+    if k is OptimizerKind.ADAM:
+        return Fraction(adam_bytes) * dense, Fraction(adam_bytes) * experts
+    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep)
+    mat = element_bytes(k, ParamClass.MATRIX, adam_bytes)
+    vec = element_bytes(k, ParamClass.VECTOR, adam_bytes)
+    emb = element_bytes(k, ParamClass.EMBEDDING, adam_bytes)
+    d_vec = Fraction(dense) - d_el - embedding
+    e_vec = Fraction(experts) - e_el
+    return (
+        d_el * mat + d_ex + embedding * emb + d_vec * vec,
+        e_el * mat + e_ex + e_vec * vec,
+    )
