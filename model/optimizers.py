@@ -24,7 +24,9 @@ Every optimizer here keeps an FP32 master copy of the weights beside the 16-bit 
   ``_is_muon_excluded`` routes them to ``adam``; ``MuonWithAuxAdam``).
 * ``soap`` — Vyas et al. 2024 (arXiv 2409.11321), Algorithm 1; Megatron-Core ``--optimizer
   soap``: Adam's two moments in the eigenbasis of Shampoo's preconditioner, plus per matrix the
-  two preconditioners L (m × m), R (n × n) and their eigenbases Q_L, Q_R, all FP32.
+  two preconditioners L (m × m), R (n × n) and their eigenbases Q_L, Q_R, all FP32, a side wider
+  than 10,000 left unpreconditioned (the reference ``max_precond_dim``). The embedding and output
+  layer are counted with Adam's state, as under Muon.
 
 Which parameters are matrices (:class:`ParamClass`): Megatron-Core's Muon takes every 2-D
 parameter but the embedding and output layer (``is_managed_by_layer_wise_optimizer``:
@@ -58,6 +60,7 @@ __all__ = [
     "BNB_BLOCK",
     "BNB_MIN_8BIT_SIZE",
     "NS_STEPS",
+    "SOAP_MAX_PRECOND_DIM",
     "check_optimizer",
     "element_bytes",
     "Matrix",
@@ -80,6 +83,10 @@ BNB_BLOCK = 256
 
 BNB_MIN_8BIT_SIZE = 4096
 """Tensors under this many elements keep 32-bit state (``min_8bit_size=4096``)."""
+
+SOAP_MAX_PRECOND_DIM = 10_000
+"""A matrix dimension wider than this gets no SOAP preconditioner on that side (Vyas et al.'s
+reference ``soap.py``: ``max_precond_dim=10000``; the side keeps the identity)."""
 
 NS_STEPS = 5
 """Newton–Schulz iterations per Muon update (``muon_update(..., ns_steps=5)``; Megatron-LM
@@ -260,17 +267,19 @@ def layer_matrices(arch: Architecture, index: int) -> tuple[Matrix, ...]:
 def matrix_extra_bytes(kind: OptimizerKind | str, rows: int, cols: int) -> int:
     """State one matrix of ``rows`` × ``cols`` keeps beyond :func:`element_bytes` × its
     elements: Adafactor's factored second moment, one FP32 value per row and per column,
-    ``4·(m + n)``; SOAP's FP32 preconditioners L, R and eigenbases Q_L, Q_R, ``8·(m² + n²)``;
-    0 for the others.
+    ``4·(m + n)``; SOAP's FP32 preconditioner and eigenbasis of each side no wider than
+    :data:`SOAP_MAX_PRECOND_DIM`, ``8·m²`` and ``8·n²``; 0 for the others.
 
     >>> matrix_extra_bytes("adafactor", 4096, 4096), matrix_extra_bytes("soap", 4096, 4096)
     (32768, 268435456)
+    >>> matrix_extra_bytes("soap", 28672, 4096) == 8 * 4096**2  # the 28,672 side: identity
+    True
     """
     k = OptimizerKind(kind)
     if k is OptimizerKind.ADAFACTOR:
         return 4 * (rows + cols)
     if k is OptimizerKind.SOAP:
-        return 8 * (rows * rows + cols * cols)
+        return sum(8 * n * n for n in (rows, cols) if n <= SOAP_MAX_PRECOND_DIM)
     return 0
 
 
