@@ -51,8 +51,9 @@ parallelism, and it is what this module follows.
 Approximate: Megatron's ``min_offloaded_tensor_size`` (tensors under 2²⁰ elements stay on the
 GPU) is ignored; the one kept layer is what Megatron-LM measures at pp 1 — with pp > 1 a
 backward's reloaded layer and the one it prefetches (``bulk_reload_group``, one layer ahead) may
-meet the stage's peak, up to one layer more than counted; the exposed time is per layer with the stage's micro-batch split evenly over
-its layers (forward : backward = 1 : 2), added to the step as if on the critical path.
+meet the stage's peak, up to one layer more than counted; the exposed time is per layer with
+the stage's micro-batch split evenly over its layers (forward : backward = 1 : 2), added to the
+step as if on the critical path.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from trainplan.model.context_parallel import CpKind, check_cp_framework, check_c
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
+from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import Schedule, check_schedule
 from trainplan.model.specs import Architecture, AttentionKind, ModelSpec, TrainingSpec
 from trainplan.model.split import (
@@ -86,6 +87,10 @@ class Layout:
     framework: Framework = DEFAULT_FRAMEWORK
     """The framework profile whose mechanism the stage is: ``megatron``, ``deepspeed``,
     ``fsdp2`` or ``textbook`` (:mod:`model.frameworks`)."""
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    """The optimizer whose state and step are counted (:mod:`model.optimizers`): ``adam``,
+    ``adam-8bit``, ``adafactor``, ``lion``, ``muon`` or ``soap``; each runs under the frameworks
+    that offer it (:func:`model.optimizers.check_optimizer`)."""
     recompute: Recompute = Recompute.NONE
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
@@ -137,6 +142,7 @@ class Layout:
             and self.schedule.__class__ is Schedule
             and self.framework.__class__ is Framework
             and self.cp_kind.__class__ is CpKind
+            and self.optimizer.__class__ is OptimizerKind
         ):
             self._read_enums()
         names = _DEGREE_FIELDS
@@ -270,6 +276,7 @@ _ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
     ("schedule", Schedule),
     ("framework", Framework),
     ("cp_kind", CpKind),
+    ("optimizer", OptimizerKind),
 )
 """The fields read by name into their enum (a ``str`` is accepted and converted)."""
 _DEGREE_FIELDS: tuple[str, ...] = (
@@ -384,6 +391,7 @@ def validate(
         raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
     check_cp_kind(lay.cp_kind, lay.cp, lay.cp_a2a, lay.tp, arch)
     check_cp_framework(lay.cp_kind, lay.cp, lay.framework, arch)
+    check_optimizer(lay.optimizer, lay.framework, lay.zero_stage)
     if lay.sp and (s // lay.cp) % lay.tp:
         raise LayoutError(
             f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"

@@ -72,6 +72,7 @@ __all__ = [
     "newton_schulz_bytes",
     "state_bytes",
     "stage_state_split",
+    "optimizer_scale",
 ]
 
 MASTER_BYTES = 4
@@ -449,4 +450,37 @@ def stage_state_split(
     return (
         d_el * mat + d_ex + embedding * emb + d_vec * vec,
         e_el * mat + e_ex + e_vec * vec,
+    )
+
+
+def optimizer_scale(
+    kind: OptimizerKind | str,
+    arch: Architecture | None,
+    layers: Iterable[int],
+    tp: int,
+    etp: int,
+    ep: int,
+    embedding: Fraction | int,
+    dense: Fraction | int,
+    experts: Fraction | int,
+    adam_bytes: int,
+) -> tuple[Fraction, Fraction]:
+    """(dense, expert) factors that turn Adam's ``adam_bytes`` per element of optimizer state
+    into ``kind``'s (:func:`stage_state_split` ÷ ``adam_bytes`` × elements): what
+    :func:`model.memory.state_terms` multiplies its optimizer term by. (1, 1) for Adam, and for a
+    model without layers (a size only, refused for other optimizers upstream) or a stage with none.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("llama3-8b").model.arch
+    >>> dense = 32 * 218_103_808 + 2 * 525_336_576 + 266_240
+    >>> optimizer_scale("lion", arch, range(32), 1, 1, 1, 2 * 525_336_576, dense, 0, 12)
+    (Fraction(2, 3), Fraction(1, 1))
+    """
+    k = OptimizerKind(kind)
+    if k is OptimizerKind.ADAM or arch is None or not adam_bytes:
+        return Fraction(1), Fraction(1)
+    d, e = stage_state_split(k, arch, layers, tp, etp, ep, embedding, dense, experts, adam_bytes)
+    return (
+        d / (adam_bytes * Fraction(dense)) if dense else Fraction(1),
+        e / (adam_bytes * Fraction(experts)) if experts else Fraction(1),
     )
