@@ -15,14 +15,14 @@ from trainplan.model.errors import InputError
 from trainplan.model.packing import Documents
 from trainplan.model.units import parse_count, parse_number, shown_text
 
-__all__ = ["DOCUMENT_KEYS", "documents_from"]
+__all__ = ["DOCUMENT_KEYS", "documents_from", "histogram"]
 
 DOCUMENT_KEYS = ("document_length", "document_length_spread", "document_lengths")
 """The packed-documents keys: evaluate/search/frontier options (the first two), scenario
 ``[cluster]`` keys and API fields (all three)."""
 
 
-def _histogram(value: Any) -> Documents:
+def histogram(value: Any) -> Documents:
     """``[[length, count], …]`` → :class:`Documents`; one line naming the key otherwise."""
     if not isinstance(value, list | tuple) or not value:
         raise InputError(
@@ -57,14 +57,14 @@ def documents_from(params: Mapping[str, Any], seq_len: int) -> Documents | None:
     True
     """
     mean, spread = params.get("document_length"), params.get("document_length_spread")
-    histogram = params.get("document_lengths")
-    if histogram is not None and (mean is not None or spread is not None):
+    hist = params.get("document_lengths")
+    if hist is not None and (mean is not None or spread is not None):
         raise InputError(
             "document_lengths: give a histogram or document_length (with "
             "document_length_spread), not both"
         )
-    if histogram is not None:
-        return _histogram(histogram)
+    if hist is not None:
+        return histogram(hist)
     if mean is None:
         if spread is not None:
             raise InputError(

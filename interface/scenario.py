@@ -23,7 +23,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
-               # host_memory_gbps; the time model: time_model (roofline | single),
+               # host_memory_gbps; packed documents: document_length, document_length_spread,
+               # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency, tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
@@ -52,6 +53,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.recipe_inputs import histogram
 from trainplan.interface.tp_plan import (
     TP_BLOCK_INPUTS,
     check_tp_block_inputs,
@@ -153,6 +155,7 @@ _FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "fractions",
 )
 _ANY = "any"  # a key without a kind yet (a test requires one for every key)
+_HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
@@ -218,6 +221,9 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_activations": [OFFLOAD_MODULES],
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
+    "document_length": _NUMBER,
+    "document_length_spread": _NUMBER,
+    "document_lengths": _HISTOGRAM,
     "memory_reserve_gib": _NUMBER,
     "vocab_multiple": _COUNT,
     "time_model": ("roofline", "single"),
@@ -232,10 +238,10 @@ VALUE_KINDS: dict[str, Any] = {
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
 "15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
-``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
-tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
-the type (min_mfu in (0, 1], headroom in [0, 1)…) are checked where the value is used, by the
-same code as the command-line options."""
+``price`` (a number or a table GPU = number), ``histogram`` ([[length, count], …]),
+``fractions`` (a table axis = number in [0, 1]), a tuple of allowed values, or ``[kind]`` for
+one value or a list of them. Ranges and rules beyond the type (min_mfu in (0, 1], headroom in
+[0, 1)…) are checked where the value is used, by the same code as the command-line options."""
 
 
 def _check_value(key: str, value: Any, kind: Any) -> None:
@@ -265,6 +271,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         parse_counts(value, key, ranges=True)
     elif kind == _SIZES:
         list_items(value, key)
+    elif kind == _HISTOGRAM:
+        histogram(value)
     elif kind in (_PRICE, _FRACTIONS):
         table = value if isinstance(value, dict) else {None: value}
         if kind == _FRACTIONS and not isinstance(value, dict):
