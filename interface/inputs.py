@@ -365,7 +365,7 @@ def _dp_from_gpus(params: Mapping[str, Any], layout_args: dict[str, Any]) -> int
     InputError
         When tp·pp·cp does not divide the GPU count (one line naming both).
     """
-    gpus = _count(params, "num_gpus")
+    gpus = _count(params, "num_gpus", 1)  # present: the caller checked
     model_parallel = 1
     for k in ("tp", "pp", "cp"):
         model_parallel *= int(layout_args.get(k, 1))
