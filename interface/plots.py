@@ -33,6 +33,8 @@ __all__ = [
     "ckpt_frame",
     "memory_chart",
     "frontier_chart",
+    "sweep_scaling_chart",
+    "sweep_heatmap",
     "svg",
 ]
 
@@ -412,6 +414,84 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     order += [k for k in unique if k.startswith("capacity")]
     ax.legend([unique[k] for k in order], order, loc="center left", bbox_to_anchor=(1.01, 0.5),
               fontsize=7, frameon=False)  # fmt: skip
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_scaling_chart(
+    series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
+) -> Any:
+    """A sweep's metric against the GPU count: a panel per model, a line per part
+    (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
+    ``note`` says what each point is the best over). Log scales on both axes.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    n = max(1, len(series))
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False)
+    for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
+        for part, points in lines.items():
+            ax.plot([g for g, _ in points], [v for _, v in points], "o-", markersize=3, label=part)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("GPUs", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(6, max(1, len(labels))),
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_heatmap(cells: Any, path: Target) -> Any:
+    """A sweep's heat map: models (rows) against a what-if's multipliers (columns), each cell
+    annotated (:func:`interface.sweep.charts.heatmap_cells`; blank where nothing fits).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    import numpy as np
+
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    data = np.array(
+        [[np.nan if v is None else v for v in row] for row in cells.values], dtype=float
+    )
+    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(cells.columns), 1.4 + 0.45 * len(cells.rows)))
+    image = ax.imshow(data, cmap="viridis_r" if cells.relative else "viridis", aspect="auto")
+    ax.set_xticks(range(len(cells.columns)), cells.columns, fontsize=8)
+    ax.set_yticks(range(len(cells.rows)), cells.rows, fontsize=8)
+    for (i, j), v in np.ndenumerate(data):
+        if not np.isnan(v):
+            text = f"{v:.2f}" if cells.relative else f"{v:,.3g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    ax.set_title(cells.title, fontsize=9)
     fig.tight_layout()
     _save(fig, out)
     plt.close(fig)

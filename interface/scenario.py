@@ -50,6 +50,7 @@ from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import parse_count, parse_number
@@ -61,7 +62,7 @@ from trainplan.optimizer.space import (
     divisors,
 )
 
-__all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
+__all__ = ["load_scenario", "check_scenario", "build_problem", "TOP_KEYS"]
 
 TOP_KEYS = {
     "description",
@@ -273,6 +274,19 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(p.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ScenarioError(f"scenario {p}: {err}") from None
+    check_scenario(data, f"scenario {p}")
+    return data
+
+
+def check_scenario(data: dict[str, Any], where: str) -> None:
+    """Check a scenario's values (as TOML reads them): every key known, every value of its kind
+    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way.
+
+    Raises
+    ------
+    ScenarioError
+        ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
+    """
     for name, keys in (
         ("", TOP_KEYS),
         ("space", SPACE_KEYS),
@@ -281,11 +295,11 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     ):
         table = data.get(name, {}) if name else data
         if not isinstance(table, dict):
-            raise ScenarioError(f"scenario {p}: {name} = {table!r} must be a table, [{name}]")
+            raise ScenarioError(f"{where}: {name} = {table!r} must be a table, [{name}]")
         unknown = sorted(set(table) - keys)
         if unknown:
             raise ScenarioError(
-                f"scenario {p}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+                f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
             )
         for key, value in table.items():
             if key in ("space", "constraints", "cluster"):
@@ -293,8 +307,7 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
             try:
                 _check_value(key, value, VALUE_KINDS.get(key, _ANY))
             except InputError as err:
-                raise ScenarioError(f"scenario {p}: {err}") from None
-    return data
+                raise ScenarioError(f"{where}: {err}") from None
 
 
 def _listify(value: Any) -> list[Any]:
@@ -310,6 +323,16 @@ def _names(value: Any) -> list[str]:
     for item in _listify(value):
         out += [part.strip() for part in str(item).split(",") if part.strip()]
     return out
+
+
+def _parts(value: Any) -> list[str | DeviceSpec]:
+    """The accelerators searched: catalogue names (one, a list, or a comma list), or one
+    :class:`DeviceSpec` built in code (a hardware what-if part, :mod:`topology.what_if`)."""
+    if value is None:
+        return [DEFAULT_GPU]
+    if isinstance(value, DeviceSpec):
+        return [value]
+    return list(_names(value))
 
 
 def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
@@ -479,10 +502,11 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     counts = gpu_counts(
         str(d["gpus"]) if not isinstance(d["gpus"], list) else ",".join(map(str, d["gpus"]))
     )
-    accelerators = _names(d.get("gpu")) if d.get("gpu") is not None else [DEFAULT_GPU]
+    accelerators = _parts(d.get("gpu"))
     if not accelerators:
         raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
-    prices = _prices(d.get("gpu_hour_price"), accelerators)
+    names = [p if isinstance(p, str) else p.name for p in accelerators]
+    prices = _prices(d.get("gpu_hour_price"), names)
     objective = Objective(str(d.get("objective") or "step-time"))
     several_batches = (
         len(
@@ -515,7 +539,9 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             )
         models = _family(str(d["model"]), d.get("max_layers"))
     jobs = []
-    for variant, gpu, count in itertools.product(models, accelerators, counts):
+    for variant, (gpu, name), count in itertools.product(
+        models, zip(accelerators, names, strict=True), counts
+    ):
         params = dict(base, gpu=gpu)
         case = build_case(params) if not variant else _variant_case(params, variant)
         batches = _batches(
@@ -525,8 +551,8 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             job_case = (
                 case if batch == case.training.global_batch_size else _with_batch(case, batch)
             )
-            label = f"{job_case.model.name} on {count} × {gpu}, B {batch}"
-            jobs.append(Job(job_case, count, label, prices[gpu]))
+            label = f"{job_case.model.name} on {count} × {name}, B {batch}"
+            jobs.append(Job(job_case, count, label, prices[name]))
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     constraints = Constraints(
         headroom=float(cons_d.get("headroom") or 0),

@@ -1,0 +1,227 @@
+"""``trainplan sweep`` and ``trainplan sweep-plot``: many searches from a grid file, on a local
+process pool or on Ray, into resumable Parquet results; and the study's standard figures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trainplan.interface.cli import cli
+from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, output
+from trainplan.model.errors import check_applicable
+
+
+def _progress(as_json: bool) -> Any:
+    """A tqdm bar on stderr (rate and time left), only on a terminal and never with --json."""
+    if as_json or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=0, unit="point", file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
+
+
+def _default_out(grid: str) -> str:
+    return str(Path(grid).with_suffix(".parquet"))
+
+
+@cli.command("sweep")
+@click.argument("grid", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--out",
+    type=output(".parquet"),
+    help="Results file (Parquet), written as points finish; default GRID with .parquet. Run "
+    "the same command again to resume a stopped sweep.",
+)
+@click.option("--csv", "csv_path", type=output(".csv"), help="Also write the results as CSV.")
+@click.option(
+    "--engine",
+    type=click.Choice(["pool", "ray"]),
+    default="pool",
+    show_default=True,
+    help="pool: local processes, no server; ray: a local Ray instance, or --address's cluster.",
+)
+@click.option(
+    "--workers", type=COUNT, help="Processes (pool) or CPUs (local Ray); default every core."
+)
+@click.option(
+    "--address",
+    help="With --engine ray: an existing cluster (ray://host:10001 or host:6379, or auto).",
+)
+@click.option(
+    "--restart", is_flag=True, help="Discard results already in --out and run every point."
+)
+@click.option(
+    "--point",
+    "points",
+    type=WHOLE,
+    multiple=True,
+    help="Run only these points (numbered from 0), alone in this process, and print their rows; "
+    "nothing is written.",
+)
+@click.option(
+    "--group-by",
+    "group_by",
+    multiple=True,
+    help="Columns the summary's best points are per (repeatable; default model).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the summary (or the --point rows) as JSON."
+)
+def sweep_cmd(
+    grid: str,
+    out: str | None,
+    csv_path: str | None,
+    engine: str,
+    workers: int | None,
+    address: str | None,
+    restart: bool,
+    points: tuple[int, ...],
+    group_by: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Many searches (or evaluations) over models, accelerators, GPU counts, sequence lengths,
+    batches, frameworks, recipes and hardware what-ifs: every point of GRID (a TOML file) is one
+    search with the single command's inputs and answer. Rows go to Parquet as they finish; a
+    summary follows (points by status, why the infeasible ones are, the best per group).
+
+    Example: trainplan sweep study.toml --csv study.csv
+    """
+    from trainplan.interface import sweep
+
+    g = sweep.load_grid(grid)
+    if points:
+        given = {"out": out, "csv": csv_path, "workers": workers, "address": address}
+        given |= {"restart": restart or None, "engine": None if engine == "pool" else engine}
+        why = "--point runs the points alone in this process and writes nothing"
+        check_applicable(given, dict.fromkeys(given, why))
+        _points_alone(g, points, as_json)
+        return
+    runner = sweep.engine(engine, workers, address)
+    out_path = out or str(output(".parquet").convert(_default_out(grid), None, None))
+    bar = _progress(as_json)
+    try:
+        run = _run(sweep, g, out_path, runner, restart, bar)
+    except KeyboardInterrupt:
+        fail(
+            f"interrupted; the rows done are kept beside {out_path}: run the same command to resume",
+            130,
+        )
+        return
+    finally:
+        if bar is not None:
+            bar.close()
+        runner.close()
+    if csv_path is not None:
+        from trainplan.interface.inputs import writing
+
+        with writing(csv_path, "--csv"):
+            run.frame.to_csv(csv_path, index=False)
+    _summary(g, run, out_path, csv_path, runner.describe(), group_by or ("model",), as_json)
+
+
+def _run(sweep: Any, g: Any, out: str, runner: Any, restart: bool, bar: Any) -> Any:
+    def start(todo: int, total: int) -> None:
+        if bar is not None:
+            bar.reset(total=todo)
+            bar.set_description(f"{total - todo:,} done before" if todo < total else "sweep")
+
+    def rows(batch: list[dict[str, Any]]) -> None:
+        if bar is not None:
+            bar.update(len(batch))
+
+    return sweep.run_sweep(g, out, runner, restart, start, rows)
+
+
+def _summary(
+    g: Any,
+    run: Any,
+    out: str,
+    csv_path: str | None,
+    where: str,
+    group_by: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    from trainplan.interface.sweep.results import results_meta
+    from trainplan.interface.sweep.summary import summary_json, summary_text
+
+    s = summary_json(run.frame, results_meta(out), group_by)
+    s.update(out=out, csv=csv_path, ran=run.ran, seconds=run.seconds, engine=where)
+    if as_json:
+        echo_json(s)
+    else:
+        what = f"{g.command}" + (f", objective {s['objective']}" if g.command == "search" else "")
+        before = f"; {s['points'] - run.ran:,} were done before" if run.ran < s["points"] else ""
+        head = (
+            f"Swept {s['points']:,} points of {g.source} ({what}): {run.ran:,} run in "
+            f"{run.seconds:,.1f} s on a {where}{before}"
+        )
+        click.echo(summary_text(s, head))
+        click.echo(f"\nResults: {out}" + (f"; CSV: {csv_path}" if csv_path else ""))
+    if s["internal_errors"]:
+        sys.exit(1)
+
+
+def _points_alone(g: Any, points: tuple[int, ...], as_json: bool) -> None:
+    from trainplan.interface.sweep.points import run_points
+    from trainplan.interface.sweep.summary import _plain
+
+    rows = [_plain(r) for r in run_points(g, [g.point(i).index for i in points])]
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        click.echo("\n".join(f"{k:>18}  {v}" for k, v in row.items() if v is not None))
+        click.echo("")
+
+
+@cli.command("sweep-plot")
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option(
+    "--png",
+    "png_path",
+    required=True,
+    type=output(".png", ".svg", ".pdf"),
+    help="The figure: .png, .svg or .pdf.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["scaling", "heatmap"]),
+    default="scaling",
+    show_default=True,
+    help="scaling: the metric against GPU count, a line per part, a panel per model; heatmap: "
+    "the metric under each multiplier of --what-if, a row per model.",
+)
+@click.option(
+    "--metric",
+    type=click.Choice(["time-to-train", "cost", "step-time", "mfu"]),
+    default="time-to-train",
+    show_default=True,
+)
+@click.option("--what-if", "what_if", help="With --kind heatmap: the what-if (e.g. hbm_capacity).")
+def sweep_plot_cmd(
+    results: str, png_path: str, kind: str, metric: str, what_if: str | None
+) -> None:
+    """The standard figures of a sweep, from its results file (a sweep still running included):
+    time to train, cost, step time or MFU against the GPU count per part, or a heat map of a
+    hardware what-if against model size.
+
+    Example: trainplan sweep-plot study.parquet --png scaling.png --metric cost
+    """
+    from trainplan.interface import plots
+    from trainplan.interface.sweep import charts, load_results
+
+    if kind == "scaling":
+        check_applicable({"what_if": what_if}, {"what_if": "it applies to --kind heatmap"})
+    elif what_if is None:
+        fail("what_if: --kind heatmap needs --what-if, e.g. --what-if hbm_capacity")
+    frame = load_results(results)
+    if kind == "scaling":
+        series, m, note = charts.scaling_series(frame, metric)
+        plots.sweep_scaling_chart(series, m.label, note, png_path)
+    else:
+        assert what_if is not None
+        plots.sweep_heatmap(charts.heatmap_cells(frame, what_if, metric), png_path)
+    click.echo(f"Figure: {png_path}")
