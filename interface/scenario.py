@@ -287,6 +287,7 @@ def check_scenario(data: dict[str, Any], where: str) -> None:
     ScenarioError
         ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
     """
+    where = f"{where}: " if where else ""
     for name, keys in (
         ("", TOP_KEYS),
         ("space", SPACE_KEYS),
@@ -295,11 +296,11 @@ def check_scenario(data: dict[str, Any], where: str) -> None:
     ):
         table = data.get(name, {}) if name else data
         if not isinstance(table, dict):
-            raise ScenarioError(f"{where}: {name} = {table!r} must be a table, [{name}]")
+            raise ScenarioError(f"{where}{name} = {table!r} must be a table, [{name}]")
         unknown = sorted(set(table) - keys)
         if unknown:
             raise ScenarioError(
-                f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+                f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
             )
         for key, value in table.items():
             if key in ("space", "constraints", "cluster"):
@@ -307,7 +308,7 @@ def check_scenario(data: dict[str, Any], where: str) -> None:
             try:
                 _check_value(key, value, VALUE_KINDS.get(key, _ANY))
             except InputError as err:
-                raise ScenarioError(f"{where}: {err}") from None
+                raise ScenarioError(f"{where}{err}") from None
 
 
 def _listify(value: Any) -> list[Any]:

@@ -212,41 +212,39 @@ def parse_grid(data: dict[str, Any], source: str = "grid") -> Grid:
     the text it was sent). Raises as :func:`load_grid`."""
     try:
         return _parse(data, source)
-    except ScenarioError:
-        raise
     except PlannerError as err:
         raise ScenarioError(f"grid {source}: {err}") from None
 
 
 def _parse(data: dict[str, Any], source: str) -> Grid:
-    where = f"grid {source}"
+    where = ""  # messages name the key; parse_grid puts the file in front
     unknown = sorted(set(data) - TOP_KEYS - _GRID_KEYS)
     if unknown:
         known = ", ".join(sorted(TOP_KEYS | _GRID_KEYS))
-        raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
+        raise ScenarioError(f"{where}unknown key {unknown[0]!r} (known: {known})")
     for key, why in _REFUSED.items():
         if key in data:
-            raise ScenarioError(f"{where}: {key}: not taken in a sweep; {why}")
+            raise ScenarioError(f"{where}{key}: not taken in a sweep; {why}")
     base = {k: v for k, v in data.items() if k not in _GRID_KEYS}
-    check_scenario(base, where)
+    check_scenario(base, "")
     for axis in AXES:
         if axis in base:
-            base[axis] = _one_value(axis, base[axis], f"{where}: ")
+            base[axis] = _one_value(axis, base[axis], where)
     command = data.get("command", "search")
     if command not in COMMANDS:
-        raise ScenarioError(f"{where}: command: {command!r} is not one of {', '.join(COMMANDS)}")
+        raise ScenarioError(f"{where}command: {command!r} is not one of {', '.join(COMMANDS)}")
     if base.get("objective") == "params":
         raise ScenarioError(
-            f"{where}: objective: 'params' is not taken in a sweep (one model a point)"
+            f"{where}objective: 'params' is not taken in a sweep (one model a point)"
         )
     recipes = _recipes(_table(data, "recipe", where), where)
     sweep = _table(data, "sweep", where)
     what_if = _table(data, "what_if", where)
     points_data = data.get("point", [])
     if not isinstance(points_data, list) or not all(isinstance(x, dict) for x in points_data):
-        raise ScenarioError(f"{where}: point must be an array of tables, [[point]]")
+        raise ScenarioError(f"{where}point must be an array of tables, [[point]]")
     if not sweep and not what_if and not points_data:
-        raise ScenarioError(f"{where}: nothing to sweep; add a [sweep] table or [[point]] entries")
+        raise ScenarioError(f"{where}nothing to sweep; add a [sweep] table or [[point]] entries")
     for axis in (*sweep, *(k for p in points_data for k in p if k in AXES)):
         _check_not_in_base(axis, base, where)
     _check_what_if_keys(what_if, base, where)
@@ -255,18 +253,18 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
     if sweep or what_if:
         points += _product(sweep, what_if, recipes, base, where)
     for i, entry in enumerate(points_data, 1):
-        points.append(_listed(entry, recipes, base, f"{where}: point {i}"))
+        points.append(_listed(entry, recipes, base, f"point {i}: "))
     used = {p.recipe for p in points}
     for name in recipes:
         if name not in used:
-            raise ScenarioError(f"{where}: recipe.{name} is defined and no point takes it")
+            raise ScenarioError(f"{where}recipe.{name} is defined and no point takes it")
     indexed = tuple(Point(i, p.values, p.recipe, p.what_if) for i, p in enumerate(points))
     seen: dict[Point, int] = {}
     for p in indexed:
         key = Point(0, p.values, p.recipe, p.what_if)
         if key in seen:
             raise ScenarioError(
-                f"{where}: point {p.index} repeats point {seen[key]} ({p.canonical()})"
+                f"{where}point {p.index} repeats point {seen[key]} ({p.canonical()})"
             )
         seen[key] = p.index
     what_ifs = tuple(
@@ -282,7 +280,7 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     table = data.get(key, {})
     if not isinstance(table, dict):
-        raise ScenarioError(f"{where}: {key} = {table!r} must be a table, [{key}]")
+        raise ScenarioError(f"{where}{key} = {table!r} must be a table, [{key}]")
     return table
 
 
@@ -291,23 +289,23 @@ def _check_not_in_base(axis: str, base: dict[str, Any], where: str) -> None:
         return
     if axis not in AXES:
         raise ScenarioError(
-            f"{where}: sweep.{axis}: not an axis (axes: {', '.join((*AXES, 'recipe'))}; "
+            f"{where}sweep.{axis}: not an axis (axes: {', '.join((*AXES, 'recipe'))}; "
             f"what-ifs go under [what_if])"
         )
     if axis in base or (axis == "framework" and "framework" in base.get("space", {})):
         raise ScenarioError(
-            f"{where}: {axis}: given at the top level and swept; give it in one place"
+            f"{where}{axis}: given at the top level and swept; give it in one place"
         )
 
 
 def _check_what_if_keys(what_if: dict[str, Any], base: dict[str, Any], where: str) -> None:
     for key in what_if:
         if key not in WHAT_IFS:
-            raise ScenarioError(f"{where}: what_if.{key}: unknown (known: {', '.join(WHAT_IFS)})")
+            raise ScenarioError(f"{where}what_if.{key}: unknown (known: {', '.join(WHAT_IFS)})")
         cluster_key = _LINK_KEYS.get(key)
         if cluster_key and cluster_key in base.get("cluster", {}):
             raise ScenarioError(
-                f"{where}: what_if.{key}: multiplies the part's figure, and [cluster] "
+                f"{where}what_if.{key}: multiplies the part's figure, and [cluster] "
                 f"{cluster_key} replaces it; give one of them"
             )
 
@@ -316,13 +314,13 @@ def _recipes(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     out = {}
     for name, recipe in table.items():
         if not isinstance(recipe, dict):
-            raise ScenarioError(f"{where}: recipe.{name} must be a table of recipe keys")
+            raise ScenarioError(f"{where}recipe.{name} must be a table of recipe keys")
         unknown = sorted(set(recipe) - set(RECIPE_KEYS))
         if unknown:
             raise ScenarioError(
-                f"{where}: recipe.{name}: unknown key {unknown[0]!r} (known: {', '.join(RECIPE_KEYS)})"
+                f"{where}recipe.{name}: unknown key {unknown[0]!r} (known: {', '.join(RECIPE_KEYS)})"
             )
-        check_scenario({"cluster": recipe}, f"{where}: recipe.{name}")
+        check_scenario({"cluster": recipe}, f"{where}recipe.{name}")
         out[str(name)] = dict(recipe)
     return out
 
@@ -382,25 +380,23 @@ def _product(
     for axis, values in sweep.items():
         if not isinstance(values, list) or not values:
             raise ScenarioError(
-                f"{where}: sweep.{axis}: {values!r} must be a non-empty TOML array, e.g. "
+                f"{where}sweep.{axis}: {values!r} must be a non-empty TOML array, e.g. "
                 f"{axis} = [{values!r}]; one value for every point goes at the top level"
             )
         if axis == "recipe":
             axes.append((axis, [_recipe_name(v, recipes, where) for v in values]))
             continue
-        axes.append((axis, [x for v in values for x in _axis_values(axis, v, f"{where}: sweep.")]))
+        axes.append((axis, [x for v in values for x in _axis_values(axis, v, f"{where}sweep.")]))
     factors: list[tuple[str, list[Fraction]]] = []
     for key, values in sorted(what_if.items(), key=lambda kv: list(WHAT_IFS).index(kv[0])):
         if not isinstance(values, list) or not values:
-            raise ScenarioError(
-                f"{where}: what_if.{key}: {values!r} must be a non-empty TOML array"
-            )
-        factors.append((key, _multipliers(key, values, f"{where}: ")))
+            raise ScenarioError(f"{where}what_if.{key}: {values!r} must be a non-empty TOML array")
+        factors.append((key, _multipliers(key, values, where)))
     count = 1
     for _, values in (*axes, *factors):
         count *= len(values)
     if count > MAX_POINTS:
-        raise ScenarioError(f"{where}: the grid has {count:,} points, over {MAX_POINTS:,}")
+        raise ScenarioError(f"{where}the grid has {count:,} points, over {MAX_POINTS:,}")
     out = []
     names = [a for a, _ in axes]
     keys = [k for k, _ in factors]
@@ -418,7 +414,7 @@ def _recipe_name(value: Any, recipes: dict[str, dict[str, Any]], where: str) -> 
     if not isinstance(value, str) or value not in recipes:
         known = ", ".join(recipes) or "none defined"
         raise ScenarioError(
-            f"{where}: recipe: {value!r} is not a [recipe.NAME] table of this grid ({known})"
+            f"{where}recipe: {value!r} is not a [recipe.NAME] table of this grid ({known})"
         )
     return value
 
@@ -435,16 +431,16 @@ def _listed(
         elif key == "what_if":
             if not isinstance(value, dict):
                 raise ScenarioError(
-                    f"{where}: what_if must be a table, e.g. {{ hbm_capacity = 1.5 }}"
+                    f"{where}what_if must be a table, e.g. {{ hbm_capacity = 1.5 }}"
                 )
             _check_what_if_keys(value, base, where)
-            ms = [(k, _multipliers(k, [v], f"{where}: ")[0]) for k, v in value.items()]
+            ms = [(k, _multipliers(k, [v], where)[0]) for k, v in value.items()]
             multipliers = tuple((k, m) for k, m in ms if m != 1)
         elif key in AXES:
-            values[key] = _one_value(key, value, f"{where}: ")
+            values[key] = _one_value(key, value, where)
         else:
             raise ScenarioError(
-                f"{where}: unknown key {key!r} (known: {', '.join((*AXES, 'recipe', 'what_if'))})"
+                f"{where}unknown key {key!r} (known: {', '.join((*AXES, 'recipe', 'what_if'))})"
             )
     order = {k: i for i, k in enumerate(WHAT_IFS)}
     return Point(
@@ -456,17 +452,17 @@ def _layout(data: dict[str, Any], command: str, base: dict[str, Any], where: str
     layout = _table(data, "layout", where)
     if command == "search":
         if layout:
-            raise ScenarioError(f'{where}: layout: only command = "evaluate" takes a [layout]')
+            raise ScenarioError(f'{where}layout: only command = "evaluate" takes a [layout]')
         return {}
     for key in ("space", "constraints", "objective"):
         if key in base:
             raise ScenarioError(
-                f"{where}: {key}: command evaluate runs one layout; {key} applies to search"
+                f"{where}{key}: command evaluate runs one layout; {key} applies to search"
             )
     unknown = sorted(set(layout) - set(LAYOUT_KEYS) - {"dp"})
     if unknown:
         raise ScenarioError(
-            f"{where}: layout: unknown key {unknown[0]!r} (known: {', '.join(LAYOUT_KEYS)})"
+            f"{where}layout: unknown key {unknown[0]!r} (known: {', '.join(LAYOUT_KEYS)})"
         )
     return dict(layout)
 
@@ -479,6 +475,6 @@ def _check_prices(grid: Grid, where: str) -> None:
     for name in price:
         if name not in parts:
             raise ScenarioError(
-                f"{where}: gpu_hour_price: {name!r} is not a part of this grid "
+                f"{where}gpu_hour_price: {name!r} is not a part of this grid "
                 f"({', '.join(sorted(parts))}; write the catalogue names)"
             )
