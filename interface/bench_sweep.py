@@ -40,7 +40,7 @@ FULL = (
         "megatron-18.4b",
         "mixtral-8x7b",
     ),
-    ("H100-SXM", "H200", "B200", "A100-80GB", "MI300X"),
+    ("H100-SXM", "H200", "B200", "A100-80GB", "GB200"),
     "48..32768",
 )
 """10 models × 5 parts × 20 cluster sizes (the powers of two and 1.5× from 48 to 32,768)."""

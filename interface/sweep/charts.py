@@ -60,20 +60,13 @@ def _best(frame: Any, keys: list[str], m: Metric) -> Any:
 
 
 def _others(frame: Any, fixed: list[str]) -> list[str]:
-    """Input columns besides ``fixed`` that take several values (what a point is best over)."""
+    """Input columns besides ``fixed`` that take several values for one ``fixed`` value (what a
+    line's point or a cell is the best over)."""
     meta = frame.attrs.get("sweep", {})
-    inputs = [
-        "seq_len",
-        "global_batch",
-        "recipe",
-        "framework",
-        *meta.get("what_ifs", []),
-        "gpu",
-        "gpus",
-    ]
-    return [
-        c for c in inputs if c not in fixed and c in frame and frame[c].nunique(dropna=True) > 1
-    ]
+    inputs = ["seq_len", "global_batch", "recipe", "framework", *meta.get("what_ifs", []), "gpu"]
+    inputs.append("gpus")
+    groups = frame.groupby(fixed, dropna=False)
+    return [c for c in inputs if c not in fixed and groups[c].nunique().max() > 1]
 
 
 def scaling_series(
@@ -101,11 +94,7 @@ def scaling_series(
                 for g, v in zip(rows["gpus"], rows[m.column], strict=True)
             ]
         out[str(model)] = lines
-    others = [
-        c
-        for c in _others(frame, ["model", "part", "gpus"])
-        if c not in ("gpu",) and c not in frame.attrs.get("sweep", {}).get("what_ifs", [])
-    ]
+    others = _others(frame, ["model", "part", "gpus"])
     note = f"best over {', '.join(others)}" if others else ""
     return out, m, note
 
@@ -156,7 +145,7 @@ def heatmap_cells(frame: Any, what_if: str, metric: str = "time-to-train") -> He
             else:
                 row.append(v / base if relative and base else v * m.scale)
         values.append(row)
-    others = _others(frame, ["model", what_if, "part"])
+    others = [c for c in _others(frame, ["model", what_if]) if c != "part"]
     what = f"{m.label.split(' (')[0]} ÷ its ×1 value" if relative else m.label
     title = f"{what_if}: {what}" + (f" (best over {', '.join(others)})" if others else "")
     labels = [f"{model} ({size / 1e9:,.1f}B)" for model, size in sizes.items()]

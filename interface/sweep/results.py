@@ -22,7 +22,7 @@ from trainplan.interface.sweep.grid import Grid
 from trainplan.interface.sweep.points import columns
 from trainplan.model.errors import InputError
 
-__all__ = ["ResultsStore", "load_results", "results_meta", "META_KEY"]
+__all__ = ["ResultsStore", "load_results", "frame_of", "results_meta", "META_KEY"]
 
 META_KEY = b"trainplan.sweep"
 """The schema metadata key holding the sweep's description (JSON: fingerprint, grid, command,
@@ -158,6 +158,13 @@ def _frame(table: Any) -> Any:
 
     frame = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     return frame.drop_duplicates("point").sort_values("point").reset_index(drop=True)
+
+
+def frame_of(grid: Grid, rows: list[dict[str, Any]]) -> Any:
+    """Rows of ``grid`` (:func:`interface.sweep.points.run_point`'s dicts, or their JSON) as the
+    DataFrame a results file holds: the same columns, kinds and order."""
+    pa, _ = _pa()
+    return _frame(pa.Table.from_pylist(rows, schema=_schema(grid)))
 
 
 def load_results(path: str | Path) -> Any:
