@@ -26,6 +26,7 @@ PAGES = {
     "rlhf": "RLHF",
     "search": "Search",
     "frontier": "Frontier",
+    "sweep": "Sweep",
 }
 """Each tab's path and title, in the navigation's order."""
 STATIC = files("trainplan.interface.web") / "static"
