@@ -31,7 +31,7 @@ hbm_capacity = [1, 0.05]
 """
 
 
-def test_a_sweep_from_the_page(page, tmp_path):
+def test_a_sweep_from_the_page(page, tmp_path):  # noqa: F811  (the fixture)
     import pandas as pd
 
     go(page, "/sweep")
@@ -41,7 +41,9 @@ def test_a_sweep_from_the_page(page, tmp_path):
     expect(page.locator("#sweep-done")).to_have_text("4 points")
     assert "id=" in page.url  # the URL follows the sweep: a reload shows it again
     expect(page.locator("#status")).to_contain_text("optimal")
-    expect(page.locator("#why-list")).to_contain_text("infeasible, memory")  # ×0.05: 4 GiB less the 3 GiB reserve
+    expect(page.locator("#why-list")).to_contain_text(
+        "infeasible, memory"
+    )  # ×0.05: 4 GiB less the 3 GiB reserve
     expect(page.locator("#best-table tbody tr")).to_have_count(1)
     expect(page.locator("#chart svg")).to_be_visible()
     with page.expect_download() as download:
