@@ -3,12 +3,14 @@
 
 The catalogue (``topology/accelerators.toml``, :func:`topology.accelerators.load_accelerators`)
 is never changed: :func:`what_if_part` returns a new frozen value. The figures a what-if may
-multiply (:data:`WHAT_IFS`) are the ones co-design studies vary (Calculon, Isaev et al., SC'23,
-§5: memory capacity and bandwidth, the scale-up domain and its bandwidth, the scale-out network,
-compute throughput); every other figure — the runtime reserve, the host link, the source — stays
-the catalogue part's. A what-if part keeps the catalogue name in front, so the calibrated
-efficiencies the cost model keys by generation (:func:`model.roofline.generation_of`,
-:func:`model.timing.kernel_efficiency_for`) are the catalogue part's.
+multiply (:data:`WHAT_IFS`) are the ones a Calculon system file holds and its co-design studies
+vary (Isaev et al., "Calculon", SC'23; calculon-ai/calculon ``systems/h100_80g_nvl8.json``:
+``matrix.tflops``, ``mem1.GiB`` and ``mem1.GBps``, ``networks[].bandwidth`` and ``size``;
+``h100_80g_nvl256.json`` is the same part with a 256-GPU NVLink domain); every other figure —
+the runtime reserve, the host link, the source — stays the catalogue part's. A what-if part
+keeps the catalogue name in front, so the calibrated efficiencies the cost model keys by
+generation (:func:`model.roofline.generation_of`, :func:`model.timing.kernel_efficiency_for`)
+are the catalogue part's.
 """
 
 from __future__ import annotations

@@ -261,12 +261,12 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
     indexed = tuple(Point(i, p.values, p.recipe, p.what_if) for i, p in enumerate(points))
     seen: dict[Point, int] = {}
     for p in indexed:
-        key = Point(0, p.values, p.recipe, p.what_if)
-        if key in seen:
+        same = Point(0, p.values, p.recipe, p.what_if)
+        if same in seen:
             raise ScenarioError(
-                f"{where}point {p.index} repeats point {seen[key]} ({p.canonical()})"
+                f"{where}point {p.index} repeats point {seen[same]} ({p.canonical()})"
             )
-        seen[key] = p.index
+        seen[same] = p.index
     what_ifs = tuple(
         k for k in WHAT_IFS if any(k in dict(p.what_if) for p in indexed) or k in what_if
     )

@@ -229,14 +229,17 @@ def _time_and_cost(
 
 
 def _fill_inputs(grid: Grid, point: Point, row: dict[str, Any]) -> None:
-    """An infeasible search point's s, B and parameter count, as the search read them."""
+    """An infeasible search point's s, B, frameworks searched and parameter count, as the search
+    read them."""
     from trainplan.interface.commands import search_problem
     from trainplan.model.params import count_params
 
     try:
-        case = search_problem({"scenario": grid.scenario(point)}).jobs[0].case
+        problem = search_problem({"scenario": grid.scenario(point)})
     except PlannerError:
         return
+    case = problem.jobs[0].case
     row.update(seq_len=case.training.seq_len, global_batch=case.training.global_batch_size)
+    row["framework"] = row["framework"] or ",".join(str(f) for f in problem.space.frameworks)
     if case.model.arch is not None:
         row["num_params"] = count_params(case.model.arch).total

@@ -116,3 +116,22 @@ def test_the_figures_draw(swept, tmp_path):
     assert "<svg" in (tmp_path / "s.svg").read_text() and "<svg" in (tmp_path / "h.svg").read_text()
     with pytest.raises(Exception, match="metric: 'cost': no point of these results has it"):
         charts.scaling_series(frame, "cost")
+
+
+def test_an_evaluate_point_is_the_planner():
+    from trainplan.interface.commands import evaluate_json
+
+    g = parse_grid(
+        tomllib.loads(
+            'command = "evaluate"\nmodel = "llama3-70b"\n[layout]\ntp = 8\npp = 4\n'
+            'recompute = "selective"\n[sweep]\ngpus = [256, 100]\n'
+        ),
+        "e.toml",
+    )
+    fits, refused = run_points(g, [0, 1])
+    d = evaluate_json({"model": "llama3-70b", "tp": 8, "pp": 4, "dp": 8, "recompute": "selective"})
+    assert fits["status"] == "fits" and fits["dp"] == 8  # 256 GPUs ÷ (tp 8 × pp 4)
+    assert fits["step_s"] == d["time"]["step_s"]
+    assert fits["peak_bytes"] == d["memory"]["total_bytes"]
+    assert refused["status"] == "error"
+    assert refused["reason"] == "gpus: 100 is not a multiple of tp·pp·cp = 32"
