@@ -18,6 +18,7 @@ counted: a cluster is started once).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -89,24 +90,23 @@ def _sweep(grid: Path, out: str, *args: str) -> tuple[dict, float]:
 
 
 def _agree(a: str, b: str) -> bool:
-    import pandas as pd
-
+    from trainplan.interface.sweep import load_results
     from trainplan.interface.sweep.points import TIMING_COLUMNS
 
-    x, y = (pd.read_parquet(p).drop(columns=list(TIMING_COLUMNS)) for p in (a, b))
+    x, y = (load_results(p).drop(columns=list(TIMING_COLUMNS)) for p in (a, b))
     return bool(x.equals(y))
 
 
 def pool_row(spec: tuple, workers: int = 2) -> dict:
     """One grid on ``--workers 1`` and on the pool of ``workers``: the measurements and the goal."""
-    import pandas as pd
+    from trainplan.interface.sweep import load_results
 
     with tempfile.TemporaryDirectory() as tmp:
         grid = Path(tmp) / "grid.toml"
         grid.write_text(grid_text(*spec))
         one, one_wall = _sweep(grid, f"{tmp}/one.parquet", "--workers", "1")
         pool, pool_wall = _sweep(grid, f"{tmp}/pool.parquet", "--workers", str(workers))
-        singles = float(pd.read_parquet(f"{tmp}/one.parquet")["search_s"].sum())
+        singles = float(load_results(f"{tmp}/one.parquet")["search_s"].sum())
         agree = _agree(f"{tmp}/one.parquet", f"{tmp}/pool.parquet")
     bound = GOAL * singles / workers
     return {
@@ -170,9 +170,7 @@ def run(ref: float, with_ray: bool = True) -> dict:
     full = pool_row(FULL)
     _print_pool("10 models × 5 parts × 20 sizes", full, ref)
     out: dict = {"full": full}
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("ray") is None:
         with_ray = False
         print("\nRay rows skipped: ray is not installed (pip install 'trainplan[sweep-ray]')")
     if with_ray:

@@ -438,11 +438,24 @@ def sweep_scaling_chart(
     cols = min(3, n)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False)
+    parts = sorted({p for lines in series.values() for p in lines})
+    bases = list(dict.fromkeys(p.split("[")[0] for p in parts))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ("-", "--", ":", "-.")
+    look = {}  # a catalogue part's colour; its what-if variants' line styles
+    for p in parts:
+        base = p.split("[")[0]
+        variant = sum(q.split("[")[0] == base for q in look)
+        look[p] = (colours[bases.index(base) % len(colours)], styles[variant % len(styles)])
+    whole = plt.FuncFormatter(lambda x, _: f"{x:,.0f}")
     for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
         for part, points in lines.items():
-            ax.plot([g for g, _ in points], [v for _, v in points], "o-", markersize=3, label=part)
+            colour, style = look[part]
+            ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
+                    color=colour, linestyle=style, label=part)  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(whole)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("GPUs", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
@@ -450,17 +463,16 @@ def sweep_scaling_chart(
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(
-        handles,
-        labels,
-        loc="lower center",
-        ncol=min(6, max(1, len(labels))),
-        fontsize=8,
-        frameon=False,
-    )
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for h, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(name, h)
+    ncol = min(5, max(1, len(handles)))
+    legend_rows = -(-len(handles) // ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)  # fmt: skip
     fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.tight_layout(rect=(0, 0.02 + 0.045 * legend_rows * 3.4 / fig.get_figheight(), 1, 0.97))
     _save(fig, out)
     plt.close(fig)
     return out

@@ -166,9 +166,8 @@ def _summary(
 
 def _points_alone(g: Any, points: tuple[int, ...], as_json: bool) -> None:
     from trainplan.interface.sweep.points import run_points
-    from trainplan.interface.sweep.summary import _plain
 
-    rows = [_plain(r) for r in run_points(g, [g.point(i).index for i in points])]
+    rows = run_points(g, [g.point(i).index for i in points])
     if as_json:
         echo_json(rows)
         return

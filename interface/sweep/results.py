@@ -22,7 +22,7 @@ from trainplan.interface.sweep.grid import Grid
 from trainplan.interface.sweep.points import columns
 from trainplan.model.errors import InputError
 
-__all__ = ["ResultsStore", "load_results", "frame_of", "results_meta", "META_KEY"]
+__all__ = ["ResultsStore", "load_results", "frame_of", "records", "results_meta", "META_KEY"]
 
 META_KEY = b"trainplan.sweep"
 """The schema metadata key holding the sweep's description (JSON: fingerprint, grid, command,
@@ -194,3 +194,20 @@ def load_results(path: str | Path) -> Any:
     frame = _frame(table)
     frame.attrs["sweep"] = meta
     return frame
+
+
+def records(frame: Any) -> list[dict[str, Any]]:
+    """A results table's rows as JSON takes them: missing values None, numbers plain Python."""
+    import pandas as pd
+
+    out = []
+    for row in frame.to_dict("records"):
+        clean = {}
+        for k, v in row.items():
+            if pd.isna(v):
+                v = None
+            elif hasattr(v, "item"):
+                v = v.item()
+            clean[k] = v
+        out.append(clean)
+    return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.interface.chart_layout import layout_key
+from trainplan.interface.report import duration, table_text
+from trainplan.interface.sweep.results import records
 
 __all__ = ["summary_json", "summary_text", "rank_column", "ANSWERED"]
 
@@ -76,7 +78,7 @@ def summary_json(
     best = []
     if not answered.empty:
         winners = answered.loc[answered.groupby(list(group_by), sort=False)[column].idxmin()]
-        best = [_plain(r) for r in winners.to_dict("records")]
+        best = records(winners)
     return {
         "grid": meta.get("grid"),
         "command": meta.get("command"),
@@ -92,32 +94,12 @@ def summary_json(
     }
 
 
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's values as JSON takes them (NaN → None, numpy numbers → Python)."""
-    import pandas as pd
-
-    out = {}
-    for k, v in row.items():
-        if not isinstance(v, (list, tuple, dict)) and pd.isna(v):
-            v = None
-        elif hasattr(v, "item"):
-            v = v.item()
-        out[k] = v
-    return out
-
-
-def _days(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds / 86400:,.1f} d"
-
-
 def _money(usd: float | None) -> str:
     return "—" if usd is None else f"${usd:,.0f}"
 
 
 def summary_text(s: dict[str, Any], head: str) -> str:
     """The summary as the terminal shows it, under the ``head`` line."""
-    from tabulate import tabulate
-
     lines = [head]
     lines.append(", ".join(f"{n:,} {k}" for k, n in s["statuses"].items()))
     for title, items in (("Infeasible", s["infeasible"]), ("Refused (error)", s["errors"])):
@@ -130,29 +112,21 @@ def summary_text(s: dict[str, Any], head: str) -> str:
     if s["best"]:
         lines.append(f"\nBest per {', '.join(s['group_by'])} (least {s['ranked_by']}):")
         table = [
-            [
-                *(r[c] for c in s["group_by"]),
-                r["part"],
-                f"{r['gpus']:,}",
-                layout_key(r, False),
-                f"{r['step_s']:.2f}",
-                f"{r['mfu']:.1%}",
-                _days(r.get("time_to_train_s")),
-                _money(r.get("cost_usd")),
-            ]
+            {
+                **{c: str(r[c]) for c in s["group_by"]},
+                "part": r["part"],
+                "GPUs": f"{r['gpus']:,}",
+                "layout": layout_key(r, False),
+                "step": duration(r["step_s"]),
+                "MFU": f"{r['mfu']:.1%}",
+                "time to train": "—"
+                if r.get("time_to_train_s") is None
+                else duration(r["time_to_train_s"]),
+                "cost": _money(r.get("cost_usd")),
+            }
             for r in s["best"]
         ]
-        headers = [
-            *s["group_by"],
-            "part",
-            "GPUs",
-            "layout",
-            "step (s)",
-            "MFU",
-            "time to train",
-            "cost",
-        ]
-        lines.append(tabulate(table, headers=headers, disable_numparse=True))
+        lines.append(table_text(table))
     if s["internal_errors"]:
         lines.append(
             f"\n{s['internal_errors']} point(s) hit an internal error (a bug): see their reason"
