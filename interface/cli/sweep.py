@@ -14,13 +14,30 @@ from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, output
 from trainplan.model.errors import check_applicable
 
 
-def _progress(as_json: bool) -> Any:
-    """A tqdm bar on stderr (rate and time left), only on a terminal and never with --json."""
-    if as_json or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+class _Progress:
+    """A tqdm bar on stderr (points done, rate, time left), only on a terminal and never with
+    --json; made when the sweep knows how many points it runs."""
 
-    return tqdm(total=0, unit="point", file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
+    def __init__(self, show: bool) -> None:
+        self.show = show and sys.stderr.isatty()
+        self.bar: Any = None
+
+    def start(self, todo: int, total: int) -> None:
+        if self.show:
+            from tqdm import tqdm
+
+            desc = f"sweep ({total - todo:,} of {total:,} done before)" if todo < total else "sweep"
+            self.bar = tqdm(
+                total=todo, desc=desc, unit="point", file=sys.stderr, dynamic_ncols=True
+            )
+
+    def rows(self, batch: list[dict[str, Any]]) -> None:
+        if self.bar is not None:
+            self.bar.update(len(batch))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _default_out(grid: str) -> str:
@@ -101,9 +118,9 @@ def sweep_cmd(
         return
     runner = sweep.engine(engine, workers, address)
     out_path = out or str(output(".parquet").convert(_default_out(grid), None, None))
-    bar = _progress(as_json)
+    bar = _Progress(not as_json)
     try:
-        run = _run(sweep, g, out_path, runner, restart, bar)
+        run = sweep.run_sweep(g, out_path, runner, restart, bar.start, bar.rows)
     except KeyboardInterrupt:
         fail(
             f"interrupted; the rows done are kept beside {out_path}: run the same command to resume",
@@ -111,8 +128,7 @@ def sweep_cmd(
         )
         return
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         runner.close()
     if csv_path is not None:
         from trainplan.interface.inputs import writing
@@ -120,19 +136,6 @@ def sweep_cmd(
         with writing(csv_path, "--csv"):
             run.frame.to_csv(csv_path, index=False)
     _summary(g, run, out_path, csv_path, runner.describe(), group_by or ("model",), as_json)
-
-
-def _run(sweep: Any, g: Any, out: str, runner: Any, restart: bool, bar: Any) -> Any:
-    def start(todo: int, total: int) -> None:
-        if bar is not None:
-            bar.reset(total=todo)
-            bar.set_description(f"{total - todo:,} done before" if todo < total else "sweep")
-
-    def rows(batch: list[dict[str, Any]]) -> None:
-        if bar is not None:
-            bar.update(len(batch))
-
-    return sweep.run_sweep(g, out, runner, restart, start, rows)
 
 
 def _summary(
