@@ -27,6 +27,7 @@ import tomllib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,14 @@ router = APIRouter(prefix="/api/sweep", tags=["sweeps"])
 _LOG = logging.getLogger("trainplan.web")
 MAX_POINTS = 20_000
 """Most points a sweep started from the page may have (``trainplan sweep`` takes more)."""
-_FOLDER = Path(tempfile.mkdtemp(prefix="trainplan-sweeps-"))
 _JOBS: dict[str, Job] = {}
 _LOCK = threading.Lock()
+
+
+@cache
+def _folder() -> Path:
+    """Where the page's sweeps write their results: a temporary folder made at the first one."""
+    return Path(tempfile.mkdtemp(prefix="trainplan-sweeps-"))
 
 
 class _Cancelled(Exception):
@@ -156,7 +162,7 @@ def start(grid: str = Body(..., embed=True, description="The grid file's text (T
         running = [j.id for j in _JOBS.values() if j.state == "running"]
     if running:
         raise InputError(f"sweep: {running[0]} is running; wait for it or cancel it")
-    job = Job(uuid.uuid4().hex[:12], g, _FOLDER / f"{uuid.uuid4().hex[:12]}.parquet")
+    job = Job(uuid.uuid4().hex[:12], g, _folder() / f"{uuid.uuid4().hex[:12]}.parquet")
     with _LOCK:
         _JOBS[job.id] = job
     threading.Thread(target=_run, args=(job,), daemon=True).start()

@@ -135,3 +135,22 @@ def test_an_evaluate_point_is_the_planner():
     assert fits["peak_bytes"] == d["memory"]["total_bytes"]
     assert refused["status"] == "error"
     assert refused["reason"] == "gpus: 100 is not a multiple of tp·pp·cp = 32"
+
+
+@pytest.mark.slow  # 4 shuffled batchings of the grid: ~16 searches
+def test_a_points_row_does_not_depend_on_the_batch_or_the_order(grid, swept):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    whole, _ = swept
+    want = _answers(whole.frame).set_index("point")
+
+    @settings(max_examples=4, deadline=None)
+    @given(st.permutations(range(len(grid.points))), st.integers(1, 4))
+    def check(order, size):
+        for k in range(0, len(order), size):  # batches of `size`, in a shuffled order
+            batch = list(order[k : k + size])
+            got = _answers(frame_of(grid, run_points(grid, batch)))  # point order
+            assert got.set_index("point").equals(want.loc[sorted(batch)])
+
+    check()
