@@ -107,6 +107,7 @@ def sweep_cmd(
     Example: trainplan sweep study.toml --csv study.csv
     """
     from trainplan.interface import sweep
+    from trainplan.interface.sweep.engines import WorkerLost
 
     g = sweep.load_grid(grid)
     if points:
@@ -126,6 +127,9 @@ def sweep_cmd(
             f"interrupted; the rows done are kept beside {out_path}: run the same command to resume",
             130,
         )
+        return
+    except WorkerLost as err:
+        fail(f"{err} beside {out_path}: run the same command to resume", 1)
         return
     finally:
         bar.close()

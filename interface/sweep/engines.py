@@ -25,6 +25,7 @@ import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from importlib.metadata import version
 from typing import Any
 
@@ -33,6 +34,7 @@ from trainplan.interface.sweep.points import run_points
 from trainplan.model.errors import InputError
 
 __all__ = [
+    "WorkerLost",
     "ENGINES",
     "MAX_BATCH",
     "ProcessPool",
@@ -48,6 +50,11 @@ MAX_BATCH = 8
 progress bar moves and the last batches spread over the workers."""
 
 Rows = list[dict[str, Any]]
+
+
+class WorkerLost(RuntimeError):
+    """A worker process died (killed by a signal or the out-of-memory killer): the rows done so
+    far are kept; the same command resumes the rest."""
 
 
 def default_workers() -> int:
@@ -123,6 +130,10 @@ class ProcessPool:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
+        except BrokenProcessPool:
+            raise WorkerLost(
+                "a worker process died (a signal, or the system out of memory); the rows done are kept"
+            ) from None
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -113,6 +113,7 @@ def _grid(text: str) -> Any:
 def _run(job: Job) -> None:
     """The sweep in a thread: events as it goes."""
     from trainplan.interface.sweep import engine, run_sweep
+    from trainplan.interface.sweep.engines import WorkerLost
     from trainplan.interface.sweep.results import results_meta
     from trainplan.interface.sweep.summary import summary_json
 
@@ -135,7 +136,7 @@ def _run(job: Job) -> None:
     except _Cancelled:
         job.state = "cancelled"
         job.put({"event": "cancelled", "done": job.done})
-    except PlannerError as err:
+    except (PlannerError, WorkerLost) as err:
         job.state = "error"
         job.put({"event": "error", "error": str(err)})
     except Exception:  # a bug: logged on the server, one line to the page

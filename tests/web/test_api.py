@@ -373,7 +373,7 @@ def test_openapi_describes_every_endpoint(client):
     assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
 
 
-PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier"]
+PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier", "sweep"]
 
 
 @pytest.mark.parametrize("path", [f"/{p}" for p in PAGES] + ["/docs"])
