@@ -217,7 +217,7 @@ def parse_grid(data: dict[str, Any], source: str = "grid") -> Grid:
 
 
 def _parse(data: dict[str, Any], source: str) -> Grid:
-    where = ""  # messages name the key; parse_grid puts the file in front
+    where = ""  # no context: a message names the key; parse_grid puts the file in front
     unknown = sorted(set(data) - TOP_KEYS - _GRID_KEYS)
     if unknown:
         known = ", ".join(sorted(TOP_KEYS | _GRID_KEYS))
@@ -254,19 +254,10 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
         points += _product(sweep, what_if, recipes, base, where)
     for i, entry in enumerate(points_data, 1):
         points.append(_listed(entry, recipes, base, f"point {i}: "))
-    used = {p.recipe for p in points}
-    for name in recipes:
-        if name not in used:
-            raise ScenarioError(f"{where}recipe.{name} is defined and no point takes it")
-    indexed = tuple(Point(i, p.values, p.recipe, p.what_if) for i, p in enumerate(points))
-    seen: dict[Point, int] = {}
-    for p in indexed:
-        same = Point(0, p.values, p.recipe, p.what_if)
-        if same in seen:
-            raise ScenarioError(
-                f"{where}point {p.index} repeats point {seen[same]} ({p.canonical()})"
-            )
-        seen[same] = p.index
+    unused = [name for name in recipes if name not in {p.recipe for p in points}]
+    if unused:
+        raise ScenarioError(f"recipe.{unused[0]} is defined and no point takes it")
+    indexed = _numbered(points)
     what_ifs = tuple(
         k for k in WHAT_IFS if any(k in dict(p.what_if) for p in indexed) or k in what_if
     )
@@ -275,6 +266,17 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
     )
     _check_prices(grid, where)
     return grid
+
+
+def _numbered(points: list[Point]) -> tuple[Point, ...]:
+    """The points numbered in order; a point given twice is refused."""
+    seen: dict[Point, int] = {}
+    for i, p in enumerate(points):
+        same = Point(0, p.values, p.recipe, p.what_if)
+        if same in seen:
+            raise ScenarioError(f"point {i} repeats point {seen[same]} ({p.canonical()})")
+        seen[same] = i
+    return tuple(Point(i, p.values, p.recipe, p.what_if) for i, p in enumerate(points))
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
