@@ -13,16 +13,14 @@ __all__ = ["summary_json", "summary_text", "rank_column", "ANSWERED"]
 
 ANSWERED = ("optimal", "feasible", "fits")
 """Statuses of points with a layout (a row with every answer column filled)."""
-_EXAMPLES = 3
 
 
-def rank_column(frame: Any, command: str) -> tuple[str, str]:
-    """The column the best point of a group has the least of, and its name: the search's own
-    objective; for evaluate the cost, else the time to train, else GPU-seconds per token."""
-    if command == "search":
-        return "objective_value", str(frame["objective"].dropna().iloc[0]) if frame[
-            "objective"
-        ].notna().any() else "objective"
+def rank_column(frame: Any, meta: dict[str, Any]) -> tuple[str, str]:
+    """The column the best point of a group has the least of, and its name: a search's own
+    objective (``meta``: the results' description); for evaluate the cost, else the time to
+    train, else GPU-seconds per token."""
+    if meta.get("command", "search") == "search":
+        return "objective_value", str(meta.get("objective") or "step-time")
     for column, name in (("cost_usd", "cost"), ("time_to_train_s", "time-to-train")):
         if frame[column].notna().any():
             return column, name
@@ -73,7 +71,7 @@ def summary_json(
             )
     frame = frame.copy()
     frame["gpu_s_per_token"] = frame["gpus"] / frame["tokens_per_s"]
-    column, name = rank_column(frame, meta.get("command", "search"))
+    column, name = rank_column(frame, meta)
     answered = frame[frame["status"].isin(ANSWERED) & frame[column].notna()]
     best = []
     if not answered.empty:
