@@ -9,7 +9,9 @@ the same run, each in a fresh ``trainplan sweep`` process:
   point the single command's function, :func:`interface.sweep.points.run_point`); their sum is
   the sum of the rows' ``search_s``;
 * the sweep: ``--workers N`` on the process pool; its time is the sweep's own wall time (pool
-  start, batches, Parquet writes and the merge; not the CLI's start), and the process's too.
+  start, batches, Parquet writes and the merge; not the CLI's start), and the process's too;
+* the CPU seconds the points took both ways (the rows' ``cpu_s``): equal when the pool adds no
+  work, whatever else shares the machine's cores.
 
 The two results must agree row for row (every column but the timings). Ray: the same small grid
 on a local Ray instance of 1 and of 2 CPUs, points per second each (the instance's start is not
@@ -106,7 +108,9 @@ def pool_row(spec: tuple, workers: int = 2) -> dict:
         grid.write_text(grid_text(*spec))
         one, one_wall = _sweep(grid, f"{tmp}/one.parquet", "--workers", "1")
         pool, pool_wall = _sweep(grid, f"{tmp}/pool.parquet", "--workers", str(workers))
-        singles = float(load_results(f"{tmp}/one.parquet")["search_s"].sum())
+        one_rows, pool_rows = (load_results(f"{tmp}/{n}.parquet") for n in ("one", "pool"))
+        singles = float(one_rows["search_s"].sum())
+        cpu = (float(one_rows["cpu_s"].sum()), float(pool_rows["cpu_s"].sum()))
         agree = _agree(f"{tmp}/one.parquet", f"{tmp}/pool.parquet")
     bound = GOAL * singles / workers
     return {
@@ -123,6 +127,8 @@ def pool_row(spec: tuple, workers: int = 2) -> dict:
         "meets_goal": pool["seconds"] <= bound,
         "agree": agree,
         "errors": pool["errors"],
+        "cpu_one_s": cpu[0],
+        "cpu_pool_s": cpu[1],
     }
 
 
@@ -154,14 +160,15 @@ def _print_pool(name: str, r: dict, ref: float) -> None:
         f"| {name} | {r['points']:,} | {r['singles_s']:.1f} s | {r['one_worker_s']:.1f} s | "
         f"{r['workers']} | {r['sweep_s']:.1f} s ({r['sweep_s'] / ref:.1f} × ref) | "
         f"{r['bound_s']:.1f} s | {r['ratio']:.2f} | {'yes' if r['meets_goal'] else 'NO'} | "
-        f"{'yes' if r['agree'] else 'NO'} |",
+        f"{'yes' if r['agree'] else 'NO'} | {r['cpu_one_s']:.1f} s / {r['cpu_pool_s']:.1f} s |",
         flush=True,
     )
 
 
 HEADER = (
     "| grid | points | Σ single searches | 1 worker | workers | sweep | goal (3 × Σ ÷ workers) | "
-    "sweep ÷ (Σ ÷ workers) | meets goal | rows agree |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+    "sweep ÷ (Σ ÷ workers) | meets goal | rows agree | CPU of the points, 1 worker / pool |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"
 )
 
 

@@ -4,7 +4,7 @@ A search point calls :func:`interface.commands.search_json` — the function ``t
 calls — with the point's scenario values (:meth:`Grid.scenario`); an evaluate point calls
 :func:`interface.commands.evaluate_json`. The row keeps what a study compares (:data:`COLUMNS`):
 the inputs, the status and why, the layout, the memory, the step time, MFU, the time to train and
-the cost, and the seconds the point took. Nothing here knows about processes: the engines
+the cost, and the seconds the point took (wall and CPU). Nothing here knows about processes: the engines
 (:mod:`interface.sweep.engines`) call :func:`run_points` wherever they run.
 """
 
@@ -59,12 +59,15 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("tables_s", "float"),
     ("solve_s", "float"),
     ("search_s", "float"),
+    ("cpu_s", "float"),
 )
 """Every row's columns and their kinds, in order; the grid's what-if multipliers (one float
 column each, ``hbm_capacity``…) follow ``part`` (:func:`columns`). Units: bytes (``peak_bytes``:
 the busiest stage's total at its peak; ``capacity_bytes``: what a layout may use), seconds,
-dollars, 0–1 rates; ``num_params`` counts every parameter (MoE: all experts)."""
-TIMING_COLUMNS = ("tables_s", "solve_s", "search_s")
+dollars, 0–1 rates; ``num_params`` counts every parameter (MoE: all experts); ``search_s`` is
+the point's wall time, ``cpu_s`` the CPU time its process spent on it (below ``search_s`` when
+other work shares the cores)."""
+TIMING_COLUMNS = ("tables_s", "solve_s", "search_s", "cpu_s")
 """Columns that measure the run rather than answer it: they differ from run to run; every other
 column is the same whatever the engine, the batch or the order (the tests compare them)."""
 STATUSES = ("optimal", "feasible", "infeasible", "fits", "does-not-fit", "error")
@@ -110,7 +113,7 @@ def run_point(grid: Grid, point: Point) -> dict[str, Any]:
     )
     for key in grid.what_ifs:
         row[key] = float(dict(point.what_if).get(key, 1))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         if grid.command == "search":
             _search(grid, point, row)
@@ -124,6 +127,7 @@ def run_point(grid: Grid, point: Point) -> dict[str, Any]:
     except Exception as err:  # a bug: recorded, counted, the sweep goes on
         row.update(status="error", reason=f"internal error: {type(err).__name__}: {err}")
     row["search_s"] = time.perf_counter() - t0
+    row["cpu_s"] = time.process_time() - c0  # this process's CPU, all its threads
     return row
 
 
