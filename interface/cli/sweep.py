@@ -184,7 +184,7 @@ def _points_alone(g: Any, points: tuple[int, ...], as_json: bool) -> None:
 
 
 @cli.command("sweep-plot")
-@click.argument("results", type=click.Path(dir_okay=False))
+@click.argument("results")
 @click.option(
     "--png",
     "png_path",
