@@ -128,7 +128,7 @@ class StageMemory:
 
     @property
     def steady_bytes(self) -> Fraction:
-        """Model state (with gathered units) + activations: the steady state the seed reports,
+        """Model state (with gathered units) + activations: the steady state the textbook reports,
         without the transient buffers of either phase."""
         acts = self.activations.total_bytes if self.activations else 0
         return self.state.resident_bytes + acts
@@ -486,7 +486,7 @@ def _zero_table(
     stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
 ) -> tuple[ZeroRow, ...]:
     """The model state of the busiest stage under each ZeRO stage the layout's framework has,
-    against its lowest stage (textbook: ZeRO-0, as the seed's table). On the GPU without
+    against its lowest stage (textbook: ZeRO-0, as the original planner's table). On the GPU without
     offload: the table compares the ZeRO stages themselves (an offload is reported beside it,
     ``memory.host_bytes``)."""
     stages = ZERO_STAGES[layout.framework]
@@ -718,7 +718,8 @@ def time_terms(
     """Step time of ``layout`` from its traffic rows; None without dimensions or link figures.
 
     Single model: ``step_s = m·t_mb·(1 + bubble_ratio) + Σ_axis (1 − overlap)·bytes/bandwidth``
-    (SPEC.md). Roofline model (:mod:`model.roofline_step`): ``m·t_mb·(1 + bubble_ratio)`` with
+    (docs/concepts/conventions.md "Step time and MFU").
+    Roofline model (:mod:`model.roofline_step`): ``m·t_mb·(1 + bubble_ratio)`` with
     ``t_mb`` the slowest stage's operations and exposed tp/cp/ep collectives, plus the pipeline
     messages, the exposed dp traffic and the optimizer step.
     """

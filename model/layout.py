@@ -1,12 +1,14 @@
-"""One point of the layout space, and every legality rule in one place (SPEC.md "Inputs and errors").
+"""One point of the layout space, and every legality rule in one place
+(docs/concepts/conventions.md "Inputs and errors").
 
 Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
 ``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (SPEC.md "Units and conventions").
+does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
@@ -25,7 +27,14 @@ from trainplan.model.split import (
 )
 from trainplan.model.units import check_limit
 
-__all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
+__all__ = [
+    "Recompute",
+    "Layout",
+    "validate",
+    "check_expert_parallel",
+    "LAYOUT_FIELDS",
+    "SEARCHED_FIELDS",
+]
 
 
 class Recompute(StrEnum):
@@ -70,7 +79,7 @@ class Layout:
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``--expert-tensor-parallel-size``): routed
     experts are split over etp·ep ranks and their optimizer state over the expert data-parallel
-    group of tp·dp·cp/(etp·ep) ranks. None = tp (the seed's convention)."""
+    group of tp·dp·cp/(etp·ep) ranks. None = tp (the textbook convention)."""
     zero_stage: int = 1
     """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019. What a stage
     holds and sends depends on ``framework`` (:mod:`model.frameworks`)."""
@@ -94,7 +103,8 @@ class Layout:
     """Transformer layers of each model chunk in model order (pp·v counts; or pp counts, one per
     stage, each divided evenly over its v chunks), summing to L; None = the default split
     (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
-    embedding-only first or loss-only last stage). Stored per chunk."""
+    embedding-only first or loss-only last stage). Stored per chunk. As text, the counts with
+    ``,`` or ``;`` between them (``7,8,8,7``: always a list here, never one number)."""
     recompute_layers: tuple[int, ...] | None = None
     """Per pipeline stage (pp counts), how many transformer layers of each of its model chunks
     are fully recomputed in backward — the first min(N, chunk's layers) layers of every chunk
@@ -172,7 +182,7 @@ class Layout:
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
-        items = counts.split(",") if isinstance(counts, str) else counts
+        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
         try:
             sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[attr-defined]
         except (TypeError, ValueError):
@@ -195,7 +205,7 @@ class Layout:
     def _recompute_counts(self) -> tuple[int, ...]:
         """``recompute_layers`` as pp whole numbers >= 0 (:attr:`recompute_layers`)."""
         counts = self.recompute_layers
-        items = counts.split(",") if isinstance(counts, str) else counts
+        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
         try:
             sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[union-attr]
         except (TypeError, ValueError):
@@ -331,9 +341,11 @@ def validate(
     check_framework(lay.framework, lay.zero_stage, lay.pp)
     check_offload(lay.framework, lay.zero_stage, training.offload)
     has_moe = model.arch is None or model.arch.kind_index(True) is not None
+    has_mla = model.arch is None or model.arch.mla is not None
     check_activation_offload(
-        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers
-    )
+        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers,
+        has_mla,
+    )  # fmt: skip
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
@@ -377,6 +389,26 @@ def validate(
         )
 
 
+def check_expert_parallel(ep: int, model: ModelSpec) -> None:
+    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
+    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
+    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
+    ``num_moe_experts % ep_size == 0``). Used by :func:`validate` and by the search for each
+    degree the user allows.
+
+    Raises
+    ------
+    LayoutError
+        ``ep: 16 does not divide num_experts = 8``.
+    """
+    arch = model.arch
+    if arch is None or ep == 1:
+        return
+    if arch.moe is None:
+        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
+    _check_divides("ep", ep, "num_experts", arch.moe.num_experts)
+
+
 def _check_architecture(lay: Layout, model: ModelSpec) -> None:
     arch = model.arch
     assert arch is not None
@@ -384,13 +416,11 @@ def _check_architecture(lay: Layout, model: ModelSpec) -> None:
     if arch.attention is AttentionKind.MHA:
         _check_divides("tp", lay.tp, "num_kv_heads", arch.kv_heads)
     _check_divides("tp", lay.tp, "ffn_hidden_size", arch.ffn_hidden_size)
+    check_expert_parallel(lay.ep, model)
     if arch.moe is None:
-        if lay.ep > 1:
-            raise LayoutError(f"ep: {lay.ep} > 1 needs a MoE model; {model.name} is dense")
         if lay.etp is not None:
             raise LayoutError(f"etp: {lay.etp} needs a MoE model; {model.name} is dense")
     else:
-        _check_divides("ep", lay.ep, "num_experts", arch.moe.num_experts)
         axis = "tp" if lay.etp is None else "etp"
         _check_divides(
             axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size

@@ -1,12 +1,12 @@
 """What is trained (:class:`ModelSpec`, :class:`Architecture`) and how (:class:`TrainingSpec`).
 
-Symbols follow SPEC.md: L layers, h hidden size, a attention heads, g KV heads, d head dim,
+Symbols follow docs/concepts/conventions.md "Units and symbols":
+L layers, h hidden size, a attention heads, g KV heads, d head dim,
 f FFN hidden size, V vocabulary, s sequence length, B global batch (sequences).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -288,7 +288,7 @@ class ModelSpec:
     """A model: its name, source and either an architecture, a declared size, or both.
 
     With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state
-    is computed and divided evenly over tp·pp (the seed's convention); activations are
+    is computed and divided evenly over tp·pp (the textbook convention); activations are
     unavailable. With both, the declared size is used for model state and the architecture for
     activations, traffic and FLOPs; the two must agree within :data:`DECLARED_SIZE_TOLERANCE`
     (an InputError otherwise).
@@ -334,14 +334,14 @@ class ModelSpec:
             When the file cannot be read, a required key is missing, or a key's value cannot be
             modelled (the message names the key, the value and the file).
         """
-        from trainplan.model.hf_config import read_hf_config  # local: keeps this module small
+        from trainplan.model.hf_config import parse_config_json, read_hf_config  # local: small
 
         p = Path(path)
         try:
-            config = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ScenarioError(f"model: cannot read {p}: {err}") from None
-        arch, notes = read_hf_config(config, str(p))
+            data = p.read_bytes()
+        except OSError as err:
+            raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
+        arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
         return cls(
             name=name or p.parent.name or p.stem,
             source=f"Hugging Face config {p}",
@@ -392,6 +392,15 @@ class TrainingSpec:
     Megatron-LM ``--memory-efficient-layer-norm``. Drops the two ``β·S·h`` norm inputs of every
     layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
     §3.3.2 does); measured in ``tests/fidelity``."""
+
+    gathered_block_inputs: bool | None = None
+    """Whether tensor parallelism keeps the attention and MLP blocks' all-gathered inputs for
+    backward, whole on every tp rank (:attr:`model.activations.ActivationContext.
+    gathered_block_inputs`). None = the framework profile's
+    (:attr:`model.frameworks.Framework.gathers_block_inputs`: ``fsdp2`` runs torchtitan's DTensor
+    plan, which keeps them; Megatron-Core keeps the sequence shard). False under ``fsdp2`` is FSDP
+    beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
+    published layouts fit only so)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -47,6 +47,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.memory import (
     _context,
     cache_bytes_per_element,
+    keeps_gathered_inputs,
     local_chunks,
     state_terms,
 )
@@ -241,7 +242,7 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
     experts = _gather(keys, {k: [p[3] for p in v] for k, v in params.items()}, P)
     dense_u = _gather(keys, {k: [u[0] for u in v] for k, v in units.items()}, P)
     expert_u = _gather(keys, {k: [u[1] for u in v] for k, v in units.items()}, P)
-    cache_bytes = cache_bytes_per_element(t)
+    cache_bytes = max(cache_bytes_per_element(t, s.framework) for s in sa.shapes)
     uniq = list(dict.fromkeys(keys))
     linear, layer_linear = (
         (
@@ -276,7 +277,8 @@ def _memory_group(job, sa: ShapeArrays, zero_stages, recomputes) -> dict[str, np
             mech = mechanism(fw, z, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
             w, g, o, gathered, buffers, extra, cache, host = state_terms(
                 mech, dense[ok], experts[ok], shard[ok], expert_shard[ok], dense_u[ok],
-                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes, t.offload,
+                expert_u[ok], linear[ok], layer_linear[ok], cache_bytes_per_element(t, fw),
+                t.offload, (sa.m[ok] > 1)[:, None],
             )  # fmt: skip
             total = w + g + o
             state[ok, zi] = np.where(valid[ok], total + gathered + cache + buffers, 0)
@@ -317,7 +319,10 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any
     N, P = len(sa.shapes), sa.P
     # per-layer figures per activation context (b, cp, tp, CP flavour)
     # (the flavour only where cp > 1: a plain key hashes faster than an enum)
-    ctx_keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
+    ctx_keys = [
+        (s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind, s.ep, s.framework)
+        for s in sa.shapes
+    ]
     figures = {
         k: layer_quantities(arch, _context(arch, sa.shapes[ctx_keys.index(k)].layout(1, mode), t))
         for k in dict.fromkeys(ctx_keys)
@@ -340,6 +345,7 @@ def _activations(job, sa: ShapeArrays, mode: Recompute) -> tuple[np.ndarray, Any
         sa.col("tp") > 1,
         t.activation_bytes,
         vocab,
+        np.array([keeps_gathered_inputs(s.framework, t) for s in sa.shapes])[:, None],
     )
     flight = flat_in_flight(sa.col("pp"), sa.col("m"), stage, sa.col("gpipe"))
     kept, emb_total = per_mb * flight, emb * flight

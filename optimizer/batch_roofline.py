@@ -56,7 +56,10 @@ def offload_figures(job: Any, sa: Any, mode: Recompute) -> list[np.ndarray] | No
     arch, t = case.model.arch, case.training
     if not t.offload.activations:
         return None
-    keys = [(s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind) for s in sa.shapes]
+    keys = [
+        (s.micro_batch_size, s.cp, s.tp, s.cp > 1 and s.cp_kind, s.ep, s.framework)
+        for s in sa.shapes
+    ]
     distinct = list(dict.fromkeys(keys))
     table = np.array(
         [

@@ -28,15 +28,79 @@ the whole choice.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from trainplan.optimizer.tables import CostTables
 
-__all__ = ["LayoutModel", "SolveResult", "Candidate"]
+__all__ = [
+    "LayoutModel",
+    "SolveResult",
+    "Candidate",
+    "interrupt",
+    "interrupted",
+    "clear_interrupt",
+    "run_solver",
+    "INTERRUPTED_LIMIT_S",
+]
+
+INTERRUPTED_LIMIT_S = 1.0
+"""Seconds each solve may still take once the search is interrupted (:func:`interrupt`): the
+passes after the stopped one (the tie-break, the objective after ``--maximize params``) read the
+answer so far instead of being skipped."""
+_STOP = threading.Event()
+_RUNNING: set[cp_model.CpSolver] = set()
+_LOCK = threading.Lock()
+
+
+def interrupt() -> None:
+    """Stop every CP-SAT solve now running and bound each later one by
+    :data:`INTERRUPTED_LIMIT_S`, so an interrupted search (Ctrl-C, which the caller catches:
+    the solver's own SIGINT handler is off, it resets SIGINT to the default after each solve)
+    ends within seconds with the best found so far. Thread-safe; idempotent, so a caller may
+    repeat it until the search returns."""
+    _STOP.set()
+    with _LOCK:
+        for solver in _RUNNING:
+            solver.stop_search()
+
+
+def run_solver(
+    solver: cp_model.CpSolver,
+    model: cp_model.CpModel,
+    time_limit_s: float | None = None,
+    callback: cp_model.CpSolverSolutionCallback | None = None,
+) -> Any:
+    """``solver.solve(model)`` (its status: ``cp_model.OPTIMAL``…) within ``time_limit_s`` (None: none), stoppable by
+    :func:`interrupt`: every CP-SAT solve of the project runs through here."""
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C is the caller's: interrupt()
+    with _LOCK:
+        _RUNNING.add(solver)
+    if _STOP.is_set():
+        time_limit_s = min(time_limit_s or INTERRUPTED_LIMIT_S, INTERRUPTED_LIMIT_S)
+    if time_limit_s:
+        solver.parameters.max_time_in_seconds = time_limit_s
+    try:
+        return solver.solve(model, callback)
+    finally:
+        with _LOCK:
+            _RUNNING.discard(solver)
+
+
+def interrupted() -> bool:
+    """Whether :func:`interrupt` was called since :func:`clear_interrupt`."""
+    return _STOP.is_set()
+
+
+def clear_interrupt() -> None:
+    """Forget an earlier :func:`interrupt` (before a new search)."""
+    _STOP.clear()
+
 
 Candidate = tuple[int, int, int]
 """(shape index, zero index, recompute index)."""
@@ -174,9 +238,7 @@ class LayoutModel:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = 0
-        if time_limit_s:
-            solver.parameters.max_time_in_seconds = time_limit_s
-        status = solver.solve(m, _Progress(progress) if progress else None)
+        status = run_solver(solver, m, time_limit_s, _Progress(progress) if progress else None)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
             return SolveResult(name, None, None, solver.wall_time)
@@ -220,6 +282,7 @@ class LayoutModel:
         m.add_assumptions(list(self.families.values()))
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
+        solver.parameters.catch_sigint_signal = False
         status = solver.solve(m)
         if status != cp_model.INFEASIBLE:
             return []

@@ -2,7 +2,7 @@
 Pareto frontier, the largest model that fits, and why nothing fits.
 
 Every answer is re-evaluated with ``evaluate()`` and every tabulated term is compared with it
-(DESIGN.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
+(docs/concepts/search.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def prepare(
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
             arch = job.case.model.arch
             moe = arch is None or arch.kind_index(True) is not None
-            refusal = recipe_refusal(problem.space, job.case.training, moe)
+            mla = arch is None or arch.mla is not None
+            refusal = recipe_refusal(problem.space, job.case.training, moe, mla)
             if refusal:
                 raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
@@ -307,6 +308,7 @@ def search(
                 f"search: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
                 "give a longer --time-limit",
                 ["solver: no answer within the limits"],
+                status="unknown",
             )
         if choice is None:
             if not answers:

@@ -271,7 +271,9 @@ def _with_cp_kinds(shape: Shape, space: SearchSpace, model: ModelSpec) -> list[S
     return out
 
 
-def recipe_refusal(space: SearchSpace, training: TrainingSpec, has_moe: bool) -> str | None:
+def recipe_refusal(
+    space: SearchSpace, training: TrainingSpec, has_moe: bool, has_mla: bool = True
+) -> str | None:
     """Why no framework of ``space`` can run the recipe's offload at any allowed ZeRO stage
     (the first framework's rule, as :func:`model.offload.check_offload` and
     :func:`model.activation_offload.check_activation_offload` state it), or None when one can:
@@ -281,7 +283,9 @@ def recipe_refusal(space: SearchSpace, training: TrainingSpec, has_moe: bool) ->
         for z in space.zero_stages:
             try:
                 check_offload(fw, z, training.offload)
-                check_activation_offload(fw, "none", training.offload.activations, has_moe)
+                check_activation_offload(
+                    fw, "none", training.offload.activations, has_moe, None, has_mla
+                )
             except LayoutError as err:
                 first = first or str(err)
                 continue

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from trainplan.optimizer.cpsat import run_solver
 from trainplan.optimizer.stage_tables import StageTables
 
 __all__ = ["StageSolution", "StageModel"]
@@ -119,9 +120,8 @@ class StageModel:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = 0
-        if time_limit_s is not None:
-            solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-        status = solver.solve(m)
+        limit = None if time_limit_s is None else max(0.01, time_limit_s)
+        status = run_solver(solver, m, limit)  # stoppable by optimizer.cpsat.interrupt
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))

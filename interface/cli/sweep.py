@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, output
+from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, list_option, output
+from trainplan.interface.cli.options import Decorator, option_groups
 from trainplan.model.errors import check_applicable
 
 
@@ -44,49 +45,62 @@ def _default_out(grid: str) -> str:
     return str(Path(grid).with_suffix(".parquet"))
 
 
+RESULTS: list[Decorator] = [
+    click.option(
+        "--out",
+        type=output(".parquet"),
+        help="Results file (Parquet), written as points finish; default GRID with .parquet. Run "
+        "the same command again to resume a stopped sweep.",
+    ),
+    click.option("--csv", "csv_path", type=output(".csv"), help="Also write the results as CSV."),
+    click.option(
+        "--restart", is_flag=True, help="Discard results already in --out and run every point."
+    ),
+]
+"""Where the rows go, and whether a sweep resumes."""
+
+ENGINE: list[Decorator] = [
+    click.option(
+        "--engine",
+        type=click.Choice(["pool", "ray"]),
+        default="pool",
+        show_default=True,
+        help="pool: local processes, no server; ray: a local Ray instance, or --address's cluster.",
+    ),
+    click.option(
+        "--workers", type=COUNT, help="Processes (pool) or CPUs (local Ray); default every core."
+    ),
+    click.option(
+        "--address",
+        help="With --engine ray: an existing cluster (ray://host:10001 or host:6379, or auto).",
+    ),
+]
+"""Where the points run."""
+
+REPORT: list[Decorator] = [
+    list_option(
+        "--point",
+        "points",
+        type=WHOLE,
+        help="Run only these points (numbered from 0; several: repeat it, or 3;7), alone in "
+        "this process, and print their rows; nothing is written.",
+    ),
+    list_option(
+        "--group-by",
+        "group_by",
+        help="Columns the summary's best points are per (several: repeat it, or model;gpu; "
+        "default model).",
+    ),
+    click.option(
+        "--json", "as_json", is_flag=True, help="Print the summary (or the --point rows) as JSON."
+    ),
+]
+"""What the command prints."""
+
+
 @cli.command("sweep")
 @click.argument("grid", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--out",
-    type=output(".parquet"),
-    help="Results file (Parquet), written as points finish; default GRID with .parquet. Run "
-    "the same command again to resume a stopped sweep.",
-)
-@click.option("--csv", "csv_path", type=output(".csv"), help="Also write the results as CSV.")
-@click.option(
-    "--engine",
-    type=click.Choice(["pool", "ray"]),
-    default="pool",
-    show_default=True,
-    help="pool: local processes, no server; ray: a local Ray instance, or --address's cluster.",
-)
-@click.option(
-    "--workers", type=COUNT, help="Processes (pool) or CPUs (local Ray); default every core."
-)
-@click.option(
-    "--address",
-    help="With --engine ray: an existing cluster (ray://host:10001 or host:6379, or auto).",
-)
-@click.option(
-    "--restart", is_flag=True, help="Discard results already in --out and run every point."
-)
-@click.option(
-    "--point",
-    "points",
-    type=WHOLE,
-    multiple=True,
-    help="Run only these points (numbered from 0), alone in this process, and print their rows; "
-    "nothing is written.",
-)
-@click.option(
-    "--group-by",
-    "group_by",
-    multiple=True,
-    help="Columns the summary's best points are per (repeatable; default model).",
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the summary (or the --point rows) as JSON."
-)
+@option_groups(("Results", RESULTS), ("Engine", ENGINE), ("Output", REPORT))
 def sweep_cmd(
     grid: str,
     out: str | None,
@@ -183,30 +197,40 @@ def _points_alone(g: Any, points: tuple[int, ...], as_json: bool) -> None:
         click.echo("")
 
 
+FIGURE: list[Decorator] = [
+    click.option(
+        "--png",
+        "png_path",
+        required=True,
+        type=output(".png", ".svg", ".pdf"),
+        help="The figure: .png, .svg or .pdf.",
+    ),
+    click.option(
+        "--kind",
+        type=click.Choice(["scaling", "heatmap"]),
+        default="scaling",
+        show_default=True,
+        help="scaling: the metric against GPU count, a line per part, a panel per model; "
+        "heatmap: the metric under each multiplier of --what-if, a row per model.",
+    ),
+    click.option(
+        "--metric",
+        type=click.Choice(["time-to-train", "cost", "step-time", "mfu"]),
+        default="time-to-train",
+        show_default=True,
+        help="The figure's value: time to train the grid's tokens, its cost (the grid's "
+        "gpu_hour_price), seconds per step, or MFU.",
+    ),
+    click.option(
+        "--what-if", "what_if", help="With --kind heatmap: the what-if (e.g. hbm_capacity)."
+    ),
+]
+"""The figure drawn."""
+
+
 @cli.command("sweep-plot")
 @click.argument("results")
-@click.option(
-    "--png",
-    "png_path",
-    required=True,
-    type=output(".png", ".svg", ".pdf"),
-    help="The figure: .png, .svg or .pdf.",
-)
-@click.option(
-    "--kind",
-    type=click.Choice(["scaling", "heatmap"]),
-    default="scaling",
-    show_default=True,
-    help="scaling: the metric against GPU count, a line per part, a panel per model; heatmap: "
-    "the metric under each multiplier of --what-if, a row per model.",
-)
-@click.option(
-    "--metric",
-    type=click.Choice(["time-to-train", "cost", "step-time", "mfu"]),
-    default="time-to-train",
-    show_default=True,
-)
-@click.option("--what-if", "what_if", help="With --kind heatmap: the what-if (e.g. hbm_capacity).")
+@option_groups(("Figure", FIGURE))
 def sweep_plot_cmd(
     results: str, png_path: str, kind: str, metric: str, what_if: str | None
 ) -> None:

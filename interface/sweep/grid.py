@@ -168,7 +168,8 @@ class Grid:
     def scenario(self, point: Point) -> dict[str, Any]:
         """The point as a scenario's values (what ``trainplan search --scenario`` reads), with
         ``gpu`` the what-if :class:`DeviceSpec` when it has what-ifs and ``gpu_hour_price`` the
-        catalogue part's price (a what-if part costs what its catalogue part costs).
+        catalogue part's price (a what-if part costs what its catalogue part costs); ``tokens``
+        only for an objective that uses it (time-to-train, cost).
 
         Raises
         ------
@@ -182,6 +183,10 @@ class Grid:
         values["gpu"] = gpu
         if point.what_if:
             values["gpu"] = what_if_part(get_accelerator(gpu), dict(point.what_if))
+        if str(values.get("objective") or "step-time") not in ("time-to-train", "cost"):
+            # the sweep's own time-to-train and cost columns read the budget (points.py); the
+            # search refuses one its objective does not use
+            values.pop("tokens", None)
         values.pop("gpu_hour_price", None)
         if self.price(point) is not None:
             values["gpu_hour_price"] = self.price(point)

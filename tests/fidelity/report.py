@@ -30,7 +30,7 @@ out. One process: tp = cp = 1, no sequence parallelism. "Predicted" is
 stacks) for the same dimensions, under each convention (`ActivationContext.convention`,
 `TrainingSpec.activation_convention`). Error = (predicted − measured) / measured.
 
-**The planner's default is `paper`** (SPEC.md "Activations": Korthikanti et al.'s 34·s·b·h +
+**The planner's default is `paper`** (conventions, "Activations": Korthikanti et al.'s 34·s·b·h +
 5·a·s²·b and its derivations). `pytorch` adds, by name, what PyTorch's kernels keep besides; with
 it every prediction equals the measurement exactly (error 0 on every row, the √n stacks
 included).
@@ -42,7 +42,7 @@ included).
 """
 
 CONVENTIONS = """
-## What the `pytorch` convention adds (SPEC terms: S = s/cp·b tokens, h, a heads, d head dim, f FFN size, k top-k, β = 2)
+## What the `pytorch` convention adds (terms: S = s/cp·b tokens, h, a heads, d head dim, f FFN size, k top-k, β = 2)
 
 | term | bytes per layer | sharding | why |
 | --- | --- | --- | --- |
