@@ -47,7 +47,7 @@ from typing import Any
 from trainplan.interface.inputs import LAYOUT_KEYS, RECIPE_KEYS, parse_framework
 from trainplan.interface.scenario import TOP_KEYS, check_scenario
 from trainplan.model.errors import PlannerError, ScenarioError
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.what_if import WHAT_IFS, what_if_label, what_if_part
@@ -334,14 +334,15 @@ def _recipes(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
 
 def _axis_values(axis: str, value: Any, where: str) -> list[Any]:
     """One axis value (a [[point]]'s, or an item of a [sweep] array) as the values it stands
-    for: a range of counts gives several."""
+    for: a range of counts, or counts with ``;`` between them (the command line's list grammar,
+    :func:`model.units.list_items`), gives several."""
     name = f"{where}{axis}"
     if axis in ("gpus", "global_batch", "global_batch_tokens"):
-        if isinstance(value, str) and ".." in value:
+        if isinstance(value, str):
             return gpu_counts(value, name)
         return [parse_count(value, name)]
     if axis == "seq_len":
-        return [parse_count(value, name)]
+        return parse_counts(value, name)
     if not isinstance(value, str) or not value.strip():
         raise ScenarioError(f"{name}: {value!r} must be a name (text)")
     if axis == "gpu":

@@ -51,6 +51,24 @@ def test_number_grammar_thousands_separators_are_one_number():
     assert {p.get("seq_len") for p in g.points} == {8192}
 
 
+def test_number_grammar_lists_take_the_semicolon_never_the_comma():
+    """As on the command line: ``64;128`` is two counts, ``2048,4096`` is refused (a comma only
+    groups thousands)."""
+    g = grid('[sweep]\ngpus = ["64;128", 256]\nseq_len = ["4096;8192"]')
+    assert [p.get("gpus") for p in g.points[::2]] == [64, 128, 256]
+    assert [p.get("seq_len") for p in g.points[:2]] == [4096, 8192]
+    with pytest.raises(ScenarioError, match=r"sweep\.gpus: '2048,4096' is not a number"):
+        grid('[sweep]\ngpus = ["2048,4096"]')
+
+
+def test_a_step_time_point_leaves_the_token_budget_to_the_sweep():
+    """The search refuses ``tokens`` under --objective step-time; the sweep keeps it for its own
+    time-to-train and cost columns, so a step-time point's scenario has none."""
+    g = grid('objective = "step-time"\ntokens = 1e12\n[sweep]\ngpus = [64]')
+    assert "tokens" not in g.scenario(g.points[0]) and g.base["tokens"] == 1e12
+    assert grid().scenario(grid().points[0])["tokens"] == "15e12"  # time-to-train keeps it
+
+
 def test_a_point_is_a_scenario():
     g = grid()
     plain = g.scenario(g.points[0])

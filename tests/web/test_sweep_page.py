@@ -15,7 +15,7 @@ need_chromium()
 
 from playwright.sync_api import expect  # noqa: E402
 
-from tests.web.test_browser import browser, go, page  # noqa: E402,F401  (fixtures)
+from tests.web.conftest import go  # noqa: E402  (browser and page: conftest's fixtures)
 
 GRID = """model = "megatron-1.7b"
 tokens = 1e11
