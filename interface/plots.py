@@ -645,7 +645,9 @@ def sweep_scaling_chart(
     bases = list(dict.fromkeys(p.split("[")[0] for p in parts))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ("-", "--", ":", "-.")
-    look = {}  # a catalogue part's colour; its what-if variants' line styles
+    look: dict[
+        str, tuple[str, str]
+    ] = {}  # a catalogue part's colour; its what-if variants' line styles
     for p in parts:
         base = p.split("[")[0]
         variant = sum(q.split("[")[0] == base for q in look)
