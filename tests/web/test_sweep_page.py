@@ -15,7 +15,9 @@ need_chromium()
 
 from playwright.sync_api import expect  # noqa: E402
 
-from tests.web.conftest import go  # noqa: E402  (browser and page: conftest's fixtures)
+from tests.web.conftest import TIMEOUT, go  # noqa: E402  (browser, page: conftest's fixtures)
+
+expect.set_options(timeout=TIMEOUT)  # a sweep on a shared machine takes more than 5 s
 
 GRID = """model = "megatron-1.7b"
 tokens = 1e11

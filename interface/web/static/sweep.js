@@ -87,4 +87,5 @@
 
   const id = new URLSearchParams(location.search).get("id");
   if (id) follow(id);
+  document.body.dataset.ready = "true"; // listening: what the user does now is seen
 })();
