@@ -305,6 +305,7 @@ def search_json(
         key, value = in_units(a.objective)
         d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
         d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+        d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
         answers.append(d)
     meta = {
         "status": result.status,
@@ -318,6 +319,19 @@ def search_json(
     }
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:
+    """What a priced answer costs whatever the objective: ``price_per_hour`` ($ per hour for
+    the job's GPUs, ``gpus × price``) and ``price_per_step`` ($ per optimizer step,
+    ``price_per_hour × step_s / 3600``); empty when no ``gpu_hour_price`` was given, no
+    ``price_per_step`` without a step time."""
+    if price is None:
+        return {}
+    per_hour = gpus * price
+    if step_s is None:
+        return {"price_per_hour": per_hour}
+    return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
 
 
 def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:

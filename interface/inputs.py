@@ -255,6 +255,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    if "dp" not in layout_args and "num_gpus" in params:
+        layout_args["dp"] = _dp_from_gpus(params, layout_args)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
@@ -352,6 +354,28 @@ def build_case(params: Mapping[str, Any]) -> Case:
         defaults_used=used,
         notes=() if "global_batch_size" in params or batch_note is None else (batch_note,),
     )
+
+
+def _dp_from_gpus(params: Mapping[str, Any], layout_args: dict[str, Any]) -> int:
+    """The data-parallel degree a GPU count implies when ``dp`` is not given: ``num_gpus ÷
+    (tp·pp·cp)`` (ep and etp subdivide dp·cp and tp, so they take no GPUs of their own); it is listed among
+    the defaults used like every layout field not given.
+
+    Raises
+    ------
+    InputError
+        When tp·pp·cp does not divide the GPU count (one line naming both).
+    """
+    gpus = _count(params, "num_gpus")
+    model_parallel = 1
+    for k in ("tp", "pp", "cp"):
+        model_parallel *= int(layout_args.get(k, 1))
+    if gpus % model_parallel:
+        raise InputError(
+            f"gpus: {gpus:,} is not divisible by tp·pp·cp = {model_parallel:,}; give dp, or a "
+            "GPU count that tp·pp·cp divides"
+        )
+    return gpus // model_parallel
 
 
 def _tp_plan(params: Mapping[str, Any], layout: Layout, used: dict[str, Any]) -> None:
