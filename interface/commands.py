@@ -200,7 +200,8 @@ def gpus_json() -> list[dict[str, Any]]:
 
 def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
     """The search :class:`~optimizer.problem.Problem` of the search/frontier options ``kw``
-    (a scenario file's values under them, the options winning).
+    (a scenario file's values under them, the options winning; ``kw["scenario"]`` is the file's
+    path, or its values already read and checked, :func:`interface.scenario.check_scenario`).
 
     Raises
     ------
@@ -209,7 +210,11 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
     """
     from trainplan.interface.scenario import build_problem, load_scenario
 
-    file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
+    scenario = kw.get("scenario")
+    if isinstance(scenario, dict):  # a scenario's values already read and checked (a sweep's point)
+        file_values = scenario
+    else:
+        file_values = load_scenario(scenario) if scenario else {}
     cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
     if objective:
         cli_values["objective"] = objective

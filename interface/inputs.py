@@ -23,7 +23,7 @@ from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.hardware import ClusterLinks
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
@@ -303,7 +303,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
-    device = get_accelerator(str(gpu_name))
+    # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
+    device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
     check_precision(training.precision, device)
     if training.precision is Precision.FP8 and model.arch is None:
         raise InputError(

@@ -248,9 +248,10 @@ class LayoutModel:
         m.clear_hints()
         m.add_hint(self.x[c], True)
         status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
-        return SolveResult(
-            status_name, choice, int(round(solver.objective_value)), solver.wall_time
-        )
+        # the objective's exact integer, read from the solution: solver.objective_value is a
+        # double, which rounds values above 2^53 (time to train in the objective's unit can
+        # pass 10^16) to a value no candidate has
+        return SolveResult(status_name, choice, int(solver.value(expr)), solver.wall_time)
 
     def forbid_above(self, values: np.ndarray, value: int) -> None:
         """Permanently rule out every candidate whose ``values[c]`` (one per variable) exceeds

@@ -58,7 +58,10 @@ def test_project_imported_by_installed_name(path):
 OWNERS = {
     # the layout search's model and the RLHF placement search's model (issue 12)
     "ortools": ("optimizer/cpsat.py", "optimizer/rlhf_cpsat.py", "optimizer/stage_cpsat.py"),
-    "pandas": ("interface/report.py",),
+    "pandas": ("interface/report.py", "interface/sweep/results.py"),
+    "pyarrow": ("interface/sweep/results.py",),  # a sweep's Parquet results
+    "ray": ("interface/sweep/engines.py",),  # the sweep's optional engine
+    "tqdm": ("interface/cli/",),
     "click": ("interface/cli/",),
     "matplotlib": ("interface/plots.py",),
     "networkx": ("topology/",),

@@ -109,8 +109,8 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     groups = getattr(command, "option_groups", None) or []
     if not groups:
         return [(None, list(command.params))]
-    arguments = [p for p in command.params if isinstance(p, click.Argument)]
-    rest = [
+    arguments: list[click.Parameter] = [p for p in command.params if isinstance(p, click.Argument)]
+    rest: list[click.Parameter] = [
         p
         for p in command.params
         if isinstance(p, click.Option) and getattr(p, "group", None) is None
