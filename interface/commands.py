@@ -16,8 +16,10 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.inputs import DIM_KEYS, build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
 from trainplan.model.errors import InfeasibleError, InputError
+from trainplan.model.estimate import Estimate
 
 __all__ = [
     "evaluate_json",
@@ -43,6 +45,8 @@ _TOP += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_la
 def _default(obj: Any) -> Any:
     if isinstance(obj, Fraction):
         return int(obj) if obj.denominator == 1 else float(obj)
+    if isinstance(obj, Estimate):
+        return estimate_to_dict(obj)
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     raise TypeError(f"cannot serialise {type(obj).__name__}")
@@ -89,8 +93,6 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
         Any bad or inapplicable input, one line naming the parameter, value and rule
         (:func:`interface.inputs.build_case`).
     """
-    from trainplan.model.report_dict import estimate_to_dict
-
     params = dict(params)
     params["overlap"] = parse_overlap(tuple(params.get("overlap") or ()))
     case = build_case(params)
@@ -276,7 +278,6 @@ def search_json(
         No layout meets the constraints; its ``explanation`` names the blocking families.
     """
     from trainplan.interface.report import objective_text
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.search import prepare, search
 
     kw = {**kw, "max_layers": kw.get("max_layers")}
@@ -353,7 +354,6 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
         No uniform layout fits.
     """
     from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.per_stage import per_stage_search
 
     problem = search_problem(kw)
@@ -444,7 +444,6 @@ def frontier_json(
         No layout meets the constraints.
     """
     from trainplan.interface.report import frontier_row
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.search import frontier, prepare
 
     problem = search_problem(kw)
@@ -497,7 +496,6 @@ def per_stage_frontier_json(
         Nothing fits, uniform or per stage.
     """
     from trainplan.interface.report import frontier_row
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.per_stage import peak_bytes
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 

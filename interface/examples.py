@@ -72,7 +72,7 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     tab, params = example_params(name, overrides)
     if tab == "planner":
         from trainplan.interface.inputs import build_case
-        from trainplan.model.report_dict import estimate_to_dict
+        from trainplan.interface.report_dict import estimate_to_dict
 
         case = build_case(params)
         out = estimate_to_dict(case.evaluate())

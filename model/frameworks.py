@@ -71,6 +71,7 @@ __all__ = [
     "DEEPSPEED_SUB_GROUP_ELEMENTS",
     "DEFAULT_RUNTIME_RESERVE_BYTES",
     "GRADIENT_BYTES",
+    "gradient_bytes_for",
 ]
 
 
@@ -305,6 +306,20 @@ DeepSpeed ZeRO accumulates in the parameter dtype (``grad_accum_dtype`` unset); 
 16 B/param counts 2."""
 
 
+def gradient_bytes_for(framework: Framework | str, gradient_bytes: int | None = None) -> int:
+    """Bytes per gradient element ``framework`` accumulates and reduces: the recipe's
+    ``gradient_bytes`` where given, else the profile's own (:data:`GRADIENT_BYTES`). Every
+    mechanism of the profile reduces in it (:attr:`Mechanism.reduce_bytes`), as does the tied
+    embedding's all-reduce between the first and the last stage.
+
+    Examples
+    --------
+    >>> gradient_bytes_for("megatron"), gradient_bytes_for("deepspeed"), gradient_bytes_for("fsdp2", 2)
+    (4, 2, 2)
+    """
+    return GRADIENT_BYTES[Framework(framework)] if gradient_bytes is None else gradient_bytes
+
+
 def mechanism(
     framework: Framework | str,
     zero_stage: int,
@@ -341,7 +356,7 @@ def mechanism(
     fw = Framework(framework)
     check_framework(fw, zero_stage, 1)
     w, o = weight_bytes, optimizer_bytes
-    g = GRADIENT_BYTES[fw] if gradient_bytes is None else gradient_bytes
+    g = gradient_bytes_for(fw, gradient_bytes)
     src = _SOURCES[fw]
     if fw is Framework.TEXTBOOK:
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
+from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import CpKind, check_cp_kind
@@ -25,7 +26,17 @@ from trainplan.model.split import (
 )
 from trainplan.model.units import check_limit
 
-__all__ = ["Recompute", "Layout", "validate", "LAYOUT_FIELDS", "SEARCHED_FIELDS"]
+__all__ = [
+    "Recompute",
+    "Layout",
+    "validate",
+    "LAYOUT_FIELDS",
+    "SEARCHED_FIELDS",
+    "sequence_parallel_on",
+    "expert_tp_of",
+    "expert_shard_degree_of",
+    "num_microbatches_of",
+]
 
 
 class Recompute(StrEnum):
@@ -223,12 +234,8 @@ class Layout:
 
     @property
     def sp(self) -> bool:
-        """Whether sequence parallelism is on."""
-        return (
-            self.tp > 1
-            if self.sequence_parallel is None
-            else bool(self.sequence_parallel and self.tp > 1)
-        )
+        """Whether sequence parallelism is on (:func:`sequence_parallel_on`)."""
+        return sequence_parallel_on(self.tp, self.sequence_parallel)
 
     @property
     def shard_degree(self) -> int:
@@ -238,21 +245,50 @@ class Layout:
     @property
     def expert_tp(self) -> int:
         """The expert tensor-parallel degree: ``etp``, or tp when not set."""
-        return self.tp if self.etp is None else self.etp
+        return expert_tp_of(self.tp, self.etp)
 
     @property
     def expert_shard_degree(self) -> int:
-        """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
-        expert data-parallel group; dp·cp/ep when etp = tp)."""
-        return self.tp * self.dp * self.cp // (self.expert_tp * self.ep)
+        """D_e (:func:`expert_shard_degree_of`)."""
+        return expert_shard_degree_of(self.tp, self.dp, self.cp, self.etp, self.ep)
 
     def num_microbatches(self, global_batch_size: int) -> int:
         """m = B / (b · dp); exact (see :func:`validate`)."""
-        return global_batch_size // (self.micro_batch_size * self.dp)
+        return num_microbatches_of(global_batch_size, self.micro_batch_size, self.dp)
 
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def sequence_parallel_on(tp: Any, sequence_parallel: bool | None) -> Any:
+    """Whether sequence parallelism is on: as asked, and only with tp > 1 (None = exactly when
+    tp > 1). Element-wise for arrays of tp.
+
+    Examples
+    --------
+    >>> sequence_parallel_on(8, None), sequence_parallel_on(8, False), sequence_parallel_on(1, True)
+    (True, False, False)
+    """
+    if sequence_parallel is None:
+        return tp > 1
+    return (tp > 1) & bool(sequence_parallel)
+
+
+def expert_tp_of(tp: Any, etp: Any) -> Any:
+    """The expert tensor-parallel degree: ``etp``, or tp when it is None."""
+    return tp if etp is None else etp
+
+
+def expert_shard_degree_of(tp: Any, dp: Any, cp: Any, etp: Any, ep: Any) -> Any:
+    """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
+    expert data-parallel group; dp·cp/ep when etp = tp). Element-wise for arrays."""
+    return tp * dp * cp // (expert_tp_of(tp, etp) * ep)
+
+
+def num_microbatches_of(global_batch_size: int, micro_batch_size: Any, dp: Any) -> Any:
+    """m = B / (b · dp) (exact where :func:`validate` holds). Element-wise for arrays."""
+    return global_batch_size // (micro_batch_size * dp)
 
 
 _ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,7 @@ class Architecture:
     def kind_index(self, moe: bool) -> int | None:
         """The first layer (main or MTP) whose FFN is MoE (``moe``) or dense; None when there is
         none. A layer's parameters, stored tensors and matmul FLOPs depend only on that kind."""
-        total = self.num_layers + self.mtp_layers
-        return next((i for i in range(total) if self.is_moe_layer(i) == moe), None)
+        return _kind_index(self, moe)
 
     def layer_span(self, index: int) -> AttentionSpan:
         """The attention span of layer ``index`` (:attr:`attention_pattern`, repeated)."""
@@ -202,6 +202,13 @@ class Architecture:
         if span is AttentionSpan.CHUNKED:
             return self.attention_chunk_size
         return None
+
+
+@lru_cache(maxsize=1024)
+def _kind_index(arch: Architecture, moe: bool) -> int | None:
+    """:meth:`Architecture.kind_index`, cached (legality and every per-layer figure ask)."""
+    total = arch.num_layers + arch.mtp_layers
+    return next((i for i in range(total) if arch.is_moe_layer(i) == moe), None)
 
 
 def _check_attention(arch: Architecture) -> None:

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
@@ -152,7 +153,7 @@ def test_mixtral_expert_tensor_parallel_one():
     est = case.evaluate()
     assert 32 * 8 * 3 * 4096 * 14336 == 45_097_156_608
     assert est.peak.expert_params == Fraction(45_097_156_608, 8) == 5_637_144_576
-    assert est.layout.expert_shard_degree == 1 and est.to_dict()["layout"]["etp"] == 1
+    assert est.layout.expert_shard_degree == 1 and estimate_to_dict(est)["layout"]["etp"] == 1
     # with etp = tp = 2 (default) the same ep is illegal: ep must divide dp·cp = 4
     with pytest.raises(LayoutError, match="ep: 8 must divide dp × cp = 4"):  # model.layout
         build_case({**case_params(), "etp": None}).evaluate()
