@@ -36,7 +36,6 @@ from trainplan.model.terms import Term
 from trainplan.model.terms.fields import LINK_AXES, Context, LinkFields
 from trainplan.model.xp import over_arrays
 from trainplan.optimizer.case import links_for
-from trainplan.optimizer.space import Shape
 from trainplan.topology.placement import axis_spans, two_tier_bandwidth
 
 __all__ = ["ShapeColumns", "Columns", "tabulate", "SHAPE_FIELDS"]
@@ -59,24 +58,27 @@ class ShapeColumns:
 
     def __init__(
         self,
-        shapes: Sequence[Shape],
+        shapes: Sequence[Any],
         global_batch_size: int,
-        links: ClusterLinks,
+        links: ClusterLinks | None = None,
         fabric: tuple[tuple[str, Any], ...] = (),
+        values: dict[str, Any] | None = None,
     ) -> None:
+        """``shapes``: :class:`optimizer.space.Shape` objects (or anything with their fields);
+        ``values``: the columns themselves instead (candidates not yet made shapes). ``links``:
+        the cluster's two tiers (None: no term that reads links is evaluated)."""
         self.shapes = tuple(shapes)
-        self.n = len(self.shapes)
         self.global_batch_size = global_batch_size
         self.values: dict[str, Any] = {}
-        for name in SHAPE_FIELDS:
-            items = [getattr(s, name) for s in self.shapes]
-            if name in _NUMERIC:
-                self.values[name] = np.array(items, dtype=np.int64)
-            else:
-                column = np.empty(self.n, dtype=object)
-                column[:] = items
-                self.values[name] = column
-        self.links = self._links(links, fabric)
+        if values is not None:
+            self.values = dict(values)
+            self.n = len(next(iter(values.values())))
+        else:
+            self.n = len(self.shapes)
+            for name in SHAPE_FIELDS:
+                items = [getattr(s, name) for s in self.shapes]
+                self.values[name] = _as_column(items, name in _NUMERIC)
+        self.links = {} if links is None else self._links(links, fabric)
         self._groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], np.ndarray]]] = {}
         self.memo: dict[Any, Any] = {}
 
@@ -128,6 +130,15 @@ class ShapeColumns:
         return Columns(self, rows, scalars)
 
 
+def _as_column(items: Sequence[Any], numeric: bool) -> np.ndarray:
+    """A 1-D column of ``items``: int64 for degrees, objects otherwise (enums, tuples, None)."""
+    if numeric:
+        return np.array(items, dtype=np.int64)
+    column = np.empty(len(items), dtype=object)
+    column[:] = list(items)
+    return column
+
+
 def _column(values: Any) -> Any:
     """A 1-D column as ``[n, 1]``; scalars unchanged."""
     return values[:, None] if isinstance(values, np.ndarray) else values
@@ -164,16 +175,20 @@ class Columns:
         flat["m"] = num_microbatches_of(
             table.global_batch_size, flat["micro_batch_size"], flat["dp"]
         )
-        pp = flat["pp"]
-        if isinstance(pp, np.ndarray):
-            raise AssertionError("pp must be a control field (the stage axis is sized by it)")
-        self.stage = np.arange(int(pp))[None, :]
         self._scalars = {k: v for k, v in flat.items() if not isinstance(v, np.ndarray)}
         self._cols: dict[str, Any] = {}
 
     @property
     def n(self) -> int:
         return len(self._rows)
+
+    @property
+    def stage(self) -> np.ndarray:
+        """[1, P] stage indices (P = pp, a control field of every term with a stage axis)."""
+        pp = self._flat["pp"]
+        if isinstance(pp, np.ndarray):
+            raise AssertionError("pp must be a control field (the stage axis is sized by it)")
+        return np.arange(int(pp))[None, :]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -213,6 +228,10 @@ class Columns:
     def _gather(self, answers: list[Any], index: np.ndarray, per_stage: bool) -> Any:
         """The answers gathered per row: a column ``[n, 1]`` (``[n, P]`` per stage), or a tuple
         of them for tuple answers (ragged tuples padded with 0)."""
+        if isinstance(answers[0], str):  # a rule's reason: objects
+            texts = np.empty(len(answers), dtype=object)
+            texts[:] = answers
+            return texts[index][:, None]
         rows = answers if per_stage else [[a] for a in answers]  # [K][P] entries
         many = isinstance(rows[0][0], tuple)
         if many:
@@ -233,6 +252,8 @@ class Columns:
         answers = [fn(*args, *k) for k in keys]
         if len(keys) == 1 and not per_stage:  # one answer for every row: as numpy numbers
             one = answers[0]
+            if isinstance(one, str):
+                return one
             return tuple(map(_number, one)) if isinstance(one, tuple) else _number(one)
         return self._gather(answers, index, per_stage)
 
@@ -284,12 +305,13 @@ def tabulate(
     modifiers: dict[str, tuple[Any, ...]],
     read: Callable[[Any], tuple[Any, ...]],
     P: int,
-    skip: Callable[[dict[str, Any]], bool] | None = None,
+    skip: Callable[[dict[str, Any], np.ndarray], bool] | None = None,
 ) -> list[np.ndarray]:
     """``term`` over every shape of ``table`` and every value of the modifiers in its scope:
     the figures ``read`` takes off each result, each an array ``[N, M, P]`` (per stage; stages
     beyond a shape's pp hold 0) or ``[N, M]``, M the modifier values (1 when the term reads
-    none). ``skip(scalars)`` leaves a combination's rows 0 (one a framework does not run)."""
+    none). ``skip(scalars, rows)`` leaves a group's rows 0 (a ZeRO stage its framework does not
+    run with its pp)."""
     with over_arrays():
         return _tabulate(term, c, table, modifiers, read, P, skip)
 
@@ -301,7 +323,7 @@ def _tabulate(
     modifiers: dict[str, tuple[Any, ...]],
     read: Callable[[Any], tuple[Any, ...]],
     P: int,
-    skip: Callable[[dict[str, Any]], bool] | None,
+    skip: Callable[[dict[str, Any], np.ndarray], bool] | None,
 ) -> list[np.ndarray]:
     mods = [m for m in ("zero_stage", "recompute") if m in term.scope]
     if len(mods) > 1:
@@ -314,7 +336,7 @@ def _tabulate(
             scalars = dict(zip(control, key, strict=True))
             if mods:
                 scalars[mods[0]] = value
-            if skip is not None and skip(scalars):
+            if skip is not None and skip(scalars, rows):
                 continue
             view = table.view(rows, scalars)
             figures = read(term.fn(c, view))

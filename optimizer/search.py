@@ -93,9 +93,7 @@ def prepare(
     tables = build_tables(problem, progress, deadline)
     if not tables.shapes:
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
-            arch = job.case.model.arch
-            moe = arch is None or arch.kind_index(True) is not None
-            refusal = recipe_refusal(problem.space, job.case.training, moe)
+            refusal = recipe_refusal(problem.space, job.case.training, job.case.model)
             if refusal:
                 raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]

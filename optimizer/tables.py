@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.flops import step_flops
-from trainplan.model.frameworks import check_framework
 from trainplan.model.layout import Recompute
-from trainplan.model.offload import check_offload
+from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context
@@ -112,23 +111,21 @@ def _capacity(job: Job, shape: Shape, headroom: float) -> int:
     return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
 
 
-def _runs(c: Context) -> Callable[[dict[str, Any]], bool]:
-    """Whether a (framework, ZeRO stage, pp) combination is one the framework does not run
-    (:func:`model.frameworks.check_framework`, :func:`model.offload.check_offload`)."""
-    refused: dict[tuple[Any, ...], bool] = {}
+def _legal(c: Context, table: ShapeColumns, zs, recompute: Recompute) -> np.ndarray:
+    """[N, Z] whether each shape breaks no legality rule at each ZeRO stage
+    (:func:`model.legality.legality`)."""
+    setting = Setting(c.model, c.training)
+    every = np.arange(table.n)
+    legal = np.zeros((table.n, len(zs)), dtype=bool)
+    for zi, z in enumerate(zs):
+        ok, _ = legality(setting, table.view(every, {"zero_stage": z, "recompute": recompute}))
+        legal[:, zi] = np.broadcast_to(np.asarray(ok, dtype=bool).reshape(-1), (table.n,))
+    return legal
 
-    def skip(scalars: dict[str, Any]) -> bool:
-        key = (scalars["framework"], scalars["zero_stage"], scalars["pp"])
-        if key not in refused:
-            try:
-                check_framework(*key)
-                check_offload(key[0], key[1], c.training.offload)
-                refused[key] = False
-            except LayoutError:
-                refused[key] = True
-        return refused[key]
 
-    return skip
+def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]:
+    """Whether a group of shapes has no legal row at its ZeRO stage (its terms are left 0)."""
+    return lambda scalars, rows: not legal[rows, zs.index(scalars["zero_stage"])].any()
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
@@ -136,7 +133,8 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
     the host's share [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
     (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
     state fits the host: :func:`model.terms.peak.host_fits`)."""
-    skip = _runs(c)
+    legal = _legal(c, table, zs, rs[0])
+    skip = _skip(zs, legal)
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
         term("state"), c, table, modifiers,
@@ -146,11 +144,7 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         term("activations"), c, table, modifiers,
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
-    legal = np.zeros((table.n, len(zs)), dtype=bool)
-    for zi, z in enumerate(zs):
-        for (fw, pp), rows in table.groups(("framework", "pp")):
-            legal[rows, zi] = not skip({"framework": fw, "zero_stage": z, "pp": pp})
-    if c.training.offload.active:
+    if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= host_fits(host.max(axis=2), c.gpu)
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
             "act_host": act_host}  # fmt: skip
@@ -161,7 +155,9 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     :func:`model.terms.step.dp_term`); t2 of an illegal ZeRO stage is 0."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1)
-    (t2,) = tabulate(term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _runs(c))
+    (t2,) = tabulate(
+        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, legal)
+    )
     return {
         "t1": np.rint(t1 * 1e9).astype(np.int64),
         "t2": np.where(legal, np.rint(t2 * 1e9), 0).astype(np.int64),
@@ -226,16 +222,7 @@ def build_tables(
     InputError
         When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
-    if any(job.case.training.offload.activations for job in problem.jobs):
-        # activation offload runs with recompute none or selective only
-        # (model.activation_offload.check_activation_offload)
-        rs = tuple(r for r in rs if r in (Recompute.NONE, Recompute.SELECTIVE))
-        if not rs:
-            raise InputError(
-                "search: offload_activations needs recompute none or selective among the "
-                "recompute modes (full and sqrt keep only checkpoints: nothing to offload)"
-            )
+    space, zs, rs = problem.space, problem.space.zero_stages, _recomputes(problem)
     per_job: list[tuple[Job, tuple[Shape, ...]]] = []
     total = 0
     for job in problem.jobs:
@@ -328,6 +315,31 @@ def build_tables(
         peak,
         tabulated,
     )
+
+
+def _recomputes(problem: Problem) -> tuple[Recompute, ...]:
+    """The space's recompute modes that some framework of the space runs with some job's
+    recipe (:func:`model.legality.refusal`: activation offload keeps none or selective).
+
+    Raises
+    ------
+    InputError
+        None is left: the rule's own line.
+    """
+    kept, first = [], ""
+    for r in problem.space.recomputes:
+        why = [
+            refusal(Setting(job.case.model, job.case.training), framework=fw, recompute=r,
+                    recompute_layers=None)
+            for job in problem.jobs
+            for fw in problem.space.frameworks
+        ]  # fmt: skip
+        if not all(why):
+            kept.append(r)
+        first = first or next((w for w in why if w), "")
+    if not kept:
+        raise InputError(f"search: {first}")
+    return tuple(kept)
 
 
 def _fields(space) -> dict:

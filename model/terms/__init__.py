@@ -81,7 +81,7 @@ TERMS: tuple[Term, ...] = (
         frozenset(
             {*_SHAPE, "recompute", "recompute_layers", "schedule", "deallocate_pipeline_outputs"}
         ),
-        ("pp", "recompute", "schedule", "virtual_stages"),
+        ("pp", "recompute", "virtual_stages"),
         True,
         "bytes",
         "ceil",

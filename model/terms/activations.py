@@ -270,6 +270,15 @@ def _offload_lines(
     return buffer, offloaded - minimum(per_layer, offloaded)
 
 
+def _in_flight(f: Fields) -> Any:
+    """Micro-batches a stage of one model chunk holds at its peak
+    (:func:`model.pipeline.microbatches_in_flight`): GPipe m, 1F1B ``min(pp − i, m)``, the
+    interleaved schedule's warm-up with one chunk."""
+    flat = flat_in_flight(f.pp, f.m, f.stage, f.schedule == Schedule.GPIPE)
+    one_chunk = interleaved_in_flight(f.pp, f.m, 1, f.stage)
+    return exact(where((f.schedule == Schedule.INTERLEAVED) & (f.pp > 1), one_chunk, flat))
+
+
 def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     """Activation bytes on one GPU of pipeline stage ``f.stage``.
 
@@ -291,7 +300,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
 
     Scope: :data:`CONTEXT_FIELDS`, :data:`FORM_FIELDS`, dp (through m), schedule, framework (the
     vocabulary's padding), cp_a2a, deallocate_pipeline_outputs. Control: pp, recompute,
-    schedule, virtual_stages.
+    virtual_stages (v > 1 is the interleaved schedule, held chunk by chunk).
     """
     arch, t = c.arch, c.training
     beta = t.activation_bytes
@@ -309,8 +318,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta) * (n_layers > 0)
     v = f.virtual_stages
-    if f.schedule is not Schedule.INTERLEAVED or v == 1 or f.pp == 1:
-        in_flight = exact(flat_in_flight(f.pp, f.m, f.stage, f.schedule is Schedule.GPIPE))
+    if v == 1 or f.pp == 1:  # one chunk per stage (v > 1 is the interleaved schedule's)
+        in_flight = _in_flight(f)
         kept, emb_total, held_mb = per_mb * in_flight, emb * in_flight, in_flight
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
