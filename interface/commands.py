@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import DIM_KEYS, build_case
 from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
@@ -155,8 +156,8 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
         (:func:`model.hf_config.architecture_from_hf`, naming the key).
     """
     from trainplan.model.errors import ScenarioError
-    from trainplan.model.hf_config import architecture_from_hf
-    from trainplan.model.specs import ModelSpec
+    from trainplan.model.hf_families import architecture_from_hf
+    from trainplan.model.model_spec import ModelSpec
 
     where = "config: the uploaded config.json"
     if len(text) > MAX_CONFIG_CHARS:
@@ -536,4 +537,8 @@ def per_stage_frontier_json(
 def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
     """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
     (exit code 1): ``status`` infeasible, the ``explanation`` lines and the ``message``."""
-    return {"status": "infeasible", "explanation": err.explanation, "message": str(err)}
+    return {
+        "status": "infeasible",
+        "explanation": [with_flags(line) for line in err.explanation],
+        "message": with_flags(str(err)),
+    }

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.flags import with_flags
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
@@ -526,7 +527,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             **_efficiencies(est),
         },
         "assumptions": assumptions(est),
-        "notes": [*est.notes, *bound_notes(est)],
+        "notes": [with_flags(n) for n in (*est.notes, *bound_notes(est))],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)

@@ -21,10 +21,11 @@ from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import model_state
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
-from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activations import padded_vocab_of
 from trainplan.model.terms.fields import AxisLinkLike, Context, LayoutFields
@@ -380,11 +381,11 @@ def _notes(model: ModelSpec, layout: Layout, terms: TimeTerms | None) -> list[st
     if model.arch is None:
         notes.append(
             "activations, traffic beyond DP, FLOPs and step time need the model's dimensions "
-            "(give --layers --hidden --heads …, or a catalogue model)"
+            "(give `num_layers` `hidden_size` `num_attention_heads` …, or a catalogue model)"
         )
     elif terms is None:
         notes.append(
-            "step time needs every axis's link bandwidth (give --nvlink-gbps / --scaleout-gbps)"
+            "step time needs every axis's link bandwidth (give `nvlink_gbps` / `scaleout_gbps`)"
         )
     if layout.recompute_layers is not None:
         notes.append(
@@ -430,7 +431,7 @@ def _vocab_note(vocab: int, padded: int, multiple: int, layout: Layout, given: i
     tp = layout.tp
     if multiple > 1:
         why = (
-            f"--pad-vocab {multiple}"
+            f"`vocab_multiple` {multiple}"
             if given is not None
             else f"{layout.framework} pads to a multiple of make_vocab_size_divisible_by "
             f"{multiple} × tp"

@@ -258,23 +258,23 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
     ...     check_framework(Framework.DEEPSPEED, 2, 4)
     ... except LayoutError as err:
     ...     print(str(err).split(" (")[0])
-    zero_stage: 2 with --framework deepspeed needs pp = 1
+    zero_stage: 2 with `framework` deepspeed needs pp = 1
     """
     allowed = ZERO_STAGES[framework]
     if zero_stage not in allowed:
         what = {
             Framework.MEGATRON: "DDP (0) and the distributed optimizer (1); for ZeRO-2/3 use "
-            "--framework fsdp2 or deepspeed",
+            "`framework` fsdp2 or deepspeed",
             Framework.DEEPSPEED: "ZeRO-1, 2 and 3",
             Framework.FSDP2: "reshard_after_forward=False (2) and True (3)",
             Framework.TEXTBOOK: "0–3",
         }[framework]
         raise LayoutError(
-            f"zero_stage: {zero_stage} is not a stage of --framework {framework} (it models {what})"
+            f"zero_stage: {zero_stage} is not a stage of `framework` {framework} (it models {what})"
         )
     if framework is Framework.DEEPSPEED and zero_stage >= 2 and pp > 1:
         raise LayoutError(
-            f"zero_stage: {zero_stage} with --framework deepspeed needs pp = 1 (its pipeline "
+            f"zero_stage: {zero_stage} with `framework` deepspeed needs pp = 1 (its pipeline "
             f"engine allows ZeRO-0/1 only); pp is {pp}"
         )
 

@@ -15,8 +15,9 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.legality import Setting, check_rules
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import Schedule
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
     chunk_sizes_from_ranks,
 )

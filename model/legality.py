@@ -26,9 +26,10 @@ from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import check_offload
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.specs import AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
 from trainplan.model.xp import where
 
@@ -123,7 +124,7 @@ def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> Non
     if stage_layers is not None:
         raise LayoutError(
             "stage_layers: a stage layout needs the model's layers (a catalogue model, a "
-            "config.json or --layers), not a size only"
+            "config.json or `num_layers`), not a size only"
         )
     if ep > 1:
         raise LayoutError(f"ep: {ep} needs a MoE model with dimensions, not a size only")
@@ -277,7 +278,7 @@ def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
     Examples
     --------
     >>> from trainplan.model.layout import Layout
-    >>> from trainplan.model.specs import ModelSpec
+    >>> from trainplan.model.model_spec import ModelSpec
     >>> from trainplan.model.terms.fields import LayoutFields
     >>> s = Setting(ModelSpec(name="m", num_params_declared=10**9), TrainingSpec(seq_len=8,
     ...     global_batch_size=6))
@@ -298,11 +299,11 @@ def refusal(setting: Setting, **values: Any) -> str:
 
     Examples
     --------
-    >>> from trainplan.model.specs import ModelSpec
+    >>> from trainplan.model.model_spec import ModelSpec
     >>> s = Setting(ModelSpec(name="m", num_params_declared=10**9), TrainingSpec(seq_len=8,
     ...     global_batch_size=8))
     >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
-    'zero_stage: 2 with --framework deepspeed needs pp = 1'
+    'zero_stage: 2 with `framework` deepspeed needs pp = 1'
     """
     for rule in RULES:
         if all(name in values for name in rule.scope):

@@ -128,7 +128,7 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     fw = Framework(framework)
     if fw is Framework.TEXTBOOK:
         raise LayoutError(
-            "offload: the textbook profile has no offload mechanism; use --framework megatron, "
+            "offload: the textbook profile has no offload mechanism; use `framework` megatron, "
             "deepspeed or fsdp2"
         )
     if offload.params and fw is Framework.MEGATRON:
@@ -149,7 +149,7 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     if fw is Framework.FSDP2 and not (offload.params and zero_stage == 3):
         raise LayoutError(
             "offload_optimizer: FSDP2's CPUOffloadPolicy moves parameters, gradients and the "
-            "optimizer together under ZeRO-3: give --offload-params with --zero 3"
+            "optimizer together under ZeRO-3: give `offload_params` with `zero_stage` 3"
         )
 
 
@@ -281,7 +281,7 @@ def host_rates(device: DeviceSpec, need_memory: bool = True) -> tuple[float, flo
     if link is not None and memory is None and not need_memory:
         return link, 0.0
     if link is None or memory is None:
-        missing = "--host-link-gbps" if link is None else "--host-memory-gbps"
+        missing = "`host_link_gbps`" if link is None else "`host_memory_gbps`"
         raise InputError(
             f"offload: the {device.name} has no {'host link' if link is None else 'host memory'}"
             f" bandwidth in the table (trainplan gpus); give {missing}"

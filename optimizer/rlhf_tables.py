@@ -26,6 +26,7 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf_roles import Evaluator, RoleCost, RoleOption, role_cost
 from trainplan.model.rlhf_spec import (
     DEFAULT_FRACTION_COLOCATED,
@@ -34,7 +35,7 @@ from trainplan.model.rlhf_spec import (
     Role,
 )
 from trainplan.model.rollout import kv_heads_per_gpu
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.optimizer.case import links_for
 

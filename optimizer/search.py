@@ -18,7 +18,7 @@ import numpy as np
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
-from trainplan.optimizer.problem import Job, Objective, Problem
+from trainplan.optimizer.problem import Job, Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.space import recipe_refusal
 from trainplan.optimizer.tables import CostTables, build_tables, objective_tables
@@ -289,7 +289,7 @@ def search(
     maximize = None
     if problem.objective is Objective.PARAMS:
         sizes = [
-            tables.jobs[j].case.model.num_params_declared or _count(tables.jobs[j])
+            model_size(tables.jobs[j])
             for j in tables.job_of
         ]
         maximize = lm.linear(sizes)
@@ -332,13 +332,6 @@ SOLVE_FLOOR_S = 1.0
 def _remaining(time_limit_s: float | None, spent: float) -> float | None:
     """What a time limit leaves the solver after the tables (at least :data:`SOLVE_FLOOR_S`)."""
     return None if time_limit_s is None else max(SOLVE_FLOOR_S, time_limit_s - spent)
-
-
-def _count(job: Job) -> int:
-    from trainplan.model.params import count_params
-
-    assert job.case.model.arch is not None
-    return count_params(job.case.model.arch).total
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,10 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.legality import Setting, legality, refusal
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.pipeline import Schedule
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")

@@ -17,7 +17,7 @@ and tests. File format (keys checked strictly; unknown keys are errors)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from trainplan import scenarios
 from trainplan.model.errors import ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.layout import SEARCHED_FIELDS
-from trainplan.model.specs import ModelSpec
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.units import closest_names
 
 __all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAYOUT_KEYS"]
@@ -155,7 +155,7 @@ def _hf_path(name: str) -> Path | None:
     return None
 
 
-@cache
+@lru_cache(maxsize=16)
 def get_model(name: str) -> CatalogueEntry:
     """The catalogue model ``name``, or a Hugging Face ``config.json`` given by its path.
 

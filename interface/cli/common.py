@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from trainplan.interface.flags import with_flags
 from trainplan.model.errors import PlannerError
 from trainplan.model.units import parse_count, parse_number, parse_positive
 
@@ -41,7 +42,7 @@ class GuardedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PlannerError as err:
-            fail(str(err))
+            fail(with_flags(str(err)))
 
 
 def run_guarded(group: click.Group) -> None:
@@ -49,7 +50,7 @@ def run_guarded(group: click.Group) -> None:
     try:
         code = group.main(standalone_mode=False)
     except PlannerError as err:
-        fail(str(err))
+        fail(with_flags(str(err)))
     except click.exceptions.Abort:
         fail("aborted", 1)
     except click.ClickException as err:

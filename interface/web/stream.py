@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from trainplan.interface.commands import to_json
+from trainplan.interface.flags import with_flags
 from trainplan.interface.web.api import (
     BAD_INPUT,
     frontier_run,
@@ -57,7 +58,7 @@ def _work(run: Callable[..., Any], query: list[tuple[str, str]], put: Callable[[
         obj = run_object(run(query, **progress))
         put({"event": "result", "result": obj, "planner": planner_links(query, obj)})
     except PlannerError as err:
-        put({"event": "error", "error": str(err)})
+        put({"event": "error", "error": with_flags(str(err))})
     except Exception:  # a bug: logged on the server, one line to the page, no trace
         _LOG.exception("search failed")
         put({"event": "error", "error": "internal error; the server's log has the details"})

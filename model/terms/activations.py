@@ -25,9 +25,10 @@ from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import Schedule, flat_in_flight, interleaved_in_flight
 from trainplan.model.precision import Precision
-from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
     apply_form,

@@ -34,7 +34,8 @@ from typing import Any, Protocol
 
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
-from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.timing import CostOptions
 from trainplan.model.xp import is_array
 

@@ -282,7 +282,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     if f.recompute_layers is not None:
         raise InputError(
             "recompute_layers: per-stage recomputation is timed by the roofline model only "
-            "(--time-model roofline, a physical framework profile, an accelerator with its HBM "
+            "(`time_model` roofline, a physical framework profile, an accelerator with its HBM "
             "bandwidth)"
         )
     t_mb = single_microbatch_seconds(c, f)

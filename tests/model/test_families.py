@@ -19,10 +19,11 @@ import pytest
 from trainplan.model.errors import ScenarioError
 from trainplan.model.estimate import stage_memory
 from trainplan.model.flops import MfuConvention, step_flops
-from trainplan.model.hf_config import read_hf_config
+from trainplan.model.hf_families import read_hf_config
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params, stage_params
-from trainplan.model.specs import Mlp, ModelSpec, TrainingSpec
+from trainplan.model.specs import Mlp, TrainingSpec
 from trainplan.model.split import stage_layers
 from trainplan.model.timing import stage_microbatch_flops
 from trainplan.scenarios.catalogue import get_model

@@ -22,9 +22,10 @@ from trainplan.interface.inputs import build_case
 from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import interleaved_chunks_held_simulated
 from trainplan.model.schedule import simulate
-from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.stage_bytes import block_forms, stage_forms
 
 LLAMA3_70B = {

@@ -18,7 +18,8 @@ from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.estimate import evaluate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
-from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.vocab import VOCAB_MULTIPLE, padded_vocab
 from trainplan.topology.accelerators import get_accelerator
 
