@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from trainplan.optimizer.solver import solve
 from trainplan.optimizer.tables import CostTables
 
 __all__ = ["LayoutModel", "SolveResult", "Candidate"]
@@ -49,16 +50,6 @@ class SolveResult:
     choice: Candidate | None
     value: int | None
     seconds: float
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report: Callable[[int, float], None]) -> None:
-        super().__init__()
-        self._report, self._count = report, 0
-
-    def on_solution_callback(self) -> None:
-        self._count += 1
-        self._report(self._count, self.objective_value)
 
 
 class LayoutModel:
@@ -171,23 +162,17 @@ class LayoutModel:
         (m.maximize if maximize else m.minimize)(expr)
         m.clear_assumptions()
         m.add_assumptions(list(self.families.values()) + list(active))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = 0
-        if time_limit_s:
-            solver.parameters.max_time_in_seconds = time_limit_s
-        status = solver.solve(m, _Progress(progress) if progress else None)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-            return SolveResult(name, None, None, solver.wall_time)
+        solved = solve(m, time_limit_s=time_limit_s or None, workers=workers, progress=progress)
+        solver = solved.solver
+        if not solved.found:
+            return SolveResult(solved.status, None, None, solved.seconds)
         c = int(solver.value(self.index))
         s, z, r = (int(v) for v in self.candidates[c])
         choice = (s, z, r)
         m.clear_hints()
         m.add_hint(self.x[c], True)
-        status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
         return SolveResult(
-            status_name, choice, int(round(solver.objective_value)), solver.wall_time
+            solved.status, choice, int(round(solver.objective_value)), solved.seconds
         )
 
     def forbid_above(self, values: np.ndarray, value: int) -> None:
@@ -218,10 +203,8 @@ class LayoutModel:
         m.clear_objective()
         m.clear_assumptions()
         m.add_assumptions(list(self.families.values()))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        status = solver.solve(m)
-        if status != cp_model.INFEASIBLE:
+        solved = solve(m, workers=1)
+        if solved.status != "infeasible":
             return []
-        core = set(solver.sufficient_assumptions_for_infeasibility())
+        core = set(solved.solver.sufficient_assumptions_for_infeasibility())
         return [name for name, lit in self.families.items() if lit.index in core]

@@ -53,12 +53,7 @@ def best(
     for s, z, r in exclude or ():
         mask[s, z, r] = False
     if problem.objective is Objective.PARAMS and mask.any():
-        sizes = np.array(
-            [
-                model_size(tables.jobs[j])
-                for j in tables.job_of
-            ]
-        )
+        sizes = np.array([model_size(tables.jobs[j]) for j in tables.job_of])
         size = sizes[:, None, None] * np.ones_like(mask, dtype=np.int64)
         mask &= size == size[mask].max()
     return _argbest(mask, _objective(problem, tables), _tie_key(tables))

@@ -288,10 +288,7 @@ def search(
     ranks = tie_ranks(tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
-        sizes = [
-            model_size(tables.jobs[j])
-            for j in tables.job_of
-        ]
+        sizes = [model_size(tables.jobs[j]) for j in tables.job_of]
         maximize = lm.linear(sizes)
     answers: list[Answer] = []
     seconds, status = 0.0, "optimal"

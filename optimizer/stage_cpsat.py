@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from trainplan.optimizer.solver import solve
 from trainplan.optimizer.stage_tables import StageTables
 
 __all__ = ["StageSolution", "StageModel"]
@@ -116,21 +117,18 @@ class StageModel:
         if hint is not None:
             for var, value in zip(self.n + self.k, hint[0] + hint[1], strict=True):
                 m.add_hint(var, value)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = 0
-        if time_limit_s is not None:
-            solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-        status = solver.solve(m)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        limit = None if time_limit_s is None else max(0.01, time_limit_s)
+        solved = solve(m, time_limit_s=limit, workers=workers)
+        if not solved.found:
             return None
+        solver = solved.solver
         key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))
         return StageSolution(
-            "optimal" if status == cp_model.OPTIMAL else "feasible",
+            solved.status,
             tuple(int(solver.value(v)) for v in self.n),
             tuple(int(solver.value(v)) for v in self.k),
             int(round(solver.objective_value)),
             int(solver.value(self.t)),
             key,
-            solver.wall_time,
+            solved.seconds,
         )
