@@ -8,7 +8,9 @@
 * end to end, as a user runs it: ``trainplan search …`` in a fresh Python process, from process
   start to answer;
 
-and measures, in the same run, a fixed pure-Python reference loop
+and the RLHF placement search (:data:`RLHF_CASES`: ``trainplan rlhf-plan``) the same two ways —
+its tables and CP-SAT in this process, and the command end to end — and measures, in the same
+run, a fixed pure-Python reference loop
 (``sum(i*i for i in range(10**7))`` in a fresh process) so that the times compare across
 machines: every end-to-end time is also printed as a multiple of it. Speed goals live here, not
 in timed tests. ``--smoke`` runs one small case and exits 1 when table building has fallen 5×
@@ -28,7 +30,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.search import frontier, prepare, search
 
-__all__ = ["CASES", "run", "reference_seconds", "SMOKE_CANDIDATES_PER_REFERENCE"]
+__all__ = ["CASES", "RLHF_CASES", "run", "reference_seconds", "SMOKE_CANDIDATES_PER_REFERENCE"]
 
 REFERENCE = "sum(i*i for i in range(10**7))"
 """The reference loop, run with ``python -c`` (about 0.9 s on the 2-core development machine)."""
@@ -102,6 +104,66 @@ CASES = [
         gpu="H100-SXM",
     ),
 ]
+
+
+RLHF_CASES: list[tuple[str, dict[str, str]]] = [
+    (
+        "Llama 3 8B GRPO, 4,096 H100 (rlhf-plan)",
+        {"algorithm": "grpo", "model": "llama3-8b", "reward": "rule", "gpus": "4096"},
+    ),
+    (
+        "Llama 3 70B GRPO, 64 H100 (rlhf-plan)",
+        {"algorithm": "grpo", "model": "llama3-70b", "reward": "rule", "gpus": "64"},
+    ),
+]
+"""RLHF placement searches: the workload options of ``trainplan rlhf-plan`` (the 4,096-GPU
+case printed nothing within 120 s before the search's work was bounded by its input's size)."""
+
+
+def _rlhf_in_process(values: dict[str, str]) -> dict:
+    from trainplan.interface.rlhf_faithful import rlhf_inputs
+    from trainplan.optimizer.rlhf_search import search_placement
+    from trainplan.optimizer.rlhf_tables import RLHFProblem
+
+    inp = rlhf_inputs(dict(values), placement=False)
+    problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links)
+    t0 = time.perf_counter()
+    result = search_placement(problem)
+    return {
+        "seconds": time.perf_counter() - t0,
+        "tables_s": result.tables_seconds,
+        "solve_s": result.solve_seconds,
+        "costed": result.tried,
+        "skipped": result.skipped,
+        "options": result.options,
+        "status": result.status,
+        "step_s": result.best.plan.step_s if result.best else None,
+    }
+
+
+def run_rlhf(ref: float) -> list[dict]:
+    """The RLHF placement cases beside the reference loop ``ref`` (seconds): a Markdown table."""
+    print(
+        "\n| RLHF case | options costed | bounded out | kept | tables | CP-SAT | status | step "
+        "| end to end | × reference |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    rows = []
+    for name, values in RLHF_CASES:
+        row = {"case": name, **_rlhf_in_process(values)}
+        argv = ["-m", "trainplan", "rlhf-plan"]
+        for key, value in values.items():
+            argv += ["--" + key.replace("_", "-"), value]
+        row["end_to_end_s"] = _wall(argv + ["--json"])
+        rows.append(row)
+        print(
+            f"| {name} | {row['costed']:,} | {row['skipped']:,} | {row['options']:,} | "
+            f"{row['tables_s']:.2f} s | {row['solve_s']:.2f} s | {row['status']} | "
+            f"{row['step_s']:,.1f} s | {row['end_to_end_s']:.2f} s | "
+            f"{row['end_to_end_s'] / ref:.1f} |",
+            flush=True,
+        )
+    return rows
 
 
 def _wall(argv: list[str]) -> float:
@@ -194,6 +256,7 @@ def run(quick: bool = False) -> list[dict]:
     )
     print(f"\n`trainplan evaluate` (Llama 3 405B, cold process): {evaluate:.2f} s = "
           f"{evaluate / ref:.2f} × reference")  # fmt: skip
+    rows += run_rlhf(ref)
     return rows
 
 
@@ -215,9 +278,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the first three cases")
     parser.add_argument("--smoke", action="store_true", help="one case; exit 1 if 5× slower")
+    parser.add_argument("--rlhf", action="store_true", help="only the RLHF placement cases")
     args = parser.parse_args()
     if args.smoke:
         sys.exit(smoke())
+    if args.rlhf:
+        ref = reference_seconds()
+        print(f"reference loop (python -c '{REFERENCE}'): {ref:.2f} s")
+        run_rlhf(ref)
+        return
     run(args.quick)
 
 

@@ -7,6 +7,12 @@ figures (:data:`model.roofline.CALIBRATABLE`, each bounded to (0.05, 1]) with Sc
 trust-region least squares (``scipy.optimize.least_squares``); every prediction is the cost
 model's own ``evaluate()`` — nothing is re-typed.
 
+A fit is trusted only when the model can explain the measurements (:func:`fit_problems`): no
+fitted figure on a bound of its range (:data:`BOUND_TOLERANCE`: the optimum lies outside what the
+hardware can do, e.g. a step faster than the datasheet peak allows), and no run's residual beyond
+:data:`MAX_RESIDUAL`. ``trainplan calibrate`` refuses any other fit (no file written, exit 2)
+unless told ``--accept-poor-fit``; ``docs/guides/calibration.md`` states the rule.
+
 A measurements file (TOML; unknown keys are refused by ``build_case`` itself)::
 
     gpu = "A100-80GB"                 # the cluster's accelerator, every run
@@ -36,13 +42,28 @@ __all__ = [
     "Residual",
     "Fit",
     "fit_figures",
+    "fit_problems",
     "read_measurements",
+    "MAX_RESIDUAL",
+    "BOUND_TOLERANCE",
     "calibrate_measurements",
     "fit_text",
     "scenario_text",
 ]
 
 _BOUNDS = (0.05, 1.0)
+
+MAX_RESIDUAL = 0.25
+"""The largest |predicted / measured − 1| of any run that a trusted fit leaves: above the roofline
+model's worst error on the published runs it was not fitted to (12.5 % held out, and the previous
+single-efficiency model's 22.7 %: ``docs/fidelity-published.md``). A larger residual means the
+run is not the layout described (a typo in ``step_seconds``, a step that also times data
+loading or evaluation, another model), and fitting through it skews every later search."""
+
+BOUND_TOLERANCE = 1e-3
+"""A fitted figure within this of a bound of (0.05, 1] sits on it: the least squares wanted a
+value outside the range (the measured steps are faster than the datasheet peak allows, or more
+than 20× slower), so the figure explains nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +145,34 @@ def fit_figures(
     return {k: round(float(v), 4) for k, v in zip(keys, result.x, strict=True)}
 
 
+def fit_problems(fit: Fit) -> list[str]:
+    """Why a fit cannot be trusted (empty: it can): each figure on a bound of its range, each
+    run whose residual exceeds :data:`MAX_RESIDUAL`.
+
+    Examples
+    --------
+    >>> fit_problems(Fit({"gemm_efficiency": 1.0}, (Residual("1 µs step", 1e-6, 2.98),), {}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['gemm_efficiency = 1.0000 sits on the upper bound of its range (0.05, 1]',
+     "run '1 µs step': predicted 2.98 s against 1e-06 s measured (+297,999,900%, more than ±25%)"]
+    """
+    out = []
+    for key, value in fit.figures.items():
+        for side, bound in (("lower", _BOUNDS[0]), ("upper", _BOUNDS[1])):
+            if abs(value - bound) <= BOUND_TOLERANCE:
+                out.append(
+                    f"{key} = {value:.4f} sits on the {side} bound of its range "
+                    f"({_BOUNDS[0]:g}, {_BOUNDS[1]:g}]"
+                )
+    for r in fit.residuals:
+        if not abs(r.error) <= MAX_RESIDUAL:
+            out.append(
+                f"run {r.label!r}: predicted {r.predicted_s:.4g} s against {r.measured_s:.4g} s "
+                f"measured ({100 * r.error:+,.0f}%, more than ±{100 * MAX_RESIDUAL:g}%)"
+            )
+    return out
+
+
 def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Measurement, ...]]:
     """(gpu, figures to fit, measurements) of a measurements file (see the module docstring).
 
@@ -146,6 +195,15 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     fit = data.get("fit", ["gemm_efficiency"])
     if isinstance(fit, str):
         fit = [fit]
+    if not isinstance(fit, list) or not fit:
+        raise ScenarioError(
+            f"measurements {p}: fit {fit!r} must name one or more of {', '.join(CALIBRATABLE)}"
+        )
+    for key in fit:
+        if key not in CALIBRATABLE:
+            raise ScenarioError(
+                f"measurements {p}: fit {key!r} is not one of {', '.join(CALIBRATABLE)}"
+            )
     out = []
     for i, run in enumerate(runs, start=1):
         step = run.get("step_seconds")
@@ -181,6 +239,9 @@ def calibrate_measurements(
     from trainplan.model.roofline import roofline_params_for
     from trainplan.topology.accelerators import get_accelerator
 
+    unknown = [k for k in keys if k not in CALIBRATABLE]
+    if unknown:
+        raise InputError(f"fit: {unknown[0]!r} is not one of {', '.join(CALIBRATABLE)}")
     device = get_accelerator(gpu)
     base = roofline_params_for(device.name)
     start = {k: getattr(base, k) or base.gemm_efficiency for k in keys}
@@ -216,13 +277,13 @@ def fit_text(fit: Fit) -> str:
 
 def scenario_text(fit: Fit, gpu: str, source: str) -> str:
     """A scenario file holding the fit: ``gpu`` and a ``[cluster]`` table of the fitted figures,
-    the residuals as comments. ``evaluate --calibration FILE`` and ``search --scenario FILE``
-    (or ``--calibration FILE``) load it."""
+    the residuals as comments (and, for a fit accepted with :func:`fit_problems` against it,
+    those problems). ``evaluate --calibration FILE`` and ``search --scenario FILE`` (or
+    ``--calibration FILE``) load it."""
     today = _dt.date.today().isoformat()
-    lines = [
-        f"# Written by trainplan calibrate on {today} from {source}.",
-        "# Residuals of the fit (predicted / measured − 1):",
-    ]
+    lines = [f"# Written by trainplan calibrate on {today} from {source}."]
+    lines += [f"# WARNING (accepted with --accept-poor-fit): {p}" for p in fit_problems(fit)]
+    lines += ["# Residuals of the fit (predicted / measured − 1):"]
     lines += [
         f"#   {r.label}: measured {r.measured_s:.4g} s, predicted {r.predicted_s:.4g} s, "
         f"{100 * r.error:+.2f}%"

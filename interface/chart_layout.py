@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["STATE_LEGEND", "MEMORY_PARTS", "tensor_label", "layout_key", "place_labels"]
+__all__ = [
+    "STATE_LEGEND",
+    "MEMORY_PARTS",
+    "tensor_label",
+    "layout_key",
+    "place_labels",
+    "staircase",
+    "chunk_letter",
+    "pass_label",
+]
 
 STATE_LEGEND = {
     "kept": "checkpoint (kept)",
@@ -43,6 +52,46 @@ def layout_key(r: dict[str, Any], with_gpus: bool) -> str:
     )
 
 
+def chunk_letter(chunk: int) -> str:
+    """Model chunk ``chunk`` (0, 1, …) of a stage as the timelines name it: ``a``, ``b``, … (``z``
+    and beyond count on as ``c26``…). Chunk c of stage i holds virtual stage c·p + i
+    (Narayanan et al. 2021 §2.2.2; Megatron-LM ``get_model_chunk_id``)."""
+    return chr(ord("a") + chunk) if chunk < 26 else f"c{chunk}"
+
+
+def pass_label(slot: dict[str, Any], chunks: int, kind: bool = True) -> str:
+    """A timeline slot's label: ``F3`` (forward of micro-batch 3), ``B3`` (its backward); with
+    ``chunks`` > 1 the model chunk's letter follows (``F3a``, ``B3b``). ``kind=False`` leaves out
+    the F/B (the picture says it by colour)."""
+    head = ("F" if slot["pass"] == "forward" else "B") if kind else ""
+    tail = chunk_letter(slot.get("chunk", 0)) if chunks > 1 else ""
+    return f"{head}{slot['microbatch']}{tail}"
+
+
+def staircase(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """The line of a Pareto frontier (both axes minimised) through its points: the best step
+    time within each budget of the second axis. Points are taken in ascending ``x``; point i's
+    level ``y_i`` runs from its own ``x_i`` right to the next point's ``x``, where the line drops
+    to that point's (lower) level. No level reaches left of its point: a budget below ``x_i``
+    cannot buy ``y_i``.
+
+    Returns
+    -------
+    (list[float], list[float])
+        The vertices, to draw with straight segments.
+    """
+    order = sorted(range(len(xs)), key=lambda i: (xs[i], ys[i]))
+    sx: list[float] = []
+    sy: list[float] = []
+    for k, i in enumerate(order):
+        if k:
+            sx.append(xs[i])
+            sy.append(ys[order[k - 1]])
+        sx.append(xs[i])
+        sy.append(ys[i])
+    return sx, sy
+
+
 OFFSETS = ((5, 4), (5, -12), (-14, 4), (-14, -12), (5, 14), (5, -22), (-14, 14), (-14, -22))
 """Label positions tried around a point, in points (right-above first)."""
 
@@ -56,25 +105,32 @@ def overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float,
 
 def place_labels(ax: Any, xs: list[float], ys: list[float], texts: list[str]) -> None:
     """Label each point where its label overlaps no earlier label and no marker: the first free
-    offset of :data:`OFFSETS` (in display space), else the first offset."""
+    offset of :data:`OFFSETS`, else the offset that overlaps least; overlap is measured on each
+    label's real extent as the renderer lays it out (matplotlib's ``get_window_extent``)."""
     fig = ax.figure
     fig.canvas.draw()  # fixes the axes' transform
+    renderer = fig.canvas.get_renderer()
     px_per_pt = fig.dpi / 72
     marks = [tuple(ax.transData.transform((x, y))) for x, y in zip(xs, ys, strict=True)]
-    mark_boxes = [(mx - 4, my - 4, 8.0, 8.0) for mx, my in marks]
+    half = 4 * px_per_pt
+    mark_boxes = [(mx - half, my - half, 2 * half, 2 * half) for mx, my in marks]
     taken: list[tuple[float, float, float, float]] = []
-    for (x, y), (mx, my), text in zip(zip(xs, ys, strict=True), marks, texts, strict=True):
-        size = ((6 * len(text) + 2) * px_per_pt, 10 * px_per_pt)
-        chosen = OFFSETS[0]
-        for dx, dy in OFFSETS:
-            box = (mx + dx * px_per_pt, my + dy * px_per_pt, *size)
-            if not any(overlaps(box, b) for b in (*taken, *mark_boxes)):
-                chosen = (dx, dy)
+    for x, y, text in zip(xs, ys, texts, strict=True):
+        note = ax.annotate(
+            text, (x, y), xytext=OFFSETS[0], textcoords="offset points", fontsize=7,
+            fontweight="bold",
+        )  # fmt: skip
+        tried = []
+        for offset in OFFSETS:
+            note.set_position(offset)
+            e = note.get_window_extent(renderer)
+            box = (e.x0, e.y0, e.width, e.height)
+            tried.append((sum(overlaps(box, b) for b in (*taken, *mark_boxes)), offset, box))
+            if not tried[-1][0]:
                 break
-        taken.append((mx + chosen[0] * px_per_pt, my + chosen[1] * px_per_pt, *size))
-        ax.annotate(
-            text, (x, y), xytext=chosen, textcoords="offset points", fontsize=7, fontweight="bold"
-        )
+        _, offset, box = min(tried, key=lambda t: t[0])  # the first of the fewest overlaps
+        note.set_position(offset)
+        taken.append(box)
 
 
 MEMORY_PARTS = (

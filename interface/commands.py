@@ -85,7 +85,7 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
     and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``).
 
     ``params`` are the evaluate options by their parameter names (bytes, seconds and 0–1 rates
-    out; SPEC.md conventions; sources in :mod:`model`). ``overlap`` may be a tuple of
+    out; docs/concepts/conventions.md; sources in :mod:`model`). ``overlap`` may be a tuple of
     ``AXIS=FRACTION`` texts, as the option gives it.
 
     Raises
@@ -99,6 +99,7 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
     case = build_case(params)
     out = estimate_to_dict(case.evaluate(), per_stage)
     out["defaults_used"] = case.defaults_used
+    out["notes"] = [*out["notes"], *case.notes]
     return out
 
 
@@ -114,7 +115,7 @@ RLHF_SEED_ARGS = (
     "completion_tokens",
     "epochs",
 )
-"""``trainplan rlhf`` options passed on even when unset or false (the seed's own defaults)."""
+"""``trainplan rlhf`` options passed on even when unset or false (the original planner's own defaults)."""
 
 
 def old_log_prob_flag(value: str | None) -> bool | None:
@@ -135,7 +136,7 @@ def old_log_prob_flag(value: str | None) -> bool | None:
 
 def rlhf_json(kw: dict[str, Any]) -> dict[str, Any]:
     """``trainplan rlhf --json`` of the command's parsed options (display-only ones such as
-    ``width`` dropped): the seed's figures, and the faithful accounting with ``model``."""
+    ``width`` dropped): the original planner's figures, and the faithful accounting with ``model``."""
     from trainplan.interface import tabs
 
     kw = {k: v for k, v in kw.items() if k not in ("width", "as_json")}
@@ -152,22 +153,19 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
     Raises
     ------
     ScenarioError
-        Text that is not a JSON object, too long, or a config the mapping refuses
-        (:func:`model.hf_config.architecture_from_hf`, naming the key).
+        Text that is not a JSON object (a key twice, nesting too deep:
+        :func:`model.hf_config.parse_config_json`), too long, or a config the mapping refuses
+        (:func:`model.hf_families.architecture_from_hf`, naming the key).
     """
     from trainplan.model.errors import ScenarioError
+    from trainplan.model.hf_config import parse_config_json
     from trainplan.model.hf_families import architecture_from_hf
     from trainplan.model.model_spec import ModelSpec
 
     where = "config: the uploaded config.json"
     if len(text) > MAX_CONFIG_CHARS:
         raise ScenarioError(f"{where} has {len(text):,} characters, over {MAX_CONFIG_CHARS:,}")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ScenarioError(f"{where} is not JSON: {err}") from None
-    if not isinstance(config, dict):
-        raise ScenarioError(f"{where} must be a JSON object, not {type(config).__name__}")
+    config = parse_config_json(text, where)
     arch = architecture_from_hf(config, where)
     label = name or str(config.get("_name_or_path") or "uploaded").rstrip("/").split("/")[-1]
     return ModelSpec(name=label, source="Hugging Face config.json (uploaded)", arch=arch)
@@ -252,6 +250,10 @@ class SearchRun:
     jobs: int
     """Jobs (model × GPU count × accelerator × batch) searched."""
 
+    def __post_init__(self) -> None:
+        # whether Ctrl-C stopped the search (the command line sets it: interface.cli.interrupt)
+        self.json.setdefault("interrupted", False)
+
 
 TableProgress = Callable[[int, int], None]
 """``(shapes tabulated, shapes in all)`` after each job."""
@@ -269,7 +271,8 @@ def search_json(
     """The best layout (``trainplan search --json``): the answer's evaluate object plus
     ``status``, ``solve_seconds``, ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``,
     ``job``, ``objective_kind``, the objective under a key naming its unit and
-    ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``).
+    ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``),
+    ``time_limit_s`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``.
 
     Raises
     ------
@@ -308,9 +311,27 @@ def search_json(
         "shapes": result.num_shapes,
         "candidates": result.num_candidates,
         "jobs": len(problem.jobs),
+        "time_limit_s": limit,
+        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
     }
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:
+    """What ``--time-limit`` did when the search took longer (None when it held, or none was
+    given): a job's cost tables are built whole once started (jobs not started in time are left
+    out), and CP-SAT gets at least :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
+    from trainplan.optimizer.search import SOLVE_FLOOR_S
+
+    if limit is None or tables_s + solve_s <= limit:
+        return None
+    return (
+        f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
+        f"{solve_s:.2f} s of CP-SAT): a job's tables are built whole once started, and CP-SAT "
+        f"is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says whether "
+        "that answer is proven"
+    )
 
 
 PER_STAGE_SHAPES: int | None = None
@@ -536,9 +557,10 @@ def per_stage_frontier_json(
 
 def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
     """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
-    (exit code 1): ``status`` infeasible, the ``explanation`` lines and the ``message``."""
+    (exit code 1): ``status`` infeasible (or unknown: the time limit ran out before an answer),
+    the ``explanation`` lines and the ``message``."""
     return {
-        "status": "infeasible",
+        "status": err.status,
         "explanation": [with_flags(line) for line in err.explanation],
         "message": with_flags(str(err)),
     }

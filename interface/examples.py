@@ -1,6 +1,6 @@
-"""The 21 named examples of the original web tool (SEED.md), runnable by name.
+"""The 21 named examples of the original web planner, runnable by name.
 
-Data: ``scenarios/examples.toml`` (the project brief's ``seed_examples.toml``). Each example opens
+Data: ``scenarios/examples.toml`` (each example with its source). Each example opens
 one tab with its parameters; parameters given by the caller override the example's.
 """
 
@@ -16,7 +16,7 @@ from trainplan.model.units import closest_names
 __all__ = ["examples", "get_example", "example_params", "run_example", "EXAMPLE_FRAMEWORK"]
 
 EXAMPLE_FRAMEWORK = "textbook"
-"""The profile the planner examples run under (SPEC.md "Two kinds of figures"): the original
+"""The profile the planner examples run under (docs/concepts/conventions.md "Two kinds of figures"): the original
 tool's steady-state conventions, so its figures come out exactly; ``--framework`` overrides."""
 
 
@@ -47,7 +47,7 @@ def example_params(
     ex = get_example(name)
     tab = ex["tab"]
     if tab == "planner":
-        # the original tool's figures: the seed's steady-state convention, by name, with the
+        # the original tool's figures: the textbook steady-state convention, by name, with the
         # training options a published run states (its `recipe`, which may name its framework)
         params: dict[str, Any] = {"framework": EXAMPLE_FRAMEWORK}
         params.update({k: ex[k] for k in ("params", "model", "gpu") if k in ex})
@@ -71,12 +71,9 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
     tab, params = example_params(name, overrides)
     if tab == "planner":
-        from trainplan.interface.inputs import build_case
-        from trainplan.interface.report_dict import estimate_to_dict
+        from trainplan.interface.commands import evaluate_json
 
-        case = build_case(params)
-        out = estimate_to_dict(case.evaluate())
-        out["defaults_used"] = case.defaults_used
+        out = evaluate_json(params)
     else:
         import inspect
 

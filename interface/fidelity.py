@@ -3,7 +3,9 @@ evaluated with the layout and recipe its paper states, under the roofline time m
 by side, the previous single-efficiency model (``time_model = "single"``).
 
 ``python -m trainplan.interface.fidelity`` prints the table; ``--markdown`` writes the page
-``docs/fidelity-published.md`` is generated from; ``--calibrate`` re-runs the fit behind
+``docs/fidelity-published.md`` is generated from; ``--validation`` the report of the validation
+set of published end-to-end runs (:mod:`interface.validation_report`; with ``--markdown`` the
+page ``docs/fidelity-validation.md``, with ``--json`` its JSON object); ``--calibrate`` re-runs the fit behind
 :data:`model.roofline.GEMM_EFFICIENCY_BY_GENERATION`; ``--calibrate-single`` the previous
 model's grid behind :data:`model.timing.KERNEL_EFFICIENCY_BY_GENERATION`.
 
@@ -24,10 +26,12 @@ Rows and recipes (each is stated again in the report):
   175B and 530B interleaved with v = 3, no FlashAttention. Megatron-LM of 2022 overlaps the
   backward tensor-parallel collectives with the gradient GEMMs (the default ``async``).
 * **Llama 3 Table 4** (arXiv 2407.21783): 405B on H100-SXM at 989.4 TFLOP/s, BF16; FSDP as
-  ZeRO-2 with FP32 gradients, interleaved v = 8, no activation checkpointing, memory-efficient
-  norms (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the
-  gather is exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with
-  causal attention.
+  ZeRO-2 with FP32 gradients, tensor parallelism keeping the sequence shard of the blocks' inputs
+  (``tp_block_inputs = "sharded"``: the layouts ran, which torchtitan's plan would not fit),
+  interleaved v = 8, no activation checkpointing, memory-efficient norms
+  (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the gather is
+  exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with causal
+  attention.
 """
 
 from __future__ import annotations
@@ -357,6 +361,11 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
             "schedule": "interleaved",
             "virtual_stages": LLAMA3_VIRTUAL_STAGES,
             "memory_efficient_norm": True,
+            # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
+            # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
+            # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
+            # published layouts ran
+            "tp_block_inputs": "sharded",
             "gradient_dtype": "fp32",
             "flash_attention": True,
             "mfu_convention": "6n+attention",
@@ -374,7 +383,8 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
                 published_unit="TFLOP/s/GPU",
                 recipe=(
                     f"no recompute, FSDP2 ZeRO-2 (no reshard after forward, FP32 "
-                    f"reduce-scatter per micro-batch), memory-efficient norms, "
+                    f"reduce-scatter per micro-batch), tp keeping the sequence shard, "
+                    f"memory-efficient norms, "
                     f"TP {r['tp']} CP {r['cp']}{' (all-gather)' if r['cp'] > 1 else ''} PP {r['pp']} "
                     f"v {LLAMA3_VIRTUAL_STAGES}, b 1, "
                     f"m {r['batch_per_dp']}"
@@ -548,11 +558,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m trainplan.interface.fidelity", description=__doc__
     )
     parser.add_argument("--markdown", action="store_true", help="print the Markdown page")
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="the validation set of published end-to-end runs (scenarios/validation)",
+    )
+    parser.add_argument("--json", action="store_true", help="with --validation: print JSON")
     parser.add_argument("--calibrate", action="store_true", help="re-run the roofline fit")
     parser.add_argument(
         "--calibrate-single", action="store_true", help="re-run the single model's grid"
     )
     args = parser.parse_args(argv)
+    if args.json and not args.validation:
+        parser.error("--json applies to --validation only")
+    if args.validation:
+        from trainplan.interface.validation_report import print_report
+
+        print_report(args.markdown, args.json)
+        return 0
     if args.calibrate:
         print(calibrate())
         return 0

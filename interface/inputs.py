@@ -1,6 +1,7 @@
 """From flat parameters (CLI options, an example's TOML table) to the cost model's inputs.
 
-One place decides every default (SPEC.md and issue 2): the catalogue's published training setup
+One place decides every default (docs/concepts/conventions.md;
+docs/guides/evaluate.md "Inputs"): the catalogue's published training setup
 (s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
 H100-SXM when no GPU is named. The defaults used are listed in
 :attr:`trainplan.optimizer.case.Case.defaults_used`.
@@ -8,6 +9,7 @@ H100-SXM when no GPU is named. The defaults used are listed in
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from typing import Any, overload
 
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
+from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
@@ -28,10 +31,15 @@ from trainplan.model.precision import Precision, check_precision, dtype_bytes, o
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
-from trainplan.model.units import parse_count, parse_number, shown_number
+from trainplan.model.units import parse_count, parse_number, shown_number, shown_text
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
+
+MAX_SHOWN_PATH = 400
+"""Characters of a file path an error line echoes: a path is what the user typed and needs whole
+to act on (a temporary folder's path alone runs past 80); a pasted 100,000-character value is still
+cut, with its length said."""
 
 __all__ = [
     "build_case",
@@ -94,6 +102,8 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
+        "tp_block_inputs",
+        "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -219,7 +229,7 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
 
 
 def build_case(params: Mapping[str, Any]) -> Case:
-    """Build a :class:`Case` from flat parameters named as in SPEC.md (``dp``, ``seq_len``…).
+    """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md (``dp``, ``seq_len``…).
 
     Raises
     ------
@@ -253,11 +263,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
                 str(value) if k in ("recompute", "schedule", "framework", "cp_kind") else value
             )
     seq = _count(params, "seq_len", defaults.get("seq_len", 4096))
-    batch = _count(
-        params,
-        "global_batch_size",
-        defaults.get("global_batch_size", layout.dp * layout.micro_batch_size),
-    )
+    batch_default, batch_note = _default_batch(model, defaults, layout)
+    batch = _count(params, "global_batch_size", batch_default)
     if "seq_len" not in params:
         used["seq_len"] = seq
     if "global_batch_size" not in params:
@@ -268,6 +275,11 @@ def build_case(params: Mapping[str, Any]) -> Case:
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
+        gathered_block_inputs=(
+            _flag(params, "gathered_block_inputs", False)
+            if "gathered_block_inputs" in params
+            else gathered_block_inputs(params.get("tp_block_inputs"))
+        ),
         gradient_bytes=_gradient_bytes(params),
         optimizer_bytes=optimizer_state_bytes(
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
@@ -279,6 +291,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             activations=params.get("offload_activations") or (),
         ),
     )
+    _tp_plan(params, layout, used)
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
@@ -330,7 +343,48 @@ def build_case(params: Mapping[str, Any]) -> Case:
         vocab_multiple=_count(params, "vocab_multiple"),
         fabric=_fabric(params),
         defaults_used=used,
+        notes=() if "global_batch_size" in params or batch_note is None else (batch_note,),
     )
+
+
+def _tp_plan(params: Mapping[str, Any], layout: Layout, used: dict[str, Any]) -> None:
+    """``tp_block_inputs`` checked against the layout (:func:`interface.tp_plan.
+    check_tp_block_inputs`); the fsdp2 profile's own plan listed among the defaults used where
+    it counts (tp > 1 with sequence parallelism) and was not chosen."""
+    check_tp_block_inputs(
+        params.get("tp_block_inputs"), (layout.framework,), (layout.tp,), layout.sp
+    )
+    chosen = "tp_block_inputs" in params or "gathered_block_inputs" in params
+    if not chosen and layout.framework.gathers_block_inputs and layout.sp:
+        used["tp_block_inputs"] = "gathered"
+
+
+MICROBATCHES_PER_STAGE = 4
+"""Micro-batches per pipeline stage in the default batch of a model with layers but no published
+batch: m = 4·pp keeps the 1F1B bubble (pp − 1)/(m + pp − 1) under 20% (Narayanan et al. 2021
+§2.2.1: the bubble is small when m ≫ pp)."""
+
+
+def _default_batch(
+    model: ModelSpec, defaults: Mapping[str, int], layout: Layout
+) -> tuple[int, str | None]:
+    """B when none is given: the model's published batch; for a model with layers but none
+    published (a config.json, dimensions given), dp·b·4·pp sequences with a note saying so (dp·b
+    alone would be one micro-batch per step: DeepSeek-V3 at pp 16 ran at 1.1% MFU, almost all
+    bubble); dp·b for a size-only model, whose step time is not modelled."""
+    if "global_batch_size" in defaults:
+        return defaults["global_batch_size"], None
+    dp, b = layout.dp, layout.micro_batch_size
+    if model.arch is None:
+        return dp * b, None
+    m = MICROBATCHES_PER_STAGE * layout.pp
+    note = (
+        f"global_batch_size: {model.name} has no published batch size, so B = dp·b·m = "
+        f"{dp}·{b}·{m} = {dp * b * m:,} sequences, with m = {MICROBATCHES_PER_STAGE}·pp "
+        "micro-batches per step (the 1F1B bubble (pp − 1)/(m + pp − 1) stays under 20%); give "
+        "--global-batch to set yours"
+    )
+    return dp * b * m, note
 
 
 def _megatron_split(
@@ -403,6 +457,13 @@ def parse_framework(value: Any) -> Framework:
         raise InputError(f"framework: {value!r} is not one of {names}") from None
 
 
+MAX_OVERSUBSCRIPTION = 255
+"""The largest scale-out oversubscription accepted: a leaf switch's downlinks per uplink is at
+most its port count less one, and the most ports a switch offers is 256 (NVIDIA Spectrum-4,
+51.2 Tb/s: 64 × 800 GbE, split into up to 256 × 100 GbE; the SN5600 announcement). Beyond it the
+figure is no fabric's: 10^6 printed 8.3 days per step at 0.0% MFU."""
+
+
 def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Cluster-graph options from ``fabric`` (two-tier | fat-tree | rail), ``pod_size`` and
     ``oversubscription``; empty for the default two-tier rule."""
@@ -422,8 +483,12 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         out.append(("pod_size", _count(params, "pod_size")))
     if over is not None:
         value = float(parse_number(over, "oversubscription"))
-        if value < 1:
-            raise InputError(f"oversubscription: {over} must be at least 1 (1 = non-blocking)")
+        if not 1 <= value <= MAX_OVERSUBSCRIPTION:
+            raise InputError(
+                f"oversubscription: {shown_number(over)} must be between 1 (non-blocking) and "
+                f"{MAX_OVERSUBSCRIPTION} (a leaf switch of {MAX_OVERSUBSCRIPTION + 1} ports, the "
+                "most one has, with a single uplink)"
+            )
         out.append(("oversubscription", value))
     return tuple(out)
 
@@ -456,19 +521,34 @@ def output_path(
         raise InputError(
             f"{name}: {text!r} is empty; give the file to write, e.g. {name} {example}"
         )
+    shown = shown_text(text, MAX_SHOWN_PATH)
     p = Path(text).expanduser()
-    if p.is_dir():
-        raise InputError(f"{name}: {text!r} is a folder; give a file path inside it")
-    if suffixes and p.suffix.lower() not in suffixes:
-        raise InputError(f"{name}: {text!r} must end in {', '.join(suffixes)}")
-    folder = p.parent
-    if not folder.is_dir():
-        raise InputError(
-            f"{name}: {text!r} is in a folder that does not exist ({str(folder)!r}); create it first"
-        )
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"{name}: {text!r} cannot be written (permission denied)")
+    try:
+        if p.is_dir():
+            raise InputError(f"{name}: {shown} is a folder; give a file path inside it")
+        if suffixes and p.suffix.lower() not in suffixes:
+            raise InputError(f"{name}: {shown} must end in {', '.join(suffixes)}")
+        folder = p.parent
+        if not folder.is_dir():
+            raise InputError(
+                f"{name}: {shown} is in a folder that does not exist ({shown_text(str(folder), MAX_SHOWN_PATH)}); "
+                "create it first"
+            )
+        if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise InputError(f"{name}: {shown} cannot be written (permission denied)")
+        if not p.exists():
+            _check_name(p)
+    except OSError as err:  # a name the file system refuses: too long, a NUL byte…
+        raise InputError(f"{name}: {shown} cannot be written: {err.strerror or err}") from None
     return p
+
+
+def _check_name(path: Path) -> None:
+    """Raise the OSError the file system gives for ``path``'s name (too long for the folder's
+    file system: ``pathconf`` ``PC_NAME_MAX``), before any work is done."""
+    limit = os.pathconf(path.parent, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    if len(os.fsencode(path.name)) > limit:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path))
 
 
 @contextmanager

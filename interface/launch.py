@@ -92,7 +92,8 @@ def megatron_flags(
     micro- and global batch, the stage split (per model chunk when interleaved) and
     recomputation, and with ``training`` the recipe the plan's figures assume: FP8
     (``--fp8-format hybrid``), optimizer offload (``--optimizer-cpu-offload
-    --optimizer-offload-fraction F``) and activation offload
+    --optimizer-offload-fraction F --use-precision-aware-optimizer``, the last required by
+    ``validate_args``) and activation offload
     (``--fine-grained-activation-offloading --offload-modules …``) — Megatron-LM
     ``megatron/training/arguments.py``; :attr:`LaunchFlags.notes` says what does not map
     exactly.
@@ -170,8 +171,11 @@ def megatron_flags(
         if training.precision is Precision.FP8:
             out += ["--fp8-format", "hybrid"]
         if training.offload.optimizer:
+            # arguments.py validate_args: "The optimizer cpu offload must be used in conjunction
+            # with `--use-precision-aware-optimizer`" (HybridDeviceOptimizer reuses its path)
             out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
-                    f"{float(training.offload.optimizer):g}"]  # fmt: skip
+                    f"{float(training.offload.optimizer):g}",
+                    "--use-precision-aware-optimizer"]  # fmt: skip
         if training.offload.activations:
             out += ["--fine-grained-activation-offloading", "--offload-modules",
                     *training.offload.activations]  # fmt: skip

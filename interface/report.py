@@ -65,12 +65,24 @@ def objective_text(kind: str, key: str, value: float, tokens: int | None = None)
     """
     budget = f" to train {tokens:,} tokens" if tokens else " to train the token budget"
     if key == "objective_usd":
-        return f"${value:,.0f}{budget}"
+        return dollars(value, cents=False) + budget
     if key == "objective_gpu_s_per_token":
         return f"{1 / value:,.0f} tokens/s per GPU"
     if kind == "time-to-train":
         return duration(value) + budget
     return f"{duration(value)} per step"
+
+
+def dollars(value: float | None, per: str = "", cents: bool = True) -> str:
+    """An amount of US dollars as people write it: ``$20,480.00/hour``, ``$1,234,567``
+    (``cents`` False); ``—`` when unknown.
+
+    >>> dollars(20480.0, "/hour"), dollars(1234567.4, cents=False), dollars(None)
+    ('$20,480.00/hour', '$1,234,567', '—')
+    """
+    if value is None:
+        return "—"
+    return f"${value:,.{2 if cents else 0}f}{per}"
 
 
 def _pct(value: float | None) -> str:
@@ -276,6 +288,7 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "HBM TB/s": r["hbm_tbps"],
                 "host GB/s": r["host_link_gbps"],
                 "host memory GB/s": r["host_memory_gbps"],
+                "power W": r["power_w"],
                 "status": r["status"],
             }
             for r in rows
@@ -374,7 +387,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
     """The frontier as a terminal table; rows of the per-stage frontier (``plan`` set) add the
     plan's kind, its layers and fully recomputed layers per stage, the uniform step time at the
     same axis value and the gain."""
-    second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "$/hour"}[against]
+    second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
     out = []
     for r in rows:
         line = {
@@ -382,12 +395,12 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
             second: (
                 gb(r["total_bytes"])
                 if against == "memory"
-                else r["num_gpus"]
+                else f"{r['num_gpus']:,}"
                 if against == "gpus"
-                else r.get("price_per_hour")
+                else dollars(r.get("price_per_hour"), "/hour")
             ),
             "MFU": _pct(r["mfu"]),
-            "GPUs": f"{r['num_gpus']} × {r['gpu']}",
+            "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
             "layout": (
                 f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
                 f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"

@@ -105,6 +105,27 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
     )
 
 
+def tp_block_inputs(est: Estimate) -> str | None:
+    """What tensor parallelism keeps of the attention and MLP blocks' all-gathered inputs:
+    ``gathered`` (whole on every tp rank, torchtitan's DTensor plan) or ``sharded`` (the sequence
+    shard, Megatron-Core's); None without sequence parallelism, where every tp rank holds the
+    whole input (:func:`model.memory.keeps_gathered_inputs`)."""
+    from trainplan.model.memory import keeps_gathered_inputs
+
+    if not est.layout.sp:
+        return None
+    return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"
+
+
+def _tp_plan_clause(est: Estimate) -> str:
+    plan = tp_block_inputs(est)
+    if plan == "gathered":
+        return " (blocks' all-gathered inputs kept whole on every tp rank, torchtitan's plan)"
+    if plan == "sharded" and est.layout.framework.gathers_block_inputs:
+        return " (blocks' inputs kept as the sequence shard, gathered again in backward)"
+    return ""
+
+
 def assumptions(est: Estimate) -> list[str]:
     """Every convention and default behind the figures, as sentences for the output."""
     t, lay, o = est.training, est.layout, est.options
@@ -120,7 +141,8 @@ def assumptions(est: Estimate) -> list[str]:
         _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
-        f"{'on' if lay.sp else 'off'}; recompute {lay.recompute}; schedule {lay.schedule}; "
+        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}; "
+        f"schedule {lay.schedule}; "
         f"convention {t.activation_convention}"
         + (
             "; memory-efficient norms (keep their output, not their input)"
@@ -147,7 +169,7 @@ def assumptions(est: Estimate) -> list[str]:
         out.append(_cp_sentence(lay))
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
-            "parameters taken as given and divided evenly over tp·pp (the seed's convention)"
+            "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
         )
     if lay.stage_layers is not None:
         out.append(
@@ -286,11 +308,11 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
     if lay.framework.physical:
         return "the mechanism's own collectives (per micro-batch where it says so)"
     if lay.zero_stage != 3:
-        return "one exchange per step (the seed's convention)"
+        return "one exchange per step (the textbook convention)"
     if regather:
         return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
     return (
-        "ZeRO-3 gathers the weights once per step (the seed's convention; --zero3-regather "
+        "ZeRO-3 gathers the weights once per step (the textbook convention; --zero3-regather "
         "for once per micro-batch)"
     )
 
@@ -298,9 +320,7 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
 def _capacity_sentence(est: Estimate) -> str:
     d = est.device
     if not est.layout.framework.physical:
-        return (
-            f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the seed's convention)"
-        )
+        return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the textbook convention)"
     have = (
         f"{d.hbm_bytes / 2**30:g} GiB of HBM"
         if d.hbm_bytes
@@ -421,7 +441,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
 
 
 def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
-    """The evaluate ``--json`` object (keys listed in the README)."""
+    """The evaluate ``--json`` object (keys listed in docs/reference/json.md)."""
     lay, t = est.layout, est.training
     acts = est.peak.activations
     out: dict[str, Any] = {
@@ -461,6 +481,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "virtual_stages": lay.virtual_stages,
             "seq_len": t.seq_len,
             "sequence_parallel": lay.sp,
+            "tp_block_inputs": tp_block_inputs(est),
             "flash_attention": t.flash_attention,
             "activation_convention": t.activation_convention,
             "memory_efficient_norm": t.memory_efficient_norm,

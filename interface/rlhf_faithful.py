@@ -49,7 +49,6 @@ FAITHFUL_DEFAULTS: dict[str, Any] = {
     "gpu": "H100-SXM",
     "train_tp": 1,
     "train_pp": 1,
-    "rollout_tp": 2,
     "logits": "full",
     "micro_batch_tokens": MICRO_BATCH_TOKENS,
     "recompute": "full",
@@ -59,10 +58,12 @@ FAITHFUL_DEFAULTS: dict[str, Any] = {
     "rollout_batch": ROLLOUT_BATCH,
 }
 """Defaults of the faithful accounting: Megatron-Core (the planner's default profile), one
-8-GPU node of H100s, verl's rollout tp 2 (``tensor_model_parallel_size: 2``), training dp only,
+8-GPU node of H100s, training dp only,
 full logits, verl's 16,384-token micro-batches, full recomputation, the actor's old-log-prob
 pass, a synchronous step, 2 TB of host memory per node (DGX H100), vLLM's 256 sequences at once;
-the engine's fraction is verl's 0.5 colocated and vLLM's 0.9 on GPUs of its own."""
+the engine's fraction is verl's 0.5 colocated and vLLM's 0.9 on GPUs of its own. The engine's tp
+is verl's 2 (``tensor_model_parallel_size: 2``) where it divides the engine's GPUs, else 1
+(:func:`rlhf_inputs`)."""
 
 ASSUMPTIONS = (
     "every rollout reaches its full length (no early stop, no long tail); the engine's "
@@ -97,7 +98,7 @@ class RLHFInputs:
     train_pp: int = 1
     """tp and pp of the training and scoring roles (dp: the rest of their pool)."""
     rollout_tp: int = 2
-    """The engine's tp."""
+    """The engine's tp (default: verl's 2 where it divides the engine's GPUs, else 1)."""
     offload: tuple[tuple[str, str], ...] = ()
     """(role, mode) for the roles given an offload mode (:data:`model.rlhf_roles.OFFLOAD_MODES`)."""
     shared_engine_weights: bool = False
@@ -153,8 +154,8 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
     framework = parse_framework(_opt(params, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
-            "framework: 'textbook' is the seed's accounting; the faithful one runs a framework's "
-            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the seed's figures"
+            "framework: 'textbook' is the original planner's accounting; the faithful one runs a framework's "
+            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the original planner's figures"
         )
 
     def count(key: str) -> int | None:
@@ -214,6 +215,12 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
         if rollout_gpus is not None
         else {},
     )
+    rollout_tp = params.get("rollout_tp")
+    if rollout_tp is None:
+        # verl's tp 2 where it divides the engine's GPUs; tp 1 on an odd count (the default must
+        # not be what makes a placement illegal)
+        rollout_tp = 2 if (rollout_gpus or gpus) % 2 == 0 else 1
+        used["rollout_tp"] = rollout_tp
     return RLHFInputs(
         spec,
         device,
@@ -222,7 +229,7 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
         rollout_gpus,
         count("train_tp") or 1,
         count("train_pp") or 1,
-        count("rollout_tp") or 2,
+        parse_count(rollout_tp, "rollout_tp"),
         _offload(params.get("offload"), spec),
         shared,
         used,
@@ -272,7 +279,9 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
 def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     """The tab's placement: every role on all ``gpus`` (colocated), or the engine on
     ``rollout_gpus`` and the other roles together on the rest; the training and scoring roles at
-    ``train_tp`` × ``train_pp`` (dp the rest of their pool), the engine at ``rollout_tp``.
+    ``train_tp`` × ``train_pp`` (dp the rest of their pool), the engine at ``rollout_tp``. A
+    placement that does not fit in memory (the engine's budget included) is a plan whose
+    ``fits`` is False, not an error (:meth:`model.rlhf_step.StepPlan.overflows`).
 
     Raises
     ------
@@ -291,7 +300,8 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             n = inp.rollout_gpus or inp.gpus
             if n % inp.rollout_tp:
                 raise LayoutError(
-                    f"rollout_tp: {inp.rollout_tp} does not divide the engine's {n} GPUs"
+                    f"rollout_tp: {inp.rollout_tp} does not divide the engine's {n:,} "
+                    f"GPU{'s' * (n != 1)} (--{'rollout-' if split else ''}gpus {n:,})"
                 )
             options.append(
                 RoleOption(rs.role, n, n // inp.rollout_tp, inp.rollout_tp, 1, "none", fraction)
@@ -315,7 +325,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
         )
         pools.append(1 if split else 0)
     problem = inp.problem
-    costs = tuple(cost_of(problem, o) for o in options)
+    costs = tuple(cost_of(problem, o, over_budget=True) for o in options)
     return compose(
         costs,
         pools,

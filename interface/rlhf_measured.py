@@ -3,7 +3,8 @@
 ``scenarios/rlhf_measured.toml`` holds each run's configuration, its reported figure and its
 source; :func:`rows` evaluates every run with the faithful RLHF accounting
 (:func:`interface.rlhf_faithful.evaluate_placement`, the ``trainplan rlhf --model …`` tab) and
-gives the error. ``python -m trainplan.interface.rlhf_measured`` prints the README's table.
+gives the error. ``python -m trainplan.interface.rlhf_measured`` prints the table of docs/guides/rlhf.md
+("Measured RLHF configurations").
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def rows() -> list[dict[str, Any]]:
 
 
 def table_markdown(evaluated: list[dict[str, Any]]) -> str:
-    """The README's table: run, measured and predicted step time, error, the predicted phases,
+    """The RLHF guide's table: run, measured and predicted step time, error, the predicted phases,
     peak memory per GPU and the fit verdict."""
     head = (
         "| run (NeMo-RL v0.5, GRPO) | measured step | planner | error | rollout / scoring / "

@@ -1,11 +1,12 @@
 """The faithful RLHF accounting and the placement search as plain data: the ``faithful`` object
 of ``trainplan rlhf --model …`` (:func:`faithful_report`) and ``trainplan rlhf-plan --json``
-(:func:`result_dict`); the README names every key. Built from the cost model's records
+(:func:`result_dict`); docs/reference/json.md lists every key. Built from the cost model's records
 (:mod:`model.rlhf_step`, :mod:`model.rlhf_roles`) and the parsed inputs
 (:mod:`interface.rlhf_faithful`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainplan.interface.rlhf_faithful import (
@@ -55,14 +56,22 @@ def _role_record(cost: Any, pool: int, spec: RLHFSpec) -> dict[str, Any]:
 def plan_dict(
     spec: RLHFSpec, plan: StepPlan, pool_of: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
-    """A step plan as plain data: ``roles``, ``terms`` (each with its source), ``pools``,
-    ``step_phase_seconds``, ``step_seconds``, ``tokens_per_second``, ``fits``."""
+    """A step plan as plain data: ``roles``, ``terms`` (each with the key of its source in
+    ``sources``: every source cited once, keyed ``"1"``, ``"2"``, … in order of first citation),
+    ``pools``, ``step_phase_seconds``, ``step_seconds``, ``tokens_per_second``, ``fits``."""
     pools = pool_of or tuple(
         next(p.index for p in plan.pools if str(c.option.role) in p.roles) for c in plan.costs
     )
     roles = [_role_record(c, q, spec) for c, q in zip(plan.costs, pools, strict=True)]
+    sources: dict[str, str] = {}
+    keys: dict[str, str] = {}  # source text → its key, numbered in order of first citation
+    for c in plan.costs:
+        for t in c.terms:
+            if t.source not in keys:
+                keys[t.source] = str(len(keys) + 1)
+                sources[keys[t.source]] = t.source
     terms = [
-        {"role": str(c.option.role), "term": t.name, "phase": t.phase, "value": t.value, "unit": t.unit, "source": t.source}
+        {"role": str(c.option.role), "term": t.name, "phase": t.phase, "value": t.value, "unit": t.unit, "source": keys[t.source]}
         for c in plan.costs
         for t in c.terms
     ]  # fmt: skip
@@ -86,6 +95,7 @@ def plan_dict(
         "off_policy": plan.off_policy,
         "roles": roles,
         "terms": terms,
+        "sources": sources,
         "pools": pool_recs,
         "step_phase_seconds": dict(zip(PHASES, plan.phase_s, strict=True)),
         "step_seconds": plan.step_s,
@@ -128,9 +138,12 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
 
 
 def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
-    """``rlhf-plan``'s JSON: the workload, ``status``, ``reason``, ``best``, ``colocated``,
-    ``split`` (each a :func:`plan_dict` with its ``options``), ``tables_seconds``,
-    ``solve_seconds``, ``options``, ``tried``."""
+    """``rlhf-plan``'s JSON: the workload, ``status`` (``optimal``, ``feasible``: a time limit
+    stopped the search, ``unknown``: it stopped before any placement was found), ``reason``,
+    ``best`` (None when unknown), ``colocated``, ``split`` (each a :func:`plan_dict` with its
+    ``objective_ns``), ``alternatives`` (the colocated and split solves' statuses),
+    ``tables_seconds``, ``solve_seconds``, ``time_limit_seconds``, ``tables_complete``,
+    ``options``, ``tried``, ``skipped``."""
 
     def one(p: Any) -> dict[str, Any] | None:
         if p is None:
@@ -148,10 +161,14 @@ def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
         "best": one(result.best),
         "colocated": one(result.colocated),
         "split": one(result.split),
+        "alternatives": dict(result.variant_status),
         "tables_seconds": result.tables_seconds,
         "solve_seconds": result.solve_seconds,
+        "time_limit_seconds": result.time_limit_s,
+        "tables_complete": result.complete,
         "options": result.options,
         "tried": result.tried,
+        "skipped": result.skipped,
     }
 
 
@@ -167,12 +184,12 @@ SEED_ONLY = (
     "policy_params", "reward_params", "chips", "peak_tflops", "rollout_engine", "layers",
     "kv_heads", "head_dim", "logits_buffer", "vocab_size", "logits_tokens",
 )  # fmt: skip
-"""Options of the seed's accounting only: with ``--model`` the sizes, dimensions and the
+"""Options of the original planner's accounting only: with ``--model`` the sizes, dimensions and the
 engine come from the model and the placement."""
 
 
 def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The RLHF tab with ``model``: the seed's figures for the same workload (its keys, with
+    """The RLHF tab with ``model``: the original planner's figures for the same workload (its keys, with
     ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
     :func:`plan_dict` of the tab's placement. ``seed_report`` is :func:`interface.tabs.
     rlhf_report` (passed in: it imports this module).
@@ -207,5 +224,115 @@ def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
     from trainplan.interface.tabs import jsonable
 
     seed["accounting"] = "faithful"
-    seed["faithful"] = jsonable({**workload_dict(inp), **plan_dict(spec, plan)})
+    verdict = fit_verdict(inp, plan, seed["resident_bytes"])
+    seed["faithful"] = jsonable({**workload_dict(inp), **plan_dict(spec, plan), **verdict})
     return seed
+
+
+def _gb(x: Any) -> str:
+    return f"{float(x) / 1e9:,.2f} GB"
+
+
+def _gpus(n: int) -> str:
+    return f"{n:,} GPU" + ("s" if n != 1 else "")
+
+
+def fit_verdict(inp: RLHFInputs, plan: StepPlan, resident_bytes: float) -> dict[str, list[str]]:
+    """Why the tab's placement does not fit (``does_not_fit``: the engine above its budget, each
+    pool's worst phase above the usable bytes, host memory) and what would make it fit
+    (``to_fit``: the least engine tp or fraction that holds it, the least GPUs that hold the
+    roles' model state at all, the placement search) — both empty when it fits. A setting is
+    named as the user's option where the user gave it, and as a default where not."""
+    from trainplan.model.rlhf_costs import least_engine_tp
+
+    out: dict[str, list[str]] = {"does_not_fit": [], "to_fit": []}
+    if plan.fits:
+        return out
+    default = inp.defaults_used
+    cap = plan.capacity_bytes
+    worst: dict[int, tuple[Any, str]] = {}
+    for what, pool, phase, need, have in plan.overflows():
+        if what == "engine":
+            out["does_not_fit"].append(_engine_line(inp, plan, need, have))
+            out["to_fit"] += _engine_hints(inp, need, least_engine_tp)
+        elif what == "host":
+            out["does_not_fit"].append(
+                f"pool {pool}: {_gb(need)} per GPU of offloaded state, above the host's "
+                f"{_gb(have)} share per GPU (--host-memory-gb ÷ GPUs per node)"
+            )
+        elif pool is not None and (pool not in worst or need > worst[pool][0]):
+            worst[pool] = (need, phase)
+    for pool, (need, phase) in sorted(worst.items()):
+        p = plan.pools[pool]
+        out["does_not_fit"].append(
+            f"pool {pool} ({', '.join(p.roles)} on {_gpus(p.gpus)}) needs "
+            f"{_gb(need)} per GPU in the {phase} phase, {_gb(need - cap)} above the "
+            f"{_gb(cap)} usable"
+        )
+    least = math.ceil(resident_bytes / cap)
+    if least > inp.gpus:
+        out["to_fit"].append(
+            f"at least {least:,} GPUs: the roles' model state alone is {resident_bytes / 1e12:,.2f}"
+            f" TB (16 B per trained and 2 B per frozen parameter, fully sharded) against "
+            f"{_gb(cap)} usable per GPU, before activations, logits and the engine, without "
+            f"offload (--gpus {inp.gpus:,}{' is the default' if 'gpus' in default else ''})"
+        )
+    layout = " and ".join(
+        f"--{k.replace('_', '-')} {getattr(inp, k)}{' (default)' if k in default else ''}"
+        for k in ("train_tp", "train_pp")
+    )
+    if worst:
+        out["to_fit"].append(
+            f"the training and scoring roles at {layout} on {_gpus(plan.pools[-1].gpus)}: a "
+            "larger tp or pp, --offload, or more GPUs shrink their share"
+        )
+    out["to_fit"].append(
+        "trainplan rlhf-plan with the same workload searches every role's pool, parallelism, "
+        "offload and the engine's fraction for the fastest placement that fits"
+    )
+    return out
+
+
+def _engine_line(inp: RLHFInputs, plan: StepPlan, need: Any, budget: Any) -> str:
+    engine = next(c for c in plan.costs if c.option.role is Role.ROLLOUT)
+    frac = engine.option.fraction
+    tp = inp.rollout_tp
+    given = ""
+    if "rollout_tp" in inp.defaults_used:
+        given = (
+            " (the default: verl's)" if tp == 2 else " (the default: verl's 2 divides no odd count)"
+        )
+    f_given = "" if inp.spec.engine_memory_fraction is not None else " (the default)"
+    return (
+        f"the rollout engine at tp {tp}{given} needs {_gb(need)} per GPU — its weights "
+        f"{_gb(engine.bf16_weight_bytes)} and one {inp.spec.seq_len:,}-token sequence's KV cache "
+        f"{_gb(need - engine.bf16_weight_bytes)} — above its budget, fraction "
+        f"{float(frac or 0):g}{f_given} × {_gb(inp.device.physical_bytes)} = {_gb(budget)}"
+    )
+
+
+def _engine_hints(inp: RLHFInputs, need: Any, least_engine_tp: Any) -> list[str]:
+    from trainplan.optimizer.rlhf_tables import default_fraction
+
+    out = []
+    fraction = inp.spec.engine_memory_fraction or default_fraction(inp.rollout_gpus is None)
+    engine_gpus = inp.rollout_gpus or inp.gpus
+    tp = least_engine_tp(inp.spec, fraction, inp.device)
+    if tp is None:
+        out.append(f"the engine: no tp holds its weights and a sequence at fraction {fraction}")
+    elif tp <= engine_gpus:
+        out.append(
+            f"the engine: --rollout-tp {tp} or more holds it at fraction {float(fraction):g}"
+        )
+    else:
+        out.append(
+            f"the engine: tp {tp} or more holds it at fraction {float(fraction):g}, more than "
+            f"{engine_gpus:,} GPU{'s' * (engine_gpus > 1)}"
+        )
+    least = need / inp.device.physical_bytes
+    if least < 1:
+        out.append(
+            f"or --engine-memory-fraction {math.ceil(least * 100) / 100:g} or more at tp "
+            f"{inp.rollout_tp} (colocated, it takes that share from the training roles)"
+        )
+    return out

@@ -56,7 +56,8 @@ def roles_lines(plan: dict[str, Any]) -> list[str]:
 
 
 def terms_lines(plan: dict[str, Any]) -> list[str]:
-    """Every term with its phase, value and source."""
+    """Every term with its phase, value and the key of its source; the sources listed once
+    under the table, by key."""
     rows = []
     for t in plan["terms"]:
         unit = t["unit"]
@@ -73,10 +74,11 @@ def terms_lines(plan: dict[str, Any]) -> list[str]:
                 "term": t["term"],
                 "phase": t["phase"],
                 "value": value,
-                "source": t["source"],
+                "source": f"[{t['source']}]",
             }
         )
-    return table_text(rows).splitlines()
+    notes = [f"[{key}] {text}" for key, text in plan["sources"].items()]
+    return [*table_text(rows).splitlines(), "Sources:", *notes]
 
 
 def pools_lines(plan: dict[str, Any]) -> list[str]:
@@ -163,7 +165,10 @@ def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     how = "one-step off-policy" if plan["off_policy"] else "synchronous"
     ph = plan["step_phase_seconds"]
     verdict = "fits" if plan["fits"] else "DOES NOT FIT"
-    out = [f"placement: {plan['placement']}, {how} — {verdict}", *roles_lines(plan), ""]
+    out = [f"placement: {plan['placement']}, {how} — {verdict}"]
+    out += [f"  does not fit: {line}" for line in plan.get("does_not_fit", [])]
+    out += [f"  to fit: {line}" for line in plan.get("to_fit", [])]
+    out += [*roles_lines(plan), ""]
     out += ["Terms (per GPU of the role's pool; seconds per step), each with its source:"]
     out += [*terms_lines(plan), "", *pools_lines(plan), ""]
     out.append(
@@ -178,22 +183,49 @@ def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
 def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     """``rlhf-plan``'s answer: status and timing, the best plan, the alternatives, the reason."""
     best = res["best"]
+    limit = res.get("time_limit_seconds")
+    said = {
+        "optimal": " (proven optimal within the model)",
+        "feasible": f" (the best found within the time limit of {limit:g} s, not proven optimal)"
+        if limit
+        else "",
+        "unknown": f" (the time limit of {limit:g} s ran out before any placement was found)"
+        if limit
+        else "",
+    }
     out = [
-        f"{res['algorithm'].upper()} {res['policy']} on {res['gpus']} × {res['gpu']} "
+        f"{res['algorithm'].upper()} {res['policy']} on {res['gpus']:,} × {res['gpu']} "
         f"({res['framework']} ZeRO-{res['zero_stage']}): {res['options']:,} role options "
-        f"({res['tried']:,} tried); tables {res['tables_seconds']:.2f} s, CP-SAT "
-        f"{res['solve_seconds']:.2f} s; {res['status']}"
-        + (" (proven optimal within the model)" if res["status"] == "optimal" else ""),
-        "",
-        f"best: {_s(best['step_seconds'])} s per step",
-        *plan_lines(best, width),
+        f"({res['tried']:,} costed"
+        + (f", {res['skipped']:,} bounded out" if res.get("skipped") else "")
+        + f"); tables {res['tables_seconds']:.2f} s"
+        + ("" if res.get("tables_complete", True) else " (cut short by the time limit)")
+        + f", CP-SAT {res['solve_seconds']:.2f} s; {res['status']}{said.get(res['status'], '')}",
         "",
     ]
+    if best is None:
+        return [*out, f"why: {res['reason']}"]
+    out += [f"best: {_s(best['step_seconds'])} s per step", *plan_lines(best, width), ""]
     for key in ("colocated", "split"):
         alt = res[key]
         out.append(
             f"best {key}: "
-            + ("none fits" if alt is None else f"{_s(alt['step_seconds'])} s per step")
+            + (
+                _none(res.get("alternatives", {}).get(key))
+                if alt is None
+                else f"{_s(alt['step_seconds'])} s per step"
+            )
         )
     out.append(f"why: {res['reason']}")
     return out
+
+
+def _none(status: str | None) -> str:
+    """What an alternative that was not found means, by its solve's status."""
+    from trainplan.optimizer.rlhf_search import ALTERNATIVES_WITHIN
+
+    return {
+        "beyond": f"none within {ALTERNATIVES_WITHIN}× the best colocated step (not searched "
+        "further)",
+        "unknown": "none found within the time limit",
+    }.get(status or "", "none fits")

@@ -6,9 +6,9 @@ A scenario file (unknown keys are rejected):
 description = "Llama 3 70B on 64–4096 GPUs of three kinds"
 model = "llama3-70b"              # catalogue name or config.json path
 gpu = ["H100-SXM", "H200", "B200"] # one name or a list
-gpus = "64..4096"                 # a count, a list "2048,4096", or a range
+gpus = "64..4096"                 # a count (16384 or "16,384"), a range, or a list [2048, 4096]
 seq_len = 8192
-global_batch = 2048               # sequences: a count, list or range; or global_batch_tokens = 16e6
+global_batch = 2048               # sequences: a count, range or list; or global_batch_tokens = 16e6
 objective = "time-to-train"       # step-time | tokens-per-gpu | time-to-train | cost | params
 framework = "megatron"            # or a list; megatron | deepspeed | fsdp2 | textbook
 tokens = 15e12                    # token budget for time-to-train and cost
@@ -20,6 +20,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # host_memory_gbps; the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
@@ -29,7 +30,10 @@ per_stage = false                 # search, frontier: also choose layers and rec
 ```
 
 Command-line options override the file's values. Unknown keys and values of the wrong kind
-(``seq_len = "long"``; :data:`VALUE_KINDS`) are refused with the file and the key.
+(``seq_len = "long"``; :data:`VALUE_KINDS`) are refused with the file and the key, and so is an
+empty list (``tp = []`` would silently mean every tp). Numbers and lists have the grammar of
+every input (:func:`model.units.parse_number`, :func:`model.units.list_items`): ``"16,384"`` is
+one number; a list is a TOML array or text with ``;`` between the items (``"2048;4096"``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from trainplan.interface import search_options as opts
 from trainplan.interface.inputs import (
     DEFAULT_GPU,
     DIM_KEYS,
@@ -46,13 +51,18 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.tp_plan import (
+    TP_BLOCK_INPUTS,
+    check_tp_block_inputs,
+    gathered_block_inputs,
+)
 from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -116,6 +126,7 @@ CLUSTER_KEYS = {
     "zero3_regather",
     "activation_convention",
     "memory_efficient_norm",
+    "tp_block_inputs",
     *RECIPE_KEYS,
     "memory_reserve_gib",
     "vocab_multiple",
@@ -196,6 +207,7 @@ VALUE_KINDS: dict[str, Any] = {
     "zero3_regather": _FLAG,
     "activation_convention": ("paper", "pytorch"),
     "memory_efficient_norm": _FLAG,
+    "tp_block_inputs": TP_BLOCK_INPUTS,
     "gradient_dtype": ("bf16", "fp32"),
     "precision": ("bf16", "fp8"),
     "optimizer_dtype": ("fp32", "bf16"),
@@ -218,7 +230,7 @@ VALUE_KINDS: dict[str, Any] = {
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
-"15e12"), ``number``, ``sizes`` (a count, a list of counts, or text "2048,4096" / "64..4096"),
+"15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
 ``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
 tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
 the type (min_mfu in (0, 1], headroom in [0, 1)…) are checked where the value is used, by the
@@ -228,7 +240,10 @@ same code as the command-line options."""
 def _check_value(key: str, value: Any, kind: Any) -> None:
     """Raise InputError when ``value`` is not of ``kind`` (see :data:`VALUE_KINDS`)."""
     if isinstance(kind, list):
-        for item in value if isinstance(value, list) else [value]:
+        if kind[0] == _COUNT:
+            parse_counts(value, key)
+            return
+        for item in list_items(value, key):
             _check_value(key, item, kind[0])
     elif isinstance(kind, tuple):
         if isinstance(value, bool) or value not in kind:
@@ -245,9 +260,10 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         parse_count(value, key, minimum=0)
     elif kind == _NUMBER:
         parse_number(value, key)
+    elif kind == _SIZES and key != "global_batch_tokens":  # tokens: checked with seq_len
+        parse_counts(value, key, ranges=True)
     elif kind == _SIZES:
-        parts = str(value).replace("..", ",").split(",") if isinstance(value, str) else value
-        _check_value(key, parts, [_COUNT])
+        list_items(value, key)
     elif kind in (_PRICE, _FRACTIONS):
         table = value if isinstance(value, dict) else {None: value}
         if kind == _FRACTIONS and not isinstance(value, dict):
@@ -266,13 +282,19 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     ------
     ScenarioError
         Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
-        or the read error.
+        an empty list, or the read error (not TOML, not UTF-8, nested too deeply, not a file).
     """
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        if not p.is_file():  # a device or pipe would be read without end
+            raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ScenarioError(f"scenario {p}: {err}") from None
+    except RecursionError:
+        raise ScenarioError(
+            f"scenario {p}: tables or lists nest too deeply to read (a scenario nests two levels)"
+        ) from None
     for name, keys in (
         ("", TOP_KEYS),
         ("space", SPACE_KEYS),
@@ -305,84 +327,20 @@ def _listify(value: Any) -> list[Any]:
     return [value]
 
 
-def _names(value: Any) -> list[str]:
-    out: list[str] = []
-    for item in _listify(value):
-        out += [part.strip() for part in str(item).split(",") if part.strip()]
-    return out
-
-
-def _batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
-    if tokens is not None:
-        text = str(tokens)
-        if ".." in text:
-            lo, _, hi = text.partition("..")
-            lo_b = -(-int(parse_number(lo, "global_batch_tokens")) // seq_len)
-            hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
-            return _sizes(f"{lo_b}..{hi_b}", "global_batch_tokens")
-        n = parse_count(tokens, "global_batch_tokens")
-        if n % seq_len:
-            raise InputError(
-                f"global_batch_tokens: {n} is not a whole number of sequences of {seq_len}"
-            )
-        return [n // seq_len]
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return _sizes(value, "global_batch")
-    return [parse_count(v, "global_batch") for v in _listify(value)]
-
-
-def _sizes(text: str, name: str) -> list[int]:
-    """Sizes from a count, list or range (powers of two and 1.5× powers of two inside it)."""
-    return gpu_counts(text, name)
-
-
-def _price(value: Any, gpu: str) -> float:
-    price = float(parse_number(value, f"gpu_hour_price {gpu}"))
-    if price <= 0:
-        raise InputError(
-            f"gpu_hour_price: {value!r} for {gpu} must be a positive number of dollars per GPU-hour"
-        )
-    return price
-
-
-def _prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
-    """Dollars per GPU-hour per accelerator from one number, ``GPU=price,…`` or a TOML table."""
-    if value is None:
-        return {g: None for g in gpus}
-    if isinstance(value, dict):
-        pairs = {str(k): v for k, v in value.items()}
-    elif "=" in str(value):
-        pairs = {}
-        for part in str(value).split(","):
-            name, sep, price = part.partition("=")
-            if not sep or not name.strip():
-                raise InputError(f"gpu_hour_price: {part!r} must be GPU=PRICE, e.g. H100-SXM=2.5")
-            pairs[name.strip()] = price.strip()
-    else:
-        return {g: _price(value, g) for g in gpus}
-    unknown = sorted(set(pairs) - set(gpus))
-    if unknown:
-        raise InputError(
-            f"gpu_hour_price: {unknown[0]!r} is not one of the searched GPUs ({', '.join(gpus)})"
-        )
-    return {g: (_price(pairs[g], g) if g in pairs else None) for g in gpus}
-
-
 def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     def ints(key: str) -> tuple[int, ...] | None:
-        values = [parse_count(v, key) for v in _listify(d.get(key))]
-        return tuple(values) or None
+        return None if d.get(key) is None else tuple(parse_counts(d[key], key))
 
     tp = ints("tp")
-    schedules = tuple(Schedule(s) for s in _listify(d.get("schedule"))) or tuple(Schedule)
+    schedules = tuple(Schedule(s) for s in opts.names(d.get("schedule"), "schedule")) or tuple(
+        Schedule
+    )
     for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
         check_virtual_stages(v, schedules)
     if d.get("max_tp"):
-        tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= int(d["max_tp"]))
+        tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= parse_count(d["max_tp"], "max_tp"))
     cp = ints("cp") or (1,)
-    cp_kinds = tuple(_cp_kind(k) for k in _names(d.get("cp_kind")))
+    cp_kinds = tuple(dict.fromkeys(_cp_kind(k) for k in opts.names(d.get("cp_kind"), "cp_kind")))
     cp_a2a = ints("cp_a2a")
     check_applicable(  # a CP flavour or inner degree the space could never use is an error
         {
@@ -404,14 +362,19 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         cp=cp,
         ep=ints("ep"),
         micro_batch_size=ints("micro_batch"),
-        max_micro_batch_size=int(d.get("max_micro_batch") or 8),
-        zero_stages=tuple(int(z) for z in _listify(d.get("zero"))) or (0, 1, 2, 3),
-        recomputes=tuple(Recompute(r) for r in _listify(d.get("recompute"))) or tuple(Recompute),
+        max_micro_batch_size=parse_count(d.get("max_micro_batch") or 8, "max_micro_batch"),
+        zero_stages=tuple(dict.fromkeys(int(z) for z in _listify(d.get("zero")))) or (0, 1, 2, 3),
+        recomputes=tuple(Recompute(r) for r in opts.names(d.get("recompute"), "recompute"))
+        or tuple(Recompute),
         schedules=schedules,
         virtual_stages=ints("virtual_stages") or DEFAULT_VIRTUAL_STAGES,
-        rank_orders=tuple(_order(o) for o in _names(d.get("rank_order")) if o)
+        rank_orders=tuple(
+            dict.fromkeys(_order(o) for o in opts.names(d.get("rank_order"), "rank_order"))
+        )
         or (DEFAULT_RANK_ORDER,),
-        frameworks=tuple(parse_framework(f) for f in _names(d.get("framework")))
+        frameworks=tuple(
+            dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
+        )
         or (DEFAULT_FRAMEWORK,),
         cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
         cp_a2a=cp_a2a,
@@ -475,18 +438,18 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         **{k: v for k, v in cli.get("cluster", {}).items() if v not in (None, {}, ())},
     }
     if d.get("gpus") is None:
-        raise InputError("gpus: give --gpus N (a count, a list 2048,4096 or a range 1024..16384)")
-    counts = gpu_counts(
-        str(d["gpus"]) if not isinstance(d["gpus"], list) else ",".join(map(str, d["gpus"]))
-    )
-    accelerators = _names(d.get("gpu")) if d.get("gpu") is not None else [DEFAULT_GPU]
+        raise InputError(
+            "gpus: give --gpus N (a count, or a range 1024..16384; repeat it for several)"
+        )
+    counts = gpu_counts(d["gpus"])
+    accelerators = opts.names(d.get("gpu"), "gpu") if d.get("gpu") is not None else [DEFAULT_GPU]
     if not accelerators:
         raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
-    prices = _prices(d.get("gpu_hour_price"), accelerators)
+    prices = opts.prices(d.get("gpu_hour_price"), accelerators)
     objective = Objective(str(d.get("objective") or "step-time"))
     several_batches = (
         len(
-            _batches(
+            opts.batches(
                 d.get("global_batch"),
                 d.get("global_batch_tokens"),
                 parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1,
@@ -501,12 +464,14 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             "global_batch: several batch sizes make step times incomparable; use "
             "--objective tokens-per-gpu or time-to-train"
         )
+    space = _space(space_d, counts[0])
     base = {
         "model": d.get("model"),
         **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
-        **clus_d,
+        **_tp_plan(clus_d, space, counts),
     }
+    opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
     if objective is Objective.PARAMS:
         if not d.get("model"):
@@ -514,11 +479,14 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
                 "maximize params: give --model as the family's base (its depth is varied)"
             )
         models = _family(str(d["model"]), d.get("max_layers"))
+    calibrated = _calibrated(base.get("calibration"), accelerators)
     jobs = []
     for variant, gpu, count in itertools.product(models, accelerators, counts):
         params = dict(base, gpu=gpu)
+        if gpu not in calibrated:
+            params.pop("calibration", None)
         case = build_case(params) if not variant else _variant_case(params, variant)
-        batches = _batches(
+        batches = opts.batches(
             d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
         ) or [case.training.global_batch_size]
         for batch in batches:
@@ -528,6 +496,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             label = f"{job_case.model.name} on {count} × {gpu}, B {batch}"
             jobs.append(Job(job_case, count, label, prices[gpu]))
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
+    opts.check_applies(objective, d.get("tokens"), space_d, jobs)
     constraints = Constraints(
         headroom=float(cons_d.get("headroom") or 0),
         min_mfu=_opt_float(cons_d.get("min_mfu")),
@@ -535,11 +504,50 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     )
     return Problem(
         jobs=tuple(jobs),
-        space=_space(space_d, counts[0]),
+        space=space,
         constraints=constraints,
         objective=objective,
         tokens=tokens,
     )
+
+
+def _tp_plan(cluster: dict[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
+    """The ``[cluster]`` values as the jobs' cases take them: ``tp_block_inputs`` checked against
+    the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
+    passed on as the recipe's ``gathered_block_inputs``, which every other profile the search
+    weighs leaves as its own (the shard)."""
+    out = {k: v for k, v in cluster.items() if k != "tp_block_inputs"}
+    value = cluster.get("tp_block_inputs")
+    check_tp_block_inputs(value, space.frameworks, space.tp or divisors(max(counts)))
+    if gathered_block_inputs(value) is False:
+        out["gathered_block_inputs"] = False
+    return out
+
+
+def _calibrated(path: Any, accelerators: list[str]) -> set[str]:
+    """The searched accelerators a calibration file applies to: the one it was fitted on (the
+    others keep their default figures).
+
+    Raises
+    ------
+    InputError
+        The file was fitted on none of the searched accelerators: it would be unused.
+    """
+    if not path:
+        return set()
+    from trainplan.interface.time_inputs import calibration_gpu
+    from trainplan.topology.accelerators import get_accelerator
+
+    fitted_on = calibration_gpu(path)
+    names = {gpu: get_accelerator(gpu).name for gpu in accelerators}
+    if fitted_on not in names.values():
+        raise InputError(
+            f"calibration: {str(path)!r} was fitted on {fitted_on}, which is not among the "
+            f"searched accelerators ({', '.join(accelerators)}); efficiencies measured on one "
+            f"accelerator say nothing of another — add --gpu {fitted_on}, calibrate on these, "
+            "or leave --calibration out"
+        )
+    return {gpu for gpu, name in names.items() if name == fitted_on}
 
 
 def _opt_float(value: Any) -> float | None:
@@ -547,9 +555,10 @@ def _opt_float(value: Any) -> float | None:
 
 
 def _with_batch(case, batch: int):
+    """The case with global batch ``batch`` (and without the note of a batch chosen by rule)."""
     from dataclasses import replace
 
-    return replace(case, training=replace(case.training, global_batch_size=batch))
+    return replace(case, training=replace(case.training, global_batch_size=batch), notes=())
 
 
 def _variant_case(params: dict[str, Any], variant: dict[str, Any]):

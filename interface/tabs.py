@@ -1,6 +1,6 @@
 """The pipeline, MFU, checkpointing and RLHF tabs as report dictionaries (the ``--json`` output).
 
-Each ``*_report`` takes the parameter names of ``cases/seed_examples.toml`` as keyword arguments,
+Each ``*_report`` takes the parameter names of ``scenarios/examples.toml`` as keyword arguments,
 checks them (a :class:`~model.errors.PlannerError` naming the parameter, value and rule), calls the
 cost model in :mod:`model` and returns plain JSON values: ints when whole, floats otherwise, rates
 and fractions as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
@@ -13,12 +13,15 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface import pipeline_tab
 from trainplan.model import checkpointing as ck
 from trainplan.model import mfu as mf
 from trainplan.model import rlhf as rl
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
-from trainplan.model.schedule import simulate
+from trainplan.model.pipeline_zb import SplitSchedule
+from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
+from trainplan.model.schedule_support import check_schedule_framework
 from trainplan.model.units import as_json_number, parse_count, parse_number, parse_positive
 
 __all__ = [
@@ -79,23 +82,49 @@ def pipeline_report(
     stages: Any,
     microbatches: Any,
     schedule: str = "1f1b",
-    virtual_stages: Any = 1,
-    backward_ratio: Any = 2,
+    virtual_stages: Any = None,
+    backward_ratio: Any = None,
+    t_f: Any = None,
+    t_b: Any = None,
+    t_w: Any = None,
+    t_fb: Any = None,
+    framework: str | None = None,
 ) -> dict[str, Any]:
     """The pipeline tab: simulated timeline, bubble (both conventions), activations held.
 
     ``bubble_fraction`` and ``held_per_stage`` come from the simulation (:func:`model.schedule.
-    simulate`) and are checked here against the closed forms of :mod:`model.pipeline`.
+    simulate`) and are checked here against the closed forms of :mod:`model.pipeline`. The
+    split-backward schedules (``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev``) take the
+    pass times ``t_f``, ``t_b``, ``t_w`` (and ``t_fb``) instead of ``backward_ratio``; their report
+    is :func:`interface.pipeline_tab.split_report`'s. With ``framework`` a schedule that framework
+    cannot run is refused (:func:`model.schedule_support.check_schedule_framework`).
 
     Examples
     --------
     >>> r = pipeline_report(4, 8)
     >>> r["bubble_fraction_exact"], r["held_per_stage"]
     ('3/11', [4, 3, 2, 1])
+    >>> pipeline_report(4, 8, "zb-h1")["closed_form"]["value"]
+    3
     """
     p, m = parse_count(stages, "stages", 0), parse_count(microbatches, "microbatches", 0)
-    v = parse_count(virtual_stages, "virtual_stages", 0)
-    ratio = _pos("backward_ratio", backward_ratio)
+    v = None if virtual_stages is None else parse_count(virtual_stages, "virtual_stages", 0)
+    name = str(schedule).lower()
+    if framework is not None and name in TIMELINE_SCHEDULES:
+        check_schedule_framework(name, framework, p, m)
+    if name in {s.value for s in SplitSchedule}:
+        check_applicable(
+            {"backward_ratio": backward_ratio},
+            {"backward_ratio": f"{name} splits the backward: give t_b and t_w"},
+        )
+        times = pipeline_tab.pass_times(SplitSchedule(name), t_f, t_b, t_w, t_fb)
+        return jsonable(pipeline_tab.split_report(p, m, name, v, times))
+    given = {"t_f": t_f, "t_b": t_b, "t_w": t_w, "t_fb": t_fb}
+    check_applicable(
+        given, dict.fromkeys(given, f"{name} runs whole backwards: give backward_ratio")
+    )
+    v = 1 if v is None else v
+    ratio = _pos("backward_ratio", 2 if backward_ratio is None else backward_ratio)
     t = simulate(p, m, schedule, v, ratio)
     frac = t.idle_fraction(0)
     idle = t.step_time - t.busy_time(0)
@@ -443,7 +472,7 @@ def rlhf_report(
     says which; without it the figures are the seed's (``accounting: "seed"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
-    (``logits_buffer``) are off by default (the seed leaves them out) and add to
+    (``logits_buffer``) are off by default (the original planner leaves them out) and add to
     ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only. Options left
     None take :data:`RLHF_DEFAULTS` (``reward`` model for PPO and GRPO; ``gpu`` H100-SXM unless
     ``peak_tflops`` is given).
@@ -505,7 +534,7 @@ def rlhf_report(
     )
     if policy_params is None:
         raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the seed's accounting) or --model "
+            "policy_params: missing; give --policy-params SIZE (the original planner's accounting) or --model "
             "NAME (the faithful one)"
         )
     n_p = parse_count(policy_params, "policy_params")

@@ -5,7 +5,8 @@ Keys: ``time_model`` (roofline | single), the roofline figures of
 :data:`model.roofline.CALIBRATABLE` (``gemm_efficiency`` …, fractions in (0, 1]),
 ``tp_comm_overlap`` (none | async | full),
 ``grad_reduce_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
-table holds fitted figures for its ``gpu``). The single model's ``kernel_efficiency`` and
+table holds fitted figures for its ``gpu``; refused for any other accelerator, since efficiencies
+measured on one part say nothing of another). The single model's ``kernel_efficiency`` and
 ``overlap`` are refused where the roofline model times the layout, and the roofline's figures
 where the single model does: an option that does not apply is never silently ignored.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "cost_options",
     "fraction_of_peak",
     "read_calibration",
+    "calibration_gpu",
 ]
 
 ROOFLINE_KEYS: tuple[str, ...] = tuple(k for k in CALIBRATABLE if k != "attention_efficiency")
@@ -70,28 +72,53 @@ def fraction_of_peak(value: Any, key: str) -> float:
     return x
 
 
-def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
-    """The fitted roofline figures of a calibration file for ``device_name``: its ``[cluster]``
-    keys among :data:`model.roofline.CALIBRATABLE`; empty when the file calibrates another
-    accelerator (its ``gpu``).
-
-    Raises
-    ------
-    ScenarioError
-        The file cannot be read, has no ``gpu`` or ``[cluster]``, or a figure is out of range.
-    """
+def _calibration_data(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ScenarioError(f"calibration {p}: {err}") from None
-    cluster = data.get("cluster")
-    if not isinstance(data.get("gpu"), str) or not isinstance(cluster, dict):
+    if not isinstance(data.get("gpu"), str) or not isinstance(data.get("cluster"), dict):
         raise ScenarioError(f'calibration {p}: needs gpu = "NAME" and a [cluster] table')
+    return data
+
+
+def calibration_gpu(path: str | Path) -> str:
+    """The accelerator a calibration file was fitted on (its ``gpu``, as the accelerator table
+    names it).
+
+    Raises
+    ------
+    ScenarioError
+        The file cannot be read, has no ``gpu`` or ``[cluster]``, or names no known accelerator.
+    """
     from trainplan.topology.accelerators import get_accelerator
 
-    if get_accelerator(data["gpu"]).name != device_name:
-        return {}
+    return get_accelerator(_calibration_data(path)["gpu"]).name
+
+
+def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
+    """The fitted roofline figures of a calibration file for ``device_name``: its ``[cluster]``
+    keys among :data:`model.roofline.CALIBRATABLE`.
+
+    Raises
+    ------
+    InputError
+        The file calibrates another accelerator (its ``gpu``): efficiencies fitted on one part
+        are refused for another, never silently unused (``docs/guides/calibration.md``).
+    ScenarioError
+        The file cannot be read, has no ``gpu`` or ``[cluster]``, or a figure is out of range.
+    """
+    p = Path(path)
+    data = _calibration_data(p)
+    fitted_on = calibration_gpu(p)
+    if fitted_on != device_name:
+        raise InputError(
+            f"calibration: {str(path)!r} was fitted on {fitted_on}; it does not apply to "
+            f"{device_name} (efficiencies measured on one accelerator say nothing of another) — "
+            f"calibrate on {device_name}, or leave --calibration out"
+        )
+    cluster = data["cluster"]
     try:
         return {k: fraction_of_peak(cluster[k], k) for k in CALIBRATABLE if k in cluster}
     except InputError as err:
@@ -117,7 +144,7 @@ def cost_options(
     if params.get("time_model") == "roofline" and not framework.physical:
         raise InputError(
             f"time_model: roofline times the mechanisms of a physical profile; framework "
-            f"{framework} keeps the single model (its figures are the seed's); use --framework "
+            f"{framework} keeps the single model (its figures are the original planner's); use --framework "
             "megatron, deepspeed or fsdp2, or leave --time-model out"
         )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical

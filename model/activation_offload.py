@@ -26,7 +26,10 @@ https://docs.nvidia.com/megatron-core/developer-guide/latest/user-guide/features
 * **Rules** (:func:`check_activation_offload`; Megatron-Core's ``TransformerConfig``
   validation): the module names above; ``attn_proj`` only with ``core_attn`` (its input is the
   attention core's output, which the core's backward needs); ``expert_fc1`` and ``moe_act``
-  only in MoE layers (a dense model has none); only the Megatron-Core profile runs it (its
+  only in MoE layers (a dense model has none); ``attn_norm`` only with MLA attention and
+  ``mlp_norm`` only in MoE layers (:func:`norm_modules`: elsewhere Transformer Engine fuses the
+  norm into the next linear layer and there is no norm module to offload); only the
+  Megatron-Core profile runs it (its
   Transformer Engine path; DeepSpeed, FSDP2 and the textbook profile have no such mechanism).
   The planner also asks for recomputation ``none`` or ``selective`` (Megatron pairs offload with
   fine-grained recomputation; under full or √n recomputation a layer keeps only its input
@@ -56,6 +59,9 @@ from trainplan.model.xp import maximum, minimum, where
 __all__ = [
     "OFFLOAD_MODULES",
     "MOE_MODULES",
+    "NORM_MODULES",
+    "norm_modules",
+    "layer_modules",
     "parse_modules",
     "module_of",
     "offloaded_bytes",
@@ -73,6 +79,40 @@ function's input."""
 
 MOE_MODULES = frozenset({"expert_fc1", "moe_act"})
 """Modules only a MoE layer has."""
+
+NORM_MODULES = frozenset({"attn_norm", "mlp_norm"})
+"""The norm modules, offloadable only where the layer has the norm as a module of its own
+(:func:`norm_modules`)."""
+
+
+def norm_modules(mla: bool, moe: bool) -> frozenset[str]:
+    """The norm modules a Megatron-Core layer has as modules of their own under the Transformer
+    Engine spec, so that ``attn_norm`` / ``mlp_norm`` offload something: ``attn_norm`` with MLA
+    attention (its ``input_layernorm`` is a ``TENorm``), ``mlp_norm`` in a MoE layer (its
+    ``pre_mlp_layernorm`` is a ``TENorm``: the router reads the normalised input). Elsewhere the
+    norm is ``IdentityOp``, fused into the next linear layer (``TELayerNormColumnParallelLinear``
+    as ``linear_qkv`` / ``linear_fc1``, which keeps the norm's input itself):
+    ``megatron/core/models/gpt/gpt_layer_specs.py``
+    ``get_gpt_layer_with_transformer_engine_submodules``; and
+    ``megatron/core/transformer/transformer_layer.py`` ``_set_offload_modules`` turns
+    ``offload_attn_norm`` / ``offload_mlp_norm`` off for an ``IdentityOp`` norm.
+
+    >>> sorted(norm_modules(mla=False, moe=False)), sorted(norm_modules(mla=True, moe=True))
+    ([], ['attn_norm', 'mlp_norm'])
+    """
+    return frozenset({"attn_norm"} if mla else set()) | frozenset({"mlp_norm"} if moe else set())
+
+
+def layer_modules(modules: Iterable[str], mla: bool, moe: bool) -> tuple[str, ...]:
+    """The chosen ``modules`` that offload something in a layer (MLA or not, MoE or not): the
+    norm modules only where :func:`norm_modules` says the layer has them.
+
+    >>> layer_modules(("attn_norm", "core_attn", "mlp_norm"), mla=False, moe=True)
+    ('core_attn', 'mlp_norm')
+    """
+    has = norm_modules(mla, moe)
+    return tuple(m for m in modules if m not in NORM_MODULES or m in has)
+
 
 _TERMS = {
     "attention norm input": "attn_norm",
@@ -169,6 +209,7 @@ def check_activation_offload(
     modules: tuple[str, ...],
     has_moe: bool = True,
     recompute_layers: tuple[int, ...] | None = None,
+    has_mla: bool = True,
 ) -> None:
     """Check that ``framework`` runs the activation offload of ``modules`` with ``recompute``.
 
@@ -176,7 +217,8 @@ def check_activation_offload(
     ------
     LayoutError
         A profile other than Megatron-Core; ``attn_proj`` without ``core_attn``; an expert
-        module on a model without MoE layers; full or √n recomputation, or fully recomputed
+        module or ``mlp_norm`` on a model without MoE layers; ``attn_norm`` on a model without
+        MLA (:func:`norm_modules`); full or √n recomputation, or fully recomputed
         layers per stage (``recompute_layers`` with a count above 0: the two are not modelled
         together).
 
@@ -204,6 +246,14 @@ def check_activation_offload(
         raise LayoutError(
             f"offload_activations: {', '.join(moe)} offloads MoE expert tensors; this model has "
             "no MoE layers"
+        )
+    fused = sorted(NORM_MODULES & set(modules) - norm_modules(has_mla, has_moe))
+    if fused:
+        raise LayoutError(
+            f"offload_activations: {', '.join(fused)} offloads nothing on this model: "
+            "Megatron-Core fuses that norm into the next linear layer "
+            "(TELayerNormColumnParallelLinear keeps its input; attn_norm needs MLA, mlp_norm "
+            "MoE layers)"
         )
     if str(recompute) not in ("none", "selective"):
         raise LayoutError(

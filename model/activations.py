@@ -40,7 +40,7 @@ Variants, derived the same way:
   SiLU's output: ``8·S·f``; measured in the fidelity suite.)
 * No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
-* FlashAttention: no ``[b, a, s, s]`` tensor is stored (SPEC.md drops the 5·a term; the kernel's
+* FlashAttention: no ``[b, a, s, s]`` tensor is stored (the conventions drop the 5·a term; the kernel's
   per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
 * Without FlashAttention the score tensors are the whole ``[b, a, s/cp, s]`` whatever the mask:
   eager attention (Hugging Face's ``eager_attention_forward``, Megatron's unfused softmax) adds a
@@ -56,9 +56,14 @@ Variants, derived the same way:
 * MoE FFN (top-k routing, SwiGLU experts): the norm input, the router/dispatch input ``[S, h]``,
   the router's fp32 probabilities ``[S, E]`` (4 B), and per routed copy of a token (k of them):
   the expert input ``[S, h]``, the activation input ``2·[S, f_e]``, the down-projection input
-  ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine; shared experts as
+  ``[S, f_e]`` and the expert output ``[S, h]`` kept for the weighted combine
+  (``combine_output_bytes`` per element: β in the paper's count, none in Megatron-Core, which
+  weights inside the expert activation and keeps the fp32 weights ``4·k·S`` instead, fp32 in
+  torchtitan); shared experts as
   a dense SwiGLU of ``n_shared · f_shared``. Expert tensors are counted sequence-sharded, as with
-  expert tensor-parallel degree 1 or an all-to-all over tp·ep.
+  expert tensor-parallel degree 1 or an all-to-all over tp·ep; with etp > 1 (``expert_tp``) the
+  experts' input holds the tokens the etp group all-gathered, ``k·β·S·h·etp/tp`` (the
+  activation's and the down projection's inputs, ``[k·S·etp/tp, f_e/etp]``, are unchanged).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
@@ -72,6 +77,18 @@ Variants, derived the same way:
   query latent before and after its RMSNorm ``2·[S, q_lora]``, the KV latent with the RoPE key
   ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
   ``[S, a·(nope+rope)]`` each, V and the output-projection input ``[S, a·v_head]`` (*tp*).
+
+Tensor parallelism through PyTorch DTensor (``ActivationContext.gathered_block_inputs``; the
+``fsdp2`` profile, torchtitan's plan in ``torchtitan/models/common/decoder_sharding.py``): the
+norms are ``SequenceParallel`` and keep their sequence-sharded inputs (*sp*), but the attention
+and MLP blocks redistribute their input from the sequence shard to ``Replicate`` before the
+column-parallel projections, and autograd keeps that all-gathered tensor: the QKV and FC1 inputs
+``[S, h]`` are whole on every tp rank (Megatron-Core's ``LinearWithGradAccumulationAndAsync
+Communication.forward`` in ``megatron/core/tensor_parallel/layers.py`` saves the shard and
+all-gathers it again in backward). MLA's latents run replicated on the gathered tokens; a MoE
+layer with ep = 1 routes the gathered tokens (:data:`MOE_ROUTING_ROWS`), with ep > 1 the
+sequence shard, its shared experts gathering their own input. Measured on CPU through DTensor
+on a gloo group (``tests/fidelity/test_tp_dtensor.py``).
 
 Conventions (``ActivationContext.convention``, from ``TrainingSpec.activation_convention``):
 ``paper`` (the default) is the count above. ``pytorch`` adds, as named terms, what PyTorch's
@@ -105,6 +122,8 @@ from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, Positi
 
 __all__ = [
     "CONVENTIONS",
+    "GATHERED_INPUTS",
+    "MOE_ROUTING_ROWS",
     "ActivationContext",
     "LayerActivations",
     "layer_activations",
@@ -149,6 +168,32 @@ class ActivationContext:
     """Megatron-Core modules whose saved tensors go to the host (:mod:`model.activation_offload`):
     :func:`layer_activations` still lists every tensor; :func:`model.stage_bytes.layer_quantities`
     leaves the offloaded ones off the GPU's per-layer figures."""
+    gathered_block_inputs: bool = False
+    """The tensor-parallel plan all-gathers the sequence-parallel shard into a tensor replicated
+    over the tp ranks at the attention and MLP blocks' inputs, and the projections save that
+    whole tensor (PyTorch DTensor ``PrepareModuleInput(desired_input_layouts=Replicate())``
+    ahead of ``ColwiseParallel``, torchtitan's plan; the ``fsdp2`` profile): the rows of
+    :func:`gathered_rows` are not divided by tp. Megatron-Core's linear layers save the shard
+    and gather it again in backward (Korthikanti's count, False)."""
+    expert_tp: int = 1
+    """Expert tensor-parallel degree whose group all-gathers the routed tokens before the
+    experts (Megatron-Core ``MoEAlltoAllTokenDispatcher.token_dispatch``: after the all-to-all
+    over ep, ``gather_from_sequence_parallel_region(global_input_tokens, group=self.tp_group)``
+    over the expert-TP group): with sequence parallelism the experts' first linear layer keeps
+    etp ranks' routed tokens, ``k·β·S·h·etp/tp``. 1 where the profile gathers none (the
+    textbook's convention; ``fsdp2``, whose routed tokens follow ``gathered_block_inputs``)."""
+    combine_output_bytes: int | None = None
+    """Bytes per element of the routed experts' outputs the weighted combine keeps for the
+    routing weights' gradient: None = β (an eager ``output · weight`` product, the paper
+    convention); 0 where the weights are applied inside the expert activation and the combine
+    is a plain un-permute (Megatron-Core: ``experts.py`` ``TEGroupedMLP.forward`` calls
+    ``weighted_bias_swiglu_impl(..., permuted_probs)``, ``MoEAlltoAllTokenDispatcher.
+    combine_postprocess`` calls ``unpermute`` without probs), which keeps the fp32 routing
+    weights instead; 4 where the combine multiplies an fp32 copy (torchtitan
+    ``token_dispatcher.py`` ``combine``: ``routed_output.to(torch.float32) * scores``)."""
+    ep: int = 1
+    """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
+    tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))
@@ -318,14 +363,21 @@ def _mlp_terms(
         moe = arch.moe
         assert moe is not None
         k = moe.experts_per_token
+        gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
         rows += [
             ("router and dispatch input", beta * S * h, "sp"),
             ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
-            ("routed expert inputs (top-k copies)", k * beta * S * h, "sp"),
+            ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
         ffn_e = moe.expert_ffn_hidden_size
         rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)
-        rows.append(("routed expert outputs for the combine", k * beta * S * h, "sp"))
+        combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
+        if combine:
+            rows.append(("routed expert outputs for the combine", k * combine * S * h, "sp"))
+        else:  # the weighted activation keeps the fp32 weights of the routed tokens it sees
+            rows.append(
+                ("routing weights in the expert activation (fp32)", 4 * k * S * gathered, "sp")
+            )
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
             rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)
@@ -357,8 +409,14 @@ def _fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
     """The rows under ``precision = fp8``: each linear layer's saved input at
-    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β; with memory-efficient
-    norms the norm's BF16 output stays and the FP8 copy is added."""
+    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β (Transformer Engine
+    ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward`` saves the quantized
+    ``inputmat``); with memory-efficient norms the norm's BF16 output stays and the FP8 copy is
+    added. The attention output stays BF16 where the fused/flash attention kernel keeps it for
+    its own backward (``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward``
+    saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
+    leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
+    recomputed with the attention core under selective recomputation (a score term)."""
     scale = Fraction(FP8_ACTIVATION_BYTES, ctx.activation_bytes)
     out = []
     for name, value, kind in rows:
@@ -366,6 +424,11 @@ def _fp8_rows(
             out.append((name, value, kind))
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
+        elif name == "output projection input" and ctx.flash_attention:
+            out += [
+                ("attention output (BF16, kept by the attention kernel)", value, "score"),
+                (f"{name} (FP8)", value * scale, kind),
+            ]
         else:
             out.append((f"{name} (FP8)", value * scale, kind))
     names = {r[0] for r in rows}
@@ -373,6 +436,57 @@ def _fp8_rows(
         # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
         value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]
         out.append(("shared expert FC1 input (FP8)", value * scale, "sp"))
+    return out
+
+
+GATHERED_INPUTS = frozenset(
+    {
+        "QKV projection input",
+        "FC1 input",
+        "attention projection input",
+        "query latent and its norm output",
+        "query latent norm statistics (fp32 rstd)",
+        "kv latent with rope key",
+        "kv latent norm output",
+        "kv latent norm statistics (fp32 rstd)",
+    }
+)
+"""Rows that are whole on every tp rank under ``gathered_block_inputs``: the QKV and FC1 inputs
+(torchtitan ``decoder_sharding.py`` ``set_gqa_attention_sharding`` / ``set_dense_ffn_sharding``:
+the block's input goes from the sequence shard to ``Replicate`` before the column-parallel
+``wq``/``wk``/``wv`` and ``w1``/``w3``); MLA's projection input and its latents
+(``deepseek_v3/sharding.py``: the input gathered, the low-rank ``wq_a``, ``wkv_a``, ``q_norm``,
+``kv_norm`` replicated, so they run on every token of the gathered tensor)."""
+
+MOE_ROUTING_ROWS = frozenset(
+    {
+        "router and dispatch input",
+        "router probabilities (fp32)",
+        "routed expert inputs (top-k copies)",
+        "routed expert outputs for the combine",
+        "router top-k indices (int64)",
+        "token permutation indices (int64, dispatch and combine)",
+        "routing weights for the combine",
+    }
+)
+"""A MoE layer's routing rows: whole on every tp rank under ``gathered_block_inputs`` with
+ep = 1 (torchtitan ``moe_sharding.py``: "EP off, SP on" redistributes the MoE input from
+``Shard(1)`` to ``Replicate``, the router and the tensor-parallel experts run on every token);
+with ep > 1 the tokens stay sequence-sharded ("EP on": ``Shard(1)`` → ``Shard(1)``)."""
+
+
+def _gathered(
+    rows: list[tuple[str, Fraction, str]], arch: Architecture, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """``rows`` under ``gathered_block_inputs``: :data:`GATHERED_INPUTS` (and with ep = 1
+    :data:`MOE_ROUTING_ROWS`) whole; with ep > 1 the shared experts' ``FeedForward`` gathers its
+    own input to ``Replicate`` (``_shared_experts_sharding_configs``), one more ``β·S·h``."""
+    names = GATHERED_INPUTS | (MOE_ROUTING_ROWS if ctx.ep == 1 else frozenset())
+    out = [(n, v, "gathered" if n.split(" (FP8")[0] in names else k) for n, v, k in rows]
+    shared = any(n.startswith("shared expert") for n, _, _ in rows)
+    if shared and ctx.ep > 1 and ctx.sequence_parallel and ctx.tp > 1:
+        value = ctx.activation_bytes * ctx.tokens * arch.hidden_size
+        out.append(("shared expert input (tp-gathered)", value, "gathered"))
     return out
 
 
@@ -409,7 +523,10 @@ def kind_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> L
         rows = [r for r in rows if r[0] not in NORM_INPUTS]
     if ctx.fp8_linear_inputs:
         rows = _fp8_rows(rows, ctx)
-    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": ctx.tp if ctx.sequence_parallel else 1, "rep": 1}
+    if ctx.gathered_block_inputs:
+        rows = _gathered(rows, arch, ctx)
+    sp = ctx.tp if ctx.sequence_parallel else 1
+    tp_div = {"tp": ctx.tp, "score": ctx.tp, "sp": sp, "rep": 1, "gathered": 1}
     terms = tuple((name, Fraction(value) / tp_div[kind]) for name, value, kind in rows)
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]

@@ -1,5 +1,5 @@
-"""Activation checkpointing of an n-layer chain, walked through step by step (SPEC.md
-"Checkpointing tab"; Chen et al. 2016, arXiv 1604.06174, §3 — the √n strategy).
+"""Activation checkpointing of an n-layer chain, walked through step by step
+(docs/concepts/conventions.md "Checkpointing walk-through"; Chen et al. 2016, arXiv 1604.06174, §3 — the √n strategy).
 
 Tensors ``x0 … xn``: ``x0`` is the input, layer ``i`` computes ``x_i`` from ``x_{i−1}``. With a
 checkpoint every ``k`` layers the chain splits into ``S = ⌈n/k⌉`` segments; segment ``t`` runs

@@ -1,4 +1,5 @@
-"""Bytes each parallel axis sends per GPU per step (ring algorithms; SPEC.md "Communication").
+"""Bytes each parallel axis sends per GPU per step (ring algorithms;
+docs/concepts/conventions.md "Communication").
 
 For a ring collective over n ranks of a buffer of S bytes each GPU sends ``(n−1)/n·S`` for an
 all-gather or reduce-scatter and ``2·(n−1)/n·S`` for an all-reduce (Thakur, Rabenseifner & Gropp
@@ -161,7 +162,7 @@ def tp_traffic(
     (``num_moe_layers`` of them MoE; ``first`` / ``last``: it holds the embedding / the output
     layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
 
-    ``textbook`` (SPEC.md; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
+    ``textbook`` (conventions "Communication"; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
     (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
     parallelism, or 2 all-reduces without — ``4·one`` either way.
 
@@ -175,9 +176,12 @@ def tp_traffic(
     output layer and again in backward, and reduce-scatters its gradient (``3·one``; without SP
     an all-reduce of the input gradient, ``2·one``), and the vocab-parallel cross-entropy all-
     reduces three fp32 values per token (max logit, Σ exp, target logit;
-    ``vocab_parallel_cross_entropy``); with expert tensor parallelism (etp > 1) every MoE layer
-    all-gathers its routed tokens over etp before the experts and reduce-scatters after
-    (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and recomputed forward.
+    ``vocab_parallel_cross_entropy``); a MoE layer runs the attention half's collectives and
+    the MLP half's only for its shared experts (``SharedExpertMLP`` over the tp group): the
+    routed experts' dispatcher uses the expert-TP group alone — with expert tensor parallelism
+    (etp > 1) it all-gathers the routed tokens over etp before the experts and reduce-scatters
+    after (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and recomputed
+    forward; with etp 1 a MoE layer without shared experts sends nothing over tp in its MLP.
 
     Examples
     --------
@@ -207,6 +211,13 @@ def tp_traffic(
     return AxisTraffic("tp", name, layout.tp, total, Fraction(0), hidden)
 
 
+def _shared_experts(arch: Architecture) -> bool:
+    """Whether the model's MoE layers have shared experts, a dense MLP over the tp group
+    (Megatron-Core ``moe/shared_experts.py`` ``SharedExpertMLP``: ``tp_group=pg_collection.tp``,
+    sequence-parallel all-gather before ``linear_fc1`` and reduce-scatter after ``linear_fc2``)."""
+    return arch.moe is not None and arch.moe.num_shared_experts > 0
+
+
 def tp_bytes(
     arch: Architecture,
     num_layers: Any,
@@ -230,8 +241,12 @@ def tp_bytes(
     tokens = exact(seq_len) / cp * b
     one = _ring(tp) * beta * tokens * arch.hidden_size
     regather = where(physical & sp, 2, 0)
-    per_mb = (8 + regather + (4 if recompute else 0)) * one * num_layers
-    hidden = regather * one * num_layers * m
+    # attention and MLP halves; a MoE layer's MLP half runs tp collectives only for its shared
+    # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)
+    moe_mlp = 0 if _shared_experts(arch) else num_moe_layers
+    halves = 2 * num_layers - where(physical, moe_mlp, 0)
+    per_mb = (8 + regather + (4 if recompute else 0)) * one * halves / 2
+    hidden = regather * one * halves / 2 * m
     boundary = where(first, 2 * one, 0) + where(
         last, where(sp, 3, 2) * one + 3 * 2 * _ring(tp) * 4 * tokens, 0
     )  # the embedding's and the output layer's collectives; cross-entropy's fp32 all-reduces

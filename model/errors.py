@@ -35,11 +35,16 @@ class ScenarioError(PlannerError):
 
 
 class InfeasibleError(PlannerError):
-    """A search with no layout that satisfies every constraint; ``explanation`` says which."""
+    """A search with no layout that satisfies every constraint; ``explanation`` says which.
+    ``status`` is ``infeasible`` (proven: none exists) or ``unknown`` (the solver stopped, at
+    its time limit, before it found one or proved there is none)."""
 
-    def __init__(self, message: str, explanation: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, explanation: list[str] | None = None, status: str = "infeasible"
+    ) -> None:
         super().__init__(message)
         self.explanation = explanation or []
+        self.status = status
 
 
 def check_applicable(given: Mapping[str, object], not_applicable: Mapping[str, str]) -> None:

@@ -33,7 +33,9 @@ Profiles (``--framework``):
   at a time at the step (``stage3.py`` ``_prepare_fp32_grad_for_sub_group``). The pipeline
   engine refuses ZeRO-2 and -3 (``deepspeed/runtime/pipe/engine.py``: "ZeRO-2 and ZeRO-3 are
   incompatible with pipeline parallelism"); ZeRO-0 is not modelled (DeepSpeed's bf16 path
-  already shards the optimizer).
+  already shards the optimizer). Stages 1 and 2 allocate the IPG bucket (``reduce_bucket_size``
+  elements in the parameters' dtype) in every backward (``stage_1_and_2.py`` ``setup_buckets``,
+  ``contiguous_gradients`` on by default).
 * ``fsdp2`` — PyTorch FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)`` as torchtitan configures it. The sharded parameter is the FP32 master
   (``4/D``), with FP32 Adam moments and FP32 sharded gradients (``8/D``, ``4/D``); each unit is
@@ -43,7 +45,7 @@ Profiles (``--framework``):
   ``reshard_after_forward=False`` (one gather per micro-batch, the stage's weights held whole
   from forward to backward) — the recipe of Llama 3 §3.3.1 ("we do not reshard after forward"),
   with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards).
-* ``textbook`` — the seed's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
+* ``textbook`` — the original planner's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
   B/param sharded as ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather;
   ``zero3_regather`` gathers per micro-batch), capacity as the vendor states it. It reproduces
   the original tool's figures; the search does not optimise it by default.
@@ -89,6 +91,53 @@ class Framework(StrEnum):
         real bytes); False for ``textbook``."""
         return self is not Framework.TEXTBOOK
 
+    @property
+    def gathers_block_inputs(self) -> bool:
+        """True when the profile's tensor parallelism keeps the attention and MLP blocks'
+        all-gathered inputs for backward (:attr:`model.activations.ActivationContext.
+        gathered_block_inputs`): ``fsdp2``, whose tensor parallelism is torchtitan's DTensor
+        plan (``torchtitan/models/common/decoder_sharding.py``: ``SequenceParallel`` norms, the
+        block input redistributed to ``Replicate`` before ``ColwiseParallel``). Megatron-Core
+        keeps the sequence shard and gathers again in backward."""
+        return self is Framework.FSDP2
+
+    @property
+    def gathers_expert_tokens(self) -> bool:
+        """True when expert tensor parallelism all-gathers the routed tokens over the expert-TP
+        group before the experts (:attr:`model.activations.ActivationContext.expert_tp`):
+        ``megatron`` (``megatron/core/transformer/moe/token_dispatcher.py``
+        ``MoEAlltoAllTokenDispatcher.token_dispatch``)."""
+        return self is Framework.MEGATRON
+
+    def moe_combine_bytes(self) -> int | None:
+        """Bytes per element of the routed experts' outputs a MoE layer's weighted combine
+        keeps (:attr:`model.activations.ActivationContext.combine_output_bytes`): 0 for
+        ``megatron`` (``TEGroupedMLP.forward`` weights inside the activation,
+        ``weighted_bias_swiglu_impl``; the combine's ``unpermute`` gets no probs), 4 for
+        ``fsdp2`` (torchtitan ``token_dispatcher.py`` ``combine`` multiplies an fp32 copy by the
+        scores), None (β, the paper's count) for the others."""
+        return {Framework.MEGATRON: 0, Framework.FSDP2: 4}.get(self)
+
+    @property
+    def fp8_saves_fp8_inputs(self) -> bool:
+        """True when, under ``precision = fp8``, the linear layers save their inputs in FP8
+        (Transformer Engine's ``Linear``, as Megatron-Core runs it). False for ``fsdp2``:
+        torchtitan's float8 is torchao's ``Float8Linear``, whose
+        ``matmul_with_hp_or_float8_args.forward`` (``torchao/float8/float8_linear.py``) saves
+        ``input_hp``, the BF16 input, and casts it again in backward; torchtitan's recipes are
+        ``rowwise`` and ``rowwise_with_gw_hp`` (``torchtitan/components/quantization/
+        float8.py``), so no input reaches a linear already in FP8."""
+        return self is not Framework.FSDP2
+
+    @property
+    def fp8_caches_weights(self) -> bool:
+        """True when, under ``precision = fp8``, the linear weights' FP8 copies are cached for
+        the step (Transformer Engine, :data:`model.precision.FP8_WEIGHT_CACHE_BYTES`). False for
+        ``fsdp2``: torchao's ``Float8Linear`` casts the weight inside each GEMM
+        (``matmul_with_hp_or_float8_args``: ``hp_tensor_to_float8_dynamic`` in forward and again
+        in backward, saving the high-precision weight), so no copy outlives its GEMM."""
+        return self is not Framework.FSDP2
+
 
 DEFAULT_FRAMEWORK = Framework.MEGATRON
 """The profile ``evaluate``, ``search`` and ``frontier`` use unless told: Megatron-Core runs
@@ -111,11 +160,13 @@ DEFAULT_ZERO_STAGE: dict[Framework, int] = {
 }
 """The stage a layout gets when none is given: Megatron's distributed optimizer, DeepSpeed's
 stage 1, FSDP2's full sharding (``fully_shard``'s default ``reshard_after_forward=True``), and
-ZeRO-1 for the textbook (the seed's default)."""
+ZeRO-1 for the textbook (the original planner's default)."""
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``reduce_bucket_size`` default, elements (``deepspeed/runtime/zero/config.py``):
-the contiguous IPG gradient bucket of ZeRO-2 and -3, allocated in the gradient dtype."""
+the contiguous IPG gradient bucket of ZeRO-1, -2 (``stage_1_and_2.py`` ``setup_buckets``, in
+the parameters' dtype, live in backward) and -3 (``stage3.py``, allocated at construction and
+held for the whole run)."""
 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 """DeepSpeed ``stage3_prefetch_bucket_size`` default, elements: parameters fetched ahead of use."""
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
@@ -174,6 +225,16 @@ class Mechanism:
     reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
     bucket_bytes: int = 0
     """Fixed communication buckets live in backward, bytes (DeepSpeed's IPG bucket)."""
+    host_accumulation_bytes: int = 0
+    """Bytes per offloaded optimizer element of the host buffers that accumulate gradients over
+    the micro-batches of a step under optimizer offload (DeepSpeed ZeRO-1/2:
+    ``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu`` keeps one buffer per
+    parameter of the rank's partition, in the parameter's dtype, ``accumulated_grads_in_cpu``);
+    only with more than one micro-batch per step."""
+    bucket_persists: bool = False
+    """The buckets are allocated once and held through the optimizer step too (DeepSpeed
+    ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
+    in ``offload_states``), not only in backward."""
     reduce_bytes: int = 2
     """Bytes per gradient element on the wire."""
     all_reduce: bool = False
@@ -403,27 +464,32 @@ def mechanism(
         )  # fmt: skip
     if fw is Framework.DEEPSPEED:
         bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
+        # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
+        # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
+        # (contiguous_gradients defaults to True), released at the backward's end
+        ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
         if zero_stage == 1:
             return Mechanism(
                 fw, 1, "DeepSpeed ZeRO stage 1",
                 weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-                optimizer_full=0, optimizer_sharded=o, step_sharded=4, reduce_bytes=g,
-                gathers_per_step=1, weight_bytes=w, source=src,
+                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+                host_accumulation_bytes=w, reduce_bytes=g, gathers_per_step=1, weight_bytes=w,
+                source=src,
             )  # fmt: skip
         if zero_stage == 2:
             return Mechanism(
                 fw, 2, "DeepSpeed ZeRO stage 2",
                 weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
-                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=bucket,
-                reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w,
-                source=src,
+                optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+                host_accumulation_bytes=w, reduce_bytes=g, reduce_per_microbatch=True,
+                gathers_per_step=1, weight_bytes=w, source=src,
             )  # fmt: skip
         return Mechanism(
             fw, 3, "DeepSpeed ZeRO stage 3",
             weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
             optimizer_full=0, optimizer_sharded=o, step_sharded=4,
             step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
-            bucket_bytes=bucket, reduce_bytes=g, reduce_per_microbatch=True,
+            bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
             gathers_per_microbatch=2, weight_bytes=w, source=src,
         )  # fmt: skip
     # FSDP2: the FP32 sharded parameter is the master copy; gradients sharded in FP32; a unit's

@@ -88,7 +88,7 @@ class DeviceSpec:
 
     def usable_bytes(self, physical: bool = True) -> int:
         """Bytes a layout may use: the device's bytes less the runtime reserve under a physical
-        profile; the vendor's stated capacity under ``textbook`` (the seed's 80 GB = 80·10⁹).
+        profile; the vendor's stated capacity under ``textbook`` (the original planner's 80 GB = 80·10⁹).
 
         Examples
         --------
@@ -126,7 +126,7 @@ class DeviceSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterLinks:
-    """The two link tiers one parallel axis can ride (SPEC.md "Communication").
+    """The two link tiers one parallel axis can ride (conventions "Layout", "Communication").
 
     An axis whose ranks all sit in one NVLink domain uses ``nvlink_bytes_per_s``; otherwise its
     ring crosses the scale-out fabric and is bounded by ``scaleout_bytes_per_s``.

@@ -1,22 +1,24 @@
 """Build an :class:`~model.specs.Architecture` from plain dicts: a scenario file's
 ``[architecture]`` table (a Hugging Face ``config.json``: :mod:`model.hf_families`).
 
-Standard library only and no I/O: callers read the file (``tomllib`` / ``json``) and pass the dict
-with ``where`` (the file name), which every error message names.
+Standard library only and no I/O: callers read the file and pass its text to
+:func:`parse_config_json` (or a parsed dict) with ``where`` (the file name), which every error
+message names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from enum import Enum
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.specs import Architecture, MLASpec, MoESpec
-from trainplan.model.units import closest_names
+from trainplan.model.units import closest_names, shown_text
 
-__all__ = ["architecture_from_dict", "convert"]
+__all__ = ["architecture_from_dict", "convert", "parse_config_json"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,6 +134,60 @@ def architecture_from_dict(d: dict[str, Any], where: str) -> Architecture:
     example.toml: unknown key 'num_layer'; did you mean num_layers, mtp_layers, mla?
     """
     return _build(Architecture, d, where, nested={"moe": MoESpec, "mla": MLASpec})
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face config.json: its text read strictly (the families: model.hf_families)
+
+
+def parse_config_json(data: str | bytes, where: str) -> dict[str, Any]:
+    """The object a ``config.json`` holds, from its text, or its bytes in UTF-8 (or UTF-16/32,
+    which :func:`json.loads` tells apart, as Windows editors write them).
+
+    Raises
+    ------
+    ScenarioError
+        Naming ``where``: bytes that are not UTF-8/16/32 text, text that is not JSON, a key given
+        twice in one object (a JSON reader keeps the last silently, Python's ``json`` among
+        them, so which value was meant is unknown), nesting too deep to read (RFC 8259 §9
+        lets a reader limit it; a Hugging Face config nests a few levels), or a top level that
+        is not an object.
+
+    >>> parse_config_json('{"hidden_size": 4096}', "config.json")
+    {'hidden_size': 4096}
+    >>> parse_config_json('{"hidden_size": 4096, "hidden_size": 8192}', "c.json")
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.ScenarioError: c.json: key 'hidden_size' is given twice (4096, then 8192); keep one
+    """
+
+    def one_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ScenarioError(
+                    f"{where}: key {shown_text(key)} is given twice ({shown_text(out[key], 40)}, "
+                    f"then {shown_text(value, 40)}); keep one"
+                )
+            out[key] = value
+        return out
+
+    try:
+        config = json.loads(data, object_pairs_hook=one_each)
+    except RecursionError:
+        raise ScenarioError(
+            f"{where}: objects or lists nest too deeply to read (a Hugging Face config nests a "
+            "few levels)"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise ScenarioError(
+            f"{where}: is not UTF-8 (or UTF-16/32) text: {err.reason} at byte {err.start:,}"
+        ) from None
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"{where}: is not JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where}: must be a JSON object, not {type(config).__name__}")
+    return config
 
 
 convert = _convert

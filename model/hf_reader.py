@@ -10,6 +10,7 @@ from typing import Any
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.hf_config import convert
 from trainplan.model.specs import AttentionSpan, MoESpec
+from trainplan.model.units import shown_text
 
 __all__ = ["IGNORED_KEYS", "Reader", "unread_notes", "repeating_pattern", "layer_types", "moe_spec"]
 
@@ -113,7 +114,8 @@ class Reader:
 
 def unread_notes(r: Reader) -> list[str]:
     return [
-        f"{r.where}: key {key!r} = {r.config[key]!r} is not understood and was not used; check "
+        f"{r.where}: key {shown_text(key)} = {shown_text(r.config[key])} is not understood and "
+        "was not used; check "
         "that it changes no cost (or write a scenario file with explicit dimensions)"
         for key in r.config
         if key not in r.read and key not in IGNORED_KEYS

@@ -280,24 +280,30 @@ def _tp_collectives(
         exposed += max(0.0, seconds - covered) if overlapped else seconds
 
     passes = 2 if full_recompute else 1
+    halves: tuple[tuple[str, str], ...] = (("attn_in", "attn_out"), ("mlp_in", "mlp_out"))
+    moe = x.arch.moe
+    if x.moe and moe is not None and not moe.num_shared_experts:
+        # the routed experts' tokens move over the expert-TP group only (below): no MLP-half
+        # collectives (Megatron-Core MoEAlltoAllTokenDispatcher; shared experts run over tp)
+        halves = halves[:1]
     if x.sequence_parallel:
         ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
         full = mode is TpOverlap.FULL
         for _ in range(passes):  # forward (and the recomputed forward)
-            for col, row in (("attn_in", "attn_out"), ("mlp_in", "mlp_out")):
+            for col, row in halves:
                 wait(ag, ops.role(col, "forward"), full)
                 wait(rs, ops.role(row, "forward"), full)
-        for col, row in (("attn_in", "attn_out"), ("mlp_in", "mlp_out")):
+        for col, row in halves:
             wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
             wait(ag, ops.role(col, "dgrad"), hidden)  # the input, gathered again
             wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
-        for _ in range(2 * passes):  # after each row-parallel linear (attention, MLP)
+        for _ in range(len(halves) * passes):  # after each row-parallel linear
             wait(ar, 0.0, False)
-        for col in ("attn_in", "mlp_in"):
+        for col, _row in halves:
             wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
     if x.moe and x.etp > 1 and x.arch.moe is not None:
         routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta

@@ -1,12 +1,14 @@
-"""One point of the layout space, and every legality rule in one place (SPEC.md "Inputs and errors").
+"""One point of the layout space; its legality rules are written once in :mod:`model.legality`
+(docs/concepts/conventions.md "Inputs and errors").
 
 Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
 ``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (SPEC.md "Units and conventions").
+does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
@@ -78,7 +80,7 @@ class Layout:
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``--expert-tensor-parallel-size``): routed
     experts are split over etp·ep ranks and their optimizer state over the expert data-parallel
-    group of tp·dp·cp/(etp·ep) ranks. None = tp (the seed's convention)."""
+    group of tp·dp·cp/(etp·ep) ranks. None = tp (the textbook convention)."""
     zero_stage: int = 1
     """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019. What a stage
     holds and sends depends on ``framework`` (:mod:`model.frameworks`)."""
@@ -102,7 +104,8 @@ class Layout:
     """Transformer layers of each model chunk in model order (pp·v counts; or pp counts, one per
     stage, each divided evenly over its v chunks), summing to L; None = the default split
     (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
-    embedding-only first or loss-only last stage). Stored per chunk."""
+    embedding-only first or loss-only last stage). Stored per chunk. As text, the counts with
+    ``,`` or ``;`` between them (``7,8,8,7``: always a list here, never one number)."""
     recompute_layers: tuple[int, ...] | None = None
     """Per pipeline stage (pp counts), how many transformer layers of each of its model chunks
     are fully recomputed in backward — the first min(N, chunk's layers) layers of every chunk
@@ -180,7 +183,7 @@ class Layout:
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
-        items = counts.split(",") if isinstance(counts, str) else counts
+        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
         try:
             sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[attr-defined]
         except (TypeError, ValueError):
@@ -203,7 +206,7 @@ class Layout:
     def _recompute_counts(self) -> tuple[int, ...]:
         """``recompute_layers`` as pp whole numbers >= 0 (:attr:`recompute_layers`)."""
         counts = self.recompute_layers
-        items = counts.split(",") if isinstance(counts, str) else counts
+        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
         try:
             sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[union-attr]
         except (TypeError, ValueError):

@@ -1,4 +1,4 @@
-"""Every legality rule of a layout, written once (SPEC.md "Inputs and errors").
+"""Every legality rule of a layout, written once (docs/concepts/conventions.md "Inputs and errors").
 
 Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
 :class:`model.errors.LayoutError` naming the parameter, its value and the rule. Two uses:
@@ -12,7 +12,7 @@ Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
 
 Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
 ``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (SPEC.md "Units and conventions").
+does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
@@ -33,7 +33,15 @@ from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
 from trainplan.model.xp import where
 
-__all__ = ["Rule", "RULES", "Setting", "legality", "check_rules", "refusal"]
+__all__ = [
+    "Rule",
+    "RULES",
+    "Setting",
+    "legality",
+    "check_rules",
+    "refusal",
+    "check_expert_parallel",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,10 @@ def _activation_offload(
 ) -> None:
     arch = s.model.arch
     has_moe = arch is None or arch.kind_index(True) is not None
-    check_activation_offload(framework, recompute, s.training.offload.activations, has_moe, counts)
+    has_mla = arch is None or arch.mla is not None
+    check_activation_offload(
+        framework, recompute, s.training.offload.activations, has_moe, counts, has_mla
+    )
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
@@ -135,6 +146,26 @@ def _divides(axis: str, degree: int, what: str, value: int) -> None:
         raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
 
 
+def check_expert_parallel(ep: int, model: ModelSpec) -> None:
+    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
+    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
+    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
+    ``num_moe_experts % ep_size == 0``). One of :func:`_heads`' rules, and asked by the search
+    for each degree the user allows.
+
+    Raises
+    ------
+    LayoutError
+        ``ep: 16 does not divide num_experts = 8``.
+    """
+    arch = model.arch
+    if arch is None or ep == 1:
+        return
+    if arch.moe is None:
+        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
+    _divides("ep", ep, "num_experts", arch.moe.num_experts)
+
+
 def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
     """tp divides the attention heads, the KV heads (MHA) and the FFN; the expert rules."""
     arch = s.model.arch
@@ -144,13 +175,11 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
     if arch.attention is AttentionKind.MHA:
         _divides("tp", tp, "num_kv_heads", arch.kv_heads)
     _divides("tp", tp, "ffn_hidden_size", arch.ffn_hidden_size)
+    check_expert_parallel(ep, s.model)
     if arch.moe is None:
-        if ep > 1:
-            raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {s.model.name} is dense")
         if etp is not None:
             raise LayoutError(f"etp: {etp} needs a MoE model; {s.model.name} is dense")
         return
-    _divides("ep", ep, "num_experts", arch.moe.num_experts)
     axis, degree = ("tp", tp) if etp is None else ("etp", etp)
     _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
 

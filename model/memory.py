@@ -16,7 +16,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.frameworks import Framework, Mechanism, mechanism
 from trainplan.model.layout import Layout
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
@@ -29,6 +29,7 @@ __all__ = [
     "weight_cache_terms",
     "cache_bytes_per_element",
     "optimizer_elements",
+    "keeps_gathered_inputs",
 ]
 
 
@@ -44,7 +45,7 @@ class ModelState:
     """ZeRO-3 only: the gathered (unsharded over dp·cp) bf16 weights of the unit being computed
     and of the next one, prefetched, beyond the local shard — what FSDP and DeepSpeed ZeRO-3
     hold gathered at any moment (Rajbhandari et al. 2019 §5.3; FSDP's forward/backward prefetch;
-    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the seed's model
+    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the textbook's model
     state); counted in the GPU's total."""
     buffers_bytes: Fraction = Fraction(0)
     """Live in forward/backward only: one unit's unsharded gradients before their reduction
@@ -64,7 +65,7 @@ class ModelState:
 
     @property
     def total_bytes(self) -> Fraction:
-        """Weights + gradients + optimizer state (the seed's 16 B/param, sharded)."""
+        """Weights + gradients + optimizer state (the textbook's 16 B/param, sharded)."""
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
     @property
@@ -139,8 +140,9 @@ def model_state(
         mech,
         gather_unit,
         linear,
-        cache_bytes_per_element(training),
+        cache_bytes_per_element(training, layout.framework),
         training.offload,
+        layout.num_microbatches(training.global_batch_size) > 1,
     )
 
 
@@ -155,9 +157,10 @@ def _model_state(
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
+    accumulating: bool = False,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
-    ``textbook`` (the seed's convention, Rajbhandari et al. 2019) per parameter class with D
+    ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
     replicas:
 
     * ZeRO-0: ``(2 + 2 + 12)·P``   * ZeRO-1: ``(2 + 2 + 12/D)·P``
@@ -167,15 +170,17 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload,
+        cache_bytes, offload, accumulating,
     )  # fmt: skip
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec) -> int:
+def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int:
     """Bytes per linear weight element of the low-precision copies the recipe caches:
-    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8, else 0."""
-    return FP8_WEIGHT_CACHE_BYTES if training.precision is Precision.FP8 else 0
+    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8 where the framework caches them
+    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0."""
+    fp8 = training.precision is Precision.FP8 and framework.fp8_caches_weights
+    return FP8_WEIGHT_CACHE_BYTES if fp8 else 0
 
 
 def weight_cache_terms(
@@ -205,20 +210,30 @@ def state_terms(
     layer_linear: Any = 0,
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
+    accumulating: Any = False,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
     plus those of the routed experts (over ``expert_shard``), the framework's fixed buckets
     once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
     ZeRO-3), and what ``offload`` moves to the GPU's share of the host
-    (:func:`model.offload.offload_memory`; the last term). Exact for Fractions; element-wise for
+    (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
+    more than one micro-batch per step; the last term). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
-    w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements)
+    w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
+    if offload.params:
+        # the local shard lives on the host, so each gathered unit is whole on the GPU
+        # (DeepSpeed stage3 fetches the CPU partition into the full-size gathered buffer;
+        # FSDP2's CPUOffloadPolicy copies the shard in before its all-gather)
+        shards = dense_unit / shard + expert_unit / expert_shard
+        gathered = gathered + mech.gathered_units * mech.weight_bytes * shards
+    if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
+        step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
 
 
@@ -230,3 +245,12 @@ def optimizer_elements(
     if mech.optimizer_sharded:
         return dense_params / shard + expert_params / expert_shard
     return dense_params + expert_params
+
+
+def keeps_gathered_inputs(framework: Framework, training: TrainingSpec) -> bool:
+    """Whether tensor parallelism keeps the blocks' all-gathered inputs: the recipe's
+    :attr:`model.specs.TrainingSpec.gathered_block_inputs`, else the framework's
+    (:attr:`model.frameworks.Framework.gathers_block_inputs`)."""
+    if training.gathered_block_inputs is None:
+        return framework.gathers_block_inputs
+    return training.gathered_block_inputs

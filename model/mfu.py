@@ -1,4 +1,5 @@
-"""Model and hardware FLOPs utilisation from a measurement (SPEC.md "MFU tab").
+"""Model and hardware FLOPs utilisation from a measurement
+(docs/concepts/conventions.md "MFU from a measurement").
 
 MFU = model FLOPs per second ÷ (peak × chips) (Chowdhery et al. 2022, PaLM, arXiv 2204.02311,
 Appendix B). Model FLOPs per token = ``6·N`` (forward 2N + backward 4N) plus, when asked, PaLM's

@@ -5,13 +5,13 @@ declared size is checked against their parameter count (:mod:`model.params`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import read_hf_config
 from trainplan.model.params import count_params
 from trainplan.model.specs import Architecture
@@ -47,7 +47,7 @@ class ModelSpec:
     """A model: its name, source and either an architecture, a declared size, or both.
 
     With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state
-    is computed and divided evenly over tp·pp (the seed's convention); activations are
+    is computed and divided evenly over tp·pp (the textbook convention); activations are
     unavailable. With both, the declared size is used for model state and the architecture for
     activations, traffic and FLOPs; the two must agree within :data:`DECLARED_SIZE_TOLERANCE`
     (an InputError otherwise).
@@ -95,10 +95,10 @@ class ModelSpec:
         """
         p = Path(path)
         try:
-            config = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ScenarioError(f"model: cannot read {p}: {err}") from None
-        arch, notes = read_hf_config(config, str(p))
+            data = p.read_bytes()
+        except OSError as err:
+            raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
+        arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
         return cls(
             name=name or p.parent.name or p.stem,
             source=f"Hugging Face config {p}",

@@ -35,7 +35,7 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.frameworks import Framework, Mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.units import shown_number
-from trainplan.model.xp import is_array
+from trainplan.model.xp import is_array, where
 
 __all__ = [
     "Offload",
@@ -161,12 +161,15 @@ def offload_memory(
     optimizer: Any,
     step: Any,
     elements: Any,
+    accumulating: Any = False,
 ) -> tuple[Any, Any, Any, Any, Any]:
     """(weights, gradients, optimizer, step extra) left on the GPU and the bytes on the host,
     from the mechanism's terms: the offloaded share ``f`` of the optimizer state and of the step
     extras moves, with an FP32 gradient buffer (:data:`HOST_GRADIENT_BYTES` per offloaded
-    element); with parameters the weight and gradient shards move too. ``elements``: the
-    optimizer's elements on this GPU (its shard). Exact for Fractions; element-wise for arrays.
+    element) and, when ``accumulating`` (more than one micro-batch per step), the mechanism's
+    host accumulation buffers (:attr:`model.frameworks.Mechanism.host_accumulation_bytes`);
+    with parameters the weight and gradient shards move too. ``elements``: the optimizer's
+    elements on this GPU (its shard). Exact for Fractions; element-wise for arrays.
 
     Examples
     --------
@@ -186,6 +189,8 @@ def offload_memory(
     if any(map(is_array, (weights, grads, optimizer, step, elements))):
         f = float(f)
     host = f * optimizer + f * HOST_GRADIENT_BYTES * elements
+    if mech.host_accumulation_bytes:
+        host = host + where(accumulating, f * mech.host_accumulation_bytes * elements, 0)
     optimizer, step = optimizer - f * optimizer, step - f * step
     if offload.params:
         host = host + weights

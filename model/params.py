@@ -252,8 +252,10 @@ class ParamCounts:
     """The MTP modules' own parameters: their blocks, projections and norms (the embedding and
     output head are shared, DeepSeek-V3 §2.2); 0 without MTP."""
     mtp_active: int = 0
-    """What one token's MTP forward multiplies by: each block's active parameters, projection
-    and norms, and the shared output head once more per module (its matmul runs again)."""
+    """The MTP modules' own parameters one token uses: each block's active parameters, its
+    projection and norms. The embedding and output head they share with the main model
+    (DeepSeek-V3 §2.2) are counted once, in the main model: a count of parameters, never above
+    :attr:`total` (the head's extra matmul per module is in the FLOPs, :mod:`model.flops`)."""
 
     @property
     def main(self) -> int:
@@ -306,9 +308,7 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
         final_norm=_norm_params(arch, h),
         output=0 if arch.tie_embeddings else v * h,
         mtp=sum(p.total for p in blocks) + extra,
-        mtp_active=sum(p.dense + p.experts_active for p in blocks)
-        + extra
-        + arch.mtp_layers * arch.vocab_size * h,
+        mtp_active=sum(p.dense + p.experts_active for p in blocks) + extra,
     )
 
 

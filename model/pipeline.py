@@ -1,9 +1,10 @@
-"""Pipeline bubble and micro-batches in flight, as closed forms (SPEC.md "Pipeline").
+"""Pipeline bubble and micro-batches in flight, as closed forms
+(docs/concepts/conventions.md "Pipeline").
 
 Two conventions are both named in every output:
 
 * ``bubble_fraction`` — idle share of the whole step, ``(pp − 1)/(v·m + pp − 1)`` (GPipe, Huang et
-  al. 2019; the seed's form).
+  al. 2019; the original planner's form).
 * ``bubble_ratio`` — bubble time over ideal compute time, ``(pp − 1)/(v·m)`` (Narayanan et al.
   2021, arXiv 2104.04473, §2.2; Llama 3 Table 4's form).
 
@@ -28,6 +29,7 @@ __all__ = [
     "bubble_ratio",
     "microbatches_in_flight",
     "check_schedule",
+    "check_counts",
     "check_virtual_stages",
     "interleaved_chunks_held",
     "interleaved_chunks_held_simulated",
@@ -69,15 +71,31 @@ def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Sch
         raise LayoutError(
             f"schedule: {schedule!r} is not one of {', '.join(s.value for s in Schedule)}"
         ) from None
-    for name, value in (("pp", pp), ("num_microbatches", m), ("virtual_stages", v)):
-        if value < 1:
-            raise LayoutError(f"{name}: {value} must be at least 1")
+    check_counts(pp, m, v)
     check_virtual_stages(v, (sched,))
     if sched is Schedule.INTERLEAVED and m % pp:
         raise LayoutError(
             f"num_microbatches: {m} must be a multiple of pp = {pp} for the interleaved schedule"
         )
     return sched
+
+
+def check_counts(pp: int, m: int, v: int) -> None:
+    """The rule every schedule shares: ``pp``, ``num_microbatches`` and ``virtual_stages`` at
+    least 1.
+
+    Raises
+    ------
+    LayoutError
+        ``num_microbatches: 0 must be at least 1``.
+
+    Examples
+    --------
+    >>> check_counts(4, 8, 1)
+    """
+    for name, value in (("pp", pp), ("num_microbatches", m), ("virtual_stages", v)):
+        if value < 1:
+            raise LayoutError(f"{name}: {value} must be at least 1")
 
 
 def check_virtual_stages(v: int, schedules: tuple[Schedule, ...]) -> None:

@@ -17,7 +17,9 @@ Transformer Engine"; Micikevicius et al. 2022, arXiv 2209.05433), the recipe Meg
   (plus one E8M0 scale per 32 elements, 1/16 B, not counted);
 * the inputs a linear layer saves for its weight gradient are saved in FP8 (1 B per element,
   :data:`FP8_ACTIVATION_BYTES`): the QKV, output-projection, FC1 and FC2 / down-projection
-  inputs, the routed experts' inputs (:data:`FP8_LINEAR_INPUTS`);
+  inputs, the routed experts' inputs (:data:`FP8_LINEAR_INPUTS`); the attention kernel still
+  keeps its BF16 output beside the output projection's FP8 copy
+  (:func:`model.activations.layer_activations`);
 * the linear layers' GEMMs (forward, dgrad, wgrad; recomputed ones too) run at the FP8 dense peak
   (``DeviceSpec.fp8_flops_per_s``) at :data:`FP8_GEMM_EFFICIENCY` of the BF16 GEMM efficiency.
 
@@ -83,7 +85,7 @@ inside Megatron-Bridge's Performance Tuning Guide's "typically achieving a speed
 for FP8 on the Transformer block's linear layers (Low Precision Training, §1) and near the 1.42×
 a user measured for a 13B GPT on H100 (0.34 → 0.24 s/step, NVIDIA/Megatron-LM issue #396).
 Not fitted to a row: the absolute FP8 step times of NeMo's tables are compared, with their gap,
-in the README."""
+in docs/fidelity-validation.md."""
 
 FP8_LINEAR_INPUTS = frozenset(
     {

@@ -5,6 +5,7 @@ engine from :mod:`model.rollout`. The rules and their sources are in :mod:`model
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
@@ -26,7 +27,13 @@ from trainplan.model.rollout import engine_memory, kv_bytes_per_token, rollout_t
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import kernel_efficiency_for
 
-__all__ = ["network_cost", "rollout_cost"]
+__all__ = [
+    "network_cost",
+    "rollout_cost",
+    "engine_weights_bytes",
+    "least_engine_tp",
+    "seconds_floor",
+]
 
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
@@ -65,6 +72,40 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
 
 def _stage_params(stage: StageMemory) -> Fraction:
     return stage.dense_params + stage.expert_params
+
+
+def _microbatch_s(est: Estimate) -> float:
+    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0 without
+    a step time: still a floor)."""
+    if est.time_terms is None:
+        return 0.0
+    return est.time_terms.compute_s / est.num_microbatches
+
+
+def seconds_floor(spec: RLHFSpec, cost: RoleCost, dp: int) -> float:
+    """A lower bound on the seconds, over all its phases, of ``cost``'s role at the same tp, pp
+    and offload on ``dp`` ranks: its micro-batches per rank there (:func:`_batch`) × the
+    per-micro-batch compute (``cost.microbatch_s``, which dp does not change) — a scoring
+    forward a third of the three passes, each update's step at least its compute
+    (``compute_and_pipeline_s ≥ compute_s``). Bubbles, traffic, the optimizer and offload only
+    add. 0 for the engine.
+
+    Examples
+    --------
+    The scoring forward at 1.5 s per micro-batch of 3 sequences, 16,384 sequences on 512 ranks:
+    ⌈16,384 / 1,536⌉ = 11 micro-batches, 11 × 1.5 / 3 = 5.5 s (a frozen role: no update).
+    """
+    scoring_mb, training_mb = cost.microbatch_s
+    b = spec.micro_batch_sequences
+    floor = 0.0
+    if "scoring" in cost.phases:
+        floor += _batch(spec.sequences, b, dp) // (b * dp) * scoring_mb / 3
+    if "training" in cost.phases:
+        updates = spec.epochs * spec.updates_per_epoch
+        floor += (
+            updates * (_batch(spec.train_batch or spec.sequences, b, dp) // (b * dp)) * training_mb
+        )
+    return floor
 
 
 def _forward_s(est: Estimate) -> float:
@@ -260,7 +301,35 @@ def network_cost(
         bf16_weight_bytes=Fraction(whole) if rs.trainable and not swap else Fraction(0),
         swap_bytes=swap,
         phases=rs.phases,
+        microbatch_s=(_microbatch_s(score_est), _microbatch_s(train_est) if rs.trainable else 0.0),
     )
+
+
+def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
+    """The engine's BF16 weights on one GPU at ``tp`` (norms and routers whole on every rank:
+    :func:`model.estimate.stage_params_per_gpu`)."""
+    ((_, _, dense, experts),) = stage_params_per_gpu(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
+    return 2 * (dense + experts)
+
+
+def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
+    """The least power-of-two tp (up to the attention heads) at which the engine's weights and
+    one full-length sequence's KV cache fit ``fraction`` of the device's bytes (None: none
+    does) — what a tab's engine that does not fit its budget would need."""
+    rs = spec.role(Role.ROLLOUT)
+    arch = rs.model.arch
+    assert arch is not None
+    budget = fraction * device.physical_bytes
+    tp = 1
+    while tp <= arch.num_attention_heads:
+        try:
+            need = engine_weights_bytes(rs, tp) + kv_bytes_per_token(arch, tp) * spec.seq_len
+        except LayoutError:
+            need = None
+        if need is not None and need <= budget:
+            return tp
+        tp *= 2
+    return None
 
 
 def rollout_cost(
@@ -269,7 +338,12 @@ def rollout_cost(
     opt: RoleOption,
     device: DeviceSpec,
     sync_bytes_per_s: float | None,
+    over_budget: bool = False,
 ) -> RoleCost:
+    """The engine's cost (:func:`model.rlhf_roles.role_cost`). An engine whose budget cannot
+    hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
+    cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
+    timed one sequence at a time."""
     arch = rs.model.arch
     assert arch is not None
     if opt.pp != 1:
@@ -278,10 +352,7 @@ def rollout_cost(
         raise InputError("rollout: the engine needs its memory fraction")
     if device.hbm_bytes_per_s is None:
         raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
-    ((_, _, dense, experts),) = stage_params_per_gpu(
-        rs.model, opt.tp, 1, 1, 1, True, opt.tp, True, None, 0
-    )
-    weights = 2 * (dense + experts)
+    weights = engine_weights_bytes(rs, opt.tp)
     per_replica = math.ceil(spec.sequences / opt.dp)
     mem = engine_memory(
         arch,
@@ -293,12 +364,16 @@ def rollout_cost(
         spec.seq_len,
         opt.tp,
     )
+    need = mem.budget_bytes
     if not mem.fits:
-        raise LayoutError(
-            f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
-            f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
-            f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
-        )
+        if not over_budget:
+            raise LayoutError(
+                f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
+                f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
+                f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
+            )
+        need = weights + mem.kv_per_sequence_bytes
+        mem = replace(mem, concurrent=1, limited_by="kv_space")
     time = rollout_time(
         active_params=rs.active_params,
         weights_bytes=weights,
@@ -318,6 +393,8 @@ def rollout_cost(
     )
     bw = f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source})"
     kv = f"KV cache ({mem.concurrent} sequences at once, by {mem.limited_by})"
+    if need > mem.budget_bytes:
+        kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
     steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
     roof = f"roofline: max(2N·c, weights + KV read); {bw}"
     sync = "BF16 weights over the link between training and rollout ranks"
@@ -334,7 +411,7 @@ def rollout_cost(
     return RoleCost(
         opt,
         Fraction(0),
-        mem.budget_bytes,
+        need,
         Fraction(0),
         Fraction(0),
         time.total_s,
@@ -345,4 +422,5 @@ def rollout_cost(
         mem.concurrent,
         weights,
         phases=rs.phases,
+        budget_bytes=mem.budget_bytes,
     )

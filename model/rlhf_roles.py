@@ -173,6 +173,20 @@ class RoleCost:
     in (then ``held_bytes`` is 0)."""
     phases: tuple[str, ...] = ()
     """The phases it works in."""
+    microbatch_s: tuple[float, float] = (0.0, 0.0)
+    """A training or scoring role: the compute seconds of one micro-batch on its slowest pipeline
+    stage, of the scoring forward's layout and of the update's (``TimeTerms.compute_s`` ÷ m:
+    they read tp, pp, the micro-batch and recomputation, not dp) — what
+    :func:`model.rlhf_costs.seconds_floor` scales to another dp."""
+    budget_bytes: Fraction | None = None
+    """The engine's memory budget per GPU (fraction × the device's bytes; None for the other
+    roles). ``rollout_bytes`` above it: the budget cannot hold the engine's weights and one
+    full-length sequence — the engine cannot start (:func:`role_cost` with ``over_budget``)."""
+
+    @property
+    def over_budget(self) -> bool:
+        """The engine needs more than its budget (see ``budget_bytes``)."""
+        return self.budget_bytes is not None and self.rollout_bytes > self.budget_bytes
 
     def phase_bytes(self, phase: str) -> Fraction:
         """Bytes it adds in ``phase`` (0 where it does not work)."""
@@ -195,10 +209,13 @@ def role_cost(
     device: DeviceSpec,
     evaluate: Evaluator,
     sync_bytes_per_s: float | None = None,
+    over_budget: bool = False,
 ) -> RoleCost:
     """The role's bytes per GPU, seconds per phase and host bytes under ``option``.
 
     ``sync_bytes_per_s``: the bandwidth the updated weights reach the rollout engine at.
+    ``over_budget``: an engine whose budget holds no full-length sequence is returned as a cost
+    that does not fit (``RoleCost.over_budget``; a tab shows why) instead of a LayoutError.
 
     Raises
     ------
@@ -206,7 +223,7 @@ def role_cost(
         Degrees the model does not allow (``evaluate()``'s rules; a rollout tp the KV heads do not
         allow); optimizer offload under a framework that cannot run CPU Adam alone (FSDP2,
         textbook: :func:`model.offload.check_offload`); an engine whose KV space holds no
-        sequence at full length.
+        sequence at full length (unless ``over_budget``).
     InputError
         Offload on a frozen role; optimizer offload without the host-link and host-memory
         bandwidths (:func:`model.estimate.host_rates`), idle offload without the host link; a
@@ -226,5 +243,5 @@ def role_cost(
             f"offload: the accelerator table has no host link figure for {device.name}"
         )
     if rs.role is Role.ROLLOUT:
-        return rollout_cost(spec, rs, option, device, sync_bytes_per_s)
+        return rollout_cost(spec, rs, option, device, sync_bytes_per_s, over_budget)
     return network_cost(spec, rs, option, device, evaluate)

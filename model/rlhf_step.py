@@ -89,10 +89,27 @@ class StepPlan:
 
     @property
     def fits(self) -> bool:
-        """Every pool's every phase within the GPU's usable bytes, and host memory enough."""
-        return all(p.peak <= self.capacity_bytes for p in self.pools) and all(
-            p.host_bytes <= self.host_capacity_bytes for p in self.pools
-        )
+        """Every pool's every phase within the GPU's usable bytes, host memory enough, and the
+        engine within its budget."""
+        return not self.overflows()
+
+    def overflows(self) -> list[tuple[str, int | None, str, Fraction, Fraction]]:
+        """What does not fit, as (what, pool, phase, bytes needed, bytes available) per GPU:
+        ``gpu`` for a pool's phase above the usable bytes, ``host`` for its host bytes above
+        the host's share (phase ``host``), ``engine`` for an engine above its budget (phase
+        ``rollout``, pool None)."""
+        out: list[tuple[str, int | None, str, Fraction, Fraction]] = []
+        for c in self.costs:
+            if c.over_budget:
+                assert c.budget_bytes is not None
+                out.append(("engine", None, "rollout", c.rollout_bytes, c.budget_bytes))
+        for p in self.pools:
+            for ph, peak in zip(PHASES, p.peak_bytes, strict=True):
+                if peak > self.capacity_bytes:
+                    out.append(("gpu", p.index, ph, peak, Fraction(self.capacity_bytes)))
+            if p.host_bytes > self.host_capacity_bytes:
+                out.append(("host", p.index, "host", p.host_bytes, self.host_capacity_bytes))
+        return out
 
     @property
     def colocated(self) -> bool:

@@ -325,18 +325,20 @@ def rollout_time(
             f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
         )
     full, rest = divmod(sequences_per_replica, concurrent)
-    waves = [concurrent] * full + ([rest] if rest else [])
     prefill = decode = Fraction(0)
     bound = 0
-    for c in waves:
-        prefill += Fraction(2 * active_params * c * prompt_tokens, tp) / rate
+    for c, count in ((concurrent, full), (rest, 1 if rest else 0)):  # equal waves, then the rest
+        if not count:
+            continue
+        prefill += count * Fraction(2 * active_params * c * prompt_tokens, tp) / rate
         live = Fraction(c * completion_tokens, longest)
         compute = 2 * active_params * live / tp / rate
         read0 = (weights_bytes + live * kv_per_token_bytes * prompt_tokens) / bandwidth
         per_step = live * kv_per_token_bytes / bandwidth
         seconds, n = decode_seconds(compute, read0, per_step, longest)
-        decode += seconds
-        bound += n
+        decode += count * seconds
+        bound += count * n
+    waves = full + (1 if rest else 0)
     sync = Fraction(0)
     if sync_bytes and sync_bytes_per_s:
         sync = sync_bytes / Fraction(sync_bytes_per_s)
@@ -344,7 +346,7 @@ def rollout_time(
         float(prefill),
         float(decode),
         float(sync),
-        len(waves),
+        waves,
         bound,
-        len(waves) * longest,
+        waves * longest,
     )

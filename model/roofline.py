@@ -34,6 +34,7 @@ __all__ = [
     "gemm_seconds",
     "attention_seconds",
     "memory_seconds",
+    "transfer_seconds",
     "Collective",
     "LinkTime",
     "collective_seconds",
@@ -330,6 +331,14 @@ def collective_seconds(
     )
 
 
+def transfer_seconds(sent_bytes: Any, rate: Any) -> Any:
+    """``sent_bytes / rate`` (seconds; bytes, bytes/s), element-wise, without dividing by a zero
+    rate: an axis of size 1 has no link (rate 0) and sends nothing, 0 s; bytes over a zero rate
+    would never arrive, inf."""
+    rate_or_one = where(rate > 0, rate, 1.0)
+    return where(rate > 0, sent_bytes / rate_or_one, where(sent_bytes > 0, float("inf"), 0.0))
+
+
 def collective_latency(kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams) -> Any:
     """The latency part of :func:`collective_seconds`: NCCL's base latency plus one hop per
     step of its algorithm. Element-wise for arrays.
@@ -362,7 +371,7 @@ def collective_time(
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-    seconds = collective_latency(kind, group_size, scaleup, p) + sent_bytes / (
-        bandwidth * efficiency
+    seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
+        sent_bytes, bandwidth * efficiency
     )
     return where((group_size > 1) & (sent_bytes > 0), seconds, 0.0)

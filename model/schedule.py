@@ -1,4 +1,5 @@
-"""Pipeline timelines simulated from each schedule's dependency rules (SPEC.md "Pipeline tab").
+"""Pipeline timelines simulated from each schedule's dependency rules
+(docs/concepts/conventions.md "Pipeline").
 
 Every stage runs its own ordered list of passes; a pass starts when the stage is free and the pass
 it depends on has ended. The dependency rules are the same for every schedule:
@@ -19,89 +20,29 @@ The idle time and the micro-batches held that come out are checked against the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.pipeline import Schedule, check_schedule
+from trainplan.model.pipeline_sim import MAX_PASSES, Entry, PassTimes, Step, run
+from trainplan.model.pipeline_zb import (
+    TIMELINE_SCHEDULES,
+    SplitSchedule,
+    check_split_schedule,
+    default_virtual_stages,
+)
+from trainplan.model.schedule_zb import (
+    dualpipe_order,
+    dualpipe_stage,
+    loop_stage,
+    v_stage,
+    zb_h1_order,
+    zb_h2_orders,
+    zb_v_order,
+)
+from trainplan.model.timeline import Slot, Timeline
 
-__all__ = ["Slot", "Timeline", "simulate", "stage_order", "MAX_PASSES"]
-
-MAX_PASSES = 400_000
-"""Largest ``2 · p · m · v`` simulated (a few seconds of pure Python)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One pass on one stage: ``[start, end)`` in forward-time units, ``kind`` "F" or "B"."""
-
-    stage: int
-    start: Fraction
-    end: Fraction
-    kind: str
-    microbatch: int
-    chunk: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON form (times as numbers)."""
-        return {
-            "start": _num(self.start),
-            "end": _num(self.end),
-            "pass": "forward" if self.kind == "F" else "backward",
-            "microbatch": self.microbatch,
-            "chunk": self.chunk,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """A simulated schedule: slots per stage in order, step length, and activations held."""
-
-    pp: int
-    m: int
-    v: int
-    schedule: Schedule
-    backward_ratio: Fraction
-    slots: tuple[tuple[Slot, ...], ...]
-    """``slots[i]`` — stage ``i``'s passes in time order."""
-
-    @property
-    def step_time(self) -> Fraction:
-        """End of the last pass (the step starts at 0), in forward-time units."""
-        return max(s.end for stage in self.slots for s in stage)
-
-    def busy_time(self, stage: int) -> Fraction:
-        """Time stage ``stage`` computes: ``m · (1 + backward_ratio)``."""
-        return sum((s.end - s.start for s in self.slots[stage]), Fraction(0))
-
-    def idle_fraction(self, stage: int) -> Fraction:
-        """Idle share of the step on ``stage`` (the simulated bubble fraction)."""
-        return 1 - self.busy_time(stage) / self.step_time
-
-    def held_over_time(self, stage: int) -> list[tuple[Fraction, Fraction]]:
-        """Micro-batches of activations held on ``stage`` as a step function ``[(t, held), …]``.
-
-        A chunk's activations are held from its forward's start to its backward's end and count
-        ``1/v`` of a micro-batch of the stage's layers.
-        """
-        events = [(s.start, 1) for s in self.slots[stage] if s.kind == "F"]
-        events += [(s.end, -1) for s in self.slots[stage] if s.kind == "B"]
-        held, series = 0, [(Fraction(0), Fraction(0))]
-        for t, delta in sorted(events, key=lambda e: (e[0], e[1])):
-            held += delta
-            if series[-1][0] == t:
-                series[-1] = (t, Fraction(held, self.v))
-            else:
-                series.append((t, Fraction(held, self.v)))
-        return series
-
-    def peak_held(self, stage: int) -> Fraction:
-        """Most micro-batches of activations held at once on ``stage``."""
-        return max(h for _, h in self.held_over_time(stage))
-
-
-def _num(x: Fraction) -> int | float:
-    return int(x) if x.denominator == 1 else float(x)
+__all__ = ["Slot", "Timeline", "simulate", "stage_order", "MAX_PASSES", "TIMELINE_SCHEDULES"]
 
 
 def stage_order(
@@ -146,48 +87,68 @@ def stage_order(
 def simulate(
     pp: int,
     m: int,
-    schedule: Schedule | str = Schedule.ONE_F_ONE_B,
-    v: int = 1,
-    backward_ratio: Fraction | int = 2,
+    schedule: Schedule | SplitSchedule | str = Schedule.ONE_F_ONE_B,
+    v: int | None = None,
+    backward_ratio: Fraction | int | None = None,
     stage_times: tuple[tuple[Fraction, Fraction], ...] | None = None,
+    times: PassTimes | None = None,
 ) -> Timeline:
-    """Simulate one step of a pipeline schedule on ``pp`` equally fast stages, or with
-    ``stage_times`` on stages of their own speeds.
+    """Simulate one step of a pipeline schedule on ``pp`` ranks.
 
     Parameters
     ----------
-    pp, m, v : int
-        Stages, micro-batches per step, model chunks per GPU (interleaved only).
-    schedule : Schedule or str
-        ``gpipe``, ``1f1b`` or ``interleaved``.
+    pp, m : int
+        Pipeline ranks, micro-batches per step (DualPipe: both directions together).
+    schedule : str
+        ``gpipe``, ``1f1b``, ``interleaved`` or a split-backward schedule (``zb-h1``, ``zb-h2``,
+        ``zb-v``, ``dualpipe``, ``dualpipev``: :mod:`model.schedule_zb`).
+    v : int, optional
+        Chunks per rank: interleaving's model chunks (``interleaved``, ``zb-h1``); fixed at 2 by
+        ``zb-v``, ``dualpipe`` and ``dualpipev``. Default 1, or the schedule's fixed value.
     backward_ratio : Fraction
-        Backward time over forward time (2 by default).
+        Classic schedules: backward time over forward time (2 by default). A stage's forward of
+        one micro-batch is the time unit; a chunk's passes take ``1/v`` of it.
     stage_times : tuple of (forward, backward) per stage, optional
-        Each stage's own forward and backward of one micro-batch (any time unit; its recomputed
-        forward belongs to its backward), for unbalanced pipelines (per-stage layers or
-        recomputation, :attr:`model.layout.Layout.recompute_layers`); replaces
-        ``backward_ratio``. A chunk's passes take 1/v of its stage's.
+        Classic schedules: each stage's own forward and backward of one micro-batch (any time
+        unit; its recomputed forward belongs to its backward), for unbalanced pipelines
+        (:attr:`model.layout.Layout.recompute_layers`); replaces ``backward_ratio``.
+    times : PassTimes, optional
+        Split-backward schedules: one chunk's forward, input-gradient and weight-gradient
+        backward, and DualPipe's overlapped block (default 1, 1, 1, no overlap gain).
 
     Returns
     -------
     Timeline
-        Slots per stage; times in units of one stage's forward of one micro-batch.
 
     Raises
     ------
     LayoutError
-        Broken schedule rules (``m < 1``, interleaved with ``m % pp != 0`` …).
+        Broken schedule rules (``m < 1``, interleaved with ``m % pp != 0``, DualPipe with an odd
+        ``pp`` …).
     InputError
-        ``backward_ratio <= 0`` or more than :data:`MAX_PASSES` passes.
+        ``backward_ratio <= 0``, an option of the other family of schedules, or more than
+        :data:`MAX_PASSES` passes.
 
     Examples
     --------
     >>> t = simulate(4, 8, "1f1b")
     >>> t.step_time, t.idle_fraction(0), t.peak_held(1)
     (Fraction(33, 1), Fraction(3, 11), Fraction(3, 1))
+    >>> t = simulate(4, 8, "zb-h1")
+    >>> t.step_time, t.peak_chunks_held(3), t.peak_w_pending(3)
+    (Fraction(27, 1), 4, 4)
     """
+    if str(schedule).lower() in {s.value for s in SplitSchedule}:
+        return _simulate_split(
+            pp, m, SplitSchedule(str(schedule).lower()), v, times, backward_ratio, stage_times
+        )
+    if times is not None:
+        raise InputError(
+            f"times: per-pass durations apply to split-backward schedules, not {schedule}; give backward_ratio"
+        )
+    v = 1 if v is None else v
     sched = check_schedule(pp, m, schedule, v)
-    ratio = Fraction(backward_ratio)
+    ratio = Fraction(2 if backward_ratio is None else backward_ratio)
     if ratio <= 0:
         raise InputError(f"backward_ratio: {backward_ratio} must be positive")
     if 2 * pp * m * v > MAX_PASSES:
@@ -202,32 +163,54 @@ def simulate(
             f"stage_times: {len(stage_times)} (forward, backward) pairs must be one per stage "
             f"(pp {pp}), each time positive"
         )
-    times = stage_times or ((Fraction(1), ratio),) * pp
-    durs = [{"F": Fraction(f) / v, "B": Fraction(b) / v} for f, b in times]
-    orders = [stage_order(pp, m, sched, v, i) for i in range(pp)]
-    last = pp * v - 1
-    ends: dict[tuple[str, int, int], Fraction] = {}  # (kind, virtual stage, microbatch) -> end
-    slots: list[list[Slot]] = [[] for _ in range(pp)]
-    pos, free = [0] * pp, [Fraction(0)] * pp
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for i in range(pp):
-            while pos[i] < len(orders[i]):
-                kind, j, c = orders[i][pos[i]]
-                u = c * pp + i
-                if kind == "F":
-                    dep = ("F", u - 1, j) if u > 0 else None
-                else:
-                    dep = ("B", u + 1, j) if u < last else ("F", u, j)
-                if dep is not None and dep not in ends:
-                    break
-                start = max(free[i], ends[dep]) if dep is not None else free[i]
-                free[i] = ends[(kind, u, j)] = start + durs[i][kind]
-                slots[i].append(Slot(i, start, free[i], kind, j, c))
-                pos[i] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:  # pragma: no cover - the orders above never deadlock
-            raise RuntimeError(f"schedule {sched} deadlocked at {pos}")
-    return Timeline(pp, m, v, sched, ratio, tuple(tuple(s) for s in slots))
+    per_stage = stage_times or ((Fraction(1), ratio),) * pp
+    durs = [{"F": Fraction(f) / v, "B": Fraction(b) / v} for f, b in per_stage]
+    orders = [
+        [(Step(kind, j, c),) for kind, j, c in stage_order(pp, m, sched, v, i)] for i in range(pp)
+    ]
+    slots = run(pp, pp * v, loop_stage(pp), lambda i, e: durs[i][e[0].kind], orders=orders)
+    return Timeline(pp, m, v, sched, PassTimes(Fraction(1), ratio, Fraction(0)), slots)
+
+
+def _simulate_split(
+    pp: int,
+    m: int,
+    sched: SplitSchedule,
+    v: int | None,
+    times: PassTimes | None,
+    backward_ratio: object,
+    stage_times: object,
+) -> Timeline:
+    """:func:`simulate` for the split-backward schedules."""
+    for name, value in (("backward_ratio", backward_ratio), ("stage_times", stage_times)):
+        if value is not None:
+            raise InputError(
+                f"{name}: does not apply to {sched}, whose backward is split; give the pass "
+                "times t_f, t_b (input gradient) and t_w (weight gradient)"
+            )
+    v = default_virtual_stages(sched) if v is None else v
+    check_split_schedule(pp, m, sched, v)
+    times = times or PassTimes()
+    if 3 * pp * m * v > MAX_PASSES:
+        raise InputError(
+            f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
+            f"{MAX_PASSES // 3:,} passes this timeline simulates; use fewer micro-batches"
+        )
+
+    def duration(rank: int, entry: Entry) -> Fraction:
+        return times.overlapped if len(entry) > 1 else times.of(entry[0].kind)
+
+    if sched is SplitSchedule.ZB_H2:
+        slots = run(pp, pp, loop_stage(pp), duration, orders=zb_h2_orders(pp, m))
+    elif sched is SplitSchedule.ZB_H1:
+        orders = [zb_h1_order(pp, m, v, r) for r in range(pp)]
+        slots = run(pp, pp * v, loop_stage(pp), duration, orders=orders)
+    elif sched is SplitSchedule.ZB_V:
+        orders = [zb_v_order(pp, m, r) for r in range(pp)]
+        slots = run(pp, 2 * pp, v_stage(pp), duration, orders=orders)
+    else:
+        v_shape = sched is SplitSchedule.DUALPIPE_V
+        orders = [dualpipe_order(pp, m, r, v_shape) for r in range(pp)]
+        place = v_stage(pp) if v_shape else dualpipe_stage(pp)
+        slots = run(pp, 2 * pp if v_shape else pp, place, duration, orders=orders)
+    return Timeline(pp, m, v, sched, times, slots)

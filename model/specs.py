@@ -1,6 +1,7 @@
 """What is trained (:class:`ModelSpec`, :class:`Architecture`) and how (:class:`TrainingSpec`).
 
-Symbols follow SPEC.md: L layers, h hidden size, a attention heads, g KV heads, d head dim,
+Symbols follow docs/concepts/conventions.md "Units and symbols":
+L layers, h hidden size, a attention heads, g KV heads, d head dim,
 f FFN hidden size, V vocabulary, s sequence length, B global batch (sequences).
 """
 
@@ -302,6 +303,15 @@ class TrainingSpec:
     Megatron-LM ``--memory-efficient-layer-norm``. Drops the two ``β·S·h`` norm inputs of every
     layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
     §3.3.2 does); measured in ``tests/fidelity``."""
+
+    gathered_block_inputs: bool | None = None
+    """Whether tensor parallelism keeps the attention and MLP blocks' all-gathered inputs for
+    backward, whole on every tp rank (:attr:`model.activations.ActivationContext.
+    gathered_block_inputs`). None = the framework profile's
+    (:attr:`model.frameworks.Framework.gathers_block_inputs`: ``fsdp2`` runs torchtitan's DTensor
+    plan, which keeps them; Megatron-Core keeps the sequence shard). False under ``fsdp2`` is FSDP
+    beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
+    published layouts fit only so)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -24,7 +24,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activation_offload import offloaded_bytes
+from trainplan.model.activation_offload import layer_modules, offloaded_bytes
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import interleaved_peak
@@ -91,7 +91,8 @@ def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fracti
             out += [Fraction(0)] * 4
             continue
         a = kind_activations(arch, moe, ctx)
-        off_full, off_sel = offloaded_bytes(a.terms, a.score_names, ctx.offload_modules)
+        modules = layer_modules(ctx.offload_modules, arch.mla is not None, moe)
+        off_full, off_sel = offloaded_bytes(a.terms, a.score_names, modules)
         out += [a.full_bytes - off_full, a.selective_bytes - off_sel]
         out += [a.checkpoint_bytes, a.input_bytes]
     return tuple(out)
@@ -109,9 +110,9 @@ def offload_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Frac
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16, dropout=True)
     >>> ctx = ActivationContext(seq_len=4, cp=1, micro_batch_size=1, tp=1,
-    ...     sequence_parallel=False, flash_attention=True, offload_modules=("attn_norm",))
-    >>> offload_quantities(gpt, ctx)[:2]  # the attention norm's input, 2·S·h = 2·4·8
-    (Fraction(64, 1), Fraction(64, 1))
+    ...     sequence_parallel=False, flash_attention=True, offload_modules=("core_attn",))
+    >>> offload_quantities(gpt, ctx)[:2]  # Q, K and V, 3 × 2·S·h = 3 × 2·4·8
+    (Fraction(192, 1), Fraction(192, 1))
     """
     out: list[Fraction] = []
     for moe in (False, True):
@@ -119,7 +120,8 @@ def offload_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Frac
             out += [Fraction(0)] * 4
             continue
         a = kind_activations(arch, moe, ctx)
-        full, sel = offloaded_bytes(a.terms, a.score_names, ctx.offload_modules)
+        modules = layer_modules(ctx.offload_modules, arch.mla is not None, moe)
+        full, sel = offloaded_bytes(a.terms, a.score_names, modules)
         out += [full, sel, Fraction(0), Fraction(0)]
     return tuple(out)
 
@@ -333,6 +335,7 @@ def embedding_bytes(
     sequence_parallel: Any,
     activation_bytes: int,
     vocab: Any,
+    gathered: Any = False,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
@@ -342,7 +345,11 @@ def embedding_bytes(
     modules on the last stage keeps the same for its own pass through the shared head, and the
     shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
     (÷ tp with SP; the hidden state's norm input is the tensor the previous final norm keeps).
-    S = tokens per micro-batch on this rank.
+    S = tokens per micro-batch on this rank. With ``gathered`` (the ``fsdp2`` profile,
+    :attr:`model.frameworks.Framework.gathers_block_inputs`) the output projection keeps the
+    final norm's all-gathered output, whole on every tp rank (torchtitan
+    ``decoder_sharding.py`` ``pre_lm_head_norm_config``: the norm's output goes to ``Replicate``
+    before ``lm_head``).
 
     Examples
     --------
@@ -356,7 +363,7 @@ def embedding_bytes(
     sp_div = where(sequence_parallel, tp, 1)
     dropout = tokens * h / sp_div if arch.dropout else 0
     logits = (4 + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
-    head = 2 * beta * tokens * h / sp_div + logits
+    head = beta * tokens * h / sp_div + beta * tokens * h / where(gathered, 1, sp_div) + logits
     output = (1 + d) * head + d * 3 * beta * tokens * h / sp_div
     return where(first, dropout, 0) + where(last, output, 0)
 

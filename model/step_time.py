@@ -29,6 +29,7 @@ from trainplan.model.roofline import (
     RooflineParams,
     collective_latency,
     collective_time,
+    transfer_seconds,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import logical_not, maximum, minimum, where
@@ -274,10 +275,10 @@ def dp_seconds(
                 total = total + count * units * collective_latency(kind, group, scaleup, p)
         return total
 
-    efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-    step = where(step_bytes > 0, latency(step_calls) + step_bytes / (bandwidth * efficiency), 0.0)
+    rate = bandwidth * where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    step = where(step_bytes > 0, latency(step_calls) + transfer_seconds(step_bytes, rate), 0.0)
     mb = where(
-        microbatch_bytes > 0, latency(mb_calls) + microbatch_bytes / (bandwidth * efficiency), 0.0
+        microbatch_bytes > 0, latency(mb_calls) + transfer_seconds(microbatch_bytes, rate), 0.0
     )
     return step, mb
 

@@ -5,7 +5,7 @@ profiles) times each operation and collective (:mod:`model.step_time`); ``single
 original model, kept by name and always used by the ``textbook`` profile:
 
 ``step_s = ideal_compute_s × (1 + bubble_ratio) + Σ_axis (1 − overlap_axis) × comm_s(axis)``
-(SPEC.md "Step time and MFU"), where ``ideal_compute_s = m × t_mb`` and ``t_mb`` is the slowest
+(docs/concepts/conventions.md "Step time and MFU"), where ``ideal_compute_s = m × t_mb`` and ``t_mb`` is the slowest
 stage's forward + backward (+ recomputation) of one micro-batch on one GPU:
 hardware FLOPs ÷ (tp·cp) ÷ (peak × kernel_efficiency). A collective's time is its bytes over the
 link's bandwidth per GPU per direction (no latency term).
@@ -166,7 +166,7 @@ class CostOptions:
     blocks; :mod:`model.attention`). Off: s² per layer, Megatron-LM's and PaLM's full count and
     what an unfused kernel computes, windows included."""
     zero3_regather: bool = False
-    """Model ZeRO-3's per-micro-batch weight all-gathers (off = the seed's one gather per step)."""
+    """Model ZeRO-3's per-micro-batch weight all-gathers (off = the textbook's one gather per step)."""
     attention_efficiency: float | None = None
     """Fraction of the dense peak of the FlashAttention core (QKᵀ, scores·V; forward, backward
     and recomputed), used when FlashAttention is on; None = ``kernel_efficiency``
@@ -348,13 +348,13 @@ def exposed_seconds(
     ``seconds`` is the whole step's traffic over the link; ``microbatch_seconds`` the part that
     recurs once per micro-batch (per-micro-batch gradient reduce-scatters, ZeRO-3 gathers),
     for one micro-batch. The once-per-step part and the last micro-batch's share overlap as the
-    axis's ``overlap`` fraction says (SPEC.md); each earlier micro-batch's collective runs under
+    axis's ``overlap`` fraction says (conventions "Step time and MFU"); each earlier micro-batch's collective runs under
     the next micro-batch's compute (``window_s``, one micro-batch on the slowest stage), and
     only what exceeds that window is exposed:
 
     ``(1 − o)·(c_step + c_mb) + (m − 1)·max(0, c_mb − window)``
 
-    With no per-micro-batch part this is the seed's ``(1 − o)·seconds``; without a window
+    With no per-micro-batch part this is the single model's ``(1 − o)·seconds``; without a window
     (unknown compute time) every micro-batch's collective is treated like the last.
 
     Examples

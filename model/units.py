@@ -1,6 +1,6 @@
 """Units, number parsing and exact-arithmetic helpers.
 
-Conventions (SPEC.md "Units and conventions"): GB = 10**9 bytes, TB = 10**12 bytes, GiB = 2**30
+Conventions (docs/concepts/conventions.md "Units and symbols"): GB = 10**9 bytes, TB = 10**12 bytes, GiB = 2**30
 bytes (only where a vendor states capacity in GiB). Time in seconds, bandwidth in bytes/s per GPU
 per direction. Counts are ``int``; exact rationals are :class:`fractions.Fraction`.
 """
@@ -33,6 +33,11 @@ __all__ = [
     "as_json_number",
     "closest_names",
     "shown_number",
+    "shown_text",
+    "list_items",
+    "parse_counts",
+    "LIST_SEPARATOR",
+    "LIST_HINT",
 ]
 
 GB = 10**9
@@ -40,9 +45,21 @@ TB = 10**12
 GIB = 2**30
 
 _SUFFIX = {"B": 10**9, "T": 10**12}
-"""Size suffixes (SPEC.md "Inputs"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
+"""Size suffixes (docs/concepts/conventions.md "Inputs and errors"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
 means 8192 tokens, so a silent 8000 would be a wrong figure."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
+"""A whole part grouped by commas in threes: the only comma a number may hold."""
+_LISTY = re.compile(r"\d{4,},|,\d{4,}")
+"""Commas that look like a list's (``2048,4096``, ``64,128,2``): the refusal then says how lists
+are written."""
+LIST_SEPARATOR = ";"
+"""Separates the items of one value of a list parameter (``64;128``): never a comma, which
+only groups thousands (``16,384`` is one number)."""
+LIST_HINT = "for several values repeat the option, or put ';' between them (64;128)"
+"""How a list of numbers is written, everywhere: the option repeated (``--gpus 64 --gpus 128``),
+a TOML array (``[64, 128]``), a repeated query key (``gpus=64&gpus=128``), or one value with
+:data:`LIST_SEPARATOR` between the items (``64;128``)."""
 
 MAX_EXPONENT = 300
 """Every number read lies within ±10^300 and is 0 or at least 10^-300 in size: beyond that a float
@@ -188,7 +205,7 @@ def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
 
 
 def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
-    """Read a number as the seed writes it, exactly.
+    """Read a number as the original planner writes it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
     space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
@@ -218,7 +235,7 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
     if isinstance(text, float):
         text = repr(text)  # inf and nan fail the pattern below
     raw = str(text).strip()
-    s = raw.replace(",", "").replace("_", "")
+    s = _without_separators(raw, name)
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
     scale = 1
     if s and s[-1].upper() in _SUFFIX and not s[-1].isdigit():
@@ -226,7 +243,8 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         s = s[:-1].strip()
     if not _NUMBER.match(s):
         raise InputError(
-            f"{name}: {raw!r} is not a number (write e.g. 4e6, 4000000, 4,000,000, 70B or 1.5T)"
+            f"{name}: {shown_text(raw)} is not a number (write e.g. 4e6, 4000000, 4,000,000, 70B "
+            "or 1.5T)"
         )
     mantissa, _, exponent = s.lower().partition("e")
     value = Fraction(mantissa) * scale
@@ -235,6 +253,30 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
             return _in_range(Fraction(10) ** (2 * MAX_EXPONENT + 1), name, raw)
         value *= Fraction(10) ** int(exponent)
     return _in_range(value, name, raw)
+
+
+def _without_separators(raw: str, name: str) -> str:
+    """``raw`` without its digit-group separators: commas that group the whole part in threes
+    (``16,384``, ``4,000,000``) and underscores between digits (``4_000_000``).
+
+    Raises
+    ------
+    InputError
+        Any other comma (``4,0``, ``1,00``, ``16,38``, ``2048,4096``, ``1.000,5``): it could be a
+        decimal comma, a list or a typo, and a number read wrongly is worse than a refusal.
+    """
+    s = re.sub(r"(?<=\d)_(?=\d)", "", raw)
+    if "," not in s:
+        return s
+    grouped = _THOUSANDS.match(s)
+    rest = s[grouped.end() :] if grouped else ""
+    if grouped is None or "," in rest or rest[:1].isdigit():
+        raise InputError(
+            f"{name}: {shown_text(raw)} is not a number: a comma only separates thousands, in "
+            "groups of three digits (16,384 or 4,000,000); the decimal point is '.'"
+            + (f"; {LIST_HINT}" if _LISTY.search(s) else "")
+        )
+    return grouped.group().replace(",", "") + rest
 
 
 def _in_range(value: Fraction, name: str, text: object) -> Fraction:
@@ -353,3 +395,99 @@ def closest_names(name: str, names: list[str]) -> str:
     if not hits:
         return "known: " + ", ".join(sorted(names))
     return "did you mean " + ", ".join(dict.fromkeys(hits)) + "?"
+
+
+MAX_SHOWN = 80
+"""Characters of a value an error line or a note echoes (a pasted 100,000-character value is cut,
+with its length said)."""
+
+
+def shown_text(value: object, limit: int = MAX_SHOWN) -> str:
+    """A value as an error line or a note echoes it: its ``repr``, cut to ``limit`` characters
+    with the length of the whole.
+
+    >>> shown_text("4,0"), shown_text("x" * 100_000, 8)
+    ("'4,0'", "'xxxxxx… (100,002 characters)")
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text):,} characters)"
+
+
+def list_items(value: object, name: str) -> list[object]:
+    """The items of a list parameter's value, in order, each once: a list or tuple (a TOML array,
+    an option given several times, a repeated query key), each text item split at
+    :data:`LIST_SEPARATOR` (``"64;128"``). A comma never separates items (``16,384`` is one
+    number, :func:`parse_number`).
+
+    Raises
+    ------
+    InputError
+        An empty list or an empty item (``tp = []``, ``"64;"``): a list without values would
+        silently mean "every value".
+
+    >>> list_items(["64;128", 64, "16,384"], "gpus")
+    ['64', '128', 64, '16,384']
+    """
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    out: list[object] = []
+    for item in values:
+        if isinstance(item, str):
+            parts = [part.strip() for part in item.split(LIST_SEPARATOR)]
+            if not all(parts):
+                raise InputError(
+                    f"{name}: {shown_text(item)} "
+                    + ("is empty; give a value" if not item.strip() else "has an empty item")
+                )
+            out += parts
+        elif item is None:
+            raise InputError(f"{name}: an empty value; give a number")
+        else:
+            out.append(item)
+    if not out:
+        raise InputError(
+            f"{name}: {value!r} is an empty list; give at least one value, or leave {name} out "
+            "for the default"
+        )
+    return list(dict.fromkeys(out))
+
+
+def parse_counts(value: object, name: str, ranges: bool = False) -> list[int]:
+    """Whole numbers >= 1 (:func:`parse_count`) from a list parameter's value
+    (:func:`list_items`), ascending, each once. With ``ranges``, an item ``lo..hi`` stands for the
+    powers of two and 1.5× powers of two inside it — the sizes clusters and batches come in.
+
+    Raises
+    ------
+    InputError
+        An item that is not a count, an empty list or item, an empty range.
+
+    Examples
+    --------
+    >>> parse_counts("64..512", "gpus", ranges=True)
+    [64, 96, 128, 192, 256, 384, 512]
+    >>> parse_counts(["16,384", "2048;4096"], "gpus")
+    [2048, 4096, 16384]
+    """
+    counts: set[int] = set()
+    for item in list_items(value, name):
+        if ranges and isinstance(item, str) and ".." in item:
+            counts.update(_range(item, name))
+        else:
+            counts.add(parse_count(item, name))  # type: ignore[arg-type]
+    return sorted(counts)
+
+
+def _range(text: str, name: str) -> list[int]:
+    lo_text, _, hi_text = text.partition("..")
+    lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
+    if lo > hi:
+        raise InputError(f"{name}: range {text!r} is empty (low end above high end)")
+    out, p = [], 1
+    while p <= hi:
+        out += [c for c in (p, 3 * p // 2 if p >= 2 else 0) if lo <= c <= hi]
+        p *= 2
+    if not out:
+        raise InputError(f"{name}: no power of two (or 1.5×) in {text!r}")
+    return out

@@ -39,6 +39,9 @@ class Case:
     fabric: tuple[tuple[str, Any], ...] = ()
     """Cluster-graph options (rail_optimized, pod_size, oversubscription); empty = two tiers."""
     defaults_used: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What the reader must know about the inputs themselves (a default chosen by a rule, not
+    published): printed with the evaluation's notes."""
 
     def evaluate(self, layout: Layout | None = None) -> Estimate:
         """Evaluate this case (or another layout of it).

@@ -89,7 +89,7 @@ class ShapeColumns:
         v = self.values
         size = {a: v[a] for a in ("tp", "cp", "ep", "pp")}
         size["dp"] = v["dp"] * v["cp"]
-        out = {a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64),
+        out: dict[str, tuple[Any, ...]] = {a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64),
                    size[a]) for a in LINK_AXES}  # fmt: skip
         if fabric:  # a cluster graph: each shape's links (no closed form)
             for n, s in enumerate(self.shapes):

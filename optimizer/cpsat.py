@@ -34,10 +34,26 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from trainplan.optimizer.solver import solve
+from trainplan.optimizer.solver import (
+    INTERRUPTED_LIMIT_S,
+    clear_interrupt,
+    interrupt,
+    interrupted,
+    run_solver,
+    solve,
+)
 from trainplan.optimizer.tables import CostTables
 
-__all__ = ["LayoutModel", "SolveResult", "Candidate"]
+__all__ = [
+    "LayoutModel",
+    "SolveResult",
+    "Candidate",
+    "interrupt",
+    "interrupted",
+    "clear_interrupt",
+    "run_solver",
+    "INTERRUPTED_LIMIT_S",
+]
 
 Candidate = tuple[int, int, int]
 """(shape index, zero index, recompute index)."""

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.params import count_params
-from trainplan.model.units import parse_count
+from trainplan.model.units import parse_counts
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.space import SearchSpace
 
@@ -120,38 +120,20 @@ class Problem:
             )
 
 
-def gpu_counts(text: str, name: str = "gpus") -> list[int]:
-    """GPU counts from ``16384``, a list ``2048,4096`` or a range ``1024..16384`` (the powers of two
-    and three times powers of two inside it — the sizes clusters come in). ``name``: the
+def gpu_counts(text: object, name: str = "gpus") -> list[int]:
+    """GPU counts from ``16384`` (``16,384``), a range ``1024..16384`` (the powers of two and three
+    times powers of two inside it — the sizes clusters come in) or a list of them (a list or
+    tuple, or ``2048;4096``; the grammar of :func:`model.units.parse_counts`). ``name``: the
     parameter the sizes are (its limit and its name in errors; e.g. ``global_batch``).
 
     Examples
     --------
     >>> gpu_counts("64..512")
     [64, 96, 128, 192, 256, 384, 512]
-    >>> gpu_counts("2048,4096")
-    [2048, 4096]
+    >>> gpu_counts(["2048", "4096"]), gpu_counts("16,384")
+    ([2048, 4096], [16384])
     """
-    text = str(text).strip()
-    if ".." in text:
-        lo_text, _, hi_text = text.partition("..")
-        lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
-        if lo > hi:
-            raise InputError(f"{name}: range {text!r} is empty (low end above high end)")
-        out, p = [], 1
-        while p <= hi:
-            out += [c for c in (p, 3 * p // 2 if p >= 2 else 0) if lo <= c <= hi]
-            p *= 2
-        if not out:
-            raise InputError(f"{name}: no power of two (or 1.5×) in {text!r}")
-        return sorted(set(out))
-    counts = sorted({parse_count(p, name) for p in text.replace(" ", "").split(",") if p})
-    if not counts:
-        raise InputError(
-            f"{name}: {text!r} gives no count; write a count (16384), a list (2048,4096) or a "
-            "range (1024..16384)"
-        )
-    return counts
+    return parse_counts(text, name, ranges=True)
 
 
 def objective_unit(problem: Problem, divisor: int = 1) -> str:
@@ -168,7 +150,7 @@ def objective_unit(problem: Problem, divisor: int = 1) -> str:
 
 def objective_value(objective: Objective, value: int, divisor: int = 1) -> tuple[str, float]:
     """The solver's objective ``value`` (in :func:`objective_unit`'s units ÷ ``divisor``) in base
-    units, with the JSON key that names its unit (README: times in seconds):
+    units, with the JSON key that names its unit (docs/reference/json.md: times in seconds):
 
     * ``objective_s``: seconds — per step (step-time; params, whose first objective is the size)
       or to train the token budget (time-to-train);

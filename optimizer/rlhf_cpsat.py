@@ -5,8 +5,9 @@ pool a size, keep every GPU's every phase within memory, minimise the step time 
 Encoding:
 
 * ``x[r, q, n, o]`` — role r takes option o (its degrees, offload, engine fraction) on pool slot
-  q of n GPUs; exactly one per role. Role r may use the slots 0 … r only (a placement's pools
-  can always be numbered so: symmetry breaking without losing any placement).
+  q of n GPUs; exactly one per role. Role r may use the slots 0 … r only, and slot q is used
+  only when slot q − 1 is (a placement's pools can always be numbered in order of first use:
+  symmetry breaking without losing any placement).
 * ``y[q, n]`` — slot q has n GPUs (at most one n; none: the slot is unused). ``x[r, q, n, ·] ⇒
   y[q, n]``, and a used slot has a role. ``Σ n·y ≤ G``: the pools are disjoint.
 * Memory: for every slot, phase and role working in that phase, ``Σ_roles held·x + phase
@@ -21,6 +22,9 @@ Encoding:
   keeps the rollout engine off the actor's pool.
 * Ties: a second solve fixes τ and minimises the choices' rank, lexicographic by role (slot, pool
   size, option order), so the answer is unique.
+* Status: ``optimal`` (proven), ``feasible`` (a time limit stopped the proof; the best found),
+  ``infeasible`` (proven: nothing fits) or ``unknown`` (a time limit stopped it before any
+  answer: nothing is known).
 """
 
 from __future__ import annotations
@@ -33,12 +37,9 @@ from ortools.sat.python import cp_model
 
 from trainplan.model.rlhf_roles import RoleCost, RoleOption
 from trainplan.model.rlhf_spec import PHASES, Role
-from trainplan.optimizer.rlhf_tables import RLHFTables
+from trainplan.optimizer.rlhf_tables import NS, RLHFTables, int_costs
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
-
-NS = 10**9
-"""Nanoseconds per second: the objective's unit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +50,16 @@ class PlacementChoice:
     chosen: tuple[tuple[RoleOption, RoleCost], ...]
     objective_ns: int
     status: str
-    """``optimal`` or ``feasible`` (time limit)."""
-
-
-def int_costs(
-    cost: RoleCost,
-) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int]]:
-    """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
-    swapped-in bytes per phase)."""
-    up = math.ceil
-    return (
-        up(cost.held_bytes),
-        tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
-        up(cost.host_bytes),
-        tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
-        tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
-    )
+    """``optimal`` or ``feasible`` (a time limit stopped the proof)."""
 
 
 class PlacementModel:
     """The CP-SAT model over a problem's tables (see the module docstring)."""
+
+    status: str = "unknown"
+    """The last :meth:`solve`'s status (module docstring)."""
+    wall_s: float = 0.0
+    """The last :meth:`solve`'s seconds."""
 
     def __init__(self, tables: RLHFTables, colocate: bool | None = None) -> None:
         self.tables = tables
@@ -106,6 +97,11 @@ class PlacementModel:
                 m.add(self.y[(q, n)] == 0)
         for q in range(K):
             m.add_at_most_one(self.y[(q, n)] for n in tables.sizes)
+            if q:  # slots in order of first use: q only after q − 1
+                m.add(
+                    sum(self.y[(q, n)] for n in tables.sizes)
+                    <= sum(self.y[(q - 1, n)] for n in tables.sizes)
+                )
         m.add(sum(n * self.y[(q, n)] for q in range(K) for n in tables.sizes) <= problem.gpus)
         ints = {
             (ri, n, oi): int_costs(c)
@@ -172,20 +168,27 @@ class PlacementModel:
         return PlacementChoice(tuple(slots), tuple(chosen), int(solver.value(self.tau)), status)
 
     def solve(self, time_limit_s: float | None = None, workers: int = 2) -> PlacementChoice | None:
-        """Minimise the step time, then the tie rank; None when nothing fits."""
+        """Minimise the step time, then the tie rank, within ``time_limit_s`` seconds in all (the
+        tie-break gets what the first solve leaves); None when nothing was found —
+        :attr:`status` says whether that is proven (``infeasible``) or not (``unknown``)."""
         m = self.model
         m.minimize(self.tau)
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = 0
-        if time_limit_s:
-            solver.parameters.max_time_in_seconds = time_limit_s
+        if time_limit_s is not None:
+            solver.parameters.max_time_in_seconds = max(time_limit_s, 1e-3)
         status = solver.solve(m)
+        self.wall_s = solver.wall_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            self.status = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
             return None
-        name = "optimal" if status == cp_model.OPTIMAL else "feasible"
-        best = int(solver.value(self.tau))
-        m.add(self.tau == best)
+        self.status = "optimal" if status == cp_model.OPTIMAL else "feasible"
+        first = self._read(solver, self.status)
+        left = None if time_limit_s is None else time_limit_s - solver.wall_time
+        if left is not None and left <= 0:
+            return first
+        m.add(self.tau == first.objective_ns)
         base = max(len(r) for r in self.ranks) + 1
         n_roles = len(self.ranks)
         per_role = {ri: iter(self.ranks[ri]) for ri in range(n_roles)}
@@ -193,8 +196,16 @@ class PlacementModel:
             next(per_role[ri]) * base ** (n_roles - 1 - ri) * v for ri, _, _, _, v in self.vars
         )
         m.minimize(key)
-        status2 = solver.solve(m)
-        if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover
-            return None
-        self.wall_s = solver.wall_time
-        return self._read(solver, name)
+        m.clear_hints()
+        for *_, v in self.vars:
+            m.add_hint(v, bool(solver.value(v)))
+        tie = cp_model.CpSolver()
+        tie.parameters.num_workers = workers
+        tie.parameters.random_seed = 0
+        if left is not None:
+            tie.parameters.max_time_in_seconds = left
+        status2 = tie.solve(m)
+        self.wall_s += tie.wall_time
+        if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return first  # the tie rank unproven within the limit: the first answer stands
+        return self._read(tie, self.status)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.model.errors import InfeasibleError
@@ -15,7 +16,7 @@ from trainplan.model.rlhf_roles import RoleCost, RoleOption
 from trainplan.model.rlhf_spec import PHASES, Role
 from trainplan.model.rlhf_step import StepPlan, compose
 from trainplan.optimizer.rlhf_cpsat import NS, PlacementChoice, PlacementModel, int_costs
-from trainplan.optimizer.rlhf_tables import RLHFProblem, RLHFTables, build_tables
+from trainplan.optimizer.rlhf_tables import RLHFProblem, RLHFTables, build_tables, dominant
 
 __all__ = [
     "Placement",
@@ -48,8 +49,11 @@ class Placement:
 @dataclass(frozen=True, slots=True)
 class PlacementResult:
     status: str
-    """``optimal`` (proven within the model), ``feasible`` (time limit) or ``infeasible``."""
+    """``optimal`` (proven within the model), ``feasible`` (a time limit stopped the search: the
+    best found) or ``unknown`` (a time limit stopped it before any placement was found: not
+    proven infeasible). Proven infeasibility is an InfeasibleError."""
     best: Placement | None
+    """The fastest placement found (None only when ``unknown``)."""
     colocated: Placement | None
     """The best placement with every role on all GPUs (None: none fits)."""
     split: Placement | None
@@ -61,10 +65,21 @@ class PlacementResult:
     solve_seconds: float
     """Seconds of the three CP-SAT solves (best, colocated, split)."""
     options: int
-    """Role options that fit a GPU on their own (the model's Booleans, per pool slot)."""
+    """Role options that fit a GPU on their own and no other option of their role and pool size
+    dominates (the model's Booleans, per pool slot)."""
     tried: int
     """Role options costed."""
     explanation: list[str] = field(default_factory=list)
+    complete: bool = True
+    """Every option of every pool size was costed (False: the time limit stopped the tables)."""
+    time_limit_s: float | None = None
+    """The limit the search ran under (None: none)."""
+    variant_status: dict[str, str] = field(default_factory=dict)
+    """The colocated and the split solves' statuses (``optimal``, ``feasible``, ``infeasible``:
+    none fits, ``unknown``: none found in time, ``beyond``: none within
+    :data:`ALTERNATIVES_WITHIN` times the incumbent)."""
+    skipped: int = 0
+    """Options not costed: they could not come within the bound."""
 
 
 def _renumber(slots: tuple[int, ...]) -> tuple[int, ...]:
@@ -165,13 +180,32 @@ def _partitions(n: int):
     yield from rec([])
 
 
-def _reason(best: Placement, coloc: Placement | None, split: Placement | None) -> str:
+def _reason(
+    best: Placement,
+    coloc: Placement | None,
+    split: Placement | None,
+    statuses: dict[bool | None, str],
+    tables: RLHFTables,
+) -> str:
     def pct(a: Placement, b: Placement) -> str:
         return f"{(a.plan.step_s / b.plan.step_s - 1) * 100:+.0f}%"
 
+    def none(colocate: bool) -> str:
+        st = statuses[colocate]
+        if st == "infeasible":
+            return "fits"
+        if st == "beyond":
+            bound = (tables.bound_ns or 0) / NS
+            return (
+                f"takes under {bound:,.1f} s per step ({ALTERNATIVES_WITHIN}× the best colocated)"
+            )
+        return "was found within the time limit (not ruled out)"
+
     if best.colocated:
         if split is None:
-            return "colocates: no placement with the rollout engine on GPUs of its own fits"
+            return (
+                f"colocates: no placement with the rollout engine on GPUs of its own {none(False)}"
+            )
         r = split.pool_of[0]
         return (
             f"colocates: every GPU works in every phase; the best split (rollout on "
@@ -180,6 +214,8 @@ def _reason(best: Placement, coloc: Placement | None, split: Placement | None) -
             + (" (synchronous step)" if best.plan.off_policy == 0 else "")
         )
     if coloc is None:
+        if statuses[True] != "infeasible":
+            return f"splits: no colocated placement {none(True)}"
         return (
             "splits: no colocated placement fits (the engine's memory fraction beside the "
             "training roles' state exceeds a GPU)"
@@ -195,44 +231,156 @@ def _reason(best: Placement, coloc: Placement | None, split: Placement | None) -
     )
 
 
+TABLES_SHARE = 0.6
+"""Of a time limit, the share table building may take before the solves start on what it has
+(the largest pools come first, so a colocated answer is among them)."""
+
+ALTERNATIVES_WITHIN = 2
+"""The best colocated and split placements are shown exactly when they take at most this many
+times the best colocated placement on all GPUs (the incumbent, solved first): options whose
+own seconds must exceed that are not costed (:func:`optimizer.rlhf_tables.build_tables`), which
+bounds the work on large clusters; an alternative beyond it is said to be beyond it."""
+
+
 def search_placement(
-    problem: RLHFProblem, time_limit_s: float | None = None, workers: int = 2
+    problem: RLHFProblem,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    progress: Callable[[str, int, int], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> PlacementResult:
-    """The fastest placement that fits, proven optimal within the model (unless a time limit
-    stops the proof), with the best colocated and split placements for the explanation.
+    """The fastest placement that fits, proven optimal within the model, with the best colocated
+    and split placements for the explanation. ``time_limit_s`` bounds the whole search, table
+    building included: out of time, the status is ``feasible`` with the best found, or
+    ``unknown`` with nothing found — never ``infeasible``. ``progress(stage, done, total)``:
+    ``tables`` per (pool size, role), then ``solve`` per CP-SAT solve.
+
+    The colocated placement on all GPUs is solved as soon as the largest pool is costed; its
+    step × :data:`ALTERNATIVES_WITHIN` bounds the rest (module :mod:`optimizer.rlhf_tables`).
 
     Raises
     ------
     InfeasibleError
-        No placement fits; the explanation names the roles that fit no pool on their own.
+        No placement fits (proven: every option tabulated, CP-SAT infeasible); the explanation
+        names the roles that fit no pool on their own.
     """
-    tables = build_tables(problem)
-    t0 = time.perf_counter()
-    found = PlacementModel(tables).solve(time_limit_s, workers)
-    if found is None:
+    clock = clock or time.perf_counter
+    start = clock()
+    deadline = None if time_limit_s is None else start + time_limit_s
+
+    def left(share: float) -> float | None:
+        return None if deadline is None else (deadline - clock()) * share
+
+    def incumbent(first: RLHFTables) -> int | None:
+        budget = left(0.5)
+        if budget is not None and budget <= 0:
+            return None
+        found = PlacementModel(first, colocate=True).solve(budget, workers)
+        return None if found is None else ALTERNATIVES_WITHIN * found.objective_ns
+
+    on_tables = (lambda done, total: progress("tables", done, total)) if progress else None
+    tables_by = None if time_limit_s is None else start + TABLES_SHARE * time_limit_s
+    tables = build_tables(problem, clock, tables_by, on_tables, incumbent)
+    pruned = dominant(tables)
+    t0 = clock()
+    answers, statuses = _solve_three(pruned, left, workers, progress)
+    solve_s = clock() - t0
+    statuses = _qualified(statuses, answers, tables)
+    if statuses[None] == "infeasible":
         raise InfeasibleError("rlhf-plan: no placement fits", _explain(tables))
-    best = _placement(problem, found)
-    coloc_c = PlacementModel(tables, colocate=True).solve(time_limit_s, workers)
-    split_c = PlacementModel(tables, colocate=False).solve(time_limit_s, workers)
-    solve_s = time.perf_counter() - t0
-    coloc = _placement(problem, coloc_c) if coloc_c else None
-    split = _placement(problem, split_c) if split_c else None
-    statuses = {c.status for c in (found, coloc_c, split_c) if c is not None}
-    status = "optimal" if statuses == {"optimal"} else "feasible"
-    for p in (best, coloc, split):
-        if p is not None and not p.plan.fits:  # pragma: no cover - a rounding bug
+    found = {k: _placement(problem, c) for k, c in answers.items() if c is not None}
+    found = {k: p for k, p in found.items() if statuses[k] != "beyond"}
+    for p in found.values():
+        if not p.plan.fits:  # pragma: no cover - a rounding bug
             raise AssertionError("rlhf-plan: the solver's placement does not fit when recomposed")
+    best = min(found.values(), key=lambda p: p.objective_ns, default=None)
+    status = statuses[None] if None in found else ("feasible" if best else "unknown")
+    if None in found and best is not None and best.objective_ns < found[None].objective_ns:
+        status = "feasible"  # a variant beat the first solve: that one was cut short
     return PlacementResult(
         status,
         best,
-        coloc,
-        split,
-        _reason(best, coloc, split),
+        found.get(True),
+        found.get(False),
+        _reason(best, found.get(True), found.get(False), statuses, tables)
+        if best
+        else _unknown(tables),
         tables.seconds,
         solve_s,
-        tables.num_options,
+        pruned.num_options,
         tables.tried,
+        complete=tables.complete,
+        time_limit_s=time_limit_s,
+        variant_status={"colocated": statuses[True], "split": statuses[False]},
+        skipped=tables.skipped,
     )
+
+
+def _solve_three(
+    tables: RLHFTables,
+    left: Callable[[float], float | None],
+    workers: int,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[bool | None, PlacementChoice | None], dict[bool | None, str]]:
+    """The best, the best colocated and the best split placement (keys None, True, False) and
+    each solve's status; ``left(share)``: that share of the time left (None: no limit) — 60 %
+    for the first, half the rest for the second, the rest for the third."""
+    answers: dict[bool | None, PlacementChoice | None] = {}
+    statuses: dict[bool | None, str] = {}
+    for k, colocate in enumerate((None, True, False)):
+        if progress:
+            progress("solve", k, 3)
+        share = (0.6, 0.5, 1.0)[k]
+        answers[colocate], statuses[colocate] = None, "unknown"
+        if k and statuses[None] == "infeasible":  # nothing fits: nor do its kinds
+            statuses[colocate] = "infeasible"
+            continue
+        budget = left(share)
+        if budget is not None and budget <= 0:
+            continue
+        model = PlacementModel(tables, colocate=colocate)
+        budget = left(share)  # less what building the model took
+        if budget is None or budget > 0:
+            answers[colocate], statuses[colocate] = model.solve(budget, workers), model.status
+    if progress:
+        progress("solve", 3, 3)
+    return answers, statuses
+
+
+def _qualified(
+    statuses: dict[bool | None, str],
+    answers: dict[bool | None, PlacementChoice | None],
+    tables: RLHFTables,
+) -> dict[bool | None, str]:
+    """The solves' statuses as they hold for every placement, not only the tabulated ones:
+    tables cut short by the time limit prove nothing infeasible nor optimal; under an
+    incumbent's bound, "none" means none within the bound, and an answer above it is not proven
+    the best of its kind (``beyond``)."""
+    out = dict(statuses)
+    for k, st in statuses.items():
+        if not tables.complete:
+            out[k] = {"infeasible": "unknown", "optimal": "feasible"}.get(st, st)
+        elif tables.bound_ns is not None:
+            choice = answers[k]
+            if st == "infeasible" and k is not None:
+                out[k] = "beyond"
+            elif choice is not None and choice.objective_ns > tables.bound_ns:
+                out[k] = "beyond"
+    return out
+
+
+def _unknown(tables: RLHFTables) -> str:
+    """Why nothing was found: the time limit, and how far the tables got."""
+    reached = [n for n in tables.sizes if any(tables.options[r][n] for r in tables.roles)]
+    how = (
+        "every option was costed"
+        if tables.complete
+        else f"{tables.tried:,} option(s) costed, pools of {min(reached, default=0):,} GPUs and "
+        "more reached"
+        if reached
+        else f"{tables.tried:,} option(s) costed, no pool size completed"
+    )
+    return f"the time limit ran out before any placement was found ({how}): not proven infeasible"
 
 
 def _explain(tables: RLHFTables) -> list[str]:

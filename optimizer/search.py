@@ -2,7 +2,7 @@
 Pareto frontier, the largest model that fits, and why nothing fits.
 
 Every answer is re-evaluated with ``evaluate()`` and every tabulated term is compared with it
-(DESIGN.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
+(docs/concepts/search.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
 """
 
 from __future__ import annotations
@@ -302,6 +302,7 @@ def search(
                 f"search: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
                 "give a longer --time-limit",
                 ["solver: no answer within the limits"],
+                status="unknown",
             )
         if choice is None:
             if not answers:

@@ -259,7 +259,7 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                    recompute=Recompute.NONE)  # fmt: skip
     keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")
     base = [
-        Shape(*(values[k][i] for k in keys), space.rank_orders[0])  # type: ignore[arg-type]
+        Shape(**{k: values[k][i] for k in keys}, rank_order=space.rank_orders[0])
         for i in np.flatnonzero(legal)
     ]
     with_kinds = [v for shape in base for v in _with_cp_kinds(shape, space, model, axes)]

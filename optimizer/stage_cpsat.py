@@ -11,7 +11,7 @@ Variables → constraints → objective (the CP-SAT primer's order):
   included (:func:`model.estimate.time_terms`);
 * the rest of the step (pipeline messages, exposed dp, optimizer step, offload) reads the split
   only through ``A = max params_s``, ``B = max n_s`` and ``C = max bare_s``
-  (:func:`model.roofline_step.roofline_step`): ``R ≥ rest(A, B, C)`` for each triple whose rest
+  (:func:`model.terms.roofline.slowest_microbatch`): ``R ≥ rest(A, B, C)`` for each triple whose rest
   is known (:meth:`StageModel.add_rest`, from ``evaluate()`` of a layout that has it), and
   ``R ≥`` a lower bound for the others. :func:`optimizer.per_stage.solve_shape` adds triples
   until the optimum's own is known: then the optimum is proven.

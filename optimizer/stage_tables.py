@@ -76,7 +76,7 @@ class StageOption:
     collectives; :func:`model.terms.roofline.stage_parts_term`)."""
     bare_ns: int
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
-    longest: :func:`model.roofline_step.roofline_step`)."""
+    longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
     """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
     the dp bytes, the optimizer step and offload."""

@@ -13,7 +13,7 @@ from importlib.resources.abc import Traversable
 from typing import Any
 
 from trainplan.model.errors import ScenarioError
-from trainplan.model.units import closest_names
+from trainplan.model.units import closest_names, shown_text
 
 __all__ = ["names", "load", "data"]
 
@@ -66,7 +66,9 @@ def load(kind: str, name: str) -> dict[str, Any]:
     known = names(kind)
     if name not in known:
         singular = kind.removesuffix("s")
-        raise ScenarioError(f"unknown {singular} {name!r}; {closest_names(name, known)}")
+        raise ScenarioError(
+            f"unknown {singular} {shown_text(name)}; {closest_names(name[:200], known)}"
+        )
     entry = _folder(kind).joinpath(f"{name}.toml")
     try:
         return tomllib.loads(entry.read_text(encoding="utf-8"))

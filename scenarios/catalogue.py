@@ -16,7 +16,9 @@ and tests. File format (keys checked strictly; unknown keys are errors)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import stat
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,17 @@ from trainplan.model.errors import ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.layout import SEARCHED_FIELDS
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.units import closest_names
+from trainplan.model.units import closest_names, shown_text
 
-__all__ = ["CatalogueEntry", "get_model", "model_names", "entry_from_dict", "LAYOUT_KEYS"]
+__all__ = [
+    "CatalogueEntry",
+    "get_model",
+    "config_path",
+    "model_names",
+    "entry_from_dict",
+    "check_keys",
+    "LAYOUT_KEYS",
+]
 
 _TOP_KEYS = ("name", "source", "architecture", "training", "layout", "published")
 _TRAINING_KEYS = ("seq_len", "global_batch_size", "source")
@@ -68,7 +78,14 @@ def model_names() -> list[str]:
     return scenarios.names("models")
 
 
-def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+def check_keys(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+    """``table`` itself when it is a table whose keys are all ``allowed``.
+
+    Raises
+    ------
+    ScenarioError
+        Not a table, or an unknown key (named with ``where`` and the closest allowed keys).
+    """
     if not isinstance(table, dict):
         raise ScenarioError(f"{where}: expected a table, got {table!r}")
     for key in table:
@@ -120,13 +137,13 @@ def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
         On an unknown or missing key, a missing ``source``, or bad dimensions; the message
         names ``where`` and the table.
     """
-    _check_keys(d, _TOP_KEYS, where)
+    check_keys(d, _TOP_KEYS, where)
     for key in ("name", "architecture", "training"):
         if key not in d:
             raise ScenarioError(f"{where}: missing required table or key {key!r}")
     arch = architecture_from_dict(d["architecture"], f"{where} [architecture]")
-    training = _check_keys(d["training"], _TRAINING_KEYS, f"{where} [training]")
-    layout = _check_keys(d.get("layout", {}), (*LAYOUT_KEYS, "source"), f"{where} [layout]")
+    training = check_keys(d["training"], _TRAINING_KEYS, f"{where} [training]")
+    layout = check_keys(d.get("layout", {}), (*LAYOUT_KEYS, "source"), f"{where} [layout]")
     published = d.get("published", {})
     if not isinstance(published, dict):
         raise ScenarioError(f"{where}: [published] must be a table")
@@ -144,18 +161,75 @@ def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
     )
 
 
-def _hf_path(name: str) -> Path | None:
-    path = Path(name)
-    if path.is_dir() and (path / "config.json").is_file():
-        return path / "config.json"
-    if path.is_file() and path.suffix == ".json":
-        return path
-    if path.suffix == ".json" or "/" in name:
-        raise ScenarioError(f"model: {name!r} looks like a path, but no config.json is there")
-    return None
+def _looks_like_path(name: str) -> bool:
+    """A model named the way a path is written: with a folder separator, ``.``, ``~`` or the
+    ``.json`` ending (``./llama3-8b``, ``~/models/x``, ``config.json``)."""
+    return "/" in name or "\\" in name or name.startswith((".", "~")) or name.endswith(".json")
 
 
-@lru_cache(maxsize=16)
+def _exists(name: str) -> bool:
+    """Whether ``name`` is a file system entry here (a name too long for one is not)."""
+    try:
+        return os.path.lexists(Path(name).expanduser())
+    except (OSError, ValueError):
+        return False
+
+
+def config_path(name: str) -> Path:
+    """The ``config.json`` a model path names: the file itself, or ``config.json`` in the folder.
+
+    Raises
+    ------
+    ScenarioError
+        Saying what is wrong with the path: missing, a folder where the file should be, a device
+        or pipe (also through a symbolic link, whose target is named), a broken link, a name the
+        file system refuses.
+    """
+    shown = shown_text(name)
+    path = Path(name).expanduser()
+    try:
+        if path.is_dir():
+            if not os.path.lexists(path / "config.json"):
+                raise ScenarioError(
+                    f"model: {shown}{_link(path)} is a folder without a config.json in it"
+                )
+            path = path / "config.json"
+        if not os.path.lexists(path):
+            raise ScenarioError(f"model: {shown} looks like a path, but nothing is there")
+        link = _link(path)
+        if not path.exists():
+            raise ScenarioError(f"model: {shown_text(str(path))}{link} points to nothing")
+        mode = path.stat().st_mode
+    except OSError as err:
+        raise ScenarioError(
+            f"model: {shown} cannot be read as a path: {err.strerror or err}"
+        ) from None
+    if stat.S_ISDIR(mode):
+        raise ScenarioError(
+            f"model: {shown_text(str(path))}{link} is a folder, not a config.json file"
+        )
+    if not stat.S_ISREG(mode):
+        kind = next((what for test, what in _SPECIAL if test(mode)), "not a regular file")
+        raise ScenarioError(
+            f"model: {shown_text(str(path))}{link} is {kind}, not a file; give a Hugging Face "
+            "config.json"
+        )
+    return path
+
+
+def _link(path: Path) -> str:
+    """`` (a symbolic link to 'target')`` when ``path`` is one, else empty."""
+    return f" (a symbolic link to {shown_text(os.readlink(path))})" if path.is_symlink() else ""
+
+
+_SPECIAL = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def get_model(name: str) -> CatalogueEntry:
     """The catalogue model ``name``, or a Hugging Face ``config.json`` given by its path.
 
@@ -163,7 +237,10 @@ def get_model(name: str) -> CatalogueEntry:
     ----------
     name : str
         A catalogue name (``llama3-405b``), a path to a ``config.json``, or a folder holding one.
-        A path gives a model with empty training defaults and layout.
+        A catalogue name is the catalogue's model even when a file or folder of that name is in
+        the working folder (a note says so, and that ``./name`` reads it); a path is written
+        with a ``/``, ``.``, ``~`` or ``.json`` (:func:`config_path`), or is any other name that
+        exists here. A path gives a model with empty training defaults and layout.
 
     Returns
     -------
@@ -172,7 +249,8 @@ def get_model(name: str) -> CatalogueEntry:
     Raises
     ------
     ScenarioError
-        For an unknown name (with the closest known names) or a malformed file.
+        For an unknown name (with the closest known names), a path that holds no readable
+        config (saying why), or a malformed file.
 
     Examples
     --------
@@ -180,9 +258,24 @@ def get_model(name: str) -> CatalogueEntry:
     >>> entry.model.arch.num_layers, entry.training["seq_len"], entry.layout["pp"]
     (126, 8192, 16)
     """
-    hf = _hf_path(name)
-    if hf is not None:
-        return CatalogueEntry(model=ModelSpec.from_hf_config(hf))
+    name = str(name)
+    if not _looks_like_path(name) and name in model_names():
+        entry = _catalogue_entry(name)
+        if not _exists(name):
+            return entry
+        kind = "folder" if Path(name).is_dir() else "file"
+        note = (
+            f"model: {name!r} is the catalogue's model (its published dimensions and training "
+            f"setup); the {kind} {name!r} here was not read: give ./{name} to use it instead"
+        )
+        return replace(entry, model=replace(entry.model, notes=(*entry.model.notes, note)))
+    if _looks_like_path(name) or _exists(name):
+        return CatalogueEntry(model=ModelSpec.from_hf_config(config_path(name)))
+    return _catalogue_entry(name)  # unknown: scenarios.load names the closest models
+
+
+@lru_cache(maxsize=64)
+def _catalogue_entry(name: str) -> CatalogueEntry:
     d = scenarios.load("models", name)
     where = f"scenarios/models/{name}.toml"
     entry = entry_from_dict(d, where)

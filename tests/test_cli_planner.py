@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -108,13 +107,6 @@ def test_evaluate_prints_a_full_plan():
     # ZeRO table: the stages Megatron-Core has (DDP and the distributed optimizer)
     for stage in "01":
         assert any(line.startswith(stage + " ") for line in text.splitlines()), stage
-
-
-def test_evaluate_is_fast():
-    invoke(*LLAMA)  # warm imports
-    start = time.perf_counter()
-    assert invoke(*LLAMA).exit_code == 0
-    assert time.perf_counter() - start < 1.0
 
 
 JSON_KEYS = {
@@ -249,7 +241,7 @@ def test_global_batch_number_forms(text):
 
 @pytest.mark.parametrize("text", ["8K", "8k", "4M"])
 def test_k_and_m_suffixes_are_refused(monkeypatch, capsys, text):
-    """SPEC names the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
+    """The conventions name the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
     code, out, err = run_main(monkeypatch, capsys, "--params", "70B", "--seq-len", text)
     assert code == 2
     assert "is not a number" in err and "Traceback" not in out + err

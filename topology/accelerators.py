@@ -42,6 +42,8 @@ _OPTIONAL = (
     "host_memory_gbps",
     "host_source",
     "gpus_per_node",
+    "power_w",
+    "power_source",
 )
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
@@ -114,6 +116,13 @@ def _check_row(row: dict[str, Any], index: int) -> None:
             f"{where}: host_memory_gb / host_memory_gbps need a non-empty host_source, and only "
             "they do"
         )
+    if ("power_w" in row) != ("power_source" in row) or (
+        "power_source" in row
+        and (not isinstance(row["power_source"], str) or not row["power_source"].strip())
+    ):
+        raise ScenarioError(f"{where}: power_w needs a non-empty power_source, and only it does")
+    if "power_w" in row:
+        _number(row["power_w"], where, "power_w")
     if row["status"] not in _STATUSES:
         raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
 
@@ -271,7 +280,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
 
     Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, host_memory_gb,
-    host_memory_gbps, host_source, source, status``;
+    host_memory_gbps, host_source, power_w, power_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
     where the table has no sourced figure) plus ``memory_bytes`` in bytes.
 
@@ -302,6 +311,8 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "host_memory_gb": raw.get("host_memory_gb"),
                 "host_memory_gbps": raw.get("host_memory_gbps"),
                 "host_source": raw.get("host_source"),
+                "power_w": raw.get("power_w"),
+                "power_source": raw.get("power_source"),
                 "source": raw["source"],
                 "status": raw["status"],
             }

@@ -11,8 +11,8 @@ Edge ``bandwidth_bytes_per_s`` is the bandwidth **per GPU per direction** the li
 every GPU below it sends at once (its capacity divided by the GPUs that share it); a link that
 leaves a pod of ``pod_size`` GPUs offers ``scaleout_bytes_per_s / oversubscription``. Edges also
 carry ``tier`` (``nvlink``, ``scale-out``, ``spine``) and ``capacity_bytes_per_s`` (aggregate).
-The per-GPU convention makes the bottleneck of a path directly comparable with SPEC.md's
-"bandwidth in GB/s per GPU, one direction".
+The per-GPU convention makes the bottleneck of a path directly comparable with the
+conventions' "bandwidth in GB/s per GPU, one direction" (docs/concepts/conventions.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rank order → the rank groups of each parallel axis → the link each axis rides.
 
-Rank order (SPEC.md "Units and conventions"; Megatron-LM's default ``tp-cp-ep-dp-pp``), inner to
+Rank order (docs/concepts/conventions.md "Layout"; Megatron-LM's default ``tp-cp-ep-dp-pp``), inner to
 outer: ``tp, cp, ep, dp, pp``. The dense layout uses the order without ``ep``: rank
 ``r = t + tp·(c + cp·(d + dp·p))`` for the default order, so ``G = dp·tp·pp·cp``. EP does not
 multiply G: the expert-parallel group is carved out of the ``cp·dp`` positions (the block of
@@ -9,7 +9,7 @@ multiply G: the expert-parallel group is carved out of the ``cp·dp`` positions 
 ``ep`` comes before ``dp`` in the order (the default), else positions at stride ``cp·dp/ep``.
 
 Axes: ``tp cp ep dp pp`` and the pseudo-axis ``dp_cp``, the ``dp·cp`` ranks a dense gradient is
-reduced over (SPEC.md's ``D = dp·cp``; Megatron's data-parallel group with context parallelism).
+reduced over (the conventions' ``D = dp·cp``; Megatron's data-parallel group with context parallelism).
 The ``dp`` axis alone is ``dp`` ranks at stride ``tp·cp`` (one per cp position) — the group a
 parameter is replicated over for a fixed cp rank; use ``dp_cp`` for the gradient reduction.
 
@@ -168,8 +168,8 @@ def axis_spans(
 
 def two_tier_bandwidth(span: Any, links: ClusterLinks) -> Any:
     """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks on a two-tier
-    cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's (SPEC.md
-    "Units and conventions"). Element-wise for arrays."""
+    cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's
+    (docs/concepts/conventions.md "Layout"). Element-wise for arrays."""
     return where(span <= links.nvlink_domain, links.nvlink_bytes_per_s, links.scaleout_bytes_per_s)
 
 
@@ -235,7 +235,7 @@ def fits_in_domain(
 ) -> bool:
     """Whether ``axis`` fits in one NVLink domain: its span is at most ``nvlink_domain``.
 
-    SPEC.md: "An axis fits in the NVLink domain when its degree times the degrees of every axis
+    docs/concepts/conventions.md "Layout": "An axis fits in the NVLink domain when its degree times the degrees of every axis
     inside it is at most the number of GPUs per NVLink domain". (When the span does not divide
     the domain a group can still straddle two domains; :func:`axis_links` with a graph sees that.)
 

@@ -7,6 +7,7 @@ sibling modules and are registered here.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 
 import click
@@ -47,6 +48,18 @@ class LazyGroup(GuardedGroup):
         if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
             importlib.import_module(f"trainplan.interface.cli.{COMMAND_MODULES[cmd_name]}")
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's lookup, with "Did you mean" drawn from every command — loaded or not (click
+        suggests among ``self.commands``, which holds only the loaded ones)."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
 
 @click.group(

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
 import sys
 from fractions import Fraction
 from typing import Any
 
 import click
+import cloup
 
 from trainplan.interface.flags import with_flags
-from trainplan.model.errors import PlannerError
-from trainplan.model.units import parse_count, parse_number, parse_positive
+from trainplan.model.errors import InputError, PlannerError
+from trainplan.model.units import (
+    list_items,
+    parse_count,
+    parse_number,
+    parse_positive,
+    shown_text,
+)
 
 __all__ = [
     "run_guarded",
     "GuardedGroup",
+    "GuardedCommand",
+    "list_option",
     "NUMBER",
     "COUNT",
     "WHOLE",
@@ -32,11 +44,66 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+class GuardedCommand(cloup.Command):
+    """A click command (cloup's, whose ``--help`` lists options by group:
+    :func:`interface.cli.options.option_groups`) that refuses an option of one value given twice with different values
+    (``--gpu H100-SXM --gpu B200`` on evaluate, ``dp=8&dp=16`` in the web API, which parses the
+    query as this command's arguments), and an on/off option given both ways (``--flash
+    --no-flash``), instead of keeping the last silently. Options that take several values are
+    declared ``multiple`` (:func:`list_option`) and keep them all."""
+
+    def make_parser(self, ctx: click.Context) -> Any:
+        parser = super().make_parser(ctx)
+        single = [
+            p
+            for p in self.get_params(ctx)
+            if isinstance(p, click.Option) and not (p.multiple or p.count)
+        ]
+        for p in single:  # collect every occurrence; one value is kept after the check below
+            if not p.is_flag:
+                parser.add_option(obj=p, opts=p.opts, dest=p.name, action="append", nargs=p.nargs)
+            elif p.is_bool_flag and p.secondary_opts:
+                parser.add_option(
+                    obj=p, opts=p.opts, dest=p.name, action="append_const", const=True
+                )
+                parser.add_option(
+                    obj=p, opts=p.secondary_opts, dest=p.name, action="append_const", const=False
+                )
+        parse = parser.parse_args
+
+        def parse_args(args: list[str]) -> Any:
+            opts, rest, order = parse(args)
+            for p in single:
+                values = opts.get(p.name) if p.name else None
+                if not isinstance(values, list):
+                    continue
+                if len({repr(v) for v in values}) > 1:
+                    raise InputError(_given_twice(p, values))
+                opts[p.name] = values[-1]  # type: ignore[index]
+            return opts, rest, order
+
+        setattr(parser, "parse_args", parse_args)  # noqa: B010  (an instance's method replaced)
+        return parser
+
+
+def _given_twice(option: click.Option, values: list[Any]) -> str:
+    if option.is_flag:
+        both = f"{option.opts[0]} and {option.secondary_opts[0]}"
+        return f"{option.opts[0]}: {both} are both given; give one"
+    shown = ", ".join(
+        v if isinstance(v, str) and len(v) <= 40 else shown_text(v, 40) for v in values
+    )
+    times = "twice" if len(values) == 2 else f"{len(values)} times"
+    return f"{option.opts[0]}: given {times} ({shown}); it takes one value, so give it once"
+
+
 class GuardedGroup(click.Group):
     """A click group whose commands turn any :class:`PlannerError` — raised by a command or by an
     option's conversion (``NUMBER``, ``COUNT``, ``OUTPUT``) — into one line on stderr and exit
-    code 2 (SPEC.md "Inputs and errors"). The rule lives here once, so it holds in the console
+    code 2 (docs/concepts/conventions.md "Inputs and errors"). The rule lives here once, so it holds in the console
     script and under click's ``CliRunner`` alike; no command catches PlannerError itself."""
+
+    command_class = GuardedCommand
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -45,17 +112,51 @@ class GuardedGroup(click.Group):
             fail(with_flags(str(err)))
 
 
+INTERRUPTED = 128 + signal.SIGINT
+"""Exit code of a command stopped by Ctrl-C (SIGINT): 130, the shells' convention."""
+
+
 def run_guarded(group: click.Group) -> None:
-    """Run the click group; a PlannerError or a usage error becomes one line and exit code 2."""
+    """Run the click group as the console script: a PlannerError or a usage error becomes one
+    line and exit code 2, and so does a file the system refuses (an OSError naming it, where no
+    check before caught it); Ctrl-C one line and exit 130 (:data:`INTERRUPTED`); output that
+    cannot be written (``> /dev/full``, a closed pipe) one line on stderr and exit code 1."""
     try:
         code = group.main(standalone_mode=False)
     except PlannerError as err:
         fail(with_flags(str(err)))
-    except click.exceptions.Abort:
-        fail("aborted", 1)
+    except click.exceptions.Abort as err:
+        ctrl_c = isinstance(err.__context__, KeyboardInterrupt)
+        fail("interrupted" if ctrl_c else "aborted", INTERRUPTED if ctrl_c else 1)
     except click.ClickException as err:
         fail(err.format_message(), err.exit_code)
+    except OSError as err:
+        if err.filename is not None:  # a file the command was given or writes: named, exit 2
+            fail(f"{shown_text(str(err.filename))}: {err.strerror or err}")
+        if err.errno not in _WRITE_ERRORS:
+            raise
+        _drop_stdout()
+        if err.errno != errno.EPIPE:  # a reader that went away (| head) needs no message
+            click.echo(f"Error: the output could not be written: {err.strerror or err}", err=True)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG}
+"""What writing to an open stream without a file name (the output) can fail with: a full disk
+or quota, a closed pipe, a device error. Files the commands write by name are checked before
+the work (:func:`interface.inputs.output_path`) and their write errors named
+(:func:`interface.inputs.writing`)."""
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's last flush of what could
+    not be written raises nothing more at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 class _Number(click.ParamType):
@@ -86,6 +187,41 @@ class _Positive(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         return parse_positive(value, _flag(param))
+
+
+class _ListOf(click.ParamType):
+    """One value of a list option: its items (separated by ``;``, :func:`model.units.list_items`;
+    names of a fixed set by ``,`` too), each converted by ``inner``; a tuple. :func:`list_option`
+    flattens the option's values."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        if isinstance(self.inner, click.Choice) and isinstance(value, str):
+            value = value.replace(",", ";")  # names hold no comma: megatron,fsdp2 is two
+        items = list_items(value, _flag(param))
+        return tuple(self.inner.convert(item, param, ctx) for item in items)
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str | None:
+        return self.inner.get_metavar(*args, **kwargs)
+
+
+def _each_once(ctx: click.Context, param: click.Parameter, value: Any) -> tuple[Any, ...]:
+    """A list option's values flattened, in order, each once (``--gpu H100-SXM --gpu
+    H100-SXM`` searches one accelerator, not the same one twice)."""
+    return tuple(dict.fromkeys(item for group in value or () for item in group))
+
+
+def list_option(*decls: str, type: click.ParamType | None = None, **kw: Any) -> Any:  # noqa: A002
+    """A click option that takes several values: repeated (``--tp 4 --tp 8``) or with ``;``
+    between them (``--tp "4;8"``), the grammar of every list (:data:`model.units.LIST_HINT`);
+    each value read by ``type`` (text when None), duplicates dropped."""
+    inner = click.STRING if type is None else type
+    return click.option(*decls, type=_ListOf(inner), multiple=True, callback=_each_once, **kw)
 
 
 class _Output(click.ParamType):

@@ -8,7 +8,8 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json
-from trainplan.interface.cli.planner import layout_options, model_options
+from trainplan.interface.cli.options import option_groups
+from trainplan.interface.cli.planner import evaluate_options
 from trainplan.model.errors import InputError
 
 
@@ -24,12 +25,21 @@ def _sets(items: tuple[str, ...]) -> dict[str, Any]:
 
 @cli.command("example")
 @click.argument("name", required=False)
-@click.option("--list", "list_", is_flag=True, help="List the examples.")
-@click.option(
-    "--set", "sets", multiple=True, help="KEY=VALUE overriding any of the example's parameters."
+@option_groups(
+    (
+        "Example",
+        [
+            click.option("--list", "list_", is_flag=True, help="List the examples."),
+            click.option(
+                "--set",
+                "sets",
+                multiple=True,
+                help="KEY=VALUE overriding any of the example's parameters.",
+            ),
+        ],
+    )
 )
-@model_options
-@layout_options
+@evaluate_options
 def example_cmd(
     name: str | None,
     list_: bool,
@@ -82,4 +92,6 @@ def example_cmd(
     click.echo(f"Example {name}: {out['says']}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
-    ctx.invoke(cli.commands[tab], **merged)
+    command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
+    assert command is not None, tab
+    ctx.invoke(command, **merged)

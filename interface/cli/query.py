@@ -2,8 +2,12 @@
 input exactly as the command line does and refuses a bad one with the same line.
 
 A query parameter is an option's long name without the dashes (``seq-len=8192``; ``seq_len`` is
-read the same); an option that repeats on the command line repeats in the query (``tp=8&tp=16``);
-an on/off option is ``true`` or ``false`` (``flash=false`` is ``--no-flash``). The query becomes
+read the same); an option that repeats on the command line repeats in the query (``tp=8&tp=16``,
+or ``tp=8;16``), and one that takes a single value is refused when repeated with different values
+(``dp=8&dp=16``, :class:`~interface.cli.common.GuardedCommand`); an on/off option is ``true`` or
+``false`` (``flash=false`` is ``--no-flash``). A value is read as typed: ``gpus=16,384`` is one
+number (a comma only groups thousands, :func:`model.units.parse_number`), so a page may send a
+field's text unchanged. The query becomes
 the argument list the command line would get, and click parses it with the command's own option
 types (:data:`interface.cli.common.COUNT`…), so a value is refused with the very line ``trainplan``
 prints after ``Error:``.
@@ -18,7 +22,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import _register, cli
-from trainplan.interface.cli.common import _Output
+from trainplan.interface.cli.common import _ListOf, _Output
 from trainplan.model.errors import InputError
 
 __all__ = ["QueryParam", "query_params", "parse_query"]
@@ -70,7 +74,8 @@ def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
         key = option.opts[0][2:]
         if key in skip or _writes_file(option):
             continue
-        choices = option.type.choices if isinstance(option.type, click.Choice) else ()
+        kind = option.type.inner if isinstance(option.type, _ListOf) else option.type
+        choices = kind.choices if isinstance(kind, click.Choice) else ()
         out.append(
             QueryParam(
                 name=key,

@@ -1,4 +1,4 @@
-"""``trainplan rlhf`` (the RLHF tab: the seed's accounting, and with ``--model`` the faithful one)
+"""``trainplan rlhf`` (the RLHF tab: the original planner's accounting, and with ``--model`` the faithful one)
 and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
 Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf_faithful`,
@@ -7,7 +7,9 @@ so any bad value is one ``Error: …`` line and exit code 2.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -30,15 +32,27 @@ def _pct(x: float) -> str:
 def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
     """The workload options both commands share."""
     opts = [
-        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the tab's seed accounting only)."),
+        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the original planner's accounting only)."),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
-        click.option("--prompts", default=str(D["prompts"]), show_default=True),
+        click.option(
+            "--prompts", default=str(D["prompts"]), show_default=True, help="Prompts per step."
+        ),
         click.option(
             "--samples-per-prompt",
             help=f"Rollouts per prompt, GRPO's group size [default: {D['samples_per_prompt']}]; DPO has 2.",
         ),
-        click.option("--prompt-tokens", default=str(D["prompt_tokens"]), show_default=True),
-        click.option("--completion-tokens", default=str(D["completion_tokens"]), show_default=True),
+        click.option(
+            "--prompt-tokens",
+            default=str(D["prompt_tokens"]),
+            show_default=True,
+            help="Tokens per prompt.",
+        ),
+        click.option(
+            "--completion-tokens",
+            default=str(D["completion_tokens"]),
+            show_default=True,
+            help="Tokens per completion (the mean).",
+        ),
         click.option("--epochs", default="1", show_default=True, help="PPO epochs per step."),
         click.option(
             "--max-completion-tokens",
@@ -71,31 +85,35 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 # ------------------------------------------------------------------------------------ rlhf
 @cli.command("rlhf")
 @_workload
-@click.option("--policy-params", help="Policy parameters N_p (70e9, 70B): the seed's accounting.")
+@click.option(
+    "--policy-params", help="Policy parameters N_p (70e9, 70B): the original planner's accounting."
+)
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
 @click.option(
     "--decode-mfu",
-    help=f"Seed accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+    help=f"Original accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
     default=str(D["train_mfu"]),
     show_default=True,
-    help="Seed accounting: MFU of scoring and training (0–1).",
+    help="Original accounting: MFU of scoring and training (0–1).",
 )
-@click.option("--peak-tflops", help="Peak per chip instead of --gpu (seed accounting).")
-@click.option("--chips", help="Seed accounting: chips [default: 1].")
+@click.option("--peak-tflops", help="Peak per chip instead of --gpu (original accounting).")
+@click.option("--chips", help="Original accounting: chips [default: 1].")
 @click.option(
     "--rollout-engine",
     is_flag=True,
-    help="Seed accounting: add the engine's weight copy and KV cache (needs --layers "
+    help="Original accounting: add the engine's weight copy and KV cache (needs --layers "
     "--kv-heads --head-dim).",
 )
-@click.option("--layers")
-@click.option("--kv-heads")
-@click.option("--head-dim")
-@click.option("--logits-buffer", is_flag=True, help="Seed accounting: add the FP32 logits buffer.")
-@click.option("--vocab-size")
+@click.option("--layers", help="Original accounting: the policy's layers (KV cache).")
+@click.option("--kv-heads", help="Original accounting: the policy's KV heads (KV cache).")
+@click.option("--head-dim", help="Original accounting: the policy's head dimension (KV cache).")
+@click.option(
+    "--logits-buffer", is_flag=True, help="Original accounting: add the FP32 logits buffer."
+)
+@click.option("--vocab-size", help="Original accounting: vocabulary for --logits-buffer.")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
 @click.option("--gpus", help="Faithful: GPUs of the cluster [default: 8].")
@@ -104,7 +122,9 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--train-tp", help="Faithful: tp of the training and scoring roles [default: 1].")
 @click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
-@click.option("--rollout-tp", help="Faithful: the engine's tp [default: 2, verl's].")
+@click.option(
+    "--rollout-tp", help="Faithful: the engine's tp [default: verl's 2; 1 on an odd GPU count]."
+)
 @click.option(
     "--offload",
     help="Faithful: none, optimizer (CPU Adam), idle (state to host outside the role's phases), "
@@ -118,7 +138,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
 def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> None:
-    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the seed's figures, or with --model
+    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the original planner's figures, or with --model
     every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
     r = rlhf_json({**kw, "old_log_prob": old_log_prob})
     if as_json:
@@ -146,7 +166,7 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
 
 
 def _seed_text(r: dict[str, Any]) -> None:
-    head = "" if r["accounting"] == "seed" else "The seed's accounting (textbook): "
+    head = "" if r["accounting"] == "seed" else "The original planner's accounting (textbook): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
     click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:
@@ -179,7 +199,12 @@ def _seed_text(r: dict[str, Any]) -> None:
 @click.option(
     "--offload/--no-offload", default=True, show_default=True, help="Let trainable roles offload."
 )
-@click.option("--time-limit", type=POSITIVE, help="Seconds for each CP-SAT solve (then: feasible).")
+@click.option(
+    "--time-limit",
+    type=POSITIVE,
+    help="Seconds for the whole search, table building included; out of time: the best "
+    "found (status feasible), or none (status unknown, exit 1) — never 'infeasible'.",
+)
 @click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT threads.")
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
@@ -198,16 +223,17 @@ def rlhf_plan_cmd(
     from trainplan.interface.rlhf_faithful import rlhf_inputs
     from trainplan.interface.rlhf_report import result_dict
     from trainplan.interface.rlhf_text import result_lines
+    from trainplan.model.errors import InfeasibleError
     from trainplan.optimizer.rlhf_search import search_placement
     from trainplan.optimizer.rlhf_tables import RLHFProblem
 
     kw["old_log_prob"] = old_log_prob_flag(old_log_prob)
     inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=offload)
-    from trainplan.model.errors import InfeasibleError
-
+    limit = float(time_limit) if time_limit else None
     try:
-        result = search_placement(problem, float(time_limit) if time_limit else None, workers)
+        with _progress(as_json) as progress:
+            result = search_placement(problem, limit, workers, progress)
     except InfeasibleError as err:
         if as_json:
             echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
@@ -219,6 +245,40 @@ def rlhf_plan_cmd(
     res = tabs.jsonable(result_dict(inp, result))
     if as_json:
         echo_json(res)
+    else:
+        for line in result_lines(res, width):
+            click.echo(line)
+    if result.best is None:
+        if not as_json:
+            click.echo(
+                f"No placement found within the time limit of {limit:g} s (not proven "
+                "infeasible): give a longer --time-limit",
+                err=True,
+            )
+        raise SystemExit(1)
+
+
+@contextmanager
+def _progress(as_json: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A tqdm bar on stderr while the tables are built and CP-SAT solves — on a terminal only,
+    never with --json."""
+    if as_json or not sys.stderr.isatty():
+        yield None
         return
-    for line in result_lines(res, width):
-        click.echo(line)
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, desc="cost tables", unit=" pool×role", leave=False, file=sys.stderr)
+
+    def report(stage: str, done: int, total: int) -> None:
+        if stage == "solve":
+            name = ("best", "best colocated", "best split", "done")[done]
+            bar.set_description(f"CP-SAT: {name}")
+            return
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        yield report
+    finally:
+        bar.close()

@@ -3,137 +3,200 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, NUMBER, POSITIVE, echo_json, output
-from trainplan.interface.cli.planner import CP_KIND_CHOICES, cluster_options, model_options
+from trainplan.interface.cli.common import (
+    COUNT,
+    INTERRUPTED,
+    NUMBER,
+    POSITIVE,
+    echo_json,
+    list_option,
+    output,
+)
+from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
+from trainplan.interface.cli.options import (
+    CALIBRATION,
+    MODEL,
+    RECIPE,
+    Decorator,
+    advanced,
+    option_groups,
+)
+from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
 
+SCENARIO: Decorator = click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Scenario TOML file: every option below as a key (docs: Find the best layout); the "
+    "options given win.",
+)
+"""A scenario file of the search's values."""
 
-def search_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by search and frontier."""
-    opts = [
-        click.option(
-            "--scenario", type=click.Path(exists=True, dir_okay=False), help="Scenario TOML file."
-        ),
-        click.option("--gpus", "gpus", help="GPU count, list (2048,4096) or range (1024..16384)."),
-        click.option("--gpu", "gpu", help="Accelerator, or a comma list (H100-SXM,H200,B200)."),
-        click.option(
-            "--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."
-        ),
-        click.option("--global-batch", "global_batch", help="B sequences: a count, list or range."),
-        click.option(
-            "--global-batch-tokens", "global_batch_tokens", help="B in tokens (count or range)."
-        ),
-        click.option(
-            "--micro-batch",
-            "micro_batch",
-            type=COUNT,
-            multiple=True,
-            help="Allowed micro-batch sizes.",
-        ),
-        click.option(
-            "--max-micro-batch",
-            "max_micro_batch",
-            type=COUNT,
-            help="Largest micro-batch (default 8).",
-        ),
-        click.option("--tp", type=COUNT, multiple=True, help="Allowed tp degrees (repeatable)."),
-        click.option("--pp", type=COUNT, multiple=True, help="Allowed pp degrees (repeatable)."),
-        click.option(
-            "--cp", type=COUNT, multiple=True, help="Allowed cp degrees (repeatable; default 1)."
-        ),
-        click.option(
-            "--cp-kind",
-            "cp_kind",
-            type=click.Choice(CP_KIND_CHOICES),
-            multiple=True,
-            help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
-            "all-gather, ulysses; a2a+p2p only when given).",
-        ),
-        click.option(
-            "--cp-a2a",
-            "cp_a2a",
-            type=COUNT,
-            multiple=True,
-            help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
-        ),
-        click.option("--ep", type=COUNT, multiple=True, help="Allowed ep degrees (repeatable)."),
-        click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
-        click.option(
-            "--zero", type=click.IntRange(0, 3), multiple=True, help="Allowed ZeRO stages."
-        ),
-        click.option(
-            "--framework",
-            type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
-            multiple=True,
-            help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
-            "default megatron). textbook is the seed's steady-state convention.",
-        ),
-        click.option("--recompute", type=click.Choice([r.value for r in Recompute]), multiple=True),
-        click.option("--schedule", type=click.Choice([s.value for s in Schedule]), multiple=True),
-        click.option(
-            "--virtual-stages",
-            "virtual_stages",
-            type=COUNT,
-            multiple=True,
-            help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
-        ),
-        click.option("--flash/--no-flash", "flash_attention", default=None),
-        click.option(
-            "--tp-in-nvlink",
-            "tp_in_nvlink",
-            is_flag=True,
-            default=None,
-            help="Keep tp·cp within one NVLink domain.",
-        ),
-        click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
-        click.option(
-            "--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."
-        ),
-        click.option(
-            "--objective",
-            type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
-        ),
-        click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
-        click.option(
-            "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
-        ),
-        click.option(
-            "--rank-order",
-            "rank_order",
-            multiple=True,
-            help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
-        ),
-        click.option(
-            "--overlap", "overlap", multiple=True, help="AXIS=FRACTION hidden behind compute."
-        ),
-        click.option(
-            "--time-limit",
-            "time_limit",
-            type=POSITIVE,
-            help="Seconds for the whole search, table building included; the best found, "
-            "status feasible (not proven) when it runs out.",
-        ),
-        click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return model_options(cluster_options(f))
+CLUSTER: list[Decorator] = [
+    list_option(
+        "--gpus",
+        "gpus",
+        help="GPU count (16384 or 16,384), or a range (1024..16384: the powers of two and "
+        "1.5× powers of two in it); repeat for several (--gpus 2048 --gpus 4096).",
+    ),
+    list_option(
+        "--gpu",
+        "gpu",
+        help="Accelerator; repeat, or separate with commas, to choose among several "
+        "(--gpu H100-SXM --gpu B200).",
+    ),
+]
+"""The GPU counts and accelerators searched."""
+
+BATCH: list[Decorator] = [
+    click.option("--seq-len", "seq_len", type=COUNT, help="Default: the catalogue's published s."),
+    list_option(
+        "--global-batch",
+        "global_batch",
+        help="B sequences: a count or a range (1024..4096); repeat for several.",
+    ),
+    list_option(
+        "--global-batch-tokens",
+        "global_batch_tokens",
+        help="B in tokens (16e6, or a range 8e6..16e6); repeat for several.",
+    ),
+]
+"""Sequence length and global batch."""
+
+OBJECTIVE: list[Decorator] = [
+    click.option(
+        "--objective",
+        type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
+        help="What to minimise (default step-time; time-to-train and cost need --tokens).",
+    ),
+    click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
+    click.option(
+        "--gpu-hour-price", "gpu_hour_price", help="$ per GPU-hour: one number or GPU=price,…"
+    ),
+]
+"""What is minimised, and the figures it needs."""
+
+SPACE: list[Decorator] = [
+    list_option(
+        "--framework",
+        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+        help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
+        "default megatron). textbook is the ZeRO paper's steady state.",
+    ),
+    list_option("--tp", type=COUNT, help="Allowed tp degrees (repeatable)."),
+    list_option("--pp", type=COUNT, help="Allowed pp degrees (repeatable)."),
+    list_option("--cp", type=COUNT, help="Allowed cp degrees (repeatable; default 1)."),
+    list_option("--ep", type=COUNT, help="Allowed ep degrees (repeatable)."),
+    list_option("--zero", type=click.IntRange(0, 3), help="Allowed ZeRO stages (repeatable)."),
+    list_option(
+        "--recompute",
+        type=click.Choice([r.value for r in Recompute]),
+        help="Recompute modes allowed (repeatable; default all).",
+    ),
+    list_option(
+        "--schedule",
+        type=click.Choice([s.value for s in Schedule]),
+        help="Pipeline schedules allowed (repeatable; default all).",
+    ),
+    list_option(
+        "--virtual-stages",
+        "virtual_stages",
+        type=COUNT,
+        help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
+    ),
+    list_option(
+        "--micro-batch",
+        "micro_batch",
+        type=COUNT,
+        help="Allowed micro-batch sizes (repeatable).",
+    ),
+    click.option("--max-tp", "max_tp", type=COUNT, help="Upper bound on tp."),
+    click.option(
+        "--max-micro-batch",
+        "max_micro_batch",
+        type=COUNT,
+        help="Largest micro-batch (default 8).",
+    ),
+    list_option(
+        "--cp-kind",
+        "cp_kind",
+        type=click.Choice(CP_KIND_CHOICES),
+        help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
+        "all-gather, ulysses; a2a+p2p only when given).",
+    ),
+    list_option(
+        "--cp-a2a",
+        "cp_a2a",
+        type=COUNT,
+        help="Inner all-to-all degrees tried with --cp-kind a2a+p2p (default every legal one).",
+    ),
+    list_option(
+        "--rank-order",
+        "rank_order",
+        help="Rank order(s) to choose among, e.g. tp-cp-ep-dp-pp (repeatable; default that one).",
+    ),
+]
+"""The layouts searched: frameworks, degrees, ZeRO stages, recomputation, schedules, micro-batches."""
+
+CONSTRAINTS: list[Decorator] = [
+    click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
+    click.option("--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."),
+    click.option(
+        "--tp-in-nvlink",
+        "tp_in_nvlink",
+        is_flag=True,
+        default=None,
+        help="Keep tp·cp within one NVLink domain.",
+    ),
+]
+"""What every answer must satisfy."""
+
+SOLVER: list[Decorator] = [
+    click.option(
+        "--time-limit",
+        "time_limit",
+        type=POSITIVE,
+        help="Seconds for the whole search, table building included; the best found, "
+        "status feasible (not proven) when it runs out.",
+    ),
+    click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+]
+"""The solver's time and workers, and the output."""
+
+
+def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
+    """Every option of search or frontier in its group: ``command`` is the command's own group
+    (title, options), shown after the constraints."""
+    return option_groups(
+        ("Scenario", [SCENARIO]),
+        ("Model", MODEL),
+        ("Cluster", [*CLUSTER, CALIBRATION]),
+        ("Sequence and batch", BATCH),
+        ("Objective", OBJECTIVE),
+        ("Search space", SPACE),
+        ("Constraints", CONSTRAINTS),
+        ("Training recipe", RECIPE),
+        command,
+        ("Solver and output", SOLVER),
+        *advanced(),
+    )
 
 
 def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
-    """CP-SAT's solutions as they come, on a terminal's stderr (never with --json)."""
-    if as_json or not sys.stderr.isatty():
+    """CP-SAT's solutions as they come, on a terminal's stderr (with --json too: the JSON is on
+    stdout, and a long search shows it is alive — and where Ctrl-C would stop it)."""
+    if not sys.stderr.isatty():
         return None
 
     def report(count: int, best_text: str) -> None:
@@ -143,7 +206,8 @@ def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
 
 
 def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
-    if as_json or not sys.stderr.isatty():
+    """The cost tables' progress on a terminal's stderr (as :func:`_solutions`)."""
+    if not sys.stderr.isatty():
         return None
 
     def report(done: int, total: int) -> None:
@@ -156,45 +220,58 @@ def _infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
         echo_json(infeasible_json(err))
     else:
-        click.echo("No layout satisfies the constraints:", err=True)
+        click.echo(
+            "No layout satisfies the constraints:"
+            if err.status == "infeasible"
+            else f"No layout found before the solver stopped ({err}):",
+            err=True,
+        )
         for line in err.explanation:
             click.echo(f"  - {line}", err=True)
     raise SystemExit(1)
 
 
+SEARCH_OPTIONS: list[Decorator] = [
+    click.option(
+        "--top",
+        type=COUNT,
+        default=1,
+        show_default=True,
+        help="Return the K best distinct layouts.",
+    ),
+    click.option(
+        "--maximize",
+        type=click.Choice(["params"]),
+        help="The largest model of --model's family (depth varied) that fits.",
+    ),
+    click.option(
+        "--max-layers",
+        "max_layers",
+        type=COUNT,
+        help="Deepest family member tried with --maximize params.",
+    ),
+    click.option(
+        "--per-stage",
+        "per_stage",
+        is_flag=True,
+        default=None,
+        help="Also choose each pipeline stage's layers and how many of them are fully recomputed "
+        "(CP-SAT per stage, over the fastest uniform shapes); prints the gain over the best uniform "
+        "layout and the Megatron-LM / torchtitan flags.",
+    ),
+    click.option(
+        "--per-stage-shapes",
+        "per_stage_shapes",
+        type=COUNT,
+        default=None,
+        help="With --per-stage: search only this many shapes per stage (the fastest uniform ones, "
+        "then the fastest with fit ignored); default every shape, so the answer is proven over all.",
+    ),
+]
+
+
 @cli.command("search")
-@search_options
-@click.option(
-    "--top", type=COUNT, default=1, show_default=True, help="Return the K best distinct layouts."
-)
-@click.option(
-    "--maximize",
-    type=click.Choice(["params"]),
-    help="The largest model of --model's family (depth varied) that fits.",
-)
-@click.option(
-    "--max-layers",
-    "max_layers",
-    type=COUNT,
-    help="Deepest family member tried with --maximize params.",
-)
-@click.option(
-    "--per-stage",
-    "per_stage",
-    is_flag=True,
-    default=None,
-    help="Also choose each pipeline stage's layers and how many of them are fully recomputed "
-    "(CP-SAT per stage, over the fastest uniform shapes); prints the gain over the best uniform "
-    "layout and the Megatron-LM / torchtitan flags.",
-)
-@click.option(
-    "--per-stage-shapes",
-    "per_stage_shapes",
-    type=COUNT,
-    default=None,
-    help="With --per-stage: search only this many shapes per stage (the fastest uniform ones, "
-    "then the fastest with fit ignored); default every shape, so the answer is proven over all.",
-)
+@search_options(("Search", SEARCH_OPTIONS))
 def search_cmd(
     as_json: bool,
     top: int,
@@ -218,32 +295,48 @@ def search_cmd(
         _per_stage(kw, shapes, as_json)
         return
     solutions = _solutions(as_json)
+    tables = stop_between_tables(_table_progress(as_json))
     try:
-        run = search_json(kw, top, maximize, _table_progress(as_json), solutions)
+        run, stopped = interruptible(lambda: search_json(kw, top, maximize, tables, solutions))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
     if solutions:
         click.echo("", err=True)
     out = run.json
+    out["interrupted"] = stopped
     if as_json:
         echo_json(out)
+        _exit_if(stopped)
         return
     answers = [out] if top == 1 else out["answers"]
-    proof = (
-        "proven optimal"
-        if out["status"] == "optimal"
-        else "best found within the time limit (not proven)"
-    )
     click.echo(
         f"Searched {out['candidates']:,} candidates ({out['shapes']:,} shapes × ZeRO × recompute, "
-        f"{out['jobs']} job(s)), objective {run.objective}: {proof}; tables "
+        f"{out['jobs']} job(s)), objective {run.objective}: {_proof(out)}; tables "
         f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s"
     )
+    if out.get("time_limit_note"):
+        click.echo(f"Note: {out['time_limit_note']}")
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}\n")
         click.echo(evaluate_text(d))
+    _exit_if(stopped)
+
+
+def _proof(out: dict[str, Any]) -> str:
+    """What the status says of the answer, in words."""
+    if out.get("interrupted"):
+        return "interrupted (Ctrl-C): the best found before it, not proven"
+    if out["status"] == "optimal":
+        return "proven optimal"
+    return "best found within the time limit (not proven)"
+
+
+def _exit_if(interrupted: bool) -> None:
+    """End an interrupted command with exit code 130 once its answer so far is printed."""
+    if interrupted:
+        click.get_current_context().exit(INTERRUPTED)
 
 
 def _scenario_per_stage(kw: dict[str, Any]) -> bool:
@@ -260,51 +353,62 @@ def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     from trainplan.interface.report import evaluate_text, per_stage_text
 
     try:
-        run = per_stage_json(kw, shapes)
+        run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
+    run.json["interrupted"] = stopped
     if as_json:
         echo_json(run.json)
+        _exit_if(stopped)
         return
+    if stopped:
+        click.echo("Interrupted (Ctrl-C): the best plan found before it, not proven\n")
     click.echo(per_stage_text(run.json))
     click.echo("")
     click.echo(evaluate_text(run.json))
+    _exit_if(stopped)
+
+
+FRONTIER_OPTIONS: list[Decorator] = [
+    click.option(
+        "--against",
+        type=click.Choice(["memory", "gpus", "price"]),
+        default="memory",
+        show_default=True,
+        help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
+    ),
+    click.option(
+        "--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas)."
+    ),
+    click.option(
+        "--png",
+        "png_path",
+        type=output(".png", ".svg", ".pdf"),
+        help="Plot it: .png, .svg or .pdf (plot extra).",
+    ),
+    click.option(
+        "--per-stage",
+        "per_stage",
+        is_flag=True,
+        default=None,
+        help="Every point the better of the best uniform layout and the best per-stage plan (each "
+        "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
+        "prints which, and the gain over the uniform layout.",
+    ),
+    click.option(
+        "--per-stage-shapes",
+        "per_stage_shapes",
+        type=COUNT,
+        default=None,
+        help="With --per-stage: each search takes only this many shapes per stage; default every "
+        "shape.",
+    ),
+]
 
 
 @cli.command("frontier")
-@search_options
-@click.option(
-    "--against",
-    type=click.Choice(["memory", "gpus", "price"]),
-    default="memory",
-    show_default=True,
-    help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
-)
-@click.option("--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas).")
-@click.option(
-    "--png",
-    "png_path",
-    type=output(".png", ".svg", ".pdf"),
-    help="Plot it: .png, .svg or .pdf (plot extra).",
-)
-@click.option(
-    "--per-stage",
-    "per_stage",
-    is_flag=True,
-    default=None,
-    help="Every point the better of the best uniform layout and the best per-stage plan (each "
-    "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
-    "prints which, and the gain over the uniform layout.",
-)
-@click.option(
-    "--per-stage-shapes",
-    "per_stage_shapes",
-    type=COUNT,
-    default=None,
-    help="With --per-stage: each search takes only this many shapes per stage; default every "
-    "shape.",
-)
+@search_options(("Frontier", FRONTIER_OPTIONS))
 def frontier_cmd(
     as_json: bool,
     against: str,
@@ -323,15 +427,17 @@ def frontier_cmd(
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
+    tables = stop_between_tables(_table_progress(as_json))
     try:
         if per_stage:
-            run = per_stage_frontier_json(kw, against, shapes)
+            run, stopped = interruptible(lambda: per_stage_frontier_json(kw, against, shapes))
         else:
-            run = frontier_json(kw, against, _table_progress(as_json))
+            run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
     out = run.json
+    out["interrupted"] = stopped
     rows = out["points"]
     if csv_path is not None:
         write_csv(rows, csv_path)
@@ -341,7 +447,10 @@ def frontier_cmd(
         frontier_chart(rows, against, png_path)
     if as_json:
         echo_json(out)
+        _exit_if(stopped)
         return
+    if stopped:
+        click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
     if per_stage:
         proof = {
             "optimal": "optimal over the shapes searched",
@@ -361,3 +470,4 @@ def frontier_cmd(
     click.echo(frontier_text(rows, against))
     if csv_path is not None:
         click.echo(f"CSV: {csv_path}")
+    _exit_if(stopped)

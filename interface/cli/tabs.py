@@ -8,7 +8,9 @@ Options are read as text and parsed by :mod:`interface.tabs` (numbers as 4e6, 4,
 from __future__ import annotations
 
 import math
+import shutil
 import sys
+import textwrap
 import time
 from fractions import Fraction
 from typing import Any
@@ -16,9 +18,13 @@ from typing import Any
 import click
 
 from trainplan.interface import tabs
+from trainplan.interface.chart_layout import chunk_letter, pass_label
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
+from trainplan.interface.timeline_text import render_split_timeline, split_summary
 from trainplan.model.checkpointing import tensor_state
+from trainplan.model.frameworks import Framework
+from trainplan.model.schedule import TIMELINE_SCHEDULES
 
 __all__ = ["pipeline_cmd", "mfu_cmd", "ckpt_cmd", "render_timeline", "render_step"]
 
@@ -30,51 +36,94 @@ def _pct(x: float) -> str:
 
 
 # ------------------------------------------------------------------------------------ pipeline
-def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
-    """The timeline as text, one row per stage, at most ``width`` columns.
+MAX_BANDS = 4
+"""A labelled timeline wider than the terminal wraps into at most this many bands of rows; a
+longer one is drawn scaled (one column per time bin, F/B/# for the pass running there)."""
 
-    With room, a forward slot reads ``F3--`` and a backward slot ``B3======`` (micro-batch 3; a
-    chunk's passes with interleaving); when ``m`` is large the time axis is scaled and each column
-    shows the pass at its middle (``F``, ``B``). ``.`` is idle: the bubble.
+
+def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
+    """The timeline as text, one row per stage, no line longer than ``width`` columns.
+
+    Each pass is labelled: ``F3`` the forward of micro-batch 3, ``B3`` its backward; with
+    interleaving the model chunk's letter follows (``F3a``, ``B3b``: chunk a, b, … of the
+    stage). A chunk's forward gets the columns its label needs, a backward ``backward_ratio``
+    times as many (filled ``-`` and ``=``); ``.`` is idle, the bubble. When the labelled timeline
+    is wider than ``width`` it wraps into bands (each headed by its start time), up to
+    :data:`MAX_BANDS`; beyond that the time axis is scaled and each column shows the pass at its
+    middle (``F``, ``B``, ``#`` both). The last lines are the legend. Split-backward schedules:
+    :func:`interface.timeline_text.render_split_timeline`.
     """
-    p = report["stages"]
+    if "pass_times" in report:
+        return render_split_timeline(report, width)
+    p, v = report["stages"], report["virtual_stages"]
     total = Fraction(report["step_time_units"]).limit_denominator(10**6)
     prefix = len(f"stage {p - 1} |")
     cols = max(10, width - prefix)
-    unit = Fraction(1, report["virtual_stages"])  # one chunk's forward
-    per_unit = cols // math.ceil(total / unit)
-    scaled = per_unit < 1
-    dt = total / cols if scaled else unit / per_unit
-    ncols = cols if scaled else math.ceil(total / dt)
-    rows = []
-    for row in report["timeline"]:
-        slots = [
+    unit = Fraction(1, v)  # one chunk's forward
+    units = math.ceil(total / unit)
+    slots = [
+        [
             (
                 Fraction(s["start"]).limit_denominator(10**6),
                 Fraction(s["end"]).limit_denominator(10**6),
                 "F" if s["pass"] == "forward" else "B",
-                s["microbatch"],
+                pass_label(s, v),
             )
             for s in row["slots"]
         ]
-        cells = ["."] * ncols
-        if scaled:
-            cells = _scaled_cells(slots, dt, ncols)
-        else:
-            for a, b, kind, mb in slots:
-                lo, hi = round(a / dt), round(b / dt)
-                text = f"{kind}{mb}"
-                text = text if len(text) <= hi - lo else kind
-                fill = text + ("-" if kind == "F" else "=") * (hi - lo - len(text))
-                cells[lo:hi] = fill
-        rows.append(f"stage {row['stage']:>{len(str(p - 1))}} |" + "".join(cells))
-    how = (
-        f"scaled: 1 column = {float(dt):.3g} forward times, # both passes"
-        if scaled
-        else "F<micro-batch>-- forward, B<micro-batch>==== backward"
-    )
-    rows.append(f"{how}; F forward, B backward, . idle (the bubble)")
-    return rows
+        for row in report["timeline"]
+    ]
+    need = 1 + max((len(x[3]) for row in slots for x in row), default=1)
+    per_unit = max(need, cols // units)
+    scaled = per_unit * units > cols * MAX_BANDS
+    if scaled:
+        dt, ncols = total / cols, cols
+        grid = [_scaled_cells([(a, b, k, 0) for a, b, k, _ in row], dt, ncols) for row in slots]
+    else:
+        dt, ncols = unit / per_unit, math.ceil(total / (unit / per_unit))
+        grid = [_labelled_cells(row, dt, ncols) for row in slots]
+    lines: list[str] = []
+    bands = math.ceil(ncols / cols)  # of equal width, each a whole number of forward slots
+    band = min(cols, math.ceil(ncols / bands / per_unit) * per_unit) if bands > 1 else ncols
+    for start in range(0, ncols, band):
+        if band < ncols:
+            lines += [""] if start else []
+            lines.append(f"{'t = ':>{prefix}}{float(start * dt):g}")
+        for stage, cells in enumerate(grid):
+            lines.append(
+                f"stage {stage:>{len(str(p - 1))}} |" + "".join(cells[start : start + band])
+            )
+    return lines + _timeline_legend(v, p, float(dt) if scaled else None, width)
+
+
+def _labelled_cells(
+    slots: list[tuple[Fraction, Fraction, str, str]], dt: Fraction, ncols: int
+) -> list[str]:
+    """One stage's row: each pass its label and fill (``F3a-``, ``B3a===``), ``.`` idle."""
+    cells = ["."] * ncols
+    for a, b, kind, label in slots:
+        lo, hi = round(a / dt), round(b / dt)
+        text = label if len(label) <= hi - lo else kind
+        cells[lo:hi] = text + ("-" if kind == "F" else "=") * (hi - lo - len(text))
+    return cells
+
+
+def _timeline_legend(v: int, p: int, scaled_dt: float | None, width: int) -> list[str]:
+    """The legend under the timeline, wrapped at ``width``."""
+    if scaled_dt is not None:
+        text = (
+            f"scaled: 1 column = {scaled_dt:.3g} forward times; F forward, B backward, # both, "
+            ". idle (the bubble)"
+        )
+    elif v == 1:
+        text = "F3-- forward of micro-batch 3, B3==== its backward, . idle (the bubble)"
+    else:
+        letters = ", ".join(chunk_letter(c) for c in range(v))
+        text = (
+            f"F3a- forward of micro-batch 3 on model chunk a, B3a=== its backward, . idle (the "
+            f"bubble); chunks {letters}: chunk c of stage i holds virtual stage c·{p} + i"
+        )
+    return textwrap.wrap(text, max(20, width))
 
 
 def _scaled_cells(
@@ -95,28 +144,50 @@ def _scaled_cells(
 
 
 @cli.command("pipeline")
-@click.option("--stages", "-p", required=True, help="Pipeline stages p.")
-@click.option("--microbatches", "-m", required=True, help="Micro-batches per step m.")
-@click.option("--schedule", default="1f1b", show_default=True, help="gpipe, 1f1b or interleaved.")
+@click.option("--stages", "-p", required=True, help="Pipeline stages (ranks) p.")
+@click.option(
+    "--microbatches", "-m", required=True, help="Micro-batches per step m (DualPipe: both ends)."
+)
+@click.option(
+    "--schedule",
+    default="1f1b",
+    show_default=True,
+    help=f"One of {', '.join(TIMELINE_SCHEDULES)}: classic, or with the backward split into input "
+    "and weight gradients.",
+)
 @click.option(
     "--virtual-stages",
     "-v",
-    default="1",
-    show_default=True,
-    help="Model chunks per GPU (interleaved; m must be a multiple of p).",
+    help="Chunks per rank (default 1; 2 under zb-v, dualpipe, dualpipev; interleaved needs m a "
+    "multiple of p).",
 )
-@click.option("--backward-ratio", default="2", show_default=True, help="Backward / forward time.")
+@click.option("--backward-ratio", help="Classic schedules: backward / forward time (default 2).")
+@click.option("--t-f", "t_f", help="Split schedules: one chunk's forward time T_F (default 1).")
+@click.option("--t-b", "t_b", help="Split schedules: input-gradient backward time T_B (default 1).")
 @click.option(
-    "--width", type=COUNT, default=120, show_default=True, help="Columns of the text timeline."
+    "--t-w", "t_w", help="Split schedules: weight-gradient backward time T_W (default 1)."
+)
+@click.option(
+    "--t-fb",
+    "t_fb",
+    help="DualPipe: overlapped forward + backward block time F&B (default T_F + T_B + T_W).",
+)
+@click.option(
+    "--framework",
+    help=f"Refuse a schedule this framework cannot run ({', '.join(f.value for f in Framework)}).",
+)
+@click.option(
+    "--width",
+    type=COUNT,
+    help="Columns of the text timeline (default: the terminal's width; 120 when not a terminal).",
 )
 @click.option("--png", type=output(".png"), help="Write the chart as PNG (plot extra).")
 @click.option("--svg", type=output(".svg"), help="Write the chart as SVG (plot extra).")
 @JSON
-def pipeline_cmd(
-    stages, microbatches, schedule, virtual_stages, backward_ratio, width, png, svg, as_json
-) -> None:
-    """Pipeline bubble and timeline of GPipe, 1F1B or interleaved 1F1B."""
-    r = tabs.pipeline_report(stages, microbatches, schedule, virtual_stages, backward_ratio)
+def pipeline_cmd(width, png, svg, as_json, **kw) -> None:
+    """Pipeline bubble and timeline: GPipe, 1F1B, interleaved 1F1B, zero-bubble (ZB-H1, ZB-H2,
+    ZB-V), DualPipe and DualPipeV."""
+    r = tabs.pipeline_report(**kw)
     for path in (png, svg):
         if path is not None:
             from trainplan.interface import plots
@@ -125,23 +196,23 @@ def pipeline_cmd(
     if as_json:
         echo_json(r)
         return
-    click.echo(
-        f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
-        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward"
-    )
-    click.echo(
-        f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
-        f"idle share of the step, {r['bubble_fraction_formula']}"
-    )
-    click.echo(
-        f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
-        f"{r['bubble_ratio_formula']}"
-    )
-    held = " ".join(f"{h:g}" for h in r["held_per_stage"])
-    click.echo(f"held per stage  {held}   micro-batches of activations at the peak")
-    click.echo("")
-    for line in render_timeline(r, width):
+    lines = split_summary(r) if "pass_times" in r else _classic_summary(r)
+    columns = width or shutil.get_terminal_size((120, 24)).columns
+    for line in [*lines, "", *render_timeline(r, columns)]:
         click.echo(line)
+
+
+def _classic_summary(r: dict[str, Any]) -> list[str]:
+    held = " ".join(f"{h:g}" for h in r["held_per_stage"])
+    return [
+        f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
+        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward",
+        f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
+        f"idle share of the step, {r['bubble_fraction_formula']}",
+        f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "
+        f"{r['bubble_ratio_formula']}",
+        f"held per stage  {held}   micro-batches of activations at the peak",
+    ]
 
 
 # ------------------------------------------------------------------------------------ MFU

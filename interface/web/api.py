@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -80,21 +81,46 @@ def _key(kind: str, kw: dict[str, Any]) -> tuple[Any, ...]:
     return (kind, *sorted((k, repr(v)) for k, v in kw.items() if k != "as_json"))
 
 
-def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> Any:
-    """``run()``'s SearchRun (or its InfeasibleError, returned) for the inputs ``key``
-    (:func:`_key`), computed once."""
+def run_key(kind: str, query: list[tuple[str, str]]) -> tuple[Any, ...]:
+    """The cache key of a ``search`` or ``frontier`` query (its parsed inputs).
+
+    Raises
+    ------
+    PlannerError
+        What the command refuses while reading its options.
+    """
+    kw, _ = parse(kind, query)
+    return _key(kind, kw)
+
+
+def cached(key: tuple[Any, ...]) -> commands.SearchRun | InfeasibleError | None:
+    """The kept result for ``key``, or None."""
     with _RESULTS_LOCK:
         if key in _RESULTS:
             _RESULTS.move_to_end(key)
             return _RESULTS[key]
-    try:
-        result: commands.SearchRun | InfeasibleError = run()
-    except InfeasibleError as err:
-        result = err
+    return None
+
+
+def remember(key: tuple[Any, ...], result: commands.SearchRun | InfeasibleError) -> None:
+    """Keep ``result`` for ``key`` (the last :data:`CACHED_RESULTS`)."""
     with _RESULTS_LOCK:
         _RESULTS[key] = result
         while len(_RESULTS) > CACHED_RESULTS:
             _RESULTS.popitem(last=False)
+
+
+def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> Any:
+    """``run()``'s SearchRun (or its InfeasibleError, returned) for the inputs ``key``
+    (:func:`_key`), computed once."""
+    hit = cached(key)
+    if hit is not None:
+        return hit
+    try:
+        result: commands.SearchRun | InfeasibleError = run()
+    except InfeasibleError as err:
+        result = err
+    remember(key, result)
     return result
 
 
@@ -160,8 +186,20 @@ def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict
 
 
 def pipeline_object(query: list[tuple[str, str]]) -> dict[str, Any]:
-    """``trainplan pipeline --json`` of the query."""
-    return _tab("pipeline", query, ("width", "png", "svg"))
+    """``trainplan pipeline --json`` of the query (the last few kept: a long timeline takes
+    seconds, and the page asks for its figures and numbers separately)."""
+    return _pipeline_cached(tuple(query))
+
+
+@lru_cache(maxsize=8)
+def _pipeline_cached(query: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    return _tab("pipeline", list(query), ("width", "png", "svg"))
+
+
+TIMELINE = (
+    "true (default) or false: false leaves out `timeline`, the passes of every stage (65,536 of "
+    "them at 64 stages × 512 micro-batches), when only the figures are wanted"
+)
 
 
 def ckpt_object(query: list[tuple[str, str]]) -> dict[str, Any]:
@@ -169,11 +207,21 @@ def ckpt_object(query: list[tuple[str, str]]) -> dict[str, Any]:
     return _tab("ckpt", query, ("play", "delay", "gif", "chart"))
 
 
-@router.get("/pipeline", responses=BAD_INPUT, openapi_extra=_doc("pipeline"))
+@router.get(
+    "/pipeline", responses=BAD_INPUT, openapi_extra=_doc("pipeline", {"timeline": TIMELINE})
+)
 def pipeline(request: Request) -> Response:
     """Pipeline bubble, `trainplan pipeline --json`: the simulated timeline per stage, the bubble
     both ways with their formulas, micro-batches held per stage."""
-    return json_response(pipeline_object(pairs(request)))
+    query = pairs(request)
+    own = [v for k, v in query if k == "timeline"]
+    r = pipeline_object([(k, v) for k, v in query if k != "timeline"])
+    if own:
+        if len(own) > 1 or own[0].strip().lower() not in ("true", "false"):
+            raise InputError(f"timeline: {', '.join(map(repr, own))} must be true or false")
+        if own[0].strip().lower() == "false":
+            r = {k: v for k, v in r.items() if k != "timeline"}
+    return json_response(r)
 
 
 @router.get("/mfu", responses=BAD_INPUT, openapi_extra=_doc("mfu"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 from importlib.metadata import version
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -18,7 +19,7 @@ from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from trainplan.interface.flags import with_flags
-from trainplan.interface.web import api, figures, pages, stream
+from trainplan.interface.web import api, figures, links, manual, pages, stream
 from trainplan.interface.web.api import json_response
 from trainplan.model.errors import PlannerError
 
@@ -53,6 +54,14 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
         redoc_url=None,
     )
     app.openapi_version = "3.0.3"  # what the bundled Swagger UI (4.x) reads
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            drop_unset_defaults(build())
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
 
     @app.exception_handler(PlannerError)
@@ -61,11 +70,29 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
 
     app.include_router(api.router)
     app.include_router(stream.router)
+    app.include_router(links.router)
     app.include_router(figures.router)
     app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
     app.mount("/vendor/swagger-ui", StaticFiles(directory=pages.swagger_folder()), name="swagger")
+    app.include_router(manual.router)
     app.include_router(pages.router)
     return app
+
+
+def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (an OpenAPI description) without any parameter default that is click's sentinel
+    for "no default": Swagger UI would pre-fill ``Sentinel.UNSET`` into "Try it out" and send
+    it. An option without a default has none in the description."""
+    from trainplan.interface.cli.names import no_default_texts
+
+    unset = no_default_texts()
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            for param in operation.get("parameters", []):
+                for part in (param.get("schema", {}), param.get("schema", {}).get("items", {})):
+                    if str(part.get("default")) in unset:
+                        del part["default"]
+    return schema
 
 
 def serve(sock: socket.socket) -> None:

@@ -16,7 +16,9 @@ from fastapi import APIRouter, HTTPException
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-__all__ = ["router", "PAGES", "STATIC", "swagger_folder"]
+from trainplan.model import units
+
+__all__ = ["router", "PAGES", "INTROS", "LIST_HELP", "LIST_SEPARATOR", "STATIC", "swagger_folder"]
 
 PAGES = {
     "planner": "Planner",
@@ -26,8 +28,48 @@ PAGES = {
     "rlhf": "RLHF",
     "search": "Search",
     "frontier": "Frontier",
+    "about": "About",
 }
 """Each tab's path and title, in the navigation's order."""
+INTROS = {
+    "planner": "Pick a model (or type its size, or read a config.json) and a GPU, then set the "
+    "degrees of data (dp), tensor (tp), pipeline (pp), context (cp) and expert (ep) parallelism. "
+    "The planner adds up what one GPU holds at its peak: model state sharded by ZeRO-1, -2, -3 or "
+    "FSDP over the data-parallel ranks, and the activations of the micro-batches in flight under "
+    "the recomputation chosen. It compares the four ZeRO stages and lists what each parallel axis "
+    "sends per step, over which link, and for how long. An empty field takes the value shown in "
+    "grey.",
+    "pipeline": "A timeline of GPipe, 1F1B or interleaved 1F1B on p stages with m micro-batches, "
+    "the bubble (p − 1)/(v·m + p − 1), and how many micro-batches of activations each stage "
+    "holds. An empty field takes the value shown in grey.",
+    "mfu": "Model FLOPs utilisation from one measured step (6·N·D ÷ (peak × chips × seconds)), "
+    "from tokens per second, or from a reported FLOP rate, optionally with PaLM's attention "
+    "FLOPs; HFU adds the recomputed FLOPs. An empty field takes the value shown in grey.",
+    "ckpt": "Step through, or play, the forward and backward passes of an n-layer network "
+    "checkpointed every k layers: which activations are kept, which are discarded and "
+    "recomputed, and how many are held at each moment against no checkpointing. Keys on the "
+    "player: ← and → step, Home and End jump, Space plays and pauses.",
+    "rlhf": "The resident memory of PPO (actor, critic, reward, reference), GRPO (no critic; no "
+    "reward model with a rule-based reward) and DPO (policy and reference), and the FLOPs and "
+    "time share of one RL step: rollout generation, scoring and training. Fields that do not "
+    "apply to the algorithm are greyed out.",
+    "search": "The fastest layout of a model on a GPU count (or a range or list of counts, "
+    "accelerators, frameworks), proven optimal by CP-SAT over every legal combination of degrees, "
+    "ZeRO stage, recomputation, schedule and micro-batch. Cancel stops the search on the server.",
+    "frontier": "Every layout no other beats on both step time and memory per GPU (or GPU count, "
+    "or cluster price): the Pareto frontier, each point one click from the Planner, and as CSV.",
+    "about": "What the planner computes, how to use each tab, how to link to a plan, the sources "
+    "it follows and the limits of its figures.",
+}
+"""Each tab's "how to use" line, under its title."""
+LIST_SEPARATOR: str = units.LIST_SEPARATOR
+"""How one field holds several values (``2048;4096``): the separator of the command line's list
+grammar (``model.units.LIST_SEPARATOR``), which the API reads; a comma only groups thousands."""
+LIST_HELP = (
+    f"Several values: a range lo..hi (64..4096), or the values with '{LIST_SEPARATOR}' between "
+    f"them (2048{LIST_SEPARATOR}4096); a comma only groups thousands (16,384 is one number)."
+)
+"""The words for lists, in every form that takes them (``{{list_help}}``)."""
 STATIC = files("trainplan.interface.web") / "static"
 _PAGES = files("trainplan.interface.web") / "pages"
 
@@ -45,16 +87,20 @@ def swagger_folder() -> str:
 def _page(name: str) -> str:
     here = ' class="here" aria-current="page"'
     nav = "".join(
-        f'<a href="/{key}"{here if key == name else ""}>{title}</a>' for key, title in PAGES.items()
+        f'<a href="/{key}" data-tab="{key}"{here if key == name else ""}>{title}</a>'
+        for key, title in PAGES.items()
     )
-    nav += '<a href="/docs">API</a>'
+    nav += '<a href="/docs">API</a><a href="/manual/">Documentation</a>'
     html = (_PAGES / "layout.html").read_text()
     for key, value in (
         ("title", PAGES[name]),
         ("page", name),
         ("nav", nav),
+        ("intro", INTROS[name]),
         ("content", (_PAGES / f"{name}.html").read_text()),
         ("search_inputs", (_PAGES / "search_inputs.html").read_text()),
+        ("list_help", LIST_HELP),
+        ("sep", LIST_SEPARATOR),
     ):
         html = html.replace("{{" + key + "}}", value)
     return html
@@ -62,7 +108,8 @@ def _page(name: str) -> str:
 
 @router.get("/")
 def home() -> Response:
-    """The planner is the first tab."""
+    """The planner is the first tab (a hash link, ``/#pipeline?stages=8``, keeps its hash across
+    the redirect and opens its own tab)."""
     return RedirectResponse("/planner")
 
 

@@ -44,12 +44,19 @@ def parse(
     Raises
     ------
     PlannerError
-        What ``trainplan NAME`` refuses, with its line; an option that does not apply here.
+        What ``trainplan NAME`` refuses, with its line (an option of one value repeated with
+        different values among them); an option that does not apply here; a web-only parameter
+        repeated with different values.
     """
     extra = set(web_only)
     pairs = list(pairs)
     _refuse_paths(pairs)
-    own = {k: v for k, v in pairs if k in extra}
+    own: dict[str, str] = {}
+    for key, value in pairs:
+        if key in extra and own.setdefault(key, value) != value:
+            raise InputError(
+                f"{key}: given twice with different values; it takes one value, so give it once"
+            )
     rest = [(k, v) for k, v in pairs if k not in extra]
     return parse_query(name, rest, TERMINAL_ONLY), own
 

@@ -3,85 +3,109 @@ JSON events as the search goes — ``tables`` (shapes tabulated of all), ``solut
 solutions so far and the best objective as text) — then ``result``, the object of
 ``/api/search`` or ``/api/frontier`` for the same query.
 
-Bad input found before the first event (every input the CLI refuses) is HTTP 422 with the CLI's
-line, as on every endpoint; the run is the one the cache keeps, so the figure and the CSV that
-follow reuse it.
+Each search runs in a process of its own (:mod:`interface.web.jobs`): when the client goes away
+before the result (the page's Cancel button aborts the request), the process is terminated and
+the work stops. Bad input found before the first event (every input the CLI refuses) is HTTP 422
+with the CLI's line, as on every endpoint; the result is kept in the API's cache, so the figure
+and the CSV that follow reuse it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from trainplan.interface.commands import to_json
-from trainplan.interface.flags import with_flags
+from trainplan.interface.web import jobs
 from trainplan.interface.web.api import (
     BAD_INPUT,
-    frontier_run,
+    cached,
     json_response,
     pairs,
+    remember,
+    run_key,
     run_object,
-    search_run,
 )
 from trainplan.interface.web.figures import planner_links
 from trainplan.interface.web.params import openapi_parameters
-from trainplan.model.errors import PlannerError
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
-_LOG = logging.getLogger("trainplan.web")
 NDJSON: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {"application/x-ndjson": {}},
         "description": 'One JSON event a line: {"event": "tables", "done", "total"}, '
         '{"event": "solution", "count", "best"}, then {"event": "result", "result": {…}, '
-        '"planner": [the planner page of each layout]}',
+        '"planner": [the planner page of each layout]}; closing the connection before the '
+        "result stops the search",
     },
     **BAD_INPUT,
 }
+WAIT_S = 0.25
+"""How often the wait for a search's first event looks whether the client has gone."""
 
 
-def _work(run: Callable[..., Any], query: list[tuple[str, str]], put: Callable[[dict], None]):
-    """The search in a thread, its progress and its end put as events."""
-    progress = {
-        "on_tables": lambda done, total: put({"event": "tables", "done": done, "total": total}),
-        "on_solution": lambda count, best: put({"event": "solution", "count": count, "best": best}),
-    }
-    try:
-        obj = run_object(run(query, **progress))
-        put({"event": "result", "result": obj, "planner": planner_links(query, obj)})
-    except PlannerError as err:
-        put({"event": "error", "error": with_flags(str(err))})
-    except Exception:  # a bug: logged on the server, one line to the page, no trace
-        _LOG.exception("search failed")
-        put({"event": "error", "error": "internal error; the server's log has the details"})
+def _result(query: list[tuple[str, str]], result: Any) -> dict[str, Any]:
+    obj = run_object(result)
+    return {"event": "result", "result": obj, "planner": planner_links(query, obj)}
 
 
-async def _stream(run: Callable[..., Any], query: list[tuple[str, str]]) -> Response:
+async def _stream(kind: str, request: Request) -> Response:
+    query = pairs(request)
+    key = run_key(kind, query)  # bad options: 422 before anything runs
+    hit = cached(key)
+    if hit is not None:
+        return StreamingResponse(
+            iter([to_json(_result(query, hit), None) + "\n"]), media_type="application/x-ndjson"
+        )
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     def put(event: dict[str, Any]) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
-    threading.Thread(target=_work, args=(run, query, put), daemon=True).start()
-    first = await queue.get()
+    job, _ = jobs.run_job(kind, query, put)
+
+    async def next_event() -> dict[str, Any] | None:
+        """The job's next event as the stream sends it; None when the client has gone."""
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), WAIT_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return None
+                continue
+            if event["event"] == "done":
+                remember(key, event["result"])
+                return _result(query, event["result"])
+            return event
+
+    try:
+        first = await next_event()
+    except BaseException:
+        job.cancel()
+        raise
+    if first is None:
+        job.cancel()
+        return Response(status_code=499)  # the client closed the request
     if first["event"] == "error":
         return json_response({"error": first["error"]}, 422)
 
     async def lines() -> AsyncIterator[str]:
-        event = first
-        yield to_json(event, None) + "\n"
-        while event["event"] not in ("result", "error"):
-            event = await queue.get()
-            yield to_json(event, None) + "\n"
+        event: dict[str, Any] | None = first
+        try:
+            while event is not None:
+                yield to_json(event, None) + "\n"
+                if event["event"] in ("result", "error"):
+                    return
+                event = await next_event()
+        finally:  # the client went away (Starlette cancels the stream), or the job ended
+            job.cancel()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -94,7 +118,7 @@ async def _stream(run: Callable[..., Any], query: list[tuple[str, str]]) -> Resp
 )
 async def search_stream(request: Request) -> Response:
     """`/api/search` with its progress as it runs (the search page's indicator)."""
-    return await _stream(search_run, pairs(request))
+    return await _stream("search", request)
 
 
 @router.get(
@@ -105,4 +129,11 @@ async def search_stream(request: Request) -> Response:
 )
 async def frontier_stream(request: Request) -> Response:
     """`/api/frontier` with its progress as it runs (the frontier page's indicator)."""
-    return await _stream(frontier_run, pairs(request))
+    return await _stream("frontier", request)
+
+
+@router.get("/jobs")
+def running_jobs() -> Response:
+    """The searches and frontiers of the page running now, each in its own process (`kind`,
+    `pid`, `seconds`, `query`); one whose page cancelled it is gone within a second."""
+    return json_response(jobs.running())

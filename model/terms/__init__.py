@@ -69,7 +69,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         "state",
         model_state_term,
-        frozenset({*_SPLIT, "dp", "cp", "zero_stage"}),
+        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size"}),
         ("pp", "framework", "zero_stage"),
         True,
         "bytes",

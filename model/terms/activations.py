@@ -24,7 +24,9 @@ from typing import Any
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import Schedule, flat_in_flight, interleaved_in_flight
 from trainplan.model.precision import Precision
@@ -55,6 +57,7 @@ __all__ = [
     "offload_figures",
     "stage_layer_counts",
     "padded_vocab_of",
+    "gathers_block_inputs",
     "stage_activations_term",
     "stage_activations",
 ]
@@ -62,7 +65,7 @@ __all__ = [
 CACHE = 4096
 """Entries each structure cache keeps."""
 
-CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind")
+CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
 """What a layer's activation bytes read of a layout (:func:`activation_context`)."""
 LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers")
 """What a stage's layers read of a layout (:func:`model.split.stage_layers`)."""
@@ -124,9 +127,16 @@ def activation_context(
     tp: int,
     sequence_parallel: bool,
     cp_kind: CpKind,
+    ep: int = 1,
+    expert_tp: int = 1,
+    framework: Framework = DEFAULT_FRAMEWORK,
 ) -> ActivationContext:
     """The :class:`model.activations.ActivationContext` of a layout's fields and the recipe:
-    what every per-layer activation figure reads."""
+    what every per-layer activation figure reads. The framework decides whether FP8 linear
+    layers save FP8 inputs, whether tensor parallelism keeps the blocks' gathered inputs
+    (:func:`model.memory.keeps_gathered_inputs`), whether the expert-TP group gathers the
+    routed tokens, and what the MoE combine keeps (:class:`model.frameworks.Framework`)."""
+    framework = Framework(framework)
     return ActivationContext(
         seq_len=training.seq_len,
         cp=cp,
@@ -137,9 +147,13 @@ def activation_context(
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
-        fp8_linear_inputs=training.precision is Precision.FP8,
+        fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
+        gathered_block_inputs=keeps_gathered_inputs(framework, training),
+        expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
+        combine_output_bytes=framework.moe_combine_bytes(),
+        ep=ep,
     )
 
 
@@ -222,6 +236,12 @@ def _split_forms(flat: Any) -> list[Any]:
     return [flat[i : i + 8] for i in range(0, len(flat), 8)]
 
 
+def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
+    """Whether tensor parallelism keeps the blocks' all-gathered inputs under ``framework``
+    (:func:`model.memory.keeps_gathered_inputs`; the output layer's gathered input too)."""
+    return keeps_gathered_inputs(Framework(framework), training)
+
+
 def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int) -> int:
     """V padded as ``framework`` pads it for ``tp`` (:func:`model.vocab.padded_vocab`; ``given``
     the multiple asked for, None = the framework's)."""
@@ -300,7 +320,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     bytes, a two-layer buffer stays (:func:`_offload_lines`).
 
     Scope: :data:`CONTEXT_FIELDS`, :data:`FORM_FIELDS`, dp (through m), schedule, framework (the
-    vocabulary's padding), cp_a2a, deallocate_pipeline_outputs. Control: pp, recompute,
+    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs. Control: pp, recompute,
     virtual_stages (v > 1 is the interleaved schedule, held chunk by chunk).
     """
     arch, t = c.arch, c.training
@@ -315,7 +335,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     )
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
-    emb = embedding_bytes(arch, f.stage == 0, f.stage == f.pp - 1, tokens, f.tp, f.sp, beta, vocab)
+    gathered = f.lookup(gathers_block_inputs, (t,), "framework")
+    emb = embedding_bytes(
+        arch, f.stage == 0, f.stage == f.pp - 1, tokens, f.tp, f.sp, beta, vocab, gathered
+    )
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta) * (n_layers > 0)
     v = f.virtual_stages

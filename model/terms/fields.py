@@ -139,7 +139,11 @@ class Fields(Protocol):
     shard_degree: Any
     expert_shard_degree: Any
     m: Any
-    stage: Any
+
+    @property
+    def stage(self) -> Any:
+        """The pipeline stage: an int, or a ``[1, P]`` row of stage indices."""
+        ...
 
     def lookup(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
         """``fn(*args, *values of names)``: a number, or a tuple of numbers (a list of columns

@@ -84,7 +84,7 @@ class StageMemory:
 
     @property
     def steady_bytes(self) -> Fraction:
-        """Model state (with gathered units) + activations: the steady state the seed reports,
+        """Model state (with gathered units) + activations: the steady state the textbook reports,
         without the transient buffers of either phase."""
         acts = self.activations.total_bytes if self.activations else 0
         return self.state.resident_bytes + acts

@@ -128,7 +128,7 @@ def _kind_row(
     return tuple(x for kind in parts for x in kind)
 
 
-def _kinds(c: Context, f: Fields, mode: Recompute) -> list[tuple[Any, ...]]:
+def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     """The :data:`model.layer_time.PARTS` of a dense layer, a MoE layer, the embedding and the
     output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
@@ -146,7 +146,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> list[tuple[Any, ...]]:
         ep_up,
     )  # fmt: skip
     n = len(PARTS)
-    return [tuple(row[k * n : (k + 1) * n]) for k in range(4)]
+    dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))
+    return dense, moe, embedding, output
 
 
 @lru_cache(maxsize=CACHE)

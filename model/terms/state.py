@@ -253,12 +253,13 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO
-    stage. Control: framework, zero_stage, pp.
+    stage, micro_batch_size (with dp, whether a step accumulates over more than one micro-batch,
+    which sizes offload's accumulation buffers). Control: framework, zero_stage, pp.
     """
     t = c.training
     dense, experts = split_params(c, f)
     unit_dense, unit_expert = f.per_stage(_stage_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    cache_bytes = cache_bytes_per_element(t)
+    cache_bytes = cache_bytes_per_element(t, Framework(f.framework))
     linear = layer_linear = 0
     if cache_bytes:
         linear, layer_linear = f.per_stage(
@@ -267,6 +268,6 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     mech = mechanism(f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
-        linear, layer_linear, cache_bytes, t.offload,
+        linear, layer_linear, cache_bytes, t.offload, f.m > 1,
     )  # fmt: skip
     return ModelState(w, g, o, gathered, buffers, step, host, cache)

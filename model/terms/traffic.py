@@ -18,6 +18,7 @@ Each term is exact for one layout and element-wise over the search's columns
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import (
@@ -186,7 +187,7 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         name = "all-gather + reduce-scatter" if lay.sp else "all-reduce"
         if physical and lay.expert_tp > 1 and c.arch.moe is not None:
             name += " (+ etp token all-gather/reduce-scatter)"
-        rows.append(AxisTraffic("tp", name, lay.tp, tp_total, 0, hidden))
+        rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
     cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
     rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))
     ep = "all-to-all (dispatch + combine)" if lay.ep > 1 and c.arch.moe else "none"

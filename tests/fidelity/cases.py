@@ -20,6 +20,11 @@ from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
 from trainplan.model.stage_bytes import sqrt_segment
 from trainplan.model.terms.activations import stage_activations
 
+EAGER = Layout(framework="textbook")
+"""The profile whose per-layer rows are the paper convention's: the harness's eager MoE keeps its
+routed outputs for the weighted combine (β per element), as that convention counts; Megatron-Core
+keeps none of them (it weights inside the expert activation: :mod:`model.activations`)."""
+
 # (name, harness kind, flash)
 KINDS = (
     ("GPT (eager softmax)", "gpt", False),
@@ -154,7 +159,7 @@ def stack_prediction(kind: str, dims: Dims, n: int, flash: bool, convention: str
     arch = architecture(kind, dims, n)
     d = _dims(kind, dims)
     training = TrainingSpec(seq_len=d.s, global_batch_size=d.b, flash_attention=flash)
-    layout = Layout(recompute="sqrt", micro_batch_size=d.b)
+    layout = EAGER.with_(recompute="sqrt", micro_batch_size=d.b)
     st = stage_activations(arch, tuple(range(n)), 0, layout, training)
     paper = st.layers_bytes + st.recompute_transient_bytes
     if convention == "paper":
@@ -196,7 +201,7 @@ def me_stack_prediction(kind: str, dims: Dims, n: int, flash: bool, convention: 
         seq_len=d.s, global_batch_size=d.b, flash_attention=flash,
         activation_convention=convention, memory_efficient_norm=True,
     )  # fmt: skip
-    layout = Layout(recompute="sqrt", micro_batch_size=d.b)
+    layout = EAGER.with_(recompute="sqrt", micro_batch_size=d.b)
     st = stage_activations(arch, tuple(range(n)), 0, layout, training)
     return st.layers_bytes + st.recompute_transient_bytes
 

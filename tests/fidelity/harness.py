@@ -68,7 +68,7 @@ class SavedBytes:
     """storage address -> name, from :func:`tag`."""
 
     def _pack(self, t: torch.Tensor) -> object:
-        st = t.untyped_storage()
+        st = storage(t)
         key, nbytes = st.data_ptr(), st.nbytes()
         if key in self.exclude or nbytes == 0:
             return t
@@ -122,11 +122,18 @@ class SavedBytes:
 _ACTIVE: SavedBytes | None = None
 
 
+def storage(t: torch.Tensor) -> torch.UntypedStorage:
+    """The storage ``t``'s bytes live in on this process: a DTensor's local shard (what a rank
+    of a tensor-parallel group holds), else the tensor's own."""
+    local = getattr(t, "_local_tensor", None)  # torch.distributed.tensor.DTensor
+    return (t if local is None else local).untyped_storage()
+
+
 def tag(t: torch.Tensor, name: str) -> torch.Tensor:
     """Name ``t``'s storage for the active measurement, before or after it is saved (the last
     tag wins: a name left at a reused address by a tensor that was never saved is replaced)."""
     if _ACTIVE is not None:
-        key = t.untyped_storage().data_ptr()
+        key = storage(t).data_ptr()
         _ACTIVE.names[key] = name
         entry = _ACTIVE.live.get(key)
         if entry is not None:
@@ -479,7 +486,7 @@ class Measurement:
 
 
 def _exclude(module: nn.Module) -> set[int]:
-    return {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+    return {storage(t).data_ptr() for t in [*module.parameters(), *module.buffers()]}
 
 
 def _run(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], dims: Dims) -> Measurement:

@@ -34,14 +34,14 @@ BASE = {
 S, H = 8192, 4096  # tokens per micro-batch on a GPU (s/cp · b), hidden size
 
 
-def test_llama3_8b_attention_norm_and_core_offloaded_by_hand():
-    """--offload-activations attn_norm,core_attn on Llama 3 8B (the tensors of one layer, per
+def test_llama3_8b_attention_core_and_projection_offloaded_by_hand():
+    """--offload-activations core_attn,attn_proj on Llama 3 8B (the tensors of one layer, per
     micro-batch, β = 2 B, S = 8192 tokens, h = 4096, tp 1):
 
-    * attn_norm saves its input [S, h]:           2·S·h           = 67,108,864 B
     * core_attn saves Q [S, a·d] = [S, 4096]:     2·S·h           = 67,108,864 B
       and K, V [S, g·d] = [S, 1024] each:         2 × 2·S·h/4     = 33,554,432 B
       (FlashAttention: no [b, a, s, s] score tensor; the logsumexp is the pytorch convention's)
+    * attn_proj saves its input [S, a·d]:         2·S·h           = 67,108,864 B
     * per layer: 5·S·h = 167,772,160 B (0.168 GB).
 
     pp 1: one micro-batch in flight, 32 layers held → 32 × 167,772,160 = 5,368,709,120 B leave
@@ -51,7 +51,7 @@ def test_llama3_8b_attention_norm_and_core_offloaded_by_hand():
     layers × 2 directions = 1.342 s of link time per step, all hidden when a layer's forward
     (a third of its share of the micro-batch) takes longer than 2.62 ms."""
     plain = build_case(BASE).evaluate()
-    off = build_case({**BASE, "offload_activations": "attn_norm,core_attn"}).evaluate()
+    off = build_case({**BASE, "offload_activations": "core_attn,attn_proj"}).evaluate()
     per_layer = 5 * S * H
     assert per_layer == 167_772_160
     a0, a1 = plain.peak.activations, off.peak.activations
@@ -69,7 +69,7 @@ def test_llama3_8b_attention_norm_and_core_offloaded_by_hand():
     assert off.time_terms.activation_offload_s == 0.0
     assert off.step_s == pytest.approx(plain.step_s, rel=1e-12)
     d = estimate_to_dict(off)
-    assert d["layout"]["offload_activations"] == ["attn_norm", "core_attn"]
+    assert d["layout"]["offload_activations"] == ["core_attn", "attn_proj"]
     assert d["memory"]["activation_offload_buffer_bytes"] == 335_544_320
     assert d["memory"]["activation_offload_host_bytes"] == 5_200_936_960
     assert d["memory"]["host_bytes_per_node"] == 8 * 5_200_936_960
@@ -83,7 +83,7 @@ def test_slow_link_exposes_what_a_layer_cannot_hide():
     m · 32 · (max(0, 20.97 ms − t/3) + max(0, 20.97 ms − 2t/3)), in the compute term."""
     params = {**BASE, "time_model": "single", "host_link_gbps": 8}
     plain = build_case(params).evaluate()
-    off = build_case({**params, "offload_activations": "attn_norm,core_attn"}).evaluate()
+    off = build_case({**params, "offload_activations": "core_attn,attn_proj"}).evaluate()
     m = off.num_microbatches
     t = off.compute_s / m / 32
     copy = 5 * S * H / 8e9
@@ -152,6 +152,8 @@ def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
     [
         ("attn_proj", "attn_proj needs core_attn"),
         ("expert_fc1", "this model has no MoE layers"),
+        ("attn_norm", "attn_norm offloads nothing on this model"),
+        ("core_attn,mlp_norm", "mlp_norm offloads nothing on this model"),
         ("core_attn,qkv", "qkv is not one of Megatron-Core's --offload-modules"),
     ],
 )
@@ -182,15 +184,15 @@ def test_scenario_key_reaches_the_search_space():
         "gpus": 8,
         "global_batch": 16,
         "seq_len": 2048,
-        "cluster": {"offload_activations": ["core_attn", "attn_norm"]},
+        "cluster": {"offload_activations": ["attn_proj", "core_attn"]},
     }
     problem = build_problem({}, values)
-    assert problem.jobs[0].case.training.offload.activations == ("attn_norm", "core_attn")
+    assert problem.jobs[0].case.training.offload.activations == ("core_attn", "attn_proj")
 
 
 def _modules(name: str) -> st.SearchStrategy[list[str]]:
-    dense = ["attn_norm", "core_attn", "mlp_norm"]
-    pool = dense + (["expert_fc1", "moe_act"] if name.startswith("mixtral") else [])
+    # the dense layers' norms are fused into linear_qkv / linear_fc1 (nothing to offload)
+    pool = ["core_attn"] + (["mlp_norm", "expert_fc1", "moe_act"] if "mixtral" in name else [])
     return st.lists(st.sampled_from(pool), min_size=1, unique=True)
 
 
@@ -223,8 +225,8 @@ def test_offload_never_raises_the_gpu_peak_nor_lowers_the_step(params, data):
 
 def test_search_tables_exclude_a_host_that_overflows():
     """GPipe holds all m micro-batches: Llama 3 8B at s 8192, B 512 on 8 H100s (m 128 or more
-    per stage) offloading 8·S·h per layer (attn_norm 2, core_attn 2 + 0.5 + 0.5, attn_proj 2,
-    mlp_norm 2 S·h ÷ tp) puts ~618 GB on a GPU's 256 GB share of the host: the tables' fit
+    per stage) offloading 5·S·h per layer (core_attn 2 + 0.5 + 0.5, attn_proj 2 S·h ÷ tp)
+    puts ~386 GB on a GPU's 256 GB share of the host: the tables' fit
     verdicts, host included, equal the exact evaluation's on every candidate, and only
     recompute none and selective are candidates."""
     from trainplan.interface.scenario import build_problem
@@ -243,7 +245,7 @@ def test_search_tables_exclude_a_host_that_overflows():
             "max_micro_batch": 1,
             "framework": ["megatron"],
         },
-        "cluster": {"offload_activations": ["attn_norm", "core_attn", "attn_proj", "mlp_norm"]},
+        "cluster": {"offload_activations": ["core_attn", "attn_proj"]},
     }
     problem = build_problem({}, values)
     tables = build_tables(problem)
@@ -258,3 +260,22 @@ def test_search_tables_exclude_a_host_that_overflows():
                 assert bool(tables.fits[s, z, r]) == est.fits, shape
                 overflows += est.host_fits is False
     assert overflows > 0
+
+
+def test_norm_modules_offload_only_unfused_norms():
+    """Megatron-Core's Transformer Engine spec fuses a norm into the next linear layer
+    (``TELayerNormColumnParallelLinear``) except MLA's attention norm and a MoE layer's MLP norm
+    (``gpt_layer_specs.py``; ``transformer_layer.py`` ``_set_offload_modules``): on DeepSeek-V3
+    (MLA, 3 dense layers then MoE) ``attn_norm`` offloads every layer's norm input and
+    ``mlp_norm`` the MoE layers' only, 2·S·h each (tp 1, S = 4096)."""
+    from trainplan.model.activations import ActivationContext
+    from trainplan.model.stage_bytes import offload_quantities
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("deepseek-v3").model.arch
+    S, h = 4096, arch.hidden_size
+    ctx = ActivationContext(seq_len=S, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+                            flash_attention=True, offload_modules=("attn_norm", "mlp_norm"))  # fmt: skip
+    q = offload_quantities(arch, ctx)
+    assert q[0] == 2 * S * h  # dense layer: the attention norm's input only
+    assert q[4] == 2 * 2 * S * h  # MoE layer: both norms' inputs

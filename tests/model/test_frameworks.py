@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
-from trainplan.interface.inputs import build_case
 from trainplan.interface.flags import with_flags
+from trainplan.interface.inputs import build_case
 from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
@@ -58,15 +58,16 @@ def test_deepspeed_zero2_peak_is_2p_plus_18p_over_n():
 
 def test_deepspeed_zero3_buffers_at_their_default_sizes():
     """ZeRO-3 keeps 16P/N, gathers two layer units (current and prefetched), holds the IPG bucket
-    (reduce_bucket_size 5e8 elements × 2 B) in backward and one sub-group's fp32 gradient
-    (sub_group_size 1e9 elements × 4 B) during the step."""
+    (reduce_bucket_size 5e8 elements × 2 B, allocated in ``stage3.py``'s ``__init__``, so held
+    through the step as well) and one sub-group's fp32 gradient (sub_group_size 1e9 elements ×
+    4 B) during the step."""
     unit = Fraction(400_000_000)  # a layer's parameters on this GPU
     lay = Layout(dp=8, framework="deepspeed", zero_stage=3)
     st = model_state(P13, Fraction(0), lay, T, gather_unit=(unit, Fraction(0)))
     assert st.total_bytes == 16 * P13 / 8
     assert st.gathered_bytes == 2 * 2 * unit * Fraction(7, 8)
     assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 10**9
-    assert st.step_bytes == 4 * min(P13 / 8, DEEPSPEED_SUB_GROUP_ELEMENTS) == 4 * 10**9
+    assert st.step_bytes == 4 * min(P13 / 8, DEEPSPEED_SUB_GROUP_ELEMENTS) + 10**9 == 5 * 10**9
     assert DEEPSPEED_PREFETCH_BUCKET_ELEMENTS == 5 * 10**7  # stage3_prefetch_bucket_size
     # memory does rise with the stage here: ZeRO-3's step and buckets against ZeRO-2's
     zero2 = model_state(P13, Fraction(0), lay.with_(zero_stage=2), T)
@@ -309,3 +310,34 @@ def test_json_names_the_profile_and_the_peak_phase():
     assert mem["peak_phase"] in ("forward-backward", "optimizer-step")
     assert mem["total_bytes"] >= mem["steady_bytes"]
     assert any("DeepSpeed ZeRO stage 2" in a for a in out["assumptions"])
+
+
+def test_deepspeed_zero1_allocates_the_ipg_bucket_in_backward():
+    """DeepSpeed's ZeRO-1 runs the same ``stage_1_and_2.py`` optimizer as ZeRO-2: its first
+    gradient hook of a backward allocates the contiguous IPG bucket (``setup_buckets``:
+    ``reduce_bucket_size`` = 5e8 elements in the parameters' bf16, ``contiguous_gradients`` on
+    by default), released at the backward's end: 1e9 B in backward, none at the step."""
+    st = model_state(P13, Fraction(0), Layout(dp=8, framework="deepspeed", zero_stage=1), T)
+    assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 1_000_000_000
+    assert st.backward_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 1_000_000_000
+    assert st.optimizer_step_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 4 * P13 / 8
+
+
+def test_deepspeed_offload_accumulates_bf16_gradients_on_the_host():
+    """DeepSpeed ZeRO-1/2 with ``offload_optimizer`` and gradient accumulation keeps a host
+    buffer per parameter of the rank's partition in the parameters' dtype
+    (``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu``, ``accumulated_grads_in_cpu``):
+    P = 13e9 on 8 ranks, 2 micro-batches: 2 × 13e9/8 = 3.25e9 B more on the host than with one
+    micro-batch (where ``copy_grads_in_partition`` skips it)."""
+    from dataclasses import replace
+
+    from trainplan.model.offload import Offload
+
+    for zero in (1, 2):
+        lay = Layout(dp=8, framework="deepspeed", zero_stage=zero)
+        one = replace(T, offload=Offload(optimizer=1))
+        two = replace(one, global_batch_size=16)
+        host1 = model_state(P13, Fraction(0), lay, one).host_bytes
+        host2 = model_state(P13, Fraction(0), lay, two).host_bytes
+        assert host2 - host1 == 2 * P13 / 8 == 3_250_000_000
+        assert host1 == (12 + 4) * P13 / 8  # the optimizer state and its FP32 gradients

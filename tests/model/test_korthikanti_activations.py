@@ -106,7 +106,7 @@ def test_full_recompute_no_parallelism():
 
 
 def test_flash_attention_drops_the_score_term():
-    """FlashAttention stores no [b, a, s, s] tensor: 34·s·b·h/t with tp and SP (SPEC.md)."""
+    """FlashAttention stores no [b, a, s, s] tensor: 34·s·b·h/t with tp and SP (docs/concepts/conventions.md "Activations")."""
     flash = ActivationContext(
         seq_len=S,
         cp=1,

@@ -55,8 +55,11 @@ def test_partial_offload_is_a_fraction_of_each():
 def test_deepspeed_zero3_parameter_offload():
     """DeepSpeed ZeRO-3 with offload_param: the bf16 parameter shard (2 B × P/8), the optimizer
     (12 B × P/8) and FP32 gradients (4 B × P/8) on the host = 18 B × P/8; the GPU keeps no shard,
-    only the gathered layers and buffers. Every micro-batch fetches the shard twice (forward and
-    backward, 2 × 2 B × P/8) and sends its bf16 gradients back (2 B × P/8)."""
+    only the gathered layers and buffers — whole: with its shard on the host, each of the two
+    gathered units holds all 8 ranks' shares (2 × 2 B × unit), not 7/8 of them as beside a
+    resident shard (``stage3.py`` fetches the CPU partition into the full-size buffer). Every
+    micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
+    gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
     plain = build_case(base).evaluate()
     off = build_case({**base, "offload_params": True}).evaluate()
@@ -64,6 +67,8 @@ def test_deepspeed_zero3_parameter_offload():
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
     assert off.host_bytes == 18 * P / 8
+    unit = plain.stages[0].state.gathered_bytes / (2 * 2 * Fraction(7, 8))
+    assert st.gathered_bytes == 2 * 2 * unit
     m = off.num_microbatches
     elements = float(P / 8)
     transfers = (m * 2 * elements) + (2 * elements + 2 * m * 2 * elements)

@@ -59,14 +59,18 @@ def test_fp8_weight_cache_is_two_bytes_per_linear_weight():
     assert fp8.optimizer_step_bytes - bf16.optimizer_step_bytes == 13_958_643_712
 
 
-def test_fp8_under_fsdp_caches_only_the_gathered_layers():
-    """FSDP2 full sharding: no persistent cache; the two gathered layers (current and
-    prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more gathered."""
-    base = {**LLAMA3_8B, "framework": "fsdp2", "zero_stage": 3}
+def test_fp8_under_zero3_caches_only_the_gathered_layers():
+    """DeepSpeed ZeRO-3 with Transformer Engine: no persistent cache; the two gathered layers
+    (current and prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more
+    gathered. FSDP2 (torchao's ``Float8Linear`` casts inside each GEMM) caches none."""
+    base = {**LLAMA3_8B, "framework": "deepspeed", "zero_stage": 3}
     fp8 = build_case({**base, "precision": "fp8"}).evaluate().stages[0].state
     bf16 = build_case(base).evaluate().stages[0].state
     assert fp8.weight_cache_bytes == 0
     assert fp8.gathered_bytes - bf16.gathered_bytes == 2 * 2 * LINEAR_PER_LAYER == 872_415_232
+    fsdp = {**base, "framework": "fsdp2"}
+    fsdp_fp8 = build_case({**fsdp, "precision": "fp8"}).evaluate().stages[0].state
+    assert fsdp_fp8.gathered_bytes == build_case(fsdp).evaluate().stages[0].state.gathered_bytes
 
 
 def test_fp8_saves_linear_inputs_in_one_byte():
@@ -74,7 +78,10 @@ def test_fp8_saves_linear_inputs_in_one_byte():
     (S = 8,192), bytes in BF16: attention norm input 2h, QKV input 2h, Q 2h, K and V 2 × 2·1,024,
     output-projection input 2h, MLP norm input 2h, FC1 input 2h, SwiGLU input 2 × 2f, down input
     2f = 12h + 4,096 + 6f = 49,152 + 4,096 + 86,016 = 139,264. FP8 saves the QKV, output, FC1
-    inputs (h each) and the down input (f): 139,264 − 3 × 4,096 − 14,336 = 112,640."""
+    inputs (h each) and the down input (f) at 1 B: 139,264 − 3 × 4,096 − 14,336 = 112,640; the
+    attention kernel keeps its BF16 output besides the projection's FP8 copy (Transformer
+    Engine ``FusedAttnFunc`` saves ``out_f16``): + 2h = 120,832, except under selective
+    recomputation, which recomputes the attention core and with it that output (112,640)."""
     arch = get_model("llama3-8b").model.arch
     kw = dict(seq_len=8192, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False)
     bf16 = layer_activations(arch, 0, ActivationContext(**kw, flash_attention=True))
@@ -82,8 +89,12 @@ def test_fp8_saves_linear_inputs_in_one_byte():
         arch, 0, ActivationContext(**kw, flash_attention=True, fp8_linear_inputs=True)
     )
     assert bf16.full_bytes == 139_264 * 8192
-    assert fp8.full_bytes == 112_640 * 8192
+    assert fp8.full_bytes == 120_832 * 8192
+    assert fp8.selective_bytes == 112_640 * 8192 == bf16.selective_bytes - 26_624 * 8192
     assert "FC1 input (FP8)" in dict(fp8.terms)
+    assert (
+        dict(fp8.terms)["attention output (BF16, kept by the attention kernel)"] == 2 * 4096 * 8192
+    )
     # the layer input a full recomputation keeps stays BF16
     assert fp8.checkpoint_bytes == bf16.checkpoint_bytes == 2 * 4096 * 8192
 

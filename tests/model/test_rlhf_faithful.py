@@ -255,8 +255,9 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     into the host's FP32 partition every micro-batch: 3 × 2 B × e down, 2 B × e of weights up,
     8 B × e / 64 GB/s = 0.118994 s; CPU Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.490850 s per
     update, less the GPU's own Adam step (38 B × e at 3.35 TB/s × 0.9 = 0.011998 s).
-    GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e =
-    15,231,233,024 B per GPU."""
+    GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e and, with m > 1,
+    the BF16 accumulation buffers (``accumulated_grads_in_cpu``) 2 B × e: 18 B × e =
+    17,135,137,152 B per GPU."""
     problem = RLHFProblem(
         _spec(framework="deepspeed", zero_stage=2), H100, 8, ClusterLinks.from_device(H100)
     )
@@ -265,7 +266,7 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     e = Fraction(N_QWEN, 8)
     assert e == 951_952_064
     assert base.held_bytes - cost.held_bytes == 12 * e
-    assert cost.host_bytes == 16 * e == 15_231_233_024
+    assert cost.host_bytes == 18 * e == 17_135_137_152
     offload_s = (3 * 2 + 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
     assert offload_s == pytest.approx(0.118994008 + 0.371856275, rel=1e-8)
     gpu_adam = 38 * 951_952_064 / (3.35e12 * 0.9)  # the GPU's Adam step leaves, as above

@@ -8,64 +8,16 @@ exactly); ``{value, rel}`` / ``{values, rel}`` use the given tolerance; lists co
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 
+from tests.examples_check import check_expect
 from trainplan.interface.examples import run_example
 
 from ._shared import load
 
 PLANNER = [e for e in load("seed_examples.toml")["example"] if e["tab"] == "planner"]
-ZERO_TABLE_KEYS = {
-    "zero_table_bytes": "model_state_bytes",
-    "zero_table_reduction": "reduction",
-    "dp_bytes_per_step": "dp_bytes_per_step",
-}
-
-
-def _find_all(obj: Any, key: str) -> list[Any]:
-    found = []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if k == key:
-                found.append(v)
-            if k != "zero_table":
-                found.extend(_find_all(v, key))
-    elif isinstance(obj, list):
-        for v in obj:
-            found.extend(_find_all(v, key))
-    return found
-
-
-def _lookup(out: dict[str, Any], key: str) -> Any:
-    if key in ZERO_TABLE_KEYS:
-        tables = _find_all(out, "zero_table")
-        assert len(tables) == 1, f"'zero_table' occurs {len(tables)} times"
-        rows = sorted(tables[0], key=lambda r: r["zero_stage"])
-        assert [r["zero_stage"] for r in rows] == [0, 1, 2, 3]
-        return [r[ZERO_TABLE_KEYS[key]] for r in rows]
-    values = _find_all(out, key)
-    assert values, f"'{key}' is not in the JSON"
-    assert all(v == values[0] for v in values[1:]), f"'{key}' differs between occurrences: {values}"
-    return values[0]
-
-
-def _close(got: Any, want: Any, rel: float | None) -> bool:
-    if isinstance(want, list):
-        return (
-            isinstance(got, list)
-            and len(got) == len(want)
-            and all(_close(g, w, rel) for g, w in zip(got, want, strict=True))
-        )
-    if isinstance(want, (bool, str)):
-        return got == want
-    if isinstance(want, int) and rel is None:
-        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == want
-    return isinstance(got, (int, float)) and math.isclose(
-        got, want, rel_tol=rel or 1e-6, abs_tol=1e-12
-    )
 
 
 def test_seven_planner_examples_in_the_file():
@@ -76,15 +28,7 @@ def test_seven_planner_examples_in_the_file():
 def test_planner_example_figures(example):
     out = run_example(example["name"])
     assert out["example"] == example["name"] and out["tab"] == "planner"
-    assert example["expect"], "every planner example states a figure"
-    for key, want in example["expect"].items():
-        rel = None
-        if isinstance(want, dict):
-            want, rel = (want["values"] if "values" in want else want["value"]), want.get("rel")
-        got = _lookup(out, key)
-        assert _close(got, want, rel), (
-            f"{example['name']}: {key} = {got!r}, want {want!r} (rel {rel})"
-        )
+    check_expect(out, example["expect"], example["name"])
 
 
 @pytest.mark.parametrize("example", PLANNER, ids=[e["name"] for e in PLANNER])

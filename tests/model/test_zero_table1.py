@@ -1,7 +1,7 @@
 """ZeRO (Rajbhandari et al. 2019) Table 1: model state per device, ZeRO-1/2/3, every row of
 ``scenarios/published.toml`` ``zero_table1`` within the file's ``rel`` (the paper truncates
 a few cells, e.g. 1.875 → 1.88, 513.5 → 513). The paper's steady state is the ``textbook``
-profile (SPEC.md "Two kinds of figures").
+profile (docs/concepts/conventions.md "Two kinds of figures").
 
 A cell matches within ``rel`` or within half a unit of its last printed digit, whichever is
 wider: the paper prints 7.5B over 1024 GPUs under ZeRO-3 (exactly 0.1171875 GB) as 0.12, 2.4%

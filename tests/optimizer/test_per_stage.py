@@ -364,7 +364,7 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
         ),
         (
             ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192",
-             "--offload-activations", "attn_norm,core_attn"],
+             "--offload-activations", "core_attn"],
             "per_stage: activation offload",
         ),
     ],
@@ -398,15 +398,19 @@ def test_megatron_flags_carry_the_recipe_the_plan_assumes():
     training = replace(
         case.training,
         precision=Precision.FP8,
-        offload=Offload(optimizer=1, activations=("attn_norm", "core_attn")),
+        offload=Offload(optimizer=1, activations=("core_attn", "attn_proj")),
     )
     lay = Layout(tp=2, cp=4, cp_kind="a2a+p2p", cp_a2a=2, pp=2)
     text = " ".join(megatron_flags(arch, lay, 64, training).flags)
     assert "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2" in text
     assert "--fp8-format hybrid" in text
-    assert "--optimizer-cpu-offload --optimizer-offload-fraction 1" in text
+    # Megatron-LM arguments.py validate_args asserts --use-precision-aware-optimizer with it
+    assert (
+        "--optimizer-cpu-offload --optimizer-offload-fraction 1 --use-precision-aware-optimizer"
+        in text
+    )
     assert text.endswith(
-        "--fine-grained-activation-offloading --offload-modules attn_norm core_attn"
+        "--fine-grained-activation-offloading --offload-modules core_attn attn_proj"
     )
     ring = " ".join(megatron_flags(arch, Layout(cp=2, pp=2), 64).flags)
     assert "--cp-comm-type p2p" in ring

@@ -179,7 +179,18 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     uniform plan (tp 8 × pp 2) recomputes nothing, but tp 4 × pp 4 with 19, 20, 21, 20 layers and
     6, 2, 0, 0 recomputed is 1.077× faster (its uniform form must recompute every layer: 713 s),
     found since every shape is searched."""
-    args = ["--model", "llama3-70b", "--gpus", "16,32", "--seq-len", "8192", "--gpu", "H100-SXM"]
+    args = [
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "16",
+        "--gpus",
+        "32",
+        "--seq-len",
+        "8192",
+        "--gpu",
+        "H100-SXM",
+    ]
     args += ["--against", "gpus", "--per-stage"]
     code, out, _ = _run(monkeypatch, capsys, *args, "--json")
     assert code in (0, None)

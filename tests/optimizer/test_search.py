@@ -1,4 +1,4 @@
-"""The CP-SAT search equals exhaustive enumeration (DESIGN.md; issues 2 and 4)."""
+"""The CP-SAT search equals exhaustive enumeration (docs/concepts/search.md "One cost model, two uses")."""
 
 from __future__ import annotations
 

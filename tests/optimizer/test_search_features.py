@@ -42,7 +42,8 @@ def test_gpu_counts():
         3072,
         4096,
     ]
-    assert gpu_counts("2048,4096") == [2048, 4096]
+    assert gpu_counts(["2048", "4096"]) == gpu_counts("2048;4096") == [2048, 4096]
+    assert gpu_counts("16,384") == [16384]  # a comma groups thousands, never a list
     with pytest.raises(InputError):
         gpu_counts("100..10")
 
@@ -80,7 +81,14 @@ def test_cost_objective_needs_prices():
             {**SMALL, "gpus": "16", "objective": "cost", "gpu_hour_price": "-2.5", "tokens": "1e9"},
         )
     problem = build_problem(
-        {}, {**SMALL, "gpus": "8,16", "objective": "cost", "gpu_hour_price": "2.5", "tokens": "1e9"}
+        {},
+        {
+            **SMALL,
+            "gpus": ["8", "16"],
+            "objective": "cost",
+            "gpu_hour_price": "2.5",
+            "tokens": "1e9",
+        },
     )
     assert search(problem).best.job.gpu_hour_price == 2.5
 
@@ -290,7 +298,7 @@ def test_time_limit_bounds_table_building_and_returns_the_best_so_far():
     answer is the best of those tabulated, status feasible (issue 10)."""
     from trainplan.optimizer.search import search
 
-    problem = build_problem({}, {**SMALL, "gpus": "8,16"})
+    problem = build_problem({}, {**SMALL, "gpus": ["8", "16"]})
     full = search(problem)
     assert full.status == "optimal"
     cut = search(problem, time_limit_s=1e-9)  # only the first job (8 GPUs) gets tabulated

@@ -64,7 +64,7 @@ CASES = [
             "global_batch": 32,
             "seq_len": 4096,
             "cluster": {
-                "offload_activations": ["attn_norm", "core_attn", "attn_proj"],
+                "offload_activations": ["core_attn", "attn_proj"],
                 "host_link_gbps": 4,
             },
         },

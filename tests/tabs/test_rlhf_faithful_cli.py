@@ -1,10 +1,12 @@
 """``trainplan rlhf --model …`` (the faithful accounting) and ``trainplan rlhf-plan``: every term
-with its source, the JSON keys the README names, bad inputs as one line and exit 2, the seed's
-figures untouched, and the measured-configurations table of the README."""
+with its source, the JSON keys the documentation names, bad inputs as one line and exit 2, the seed's
+figures untouched, and the measured-configurations table of the RLHF guide."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from trainplan.interface.rlhf_measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
 _register()
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "rlhf.md").read_text()
 GRPO7 = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule"]
 
 
@@ -54,7 +56,7 @@ def test_faithful_json_keys_and_terms_with_sources():
 
 def test_faithful_text_prints_every_term_and_a_timeline():
     out = run(*GRPO7, "--gpus", "16", "--rollout-gpus", "8", "--off-policy", "1").stdout
-    for line in ("The seed's accounting (textbook)", "Faithful accounting", "engine budget",
+    for line in ("The original planner's accounting (textbook)", "Faithful accounting", "engine budget",
                  "KV cache", "decode", "FP32 logits", "one-step off-policy", "pool 1 (GPUs 8–15)"):  # fmt: skip
         assert line in out, line
 
@@ -77,7 +79,7 @@ BAD = [
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
     (["--policy-params", "7B"], "policy_params: '7B' does not apply"),
-    (["--framework", "textbook"], "framework: 'textbook' is the seed's accounting"),
+    (["--framework", "textbook"], "framework: 'textbook' is the original planner's accounting"),
     (["--off-policy", "1"], "off_policy: 1 needs the engine on GPUs of its own"),
 ]
 
@@ -120,9 +122,90 @@ def test_plan_bad_inputs_and_json():
 
 
 def test_readme_measured_table_is_the_planners():
-    """The README's table of published RLHF steps is what ``python -m
+    """The RLHF guide's table of published RLHF steps is what ``python -m
     trainplan.interface.rlhf_measured`` prints (the planner's figures, not hand-copied)."""
     evaluated = rows()
     assert len(evaluated) >= 5
     assert table_markdown(evaluated) in README
     assert all(r["fits"] for r in evaluated)  # every published run ran: the planner fits it
+
+
+# ------------------------------------------------------------------ as a user runs it (processes)
+
+
+def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+DSV3 = ["rlhf", "--algorithm", "grpo", "--model", "deepseek-v3", "--reward", "rule", "--gpus", "64"]
+
+
+def test_a_plan_that_does_not_fit_says_so_and_what_would_fit():
+    """DeepSeek-V3 GRPO colocated on 64 H100: the input is fine, the plan does not fit. The
+    engine at verl's default tp 2 holds half the BF16 weights, 683.68 GB per GPU, plus one
+    5,120-token sequence's MLA cache, 61 layers × (512 + 64) × 2 B × 5,120 = 359,792,640 B —
+    against its budget of 0.5 × 80 GiB = 42,949,672,960 B. At tp 32 the weights are
+    ≈ 2 × 683.68 / 32 = 42.73 GB, with the sequence 43.09 GB, still above; tp 64 holds it. The
+    roles' model state alone (the seed's 16 B per trained and 2 B per frozen parameter) is
+    12.29 TB, ⌈12.29e12 / 82.68e9⌉ = 149 GPUs even fully sharded. Said as a verdict (exit 0,
+    as evaluate's DOES NOT FIT), never as a negative KV space."""
+    text = trainplan(*DSV3)
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert "placement: colocated, synchronous — DOES NOT FIT" in out
+    assert "KV space" not in out + text.stderr and "-640" not in out
+    assert (
+        "does not fit: the rollout engine at tp 2 (the default: verl's) needs 684.04 GB per GPU"
+        in out
+    )
+    assert "one 5,120-token sequence's KV cache 0.36 GB" in out
+    assert "budget, fraction 0.5 (the default) × 85.90 GB = 42.95 GB" in out
+    assert "to fit: the engine: --rollout-tp 64 or more holds it at fraction 0.5" in out
+    assert "to fit: at least 149 GPUs" in out and "trainplan rlhf-plan" in out
+    f = json.loads(trainplan(*DSV3, "--json").stdout)["faithful"]
+    assert f["fits"] is False
+    assert f["does_not_fit"][0].startswith("the rollout engine at tp 2")
+    assert any(line.startswith("at least 149 GPUs") for line in f["to_fit"])
+    engine = next(r for r in f["roles"] if r["role"] == "rollout")
+    kv = next(t for t in f["terms"] if t["role"] == "rollout" and t["term"].startswith("KV"))
+    assert kv["value"] == 61 * (512 + 64) * 2 * 5120 == 359_792_640
+    assert engine["phase_bytes"]["rollout"] > 0.5 * 80 * 2**30
+
+
+def test_a_default_is_never_blamed_for_the_users_gpu_count():
+    """Llama 3 405B on 1 GPU: verl's default engine tp 2 cannot divide 1 GPU, so the default
+    is tp 1 there, said as a default; the verdict is what 1 GPU cannot hold (the engine's
+    811.71 GB of weights alone; 7.31 TB of model state, ≥ 89 GPUs). A tp 2 the user gives is
+    refused naming the user's own options."""
+    base = ["rlhf", "--algorithm", "grpo", "--model", "llama3-405b", "--reward", "rule"]
+    res = trainplan(*base, "--gpus", "1")
+    assert res.returncode == 0 and "rollout_tp" not in res.stderr
+    assert "tp 1 (the default: verl's 2 divides no odd count)" in res.stdout
+    assert "its weights 811.71 GB" in res.stdout and "to fit: at least 89 GPUs" in res.stdout
+    f = json.loads(trainplan(*base, "--gpus", "1", "--json").stdout)["faithful"]
+    assert f["defaults_used"]["rollout_tp"] == 1 and f["fits"] is False
+    given = trainplan(*base, "--gpus", "1", "--rollout-tp", "2")
+    assert given.returncode == 2
+    assert given.stderr.strip() == (
+        "Error: rollout_tp: 2 does not divide the engine's 1 GPU (--gpus 1)"
+    )
+
+
+def test_each_source_is_cited_once_and_rows_refer_to_it_by_key():
+    """The terms table's rows carry a key ([1], [2], …); each source's text is printed once
+    under the table, and the JSON's ``sources`` holds each once, ``terms[].source`` its key."""
+    args = ["rlhf", "--algorithm", "grpo", "--model", "llama3-8b", "--reward", "rule"]
+    out = trainplan(*args, "--gpus", "8").stdout
+    f = json.loads(trainplan(*args, "--gpus", "8", "--json").stdout)["faithful"]
+    sources = f["sources"]
+    assert list(sources) == [str(k) for k in range(1, len(sources) + 1)]
+    assert len(set(sources.values())) == len(sources) < len(f["terms"])
+    assert {t["source"] for t in f["terms"]} == set(sources)
+    for key, text in sources.items():
+        assert out.count(text) == 1, text
+        assert f"[{key}] {text}" in out
+    megatron = next(k for k, v in sources.items() if v.startswith("Megatron-LM"))
+    rows = [line for line in out.splitlines() if line.rstrip().endswith(f"[{megatron}]")]
+    assert len(rows) == 4  # the actor's weights, gradients, optimizer state; the reference's

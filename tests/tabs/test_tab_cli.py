@@ -140,9 +140,40 @@ def test_mfu_causal_says_so():
 )
 def test_text_timeline_fits_and_shows_bubble(p, m, schedule, v):
     lines = render_timeline(pipeline_report(p, m, schedule, v), 120)
-    assert len(lines) == p + 1
+    rows = [line for line in lines if line.startswith("stage ")]
+    assert len(rows) % p == 0 and len(rows) // p <= 4  # one band of rows per stage, or a few
     assert all(len(line) <= 120 for line in lines)
-    assert "." in lines[0] and ("F" in lines[0]) and ("B" in lines[0] or "#" in lines[0])
+    row = "".join(line.split("|", 1)[1] for line in rows if line.split("|")[0].split()[1] == "0")
+    assert "." in row and "F" in row and ("B" in row or "#" in row)
+    assert "idle (the bubble)" in " ".join(lines[-2:])  # the legend
+
+
+def test_interleaved_text_timeline_labels_each_chunk_and_fits_the_width():
+    """Interleaved 4 × 8, v = 2 at 80 columns: every pass is labelled with its micro-batch and
+    its model chunk's letter (F0a … B7b), the rows wrap into bands headed by their start time,
+    no line is wider than 80, and the legend says what a, b mean."""
+    lines = render_timeline(pipeline_report(4, 8, "interleaved", 2), 80)
+    assert all(len(line) <= 80 for line in lines)
+    text = "\n".join(lines)
+    for mb in range(8):
+        for chunk in "ab":
+            assert f"F{mb}{chunk}-" in text and f"B{mb}{chunk}=" in text
+    assert [line.strip() for line in lines if "t = " in line][0] == "t = 0"
+    assert "chunk c of stage i holds virtual stage c·4 + i" in " ".join(lines)
+    one = render_timeline(pipeline_report(4, 8), 120)  # the README's transcript, unchanged
+    assert one[0] == (
+        "stage 0 |F0-F1-F2-F3-..................B0====F4-B1====F5-B2====F6-B3====F7-B4====...B5===="
+        "...B6====...B7===="
+    )
+
+
+def test_pipeline_text_width_defaults_to_the_terminal():
+    wide = CliRunner().invoke(cli, ["pipeline", "-p", "4", "-m", "8", "-v", "2",
+                                    "--schedule", "interleaved"], env={"COLUMNS": "200"})  # fmt: skip
+    narrow = CliRunner().invoke(cli, ["pipeline", "-p", "4", "-m", "8", "-v", "2",
+                                      "--schedule", "interleaved"], env={"COLUMNS": "70"})  # fmt: skip
+    assert max(map(len, narrow.output.splitlines()[5:])) <= 70
+    assert max(map(len, wide.output.splitlines()[5:])) > 120
 
 
 def test_ckpt_play_falls_back_to_plain_output():

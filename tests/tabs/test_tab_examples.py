@@ -1,55 +1,22 @@
 """Every pipeline, mfu, ckpt and rlhf example of ``scenarios/examples.toml``, read from the package.
 
-The figures are compared the way ``shared/checks/seed_examples.py`` does (a key anywhere in the
+The figures are compared by the examples file's rule (a key anywhere in the
 report, exact unless ``rel``; ``*_min`` a lower bound), on the dictionaries of
 :data:`interface.tabs.TAB_REPORTS` and on the ``--json`` output of each CLI command.
 """
 
 import json
-import math
 
 import pytest
 from click.testing import CliRunner
 
 import trainplan.interface.cli.tabs  # noqa: F401  (registers the commands)
+from tests.examples_check import check_expect as check
 from trainplan import scenarios
 from trainplan.interface.cli import cli
 from trainplan.interface.tabs import TAB_REPORTS
 
 EXAMPLES = [e for e in scenarios.data("examples")["example"] if e["tab"] in TAB_REPORTS]
-
-
-def find_all(obj, key):
-    found = []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if k == key:
-                found.append(v)
-            found.extend(find_all(v, key))
-    elif isinstance(obj, list):
-        for v in obj:
-            found.extend(find_all(v, key))
-    return found
-
-
-def check(report, expect):
-    for key, want in expect.items():
-        rel = None
-        if isinstance(want, dict):
-            want, rel = want["value"], want.get("rel")
-        bound = key.endswith("_min")
-        values = find_all(report, key[:-4] if bound else key)
-        assert values, f"{key} missing"
-        assert all(v == values[0] for v in values), f"{key} differs: {values}"
-        got = values[0]
-        if bound:
-            assert got >= want, key
-        elif isinstance(want, list):
-            assert got == want, key
-        elif isinstance(want, int) and rel is None:
-            assert got == want and not isinstance(got, bool), key
-        else:
-            assert math.isclose(got, want, rel_tol=rel or 1e-6), f"{key}: {got} vs {want}"
 
 
 def test_all_tab_examples_present():

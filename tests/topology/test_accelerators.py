@@ -14,13 +14,15 @@ from trainplan.topology.accelerators import (
 )
 
 SEED_NAMES = [
-    "V100-SXM2-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H100-NVL", "H800",
-    "H200", "B200", "GB200", "GB300", "MI250X", "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5e",
-    "TPUv5p", "TPUv6e", "Gaudi2", "Gaudi3", "Trainium2",
+    "V100-SXM2-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H100-NVL",
+    "H100-96GB-500W", "H800", "H20", "H200", "B200", "B300", "GB200", "GB300", "MI250X",
+    "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5e", "TPUv5p", "TPUv6e", "Gaudi2", "Gaudi3", "Trainium2",
 ]  # fmt: skip
 
 
 def test_every_seed_row_is_kept():
+    """The seed's 22 rows and the parts published runs were deployed on (H100-96GB-500W, H20,
+    B300), in file order."""
     assert list(load_accelerators()) == SEED_NAMES
 
 
@@ -71,7 +73,10 @@ def test_aliases_and_case(alias, name):
 
 
 def test_unknown_name_suggests():
-    with pytest.raises(ScenarioError, match=r"unknown gpu 'H10O'; did you mean .*H100"):
+    with pytest.raises(ScenarioError, match=r"unknown gpu 'H100-SXN'; did you mean H100-SXM"):
+        get_accelerator("H100-SXN")
+    # since the H20 row, 'H10O' is closest to H20, H800 and H200 (difflib's ratio)
+    with pytest.raises(ScenarioError, match=r"unknown gpu 'H10O'; did you mean H20, H800, H200"):
         get_accelerator("H10O")
 
 
@@ -83,7 +88,8 @@ def test_rows_are_json_able_and_carry_bytes():
     assert set(rows[0]) == {
         "name", "memory_gb", "memory_unit", "memory_bytes", "bf16_tflops", "fp8_tflops", "dense",
         "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_tbps", "host_link_gbps",
-        "bandwidth_source", "host_memory_gb", "host_memory_gbps", "host_source", "source", "status",
+        "bandwidth_source", "host_memory_gb", "host_memory_gbps", "host_source", "power_w",
+        "power_source", "source", "status",
     }  # fmt: skip
 
 
@@ -142,3 +148,63 @@ def test_bad_values_are_rejected():
 def test_table_is_package_data():
     assert accelerators.TABLE_FILE == "accelerators.toml"
     assert accelerators._table_text().lstrip().startswith("#")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parts as deployed in published runs, each against its source's figures
+
+
+def test_grand_teton_h100_is_the_runs_own_description():
+    """torchtitan's benchmarks (llama3_h100_202412_torchtitan.md, Hardware): 96GB HBM2e at
+    2.4 TB/s, 8 GPUs fully connected with NVLink, 400 Gb/s RDMA per GPU, 500 W power limit.
+    The peaks are the H100 SXM's ratings, which the run divides by for MFU (footnote 2)."""
+    gt, sxm = get_accelerator("H100-96GB-500W"), get_accelerator("H100-SXM")
+    assert gt.memory_bytes == 96 * 10**9 and gt.hbm_bytes == 96 * 2**30
+    assert gt.hbm_bytes_per_s == 2.4e12 < sxm.hbm_bytes_per_s
+    assert (gt.peak_flops_per_s, gt.fp8_flops_per_s) == (sxm.peak_flops_per_s, 1978.9e12)
+    assert (gt.nvlink_bytes_per_s, gt.nvlink_domain) == (450e9, 8)
+    assert gt.scaleout_bytes_per_s == 400e9 / 8
+    row = next(r for r in accelerator_rows() if r["name"] == "H100-96GB-500W")
+    assert row["power_w"] == 500 and "500W power limit" in row["power_source"]
+    # the cap's clock is not published: the source bounds it by the H100 NVL's dense peak
+    assert "835.5" in row["source"] and get_accelerator("H100-NVL").peak_flops_per_s == 835.5e12
+
+
+def test_h20_figures():
+    """NVIDIA H20 as secondary sources copy it: 96 GB HBM3 at 4.0 TB/s, 148 TFLOPS dense
+    FP16/BF16, 296 dense FP8, NVLink 900 GB/s bidirectional, 400 W."""
+    h20 = get_accelerator("H20")
+    assert h20.memory_bytes == 96 * 10**9 and h20.hbm_bytes_per_s == 4.0e12
+    assert (h20.peak_flops_per_s, h20.fp8_flops_per_s) == (148e12, 296e12)
+    assert (h20.nvlink_bytes_per_s, h20.nvlink_domain) == (900e9 / 2, 8)
+    assert h20.scaleout_bytes_per_s is None  # no standard NIC per GPU is stated
+    assert h20.status == "secondary"
+
+
+def test_b300_figures_are_the_hgx_boards_divided():
+    """HGX B300: 8 GPUs, 2.3 TB HBM3e (288 GB each), 36 PFLOPS FP16/BF16 and 72 PFLOPS FP8 with
+    sparsity per board, NVLink 1.8 TB/s per GPU, 1.6 TB/s networking per board."""
+    b300 = get_accelerator("B300")
+    assert b300.memory_bytes == 288 * 10**9
+    assert b300.peak_flops_per_s == 36e15 / 2 / 8 == 2.25e15
+    assert b300.fp8_flops_per_s == 72e15 / 2 / 8
+    assert b300.nvlink_bytes_per_s == 1.8e12 / 2 and b300.nvlink_domain == 8
+    assert b300.scaleout_bytes_per_s == 1.6e12 / 2 / 8 == 800e9 / 8
+    assert b300.hbm_bytes_per_s == 8e12
+
+
+def test_rack_scale_and_other_parts_published_runs_use_are_in_the_table():
+    """GB200 in NVL72 domains (72 GPUs on one NVLink domain), MI300X/MI325X and TPU v5p/v6e."""
+    assert get_accelerator("GB200").nvlink_domain == 72
+    assert get_accelerator("GB300").nvlink_domain == 72
+    for name in ("MI300X", "MI325X", "TPUv5p", "TPUv6e"):
+        assert get_accelerator(name).source
+
+
+def test_a_power_limit_needs_its_source():
+    with pytest.raises(ScenarioError, match="power_w needs a non-empty power_source"):
+        _devices_from_text(GOOD + "power_w = 500\n")
+    with pytest.raises(ScenarioError, match="power_w needs a non-empty power_source"):
+        _devices_from_text(GOOD + 'power_source = "x"\n')
+    with pytest.raises(ScenarioError, match="'power_w' must be positive"):
+        _devices_from_text(GOOD + 'power_w = -1\npower_source = "x"\n')

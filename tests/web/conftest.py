@@ -6,12 +6,14 @@ browser tests cannot pass there by not running."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,62 @@ def server() -> Iterator[str]:
     yield address
     proc.terminate()
     proc.wait(timeout=10)
+
+
+TIMEOUT = 60_000
+"""Milliseconds a browser test waits for what it expects (a frontier on a loaded 2-core machine)."""
+
+
+def cli_json(*args: str) -> Any:
+    """What ``trainplan ARGS --json`` prints, parsed (in process, through click's runner)."""
+    from click.testing import CliRunner
+
+    from trainplan.interface.cli import _register, cli
+
+    _register()
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    return json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright (the browser test modules need it)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A page that records script errors, console errors (but a 422's, which the page shows as
+    the error line) and any request not to the server; each must stay empty."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    outside: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on(
+        "console",
+        lambda m: errors.append(m.text) if m.type == "error" and "422" not in m.text else None,
+    )
+    pg.on(
+        "request", lambda r: None if r.url.startswith((server, "data:")) else outside.append(r.url)
+    )
+    pg.base = server
+    yield pg
+    context.close()
+    assert not errors, errors
+    assert not outside, f"requests left 127.0.0.1: {outside}"
+
+
+def go(page: Any, path: str) -> None:
+    """Open ``path`` of the test server in ``page``; a tab's page is waited for until its script
+    listens to the inputs (``body[data-ready]``, after any hash link or example took it to the
+    tab that shows it)."""
+    page.goto(page.base + path)
+    if not path.startswith("/docs"):
+        page.wait_for_selector("body[data-ready=true]", state="attached")

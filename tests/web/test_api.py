@@ -174,6 +174,7 @@ BAD = [
     ["rlhf", "--algorithm", "dpo", "--policy-params", "7e9", "--reward", "rule"],
     ["search", "--model", "llama3-70b", "--gpus", "64", "--min-mfu", "x"],
     ["frontier", "--model", "llama3-70b", "--gpus", "64", "--against", "price"],
+    ["evaluate", "--model", "llama3-8b", "--tp", "2", "--tp-block-inputs", "sharded"],
 ]
 
 
@@ -184,6 +185,15 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     assert got.status_code == 422
     assert "Traceback" not in got.text
     assert f"Error: {got.json()['error']}" == line
+
+
+def test_tp_block_inputs_is_the_cli_option(client):
+    """fsdp2's tensor-parallel plan chosen in the query, as on the command line."""
+    args = ["--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2", "--dp", "4"]
+    args += ["--tp-block-inputs", "sharded"]
+    got = client.get(f"/api/evaluate?{query(args)}").json()
+    want = cli_json("evaluate", *args)
+    assert got["memory"] == want["memory"] and got["layout"]["tp_block_inputs"] == "sharded"
 
 
 def test_options_the_web_does_not_take(client):
@@ -373,7 +383,32 @@ def test_openapi_describes_every_endpoint(client):
     assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
 
 
-PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier"]
+def test_openapi_defaults_are_real_values_never_clicks_sentinel(client):
+    """click ≥ 8.2 keeps ``Sentinel.UNSET`` as an option's default when it has none; the
+    description must not offer it (Swagger UI's "Try it out" pre-fills and sends defaults)."""
+    text = client.get("/openapi.json").text
+    assert "Sentinel" not in text and "UNSET" not in text
+    spec = json.loads(text)
+    for path, item in spec["paths"].items():
+        for operation in item.values():
+            for param in operation.get("parameters", []):
+                schema = param["schema"]
+                default = schema.get("default", schema.get("items", {}).get("default"))
+                if default is not None:  # a default offered is one the endpoint takes
+                    one = client.get(f"{path}?{urlencode({param['name']: default})}")
+                    assert one.status_code != 422 or param["name"] not in one.json()["error"], (
+                        path,
+                        param["name"],
+                        default,
+                    )
+    pipeline = {p["name"]: p for p in spec["paths"]["/api/pipeline"]["get"]["parameters"]}
+    assert pipeline["schedule"]["schema"]["default"] == "1f1b"
+    assert "default" not in pipeline["stages"]["schema"]  # required, no default
+    evaluate = {p["name"]: p for p in spec["paths"]["/api/evaluate"]["get"]["parameters"]}
+    assert "default" not in evaluate["model"]["schema"]
+
+
+PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier", "about"]
 
 
 @pytest.mark.parametrize("path", [f"/{p}" for p in PAGES] + ["/docs"])
@@ -409,3 +444,89 @@ def test_trainplan_serve_prints_its_address(server):
 def test_serve_refuses_a_bad_port_in_one_line(monkeypatch, capsys):
     line = cli_error(monkeypatch, capsys, "serve", "--port", "99999")
     assert line == "Error: --port: 99999 must be from 0 to 65535 (0 = any free port)"
+
+
+def test_examples_are_each_pages_query_and_run_as_the_cli_runs_them(client):
+    """Each of the 21 examples as its page's query: the endpoint of that page, given the query,
+    answers the figures ``trainplan example NAME --json`` prints."""
+    body = client.get("/api/examples").json()
+    rows = body["examples"]
+    assert [r["name"] for r in rows] == [r["name"] for r in cli_json("example", "--list")]
+    endpoint = {"planner": "evaluate", "pipeline": "pipeline", "mfu": "mfu", "ckpt": "ckpt",
+                "rlhf": "rlhf"}  # fmt: skip
+    for row in rows:
+        got = client.get(
+            f"/api/{endpoint[row['page']]}?{urlencode([tuple(p) for p in row['query']])}"
+        ).json()
+        want = cli_json("example", row["name"])
+        for key in ("memory", "bubble_fraction", "mfu", "hfu", "peak_held", "resident_bytes"):
+            if key in want:
+                assert got[key] == want[key], (row["name"], key)
+    fsdp = {r["name"]: r for r in rows}["fsdp-70b-64"]
+    assert fsdp["page"] == "planner" and ["zero", "3"] in fsdp["query"]
+    assert ["params", "70e9"] in fsdp["query"]  # numbers as the examples write them
+    assert body["aliases"]["pipeline"]["p"] == "stages"
+    assert body["aliases"]["ckpt"]["n"] == "layers" and body["aliases"]["ckpt"]["k"] == "every"
+    assert body["aliases"]["planner"]["zero_stage"] == "zero"
+    assert body["aliases"]["planner"]["micro_batch_size"] == "micro-batch"
+    assert client.get("/api/examples?x=1").status_code == 422
+
+
+def test_pipeline_without_its_timeline(client):
+    full = client.get("/api/pipeline?stages=4&microbatches=8").json()
+    short = client.get("/api/pipeline?stages=4&microbatches=8&timeline=false").json()
+    assert "timeline" in full and "timeline" not in short
+    assert {k: v for k, v in full.items() if k != "timeline"} == short
+    bad = client.get("/api/pipeline?stages=4&microbatches=8&timeline=maybe")
+    assert bad.status_code == 422 and bad.json()["error"].startswith("timeline: 'maybe'")
+
+
+def test_closing_a_search_stream_stops_its_process(server):
+    """The page's Cancel closes the request: the search's process is gone within seconds,
+    whether the search had sent its first event or not (a per-stage search sends none before
+    its end)."""
+    import http.client
+    import time
+
+    host, port = server.removeprefix("http://").split(":")
+
+    def jobs() -> list:
+        with urllib.request.urlopen(f"{server}/api/jobs", timeout=10) as res:
+            return json.loads(res.read())
+
+    long_runs = [  # (path, whether to read the first event before closing)
+        ("/api/search/stream?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
+        ("/api/frontier/stream?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", True),
+    ]
+    for path, streaming in long_runs:
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        conn.request("GET", path)
+        if streaming:
+            res = conn.getresponse()
+            assert res.status == 200 and b'"event"' in res.fp.readline() + res.fp.readline()
+        deadline = time.time() + 30
+        running: list = []
+        while not running and time.time() < deadline:
+            running = jobs()
+            time.sleep(0.2)
+        assert running, f"{path} never started"
+        pid = running[0]["pid"]
+        assert Path(f"/proc/{pid}").exists()
+        conn.close()
+        deadline = time.time() + 10
+        while (jobs() or Path(f"/proc/{pid}").exists()) and time.time() < deadline:
+            time.sleep(0.2)
+        assert jobs() == [] and not Path(f"/proc/{pid}").exists(), path
+
+
+def test_pipeline_split_schedules(client):
+    """/api/pipeline and its figure for the split-backward schedules: ZB-H2's zero span bubble at
+    2p − 1 in flight, a schedule refused under a framework that cannot run it (422, one line),
+    DualPipe's timeline with its overlapped blocks."""
+    r = client.get("/api/pipeline?stages=4&microbatches=8&schedule=zb-h2").json()
+    assert r["span_bubble_units"] == 0 and r["chunks_held_per_stage"] == [7] * 4
+    bad = client.get("/api/pipeline?stages=4&microbatches=8&schedule=dualpipe&framework=fsdp2")
+    assert bad.status_code == 422 and "dualpipe does not run under framework fsdp2" in bad.text
+    svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
+    assert svg.headers["content-type"] == "image/svg+xml"
+    assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text

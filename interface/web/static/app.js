@@ -1,11 +1,16 @@
 // trainplan's pages: the URL is the page's state; every figure and number comes from the API.
-// This file: reading and writing the state, calling the API, the error line, formatting for the
-// eye (GB, %, durations), tables, and the accelerator table at the bottom of every page.
+// This file: the ways in (the original tool's hash links #plan?…, the named examples, a tab's last
+// state), reading and writing the state, calling the API, errors next to their field, formatting
+// for the eye (GB, %, durations), tables, and the accelerator table at the bottom of every page.
+// The page never reads a number itself: each field's text goes to the API as typed, and the API
+// reads it with the command line's grammar (4e6, 4,000,000 and 70B are numbers; lists are ranges
+// or values separated by spaces) and refuses what it cannot read, naming the field.
 "use strict";
 
 const TP = (() => {
   const $ = (sel, root = document) => root.querySelector(sel);
   const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+  const PAGE = document.body.dataset.page;
 
   // ---------------------------------------------------------------- formatting (display only)
   const gb = (b) => (b === null || b === undefined ? "—" : `${(b / 1e9).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })} GB`);
@@ -30,88 +35,265 @@ const TP = (() => {
     return `<table ${attrs}><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
   }
 
+  // ---------------------------------------------------------------- the ways in
+  // The original tool's hash links: #plan?dp=8&tp=4 opens the Planner with those values.
+  const HASH_TABS = { plan: "planner", planner: "planner", pipeline: "pipeline", mfu: "mfu", ckpt: "ckpt", rlhf: "rlhf", search: "search", frontier: "frontier", about: "about" };
+  // Parameters of the page itself, never sent to the API: the example shown, the player's step.
+  const PAGE_ONLY = ["example", "step"];
+  const SOURCES = ["model", "params", "config"]; // the planner's three ways to give a model
+  let INFO = { examples: [], aliases: {} };
+
+  function fromHash() {
+    const m = /^#([a-z]+)(?:\?(.*))?$/i.exec(location.hash);
+    const page = m && HASH_TABS[m[1].toLowerCase()];
+    return page ? { page, query: m[2] || "" } : null;
+  }
+  const never = () => new Promise(() => {});
+  const go = (path) => { location.replace(path); return never(); };
+  window.addEventListener("hashchange", () => { const r = fromHash(); if (r) location.replace(`/${r.page}?${r.query}`); });
+
+  const fieldNames = (form) => new Set(form ? $$("[name]", form).map((el) => el.name) : []);
+
+  // A link's names as the page's: seq_len → seq-len, zero_stage → zero, p → stages.
+  function canonical(params, form) {
+    const names = fieldNames(form), aliases = INFO.aliases[PAGE] || {}, out = new URLSearchParams();
+    for (const [k, v] of params) {
+      const dashed = k.replace(/_/g, "-");
+      out.append(names.has(k) || PAGE_ONLY.includes(k) ? k : names.has(dashed) ? dashed : aliases[k] || aliases[dashed] || dashed, v);
+    }
+    return out;
+  }
+
+  // example=NAME: the example's parameters, then the link's (which override them).
+  function withExample(params) {
+    const name = params.get("example");
+    if (!name) return params;
+    const ex = INFO.examples.find((e) => e.name === name);
+    if (!ex) {
+      params.delete("example");
+      startError = `example: '${name}' is not a named example; the examples are ${INFO.examples.map((e) => e.name).join(", ")}`;
+      return params;
+    }
+    if (ex.page !== PAGE) return null; // the example's own page shows it
+    const given = new Set(params.keys()), merged = new URLSearchParams({ example: name });
+    const source = SOURCES.some((k) => given.has(k));
+    for (const [k, v] of ex.query) if (!given.has(k) && !(source && SOURCES.includes(k))) merged.append(k, v);
+    for (const [k, v] of params) if (k !== "example") merged.append(k, v);
+    return merged;
+  }
+  let startError = "";
+
+  function showPreset() {
+    const box = $("#preset"), name = new URLSearchParams(location.search).get("example");
+    const ex = name && INFO.examples.find((e) => e.name === name);
+    if (!box) return;
+    box.hidden = !ex;
+    if (ex) box.innerHTML = `Example <b>${esc(ex.name)}</b>: ${esc(ex.says)}${ex.source ? ` <span class="note">(${esc(ex.source)})</span>` : ""}`;
+  }
+
+  // Once the user edits a field the address holds every value itself, not the example's name.
+  function dropExample() {
+    const q = new URLSearchParams(location.search);
+    if (!q.has("example")) return;
+    q.delete("example");
+    history.replaceState(null, "", `${location.pathname}?${q}`);
+    const box = $("#preset");
+    if (box && !box.hidden) box.innerHTML += ' <span class="note">— edited</span>';
+  }
+
+  // Each tab keeps its last state for this browser tab: the navigation returns to it.
+  const KEY = (page) => `trainplan:${page}`;
+  function remember() {
+    try { sessionStorage.setItem(KEY(PAGE), location.search); } catch { /* storage off: nothing kept */ }
+    navLinks();
+  }
+  function navLinks() {
+    for (const a of $$("header nav a[data-tab]")) {
+      let saved = null;
+      try { saved = sessionStorage.getItem(KEY(a.dataset.tab)); } catch { /* none */ }
+      a.href = `/${a.dataset.tab}${saved || ""}`;
+    }
+  }
+
+  // Before anything else: the hash link, the example, the saved state or the first-visit example;
+  // the catalogues (model and GPU selects), the examples and the link names. Resolves when the
+  // address holds the page's state in its own names (or never, when another page shows it).
+  async function start(first = "") {
+    const route = fromHash();
+    if (route && route.page !== PAGE) return go(`/${route.page}?${route.query}`);
+    if (route) history.replaceState(null, "", `/${PAGE}?${route.query}`);
+    if (!location.search && !route) {
+      let saved = null;
+      try { saved = sessionStorage.getItem(KEY(PAGE)); } catch { /* none */ }
+      if (saved || first) history.replaceState(null, "", `${location.pathname}${saved || `?${first}`}`);
+    }
+    const [gpus, models, info] = await Promise.all(["/api/gpus", "/api/models", "/api/examples"].map((u) => fetch(u).then((r) => r.json())));
+    INFO = info;
+    catalogues(gpus, models);
+    const form = $("#inputs");
+    const raw = new URLSearchParams(location.search);
+    const exName = raw.get("example");
+    const ex = exName && INFO.examples.find((e) => e.name === exName);
+    if (ex && ex.page !== PAGE) return go(`/${ex.page}?${raw}`);
+    const params = withExample(canonical(raw, form));
+    history.replaceState(null, "", `${location.pathname}?${params}`);
+    for (const sel of $$("select[data-gpus], select[data-models]")) {
+      const keep = params.get(sel.name);
+      if (keep) sel.value = keep;
+    }
+    showPreset();
+    remember();
+    return { gpus, models, info };
+  }
+
   // ---------------------------------------------------------------- the state: URL <-> form
-  // Each form field's name is the query parameter (the CLI option without dashes). Empty fields
-  // are left out (the CLI's default); a field with data-multi holds a comma list sent repeated.
+  // Each form field's name is the query parameter (the CLI option without dashes). A field's
+  // text goes as typed; an empty one is left out, or sends its data-default (shown as its
+  // placeholder) unless the field named by data-default-unless holds a value.
   function fill(form, params) {
     for (const el of $$("[name]", form)) {
       if (el.name.startsWith("_")) continue; // the page's own controls, not parameters
       const values = params.getAll(el.name);
       if (el.type === "checkbox") el.checked = values.includes("true");
       else if (el.type === "radio") el.checked = values.includes(el.value);
-      else el.value = el.dataset.multi !== undefined ? values.join(",") : values.length ? values[values.length - 1] : "";
+      else if (el.type !== "file") el.value = el.dataset.list !== undefined ? values.join(document.body.dataset.listSeparator) : values.length ? values[values.length - 1] : "";
     }
   }
 
-  function query(form) {
+  const active = (el) => !el.disabled && !el.closest("[hidden]") && !el.name.startsWith("_") && el.type !== "file";
+  function value(form, name) {
+    const els = $$(`[name="${name}"]`, form).filter(active);
+    for (const el of els) {
+      if (el.type === "checkbox") { if (el.checked) return "true"; }
+      else if (el.type === "radio") { if (el.checked) return el.value; }
+      else if (el.value.trim() !== "") return el.value.trim();
+    }
+    return "";
+  }
+
+  function query(form, withDefaults = true) {
     const q = new URLSearchParams();
-    for (const el of $$("[name]", form)) {
-      if (el.disabled || el.closest("[hidden]") || el.name.startsWith("_")) continue;
+    for (const el of $$("[name]", form).filter(active)) {
       if (el.type === "checkbox") {
         if (el.checked) q.append(el.name, "true");
       } else if (el.type === "radio") {
         if (el.checked && el.value) q.append(el.name, el.value);
-      } else if (el.dataset.multi !== undefined) {
-        for (const v of el.value.split(",").map((x) => x.trim()).filter(Boolean)) q.append(el.name, v);
-      } else if (el.value.trim() !== "") q.append(el.name, el.value.trim());
+      } else if (el.value.trim() !== "") q.append(el.name, el.value);
+      else if (withDefaults && el.dataset.default && !(el.dataset.defaultUnless && value(form, el.dataset.defaultUnless))) q.append(el.name, el.dataset.default);
     }
     return q;
   }
 
+  // data-off-when="algorithm=dpo; algorithm=grpo&reward=rule": the field does not apply (it is
+  // disabled, kept but not sent) while any ;-clause holds, a clause being &-joined name=value
+  // terms (a checkbox's value is "true" when ticked, "" when not).
+  function conditions(form) {
+    for (const el of $$("[data-off-when]", form)) {
+      const off = el.dataset.offWhen.split(";").some((clause) => clause.trim().split("&").every((term) => {
+        const [k, v = ""] = term.split("=");
+        return value(form, k.trim()) === v.trim();
+      }));
+      el.disabled = off;
+      el.closest("label")?.classList.toggle("off", off);
+    }
+  }
+
   // The link's options that have no field on the form (a search answer's cluster options, say):
-  // with passThrough they travel with every query, unchanged, so the page shows the linked plan.
+  // they travel with every query, unchanged, so the API takes them (or refuses them, by name).
   function linkOnly(form) {
-    const names = new Set($$("[name]", form).map((el) => el.name));
-    return [...new URLSearchParams(location.search)].filter(([k]) => !names.has(k));
+    const names = fieldNames(form);
+    return [...new URLSearchParams(location.search)].filter(([k]) => !names.has(k) && !PAGE_ONLY.includes(k));
   }
 
   // Keep the URL in step with the form; call update(query) now and on every change (debounced).
-  function bind(form, update, { wait = 250, pageOnly = [], passThrough = false } = {}) {
+  function bind(form, update, { wait = 250 } = {}) {
     fill(form, new URLSearchParams(location.search));
-    const extra = passThrough ? linkOnly(form) : [];
-    const full = () => {
-      const q = query(form);
-      for (const [k, v] of extra) q.append(k, v);
-      return q;
-    };
+    conditions(form);
+    const extra = linkOnly(form);
+    const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
     let timer = null;
-    const changed = () => {
+    const changed = (e) => {
+      if (e && e.isTrusted) dropExample();
+      conditions(form);
       clearTimeout(timer);
       timer = setTimeout(() => {
-        const q = full();
+        const address = withExtra(query(form, false));
         const keep = new URLSearchParams(location.search);
-        for (const k of pageOnly) if (keep.has(k)) q.set(k, keep.get(k));
-        history.replaceState(null, "", `${location.pathname}?${q}`);
-        update(q);
+        for (const k of PAGE_ONLY) if (keep.has(k)) address.set(k, keep.get(k));
+        history.replaceState(null, "", `${location.pathname}?${address}`);
+        remember();
+        update(withExtra(query(form)));
       }, wait);
     };
     form.addEventListener("input", changed);
     form.addEventListener("change", changed);
     form.addEventListener("submit", (e) => e.preventDefault());
-    update(full());
+    if (startError) showError(startError, form);
+    update(withExtra(query(form)));
+    document.body.dataset.ready = "true"; // listening: what the user does now is seen
     return changed;
   }
 
-  // A first visit (no query) starts from an example, so every tab shows something.
-  function example(q) {
-    if (!location.search) history.replaceState(null, "", `${location.pathname}?${q}`);
+  function setPageParam(key, val) {
+    const q = new URLSearchParams(location.search);
+    q.set(key, val);
+    history.replaceState(null, "", `${location.pathname}?${q}`);
+    remember();
   }
 
-  function setPageParam(key, value) {
-    const q = new URLSearchParams(location.search);
-    q.set(key, value);
-    history.replaceState(null, "", `${location.pathname}?${q}`);
+  // ---------------------------------------------------------------- errors next to their field
+  // The API's line names the parameter first ("--tp: '0' must be at least 1", "reward: 'rule'
+  // does not apply…"); a line that asks for another ("give --scaleout-gbps") goes to that one.
+  function fieldFor(form, message) {
+    if (!form) return null;
+    const aliases = INFO.aliases[PAGE] || {};
+    const names = [];
+    const give = /give --([\w-]+)/.exec(message);
+    if (give) names.push(give[1]);
+    const head = /^(?:--)?([A-Za-z][\w-]*)/.exec(message);
+    if (head) names.push(head[1], head[1].replace(/_/g, "-"), aliases[head[1]]);
+    for (const name of names.filter(Boolean)) {
+      const el = $$(`[name="${name}"]`, form).find(active);
+      if (el) return el;
+    }
+    return null;
+  }
+
+  function clearFieldErrors() {
+    for (const p of $$(".field-error")) p.remove();
+    for (const el of $$("[aria-invalid=true]")) { el.removeAttribute("aria-invalid"); el.removeAttribute("aria-describedby"); }
+  }
+
+  // Show the error line (the CLI's "Error: " and the API's line) next to its field, with a link
+  // to it at the top (the field may be out of view), or at the top alone when no field is named;
+  // the results that no longer match the inputs are dimmed until the next good answer.
+  function showError(message, form = $("#inputs")) {
+    clearFieldErrors();
+    const box = $("#error");
+    const el = message ? fieldFor(form, message) : null;
+    box.textContent = message ? `Error: ${message}` : "";
+    if (el) {
+      const p = document.createElement("p");
+      p.className = "field-error";
+      p.id = `error-${el.name}`;
+      p.textContent = `Error: ${message}`;
+      (el.closest("label") || el).after(p);
+      el.setAttribute("aria-invalid", "true");
+      el.setAttribute("aria-describedby", p.id);
+      box.textContent = `Error at the ${el.name} field: `;
+      const link = document.createElement("a");
+      link.href = "#";
+      link.className = "to-field";
+      link.textContent = "go to the field";
+      link.addEventListener("click", (e) => { e.preventDefault(); el.focus(); });
+      box.append(link);
+    }
+    box.hidden = !message;
+    document.body.classList.toggle("has-error", Boolean(message));
+    $("#results")?.setAttribute("aria-busy", message ? "true" : "false");
   }
 
   // ---------------------------------------------------------------- the API
-  // The error line is the CLI's: "Error: " and the API's one line.
-  function showError(message) {
-    const box = $("#error");
-    box.textContent = message ? `Error: ${message}` : "";
-    box.hidden = !message;
-    document.body.classList.toggle("has-error", Boolean(message));
-  }
-
   const latest = {};
   // GET a JSON object; answers null for a stale reply (a newer call of the same kind was made).
   async function api(kind, url) {
@@ -127,8 +309,9 @@ const TP = (() => {
     return body;
   }
 
-  // An API figure (SVG) into a container, inline (its text and links stay live).
-  async function figure(container, url) {
+  // An API figure (SVG) into a container, inline (its text and links stay live), named for
+  // assistive technology by the container's data-label and ``label``.
+  async function figure(container, url, label = "") {
     const ticket = (container._ticket = (container._ticket || 0) + 1);
     container.classList.add("loading");
     const res = await fetch(url);
@@ -138,21 +321,21 @@ const TP = (() => {
     if (!res.ok) return false;
     container.innerHTML = text;
     container.dataset.src = url;
+    const svg = $("svg", container);
+    if (svg) {
+      svg.setAttribute("role", $("a", svg) ? "group" : "img"); // a chart of links stays navigable
+      svg.setAttribute("aria-label", [container.dataset.label, label].filter(Boolean).join(": "));
+    }
     return true;
   }
 
   // ---------------------------------------------------------------- catalogue, GPUs, the table
-  async function catalogues() {
-    const [gpus, models] = await Promise.all([fetch("/api/gpus").then((r) => r.json()), fetch("/api/models").then((r) => r.json())]);
+  function catalogues(gpus, models) {
     for (const sel of $$("select[data-gpus]")) {
-      const keep = new URLSearchParams(location.search).get(sel.name);
       for (const g of gpus) sel.add(new Option(`${g.name} (${g.memory_gb} ${g.memory_unit}, ${g.bf16_tflops} TFLOP/s)`, g.name));
-      if (keep) sel.value = keep;
     }
     for (const sel of $$("select[data-models]")) {
-      const keep = new URLSearchParams(location.search).get(sel.name);
       for (const m of models) sel.add(new Option(`${m.name} (${(m.num_params / 1e9).toFixed(1)}B)`, m.name));
-      if (keep) sel.value = keep;
     }
     const box = $("#gpu-table");
     if (box) {
@@ -169,16 +352,20 @@ const TP = (() => {
     }
   }
 
-  return { $, $$, example, gb, pct, num, secs, esc, table, bind, linkOnly, query, fill, setPageParam, api, figure, showError, catalogues };
+  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
-// The tab's script waits for the catalogues, so its form's selects are filled before it reads them.
-window.catalogues = TP.catalogues();
-
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
-// for each; answers the last event, or null after an error (shown as the error line).
-TP.stream = async (url, onEvent) => {
-  const res = await fetch(url);
+// for each; answers the last event, or null after an error (shown next to its field) or a cancel
+// (signal aborted: the server stops the search when the request closes).
+TP.stream = async (url, onEvent, signal) => {
+  let res;
+  try {
+    res = await fetch(url, { signal });
+  } catch (e) {
+    if (e.name === "AbortError") return null;
+    throw e;
+  }
   if (!res.ok) {
     const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
     TP.showError(body.error);
@@ -189,7 +376,14 @@ TP.stream = async (url, onEvent) => {
   const decoder = new TextDecoder();
   let buffer = "", last = null;
   for (;;) {
-    const { value, done } = await reader.read();
+    let chunk;
+    try {
+      chunk = await reader.read();
+    } catch (e) {
+      if (e.name === "AbortError") return null;
+      throw e;
+    }
+    const { value, done } = chunk;
     buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
     let nl;
     while ((nl = buffer.indexOf("\n")) >= 0) {
@@ -205,23 +399,36 @@ TP.stream = async (url, onEvent) => {
 };
 
 // The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
-// with a visible progress indicator; render(result event, query) draws the answer.
+// with a visible progress indicator and a Cancel button; render(result event, query) draws the
+// answer.
 TP.searchPage = async (kind, render) => {
-  TP.example("model=llama3-70b&gpus=64");
-  await window.catalogues;
-  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), button = TP.$("#run");
+  await TP.start("model=llama3-70b&gpus=64");
+  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), button = TP.$("#run"), cancel = TP.$("#cancel");
   TP.fill(form, new URLSearchParams(location.search));
-  const keepUrl = () => history.replaceState(null, "", `${location.pathname}?${TP.query(form)}`);
+  const extra = TP.linkOnly(form);
+  const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
+  const keepUrl = (e) => {
+    if (e && e.isTrusted) TP.dropExample();
+    history.replaceState(null, "", `${location.pathname}?${withExtra(TP.query(form, false))}`);
+    TP.remember();
+  };
   form.addEventListener("input", keepUrl);
   form.addEventListener("change", keepUrl);
+  let running = null;
+  cancel.addEventListener("click", () => running?.abort());
   async function run() {
-    const q = TP.query(form);
+    running?.abort();
+    const controller = (running = new AbortController());
+    const q = withExtra(TP.query(form));
     keepUrl();
     button.disabled = true;
+    cancel.hidden = false;
     TP.$("#progress").hidden = false;
-    TP.$("#status").className = "muted";
-    TP.$("#status").textContent = "";
+    const status = TP.$("#status");
+    status.className = "muted";
+    status.textContent = "";
     TP.$("#explanation").innerHTML = "";
+    TP.$("#results").classList.add("stale");
     bar.removeAttribute("value");
     const t0 = performance.now();
     const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
@@ -236,19 +443,30 @@ TP.searchPage = async (kind, render) => {
         bar.removeAttribute("value");
         text.textContent = `CP-SAT: ${e.count} solution(s) found, best so far ${e.best}`;
       }
-    });
+    }, controller.signal);
     clearInterval(tick);
+    if (running !== controller) return; // a newer run took over
+    running = null;
     button.disabled = false;
+    cancel.hidden = true;
+    if (controller.signal.aborted) {
+      bar.max = 1;
+      bar.value = 0;
+      text.textContent = `cancelled after ${elapsed()}; the server stopped the search`;
+      status.textContent = "cancelled";
+      status.className = "status cancelled";
+      return;
+    }
     if (!last) { TP.$("#progress").hidden = true; return; }
+    TP.$("#results").classList.remove("stale");
     bar.max = 1;
     bar.value = 1;
     text.textContent = `done in ${elapsed()}`;
-    const r = last.result, status = TP.$("#status");
+    const r = last.result;
     // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's
     // words; the per-stage frontier (per_stage true) in status, in the same words.
     const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
     status.className = `status ${proof}`;
-    status.id = "status";
     status.textContent = r.per_stage
       ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
@@ -256,6 +474,7 @@ TP.searchPage = async (kind, render) => {
     render(last, q);
   }
   form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  document.body.dataset.ready = "true";
   const q0 = new URLSearchParams(location.search);
   if ((q0.get("model") || q0.get("params")) && q0.get("gpus")) run();
 };

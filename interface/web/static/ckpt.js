@@ -1,11 +1,12 @@
 // The checkpointing tab: /api/ckpt, one frame per step (/api/figures/ckpt-step) to step through
-// or play, and the held-over-time chart.
+// or play, and the held-over-time chart. The step shown is the page's own (step= in the address,
+// never sent to /api/ckpt, which would answer that step alone); the player works from the keyboard.
 "use strict";
 (async () => {
-  TP.example("layers=9&every=3&step=1");
-  await window.catalogues;
-  let report = null, query = null, step = Number(new URLSearchParams(location.search).get("step")) || 1, timer = null;
-  const slider = TP.$("#slider"), play = TP.$("#play"), delay = TP.$("#delay");
+  await TP.start("layers=9&every=3&step=1");
+  let report = null, query = null, timer = null;
+  let step = Number(new URLSearchParams(location.search).get("step")) || 1;
+  const slider = TP.$("#slider"), play = TP.$("#play"), delay = TP.$("#delay"), player = TP.$("#player");
 
   function show(s) {
     if (!report) return;
@@ -13,31 +14,42 @@
     step = Math.min(Math.max(1, s), total);
     slider.max = total;
     slider.value = step;
+    slider.setAttribute("aria-valuetext", `step ${step} of ${total}`);
     const st = report.steps[step - 1];
     TP.$("#step-info").textContent = `step ${step} of ${total}: ${st.phase} layer ${st.layer} — ${st.held} held (no checkpointing: ${st.held_without_checkpointing})`;
     TP.$("#step-info").dataset.step = step;
     TP.setPageParam("step", step);
     const q = new URLSearchParams(query);
     q.set("step", step);
-    TP.figure(TP.$("#frame"), `/api/figures/ckpt-step?${q}`);
+    TP.figure(TP.$("#frame"), `/api/figures/ckpt-step?${q}`, `step ${step} of ${total}, ${st.phase} layer ${st.layer}, ${st.held} held`);
   }
 
   function stop() {
     clearInterval(timer);
     timer = null;
     play.textContent = "▶ play";
+    play.setAttribute("aria-label", "play");
   }
-  play.addEventListener("click", () => {
+  function toggle() {
+    if (!report) return;
     if (timer) return stop();
     play.textContent = "⏸ pause";
+    play.setAttribute("aria-label", "pause");
     if (step >= report.steps.length) show(1);
     timer = setInterval(() => (step >= report.steps.length ? stop() : show(step + 1)), Math.max(50, Number(delay.value) * 1000));
-  });
+  }
+  play.addEventListener("click", toggle);
   TP.$("#first").addEventListener("click", () => { stop(); show(1); });
   TP.$("#prev").addEventListener("click", () => { stop(); show(step - 1); });
   TP.$("#next").addEventListener("click", () => { stop(); show(step + 1); });
   TP.$("#last").addEventListener("click", () => { stop(); show(report.steps.length); });
   slider.addEventListener("input", () => { stop(); show(Number(slider.value)); });
+  player.addEventListener("keydown", (e) => {
+    if (!report || e.target === delay) return;
+    const keys = { ArrowLeft: () => show(step - 1), ArrowRight: () => show(step + 1), Home: () => show(1), End: () => show(report.steps.length) };
+    if (e.key === " " && e.target.tagName !== "BUTTON") { e.preventDefault(); toggle(); return; }
+    if (keys[e.key] && e.target !== slider) { e.preventDefault(); stop(); keys[e.key](); }
+  });
 
   TP.bind(TP.$("#inputs"), async (q) => {
     stop();
@@ -52,6 +64,6 @@
       ["checkpoints", r.checkpoints.join(", "), `every ${r.every} of ${r.layers} layers`],
     ].map(([k, v, note, id]) => `<div><b ${id ? `id="${id}"` : ""}>${TP.esc(v)}</b><span>${k}: ${TP.esc(note)}</span></div>`).join("");
     show(step);
-    TP.figure(TP.$("#held"), `/api/figures/ckpt-held?${q}`);
-  }, { pageOnly: ["step"] });
+    TP.figure(TP.$("#held"), `/api/figures/ckpt-held?${q}`, `peak ${r.peak_held} against ${r.peak_held_without_checkpointing}`);
+  });
 })();

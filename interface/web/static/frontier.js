@@ -21,7 +21,7 @@ TP.searchPage("frontier", async (last, q) => {
     ["", (p, i) => `<a href="${TP.esc(last.planner[i])}">planner</a>`],
   ], 'id="points-table"');
   const chart = TP.$("#chart");
-  await TP.figure(chart, `/api/figures/frontier?${q}`);
+  await TP.figure(chart, `/api/figures/frontier?${q}`, `${r.points.length} points against ${r.against}`);
   TP.$$("a[target]", chart).forEach((a) => a.removeAttribute("target")); // open here, as a page link
   const tip = TP.$("#tooltip");
   const rows = TP.$$("#points-table tbody tr");

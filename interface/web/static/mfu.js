@@ -1,14 +1,14 @@
-// The MFU & HFU tab: /api/mfu from one of three measurements.
+// The MFU & HFU tab: /api/mfu from one of three measurements (a step, a throughput, a FLOP rate).
 "use strict";
 (async () => {
-  TP.example("params=70e9&tokens=4e6&step-seconds=7&peak-tflops=989&chips=512");
-  await window.catalogues;
+  await TP.start("params=70e9&tokens=4e6&step-seconds=7&peak-tflops=989&chips=512");
   const q0 = new URLSearchParams(location.search);
   const mode = q0.has("tokens-per-second") ? "throughput" : q0.has("achieved-pflops") || q0.has("achieved-tflops-per-gpu") ? "rate" : "step";
   const form = TP.$("#inputs");
+  // A mode shows its fields; the others' are hidden, so not sent (the params field serves two).
   function showMode() {
     const m = TP.$("input[name=_mode]:checked").value;
-    for (const box of TP.$$("[data-mode]")) box.hidden = box.dataset.mode !== m;
+    for (const box of TP.$$("[data-mode]")) box.hidden = !box.dataset.mode.split(" ").includes(m);
   }
   TP.$(`input[name=_mode][value=${mode}]`).checked = true;
   showMode();

@@ -1,10 +1,9 @@
-// The pipeline tab: /api/pipeline and its timeline figure.
+// The pipeline tab: /api/pipeline (its numbers, without the passes) and its timeline figure.
 "use strict";
 (async () => {
-  TP.example("stages=4&microbatches=8&schedule=1f1b");
-  await window.catalogues;
+  await TP.start("stages=4&microbatches=8&schedule=1f1b");
   TP.bind(TP.$("#inputs"), async (q) => {
-    const r = await TP.api("pipeline", `/api/pipeline?${q}`);
+    const r = await TP.api("pipeline", `/api/pipeline?${q}&timeline=false`);
     if (!r) return;
     TP.$("#bubble").innerHTML = [
       ["bubble_fraction", `${r.bubble_fraction_exact} = ${TP.pct(r.bubble_fraction)}`, `idle share of the step, ${r.bubble_fraction_formula}`, "bubble-fraction"],
@@ -12,6 +11,6 @@
       ["step", `${r.step_time_units} units`, `${r.schedule}: ${r.stages} stages × ${r.microbatches} micro-batches, v = ${r.virtual_stages}, backward = ${r.backward_ratio} × forward`],
     ].map(([k, v, note, id]) => `<div><b ${id ? `id="${id}"` : ""}>${TP.esc(v)}</b><span>${k}: ${TP.esc(note)}</span></div>`).join("");
     TP.$("#held").innerHTML = TP.table(r.held_per_stage.map((h, i) => ({ h, i })), [["stage", (x) => x.i], ["micro-batches held", (x) => x.h]], 'id="held-table"');
-    TP.figure(TP.$("#timeline"), `/api/figures/pipeline?${q}`);
+    TP.figure(TP.$("#timeline"), `/api/figures/pipeline?${q}`, `${r.schedule}, ${r.stages} stages, ${r.microbatches} micro-batches, v = ${r.virtual_stages}, bubble ${TP.pct(r.bubble_fraction)}`);
   });
 })();

@@ -1,8 +1,7 @@
 // The planner tab: /api/evaluate and its memory figure for the form's inputs.
 "use strict";
 (async () => {
-  TP.example("model=llama3-70b&dp=2&tp=4&pp=8");
-  await window.catalogues;
+  const { gpus } = await TP.start("model=llama3-70b&dp=2&tp=4&pp=8");
   const form = TP.$("#inputs");
   const params = new URLSearchParams(location.search);
   const source = params.get("config") ? "config" : params.get("params") ? "size" : "catalogue";
@@ -34,8 +33,10 @@
     ["pipeline outputs kept", "pipeline_output_bytes"], ["optimizer step extra (no activations then)", "optimizer_step_bytes"],
   ];
 
+  // Every part is drawn from this answer or cleared: nothing of a previous model stays on screen
+  // (a size alone has no activations, FLOPs or step time: those read "—").
   function render(d) {
-    const m = d.memory, lay = d.layout, t = d.time, p = d.pipeline;
+    const m = d.memory, lay = d.layout, t = d.time || {}, p = d.pipeline || {}, flops = d.flops || {};
     TP.$("#headline").innerHTML = `<b>${TP.esc(d.model.name)}</b>: ${TP.num(d.model.num_params)} parameters on ${TP.num(d.num_gpus)} × ${TP.esc(d.gpu.name)}<br>` +
       `<span class="mono">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp} (ep ${lay.ep}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}</span>`;
     const v = TP.$("#verdict");
@@ -49,11 +50,11 @@
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
     TP.$("#memory-table").innerHTML = TP.table(rows, [["term", (r) => TP.esc(r.name)], ["bytes per GPU", (r) => `<span ${r.id ? 'id="memory-total"' : ""}>${TP.gb(r.v)}</span>`]]) +
       (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
-    TP.$("#zero-table").innerHTML = TP.table(d.zero_table, [
+    TP.$("#zero-table").innerHTML = TP.table(d.zero_table || [], [
       ["ZeRO", (r) => r.zero_stage], ["model state", (r) => TP.gb(r.model_state_bytes)],
       ["reduction", (r) => `${r.reduction.toFixed(2)}×`], ["DP bytes/step", (r) => TP.gb(r.dp_bytes_per_step)],
     ]);
-    TP.$("#traffic-table").innerHTML = TP.table(d.traffic, [
+    TP.$("#traffic-table").innerHTML = TP.table(d.traffic || [], [
       ["axis", (r) => r.axis], ["collective", (r) => TP.esc(r.collective)], ["group", (r) => r.group_size],
       ["bytes/step", (r) => TP.gb(r.bytes_per_step)], ["link", (r) => (r.link === "nvlink" ? "NVLink (fits in a domain)" : TP.esc(r.link))],
       ["time if not overlapped", (r) => TP.secs(r.seconds)], ["exposed", (r) => TP.secs(r.exposed_seconds)],
@@ -62,12 +63,33 @@
       ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute)", TP.pct(p.bubble_ratio)],
       ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.secs(t.step_s), "step-time"],
       ["compute + bubble + exposed comm", `${TP.secs(t.compute_s)} + ${TP.secs(t.bubble_s)} + ${TP.secs(t.exposed_comm_s)}`],
-      [`MFU (${d.flops.convention})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], ["HFU", TP.pct(t.hfu), "hfu"],
+      [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], ["HFU", TP.pct(t.hfu), "hfu"],
     ].map(([k, val, id]) => `<div><b ${id ? `id="${id}"` : ""}>${val}</b><span>${k}</span></div>`).join("");
-    TP.$("#assumptions").innerHTML = d.assumptions.map((a) => `<li>${TP.esc(a)}</li>`).join("");
-    TP.$("#defaults").textContent = Object.keys(d.defaults_used).length ? "Defaults used: " + Object.entries(d.defaults_used).map(([k, x]) => `${k} = ${x}`).join(", ") : "";
-    TP.$("#notes").innerHTML = d.notes.map((n) => `<li>Note: ${TP.esc(n)}</li>`).join("");
+    TP.$("#assumptions").innerHTML = (d.assumptions || []).map((a) => `<li>${TP.esc(a)}</li>`).join("");
+    const used = Object.entries(d.defaults_used || {});
+    TP.$("#defaults").textContent = used.length ? "Defaults used: " + used.map(([k, x]) => `${k} = ${x}`).join(", ") : "";
+    TP.$("#notes").innerHTML = (d.notes || []).map((n) => `<li>Note: ${TP.esc(n)}</li>`).join("");
   }
+
+  // An accelerator whose table row lacks a link figure takes it from the Links fields: each
+  // field shows the chosen accelerator's figure, or that it must be given.
+  const LINKS = { "scaleout-gbps": "scaleout_gbps", "nvlink-gbps": "nvlink_gbps", "nvlink-domain": "nvlink_domain" };
+  function showLinks() {
+    const name = TP.value(form, "gpu") || "H100-SXM", g = gpus.find((x) => x.name === name);
+    const missing = [];
+    for (const [field, key] of Object.entries(LINKS)) {
+      const el = TP.$(`input[name=${field}]`, form), known = g && g[key] !== null && g[key] !== undefined;
+      el.placeholder = known ? `${TP.num(g[key])} (table)` : "needed: not in the table";
+      el.closest("label").classList.toggle("needed", !known && !el.value.trim());
+      if (!known) missing.push(field);
+    }
+    TP.$("#links-note").textContent = missing.length
+      ? `${name}'s row in the accelerator table has no ${missing.join(", ")}: give ${missing.length > 1 ? "them" : "it"} here (your cluster's figures per GPU and per direction; e.g. scale-out 50 GB/s is one 400 Gb/s NIC per GPU).`
+      : `${name}'s figures come from the accelerator table, unless given here.`;
+  }
+  showLinks();
+  form.addEventListener("change", showLinks);
+  form.addEventListener("input", showLinks);
 
   // A link from the search or frontier may set options this form has no field for: they are kept
   // as they came, and said.
@@ -76,10 +98,10 @@
     ? "From the link, options without a field here (kept): " + extra.map(([k, x]) => `${k} = ${x}`).join(", ")
     : "";
   TP.bind(form, async (q) => {
-    if (!q.get("model") && !q.get("params") && !q.get("config")) return;
+    if (TP.$("input[name=_source]:checked").value === "config" && !q.get("config")) return; // no file yet
     const d = await TP.api("evaluate", `/api/evaluate?${q}`);
     if (!d) return;
     render(d);
-    TP.figure(TP.$("#memory-figure"), `/api/figures/memory?${q}`);
-  }, { passThrough: true });
+    TP.figure(TP.$("#memory-figure"), `/api/figures/memory?${q}`, `${d.model.name} on ${TP.num(d.num_gpus)} × ${d.gpu.name}: total ${TP.gb(d.memory.total_bytes)} of ${TP.gb(d.memory.capacity_bytes)}, ${d.memory.fits ? "fits" : "does not fit"}`);
+  });
 })();

@@ -1,8 +1,7 @@
 // The RLHF tab: /api/rlhf — the roles' resident memory and the phases' shares.
 "use strict";
 (async () => {
-  TP.example("algorithm=grpo&policy-params=70e9&reward=rule");
-  await window.catalogues;
+  await TP.start("algorithm=grpo&policy-params=70e9&reward=rule");
   const tb = (b) => `${(b / 1e12).toFixed(3)} TB`;
   const bar = (x) => `<div class="bar" title="${TP.pct(x)}"><span style="width:${(x * 100).toFixed(2)}%"></span></div>`;
   TP.bind(TP.$("#inputs"), async (q) => {

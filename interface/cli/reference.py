@@ -1,0 +1,400 @@
+"""Reference pages generated from the code: every command and option of the command line (from
+click's command objects, as ``--help`` prints them) and every key of the ``--json`` objects (from
+real runs of the builders, with each key's type, an example value and what it means).
+
+The documentation site (``mkdocs.yml``, ``docs/hooks.py``) puts :func:`cli_markdown` into
+``docs/reference/cli.md`` and :func:`json_markdown` into ``docs/reference/json.md`` when it is
+built, so neither page can drift from the code; ``tests/test_docs.py`` holds every command and
+option to the first and every key of the evaluate object to :data:`KEY_DOCS`.
+
+    python -m trainplan.interface.cli.reference cli     # print the CLI reference (Markdown)
+    python -m trainplan.interface.cli.reference json    # print the JSON reference (Markdown)
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+__all__ = [
+    "cli_markdown",
+    "json_markdown",
+    "option_names",
+    "json_keys",
+    "JSON_RUNS",
+    "KEY_DOCS",
+    "key_doc",
+    "run_json",
+]
+
+
+def _escape(text: str) -> str:
+    """Text for a Markdown table cell or paragraph: no HTML, emphasis or cell breaks."""
+    for a, b in (("\\", "\\\\"), ("*", "\\*"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;")):
+        text = text.replace(a, b)
+    return text
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    from trainplan.interface.cli import _register, cli
+
+    _register()
+    ctx = click.Context(cli, info_name="trainplan")
+    out = []
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
+        out.append((name, command))
+    return out
+
+
+def option_names() -> dict[str, list[str]]:
+    """Every command's options, each by all its spellings (``--flash/--no-flash`` as both)."""
+    return {
+        name: [
+            opt
+            for p in command.params
+            for opt in (*p.opts, *p.secondary_opts)
+            if opt.startswith("-")
+        ]
+        for name, command in _commands()
+    }
+
+
+def _help_paragraphs(command: click.Command) -> str:
+    text = inspect.cleandoc(command.help or "").replace("\b\n", "")
+    return "\n\n".join(_escape(" ".join(p.split())) for p in text.split("\n\n") if p.strip())
+
+
+def cli_markdown() -> str:
+    """The command-line reference: per command its help, its usage line and a table of every
+    option as ``--help`` shows it (spellings, value type, help, default)."""
+    from trainplan.interface.cli import cli
+
+    lines = [
+        "Every command of `trainplan`, with every option, as `trainplan COMMAND --help` prints it "
+        "(generated from the command line's own definitions when this site is built).",
+        "",
+    ]
+    for name, command in _commands():
+        ctx = click.Context(command, info_name=f"trainplan {name}", parent=click.Context(cli))
+        usage = " ".join(command.collect_usage_pieces(ctx))
+        lines += [f"## trainplan {name}", "", _help_paragraphs(command), ""]
+        lines += ["```text", f"trainplan {name} {usage}", "```", ""]
+        for title, params in _sections(command):
+            lines += [f"**{title}**", ""] if title else []
+            lines += ["| option | what it does |", "| --- | --- |"]
+            for param in params:
+                record = param.get_help_record(ctx)
+                if record is None:
+                    continue
+                spelling, help_text = record
+                if isinstance(param, click.Argument):
+                    required = " (required)." if param.required else "."
+                    help_text = "The command's argument" + required
+                lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def _sections(command: click.Command) -> list[tuple[str | None, list[click.Parameter]]]:
+    """A command's parameters as ``--help`` groups them: (title, parameters) per option group
+    (:func:`interface.cli.options.option_groups`) in order, the arguments first and the options
+    of no group last ("Other options"); one untitled section for a command without groups."""
+    groups = getattr(command, "option_groups", None) or []
+    if not groups:
+        return [(None, list(command.params))]
+    arguments: list[click.Parameter] = [p for p in command.params if isinstance(p, click.Argument)]
+    rest: list[click.Parameter] = [
+        p
+        for p in command.params
+        if isinstance(p, click.Option) and getattr(p, "group", None) is None
+    ]
+    out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
+        arguments
+    )
+    out += [(g.title, [*g.options]) for g in groups]
+    return out + [("Other options", rest)] * bool(rest)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+JSON_RUNS: dict[str, list[str]] = {
+    "evaluate": [
+        "evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM", "--dp", "2", "--tp", "4",
+        "--pp", "8", "--per-stage",
+    ],
+    "search": ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"],
+    "search --top": ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--top", "2"],
+    "search --per-stage": [
+        "search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--per-stage",
+        "--per-stage-shapes", "2",
+    ],
+    "frontier": ["frontier", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"],
+    "pipeline": ["pipeline", "--stages", "4", "--microbatches", "8"],
+    "mfu": ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--gpu", "H100-SXM", "--chips", "512"],
+    "ckpt": ["ckpt", "--layers", "9", "--every", "3"],
+    "rlhf": ["rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule"],
+    "rlhf --model": [
+        "rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule", "--gpus", "64",
+    ],
+    "gpus": ["gpus"],
+    "models": ["models"],
+}  # fmt: skip
+"""The runs whose ``--json`` objects the JSON reference lists: small, fast cases of each kind."""
+
+KEY_DOCS: dict[str, str] = {
+    "num_gpus": "G = dp·tp·pp·cp, the GPUs of the layout.",
+    "model": "The model: its catalogue name (or the config file's), its parameter counts and source.",
+    "model.name": "Catalogue name, or the config file's path, or `params` for a declared size.",
+    "model.num_params": "Parameters, exact (the MTP modules included).",
+    "model.num_active_params": "Parameters a token passes through (MoE: the routed experts it uses).",
+    "model.padded_vocab_size": "Vocabulary rows after the framework's padding for tp.",
+    "model.source": "Where the model's dimensions come from.",
+    "gpu": "The accelerator: name, memory, dense BF16 peak, source.",
+    "gpu.name": "Accelerator name as in `trainplan gpus`.",
+    "gpu.memory_bytes": "Memory as the vendor states it, in bytes.",
+    "gpu.peak_flops_per_s": "Dense BF16 peak, FLOP/s.",
+    "gpu.source": "Vendor datasheet the figures come from.",
+    "layout": "The layout evaluated, every default filled in.",
+    "layout.dp": "Data-parallel degree.",
+    "layout.tp": "Tensor-parallel degree.",
+    "layout.pp": "Pipeline-parallel degree (stages).",
+    "layout.cp": "Context-parallel degree.",
+    "layout.cp_kind": "How cp ranks exchange attention's inputs: ring, all-gather, ulysses, a2a+p2p.",
+    "layout.cp_a2a": "Inner all-to-all degree of the a2a+p2p hybrid; null otherwise.",
+    "layout.ep": "Expert-parallel degree (carved from dp·cp).",
+    "layout.etp": "Expert tensor-parallel degree (routed experts over etp·ep ranks).",
+    "layout.framework": "Framework profile: megatron, deepspeed, fsdp2 or textbook.",
+    "layout.zero_stage": "ZeRO stage under the framework's mechanism (0–3).",
+    "layout.recompute": "Activation recomputation: none, selective, sqrt or full.",
+    "layout.recompute_layers": "Fully recomputed layers per stage (per chunk when interleaved); null without.",
+    "layout.micro_batch_size": "b, sequences per micro-batch.",
+    "layout.global_batch_size": "B, sequences per step.",
+    "layout.num_microbatches": "m = B/(b·dp).",
+    "layout.schedule": "Pipeline schedule: gpipe, 1f1b or interleaved.",
+    "layout.virtual_stages": "v, model chunks per pipeline stage (interleaved).",
+    "layout.seq_len": "s, tokens per sequence.",
+    "layout.sequence_parallel": "Megatron's sequence parallelism (on by default when tp > 1).",
+    "layout.tp_block_inputs": "With sequence parallelism, what tensor parallelism keeps of each "
+    "block's all-gathered input: `gathered` (whole on every tp rank, torchtitan's plan, fsdp2's "
+    "default) or `sharded` (the sequence shard); null without sequence parallelism.",
+    "layout.flash_attention": "FlashAttention (no stored score matrix; causal FLOPs).",
+    "layout.activation_convention": "paper (Korthikanti et al.) or pytorch (what PyTorch's kernels keep).",
+    "layout.memory_efficient_norm": "Norms keep their output instead of their input.",
+    "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
+    "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",
+    "layout.optimizer_bytes_per_param": "Optimizer-state bytes per parameter (12: FP32 master + two moments).",
+    "layout.stage_layers": "Transformer layers per pipeline stage.",
+    "layout.chunk_layers": "Layers per model chunk in model order (what --stage-layers takes).",
+    "layout.rank_order": "Rank order, inner to outer (Megatron-LM's default tp-cp-ep-dp-pp).",
+    "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",
+    "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
+    "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
+    "memory.weights_bytes": "Weights held on the GPU.",
+    "memory.gradients_bytes": "Gradients held on the GPU.",
+    "memory.optimizer_bytes": "Optimizer state held on the GPU.",
+    "memory.model_state_bytes": "Weights + gradients + optimizer state.",
+    "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and the next.",
+    "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",
+    "memory.host_bytes": "Offloaded state on the host, per GPU.",
+    "memory.host_bytes_per_node": "Offloaded state on the host, per node.",
+    "memory.host_capacity_bytes": "Host memory per GPU available to offload.",
+    "memory.host_fits": "Whether the host holds what is offloaded (null without offload).",
+    "memory.activations_bytes": "What the transformer layers keep for backward over the "
+    "micro-batches in flight (checkpoints included).",
+    "memory.embedding_activations_bytes": "Embedding and output-layer activations (FP32 logits on the last stage).",
+    "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed "
+    "holds at the peak, less its checkpoint, counted once.",
+    "memory.pipeline_output_bytes": "Pipeline outputs kept until sent (0 when deallocated after the send).",
+    "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
+    "memory.activation_offload_buffer_bytes": "Layers of offloaded activations kept on the GPU (never offloaded, in transit).",
+    "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
+    "memory.buffers_bytes": "Live in forward/backward only: unsharded gradients before reduction, communication buckets.",
+    "memory.optimizer_step_bytes": "What the optimizer step adds to the model state (no activations then).",
+    "memory.total_bytes": "The peak over the step's phases (forward/backward or the optimizer step).",
+    "memory.peak_phase": "Where the peak is: forward-backward or optimizer-step.",
+    "memory.steady_bytes": "The steady-state sum (model state + activations), without the phase peak.",
+    "memory.capacity_bytes": "Usable capacity: HBM less the runtime reserve (textbook: the vendor's figure).",
+    "memory.capacity_unit": "How the capacity is stated (GiB of HBM less reserve, or vendor GB).",
+    "memory.runtime_reserve_bytes": "Reserve for driver, CUDA context, NCCL buffers, fragmentation (--memory-reserve).",
+    "memory.fits": "Whether total_bytes fits the capacity (and the host its share).",
+    "memory.fits_covers": "What the verdict covers: everything, or model state only (a declared size).",
+    "memory.overflow_bytes": "By how much it does not fit (0 when it fits).",
+    "memory.activations_unavailable": "Why activations are not counted (a declared size without dimensions); null otherwise.",
+    "zero_table": "Model state and DP traffic of each ZeRO stage of the framework, same layout.",
+    "zero_table[].zero_stage": "ZeRO stage.",
+    "zero_table[].model_state_bytes": "Model state per GPU at that stage.",
+    "zero_table[].reduction": "Model state of the first row ÷ this row's.",
+    "zero_table[].dp_bytes_per_step": "Data-parallel bytes sent per GPU per step at that stage.",
+    "traffic": "One row per parallel axis (dp, tp, cp, ep, pp).",
+    "traffic[].axis": "The axis.",
+    "traffic[].collective": "The collective the mechanism runs.",
+    "traffic[].group_size": "Ranks in the axis's group.",
+    "traffic[].bytes_per_step": "Ring bytes sent per GPU per step.",
+    "traffic[].microbatch_bytes": "The part sent once per micro-batch (for one micro-batch).",
+    "traffic[].link": "nvlink or scale-out (none for degree 1).",
+    "traffic[].bandwidth_bytes_per_s": "The link's bandwidth per GPU per direction.",
+    "traffic[].seconds": "Time if nothing overlapped it.",
+    "traffic[].overlap": "How the axis overlaps compute (a fraction under the single model, the mechanism otherwise).",
+    "traffic[].exposed_seconds": "Time left on the critical path.",
+    "pipeline": "The bubble both ways and the micro-batches held.",
+    "pipeline.bubble_fraction": "(p − 1)/(v·m + p − 1): the idle share of the step.",
+    "pipeline.bubble_ratio": "(p − 1)/(v·m): bubble time over compute.",
+    "pipeline.microbatches_in_flight": "Micro-batches of activations held on the busiest stage.",
+    "flops": "FLOPs per step (null for a declared size without dimensions).",
+    "flops.model_flops": "Model FLOPs per step under the MFU convention.",
+    "flops.hardware_flops": "Hardware FLOPs per step (recomputation included).",
+    "flops.convention": "MFU convention: 6n, 6n+attention or megatron.",
+    "time": "Step time and utilisation, with the time model's figures.",
+    "time.time_model": "roofline or single.",
+    "time.compute_s": "m × the slowest stage's micro-batch (operations and exposed tp, cp, ep).",
+    "time.bubble_s": "The pipeline bubble's time.",
+    "time.exposed_comm_s": "Exposed communication (dp, pipeline messages).",
+    "time.optimizer_s": "The optimizer step.",
+    "time.offload_s": "Optimizer and parameter offload, exposed.",
+    "time.activation_offload_s": "Activation offload left exposed.",
+    "time.step_s": "Seconds per step.",
+    "time.mfu": "Model FLOPs utilisation (0–1) under the convention.",
+    "time.mfu_with_attention": "MFU counting attention FLOPs (6n+attention) beside a 6n figure.",
+    "time.hfu": "Hardware FLOPs utilisation (0–1).",
+    "time.tokens_per_s": "B·s / step_s.",
+    "time.roofline": "The roofline model's efficiencies and latencies.",
+    "time.roofline.gemm_efficiency": "e_GEMM, the GEMM efficiency for deep GEMMs.",
+    "time.roofline.attention_efficiency": "FlashAttention core's share of peak (null without FlashAttention).",
+    "time.roofline.hbm_efficiency": "Share of HBM bandwidth memory-bound kernels reach.",
+    "time.roofline.scaleup_efficiency": "Share of NVLink bandwidth collectives reach.",
+    "time.roofline.scaleout_efficiency": "Share of the NIC's bandwidth collectives reach.",
+    "time.roofline.collective_base_latency_s": "NCCL's base latency per collective.",
+    "time.roofline.scaleup_hop_latency_s": "Latency per ring step on NVLink.",
+    "time.roofline.scaleout_hop_latency_s": "Latency per ring step over the network.",
+    "time.roofline.kernel_overhead_s": "Launch overhead per kernel.",
+    "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async or full.",
+    "time.grad_reduce_overlap": "Once-per-step DP traffic overlapped with compute.",
+    "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
+    "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
+    "assumptions": "Every convention and default behind the figures, as sentences.",
+    "notes": "What the figures leave out or bound, as sentences.",
+    "defaults_used": "The inputs that took a default, with the value.",
+    "stages": "With --per-stage: one row per pipeline stage.",
+    "stages[].stage": "The stage, counted from 0.",
+    "stages[].stage_layers": "Transformer layers on the stage.",
+    "stages[].stage_state_bytes": "Model state on one GPU of the stage.",
+    "stages[].stage_activation_bytes": "Layer activations held at the stage's peak.",
+    "stages[].stage_other_activation_bytes": "Embedding/output-layer activations, recompute and "
+    "context-parallel transients, offload buffers.",
+    "stages[].stage_in_flight": "Micro-batches of activations the schedule holds on the stage.",
+    "stages[].stage_total_bytes": "The stage's peak per GPU.",
+}
+"""What each key of the evaluate object means (units: bytes, seconds, 0–1 fractions)."""
+
+
+def key_doc(path: str) -> str | None:
+    """What an evaluate key means (:data:`KEY_DOCS`; each ``defaults_used`` entry is an input
+    that took its default), or None when the key is not documented."""
+    if path.startswith("defaults_used."):
+        return f"The default {path.split('.', 1)[1]} took (not given)."
+    return KEY_DOCS.get(path)
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def json_keys(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every key path of a JSON object with its first value: ``a.b``, ``a[].c`` for the objects
+    of a list (each key once, as the first element that has it)."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            yield path, value
+            yield from json_keys(value, path)
+    elif isinstance(obj, list):
+        seen: set[str] = set()
+        for item in obj:
+            if isinstance(item, dict):
+                for path, value in json_keys(item, f"{prefix}[]"):
+                    if path not in seen:
+                        seen.add(path)
+                        yield path, value
+
+
+def run_json(args: list[str]) -> Any:
+    """The ``--json`` object of one run of the command line (in this process)."""
+    from click.testing import CliRunner
+
+    from trainplan.interface.cli import cli
+
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    if result.exit_code not in (0, 1):
+        raise RuntimeError(f"trainplan {' '.join(args)} --json: {result.output}")
+    return json.loads(result.stdout)
+
+
+def _example(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return ""
+    text = json.dumps(value, ensure_ascii=False)
+    return _escape(text if len(text) <= 40 else text[:39] + "…")
+
+
+def json_markdown() -> str:
+    """The JSON reference: for each kind of run, every key with its type, an example value from
+    a real run (the command is shown) and, for the evaluate object, what it means."""
+    lines = [
+        "Every `--json` object is one JSON object: bytes as exact integers (floats only where a "
+        "figure is fractional), times in seconds, rates and utilisations as 0–1 fractions. The "
+        "keys below come from real runs of the commands shown, when this site is built; "
+        "`a[].b` is key `b` of the objects in list `a`.",
+        "",
+    ]
+    evaluate_keys: set[str] = set()
+    for title, args in JSON_RUNS.items():
+        obj = run_json(args)
+        keys = list(json_keys(obj))
+        if title == "evaluate":
+            evaluate_keys = {path for path, _ in keys}
+        elif title.startswith(("search", "frontier")):
+            keys = [(p, v) for p, v in keys if p.split(".")[0] not in evaluate_keys or p in ()]
+        lines += [f"## {title}", "", f"`trainplan {' '.join(args)} --json`", ""]
+        if title.startswith(("search", "frontier")):
+            lines += ["Besides the keys of the evaluate object (its answer's plan):", ""]
+        if title == "evaluate":
+            lines += ["| key | type | example | meaning |", "| --- | --- | --- | --- |"]
+        else:
+            lines += ["| key | type | example |", "| --- | --- | --- |"]
+        for path, value in keys:
+            row = f"| `{path}` | {_type(value)} | {_example(value)} |"
+            if title == "evaluate":
+                row += f" {_escape(key_doc(path) or '')} |"
+            lines.append(row)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m trainplan.interface.cli.reference cli|json``: print a reference page."""
+    which = (argv if argv is not None else sys.argv[1:]) or ["cli"]
+    print(cli_markdown() if which[0] == "cli" else json_markdown())
+
+
+if __name__ == "__main__":
+    main()

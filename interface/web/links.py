@@ -1,0 +1,128 @@
+"""The page's ways in: the named examples as page queries, and the names a hand-written link may
+use for each page's parameters.
+
+A page's parameters are its command's options without the dashes (``seq-len``). A link may also
+name a parameter as the command's own parameter does (``zero_stage`` for ``--zero``,
+``micro_batch_size`` for ``--micro-batch``, the names of ``scenarios/examples.toml``), or by its
+one-letter option (``p`` and ``m`` for the pipeline's ``--stages`` and ``--microbatches``): each
+page reads those as its own (:func:`aliases`). ``/api/examples`` answers every example with the
+page that shows it and the query that opens it (:func:`example_query`), numbers written as the
+examples write them (``70e9``).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import cache
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from trainplan.interface.web.api import json_response, pairs
+from trainplan.model.errors import InputError
+
+__all__ = ["router", "PAGE_COMMANDS", "aliases", "example_query", "examples_json"]
+
+router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
+
+PAGE_COMMANDS = {
+    "planner": "evaluate",
+    "pipeline": "pipeline",
+    "mfu": "mfu",
+    "ckpt": "ckpt",
+    "rlhf": "rlhf",
+    "search": "search",
+    "frontier": "frontier",
+}
+"""Each page and the command whose options are its parameters."""
+_TAB_PAGE = {"planner": "planner", "pipeline": "pipeline", "mfu": "mfu", "ckpt": "ckpt",
+             "rlhf": "rlhf"}  # fmt: skip
+"""An example's ``tab`` (scenarios/examples.toml) and the page that shows it."""
+
+
+@cache
+def aliases(page: str) -> dict[str, str]:
+    """Other names of ``page``'s parameters → the page's name (the option without dashes): the
+    command's parameter name (``zero_stage`` → ``zero``) and its one-letter options (``p`` →
+    ``stages``). Names equal to the page's own are left out."""
+    from trainplan.interface.cli.names import option_names
+
+    out: dict[str, str] = {}
+    for o in option_names(PAGE_COMMANDS[page]):
+        names = [o.param, o.param.replace("_", "-"), *o.short]
+        out.update({alias: o.long for alias in names if alias != o.long})
+    return out
+
+
+def _text(value: Any) -> str:
+    """An example's value as the page's field holds it: ``true``/``false``, whole numbers as
+    integers, other numbers compactly (``70e9``, ``0.04``), text as it is."""
+    from trainplan.interface.tabs import fmt_number
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return fmt_number(Fraction(value))
+    return str(value)
+
+
+@cache
+def example_query(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(page, query pairs in the page's names) of example ``name``: the parameters ``trainplan
+    example NAME`` runs with (:func:`interface.examples.example_params`).
+
+    Raises
+    ------
+    ScenarioError
+        An unknown example, with the closest names.
+    InputError
+        An example parameter that no option of its page takes (a broken examples file).
+    """
+    from trainplan.interface.cli.names import option_names
+    from trainplan.interface.examples import example_params
+
+    tab, params = example_params(name)
+    page = _TAB_PAGE[tab]
+    names = {o.param: o.long for o in option_names(PAGE_COMMANDS[page])}
+    out = []
+    for key, value in params.items():
+        if key not in names:
+            raise InputError(f"example {name}: {key!r} is no parameter of the {page} page")
+        out.append((names[key], _text(value)))
+    return page, tuple(out)
+
+
+def examples_json() -> list[dict[str, Any]]:
+    """Every example as ``trainplan example --list --json`` lists it (``name``, ``tab``,
+    ``says``), with its ``source``, the ``page`` that shows it and the ``query`` pairs that open
+    it there."""
+    from trainplan.interface.examples import examples
+
+    out = []
+    for name, ex in examples().items():
+        page, query = example_query(name)
+        out.append(
+            {
+                "name": name,
+                "tab": ex["tab"],
+                "says": ex["says"],
+                "source": ex.get("source", ""),
+                "page": page,
+                "query": [list(pair) for pair in query],
+            }
+        )
+    return out
+
+
+@router.get("/examples")
+def examples_endpoint(request: Request) -> Response:
+    """The named examples, `trainplan example --list --json`, each with its `source`, the `page`
+    that shows it and the `query` (name, value pairs) that opens it there; and `aliases`: per
+    page, the other names a link may give its parameters (name → the page's name)."""
+    if pairs(request):
+        raise InputError("examples: takes no parameters")
+    return json_response(
+        {"examples": examples_json(), "aliases": {page: aliases(page) for page in PAGE_COMMANDS}}
+    )

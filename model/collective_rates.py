@@ -1,0 +1,241 @@
+"""Collectives at published rates: NCCL's own latency model by algorithm and protocol, nccl-tests
+bus bandwidth by message size, and DeepEP's expert-parallel dispatch/combine bandwidth
+(``scenarios/kernels/collectives.toml``).
+
+**Not yet used by the step time**: the step-time terms still charge every collective NCCL's Simple
+latencies and a flat fraction of the link's nominal bandwidth
+(:func:`model.roofline.collective_seconds`); ``docs/time-model-sources.md`` says which term
+will read which function here.
+
+Bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``): for a collective on ``n`` ranks of an
+``S``-byte buffer taking ``t`` seconds, ``algbw = S/t`` and ``busbw = algbw × factor``, factor
+``2(n − 1)/n`` for all-reduce and ``(n − 1)/n`` for all-gather, reduce-scatter and all-to-all —
+so ``t = S·factor / busbw`` (:func:`busbw_factor`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from trainplan.model.errors import InputError
+from trainplan.model.kernel_tables import BusBwCurve, BusBwPeak, ExpertAllToAll, NcclLatency
+from trainplan.model.kernels import Interpolated, interpolate_log2
+
+__all__ = [
+    "busbw_factor",
+    "nccl_latency_us",
+    "busbw_at",
+    "published_collective_seconds",
+    "busbw_peak",
+    "expert_bandwidth",
+]
+
+
+def busbw_factor(collective: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor (``doc/PERFORMANCE.md``): ``2(n − 1)/n`` for an
+    all-reduce, ``(n − 1)/n`` for all-gather, reduce-scatter and all-to-all.
+
+    Raises
+    ------
+    InputError
+        An unknown collective or fewer than one rank.
+
+    Examples
+    --------
+    >>> busbw_factor("all-reduce", 8), busbw_factor("all-gather", 8)
+    (1.75, 0.875)
+    """
+    if ranks < 1:
+        raise InputError(f"ranks: {ranks} must be at least 1")
+    share = (ranks - 1) / ranks
+    if collective == "all-reduce":
+        return 2 * share
+    if collective in ("all-gather", "reduce-scatter", "all-to-all"):
+        return share
+    raise InputError(
+        f"collective: {collective!r} is not one of all-reduce, all-gather, reduce-scatter, all-to-all"
+    )
+
+
+def _hw(lat: NcclLatency, link: str, algorithm: str, p: int) -> float:
+    try:
+        return lat.hw_us[link][algorithm][p]
+    except KeyError:
+        raise InputError(f"nccl: no {algorithm} latency over {link} in NCCL's model") from None
+
+
+def nccl_latency_us(
+    lat: NcclLatency,
+    collective: str,
+    algorithm: str,
+    protocol: str,
+    ranks: int,
+    nodes: int = 1,
+    intra_link: str = "nvlink",
+    cpu: str = "other",
+) -> float:
+    """NCCL's latency (µs) of one collective, re-stated from ``ncclTopoTuneModel``
+    (``src/graph/tuning.cc``) with the constants of ``[nccl_latency]``; ``ranks`` spread evenly
+    over ``nodes``; the topology's extra inter-node latency (``graph->latencyInter``) taken as 0:
+
+    * ``ring`` — base + (steps − s_net)·intra + s_net·net, steps ``2(n − 1)`` for all-reduce and
+      ``n − 1`` otherwise, ``s_net`` = ``2(nodes − 1)`` or ``nodes − 1`` of them across nodes;
+      across nodes the intra-node hop is at least the CPU's network overhead (×3 for Simple),
+      and the net hop is the tree's when one rank sits on each node;
+    * ``tree`` (all-reduce) — base + 2·((n/nodes − 1)·intra + ⌊log2 nodes⌋·net);
+    * ``nvls`` — the NVLink SHARP hop alone (no base), plus the net hop across nodes;
+    * ``nvls_tree`` (all-reduce) — intra + 2·⌊log2 nodes⌋·net;
+    * ``pat`` (all-gather, reduce-scatter) — base + ⌊log2 nodes⌋·net/3.5 + 2.8·n.
+
+    Not modelled here: the ×1.4 plateau NCCL adds to a multi-node Simple ring all-reduce once
+    each rank's share of a channel reaches 64 bytes (``ring_plateau``; it needs the channel count).
+
+    Raises
+    ------
+    InputError
+        An unknown protocol, a collective the algorithm does not run, or ranks not divisible
+        by nodes.
+
+    Examples
+    --------
+    A ring all-gather over 8 NVLink GPUs in Simple: 8.4 + 7 × 3.4 µs.
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> lat = collective_data().nccl_latency
+    >>> round(nccl_latency_us(lat, "all-gather", "ring", "Simple", 8), 6)
+    32.2
+    >>> round(nccl_latency_us(lat, "all-reduce", "tree", "Simple", 1024, 128), 6)  # 8.4 + 2(7·4 + 7·14)
+    260.4
+    """
+    if protocol not in lat.protocols:
+        raise InputError(f"protocol: {protocol!r} is not one of {', '.join(lat.protocols)}")
+    if ranks % nodes:
+        raise InputError(f"ranks: {ranks} do not spread evenly over {nodes} nodes")
+    p, ppn, log_nodes = lat.protocols.index(protocol), ranks // nodes, int(math.log2(nodes))
+    net_algo = "tree" if ppn == 1 and algorithm == "ring" else algorithm
+    net = _hw(lat, "net", net_algo, p) if nodes > 1 else 0.0
+    intra = _hw(lat, intra_link, algorithm, p)
+    if algorithm == "ring":
+        steps = 2 * (ranks - 1) if collective == "all-reduce" else ranks - 1
+        inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "all-reduce" else nodes - 1)
+        if nodes > 1:
+            overhead = lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1)
+            intra = max(intra, overhead)
+        return lat.base_us["ring"][p] + (steps - inter) * intra + inter * net
+    if algorithm == "tree" and collective == "all-reduce":
+        return lat.base_us["tree"][p] + 2 * ((ppn - 1) * intra + log_nodes * net)
+    if algorithm == "nvls" and protocol == "Simple":
+        return intra + net
+    if algorithm == "nvls_tree" and collective == "all-reduce" and protocol == "Simple":
+        return intra + 2 * log_nodes * net
+    if algorithm == "pat" and collective in ("all-gather", "reduce-scatter"):
+        pat_net = _hw(lat, "net", "pat", p) if nodes > 1 else 0.0
+        return (
+            lat.base_us["pat"][p]
+            + log_nodes * pat_net / lat.pat_inter_divisor
+            + ranks * lat.pat_rank_us
+        )
+    raise InputError(f"nccl: {collective} does not run as {algorithm} with {protocol}")
+
+
+def _curve(curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int) -> BusBwCurve:
+    for c in curves:
+        if (c.part, c.collective, c.ranks) == (part, collective, ranks):
+            return c
+    have = sorted({f"{c.part}/{c.collective}/{c.ranks} ranks" for c in curves})
+    raise InputError(
+        f"busbw: no published {collective} on {ranks} {part}; published: {', '.join(have)}"
+    )
+
+
+def busbw_at(
+    curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int, nbytes: float
+) -> Interpolated:
+    """The published bus bandwidth (GB/s) at an ``nbytes`` buffer, interpolated in log2(bytes)
+    between nccl-tests' sizes (:func:`model.kernels.interpolate_log2`; held at the ends, flagged).
+
+    Examples
+    --------
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> busbw_at(collective_data().busbw, "H100-SXM", "all-reduce", 8, 2 ** 30).value
+    466.35
+    """
+    c = _curve(curves, part, collective, ranks)
+    return interpolate_log2(c.bytes, c.busbw_gbps, nbytes)
+
+
+def published_collective_seconds(
+    curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int, nbytes: float
+) -> Interpolated:
+    """Seconds of one collective of an ``nbytes`` buffer at the published bus bandwidth:
+    ``nbytes · factor / busbw`` (:func:`busbw_factor`). Below the smallest published size the
+    time of the smallest (a latency floor: small messages take the same few microseconds);
+    above the largest, the largest size's bandwidth (the plateau). Either is flagged.
+
+    Examples
+    --------
+    An 8-GPU H100 all-reduce of 1 GiB: 2^30 · 1.75 / 466.35e9 s.
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> t = published_collective_seconds(collective_data().busbw, "H100-SXM", "all-reduce", 8, 2 ** 30)
+    >>> round(t.value * 1e3, 4)  # ms
+    4.0293
+    """
+    c = _curve(curves, part, collective, ranks)
+    factor = busbw_factor(collective, ranks)
+    if nbytes < c.bytes[0]:
+        return Interpolated(c.bytes[0] * factor / (c.busbw_gbps[0] * 1e9), "below")
+    bw = interpolate_log2(c.bytes, c.busbw_gbps, nbytes)
+    return Interpolated(nbytes * factor / (bw.value * 1e9), bw.clamped)
+
+
+def busbw_peak(rows: Sequence[BusBwPeak], part: str, collective: str, algorithm: str) -> float:
+    """A vendor engineer's stated peak bus bandwidth (GB/s) of a collective.
+
+    Examples
+    --------
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> busbw_peak(collective_data().busbw_peaks, "H100-SXM", "all-reduce", "NVLS")
+    480
+    """
+    for r in rows:
+        if (r.part, r.collective, r.algorithm) == (part, collective, algorithm):
+            return r.busbw_gbps
+    have = sorted({f"{r.part}/{r.collective}/{r.algorithm}" for r in rows})
+    raise InputError(
+        f"busbw: no stated peak for {collective} ({algorithm}) on {part}; have {', '.join(have)}"
+    )
+
+
+def expert_bandwidth(
+    rows: Sequence[ExpertAllToAll], library: str, part: str, link: str, ep: int, which: str
+) -> Interpolated:
+    """DeepEP's published bottleneck bandwidth (GB/s) of ``which`` (dispatch or combine) at
+    expert-parallel size ``ep``, interpolated in log2(ep) between published sizes (held at the
+    ends, flagged). The bandwidth is DeepEP's: the bytes a rank sends over the bottleneck link
+    (NVLink inside a node, RDMA across) per second, FP8 dispatch and BF16 combine.
+
+    Raises
+    ------
+    InputError
+        No table for the library, part and link, or ``which`` not dispatch or combine.
+
+    Examples
+    --------
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> rows = collective_data().expert_all_to_all
+    >>> expert_bandwidth(rows, "deepep-v1-normal", "H800", "rdma", 32, "combine").value
+    57
+    """
+    if which not in ("dispatch", "combine"):
+        raise InputError(f"which: {which!r} is not one of dispatch, combine")
+    for r in rows:
+        if (r.library, r.part, r.link) == (library, part, link):
+            return interpolate_log2(
+                r.ep, r.dispatch_gbps if which == "dispatch" else r.combine_gbps, ep
+            )
+    have = sorted({f"{r.library}/{r.part}/{r.link}" for r in rows})
+    raise InputError(
+        f"expert all-to-all: no {library} table on {part} over {link}; published: {', '.join(have)}"
+    )

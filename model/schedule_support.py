@@ -1,0 +1,118 @@
+"""Which framework runs which pipeline schedule, read from each framework's code, and the one
+rule that refuses a schedule under a framework that cannot run it.
+
+Implementations (the code read, at the commit given):
+
+* Megatron-Core (NVIDIA/Megatron-LM d98e8a6, ``megatron/core/pipeline_parallel/schedules.py``
+  ``get_forward_backward_func``): ``forward_backward_pipelining_without_interleaving`` (1F1B)
+  and ``..._with_interleaving`` (interleaved). No GPipe, no split backward schedule, no
+  DualPipe; its MoE all-to-all overlap (``overlap_moe_expert_parallel_comm``,
+  ``combined_1f1b.py``) overlaps one micro-batch's forward with another's backward inside the
+  interleaved 1F1B order. The zero-bubble schedules run in Sea AI Lab's Megatron-LM fork
+  (sail-sg/zero-bubble-pipeline-parallelism), not in Megatron-Core.
+* torch.distributed.pipelining as torchtitan runs it (pytorch/pytorch 00722e6
+  ``torch/distributed/pipelining/schedules.py`` ``get_schedule_class``; pytorch/torchtitan
+  b5bcd76 ``torchtitan/distributed/pipeline_parallel.py``, ``pipeline_parallel_schedule``):
+  ``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``InterleavedZeroBubble`` (ZB-H1, "the ZB1P
+  schedule"), ``ZBVZeroBubble`` (ZB-V), ``DualPipeV``. No ZB-H2, no bidirectional DualPipe.
+  ``ScheduleInterleavedZeroBubble`` needs ``num_microbatches`` to be a multiple of
+  ``max(1, num_microbatches // pp)`` ("Zero bubble requires the number of microbatches to be a
+  multiple of the number of rounds").
+* DeepSpeed (deepspeedai/DeepSpeed edaa722, ``deepspeed/runtime/pipe/schedule.py``):
+  ``TrainSchedule`` only, a 1F1B.
+* deepseek-ai/DualPipe (3da1bbe): ``DualPipe`` and ``DualPipeV`` modules for any PyTorch
+  training loop (DeepSeek-V3 trained with DualPipe in its own HAI-LLM framework).
+* ``textbook``: the papers' schedules, all of them.
+"""
+
+from __future__ import annotations
+
+from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
+
+__all__ = ["SCHEDULE_SUPPORT", "IMPLEMENTATIONS", "check_schedule_framework"]
+
+SCHEDULE_SUPPORT: dict[str, frozenset[Framework]] = {
+    "gpipe": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
+    "1f1b": frozenset(
+        {Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2, Framework.TEXTBOOK}
+    ),
+    "interleaved": frozenset({Framework.MEGATRON, Framework.FSDP2, Framework.TEXTBOOK}),
+    "zb-h1": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
+    "zb-h2": frozenset({Framework.TEXTBOOK}),
+    "zb-v": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
+    "dualpipe": frozenset({Framework.TEXTBOOK}),
+    "dualpipev": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
+}
+"""The framework profiles (:class:`model.frameworks.Framework`) that run each schedule; ``fsdp2``
+is torchtitan's stack, whose pipeline schedules are torch.distributed.pipelining's."""
+
+IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "gpipe": ("torch.distributed.pipelining ScheduleGPipe (torchtitan 'GPipe')",),
+    "1f1b": (
+        "Megatron-Core forward_backward_pipelining_without_interleaving",
+        "torch.distributed.pipelining Schedule1F1B (torchtitan '1F1B')",
+        "DeepSpeed TrainSchedule",
+    ),
+    "interleaved": (
+        "Megatron-Core forward_backward_pipelining_with_interleaving",
+        "torch.distributed.pipelining ScheduleInterleaved1F1B (torchtitan 'Interleaved1F1B')",
+    ),
+    "zb-h1": (
+        "torch.distributed.pipelining ScheduleInterleavedZeroBubble (torchtitan "
+        "'InterleavedZeroBubble')",
+        "sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork) --enable-zero-bubble "
+        "--zero-bubble-max-pending-backward pp",
+    ),
+    "zb-h2": (
+        "sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork) --enable-zero-bubble "
+        "--zero-bubble-max-pending-backward 2·pp, with --enable-optimizer-post-validation",
+    ),
+    "zb-v": (
+        "torch.distributed.pipelining ScheduleZBVZeroBubble (torchtitan 'ZBVZeroBubble')",
+        "sail-sg/zero-bubble-pipeline-parallelism --zero-bubble-v-schedule",
+    ),
+    "dualpipe": ("deepseek-ai/DualPipe dualpipe.DualPipe",),
+    "dualpipev": (
+        "torch.distributed.pipelining ScheduleDualPipeV (torchtitan 'DualPipeV')",
+        "deepseek-ai/DualPipe dualpipe.DualPipeV",
+    ),
+}
+"""Where each schedule runs, by the implementation's own name."""
+
+
+def check_schedule_framework(schedule: str, framework: Framework | str, pp: int, m: int) -> None:
+    """Refuse ``schedule`` under a framework profile that cannot run it, and the framework's own
+    limits on a schedule it runs (PyTorch's zero-bubble rounds rule).
+
+    Raises
+    ------
+    LayoutError
+        ``schedule: zb-h2 does not run under framework megatron (runs under: textbook; …)``.
+
+    Examples
+    --------
+    >>> check_schedule_framework("zb-v", "fsdp2", 4, 8)
+    >>> check_schedule_framework("dualpipe", "megatron", 4, 8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: schedule: dualpipe does not run under framework megatron ...
+    """
+    try:
+        fw = Framework(str(framework))
+    except ValueError:
+        names = ", ".join(f.value for f in Framework)
+        raise LayoutError(f"framework: {framework!r} is not one of {names}") from None
+    name = str(schedule)
+    if fw not in SCHEDULE_SUPPORT[name]:
+        runs = ", ".join(sorted(f.value for f in SCHEDULE_SUPPORT[name]))
+        raise LayoutError(
+            f"schedule: {name} does not run under framework {fw.value} (runs under: {runs}; "
+            f"implementations: {'; '.join(IMPLEMENTATIONS[name])})"
+        )
+    rounds = max(1, m // pp)
+    if fw is Framework.FSDP2 and name == "zb-h1" and m % rounds:
+        raise LayoutError(
+            f"num_microbatches: {m} must be a multiple of max(1, {m} // pp {pp}) = {rounds} "
+            "under torch.distributed.pipelining's ScheduleInterleavedZeroBubble"
+        )

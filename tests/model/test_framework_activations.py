@@ -1,0 +1,154 @@
+"""What each framework profile keeps for backward, per tensor, where the frameworks differ.
+
+Figures held here, each derived in the test from the framework's code:
+
+* ``fsdp2`` with tp > 1 (torchtitan's DTensor plan, ``torchtitan/models/common/
+  decoder_sharding.py``): the QKV and FC1 projections keep the all-gathered block input
+  ``[S, h]`` whole on every tp rank; Megatron-Core keeps the sequence shard (measured on CPU
+  through DTensor in ``tests/fidelity/test_tp_dtensor.py``). Llama 3 70B, s 8192, tp 4, pp 2:
+  ``2 × 2·S·h·(1 − 1/4)`` = 201,326,592 B more per layer per micro-batch, 16.1 GB on the first
+  stage's 40 layers × 2 micro-batches in flight, and the layout the search used to pick does not
+  fit.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.interface.inputs import build_case
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.specs import Architecture
+
+LLAMA70B = {"model": "llama3-70b", "num_gpus": 32, "global_batch_size": 2048, "seq_len": 8192}
+
+
+def _ctx(**kw) -> ActivationContext:
+    base = dict(seq_len=8192, cp=1, micro_batch_size=1, tp=4, sequence_parallel=True,
+                flash_attention=True)  # fmt: skip
+    return ActivationContext(**{**base, **kw})
+
+
+def test_fsdp2_keeps_the_gathered_qkv_and_fc1_inputs():
+    arch = Architecture(num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+                        ffn_hidden_size=28672, vocab_size=128256, norm="rmsnorm", mlp="swiglu",
+                        position_embedding="rope")  # fmt: skip
+    megatron = dict(layer_activations(arch, 0, _ctx()).terms)
+    fsdp2 = dict(layer_activations(arch, 0, _ctx(gathered_block_inputs=True)).terms)
+    S, h = 8192, 8192
+    for name in ("QKV projection input", "FC1 input"):
+        assert megatron[name] == 2 * S * h / 4 and fsdp2[name] == 2 * S * h
+    # the norms keep their sequence shard under both plans; everything else is equal
+    assert fsdp2["attention norm input"] == megatron["attention norm input"] == 2 * S * h / 4
+    differ = {n for n in fsdp2 if fsdp2[n] != megatron[n]}
+    assert differ == {"QKV projection input", "FC1 input"}
+    extra = sum(fsdp2.values()) - sum(megatron.values())
+    assert extra == 2 * 2 * S * h * Fraction(3, 4) == 201_326_592
+
+
+def test_llama3_70b_fsdp2_tp4_pp2_no_longer_fits():
+    """The layout ``search --framework megatron --framework fsdp2`` answered on 32 H100s at
+    82.61 of 82.68 GB: 16.1 GB more activations on stage 0, so it does not fit."""
+    lay = {**LLAMA70B, "dp": 4, "tp": 4, "pp": 2, "framework": "fsdp2", "zero_stage": 3}
+    est = build_case(lay).evaluate()
+    meg = build_case({**lay, "framework": "megatron", "zero_stage": 1}).evaluate()
+    a_f, a_m = est.stages[0].activations, meg.stages[0].activations
+    assert a_f.microbatches_in_flight == 2
+    assert a_f.layers_bytes - a_m.layers_bytes == 40 * 2 * 201_326_592 == 16_106_127_360
+    assert not est.fits
+
+
+def test_fsdp2_fp8_keeps_the_bf16_linear_inputs():
+    """torchao's ``Float8Linear`` (torchtitan's float8) saves ``input_hp``, the BF16 input, so
+    FP8 changes nothing a layer keeps under ``fsdp2``; Transformer Engine (``megatron``) saves
+    the QKV, FC1 and down-projection inputs in FP8, 1 B per element (the output projection's FP8
+    copy beside the attention kernel's BF16 output)."""
+    base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
+            "seq_len": 8192, "gpu": "H100-SXM"}  # fmt: skip
+    acts = {}
+    for fw, zero in (("fsdp2", 3), ("megatron", 1)):
+        for precision in ("bf16", "fp8"):
+            case = build_case({**base, "framework": fw, "zero_stage": zero, "precision": precision})
+            acts[fw, precision] = case.evaluate().stages[0].activations.per_microbatch_bytes
+    assert acts["fsdp2", "fp8"] == acts["fsdp2", "bf16"] == acts["megatron", "bf16"]
+    S, h, f, q, layers = 8192, 4096, 14336, 4096, 32
+    # Megatron: QKV, FC1 (h each) and down projection (f) inputs at 1 B; the output projection
+    # keeps an FP8 copy (a·d = h, 1 B) beside the attention kernel's BF16 output (2 B)
+    saved = (h + h + f - q) * S * layers
+    assert acts["megatron", "bf16"] - acts["megatron", "fp8"] == saved
+
+
+def test_fsdp2_fp8_caches_no_weight_copies():
+    """torchao casts each weight inside its GEMM (forward and again in backward): no FP8 weight
+    copy is held under ``fsdp2``, ZeRO-2 (weights whole) or ZeRO-3 (gathered units); Transformer
+    Engine caches the FP8 weight and its transpose, 2 B per linear weight element."""
+    base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
+            "seq_len": 8192, "gpu": "H100-SXM", "precision": "fp8"}  # fmt: skip
+    for zero in (2, 3):
+        fp8 = build_case({**base, "framework": "fsdp2", "zero_stage": zero}).evaluate()
+        bf16 = build_case({**base, "framework": "fsdp2", "zero_stage": zero,
+                           "precision": "bf16"}).evaluate()  # fmt: skip
+        assert fp8.stages[0].state.weight_cache_bytes == 0
+        assert fp8.stages[0].state.backward_bytes == bf16.stages[0].state.backward_bytes
+    meg = build_case({**base, "framework": "megatron", "zero_stage": 1}).evaluate()
+    # 32 layers × (q, k, v, o, gate, up, down) = 32 × (4096·6144 + 4096² + 3·4096·14336)
+    linear = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    assert meg.stages[0].state.weight_cache_bytes == 2 * linear
+
+
+def test_expert_tp_gathers_the_experts_input():
+    """Megatron-Core's all-to-all dispatcher all-gathers the routed tokens over the expert-TP
+    group after the all-to-all (``token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher.
+    token_dispatch``), so the experts' first linear layer keeps etp ranks' tokens. Mixtral 8x7B
+    (k 2, h 4096, 32 MoE layers), s 4096, tp 2 with sequence parallelism, one micro-batch:
+    etp 2 keeps ``k·2·S·h·(2 − 1)/2`` = 33,554,432 B more per layer than etp 1, and the gathered
+    tokens' fp32 routing weights in the weighted activation ``4·k·S·(2 − 1)/2`` = 16,384 B:
+    1,074,266,112 B on the stage; the SwiGLU inputs ``[k·S·etp/tp, f/etp]`` are the same."""
+    base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "num_gpus": 8,
+            "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
+    etp2 = build_case(base).evaluate().stages[0].activations
+    etp1 = build_case({**base, "etp": 1}).evaluate().stages[0].activations
+    per_layer = 2 * 2 * 4096 * 4096 // 2 + 4 * 2 * 4096 // 2
+    assert etp2.layers_bytes - etp1.layers_bytes == 32 * per_layer == 1_074_266_112
+    # the textbook keeps the seed's sequence-sharded count
+    tb = {**base, "framework": "textbook", "zero_stage": 1}
+    assert (build_case(tb).evaluate().stages[0].activations.layers_bytes
+            == build_case({**tb, "etp": 1}).evaluate().stages[0].activations.layers_bytes)  # fmt: skip
+
+
+def test_moe_layers_send_no_mlp_tp_collectives_without_shared_experts():
+    """Megatron-Core's MoE layer: the routed experts' tokens move over the expert-TP group only
+    (``MoEAlltoAllTokenDispatcher``); only shared experts (``SharedExpertMLP``, over the tp
+    group) gather and scatter like a dense MLP. Mixtral 8x7B (no shared experts), tp 2 with
+    sequence parallelism, etp 1, s 4096, b 1, m 1: ``one`` = (1/2)·2·4096·4096 = 16,777,216 B;
+    per layer the attention half's 5·one (forward all-gather and reduce-scatter; backward the
+    gradient's all-gather, the input's re-gather and the reduce-scatter), × 32 layers =
+    2,684,354,560; the embedding's 2·one and the output layer's 3·one + cross-entropy's
+    3 × 2 × (1/2) × 4 × 4096: 2,768,289,792 B (the dense MLP half used to double the layers'
+    share, 5,452,644,352 B)."""
+    base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "etp": 1, "num_gpus": 8,
+            "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
+    est = build_case(base).evaluate()
+    tp = next(r.traffic for r in est.traffic if r.traffic.axis == "tp")
+    one = 16_777_216
+    assert tp.bytes_per_step == 32 * 5 * one + 2 * one + 3 * one + 3 * 2 * 4 * 4096 // 2
+    assert tp.bytes_per_step == 2_768_289_792
+
+
+def test_moe_combine_keeps_what_each_framework_multiplies():
+    """The routed experts' outputs kept for the routing weights' gradient, Mixtral 8x7B (k 2,
+    h 4096), s 4096, tp 1, per MoE layer and micro-batch:
+
+    * megatron: none — ``TEGroupedMLP.forward`` weights inside the activation
+      (``weighted_bias_swiglu_impl``), and the combine's ``unpermute`` gets no probs; the
+      activation keeps the fp32 weights, 4·k·S = 32,768 B;
+    * fsdp2: torchtitan's ``combine`` multiplies an fp32 copy, 4·k·S·h = 134,217,728 B;
+    * textbook (the paper's count): β·k·S·h = 67,108,864 B."""
+    base = {"model": "mixtral-8x7b", "dp": 8, "num_gpus": 8, "global_batch_size": 8,
+            "seq_len": 4096}  # fmt: skip
+    per_mb = {}
+    for fw, zero in (("megatron", 1), ("fsdp2", 3), ("textbook", 1)):
+        est = build_case({**base, "framework": fw, "zero_stage": zero}).evaluate()
+        per_mb[fw] = est.stages[0].activations.per_microbatch_bytes
+    k, S, h, layers = 2, 4096, 4096, 32
+    assert per_mb["textbook"] - per_mb["megatron"] == layers * (2 * k * S * h - 4 * k * S)
+    assert per_mb["fsdp2"] - per_mb["textbook"] == layers * 2 * k * S * h

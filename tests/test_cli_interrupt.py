@@ -1,0 +1,42 @@
+"""Ctrl-C during a search, as a user presses it: SIGINT sent to a ``trainplan search`` process
+whose stderr is a terminal. An interrupted search says so, keeps the best layout found so far
+visible, and exits 130 (128 + SIGINT) — it once printed "best found within the time limit" (no
+limit was given) and exited 0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_runs import interrupted_when
+
+MAXIMIZE = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
+MAXIMIZE += ["--maximize", "params"]
+"""32 depth variants of Llama 3 8B on 8 GPUs: seconds of cost tables, then a long CP-SAT solve."""
+
+
+def test_ctrl_c_while_the_tables_are_built_is_exit_130_with_one_line():
+    done = interrupted_when(MAXIMIZE, "cost tables:")
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert "Error: interrupted while building the cost tables (" in done.stderr
+    assert "before any layout was found" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_ctrl_c_while_cp_sat_runs_prints_the_best_so_far_and_exits_130(as_json):
+    args = [*MAXIMIZE, "--json"] if as_json else MAXIMIZE
+    done = interrupted_when(args, "solutions found:")  # the solver's progress on the terminal
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "interrupted: stopping the search" in done.stderr and "Traceback" not in done.stderr
+    if as_json:
+        out = json.loads(done.stdout)
+        assert out["interrupted"] is True and out["status"] == "feasible"
+        assert out["model"]["name"].startswith("llama3-8b@L") and out["memory"]["fits"]
+        return
+    first = done.stdout.splitlines()[0]
+    assert "objective params: interrupted (Ctrl-C): the best found before it, not proven" in first
+    assert "within the time limit" not in done.stdout
+    assert "llama3-8b@L" in done.stdout and "verdict: fits" in done.stdout

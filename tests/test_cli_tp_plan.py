@@ -1,0 +1,178 @@
+"""``--tp-block-inputs``: the fsdp2 profile's tensor-parallel plan, chosen on evaluate, search,
+frontier, in scenario files and the web API — each run as a user runs it, in its own process.
+
+Meta's published Llama 3 405B layout (TP 8, PP 16, DP 128, interleaved v = 8, no recomputation;
+Llama 3 Table 4) under torchtitan's plan (fsdp2's default: each block's all-gathered QKV and FC1
+inputs whole on every tp rank) does not fit an H100; as Meta ran it, with the sequence shard
+kept, it does. The difference is hand-derived below."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_runs import refusal, run_many, trainplan
+
+META = [
+    *("--model", "llama3-405b", "--gpu", "H100-SXM", "--tp", "8", "--pp", "16", "--dp", "128"),
+    *("--seq-len", "8192", "--micro-batch", "1", "--global-batch", "2048", "--framework"),
+    *("fsdp2", "--zero", "2", "--gradient-dtype", "fp32", "--schedule", "interleaved"),
+    *("--virtual-stages", "8", "--memory-efficient-norm", "--mfu-convention", "6n+attention"),
+]
+"""Meta's layout and recipe (Llama 3 §3.3): FSDP as ZeRO-2 with FP32 gradients, one-layer
+chunks, memory-efficient norms."""
+
+GATHERED_EXTRA = 128 * 2 * (2 * 8192 * 16384) * 7 // 8
+"""Bytes torchtitan's plan keeps beyond the shard on the busiest stage: 8 layers × 16
+micro-batches in flight (interleaved, v = 8, the stage's 8 one-layer chunks), two inputs per layer
+(QKV and FC1; the norms' inputs are freed by memory-efficient norms), each β·s·h = 2·8192·16384
+bytes whole instead of 1/8 of it: 60,129,542,144 B."""
+
+
+@pytest.fixture(scope="module")
+def meta() -> dict[str, object]:
+    return run_many(
+        {
+            "default": ["evaluate", *META, "--json"],
+            "sharded": ["evaluate", *META, "--tp-block-inputs", "sharded", "--json"],
+            "gathered": ["evaluate", *META, "--tp-block-inputs", "gathered", "--json"],
+            "text": ["evaluate", *META],
+            "text sharded": ["evaluate", *META, "--tp-block-inputs", "sharded"],
+        }
+    )
+
+
+def test_meta_layout_fits_only_as_meta_ran_it(meta):
+    default, sharded = (json.loads(meta[k].stdout) for k in ("default", "sharded"))
+    assert default["memory"]["total_bytes"] == 128_887_521_280 and not default["memory"]["fits"]
+    assert sharded["memory"]["total_bytes"] == 68_757_979_136 and sharded["memory"]["fits"]
+    assert GATHERED_EXTRA == 60_129_542_144
+    assert default["memory"]["total_bytes"] - sharded["memory"]["total_bytes"] == GATHERED_EXTRA
+    assert default["time"] == sharded["time"]  # the plan changes what is kept, not the step
+    assert default["layout"]["tp_block_inputs"] == "gathered"
+    assert sharded["layout"]["tp_block_inputs"] == "sharded"
+    assert default["defaults_used"]["tp_block_inputs"] == "gathered"
+    assert "tp_block_inputs" not in sharded["defaults_used"]
+
+
+def test_gathered_is_the_default_said(meta):
+    """Giving the default changes no figure, and it is no longer listed as a default."""
+    default, gathered = (json.loads(meta[k].stdout) for k in ("default", "gathered"))
+    assert gathered["memory"] == default["memory"]
+    assert "tp_block_inputs" not in gathered["defaults_used"]
+
+
+def test_text_says_which_plan(meta):
+    text, sharded = meta["text"].stdout, meta["text sharded"].stdout
+    assert "verdict: DOES NOT FIT: over by 46.21 GB" in text
+    assert "tp_block_inputs = gathered" in text.splitlines()[-1]  # Defaults used:
+    assert "all-gathered inputs kept whole on every tp rank, torchtitan's plan" in text
+    assert "verdict: fits" in sharded and "68.76 GB" in sharded
+    assert "kept as the sequence shard, gathered again in backward" in sharded
+
+
+def test_megatron_output_unchanged_by_the_plan():
+    """Megatron-Core keeps the shard by its own mechanism: nothing said, nothing listed."""
+    done = trainplan("evaluate", "--model", "llama3-8b", "--tp", "2", "--json")
+    out = json.loads(done.stdout)
+    assert out["layout"]["tp_block_inputs"] == "sharded"
+    assert "tp_block_inputs" not in out["defaults_used"]
+
+
+REFUSED = {
+    "megatron": (
+        ["evaluate", "--model", "llama3-8b", "--tp", "2", "--tp-block-inputs", "sharded"],
+        "tp_block_inputs: 'sharded' does not apply: it chooses the fsdp2 profile's "
+        "tensor-parallel plan, and megatron keeps the sequence shard",
+    ),
+    "tp 1": (
+        ["evaluate", "--model", "llama3-8b", "--framework", "fsdp2"]
+        + ["--tp-block-inputs", "sharded"],
+        "tp_block_inputs: 'sharded' does not apply: with tp 1 there is no tensor parallelism",
+    ),
+    "no sp": (
+        [
+            *("evaluate", "--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2"),
+            *("--no-sequence-parallel", "--tp-block-inputs", "gathered"),
+        ],
+        "tp_block_inputs: 'gathered' does not apply: with sequence parallelism off",
+    ),
+    "search without fsdp2": (
+        [
+            *("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron"),
+            *("--framework", "deepspeed", "--tp-block-inputs", "sharded"),
+        ],
+        "and megatron, deepspeed keep the sequence shard of the blocks' inputs, a mechanism of "
+        "their own (add --framework fsdp2)",
+    ),
+    "search tp 1": (
+        [
+            *("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2"),
+            *("--tp", "1", "--tp-block-inputs", "sharded"),
+        ],
+        "with tp 1 there is no tensor parallelism",
+    ),
+    "frontier one GPU": (
+        [
+            *("frontier", "--model", "llama3-8b", "--gpus", "1", "--framework", "fsdp2"),
+            *("--tp-block-inputs", "sharded"),
+        ],
+        "with tp 1 there is no tensor parallelism",
+    ),
+    "bad value": (
+        ["evaluate", "--model", "llama3-8b", "--tp-block-inputs", "shard"],
+        "Invalid value for '--tp-block-inputs': 'shard' is not one of 'sharded', 'gathered'.",
+    ),
+}
+
+
+def test_refused_where_it_chooses_nothing():
+    done = run_many({k: args for k, (args, _) in REFUSED.items()})
+    for key, (_, line) in REFUSED.items():
+        assert line in refusal(done[key]), key
+
+
+def test_search_and_scenario_take_it(tmp_path):
+    """The search weighs the shard-keeping plan with the very terms evaluate sums: its answer's
+    memory is evaluate's for that layout; a scenario file's ``[cluster]`` key is the option."""
+    scenario = tmp_path / "fsdp2.toml"
+    scenario.write_text(
+        'model = "llama3-8b"\ngpus = 8\nframework = "fsdp2"\n[space]\ntp = [2]\npp = [1]\n'
+        '[cluster]\ntp_block_inputs = "sharded"\n'
+    )
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = "llama3-8b"\ngpus = 8\n[cluster]\ntp_block_inputs = "shard"\n')
+    done = run_many(
+        {
+            "search": ["search", "--scenario", str(scenario), "--json"],
+            "bad": ["search", "--scenario", str(bad)],
+            "megatron": ["search", "--scenario", str(scenario), "--framework", "megatron"],
+        }
+    )
+    answer = json.loads(done["search"].stdout)
+    lay = answer["layout"]
+    assert (lay["framework"], lay["tp"], lay["tp_block_inputs"]) == ("fsdp2", 2, "sharded")
+    args = [
+        *("evaluate", "--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2", "--dp", "4"),
+        *("--zero", str(lay["zero_stage"]), "--recompute", lay["recompute"], "--micro-batch"),
+        *(str(lay["micro_batch_size"]), "--tp-block-inputs", "sharded", "--json"),
+    ]
+    evaluated = json.loads(trainplan(*args).stdout)
+    assert answer["memory"]["total_bytes"] == evaluated["memory"]["total_bytes"]
+    assert refusal(done["bad"]).endswith("tp_block_inputs: 'shard' is not one of sharded, gathered")
+    assert "(add --framework fsdp2)" in refusal(done["megatron"])  # the option overrides the file
+
+
+@pytest.mark.slow
+def test_search_finds_meta_layout_only_as_meta_ran_it():
+    """Llama 3 405B on 16,384 H100s, Megatron-Core and FSDP2 weighed: under torchtitan's plan
+    Meta's layout does not fit and Megatron-Core's pp 32 wins; with the shard kept the search
+    finds Meta's own layout (Llama 3 Table 4) at 40.6 % MFU with attention FLOPs."""
+    base = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM"]
+    base += ["--framework", "megatron", "--framework", "fsdp2", "--json"]
+    done = run_many({"default": base, "sharded": [*base, "--tp-block-inputs", "sharded"]})
+    default, sharded = (json.loads(done[k].stdout)["layout"] for k in ("default", "sharded"))
+    assert (default["framework"], default["pp"], default["dp"]) == ("megatron", 32, 64)
+    shape = ("framework", "zero_stage", "tp", "pp", "dp", "virtual_stages", "recompute")
+    assert tuple(sharded[k] for k in shape) == ("fsdp2", 2, 8, 16, 128, 8, "none")
