@@ -126,7 +126,7 @@ def check_applies(
     """Options the search would otherwise ignore or contradict, refused with both named: a token
     budget an objective does not use; a degree or micro-batch above the cap given beside it; an
     expert-parallel degree the model's experts refuse (evaluate's rule,
-    :func:`model.layout.check_expert_parallel`).
+    :func:`model.legality.check_expert_parallel`).
 
     Raises
     ------
