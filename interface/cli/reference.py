@@ -118,7 +118,7 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
         arguments
     )
-    out += [(g.title, list(g.options)) for g in groups]
+    out += [(g.title, [*g.options]) for g in groups]
     return out + [("Other options", rest)] * bool(rest)
 
 
