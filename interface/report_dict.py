@@ -14,6 +14,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -259,11 +260,23 @@ def _offload_sentence(est: Estimate) -> list[str]:
     ]
 
 
+def _documents(t: Any) -> list[list[Any]] | None:
+    """The packed documents' histogram as [[length, count], …] (None: unpacked)."""
+    if t.documents is None:
+        return None
+    return [[n, w] for n, w in zip(t.documents.lengths, t.documents.weights, strict=True)]
+
+
 def _precision_sentence(est: Estimate) -> str:
     """The recipe's numerics: GEMM precision, optimizer state, gradient dtype."""
     t = est.training
     grads = f"{t.gradient_bytes} B gradients" if t.gradient_bytes else "the framework's gradients"
     state = f"optimizer state {t.optimizer_bytes} B/param, {grads}"
+    if est.layout.optimizer is not OptimizerKind.ADAM:
+        state = (
+            f"optimizer {est.layout.optimizer}: its own state per parameter class (an FP32 "
+            f"master included; Optimizers and packed documents in the docs), {grads}"
+        )
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
     speed = linear_speedup(t.precision, est.device)
@@ -470,6 +483,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "etp": lay.expert_tp,
             "zero_stage": lay.zero_stage,
             "framework": str(lay.framework),
+            "optimizer": str(lay.optimizer),
             "recompute": str(lay.recompute),
             "recompute_layers": (
                 None if lay.recompute_layers is None else list(lay.recompute_layers)
@@ -492,6 +506,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
+            "document_lengths": _documents(t),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -540,6 +555,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
+            "mfu_pack": est.mfu_pack,
             "mfu_with_attention": mfu_with_attention(est),
             "hfu": est.hfu,
             "tokens_per_s": None

@@ -17,7 +17,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
                # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
-               # cp_a2a (hybrid inner degrees)
+               # cp_a2a (hybrid inner degrees), optimizer (adam, adam-8bit, adafactor, lion, muon, soap;
+               # default adam only)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
@@ -65,6 +66,7 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
@@ -98,6 +100,7 @@ TOP_KEYS = {
     "cluster",
 }
 SPACE_KEYS = {
+    "optimizer",
     "tp",
     "pp",
     "cp",
@@ -160,6 +163,7 @@ _HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
+_OPTIMIZERS = tuple(x.value for x in OptimizerKind)
 _CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
 VALUE_KINDS: dict[str, Any] = {
     # top level
@@ -182,6 +186,7 @@ VALUE_KINDS: dict[str, Any] = {
     "pp": [_COUNT],
     "cp": [_COUNT],
     "cp_kind": [_CP_KINDS],
+    "optimizer": [_OPTIMIZERS],
     "cp_a2a": [_COUNT],
     "ep": [_COUNT],
     "micro_batch": [_COUNT],
@@ -411,6 +416,10 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or (DEFAULT_FRAMEWORK,),
         cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
         cp_a2a=cp_a2a,
+        optimizers=tuple(
+            dict.fromkeys(OptimizerKind(o) for o in opts.names(d.get("optimizer"), "optimizer"))
+        )
+        or (OptimizerKind.ADAM,),
     )
 
 

@@ -199,6 +199,12 @@ class Estimate:
     def hfu(self) -> float | None:
         return self._rate(self.flops.hardware_flops if self.flops else None)
 
+    @property
+    def mfu_pack(self) -> float | None:
+        """With packed documents, the MFU of a counter that takes each pack for one sequence
+        (its s² attention, :attr:`model.flops.StepFlops.pack_model_flops`); None otherwise."""
+        return self._rate(self.flops.pack_model_flops if self.flops else None)
+
 
 def evaluation_context(
     model: ModelSpec,
@@ -364,7 +370,7 @@ def evaluate(
         flops = step_flops(
             arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
             options.mfu_convention, options.causal_attention_flops,
-            recomputed_layers(arch, layout),
+            recomputed_layers(arch, layout), training.documents,
         )  # fmt: skip
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(

@@ -48,9 +48,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.specs import Architecture, AttentionKind
+from trainplan.model.xp import exact
 
 __all__ = [
     "OptimizerKind",
@@ -324,11 +326,11 @@ def optimizer_step_bytes(state_bytes: Fraction | int, weight_bytes: int) -> Frac
 
 
 def muon_gather_bytes(
-    framework: str, zero_stage: int, shard: int, tp: int, matrix_elements: Fraction | int
-) -> tuple[Fraction, Fraction]:
+    framework: str, zero_stage: int, shard: Any, tp: Any, matrix_elements: Any
+) -> tuple[Any, Any]:
     """(bytes one GPU sends over tp, over the data-parallel shard group) per step so that Muon
     sees whole matrices, for ``matrix_elements`` hidden-matrix elements on the GPU (after tp,
-    before ZeRO); the update is FP32 (4 B).
+    before ZeRO); the update is FP32 (4 B). Exact for numbers; element-wise for arrays.
 
     * tp (Megatron-Core ``--muon-tp-mode duplicated``, the default: ``TensorParallelMuon``
       all-gathers each matrix over tp and runs the whole-matrix iteration on every tp rank):
@@ -344,14 +346,14 @@ def muon_gather_bytes(
     >>> muon_gather_bytes("fsdp2", 3, 8, 1, 8000)
     (Fraction(0, 1), Fraction(7000, 1))
     """
-    e = Fraction(matrix_elements)
+    e = exact(matrix_elements)
     over_tp = (tp - 1) * 4 * e
-    d = shard
+    d = exact(shard)
     if framework == "megatron" and zero_stage == 1:
-        return over_tp, Fraction(d - 1, d) * e * 4
+        return over_tp, (d - 1) / d * e * 4
     if framework == "fsdp2" and zero_stage >= 2:
-        return over_tp, 2 * Fraction(d - 1, d) * e / d * 4
-    return over_tp, Fraction(0)
+        return over_tp, 2 * (d - 1) / d * e / d * 4
+    return over_tp, 0 * over_tp
 
 
 def state_bytes(
