@@ -201,6 +201,8 @@ def _cp_sentence(lay: Layout) -> str:
         "kept apart",
         "ulysses": "Q, K, V all-to-all over heads before attention and O after, forward and "
         "backward (DeepSpeed-Ulysses; Megatron-Core a2a; cp divides the heads per tp rank)",
+        "ulysses-kv-repeat": "as ulysses, each K/V head repeated max(cp // g, 1) times before the "
+        "all-to-all (verl's Ulysses: cp may exceed the K/V heads)",
         "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
         "groups (Megatron-Core a2a+p2p)",
     }[str(lay.cp_kind)]
@@ -297,6 +299,7 @@ def _cp_overlap(est: Estimate) -> str:
         "ring": "ring K/V under the core",
         "all-gather": "all-gather exposed",
         "ulysses": "all-to-alls exposed",
+        "ulysses-kv-repeat": "all-to-alls exposed",
         "a2a+p2p": "all-to-alls exposed, ring under the core",
     }[str(lay.cp_kind)]
 
@@ -543,6 +546,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
         else {
             "model_flops": est.flops.model_flops,
             "hardware_flops": est.flops.hardware_flops,
+            "pack_model_flops": est.flops.pack_model_flops,
             "convention": str(est.options.mfu_convention),
         },
         "time": {

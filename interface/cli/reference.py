@@ -253,6 +253,7 @@ KEY_DOCS: dict[str, str] = {
     "flops": "FLOPs per step (null for a declared size without dimensions).",
     "flops.model_flops": "Model FLOPs per step under the MFU convention.",
     "flops.hardware_flops": "Hardware FLOPs per step (recomputation included).",
+    "flops.pack_model_flops": "Packed documents: model FLOPs with each pack's s² attention.",
     "flops.convention": "MFU convention: 6n, 6n+attention or megatron.",
     "time": "Step time and utilisation, with the time model's figures.",
     "time.time_model": "roofline or single.",
