@@ -417,7 +417,7 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     if kind is CpKind.ULYSSES_KV_REPEAT and fw in ("megatron", "deepspeed"):
         raise LayoutError(
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
-            "heads (use --framework fsdp2, or cp_kind ulysses with cp dividing the K/V heads)"
+            "heads (use `framework` fsdp2, or cp_kind ulysses with cp dividing the K/V heads)"
         )
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
