@@ -230,8 +230,8 @@ def _attention_core(x: LayerShape) -> list[Op]:
         kv_heads = arch.kv_heads
     heads = b * a / tp
     if x.flash_attention:
-        flops = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal, x.documents)
-        flops = flops / (tp * x.cp)
+        core = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal, x.documents)
+        flops = core / (tp * x.cp)
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)

@@ -34,6 +34,7 @@ slightly), padding at a pack's end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -75,7 +76,7 @@ class Documents:
                 raise InputError(f"document_lengths: weight {w} must be above 0")
 
     @classmethod
-    def histogram(cls, pairs: list[tuple[int, float | int | Fraction]]) -> Documents:
+    def histogram(cls, pairs: Sequence[tuple[int, float | int | Fraction]]) -> Documents:
         """From (length, count) pairs.
 
         >>> Documents.histogram([(512, 3), (2048, 1)]).mean_length
