@@ -18,6 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
+from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
@@ -27,6 +28,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
@@ -64,9 +66,11 @@ RECIPE_KEYS = (
     "offload_activations",
     "host_link_gbps",
     "host_memory_gbps",
+    *DOCUMENT_KEYS,
 )
-"""The training recipe's numerics and offload (:mod:`model.precision`, :mod:`model.offload`):
-evaluate options, and ``[cluster]`` keys of a scenario file."""
+"""The training recipe's numerics, offload and packed documents (:mod:`model.precision`,
+:mod:`model.offload`, :mod:`model.packing`): evaluate options, and ``[cluster]`` keys of a
+scenario file."""
 MEGATRON_SPLIT_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
@@ -228,6 +232,19 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
     ), {}
 
 
+def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
+    """``optimizer_dtype`` and ``master_weights`` size Adam's state: refused with another
+    optimizer, whose state (an FP32 master included) is its own (:mod:`model.optimizers`)."""
+    if layout.optimizer is OptimizerKind.ADAM:
+        return
+    for key in ("optimizer_dtype", "master_weights"):
+        if key in params:
+            raise InputError(
+                f"{key}: sizes Adam's state; optimizer {layout.optimizer} keeps its own (an FP32 "
+                f"master included), give no {key}"
+            )
+
+
 def build_case(params: Mapping[str, Any]) -> Case:
     """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md (``dp``, ``seq_len``…).
 
@@ -292,7 +309,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
             params=_flag(params, "offload_params", False),
             activations=params.get("offload_activations") or (),
         ),
+        documents=documents_from(params, seq),
     )
+    _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:

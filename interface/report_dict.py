@@ -14,6 +14,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -200,6 +201,8 @@ def _cp_sentence(lay: Layout) -> str:
         "kept apart",
         "ulysses": "Q, K, V all-to-all over heads before attention and O after, forward and "
         "backward (DeepSpeed-Ulysses; Megatron-Core a2a; cp divides the heads per tp rank)",
+        "ulysses-kv-repeat": "as ulysses, each K/V head repeated max(cp // g, 1) times before the "
+        "all-to-all (verl's Ulysses: cp may exceed the K/V heads)",
         "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
         "groups (Megatron-Core a2a+p2p)",
     }[str(lay.cp_kind)]
@@ -259,11 +262,23 @@ def _offload_sentence(est: Estimate) -> list[str]:
     ]
 
 
+def _documents(t: Any) -> list[list[Any]] | None:
+    """The packed documents' histogram as [[length, count], …] (None: unpacked)."""
+    if t.documents is None:
+        return None
+    return [[n, w] for n, w in zip(t.documents.lengths, t.documents.weights, strict=True)]
+
+
 def _precision_sentence(est: Estimate) -> str:
     """The recipe's numerics: GEMM precision, optimizer state, gradient dtype."""
     t = est.training
     grads = f"{t.gradient_bytes} B gradients" if t.gradient_bytes else "the framework's gradients"
     state = f"optimizer state {t.optimizer_bytes} B/param, {grads}"
+    if est.layout.optimizer is not OptimizerKind.ADAM:
+        state = (
+            f"optimizer {est.layout.optimizer}: its own state per parameter class (an FP32 "
+            f"master included; Optimizers and packed documents in the docs), {grads}"
+        )
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
     speed = linear_speedup(t.precision, est.device)
@@ -284,6 +299,7 @@ def _cp_overlap(est: Estimate) -> str:
         "ring": "ring K/V under the core",
         "all-gather": "all-gather exposed",
         "ulysses": "all-to-alls exposed",
+        "ulysses-kv-repeat": "all-to-alls exposed",
         "a2a+p2p": "all-to-alls exposed, ring under the core",
     }[str(lay.cp_kind)]
 
@@ -470,6 +486,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "etp": lay.expert_tp,
             "zero_stage": lay.zero_stage,
             "framework": str(lay.framework),
+            "optimizer": str(lay.optimizer),
             "recompute": str(lay.recompute),
             "recompute_layers": (
                 None if lay.recompute_layers is None else list(lay.recompute_layers)
@@ -492,6 +509,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
+            "document_lengths": _documents(t),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -528,6 +546,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
         else {
             "model_flops": est.flops.model_flops,
             "hardware_flops": est.flops.hardware_flops,
+            "pack_model_flops": est.flops.pack_model_flops,
             "convention": str(est.options.mfu_convention),
         },
         "time": {
@@ -540,6 +559,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
+            "mfu_pack": est.mfu_pack,
             "mfu_with_attention": mfu_with_attention(est),
             "hfu": est.hfu,
             "tokens_per_s": None

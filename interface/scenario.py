@@ -16,13 +16,16 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 per_stage = false                 # search, frontier: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
-               # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
+               # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
+               # cp_a2a (hybrid inner degrees), optimizer (adam, adam-8bit, adafactor, lion, muon, soap;
+               # default adam only)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
-               # host_memory_gbps; the time model: time_model (roofline | single),
+               # host_memory_gbps; packed documents: document_length, document_length_spread,
+               # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency, tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
@@ -51,6 +54,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.recipe_inputs import histogram
 from trainplan.interface.tp_plan import (
     TP_BLOCK_INPUTS,
     check_tp_block_inputs,
@@ -62,6 +66,7 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
@@ -95,6 +100,7 @@ TOP_KEYS = {
     "cluster",
 }
 SPACE_KEYS = {
+    "optimizer",
     "tp",
     "pp",
     "cp",
@@ -153,9 +159,11 @@ _FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "fractions",
 )
 _ANY = "any"  # a key without a kind yet (a test requires one for every key)
+_HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
+_OPTIMIZERS = tuple(x.value for x in OptimizerKind)
 _CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
 VALUE_KINDS: dict[str, Any] = {
     # top level
@@ -178,6 +186,7 @@ VALUE_KINDS: dict[str, Any] = {
     "pp": [_COUNT],
     "cp": [_COUNT],
     "cp_kind": [_CP_KINDS],
+    "optimizer": [_OPTIMIZERS],
     "cp_a2a": [_COUNT],
     "ep": [_COUNT],
     "micro_batch": [_COUNT],
@@ -218,6 +227,9 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_activations": [OFFLOAD_MODULES],
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
+    "document_length": _NUMBER,
+    "document_length_spread": _NUMBER,
+    "document_lengths": _HISTOGRAM,
     "memory_reserve_gib": _NUMBER,
     "vocab_multiple": _COUNT,
     "time_model": ("roofline", "single"),
@@ -232,10 +244,10 @@ VALUE_KINDS: dict[str, Any] = {
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
 "15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
-``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
-tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
-the type (min_mfu in (0, 1], headroom in [0, 1)…) are checked where the value is used, by the
-same code as the command-line options."""
+``price`` (a number or a table GPU = number), ``histogram`` ([[length, count], …]),
+``fractions`` (a table axis = number in [0, 1]), a tuple of allowed values, or ``[kind]`` for
+one value or a list of them. Ranges and rules beyond the type (min_mfu in (0, 1], headroom in
+[0, 1)…) are checked where the value is used, by the same code as the command-line options."""
 
 
 def _check_value(key: str, value: Any, kind: Any) -> None:
@@ -265,6 +277,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         parse_counts(value, key, ranges=True)
     elif kind == _SIZES:
         list_items(value, key)
+    elif kind == _HISTOGRAM:
+        histogram(value)
     elif kind in (_PRICE, _FRACTIONS):
         table = value if isinstance(value, dict) else {None: value}
         if kind == _FRACTIONS and not isinstance(value, dict):
@@ -402,6 +416,10 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
         or (DEFAULT_FRAMEWORK,),
         cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
         cp_a2a=cp_a2a,
+        optimizers=tuple(
+            dict.fromkeys(OptimizerKind(o) for o in opts.names(d.get("optimizer"), "optimizer"))
+        )
+        or (OptimizerKind.ADAM,),
     )
 
 

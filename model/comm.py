@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes
+from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -367,6 +367,7 @@ def cp_traffic(
         arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes,
         _passes(layout.recompute, attention_core=True) > 2,
+        kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
     )  # fmt: skip
     name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
     return AxisTraffic("cp", name, layout.cp, total)
@@ -384,15 +385,16 @@ def cp_bytes(
     seq_len: Any,
     beta: int,
     recomputed: bool,
+    kv_rep: Any = 1,
 ) -> Any:
     """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
     for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
     tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
     K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
     and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
-    in backward."""
+    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`)."""
     tokens = exact(seq_len) / cp * b
-    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed)
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep)
     return per_layer * num_layers * m
 
 

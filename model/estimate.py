@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
+from trainplan.model.context_parallel import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.hardware import DeviceSpec
@@ -198,6 +199,12 @@ class Estimate:
     def hfu(self) -> float | None:
         return self._rate(self.flops.hardware_flops if self.flops else None)
 
+    @property
+    def mfu_pack(self) -> float | None:
+        """With packed documents, the MFU of a counter that takes each pack for one sequence
+        (its s² attention, :attr:`model.flops.StepFlops.pack_model_flops`); None otherwise."""
+        return self._rate(self.flops.pack_model_flops if self.flops else None)
+
 
 def evaluation_context(
     model: ModelSpec,
@@ -344,6 +351,8 @@ def evaluate(
     busiest = busiest_stage([s.total_bytes for s in stages])
     traffic = axis_traffic(c, f)
     arch, notes = model.arch, list(model.notes)
+    cp_window = window_note(layout.cp_kind, layout.cp, training.seq_len, arch)
+    notes += [cp_window] if cp_window else []
     padded = None
     if arch is not None:
         padded = padded_vocab_of(arch.vocab_size, vocab_multiple, layout.framework, layout.tp)
@@ -361,7 +370,7 @@ def evaluate(
         flops = step_flops(
             arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
             options.mfu_convention, options.causal_attention_flops,
-            recomputed_layers(arch, layout),
+            recomputed_layers(arch, layout), training.documents,
         )  # fmt: skip
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(

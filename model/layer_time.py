@@ -102,6 +102,9 @@ class Clock:
     """How much faster the transformer layers' linear GEMMs run than in BF16
     (:func:`model.precision.linear_speedup`: FP8 at its peak × its efficiency); the output
     layer and the MoE router stay BF16 (:data:`BF16_GEMMS`)."""
+    cp_kv_repeat: int = 1
+    """Times each K/V head crosses the head all-to-all (verl's ``ulysses-kv-repeat``,
+    :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
 
 
 BF16_GEMMS = frozenset({"router", "output layer (logits)"})
@@ -339,9 +342,9 @@ def _cp_collectives(
         total += ring
         exposed += ring if c.cp_gather else sum(max(0.0, t - cov) for t, cov in passes)
     if u > 1:
-        share = (u - 1) / u
-        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv + o), c.cp_link, c)
-        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv + 2 * o), c.cp_link, c)
+        share, kv_a2a = (u - 1) / u, kv * c.cp_kv_repeat
+        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + o), c.cp_link, c)
+        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + 2 * o), c.cp_link, c)
         a2a = forward * (2 if recomputed else 1) + backward
         total += a2a
         exposed += a2a

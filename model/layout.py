@@ -18,6 +18,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
@@ -87,6 +88,10 @@ class Layout:
     framework: Framework = DEFAULT_FRAMEWORK
     """The framework profile whose mechanism the stage is: ``megatron``, ``deepspeed``,
     ``fsdp2`` or ``textbook`` (:mod:`model.frameworks`)."""
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    """The optimizer whose state and step are counted (:mod:`model.optimizers`): ``adam``,
+    ``adam-8bit``, ``adafactor``, ``lion``, ``muon`` or ``soap``; each runs under the frameworks
+    that offer it (:func:`model.optimizers.check_optimizer`)."""
     recompute: Recompute = Recompute.NONE
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
@@ -138,6 +143,7 @@ class Layout:
             and self.schedule.__class__ is Schedule
             and self.framework.__class__ is Framework
             and self.cp_kind.__class__ is CpKind
+            and self.optimizer.__class__ is OptimizerKind
         ):
             self._read_enums()
         names = _DEGREE_FIELDS
@@ -302,6 +308,7 @@ _ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
     ("schedule", Schedule),
     ("framework", Framework),
     ("cp_kind", CpKind),
+    ("optimizer", OptimizerKind),
 )
 """The fields read by name into their enum (a ``str`` is accepted and converted)."""
 _DEGREE_FIELDS: tuple[str, ...] = (

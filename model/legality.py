@@ -23,11 +23,12 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import check_cp_kind
+from trainplan.model.context_parallel import CpKind, check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import check_offload
+from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
@@ -253,6 +254,25 @@ def _context_parallel(
         )
 
 
+def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any) -> None:
+    """The CP flavour runs under the framework on these layers
+    (:func:`model.context_parallel.check_cp_framework`: verl's Ulysses under FSDP only;
+    Transformer Engine refuses the ring and the hybrid on sliding-window layers)."""
+    check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch)
+
+
+def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> None:
+    """The framework runs the optimizer at this ZeRO stage
+    (:func:`model.optimizers.check_optimizer`); an optimizer other than Adam needs the model's
+    matrices (a size alone has none)."""
+    check_optimizer(optimizer, framework, zero_stage)
+    if s.model.arch is None and OptimizerKind(optimizer) is not OptimizerKind.ADAM:
+        raise LayoutError(
+            f"optimizer: {optimizer} needs the model's layers (which parameters are matrices), "
+            "not a size only"
+        )
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
@@ -271,6 +291,8 @@ RULES: tuple[Rule, ...] = (
         _recompute_layers,
     ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
+    Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
+    Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

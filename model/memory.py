@@ -211,6 +211,7 @@ def state_terms(
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: Any = False,
+    optimizer_scale: tuple[Any, Any] = (1, 1),
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -218,11 +219,14 @@ def state_terms(
     once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
     ZeRO-3), and what ``offload`` moves to the GPU's share of the host
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
-    more than one micro-batch per step; the last term). Exact for Fractions; element-wise for
+    more than one micro-batch per step; the last term). ``optimizer_scale``: (dense, expert)
+    factors on the optimizer state of an optimizer other than Adam
+    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
+    o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)

@@ -39,6 +39,7 @@ from functools import lru_cache
 
 from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.offload import adam_step_bytes
+from trainplan.model.packing import Documents
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, PositionEmbedding
 
 __all__ = [
@@ -138,6 +139,10 @@ class LayerShape:
     """The layer whose attention span times the FlashAttention core
     (:func:`model.flops.attention_core_forward_flops`): the widest of the layers this shape
     stands for (:func:`widest_span_layer`)."""
+    documents: Documents | None = None
+    """Each sequence packs documents under document masking (:mod:`model.packing`): the
+    FlashAttention core computes their Σ P(lᵢ) pairs (its variable-length kernel skips the
+    blocks between documents), not the pack's."""
 
     @property
     def tokens(self) -> float:
@@ -225,7 +230,8 @@ def _attention_core(x: LayerShape) -> list[Op]:
         kv_heads = arch.kv_heads
     heads = b * a / tp
     if x.flash_attention:
-        flops = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal) / (tp * x.cp)
+        core = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal, x.documents)
+        flops = core / (tp * x.cp)
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)

@@ -22,6 +22,7 @@ from trainplan.model.arch_parts import (
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError
 from trainplan.model.offload import NO_OFFLOAD, Offload
+from trainplan.model.packing import Documents
 from trainplan.model.precision import Precision
 from trainplan.model.units import check_limit
 
@@ -312,6 +313,11 @@ class TrainingSpec:
     plan, which keeps them; Megatron-Core keeps the sequence shard). False under ``fsdp2`` is FSDP
     beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
     published layouts fit only so)."""
+
+    documents: Documents | None = None
+    """Each sequence packs documents of this length distribution under document masking
+    (:mod:`model.packing`): attention FLOPs and time follow Σ lᵢ² of the documents, not s².
+    None: each sequence is one document."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

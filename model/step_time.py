@@ -175,7 +175,7 @@ def kind_parts(
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
-            widest_span_layer(arch, moe, training.seq_len, causal),
+            widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
@@ -188,7 +188,7 @@ def kind_parts(
     )
     no_ep = Clock(
         *base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_ring, c.cp_a2a, c.cp_gather,
-        c.linear_speedup,
+        c.linear_speedup, c.cp_kv_repeat,
     )  # fmt: skip
     dense = layer_time(shape(False), no_ep, recompute).parts
     moe = layer_time(shape(True), c, recompute).parts if arch.moe is not None else zero

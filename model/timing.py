@@ -29,6 +29,7 @@ from trainplan.model.flops import (
 )
 from trainplan.model.layer_time import TpOverlap
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.packing import Documents
 from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import maximum, where
@@ -257,12 +258,18 @@ def microbatch_flop_terms(
 
 
 @lru_cache(maxsize=4096)
-def layers_core_flops(arch: Architecture, layers: tuple[int, ...], s: int, causal: bool) -> int:
+def layers_core_flops(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    s: int,
+    causal: bool,
+    docs: Documents | None = None,
+) -> int:
     """Forward FLOPs of the attention cores (QKᵀ, scores·V) of ``layers`` for one sequence of
     ``s`` tokens (:func:`model.flops.attention_core_forward_flops`; each layer by its span, so a
     stage of Gemma 3's local layers costs less than one holding its global layers). × b for a
     micro-batch of b sequences."""
-    return sum(attention_core_forward_flops(arch, j, s, 1, causal) for j in layers)
+    return sum(attention_core_forward_flops(arch, j, s, 1, causal, docs) for j in layers)
 
 
 def stage_hardware_flops(

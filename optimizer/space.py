@@ -20,6 +20,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
@@ -82,6 +83,10 @@ class Shape:
     """The inner all-to-all degree of ``a2a+p2p``; None for every other kind."""
     cp_kind_rank: int = 0
     """Position of ``cp_kind`` in the space's list (tie-break: earlier first)."""
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    """The optimizer (:mod:`model.optimizers`): Adam unless the space allows others."""
+    optimizer_rank: int = 0
+    """Position of ``optimizer`` in the space's list (tie-break: earlier first)."""
 
     def layout(
         self, zero_stage: int, recompute: Recompute | str, framework: Framework | str | None = None
@@ -103,6 +108,7 @@ class Shape:
             virtual_stages=self.virtual_stages,
             rank_order=self.rank_order,
             framework=self.framework if framework is None else Framework(framework),
+            optimizer=self.optimizer,
         )
 
     @property
@@ -111,7 +117,7 @@ class Shape:
         (tp·pp·cp), then smaller tp, pp, cp, CP flavours in the space's order (the hybrid's
         smaller inner degree first), smaller ep, smaller micro-batch, schedule 1F1B <
         interleaved < GPipe, fewer virtual stages, rank orders and frameworks in the space's
-        order."""
+        order, then optimizers in the space's order."""
         return (
             self.tp * self.pp * self.cp,
             self.tp,
@@ -125,6 +131,7 @@ class Shape:
             self.virtual_stages,
             self.order_rank,
             self.framework_rank,
+            self.optimizer_rank,
         )
 
 
@@ -165,6 +172,10 @@ class SearchSpace:
     cp_a2a: tuple[int, ...] | None = None
     """Inner all-to-all degrees tried with ``a2a+p2p``; None = every legal one (dividing cp,
     strictly between 1 and cp, and the heads on a tensor-parallel rank)."""
+    optimizers: tuple[OptimizerKind, ...] = (OptimizerKind.ADAM,)
+    """Optimizers the search may choose among (the first is preferred on ties): Adam only
+    unless the user allows others (:mod:`model.optimizers`); each under the frameworks that run
+    it."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +191,9 @@ class SearchSpace:
         if not self.cp_kinds:
             raise LayoutError("search: give at least one --cp-kind")
         object.__setattr__(self, "cp_kinds", tuple(CpKind(k) for k in self.cp_kinds))
+        if not self.optimizers:
+            raise LayoutError("search: give at least one --optimizer")
+        object.__setattr__(self, "optimizers", tuple(OptimizerKind(o) for o in self.optimizers))
         for fw in self.frameworks:
             if not set(ZERO_STAGES[fw]) & set(self.zero_stages):
                 raise LayoutError(
@@ -326,8 +340,24 @@ def _with_frameworks(
             )
             for pp in {s.pp for s in shapes}
         }
+        optimizers = [
+            (k, o)
+            for k, o in enumerate(space.optimizers)
+            if any(
+                not refusal(setting, optimizer=o, framework=fw, zero_stage=z)
+                for z in space.zero_stages
+            )
+        ]
         for s in shapes:
-            if runs[s.pp]:
-                same = fw is s.framework and rank == s.framework_rank
-                out.append(s if same else replace(s, framework=fw, framework_rank=rank))
+            if not runs[s.pp]:
+                continue
+            for k, o in optimizers:
+                same = fw is s.framework and rank == s.framework_rank and not k
+                out.append(
+                    s
+                    if same
+                    else replace(
+                        s, framework=fw, framework_rank=rank, optimizer=o, optimizer_rank=k
+                    )
+                )
     return out

@@ -159,8 +159,25 @@ RECIPE: list[Decorator] = [
         "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation "
         "offloading). Copies overlap the next layer's compute; recompute none or selective.",
     ),
+    click.option(
+        "--document-length",
+        "document_length",
+        type=NUMBER,
+        help="Sequences are packs of documents of this mean length (tokens) under document "
+        "masking: attention FLOPs and time follow the documents' sum of squared lengths, not "
+        "the pack's; MFU is shown both ways, as Megatron-LM's counter does. A histogram: the "
+        "scenario file's or the API's document_lengths.",
+    ),
+    click.option(
+        "--document-length-spread",
+        "document_length_spread",
+        type=NUMBER,
+        help="Standard deviation of --document-length (tokens; default 0): documents of mean "
+        "± spread, half each.",
+    ),
 ]
-"""The training recipe: kernels, numerics, what each framework keeps and what goes to the host."""
+"""The training recipe: kernels, numerics, what each framework keeps and what goes to the host,
+and packed documents."""
 
 LINKS: list[Decorator] = [
     click.option(

@@ -69,8 +69,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         "state",
         model_state_term,
-        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size"}),
-        ("pp", "framework", "zero_stage"),
+        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer"}),
+        ("pp", "framework", "zero_stage", "optimizer"),
         True,
         "bytes",
         "ceil",
@@ -100,8 +100,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         "dp_time",
         dp_term,
-        frozenset({*_SHAPE, "zero_stage", "rank_order"}),
-        ("pp", "framework", "zero_stage"),
+        frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer"}),
+        ("pp", "framework", "zero_stage", "optimizer"),
         False,
         "seconds",
         "ns",

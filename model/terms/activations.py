@@ -23,7 +23,7 @@ from typing import Any
 
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
-from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes, kv_repeat
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.memory import keeps_gathered_inputs
@@ -101,7 +101,7 @@ class StageActivations:
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
-    GPU — the group never offloaded and one layer in transit
+    GPU — one layer's: the group of each module name never offloaded
     (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
     offloaded tensor out. 0 without activation offload."""
     offload_host_bytes: Fraction = Fraction(0)
@@ -248,6 +248,12 @@ def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int)
     return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
 
 
+def cp_kv_repeat_of(arch: Architecture | None, kind: CpKind, cp: int, tp: int) -> int:
+    """Times each K/V head crosses the head all-to-all (:func:`model.context_parallel.
+    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks; 1 for every other flavour)."""
+    return kv_repeat(CpKind(kind), cp, tp, arch)
+
+
 def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
     """(K/V exchange ranks, head all-to-all ranks, the exchange is an all-gather) of a CP
     flavour (:func:`model.context_parallel.cp_degrees`)."""
@@ -340,7 +346,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         arch, f.stage == 0, f.stage == f.pp - 1, tokens, f.tp, f.sp, beta, vocab, gathered
     )
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta) * (n_layers > 0)
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
     v = f.virtual_stages
     if v == 1 or f.pp == 1:  # one chunk per stage (v > 1 is the interleaved schedule's)
         in_flight = _in_flight(f)

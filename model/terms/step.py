@@ -31,6 +31,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.offload import host_rates, offload_seconds
+from trainplan.model.packing import Documents
 from trainplan.model.pipeline import bubble_ratio
 from trainplan.model.precision import linear_speedup
 from trainplan.model.specs import Architecture
@@ -153,19 +154,22 @@ def stage_core_flops(
     causal: bool,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    docs: Documents | None = None,
 ) -> tuple[int, ...]:
     """Forward FLOPs of each pipeline stage's attention cores for one sequence
-    (:func:`model.timing.layers_core_flops`): stages differ when layers' spans do (Gemma 3's
-    global layers, Llama 4's unchunked ones)."""
+    (:func:`model.timing.layers_core_flops`; a pack of ``docs`` under document masking):
+    stages differ when layers' spans do (Gemma 3's global layers, Llama 4's unchunked ones)."""
     return tuple(
-        layers_core_flops(arch, layers, seq_len, causal)
+        layers_core_flops(arch, layers, seq_len, causal, docs)
         for layers in stage_layers(arch, pp, v, uneven, sizes)
     )
 
 
-def _core(arch: Architecture, s: int, causal: bool, *key: Any) -> tuple[int, ...]:
+def _core(
+    arch: Architecture, s: int, causal: bool, docs: Documents | None, *key: Any
+) -> tuple[int, ...]:
     pp, v, uneven, sizes = key
-    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes)
+    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes, docs)
 
 
 def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
@@ -186,7 +190,7 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
 
     def stage(g: Fields) -> Any:
         layers, moe = g.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-        core = g.per_stage(_core, (arch, t.seq_len, causal), *LAYER_FIELDS)
+        core = g.per_stage(_core, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
         return stage_peak_seconds(
             terms, layers - moe, moe, g.stage == g.pp - 1, g.micro_batch_size * core,
             core_passes(mode), o.kernel_efficiency, separate, speedup,

@@ -36,6 +36,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activations import (
     LAYER_FIELDS,
+    cp_kv_repeat_of,
     cp_mechanism_of,
     padded_vocab_of,
     stage_layer_counts,
@@ -122,10 +123,11 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     under any recomputation."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp")
     layers, _ = most_layers(c, f)
     return cp_bytes(
         c.arch, layers, f.cp, r, u, f.tp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.recompute is not Recompute.NONE,
+        f.recompute is not Recompute.NONE, rep,
     )  # fmt: skip
 
 
