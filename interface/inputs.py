@@ -18,6 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
+from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
@@ -70,9 +71,11 @@ RECIPE_KEYS = (
     "offload_activations",
     "host_link_gbps",
     "host_memory_gbps",
+    *MOE_KEYS,
 )
-"""The training recipe's numerics and offload (:mod:`model.precision`, :mod:`model.offload`):
-evaluate options, and ``[cluster]`` keys of a scenario file."""
+"""The training recipe's numerics, offload and MoE routing and dispatch (:mod:`model.precision`,
+:mod:`model.offload`, :mod:`model.moe_run`): evaluate options, and ``[cluster]`` keys of a
+scenario file."""
 MEGATRON_SPLIT_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
@@ -296,6 +299,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             params=_flag(params, "offload_params", False),
             activations=params.get("offload_activations") or (),
         ),
+        moe_run=moe_run_of(params, model, framework),
     )
     _tp_plan(params, layout, used)
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted

@@ -23,6 +23,7 @@ from trainplan.model.arch_parts import (
 )
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.precision import Precision
 from trainplan.model.units import check_limit, shown_number
@@ -401,6 +402,10 @@ class TrainingSpec:
     plan, which keeps them; Megatron-Core keeps the sequence shard). False under ``fsdp2`` is FSDP
     beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
     published layouts fit only so)."""
+
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`: capacity factor,
+    padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

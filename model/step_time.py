@@ -164,7 +164,22 @@ def clock(
         tp_comm_overlap,
         *cp,
         linear_speedup,
+        members_per_domain(get("ep"), domain),
     )
+
+
+def members_per_domain(link: Any, domain: int | None) -> int:
+    """Members of an axis's group in each NVLink domain (``g`` of :func:`all_to_all_bandwidth`):
+    the whole group on an NVLink link, ``max(1, min(n, domain·n // span))`` across domains; 0
+    when unknown."""
+    if link is None or link.link == "none":
+        return 0
+    size, span = getattr(link, "group_size", None), getattr(link, "span", None)
+    if not size:
+        return 0
+    if link.link == "nvlink" or not (domain and span):
+        return int(size)
+    return max(1, min(int(size), domain * int(size) // int(span)))
 
 
 @cache
@@ -190,7 +205,7 @@ def kind_parts(
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
-            widest_span_layer(arch, moe, training.seq_len, causal),
+            widest_span_layer(arch, moe, training.seq_len, causal), training.moe_run,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
