@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.moe_run import MoERun
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -499,6 +500,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
+            "moe": _moe_run(t.moe_run),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -560,3 +562,16 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     if per_stage:
         out["stages"] = _stage_rows(est)
     return out
+
+
+def _moe_run(run: MoERun) -> dict[str, Any]:
+    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
+    cf = run.capacity_factor
+    return {
+        "moe_capacity_factor": None if cf is None else float(cf),
+        "moe_pad_to_capacity": run.pad_to_capacity,
+        "moe_imbalance": float(run.imbalance),
+        "moe_node_limit": run.node_limit,
+        "moe_dispatcher": str(run.dispatcher),
+        "moe_ep_overlap": str(run.ep_overlap),
+    }
