@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
-from trainplan.model.moe_run import MoERun
+from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -365,15 +365,18 @@ def mfu_with_attention(est: Estimate) -> float | None:
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm.ep_traffic), an upper bound on DeepSeek-V3-style node-limited routing, which
-    sends a token to at most 4 nodes and deduplicates it there (DeepSeek-V3 Technical Report,
-    arXiv 2412.19437, §2.1.2 and §3.2.2)."""
+    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
+    deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
+    timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
     notes = []
-    if any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
         notes.append(
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            "§3.2.2: at most 4 nodes per token) sends less"
+            "§3.2.2: at most 4 nodes per token) sends less (--moe-dispatcher deepep "
+            "--moe-node-limit 4 times it)"
         )
     return notes
 
