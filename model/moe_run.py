@@ -31,7 +31,7 @@ from trainplan.model.moe import (
     expected_remote_nodes,
     expert_capacity,
 )
-from trainplan.model.xp import floor, minimum
+from trainplan.model.xp import floor, maximum, minimum, where
 
 __all__ = [
     "Dispatcher",
@@ -39,6 +39,7 @@ __all__ = [
     "MoERun",
     "DROPLESS",
     "GROUPED_GEMM_BLOCK_M",
+    "members_per_domain",
     "rank_rows",
     "mean_rows_sent",
     "routed_rows",
@@ -158,6 +159,26 @@ contiguous grouped layout aligns every expert's rows to 128 (deepseek-ai/DeepGEM
 ``deep_gemm/utils.py`` ``get_m_alignment_for_contiguous_layout``; :data:`model.gemm_shapes.
 DEEPGEMM_BLOCK_M`); a grouped GEMM tiles each group apart, so a partial tile costs a whole one
 (tile quantisation, NVIDIA's Matrix Multiplication Background guide §3.1)."""
+
+
+def members_per_domain(nvlink: Any, span: Any, group_size: Any, domain: int | None) -> Any:
+    """Members of an expert-parallel group in each NVLink domain (``g`` of
+    :func:`model.step_time.all_to_all_bandwidth`): the whole group when it lies in one domain
+    (``nvlink``), else ``max(1, min(n, domain·n // span))`` for a group of ``n`` spread over
+    ``span`` consecutive ranks; 0 when unknown (no domain, no span). Element-wise for arrays.
+
+    Examples
+    --------
+    >>> members_per_domain(False, 64, 64, 8), members_per_domain(False, 512, 64, 8)
+    (8, 1)
+    >>> members_per_domain(True, 8, 8, 8), members_per_domain(False, 0, 64, None)
+    (8, 0)
+    """
+    if not domain:
+        return where(nvlink, group_size, 0)
+    known = span > 0
+    spread = maximum(1, minimum(group_size, domain * group_size // where(known, span, 1)))
+    return where(nvlink, group_size, where(known, spread, 0))
 
 
 def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
@@ -423,7 +444,7 @@ def moe_layout_violation(
     Examples
     --------
     >>> run = MoERun(ep_overlap="overlap_moe_expert_parallel_comm")
-    >>> moe_layout_violation(run, 8, 4, 2, False) is None, moe_layout_violation(run, 8, 4, 1, False)[-40:]
+    >>> moe_layout_violation(run, 8, 4, 2, False) is None, moe_layout_violation(run, 8, 4, 1, False)[-44:]
     (True, 'virtual_stages > 1; Megatron-Core asserts it)')
     """
     if run.ep_overlap is not EpOverlap.COMBINED_1F1B:

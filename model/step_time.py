@@ -26,6 +26,7 @@ from trainplan.model.layer_time import (
     stage_parts,
 )
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe_run import members_per_domain as moe_members
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
 from trainplan.model.roofline import (
     Collective,
@@ -169,17 +170,11 @@ def clock(
 
 
 def members_per_domain(link: Any, domain: int | None) -> int:
-    """Members of an axis's group in each NVLink domain (``g`` of :func:`all_to_all_bandwidth`):
-    the whole group on an NVLink link, ``max(1, min(n, domain·n // span))`` across domains; 0
-    when unknown."""
-    if link is None or link.link == "none":
+    """:func:`model.moe_run.members_per_domain` of an axis's placed link (0 when unknown)."""
+    if link is None or link.link == "none" or not getattr(link, "group_size", None):
         return 0
-    size, span = getattr(link, "group_size", None), getattr(link, "span", None)
-    if not size:
-        return 0
-    if link.link == "nvlink" or not (domain and span):
-        return int(size)
-    return max(1, min(int(size), domain * int(size) // int(span)))
+    span = getattr(link, "span", None) or 0
+    return int(moe_members(link.link == "nvlink", span, int(link.group_size), domain))
 
 
 @cache
