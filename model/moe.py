@@ -188,8 +188,9 @@ def all_to_all_bytes(rows: Any, hidden: int, bytes_per_element: Fraction | int, 
     >>> all_to_all_bytes(32768, 7168, Fraction(2), 64)
     Fraction(462422016, 1)
     """
-    if not is_array(ep):
-        _positive("ep", ep)
+    if is_array(rows) or is_array(ep):  # float columns: no Fraction (an object array)
+        return rows * hidden * float(bytes_per_element) * (ep - 1) / ep
+    _positive("ep", ep)
     return exact(rows) * hidden * Fraction(bytes_per_element) * exact(ep - 1) / ep
 
 
