@@ -27,6 +27,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.moe import (
+    DEEPEP_DISPATCH_CONFIGS,
     deepep_buffer_bytes,
     expected_remote_nodes,
     expert_capacity,
@@ -438,9 +439,10 @@ def moe_run_violation(
 def moe_layout_violation(
     run: MoERun, ep: int, pp: int, virtual_stages: int, full_recompute: bool
 ) -> str | None:
-    """The first rule of ``overlap_moe_expert_parallel_comm`` a layout breaks, as Megatron-Core
-    asserts them (``transformer_config.py`` ``__post_init__``): ep > 1, no full recomputation,
-    interleaving when pp > 1; None when it holds or the overlap is not on.
+    """The first rule of the run's MoE choices a layout breaks, or None: an ep DeepEP has no
+    config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm`` as
+    Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1, no full
+    recomputation, interleaving when pp > 1.
 
     Examples
     --------
@@ -450,6 +452,11 @@ def moe_layout_violation(
     >>> moe_layout_violation(run, 8, 4, 1, False).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
     True
     """
+    if run.dispatcher is Dispatcher.DEEPEP and ep > 1 and ep not in DEEPEP_DISPATCH_CONFIGS:
+        return (
+            f"ep: {ep} has no DeepEP config for moe_dispatcher 'deepep' (Buffer.get_dispatch_config "
+            f"supports {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"
+        )
     if run.ep_overlap is not EpOverlap.COMBINED_1F1B:
         return None
     name = "moe_ep_overlap: 'overlap_moe_expert_parallel_comm'"
