@@ -47,6 +47,7 @@ __all__ = [
     "all_to_all_sent",
     "grouped_rows",
     "unpaired_fraction",
+    "unpaired_share",
     "exposed_all_to_all",
     "dispatch_buffer_bytes",
     "moe_run_violation",
@@ -329,6 +330,16 @@ def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
         )
     warmup = 2 * (pp - 1) + (v - 1) * pp + 1
     return Fraction(min(warmup, m * v), m * v)
+
+
+def unpaired_share(overlap: EpOverlap, pp: int, v: int, m: int) -> float:
+    """:func:`unpaired_fraction` as a float for the clock, and 1 (nothing paired) where the
+    overlap cannot run (pp > 1 without interleaving; the legality rule
+    :func:`moe_layout_violation` refuses such a layout, this keeps the search's columns of
+    not-yet-masked candidates defined)."""
+    if overlap is EpOverlap.COMBINED_1F1B and pp > 1 and v < 2:
+        return 1.0
+    return float(unpaired_fraction(overlap, int(pp), int(v), int(m)))
 
 
 def exposed_all_to_all(
