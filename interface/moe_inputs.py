@@ -8,6 +8,7 @@ from typing import Any
 
 from trainplan.interface.time_inputs import bool_param
 from trainplan.model.errors import InputError
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_run import (
     DROPLESS,
     Dispatcher,
@@ -15,7 +16,6 @@ from trainplan.model.moe_run import (
     MoERun,
     moe_run_violation,
 )
-from trainplan.model.specs import ModelSpec
 from trainplan.model.units import parse_count, parse_number
 
 __all__ = ["MOE_KEYS", "DISPATCHERS", "EP_OVERLAPS", "moe_run_of"]

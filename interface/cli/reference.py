@@ -109,8 +109,8 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     groups = getattr(command, "option_groups", None) or []
     if not groups:
         return [(None, list(command.params))]
-    arguments = [p for p in command.params if isinstance(p, click.Argument)]
-    rest = [
+    arguments: list[click.Parameter] = [p for p in command.params if isinstance(p, click.Argument)]
+    rest: list[click.Parameter] = [
         p
         for p in command.params
         if isinstance(p, click.Option) and getattr(p, "group", None) is None
@@ -118,7 +118,7 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
         arguments
     )
-    out += [(g.title, list(g.options)) for g in groups]
+    out += [(g.title, [*g.options]) for g in groups]
     return out + [("Other options", rest)] * bool(rest)
 
 
@@ -203,6 +203,7 @@ KEY_DOCS: dict[str, str] = {
     "memory.model_state_bytes": "Weights + gradients + optimizer state.",
     "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and the next.",
     "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",
+    "memory.dispatch_buffer_bytes": "DeepEP's resident dispatch buffers (moe_dispatcher deepep).",
     "memory.host_bytes": "Offloaded state on the host, per GPU.",
     "memory.host_bytes_per_node": "Offloaded state on the host, per node.",
     "memory.host_capacity_bytes": "Host memory per GPU available to offload.",

@@ -28,13 +28,13 @@ from trainplan.model.moe_run import (
     exposed_all_to_all,
     grouped_rows,
     mean_rows_sent,
+    members_per_domain,
     rank_rows,
     unpaired_fraction,
 )
 from trainplan.model.ops import LayerShape, Op, OpKind
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
 from trainplan.model.specs import Architecture, MoESpec
-from trainplan.model.step_time import members_per_domain
 
 V3_LIKE = Architecture(
     num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
@@ -115,15 +115,12 @@ def test_link_rule_against_deepeps_published_bandwidth():
 
 
 def test_members_per_domain():
-    class L:
-        link, group_size, span = "ib", 64, 64
-
-    assert members_per_domain(L(), 8) == 8  # ep 64 with tp 1: 8 members per 8-GPU node
-    L.span = 512
-    assert members_per_domain(L(), 8) == 1  # tp 8 inside: one member per node
-    L.link, L.group_size, L.span = "nvlink", 8, 8
-    assert members_per_domain(L(), 8) == 8
-    assert members_per_domain(None, 8) == 0
+    """ep 64 with tp 1 spans 64 ranks: 8 members per 8-GPU node; with tp 8 inside it spans 512:
+    one per node; a group inside one NVLink domain is whole there; unknown span: 0."""
+    assert members_per_domain(False, 64, 64, 8) == 8
+    assert members_per_domain(False, 512, 64, 8) == 1
+    assert members_per_domain(True, 8, 8, 8) == 8
+    assert members_per_domain(False, 0, 64, 8) == 0
 
 
 # ------------------------------------------------------------------ grouped GEMM
