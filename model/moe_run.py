@@ -52,6 +52,7 @@ __all__ = [
     "dispatch_buffer_bytes",
     "moe_run_violation",
     "moe_layout_violation",
+    "moe_recompute_violation",
 ]
 
 
@@ -447,20 +448,18 @@ def moe_run_violation(
     return None
 
 
-def moe_layout_violation(
-    run: MoERun, ep: int, pp: int, virtual_stages: int, full_recompute: bool
-) -> str | None:
-    """The first rule of the run's MoE choices a layout breaks, or None: an ep DeepEP has no
-    config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm`` as
-    Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1, no full
-    recomputation, interleaving when pp > 1.
+def moe_layout_violation(run: MoERun, ep: int, pp: int, virtual_stages: int) -> str | None:
+    """The first rule of the run's MoE choices a layout's degrees break, or None: an ep DeepEP
+    has no config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
+    as Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1,
+    interleaving when pp > 1 (its rule on recomputation is :func:`moe_recompute_violation`).
 
     Examples
     --------
     >>> run = MoERun(ep_overlap="overlap_moe_expert_parallel_comm")
-    >>> moe_layout_violation(run, 8, 4, 2, False) is None
+    >>> moe_layout_violation(run, 8, 4, 2) is None
     True
-    >>> moe_layout_violation(run, 8, 4, 1, False).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
+    >>> moe_layout_violation(run, 8, 4, 1).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
     True
     """
     if run.dispatcher is Dispatcher.DEEPEP and ep > 1 and ep not in DEEPEP_DISPATCH_CONFIGS:
@@ -473,11 +472,27 @@ def moe_layout_violation(
     name = "moe_ep_overlap: 'overlap_moe_expert_parallel_comm'"
     if ep == 1:
         return f"{name} overlaps the expert all-to-all; ep 1 has none"
-    if full_recompute:
-        return f"{name} does not run with full recomputation (Megatron-Core asserts it)"
     if pp > 1 and virtual_stages < 2:
         return (
             f"{name} with pp > 1 needs an interleaved schedule (virtual_stages > 1; "
             "Megatron-Core asserts it)"
+        )
+    return None
+
+
+def moe_recompute_violation(run: MoERun, full_recompute: bool) -> str | None:
+    """``overlap_moe_expert_parallel_comm`` with full recomputation (or √n, which recomputes
+    whole layers): Megatron-Core asserts ``recompute_granularity != 'full'``
+    (``transformer_config.py``); None otherwise.
+
+    Examples
+    --------
+    >>> moe_recompute_violation(MoERun(ep_overlap="overlap_moe_expert_parallel_comm"), True)[:30]
+    "moe_ep_overlap: 'overlap_moe_e"
+    """
+    if run.ep_overlap is EpOverlap.COMBINED_1F1B and full_recompute:
+        return (
+            "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with full "
+            "recomputation (Megatron-Core asserts it)"
         )
     return None

@@ -222,15 +222,16 @@ def test_deepep_buffers_only_under_deepep():
 def test_layout_rules_are_megatrons_asserts():
     """overlap_moe_expert_parallel_comm: ep > 1, no full recomputation, interleaving with pp > 1
     (Megatron-Core transformer_config.py); DeepEP only at the EP sizes it has configs for."""
-    from trainplan.model.moe_run import moe_layout_violation
+    from trainplan.model.moe_run import moe_layout_violation, moe_recompute_violation
 
     run = MoERun(ep_overlap=EpOverlap.COMBINED_1F1B)
-    assert moe_layout_violation(run, 8, 1, 1, False) is None
-    assert moe_layout_violation(run, 8, 4, 2, False) is None
-    assert "ep 1 has none" in moe_layout_violation(run, 1, 1, 1, False)
-    assert "full recomputation" in moe_layout_violation(run, 8, 1, 1, True)
-    assert "interleaved" in moe_layout_violation(run, 8, 4, 1, False)
+    assert moe_layout_violation(run, 8, 1, 1) is None
+    assert moe_layout_violation(run, 8, 4, 2) is None
+    assert "ep 1 has none" in moe_layout_violation(run, 1, 1, 1)
+    assert "full recomputation" in moe_recompute_violation(run, True)
+    assert moe_recompute_violation(run, False) is None
+    assert "interleaved" in moe_layout_violation(run, 8, 4, 1)
     deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
-    assert moe_layout_violation(deepep, 64, 1, 1, True) is None
-    assert moe_layout_violation(deepep, 12, 1, 1, False).startswith("ep: 12 has no DeepEP config")
-    assert moe_layout_violation(MoERun(), 12, 4, 1, True) is None
+    assert moe_layout_violation(deepep, 64, 1, 1) is None
+    assert moe_layout_violation(deepep, 12, 1, 1).startswith("ep: 12 has no DeepEP config")
+    assert moe_layout_violation(MoERun(), 12, 4, 1) is None
