@@ -281,6 +281,11 @@ class LayerCompute:
     ``moe_shared_expert_overlap`` runs beside the dispatch)."""
     shared_fc2_s: float = 0.0
     """The shared experts' last GEMM, forward (beside the combine)."""
+    experts_forward_s: float = 0.0
+    """The routed experts' grouped GEMMs and activation, forward (what combined 1F1B runs
+    beside the other micro-batch's dispatch and its own backward dispatch)."""
+    experts_backward_s: float = 0.0
+    """The same, backward."""
 
     def role(self, name: str, which: str) -> float:
         """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
@@ -308,6 +313,8 @@ def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
         sum(op_seconds(o, c, backward=True) for o in ops if o.core),
         roles,
         *_shared_forward(ops, c),
+        sum(op_seconds(o, c) for o in ops if o.name.startswith("experts")),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.name.startswith("experts")),
     )
 
 
@@ -431,15 +438,15 @@ def _ep_collectives(
     forward, backward = ep_all_to_all_seconds(x, c, full_recompute)
     if not forward:
         return 0.0, 0.0
+    split = (
+        ops.forward_s - ops.experts_forward_s,
+        ops.backward_s - ops.experts_backward_s,
+        ops.experts_forward_s,
+        ops.experts_backward_s,
+    )
     shared = (ops.shared_fc1_s, ops.shared_fc2_s)
     exposed = exposed_all_to_all(
-        x.moe_run.ep_overlap,
-        forward,
-        backward,
-        ops.forward_s,
-        ops.backward_s,
-        *shared,
-        c.ep_unpaired,
+        x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired
     )
     return forward + backward, exposed
 

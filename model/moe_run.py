@@ -347,39 +347,44 @@ def exposed_all_to_all(
     overlap: EpOverlap,
     forward_s: float,
     backward_s: float,
-    layer_forward_s: float,
-    layer_backward_s: float,
-    shared_fc1_s: float = 0.0,
-    shared_fc2_s: float = 0.0,
+    split: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    shared: tuple[float, float] = (0.0, 0.0),
     unpaired: float = 1.0,
 ) -> float:
     """Seconds of one MoE layer's all-to-alls, one micro-batch, that wait, from their forward
-    (dispatch + combine) and backward seconds (``forward_s``, ``backward_s``):
+    (dispatch + combine, half each) and backward seconds (``forward_s``, ``backward_s``);
+    ``split`` = the layer's (pre-dispatch forward, pre-dispatch backward, experts forward,
+    experts backward) computation, ``shared`` = the shared experts' (FC1 + activation, FC2)
+    forward:
 
     * ``none`` — all of them;
-    * ``moe_shared_expert_overlap`` — the forward dispatch less the shared experts' FC1 forward,
-      the forward combine less their FC2 forward (half of ``forward_s`` each), at least 0; the
-      backward waits;
+    * ``moe_shared_expert_overlap`` — the forward dispatch less the shared experts' FC1, the
+      forward combine less their FC2, at least 0 each; the backward waits;
     * ``overlap_moe_expert_parallel_comm`` — the ``unpaired`` share (:func:`unpaired_fraction`)
-      waits; in a paired step a layer's forward all-to-alls run under the partner's backward
-      computation of the layer and its backward all-to-alls under the partner's forward, so
-      what exceeds that computation waits: ``max(0, forward_s − layer_backward_s) +
-      max(0, backward_s − layer_forward_s)``.
+      waits whole; a paired step runs one micro-batch's layer forward beside another's
+      backward in three phases, each as long as the longer of its two streams
+      (``models/common/model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run``:
+      combine backward ∥ pre-dispatch forward, dispatch forward + dispatch backward ∥ experts
+      backward + experts forward, combine forward ∥ pre-dispatch backward), so what waits is
+      ``max(0, b/2 − pre_f) + max(0, f/2 + b/2 − (exp_b + exp_f)) + max(0, f/2 − pre_b)``.
 
     Examples
     --------
-    >>> exposed_all_to_all(EpOverlap.NONE, 2.0, 4.0, 3.0, 6.0)
+    >>> exposed_all_to_all(EpOverlap.NONE, 2.0, 4.0)
     6.0
-    >>> exposed_all_to_all(EpOverlap.SHARED_EXPERT, 2.0, 4.0, 3.0, 6.0, 0.5, 2.0)  # 0.5 + 0 + 4
+    >>> exposed_all_to_all(EpOverlap.SHARED_EXPERT, 2.0, 4.0, shared=(0.5, 2.0))  # 0.5 + 0 + 4
     4.5
-    >>> exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, 3.0, 6.0, unpaired=0.25)  # 1.5 + 0.75·1
-    2.25
+    >>> # paired: max(0, 2 − 3) + max(0, 1 + 2 − 2.5) + max(0, 1 − 6) = 0.5; a quarter unpaired
+    >>> exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, (3.0, 6.0, 1.0, 1.5), unpaired=0.25)
+    1.875
     """
     if overlap is EpOverlap.SHARED_EXPERT:
         half = forward_s / 2
-        return max(0.0, half - shared_fc1_s) + max(0.0, half - shared_fc2_s) + backward_s
+        return max(0.0, half - shared[0]) + max(0.0, half - shared[1]) + backward_s
     if overlap is EpOverlap.COMBINED_1F1B:
-        paired = max(0.0, forward_s - layer_backward_s) + max(0.0, backward_s - layer_forward_s)
+        pre_f, pre_b, exp_f, exp_b = split
+        f, b = forward_s / 2, backward_s / 2
+        paired = max(0.0, b - pre_f) + max(0.0, f + b - (exp_b + exp_f)) + max(0.0, f - pre_b)
         return unpaired * (forward_s + backward_s) + (1 - unpaired) * paired
     return forward_s + backward_s
 

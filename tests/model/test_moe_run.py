@@ -157,9 +157,10 @@ def test_overlap_hides_at_most_everything(fwd, bwd, lf, lb, unpaired):
     with computation at least as long hides everything."""
     total = fwd + bwd
     for o in EpOverlap:
-        e = exposed_all_to_all(o, fwd, bwd, lf, lb, lf / 2, lf / 2, unpaired)
+        e = exposed_all_to_all(o, fwd, bwd, (lf, lb, lf / 2, lb / 2), (lf / 2, lf / 2), unpaired)
         assert -1e-12 <= e <= total + 1e-9
-    hidden = exposed_all_to_all(EpOverlap.COMBINED_1F1B, fwd, bwd, bwd + 1, fwd + 1, unpaired=0)
+    cover = (bwd + 1, fwd + 1, fwd + 1, bwd + 1)
+    hidden = exposed_all_to_all(EpOverlap.COMBINED_1F1B, fwd, bwd, cover, unpaired=0)
     assert hidden == 0
 
 
