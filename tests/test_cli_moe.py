@@ -21,6 +21,13 @@ EP_BYTES = 4096 * 4 * 2880 * 2 * 7 // 8 * 2 * 2 * 24
 82,575,360 bytes; dispatch and combine, forward and backward, 24 layers, 1 micro-batch:
 7,927,234,560 bytes."""
 
+INTERLEAVED = [
+    *("evaluate", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--gpus", "16", "--dp", "8"),
+    *("--pp", "2", "--ep", "8", "--global-batch", "64", "--schedule", "interleaved"),
+    *("--virtual-stages", "2"),
+]
+"""gpt-oss-20b on 16 H100, pp 2 interleaved (v 2), ep 8: m = 64 / 8 = 8 micro-batches."""
+
 DEEPSEEK_V3 = [
     *("evaluate", "--model", "deepseek-v3", "--gpu", "H800", "--gpus", "2048", "--dp", "128"),
     *("--pp", "16", "--ep", "64", "--global-batch", "15360", "--seq-len", "4096"),
@@ -38,6 +45,11 @@ def runs():
             "text": [*GPT_OSS_20B, "--moe-imbalance", "1.5"],
             "v3": [*DEEPSEEK_V3, "--json"],
             "v3 deepep": [*DEEPSEEK_V3, "--moe-dispatcher", "deepep", "--moe-node-limit", "4", "--json"],
+            "interleaved": [*INTERLEAVED, "--json"],
+            "overlap": [*INTERLEAVED, "--moe-ep-overlap", "overlap_moe_expert_parallel_comm", "--json"],
+            "overlap 1f1b": [
+                *INTERLEAVED[:-4], "--moe-ep-overlap", "overlap_moe_expert_parallel_comm",
+            ],
             "no moe": ["evaluate", "--model", "llama3-8b", "--moe-capacity-factor", "1.25"],
             "limit alone": [*GPT_OSS_20B, "--moe-node-limit", "4"],
             "deepspeed deepep": [*GPT_OSS_20B, "--framework", "deepspeed", "--moe-dispatcher", "deepep"],
@@ -97,6 +109,26 @@ def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
     assert deepep["time"]["step_s"] < base["time"]["step_s"]
 
 
+def test_deepep_buffers_are_resident_memory(runs):
+    """DeepEP's normal Buffer at h 7,168 and EP 64 (model.moe's derivation): 377,677,824 NVLink
+    + 336,047,360 RDMA bytes on every GPU of a stage with MoE layers, in its peak."""
+    base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
+    assert deepep["memory"]["dispatch_buffer_bytes"] == 713_725_184
+    assert base["memory"]["dispatch_buffer_bytes"] == 0
+
+
+def test_combined_1f1b_leaves_the_warmup_and_cooldown_exposed(runs):
+    """Megatron-Core's overlap_moe_expert_parallel_comm, pp 2 × v 2, m 8: rank 0 runs
+    2·(2 − 1) + (2 − 1)·2 + 1 = 5 of its 16 chunk forwards (and as many backwards) without a
+    partner; gpt-oss-20b's expert GEMMs on one node cover the paired all-to-alls, so 5/16 of
+    the all-to-all time stays exposed."""
+    plain, overlap = (json.loads(runs[k].stdout) for k in ("interleaved", "overlap"))
+    assert _ep(overlap)["seconds"] == _ep(plain)["seconds"]
+    assert _ep(plain)["exposed_seconds"] == pytest.approx(_ep(plain)["seconds"])
+    assert _ep(overlap)["exposed_seconds"] == pytest.approx(5 / 16 * _ep(plain)["seconds"])
+    assert overlap["layout"]["moe"]["moe_ep_overlap"] == "overlap_moe_expert_parallel_comm"
+
+
 @pytest.mark.parametrize(
     ("name", "line"),
     [
@@ -106,6 +138,7 @@ def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
         ("fsdp2 overlap", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' is Megatron-Core's"),
         ("no shared", "moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts"),
         ("imbalance below 1", "moe_imbalance: 1/2 must be at least 1"),
+        ("overlap 1f1b", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' with pp > 1 needs"),
     ],
 )
 def test_refusals_name_the_option(runs, name, line):
