@@ -18,6 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
+from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
 from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
@@ -67,9 +68,11 @@ RECIPE_KEYS = (
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
+    *MOE_KEYS,
 )
-"""The training recipe's numerics, offload and packed documents (:mod:`model.precision`,
-:mod:`model.offload`, :mod:`model.packing`): evaluate options, and ``[cluster]`` keys of a
+"""The training recipe's numerics, offload, packed documents and MoE routing and dispatch
+(:mod:`model.precision`, :mod:`model.offload`, :mod:`model.packing`, :mod:`model.moe_run`):
+evaluate options, and ``[cluster]`` keys of a
 scenario file."""
 MEGATRON_SPLIT_KEYS = (
     "first_stage_layers",
@@ -310,6 +313,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             activations=params.get("offload_activations") or (),
         ),
         documents=documents_from(params, seq),
+        moe_run=moe_run_of(params, model, framework),
     )
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)

@@ -14,6 +14,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
+from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
@@ -373,15 +374,18 @@ def mfu_with_attention(est: Estimate) -> float | None:
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm.ep_traffic), an upper bound on DeepSeek-V3-style node-limited routing, which
-    sends a token to at most 4 nodes and deduplicates it there (DeepSeek-V3 Technical Report,
-    arXiv 2412.19437, §2.1.2 and §3.2.2)."""
+    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
+    deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
+    timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
     notes = []
-    if any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
         notes.append(
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            "§3.2.2: at most 4 nodes per token) sends less"
+            "§3.2.2: at most 4 nodes per token) sends less (--moe-dispatcher deepep "
+            "--moe-node-limit 4 times it)"
         )
     return notes
 
@@ -399,6 +403,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "model_state_bytes": _n(st.state.total_bytes),
         "zero3_gathered_bytes": _n(st.state.gathered_bytes),
         "weight_cache_bytes": _n(st.state.weight_cache_bytes),
+        "dispatch_buffer_bytes": _n(st.state.dispatch_buffer_bytes),
         "host_bytes": _n(est.host_bytes),
         "host_bytes_per_node": _n(est.host_bytes * est.device.gpus_per_node),
         "host_capacity_bytes": est.device.host_memory_bytes,
@@ -510,6 +515,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
             "document_lengths": _documents(t),
+            "moe": _moe_run(t.moe_run),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -573,3 +579,16 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     if per_stage:
         out["stages"] = _stage_rows(est)
     return out
+
+
+def _moe_run(run: MoERun) -> dict[str, Any]:
+    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
+    cf = run.capacity_factor
+    return {
+        "moe_capacity_factor": None if cf is None else float(cf),
+        "moe_pad_to_capacity": run.pad_to_capacity,
+        "moe_imbalance": float(run.imbalance),
+        "moe_node_limit": run.node_limit,
+        "moe_dispatcher": str(run.dispatcher),
+        "moe_ep_overlap": str(run.ep_overlap),
+    }

@@ -24,6 +24,9 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
+               # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
+               # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
+               # overlap_moe_expert_parallel_comm),
                # host_memory_gbps; packed documents: document_length, document_length_spread,
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
@@ -54,6 +57,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.moe_inputs import DISPATCHERS, EP_OVERLAPS
 from trainplan.interface.recipe_inputs import histogram
 from trainplan.interface.tp_plan import (
     TP_BLOCK_INPUTS,
@@ -230,6 +234,12 @@ VALUE_KINDS: dict[str, Any] = {
     "document_length": _NUMBER,
     "document_length_spread": _NUMBER,
     "document_lengths": _HISTOGRAM,
+    "moe_capacity_factor": _NUMBER,
+    "moe_pad_to_capacity": _FLAG,
+    "moe_imbalance": _NUMBER,
+    "moe_node_limit": _COUNT,
+    "moe_dispatcher": DISPATCHERS,
+    "moe_ep_overlap": EP_OVERLAPS,
     "memory_reserve_gib": _NUMBER,
     "vocab_multiple": _COUNT,
     "time_model": ("roofline", "single"),

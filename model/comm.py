@@ -17,6 +17,8 @@ from typing import Any
 from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe import all_to_all_bytes
+from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import exact, where
 
@@ -422,6 +424,7 @@ def ep_traffic(
     total = ep_bytes(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, layout.sp, _passes(layout.recompute) > 2,
+        training.moe_run,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
 
@@ -438,11 +441,18 @@ def ep_bytes(
     beta: int,
     sp: Any,
     recompute: bool,
+    run: MoERun = DROPLESS,
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
-    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again)."""
+    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again). Each
+    dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
+    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity) —
+    every byte a GPU sends, whichever link it rides (DeepEP's de-duplication shortens the
+    scale-out share of the time, :func:`model.moe_run.all_to_all_sent`, not what the dispatch
+    moves)."""
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
-    one = _ring(ep) * arch.moe.experts_per_token * tokens * arch.hidden_size * beta
+    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
+    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep)
     return 2 * one * (3 if recompute else 2) * num_moe_layers * m

@@ -22,13 +22,18 @@ Overlap by mechanism (not one fraction per axis):
   ``ulysses`` — the head all-to-alls of Q, K, V before the core and of O after it wait (they
   gate the core); ``a2a+p2p`` — the all-to-alls inside the group wait, the ring across groups
   overlaps as the ring does.
-* **Expert parallelism**: dispatch and combine all-to-alls wait (they gate the experts).
+* **Expert parallelism** (the recipe's :class:`model.moe_run.MoERun`): dispatch and combine
+  all-to-alls wait (they gate the experts) unless Megatron-Core's ``moe_shared_expert_overlap``
+  (shared experts beside the forward all-to-alls) or ``overlap_moe_expert_parallel_comm`` (one
+  micro-batch's all-to-alls under another's computation) hides part of them
+  (:func:`model.moe_run.exposed_all_to_all`).
 
 A collective's own time is :func:`model.roofline.collective_seconds` over the axis's link.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -36,6 +41,11 @@ from typing import Any
 
 from trainplan.model.context_parallel import cp_tensor_bytes
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_run import (
+    all_to_all_sent,
+    exposed_all_to_all,
+    grouped_rows,
+)
 from trainplan.model.ops import (
     WGRAD_ACCUMULATE_BYTES,
     LayerShape,
@@ -65,6 +75,7 @@ __all__ = [
     "LayerCompute",
     "layer_compute",
     "layer_time",
+    "ep_all_to_all_seconds",
     "embedding_time",
     "output_time",
     "stage_parts",
@@ -105,7 +116,17 @@ class Clock:
     cp_kv_repeat: int = 1
     """Times each K/V head crosses the head all-to-all (verl's ``ulysses-kv-repeat``,
     :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
+    ep_per_domain: int = 0
+    """Members of the expert-parallel group in each NVLink domain (``g`` of
+    :func:`model.step_time.all_to_all_bandwidth`); 0 = unknown (no de-duplication counted)."""
+    ep_unpaired: float = 1.0
+    """The share of micro-batches whose expert all-to-alls have no partner to hide under
+    (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
 
+
+TE_COMPUTE_STREAMS = 4
+"""CUDA streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
+(``transformer_engine/common/util/multi_stream.cpp`` ``get_num_compute_streams``)."""
 
 BF16_GEMMS = frozenset({"router", "output layer (logits)"})
 """GEMMs with weights that FP8 recipes keep in BF16 (DeepSeek-V3 §3.3; Transformer Engine
@@ -205,19 +226,40 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
             params = params.with_(attention_efficiency=params.gemm_efficiency)
         return attention_seconds(flops, moved, c.peak_flops_per_s, c.hbm_bytes_per_s, params)
     if not backward:
-        return _gemm(op.m, op.n, op.k, op.batch, c, fp8=_fp8(op, c))
+        return _grouped(op, c) + _gemm(_rows(op), op.n, op.k, op.batch, c, fp8=_fp8(op, c))
     return _dgrad(op, c) + _wgrad(op, c)
 
 
+def _is_grouped(op: Op) -> bool:
+    """The experts' grouped GEMMs: a weight per group (``batch`` local experts)."""
+    return op.weights and op.batch > 1
+
+
+def _rows(op: Op) -> float:
+    """A GEMM's M rows as its kernel computes them: a grouped GEMM's each group rounded up to
+    its M tile (:func:`model.moe_run.grouped_rows`)."""
+    return grouped_rows(op.m) if _is_grouped(op) else op.m
+
+
+def _grouped(op: Op, c: Clock) -> float:
+    """The launch gaps a grouped GEMM adds beyond one kernel's: Transformer Engine's
+    ``GroupedLinear`` runs one cuBLAS GEMM per expert over :data:`TE_COMPUTE_STREAMS` streams
+    (``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``multi_stream_cublas_gemm``), so
+    ``ceil(groups / 4) − 1`` more t_kernel."""
+    if not _is_grouped(op):
+        return 0.0
+    return (math.ceil(op.batch / TE_COMPUTE_STREAMS) - 1) * c.params.kernel_overhead_s
+
+
 def _dgrad(op: Op, c: Clock) -> float:
-    return _gemm(op.m, op.k, op.n, op.batch, c, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c))
 
 
 def _wgrad(op: Op, c: Clock) -> float:
     if not op.weights:  # QKᵀ and scores·V: both "gradients" are activation gradients
         return _gemm(op.k, op.n, op.m, op.batch, c)
     extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
-    return _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c))
 
 
 def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock) -> float:
@@ -237,6 +279,16 @@ class LayerCompute:
     roles: dict[str, tuple[float, float, float]]
     """Per GEMM role (``attn_in`` …): seconds of its forward, input-gradient and weight-gradient
     GEMMs (what a tensor-parallel collective can hide behind)."""
+    shared_fc1_s: float = 0.0
+    """The shared experts' first GEMM(s) and activation, forward (what
+    ``moe_shared_expert_overlap`` runs beside the dispatch)."""
+    shared_fc2_s: float = 0.0
+    """The shared experts' last GEMM, forward (beside the combine)."""
+    experts_forward_s: float = 0.0
+    """The routed experts' grouped GEMMs and activation, forward (what combined 1F1B runs
+    beside the other micro-batch's dispatch and its own backward dispatch)."""
+    experts_backward_s: float = 0.0
+    """The same, backward."""
 
     def role(self, name: str, which: str) -> float:
         """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
@@ -263,7 +315,18 @@ def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
         sum(op_seconds(o, c) for o in ops if o.core),
         sum(op_seconds(o, c, backward=True) for o in ops if o.core),
         roles,
+        *_shared_forward(ops, c),
+        sum(op_seconds(o, c) for o in ops if o.name.startswith("experts")),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.name.startswith("experts")),
     )
+
+
+def _shared_forward(ops: tuple[Op, ...], c: Clock) -> tuple[float, float]:
+    """(FC1 and activation, FC2) forward seconds of a MoE layer's shared experts (0, 0 without)."""
+    shared = [o for o in ops if o.name.startswith("shared experts")]
+    if not shared:
+        return 0.0, 0.0
+    return sum(op_seconds(o, c) for o in shared[:-1]), op_seconds(shared[-1], c)
 
 
 def _tp_collectives(
@@ -351,15 +414,44 @@ def _cp_collectives(
     return total, exposed
 
 
-def _ep_collectives(x: LayerShape, c: Clock, full_recompute: bool) -> float:
-    """EP seconds of one MoE layer and micro-batch (all exposed): dispatch and combine, forward,
-    backward (and a recomputed forward)."""
-    if not x.moe or x.ep == 1 or c.ep_link is None or x.arch.moe is None:
-        return 0.0
-    sent = (x.ep - 1) / x.ep * x.arch.moe.experts_per_token * x.local_tokens
-    sent *= x.arch.hidden_size * x.beta
+def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
+    the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
+    recomputed forward under full recomputation) and their two transposes in backward, each of
+    :func:`model.moe_run.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
+    over the ep link. What a schedule that hides one micro-batch's all-to-alls under another's
+    computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
+    spec = x.arch.moe
+    if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
+        return 0.0, 0.0
+    sent = all_to_all_sent(
+        x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
+        c.ep_per_domain, x.arch.hidden_size * x.beta,
+    )  # fmt: skip
     one = _coll(Collective.ALL_TO_ALL, x.ep, sent, c.ep_link, c)
-    return 2 * one * (3 if full_recompute else 2)
+    return 2 * one * (2 if full_recompute else 1), 2 * one
+
+
+def _ep_collectives(
+    x: LayerShape, ops: LayerCompute, c: Clock, full_recompute: bool
+) -> tuple[float, float]:
+    """(EP seconds, exposed) of one MoE layer and micro-batch
+    (:func:`ep_all_to_all_seconds`), exposed as the run's overlap mechanism leaves them
+    (:func:`model.moe_run.exposed_all_to_all`)."""
+    forward, backward = ep_all_to_all_seconds(x, c, full_recompute)
+    if not forward:
+        return 0.0, 0.0
+    split = (
+        ops.forward_s - ops.experts_forward_s,
+        ops.backward_s - ops.experts_backward_s,
+        ops.experts_forward_s,
+        ops.experts_backward_s,
+    )
+    shared = (ops.shared_fc1_s, ops.shared_fc2_s)
+    exposed = exposed_all_to_all(
+        x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired
+    )
+    return forward + backward, exposed
 
 
 @lru_cache(maxsize=4096)
@@ -390,8 +482,10 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
     core = (ops.core_forward_s, ops.core_backward_s)
     cp_s, cp_exposed = _cp_collectives(x, core, c, recompute is not Recompute.NONE)
-    ep_s = _ep_collectives(x, c, full)
-    return LayerTime(forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_s)
+    ep_s, ep_exposed = _ep_collectives(x, ops, c, full)
+    return LayerTime(
+        forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_exposed
+    )
 
 
 @lru_cache(maxsize=4096)

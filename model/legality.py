@@ -27,6 +27,12 @@ from trainplan.model.context_parallel import CpKind, check_cp_framework, check_c
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import (
+    DROPLESS,
+    moe_layout_violation,
+    moe_recompute_violation,
+    moe_run_violation,
+)
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
@@ -273,6 +279,33 @@ def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> N
         )
 
 
+FULL_RECOMPUTES = ("full", "sqrt")
+"""The recompute modes that run the whole forward again (``model.layout.Recompute``'s values;
+read as text: the layout imports this module)."""
+
+
+def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
+    """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
+    (:func:`model.moe_run.moe_run_violation`, :func:`model.moe_run.moe_recompute_violation`)."""
+    run = s.training.moe_run
+    if run == DROPLESS:
+        return
+    moe = None if s.model.arch is None else s.model.arch.moe
+    shared = moe is not None and moe.num_shared_experts > 0
+    problem = moe_run_violation(run, str(framework), moe is not None, shared)
+    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
+    if problem:
+        raise LayoutError(problem)
+
+
+def _moe_layout(s: Setting, ep: int, pp: int, v: int) -> None:
+    """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
+    moe_layout_violation`: DeepEP's EP sizes, the combined-1F1B overlap's ep and schedule)."""
+    problem = moe_layout_violation(s.training.moe_run, ep, pp, v)
+    if problem:
+        raise LayoutError(problem)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
@@ -293,6 +326,8 @@ RULES: tuple[Rule, ...] = (
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
+    Rule("moe_framework", ("framework", "recompute"), _moe_framework),
+    Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

@@ -63,6 +63,11 @@ class ModelState:
     FP8_WEIGHT_CACHE_BYTES` per linear weight element), when the weights are held whole. Under
     ZeRO-3 / FSDP the copies of the gathered units are counted in ``gathered_bytes``."""
 
+    dispatch_buffer_bytes: Fraction = Fraction(0)
+    """The expert dispatcher's buffers, resident for the whole run: DeepEP's normal-mode
+    ``Buffer`` under ``moe_dispatcher = deepep`` (:func:`model.moe_run.dispatch_buffer_bytes`),
+    on a stage with MoE layers and ep > 1."""
+
     @property
     def total_bytes(self) -> Fraction:
         """Weights + gradients + optimizer state (the textbook's 16 B/param, sharded)."""
@@ -70,9 +75,14 @@ class ModelState:
 
     @property
     def resident_bytes(self) -> Fraction:
-        """``total_bytes`` plus the ZeRO-3 gather buffer and the cached weight copies: held
-        through forward and backward."""
-        return self.total_bytes + self.gathered_bytes + self.weight_cache_bytes
+        """``total_bytes`` plus the ZeRO-3 gather buffer, the cached weight copies and the
+        expert dispatcher's buffers: held through forward and backward."""
+        return (
+            self.total_bytes
+            + self.gathered_bytes
+            + self.weight_cache_bytes
+            + self.dispatch_buffer_bytes
+        )
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -82,8 +92,13 @@ class ModelState:
     @property
     def optimizer_step_bytes(self) -> Fraction:
         """Bytes while the optimizer steps (no activations are live then): state + step extras
-        + the cached weight copies (persistent module buffers)."""
-        return self.total_bytes + self.step_bytes + self.weight_cache_bytes
+        + the cached weight copies (persistent module buffers) + the dispatcher's buffers."""
+        return (
+            self.total_bytes
+            + self.step_bytes
+            + self.weight_cache_bytes
+            + self.dispatch_buffer_bytes
+        )
 
 
 def model_state(

@@ -28,7 +28,8 @@ What each kernel moves (forward | backward), per element of the tensor named:
   ÷ tp·cp, 2× in backward, as the FLOP count; Q, K, V read and O written | also dO, dQ, dK, dV).
 * MoE: the router GEMM and its top-k over ``[T_sp, E]`` (2β | 2β), token permutation and
   un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same), the experts as grouped
-  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform routing).
+  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing;
+  the busiest rank's rows under imbalance or a capacity factor, :func:`model.moe_run.routed_rows`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from enum import StrEnum
 from functools import lru_cache
 
 from trainplan.model.flops import attention_core_forward_flops
+from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.packing import Documents
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, PositionEmbedding
@@ -143,6 +145,9 @@ class LayerShape:
     """Each sequence packs documents under document masking (:mod:`model.packing`): the
     FlashAttention core computes their Σ P(lᵢ) pairs (its variable-length kernel skips the
     blocks between documents), not the pack's."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`): the rows the
+    busiest expert-parallel rank's experts compute (:func:`model.moe_run.routed_rows`)."""
 
     @property
     def tokens(self) -> float:
@@ -291,16 +296,17 @@ def _moe(x: LayerShape) -> list[Op]:
     assert spec is not None
     h, beta, local = x.arch.hidden_size, x.beta, x.local_tokens
     E, k = spec.num_experts, spec.experts_per_token
+    rows = routed_rows(x.moe_run, local, E, k)  # k·T_sp dropless and balanced
     routing = 2 * beta * local * E
-    permute = 2 * 2 * beta * k * local * h
+    permute = 2 * 2 * beta * rows * h
     ops = [
         _gemm("router", local, E, h),
         _memory("top-k routing", routing, routing),
         _memory("token permutation", permute, permute),
     ]
-    per_expert = k * local * x.etp * x.ep / E
+    per_expert = rows * x.etp * x.ep / E
     width, mats = spec.expert_ffn_hidden_size / x.etp, 2 if x.arch.mlp is Mlp.SWIGLU else 1
-    size = beta * k * local * x.etp * width
+    size = beta * rows * x.etp * width
     fwd, bwd = (3 * size, 5 * size) if mats == 2 else (2 * size, 3 * size)
     ops += [
         Op("experts up", OpKind.GEMM, m=per_expert, n=mats * width, k=h, batch=E / x.ep),

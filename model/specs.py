@@ -21,6 +21,7 @@ from trainplan.model.arch_parts import (
 )
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
 from trainplan.model.precision import Precision
@@ -318,6 +319,9 @@ class TrainingSpec:
     """Each sequence packs documents of this length distribution under document masking
     (:mod:`model.packing`): attention FLOPs and time follow Σ lᵢ² of the documents, not s².
     None: each sequence is one document."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`: capacity factor,
+    padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -176,6 +176,7 @@ def kind_parts(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
             widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
+            training.moe_run,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers

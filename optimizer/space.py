@@ -19,6 +19,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
@@ -262,13 +263,16 @@ def _column(items: list) -> np.ndarray:
 def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
     """Every shape of ``space`` that the legality rules accept (:func:`model.legality.legality`,
     the rules :func:`model.layout.validate` checks), in tie-break order: the axes' rules (with
-    the textbook profile at ZeRO-1 and no offload, which break none of them), each CP flavour's
+    the textbook profile at ZeRO-1, no offload and the default MoE dispatch, which break none of
+    them), each CP flavour's
     (:func:`_with_cp_kinds`), and each framework of the space that runs one of its ZeRO stages
     with the shape's pp and the recipe's offload (:func:`_with_frameworks`)."""
     values = _candidates(model, training, space)
     if not values["tp"]:
         return []
-    axes = Setting(model, replace(training, offload=NO_OFFLOAD), space.num_gpus)
+    # the framework-dependent recipe choices (offload, the MoE dispatcher and its overlap) are
+    # checked with each framework in the tables (optimizer.tables._legal), not here
+    axes = Setting(model, replace(training, offload=NO_OFFLOAD, moe_run=DROPLESS), space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
                    recompute=Recompute.NONE)  # fmt: skip
     keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")

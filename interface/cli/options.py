@@ -137,6 +137,57 @@ RECIPE: list[Decorator] = [
         "shard), with tp 1 and without sequence parallelism.",
     ),
     click.option(
+        "--moe-capacity-factor",
+        "moe_capacity_factor",
+        type=NUMBER,
+        help="MoE: tokens an expert takes from a rank, × the mean (Megatron-Core "
+        "--moe-expert-capacity-factor, DeepSpeed capacity_factor); tokens over it are dropped. "
+        "Default dropless.",
+    ),
+    click.option(
+        "--moe-pad-to-capacity/--no-moe-pad-to-capacity",
+        "moe_pad_to_capacity",
+        default=None,
+        help="MoE with a capacity factor: pad every expert's input to its capacity (Megatron-Core "
+        "--moe-pad-expert-input-to-capacity, DeepSpeed drop_tokens): E x C rows computed and "
+        "sent whatever the routing.",
+    ),
+    click.option(
+        "--moe-imbalance",
+        "moe_imbalance",
+        type=NUMBER,
+        help="MoE: routed rows the busiest expert-parallel rank receives / the mean (>= 1; "
+        "default 1, balanced). Sets that rank's expert GEMMs and all-to-all receive.",
+    ),
+    click.option(
+        "--moe-node-limit",
+        "moe_node_limit",
+        type=COUNT,
+        help="MoE with the deepep dispatcher: nodes a token's experts may span (DeepSeek-V3's "
+        "node-limited routing, M = 4; Megatron-Core --moe-router-group-topk over "
+        "--moe-router-num-groups nodes).",
+    ),
+    click.option(
+        "--moe-dispatcher",
+        "moe_dispatcher",
+        type=click.Choice(["alltoall", "deepep"]),
+        help="MoE token dispatcher: alltoall (NCCL; every routed copy sent by itself; the "
+        "default) or deepep (DeepEP normal kernels: one copy per remote node, forwarded over "
+        "NVLink; resident buffers). deepep runs under megatron (flex) and fsdp2 (torchtitan).",
+    ),
+    click.option(
+        "--moe-ep-overlap",
+        "moe_ep_overlap",
+        type=click.Choice(
+            ["none", "moe_shared_expert_overlap", "overlap_moe_expert_parallel_comm"]
+        ),
+        help="megatron only: what hides the expert all-to-all. moe_shared_expert_overlap: the "
+        "shared experts run beside the forward dispatch and combine; "
+        "overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "
+        "compute (combined 1F1B; needs interleaving when pp > 1, no full recompute). "
+        "Default none.",
+    ),
+    click.option(
         "--offload-optimizer",
         "offload_optimizer",
         help="Fraction 0-1 of the optimizer state (and its step) on the host: Megatron-Core "

@@ -205,6 +205,7 @@ KEY_DOCS: dict[str, str] = {
     "memory.model_state_bytes": "Weights + gradients + optimizer state.",
     "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and the next.",
     "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",
+    "memory.dispatch_buffer_bytes": "DeepEP's resident dispatch buffers (moe_dispatcher deepep).",
     "memory.host_bytes": "Offloaded state on the host, per GPU.",
     "memory.host_bytes_per_node": "Offloaded state on the host, per node.",
     "memory.host_capacity_bytes": "Host memory per GPU available to offload.",

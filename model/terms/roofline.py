@@ -32,6 +32,7 @@ from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layer_time import PARTS, Clock, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
+from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
 from trainplan.model.precision import linear_speedup
@@ -74,6 +75,7 @@ from trainplan.model.xp import as_float, maximum, times, where
 __all__ = [
     "params_of",
     "axis_link",
+    "ep_dispatch_fields",
     "stage_parts_term",
     "slowest_microbatch",
     "pp_seconds_term",
@@ -102,6 +104,26 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
     )  # fmt: skip
 
 
+def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
+    """What the expert all-to-all's clock reads of the layout besides its link: the EP group's
+    members per NVLink domain (:func:`model.moe_run.members_per_domain`, for DeepEP's
+    de-duplication across domains) and the share of micro-batches whose all-to-alls have no
+    partner under Megatron-Core's combined 1F1B (:func:`model.moe_run.unpaired_share`; 1 under
+    any other overlap). Both 0 / 1 when the run does not read them, so they add no distinct
+    clocks to the search's tables."""
+    run = c.training.moe_run
+    if c.arch.moe is None:
+        return 0, 1.0
+    g: Any = 0
+    if run.dispatcher is Dispatcher.DEEPEP:
+        link = f.link("ep")
+        g = members_per_domain(link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain)
+    unpaired: Any = 1.0
+    if run.ep_overlap is EpOverlap.COMBINED_1F1B:
+        unpaired = f.lookup(unpaired_share, (run.ep_overlap,), "pp", "virtual_stages", "m")
+    return g, unpaired
+
+
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
     return LinkTime(float(bandwidth), bool(scaleup)) if bandwidth else None
 
@@ -118,11 +140,12 @@ def _kind_row(
     """:func:`model.step_time.kind_parts` (4 kinds × 7 parts, flat) on the clock of the key's
     links and CP flavour."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
-    tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:]
+    tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
+    ep_g, unpaired = key[17:]
     peak, hbm, p, overlap, speedup = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
-        int(r), int(u), bool(gather), speedup, int(rep),
+        int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -144,10 +167,11 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    ep_g, unpaired = ep_dispatch_fields(c, f)
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up,
+        ep_bw, ep_up, ep_g, unpaired,
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))

@@ -20,6 +20,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
     layer_matrices,
@@ -34,9 +35,10 @@ from trainplan.model.params import (
     stage_params,
 )
 from trainplan.model.split import stage_layers
+from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
-from trainplan.model.xp import is_array
+from trainplan.model.xp import is_array, where
 
 __all__ = [
     "SPLIT_FIELDS",
@@ -406,4 +408,18 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, optimizer_scales(c, f),
     )  # fmt: skip
-    return ModelState(w, g, o, gathered, buffers, step, host, cache)
+    dispatch = dispatch_buffer_term(c, f)
+    return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def dispatch_buffer_term(c: Context, f: Fields) -> Any:
+    """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
+    :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
+    ``moe_dispatcher = deepep``, ep > 1) where the stage holds MoE layers (the buffer is made on
+    the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``); 0 otherwise."""
+    arch, run = c.model.arch, c.training.moe_run
+    if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
+        return 0
+    _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    buffers = f.lookup(dispatch_buffer_bytes, (run, arch.hidden_size), "ep")
+    return where(moe > 0, buffers, 0)

@@ -133,12 +133,13 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
-    (:func:`model.comm.ep_bytes`)."""
+    (:func:`model.comm.ep_bytes`: the rows the run's routing sends, padding included,
+    :attr:`model.specs.TrainingSpec.moe_run`)."""
     t = c.training
     _, moe = most_layers(c, f)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT),
+        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT), t.moe_run,
     )  # fmt: skip
 
 

@@ -93,12 +93,47 @@ CASES = [
         {"global_batch": 32, "seq_len": 2048, "ep": [1, 4], "flash_attention": False},
     ),
     ("qwen2.5-7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "vocab_multiple": 64}),
+    # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
+    # and its resident buffers (ep 16 spans two H800 nodes); padding to a capacity factor with
+    # imbalance and Megatron-Core's combined-1F1B overlap (legal under megatron only, with
+    # interleaving when pp > 1 and without full recomputation: the rest is masked)
+    (
+        "deepseek-v3-deepep",
+        "64",
+        "H800",
+        {
+            "global_batch": 64,
+            "seq_len": 4096,
+            "ep": [8, 16],
+            "cluster": {"moe_dispatcher": "deepep", "moe_node_limit": 4},
+        },
+    ),
+    (
+        "mixtral-8x7b-overlap",
+        "16",
+        "H100-SXM",
+        {
+            "global_batch": 32,
+            "seq_len": 4096,
+            "ep": [2, 4],
+            "cluster": {
+                "moe_ep_overlap": "overlap_moe_expert_parallel_comm",
+                "moe_capacity_factor": 1.25,
+                "moe_pad_to_capacity": True,
+                "moe_imbalance": 1.2,
+            },
+        },
+    ),
 ]
 
 
 def _problem(model, gpus, gpu, extra):
     values = {
-        "model": model.removesuffix("-fp8").removesuffix("-offload").removesuffix("-actoff"),
+        "model": model.split("-fp8")[0]
+        .split("-offload")[0]
+        .split("-actoff")[0]
+        .split("-deepep")[0]
+        .split("-overlap")[0],
         "gpus": gpus,
         "gpu": gpu,
         "global_batch": extra["global_batch"],

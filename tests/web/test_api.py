@@ -530,3 +530,13 @@ def test_pipeline_split_schedules(client):
     svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
     assert svg.headers["content-type"] == "image/svg+xml"
     assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text
+
+
+def test_moe_options_are_the_cli_options(client):
+    """The run's MoE routing and dispatch chosen in the query, as on the command line."""
+    args = ["--model", "gpt-oss-20b", "--gpus", "8", "--dp", "8", "--ep", "8"]
+    args += ["--global-batch", "8", "--moe-capacity-factor", "2"]
+    got = client.get(f"/api/evaluate?{query([*args, '--moe-pad-to-capacity', 'true'])}").json()
+    want = cli_json("evaluate", *args, "--moe-pad-to-capacity")
+    assert got["traffic"] == want["traffic"] and got["time"] == want["time"]
+    assert got["layout"]["moe"]["moe_capacity_factor"] == 2.0
