@@ -82,6 +82,20 @@ class RooflineParams:
     scaleout_hop_latency_s: float = 14e-6
     """Latency of one ring or tree step over the network: 14 µs (NCCL ``tuning.cc``, ``hwLat``
     NET, ring and tree, ``Simple``)."""
+    attention_kernel: str | None = None
+    """The published attention kernel whose curves time the FlashAttention core by sequence
+    length, head dimensions and mask (:func:`model.op_rates.attention_fractions`: flash-attention-2,
+    flash-attention-3, cudnn, pytorch-sdpa-cudnn); None, or a part without curves: the core runs
+    at :attr:`attention_efficiency`. Set by :func:`model.op_rates.deployed_params`."""
+    part: str = ""
+    """The accelerator's catalogue name, for the per-operation tables (:mod:`model.op_rates`)."""
+    clock_fraction: float = 1.0
+    """Fraction of the rated dense peak the tensor cores sustain under the part's power limit
+    (:data:`model.op_rates.SUSTAINED_CLOCK`); multiplies the peak of GEMMs and the attention
+    core, not the MFU's denominator."""
+    optimizer_hbm_efficiency: float | None = None
+    """Fraction of the datasheet HBM bandwidth the optimizer step streams at: BabelStream's triad
+    on the part (:func:`model.op_rates.stream_triad_fraction`); None = :attr:`hbm_efficiency`."""
     kernel_overhead_s: float = 3e-6
     """t_kernel: the gap a dependent kernel adds on one stream (launch and the last partial wave
     draining), per operation. 3 µs: the few-microsecond launch overhead of the CUDA C++ Best
@@ -97,6 +111,8 @@ class RooflineParams:
                 raise InputError(f"{f.name}: {value} must be a fraction in (0, 1]")
             if f.name.endswith("_s") and not 0 <= value < 1:
                 raise InputError(f"{f.name}: {value} must be seconds in [0, 1)")
+        if not 0 < self.clock_fraction <= 1:
+            raise InputError(f"clock_fraction: {self.clock_fraction} must be a fraction in (0, 1]")
 
     def with_(self, **changes: Any) -> RooflineParams:
         """A copy with some figures changed (checked again)."""
@@ -115,9 +131,12 @@ CALIBRATABLE: tuple[str, ...] = (
 GEMM_EFFICIENCY_BY_GENERATION: MappingProxyType[str, float] = MappingProxyType(
     {"A100": 0.6794, "H100": 0.556}
 )
-"""e_GEMM by accelerator generation, fitted on the published runs' calibration rows
-(``python -m trainplan.interface.fidelity --calibrate``: A100 on Megatron-LM Table 1's
-calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row); every other row is held out.
+"""e_GEMM by accelerator generation, once fitted on published runs (A100 on Megatron-LM Table
+1's former calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row). The project no longer
+fits time constants to end-to-end runs: the fit is retired (``python -m
+trainplan.interface.fidelity --residuals`` reports those rows' errors and fits nothing) and these
+figures stay until per-operation GEMM anchors replace them (``docs/time-model-sources.md`` §2:
+a BF16 Hopper GEMM measurement is still missing).
 Same-architecture parts share their generation's figure (:func:`generation_of`); accelerators
 never calibrated use the newest calibrated one (H100), an assumption stated in the output."""
 

@@ -29,8 +29,8 @@ from trainplan.model.layer_time import PARTS, Clock
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.offload import adam_step_bytes
-from trainplan.model.precision import linear_speedup
-from trainplan.model.roofline import RooflineParams, roofline_params_for
+from trainplan.model.op_rates import deployed_params, fp8_linear_speedups
+from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.step_time import (
     clock,
@@ -68,7 +68,9 @@ def uses_roofline(options: CostOptions, layout: Layout, device: DeviceSpec) -> b
 
 def params_of(options: CostOptions, device: DeviceSpec) -> RooflineParams:
     """The roofline figures in force: the options' or the accelerator's defaults."""
-    return options.roofline or roofline_params_for(device.name)
+    if options.roofline is not None:
+        return options.roofline
+    return deployed_params(device.name, options.attention_kernel)
 
 
 def totals(parts: list[list[Any]]) -> list[Any]:
@@ -114,7 +116,7 @@ def stage_clock(
     the CP flavour and the precision's linear speed-up."""
     p = params_of(options, device)
     cp = cp_mechanism(layout.cp_kind, layout.cp, layout.cp_a2a)
-    speedup = linear_speedup(training.precision, device)
+    speedup = fp8_linear_speedups(training.precision, training.fp8_recipe, device)
     return clock(device, p, links, options.tp_comm_overlap, cp, speedup)
 
 

@@ -26,9 +26,9 @@ from trainplan.model.layer_time import PARTS, Clock, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.offload import adam_step_bytes, offload_seconds
+from trainplan.model.op_rates import fp8_linear_speedups
 from trainplan.model.params import padded_vocab, shares_embedding_with_last_stage
 from trainplan.model.pipeline import bubble_ratio
-from trainplan.model.precision import linear_speedup
 from trainplan.model.roofline import LinkTime
 from trainplan.model.roofline_step import params_of
 from trainplan.model.step_time import (
@@ -191,7 +191,7 @@ def _stage_totals(job, sa, distinct, mode: Recompute, kinds) -> np.ndarray:
     p = params_of(o, case.device)
     dev = case.device
     keys, rows = distinct
-    speedup = linear_speedup(t.precision, dev)
+    speedup = fp8_linear_speedups(t.precision, t.fp8_recipe, dev)
     table = []
     for b, tp, cp, ep, mech, vm, tpl, cpl, epl in keys:
         ring, a2a, gather = mech
