@@ -19,12 +19,14 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
-               # precision (bf16 | fp8), fp8_recipe (delayed | tensorwise | blockwise | mxfp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # precision (bf16 | fp8), fp8_recipe (delayed | tensorwise | blockwise | mxfp8),
+               # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # host_memory_gbps; the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
-               # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …), tp_comm_overlap (none | async | full),
+               # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
+               # tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```

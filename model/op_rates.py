@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.collective_rates import busbw_peak
 from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import recipe_speedup
 from trainplan.model.hardware import DeviceSpec
@@ -38,7 +39,12 @@ from trainplan.model.kernels import (
 )
 from trainplan.model.precision import Fp8Recipe, Precision, check_precision, linear_speedup
 from trainplan.model.roofline import RooflineParams, roofline_params_for
-from trainplan.scenarios.kernel_data import attention_curves, low_precision_data, memory_data
+from trainplan.scenarios.kernel_data import (
+    attention_curves,
+    collective_data,
+    low_precision_data,
+    memory_data,
+)
 
 __all__ = [
     "FAMILY",
@@ -55,6 +61,8 @@ __all__ = [
     "sustained_clock_fraction",
     "STREAM_PART",
     "stream_triad_fraction",
+    "NVLS_PARTS",
+    "nvls_allreduce_speedup",
     "deployed_params",
 ]
 
@@ -355,6 +363,37 @@ def stream_triad_fraction(device_name: str) -> float | None:
     return stream_fraction(memory_data().stream, part, "triad", tbps)
 
 
+NVLS_PARTS: dict[str, str] = {
+    "H100-SXM": "H100-SXM",
+    "H100-96GB-500W": "H100-SXM",
+    "H800": "H100-SXM",
+    "H200": "H100-SXM",
+}
+"""Parts on an 8-GPU HGX Hopper baseboard (third-generation NVSwitch, NVLink SHARP) and the
+part whose stated NCCL peak stands for them (``collectives.toml`` ``busbw_peak``)."""
+
+
+def nvls_allreduce_speedup(device_name: str) -> float:
+    """The NVLS all-reduce's stated peak bus bandwidth over the ring's on the part's board:
+    NCCL's maintainer states ~480 GB/s busbw for an 8-GPU H100 all-reduce with NVLink SHARP and
+    ~370 GB/s for ring collectives (NVIDIA/nccl-tests issue 212): 480/370. It needs messages
+    beyond 256 MB to reach that peak; smaller all-reduces are credited it too (an upper bound,
+    as the ring's 0.8 of nominal is). 1 elsewhere.
+
+    Examples
+    --------
+    >>> round(nvls_allreduce_speedup("H200"), 4), nvls_allreduce_speedup("A100-80GB")
+    (1.2973, 1.0)
+    """
+    part = NVLS_PARTS.get(device_name)
+    if part is None:
+        return 1.0
+    rows = collective_data().busbw_peaks
+    return busbw_peak(rows, part, "all-reduce", "NVLS") / busbw_peak(
+        rows, part, "all-reduce", "ring"
+    )
+
+
 def deployed_params(
     device_name: str, attention_kernel: str | None = None, **overrides: Any
 ) -> RooflineParams:
@@ -388,6 +427,9 @@ def deployed_params(
         attention_kernel=attention_kernel,
         part=device_name,
         clock_fraction=overrides.get("clock_fraction", sustained_clock_fraction(device_name)),
+        nvls_allreduce_speedup=overrides.get(
+            "nvls_allreduce_speedup", nvls_allreduce_speedup(device_name)
+        ),
         optimizer_hbm_efficiency=overrides.get(
             "optimizer_hbm_efficiency", stream_triad_fraction(device_name)
         ),

@@ -96,6 +96,11 @@ class RooflineParams:
     optimizer_hbm_efficiency: float | None = None
     """Fraction of the datasheet HBM bandwidth the optimizer step streams at: BabelStream's triad
     on the part (:func:`model.op_rates.stream_triad_fraction`); None = :attr:`hbm_efficiency`."""
+    nvls_allreduce_speedup: float = 1.0
+    """How much faster an all-reduce inside the NVLink domain moves its bytes than a ring
+    collective there, where NCCL runs it as NVLink SHARP (NVLS, in-switch reduction): the
+    stated peak bus bandwidths' ratio (:func:`model.op_rates.nvls_allreduce_speedup`); 1 where
+    the fabric has none or none is published."""
     kernel_overhead_s: float = 3e-6
     """t_kernel: the gap a dependent kernel adds on one stream (launch and the last partial wave
     draining), per operation. 3 µs: the few-microsecond launch overhead of the CUDA C++ Best
@@ -111,6 +116,10 @@ class RooflineParams:
                 raise InputError(f"{f.name}: {value} must be a fraction in (0, 1]")
             if f.name.endswith("_s") and not 0 <= value < 1:
                 raise InputError(f"{f.name}: {value} must be seconds in [0, 1)")
+        if self.nvls_allreduce_speedup < 1:
+            raise InputError(
+                f"nvls_allreduce_speedup: {self.nvls_allreduce_speedup} must be at least 1"
+            )
         if not 0 < self.clock_fraction <= 1:
             raise InputError(f"clock_fraction: {self.clock_fraction} must be a fraction in (0, 1]")
 
@@ -383,6 +392,8 @@ def collective_time(
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    if kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1:
+        efficiency = efficiency * where(scaleup, p.nvls_allreduce_speedup, 1.0)
     seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )

@@ -77,7 +77,8 @@ KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
 )
 """Large-model kernel efficiency by accelerator generation of the single model, once fitted on
 published runs (A100 on Megatron-LM Table 1, H100 on Llama 3 Table 4; that fit is retired: the
-project fits no constant to end-to-end runs, ``trainplan calibrate`` fits the user's own). Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
+project fits no constant to end-to-end runs, ``trainplan calibrate`` fits the user's own).
+Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
 accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
 the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
 

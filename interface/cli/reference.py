@@ -272,6 +272,7 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.hbm_efficiency": "Share of HBM bandwidth memory-bound kernels reach.",
     "time.roofline.attention_kernel": "Attention kernel whose published curves time the core (null: attention_efficiency).",
     "time.roofline.part": "The accelerator the per-operation tables are read for.",
+    "time.roofline.nvls_allreduce_speedup": "NVLink SHARP all-reduce bus bandwidth over the ring's (1: none).",
     "time.roofline.clock_fraction": "Share of the rated peak the tensor cores sustain under the power limit.",
     "time.roofline.optimizer_hbm_efficiency": "HBM share the optimizer step streams at (STREAM triad; null: hbm_efficiency).",
     "time.roofline.scaleup_efficiency": "Share of NVLink bandwidth collectives reach.",

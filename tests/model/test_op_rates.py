@@ -172,3 +172,21 @@ def test_mxfp8_memory_counts_the_scales():
     assert mx.activations is not None and delayed.activations is not None
     extra = mx.activations.layers_bytes - delayed.activations.layers_bytes
     assert extra == 32 * fp8_elements / 32  # 32 layers, b 1
+
+
+def test_nvls_all_reduce_inside_an_hgx_hopper_board():
+    """A tensor-parallel all-reduce of 64 MiB over 8 H100 SXM on NVLink: each GPU sends
+    2·(7/8)·64 MiB; the ring moves it at 0.8 × 450 GB/s, NVLink SHARP at 480/370 of that (the
+    stated peaks, nccl-tests issue 212); the latency stays NCCL's Simple ring: 8.4 + 14 × 3.4 µs.
+    All-gathers and the network are unchanged."""
+    from trainplan.model.roofline import Collective, LinkTime, collective_seconds
+
+    p = deployed_params("H100-SXM")
+    sent = 2 * 7 / 8 * 64 * 2**20
+    link = LinkTime(450e9, True)
+    t = collective_seconds(Collective.ALL_REDUCE, 8, sent, link, p)
+    assert t == pytest.approx(8.4e-6 + 14 * 3.4e-6 + sent / (0.8 * 450e9 * 480 / 370))
+    ring = collective_seconds(Collective.ALL_GATHER, 8, sent / 2, link, p)
+    assert ring == pytest.approx(8.4e-6 + 7 * 3.4e-6 + sent / 2 / (0.8 * 450e9))
+    a100 = deployed_params("A100-80GB")
+    assert a100.nvls_allreduce_speedup == 1.0
