@@ -29,7 +29,7 @@ from typing import Any
 
 from trainplan.model.collective_rates import busbw_peak
 from trainplan.model.errors import InputError
-from trainplan.model.gemm_shapes import recipe_speedup
+from trainplan.model.gemm_shapes import deepgemm_blocks, recipe_speedup, sm_count, wave_efficiency
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.kernels import (
     AttentionKey,
@@ -42,6 +42,7 @@ from trainplan.model.roofline import RooflineParams, roofline_params_for
 from trainplan.scenarios.kernel_data import (
     attention_curves,
     collective_data,
+    gemm_data,
     low_precision_data,
     memory_data,
 )
@@ -61,6 +62,8 @@ __all__ = [
     "sustained_clock_fraction",
     "STREAM_PART",
     "stream_triad_fraction",
+    "SM_PART",
+    "gemm_wave_efficiency",
     "NVLS_PARTS",
     "nvls_allreduce_speedup",
     "deployed_params",
@@ -361,6 +364,46 @@ def stream_triad_fraction(device_name: str) -> float | None:
         return None
     part, tbps = found
     return stream_fraction(memory_data().stream, part, "triad", tbps)
+
+
+SM_PART: dict[str, str] = {
+    "A100-40GB": "A100-40GB",
+    "A100-80GB": "A100-80GB",
+    "H100-SXM": "H100-SXM",
+    "H100-96GB-500W": "H100-SXM",
+    "H800": "H800",
+    "H200": "H200",
+    "B200": "B200",
+}
+"""Parts whose SM count ``gemm.toml`` sources (the 500 W H100 is the SXM die, 132 SMs)."""
+
+
+@lru_cache(maxsize=4096)
+def gemm_wave_efficiency(
+    device_name: str, m: int, n: int, groups: int = 1, contiguous: bool = True
+) -> float | None:
+    """Tile and wave quantisation of ``groups`` GEMMs with output ``[m, n]`` on the part: the
+    useful share of the tile-times (:func:`model.gemm_shapes.wave_efficiency`) with the tile
+    DeepGEMM picks (:func:`model.gemm_shapes.deepgemm_blocks`; ``contiguous``: a grouped
+    expert GEMM in the contiguous layout, M blocks of 128). What a grouped expert GEMM with few
+    tokens per expert loses against a large one (multiply a large-GEMM efficiency by it over
+    the large GEMM's own factor). DeepGEMM's tile rule is Hopper's; on A100 and B200 it
+    stands in for cuBLAS's (an approximation). None for a part without a sourced SM count.
+
+    Examples
+    --------
+    8 experts of 256 tokens, n 4096, on an H100 (132 SMs): 128 × 128 tiles, 8·2·32 = 512
+    tiles in 4 waves of 132, the useful share 512/528:
+
+    >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8), 4)
+    0.9697
+    """
+    part = SM_PART.get(device_name)
+    if part is None:
+        return None
+    sms = sm_count(gemm_data().sm_counts, part)
+    bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
+    return wave_efficiency(m, n, groups, sms, bm, bn)
 
 
 NVLS_PARTS: dict[str, str] = {

@@ -190,3 +190,15 @@ def test_nvls_all_reduce_inside_an_hgx_hopper_board():
     assert ring == pytest.approx(8.4e-6 + 7 * 3.4e-6 + sent / 2 / (0.8 * 450e9))
     a100 = deployed_params("A100-80GB")
     assert a100.nvls_allreduce_speedup == 1.0
+
+
+def test_grouped_gemm_wave_efficiency_for_few_tokens_per_expert():
+    """Grouped expert GEMMs on an H100 (132 SMs), n 4096, contiguous layout (M blocks of 128):
+    8 experts of 256 tokens make 8·2·⌈4096/bn⌉ tiles; 64 experts of 64 tokens pad each expert's
+    64 rows to a 128-row block, so at most half of every tile is useful."""
+    from trainplan.model.op_rates import gemm_wave_efficiency
+
+    assert gemm_wave_efficiency("H100-SXM", 256, 4096, 8) == pytest.approx(512 / 528)
+    few = gemm_wave_efficiency("H100-96GB-500W", 64, 4096, 64)
+    assert few is not None and few <= 0.5
+    assert gemm_wave_efficiency("MI300X", 256, 4096, 8) is None
