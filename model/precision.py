@@ -106,9 +106,14 @@ MX_BLOCK_ELEMENTS = 32
 """Elements per E8M0 (1-byte) scale of an MXFP8 tensor (TE ``MXFP8_BLOCK_SCALING_SIZE``;
 ``scenarios/kernels/lowp.toml`` ``block_format``; OCP MX v1.0)."""
 
-BLOCKWISE_SCALE_BYTES = (Fraction(4, 128 * 128), Fraction(4, 128))
-"""FP32 scale bytes per element of ``blockwise`` FP8: one per 128×128 weight block, one per
-1×128 activation tile (DeepSeek-V3 §3.3.1; TE ``Float8BlockScaling``)."""
+SCALE_BYTES: dict[str, tuple[Fraction, Fraction]] = {
+    "mxfp8": (Fraction(1, MX_BLOCK_ELEMENTS), Fraction(1, MX_BLOCK_ELEMENTS)),
+    "blockwise": (Fraction(4, 128 * 128), Fraction(4, 128)),
+}
+"""Scale bytes per element of one FP8 copy, (weight, activation), of the block-scaled recipes:
+MXFP8 one E8M0 byte per 32 elements of either; blockwise one FP32 scale per 128×128 weight
+block and per 1×128 activation tile (DeepSeek-V3 §3.3.1; TE ``Float8BlockScaling``). The
+per-tensor recipes (delayed, tensorwise) keep one scale per tensor: nothing per element."""
 
 
 def fp8_weight_cache_bytes(recipe: Fp8Recipe | str) -> Fraction:
@@ -125,12 +130,8 @@ def fp8_weight_cache_bytes(recipe: Fp8Recipe | str) -> Fraction:
     >>> fp8_weight_cache_bytes("delayed"), fp8_weight_cache_bytes("mxfp8")
     (Fraction(2, 1), Fraction(33, 16))
     """
-    r = Fp8Recipe(recipe)
-    if r is Fp8Recipe.MXFP8:
-        return FP8_WEIGHT_CACHE_BYTES + Fraction(2, MX_BLOCK_ELEMENTS)
-    if r is Fp8Recipe.BLOCKWISE:
-        return FP8_WEIGHT_CACHE_BYTES + 2 * BLOCKWISE_SCALE_BYTES[0]
-    return Fraction(FP8_WEIGHT_CACHE_BYTES)
+    scale = SCALE_BYTES.get(Fp8Recipe(recipe).value, (Fraction(0), Fraction(0)))[0]
+    return FP8_WEIGHT_CACHE_BYTES + 2 * scale
 
 
 def fp8_activation_bytes(recipe: Fp8Recipe | str) -> Fraction:
@@ -145,12 +146,8 @@ def fp8_activation_bytes(recipe: Fp8Recipe | str) -> Fraction:
     >>> fp8_activation_bytes("tensorwise"), fp8_activation_bytes("mxfp8")
     (Fraction(1, 1), Fraction(33, 32))
     """
-    r = Fp8Recipe(recipe)
-    if r is Fp8Recipe.MXFP8:
-        return FP8_ACTIVATION_BYTES + Fraction(1, MX_BLOCK_ELEMENTS)
-    if r is Fp8Recipe.BLOCKWISE:
-        return FP8_ACTIVATION_BYTES + BLOCKWISE_SCALE_BYTES[1]
-    return Fraction(FP8_ACTIVATION_BYTES)
+    scale = SCALE_BYTES.get(Fp8Recipe(recipe).value, (Fraction(0), Fraction(0)))[1]
+    return FP8_ACTIVATION_BYTES + scale
 
 
 FP8_GEMM_EFFICIENCY = 0.75
