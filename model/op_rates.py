@@ -67,6 +67,7 @@ __all__ = [
     "NVLS_PARTS",
     "nvls_allreduce_speedup",
     "deployed_params",
+    "params_in_force",
 ]
 
 FAMILY: dict[str, str] = {
@@ -477,3 +478,11 @@ def deployed_params(
             "optimizer_hbm_efficiency", stream_triad_fraction(device_name)
         ),
     )
+
+
+def params_in_force(
+    given: RooflineParams | None, device_name: str, attention_kernel: str | None = None
+) -> RooflineParams:
+    """The roofline figures in force: ``given`` (the cost options'), else the part's as
+    deployed (:func:`deployed_params` with the options' attention kernel)."""
+    return given or deployed_params(device_name, attention_kernel)
