@@ -29,6 +29,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
+from trainplan.model.op_rates import check_fp8_recipe
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
@@ -60,6 +61,7 @@ LAYOUT_KEYS = LAYOUT_FIELDS
 RECIPE_KEYS = (
     "gradient_dtype",
     "precision",
+    "fp8_recipe",
     "optimizer_dtype",
     "master_weights",
     "offload_optimizer",
@@ -307,6 +309,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
         ),
         precision=params.get("precision", Precision.BF16),
+        fp8_recipe=params.get("fp8_recipe"),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
@@ -323,6 +326,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
     device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
     check_precision(training.precision, device)
+    check_fp8_recipe(training.precision, training.fp8_recipe, device)
     if training.precision is Precision.FP8 and model.arch is None:
         raise InputError(
             "precision: fp8 needs the model's layers (which weights are linear), not a size only"

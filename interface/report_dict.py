@@ -15,15 +15,18 @@ from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
 from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
-    FP8_WEIGHT_CACHE_BYTES,
     KEPT_HIGH_PRECISION,
+    Fp8Recipe,
     Precision,
+    fp8_activation_bytes,
+    fp8_weight_cache_bytes,
     linear_speedup,
 )
-from trainplan.model.roofline import generation_of, params_in_force, roofline_params_for
+from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
@@ -45,7 +48,9 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
             "kernel_efficiency": est.options.kernel_efficiency,
             "attention_efficiency": est.options.attention_efficiency if flash else None,
         }
-    figures = asdict(params_in_force(est.options.roofline, est.device.name))
+    figures = asdict(
+        params_in_force(est.options.roofline, est.device.name, est.options.attention_kernel)
+    )
     if not flash:
         figures["attention_efficiency"] = None
     return {
@@ -86,16 +91,26 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
 
-    p = params_in_force(o.roofline, est.device.name)
+    p = params_in_force(o.roofline, est.device.name, o.attention_kernel)
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
         fitted = "given (--gemm-efficiency or --calibration)"
-    attention = (
-        f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
-        if est.training.flash_attention and p.attention_efficiency is not None
-        else ""
-    )
+    attention = ""
+    if est.training.flash_attention and p.attention_kernel is not None and FAMILY.get(p.part):
+        attention = (
+            f"the attention core at {p.attention_kernel}'s published rate for its chunk length, "
+            "head dimensions and causal mask; "
+        )
+    elif est.training.flash_attention and p.attention_efficiency is not None:
+        attention = f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
+    if p.clock_fraction != 1:
+        attention += (
+            f"tensor cores at {p.clock_fraction:.3f} of the rated peak under the part's power "
+            "limit; "
+        )
+    if p.optimizer_hbm_efficiency is not None:
+        attention += f"optimizer step at {p.optimizer_hbm_efficiency:.3f} of HBM (STREAM triad); "
     return (
         "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
@@ -282,12 +297,27 @@ def _precision_sentence(est: Estimate) -> str:
         )
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
-    speed = linear_speedup(t.precision, est.device)
+    recipe = t.fp8_recipe or Fp8Recipe.DELAYED
+    published = recipe_speedups(est.device.name, recipe) if recipe is not Fp8Recipe.MXFP8 or \
+        FAMILY.get(est.device.name) == "blackwell" else None  # fmt: skip
+    if published is not None:
+        fwd, dgrad, wgrad = published
+        speed = (
+            f"{fwd:.2f}×, {dgrad:.2f}×, {wgrad:.2f}× faster in forward, input and weight gradient "
+            f"(Transformer Engine's published {recipe.value} GEMM profile on "
+            f"{RECIPE_PART[FAMILY[est.device.name]]}, quantisation included)"
+        )
+    else:
+        flat = linear_speedup(t.precision, est.device)
+        speed = (
+            f"{flat:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 efficiency; no "
+            "published recipe profile for this part)"
+        )
     return (
-        f"precision fp8 (Transformer Engine): linear weights cached as FP8 weight + transpose "
-        f"(+{FP8_WEIGHT_CACHE_BYTES} B per linear weight), linear inputs saved in FP8, linear "
-        f"GEMMs {speed:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 "
-        f"efficiency); in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
+        f"precision fp8, recipe {recipe.value} (Transformer Engine): linear weights cached as FP8 "
+        f"row- and column-wise copies (+{float(fp8_weight_cache_bytes(recipe)):g} B per linear weight), "
+        f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element), linear "
+        f"GEMMs {speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
 
 
@@ -508,6 +538,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_convention": t.activation_convention,
             "memory_efficient_norm": t.memory_efficient_norm,
             "precision": str(t.precision),
+            "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
             "gradient_bytes": t.gradient_bytes,
             "optimizer_bytes_per_param": t.optimizer_bytes,
             "stage_layers": [s.num_layers for s in est.stages],

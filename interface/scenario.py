@@ -21,7 +21,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # default adam only)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
-               # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # precision (bf16 | fp8), fp8_recipe (delayed | tensorwise | blockwise | mxfp8),
+               # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
@@ -30,7 +31,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # host_memory_gbps; packed documents: document_length, document_length_spread,
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
-               # attention_efficiency, tp_comm_overlap (none | async | full),
+               # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
+               # tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
@@ -148,6 +150,7 @@ CLUSTER_KEYS = {
     "scaleout_efficiency",
     "tp_comm_overlap",
     "grad_reduce_overlap",
+    "attention_kernel",
     "calibration",
 }
 
@@ -224,6 +227,7 @@ VALUE_KINDS: dict[str, Any] = {
     "tp_block_inputs": TP_BLOCK_INPUTS,
     "gradient_dtype": ("bf16", "fp32"),
     "precision": ("bf16", "fp8"),
+    "fp8_recipe": ("delayed", "tensorwise", "blockwise", "mxfp8"),
     "optimizer_dtype": ("fp32", "bf16"),
     "master_weights": _FLAG,
     "offload_optimizer": _NUMBER,
@@ -249,6 +253,7 @@ VALUE_KINDS: dict[str, Any] = {
     "scaleout_efficiency": _NUMBER,
     "tp_comm_overlap": ("none", "async", "full"),
     "grad_reduce_overlap": _FLAG,
+    "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:

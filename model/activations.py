@@ -163,6 +163,9 @@ class ActivationContext:
     the rows of :data:`model.precision.FP8_LINEAR_INPUTS` hold 1 byte per element instead of
     β. With memory-efficient norms the norm keeps its BF16 output for itself, so the QKV and
     FC1 inputs stay at β and their FP8 copies are added."""
+    fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
+    """Bytes per element of a linear layer's FP8-saved input with its scales
+    (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
     cp_kind: CpKind = CpKind.RING
     """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
     the all-gather flavour keeps one more tensor (the module docstring)."""
@@ -425,7 +428,7 @@ def _fp8_rows(
     saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
     leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
     recomputed with the attention core under selective recomputation (a score term)."""
-    scale = Fraction(FP8_ACTIVATION_BYTES, ctx.activation_bytes)
+    scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     out = []
     for name, value, kind in rows:
         if name not in FP8_LINEAR_INPUTS:

@@ -46,6 +46,7 @@ from trainplan.model.moe_run import (
     exposed_all_to_all,
     grouped_rows,
 )
+from trainplan.model.op_rates import attention_fractions
 from trainplan.model.ops import (
     WGRAD_ACCUMULATE_BYTES,
     LayerShape,
@@ -109,10 +110,11 @@ class Clock:
     """Ranks of the head all-to-all (Ulysses; the hybrid's inside a group), 1 = off."""
     cp_gather: bool = False
     """The K/V exchange is an all-gather before the core (exposed) rather than a ring."""
-    linear_speedup: float = 1.0
-    """How much faster the transformer layers' linear GEMMs run than in BF16
-    (:func:`model.precision.linear_speedup`: FP8 at its peak × its efficiency); the output
-    layer and the MoE router stay BF16 (:data:`BF16_GEMMS`)."""
+    linear_speedup: float | tuple[float, float, float] = 1.0
+    """How much faster the transformer layers' linear GEMMs run than in BF16, one figure or
+    (forward, input gradient, weight gradient) (:func:`model.op_rates.fp8_linear_speedups`:
+    the FP8 recipe's published speed-up on the part's family); the output layer and the MoE
+    router stay BF16 (:data:`BF16_GEMMS`)."""
     cp_kv_repeat: int = 1
     """Times each K/V head crosses the head all-to-all (verl's ``ulysses-kv-repeat``,
     :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
@@ -182,22 +184,54 @@ class LayerTime:
 
 
 def _gemm(
-    m: float, n: float, k: float, batch: float, c: Clock, extra: float = 0.0, fp8: bool = False
+    m: float,
+    n: float,
+    k: float,
+    batch: float,
+    c: Clock,
+    extra: float = 0.0,
+    fp8: bool = False,
+    which: int = 0,
 ) -> float:
-    """A GEMM on the clock; ``fp8``: at the FP8 rate (peak × :attr:`Clock.linear_speedup`) with
-    1-byte operands and a BF16 output."""
+    """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
+    ``fp8``: at the FP8 rate (that peak × the :attr:`Clock.linear_speedup` of pass ``which``:
+    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output."""
+    peak = c.peak_flops_per_s * c.params.clock_fraction
     if not fp8:
-        return gemm_seconds(
-            m, n, k, batch, c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, 2, extra
-        )
-    peak = c.peak_flops_per_s * c.linear_speedup
+        return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 2, extra)
+    peak *= _speedups(c)[which]
     return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 1, extra + m * n * batch)
+
+
+def _speedups(c: Clock) -> tuple[float, float, float]:
+    s = c.linear_speedup
+    return (s, s, s) if isinstance(s, float | int) else s
 
 
 def _fp8(op: Op, c: Clock) -> bool:
     """Whether ``op`` runs at the FP8 rate: a linear layer's GEMM (it has a weight) under a
     clock with a linear speedup, not one of :data:`BF16_GEMMS`."""
-    return c.linear_speedup != 1.0 and op.weights and op.name not in BF16_GEMMS
+    return _speedups(c) != (1.0, 1.0, 1.0) and op.weights and op.name not in BF16_GEMMS
+
+
+def _attention(op: Op, c: Clock, backward: bool) -> float:
+    """The fused attention core: at the published kernel's efficiency for its chunk length,
+    head dimensions and causal mask over the FLOPs the mask keeps
+    (:func:`model.op_rates.attention_fractions`) where the clock names a kernel with curves on
+    the part, else at :attr:`RooflineParams.attention_efficiency` over :attr:`Op.flops`."""
+    moved = op.backward_bytes if backward else op.forward_bytes
+    params, flops = c.params, op.flops
+    peak = c.peak_flops_per_s * params.clock_fraction
+    found = None
+    if params.attention_kernel is not None and op.seq_len >= 1:
+        found = attention_fractions(
+            params.attention_kernel, params.part, op.head_dims, int(op.seq_len)
+        )
+    if found is not None:
+        params, flops = params.with_(attention_efficiency=found[int(backward)]), op.masked_flops
+    elif params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
+        params = params.with_(attention_efficiency=params.gemm_efficiency)
+    return attention_seconds(flops * (2 if backward else 1), moved, peak, c.hbm_bytes_per_s, params)
 
 
 def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
@@ -219,12 +253,7 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
         moved = op.backward_bytes if backward else op.forward_bytes
         return memory_seconds(moved, c.hbm_bytes_per_s, c.params)
     if op.kind is OpKind.ATTENTION:
-        flops = op.flops * (2 if backward else 1)
-        moved = op.backward_bytes if backward else op.forward_bytes
-        params = c.params
-        if params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
-            params = params.with_(attention_efficiency=params.gemm_efficiency)
-        return attention_seconds(flops, moved, c.peak_flops_per_s, c.hbm_bytes_per_s, params)
+        return _attention(op, c, backward)
     if not backward:
         return _grouped(op, c) + _gemm(_rows(op), op.n, op.k, op.batch, c, fp8=_fp8(op, c))
     return _dgrad(op, c) + _wgrad(op, c)
@@ -252,14 +281,14 @@ def _grouped(op: Op, c: Clock) -> float:
 
 
 def _dgrad(op: Op, c: Clock) -> float:
-    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
 
 
 def _wgrad(op: Op, c: Clock) -> float:
     if not op.weights:  # QKᵀ and scores·V: both "gradients" are activation gradients
         return _gemm(op.k, op.n, op.m, op.batch, c)
     extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
-    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
 
 
 def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock) -> float:

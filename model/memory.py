@@ -19,7 +19,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework, Mechanism, mechanism
 from trainplan.model.layout import Layout
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
-from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
 from trainplan.model.specs import TrainingSpec
 
 __all__ = [
@@ -170,7 +170,7 @@ def _model_state(
     mech: Mechanism,
     unit: tuple[Fraction, Fraction],
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
-    cache_bytes: int = 0,
+    cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
 ) -> ModelState:
@@ -190,16 +190,19 @@ def _model_state(
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int:
-    """Bytes per linear weight element of the low-precision copies the recipe caches:
-    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8 where the framework caches them
-    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0."""
-    fp8 = training.precision is Precision.FP8 and framework.fp8_caches_weights
-    return FP8_WEIGHT_CACHE_BYTES if fp8 else 0
+def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int | Fraction:
+    """Bytes per linear weight element of the low-precision copies the recipe caches: under fp8
+    where the framework caches them (:attr:`model.frameworks.Framework.fp8_caches_weights`) the
+    row- and column-wise FP8 copies with their scales
+    (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0."""
+    if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
+        return 0
+    cache = fp8_weight_cache_bytes(training.fp8_recipe or Fp8Recipe.DELAYED)
+    return int(cache) if cache.denominator == 1 else cache
 
 
 def weight_cache_terms(
-    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int
+    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int | Fraction
 ) -> tuple[Any, Any]:
     """(persistent cache, cache of the gathered units) bytes on one GPU for ``cache_bytes`` per
     linear weight element: the stage's ``linear`` elements when the weights are held whole (TE
@@ -223,7 +226,7 @@ def state_terms(
     expert_unit: Any,
     linear: Any = 0,
     layer_linear: Any = 0,
-    cache_bytes: int = 0,
+    cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: Any = False,
     optimizer_scale: tuple[Any, Any] = (1, 1),

@@ -112,6 +112,15 @@ class Op:
     all-reduce)."""
     weights: bool = True
     """A GEMM with a weight (its backward has a weight gradient); False for QKᵀ and scores·V."""
+    seq_len: float = 0.0
+    """The fused attention core: the query (and key) length one kernel call sees, ``s/cp``
+    (a ring or gathered chunk of context parallelism), what its published rate is read at."""
+    head_dims: tuple[int, int] = (0, 0)
+    """The fused attention core: (d_qk, d_v) of its heads."""
+    masked_flops: float = 0.0
+    """The fused attention core: forward FLOPs over the (query, key) pairs its causal (or
+    windowed) mask keeps, per GPU (:func:`model.flops.attention_core_forward_flops` with the
+    mask; the kernel skips the masked blocks whatever :attr:`flops` counts)."""
 
     @property
     def gemm_flops(self) -> float:
@@ -240,6 +249,7 @@ def _attention_core(x: LayerShape) -> list[Op]:
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
+        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True) / (tp * x.cp)
         return [
             Op(
                 "attention core (FlashAttention)",
@@ -248,6 +258,9 @@ def _attention_core(x: LayerShape) -> list[Op]:
                 forward_bytes=moved,
                 backward_bytes=2 * moved + beta * q_o,
                 core=True,
+                seq_len=queries,
+                head_dims=(int(d_qk), int(d_v)),
+                masked_flops=masked,
             )
         ]
     scores = heads * queries * s

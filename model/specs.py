@@ -24,7 +24,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
-from trainplan.model.precision import Precision
+from trainplan.model.precision import Fp8Recipe, Precision
 from trainplan.model.units import check_limit
 
 __all__ = [
@@ -293,6 +293,11 @@ class TrainingSpec:
     precision: Precision = Precision.BF16
     """The linear layers' GEMM precision: ``bf16`` or ``fp8`` (Transformer Engine: cached FP8
     weight copies, FP8-saved linear inputs, GEMMs at the FP8 peak; :mod:`model.precision`)."""
+    fp8_recipe: Fp8Recipe | None = None
+    """How FP8 tensors are scaled under ``precision = fp8`` (:class:`model.precision.Fp8Recipe`,
+    Megatron-Core's ``--fp8-recipe``): delayed (the default), tensorwise, blockwise, mxfp8 —
+    the linear GEMMs' published speed-up (:func:`model.op_rates.fp8_linear_speedups`) and the
+    scales' bytes (:func:`model.precision.fp8_weight_cache_bytes`). None under bf16."""
     activation_convention: str = "paper"
     """``paper`` (Korthikanti et al.'s count; the default) or ``pytorch`` (also what PyTorch
     kernels keep: fp32 norm statistics, FlashAttention's logsumexp, eager SwiGLU's SiLU output,
@@ -334,6 +339,19 @@ class TrainingSpec:
             object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
         except ValueError:
             raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
+        if self.fp8_recipe is not None:
+            if self.precision is not Precision.FP8:
+                raise InputError(
+                    f"fp8_recipe: {self.fp8_recipe} applies only with precision fp8 "
+                    f"({self.precision} given)"
+                )
+            try:
+                object.__setattr__(self, "fp8_recipe", Fp8Recipe(str(self.fp8_recipe).lower()))
+            except ValueError:
+                allowed = ", ".join(r.value for r in Fp8Recipe)
+                raise InputError(
+                    f"fp8_recipe: {self.fp8_recipe!r} is not one of {allowed}"
+                ) from None
         for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
             value = getattr(self, name)
             if name == "gradient_bytes" and value is None:

@@ -325,7 +325,9 @@ def optimizer_seconds(
     """Seconds of the optimizer step on one GPU: the parameters it updates (its ZeRO shard, or
     all it holds; less what an offload steps on the host) at ``bytes_per_param``
     (:func:`model.offload.adam_step_bytes` of the recipe's optimizer state; 38 for FP32 Adam)
-    through HBM. Element-wise for arrays.
+    through HBM at the part's streaming fraction (:attr:`RooflineParams.optimizer_hbm_efficiency`,
+    BabelStream's triad: a multi-tensor Adam kernel streams its tensors as the triad does;
+    :attr:`RooflineParams.hbm_efficiency` where none is published). Element-wise for arrays.
 
     Examples
     --------
@@ -336,4 +338,5 @@ def optimizer_seconds(
     >>> round(optimizer_seconds(2.75e9, 2.039e12, p) * 1e3, 1)
     56.9
     """
-    return bytes_per_param * owned_params / (hbm_bytes_per_s * p.hbm_efficiency)
+    efficiency = p.optimizer_hbm_efficiency or p.hbm_efficiency
+    return bytes_per_param * owned_params / (hbm_bytes_per_s * efficiency)

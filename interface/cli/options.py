@@ -98,6 +98,14 @@ RECIPE: list[Decorator] = [
         "core stay BF16.",
     ),
     click.option(
+        "--fp8-recipe",
+        "fp8_recipe",
+        type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
+        help="With --precision fp8: Megatron-Core's --fp8-recipe (default delayed; NeMo's "
+        "FP8-CS is tensorwise, FP8-MX is mxfp8, Blackwell only). Sets the linear GEMMs' "
+        "published speed-up per pass and the scales' bytes.",
+    ),
+    click.option(
         "--gradient-dtype",
         "gradient_dtype",
         type=click.Choice(["bf16", "fp32"]),
@@ -326,6 +334,16 @@ TIME: list[Decorator] = [
         type=click.Choice(["none", "async", "full"]),
         help="Roofline: none (Megatron-LM 2021), async (backward collectives under the "
         "gradient GEMMs; default), full (Transformer Engine userbuffers).",
+    ),
+    click.option(
+        "--attention-kernel",
+        "attention_kernel",
+        type=click.Choice(
+            ["flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"]
+        ),
+        help="Roofline: the attention kernel whose published curves time the attention core "
+        "by sequence length and head size (default: Transformer Engine's choice, cudnn on "
+        "Hopper and Blackwell, flash-attention-2 on A100; PyTorch SDPA runs flash-attention-2).",
     ),
     click.option(
         "--grad-reduce-overlap/--no-grad-reduce-overlap",

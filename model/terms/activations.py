@@ -29,7 +29,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import Schedule, flat_in_flight, interleaved_in_flight
-from trainplan.model.precision import Precision
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_activation_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
@@ -148,6 +148,7 @@ def activation_context(
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
+        fp8_input_bytes=fp8_activation_bytes(training.fp8_recipe or Fp8Recipe.DELAYED),
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),

@@ -34,9 +34,9 @@ from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
+from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
 from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
-from trainplan.model.precision import linear_speedup
-from trainplan.model.roofline import LinkTime, RooflineParams, params_in_force
+from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.step_time import (
@@ -87,8 +87,8 @@ CACHE = 4096
 
 
 def params_of(c: Context) -> RooflineParams:
-    """The roofline figures in force (:func:`model.roofline.params_in_force`)."""
-    return params_in_force(c.options.roofline, c.gpu.name)
+    """The roofline figures in force (:func:`model.op_rates.params_in_force`)."""
+    return params_in_force(c.options.roofline, c.gpu.name, c.options.attention_kernel)
 
 
 def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:
@@ -160,7 +160,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
-            linear_speedup(t.precision, d))  # fmt: skip
+            fp8_linear_speedups(t.precision, t.fp8_recipe, d))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")

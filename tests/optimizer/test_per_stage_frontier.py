@@ -61,8 +61,8 @@ def check_per_stage_points(result, capacity_of):
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
     gives the same points; the 10 points run from 112,609,792 B (tp 2, 5 of 6 layers
-    recomputed: 31.54 ms against the uniform full recomputation's 33.05 ms) to the uniform
-    509,418,496 B plan without recomputation (13.87 ms)."""
+    recomputed: 28.57 ms against the uniform full recomputation's 29.90 ms) to the uniform
+    509,418,496 B plan without recomputation (11.82 ms)."""
     problem = tiny_problem((2,))
     got = per_stage_frontier(problem, "memory")
     assert got.status == "optimal"
@@ -79,9 +79,9 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert len(want) == 10
-    assert want[0] == (112_609_792, 31_539_459, "per-stage")
-    assert want[-1] == (509_418_496, 13_869_301, "uniform")
-    assert got.points[-1].uniform_ns == 33_050_219
+    assert want[0] == (112_609_792, 28_568_886, "per-stage")
+    assert want[-1] == (509_418_496, 11_816_717, "uniform")
+    assert got.points[-1].uniform_ns == 29_896_148
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
     steps = [p.step_ns for p in got.points]
@@ -100,7 +100,7 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     """tp 1 and 160 MB per GPU: 1 GPU holds no plan; on 2 no uniform layout fits (pp 2 under
     full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 1 recomputed do; 3
-    and 6 GPUs gain 1.107× per stage; 4 and 8 keep the uniform plan (interleaved v = 3 and 4: the
+    and 6 GPUs gain 1.120× per stage; 4 and 8 keep the uniform plan (interleaved v = 3 and 4: the
     per-stage search takes a shape's first-ranked v only, where no split beats them)."""
     capacity = 160e6
     problem = tiny_problem((1, 2, 3, 4, 6, 8), capacity)
@@ -129,7 +129,7 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     for p in got.points:
         assert p.uniform_ns == staircase(uniform, p.value)
     assert got.points[-1].gain is None
-    assert got.points[-2].gain == pytest.approx(17_074_584 / 15_422_677)
+    assert got.points[-2].gain == pytest.approx(14_446_542 / 12_896_242)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
@@ -177,7 +177,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     """Llama 3 70B at 8K on 16 and 32 H100 against GPU count: on 16 the per-stage plan (40 + 40
     layers, 37 and 33 recomputed) is 1.026× the uniform one (as search --per-stage); on 32 the
     uniform plan (tp 8 × pp 2) recomputes nothing, but tp 4 × pp 4 with 19, 20, 21, 20 layers and
-    6, 2, 0, 0 recomputed is 1.077× faster (its uniform form must recompute every layer: 713 s),
+    6, 2, 0, 0 recomputed is 1.082× faster (its uniform form must recompute every layer),
     found since every shape is searched."""
     args = [
         "--model",
@@ -204,7 +204,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
     assert (second["tp"], second["pp"], second["stage_layers"]) == (4, 4, [19, 20, 21, 20])
     assert second["recompute_layers"] == [6, 2, 0, 0]
-    assert second["gain"] == pytest.approx(1.0772, abs=1e-3)
+    assert second["gain"] == pytest.approx(1.0820, abs=1e-3)
     from trainplan.interface.chart_layout import layout_key  # the --png key beside the plot
 
     assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/33")
@@ -213,7 +213,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
     assert code in (0, None)
     assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
-    assert "40/40 / 37/33" in out and "1.026×" in out and "1.077×" in out
+    assert "40/40 / 37/33" in out and "1.026×" in out and "1.082×" in out
     header = csv.read_text().splitlines()[0].split(",")
     assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
 
