@@ -16,12 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.interface.commands import search_problem
+from trainplan.interface.inputs import DIM_KEYS, build_case
+from trainplan.interface.scenario import CLUSTER_KEYS, CONSTRAINT_KEYS, SPACE_KEYS, TOP_KEYS
+from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import SearchResult
+from trainplan.optimizer.search import search as _search
 
-__all__ = ["evaluate", "search", "Layout", "Case"]
+__all__ = ["evaluate", "search", "Layout", "Case", "SEARCH_PARAMETERS"]
 
 
 def evaluate(**params: Any) -> Estimate:
@@ -51,8 +56,6 @@ def evaluate(**params: Any) -> Estimate:
     >>> int(e.peak.total_bytes), round(e.step_s, 1), round(e.mfu, 3)  # bytes per GPU, s, MFU
     (73792356352, 282.5, 0.397)
     """
-    from trainplan.interface.inputs import build_case
-
     return build_case(params).evaluate()
 
 
@@ -96,19 +99,18 @@ def search(
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
     ('optimal', 2, 240)
     """
-    from trainplan.interface import commands
-    from trainplan.model.errors import InputError
-    from trainplan.optimizer.search import search as run
-
-    known = {*commands._TOP, *commands._SPACE, *commands._CLUSTER, *_SEARCH_ONLY}
-    unknown = sorted(set(options) - known)
+    unknown = sorted(set(options) - SEARCH_PARAMETERS)
     if unknown:  # search_problem reads the names it knows: another would be dropped silently
-        raise InputError(
-            f"{unknown[0]}: not a search parameter (known: {', '.join(sorted(known))})"
-        )
-    return run(commands.search_problem(options), top, time_limit_s, workers)
+        known = ", ".join(sorted(SEARCH_PARAMETERS))
+        raise InputError(f"{unknown[0]}: not a search parameter (known: {known})")
+    return _search(search_problem(options), top, time_limit_s, workers)
 
 
-_SEARCH_ONLY = ("headroom", "min_mfu", "tp_in_nvlink", "overlap", "scenario")
-"""The search's parameters besides the model's, the space's and the cluster's: the constraints,
-the per-axis overlap and the scenario file (:func:`trainplan.interface.commands.search_problem`)."""
+SEARCH_PARAMETERS = frozenset(
+    {*TOP_KEYS, *DIM_KEYS, *SPACE_KEYS, *CONSTRAINT_KEYS, *CLUSTER_KEYS, "params", "scenario"}
+    - {"space", "constraints", "cluster", "per_stage", "source", "description"}
+)
+"""The parameters :func:`search` takes: a scenario file's keys (:mod:`trainplan.interface.scenario`:
+the model's, the space's, the constraints', the cluster's), the model's dimensions, and
+``scenario`` (the file's path); not ``per_stage`` (``trainplan search --per-stage`` is another
+search)."""
