@@ -390,8 +390,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     )
     for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
         check_virtual_stages(v, schedules)
-    if d.get("max_tp"):
-        tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= parse_count(d["max_tp"], "max_tp"))
+    if d.get("max_tp"):  # a cap, not a list: each job keeps its own count's divisors below it
+        cap = parse_count(d["max_tp"], "max_tp")
+        tp = tuple(t for t in (tp or range(1, cap + 1)) if t <= cap)
     cp = ints("cp") or (1,)
     cp_kinds = tuple(dict.fromkeys(_cp_kind(k) for k in opts.names(d.get("cp_kind"), "cp_kind")))
     cp_a2a = ints("cp_a2a")
