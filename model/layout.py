@@ -18,6 +18,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
 from trainplan.model.pipeline import Schedule, check_schedule
+from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import Architecture, AttentionKind, ModelSpec, TrainingSpec
 from trainplan.model.split import (
     check_chunks,
@@ -90,8 +91,14 @@ class Layout:
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
+    """The pipeline schedule (:class:`model.pipeline.Schedule`): ``gpipe``, ``1f1b``,
+    ``interleaved``, or one that splits the backward into input- and weight-gradient passes —
+    ``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev`` (:mod:`model.pipeline_zb`;
+    which framework runs which: :mod:`model.schedule_support`)."""
     virtual_stages: int = 1
-    """v, model chunks per pipeline rank (interleaved schedule only)."""
+    """v, model chunks per pipeline rank: the interleaved schedule's; 2 under ``zb-v`` and
+    ``dualpipev`` (the model cut into 2·pp chunks placed in V order); 1 under ``dualpipe`` (pp
+    stages, each rank also holding its mirror stage: :data:`model.pipeline.LAYOUT_CHUNKS`)."""
     sequence_parallel: bool | None = None
     """Megatron sequence parallelism; None = on exactly when tp > 1."""
     rank_order: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -319,7 +326,8 @@ def validate(
     check_offload`; activation offload's recompute and MoE rules,
     :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks at most L
     (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing to L
-    (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
+    (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule` and, for a
+    split-backward schedule, :func:`model.schedule_cost.check_split_layout` (its framework).
 
     Raises
     ------
@@ -360,6 +368,9 @@ def validate(
             f"tp × dp × cp = {expert_ranks} (the expert groups are carved out of those ranks)"
         )
     check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
+    check_split_layout(
+        lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages, lay.framework.value
+    )
     if str(lay.schedule) == "interleaved" and lay.pp < 2:
         raise LayoutError(
             "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
