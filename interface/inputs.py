@@ -26,6 +26,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Fr
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.offload import Offload
+from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import (
     Architecture,
@@ -255,6 +256,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    schedule = str(layout_args.get("schedule", "")).lower()
+    if "virtual_stages" not in layout_args and schedule in LAYOUT_CHUNKS:
+        layout_args["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]  # the schedule's own
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))

@@ -95,19 +95,20 @@ def dualpipe_block(t_f: Any, t_b: Any, t_w: Any, exposed: Any, hideable: Any) ->
     ``exposed`` seconds of communication left waiting in them by the framework's own overlap;
     ``hideable``: all the communication seconds of the two chunks (the expert all-to-all's
     dispatch and combine, forward and backward). The block is the longer of the computation
-    (``t_f + t_b + t_w − exposed``) and the communication, within ``[max(t_f, t_b + t_w),
-    t_f + t_b + t_w]`` (:class:`model.pipeline_sim.PassTimes`).
+    (``t_f + t_b + t_w − exposed``) and the communication, and at least the longer of its two
+    halves, ``max(t_f, t_b + t_w)``. Above ``t_f + t_b + t_w`` the communication paces it
+    (the timeline takes at most ``t_f + t_b + t_w``; the caller adds the rest,
+    :func:`model.terms.step.schedule_span`).
 
     Examples
     --------
     >>> dualpipe_block(1.0, 1.0, 1.0, 0.5, 0.8)
     2.5
-    >>> dualpipe_block(1.0, 1.0, 1.0, 0.5, 2.8)
-    2.8
+    >>> dualpipe_block(1.0, 1.0, 1.0, 0.5, 3.5)
+    3.5
     """
-    serial = t_f + t_b + t_w
-    block = maximum(serial - exposed, hideable)
-    return minimum(maximum(block, maximum(t_f, t_b + t_w)), serial)
+    block = maximum(t_f + t_b + t_w - exposed, hideable)
+    return maximum(block, maximum(t_f, t_b + t_w))
 
 
 def check_schedule_domain(schedule: Schedule | str, pp: int, m: int) -> None:

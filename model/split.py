@@ -46,6 +46,7 @@ __all__ = [
     "default_chunk_sizes",
     "megatron_stage_layers",
     "model_chunks",
+    "output_rank",
     "recomputed_in_chunks",
     "split_layers",
     "stage_chunks",
@@ -356,9 +357,13 @@ def stage_layers(
     v: int = 1,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    v_shape: bool = False,
 ) -> tuple[tuple[int, ...], ...]:
     """The layers each of the pp pipeline ranks holds: its chunks i, i + pp, … of
-    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk).
+    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk); with ``v_shape``
+    (ZB-V, DualPipeV: ``v = 2``) chunks i and ``2·pp − 1 − i`` — PyTorch
+    ``generate_stage_to_rank_mapping(style="v")`` — so rank 0 holds the first and the last
+    chunk, the MTP blocks with them (:func:`output_rank`).
 
     Examples
     --------
@@ -367,9 +372,26 @@ def stage_layers(
     ...     ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
     >>> stage_layers(arch, 2)
     ((0, 1), (2, 3, 4))
+    >>> stage_layers(arch, 2, 2, v_shape=True)
+    ((0, 3, 4), (1, 2))
     """
     chunks = model_chunks(arch, pp, v, uneven, sizes)
+    if v_shape:
+        return tuple(chunks[i] + chunks[2 * pp - 1 - i] for i in range(pp))
     return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
+
+
+def output_rank(pp: int, v_shape: bool) -> int:
+    """The pipeline rank that holds the output layer (and the MTP blocks): the last, ``pp − 1``,
+    or rank 0 under a V placement, beside the embedding (Qi et al. 2024 §6; PyTorch
+    ``ScheduleZBVZeroBubble``, whose loss is computed on rank 0).
+
+    Examples
+    --------
+    >>> output_rank(4, False), output_rank(4, True)
+    (3, 0)
+    """
+    return 0 if v_shape else pp - 1
 
 
 @cache

@@ -19,7 +19,9 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework, check_framework
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import LAYOUT_CHUNKS, SPLIT_BACKWARD, Schedule
+from trainplan.model.schedule_cost import check_split_layout
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import ModelSpec, TrainingSpec
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -38,7 +40,16 @@ ZERO_PREFERENCE = (1, 2, 0, 3)
 """Tie-break among ZeRO stages of equal step time: ZeRO-1 (the common default), then 2, 0, 3."""
 RECOMPUTE_PREFERENCE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.SQRT, Recompute.FULL)
 """Tie-break among recompute modes of equal step time: less recomputation first."""
-_SCHEDULE_ORDER = {Schedule.ONE_F_ONE_B: 0, Schedule.INTERLEAVED: 1, Schedule.GPIPE: 2}
+_SCHEDULE_ORDER = {
+    Schedule.ONE_F_ONE_B: 0,
+    Schedule.INTERLEAVED: 1,
+    Schedule.GPIPE: 2,
+    Schedule.ZB_H1: 3,
+    Schedule.ZB_H2: 4,
+    Schedule.ZB_V: 5,
+    Schedule.DUALPIPE_V: 6,
+    Schedule.DUALPIPE: 7,
+}
 
 
 def divisors(n: int) -> list[int]:
@@ -190,11 +201,17 @@ def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
     out: list[tuple[Schedule, int]] = [
-        (s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED
+        (s, 1) for s in space.schedules if s in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
     ]
     if Schedule.INTERLEAVED in space.schedules:
         out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
-    return out
+    # a split-backward schedule only where a framework of the space runs it
+    runs = {
+        s.value for fw in space.frameworks for s in space.schedules if fw in SCHEDULE_SUPPORT[s]
+    }
+    return out + [
+        (s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD and s in runs
+    ]
 
 
 def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
@@ -219,13 +236,14 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                         plain = None  # whether the plain (1F1B) schedule is legal
                         for schedule, v in _schedules(space, pp):
                             shape = Shape(dp, tp, pp, cp, ep, b, schedule, v, space.rank_orders[0])
-                            if schedule is not Schedule.INTERLEAVED and plain is not None:
+                            classic = schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
+                            if classic and plain is not None:
                                 ok = plain  # GPipe and 1F1B obey the same rules
-                            elif schedule is Schedule.INTERLEAVED and plain is False:
-                                ok = False  # interleaving only adds rules (m % pp, pp·v chunks)
+                            elif not classic and plain is False:
+                                ok = False  # the others only add rules (m, pp·v chunks)
                             else:
                                 ok = _legal(shape, model, training, G)
-                            if schedule is not Schedule.INTERLEAVED:
+                            if classic:
                                 plain = ok
                             if not ok:
                                 continue
@@ -236,7 +254,9 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                                     base = variant  # built with the first order, rank 0
                                     if k:
                                         base = replace(variant, rank_order=order, order_rank=k)
-                                    shapes += _with_frameworks(base, space, pp, training.offload)
+                                    shapes += _with_frameworks(
+                                        base, space, pp, training.offload, B // (dp * b)
+                                    )
     return sorted(shapes, key=lambda s: s.tie_key)
 
 
@@ -294,13 +314,18 @@ def recipe_refusal(
 
 
 def _with_frameworks(
-    base: Shape, space: SearchSpace, pp: int, offload: Offload = NO_OFFLOAD
+    base: Shape, space: SearchSpace, pp: int, offload: Offload = NO_OFFLOAD, m: int = 1
 ) -> list[Shape]:
     """``base`` under each framework of the space that runs at least one allowed ZeRO stage
-    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`) and the recipe's
-    offload (:func:`model.offload.check_offload`)."""
+    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`), the recipe's
+    offload (:func:`model.offload.check_offload`) and the shape's schedule with its ``m``
+    micro-batches (:func:`model.schedule_cost.check_split_layout`)."""
     out = []
     for rank, fw in enumerate(space.frameworks):
+        try:
+            check_split_layout(pp, m, base.schedule, base.virtual_stages, fw.value)
+        except LayoutError:
+            continue
         for z in space.zero_stages:
             try:
                 check_framework(fw, z, pp)

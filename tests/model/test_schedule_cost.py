@@ -85,9 +85,11 @@ def test_pass_times() -> None:
 
 def test_dualpipe_block() -> None:
     """F = B = W = 1 with 0.5 of all-to-all exposed and 0.8 in all: the block is 3 − 0.5 = 2.5;
-    with 2.8 of all-to-all the communication paces it; never below max(F, B + W) = 2."""
+    with 2.8 of all-to-all the communication paces it (3.5: above the serial 3); never below
+    max(F, B + W) = 2."""
     assert dualpipe_block(1.0, 1.0, 1.0, 0.5, 0.8) == 2.5
     assert dualpipe_block(1.0, 1.0, 1.0, 0.5, 2.8) == 2.8
+    assert dualpipe_block(1.0, 1.0, 1.0, 0.5, 3.5) == 3.5
     assert dualpipe_block(1.0, 1.0, 1.0, 1.5, 0.0) == 2.0
 
 
