@@ -38,7 +38,7 @@ from trainplan.model.pipeline_sim import PassTimes
 from trainplan.model.pipeline_zb import check_split_schedule, chunks_in_flight
 from trainplan.model.schedule import simulate
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.xp import is_array, maximum, minimum
+from trainplan.model.xp import is_array, maximum
 
 __all__ = [
     "pass_times",
