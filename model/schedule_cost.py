@@ -35,10 +35,10 @@ from trainplan.model.pipeline import (
     timeline_chunks,
 )
 from trainplan.model.pipeline_sim import PassTimes
-from trainplan.model.pipeline_zb import check_split_schedule, chunks_in_flight
+from trainplan.model.pipeline_zb import check_split_schedule
 from trainplan.model.schedule import simulate
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.xp import is_array, maximum
+from trainplan.model.xp import exact, is_array, maximum, minimum
 
 __all__ = [
     "pass_times",
@@ -51,10 +51,12 @@ __all__ = [
     "OVERLAPS_FORWARD_BACKWARD",
 ]
 
-RATIO_DENOMINATOR = 4096
-"""The simulated spans are exact for pass times in ratios of whole numbers; a layout's seconds
-are rounded to ratios with denominators up to this (a relative error below 1/4096² of a pass)
-so that one simulation serves every layout of the same shape of times."""
+RATIO_DENOMINATOR = 64
+"""The simulated spans are exact for pass times in ratios of whole numbers; a layout's ratios
+``t_b/t_f``, ``t_w/t_f``, ``t_fb/t_f`` are rounded to the nearest fraction with a denominator up
+to this (off by less than ``1/(64·q)`` of a forward pass for a denominator q: under 0.1 % of a
+pass), so that one timeline serves every layout of nearly the same shape of times and the
+search's tables stay fast."""
 
 OVERLAPS_FORWARD_BACKWARD = frozenset({"textbook"})
 """Framework profiles whose DualPipe/DualPipeV overlapped F&B block runs the two chunks'
@@ -161,6 +163,10 @@ def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framew
     check_schedule_domain(sched, pp, m)
 
 
+def _equal(a: Any, b: Any) -> bool:
+    return bool(np.all(np.asarray(a) == np.asarray(b)))
+
+
 def _seconds(x: Any) -> Any:
     return np.asarray(x, dtype=float) if is_array(x) else float(x)
 
@@ -170,6 +176,13 @@ def _ratio(x: float) -> Fraction:
 
 
 @lru_cache(maxsize=4096)
+def _timeline_step(
+    schedule: str, pp: int, m: int, b: Fraction, w: Fraction, fb: Fraction | None
+) -> Fraction:
+    v = timeline_chunks(schedule, LAYOUT_CHUNKS[Schedule(schedule)])
+    return simulate(pp, m, schedule, v, times=PassTimes(Fraction(1), b, w, fb)).step_time
+
+
 def simulated_span(
     schedule: str, pp: int, m: int, b: Fraction, w: Fraction, fb: Fraction | None
 ) -> Fraction:
@@ -177,38 +190,39 @@ def simulated_span(
     ranks with ``t_f = 1``, ``t_b = b``, ``t_w = w``, DualPipe's block ``fb``, every rank
     starting together; at ``m`` above ``2·pp + 2`` from the timelines at ``2·pp`` and
     ``2·pp + 2`` — the step grows by the same time with each further micro-batch once the
-    steady phase runs (checked against the full timeline in the tests). Cached.
+    steady phase runs (checked against the full timeline in the tests). The timelines are
+    cached, so one pair serves every ``m`` of a shape of times.
 
     Examples
     --------
     >>> simulated_span("zb-v", 4, 8, Fraction(1), Fraction(1), None)
     Fraction(51, 1)
     """
-    times = PassTimes(Fraction(1), b, w, fb)
-    v = timeline_chunks(schedule, LAYOUT_CHUNKS[Schedule(schedule)])
     base = 2 * pp
     if m <= base + 2:
-        return simulate(pp, m, schedule, v, times=times).step_time
-    first = simulate(pp, base, schedule, v, times=times).step_time
-    second = simulate(pp, base + 2, schedule, v, times=times).step_time
+        return _timeline_step(schedule, pp, m, b, w, fb)
+    first = _timeline_step(schedule, pp, base, b, w, fb)
+    second = _timeline_step(schedule, pp, base + 2, b, w, fb)
     return first + (second - first) * Fraction(m - base, 2)
 
 
-def _simulated(schedule: str, pp: int, m: int, f: Any, b: Any, w: Any, fb: Any) -> Any:
-    def one(fi: float, bi: float, wi: float, fbi: float | None) -> float:
+def _simulated(schedule: str, pp: int, m: Any, f: Any, b: Any, w: Any, fb: Any) -> Any:
+    def one(mi: int, fi: float, bi: float, wi: float, fbi: float | None) -> float:
         rb, rw = _ratio(bi / fi), _ratio(wi / fi)
         block = None
         if fbi is not None:  # rounded into PassTimes' range [max(1, b + w), 1 + b + w]
             block = min(max(_ratio(fbi / fi), Fraction(1), rb + rw), 1 + rb + rw)
-        return fi * float(simulated_span(schedule, pp, m, rb, rw, block))
+        return fi * float(simulated_span(schedule, pp, mi, rb, rw, block))
 
-    if not is_array(f):
-        return one(float(f), float(b), float(w), None if fb is None else float(fb))
-    fs, bs, ws = (np.broadcast_to(np.asarray(x, dtype=float), np.shape(f)) for x in (f, b, w))
-    fbs = None if fb is None else np.broadcast_to(np.asarray(fb, dtype=float), np.shape(f))
-    out = np.empty(np.shape(f))
-    for i in np.ndindex(out.shape):
-        out[i] = one(fs[i], bs[i], ws[i], None if fbs is None else fbs[i])
+    if not any(is_array(x) for x in (m, f, b, w, fb)):
+        return one(int(m), float(f), float(b), float(w), None if fb is None else float(fb))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (m, f, b, w, fb) if x is not None))
+    ms, fs, bs, ws = (np.broadcast_to(np.asarray(x), shape) for x in (m, f, b, w))
+    fbs = None if fb is None else np.broadcast_to(np.asarray(fb, dtype=float), shape)
+    out = np.empty(shape)
+    for i in np.ndindex(shape):
+        fbi = None if fbs is None else float(fbs[i])
+        out[i] = one(int(ms[i]), float(fs[i]), float(bs[i]), float(ws[i]), fbi)
     return out
 
 
@@ -226,8 +240,15 @@ def split_span(
       + t_b − 2·t_w)``, its synchronised idle (:func:`model.pipeline_zb.zb_h2_bubble`; the
       span's zero bubble needs steps to overlap through optimizer post-validation, not
       modelled).
-    * ZB-V, DualPipe, DualPipeV: the timeline, cached (:func:`simulated_span`): no closed form
-      holds off the papers' equal-times domain (:func:`model.pipeline_zb.dualpipe_bubble`).
+    * ZB-V at ``t_f = t_w`` (the cost model's split, :func:`pass_times`), ``m >= 2·pp − 1``:
+      ``2·m·(t_f + t_b + t_w) + (pp − 1)·max(t_b, 2·(t_b − t_w))`` — read off the order run on
+      symbolic durations (the maximum of linear forms in ``t_f = t_w`` and ``t_b − t_w``: at
+      pp 4, 8, 16 and m 2·pp … 4·pp, every form ``2m·(3t + r) + 2(pp − 1)·r + j·(t − r)``,
+      ``0 <= j <= pp − 1``); the tests check it against the timeline. At ``t_b = t_w`` it is
+      Qi et al. 2024 §6's zero span bubble plus the ramp ``(pp − 1)·t``.
+    * DualPipe, DualPipeV (and ZB-V at other times): the timeline, cached
+      (:func:`simulated_span`): no closed form holds off the papers' equal-times domain
+      (:func:`model.pipeline_zb.dualpipe_bubble`).
 
     Raises
     ------
@@ -249,10 +270,12 @@ def split_span(
         return _seconds(serial + (pp - 1) * maximum(maximum(t_f, t_b), t_f + t_b - t_w))
     if sched is Schedule.ZB_H2:
         return _seconds(serial + (pp - 1) * maximum(t_f, t_f + t_b - 2 * t_w))
+    if sched is Schedule.ZB_V and _equal(t_f, t_w):
+        return _seconds(2 * serial + (pp - 1) * maximum(t_b, 2 * (t_b - t_w)))
     return _simulated(sched.value, pp, m, t_f, t_b, t_w, t_fb)
 
 
-def in_flight_units(schedule: Schedule | str, pp: int, m: int) -> Fraction:
+def in_flight_units(schedule: Schedule | str, pp: int, m: Any) -> Any:
     """Micro-batches of a rank's activations (all its chunks' layers for one micro-batch) held
     at its peak under a split-backward schedule, the weight-gradient buffers included (Qi et
     al. 2024 Table 2 counts a micro-batch's activations ``M_B`` until its ``W``): ZB-H1
@@ -260,15 +283,19 @@ def in_flight_units(schedule: Schedule | str, pp: int, m: int) -> Fraction:
     layers); DualPipe ``pp + 1`` (chunks of one stage, the rank holding one stage's layers in
     the split); DualPipeV ``pp + 1/2`` (``2·pp + 1`` half-rank chunks) —
     :func:`model.pipeline_zb.chunks_in_flight` over the chunks a rank's layers make up; the
-    same on every rank. Exact.
+    same on every rank. Exact; ``m`` a whole number or a column of them (the search's).
 
     Examples
     --------
     >>> in_flight_units("dualpipev", 16, 64), in_flight_units("zb-v", 4, 8)
     (Fraction(33, 2), Fraction(4, 1))
     """
-    name = str(schedule)
-    chunks = timeline_chunks(name, LAYOUT_CHUNKS[Schedule(name)])
-    held = chunks_in_flight(name, pp, m, 0)
-    per_rank = 1 if name == Schedule.DUALPIPE.value else chunks
-    return Fraction(held, per_rank)
+    name = Schedule(str(schedule))
+    if name is Schedule.ZB_H1:
+        return exact(minimum(pp, m))
+    return {
+        Schedule.ZB_H2: Fraction(2 * pp - 1),
+        Schedule.ZB_V: Fraction(pp),
+        Schedule.DUALPIPE: Fraction(pp + 1),
+        Schedule.DUALPIPE_V: Fraction(2 * pp + 1, 2),
+    }[name]
