@@ -47,8 +47,8 @@ from trainplan.interface.commands import evaluate_json
 from trainplan.interface.inputs import KNOWN_KEYS
 from trainplan.model.errors import LayoutError, PlannerError, ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.specs import ModelSpec
 from trainplan.scenarios.catalogue import check_keys
 
 __all__ = [

@@ -29,7 +29,7 @@ naming the parameter, the value and the rule.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainplan.model.errors import LayoutError
@@ -46,7 +46,6 @@ __all__ = [
     "default_chunk_sizes",
     "megatron_stage_layers",
     "model_chunks",
-    "output_rank",
     "recomputed_in_chunks",
     "split_layers",
     "stage_chunks",
@@ -243,8 +242,9 @@ def megatron_stage_layers(
     given = (first is not None) + (last is not None)
     if accounted and given:
         raise LayoutError(
-            "first_stage_layers: Megatron-Core does not combine --decoder-first/last-pipeline-"
-            "num-layers with --account-for-embedding/loss-in-pipeline-split"
+            "first_stage_layers: Megatron-Core does not combine --decoder-first-pipeline-num-layers"
+            " / --decoder-last-pipeline-num-layers with --account-for-embedding-in-pipeline-split /"
+            " --account-for-loss-in-pipeline-split"
         )
     if not accounted and not given:
         return default_chunk_sizes(num_layers, pp, v)
@@ -290,7 +290,7 @@ def megatron_stage_layers(
     return chunk_sizes_from_ranks(ranks, v)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def split_layers(
     num_layers: int,
     pp: int,
@@ -333,7 +333,7 @@ def split_layers(
     return tuple(tuple(r) for r in ranks)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def model_chunks(
     arch: Architecture,
     pp: int,
@@ -350,20 +350,16 @@ def model_chunks(
     return chunks[:-1] + (chunks[-1] + mtp,)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def stage_layers(
     arch: Architecture,
     pp: int,
     v: int = 1,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
-    v_shape: bool = False,
 ) -> tuple[tuple[int, ...], ...]:
     """The layers each of the pp pipeline ranks holds: its chunks i, i + pp, … of
-    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk); with ``v_shape``
-    (ZB-V, DualPipeV: ``v = 2``) chunks i and ``2·pp − 1 − i`` — PyTorch
-    ``generate_stage_to_rank_mapping(style="v")`` — so rank 0 holds the first and the last
-    chunk, the MTP blocks with them (:func:`output_rank`).
+    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk).
 
     Examples
     --------
@@ -372,29 +368,12 @@ def stage_layers(
     ...     ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
     >>> stage_layers(arch, 2)
     ((0, 1), (2, 3, 4))
-    >>> stage_layers(arch, 2, 2, v_shape=True)
-    ((0, 3, 4), (1, 2))
     """
     chunks = model_chunks(arch, pp, v, uneven, sizes)
-    if v_shape:
-        return tuple(chunks[i] + chunks[2 * pp - 1 - i] for i in range(pp))
     return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
 
 
-def output_rank(pp: int, v_shape: bool) -> int:
-    """The pipeline rank that holds the output layer (and the MTP blocks): the last, ``pp − 1``,
-    or rank 0 under a V placement, beside the embedding (Qi et al. 2024 §6; PyTorch
-    ``ScheduleZBVZeroBubble``, whose loss is computed on rank 0).
-
-    Examples
-    --------
-    >>> output_rank(4, False), output_rank(4, True)
-    (3, 0)
-    """
-    return 0 if v_shape else pp - 1
-
-
-@cache
+@lru_cache(maxsize=4096)
 def stage_chunks(
     arch: Architecture,
     pp: int,

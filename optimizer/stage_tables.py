@@ -6,14 +6,13 @@ Every figure is one call of the function ``evaluate()`` itself calls, on a layou
 layers on the stage (``Layout.stage_layers``) and recomputes k of them
 (``Layout.recompute_layers``):
 
-* bytes: :func:`model.estimate.stage_memory_at` (the stage's peak over its phases, exact);
-* its micro-batch: :func:`model.step_time.stage_parts_at` on the layout's
-  :func:`model.roofline_step.stage_clock`, summed by :func:`model.roofline_step.totals`; paced
-  over the step as the evaluator paces the slowest stage, ``m·t·(1 + bubble_ratio)``
-  (:func:`model.estimate.time_terms`);
+* bytes: :func:`model.terms.peak.stage_memory_term` (the stage's peak over its phases, exact);
+* its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
+  cp, ep); paced over the step as the evaluator paces the slowest stage,
+  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
 * the dp overlap window (the same without recomputation) and the stage's dense parameters per
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
-  optimizer step, offload: :func:`model.roofline_step.roofline_step`).
+  optimizer step, offload: :func:`model.terms.step.dp_term`).
 
 Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers are
 spread over its chunks by :func:`model.split.balanced_chunk_sizes` (⌊n/v⌋ each, its last
@@ -37,14 +36,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainplan.model.errors import InputError
-from trainplan.model.estimate import StageMemory, stage_memory_at
+from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
-from trainplan.model.pipeline import Schedule, bubble_ratio
-from trainplan.model.roofline_step import stage_clock, totals, uses_roofline
+from trainplan.model.pipeline import Schedule
+from trainplan.model.specs import Architecture
 from trainplan.model.split import balanced_chunk_sizes
-from trainplan.model.step_time import stage_parts_at
-from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.model.terms.fields import Context, LayoutFields
+from trainplan.model.terms.peak import StageMemory, stage_memory_term
+from trainplan.model.terms.roofline import stage_parts_term
+from trainplan.model.terms.step import pipeline_seconds, uses_roofline
 from trainplan.optimizer.case import Case, links_for
 
 __all__ = [
@@ -73,15 +74,15 @@ class StageOption:
     paced_ns: int
     """The step's pipeline term if this stage were the slowest, whole ns:
     ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
-    collectives; :func:`model.step_time.stage_parts_at`)."""
+    collectives; :func:`model.terms.roofline.stage_parts_term`)."""
     bare_ns: int
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
-    longest: :func:`model.roofline_step.roofline_step`)."""
+    longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
     """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
     the dp bytes, the optimizer step and offload."""
     peak_bytes: int
-    """Its peak bytes per GPU, rounded up (:func:`model.estimate.stage_memory_at`)."""
+    """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,11 @@ class OutOfTime(Exception):
 def check_per_stage(case: Case, layout: Layout) -> None:
     """Refuse what the per-stage search does not model, in one line naming the rule.
 
-    Rules: a model with dimensions whose layers are alike (dense, no MTP blocks, every layer the
-    same parameters), so a stage's cost reads only its own layer count; the roofline time model;
+    Rules: a model with dimensions whose layers are alike after a leading block
+    (:func:`leading_layers`: DeepSeek-V3's three dense layers before its MoE ones; MTP blocks
+    sit on the last stage, outside the count), so a stage's cost reads only its own layer count
+    and whether it is the first or the last (the leading block on the first stage, at v = 1);
+    the roofline time model;
     1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
     exact for equal stages and an estimate for unequal ones, whose simulated step stays under
@@ -128,23 +132,25 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     arch = case.model.arch
     if arch is None:
         raise InputError("per_stage: needs the model's dimensions (a catalogue model or --layers)")
-    if arch.moe is not None or arch.mtp_layers:
+    prefix = leading_layers(arch)
+    if prefix is None:
         raise InputError(
-            f"per_stage: {case.model.name} has MoE layers or MTP blocks; the per-stage search "
-            "needs layers that are all alike (dense)"
+            f"per_stage: {case.model.name}'s layers differ beyond a leading block (MoE and dense "
+            "layers, or attention spans, interleaved); the per-stage search needs the layers "
+            "after the first stage's leading ones to be all alike"
         )
-    first = layer_params(arch, 0)
-    if any(layer_params(arch, i) != first for i in range(1, arch.num_layers)):
+    if prefix and layout.virtual_stages > 1:
         raise InputError(
-            f"per_stage: {case.model.name}'s layers differ in size; the per-stage search needs "
-            "layers that are all alike"
+            f"per_stage: {case.model.name}'s first {prefix} layers differ from the rest; with "
+            f"virtual_stages {layout.virtual_stages} they would spread over model chunks: search "
+            "it without interleaving"
         )
     if case.training.offload.activations:
         raise InputError(
             "per_stage: activation offload (--offload-activations) is not in the per-stage "
             "tables; search without --per-stage, or without the offload"
         )
-    if not uses_roofline(case.options, layout, case.device):
+    if not uses_roofline(case.options, layout.framework, case.device):
         raise InputError(
             "per_stage: needs the roofline time model (a physical framework profile and an "
             "accelerator with its HBM bandwidth)"
@@ -161,18 +167,59 @@ def check_per_stage(case: Case, layout: Layout) -> None:
         )
 
 
+def leading_layers(arch: Architecture) -> int | None:
+    """The least d such that transformer layers d … L − 1 are alike (the same parameters,
+    kind — MoE or dense — and attention span): 0 for a model of alike layers, 3 for DeepSeek-V3
+    (``first_k_dense_replace = 3``); None when the rest are alike only from past half the
+    model (interleaved kinds or spans: Llama 4's alternating MoE, Gemma's local and global
+    layers), which the per-stage search does not place.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> leading_layers(Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...                              ffn_hidden_size=32, vocab_size=16))
+    0
+    """
+    L = arch.num_layers
+
+    def key(i: int) -> tuple[object, ...]:
+        return (layer_params(arch, i), arch.is_moe_layer(i), arch.layer_span(i))
+
+    last = key(L - 1)
+    d = L - 1
+    while d > 0 and key(d - 1) == last:
+        d -= 1
+    return d if d <= L // 2 else None
+
+
+def layer_counts(num_layers: int, pp: int, stage: int, prefix: int) -> range:
+    """The layer counts a stage may hold in the per-stage tables: 0 … L (only L at pp = 1); the
+    first stage at least the ``prefix`` leading layers, the others at most L − prefix (the
+    leading block is the first stage's, :func:`leading_layers`)."""
+    if pp == 1:
+        return range(num_layers, num_layers + 1)
+    if stage == 0:
+        return range(prefix, num_layers + 1)
+    return range(0, num_layers - prefix + 1)
+
+
 def realization(
-    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int
+    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int, prefix: int = 0
 ) -> Layout:
     """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed (per model
     chunk), the other L − n layers on the next stage and none recomputed elsewhere: what the
     tables evaluate one stage's option on (the stage's figures do not read the others'). Each
-    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`."""
+    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`. With a
+    leading block of ``prefix`` layers (:func:`leading_layers`) another stage than the first
+    holds layers after it: the first stage keeps the block."""
     pp = layout.pp
     sizes = [0] * pp
     sizes[stage] = layers
     if pp > 1:
-        sizes[(stage + 1) % pp] += num_layers - layers
+        lead = prefix if stage else 0
+        sizes[0] += lead
+        sizes[(stage + 1) % pp] += num_layers - layers - lead
     counts = [0] * pp
     counts[stage] = recomputed
     return layout.with_(
@@ -188,10 +235,44 @@ def most_recomputed(layers: int, v: int) -> int:
     return -(-layers // v)
 
 
-def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
-    """What both per-stage tables read off a shape, after :func:`check_per_stage`: (arch, L,
-    pp, training, vocabulary multiple, padded vocabulary, the roofline clock, causal, m, the
-    bubble ratio (p − 1)/(v·m)).
+@dataclass(frozen=True, slots=True, eq=False)
+class _Stages:
+    """What both per-stage tables read off a shape, after :func:`check_per_stage`: the terms'
+    context, the layout's links, L, pp, v and the layout."""
+
+    c: Context
+    links: Any
+    num_layers: int
+    layout: Layout
+    case: Case
+    prefix: int = 0
+    """The leading layers that differ from the rest (:func:`leading_layers`): the first
+    stage's."""
+
+    def counts(self, stage: int) -> range:
+        """:func:`layer_counts` of ``stage``."""
+        return layer_counts(self.num_layers, self.layout.pp, stage, self.prefix)
+
+    def memory(self, stage: int, n: int, k: int) -> StageMemory:
+        """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
+        :func:`model.terms.peak.stage_memory_term` on :func:`realization`'s layout."""
+        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
+        f = LayoutFields(lay, self.case.training.global_batch_size, stage)
+        return stage_memory_term(self.c, f, n)
+
+    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+        """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
+        seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
+        layers with ``k`` recomputed (``mode`` overrides the recompute mode), paced by
+        :func:`model.terms.step.pipeline_seconds`."""
+        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
+        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+        t = stage_parts_term(self.c, f, mode)[0]
+        return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
+
+
+def _stage_context(case: Case, layout: Layout) -> _Stages:
+    """The per-stage tables' view of ``layout``'s shape.
 
     Raises
     ------
@@ -201,17 +282,12 @@ def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
     check_per_stage(case, layout)
     arch = case.model.arch
     assert arch is not None
-    training, options = case.training, case.options
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
+    c = evaluation_context(
+        case.model, case.training, case.device, case.options, case.vocab_multiple
+    )
     links = links_for(layout, case.links, case.fabric)
-    c = stage_clock(training, layout, case.device, links, options)
-    m = layout.num_microbatches(training.global_batch_size)
-    ratio = float(bubble_ratio(layout.pp, m, layout.virtual_stages))
-    return (
-        arch, arch.num_layers, layout.pp, training, multiple, vocab, c,
-        options.causal_attention_flops, m, ratio,
-    )  # fmt: skip
+    prefix = leading_layers(arch) or 0
+    return _Stages(c, links, arch.num_layers, layout, case, prefix)
 
 
 def stage_capacity(
@@ -226,16 +302,6 @@ def stage_capacity(
 
 NO_SPLIT = 2**62
 """:func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
-
-
-def _stage_memory(case: Case, layout: Layout, stage: int, n: int, k: int) -> StageMemory:
-    """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
-    :func:`model.estimate.stage_memory_at` on :func:`realization`'s layout."""
-    arch = case.model.arch
-    assert arch is not None
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    lay = realization(layout, arch.num_layers, stage, n, k)
-    return stage_memory_at(case.model, case.training, lay, stage, multiple)
 
 
 def _most_that_fits(fits: Any, top: int, guess: int) -> int:
@@ -282,44 +348,32 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
         :func:`check_per_stage`'s rules.
     """
     sc = _stage_context(case, layout)
-    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = sc
-    v = layout.virtual_stages
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     fit_most = [L] * pp
     if capacity is not None:
         for stage in range(pp):
 
             def fits(n: int, stage: int = stage) -> bool:
-                k = most_recomputed(n, v)
-                return _stage_memory(case, layout, stage, n, k).total_bytes <= capacity
+                return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
 
             if pp == 1:  # one stage holds all L layers
                 if not fits(L):
                     return NO_SPLIT
                 continue
-            fit_most[stage] = _most_that_fits(fits, L, fit_most[stage - 1] if stage else L // pp)
+            top = sc.counts(stage)[-1]
+            fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
             if fit_most[stage] < 0:
                 return NO_SPLIT
         if sum(fit_most) < L:
             return NO_SPLIT
-    plain = layout.with_(stage_layers=None, recompute_layers=None)
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
     for stage in range(pp):
         role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
         if role not in by_role:
+            allowed = sc.counts(stage)
             by_role[role] = [
-                round(
-                    m
-                    * totals(
-                        [
-                            stage_parts_at(
-                                arch, training, plain, c, vocab, causal, stage, tuple(range(n))
-                            )
-                        ]
-                    )[0]
-                    * (1 + ratio)
-                    * 1e9
-                )  # fmt: skip
+                sc.paced(stage, n, 0, layout.recompute)[0] if n in allowed else NO_SPLIT
                 for n in ([L] if pp == 1 else range(L + 1))
             ]
         fastest.append(by_role[role])
@@ -379,8 +433,8 @@ def build_stage_tables(
     OutOfTime
         ``deadline`` passed before the rows were complete.
     """
-    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
-    v = layout.virtual_stages
+    sc = _stage_context(case, layout)
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     capacity = stage_capacity(case, layout, headroom, max_bytes)
     evaluations = 0
 
@@ -390,7 +444,7 @@ def build_stage_tables(
         nonlocal evaluations
         if (stage, n, k) not in memo:
             evaluations += 1
-            memo[stage, n, k] = _stage_memory(case, layout, stage, n, k)
+            memo[stage, n, k] = sc.memory(stage, n, k)
         return memo[stage, n, k]
 
     def fits(stage: int, n: int, k: int) -> bool:
@@ -402,18 +456,13 @@ def build_stage_tables(
         # a stage's time reads only whether it is first or last, its layers and their counts
         key = (stage == 0, stage == pp - 1, n, k, mode)
         if key not in times:
-            lay = realization(layout, L, stage, n, k)  # its chunks say which layers k recomputes
-            layers = tuple(range(n))
-            parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
-            t = totals([parts])[0]
-            times[key] = (round(m * t * (1 + ratio) * 1e9), t)
+            times[key] = sc.paced(stage, n, k, mode)
         return times[key]
 
     # time alone (no memory, nothing recomputed) caps what each stage can take below cap_ns: once
     # the stages built and those caps of the others cannot hold L layers, no split beats cap_ns
-    counts = [L] if pp == 1 else range(L + 1)
     most = [
-        max((n for n in counts if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
+        max((n for n in sc.counts(i) if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
             default=-1)
         for i in range(pp)
     ]  # fmt: skip
@@ -424,7 +473,7 @@ def build_stage_tables(
             break
         found = []
         least = 0
-        for n in counts:
+        for n in sc.counts(stage):
             if deadline is not None and time.perf_counter() >= deadline:
                 raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
             bare = paced(stage, n, 0, Recompute.NONE)[1]

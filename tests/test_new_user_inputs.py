@@ -32,7 +32,8 @@ from trainplan.interface.scenario import (
 )
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.topology.accelerators import get_accelerator
 
@@ -152,6 +153,8 @@ LEAST_ARGS = {
     "pipeline": ["-p", "4", "-m", "8"],
     "ckpt": ["--layers", "9"],
     "calibrate": [str(MEASUREMENTS)],
+    "sweep": [str(MEASUREMENTS)],  # an existing file: the output path is refused before it is read
+    "sweep-plot": ["results.parquet"],
 }
 """What each command that writes files needs besides the file option."""
 
@@ -180,6 +183,9 @@ def test_every_file_writing_option_is_known():
         ("ckpt", "--gif"),
         ("ckpt", "--chart"),
         ("calibrate", "--output"),
+        ("sweep", "--out"),
+        ("sweep", "--csv"),
+        ("sweep-plot", "--png"),
     }
 
 

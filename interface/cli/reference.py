@@ -109,8 +109,8 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     groups = getattr(command, "option_groups", None) or []
     if not groups:
         return [(None, list(command.params))]
-    arguments = [p for p in command.params if isinstance(p, click.Argument)]
-    rest = [
+    arguments: list[click.Parameter] = [p for p in command.params if isinstance(p, click.Argument)]
+    rest: list[click.Parameter] = [
         p
         for p in command.params
         if isinstance(p, click.Option) and getattr(p, "group", None) is None
@@ -118,7 +118,7 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
         arguments
     )
-    out += [(g.title, list(g.options)) for g in groups]
+    out += [(g.title, [*g.options]) for g in groups]
     return out + [("Other options", rest)] * bool(rest)
 
 

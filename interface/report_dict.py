@@ -5,11 +5,15 @@ Bytes are exact: ints when whole, floats otherwise; times in seconds; rates as 0
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from trainplan.interface.flags import with_flags
+from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.layout import Layout
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -17,37 +21,29 @@ from trainplan.model.precision import (
     Precision,
     linear_speedup,
 )
+from trainplan.model.roofline import generation_of, params_in_force, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
+from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
-
-if TYPE_CHECKING:
-    from trainplan.model.estimate import Estimate
-    from trainplan.model.layout import Layout
 
 __all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
 
 
 def _time_model(est: Estimate) -> str:
-    from trainplan.model.roofline_step import uses_roofline
-
-    return "roofline" if uses_roofline(est.options, est.layout, est.device) else "single"
+    return "roofline" if uses_roofline(est.options, est.layout.framework, est.device) else "single"
 
 
 def _efficiencies(est: Estimate) -> dict[str, Any]:
     """The time model's figures: the roofline's (``roofline``) or the single model's kernel and
     attention efficiencies."""
-    from dataclasses import asdict
-
-    from trainplan.model.roofline_step import params_of
-
     flash = est.training.flash_attention
     if _time_model(est) == "single":
         return {
             "kernel_efficiency": est.options.kernel_efficiency,
             "attention_efficiency": est.options.attention_efficiency if flash else None,
         }
-    figures = asdict(params_of(est.options, est.device))
+    figures = asdict(params_in_force(est.options.roofline, est.device.name))
     if not flash:
         figures["attention_efficiency"] = None
     return {
@@ -78,20 +74,17 @@ def _attention_note(est: Estimate) -> str:
 def _time_sentence(est: Estimate, overlap: str) -> str:
     """How the step time was reckoned: the roofline model's figures and mechanisms, or the
     single model's efficiency and overlaps."""
-    from trainplan.model.roofline import generation_of
-    from trainplan.model.roofline_step import params_of, uses_roofline
 
     o = est.options
-    if not uses_roofline(o, est.layout, est.device):
+    if not uses_roofline(o, est.layout.framework, est.device):
         return (
             f"step time (single model): hardware FLOPs at kernel efficiency "
             f"{o.kernel_efficiency:g} of the dense peak"
             + _attention_note(est)
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
-    from trainplan.model.roofline import roofline_params_for
 
-    p = params_of(o, est.device)
+    p = params_in_force(o.roofline, est.device.name)
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
@@ -555,7 +548,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             **_efficiencies(est),
         },
         "assumptions": assumptions(est),
-        "notes": [*est.notes, *bound_notes(est)],
+        "notes": [with_flags(n) for n in (*est.notes, *bound_notes(est))],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)
