@@ -34,8 +34,8 @@ from trainplan.model.pipeline import (
     flat_in_flight,
     interleaved_in_flight,
 )
-from trainplan.model.schedule_cost import in_flight_units
 from trainplan.model.precision import Precision
+from trainplan.model.schedule_cost import in_flight_units
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (

@@ -20,8 +20,8 @@ from typing import Any
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.pipeline import Schedule
 from trainplan.model.params import count_params, layer_params, padded_vocab, stage_params
+from trainplan.model.pipeline import Schedule
 from trainplan.model.split import stage_layers
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.vocab import vocab_multiple_for

@@ -329,7 +329,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         Per-stage recomputation counts under the single model; activation offload without a
         host-link figure.
     """
-    m, pp, v = f.m, f.pp, f.virtual_stages
+    m = f.m
     if uses_roofline(c.options, f.framework, c.gpu):
         t_mb, parts = slowest_microbatch(c, f)
         act = activation_offload_term(c, f, t_mb)
