@@ -31,6 +31,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
 from trainplan.model.op_rates import check_fp8_recipe
 from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
@@ -271,6 +272,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    schedule = str(layout_args.get("schedule", "")).lower()
+    if "virtual_stages" not in layout_args and schedule in LAYOUT_CHUNKS:
+        layout_args["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]  # the schedule's own
     if "dp" not in layout_args and "num_gpus" in params:
         layout_args["dp"] = _dp_from_gpus(params, layout_args)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):

@@ -74,6 +74,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
@@ -409,6 +410,13 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
             "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
         },
     )
+    frameworks = tuple(
+        dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
+    ) or (DEFAULT_FRAMEWORK,)
+    if d.get("schedule"):  # a schedule asked for by name runs under a framework of the space
+        for name in schedules:
+            if not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
+                check_schedule_framework(name, frameworks[0], 2, 2)
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
@@ -426,10 +434,7 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
             dict.fromkeys(_order(o) for o in opts.names(d.get("rank_order"), "rank_order"))
         )
         or (DEFAULT_RANK_ORDER,),
-        frameworks=tuple(
-            dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
-        )
-        or (DEFAULT_FRAMEWORK,),
+        frameworks=frameworks,
         cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
         cp_a2a=cp_a2a,
         optimizers=tuple(

@@ -25,7 +25,7 @@ from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
-from trainplan.model.pipeline import bubble_fraction, bubble_ratio
+from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activations import padded_vocab_of
@@ -175,11 +175,32 @@ class Estimate:
 
     @property
     def bubble_fraction(self) -> Fraction:
+        """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
+        1F1B; under a split-backward schedule the bubble over the section's time as the cost
+        model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
+        split = self._split_bubble()
+        if split is not None:
+            return split[0]
         return bubble_fraction(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
 
     @property
     def bubble_ratio(self) -> Fraction:
+        """Bubble over ideal compute (as :attr:`bubble_fraction`)."""
+        split = self._split_bubble()
+        if split is not None:
+            return split[1]
         return bubble_ratio(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+
+    def _split_bubble(self) -> tuple[Fraction, Fraction] | None:
+        tt = self.time_terms
+        if self.layout.schedule not in SPLIT_BACKWARD or tt is None:
+            return None
+        bubble = max(tt.bubble_s, 0.0)
+        busy = tt.compute_and_pipeline_s - bubble
+        return (
+            Fraction(bubble / tt.compute_and_pipeline_s).limit_denominator(10**6),
+            Fraction(bubble / busy).limit_denominator(10**6),
+        )
 
     @property
     def exposed_comm_s(self) -> float | None:

@@ -96,8 +96,14 @@ class Layout:
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
+    """The pipeline schedule (:class:`model.pipeline.Schedule`): ``gpipe``, ``1f1b``,
+    ``interleaved``, or one that splits the backward into input- and weight-gradient passes —
+    ``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev`` (:mod:`model.pipeline_zb`;
+    which framework runs which: :mod:`model.schedule_support`)."""
     virtual_stages: int = 1
-    """v, model chunks per pipeline rank (interleaved schedule only)."""
+    """v, model chunks per pipeline rank: the interleaved schedule's; 2 under ``zb-v`` and
+    ``dualpipev`` (the model cut into 2·pp chunks placed in V order); 1 under ``dualpipe`` (pp
+    stages, each rank also holding its mirror stage: :data:`model.pipeline.LAYOUT_CHUNKS`)."""
     sequence_parallel: bool | None = None
     """Megatron sequence parallelism; None = on exactly when tp > 1."""
     rank_order: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -358,7 +364,9 @@ def validate(
     check_offload`; activation offload's recompute and MoE rules,
     :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks
     at most L (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing
-    to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
+    to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule` and,
+    for a split-backward schedule, :func:`model.schedule_cost.check_split_layout` (its
+    framework).
 
     Raises
     ------

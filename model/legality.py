@@ -36,6 +36,7 @@ from trainplan.model.moe_run import (
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
+from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
 from trainplan.model.xp import where
@@ -127,6 +128,10 @@ def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
             "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
             "model chunks across pipeline stages), not pp 1; use 1f1b"
         )
+
+
+def _split_schedule(s: Setting, pp: int, m: int, schedule: Any, v: int, framework: Any) -> None:
+    check_split_layout(pp, m, schedule, v, str(framework))
 
 
 def _sequence_parallel(s: Setting, sequence_parallel: bool | None, tp: int) -> None:
@@ -314,6 +319,11 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
+    Rule(
+        "split_schedule",
+        ("pp", "m", "schedule", "virtual_stages", "framework"),
+        _split_schedule,
+    ),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
     Rule("heads", ("tp", "ep", "etp"), _heads),

@@ -22,7 +22,8 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.optimizers import OptimizerKind
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import LAYOUT_CHUNKS, SPLIT_BACKWARD, Schedule
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
 
@@ -42,7 +43,16 @@ ZERO_PREFERENCE = (1, 2, 0, 3)
 """Tie-break among ZeRO stages of equal step time: ZeRO-1 (the common default), then 2, 0, 3."""
 RECOMPUTE_PREFERENCE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.SQRT, Recompute.FULL)
 """Tie-break among recompute modes of equal step time: less recomputation first."""
-_SCHEDULE_ORDER = {Schedule.ONE_F_ONE_B: 0, Schedule.INTERLEAVED: 1, Schedule.GPIPE: 2}
+_SCHEDULE_ORDER = {
+    Schedule.ONE_F_ONE_B: 0,
+    Schedule.INTERLEAVED: 1,
+    Schedule.GPIPE: 2,
+    Schedule.ZB_H1: 3,
+    Schedule.ZB_H2: 4,
+    Schedule.ZB_V: 5,
+    Schedule.DUALPIPE_V: 6,
+    Schedule.DUALPIPE: 7,
+}
 
 
 def divisors(n: int) -> list[int]:
@@ -207,11 +217,13 @@ def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
     out: list[tuple[Schedule, int]] = [
-        (s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED
+        (s, 1) for s in space.schedules if s in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
     ]
     if Schedule.INTERLEAVED in space.schedules:
         out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
-    return out
+    # a split-backward schedule only where a framework of the space runs it (schedule_support)
+    runs = {s for s in space.schedules for fw in space.frameworks if fw in SCHEDULE_SUPPORT[s]}
+    return out + [(s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD & runs]
 
 
 def _candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> dict[str, list]:
@@ -353,7 +365,7 @@ def _with_frameworks(
             )
         ]
         for s in shapes:
-            if not runs[s.pp]:
+            if not (runs[s.pp] and _runs_schedule(setting, s, fw)):
                 continue
             for k, o in optimizers:
                 same = fw is s.framework and rank == s.framework_rank and not k
@@ -365,3 +377,15 @@ def _with_frameworks(
                     )
                 )
     return out
+
+
+def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:
+    """Whether ``framework`` runs the shape's schedule with its micro-batches (the legality
+    rule :func:`model.schedule_cost.check_split_layout`; classic schedules: always)."""
+    if shape.schedule not in SPLIT_BACKWARD:
+        return True
+    m = setting.training.global_batch_size // (shape.dp * shape.micro_batch_size)
+    return not refusal(
+        setting, pp=shape.pp, m=m, schedule=shape.schedule,
+        virtual_stages=shape.virtual_stages, framework=framework,
+    )  # fmt: skip

@@ -19,6 +19,7 @@ from trainplan.interface.cli.options import (
 )
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import Schedule
 
 __all__ = ["evaluate_options", "run_evaluate", "CP_KIND_CHOICES"]
 
@@ -106,14 +107,15 @@ BATCH: list[Decorator] = [
     click.option("--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."),
     click.option(
         "--schedule",
-        type=click.Choice(["gpipe", "1f1b", "interleaved"]),
-        help="Pipeline schedule (default 1f1b).",
+        type=click.Choice([s.value for s in Schedule]),
+        help="Pipeline schedule (default 1f1b); zb-h1, zb-h2, zb-v, dualpipe and dualpipev split "
+        "the backward (under the frameworks that run them).",
     ),
     click.option(
         "--virtual-stages",
         "virtual_stages",
         type=COUNT,
-        help="v, model chunks per stage (interleaved).",
+        help="v, model chunks per stage (interleaved; 2 under zb-v and dualpipev).",
     ),
     click.option(
         "--stage-layers",

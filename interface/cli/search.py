@@ -108,7 +108,7 @@ SPACE: list[Decorator] = [
     list_option(
         "--schedule",
         type=click.Choice([s.value for s in Schedule]),
-        help="Pipeline schedules allowed (repeatable; default all).",
+        help="Pipeline schedules allowed (repeatable; default all the framework runs).",
     ),
     list_option(
         "--virtual-stages",

@@ -34,6 +34,7 @@ from trainplan.model.params import (
     shares_embedding_with_last_stage,
     stage_params,
 )
+from trainplan.model.pipeline import Schedule
 from trainplan.model.split import stage_layers
 from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
@@ -49,6 +50,7 @@ __all__ = [
     "split_params",
     "model_state_term",
     "busiest_params",
+    "copies",
 ]
 
 SPLIT_FIELDS = (
@@ -373,14 +375,26 @@ def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
 
 def split_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the stage ``f.stage`` (after tp, pp, etp·ep;
-    before ZeRO): :func:`stage_params_per_gpu`."""
-    return f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    before ZeRO): :func:`stage_params_per_gpu`, each :func:`copies` times."""
+    dense, experts = f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return dense * copies(f), experts * copies(f)
 
 
 def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the stage with the most
-    (:func:`busiest_stage_params`)."""
-    return f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    (:func:`busiest_stage_params`), each :func:`copies` times."""
+    dense, experts = f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return dense * copies(f), experts * copies(f)
+
+
+def copies(f: Fields) -> Any:
+    """Copies of a stage's parameters on its rank: 2 under DualPipe, whose every rank holds its
+    own stage and the mirror stage ``pp − 1 − rank`` with their gradients and optimizer state
+    (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each rank builds two
+    ``PipelineStage`` modules; DeepSeek-V3 report Table 2 "Parameter 2×"), else 1
+    (:func:`model.pipeline_zb.parameter_copies`). The mirror stage counted as the rank's own:
+    equal under a symmetric split, the embedding's and the output layer's rows alike."""
+    return where(f.schedule == Schedule.DUALPIPE, 2, 1)
 
 
 def model_state_term(c: Context, f: Fields) -> ModelState:
@@ -392,7 +406,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO
     stage, micro_batch_size (with dp, whether a step accumulates over more than one micro-batch,
-    which sizes offload's accumulation buffers). Control: framework, zero_stage, pp.
+    which sizes offload's accumulation buffers), the schedule (DualPipe's two copies,
+    :func:`copies`). Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -403,6 +418,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         linear, layer_linear = f.per_stage(
             _stage_linear, (c.model, c.vocab_multiple), *SPLIT_FIELDS
         )
+        linear = linear * copies(f)
     mech = mechanism(f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,

@@ -13,6 +13,9 @@ import pytest
 
 from trainplan.interface.scenario import build_problem
 from trainplan.model.estimate import objective_ns
+from trainplan.model.frameworks import Framework
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.tables import build_tables
 
@@ -199,4 +202,8 @@ def test_every_framework_and_schedule_is_drawn():
     problem = _problem(*CASES[1])
     tables = build_tables(problem)
     assert {s.framework.value for s in tables.shapes} == set(FRAMEWORKS)
-    assert {str(s.schedule) for s in tables.shapes} == {"1f1b", "interleaved", "gpipe"}
+    # the split-backward schedules under the frameworks that run them (model.schedule_support)
+    drawn = {(str(s.schedule), s.framework.value) for s in tables.shapes}
+    assert {name for name, _ in drawn} >= {"1f1b", "interleaved", "gpipe", "zb-v", "dualpipe"}
+    split = [(name, fw) for name, fw in drawn if Schedule(name) in SPLIT_BACKWARD]
+    assert split and all(Framework(fw) in SCHEDULE_SUPPORT[name] for name, fw in split)
