@@ -360,6 +360,7 @@ def test_each_tab_keeps_its_state_across_tabs(page):
     expect(page.locator("#bubble-fraction")).to_have_text("1/5 = 20.0%")  # 3/15
     page.click("header nav a[data-tab=ckpt]")
     page.wait_for_url(re.compile(r"/ckpt\?"))
+    page.wait_for_selector("body[data-ready=true]", state="attached")  # else bind() refills it
     page.fill("input[name=layers]", "16")
     expect(page.locator("#peak-held")).to_have_text("8")
     page.click("header nav a[data-tab=pipeline]")
