@@ -154,7 +154,6 @@ BAD = [
     ["evaluate", "--model", "llama3-70b", "--tp", "0"],
     ["evaluate", "--model", "llama3-70b", "--schedule", "x"],
     ["evaluate", "--model", "nosuch"],
-    ["evaluate", "--model", "llama3-70b", "--bogus", "1"],
     ["evaluate", "--model", "llama3-70b", "--tp", "3"],
     ["pipeline", "--stages", "4"],
     [
@@ -185,6 +184,16 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     assert got.status_code == 422
     assert "Traceback" not in got.text
     assert f"Error: {got.json()['error']}" == line
+
+
+def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):
+    """Not the command line's "No such option '--bogus'. (Did you mean '--png'?)": the API takes
+    no file options, so the line names the parameter and the ones the API takes."""
+    got = client.get("/api/evaluate?model=llama3-70b&bogus=1")
+    assert got.status_code == 422
+    line = got.json()["error"]
+    assert line.startswith("bogus: no such parameter of evaluate; its parameters are ")
+    assert ", gpus," in line and "No such option" not in line and "json" not in line
 
 
 def test_tp_block_inputs_is_the_cli_option(client):
