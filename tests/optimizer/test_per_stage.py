@@ -358,7 +358,6 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "mixtral-8x7b", "--gpus", "64"], "per_stage: mixtral-8x7b has MoE layers"),
         (
             ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--framework", "textbook"],
             "per_stage: needs the roofline time model",
