@@ -70,6 +70,18 @@ __all__ = [
     "params_in_force",
 ]
 
+
+def catalogue_part(device_name: str) -> str:
+    """The catalogue name a per-part table is keyed by: ``device_name`` without a what-if
+    suffix (``"H100-SXM[flops×2]"`` → ``"H100-SXM"``, :func:`trainplan.topology.what_if.what_if_label`),
+    so a part scaled or renamed on the command line keeps its published per-operation rates.
+
+    >>> catalogue_part("H100-SXM[hbm×1.5]")
+    'H100-SXM'
+    """
+    return device_name.split("[", 1)[0]
+
+
 FAMILY: dict[str, str] = {
     "A100-40GB": "ampere",
     "A100-80GB": "ampere",
@@ -129,7 +141,7 @@ def default_attention_kernel(framework: str, device_name: str) -> str | None:
     >>> default_attention_kernel("megatron", "A100-80GB"), default_attention_kernel("megatron", "H20")
     ('flash-attention-2', None)
     """
-    family = FAMILY.get(device_name)
+    family = FAMILY.get(catalogue_part(device_name))
     if family is None:
         return None
     if framework == "megatron" and family != "ampere":
@@ -199,7 +211,7 @@ def attention_fractions(
         raise InputError(
             f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
         )
-    family = FAMILY.get(device_name)
+    family = FAMILY.get(catalogue_part(device_name))
     for part in ATTENTION_CURVE_PARTS.get((kernel, family or ""), ()):
         try:
             fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len)
@@ -242,7 +254,7 @@ def recipe_speedups(device_name: str, recipe: Fp8Recipe | str) -> tuple[float, f
     >>> [round(x, 3) for x in recipe_speedups("H100-SXM", "delayed")]
     [1.722, 1.715, 1.627]
     """
-    part = RECIPE_PART.get(FAMILY.get(device_name, ""))
+    part = RECIPE_PART.get(FAMILY.get(catalogue_part(device_name), ""))
     if part is None:
         return None
     name = Fp8Recipe(recipe).table_name
@@ -274,7 +286,7 @@ def check_fp8_recipe(
     except ValueError:
         allowed = ", ".join(x.value for x in Fp8Recipe)
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
-    if r is Fp8Recipe.MXFP8 and FAMILY.get(device.name) != "blackwell":
+    if r is Fp8Recipe.MXFP8 and FAMILY.get(catalogue_part(device.name)) != "blackwell":
         raise InputError(
             f"fp8_recipe: mxfp8 needs Blackwell tensor cores (B200, B300, GB200, GB300); the "
             f"{device.name} has none"
@@ -335,7 +347,7 @@ def sustained_clock_fraction(device_name: str) -> float:
     >>> round(sustained_clock_fraction("H100-96GB-500W"), 4), sustained_clock_fraction("H100-SXM")
     (0.8963, 1.0)
     """
-    return SUSTAINED_CLOCK.get(device_name, (1.0, ""))[0]
+    return SUSTAINED_CLOCK.get(catalogue_part(device_name), (1.0, ""))[0]
 
 
 STREAM_PART: dict[str, tuple[str, float]] = {
@@ -360,7 +372,7 @@ def stream_triad_fraction(device_name: str) -> float | None:
     >>> round(stream_triad_fraction("H100-SXM"), 4), stream_triad_fraction("B200")
     (0.8866, None)
     """
-    found = STREAM_PART.get(device_name)
+    found = STREAM_PART.get(catalogue_part(device_name))
     if found is None:
         return None
     part, tbps = found
@@ -399,7 +411,7 @@ def gemm_wave_efficiency(
     >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8), 4)
     0.9697
     """
-    part = SM_PART.get(device_name)
+    part = SM_PART.get(catalogue_part(device_name))
     if part is None:
         return None
     sms = sm_count(gemm_data().sm_counts, part)
@@ -429,7 +441,7 @@ def nvls_allreduce_speedup(device_name: str) -> float:
     >>> round(nvls_allreduce_speedup("H200"), 4), nvls_allreduce_speedup("A100-80GB")
     (1.2973, 1.0)
     """
-    part = NVLS_PARTS.get(device_name)
+    part = NVLS_PARTS.get(catalogue_part(device_name))
     if part is None:
         return 1.0
     rows = collective_data().busbw_peaks

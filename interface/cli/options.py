@@ -172,8 +172,8 @@ RECIPE: list[Decorator] = [
         "moe_node_limit",
         type=COUNT,
         help="MoE with the deepep dispatcher: nodes a token's experts may span (DeepSeek-V3's "
-        "node-limited routing, M = 4; Megatron-Core --moe-router-group-topk over "
-        "--moe-router-num-groups nodes).",
+        "node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
+        "Megatron-Core's --moe-router-num-groups = nodes).",
     ),
     click.option(
         "--moe-dispatcher",

@@ -386,7 +386,17 @@ def test_openapi_describes_every_endpoint(client):
         assert f"/api/{name}" in spec["paths"]
     params = {p["name"]: p for p in spec["paths"]["/api/evaluate"]["get"]["parameters"]}
     assert {"tp", "seq-len", "config", "framework"} <= set(params) and "json" not in params
-    assert params["schedule"]["schema"]["enum"] == ["gpipe", "1f1b", "interleaved"]
+    # Every schedule the cost model evaluates: the classic three and the split-backward ones.
+    assert params["schedule"]["schema"]["enum"] == [
+        "gpipe",
+        "1f1b",
+        "interleaved",
+        "zb-h1",
+        "zb-h2",
+        "zb-v",
+        "dualpipe",
+        "dualpipev",
+    ]
     search = {p["name"]: p for p in spec["paths"]["/api/search"]["get"]["parameters"]}
     assert search["tp"]["schema"]["type"] == "array" and "scenario" not in search
     assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
