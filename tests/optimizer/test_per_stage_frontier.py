@@ -221,7 +221,6 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "mixtral-8x7b", "--gpus", "64"], "per_stage: mixtral-8x7b has MoE layers"),
         (
             ["--model", "llama3-8b", "--gpus", "8", "--objective", "tokens-per-gpu"],
             "per_stage: objective tokens-per-gpu — the per-stage search minimises step-time",
