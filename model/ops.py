@@ -41,7 +41,7 @@ from functools import lru_cache
 from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
-from trainplan.model.packing import Documents
+from trainplan.model.packing import Documents, kernel_length
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, PositionEmbedding
 
 __all__ = [
@@ -114,13 +114,16 @@ class Op:
     """A GEMM with a weight (its backward has a weight gradient); False for QKᵀ and scores·V."""
     seq_len: float = 0.0
     """The fused attention core: the query (and key) length one kernel call sees, ``s/cp``
-    (a ring or gathered chunk of context parallelism), what its published rate is read at."""
+    (a ring or gathered chunk of context parallelism), what its published rate is read at;
+    with packed documents the shorter :func:`model.packing.kernel_length` (the kernel runs each
+    document as its own sequence)."""
     head_dims: tuple[int, int] = (0, 0)
     """The fused attention core: (d_qk, d_v) of its heads."""
     masked_flops: float = 0.0
     """The fused attention core: forward FLOPs over the (query, key) pairs its causal (or
-    windowed) mask keeps, per GPU (:func:`model.flops.attention_core_forward_flops` with the
-    mask; the kernel skips the masked blocks whatever :attr:`flops` counts)."""
+    windowed) mask and the document mask keep, per GPU
+    (:func:`model.flops.attention_core_forward_flops` with the mask; the kernel skips the masked
+    blocks whatever :attr:`flops` counts)."""
 
     @property
     def gemm_flops(self) -> float:
@@ -249,7 +252,8 @@ def _attention_core(x: LayerShape) -> list[Op]:
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
-        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True) / (tp * x.cp)
+        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True, x.documents)
+        masked /= tp * x.cp
         return [
             Op(
                 "attention core (FlashAttention)",
@@ -258,7 +262,7 @@ def _attention_core(x: LayerShape) -> list[Op]:
                 forward_bytes=moved,
                 backward_bytes=2 * moved + beta * q_o,
                 core=True,
-                seq_len=queries,
+                seq_len=min(queries, kernel_length(int(s), x.documents)),
                 head_dims=(int(d_qk), int(d_v)),
                 masked_flops=masked,
             )

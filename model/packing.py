@@ -174,3 +174,27 @@ def pack_pair_ratio(
     return packed_pairs(span, seq_len, width, causal, docs) / attended_pairs(
         span, seq_len, width, causal
     )
+
+
+def kernel_length(seq_len: int, docs: Documents | None) -> float:
+    """The length a variable-length attention kernel's published rate is read at for packs of
+    ``seq_len`` tokens: ``seq_len`` without documents; with them, each document's pieces
+    (at most ``seq_len`` long) weighted by the causal pairs they compute, ``Σ w·P(l)·l / Σ
+    w·P(l)`` with ``P(l) = l(l + 1)/2`` — the length where the kernel's work sits (the kernel
+    runs each document as its own sequence; FlashAttention's ``flash_attn_varlen_func``).
+
+    >>> kernel_length(8192, Documents.mean_spread(2048))
+    2048.0
+    >>> kernel_length(8192, None)
+    8192.0
+    """
+    if docs is None:
+        return float(seq_len)
+    work = length_work = Fraction(0)
+    for n, w in zip(docs.lengths, docs.weights, strict=True):
+        q, r = divmod(n, seq_len)
+        for piece, count in ((seq_len, q), (r, 1 if r else 0)):
+            pairs = w * count * piece * (piece + 1) / 2
+            work += pairs
+            length_work += pairs * piece
+    return float(length_work / work)

@@ -24,8 +24,6 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from trainplan.model.errors import LayoutError
 from trainplan.model.pipeline import (
     LAYOUT_CHUNKS,
@@ -38,7 +36,14 @@ from trainplan.model.pipeline_sim import PassTimes
 from trainplan.model.pipeline_zb import check_split_schedule
 from trainplan.model.schedule import simulate
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.xp import exact, is_array, maximum, minimum
+from trainplan.model.xp import (
+    all_equal,
+    as_float_array,
+    elementwise,
+    exact,
+    maximum,
+    minimum,
+)
 
 __all__ = [
     "pass_times",
@@ -163,14 +168,6 @@ def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framew
     check_schedule_domain(sched, pp, m)
 
 
-def _equal(a: Any, b: Any) -> bool:
-    return bool(np.all(np.asarray(a) == np.asarray(b)))
-
-
-def _seconds(x: Any) -> Any:
-    return np.asarray(x, dtype=float) if is_array(x) else float(x)
-
-
 def _ratio(x: float) -> Fraction:
     return Fraction(x).limit_denominator(RATIO_DENOMINATOR)
 
@@ -214,16 +211,14 @@ def _simulated(schedule: str, pp: int, m: Any, f: Any, b: Any, w: Any, fb: Any) 
             block = min(max(_ratio(fbi / fi), Fraction(1), rb + rw), 1 + rb + rw)
         return fi * float(simulated_span(schedule, pp, mi, rb, rw, block))
 
-    if not any(is_array(x) for x in (m, f, b, w, fb)):
-        return one(int(m), float(f), float(b), float(w), None if fb is None else float(fb))
-    shape = np.broadcast_shapes(*(np.shape(x) for x in (m, f, b, w, fb) if x is not None))
-    ms, fs, bs, ws = (np.broadcast_to(np.asarray(x), shape) for x in (m, f, b, w))
-    fbs = None if fb is None else np.broadcast_to(np.asarray(fb, dtype=float), shape)
-    out = np.empty(shape)
-    for i in np.ndindex(shape):
-        fbi = None if fbs is None else float(fbs[i])
-        out[i] = one(int(ms[i]), float(fs[i]), float(bs[i]), float(ws[i]), fbi)
-    return out
+    return elementwise(
+        lambda mi, fi, bi, wi, fbi: one(int(mi), float(fi), float(bi), float(wi), fbi),
+        m,
+        f,
+        b,
+        w,
+        fb,
+    )
 
 
 def split_span(
@@ -267,11 +262,11 @@ def split_span(
         raise LayoutError(f"schedule: {sched} does not split the backward")
     serial = m * (t_f + t_b + t_w)
     if sched is Schedule.ZB_H1:
-        return _seconds(serial + (pp - 1) * maximum(maximum(t_f, t_b), t_f + t_b - t_w))
+        return as_float_array(serial + (pp - 1) * maximum(maximum(t_f, t_b), t_f + t_b - t_w))
     if sched is Schedule.ZB_H2:
-        return _seconds(serial + (pp - 1) * maximum(t_f, t_f + t_b - 2 * t_w))
-    if sched is Schedule.ZB_V and _equal(t_f, t_w):
-        return _seconds(2 * serial + (pp - 1) * maximum(t_b, 2 * (t_b - t_w)))
+        return as_float_array(serial + (pp - 1) * maximum(t_f, t_f + t_b - 2 * t_w))
+    if sched is Schedule.ZB_V and all_equal(t_f, t_w):
+        return as_float_array(2 * serial + (pp - 1) * maximum(t_b, 2 * (t_b - t_w)))
     return _simulated(sched.value, pp, m, t_f, t_b, t_w, t_fb)
 
 

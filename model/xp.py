@@ -34,6 +34,9 @@ __all__ = [
     "times",
     "logical_not",
     "over_arrays",
+    "all_equal",
+    "as_float_array",
+    "elementwise",
 ]
 
 _EXACT: ContextVar[bool] = ContextVar("exact", default=True)
@@ -205,3 +208,57 @@ def logical_not(value: Any) -> Any:
     """
     ns = namespace(value)
     return (not value) if ns is None else ns.logical_not(value)
+
+
+def all_equal(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are equal everywhere (``==`` for scalars; every element for
+    arrays, broadcast).
+
+    Examples
+    --------
+    >>> all_equal(Fraction(1, 2), 0.5)
+    True
+    """
+    ns = namespace(a, b)
+    if ns is None:
+        return bool(a == b)
+    return bool(ns.all(ns.asarray(a) == ns.asarray(b)))
+
+
+def as_float_array(value: Any) -> Any:
+    """A float for a scalar, a float64 array for an array (an int array too).
+
+    Examples
+    --------
+    >>> as_float_array(3)
+    3.0
+    """
+    ns = namespace(value)
+    return float(value) if ns is None else ns.astype(ns.asarray(value), ns.float64)
+
+
+def elementwise(function: Any, *values: Any) -> Any:
+    """``function`` of Python floats applied to each element of ``values`` broadcast together
+    (None passed through as None), as a float64 array of the broadcast shape; ``function``
+    of the values themselves when none is an array. For a rule no array operation expresses
+    (a cached timeline per element).
+
+    Examples
+    --------
+    >>> elementwise(lambda a, b: a + (b or 0), 1, None)
+    1
+    """
+    ns = namespace(*values)
+    if ns is None:
+        return function(*values)
+    present = [i for i, v in enumerate(values) if v is not None]
+    arrays = ns.broadcast_arrays(*(ns.asarray(values[i], dtype=ns.float64) for i in present))
+    shape = arrays[0].shape
+    flat = [ns.reshape(a, (-1,)) for a in arrays]
+    out = []
+    for k in range(flat[0].shape[0]):
+        row: list[Any] = [None] * len(values)
+        for i, a in zip(present, flat, strict=True):
+            row[i] = float(a[k])
+        out.append(function(*row))
+    return ns.reshape(ns.asarray(out, dtype=ns.float64), shape)
