@@ -68,6 +68,8 @@ RECIPE_KEYS = (
     "offload_optimizer",
     "offload_params",
     "offload_activations",
+    "recompute_modules",
+    "fp8_param_gather",
     "host_link_gbps",
     "host_memory_gbps",
 )
@@ -291,6 +293,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
         ),
         precision=params.get("precision", Precision.BF16),
+        recompute_modules=params.get("recompute_modules") or None,
+        fp8_param_gather=_flag(params, "fp8_param_gather", False),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),

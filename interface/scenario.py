@@ -21,8 +21,9 @@ per_stage = false                 # search, frontier: also choose layers and rec
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
-               # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
-               # host_memory_gbps; the time model: time_model (roofline | single),
+               # master_weights; offload_optimizer (0-1), offload_params, offload_activations,
+               # recompute_modules, fp8_param_gather, host_link_gbps, host_memory_gbps;
+               # the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency, tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
@@ -62,6 +63,7 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
+from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
@@ -215,6 +217,8 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_optimizer": _NUMBER,
     "offload_params": _FLAG,
     "offload_activations": [OFFLOAD_MODULES],
+    "recompute_modules": [RECOMPUTE_MODULES],
+    "fp8_param_gather": _FLAG,
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "memory_reserve_gib": _NUMBER,

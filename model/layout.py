@@ -18,6 +18,8 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
 from trainplan.model.offload import check_offload
 from trainplan.model.pipeline import Schedule, check_schedule
+from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.specs import Architecture, AttentionKind, ModelSpec, TrainingSpec
 from trainplan.model.split import (
     check_chunks,
@@ -346,6 +348,10 @@ def validate(
         lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers,
         has_mla,
     )  # fmt: skip
+    check_recompute_modules(
+        lay.framework, lay.recompute, training.recompute_modules, has_moe, has_mla
+    )
+    check_fp8_param_gather(lay.framework, training.fp8_param_gather)
     expert_ranks = lay.tp * lay.shard_degree
     if lay.etp is None and lay.shard_degree % lay.ep:
         raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")

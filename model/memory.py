@@ -45,6 +45,10 @@ from trainplan.model.stage_bytes import (
     sqrt_segment,
 )
 
+FP8_PARAM_BYTES = 1
+"""Bytes per linear weight element of an FP8 primary weight (E4M3 data; the per-tensor scale
+is one float per weight, not counted)."""
+
 __all__ = [
     "ModelState",
     "model_state",
@@ -169,6 +173,7 @@ def model_state(
         cache_bytes_per_element(training, layout.framework),
         training.offload,
         layout.num_microbatches(training.global_batch_size) > 1,
+        training.fp8_param_gather,
     )
 
 
@@ -184,6 +189,7 @@ def _model_state(
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
+    fp8_params: bool = False,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
     ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
@@ -196,7 +202,7 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload, accumulating,
+        cache_bytes, offload, accumulating, fp8_params,
     )  # fmt: skip
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
@@ -204,9 +210,15 @@ def _model_state(
 def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int:
     """Bytes per linear weight element of the low-precision copies the recipe caches:
     :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8 where the framework caches them
-    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0."""
+    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0. With FP8 primary weights
+    (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the FP8 weight is the parameter itself
+    and only its transpose is cached: 1 B (Transformer Engine's ``Float8Tensor`` transpose
+    cache; counted on every device, although Blackwell keeps no transpose for per-tensor
+    scaling)."""
     fp8 = training.precision is Precision.FP8 and framework.fp8_caches_weights
-    return FP8_WEIGHT_CACHE_BYTES if fp8 else 0
+    if not fp8:
+        return 0
+    return FP8_WEIGHT_CACHE_BYTES - 1 if training.fp8_param_gather else FP8_WEIGHT_CACHE_BYTES
 
 
 def weight_cache_terms(
@@ -237,6 +249,7 @@ def state_terms(
     cache_bytes: int = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: Any = False,
+    fp8_params: bool = False,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -244,11 +257,15 @@ def state_terms(
     once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
     ZeRO-3), and what ``offload`` moves to the GPU's share of the host
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
-    more than one micro-batch per step; the last term). Exact for Fractions; element-wise for
-    arrays of layouts (the search's tables call it so)."""
+    more than one micro-batch per step; the last term). With ``fp8_params`` (FP8 primary
+    weights, :attr:`model.specs.TrainingSpec.fp8_param_gather`) the ``linear`` weight elements
+    held whole are 1 B each instead of the mechanism's working dtype. Exact for Fractions;
+    element-wise for arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
+    if fp8_params and mech.weights_full:
+        w = w - (mech.weight_bytes - FP8_PARAM_BYTES) * linear
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
@@ -347,6 +364,9 @@ def _context(arch: Architecture, layout: Layout, training: TrainingSpec) -> Acti
         expert_tp=layout.expert_tp if layout.framework.gathers_expert_tokens else 1,
         combine_output_bytes=layout.framework.moe_combine_bytes(),
         ep=layout.ep,
+        op_selective=layout.framework.op_selective,
+        recompute_modules=training.recompute_modules,
+        fp8_gemms=training.precision is Precision.FP8,
     )
 
 

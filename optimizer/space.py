@@ -20,6 +20,8 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.pipeline import Schedule
+from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, check_recompute_modules
 from trainplan.model.specs import ModelSpec, TrainingSpec
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -236,7 +238,10 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                                     base = variant  # built with the first order, rank 0
                                     if k:
                                         base = replace(variant, rank_order=order, order_rank=k)
-                                    shapes += _with_frameworks(base, space, pp, training.offload)
+                                    shapes += _with_frameworks(
+                                        base, space, pp, training.offload,
+                                        training.recompute_modules, training.fp8_param_gather,
+                                    )  # fmt: skip
     return sorted(shapes, key=lambda s: s.tie_key)
 
 
@@ -286,6 +291,10 @@ def recipe_refusal(
                 check_activation_offload(
                     fw, "none", training.offload.activations, has_moe, None, has_mla
                 )
+                check_recompute_modules(
+                    fw, "selective", training.recompute_modules, has_moe, has_mla
+                )
+                check_fp8_param_gather(fw, training.fp8_param_gather)
             except LayoutError as err:
                 first = first or str(err)
                 continue
@@ -294,17 +303,26 @@ def recipe_refusal(
 
 
 def _with_frameworks(
-    base: Shape, space: SearchSpace, pp: int, offload: Offload = NO_OFFLOAD
+    base: Shape,
+    space: SearchSpace,
+    pp: int,
+    offload: Offload = NO_OFFLOAD,
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    fp8_param_gather: bool = False,
 ) -> list[Shape]:
     """``base`` under each framework of the space that runs at least one allowed ZeRO stage
-    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`) and the recipe's
-    offload (:func:`model.offload.check_offload`)."""
+    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`), the recipe's
+    offload (:func:`model.offload.check_offload`), its per-module recomputation
+    (:func:`model.recompute_modules.check_recompute_modules`) and FP8 primary weights
+    (:func:`model.precision.check_fp8_param_gather`)."""
     out = []
     for rank, fw in enumerate(space.frameworks):
         for z in space.zero_stages:
             try:
                 check_framework(fw, z, pp)
                 check_offload(fw, z, offload)
+                check_recompute_modules(fw, "selective", recompute_modules, True, True)
+                check_fp8_param_gather(fw, fp8_param_gather)
             except LayoutError:
                 continue
             same = fw is base.framework and rank == base.framework_rank

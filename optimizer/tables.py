@@ -165,6 +165,7 @@ def build_tables(
     """
     from trainplan.model.flops import step_flops
     from trainplan.model.params import count_params
+    from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 
     space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
     if any(job.case.training.offload.activations for job in problem.jobs):
@@ -175,6 +176,17 @@ def build_tables(
             raise InputError(
                 "search: offload_activations needs recompute none or selective among the "
                 "recompute modes (full and sqrt keep only checkpoints: nothing to offload)"
+            )
+    if any(
+        job.case.training.recompute_modules != DEFAULT_RECOMPUTE_MODULES for job in problem.jobs
+    ):
+        # per-module recomputation is selective recomputation's
+        # (model.recompute_modules.check_recompute_modules)
+        rs = tuple(r for r in rs if r is Recompute.SELECTIVE)
+        if not rs:
+            raise InputError(
+                "search: recompute_modules choose what selective recomputation recomputes; "
+                "add selective to the recompute modes"
             )
     per_job: list[tuple[Job, tuple[Shape, ...]]] = []
     total = 0
