@@ -44,7 +44,10 @@ Profiles (``--framework``):
   forward and again for backward, the next unit prefetched); ZeRO-2 is
   ``reshard_after_forward=False`` (one gather per micro-batch, the stage's weights held whole
   from forward to backward) — the recipe of Llama 3 §3.3.1 ("we do not reshard after forward"),
-  with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards).
+  with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards). Under a
+  pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync off until the last
+  micro-batch: the stage's unsharded gradients accumulate whole, in FP32, and are
+  reduce-scattered once per step (:func:`_fsdp2_pipelined`).
 * ``textbook`` — the original planner's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
   B/param sharded as ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather;
   ``zero3_regather`` gathers per micro-batch), capacity as the vendor states it. It reproduces

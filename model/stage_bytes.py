@@ -161,6 +161,8 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
     >>> per_mb, transients = stage_forms((False, False, False), Recompute.FULL)
     >>> per_mb[:4], [t[:4] for t in transients][-1]
     ((0, 0, 3, 0), (1, 0, 0, -1))
+    >>> stage_forms((False, True), Recompute.SELECTIVE)
+    ((0, 1, 0, 0, 0, 1, 0, 0), ((1, -1, 0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, -1, 0, 0)))
     """
     if mode is Recompute.NONE:
         return tuple(_add([0] * 8, *(_unit(k, "full") for k in kinds))), ()
