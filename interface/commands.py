@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import DIM_KEYS, build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
 from trainplan.model.errors import InfeasibleError, InputError
+from trainplan.model.estimate import Estimate
 
 __all__ = [
     "evaluate_json",
@@ -43,6 +46,8 @@ _TOP += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_la
 def _default(obj: Any) -> Any:
     if isinstance(obj, Fraction):
         return int(obj) if obj.denominator == 1 else float(obj)
+    if isinstance(obj, Estimate):
+        return estimate_to_dict(obj)
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     raise TypeError(f"cannot serialise {type(obj).__name__}")
@@ -89,8 +94,6 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
         Any bad or inapplicable input, one line naming the parameter, value and rule
         (:func:`interface.inputs.build_case`).
     """
-    from trainplan.model.report_dict import estimate_to_dict
-
     params = dict(params)
     params["overlap"] = parse_overlap(tuple(params.get("overlap") or ()))
     case = build_case(params)
@@ -152,11 +155,12 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
     ScenarioError
         Text that is not a JSON object (a key twice, nesting too deep:
         :func:`model.hf_config.parse_config_json`), too long, or a config the mapping refuses
-        (:func:`model.hf_config.architecture_from_hf`, naming the key).
+        (:func:`model.hf_families.architecture_from_hf`, naming the key).
     """
     from trainplan.model.errors import ScenarioError
-    from trainplan.model.hf_config import architecture_from_hf, parse_config_json
-    from trainplan.model.specs import ModelSpec
+    from trainplan.model.hf_config import parse_config_json
+    from trainplan.model.hf_families import architecture_from_hf
+    from trainplan.model.model_spec import ModelSpec
 
     where = "config: the uploaded config.json"
     if len(text) > MAX_CONFIG_CHARS:
@@ -278,7 +282,6 @@ def search_json(
         No layout meets the constraints; its ``explanation`` names the blocking families.
     """
     from trainplan.interface.report import objective_text
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.search import prepare, search
 
     kw = {**kw, "max_layers": kw.get("max_layers")}
@@ -373,7 +376,6 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
         No uniform layout fits.
     """
     from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.per_stage import per_stage_search
 
     problem = search_problem(kw)
@@ -464,7 +466,6 @@ def frontier_json(
         No layout meets the constraints.
     """
     from trainplan.interface.report import frontier_row
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.search import frontier, prepare
 
     problem = search_problem(kw)
@@ -517,7 +518,6 @@ def per_stage_frontier_json(
         Nothing fits, uniform or per stage.
     """
     from trainplan.interface.report import frontier_row
-    from trainplan.model.report_dict import estimate_to_dict
     from trainplan.optimizer.per_stage import peak_bytes
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 
@@ -559,4 +559,8 @@ def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
     """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
     (exit code 1): ``status`` infeasible (or unknown: the time limit ran out before an answer),
     the ``explanation`` lines and the ``message``."""
-    return {"status": err.status, "explanation": err.explanation, "message": str(err)}
+    return {
+        "status": err.status,
+        "explanation": [with_flags(line) for line in err.explanation],
+        "message": with_flags(str(err)),
+    }

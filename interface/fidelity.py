@@ -48,7 +48,8 @@ from typing import Any
 from trainplan import scenarios
 from trainplan.interface.inputs import build_case
 from trainplan.model.estimate import Estimate
-from trainplan.model.specs import Architecture, ModelSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture
 from trainplan.model.timing import kernel_efficiency_for
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model

@@ -25,16 +25,10 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
-from trainplan.model.specs import (
-    Architecture,
-    Mlp,
-    ModelSpec,
-    Norm,
-    PositionEmbedding,
-    TrainingSpec,
-)
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
 from trainplan.model.units import parse_count, parse_number, shown_number, shown_text

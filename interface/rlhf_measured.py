@@ -13,7 +13,7 @@ from typing import Any
 
 from trainplan import scenarios
 from trainplan.model.hf_config import architecture_from_dict
-from trainplan.model.specs import ModelSpec
+from trainplan.model.model_spec import ModelSpec
 
 __all__ = ["runs", "rows", "table_markdown", "main"]
 

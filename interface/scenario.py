@@ -405,7 +405,7 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     """Depth variants of a catalogue model (same width): the ``params`` objective's family."""
     from dataclasses import replace
 
-    from trainplan.model.specs import ModelSpec
+    from trainplan.model.model_spec import ModelSpec
     from trainplan.scenarios.catalogue import get_model
 
     entry = get_model(model_name)

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from trainplan.model.errors import InputError, check_applicable
-from trainplan.model.layout import check_expert_parallel
+from trainplan.model.legality import check_expert_parallel
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Job, Objective, gpu_counts
 
@@ -126,7 +126,7 @@ def check_applies(
     """Options the search would otherwise ignore or contradict, refused with both named: a token
     budget an objective does not use; a degree or micro-batch above the cap given beside it; an
     expert-parallel degree the model's experts refuse (evaluate's rule,
-    :func:`model.layout.check_expert_parallel`).
+    :func:`model.legality.check_expert_parallel`).
 
     Raises
     ------

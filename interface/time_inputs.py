@@ -22,8 +22,9 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layer_time import TpOverlap
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
 from trainplan.model.units import parse_number, shown_number
 

@@ -46,7 +46,7 @@ from trainplan.interface.commands import evaluate_json
 from trainplan.interface.inputs import KNOWN_KEYS
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
-from trainplan.model.specs import ModelSpec
+from trainplan.model.model_spec import ModelSpec
 from trainplan.scenarios.catalogue import check_keys
 
 __all__ = [

@@ -234,7 +234,7 @@ def check_activation_offload(
     if str(framework) != "megatron":
         raise LayoutError(
             f"offload_activations: {framework} has no fine-grained activation offload "
-            "(Megatron-Core's --fine-grained-activation-offloading); use --framework megatron"
+            "(Megatron-Core's --fine-grained-activation-offloading); use `framework` megatron"
         )
     if "attn_proj" in modules and "core_attn" not in modules:
         raise LayoutError(
@@ -258,7 +258,7 @@ def check_activation_offload(
     if str(recompute) not in ("none", "selective"):
         raise LayoutError(
             f"offload_activations: recompute {recompute} keeps only each layer's input "
-            "checkpoint, nothing to offload; use --recompute none or selective (Megatron-Core "
+            "checkpoint, nothing to offload; use `recompute` none or selective (Megatron-Core "
             "pairs the offload with fine-grained recomputation)"
         )
     if recompute_layers and any(recompute_layers):

@@ -113,7 +113,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import InputError
@@ -129,6 +129,7 @@ __all__ = [
     "ActivationContext",
     "LayerActivations",
     "layer_activations",
+    "kind_activations",
 ]
 
 CONVENTIONS = ("paper", "pytorch")
@@ -533,11 +534,13 @@ def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) ->
     >>> layer_activations(gpt3, 0, ctx).full_bytes == Fraction(2048 * 12288, 8) * (34 + 5 * 96 * 2048 / 12288)
     True
     """
-    return _layer_activations(arch, arch.is_moe_layer(index), ctx)
+    return kind_activations(arch, arch.is_moe_layer(index), ctx)
 
 
-@cache
-def _layer_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
+@lru_cache(maxsize=4096)
+def kind_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> LayerActivations:
+    """:func:`layer_activations` of the model's first dense (``moe`` False) or MoE layer: every
+    layer of a kind keeps the same tensors (cached per kind and context)."""
     index = arch.kind_index(moe)
     assert index is not None, "no layer of this kind"
     rows = _attention_terms(arch, ctx) + _mlp_terms(arch, index, ctx)

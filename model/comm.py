@@ -28,6 +28,7 @@ __all__ = [
     "cp_traffic",
     "ep_traffic",
     "dp_bytes",
+    "dp_name",
     "tp_bytes",
     "pp_bytes",
     "pp_message_bytes",
@@ -106,12 +107,13 @@ def dp_traffic(
         training.gradient_bytes,
         training.optimizer_bytes,
         regather_per_microbatch,
+        pipelined=layout.pp > 1,
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(
         mech, dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, m
     )
-    return AxisTraffic("dp", _dp_name(mech), layout.shard_degree, total, per_mb)
+    return AxisTraffic("dp", dp_name(mech), layout.shard_degree, total, per_mb)
 
 
 def dp_bytes(
@@ -126,7 +128,7 @@ def dp_bytes(
     return ring * (per_step + m * per_mb), ring * per_mb
 
 
-def _dp_name(mech: Mechanism) -> str:
+def dp_name(mech: Mechanism) -> str:
     """The collectives of a mechanism, named with their dtype and how often they run."""
     dtype = {2: "bf16", 4: "fp32"}.get(mech.reduce_bytes, f"{mech.reduce_bytes}-byte")
     reduce = f"{'all-reduce' if mech.all_reduce else 'reduce-scatter'} ({dtype})"

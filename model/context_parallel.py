@@ -173,7 +173,7 @@ def check_cp_kind(
     if kind is CpKind.HYBRID:
         if cp_a2a is None:
             raise LayoutError(
-                "cp_a2a: cp_kind a2a+p2p needs the inner all-to-all degree (--cp-a2a, Megatron's "
+                "cp_a2a: cp_kind a2a+p2p needs the inner all-to-all degree (`cp_a2a`, Megatron's "
                 "--hierarchical-context-parallel-sizes)"
             )
         if not 1 < cp_a2a < cp or cp % cp_a2a:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import lru_cache
 
 from trainplan.model.attention import attended_pairs
 from trainplan.model.layout import Recompute
@@ -86,7 +86,7 @@ def layer_matmul_weights(arch: Architecture, index: int) -> int:
     return _layer_matmul_weights(arch, arch.is_moe_layer(index))
 
 
-@cache
+@lru_cache(maxsize=4096)
 def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
     h, a = arch.hidden_size, arch.num_attention_heads
     if arch.attention is AttentionKind.MLA:

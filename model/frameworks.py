@@ -76,6 +76,7 @@ __all__ = [
     "DEEPSPEED_SUB_GROUP_ELEMENTS",
     "DEFAULT_RUNTIME_RESERVE_BYTES",
     "GRADIENT_BYTES",
+    "gradient_bytes_for",
 ]
 
 
@@ -330,23 +331,23 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
     ...     check_framework(Framework.DEEPSPEED, 2, 4)
     ... except LayoutError as err:
     ...     print(str(err).split(" (")[0])
-    zero_stage: 2 with --framework deepspeed needs pp = 1
+    zero_stage: 2 with `framework` deepspeed needs pp = 1
     """
     allowed = ZERO_STAGES[framework]
     if zero_stage not in allowed:
         what = {
             Framework.MEGATRON: "DDP (0) and the distributed optimizer (1); for ZeRO-2/3 use "
-            "--framework fsdp2 or deepspeed",
+            "`framework` fsdp2 or deepspeed",
             Framework.DEEPSPEED: "ZeRO-1, 2 and 3",
             Framework.FSDP2: "reshard_after_forward=False (2) and True (3)",
             Framework.TEXTBOOK: "0–3",
         }[framework]
         raise LayoutError(
-            f"zero_stage: {zero_stage} is not a stage of --framework {framework} (it models {what})"
+            f"zero_stage: {zero_stage} is not a stage of `framework` {framework} (it models {what})"
         )
     if framework is Framework.DEEPSPEED and zero_stage >= 2 and pp > 1:
         raise LayoutError(
-            f"zero_stage: {zero_stage} with --framework deepspeed needs pp = 1 (its pipeline "
+            f"zero_stage: {zero_stage} with `framework` deepspeed needs pp = 1 (its pipeline "
             f"engine allows ZeRO-0/1 only); pp is {pp}"
         )
 
@@ -376,6 +377,20 @@ the recipe does not say: Megatron-LM turns ``accumulate_allreduce_grads_in_fp32`
 (``arguments.py``); torchtitan reduces in FP32 (``mixed_precision_reduce = "float32"``);
 DeepSpeed ZeRO accumulates in the parameter dtype (``grad_accum_dtype`` unset); the textbook's
 16 B/param counts 2."""
+
+
+def gradient_bytes_for(framework: Framework | str, gradient_bytes: int | None = None) -> int:
+    """Bytes per gradient element ``framework`` accumulates and reduces: the recipe's
+    ``gradient_bytes`` where given, else the profile's own (:data:`GRADIENT_BYTES`). Every
+    mechanism of the profile reduces in it (:attr:`Mechanism.reduce_bytes`), as does the tied
+    embedding's all-reduce between the first and the last stage.
+
+    Examples
+    --------
+    >>> gradient_bytes_for("megatron"), gradient_bytes_for("deepspeed"), gradient_bytes_for("fsdp2", 2)
+    (4, 2, 2)
+    """
+    return GRADIENT_BYTES[Framework(framework)] if gradient_bytes is None else gradient_bytes
 
 
 def mechanism(
@@ -417,7 +432,7 @@ def mechanism(
     fw = Framework(framework)
     check_framework(fw, zero_stage, 1)
     w, o = weight_bytes, optimizer_bytes
-    g = GRADIENT_BYTES[fw] if gradient_bytes is None else gradient_bytes
+    g = gradient_bytes_for(fw, gradient_bytes)
     src = _SOURCES[fw]
     if fw is Framework.TEXTBOOK:
 

@@ -151,16 +151,16 @@ class ClusterLinks:
         missing = [
             flag
             for flag, value in (
-                ("--nvlink-domain", device.nvlink_domain),
-                ("--nvlink-gbps", device.nvlink_bytes_per_s),
-                ("--scaleout-gbps", device.scaleout_bytes_per_s),
+                ("nvlink_domain", device.nvlink_domain),
+                ("nvlink_gbps", device.nvlink_bytes_per_s),
+                ("scaleout_gbps", device.scaleout_bytes_per_s),
             )
             if value is None
         ]
         if missing:
             raise InputError(
                 f"gpu {device.name}: the accelerator table has no "
-                f"{', '.join(m.lstrip('-') for m in missing)}; give {' '.join(missing)}"
+                f"{', '.join(missing)}; give {' '.join(f'`{m}`' for m in missing)}"
             )
         assert device.nvlink_domain and device.nvlink_bytes_per_s and device.scaleout_bytes_per_s
         return cls(

@@ -1,5 +1,5 @@
 """Build an :class:`~model.specs.Architecture` from plain dicts: a scenario file's
-``[architecture]`` table, or a Hugging Face ``config.json`` already parsed by the caller.
+``[architecture]`` table (a Hugging Face ``config.json``: :mod:`model.hf_families`).
 
 Standard library only and no I/O: callers read the file and pass its text to
 :func:`parse_config_json` (or a parsed dict) with ``where`` (the file name), which every error
@@ -15,20 +15,10 @@ from enum import Enum
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
-from trainplan.model.specs import (
-    Architecture,
-    MLASpec,
-    MoESpec,
-)
+from trainplan.model.specs import Architecture, MLASpec, MoESpec
 from trainplan.model.units import closest_names, shown_text
 
-__all__ = [
-    "architecture_from_dict",
-    "architecture_from_hf",
-    "read_hf_config",
-    "convert",
-    "parse_config_json",
-]
+__all__ = ["architecture_from_dict", "convert", "parse_config_json"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +137,7 @@ def architecture_from_dict(d: dict[str, Any], where: str) -> Architecture:
 
 
 # --------------------------------------------------------------------------------------------
-# Hugging Face config.json (the families: model.hf_families)
+# Hugging Face config.json: its text read strictly (the families: model.hf_families)
 
 
 def parse_config_json(data: str | bytes, where: str) -> dict[str, Any]:
@@ -198,44 +188,6 @@ def parse_config_json(data: str | bytes, where: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ScenarioError(f"{where}: must be a JSON object, not {type(config).__name__}")
     return config
-
-
-def read_hf_config(config: Any, where: str) -> tuple[Architecture, tuple[str, ...]]:
-    """Map a Hugging Face ``config.json`` (already parsed) to an :class:`Architecture` and the
-    notes on what was left out: a key neither read nor known to change no cost, a vision encoder
-    not modelled. The families, every key read and every key knowingly ignored are in
-    :mod:`model.hf_families`.
-
-    Raises
-    ------
-    ScenarioError
-        On a missing required key (naming it and ``where``), an unsupported ``model_type``, a
-        value that cannot be modelled (naming the key, the value and the rule), or rejected
-        dimensions.
-    """
-    from trainplan.model.hf_families import read_hf  # local: the families import this module
-
-    return read_hf(config, where)
-
-
-def architecture_from_hf(config: Any, where: str) -> Architecture:
-    """The :class:`Architecture` of a Hugging Face ``config.json`` (:func:`read_hf_config`
-    without its notes).
-
-    Examples
-    --------
-    >>> arch = architecture_from_hf({"model_type": "llama", "num_hidden_layers": 32,
-    ...     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-    ...     "intermediate_size": 14336, "vocab_size": 128256}, "config.json")
-    >>> arch.kv_heads, arch.mlp.value, arch.norm.value
-    (8, 'swiglu', 'rmsnorm')
-    >>> try:
-    ...     architecture_from_hf({"model_type": "llama"}, "config.json")
-    ... except ScenarioError as err:
-    ...     print(err)
-    config.json: Hugging Face config has no 'num_hidden_layers' (required)
-    """
-    return read_hf_config(config, where)[0]
 
 
 convert = _convert

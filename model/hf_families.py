@@ -61,7 +61,7 @@ from trainplan.model.specs import (
     PositionEmbedding,
 )
 
-__all__ = ["HF_MODEL_TYPES", "IGNORED_KEYS", "read_hf"]
+__all__ = ["HF_MODEL_TYPES", "IGNORED_KEYS", "read_hf", "read_hf_config", "architecture_from_hf"]
 
 HF_MODEL_TYPES = (
     "llama",
@@ -403,3 +403,39 @@ _FAMILY = {
     "deepseek_v3": _deepseek_v3,
 }
 """Each family's reading of the keys beyond :func:`_common`."""
+
+
+def read_hf_config(config: Any, where: str) -> tuple[Architecture, tuple[str, ...]]:
+    """Map a Hugging Face ``config.json`` (already parsed) to an :class:`Architecture` and the
+    notes on what was left out: a key neither read nor known to change no cost, a vision encoder
+    not modelled. The families, every key read and every key knowingly ignored are in
+    :mod:`model.hf_families`.
+
+    Raises
+    ------
+    ScenarioError
+        On a missing required key (naming it and ``where``), an unsupported ``model_type``, a
+        value that cannot be modelled (naming the key, the value and the rule), or rejected
+        dimensions.
+    """
+    return read_hf(config, where)
+
+
+def architecture_from_hf(config: Any, where: str) -> Architecture:
+    """The :class:`Architecture` of a Hugging Face ``config.json`` (:func:`read_hf_config`
+    without its notes).
+
+    Examples
+    --------
+    >>> arch = architecture_from_hf({"model_type": "llama", "num_hidden_layers": 32,
+    ...     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+    ...     "intermediate_size": 14336, "vocab_size": 128256}, "config.json")
+    >>> arch.kv_heads, arch.mlp.value, arch.norm.value
+    (8, 'swiglu', 'rmsnorm')
+    >>> try:
+    ...     architecture_from_hf({"model_type": "llama"}, "config.json")
+    ... except ScenarioError as err:
+    ...     print(err)
+    config.json: Hugging Face config has no 'num_hidden_layers' (required)
+    """
+    return read_hf_config(config, where)[0]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.context_parallel import cp_tensor_bytes
@@ -241,7 +241,7 @@ class LayerCompute:
         return self.roles[name][k] if name in self.roles else 0.0
 
 
-@cache
+@lru_cache(maxsize=4096)
 def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
     """:class:`LayerCompute` of a layer shape on the accelerator of ``c`` (its links unread)."""
     ops = layer_ops(x)
@@ -359,7 +359,7 @@ def _ep_collectives(x: LayerShape, c: Clock, full_recompute: bool) -> float:
     return 2 * one * (3 if full_recompute else 2)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     """Seconds of one micro-batch through one layer on one GPU (cached per shape and clock).
 
@@ -391,7 +391,7 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     return LayerTime(forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_s)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
     """The first stage's input embedding: its operations and the vocab-parallel embedding's tp
     collectives (reduce-scatter with sequence parallelism, else all-reduce, in forward; an
@@ -410,7 +410,7 @@ def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
     return LayerTime(forward, backward, 0.0, tp, tp)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def output_time(x: LayerShape, c: Clock, vocab: int) -> LayerTime:
     """The last stage's final norm, output layer and cross-entropy, with the tp collectives of
     :func:`model.comm.tp_bytes` (the final norm's output gathered in forward and again in

@@ -1,4 +1,4 @@
-"""One point of the layout space, and every legality rule in one place
+"""One point of the layout space; its legality rules are written once in :mod:`model.legality`
 (docs/concepts/conventions.md "Inputs and errors").
 
 Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
@@ -11,21 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
+from typing import Any
 
-from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import CpKind, check_cp_kind
+from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework, check_framework
-from trainplan.model.offload import check_offload
-from trainplan.model.pipeline import Schedule, check_schedule
-from trainplan.model.precision import check_fp8_param_gather
-from trainplan.model.recompute_modules import check_recompute_modules
-from trainplan.model.specs import Architecture, AttentionKind, ModelSpec, TrainingSpec
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.legality import Setting, check_rules
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.pipeline import Schedule
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
-    check_chunks,
-    check_stage_layers,
     chunk_sizes_from_ranks,
-    stage_chunks,
 )
 from trainplan.model.units import check_limit
 
@@ -33,9 +29,12 @@ __all__ = [
     "Recompute",
     "Layout",
     "validate",
-    "check_expert_parallel",
     "LAYOUT_FIELDS",
     "SEARCHED_FIELDS",
+    "sequence_parallel_on",
+    "expert_tp_of",
+    "expert_shard_degree_of",
+    "num_microbatches_of",
 ]
 
 
@@ -235,12 +234,8 @@ class Layout:
 
     @property
     def sp(self) -> bool:
-        """Whether sequence parallelism is on."""
-        return (
-            self.tp > 1
-            if self.sequence_parallel is None
-            else bool(self.sequence_parallel and self.tp > 1)
-        )
+        """Whether sequence parallelism is on (:func:`sequence_parallel_on`)."""
+        return sequence_parallel_on(self.tp, self.sequence_parallel)
 
     @property
     def shard_degree(self) -> int:
@@ -250,21 +245,56 @@ class Layout:
     @property
     def expert_tp(self) -> int:
         """The expert tensor-parallel degree: ``etp``, or tp when not set."""
-        return self.tp if self.etp is None else self.etp
+        return expert_tp_of(self.tp, self.etp)
 
     @property
     def expert_shard_degree(self) -> int:
-        """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
-        expert data-parallel group; dp·cp/ep when etp = tp)."""
-        return self.tp * self.dp * self.cp // (self.expert_tp * self.ep)
+        """D_e (:func:`expert_shard_degree_of`)."""
+        return expert_shard_degree_of(self.tp, self.dp, self.cp, self.etp, self.ep)
 
     def num_microbatches(self, global_batch_size: int) -> int:
         """m = B / (b · dp); exact (see :func:`validate`)."""
-        return global_batch_size // (self.micro_batch_size * self.dp)
+        return num_microbatches_of(global_batch_size, self.micro_batch_size, self.dp)
 
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def validate(
+        self, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
+    ) -> None:
+        """Raise the first legality rule this layout breaks (:func:`validate`)."""
+        validate(self, model, training, num_gpus)
+
+
+def sequence_parallel_on(tp: Any, sequence_parallel: bool | None) -> Any:
+    """Whether sequence parallelism is on: as asked, and only with tp > 1 (None = exactly when
+    tp > 1). Element-wise for arrays of tp.
+
+    Examples
+    --------
+    >>> sequence_parallel_on(8, None), sequence_parallel_on(8, False), sequence_parallel_on(1, True)
+    (True, False, False)
+    """
+    if sequence_parallel is None:
+        return tp > 1
+    return (tp > 1) & bool(sequence_parallel)
+
+
+def expert_tp_of(tp: Any, etp: Any) -> Any:
+    """The expert tensor-parallel degree: ``etp``, or tp when it is None."""
+    return tp if etp is None else etp
+
+
+def expert_shard_degree_of(tp: Any, dp: Any, cp: Any, etp: Any, ep: Any) -> Any:
+    """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
+    expert data-parallel group; dp·cp/ep when etp = tp). Element-wise for arrays."""
+    return tp * dp * cp // (expert_tp_of(tp, etp) * ep)
+
+
+def num_microbatches_of(global_batch_size: int, micro_batch_size: Any, dp: Any) -> Any:
+    """m = B / (b · dp) (exact where :func:`validate` holds). Element-wise for arrays."""
+    return global_batch_size // (micro_batch_size * dp)
 
 
 _ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
@@ -308,7 +338,7 @@ SEARCHED_FIELDS: tuple[str, ...] = (
 def validate(
     layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
 ) -> None:
-    """Check every legality rule; raise the first broken one.
+    """Check every legality rule (:data:`model.legality.RULES`); raise the first broken one.
 
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
@@ -319,160 +349,18 @@ def validate(
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these
     axes (:func:`model.frameworks.check_framework`) and its offload (:func:`model.offload.
     check_offload`; activation offload's recompute and MoE rules,
-    :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks at most L
-    (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing to L
-    (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
+    :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks
+    at most L (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing
+    to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
 
     Raises
     ------
     LayoutError
         Naming the constraint and the numbers.
     """
-    lay = layout
-    if num_gpus is not None and lay.num_gpus != num_gpus:
-        raise LayoutError(
-            f"gpus: dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp} = {lay.num_gpus}, "
-            f"not {num_gpus}"
-        )
-    s, B = training.seq_len, training.global_batch_size
-    if B % (lay.micro_batch_size * lay.dp):
-        raise LayoutError(
-            f"global_batch_size: {B} is not divisible by micro_batch_size {lay.micro_batch_size} "
-            f"× dp {lay.dp} = {lay.micro_batch_size * lay.dp}"
-        )
-    check_framework(lay.framework, lay.zero_stage, lay.pp)
-    check_offload(lay.framework, lay.zero_stage, training.offload)
-    has_moe = model.arch is None or model.arch.kind_index(True) is not None
-    has_mla = model.arch is None or model.arch.mla is not None
-    check_activation_offload(
-        lay.framework, lay.recompute, training.offload.activations, has_moe, lay.recompute_layers,
-        has_mla,
-    )  # fmt: skip
-    check_recompute_modules(
-        lay.framework, lay.recompute, training.recompute_modules, has_moe, has_mla
-    )
-    check_fp8_param_gather(lay.framework, training.fp8_param_gather)
-    expert_ranks = lay.tp * lay.shard_degree
-    if lay.etp is None and lay.shard_degree % lay.ep:
-        raise LayoutError(f"ep: {lay.ep} must divide dp × cp = {lay.shard_degree}")
-    if lay.etp is not None and lay.etp > lay.tp:
-        raise LayoutError(
-            f"etp: {lay.etp} above tp = {lay.tp} is not modelled (etp's token collectives ride "
-            "the tp group's link)"
-        )
-    if lay.etp is not None and expert_ranks % (lay.ep * lay.expert_tp):
-        raise LayoutError(
-            f"ep: etp {lay.expert_tp} × ep {lay.ep} = {lay.ep * lay.expert_tp} must divide "
-            f"tp × dp × cp = {expert_ranks} (the expert groups are carved out of those ranks)"
-        )
-    check_schedule(lay.pp, lay.num_microbatches(B), lay.schedule, lay.virtual_stages)
-    if str(lay.schedule) == "interleaved" and lay.pp < 2:
-        raise LayoutError(
-            "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
-            "model chunks across pipeline stages), not pp 1; use 1f1b"
-        )
-    if lay.sequence_parallel and lay.tp == 1:
-        raise LayoutError(
-            "sequence_parallel: splits the tp group's activations and needs tp ≥ 2, not tp 1"
-        )
-    arch = model.arch
-    if arch is None:
-        if lay.stage_layers is not None:
-            raise LayoutError(
-                "stage_layers: a stage layout needs the model's layers (a catalogue model, a "
-                "config.json or --layers), not a size only"
-            )
-        if lay.ep > 1:
-            raise LayoutError(f"ep: {lay.ep} needs a MoE model with dimensions, not a size only")
-    else:
-        _check_architecture(lay, model)
-    if lay.cp > 1 and s % (2 * lay.cp):
-        raise LayoutError(f"cp: seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
-    check_cp_kind(lay.cp_kind, lay.cp, lay.cp_a2a, lay.tp, arch)
-    if lay.sp and (s // lay.cp) % lay.tp:
-        raise LayoutError(
-            f"tp: sequence parallelism needs seq_len / cp = {s // lay.cp} divisible by tp = {lay.tp}"
-        )
+    B = training.global_batch_size
 
+    def value(name: str) -> Any:
+        return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-def check_expert_parallel(ep: int, model: ModelSpec) -> None:
-    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
-    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
-    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
-    ``num_moe_experts % ep_size == 0``). Used by :func:`validate` and by the search for each
-    degree the user allows.
-
-    Raises
-    ------
-    LayoutError
-        ``ep: 16 does not divide num_experts = 8``.
-    """
-    arch = model.arch
-    if arch is None or ep == 1:
-        return
-    if arch.moe is None:
-        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
-    _check_divides("ep", ep, "num_experts", arch.moe.num_experts)
-
-
-def _check_architecture(lay: Layout, model: ModelSpec) -> None:
-    arch = model.arch
-    assert arch is not None
-    _check_divides("tp", lay.tp, "num_attention_heads", arch.num_attention_heads)
-    if arch.attention is AttentionKind.MHA:
-        _check_divides("tp", lay.tp, "num_kv_heads", arch.kv_heads)
-    _check_divides("tp", lay.tp, "ffn_hidden_size", arch.ffn_hidden_size)
-    check_expert_parallel(lay.ep, model)
-    if arch.moe is None:
-        if lay.etp is not None:
-            raise LayoutError(f"etp: {lay.etp} needs a MoE model; {model.name} is dense")
-    else:
-        axis = "tp" if lay.etp is None else "etp"
-        _check_divides(
-            axis, lay.expert_tp, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size
-        )
-    chunks = lay.pp * lay.virtual_stages
-    if lay.stage_layers is not None:
-        check_stage_layers(arch.num_layers, lay.pp, lay.virtual_stages, lay.stage_layers)
-    else:
-        check_chunks(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages)
-        if arch.num_layers % chunks and not lay.uneven_stages:
-            raise LayoutError(
-                f"pp: {lay.pp} × virtual_stages {lay.virtual_stages} = {chunks} does not divide "
-                f"num_layers = {arch.num_layers} (allow uneven stages or choose a divisor)"
-            )
-    if lay.recompute_layers is not None:
-        _check_recompute_layers(lay, arch)
-
-
-def _check_recompute_layers(lay: Layout, arch: Architecture) -> None:
-    """The per-stage recomputation counts' rules (:attr:`Layout.recompute_layers`)."""
-    counts = lay.recompute_layers
-    assert counts is not None
-    shown = ",".join(map(str, counts))
-    if lay.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
-        raise LayoutError(
-            f"recompute_layers: {shown} needs recompute none or selective for the other "
-            f"layers, not {lay.recompute}"
-        )
-    v = lay.virtual_stages
-    for i, k in enumerate(counts):
-        chunks = stage_chunks(arch, lay.pp, v, lay.uneven_stages, i, lay.stage_layers)
-        largest = max(len(c) for c in chunks)
-        if k <= largest:
-            continue
-        if v == 1:
-            raise LayoutError(
-                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
-                "(each count must be at most its stage's layers)"
-            )
-        raise LayoutError(
-            f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
-            f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
-            "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
-        )
-
-
-def _check_divides(axis: str, degree: int, what: str, value: int) -> None:
-    if value % degree:
-        raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
+    check_rules(Setting(model, training, num_gpus), value)

@@ -22,6 +22,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
+from trainplan.model.flops import (
+    korthikanti_model_flops,
+    korthikanti_selective_hardware_flops,
+    megatron_eq3_flops,
+)
 
 __all__ = [
     "attention_flops_per_token",
@@ -158,11 +163,6 @@ def korthikanti_flops(
     >>> round(float(f / (1.10 * 8 * 312e12)), 4)
     0.4165
     """
-    from trainplan.model.flops import (
-        korthikanti_model_flops,
-        korthikanti_selective_hardware_flops,
-        megatron_eq3_flops,
-    )
 
     named = {"batch": batch, "seq_len": seq_len, "layers": layers, "hidden": hidden, "vocab": vocab}
     for k, x in named.items():

@@ -31,8 +31,9 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload, parse_modules
-from trainplan.model.errors import LayoutError
+from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.frameworks import Framework, Mechanism
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.units import shown_number
 from trainplan.model.xp import is_array, where
 
@@ -46,6 +47,7 @@ __all__ = [
     "offload_transfers",
     "cpu_adam_bytes",
     "adam_step_bytes",
+    "host_rates",
 ]
 
 HOST_GRADIENT_BYTES = 4
@@ -126,7 +128,7 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     fw = Framework(framework)
     if fw is Framework.TEXTBOOK:
         raise LayoutError(
-            "offload: the textbook profile has no offload mechanism; use --framework megatron, "
+            "offload: the textbook profile has no offload mechanism; use `framework` megatron, "
             "deepspeed or fsdp2"
         )
     if offload.params and fw is Framework.MEGATRON:
@@ -147,7 +149,7 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
     if fw is Framework.FSDP2 and not (offload.params and zero_stage == 3):
         raise LayoutError(
             "offload_optimizer: FSDP2's CPUOffloadPolicy moves parameters, gradients and the "
-            "optimizer together under ZeRO-3: give --offload-params with --zero 3"
+            "optimizer together under ZeRO-3: give `offload_params` with `zero_stage` 3"
         )
 
 
@@ -268,3 +270,25 @@ def offload_seconds(
     f = float(offload.optimizer)
     cpu = f * elements * cpu_adam_bytes(optimizer_bytes, mech.weight_bytes)
     return (d2h + h2d) / host_link_bytes_per_s + cpu / host_memory_bytes_per_s
+
+
+def host_rates(device: DeviceSpec, need_memory: bool = True) -> tuple[float, float]:
+    """(host-link bytes/s per direction, host-memory bytes/s per GPU) of ``device``; with
+    ``need_memory`` False an unknown host-memory rate is returned as 0 (activation offload
+    only crosses the link).
+
+    Raises
+    ------
+    InputError
+        Either is unknown (not in the accelerator table and not given).
+    """
+    link, memory = device.host_link_bytes_per_s, device.host_memory_bytes_per_s
+    if link is not None and memory is None and not need_memory:
+        return link, 0.0
+    if link is None or memory is None:
+        missing = "`host_link_gbps`" if link is None else "`host_memory_gbps`"
+        raise InputError(
+            f"offload: the {device.name} has no {'host link' if link is None else 'host memory'}"
+            f" bandwidth in the table (trainplan gpus); give {missing}"
+        )
+    return link, memory

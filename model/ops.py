@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import lru_cache
 
 from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.offload import adam_step_bytes
@@ -307,7 +307,7 @@ def _moe(x: LayerShape) -> list[Op]:
     return ops
 
 
-@cache
+@lru_cache(maxsize=4096)
 def layer_ops(x: LayerShape) -> tuple[Op, ...]:
     """The forward operations of one transformer layer on one GPU, in order (see the module
     docstring for what each moves); their backward follows from each :class:`Op`.

@@ -12,7 +12,7 @@ model's total. Which layers each stage holds is :mod:`model.split`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 from trainplan.model.split import stage_layers
@@ -143,7 +143,7 @@ class LayerParams:
         return self.dense + self.experts
 
 
-@cache
+@lru_cache(maxsize=4096)
 def layer_params(arch: Architecture, index: int) -> LayerParams:
     """Parameters of layer ``index`` (0-based; index L + k is the block of MTP module k + 1, its
     projection and norms being :func:`mtp_extra_params`); MoE or dense as
@@ -276,7 +276,7 @@ class ParamCounts:
         return self.main - self.layers_experts + self.layers_experts_active + self.mtp_active
 
 
-@cache
+@lru_cache(maxsize=4096)
 def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCounts:
     """Count every parameter of ``arch`` (``vocab_size`` overrides V, e.g. when padded).
 
@@ -347,7 +347,7 @@ class StageParams:
     learned position embeddings and the final norm)."""
 
 
-@cache
+@lru_cache(maxsize=4096)
 def stage_params(
     arch: Architecture,
     pp: int,

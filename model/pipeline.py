@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.errors import LayoutError
@@ -275,7 +275,7 @@ def interleaved_peak(
     return best_w, list(best_held)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def interleaved_chunks_held(
     pp: int, m: int, v: int, stage: int, chunk_layers: tuple[int | Fraction, ...]
 ) -> tuple[int, ...]:

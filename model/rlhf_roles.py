@@ -52,8 +52,9 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, host_rates
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf_spec import RLHFSpec, Role
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 
 __all__ = [
     "RoleOption",

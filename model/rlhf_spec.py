@@ -36,8 +36,8 @@ from fractions import Fraction
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_framework
 from trainplan.model.layout import Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
-from trainplan.model.specs import ModelSpec
 
 __all__ = [
     "Role",
@@ -359,7 +359,8 @@ def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:
     GRPO with a rule reward, N = 1, one 1-token sequence: rollout 2, scoring 2 (reference) +
     2 (the actor's old log-probs), training 6.
 
-    >>> from trainplan.model.specs import Architecture, ModelSpec
+    >>> from trainplan.model.model_spec import ModelSpec
+    >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> tiny = ModelSpec(name="t", arch=arch)

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_GEMM_EFFICIENCY",
     "generation_of",
     "roofline_params_for",
+    "params_in_force",
     "CALIBRATABLE",
     "gemm_efficiency",
     "gemm_seconds",
@@ -164,6 +165,12 @@ def roofline_params_for(device_name: str, **overrides: Any) -> RooflineParams:
         attention_efficiency=_ATTENTION_EFFICIENCY.get(gen),
     )
     return base.with_(**overrides) if overrides else base
+
+
+def params_in_force(given: RooflineParams | None, device_name: str) -> RooflineParams:
+    """The roofline figures in force: ``given`` (the cost options'), else the accelerator's
+    defaults (:func:`roofline_params_for`)."""
+    return given or roofline_params_for(device_name)
 
 
 def gemm_efficiency(

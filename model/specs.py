@@ -8,9 +8,7 @@ f FFN hidden size, V vocabulary, s sequence length, B global batch (sequences).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
-from pathlib import Path
-from typing import Any
+from functools import lru_cache
 
 from trainplan.model.arch_parts import (
     AttentionKind,
@@ -22,14 +20,13 @@ from trainplan.model.arch_parts import (
     positive,
 )
 from trainplan.model.attention import AttentionSpan, pattern_span
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.errors import InputError
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.precision import Precision
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
-from trainplan.model.units import check_limit, shown_number
+from trainplan.model.units import check_limit
 
 __all__ = [
-    "DECLARED_SIZE_TOLERANCE",
     "Mlp",
     "Norm",
     "AttentionKind",
@@ -38,7 +35,6 @@ __all__ = [
     "MoESpec",
     "MLASpec",
     "Architecture",
-    "ModelSpec",
     "TrainingSpec",
 ]
 
@@ -189,8 +185,7 @@ class Architecture:
     def kind_index(self, moe: bool) -> int | None:
         """The first layer (main or MTP) whose FFN is MoE (``moe``) or dense; None when there is
         none. A layer's parameters, stored tensors and matmul FLOPs depend only on that kind."""
-        total = self.num_layers + self.mtp_layers
-        return next((i for i in range(total) if self.is_moe_layer(i) == moe), None)
+        return _kind_index(self, moe)
 
     def layer_span(self, index: int) -> AttentionSpan:
         """The attention span of layer ``index`` (:attr:`attention_pattern`, repeated)."""
@@ -203,6 +198,13 @@ class Architecture:
         if span is AttentionSpan.CHUNKED:
             return self.attention_chunk_size
         return None
+
+
+@lru_cache(maxsize=1024)
+def _kind_index(arch: Architecture, moe: bool) -> int | None:
+    """:meth:`Architecture.kind_index`, cached (legality and every per-layer figure ask)."""
+    total = arch.num_layers + arch.mtp_layers
+    return next((i for i in range(total) if arch.is_moe_layer(i) == moe), None)
 
 
 def _check_attention(arch: Architecture) -> None:
@@ -258,97 +260,6 @@ def _check_attention(arch: Architecture) -> None:
         for name in ("qkv_bias", "qk_norm", "attention_sinks"):
             if getattr(arch, name):
                 raise InputError(f"model.{name}: true is an MHA/GQA feature, not modelled with MLA")
-
-
-DECLARED_SIZE_TOLERANCE = Fraction(1, 10)
-"""How far a declared size (``--params``) may lie from the count of the dimensions given with it,
-as a fraction of that count. Published sizes are rounded (Llama 2 "70B" has 68.98·10^9
-parameters, GPT-3 "175B" 174.6·10^9: within 2%); 10% leaves room for details dimensions given on
-the command line leave out (biases, norms, a vocabulary guess), and refuses ``--params 7B`` with
-80 layers of hidden 8,192 (about 65·10^9)."""
-
-
-def _check_declared_size(declared: int, arch: Architecture) -> None:
-    """Refuse a declared size that the dimensions' own count contradicts (see
-    :data:`DECLARED_SIZE_TOLERANCE`)."""
-    from trainplan.model.params import count_params  # local: params imports this module
-
-    counted = count_params(arch).total
-    if abs(declared - counted) > DECLARED_SIZE_TOLERANCE * counted:
-        raise InputError(
-            f"params: {declared:,} declared, but the dimensions given ({arch.num_layers} layers, "
-            f"hidden {arch.hidden_size:,}, ffn {arch.ffn_hidden_size:,}, vocab {arch.vocab_size:,}) "
-            f"count {counted:,} ({(declared - counted) / counted:+.0%}); the two must agree within "
-            f"{float(DECLARED_SIZE_TOLERANCE):.0%} — correct the dimensions, or leave out --params to "
-            "use their count"
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
-    """A model: its name, source and either an architecture, a declared size, or both.
-
-    With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state
-    is computed and divided evenly over tp·pp (the textbook convention); activations are
-    unavailable. With both, the declared size is used for model state and the architecture for
-    activations, traffic and FLOPs; the two must agree within :data:`DECLARED_SIZE_TOLERANCE`
-    (an InputError otherwise).
-    """
-
-    name: str
-    source: str = ""
-    arch: Architecture | None = None
-    num_params_declared: int | None = None
-    """Parameter count as given by the user; None means counted from ``arch``."""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    """Published facts kept for display (e.g. {"params_total": 671e9}); never used in formulas."""
-    notes: tuple[str, ...] = field(default=(), compare=False)
-    """What reading the model left out or approximated (a ``config.json`` key not understood, a
-    vision encoder not modelled…); printed with every estimate's notes."""
-
-    def __post_init__(self) -> None:
-        if self.arch is None and self.num_params_declared is None:
-            raise InputError(f"model {self.name}: give dimensions or a parameter count")
-        if self.num_params_declared is not None:
-            n = self.num_params_declared
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise InputError(f"params: {shown_number(n)} must be a whole number >= 1")
-            check_limit("params", n)
-            if self.arch is not None:
-                _check_declared_size(n, self.arch)
-
-    @property
-    def size_only(self) -> bool:
-        """True when the model has no dimensions (activations unavailable)."""
-        return self.arch is None
-
-    @classmethod
-    def from_hf_config(cls, path: str | Path, name: str | None = None) -> ModelSpec:
-        """Read a Hugging Face ``config.json`` from disk (nothing is downloaded).
-
-        The families and keys understood are listed in :mod:`model.hf_families`; a key that is
-        neither read nor known to change no cost is named in :attr:`notes`.
-
-        Raises
-        ------
-        ScenarioError
-            When the file cannot be read, a required key is missing, or a key's value cannot be
-            modelled (the message names the key, the value and the file).
-        """
-        from trainplan.model.hf_config import parse_config_json, read_hf_config  # local: small
-
-        p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as err:
-            raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
-        arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
-        return cls(
-            name=name or p.parent.name or p.stem,
-            source=f"Hugging Face config {p}",
-            arch=arch,
-            notes=notes,
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,7 @@ naming the parameter, the value and the rule.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainplan.model.errors import LayoutError
@@ -242,8 +242,9 @@ def megatron_stage_layers(
     given = (first is not None) + (last is not None)
     if accounted and given:
         raise LayoutError(
-            "first_stage_layers: Megatron-Core does not combine --decoder-first/last-pipeline-"
-            "num-layers with --account-for-embedding/loss-in-pipeline-split"
+            "first_stage_layers: Megatron-Core does not combine --decoder-first-pipeline-num-layers"
+            " / --decoder-last-pipeline-num-layers with --account-for-embedding-in-pipeline-split /"
+            " --account-for-loss-in-pipeline-split"
         )
     if not accounted and not given:
         return default_chunk_sizes(num_layers, pp, v)
@@ -289,7 +290,7 @@ def megatron_stage_layers(
     return chunk_sizes_from_ranks(ranks, v)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def split_layers(
     num_layers: int,
     pp: int,
@@ -332,7 +333,7 @@ def split_layers(
     return tuple(tuple(r) for r in ranks)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def model_chunks(
     arch: Architecture,
     pp: int,
@@ -349,7 +350,7 @@ def model_chunks(
     return chunks[:-1] + (chunks[-1] + mtp,)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def stage_layers(
     arch: Architecture,
     pp: int,
@@ -372,7 +373,7 @@ def stage_layers(
     return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
 
 
-@cache
+@lru_cache(maxsize=4096)
 def stage_chunks(
     arch: Architecture,
     pp: int,

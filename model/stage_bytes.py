@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import layer_modules, offloaded_bytes
-from trainplan.model.activations import ActivationContext, _layer_activations
+from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import interleaved_peak
 from trainplan.model.specs import Architecture
@@ -90,7 +90,7 @@ def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fracti
         if arch.kind_index(moe) is None:  # no layer of this kind (a MoE model with no dense one)
             out += [Fraction(0)] * 4
             continue
-        a = _layer_activations(arch, moe, ctx)
+        a = kind_activations(arch, moe, ctx)
         modules = layer_modules(ctx.offload_modules, arch.mla is not None, moe)
         off_full, off_sel = offloaded_bytes(a.terms, a.score_names, modules)
         out += [a.full_bytes - off_full, a.selective_bytes - off_sel]
@@ -119,7 +119,7 @@ def offload_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Frac
         if not ctx.offload_modules or arch.kind_index(moe) is None:
             out += [Fraction(0)] * 4
             continue
-        a = _layer_activations(arch, moe, ctx)
+        a = kind_activations(arch, moe, ctx)
         modules = layer_modules(ctx.offload_modules, arch.mla is not None, moe)
         full, sel = offloaded_bytes(a.terms, a.score_names, modules)
         out += [full, sel, Fraction(0), Fraction(0)]
@@ -140,7 +140,7 @@ def _scale(form: Sequence[int], k: int) -> list[int]:
     return [k * c for c in form]
 
 
-@cache
+@lru_cache(maxsize=4096)
 def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[Form, ...]]:
     """(bytes kept per micro-batch, candidate recompute transients) of a stage whose layers are
     MoE or not as ``kinds`` says, as linear forms over :func:`layer_quantities`.
@@ -192,7 +192,7 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
     return per_mb, transients
 
 
-@cache
+@lru_cache(maxsize=4096)
 def block_forms(
     kinds: tuple[bool, ...], base: Recompute, recomputed: int | None
 ) -> tuple[Form, tuple[Form, ...]]:
@@ -228,7 +228,7 @@ def block_forms(
     return per_chunk[0], transients
 
 
-@cache
+@lru_cache(maxsize=4096)
 def chunk_block_forms(
     chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: int
 ) -> tuple[tuple[Form, ...], tuple[Form, ...]]:
@@ -291,7 +291,7 @@ def chunk_block_forms(
     return tuple(per_chunk), tuple(transients)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def chunk_form(kinds: tuple[bool, ...], mode: Recompute) -> Form:
     """What a model chunk of layers ``kinds`` keeps per micro-batch under an interleaved
     schedule: each layer's ``full``, ``selective`` or (full and √n recomputation)

@@ -10,22 +10,18 @@ dp and the optimizer step are written once for exact floats and for arrays of la
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
-from trainplan.model.context_parallel import CpKind, cp_degrees
 from trainplan.model.frameworks import Mechanism
-from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layer_time import (
     Clock,
-    TpOverlap,
     embedding_time,
     layer_time,
     output_time,
     stage_parts,
 )
-from trainplan.model.layout import Layout, Recompute
+from trainplan.model.layout import Recompute
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
 from trainplan.model.roofline import (
     Collective,
@@ -36,17 +32,14 @@ from trainplan.model.roofline import (
     transfer_seconds,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import recomputed_in_chunks, stage_chunks, stage_layers
-from trainplan.model.xp import maximum, minimum, where
+from trainplan.model.xp import logical_not, maximum, minimum, where
 
 __all__ = [
     "link_time",
+    "link_time_of",
     "rings_bandwidth",
     "all_to_all_bandwidth",
-    "clock",
     "kind_parts",
-    "stage_part_list",
-    "stage_parts_at",
     "recompute_stage_parts",
     "pp_seconds",
     "dp_seconds",
@@ -59,9 +52,33 @@ def link_time(
     link: Any, scaleup_bandwidth: float | None, domain: int | None = None, all_to_all: bool = False
 ) -> LinkTime | None:
     """The :class:`LinkTime` of an axis's link (a :class:`topology.placement.AxisLink` or any
-    object with ``link`` and ``bandwidth_bytes_per_s``); None at degree 1 or when unknown. A link
-    named ``nvlink`` is the scale-up tier; a graph's bottleneck link counts as scale-up when its
-    bandwidth is the scale-up figure ``scaleup_bandwidth``.
+    object with ``link`` and ``bandwidth_bytes_per_s``); None at degree 1 or when unknown:
+    :func:`link_time_of` of its fields."""
+    if link is None or link.bandwidth_bytes_per_s is None or link.link == "none":
+        return None
+    span, size = getattr(link, "span", None) or 0, getattr(link, "group_size", None) or 0
+    bandwidth, scaleup = link_time_of(
+        float(link.bandwidth_bytes_per_s), link.link == "nvlink", span, size, scaleup_bandwidth,
+        domain, all_to_all, size or 2,
+    )  # fmt: skip
+    return LinkTime(bandwidth, bool(scaleup))
+
+
+def link_time_of(
+    bandwidth: Any,
+    nvlink: Any,
+    span: Any,
+    group_size: Any,
+    scaleup_bandwidth: float | None,
+    domain: int | None = None,
+    all_to_all: Any = False,
+    ranks: Any = None,
+) -> tuple[Any, Any]:
+    """(bandwidth per GPU, scale-up tier) of an axis's collectives on its link: the tier's
+    bandwidth ``bandwidth`` (``nvlink``: the group lies in one scale-up domain; a graph's
+    bottleneck link counts as scale-up when its bandwidth is the scale-up figure
+    ``scaleup_bandwidth``), and (0, False) for a group of one rank (``ranks``, default
+    ``group_size``: no collective). Exact for one link, element-wise for arrays of layouts.
 
     A scale-out group with ``g`` members in each NVLink domain of ``domain`` GPUs (its
     ``group_size``·``domain``/``span``) runs ``g`` rings at once, each leaving the domain
@@ -71,15 +88,19 @@ def link_time(
     An all-to-all (``all_to_all``: the expert dispatch and combine) is not a ring: each GPU's
     messages to ranks outside its domain leave through its own NIC (:func:`all_to_all_bandwidth`).
     """
-    if link is None or link.bandwidth_bytes_per_s is None or link.link == "none":
-        return None
-    bandwidth = float(link.bandwidth_bytes_per_s)
-    scaleup = link.link == "nvlink" or bandwidth == scaleup_bandwidth
-    span, size = getattr(link, "span", None), getattr(link, "group_size", None)
-    if not scaleup and domain and span and size:
-        group = all_to_all_bandwidth if all_to_all else rings_bandwidth
-        bandwidth = group(bandwidth, size, span, domain, scaleup_bandwidth)
-    return LinkTime(bandwidth, bool(scaleup))
+    scaleup = nvlink | (bandwidth == scaleup_bandwidth)
+    effective = bandwidth
+    if domain:
+        known = (span > 0) & (group_size > 0)
+        span_, size_ = where(known, span, 1), where(known, group_size, 1)
+        group = where(
+            all_to_all,
+            all_to_all_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth),
+            rings_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth),
+        )
+        effective = where(scaleup | logical_not(known), bandwidth, group)
+    used = (group_size if ranks is None else ranks) > 1
+    return where(used, effective, 0.0), where(used, scaleup, False)
 
 
 def rings_bandwidth(
@@ -131,43 +152,7 @@ def all_to_all_bandwidth(
     return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
 
 
-def cp_mechanism(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
-    """(K/V exchange ranks, all-to-all ranks, the exchange is an all-gather) of a CP flavour
-    (:func:`model.context_parallel.cp_degrees`): what the roofline clock times."""
-    r, u = cp_degrees(kind, cp, cp_a2a)
-    return r, u, kind is CpKind.ALL_GATHER
-
-
-def clock(
-    device: DeviceSpec,
-    params: RooflineParams,
-    links: Mapping[str, Any] | None,
-    tp_comm_overlap: TpOverlap = TpOverlap.ASYNC,
-    cp: tuple[int, int, bool] = (1, 1, False),
-    linear_speedup: float = 1.0,
-) -> Clock:
-    """The :class:`Clock` of a layout on ``device`` with the links of its axes; ``cp`` = (K/V
-    exchange ranks, all-to-all ranks, the exchange is an all-gather) of its CP flavour
-    (:func:`cp_mechanism`). The expert axis, and the cp axis under pure Ulysses (no K/V
-    exchange), run all-to-alls (:func:`all_to_all_bandwidth`); the hybrid's all-to-all stays
-    inside its a2a group, which the rank order keeps in a node, and its ring takes the ring rule."""
-    assert device.hbm_bytes_per_s is not None
-    get = (lambda a: None) if links is None else links.get
-    up, domain = device.nvlink_bytes_per_s, device.nvlink_domain
-    return Clock(
-        device.peak_flops_per_s,
-        device.hbm_bytes_per_s,
-        params,
-        link_time(get("tp"), up, domain),
-        link_time(get("cp"), up, domain, all_to_all=cp[0] == 1 and cp[1] > 1),
-        link_time(get("ep"), up, domain, all_to_all=True),
-        tp_comm_overlap,
-        *cp,
-        linear_speedup,
-    )
-
-
-@cache
+@lru_cache(maxsize=4096)
 def kind_parts(
     arch: Architecture,
     training: TrainingSpec,
@@ -213,73 +198,6 @@ def kind_parts(
         embedding_time(shape(False), tp_only).parts,
         output_time(shape(False), tp_only, vocab).parts,
     )
-
-
-def stage_part_list(
-    arch: Architecture,
-    training: TrainingSpec,
-    layout: Layout,
-    c: Clock,
-    vocab: int,
-    causal: bool,
-    recompute: Recompute | None = None,
-) -> list[list[float]]:
-    """Per pipeline stage, the :data:`model.layer_time.PARTS` of one micro-batch (seconds on one
-    GPU): :func:`stage_parts_at` of each stage of the layout's split. ``recompute`` overrides
-    the layout's mode and ignores its per-stage counts (the dp window: no recomputation
-    anywhere)."""
-    split = stage_layers(
-        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
-    )
-    return [
-        stage_parts_at(arch, training, layout, c, vocab, causal, i, layers, recompute)
-        for i, layers in enumerate(split)
-    ]
-
-
-def stage_parts_at(
-    arch: Architecture,
-    training: TrainingSpec,
-    layout: Layout,
-    c: Clock,
-    vocab: int,
-    causal: bool,
-    stage: int,
-    layers: tuple[int, ...],
-    recompute: Recompute | None = None,
-) -> list[float]:
-    """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``stage`` holding
-    ``layers`` (seconds on one GPU): its layers' operations and exposed collectives, the
-    embedding on the first stage and the output layer on the last
-    (:func:`model.layer_time.stage_parts`); a multi-token-prediction block counts as a layer of
-    its kind on the last stage (its 2h → h projection and its second pass through the output
-    head are not timed). With ``Layout.recompute_layers`` the first k layers of each of the
-    stage's model chunks (:func:`model.split.recomputed_in_chunks`, the layout's own split:
-    ``layers`` must be the layout's layers of ``stage``) are timed as fully recomputed and the
-    rest under ``recompute`` (:func:`recompute_stage_parts`). ``recompute`` overrides the
-    layout's mode and ignores its per-stage counts. The per-stage search tabulates it over
-    (stage, layers, recomputed layers)."""
-    mode = layout.recompute if recompute is None else recompute
-    b, tp, cp, ep, etp, sp = (
-        layout.micro_batch_size, layout.tp, layout.cp, layout.ep, layout.expert_tp, layout.sp
-    )  # fmt: skip
-    kinds = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, mode, vocab, c)
-    count = (layout.recomputed_on(stage) or 0) if recompute is None else 0
-    recomputed: tuple[int, ...] = ()
-    full = kinds
-    if count:
-        full = kind_parts(arch, training, b, tp, cp, ep, etp, sp, causal, Recompute.FULL, vocab, c)
-        chunks = stage_chunks(
-            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, stage,
-            layout.stage_layers,
-        )  # fmt: skip
-        recomputed = recomputed_in_chunks(chunks, count)
-    n_moe = sum(map(arch.is_moe_layer, layers))
-    k_moe = sum(map(arch.is_moe_layer, recomputed))
-    return recompute_stage_parts(
-        kinds, full, len(layers) - n_moe, n_moe, len(recomputed) - k_moe, k_moe, stage == 0,
-        stage == layout.pp - 1,
-    )  # fmt: skip
 
 
 KindParts = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -239,7 +239,7 @@ def stage_microbatch_flops(
     )
 
 
-@cache
+@lru_cache(maxsize=4096)
 def microbatch_flop_terms(
     arch: Architecture, s: int, b: int, recompute: Recompute, causal: bool
 ) -> tuple[int, int, int, int, int]:
@@ -256,7 +256,7 @@ def microbatch_flop_terms(
     return f_dense, f_moe, output_forward_flops(arch, s, b), r_dense, r_moe
 
 
-@cache
+@lru_cache(maxsize=4096)
 def layers_core_flops(arch: Architecture, layers: tuple[int, ...], s: int, causal: bool) -> int:
     """Forward FLOPs of the attention cores (QKᵀ, scores·V) of ``layers`` for one sequence of
     ``s`` tokens (:func:`model.flops.attention_core_forward_flops`; each layer by its span, so a

@@ -15,10 +15,47 @@ integers meet), and the tables state their tolerance (bytes to one byte, time to
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["namespace", "exact", "maximum", "minimum", "where", "floor", "log2", "is_array"]
+__all__ = [
+    "namespace",
+    "exact",
+    "maximum",
+    "minimum",
+    "where",
+    "floor",
+    "log2",
+    "is_array",
+    "as_float",
+    "times",
+    "logical_not",
+    "over_arrays",
+]
+
+_EXACT: ContextVar[bool] = ContextVar("exact", default=True)
+"""False while terms run over arrays (:func:`over_arrays`): :func:`exact` then gives floats."""
+
+
+@contextmanager
+def over_arrays() -> Iterator[None]:
+    """Evaluate terms over arrays of layouts: inside, :func:`exact` turns ints into floats
+    rather than Fractions (a Fraction meeting a numpy array makes an array of Python objects).
+
+    Examples
+    --------
+    >>> with over_arrays():
+    ...     exact(3) / 2
+    1.5
+    """
+    token = _EXACT.set(False)
+    try:
+        yield
+    finally:
+        _EXACT.reset(token)
 
 
 def namespace(*values: Any) -> Any:
@@ -30,19 +67,30 @@ def namespace(*values: Any) -> Any:
     True
     """
     for v in values:
-        ns = getattr(v, "__array_namespace__", None)
+        kind = type(v)
+        ns = _NAMESPACES.get(kind, _UNKNOWN)
+        if ns is _UNKNOWN:
+            found = getattr(v, "__array_namespace__", None)
+            ns = _NAMESPACES[kind] = None if found is None else found()
         if ns is not None:
-            return ns()
+            return ns
     return None
+
+
+_UNKNOWN = object()
+_NAMESPACES: dict[type, Any] = {int: None, float: None, bool: None, Fraction: None}
+"""Each type's array namespace (None for scalars), looked up once per type: the search's tables
+call these helpers tens of thousands of times."""
 
 
 def is_array(value: Any) -> bool:
     """Whether ``value`` is an array (has ``__array_namespace__``)."""
-    return getattr(value, "__array_namespace__", None) is not None
+    return namespace(value) is not None
 
 
 def exact(value: Any) -> Any:
-    """An int as a Fraction (so that ``/`` stays exact); arrays and Fractions unchanged.
+    """An int as a Fraction (so that ``/`` stays exact), or a float inside :func:`over_arrays`;
+    arrays and Fractions unchanged.
 
     Examples
     --------
@@ -50,7 +98,7 @@ def exact(value: Any) -> Any:
     Fraction(3, 2)
     """
     if isinstance(value, int) and not isinstance(value, bool):
-        return Fraction(value)
+        return Fraction(value) if _EXACT.get() else float(value)
     return value
 
 
@@ -121,3 +169,39 @@ def log2(value: Any) -> Any:
 
         return math.log2(value)
     return ns.log2(value)
+
+
+def as_float(value: Any) -> Any:
+    """A float for a scalar (an exact int or Fraction rounded once, where a time model leaves
+    exact arithmetic); arrays unchanged.
+
+    Examples
+    --------
+    >>> as_float(Fraction(1, 4))
+    0.25
+    """
+    return value if is_array(value) else float(value)
+
+
+def times(value: Any, constant: Any) -> Any:
+    """``value × constant`` for an exact ``constant`` (an int or Fraction): exact for scalars,
+    the constant as a float for arrays (numpy does not multiply by a Fraction).
+
+    Examples
+    --------
+    >>> times(Fraction(3), Fraction(1, 2))
+    Fraction(3, 2)
+    """
+    return value * (float(constant) if is_array(value) else constant)
+
+
+def logical_not(value: Any) -> Any:
+    """Element-wise not (``not`` for a scalar).
+
+    Examples
+    --------
+    >>> logical_not(False)
+    True
+    """
+    ns = namespace(value)
+    return (not value) if ns is None else ns.logical_not(value)

@@ -13,8 +13,10 @@ from typing import Any
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout, validate
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions
+from trainplan.topology.graph import build_cluster
 from trainplan.topology.placement import axis_links
 
 __all__ = ["Case", "links_for"]
@@ -75,8 +77,6 @@ def links_for(
     degrees["etp"] = layout.expert_tp
     if not fabric:
         return axis_links(degrees, links, layout.rank_order)
-    from trainplan.topology.graph import build_cluster
-
     graph = build_cluster(
         layout.num_gpus,
         links.nvlink_domain,

@@ -28,14 +28,20 @@ the whole choice.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
 
+from trainplan.optimizer.solver import (
+    INTERRUPTED_LIMIT_S,
+    clear_interrupt,
+    interrupt,
+    interrupted,
+    run_solver,
+    solve,
+)
 from trainplan.optimizer.tables import CostTables
 
 __all__ = [
@@ -49,59 +55,6 @@ __all__ = [
     "INTERRUPTED_LIMIT_S",
 ]
 
-INTERRUPTED_LIMIT_S = 1.0
-"""Seconds each solve may still take once the search is interrupted (:func:`interrupt`): the
-passes after the stopped one (the tie-break, the objective after ``--maximize params``) read the
-answer so far instead of being skipped."""
-_STOP = threading.Event()
-_RUNNING: set[cp_model.CpSolver] = set()
-_LOCK = threading.Lock()
-
-
-def interrupt() -> None:
-    """Stop every CP-SAT solve now running and bound each later one by
-    :data:`INTERRUPTED_LIMIT_S`, so an interrupted search (Ctrl-C, which the caller catches:
-    the solver's own SIGINT handler is off, it resets SIGINT to the default after each solve)
-    ends within seconds with the best found so far. Thread-safe; idempotent, so a caller may
-    repeat it until the search returns."""
-    _STOP.set()
-    with _LOCK:
-        for solver in _RUNNING:
-            solver.stop_search()
-
-
-def run_solver(
-    solver: cp_model.CpSolver,
-    model: cp_model.CpModel,
-    time_limit_s: float | None = None,
-    callback: cp_model.CpSolverSolutionCallback | None = None,
-) -> Any:
-    """``solver.solve(model)`` (its status: ``cp_model.OPTIMAL``…) within ``time_limit_s`` (None: none), stoppable by
-    :func:`interrupt`: every CP-SAT solve of the project runs through here."""
-    solver.parameters.catch_sigint_signal = False  # Ctrl-C is the caller's: interrupt()
-    with _LOCK:
-        _RUNNING.add(solver)
-    if _STOP.is_set():
-        time_limit_s = min(time_limit_s or INTERRUPTED_LIMIT_S, INTERRUPTED_LIMIT_S)
-    if time_limit_s:
-        solver.parameters.max_time_in_seconds = time_limit_s
-    try:
-        return solver.solve(model, callback)
-    finally:
-        with _LOCK:
-            _RUNNING.discard(solver)
-
-
-def interrupted() -> bool:
-    """Whether :func:`interrupt` was called since :func:`clear_interrupt`."""
-    return _STOP.is_set()
-
-
-def clear_interrupt() -> None:
-    """Forget an earlier :func:`interrupt` (before a new search)."""
-    _STOP.clear()
-
-
 Candidate = tuple[int, int, int]
 """(shape index, zero index, recompute index)."""
 
@@ -113,16 +66,6 @@ class SolveResult:
     choice: Candidate | None
     value: int | None
     seconds: float
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report: Callable[[int, float], None]) -> None:
-        super().__init__()
-        self._report, self._count = report, 0
-
-    def on_solution_callback(self) -> None:
-        self._count += 1
-        self._report(self._count, self.objective_value)
 
 
 class LayoutModel:
@@ -235,21 +178,17 @@ class LayoutModel:
         (m.maximize if maximize else m.minimize)(expr)
         m.clear_assumptions()
         m.add_assumptions(list(self.families.values()) + list(active))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = 0
-        status = run_solver(solver, m, time_limit_s, _Progress(progress) if progress else None)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-            return SolveResult(name, None, None, solver.wall_time)
+        solved = solve(m, time_limit_s=time_limit_s or None, workers=workers, progress=progress)
+        solver = solved.solver
+        if not solved.found:
+            return SolveResult(solved.status, None, None, solved.seconds)
         c = int(solver.value(self.index))
         s, z, r = (int(v) for v in self.candidates[c])
         choice = (s, z, r)
         m.clear_hints()
         m.add_hint(self.x[c], True)
-        status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
         return SolveResult(
-            status_name, choice, int(round(solver.objective_value)), solver.wall_time
+            solved.status, choice, int(round(solver.objective_value)), solved.seconds
         )
 
     def forbid_above(self, values: np.ndarray, value: int) -> None:
@@ -280,11 +219,8 @@ class LayoutModel:
         m.clear_objective()
         m.clear_assumptions()
         m.add_assumptions(list(self.families.values()))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.catch_sigint_signal = False
-        status = solver.solve(m)
-        if status != cp_model.INFEASIBLE:
+        solved = solve(m, workers=1)
+        if solved.status != "infeasible":
             return []
-        core = set(solver.sufficient_assumptions_for_infeasibility())
+        core = set(solved.solver.sufficient_assumptions_for_infeasibility())
         return [name for name, lit in self.families.items() if lit.index in core]

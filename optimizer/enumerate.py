@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.estimate import objective_ns
 from trainplan.optimizer.cpsat import Candidate
-from trainplan.optimizer.problem import Objective, Problem
+from trainplan.optimizer.problem import Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, tie_ranks
 from trainplan.optimizer.tables import CostTables, objective_tables
 
@@ -52,14 +53,7 @@ def best(
     for s, z, r in exclude or ():
         mask[s, z, r] = False
     if problem.objective is Objective.PARAMS and mask.any():
-        from trainplan.optimizer.search import _count
-
-        sizes = np.array(
-            [
-                tables.jobs[j].case.model.num_params_declared or _count(tables.jobs[j])
-                for j in tables.job_of
-            ]
-        )
+        sizes = np.array([model_size(tables.jobs[j]) for j in tables.job_of])
         size = sizes[:, None, None] * np.ones_like(mask, dtype=np.int64)
         mask &= size == size[mask].max()
     return _argbest(mask, _objective(problem, tables), _tie_key(tables))
@@ -115,8 +109,6 @@ def pareto(
 def best_by_evaluate(problem: Problem, tables: CostTables) -> tuple[Candidate, int] | None:
     """Evaluate every layout of a single-job step-time problem with ``evaluate()``: the fitting
     one with the least step time (ties as the solver)."""
-    from trainplan.model.estimate import objective_ns
-
     job = problem.jobs[0]
     tie = _tie_key(tables)
     found = []

@@ -13,6 +13,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
+from trainplan.model.params import count_params
+from trainplan.model.units import parse_counts
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.space import SearchSpace
 
@@ -131,8 +133,6 @@ def gpu_counts(text: object, name: str = "gpus") -> list[int]:
     >>> gpu_counts(["2048", "4096"]), gpu_counts("16,384")
     ([2048, 4096], [16384])
     """
-    from trainplan.model.units import parse_counts
-
     return parse_counts(text, name, ranges=True)
 
 
@@ -192,3 +192,13 @@ def objective_factor(problem: Problem, job: Job) -> Fraction:
         return steps
     assert job.gpu_hour_price is not None
     return steps * job.num_gpus * Fraction(repr(job.gpu_hour_price)) / 3600
+
+
+def model_size(job: Job) -> int:
+    """Parameters of a job's model: the declared size, else its dimensions' count (the
+    ``params`` objective maximises it)."""
+    model = job.case.model
+    if model.num_params_declared is not None:
+        return model.num_params_declared
+    assert model.arch is not None
+    return count_params(model.arch).total

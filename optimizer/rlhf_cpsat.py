@@ -37,12 +37,9 @@ from ortools.sat.python import cp_model
 
 from trainplan.model.rlhf_roles import RoleCost, RoleOption
 from trainplan.model.rlhf_spec import PHASES, Role
-from trainplan.optimizer.rlhf_tables import RLHFTables
+from trainplan.optimizer.rlhf_tables import NS, RLHFTables, int_costs
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
-
-NS = 10**9
-"""Nanoseconds per second: the objective's unit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,21 +51,6 @@ class PlacementChoice:
     objective_ns: int
     status: str
     """``optimal`` or ``feasible`` (a time limit stopped the proof)."""
-
-
-def int_costs(
-    cost: RoleCost,
-) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int]]:
-    """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
-    swapped-in bytes per phase)."""
-    up = math.ceil
-    return (
-        up(cost.held_bytes),
-        tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
-        up(cost.host_bytes),
-        tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
-        tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
-    )
 
 
 class PlacementModel:

@@ -40,15 +40,18 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.rlhf_costs import seconds_floor
 from trainplan.model.rlhf_roles import Evaluator, RoleCost, RoleOption, role_cost
 from trainplan.model.rlhf_spec import (
     DEFAULT_FRACTION_COLOCATED,
     DEFAULT_FRACTION_SPLIT,
+    PHASES,
     RLHFSpec,
     Role,
 )
 from trainplan.model.rollout import kv_heads_per_gpu
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.optimizer.case import links_for
 
@@ -63,6 +66,8 @@ __all__ = [
     "dominant",
     "cost_of",
     "SMALL_POOLS_NODES",
+    "int_costs",
+    "NS",
 ]
 
 SEARCH_FRACTIONS: tuple[Fraction, ...] = tuple(Fraction(k, 10) for k in range(3, 10))
@@ -349,10 +354,28 @@ def _within(out: dict, bound_ns: int) -> dict:
     }
 
 
+NS = 10**9
+"""Nanoseconds per second: the CP-SAT placement model's time unit."""
+
+
+def int_costs(
+    cost: RoleCost,
+) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int]]:
+    """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
+    swapped-in bytes per phase): the integers the CP-SAT placement model
+    (:mod:`optimizer.rlhf_cpsat`) and the dominance filter (:func:`dominant`) read."""
+    up = math.ceil
+    return (
+        up(cost.held_bytes),
+        tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
+        up(cost.host_bytes),
+        tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
+        tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
+    )
+
+
 def _own_ns(cost: RoleCost) -> int:
     """The role's own seconds over its phases, in the CP-SAT model's integers."""
-    from trainplan.optimizer.rlhf_cpsat import int_costs
-
     return sum(int_costs(cost)[3])
 
 
@@ -364,22 +387,19 @@ seconds; the bound is in whole nanoseconds)."""
 def _over(problem: RLHFProblem, costed: RoleCost, opt: RoleOption, bound_ns: int) -> bool:
     """Whether ``opt``'s seconds must exceed ``bound_ns``: the floor from ``costed`` (same role,
     tp, pp and offload on another pool) scaled to ``opt``'s dp."""
-    from trainplan.model.rlhf_costs import seconds_floor
-
     floor = seconds_floor(problem.spec, costed, opt.dp)
     return floor * (1 - FLOOR_MARGIN) * NS_PER_S > bound_ns + 3
 
 
-NS_PER_S = 10**9
+NS_PER_S = NS
 
 
 def dominant(tables: RLHFTables) -> RLHFTables:
     """The tables less every option that another option of the same role and pool size beats or
-    ties in each integer the CP-SAT model reads (:func:`optimizer.rlhf_cpsat.int_costs`: held,
+    ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
     phase, host and swapped bytes, seconds per phase); of equal ones the first is kept. Every
     constraint and the step time grow with each of them, so a placement with the dropped option
     stays feasible and no slower with the one that dominates it: the optimum is unchanged."""
-    from trainplan.optimizer.rlhf_cpsat import int_costs
 
     def flat(cost: RoleCost) -> list[int]:
         held, phase, host, secs, swap = int_costs(cost)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainplan.model.flops import utilisation
 from trainplan.optimizer.problem import Problem
 from trainplan.optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
 from trainplan.optimizer.tables import CostTables
+from trainplan.topology.placement import fits_in_domain
 
 __all__ = ["tie_ranks", "mfu_table", "allowed", "tp_cp_in_nvlink"]
 
@@ -22,8 +24,6 @@ def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
 
 def mfu_table(tables: CostTables) -> np.ndarray:
     """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
-    from trainplan.model.flops import utilisation
-
     peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
     return utilisation(
         tables.model_flops[:, None, :],
@@ -47,8 +47,6 @@ def allowed(problem: Problem, tables: CostTables) -> np.ndarray:
 def tp_cp_in_nvlink(tables: CostTables, s: int) -> bool:
     """Whether shape s's tp and cp groups each sit inside one NVLink domain for its rank order
     (topology.placement's span rule, the same one that assigns the links)."""
-    from trainplan.topology.placement import fits_in_domain
-
     sh = tables.shapes[s]
     domain = tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1
     degrees = {"dp": sh.dp, "tp": sh.tp, "pp": sh.pp, "cp": sh.cp, "ep": sh.ep}

@@ -18,7 +18,7 @@ import numpy as np
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
-from trainplan.optimizer.problem import Job, Objective, Problem
+from trainplan.optimizer.problem import Job, Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.space import recipe_refusal
 from trainplan.optimizer.tables import CostTables, build_tables, objective_tables
@@ -93,10 +93,7 @@ def prepare(
     tables = build_tables(problem, progress, deadline)
     if not tables.shapes:
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
-            arch = job.case.model.arch
-            moe = arch is None or arch.kind_index(True) is not None
-            mla = arch is None or arch.mla is not None
-            refusal = recipe_refusal(problem.space, job.case.training, moe, mla)
+            refusal = recipe_refusal(problem.space, job.case.training, job.case.model)
             if refusal:
                 raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
@@ -291,10 +288,7 @@ def search(
     ranks = tie_ranks(tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
-        sizes = [
-            tables.jobs[j].case.model.num_params_declared or _count(tables.jobs[j])
-            for j in tables.job_of
-        ]
+        sizes = [model_size(tables.jobs[j]) for j in tables.job_of]
         maximize = lm.linear(sizes)
     answers: list[Answer] = []
     seconds, status = 0.0, "optimal"
@@ -336,13 +330,6 @@ SOLVE_FLOOR_S = 1.0
 def _remaining(time_limit_s: float | None, spent: float) -> float | None:
     """What a time limit leaves the solver after the tables (at least :data:`SOLVE_FLOOR_S`)."""
     return None if time_limit_s is None else max(SOLVE_FLOOR_S, time_limit_s - spent)
-
-
-def _count(job: Job) -> int:
-    from trainplan.model.params import count_params
-
-    assert job.case.model.arch is not None
-    return count_params(job.case.model.arch).total
 
 
 @dataclass(frozen=True, slots=True)

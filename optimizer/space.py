@@ -1,28 +1,28 @@
 """The layout space: legal *shapes* (degrees, micro-batch, schedule) and the modifiers
 (zero_stage, recompute) the search chooses among.
 
-Legality is decided by :func:`model.layout.validate` alone — the same rules the evaluator
-applies — so the search never re-types a divisibility rule.
+Legality is decided by :func:`model.legality.legality` alone — the rules
+:func:`model.layout.validate` checks for the evaluator, evaluated over columns of candidates —
+so the search never re-types a rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import product
 
-from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import (
-    DEFAULT_SEARCHED_CP_KINDS,
-    CpKind,
-    check_cp_kind,
-)
+import numpy as np
+
+from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework, check_framework
-from trainplan.model.layout import Layout, Recompute, validate
-from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.legality import Setting, legality, refusal
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.pipeline import Schedule
-from trainplan.model.precision import check_fp8_param_gather
-from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, check_recompute_modules
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.specs import TrainingSpec
+from trainplan.optimizer.columns import ShapeColumns
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Megatron-LM's default order, inner to outer."""
@@ -199,11 +199,13 @@ def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     return out
 
 
-def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
-    """Every shape of ``space`` that :func:`model.layout.validate` accepts, in tie-break order."""
+def _candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> dict[str, list]:
+    """Every (tp, cp, pp, dp, ep, b, schedule, v) of the space whose degrees multiply to the GPU
+    count, dp dividing B and b dividing B/dp (the space itself, before any rule), as lists."""
     G, B = space.num_gpus, training.global_batch_size
     moe = model.arch is not None and model.arch.moe is not None
-    shapes = []
+    out: dict[str, list] = {k: [] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size")}
+    out["schedule"], out["virtual_stages"] = [], []
     for tp in _allowed(space.tp, divisors(G)):
         for cp in _allowed(space.cp, divisors(G // tp)):
             for pp in _allowed(space.pp, divisors(G // (tp * cp))):
@@ -216,50 +218,66 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
                     for b in _allowed(space.micro_batch_size, divisors(B // dp))
                     if b <= space.max_micro_batch_size
                 ]
-                for ep in eps:
-                    for b in mbs:
-                        plain = None  # whether the plain (1F1B) schedule is legal
-                        for schedule, v in _schedules(space, pp):
-                            shape = Shape(dp, tp, pp, cp, ep, b, schedule, v, space.rank_orders[0])
-                            if schedule is not Schedule.INTERLEAVED and plain is not None:
-                                ok = plain  # GPipe and 1F1B obey the same rules
-                            elif schedule is Schedule.INTERLEAVED and plain is False:
-                                ok = False  # interleaving only adds rules (m % pp, pp·v chunks)
-                            else:
-                                ok = _legal(shape, model, training, G)
-                            if schedule is not Schedule.INTERLEAVED:
-                                plain = ok
-                            if not ok:
-                                continue
-                            # neither the CP flavour's rules nor the rank order change the rest
-                            variants = [shape] if cp == 1 else _with_cp_kinds(shape, space, model)
-                            for variant in variants:
-                                for k, order in enumerate(space.rank_orders):
-                                    base = variant  # built with the first order, rank 0
-                                    if k:
-                                        base = replace(variant, rank_order=order, order_rank=k)
-                                    shapes += _with_frameworks(
-                                        base, space, pp, training.offload,
-                                        training.recompute_modules, training.fp8_param_gather,
-                                    )  # fmt: skip
+                for ep, b, (schedule, v) in product(eps, mbs, _schedules(space, pp)):
+                    for key, value in zip(
+                        ("tp", "cp", "pp", "dp", "ep", "micro_batch_size", "schedule",
+                         "virtual_stages"), (tp, cp, pp, dp, ep, b, schedule, v), strict=True,
+                    ):  # fmt: skip
+                        out[key].append(value)
+    return out
+
+
+def _legal(setting: Setting, values: dict[str, list], **fixed: object) -> np.ndarray:
+    """[n] whether each candidate of ``values`` (the ``fixed`` fields the same for all) breaks
+    no legality rule (:func:`model.legality.legality`)."""
+    columns = {k: _column(v) for k, v in values.items()}
+    n = len(next(iter(columns.values())))
+    table = ShapeColumns((), setting.training.global_batch_size, values=columns)
+    legal, _ = legality(setting, table.view(np.arange(n), dict(fixed)))
+    return np.broadcast_to(np.asarray(legal, dtype=bool).reshape(-1), (n,))
+
+
+def _column(items: list) -> np.ndarray:
+    if items and all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        return np.array(items, dtype=np.int64)
+    column = np.empty(len(items), dtype=object)
+    column[:] = items
+    return column
+
+
+def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
+    """Every shape of ``space`` that the legality rules accept (:func:`model.legality.legality`,
+    the rules :func:`model.layout.validate` checks), in tie-break order: the axes' rules (with
+    the textbook profile at ZeRO-1 and no offload, which break none of them), each CP flavour's
+    (:func:`_with_cp_kinds`), and each framework of the space that runs one of its ZeRO stages
+    with the shape's pp and the recipe's offload (:func:`_with_frameworks`)."""
+    values = _candidates(model, training, space)
+    if not values["tp"]:
+        return []
+    axes = Setting(model, replace(training, offload=NO_OFFLOAD), space.num_gpus)
+    legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
+                   recompute=Recompute.NONE)  # fmt: skip
+    keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")
+    base = [
+        Shape(**{k: values[k][i] for k in keys}, rank_order=space.rank_orders[0])
+        for i in np.flatnonzero(legal)
+    ]
+    with_kinds = [v for shape in base for v in _with_cp_kinds(shape, space, model, axes)]
+    ordered = [
+        replace(v, rank_order=order, order_rank=k) if k else v
+        for v in with_kinds
+        for k, order in enumerate(space.rank_orders)
+    ]
+    shapes = _with_frameworks(ordered, space, model, training)
     return sorted(shapes, key=lambda s: s.tie_key)
 
 
-def _legal(shape: Shape, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> bool:
-    """Whether :func:`model.layout.validate` accepts the shape's axes (each framework's ZeRO
-    stages are checked by :func:`_with_frameworks`)."""
-    try:  # the axes only: offload is a framework's mechanism, checked with it
-        axes = replace(training, offload=NO_OFFLOAD)
-        validate(shape.layout(1, Recompute.NONE, Framework.TEXTBOOK), model, axes, num_gpus)
-    except LayoutError:
-        return False
-    return True
-
-
-def _with_cp_kinds(shape: Shape, space: SearchSpace, model: ModelSpec) -> list[Shape]:
+def _with_cp_kinds(
+    shape: Shape, space: SearchSpace, model: ModelSpec, axes: Setting
+) -> list[Shape]:
     """``shape`` (legal with the ring) under each CP flavour of the space whose own rules
-    :func:`model.context_parallel.check_cp_kind` accepts — the hybrid once per legal inner
-    degree; a shape with cp = 1 once, as it is."""
+    accept (:func:`model.legality.refusal`: the context-parallel rule) — the hybrid once per
+    legal inner degree; a shape with cp = 1 once, as it is."""
     if shape.cp == 1:
         return [shape]
     out = []
@@ -268,64 +286,48 @@ def _with_cp_kinds(shape: Shape, space: SearchSpace, model: ModelSpec) -> list[S
         if kind is CpKind.HYBRID:
             inner = [u for u in _allowed(space.cp_a2a, divisors(shape.cp)) if 1 < u < shape.cp]
         for u in inner:
-            try:
-                check_cp_kind(kind, shape.cp, u, shape.tp, model.arch)
-            except LayoutError:
-                continue
-            out.append(replace(shape, cp_kind=kind, cp_a2a=u, cp_kind_rank=rank))
+            why = refusal(axes, cp=shape.cp, cp_kind=kind, cp_a2a=u, tp=shape.tp, sp=shape.tp > 1)
+            if not why:
+                out.append(replace(shape, cp_kind=kind, cp_a2a=u, cp_kind_rank=rank))
     return out
 
 
-def recipe_refusal(
-    space: SearchSpace, training: TrainingSpec, has_moe: bool, has_mla: bool = True
-) -> str | None:
+def recipe_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
     """Why no framework of ``space`` can run the recipe's offload at any allowed ZeRO stage
-    (the first framework's rule, as :func:`model.offload.check_offload` and
-    :func:`model.activation_offload.check_activation_offload` state it), or None when one can:
-    a search that finds no shape says this instead of a generic "no legal combination"."""
+    (the first framework's rule, :func:`model.legality.refusal` of the offload rules with no
+    recomputation), or None when one can: a search that finds no shape says this instead of a
+    generic "no legal combination"."""
+    setting = Setting(model, training, space.num_gpus)
     first = None
     for fw in space.frameworks:
         for z in space.zero_stages:
-            try:
-                check_offload(fw, z, training.offload)
-                check_activation_offload(
-                    fw, "none", training.offload.activations, has_moe, None, has_mla
-                )
-                check_recompute_modules(
-                    fw, "selective", training.recompute_modules, has_moe, has_mla
-                )
-                check_fp8_param_gather(fw, training.fp8_param_gather)
-            except LayoutError as err:
-                first = first or str(err)
-                continue
-            return None
+            why = refusal(
+                setting, framework=fw, zero_stage=z, recompute=Recompute.NONE,
+                recompute_layers=None,
+            )  # fmt: skip
+            if not why:
+                return None
+            first = first or why
     return first
 
 
 def _with_frameworks(
-    base: Shape,
-    space: SearchSpace,
-    pp: int,
-    offload: Offload = NO_OFFLOAD,
-    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
-    fp8_param_gather: bool = False,
+    shapes: list[Shape], space: SearchSpace, model: ModelSpec, training: TrainingSpec
 ) -> list[Shape]:
-    """``base`` under each framework of the space that runs at least one allowed ZeRO stage
-    with ``pp`` pipeline stages (:func:`model.frameworks.check_framework`), the recipe's
-    offload (:func:`model.offload.check_offload`), its per-module recomputation
-    (:func:`model.recompute_modules.check_recompute_modules`) and FP8 primary weights
-    (:func:`model.precision.check_fp8_param_gather`)."""
-    out = []
+    """Each shape under each framework of the space that runs at least one allowed ZeRO stage
+    with its pp and the recipe's offload (:func:`model.legality.refusal`: the framework and
+    offload rules)."""
+    setting = Setting(model, training, space.num_gpus)
+    out: list[Shape] = []
     for rank, fw in enumerate(space.frameworks):
-        for z in space.zero_stages:
-            try:
-                check_framework(fw, z, pp)
-                check_offload(fw, z, offload)
-                check_recompute_modules(fw, "selective", recompute_modules, True, True)
-                check_fp8_param_gather(fw, fp8_param_gather)
-            except LayoutError:
-                continue
-            same = fw is base.framework and rank == base.framework_rank
-            out.append(base if same else replace(base, framework=fw, framework_rank=rank))
-            break
+        runs = {
+            pp: any(
+                not refusal(setting, framework=fw, zero_stage=z, pp=pp) for z in space.zero_stages
+            )
+            for pp in {s.pp for s in shapes}
+        }
+        for s in shapes:
+            if runs[s.pp]:
+                same = fw is s.framework and rank == s.framework_rank
+                out.append(s if same else replace(s, framework=fw, framework_rank=rank))
     return out

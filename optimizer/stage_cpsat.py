@@ -11,7 +11,7 @@ Variables → constraints → objective (the CP-SAT primer's order):
   included (:func:`model.estimate.time_terms`);
 * the rest of the step (pipeline messages, exposed dp, optimizer step, offload) reads the split
   only through ``A = max params_s``, ``B = max n_s`` and ``C = max bare_s``
-  (:func:`model.roofline_step.roofline_step`): ``R ≥ rest(A, B, C)`` for each triple whose rest
+  (:func:`model.terms.roofline.slowest_microbatch`): ``R ≥ rest(A, B, C)`` for each triple whose rest
   is known (:meth:`StageModel.add_rest`, from ``evaluate()`` of a layout that has it), and
   ``R ≥`` a lower bound for the others. :func:`optimizer.per_stage.solve_shape` adds triples
   until the optimum's own is known: then the optimum is proven.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from trainplan.optimizer.cpsat import run_solver
+from trainplan.optimizer.solver import solve
 from trainplan.optimizer.stage_tables import StageTables
 
 __all__ = ["StageSolution", "StageModel"]
@@ -117,20 +117,18 @@ class StageModel:
         if hint is not None:
             for var, value in zip(self.n + self.k, hint[0] + hint[1], strict=True):
                 m.add_hint(var, value)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = 0
         limit = None if time_limit_s is None else max(0.01, time_limit_s)
-        status = run_solver(solver, m, limit)  # stoppable by optimizer.cpsat.interrupt
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        solved = solve(m, time_limit_s=limit, workers=workers)
+        if not solved.found:
             return None
+        solver = solved.solver
         key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))
         return StageSolution(
-            "optimal" if status == cp_model.OPTIMAL else "feasible",
+            solved.status,
             tuple(int(solver.value(v)) for v in self.n),
             tuple(int(solver.value(v)) for v in self.k),
             int(round(solver.objective_value)),
             int(solver.value(self.t)),
             key,
-            solver.wall_time,
+            solved.seconds,
         )

@@ -6,14 +6,13 @@ Every figure is one call of the function ``evaluate()`` itself calls, on a layou
 layers on the stage (``Layout.stage_layers``) and recomputes k of them
 (``Layout.recompute_layers``):
 
-* bytes: :func:`model.estimate.stage_memory_at` (the stage's peak over its phases, exact);
-* its micro-batch: :func:`model.step_time.stage_parts_at` on the layout's
-  :func:`model.roofline_step.stage_clock`, summed by :func:`model.roofline_step.totals`; paced
-  over the step as the evaluator paces the slowest stage, ``m·t·(1 + bubble_ratio)``
-  (:func:`model.estimate.time_terms`);
+* bytes: :func:`model.terms.peak.stage_memory_term` (the stage's peak over its phases, exact);
+* its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
+  cp, ep); paced over the step as the evaluator paces the slowest stage,
+  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
 * the dp overlap window (the same without recomputation) and the stage's dense parameters per
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
-  optimizer step, offload: :func:`model.roofline_step.roofline_step`).
+  optimizer step, offload: :func:`model.terms.step.dp_term`).
 
 Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers are
 spread over its chunks by :func:`model.split.balanced_chunk_sizes` (⌊n/v⌋ each, its last
@@ -37,14 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainplan.model.errors import InputError
-from trainplan.model.estimate import StageMemory, stage_memory_at
+from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
-from trainplan.model.pipeline import Schedule, bubble_ratio
-from trainplan.model.roofline_step import stage_clock, totals, uses_roofline
+from trainplan.model.pipeline import Schedule
 from trainplan.model.split import balanced_chunk_sizes
-from trainplan.model.step_time import stage_parts_at
-from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.model.terms.fields import Context, LayoutFields
+from trainplan.model.terms.peak import StageMemory, stage_memory_term
+from trainplan.model.terms.roofline import stage_parts_term
+from trainplan.model.terms.step import pipeline_seconds, uses_roofline
 from trainplan.optimizer.case import Case, links_for
 
 __all__ = [
@@ -73,15 +73,15 @@ class StageOption:
     paced_ns: int
     """The step's pipeline term if this stage were the slowest, whole ns:
     ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
-    collectives; :func:`model.step_time.stage_parts_at`)."""
+    collectives; :func:`model.terms.roofline.stage_parts_term`)."""
     bare_ns: int
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
-    longest: :func:`model.roofline_step.roofline_step`)."""
+    longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
     """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
     the dp bytes, the optimizer step and offload."""
     peak_bytes: int
-    """Its peak bytes per GPU, rounded up (:func:`model.estimate.stage_memory_at`)."""
+    """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,7 @@ def check_per_stage(case: Case, layout: Layout) -> None:
             "per_stage: activation offload (--offload-activations) is not in the per-stage "
             "tables; search without --per-stage, or without the offload"
         )
-    if not uses_roofline(case.options, layout, case.device):
+    if not uses_roofline(case.options, layout.framework, case.device):
         raise InputError(
             "per_stage: needs the roofline time model (a physical framework profile and an "
             "accelerator with its HBM bandwidth)"
@@ -188,10 +188,37 @@ def most_recomputed(layers: int, v: int) -> int:
     return -(-layers // v)
 
 
-def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
-    """What both per-stage tables read off a shape, after :func:`check_per_stage`: (arch, L,
-    pp, training, vocabulary multiple, padded vocabulary, the roofline clock, causal, m, the
-    bubble ratio (p − 1)/(v·m)).
+@dataclass(frozen=True, slots=True, eq=False)
+class _Stages:
+    """What both per-stage tables read off a shape, after :func:`check_per_stage`: the terms'
+    context, the layout's links, L, pp, v and the layout."""
+
+    c: Context
+    links: Any
+    num_layers: int
+    layout: Layout
+    case: Case
+
+    def memory(self, stage: int, n: int, k: int) -> StageMemory:
+        """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
+        :func:`model.terms.peak.stage_memory_term` on :func:`realization`'s layout."""
+        lay = realization(self.layout, self.num_layers, stage, n, k)
+        f = LayoutFields(lay, self.case.training.global_batch_size, stage)
+        return stage_memory_term(self.c, f, n)
+
+    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+        """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
+        seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
+        layers with ``k`` recomputed (``mode`` overrides the recompute mode), paced by
+        :func:`model.terms.step.pipeline_seconds`."""
+        lay = realization(self.layout, self.num_layers, stage, n, k)
+        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+        t = stage_parts_term(self.c, f, mode)[0]
+        return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
+
+
+def _stage_context(case: Case, layout: Layout) -> _Stages:
+    """The per-stage tables' view of ``layout``'s shape.
 
     Raises
     ------
@@ -201,17 +228,10 @@ def _stage_context(case: Case, layout: Layout) -> tuple[Any, ...]:
     check_per_stage(case, layout)
     arch = case.model.arch
     assert arch is not None
-    training, options = case.training, case.options
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    vocab = padded_vocab(arch.vocab_size, multiple, layout.tp)
-    links = links_for(layout, case.links, case.fabric)
-    c = stage_clock(training, layout, case.device, links, options)
-    m = layout.num_microbatches(training.global_batch_size)
-    ratio = float(bubble_ratio(layout.pp, m, layout.virtual_stages))
-    return (
-        arch, arch.num_layers, layout.pp, training, multiple, vocab, c,
-        options.causal_attention_flops, m, ratio,
-    )  # fmt: skip
+    c = evaluation_context(
+        case.model, case.training, case.device, case.options, case.vocab_multiple
+    )
+    return _Stages(c, links_for(layout, case.links, case.fabric), arch.num_layers, layout, case)
 
 
 def stage_capacity(
@@ -226,16 +246,6 @@ def stage_capacity(
 
 NO_SPLIT = 2**62
 """:func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
-
-
-def _stage_memory(case: Case, layout: Layout, stage: int, n: int, k: int) -> StageMemory:
-    """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
-    :func:`model.estimate.stage_memory_at` on :func:`realization`'s layout."""
-    arch = case.model.arch
-    assert arch is not None
-    multiple = vocab_multiple_for(layout.framework, case.vocab_multiple)
-    lay = realization(layout, arch.num_layers, stage, n, k)
-    return stage_memory_at(case.model, case.training, lay, stage, multiple)
 
 
 def _most_that_fits(fits: Any, top: int, guess: int) -> int:
@@ -282,15 +292,13 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
         :func:`check_per_stage`'s rules.
     """
     sc = _stage_context(case, layout)
-    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = sc
-    v = layout.virtual_stages
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     fit_most = [L] * pp
     if capacity is not None:
         for stage in range(pp):
 
             def fits(n: int, stage: int = stage) -> bool:
-                k = most_recomputed(n, v)
-                return _stage_memory(case, layout, stage, n, k).total_bytes <= capacity
+                return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
 
             if pp == 1:  # one stage holds all L layers
                 if not fits(L):
@@ -301,25 +309,13 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
                 return NO_SPLIT
         if sum(fit_most) < L:
             return NO_SPLIT
-    plain = layout.with_(stage_layers=None, recompute_layers=None)
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
     for stage in range(pp):
         role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
         if role not in by_role:
             by_role[role] = [
-                round(
-                    m
-                    * totals(
-                        [
-                            stage_parts_at(
-                                arch, training, plain, c, vocab, causal, stage, tuple(range(n))
-                            )
-                        ]
-                    )[0]
-                    * (1 + ratio)
-                    * 1e9
-                )  # fmt: skip
+                sc.paced(stage, n, 0, layout.recompute)[0]
                 for n in ([L] if pp == 1 else range(L + 1))
             ]
         fastest.append(by_role[role])
@@ -379,8 +375,8 @@ def build_stage_tables(
     OutOfTime
         ``deadline`` passed before the rows were complete.
     """
-    arch, L, pp, training, multiple, vocab, c, causal, m, ratio = _stage_context(case, layout)
-    v = layout.virtual_stages
+    sc = _stage_context(case, layout)
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     capacity = stage_capacity(case, layout, headroom, max_bytes)
     evaluations = 0
 
@@ -390,7 +386,7 @@ def build_stage_tables(
         nonlocal evaluations
         if (stage, n, k) not in memo:
             evaluations += 1
-            memo[stage, n, k] = _stage_memory(case, layout, stage, n, k)
+            memo[stage, n, k] = sc.memory(stage, n, k)
         return memo[stage, n, k]
 
     def fits(stage: int, n: int, k: int) -> bool:
@@ -402,11 +398,7 @@ def build_stage_tables(
         # a stage's time reads only whether it is first or last, its layers and their counts
         key = (stage == 0, stage == pp - 1, n, k, mode)
         if key not in times:
-            lay = realization(layout, L, stage, n, k)  # its chunks say which layers k recomputes
-            layers = tuple(range(n))
-            parts = stage_parts_at(arch, training, lay, c, vocab, causal, stage, layers, mode)
-            t = totals([parts])[0]
-            times[key] = (round(m * t * (1 + ratio) * 1e9), t)
+            times[key] = sc.paced(stage, n, k, mode)
         return times[key]
 
     # time alone (no memory, nothing recomputed) caps what each stage can take below cap_ns: once

@@ -8,32 +8,40 @@ recompute mode r:
 * ``step[s, z, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
 * ``act[s, r, i]``   — activation bytes of stage i
 * ``legal[s, z]``    — the ZeRO stage exists in the shape's framework with its axes
-  (:func:`model.frameworks.check_framework`)
+  (:func:`model.frameworks.check_framework`, :func:`model.offload.check_offload`)
 * ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
-* ``t2_ns[s, z]``    — exposed dp traffic (both as :func:`model.estimate.time_terms` gives
-  them, rounded to whole nanoseconds as :func:`model.estimate.objective_ns`)
+* ``t2_ns[s, z]``    — exposed dp traffic, the optimizer step and an offload's transfers (both
+  rounded to whole nanoseconds as :func:`model.estimate.objective_ns`)
 
-so that the memory of stage i is max(state + act, step) and the step time t1 + t2, exactly as
-``evaluate()`` adds them. The terms are the cost model's own functions called over arrays of
-every shape of a job at once (:mod:`optimizer.batch`; issue 10): float64, within a byte and a
-nanosecond of the exact evaluation. Fit verdicts are decided exactly where a candidate's peak is
-within a relative 1e-9 of the capacity, and every printed answer is re-evaluated exactly
-(:func:`optimizer.search.check_against_evaluate`). Nothing here computes a cost itself.
+so that the memory of stage i is max(state + act, step) (:func:`model.terms.peak.peak_over_phases`)
+and the step time t1 + t2, exactly as ``evaluate()`` adds them. Each table is one term of
+:data:`model.terms.TERMS` evaluated over its scope (:func:`optimizer.columns.tabulate`): float64,
+within a byte and a nanosecond of the exact evaluation. Fit verdicts are decided exactly where a
+candidate's peak is within a relative 1e-9 of the capacity, and every printed answer is
+re-evaluated exactly (:func:`optimizer.search.check_against_evaluate`). Nothing here computes a
+cost itself.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from trainplan.model.errors import InputError
-from trainplan.model.estimate import stage_activation_list, stage_states
+from trainplan.model.estimate import evaluation_context, stage_memory
+from trainplan.model.flops import step_flops
 from trainplan.model.layout import Recompute
-from trainplan.optimizer.batch import memory_arrays, shape_arrays, time_arrays
+from trainplan.model.legality import Setting, legality, refusal
+from trainplan.model.params import count_params
+from trainplan.model.terms import term
+from trainplan.model.terms.fields import Context
+from trainplan.model.terms.peak import host_fits, peak_over_phases
+from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, objective_factor
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
@@ -72,7 +80,7 @@ class CostTables:
     t1_ns: np.ndarray
     """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns."""
     t2_ns: np.ndarray
-    """[S, Z] exposed dp time, ns."""
+    """[S, Z] exposed dp time, the optimizer step and offload, ns."""
     capacity: np.ndarray
     """[S] usable bytes per GPU of the shape's job."""
     model_flops: np.ndarray
@@ -103,16 +111,73 @@ def _capacity(job: Job, shape: Shape, headroom: float) -> int:
     return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
 
 
+def _legal(c: Context, table: ShapeColumns, zs, recompute: Recompute) -> np.ndarray:
+    """[N, Z] whether each shape breaks no legality rule at each ZeRO stage
+    (:func:`model.legality.legality`)."""
+    setting = Setting(c.model, c.training)
+    every = np.arange(table.n)
+    legal = np.zeros((table.n, len(zs)), dtype=bool)
+    for zi, z in enumerate(zs):
+        ok, _ = legality(setting, table.view(every, {"zero_stage": z, "recompute": recompute}))
+        legal[:, zi] = np.broadcast_to(np.asarray(ok, dtype=bool).reshape(-1), (table.n,))
+    return legal
+
+
+def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]:
+    """Whether a group of shapes has no legal row at its ZeRO stage (its terms are left 0)."""
+    return lambda scalars, rows: not legal[rows, zs.index(scalars["zero_stage"])].any()
+
+
+def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
+    """The memory terms of one job's shapes: forward/backward state, optimizer-step state and
+    the host's share [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
+    (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
+    state fits the host: :func:`model.terms.peak.host_fits`)."""
+    legal = _legal(c, table, zs, rs[0])
+    skip = _skip(zs, legal)
+    modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
+    state, step, host = tabulate(
+        term("state"), c, table, modifiers,
+        lambda s: (s.backward_bytes, s.optimizer_step_bytes, s.host_bytes), P, skip,
+    )  # fmt: skip
+    act, act_host = tabulate(
+        term("activations"), c, table, modifiers,
+        lambda a: (a.total_bytes, a.offload_host_bytes), P,
+    )  # fmt: skip
+    if c.training.offload.active:  # the host's share of the offloaded state fits its memory
+        legal &= host_fits(host.max(axis=2), c.gpu)
+    return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
+            "act_host": act_host}  # fmt: skip
+
+
+def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
+    """t1 [N, R] and t2 [N, Z] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
+    :func:`model.terms.step.dp_term`); t2 of an illegal ZeRO stage is 0."""
+    modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
+    (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1)
+    (t2,) = tabulate(
+        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, legal)
+    )
+    return {
+        "t1": np.rint(t1 * 1e9).astype(np.int64),
+        "t2": np.where(legal, np.rint(t2 * 1e9), 0).astype(np.int64),
+    }
+
+
 def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo: dict):
     """Every term of one job's shapes: memory arrays (shared by jobs that differ only in the
     accelerator, ``memo``), time arrays, capacities and exact fit verdicts."""
     case = job.case
-    sa = shape_arrays(shapes, case.training.global_batch_size)
-    key = (case.model, case.training, case.vocab_multiple, shapes)
+    c = evaluation_context(
+        case.model, case.training, case.device, case.options, case.vocab_multiple
+    )
+    table = ShapeColumns(shapes, case.training.global_batch_size, case.links, case.fabric)
+    P = max(s.pp for s in shapes)
+    key = (case.model, case.training, case.vocab_multiple, shapes, case.device.host_memory_bytes)
     if key not in memo:
-        memo[key] = memory_arrays(job, sa, zs, rs)
+        memo[key] = _memory(c, table, zs, rs, P)
     mem = memo[key]
-    times = time_arrays(job, sa, zs, rs, mem["legal"])
+    times = _times(c, table, zs, rs, mem["legal"])
     cap = np.array([_capacity(job, s, headroom) for s in shapes], dtype=np.int64)
     fits = _fits(job, shapes, zs, rs, mem, cap)
     return mem, times, cap, fits
@@ -120,30 +185,24 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo
 
 def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
     """[N, Z, R] legal, the host's share of offloaded state and activations within the host
-    memory per GPU, and every stage's peak — max(state + activations, optimizer-step state) —
-    within ``cap``; decided exactly (the exact evaluator's rationals) where the float margin is
-    within :data:`FIT_MARGIN` of the capacity."""
+    memory per GPU, and every stage's peak (:func:`model.terms.peak.peak_over_phases`) within
+    ``cap``; decided exactly (the exact evaluator's rationals) where the float margin is within
+    :data:`FIT_MARGIN` of the capacity."""
     state, step, act, legal = mem["state"], mem["step"], mem["act"], mem["legal"]
-    peak = np.maximum(state[:, :, None, :] + act[:, None, :, :], step[:, :, None, :])
+    peak = peak_over_phases(state[:, :, None, :], act[:, None, :, :], step[:, :, None, :])
     limit = cap[:, None, None, None].astype(float)
     clear_in = (peak <= limit * (1 - FIT_MARGIN)).all(axis=3)
     clear_out = (peak > limit * (1 + FIT_MARGIN)).any(axis=3)
     case = job.case
     host_ok = np.ones(clear_in.shape, dtype=bool)
-    host_cap = case.device.host_memory_bytes
-    if host_cap is not None and mem["act_host"].any():
-        # the host's share of offloaded state and activations (model.estimate.Estimate.host_fits)
+    if mem["act_host"].any():
         host = (mem["host"][:, :, None, :] + mem["act_host"][:, None, :, :]).max(axis=3)
-        host_ok = host <= host_cap
+        host_ok = host_fits(host, case.device)
     fits = clear_in & legal[:, :, None] & host_ok
     for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal[:, :, None]), strict=True):
         lay = shapes[n].layout(zs[z], rs[r])
-        states = stage_states(case.model, case.training, lay, case.vocab_multiple)
-        acts = stage_activation_list(case.model, case.training, lay, case.vocab_multiple) or ()
-        fits[n, z, r] = host_ok[n, z, r] and all(
-            max(st.backward_bytes + a.total_bytes, st.optimizer_step_bytes) <= cap[n]
-            for st, a in zip(states, acts, strict=True)
-        )
+        stages = stage_memory(case.model, case.training, lay, case.vocab_multiple, case.device)
+        fits[n, z, r] = host_ok[n, z, r] and all(st.total_bytes <= cap[n] for st in stages)
     return fits
 
 
@@ -163,31 +222,7 @@ def build_tables(
     InputError
         When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    from trainplan.model.flops import step_flops
-    from trainplan.model.params import count_params
-    from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
-
-    space, zs, rs = problem.space, problem.space.zero_stages, problem.space.recomputes
-    if any(job.case.training.offload.activations for job in problem.jobs):
-        # activation offload runs with recompute none or selective only
-        # (model.activation_offload.check_activation_offload)
-        rs = tuple(r for r in rs if r in (Recompute.NONE, Recompute.SELECTIVE))
-        if not rs:
-            raise InputError(
-                "search: offload_activations needs recompute none or selective among the "
-                "recompute modes (full and sqrt keep only checkpoints: nothing to offload)"
-            )
-    if any(
-        job.case.training.recompute_modules != DEFAULT_RECOMPUTE_MODULES for job in problem.jobs
-    ):
-        # per-module recomputation is selective recomputation's
-        # (model.recompute_modules.check_recompute_modules)
-        rs = tuple(r for r in rs if r is Recompute.SELECTIVE)
-        if not rs:
-            raise InputError(
-                "search: recompute_modules choose what selective recomputation recomputes; "
-                "add selective to the recompute modes"
-            )
+    space, zs, rs = problem.space, problem.space.zero_stages, _recomputes(problem)
     per_job: list[tuple[Job, tuple[Shape, ...]]] = []
     total = 0
     for job in problem.jobs:
@@ -259,7 +294,9 @@ def build_tables(
     peak = np.zeros((S, Z, R), dtype=np.int64)
     for z in range(Z):  # a loop over z keeps the temporary at [S, R, P]
         if S:
-            peak[:, z, :] = np.maximum(state[:, z, None, :] + act, step[:, z, None, :]).max(axis=2)
+            peak[:, z, :] = peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
+                axis=2
+            )
     return CostTables(
         tuple(problem.jobs),
         tuple(shapes),
@@ -280,9 +317,32 @@ def build_tables(
     )
 
 
-def _fields(space) -> dict:
-    from dataclasses import fields
+def _recomputes(problem: Problem) -> tuple[Recompute, ...]:
+    """The space's recompute modes that some framework of the space runs with some job's
+    recipe (:func:`model.legality.refusal`: activation offload keeps none or selective).
 
+    Raises
+    ------
+    InputError
+        None is left: the rule's own line.
+    """
+    kept, first = [], ""
+    for r in problem.space.recomputes:
+        why = [
+            refusal(Setting(job.case.model, job.case.training), framework=fw, recompute=r,
+                    recompute_layers=None)
+            for job in problem.jobs
+            for fw in problem.space.frameworks
+        ]  # fmt: skip
+        if not all(why):
+            kept.append(r)
+        first = first or next((w for w in why if w), "")
+    if not kept:
+        raise InputError(f"search: {first}")
+    return tuple(kept)
+
+
+def _fields(space) -> dict:
     return {f.name: getattr(space, f.name) for f in fields(space)}
 
 

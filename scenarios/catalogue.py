@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from trainplan import scenarios
 from trainplan.model.errors import ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.layout import SEARCHED_FIELDS
-from trainplan.model.specs import ModelSpec
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.units import closest_names, shown_text
 
 __all__ = [
@@ -274,7 +274,7 @@ def get_model(name: str) -> CatalogueEntry:
     return _catalogue_entry(name)  # unknown: scenarios.load names the closest models
 
 
-@cache
+@lru_cache(maxsize=64)
 def _catalogue_entry(name: str) -> CatalogueEntry:
     d = scenarios.load("models", name)
     where = f"scenarios/models/{name}.toml"

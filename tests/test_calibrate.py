@@ -21,6 +21,7 @@ from trainplan.interface.calibration import (
 )
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.interface.scenario import load_scenario
 from trainplan.model.errors import InputError, ScenarioError
 
@@ -128,11 +129,11 @@ def test_options_of_the_other_time_model_are_refused(extra, message):
 
 def test_the_single_model_stays_reachable_and_textbook_uses_it():
     single = build_case(BASE | {"time_model": "single", "kernel_efficiency": 0.5}).evaluate()
-    assert single.to_dict()["time"]["time_model"] == "single"
-    assert single.to_dict()["time"]["kernel_efficiency"] == 0.5
+    assert estimate_to_dict(single)["time"]["time_model"] == "single"
+    assert estimate_to_dict(single)["time"]["kernel_efficiency"] == 0.5
     textbook = build_case(BASE | {"framework": "textbook"}).evaluate()
-    assert textbook.to_dict()["time"]["time_model"] == "single"
-    roofline = build_case(BASE).evaluate().to_dict()["time"]
+    assert estimate_to_dict(textbook)["time"]["time_model"] == "single"
+    roofline = estimate_to_dict(build_case(BASE).evaluate())["time"]
     assert roofline["time_model"] == "roofline" and roofline["roofline"]["gemm_efficiency"] > 0
 
 

@@ -15,9 +15,11 @@ import pytest
 
 from trainplan import scenarios
 from trainplan.model.errors import PlannerError, ScenarioError
-from trainplan.model.hf_config import architecture_from_dict, architecture_from_hf
+from trainplan.model.hf_config import architecture_from_dict
+from trainplan.model.hf_families import architecture_from_hf
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
-from trainplan.model.specs import AttentionKind, Mlp, ModelSpec, Norm, PositionEmbedding
+from trainplan.model.specs import AttentionKind, Mlp, Norm, PositionEmbedding
 from trainplan.scenarios.catalogue import LAYOUT_KEYS, entry_from_dict, get_model, model_names
 
 HF = Path(__file__).parent / "data" / "hf"

@@ -40,8 +40,11 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
     # (2 + 4 + 2 B per element of [S, h] / [S, f] / [S, f]) on each of the 32 layers
     S, h, f, tp = 8192, 4096, 14336, 2  # llama3-8b's default sequence (8,192), tp 2 with SP
     dropped = 32 * (2 * S * h / tp + 4 * S * f / tp + 2 * S * f / tp)
-    # the transient: one layer's recomputed MLP while its backward runs
-    transient = dropped / 32
-    assert peak("core") - peak("mlp") == dropped - transient
+    # the transients: one layer's recomputed MLP while its backward runs, or the unfused
+    # vocab-parallel loss (the BF16 logits beside the kept fp32 softmax, 2·S·V/tp); the peak
+    # holds the larger, here the loss in both runs (one stage)
+    transient, loss = dropped / 32, 2 * S * 128_256 / tp
+    assert transient < loss
+    assert peak("core") - peak("mlp") == dropped
     # FP8 primary weights: 1 B less per linear weight element in the weights and in the cache
     assert peak("fp8w") < peak("fp8")

@@ -23,10 +23,10 @@ from trainplan.interface.fidelity import (
 from trainplan.interface.fidelity_memory import appendix_b_530b, llama3_memory_walk
 from trainplan.interface.fidelity_report import goal_lines, markdown_report
 from trainplan.model.layout import Layout
-from trainplan.model.memory import stage_activations
 from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
 from trainplan.model.roofline import GEMM_EFFICIENCY_BY_GENERATION
 from trainplan.model.specs import TrainingSpec
+from trainplan.model.terms.activations import stage_activations
 from trainplan.scenarios.catalogue import get_model
 
 GOAL_POINTS = 3.0  # issue 5: median |MFU error| on the held-out rows

@@ -57,7 +57,12 @@ def test_project_imported_by_installed_name(path):
 # library -> the only places (path prefixes, relative to the repo) allowed to import it
 OWNERS = {
     # the layout search's model and the RLHF placement search's model (issue 12)
-    "ortools": ("optimizer/cpsat.py", "optimizer/rlhf_cpsat.py", "optimizer/stage_cpsat.py"),
+    "ortools": (
+        "optimizer/solver.py",
+        "optimizer/cpsat.py",
+        "optimizer/rlhf_cpsat.py",
+        "optimizer/stage_cpsat.py",
+    ),
     "pandas": ("interface/report.py",),
     "click": ("interface/cli/",),
     "matplotlib": ("interface/plots.py",),
@@ -101,3 +106,149 @@ def test_reads_nothing_outside_the_repository(path):
         return  # the pattern itself
     hits = [line for line in path.read_text().splitlines() if OUTSIDE.search(line)]
     assert not hits, f"{path.relative_to(ROOT)} reads ../shared: {hits}"
+
+
+# ------------------------------------------------------------------ the house rules of model/ and
+# optimizer/ (DESIGN.md "Layout of the code"): no cycles, no imports hidden in functions, no
+# private names across modules, and model/ speaks parameter names, not the CLI's flags.
+
+CORE = ("model", "optimizer", "topology")
+CORE_FILES = sorted(p for pkg in CORE for p in (ROOT / pkg).rglob("*.py"))
+RLHF_PENDING = {"model/rlhf_roles.py", "model/rlhf_spec.py"}
+"""Modules being rewritten into an RLHF subpackage: their last function-level imports (and the
+rlhf_costs ↔ rlhf_roles cycle they hide) go with that rewrite."""
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return "trainplan." + ".".join(parts)
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that runs (``if TYPE_CHECKING:`` blocks left out)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom) and id(n) not in skip
+    ]
+
+
+def _project_imports(path: Path) -> set[str]:
+    out = set()
+    for node in _runtime_imports(ast.parse(path.read_text())):
+        names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        out |= {n for n in names if n and n.startswith("trainplan.")}
+    return out
+
+
+def test_no_import_cycles():
+    """No cycle among model/, optimizer/ and topology/, counting imports inside functions."""
+    graph = {_module(p): _project_imports(p) for p in CORE_FILES}
+    pending = {_module(ROOT / p) for p in RLHF_PENDING}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
+                if not set(cycle) & pending:
+                    cycles.append(" → ".join(cycle))
+            elif nxt in graph and not state.get(nxt):
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in graph:
+        if not state.get(node):
+            visit(node, [node])
+    assert not cycles, cycles
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=[str(p.relative_to(ROOT)) for p in CORE_FILES])
+def test_no_project_imports_inside_functions(path):
+    if str(path.relative_to(ROOT)) in RLHF_PENDING:
+        return
+    tree = ast.parse(path.read_text())
+    hidden = [
+        f"line {n.lineno}"
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+        for n in ast.walk(fn)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("trainplan.")
+    ]
+    assert not hidden, f"{path.relative_to(ROOT)} imports project modules in functions: {hidden}"
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=[str(p.relative_to(ROOT)) for p in CORE_FILES])
+def test_no_private_names_across_modules(path):
+    private = [
+        f"{n.module}.{a.name}"
+        for n in _runtime_imports(ast.parse(path.read_text()))
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("trainplan.")
+        for a in n.names
+        if a.name.startswith("_")
+    ]
+    assert not private, f"{path.relative_to(ROOT)} imports private names {private}"
+
+
+def _cli_flags() -> set[str]:
+    """Every option the ``trainplan`` command line takes (``--seq-len``…)."""
+    click = pytest.importorskip("click")
+    from trainplan.interface.cli import cli
+
+    ctx = click.Context(cli)
+    flags: set[str] = set()
+    stack: list[click.Command] = [cli]
+    while stack:
+        command = stack.pop()
+        flags |= {o for p in command.params for o in getattr(p, "opts", ()) if o.startswith("--")}
+        if isinstance(command, click.Group):  # the lazy group loads each command when asked
+            names = command.list_commands(ctx)
+            stack += [c for c in (command.get_command(ctx, n) for n in names) if c is not None]
+    return flags - {"--help", "--version"}
+
+
+def _messages(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module that are not docstrings (messages, notes)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    docs |= {  # attribute docstrings: a bare string after an assignment
+        id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+    }
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+MODEL_FILES = sorted(p for p in (ROOT / "model").rglob("*.py") if "rlhf" not in p.name)
+
+
+def test_model_messages_name_parameters_not_flags():
+    """model/ speaks parameter names (``micro_batch_size``); the interface maps them to the
+    flags a user typed (``interface/flags.py``). Framework flags cited as sources (Megatron-LM's
+    ``--recompute-num-layers``) are not trainplan's and may appear."""
+    flags = _cli_flags()
+    found = [
+        f"{p.relative_to(ROOT)}:{line} {flag}"
+        for p in MODEL_FILES
+        for line, text in _messages(p)
+        for flag in re.findall(r"--[a-z][a-z0-9-]*", text)
+        if flag in flags
+    ]
+    assert not found, found

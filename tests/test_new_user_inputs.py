@@ -32,7 +32,8 @@ from trainplan.interface.scenario import (
 )
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout
-from trainplan.model.specs import ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.topology.accelerators import get_accelerator
 

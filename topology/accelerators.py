@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import tomllib
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -207,12 +207,12 @@ def _devices_from_text(text: str) -> dict[str, DeviceSpec]:
     return devices
 
 
-@cache
+@lru_cache(maxsize=16)
 def _table_text() -> str:
     return resources.files("trainplan.topology").joinpath(TABLE_FILE).read_text(encoding="utf-8")
 
 
-@cache
+@lru_cache(maxsize=16)
 def load_accelerators() -> dict[str, DeviceSpec]:
     """Every accelerator of the table, by catalogue name, in file order (cached).
 

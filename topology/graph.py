@@ -21,12 +21,13 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.errors import InputError
-from trainplan.model.hardware import DeviceSpec
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or read (it is slow to import)
+    import networkx as nx
 
 __all__ = [
     "build_cluster",
@@ -139,6 +140,8 @@ def build_cluster(
     uplink = nic / oversubscription
     num_domains = -(-num_gpus // nvlink_domain)
     num_pods = -(-num_gpus // pod)
+    import networkx as nx
+
     g = nx.Graph(
         num_gpus=num_gpus,
         nvlink_domain=nvlink_domain,
@@ -229,8 +232,6 @@ def cluster_for_device(device: DeviceSpec, num_gpus: int, **options: Any) -> nx.
     >>> cluster_for_device(get_accelerator("H100-SXM"), 16).graph["nvlink_domain"]
     8
     """
-    from trainplan.model.hardware import ClusterLinks
-
     links = ClusterLinks.from_device(device)
     return build_cluster(
         num_gpus,
@@ -250,6 +251,8 @@ def _widest_tree(graph: nx.Graph) -> tuple[dict[str, str], dict[str, int], dict[
     cached = graph.graph.get("_widest_tree")
     if cached is not None:
         return cached
+    import networkx as nx
+
     tree = nx.maximum_spanning_tree(graph, weight="bandwidth_bytes_per_s", algorithm="kruskal")
     parent: dict[str, str] = {}
     depth: dict[str, int] = {}

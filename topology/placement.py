@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.xp import is_array, minimum, where
+from trainplan.topology.graph import bottleneck_bandwidth
 
 if TYPE_CHECKING:  # networkx is imported only when a graph is given (it is slow to import)
     import networkx as nx
@@ -309,6 +310,4 @@ def axis_links(
 
 
 def _bottleneck(graph: nx.Graph, group: list[int]) -> float:
-    from trainplan.topology.graph import bottleneck_bandwidth
-
     return bottleneck_bandwidth(graph, group)

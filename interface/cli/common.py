@@ -12,6 +12,7 @@ from typing import Any
 import click
 import cloup
 
+from trainplan.interface.flags import with_flags
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
     list_items,
@@ -108,7 +109,7 @@ class GuardedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PlannerError as err:
-            fail(str(err))
+            fail(with_flags(str(err)))
 
 
 INTERRUPTED = 128 + signal.SIGINT
@@ -123,7 +124,7 @@ def run_guarded(group: click.Group) -> None:
     try:
         code = group.main(standalone_mode=False)
     except PlannerError as err:
-        fail(str(err))
+        fail(with_flags(str(err)))
     except click.exceptions.Abort as err:
         ctrl_c = isinstance(err.__context__, KeyboardInterrupt)
         fail("interrupted" if ctrl_c else "aborted", INTERRUPTED if ctrl_c else 1)

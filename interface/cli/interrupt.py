@@ -1,4 +1,4 @@
-"""Ctrl-C during a search: the CP-SAT solves stop (:func:`optimizer.cpsat.interrupt`), the best
+"""Ctrl-C during a search: the CP-SAT solves stop (:func:`optimizer.solver.interrupt`), the best
 layout found so far is printed as such, and the command exits with code 130 (128 + SIGINT, the
 shells' convention), never as if it had finished.
 

@@ -109,8 +109,8 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     groups = getattr(command, "option_groups", None) or []
     if not groups:
         return [(None, list(command.params))]
-    arguments = [p for p in command.params if isinstance(p, click.Argument)]
-    rest = [
+    arguments: list[click.Parameter] = [p for p in command.params if isinstance(p, click.Argument)]
+    rest: list[click.Parameter] = [
         p
         for p in command.params
         if isinstance(p, click.Option) and getattr(p, "group", None) is None
@@ -118,7 +118,7 @@ def _sections(command: click.Command) -> list[tuple[str | None, list[click.Param
     out: list[tuple[str | None, list[click.Parameter]]] = [("Arguments", arguments)] * bool(
         arguments
     )
-    out += [(g.title, list(g.options)) for g in groups]
+    out += [(g.title, [*g.options]) for g in groups]
     return out + [("Other options", rest)] * bool(rest)
 
 
@@ -195,6 +195,9 @@ KEY_DOCS: dict[str, str] = {
     "layout.chunk_layers": "Layers per model chunk in model order (what --stage-layers takes).",
     "layout.rank_order": "Rank order, inner to outer (Megatron-LM's default tp-cp-ep-dp-pp).",
     "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",
+    "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
+    "--recompute-modules names; core_attn by default).",
+    "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",
@@ -212,6 +215,12 @@ KEY_DOCS: dict[str, str] = {
     "memory.embedding_activations_bytes": "Embedding and output-layer activations (FP32 logits on the last stage).",
     "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed "
     "holds at the peak, less its checkpoint, counted once.",
+    "memory.loss_transient_bytes": "Last stage: what the loss holds for one micro-batch beyond "
+    "the kept FP32 softmax (BF16 logits, FP32 copy, backward's gradients, as the framework's "
+    "default loss holds them), less the recompute transient it does not coincide with.",
+    "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
+    "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
+    "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
     "memory.pipeline_output_bytes": "Pipeline outputs kept until sent (0 when deallocated after the send).",
     "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
     "memory.activation_offload_buffer_bytes": "Layers of offloaded activations kept on the GPU (never offloaded, in transit).",

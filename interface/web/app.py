@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 
+from trainplan.interface.flags import with_flags
 from trainplan.interface.web import api, figures, links, manual, pages, stream
 from trainplan.interface.web.api import json_response
 from trainplan.model.errors import PlannerError
@@ -65,7 +66,7 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
 
     @app.exception_handler(PlannerError)
     async def bad_input(request: Request, err: PlannerError) -> Response:
-        return json_response({"error": str(err)}, 422)
+        return json_response({"error": with_flags(str(err))}, 422)
 
     app.include_router(api.router)
     app.include_router(stream.router)

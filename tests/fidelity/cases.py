@@ -16,8 +16,9 @@ from tests.fidelity import harness as H
 from tests.fidelity.harness import Dims
 from trainplan.model.activations import ActivationContext, LayerActivations, layer_activations
 from trainplan.model.layout import Layout
-from trainplan.model.memory import sqrt_segment, stage_activations
 from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
+from trainplan.model.stage_bytes import sqrt_segment
+from trainplan.model.terms.activations import stage_activations
 
 EAGER = Layout(framework="textbook")
 """The profile whose per-layer rows are the paper convention's: the harness's eager MoE keeps its

@@ -12,8 +12,8 @@ pytest.importorskip("torch")
 
 from tests.fidelity import cases as C  # noqa: E402
 from trainplan.model.layout import Layout  # noqa: E402
-from trainplan.model.memory import stage_activations  # noqa: E402
 from trainplan.model.specs import TrainingSpec  # noqa: E402
+from trainplan.model.terms.activations import stage_activations  # noqa: E402
 
 CASES = [
     pytest.param(label, kind, flash, dims, mode, id=f"{kind}{'-sdpa' if flash else ''}-{dims.label()}-{mode}".replace(" ", ","))

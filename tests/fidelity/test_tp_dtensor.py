@@ -20,8 +20,8 @@ from tests.fidelity.harness import Dims  # noqa: E402
 from tests.fidelity.tp_dtensor import measure_tp_layers  # noqa: E402
 from trainplan.model.activations import ActivationContext, layer_activations  # noqa: E402
 from trainplan.model.layout import Layout  # noqa: E402
-from trainplan.model.memory import stage_activations  # noqa: E402
 from trainplan.model.specs import TrainingSpec  # noqa: E402
+from trainplan.model.terms.activations import stage_activations  # noqa: E402
 
 # (tp, dims, flash): heads and KV heads divisible by tp; SDPA and eager softmax
 CASES = (

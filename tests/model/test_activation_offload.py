@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.model.test_properties import SETTINGS, layouts
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.activation_offload import activation_offload_seconds
 from trainplan.model.errors import LayoutError
 from trainplan.model.offload import Offload
@@ -67,7 +68,7 @@ def test_llama3_8b_attention_core_and_projection_offloaded_by_hand():
     assert t_layer / 3 > copy
     assert off.time_terms.activation_offload_s == 0.0
     assert off.step_s == pytest.approx(plain.step_s, rel=1e-12)
-    d = off.to_dict()
+    d = estimate_to_dict(off)
     assert d["layout"]["offload_activations"] == ["core_attn", "attn_proj"]
     assert d["memory"]["activation_offload_buffer_bytes"] == 335_544_320
     assert d["memory"]["activation_offload_host_bytes"] == 5_200_936_960

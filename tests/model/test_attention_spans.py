@@ -20,12 +20,12 @@ import pytest
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.attention import AttentionSpan, attended_pairs
 from trainplan.model.errors import InputError, ScenarioError
-from trainplan.model.estimate import stage_core_flops
 from trainplan.model.flops import attention_core_forward_flops, layer_forward_flops
-from trainplan.model.hf_config import read_hf_config
+from trainplan.model.hf_families import read_hf_config
 from trainplan.model.layout import Layout
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import split_layers
+from trainplan.model.terms.step import stage_core_flops
 from trainplan.model.timing import stage_microbatch_flops
 from trainplan.scenarios.catalogue import get_model
 

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from trainplan.model.errors import ScenarioError
-from trainplan.model.estimate import stage_activation_list, stage_layers
+from trainplan.model.estimate import stage_memory
 from trainplan.model.flops import MfuConvention, step_flops
-from trainplan.model.hf_config import read_hf_config
+from trainplan.model.hf_families import read_hf_config
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params, stage_params
-from trainplan.model.specs import Mlp, ModelSpec, TrainingSpec
+from trainplan.model.specs import Mlp, TrainingSpec
+from trainplan.model.split import stage_layers
 from trainplan.model.timing import stage_microbatch_flops
 from trainplan.scenarios.catalogue import get_model
 
@@ -174,8 +176,8 @@ def test_deepseek_v3_mtp_parameters_memory_and_flops():
     # inputs 2·β·S·h, FP32 logits 4·S·V — with the shifted embedding's norm input and the
     # projection's [S, 2h] input, 3·β·S·h: 117,440,512 + 2,118,123,520 + 176,160,768
     lay = Layout(pp=16)
-    acts = stage_activation_list(ModelSpec(name="v3", arch=arch), t, lay)[-1]
-    base = stage_activation_list(ModelSpec(name="v3", arch=plain), t, lay)[-1]
+    acts = stage_memory(ModelSpec(name="v3", arch=arch), t, lay)[-1].activations
+    base = stage_memory(ModelSpec(name="v3", arch=plain), t, lay)[-1].activations
     assert acts.embedding_bytes - base.embedding_bytes == 2_411_724_800
     one_moe_layer = base.layers_bytes / 3  # the stage's three main layers are MoE layers
     assert acts.layers_bytes - base.layers_bytes == one_moe_layer

@@ -12,9 +12,9 @@ import pytest
 from trainplan.interface.inputs import build_case
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.layout import Layout
-from trainplan.model.memory import stage_activations
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import split_layers
+from trainplan.model.terms.activations import stage_activations
 from trainplan.scenarios.catalogue import get_model
 
 from ._shared import load

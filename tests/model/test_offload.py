@@ -11,6 +11,7 @@ import pytest
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 
 BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
 
@@ -36,7 +37,7 @@ def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     assert plain.time_terms.optimizer_s == pytest.approx(gpu_step, rel=1e-9)
     assert off.time_terms.optimizer_s == 0
     assert off.step_s == pytest.approx(plain.step_s + expected - gpu_step, rel=1e-9)
-    d = off.to_dict()["memory"]
+    d = estimate_to_dict(off)["memory"]
     assert d["host_bytes_per_node"] == pytest.approx(8 * float(2 * P))
     assert d["host_capacity_bytes"] == 256 * 10**9 and d["host_fits"] is True
 

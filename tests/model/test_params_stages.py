@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.params import count_params, stage_params
 from trainplan.model.split import split_layers
 from trainplan.scenarios.catalogue import get_model
@@ -64,8 +65,8 @@ def test_llama3_405b_evaluate_reports_the_split():
         }
     ).evaluate()
     assert [s.num_layers for s in est.stages] == [7] + [8] * 14 + [7]
-    assert est.to_dict()["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
-    assert any("uneven" in line for line in est.to_dict()["assumptions"])
+    assert estimate_to_dict(est)["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
+    assert any("uneven" in line for line in estimate_to_dict(est)["assumptions"])
 
 
 def test_tied_embeddings_last_stage_keeps_a_copy():

@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import interleaved_chunks_held_simulated
 from trainplan.model.schedule import simulate
-from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.stage_bytes import block_forms, stage_forms
 
 LLAMA3_70B = {
@@ -67,7 +69,7 @@ def test_llama3_70b_partial_recompute_by_hand():
     # hardware FLOPs: 10 of 80 layers recomputed add 10/80 of full recomputation's extra
     extra_full = full.flops.hardware_flops - none.flops.hardware_flops
     assert part.flops.hardware_flops - none.flops.hardware_flops == extra_full * 10 // 80
-    d = part.to_dict()
+    d = estimate_to_dict(part)
     assert d["layout"]["recompute_layers"] == [2, 4, 4, 0]
     assert any("per-stage recomputation" in a for a in d["assumptions"])
 
@@ -288,7 +290,8 @@ def test_llama3_70b_per_chunk_counts_by_hand():
     assert [s.total_bytes for s in alln.stages] == [s.total_bytes for s in full.stages]
     assert alln.step_s == full.step_s
     assert any(
-        "of each stage's model chunks (per chunk)" in a for a in part.to_dict()["assumptions"]
+        "of each stage's model chunks (per chunk)" in a
+        for a in estimate_to_dict(part)["assumptions"]
     )
 
 

@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
-from trainplan.model.estimate import stage_core_flops, stage_kinds
 from trainplan.model.layout import Layout
 from trainplan.model.params import count_params, layer_params, stage_params
 from trainplan.model.split import default_chunk_sizes, megatron_stage_layers, split_layers
+from trainplan.model.terms.activations import stage_layer_counts
+from trainplan.model.terms.step import stage_core_flops
 from trainplan.model.timing import microbatch_flop_terms, stage_peak_seconds
 from trainplan.scenarios.catalogue import get_model
 
@@ -64,8 +66,8 @@ def test_explicit_stage_layers_move_parameters_and_activations():
     a6, a7 = given_.stages[0].activations, default.stages[0].activations
     assert a6.layers_bytes / a7.layers_bytes == Fraction(6, 7)
     assert a6.microbatches_in_flight == a7.microbatches_in_flight == 16
-    assert given_.to_dict()["layout"]["chunk_layers"] == [6] + [8] * 15
-    assert any("stage layout as given" in a for a in given_.to_dict()["assumptions"])
+    assert estimate_to_dict(given_)["layout"]["chunk_layers"] == [6] + [8] * 15
+    assert any("stage layout as given" in a for a in estimate_to_dict(given_)["assumptions"])
 
 
 def test_megatron_accounting_is_llama3s_split():
@@ -127,12 +129,7 @@ def test_the_slowest_stage_sets_the_pace():
     """Llama 3 8B, pp 4, chunks 5, 9, 9, 9: the last stage (9 layers and the output layer) is the
     slowest; the micro-batch time is its FLOPs, not the default 8-layer stages'."""
     arch = get_model("llama3-8b").model.arch
-    assert stage_kinds(arch, 4, 1, True, (5, 9, 9, 9)) == (
-        (5, 0, False),
-        (9, 0, False),
-        (9, 0, False),
-        (9, 0, True),
-    )
+    assert stage_layer_counts(arch, 4, 1, True, (5, 9, 9, 9)) == ((5, 0), (9, 0), (9, 0), (9, 0))
     base = {"model": "llama3-8b", "pp": 4, "dp": 2, "seq_len": 8192, "global_batch_size": 64}
     even = build_case(base).evaluate()
     skew = build_case({**base, "stage_layers": "5,9,9,9"}).evaluate()

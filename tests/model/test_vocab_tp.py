@@ -14,10 +14,12 @@ import subprocess
 import sys
 
 from trainplan.interface.inputs import build_case
+from trainplan.interface.report_dict import estimate_to_dict
 from trainplan.model.estimate import evaluate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
-from trainplan.model.specs import Architecture, ModelSpec, TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.vocab import VOCAB_MULTIPLE, padded_vocab
 from trainplan.topology.accelerators import get_accelerator
 
@@ -92,7 +94,7 @@ def test_megatron_pads_llama3_at_tp8_and_pad_vocab_overrides_it():
     assert (padded.padded_vocab_size, plain.padded_vocab_size) == (129_024, 128_256)
     diff = padded.stages[0].state.weights_bytes - plain.stages[0].state.weights_bytes
     assert diff == 2 * 2 * 768 * 4096 // 8 == 1_572_864
-    assert padded.to_dict()["model"]["padded_vocab_size"] == 129_024
+    assert estimate_to_dict(padded)["model"]["padded_vocab_size"] == 129_024
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,8 @@ from trainplan.interface.scenario import build_problem
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import objective_ns
 from trainplan.model.layout import Layout
-from trainplan.model.specs import Architecture, Mlp, ModelSpec, Norm, PositionEmbedding
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.optimizer.per_stage import per_stage_search, solve_shape
 from trainplan.optimizer.stage_tables import OutOfTime, build_stage_tables
 

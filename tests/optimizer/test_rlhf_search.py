@@ -11,8 +11,9 @@ import pytest
 
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf_spec import RLHFSpec
-from trainplan.model.specs import Architecture, ModelSpec
+from trainplan.model.specs import Architecture
 from trainplan.optimizer.rlhf_cpsat import PlacementModel
 from trainplan.optimizer.rlhf_search import (
     TABLES_SHARE,

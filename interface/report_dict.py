@@ -5,11 +5,16 @@ Bytes are exact: ints when whole, floats otherwise; times in seconds; rates as 0
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from trainplan.interface.flags import with_flags
+from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.layout import Layout
+from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     FP8_WEIGHT_CACHE_BYTES,
@@ -17,37 +22,29 @@ from trainplan.model.precision import (
     Precision,
     linear_speedup,
 )
+from trainplan.model.roofline import generation_of, params_in_force, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
+from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 from trainplan.model.units import as_json_number
-
-if TYPE_CHECKING:
-    from trainplan.model.estimate import Estimate
-    from trainplan.model.layout import Layout
 
 __all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
 
 
 def _time_model(est: Estimate) -> str:
-    from trainplan.model.roofline_step import uses_roofline
-
-    return "roofline" if uses_roofline(est.options, est.layout, est.device) else "single"
+    return "roofline" if uses_roofline(est.options, est.layout.framework, est.device) else "single"
 
 
 def _efficiencies(est: Estimate) -> dict[str, Any]:
     """The time model's figures: the roofline's (``roofline``) or the single model's kernel and
     attention efficiencies."""
-    from dataclasses import asdict
-
-    from trainplan.model.roofline_step import params_of
-
     flash = est.training.flash_attention
     if _time_model(est) == "single":
         return {
             "kernel_efficiency": est.options.kernel_efficiency,
             "attention_efficiency": est.options.attention_efficiency if flash else None,
         }
-    figures = asdict(params_of(est.options, est.device))
+    figures = asdict(params_in_force(est.options.roofline, est.device.name))
     if not flash:
         figures["attention_efficiency"] = None
     return {
@@ -78,20 +75,17 @@ def _attention_note(est: Estimate) -> str:
 def _time_sentence(est: Estimate, overlap: str) -> str:
     """How the step time was reckoned: the roofline model's figures and mechanisms, or the
     single model's efficiency and overlaps."""
-    from trainplan.model.roofline import generation_of
-    from trainplan.model.roofline_step import params_of, uses_roofline
 
     o = est.options
-    if not uses_roofline(o, est.layout, est.device):
+    if not uses_roofline(o, est.layout.framework, est.device):
         return (
             f"step time (single model): hardware FLOPs at kernel efficiency "
             f"{o.kernel_efficiency:g} of the dense peak"
             + _attention_note(est)
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
-    from trainplan.model.roofline import roofline_params_for
 
-    p = params_of(o, est.device)
+    p = params_in_force(o.roofline, est.device.name)
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
@@ -124,6 +118,19 @@ def tp_block_inputs(est: Estimate) -> str | None:
     return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"
 
 
+def _selective_clause(est: Estimate) -> str:
+    """What ``recompute selective`` keeps under the profile: torchtitan's op-level policy
+    (:mod:`model.op_checkpoint`) or Megatron-Core's recompute modules."""
+    if str(est.layout.recompute) != "selective":
+        return ""
+    if est.layout.framework.op_selective:
+        return (
+            " (torchtitan's op-level policy: the block input, every other matmul output and "
+            "the attention kernel's outputs kept in dense layers)"
+        )
+    return f" (recompute modules {', '.join(est.training.recompute_modules)})"
+
+
 def _tp_plan_clause(est: Estimate) -> str:
     plan = tp_block_inputs(est)
     if plan == "gathered":
@@ -138,8 +145,9 @@ def assumptions(est: Estimate) -> list[str]:
     t, lay, o = est.training, est.layout, est.options
     overlap = ", ".join(f"{k} {v:g}" for k, v in o.overlap.items())
     mech = mechanism(
-        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes
-    )
+        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=lay.pp > 1,
+    )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
         _precision_sentence(est),
@@ -148,7 +156,8 @@ def assumptions(est: Estimate) -> list[str]:
         _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
-        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}; "
+        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
+        f"{_selective_clause(est)}; "
         f"schedule {lay.schedule}; "
         f"convention {t.activation_convention}"
         + (
@@ -158,7 +167,8 @@ def assumptions(est: Estimate) -> list[str]:
         ),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + recompute transient + context-parallel buffers) or the optimizer step (model state + what the step "
+        "activations + the larger of the recompute transient and the loss's working set + "
+        "context-parallel buffers) or the optimizer step (model state + what the step "
         "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
@@ -377,6 +387,13 @@ def bound_notes(est: Estimate) -> list[str]:
     return notes
 
 
+def loss_beyond_recompute(acts: Any) -> Fraction:
+    """What the last stage's loss working set adds to the peak beyond the recompute transient
+    (the two do not coincide; the peak holds the larger): ``max(loss − recompute, 0)``, so that
+    the memory lines sum to the total."""
+    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
     st = est.peak
     acts = st.activations
@@ -397,6 +414,15 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "construction_bytes": _n(
+            construction_peak_bytes(
+                est.layout.framework,
+                est.layout.zero_stage,
+                st.dense_params + st.expert_params,
+                est.training.weight_bytes,
+            )
+        ),
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
         "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
         "activation_offload_buffer_bytes": _n(acts.offload_buffer_bytes) if acts else None,
@@ -435,6 +461,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_other_activation_bytes": _n(
                     acts.embedding_bytes
                     + acts.recompute_transient_bytes
+                    + loss_beyond_recompute(acts)
                     + acts.cp_transient_bytes
                     + acts.offload_buffer_bytes
                 )
@@ -499,6 +526,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
+            "recompute_modules": list(t.recompute_modules),
+            "fp8_param_gather": t.fp8_param_gather,
         },
         "memory": _memory(est),
         "zero_table": [
@@ -555,7 +584,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             **_efficiencies(est),
         },
         "assumptions": assumptions(est),
-        "notes": [*est.notes, *bound_notes(est)],
+        "notes": [with_flags(n) for n in (*est.notes, *bound_notes(est))],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)

@@ -1,0 +1,357 @@
+"""Every legality rule of a layout, written once (docs/concepts/conventions.md "Inputs and errors").
+
+Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
+:class:`model.errors.LayoutError` naming the parameter, its value and the rule. Two uses:
+
+* :func:`model.layout.validate` checks one layout: the rules in order, the first broken one
+  raised;
+* :func:`legality` answers for any :class:`model.terms.fields.Fields` — one layout, or the
+  search's columns of candidates — the legal mask and the first broken rule's reason per
+  candidate, each rule evaluated once per distinct value of its scope. The search's shapes
+  (:func:`optimizer.space.legal_shapes`) and tables ask it; they never re-type a rule.
+
+Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
+``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
+does not multiply G (docs/concepts/conventions.md "Layout").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.activation_offload import check_activation_offload
+from trainplan.model.context_parallel import check_cp_kind
+from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework, check_framework
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.offload import check_offload
+from trainplan.model.pipeline import check_schedule
+from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.recompute_modules import check_recompute_modules
+from trainplan.model.specs import AttentionKind, TrainingSpec
+from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
+from trainplan.model.xp import where
+
+__all__ = [
+    "Rule",
+    "RULES",
+    "Setting",
+    "legality",
+    "check_rules",
+    "refusal",
+    "check_expert_parallel",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """What the rules read besides the layout: the model, the recipe and the GPU count the
+    degrees must multiply to (None: not checked)."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    num_gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One legality rule: ``check(setting, *values of scope)`` raises a LayoutError."""
+
+    name: str
+    scope: tuple[str, ...]
+    check: Callable[..., None]
+
+
+def _gpus(s: Setting, dp: int, tp: int, pp: int, cp: int) -> None:
+    if s.num_gpus is not None and dp * tp * pp * cp != s.num_gpus:
+        raise LayoutError(
+            f"gpus: dp {dp} × tp {tp} × pp {pp} × cp {cp} = {dp * tp * pp * cp}, not {s.num_gpus}"
+        )
+
+
+def _batch(s: Setting, b: int, dp: int) -> None:
+    B = s.training.global_batch_size
+    if B % (b * dp):
+        raise LayoutError(
+            f"global_batch_size: {B} is not divisible by micro_batch_size {b} × dp {dp} = {b * dp}"
+        )
+
+
+def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
+    check_framework(Framework(framework), zero_stage, pp)
+
+
+def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
+    check_offload(framework, zero_stage, s.training.offload)
+
+
+def _activation_offload(
+    s: Setting, framework: Any, recompute: Any, counts: tuple[int, ...] | None
+) -> None:
+    arch = s.model.arch
+    has_moe = arch is None or arch.kind_index(True) is not None
+    has_mla = arch is None or arch.mla is not None
+    check_activation_offload(
+        framework, recompute, s.training.offload.activations, has_moe, counts, has_mla
+    )
+
+
+def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
+    arch = s.model.arch
+    has_moe = arch is None or arch.kind_index(True) is not None
+    has_mla = arch is None or arch.mla is not None
+    check_recompute_modules(framework, recompute, s.training.recompute_modules, has_moe, has_mla)
+
+
+def _fp8_param_gather(s: Setting, framework: Any) -> None:
+    check_fp8_param_gather(framework, s.training.fp8_param_gather)
+
+
+def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
+    shard = dp * cp
+    if etp is None and shard % ep:
+        raise LayoutError(f"ep: {ep} must divide dp × cp = {shard}")
+    if etp is not None and etp > tp:
+        raise LayoutError(
+            f"etp: {etp} above tp = {tp} is not modelled (etp's token collectives ride the tp "
+            "group's link)"
+        )
+    if etp is not None and (tp * shard) % (ep * etp):
+        raise LayoutError(
+            f"ep: etp {etp} × ep {ep} = {ep * etp} must divide tp × dp × cp = {tp * shard} (the "
+            "expert groups are carved out of those ranks)"
+        )
+
+
+def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
+    check_schedule(pp, m, schedule, v)
+    if str(schedule) == "interleaved" and pp < 2:
+        raise LayoutError(
+            "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
+            "model chunks across pipeline stages), not pp 1; use 1f1b"
+        )
+
+
+def _sequence_parallel(s: Setting, sequence_parallel: bool | None, tp: int) -> None:
+    if sequence_parallel and tp == 1:
+        raise LayoutError(
+            "sequence_parallel: splits the tp group's activations and needs tp ≥ 2, not tp 1"
+        )
+
+
+def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> None:
+    if s.model.arch is not None:
+        return
+    if stage_layers is not None:
+        raise LayoutError(
+            "stage_layers: a stage layout needs the model's layers (a catalogue model, a "
+            "config.json or `num_layers`), not a size only"
+        )
+    if ep > 1:
+        raise LayoutError(f"ep: {ep} needs a MoE model with dimensions, not a size only")
+
+
+def _divides(axis: str, degree: int, what: str, value: int) -> None:
+    if value % degree:
+        raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
+
+
+def check_expert_parallel(ep: int, model: ModelSpec) -> None:
+    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
+    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
+    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
+    ``num_moe_experts % ep_size == 0``). One of :func:`_heads`' rules, and asked by the search
+    for each degree the user allows.
+
+    Raises
+    ------
+    LayoutError
+        ``ep: 16 does not divide num_experts = 8``.
+    """
+    arch = model.arch
+    if arch is None or ep == 1:
+        return
+    if arch.moe is None:
+        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
+    _divides("ep", ep, "num_experts", arch.moe.num_experts)
+
+
+def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
+    """tp divides the attention heads, the KV heads (MHA) and the FFN; the expert rules."""
+    arch = s.model.arch
+    if arch is None:
+        return
+    _divides("tp", tp, "num_attention_heads", arch.num_attention_heads)
+    if arch.attention is AttentionKind.MHA:
+        _divides("tp", tp, "num_kv_heads", arch.kv_heads)
+    _divides("tp", tp, "ffn_hidden_size", arch.ffn_hidden_size)
+    check_expert_parallel(ep, s.model)
+    if arch.moe is None:
+        if etp is not None:
+            raise LayoutError(f"etp: {etp} needs a MoE model; {s.model.name} is dense")
+        return
+    axis, degree = ("tp", tp) if etp is None else ("etp", etp)
+    _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
+
+
+def _split(s: Setting, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None) -> None:
+    """pp·v chunks at most L (and dividing it when uneven stages are off), or explicit
+    ``stage_layers`` summing to L (:mod:`model.split`)."""
+    arch = s.model.arch
+    if arch is None:
+        return
+    if sizes is not None:
+        check_stage_layers(arch.num_layers, pp, v, sizes)
+        return
+    check_chunks(arch.num_layers, pp, v, uneven)
+    chunks = pp * v
+    if arch.num_layers % chunks and not uneven:
+        raise LayoutError(
+            f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = "
+            f"{arch.num_layers} (allow uneven stages or choose a divisor)"
+        )
+
+
+def _recompute_layers(
+    s: Setting,
+    counts: tuple[int, ...] | None,
+    recompute: Any,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+) -> None:
+    """The per-stage recomputation counts' rules (``Layout.recompute_layers``)."""
+    arch = s.model.arch
+    if counts is None or arch is None:
+        return
+    shown = ",".join(map(str, counts))
+    if str(recompute) not in ("none", "selective"):
+        raise LayoutError(
+            f"recompute_layers: {shown} needs recompute none or selective for the other "
+            f"layers, not {recompute}"
+        )
+    for i, k in enumerate(counts):
+        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes))
+        if k <= largest:
+            continue
+        if v == 1:
+            raise LayoutError(
+                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
+                "(each count must be at most its stage's layers)"
+            )
+        raise LayoutError(
+            f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
+            f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
+            "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
+        )
+
+
+def _context_parallel(
+    s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool
+) -> None:
+    """cp > 1 needs s divisible by 2·cp (load-balanced causal split, every flavour); the
+    flavour's own rules (:func:`model.context_parallel.check_cp_kind`); with sequence
+    parallelism tp divides s/cp."""
+    seq = s.training.seq_len
+    if cp > 1 and seq % (2 * cp):
+        raise LayoutError(f"cp: seq_len {seq} is not divisible by 2 × cp = {2 * cp}")
+    check_cp_kind(cp_kind, cp, cp_a2a, tp, s.model.arch)
+    if sp and (seq // cp) % tp:
+        raise LayoutError(
+            f"tp: sequence parallelism needs seq_len / cp = {seq // cp} divisible by tp = {tp}"
+        )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
+    Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
+    Rule("framework", ("framework", "zero_stage", "pp"), _framework),
+    Rule("offload", ("framework", "zero_stage"), _offload),
+    Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
+    Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
+    Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
+    Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
+    Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
+    Rule("size_only", ("stage_layers", "ep"), _size_only),
+    Rule("heads", ("tp", "ep", "etp"), _heads),
+    Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers"), _split),
+    Rule(
+        "recompute_layers",
+        ("recompute_layers", "recompute", "pp", "virtual_stages", "uneven_stages", "stage_layers"),
+        _recompute_layers,
+    ),
+    Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
+)
+"""Every rule, in the order :func:`model.layout.validate` checks them."""
+
+
+def check_rules(setting: Setting, values: Callable[[str], Any]) -> None:
+    """Check every rule on one layout's field ``values`` (a name → value function); raise the
+    first broken one.
+
+    Raises
+    ------
+    LayoutError
+        Naming the constraint and the numbers.
+    """
+    for rule in RULES:
+        rule.check(setting, *(values(name) for name in rule.scope))
+
+
+@lru_cache(maxsize=65536)
+def _reason(check: Callable[..., None], setting: Setting, *values: Any) -> str:
+    """The rule's refusal of these values, or "" (one distinct value of its scope)."""
+    try:
+        check(setting, *values)
+    except LayoutError as err:
+        return str(err)
+    return ""
+
+
+def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
+    """(legal, reason) of the layout(s) ``f`` (:class:`model.terms.fields.Fields`): whether
+    every rule holds, and the first broken rule's message ("" where legal). Scalars for one
+    layout; ``[n, 1]`` columns for many, each rule evaluated once per distinct value of its
+    scope.
+
+    Examples
+    --------
+    >>> from trainplan.model.layout import Layout
+    >>> from trainplan.model.model_spec import ModelSpec
+    >>> from trainplan.model.terms.fields import LayoutFields
+    >>> s = Setting(ModelSpec(name="m", num_params_declared=10**9), TrainingSpec(seq_len=8,
+    ...     global_batch_size=6))
+    >>> legality(s, LayoutFields(Layout(dp=4), 6))
+    (False, 'global_batch_size: 6 is not divisible by micro_batch_size 1 × dp 4 = 4')
+    """
+    reason: Any = ""
+    for rule in RULES:
+        found = f.lookup(_reason, (rule.check, setting), *rule.scope)
+        reason = where(reason == "", found, reason)
+    return reason == "", reason
+
+
+def refusal(setting: Setting, **values: Any) -> str:
+    """The first broken rule among those whose whole scope is in ``values`` (field name →
+    value), or "": the rules that decide a partial choice (which frameworks run a ZeRO stage
+    with a pipeline, which CP flavours a shape takes) without a whole layout.
+
+    Examples
+    --------
+    >>> from trainplan.model.model_spec import ModelSpec
+    >>> s = Setting(ModelSpec(name="m", num_params_declared=10**9), TrainingSpec(seq_len=8,
+    ...     global_batch_size=8))
+    >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
+    'zero_stage: 2 with `framework` deepspeed needs pp = 1'
+    """
+    for rule in RULES:
+        if all(name in values for name in rule.scope):
+            found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
+            if found:
+                return found
+    return ""

@@ -1,0 +1,437 @@
+"""The activation term: bytes one GPU of a pipeline stage holds for backward, at its peak.
+
+Korthikanti et al. 2022 (arXiv 2205.05198, §4 and §5) and Chen et al. 2016 (arXiv 1604.06174):
+the per-layer bytes of :mod:`model.activations` (:func:`model.stage_bytes.layer_quantities`,
+per distinct activation context), combined over the stage's layers as the recompute mode keeps
+them (:func:`model.stage_bytes.stage_forms`, per distinct split), times the micro-batches the
+schedule keeps in flight on the stage (:func:`model.pipeline.flat_in_flight`; interleaved
+stages chunk by chunk, :func:`model.stage_bytes.chunk_peak`); full and √n recomputation keep
+checkpoints instead and add a transient, counted once, as are the buffers a context-parallel
+flavour holds while one layer's attention runs (:mod:`model.context_parallel`) and activation
+offload's GPU buffer (:mod:`model.activation_offload`).
+
+The term (:func:`stage_activations_term`) is written once over a layout's fields
+(:mod:`model.terms.fields`): exact for one layout, element-wise over the search's columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.activation_offload import offload_buffer_bytes
+from trainplan.model.activations import ActivationContext
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
+from trainplan.model.memory import keeps_gathered_inputs
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.pipeline import Schedule, flat_in_flight, interleaved_in_flight
+from trainplan.model.precision import Precision
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import stage_chunks, stage_layers
+from trainplan.model.stage_bytes import (
+    apply_form,
+    block_forms,
+    chunk_block_forms,
+    chunk_form,
+    chunk_peak,
+    embedding_bytes,
+    layer_quantities,
+    offload_quantities,
+    peak_transient,
+)
+from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.model.xp import exact, maximum, minimum, where
+
+__all__ = [
+    "StageActivations",
+    "activation_context",
+    "CONTEXT_FIELDS",
+    "LAYER_FIELDS",
+    "FORM_FIELDS",
+    "layer_figures",
+    "offload_figures",
+    "stage_layer_counts",
+    "padded_vocab_of",
+    "gathers_block_inputs",
+    "stage_activations_term",
+    "stage_activations",
+]
+
+CACHE = 4096
+"""Entries each structure cache keeps."""
+
+CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
+"""What a layer's activation bytes read of a layout (:func:`activation_context`)."""
+LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers")
+"""What a stage's layers read of a layout (:func:`model.split.stage_layers`)."""
+FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
+"""What a stage's recompute forms read of a layout."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageActivations:
+    """Activation bytes on one GPU of one pipeline stage (exact for one layout; columns of
+    layouts in the search's tables)."""
+
+    layers_bytes: Fraction
+    """What the transformer layers keep for backward over all micro-batches in flight
+    (checkpoints included under full / √n recomputation)."""
+    recompute_transient_bytes: Fraction
+    """Extra bytes while one layer (full) or one segment (√n) is recomputed, less the
+    checkpoint it starts from; counted once."""
+    embedding_bytes: Fraction
+    """Input-embedding dropout mask (first stage) and output layer (last stage: final-norm
+    input, output-projection input, FP32 logits ``4·S·V/tp``), times micro-batches in flight."""
+    microbatches_in_flight: Fraction
+    per_microbatch_bytes: Fraction
+    """``layers_bytes`` for one micro-batch."""
+    pipeline_output_bytes: Fraction = Fraction(0)
+    """Stage outputs kept for backward after they were sent to the next stage (``β·S·h``, ÷ tp
+    with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
+    default, Megatron-LM's ``deallocate_pipeline_outputs``)."""
+    cp_transient_bytes: Fraction = Fraction(0)
+    """What the context-parallel exchange holds beside the kept activations while one layer's
+    attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
+    :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
+    stage without transformer layers."""
+    offload_buffer_bytes: Fraction = Fraction(0)
+    """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
+    GPU — the group never offloaded and one layer in transit
+    (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
+    offloaded tensor out. 0 without activation offload."""
+    offload_host_bytes: Fraction = Fraction(0)
+    """Activation offload: the offloaded tensors of every layer and micro-batch in flight on the
+    host, less the group never offloaded. Not part of any GPU total."""
+    loss_transient_bytes: Fraction = Fraction(0)
+    """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
+    one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
+    copy, backward's gradients, as the profile's default loss holds them). It does not coincide
+    with a recompute transient (the loss's backward runs before any layer's), so the peak takes
+    the larger of the two. 0 on other stages."""
+
+    @property
+    def total_bytes(self) -> Fraction:
+        return (
+            self.layers_bytes
+            + maximum(self.recompute_transient_bytes, self.loss_transient_bytes)
+            + self.embedding_bytes
+            + self.pipeline_output_bytes
+            + self.cp_transient_bytes
+            + self.offload_buffer_bytes
+        )
+
+
+def activation_context(
+    training: TrainingSpec,
+    micro_batch_size: int,
+    cp: int,
+    tp: int,
+    sequence_parallel: bool,
+    cp_kind: CpKind,
+    ep: int = 1,
+    expert_tp: int = 1,
+    framework: Framework = DEFAULT_FRAMEWORK,
+) -> ActivationContext:
+    """The :class:`model.activations.ActivationContext` of a layout's fields and the recipe:
+    what every per-layer activation figure reads. The framework decides whether FP8 linear
+    layers save FP8 inputs, whether tensor parallelism keeps the blocks' gathered inputs
+    (:func:`model.memory.keeps_gathered_inputs`), whether the expert-TP group gathers the
+    routed tokens, what the MoE combine keeps and what selective recomputation keeps (torchtitan's
+    op-level policy under ``fsdp2``, Megatron-Core's ``recompute_modules`` otherwise;
+    :class:`model.frameworks.Framework`)."""
+    framework = Framework(framework)
+    return ActivationContext(
+        seq_len=training.seq_len,
+        cp=cp,
+        micro_batch_size=micro_batch_size,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        flash_attention=training.flash_attention,
+        activation_bytes=training.activation_bytes,
+        convention=training.activation_convention,
+        memory_efficient_norm=training.memory_efficient_norm,
+        fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
+        cp_kind=cp_kind,
+        offload_modules=training.offload.activations,
+        gathered_block_inputs=keeps_gathered_inputs(framework, training),
+        expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
+        combine_output_bytes=framework.moe_combine_bytes(),
+        ep=ep,
+        op_selective=framework.op_selective,
+        recompute_modules=training.recompute_modules,
+        fp8_gemms=training.precision is Precision.FP8,
+    )
+
+
+@lru_cache(maxsize=CACHE)
+def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
+    """:func:`model.stage_bytes.layer_quantities` of the :data:`CONTEXT_FIELDS` values."""
+    return layer_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def offload_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
+    """:func:`model.stage_bytes.offload_quantities` of the :data:`CONTEXT_FIELDS` values."""
+    return offload_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def stage_layer_counts(
+    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
+) -> tuple[tuple[int, int], ...]:
+    """Per stage, (transformer layers, of them MoE) of the split (:func:`model.split.stage_layers`;
+    MTP blocks on the last)."""
+    return tuple(
+        (len(layers), sum(map(arch.is_moe_layer, layers)))
+        for layers in stage_layers(arch, pp, v, uneven, sizes)
+    )
+
+
+@lru_cache(maxsize=CACHE)
+def _forms(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    mode: Recompute,
+    counts: tuple[int, ...] | None,
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
+    """Per stage, (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
+    per-chunk layer counts): :func:`model.stage_bytes.block_forms` of the stage's layer kinds
+    (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
+    counts and chunks); the chunks' forms for the interleaved peak."""
+    out = []
+    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
+        kinds = tuple(arch.is_moe_layer(j) for j in layers)
+        local = tuple(
+            tuple(arch.is_moe_layer(j) for j in chunk)
+            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes)
+        )
+        recomputed = None if counts is None else counts[stage]
+        chunks: tuple[tuple[int, ...], ...]
+        if recomputed is not None and v > 1:
+            chunks, transients = chunk_block_forms(local, mode, recomputed)
+            kept = tuple(sum(c) for c in zip(*chunks, strict=True))
+        else:
+            kept, transients = block_forms(kinds, mode, recomputed)
+            chunks = tuple(chunk_form(c, mode) for c in local)
+        flat = tuple(x for form in transients for x in form)
+        out.append((kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))))
+    return tuple(out)
+
+
+def _kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[0] for s in _forms(arch, *key))
+
+
+def _transient_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[1] for s in _forms(arch, *key))
+
+
+def _chunk_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[2] for s in _forms(arch, *key))
+
+
+def _chunk_layers(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[3] for s in _forms(arch, *key))
+
+
+def _split_forms(flat: Any) -> list[Any]:
+    """A flat sequence of coefficients as forms of eight."""
+    return [flat[i : i + 8] for i in range(0, len(flat), 8)]
+
+
+def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
+    """Whether tensor parallelism keeps the blocks' all-gathered inputs under ``framework``
+    (:func:`model.memory.keeps_gathered_inputs`; the output layer's gathered input too)."""
+    return keeps_gathered_inputs(Framework(framework), training)
+
+
+def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int) -> int:
+    """V padded as ``framework`` pads it for ``tp`` (:func:`model.vocab.padded_vocab`; ``given``
+    the multiple asked for, None = the framework's)."""
+    return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
+
+
+def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
+    """(K/V exchange ranks, head all-to-all ranks, the exchange is an all-gather) of a CP
+    flavour (:func:`model.context_parallel.cp_degrees`)."""
+    r, u = cp_degrees(kind, cp, cp_a2a)
+    return r, u, CpKind(kind) is CpKind.ALL_GATHER
+
+
+def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes of the stage outputs one micro-batch leaves on this GPU when they are not
+    deallocated after the send: one ``β·S·h`` tensor (÷ tp with sequence parallelism) per model
+    chunk that sends (v on every stage but the last, v − 1 there).
+
+    The output of a pipeline stage is sent to the next stage, but autograd keeps the tensor for
+    the backward pass; only its ``grad_fn`` is needed. Megatron-LM's
+    ``deallocate_pipeline_outputs`` (``megatron/core/pipeline_parallel/schedules.py``,
+    ``deallocate_output_tensor``) replaces its data with a scalar after the send; Korthikanti et
+    al. 2022 (arXiv 2205.05198) Appendix B shows the saving on the 530B model's first stage, and
+    Llama 3 (arXiv 2407.21783) §3.3.2 deallocates stage inputs and outputs the same way.
+    """
+    one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
+    v = f.virtual_stages
+    senders = where(f.stage == f.pp - 1, v - 1, v)
+    kept = where(f.deallocate_pipeline_outputs, 0, 1) * where(f.pp == 1, 0, 1)
+    return kept * one * senders
+
+
+def _offload_lines(
+    c: Context, f: Fields, n_layers: Any, n_moe: Any, in_flight: Any, off_q: Any, offloaded: Any
+) -> tuple[Any, Any]:
+    """(GPU buffer, host bytes) of activation offload on a stage whose layers offload
+    ``offloaded`` bytes in all: the buffer of :func:`model.activation_offload.offload_buffer_bytes`
+    for the stage's largest per-layer offload (``off_q``: :func:`offload_figures`), and the
+    rest on the host. (0, 0) without activation offload."""
+    if not c.training.offload.activations:
+        return 0, 0
+    figure = 1 if f.recompute is Recompute.SELECTIVE else 0
+    per_layer = maximum(
+        where(n_layers - n_moe > 0, off_q[figure], 0), where(n_moe > 0, off_q[4 + figure], 0)
+    )
+    buffer = minimum(offload_buffer_bytes(per_layer, n_layers * in_flight), offloaded)
+    return buffer, offloaded - minimum(per_layer, offloaded)
+
+
+def _in_flight(f: Fields) -> Any:
+    """Micro-batches a stage of one model chunk holds at its peak
+    (:func:`model.pipeline.microbatches_in_flight`): GPipe m, 1F1B ``min(pp − i, m)``, the
+    interleaved schedule's warm-up with one chunk."""
+    flat = flat_in_flight(f.pp, f.m, f.stage, f.schedule == Schedule.GPIPE)
+    one_chunk = interleaved_in_flight(f.pp, f.m, 1, f.stage)
+    return exact(where((f.schedule == Schedule.INTERLEAVED) & (f.pp > 1), one_chunk, flat))
+
+
+def stage_activations_term(c: Context, f: Fields) -> StageActivations:
+    """Activation bytes on one GPU of pipeline stage ``f.stage``.
+
+    * none: Σ layer bytes × in flight.  * selective: the same without the score tensors.
+    * full: Σ checkpoints (``β·S·h`` ÷ tp with SP) × in flight, plus one layer's bytes less its
+      checkpoint as the transient.
+    * with ``Layout.recompute_layers``: the first k layers of each model chunk as full, the
+      others as the base mode, the largest recompute transient
+      (:func:`model.stage_bytes.block_forms`; per chunk when interleaved,
+      :func:`model.stage_bytes.chunk_block_forms`, each chunk weighing its own bytes in the
+      interleaved peak).
+    * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
+      largest segment's bytes less its checkpoint (full recomputation is k = 1).
+
+    Interleaved stages (v model chunks) are held chunk by chunk at the schedule's peak
+    (:func:`model.stage_bytes.chunk_peak`); with context parallelism the exchange's buffers of
+    one layer are added once; with activation offload the offloaded tensors leave the layers'
+    bytes, a two-layer buffer stays (:func:`_offload_lines`).
+
+    Scope: :data:`CONTEXT_FIELDS`, :data:`FORM_FIELDS`, dp (through m), schedule, framework (the
+    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs. Control: pp, recompute,
+    virtual_stages (v > 1 is the interleaved schedule, held chunk by chunk).
+    """
+    arch, t = c.arch, c.training
+    beta = t.activation_bytes
+    q = f.lookup(layer_figures, (arch, t), *CONTEXT_FIELDS)
+    off_q = f.lookup(offload_figures, (arch, t), *CONTEXT_FIELDS)
+    n_layers, n_moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    per_form = f.per_stage(_kept_form, (arch,), *FORM_FIELDS)
+    per_mb = apply_form(per_form, q)
+    transient = peak_transient(
+        _split_forms(f.per_stage(_transient_forms, (arch,), *FORM_FIELDS)), q
+    )
+    tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
+    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    gathered = f.lookup(gathers_block_inputs, (t,), "framework")
+    emb = embedding_bytes(
+        arch, f.stage == 0, f.stage == f.pp - 1, tokens, f.tp, f.sp, beta, vocab, gathered
+    )
+    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta) * (n_layers > 0)
+    v = f.virtual_stages
+    if v == 1 or f.pp == 1:  # one chunk per stage (v > 1 is the interleaved schedule's)
+        in_flight = _in_flight(f)
+        kept, emb_total, held_mb = per_mb * in_flight, emb * in_flight, in_flight
+        offloaded = apply_form(per_form, off_q) * in_flight
+    else:
+        # the peak found chunk by chunk (model.pipeline.interleaved_peak); with per-stage counts
+        # each chunk weighs its own recomputed layers. Under √n the chunks' checkpoints are not
+        # modelled per chunk: the closed form holds, and the layer counts place the end chunk's
+        # micro-batches.
+        in_flight = interleaved_in_flight(f.pp, f.m, v, f.stage)
+        offloaded = 0
+        if f.recompute is Recompute.SQRT:
+            chunk_layers = f.per_stage(_chunk_layers, (arch,), *FORM_FIELDS)
+            held, end_held = chunk_peak(f.pp, f.m, v, f.stage, [exact(n) for n in chunk_layers], 0)
+            kept = per_mb * in_flight
+        else:
+            forms = _split_forms(f.per_stage(_chunk_forms, (arch,), *FORM_FIELDS))
+            chunk_bytes = [apply_form(form, q) for form in forms]
+            held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
+            kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
+            if t.offload.activations:
+                offloaded = sum(
+                    (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
+                    exact(0),
+                )
+        emb_total = emb * end_held
+        held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
+    outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
+    buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
+    extra = f.lookup(_loss_extra, (), "framework", "tp")
+    loss = where(f.stage == f.pp - 1, extra * tokens * vocab / f.tp, 0)
+    return StageActivations(
+        kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
+    )
+
+
+def _loss_extra(framework: Any, tp: int) -> int:
+    """Bytes per local logit the profile's loss holds beyond the kept fp32 softmax
+    (:func:`model.loss_memory.loss_peak_bytes_per_element` less
+    :data:`model.loss_memory.LOSS_KEPT_BYTES`)."""
+    return loss_peak_bytes_per_element(framework, tp) - LOSS_KEPT_BYTES
+
+
+def stage_activations(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    stage: int,
+    layout: Layout,
+    training: TrainingSpec,
+    vocab_size: int | None = None,
+) -> StageActivations:
+    """:func:`stage_activations_term` of pipeline stage ``stage`` of ``layout`` holding
+    ``layers``: the layout's own split of that stage, or (one stage) the model's first
+    ``len(layers)`` layers, as a model of that many layers. ``vocab_size``: the vocabulary rows
+    the output layer holds (None: the model's), in whole rows per tp rank.
+
+    Raises
+    ------
+    ValueError
+        ``layers`` are neither.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
+    >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16, dropout=True)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1, flash_attention=False)
+    >>> a = stage_activations(arch, (0, 1, 2, 3), 0, Layout(recompute="none"), t)
+    >>> a.layers_bytes == 4 * (34 * 4 * 8 + 5 * 2 * 4 * 4)
+    True
+    """
+    own = stage_layers(
+        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+    )[stage]
+    if layers != own:
+        if layout.pp != 1 or layers != tuple(range(len(layers))):
+            raise ValueError(f"layers {layers} are not stage {stage}'s of {layout}")
+        arch = replace(arch, num_layers=len(layers))
+    arch = replace(arch, vocab_size=vocab_size or arch.vocab_size)
+    c = Context(ModelSpec(name="stage", arch=arch), training, vocab_multiple=0)
+    return stage_activations_term(c, LayoutFields(layout, training.global_batch_size, stage))

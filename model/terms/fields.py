@@ -1,0 +1,277 @@
+"""A layout's fields as the cost model's terms read them: one protocol, two providers.
+
+A *term* (:mod:`model.terms`) is a function ``term(c, f)`` of a :class:`Context` ``c`` (the
+model, the training recipe, the accelerator and the cost options: what every candidate of a
+search shares) and a :class:`Fields` ``f`` (what a layout chooses). Its body is written once:
+
+* :class:`LayoutFields` provides one :class:`model.layout.Layout` (and one pipeline stage) as
+  exact scalars — ints, :class:`fractions.Fraction`, enums — so ``evaluate()`` is exact;
+* the search's columns (``optimizer.columns.Columns``) provide the same fields as numpy columns
+  of many layouts (``[n, 1]``; the stage index as a ``[1, P]`` row, so per-stage figures come out
+  ``[n, P]``), with the layout's default for every field the search does not vary — so no field
+  can silently go missing from a term the search evaluates.
+
+Three operations let a term read what is not arithmetic on the fields:
+
+* :meth:`Fields.lookup` — an exact function of a few fields (a parameter count, a layer's
+  activation bytes, a layer's roofline time) evaluated once per distinct value of those fields
+  (the providers cache; the model's functions are cached themselves);
+* :meth:`Fields.per_stage` — the same for a function that answers per pipeline stage;
+* :meth:`Fields.stages` — a per-stage expression on every stage (a list for one layout, the
+  ``[n, P]`` array as it is for columns), reduced with :func:`stage_max` / :func:`stage_argmax`.
+
+Fields that select a mechanism with ``if`` (the framework, the ZeRO stage, the recompute mode,
+the schedule, the pipeline degree, …) are always scalars: the columns provider holds one value of
+each *control* field (a term's :attr:`model.terms.Term.control`) and the tables group candidates
+by them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.timing import CostOptions
+from trainplan.model.xp import is_array
+
+__all__ = [
+    "Context",
+    "Fields",
+    "LinkFields",
+    "LayoutFields",
+    "AxisLinkLike",
+    "stage_max",
+    "stage_argmax",
+    "stage_take",
+    "stage_tuple",
+    "LINK_AXES",
+]
+
+LINK_AXES = ("tp", "cp", "ep", "dp", "pp")
+"""The axes whose links a term reads (``dp`` is the dp·cp gradient group, ``dp_cp`` in
+:mod:`topology.placement`)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Context:
+    """What every candidate of one evaluation or search shares."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    device: DeviceSpec | None = None
+    """None where no term that reads the accelerator is evaluated (activations alone)."""
+    options: CostOptions = CostOptions()
+    vocab_multiple: int | None = None
+    """Pad V to a multiple of this × tp; None = each layout's framework's
+    (:func:`model.vocab.vocab_multiple_for`)."""
+
+    @property
+    def arch(self) -> Architecture:
+        """The architecture (terms that read it run only on models with dimensions)."""
+        assert self.model.arch is not None, "a term that reads layers needs the dimensions"
+        return self.model.arch
+
+    @property
+    def gpu(self) -> DeviceSpec:
+        """The accelerator (terms that read it run only where one is given)."""
+        assert self.device is not None, "a term that reads the accelerator needs one"
+        return self.device
+
+
+class AxisLinkLike(Protocol):
+    """What the cost model needs to know of the link an axis rides (:mod:`topology.placement`'s
+    ``AxisLink``)."""
+
+    link: str
+    bandwidth_bytes_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFields:
+    """The link one axis's groups ride, as the topology placed it: scalars for one layout,
+    ``[n, 1]`` columns for many."""
+
+    bandwidth: Any
+    """Bandwidth per GPU per direction of the tier, bytes/s (one NIC's across domains); None
+    when unknown (one layout only)."""
+    nvlink: Any
+    """The group lies in one scale-up domain."""
+    span: Any
+    """Consecutive ranks containing one group (:func:`topology.placement.axis_span`)."""
+    group_size: Any
+    """Ranks in one group (1: no traffic)."""
+
+
+class Fields(Protocol):
+    """The protocol a term reads a layout through (see the module docstring). Every field of
+    :class:`model.layout.Layout`, its derived quantities (``sp``, ``expert_tp``, ``shard_degree``,
+    ``expert_shard_degree``), ``m`` (micro-batches per step) and ``stage`` (the pipeline stage:
+    an int, or a ``[1, P]`` row of stage indices)."""
+
+    dp: Any
+    tp: Any
+    pp: Any
+    cp: Any
+    cp_kind: Any
+    cp_a2a: Any
+    ep: Any
+    etp: Any
+    zero_stage: Any
+    framework: Any
+    recompute: Any
+    micro_batch_size: Any
+    schedule: Any
+    virtual_stages: Any
+    sequence_parallel: Any
+    rank_order: Any
+    uneven_stages: Any
+    stage_layers: Any
+    recompute_layers: Any
+    deallocate_pipeline_outputs: Any
+    pipeline_scatter_gather: Any
+    sp: Any
+    expert_tp: Any
+    shard_degree: Any
+    expert_shard_degree: Any
+    m: Any
+
+    @property
+    def stage(self) -> Any:
+        """The pipeline stage: an int, or a ``[1, P]`` row of stage indices."""
+        ...
+
+    def lookup(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
+        """``fn(*args, *values of names)``: a number, or a tuple of numbers (a list of columns
+        for many layouts, ragged tuples padded with 0)."""
+        ...
+
+    def lookup_values(self, fn: Callable[..., Any], args: tuple[Any, ...], *values: Any) -> Any:
+        """:meth:`lookup` of values computed from the fields (scalars, or ``[n, 1]`` columns)
+        rather than of fields by name."""
+        ...
+
+    def per_stage(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
+        """:meth:`lookup` of a function that answers a sequence over the pipeline stages: this
+        stage's entry (``[n, P]`` for many layouts)."""
+        ...
+
+    def stages(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn`` evaluated on every pipeline stage: a list for one layout, ``fn(self)`` (already
+        ``[n, P]``) for many."""
+        ...
+
+    def link(self, axis: str) -> LinkFields:
+        """The link the axis's groups ride (:data:`LINK_AXES`)."""
+        ...
+
+
+class LayoutFields:
+    """One layout as exact scalars, at one pipeline stage (:class:`Fields`).
+
+    ``links`` are :func:`topology.placement.axis_links`' (keys ``tp cp ep dp_cp pp``); None when
+    no term that reads links is evaluated (memory only)."""
+
+    __slots__ = ("layout", "stage", "m", "_links")
+
+    def __init__(
+        self,
+        layout: Layout,
+        global_batch_size: int,
+        stage: int = 0,
+        links: Mapping[str, AxisLinkLike] | None = None,
+    ) -> None:
+        self.layout = layout
+        self.stage = stage
+        self.m = layout.num_microbatches(global_batch_size)
+        self._links = links
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.layout, name)
+
+    def at(self, stage: int) -> LayoutFields:
+        """The same layout at pipeline stage ``stage``."""
+        out = object.__new__(LayoutFields)
+        out.layout, out.stage, out.m, out._links = self.layout, stage, self.m, self._links
+        return out
+
+    def lookup(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
+        return fn(*args, *(getattr(self, n) for n in names))
+
+    def lookup_values(self, fn: Callable[..., Any], args: tuple[Any, ...], *values: Any) -> Any:
+        return fn(*args, *values)
+
+    def per_stage(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
+        return fn(*args, *(getattr(self, n) for n in names))[self.stage]
+
+    def stages(self, fn: Callable[[Any], Any]) -> list[Any]:
+        return [fn(self.at(i)) for i in range(self.layout.pp)]
+
+    def link(self, axis: str) -> LinkFields:
+        if self._links is None:
+            raise AssertionError("a term that reads links was given no links")
+        link = self._links.get("dp_cp" if axis == "dp" else axis)
+        if link is None:
+            return LinkFields(None, False, 0, 1)
+        size = getattr(link, "group_size", None)
+        if size is None:  # a bare AxisLinkLike: degree from the layout
+            size = self.layout.shard_degree if axis == "dp" else getattr(self.layout, axis)
+        return LinkFields(
+            None if link.link == "none" else link.bandwidth_bytes_per_s,
+            link.link == "nvlink",
+            getattr(link, "span", 0),
+            size if link.link != "none" else 1,
+        )
+
+
+def stage_max(values: Any) -> Any:
+    """The largest of a per-stage figure: ``max`` of a list (one layout), the maximum over the
+    last axis of an ``[n, P]`` array, kept ``[n, 1]``.
+
+    Examples
+    --------
+    >>> stage_max([3, 5, 5])
+    5
+    """
+    if is_array(values):
+        return values.__array_namespace__().max(values, axis=-1, keepdims=True)
+    return max(values)
+
+
+def stage_argmax(values: Any) -> Any:
+    """The first stage holding the largest of a per-stage figure (an int; ``[n, 1]`` indices
+    for arrays).
+
+    Examples
+    --------
+    >>> stage_argmax([3, 5, 5])
+    1
+    """
+    if is_array(values):
+        return values.__array_namespace__().argmax(values, axis=-1, keepdims=True)
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def stage_take(values: Any, index: Any) -> Any:
+    """A per-stage figure at stage ``index`` (:func:`stage_argmax`'s)."""
+    if is_array(values):
+        return values.__array_namespace__().take_along_axis(values, index, axis=-1)
+    return values[index]
+
+
+def stage_tuple(values: Any) -> tuple[Any, ...]:
+    """A per-stage figure that is a tuple, as a tuple of per-stage figures: a list of tuples
+    (one layout) transposed; a tuple of ``[n, P]`` arrays (columns) as it is.
+
+    Examples
+    --------
+    >>> stage_tuple([(1, 2), (3, 4)])
+    ([1, 3], [2, 4])
+    """
+    if isinstance(values, list):
+        return tuple(list(v) for v in zip(*values, strict=True))
+    return tuple(values)

@@ -1,0 +1,132 @@
+"""A stage's bytes at its peak: the memory terms summed, and the peak over the step's phases.
+
+One GPU of a pipeline stage holds its model state (:func:`model.terms.state.model_state_term`)
+and its activations (:func:`model.terms.activations.stage_activations_term`). Its peak is the
+larger of two phases (:func:`peak_over_phases`, the one rule the evaluator, the search's tables
+and the per-stage tables all apply):
+
+* forward/backward: the state with its gathered units and buffers, plus every activation line;
+* the optimizer step: the state with the step's extras, no activations live.
+
+The busiest stage is the one whose peak is largest (the first of equals, :func:`busiest_stage`);
+the host's share of an offload is the most any stage puts there, and must fit the host's memory
+(:func:`host_fits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.memory import ModelState
+from trainplan.model.terms.activations import StageActivations, stage_activations_term
+from trainplan.model.terms.fields import Context, Fields, stage_argmax
+from trainplan.model.terms.state import model_state_term, split_params
+from trainplan.model.xp import is_array, maximum
+
+__all__ = [
+    "StageMemory",
+    "peak_over_phases",
+    "stage_memory_term",
+    "busiest_stage",
+    "host_fits",
+]
+
+
+def peak_over_phases(backward_state: Any, activations: Any, optimizer_step_state: Any) -> Any:
+    """Bytes at a stage's peak: the larger of forward/backward (``backward_state`` +
+    ``activations``) and the optimizer step (``optimizer_step_state``; no activations are
+    live). Exact for one layout; element-wise for arrays.
+
+    Examples
+    --------
+    >>> peak_over_phases(10, 5, 12), peak_over_phases(10, 5, 18)
+    (15, 18)
+    """
+    return maximum(backward_state + activations, optimizer_step_state)
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Bytes on one GPU of one pipeline stage."""
+
+    stage: int
+    num_layers: int
+    dense_params: Fraction
+    """Non-expert parameters on this GPU (÷ tp)."""
+    expert_params: Fraction
+    """Routed-expert parameters on this GPU (÷ tp·ep)."""
+    state: ModelState
+    activations: StageActivations | None
+    """None for a size-only model (no dimensions)."""
+
+    @property
+    def backward_bytes(self) -> Fraction:
+        """Bytes at the forward/backward peak: model state, gathered units, buffers and every
+        activation line (the micro-batches in flight, the recompute transient)."""
+        acts = self.activations.total_bytes if self.activations else 0
+        return self.state.backward_bytes + acts
+
+    @property
+    def total_bytes(self) -> Fraction:
+        """The peak over the step's phases (:func:`peak_over_phases`)."""
+        acts = self.activations.total_bytes if self.activations else 0
+        return peak_over_phases(self.state.backward_bytes, acts, self.state.optimizer_step_bytes)
+
+    @property
+    def peak_phase(self) -> str:
+        """``forward-backward`` or ``optimizer-step``: where :attr:`total_bytes` is reached."""
+        if self.state.optimizer_step_bytes > self.backward_bytes:
+            return "optimizer-step"
+        return "forward-backward"
+
+    @property
+    def steady_bytes(self) -> Fraction:
+        """Model state (with gathered units) + activations: the steady state the textbook reports,
+        without the transient buffers of either phase."""
+        acts = self.activations.total_bytes if self.activations else 0
+        return self.state.resident_bytes + acts
+
+    @property
+    def host_bytes(self) -> Fraction:
+        """Bytes on this GPU's share of the host memory: offloaded state and activations."""
+        acts = self.activations.offload_host_bytes if self.activations else 0
+        return self.state.host_bytes + acts
+
+
+def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory:
+    """The bytes of pipeline stage ``f.stage`` (:class:`StageMemory`): its model state and, for
+    a model with dimensions, its activations."""
+    dense, experts = split_params(c, f)
+    state = model_state_term(c, f)
+    acts = stage_activations_term(c, f) if c.model.arch is not None else None
+    return StageMemory(f.stage, num_layers, dense, experts, state, acts)
+
+
+def busiest_stage(peaks: Any) -> Any:
+    """The stage with the most bytes at its peak (the first of equals)."""
+    return stage_argmax(peaks)
+
+
+def host_fits(host_bytes: Any, device: DeviceSpec) -> Any:
+    """Whether the host's share of an offload (the most any stage's GPU puts there) fits the
+    device's host memory per GPU: True with nothing offloaded; where that memory is unknown,
+    None for one layout and True for columns (the search does not refuse what it cannot
+    check).
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> d = DeviceSpec(name="x", memory_bytes=10, memory_unit="GB", peak_flops_per_s=1.0,
+    ...                runtime_reserve_bytes=0, host_memory_bytes=100)
+    >>> host_fits(0, d), host_fits(101, d)
+    (True, False)
+    """
+    cap = device.host_memory_bytes
+    if is_array(host_bytes):
+        return host_bytes <= (cap if cap is not None else float("inf"))
+    if not host_bytes:
+        return True
+    return None if cap is None else host_bytes <= cap

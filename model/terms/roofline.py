@@ -1,0 +1,267 @@
+"""The roofline time model's terms: per-stage micro-batch time from each layer's operations and
+collectives (:mod:`model.layer_time`), the pipeline's point-to-point messages, data-parallel
+traffic overlapped by its mechanism, and the optimizer step.
+
+``step_s = m·t_mb·(1 + bubble_ratio) + pp + exposed dp + optimizer step`` where ``t_mb`` is the
+slowest stage's micro-batch (operations + exposed tp, cp, ep collectives):
+
+* :func:`stage_parts_term` — a stage's :data:`model.layer_time.PARTS` for one micro-batch:
+  :func:`model.step_time.kind_parts` of a dense layer, a MoE layer, the embedding and the
+  output layer (one call per distinct micro-batch, degrees, links and recompute mode) times the
+  stage's layers (:func:`model.layer_time.stage_parts`); per-stage recomputation counts time
+  their layers fully recomputed (:func:`model.step_time.recompute_stage_parts`);
+* :func:`slowest_microbatch` — the slowest stage's micro-batch and its parts, and the dp overlap
+  window (the slowest without recomputation, read from the shape alone);
+* :func:`pp_seconds_term`, :func:`dp_seconds_term` — the pipeline messages and the data-parallel
+  collectives with their latency (:func:`model.step_time.pp_seconds`,
+  :func:`model.step_time.dp_seconds`, :func:`model.step_time.dp_exposed_seconds`), and the
+  optimizer step over the parameters the busiest stage's GPU updates
+  (:func:`model.step_time.optimizer_seconds`).
+
+Written once over a layout's fields (:mod:`model.terms.fields`): exact for one layout,
+element-wise over the search's columns.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.comm import dp_bytes, pp_message_bytes
+from trainplan.model.frameworks import gradient_bytes_for
+from trainplan.model.layer_time import PARTS, Clock, stage_parts
+from trainplan.model.layout import Recompute
+from trainplan.model.memory import optimizer_elements
+from trainplan.model.offload import adam_step_bytes
+from trainplan.model.precision import linear_speedup
+from trainplan.model.roofline import LinkTime, RooflineParams, params_in_force
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import recomputed_in_chunks, stage_chunks
+from trainplan.model.step_time import (
+    dp_exposed_seconds,
+    dp_seconds,
+    kind_parts,
+    link_time_of,
+    optimizer_seconds,
+    pp_seconds,
+    recompute_stage_parts,
+)
+from trainplan.model.terms.activations import (
+    LAYER_FIELDS,
+    cp_mechanism_of,
+    padded_vocab_of,
+    stage_layer_counts,
+)
+from trainplan.model.terms.fields import (
+    Context,
+    Fields,
+    stage_argmax,
+    stage_max,
+    stage_take,
+    stage_tuple,
+)
+from trainplan.model.terms.state import busiest_params
+from trainplan.model.terms.traffic import (
+    dp_mechanism,
+    most_layers,
+    pp_split_over_tp,
+    tied_embedding_params,
+)
+from trainplan.model.xp import as_float, maximum, times, where
+
+__all__ = [
+    "params_of",
+    "axis_link",
+    "stage_parts_term",
+    "slowest_microbatch",
+    "pp_seconds_term",
+    "dp_seconds_term",
+    "optimizer_seconds_term",
+]
+
+CACHE = 4096
+
+
+def params_of(c: Context) -> RooflineParams:
+    """The roofline figures in force (:func:`model.roofline.params_in_force`)."""
+    return params_in_force(c.options.roofline, c.gpu.name)
+
+
+def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:
+    """(bandwidth per GPU, scale-up tier) of ``axis``'s collectives
+    (:func:`model.step_time.link_time_of` of the link the topology placed); (0, False) at
+    degree 1 or on an unknown link."""
+    link, d = f.link(axis), c.gpu
+    known = link.bandwidth is not None
+    bandwidth = link.bandwidth if known else 0.0
+    return link_time_of(
+        as_float(bandwidth), link.nvlink, link.span, link.group_size if known else 1,
+        d.nvlink_bytes_per_s, d.nvlink_domain, all_to_all,
+    )  # fmt: skip
+
+
+def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
+    return LinkTime(float(bandwidth), bool(scaleup)) if bandwidth else None
+
+
+@lru_cache(maxsize=CACHE)
+def _kind_row(
+    arch: Architecture,
+    training: TrainingSpec,
+    causal: bool,
+    base: tuple[Any, ...],
+    mode: Recompute,
+    *key: Any,
+) -> tuple[float, ...]:
+    """:func:`model.step_time.kind_parts` (4 kinds × 7 parts, flat) on the clock of the key's
+    links and CP flavour."""
+    b, tp, cp, ep, etp, sp, r, u, gather, vocab, tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key
+    peak, hbm, p, overlap, speedup = base
+    clock = Clock(
+        peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
+        int(r), int(u), bool(gather), speedup,
+    )  # fmt: skip
+    parts = kind_parts(
+        arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
+        int(vocab), clock,
+    )  # fmt: skip
+    return tuple(x for kind in parts for x in kind)
+
+
+def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
+    """The :data:`model.layer_time.PARTS` of a dense layer, a MoE layer, the embedding and the
+    output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
+    arch, t, d, o = c.arch, c.training, c.gpu, c.options
+    assert d.hbm_bytes_per_s is not None
+    base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
+            linear_speedup(t.precision, d))  # fmt: skip
+    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    tp_bw, tp_up = axis_link(c, f, "tp")
+    cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
+    ep_bw, ep_up = axis_link(c, f, "ep", True)
+    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    row = f.lookup_values(
+        _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
+        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, vocab, tp_bw, tp_up, cp_bw, cp_up, ep_bw,
+        ep_up,
+    )  # fmt: skip
+    n = len(PARTS)
+    dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))
+    return dense, moe, embedding, output
+
+
+@lru_cache(maxsize=CACHE)
+def recomputed_counts(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    counts: tuple[int, ...] | None,
+) -> tuple[tuple[int, int], ...]:
+    """Per stage, (layers fully recomputed, of them MoE) by ``Layout.recompute_layers``: the
+    first k of each of its model chunks (:func:`model.split.recomputed_in_chunks`)."""
+    out = []
+    for stage in range(pp):
+        k = 0 if counts is None else counts[stage]
+        layers = recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, stage, sizes), k)
+        out.append((len(layers), sum(map(arch.is_moe_layer, layers))))
+    return tuple(out)
+
+
+def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, ...]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``f.stage``
+    (seconds on one GPU), preceded by their total (operations and exposed tp, cp, ep): its
+    layers' operations and exposed collectives, the embedding on the first stage and the output
+    layer on the last; a multi-token-prediction block counts as a layer of its kind on the last
+    stage (its 2h → h projection and second pass through the output head are not timed). With
+    ``Layout.recompute_layers`` the first k layers of each of the stage's model chunks are timed
+    as fully recomputed and the rest under the layout's mode. ``recompute`` overrides the mode
+    and ignores the per-stage counts (the dp window: no recomputation anywhere)."""
+    arch = c.arch
+    mode = f.recompute if recompute is None else recompute
+    base = _kinds(c, f, mode)
+    counts = None if recompute is not None else f.recompute_layers
+    full = base if counts is None else _kinds(c, f, Recompute.FULL)
+    layers, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    first, last = f.stage == 0, f.stage == f.pp - 1
+    if counts is None:
+        parts = stage_parts(*base, layers - moe, moe, first, last)
+    else:
+        k, k_moe = f.per_stage(recomputed_counts, (arch,), *LAYER_FIELDS, "recompute_layers")
+        parts = recompute_stage_parts(base, full, layers - moe, moe, k - k_moe, k_moe, first, last)
+    i = {name: j for j, name in enumerate(PARTS)}
+    total = parts[i["compute"]] + parts[i["tp_exposed"]] + parts[i["cp_exposed"]]
+    return (total + parts[i["ep_exposed"]], *parts)
+
+
+def slowest_microbatch(
+    c: Context, f: Fields, recompute: Recompute | None = None
+) -> tuple[Any, list[Any]]:
+    """(t_mb, its :data:`model.layer_time.PARTS`): the micro-batch of the stage that takes
+    longest (the first such), operations and exposed tp, cp, ep collectives."""
+    per_stage = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, recompute)))
+    k = stage_argmax(per_stage[0])
+    return stage_take(per_stage[0], k), [stage_take(p, k) for p in per_stage[1:]]
+
+
+def window_seconds(c: Context, f: Fields) -> Any:
+    """The dp overlap window: the slowest stage's micro-batch without recomputation (read from
+    the shape alone, so the dp terms do not read the recompute mode)."""
+    totals = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, Recompute.NONE)))[0]
+    return stage_max(totals)
+
+
+def pp_seconds_term(c: Context, f: Fields) -> Any:
+    """Seconds a stage waits on pipeline messages in a step (:func:`model.step_time.pp_seconds`:
+    ``2·m·v`` sends of one micro-batch's activation or gradient, and the tied embedding's
+    all-reduce); 0 at pp = 1."""
+    arch, t = c.arch, c.training
+    message = pp_message_bytes(
+        arch.hidden_size, f.tp, f.cp, f.micro_batch_size, t.seq_len, t.activation_bytes,
+        pp_split_over_tp(f),
+    )  # fmt: skip
+    tied = gradient_bytes_for(f.framework, t.gradient_bytes) * tied_embedding_params(c, f)
+    bandwidth, scaleup = axis_link(c, f, "pp")
+    on = (f.pp > 1) & (bandwidth > 0)
+    seconds = pp_seconds(
+        as_float(message), 2 * f.m * f.virtual_stages, as_float(tied),
+        where(on, bandwidth, 1.0), scaleup, params_of(c),
+    )  # fmt: skip
+    return where(on, seconds, 0.0)
+
+
+def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
+    """(seconds of the data-parallel collectives in a step if nothing overlapped them, what
+    their mechanism leaves exposed) over the dp·cp group, for the stage with the most
+    parameters; ``window`` is :func:`window_seconds`."""
+    mech = dp_mechanism(c, f)
+    dense, experts = busiest_params(c, f)
+    shard, m = f.shard_degree, f.m
+    total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
+    units = maximum(1, most_layers(c, f)[0])
+    bandwidth, scaleup = axis_link(c, f, "dp")
+    on = (shard > 1) & (bandwidth > 0)
+    step_s, mb_s = dp_seconds(
+        mech, as_float(total - m * per_mb), as_float(per_mb), shard, units,
+        where(on, bandwidth, 1.0), scaleup, params_of(c),
+    )  # fmt: skip
+    step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
+    overlapped = c.options.grad_reduce_overlap
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / units)
+    return step_s + m * mb_s, exposed
+
+
+def optimizer_seconds_term(c: Context, f: Fields) -> Any:
+    """Seconds of the optimizer step on one GPU of the stage with the most parameters: the
+    elements it updates (less what an offload steps on the host) through HBM
+    (:func:`model.step_time.optimizer_seconds`)."""
+    t, d = c.training, c.gpu
+    assert d.hbm_bytes_per_s is not None
+    dense, experts = busiest_params(c, f)
+    owned = optimizer_elements(
+        dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree
+    )
+    owned = times(owned, 1 - t.offload.optimizer)
+    step_bytes = adam_step_bytes(t.optimizer_bytes, t.weight_bytes)
+    return optimizer_seconds(as_float(owned), d.hbm_bytes_per_s, params_of(c), step_bytes)

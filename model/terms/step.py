@@ -1,0 +1,336 @@
+"""Step-time terms: the pipeline term (``t1``, what recomputation changes) and the data-parallel
+term (``t2``, what the ZeRO stage changes), under either time model.
+
+``step_s = t1 + t2``:
+
+* ``t1`` = :func:`pipeline_term` — ``m·t_mb·(1 + bubble_ratio)``, ``t_mb`` the slowest stage's
+  micro-batch, plus the exposed pipeline messages (and, under the single model, the exposed tp,
+  cp and ep traffic) and activation offload's exposed copies. Reads the shape and recompute, not
+  the ZeRO stage.
+* ``t2`` = :func:`dp_term` — the exposed data-parallel traffic, the optimizer step (roofline)
+  and an offload's host transfers and CPU step. Reads the shape and the ZeRO stage, not
+  recompute: its overlap window is one micro-batch on the slowest stage *without* recomputation.
+
+The roofline model (:mod:`model.terms.roofline`) times every operation and collective by its
+mechanism; the single model (:mod:`model.timing`) is one kernel efficiency for all FLOPs and one
+overlap fraction per axis, and the ``textbook`` profile always uses it. The search tabulates
+``t1`` per (shape, recompute) and ``t2`` per (shape, ZeRO stage), rounded to whole nanoseconds
+(:func:`objective_ns`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.activation_offload import activation_offload_seconds
+from trainplan.model.errors import InputError
+from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layout import Recompute
+from trainplan.model.memory import optimizer_elements
+from trainplan.model.offload import host_rates, offload_seconds
+from trainplan.model.pipeline import bubble_ratio
+from trainplan.model.precision import linear_speedup
+from trainplan.model.specs import Architecture
+from trainplan.model.split import stage_layers
+from trainplan.model.terms.activations import (
+    CONTEXT_FIELDS,
+    LAYER_FIELDS,
+    offload_figures,
+    stage_layer_counts,
+)
+from trainplan.model.terms.fields import Context, Fields, stage_max
+from trainplan.model.terms.roofline import (
+    dp_seconds_term,
+    optimizer_seconds_term,
+    pp_seconds_term,
+    slowest_microbatch,
+    window_seconds,
+)
+from trainplan.model.terms.state import busiest_params
+from trainplan.model.terms.traffic import (
+    cp_traffic_bytes,
+    dp_mechanism,
+    dp_traffic_bytes,
+    ep_traffic_bytes,
+    most_layers,
+    pp_traffic_bytes,
+    tp_traffic_bytes,
+)
+from trainplan.model.timing import (
+    CostOptions,
+    TimeModel,
+    core_passes,
+    exposed_seconds,
+    layers_core_flops,
+    microbatch_flop_terms,
+    stage_peak_seconds,
+)
+from trainplan.model.xp import as_float, where
+
+__all__ = [
+    "PipelineTime",
+    "DpTime",
+    "uses_roofline",
+    "pipeline_seconds",
+    "single_microbatch_seconds",
+    "pipeline_term",
+    "dp_term",
+    "activation_offload_term",
+    "offload_term",
+    "objective_ns",
+    "stage_core_flops",
+    "single_axis_seconds",
+]
+
+CACHE = 4096
+
+
+def uses_roofline(options: CostOptions, framework: Framework, device: DeviceSpec) -> bool:
+    """Whether layouts of ``framework`` are timed by the roofline model: asked for (the
+    default), a physical framework profile (``textbook`` keeps the single-efficiency model) and
+    an accelerator with a known HBM bandwidth."""
+    return (
+        options.time_model is TimeModel.ROOFLINE
+        and Framework(framework).physical
+        and device.hbm_bytes_per_s is not None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTime:
+    """``t1`` and its parts (seconds; scalars for one layout, columns for many)."""
+
+    compute_s: Any
+    """Ideal compute: m × the slowest stage's micro-batch of operations (the roofline model's
+    exposed tp, cp and ep collectives are not in it)."""
+    microbatch_s: Any
+    """t_mb: the slowest stage's micro-batch (roofline: with its exposed tp/cp/ep)."""
+    bubble_s: Any
+    """m × t_mb × bubble_ratio."""
+    axes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    """Per axis (tp, cp, ep, pp): (seconds of its collectives in a step if nothing overlapped
+    them, of them exposed)."""
+    activation_offload_s: Any = 0.0
+    """What activation offload's copies leave exposed."""
+    total_s: Any = 0.0
+    """t1: ``m·t_mb·(1 + bubble_ratio)`` + exposed pp (single model: + exposed tp, cp, ep) +
+    activation offload."""
+
+
+@dataclass(frozen=True, slots=True)
+class DpTime:
+    """``t2`` and its parts (seconds)."""
+
+    seconds: Any
+    """The data-parallel collectives in a step if nothing overlapped them."""
+    exposed_s: Any
+    optimizer_s: Any
+    """The optimizer step on the GPU (roofline model; 0 under the single model)."""
+    offload_s: Any
+    """Host-link transfers and the CPU optimizer step of an offload, all exposed."""
+
+    @property
+    def total_s(self) -> Any:
+        """t2: exposed dp + optimizer step + offload."""
+        return self.exposed_s + self.optimizer_s + self.offload_s
+
+
+def pipeline_seconds(m: Any, microbatch_s: Any, pp: Any, v: Any) -> Any:
+    """``m·t_mb·(1 + bubble_ratio)``: the slowest stage paces every micro-batch, and the bubble
+    is ``(pp − 1)/(v·m)`` of the ideal compute (Narayanan et al. 2021 §2.2)."""
+    return m * microbatch_s * (1 + as_float(bubble_ratio(pp, m, v)))
+
+
+@lru_cache(maxsize=CACHE)
+def stage_core_flops(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    seq_len: int,
+    causal: bool,
+    uneven: bool = True,
+    sizes: tuple[int, ...] | None = None,
+) -> tuple[int, ...]:
+    """Forward FLOPs of each pipeline stage's attention cores for one sequence
+    (:func:`model.timing.layers_core_flops`): stages differ when layers' spans do (Gemma 3's
+    global layers, Llama 4's unchunked ones)."""
+    return tuple(
+        layers_core_flops(arch, layers, seq_len, causal)
+        for layers in stage_layers(arch, pp, v, uneven, sizes)
+    )
+
+
+def _core(arch: Architecture, s: int, causal: bool, *key: Any) -> tuple[int, ...]:
+    pp, v, uneven, sizes = key
+    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes)
+
+
+def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
+    return microbatch_flop_terms(arch, s, int(b), mode, causal)
+
+
+def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> Any:
+    """Seconds of one micro-batch's forward and backward (and recomputation) on the slowest
+    pipeline stage, on one GPU, under the single model: its peak-seconds
+    (:func:`model.timing.stage_peak_seconds`) ÷ (tp·cp) ÷ the dense peak; ``recompute``
+    overrides the layout's mode."""
+    arch, t, o, d = c.arch, c.training, c.options, c.gpu
+    mode = f.recompute if recompute is None else recompute
+    causal = o.causal_attention_flops
+    terms = f.lookup(_flop_terms, (arch, t.seq_len, causal, mode), "micro_batch_size")
+    separate = o.attention_efficiency if t.flash_attention else None
+    speedup = linear_speedup(t.precision, d)
+
+    def stage(g: Fields) -> Any:
+        layers, moe = g.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+        core = g.per_stage(_core, (arch, t.seq_len, causal), *LAYER_FIELDS)
+        return stage_peak_seconds(
+            terms, layers - moe, moe, g.stage == g.pp - 1, g.micro_batch_size * core,
+            core_passes(mode), o.kernel_efficiency, separate, speedup,
+        )  # fmt: skip
+
+    return stage_max(f.stages(stage)) / (f.tp * f.cp) / d.peak_flops_per_s
+
+
+def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
+    """:func:`model.activation_offload.activation_offload_seconds` of the stage with the most
+    layers (its dense layers the most layers less the most MoE layers of any stage), from the
+    per-layer offloaded bytes (selective recomputation's figure or no recomputation's) and the
+    time model's micro-batch on the slowest stage, ``microbatch_s``. 0 without activation
+    offload.
+
+    Raises
+    ------
+    InputError
+        Activation offload on a device without a host-link figure.
+    """
+    if not c.training.offload.activations:
+        return 0.0
+    link, _ = host_rates(c.gpu, need_memory=False)
+    q = f.lookup(offload_figures, (c.arch, c.training), *CONTEXT_FIELDS)
+    i = 1 if f.recompute is Recompute.SELECTIVE else 0
+    most, most_moe = most_layers(c, f)
+    return activation_offload_seconds(
+        as_float(q[i]), as_float(q[4 + i]), most - most_moe, most_moe, microbatch_s, f.m, link
+    )
+
+
+def offload_term(c: Context, f: Fields) -> Any:
+    """:func:`model.offload.offload_seconds` of the stage with the most parameters (whose
+    optimizer step finishes last). 0 without offload.
+
+    Raises
+    ------
+    InputError
+        Offload on a device without host-link or host-memory figures.
+    """
+    t = c.training
+    if not t.offload.active:
+        return 0.0
+    link, memory = host_rates(c.gpu)
+    dense, experts = busiest_params(c, f)
+    mech = dp_mechanism(c, f)
+    elements = optimizer_elements(mech, dense, experts, f.shard_degree, f.expert_shard_degree)
+    return as_float(
+        offload_seconds(mech, t.offload, elements, f.m, t.optimizer_bytes, link, memory)
+    )
+
+
+def single_axis_seconds(
+    c: Context, f: Fields, axis: str, total: Any, hidden: Any, microbatch: Any, window: Any
+) -> tuple[Any, Any]:
+    """(seconds if nothing overlapped, exposed) of one axis's traffic under the single model:
+    bytes over the link's bandwidth; exposed as the axis's overlap fraction and the per-micro-
+    batch window say (:func:`model.timing.exposed_seconds`). 0 for no traffic."""
+    link = f.link(axis)
+    sends = total != 0
+    bandwidth = where(sends, link.bandwidth if link.bandwidth is not None else 1.0, 1.0)
+    exposed = exposed_seconds(
+        as_float(total - hidden) / bandwidth, as_float(microbatch) / bandwidth, f.m,
+        c.options.overlap[axis], window,
+    )  # fmt: skip
+    return where(sends, as_float(total) / bandwidth, 0.0), where(sends, exposed, 0.0)
+
+
+def pipeline_term(c: Context, f: Fields) -> PipelineTime:
+    """``t1`` of the layout (:class:`PipelineTime`), by the time model in force
+    (:func:`uses_roofline`).
+
+    Scope: every shape field and recompute; not zero_stage. Control: pp, framework, recompute.
+
+    Raises
+    ------
+    InputError
+        Per-stage recomputation counts under the single model; activation offload without a
+        host-link figure.
+    """
+    m, pp, v = f.m, f.pp, f.virtual_stages
+    if uses_roofline(c.options, f.framework, c.gpu):
+        t_mb, parts = slowest_microbatch(c, f)
+        paced = m * t_mb
+        ratio = as_float(bubble_ratio(pp, m, v))
+        act = activation_offload_term(c, f, t_mb)
+        pp_s = pp_seconds_term(c, f)
+        axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
+        axes["pp"] = (pp_s, pp_s)
+        return PipelineTime(
+            m * parts[0], t_mb, paced * ratio, axes, act, paced * (1 + ratio) + pp_s + act
+        )
+    if f.recompute_layers is not None:
+        raise InputError(
+            "recompute_layers: per-stage recomputation is timed by the roofline model only "
+            "(`time_model` roofline, a physical framework profile, an accelerator with its HBM "
+            "bandwidth)"
+        )
+    t_mb = single_microbatch_seconds(c, f)
+    window = (
+        t_mb if f.recompute is Recompute.NONE else single_microbatch_seconds(c, f, Recompute.NONE)
+    )
+    compute = m * t_mb
+    ratio = as_float(bubble_ratio(pp, m, v))
+    tp_total, tp_hidden = tp_traffic_bytes(c, f)
+    axes = {
+        "tp": single_axis_seconds(c, f, "tp", tp_total, tp_hidden, 0, window),
+        "cp": single_axis_seconds(c, f, "cp", cp_traffic_bytes(c, f), 0, 0, window),
+        "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f), 0, 0, window),
+        "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
+    }
+    other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
+    act = activation_offload_term(c, f, t_mb)
+    return PipelineTime(
+        compute, t_mb, compute * ratio, axes, act, compute * (1 + ratio) + other + act
+    )
+
+
+def dp_term(c: Context, f: Fields) -> DpTime:
+    """``t2`` of the layout (:class:`DpTime`), by the time model in force.
+
+    Scope: every shape field and zero_stage; not recompute. Control: pp, framework, zero_stage.
+
+    Raises
+    ------
+    InputError
+        Offload on a device without host-link or host-memory figures.
+    """
+    if uses_roofline(c.options, f.framework, c.gpu):
+        seconds, exposed = dp_seconds_term(c, f, window_seconds(c, f))
+        return DpTime(seconds, exposed, optimizer_seconds_term(c, f), offload_term(c, f))
+    window = single_microbatch_seconds(c, f, Recompute.NONE)
+    total, per_mb = dp_traffic_bytes(c, f)
+    seconds, exposed = single_axis_seconds(c, f, "dp", total, 0, per_mb, window)
+    return DpTime(seconds, exposed, 0.0, offload_term(c, f))
+
+
+def objective_ns(t1_s: Any, t2_s: Any) -> tuple[Any, Any]:
+    """The search's two objective terms in whole nanoseconds (rounded to nearest, halves to
+    even): (t1, t2). The solver minimises their sum."""
+    return _ns(t1_s), _ns(t2_s)
+
+
+def _ns(seconds: Any) -> Any:
+    if isinstance(seconds, float):
+        return round(seconds * 1e9)
+    return (seconds * 1e9).__array_namespace__().round(seconds * 1e9)

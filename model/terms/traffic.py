@@ -1,0 +1,201 @@
+"""Traffic terms: the bytes each parallel axis sends per GPU per step, of the stage that sets it.
+
+Each axis's bytes are :mod:`model.comm`'s ring formulas (``*_bytes``); which stage's figure a
+layout's traffic is follows one rule per axis, written here once:
+
+* dp: the stage with the most parameters (:func:`model.terms.state.busiest_params`), as the
+  layout's framework runs its ZeRO stage (:meth:`model.frameworks.Mechanism.traffic_terms`);
+* tp: the stage that sends the most (its layers, the embedding on the first stage, the output
+  layer on the last), with what of it the framework hides under a GEMM;
+* cp: the stage with the most layers; ep: the stage with the most MoE layers;
+* pp: a middle stage's sends, split over tp with sequence parallelism, under the textbook
+  profile, or with Megatron-LM's scatter/gather (:attr:`model.layout.Layout.pipeline_scatter_gather`);
+  plus the tied embedding's all-reduce between the ends (physical profiles).
+
+Each term is exact for one layout and element-wise over the search's columns
+(:mod:`model.terms.fields`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.comm import (
+    AxisTraffic,
+    cp_bytes,
+    dp_bytes,
+    dp_name,
+    ep_bytes,
+    pp_bytes,
+    tp_bytes,
+)
+from trainplan.model.context_parallel import cp_collective
+from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
+from trainplan.model.layout import Recompute
+from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.terms.activations import (
+    LAYER_FIELDS,
+    cp_mechanism_of,
+    padded_vocab_of,
+    stage_layer_counts,
+)
+from trainplan.model.terms.fields import (
+    Context,
+    Fields,
+    LayoutFields,
+    stage_argmax,
+    stage_max,
+    stage_take,
+    stage_tuple,
+)
+from trainplan.model.terms.state import busiest_params
+from trainplan.model.xp import where
+
+__all__ = [
+    "dp_mechanism",
+    "dp_traffic_bytes",
+    "tp_traffic_bytes",
+    "cp_traffic_bytes",
+    "ep_traffic_bytes",
+    "pp_traffic_bytes",
+    "tied_embedding_params",
+    "most_layers",
+    "axis_traffic",
+]
+
+
+def dp_mechanism(c: Context, f: Fields) -> Any:
+    """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
+    options' ZeRO-3 re-gather and, with pp > 1, the framework's pipeline-schedule variant
+    (:func:`model.frameworks.mechanism`)."""
+    t = c.training
+    return mechanism(
+        f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        c.options.zero3_regather, pipelined=f.pp > 1,
+    )  # fmt: skip
+
+
+def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(bytes per step, of them once per micro-batch, for one micro-batch) one GPU sends for
+    data parallelism over D = dp·cp ranks (experts over D_e): :func:`model.comm.dp_bytes` of the
+    stage with the most parameters. Scope: the split, dp, cp, ep, zero_stage, framework."""
+    dense, experts = busiest_params(c, f)
+    return dp_bytes(dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree, f.m)
+
+
+def _layers(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(layers, MoE layers) of the stage ``f.stage``."""
+    return f.per_stage(stage_layer_counts, (c.arch,), *LAYER_FIELDS)
+
+
+def most_layers(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(the most layers on a stage, the most MoE layers on a stage), maxima taken apart."""
+    layers, moe = stage_tuple(f.stages(lambda g: _layers(c, g)))
+    return stage_max(layers), stage_max(moe)
+
+
+def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, Any]:
+    """(bytes per step, of them hidden under a GEMM) tensor parallelism sends on the stage that
+    sends the most (:func:`model.comm.tp_bytes`: its layers, the embedding's and the output
+    layer's collectives at the ends, expert tensor parallelism's token gathers). ``recompute``
+    overrides the layout's mode."""
+    arch, t = c.arch, c.training
+    mode = f.recompute if recompute is None else recompute
+    full = mode in (Recompute.FULL, Recompute.SQRT)
+    physical = Framework(f.framework).physical
+
+    def stage(g: Fields) -> tuple[Any, Any]:
+        layers, moe = _layers(c, g)
+        return tp_bytes(
+            arch, layers, moe, g.stage == 0, g.stage == g.pp - 1, g.tp, g.expert_tp, g.cp,
+            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full,
+        )  # fmt: skip
+
+    total, hidden = stage_tuple(f.stages(stage))
+    pick = stage_argmax(total)
+    return stage_take(total, pick), stage_take(hidden, pick)
+
+
+def cp_traffic_bytes(c: Context, f: Fields) -> Any:
+    """Bytes per step the cp ranks exchange on the stage with the most layers, as the layout's
+    CP flavour does (:func:`model.comm.cp_bytes`); the attention core runs again in backward
+    under any recomputation."""
+    t = c.training
+    r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    layers, _ = most_layers(c, f)
+    return cp_bytes(
+        c.arch, layers, f.cp, r, u, f.tp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
+        f.recompute is not Recompute.NONE,
+    )  # fmt: skip
+
+
+def ep_traffic_bytes(c: Context, f: Fields) -> Any:
+    """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
+    (:func:`model.comm.ep_bytes`)."""
+    t = c.training
+    _, moe = most_layers(c, f)
+    return ep_bytes(
+        c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
+        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT),
+    )  # fmt: skip
+
+
+def tied_embedding_params(c: Context, f: Fields) -> Any:
+    """Embedding parameters on one GPU whose gradients the first and the last stage all-reduce
+    once per step (tied embeddings over pp > 1, physical profiles: Megatron-Core's
+    ``_allreduce_word_embedding_grads``); 0 otherwise."""
+    arch = c.arch
+    if not (shares_embedding_with_last_stage(arch) and Framework(f.framework).physical):
+        return 0
+    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    return where(f.pp > 1, vocab * arch.hidden_size / f.tp, 0)
+
+
+def pp_split_over_tp(f: Fields) -> Any:
+    """Whether a pipeline send carries 1/tp of the activation: with sequence parallelism (the
+    tensor is already split), under the textbook profile, or with Megatron-LM's scatter/gather
+    (:attr:`model.layout.Layout.pipeline_scatter_gather`)."""
+    return f.sp | (not Framework(f.framework).physical) | f.pipeline_scatter_gather
+
+
+def pp_traffic_bytes(c: Context, f: Fields) -> Any:
+    """Bytes per step a stage sends to its pipeline neighbours (:func:`model.comm.pp_bytes`):
+    per micro-batch and model chunk one activation forward and one gradient backward, and the
+    tied embedding's all-reduce in the framework's gradient bytes; 0 at pp = 1."""
+    arch, t = c.arch, c.training
+    total = pp_bytes(
+        arch.hidden_size, f.tp, f.cp, f.micro_batch_size, f.m, f.virtual_stages, t.seq_len,
+        t.activation_bytes, pp_split_over_tp(f), tied_embedding_params(c, f),
+        gradient_bytes_for(f.framework, t.gradient_bytes),
+    )  # fmt: skip
+    return where(f.pp > 1, total, 0)
+
+
+def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
+    """One layout's traffic per axis (dp, then tp, cp, ep and pp when the model has dimensions),
+    named with its collectives: the terms above."""
+    lay = f.layout
+    total, per_mb = dp_traffic_bytes(c, f)
+    rows = [AxisTraffic("dp", dp_name(dp_mechanism(c, f)), lay.shard_degree, total, per_mb)]
+    if c.model.arch is None:
+        return rows
+    physical = lay.framework.physical
+    tp_total, hidden = tp_traffic_bytes(c, f)
+    if lay.tp == 1 and (lay.expert_tp == 1 or c.arch.moe is None):
+        rows.append(AxisTraffic("tp", "none", 1, tp_total))
+    else:
+        name = "all-gather + reduce-scatter" if lay.sp else "all-reduce"
+        if physical and lay.expert_tp > 1 and c.arch.moe is not None:
+            name += " (+ etp token all-gather/reduce-scatter)"
+        rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
+    cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
+    rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))
+    ep = "all-to-all (dispatch + combine)" if lay.ep > 1 and c.arch.moe else "none"
+    rows.append(AxisTraffic("ep", ep, lay.ep if ep != "none" else 1, ep_traffic_bytes(c, f)))
+    pp = "none"
+    if lay.pp > 1:
+        pp = "send/recv (point-to-point)"
+        pp += " + tied-embedding all-reduce" if tied_embedding_params(c, f) else ""
+    rows.append(AxisTraffic("pp", pp, lay.pp, pp_traffic_bytes(c, f)))
+    return rows
