@@ -28,6 +28,7 @@ from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
+from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
@@ -287,7 +288,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
         ),
         precision=params.get("precision", Precision.BF16),
-        recompute_modules=params.get("recompute_modules") or None,
+        recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
