@@ -14,7 +14,10 @@ run, a fixed pure-Python reference loop
 (``sum(i*i for i in range(10**7))`` in a fresh process) so that the times compare across
 machines: every end-to-end time is also printed as a multiple of it. Speed goals live here, not
 in timed tests. ``--smoke`` runs one small case and exits 1 when table building has fallen 5×
-below :data:`SMOKE_CANDIDATES_PER_REFERENCE` (CI runs it: a cache that stops hitting is caught).
+below :data:`SMOKE_CANDIDATES_PER_REFERENCE` (CI runs it: a cache that stops hitting is caught),
+and a small sweep that must keep within its goal (:mod:`interface.bench_sweep`); ``--sweep``
+runs the sweep rows: 1,000 searches on the process pool against the sum of the single searches,
+and Ray with 1 and 2 CPUs.
 """
 
 from __future__ import annotations
@@ -277,15 +280,30 @@ def smoke() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the first three cases")
-    parser.add_argument("--smoke", action="store_true", help="one case; exit 1 if 5× slower")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one case and a small sweep; exit 1 if 5× slower or the sweep fails",
+    )
     parser.add_argument("--rlhf", action="store_true", help="only the RLHF placement cases")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only the sweep rows (1,000 searches; Ray 1 and 2 CPUs)",
+    )
     args = parser.parse_args()
+    from trainplan.interface import bench_sweep
+
     if args.smoke:
-        sys.exit(smoke())
+        code = smoke()
+        sys.exit(code or bench_sweep.smoke(reference_seconds()))
     if args.rlhf:
         ref = reference_seconds()
         print(f"reference loop (python -c '{REFERENCE}'): {ref:.2f} s")
         run_rlhf(ref)
+        return
+    if args.sweep:
+        bench_sweep.run(reference_seconds())
         return
     run(args.quick)
 

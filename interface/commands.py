@@ -204,7 +204,8 @@ def gpus_json() -> list[dict[str, Any]]:
 
 def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
     """The search :class:`~optimizer.problem.Problem` of the search/frontier options ``kw``
-    (a scenario file's values under them, the options winning).
+    (a scenario file's values under them, the options winning; ``kw["scenario"]`` is the file's
+    path, or its values already read and checked, :func:`interface.scenario.check_scenario`).
 
     Raises
     ------
@@ -213,7 +214,11 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
     """
     from trainplan.interface.scenario import build_problem, load_scenario
 
-    file_values = load_scenario(kw["scenario"]) if kw.get("scenario") else {}
+    scenario = kw.get("scenario")
+    if isinstance(scenario, dict):  # a scenario's values already read and checked (a sweep's point)
+        file_values = scenario
+    else:
+        file_values = load_scenario(scenario) if scenario else {}
     cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
     if objective:
         cli_values["objective"] = objective
@@ -303,6 +308,7 @@ def search_json(
         key, value = in_units(a.objective)
         d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
         d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+        d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
         answers.append(d)
     meta = {
         "status": result.status,
@@ -316,6 +322,19 @@ def search_json(
     }
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:
+    """What a priced answer costs whatever the objective: ``price_per_hour`` ($ per hour for
+    the job's GPUs, ``gpus × price``) and ``price_per_step`` ($ per optimizer step,
+    ``price_per_hour × step_s / 3600``); empty when no ``gpu_hour_price`` was given, no
+    ``price_per_step`` without a step time."""
+    if price is None:
+        return {}
+    per_hour = gpus * price
+    if step_s is None:
+        return {"price_per_hour": per_hour}
+    return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
 
 
 def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:

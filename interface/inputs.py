@@ -23,7 +23,7 @@ from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.hardware import ClusterLinks
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
@@ -252,6 +252,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    if "dp" not in layout_args and "num_gpus" in params:
+        layout_args["dp"] = _dp_from_gpus(params, layout_args)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
@@ -300,7 +302,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
         used["gpu"] = gpu_name
-    device = get_accelerator(str(gpu_name))
+    # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
+    device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
     check_precision(training.precision, device)
     if training.precision is Precision.FP8 and model.arch is None:
         raise InputError(
@@ -350,6 +353,28 @@ def build_case(params: Mapping[str, Any]) -> Case:
         defaults_used=used,
         notes=() if "global_batch_size" in params or batch_note is None else (batch_note,),
     )
+
+
+def _dp_from_gpus(params: Mapping[str, Any], layout_args: dict[str, Any]) -> int:
+    """The data-parallel degree a GPU count implies when ``dp`` is not given: ``num_gpus ÷
+    (tp·pp·cp)`` (ep and etp subdivide dp·cp and tp, so they take no GPUs of their own); it is listed among
+    the defaults used like every layout field not given.
+
+    Raises
+    ------
+    InputError
+        When tp·pp·cp does not divide the GPU count (one line naming both).
+    """
+    gpus = _count(params, "num_gpus", 1)  # present: the caller checked
+    model_parallel = 1
+    for k in ("tp", "pp", "cp"):
+        model_parallel *= int(layout_args.get(k, 1))
+    if gpus % model_parallel:
+        raise InputError(
+            f"gpus: {gpus:,} is not divisible by tp·pp·cp = {model_parallel:,}; give dp, or a "
+            "GPU count that tp·pp·cp divides"
+        )
+    return gpus // model_parallel
 
 
 def _tp_plan(params: Mapping[str, Any], layout: Layout, used: dict[str, Any]) -> None:

@@ -40,6 +40,8 @@ __all__ = [
     "frontier_figure",
     "pipeline_figure",
     "MAX_BOXES",
+    "sweep_scaling_chart",
+    "sweep_heatmap",
     "svg",
 ]
 
@@ -615,6 +617,98 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     order += [k for k in unique if k.startswith("capacity")]
     ax.legend([unique[k] for k in order], order, loc="center left", bbox_to_anchor=(1.01, 0.5),
               fontsize=7, frameon=False)  # fmt: skip
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_scaling_chart(
+    series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
+) -> Any:
+    """A sweep's metric against the GPU count: a panel per model, a line per part
+    (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
+    ``note`` says what each point is the best over). Log scales on both axes.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    n = max(1, len(series))
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False)
+    parts = sorted({p for lines in series.values() for p in lines})
+    bases = list(dict.fromkeys(p.split("[")[0] for p in parts))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ("-", "--", ":", "-.")
+    look: dict[
+        str, tuple[str, str]
+    ] = {}  # a catalogue part's colour; its what-if variants' line styles
+    for p in parts:
+        base = p.split("[")[0]
+        variant = sum(q.split("[")[0] == base for q in look)
+        look[p] = (colours[bases.index(base) % len(colours)], styles[variant % len(styles)])
+    whole = plt.FuncFormatter(lambda x, _: f"{x:,.0f}")
+    for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
+        for part, points in lines.items():
+            colour, style = look[part]
+            ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
+                    color=colour, linestyle=style, label=part)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(whole)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("GPUs", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for h, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(name, h)
+    ncol = min(5, max(1, len(handles)))
+    legend_rows = -(-len(handles) // ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)  # fmt: skip
+    fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.02 + 0.045 * legend_rows * 3.4 / fig.get_figheight(), 1, 0.97))
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_heatmap(cells: Any, path: Target) -> Any:
+    """A sweep's heat map: models (rows) against a what-if's multipliers (columns), each cell
+    annotated (:func:`interface.sweep.charts.heatmap_cells`; blank where nothing fits).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    import numpy as np
+
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    data = np.array(
+        [[np.nan if v is None else v for v in row] for row in cells.values], dtype=float
+    )
+    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(cells.columns), 1.4 + 0.45 * len(cells.rows)))
+    image = ax.imshow(data, cmap="viridis_r" if cells.relative else "viridis", aspect="auto")
+    ax.set_xticks(range(len(cells.columns)), cells.columns, fontsize=8)
+    ax.set_yticks(range(len(cells.rows)), cells.rows, fontsize=8)
+    for (i, j), v in np.ndenumerate(data):
+        if not np.isnan(v):
+            text = f"{v:.2f}" if cells.relative else f"{v:,.3g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    ax.set_title(cells.title, fontsize=9)
     fig.tight_layout()
     _save(fig, out)
     plt.close(fig)

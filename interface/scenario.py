@@ -61,6 +61,7 @@ from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
@@ -73,7 +74,7 @@ from trainplan.optimizer.space import (
     divisors,
 )
 
-__all__ = ["load_scenario", "build_problem", "TOP_KEYS"]
+__all__ = ["load_scenario", "check_scenario", "build_problem", "TOP_KEYS"]
 
 TOP_KEYS = {
     "description",
@@ -299,6 +300,20 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
         raise ScenarioError(
             f"scenario {p}: tables or lists nest too deeply to read (a scenario nests two levels)"
         ) from None
+    check_scenario(data, f"scenario {p}")
+    return data
+
+
+def check_scenario(data: dict[str, Any], where: str) -> None:
+    """Check a scenario's values (as TOML reads them): every key known, every value of its kind
+    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way.
+
+    Raises
+    ------
+    ScenarioError
+        ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
+    """
+    where = f"{where}: " if where else ""
     for name, keys in (
         ("", TOP_KEYS),
         ("space", SPACE_KEYS),
@@ -307,11 +322,11 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     ):
         table = data.get(name, {}) if name else data
         if not isinstance(table, dict):
-            raise ScenarioError(f"scenario {p}: {name} = {table!r} must be a table, [{name}]")
+            raise ScenarioError(f"{where}{name} = {table!r} must be a table, [{name}]")
         unknown = sorted(set(table) - keys)
         if unknown:
             raise ScenarioError(
-                f"scenario {p}: unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+                f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
             )
         for key, value in table.items():
             if key in ("space", "constraints", "cluster"):
@@ -319,8 +334,7 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
             try:
                 _check_value(key, value, VALUE_KINDS.get(key, _ANY))
             except InputError as err:
-                raise ScenarioError(f"scenario {p}: {err}") from None
-    return data
+                raise ScenarioError(f"{where}{err}") from None
 
 
 def _listify(value: Any) -> list[Any]:
@@ -329,6 +343,16 @@ def _listify(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
+
+
+def _parts(value: Any) -> list[str | DeviceSpec]:
+    """The accelerators searched: catalogue names (one, a list, or a comma list), or one
+    :class:`DeviceSpec` built in code (a hardware what-if part, :mod:`topology.what_if`)."""
+    if value is None:
+        return [DEFAULT_GPU]
+    if isinstance(value, DeviceSpec):
+        return [value]
+    return list(opts.names(value, "gpu"))
 
 
 def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
@@ -446,10 +470,11 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             "gpus: give --gpus N (a count, or a range 1024..16384; repeat it for several)"
         )
     counts = gpu_counts(d["gpus"])
-    accelerators = opts.names(d.get("gpu"), "gpu") if d.get("gpu") is not None else [DEFAULT_GPU]
+    accelerators = _parts(d.get("gpu"))
     if not accelerators:
         raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
-    prices = opts.prices(d.get("gpu_hour_price"), accelerators)
+    names = [p if isinstance(p, str) else p.name for p in accelerators]
+    prices = opts.prices(d.get("gpu_hour_price"), names)
     objective = Objective(str(d.get("objective") or "step-time"))
     several_batches = (
         len(
@@ -485,7 +510,9 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         models = _family(str(d["model"]), d.get("max_layers"))
     calibrated = _calibrated(base.get("calibration"), accelerators)
     jobs = []
-    for variant, gpu, count in itertools.product(models, accelerators, counts):
+    for variant, (gpu, name), count in itertools.product(
+        models, zip(accelerators, names, strict=True), counts
+    ):
         params = dict(base, gpu=gpu)
         if gpu not in calibrated:
             params.pop("calibration", None)
@@ -497,8 +524,8 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
             job_case = (
                 case if batch == case.training.global_batch_size else _with_batch(case, batch)
             )
-            label = f"{job_case.model.name} on {count} × {gpu}, B {batch}"
-            jobs.append(Job(job_case, count, label, prices[gpu]))
+            label = f"{job_case.model.name} on {count} × {name}, B {batch}"
+            jobs.append(Job(job_case, count, label, prices[name]))
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
     constraints = Constraints(
@@ -528,9 +555,9 @@ def _tp_plan(cluster: dict[str, Any], space: SearchSpace, counts: list[int]) -> 
     return out
 
 
-def _calibrated(path: Any, accelerators: list[str]) -> set[str]:
+def _calibrated(path: Any, accelerators: list[str | DeviceSpec]) -> set[str | DeviceSpec]:
     """The searched accelerators a calibration file applies to: the one it was fitted on (the
-    others keep their default figures).
+    others keep their default figures; a what-if part answers by its own name).
 
     Raises
     ------
@@ -543,11 +570,15 @@ def _calibrated(path: Any, accelerators: list[str]) -> set[str]:
     from trainplan.topology.accelerators import get_accelerator
 
     fitted_on = calibration_gpu(path)
-    names = {gpu: get_accelerator(gpu).name for gpu in accelerators}
+    names = {
+        gpu: gpu.name if isinstance(gpu, DeviceSpec) else get_accelerator(gpu).name
+        for gpu in accelerators
+    }
     if fitted_on not in names.values():
+        given = ", ".join(g if isinstance(g, str) else g.name for g in accelerators)
         raise InputError(
             f"calibration: {str(path)!r} was fitted on {fitted_on}, which is not among the "
-            f"searched accelerators ({', '.join(accelerators)}); efficiencies measured on one "
+            f"searched accelerators ({given}); efficiencies measured on one "
             f"accelerator say nothing of another — add --gpu {fitted_on}, calibrate on these, "
             "or leave --calibration out"
         )

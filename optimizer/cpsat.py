@@ -187,9 +187,10 @@ class LayoutModel:
         choice = (s, z, r)
         m.clear_hints()
         m.add_hint(self.x[c], True)
-        return SolveResult(
-            solved.status, choice, int(round(solver.objective_value)), solved.seconds
-        )
+        # the objective's exact integer, read from the solution: solver.objective_value is a
+        # double, which rounds values above 2^53 (time to train in the objective's unit can
+        # pass 10^16) to a value no candidate has
+        return SolveResult(solved.status, choice, int(solver.value(expr)), solved.seconds)
 
     def forbid_above(self, values: np.ndarray, value: int) -> None:
         """Permanently rule out every candidate whose ``values[c]`` (one per variable) exceeds

@@ -226,8 +226,10 @@ def test_a_catalogue_name_is_the_catalogue_model_and_says_a_folder_was_not_read(
 
 
 def test_bad_files_and_names_are_one_line(runs):
-    assert refusal(runs["csv 300"]).endswith(
-        "(306 characters) cannot be written: File name too long"
+    # a path is echoed whole up to 400 characters (the user needs it to act on): the 304-character
+    # name in quotes, then the file system's reason
+    assert refusal(runs["csv 300"]) == (
+        "--csv: '" + "a" * 300 + ".csv' cannot be written: File name too long"
     )
     assert refusal(runs["deep config"]) == (
         "deep.json: objects or lists nest too deeply to read (a Hugging Face config nests a few "

@@ -19,7 +19,7 @@ from tests.cli_runs import trainplan
 from trainplan.interface.cli import _register, cli
 
 FROZEN = Path(__file__).resolve().parent / "data" / "cli_options.txt"
-GROUPED = ("evaluate", "example", "search", "frontier")
+GROUPED = ("evaluate", "example", "search", "frontier", "sweep", "sweep-plot")
 """The commands whose options ``--help`` lists by group."""
 
 

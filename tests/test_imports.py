@@ -63,7 +63,10 @@ OWNERS = {
         "optimizer/rlhf_cpsat.py",
         "optimizer/stage_cpsat.py",
     ),
-    "pandas": ("interface/report.py",),
+    "pandas": ("interface/report.py", "interface/sweep/results.py"),
+    "pyarrow": ("interface/sweep/results.py",),  # a sweep's Parquet results
+    "ray": ("interface/sweep/engines.py",),  # the sweep's optional engine
+    "tqdm": ("interface/cli/",),
     "click": ("interface/cli/",),
     "matplotlib": ("interface/plots.py",),
     "networkx": ("topology/",),

@@ -153,6 +153,8 @@ LEAST_ARGS = {
     "pipeline": ["-p", "4", "-m", "8"],
     "ckpt": ["--layers", "9"],
     "calibrate": [str(MEASUREMENTS)],
+    "sweep": [str(MEASUREMENTS)],  # an existing file: the output path is refused before it is read
+    "sweep-plot": ["results.parquet"],
 }
 """What each command that writes files needs besides the file option."""
 
@@ -181,6 +183,9 @@ def test_every_file_writing_option_is_known():
         ("ckpt", "--gif"),
         ("ckpt", "--chart"),
         ("calibrate", "--output"),
+        ("sweep", "--out"),
+        ("sweep", "--csv"),
+        ("sweep-plot", "--png"),
     }
 
 

@@ -31,6 +31,8 @@ COMMAND_MODULES: dict[str, str] = {
     "rlhf-plan": "rlhf",
     "calibrate": "calibrate",
     "serve": "serve",
+    "sweep": "sweep",
+    "sweep-plot": "sweep",
 }
 """Which sibling module defines each command: a command's module is imported when the command is
 looked up (click's lazy-loading pattern, "Extending Click: Lazily Loading Subcommands"), so
@@ -80,6 +82,7 @@ def _register() -> None:
         rlhf,
         search,
         serve,
+        sweep,
         tabs,
     )
 

@@ -30,6 +30,7 @@ from trainplan.interface.cli.options import (
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
+from trainplan.interface.report import dollars
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule
@@ -319,7 +320,14 @@ def search_cmd(
         click.echo(f"Note: {out['time_limit_note']}")
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
-        click.echo(f"objective ({run.objective}): {d['objective_text']}\n")
+        click.echo(f"objective ({run.objective}): {d['objective_text']}")
+        if "price_per_hour" in d:
+            per_step = d.get("price_per_step")
+            click.echo(
+                f"price: {dollars(d['price_per_hour'], '/hour')}"
+                + ("" if per_step is None else f", {dollars(per_step)} per step")
+            )
+        click.echo("")
         click.echo(evaluate_text(d))
     _exit_if(stopped)
 

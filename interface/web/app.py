@@ -19,7 +19,7 @@ from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from trainplan.interface.flags import with_flags
-from trainplan.interface.web import api, figures, links, manual, pages, stream
+from trainplan.interface.web import api, figures, links, manual, pages, stream, sweep
 from trainplan.interface.web.api import json_response
 from trainplan.model.errors import PlannerError
 
@@ -72,6 +72,7 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(links.router)
     app.include_router(figures.router)
+    app.include_router(sweep.router)
     app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
     app.mount("/vendor/swagger-ui", StaticFiles(directory=pages.swagger_folder()), name="swagger")
     app.include_router(manual.router)

@@ -28,6 +28,7 @@ PAGES = {
     "rlhf": "RLHF",
     "search": "Search",
     "frontier": "Frontier",
+    "sweep": "Sweep",
     "about": "About",
 }
 """Each tab's path and title, in the navigation's order."""
@@ -58,6 +59,10 @@ INTROS = {
     "ZeRO stage, recomputation, schedule and micro-batch. Cancel stops the search on the server.",
     "frontier": "Every layout no other beats on both step time and memory per GPU (or GPU count, "
     "or cluster price): the Pareto frontier, each point one click from the Planner, and as CSV.",
+    "sweep": "Many searches at once: every combination of the grid's models, GPUs, GPU counts, "
+    "batch sizes and hardware what-ifs (1.5× the HBM, 2× the network) is one search. The "
+    "progress streams as points finish; the best layout per model, a figure, and every row as CSV "
+    "or Parquet follow. Cancel stops the sweep on the server.",
     "about": "What the planner computes, how to use each tab, how to link to a plan, the sources "
     "it follows and the limits of its figures.",
 }

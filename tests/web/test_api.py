@@ -408,7 +408,7 @@ def test_openapi_defaults_are_real_values_never_clicks_sentinel(client):
     assert "default" not in evaluate["model"]["schema"]
 
 
-PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier", "about"]
+PAGES = ["planner", "pipeline", "mfu", "ckpt", "rlhf", "search", "frontier", "sweep", "about"]
 
 
 @pytest.mark.parametrize("path", [f"/{p}" for p in PAGES] + ["/docs"])

@@ -1,0 +1,91 @@
+// The sweep tab: a grid's text sent to /api/sweep, its progress followed from the stream (the URL
+// keeps the sweep's id, so a reload follows it again), then the summary, the downloads and the
+// figure. Every figure and number comes from the API: nothing is computed here.
+"use strict";
+
+(() => {
+  const form = TP.$("#inputs"), run = TP.$("#run"), cancel = TP.$("#cancel");
+  const bar = TP.$("#bar"), text = TP.$("#progress-text"), status = TP.$("#status");
+
+  const layout = (r) => `dp ${r.dp} tp ${r.tp} pp ${r.pp} cp ${r.cp} ep ${r.ep}, ZeRO-${r.zero_stage}, recompute ${r.recompute}, b ${r.micro_batch_size}, ${r.schedule}${r.virtual_stages > 1 ? " v" + r.virtual_stages : ""}`;
+
+  function progress(e) {
+    if (e.event === "start") {
+      bar.max = Math.max(1, e.todo);
+      bar.value = 0;
+      text.textContent = `${TP.num(e.todo)} of ${TP.num(e.points)} points to run`;
+    } else if (e.event === "progress") {
+      bar.value = e.done;
+      const rate = e.points_per_s ? `, ${e.points_per_s.toFixed(2)} points/s, about ${TP.secs(e.seconds_left)} left` : "";
+      text.textContent = `${TP.num(e.done)} of ${TP.num(e.todo)} points${rate}`;
+    }
+  }
+
+  function summary(id, s) {
+    const counts = Object.entries(s.statuses).map(([k, n]) => `${TP.num(n)} ${k}`).join(", ");
+    status.className = "";
+    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`;
+    const why = [...s.infeasible.map((w) => ["infeasible", w]), ...s.errors.map((w) => ["refused", w])];
+    TP.$("#why").innerHTML = why.length
+      ? `<ul class="plain" id="why-list">${why.map(([k, w]) => `<li>${k}, ${TP.esc(w.why)}: ${TP.num(w.points)} point(s), e.g. point ${w.example_point}: ${TP.esc(w.example)}</li>`).join("")}</ul>`
+      : "";
+    TP.$("#best").innerHTML = TP.table(s.best, [
+      ["model", (r) => TP.esc(r.model)],
+      ["part", (r) => TP.esc(r.part)],
+      ["GPUs", (r) => TP.num(r.gpus)],
+      ["layout", (r) => `<span class="mono">${TP.esc(layout(r))}</span>`],
+      ["step time", (r) => TP.secs(r.step_s)],
+      ["MFU", (r) => TP.pct(r.mfu)],
+      ["time to train", (r) => TP.secs(r.time_to_train_s)],
+      ["cost", (r) => (r.cost_usd === null ? "—" : `$${TP.num(Math.round(r.cost_usd))}`)],
+    ], 'id="best-table"');
+    TP.$("#csv").href = `/api/sweep/${id}/results.csv`;
+    TP.$("#parquet").href = `/api/sweep/${id}/results.parquet`;
+    TP.$("#answer").hidden = false;
+    const metric = TP.$("#metric");
+    const draw = () => TP.figure(TP.$("#chart"), `/api/sweep/${id}/figure.svg?kind=scaling&metric=${metric.value}`);
+    metric.onchange = draw;
+    draw();
+  }
+
+  async function follow(id) {
+    TP.setPageParam("id", id);
+    TP.$("#progress").hidden = false;
+    TP.$("#answer").hidden = true;
+    status.className = "muted";
+    status.textContent = "running…";
+    run.disabled = true;
+    cancel.hidden = false;
+    cancel.onclick = () => fetch(`/api/sweep/${id}`, { method: "DELETE" });
+    const last = await TP.stream(`/api/sweep/${id}/stream`, progress);
+    run.disabled = false;
+    cancel.hidden = true;
+    TP.$("#progress").hidden = true;
+    if (!last) return;
+    if (last.event === "cancelled") {
+      status.textContent = `cancelled after ${TP.num(last.done)} points; their rows are in the downloads`;
+      TP.$("#csv").href = `/api/sweep/${id}/results.csv`;
+      TP.$("#parquet").href = `/api/sweep/${id}/results.parquet`;
+      TP.$("#answer").hidden = false;
+      return;
+    }
+    summary(id, last.summary);
+  }
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const res = await fetch("/api/sweep", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ grid: TP.$("#grid").value }),
+    });
+    const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
+    if (!res.ok) { TP.showError(body.error); return; }
+    TP.showError("");
+    follow(body.id);
+  });
+
+  const id = new URLSearchParams(location.search).get("id");
+  if (id) follow(id);
+  document.body.dataset.ready = "true"; // listening: what the user does now is seen
+})();

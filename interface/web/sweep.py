@@ -1,0 +1,255 @@
+"""Sweeps from the page: start one from a grid's text, follow its progress as a stream, download
+its results, draw its figures — ``trainplan sweep`` on the server's process pool, the same grid
+rules, rows, summary and figures.
+
+* ``POST /api/sweep`` with ``{"grid": "<the grid file's TOML>"}`` starts a sweep (one at a time)
+  and answers ``{"id", "points"}``; a bad grid is HTTP 422 with the line the CLI prints;
+* ``GET /api/sweep/{id}/stream``: newline-delimited JSON events from the start — ``start``
+  (points, to run), ``progress`` after each batch (done, to run, points per second, seconds
+  left), then ``done`` with the summary (``trainplan sweep --json``), ``cancelled`` or ``error``;
+* ``GET /api/sweep/{id}``: where it stands; ``DELETE`` cancels it (the rows done are kept);
+* ``GET /api/sweep/{id}/results.csv`` and ``results.parquet``: the rows so far;
+* ``GET /api/sweep/{id}/figure.svg?kind=scaling&metric=cost`` (or ``kind=heatmap&what_if=…``).
+
+Files on the server are not taken from the page: models must be catalogue names, and a
+``calibration`` file is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import tempfile
+import threading
+import time
+import tomllib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Body, Response
+from fastapi.responses import StreamingResponse
+
+from trainplan.interface import plots
+from trainplan.interface.commands import to_json
+from trainplan.interface.web.api import BAD_INPUT, json_response
+from trainplan.model.errors import InputError, PlannerError
+
+__all__ = ["router", "MAX_POINTS"]
+
+router = APIRouter(prefix="/api/sweep", tags=["sweeps"])
+_LOG = logging.getLogger("trainplan.web")
+MAX_POINTS = 20_000
+"""Most points a sweep started from the page may have (``trainplan sweep`` takes more)."""
+_JOBS: dict[str, Job] = {}
+_LOCK = threading.Lock()
+
+
+@cache
+def _folder() -> Path:
+    """Where the page's sweeps write their results: a temporary folder made at the first one."""
+    return Path(tempfile.mkdtemp(prefix="trainplan-sweeps-"))
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    """One sweep started from the page, and its events so far."""
+
+    id: str
+    grid: Any
+    out: Path
+    started: float = field(default_factory=time.perf_counter)
+    todo: int = 0
+    done: int = 0
+    state: str = "running"
+    events: list[dict[str, Any]] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, event: dict[str, Any]) -> None:
+        with _LOCK:
+            self.events.append(event)
+
+    def status(self) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.started
+        rate = self.done / elapsed if self.done and elapsed > 0 else None
+        left = (self.todo - self.done) / rate if rate else None
+        return {"id": self.id, "state": self.state, "points": len(self.grid.points), "todo": self.todo,
+                "done": self.done, "points_per_s": rate, "seconds_left": left}  # fmt: skip
+
+
+def _grid(text: str) -> Any:
+    """The grid of the page's text, checked as the CLI checks a file, plus the page's rules."""
+    from trainplan.interface.sweep import parse_grid
+    from trainplan.scenarios.catalogue import model_names
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"grid: not TOML: {err}") from None
+    g = parse_grid(data, "from the page")
+    if "calibration" in g.base.get("cluster", {}):
+        raise InputError("calibration: names a file on the server; the page does not take files")
+    known = set(model_names())
+    for p in g.points:
+        if g.model(p) not in known:
+            raise InputError(
+                f"model: {g.model(p)!r} is not a catalogue model (trainplan models); the page takes catalogue names only"
+            )
+    if len(g.points) > MAX_POINTS:
+        raise InputError(
+            f"grid: {len(g.points):,} points, over the page's {MAX_POINTS:,}; run trainplan sweep"
+        )
+    return g
+
+
+def _run(job: Job) -> None:
+    """The sweep in a thread: events as it goes."""
+    from trainplan.interface.sweep import engine, run_sweep
+    from trainplan.interface.sweep.engines import WorkerLost
+    from trainplan.interface.sweep.results import results_meta
+    from trainplan.interface.sweep.summary import summary_json
+
+    def start(todo: int, total: int) -> None:
+        job.todo = todo
+        job.put({"event": "start", "points": total, "todo": todo})
+
+    def rows(batch: list[dict[str, Any]]) -> None:
+        job.done += len(batch)
+        job.put({"event": "progress", **job.status()})
+        if job.cancel.is_set():
+            raise _Cancelled
+
+    try:
+        run = run_sweep(job.grid, job.out, engine("pool"), False, start, rows)
+        summary = summary_json(run.frame, results_meta(job.out))
+        summary.update(ran=run.ran, seconds=run.seconds)
+        job.state = "done"
+        job.put({"event": "done", "summary": summary})
+    except _Cancelled:
+        job.state = "cancelled"
+        job.put({"event": "cancelled", "done": job.done})
+    except (PlannerError, WorkerLost) as err:
+        job.state = "error"
+        job.put({"event": "error", "error": str(err)})
+    except Exception:  # a bug: logged on the server, one line to the page
+        _LOG.exception("sweep failed")
+        job.state = "error"
+        job.put({"event": "error", "error": "internal error; the server's log has the details"})
+
+
+def _job(sweep_id: str) -> Job:
+    with _LOCK:
+        job = _JOBS.get(sweep_id)
+    if job is None:
+        raise InputError(
+            f"sweep: no sweep {sweep_id!r} on this server (it restarted, or never ran)"
+        )
+    return job
+
+
+@router.post("", responses=BAD_INPUT)
+def start(grid: str = Body(..., embed=True, description="The grid file's text (TOML)")) -> Response:
+    """Start a sweep of the grid (`trainplan sweep GRID`) on the server's cores; one at a time."""
+    g = _grid(grid)
+    with _LOCK:
+        running = [j.id for j in _JOBS.values() if j.state == "running"]
+    if running:
+        raise InputError(f"sweep: {running[0]} is running; wait for it or cancel it")
+    job = Job(uuid.uuid4().hex[:12], g, _folder() / f"{uuid.uuid4().hex[:12]}.parquet")
+    with _LOCK:
+        _JOBS[job.id] = job
+    threading.Thread(target=_run, args=(job,), daemon=True).start()
+    return json_response({"id": job.id, "points": len(g.points)})
+
+
+@router.get("/{sweep_id}", responses=BAD_INPUT)
+def status(sweep_id: str) -> Response:
+    """Where the sweep stands: state (running, done, cancelled, error), points done, rate, time left."""
+    return json_response(_job(sweep_id).status())
+
+
+@router.delete("/{sweep_id}", responses=BAD_INPUT)
+def cancel(sweep_id: str) -> Response:
+    """Cancel the sweep after the batches running now; the rows done stay downloadable."""
+    job = _job(sweep_id)
+    job.cancel.set()
+    return json_response(job.status())
+
+
+@router.get("/{sweep_id}/stream", response_class=Response, responses=BAD_INPUT)
+async def stream(sweep_id: str) -> Response:
+    """The sweep's events from its start, one JSON object a line, until done, cancelled or error."""
+    job = _job(sweep_id)
+
+    async def lines() -> AsyncIterator[str]:
+        sent = 0
+        while True:
+            with _LOCK:
+                new = job.events[sent:]
+            for event in new:
+                yield to_json(event, None) + "\n"
+                if event["event"] in ("done", "cancelled", "error"):
+                    return
+            sent += len(new)
+            await asyncio.sleep(0.2)
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _frame(sweep_id: str) -> Any:
+    from trainplan.interface.sweep import load_results
+
+    return load_results(_job(sweep_id).out)
+
+
+@router.get("/{sweep_id}/results.csv", response_class=Response, responses=BAD_INPUT)
+def results_csv(sweep_id: str) -> Response:
+    """The rows so far as CSV (what `trainplan sweep --csv` writes)."""
+    text = _frame(sweep_id).to_csv(index=False)
+    return Response(
+        text,
+        media_type="text/csv",
+        headers={"Content-Disposition": 'attachment; filename="sweep.csv"'},
+    )
+
+
+@router.get("/{sweep_id}/results.parquet", response_class=Response, responses=BAD_INPUT)
+def results_parquet(sweep_id: str) -> Response:
+    """The rows so far as Parquet (what `trainplan sweep --out` writes)."""
+    buf = io.BytesIO()
+    _frame(sweep_id).to_parquet(buf, index=False)
+    return Response(buf.getvalue(), media_type="application/vnd.apache.parquet",
+                    headers={"Content-Disposition": 'attachment; filename="sweep.parquet"'})  # fmt: skip
+
+
+@router.get("/{sweep_id}/figure.svg", response_class=Response, responses=BAD_INPUT)
+def figure(
+    sweep_id: str, kind: str = "scaling", metric: str = "time-to-train", what_if: str | None = None
+) -> Response:
+    """The sweep's figure (`trainplan sweep-plot`): `kind` scaling (the metric against GPU count
+    per part) or heatmap (with `what_if`); `metric` time-to-train, cost, step-time or mfu."""
+    from trainplan.interface.sweep import charts
+
+    frame = _frame(sweep_id)
+    if kind == "scaling":
+        series, m, note = charts.scaling_series(frame, metric)
+        return Response(
+            plots.svg(lambda out: plots.sweep_scaling_chart(series, m.label, note, out)),
+            media_type="image/svg+xml",
+        )
+    if kind != "heatmap":
+        raise InputError(f"kind: {kind!r} is not one of scaling, heatmap")
+    if not what_if:
+        raise InputError("what_if: kind heatmap needs what_if, e.g. hbm_capacity")
+    cells = charts.heatmap_cells(frame, what_if, metric)
+    return Response(
+        plots.svg(lambda out: plots.sweep_heatmap(cells, out)), media_type="image/svg+xml"
+    )

@@ -1,0 +1,35 @@
+"""First-hour behaviours of the command line, each run as a user runs it: its own process, text
+and ``--json``."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import refusal, trainplan
+
+
+def test_a_gpu_count_without_dp_sets_dp():
+    """``evaluate --gpus 8`` with no degrees is dp 8 (8 ÷ (tp 1 · pp 1 · cp 1)), listed among the
+    defaults used; ``--tp 2 --gpus 8`` is dp 4; an explicit dp that disagrees is refused."""
+    done = trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    d = json.loads(done.stdout)
+    assert (d["layout"]["dp"], d["num_gpus"], d["defaults_used"]["dp"]) == (8, 8, 8)
+    done = trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--tp", "2")
+    assert done.returncode == 0, done.stderr
+    assert "layout: dp 4 × tp 2 × pp 1" in done.stdout
+    line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "4"))
+    assert line == "gpus: dp 4 × tp 1 × pp 1 × cp 1 = 4, not 8"
+    line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "12", "--pp", "8"))
+    assert line.startswith("gpus: 12 is not divisible by tp·pp·cp = 8")
+
+
+def test_a_price_is_said_whatever_the_objective():
+    """``--gpu-hour-price 2.5`` on a step-time search: 64 GPUs × $2.5 = $160.00/hour; per step
+    $160 × step_s / 3600 (text and JSON agree)."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "64", "--gpu-hour-price", "2.5")
+    d = json.loads(trainplan(*args, "--json").stdout)
+    assert d["price_per_hour"] == 160.0
+    assert abs(d["price_per_step"] - 160.0 * d["time"]["step_s"] / 3600) < 1e-9
+    text = trainplan(*args).stdout
+    assert f"price: $160.00/hour, ${d['price_per_step']:,.2f} per step" in text

@@ -1,0 +1,60 @@
+"""The sweep tab in a real browser: the example grid started from the page, its progress shown,
+then its summary, the best table, the downloads and the figure — the same rows the CLI writes.
+Marked slow and browser; skipped without Chromium or the extras (see conftest)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.web.conftest import need, need_chromium
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+need("fastapi", "pip install -e '.[web]'")
+need("playwright", "pip install -e '.[webtest]'")
+need_chromium()
+
+from playwright.sync_api import expect  # noqa: E402
+
+from tests.web.conftest import TIMEOUT, go  # noqa: E402  (browser, page: conftest's fixtures)
+
+expect.set_options(timeout=TIMEOUT)  # a sweep on a shared machine takes more than 5 s
+
+GRID = """model = "megatron-1.7b"
+tokens = 1e11
+gpu_hour_price = 2
+[space]
+pp = [1]
+zero = [1]
+schedule = ["1f1b"]
+[sweep]
+gpus = [8, 16]
+[what_if]
+hbm_capacity = [1, 0.05]
+"""
+
+
+def test_a_sweep_from_the_page(page, tmp_path):  # noqa: F811  (the fixture)
+    import pandas as pd
+
+    go(page, "/sweep")
+    expect(page.locator("#grid")).to_contain_text("[sweep]")  # the example grid
+    page.fill("#grid", GRID)
+    page.click("#run")
+    expect(page.locator("#sweep-done")).to_have_text("4 points")
+    assert "id=" in page.url  # the URL follows the sweep: a reload shows it again
+    expect(page.locator("#status")).to_contain_text("optimal")
+    expect(page.locator("#why-list")).to_contain_text(
+        "infeasible, memory"
+    )  # ×0.05: 4 GiB less the 3 GiB reserve
+    expect(page.locator("#best-table tbody tr")).to_have_count(1)
+    expect(page.locator("#chart svg")).to_be_visible()
+    with page.expect_download() as download:
+        page.click("#csv")
+    path = tmp_path / "sweep.csv"
+    download.value.save_as(path)
+    rows = pd.read_csv(path)
+    assert rows["point"].tolist() == [0, 1, 2, 3]
+    best = rows[rows["status"] == "optimal"].sort_values("step_s").iloc[0]
+    expect(page.locator("#best-table tbody tr").first).to_contain_text(f"{best['gpus']}")
+    page.reload()
+    expect(page.locator("#sweep-done")).to_have_text("4 points")
