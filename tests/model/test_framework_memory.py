@@ -217,3 +217,26 @@ def test_fp8_param_gather_needs_fp8():
 
     with pytest.raises(InputError, match="fp8_param_gather"):
         TrainingSpec(seq_len=1, global_batch_size=1, fp8_param_gather=True)
+
+
+# -- the mechanisms in the one cost model -------------------------------------------------------
+
+
+def test_evaluate_counts_torchtitans_loss_and_fsdp2_pipeline_gradients():
+    """Through build_case().evaluate(): torchtitan Table 2's Llama 3 8B at s 32,768 on one GPU's
+    sequence keeps the loss's 8 B per logit beyond the kept fp32 softmax on its one stage (full
+    recomputation's transient is smaller); under pp > 1 the stage's gradients are whole in FP32
+    (4 B per parameter on the GPU) instead of FP32 shards."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "gpu": "H100-SXM", "framework": "fsdp2", "recompute": "full",
+            "seq_len": 32768, "micro_batch_size": 1}  # fmt: skip
+    est = build_case({**base, "dp": 8, "global_batch_size": 8}).evaluate()
+    acts = est.stages[0].activations
+    assert acts.loss_transient_bytes == 8 * 32768 * 128_256
+    assert acts.recompute_transient_bytes < acts.loss_transient_bytes
+    piped = build_case(
+        {**base, "dp": 4, "pp": 2, "zero_stage": 2, "global_batch_size": 8}
+    ).evaluate()
+    for st in piped.stages:
+        assert st.state.gradients_bytes == 4 * (st.dense_params + st.expert_params)
