@@ -197,8 +197,7 @@ def network_cost(
                 Term(
                     f"activations ({spec.recompute} recompute, b {b} × s {s})",
                     "training",
-                    acts.total_bytes
-                    - (_loss_over(acts) if train_est.peak.stage == last else 0),
+                    acts.total_bytes - (_loss_over(acts) if train_est.peak.stage == last else 0),
                     "bytes",
                     "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
                 )
