@@ -198,7 +198,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
     second, first = d["points"]  # fastest first
     assert (first["num_gpus"], first["plan"]) == (16, "per-stage")
-    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [37, 33]
+    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [37, 34]
     assert first["gain"] == pytest.approx(1.0257, abs=1e-3)
     assert first["uniform_step_s"] == pytest.approx(first["step_s"] * first["gain"])
     assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
@@ -207,13 +207,13 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert second["gain"] == pytest.approx(1.0772, abs=1e-3)
     from trainplan.interface.chart_layout import layout_key  # the --png key beside the plot
 
-    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/33")
+    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/34")
     assert layout_key(second, True).endswith("layers 19/20/21/20, fully recomputed 6/2/0/0")
     csv = tmp_path / "f.csv"
     code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
     assert code in (0, None)
     assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
-    assert "40/40 / 37/33" in out and "1.026×" in out and "1.077×" in out
+    assert "40/40 / 37/34" in out and "1.026×" in out and "1.077×" in out
     header = csv.read_text().splitlines()[0].split(",")
     assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
 
