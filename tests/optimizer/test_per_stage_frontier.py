@@ -60,9 +60,10 @@ def check_per_stage_points(result, capacity_of):
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 10 points run from 112,609,792 B (tp 2, 5 of 6 layers
-    recomputed: 31.54 ms against the uniform full recomputation's 33.05 ms) to the uniform
-    509,418,496 B plan without recomputation (13.87 ms)."""
+    gives the same points; the 16 points run from the uniform full recomputation's
+    112,609,792 B (33.05 ms) through per-stage plans (the first at 120,998,400 B, 31.54 ms: the
+    last stage also holds the loss's working set) to the uniform 526,195,712 B plan without
+    recomputation (13.87 ms)."""
     problem = tiny_problem((2,))
     got = per_stage_frontier(problem, "memory")
     assert got.status == "optimal"
@@ -78,9 +79,10 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    assert len(want) == 10
-    assert want[0] == (112_609_792, 31_539_459, "per-stage")
-    assert want[-1] == (509_418_496, 13_869_301, "uniform")
+    assert len(want) == 16
+    assert want[0] == (112_609_792, 33_050_219, "uniform")
+    assert want[1] == (120_998_400, 31_539_459, "per-stage")
+    assert want[-1] == (526_195_712, 13_869_301, "uniform")
     assert got.points[-1].uniform_ns == 33_050_219
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
@@ -99,7 +101,8 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
 
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     """tp 1 and 160 MB per GPU: 1 GPU holds no plan; on 2 no uniform layout fits (pp 2 under
-    full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 1 recomputed do; 3
+    full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 2 recomputed do (the
+    last stage also holds the loss's working set); 3
     and 6 GPUs gain 1.107× per stage; 4 and 8 keep the uniform plan (interleaved v = 3 and 4: the
     per-stage search takes a shape's first-ranked v only, where no split beats them)."""
     capacity = 160e6
@@ -117,7 +120,7 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
         if job.num_gpus == 2:
             assert r.uniform is None
             assert r.plan.layout.stage_layers == (4, 2)
-            assert r.plan.layout.recompute_layers == (4, 1)
+            assert r.plan.layout.recompute_layers == (4, 2)
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert [(v, k) for v, _, k in want] == [
