@@ -5,9 +5,11 @@ by side, the previous single-efficiency model (``time_model = "single"``).
 ``python -m trainplan.interface.fidelity`` prints the table; ``--markdown`` writes the page
 ``docs/fidelity-published.md`` is generated from; ``--validation`` the report of the validation
 set of published end-to-end runs (:mod:`interface.validation_report`; with ``--markdown`` the
-page ``docs/fidelity-validation.md``, with ``--json`` its JSON object); ``--calibrate`` re-runs the fit behind
-:data:`model.roofline.GEMM_EFFICIENCY_BY_GENERATION`; ``--calibrate-single`` the previous
-model's grid behind :data:`model.timing.KERNEL_EFFICIENCY_BY_GENERATION`.
+page ``docs/fidelity-validation.md``, with ``--json`` its JSON object); ``--residuals`` the step-time
+error of the rows that once calibrated the time model's efficiencies. Published end-to-end runs
+only validate: nothing is fitted to them here (the former ``--calibrate`` fit of
+:data:`model.roofline.GEMM_EFFICIENCY_BY_GENERATION` on these rows is retired; a user fits their
+own cluster with ``trainplan calibrate``).
 
 Rows and recipes (each is stated again in the report):
 
@@ -40,7 +42,7 @@ import argparse
 import dataclasses
 import statistics
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +66,7 @@ __all__ = [
     "median_abs_error",
     "CALIBRATION_ROWS",
     "CALCULON_TABLE5",
-    "calibrate",
-    "calibrate_single",
+    "residuals",
 ]
 
 LLAMA3_VIRTUAL_STAGES = 8
@@ -456,99 +457,23 @@ def median_abs_error(
 
 
 # ---------------------------------------------------------------------------------------------
-# Calibration
+# Residuals (published runs validate; nothing is fitted to them)
 
 
-def _inverse_util(run: PublishedRun) -> Callable[[Mapping[str, float]], float]:
-    """1 / the run's predicted utilisation under some roofline figures (∝ its step time)."""
+def residuals(runs: Sequence[PublishedRun] | None = None) -> dict[str, dict[str, float]]:
+    """The step-time error (%, positive: the model is slower) of every published row marked
+    as a former calibration row (:data:`CALIBRATION_ROWS`), by accelerator generation, under the
+    figures in force. Fits nothing: the project's time constants come from per-operation
+    sources (``docs/time-model-sources.md``), and end-to-end runs only validate them; a user
+    fits their own cluster with ``trainplan calibrate``."""
+    from trainplan.model.roofline import generation_of
 
-    def predict(trial: Mapping[str, float]) -> float:
-        est = build_run_case(run, "roofline", **trial).evaluate()
-        util = est.hfu if run.metric == "hfu" else est.mfu
-        assert util is not None
-        return 1 / util
-
-    return predict
-
-
-def calibrate(runs: Sequence[PublishedRun] | None = None) -> dict[str, dict[str, Any]]:
-    """Fit the roofline model's GEMM efficiency per accelerator generation on the calibration
-    rows (:data:`CALIBRATION_ROWS`): A100 on Megatron-LM Table 1's, H100 on Llama 3's, by
-    least squares on the relative step-time error (:func:`interface.calibration.fit_figures`;
-    a utilisation row's step time is implied, ∝ 1/utilisation). Returns per generation the
-    fitted figure and the residuals (%)."""
-    from trainplan.interface.calibration import fit_figures
-    from trainplan.model.roofline import generation_of, roofline_params_for
-
-    rows = [r for r in (runs or published_runs()) if r.calibration]
-    out = {}
-    for gen in ("A100", "H100"):
-        mine = [r for r in rows if generation_of(r.params["gpu"]) == gen]
-
-        start = {"gemm_efficiency": roofline_params_for(mine[0].params["gpu"]).gemm_efficiency}
-        figures = fit_figures(
-            [_inverse_util(r) for r in mine], [1 / r.published_util for r in mine],
-            ["gemm_efficiency"], start,
-        )  # fmt: skip
-        residuals = {
-            r.key: round(100 * (_inverse_util(r)(figures) * r.published_util - 1), 2) for r in mine
-        }
-        out[gen] = {"gemm_efficiency": figures["gemm_efficiency"], "time_error_pct": residuals}
+    out: dict[str, dict[str, float]] = {}
+    for r in evaluate_all(runs):
+        if r.run.calibration:
+            gen = generation_of(r.run.params["gpu"]) or r.run.params["gpu"]
+            out.setdefault(gen, {})[r.run.key] = round(100 * r.time_error, 2)
     return out
-
-
-EFFICIENCY_GRID = tuple(percent / 100 for percent in range(40, 96))
-"""e∞ values :func:`calibrate_single` tries: 0.40 to 0.95 in steps of 0.01."""
-
-
-def calibrate_single(
-    efficiencies: Sequence[float] = EFFICIENCY_GRID,
-    half_hidden: Sequence[int] = (0, 250, 500, 750, 1000, 1250, 1500, 2000, 2500, 3000),
-    overlaps: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
-) -> dict[str, Any]:
-    """The previous (single) model's grid search on the calibration rows: e∞ per accelerator
-    generation (A100, H100), one h₀ of the rule ``e∞·h/(h + h₀)`` and one overlap for dp and for
-    tp (shared by both generations), minimising the summed mean absolute utilisation error of
-    the two generations (ties: the smaller maximum error). Minutes; kept to reproduce
-    :data:`model.timing.KERNEL_EFFICIENCY_BY_GENERATION`."""
-    from trainplan.model.timing import DEFAULT_OVERLAP
-
-    runs = [r for r in published_runs() if r.calibration]
-    scores = []
-    for dp_ov in overlaps:
-        for tp_ov in overlaps:
-            overlap = dict(DEFAULT_OVERLAP) | {"dp": dp_ov, "tp": tp_ov}
-            for h0 in half_hidden:
-                fit: dict[str, tuple[float, float, float]] = {}
-                for gen in ("A100", "H100"):
-                    rows = [r for r in runs if r.params["gpu"].startswith(gen)]
-                    scored = []
-                    for eff in efficiencies:
-                        errs = []
-                        for r in rows:
-                            est = build_run_case(
-                                r,
-                                "single",
-                                kernel_efficiency=eff * _hidden(r) / (_hidden(r) + h0),
-                                overlap=overlap,
-                            ).evaluate()
-                            util = est.hfu if r.metric == "hfu" else est.mfu
-                            assert util is not None
-                            errs.append(abs(100 * (util - r.published_util)))
-                        scored.append((statistics.fmean(errs), max(errs), eff))
-                    err, worst, eff = min(scored)
-                    fit[gen] = (eff, err, worst)
-                total = sum(v[1] for v in fit.values())
-                worst = max(v[2] for v in fit.values())
-                scores.append((total, worst, dp_ov, tp_ov, h0, fit))
-    total, worst, dp_ov, tp_ov, h0, fit = min(scores, key=lambda t: t[:5])
-    return {
-        "overlap": {"dp": dp_ov, "tp": tp_ov},
-        "half_hidden": h0,
-        "kernel_efficiency": {g: v[0] for g, v in fit.items()},
-        "mean_abs_error": {g: v[1] for g, v in fit.items()},
-        "max_abs_error": {g: v[2] for g, v in fit.items()},
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -564,9 +489,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the validation set of published end-to-end runs (scenarios/validation)",
     )
     parser.add_argument("--json", action="store_true", help="with --validation: print JSON")
-    parser.add_argument("--calibrate", action="store_true", help="re-run the roofline fit")
     parser.add_argument(
-        "--calibrate-single", action="store_true", help="re-run the single model's grid"
+        "--residuals",
+        action="store_true",
+        help="the step-time error of the former calibration rows (fits nothing)",
     )
     args = parser.parse_args(argv)
     if args.json and not args.validation:
@@ -576,11 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print_report(args.markdown, args.json)
         return 0
-    if args.calibrate:
-        print(calibrate())
-        return 0
-    if args.calibrate_single:
-        print(calibrate_single())
+    if args.residuals:
+        print(residuals())
         return 0
     print(markdown_report() if args.markdown else text_report(), end="")
     return 0

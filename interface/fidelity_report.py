@@ -158,9 +158,14 @@ def summary(results: Sequence[RunResult]) -> list[str]:
         f"{statistics.median(abs(r.previous_error_points) for r in held):.1f})",
         "roofline model (model.roofline): GEMM efficiency e·k/(k + k₀) with e "
         + ", ".join(f"{k} {v:g}" for k, v in GEMM_EFFICIENCY_BY_GENERATION.items())
-        + " (fitted on the calibration rows: `python -m trainplan.interface.fidelity "
-        "--calibrate`); FlashAttention core H100 0.35 (FlashAttention-2 on Hopper, its authors' "
-        f"figure; not fitted); HBM {p.hbm_efficiency:g}, NVLink {p.scaleup_efficiency:g}, "
+        + " (fitted on the former calibration rows before published runs were kept for "
+        "validation only; the fit is retired and the figures await per-operation anchors: "
+        "`python -m trainplan.interface.fidelity --residuals` reports those rows' errors); "
+        "the attention core at its kernel's published rate by chunk length, head dims and mask "
+        "(FlashAttention-2 on A100, cuDNN under Transformer Engine on Hopper and Blackwell; "
+        "model.op_rates), else 0.35 of peak on Hopper; "
+        f"HBM {p.hbm_efficiency:g} (the optimizer step at the part's STREAM triad), "
+        f"NVLink {p.scaleup_efficiency:g}, "
         f"scale-out {p.scaleout_efficiency:g} of nominal; NCCL latencies; {p.kernel_overhead_s * 1e6:g} µs "
         "per kernel",
         "previous model (model.timing, `--time-model single`): kernel efficiency e∞·h/(h + h₀) "

@@ -18,6 +18,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
+from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
+from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
@@ -27,6 +29,9 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
+from trainplan.model.op_rates import check_fp8_recipe
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
@@ -58,6 +63,7 @@ LAYOUT_KEYS = LAYOUT_FIELDS
 RECIPE_KEYS = (
     "gradient_dtype",
     "precision",
+    "fp8_recipe",
     "optimizer_dtype",
     "master_weights",
     "offload_optimizer",
@@ -67,9 +73,13 @@ RECIPE_KEYS = (
     "fp8_param_gather",
     "host_link_gbps",
     "host_memory_gbps",
+    *DOCUMENT_KEYS,
+    *MOE_KEYS,
 )
-"""The training recipe's numerics and offload (:mod:`model.precision`, :mod:`model.offload`):
-evaluate options, and ``[cluster]`` keys of a scenario file."""
+"""The training recipe's numerics, offload, packed documents and MoE routing and dispatch
+(:mod:`model.precision`, :mod:`model.offload`, :mod:`model.packing`, :mod:`model.moe_run`):
+evaluate options, and ``[cluster]`` keys of a
+scenario file."""
 MEGATRON_SPLIT_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
@@ -231,6 +241,19 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
     ), {}
 
 
+def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
+    """``optimizer_dtype`` and ``master_weights`` size Adam's state: refused with another
+    optimizer, whose state (an FP32 master included) is its own (:mod:`model.optimizers`)."""
+    if layout.optimizer is OptimizerKind.ADAM:
+        return
+    for key in ("optimizer_dtype", "master_weights"):
+        if key in params:
+            raise InputError(
+                f"{key}: sizes Adam's state; optimizer {layout.optimizer} keeps its own (an FP32 "
+                f"master included), give no {key}"
+            )
+
+
 def build_case(params: Mapping[str, Any]) -> Case:
     """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md (``dp``, ``seq_len``…).
 
@@ -252,6 +275,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = _count(params, k)
+    schedule = str(layout_args.get("schedule", "")).lower()
+    if "virtual_stages" not in layout_args and schedule in LAYOUT_CHUNKS:
+        layout_args["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]  # the schedule's own
     if "dp" not in layout_args and "num_gpus" in params:
         layout_args["dp"] = _dp_from_gpus(params, layout_args)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
@@ -292,12 +318,16 @@ def build_case(params: Mapping[str, Any]) -> Case:
         precision=params.get("precision", Precision.BF16),
         recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
+        fp8_recipe=params.get("fp8_recipe"),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
             activations=params.get("offload_activations") or (),
         ),
+        documents=documents_from(params, seq),
+        moe_run=moe_run_of(params, model, framework),
     )
+    _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params:
@@ -305,6 +335,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
     device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
     check_precision(training.precision, device)
+    check_fp8_recipe(training.precision, training.fp8_recipe, device)
     if training.precision is Precision.FP8 and model.arch is None:
         raise InputError(
             "precision: fp8 needs the model's layers (which weights are linear), not a size only"

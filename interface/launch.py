@@ -14,7 +14,10 @@ Sources, read for what exists (never copied):
 * torchtitan ``[activation_checkpoint]``: ``mode = "none" | "selective" | "full"``,
   ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
   transformer block of the model); ``[parallelism]`` degrees, ``pipeline_parallel_schedule``
-  (``GPipe``, ``1F1B``, ``Interleaved1F1B``) and ``pipeline_parallel_split_points =
+  (torch.distributed.pipelining's ``get_schedule_class`` names: ``GPipe``, ``1F1B``,
+  ``Interleaved1F1B``, ``InterleavedZeroBubble`` for ZB-H1, ``ZBVZeroBubble`` for ZB-V,
+  ``DualPipeV``; torchtitan ``torchtitan/distributed/pipeline_parallel.py`` places the last two
+  in V order, ``style="v"``) and ``pipeline_parallel_split_points =
   ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
   when interleaved). No per-stage AC count.
 """
@@ -27,16 +30,35 @@ from dataclasses import dataclass
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
+from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks, stage_chunks, stage_layers
 
 __all__ = [
+    "TORCHTITAN_SCHEDULES",
     "LaunchFlags",
     "megatron_flags",
     "pipeline_layout",
     "torchtitan_toml",
     "single_count_layout",
 ]
+
+
+TORCHTITAN_SCHEDULES: dict[str, str | None] = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved": "Interleaved1F1B",
+    "zb-h1": "InterleavedZeroBubble",
+    "zb-h2": None,
+    "zb-v": "ZBVZeroBubble",
+    "dualpipe": None,
+    "dualpipev": "DualPipeV",
+}
+"""torchtitan's ``[parallelism] pipeline_parallel_schedule`` value for each schedule
+(torch.distributed.pipelining ``schedules.py`` ``get_schedule_class``); None: not there."""
+
+_MEGATRON = ("gpipe", "1f1b", "interleaved")
+"""Schedules Megatron-LM's flags express (GPipe as 1F1B, as before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +157,13 @@ def megatron_flags(
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
         out.append("--use-distributed-optimizer")
     split = _split(arch, layout)
-    if layout.virtual_stages > 1:
+    if str(layout.schedule) in TORCHTITAN_SCHEDULES and str(layout.schedule) not in _MEGATRON:
+        notes.append(
+            f"schedule {layout.schedule}: Megatron-Core runs 1f1b and interleaved only "
+            f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); these flags are "
+            "its 1F1B"
+        )
+    elif layout.virtual_stages > 1:
         chunks = tuple(
             len(c)
             for c in model_chunks(
@@ -272,8 +300,13 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
                 arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
             )
         ]
-        schedule = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
-        lines.append(f'pipeline_parallel_schedule = "{schedule[str(layout.schedule)]}"')
+        name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
+        if name is None:
+            notes.append(
+                f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
+                f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
+            )
+        lines.append(f'pipeline_parallel_schedule = "{name or "1F1B"}"')
         starts, at = [], 0
         for n in chunks[:-1]:  # one split point per model chunk (pp·v stages when interleaved)
             at += n

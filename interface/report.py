@@ -141,6 +141,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("= model state", m["model_state_bytes"]),
         ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
         ("FP8 weight cache (weight + transpose)", m.get("weight_cache_bytes")),
+        ("expert dispatch buffers (DeepEP)", m.get("dispatch_buffer_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),

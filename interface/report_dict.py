@@ -14,15 +14,20 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
+from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
-    FP8_WEIGHT_CACHE_BYTES,
     KEPT_HIGH_PRECISION,
+    Fp8Recipe,
     Precision,
+    fp8_activation_bytes,
+    fp8_weight_cache_bytes,
     linear_speedup,
 )
-from trainplan.model.roofline import generation_of, params_in_force, roofline_params_for
+from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
@@ -44,7 +49,9 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
             "kernel_efficiency": est.options.kernel_efficiency,
             "attention_efficiency": est.options.attention_efficiency if flash else None,
         }
-    figures = asdict(params_in_force(est.options.roofline, est.device.name))
+    figures = asdict(
+        params_in_force(est.options.roofline, est.device.name, est.options.attention_kernel)
+    )
     if not flash:
         figures["attention_efficiency"] = None
     return {
@@ -85,16 +92,26 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
 
-    p = params_in_force(o.roofline, est.device.name)
+    p = params_in_force(o.roofline, est.device.name, o.attention_kernel)
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
         fitted = "given (--gemm-efficiency or --calibration)"
-    attention = (
-        f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
-        if est.training.flash_attention and p.attention_efficiency is not None
-        else ""
-    )
+    attention = ""
+    if est.training.flash_attention and p.attention_kernel is not None and FAMILY.get(p.part):
+        attention = (
+            f"the attention core at {p.attention_kernel}'s published rate for its chunk length, "
+            "head dimensions and causal mask; "
+        )
+    elif est.training.flash_attention and p.attention_efficiency is not None:
+        attention = f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
+    if p.clock_fraction != 1:
+        attention += (
+            f"tensor cores at {p.clock_fraction:.3f} of the rated peak under the part's power "
+            "limit; "
+        )
+    if p.optimizer_hbm_efficiency is not None:
+        attention += f"optimizer step at {p.optimizer_hbm_efficiency:.3f} of HBM (STREAM triad); "
     return (
         "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
@@ -217,6 +234,8 @@ def _cp_sentence(lay: Layout) -> str:
         "kept apart",
         "ulysses": "Q, K, V all-to-all over heads before attention and O after, forward and "
         "backward (DeepSpeed-Ulysses; Megatron-Core a2a; cp divides the heads per tp rank)",
+        "ulysses-kv-repeat": "as ulysses, each K/V head repeated max(cp // g, 1) times before the "
+        "all-to-all (verl's Ulysses: cp may exceed the K/V heads)",
         "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
         "groups (Megatron-Core a2a+p2p)",
     }[str(lay.cp_kind)]
@@ -276,19 +295,53 @@ def _offload_sentence(est: Estimate) -> list[str]:
     ]
 
 
+def _documents(t: Any) -> list[list[Any]] | None:
+    """The packed documents' histogram as [[length, count], …] (None: unpacked)."""
+    if t.documents is None:
+        return None
+    return [[n, w] for n, w in zip(t.documents.lengths, t.documents.weights, strict=True)]
+
+
 def _precision_sentence(est: Estimate) -> str:
     """The recipe's numerics: GEMM precision, optimizer state, gradient dtype."""
     t = est.training
     grads = f"{t.gradient_bytes} B gradients" if t.gradient_bytes else "the framework's gradients"
     state = f"optimizer state {t.optimizer_bytes} B/param, {grads}"
+    if est.layout.optimizer is not OptimizerKind.ADAM:
+        state = (
+            f"optimizer {est.layout.optimizer}: its own state per parameter class (an FP32 "
+            f"master included; Optimizers and packed documents in the docs), {grads}"
+        )
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
-    speed = linear_speedup(t.precision, est.device)
+    recipe = t.fp8_recipe or Fp8Recipe.DELAYED
+    published = recipe_speedups(est.device.name, recipe) if recipe is not Fp8Recipe.MXFP8 or \
+        FAMILY.get(est.device.name) == "blackwell" else None  # fmt: skip
+    if published is not None:
+        fwd, dgrad, wgrad = published
+        speed = (
+            f"{fwd:.2f}×, {dgrad:.2f}×, {wgrad:.2f}× faster in forward, input and weight gradient "
+            f"(Transformer Engine's published {recipe.value} GEMM profile on "
+            f"{RECIPE_PART[FAMILY[est.device.name]]}, quantisation included)"
+        )
+    else:
+        flat = linear_speedup(t.precision, est.device)
+        speed = (
+            f"{flat:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 efficiency; no "
+            "published recipe profile for this part)"
+        )
+    cache = fp8_weight_cache_bytes(recipe)
+    weights = (
+        f"linear weights held as FP8 primary weights (1 B; --fp8-param-gather), only the "
+        f"column-wise copy cached (+{float(cache / 2):g} B per linear weight)"
+        if t.fp8_param_gather
+        else f"linear weights cached as FP8 row- and column-wise copies (+{float(cache):g} B per "
+        "linear weight)"
+    )
     return (
-        f"precision fp8 (Transformer Engine): linear weights cached as FP8 weight + transpose "
-        f"(+{FP8_WEIGHT_CACHE_BYTES} B per linear weight), linear inputs saved in FP8, linear "
-        f"GEMMs {speed:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 "
-        f"efficiency); in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
+        f"precision fp8, recipe {recipe.value} (Transformer Engine): {weights}, "
+        f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element), linear "
+        f"GEMMs {speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
 
 
@@ -301,6 +354,7 @@ def _cp_overlap(est: Estimate) -> str:
         "ring": "ring K/V under the core",
         "all-gather": "all-gather exposed",
         "ulysses": "all-to-alls exposed",
+        "ulysses-kv-repeat": "all-to-alls exposed",
         "a2a+p2p": "all-to-alls exposed, ring under the core",
     }[str(lay.cp_kind)]
 
@@ -374,15 +428,18 @@ def mfu_with_attention(est: Estimate) -> float | None:
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm.ep_traffic), an upper bound on DeepSeek-V3-style node-limited routing, which
-    sends a token to at most 4 nodes and deduplicates it there (DeepSeek-V3 Technical Report,
-    arXiv 2412.19437, §2.1.2 and §3.2.2)."""
+    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
+    deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
+    timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
     notes = []
-    if any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
         notes.append(
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            "§3.2.2: at most 4 nodes per token) sends less"
+            "§3.2.2: at most 4 nodes per token) sends less (--moe-dispatcher deepep "
+            "--moe-node-limit 4 times it)"
         )
     return notes
 
@@ -407,6 +464,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "model_state_bytes": _n(st.state.total_bytes),
         "zero3_gathered_bytes": _n(st.state.gathered_bytes),
         "weight_cache_bytes": _n(st.state.weight_cache_bytes),
+        "dispatch_buffer_bytes": _n(st.state.dispatch_buffer_bytes),
         "host_bytes": _n(est.host_bytes),
         "host_bytes_per_node": _n(est.host_bytes * est.device.gpus_per_node),
         "host_capacity_bytes": est.device.host_memory_bytes,
@@ -504,6 +562,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "etp": lay.expert_tp,
             "zero_stage": lay.zero_stage,
             "framework": str(lay.framework),
+            "optimizer": str(lay.optimizer),
             "recompute": str(lay.recompute),
             "recompute_layers": (
                 None if lay.recompute_layers is None else list(lay.recompute_layers)
@@ -520,6 +579,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_convention": t.activation_convention,
             "memory_efficient_norm": t.memory_efficient_norm,
             "precision": str(t.precision),
+            "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
             "gradient_bytes": t.gradient_bytes,
             "optimizer_bytes_per_param": t.optimizer_bytes,
             "stage_layers": [s.num_layers for s in est.stages],
@@ -528,6 +588,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "offload_activations": list(t.offload.activations),
             "recompute_modules": list(t.recompute_modules),
             "fp8_param_gather": t.fp8_param_gather,
+            "document_lengths": _documents(t),
+            "moe": _moe_run(t.moe_run),
         },
         "memory": _memory(est),
         "zero_table": [
@@ -564,6 +626,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
         else {
             "model_flops": est.flops.model_flops,
             "hardware_flops": est.flops.hardware_flops,
+            "pack_model_flops": est.flops.pack_model_flops,
             "convention": str(est.options.mfu_convention),
         },
         "time": {
@@ -576,6 +639,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
             "step_s": est.step_s,
             "mfu": est.mfu,
+            "mfu_pack": est.mfu_pack,
             "mfu_with_attention": mfu_with_attention(est),
             "hfu": est.hfu,
             "tokens_per_s": None
@@ -589,3 +653,16 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     if per_stage:
         out["stages"] = _stage_rows(est)
     return out
+
+
+def _moe_run(run: MoERun) -> dict[str, Any]:
+    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
+    cf = run.capacity_factor
+    return {
+        "moe_capacity_factor": None if cf is None else float(cf),
+        "moe_pad_to_capacity": run.pad_to_capacity,
+        "moe_imbalance": float(run.imbalance),
+        "moe_node_limit": run.node_limit,
+        "moe_dispatcher": str(run.dispatcher),
+        "moe_ep_overlap": str(run.ep_overlap),
+    }

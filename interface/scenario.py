@@ -16,16 +16,24 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 per_stage = false                 # search, frontier: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
-               # cp_kind (ring, all-gather, ulysses, a2a+p2p; default the first three), cp_a2a (hybrid inner degrees)
+               # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
+               # cp_a2a (hybrid inner degrees), optimizer (adam, adam-8bit, adafactor, lion, muon, soap;
+               # default adam only)
 [constraints]  # headroom, min_mfu, tp_in_nvlink
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
-               # precision (bf16 | fp8), gradient_dtype, optimizer_dtype (fp32 | bf16),
+               # precision (bf16 | fp8), fp8_recipe (delayed | tensorwise | blockwise | mxfp8),
+               # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
-               # master_weights; offload_optimizer (0-1), offload_params, offload_activations,
-               # recompute_modules, fp8_param_gather, host_link_gbps, host_memory_gbps;
-               # the time model: time_model (roofline | single),
+               # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
+               # host_memory_gbps; memory: recompute_modules, fp8_param_gather;
+               # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
+               # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
+               # overlap_moe_expert_parallel_comm),
+               # packed documents: document_length, document_length_spread,
+               # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
-               # attention_efficiency, tp_comm_overlap (none | async | full),
+               # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
+               # tp_comm_overlap (none | async | full),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
@@ -52,6 +60,8 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.moe_inputs import DISPATCHERS, EP_OVERLAPS
+from trainplan.interface.recipe_inputs import histogram
 from trainplan.interface.tp_plan import (
     TP_BLOCK_INPUTS,
     check_tp_block_inputs,
@@ -63,8 +73,10 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.pipeline import Schedule, check_virtual_stages
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, check_virtual_stages
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
@@ -97,6 +109,7 @@ TOP_KEYS = {
     "cluster",
 }
 SPACE_KEYS = {
+    "optimizer",
     "tp",
     "pp",
     "cp",
@@ -140,6 +153,7 @@ CLUSTER_KEYS = {
     "scaleout_efficiency",
     "tp_comm_overlap",
     "grad_reduce_overlap",
+    "attention_kernel",
     "calibration",
 }
 
@@ -155,9 +169,11 @@ _FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "fractions",
 )
 _ANY = "any"  # a key without a kind yet (a test requires one for every key)
+_HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
 _SCHEDULES = tuple(x.value for x in Schedule)
 _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
+_OPTIMIZERS = tuple(x.value for x in OptimizerKind)
 _CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
 VALUE_KINDS: dict[str, Any] = {
     # top level
@@ -180,6 +196,7 @@ VALUE_KINDS: dict[str, Any] = {
     "pp": [_COUNT],
     "cp": [_COUNT],
     "cp_kind": [_CP_KINDS],
+    "optimizer": [_OPTIMIZERS],
     "cp_a2a": [_COUNT],
     "ep": [_COUNT],
     "micro_batch": [_COUNT],
@@ -213,6 +230,7 @@ VALUE_KINDS: dict[str, Any] = {
     "tp_block_inputs": TP_BLOCK_INPUTS,
     "gradient_dtype": ("bf16", "fp32"),
     "precision": ("bf16", "fp8"),
+    "fp8_recipe": ("delayed", "tensorwise", "blockwise", "mxfp8"),
     "optimizer_dtype": ("fp32", "bf16"),
     "master_weights": _FLAG,
     "offload_optimizer": _NUMBER,
@@ -222,6 +240,15 @@ VALUE_KINDS: dict[str, Any] = {
     "fp8_param_gather": _FLAG,
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
+    "document_length": _NUMBER,
+    "document_length_spread": _NUMBER,
+    "document_lengths": _HISTOGRAM,
+    "moe_capacity_factor": _NUMBER,
+    "moe_pad_to_capacity": _FLAG,
+    "moe_imbalance": _NUMBER,
+    "moe_node_limit": _COUNT,
+    "moe_dispatcher": DISPATCHERS,
+    "moe_ep_overlap": EP_OVERLAPS,
     "memory_reserve_gib": _NUMBER,
     "vocab_multiple": _COUNT,
     "time_model": ("roofline", "single"),
@@ -231,15 +258,16 @@ VALUE_KINDS: dict[str, Any] = {
     "scaleout_efficiency": _NUMBER,
     "tp_comm_overlap": ("none", "async", "full"),
     "grad_reduce_overlap": _FLAG,
+    "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }
 """The kind of value each scenario key holds — the one place a file's value types are checked:
 ``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
 "15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
-``price`` (a number or a table GPU = number), ``fractions`` (a table axis = number in [0, 1]), a
-tuple of allowed values, or ``[kind]`` for one value or a list of them. Ranges and rules beyond
-the type (min_mfu in (0, 1], headroom in [0, 1)…) are checked where the value is used, by the
-same code as the command-line options."""
+``price`` (a number or a table GPU = number), ``histogram`` ([[length, count], …]),
+``fractions`` (a table axis = number in [0, 1]), a tuple of allowed values, or ``[kind]`` for
+one value or a list of them. Ranges and rules beyond the type (min_mfu in (0, 1], headroom in
+[0, 1)…) are checked where the value is used, by the same code as the command-line options."""
 
 
 def _check_value(key: str, value: Any, kind: Any) -> None:
@@ -269,6 +297,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         parse_counts(value, key, ranges=True)
     elif kind == _SIZES:
         list_items(value, key)
+    elif kind == _HISTOGRAM:
+        histogram(value)
     elif kind in (_PRICE, _FRACTIONS):
         table = value if isinstance(value, dict) else {None: value}
         if kind == _FRACTIONS and not isinstance(value, dict):
@@ -365,8 +395,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     )
     for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
         check_virtual_stages(v, schedules)
-    if d.get("max_tp"):
-        tp = tuple(t for t in (tp or divisors(num_gpus)) if t <= parse_count(d["max_tp"], "max_tp"))
+    if d.get("max_tp"):  # a cap, not a list: each job keeps its own count's divisors below it
+        cap = parse_count(d["max_tp"], "max_tp")
+        tp = tuple(t for t in (tp or range(1, cap + 1)) if t <= cap)
     cp = ints("cp") or (1,)
     cp_kinds = tuple(dict.fromkeys(_cp_kind(k) for k in opts.names(d.get("cp_kind"), "cp_kind")))
     cp_a2a = ints("cp_a2a")
@@ -383,6 +414,15 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
             "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
         },
     )
+    frameworks = tuple(
+        dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
+    ) or (DEFAULT_FRAMEWORK,)
+    if d.get("schedule"):  # a split schedule asked for by name runs under a framework of the
+        # space (the classic schedules are searched under every framework, as evaluate takes them)
+        for name in schedules:
+            split = Schedule(name) in SPLIT_BACKWARD
+            if split and not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
+                check_schedule_framework(name, frameworks[0], 2, 2)
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
@@ -400,12 +440,13 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
             dict.fromkeys(_order(o) for o in opts.names(d.get("rank_order"), "rank_order"))
         )
         or (DEFAULT_RANK_ORDER,),
-        frameworks=tuple(
-            dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
-        )
-        or (DEFAULT_FRAMEWORK,),
+        frameworks=frameworks,
         cp_kinds=cp_kinds or DEFAULT_SEARCHED_CP_KINDS,
         cp_a2a=cp_a2a,
+        optimizers=tuple(
+            dict.fromkeys(OptimizerKind(o) for o in opts.names(d.get("optimizer"), "optimizer"))
+        )
+        or (OptimizerKind.ADAM,),
     )
 
 

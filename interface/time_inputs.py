@@ -23,7 +23,8 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layer_time import TpOverlap
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
+from trainplan.model.op_rates import deployed_params
+from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
 from trainplan.model.units import parse_number, shown_number
@@ -46,6 +47,7 @@ TIME_KEYS: tuple[str, ...] = (
     *ROOFLINE_KEYS,
     "tp_comm_overlap",
     "grad_reduce_overlap",
+    "attention_kernel",
     "calibration",
 )
 """Every step-time key :func:`cost_options` reads besides the single model's."""
@@ -190,10 +192,23 @@ def cost_options(
         zero3_regather=bool_param(params, "zero3_regather", False),
         attention_efficiency=attention_efficiency,
         time_model=time_model,
-        roofline=roofline_params_for(device.name, **figures),
+        roofline=deployed_params(device.name, _attention_kernel(params, figures), **figures),
         tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
+        attention_kernel=params.get("attention_kernel"),
         grad_reduce_overlap=bool_param(params, "grad_reduce_overlap", True),
     )
+
+
+def _attention_kernel(params: Mapping[str, Any], figures: Mapping[str, Any]) -> str | None:
+    """The attention kernel given, refused beside a given attention efficiency (one or the
+    other times the core)."""
+    kernel = params.get("attention_kernel")
+    if kernel is not None and "attention_efficiency" in figures:
+        raise InputError(
+            f"attention_kernel: {kernel} times the attention core from its published curves; "
+            "give it or attention_efficiency, not both"
+        )
+    return None if kernel is None else str(kernel)
 
 
 def _choice(kind: Any, params: Mapping[str, Any], key: str, default: str) -> Any:

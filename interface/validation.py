@@ -28,9 +28,10 @@ num_gpus)``.
 
 ``unmodelled`` names a mechanism of the run the cost model has no input for whose effect the
 model's nearest mechanism stands in for (the row counts in the statistics, the tag says what its
-error includes); ``cannot_express`` names one the model cannot stand in for (a schedule such as
-DualPipe, another framework's sharding): the row is evaluated under the stated stand-in and listed
-with its reason, outside the statistics.
+error includes); ``cannot_express`` names one the model cannot stand in for (another framework's sharding): the
+row is evaluated under the stated stand-in and listed with its reason, outside the statistics. A
+row whose framework profile cannot run its ``schedule`` (:func:`schedule_refusal`) is listed the
+same way, with that reason.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ from typing import Any
 
 from trainplan.interface.commands import evaluate_json
 from trainplan.interface.inputs import KNOWN_KEYS
-from trainplan.model.errors import PlannerError, ScenarioError
+from trainplan.model.errors import LayoutError, PlannerError, ScenarioError
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.schedule_support import check_schedule_framework
 from trainplan.scenarios.catalogue import check_keys
 
 __all__ = [
@@ -288,8 +290,32 @@ def _run(
         else _positive(tflops, "published_tflops_per_gpu", where),
         assumed=_texts(row, "assumed", where),
         unmodelled=_texts(row, "unmodelled", where),
-        cannot_express=_text(row, "cannot_express", where, required=False) or table.cannot_express,
+        cannot_express=_joined(
+            schedule_refusal(params),
+            _text(row, "cannot_express", where, required=False) or table.cannot_express,
+        ),
     )
+
+
+def _joined(*reasons: str | None) -> str | None:
+    said = [r for r in reasons if r]
+    return "; ".join(said) if said else None
+
+
+def schedule_refusal(params: Mapping[str, Any]) -> str | None:
+    """Why the run's framework profile cannot run its pipeline schedule
+    (:func:`model.schedule_support.check_schedule_framework`: ``schedule: dualpipe does not run
+    under framework megatron …``), or None. Such a run is listed with that reason, outside the
+    statistics, never evaluated under another schedule."""
+    pp = int(params.get("pp", 1))
+    tp, cp, b = (int(params.get(k, 1)) for k in ("tp", "cp", "micro_batch_size"))
+    dp = int(params.get("dp") or max(1, int(params["num_gpus"]) // (tp * pp * cp)))
+    m = max(1, int(params["global_batch_size"]) // (b * dp))
+    try:
+        check_schedule_framework(str(params.get("schedule", "1f1b")), params["framework"], pp, m)
+    except LayoutError as err:
+        return str(err)
+    return None
 
 
 def _table(table: Any, file: str, index: int) -> list[ValidationRun]:

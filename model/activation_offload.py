@@ -18,11 +18,17 @@ https://docs.nvidia.com/megatron-core/developer-guide/latest/user-guide/features
   layer's backward (prefetch). Exposed is what a layer's copy takes beyond that compute
   (:func:`activation_offload_seconds`).
 * **What stays on the GPU.** The offload manager never offloads the last group of each module
-  name (``post_warmup_callback``: "do not offload the last X groups so that the reloading won't
-  block the computing stream" — the layer whose backward comes first), and one layer's tensors
-  are in transit at any moment (copied out, or prefetched back): :func:`offload_buffer_bytes`
-  keeps two layers' offloaded bytes on the GPU (one when the stage holds a single layer of a
-  single micro-batch). The host holds the rest (:func:`model.memory.stage_activations`).
+  name (``PipelineOffloadManager.post_warmup_callback``: the offload margin is
+  ``ChunkOffloadHandler.get_max_deduplicated_groups``, the number of distinct module names, and
+  the last group of each name in the first backward chunk — the layer whose backward comes first
+  — gets ``offload = False``): one layer's offloaded bytes stay on the GPU
+  (:func:`offload_buffer_bytes`). The peak comes at the end of the forward, before any reload,
+  so the prefetch of the next layer adds nothing there; Megatron-LM's own measurement
+  (``tests/unit_tests/pipeline_parallel/test_fine_grained_activation_offloading.py``
+  ``test_gpt_fine_grained_activation_offloading_correctness_and_memory``: 8 layers, pp 1)
+  asserts that the peak falls by the manager's ``offload_summary_bytes`` — every group but the
+  kept one — within 30 % and 20 MiB. The host holds the rest
+  (:func:`model.memory.stage_activations`).
 * **Rules** (:func:`check_activation_offload`; Megatron-Core's ``TransformerConfig``
   validation): the module names above; ``attn_proj`` only with ``core_attn`` (its input is the
   attention core's output, which the core's backward needs); ``expert_fc1`` and ``moe_act``
@@ -43,8 +49,11 @@ recomputation) — the fine-grained mechanism is the one Megatron-Core supports 
 parallelism, and it is what this module follows.
 
 Approximate: Megatron's ``min_offloaded_tensor_size`` (tensors under 2²⁰ elements stay on the
-GPU) is ignored; the exposed time is per layer with the stage's micro-batch split evenly over
-its layers (forward : backward = 1 : 2), added to the step as if on the critical path.
+GPU) is ignored; the one kept layer is what Megatron-LM measures at pp 1 — with pp > 1 a
+backward's reloaded layer and the one it prefetches (``bulk_reload_group``, one layer ahead) may
+meet the stage's peak, up to one layer more than counted; the exposed time is per layer with
+the stage's micro-batch split evenly over its layers (forward : backward = 1 : 2), added to the
+step as if on the critical path.
 """
 
 from __future__ import annotations
@@ -271,14 +280,17 @@ def check_activation_offload(
 
 def offload_buffer_bytes(per_layer: Any, held: Any) -> Any:
     """Bytes of offloaded tensors still on one GPU at the peak: ``per_layer`` (the most any
-    layer of the stage offloads per micro-batch) × min(2, ``held``), ``held`` the layer ×
-    micro-batch pairs the stage keeps: the group Megatron-Core never offloads (the first
-    backward's last layer) and one layer in transit. Exact for numbers; element-wise for arrays.
+    layer of the stage offloads per micro-batch) × min(1, ``held``), ``held`` the layer ×
+    micro-batch pairs the stage keeps: the one group of each module name Megatron-Core never
+    offloads (``post_warmup_callback``'s offload margin: the first backward's last layer). Not
+    two: the reload of the next layer is prefetched during a backward, after the peak, and
+    Megatron-LM's measurement finds the peak lowered by every other layer's offloaded bytes (see
+    the module's notes). Exact for numbers; element-wise for arrays.
 
-    >>> offload_buffer_bytes(Fraction(10), 32), offload_buffer_bytes(Fraction(10), 1)
-    (Fraction(20, 1), Fraction(10, 1))
+    >>> offload_buffer_bytes(Fraction(10), 32), offload_buffer_bytes(Fraction(10), 0)
+    (Fraction(10, 1), Fraction(0, 1))
     """
-    return per_layer * minimum(held, 2)
+    return per_layer * minimum(held, 1)
 
 
 def activation_offload_seconds(

@@ -71,8 +71,10 @@ Variants, derived the same way:
   input. The all-gather flavour (Transformer Engine ``AttnFuncWithCPAndKVAllGather``) also
   keeps the attention output of each of its two query chunks apart from the merged output the
   projection keeps: ``[S, a·d]`` (*tp*; recomputed with the attention core under selective
-  recomputation). The buffers the exchange holds while a layer runs are a transient
-  (:func:`model.context_parallel.cp_transient_bytes`).
+  recomputation). verl's Ulysses (``ulysses-kv-repeat``) keeps the K/V heads it repeated
+  before the all-to-all: (r − 1) more copies of the local K and V, r =
+  :func:`model.context_parallel.kv_repeat`. The buffers the exchange holds while a layer runs
+  are a transient (:func:`model.context_parallel.cp_transient_bytes`).
 * MLA (DeepSeek-V3): both norm inputs ``[S, h]`` and the shared projection input ``[S, h]``, the
   query latent before and after its RMSNorm ``2·[S, q_lora]``, the KV latent with the RoPE key
   ``[S, kv_lora + rope]`` and normalised ``[S, kv_lora]`` (all *sp*); Q and K
@@ -115,7 +117,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from trainplan.model.context_parallel import CpKind
+from trainplan.model.context_parallel import CpKind, kv_repeat
 from trainplan.model.errors import InputError
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
@@ -163,6 +165,9 @@ class ActivationContext:
     the rows of :data:`model.precision.FP8_LINEAR_INPUTS` hold 1 byte per element instead of
     β. With memory-efficient norms the norm keeps its BF16 output for itself, so the QKV and
     FC1 inputs stay at β and their FP8 copies are added."""
+    fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
+    """Bytes per element of a linear layer's FP8-saved input with its scales
+    (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
     cp_kind: CpKind = CpKind.RING
     """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
     the all-gather flavour keeps one more tensor (the module docstring)."""
@@ -294,6 +299,12 @@ def _attention_terms(arch: Architecture, ctx: ActivationContext) -> list[tuple[s
     if ctx.cp > 1 and ctx.cp_kind is CpKind.ALL_GATHER:
         out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
         rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
+    rep = kv_repeat(ctx.cp_kind, ctx.cp, ctx.tp, arch) if ctx.cp > 1 else 1
+    if rep > 1:  # verl's Ulysses: the core keeps the repeated K/V heads it received
+        d, g = arch.dim_per_head, arch.kv_heads
+        rows.append(
+            ("repeated K and V (ulysses-kv-repeat)", (rep - 1) * 2 * beta * S * g * d, "tp")
+        )
     if arch.dropout:
         rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
     if arch.post_norms:
@@ -431,7 +442,7 @@ def _fp8_rows(
     saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
     leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
     recomputed with the attention core under selective recomputation (a score term)."""
-    scale = Fraction(FP8_ACTIVATION_BYTES, ctx.activation_bytes)
+    scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     out = []
     for name, value, kind in rows:
         if name not in FP8_LINEAR_INPUTS:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes
+from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
 from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe import all_to_all_bytes
+from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import exact, where
 
@@ -368,6 +370,7 @@ def cp_traffic(
         arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes,
         _passes(layout.recompute, attention_core=True) > 2,
+        kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
     )  # fmt: skip
     name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
     return AxisTraffic("cp", name, layout.cp, total)
@@ -385,15 +388,16 @@ def cp_bytes(
     seq_len: Any,
     beta: int,
     recomputed: bool,
+    kv_rep: Any = 1,
 ) -> Any:
     """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
     for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
     tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
     K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
     and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
-    in backward."""
+    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`)."""
     tokens = exact(seq_len) / cp * b
-    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed)
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep)
     return per_layer * num_layers * m
 
 
@@ -421,6 +425,7 @@ def ep_traffic(
     total = ep_bytes(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, layout.sp, _passes(layout.recompute) > 2,
+        training.moe_run,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
 
@@ -437,11 +442,18 @@ def ep_bytes(
     beta: int,
     sp: Any,
     recompute: bool,
+    run: MoERun = DROPLESS,
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
-    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again)."""
+    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again). Each
+    dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
+    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity) —
+    every byte a GPU sends, whichever link it rides (DeepEP's de-duplication shortens the
+    scale-out share of the time, :func:`model.moe_run.all_to_all_sent`, not what the dispatch
+    moves)."""
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
-    one = _ring(ep) * arch.moe.experts_per_token * tokens * arch.hidden_size * beta
+    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
+    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep)
     return 2 * one * (3 if recompute else 2) * num_moe_layers * m

@@ -22,6 +22,15 @@ buffers the exchange holds while one layer's attention runs:
   output O and its gradient dO in, and dQ, dK, dV out. Heads are split over cp: TE asserts that
   cp divides the query heads and the K/V heads on a tensor-parallel rank (no replication of KV
   heads; DeepSpeed's uneven-head split is not modelled).
+* ``ulysses-kv-repeat`` — verl's Ulysses (``verl/models/transformers/monkey_patch.py``,
+  ``_ulysses_flash_attention_forward`` and ``apply_monkey_patch``): the same all-to-alls, but
+  when the sequence-parallel size u exceeds the K/V heads g it first repeats each K/V head
+  ``max(u // g, 1)`` times (``repeat_kv``), so u need only divide the query heads and be a
+  multiple or a divisor of g ("kv heads are repeated to ensure correctness"). The repeated K/V
+  cross the all-to-all (forward K, V; backward dK, dV) and are what the attention core keeps:
+  :func:`kv_repeat` scales the K/V terms of the head all-to-all. verl runs it under FSDP
+  (the ``fsdp2`` and ``textbook`` profiles here); Megatron-Core (Transformer Engine's rule) and
+  DeepSpeed refuse it by name (:func:`check_cp_framework`).
 * ``a2a+p2p`` — the hybrid (TE ``cp_comm_type = "a2a+p2p"``, Megatron-Core
   ``--hierarchical-context-parallel-sizes u r``): Ulysses over an inner group of u = ``cp_a2a``
   consecutive cp ranks, then a ring over the r = cp/u groups. After the inner all-to-all a
@@ -38,6 +47,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from trainplan.model.attention import AttentionSpan
 from trainplan.model.errors import LayoutError
 from trainplan.model.specs import Architecture, AttentionKind
 from trainplan.model.xp import exact, maximum, where
@@ -49,6 +59,11 @@ __all__ = [
     "cp_tensor_bytes",
     "attention_dims",
     "check_cp_kind",
+    "check_cp_framework",
+    "kv_repeat",
+    "has_window",
+    "window_kv_tokens",
+    "window_note",
     "cp_layer_bytes",
     "cp_transient_bytes",
     "cp_collective",
@@ -58,7 +73,8 @@ __all__ = [
 class CpKind(StrEnum):
     """How context parallelism exchanges attention's inputs: ``ring`` (point-to-point K/V,
     Megatron-Core ``p2p``), ``all-gather`` (``all_gather``, Llama 3), ``ulysses`` (all-to-all
-    over heads, ``a2a``) or ``a2a+p2p`` (Ulysses inside, ring across). Megatron-Core's
+    over heads, ``a2a``), ``ulysses-kv-repeat`` (verl's Ulysses, K/V heads repeated up to the
+    sequence-parallel size) or ``a2a+p2p`` (Ulysses inside, ring across). Megatron-Core's
     ``--cp-comm-type`` spellings (``p2p``, ``all_gather``, ``a2a``) and ``hybrid`` are read as
     aliases.
 
@@ -71,6 +87,7 @@ class CpKind(StrEnum):
     RING = "ring"
     ALL_GATHER = "all-gather"
     ULYSSES = "ulysses"
+    ULYSSES_KV_REPEAT = "ulysses-kv-repeat"
     HYBRID = "a2a+p2p"
 
     @classmethod
@@ -89,7 +106,8 @@ _ALIASES = {
 DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES)
 """The flavours the search tries on a shape with cp > 1 unless told otherwise, preferred in this
 order on ties. The hybrid is searched only when asked for (``--cp-kind a2a+p2p``): it adds an
-inner degree per cp."""
+inner degree per cp. ``ulysses-kv-repeat`` too: it runs under FSDP only, and where plain Ulysses
+is legal it moves the same bytes (no head is repeated)."""
 
 
 def cp_degrees(kind: CpKind, cp: int, cp_a2a: int | None = None) -> tuple[int, int]:
@@ -101,7 +119,7 @@ def cp_degrees(kind: CpKind, cp: int, cp_a2a: int | None = None) -> tuple[int, i
     >>> cp_degrees(CpKind.RING, 8), cp_degrees(CpKind.ULYSSES, 8), cp_degrees(CpKind.HYBRID, 8, 2)
     ((8, 1), (1, 8), (4, 2))
     """
-    if kind is CpKind.ULYSSES:
+    if kind in (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT):
         return 1, cp
     if kind is CpKind.HYBRID:
         u = cp_a2a or 1
@@ -183,17 +201,59 @@ def check_cp_kind(
             )
     if kind is CpKind.ALL_GATHER or arch is None:
         return
-    u = cp if kind is CpKind.ULYSSES else cp_a2a
+    u = cp if kind in (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT) else cp_a2a
     assert u is not None
     a = arch.num_attention_heads
     g = a if arch.attention is AttentionKind.MLA else arch.kv_heads
+    if kind is CpKind.ULYSSES_KV_REPEAT:
+        _check_kv_repeat(u, tp, a, g)
+        return
     for name, heads in (("num_attention_heads", a), ("num_kv_heads", g)):
         if heads % tp or (heads // tp) % u:
             raise LayoutError(
                 f"cp: {kind} splits the heads over {u} ranks, which does not divide "
                 f"{name} / tp = {heads} / {tp} = {heads / tp:g} (Transformer Engine's all-to-all "
-                "rule)"
+                "rule; cp_kind ulysses-kv-repeat, verl's, repeats K/V heads instead)"
             )
+
+
+def _check_kv_repeat(u: int, tp: int, a: int, g: int) -> None:
+    """verl's rule (``apply_monkey_patch``): u divides the query heads, and u and the K/V heads
+    divide one another (per tensor-parallel rank here)."""
+    if a % tp or (a // tp) % u:
+        raise LayoutError(
+            f"cp: ulysses-kv-repeat splits the query heads over {u} ranks, which does not divide "
+            f"num_attention_heads / tp = {a} / {tp} = {a / tp:g} (verl's rule)"
+        )
+    if g % tp or ((g // tp) % u and u % (g // tp)):
+        raise LayoutError(
+            f"cp: ulysses-kv-repeat needs num_kv_heads / tp = {g} / {tp} = {g / tp:g} to be a "
+            f"multiple or a divisor of the {u} ranks (verl repeats K/V heads u // g times)"
+        )
+
+
+def kv_repeat(kind: CpKind, u: int, tp: int, arch: Architecture | None) -> int:
+    """Times each K/V head is repeated before the head all-to-all: verl's
+    ``max(u // g, 1)`` with g the K/V heads on a tensor-parallel rank under
+    ``ulysses-kv-repeat`` (``verl/models/transformers/monkey_patch.py``,
+    ``_ulysses_flash_attention_forward``), 1 for every other flavour, for MLA (its keys and
+    values have a heads) and for a model without dimensions.
+
+    Examples
+    --------
+    Llama 3 8B's 8 K/V heads over 16 Ulysses ranks, tp 1: each head twice; over 8: once.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> llama = Architecture(num_layers=1, hidden_size=4096, num_attention_heads=32,
+    ...                      num_kv_heads=8, ffn_hidden_size=128, vocab_size=16)
+    >>> kv_repeat(CpKind.ULYSSES_KV_REPEAT, 16, 1, llama), kv_repeat(CpKind.ULYSSES, 8, 1, llama)
+    (2, 1)
+    """
+    if kind is not CpKind.ULYSSES_KV_REPEAT or arch is None:
+        return 1
+    if arch.attention is AttentionKind.MLA:
+        return 1
+    return max(u // max(arch.kv_heads // tp, 1), 1)
 
 
 def cp_tensor_bytes(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tuple[Any, Any, Any]:
@@ -206,7 +266,14 @@ def cp_tensor_bytes(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tupl
 
 
 def cp_layer_bytes(
-    arch: Architecture, r: Any, u: Any, tp: Any, tokens: Any, beta: int, recomputed: bool
+    arch: Architecture,
+    r: Any,
+    u: Any,
+    tp: Any,
+    tokens: Any,
+    beta: int,
+    recomputed: bool,
+    kv_rep: Any = 1,
 ) -> Any:
     """Bytes one GPU sends for one layer's attention, one micro-batch, forward and backward
     (and the recomputed forward when ``recomputed``), exact for ints and Fractions, element-wise
@@ -219,6 +286,7 @@ def cp_layer_bytes(
     * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
       its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
       re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.
+      ``kv_rep`` (:func:`kv_repeat`): verl's repeated K/V heads cross the all-to-all, KV × kv_rep.
 
     Examples
     --------
@@ -235,16 +303,29 @@ def cp_layer_bytes(
 
     >>> cp_layer_bytes(arch, 1, 2, 1, 4, 2, False)
     Fraction(288, 1)
+
+    The same with each K/V head repeated twice: ½·(2·64 + 2·256 + 3·64) = 416.
+
+    >>> cp_layer_bytes(arch, 1, 2, 1, 4, 2, False, 2)
+    Fraction(416, 1)
     """
     q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
     extra = 1 if recomputed else 0
     exchange = (r - 1) * kv * (3 + extra)
-    a2a = exact(u - 1) / u * ((q + kv + o) * (1 + extra) + q + kv + 2 * o)
+    kv_a2a = kv * kv_rep
+    a2a = exact(u - 1) / u * ((q + kv_a2a + o) * (1 + extra) + q + kv_a2a + 2 * o)
     return exchange + a2a
 
 
 def cp_transient_bytes(
-    arch: Architecture, r: Any, u: Any, gather: Any, tp: Any, tokens: Any, beta: int
+    arch: Architecture,
+    r: Any,
+    u: Any,
+    gather: Any,
+    tp: Any,
+    tokens: Any,
+    beta: int,
+    kv_rep: Any = 1,
 ) -> Any:
     """Bytes the exchange holds beside the layer's kept activations while one layer's attention
     runs (forward or backward, whichever holds more), on one GPU, counted once per stage like
@@ -258,7 +339,8 @@ def cp_transient_bytes(
       before their reduce-scatter: ``2·r·KV`` (forward: the gathered K/V and its chunk-reordered
       copy, as much).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
-      layer's own Q, K, V are still referenced: ``2·(Q + KV)``.
+      layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
+      repeated heads, :func:`kv_repeat`).
     * the hybrid runs the all-to-all, then the ring: the larger of the two.
 
     Not counted: the per-step partial outputs and softmax statistics the ring and the
@@ -277,7 +359,7 @@ def cp_transient_bytes(
     q, kv, _ = cp_tensor_bytes(arch, tp, tokens, beta)
     exchange = where(gather, 2 * r * kv, maximum(r, 4) * kv)
     exchange = where(r > 1, exchange, 0 * kv)
-    a2a = where(u > 1, 2 * (q + kv), 0 * kv)
+    a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
     return maximum(exchange, a2a)
 
 
@@ -294,8 +376,126 @@ def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:
         return "all-gather of K, V + reduce-scatter of dK, dV (Llama 3 all-gather CP)"
     if kind is CpKind.ULYSSES:
         return "all-to-all of Q, K, V, O over heads (DeepSpeed-Ulysses)"
+    if kind is CpKind.ULYSSES_KV_REPEAT:
+        return "all-to-all of Q, K, V, O over heads, K/V heads repeated (verl's Ulysses)"
     if kind is CpKind.HYBRID:
         return (
             f"all-to-all of Q, K, V, O over {u} ranks + ring send/recv of K, V over {r} (a2a+p2p)"
         )
     return "ring send/recv of K, V (ring attention)"
+
+
+def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture | None) -> None:
+    """Check that ``framework`` runs context parallelism of ``kind`` on ``arch``'s layers.
+
+    * ``ulysses-kv-repeat`` is verl's, run under FSDP (``fsdp2``, ``textbook``); Megatron-Core
+      runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
+      DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
+    * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
+      (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
+      asserts "Context parallelism does not support sliding window attention with
+      cp_comm_type=…" for anything but ``all_gather`` and ``a2a``: the ring and the hybrid are
+      refused on a model with ``local`` layers.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the parameter, its value and the rule.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> mistral = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8,
+    ...     ffn_hidden_size=128, vocab_size=16, sliding_window=32)
+    >>> check_cp_framework(CpKind.ALL_GATHER, 2, "megatron", mistral)
+    >>> check_cp_framework(CpKind.RING, 2, "megatron", mistral)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: cp_kind: ring on a model with sliding-window layers ...
+    """
+    fw = str(framework)
+    if kind is CpKind.ULYSSES_KV_REPEAT and fw in ("megatron", "deepspeed"):
+        raise LayoutError(
+            f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
+            "heads (use `framework` fsdp2, or cp_kind ulysses with cp dividing the K/V heads)"
+        )
+    if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
+        raise LayoutError(
+            f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
+            "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
+            "use cp_kind all-gather or ulysses"
+        )
+
+
+def has_window(arch: Architecture | None) -> bool:
+    """Whether any layer of ``arch`` is a sliding-window (``local``) layer."""
+    if arch is None or arch.sliding_window is None:
+        return False
+    return any(
+        arch.layer_span(i) is AttentionSpan.LOCAL
+        for i in range(max(len(arch.attention_pattern), 1))
+    )
+
+
+def window_kv_tokens(seq_len: int, cp: int, window: int) -> int:
+    """K/V tokens the busiest rank needs from other ranks for one sliding-window layer of
+    window W under the load-balanced split (rank i holds chunks i and 2·cp − 1 − i of
+    c = s/(2·cp) tokens): for each held chunk j, the min(W − 1, j·c) keys before it that lie on
+    other ranks (chunk cp's predecessor is chunk cp − 1, on the same rank). What a
+    neighbour-only exchange would move — the lower bound; no framework modelled here does it
+    (Transformer Engine's all-gather gathers the whole K/V, its ring refuses windows), so the
+    traffic counts the whole exchange and this figure is reported beside it.
+
+    Examples
+    --------
+    s = 32,768, cp 4 (c = 4,096), W = 4,096: rank 1 holds chunks 1 and 6 and needs 4,095 keys
+    before each; the whole ring brings (cp − 1)·s/cp = 24,576.
+
+    >>> window_kv_tokens(32768, 4, 4096)
+    8190
+    """
+    c = seq_len // (2 * cp)
+    most = 0
+    for i in range(cp):
+        need = 0
+        for j in (i, 2 * cp - 1 - i):
+            before = min(window - 1, j * c)
+            if j == cp:  # its predecessor, chunk cp - 1, is this rank's own
+                before = max(0, before - c)
+            need += before
+        most = max(most, need)
+    return min(most, (cp - 1) * seq_len // cp)
+
+
+def window_note(kind: CpKind, cp: int, seq_len: int, arch: Architecture | None) -> str | None:
+    """The estimate's note on sliding-window layers under context parallelism: the K/V exchange
+    is counted whole for them (Transformer Engine's all-gather does gather it whole; a ring is
+    an upper bound), beside what a neighbour-only exchange would need
+    (:func:`window_kv_tokens`). None without cp, without windowed layers, or under the
+    all-to-all flavours (each rank attends over the whole sequence of its heads).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> mistral = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8,
+    ...     ffn_hidden_size=128, vocab_size=16, sliding_window=4096)
+    >>> print(window_note(CpKind.RING, 4, 32768, mistral))  # doctest: +NORMALIZE_WHITESPACE
+    cp: the ring's traffic counts the whole K/V exchange for the sliding-window layers too (an
+    upper bound): a layer of window 4096 needs the 4095 keys before each query chunk, 8190 of
+    the 24576 tokens' K/V the busiest rank receives
+    """
+    if cp == 1 or kind in (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT) or not has_window(arch):
+        return None
+    assert arch is not None and arch.sliding_window is not None
+    w = arch.sliding_window
+    need, whole = window_kv_tokens(seq_len, cp, w), (cp - 1) * seq_len // cp
+    how = {
+        CpKind.ALL_GATHER: "the all-gather gathers the whole K/V for the sliding-window layers "
+        "too (Transformer Engine does; exact for it)",
+        CpKind.RING: "the ring's traffic counts the whole K/V exchange for the sliding-window "
+        "layers too (an upper bound)",
+        CpKind.HYBRID: "the hybrid's ring counts the whole K/V exchange for the sliding-window "
+        "layers too (an upper bound)",
+    }[kind]
+    return (
+        f"cp: {how}: a layer of window {w} needs the {w - 1} keys before each query chunk, "
+        f"{need} of the {whole} tokens' K/V the busiest rank receives"
+    )

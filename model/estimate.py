@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
+from trainplan.model.context_parallel import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.hardware import DeviceSpec
@@ -24,7 +25,7 @@ from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
-from trainplan.model.pipeline import bubble_fraction, bubble_ratio
+from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activations import padded_vocab_of
@@ -174,11 +175,32 @@ class Estimate:
 
     @property
     def bubble_fraction(self) -> Fraction:
+        """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
+        1F1B; under a split-backward schedule the bubble over the section's time as the cost
+        model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
+        split = self._split_bubble()
+        if split is not None:
+            return split[0]
         return bubble_fraction(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
 
     @property
     def bubble_ratio(self) -> Fraction:
+        """Bubble over ideal compute (as :attr:`bubble_fraction`)."""
+        split = self._split_bubble()
+        if split is not None:
+            return split[1]
         return bubble_ratio(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+
+    def _split_bubble(self) -> tuple[Fraction, Fraction] | None:
+        tt = self.time_terms
+        if self.layout.schedule not in SPLIT_BACKWARD or tt is None:
+            return None
+        bubble = max(tt.bubble_s, 0.0)
+        busy = tt.compute_and_pipeline_s - bubble
+        return (
+            Fraction(bubble / tt.compute_and_pipeline_s).limit_denominator(10**6),
+            Fraction(bubble / busy).limit_denominator(10**6),
+        )
 
     @property
     def exposed_comm_s(self) -> float | None:
@@ -197,6 +219,12 @@ class Estimate:
     @property
     def hfu(self) -> float | None:
         return self._rate(self.flops.hardware_flops if self.flops else None)
+
+    @property
+    def mfu_pack(self) -> float | None:
+        """With packed documents, the MFU of a counter that takes each pack for one sequence
+        (its s² attention, :attr:`model.flops.StepFlops.pack_model_flops`); None otherwise."""
+        return self._rate(self.flops.pack_model_flops if self.flops else None)
 
 
 def evaluation_context(
@@ -344,6 +372,8 @@ def evaluate(
     busiest = busiest_stage([s.total_bytes for s in stages])
     traffic = axis_traffic(c, f)
     arch, notes = model.arch, list(model.notes)
+    cp_window = window_note(layout.cp_kind, layout.cp, training.seq_len, arch)
+    notes += [cp_window] if cp_window else []
     padded = None
     if arch is not None:
         padded = padded_vocab_of(arch.vocab_size, vocab_multiple, layout.framework, layout.tp)
@@ -361,7 +391,7 @@ def evaluate(
         flops = step_flops(
             arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
             options.mfu_convention, options.causal_attention_flops,
-            recomputed_layers(arch, layout),
+            recomputed_layers(arch, layout), training.documents,
         )  # fmt: skip
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(

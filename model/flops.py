@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from trainplan.model.attention import attended_pairs
 from trainplan.model.layout import Recompute
+from trainplan.model.packing import Documents, packed_pairs
 from trainplan.model.params import attention_params
 from trainplan.model.specs import Architecture, AttentionKind
 
@@ -106,12 +107,19 @@ def _layer_matmul_weights(arch: Architecture, moe: bool) -> int:
 
 
 def attention_core_forward_flops(
-    arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False
+    arch: Architecture,
+    index: int,
+    seq_len: int,
+    batch: int,
+    causal: bool = False,
+    docs: Documents | None = None,
 ) -> int:
     """Forward FLOPs of layer ``index``'s QKᵀ and scores·V for ``batch`` sequences:
     ``2·b·P·a·(d_qk + d_v)``, P the pairs of :func:`model.attention.attended_pairs` for the
     layer's span (s² without ``causal``; the attended pairs with it). Attention sinks add a
-    logit, not a key: no matmul FLOPs.
+    logit, not a key: no matmul FLOPs. ``docs``: each sequence is a pack of documents under
+    document masking, P the expected pairs of :func:`model.packing.packed_pairs` (Σ lᵢ², as
+    Megatron-LM's counter takes ``seqlen_squared_sum``), rounded down to whole FLOPs.
 
     Examples
     --------
@@ -130,7 +138,10 @@ def attention_core_forward_flops(
     else:
         dims = 2 * arch.dim_per_head
     span = arch.layer_span(index)
-    pairs = attended_pairs(span, seq_len, arch.span_width(span), causal)
+    width = arch.span_width(span)
+    if docs is not None:
+        return int(2 * batch * packed_pairs(span, seq_len, width, causal, docs) * a * dims)
+    pairs = attended_pairs(span, seq_len, width, causal)
     return 2 * batch * pairs * a * dims
 
 
@@ -152,7 +163,12 @@ def output_forward_flops(arch: Architecture, seq_len: int, batch: int) -> int:
 
 
 def layer_forward_flops(
-    arch: Architecture, index: int, seq_len: int, batch: int, causal: bool = False
+    arch: Architecture,
+    index: int,
+    seq_len: int,
+    batch: int,
+    causal: bool = False,
+    docs: Documents | None = None,
 ) -> int:
     """Forward FLOPs of layer ``index`` for ``batch`` sequences (whole layer, all tp/cp ranks).
 
@@ -167,7 +183,7 @@ def layer_forward_flops(
     True
     """
     matmul = 2 * seq_len * batch * layer_matmul_weights(arch, index)
-    return matmul + attention_core_forward_flops(arch, index, seq_len, batch, causal)
+    return matmul + attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +197,10 @@ class StepFlops:
     every convention; for the GPT layer under ``megatron`` with full recomputation it is Eq. 3."""
     recomputed_flops: int
     """Of ``hardware_flops``, the recomputed forward work."""
+    pack_model_flops: int | None = None
+    """With packed documents (``docs``), the model FLOPs of a counter that takes each pack for
+    one sequence (its s² attention pairs; Megatron-LM's counter before it read
+    ``cu_seqlens``): the MFU such a counter reports. None without packing."""
 
 
 def recompute_forward_flops(
@@ -190,12 +210,13 @@ def recompute_forward_flops(
     batch: int,
     recompute: Recompute,
     causal: bool = False,
+    docs: Documents | None = None,
 ) -> int:
     """Forward FLOPs recomputed in backward for layer ``index`` under ``recompute``."""
     if recompute in (Recompute.FULL, Recompute.SQRT):
-        return layer_forward_flops(arch, index, seq_len, batch, causal)
+        return layer_forward_flops(arch, index, seq_len, batch, causal, docs)
     if recompute is Recompute.SELECTIVE:
-        return attention_core_forward_flops(arch, index, seq_len, batch, causal)
+        return attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
     return 0
 
 
@@ -208,10 +229,14 @@ def step_flops(
     convention: MfuConvention = MfuConvention.SIX_N,
     causal: bool = False,
     full_layers: frozenset[int] = frozenset(),
+    docs: Documents | None = None,
 ) -> StepFlops:
     """Model and hardware FLOPs of one step of ``global_batch_size`` sequences. ``full_layers``:
     layer indices fully recomputed whatever ``recompute`` says (the per-stage counts of
     :attr:`model.layout.Layout.recompute_layers`: one more forward of each, PaLM Appendix B).
+    ``docs``: each sequence packs documents of this length distribution under document masking
+    (:mod:`model.packing`): the attention core counts Σ lᵢ² (as Megatron-LM's counter does with
+    ``seqlen_squared_sum``), and :attr:`StepFlops.pack_model_flops` the pack as one sequence.
 
     Examples
     --------
@@ -226,22 +251,43 @@ def step_flops(
     """
     B, s = global_batch_size, seq_len
     layers = range(arch.num_layers + arch.mtp_layers)  # the MTP blocks too
-    layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in layers)
+    layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal, docs) for i in layers)
     logits_fwd = output_forward_flops(arch, s, B)
     recomputed = sum(
         recompute_forward_flops(
-            arch, i, s, B, Recompute.FULL if i in full_layers else recompute, causal
+            arch, i, s, B, Recompute.FULL if i in full_layers else recompute, causal, docs
         )
         for i in layers
     )
-    tokens = B * s
+    model = _model_flops(
+        arch, active_params, s, B, convention, causal, layers_fwd, logits_fwd, docs
+    )
+    pack = None
+    if docs is not None:
+        fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in layers)
+        pack = _model_flops(arch, active_params, s, B, convention, causal, fwd, logits_fwd, None)
+    return StepFlops(model, model + recomputed, recomputed, pack)
+
+
+def _model_flops(
+    arch: Architecture,
+    active_params: int,
+    s: int,
+    B: int,
+    convention: MfuConvention,
+    causal: bool,
+    layers_fwd: int,
+    logits_fwd: int,
+    docs: Documents | None,
+) -> int:
+    """Model FLOPs of a step under ``convention`` (:func:`step_flops`)."""
     if convention is MfuConvention.MEGATRON:
-        model = 3 * (layers_fwd + logits_fwd)
-    else:
-        model = 6 * active_params * tokens
-        if convention is MfuConvention.SIX_N_ATTENTION:
-            model += 3 * sum(attention_core_forward_flops(arch, i, s, B, causal) for i in layers)
-    return StepFlops(model, model + recomputed, recomputed)
+        return 3 * (layers_fwd + logits_fwd)
+    model = 6 * active_params * B * s
+    if convention is MfuConvention.SIX_N_ATTENTION:
+        layers = range(arch.num_layers + arch.mtp_layers)
+        model += 3 * sum(attention_core_forward_flops(arch, i, s, B, causal, docs) for i in layers)
+    return model
 
 
 def utilisation(flops, step_s, num_gpus, peak_flops_per_s):

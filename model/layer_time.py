@@ -22,13 +22,18 @@ Overlap by mechanism (not one fraction per axis):
   ``ulysses`` — the head all-to-alls of Q, K, V before the core and of O after it wait (they
   gate the core); ``a2a+p2p`` — the all-to-alls inside the group wait, the ring across groups
   overlaps as the ring does.
-* **Expert parallelism**: dispatch and combine all-to-alls wait (they gate the experts).
+* **Expert parallelism** (the recipe's :class:`model.moe_run.MoERun`): dispatch and combine
+  all-to-alls wait (they gate the experts) unless Megatron-Core's ``moe_shared_expert_overlap``
+  (shared experts beside the forward all-to-alls) or ``overlap_moe_expert_parallel_comm`` (one
+  micro-batch's all-to-alls under another's computation) hides part of them
+  (:func:`model.moe_run.exposed_all_to_all`).
 
 A collective's own time is :func:`model.roofline.collective_seconds` over the axis's link.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -36,6 +41,12 @@ from typing import Any
 
 from trainplan.model.context_parallel import cp_tensor_bytes
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_run import (
+    all_to_all_sent,
+    exposed_all_to_all,
+    grouped_rows,
+)
+from trainplan.model.op_rates import attention_fractions
 from trainplan.model.ops import (
     WGRAD_ACCUMULATE_BYTES,
     LayerShape,
@@ -65,6 +76,7 @@ __all__ = [
     "LayerCompute",
     "layer_compute",
     "layer_time",
+    "ep_all_to_all_seconds",
     "embedding_time",
     "output_time",
     "stage_parts",
@@ -98,11 +110,25 @@ class Clock:
     """Ranks of the head all-to-all (Ulysses; the hybrid's inside a group), 1 = off."""
     cp_gather: bool = False
     """The K/V exchange is an all-gather before the core (exposed) rather than a ring."""
-    linear_speedup: float = 1.0
-    """How much faster the transformer layers' linear GEMMs run than in BF16
-    (:func:`model.precision.linear_speedup`: FP8 at its peak × its efficiency); the output
-    layer and the MoE router stay BF16 (:data:`BF16_GEMMS`)."""
+    linear_speedup: float | tuple[float, float, float] = 1.0
+    """How much faster the transformer layers' linear GEMMs run than in BF16, one figure or
+    (forward, input gradient, weight gradient) (:func:`model.op_rates.fp8_linear_speedups`:
+    the FP8 recipe's published speed-up on the part's family); the output layer and the MoE
+    router stay BF16 (:data:`BF16_GEMMS`)."""
+    cp_kv_repeat: int = 1
+    """Times each K/V head crosses the head all-to-all (verl's ``ulysses-kv-repeat``,
+    :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
+    ep_per_domain: int = 0
+    """Members of the expert-parallel group in each NVLink domain (``g`` of
+    :func:`model.step_time.all_to_all_bandwidth`); 0 = unknown (no de-duplication counted)."""
+    ep_unpaired: float = 1.0
+    """The share of micro-batches whose expert all-to-alls have no partner to hide under
+    (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
 
+
+TE_COMPUTE_STREAMS = 4
+"""CUDA streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
+(``transformer_engine/common/util/multi_stream.cpp`` ``get_num_compute_streams``)."""
 
 BF16_GEMMS = frozenset({"router", "output layer (logits)"})
 """GEMMs with weights that FP8 recipes keep in BF16 (DeepSeek-V3 §3.3; Transformer Engine
@@ -158,22 +184,54 @@ class LayerTime:
 
 
 def _gemm(
-    m: float, n: float, k: float, batch: float, c: Clock, extra: float = 0.0, fp8: bool = False
+    m: float,
+    n: float,
+    k: float,
+    batch: float,
+    c: Clock,
+    extra: float = 0.0,
+    fp8: bool = False,
+    which: int = 0,
 ) -> float:
-    """A GEMM on the clock; ``fp8``: at the FP8 rate (peak × :attr:`Clock.linear_speedup`) with
-    1-byte operands and a BF16 output."""
+    """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
+    ``fp8``: at the FP8 rate (that peak × the :attr:`Clock.linear_speedup` of pass ``which``:
+    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output."""
+    peak = c.peak_flops_per_s * c.params.clock_fraction
     if not fp8:
-        return gemm_seconds(
-            m, n, k, batch, c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, 2, extra
-        )
-    peak = c.peak_flops_per_s * c.linear_speedup
+        return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 2, extra)
+    peak *= _speedups(c)[which]
     return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 1, extra + m * n * batch)
+
+
+def _speedups(c: Clock) -> tuple[float, float, float]:
+    s = c.linear_speedup
+    return (s, s, s) if isinstance(s, float | int) else s
 
 
 def _fp8(op: Op, c: Clock) -> bool:
     """Whether ``op`` runs at the FP8 rate: a linear layer's GEMM (it has a weight) under a
     clock with a linear speedup, not one of :data:`BF16_GEMMS`."""
-    return c.linear_speedup != 1.0 and op.weights and op.name not in BF16_GEMMS
+    return _speedups(c) != (1.0, 1.0, 1.0) and op.weights and op.name not in BF16_GEMMS
+
+
+def _attention(op: Op, c: Clock, backward: bool) -> float:
+    """The fused attention core: at the published kernel's efficiency for its chunk length,
+    head dimensions and causal mask over the FLOPs the mask keeps
+    (:func:`model.op_rates.attention_fractions`) where the clock names a kernel with curves on
+    the part, else at :attr:`RooflineParams.attention_efficiency` over :attr:`Op.flops`."""
+    moved = op.backward_bytes if backward else op.forward_bytes
+    params, flops = c.params, op.flops
+    peak = c.peak_flops_per_s * params.clock_fraction
+    found = None
+    if params.attention_kernel is not None and op.seq_len >= 1:
+        found = attention_fractions(
+            params.attention_kernel, params.part, op.head_dims, int(op.seq_len)
+        )
+    if found is not None:
+        params, flops = params.with_(attention_efficiency=found[int(backward)]), op.masked_flops
+    elif params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
+        params = params.with_(attention_efficiency=params.gemm_efficiency)
+    return attention_seconds(flops * (2 if backward else 1), moved, peak, c.hbm_bytes_per_s, params)
 
 
 def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
@@ -195,26 +253,42 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
         moved = op.backward_bytes if backward else op.forward_bytes
         return memory_seconds(moved, c.hbm_bytes_per_s, c.params)
     if op.kind is OpKind.ATTENTION:
-        flops = op.flops * (2 if backward else 1)
-        moved = op.backward_bytes if backward else op.forward_bytes
-        params = c.params
-        if params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
-            params = params.with_(attention_efficiency=params.gemm_efficiency)
-        return attention_seconds(flops, moved, c.peak_flops_per_s, c.hbm_bytes_per_s, params)
+        return _attention(op, c, backward)
     if not backward:
-        return _gemm(op.m, op.n, op.k, op.batch, c, fp8=_fp8(op, c))
+        return _grouped(op, c) + _gemm(_rows(op), op.n, op.k, op.batch, c, fp8=_fp8(op, c))
     return _dgrad(op, c) + _wgrad(op, c)
 
 
+def _is_grouped(op: Op) -> bool:
+    """The experts' grouped GEMMs: a weight per group (``batch`` local experts)."""
+    return op.weights and op.batch > 1
+
+
+def _rows(op: Op) -> float:
+    """A GEMM's M rows as its kernel computes them: a grouped GEMM's each group rounded up to
+    its M tile (:func:`model.moe_run.grouped_rows`)."""
+    return grouped_rows(op.m) if _is_grouped(op) else op.m
+
+
+def _grouped(op: Op, c: Clock) -> float:
+    """The launch gaps a grouped GEMM adds beyond one kernel's: Transformer Engine's
+    ``GroupedLinear`` runs one cuBLAS GEMM per expert over :data:`TE_COMPUTE_STREAMS` streams
+    (``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``multi_stream_cublas_gemm``), so
+    ``ceil(groups / 4) − 1`` more t_kernel."""
+    if not _is_grouped(op):
+        return 0.0
+    return (math.ceil(op.batch / TE_COMPUTE_STREAMS) - 1) * c.params.kernel_overhead_s
+
+
 def _dgrad(op: Op, c: Clock) -> float:
-    return _gemm(op.m, op.k, op.n, op.batch, c, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
 
 
 def _wgrad(op: Op, c: Clock) -> float:
     if not op.weights:  # QKᵀ and scores·V: both "gradients" are activation gradients
         return _gemm(op.k, op.n, op.m, op.batch, c)
     extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
-    return _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c))
+    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
 
 
 def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock) -> float:
@@ -234,6 +308,16 @@ class LayerCompute:
     roles: dict[str, tuple[float, float, float]]
     """Per GEMM role (``attn_in`` …): seconds of its forward, input-gradient and weight-gradient
     GEMMs (what a tensor-parallel collective can hide behind)."""
+    shared_fc1_s: float = 0.0
+    """The shared experts' first GEMM(s) and activation, forward (what
+    ``moe_shared_expert_overlap`` runs beside the dispatch)."""
+    shared_fc2_s: float = 0.0
+    """The shared experts' last GEMM, forward (beside the combine)."""
+    experts_forward_s: float = 0.0
+    """The routed experts' grouped GEMMs and activation, forward (what combined 1F1B runs
+    beside the other micro-batch's dispatch and its own backward dispatch)."""
+    experts_backward_s: float = 0.0
+    """The same, backward."""
 
     def role(self, name: str, which: str) -> float:
         """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
@@ -260,7 +344,18 @@ def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
         sum(op_seconds(o, c) for o in ops if o.core),
         sum(op_seconds(o, c, backward=True) for o in ops if o.core),
         roles,
+        *_shared_forward(ops, c),
+        sum(op_seconds(o, c) for o in ops if o.name.startswith("experts")),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.name.startswith("experts")),
     )
+
+
+def _shared_forward(ops: tuple[Op, ...], c: Clock) -> tuple[float, float]:
+    """(FC1 and activation, FC2) forward seconds of a MoE layer's shared experts (0, 0 without)."""
+    shared = [o for o in ops if o.name.startswith("shared experts")]
+    if not shared:
+        return 0.0, 0.0
+    return sum(op_seconds(o, c) for o in shared[:-1]), op_seconds(shared[-1], c)
 
 
 def _tp_collectives(
@@ -339,24 +434,53 @@ def _cp_collectives(
         total += ring
         exposed += ring if c.cp_gather else sum(max(0.0, t - cov) for t, cov in passes)
     if u > 1:
-        share = (u - 1) / u
-        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv + o), c.cp_link, c)
-        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv + 2 * o), c.cp_link, c)
+        share, kv_a2a = (u - 1) / u, kv * c.cp_kv_repeat
+        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + o), c.cp_link, c)
+        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + 2 * o), c.cp_link, c)
         a2a = forward * (2 if recomputed else 1) + backward
         total += a2a
         exposed += a2a
     return total, exposed
 
 
-def _ep_collectives(x: LayerShape, c: Clock, full_recompute: bool) -> float:
-    """EP seconds of one MoE layer and micro-batch (all exposed): dispatch and combine, forward,
-    backward (and a recomputed forward)."""
-    if not x.moe or x.ep == 1 or c.ep_link is None or x.arch.moe is None:
-        return 0.0
-    sent = (x.ep - 1) / x.ep * x.arch.moe.experts_per_token * x.local_tokens
-    sent *= x.arch.hidden_size * x.beta
+def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
+    the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
+    recomputed forward under full recomputation) and their two transposes in backward, each of
+    :func:`model.moe_run.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
+    over the ep link. What a schedule that hides one micro-batch's all-to-alls under another's
+    computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
+    spec = x.arch.moe
+    if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
+        return 0.0, 0.0
+    sent = all_to_all_sent(
+        x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
+        c.ep_per_domain, x.arch.hidden_size * x.beta,
+    )  # fmt: skip
     one = _coll(Collective.ALL_TO_ALL, x.ep, sent, c.ep_link, c)
-    return 2 * one * (3 if full_recompute else 2)
+    return 2 * one * (2 if full_recompute else 1), 2 * one
+
+
+def _ep_collectives(
+    x: LayerShape, ops: LayerCompute, c: Clock, full_recompute: bool
+) -> tuple[float, float]:
+    """(EP seconds, exposed) of one MoE layer and micro-batch
+    (:func:`ep_all_to_all_seconds`), exposed as the run's overlap mechanism leaves them
+    (:func:`model.moe_run.exposed_all_to_all`)."""
+    forward, backward = ep_all_to_all_seconds(x, c, full_recompute)
+    if not forward:
+        return 0.0, 0.0
+    split = (
+        ops.forward_s - ops.experts_forward_s,
+        ops.backward_s - ops.experts_backward_s,
+        ops.experts_forward_s,
+        ops.experts_backward_s,
+    )
+    shared = (ops.shared_fc1_s, ops.shared_fc2_s)
+    exposed = exposed_all_to_all(
+        x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired
+    )
+    return forward + backward, exposed
 
 
 @lru_cache(maxsize=4096)
@@ -387,8 +511,10 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
     core = (ops.core_forward_s, ops.core_backward_s)
     cp_s, cp_exposed = _cp_collectives(x, core, c, recompute is not Recompute.NONE)
-    ep_s = _ep_collectives(x, c, full)
-    return LayerTime(forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_s)
+    ep_s, ep_exposed = _ep_collectives(x, ops, c, full)
+    return LayerTime(
+        forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_exposed
+    )
 
 
 @lru_cache(maxsize=4096)

@@ -18,6 +18,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
@@ -87,12 +88,22 @@ class Layout:
     framework: Framework = DEFAULT_FRAMEWORK
     """The framework profile whose mechanism the stage is: ``megatron``, ``deepspeed``,
     ``fsdp2`` or ``textbook`` (:mod:`model.frameworks`)."""
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    """The optimizer whose state and step are counted (:mod:`model.optimizers`): ``adam``,
+    ``adam-8bit``, ``adafactor``, ``lion``, ``muon`` or ``soap``; each runs under the frameworks
+    that offer it (:func:`model.optimizers.check_optimizer`)."""
     recompute: Recompute = Recompute.NONE
     micro_batch_size: int = 1
     """b, sequences per micro-batch."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
+    """The pipeline schedule (:class:`model.pipeline.Schedule`): ``gpipe``, ``1f1b``,
+    ``interleaved``, or one that splits the backward into input- and weight-gradient passes —
+    ``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev`` (:mod:`model.pipeline_zb`;
+    which framework runs which: :mod:`model.schedule_support`)."""
     virtual_stages: int = 1
-    """v, model chunks per pipeline rank (interleaved schedule only)."""
+    """v, model chunks per pipeline rank: the interleaved schedule's; 2 under ``zb-v`` and
+    ``dualpipev`` (the model cut into 2·pp chunks placed in V order); 1 under ``dualpipe`` (pp
+    stages, each rank also holding its mirror stage: :data:`model.pipeline.LAYOUT_CHUNKS`)."""
     sequence_parallel: bool | None = None
     """Megatron sequence parallelism; None = on exactly when tp > 1."""
     rank_order: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -138,6 +149,7 @@ class Layout:
             and self.schedule.__class__ is Schedule
             and self.framework.__class__ is Framework
             and self.cp_kind.__class__ is CpKind
+            and self.optimizer.__class__ is OptimizerKind
         ):
             self._read_enums()
         names = _DEGREE_FIELDS
@@ -302,6 +314,7 @@ _ENUM_FIELDS: tuple[tuple[str, type[StrEnum]], ...] = (
     ("schedule", Schedule),
     ("framework", Framework),
     ("cp_kind", CpKind),
+    ("optimizer", OptimizerKind),
 )
 """The fields read by name into their enum (a ``str`` is accepted and converted)."""
 _DEGREE_FIELDS: tuple[str, ...] = (
@@ -351,7 +364,9 @@ def validate(
     check_offload`; activation offload's recompute and MoE rules,
     :func:`model.activation_offload.check_activation_offload`); B divisible by b·dp; pp·v chunks
     at most L (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing
-    to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule`.
+    to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule` and,
+    for a split-backward schedule, :func:`model.schedule_cost.check_split_layout` (its
+    framework).
 
     Raises
     ------

@@ -23,14 +23,22 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import check_cp_kind
+from trainplan.model.context_parallel import CpKind, check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import (
+    DROPLESS,
+    moe_layout_violation,
+    moe_recompute_violation,
+    moe_run_violation,
+)
 from trainplan.model.offload import check_offload
+from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
+from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
 from trainplan.model.xp import where
@@ -133,6 +141,10 @@ def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
             "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
             "model chunks across pipeline stages), not pp 1; use 1f1b"
         )
+
+
+def _split_schedule(s: Setting, pp: int, m: int, schedule: Any, v: int, framework: Any) -> None:
+    check_split_layout(pp, m, schedule, v, str(framework))
 
 
 def _sequence_parallel(s: Setting, sequence_parallel: bool | None, tp: int) -> None:
@@ -266,6 +278,52 @@ def _context_parallel(
         )
 
 
+def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any) -> None:
+    """The CP flavour runs under the framework on these layers
+    (:func:`model.context_parallel.check_cp_framework`: verl's Ulysses under FSDP only;
+    Transformer Engine refuses the ring and the hybrid on sliding-window layers)."""
+    check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch)
+
+
+def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> None:
+    """The framework runs the optimizer at this ZeRO stage
+    (:func:`model.optimizers.check_optimizer`); an optimizer other than Adam needs the model's
+    matrices (a size alone has none)."""
+    check_optimizer(optimizer, framework, zero_stage)
+    if s.model.arch is None and OptimizerKind(optimizer) is not OptimizerKind.ADAM:
+        raise LayoutError(
+            f"optimizer: {optimizer} needs the model's layers (which parameters are matrices), "
+            "not a size only"
+        )
+
+
+FULL_RECOMPUTES = ("full", "sqrt")
+"""The recompute modes that run the whole forward again (``model.layout.Recompute``'s values;
+read as text: the layout imports this module)."""
+
+
+def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
+    """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
+    (:func:`model.moe_run.moe_run_violation`, :func:`model.moe_run.moe_recompute_violation`)."""
+    run = s.training.moe_run
+    if run == DROPLESS:
+        return
+    moe = None if s.model.arch is None else s.model.arch.moe
+    shared = moe is not None and moe.num_shared_experts > 0
+    problem = moe_run_violation(run, str(framework), moe is not None, shared)
+    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
+    if problem:
+        raise LayoutError(problem)
+
+
+def _moe_layout(s: Setting, ep: int, pp: int, v: int) -> None:
+    """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
+    moe_layout_violation`: DeepEP's EP sizes, the combined-1F1B overlap's ep and schedule)."""
+    problem = moe_layout_violation(s.training.moe_run, ep, pp, v)
+    if problem:
+        raise LayoutError(problem)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
@@ -276,6 +334,11 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
+    Rule(
+        "split_schedule",
+        ("pp", "m", "schedule", "virtual_stages", "framework"),
+        _split_schedule,
+    ),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
     Rule("heads", ("tp", "ep", "etp"), _heads),
@@ -286,6 +349,10 @@ RULES: tuple[Rule, ...] = (
         _recompute_layers,
     ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
+    Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
+    Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
+    Rule("moe_framework", ("framework", "recompute"), _moe_framework),
+    Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework, Mechanism, mechanism
 from trainplan.model.layout import Layout
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
-from trainplan.model.precision import FP8_WEIGHT_CACHE_BYTES, Precision
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
 from trainplan.model.specs import TrainingSpec
 
 FP8_PARAM_BYTES = 1
@@ -67,6 +67,11 @@ class ModelState:
     FP8_WEIGHT_CACHE_BYTES` per linear weight element), when the weights are held whole. Under
     ZeRO-3 / FSDP the copies of the gathered units are counted in ``gathered_bytes``."""
 
+    dispatch_buffer_bytes: Fraction = Fraction(0)
+    """The expert dispatcher's buffers, resident for the whole run: DeepEP's normal-mode
+    ``Buffer`` under ``moe_dispatcher = deepep`` (:func:`model.moe_run.dispatch_buffer_bytes`),
+    on a stage with MoE layers and ep > 1."""
+
     @property
     def total_bytes(self) -> Fraction:
         """Weights + gradients + optimizer state (the textbook's 16 B/param, sharded)."""
@@ -74,9 +79,14 @@ class ModelState:
 
     @property
     def resident_bytes(self) -> Fraction:
-        """``total_bytes`` plus the ZeRO-3 gather buffer and the cached weight copies: held
-        through forward and backward."""
-        return self.total_bytes + self.gathered_bytes + self.weight_cache_bytes
+        """``total_bytes`` plus the ZeRO-3 gather buffer, the cached weight copies and the
+        expert dispatcher's buffers: held through forward and backward."""
+        return (
+            self.total_bytes
+            + self.gathered_bytes
+            + self.weight_cache_bytes
+            + self.dispatch_buffer_bytes
+        )
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -86,8 +96,13 @@ class ModelState:
     @property
     def optimizer_step_bytes(self) -> Fraction:
         """Bytes while the optimizer steps (no activations are live then): state + step extras
-        + the cached weight copies (persistent module buffers)."""
-        return self.total_bytes + self.step_bytes + self.weight_cache_bytes
+        + the cached weight copies (persistent module buffers) + the dispatcher's buffers."""
+        return (
+            self.total_bytes
+            + self.step_bytes
+            + self.weight_cache_bytes
+            + self.dispatch_buffer_bytes
+        )
 
 
 def model_state(
@@ -161,7 +176,7 @@ def _model_state(
     mech: Mechanism,
     unit: tuple[Fraction, Fraction],
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
-    cache_bytes: int = 0,
+    cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
     fp8_params: bool = False,
@@ -182,22 +197,25 @@ def _model_state(
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int:
-    """Bytes per linear weight element of the low-precision copies the recipe caches:
-    :data:`model.precision.FP8_WEIGHT_CACHE_BYTES` under fp8 where the framework caches them
-    (:attr:`model.frameworks.Framework.fp8_caches_weights`), else 0. With FP8 primary weights
-    (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the FP8 weight is the parameter itself
-    and only its transpose is cached: 1 B (Transformer Engine's ``Float8Tensor`` transpose
-    cache; counted on every device, although Blackwell keeps no transpose for per-tensor
-    scaling)."""
-    fp8 = training.precision is Precision.FP8 and framework.fp8_caches_weights
-    if not fp8:
+def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int | Fraction:
+    """Bytes per linear weight element of the low-precision copies the recipe caches: under fp8
+    where the framework caches them (:attr:`model.frameworks.Framework.fp8_caches_weights`) the
+    row- and column-wise FP8 copies with their scales
+    (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0. With FP8
+    primary weights (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the row-wise FP8 weight
+    is the parameter itself and only the column-wise copy (the transpose) is cached: half of
+    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache; counted on
+    every device, although Blackwell keeps no transpose for per-tensor scaling)."""
+    if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
         return 0
-    return FP8_WEIGHT_CACHE_BYTES - 1 if training.fp8_param_gather else FP8_WEIGHT_CACHE_BYTES
+    cache = fp8_weight_cache_bytes(training.fp8_recipe or Fp8Recipe.DELAYED)
+    if training.fp8_param_gather:
+        cache = cache / 2
+    return int(cache) if cache.denominator == 1 else cache
 
 
 def weight_cache_terms(
-    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int
+    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int | Fraction
 ) -> tuple[Any, Any]:
     """(persistent cache, cache of the gathered units) bytes on one GPU for ``cache_bytes`` per
     linear weight element: the stage's ``linear`` elements when the weights are held whole (TE
@@ -221,10 +239,11 @@ def state_terms(
     expert_unit: Any,
     linear: Any = 0,
     layer_linear: Any = 0,
-    cache_bytes: int = 0,
+    cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: Any = False,
     fp8_params: bool = False,
+    optimizer_scale: tuple[Any, Any] = (1, 1),
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -234,11 +253,14 @@ def state_terms(
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
     more than one micro-batch per step; the last term). With ``fp8_params`` (FP8 primary
     weights, :attr:`model.specs.TrainingSpec.fp8_param_gather`) the ``linear`` weight elements
-    held whole are 1 B each instead of the mechanism's working dtype. Exact for Fractions;
-    element-wise for arrays of layouts (the search's tables call it so)."""
+    held whole are 1 B each instead of the mechanism's working dtype. ``optimizer_scale``:
+    (dense, expert) factors on the optimizer state of an optimizer other than Adam
+    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
+    arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
+    o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params and mech.weights_full:
         w = w - (mech.weight_bytes - FP8_PARAM_BYTES) * linear
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)

@@ -2,9 +2,8 @@
 expert, the expert all-to-all's volume, node-limited routing and de-duplicated dispatch across a
 node, shared experts, expert load imbalance, and DeepEP's communication buffers.
 
-Leaf functions, each with its source. Not yet in the step time, the memory or the traffic of
-:mod:`model.estimate` nor in the search: the cost model takes them in a later change (which term
-each feeds is listed in docs/moe.md).
+Leaf functions, each with its source; :mod:`model.moe_run` turns a run's choices
+(:class:`model.moe_run.MoERun`) into what the cost model's terms read (docs/moe.md).
 
 Conventions: ``tokens`` are the tokens one expert-parallel rank routes in one micro-batch
 (micro-batch × sequence ÷ cp); ``experts`` the routed experts of the layer (``E``), ``top_k``
@@ -18,8 +17,10 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
+from typing import Any
 
 from trainplan.model.errors import InputError
+from trainplan.model.xp import exact, is_array
 
 __all__ = [
     "expert_capacity",
@@ -174,26 +175,23 @@ def shared_expert_flops(
     return shared_experts * expert_flops(tokens, hidden, ffn_hidden, gated)
 
 
-def all_to_all_bytes(
-    rows: Fraction | int, hidden: int, bytes_per_element: Fraction, ep: int
-) -> Fraction:
+def all_to_all_bytes(rows: Any, hidden: int, bytes_per_element: Fraction | int, ep: Any) -> Any:
     """Bytes one rank sends in one dispatch (and again in the combine) of an expert all-to-all
     over ``ep`` ranks: ``rows·hidden·bytes·(ep − 1)/ep`` — the rows bound for the other ranks'
     experts under uniform routing (each of ``ep`` ranks holds ``E/ep`` experts). With padding the
     rows are ``E·C``. Dispatch in FP8 (DeepSeek-V3 §3.3: 1 byte plus scales) or BF16 (2 bytes);
-    the combine in BF16.
+    the combine in BF16. Exact for ints and Fractions, element-wise for arrays of ``rows``
+    and ``ep``.
 
     Examples
     --------
     >>> all_to_all_bytes(32768, 7168, Fraction(2), 64)
     Fraction(462422016, 1)
     """
-    return (
-        Fraction(rows)
-        * hidden
-        * Fraction(bytes_per_element)
-        * Fraction(ep - 1, _positive("ep", ep))
-    )
+    if is_array(rows) or is_array(ep):  # float columns: no Fraction (an object array)
+        return rows * hidden * float(bytes_per_element) * (ep - 1) / ep
+    _positive("ep", ep)
+    return exact(rows) * hidden * Fraction(bytes_per_element) * exact(ep - 1) / ep
 
 
 def distinct_nodes_distribution(experts: int, nodes: int, top_k: int) -> list[Fraction]:

@@ -28,7 +28,8 @@ What each kernel moves (forward | backward), per element of the tensor named:
   ÷ tp·cp, 2× in backward, as the FLOP count; Q, K, V read and O written | also dO, dQ, dK, dV).
 * MoE: the router GEMM and its top-k over ``[T_sp, E]`` (2β | 2β), token permutation and
   un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same), the experts as grouped
-  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform routing).
+  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing;
+  the busiest rank's rows under imbalance or a capacity factor, :func:`model.moe_run.routed_rows`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from enum import StrEnum
 from functools import lru_cache
 
 from trainplan.model.flops import attention_core_forward_flops
+from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
+from trainplan.model.packing import Documents
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, PositionEmbedding
 
 __all__ = [
@@ -109,6 +112,15 @@ class Op:
     all-reduce)."""
     weights: bool = True
     """A GEMM with a weight (its backward has a weight gradient); False for QKᵀ and scores·V."""
+    seq_len: float = 0.0
+    """The fused attention core: the query (and key) length one kernel call sees, ``s/cp``
+    (a ring or gathered chunk of context parallelism), what its published rate is read at."""
+    head_dims: tuple[int, int] = (0, 0)
+    """The fused attention core: (d_qk, d_v) of its heads."""
+    masked_flops: float = 0.0
+    """The fused attention core: forward FLOPs over the (query, key) pairs its causal (or
+    windowed) mask keeps, per GPU (:func:`model.flops.attention_core_forward_flops` with the
+    mask; the kernel skips the masked blocks whatever :attr:`flops` counts)."""
 
     @property
     def gemm_flops(self) -> float:
@@ -138,6 +150,13 @@ class LayerShape:
     """The layer whose attention span times the FlashAttention core
     (:func:`model.flops.attention_core_forward_flops`): the widest of the layers this shape
     stands for (:func:`widest_span_layer`)."""
+    documents: Documents | None = None
+    """Each sequence packs documents under document masking (:mod:`model.packing`): the
+    FlashAttention core computes their Σ P(lᵢ) pairs (its variable-length kernel skips the
+    blocks between documents), not the pack's."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`): the rows the
+    busiest expert-parallel rank's experts compute (:func:`model.moe_run.routed_rows`)."""
 
     @property
     def tokens(self) -> float:
@@ -225,10 +244,12 @@ def _attention_core(x: LayerShape) -> list[Op]:
         kv_heads = arch.kv_heads
     heads = b * a / tp
     if x.flash_attention:
-        flops = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal) / (tp * x.cp)
+        core = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal, x.documents)
+        flops = core / (tp * x.cp)
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
+        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True) / (tp * x.cp)
         return [
             Op(
                 "attention core (FlashAttention)",
@@ -237,6 +258,9 @@ def _attention_core(x: LayerShape) -> list[Op]:
                 forward_bytes=moved,
                 backward_bytes=2 * moved + beta * q_o,
                 core=True,
+                seq_len=queries,
+                head_dims=(int(d_qk), int(d_v)),
+                masked_flops=masked,
             )
         ]
     scores = heads * queries * s
@@ -285,16 +309,17 @@ def _moe(x: LayerShape) -> list[Op]:
     assert spec is not None
     h, beta, local = x.arch.hidden_size, x.beta, x.local_tokens
     E, k = spec.num_experts, spec.experts_per_token
+    rows = routed_rows(x.moe_run, local, E, k)  # k·T_sp dropless and balanced
     routing = 2 * beta * local * E
-    permute = 2 * 2 * beta * k * local * h
+    permute = 2 * 2 * beta * rows * h
     ops = [
         _gemm("router", local, E, h),
         _memory("top-k routing", routing, routing),
         _memory("token permutation", permute, permute),
     ]
-    per_expert = k * local * x.etp * x.ep / E
+    per_expert = rows * x.etp * x.ep / E
     width, mats = spec.expert_ffn_hidden_size / x.etp, 2 if x.arch.mlp is Mlp.SWIGLU else 1
-    size = beta * k * local * x.etp * width
+    size = beta * rows * x.etp * width
     fwd, bwd = (3 * size, 5 * size) if mats == 2 else (2 * size, 3 * size)
     ops += [
         Op("experts up", OpKind.GEMM, m=per_expert, n=mats * width, k=h, batch=E / x.ep),

@@ -25,6 +25,9 @@ from trainplan.model.xp import exact, maximum, minimum, where
 
 __all__ = [
     "Schedule",
+    "SPLIT_BACKWARD",
+    "LAYOUT_CHUNKS",
+    "timeline_chunks",
     "bubble_fraction",
     "bubble_ratio",
     "microbatches_in_flight",
@@ -42,18 +45,60 @@ __all__ = [
 class Schedule(StrEnum):
     """Pipeline schedules: GPipe (all forwards, then all backwards), 1F1B (PipeDream-Flush,
     Harlap et al. 2018 / Narayanan et al. 2021) and interleaved 1F1B with ``v`` model chunks per
-    GPU (Narayanan et al. 2021 §2.2.2)."""
+    GPU (Narayanan et al. 2021 §2.2.2); and the split-backward schedules
+    (:data:`SPLIT_BACKWARD`, :mod:`model.pipeline_zb`): ZB-H1, ZB-H2, ZB-V (Qi et al., "Zero
+    Bubble Pipeline Parallelism", ICLR 2024), DualPipe and DualPipeV (DeepSeek-V3 report, arXiv
+    2412.19437, §3.2.1; deepseek-ai/DualPipe)."""
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    ZB_H1 = "zb-h1"
+    ZB_H2 = "zb-h2"
+    ZB_V = "zb-v"
+    DUALPIPE = "dualpipe"
+    DUALPIPE_V = "dualpipev"
+
+
+SPLIT_BACKWARD = frozenset(
+    {Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPE_V}
+)
+"""The schedules whose backward is split into an input-gradient and a weight-gradient pass."""
+
+LAYOUT_CHUNKS = {
+    Schedule.ZB_H1: 1,
+    Schedule.ZB_H2: 1,
+    Schedule.ZB_V: 2,
+    Schedule.DUALPIPE: 1,
+    Schedule.DUALPIPE_V: 2,
+}
+"""``virtual_stages`` of a layout under each split-backward schedule: the model is cut into
+``pp·v`` chunks. ZB-V and DualPipeV cut it into ``2·pp`` and place two per rank in V order;
+DualPipe cuts it into ``pp`` stages and each rank holds two of them, its own and the mirror
+stage ``pp − 1 − rank`` (a second copy of that stage's parameters: ``v = 1`` here, two chunks
+per rank in the timeline). ZB-H1 and ZB-H2 at one chunk per rank (the closed forms' domain;
+PyTorch's interleaved zero bubble at ``v > 1`` is simulated by the pipeline tab only)."""
+
+
+def timeline_chunks(schedule: Schedule | str, v: int) -> int:
+    """Chunks per rank of the timeline (:func:`model.schedule.simulate`'s ``v``) for a layout's
+    ``virtual_stages`` ``v``: 2 under DualPipe (a rank runs two stages), else ``v``.
+
+    Examples
+    --------
+    >>> timeline_chunks("dualpipe", 1), timeline_chunks("zb-v", 2)
+    (2, 2)
+    """
+    return 2 if str(schedule) == Schedule.DUALPIPE.value else v
 
 
 def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Schedule:
     """Validate a schedule's inputs; return it as a :class:`Schedule`.
 
     Rules: ``pp >= 1``, ``m >= 1``, ``v >= 1``; ``v > 1`` only with the interleaved schedule;
-    interleaving needs ``m`` to be a multiple of ``pp`` (Narayanan et al. 2021 §2.2.2).
+    interleaving needs ``m`` to be a multiple of ``pp`` (Narayanan et al. 2021 §2.2.2); a
+    split-backward schedule its :data:`LAYOUT_CHUNKS` (the rest of its rules:
+    :func:`model.pipeline_zb.check_split_schedule`).
 
     Raises
     ------
@@ -72,6 +117,13 @@ def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Sch
             f"schedule: {schedule!r} is not one of {', '.join(s.value for s in Schedule)}"
         ) from None
     check_counts(pp, m, v)
+    if sched in SPLIT_BACKWARD:
+        if v != LAYOUT_CHUNKS[sched]:
+            raise LayoutError(
+                f"virtual_stages: {v} must be {LAYOUT_CHUNKS[sched]} under schedule {sched} "
+                "(model chunks per pipeline rank)"
+            )
+        return sched
     check_virtual_stages(v, (sched,))
     if sched is Schedule.INTERLEAVED and m % pp:
         raise LayoutError(
@@ -112,9 +164,11 @@ def check_virtual_stages(v: int, schedules: tuple[Schedule, ...]) -> None:
     --------
     >>> check_virtual_stages(3, (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED))
     """
-    if v > 1 and Schedule.INTERLEAVED not in schedules:
+    if v > 1 and not {Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V} & set(schedules):
         names = " or ".join(str(s) for s in schedules)
-        raise LayoutError(f"virtual_stages: {v} > 1 needs schedule 'interleaved', not {names}")
+        raise LayoutError(
+            f"virtual_stages: {v} > 1 needs schedule 'interleaved', 'zb-v' or 'dualpipev', not {names}"
+        )
 
 
 def bubble_fraction(pp: int, m: int, v: int = 1) -> Fraction:

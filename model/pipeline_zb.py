@@ -8,8 +8,8 @@ Durations are those of one chunk's passes (:class:`model.pipeline_sim.PassTimes`
 forward, ``t_b`` input-gradient backward (``I``), ``t_w`` weight-gradient backward (``W``),
 ``t_fb`` DualPipe's overlapped forward-and-backward block.
 
-Not yet in the step time or the memory of :mod:`model.estimate` nor in the search: the cost model
-takes these terms in a later change.
+The cost model reads them through :mod:`model.schedule_cost` (the pipeline span from per-chunk
+pass times, the activations held, the parameter copies).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class SplitSchedule(StrEnum):
     DUALPIPE_V = "dualpipev"
 
 
-TIMELINE_SCHEDULES = (*(s.value for s in Schedule), *(s.value for s in SplitSchedule))
+TIMELINE_SCHEDULES = tuple(s.value for s in Schedule)
 """Every schedule the pipeline tab simulates."""
 
 _FIXED_V = {

@@ -39,12 +39,14 @@ with FP32 master weights (8 B/param).
 from __future__ import annotations
 
 from enum import StrEnum
+from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import DeviceSpec
 
 __all__ = [
     "Precision",
+    "Fp8Recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
     "FP8_ACTIVATION_BYTES",
@@ -56,6 +58,8 @@ __all__ = [
     "check_precision",
     "check_fp8_param_gather",
     "linear_speedup",
+    "fp8_weight_cache_bytes",
+    "fp8_activation_bytes",
 ]
 
 
@@ -64,6 +68,29 @@ class Precision(StrEnum):
 
     BF16 = "bf16"
     FP8 = "fp8"
+
+
+class Fp8Recipe(StrEnum):
+    """How FP8 tensors are scaled: Megatron-Core's ``--fp8-recipe`` (``megatron/training/
+    arguments.py`` ``_add_transformer_engine_args``: choices tensorwise, delayed, mxfp8,
+    blockwise; default delayed), each a Transformer Engine recipe: ``delayed`` —
+    ``DelayedScaling`` (one scale per tensor from an amax history); ``tensorwise`` —
+    ``Float8CurrentScaling`` (one scale per tensor from the tensor's own amax, NeMo's "FP8-CS");
+    ``blockwise`` — ``Float8BlockScaling`` (DeepSeek-V3's 1×128 activation and 128×128 weight
+    blocks, FP32 scales; Hopper); ``mxfp8`` — ``MXFP8BlockScaling`` (one E8M0 scale per 32
+    elements, OCP MX v1.0; Blackwell tensor cores only, NeMo's "FP8-MX")."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
+
+    @property
+    def table_name(self) -> str:
+        """The recipe's name in ``scenarios/kernels/lowp.toml`` (Transformer Engine's GEMM
+        profile): fp8-delayed, fp8-current, fp8-block, mxfp8."""
+        return {"delayed": "fp8-delayed", "tensorwise": "fp8-current",
+                "blockwise": "fp8-block", "mxfp8": "mxfp8"}[self.value]  # fmt: skip
 
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
@@ -75,6 +102,54 @@ FP8 weight and its FP8 transpose (1 + 1; TE ``Float8Tensor`` with its transpose 
 
 FP8_ACTIVATION_BYTES = 1
 """Bytes per element of a linear layer's input saved in FP8 (E4M3) for its weight gradient."""
+
+MX_BLOCK_ELEMENTS = 32
+"""Elements per E8M0 (1-byte) scale of an MXFP8 tensor (TE ``MXFP8_BLOCK_SCALING_SIZE``;
+``scenarios/kernels/lowp.toml`` ``block_format``; OCP MX v1.0)."""
+
+SCALE_BYTES: dict[str, tuple[Fraction, Fraction]] = {
+    "mxfp8": (Fraction(1, MX_BLOCK_ELEMENTS), Fraction(1, MX_BLOCK_ELEMENTS)),
+    "blockwise": (Fraction(4, 128 * 128), Fraction(4, 128)),
+}
+"""Scale bytes per element of one FP8 copy, (weight, activation), of the block-scaled recipes:
+MXFP8 one E8M0 byte per 32 elements of either; blockwise one FP32 scale per 128×128 weight
+block and per 1×128 activation tile (DeepSeek-V3 §3.3.1; TE ``Float8BlockScaling``). The
+per-tensor recipes (delayed, tensorwise) keep one scale per tensor: nothing per element."""
+
+
+def fp8_weight_cache_bytes(recipe: Fp8Recipe | str) -> Fraction:
+    """Bytes per linear weight element of the FP8 copies Transformer Engine caches for a step
+    under ``recipe``: the row-wise copy (forward) and the column-wise copy (dgrad's transposed
+    operand), 1 B each, plus their scales — MXFP8 one E8M0 byte per 32 elements per copy
+    (``transformer_engine/pytorch/tensor/mxfp8_tensor.py``: ``_rowwise_scale_inv`` of
+    ``[rows, cols/32]`` and ``_columnwise_scale_inv`` of ``[rows/32, cols]``, padded to
+    multiples of 128 × 4, the padding not counted), blockwise one FP32 per 128×128 block per
+    copy; per-tensor recipes one scale per tensor (nothing per element).
+
+    Examples
+    --------
+    >>> fp8_weight_cache_bytes("delayed"), fp8_weight_cache_bytes("mxfp8")
+    (Fraction(2, 1), Fraction(33, 16))
+    """
+    scale = SCALE_BYTES.get(Fp8Recipe(recipe).value, (Fraction(0), Fraction(0)))[0]
+    return FP8_WEIGHT_CACHE_BYTES + 2 * scale
+
+
+def fp8_activation_bytes(recipe: Fp8Recipe | str) -> Fraction:
+    """Bytes per element of a linear layer's input saved for its weight gradient under
+    ``recipe``: Transformer Engine keeps only the column-wise copy ("Discard row-wise data
+    since it is not needed in backward pass": ``transformer_engine/pytorch/module/linear.py``
+    ``_linear_forward_impl``, ``update_usage(rowwise_usage=False, columnwise_usage=True)``),
+    1 B, plus its scales: MXFP8 1/32 B, blockwise 4/128 B.
+
+    Examples
+    --------
+    >>> fp8_activation_bytes("tensorwise"), fp8_activation_bytes("mxfp8")
+    (Fraction(1, 1), Fraction(33, 32))
+    """
+    scale = SCALE_BYTES.get(Fp8Recipe(recipe).value, (Fraction(0), Fraction(0)))[1]
+    return FP8_ACTIVATION_BYTES + scale
+
 
 FP8_GEMM_EFFICIENCY = 0.75
 """FP8 GEMMs' fraction of the FP8 peak relative to BF16 GEMMs' fraction of the BF16 peak

@@ -149,10 +149,15 @@ def check_recompute_modules(
 ) -> None:
     """Check that ``framework`` runs the per-module recomputation of ``modules``.
 
+    The ``textbook`` profile takes them too: it runs what a paper describes, and a paper's
+    recomputation of named parts (DeepSeek-V3 §3.2.3: RMSNorm and the MLA up-projections) is
+    written in Megatron-Core's module names. ``fsdp2`` and ``deepspeed`` recompute by their own
+    policies.
+
     Raises
     ------
     LayoutError
-        Modules other than the default with a profile other than ``megatron``, or with
+        Modules other than the default with a profile other than ``megatron`` or ``textbook``, or with
         recomputation other than ``selective``; ``moe_act``, ``moe`` or ``shared_experts`` on
         a model without MoE layers; ``mla_up_proj`` without MLA (Megatron-Core's
         ``TransformerConfig.__post_init__``: "mla_up_proj in recompute_modules is only
@@ -168,10 +173,10 @@ def check_recompute_modules(
     if modules == DEFAULT_RECOMPUTE_MODULES:
         return
     named = ", ".join(modules) or "none"
-    if str(framework) != "megatron":
+    if str(framework) not in ("megatron", "textbook"):
         raise LayoutError(
             f"recompute_modules: {named} is Megatron-Core's --recompute-modules; {framework} "
-            "has no per-module recomputation (use --framework megatron)"
+            "has no per-module recomputation (use --framework megatron or textbook)"
         )
     if str(recompute) != "selective":
         raise LayoutError(

@@ -28,7 +28,6 @@ __all__ = [
     "DEFAULT_GEMM_EFFICIENCY",
     "generation_of",
     "roofline_params_for",
-    "params_in_force",
     "CALIBRATABLE",
     "gemm_efficiency",
     "gemm_seconds",
@@ -83,6 +82,25 @@ class RooflineParams:
     scaleout_hop_latency_s: float = 14e-6
     """Latency of one ring or tree step over the network: 14 µs (NCCL ``tuning.cc``, ``hwLat``
     NET, ring and tree, ``Simple``)."""
+    attention_kernel: str | None = None
+    """The published attention kernel whose curves time the FlashAttention core by sequence
+    length, head dimensions and mask (:func:`model.op_rates.attention_fractions`: flash-attention-2,
+    flash-attention-3, cudnn, pytorch-sdpa-cudnn); None, or a part without curves: the core runs
+    at :attr:`attention_efficiency`. Set by :func:`model.op_rates.deployed_params`."""
+    part: str = ""
+    """The accelerator's catalogue name, for the per-operation tables (:mod:`model.op_rates`)."""
+    clock_fraction: float = 1.0
+    """Fraction of the rated dense peak the tensor cores sustain under the part's power limit
+    (:data:`model.op_rates.SUSTAINED_CLOCK`); multiplies the peak of GEMMs and the attention
+    core, not the MFU's denominator."""
+    optimizer_hbm_efficiency: float | None = None
+    """Fraction of the datasheet HBM bandwidth the optimizer step streams at: BabelStream's triad
+    on the part (:func:`model.op_rates.stream_triad_fraction`); None = :attr:`hbm_efficiency`."""
+    nvls_allreduce_speedup: float = 1.0
+    """How much faster an all-reduce inside the NVLink domain moves its bytes than a ring
+    collective there, where NCCL runs it as NVLink SHARP (NVLS, in-switch reduction): the
+    stated peak bus bandwidths' ratio (:func:`model.op_rates.nvls_allreduce_speedup`); 1 where
+    the fabric has none or none is published."""
     kernel_overhead_s: float = 3e-6
     """t_kernel: the gap a dependent kernel adds on one stream (launch and the last partial wave
     draining), per operation. 3 µs: the few-microsecond launch overhead of the CUDA C++ Best
@@ -98,6 +116,12 @@ class RooflineParams:
                 raise InputError(f"{f.name}: {value} must be a fraction in (0, 1]")
             if f.name.endswith("_s") and not 0 <= value < 1:
                 raise InputError(f"{f.name}: {value} must be seconds in [0, 1)")
+        if self.nvls_allreduce_speedup < 1:
+            raise InputError(
+                f"nvls_allreduce_speedup: {self.nvls_allreduce_speedup} must be at least 1"
+            )
+        if not 0 < self.clock_fraction <= 1:
+            raise InputError(f"clock_fraction: {self.clock_fraction} must be a fraction in (0, 1]")
 
     def with_(self, **changes: Any) -> RooflineParams:
         """A copy with some figures changed (checked again)."""
@@ -116,9 +140,12 @@ CALIBRATABLE: tuple[str, ...] = (
 GEMM_EFFICIENCY_BY_GENERATION: MappingProxyType[str, float] = MappingProxyType(
     {"A100": 0.6794, "H100": 0.556}
 )
-"""e_GEMM by accelerator generation, fitted on the published runs' calibration rows
-(``python -m trainplan.interface.fidelity --calibrate``: A100 on Megatron-LM Table 1's
-calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row); every other row is held out.
+"""e_GEMM by accelerator generation, once fitted on published runs (A100 on Megatron-LM Table
+1's former calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row). The project no longer
+fits time constants to end-to-end runs: the fit is retired (``python -m
+trainplan.interface.fidelity --residuals`` reports those rows' errors and fits nothing) and these
+figures stay until per-operation GEMM anchors replace them (``docs/time-model-sources.md`` §2:
+a BF16 Hopper GEMM measurement is still missing).
 Same-architecture parts share their generation's figure (:func:`generation_of`); accelerators
 never calibrated use the newest calibrated one (H100), an assumption stated in the output."""
 
@@ -165,12 +192,6 @@ def roofline_params_for(device_name: str, **overrides: Any) -> RooflineParams:
         attention_efficiency=_ATTENTION_EFFICIENCY.get(gen),
     )
     return base.with_(**overrides) if overrides else base
-
-
-def params_in_force(given: RooflineParams | None, device_name: str) -> RooflineParams:
-    """The roofline figures in force: ``given`` (the cost options'), else the accelerator's
-    defaults (:func:`roofline_params_for`)."""
-    return given or roofline_params_for(device_name)
 
 
 def gemm_efficiency(
@@ -371,6 +392,8 @@ def collective_time(
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    if kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1:
+        efficiency = efficiency * where(scaleup, p.nvls_allreduce_speedup, 1.0)
     seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )

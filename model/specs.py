@@ -21,8 +21,10 @@ from trainplan.model.arch_parts import (
 )
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
-from trainplan.model.precision import Precision
+from trainplan.model.packing import Documents
+from trainplan.model.precision import Fp8Recipe, Precision
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 from trainplan.model.units import check_limit
 
@@ -292,6 +294,11 @@ class TrainingSpec:
     precision: Precision = Precision.BF16
     """The linear layers' GEMM precision: ``bf16`` or ``fp8`` (Transformer Engine: cached FP8
     weight copies, FP8-saved linear inputs, GEMMs at the FP8 peak; :mod:`model.precision`)."""
+    fp8_recipe: Fp8Recipe | None = None
+    """How FP8 tensors are scaled under ``precision = fp8`` (:class:`model.precision.Fp8Recipe`,
+    Megatron-Core's ``--fp8-recipe``): delayed (the default), tensorwise, blockwise, mxfp8 —
+    the linear GEMMs' published speed-up (:func:`model.op_rates.fp8_linear_speedups`) and the
+    scales' bytes (:func:`model.precision.fp8_weight_cache_bytes`). None under bf16."""
     activation_convention: str = "paper"
     """``paper`` (Korthikanti et al.'s count; the default) or ``pytorch`` (also what PyTorch
     kernels keep: fp32 norm statistics, FlashAttention's logsumexp, eager SwiGLU's SiLU output,
@@ -318,8 +325,8 @@ class TrainingSpec:
     """What selective recomputation recomputes, as Megatron-Core's ``--recompute-modules``
     names it (:mod:`model.recompute_modules`: ``core_attn``, ``layernorm``, ``mla_up_proj``,
     ``mlp``, ``moe_act``, ``moe``, ``shared_experts``); the default is the attention core,
-    Korthikanti et al.'s selective recomputation. Other modules need the ``megatron`` profile
-    and ``recompute = selective`` (:func:`model.recompute_modules.check_recompute_modules`)."""
+    Korthikanti et al.'s selective recomputation. Other modules need the ``megatron`` (or
+    ``textbook``) profile and ``recompute = selective`` (:func:`model.recompute_modules.check_recompute_modules`)."""
 
     fp8_param_gather: bool = False
     """FP8 primary weights (Megatron-Core ``--fp8-param-gather``; on in NeMo's FP8 current
@@ -328,6 +335,14 @@ class TrainingSpec:
     Engine FP8 tensors, 1 B per element instead of a BF16 weight plus a cached FP8 copy; only
     the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
     ``precision = fp8`` and the ``megatron`` profile."""
+
+    documents: Documents | None = None
+    """Each sequence packs documents of this length distribution under document masking
+    (:mod:`model.packing`): attention FLOPs and time follow Σ lᵢ² of the documents, not s².
+    None: each sequence is one document."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`: capacity factor,
+    padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
@@ -347,6 +362,19 @@ class TrainingSpec:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
             )
+        if self.fp8_recipe is not None:
+            if self.precision is not Precision.FP8:
+                raise InputError(
+                    f"fp8_recipe: {self.fp8_recipe} applies only with precision fp8 "
+                    f"({self.precision} given)"
+                )
+            try:
+                object.__setattr__(self, "fp8_recipe", Fp8Recipe(str(self.fp8_recipe).lower()))
+            except ValueError:
+                allowed = ", ".join(r.value for r in Fp8Recipe)
+                raise InputError(
+                    f"fp8_recipe: {self.fp8_recipe!r} is not one of {allowed}"
+                ) from None
         for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
             value = getattr(self, name)
             if name == "gradient_bytes" and value is None:

@@ -175,7 +175,8 @@ def kind_parts(
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
-            widest_span_layer(arch, moe, training.seq_len, causal),
+            widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
+            training.moe_run,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
@@ -188,7 +189,7 @@ def kind_parts(
     )
     no_ep = Clock(
         *base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_ring, c.cp_a2a, c.cp_gather,
-        c.linear_speedup,
+        c.linear_speedup, c.cp_kv_repeat,
     )  # fmt: skip
     dense = layer_time(shape(False), no_ep, recompute).parts
     moe = layer_time(shape(True), c, recompute).parts if arch.moe is not None else zero
@@ -324,7 +325,9 @@ def optimizer_seconds(
     """Seconds of the optimizer step on one GPU: the parameters it updates (its ZeRO shard, or
     all it holds; less what an offload steps on the host) at ``bytes_per_param``
     (:func:`model.offload.adam_step_bytes` of the recipe's optimizer state; 38 for FP32 Adam)
-    through HBM. Element-wise for arrays.
+    through HBM at the part's streaming fraction (:attr:`RooflineParams.optimizer_hbm_efficiency`,
+    BabelStream's triad: a multi-tensor Adam kernel streams its tensors as the triad does;
+    :attr:`RooflineParams.hbm_efficiency` where none is published). Element-wise for arrays.
 
     Examples
     --------
@@ -335,4 +338,5 @@ def optimizer_seconds(
     >>> round(optimizer_seconds(2.75e9, 2.039e12, p) * 1e3, 1)
     56.9
     """
-    return bytes_per_param * owned_params / (hbm_bytes_per_s * p.hbm_efficiency)
+    efficiency = p.optimizer_hbm_efficiency or p.hbm_efficiency
+    return bytes_per_param * owned_params / (hbm_bytes_per_s * efficiency)

@@ -29,6 +29,7 @@ from trainplan.model.flops import (
 )
 from trainplan.model.layer_time import TpOverlap
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.packing import Documents
 from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import maximum, where
@@ -67,7 +68,7 @@ DEFAULT_OVERLAP: Mapping[str, float] = MappingProxyType(
 dp 0.5 (gradient reduce-scatter / all-gather bucketed against backward and forward, but the last
 bucket and the optimizer step wait); tp 0 (sequence-parallel collectives sit between dependent
 matmuls); dp and tp re-fitted with the kernel efficiency on published runs
-(:mod:`interface.fidelity` ``--calibrate-single``: the grid over 0, 0.25, 0.5, 0.75, 1 kept these);
+(once by a grid over 0, 0.25, 0.5, 0.75, 1 on published runs; that fit is retired);
 pp 0 (p2p on the critical path of each micro-batch); cp 0.5 (ring attention overlaps
 the next K/V chunk with attention on the current one); ep 0 (dispatch/combine gate the experts).
 Override per axis with ``--overlap axis=fraction``."""
@@ -75,9 +76,10 @@ Override per axis with ``--overlap axis=fraction``."""
 KERNEL_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType(
     {"A100": 0.60, "H100": 0.56}
 )
-"""Large-model kernel efficiency by accelerator generation, calibrated on published runs
-(:mod:`interface.fidelity`, ``--calibrate-single``): A100 on Megatron-LM Table 1, H100 on Llama 3
-Table 4. Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
+"""Large-model kernel efficiency by accelerator generation of the single model, once fitted on
+published runs (A100 on Megatron-LM Table 1, H100 on Llama 3 Table 4; that fit is retired: the
+project fits no constant to end-to-end runs, ``trainplan calibrate`` fits the user's own).
+Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
 accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
 the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
 
@@ -179,6 +181,12 @@ class CostOptions:
     (:func:`model.roofline.roofline_params_for`)."""
     tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
     """How tensor-parallel collectives overlap GEMMs (:class:`model.layer_time.TpOverlap`)."""
+    attention_kernel: str | None = None
+    """The attention kernel the run uses, whose published curves time the FlashAttention core
+    (:data:`model.op_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the
+    part (cuDNN on Hopper and Blackwell, FlashAttention-2 on A100:
+    :func:`model.op_rates.default_attention_kernel`). PyTorch SDPA and the flash-attn package
+    run flash-attention-2."""
     grad_reduce_overlap: bool = True
     """Overlap the once-per-step data-parallel reduction with the last micro-batch's backward
     and the weight all-gather with the next forward (Megatron-Core ``--overlap-grad-reduce``,
@@ -257,12 +265,18 @@ def microbatch_flop_terms(
 
 
 @lru_cache(maxsize=4096)
-def layers_core_flops(arch: Architecture, layers: tuple[int, ...], s: int, causal: bool) -> int:
+def layers_core_flops(
+    arch: Architecture,
+    layers: tuple[int, ...],
+    s: int,
+    causal: bool,
+    docs: Documents | None = None,
+) -> int:
     """Forward FLOPs of the attention cores (QKᵀ, scores·V) of ``layers`` for one sequence of
     ``s`` tokens (:func:`model.flops.attention_core_forward_flops`; each layer by its span, so a
     stage of Gemma 3's local layers costs less than one holding its global layers). × b for a
     micro-batch of b sequences."""
-    return sum(attention_core_forward_flops(arch, j, s, 1, causal) for j in layers)
+    return sum(attention_core_forward_flops(arch, j, s, 1, causal, docs) for j in layers)
 
 
 def stage_hardware_flops(

@@ -42,7 +42,7 @@ __all__ = ["ShapeColumns", "Columns", "tabulate", "SHAPE_FIELDS"]
 
 SHAPE_FIELDS = (
     "dp", "tp", "pp", "cp", "cp_kind", "cp_a2a", "ep", "micro_batch_size", "schedule",
-    "virtual_stages", "rank_order", "framework",
+    "virtual_stages", "rank_order", "framework", "optimizer",
 )  # fmt: skip
 """The :class:`model.layout.Layout` fields a search shape sets; ``zero_stage`` and
 ``recompute`` are the modifiers; every other field keeps the layout's default."""

@@ -182,8 +182,11 @@ def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
     lay = est.layout
     assert lay.stage_layers is not None and lay.recompute_layers is not None
     paced = []
+    arch = est.model.arch
+    mtp = arch.mtp_layers if arch is not None else 0
     for s, stage in enumerate(est.stages):
-        row = options.get((s, stage.num_layers, lay.recompute_layers[s]))
+        layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
+        row = options.get((s, layers, lay.recompute_layers[s]))
         if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
             raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
         if stage.total_bytes > tables.capacity:

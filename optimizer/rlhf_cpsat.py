@@ -38,6 +38,7 @@ from ortools.sat.python import cp_model
 from trainplan.model.rlhf_roles import RoleCost, RoleOption
 from trainplan.model.rlhf_spec import PHASES, Role
 from trainplan.optimizer.rlhf_tables import NS, RLHFTables, int_costs
+from trainplan.optimizer.solver import solve
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
 
@@ -173,19 +174,13 @@ class PlacementModel:
         :attr:`status` says whether that is proven (``infeasible``) or not (``unknown``)."""
         m = self.model
         m.minimize(self.tau)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = 0
-        if time_limit_s is not None:
-            solver.parameters.max_time_in_seconds = max(time_limit_s, 1e-3)
-        status = solver.solve(m)
-        self.wall_s = solver.wall_time
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            self.status = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
+        limit = None if time_limit_s is None else max(time_limit_s, 1e-3)
+        done = solve(m, time_limit_s=limit, workers=workers)
+        self.wall_s, self.status = done.seconds, done.status
+        if not done.found:
             return None
-        self.status = "optimal" if status == cp_model.OPTIMAL else "feasible"
-        first = self._read(solver, self.status)
-        left = None if time_limit_s is None else time_limit_s - solver.wall_time
+        first = self._read(done.solver, self.status)
+        left = None if time_limit_s is None else time_limit_s - done.seconds
         if left is not None and left <= 0:
             return first
         m.add(self.tau == first.objective_ns)
@@ -198,14 +193,9 @@ class PlacementModel:
         m.minimize(key)
         m.clear_hints()
         for *_, v in self.vars:
-            m.add_hint(v, bool(solver.value(v)))
-        tie = cp_model.CpSolver()
-        tie.parameters.num_workers = workers
-        tie.parameters.random_seed = 0
-        if left is not None:
-            tie.parameters.max_time_in_seconds = left
-        status2 = tie.solve(m)
-        self.wall_s += tie.wall_time
-        if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            m.add_hint(v, bool(done.solver.value(v)))
+        tie = solve(m, time_limit_s=left, workers=workers)
+        self.wall_s += tie.seconds
+        if not tie.found:
             return first  # the tie rank unproven within the limit: the first answer stands
-        return self._read(tie, self.status)
+        return self._read(tie.solver, self.status)

@@ -19,8 +19,11 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import NO_OFFLOAD
-from trainplan.model.pipeline import Schedule
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import LAYOUT_CHUNKS, SPLIT_BACKWARD, Schedule
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
 
@@ -40,7 +43,16 @@ ZERO_PREFERENCE = (1, 2, 0, 3)
 """Tie-break among ZeRO stages of equal step time: ZeRO-1 (the common default), then 2, 0, 3."""
 RECOMPUTE_PREFERENCE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.SQRT, Recompute.FULL)
 """Tie-break among recompute modes of equal step time: less recomputation first."""
-_SCHEDULE_ORDER = {Schedule.ONE_F_ONE_B: 0, Schedule.INTERLEAVED: 1, Schedule.GPIPE: 2}
+_SCHEDULE_ORDER = {
+    Schedule.ONE_F_ONE_B: 0,
+    Schedule.INTERLEAVED: 1,
+    Schedule.GPIPE: 2,
+    Schedule.ZB_H1: 3,
+    Schedule.ZB_H2: 4,
+    Schedule.ZB_V: 5,
+    Schedule.DUALPIPE_V: 6,
+    Schedule.DUALPIPE: 7,
+}
 
 
 def divisors(n: int) -> list[int]:
@@ -82,6 +94,10 @@ class Shape:
     """The inner all-to-all degree of ``a2a+p2p``; None for every other kind."""
     cp_kind_rank: int = 0
     """Position of ``cp_kind`` in the space's list (tie-break: earlier first)."""
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    """The optimizer (:mod:`model.optimizers`): Adam unless the space allows others."""
+    optimizer_rank: int = 0
+    """Position of ``optimizer`` in the space's list (tie-break: earlier first)."""
 
     def layout(
         self, zero_stage: int, recompute: Recompute | str, framework: Framework | str | None = None
@@ -103,6 +119,7 @@ class Shape:
             virtual_stages=self.virtual_stages,
             rank_order=self.rank_order,
             framework=self.framework if framework is None else Framework(framework),
+            optimizer=self.optimizer,
         )
 
     @property
@@ -111,7 +128,7 @@ class Shape:
         (tp·pp·cp), then smaller tp, pp, cp, CP flavours in the space's order (the hybrid's
         smaller inner degree first), smaller ep, smaller micro-batch, schedule 1F1B <
         interleaved < GPipe, fewer virtual stages, rank orders and frameworks in the space's
-        order."""
+        order, then optimizers in the space's order."""
         return (
             self.tp * self.pp * self.cp,
             self.tp,
@@ -125,6 +142,7 @@ class Shape:
             self.virtual_stages,
             self.order_rank,
             self.framework_rank,
+            self.optimizer_rank,
         )
 
 
@@ -165,6 +183,10 @@ class SearchSpace:
     cp_a2a: tuple[int, ...] | None = None
     """Inner all-to-all degrees tried with ``a2a+p2p``; None = every legal one (dividing cp,
     strictly between 1 and cp, and the heads on a tensor-parallel rank)."""
+    optimizers: tuple[OptimizerKind, ...] = (OptimizerKind.ADAM,)
+    """Optimizers the search may choose among (the first is preferred on ties): Adam only
+    unless the user allows others (:mod:`model.optimizers`); each under the frameworks that run
+    it."""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +202,9 @@ class SearchSpace:
         if not self.cp_kinds:
             raise LayoutError("search: give at least one --cp-kind")
         object.__setattr__(self, "cp_kinds", tuple(CpKind(k) for k in self.cp_kinds))
+        if not self.optimizers:
+            raise LayoutError("search: give at least one --optimizer")
+        object.__setattr__(self, "optimizers", tuple(OptimizerKind(o) for o in self.optimizers))
         for fw in self.frameworks:
             if not set(ZERO_STAGES[fw]) & set(self.zero_stages):
                 raise LayoutError(
@@ -192,11 +217,13 @@ def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
     out: list[tuple[Schedule, int]] = [
-        (s, 1) for s in space.schedules if s is not Schedule.INTERLEAVED
+        (s, 1) for s in space.schedules if s in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
     ]
     if Schedule.INTERLEAVED in space.schedules:
         out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
-    return out
+    # a split-backward schedule only where a framework of the space runs it (schedule_support)
+    runs = {s for s in space.schedules for fw in space.frameworks if fw in SCHEDULE_SUPPORT[s]}
+    return out + [(s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD & runs]
 
 
 def _candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> dict[str, list]:
@@ -248,13 +275,16 @@ def _column(items: list) -> np.ndarray:
 def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -> list[Shape]:
     """Every shape of ``space`` that the legality rules accept (:func:`model.legality.legality`,
     the rules :func:`model.layout.validate` checks), in tie-break order: the axes' rules (with
-    the textbook profile at ZeRO-1 and no offload, which break none of them), each CP flavour's
+    the textbook profile at ZeRO-1, no offload and the default MoE dispatch, which break none of
+    them), each CP flavour's
     (:func:`_with_cp_kinds`), and each framework of the space that runs one of its ZeRO stages
     with the shape's pp and the recipe's offload (:func:`_with_frameworks`)."""
     values = _candidates(model, training, space)
     if not values["tp"]:
         return []
-    axes = Setting(model, replace(training, offload=NO_OFFLOAD), space.num_gpus)
+    # the framework-dependent recipe choices (offload, the MoE dispatcher and its overlap) are
+    # checked with each framework in the tables (optimizer.tables._legal), not here
+    axes = Setting(model, replace(training, offload=NO_OFFLOAD, moe_run=DROPLESS), space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
                    recompute=Recompute.NONE)  # fmt: skip
     keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")
@@ -326,8 +356,36 @@ def _with_frameworks(
             )
             for pp in {s.pp for s in shapes}
         }
+        optimizers = [
+            (k, o)
+            for k, o in enumerate(space.optimizers)
+            if any(
+                not refusal(setting, optimizer=o, framework=fw, zero_stage=z)
+                for z in space.zero_stages
+            )
+        ]
         for s in shapes:
-            if runs[s.pp]:
-                same = fw is s.framework and rank == s.framework_rank
-                out.append(s if same else replace(s, framework=fw, framework_rank=rank))
+            if not (runs[s.pp] and _runs_schedule(setting, s, fw)):
+                continue
+            for k, o in optimizers:
+                same = fw is s.framework and rank == s.framework_rank and not k
+                out.append(
+                    s
+                    if same
+                    else replace(
+                        s, framework=fw, framework_rank=rank, optimizer=o, optimizer_rank=k
+                    )
+                )
     return out
+
+
+def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:
+    """Whether ``framework`` runs the shape's schedule with its micro-batches (the legality
+    rule :func:`model.schedule_cost.check_split_layout`; classic schedules: always)."""
+    if shape.schedule not in SPLIT_BACKWARD:
+        return True
+    m = setting.training.global_batch_size // (shape.dp * shape.micro_batch_size)
+    return not refusal(
+        setting, pp=shape.pp, m=m, schedule=shape.schedule,
+        virtual_stages=shape.virtual_stages, framework=framework,
+    )  # fmt: skip

@@ -40,6 +40,7 @@ from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
 from trainplan.model.pipeline import Schedule
+from trainplan.model.specs import Architecture
 from trainplan.model.split import balanced_chunk_sizes
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, stage_memory_term
@@ -112,8 +113,11 @@ class OutOfTime(Exception):
 def check_per_stage(case: Case, layout: Layout) -> None:
     """Refuse what the per-stage search does not model, in one line naming the rule.
 
-    Rules: a model with dimensions whose layers are alike (dense, no MTP blocks, every layer the
-    same parameters), so a stage's cost reads only its own layer count; the roofline time model;
+    Rules: a model with dimensions whose layers are alike after a leading block
+    (:func:`leading_layers`: DeepSeek-V3's three dense layers before its MoE ones; MTP blocks
+    sit on the last stage, outside the count), so a stage's cost reads only its own layer count
+    and whether it is the first or the last (the leading block on the first stage, at v = 1);
+    the roofline time model;
     1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
     exact for equal stages and an estimate for unequal ones, whose simulated step stays under
@@ -128,16 +132,18 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     arch = case.model.arch
     if arch is None:
         raise InputError("per_stage: needs the model's dimensions (a catalogue model or --layers)")
-    if arch.moe is not None or arch.mtp_layers:
+    prefix = leading_layers(arch)
+    if prefix is None:
         raise InputError(
-            f"per_stage: {case.model.name} has MoE layers or MTP blocks; the per-stage search "
-            "needs layers that are all alike (dense)"
+            f"per_stage: {case.model.name}'s layers differ beyond a leading block (MoE and dense "
+            "layers, or attention spans, interleaved); the per-stage search needs the layers "
+            "after the first stage's leading ones to be all alike"
         )
-    first = layer_params(arch, 0)
-    if any(layer_params(arch, i) != first for i in range(1, arch.num_layers)):
+    if prefix and layout.virtual_stages > 1:
         raise InputError(
-            f"per_stage: {case.model.name}'s layers differ in size; the per-stage search needs "
-            "layers that are all alike"
+            f"per_stage: {case.model.name}'s first {prefix} layers differ from the rest; with "
+            f"virtual_stages {layout.virtual_stages} they would spread over model chunks: search "
+            "it without interleaving"
         )
     if case.training.offload.activations:
         raise InputError(
@@ -161,18 +167,59 @@ def check_per_stage(case: Case, layout: Layout) -> None:
         )
 
 
+def leading_layers(arch: Architecture) -> int | None:
+    """The least d such that transformer layers d … L − 1 are alike (the same parameters,
+    kind — MoE or dense — and attention span): 0 for a model of alike layers, 3 for DeepSeek-V3
+    (``first_k_dense_replace = 3``); None when the rest are alike only from past half the
+    model (interleaved kinds or spans: Llama 4's alternating MoE, Gemma's local and global
+    layers), which the per-stage search does not place.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> leading_layers(Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...                              ffn_hidden_size=32, vocab_size=16))
+    0
+    """
+    L = arch.num_layers
+
+    def key(i: int) -> tuple[object, ...]:
+        return (layer_params(arch, i), arch.is_moe_layer(i), arch.layer_span(i))
+
+    last = key(L - 1)
+    d = L - 1
+    while d > 0 and key(d - 1) == last:
+        d -= 1
+    return d if d <= L // 2 else None
+
+
+def layer_counts(num_layers: int, pp: int, stage: int, prefix: int) -> range:
+    """The layer counts a stage may hold in the per-stage tables: 0 … L (only L at pp = 1); the
+    first stage at least the ``prefix`` leading layers, the others at most L − prefix (the
+    leading block is the first stage's, :func:`leading_layers`)."""
+    if pp == 1:
+        return range(num_layers, num_layers + 1)
+    if stage == 0:
+        return range(prefix, num_layers + 1)
+    return range(0, num_layers - prefix + 1)
+
+
 def realization(
-    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int
+    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int, prefix: int = 0
 ) -> Layout:
     """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed (per model
     chunk), the other L − n layers on the next stage and none recomputed elsewhere: what the
     tables evaluate one stage's option on (the stage's figures do not read the others'). Each
-    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`."""
+    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`. With a
+    leading block of ``prefix`` layers (:func:`leading_layers`) another stage than the first
+    holds layers after it: the first stage keeps the block."""
     pp = layout.pp
     sizes = [0] * pp
     sizes[stage] = layers
     if pp > 1:
-        sizes[(stage + 1) % pp] += num_layers - layers
+        lead = prefix if stage else 0
+        sizes[0] += lead
+        sizes[(stage + 1) % pp] += num_layers - layers - lead
     counts = [0] * pp
     counts[stage] = recomputed
     return layout.with_(
@@ -198,11 +245,18 @@ class _Stages:
     num_layers: int
     layout: Layout
     case: Case
+    prefix: int = 0
+    """The leading layers that differ from the rest (:func:`leading_layers`): the first
+    stage's."""
+
+    def counts(self, stage: int) -> range:
+        """:func:`layer_counts` of ``stage``."""
+        return layer_counts(self.num_layers, self.layout.pp, stage, self.prefix)
 
     def memory(self, stage: int, n: int, k: int) -> StageMemory:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
         :func:`model.terms.peak.stage_memory_term` on :func:`realization`'s layout."""
-        lay = realization(self.layout, self.num_layers, stage, n, k)
+        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage)
         return stage_memory_term(self.c, f, n)
 
@@ -211,7 +265,7 @@ class _Stages:
         seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
         layers with ``k`` recomputed (``mode`` overrides the recompute mode), paced by
         :func:`model.terms.step.pipeline_seconds`."""
-        lay = realization(self.layout, self.num_layers, stage, n, k)
+        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
         return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
@@ -231,7 +285,9 @@ def _stage_context(case: Case, layout: Layout) -> _Stages:
     c = evaluation_context(
         case.model, case.training, case.device, case.options, case.vocab_multiple
     )
-    return _Stages(c, links_for(layout, case.links, case.fabric), arch.num_layers, layout, case)
+    links = links_for(layout, case.links, case.fabric)
+    prefix = leading_layers(arch) or 0
+    return _Stages(c, links, arch.num_layers, layout, case, prefix)
 
 
 def stage_capacity(
@@ -304,7 +360,8 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
                 if not fits(L):
                     return NO_SPLIT
                 continue
-            fit_most[stage] = _most_that_fits(fits, L, fit_most[stage - 1] if stage else L // pp)
+            top = sc.counts(stage)[-1]
+            fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
             if fit_most[stage] < 0:
                 return NO_SPLIT
         if sum(fit_most) < L:
@@ -314,8 +371,9 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
     for stage in range(pp):
         role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
         if role not in by_role:
+            allowed = sc.counts(stage)
             by_role[role] = [
-                sc.paced(stage, n, 0, layout.recompute)[0]
+                sc.paced(stage, n, 0, layout.recompute)[0] if n in allowed else NO_SPLIT
                 for n in ([L] if pp == 1 else range(L + 1))
             ]
         fastest.append(by_role[role])
@@ -403,9 +461,8 @@ def build_stage_tables(
 
     # time alone (no memory, nothing recomputed) caps what each stage can take below cap_ns: once
     # the stages built and those caps of the others cannot hold L layers, no split beats cap_ns
-    counts = [L] if pp == 1 else range(L + 1)
     most = [
-        max((n for n in counts if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
+        max((n for n in sc.counts(i) if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
             default=-1)
         for i in range(pp)
     ]  # fmt: skip
@@ -416,7 +473,7 @@ def build_stage_tables(
             break
         found = []
         least = 0
-        for n in counts:
+        for n in sc.counts(stage):
             if deadline is not None and time.perf_counter() >= deadline:
                 raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
             bare = paced(stage, n, 0, Recompute.NONE)[1]

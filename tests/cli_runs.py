@@ -42,13 +42,18 @@ def interrupted_when(args: Sequence[str], marker: str, wait_s: float = 600) -> D
     """Run ``trainplan ARGS`` with stderr on a terminal (a pty, so progress is shown), press
     Ctrl-C (SIGINT) once ``marker`` appears there, and return what it did; ``stderr`` holds the
     terminal's text."""
+    import fcntl
     import os
     import pty
     import select
     import signal
+    import struct
+    import termios
     import time
 
     main, side = pty.openpty()
+    # a terminal's size, as a real one has (tqdm draws no bar on a terminal 0 columns wide)
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     cmd = [sys.executable, "-m", "trainplan", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=side, text=True)
     os.close(side)

@@ -40,3 +40,18 @@ def test_ctrl_c_while_cp_sat_runs_prints_the_best_so_far_and_exits_130(as_json):
     assert "objective params: interrupted (Ctrl-C): the best found before it, not proven" in first
     assert "within the time limit" not in done.stdout
     assert "llama3-8b@L" in done.stdout and "verdict: fits" in done.stdout
+
+
+RLHF_PLAN = ["rlhf-plan", "--algorithm", "grpo", "--reward", "rule", "--model", "llama3-8b"]
+RLHF_PLAN += ["--gpus", "4096"]
+"""GRPO on 4,096 GPUs: about 20 s of cost tables (pool × role), then about a second of CP-SAT."""
+
+
+def test_ctrl_c_in_rlhf_plan_is_exit_130_with_one_line():
+    """``rlhf-plan`` stops on Ctrl-C as ``search`` does (its solves run through the one CP-SAT
+    set-up, :func:`optimizer.solver.solve`): one line, exit 130, no traceback."""
+    done = interrupted_when(RLHF_PLAN, "%|")  # the tables' bar, once it counts pools
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert "Error: interrupted while building the cost tables (" in done.stderr
+    assert "before any placement was found" in done.stderr

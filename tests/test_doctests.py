@@ -14,6 +14,8 @@ import pkgutil
 import pytest
 
 PACKAGES = ("trainplan.model", "trainplan.topology", "trainplan.optimizer", "trainplan.scenarios")
+FACADE = ("trainplan.api",)
+"""The Python facade (:mod:`trainplan.api`): a module, not a package, so listed by itself."""
 """The subpackages (each mapped to its folder by ``pyproject.toml``; an editable install finds
 them through its import hook, so they are walked one by one from their own ``__path__``)."""
 
@@ -24,7 +26,7 @@ def _modules() -> list[str]:
         out.append(pkg)
         path = importlib.import_module(pkg).__path__
         out += [i.name for i in pkgutil.walk_packages(path, pkg + ".")]
-    return sorted(n for n in out if not n.endswith("__main__"))
+    return sorted([*(n for n in out if not n.endswith("__main__")), *FACADE])
 
 
 MODULES = _modules()

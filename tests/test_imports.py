@@ -103,12 +103,13 @@ OUTSIDE = re.compile(r"""["']shared["']|\.\./shared|parents\[\d\]\s*/\s*["']shar
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=[str(p.relative_to(ROOT)) for p in ALL_FILES])
 def test_reads_nothing_outside_the_repository(path):
-    """The brief's ``../shared`` folder sits beside the repository only where it was built; the
-    project's own copies live in ``scenarios/`` (issue 15). CI also runs in a bare clone."""
+    """The brief's sibling folder (``shared`` beside the checkout) exists only where the project
+    was built, never in a user's clone; the project's own copies live in ``scenarios/``. CI also
+    runs in a bare clone."""
     if path == Path(__file__):
         return  # the pattern itself
     hits = [line for line in path.read_text().splitlines() if OUTSIDE.search(line)]
-    assert not hits, f"{path.relative_to(ROOT)} reads ../shared: {hits}"
+    assert not hits, f"{path.relative_to(ROOT)} reads the sibling folder outside the clone: {hits}"
 
 
 # ------------------------------------------------------------------ the house rules of model/ and

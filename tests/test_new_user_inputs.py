@@ -342,7 +342,7 @@ def test_the_same_options_where_they_apply_are_used():
 
 
 def test_search_applies_evaluates_rule_for_virtual_stages_and_schedule():
-    rule = "virtual_stages: 3 > 1 needs schedule 'interleaved', not 1f1b"
+    rule = "virtual_stages: 3 > 1 needs schedule 'interleaved', 'zb-v' or 'dualpipev', not 1f1b"
     pair = ["--virtual-stages", "3", "--schedule", "1f1b"]
     assert refused("evaluate", "--model", "llama3-8b", "--pp", "4", *pair) == f"Error: {rule}"
     assert refused("search", "--model", "llama3-8b", "--gpus", "64", *pair) == f"Error: {rule}"

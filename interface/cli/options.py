@@ -98,6 +98,14 @@ RECIPE: list[Decorator] = [
         "core stay BF16.",
     ),
     click.option(
+        "--fp8-recipe",
+        "fp8_recipe",
+        type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
+        help="With --precision fp8: Megatron-Core's --fp8-recipe (default delayed; NeMo's "
+        "FP8-CS is tensorwise, FP8-MX is mxfp8, Blackwell only). Sets the linear GEMMs' "
+        "published speed-up per pass and the scales' bytes.",
+    ),
+    click.option(
         "--gradient-dtype",
         "gradient_dtype",
         type=click.Choice(["bf16", "fp32"]),
@@ -137,6 +145,57 @@ RECIPE: list[Decorator] = [
         "shard), with tp 1 and without sequence parallelism.",
     ),
     click.option(
+        "--moe-capacity-factor",
+        "moe_capacity_factor",
+        type=NUMBER,
+        help="MoE: tokens an expert takes from a rank, × the mean (Megatron-Core "
+        "--moe-expert-capacity-factor, DeepSpeed capacity_factor); tokens over it are dropped. "
+        "Default dropless.",
+    ),
+    click.option(
+        "--moe-pad-to-capacity/--no-moe-pad-to-capacity",
+        "moe_pad_to_capacity",
+        default=None,
+        help="MoE with a capacity factor: pad every expert's input to its capacity (Megatron-Core "
+        "--moe-pad-expert-input-to-capacity, DeepSpeed drop_tokens): E x C rows computed and "
+        "sent whatever the routing.",
+    ),
+    click.option(
+        "--moe-imbalance",
+        "moe_imbalance",
+        type=NUMBER,
+        help="MoE: routed rows the busiest expert-parallel rank receives / the mean (>= 1; "
+        "default 1, balanced). Sets that rank's expert GEMMs and all-to-all receive.",
+    ),
+    click.option(
+        "--moe-node-limit",
+        "moe_node_limit",
+        type=COUNT,
+        help="MoE with the deepep dispatcher: nodes a token's experts may span (DeepSeek-V3's "
+        "node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
+        "Megatron-Core's --moe-router-num-groups = nodes).",
+    ),
+    click.option(
+        "--moe-dispatcher",
+        "moe_dispatcher",
+        type=click.Choice(["alltoall", "deepep"]),
+        help="MoE token dispatcher: alltoall (NCCL; every routed copy sent by itself; the "
+        "default) or deepep (DeepEP normal kernels: one copy per remote node, forwarded over "
+        "NVLink; resident buffers). deepep runs under megatron (flex) and fsdp2 (torchtitan).",
+    ),
+    click.option(
+        "--moe-ep-overlap",
+        "moe_ep_overlap",
+        type=click.Choice(
+            ["none", "moe_shared_expert_overlap", "overlap_moe_expert_parallel_comm"]
+        ),
+        help="megatron only: what hides the expert all-to-all. moe_shared_expert_overlap: the "
+        "shared experts run beside the forward dispatch and combine; "
+        "overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "
+        "compute (combined 1F1B; needs interleaving when pp > 1, no full recompute). "
+        "Default none.",
+    ),
+    click.option(
         "--offload-optimizer",
         "offload_optimizer",
         help="Fraction 0-1 of the optimizer state (and its step) on the host: Megatron-Core "
@@ -164,7 +223,7 @@ RECIPE: list[Decorator] = [
         "recompute_modules",
         help="Comma list of what --recompute selective recomputes, named as Megatron-Core's "
         "--recompute-modules names them (core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
-        "shared_experts); default core_attn. Megatron-Core profile only.",
+        "shared_experts); default core_attn. Megatron-Core and textbook profiles only.",
     ),
     click.option(
         "--fp8-param-gather",
@@ -175,8 +234,25 @@ RECIPE: list[Decorator] = [
         "scaling recipe): the linear weights are 1 B FP8 tensors and only their transpose is "
         "cached. Needs --precision fp8 and --framework megatron.",
     ),
+    click.option(
+        "--document-length",
+        "document_length",
+        type=NUMBER,
+        help="Sequences are packs of documents of this mean length (tokens) under document "
+        "masking: attention FLOPs and time follow the documents' sum of squared lengths, not "
+        "the pack's; MFU is shown both ways, as Megatron-LM's counter does. A histogram: the "
+        "scenario file's or the API's document_lengths.",
+    ),
+    click.option(
+        "--document-length-spread",
+        "document_length_spread",
+        type=NUMBER,
+        help="Standard deviation of --document-length (tokens; default 0): documents of mean "
+        "± spread, half each.",
+    ),
 ]
-"""The training recipe: kernels, numerics, what each framework keeps and what goes to the host."""
+"""The training recipe: kernels, numerics, what each framework keeps and what goes to the host,
+and packed documents."""
 
 LINKS: list[Decorator] = [
     click.option(
@@ -274,6 +350,16 @@ TIME: list[Decorator] = [
         type=click.Choice(["none", "async", "full"]),
         help="Roofline: none (Megatron-LM 2021), async (backward collectives under the "
         "gradient GEMMs; default), full (Transformer Engine userbuffers).",
+    ),
+    click.option(
+        "--attention-kernel",
+        "attention_kernel",
+        type=click.Choice(
+            ["flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"]
+        ),
+        help="Roofline: the attention kernel whose published curves time the attention core "
+        "by sequence length and head size (default: Transformer Engine's choice, cudnn on "
+        "Hopper and Blackwell, flash-attention-2 on A100; PyTorch SDPA runs flash-attention-2).",
     ),
     click.option(
         "--grad-reduce-overlap/--no-grad-reduce-overlap",

@@ -18,6 +18,8 @@ from trainplan.interface.cli.options import (
     option_groups,
 )
 from trainplan.model.context_parallel import CpKind
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import Schedule
 
 __all__ = ["evaluate_options", "run_evaluate", "CP_KIND_CHOICES"]
 
@@ -74,7 +76,8 @@ LAYOUT: list[Decorator] = [
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
         help="How the cp ranks exchange attention's inputs: ring (K/V point to point, "
-        "default), all-gather (Llama 3), ulysses (all-to-all over heads) or a2a+p2p "
+        "default), all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
+        "(verl's: K/V heads repeated up to cp; fsdp2, textbook) or a2a+p2p "
         "(ulysses inside groups of --cp-a2a, ring across); Megatron's p2p, all_gather, a2a "
         "are aliases.",
     ),
@@ -84,6 +87,14 @@ LAYOUT: list[Decorator] = [
         type=COUNT,
         help="Inner all-to-all degree of --cp-kind a2a+p2p (Megatron-Core "
         "--hierarchical-context-parallel-sizes).",
+    ),
+    click.option(
+        "--optimizer",
+        "optimizer",
+        type=click.Choice([k.value for k in OptimizerKind]),
+        help="The optimizer whose state and step are counted (default adam): adam-8bit "
+        "(bitsandbytes), adafactor, lion, muon (AdamW on the non-matrix parameters), soap; "
+        "each under the frameworks that offer it.",
     ),
 ]
 """The parallel layout: framework profile, degrees, ZeRO stage, recomputation."""
@@ -98,14 +109,15 @@ BATCH: list[Decorator] = [
     click.option("--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."),
     click.option(
         "--schedule",
-        type=click.Choice(["gpipe", "1f1b", "interleaved"]),
-        help="Pipeline schedule (default 1f1b).",
+        type=click.Choice([s.value for s in Schedule]),
+        help="Pipeline schedule (default 1f1b); zb-h1, zb-h2, zb-v, dualpipe and dualpipev split "
+        "the backward (under the frameworks that run them).",
     ),
     click.option(
         "--virtual-stages",
         "virtual_stages",
         type=COUNT,
-        help="v, model chunks per stage (interleaved).",
+        help="v, model chunks per stage (interleaved; 2 under zb-v and dualpipev).",
     ),
     click.option(
         "--stage-layers",

@@ -112,7 +112,8 @@ def parse_query(
     ------
     PlannerError
         What the command line refuses, with its message: a value an option's type refuses, an
-        unknown parameter (click's "No such option: --x"), a choice not offered; and an option
+        unknown parameter (its name and the command's parameters, never click's "No such
+        option" with a guess among options the API refuses), a choice not offered; and an option
         that does not apply in the API (``--json``, files, ``leave_out``).
     """
     command = _command(name)
@@ -122,9 +123,13 @@ def parse_query(
     for raw_key, value in items:
         key = raw_key.strip().replace("_", "-")
         found = by_key.get(key)
-        if found is None:  # click says "No such option" as the command line does
-            argv += [f"--{key}", value]
-            continue
+        if found is None:
+            known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
+                           and not _writes_file(o))  # fmt: skip
+            raise InputError(
+                f"{raw_key.strip()}: no such parameter of {name}; its parameters are "
+                + ", ".join(known)
+            )
         option = found
         if key == "json" or _writes_file(option) or key in why:
             reason = why.get(key) or (

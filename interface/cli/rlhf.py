@@ -16,7 +16,8 @@ import click
 
 from trainplan.interface import tabs
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json
+from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_json
+from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import old_log_prob_flag, rlhf_json
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
@@ -233,7 +234,9 @@ def rlhf_plan_cmd(
     limit = float(time_limit) if time_limit else None
     try:
         with _progress(as_json) as progress:
-            result = search_placement(problem, limit, workers, progress)
+            result, stopped = interruptible(
+                lambda: search_placement(problem, limit, workers, _stoppable(progress))
+            )
     except InfeasibleError as err:
         if as_json:
             echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
@@ -243,11 +246,16 @@ def rlhf_plan_cmd(
                 click.echo(f"  - {line}", err=True)
         raise SystemExit(1) from None
     res = tabs.jsonable(result_dict(inp, result))
+    res["interrupted"] = stopped
     if as_json:
         echo_json(res)
     else:
+        if stopped:
+            click.echo("interrupted (Ctrl-C): the best placement found before it, not proven")
         for line in result_lines(res, width):
             click.echo(line)
+    if stopped:
+        click.get_current_context().exit(INTERRUPTED)
     if result.best is None:
         if not as_json:
             click.echo(
@@ -256,6 +264,25 @@ def rlhf_plan_cmd(
                 err=True,
             )
         raise SystemExit(1)
+
+
+def _stoppable(
+    report: Callable[[str, int, int], None] | None,
+) -> Callable[[str, int, int], None]:
+    """A progress callback that ends the table building once Ctrl-C interrupted the search
+    (:func:`interface.cli.interrupt.interruptible`), then calls ``report`` (None: none)."""
+    from trainplan.optimizer.solver import interrupted
+
+    def on_progress(stage: str, done: int, total: int) -> None:
+        if stage == "tables" and interrupted():
+            raise Interrupted(
+                f"interrupted while building the cost tables ({done:,} of {total:,} "
+                "pool×role), before any placement was found"
+            )
+        if report is not None:
+            report(stage, done, total)
+
+    return on_progress
 
 
 @contextmanager

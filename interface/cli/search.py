@@ -33,6 +33,7 @@ from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_ru
 from trainplan.interface.report import dollars
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 
 SCENARIO: Decorator = click.option(
@@ -107,7 +108,7 @@ SPACE: list[Decorator] = [
     list_option(
         "--schedule",
         type=click.Choice([s.value for s in Schedule]),
-        help="Pipeline schedules allowed (repeatable; default all).",
+        help="Pipeline schedules allowed (repeatable; default all the framework runs).",
     ),
     list_option(
         "--virtual-stages",
@@ -133,7 +134,14 @@ SPACE: list[Decorator] = [
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
         help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
-        "all-gather, ulysses; a2a+p2p only when given).",
+        "all-gather, ulysses; ulysses-kv-repeat and a2a+p2p only when given).",
+    ),
+    list_option(
+        "--optimizer",
+        "optimizer",
+        type=click.Choice([k.value for k in OptimizerKind]),
+        help="Optimizers to choose among (repeatable; default adam only: another is chosen "
+        "only when given), each under the frameworks that run it.",
     ),
     list_option(
         "--cp-a2a",

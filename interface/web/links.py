@@ -4,8 +4,11 @@ use for each page's parameters.
 A page's parameters are its command's options without the dashes (``seq-len``). A link may also
 name a parameter as the command's own parameter does (``zero_stage`` for ``--zero``,
 ``micro_batch_size`` for ``--micro-batch``, the names of ``scenarios/examples.toml``), or by its
-one-letter option (``p`` and ``m`` for the pipeline's ``--stages`` and ``--microbatches``): each
-page reads those as its own (:func:`aliases`). ``/api/examples`` answers every example with the
+one-letter option (``p`` and ``m`` for the pipeline's ``--stages`` and ``--microbatches``), or by
+the original web tool's name (:data:`ORIGINAL_NAMES`: ``pp`` for the stages, ``gpus`` and ``step``
+for the MFU tab's chips and seconds per step): each page reads those as its own (:func:`aliases`).
+A name that is none of these is refused by the page, naming it and the page's names
+(:func:`names`). ``/api/examples`` answers every example with the
 page that shows it and the query that opens it (:func:`example_query`), numbers written as the
 examples write them (``70e9``).
 """
@@ -21,7 +24,15 @@ from fastapi import APIRouter, Request, Response
 from trainplan.interface.web.api import json_response, pairs
 from trainplan.model.errors import InputError
 
-__all__ = ["router", "PAGE_COMMANDS", "aliases", "example_query", "examples_json"]
+__all__ = [
+    "router",
+    "PAGE_COMMANDS",
+    "ORIGINAL_NAMES",
+    "aliases",
+    "names",
+    "example_query",
+    "examples_json",
+]
 
 router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
 
@@ -38,20 +49,39 @@ PAGE_COMMANDS = {
 _TAB_PAGE = {"planner": "planner", "pipeline": "pipeline", "mfu": "mfu", "ckpt": "ckpt",
              "rlhf": "rlhf"}  # fmt: skip
 """An example's ``tab`` (scenarios/examples.toml) and the page that shows it."""
+ORIGINAL_NAMES = {
+    "pipeline": {"pp": "stages"},
+    "mfu": {"gpus": "chips", "step": "step-seconds"},
+}
+"""The original web tool's link names that are none of the command's names → the page's name:
+its pipeline tab's ``pp`` (the stages, as the Planner's ``pp``), its MFU tab's ``gpus`` (the
+chips) and ``step`` (the measured step's seconds). Its other names (``m``, ``schedule``,
+``params``, ``tokens``, ``algorithm``, ``model``, ``gpus`` on the RLHF tab, ``dp tp pp cp ep``
+on the Planner, ``n`` and ``k`` on checkpointing) are the commands' own names or one-letter
+options already."""
+
+
+@cache
+def names(page: str) -> tuple[str, ...]:
+    """``page``'s own parameter names (its command's options without dashes), sorted."""
+    from trainplan.interface.cli.names import option_names
+
+    return tuple(sorted(o.long for o in option_names(PAGE_COMMANDS[page])))
 
 
 @cache
 def aliases(page: str) -> dict[str, str]:
     """Other names of ``page``'s parameters → the page's name (the option without dashes): the
-    command's parameter name (``zero_stage`` → ``zero``) and its one-letter options (``p`` →
-    ``stages``). Names equal to the page's own are left out."""
+    command's parameter name (``zero_stage`` → ``zero``), its one-letter options (``p`` →
+    ``stages``) and the original tool's names (:data:`ORIGINAL_NAMES`, ``gpus`` → ``chips`` on
+    the MFU tab). Names equal to the page's own are left out."""
     from trainplan.interface.cli.names import option_names
 
     out: dict[str, str] = {}
     for o in option_names(PAGE_COMMANDS[page]):
         names = [o.param, o.param.replace("_", "-"), *o.short]
         out.update({alias: o.long for alias in names if alias != o.long})
-    return out
+    return out | ORIGINAL_NAMES.get(page, {})
 
 
 def _text(value: Any) -> str:
@@ -120,9 +150,14 @@ def examples_json() -> list[dict[str, Any]]:
 def examples_endpoint(request: Request) -> Response:
     """The named examples, `trainplan example --list --json`, each with its `source`, the `page`
     that shows it and the `query` (name, value pairs) that opens it there; and `aliases`: per
-    page, the other names a link may give its parameters (name → the page's name)."""
+    page, the other names a link may give its parameters (name → the page's name); and `names`:
+    per page, its own parameter names."""
     if pairs(request):
         raise InputError("examples: takes no parameters")
     return json_response(
-        {"examples": examples_json(), "aliases": {page: aliases(page) for page in PAGE_COMMANDS}}
+        {
+            "examples": examples_json(),
+            "aliases": {page: aliases(page) for page in PAGE_COMMANDS},
+            "names": {page: list(names(page)) for page in PAGE_COMMANDS},
+        }
     )

@@ -69,8 +69,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         "state",
         model_state_term,
-        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size"}),
-        ("pp", "framework", "zero_stage"),
+        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer", "schedule"}),
+        ("pp", "framework", "zero_stage", "optimizer", "schedule"),
         True,
         "bytes",
         "ceil",
@@ -81,7 +81,7 @@ TERMS: tuple[Term, ...] = (
         frozenset(
             {*_SHAPE, "recompute", "recompute_layers", "schedule", "deallocate_pipeline_outputs"}
         ),
-        ("pp", "recompute", "virtual_stages"),
+        ("pp", "recompute", "virtual_stages", "schedule"),
         True,
         "bytes",
         "ceil",
@@ -90,9 +90,16 @@ TERMS: tuple[Term, ...] = (
         "pipeline_time",
         pipeline_term,
         frozenset(
-            {*_SHAPE, "recompute", "recompute_layers", "rank_order", "pipeline_scatter_gather"}
+            {
+                *_SHAPE,
+                "recompute",
+                "recompute_layers",
+                "rank_order",
+                "pipeline_scatter_gather",
+                "schedule",
+            }
         ),
-        ("pp", "framework", "recompute"),
+        ("pp", "framework", "recompute", "schedule"),
         False,
         "seconds",
         "ns",
@@ -100,8 +107,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         "dp_time",
         dp_term,
-        frozenset({*_SHAPE, "zero_stage", "rank_order"}),
-        ("pp", "framework", "zero_stage"),
+        frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer", "schedule"}),
+        ("pp", "framework", "zero_stage", "optimizer"),
         False,
         "seconds",
         "ns",

@@ -23,14 +23,20 @@ from typing import Any
 
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.activations import ActivationContext
-from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes
+from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes, kv_repeat
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.pipeline import Schedule, flat_in_flight, interleaved_in_flight
-from trainplan.model.precision import Precision
+from trainplan.model.pipeline import (
+    SPLIT_BACKWARD,
+    Schedule,
+    flat_in_flight,
+    interleaved_in_flight,
+)
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_activation_bytes
+from trainplan.model.schedule_cost import in_flight_units
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
@@ -53,6 +59,7 @@ __all__ = [
     "activation_context",
     "CONTEXT_FIELDS",
     "LAYER_FIELDS",
+    "end_stages",
     "FORM_FIELDS",
     "layer_figures",
     "offload_figures",
@@ -102,7 +109,7 @@ class StageActivations:
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
-    GPU — the group never offloaded and one layer in transit
+    GPU — one layer's: the group of each module name never offloaded
     (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
     offloaded tensor out. 0 without activation offload."""
     offload_host_bytes: Fraction = Fraction(0)
@@ -157,6 +164,7 @@ def activation_context(
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
+        fp8_input_bytes=fp8_activation_bytes(training.fp8_recipe or Fp8Recipe.DELAYED),
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),
@@ -260,6 +268,12 @@ def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int)
     return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
 
 
+def cp_kv_repeat_of(arch: Architecture | None, kind: CpKind, cp: int, tp: int) -> int:
+    """Times each K/V head crosses the head all-to-all (:func:`model.context_parallel.
+    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks; 1 for every other flavour)."""
+    return kv_repeat(CpKind(kind), cp, tp, arch)
+
+
 def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
     """(K/V exchange ranks, head all-to-all ranks, the exchange is an all-gather) of a CP
     flavour (:func:`model.context_parallel.cp_degrees`)."""
@@ -303,6 +317,20 @@ def _offload_lines(
     return buffer, offloaded - minimum(per_layer, offloaded)
 
 
+def end_stages(f: Fields) -> tuple[Any, Any]:
+    """(whether rank ``f.stage`` holds the embedding, whether it holds the output layer and the
+    MTP blocks): the first and the last rank; under a V placement (ZB-V, DualPipeV) both on rank
+    0 (:func:`model.split.output_rank`); under DualPipe both on ranks 0 and ``pp − 1``, each
+    holding the first stage of one direction and the last of the other
+    (:func:`model.pipeline_zb.stage_placement`)."""
+    first, last = f.stage == 0, f.stage == f.pp - 1
+    if f.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
+        return first, first
+    if f.schedule == Schedule.DUALPIPE:
+        return first | last, first | last
+    return first, last
+
+
 def _in_flight(f: Fields) -> Any:
     """Micro-batches a stage of one model chunk holds at its peak
     (:func:`model.pipeline.microbatches_in_flight`): GPipe m, 1F1B ``min(pp − i, m)``, the
@@ -327,13 +355,16 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
       largest segment's bytes less its checkpoint (full recomputation is k = 1).
 
     Interleaved stages (v model chunks) are held chunk by chunk at the schedule's peak
-    (:func:`model.stage_bytes.chunk_peak`); with context parallelism the exchange's buffers of
+    (:func:`model.stage_bytes.chunk_peak`); under a split-backward schedule the rank's layers
+    are held :func:`model.schedule_cost.in_flight_units` times (its weight-gradient buffers
+    inside, as Qi et al. 2024 count them); with context parallelism the exchange's buffers of
     one layer are added once; with activation offload the offloaded tensors leave the layers'
     bytes, a two-layer buffer stays (:func:`_offload_lines`).
 
     Scope: :data:`CONTEXT_FIELDS`, :data:`FORM_FIELDS`, dp (through m), schedule, framework (the
-    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs. Control: pp, recompute,
-    virtual_stages (v > 1 is the interleaved schedule, held chunk by chunk).
+    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs.
+    Control: pp, recompute, virtual_stages (v > 1 is the interleaved schedule, held chunk by
+    chunk), schedule.
     """
     arch, t = c.arch, c.training
     beta = t.activation_bytes
@@ -348,15 +379,19 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
-    emb = embedding_bytes(
-        arch, f.stage == 0, f.stage == f.pp - 1, tokens, f.tp, f.sp, beta, vocab, gathered
-    )
+    first, last = end_stages(f)
+    emb = embedding_bytes(arch, first, last, tokens, f.tp, f.sp, beta, vocab, gathered)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta) * (n_layers > 0)
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
     v = f.virtual_stages
-    if v == 1 or f.pp == 1:  # one chunk per stage (v > 1 is the interleaved schedule's)
-        in_flight = _in_flight(f)
+    split = Schedule(f.schedule) in SPLIT_BACKWARD
+    if v == 1 or f.pp == 1 or split:  # the rank's layers held whole (v > 1: interleaved's)
+        in_flight = exact(in_flight_units(f.schedule, f.pp, f.m)) if split else _in_flight(f)
         kept, emb_total, held_mb = per_mb * in_flight, emb * in_flight, in_flight
+        if split:  # the output layer's backward follows its forward at once: one held
+            head = embedding_bytes(arch, False, last, tokens, f.tp, f.sp, beta, vocab, gathered)
+            emb_total = (emb - head) * in_flight + head
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         # the peak found chunk by chunk (model.pipeline.interleaved_peak); with per-stage counts

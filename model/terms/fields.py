@@ -123,6 +123,7 @@ class Fields(Protocol):
     etp: Any
     zero_stage: Any
     framework: Any
+    optimizer: Any
     recompute: Any
     micro_batch_size: Any
     schedule: Any

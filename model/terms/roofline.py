@@ -32,9 +32,11 @@ from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layer_time import PARTS, Clock, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
+from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
-from trainplan.model.precision import linear_speedup
-from trainplan.model.roofline import LinkTime, RooflineParams, params_in_force
+from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
+from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
+from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.step_time import (
@@ -48,6 +50,7 @@ from trainplan.model.step_time import (
 )
 from trainplan.model.terms.activations import (
     LAYER_FIELDS,
+    cp_kv_repeat_of,
     cp_mechanism_of,
     padded_vocab_of,
     stage_layer_counts,
@@ -60,7 +63,7 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.state import busiest_params
+from trainplan.model.terms.state import busiest_muon_work, busiest_params, busiest_scales
 from trainplan.model.terms.traffic import (
     dp_mechanism,
     most_layers,
@@ -72,6 +75,7 @@ from trainplan.model.xp import as_float, maximum, times, where
 __all__ = [
     "params_of",
     "axis_link",
+    "ep_dispatch_fields",
     "stage_parts_term",
     "slowest_microbatch",
     "pp_seconds_term",
@@ -83,8 +87,8 @@ CACHE = 4096
 
 
 def params_of(c: Context) -> RooflineParams:
-    """The roofline figures in force (:func:`model.roofline.params_in_force`)."""
-    return params_in_force(c.options.roofline, c.gpu.name)
+    """The roofline figures in force (:func:`model.op_rates.params_in_force`)."""
+    return params_in_force(c.options.roofline, c.gpu.name, c.options.attention_kernel)
 
 
 def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:
@@ -98,6 +102,26 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
         as_float(bandwidth), link.nvlink, link.span, link.group_size if known else 1,
         d.nvlink_bytes_per_s, d.nvlink_domain, all_to_all,
     )  # fmt: skip
+
+
+def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
+    """What the expert all-to-all's clock reads of the layout besides its link: the EP group's
+    members per NVLink domain (:func:`model.moe_run.members_per_domain`, for DeepEP's
+    de-duplication across domains) and the share of micro-batches whose all-to-alls have no
+    partner under Megatron-Core's combined 1F1B (:func:`model.moe_run.unpaired_share`; 1 under
+    any other overlap). Both 0 / 1 when the run does not read them, so they add no distinct
+    clocks to the search's tables."""
+    run = c.training.moe_run
+    if c.arch.moe is None:
+        return 0, 1.0
+    g: Any = 0
+    if run.dispatcher is Dispatcher.DEEPEP:
+        link = f.link("ep")
+        g = members_per_domain(link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain)
+    unpaired: Any = 1.0
+    if run.ep_overlap is EpOverlap.COMBINED_1F1B:
+        unpaired = f.lookup(unpaired_share, (run.ep_overlap,), "pp", "virtual_stages", "m")
+    return g, unpaired
 
 
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
@@ -115,11 +139,13 @@ def _kind_row(
 ) -> tuple[float, ...]:
     """:func:`model.step_time.kind_parts` (4 kinds × 7 parts, flat) on the clock of the key's
     links and CP flavour."""
-    b, tp, cp, ep, etp, sp, r, u, gather, vocab, tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key
+    b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
+    tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
+    ep_g, unpaired = key[17:]
     peak, hbm, p, overlap, speedup = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
-        int(r), int(u), bool(gather), speedup,
+        int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -134,16 +160,18 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
-            linear_speedup(t.precision, d))  # fmt: skip
+            fp8_linear_speedups(t.precision, t.fp8_recipe, d))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    ep_g, unpaired = ep_dispatch_fields(c, f)
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
-        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, vocab, tp_bw, tp_up, cp_bw, cp_up, ep_bw,
-        ep_up,
+        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
+        ep_bw, ep_up, ep_g, unpaired,
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))
@@ -263,5 +291,45 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
         dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree
     )
     owned = times(owned, 1 - t.offload.optimizer)
-    step_bytes = adam_step_bytes(t.optimizer_bytes, t.weight_bytes)
-    return optimizer_seconds(as_float(owned), d.hbm_bytes_per_s, params_of(c), step_bytes)
+    if OptimizerKind(f.optimizer) is OptimizerKind.ADAM:
+        step_bytes = adam_step_bytes(t.optimizer_bytes, t.weight_bytes)
+        return optimizer_seconds(as_float(owned), d.hbm_bytes_per_s, params_of(c), step_bytes)
+    # another optimizer: its state per element (Adam's × the stage's scale) read and written,
+    # the gradient read, the weight written, the clip and zeroing (optimizer_step_bytes' rule)
+    scale_d, scale_e = busiest_scales(c, f)
+    mech = dp_mechanism(c, f)
+    state = t.optimizer_bytes * optimizer_elements(
+        mech, dense * scale_d, experts * scale_e, f.shard_degree, f.expert_shard_degree
+    )
+    state = times(state, 1 - t.offload.optimizer)
+    moved = 2 * as_float(state) + (optimizer_step_bytes(0, t.weight_bytes)) * as_float(owned)
+    return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
+
+
+def muon_seconds(c: Context, f: Fields) -> Any:
+    """Muon's own step work on one GPU of its busiest stage, all exposed (it follows the
+    gradient reduction): the Newton–Schulz FLOPs of the matrices this GPU orthogonalises — whole
+    matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
+    distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
+    (``--muon-tp-mode duplicated``) — at the GEMM efficiency's share of the peak, and the
+    gathers of :func:`model.optimizers.muon_gather_bytes` over the tp and dp links. 0 under any
+    other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
+        return 0.0
+    d, p = c.gpu, params_of(c)
+    ns_d, ns_e, el_d, el_e = busiest_muon_work(c, f)
+    mech = dp_mechanism(c, f)
+    if mech.optimizer_sharded:
+        ns_d, ns_e = ns_d / f.shard_degree, ns_e / f.expert_shard_degree
+    compute = as_float(ns_d + ns_e) / (d.peak_flops_per_s * p.gemm_efficiency)
+    zero = int(f.zero_stage)
+    over_tp, over_dp = muon_gather_bytes(str(f.framework), zero, f.shard_degree, f.tp, el_d)
+    e_tp, e_dp = muon_gather_bytes(str(f.framework), zero, f.expert_shard_degree, f.expert_tp, el_e)
+    seconds = compute
+    for axis, moved in (("tp", over_tp + e_tp), ("dp", over_dp + e_dp)):
+        bandwidth, scaleup = axis_link(c, f, axis)
+        eff = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+        seconds = seconds + where(
+            bandwidth > 0, as_float(moved) / maximum(bandwidth * eff, 1.0), 0.0
+        )
+    return seconds

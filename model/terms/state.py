@@ -20,10 +20,26 @@ from typing import Any
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.params import count_params, layer_params, padded_vocab, stage_params
+from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
+from trainplan.model.optimizers import (
+    OptimizerKind,
+    layer_matrices,
+    newton_schulz_flops,
+    optimizer_scale,
+)
+from trainplan.model.params import (
+    count_params,
+    layer_params,
+    padded_vocab,
+    shares_embedding_with_last_stage,
+    stage_params,
+)
+from trainplan.model.pipeline import Schedule
 from trainplan.model.split import stage_layers
-from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
+from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
+from trainplan.model.xp import is_array, where
 
 __all__ = [
     "SPLIT_FIELDS",
@@ -34,6 +50,7 @@ __all__ = [
     "split_params",
     "model_state_term",
     "busiest_params",
+    "copies",
 ]
 
 SPLIT_FIELDS = (
@@ -217,6 +234,129 @@ def _split(
     )
 
 
+@lru_cache(maxsize=CACHE)
+def stage_optimizer_scales(
+    model: ModelSpec,
+    kind: OptimizerKind,
+    adam_bytes: int,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    sizes: tuple[int, ...] | None,
+    vocab_multiple: int,
+) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s
+    (:func:`model.optimizers.optimizer_scale` of the stage's layers, its input embedding on the
+    first stage and its output layer — or the tied embedding's copy — on the last). (1, 1) for
+    Adam. Exact, cached on what it reads."""
+    arch = model.arch
+    if kind is OptimizerKind.ADAM or arch is None:
+        return ((Fraction(1), Fraction(1)),) * pp
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+    counts = count_params(arch, vocab)
+    last_copy = counts.output or (
+        vocab * arch.hidden_size if pp > 1 and shares_embedding_with_last_stage(arch) else 0
+    )
+    out = []
+    params = stage_params_per_gpu(
+        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple
+    )
+    for i, layers, dense, experts in params:
+        emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == pp - 1 else 0)
+        out.append(
+            optimizer_scale(kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes)
+        )
+    return tuple(out)
+
+
+def _stage_scales(
+    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
+) -> tuple[Any, ...]:
+    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    return stage_optimizer_scales(
+        model, OptimizerKind(optimizer), adam_bytes, tp, pp, v, ep, uneven, etp,
+        Framework(framework).physical, sizes, vocab_multiple_for(framework, given),
+    )  # fmt: skip
+
+
+def _busiest_scales(
+    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
+) -> tuple[Fraction, Fraction]:
+    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    params = stage_params_per_gpu(
+        model, tp, pp, v, ep, uneven, etp, Framework(framework).physical, sizes,
+        vocab_multiple_for(framework, given),
+    )  # fmt: skip
+    busiest = max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
+    return _stage_scales(model, given, adam_bytes, optimizer, *key)[busiest]
+
+
+def busiest_scales(c: Context, f: Fields) -> tuple[Any, Any]:
+    """:func:`optimizer_scales` of the stage with the most parameters (:func:`busiest_params`'s
+    stage: the one whose optimizer steps longest)."""
+    args = (c.model, c.vocab_multiple, c.training.optimizer_bytes)
+    return f.lookup(_busiest_scales, args, "optimizer", *SPLIT_FIELDS)
+
+
+def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(dense, expert) factors on Adam's optimizer state of the stage ``f.stage`` under the
+    layout's optimizer (:func:`stage_optimizer_scales`)."""
+    args = (c.model, c.vocab_multiple, c.training.optimizer_bytes)
+    return f.per_stage(_stage_scales, args, "optimizer", *SPLIT_FIELDS)
+
+
+@lru_cache(maxsize=CACHE)
+def stage_muon_work(
+    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, etp: int,
+    sizes: tuple[int, ...] | None,
+) -> tuple[tuple[int, int, Fraction, Fraction], ...]:  # fmt: skip
+    """Per stage, Muon's (Newton–Schulz FLOPs of the dense matrices, of the routed experts'
+    matrices on one GPU, dense matrix elements on one GPU, expert ones): every matrix
+    orthogonalised whole (:func:`model.optimizers.newton_schulz_flops` of its full shape;
+    experts ÷ ep), elements after tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for
+    a size-only model."""
+    arch = model.arch
+    if arch is None:
+        return ((0, 0, Fraction(0), Fraction(0)),) * pp
+    out = []
+    for layers in stage_layers(arch, pp, v, uneven, sizes):
+        ns_d = ns_e = 0
+        el_d = el_e = Fraction(0)
+        for j in layers:
+            for mat in layer_matrices(arch, j):
+                flops = newton_schulz_flops(mat.rows, mat.cols)
+                rows, cols = mat.local(etp if mat.expert else tp)
+                if mat.expert:
+                    ns_e += flops * mat.count // ep
+                    el_e += Fraction(mat.count * rows * cols, ep)
+                else:
+                    ns_d += flops * mat.count
+                    el_d += mat.count * rows * cols
+        out.append((ns_d, ns_e, el_d, el_e))
+    return tuple(out)
+
+
+def _stage_muon(model: ModelSpec, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, ep, uneven, etp, _framework, sizes = key
+    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes)
+
+
+def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
+    """:func:`stage_muon_work` of the stage with the most Newton–Schulz FLOPs (the first of
+    equals)."""
+    ns_d, ns_e, el_d, el_e = stage_tuple(
+        f.stages(lambda g: g.per_stage(_stage_muon, (c.model,), *SPLIT_FIELDS))
+    )
+    pick = stage_argmax(
+        ns_d + ns_e if is_array(ns_d) else [a + b for a, b in zip(ns_d, ns_e, strict=True)]
+    )
+    return tuple(stage_take(x, pick) for x in (ns_d, ns_e, el_d, el_e))  # type: ignore[return-value]
+
+
 def _stage_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
     return tuple((d, e) for _, _, d, e in _split(stage_params_per_gpu, model, given, *key))
 
@@ -235,14 +375,26 @@ def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
 
 def split_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the stage ``f.stage`` (after tp, pp, etp·ep;
-    before ZeRO): :func:`stage_params_per_gpu`."""
-    return f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    before ZeRO): :func:`stage_params_per_gpu`, each :func:`copies` times."""
+    dense, experts = f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return dense * copies(f), experts * copies(f)
 
 
 def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the stage with the most
-    (:func:`busiest_stage_params`)."""
-    return f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    (:func:`busiest_stage_params`), each :func:`copies` times."""
+    dense, experts = f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return dense * copies(f), experts * copies(f)
+
+
+def copies(f: Fields) -> Any:
+    """Copies of a stage's parameters on its rank: 2 under DualPipe, whose every rank holds its
+    own stage and the mirror stage ``pp − 1 − rank`` with their gradients and optimizer state
+    (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each rank builds two
+    ``PipelineStage`` modules; DeepSeek-V3 report Table 2 "Parameter 2×"), else 1
+    (:func:`model.pipeline_zb.parameter_copies`). The mirror stage counted as the rank's own:
+    equal under a symmetric split, the embedding's and the output layer's rows alike."""
+    return where(f.schedule == Schedule.DUALPIPE, 2, 1)
 
 
 def model_state_term(c: Context, f: Fields) -> ModelState:
@@ -254,7 +406,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO
     stage, micro_batch_size (with dp, whether a step accumulates over more than one micro-batch,
-    which sizes offload's accumulation buffers). Control: framework, zero_stage, pp.
+    which sizes offload's accumulation buffers), the schedule (DualPipe's two copies,
+    :func:`copies`). Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -265,6 +418,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         linear, layer_linear = f.per_stage(
             _stage_linear, (c.model, c.vocab_multiple), *SPLIT_FIELDS
         )
+        linear = linear * copies(f)
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1,
@@ -272,5 +426,20 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
+        optimizer_scales(c, f),
     )  # fmt: skip
-    return ModelState(w, g, o, gathered, buffers, step, host, cache)
+    dispatch = dispatch_buffer_term(c, f)
+    return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def dispatch_buffer_term(c: Context, f: Fields) -> Any:
+    """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
+    :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
+    ``moe_dispatcher = deepep``, ep > 1) where the stage holds MoE layers (the buffer is made on
+    the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``); 0 otherwise."""
+    arch, run = c.model.arch, c.training.moe_run
+    if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
+        return 0
+    _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    buffers = f.lookup(dispatch_buffer_bytes, (run, arch.hidden_size), "ep")
+    return where(moe > 0, buffers, 0)

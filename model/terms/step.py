@@ -31,8 +31,15 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.offload import host_rates, offload_seconds
-from trainplan.model.pipeline import bubble_ratio
+from trainplan.model.packing import Documents
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
 from trainplan.model.precision import linear_speedup
+from trainplan.model.schedule_cost import (
+    OVERLAPS_FORWARD_BACKWARD,
+    dualpipe_block,
+    pass_times,
+    split_span,
+)
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
 from trainplan.model.terms.activations import (
@@ -68,7 +75,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
-from trainplan.model.xp import as_float, where
+from trainplan.model.xp import as_float, maximum, minimum, where
 
 __all__ = [
     "PipelineTime",
@@ -76,6 +83,8 @@ __all__ = [
     "uses_roofline",
     "pipeline_seconds",
     "single_microbatch_seconds",
+    "ScheduleSpan",
+    "schedule_span",
     "pipeline_term",
     "dp_term",
     "activation_offload_term",
@@ -153,19 +162,22 @@ def stage_core_flops(
     causal: bool,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    docs: Documents | None = None,
 ) -> tuple[int, ...]:
     """Forward FLOPs of each pipeline stage's attention cores for one sequence
-    (:func:`model.timing.layers_core_flops`): stages differ when layers' spans do (Gemma 3's
-    global layers, Llama 4's unchunked ones)."""
+    (:func:`model.timing.layers_core_flops`; a pack of ``docs`` under document masking):
+    stages differ when layers' spans do (Gemma 3's global layers, Llama 4's unchunked ones)."""
     return tuple(
-        layers_core_flops(arch, layers, seq_len, causal)
+        layers_core_flops(arch, layers, seq_len, causal, docs)
         for layers in stage_layers(arch, pp, v, uneven, sizes)
     )
 
 
-def _core(arch: Architecture, s: int, causal: bool, *key: Any) -> tuple[int, ...]:
+def _core(
+    arch: Architecture, s: int, causal: bool, docs: Documents | None, *key: Any
+) -> tuple[int, ...]:
     pp, v, uneven, sizes = key
-    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes)
+    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes, docs)
 
 
 def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
@@ -186,7 +198,7 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
 
     def stage(g: Fields) -> Any:
         layers, moe = g.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-        core = g.per_stage(_core, (arch, t.seq_len, causal), *LAYER_FIELDS)
+        core = g.per_stage(_core, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
         return stage_peak_seconds(
             terms, layers - moe, moe, g.stage == g.pp - 1, g.micro_batch_size * core,
             core_passes(mode), o.kernel_efficiency, separate, speedup,
@@ -255,6 +267,60 @@ def single_axis_seconds(
     return where(sends, as_float(total) / bandwidth, 0.0), where(sends, exposed, 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleSpan:
+    """The pipeline section of a step under the layout's schedule (seconds; scalars or
+    columns)."""
+
+    seconds: Any
+    """From the first forward to the last pass's end: the passes and the schedule's idle time."""
+    busy_s: Any
+    """Of it, the slowest rank's passes (``m·t_mb`` less what overlapped blocks hide)."""
+    hidden_s: Any = 0.0
+    """Exposed communication of ``t_mb`` that overlapped blocks hide (a step's worth)."""
+    paced_s: Any = 0.0
+    """Communication the overlapped blocks leave longer than their computation (a step's
+    worth), added after the span."""
+    overlapped: bool = False
+    """Whether the schedule's F&B blocks overlap here (DualPipe, DualPipeV under a framework of
+    :data:`model.schedule_cost.OVERLAPS_FORWARD_BACKWARD`)."""
+
+
+def schedule_span(
+    c: Context, f: Fields, t_mb: Any, t_plain: Any, exposed_mb: Any, hideable_mb: Any
+) -> ScheduleSpan:
+    """The pipeline section of a step (:class:`ScheduleSpan`) under the layout's schedule, from
+    the slowest stage's micro-batch ``t_mb`` and the same without recomputation ``t_plain``
+    (seconds): ``m·t_mb·(1 + bubble_ratio)`` for GPipe, 1F1B and interleaved 1F1B (Narayanan et
+    al. 2021 §2.2); for a split-backward schedule its pass times
+    (:func:`model.schedule_cost.pass_times`) through :func:`model.schedule_cost.split_span`.
+    DualPipe's and DualPipeV's overlapped block, where the framework overlaps it, hides the
+    communication of two chunks behind their computation
+    (:func:`model.schedule_cost.dualpipe_block`): ``exposed_mb`` the seconds of it already in
+    ``t_mb``, ``hideable_mb`` all of it per micro-batch — the expert all-to-all
+    (:func:`model.terms.roofline.slowest_microbatch`'s ``ep`` parts, from
+    :func:`model.step_time.kind_parts`; the single model's
+    :func:`model.terms.traffic.ep_traffic_bytes`) and, under the single model, the pipeline
+    messages. Control: schedule, framework."""
+    m, pp, v = f.m, f.pp, f.virtual_stages
+    sched = Schedule(f.schedule)
+    if sched not in SPLIT_BACKWARD:
+        return ScheduleSpan(m * t_mb * (1 + as_float(bubble_ratio(pp, m, v))), m * t_mb)
+    t_f, t_b, t_w = pass_times(t_mb, t_plain, v)
+    overlapped = (
+        sched in (Schedule.DUALPIPE, Schedule.DUALPIPE_V)
+        and str(f.framework) in OVERLAPS_FORWARD_BACKWARD
+    )
+    if not overlapped:
+        return ScheduleSpan(split_span(sched, pp, m, t_f, t_b, t_w), m * t_mb)
+    serial = t_f + t_b + t_w
+    block = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v)
+    timed = minimum(block, serial)  # the timeline's block; communication beyond it paces after
+    hidden, paced = m * v * (serial - timed), m * v * maximum(block - serial, 0.0)
+    span = split_span(sched, pp, m, t_f, t_b, t_w, timed)
+    return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
+
+
 def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     """``t1`` of the layout (:class:`PipelineTime`), by the time model in force
     (:func:`uses_roofline`).
@@ -267,18 +333,21 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         Per-stage recomputation counts under the single model; activation offload without a
         host-link figure.
     """
-    m, pp, v = f.m, f.pp, f.virtual_stages
+    m = f.m
     if uses_roofline(c.options, f.framework, c.gpu):
         t_mb, parts = slowest_microbatch(c, f)
-        paced = m * t_mb
-        ratio = as_float(bubble_ratio(pp, m, v))
         act = activation_offload_term(c, f, t_mb)
         pp_s = pp_seconds_term(c, f)
         axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
         axes["pp"] = (pp_s, pp_s)
+        plain = t_mb if f.recompute is Recompute.NONE else window_seconds(c, f)
+        span = schedule_span(c, f, t_mb, plain, parts[3], parts[6])
+        ep_total, ep_exposed = axes["ep"]
+        axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s)
         return PipelineTime(
-            m * parts[0], t_mb, paced * ratio, axes, act, paced * (1 + ratio) + pp_s + act
-        )
+            m * parts[0], t_mb, span.seconds - span.busy_s, axes, act,
+            span.seconds + span.paced_s + pp_s + act,
+        )  # fmt: skip
     if f.recompute_layers is not None:
         raise InputError(
             "recompute_layers: per-stage recomputation is timed by the roofline model only "
@@ -290,7 +359,6 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         t_mb if f.recompute is Recompute.NONE else single_microbatch_seconds(c, f, Recompute.NONE)
     )
     compute = m * t_mb
-    ratio = as_float(bubble_ratio(pp, m, v))
     tp_total, tp_hidden = tp_traffic_bytes(c, f)
     axes = {
         "tp": single_axis_seconds(c, f, "tp", tp_total, tp_hidden, 0, window),
@@ -298,10 +366,16 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f), 0, 0, window),
         "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
     }
+    # the single model's micro-batch holds no communication: an overlapped block hides the ep
+    # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1)
+    span = schedule_span(c, f, t_mb, window, 0.0, (axes["ep"][0] + axes["pp"][0]) / m)
+    if span.overlapped:
+        axes["ep"] = (axes["ep"][0], span.paced_s)
+        axes["pp"] = (axes["pp"][0], 0.0)
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     return PipelineTime(
-        compute, t_mb, compute * ratio, axes, act, compute * (1 + ratio) + other + act
+        compute, t_mb, span.seconds - span.busy_s, axes, act, span.seconds + other + act
     )
 
 

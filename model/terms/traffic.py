@@ -36,6 +36,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activations import (
     LAYER_FIELDS,
+    cp_kv_repeat_of,
     cp_mechanism_of,
     padded_vocab_of,
     stage_layer_counts,
@@ -123,21 +124,23 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     under any recomputation."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp")
     layers, _ = most_layers(c, f)
     return cp_bytes(
         c.arch, layers, f.cp, r, u, f.tp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.recompute is not Recompute.NONE,
+        f.recompute is not Recompute.NONE, rep,
     )  # fmt: skip
 
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
-    (:func:`model.comm.ep_bytes`)."""
+    (:func:`model.comm.ep_bytes`: the rows the run's routing sends, padding included,
+    :attr:`model.specs.TrainingSpec.moe_run`)."""
     t = c.training
     _, moe = most_layers(c, f)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT),
+        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT), t.moe_run,
     )  # fmt: skip
 
 

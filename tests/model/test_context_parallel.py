@@ -217,7 +217,7 @@ def test_degrees_of_each_flavour():
         ({"cp_kind": "a2a+p2p", "cp_a2a": 8}, "cp_a2a: 8 must divide cp = 8 and lie strictly between 1 and cp"),
         ({"cp_kind": "a2a+p2p", "cp_a2a": 3}, "cp_a2a: 3 must divide cp = 8"),
         ({"cp_kind": "ring", "cp_a2a": 2}, "cp_a2a: 2 is the inner all-to-all degree of cp_kind a2a+p2p, not of ring"),
-        ({"cp_kind": "tree"}, "cp_kind: 'tree' is not one of ring, all-gather, ulysses, a2a+p2p"),
+        ({"cp_kind": "tree"}, "cp_kind: 'tree' is not one of ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p"),
     ],
 )  # fmt: skip
 def test_illegal_cp_flavours_are_refused_naming_the_rule(changes, message):

@@ -42,13 +42,14 @@ def test_attention_efficiency_default_and_override():
 
 
 def test_attention_core_slower_than_matmuls_lengthens_the_step():
-    """With the core at the kernel efficiency (override = e) the step is shorter than at 0.35."""
-    case = build_case(BASE | {"seq_len": 32768, "global_batch_size": 8})
-    eff = case.options.kernel_efficiency
-    fast = build_case(
-        BASE | {"seq_len": 32768, "global_batch_size": 8, "attention_efficiency": eff}
-    )
-    assert case.evaluate().step_s > fast.evaluate().step_s
+    """At s = 32,768 on H100 the default kernel (cuDNN under Transformer Engine: 688 TFLOP/s
+    forward, 0.70 of peak) runs the core faster than a given 0.35 of peak, and
+    FlashAttention-2 (PyTorch SDPA; its H100 figure held at 16k, 0.28 of peak) slower."""
+    base = BASE | {"seq_len": 32768, "global_batch_size": 8}
+    cudnn = build_case(base).evaluate().step_s
+    slow = build_case(base | {"attention_efficiency": 0.35}).evaluate().step_s
+    fa2 = build_case(base | {"attention_kernel": "flash-attention-2"}).evaluate().step_s
+    assert cudnn < slow < fa2
 
 
 def test_gradient_dtype_fp32_is_the_measured_18_bytes_per_param():

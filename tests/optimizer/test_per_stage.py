@@ -246,8 +246,9 @@ def test_per_stage_plan_is_never_slower_than_the_best_uniform(gpus, headroom):
 
 
 def test_per_stage_refuses_what_it_does_not_model():
-    with pytest.raises(InputError, match="per_stage: mixtral-8x7b has MoE layers"):
-        case = build_case({"model": "mixtral-8x7b", "pp": 2, "global_batch_size": 8})
+    # Gemma 3's 5:1 local and global layers repeat through the model: no leading block
+    with pytest.raises(InputError, match="per_stage: gemma3-27b's layers differ beyond a leading"):
+        case = build_case({"model": "gemma3-27b", "pp": 2, "global_batch_size": 8})
         solve_shape(case, case.layout)
     case = tiny_case(4, 2)
     with pytest.raises(
@@ -357,7 +358,6 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "mixtral-8x7b", "--gpus", "64"], "per_stage: mixtral-8x7b has MoE layers"),
         (
             ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--framework", "textbook"],
             "per_stage: needs the roofline time model",
@@ -439,7 +439,7 @@ def test_megatron_flags_say_when_the_plan_is_another_frameworks():
 def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
     """--schedule interleaved: every base with a pipeline stays interleaved (pp 1 has no
     schedule to keep); the review found a 1F1B plan answered and called a gain. Llama 3 8B on 8
-    H100, B 32: pp 2 × v 8 with 17 + 15 layers (chunks 2+2+2+2+2+2+2+3 and 1+2+…+2) is 1.007×
+    H100, B 32: pp 2 × v 8 with 17 + 15 layers (chunks 2+2+2+2+2+2+2+3 and 1+2+…+2) is 1.005×
     the uniform tp 2 plan."""
     from trainplan.interface.cli import main
 
@@ -461,7 +461,7 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
         [17, 15],
     )
     assert lay["chunk_layers"] == [2, 1, *[2] * 12, 3, 2]
-    assert d["per_stage"]["gain"] == pytest.approx(1.0075, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0055, abs=1e-4)
     monkeypatch.setattr("sys.argv", argv[:-1])
     with pytest.raises(SystemExit):
         main()
@@ -471,9 +471,10 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
 
 def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     """Llama 3 70B on 32 H100 at 8K: the best uniform plan (tp 8 × pp 2) recomputes nothing, and
-    the fastest uniform shapes have no faster split; tp 4 × pp 4, whose uniform layouts fit only
-    fully recomputed (713 s), does: 19, 20, 21, 20 layers with 6, 2, 0, 0 recomputed, 533.5 s,
-    1.077× (the review's find; limited to the 8 fastest uniform shapes the search missed it)."""
+    the fastest uniform shape has no split more than 0.04 % faster; tp 4 × pp 4, whose uniform
+    layouts fit only fully recomputed, does: 19, 20, 21, 20 layers with 6, 2, 0, 0 recomputed,
+    518.2 s, 1.082× (the review's find; limited to the 8 fastest uniform shapes the search missed
+    it)."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
@@ -483,19 +484,19 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
         with pytest.raises(SystemExit):
             main()
         got[bool(extra)] = json.loads(capsys.readouterr().out)
-    assert got[True]["per_stage"]["gain"] == 1.0
+    assert got[True]["per_stage"]["gain"] == pytest.approx(1.0, abs=5e-4)
     d = got[False]
-    assert d["per_stage"]["gain"] == pytest.approx(1.0772, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0820, abs=1e-4)
     lay = d["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"], lay["schedule"]) == (2, 4, 4, "1f1b")
     assert d["per_stage"]["stage_layers"] == [19, 20, 21, 20]
     assert d["per_stage"]["recompute_layers"] == [6, 2, 0, 0]
-    assert d["per_stage"]["step_s"] == pytest.approx(533.530, abs=1e-3)
-    # stock Megatron-LM runs the largest count (6) on every stage: 586.66 s, slower than the
-    # uniform plan's 574.73 s — the flags say so instead of promising the gain
-    assert d["launch"]["megatron_step_s"] == pytest.approx(586.66, abs=0.01)
+    assert d["per_stage"]["step_s"] == pytest.approx(518.221, abs=1e-3)
+    # stock Megatron-LM runs the largest count (6) on every stage: 570.34 s, slower than the
+    # uniform plan's 560.70 s — the flags say so instead of promising the gain
+    assert d["launch"]["megatron_step_s"] == pytest.approx(570.34, abs=0.01)
     assert any(
-        "no faster than the best uniform plan's 574.73 s" in n
+        "no faster than the best uniform plan's 560.70 s" in n
         for n in d["launch"]["megatron_notes"]
     )
 
@@ -517,8 +518,8 @@ def test_a_cap_the_optimum_does_not_beat_is_no_gain():
 def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch, capsys):
     """--schedule interleaved leaves no 1F1B base: every shape comes interleaved (at its
     first-ranked v), not only the first 8 of a ranking. Llama 3 70B on 32 H100: tp 4 × pp 8,
-    v 2, with 4,4,5,5,… layers per chunk and 2,1,1,1,0,0,0,0 recomputed, 562.14 s against the
-    uniform interleaved 575.21 s (the review's find; that shape used to get no base)."""
+    v 2, with 4,4,5,5,… layers per chunk and 2,1,1,1,0,0,0,0 recomputed, 548.10 s against the
+    uniform interleaved 561.19 s (the review's find; that shape used to get no base)."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
@@ -535,6 +536,6 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
         "interleaved",
         2,
     )
-    assert d["per_stage"]["step_s"] == pytest.approx(562.14, abs=0.01)
-    assert d["per_stage"]["uniform"]["step_s"] == pytest.approx(575.21, abs=0.01)
+    assert d["per_stage"]["step_s"] == pytest.approx(548.10, abs=0.01)
+    assert d["per_stage"]["uniform"]["step_s"] == pytest.approx(561.19, abs=0.01)
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)

@@ -13,6 +13,9 @@ import pytest
 
 from trainplan.interface.scenario import build_problem
 from trainplan.model.estimate import objective_ns
+from trainplan.model.frameworks import Framework
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.tables import build_tables
 
@@ -93,12 +96,47 @@ CASES = [
         {"global_batch": 32, "seq_len": 2048, "ep": [1, 4], "flash_attention": False},
     ),
     ("qwen2.5-7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "vocab_multiple": 64}),
+    # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
+    # and its resident buffers (ep 16 spans two H800 nodes); padding to a capacity factor with
+    # imbalance and Megatron-Core's combined-1F1B overlap (legal under megatron only, with
+    # interleaving when pp > 1 and without full recomputation: the rest is masked)
+    (
+        "deepseek-v3-deepep",
+        "64",
+        "H800",
+        {
+            "global_batch": 64,
+            "seq_len": 4096,
+            "ep": [8, 16],
+            "cluster": {"moe_dispatcher": "deepep", "moe_node_limit": 4},
+        },
+    ),
+    (
+        "mixtral-8x7b-overlap",
+        "16",
+        "H100-SXM",
+        {
+            "global_batch": 32,
+            "seq_len": 4096,
+            "ep": [2, 4],
+            "cluster": {
+                "moe_ep_overlap": "overlap_moe_expert_parallel_comm",
+                "moe_capacity_factor": 1.25,
+                "moe_pad_to_capacity": True,
+                "moe_imbalance": 1.2,
+            },
+        },
+    ),
 ]
 
 
 def _problem(model, gpus, gpu, extra):
     values = {
-        "model": model.removesuffix("-fp8").removesuffix("-offload").removesuffix("-actoff"),
+        "model": model.split("-fp8")[0]
+        .split("-offload")[0]
+        .split("-actoff")[0]
+        .split("-deepep")[0]
+        .split("-overlap")[0],
         "gpus": gpus,
         "gpu": gpu,
         "global_batch": extra["global_batch"],
@@ -164,4 +202,8 @@ def test_every_framework_and_schedule_is_drawn():
     problem = _problem(*CASES[1])
     tables = build_tables(problem)
     assert {s.framework.value for s in tables.shapes} == set(FRAMEWORKS)
-    assert {str(s.schedule) for s in tables.shapes} == {"1f1b", "interleaved", "gpipe"}
+    # the split-backward schedules under the frameworks that run them (model.schedule_support)
+    drawn = {(str(s.schedule), s.framework.value) for s in tables.shapes}
+    assert {name for name, _ in drawn} >= {"1f1b", "interleaved", "gpipe", "zb-v", "dualpipe"}
+    split = [(name, fw) for name, fw in drawn if Schedule(name) in SPLIT_BACKWARD]
+    assert split and all(Framework(fw) in SCHEDULE_SUPPORT[name] for name, fw in split)

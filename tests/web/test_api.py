@@ -154,7 +154,6 @@ BAD = [
     ["evaluate", "--model", "llama3-70b", "--tp", "0"],
     ["evaluate", "--model", "llama3-70b", "--schedule", "x"],
     ["evaluate", "--model", "nosuch"],
-    ["evaluate", "--model", "llama3-70b", "--bogus", "1"],
     ["evaluate", "--model", "llama3-70b", "--tp", "3"],
     ["pipeline", "--stages", "4"],
     [
@@ -185,6 +184,16 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     assert got.status_code == 422
     assert "Traceback" not in got.text
     assert f"Error: {got.json()['error']}" == line
+
+
+def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):
+    """Not the command line's "No such option '--bogus'. (Did you mean '--png'?)": the API takes
+    no file options, so the line names the parameter and the ones the API takes."""
+    got = client.get("/api/evaluate?model=llama3-70b&bogus=1")
+    assert got.status_code == 422
+    line = got.json()["error"]
+    assert line.startswith("bogus: no such parameter of evaluate; its parameters are ")
+    assert ", gpus," in line and "No such option" not in line and "json" not in line
 
 
 def test_tp_block_inputs_is_the_cli_option(client):
@@ -377,7 +386,17 @@ def test_openapi_describes_every_endpoint(client):
         assert f"/api/{name}" in spec["paths"]
     params = {p["name"]: p for p in spec["paths"]["/api/evaluate"]["get"]["parameters"]}
     assert {"tp", "seq-len", "config", "framework"} <= set(params) and "json" not in params
-    assert params["schedule"]["schema"]["enum"] == ["gpipe", "1f1b", "interleaved"]
+    # Every schedule the cost model evaluates: the classic three and the split-backward ones.
+    assert params["schedule"]["schema"]["enum"] == [
+        "gpipe",
+        "1f1b",
+        "interleaved",
+        "zb-h1",
+        "zb-h2",
+        "zb-v",
+        "dualpipe",
+        "dualpipev",
+    ]
     search = {p["name"]: p for p in spec["paths"]["/api/search"]["get"]["parameters"]}
     assert search["tp"]["schema"]["type"] == "array" and "scenario" not in search
     assert "422" in spec["paths"]["/api/evaluate"]["get"]["responses"]
@@ -530,3 +549,13 @@ def test_pipeline_split_schedules(client):
     svg = client.get("/api/figures/pipeline?stages=4&microbatches=8&schedule=dualpipe&t-fb=2")
     assert svg.headers["content-type"] == "image/svg+xml"
     assert "overlapped F&amp;B block" in svg.text and "dualpipe: 4 ranks" in svg.text
+
+
+def test_moe_options_are_the_cli_options(client):
+    """The run's MoE routing and dispatch chosen in the query, as on the command line."""
+    args = ["--model", "gpt-oss-20b", "--gpus", "8", "--dp", "8", "--ep", "8"]
+    args += ["--global-batch", "8", "--moe-capacity-factor", "2"]
+    got = client.get(f"/api/evaluate?{query([*args, '--moe-pad-to-capacity', 'true'])}").json()
+    want = cli_json("evaluate", *args, "--moe-pad-to-capacity")
+    assert got["traffic"] == want["traffic"] and got["time"] == want["time"]
+    assert got["layout"]["moe"]["moe_capacity_factor"] == 2.0

@@ -54,12 +54,21 @@ const TP = (() => {
 
   const fieldNames = (form) => new Set(form ? $$("[name]", form).map((el) => el.name) : []);
 
-  // A link's names as the page's: seq_len → seq-len, zero_stage → zero, p → stages.
+  // A link's names as the page's: seq_len → seq-len, zero_stage → zero, p → stages, and the
+  // original tool's (gpus → chips on the MFU tab). A name the page does not know is left out and
+  // refused at the top, naming it and the page's names (never sent for click to guess at).
   function canonical(params, form) {
     const names = fieldNames(form), aliases = INFO.aliases[PAGE] || {}, out = new URLSearchParams();
+    const own = new Set((INFO.names || {})[PAGE] || []), unknown = [];
     for (const [k, v] of params) {
       const dashed = k.replace(/_/g, "-");
-      out.append(names.has(k) || PAGE_ONLY.includes(k) ? k : names.has(dashed) ? dashed : aliases[k] || aliases[dashed] || dashed, v);
+      const name = names.has(k) ? k : aliases[k] || (PAGE_ONLY.includes(k) ? k : names.has(dashed) ? dashed : aliases[dashed] || dashed);
+      if (own.size && !own.has(name) && !PAGE_ONLY.includes(name)) unknown.push(k);
+      else out.append(name, v);
+    }
+    if (unknown.length) {
+      const known = [...own, ...Object.keys(aliases)].sort();
+      startError = `link: ${unknown.map((k) => `'${k}'`).join(", ")} ${unknown.length > 1 ? "are" : "is"} no parameter of this tab; its names are ${known.join(", ")}`;
     }
     return out;
   }
@@ -171,6 +180,13 @@ const TP = (() => {
     return "";
   }
 
+  // data-default-unless="gpu model": the field's default is not sent while any of those holds a
+  // value, on the form or (a parameter without a field, as the RLHF tab's model) in the address.
+  function overridden(form, el) {
+    const given = new URLSearchParams(location.search);
+    return (el.dataset.defaultUnless || "").split(/\s+/).filter(Boolean).some((n) => value(form, n) || given.get(n));
+  }
+
   function query(form, withDefaults = true) {
     const q = new URLSearchParams();
     for (const el of $$("[name]", form).filter(active)) {
@@ -179,7 +195,7 @@ const TP = (() => {
       } else if (el.type === "radio") {
         if (el.checked && el.value) q.append(el.name, el.value);
       } else if (el.value.trim() !== "") q.append(el.name, el.value);
-      else if (withDefaults && el.dataset.default && !(el.dataset.defaultUnless && value(form, el.dataset.defaultUnless))) q.append(el.name, el.dataset.default);
+      else if (withDefaults && el.dataset.default && !overridden(form, el)) q.append(el.name, el.dataset.default);
     }
     return q;
   }
@@ -213,7 +229,7 @@ const TP = (() => {
     const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
     let timer = null;
     const changed = (e) => {
-      if (e && e.isTrusted) dropExample();
+      if (e && e.isTrusted) { dropExample(); startError = ""; }
       conditions(form);
       clearTimeout(timer);
       timer = setTimeout(() => {
@@ -305,7 +321,7 @@ const TP = (() => {
       showError(body.error || `the server answered ${res.status}`);
       return null;
     }
-    showError("");
+    showError(startError); // a link's refused name stays said until the user edits
     return body;
   }
 

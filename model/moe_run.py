@@ -1,0 +1,503 @@
+"""How a run executes its MoE layers: routing (dropless or a capacity factor, padded or not),
+expert load imbalance, node-limited routing, the token dispatcher (NCCL all-to-all or DeepEP's
+de-duplicated dispatch) and what the framework overlaps the expert all-to-all with.
+
+:class:`MoERun` is the recipe's choice (:attr:`model.specs.TrainingSpec.moe_run`); the functions
+turn it into what the cost model's terms read, per MoE layer, micro-batch and GPU of the busiest
+expert-parallel rank:
+
+* :func:`routed_rows` — token-rows that rank's local experts compute (padding and imbalance in);
+* :func:`all_to_all_sent` — bytes of one dispatch (and one combine), as the bytes the link rule
+  of :func:`model.step_time.all_to_all_bandwidth` times (de-duplication across nodes in);
+* :func:`grouped_rows` — each expert's rows rounded up to the grouped GEMM's M tile;
+* :func:`unpaired_fraction` / :func:`exposed_all_to_all` — Megatron-Core's
+  ``overlap_moe_expert_parallel_comm`` (combined 1F1B) and ``moe_shared_expert_overlap``;
+* :func:`dispatch_buffer_bytes` — DeepEP's resident buffers (:func:`model.moe.deepep_buffer_bytes`).
+
+Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.errors import InputError
+from trainplan.model.moe import (
+    DEEPEP_DISPATCH_CONFIGS,
+    deepep_buffer_bytes,
+    expected_remote_nodes,
+    expert_capacity,
+)
+from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
+
+__all__ = [
+    "Dispatcher",
+    "EpOverlap",
+    "MoERun",
+    "DROPLESS",
+    "GROUPED_GEMM_BLOCK_M",
+    "members_per_domain",
+    "rank_rows",
+    "mean_rows_sent",
+    "routed_rows",
+    "all_to_all_sent",
+    "grouped_rows",
+    "unpaired_fraction",
+    "unpaired_share",
+    "exposed_all_to_all",
+    "dispatch_buffer_bytes",
+    "moe_run_violation",
+    "moe_layout_violation",
+    "moe_recompute_violation",
+]
+
+
+class Dispatcher(StrEnum):
+    """The token dispatcher of the expert all-to-all.
+
+    * ``alltoall`` — one NCCL all-to-all per dispatch and combine, every routed copy sent by
+      itself: Megatron-Core ``--moe-token-dispatcher-type alltoall``
+      (``moe/token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher``), torchtitan
+      ``AllToAllTokenDispatcher`` (``models/common/token_dispatcher.py``), DeepSpeed
+      ``_AllToAll`` (``deepspeed/moe/sharded_moe.py``);
+    * ``deepep`` — DeepEP's normal kernels: a token crosses the scale-out network once per
+      remote node that holds one of its experts and is forwarded over NVLink inside it
+      (DeepEP ``csrc/kernels/legacy/internode.cu``), through buffers resident for the whole run:
+      Megatron-Core ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``
+      (``moe/fused_a2a.py``), torchtitan ``DeepEPTokenDispatcher``.
+    """
+
+    ALLTOALL = "alltoall"
+    DEEPEP = "deepep"
+
+
+class EpOverlap(StrEnum):
+    """What the expert all-to-all overlaps (Megatron-Core's flags; ``none`` elsewhere).
+
+    * ``none`` — dispatch and combine wait (they gate the experts): torchtitan's
+      ``AllToAllTokenDispatcher`` waits on its ``all_to_all_single`` before the experts,
+      DeepSpeed's ``_AllToAll`` is synchronous;
+    * ``moe_shared_expert_overlap`` — Megatron-Core ``--moe-shared-expert-overlap``: the shared
+      experts' FC1 runs while the forward dispatch is in flight and their FC2 while the forward
+      combine is (``token_dispatcher.py``: ``shared_experts.linear_fc1_forward_and_act`` after
+      the dispatch all-to-all is issued, ``linear_fc2_forward`` after the combine's); the
+      backward all-to-alls wait;
+    * ``overlap_moe_expert_parallel_comm`` — Megatron-Core ``--overlap-moe-expert-parallel-comm``
+      (``pipeline_parallel/combined_1f1b.py``): one micro-batch's forward runs beside another's
+      backward, layer by layer, the all-to-alls of each on a communication stream under the
+      other's computation; the micro-batches with no partner (warm-up forwards, cool-down
+      backwards) wait (:func:`unpaired_fraction`). Requires interleaving when pp > 1, no full
+      recomputation, and excludes ``moe_shared_expert_overlap``
+      (``transformer_config.py`` ``__post_init__``).
+    """
+
+    NONE = "none"
+    SHARED_EXPERT = "moe_shared_expert_overlap"
+    COMBINED_1F1B = "overlap_moe_expert_parallel_comm"
+
+
+@dataclass(frozen=True, slots=True)
+class MoERun:
+    """How the MoE layers run (defaults: dropless, balanced, NCCL all-to-all, nothing overlapped —
+    what the planner assumed before these mechanisms, and Megatron-Core's defaults apart from its
+    ``allgather`` dispatcher, which ep > 1 runs do not use)."""
+
+    capacity_factor: Fraction | None = None
+    """Tokens an expert takes from a rank, as a multiple of the mean ``T·k/E``; None = dropless.
+    Megatron-Core ``--moe-expert-capacity-factor`` (``moe_utils.get_capacity``); DeepSpeed's
+    ``MoE(capacity_factor=1.0)`` by default."""
+    pad_to_capacity: bool = False
+    """Pad every expert's input to its capacity: Megatron-Core
+    ``--moe-pad-expert-input-to-capacity``; DeepSpeed's ``drop_tokens=True`` default (its einsum
+    dispatch always moves ``E·C`` rows)."""
+    imbalance: Fraction = Fraction(1)
+    """Routed token-rows the busiest expert-parallel rank receives ÷ the mean (≥ 1; 1 =
+    balanced, the aim of DeepSeek-V3's auxiliary-loss-free balancing and Megatron's auxiliary
+    loss). An input: measured from a run's router statistics or assumed; it sets the expert GEMMs
+    and the all-to-all's receive on the rank everyone waits for."""
+    node_limit: int | None = None
+    """Nodes a token's experts may span (DeepSeek-V3 report §2.1.2: M = 4; Megatron-Core
+    ``--moe-router-num-groups`` (= nodes) with ``--moe-router-group-topk`` M). Only with the
+    ``deepep`` dispatcher, whose de-duplicated dispatch it bounds."""
+    dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    ep_overlap: EpOverlap = EpOverlap.NONE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dispatcher", Dispatcher(self.dispatcher))
+        object.__setattr__(self, "ep_overlap", EpOverlap(self.ep_overlap))
+        object.__setattr__(self, "imbalance", Fraction(self.imbalance))
+        if self.imbalance < 1:
+            raise InputError(
+                f"moe_imbalance: {self.imbalance} must be at least 1 (busiest rank ÷ mean)"
+            )
+        if self.capacity_factor is not None:
+            cf = Fraction(self.capacity_factor)
+            if cf <= 0:
+                raise InputError(f"moe_capacity_factor: {cf} must be positive")
+            object.__setattr__(self, "capacity_factor", cf)
+        elif self.pad_to_capacity:
+            raise InputError(
+                "moe_pad_to_capacity: padding needs moe_capacity_factor (dropless has no capacity)"
+            )
+        if self.node_limit is not None:
+            if self.node_limit < 1:
+                raise InputError(f"moe_node_limit: {self.node_limit} must be at least 1")
+            if self.dispatcher is not Dispatcher.DEEPEP:
+                raise InputError(
+                    "moe_node_limit: node-limited routing is modelled with the deepep dispatcher "
+                    "(its de-duplicated dispatch); the alltoall dispatcher sends every copy"
+                )
+
+
+DROPLESS = MoERun()
+"""The default: dropless, balanced, NCCL all-to-all, nothing overlapped."""
+
+GROUPED_GEMM_BLOCK_M = 128
+"""Rows of the M tile each expert's block of a grouped GEMM is rounded up to: DeepGEMM's
+contiguous grouped layout aligns every expert's rows to 128 (deepseek-ai/DeepGEMM
+``deep_gemm/utils.py`` ``get_m_alignment_for_contiguous_layout``; :data:`model.gemm_shapes.
+DEEPGEMM_BLOCK_M`); a grouped GEMM tiles each group apart, so a partial tile costs a whole one
+(tile quantisation, NVIDIA's Matrix Multiplication Background guide §3.1)."""
+
+
+def members_per_domain(nvlink: Any, span: Any, group_size: Any, domain: int | None) -> Any:
+    """Members of an expert-parallel group in each NVLink domain (``g`` of
+    :func:`model.step_time.all_to_all_bandwidth`): the whole group when it lies in one domain
+    (``nvlink``), else ``max(1, min(n, domain·n // span))`` for a group of ``n`` spread over
+    ``span`` consecutive ranks; 0 when unknown (no domain, no span). Element-wise for arrays.
+
+    Examples
+    --------
+    >>> members_per_domain(False, 64, 64, 8), members_per_domain(False, 512, 64, 8)
+    (8, 1)
+    >>> members_per_domain(True, 8, 8, 8), members_per_domain(False, 0, 64, None)
+    (8, 0)
+    """
+    if not domain:
+        return where(nvlink, group_size, 0)
+    known = span > 0
+    spread = maximum(1, minimum(group_size, domain * group_size // where(known, span, 1)))
+    return where(nvlink, group_size, where(known, spread, 0))
+
+
+def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
+    """Routed token-rows the busiest expert-parallel rank receives per micro-batch, per token
+    of its own ``tokens`` (the copies every rank sends, ``T·k`` on average, equal what it
+    receives on average): dropless ``imbalance·T·k``; a capacity factor caps each expert's
+    rows from each source rank at ``C = ceil(T·k/E·cf)`` (:func:`model.moe.expert_capacity`),
+    so a rank's local experts receive at most ``E·C`` (``E/ep`` experts × ``ep`` sources × C);
+    padded, exactly ``E·C`` (Megatron-Core ``token_dispatcher.py``: ``num_out_tokens =
+    capacity × num_experts``).
+
+    Examples
+    --------
+    >>> rank_rows(MoERun(imbalance=Fraction(3, 2)), 4096, 256, 8)  # 1.5 × 32,768
+    Fraction(49152, 1)
+    >>> rank_rows(MoERun(Fraction(1), imbalance=Fraction(3, 2)), 4096, 256, 8)  # capped at E·C
+    Fraction(32768, 1)
+    >>> rank_rows(MoERun(Fraction(2), pad_to_capacity=True), 4096, 256, 8)  # E·C, C = 256
+    Fraction(65536, 1)
+    """
+    mean = Fraction(tokens * top_k)
+    if run.capacity_factor is None:
+        return run.imbalance * mean
+    cap = experts * expert_capacity(tokens, experts, top_k, run.capacity_factor)
+    return Fraction(cap) if run.pad_to_capacity else min(run.imbalance * mean, Fraction(cap))
+
+
+def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int) -> Any:
+    """Routed token-rows one rank puts into a dispatch on average: ``T·k`` dropless, ``E·C`` padded
+    (``C = ceil(T·k·cf/E)``), ``min(T·k, E·C)`` dropping (at most what the capacities take;
+    imbalance's drops beyond that are not counted). Exact for ints and Fractions, element-wise
+    for arrays of ``tokens``.
+
+    Examples
+    --------
+    >>> mean_rows_sent(MoERun(Fraction(1, 2)), 4096, 256, 8)  # E·C = 256·64, dropping half
+    16384
+    """
+    rows = exact(tokens) * top_k
+    if run.capacity_factor is None:
+        return rows
+    cf = float(run.capacity_factor) if is_array(tokens) else run.capacity_factor
+    padded = experts * -floor(-rows * cf / experts)
+    return padded if run.pad_to_capacity else minimum(rows, padded)
+
+
+def routed_rows(run: MoERun, tokens: float, experts: int, top_k: int) -> float:
+    """:func:`rank_rows` for a token count that may be a float (the layer shapes' ``T``),
+    as a float; capacity rounds on the whole tokens (``ceil``)."""
+    if run.capacity_factor is None:
+        return float(run.imbalance) * tokens * top_k
+    return float(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k))
+
+
+def all_to_all_sent(
+    run: MoERun,
+    tokens: float,
+    experts: int,
+    top_k: int,
+    ep: int,
+    per_domain: int,
+    row_bytes: float,
+) -> float:
+    """Bytes of one dispatch (the combine moves as many back) on the busiest rank, as the
+    bytes the all-to-all link rule times (:func:`model.step_time.all_to_all_bandwidth`: the
+    share ``(ep − g)/(ep − 1)`` of them that leaves the NVLink domain rides the GPU's NIC,
+    ``g = per_domain`` members of the group per domain):
+
+    * ``alltoall`` — every routed copy to another rank: ``rows·row_bytes·(ep − 1)/ep``
+      (:func:`model.moe.all_to_all_bytes`), ``rows`` = :func:`routed_rows`;
+    * ``deepep`` across domains — the scale-out bytes are one copy per remote node a token
+      reaches (:func:`model.moe.expected_remote_nodes`, capped by ``node_limit``), times the
+      rank's imbalance (``rows / (T·k)``); expressed at the rule's scale,
+      ``remote·(ep − 1)/(ep − g)``. Within one domain (``g ≥ ep``) as ``alltoall``.
+
+    Examples
+    --------
+    DeepSeek-V3's EP 64 on 8-GPU nodes, 4,096 tokens, 7,168 × 2 bytes a row: ``alltoall`` sends
+    32,768 × 14,336 × 63/64 bytes; ``deepep`` with M = 4 sends ``E[min(D, 4)]·7/8`` ≈ 3.48 remote
+    nodes per token in place of 8·56/64 = 7 copies; at the rule's scale the ratio is
+    ``E[min(D, 4)]·(7/8)·(63/56) / (8·63/64) = E[min(D, 4)]/8``, E[min(D, 4)] ≈ 3.983:
+
+    >>> a = all_to_all_sent(MoERun(), 4096, 256, 8, 64, 8, 14336)
+    >>> d = all_to_all_sent(MoERun(dispatcher="deepep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
+    >>> round(a / 2**20, 1), round(d / a, 4)
+    (441.0, 0.4979)
+    """
+    rows = routed_rows(run, tokens, experts, top_k)
+    if rows == 0 or ep == 1:
+        return 0.0
+    nodes = ep // per_domain if per_domain and ep % per_domain == 0 else 1
+    if run.dispatcher is Dispatcher.ALLTOALL or nodes <= 1 or experts % nodes:
+        return rows * row_bytes * (ep - 1) / ep
+    remote = float(expected_remote_nodes(experts, nodes, top_k, run.node_limit))
+    busiest = rows / (tokens * top_k)
+    return busiest * tokens * remote * row_bytes * (ep - 1) / (ep - per_domain)
+
+
+def grouped_rows(rows_per_expert: float) -> float:
+    """Rows one expert's block of a grouped GEMM computes: its routed rows rounded up to
+    :data:`GROUPED_GEMM_BLOCK_M` (0 stays 0).
+
+    Examples
+    --------
+    >>> grouped_rows(40.0), grouped_rows(128.0), grouped_rows(129.5)
+    (128.0, 128.0, 256.0)
+    """
+    block = GROUPED_GEMM_BLOCK_M
+    return float(math.ceil(rows_per_expert / block - 1e-9) * block) if rows_per_expert else 0.0
+
+
+def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
+    """Of one pipeline rank's ``m·v`` forward (and as many backward) model-chunk micro-batches,
+    the share that runs without a partner under Megatron-Core's combined 1F1B
+    (``overlap_moe_expert_parallel_comm``), taken on the first pipeline rank, which has the
+    most:
+
+    * pp = 1 (``combined_1f1b_schedule_for_no_pipelining``): the first forward and the last
+      backward run alone — ``1/m``;
+    * pp > 1, interleaved (``schedules.get_pp_rank_microbatches``): rank 0's warm-up is
+      ``2·(pp − 1) + (v − 1)·pp + 1`` chunk forwards (``microbatch_group_size_per_vp_stage``
+      defaults to pp; the overlap adds one), and as many cool-down backwards; capped at ``m·v``.
+
+    1 for any other overlap (nothing is paired).
+
+    Raises
+    ------
+    InputError
+        ``overlap_moe_expert_parallel_comm`` with pp > 1 and no interleaving (Megatron-Core
+        asserts ``virtual_pipeline_model_parallel_size`` is set).
+
+    Examples
+    --------
+    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 1, 1, 8)
+    Fraction(1, 8)
+    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 4, 2, 32)  # (2·3 + 1·4 + 1) / 64
+    Fraction(11, 64)
+    """
+    if overlap is not EpOverlap.COMBINED_1F1B:
+        return Fraction(1)
+    if pp == 1:
+        return Fraction(1, m)
+    if v < 2:
+        raise InputError(
+            "moe_ep_overlap: overlap_moe_expert_parallel_comm with pp > 1 needs an interleaved "
+            "schedule (virtual_stages > 1; Megatron-Core asserts it)"
+        )
+    warmup = 2 * (pp - 1) + (v - 1) * pp + 1
+    return Fraction(min(warmup, m * v), m * v)
+
+
+def unpaired_share(overlap: EpOverlap, pp: int, v: int, m: int) -> float:
+    """:func:`unpaired_fraction` as a float for the clock, and 1 (nothing paired) where the
+    overlap cannot run (pp > 1 without interleaving; the legality rule
+    :func:`moe_layout_violation` refuses such a layout, this keeps the search's columns of
+    not-yet-masked candidates defined)."""
+    if overlap is EpOverlap.COMBINED_1F1B and pp > 1 and v < 2:
+        return 1.0
+    return float(unpaired_fraction(overlap, int(pp), int(v), int(m)))
+
+
+def exposed_all_to_all(
+    overlap: EpOverlap,
+    forward_s: float,
+    backward_s: float,
+    split: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    shared: tuple[float, float] = (0.0, 0.0),
+    unpaired: float = 1.0,
+) -> float:
+    """Seconds of one MoE layer's all-to-alls, one micro-batch, that wait, from their forward
+    (dispatch + combine, half each) and backward seconds (``forward_s``, ``backward_s``);
+    ``split`` = the layer's (pre-dispatch forward, pre-dispatch backward, experts forward,
+    experts backward) computation, ``shared`` = the shared experts' (FC1 + activation, FC2)
+    forward:
+
+    * ``none`` — all of them;
+    * ``moe_shared_expert_overlap`` — the forward dispatch less the shared experts' FC1, the
+      forward combine less their FC2, at least 0 each; the backward waits;
+    * ``overlap_moe_expert_parallel_comm`` — the ``unpaired`` share (:func:`unpaired_fraction`)
+      waits whole; a paired step runs one micro-batch's layer forward beside another's
+      backward in three phases, each as long as the longer of its two streams
+      (``models/common/model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run``:
+      combine backward ∥ pre-dispatch forward, dispatch forward + dispatch backward ∥ experts
+      backward + experts forward, combine forward ∥ pre-dispatch backward), so what waits is
+      ``max(0, b/2 − pre_f) + max(0, f/2 + b/2 − (exp_b + exp_f)) + max(0, f/2 − pre_b)``.
+
+    Examples
+    --------
+    >>> exposed_all_to_all(EpOverlap.NONE, 2.0, 4.0)
+    6.0
+    >>> exposed_all_to_all(EpOverlap.SHARED_EXPERT, 2.0, 4.0, shared=(0.5, 2.0))  # 0.5 + 0 + 4
+    4.5
+    >>> # paired: max(0, 2 − 3) + max(0, 1 + 2 − 2.5) + max(0, 1 − 6) = 0.5; a quarter unpaired
+    >>> exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, (3.0, 6.0, 1.0, 1.5), unpaired=0.25)
+    1.875
+    """
+    if overlap is EpOverlap.SHARED_EXPERT:
+        half = forward_s / 2
+        return max(0.0, half - shared[0]) + max(0.0, half - shared[1]) + backward_s
+    if overlap is EpOverlap.COMBINED_1F1B:
+        pre_f, pre_b, exp_f, exp_b = split
+        f, b = forward_s / 2, backward_s / 2
+        paired = max(0.0, b - pre_f) + max(0.0, f + b - (exp_b + exp_f)) + max(0.0, f - pre_b)
+        return unpaired * (forward_s + backward_s) + (1 - unpaired) * paired
+    return forward_s + backward_s
+
+
+def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int) -> int:
+    """Bytes per GPU of the dispatcher's resident buffers: DeepEP's normal-mode ``Buffer``
+    (``num_nvl_bytes + num_rdma_bytes``, :func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on
+    every rank of an expert-parallel group of ``ep`` > 1 ranks (allocated once per group for the
+    whole run: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``, torchtitan
+    ``DeepEPTokenDispatcher.init_buffer``); 0 for the NCCL all-to-all (its buffers are NCCL's
+    own) and at ep = 1.
+
+    Raises
+    ------
+    InputError
+        An ``ep`` DeepEP has no config for (``Buffer.get_dispatch_config``).
+
+    Examples
+    --------
+    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # 377,677,824 + 336,047,360
+    713725184
+    >>> dispatch_buffer_bytes(MoERun(), 7168, 64)
+    0
+    """
+    if run.dispatcher is not Dispatcher.DEEPEP or ep == 1:
+        return 0
+    return sum(deepep_buffer_bytes(hidden, ep))
+
+
+def moe_run_violation(
+    run: MoERun, framework: str, has_moe: bool, shared_experts: bool
+) -> str | None:
+    """The first rule ``run`` breaks under a framework profile on a model
+    (``parameter: value …: rule``), or None; what a layout adds is :func:`moe_layout_violation`.
+    A choice that does not apply is refused, never ignored:
+
+    * any MoE choice on a model without MoE layers;
+    * the ``deepep`` dispatcher under a profile whose framework has none (DeepSpeed's
+      ``_AllToAll``; the ``textbook`` profile has no dispatcher) — Megatron-Core (``flex``) and
+      torchtitan (``DeepEPTokenDispatcher``) run it;
+    * an all-to-all overlap outside Megatron-Core (torchtitan's and DeepSpeed's dispatchers wait
+      on their all-to-alls), and ``moe_shared_expert_overlap`` on a model without shared experts.
+
+    Examples
+    --------
+    >>> moe_run_violation(MoERun(ep_overlap="moe_shared_expert_overlap"), "fsdp2", True, True)
+    "moe_ep_overlap: 'moe_shared_expert_overlap' is Megatron-Core's; fsdp2 (torchtitan) waits on its all-to-alls"
+    """
+    if run == DROPLESS:
+        return None
+    if not has_moe:
+        return "moe: routing and dispatch options apply to a model with MoE layers; this has none"
+    if run.dispatcher is Dispatcher.DEEPEP and framework not in ("megatron", "fsdp2"):
+        return (
+            f"moe_dispatcher: 'deepep' does not run under {framework} (Megatron-Core's flex "
+            "dispatcher and torchtitan's DeepEPTokenDispatcher do)"
+        )
+    overlap = run.ep_overlap
+    if overlap is not EpOverlap.NONE and framework != "megatron":
+        runs = {"fsdp2": "fsdp2 (torchtitan)"}.get(framework, framework)
+        return f"moe_ep_overlap: '{overlap}' is Megatron-Core's; {runs} waits on its all-to-alls"
+    if overlap is EpOverlap.SHARED_EXPERT and not shared_experts:
+        return (
+            "moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts; the model has none"
+        )
+    return None
+
+
+def moe_layout_violation(run: MoERun, ep: int, pp: int, virtual_stages: int) -> str | None:
+    """The first rule of the run's MoE choices a layout's degrees break, or None: an ep DeepEP
+    has no config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
+    as Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1,
+    interleaving when pp > 1 (its rule on recomputation is :func:`moe_recompute_violation`).
+
+    Examples
+    --------
+    >>> run = MoERun(ep_overlap="overlap_moe_expert_parallel_comm")
+    >>> moe_layout_violation(run, 8, 4, 2) is None
+    True
+    >>> moe_layout_violation(run, 8, 4, 1).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
+    True
+    """
+    if run.dispatcher is Dispatcher.DEEPEP and ep > 1 and ep not in DEEPEP_DISPATCH_CONFIGS:
+        return (
+            f"ep: {ep} has no DeepEP config for moe_dispatcher 'deepep' (Buffer.get_dispatch_config "
+            f"supports {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"
+        )
+    if run.ep_overlap is not EpOverlap.COMBINED_1F1B:
+        return None
+    name = "moe_ep_overlap: 'overlap_moe_expert_parallel_comm'"
+    if ep == 1:
+        return f"{name} overlaps the expert all-to-all; ep 1 has none"
+    if pp > 1 and virtual_stages < 2:
+        return (
+            f"{name} with pp > 1 needs an interleaved schedule (virtual_stages > 1; "
+            "Megatron-Core asserts it)"
+        )
+    return None
+
+
+def moe_recompute_violation(run: MoERun, full_recompute: bool) -> str | None:
+    """``overlap_moe_expert_parallel_comm`` with full recomputation (or √n, which recomputes
+    whole layers): Megatron-Core asserts ``recompute_granularity != 'full'``
+    (``transformer_config.py``); None otherwise.
+
+    Examples
+    --------
+    >>> moe_recompute_violation(MoERun(ep_overlap="overlap_moe_expert_parallel_comm"), True)[:30]
+    "moe_ep_overlap: 'overlap_moe_e"
+    """
+    if run.ep_overlap is EpOverlap.COMBINED_1F1B and full_recompute:
+        return (
+            "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with full "
+            "recomputation (Megatron-Core asserts it)"
+        )
+    return None

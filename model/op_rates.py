@@ -1,0 +1,500 @@
+"""Per-operation rates the roofline clock reads for a part as deployed: the attention kernel's
+efficiency by sequence length, head dimensions and mask, the FP8/MXFP8 recipes' speed-up of the
+linear GEMMs, the sustained tensor clock under a power cap and the streaming bandwidth of the
+optimizer step — each from a published per-operation measurement (``scenarios/kernels/*.toml``,
+:mod:`trainplan.scenarios.kernel_data`), never from an end-to-end run.
+
+**Families**: a published curve stands for the parts of its die and SM count
+(:data:`FAMILY`): A100 (108 SMs), the 132-SM Hopper parts (H100 SXM, the 500 W H100 of
+Meta's Grand Teton hosts, H800, H200, H100 NVL), Blackwell (B200, B300, GB200, GB300). A
+kernel's efficiency is read as a fraction of the published part's dense BF16 peak and applied
+to the part's own peak. Parts outside a family (H100 PCIe's 114 SMs, H20's 78, AMD, TPU,
+Gaudi, Trainium) have no curve here: the clock keeps its constant figure and the output says so.
+
+**Attention kernels** (:func:`attention_fractions`): the kernel a framework runs —
+Transformer Engine's ``DotProductAttention`` prefers cuDNN's fused attention on Hopper and newer
+("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
+reasons", ``transformer_engine/pytorch/attention/dot_product_attention/utils.py``
+``get_attention_backend``, NVIDIA/TransformerEngine at d0067d0) and FlashAttention-2 on A100;
+PyTorch's ``scaled_dot_product_attention`` tries FlashAttention-2 first (``priority_order`` in
+``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` of the releases after 2.5.0, whose
+cuDNN-first order on Hopper was reverted in 2.5.1), as do llm-foundry's and DeepSpeed's
+FlashAttention paths. :func:`default_attention_kernel` states the choice; a run overrides it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.collective_rates import busbw_peak
+from trainplan.model.errors import InputError
+from trainplan.model.gemm_shapes import deepgemm_blocks, recipe_speedup, sm_count, wave_efficiency
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.kernels import (
+    AttentionKey,
+    attention_kernel_flops,
+    attention_rate,
+    stream_fraction,
+)
+from trainplan.model.precision import Fp8Recipe, Precision, check_precision, linear_speedup
+from trainplan.model.roofline import RooflineParams, roofline_params_for
+from trainplan.scenarios.kernel_data import (
+    attention_curves,
+    collective_data,
+    gemm_data,
+    low_precision_data,
+    memory_data,
+)
+
+__all__ = [
+    "FAMILY",
+    "ATTENTION_KERNELS",
+    "PUBLISHED_PEAK_TFLOPS",
+    "ATTENTION_CURVE_PARTS",
+    "default_attention_kernel",
+    "attention_fractions",
+    "RECIPE_PART",
+    "recipe_speedups",
+    "check_fp8_recipe",
+    "fp8_linear_speedups",
+    "SUSTAINED_CLOCK",
+    "sustained_clock_fraction",
+    "STREAM_PART",
+    "stream_triad_fraction",
+    "SM_PART",
+    "gemm_wave_efficiency",
+    "NVLS_PARTS",
+    "nvls_allreduce_speedup",
+    "deployed_params",
+    "params_in_force",
+]
+
+
+def catalogue_part(device_name: str) -> str:
+    """The catalogue name a per-part table is keyed by: ``device_name`` without a what-if
+    suffix (``"H100-SXM[flops×2]"`` → ``"H100-SXM"``, :func:`trainplan.topology.what_if.what_if_label`),
+    so a part scaled or renamed on the command line keeps its published per-operation rates.
+
+    >>> catalogue_part("H100-SXM[hbm×1.5]")
+    'H100-SXM'
+    """
+    return device_name.split("[", 1)[0]
+
+
+FAMILY: dict[str, str] = {
+    "A100-40GB": "ampere",
+    "A100-80GB": "ampere",
+    "H100-SXM": "hopper",
+    "H100-96GB-500W": "hopper",
+    "H100-NVL": "hopper",
+    "H800": "hopper",
+    "H200": "hopper",
+    "B200": "blackwell",
+    "B300": "blackwell",
+    "GB200": "blackwell",
+    "GB300": "blackwell",
+}
+"""Parts whose kernels the published curves of their family stand for (same die and SM count:
+A100 108, Hopper 132 — ``scenarios/kernels/gemm.toml`` SM counts; the Blackwell parts are one
+die, rated by the power their system gives it)."""
+
+ATTENTION_KERNELS = ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn")
+"""The attention kernels with published curves (``attention.toml``)."""
+
+PUBLISHED_PEAK_TFLOPS: dict[str, float] = {
+    "A100-80GB": 312.0,
+    "H100-SXM": 989.4,
+    "H200": 989.4,
+    "B200": 2250.0,
+    "GB200": 2500.0,
+}
+"""Dense BF16 peak (10^12 FLOP/s) of each part a curve was measured on: the rows of
+``topology/accelerators.toml`` (vendor datasheets; ``tests/model/test_op_rates.py`` holds them
+equal), what a published rate is a fraction of."""
+
+ATTENTION_CURVE_PARTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("flash-attention-2", "ampere"): ("A100-80GB",),
+    ("flash-attention-2", "hopper"): ("H100-SXM",),
+    ("flash-attention-2", "blackwell"): ("B200",),
+    ("flash-attention-3", "hopper"): ("H100-SXM",),
+    ("cudnn", "hopper"): ("H200", "H100-SXM"),
+    ("cudnn", "blackwell"): ("GB200", "B200"),
+    ("pytorch-sdpa-cudnn", "blackwell"): ("B200",),
+}
+"""Per (kernel, family), the published parts to read, first match first: cuDNN on Hopper from
+cuDNN 9.19's H200 sweep (forward and backward, causal), then the FlashAttention-3 paper's H100
+figures; on Blackwell from cuDNN 9.22's GB200 sweep (forward and backward, both masks, MLA head
+dims), then cuDNN 9.13's B200 CSVs."""
+
+
+def default_attention_kernel(framework: str, device_name: str) -> str | None:
+    """The attention kernel a framework runs on a part (module docstring): ``cudnn`` under
+    Megatron-Core (Transformer Engine) on Hopper and Blackwell, ``flash-attention-2`` otherwise
+    (Transformer Engine on A100; PyTorch SDPA; FlashAttention in llm-foundry and DeepSpeed);
+    None for a part outside :data:`FAMILY`.
+
+    Examples
+    --------
+    >>> default_attention_kernel("megatron", "H100-SXM"), default_attention_kernel("fsdp2", "H200")
+    ('cudnn', 'flash-attention-2')
+    >>> default_attention_kernel("megatron", "A100-80GB"), default_attention_kernel("megatron", "H20")
+    ('flash-attention-2', None)
+    """
+    family = FAMILY.get(catalogue_part(device_name))
+    if family is None:
+        return None
+    if framework == "megatron" and family != "ampere":
+        return "cudnn"
+    return "flash-attention-2"
+
+
+def _planner_flops(direction: str, seq_len: int, head_dims: tuple[int, int]) -> float:
+    """The planner's FLOPs of one causal call of one head (:func:`model.flops.
+    attention_core_forward_flops`: ``2·pairs·(d_qk + d_v)`` forward, ``s(s + 1)/2`` pairs;
+    backward twice the forward)."""
+    forward = 2.0 * seq_len * (seq_len + 1) / 2 * sum(head_dims)
+    return forward * {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}[direction]
+
+
+def _one_direction(
+    kernel: str, part: str, direction: str, head_dims: tuple[int, int], seq_len: int
+) -> tuple[float, bool]:
+    """(fraction of ``part``'s peak in the planner's count, whether a fallback was taken) for
+    a causal call; a missing causal curve falls back to the unmasked one (its rate applied to
+    the causal call's FLOPs), unequal head dims without a curve to the square curve of the
+    larger one (:func:`model.kernels.attention_rate` interpolates in the dimension)."""
+    curves = attention_curves()
+    for causal in (True, False):
+        key = AttentionKey(kernel, part, "bf16", direction, causal)
+        for dims in dict.fromkeys((head_dims, (max(head_dims),) * 2)):
+            try:
+                rate = attention_rate(curves, key, dims, seq_len)
+            except InputError:
+                continue
+            kernel_flops = attention_kernel_flops(
+                rate.flop_count, direction, 1, 1, seq_len, *dims, True
+            )
+            seconds = kernel_flops / (rate.tflops_per_s * 1e12)
+            fraction = _planner_flops(direction, seq_len, dims) / seconds
+            fallback = not causal or dims != head_dims or rate.clamped is not None
+            return fraction / (PUBLISHED_PEAK_TFLOPS[part] * 1e12), fallback
+    raise InputError(f"attention kernel: no {direction} curve for {kernel} on {part}")
+
+
+@lru_cache(maxsize=4096)
+def attention_fractions(
+    kernel: str, device_name: str, head_dims: tuple[int, int], seq_len: int
+) -> tuple[float, float] | None:
+    """(forward, backward) efficiency of the causal attention core as a fraction of the dense
+    BF16 peak, counted in the planner's FLOPs (forward ``2·pairs·(d_qk + d_v)`` over the
+    ``s(s + 1)/2`` causal pairs, backward twice that): the published rate of ``kernel`` on the
+    part's family (:data:`ATTENTION_CURVE_PARTS`) at ``seq_len`` (the query chunk one call
+    sees: ``s/cp`` under context parallelism) in the benchmark's own FLOP count
+    (:func:`model.kernels.attention_kernel_flops`), converted to the planner's. Where only a
+    forward-and-backward curve is published (FlashAttention-2's figures) both passes take its
+    fraction (its time split 1 : 2.5, as the benchmark counts). Outside the published lengths
+    the end value holds. None when the part has no family or the kernel no curve on it.
+
+    Examples
+    --------
+    cuDNN 9.19 on H200, causal, 128-dim heads, s = 32,768: 688 TFLOP/s forward in its own
+    (``nonmasked``) count, which is the planner's forward: 688 / 989.4.
+
+    >>> f, b = attention_fractions("cudnn", "H100-SXM", (128, 128), 32768)
+    >>> round(f, 4)
+    0.6954
+    >>> attention_fractions("cudnn", "MI300X", (128, 128), 4096) is None
+    True
+    """
+    if kernel not in ATTENTION_KERNELS:
+        raise InputError(
+            f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+        )
+    family = FAMILY.get(catalogue_part(device_name))
+    for part in ATTENTION_CURVE_PARTS.get((kernel, family or ""), ()):
+        try:
+            fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len)
+            bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len)
+        except InputError:
+            try:
+                both, _ = _one_direction(kernel, part, "fwd+bwd", head_dims, seq_len)
+            except InputError:
+                continue
+            fwd = bwd = both
+        return fwd, bwd
+    return None
+
+
+RECIPE_PART: dict[str, str] = {"hopper": "H200-NVL", "blackwell": "B300"}
+"""The part whose Transformer Engine GEMM profile stands for a family's recipes
+(``lowp.toml``: NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst`` at
+1609c890 — one 4096-hidden, 16384-FFN layer at 15,872 tokens)."""
+
+
+@lru_cache(maxsize=64)
+def recipe_speedups(device_name: str, recipe: Fp8Recipe | str) -> tuple[float, float, float] | None:
+    """(forward, input-gradient, weight-gradient) speed-up of a linear layer's GEMMs under an FP8
+    recipe over BF16 on the part's family, with the recipe's quantisation kernels (Transformer
+    Engine's ``autocast`` rows: casts, amax reductions, transposes, block scales): the BF16
+    milliseconds of the pass over the recipe's (:func:`model.gemm_shapes.recipe_speedup`).
+    None for a part outside :data:`RECIPE_PART`'s families (the clock then keeps
+    :func:`model.precision.linear_speedup`'s flat figure, said in the output).
+
+    Raises
+    ------
+    InputError
+        A recipe the family's profile does not publish (MXFP8 on Hopper: its tensor cores take
+        no MX block scales; block scaling on Blackwell is not in the profile).
+
+    Examples
+    --------
+    H200 NVL, delayed scaling: 10.653 / 6.188, 10.813 / 6.306 and 10.548 / 6.484 ms.
+
+    >>> [round(x, 3) for x in recipe_speedups("H100-SXM", "delayed")]
+    [1.722, 1.715, 1.627]
+    """
+    part = RECIPE_PART.get(FAMILY.get(catalogue_part(device_name), ""))
+    if part is None:
+        return None
+    name = Fp8Recipe(recipe).table_name
+    rows = low_precision_data().layer_gemms
+    fprop, dgrad, wgrad = (recipe_speedup(rows, part, name, passes=(p,)) for p in
+                           ("fprop", "dgrad", "wgrad"))  # fmt: skip
+    return fprop, dgrad, wgrad
+
+
+def check_fp8_recipe(
+    precision: Precision | str, recipe: Fp8Recipe | str | None, device: DeviceSpec
+) -> Fp8Recipe | None:
+    """The FP8 recipe in force: None under bf16, ``delayed`` (Megatron-Core's default) under
+    fp8 when none is given.
+
+    Raises
+    ------
+    InputError
+        A recipe given under bf16 (it does not apply), an unknown recipe, or ``mxfp8`` on a part
+        outside the Blackwell family (MX block scales need Blackwell's tensor cores).
+    """
+    p = check_precision(precision, device)
+    if p is Precision.BF16:
+        if recipe is not None:
+            raise InputError(f"fp8_recipe: {recipe} applies only with precision fp8 (bf16 given)")
+        return None
+    try:
+        r = Fp8Recipe(str(recipe or Fp8Recipe.DELAYED).lower())
+    except ValueError:
+        allowed = ", ".join(x.value for x in Fp8Recipe)
+        raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
+    if r is Fp8Recipe.MXFP8 and FAMILY.get(catalogue_part(device.name)) != "blackwell":
+        raise InputError(
+            f"fp8_recipe: mxfp8 needs Blackwell tensor cores (B200, B300, GB200, GB300); the "
+            f"{device.name} has none"
+        )
+    return r
+
+
+def fp8_linear_speedups(
+    precision: Precision | str, recipe: Fp8Recipe | str | None, device: DeviceSpec
+) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) speed-up of the linear layers' GEMMs over
+    BF16: 1 under bf16; under fp8 the recipe's published speed-ups on the part's family
+    (:func:`recipe_speedups`), or :func:`model.precision.linear_speedup`'s flat figure (FP8 peak
+    over BF16 peak × 0.75) for a part without a published profile or a recipe the profile
+    lacks (block scaling on Blackwell).
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> h100 = DeviceSpec(name="H100-SXM", memory_bytes=80 * 10**9, memory_unit="GB",
+    ...                   peak_flops_per_s=989.4e12, fp8_flops_per_s=1978.9e12)
+    >>> [round(x, 3) for x in fp8_linear_speedups("fp8", "tensorwise", h100)]
+    [1.638, 1.591, 1.51]
+    """
+    r = check_fp8_recipe(precision, recipe, device)
+    if r is None:
+        return (1.0, 1.0, 1.0)
+    try:
+        found = recipe_speedups(device.name, r)
+    except InputError:
+        found = None
+    if found is None:
+        flat = linear_speedup(precision, device)
+        return (flat, flat, flat)
+    return found
+
+
+SUSTAINED_CLOCK: dict[str, tuple[float, str]] = {
+    "H100-96GB-500W": (
+        (835.5 + (989.4 - 835.5) * (500 - 400) / (700 - 400)) / 989.4,
+        "derived: NVIDIA rates the same 132-SM H100 die at 989.4 dense BF16 TFLOPS at 700 W "
+        "(H100 SXM) and 835.5 at 400 W (H100 NVL datasheet); torchtitan's Grand Teton H100s run "
+        "at a 500 W limit (benchmarks/llama3_h100_202412_torchtitan.md, Hardware and footnote "
+        "2: 'between SXM and NVL'); the tensor clock read linearly in board power between the "
+        "two ratings: 886.8 TFLOPS, 0.896 of the SXM rating",
+    ),
+}
+"""Per as-deployed part, the fraction of its rated dense peak its tensor cores sustain under
+its power limit, with the derivation; parts not listed run at their rating (the vendor rates
+each at the power its system gives it: B200 2.25 and GB200 2.5 PFLOPS of one die)."""
+
+
+def sustained_clock_fraction(device_name: str) -> float:
+    """:data:`SUSTAINED_CLOCK`'s fraction for the part, 1 where none is listed.
+
+    Examples
+    --------
+    >>> round(sustained_clock_fraction("H100-96GB-500W"), 4), sustained_clock_fraction("H100-SXM")
+    (0.8963, 1.0)
+    """
+    return SUSTAINED_CLOCK.get(catalogue_part(device_name), (1.0, ""))[0]
+
+
+STREAM_PART: dict[str, tuple[str, float]] = {
+    "A100-40GB": ("A100-80GB", 2.039),
+    "A100-80GB": ("A100-80GB", 2.039),
+    "H100-SXM": ("H100-SXM", 3.35),
+    "H800": ("H100-SXM", 3.35),
+    "H200": ("H200", 4.8),
+}
+"""Parts whose HBM a published BabelStream run measured (``memory.toml``, Azure
+AI-benchmarking-guide), with that run's datasheet TB/s: the same HBM generation and stack
+count (H800 has the H100 SXM's five HBM3 stacks)."""
+
+
+def stream_triad_fraction(device_name: str) -> float | None:
+    """The fraction of the datasheet HBM bandwidth BabelStream's triad reaches on the part
+    (:func:`model.kernels.stream_fraction`): what a multi-tensor streaming kernel such as the
+    optimizer step sustains. None for a part without a published run.
+
+    Examples
+    --------
+    >>> round(stream_triad_fraction("H100-SXM"), 4), stream_triad_fraction("B200")
+    (0.8866, None)
+    """
+    found = STREAM_PART.get(catalogue_part(device_name))
+    if found is None:
+        return None
+    part, tbps = found
+    return stream_fraction(memory_data().stream, part, "triad", tbps)
+
+
+SM_PART: dict[str, str] = {
+    "A100-40GB": "A100-40GB",
+    "A100-80GB": "A100-80GB",
+    "H100-SXM": "H100-SXM",
+    "H100-96GB-500W": "H100-SXM",
+    "H800": "H800",
+    "H200": "H200",
+    "B200": "B200",
+}
+"""Parts whose SM count ``gemm.toml`` sources (the 500 W H100 is the SXM die, 132 SMs)."""
+
+
+@lru_cache(maxsize=4096)
+def gemm_wave_efficiency(
+    device_name: str, m: int, n: int, groups: int = 1, contiguous: bool = True
+) -> float | None:
+    """Tile and wave quantisation of ``groups`` GEMMs with output ``[m, n]`` on the part: the
+    useful share of the tile-times (:func:`model.gemm_shapes.wave_efficiency`) with the tile
+    DeepGEMM picks (:func:`model.gemm_shapes.deepgemm_blocks`; ``contiguous``: a grouped
+    expert GEMM in the contiguous layout, M blocks of 128). What a grouped expert GEMM with few
+    tokens per expert loses against a large one (multiply a large-GEMM efficiency by it over
+    the large GEMM's own factor). DeepGEMM's tile rule is Hopper's; on A100 and B200 it
+    stands in for cuBLAS's (an approximation). None for a part without a sourced SM count.
+
+    Examples
+    --------
+    8 experts of 256 tokens, n 4096, on an H100 (132 SMs): 128 × 128 tiles, 8·2·32 = 512
+    tiles in 4 waves of 132, the useful share 512/528:
+
+    >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8), 4)
+    0.9697
+    """
+    part = SM_PART.get(catalogue_part(device_name))
+    if part is None:
+        return None
+    sms = sm_count(gemm_data().sm_counts, part)
+    bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
+    return wave_efficiency(m, n, groups, sms, bm, bn)
+
+
+NVLS_PARTS: dict[str, str] = {
+    "H100-SXM": "H100-SXM",
+    "H100-96GB-500W": "H100-SXM",
+    "H800": "H100-SXM",
+    "H200": "H100-SXM",
+}
+"""Parts on an 8-GPU HGX Hopper baseboard (third-generation NVSwitch, NVLink SHARP) and the
+part whose stated NCCL peak stands for them (``collectives.toml`` ``busbw_peak``)."""
+
+
+def nvls_allreduce_speedup(device_name: str) -> float:
+    """The NVLS all-reduce's stated peak bus bandwidth over the ring's on the part's board:
+    NCCL's maintainer states ~480 GB/s busbw for an 8-GPU H100 all-reduce with NVLink SHARP and
+    ~370 GB/s for ring collectives (NVIDIA/nccl-tests issue 212): 480/370. It needs messages
+    beyond 256 MB to reach that peak; smaller all-reduces are credited it too (an upper bound,
+    as the ring's 0.8 of nominal is). 1 elsewhere.
+
+    Examples
+    --------
+    >>> round(nvls_allreduce_speedup("H200"), 4), nvls_allreduce_speedup("A100-80GB")
+    (1.2973, 1.0)
+    """
+    part = NVLS_PARTS.get(catalogue_part(device_name))
+    if part is None:
+        return 1.0
+    rows = collective_data().busbw_peaks
+    return busbw_peak(rows, part, "all-reduce", "NVLS") / busbw_peak(
+        rows, part, "all-reduce", "ring"
+    )
+
+
+def deployed_params(
+    device_name: str, attention_kernel: str | None = None, **overrides: Any
+) -> RooflineParams:
+    """The roofline figures of a part as deployed: :func:`model.roofline.roofline_params_for`'s
+    (with ``overrides``) plus the per-operation ones of this module — the attention kernel whose
+    curves time the core (``attention_kernel``, else Transformer Engine's choice on the part:
+    :func:`default_attention_kernel` under ``megatron``; none when an ``attention_efficiency``
+    is given and no kernel), the sustained clock and the optimizer step's streaming fraction.
+
+    Raises
+    ------
+    InputError
+        An attention kernel with no published curves.
+
+    Examples
+    --------
+    >>> p = deployed_params("H100-96GB-500W")
+    >>> p.attention_kernel, round(p.clock_fraction, 3)
+    ('cudnn', 0.896)
+    >>> deployed_params("H100-SXM", attention_efficiency=0.4).attention_kernel is None
+    True
+    """
+    if attention_kernel is not None and attention_kernel not in ATTENTION_KERNELS:
+        raise InputError(
+            f"attention_kernel: {attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+        )
+    base = roofline_params_for(device_name, **overrides)
+    if attention_kernel is None and "attention_efficiency" not in overrides:
+        attention_kernel = default_attention_kernel("megatron", device_name)
+    return base.with_(
+        attention_kernel=attention_kernel,
+        part=device_name,
+        clock_fraction=overrides.get("clock_fraction", sustained_clock_fraction(device_name)),
+        nvls_allreduce_speedup=overrides.get(
+            "nvls_allreduce_speedup", nvls_allreduce_speedup(device_name)
+        ),
+        optimizer_hbm_efficiency=overrides.get(
+            "optimizer_hbm_efficiency", stream_triad_fraction(device_name)
+        ),
+    )
+
+
+def params_in_force(
+    given: RooflineParams | None, device_name: str, attention_kernel: str | None = None
+) -> RooflineParams:
+    """The roofline figures in force: ``given`` (the cost options'), else the part's as
+    deployed (:func:`deployed_params` with the options' attention kernel)."""
+    return given or deployed_params(device_name, attention_kernel)

@@ -1,0 +1,204 @@
+"""Per-operation rates of a part as deployed (model.op_rates): attention kernels by sequence
+length from their published curves, FP8 recipes' speed-ups, the power-capped clock, the
+optimizer step's streaming fraction and the FP8/MXFP8 bytes — against the published points,
+derived by hand here."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.model.errors import InputError
+from trainplan.model.layer_time import Clock, op_seconds
+from trainplan.model.op_rates import (
+    PUBLISHED_PEAK_TFLOPS,
+    attention_fractions,
+    check_fp8_recipe,
+    default_attention_kernel,
+    deployed_params,
+    fp8_linear_speedups,
+    recipe_speedups,
+    stream_triad_fraction,
+    sustained_clock_fraction,
+)
+from trainplan.model.ops import LayerShape, layer_ops
+from trainplan.model.precision import fp8_activation_bytes, fp8_weight_cache_bytes
+from trainplan.model.roofline import roofline_params_for
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+
+@pytest.mark.parametrize("part", sorted(PUBLISHED_PEAK_TFLOPS))
+def test_published_peaks_are_the_accelerator_tables(part):
+    assert get_accelerator(part).peak_flops_per_s == pytest.approx(
+        PUBLISHED_PEAK_TFLOPS[part] * 1e12
+    )
+
+
+def test_cudnn_on_hopper_is_the_h200_sweep_in_the_planners_count():
+    """cuDNN 9.19.1 on H200, causal, d 128 (the CSV): forward 644 TFLOP/s at 8k and 688 at 32k,
+    backward 541 and 581, counted ``nonmasked``. The planner counts the forward as the CSV does
+    (2·pairs·2d) and the backward as twice the forward (8·pairs·d) where the CSV counts
+    2·pairs·(3d + 2d) = 10·pairs·d: the backward fraction is 0.8 of the CSV's rate."""
+    for s, fwd, bwd in ((8192, 644.0, 541.0), (32768, 688.0, 581.0)):
+        f, b = attention_fractions("cudnn", "H100-SXM", (128, 128), s)
+        assert f == pytest.approx(fwd / 989.4)
+        assert b == pytest.approx(0.8 * bwd / 989.4)
+    # between 8k and 16k (673, 579) half-way in log2
+    f, _ = attention_fractions("cudnn", "H200", (128, 128), round(2**13.5))
+    assert f == pytest.approx((644 + 673) / 2 / 989.4, rel=1e-4)
+    # past the published end: held at 32k
+    assert attention_fractions("cudnn", "H200", (128, 128), 131072)[0] == pytest.approx(688 / 989.4)
+
+
+def test_flash_attention_2_on_a100_from_its_fwd_bwd_figure():
+    """FlashAttention-2 paper, A100 forward + backward, causal, d 128: 182 TFLOP/s at 8k in
+    FlashAttention's count (3.5 × 4·s²·d/2 = 7·s²·d); the planner counts 3 × 2·(s(s+1)/2)·2d =
+    6·s(s + 1)·d, so both passes run at (6/7)·(1 + 1/s)·182/312 of the peak."""
+    s = 8192
+    f, b = attention_fractions("flash-attention-2", "A100-40GB", (128, 128), s)
+    expected = 6 / 7 * (1 + 1 / s) * 182 / 312
+    assert f == pytest.approx(expected) and b == pytest.approx(expected)
+    assert expected == pytest.approx(0.5001, abs=1e-4)
+
+
+def test_no_curve_keeps_the_constant():
+    assert attention_fractions("cudnn", "MI300X", (128, 128), 4096) is None
+    assert attention_fractions("cudnn", "A100-80GB", (128, 128), 4096) is None  # none published
+    with pytest.raises(InputError, match="attention_kernel"):
+        attention_fractions("xformers", "H100-SXM", (128, 128), 4096)
+
+
+def test_default_kernels_follow_transformer_engine_and_pytorch():
+    assert default_attention_kernel("megatron", "GB200") == "cudnn"
+    assert default_attention_kernel("megatron", "A100-80GB") == "flash-attention-2"
+    assert default_attention_kernel("fsdp2", "H100-96GB-500W") == "flash-attention-2"
+    assert default_attention_kernel("megatron", "H20") is None
+
+
+def test_recipe_speedups_are_transformer_engines_profile():
+    """H200 NVL autocast milliseconds (lowp.toml, TE's gemm_profiling guide): BF16 over the
+    recipe's, per pass: delayed 10.653/6.188, 10.813/6.306, 10.548/6.484."""
+    fwd, dgrad, wgrad = recipe_speedups("H100-SXM", "delayed")
+    assert fwd == pytest.approx(10.653 / 6.188)
+    assert dgrad == pytest.approx(10.813 / 6.306)
+    assert wgrad == pytest.approx(10.548 / 6.484)
+    assert recipe_speedups("H20", "delayed") is None
+    b300 = recipe_speedups("GB200", "mxfp8")
+    assert b300 is not None and 1.3 < b300[0] < 1.5
+
+
+def test_fp8_recipe_is_refused_where_it_does_not_apply():
+    h100, b200 = get_accelerator("H100-SXM"), get_accelerator("B200")
+    with pytest.raises(InputError, match="fp8_recipe: mxfp8 needs Blackwell"):
+        check_fp8_recipe("fp8", "mxfp8", h100)
+    with pytest.raises(InputError, match="applies only with precision fp8"):
+        check_fp8_recipe("bf16", "delayed", h100)
+    assert check_fp8_recipe("fp8", None, h100).value == "delayed"
+    assert fp8_linear_speedups("bf16", None, b200) == (1.0, 1.0, 1.0)
+    # a part with FP8 but no published profile keeps the flat figure: 2 × 0.75
+    mi300 = get_accelerator("MI300X")
+    flat = fp8_linear_speedups("fp8", "delayed", mi300)
+    assert flat[0] == pytest.approx(mi300.fp8_flops_per_s / mi300.peak_flops_per_s * 0.75)
+
+
+def test_power_capped_h100_sustains_the_clock_between_its_two_ratings():
+    """835.5 at 400 W (H100 NVL) and 989.4 at 700 W (H100 SXM), linear in power: at 500 W
+    835.5 + 153.9/3 = 886.8 TFLOP/s."""
+    assert sustained_clock_fraction("H100-96GB-500W") * 989.4 == pytest.approx(886.8)
+    assert sustained_clock_fraction("H100-SXM") == 1.0
+
+
+def test_optimizer_streams_at_babelstreams_triad():
+    """BabelStream triad: A100 80GB and H100 SXM from the Azure guide (memory.toml)."""
+    assert stream_triad_fraction("H800") == stream_triad_fraction("H100-SXM")
+    assert stream_triad_fraction("H100-SXM") == pytest.approx(2.97 / 3.35, abs=1e-3)
+    assert stream_triad_fraction("TPUv5p") is None
+
+
+def test_mxfp8_bytes_are_transformer_engines_copies_and_scales():
+    """Weight: row-wise and column-wise FP8 copies (1 + 1 B) and an E8M0 scale per 32 elements
+    of each (2/32 B); saved input: the column-wise copy only (1 + 1/32 B)."""
+    assert fp8_weight_cache_bytes("mxfp8") == 2 + 2 / 32
+    assert fp8_activation_bytes("mxfp8") == 1 + 1 / 32
+    assert fp8_weight_cache_bytes("tensorwise") == 2 and fp8_activation_bytes("delayed") == 1
+    assert fp8_weight_cache_bytes("blockwise") == 2 + 2 * 4 / 128**2
+    assert fp8_activation_bytes("blockwise") == 1 + 4 / 128
+
+
+def test_deployed_params():
+    p = deployed_params("H100-96GB-500W", "flash-attention-2")
+    assert (p.attention_kernel, p.part) == ("flash-attention-2", "H100-96GB-500W")
+    assert p.clock_fraction == pytest.approx(0.8963, abs=1e-4)
+    assert (
+        deployed_params("H100-SXM").gemm_efficiency
+        == roofline_params_for("H100-SXM").gemm_efficiency
+    )
+    assert deployed_params("H100-SXM", attention_efficiency=0.4).attention_kernel is None
+    with pytest.raises(InputError, match="attention_kernel"):
+        deployed_params("H100-SXM", "xformers")
+
+
+def test_attention_core_on_the_clock_uses_the_curve_by_chunk_length():
+    """Llama 3 70B layer at s = 32,768, cp 4, tp 8, b 1, on H100 with cuDNN: the core's call
+    sees 8,192 queries; its forward takes the causal pairs' FLOPs / (989.4e12 · 644/989.4)."""
+    arch = get_model("llama3-70b").model.arch
+    shape = LayerShape(arch, False, 32768, 1, 8, 4, causal=True)
+    core = next(op for op in layer_ops(shape) if op.name.startswith("attention core"))
+    assert core.seq_len == 8192 and core.head_dims == (128, 128)
+    pairs = 32768 * 32769 / 2
+    assert core.masked_flops == pytest.approx(2 * 64 * pairs * 256 / 32)
+    p = deployed_params("H100-SXM", "cudnn")
+    c = Clock(989.4e12, 3.35e12, p)
+    seconds = op_seconds(core, c)
+    compute = core.masked_flops / (644e12)
+    assert seconds == pytest.approx(max(compute, core.forward_bytes / (0.9 * 3.35e12)) + 3e-6)
+
+
+def test_mxfp8_memory_counts_the_scales():
+    """Llama 3 8B on 8 B200, one stage, tp 1 (32 × 218,103,808 linear weights): MXFP8 caches
+    the row- and column-wise copies with one E8M0 byte per 32 elements each, 2 + 2/32 B per
+    linear weight = 32 × 218,103,808 × 33/16 = 14,394,851,328 B against delayed scaling's
+    13,958,643,712; each FP8-saved linear input gains 1/32 B per element."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "dp": 8, "seq_len": 8192, "global_batch_size": 64,
+            "gpu": "B200", "precision": "fp8"}  # fmt: skip
+    mx = build_case({**base, "fp8_recipe": "mxfp8"}).evaluate().stages[0]
+    delayed = build_case(base).evaluate().stages[0]
+    assert delayed.state.weight_cache_bytes == 32 * 218_103_808 * 2
+    assert mx.state.weight_cache_bytes == 32 * 218_103_808 * 33 // 16 == 14_394_851_328
+    # FP8 rows per token of one layer: QKV, output, FC1 inputs (h each) and the down input (f)
+    fp8_elements = (3 * 4096 + 14336) * 8192
+    assert mx.activations is not None and delayed.activations is not None
+    extra = mx.activations.layers_bytes - delayed.activations.layers_bytes
+    assert extra == 32 * fp8_elements / 32  # 32 layers, b 1
+
+
+def test_nvls_all_reduce_inside_an_hgx_hopper_board():
+    """A tensor-parallel all-reduce of 64 MiB over 8 H100 SXM on NVLink: each GPU sends
+    2·(7/8)·64 MiB; the ring moves it at 0.8 × 450 GB/s, NVLink SHARP at 480/370 of that (the
+    stated peaks, nccl-tests issue 212); the latency stays NCCL's Simple ring: 8.4 + 14 × 3.4 µs.
+    All-gathers and the network are unchanged."""
+    from trainplan.model.roofline import Collective, LinkTime, collective_seconds
+
+    p = deployed_params("H100-SXM")
+    sent = 2 * 7 / 8 * 64 * 2**20
+    link = LinkTime(450e9, True)
+    t = collective_seconds(Collective.ALL_REDUCE, 8, sent, link, p)
+    assert t == pytest.approx(8.4e-6 + 14 * 3.4e-6 + sent / (0.8 * 450e9 * 480 / 370))
+    ring = collective_seconds(Collective.ALL_GATHER, 8, sent / 2, link, p)
+    assert ring == pytest.approx(8.4e-6 + 7 * 3.4e-6 + sent / 2 / (0.8 * 450e9))
+    a100 = deployed_params("A100-80GB")
+    assert a100.nvls_allreduce_speedup == 1.0
+
+
+def test_grouped_gemm_wave_efficiency_for_few_tokens_per_expert():
+    """Grouped expert GEMMs on an H100 (132 SMs), n 4096, contiguous layout (M blocks of 128):
+    8 experts of 256 tokens make 8·2·⌈4096/bn⌉ tiles; 64 experts of 64 tokens pad each expert's
+    64 rows to a 128-row block, so at most half of every tile is useful."""
+    from trainplan.model.op_rates import gemm_wave_efficiency
+
+    assert gemm_wave_efficiency("H100-SXM", 256, 4096, 8) == pytest.approx(512 / 528)
+    few = gemm_wave_efficiency("H100-96GB-500W", 64, 4096, 64)
+    assert few is not None and few <= 0.5
+    assert gemm_wave_efficiency("MI300X", 256, 4096, 8) is None

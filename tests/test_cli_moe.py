@@ -1,0 +1,145 @@
+"""The ``--moe-*`` options (model.moe_run) as a user runs them: evaluate in its own process, text
+and ``--json``, the refusals one line each. Figures derived by hand here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_runs import refusal, run_many
+
+GPT_OSS_20B = [
+    *("evaluate", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--gpus", "8", "--dp", "8"),
+    *("--ep", "8", "--global-batch", "8", "--seq-len", "4096"),
+]
+"""gpt-oss-20b (24 MoE layers, 32 experts, top-4, h = 2,880) on one 8-GPU H100 node, ep 8,
+one micro-batch of one 4,096-token sequence per GPU."""
+
+EP_BYTES = 4096 * 4 * 2880 * 2 * 7 // 8 * 2 * 2 * 24
+"""Per dispatch 4,096·4 = 16,384 routed rows of 2,880 BF16, 7/8 of them to other ranks:
+82,575,360 bytes; dispatch and combine, forward and backward, 24 layers, 1 micro-batch:
+7,927,234,560 bytes."""
+
+INTERLEAVED = [
+    *("evaluate", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--gpus", "16", "--dp", "8"),
+    *("--pp", "2", "--ep", "8", "--global-batch", "64", "--schedule", "interleaved"),
+    *("--virtual-stages", "2"),
+]
+"""gpt-oss-20b on 16 H100, pp 2 interleaved (v 2), ep 8: m = 64 / 8 = 8 micro-batches."""
+
+DEEPSEEK_V3 = [
+    *("evaluate", "--model", "deepseek-v3", "--gpu", "H800", "--gpus", "2048", "--dp", "128"),
+    *("--pp", "16", "--ep", "64", "--global-batch", "15360", "--seq-len", "4096"),
+    *("--precision", "fp8"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return run_many(
+        {
+            "default": [*GPT_OSS_20B, "--json"],
+            "padded": [*GPT_OSS_20B, "--moe-capacity-factor", "2", "--moe-pad-to-capacity", "--json"],
+            "imbalanced": [*GPT_OSS_20B, "--moe-imbalance", "1.5", "--json"],
+            "text": [*GPT_OSS_20B, "--moe-imbalance", "1.5"],
+            "v3": [*DEEPSEEK_V3, "--json"],
+            "v3 deepep": [*DEEPSEEK_V3, "--moe-dispatcher", "deepep", "--moe-node-limit", "4", "--json"],
+            "interleaved": [*INTERLEAVED, "--json"],
+            "overlap": [*INTERLEAVED, "--moe-ep-overlap", "overlap_moe_expert_parallel_comm", "--json"],
+            "overlap 1f1b": [
+                *INTERLEAVED[:-4], "--moe-ep-overlap", "overlap_moe_expert_parallel_comm",
+            ],
+            "no moe": ["evaluate", "--model", "llama3-8b", "--moe-capacity-factor", "1.25"],
+            "limit alone": [*GPT_OSS_20B, "--moe-node-limit", "4"],
+            "deepspeed deepep": [*GPT_OSS_20B, "--framework", "deepspeed", "--moe-dispatcher", "deepep"],
+            "fsdp2 overlap": [
+                *GPT_OSS_20B, "--framework", "fsdp2", "--moe-ep-overlap", "overlap_moe_expert_parallel_comm",
+            ],
+            "no shared": [*GPT_OSS_20B, "--moe-ep-overlap", "moe_shared_expert_overlap"],
+            "imbalance below 1": [*GPT_OSS_20B, "--moe-imbalance", "0.5"],
+        }
+    )  # fmt: skip
+
+
+def _ep(out: dict) -> dict:
+    return next(a for a in out["traffic"] if a["axis"] == "ep")
+
+
+def test_default_is_every_routed_copy(runs):
+    out = json.loads(runs["default"].stdout)
+    assert EP_BYTES == 7_927_234_560
+    assert _ep(out)["bytes_per_step"] == EP_BYTES
+    assert out["layout"]["moe"] == {
+        "moe_capacity_factor": None,
+        "moe_pad_to_capacity": False,
+        "moe_imbalance": 1.0,
+        "moe_node_limit": None,
+        "moe_dispatcher": "alltoall",
+        "moe_ep_overlap": "none",
+    }
+
+
+def test_padding_to_capacity_moves_e_times_c(runs):
+    """cf 2 padded: C = ceil(4096·4/32 · 2) = 1,024, so E·C = 32,768 rows per dispatch, twice
+    the 16,384 routed rows: twice the bytes, and a slower step (the experts compute them too)."""
+    default, padded = (json.loads(runs[k].stdout) for k in ("default", "padded"))
+    assert _ep(padded)["bytes_per_step"] == 2 * EP_BYTES
+    assert padded["time"]["compute_s"] > default["time"]["compute_s"]
+    assert padded["time"]["mfu"] < default["time"]["mfu"]
+    assert padded["layout"]["moe"]["moe_capacity_factor"] == 2.0
+
+
+def test_imbalance_slows_the_busiest_rank_not_the_traffic(runs):
+    default, heavy = (json.loads(runs[k].stdout) for k in ("default", "imbalanced"))
+    assert _ep(heavy)["bytes_per_step"] == EP_BYTES  # the mean moves as much
+    assert _ep(heavy)["exposed_seconds"] > _ep(default)["exposed_seconds"]
+    assert heavy["time"]["step_s"] > default["time"]["step_s"]
+    assert runs["text"].returncode == 0 and "Traceback" not in runs["text"].stderr
+
+
+def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
+    """EP 64 over 8 H800 nodes: NCCL sends 7 of a token's 8 copies off the node on average
+    (8·56/64); DeepEP with M = 4 sends E[min(D, 4)]·7/8 ≈ 3.49 — the scale-out time falls to
+    about half, the bytes the dispatch moves do not change."""
+    base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
+    assert _ep(deepep)["bytes_per_step"] == _ep(base)["bytes_per_step"]
+    ratio = _ep(deepep)["exposed_seconds"] / _ep(base)["exposed_seconds"]
+    assert 0.45 < ratio < 0.55
+    assert deepep["time"]["step_s"] < base["time"]["step_s"]
+
+
+def test_deepep_buffers_are_resident_memory(runs):
+    """DeepEP's normal Buffer at h 7,168 and EP 64 (model.moe's derivation): 377,677,824 NVLink
+    + 336,047,360 RDMA bytes on every GPU of a stage with MoE layers, in its peak."""
+    base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
+    assert deepep["memory"]["dispatch_buffer_bytes"] == 713_725_184
+    assert base["memory"]["dispatch_buffer_bytes"] == 0
+
+
+def test_combined_1f1b_leaves_the_warmup_and_cooldown_exposed(runs):
+    """Megatron-Core's overlap_moe_expert_parallel_comm, pp 2 × v 2, m 8: rank 0 runs
+    2·(2 − 1) + (2 − 1)·2 + 1 = 5 of its 16 chunk forwards (and as many backwards) without a
+    partner; gpt-oss-20b's expert GEMMs on one node cover the paired all-to-alls, so 5/16 of
+    the all-to-all time stays exposed."""
+    plain, overlap = (json.loads(runs[k].stdout) for k in ("interleaved", "overlap"))
+    assert _ep(overlap)["seconds"] == _ep(plain)["seconds"]
+    assert _ep(plain)["exposed_seconds"] == pytest.approx(_ep(plain)["seconds"])
+    assert _ep(overlap)["exposed_seconds"] == pytest.approx(5 / 16 * _ep(plain)["seconds"])
+    assert overlap["layout"]["moe"]["moe_ep_overlap"] == "overlap_moe_expert_parallel_comm"
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("no moe", "moe_capacity_factor: routing and dispatch options apply to a model with MoE"),
+        ("limit alone", "moe_node_limit: node-limited routing is modelled with the deepep"),
+        ("deepspeed deepep", "moe_dispatcher: 'deepep' does not run under deepspeed"),
+        ("fsdp2 overlap", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' is Megatron-Core's"),
+        ("no shared", "moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts"),
+        ("imbalance below 1", "moe_imbalance: 1/2 must be at least 1"),
+        ("overlap 1f1b", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' with pp > 1 needs"),
+    ],
+)
+def test_refusals_name_the_option(runs, name, line):
+    assert refusal(runs[name]).startswith(line)

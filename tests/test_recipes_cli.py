@@ -1,0 +1,188 @@
+"""The recipes as a user runs them (separate processes, text and ``--json``): other optimizers,
+packed documents, verl's Ulysses and sliding windows under context parallelism. The hand figures
+are derived in each docstring (the mechanisms' own derivations: tests/model/test_recipes.py)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import refusal, run_many, trainplan
+
+LLAMA8 = ["--model", "llama3-8b", "--seq-len", "8192", "--global-batch", "64"]
+
+
+def _json(*args: str) -> dict:
+    done = trainplan("evaluate", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_optimizer_state_per_gpu_by_hand():
+    """Llama 3 8B over dp 8 at ZeRO-1 (optimizer state ÷ 8):
+
+    * Megatron-Core Muon (layer-wise distributed optimizer): hidden matrices 8 B
+      (32 × 218,103,808 elements), embeddings and norms AdamW's 12 B (1,050,939,392):
+      68,445,847,552 / 8 = 8,555,730,944 B;
+    * 8-bit Adam (textbook profile): 6.03125 B × 6,979,321,856 + 12 B × 1,050,939,392 =
+      54,705,307,648; / 8 = 6,838,163,456 B;
+    * Adam: 12 B × 8,030,261,248 / 8 = 12,045,391,872 B.
+    """
+    runs = run_many(
+        {
+            "muon": ["evaluate", *LLAMA8, "--dp", "8", "--optimizer", "muon", "--json"],
+            "8bit": [
+                "evaluate",
+                *LLAMA8,
+                "--dp",
+                "8",
+                "--framework",
+                "textbook",
+                "--optimizer",
+                "adam-8bit",
+                "--json",
+            ],  # fmt: skip
+            "adam": ["evaluate", *LLAMA8, "--dp", "8", "--json"],
+        }
+    )
+    got = {k: json.loads(r.stdout) for k, r in runs.items()}
+    assert got["muon"]["memory"]["optimizer_bytes"] == 8_555_730_944
+    assert got["muon"]["layout"]["optimizer"] == "muon"
+    assert got["8bit"]["memory"]["optimizer_bytes"] == 6_838_163_456
+    assert got["adam"]["memory"]["optimizer_bytes"] == 12_045_391_872
+    assert got["adam"]["layout"]["optimizer"] == "adam"
+    # Muon's Newton–Schulz iterations and gathers lengthen the optimizer step
+    assert got["muon"]["time"]["optimizer_s"] > got["adam"]["time"]["optimizer_s"]
+
+
+def test_optimizers_refused_in_one_line():
+    runs = run_many(
+        {
+            "8bit": ["evaluate", *LLAMA8, "--dp", "8", "--optimizer", "adam-8bit"],
+            "dtype": [
+                "evaluate",
+                *LLAMA8,
+                "--dp",
+                "8",
+                "--optimizer",
+                "lion",
+                "--optimizer-dtype",
+                "bf16",
+            ],  # fmt: skip
+            "size": ["evaluate", "--params", "7B", "--dp", "8", "--optimizer", "muon"],
+        }
+    )
+    assert runs["8bit"].returncode == 2
+    assert refusal(runs["8bit"]).startswith(
+        "optimizer: adam-8bit does not run under megatron (it runs under textbook)"
+    )
+    assert refusal(runs["dtype"]).startswith("optimizer_dtype: sizes Adam's state")
+    assert refusal(runs["size"]).startswith("optimizer: muon needs the model's layers")
+
+
+def test_packed_documents_mfu_both_ways():
+    """Packs of 8,192 tokens of 2,048-token documents, Megatron's FLOPs convention, causal:
+    each layer's attention core counts 4 · 2,048·2,049/2 = 8,392,704 pairs instead of
+    8,192·8,193/2 = 33,558,528; model FLOPs = 3 passes × 32 layers × 2·B·P·a·(d_qk + d_v) with
+    B 64, a 32, d_qk + d_v = 256: the pack's count exceeds the documents' by
+    3·32·2·64·32·256 · 25,165,824 = 2,533,274,790,395,904 FLOPs, and the time follows the
+    documents' count (a shorter step)."""
+    packed = _json(
+        *LLAMA8, "--dp", "8", "--mfu-convention", "megatron", "--document-length", "2048"
+    )
+    plain = _json(*LLAMA8, "--dp", "8", "--mfu-convention", "megatron")
+    f = packed["flops"]
+    assert f["pack_model_flops"] - f["model_flops"] == 2_533_274_790_395_904
+    assert f["pack_model_flops"] == plain["flops"]["model_flops"]
+    t = packed["time"]
+    assert t["mfu_pack"] / t["mfu"] == f["pack_model_flops"] / f["model_flops"]
+    assert plain["time"]["mfu_pack"] is None
+    assert packed["time"]["step_s"] < plain["time"]["step_s"]
+    assert packed["layout"]["document_lengths"] == [[2048, 1]]
+
+
+def test_document_length_refusals():
+    runs = run_many(
+        {
+            "long": [
+                "evaluate",
+                *LLAMA8,
+                "--document-length",
+                "8000",
+                "--document-length-spread",
+                "500",
+            ],
+            "spread": ["evaluate", *LLAMA8, "--document-length-spread", "100"],
+        }
+    )
+    assert refusal(runs["long"]).startswith("document_length: mean")
+    assert refusal(runs["spread"]).startswith("document_length_spread: needs document_length")
+
+
+def test_verl_ulysses_repeats_kv_heads_by_hand():
+    """Llama 3 8B (8 K/V heads) at cp 16 under fsdp2 with verl's Ulysses, B 16, b 1 (m 16):
+    a rank holds S = 8,192/16 = 512 tokens; Q = O = 2·512·4,096 = 4,194,304 B, K + V =
+    2·512·2,048 = 2,097,152 B repeated 16 // 8 = 2 times. Per layer 15/16 · (2·Q + 2·2·KV +
+    3·O) = 27,525,120 B; × 32 layers × 16 micro-batches = 14,092,861,440 B. Transformer
+    Engine's Ulysses (megatron) refuses cp 16 over 8 K/V heads, and verl's flavour by name."""
+    args = ["--model", "llama3-8b", "--seq-len", "8192", "--global-batch", "16", "--cp", "16"]
+    runs = run_many(
+        {
+            "verl": [
+                "evaluate",
+                *args,
+                "--framework",
+                "fsdp2",
+                "--zero",
+                "3",
+                "--cp-kind",
+                "ulysses-kv-repeat",
+                "--json",
+            ],  # fmt: skip
+            "megatron": ["evaluate", *args, "--cp-kind", "ulysses-kv-repeat"],
+            "te": ["evaluate", *args, "--cp-kind", "ulysses"],
+        }
+    )
+    assert runs["verl"].returncode == 0, runs["verl"].stderr
+    cp = next(r for r in json.loads(runs["verl"].stdout)["traffic"] if r["axis"] == "cp")
+    assert cp["bytes_per_step"] == 14_092_861_440
+    assert "K/V heads repeated" in cp["collective"]
+    assert refusal(runs["megatron"]).startswith("cp_kind: ulysses-kv-repeat is verl's Ulysses")
+    assert refusal(runs["te"]).startswith("cp: ulysses splits the heads over 16 ranks")
+
+
+def test_sliding_windows_under_cp():
+    """Gemma 3 27B has sliding-window layers: under megatron Transformer Engine refuses the ring
+    (only all_gather and a2a take windows); the all-gather runs, and the estimate notes that
+    it gathers the whole K/V for the windowed layers (exact for TE) beside the neighbour-only
+    figure."""
+    args = ["--model", "gemma3-27b", "--seq-len", "8192", "--global-batch", "16", "--cp", "2"]
+    runs = run_many(
+        {
+            "ring": ["evaluate", *args],
+            "gather": ["evaluate", *args, "--cp-kind", "all-gather", "--json"],
+        }
+    )
+    assert refusal(runs["ring"]).startswith(
+        "cp_kind: ring on a model with sliding-window layers is refused by Transformer Engine"
+    )
+    notes = json.loads(runs["gather"].stdout)["notes"]
+    assert any(n.startswith("cp: the all-gather gathers the whole K/V") for n in notes)
+
+
+def test_search_chooses_an_optimizer_only_when_allowed():
+    """The default search keeps Adam; given adam and muon it chooses among both (Adam's
+    cheaper step wins here), and adam-8bit alone under megatron has no framework to run it."""
+    base = ["search", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192",
+            "--global-batch", "64", "--tp", "1", "--pp", "1", "--json"]  # fmt: skip
+    runs = run_many(
+        {
+            "default": base,
+            "both": [*base, "--optimizer", "muon", "--optimizer", "adam"],
+            "none": [*base, "--optimizer", "adam-8bit"],
+        }
+    )
+    best = json.loads(runs["default"].stdout)
+    assert best["layout"]["optimizer"] == "adam"
+    both = json.loads(runs["both"].stdout)
+    assert both["layout"]["optimizer"] in ("adam", "muon")
+    assert runs["none"].returncode != 0
