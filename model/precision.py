@@ -279,7 +279,6 @@ def check_fp8_param_gather(framework: str, fp8_param_gather: bool) -> None:
     """
     if fp8_param_gather and str(framework) != "megatron":
         raise LayoutError(
-            f"fp8_param_gather: FP8 primary weights are Megatron-Core's --fp8-param-gather "
-            f"(Transformer Engine parameters); {framework} keeps BF16 weights (use "
-            "--framework megatron)"
+            f"fp8_param_gather: FP8 primary weights are Megatron-Core's (Transformer Engine "
+            f"parameters); {framework} keeps BF16 weights (use `framework` megatron)"
         )

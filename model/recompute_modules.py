@@ -95,8 +95,8 @@ def parse_recompute_modules(value: Any) -> tuple[str, ...]:
     bad = sorted(out - set(RECOMPUTE_MODULES))
     if bad:
         raise LayoutError(
-            f"recompute_modules: {', '.join(bad)} is not one of Megatron-Core's "
-            f"--recompute-modules ({', '.join(RECOMPUTE_MODULES)})"
+            f"recompute_modules: {', '.join(bad)} is not one of Megatron-Core's recompute "
+            f"modules ({', '.join(RECOMPUTE_MODULES)})"
         )
     return tuple(m for m in RECOMPUTE_MODULES if m in out)
 
@@ -168,19 +168,19 @@ def check_recompute_modules(
     ...     check_recompute_modules("fsdp2", "selective", ("layernorm",), False, False)
     ... except LayoutError as err:
     ...     print(err)  # doctest: +ELLIPSIS
-    recompute_modules: layernorm is Megatron-Core's --recompute-modules; ...
+    recompute_modules: layernorm is Megatron-Core's per-module recomputation; ...
     """
     if modules == DEFAULT_RECOMPUTE_MODULES:
         return
     named = ", ".join(modules) or "none"
     if str(framework) not in ("megatron", "textbook"):
         raise LayoutError(
-            f"recompute_modules: {named} is Megatron-Core's --recompute-modules; {framework} "
-            "has no per-module recomputation (use --framework megatron or textbook)"
+            f"recompute_modules: {named} is Megatron-Core's per-module recomputation; "
+            f"{framework} has none (use `framework` megatron or textbook)"
         )
     if str(recompute) != "selective":
         raise LayoutError(
-            f"recompute_modules: {named} applies to --recompute selective "
+            f"recompute_modules: {named} applies to `recompute` selective "
             f"(Megatron-Core's --recompute-granularity selective), not {recompute}"
         )
     moe = sorted({"moe_act", "moe", "shared_experts"} & set(modules))
