@@ -120,7 +120,9 @@ class Op:
     masked_flops: float = 0.0
     """The fused attention core: forward FLOPs over the (query, key) pairs its causal (or
     windowed) mask keeps, per GPU (:func:`model.flops.attention_core_forward_flops` with the
-    mask; the kernel skips the masked blocks whatever :attr:`flops` counts)."""
+    mask, and with packed documents their pairs alone: the variable-length kernel skips the
+    blocks between documents; the kernel skips the masked blocks whatever :attr:`flops`
+    counts)."""
 
     @property
     def gemm_flops(self) -> float:
@@ -249,7 +251,9 @@ def _attention_core(x: LayerShape) -> list[Op]:
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
-        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True) / (tp * x.cp)
+        # the causal pairs the published kernel rate counts, of the packed documents when given
+        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True, x.documents)
+        masked = masked / (tp * x.cp)
         return [
             Op(
                 "attention core (FlashAttention)",
