@@ -24,8 +24,6 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from trainplan.model.errors import LayoutError
 from trainplan.model.pipeline import (
     LAYOUT_CHUNKS,
@@ -38,7 +36,7 @@ from trainplan.model.pipeline_sim import PassTimes
 from trainplan.model.pipeline_zb import check_split_schedule
 from trainplan.model.schedule import simulate
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.xp import exact, is_array, maximum, minimum
+from trainplan.model.xp import exact, is_array, maximum, minimum, namespace
 
 __all__ = [
     "pass_times",
@@ -164,11 +162,13 @@ def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framew
 
 
 def _equal(a: Any, b: Any) -> bool:
-    return bool(np.all(np.asarray(a) == np.asarray(b)))
+    xp = namespace(a, b)
+    return bool(a == b) if xp is None else bool(xp.all(xp.asarray(a == b)))
 
 
 def _seconds(x: Any) -> Any:
-    return np.asarray(x, dtype=float) if is_array(x) else float(x)
+    xp = namespace(x)
+    return float(x) if xp is None else xp.asarray(x, dtype=xp.float64)
 
 
 def _ratio(x: float) -> Fraction:
@@ -216,14 +216,18 @@ def _simulated(schedule: str, pp: int, m: Any, f: Any, b: Any, w: Any, fb: Any) 
 
     if not any(is_array(x) for x in (m, f, b, w, fb)):
         return one(int(m), float(f), float(b), float(w), None if fb is None else float(fb))
-    shape = np.broadcast_shapes(*(np.shape(x) for x in (m, f, b, w, fb) if x is not None))
-    ms, fs, bs, ws = (np.broadcast_to(np.asarray(x), shape) for x in (m, f, b, w))
-    fbs = None if fb is None else np.broadcast_to(np.asarray(fb, dtype=float), shape)
-    out = np.empty(shape)
-    for i in np.ndindex(shape):
-        fbi = None if fbs is None else float(fbs[i])
-        out[i] = one(int(ms[i]), float(fs[i]), float(bs[i]), float(ws[i]), fbi)
-    return out
+    xp = namespace(m, f, b, w, fb)  # model/ imports no array library (model.xp)
+    given = [x for x in (m, f, b, w, fb) if x is not None]
+    arrays = xp.broadcast_arrays(*(xp.asarray(x, dtype=xp.float64) for x in given))
+    shape = arrays[0].shape
+    flat = [xp.reshape(a, (-1,)) for a in arrays]
+    out = []
+    for i in range(flat[0].shape[0]):
+        fbi = None if fb is None else float(flat[4][i])
+        out.append(
+            one(int(flat[0][i]), float(flat[1][i]), float(flat[2][i]), float(flat[3][i]), fbi)
+        )
+    return xp.reshape(xp.asarray(out, dtype=xp.float64), shape)
 
 
 def split_span(
