@@ -33,6 +33,7 @@ from trainplan.model.op_rates import check_fp8_recipe
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.precision import Precision, check_precision, dtype_bytes, optimizer_state_bytes
+from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding, TrainingSpec
 from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
@@ -68,6 +69,8 @@ RECIPE_KEYS = (
     "offload_optimizer",
     "offload_params",
     "offload_activations",
+    "recompute_modules",
+    "fp8_param_gather",
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
@@ -313,6 +316,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
         ),
         precision=params.get("precision", Precision.BF16),
+        recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
+        fp8_param_gather=_flag(params, "fp8_param_gather", False),
         fp8_recipe=params.get("fp8_recipe"),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),

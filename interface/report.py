@@ -146,6 +146,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
+        ("loss working set beyond it (one micro-batch)", m.get("loss_transient_bytes")),
         ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
@@ -171,6 +172,11 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         if m.get("host_fits") is False:
             verdict = f"DOES NOT FIT: host memory over by {gb(m['host_bytes'] - cap)}"
     lines.append(f"  verdict: {verdict}")
+    if m.get("construction_bytes"):
+        lines.append(
+            f"  model construction without deepspeed.zero.Init: {gb(m['construction_bytes'])} "
+            "per GPU (the whole BF16 model before ZeRO-3 partitions it; not in the total)"
+        )
     return lines
 
 

@@ -17,6 +17,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
 from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
     KEPT_HIGH_PRECISION,
@@ -134,6 +135,19 @@ def tp_block_inputs(est: Estimate) -> str | None:
     return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"
 
 
+def _selective_clause(est: Estimate) -> str:
+    """What ``recompute selective`` keeps under the profile: torchtitan's op-level policy
+    (:mod:`model.op_checkpoint`) or Megatron-Core's recompute modules."""
+    if str(est.layout.recompute) != "selective":
+        return ""
+    if est.layout.framework.op_selective:
+        return (
+            " (torchtitan's op-level policy: the block input, every other matmul output and "
+            "the attention kernel's outputs kept in dense layers)"
+        )
+    return f" (recompute modules {', '.join(est.training.recompute_modules)})"
+
+
 def _tp_plan_clause(est: Estimate) -> str:
     plan = tp_block_inputs(est)
     if plan == "gathered":
@@ -148,8 +162,9 @@ def assumptions(est: Estimate) -> list[str]:
     t, lay, o = est.training, est.layout, est.options
     overlap = ", ".join(f"{k} {v:g}" for k, v in o.overlap.items())
     mech = mechanism(
-        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes
-    )
+        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=lay.pp > 1,
+    )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
         _precision_sentence(est),
@@ -158,7 +173,8 @@ def assumptions(est: Estimate) -> list[str]:
         _capacity_sentence(est),
         "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
-        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}; "
+        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
+        f"{_selective_clause(est)}; "
         f"schedule {lay.schedule}; "
         f"convention {t.activation_convention}"
         + (
@@ -168,7 +184,8 @@ def assumptions(est: Estimate) -> list[str]:
         ),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + recompute transient + context-parallel buffers) or the optimizer step (model state + what the step "
+        "activations + the larger of the recompute transient and the loss's working set + "
+        "context-parallel buffers) or the optimizer step (model state + what the step "
         "materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
@@ -313,9 +330,16 @@ def _precision_sentence(est: Estimate) -> str:
             f"{flat:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 efficiency; no "
             "published recipe profile for this part)"
         )
+    cache = fp8_weight_cache_bytes(recipe)
+    weights = (
+        f"linear weights held as FP8 primary weights (1 B; --fp8-param-gather), only the "
+        f"column-wise copy cached (+{float(cache / 2):g} B per linear weight)"
+        if t.fp8_param_gather
+        else f"linear weights cached as FP8 row- and column-wise copies (+{float(cache):g} B per "
+        "linear weight)"
+    )
     return (
-        f"precision fp8, recipe {recipe.value} (Transformer Engine): linear weights cached as FP8 "
-        f"row- and column-wise copies (+{float(fp8_weight_cache_bytes(recipe)):g} B per linear weight), "
+        f"precision fp8, recipe {recipe.value} (Transformer Engine): {weights}, "
         f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element), linear "
         f"GEMMs {speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
@@ -420,6 +444,13 @@ def bound_notes(est: Estimate) -> list[str]:
     return notes
 
 
+def loss_beyond_recompute(acts: Any) -> Fraction:
+    """What the last stage's loss working set adds to the peak beyond the recompute transient
+    (the two do not coincide; the peak holds the larger): ``max(loss − recompute, 0)``, so that
+    the memory lines sum to the total."""
+    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
     st = est.peak
     acts = st.activations
@@ -441,6 +472,15 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "construction_bytes": _n(
+            construction_peak_bytes(
+                est.layout.framework,
+                est.layout.zero_stage,
+                st.dense_params + st.expert_params,
+                est.training.weight_bytes,
+            )
+        ),
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
         "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
         "activation_offload_buffer_bytes": _n(acts.offload_buffer_bytes) if acts else None,
@@ -479,6 +519,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_other_activation_bytes": _n(
                     acts.embedding_bytes
                     + acts.recompute_transient_bytes
+                    + loss_beyond_recompute(acts)
                     + acts.cp_transient_bytes
                     + acts.offload_buffer_bytes
                 )
@@ -545,6 +586,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "chunk_layers": _chunk_layers(est),
             "rank_order": "-".join(lay.rank_order),
             "offload_activations": list(t.offload.activations),
+            "recompute_modules": list(t.recompute_modules),
+            "fp8_param_gather": t.fp8_param_gather,
             "document_lengths": _documents(t),
             "moe": _moe_run(t.moe_run),
         },

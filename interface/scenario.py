@@ -25,10 +25,11 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
+               # host_memory_gbps; memory: recompute_modules, fp8_param_gather;
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
                # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
                # overlap_moe_expert_parallel_comm),
-               # host_memory_gbps; packed documents: document_length, document_length_spread,
+               # packed documents: document_length, document_length_spread,
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
@@ -74,6 +75,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, check_virtual_stages
+from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
@@ -234,6 +236,8 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_optimizer": _NUMBER,
     "offload_params": _FLAG,
     "offload_activations": [OFFLOAD_MODULES],
+    "recompute_modules": [RECOMPUTE_MODULES],
+    "fp8_param_gather": _FLAG,
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "document_length": _NUMBER,

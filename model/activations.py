@@ -119,7 +119,9 @@ from functools import lru_cache
 
 from trainplan.model.context_parallel import CpKind, kv_repeat
 from trainplan.model.errors import InputError
+from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
+from trainplan.model.recompute_modules import recomputed_rows
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = [
@@ -199,6 +201,18 @@ class ActivationContext:
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
+    op_selective: bool = False
+    """Selective recomputation is torchtitan's op-level policy (the ``fsdp2`` profile,
+    :mod:`model.op_checkpoint`): a dense flash-attention layer keeps the block input, every other
+    matmul output and the attention kernel's outputs, and ``selective_bytes`` is that sum;
+    False is Korthikanti et al.'s (every tensor but the attention core's)."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """Megatron-Core's ``--recompute-modules`` under selective recomputation
+    (:mod:`model.recompute_modules`): ``selective_bytes`` leaves out the rows they drop. The
+    default, the attention core, is Korthikanti's selective recomputation."""
+    fp8_gemms: bool = False
+    """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
+    output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))
@@ -501,6 +515,18 @@ def _gathered(
     return out
 
 
+def _op_selective(arch: Architecture, moe: bool, ctx: ActivationContext) -> Fraction | None:
+    """torchtitan's op-level selective bytes of a layer (:func:`model.op_checkpoint.
+    op_selective_bytes`) under ``ctx.op_selective``; None otherwise, and where that policy's
+    count does not apply (MoE or MLA layers, eager attention, tp without sequence parallelism):
+    the caller keeps Korthikanti's count."""
+    if not ctx.op_selective or (ctx.tp > 1 and not ctx.sequence_parallel):
+        return None
+    return op_selective_bytes(
+        arch, ctx.tokens, ctx.tp, ctx.activation_bytes, ctx.fp8_gemms, moe, ctx.flash_attention
+    )
+
+
 def layer_activations(arch: Architecture, index: int, ctx: ActivationContext) -> LayerActivations:
     """Activation bytes layer ``index`` keeps for backward, per GPU, per micro-batch.
 
@@ -542,6 +568,10 @@ def kind_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> L
     scores = frozenset(name for name, _, kind in rows if kind == "score")
     ckpt = Fraction(ctx.activation_bytes) * ctx.tokens * arch.hidden_size / tp_div["sp"]
     full = sum((b for _, b in terms), Fraction(0))
-    selective = sum((b for n, b in terms if n not in scores), Fraction(0))
+    selective = _op_selective(arch, moe, ctx)
+    if selective is None:
+        mla = arch.attention is AttentionKind.MLA
+        dropped = recomputed_rows(dict(terms), scores, ctx.recompute_modules, mla, moe)
+        selective = sum((b for n, b in terms if n not in dropped), Fraction(0))
     kept_input = ckpt if "attention norm input" in dict(terms) else Fraction(0)
     return LayerActivations(terms, scores, ckpt, full, selective, kept_input)

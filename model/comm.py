@@ -109,6 +109,7 @@ def dp_traffic(
         training.gradient_bytes,
         training.optimizer_bytes,
         regather_per_microbatch,
+        pipelined=layout.pp > 1,
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(

@@ -44,7 +44,10 @@ Profiles (``--framework``):
   forward and again for backward, the next unit prefetched); ZeRO-2 is
   ``reshard_after_forward=False`` (one gather per micro-batch, the stage's weights held whole
   from forward to backward) — the recipe of Llama 3 §3.3.1 ("we do not reshard after forward"),
-  with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards).
+  with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards). Under a
+  pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync off until the last
+  micro-batch: the stage's unsharded gradients accumulate whole, in FP32, and are
+  reduce-scattered once per step (:func:`_fsdp2_pipelined`).
 * ``textbook`` — the original planner's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
   B/param sharded as ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather;
   ``zero3_regather`` gathers per micro-batch), capacity as the vendor states it. It reproduces
@@ -99,6 +102,15 @@ class Framework(StrEnum):
         plan (``torchtitan/models/common/decoder_sharding.py``: ``SequenceParallel`` norms, the
         block input redistributed to ``Replicate`` before ``ColwiseParallel``). Megatron-Core
         keeps the sequence shard and gathers again in backward."""
+        return self is Framework.FSDP2
+
+    @property
+    def op_selective(self) -> bool:
+        """True when the profile's selective recomputation is torchtitan's op-level policy
+        (``selective_ac_option = "op"``: the block input, every other matmul output and the
+        attention kernel's outputs are kept; :mod:`model.op_checkpoint`): ``fsdp2``. The others
+        recompute the attention core only (Korthikanti et al. 2022 §5; Megatron-Core's
+        ``--recompute-granularity selective`` with ``core_attn``)."""
         return self is Framework.FSDP2
 
     @property
@@ -388,6 +400,7 @@ def mechanism(
     gradient_bytes: int | None = None,
     optimizer_bytes: int = 12,
     regather: bool = False,
+    pipelined: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -397,7 +410,9 @@ def mechanism(
     the framework lets the user choose it (textbook; DeepSpeed's ``grad_accum_dtype``);
     Megatron-Core accumulates and reduces FP32 ``main_grad`` with bf16 parameters, FSDP2 as
     torchtitan sets it reduces in FP32 into FP32 shards. ``regather`` (textbook ZeRO-3 only)
-    gathers the weights for every micro-batch's forward and backward.
+    gathers the weights for every micro-batch's forward and backward. ``pipelined`` (pp > 1)
+    changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
+    synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
 
     Raises
     ------
@@ -492,6 +507,8 @@ def mechanism(
             bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
             gathers_per_microbatch=2, weight_bytes=w, source=src,
         )  # fmt: skip
+    if pipelined:
+        return _fsdp2_pipelined(zero_stage, w, g, o, src)
     # FSDP2: the FP32 sharded parameter is the master copy; gradients sharded in FP32; a unit's
     # bf16 gradients are cast to the reduce dtype (FP32 by default) before its reduce-scatter.
     master = 4
@@ -508,6 +525,33 @@ def mechanism(
         gathered_units=2 if reshard else 0, unit_grad_bytes=w + (g if g != w else 0),
         reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0 if reshard else 1,
         gathers_per_microbatch=2 if reshard else 0, weight_bytes=w, source=src,
+    )  # fmt: skip
+
+
+def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mechanism:
+    """FSDP2 under a PyTorch pipeline schedule (pp > 1, as torchtitan runs it).
+
+    ``_PipelineStageBase.backward_maybe_with_nosync`` (``torch/distributed/pipelining/
+    stage.py``) calls ``set_requires_gradient_sync(False)`` and
+    ``set_reshard_after_backward(False)`` before every micro-batch's backward and runs the FSDP
+    post-backward (the reduce-scatter) by hand after the last one. Until then each parameter's
+    unsharded gradient is accumulated: ``FSDPParam.to_accumulated_grad_if_needed``
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``) upcasts it to ``reduce_dtype`` into
+    ``unsharded_accumulated_grad`` (FP32 as torchtitan sets it), so the stage's gradients are
+    whole on the GPU in ``g`` bytes, and the unsharded parameters stay gathered after backward
+    (both ZeRO stages: whole bf16 weights at the backward's end). The FP32 sharded gradient
+    exists from that one reduce-scatter to the optimizer step (``step_sharded``); the gradients
+    cross the wire once per step.
+    """
+    name = "reshard_after_forward=True" if zero_stage == 3 else "reshard_after_forward=False"
+    return Mechanism(
+        Framework.FSDP2, zero_stage,
+        f"FSDP2 fully_shard({name}) under a pipeline schedule: gradient sync after the last "
+        f"micro-batch, unsharded gradients accumulated in {_dtype(g)}",
+        weights_full=w, weights_sharded=4, grads_full=g, grads_sharded=0,
+        optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4, unit_grad_bytes=w,
+        reduce_bytes=g, gathers_per_step=0 if zero_stage == 3 else 1,
+        gathers_per_microbatch=2 if zero_stage == 3 else 0, weight_bytes=w, source=src,
     )  # fmt: skip
 
 

@@ -36,6 +36,8 @@ from trainplan.model.moe_run import (
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
+from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
@@ -103,6 +105,17 @@ def _activation_offload(
     check_activation_offload(
         framework, recompute, s.training.offload.activations, has_moe, counts, has_mla
     )
+
+
+def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
+    arch = s.model.arch
+    has_moe = arch is None or arch.kind_index(True) is not None
+    has_mla = arch is None or arch.mla is not None
+    check_recompute_modules(framework, recompute, s.training.recompute_modules, has_moe, has_mla)
+
+
+def _fp8_param_gather(s: Setting, framework: Any) -> None:
+    check_fp8_param_gather(framework, s.training.fp8_param_gather)
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
@@ -317,6 +330,8 @@ RULES: tuple[Rule, ...] = (
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
+    Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
+    Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
     Rule(

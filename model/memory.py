@@ -22,6 +22,10 @@ from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
 from trainplan.model.specs import TrainingSpec
 
+FP8_PARAM_BYTES = 1
+"""Bytes per linear weight element of an FP8 primary weight (E4M3 data; the per-tensor scale
+is one float per weight, not counted)."""
+
 __all__ = [
     "ModelState",
     "model_state",
@@ -146,6 +150,7 @@ def model_state(
         training.weight_bytes,
         training.gradient_bytes,
         training.optimizer_bytes,
+        pipelined=layout.pp > 1,
     )
     return _model_state(
         dense_params,
@@ -158,6 +163,7 @@ def model_state(
         cache_bytes_per_element(training, layout.framework),
         training.offload,
         layout.num_microbatches(training.global_batch_size) > 1,
+        training.fp8_param_gather,
     )
 
 
@@ -173,6 +179,7 @@ def _model_state(
     cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
+    fp8_params: bool = False,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
     ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
@@ -185,7 +192,7 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload, accumulating,
+        cache_bytes, offload, accumulating, fp8_params,
     )  # fmt: skip
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
@@ -194,10 +201,16 @@ def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int
     """Bytes per linear weight element of the low-precision copies the recipe caches: under fp8
     where the framework caches them (:attr:`model.frameworks.Framework.fp8_caches_weights`) the
     row- and column-wise FP8 copies with their scales
-    (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0."""
+    (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0. With FP8
+    primary weights (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the row-wise FP8 weight
+    is the parameter itself and only the column-wise copy (the transpose) is cached: half of
+    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache; counted on
+    every device, although Blackwell keeps no transpose for per-tensor scaling)."""
     if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
         return 0
     cache = fp8_weight_cache_bytes(training.fp8_recipe or Fp8Recipe.DELAYED)
+    if training.fp8_param_gather:
+        cache = cache / 2
     return int(cache) if cache.denominator == 1 else cache
 
 
@@ -229,6 +242,7 @@ def state_terms(
     cache_bytes: int | Fraction = 0,
     offload: Offload = NO_OFFLOAD,
     accumulating: Any = False,
+    fp8_params: bool = False,
     optimizer_scale: tuple[Any, Any] = (1, 1),
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
@@ -237,14 +251,18 @@ def state_terms(
     once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
     ZeRO-3), and what ``offload`` moves to the GPU's share of the host
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
-    more than one micro-batch per step; the last term). ``optimizer_scale``: (dense, expert)
-    factors on the optimizer state of an optimizer other than Adam
+    more than one micro-batch per step; the last term). With ``fp8_params`` (FP8 primary
+    weights, :attr:`model.specs.TrainingSpec.fp8_param_gather`) the ``linear`` weight elements
+    held whole are 1 B each instead of the mechanism's working dtype. ``optimizer_scale``:
+    (dense, expert) factors on the optimizer state of an optimizer other than Adam
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     dense = mech.memory_terms(dense_params, shard, dense_unit)
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
+    if fp8_params and mech.weights_full:
+        w = w - (mech.weight_bytes - FP8_PARAM_BYTES) * linear
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, StageMemory, stage_params_per_gpu
@@ -160,7 +161,10 @@ def network_cost(
             ),
             _layout(spec, opt, spec.recompute),
         )
-        extra = (logit + temp - counted) if rs.log_probs else -counted
+        # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
+        # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
+        loss_over = _loss_over(train_est.stages[last].activations)
+        extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
         held = [st.state.total_bytes for st in train_est.stages]
         train_peak = [
             max(st.backward_bytes + (extra if i == last else 0), st.state.optimizer_step_bytes)
@@ -193,7 +197,7 @@ def network_cost(
                 Term(
                     f"activations ({spec.recompute} recompute, b {b} × s {s})",
                     "training",
-                    acts.total_bytes,
+                    acts.total_bytes - (_loss_over(acts) if train_est.peak.stage == last else 0),
                     "bytes",
                     "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
                 )
@@ -424,3 +428,12 @@ def rollout_cost(
         phases=rs.phases,
         budget_bytes=mem.budget_bytes,
     )
+
+
+def _loss_over(acts: Any) -> Fraction:
+    """What evaluate()'s loss working set adds to a last stage's peak beyond its recompute
+    transient (:attr:`model.terms.activations.StageActivations.loss_transient_bytes`); 0 for a
+    size-only model."""
+    if acts is None:
+        return Fraction(0)
+    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))

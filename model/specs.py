@@ -25,6 +25,7 @@ from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
 from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 from trainplan.model.units import check_limit
 
 __all__ = [
@@ -320,6 +321,21 @@ class TrainingSpec:
     beside a tensor parallelism that keeps the shard, as Meta's Llama 3 stack must have (its
     published layouts fit only so)."""
 
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
+    """What selective recomputation recomputes, as Megatron-Core's ``--recompute-modules``
+    names it (:mod:`model.recompute_modules`: ``core_attn``, ``layernorm``, ``mla_up_proj``,
+    ``mlp``, ``moe_act``, ``moe``, ``shared_experts``); the default is the attention core,
+    Korthikanti et al.'s selective recomputation. Other modules need the ``megatron`` (or
+    ``textbook``) profile and ``recompute = selective`` (:func:`model.recompute_modules.check_recompute_modules`)."""
+
+    fp8_param_gather: bool = False
+    """FP8 primary weights (Megatron-Core ``--fp8-param-gather``; on in NeMo's FP8 current
+    scaling recipe, Megatron-Bridge ``training/mixed_precision.py``
+    ``bf16_with_fp8_current_scaling_mixed``): the linear layers' working weights are Transformer
+    Engine FP8 tensors, 1 B per element instead of a BF16 weight plus a cached FP8 copy; only
+    the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
+    ``precision = fp8`` and the ``megatron`` profile."""
+
     documents: Documents | None = None
     """Each sequence packs documents of this length distribution under document masking
     (:mod:`model.packing`): attention FLOPs and time follow Σ lᵢ² of the documents, not s².
@@ -330,6 +346,9 @@ class TrainingSpec:
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
+        object.__setattr__(
+            self, "recompute_modules", parse_recompute_modules(self.recompute_modules)
+        )
         if self.activation_convention not in ("paper", "pytorch"):
             raise InputError(
                 f"training.activation_convention: {self.activation_convention!r} is not one of "
@@ -339,6 +358,10 @@ class TrainingSpec:
             object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
         except ValueError:
             raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
+        if self.fp8_param_gather and self.precision is not Precision.FP8:
+            raise InputError(
+                f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
+            )
         if self.fp8_recipe is not None:
             if self.precision is not Precision.FP8:
                 raise InputError(

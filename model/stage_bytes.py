@@ -145,7 +145,9 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
     """(bytes kept per micro-batch, candidate recompute transients) of a stage whose layers are
     MoE or not as ``kinds`` says, as linear forms over :func:`layer_quantities`.
 
-    * none / selective: every layer's ``full`` / ``selective`` bytes; no transient.
+    * none: every layer's ``full`` bytes; no transient.
+    * selective: every layer's ``selective`` bytes; while one layer's backward runs, what it
+      recomputed is back: the transient is that layer's ``full − selective``.
     * full (k = 1) and √n (k = round(√n)): one ``checkpoint`` per segment of k layers kept per
       micro-batch; while segment j is recomputed it holds its layers' ``full`` bytes less the
       input its first layer keeps (the checkpoint it starts from) — and backward, which runs the
@@ -159,10 +161,20 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
     >>> per_mb, transients = stage_forms((False, False, False), Recompute.FULL)
     >>> per_mb[:4], [t[:4] for t in transients][-1]
     ((0, 0, 3, 0), (1, 0, 0, -1))
+    >>> stage_forms((False, True), Recompute.SELECTIVE)
+    ((0, 1, 0, 0, 0, 1, 0, 0), ((1, -1, 0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, -1, 0, 0)))
     """
-    if mode in (Recompute.NONE, Recompute.SELECTIVE):
-        quantity = "full" if mode is Recompute.NONE else "selective"
-        return tuple(_add([0] * 8, *(_unit(k, quantity) for k in kinds))), ()
+    if mode is Recompute.NONE:
+        return tuple(_add([0] * 8, *(_unit(k, "full") for k in kinds))), ()
+    if mode is Recompute.SELECTIVE:
+        # while a layer's backward runs, what it recomputed is back: full − selective of one
+        # layer (the attention core's scores; under torchtitan's op policy every tensor it
+        # did not save)
+        transients = tuple(
+            tuple(_add(_unit(k, "full"), _scale(_unit(k, "selective"), -1)))
+            for k in sorted(set(kinds))
+        )
+        return tuple(_add([0] * 8, *(_unit(k, "selective") for k in kinds))), transients
     k = 1 if mode is Recompute.FULL else sqrt_segment(len(kinds))
     segments = [kinds[i : i + k] for i in range(0, len(kinds), k)]
     ckpts = [_unit(seg[0], "checkpoint") for seg in segments]

@@ -219,6 +219,22 @@ RECIPE: list[Decorator] = [
         "offloading). Copies overlap the next layer's compute; recompute none or selective.",
     ),
     click.option(
+        "--recompute-modules",
+        "recompute_modules",
+        help="Comma list of what --recompute selective recomputes, named as Megatron-Core's "
+        "--recompute-modules names them (core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
+        "shared_experts); default core_attn. Megatron-Core and textbook profiles only.",
+    ),
+    click.option(
+        "--fp8-param-gather",
+        "fp8_param_gather",
+        is_flag=True,
+        default=None,
+        help="FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's FP8 current "
+        "scaling recipe): the linear weights are 1 B FP8 tensors and only their transpose is "
+        "cached. Needs --precision fp8 and --framework megatron.",
+    ),
+    click.option(
         "--document-length",
         "document_length",
         type=NUMBER,

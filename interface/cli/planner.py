@@ -61,7 +61,9 @@ LAYOUT: list[Decorator] = [
     click.option(
         "--recompute",
         type=click.Choice(["none", "sqrt", "selective", "full"]),
-        help="Activation recomputation (default none).",
+        help="Activation recomputation (default none). selective is the framework's own: "
+        "Megatron-Core's --recompute-modules (core_attn unless --recompute-modules says), "
+        "torchtitan's op-level policy under fsdp2.",
     ),
     click.option(
         "--sequence-parallel/--no-sequence-parallel",

@@ -206,6 +206,9 @@ KEY_DOCS: dict[str, str] = {
     "layout.moe.moe_ep_overlap": "Megatron-Core's expert all-to-all overlap: none, "
     "moe_shared_expert_overlap or overlap_moe_expert_parallel_comm.",
     "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",
+    "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
+    "--recompute-modules names; core_attn by default).",
+    "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",
@@ -224,6 +227,12 @@ KEY_DOCS: dict[str, str] = {
     "memory.embedding_activations_bytes": "Embedding and output-layer activations (FP32 logits on the last stage).",
     "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed "
     "holds at the peak, less its checkpoint, counted once.",
+    "memory.loss_transient_bytes": "Last stage: what the loss holds for one micro-batch beyond "
+    "the kept FP32 softmax (BF16 logits, FP32 copy, backward's gradients, as the framework's "
+    "default loss holds them), less the recompute transient it does not coincide with.",
+    "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
+    "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
+    "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
     "memory.pipeline_output_bytes": "Pipeline outputs kept until sent (0 when deallocated after the send).",
     "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
     "memory.activation_offload_buffer_bytes": "Offloaded activations kept on the GPU: one layer's, the group never offloaded.",

@@ -26,6 +26,7 @@ from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes, kv_repeat
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import (
@@ -114,12 +115,18 @@ class StageActivations:
     offload_host_bytes: Fraction = Fraction(0)
     """Activation offload: the offloaded tensors of every layer and micro-batch in flight on the
     host, less the group never offloaded. Not part of any GPU total."""
+    loss_transient_bytes: Fraction = Fraction(0)
+    """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
+    one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
+    copy, backward's gradients, as the profile's default loss holds them). It does not coincide
+    with a recompute transient (the loss's backward runs before any layer's), so the peak takes
+    the larger of the two. 0 on other stages."""
 
     @property
     def total_bytes(self) -> Fraction:
         return (
             self.layers_bytes
-            + self.recompute_transient_bytes
+            + maximum(self.recompute_transient_bytes, self.loss_transient_bytes)
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.cp_transient_bytes
@@ -142,7 +149,9 @@ def activation_context(
     what every per-layer activation figure reads. The framework decides whether FP8 linear
     layers save FP8 inputs, whether tensor parallelism keeps the blocks' gathered inputs
     (:func:`model.memory.keeps_gathered_inputs`), whether the expert-TP group gathers the
-    routed tokens, and what the MoE combine keeps (:class:`model.frameworks.Framework`)."""
+    routed tokens, what the MoE combine keeps and what selective recomputation keeps (torchtitan's
+    op-level policy under ``fsdp2``, Megatron-Core's ``recompute_modules`` otherwise;
+    :class:`model.frameworks.Framework`)."""
     framework = Framework(framework)
     return ActivationContext(
         seq_len=training.seq_len,
@@ -162,6 +171,9 @@ def activation_context(
         expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
         combine_output_bytes=framework.moe_combine_bytes(),
         ep=ep,
+        op_selective=framework.op_selective,
+        recompute_modules=training.recompute_modules,
+        fp8_gemms=training.precision is Precision.FP8,
     )
 
 
@@ -406,9 +418,18 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
+    extra = f.lookup(_loss_extra, (), "framework", "tp")
+    loss = where(f.stage == f.pp - 1, extra * tokens * vocab / f.tp, 0)
     return StageActivations(
-        kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host
+        kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
+
+
+def _loss_extra(framework: Any, tp: int) -> int:
+    """Bytes per local logit the profile's loss holds beyond the kept fp32 softmax
+    (:func:`model.loss_memory.loss_peak_bytes_per_element` less
+    :data:`model.loss_memory.LOSS_KEPT_BYTES`)."""
+    return loss_peak_bytes_per_element(framework, tp) - LOSS_KEPT_BYTES
 
 
 def stage_activations(

@@ -419,10 +419,14 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
             _stage_linear, (c.model, c.vocab_multiple), *SPLIT_FIELDS
         )
         linear = linear * copies(f)
-    mech = mechanism(f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes)
+    mech = mechanism(
+        f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=f.pp > 1,
+    )  # fmt: skip
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
-        linear, layer_linear, cache_bytes, t.offload, f.m > 1, optimizer_scales(c, f),
+        linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
+        optimizer_scales(c, f),
     )  # fmt: skip
     dispatch = dispatch_buffer_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)

@@ -67,12 +67,13 @@ __all__ = [
 
 
 def dp_mechanism(c: Context, f: Fields) -> Any:
-    """The layout's ZeRO stage as its framework runs it, with the recipe's bytes and the
-    options' ZeRO-3 re-gather (:func:`model.frameworks.mechanism`)."""
+    """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
+    options' ZeRO-3 re-gather and, with pp > 1, the framework's pipeline-schedule variant
+    (:func:`model.frameworks.mechanism`)."""
     t = c.training
     return mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
-        c.options.zero3_regather,
+        c.options.zero3_regather, pipelined=f.pp > 1,
     )  # fmt: skip
 
 

@@ -83,7 +83,10 @@ def test_stage_activations_one_layer(row, tp, sp, kind):
     st = stage_activations(ARCH, (0,), 0, layout, training)
     assert st.microbatches_in_flight == 1
     assert st.layers_bytes == st.per_microbatch_bytes == formula(row)
-    assert st.recompute_transient_bytes == 0
+    # selective: while the layer's backward runs, its recomputed attention core is back — the
+    # score tensors, 5·a·s²·b/t (softmax output 2, dropout mask 1, dropout output 2)
+    scores = Fraction(5 * A * S * S * B_MICRO, tp) if kind == "selective" else 0
+    assert st.recompute_transient_bytes == scores
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["tp8", "tp8-sp"])

@@ -60,9 +60,21 @@ def check_per_stage_points(result, capacity_of):
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 10 points run from 112,609,792 B (tp 2, 5 of 6 layers
-    recomputed: 28.57 ms against the uniform full recomputation's 29.90 ms) to the uniform
-    509,418,496 B plan without recomputation (11.82 ms)."""
+    gives the same points; the 14 points run from the uniform full recomputation's
+    112,609,792 B at tp 2 (29.90 ms) through per-stage plans (the first at 120,998,400 B,
+    28.57 ms: tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without
+    recomputation (11.82 ms).
+
+    The loss's working set (Megatron-LM's unfused cross entropy: 6 B per local logit at its
+    peak, 2 B beyond the kept fp32 softmax; :mod:`model.loss_memory`) is 2·s·V/tp =
+    2 × 8,192 × 1,024 = 16,777,216 B at tp 1 and 8,388,608 B at tp 2, on the last stage, and the
+    peak takes the larger of it and the recompute transient (one recomputed layer's 67,371,008 B
+    less its kept 4,194,304 B input = 63,176,704 B). So each plan that keeps a layer whole on
+    the last stage (no transient) costs it more than without the loss: 509,418,496 + 16,777,216
+    = 526,195,712 B (tp 1, no recomputation); 112,609,792 + 8,388,608 = 120,998,400 B (tp 2, 5 of
+    6 recomputed); while the fully recomputed plans keep their figure (the transient covers the
+    loss), so the uniform full recomputation (193,534,976 B at tp 1, 165,142,016 B at pp 2,
+    112,609,792 B at tp 2) are points of the frontier."""
     problem = tiny_problem((2,))
     got = per_stage_frontier(problem, "memory")
     assert got.status == "optimal"
@@ -78,9 +90,12 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    assert len(want) == 10
-    assert want[0] == (112_609_792, 28_568_886, "per-stage")
-    assert want[-1] == (509_418_496, 11_816_717, "uniform")
+    assert len(want) == 14
+    assert want[0] == (112_609_792, 29_896_148, "uniform")
+    assert want[1] == (120_998_400, 28_568_886, "per-stage")
+    assert (193_534_976, 15_537_437, "uniform") in want  # tp 1, full: the transient covers the loss
+    assert (165_142_016, 18_559_189, "uniform") in want  # pp 2, full
+    assert want[-1] == (526_195_712, 11_816_717, "uniform")
     assert got.points[-1].uniform_ns == 29_896_148
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
@@ -99,9 +114,38 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
 
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     """tp 1 and 160 MB per GPU: 1 GPU holds no plan; on 2 no uniform layout fits (pp 2 under
-    full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 1 recomputed do; 3
-    and 6 GPUs gain 1.120× per stage; 4 and 8 keep the uniform plan (interleaved v = 3 and 4: the
-    per-stage search takes a shape's first-ranked v only, where no split beats them)."""
+    full recomputation needs 165,142,016 B) but 4 + 2 layers with 4 and 2 recomputed do; 3 GPUs
+    keep the uniform plan (no per-stage plan is faster); 6 GPUs gain 1.120× per stage; 4 and 8
+    keep the uniform plan (interleaved v = 3 and 4: the per-stage search takes a shape's
+    first-ranked v only, where no split beats them).
+
+    By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
+    a layer holds 4h² + 3·h·688 + 2h = 791,040 parameters, the last stage's 2 layers with the
+    output layer and final norm 1,844,480, the first stage's 4 with the embedding 3,426,304;
+    ZeRO-0 holds 18 B each (BF16 weight, FP32 gradient, 12 B Adam), ZeRO-1 over dp 2 holds
+    2 + 4 + 12/2 = 12 B. A layer kept whole is 67,371,008 B, a fully recomputed one keeps its
+    4,194,304 B input, and recomputing one in backward materialises the difference,
+    63,176,704 B (the recompute transient; none on a stage whose last layer is kept whole: its
+    backward frees more first). The last stage also holds the output layer's 5·s·V =
+    41,943,040 B and, for the moment of the loss, Megatron-LM's cross entropy's 2 B per logit
+    beyond the kept fp32 softmax: 2·s·V = 16,777,216 B; the peak takes the larger of that and
+    the recompute transient (:mod:`model.loss_memory`). One micro-batch is in flight on the
+    last stage, pp − i on stage i.
+
+    * 2 GPUs (pp 2, ZeRO-0), 4 + 2 layers. Last stage with 1 of 2 recomputed (the plan before
+      the loss was counted): 33,200,640 + 67,371,008 + 4,194,304 + 41,943,040 + 16,777,216 =
+      163,486,208 B > 160 MB. With both recomputed: 33,200,640 + 2 × 4,194,304 +
+      max(63,176,704, 16,777,216) + 41,943,040 = 146,708,992 B. The first stage (4 of 4
+      recomputed, 2 in flight): 3,426,304 × 18 + 2 × 4 × 4,194,304 + 63,176,704 =
+      158,404,608 B, the plan's peak.
+    * 3 GPUs (pp 3): the per-stage plan 2 + 2 + 2 with 2, 2, 1 recomputed (12.90 ms, 1.120×
+      before the loss was counted) needs 163,486,208 B on its last stage, as above; every
+      composition of the 6 layers that fits recomputes the last stage whole and is no faster
+      than the uniform √n plan (14,446,542 ns; the exhaustive oracle over compositions and
+      counts agrees, 2 + 2 + 2 fully recomputed at the same 14,446,542 ns).
+    * 6 GPUs (pp 3, dp 2, ZeRO-1): 2 + 2 + 2 with 2, 2, 1 recomputed fits: its last stage
+      1,844,480 × 12 + 67,371,008 + 4,194,304 + 41,943,040 + 16,777,216 = 152,419,328 B.
+    """
     capacity = 160e6
     problem = tiny_problem((1, 2, 3, 4, 6, 8), capacity)
     got = per_stage_frontier(problem, "gpus")
@@ -117,19 +161,34 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
         if job.num_gpus == 2:
             assert r.uniform is None
             assert r.plan.layout.stage_layers == (4, 2)
-            assert r.plan.layout.recompute_layers == (4, 1)
+            assert r.plan.layout.recompute_layers == (4, 2)
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert [(v, k) for v, _, k in want] == [
-        (2, "per-stage"), (3, "per-stage"), (4, "uniform"), (6, "per-stage"), (8, "uniform")
+        (2, "per-stage"), (3, "uniform"), (4, "uniform"), (6, "per-stage"), (8, "uniform")
     ]  # fmt: skip
+    two = next(p for p in got.points if p.value == 2)
+    assert peak_bytes(two.estimate) == 158_404_608
+    assert [int(s.total_bytes) for s in two.estimate.stages] == [158_404_608, 146_708_992]
+    six = next(p for p in got.points if p.value == 6)
+    assert six.estimate.layout.recompute_layers == (2, 2, 1)
+    assert int(six.estimate.stages[-1].total_bytes) == 152_419_328
+    three = next(p for p in got.points if p.value == 3)
+    assert three.step_ns == 14_446_542
+    before = three.job.case.evaluate(
+        three.estimate.layout.with_(
+            recompute="none", stage_layers=(2, 2, 2), recompute_layers=(2, 2, 1), zero_stage=0
+        )
+    )  # the per-stage plan before the loss's working set was counted
+    assert int(before.stages[-1].total_bytes) == 163_486_208
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
     for p in got.points:
         assert p.uniform_ns == staircase(uniform, p.value)
     assert got.points[-1].gain is None
-    assert got.points[-2].gain == pytest.approx(14_446_542 / 12_896_242)
+    assert got.points[1].value == 6
+    assert got.points[1].gain == pytest.approx(8_659_329 / 7_729_150)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
@@ -198,7 +257,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
     second, first = d["points"]  # fastest first
     assert (first["num_gpus"], first["plan"]) == (16, "per-stage")
-    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [37, 33]
+    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [37, 34]
     assert first["gain"] == pytest.approx(1.0257, abs=1e-3)
     assert first["uniform_step_s"] == pytest.approx(first["step_s"] * first["gain"])
     assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
@@ -207,13 +266,13 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert second["gain"] == pytest.approx(1.0820, abs=1e-3)
     from trainplan.interface.chart_layout import layout_key  # the --png key beside the plot
 
-    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/33")
+    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 37/34")
     assert layout_key(second, True).endswith("layers 19/20/21/20, fully recomputed 6/2/0/0")
     csv = tmp_path / "f.csv"
     code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
     assert code in (0, None)
     assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
-    assert "40/40 / 37/33" in out and "1.026×" in out and "1.082×" in out
+    assert "40/40 / 37/34" in out and "1.026×" in out and "1.082×" in out
     header = csv.read_text().splitlines()[0].split(",")
     assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
 

@@ -1,0 +1,108 @@
+"""The loss's working set on the last pipeline stage: what the cross entropy holds beyond the
+fp32 logits backward keeps.
+
+:func:`model.stage_bytes.embedding_bytes` counts what backward *keeps* of the loss, per
+micro-batch in flight: the fp32 (log-)softmax of the logits, ``4·S·V/tp`` bytes (S tokens of
+the micro-batch on this rank, V the padded vocabulary). Around that kept tensor the loss
+allocates more for a moment, once per micro-batch: the BF16 logits the output layer returns,
+the fp32 copy the loss is computed on, the gradients of backward. The peak of that working set,
+in bytes per element of the local logits ``[S, V/tp]``, is a property of the framework's loss
+code; this module gives it with the code it comes from, and :func:`loss_transient_bytes` the
+bytes beyond the kept ``4·S·V/tp``, counted once on the last stage (like the recompute
+transient, :class:`model.memory.StageActivations`).
+
+* ``megatron`` and ``deepspeed`` (Megatron-LM's and Megatron-DeepSpeed's unfused
+  ``_VocabParallelCrossEntropy``, ``megatron/core/tensor_parallel/cross_entropy.py``):
+  ``calculate_logits_max`` takes ``vocab_parallel_logits.float()`` while the caller still holds
+  the BF16 logits, then subtracts the maximum, exponentiates and normalises *in place*
+  (``calculate_predicted_logits``, ``calculate_cross_entropy_loss``) and saves that softmax.
+  Backward turns the saved softmax into the gradient in place (``calculate_gradients``); the
+  autograd engine casts the fp32 gradient to the BF16 input's dtype (``validate_outputs``) while
+  the fp32 one is still referenced. Peak: 2 + 4 = **6 B** per element, in forward and in backward.
+* ``fsdp2`` (torchtitan: ``cross_entropy_loss`` in ``torchtitan/components/loss.py``,
+  ``train.py``'s ``loss_fn`` at 9dec370: ``F.cross_entropy(pred.flatten(0, 1).float(), labels)``;
+  the trainer deletes ``pred`` before ``loss.backward()``):
+
+  - tp = 1, PyTorch's own ``cross_entropy`` = ``log_softmax`` + ``nll_loss``: forward holds the
+    BF16 logits, their fp32 copy and the fp32 log-softmax (2 + 4 + 4 = 10 B); ``log_softmax``
+    saves its output (4 B kept). Backward: ``nll_loss_backward`` writes a zero-filled fp32
+    gradient of the log-softmax, and ``_log_softmax_backward_data`` a new fp32 gradient of its
+    input while the saved output is still held: 4 + 4 + 4 = **12 B**.
+  - tp > 1, loss parallelism (``torch.distributed.tensor.parallel.loss_parallel``, which
+    torchtitan enables with tp: ``parallel_dims.loss_parallel_enabled``): ``_log_softmax``
+    (``torch/distributed/tensor/parallel/loss.py``) holds the input, ``shifted = x − max`` and
+    ``exp(shifted)`` at once beside the BF16 logits (2 + 4 + 4 + 4 = 14 B) and returns a new
+    fp32 result (kept). Backward's ``_nll_loss_and_log_softmax_backward`` computes
+    ``(grad_input + torch.exp(x)) * grad_output`` on a zero-filled ``grad_input``: the saved
+    log-softmax, ``grad_input``, the exponential, their sum and the product, four fp32 tensors at
+    a time (the exponential is freed once summed): **16 B**.
+* ``textbook``: the convention counts what is kept, no transient (0 beyond the kept 4 B).
+
+Fused and chunked losses hold less: Transformer Engine's ``parallel_cross_entropy``
+(``--cross-entropy-fusion-impl te``) and Megatron's ``fused_vocab_parallel_cross_entropy``
+compute the gradient in forward; torchtitan's ``experiments/graph_trainer/chunked_loss.py``
+bounds the working set to one chunk of the sequence. trainplan counts each profile's default
+loss above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.xp import exact, where
+
+__all__ = [
+    "LOSS_KEPT_BYTES",
+    "loss_peak_bytes_per_element",
+    "loss_transient_bytes",
+]
+
+LOSS_KEPT_BYTES = 4
+"""Bytes per local logit element that backward keeps of the loss: the fp32 (log-)softmax
+(:func:`model.stage_bytes.embedding_bytes`' ``4·S·V/tp``)."""
+
+_PEAK: dict[Framework, tuple[int, int]] = {
+    # (tp = 1, tp > 1): bytes per element of the local logits at the loss's peak
+    Framework.MEGATRON: (6, 6),
+    Framework.DEEPSPEED: (6, 6),
+    Framework.FSDP2: (12, 16),
+    Framework.TEXTBOOK: (LOSS_KEPT_BYTES, LOSS_KEPT_BYTES),
+}
+
+
+def loss_peak_bytes_per_element(framework: Framework | str, tp: int) -> int:
+    """Bytes per element of the local logits ``[S, V/tp]`` that the profile's default loss
+    holds at its peak, the kept fp32 softmax included (the module docstring derives each figure
+    from the framework's code).
+
+    Examples
+    --------
+    >>> loss_peak_bytes_per_element("megatron", 8), loss_peak_bytes_per_element("fsdp2", 1)
+    (6, 12)
+    >>> loss_peak_bytes_per_element("fsdp2", 8), loss_peak_bytes_per_element("textbook", 8)
+    (16, 4)
+    """
+    single, parallel = _PEAK[Framework(framework)]
+    return single if tp == 1 else parallel
+
+
+def loss_transient_bytes(framework: Framework | str, tokens: Any, vocab: Any, tp: Any) -> Any:
+    """Bytes the loss holds for a moment beyond the kept fp32 softmax, on one GPU of the last
+    stage: ``(peak − 4)·S·V/tp`` (:func:`loss_peak_bytes_per_element`), with ``tokens`` S of one
+    micro-batch on this rank and ``vocab`` V the padded vocabulary. Counted once (one
+    micro-batch's loss runs at a time). Exact for Fractions; element-wise for arrays of ``tp``.
+
+    Examples
+    --------
+    Llama 3 8B at s 32,768 on one GPU's sequence (torchtitan, tp 1): 8 B beyond the kept 4 B
+    per logit, 8·32,768·128,256 B = 33.6 GB.
+
+    >>> loss_transient_bytes("fsdp2", 32_768, 128_256, 1)
+    Fraction(33621540864, 1)
+    >>> loss_transient_bytes("megatron", 8192, 128_256, 8)  # 2·8,192·16,032
+    Fraction(262668288, 1)
+    """
+    single, parallel = _PEAK[Framework(framework)]
+    extra = where(tp == 1, single, parallel) - LOSS_KEPT_BYTES
+    return extra * exact(tokens) * vocab / tp

@@ -1,0 +1,194 @@
+"""Megatron-Core's per-module selective recomputation (``--recompute-granularity selective
+--recompute-modules M …``): which tensors of a layer each module stops keeping.
+
+``TransformerConfig.recompute_modules`` (``megatron/core/transformer/transformer_config.py``;
+default ``["core_attn"]``) names the parts of a layer recomputed in backward. Two mechanisms:
+
+* *output-discarding* checkpoints (``tensor_parallel.CheckpointWithoutOutput``): the module's
+  output is freed once its consumer has run (``discard_output_and_register_recompute``) and
+  recomputed before the consumer's backward — ``layernorm``, ``mla_up_proj``, ``moe_act``;
+* ordinary checkpoints: the module keeps only its input — ``core_attn``, ``mlp``, ``moe``,
+  ``shared_experts``.
+
+Per module (:data:`RECOMPUTE_MODULES`), the rows of :mod:`model.activations` it drops (their
+FP8 variants too):
+
+* ``core_attn``: the attention core's score tensors (Korthikanti et al. 2022 §5; the
+  ``score_names`` of :class:`model.activations.LayerActivations`).
+* ``layernorm``: where the norm is a module of its own (``TransformerLayer.__init__``:
+  ``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm`` only when the norm is not an
+  ``IdentityOp``; :func:`model.activation_offload.norm_modules`: MLA's input norm, a MoE layer's
+  pre-MLP norm), the norm's output that the next layer keeps: MLA's "attention projection
+  input", a MoE layer's "router and dispatch input". Under FP8 the following linear then saves
+  the original input (``set_for_recompute_input_layernorm``, ``set_save_original_input``), which
+  is the same discarded tensor, so its FP8 copy goes too.
+* ``mla_up_proj``: MLA's Q, K and V, the up-projections' outputs with RoPE applied
+  (``MultiLatentAttention``: ``qkv_up_checkpoint`` around ``qkv_up_proj_and_rope_apply``, freed
+  after the attention core).
+* ``moe_act``: the routed experts' activation output, the down projection's input
+  (``TEGroupedMLP``: ``activation_recompute``).
+* ``mlp``: a dense layer's MLP checkpointed whole (``recompute_mlp``, dense layers only): its
+  FC1 input, the activation's input and the down projection's input.
+* ``moe``: the MoE layer checkpointed whole (``MoELayer``: ``moe_layer_recompute``): every row
+  after its input (the router input is the checkpoint).
+* ``shared_experts``: the shared experts' rows.
+
+The rules Megatron-Core enforces (``TransformerConfig.__post_init__``) are
+:func:`check_recompute_modules`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from trainplan.model.activation_offload import norm_modules
+from trainplan.model.errors import LayoutError
+
+__all__ = [
+    "RECOMPUTE_MODULES",
+    "DEFAULT_RECOMPUTE_MODULES",
+    "parse_recompute_modules",
+    "recomputed_rows",
+    "check_recompute_modules",
+]
+
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe_act",
+    "moe",
+    "shared_experts",
+)
+"""Megatron-Core's ``--recompute-modules`` choices that a transformer layer of trainplan's
+architectures has (``gdn_*``, ``gdp_*`` and ``mhc`` belong to layers it does not model)."""
+
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+"""``recompute_modules``' default: the attention core (Korthikanti's selective recomputation)."""
+
+_MLP_ROWS = ("FC1 input", "MLP SwiGLU input", "MLP GeGLU input", "MLP GeLU input",
+             "MLP down projection input", "MLP FC2 input", "MLP SiLU output", "MLP GELU output")  # fmt: skip
+_MOE_ROWS = ("router", "routed expert", "routing weights", "token permutation", "shared expert")
+
+
+def parse_recompute_modules(value: Any) -> tuple[str, ...]:
+    """The modules of a CLI value (``"core_attn,layernorm"``) or a list, in
+    :data:`RECOMPUTE_MODULES` order, each once; :data:`DEFAULT_RECOMPUTE_MODULES` for None or
+    ``""``.
+
+    Raises
+    ------
+    LayoutError
+        A name that is not one of :data:`RECOMPUTE_MODULES`.
+
+    >>> parse_recompute_modules("layernorm, mla_up_proj")
+    ('layernorm', 'mla_up_proj')
+    >>> parse_recompute_modules(None)
+    ('core_attn',)
+    """
+    if value is None or value == "":
+        return DEFAULT_RECOMPUTE_MODULES
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out = {str(n).strip() for n in names if str(n).strip()}
+    bad = sorted(out - set(RECOMPUTE_MODULES))
+    if bad:
+        raise LayoutError(
+            f"recompute_modules: {', '.join(bad)} is not one of Megatron-Core's recompute "
+            f"modules ({', '.join(RECOMPUTE_MODULES)})"
+        )
+    return tuple(m for m in RECOMPUTE_MODULES if m in out)
+
+
+def _drops(module: str, base: str, scores: frozenset[str], mla: bool, moe: bool) -> bool:
+    """Whether ``module`` (recomputed) drops the row whose name without its FP8 suffix is
+    ``base``."""
+    if module == "core_attn":
+        return base in scores
+    if module == "layernorm":
+        has = norm_modules(mla, moe)
+        return (base == "attention projection input" and "attn_norm" in has) or (
+            base == "router and dispatch input" and "mlp_norm" in has
+        )
+    if module == "mla_up_proj":
+        return mla and base in ("Q", "K", "V")
+    if module == "moe_act":
+        return moe and base.startswith("routed expert down projection input")
+    if module == "mlp":
+        return not moe and base.startswith(_MLP_ROWS)
+    if module == "moe":
+        return moe and base.startswith(_MOE_ROWS) and base != "router and dispatch input"
+    return module == "shared_experts" and base.startswith("shared expert")
+
+
+def recomputed_rows(
+    names: Iterable[str], scores: frozenset[str], modules: Iterable[str], mla: bool, moe: bool
+) -> frozenset[str]:
+    """The rows among ``names`` (:attr:`model.activations.LayerActivations.terms`' names) that
+    the recomputed ``modules`` drop in a layer (MLA attention or not, a MoE layer or not);
+    ``scores`` are the layer's attention-score rows. See the module docstring.
+
+    >>> rows = ("attention projection input", "Q", "K", "V", "router and dispatch input")
+    >>> sorted(recomputed_rows(rows, frozenset(), ("layernorm", "mla_up_proj"), True, True))
+    ['K', 'Q', 'V', 'attention projection input', 'router and dispatch input']
+    >>> sorted(recomputed_rows(rows, frozenset(), ("layernorm",), False, False))
+    []
+    """
+    chosen = tuple(modules)
+    out = set()
+    for name in names:
+        base = name.split(" (FP8")[0]
+        if any(_drops(m, base, scores, mla, moe) for m in chosen):
+            out.add(name)
+    return frozenset(out)
+
+
+def check_recompute_modules(
+    framework: str, recompute: str, modules: tuple[str, ...], has_moe: bool, has_mla: bool
+) -> None:
+    """Check that ``framework`` runs the per-module recomputation of ``modules``.
+
+    The ``textbook`` profile takes them too: it runs what a paper describes, and a paper's
+    recomputation of named parts (DeepSeek-V3 §3.2.3: RMSNorm and the MLA up-projections) is
+    written in Megatron-Core's module names. ``fsdp2`` and ``deepspeed`` recompute by their own
+    policies.
+
+    Raises
+    ------
+    LayoutError
+        Modules other than the default with a profile other than ``megatron`` or ``textbook``, or with
+        recomputation other than ``selective``; ``moe_act``, ``moe`` or ``shared_experts`` on
+        a model without MoE layers; ``mla_up_proj`` without MLA (Megatron-Core's
+        ``TransformerConfig.__post_init__``: "mla_up_proj in recompute_modules is only
+        supported with multi_latent_attention").
+
+    >>> check_recompute_modules("megatron", "selective", ("core_attn", "layernorm"), True, True)
+    >>> try:
+    ...     check_recompute_modules("fsdp2", "selective", ("layernorm",), False, False)
+    ... except LayoutError as err:
+    ...     print(err)  # doctest: +ELLIPSIS
+    recompute_modules: layernorm is Megatron-Core's per-module recomputation; ...
+    """
+    if modules == DEFAULT_RECOMPUTE_MODULES:
+        return
+    named = ", ".join(modules) or "none"
+    if str(framework) not in ("megatron", "textbook"):
+        raise LayoutError(
+            f"recompute_modules: {named} is Megatron-Core's per-module recomputation; "
+            f"{framework} has none (use `framework` megatron or textbook)"
+        )
+    if str(recompute) != "selective":
+        raise LayoutError(
+            f"recompute_modules: {named} applies to `recompute` selective "
+            f"(Megatron-Core's --recompute-granularity selective), not {recompute}"
+        )
+    moe = sorted({"moe_act", "moe", "shared_experts"} & set(modules))
+    if moe and not has_moe:
+        raise LayoutError(
+            f"recompute_modules: {', '.join(moe)} needs MoE layers; this model has none"
+        )
+    if "mla_up_proj" in modules and not has_mla:
+        raise LayoutError(
+            "recompute_modules: mla_up_proj needs multi-latent attention; this model has none"
+        )

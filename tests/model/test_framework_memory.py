@@ -1,0 +1,242 @@
+"""Memory the frameworks hold beyond the textbook's count, each figure derived here from the
+framework's code (the module docstrings cite file and function):
+
+* the loss's working set (:mod:`model.loss_memory`): Megatron's unfused vocab-parallel cross
+  entropy holds 6 B per local logit at its peak, torchtitan's 12 B (tp 1, PyTorch's
+  ``log_softmax`` + ``nll_loss``) or 16 B (tp > 1, ``loss_parallel``), of which 4 B (the fp32
+  softmax) are kept for backward and already counted;
+* FSDP2 under a pipeline schedule (:func:`model.frameworks.mechanism` ``pipelined``): no
+  gradient sync until the last micro-batch, so the stage's gradients are whole, in FP32;
+* torchtitan's op-level selective checkpointing (:mod:`model.op_checkpoint`): the block input,
+  every other matmul output and the attention kernel's outputs.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.frameworks import mechanism
+from trainplan.model.loss_memory import loss_peak_bytes_per_element, loss_transient_bytes
+from trainplan.model.op_checkpoint import op_selective_bytes, op_selective_rows
+from trainplan.model.specs import Architecture
+
+LLAMA3_8B = Architecture(
+    num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+    ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu", norm="rmsnorm",
+)  # fmt: skip
+
+
+# -- the loss ---------------------------------------------------------------------------------
+
+
+def test_megatron_unfused_cross_entropy_holds_bf16_and_fp32_logits():
+    # calculate_logits_max: .float() beside the caller's BF16 logits; everything else in place
+    assert loss_peak_bytes_per_element("megatron", 1) == 2 + 4
+    assert loss_peak_bytes_per_element("deepspeed", 8) == 2 + 4
+    # Llama 3 at s 8192, tp 8: 2·8,192·128,256/8 B beyond the kept softmax
+    assert loss_transient_bytes("megatron", 8192, 128_256, 8) == 2 * 8192 * 16_032
+
+
+def test_torchtitan_cross_entropy_working_set():
+    # tp 1: log-softmax output (kept) + nll_loss_backward's zero-filled gradient
+    # + _log_softmax_backward_data's output, all fp32
+    assert loss_peak_bytes_per_element("fsdp2", 1) == 4 + 4 + 4
+    # loss_parallel: saved log-softmax, grad_input, (grad_input + exp(x)), the product
+    assert loss_peak_bytes_per_element("fsdp2", 8) == 4 * 4
+    # torchtitan Table 2's Llama 3 8B row at s 32,768 per GPU: 8 B beyond the kept 4 B
+    assert loss_transient_bytes("fsdp2", 32_768, 128_256, 1) == 8 * 32_768 * 128_256
+    # Table 4's 70B, local batch 16 × 8,192 tokens, tp 8: 12 B beyond the kept 4 B
+    assert loss_transient_bytes("fsdp2", 16 * 8192, 128_256, 8) == 12 * 16 * 8192 * 16_032
+
+
+def test_textbook_counts_no_loss_transient():
+    assert loss_transient_bytes("textbook", 4096, 32_000, 1) == 0
+
+
+def test_loss_transient_over_arrays():
+    np = pytest.importorskip("numpy")
+    tp = np.array([1, 2, 8])
+    got = loss_transient_bytes("fsdp2", 1024, 1024, tp)
+    assert list(got) == [8 * 1024 * 1024, 12 * 1024 * 512, 12 * 1024 * 128]
+
+
+# -- FSDP2 under a pipeline schedule ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_fsdp2_pipelined_accumulates_whole_fp32_gradients(zero_stage):
+    m = mechanism("fsdp2", zero_stage, 2, 4, 12, pipelined=True)
+    P, D = Fraction(6_000_000_000), 8
+    w, g, o, gathered, buffers, step = m.memory_terms(P, D, Fraction(100))
+    assert w == 2 * P + 4 * P / D  # bf16 weights whole after backward, the FP32 master shard
+    assert g == 4 * P  # unsharded_accumulated_grad in reduce_dtype (FP32)
+    assert o == 8 * P / D  # Adam's two moments
+    assert step == 4 * P / D  # the FP32 sharded gradient, from the reduce-scatter to the step
+    assert gathered == 0 and buffers == 2 * 100
+    assert not m.reduce_per_microbatch  # one reduce-scatter per step
+
+
+def test_fsdp2_pipelined_with_bf16_reduction_keeps_bf16_gradients():
+    m = mechanism("fsdp2", 2, 2, 2, 12, pipelined=True)
+    assert m.grads_full == 2  # no upcast: reduce_dtype equals the gradient's dtype
+
+
+def test_pipelined_leaves_other_profiles_alone():
+    for fw, z in (("megatron", 1), ("deepspeed", 1), ("textbook", 3)):
+        assert mechanism(fw, z, pipelined=True) == mechanism(fw, z)
+
+
+# -- torchtitan's op-level selective checkpointing ----------------------------------------------
+
+
+def test_op_selective_llama_block_tp1():
+    S = Fraction(16_384)  # local batch 2 × 8,192 (torchtitan Table 1)
+    rows = dict(op_selective_rows(LLAMA3_8B, S, 1, 2))
+    # mm order wq, wk, wv, wo, w1, w3, w2: the odd-numbered are kept
+    assert rows["wq output"] == 2 * S * 4096
+    assert rows["wv output"] == 2 * S * 1024
+    assert rows["w1 output"] == 2 * S * 14336
+    assert rows["w2 output"] == 2 * S * 4096
+    assert "wk output" not in rows and "wo output" not in rows and "w3 output" not in rows
+    assert rows["block input"] == 2 * S * 4096
+    assert rows["attention output"] == 2 * S * 4096
+    assert rows["attention log-sum-exp (fp32)"] == 4 * 32 * S
+    total = 2 * S * (4096 * 4 + 1024 + 14336) + 4 * 32 * S
+    assert op_selective_bytes(LLAMA3_8B, S, 1, 2) == total
+
+
+def test_op_selective_under_tp_keeps_row_parallel_partials_whole():
+    S, tp = Fraction(8192), 4
+    rows = dict(op_selective_rows(LLAMA3_8B, S, tp, 2))
+    assert rows["block input"] == 2 * S * 4096 / tp  # sequence-sharded residual stream
+    assert rows["wq output"] == 2 * S * 4096 / tp  # column-parallel on the gathered sequence
+    assert rows["w2 output"] == 2 * S * 4096  # the partial sum before its reduce-scatter
+    assert rows["attention reduce-scatter output"] == 2 * S * 4096 / tp
+    assert rows["MLP reduce-scatter output"] == 2 * S * 4096 / tp
+
+
+def test_op_selective_fp8_keeps_every_scaled_mm_output():
+    S = Fraction(1024)
+    rows = dict(op_selective_rows(LLAMA3_8B, S, 1, 2, fp8_gemms=True))
+    for name in ("wq", "wk", "wv", "wo", "w1", "w3", "w2"):
+        assert f"{name} output" in rows
+
+
+def test_op_selective_applies_to_dense_flash_layers_only():
+    S = Fraction(1024)
+    assert op_selective_rows(LLAMA3_8B, S, 1, 2, moe_layer=True) is None
+    assert op_selective_rows(LLAMA3_8B, S, 1, 2, flash_attention=False) is None
+
+
+def test_fsdp2_selective_figure_is_the_op_policy():
+    ctx = dict(seq_len=8192, cp=1, micro_batch_size=2, tp=1, sequence_parallel=False,
+               flash_attention=True)  # fmt: skip
+    korthikanti = layer_activations(LLAMA3_8B, 0, ActivationContext(**ctx))
+    op = layer_activations(LLAMA3_8B, 0, ActivationContext(**ctx, op_selective=True))
+    assert op.full_bytes == korthikanti.full_bytes
+    assert op.selective_bytes == op_selective_bytes(LLAMA3_8B, Fraction(16_384), 1, 2)
+    assert op.selective_bytes < korthikanti.selective_bytes
+
+
+# -- Megatron-Core's per-module recomputation ---------------------------------------------------
+
+
+def _deepseek_ctx(**extra):
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("deepseek-v3").model.arch
+    ctx = ActivationContext(seq_len=4096, cp=1, micro_batch_size=1, tp=1,
+                            sequence_parallel=False, flash_attention=True, **extra)  # fmt: skip
+    return arch, ctx
+
+
+def test_layernorm_and_mla_up_proj_drop_the_norm_outputs_and_q_k_v():
+    """DeepSeek-V3's recipe (§3.2.3: RMSNorm and MLA up-projections recomputed) as Megatron-Core's
+    --recompute-modules layernorm mla_up_proj, on a MoE layer (index 3): the layer no longer
+    keeps MLA's attention-projection input (its input norm's output), Q, K, V, nor the router
+    input (the pre-MLP norm's output)."""
+    arch, base = _deepseek_ctx()
+    _, ctx = _deepseek_ctx(recompute_modules=("layernorm", "mla_up_proj"))
+    default = layer_activations(arch, 3, base)
+    modules = layer_activations(arch, 3, ctx)
+    rows = dict(default.terms)
+    S, a, h = 4096, 128, 7168
+    assert rows["Q"] == rows["K"] == 2 * S * a * (128 + 64)
+    assert rows["V"] == 2 * S * a * 128
+    assert rows["attention projection input"] == rows["router and dispatch input"] == 2 * S * h
+    dropped = sum(rows[n] for n in ("Q", "K", "V", "attention projection input",
+                                    "router and dispatch input"))  # fmt: skip
+    # the default recomputes the attention core, whose scores FlashAttention does not keep
+    assert default.selective_bytes == default.full_bytes
+    assert modules.selective_bytes == default.full_bytes - dropped
+
+
+def test_recompute_modules_rules():
+    from trainplan.model.errors import LayoutError
+    from trainplan.model.recompute_modules import check_recompute_modules
+
+    check_recompute_modules("megatron", "selective", ("layernorm",), False, False)
+    for args in (
+        ("fsdp2", "selective", ("layernorm",), True, True),
+        ("megatron", "full", ("layernorm",), True, True),
+        ("megatron", "selective", ("moe_act",), False, True),
+        ("megatron", "selective", ("mla_up_proj",), True, False),
+    ):
+        with pytest.raises(LayoutError):
+            check_recompute_modules(*args)
+
+
+# -- FP8 primary weights ------------------------------------------------------------------------
+
+
+def test_fp8_param_gather_keeps_one_byte_weights_and_the_transpose():
+    from trainplan.model.layout import Layout
+    from trainplan.model.memory import model_state
+    from trainplan.model.specs import TrainingSpec
+
+    P, linear = Fraction(1_000_000), Fraction(900_000)  # 100,000 norm and embedding weights
+    lay = Layout(dp=8, framework="megatron", zero_stage=1)
+    plain = TrainingSpec(seq_len=1, global_batch_size=8, precision="fp8", gradient_bytes=2)
+    fp8w = TrainingSpec(seq_len=1, global_batch_size=8, precision="fp8", gradient_bytes=2,
+                        fp8_param_gather=True)  # fmt: skip
+    a = model_state(P, Fraction(0), lay, plain, linear=(linear, linear))
+    b = model_state(P, Fraction(0), lay, fp8w, linear=(linear, linear))
+    # BF16 weights 2·P and an FP8 weight + transpose 2·linear, against FP8 linear weights
+    # (1 B), BF16 for the rest, and the transpose alone (1 B)
+    assert a.weights_bytes == 2 * P and a.weight_cache_bytes == 2 * linear
+    assert b.weights_bytes == 2 * P - linear and b.weight_cache_bytes == linear
+    assert a.optimizer_bytes == b.optimizer_bytes == 12 * P / 8
+
+
+def test_fp8_param_gather_needs_fp8():
+    from trainplan.model.errors import InputError
+    from trainplan.model.specs import TrainingSpec
+
+    with pytest.raises(InputError, match="fp8_param_gather"):
+        TrainingSpec(seq_len=1, global_batch_size=1, fp8_param_gather=True)
+
+
+# -- the mechanisms in the one cost model -------------------------------------------------------
+
+
+def test_evaluate_counts_torchtitans_loss_and_fsdp2_pipeline_gradients():
+    """Through build_case().evaluate(): torchtitan Table 2's Llama 3 8B at s 32,768 on one GPU's
+    sequence keeps the loss's 8 B per logit beyond the kept fp32 softmax on its one stage (full
+    recomputation's transient is smaller); under pp > 1 the stage's gradients are whole in FP32
+    (4 B per parameter on the GPU) instead of FP32 shards."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "gpu": "H100-SXM", "framework": "fsdp2", "recompute": "full",
+            "seq_len": 32768, "micro_batch_size": 1}  # fmt: skip
+    est = build_case({**base, "dp": 8, "global_batch_size": 8}).evaluate()
+    acts = est.stages[0].activations
+    assert acts.loss_transient_bytes == 8 * 32768 * 128_256
+    assert acts.recompute_transient_bytes < acts.loss_transient_bytes
+    piped = build_case(
+        {**base, "dp": 4, "pp": 2, "zero_stage": 2, "global_batch_size": 8}
+    ).evaluate()
+    for st in piped.stages:
+        assert st.state.gradients_bytes == 4 * (st.dense_params + st.expert_params)

@@ -1,0 +1,50 @@
+"""The memory recipes a user states on the command line, as a user runs them (each call its own
+process): Megatron-Core's --recompute-modules and --fp8-param-gather, and their refusals."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import refusal, run_many
+
+LLAMA = ("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "4", "--tp", "2", "--pp", "1")
+
+
+def test_recompute_modules_and_fp8_param_gather_from_the_cli():
+    done = run_many(
+        {
+            "fsdp2": (*LLAMA, "--framework", "fsdp2", "--recompute", "selective",
+                      "--recompute-modules", "layernorm"),
+            "full": (*LLAMA, "--recompute", "full", "--recompute-modules", "mlp"),
+            "bf16": (*LLAMA, "--fp8-param-gather"),
+            "fsdp2-fp8": (*LLAMA, "--framework", "fsdp2", "--precision", "fp8",
+                          "--fp8-param-gather"),
+            "mlp": (*LLAMA, "--recompute", "selective", "--recompute-modules", "mlp", "--json"),
+            "core": (*LLAMA, "--recompute", "selective", "--json"),
+            "fp8": (*LLAMA, "--precision", "fp8", "--json"),
+            "fp8w": (*LLAMA, "--precision", "fp8", "--fp8-param-gather", "--json"),
+            "text": (*LLAMA, "--recompute", "selective", "--recompute-modules", "core_attn,mlp"),
+        }
+    )  # fmt: skip
+    assert "recompute_modules" in refusal(done["fsdp2"]) and "megatron" in refusal(done["fsdp2"])
+    assert "selective" in refusal(done["full"])
+    assert "fp8_param_gather" in refusal(done["bf16"]) and "fp8" in refusal(done["bf16"])
+    assert "fp8_param_gather" in refusal(done["fsdp2-fp8"])
+    for key in ("mlp", "core", "fp8", "fp8w", "text"):
+        assert done[key].returncode == 0, done[key].stderr[-2000:]
+
+    def peak(key: str) -> int:
+        return json.loads(done[key].stdout)["memory"]["total_bytes"]
+
+    # recomputing the dense MLP drops its FC1 input, SwiGLU input and down-projection input
+    # (2 + 4 + 2 B per element of [S, h] / [S, f] / [S, f]) on each of the 32 layers
+    S, h, f, tp = 8192, 4096, 14336, 2  # llama3-8b's default sequence (8,192), tp 2 with SP
+    dropped = 32 * (2 * S * h / tp + 4 * S * f / tp + 2 * S * f / tp)
+    # the transients: one layer's recomputed MLP while its backward runs, or the unfused
+    # vocab-parallel loss (the BF16 logits beside the kept fp32 softmax, 2·S·V/tp); the peak
+    # holds the larger, here the loss in both runs (one stage)
+    transient, loss = dropped / 32, 2 * S * 128_256 / tp
+    assert transient < loss
+    assert peak("core") - peak("mlp") == dropped
+    # FP8 primary weights: 1 B less per linear weight element in the weights and in the cache
+    assert peak("fp8w") < peak("fp8")
