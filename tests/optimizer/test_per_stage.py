@@ -106,15 +106,15 @@ def oracle_at(case, lay, capacity: int):
     return best
 
 
-ORACLE_CASES = [
+ORACLE_CASES = [  # the oracle enumerates every split: 2 to 6 minutes for each exhaustive case
     (6, 2, "none", 0.5),
     (5, 3, "none", 0.5),
     (8, 3, "none", 0.3),
     (6, 2, "selective", 0.5),
-    pytest.param(10, 4, "none", 0.5, marks=pytest.mark.slow),
-    pytest.param(12, 4, "none", 0.3, marks=pytest.mark.slow),
+    pytest.param(10, 4, "none", 0.5, marks=pytest.mark.exhaustive),
+    pytest.param(12, 4, "none", 0.3, marks=pytest.mark.exhaustive),
     pytest.param(16, 2, "selective", 0.4, marks=pytest.mark.slow),
-    pytest.param(16, 3, "none", 0.6, marks=pytest.mark.slow),
+    pytest.param(16, 3, "none", 0.6, marks=pytest.mark.exhaustive),
 ]
 
 

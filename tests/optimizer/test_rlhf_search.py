@@ -86,15 +86,15 @@ def test_cpsat_equals_the_oracle(mem, algorithm, reward, off):
     _check(_small(mem, algorithm, reward, off))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mem", "algorithm", "off", "colocate"),
-    list(
-        itertools.product(
+    [
+        pytest.param(*case, marks=pytest.mark.exhaustive if case[0] == 6 else pytest.mark.slow)
+        for case in itertools.product(
             (3, 4, 6), (("grpo", "rule"), ("grpo", "model"), ("ppo", "model")), (0, 1),
             (None, True, False),
         )
-    ),
+    ],
 )  # fmt: skip
 def test_cpsat_equals_the_oracle_sweep(mem, algorithm, off, colocate):
     algo, rew = algorithm
