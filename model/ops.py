@@ -252,8 +252,8 @@ def _attention_core(x: LayerShape) -> list[Op]:
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
-        masked = attention_core_forward_flops(arch, x.core_layer, s, b, True, x.documents)
-        masked /= tp * x.cp
+        pairs = attention_core_forward_flops(arch, x.core_layer, s, b, True, x.documents)
+        masked = pairs / (tp * x.cp)
         return [
             Op(
                 "attention core (FlashAttention)",
