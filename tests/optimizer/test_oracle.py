@@ -42,8 +42,14 @@ def scenario(i: int) -> dict:
     return values
 
 
-CASES = [i if i % 5 == 0 else pytest.param(i, marks=pytest.mark.slow) for i in range(50)]
-"""Every fifth scenario runs by default; the rest with ``-m slow`` (CI runs both)."""
+CASES = [
+    i
+    if i % 5 == 0
+    else pytest.param(i, marks=pytest.mark.slow if i % 2 else pytest.mark.exhaustive)
+    for i in range(50)
+]
+"""Every fifth scenario runs by default, the other odd ones with ``-m slow`` (CI runs both), the
+other even ones with ``-m exhaustive`` (by hand, for CI's time)."""
 
 
 @pytest.mark.parametrize("i", CASES)

@@ -89,7 +89,7 @@ def test_cpsat_equals_the_oracle(mem, algorithm, reward, off):
 @pytest.mark.parametrize(
     ("mem", "algorithm", "off", "colocate"),
     [
-        pytest.param(*case, marks=pytest.mark.exhaustive if case[0] == 6 else pytest.mark.slow)
+        pytest.param(*case, marks=pytest.mark.slow if case[0] == 3 else pytest.mark.exhaustive)
         for case in itertools.product(
             (3, 4, 6), (("grpo", "rule"), ("grpo", "model"), ("ppo", "model")), (0, 1),
             (None, True, False),
