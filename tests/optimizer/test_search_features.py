@@ -93,7 +93,7 @@ def test_cost_objective_needs_prices():
     assert search(problem).best.job.gpu_hour_price == 2.5
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # every deeper member in every layout: 40 s to 2 minutes
 def test_maximize_params_finds_the_deepest_member_that_fits():
     problem = build_problem({}, {**SMALL, "gpus": "8", "objective": "params", "max_layers": 96})
     best = search(problem).best
