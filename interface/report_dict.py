@@ -398,8 +398,8 @@ def _capacity_sentence(est: Estimate) -> str:
         else f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
     )
     return (
-        f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:g} GiB runtime reserve (driver, "
-        "CUDA context, NCCL buffers, fragmentation; --memory-reserve)"
+        f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:.2f} GiB runtime reserve "
+        "(driver, CUDA context, cuBLAS workspaces, allocator fragmentation; --memory-reserve)"
     )
 
 
@@ -487,6 +487,8 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activation_offload_host_bytes": _n(acts.offload_host_bytes) if acts else None,
         "buffers_bytes": _n(st.state.buffers_bytes),
         "optimizer_step_bytes": _n(st.state.step_bytes),
+        "communicator_bytes": _n(st.communicator_bytes),
+        "allocated_bytes": _n(st.allocated_bytes),
         "total_bytes": _n(total),
         "peak_phase": st.peak_phase,
         "steady_bytes": _n(st.steady_bytes),

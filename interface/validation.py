@@ -185,8 +185,9 @@ class ValidationResult:
 
     @property
     def memory_bytes(self) -> int:
-        """Predicted peak bytes per GPU on the busiest stage (``memory.total_bytes``)."""
-        return int(self.value("memory", "total_bytes"))
+        """Predicted peak bytes per GPU on the busiest stage as PyTorch's allocator counts them
+        (``memory.allocated_bytes``: NCCL's communicators are outside its counters)."""
+        return int(self.value("memory", "allocated_bytes"))
 
     @property
     def memory_error(self) -> float | None:

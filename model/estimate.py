@@ -238,16 +238,33 @@ def evaluation_context(
     return Context(model, training, device, options or CostOptions(), vocab_multiple)
 
 
+@dataclass(frozen=True, slots=True)
+class _InsideDomain:
+    """An axis link inside one NVLink domain (:class:`model.terms.fields.AxisLinkLike`)."""
+
+    link: str = "nvlink"
+    bandwidth_bytes_per_s: float | None = None
+
+
+INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")}
+"""The links :func:`stage_memory` assumes where none are given: every group inside one NVLink
+domain, which gives point-to-point communicators the most channels per peer
+(:func:`model.terms.comm_memory.p2p_channels_per_peer`): the communicators' larger count."""
+
+
 def stage_memory(
     model: ModelSpec,
     training: TrainingSpec,
     layout: Layout,
     vocab_multiple: int | None = None,
     device: DeviceSpec | None = None,
+    links: Mapping[str, AxisLinkLike] | None = None,
 ) -> tuple[StageMemory, ...]:
-    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`)."""
+    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`).
+    ``links`` (:func:`evaluate`'s) place the communicators' groups; None counts every group
+    inside one NVLink domain (:data:`INSIDE_DOMAIN`)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
-    f = LayoutFields(layout, training.global_batch_size)
+    f = LayoutFields(layout, training.global_batch_size, 0, INSIDE_DOMAIN if links is None else links)
     multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
@@ -271,7 +288,8 @@ def _zero_table(
     for z in stages:
         state = model_state(d, e, layout, training, z).total_bytes
         dp = dp_traffic(d, e, layout, training, z, options.zero3_regather)
-        rows.append(ZeroRow(z, state, base / state, dp.bytes_per_step))
+        reduction = base / state if state else Fraction(1)  # a stage without parameters
+        rows.append(ZeroRow(z, state, reduction, dp.bytes_per_step))
     return tuple(rows)
 
 
@@ -368,7 +386,7 @@ def evaluate(
     validate(layout, model, training, num_gpus)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
-    stages = stage_memory(model, training, layout, vocab_multiple, device)
+    stages = stage_memory(model, training, layout, vocab_multiple, device, links)
     busiest = busiest_stage([s.total_bytes for s in stages])
     traffic = axis_traffic(c, f)
     arch, notes = model.arch, list(model.notes)

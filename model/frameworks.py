@@ -75,6 +75,10 @@ __all__ = [
     "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
     "DEEPSPEED_SUB_GROUP_ELEMENTS",
     "DEFAULT_RUNTIME_RESERVE_BYTES",
+    "DRIVER_RESERVED_BYTES",
+    "CUDA_CONTEXT_BYTES",
+    "CUBLAS_WORKSPACE_BYTES",
+    "FRAGMENTATION_ALLOWANCE_BYTES",
     "GRADIENT_BYTES",
     "gradient_bytes_for",
 ]
@@ -185,12 +189,33 @@ DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
 """DeepSpeed ``sub_group_size`` default, elements: ZeRO-3 steps the optimizer one sub-group of
 the partition at a time, materialising that sub-group's FP32 gradient."""
 
-DEFAULT_RUNTIME_RESERVE_BYTES = 3 * 2**30
-"""Bytes of HBM a physical profile keeps out of reach of the model (3 GiB; ``--memory-reserve``
-overrides): what the driver reserves (an 80 GiB H100 reports 81,559 MiB, 361 MiB less), the CUDA
-context and library workspaces (about 0.5 GiB), NCCL's per-communicator buffers for the four or
-five process groups of a 4D layout (``NCCL_BUFFSIZE`` 4 MiB per channel and peer; about 1 GiB),
-and allocator fragmentation (about 1 GiB). An estimate from those parts, not a measurement."""
+DRIVER_RESERVED_BYTES = 361 * 2**20
+"""HBM the driver keeps from every process: an 80 GiB H100 reports 81,559 MiB of its 81,920
+(``nvidia-smi``'s total)."""
+CUDA_CONTEXT_BYTES = 666_632_192
+"""A PyTorch process's CUDA context with every module of its kernels loaded: 666,632,192 B
+measured in pytorch/pytorch#86509 (``CUDA_MODULE_LOADING=EAGER``; 287,047,680 B at start under
+the lazy loading it made the default, which loads each module on first use and so grows toward
+this as a step's kernels run)."""
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20 + (32 * 2**20 + 1024)
+"""cuBLAS workspaces on Hopper and later: PyTorch's per handle and stream, 4096 KiB × 8
+(``parseChosenWorkspaceSize`` in ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares
+it, ``TORCH_CUBLASLT_UNIFIED_WORKSPACE``), and Transformer Engine's, 32 MiB + 1 KiB
+(``get_cublas_workspace_size_bytes``, ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
+FRAGMENTATION_ALLOWANCE_BYTES = 2**30
+"""What PyTorch's caching allocator reserves beyond the tensors' peak (freed blocks a later,
+larger request cannot reuse), allowed as 1 GiB: an estimate, not a measurement. The gap depends
+on the order and sizes of a step's allocations (``c10/cuda/CUDACachingAllocator.cpp``), so
+trainplan reports the allocated peak and does not model it (docs: memory-mechanisms)."""
+
+DEFAULT_RUNTIME_RESERVE_BYTES = (
+    DRIVER_RESERVED_BYTES + CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + FRAGMENTATION_ALLOWANCE_BYTES
+)
+"""Bytes of HBM a physical profile keeps out of reach of the model (2,186,019,840 B, 2.04 GiB;
+``--memory-reserve`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
+and the allocator's fragmentation allowance. NCCL's communicator buffers, which used to be part
+of a flat 3 GiB here, are a term of the peak per layout
+(:func:`model.terms.comm_memory.comm_memory_term`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,7 +257,7 @@ class _Stages:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
         :func:`model.terms.peak.stage_memory_term` on :func:`realization`'s layout."""
         lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
-        f = LayoutFields(lay, self.case.training.global_batch_size, stage)
+        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         return stage_memory_term(self.c, f, n)
 
     def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:

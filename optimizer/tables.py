@@ -41,6 +41,7 @@ from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context
 from trainplan.model.terms.peak import host_fits, peak_over_phases
+from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, objective_factor
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
@@ -176,11 +177,20 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo
     key = (case.model, case.training, case.vocab_multiple, shapes, case.device.host_memory_bytes)
     if key not in memo:
         memo[key] = _memory(c, table, zs, rs, P)
-    mem = memo[key]
+    mem = _with_communicators(memo[key], c, table, P)
     times = _times(c, table, zs, rs, mem["legal"])
     cap = np.array([_capacity(job, s, headroom) for s in shapes], dtype=np.int64)
     fits = _fits(job, shapes, zs, rs, mem, cap)
     return mem, times, cap, fits
+
+
+def _with_communicators(mem: dict, c: Context, table: ShapeColumns, P: int) -> dict:
+    """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
+    [N, 1, P]; they read the accelerator's node and NIC and the links, so they are not shared
+    between jobs) held in both phases: ``max(state + act, step) + comm`` as
+    :attr:`model.terms.peak.StageMemory.total_bytes`."""
+    (comm,) = tabulate(term("comm_memory"), c, table, {}, lambda b: (b,), P)
+    return mem | {"state": mem["state"] + comm, "step": mem["step"] + comm}
 
 
 def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
@@ -201,7 +211,10 @@ def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
     fits = clear_in & legal[:, :, None] & host_ok
     for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal[:, :, None]), strict=True):
         lay = shapes[n].layout(zs[z], rs[r])
-        stages = stage_memory(case.model, case.training, lay, case.vocab_multiple, case.device)
+        stages = stage_memory(
+            case.model, case.training, lay, case.vocab_multiple, case.device,
+            links_for(lay, case.links, case.fabric),
+        )  # fmt: skip
         fits[n, z, r] = host_ok[n, z, r] and all(st.total_bytes <= cap[n] for st in stages)
     return fits
 

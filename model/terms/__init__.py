@@ -29,6 +29,7 @@ from typing import Any
 
 from trainplan.model.layout import LAYOUT_FIELDS
 from trainplan.model.terms.activations import stage_activations_term
+from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import dp_term, pipeline_term
@@ -82,6 +83,18 @@ TERMS: tuple[Term, ...] = (
             {*_SHAPE, "recompute", "recompute_layers", "schedule", "deallocate_pipeline_outputs"}
         ),
         ("pp", "recompute", "virtual_stages", "schedule"),
+        True,
+        "bytes",
+        "ceil",
+    ),
+    Term(
+        "comm_memory",
+        comm_memory_term,
+        frozenset(
+            {"tp", "dp", "cp", "cp_kind", "cp_a2a", "ep", "etp", "pp", "virtual_stages"}
+            | {"framework", "rank_order"}
+        ),
+        ("pp", "framework"),
         True,
         "bytes",
         "ceil",

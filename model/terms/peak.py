@@ -1,9 +1,10 @@
 """A stage's bytes at its peak: the memory terms summed, and the peak over the step's phases.
 
-One GPU of a pipeline stage holds its model state (:func:`model.terms.state.model_state_term`)
-and its activations (:func:`model.terms.activations.stage_activations_term`). Its peak is the
+One GPU of a pipeline stage holds its model state (:func:`model.terms.state.model_state_term`),
+its activations (:func:`model.terms.activations.stage_activations_term`) and, for the whole run,
+NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`). Its peak is the
 larger of two phases (:func:`peak_over_phases`, the one rule the evaluator, the search's tables
-and the per-stage tables all apply):
+and the per-stage tables all apply), with the communicators in both:
 
 * forward/backward: the state with its gathered units and buffers, plus every activation line;
 * the optimizer step: the state with the step's extras, no activations live.
@@ -22,6 +23,7 @@ from typing import Any
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
+from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.state import model_state_term, split_params
 from trainplan.model.xp import is_array, maximum
@@ -61,24 +63,35 @@ class StageMemory:
     state: ModelState
     activations: StageActivations | None
     """None for a size-only model (no dimensions)."""
+    communicator_bytes: int = 0
+    """NCCL's communicator buffers on this GPU, held for the whole run outside the framework's
+    caching allocator (:func:`model.terms.comm_memory.comm_memory_term`; 0 under ``textbook``)."""
 
     @property
     def backward_bytes(self) -> Fraction:
-        """Bytes at the forward/backward peak: model state, gathered units, buffers and every
-        activation line (the micro-batches in flight, the recompute transient)."""
+        """Bytes at the forward/backward peak: model state, gathered units, buffers, every
+        activation line (the micro-batches in flight, the recompute transient) and the
+        communicators."""
         acts = self.activations.total_bytes if self.activations else 0
-        return self.state.backward_bytes + acts
+        return self.state.backward_bytes + acts + self.communicator_bytes
 
     @property
-    def total_bytes(self) -> Fraction:
-        """The peak over the step's phases (:func:`peak_over_phases`)."""
+    def allocated_bytes(self) -> Fraction:
+        """The peak over the step's phases of what the framework's tensors hold
+        (:func:`peak_over_phases`): what ``torch.cuda.max_memory_allocated`` counts, without the
+        communicators."""
         acts = self.activations.total_bytes if self.activations else 0
         return peak_over_phases(self.state.backward_bytes, acts, self.state.optimizer_step_bytes)
 
     @property
+    def total_bytes(self) -> Fraction:
+        """The peak on the GPU: :attr:`allocated_bytes` and the communicators beside it."""
+        return self.allocated_bytes + self.communicator_bytes
+
+    @property
     def peak_phase(self) -> str:
         """``forward-backward`` or ``optimizer-step``: where :attr:`total_bytes` is reached."""
-        if self.state.optimizer_step_bytes > self.backward_bytes:
+        if self.state.optimizer_step_bytes + self.communicator_bytes > self.backward_bytes:
             return "optimizer-step"
         return "forward-backward"
 
@@ -97,12 +110,14 @@ class StageMemory:
 
 
 def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory:
-    """The bytes of pipeline stage ``f.stage`` (:class:`StageMemory`): its model state and, for
-    a model with dimensions, its activations."""
+    """The bytes of pipeline stage ``f.stage`` (:class:`StageMemory`): its model state, for a
+    model with dimensions its activations, and where the accelerator is given (its node and NIC
+    size the channels) the communicators."""
     dense, experts = split_params(c, f)
     state = model_state_term(c, f)
     acts = stage_activations_term(c, f) if c.model.arch is not None else None
-    return StageMemory(f.stage, num_layers, dense, experts, state, acts)
+    comm = comm_memory_term(c, f) if c.device is not None else 0
+    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm)
 
 
 def busiest_stage(peaks: Any) -> Any:

@@ -73,8 +73,9 @@ def test_infeasible_names_memory():
     problem = _problem({"model": "llama3-405b", "gpu": "H100-SXM"}, 64)
     with pytest.raises(InfeasibleError) as err:
         search(problem)
-    # Megatron-Core's profile: 80 GiB of HBM less the 3 GiB runtime reserve = 82.68 GB
-    assert err.value.explanation[0].startswith("memory: no layout fits 82.68 GB")
+    # Megatron-Core's profile: 80 GiB of HBM less the 2,186,019,840 B runtime reserve
+    # = 83,713,326,080 B
+    assert err.value.explanation[0].startswith("memory: no layout fits 83.71 GB")
 
 
 def test_infeasible_names_min_mfu_alone():

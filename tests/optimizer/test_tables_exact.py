@@ -182,12 +182,13 @@ def test_tables_equal_the_exact_evaluation(model, gpus, gpu, extra):
         for st in est.stages:
             i = st.stage
             acts = st.activations.total_bytes if st.activations else 0
+            comm = st.communicator_bytes  # the tables hold NCCL's buffers in both phases
             assert (
-                abs(math.ceil(st.state.backward_bytes) - tables.state_ceil[s, z, i])
+                abs(math.ceil(st.state.backward_bytes + comm) - tables.state_ceil[s, z, i])
                 <= BYTE_TOLERANCE
             ), where
             assert (
-                abs(math.ceil(st.state.optimizer_step_bytes) - tables.step_ceil[s, z, i])
+                abs(math.ceil(st.state.optimizer_step_bytes + comm) - tables.step_ceil[s, z, i])
                 <= BYTE_TOLERANCE
             ), where
             assert abs(math.ceil(acts) - tables.act_ceil[s, r, i]) <= BYTE_TOLERANCE, where

@@ -1,0 +1,213 @@
+"""The communicator term: the bytes NCCL's communicators hold on one GPU, per process group.
+
+PyTorch's ``ProcessGroupNCCL`` (``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp``) gives each
+process group one NCCL communicator per device, made on the group's first collective
+(``getKeyFromDevice``); batched point-to-point operations (``batch_isend_irecv``, which
+Megatron-Core's and torch.distributed.pipelining's schedules use) run on the same communicator,
+and a lone send or receive gets a two-rank one per pair (``getKeySendRecv``), which connects the
+same peer with the same buffers. A group no collective runs on costs nothing: NCCL makes no
+communicator for it.
+
+NCCL (``NVIDIA/nccl`` at 5067397) gives each communicator, for every channel and every peer it
+connects to, a receive buffer per protocol — LL (``DEFAULT_LL_BUFFSIZE`` =
+``NCCL_LL_LINES_PER_THREAD`` 8 × ``NCCL_LL_MAX_NTHREADS`` 512 × ``NCCL_STEPS`` 8 × 16 B =
+512 KiB), LL128 (``DEFAULT_LL128_BUFFSIZE`` = 120 × 640 × 8 × 8 B = 4,915,200 B) and Simple
+(``DEFAULT_BUFFSIZE`` = 4 MiB, ``NCCL_BUFFSIZE``): ``src/init.cc`` ``computeBuffSizes``. The
+P2P transport (``src/transport/p2p.cc``, ``p2pRecvSetup``) sums the three for a connection and
+rounds the allocation up to ``CUDA_IPC_MIN`` = 2 MiB (``src/include/comm.h``); the sender's
+``ncclSendMem`` (``p2pSendSetup``) is rounded up to 2 MiB too. With P2P read the Simple buffer
+moves to the sender's side: 6 + 6 MiB, the same 12 MiB. NCCL's ``ALLOC`` log of an intra-node
+all-to-all on 8 H100s shows exactly these two sizes for every channel and peer, 10,485,760 and
+2,097,152 B (NVIDIA/nccl#1685). Memory grows linearly with the channels (NVIDIA/nccl#986, NCCL's
+maintainer: "The memory usage is linearly tied to the number of channels ... Ring uses a limited
+amount of memory as it only has 2 connections regardless of the scale").
+
+Per communicator on one GPU (:func:`communicator_bytes`):
+
+* a **ring** (all-reduce, reduce-scatter, all-gather): one connection in and one out per
+  channel, :data:`RING_CHANNELS` channels;
+* **point-to-point peers** (pipeline neighbours, context parallelism's ring and all-to-all, the
+  expert all-to-all): :func:`p2p_channels_per_peer` channels per peer.
+
+Not counted: NVLink SHARP (NVLS) and CollNet buffers, the tree algorithm's connections (NCCL
+connects an algorithm on its first use, ``NCCL_RUNTIME_CONNECT``; large gradient collectives run
+rings), NCCL's host-side proxy buffers (host memory), and communicators split with shared
+resources (``splitShare``), which PyTorch does not request by default.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.moe_run import Dispatcher
+from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.terms.activations import cp_mechanism_of
+from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.xp import where
+
+__all__ = [
+    "CONNECTION_BYTES",
+    "RING_CHANNELS",
+    "P2P_CHANNELS",
+    "P2P_NET_BYTES_PER_CHANNEL",
+    "P2P_PEERS_PER_ROUND",
+    "communicator_bytes",
+    "p2p_channels_per_peer",
+    "net_channels_per_peer",
+    "comm_memory_term",
+]
+
+MIB = 2**20
+LL_BYTES = 8 * 512 * 8 * 16
+"""NCCL's ``DEFAULT_LL_BUFFSIZE``: ``NCCL_LL_LINES_PER_THREAD`` 8 × ``NCCL_LL_MAX_NTHREADS`` 512
+× ``NCCL_STEPS`` 8 × 16 B per ``ncclLLFifoLine`` (``src/init.cc``, ``src/include/device.h``)."""
+LL128_BYTES = 120 * 640 * 8 * 8
+"""NCCL's ``DEFAULT_LL128_BUFFSIZE``: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 ×
+``NCCL_LL128_MAX_NTHREADS`` 640 × ``NCCL_STEPS`` 8 × 8 B."""
+SIMPLE_BYTES = 4 * MIB
+"""NCCL's ``DEFAULT_BUFFSIZE`` (``NCCL_BUFFSIZE``): 4 MiB."""
+ALLOCATION_GRANULE = 2 * MIB
+"""``CUDA_IPC_MIN`` (``src/include/comm.h``): NCCL rounds each connection's buffers up to it."""
+
+
+def _granules(nbytes: int) -> int:
+    return -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
+
+
+CONNECTION_BYTES = _granules(LL_BYTES + LL128_BYTES + SIMPLE_BYTES) + ALLOCATION_GRANULE
+"""Bytes one connection (one channel to one peer) holds on a GPU: the receive buffers of the
+three protocols, 9.1875 MiB rounded up to 10 MiB, and the send side's ``ncclSendMem`` rounded up
+to 2 MiB: 12 MiB (NVIDIA/nccl#1685's two allocation sizes)."""
+
+RING_CHANNELS = 32
+"""Channels of a collective communicator's ring, counted as 32: on 8 H100s NCCL ran 32
+point-to-point channels per peer (NVIDIA/nccl#1685), and ``ncclTopoComputeP2pChannels``
+(``src/graph/paths.cc``) caps those at the collective channel count rounded up to a power of two,
+so that node ran between 17 and 32 collective channels. The count is NCCL's topology search's
+(``src/graph/search.cc``), sized to the links' bandwidth; 32 is the larger end."""
+P2P_CHANNELS = 32
+"""Point-to-point channels of a communicator (``p2pnChannels``) and the most per peer: 32 on
+8 H100s (NVIDIA/nccl#1685). Inside a node each NVLink peer gets ``2 × (path bandwidth ÷ one
+NVLink's)`` channels, rounded up to a power of two and capped here
+(``ncclTopoGetNchannels``, ``ncclTopoComputeP2pChannels``)."""
+P2P_NET_BYTES_PER_CHANNEL = 14e9
+"""``NCCL_P2P_PER_CHANNEL_NET_BW``, 14 GB/s (``src/graph/paths.cc``): a network peer gets one
+channel per this much of the GPU's NIC bandwidth, at least one per NIC."""
+P2P_PEERS_PER_ROUND = 8
+"""``NCCL_MAX_DEV_WORK_P2P_PER_BATCH`` (``src/include/device.h``): across nodes NCCL halves the
+channels per peer until ``channels × ⌈peers ÷ 8⌉`` fits :data:`P2P_CHANNELS`."""
+
+
+def _pow2_up(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(n)))
+
+
+def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
+    """Channels per network peer (``ncclTopoGetNchannels``, remote rank): one NIC per GPU,
+    ``max(1, ⌈NIC bandwidth ÷ 14 GB/s⌉)``, rounded up to a power of two; 2 where the bandwidth is
+    unknown (NCCL's default without a NIC count).
+
+    >>> net_channels_per_peer(50e9), net_channels_per_peer(None)
+    (4, 2)
+    """
+    if not scaleout_bytes_per_s:
+        return 2
+    return _pow2_up(max(1, math.ceil(scaleout_bytes_per_s / P2P_NET_BYTES_PER_CHANNEL)))
+
+
+@cache
+def p2p_channels_per_peer(ranks: int, across_hosts: bool, nic_bytes_per_s: float | None) -> int:
+    """Channels per point-to-point peer of a communicator of ``ranks`` ranks
+    (``ncclTopoComputeP2pChannelsPerPeer`` takes the fewest over every rank's peers, then
+    ``ncclTopoComputeP2pChannels``): :data:`P2P_CHANNELS` for NVLink peers (``nic_bytes_per_s``
+    0), else :func:`net_channels_per_peer` of the NIC; in a communicator across hosts, halved
+    while ``channels × ⌈ranks ÷ 8⌉`` exceeds :data:`P2P_CHANNELS`.
+
+    >>> p2p_channels_per_peer(8, False, 0), p2p_channels_per_peer(64, True, 50e9)
+    (32, 4)
+    >>> p2p_channels_per_peer(64, True, 0), p2p_channels_per_peer(256, True, 50e9)
+    (4, 1)
+    """
+    per_peer = P2P_CHANNELS if nic_bytes_per_s == 0 else net_channels_per_peer(nic_bytes_per_s)
+    per_peer = min(per_peer, P2P_CHANNELS)
+    rounds = -(-int(ranks) // P2P_PEERS_PER_ROUND)
+    while across_hosts and per_peer * rounds > P2P_CHANNELS and per_peer > 1:
+        per_peer //= 2
+    return per_peer
+
+
+def communicator_bytes(ring: Any, peers: Any, channels_per_peer: Any) -> Any:
+    """Bytes one NCCL communicator holds on one GPU: a ring's :data:`RING_CHANNELS`
+    connections where ``ring``, plus ``peers`` point-to-point peers' ``channels_per_peer``
+    channels each, every one :data:`CONNECTION_BYTES`. Exact for ints; element-wise for arrays.
+
+    Examples
+    --------
+    A tp group's ring: 32 × 12 MiB = 384 MiB; a middle pipeline stage's two neighbours on other
+    nodes, 4 channels each: 2 × 4 × 12 MiB = 96 MiB.
+
+    >>> communicator_bytes(True, 0, 0) // 2**20, communicator_bytes(False, 2, 4) // 2**20
+    (384, 96)
+    """
+    return (where(ring, RING_CHANNELS, 0) + peers * channels_per_peer) * CONNECTION_BYTES
+
+
+def _pipeline_peers(f: Fields) -> Any:
+    """The stages a pipeline stage sends to or receives from: the previous and the next (one at
+    the ends; the interleaved schedule's last stage also sends to the first)."""
+    ends = (f.stage == 0) | (f.stage == f.pp - 1)
+    peers = where(ends & (f.virtual_stages == 1), 1, 2)
+    return where(f.pp == 1, 0, where(f.pp == 2, 1, peers))
+
+
+def _p2p(c: Context, f: Fields, axis: str, ranks: Any) -> Any:
+    """Channels per peer of the point-to-point communicator over ``axis`` (``ranks`` ranks): a
+    group outside one NVLink domain, or larger than a node, spans nodes."""
+    link = f.link(axis)
+    across = where(link.nvlink, ranks > c.gpu.gpus_per_node, True)
+    nic = where(link.nvlink, 0.0, link.bandwidth)  # one NIC's bandwidth across domains
+    return f.lookup_values(p2p_channels_per_peer, (), ranks, across, nic)
+
+
+def comm_memory_term(c: Context, f: Fields) -> Any:
+    """Bytes of NCCL communicator buffers on one GPU of pipeline stage ``f.stage``: one
+    communicator per process group the layout runs collectives on (:func:`communicator_bytes`):
+
+    * rings: tp; the dp·cp gradient group (reduce-scatter, all-gather or all-reduce); with
+      experts, the expert data-parallel group (``expert_shard_degree``) and the expert
+      tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
+      flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
+    * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
+      all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
+      dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
+      neighbouring stages (:func:`_pipeline_peers`), with :func:`p2p_channels_per_peer`
+      channels each (across nodes as the topology placed the axis,
+      :attr:`model.terms.fields.LinkFields.nvlink`).
+
+    0 under the ``textbook`` profile (the paper convention counts no runtime memory).
+
+    Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, virtual_stages, framework, rank_order.
+    Control: pp, framework.
+    """
+    if not Framework(f.framework).physical:
+        return 0
+    total = communicator_bytes(f.tp > 1, 0, 0) + communicator_bytes(f.shard_degree > 1, 0, 0)
+    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    ring_peers = where(r > 2, 2, where(r == 2, 1, 0))
+    cp_peers = where(gather, 0, ring_peers) + (u - 1)
+    cp_ring = where(gather, r > 1, False)
+    total = total + communicator_bytes(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp))
+    arch = c.model.arch
+    if arch is not None and arch.moe is not None:
+        if c.training.moe_run.dispatcher is Dispatcher.ALLTOALL:  # DeepEP: its own buffers
+            total = total + communicator_bytes(False, f.ep - 1, _p2p(c, f, "ep", f.ep))
+        total = total + communicator_bytes(f.expert_shard_degree > 1, 0, 0)
+        total = total + communicator_bytes(f.expert_tp > 1, 0, 0)
+    total = total + communicator_bytes(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp))
+    if arch is not None and shares_embedding_with_last_stage(arch):
+        ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
+        total = total + communicator_bytes(ends, 0, 0)
+    return total
