@@ -33,7 +33,7 @@ class DeviceSpec:
     """The device's HBM in bytes where the vendor's "GB" counts power-of-two stacks (an "80 GB"
     H100 has 80 GiB); None = ``memory_bytes`` as stated."""
     runtime_reserve_bytes: int = DEFAULT_RUNTIME_RESERVE_BYTES
-    """Bytes a physical profile keeps free for the driver, CUDA context, NCCL buffers and
+    """Bytes a physical profile keeps free for the driver, CUDA context, cuBLAS workspaces and
     allocator fragmentation (:data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`;
     ``--memory-reserve`` overrides)."""
     peak_flops_per_s: float
@@ -94,7 +94,7 @@ class DeviceSpec:
         --------
         >>> h100 = DeviceSpec(name="H100", memory_bytes=80 * 10**9, memory_unit="GB",
         ...                   hbm_bytes=80 * 2**30, peak_flops_per_s=989e12)
-        >>> h100.usable_bytes(False), h100.usable_bytes(True) == 77 * 2**30
+        >>> h100.usable_bytes(False), h100.usable_bytes(True) == 80 * 2**30 - 2_186_019_840
         (80000000000, True)
         """
         if not physical:

@@ -44,6 +44,9 @@ def meta() -> dict[str, object]:
 
 
 PIPELINED_GRADIENTS = 4 * 3_187_933_184 * 127 // 128 - 4 * 398_491_648
+COMMUNICATORS = (384 + 384 + 2 * 4 * 12) * 2**20
+"""NCCL's buffers on a middle stage (model/terms/comm_memory.py): the tp and dp rings, 32
+channels × 12 MiB each, and two pipeline neighbours across nodes, 4 channels × 12 MiB each."""
 """Bytes FSDP2 holds more under a pipeline schedule (PyTorch's ``PipelineStage`` turns gradient
 sync off until the last micro-batch; :func:`model.frameworks._fsdp2_pipelined`): the stage's
 3,187,933,184 parameters per GPU (8 layers of 398,491,648 each after tp 8) keep whole FP32
@@ -55,10 +58,11 @@ of one layer's gradients (only its BF16 gradients): 12,652,109,824 − 1,593,966
 def test_meta_layout_fits_only_as_meta_ran_it(meta):
     default, sharded = (json.loads(meta[k].stdout) for k in ("default", "sharded"))
     assert PIPELINED_GRADIENTS == 11_058_143_232
-    assert default["memory"]["total_bytes"] == 128_887_521_280 + PIPELINED_GRADIENTS
+    assert COMMUNICATORS == 905_969_664
+    assert default["memory"]["total_bytes"] == 128_887_521_280 + PIPELINED_GRADIENTS + COMMUNICATORS
     assert not default["memory"]["fits"]
-    assert sharded["memory"]["total_bytes"] == 68_757_979_136 + PIPELINED_GRADIENTS
-    assert sharded["memory"]["fits"]  # 79,816,122,368 B of 82,678,120,448 usable
+    assert sharded["memory"]["total_bytes"] == 68_757_979_136 + PIPELINED_GRADIENTS + COMMUNICATORS
+    assert sharded["memory"]["fits"]  # 80,722,092,032 B of 83,713,326,080 usable
     assert sharded["memory"]["gradients_bytes"] == 4 * 3_187_933_184
     assert GATHERED_EXTRA == 60_129_542_144
     assert default["memory"]["total_bytes"] - sharded["memory"]["total_bytes"] == GATHERED_EXTRA
@@ -78,10 +82,10 @@ def test_gathered_is_the_default_said(meta):
 
 def test_text_says_which_plan(meta):
     text, sharded = meta["text"].stdout, meta["text sharded"].stdout
-    assert "verdict: DOES NOT FIT: over by 57.27 GB" in text  # 139.95 GB − 82.68 GB usable
+    assert "verdict: DOES NOT FIT: over by 57.14 GB" in text  # 140.85 GB − 83.71 GB usable
     assert "tp_block_inputs = gathered" in text.splitlines()[-1]  # Defaults used:
     assert "all-gathered inputs kept whole on every tp rank, torchtitan's plan" in text
-    assert "verdict: fits" in sharded and "79.82 GB" in sharded
+    assert "verdict: fits" in sharded and "80.72 GB" in sharded
     assert "kept as the sequence shard, gathered again in backward" in sharded
 
 

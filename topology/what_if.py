@@ -160,7 +160,7 @@ def what_if_part(device: DeviceSpec, multipliers: dict[str, Fraction]) -> Device
     if physical <= device.runtime_reserve_bytes:  # DeviceSpec would refuse it, naming the reserve
         raise InputError(
             f"what_if hbm_capacity: ×{_shown(multipliers['hbm_capacity'])} leaves the "
-            f"{device.name} no memory above its {device.runtime_reserve_bytes / 2**30:g} GiB "
+            f"{device.name} no memory above its {device.runtime_reserve_bytes / 2**30:.2f} GiB "
             "runtime reserve"
         )
     part = replace(device, **changes)  # type: ignore[arg-type]

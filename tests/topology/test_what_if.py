@@ -18,12 +18,12 @@ H100 = get_accelerator("H100-SXM")
 
 def test_hbm_capacity_scales_the_stated_and_the_physical_bytes():
     # The H100's "80 GB" is 80·10^9 stated, 80 GiB of HBM (accelerators.toml hbm_gib = 80):
-    # ×1.5 is 120·10^9 stated, 120 GiB physical; usable = 120 GiB - the 3 GiB runtime reserve.
+    # ×1.5 is 120·10^9 stated, 120 GiB physical; usable = 120 GiB - the runtime reserve.
     big = what_if_part(H100, {"hbm_capacity": Fraction(3, 2)})
     assert big.name == "H100-SXM[hbm×1.5]"
     assert big.memory_bytes == 120 * 10**9
     assert big.physical_bytes == 120 * 2**30
-    assert big.usable_bytes() == 117 * 2**30
+    assert big.usable_bytes() == 120 * 2**30 - 2_186_019_840
     assert big.status == "derived" and "what-if" in big.source
     assert big.peak_flops_per_s == H100.peak_flops_per_s  # nothing else changed
 
@@ -73,7 +73,7 @@ def test_times_one_is_the_catalogue_part_itself():
     [
         ("H100-SXM", "nvlink_domain", Fraction(3, 10), "×0.3 of the H100-SXM's 8 GPUs is 2.4"),
         ("MI250X", "nvlink_domain", Fraction(2), "the MI250X has no nvlink_domain"),
-        ("H100-SXM", "hbm_capacity", Fraction(1, 100), "no memory above its 3 GiB runtime reserve"),
+        ("H100-SXM", "hbm_capacity", Fraction(1, 100), "no memory above its 2.04 GiB runtime reserve"),
         ("H100-SXM", "hbm_capacity", Fraction(0), "0 must be a multiplier above 0"),
         ("H100-SXM", "memory", Fraction(2), "unknown key 'memory'"),
     ],
