@@ -246,7 +246,9 @@ class _InsideDomain:
     bandwidth_bytes_per_s: float | None = None
 
 
-INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")}
+INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {
+    a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")
+}
 """The links :func:`stage_memory` assumes where none are given: every group inside one NVLink
 domain, which gives point-to-point communicators the most channels per peer
 (:func:`model.terms.comm_memory.p2p_channels_per_peer`): the communicators' larger count."""
@@ -264,7 +266,9 @@ def stage_memory(
     ``links`` (:func:`evaluate`'s) place the communicators' groups; None counts every group
     inside one NVLink domain (:data:`INSIDE_DOMAIN`)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
-    f = LayoutFields(layout, training.global_batch_size, 0, INSIDE_DOMAIN if links is None else links)
+    f = LayoutFields(
+        layout, training.global_batch_size, 0, INSIDE_DOMAIN if links is None else links
+    )
     multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,

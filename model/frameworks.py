@@ -209,7 +209,10 @@ on the order and sizes of a step's allocations (``c10/cuda/CUDACachingAllocator.
 trainplan reports the allocated peak and does not model it (docs: memory-mechanisms)."""
 
 DEFAULT_RUNTIME_RESERVE_BYTES = (
-    DRIVER_RESERVED_BYTES + CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + FRAGMENTATION_ALLOWANCE_BYTES
+    DRIVER_RESERVED_BYTES
+    + CUDA_CONTEXT_BYTES
+    + CUBLAS_WORKSPACE_BYTES
+    + FRAGMENTATION_ALLOWANCE_BYTES
 )
 """Bytes of HBM a physical profile keeps out of reach of the model (2,186,019,840 B, 2.04 GiB;
 ``--memory-reserve`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
