@@ -73,7 +73,12 @@ def test_times_one_is_the_catalogue_part_itself():
     [
         ("H100-SXM", "nvlink_domain", Fraction(3, 10), "×0.3 of the H100-SXM's 8 GPUs is 2.4"),
         ("MI250X", "nvlink_domain", Fraction(2), "the MI250X has no nvlink_domain"),
-        ("H100-SXM", "hbm_capacity", Fraction(1, 100), "no memory above its 2.04 GiB runtime reserve"),
+        (
+            "H100-SXM",
+            "hbm_capacity",
+            Fraction(1, 100),
+            "no memory above its 2.04 GiB runtime reserve",
+        ),
         ("H100-SXM", "hbm_capacity", Fraction(0), "0 must be a multiplier above 0"),
         ("H100-SXM", "memory", Fraction(2), "unknown key 'memory'"),
     ],
