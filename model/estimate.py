@@ -238,7 +238,7 @@ def evaluation_context(
     return Context(model, training, device, options or CostOptions(), vocab_multiple)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _InsideDomain:
     """An axis link inside one NVLink domain (:class:`model.terms.fields.AxisLinkLike`)."""
 
