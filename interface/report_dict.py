@@ -613,6 +613,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
                 "seconds": r.seconds,
                 "overlap": r.overlap,
                 "exposed_seconds": r.exposed_seconds,
+                "optimizer_step": r.optimizer_step,
             }
             for r in est.traffic
         ],

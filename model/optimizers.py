@@ -72,6 +72,7 @@ __all__ = [
     "optimizer_step_bytes",
     "muon_gather_bytes",
     "newton_schulz_bytes",
+    "muon_gathers_over_dp",
     "state_bytes",
     "stage_state_split",
     "optimizer_scale",
@@ -299,18 +300,62 @@ def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> int:
     return steps * (4 * m * m * n + 2 * m**3)
 
 
-def newton_schulz_bytes(rows: int, cols: int) -> int:
-    """Bytes Muon's orthogonalisation of one whole ``rows`` × ``cols`` matrix holds at its most
-    (``zeropower_via_newtonschulz5``, m = min, n = max): the gathered FP32 update (4·m·n), the
-    BF16 iterate X, a·X and B·X (3 × 2·m·n) and the m × m BF16 A = X·Xᵀ, A·A and B (3 × 2·m²):
-    ``10·m·n + 6·m²`` — a transient of the optimizer step, for the largest matrix a GPU
-    orthogonalises.
+def newton_schulz_bytes(rows: int, cols: int, framework: str, gathered: bool) -> int:
+    """Bytes one GPU holds at most while Muon orthogonalises one whole ``rows`` × ``cols``
+    matrix (m = min, n = max; X is transposed to m × n first), beyond its resident state: the
+    gathered whole matrix where the GPU held only a shard (``gathered``) and the iteration's live
+    tensors, in the dtypes the framework's implementation uses. A transient of the optimizer
+    step, for the largest matrix a GPU orthogonalises (:func:`model.terms.state.muon_transient_term`).
 
-    >>> newton_schulz_bytes(4096, 14336) == 10 * 4096 * 14336 + 6 * 4096**2
+    * ``megatron`` — Emerging-Optimizers (``emerging_optimizers/orthogonalized_optimizers/
+      muon_utils.py``), which Megatron-Core's Muon calls. ``newton_schulz_tp(mode="duplicated")``
+      all-gathers the FP32 shards into a list (``torch.distributed.all_gather(x_shards, x)``,
+      4·m·n) and concatenates them (``torch.cat``, 4·m·n more), both alive while
+      ``newton_schulz`` runs: 8·m·n when ``gathered``. ``newton_schulz`` normalises in FP32
+      (``torch.nn.functional.normalize``: 4·m·n) and casts to BF16 (2·m·n) under
+      ``fp32_matmul_prec="medium"`` (``TensorParallelMuon``'s default); each
+      ``newton_schulz_step`` holds the old X, A = X·Xᵀ, B = ``addmm(A, A, A)`` and the new
+      X = ``addmm(X, B, X)``: 2·(2·m·n + 2·m²); the FP32 result (4·m·n) beside the last BF16 X.
+      So ``max(6·m·n, 4·m·n + 4·m²)`` + 8·m·n if gathered.
+    * ``textbook`` and ``fsdp2`` — KellerJordan/Muon ``muon.py`` ``zeropower_via_newtonschulz5``
+      run eagerly: ``X = G.bfloat16()``; per iteration ``A = X @ X.mT``,
+      ``B = b * A + c * A @ A``, ``X = a * X + B @ X``, whose last line holds X, a·X, B·X and
+      their sum beside A and B: 2·(4·m·n + 2·m²) = ``8·m·n + 4·m²`` (the largest line for
+      n ≥ m); the FP32 whole matrix (4·m·n) where it was gathered (the all-gather over the data
+      -parallel ranks of Moonlight's Distributed Muon, Liu et al. 2025, arXiv 2502.16982,
+      Algorithm 1, and of an owner rank under torchtitan's ``DistMuon``). Where nothing is
+      gathered, the reference orthogonalises the gradient in place (``muon_update``'s
+      ``grad.lerp_``): no FP32 copy.
+
+    Examples
+    --------
+    Llama 3 8B's fc1 (28,672 × 4,096; m = 4,096, n = 28,672) gathered over tp under Megatron:
+    8·m·n + max(6·m·n, 4·m·n + 4·m²) = 14·m·n = 1,644,167,168 B.
+
+    >>> newton_schulz_bytes(28672, 4096, "megatron", True)
+    1644167168
+    >>> newton_schulz_bytes(4096, 4096, "megatron", False) == 8 * 4096**2
+    True
+    >>> newton_schulz_bytes(4096, 4096, "textbook", True) == 16 * 4096**2
     True
     """
     m, n = min(rows, cols), max(rows, cols)
-    return 10 * m * n + 6 * m * m
+    if framework == "megatron":
+        return max(6 * m * n, 4 * m * n + 4 * m * m) + (8 * m * n if gathered else 0)
+    return 8 * m * n + 4 * m * m + (4 * m * n if gathered else 0)
+
+
+def muon_gathers_over_dp(framework: str, zero_stage: int) -> bool:
+    """Whether Muon gathers whole matrices over the data-parallel shard group: torchtitan's
+    ``DistMuon`` under FSDP (``fsdp2`` at ZeRO 2 or 3: each matrix's shards go to the rank that
+    orthogonalises it). Megatron-Core's ``LayerWiseDistributedOptimizer`` (ZeRO 1) gives each
+    rank whole matrices, so it gathers nothing over dp for the iteration (its extra all-reduce is
+    of gradients: :func:`muon_gather_bytes`).
+
+    >>> muon_gathers_over_dp("fsdp2", 3), muon_gathers_over_dp("megatron", 1)
+    (True, False)
+    """
+    return framework == "fsdp2" and zero_stage >= 2
 
 
 def optimizer_step_bytes(state_bytes: Fraction | int, weight_bytes: int) -> Fraction:
@@ -351,7 +396,7 @@ def muon_gather_bytes(
     d = exact(shard)
     if framework == "megatron" and zero_stage == 1:
         return over_tp, (d - 1) / d * e * 4
-    if framework == "fsdp2" and zero_stage >= 2:
+    if muon_gathers_over_dp(framework, zero_stage):
         return over_tp, 2 * (d - 1) / d * e / d * 4
     return over_tp, 0 * over_tp
 

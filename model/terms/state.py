@@ -24,6 +24,8 @@ from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
     layer_matrices,
+    muon_gathers_over_dp,
+    newton_schulz_bytes,
     newton_schulz_flops,
     optimizer_scale,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "model_state_term",
     "busiest_params",
     "copies",
+    "muon_transient_term",
 ]
 
 SPLIT_FIELDS = (
@@ -340,6 +343,54 @@ def stage_muon_work(
     return tuple(out)
 
 
+@lru_cache(maxsize=CACHE)
+def stage_muon_transient(
+    model: ModelSpec, tp: int, pp: int, v: int, etp: int, uneven: bool, framework: str,
+    sizes: tuple[int, ...] | None,
+) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    """Per stage, (the most bytes Muon's orthogonalisation of one of its matrices holds where
+    only tensor parallelism gathers, the most where every matrix is gathered — over the
+    data-parallel ranks too): :func:`model.optimizers.newton_schulz_bytes` of each matrix's full
+    shape, gathered over tp where tp (etp for routed experts) divides it
+    (:attr:`model.optimizers.Matrix.split`; Emerging-Optimizers' ``newton_schulz_tp`` falls
+    back to the local matrix without a ``partition_dim``). Zeros for a size-only model."""
+    arch = model.arch
+    if arch is None:
+        return ((0, 0),) * pp
+    out = []
+    for layers in stage_layers(arch, pp, v, uneven, sizes):
+        tp_only = every = 0
+        for j in layers:
+            for mat in layer_matrices(arch, j):
+                split = mat.split is not None and (etp if mat.expert else tp) > 1
+                ns = newton_schulz_bytes(mat.rows, mat.cols, framework, split)
+                tp_only = max(tp_only, ns)
+                every = max(every, newton_schulz_bytes(mat.rows, mat.cols, framework, True))
+        out.append((tp_only, every))
+    return tuple(out)
+
+
+def _stage_transient(model: ModelSpec, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, _ep, uneven, etp, framework, sizes = key
+    return stage_muon_transient(model, tp, pp, v, etp, uneven, str(framework), sizes)
+
+
+def muon_transient_term(c: Context, f: Fields) -> Any:
+    """Bytes the optimizer step of stage ``f.stage`` holds while Muon orthogonalises its
+    largest matrix (:func:`stage_muon_transient`): the gathered whole matrix and the
+    Newton–Schulz iteration's tensors, gathered over dp where Muon gathers there
+    (:func:`model.optimizers.muon_gathers_over_dp`, a shard group of more than one rank).
+    Every rank may own the largest matrix (Megatron-Core's layer-wise optimizer and
+    ``DistMuon`` spread whole matrices over the ranks), so the rank at its peak holds it.
+    0 under any other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
+        return 0
+    tp_only, every = f.per_stage(_stage_transient, (c.model,), *SPLIT_FIELDS)
+    if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
+        return tp_only
+    return where(f.shard_degree > 1, every, tp_only)
+
+
 def _stage_muon(model: ModelSpec, *key: Any) -> tuple[Any, ...]:
     tp, pp, v, ep, uneven, etp, _framework, sizes = key
     return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes)
@@ -429,6 +480,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     dispatch = dispatch_buffer_term(c, f)
+    step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 
