@@ -19,7 +19,9 @@ Every optimizer here keeps an FP32 master copy of the weights beside the 16-bit 
 * ``lion`` — Chen et al. 2023 (arXiv 2302.06675), Algorithm 2: one FP32 momentum.
 * ``muon`` — Jordan et al. (github.com/KellerJordan/Muon ``muon.py``; Megatron-Core
   ``--optimizer muon``, ``emerging_optimizers``): one FP32 momentum per hidden matrix, whose
-  update is orthogonalised by 5 Newton–Schulz iterations over the WHOLE matrix; every other
+  update is orthogonalised by 5 Newton–Schulz iterations over the WHOLE matrix (under
+  Megatron-Core's default ``--muon-tp-mode blockwise``, over each tensor-parallel block:
+  :func:`muon_tp_gathers`); every other
   parameter (embeddings, output layer, norms, biases) is stepped by AdamW (Megatron-Core's
   ``_is_muon_excluded`` routes them to ``adam``; ``MuonWithAuxAdam``).
 * ``soap`` — Vyas et al. 2024 (arXiv 2409.11321), Algorithm 1; Megatron-Core ``--optimizer
@@ -73,6 +75,7 @@ __all__ = [
     "muon_gather_bytes",
     "newton_schulz_bytes",
     "muon_gathers_over_dp",
+    "muon_tp_gathers",
     "state_bytes",
     "stage_state_split",
     "optimizer_scale",
@@ -345,6 +348,34 @@ def newton_schulz_bytes(rows: int, cols: int, framework: str, gathered: bool) ->
     return 8 * m * n + 4 * m * m + (4 * m * n if gathered else 0)
 
 
+def muon_tp_gathers(framework: str, muon_tp_mode: str | None = None) -> bool:
+    """Whether Muon orthogonalises a tensor-parallel matrix whole, all-gathered over tp, rather
+    than block by block. Megatron-Core: ``OptimizerConfig.muon_tp_mode`` (``--muon-tp-mode``)
+    defaults to ``blockwise``, and ``TensorParallelMuon.orthogonalize``
+    (``megatron/core/optimizer/muon.py``) then passes ``partition_dim=None``, so
+    ``newton_schulz_tp`` iterates the local block with no collective; ``duplicated``
+    all-gathers. The other profiles orthogonalise the whole matrix (Muon's definition).
+
+    Raises
+    ------
+    LayoutError
+        ``muon_tp_mode`` set under a framework other than ``megatron``.
+
+    >>> muon_tp_gathers("megatron"), muon_tp_gathers("megatron", "duplicated")
+    (False, True)
+    >>> muon_tp_gathers("fsdp2")
+    True
+    """
+    if framework == "megatron":
+        return muon_tp_mode == "duplicated"
+    if muon_tp_mode is not None:
+        raise LayoutError(
+            f"muon_tp_mode: {muon_tp_mode} is Megatron-Core's option; {framework} orthogonalises "
+            "whole matrices"
+        )
+    return True
+
+
 def muon_gathers_over_dp(framework: str, zero_stage: int) -> bool:
     """Whether Muon gathers whole matrices over the data-parallel shard group: torchtitan's
     ``DistMuon`` under FSDP (``fsdp2`` at ZeRO 2 or 3: each matrix's shards go to the rank that
@@ -371,15 +402,21 @@ def optimizer_step_bytes(state_bytes: Fraction | int, weight_bytes: int) -> Frac
 
 
 def muon_gather_bytes(
-    framework: str, zero_stage: int, shard: Any, tp: Any, matrix_elements: Any
+    framework: str,
+    zero_stage: int,
+    shard: Any,
+    tp: Any,
+    matrix_elements: Any,
+    tp_gathers: bool = True,
 ) -> tuple[Any, Any]:
     """(bytes one GPU sends over tp, over the data-parallel shard group) per step so that Muon
     sees whole matrices, for ``matrix_elements`` hidden-matrix elements on the GPU (after tp,
     before ZeRO); the update is FP32 (4 B). Exact for numbers; element-wise for arrays.
 
-    * tp (Megatron-Core ``--muon-tp-mode duplicated``, the default: ``TensorParallelMuon``
-      all-gathers each matrix over tp and runs the whole-matrix iteration on every tp rank):
-      ``(tp − 1) · 4 · elements``.
+    * tp, where Muon orthogonalises tp matrices whole (``tp_gathers``,
+      :func:`muon_tp_gathers`: Megatron-Core's ``--muon-tp-mode duplicated``; Emerging-Optimizers'
+      ``newton_schulz_tp`` all-gathers each matrix over tp and every tp rank iterates it
+      whole): ``(tp − 1) · 4 · elements``; 0 under Megatron's default ``blockwise``.
     * ``megatron`` at ZeRO 1 (``LayerWiseDistributedOptimizer``): gradients are all-reduced, not
       reduce-scattered — ``(D − 1)/D · elements · 4`` more than the distributed optimizer's
       reduce-scatter (its all-gather of the parameters stays).
@@ -388,11 +425,13 @@ def muon_gather_bytes(
 
     >>> muon_gather_bytes("megatron", 1, 8, 4, 1000)
     (Fraction(12000, 1), Fraction(3500, 1))
+    >>> muon_gather_bytes("megatron", 1, 8, 4, 1000, tp_gathers=False)
+    (Fraction(0, 1), Fraction(3500, 1))
     >>> muon_gather_bytes("fsdp2", 3, 8, 1, 8000)
     (Fraction(0, 1), Fraction(7000, 1))
     """
     e = exact(matrix_elements)
-    over_tp = (tp - 1) * 4 * e
+    over_tp = (tp - 1) * 4 * e * (1 if tp_gathers else 0)
     d = exact(shard)
     if framework == "megatron" and zero_stage == 1:
         return over_tp, (d - 1) / d * e * 4

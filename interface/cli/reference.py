@@ -209,6 +209,7 @@ KEY_DOCS: dict[str, str] = {
     "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
     "--recompute-modules names; core_attn by default).",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
+    "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",

@@ -35,7 +35,11 @@ from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
-from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
+from trainplan.model.optimizers import (
+    OptimizerKind,
+    muon_gather_bytes,
+    optimizer_step_bytes,
+)
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
@@ -64,7 +68,12 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.state import busiest_muon_work, busiest_params, busiest_scales
+from trainplan.model.terms.state import (
+    busiest_muon_work,
+    busiest_params,
+    busiest_scales,
+    muon_whole_matrices,
+)
 from trainplan.model.terms.traffic import (
     dp_mechanism,
     most_layers,
@@ -321,8 +330,9 @@ def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:
         return 0, 0
     _, _, el_d, el_e = busiest_muon_work(c, f)
     zero, fw = int(f.zero_stage), str(f.framework)
-    over_tp, over_dp = muon_gather_bytes(fw, zero, f.shard_degree, f.tp, el_d)
-    e_tp, e_dp = muon_gather_bytes(fw, zero, f.expert_shard_degree, f.expert_tp, el_e)
+    whole = muon_whole_matrices(fw, c.training.muon_tp_mode)
+    over_tp, over_dp = muon_gather_bytes(fw, zero, f.shard_degree, f.tp, el_d, whole)
+    e_tp, e_dp = muon_gather_bytes(fw, zero, f.expert_shard_degree, f.expert_tp, el_e, whole)
     return over_tp + e_tp, over_dp + e_dp
 
 
@@ -365,8 +375,10 @@ def muon_seconds(c: Context, f: Fields) -> Any:
     gradient reduction): the Newton–Schulz FLOPs of the matrices this GPU orthogonalises — whole
     matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
     distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
-    (``--muon-tp-mode duplicated``) — at the GEMM efficiency's share of the peak, and the
-    gathers' time (:func:`muon_gather_seconds`). 0 under any other optimizer."""
+    where tp matrices are gathered (``--muon-tp-mode duplicated``; its block under Megatron's
+    default ``blockwise``, :func:`model.optimizers.muon_tp_gathers`) — at the GEMM efficiency's
+    share of the peak, and the gathers' time (:func:`muon_gather_seconds`). 0 under any other
+    optimizer."""
     if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
         return 0.0
     d, p = c.gpu, params_of(c)
