@@ -337,9 +337,10 @@ def frontier_row(
         row[key] = mem[key]
     row["peak_bytes_ceil"] = peak_bytes
     for r in d["traffic"]:
-        row[f"{r['axis']}_bytes_per_step"] = r["bytes_per_step"]
-        row[f"{r['axis']}_link"] = r["link"]
-        row[f"{r['axis']}_exposed_s"] = r["exposed_seconds"]
+        axis = r["axis"] + ("_optimizer_step" if r.get("optimizer_step") else "")
+        row[f"{axis}_bytes_per_step"] = r["bytes_per_step"]
+        row[f"{axis}_link"] = r["link"]
+        row[f"{axis}_exposed_s"] = r["exposed_seconds"]
     row.update(
         {
             "bubble_fraction": p["bubble_fraction"],

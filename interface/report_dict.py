@@ -588,6 +588,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "offload_activations": list(t.offload.activations),
             "recompute_modules": list(t.recompute_modules),
             "fp8_param_gather": t.fp8_param_gather,
+            "muon_tp_mode": t.muon_tp_mode,
             "document_lengths": _documents(t),
             "moe": _moe_run(t.moe_run),
         },
@@ -613,6 +614,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
                 "seconds": r.seconds,
                 "overlap": r.overlap,
                 "exposed_seconds": r.exposed_seconds,
+                "optimizer_step": r.optimizer_step,
             }
             for r in est.traffic
         ],

@@ -31,6 +31,7 @@ from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activations import padded_vocab_of
 from trainplan.model.terms.fields import AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
+from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.state import stage_params_per_gpu
 from trainplan.model.terms.step import (
     DpTime,
@@ -83,6 +84,10 @@ class TrafficRow:
     """bytes / bandwidth: the time if nothing overlapped it."""
     overlap: float
     exposed_seconds: float | None
+    optimizer_step: bool = False
+    """Sent during the optimizer step (Muon's whole-matrix gathers,
+    :func:`model.terms.roofline.muon_axis_traffic`): its time is in
+    :attr:`TimeTerms.optimizer_s`, not in :attr:`Estimate.exposed_comm_s`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +209,7 @@ class Estimate:
 
     @property
     def exposed_comm_s(self) -> float | None:
-        times = [row.exposed_seconds for row in self.traffic]
+        times = [row.exposed_seconds for row in self.traffic if not row.optimizer_step]
         return None if any(t is None for t in times) else sum(t for t in times if t is not None)
 
     def _rate(self, flops: int | None) -> float | None:
@@ -305,6 +310,22 @@ def _row(
     return TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, overlap, exposed)
 
 
+def _muon_rows(
+    c: Context, f: LayoutFields, links: Mapping[str, AxisLinkLike] | None
+) -> tuple[TrafficRow, ...]:
+    """The traffic rows of Muon's optimizer-step gathers (:func:`muon_axis_traffic`), timed by
+    :func:`muon_gather_seconds` — the seconds the optimizer step already counts — all exposed."""
+    if c.model.arch is None:
+        return ()
+    seconds = dict(zip(("tp", "dp"), muon_gather_seconds(c, f), strict=True)) if links else {}
+    out = []
+    for t in muon_axis_traffic(c, f):
+        s = float(seconds.get(t.axis, 0.0))
+        row = _row(c, f, t, links, (s, s), False, None)
+        out.append(replace(row, overlap=0.0, optimizer_step=True))
+    return tuple(out)
+
+
 def _time(
     c: Context,
     f: LayoutFields,
@@ -321,7 +342,7 @@ def _time(
         window = single_microbatch_seconds(c, f, Recompute.NONE)
     plain = [_row(c, f, t, links, None, roofline, window) for t in traffic]
     if arch is None or any(r.exposed_seconds is None for r in plain):
-        return tuple(plain), None
+        return tuple(plain) + _muon_rows(c, f, links), None
     if not roofline:  # the single model's, also without links (then no axis has traffic)
         c = replace(c, options=replace(c.options, time_model=TimeModel.SINGLE))
     pipe: PipelineTime = pipeline_term(c, f)
@@ -330,7 +351,7 @@ def _time(
     rows = tuple(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)
-    )
+    ) + _muon_rows(c, f, links)
     terms = TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s,

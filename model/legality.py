@@ -34,7 +34,7 @@ from trainplan.model.moe_run import (
     moe_run_violation,
 )
 from trainplan.model.offload import check_offload
-from trainplan.model.optimizers import OptimizerKind, check_optimizer
+from trainplan.model.optimizers import OptimizerKind, check_optimizer, muon_tp_gathers
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
@@ -290,6 +290,8 @@ def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> N
     (:func:`model.optimizers.check_optimizer`); an optimizer other than Adam needs the model's
     matrices (a size alone has none)."""
     check_optimizer(optimizer, framework, zero_stage)
+    if OptimizerKind(optimizer) is OptimizerKind.MUON:
+        muon_tp_gathers(str(framework), s.training.muon_tp_mode)
     if s.model.arch is None and OptimizerKind(optimizer) is not OptimizerKind.ADAM:
         raise LayoutError(
             f"optimizer: {optimizer} needs the model's layers (which parameters are matrices), "

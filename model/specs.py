@@ -343,6 +343,11 @@ class TrainingSpec:
     moe_run: MoERun = DROPLESS
     """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`: capacity factor,
     padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
+    muon_tp_mode: str | None = None
+    """How Muon treats a tensor-parallel matrix, as Megatron-Core's ``--muon-tp-mode`` names it:
+    ``blockwise`` (its default: each tp rank orthogonalises its own block, nothing gathered) or
+    ``duplicated`` (each matrix all-gathered over tp and orthogonalised whole on every tp rank);
+    None = the framework's (:func:`model.optimizers.muon_tp_gathers`). Megatron only."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
@@ -358,6 +363,10 @@ class TrainingSpec:
             object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
         except ValueError:
             raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
+        if self.muon_tp_mode not in (None, "blockwise", "duplicated"):
+            raise InputError(
+                f"muon_tp_mode: {self.muon_tp_mode!r} is not one of blockwise, duplicated"
+            )
         if self.fp8_param_gather and self.precision is not Precision.FP8:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"

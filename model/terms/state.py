@@ -17,6 +17,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
@@ -24,6 +25,9 @@ from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
     layer_matrices,
+    muon_gathers_over_dp,
+    muon_tp_gathers,
+    newton_schulz_bytes,
     newton_schulz_flops,
     optimizer_scale,
 )
@@ -51,6 +55,8 @@ __all__ = [
     "model_state_term",
     "busiest_params",
     "copies",
+    "muon_transient_term",
+    "muon_whole_matrices",
 ]
 
 SPLIT_FIELDS = (
@@ -312,13 +318,14 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
 @lru_cache(maxsize=CACHE)
 def stage_muon_work(
     model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, etp: int,
-    sizes: tuple[int, ...] | None,
+    sizes: tuple[int, ...] | None, whole: bool = True,
 ) -> tuple[tuple[int, int, Fraction, Fraction], ...]:  # fmt: skip
     """Per stage, Muon's (Newton–Schulz FLOPs of the dense matrices, of the routed experts'
     matrices on one GPU, dense matrix elements on one GPU, expert ones): every matrix
-    orthogonalised whole (:func:`model.optimizers.newton_schulz_flops` of its full shape;
-    experts ÷ ep), elements after tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for
-    a size-only model."""
+    orthogonalised whole where tp matrices are gathered (``whole``,
+    :func:`model.optimizers.muon_tp_gathers`), else its tp block
+    (:func:`model.optimizers.newton_schulz_flops` of that shape; experts ÷ ep), elements after
+    tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for a size-only model."""
     arch = model.arch
     if arch is None:
         return ((0, 0, Fraction(0), Fraction(0)),) * pp
@@ -328,8 +335,8 @@ def stage_muon_work(
         el_d = el_e = Fraction(0)
         for j in layers:
             for mat in layer_matrices(arch, j):
-                flops = newton_schulz_flops(mat.rows, mat.cols)
                 rows, cols = mat.local(etp if mat.expert else tp)
+                flops = newton_schulz_flops(*((mat.rows, mat.cols) if whole else (rows, cols)))
                 if mat.expert:
                     ns_e += flops * mat.count // ep
                     el_e += Fraction(mat.count * rows * cols, ep)
@@ -340,16 +347,81 @@ def stage_muon_work(
     return tuple(out)
 
 
-def _stage_muon(model: ModelSpec, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, _framework, sizes = key
-    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes)
+@lru_cache(maxsize=CACHE)
+def stage_muon_transient(
+    model: ModelSpec, tp: int, pp: int, v: int, etp: int, uneven: bool, framework: str,
+    sizes: tuple[int, ...] | None, whole: bool = True,
+) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    """Per stage, (the most bytes Muon's orthogonalisation of one of its matrices holds where
+    only tensor parallelism gathers, the most where every matrix is gathered — over the
+    data-parallel ranks too): :func:`model.optimizers.newton_schulz_bytes` of each matrix's
+    full shape, gathered over tp where tp (etp for routed experts) divides it
+    (:attr:`model.optimizers.Matrix.split`; Emerging-Optimizers' ``newton_schulz_tp`` falls
+    back to the local matrix without a ``partition_dim``) — or, where tp matrices are not
+    gathered (``whole`` False: Megatron-Core's ``blockwise``), of its tp block, not gathered.
+    Zeros for a size-only model."""
+    arch = model.arch
+    if arch is None:
+        return ((0, 0),) * pp
+    out = []
+    for layers in stage_layers(arch, pp, v, uneven, sizes):
+        tp_only = every = 0
+        for j in layers:
+            for mat in layer_matrices(arch, j):
+                degree = etp if mat.expert else tp
+                shape = (mat.rows, mat.cols) if whole else mat.local(degree)
+                split = whole and mat.split is not None and degree > 1
+                tp_only = max(tp_only, newton_schulz_bytes(*shape, framework, split))
+                every = max(every, newton_schulz_bytes(*shape, framework, True))
+        out.append((tp_only, every))
+    return tuple(out)
+
+
+def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
+    """:func:`model.optimizers.muon_tp_gathers`, with a mode another profile does not take
+    (refused by the layout's rules) read as that profile's whole matrices."""
+    try:
+        return muon_tp_gathers(str(framework), muon_tp_mode)
+    except LayoutError:
+        return True
+
+
+def _stage_transient(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, _ep, uneven, etp, framework, sizes = key
+    whole = muon_whole_matrices(framework, mode)
+    return stage_muon_transient(model, tp, pp, v, etp, uneven, str(framework), sizes, whole)
+
+
+def muon_transient_term(c: Context, f: Fields) -> Any:
+    """Bytes the optimizer step of stage ``f.stage`` holds while Muon orthogonalises its
+    largest matrix (:func:`stage_muon_transient`): the gathered whole matrix and the
+    Newton–Schulz iteration's tensors, gathered over dp where Muon gathers there
+    (:func:`model.optimizers.muon_gathers_over_dp`, a shard group of more than one rank).
+    Every rank may own the largest matrix (Megatron-Core's layer-wise optimizer and
+    ``DistMuon`` spread whole matrices over the ranks), so the rank at its peak holds it.
+    0 under any other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
+        return 0
+    args = (c.model, c.training.muon_tp_mode)
+    tp_only, every = f.per_stage(_stage_transient, args, *SPLIT_FIELDS)
+    if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
+        return tp_only
+    return where(f.shard_degree > 1, every, tp_only)
+
+
+def _stage_muon(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    whole = muon_whole_matrices(framework, mode)
+    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes, whole)
 
 
 def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
     """:func:`stage_muon_work` of the stage with the most Newton–Schulz FLOPs (the first of
     equals)."""
     ns_d, ns_e, el_d, el_e = stage_tuple(
-        f.stages(lambda g: g.per_stage(_stage_muon, (c.model,), *SPLIT_FIELDS))
+        f.stages(
+            lambda g: g.per_stage(_stage_muon, (c.model, c.training.muon_tp_mode), *SPLIT_FIELDS)
+        )
     )
     pick = stage_argmax(
         ns_d + ns_e if is_array(ns_d) else [a + b for a, b in zip(ns_d, ns_e, strict=True)]
@@ -429,6 +501,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     dispatch = dispatch_buffer_term(c, f)
+    step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 
