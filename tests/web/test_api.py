@@ -505,7 +505,8 @@ def test_pipeline_without_its_timeline(client):
 def test_closing_a_search_stream_stops_its_process(server):
     """The page's Cancel closes the request: the search's process is gone within seconds,
     whether the search had sent its first event or not (a per-stage search sends none before
-    its end)."""
+    its end); and so does a client of the whole ``/api/search`` or ``/api/frontier`` that goes
+    away before the answer."""
     import http.client
     import time
 
@@ -518,6 +519,8 @@ def test_closing_a_search_stream_stops_its_process(server):
     long_runs = [  # (path, whether to read the first event before closing)
         ("/api/search/stream?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
         ("/api/frontier/stream?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", True),
+        ("/api/search?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
+        ("/api/frontier?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", False),
     ]
     for path, streaming in long_runs:
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
