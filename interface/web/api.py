@@ -126,13 +126,19 @@ def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> A
     return result
 
 
+def _per_stage(kw: dict[str, Any]) -> bool | None:
+    """``per-stage`` of the query, or ``set=per_stage=true`` (a scenario key)."""
+    flag = kw.pop("per_stage", None)
+    return flag if flag is not None else (kw.get("set") or {}).get("per_stage")
+
+
 def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan search`` for the query; ``progress``:
     :func:`interface.commands.search_json`'s ``on_tables`` and ``on_solution``."""
     kw, _ = parse("search", query)
     key = _key("search", kw)
     top, maximize = kw.pop("top"), kw.pop("maximize")
-    per_stage = kw.pop("per_stage", None)
+    per_stage = _per_stage(kw)
     shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
     if per_stage:  # the CLI's search --per-stage --json object
         if top != 1 or maximize:
@@ -146,7 +152,7 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("frontier", query)
     key = _key("frontier", kw)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
-    per_stage = kw.pop("per_stage", None)
+    per_stage = _per_stage(kw)
     shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
     if per_stage:  # the CLI's frontier --per-stage --json object
         return cached_run(key, lambda: commands.per_stage_frontier_json(kw, against, shapes))
