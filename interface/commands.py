@@ -95,7 +95,14 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
         (:func:`interface.inputs.build_case`).
     """
     params = dict(params)
-    params["overlap"] = parse_overlap(tuple(params.get("overlap") or ()))
+    sets = params.pop("set", None) or {}
+    if sets:  # --set KEY=VALUE: scenario keys, read as a file's (interface.scenario_keys)
+        from trainplan.interface.scenario_keys import merge
+
+        merge(params, sets)
+        params.update(sets)
+    overlap = params.get("overlap") or ()
+    params["overlap"] = overlap if isinstance(overlap, dict) else parse_overlap(tuple(overlap))
     case = build_case(params)
     out = estimate_to_dict(case.evaluate(), per_stage)
     out["defaults_used"] = case.defaults_used
@@ -219,6 +226,7 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
         file_values = scenario
     else:
         file_values = load_scenario(scenario) if scenario else {}
+    file_values = _with_sets(file_values, kw)
     cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
     if objective:
         cli_values["objective"] = objective
@@ -229,6 +237,23 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
         cluster["overlap"] = parse_overlap(kw["overlap"])
     cli_values["cluster"] = cluster
     return build_problem(file_values, cli_values)
+
+
+def _with_sets(file_values: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's values with ``kw["set"]`` (``--set KEY=VALUE``, read and checked as a file's
+    keys) over them, each in its table; a key a flag also gives is refused."""
+    from trainplan.interface.scenario_keys import merge, table_of
+
+    sets = kw.get("set") or {}
+    merge(kw, sets)
+    out = {**file_values}
+    for key, value in sets.items():
+        table = table_of(key)
+        if table is None:
+            out[key] = value
+        else:
+            out[table] = {**out.get(table, {}), key: value}
+    return out
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:

@@ -168,7 +168,7 @@ def summary(results: Sequence[RunResult]) -> list[str]:
         f"NVLink {p.scaleup_efficiency:g}, "
         f"scale-out {p.scaleout_efficiency:g} of nominal; NCCL latencies; {p.kernel_overhead_s * 1e6:g} µs "
         "per kernel",
-        "previous model (model.timing, `--time-model single`): kernel efficiency e∞·h/(h + h₀) "
+        "previous model (model.timing, `--set time_model=single`): kernel efficiency e∞·h/(h + h₀) "
         "with e∞ "
         + ", ".join(f"{k} {v:g}" for k, v in KERNEL_EFFICIENCY_BY_GENERATION.items())
         + f", h₀ {KERNEL_EFFICIENCY_HALF_HIDDEN}; FlashAttention core "
@@ -258,7 +258,7 @@ def markdown_report(results: Sequence[RunResult] | None = None) -> str:
         "`tests/test_fidelity_published.py`. Every configuration of `scenarios/published.toml` "
         "is evaluated with the layout and recipe its paper states, under the roofline time "
         "model (the default for the physical profiles) and, beside it, the previous "
-        "single-efficiency model (`--time-model single`), so a change shows what it bought. "
+        "single-efficiency model (`--set time_model=single`), so a change shows what it bought. "
         "*util* is the paper's own utilisation: HFU for Megatron-LM Table 1 (Eq. 3 hardware "
         "FLOPs / time), MFU for Korthikanti (Appendix A model FLOPs) and Llama 3 (6·N + causal "
         "attention). Errors are predicted − published: points of utilisation, and % of step "

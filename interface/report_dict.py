@@ -96,7 +96,7 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
-        fitted = "given (--gemm-efficiency or --calibration)"
+        fitted = "given (--set gemm_efficiency or --calibration)"
     attention = ""
     if est.training.flash_attention and p.attention_kernel is not None and FAMILY.get(p.part):
         attention = (

@@ -277,6 +277,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         if kind[0] == _COUNT:
             parse_counts(value, key)
             return
+        if isinstance(kind[0], tuple) and isinstance(value, str):
+            value = value.replace(",", ";")  # names hold no comma: core_attn,mlp is two
         for item in list_items(value, key):
             _check_value(key, item, kind[0])
     elif isinstance(kind, tuple):

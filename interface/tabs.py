@@ -469,7 +469,7 @@ def rlhf_report(
     With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
     of issue 12 under ``faithful`` (:func:`interface.rlhf_report.faithful_report`; its options,
     :data:`interface.rlhf_report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
-    says which; without it the figures are the seed's (``accounting: "seed"``).
+    says which; without it the figures are the original planner's (``accounting: "original"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
     (``logits_buffer``) are off by default (the original planner leaves them out) and add to
@@ -581,7 +581,7 @@ def rlhf_report(
         for x in nets
     ]
     return jsonable({
-        "tab": "rlhf", "accounting": "seed", "algorithm": algo, "reward": reward,
+        "tab": "rlhf", "accounting": "original", "algorithm": algo, "reward": reward,
         "networks": len(nets), "network_table": table,
         "bytes_per_policy_param": net_bytes / n_p, "network_bytes": net_bytes,
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),

@@ -147,18 +147,18 @@ def cost_options(
         raise InputError(
             f"time_model: roofline times the mechanisms of a physical profile; framework "
             f"{framework} keeps the single model (its figures are the original planner's); use --framework "
-            "megatron, deepspeed or fsdp2, or leave --time-model out"
+            "megatron, deepspeed or fsdp2, or leave time_model out"
         )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical
     why = (
         "the roofline time model (the default for megatron, deepspeed and fsdp2) times each "
-        "operation and overlaps by mechanism; this option belongs to --time-model single"
+        "operation and overlaps by mechanism; this option belongs to --set time_model=single"
     )
     single_only = {"kernel_efficiency": why, "overlap": why} if roofline else {}
     given = {k: params.get(k) or None for k in ("kernel_efficiency", "overlap")}
     check_applicable(given, single_only)
     if not roofline:
-        why = "the single time model (the textbook profile's, or --time-model single) has one "
+        why = "the single time model (the textbook profile's, or --set time_model=single) has one "
         why += "kernel efficiency and per-axis overlaps; this option belongs to the roofline model"
         check_applicable(
             {k: params.get(k) for k in TIME_KEYS if k != "time_model"},

@@ -83,8 +83,8 @@ def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
     ("args", "needle"),
     [
         (
-            ["evaluate", "--params", "70B", "--pad-vocab", "-128"],
-            "--pad-vocab: '-128' must be at least 1",
+            ["evaluate", "--params", "70B", "--set", "vocab_multiple=-128"],
+            "--set: vocab_multiple: -128 must be at least 1",
         ),
         (["pipeline", "-p", "4", "-m", "8", "--width", "-1"], "--width: '-1' must be at least 1"),
         (["pipeline", "-p", "4", "-m", "8", "--width", "0"], "--width: '0' must be at least 1"),
@@ -317,7 +317,7 @@ MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", 
         ),
         ([*MFU_70B, "--peak-tflops", "989", "--causal"], "causal: True does not apply"),
         (
-            ["evaluate", "--model", "llama3-8b", "--pod-size", "64"],
+            ["evaluate", "--model", "llama3-8b", "--set", "pod_size=64"],
             "pod_size: 64 does not apply: it shapes a cluster graph",
         ),
     ],

@@ -74,8 +74,8 @@ def test_optimizers_refused_in_one_line():
                 "8",
                 "--optimizer",
                 "lion",
-                "--optimizer-dtype",
-                "bf16",
+                "--set",
+                "optimizer_dtype=bf16",
             ],  # fmt: skip
             "size": ["evaluate", "--params", "7B", "--dp", "8", "--optimizer", "muon"],
         }
@@ -117,10 +117,10 @@ def test_document_length_refusals():
                 *LLAMA8,
                 "--document-length",
                 "8000",
-                "--document-length-spread",
-                "500",
+                "--set",
+                "document_length_spread=500",
             ],
-            "spread": ["evaluate", *LLAMA8, "--document-length-spread", "100"],
+            "spread": ["evaluate", *LLAMA8, "--set", "document_length_spread=100"],
         }
     )
     assert refusal(runs["long"]).startswith("document_length: mean")

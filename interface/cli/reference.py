@@ -99,7 +99,61 @@ def cli_markdown() -> str:
                     help_text = "The command's argument" + required
                 lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
             lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, *scenario_keys_markdown()])
+
+
+def _kind_text(kind: Any) -> str:
+    """A scenario key's kind (:data:`interface.scenario.VALUE_KINDS`) in words."""
+    if isinstance(kind, list):
+        return f"{_kind_text(kind[0])}, or a list"
+    if isinstance(kind, tuple):
+        return " | ".join(str(x) for x in kind)
+    return {"flag": "true | false", "whole": "count (0 allowed)"}.get(kind, kind)
+
+
+def scenario_keys_markdown() -> list[str]:
+    """The ``--set`` keys (every scenario-file key): per key its table, its kind and its help —
+    its flag's help where a flag gives it too (search's, else evaluate's), else
+    :data:`interface.scenario_keys.KEY_HELP`."""
+    from trainplan.interface.scenario import VALUE_KINDS
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS, table_of
+
+    helps: dict[str, str] = {}
+    flags: dict[str, str] = {}
+    for name, command in _commands():  # evaluate's, then search's (the scenario's own) over it
+        if name in ("search", "evaluate"):
+            for p in command.params:
+                if isinstance(p, click.Option) and p.name and p.help and p.name != "set":
+                    helps[p.name], flags[p.name] = p.help, p.opts[0]
+    lines = [
+        "## Scenario keys (--set)",
+        "",
+        "Every key of a scenario file, each also given on the command line by `--set KEY=VALUE` "
+        "(repeatable): search and frontier take them all, evaluate the `[cluster]` table's. "
+        "`KEY=VALUE` is read as the file's line `KEY = VALUE` and checked as the file's key is, "
+        "so `--set memory_reserve_gib=4` and a file's `memory_reserve_gib = 4` are one setting; "
+        "a dotted key sets one entry of a table (`--set overlap.dp=0.5`). A key that a flag also "
+        "gives is refused when both are given. The rarely set knobs have no flag: `--set` or the "
+        "file gives them.",
+        "",
+        "| key | table | value | flag | what it does |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key in sorted(SEARCH_KEYS):
+        name = key if key in helps else _EVALUATE_NAMES.get(key, key)
+        text = KEY_HELP.get(key) or helps.get(name, "")
+        flag_text = f"`{flags[name]}`" if name in flags else ""
+        where = f"`[{table_of(key)}]`" if table_of(key) else "top"
+        where += "" if key in EVALUATE_KEYS else " (search, frontier)"
+        kind = _escape(_kind_text(VALUE_KINDS[key]))
+        lines.append(
+            f"| `{key}` | {where} | {kind} | {flag_text} | {_escape(' '.join(text.split()))} |"
+        )
+    return [*lines, ""]
+
+
+_EVALUATE_NAMES = {"zero": "zero_stage", "micro_batch": "micro_batch_size", "gpus": "num_gpus"}
+"""Scenario keys whose evaluate parameter has another name."""
 
 
 def _sections(command: click.Command) -> list[tuple[str | None, list[click.Parameter]]]:

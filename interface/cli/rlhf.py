@@ -145,7 +145,7 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
     if as_json:
         echo_json(r)
         return
-    _seed_text(r)
+    _original_text(r)
     if "faithful" in r:
         from trainplan.interface.rlhf_text import plan_lines
 
@@ -166,8 +166,8 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
             click.echo(line)
 
 
-def _seed_text(r: dict[str, Any]) -> None:
-    head = "" if r["accounting"] == "seed" else "The original planner's accounting (textbook): "
+def _original_text(r: dict[str, Any]) -> None:
+    head = "" if r["accounting"] == "original" else "The original planner's accounting (textbook): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
     click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:

@@ -24,8 +24,8 @@ from trainplan.interface.cli.options import (
     MODEL,
     RECIPE,
     Decorator,
-    advanced,
     option_groups,
+    set_option,
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
@@ -184,11 +184,11 @@ SOLVER: list[Decorator] = [
 """The solver's time and workers, and the output."""
 
 
-def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
-    """Every option of search or frontier in its group: ``command`` is the command's own group
-    (title, options), shown after the constraints."""
+def search_options(name: str, command: tuple[str, Sequence[Decorator]]) -> Decorator:
+    """Every option of search or frontier (``name``) in its group: ``command`` is the command's
+    own group (title, options), shown after the constraints."""
     return option_groups(
-        ("Scenario", [SCENARIO]),
+        ("Scenario", [SCENARIO, set_option(name)]),
         ("Model", MODEL),
         ("Cluster", [*CLUSTER, CALIBRATION]),
         ("Sequence and batch", BATCH),
@@ -198,7 +198,6 @@ def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
         ("Training recipe", RECIPE),
         command,
         ("Solver and output", SOLVER),
-        *advanced(),
     )
 
 
@@ -280,7 +279,7 @@ SEARCH_OPTIONS: list[Decorator] = [
 
 
 @cli.command("search")
-@search_options(("Search", SEARCH_OPTIONS))
+@search_options("search", ("Search", SEARCH_OPTIONS))
 def search_cmd(
     as_json: bool,
     top: int,
@@ -356,7 +355,9 @@ def _exit_if(interrupted: bool) -> None:
 
 
 def _scenario_per_stage(kw: dict[str, Any]) -> bool:
-    """``per_stage = true`` in the scenario file, if one is given."""
+    """``per_stage = true`` in the scenario file, if one is given, or by ``--set``."""
+    if (kw.get("set") or {}).get("per_stage") is not None:
+        return bool(kw["set"]["per_stage"])
     if not kw.get("scenario"):
         return False
     from trainplan.interface.scenario import load_scenario
@@ -424,7 +425,7 @@ FRONTIER_OPTIONS: list[Decorator] = [
 
 
 @cli.command("frontier")
-@search_options(("Frontier", FRONTIER_OPTIONS))
+@search_options("frontier", ("Frontier", FRONTIER_OPTIONS))
 def frontier_cmd(
     as_json: bool,
     against: str,

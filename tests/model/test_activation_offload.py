@@ -141,8 +141,8 @@ def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
         "llama3-8b",
         "--dp",
         "8",
-        "--offload-activations",
-        "core_attn",
+        "--set",
+        "offload_activations=core_attn",
         *args,
     )
     assert code == 2 and not out
@@ -156,12 +156,19 @@ def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
         ("expert_fc1", "this model has no MoE layers"),
         ("attn_norm", "attn_norm offloads nothing on this model"),
         ("core_attn,mlp_norm", "mlp_norm offloads nothing on this model"),
-        ("core_attn,qkv", "qkv is not one of Megatron-Core's --offload-modules"),
+        ("core_attn,qkv", "offload_activations: 'qkv' is not one of attn_norm"),
     ],
 )
 def test_module_rules_refused(monkeypatch, capsys, modules, message):
     code, out, err = run_main(
-        monkeypatch, capsys, "--model", "llama3-8b", "--dp", "8", "--offload-activations", modules
+        monkeypatch,
+        capsys,
+        "--model",
+        "llama3-8b",
+        "--dp",
+        "8",
+        "--set",
+        f"offload_activations={modules}",
     )
     assert code == 2 and not out
     assert len(err.strip().splitlines()) == 1 and message in err, err

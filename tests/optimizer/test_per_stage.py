@@ -364,7 +364,7 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
         ),
         (
             ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192",
-             "--offload-activations", "core_attn"],
+             "--set", "offload_activations=core_attn"],
             "per_stage: activation offload",
         ),
     ],

@@ -63,7 +63,7 @@ def test_faithful_text_prints_every_term_and_a_timeline():
 
 def test_seed_figures_unchanged_without_model():
     r = rlhf_report("grpo", 70e9, 70e9)
-    assert r["accounting"] == "seed" and r["bytes_per_policy_param"] == 20
+    assert r["accounting"] == "original" and r["bytes_per_policy_param"] == 20
     assert "faithful" not in r
 
 
