@@ -75,7 +75,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
-from trainplan.model.xp import as_float, maximum, minimum, where
+from trainplan.model.xp import as_float, is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "PipelineTime",
@@ -184,6 +184,21 @@ def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: in
     return microbatch_flop_terms(arch, s, int(b), mode, causal)
 
 
+@lru_cache(maxsize=CACHE)
+def mirror_layer_counts(
+    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
+) -> tuple[tuple[int, int], ...]:
+    """Per rank r, :func:`model.terms.activations.stage_layer_counts` of stage ``pp − 1 − r``:
+    the second stage a DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
+    return stage_layer_counts(arch, pp, v, uneven, sizes)[::-1]
+
+
+def _mirror_core(
+    arch: Architecture, s: int, causal: bool, docs: Documents | None, *key: Any
+) -> tuple[int, ...]:
+    return _core(arch, s, causal, docs, *key)[::-1]
+
+
 def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> Any:
     """Seconds of one micro-batch's forward and backward (and recomputation) on the slowest
     pipeline stage, on one GPU, under the single model: its peak-seconds
@@ -196,14 +211,25 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
     separate = o.attention_efficiency if t.flash_attention else None
     speedup = linear_speedup(t.precision, d)
 
-    def stage(g: Fields) -> Any:
-        layers, moe = g.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-        core = g.per_stage(_core, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
+    def seconds(g: Fields, counts: Any, cores: Any, last: Any) -> Any:
+        layers, moe = g.per_stage(counts, (arch,), *LAYER_FIELDS)
+        core = g.per_stage(cores, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
         return stage_peak_seconds(
-            terms, layers - moe, moe, g.stage == g.pp - 1, g.micro_batch_size * core,
-            core_passes(mode), o.kernel_efficiency, separate, speedup,
+            terms, layers - moe, moe, last, g.micro_batch_size * core, core_passes(mode),
+            o.kernel_efficiency, separate, speedup,
         )  # fmt: skip
 
+    def stage(g: Fields) -> Any:
+        own = seconds(g, stage_layer_counts, _core, g.stage == g.pp - 1)
+        if not dualpipe:
+            return own
+        # a DualPipe rank runs its own stage for one direction's m/2 micro-batches and the
+        # mirror stage for the other's: its chunk takes the mean of the two
+        mirror = seconds(g, mirror_layer_counts, _mirror_core, g.stage == 0)
+        return where(g.schedule == Schedule.DUALPIPE, (own + mirror) / 2, own)
+
+    on = f.schedule == Schedule.DUALPIPE
+    dualpipe = bool(namespace(on).any(on)) if is_array(on) else bool(on)
     return stage_max(f.stages(stage)) / (f.tp * f.cp) / d.peak_flops_per_s
 
 

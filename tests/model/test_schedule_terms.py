@@ -64,3 +64,26 @@ def test_v_placement_puts_the_output_layer_on_rank_0() -> None:
 def test_a_framework_without_the_schedule_is_refused() -> None:
     with pytest.raises(LayoutError, match="schedule: dualpipe does not run under framework fsdp2"):
         _est("dualpipe", "fsdp2")
+
+
+def test_a_dualpipe_rank_runs_its_stage_and_the_mirror_stage() -> None:
+    """DualPipe's rank r runs stage r for one direction's m/2 micro-batches and stage pp − 1 − r
+    for the other's (deepseek-ai/DualPipe examples/example_dualpipe.py: each rank builds
+    ``full_modules[rank]`` and ``full_modules[pp_size - 1 - rank]``), so a chunk on the end ranks
+    takes (8L + (8L + O))/2 and the slowest chunk is 8L + O/2, not the last stage's 8L + O.
+    Llama 3 8B (32 layers) under the single model: L and O from 1F1B at pp 4 (8L + O) and pp 2
+    (16L + O), per micro-batch."""
+    base = dict(model="llama3-8b", num_gpus=16, global_batch_size=64, seq_len=4096)
+
+    def per_microbatch(pp: int, dp: int, schedule: str) -> float:
+        est = build_case(
+            {**base, "pp": pp, "dp": dp, "schedule": schedule, "framework": "textbook"}
+        )
+        terms = est.evaluate().time_terms
+        assert terms is not None
+        return terms.compute_s / (64 / dp)
+
+    four, two = per_microbatch(4, 4, "1f1b"), per_microbatch(2, 8, "1f1b")
+    layer = (two - four) / 8
+    output = four - 8 * layer
+    assert per_microbatch(4, 4, "dualpipe") == pytest.approx(8 * layer + output / 2, rel=1e-9)
