@@ -47,8 +47,34 @@ def test_in_flight_and_copies() -> None:
     assert [s.activations.microbatches_in_flight for s in one.stages] == [4, 3, 2, 1]
     dual, flat = _est("dualpipe", "textbook"), _est("1f1b", "textbook")
     assert all(s.activations.microbatches_in_flight == 5 for s in dual.stages)
-    for d, o in zip(dual.stages, flat.stages, strict=True):
-        assert d.state.weights_bytes == 2 * o.state.weights_bytes
+    own = [s.state.weights_bytes for s in flat.stages]
+    # rank r holds stage r and the mirror stage pp − 1 − r (example_dualpipe.py)
+    assert [s.state.weights_bytes for s in dual.stages] == [
+        a + b for a, b in zip(own, own[::-1], strict=True)
+    ]
+
+
+def test_dualpipe_end_ranks_share_the_embedding_with_the_mtp_module() -> None:
+    """DeepSeek-V3 (one MTP module) at pp 16: the last stage keeps a copy of the embedding for
+    the MTP module under 1F1B (Megatron-Core builds it where ``mtp_process``); under DualPipe the
+    end ranks hold the first stage too, whose embedding the MTP module shares physically (the
+    report's §3.2.3): rank 15 = stage 15 + stage 0 − one 129,280 × 7,168 BF16 table."""
+    lay = dict(model="deepseek-v3", num_gpus=2048, gpu="H800", dp=128, pp=16, ep=64,
+               global_batch_size=15360, seq_len=4096, framework="textbook")  # fmt: skip
+    one = build_case({**lay, "schedule": "1f1b"}).evaluate().stages
+    dual = build_case({**lay, "schedule": "dualpipe"}).evaluate().stages
+    table = 2 * 129_280 * 7_168
+    w = [s.state.weights_bytes for s in one]
+    assert dual[15].state.weights_bytes == w[15] + w[0] - table
+    assert dual[0].state.weights_bytes == w[0] + w[15] - table
+    assert dual[7].state.weights_bytes == w[7] + w[8]
+    # activations: rank h from its end holds pp − h micro-batches of stage h and h + 1 of stage
+    # pp − 1 − h (DualPipe.step's steps 1–4); stage 0 holds the 3 dense layers
+    mb = [s.activations.per_microbatch_bytes for s in one]
+    assert dual[0].activations.layers_bytes == 16 * mb[0] + 1 * mb[15]
+    assert dual[15].activations.layers_bytes == 16 * mb[0] + 1 * mb[15]
+    assert dual[1].activations.layers_bytes == 15 * mb[1] + 2 * mb[14]
+    assert dual[7].activations.layers_bytes == 9 * mb[7] + 8 * mb[8] == 17 * mb[7]
 
 
 def test_v_placement_puts_the_output_layer_on_rank_0() -> None:
