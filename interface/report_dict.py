@@ -588,6 +588,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "offload_activations": list(t.offload.activations),
             "recompute_modules": list(t.recompute_modules),
             "fp8_param_gather": t.fp8_param_gather,
+            "fp8_activation_storage": t.fp8_activation_storage,
             "document_lengths": _documents(t),
             "moe": _moe_run(t.moe_run),
         },

@@ -238,6 +238,7 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_activations": [OFFLOAD_MODULES],
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
+    "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "document_length": _NUMBER,

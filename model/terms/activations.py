@@ -29,6 +29,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.pipeline import (
     SPLIT_BACKWARD,
     Schedule,
@@ -169,11 +170,14 @@ def activation_context(
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),
         expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
-        combine_output_bytes=framework.moe_combine_bytes(),
+        combine_output_bytes=combine_output_bytes(
+            framework.value, training.moe_run, framework.moe_combine_bytes()
+        ),
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,
         fp8_gemms=training.precision is Precision.FP8,
+        fp8_activation_storage=training.fp8_activation_storage,
     )
 
 

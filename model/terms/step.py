@@ -30,6 +30,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
+from trainplan.model.moe_run import Dispatcher, dispatch_time_share
 from trainplan.model.offload import host_rates, offload_seconds
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
@@ -51,6 +52,7 @@ from trainplan.model.terms.activations import (
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
     dp_seconds_term,
+    ep_dispatch_fields,
     optimizer_seconds_term,
     pp_seconds_term,
     slowest_microbatch,
@@ -75,7 +77,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
-from trainplan.model.xp import as_float, is_array, maximum, minimum, namespace, where
+from trainplan.model.xp import as_float, exact, is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "PipelineTime",
@@ -347,6 +349,18 @@ def schedule_span(
     return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
 
 
+def _share(c: Context, f: Fields) -> Any:
+    """:func:`model.moe_run.dispatch_time_share` of the layout (DeepEP's de-duplication across
+    NVLink domains, the busiest rank's imbalance): 1 for the plain all-to-all."""
+    run, moe = c.training.moe_run, c.arch.moe
+    if moe is None or run.dispatcher is not Dispatcher.DEEPEP:
+        return 1.0
+    g, _ = ep_dispatch_fields(c, f)
+    tokens = exact(c.training.seq_len) / f.cp * f.micro_batch_size / where(f.sp, f.tp, 1)
+    args = (run, moe.num_experts, moe.experts_per_token)
+    return f.lookup_values(dispatch_time_share, args, as_float(tokens), f.ep, g)
+
+
 def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     """``t1`` of the layout (:class:`PipelineTime`), by the time model in force
     (:func:`uses_roofline`).
@@ -389,7 +403,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     axes = {
         "tp": single_axis_seconds(c, f, "tp", tp_total, tp_hidden, 0, window),
         "cp": single_axis_seconds(c, f, "cp", cp_traffic_bytes(c, f), 0, 0, window),
-        "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f), 0, 0, window),
+        "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f) * _share(c, f), 0, 0, window),
         "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
     }
     # the single model's micro-batch holds no communication: an overlapped block hides the ep
