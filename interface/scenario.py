@@ -25,7 +25,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
-               # host_memory_gbps; memory: recompute_modules, fp8_param_gather;
+               # host_memory_gbps; memory: recompute_modules, fp8_param_gather,
+               # fp8_activation_storage (linear_inputs | deepseek_v3);
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
                # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
                # overlap_moe_expert_parallel_comm),

@@ -23,6 +23,7 @@ from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, SPLIT_BACKWARD, Schedule
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
@@ -282,9 +283,13 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     values = _candidates(model, training, space)
     if not values["tp"]:
         return []
-    # the framework-dependent recipe choices (offload, the MoE dispatcher and its overlap) are
-    # checked with each framework in the tables (optimizer.tables._legal), not here
-    axes = Setting(model, replace(training, offload=NO_OFFLOAD, moe_run=DROPLESS), space.num_gpus)
+    # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
+    # overlap, the recompute modules) are checked with each framework and recompute mode in the
+    # tables (optimizer.tables._legal), not here
+    plain = replace(
+        training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES
+    )
+    axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
                    recompute=Recompute.NONE)  # fmt: skip
     keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")

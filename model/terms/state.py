@@ -20,6 +20,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
@@ -471,6 +472,15 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 
+def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:
+    """:func:`model.moe_run.dispatch_buffer_bytes`; 0 for an ep DeepEP has no config for, which
+    the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
+    stay defined)."""
+    if ep not in DEEPEP_DISPATCH_CONFIGS:
+        return 0
+    return dispatch_buffer_bytes(run, hidden, ep)
+
+
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
     :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
@@ -480,5 +490,5 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
         return 0
     _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    buffers = f.lookup(dispatch_buffer_bytes, (run, arch.hidden_size), "ep")
+    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
     return where(moe > 0, buffers, 0)
