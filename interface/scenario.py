@@ -75,7 +75,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
-from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, check_virtual_stages
+from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
@@ -419,11 +419,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     frameworks = tuple(
         dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
     ) or (DEFAULT_FRAMEWORK,)
-    if d.get("schedule"):  # a split schedule asked for by name runs under a framework of the
-        # space (the classic schedules are searched under every framework, as evaluate takes them)
+    if d.get("schedule"):  # a schedule asked for by name runs under a framework of the space
         for name in schedules:
-            split = Schedule(name) in SPLIT_BACKWARD
-            if split and not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
+            if not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
                 check_schedule_framework(name, frameworks[0], 2, 2)
     return SearchSpace(
         num_gpus=num_gpus,

@@ -217,13 +217,13 @@ class SearchSpace:
 def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
-    out: list[tuple[Schedule, int]] = [
-        (s, 1) for s in space.schedules if s in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
-    ]
-    if Schedule.INTERLEAVED in space.schedules:
-        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
-    # a split-backward schedule only where a framework of the space runs it (schedule_support)
+    # a schedule only where a framework of the space runs it (schedule_support)
     runs = {s for s in space.schedules for fw in space.frameworks if fw in SCHEDULE_SUPPORT[s]}
+    out: list[tuple[Schedule, int]] = [
+        (s, 1) for s in space.schedules if s in {Schedule.ONE_F_ONE_B, Schedule.GPIPE} & runs
+    ]
+    if Schedule.INTERLEAVED in runs:
+        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
     return out + [(s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD & runs]
 
 
@@ -386,9 +386,7 @@ def _with_frameworks(
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:
     """Whether ``framework`` runs the shape's schedule with its micro-batches (the legality
-    rule :func:`model.schedule_cost.check_split_layout`; classic schedules: always)."""
-    if shape.schedule not in SPLIT_BACKWARD:
-        return True
+    rule :func:`model.schedule_cost.check_split_layout`)."""
     m = setting.training.global_batch_size // (shape.dp * shape.micro_batch_size)
     return not refusal(
         setting, pp=shape.pp, m=m, schedule=shape.schedule,

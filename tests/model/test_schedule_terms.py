@@ -90,6 +90,31 @@ def test_v_placement_puts_the_output_layer_on_rank_0() -> None:
 def test_a_framework_without_the_schedule_is_refused() -> None:
     with pytest.raises(LayoutError, match="schedule: dualpipe does not run under framework fsdp2"):
         _est("dualpipe", "fsdp2")
+    # every schedule, not only the split ones: Megatron-Core has no GPipe
+    # (get_forward_backward_func), DeepSpeed no interleaving (TrainSchedule only)
+    with pytest.raises(LayoutError, match="schedule: gpipe does not run under framework megatron"):
+        _est("gpipe", "megatron")
+    with pytest.raises(LayoutError, match="interleaved does not run under framework deepspeed"):
+        _est("interleaved", "deepspeed", virtual_stages=2)
+    assert _est("gpipe", "fsdp2").time_terms is not None  # torchtitan's GPipe
+    # without a pipeline no schedule runs: the name is not refused
+    build_case({**BASE, "dp": 16, "pp": 1, "schedule": "gpipe", "framework": "megatron"})
+
+
+def test_the_search_offers_a_schedule_only_under_a_framework_that_runs_it() -> None:
+    """The search's shapes (optimizer.space._schedules): GPipe under fsdp2, none under megatron
+    alone (legality's framework rule, written once in model.legality)."""
+    from trainplan.model.frameworks import Framework
+    from trainplan.model.pipeline import Schedule
+    from trainplan.optimizer.space import SearchSpace, _schedules
+
+    def offered(*frameworks: Framework) -> set[Schedule]:
+        space = SearchSpace(num_gpus=16, frameworks=frameworks)
+        return {s for s, _ in _schedules(space, 4)}
+
+    assert Schedule.GPIPE not in offered(Framework.MEGATRON)
+    assert Schedule.GPIPE in offered(Framework.MEGATRON, Framework.FSDP2)
+    assert Schedule.INTERLEAVED not in offered(Framework.DEEPSPEED)
 
 
 def test_a_dualpipe_rank_runs_its_stage_and_the_mirror_stage() -> None:
