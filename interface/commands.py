@@ -537,8 +537,17 @@ def frontier_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
+PER_STAGE_FRONTIER_TIME_LIMIT_S = 120.0
+"""Seconds ``frontier --per-stage`` runs when no ``--time-limit`` is given: its per-stage
+searches are one CP-SAT search per point (Mixtral 8x7B on 64 GPUs ran about five minutes);
+past it the answer is the points found, status ``feasible``, and the answer says the limit."""
+
+
 def per_stage_frontier_json(
-    kw: dict[str, Any], against: str = "memory", shapes: int | None = PER_STAGE_SHAPES
+    kw: dict[str, Any],
+    against: str = "memory",
+    shapes: int | None = PER_STAGE_SHAPES,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SearchRun:
     """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
     (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
@@ -551,7 +560,10 @@ def per_stage_frontier_json(
     ``stage_layers`` when v = 1),
     ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
     fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
-    (:func:`optimizer.per_stage_frontier.per_stage_frontier`).
+    (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``time_limit_s`` the limit it
+    ran under (:data:`PER_STAGE_FRONTIER_TIME_LIMIT_S` unless ``time_limit`` is given) and
+    ``time_limit_default`` whether it was that default. ``progress(searches, points)`` after
+    each per-stage search.
 
     Raises
     ------
@@ -566,7 +578,10 @@ def per_stage_frontier_json(
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 
     problem = search_problem(kw)
-    result = per_stage_frontier(problem, against, shapes, _time_limit(kw), kw.get("workers") or 2)
+    given = _time_limit(kw)
+    limit = PER_STAGE_FRONTIER_TIME_LIMIT_S if given is None else given
+    workers = kw.get("workers") or 2
+    result = per_stage_frontier(problem, against, shapes, limit, workers, progress=progress)
     rows = []
     for p in result.points:
         lay = p.estimate.layout
@@ -594,6 +609,8 @@ def per_stage_frontier_json(
         "per_stage": True,
         "searches": result.searches,
         "seconds": result.seconds,
+        "time_limit_s": limit,
+        "time_limit_default": given is None,
         "points": rows,
     }
     return SearchRun(out, str(problem.objective), len(problem.jobs))

@@ -72,6 +72,7 @@ RECIPE_KEYS = (
     "recompute_modules",
     "fp8_param_gather",
     "muon_tp_mode",
+    "fp8_activation_storage",
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
@@ -323,6 +324,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
         fp8_recipe=params.get("fp8_recipe"),
+        fp8_activation_storage=str(params.get("fp8_activation_storage", "linear_inputs")),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),

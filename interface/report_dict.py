@@ -589,6 +589,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "recompute_modules": list(t.recompute_modules),
             "fp8_param_gather": t.fp8_param_gather,
             "muon_tp_mode": t.muon_tp_mode,
+            "fp8_activation_storage": t.fp8_activation_storage,
             "document_lengths": _documents(t),
             "moe": _moe_run(t.moe_run),
         },

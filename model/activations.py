@@ -120,7 +120,11 @@ from functools import lru_cache
 from trainplan.model.context_parallel import CpKind, kv_repeat
 from trainplan.model.errors import InputError
 from trainplan.model.op_checkpoint import op_selective_bytes
-from trainplan.model.precision import FP8_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
+from trainplan.model.precision import (
+    E5M6_ACTIVATION_BYTES,
+    FP8_ACTIVATION_BYTES,
+    FP8_LINEAR_INPUTS,
+)
 from trainplan.model.recompute_modules import recomputed_rows
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
@@ -210,6 +214,10 @@ class ActivationContext:
     """Megatron-Core's ``--recompute-modules`` under selective recomputation
     (:mod:`model.recompute_modules`): ``selective_bytes`` leaves out the rows they drop. The
     default, the attention core, is Korthikanti's selective recomputation."""
+    fp8_activation_storage: str = "linear_inputs"
+    """With ``fp8_linear_inputs``: ``deepseek_v3`` keeps the attention output once in E5M6
+    and the routed experts' SwiGLU input in FP8 (DeepSeek-V3 §3.3.3;
+    :data:`model.precision.FP8_ACTIVATION_STORAGE`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
@@ -443,9 +451,16 @@ def _fp8_rows(
     leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
     recomputed with the attention core under selective recomputation (a score term)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
+    deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
     for name, value, kind in rows:
-        if name not in FP8_LINEAR_INPUTS:
+        if deepseek and name == "output projection input":
+            # §3.3.3 (1): one E5M6 copy serves the attention core's and the projection's backward
+            e5m6 = value * E5M6_ACTIVATION_BYTES / ctx.activation_bytes
+            out.append((f"{name} (E5M6, the attention output)", e5m6, kind))
+        elif deepseek and name == "routed expert SwiGLU input (gate, up)":
+            out.append((f"{name} (FP8)", value * scale, kind))  # §3.3.3 (2)
+        elif name not in FP8_LINEAR_INPUTS:
             out.append((name, value, kind))
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]

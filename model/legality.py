@@ -118,6 +118,18 @@ def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
 
 
+def _fp8_activation_storage(s: Setting, framework: Any) -> None:
+    """DeepSeek-V3's activation storage (§3.3.3) runs in DeepSeek's own framework, which the
+    ``textbook`` profile stands for (with DualPipe); Transformer Engine (Megatron-Core) and
+    torchao (torchtitan) save each linear layer's input as :mod:`model.activations` counts."""
+    storage = s.training.fp8_activation_storage
+    if storage != "linear_inputs" and str(framework) != "textbook":
+        raise LayoutError(
+            f"fp8_activation_storage: {storage} is DeepSeek's own framework's (the textbook "
+            f"profile), not {framework}'s (its linear layers save their own inputs)"
+        )
+
+
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
     shard = dp * cp
     if etp is None and shard % ep:
@@ -304,7 +316,7 @@ FULL_RECOMPUTES = ("full", "sqrt")
 read as text: the layout imports this module)."""
 
 
-def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
+def _moe_framework(s: Setting, framework: Any, recompute: Any, schedule: Any) -> None:
     """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
     (:func:`model.moe_run.moe_run_violation`, :func:`model.moe_run.moe_recompute_violation`)."""
     run = s.training.moe_run
@@ -312,7 +324,7 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
         return
     moe = None if s.model.arch is None else s.model.arch.moe
     shared = moe is not None and moe.num_shared_experts > 0
-    problem = moe_run_violation(run, str(framework), moe is not None, shared)
+    problem = moe_run_violation(run, str(framework), moe is not None, shared, str(schedule))
     problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
     if problem:
         raise LayoutError(problem)
@@ -334,6 +346,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
     Rule(
@@ -353,7 +366,7 @@ RULES: tuple[Rule, ...] = (
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
-    Rule("moe_framework", ("framework", "recompute"), _moe_framework),
+    Rule("moe_framework", ("framework", "recompute", "schedule"), _moe_framework),
     Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""

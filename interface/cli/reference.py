@@ -264,6 +264,8 @@ KEY_DOCS: dict[str, str] = {
     "--recompute-modules names; core_attn by default).",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
     "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
+    "layout.fp8_activation_storage": "How FP8 training stores activations: linear_inputs "
+    "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs).",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -176,7 +177,7 @@ SOLVER: list[Decorator] = [
         "time_limit",
         type=POSITIVE,
         help="Seconds for the whole search, table building included; the best found, "
-        "status feasible (not proven) when it runs out.",
+        "status feasible (not proven) when it runs out. frontier --per-stage: 120 unless given.",
     ),
     click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
@@ -222,6 +223,28 @@ def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
         click.echo(f"\r  cost tables: {done:,} of {total:,} shapes", err=True, nl=False)
 
     return report
+
+
+@contextmanager
+def _frontier_progress(as_json: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A tqdm bar on stderr while ``frontier --per-stage`` runs its searches (searches run, the
+    frontier's points so far, elapsed time) — on a terminal only, never with --json (as
+    ``rlhf-plan`` and ``sweep`` show theirs)."""
+    if as_json or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(desc="per-stage searches", unit=" search", leave=False, file=sys.stderr)
+
+    def report(searches: int, points: int) -> None:
+        bar.update(searches - bar.n)
+        bar.set_postfix_str(f"{points} points")
+
+    try:
+        yield report
+    finally:
+        bar.close()
 
 
 def _infeasible(err: InfeasibleError, as_json: bool) -> None:
@@ -447,7 +470,10 @@ def frontier_cmd(
     tables = stop_between_tables(_table_progress(as_json))
     try:
         if per_stage:
-            run, stopped = interruptible(lambda: per_stage_frontier_json(kw, against, shapes))
+            with _frontier_progress(as_json) as progress:
+                run, stopped = interruptible(
+                    lambda: per_stage_frontier_json(kw, against, shapes, progress)
+                )
         else:
             run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
     except InfeasibleError as err:
@@ -473,10 +499,13 @@ def frontier_cmd(
             "optimal": "optimal over the shapes searched",
             "feasible": "best found within the time limit, not proven",
         }[out["status"]]
+        limit = f"time limit {out['time_limit_s']:g} s" + (
+            ", the default; --time-limit sets it" if out["time_limit_default"] else ""
+        )
         click.echo(
             f"Pareto frontier, uniform or per stage: {run.objective} against {against}, "
             f"{len(rows)} points ({proof}; {out['searches']} per-stage searches, "
-            f"{out['seconds']:.2f} s)"
+            f"{out['seconds']:.2f} s; {limit})"
         )
     else:
         click.echo(

@@ -21,6 +21,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
@@ -43,7 +44,7 @@ from trainplan.model.split import stage_layers
 from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
-from trainplan.model.xp import is_array, where
+from trainplan.model.xp import is_array, namespace, where
 
 __all__ = [
     "SPLIT_FIELDS",
@@ -57,6 +58,7 @@ __all__ = [
     "copies",
     "muon_transient_term",
     "muon_whole_matrices",
+    "shared_embedding_per_gpu",
 ]
 
 SPLIT_FIELDS = (
@@ -445,28 +447,70 @@ def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
     return _split(busiest_stage_params, model, given, *key)
 
 
+def shared_embedding_per_gpu(model: ModelSpec, tp: int, pp: int, vocab_multiple: int) -> Fraction:
+    """Elements on one GPU of the last stage's copy of the input embedding
+    (:func:`model.params.shares_embedding_with_last_stage`: MTP modules or tied embeddings, pp > 1;
+    vocabulary-parallel, ÷ tp), 0 where it keeps none."""
+    arch = model.arch
+    if arch is None or pp == 1 or not shares_embedding_with_last_stage(arch):
+        return Fraction(0)
+    return Fraction(padded_vocab(arch.vocab_size, vocab_multiple, tp) * arch.hidden_size, tp)
+
+
+def _dualpipe_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    """Per DualPipe rank r, (dense, expert) parameters on one GPU of its two stages: stage r and
+    the mirror stage ``pp − 1 − r`` (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each
+    rank builds ``full_modules[rank]`` and ``full_modules[pp_size - 1 - rank]``; DeepSeek-V3
+    report Table 2, "Parameter 2×" over the model). The end ranks hold the first and the last
+    stage: the last stage's copy of the embedding (for the MTP modules or a tied output layer) is
+    the first stage's embedding on the same rank, physically shared (DeepSeek-V3 report §3.2.3,
+    "Shared Embedding and Output Head for Multi-Token Prediction"), so counted once."""
+    own = _stage_dense_expert(model, given, *key)
+    tp, pp = key[0], key[1]
+    shared = shared_embedding_per_gpu(model, tp, pp, vocab_multiple_for(key[-2], given))
+    return tuple(
+        (d + md - (shared if r in (0, pp - 1) else 0), e + me)
+        for r, ((d, e), (md, me)) in enumerate(zip(own, own[::-1], strict=True))
+    )
+
+
+def _dualpipe_busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
+    ranks = _dualpipe_dense_expert(model, given, *key)
+    return max(ranks, key=lambda p: p[0] + p[1])
+
+
+def _dualpipe_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    own = _stage_linear(model, given, *key)
+    return tuple((a + b, max(la, lb)) for (a, la), (b, lb) in zip(own, own[::-1], strict=True))
+
+
+def _any_dualpipe(f: Fields) -> bool:
+    on = f.schedule == Schedule.DUALPIPE
+    return bool(namespace(on).any(on)) if is_array(on) else bool(on)
+
+
+def _on_dualpipe(f: Fields, fn: Any, dualpipe_fn: Any, c: Context, lookup: bool = False) -> Any:
+    """``fn``'s (dense, expert)-like pair at ``f.stage``, ``dualpipe_fn``'s under DualPipe."""
+    read = f.lookup if lookup else f.per_stage
+    a, b = read(fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    if not _any_dualpipe(f):
+        return a, b
+    da, db = read(dualpipe_fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    on = f.schedule == Schedule.DUALPIPE
+    return where(on, da, a), where(on, db, b)
+
+
 def split_params(c: Context, f: Fields) -> tuple[Any, Any]:
-    """(dense, expert) parameters on one GPU of the stage ``f.stage`` (after tp, pp, etp·ep;
-    before ZeRO): :func:`stage_params_per_gpu`, each :func:`copies` times."""
-    dense, experts = f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    return dense * copies(f), experts * copies(f)
+    """(dense, expert) parameters on one GPU of the rank ``f.stage`` (after tp, pp, etp·ep;
+    before ZeRO): :func:`stage_params_per_gpu`; under DualPipe its two stages
+    (:func:`_dualpipe_dense_expert`)."""
+    return _on_dualpipe(f, _stage_dense_expert, _dualpipe_dense_expert, c)
 
 
 def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
-    """(dense, expert) parameters on one GPU of the stage with the most
-    (:func:`busiest_stage_params`), each :func:`copies` times."""
-    dense, experts = f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    return dense * copies(f), experts * copies(f)
-
-
-def copies(f: Fields) -> Any:
-    """Copies of a stage's parameters on its rank: 2 under DualPipe, whose every rank holds its
-    own stage and the mirror stage ``pp − 1 − rank`` with their gradients and optimizer state
-    (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each rank builds two
-    ``PipelineStage`` modules; DeepSeek-V3 report Table 2 "Parameter 2×"), else 1
-    (:func:`model.pipeline_zb.parameter_copies`). The mirror stage counted as the rank's own:
-    equal under a symmetric split, the embedding's and the output layer's rows alike."""
-    return where(f.schedule == Schedule.DUALPIPE, 2, 1)
+    """(dense, expert) parameters on one GPU of the rank with the most
+    (:func:`busiest_stage_params`; under DualPipe of its two stages)."""
+    return _on_dualpipe(f, _busiest, _dualpipe_busiest, c, lookup=True)
 
 
 def model_state_term(c: Context, f: Fields) -> ModelState:
@@ -478,8 +522,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO
     stage, micro_batch_size (with dp, whether a step accumulates over more than one micro-batch,
-    which sizes offload's accumulation buffers), the schedule (DualPipe's two copies,
-    :func:`copies`). Control: framework, zero_stage, pp, schedule.
+    which sizes offload's accumulation buffers), the schedule (DualPipe's two stages,
+    :func:`split_params`). Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -487,10 +531,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     cache_bytes = cache_bytes_per_element(t, Framework(f.framework))
     linear = layer_linear = 0
     if cache_bytes:
-        linear, layer_linear = f.per_stage(
-            _stage_linear, (c.model, c.vocab_multiple), *SPLIT_FIELDS
-        )
-        linear = linear * copies(f)
+        linear, layer_linear = _on_dualpipe(f, _stage_linear, _dualpipe_linear, c)
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1,
@@ -505,6 +546,15 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 
+def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:
+    """:func:`model.moe_run.dispatch_buffer_bytes`; 0 for an ep DeepEP has no config for, which
+    the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
+    stay defined)."""
+    if ep not in DEEPEP_DISPATCH_CONFIGS:
+        return 0
+    return dispatch_buffer_bytes(run, hidden, ep)
+
+
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
     :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
@@ -514,5 +564,5 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
         return 0
     _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    buffers = f.lookup(dispatch_buffer_bytes, (run, arch.hidden_size), "ep")
+    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
     return where(moe > 0, buffers, 0)

@@ -198,10 +198,13 @@ def test_price_frontier_is_the_gpu_frontier_in_cents():
     each value G × 250 cents per hour."""
     problem = tiny_problem((2, 4, 8), 160e6, price=2.5)
     by_price = per_stage_frontier(problem, "price")
-    by_gpus = per_stage_frontier(problem, "gpus")
+    calls: list[tuple[int, int]] = []  # progress(searches, points) after every value
+    by_gpus = per_stage_frontier(problem, "gpus", progress=lambda n, p: calls.append((n, p)))
     assert [(p.value, p.step_ns) for p in by_price.points] == [
         (p.value * 250, p.step_ns) for p in by_gpus.points
     ]
+    assert [n for n, _ in calls] == list(range(1, by_gpus.searches + 1))  # a search per value
+    assert calls[-1][1] == len(by_gpus.points)
 
 
 def test_nothing_fits_is_infeasible_on_every_axis():
@@ -217,6 +220,26 @@ def test_time_limit_spent_returns_what_it_has_not_a_proof():
     problem = tiny_problem((2, 4), 160e6)
     spent = per_stage_frontier(problem, "gpus", time_limit_s=1e-9)
     assert (spent.status, spent.points) == ("feasible", ())
+
+
+def test_per_stage_frontier_json_says_its_default_time_limit(monkeypatch):
+    """Without --time-limit the per-stage frontier runs under
+    PER_STAGE_FRONTIER_TIME_LIMIT_S and says so; a limit given is the one said."""
+    from trainplan.interface import commands
+
+    seen: list[float | None] = []
+
+    def fake(problem, against, shapes, limit, workers, progress=None):  # type: ignore[no-untyped-def]
+        seen.append(limit)
+        return per_stage_frontier(tiny_problem((2,), 160e6), "gpus", time_limit_s=1e-9)
+
+    monkeypatch.setattr("trainplan.optimizer.per_stage_frontier.per_stage_frontier", fake)
+    kw = {"model": "llama3-8b", "gpus": (8,), "gpu": ("H100-SXM",)}
+    out = commands.per_stage_frontier_json(dict(kw), "gpus").json
+    assert (out["time_limit_s"], out["time_limit_default"]) == (120.0, True)
+    out = commands.per_stage_frontier_json({**kw, "time_limit": 7}, "gpus").json
+    assert (out["time_limit_s"], out["time_limit_default"]) == (7.0, False)
+    assert seen == [120.0, 7.0]
 
 
 # --- what users see ---------------------------------------------------------------------------
