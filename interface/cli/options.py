@@ -347,9 +347,10 @@ TIME: list[Decorator] = [
     click.option(
         "--tp-comm-overlap",
         "tp_comm_overlap",
-        type=click.Choice(["none", "async", "full"]),
+        type=click.Choice(["none", "async", "full", "async-tp"]),
         help="Roofline: none (Megatron-LM 2021), async (backward collectives under the "
-        "gradient GEMMs; default), full (Transformer Engine userbuffers).",
+        "gradient GEMMs; default), full (Transformer Engine userbuffers), async-tp "
+        "(torchtitan's async tensor parallelism; fsdp2 only).",
     ),
     click.option(
         "--attention-kernel",
