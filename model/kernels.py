@@ -1,11 +1,10 @@
 """Attention kernels and memory-bound kernels at the rates their authors published.
 
 Reads the tables of :mod:`model.kernel_tables` (loaded by :mod:`trainplan.scenarios.kernel_data`
-from ``scenarios/kernels/attention.toml`` and ``memory.toml``). **Not yet used by the step time**:
-the step-time terms still run the FlashAttention core at one efficiency per generation
-(:attr:`model.roofline.RooflineParams.attention_efficiency`) and every memory-bound kernel at
-e_HBM = 0.9; ``docs/time-model-sources.md`` says which operation of :mod:`model.ops` will read
-which function here.
+from ``scenarios/kernels/attention.toml`` and ``memory.toml``). The step time reads the attention
+curves through :func:`model.op_rates.attention_fractions` (the FlashAttention core by its kernel,
+length, head dims and mask) and the STREAM rows through :func:`model.op_rates.stream_triad_fraction`;
+the norm curves are not read yet (``docs/time-model-sources.md`` §5).
 
 **Interpolation** (:func:`interpolate_log2`): between two published points, linear in the value
 against log2 of the size (sequence length, message bytes, elements): kernel throughput grows with
@@ -220,7 +219,7 @@ def attention_rate(
     if exact:
         c = exact[0]
         r = interpolate_log2(c.seq_len, c.tflops_per_s, seq_len)
-        sources = (c.source,)
+        sources: tuple[str, ...] = (c.source,)
         ext = [e for e in longer if (e.head_dim_qk, e.head_dim_v) == head_dims]
         if r.clamped == "above" and ext:
             e = ext[0]
