@@ -188,7 +188,7 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
         assert p.uniform_ns == staircase(uniform, p.value)
     assert got.points[-1].gain is None
     assert got.points[1].value == 6
-    assert got.points[1].gain == pytest.approx(8_659_329 / 7_729_150)
+    assert got.points[1].gain == pytest.approx(8_677_138 / 7_746_959)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
