@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -409,6 +410,12 @@ def ring_share(kind: Collective, group_size: Any) -> Any:
     return 2 * share if kind is Collective.ALL_REDUCE else share
 
 
+@lru_cache(maxsize=16)
+def _curve_arrays(curve: tuple[tuple[float, float], ...]) -> tuple[Any, Any]:
+    """(log2 of the sizes, GB/s) of a published curve, as arrays (read once per curve)."""
+    return np.log2([x for x, _ in curve]), np.array([y for _, y in curve])
+
+
 def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams) -> Any:
     """Bytes/s of bus bandwidth a ``kind`` collective of an ``buffer_bytes`` buffer reaches in
     the part's NVLink domain by its published curve (:attr:`RooflineParams.busbw_curve`,
@@ -431,8 +438,7 @@ def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: Roof
     >>> round(published_busbw(Collective.ALL_REDUCE, 2 ** 24, 450e9, p) / 1e9, 2)
     234.45
     """
-    sizes = np.log2([x for x, _ in p.busbw_curve])
-    gbps = np.array([y for _, y in p.busbw_curve])
+    sizes, gbps = _curve_arrays(p.busbw_curve)
     busbw = np.interp(np.log2(buffer_bytes), sizes, gbps) * 1e9
     if kind is not Collective.ALL_REDUCE:
         busbw = busbw / p.nvls_allreduce_speedup
