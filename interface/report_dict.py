@@ -112,10 +112,16 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         )
     if p.optimizer_hbm_efficiency is not None:
         attention += f"optimizer step at {p.optimizer_hbm_efficiency:.3f} of HBM (STREAM triad); "
+    curve = (
+        "all-reduce, all-gather and reduce-scatter inside the NVLink domain at the published "
+        "nccl-tests bus bandwidth for their message size, other "
+        if p.busbw_curve
+        else ""
+    )
     return (
         "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
-        f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}collectives "
+        f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
         f"{p.scaleout_efficiency:g} scale-out); tp overlap {o.tp_comm_overlap}, cp {_cp_overlap(est)}, "
         f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}; "

@@ -34,7 +34,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
-               # tp_comm_overlap (none | async | full),
+               # tp_comm_overlap (none | async | full | async-tp),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
@@ -259,7 +259,7 @@ VALUE_KINDS: dict[str, Any] = {
     "hbm_efficiency": _NUMBER,
     "scaleup_efficiency": _NUMBER,
     "scaleout_efficiency": _NUMBER,
-    "tp_comm_overlap": ("none", "async", "full"),
+    "tp_comm_overlap": ("none", "async", "full", "async-tp"),
     "grad_reduce_overlap": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,

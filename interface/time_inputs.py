@@ -3,7 +3,7 @@ overlap mechanisms, and a calibration file written by ``trainplan calibrate``.
 
 Keys: ``time_model`` (roofline | single), the roofline figures of
 :data:`model.roofline.CALIBRATABLE` (``gemm_efficiency`` …, fractions in (0, 1]),
-``tp_comm_overlap`` (none | async | full),
+``tp_comm_overlap`` (none | async | full | async-tp),
 ``grad_reduce_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
 table holds fitted figures for its ``gpu``; refused for any other accelerator, since efficiencies
 measured on one part say nothing of another). The single model's ``kernel_efficiency`` and

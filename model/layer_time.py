@@ -13,7 +13,13 @@ Overlap by mechanism (not one fraction per axis):
   GEMM does not cover; the forward collectives and the backward all-gather before each
   row-parallel input gradient wait; ``full`` (Transformer Engine's userbuffers,
   Megatron-Core ``--tp-comm-overlap``) — every all-gather is pipelined with the GEMM after it
-  and every reduce-scatter with the GEMM before it: each waits for what its GEMM does not cover.
+  and every reduce-scatter with the GEMM before it: each waits for what its GEMM does not cover;
+  ``async-tp`` (torchtitan's ``compile.enable_async_tensor_parallel``: Inductor's micro-pipeline
+  pass fuses each all-gather with the matmul after it and each matmul with the reduce-scatter
+  after it, forward and backward, on PyTorch's SymmetricMemory) — the all-gather's local shard is
+  consumed first while the remote ones are copied (``torch/distributed/_symmetric_memory/
+  __init__.py``, ``_pipelined_multi_all_gather_and_consume``), so each collective waits for what
+  the GEMM's other (tp − 1)/tp does not cover, and the decomposed GEMM adds tp − 1 kernels.
 * **Context parallelism** (the layout's ``cp_kind``, :mod:`model.context_parallel`, the same
   tensors it counts): ``ring`` — ring attention sends the next K/V chunk while the attention
   core computes on the current one (Liu et al. 2023; Megatron-Core/Transformer Engine): per pass
@@ -40,6 +46,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.context_parallel import cp_tensor_bytes
+from trainplan.model.errors import InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import (
     all_to_all_sent,
@@ -69,6 +76,8 @@ from trainplan.model.xp import where
 
 __all__ = [
     "TpOverlap",
+    "TP_OVERLAP_FRAMEWORKS",
+    "check_tp_overlap",
     "Clock",
     "LayerTime",
     "PARTS",
@@ -89,6 +98,45 @@ class TpOverlap(StrEnum):
     NONE = "none"
     ASYNC = "async"
     FULL = "full"
+    ASYNC_TP = "async-tp"
+
+
+TP_OVERLAP_FRAMEWORKS: dict[TpOverlap, tuple[str, ...]] = {
+    TpOverlap.FULL: ("megatron", "deepspeed", "textbook"),
+    TpOverlap.ASYNC_TP: ("fsdp2",),
+}
+"""The framework profiles that run a tensor-parallel overlap mechanism (the others run under
+every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core (and
+Megatron-DeepSpeed's TE layers); torchtitan's async TP (``async-tp``) only in torchtitan, the
+``fsdp2`` profile (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``)."""
+
+
+def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:
+    """Refuse a tensor-parallel overlap mechanism the framework does not have.
+
+    Raises
+    ------
+    InputError
+        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2``.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_tp_overlap(TpOverlap.ASYNC_TP, "megatron")
+    ... except InputError as err:
+    ...     print(err)
+    tp_comm_overlap: async-tp (torchtitan's enable_async_tensor_parallel) needs framework fsdp2, not megatron
+    """
+    allowed = TP_OVERLAP_FRAMEWORKS.get(overlap)
+    if allowed is not None and str(framework) not in allowed:
+        name = {
+            TpOverlap.ASYNC_TP: "torchtitan's enable_async_tensor_parallel",
+            TpOverlap.FULL: "Transformer Engine's userbuffers",
+        }[overlap]
+        raise InputError(
+            f"tp_comm_overlap: {overlap} ({name}) needs framework {' or '.join(allowed)}, "
+            f"not {framework}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +429,18 @@ def _tp_collectives(
         # the routed experts' tokens move over the expert-TP group only (below): no MLP-half
         # collectives (Megatron-Core MoEAlltoAllTokenDispatcher; shared experts run over tp)
         halves = halves[:1]
-    if x.sequence_parallel:
+    if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:
+        # each collective fused with its matmul; the input kept gathered (no re-gather)
+        ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
+        rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
+        share, split = (tp - 1) / tp, (tp - 1) * c.params.kernel_overhead_s
+        fused = [(ag, ("forward", 0)), (rs, ("forward", 1))] * passes
+        fused += [(ag, ("dgrad", 1)), (rs, ("dgrad", 0))]
+        for col, row in halves:
+            for seconds, (which, k) in fused:
+                wait(seconds, share * ops.role((col, row)[k], which), True)
+                exposed += split
+    elif x.sequence_parallel:
         ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
         full = mode is TpOverlap.FULL

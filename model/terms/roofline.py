@@ -27,9 +27,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.comm import AxisTraffic, dp_bytes, pp_message_bytes
+from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
 from trainplan.model.frameworks import gradient_bytes_for
-from trainplan.model.layer_time import PARTS, Clock, stage_parts
+from trainplan.model.layer_time import PARTS, Clock, check_tp_overlap, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
@@ -172,6 +172,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
+    check_tp_overlap(o.tp_comm_overlap, f.framework)
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
             fp8_linear_speedups(t.precision, t.fp8_recipe, d))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
@@ -280,16 +281,18 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     dense, experts = busiest_params(c, f)
     shard, m = f.shard_degree, f.m
     total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
-    units = maximum(1, most_layers(c, f)[0])
+    overlapped = c.options.grad_reduce_overlap
+    calls = dp_collective_calls(
+        str(f.framework), as_float(dense + experts), most_layers(c, f)[0], f.dp, overlapped
+    )
     bandwidth, scaleup = axis_link(c, f, "dp")
     on = (shard > 1) & (bandwidth > 0)
     step_s, mb_s = dp_seconds(
-        mech, as_float(total - m * per_mb), as_float(per_mb), shard, units,
+        mech, as_float(total - m * per_mb), as_float(per_mb), shard, calls,
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    overlapped = c.options.grad_reduce_overlap
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / units)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / calls)
     return step_s + m * mb_s, exposed
 
 
