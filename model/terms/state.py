@@ -55,7 +55,6 @@ __all__ = [
     "split_params",
     "model_state_term",
     "busiest_params",
-    "copies",
     "muon_transient_term",
     "muon_whole_matrices",
     "shared_embedding_per_gpu",
