@@ -124,9 +124,9 @@ case printed nothing within 120 s before the search's work was bounded by its in
 
 
 def _rlhf_in_process(values: dict[str, str]) -> dict:
-    from trainplan.interface.rlhf_faithful import rlhf_inputs
-    from trainplan.optimizer.rlhf_search import search_placement
-    from trainplan.optimizer.rlhf_tables import RLHFProblem
+    from trainplan.interface.rlhf.faithful import rlhf_inputs
+    from trainplan.optimizer.rlhf.search import search_placement
+    from trainplan.optimizer.rlhf.tables import RLHFProblem
 
     inp = rlhf_inputs(dict(values), placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links)

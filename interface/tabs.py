@@ -16,10 +16,10 @@ from typing import Any
 from trainplan.interface import pipeline_tab
 from trainplan.model import checkpointing as ck
 from trainplan.model import mfu as mf
-from trainplan.model import rlhf as rl
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.pipeline_zb import SplitSchedule
+from trainplan.model.rlhf import shares as rl
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import check_schedule_framework
 from trainplan.model.units import as_json_number, parse_count, parse_number, parse_positive
@@ -426,7 +426,7 @@ def ckpt_report(
 
 # ------------------------------------------------------------------------------------ RLHF
 RLHF_DEFAULTS: dict[str, Any] = rl.DEFAULTS
-"""The RLHF tab's documented defaults (see :data:`model.rlhf.DEFAULTS`)."""
+"""The RLHF tab's documented defaults (see :data:`model.rlhf.shares.DEFAULTS`)."""
 
 
 def _rlhf_counts(algo: str, prompts: Any, samples: Any, prompt_t: Any, completion_t: Any):
@@ -467,8 +467,8 @@ def rlhf_report(
     """The RLHF tab: resident memory by network, FLOPs and time of one step by phase.
 
     With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
-    of issue 12 under ``faithful`` (:func:`interface.rlhf_report.faithful_report`; its options,
-    :data:`interface.rlhf_report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
+    of issue 12 under ``faithful`` (:func:`interface.rlhf.report.faithful_report`; its options,
+    :data:`interface.rlhf.report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
     says which; without it the figures are the seed's (``accounting: "seed"``).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
@@ -480,7 +480,7 @@ def rlhf_report(
     Raises
     ------
     InputError
-        A bad value, or an option that does not apply (:func:`model.rlhf.not_applicable`:
+        A bad value, or an option that does not apply (:func:`model.rlhf.shares.not_applicable`:
         ``reward`` with DPO, the KV-cache dimensions without ``rollout_engine``…; ``gpu`` with
         ``peak_tflops``).
 
@@ -490,7 +490,7 @@ def rlhf_report(
     >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
     (4, 36, 2520000000000)
     """
-    from trainplan.interface import rlhf_report as rf
+    from trainplan.interface.rlhf import report as rf
 
     unknown = sorted(set(faithful) - set(rf.FAITHFUL_ONLY) - {"rollout_batch"})
     if unknown:

@@ -60,7 +60,7 @@ OWNERS = {
     "ortools": (
         "optimizer/solver.py",
         "optimizer/cpsat.py",
-        "optimizer/rlhf_cpsat.py",
+        "optimizer/rlhf/cpsat.py",
         "optimizer/stage_cpsat.py",
     ),
     "pandas": ("interface/report.py", "interface/sweep/results.py"),
@@ -118,9 +118,6 @@ def test_reads_nothing_outside_the_repository(path):
 
 CORE = ("model", "optimizer", "topology")
 CORE_FILES = sorted(p for pkg in CORE for p in (ROOT / pkg).rglob("*.py"))
-RLHF_PENDING = {"model/rlhf_roles.py", "model/rlhf_spec.py"}
-"""Modules being rewritten into an RLHF subpackage: their last function-level imports (and the
-rlhf_costs ↔ rlhf_roles cycle they hide) go with that rewrite."""
 
 
 def _module(path: Path) -> str:
@@ -154,7 +151,6 @@ def _project_imports(path: Path) -> set[str]:
 def test_no_import_cycles():
     """No cycle among model/, optimizer/ and topology/, counting imports inside functions."""
     graph = {_module(p): _project_imports(p) for p in CORE_FILES}
-    pending = {_module(ROOT / p) for p in RLHF_PENDING}
     state: dict[str, int] = {}
     cycles = []
 
@@ -163,8 +159,7 @@ def test_no_import_cycles():
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
                 cycle = path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
-                if not set(cycle) & pending:
-                    cycles.append(" → ".join(cycle))
+                cycles.append(" → ".join(cycle))
             elif nxt in graph and not state.get(nxt):
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -177,8 +172,6 @@ def test_no_import_cycles():
 
 @pytest.mark.parametrize("path", CORE_FILES, ids=[str(p.relative_to(ROOT)) for p in CORE_FILES])
 def test_no_project_imports_inside_functions(path):
-    if str(path.relative_to(ROOT)) in RLHF_PENDING:
-        return
     tree = ast.parse(path.read_text())
     hidden = [
         f"line {n.lineno}"
@@ -240,7 +233,11 @@ def _messages(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-MODEL_FILES = sorted(p for p in (ROOT / "model").rglob("*.py") if "rlhf" not in p.name)
+MODEL_FILES = sorted(
+    p for p in (ROOT / "model").rglob("*.py") if "rlhf" not in p.relative_to(ROOT).parts
+)
+"""model/rlhf/ is left out: its messages still name the rlhf tab's flags (``--framework``,
+``--rollout-engine``), which the interface does not yet map."""
 
 
 def test_model_messages_name_parameters_not_flags():

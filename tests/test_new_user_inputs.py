@@ -273,7 +273,7 @@ def test_a_declared_size_the_dimensions_contradict_is_refused():
 
 # ---------------------------------------------------------------------------------------------
 # Options that do not apply, and a value given twice: refused, never silently ignored
-# (model.errors.check_applicable; RLHF's table in model.rlhf.not_applicable)
+# (model.errors.check_applicable; RLHF's table in model.rlhf.shares.not_applicable)
 
 GRPO = ["rlhf", "--algorithm", "grpo", "--policy-params", "70B"]
 MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
@@ -542,7 +542,7 @@ def test_expert_parallel_traffic_is_labelled_an_upper_bound():
 
 
 # ---------------------------------------------------------------------------------------------
-# RLHF: the rollout engine's KV cache holds the engine's concurrent batch (model.rlhf.ROLLOUT_BATCH)
+# RLHF: the rollout engine's KV cache holds the engine's concurrent batch (model.rlhf.shares.ROLLOUT_BATCH)
 
 
 def test_rollout_kv_cache_holds_the_engines_concurrent_batch():

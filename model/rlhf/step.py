@@ -1,10 +1,10 @@
 """A placement's RLHF step: roles on pools of GPUs → memory per GPU per phase, step time.
 
-A placement puts each role (:mod:`model.rlhf_spec`) on one of a few disjoint *pools* of GPUs,
-using all of its pool (:class:`model.rlhf_roles.RoleOption`). HybridFlow (Sheng et al. 2025,
+A placement puts each role (:mod:`model.rlhf.spec`) on one of a few disjoint *pools* of GPUs,
+using all of its pool (:class:`model.rlhf.roles.RoleOption`). HybridFlow (Sheng et al. 2025,
 EuroSys, arXiv 2409.19256, §5–6) and ReaL (Mei et al. 2025, MLSys, arXiv 2406.14088) show the
 choice is worth 1.5× to several × in throughput. The rules, written once here and read by the
-search's CP-SAT model (:mod:`optimizer.rlhf_cpsat`) and its exhaustive oracle:
+search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
 
 * **Memory.** On a pool, in each phase, every role placed there keeps its ``held_bytes``, and
   the roles working in the phase add their phase bytes one at a time (work on one pool
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
-from trainplan.model.rlhf_roles import RoleCost
-from trainplan.model.rlhf_spec import PHASES
+from trainplan.model.rlhf.roles import RoleCost
+from trainplan.model.rlhf.spec import PHASES
 
 __all__ = ["PoolPlan", "StepPlan", "compose", "step_seconds"]
 
