@@ -13,7 +13,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainplan.interface import pipeline_tab
+from trainplan.interface.render import pipeline_tab
 from trainplan.model import checkpointing as ck
 from trainplan.model import mfu as mf
 from trainplan.model.errors import InputError, check_applicable
@@ -96,7 +96,7 @@ def pipeline_report(
     simulate`) and are checked here against the closed forms of :mod:`model.pipeline`. The
     split-backward schedules (``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev``) take the
     pass times ``t_f``, ``t_b``, ``t_w`` (and ``t_fb``) instead of ``backward_ratio``; their report
-    is :func:`interface.pipeline_tab.split_report`'s. With ``framework`` a schedule that framework
+    is :func:`interface.render.pipeline_tab.split_report`'s. With ``framework`` a schedule that framework
     cannot run is refused (:func:`model.schedule_support.check_schedule_framework`).
 
     Examples

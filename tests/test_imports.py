@@ -63,14 +63,14 @@ OWNERS = {
         "optimizer/rlhf/cpsat.py",
         "optimizer/stage_cpsat.py",
     ),
-    "pandas": ("interface/report.py", "interface/sweep/results.py"),
+    "pandas": ("interface/render/report.py", "interface/sweep/results.py"),
     "pyarrow": ("interface/sweep/results.py",),  # a sweep's Parquet results
     "ray": ("interface/sweep/engines.py",),  # the sweep's optional engine
     "tqdm": ("interface/cli/",),
     "click": ("interface/cli/",),
-    "matplotlib": ("interface/plots.py",),
+    "matplotlib": ("interface/render/plots.py",),
     "networkx": ("topology/",),
-    "tabulate": ("interface/report.py",),
+    "tabulate": ("interface/render/report.py",),
     "fastapi": ("interface/web/",),
     "starlette": ("interface/web/",),
     "uvicorn": ("interface/web/",),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.interface.report import table_text
+from trainplan.interface.render.report import table_text
 
 __all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines"]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec

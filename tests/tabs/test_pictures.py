@@ -11,8 +11,8 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from trainplan.interface import plots  # noqa: E402
-from trainplan.interface.chart_layout import staircase  # noqa: E402
+from trainplan.interface.render import plots  # noqa: E402
+from trainplan.interface.render.chart_layout import staircase  # noqa: E402
 from trainplan.interface.tabs import pipeline_report  # noqa: E402
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from trainplan.interface.chart_layout import (
+from trainplan.interface.render.chart_layout import (
     MEMORY_PARTS,
     STATE_LEGEND,
     chunk_letter,
@@ -25,7 +25,7 @@ from trainplan.interface.chart_layout import (
     staircase,
     tensor_label,
 )
-from trainplan.interface.chart_layout import place_labels as _place_labels
+from trainplan.interface.render.chart_layout import place_labels as _place_labels
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.errors import InputError
 from trainplan.model.units import parse_positive
@@ -526,7 +526,7 @@ def frontier_figure(
     rows: list[dict[str, Any]], against: str, links: list[str] | None = None
 ) -> Any:
     """Step time against the second axis of a Pareto frontier: the staircase of the best step
-    time within each budget (:func:`interface.chart_layout.staircase`: each level starts at its
+    time within each budget (:func:`interface.render.chart_layout.staircase`: each level starts at its
     own point), one numbered marker per point (labels placed clear of each other), and beside
     the plot each number's full layout — degrees, ZeRO stage, recompute, micro-batch and schedule
     (and GPUs unless against memory). With ``links`` (SVG), marker i is a link to ``links[i]`` in
