@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.archs import llama_like
 from trainplan.interface.inputs import build_case
 from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
 from trainplan.interface.scenario import build_problem
@@ -25,7 +26,6 @@ from trainplan.model.errors import InputError
 from trainplan.model.estimate import objective_ns
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.optimizer.per_stage import per_stage_search, solve_shape
 from trainplan.optimizer.stage_tables import OutOfTime, build_stage_tables
 
@@ -34,16 +34,7 @@ def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1, v: int =
     """A 256-wide Llama-like model whose activations (s 8192) outweigh its weights, so memory
     decides how much is recomputed; interleaved with v model chunks per stage when v > 1."""
     extra = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
-    arch = Architecture(
-        num_layers=num_layers,
-        hidden_size=256,
-        num_attention_heads=4,
-        ffn_hidden_size=688,
-        vocab_size=1024,
-        mlp=Mlp.SWIGLU,
-        norm=Norm.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE,
-    )
+    arch = llama_like(num_layers, 256, 4, 688, 1024)
     return build_case(
         {
             "model_spec": ModelSpec(name="tiny", source="test", arch=arch),
