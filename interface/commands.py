@@ -355,7 +355,7 @@ def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str
 
 PER_STAGE_SHAPES: int | None = None
 """The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
-legal shape whose model state can fit (:func:`optimizer.per_stage.ranked_bases`)."""
+legal shape whose model state can fit (:func:`optimizer.stage_bases.ranked_bases`)."""
 
 
 def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:

@@ -282,7 +282,7 @@ def test_megatron_flags_of_an_interleaved_per_stage_plan():
     2 + 3, in model order 1, 2, 1, 3 — uneven, so the layout string; counts 1,3 are per chunk
     (Megatron-LM's --recompute-num-layers per virtual stage): the single count 3 recomputes
     min(3, chunk) — stage 0's largest chunk has 1 layer, so the run Megatron makes is 1,3."""
-    from trainplan.optimizer.per_stage import plan_layout
+    from trainplan.optimizer.stage_bases import plan_layout
 
     arch = tiny_case(7, 2).model.arch
     base = Layout(pp=2, schedule="interleaved", virtual_stages=2)

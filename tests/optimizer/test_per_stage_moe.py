@@ -13,7 +13,7 @@ from trainplan.model.arch_parts import MoESpec
 from trainplan.model.errors import InputError
 from trainplan.model.model_spec import ModelSpec
 from trainplan.optimizer.per_stage import solve_shape
-from trainplan.optimizer.stage_tables import layer_counts, leading_layers
+from trainplan.optimizer.stage_rules import layer_counts, leading_layers
 
 
 def _moe_case(dense: int, mtp: int, pp: int = 2, **extra: object):  # type: ignore[no-untyped-def]
