@@ -68,7 +68,11 @@ OWNERS = {
     "ray": ("interface/sweep/engines.py",),  # the sweep's optional engine
     "tqdm": ("interface/cli/",),
     "click": ("interface/cli/",),
-    "matplotlib": ("interface/render/plots.py",),
+    "matplotlib": (
+        "interface/render/figure.py",
+        "interface/render/plots.py",
+        "interface/render/pipeline_plots.py",
+    ),
     "networkx": ("topology/",),
     "tabulate": ("interface/render/report.py",),
     "fastapi": ("interface/web/",),
