@@ -15,11 +15,11 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from trainplan.interface.inputs import parse_framework
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, LayoutError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
@@ -28,10 +28,12 @@ from trainplan.model.rlhf.spec import (
     RLHFSpec,
     Role,
 )
-from trainplan.model.rlhf.step import StepPlan
+from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import parse_count, parse_number, parse_positive
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of, default_fraction
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
 
 E = TypeVar("E", bound=Enum)
 
@@ -142,9 +144,6 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
     ScenarioError
         An unknown model or accelerator.
     """
-    from trainplan.scenarios.catalogue import get_model
-    from trainplan.topology.accelerators import get_accelerator
-
     used: dict[str, Any] = {}
     spec_given = params.get("model_spec")  # a ModelSpec built in code (the measured runs)
     policy = spec_given if spec_given is not None else get_model(str(params["model"])).model
@@ -245,8 +244,6 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
     InputError
         An unknown role or mode, ``optimizer`` for a frozen role, anything for the engine.
     """
-    from trainplan.model.rlhf.roles import OFFLOAD_MODES
-
     if value is None or value is False:
         return ()
     text = "idle" if value is True else str(value).strip().lower()
@@ -288,9 +285,6 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     LayoutError
         Degrees that do not divide a pool, or that the model or the KV heads do not allow.
     """
-    from trainplan.model.errors import LayoutError
-    from trainplan.model.rlhf.step import compose
-
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
     fraction = inp.spec.engine_memory_fraction or default_fraction(not split)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan import scenarios
+from trainplan.interface.rlhf.faithful import evaluate_placement, rlhf_inputs
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.model_spec import ModelSpec
 
@@ -36,8 +37,6 @@ def _model(name: str) -> ModelSpec | None:
 
 def evaluate_run(run: dict[str, Any]) -> dict[str, Any]:
     """One run: its figures, the planner's step, the error (predicted / measured − 1)."""
-    from trainplan.interface.rlhf.faithful import evaluate_placement, rlhf_inputs
-
     params = {"model": run["model"], **run["rlhf"]}
     spec = _model(run["model"])
     if spec is not None:
