@@ -336,10 +336,9 @@ def _idle_swap(rs: RoleSpec, device: DeviceSpec, held_b: Fraction) -> tuple[floa
 def network_cost(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
 ) -> RoleCost:
-    """A training or scoring role's cost under ``opt``: its held state (:func:`_trainable`,
-    :func:`_frozen`), its scoring forward (:func:`_scoring`), its update, and with idle offload
-    the swap over the host link (:func:`_idle_swap`). The rules and their sources are in
-    :mod:`model.rlhf.roles`.
+    """A training or scoring role's cost under ``opt``: held state and update (:func:`_trainable`,
+    :func:`_frozen`), scoring forward (:func:`_scoring`), idle offload's swap (:func:`_idle_swap`);
+    the rules and their sources are in :mod:`model.rlhf.roles`.
 
     Raises
     ------
