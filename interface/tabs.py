@@ -298,6 +298,22 @@ MAX_CKPT_LAYERS = 1000
 """Largest chain the checkpointing walk-through lays out (its output grows with n²)."""
 
 
+def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
+    """Every step of the walk, or only step ``step`` (1-based) when it is given.
+
+    Raises
+    ------
+    InputError
+        A step outside 1 … 3·n.
+    """
+    if step is None:
+        return steps
+    s = parse_count(step, "step", 1)
+    if not 1 <= s <= len(steps):
+        raise InputError(f"step: {step} must be from 1 to {len(steps)} (3 × layers)")
+    return [steps[s - 1]]
+
+
 def ckpt_report(
     layers: Any,
     every: Any = None,
@@ -327,12 +343,7 @@ def ckpt_report(
     names = ck.tensor_labels(n, labels) if n >= 1 else []
     steps = ck.walk(n, k)
     ckpts = frozenset(ck.checkpoints(n, k))
-    shown = steps
-    if step is not None:
-        s = parse_count(step, "step", 1)
-        if not 1 <= s <= len(steps):
-            raise InputError(f"step: {step} must be from 1 to {len(steps)} (3 × layers)")
-        shown = [steps[s - 1]]
+    shown = _shown_steps(steps, step)
     ratio = positive("backward_ratio", backward_ratio)
     peak = max(len(st.held) for st in steps)
     formula = ck.peak_held_formula(n, k)

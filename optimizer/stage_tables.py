@@ -207,6 +207,28 @@ def _most_that_fits(fits: Any, top: int, guess: int) -> int:
     return lo
 
 
+def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
+    """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
+    (bisection over n, starting from the previous stage's count); None where the stages cannot
+    hold the model's L layers between them."""
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
+    fit_most = [L] * pp
+    for stage in range(pp):
+
+        def fits(n: int, stage: int = stage) -> bool:
+            return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
+
+        if pp == 1:  # one stage holds all L layers
+            if not fits(L):
+                return None
+            continue
+        top = sc.counts(stage)[-1]
+        fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
+        if fit_most[stage] < 0:
+            return None
+    return fit_most if sum(fit_most) >= L else None
+
+
 def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None) -> int:
     """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
     whole ns: the least T such that the stages, each at its fastest for n layers (nothing
@@ -219,27 +241,16 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
     Raises
     ------
     InputError
-        :func:`check_per_stage`'s rules.
+        :func:`optimizer.stage_rules.check_per_stage`'s rules.
     """
     sc = _stage_context(case, layout)
-    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
-    fit_most = [L] * pp
+    L, pp = sc.num_layers, layout.pp
+    fit_most: list[int] | None = [L] * pp
     if capacity is not None:
-        for stage in range(pp):
-
-            def fits(n: int, stage: int = stage) -> bool:
-                return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
-
-            if pp == 1:  # one stage holds all L layers
-                if not fits(L):
-                    return NO_SPLIT
-                continue
-            top = sc.counts(stage)[-1]
-            fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
-            if fit_most[stage] < 0:
-                return NO_SPLIT
-        if sum(fit_most) < L:
+        fit_most = _fit_most(sc, layout, capacity)
+        if fit_most is None:
             return NO_SPLIT
+    assert fit_most is not None
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
     for stage in range(pp):

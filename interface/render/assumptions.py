@@ -118,6 +118,36 @@ def _tp_plan_clause(est: Estimate) -> str:
     return ""
 
 
+def _activations_sentence(est: Estimate) -> str:
+    """How the activations are counted: the paper, FlashAttention, sequence parallelism and the
+    tensor-parallel plan, recomputation, the schedule, the convention and the norms."""
+    t, lay = est.training, est.layout
+    return (
+        "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
+        f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
+        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
+        f"{_selective_clause(est)}; "
+        f"schedule {lay.schedule}; "
+        f"convention {t.activation_convention}"
+        + (
+            "; memory-efficient norms (keep their output, not their input)"
+            if t.memory_efficient_norm
+            else ""
+        )
+    )
+
+
+def _mfu_sentence(est: Estimate) -> str:
+    """The MFU convention and which attention FLOPs it counts."""
+    o = est.options
+    return f"MFU convention {o.mfu_convention}; attention FLOPs " + (
+        "over the (query, key) pairs each layer's mask keeps (causal: s(s+1)/2 per sequence; "
+        "fewer for a sliding window or chunks)"
+        if o.causal_attention_flops
+        else "over the full s×s per layer (no causal masking; windows and chunks save nothing)"
+    )
+
+
 def assumptions(est: Estimate) -> list[str]:
     """Every convention and default behind the figures, as sentences for the output."""
     t, lay, o = est.training, est.layout, est.options
@@ -132,17 +162,7 @@ def assumptions(est: Estimate) -> list[str]:
         *_offload_sentence(est),
         _state_sentence(mech, lay),
         _capacity_sentence(est),
-        "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
-        f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
-        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
-        f"{_selective_clause(est)}; "
-        f"schedule {lay.schedule}; "
-        f"convention {t.activation_convention}"
-        + (
-            "; memory-efficient norms (keep their output, not their input)"
-            if t.memory_efficient_norm
-            else ""
-        ),
+        _activations_sentence(est),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
         "activations + the larger of the recompute transient and the loss's working set + "
@@ -152,13 +172,7 @@ def assumptions(est: Estimate) -> list[str]:
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         _time_sentence(est, overlap),
         f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
-        f"MFU convention {o.mfu_convention}; attention FLOPs "
-        + (
-            "over the (query, key) pairs each layer's mask keeps (causal: s(s+1)/2 per sequence; "
-            "fewer for a sliding window or chunks)"
-            if o.causal_attention_flops
-            else "over the full s×s per layer (no causal masking; windows and chunks save nothing)"
-        ),
+        _mfu_sentence(est),
     ]
     if lay.cp > 1:
         out.append(_cp_sentence(lay))
