@@ -17,7 +17,7 @@ from typing import Any
 
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import DIM_KEYS, build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate
@@ -311,7 +311,7 @@ def search_json(
     InfeasibleError
         No layout meets the constraints; its ``explanation`` names the blocking families.
     """
-    from trainplan.interface.report import objective_text
+    from trainplan.interface.render.report import objective_text
     from trainplan.optimizer.search import prepare, search
 
     kw = {**kw, "max_layers": kw.get("max_layers")}
@@ -380,7 +380,7 @@ def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str
 
 PER_STAGE_SHAPES: int | None = None
 """The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
-legal shape whose model state can fit (:func:`optimizer.per_stage.ranked_bases`)."""
+legal shape whose model state can fit (:func:`optimizer.stage_bases.ranked_bases`)."""
 
 
 def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:
@@ -499,7 +499,7 @@ def frontier_json(
 ) -> SearchRun:
     """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
-    (:func:`interface.report.frontier_row`: every layout field, memory term, traffic per axis,
+    (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
     step time, MFU; units in the names), objective ascending.
 
     Raises
@@ -509,7 +509,7 @@ def frontier_json(
     InfeasibleError
         No layout meets the constraints.
     """
-    from trainplan.interface.report import frontier_row
+    from trainplan.interface.render.report import frontier_row
     from trainplan.optimizer.search import frontier, prepare
 
     problem = search_problem(kw)
@@ -553,7 +553,7 @@ def per_stage_frontier_json(
     (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
     ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
     ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
-    :func:`interface.report.frontier_row`'s fields (``objective_s`` the step time,
+    :func:`interface.render.report.frontier_row`'s fields (``objective_s`` the step time,
     ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
     ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
     ``chunk_layers`` (per model chunk in model order, what ``--stage-layers`` takes; the same as
@@ -573,7 +573,7 @@ def per_stage_frontier_json(
     InfeasibleError
         Nothing fits, uniform or per stage.
     """
-    from trainplan.interface.report import frontier_row
+    from trainplan.interface.render.report import frontier_row
     from trainplan.optimizer.per_stage import peak_bytes
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 

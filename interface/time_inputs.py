@@ -21,9 +21,9 @@ from typing import Any
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.layer_time import TpOverlap
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import deployed_params
+from trainplan.model.op_time import TpOverlap
 from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for

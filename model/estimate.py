@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
-from trainplan.model.context_parallel import window_note
+from trainplan.model.cp_rules import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.hardware import DeviceSpec

@@ -52,7 +52,7 @@ class DeviceSpec:
     KV cache at (:mod:`model.rollout`). None if unknown."""
     host_link_bytes_per_s: float | None = None
     """GPU ↔ host link (PCIe, or NVLink-C2C on Grace parts) per GPU per direction, bytes/s; what
-    optimizer offload moves gradients and weights over (:mod:`model.rlhf_roles`). None if
+    optimizer offload moves gradients and weights over (:mod:`model.rlhf.roles`). None if
     unknown."""
     bandwidth_source: str = ""
     """Where ``hbm_bytes_per_s`` and ``host_link_bytes_per_s`` come from."""

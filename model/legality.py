@@ -23,7 +23,8 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import CpKind, check_cp_framework, check_cp_kind
+from trainplan.model.context_parallel import CpKind
+from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
@@ -278,7 +279,7 @@ def _context_parallel(
     s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool
 ) -> None:
     """cp > 1 needs s divisible by 2·cp (load-balanced causal split, every flavour); the
-    flavour's own rules (:func:`model.context_parallel.check_cp_kind`); with sequence
+    flavour's own rules (:func:`model.cp_rules.check_cp_kind`); with sequence
     parallelism tp divides s/cp."""
     seq = s.training.seq_len
     if cp > 1 and seq % (2 * cp):
@@ -292,7 +293,7 @@ def _context_parallel(
 
 def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any) -> None:
     """The CP flavour runs under the framework on these layers
-    (:func:`model.context_parallel.check_cp_framework`: verl's Ulysses under FSDP only;
+    (:func:`model.cp_rules.check_cp_framework`: verl's Ulysses under FSDP only;
     Transformer Engine refuses the ring and the hybrid on sliding-window layers)."""
     check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch)
 

@@ -133,7 +133,7 @@ def per_stage_frontier(
     """The Pareto frontier of step time against ``against`` where every point is the better of
     the best uniform layout and the best per-stage plan meeting that value (module docstring).
     ``top_shapes``: per search, the shapes searched per stage
-    (:func:`optimizer.per_stage.ranked_bases`). ``time_limit_s`` bounds the whole frontier
+    (:func:`optimizer.stage_bases.ranked_bases`). ``time_limit_s`` bounds the whole frontier
     (then status ``feasible``, the points found so far). ``progress(searches, points)`` is
     called after each point's searches (each ε of the memory axis, each value of the GPU or
     price axis) with the searches run and the frontier's points so far.
@@ -144,7 +144,7 @@ def per_stage_frontier(
         An axis that is not memory, gpus or price, or price without every accelerator's price
         (:meth:`Problem.check_frontier_axis`); an objective other than step time
         (:func:`optimizer.per_stage.check_objective`); a model or layout the per-stage search
-        does not model (:func:`optimizer.stage_tables.check_per_stage`).
+        does not model (:func:`optimizer.stage_rules.check_per_stage`).
     InfeasibleError
         Nothing fits, uniform or per stage.
     """

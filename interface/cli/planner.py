@@ -204,7 +204,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     """Evaluate flat parameters (:func:`interface.commands.evaluate_json`); print JSON or text;
     return the JSON object."""
     from trainplan.interface.commands import evaluate_json
-    from trainplan.interface.report import evaluate_text
+    from trainplan.interface.render.report import evaluate_text
 
     out = evaluate_json(params, per_stage)
     if as_json:
@@ -212,7 +212,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
-            from trainplan.interface.report import readable, table_text
+            from trainplan.interface.render.report import readable, table_text
 
             rows = [readable(row) for row in out["stages"]]
             click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
@@ -234,7 +234,7 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 def gpus_cmd(as_json: bool) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
     from trainplan.interface.commands import gpus_json
-    from trainplan.interface.report import gpus_text
+    from trainplan.interface.render.report import gpus_text
 
     rows = gpus_json()
     if as_json:
@@ -260,7 +260,7 @@ def models_cmd(as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
-    from trainplan.interface.report import table_text
+    from trainplan.interface.render.report import table_text
 
     click.echo(
         table_text(

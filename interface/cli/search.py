@@ -31,7 +31,7 @@ from trainplan.interface.cli.options import (
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
-from trainplan.interface.report import dollars
+from trainplan.interface.render.report import dollars
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
@@ -316,7 +316,7 @@ def search_cmd(
 
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
-    from trainplan.interface.report import evaluate_text
+    from trainplan.interface.render.report import evaluate_text
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
@@ -390,7 +390,7 @@ def _scenario_per_stage(kw: dict[str, Any]) -> bool:
 
 def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
-    from trainplan.interface.report import evaluate_text, per_stage_text
+    from trainplan.interface.render.report import evaluate_text, per_stage_text
 
     try:
         run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
@@ -463,7 +463,7 @@ def frontier_cmd(
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
     from trainplan.interface.commands import per_stage_frontier_json
-    from trainplan.interface.report import frontier_text, write_csv
+    from trainplan.interface.render.report import frontier_text, write_csv
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
@@ -485,7 +485,7 @@ def frontier_cmd(
     if csv_path is not None:
         write_csv(rows, csv_path)
     if png_path is not None:
-        from trainplan.interface.plots import frontier_chart
+        from trainplan.interface.render.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
     if as_json:

@@ -29,17 +29,14 @@ from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
 from trainplan.model.frameworks import gradient_bytes_for
-from trainplan.model.layer_time import PARTS, Clock, check_tp_overlap, stage_parts
+from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
-from trainplan.model.optimizers import (
-    OptimizerKind,
-    muon_gather_bytes,
-    optimizer_step_bytes,
-)
+from trainplan.model.op_time import Clock, check_tp_overlap
+from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks

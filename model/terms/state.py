@@ -51,7 +51,7 @@ __all__ = [
     "stage_params_per_gpu",
     "stage_linear_per_gpu",
     "gather_units",
-    "busiest_stage_params",
+    "busiest_stage",
     "split_params",
     "model_state_term",
     "busiest_params",
@@ -196,26 +196,11 @@ def gather_units(
     return tuple(out)
 
 
-@lru_cache(maxsize=CACHE)
-def busiest_stage_params(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-) -> tuple[Fraction, Fraction]:
-    """(dense, expert) parameters per GPU of the stage with the most parameters (the first of
-    equals): the stage whose gradients dp reduces last and whose optimizer steps longest."""
-    params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple
-    )
-    _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
-    return dense, experts
+def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]) -> int:
+    """The stage with the most parameters per GPU among :func:`stage_params_per_gpu`'s
+    ``params`` (the first of equals): the stage whose gradients dp reduces last and whose
+    optimizer steps longest."""
+    return max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
 
 
 def _split(
@@ -293,12 +278,7 @@ def _stage_scales(
 def _busiest_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
 ) -> tuple[Fraction, Fraction]:
-    tp, pp, v, ep, uneven, etp, framework, sizes = key
-    params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, Framework(framework).physical, sizes,
-        vocab_multiple_for(framework, given),
-    )  # fmt: skip
-    busiest = max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
+    busiest = busiest_stage(_split(stage_params_per_gpu, model, given, *key))
     return _stage_scales(model, given, adam_bytes, optimizer, *key)[busiest]
 
 
@@ -443,7 +423,9 @@ def _stage_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, 
 
 
 def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
-    return _split(busiest_stage_params, model, given, *key)
+    params = _split(stage_params_per_gpu, model, given, *key)
+    _, _, dense, experts = params[busiest_stage(params)]
+    return dense, experts
 
 
 def shared_embedding_per_gpu(model: ModelSpec, tp: int, pp: int, vocab_multiple: int) -> Fraction:
@@ -508,7 +490,7 @@ def split_params(c: Context, f: Fields) -> tuple[Any, Any]:
 
 def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the rank with the most
-    (:func:`busiest_stage_params`; under DualPipe of its two stages)."""
+    (:func:`busiest_stage`; under DualPipe of its two stages)."""
     return _on_dualpipe(f, _busiest, _dualpipe_busiest, c, lookup=True)
 
 

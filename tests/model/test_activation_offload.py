@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.model.test_properties import SETTINGS, layouts
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.activation_offload import activation_offload_seconds
 from trainplan.model.errors import LayoutError
 from trainplan.model.offload import Offload

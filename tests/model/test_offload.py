@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 
 BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from trainplan.model.errors import InputError
-from trainplan.model.layer_time import Clock, op_seconds
 from trainplan.model.op_rates import (
     BUSBW_LINK_GBPS,
     PUBLISHED_PEAK_TFLOPS,
@@ -21,6 +20,7 @@ from trainplan.model.op_rates import (
     stream_triad_fraction,
     sustained_clock_fraction,
 )
+from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import LayerShape, layer_ops
 from trainplan.model.precision import fp8_activation_bytes, fp8_weight_cache_bytes
 from trainplan.model.roofline import roofline_params_for

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute

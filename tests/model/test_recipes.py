@@ -13,13 +13,11 @@ from trainplan.interface.inputs import build_case
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import (
     CpKind,
-    check_cp_framework,
-    check_cp_kind,
     cp_layer_bytes,
     cp_transient_bytes,
     kv_repeat,
-    window_kv_tokens,
 )
+from trainplan.model.cp_rules import check_cp_framework, check_cp_kind, window_kv_tokens
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.flops import MfuConvention, step_flops
 from trainplan.model.layout import Recompute

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.estimate import evaluate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout

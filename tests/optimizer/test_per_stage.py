@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.archs import llama_like
 from trainplan.interface.inputs import build_case
 from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
 from trainplan.interface.scenario import build_problem
@@ -25,7 +26,6 @@ from trainplan.model.errors import InputError
 from trainplan.model.estimate import objective_ns
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.optimizer.per_stage import per_stage_search, solve_shape
 from trainplan.optimizer.stage_tables import OutOfTime, build_stage_tables
 
@@ -34,16 +34,7 @@ def tiny_case(num_layers: int, pp: int, base: str = "none", b: int = 1, v: int =
     """A 256-wide Llama-like model whose activations (s 8192) outweigh its weights, so memory
     decides how much is recomputed; interleaved with v model chunks per stage when v > 1."""
     extra = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
-    arch = Architecture(
-        num_layers=num_layers,
-        hidden_size=256,
-        num_attention_heads=4,
-        ffn_hidden_size=688,
-        vocab_size=1024,
-        mlp=Mlp.SWIGLU,
-        norm=Norm.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE,
-    )
+    arch = llama_like(num_layers, 256, 4, 688, 1024)
     return build_case(
         {
             "model_spec": ModelSpec(name="tiny", source="test", arch=arch),
@@ -291,7 +282,7 @@ def test_megatron_flags_of_an_interleaved_per_stage_plan():
     2 + 3, in model order 1, 2, 1, 3 — uneven, so the layout string; counts 1,3 are per chunk
     (Megatron-LM's --recompute-num-layers per virtual stage): the single count 3 recomputes
     min(3, chunk) — stage 0's largest chunk has 1 layer, so the run Megatron makes is 1,3."""
-    from trainplan.optimizer.per_stage import plan_layout
+    from trainplan.optimizer.stage_bases import plan_layout
 
     arch = tiny_case(7, 2).model.arch
     base = Layout(pp=2, schedule="interleaved", virtual_stages=2)

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from trainplan.interface.cli import _register, cli
-from trainplan.interface.rlhf_measured import rows, table_markdown
+from trainplan.interface.rlhf.measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
 _register()
@@ -123,7 +123,7 @@ def test_plan_bad_inputs_and_json():
 
 def test_readme_measured_table_is_the_planners():
     """The RLHF guide's table of published RLHF steps is what ``python -m
-    trainplan.interface.rlhf_measured`` prints (the planner's figures, not hand-copied)."""
+    trainplan.interface.rlhf.measured`` prints (the planner's figures, not hand-copied)."""
     evaluated = rows()
     assert len(evaluated) >= 5
     assert table_markdown(evaluated) in README

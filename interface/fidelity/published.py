@@ -4,7 +4,7 @@ by side, the previous single-efficiency model (``time_model = "single"``).
 
 ``python -m trainplan.interface.fidelity`` prints the table; ``--markdown`` writes the page
 ``docs/fidelity-published.md`` is generated from; ``--validation`` the report of the validation
-set of published end-to-end runs (:mod:`interface.validation_report`; with ``--markdown`` the
+set of published end-to-end runs (:mod:`interface.fidelity.validation_report`; with ``--markdown`` the
 page ``docs/fidelity-validation.md``, with ``--json`` its JSON object); ``--residuals`` the step-time
 error of the rows that once calibrated the time model's efficiencies. Published end-to-end runs
 only validate: nothing is fitted to them here (the former ``--calibrate`` fit of
@@ -31,14 +31,13 @@ Rows and recipes (each is stated again in the report):
   ZeRO-2 with FP32 gradients, tensor parallelism keeping the sequence shard of the blocks' inputs
   (``tp_block_inputs = "sharded"``: the layouts ran, which torchtitan's plan would not fit),
   interleaved v = 8, no activation checkpointing, memory-efficient norms
-  (:mod:`interface.fidelity_memory`); context parallelism all-gathers K and V and the gather is
+  (:mod:`interface.fidelity.memory`); context parallelism all-gathers K and V and the gather is
   exposed (§3.3.2): ``cp_kind = all-gather``. MFU counts ``6·N + attention`` with causal
   attention.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import tomllib
@@ -474,40 +473,3 @@ def residuals(runs: Sequence[PublishedRun] | None = None) -> dict[str, dict[str,
             gen = generation_of(r.run.params["gpu"]) or r.run.params["gpu"]
             out.setdefault(gen, {})[r.run.key] = round(100 * r.time_error, 2)
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from trainplan.interface.fidelity_report import markdown_report, text_report
-
-    parser = argparse.ArgumentParser(
-        prog="python -m trainplan.interface.fidelity", description=__doc__
-    )
-    parser.add_argument("--markdown", action="store_true", help="print the Markdown page")
-    parser.add_argument(
-        "--validation",
-        action="store_true",
-        help="the validation set of published end-to-end runs (scenarios/validation)",
-    )
-    parser.add_argument("--json", action="store_true", help="with --validation: print JSON")
-    parser.add_argument(
-        "--residuals",
-        action="store_true",
-        help="the step-time error of the former calibration rows (fits nothing)",
-    )
-    args = parser.parse_args(argv)
-    if args.json and not args.validation:
-        parser.error("--json applies to --validation only")
-    if args.validation:
-        from trainplan.interface.validation_report import print_report
-
-        print_report(args.markdown, args.json)
-        return 0
-    if args.residuals:
-        print(residuals())
-        return 0
-    print(markdown_report() if args.markdown else text_report(), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

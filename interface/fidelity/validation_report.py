@@ -1,4 +1,4 @@
-"""The validation report: every published run of :mod:`interface.validation` against the cost
+"""The validation report: every published run of :mod:`interface.fidelity.validation` against the cost
 model, its step-time and memory errors, and the mean, median and largest |error| per framework,
 per model family (dense / MoE) and per accelerator. ``python -m trainplan.interface.fidelity
 --validation`` prints it (``--markdown``: the page ``docs/fidelity-validation.md``; ``--json``:
@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainplan.interface.validation import ValidationResult, ValidationTable, evaluate_all
+from trainplan.interface.fidelity.validation import ValidationResult, ValidationTable, evaluate_all
 
 __all__ = ["GROUPS", "error_stats", "report_dict", "text_report", "markdown_report", "print_report"]
 
@@ -263,7 +263,7 @@ def markdown_report(results: Sequence[ValidationResult] | None = None) -> str:
 
 def text_report(results: Sequence[ValidationResult] | None = None) -> str:
     """The report for the terminal: one line per run, then the statistics."""
-    from trainplan.interface.report import table_text
+    from trainplan.interface.render.report import table_text
 
     results = evaluate_all() if results is None else results
     rows = []

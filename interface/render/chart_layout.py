@@ -1,5 +1,5 @@
 """What the charts say and where their labels go: plain Python over the ``--json`` objects, no
-matplotlib (:mod:`interface.plots` draws with these)."""
+matplotlib (:mod:`interface.render.plots` draws with these)."""
 
 from __future__ import annotations
 

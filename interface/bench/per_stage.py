@@ -1,5 +1,5 @@
 """Benchmark of the per-stage search (issue 13), beside the same reference loop as
-:mod:`interface.bench`: ``python -m trainplan.interface.bench_per_stage``.
+:mod:`interface.bench`: ``python -m trainplan.interface.bench.per_stage``.
 
 Per case (memory-tight published models at the smallest GPU counts where they fit, and GPT-3
 175B on 1,024 A100s): the best uniform layout's step time and its recompute mode, the per-stage
@@ -15,7 +15,7 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from trainplan.interface.bench import REFERENCE, _wall, reference_seconds
+from trainplan.interface.bench.search import REFERENCE, _wall, reference_seconds
 from trainplan.interface.scenario import build_problem
 from trainplan.optimizer.per_stage import per_stage_search
 

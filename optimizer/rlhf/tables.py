@@ -1,7 +1,7 @@
 """The RLHF placement search's tables: every role's cost for every pool size and parallelism it
-may take, from the cost model itself (:func:`model.rlhf_roles.role_cost`).
+may take, from the cost model itself (:func:`model.rlhf.costs.role_cost`).
 
-A *problem* is an :class:`~model.rlhf_spec.RLHFSpec`, an accelerator and a GPU count. Pool
+A *problem* is an :class:`~model.rlhf.spec.RLHFSpec`, an accelerator and a GPU count. Pool
 sizes (:func:`pool_sizes`) are the powers of two below one NVLink domain that divide it, and whole
 domains (nodes): every count up to 8 nodes, the powers of two and the halves … eighths of the
 cluster, and what those of an eighth or more leave of it (so two pools can fill it) — 8, 16, …
@@ -41,9 +41,10 @@ from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.rlhf_costs import seconds_floor
-from trainplan.model.rlhf_roles import Evaluator, RoleCost, RoleOption, role_cost
-from trainplan.model.rlhf_spec import (
+from trainplan.model.rlhf.costs import role_cost
+from trainplan.model.rlhf.network import seconds_floor
+from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
+from trainplan.model.rlhf.spec import (
     DEFAULT_FRACTION_COLOCATED,
     DEFAULT_FRACTION_SPLIT,
     PHASES,
@@ -242,7 +243,7 @@ def cost_of(
     evaluator: Evaluator | None = None,
     over_budget: bool = False,
 ) -> RoleCost:
-    """One option's cost (:func:`model.rlhf_roles.role_cost`, with its ``over_budget``) on the
+    """One option's cost (:func:`model.rlhf.costs.role_cost`, with its ``over_budget``) on the
     problem's cluster."""
     ev = evaluator or make_evaluator(problem.device, problem.links)
     return role_cost(
@@ -276,7 +277,7 @@ def build_tables(
 
     ``incumbent``: called once the largest pool is costed; from then on an option whose seconds
     over its phases must exceed the bound it returns is neither costed nor kept — its floor
-    (:func:`model.rlhf_costs.seconds_floor`, from the same role, tp, pp and offload on the
+    (:func:`model.rlhf.network.seconds_floor`, from the same role, tp, pp and offload on the
     largest pool) above the bound, or its costed seconds. Every placement has a step at least
     each of its roles' seconds, so no placement under the bound is lost.
 
@@ -363,7 +364,7 @@ def int_costs(
 ) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int]]:
     """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
     swapped-in bytes per phase): the integers the CP-SAT placement model
-    (:mod:`optimizer.rlhf_cpsat`) and the dominance filter (:func:`dominant`) read."""
+    (:mod:`optimizer.rlhf.cpsat`) and the dominance filter (:func:`dominant`) read."""
     up = math.ceil
     return (
         up(cost.held_bytes),

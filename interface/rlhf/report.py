@@ -1,24 +1,27 @@
 """The faithful RLHF accounting and the placement search as plain data: the ``faithful`` object
 of ``trainplan rlhf --model …`` (:func:`faithful_report`) and ``trainplan rlhf-plan --json``
 (:func:`result_dict`); docs/reference/json.md lists every key. Built from the cost model's records
-(:mod:`model.rlhf_step`, :mod:`model.rlhf_roles`) and the parsed inputs
-(:mod:`interface.rlhf_faithful`)."""
+(:mod:`model.rlhf.step`, :mod:`model.rlhf.roles`) and the parsed inputs
+(:mod:`interface.rlhf.faithful`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from trainplan.interface.rlhf_faithful import (
+from trainplan.interface.rlhf.faithful import (
     ASSUMPTIONS,
     RLHFInputs,
     evaluate_placement,
     rlhf_inputs,
 )
+from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import check_applicable
-from trainplan.model.rlhf_spec import PHASES, RLHFSpec, Role, phase_flops
-from trainplan.model.rlhf_step import StepPlan
+from trainplan.model.rlhf.engine import least_engine_tp
+from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, phase_flops
+from trainplan.model.rlhf.step import StepPlan
 from trainplan.model.rollout import kv_bytes_per_token
+from trainplan.optimizer.rlhf.tables import default_fraction
 
 __all__ = [
     "plan_dict",
@@ -221,8 +224,6 @@ def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
         gpu=inp.device.name,
         chips=inp.gpus,
     )
-    from trainplan.interface.tabs import jsonable
-
     seed["accounting"] = "faithful"
     verdict = fit_verdict(inp, plan, seed["resident_bytes"])
     seed["faithful"] = jsonable({**workload_dict(inp), **plan_dict(spec, plan), **verdict})
@@ -243,8 +244,6 @@ def fit_verdict(inp: RLHFInputs, plan: StepPlan, resident_bytes: float) -> dict[
     (``to_fit``: the least engine tp or fraction that holds it, the least GPUs that hold the
     roles' model state at all, the placement search) — both empty when it fits. A setting is
     named as the user's option where the user gave it, and as a default where not."""
-    from trainplan.model.rlhf_costs import least_engine_tp
-
     out: dict[str, list[str]] = {"does_not_fit": [], "to_fit": []}
     if plan.fits:
         return out
@@ -312,8 +311,6 @@ def _engine_line(inp: RLHFInputs, plan: StepPlan, need: Any, budget: Any) -> str
 
 
 def _engine_hints(inp: RLHFInputs, need: Any, least_engine_tp: Any) -> list[str]:
-    from trainplan.optimizer.rlhf_tables import default_fraction
-
     out = []
     fraction = inp.spec.engine_memory_fraction or default_fraction(inp.rollout_gpus is None)
     engine_gpus = inp.rollout_gpus or inp.gpus

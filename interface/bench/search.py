@@ -15,7 +15,7 @@ run, a fixed pure-Python reference loop
 machines: every end-to-end time is also printed as a multiple of it. Speed goals live here, not
 in timed tests. ``--smoke`` runs one small case and exits 1 when table building has fallen 5×
 below :data:`SMOKE_CANDIDATES_PER_REFERENCE` (CI runs it: a cache that stops hitting is caught),
-and a small sweep that must keep within its goal (:mod:`interface.bench_sweep`); ``--sweep``
+and a small sweep that must keep within its goal (:mod:`interface.bench.search.sweep`); ``--sweep``
 runs the sweep rows: 1,000 searches on the process pool against the sum of the single searches,
 and Ray with 1 and 2 CPUs.
 """
@@ -124,9 +124,9 @@ case printed nothing within 120 s before the search's work was bounded by its in
 
 
 def _rlhf_in_process(values: dict[str, str]) -> dict:
-    from trainplan.interface.rlhf_faithful import rlhf_inputs
-    from trainplan.optimizer.rlhf_search import search_placement
-    from trainplan.optimizer.rlhf_tables import RLHFProblem
+    from trainplan.interface.rlhf.faithful import rlhf_inputs
+    from trainplan.optimizer.rlhf.search import search_placement
+    from trainplan.optimizer.rlhf.tables import RLHFProblem
 
     inp = rlhf_inputs(dict(values), placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links)
@@ -292,7 +292,7 @@ def main() -> None:
         help="only the sweep rows (1,000 searches; Ray 1 and 2 CPUs)",
     )
     args = parser.parse_args()
-    from trainplan.interface import bench_sweep
+    from trainplan.interface.bench import sweep as bench_sweep
 
     if args.smoke:
         code = smoke()

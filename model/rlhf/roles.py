@@ -2,13 +2,13 @@
 
 A :class:`RoleOption` places a role on a pool of ``gpus`` GPUs with its degrees (training and
 scoring roles dp·tp·pp = gpus; the rollout engine tp, and dp = gpus/tp replicas) and, for a
-trainable role, optimizer offload. :func:`role_cost` returns what it keeps on each GPU of its
+trainable role, optimizer offload. :func:`model.rlhf.costs.role_cost` returns what it keeps on each GPU of its
 pool through the whole step (``held_bytes``), what it adds while it works in each phase, its
 seconds per phase and its host bytes — from the cost model itself:
 
 * trainable roles (actor, critic): ``evaluate()`` of the update's layout under the spec's
   framework profile (model state at the framework's mechanism, activations with the spec's
-  recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf_spec.logits_bytes`)
+  recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf.spec.logits_bytes`)
   on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
   without recomputation, a third of a micro-batch's three passes (backward = 2 × forward);
 * frozen roles (reference, reward): BF16 weights held as the framework shards them (whole
@@ -49,11 +49,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.estimate import Estimate, host_rates
-from trainplan.model.hardware import DeviceSpec
+from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.rlhf_spec import RLHFSpec, Role
+from trainplan.model.rlhf.spec import Role
 from trainplan.model.specs import TrainingSpec
 
 __all__ = [
@@ -61,7 +60,6 @@ __all__ = [
     "Term",
     "RoleCost",
     "Evaluator",
-    "role_cost",
     "OFFLOAD_SOURCE",
     "IDLE_SOURCE",
     "OFFLOAD_MODES",
@@ -177,11 +175,11 @@ class RoleCost:
     """A training or scoring role: the compute seconds of one micro-batch on its slowest pipeline
     stage, of the scoring forward's layout and of the update's (``TimeTerms.compute_s`` ÷ m:
     they read tp, pp, the micro-batch and recomputation, not dp) — what
-    :func:`model.rlhf_costs.seconds_floor` scales to another dp."""
+    :func:`model.rlhf.network.seconds_floor` scales to another dp."""
     budget_bytes: Fraction | None = None
     """The engine's memory budget per GPU (fraction × the device's bytes; None for the other
     roles). ``rollout_bytes`` above it: the budget cannot hold the engine's weights and one
-    full-length sequence — the engine cannot start (:func:`role_cost` with ``over_budget``)."""
+    full-length sequence — the engine cannot start (:func:`model.rlhf.costs.role_cost` with ``over_budget``)."""
 
     @property
     def over_budget(self) -> bool:
@@ -201,47 +199,3 @@ class RoleCost:
         return {"rollout": self.rollout_s, "scoring": self.scoring_s, "training": self.training_s}[
             phase
         ]
-
-
-def role_cost(
-    spec: RLHFSpec,
-    option: RoleOption,
-    device: DeviceSpec,
-    evaluate: Evaluator,
-    sync_bytes_per_s: float | None = None,
-    over_budget: bool = False,
-) -> RoleCost:
-    """The role's bytes per GPU, seconds per phase and host bytes under ``option``.
-
-    ``sync_bytes_per_s``: the bandwidth the updated weights reach the rollout engine at.
-    ``over_budget``: an engine whose budget holds no full-length sequence is returned as a cost
-    that does not fit (``RoleCost.over_budget``; a tab shows why) instead of a LayoutError.
-
-    Raises
-    ------
-    LayoutError
-        Degrees the model does not allow (``evaluate()``'s rules; a rollout tp the KV heads do not
-        allow); optimizer offload under a framework that cannot run CPU Adam alone (FSDP2,
-        textbook: :func:`model.offload.check_offload`); an engine whose KV space holds no
-        sequence at full length (unless ``over_budget``).
-    InputError
-        Offload on a frozen role; optimizer offload without the host-link and host-memory
-        bandwidths (:func:`model.estimate.host_rates`), idle offload without the host link; a
-        rollout without HBM bandwidth.
-    """
-    from trainplan.model.rlhf_costs import network_cost, rollout_cost  # they use these types
-
-    rs = spec.role(option.role)
-    if option.offload == "optimizer" and not rs.trainable:
-        raise InputError(f"offload: {rs.role} is frozen; only trainable roles have optimizer state")
-    if option.offload == "idle" and rs.role is Role.ROLLOUT:
-        raise InputError("offload: the engine already frees its memory after the rollout")
-    if option.offload == "optimizer":
-        host_rates(device)  # the one-line InputError naming the missing bandwidth
-    elif option.offload == "idle" and not device.host_link_bytes_per_s:
-        raise InputError(
-            f"offload: the accelerator table has no host link figure for {device.name}"
-        )
-    if rs.role is Role.ROLLOUT:
-        return rollout_cost(spec, rs, option, device, sync_bytes_per_s, over_budget)
-    return network_cost(spec, rs, option, device, evaluate)

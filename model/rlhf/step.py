@@ -1,10 +1,10 @@
 """A placement's RLHF step: roles on pools of GPUs → memory per GPU per phase, step time.
 
-A placement puts each role (:mod:`model.rlhf_spec`) on one of a few disjoint *pools* of GPUs,
-using all of its pool (:class:`model.rlhf_roles.RoleOption`). HybridFlow (Sheng et al. 2025,
+A placement puts each role (:mod:`model.rlhf.spec`) on one of a few disjoint *pools* of GPUs,
+using all of its pool (:class:`model.rlhf.roles.RoleOption`). HybridFlow (Sheng et al. 2025,
 EuroSys, arXiv 2409.19256, §5–6) and ReaL (Mei et al. 2025, MLSys, arXiv 2406.14088) show the
 choice is worth 1.5× to several × in throughput. The rules, written once here and read by the
-search's CP-SAT model (:mod:`optimizer.rlhf_cpsat`) and its exhaustive oracle:
+search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
 
 * **Memory.** On a pool, in each phase, every role placed there keeps its ``held_bytes``, and
   the roles working in the phase add their phase bytes one at a time (work on one pool
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
-from trainplan.model.rlhf_roles import RoleCost
-from trainplan.model.rlhf_spec import PHASES
+from trainplan.model.rlhf.roles import RoleCost
+from trainplan.model.rlhf.spec import PHASES
 
 __all__ = ["PoolPlan", "StepPlan", "compose", "step_seconds"]
 
@@ -137,6 +137,38 @@ def step_seconds(busy: Sequence[Sequence[float]], off_policy: int) -> float:
     return max(max(sum(row) for row in busy), phase[1] + phase[2])
 
 
+def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool) -> PoolPlan:
+    """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
+    its peak per phase (each role's swap and phase bytes over the held ones; with
+    ``shared_weights`` the engine reuses the actor's BF16 weights), busy seconds and host bytes.
+
+    Raises
+    ------
+    InputError
+        Roles of the pool disagreeing on its size.
+    """
+    sizes = {c.option.gpus for c in members}
+    if len(sizes) != 1:
+        raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
+    gpus = sizes.pop()
+    held = sum((c.held_bytes for c in members), Fraction(0))
+    peaks = [
+        held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
+        for ph in PHASES
+    ]
+    kinds = {str(c.option.role): c for c in members}
+    if shared_weights and "rollout" in kinds and "actor" in kinds:
+        reuse = min(kinds["rollout"].bf16_weight_bytes, kinds["actor"].bf16_weight_bytes)
+        peaks[0] = held + max(
+            kinds["rollout"].rollout_bytes - reuse,
+            *(c.rollout_bytes for c in members if c is not kinds["rollout"]),
+        )
+    busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
+    host = sum((c.host_bytes for c in members), Fraction(0))
+    roles = tuple(str(c.option.role) for c in members)
+    return PoolPlan(q, gpus, first, roles, held, tuple(peaks), busy, host)  # type: ignore[arg-type]
+
+
 def compose(
     costs: Sequence[RoleCost],
     pool_of: Sequence[int],
@@ -167,27 +199,8 @@ def compose(
     out, first = [], 0
     for q in pools:
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
-        sizes = {c.option.gpus for c in members}
-        if len(sizes) != 1:
-            raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
-        gpus = sizes.pop()
-        held = sum((c.held_bytes for c in members), Fraction(0))
-        peaks = [
-            held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
-            for ph in PHASES
-        ]
-        kinds = {str(c.option.role): c for c in members}
-        if shared_weights and "rollout" in kinds and "actor" in kinds:
-            reuse = min(kinds["rollout"].bf16_weight_bytes, kinds["actor"].bf16_weight_bytes)
-            peaks[0] = held + max(
-                kinds["rollout"].rollout_bytes - reuse,
-                *(c.rollout_bytes for c in members if c is not kinds["rollout"]),
-            )
-        busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
-        host = sum((c.host_bytes for c in members), Fraction(0))
-        roles = tuple(str(c.option.role) for c in members)
-        out.append(PoolPlan(q, gpus, first, roles, held, tuple(peaks), busy, host))  # type: ignore[arg-type]
-        first += gpus
+        out.append(_pool_plan(q, members, first, shared_weights))
+        first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))
     return StepPlan(

@@ -1,7 +1,7 @@
 """An RLHF step as people run it (issue 12): the workload, the roles, the logits buffers and
-the FLOPs of each phase — the inputs of :mod:`model.rlhf_roles` (each role's bytes and seconds)
-and :mod:`model.rlhf_step` (a placement's step). The original planner's accounting (16 / 2 B per parameter,
-FLOP shares at two MFUs) stays in :mod:`model.rlhf`.
+the FLOPs of each phase — the inputs of :mod:`model.rlhf.roles` (each role's bytes and seconds)
+and :mod:`model.rlhf.step` (a placement's step). The original planner's accounting (16 / 2 B per parameter,
+FLOP shares at two MFUs) stays in :mod:`model.rlhf.shares`.
 
 Roles (OpenRLHF's and verl's, Hu et al. 2024 arXiv 2405.11143; Sheng et al. 2025, HybridFlow,
 EuroSys, arXiv 2409.19256):
@@ -38,6 +38,7 @@ from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_fram
 from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.rollout import check_fraction
 
 __all__ = [
     "Role",
@@ -236,8 +237,6 @@ class RLHFSpec:
             )
         self._check_batch()
         if self.engine_memory_fraction is not None:
-            from trainplan.model.rollout import check_fraction
-
             check_fraction(self.engine_memory_fraction)
         if self.off_policy not in (0, 1):
             raise InputError(

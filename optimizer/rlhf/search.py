@@ -1,6 +1,6 @@
 """The RLHF placement and parallelism search (issue 12): tables → CP-SAT → the best placement,
 the best colocated and the best split one beside it (why it colocates or splits), each answer
-re-evaluated by :func:`model.rlhf_step.compose`; and the exhaustive oracle the tests hold the
+re-evaluated by :func:`model.rlhf.step.compose`; and the exhaustive oracle the tests hold the
 solver to.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.model.errors import InfeasibleError
-from trainplan.model.rlhf_roles import RoleCost, RoleOption
-from trainplan.model.rlhf_spec import PHASES, Role
-from trainplan.model.rlhf_step import StepPlan, compose
-from trainplan.optimizer.rlhf_cpsat import NS, PlacementChoice, PlacementModel, int_costs
-from trainplan.optimizer.rlhf_tables import RLHFProblem, RLHFTables, build_tables, dominant
+from trainplan.model.rlhf.roles import RoleCost, RoleOption
+from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.model.rlhf.step import StepPlan, compose
+from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
+from trainplan.optimizer.rlhf.tables import RLHFProblem, RLHFTables, build_tables, dominant
 
 __all__ = [
     "Placement",
@@ -37,7 +37,7 @@ class Placement:
     pool_of: tuple[int, ...]
     """Each role's pool (numbered in order of first use)."""
     plan: StepPlan
-    """The placement re-composed by the cost model (:func:`model.rlhf_step.compose`)."""
+    """The placement re-composed by the cost model (:func:`model.rlhf.step.compose`)."""
     objective_ns: int
     """The solver's step time, integer ns (per-role seconds rounded to ns, then the rules)."""
 
@@ -91,7 +91,7 @@ def _renumber(slots: tuple[int, ...]) -> tuple[int, ...]:
 def placement_plan(
     problem: RLHFProblem, costs: tuple[RoleCost, ...], slots: tuple[int, ...]
 ) -> StepPlan:
-    """:func:`model.rlhf_step.compose` of a placement on the problem's cluster."""
+    """:func:`model.rlhf.step.compose` of a placement on the problem's cluster."""
     return compose(
         costs,
         _renumber(slots),
@@ -238,7 +238,7 @@ TABLES_SHARE = 0.6
 ALTERNATIVES_WITHIN = 2
 """The best colocated and split placements are shown exactly when they take at most this many
 times the best colocated placement on all GPUs (the incumbent, solved first): options whose
-own seconds must exceed that are not costed (:func:`optimizer.rlhf_tables.build_tables`), which
+own seconds must exceed that are not costed (:func:`optimizer.rlhf.tables.build_tables`), which
 bounds the work on large clusters; an alternative beyond it is said to be beyond it."""
 
 
@@ -256,7 +256,7 @@ def search_placement(
     ``tables`` per (pool size, role), then ``solve`` per CP-SAT solve.
 
     The colocated placement on all GPUs is solved as soon as the largest pool is costed; its
-    step × :data:`ALTERNATIVES_WITHIN` bounds the rest (module :mod:`optimizer.rlhf_tables`).
+    step × :data:`ALTERNATIVES_WITHIN` bounds the rest (module :mod:`optimizer.rlhf.tables`).
 
     Raises
     ------

@@ -1,7 +1,7 @@
 """The published-runs report (``python -m trainplan.interface.fidelity [--markdown]``): every row
 under the roofline time model beside the previous single-efficiency model, calibration and
 held-out rows marked, the goals checked, and the memory sections of
-:mod:`interface.fidelity_memory`. ``docs/fidelity-published.md`` is this page.
+:mod:`interface.fidelity.memory`. ``docs/fidelity-published.md`` is this page.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from trainplan.interface.fidelity import (
+from trainplan.interface.fidelity.memory import appendix_b_530b, llama3_memory_walk
+from trainplan.interface.fidelity.published import (
     CALCULON_TABLE5,
     CALIBRATION_ROWS,
     MEGATRON_SCRIPT,
     RunResult,
     evaluate_all,
 )
-from trainplan.interface.fidelity_memory import appendix_b_530b, llama3_memory_walk
 from trainplan.model.roofline import (
     GEMM_EFFICIENCY_BY_GENERATION,
     RooflineParams,
@@ -231,7 +231,7 @@ def gap_section(results: Sequence[RunResult]) -> list[str]:
 
 def text_report(results: Sequence[RunResult] | None = None) -> str:
     """The report for the terminal."""
-    from trainplan.interface.report import table_text
+    from trainplan.interface.render.report import table_text
 
     results = results or evaluate_all()
     head, body = table(results)

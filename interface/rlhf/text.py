@@ -1,7 +1,7 @@
 """The faithful RLHF accounting and the placement search as terminal text: the roles table, every
 term with its source, the pools with their peak memory per phase, and a timeline per pool.
 
-Reads the plain dictionaries of :mod:`interface.rlhf_faithful` (the ``--json`` objects), so the
+Reads the plain dictionaries of :mod:`interface.rlhf.faithful` (the ``--json`` objects), so the
 text shows exactly what the JSON holds.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.interface.report import table_text
+from trainplan.interface.render.report import table_text
 
 __all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines"]
 
@@ -222,7 +222,7 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
 
 def _none(status: str | None) -> str:
     """What an alternative that was not found means, by its solve's status."""
-    from trainplan.optimizer.rlhf_search import ALTERNATIVES_WITHIN
+    from trainplan.optimizer.rlhf.search import ALTERNATIVES_WITHIN
 
     return {
         "beyond": f"none within {ALTERNATIVES_WITHIN}× the best colocated step (not searched "

@@ -2,8 +2,8 @@
 
 ``scenarios/rlhf_measured.toml`` holds each run's configuration, its reported figure and its
 source; :func:`rows` evaluates every run with the faithful RLHF accounting
-(:func:`interface.rlhf_faithful.evaluate_placement`, the ``trainplan rlhf --model …`` tab) and
-gives the error. ``python -m trainplan.interface.rlhf_measured`` prints the table of docs/guides/rlhf.md
+(:func:`interface.rlhf.faithful.evaluate_placement`, the ``trainplan rlhf --model …`` tab) and
+gives the error. ``python -m trainplan.interface.rlhf.measured`` prints the table of docs/guides/rlhf.md
 ("Measured RLHF configurations").
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan import scenarios
+from trainplan.interface.rlhf.faithful import evaluate_placement, rlhf_inputs
 from trainplan.model.hf_config import architecture_from_dict
 from trainplan.model.model_spec import ModelSpec
 
@@ -36,8 +37,6 @@ def _model(name: str) -> ModelSpec | None:
 
 def evaluate_run(run: dict[str, Any]) -> dict[str, Any]:
     """One run: its figures, the planner's step, the error (predicted / measured − 1)."""
-    from trainplan.interface.rlhf_faithful import evaluate_placement, rlhf_inputs
-
     params = {"model": run["model"], **run["rlhf"]}
     spec = _model(run["model"])
     if spec is not None:
@@ -82,7 +81,7 @@ def table_markdown(evaluated: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    """Print the table (``python -m trainplan.interface.rlhf_measured``)."""
+    """Print the table (``python -m trainplan.interface.rlhf.measured``)."""
     print(table_markdown(rows()))
 
 

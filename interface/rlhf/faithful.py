@@ -2,10 +2,10 @@
 
 ``trainplan rlhf --model NAME …`` evaluates one placement (colocated on ``--gpus``, or the engine
 on ``--rollout-gpus`` of its own) term by term with its sources; ``trainplan rlhf-plan`` searches
-the placement and parallelism of every role (:mod:`optimizer.rlhf_search`). Both read their
+the placement and parallelism of every role (:mod:`optimizer.rlhf.search`). Both read their
 workload with :func:`rlhf_inputs` and print the same role and pool records
-(:mod:`interface.rlhf_report`). The cost model is in
-:mod:`model.rlhf_spec`, :mod:`model.rollout`, :mod:`model.rlhf_roles` and :mod:`model.rlhf_step`.
+(:mod:`interface.rlhf.report`). The cost model is in
+:mod:`model.rlhf.spec`, :mod:`model.rollout`, :mod:`model.rlhf.roles` and :mod:`model.rlhf.step`.
 """
 
 from __future__ import annotations
@@ -15,23 +15,25 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from trainplan.interface.inputs import parse_framework
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, LayoutError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.rlhf import ROLLOUT_BATCH
-from trainplan.model.rlhf_roles import RoleOption
-from trainplan.model.rlhf_spec import (
+from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption
+from trainplan.model.rlhf.shares import ROLLOUT_BATCH
+from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
     MICRO_BATCH_TOKENS,
     LogitsMode,
     RLHFSpec,
     Role,
 )
-from trainplan.model.rlhf_step import StepPlan
+from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import parse_count, parse_number, parse_positive
-from trainplan.optimizer.rlhf_tables import RLHFProblem, cost_of, default_fraction
+from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of, default_fraction
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
 
 E = TypeVar("E", bound=Enum)
 
@@ -100,7 +102,7 @@ class RLHFInputs:
     rollout_tp: int = 2
     """The engine's tp (default: verl's 2 where it divides the engine's GPUs, else 1)."""
     offload: tuple[tuple[str, str], ...] = ()
-    """(role, mode) for the roles given an offload mode (:data:`model.rlhf_roles.OFFLOAD_MODES`)."""
+    """(role, mode) for the roles given an offload mode (:data:`model.rlhf.roles.OFFLOAD_MODES`)."""
     shared_engine_weights: bool = False
     """The colocated engine reuses the actor's whole BF16 weights (HybridFlow)."""
     defaults_used: dict[str, Any] = field(default_factory=dict)
@@ -142,9 +144,6 @@ def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
     ScenarioError
         An unknown model or accelerator.
     """
-    from trainplan.scenarios.catalogue import get_model
-    from trainplan.topology.accelerators import get_accelerator
-
     used: dict[str, Any] = {}
     spec_given = params.get("model_spec")  # a ModelSpec built in code (the measured runs)
     policy = spec_given if spec_given is not None else get_model(str(params["model"])).model
@@ -245,8 +244,6 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
     InputError
         An unknown role or mode, ``optimizer`` for a frozen role, anything for the engine.
     """
-    from trainplan.model.rlhf_roles import OFFLOAD_MODES
-
     if value is None or value is False:
         return ()
     text = "idle" if value is True else str(value).strip().lower()
@@ -281,16 +278,13 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     ``rollout_gpus`` and the other roles together on the rest; the training and scoring roles at
     ``train_tp`` × ``train_pp`` (dp the rest of their pool), the engine at ``rollout_tp``. A
     placement that does not fit in memory (the engine's budget included) is a plan whose
-    ``fits`` is False, not an error (:meth:`model.rlhf_step.StepPlan.overflows`).
+    ``fits`` is False, not an error (:meth:`model.rlhf.step.StepPlan.overflows`).
 
     Raises
     ------
     LayoutError
         Degrees that do not divide a pool, or that the model or the KV heads do not allow.
     """
-    from trainplan.model.errors import LayoutError
-    from trainplan.model.rlhf_step import compose
-
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
     fraction = inp.spec.engine_memory_fraction or default_fraction(not split)

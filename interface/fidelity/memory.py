@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainplan.interface.fidelity.published import build_run_case, published_runs
 from trainplan.interface.inputs import build_case
 
 __all__ = [
@@ -140,8 +141,6 @@ LLAMA3_WALK = (
 def llama3_memory_walk() -> tuple[MemoryStep, ...]:
     """Llama 3 405B at 8K on 8,192 H100s (TP 8, PP 16, DP 64, m 32, no recomputation), one
     mechanism at a time: the peak per GPU on the busiest pipeline stage."""
-    from trainplan.interface.fidelity import build_run_case, published_runs
-
     run = next(r for r in published_runs() if r.key == "llama3-t4/8192")
     out = []
     for recipe, source, v, me in LLAMA3_WALK:

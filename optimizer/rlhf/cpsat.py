@@ -1,6 +1,6 @@
 """The RLHF placement search's CP-SAT model: give every role a pool and a parallelism, give every
 pool a size, keep every GPU's every phase within memory, minimise the step time — the rules of
-:mod:`model.rlhf_step`, linear over the tables of :mod:`optimizer.rlhf_tables`.
+:mod:`model.rlhf.step`, linear over the tables of :mod:`optimizer.rlhf.tables`.
 
 Encoding:
 
@@ -35,9 +35,9 @@ from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
-from trainplan.model.rlhf_roles import RoleCost, RoleOption
-from trainplan.model.rlhf_spec import PHASES, Role
-from trainplan.optimizer.rlhf_tables import NS, RLHFTables, int_costs
+from trainplan.model.rlhf.roles import RoleCost, RoleOption
+from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs
 from trainplan.optimizer.solver import solve
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
