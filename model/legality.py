@@ -317,7 +317,7 @@ FULL_RECOMPUTES = ("full", "sqrt")
 read as text: the layout imports this module)."""
 
 
-def _moe_framework(s: Setting, framework: Any, recompute: Any, schedule: Any) -> None:
+def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
     """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
     (:func:`model.moe_run.moe_run_violation`, :func:`model.moe_run.moe_recompute_violation`)."""
     run = s.training.moe_run
@@ -325,8 +325,22 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any, schedule: Any) ->
         return
     moe = None if s.model.arch is None else s.model.arch.moe
     shared = moe is not None and moe.num_shared_experts > 0
-    problem = moe_run_violation(run, str(framework), moe is not None, shared, str(schedule))
+    problem = moe_run_violation(run, str(framework), moe is not None, shared)
     problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
+    if problem:
+        raise LayoutError(problem)
+
+
+def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
+    """The run's dispatcher under the framework and the schedule: DeepEP under ``textbook`` only
+    with DualPipe (:func:`model.moe_run.moe_run_violation` given the schedule)."""
+    run = s.training.moe_run
+    moe = None if s.model.arch is None else s.model.arch.moe
+    if run == DROPLESS or moe is None:
+        return
+    problem = moe_run_violation(
+        run, str(framework), True, moe.num_shared_experts > 0, str(schedule)
+    )
     if problem:
         raise LayoutError(problem)
 
@@ -367,7 +381,8 @@ RULES: tuple[Rule, ...] = (
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
-    Rule("moe_framework", ("framework", "recompute", "schedule"), _moe_framework),
+    Rule("moe_framework", ("framework", "recompute"), _moe_framework),
+    Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""

@@ -246,7 +246,7 @@ def test_per_stage_refuses_what_it_does_not_model():
         InputError,
         match="per_stage: schedule gpipe: the per-stage search takes 1F1B or interleaved",
     ):
-        solve_shape(case, case.layout.with_(schedule="gpipe"))
+        solve_shape(case, case.layout.with_(schedule="gpipe", framework="fsdp2", zero_stage=2))
 
 
 # --- what users see ---------------------------------------------------------------------------
