@@ -14,13 +14,11 @@ Pure functions over floats; no state.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
-
-import numpy as np
 
 from trainplan.model.errors import InputError
 from trainplan.model.xp import log2, maximum, minimum, where
@@ -410,12 +408,6 @@ def ring_share(kind: Collective, group_size: Any) -> Any:
     return 2 * share if kind is Collective.ALL_REDUCE else share
 
 
-@lru_cache(maxsize=16)
-def _curve_arrays(curve: tuple[tuple[float, float], ...]) -> tuple[Any, Any]:
-    """(log2 of the sizes, GB/s) of a published curve, as arrays (read once per curve)."""
-    return np.log2([x for x, _ in curve]), np.array([y for _, y in curve])
-
-
 def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams) -> Any:
     """Bytes/s of bus bandwidth a ``kind`` collective of an ``buffer_bytes`` buffer reaches in
     the part's NVLink domain by its published curve (:attr:`RooflineParams.busbw_curve`,
@@ -438,12 +430,17 @@ def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: Roof
     >>> round(published_busbw(Collective.ALL_REDUCE, 2 ** 24, 450e9, p) / 1e9, 2)
     234.45
     """
-    sizes, gbps = _curve_arrays(p.busbw_curve)
-    busbw = np.interp(np.log2(buffer_bytes), sizes, gbps) * 1e9
+    sizes = [math.log2(x) for x, _ in p.busbw_curve]
+    gbps = [y for _, y in p.busbw_curve]
+    x = log2(buffer_bytes)
+    value: Any = gbps[-1]  # held above the largest size
+    for k in range(len(sizes) - 2, -1, -1):  # each segment, linear in log2 of the size
+        t = (x - sizes[k]) / (sizes[k + 1] - sizes[k])
+        value = where(x < sizes[k + 1], gbps[k] + t * (gbps[k + 1] - gbps[k]), value)
+    busbw = where(x <= sizes[0], gbps[0], value) * 1e9
     if kind is not Collective.ALL_REDUCE:
         busbw = busbw / p.nvls_allreduce_speedup
-    scaled = busbw * (bandwidth / (p.busbw_curve_link_gbps * 1e9))
-    return scaled if isinstance(scaled, np.ndarray) and scaled.ndim else float(scaled)
+    return busbw * (bandwidth / (p.busbw_curve_link_gbps * 1e9))
 
 
 _CURVE_KINDS = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)
