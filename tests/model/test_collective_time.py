@@ -10,14 +10,9 @@ import pytest
 from trainplan.model.comm import dp_collective_calls
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import mechanism
-from trainplan.model.layer_time import (
-    Clock,
-    TpOverlap,
-    _tp_collectives,
-    check_tp_overlap,
-    layer_compute,
-)
+from trainplan.model.layer_time import _tp_collectives
 from trainplan.model.op_rates import deployed_params
+from trainplan.model.op_time import Clock, TpOverlap, check_tp_overlap, layer_compute
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, collective_time
 from trainplan.model.specs import Architecture
