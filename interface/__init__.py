@@ -1,5 +1,5 @@
 """What people use: the ``trainplan`` command line (:mod:`trainplan.interface.cli`), text tables
-and CSV (:mod:`~trainplan.interface.report`), pictures (:mod:`~trainplan.interface.plots`), the
+and CSV (:mod:`~trainplan.interface.render.report`), pictures (:mod:`~trainplan.interface.render.plots`), the
 original tool's tabs and 21 named examples (:mod:`~trainplan.interface.tabs`,
 :mod:`~trainplan.interface.examples`), parameters and scenario files parsed into cases and search
 problems (:mod:`~trainplan.interface.inputs`, :mod:`~trainplan.interface.scenario`), the

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import DIM_KEYS, build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate
@@ -95,7 +95,14 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
         (:func:`interface.inputs.build_case`).
     """
     params = dict(params)
-    params["overlap"] = parse_overlap(tuple(params.get("overlap") or ()))
+    sets = params.pop("set", None) or {}
+    if sets:  # --set KEY=VALUE: scenario keys, read as a file's (interface.scenario_keys)
+        from trainplan.interface.scenario_keys import merge
+
+        merge(params, sets)
+        params.update(sets)
+    overlap = params.get("overlap") or ()
+    params["overlap"] = overlap if isinstance(overlap, dict) else parse_overlap(tuple(overlap))
     case = build_case(params)
     out = estimate_to_dict(case.evaluate(), per_stage)
     out["defaults_used"] = case.defaults_used
@@ -219,6 +226,7 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
         file_values = scenario
     else:
         file_values = load_scenario(scenario) if scenario else {}
+    file_values = _with_sets(file_values, kw)
     cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
     if objective:
         cli_values["objective"] = objective
@@ -229,6 +237,23 @@ def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
         cluster["overlap"] = parse_overlap(kw["overlap"])
     cli_values["cluster"] = cluster
     return build_problem(file_values, cli_values)
+
+
+def _with_sets(file_values: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's values with ``kw["set"]`` (``--set KEY=VALUE``, read and checked as a file's
+    keys) over them, each in its table; a key a flag also gives is refused."""
+    from trainplan.interface.scenario_keys import merge, table_of
+
+    sets = kw.get("set") or {}
+    merge(kw, sets)
+    out = {**file_values}
+    for key, value in sets.items():
+        table = table_of(key)
+        if table is None:
+            out[key] = value
+        else:
+            out[table] = {**out.get(table, {}), key: value}
+    return out
 
 
 def _time_limit(kw: dict[str, Any]) -> float | None:
@@ -286,7 +311,7 @@ def search_json(
     InfeasibleError
         No layout meets the constraints; its ``explanation`` names the blocking families.
     """
-    from trainplan.interface.report import objective_text
+    from trainplan.interface.render.report import objective_text
     from trainplan.optimizer.search import prepare, search
 
     kw = {**kw, "max_layers": kw.get("max_layers")}
@@ -355,7 +380,7 @@ def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str
 
 PER_STAGE_SHAPES: int | None = None
 """The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
-legal shape whose model state can fit (:func:`optimizer.per_stage.ranked_bases`)."""
+legal shape whose model state can fit (:func:`optimizer.stage_bases.ranked_bases`)."""
 
 
 def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:
@@ -474,7 +499,7 @@ def frontier_json(
 ) -> SearchRun:
     """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
-    (:func:`interface.report.frontier_row`: every layout field, memory term, traffic per axis,
+    (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
     step time, MFU; units in the names), objective ascending.
 
     Raises
@@ -484,7 +509,7 @@ def frontier_json(
     InfeasibleError
         No layout meets the constraints.
     """
-    from trainplan.interface.report import frontier_row
+    from trainplan.interface.render.report import frontier_row
     from trainplan.optimizer.search import frontier, prepare
 
     problem = search_problem(kw)
@@ -512,21 +537,33 @@ def frontier_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
+PER_STAGE_FRONTIER_TIME_LIMIT_S = 120.0
+"""Seconds ``frontier --per-stage`` runs when no ``--time-limit`` is given: its per-stage
+searches are one CP-SAT search per point (Mixtral 8x7B on 64 GPUs ran about five minutes);
+past it the answer is the points found, status ``feasible``, and the answer says the limit."""
+
+
 def per_stage_frontier_json(
-    kw: dict[str, Any], against: str = "memory", shapes: int | None = PER_STAGE_SHAPES
+    kw: dict[str, Any],
+    against: str = "memory",
+    shapes: int | None = PER_STAGE_SHAPES,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SearchRun:
     """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
     (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
     ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
     ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
-    :func:`interface.report.frontier_row`'s fields (``objective_s`` the step time,
+    :func:`interface.render.report.frontier_row`'s fields (``objective_s`` the step time,
     ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
     ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
     ``chunk_layers`` (per model chunk in model order, what ``--stage-layers`` takes; the same as
     ``stage_layers`` when v = 1),
     ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
     fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
-    (:func:`optimizer.per_stage_frontier.per_stage_frontier`).
+    (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``time_limit_s`` the limit it
+    ran under (:data:`PER_STAGE_FRONTIER_TIME_LIMIT_S` unless ``time_limit`` is given) and
+    ``time_limit_default`` whether it was that default. ``progress(searches, points)`` after
+    each per-stage search.
 
     Raises
     ------
@@ -536,12 +573,15 @@ def per_stage_frontier_json(
     InfeasibleError
         Nothing fits, uniform or per stage.
     """
-    from trainplan.interface.report import frontier_row
+    from trainplan.interface.render.report import frontier_row
     from trainplan.optimizer.per_stage import peak_bytes
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 
     problem = search_problem(kw)
-    result = per_stage_frontier(problem, against, shapes, _time_limit(kw), kw.get("workers") or 2)
+    given = _time_limit(kw)
+    limit = PER_STAGE_FRONTIER_TIME_LIMIT_S if given is None else given
+    workers = kw.get("workers") or 2
+    result = per_stage_frontier(problem, against, shapes, limit, workers, progress=progress)
     rows = []
     for p in result.points:
         lay = p.estimate.layout
@@ -569,6 +609,8 @@ def per_stage_frontier_json(
         "per_stage": True,
         "searches": result.searches,
         "seconds": result.seconds,
+        "time_limit_s": limit,
+        "time_limit_default": given is None,
         "points": rows,
     }
     return SearchRun(out, str(problem.objective), len(problem.jobs))

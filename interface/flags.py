@@ -5,13 +5,15 @@ parameter in backticks (``give `host_link_gbps```, ``use `framework` megatron``)
 interface presents a message — a one-line error on the command line, an HTTP 422 of the web API,
 an estimate's notes — :func:`with_flags` writes each such name as the flag the user typed
 (``--host-link-gbps``, ``--framework megatron``), so the line names what the user can change.
+A parameter whose flag was moved off the command line (:data:`MOVED_FLAGS`) is written as the
+``--set`` that gives it (``--set host_link_gbps``).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["PARAMETER_FLAGS", "flag_for", "with_flags"]
+__all__ = ["PARAMETER_FLAGS", "MOVED_FLAGS", "MOVED_KEYS", "flag_for", "with_flags", "moved_hint"]
 
 PARAMETER_FLAGS: dict[str, str] = {
     "num_layers": "--layers",
@@ -21,9 +23,90 @@ PARAMETER_FLAGS: dict[str, str] = {
     "zero_stage": "--zero",
     "micro_batch_size": "--micro-batch",
     "global_batch_size": "--global-batch",
-    "vocab_multiple": "--pad-vocab",
 }
 """Parameter names whose flag is not the name with ``_`` written ``-`` (the rest are)."""
+
+MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
+    # links, memory reserve
+    "--nvlink-domain": ("nvlink_domain", None),
+    "--nvlink-gbps": ("nvlink_gbps", None),
+    "--scaleout-gbps": ("scaleout_gbps", None),
+    "--fabric": ("fabric", None),
+    "--pod-size": ("pod_size", None),
+    "--oversubscription": ("oversubscription", None),
+    "--host-link-gbps": ("host_link_gbps", None),
+    "--host-memory-gbps": ("host_memory_gbps", None),
+    "--memory-reserve": ("memory_reserve_gib", None),
+    # the step-time model
+    "--time-model": ("time_model", None),
+    "--gemm-efficiency": ("gemm_efficiency", None),
+    "--hbm-efficiency": ("hbm_efficiency", None),
+    "--scaleup-efficiency": ("scaleup_efficiency", None),
+    "--scaleout-efficiency": ("scaleout_efficiency", None),
+    "--attention-efficiency": ("attention_efficiency", None),
+    "--tp-comm-overlap": ("tp_comm_overlap", None),
+    "--attention-kernel": ("attention_kernel", None),
+    "--grad-reduce-overlap": ("grad_reduce_overlap", True),
+    "--no-grad-reduce-overlap": ("grad_reduce_overlap", False),
+    "--kernel-efficiency": ("kernel_efficiency", None),
+    "--overlap": ("overlap", None),
+    # counting conventions
+    "--activation-convention": ("activation_convention", None),
+    "--causal-attention-flops": ("causal_attention_flops", True),
+    "--full-attention-flops": ("causal_attention_flops", False),
+    "--zero3-regather": ("zero3_regather", True),
+    "--pad-vocab": ("vocab_multiple", None),
+    # the training recipe's rarely set knobs
+    "--gradient-dtype": ("gradient_dtype", None),
+    "--optimizer-dtype": ("optimizer_dtype", None),
+    "--master-weights": ("master_weights", True),
+    "--no-master-weights": ("master_weights", False),
+    "--memory-efficient-norm": ("memory_efficient_norm", True),
+    "--no-memory-efficient-norm": ("memory_efficient_norm", False),
+    "--tp-block-inputs": ("tp_block_inputs", None),
+    "--moe-capacity-factor": ("moe_capacity_factor", None),
+    "--moe-pad-to-capacity": ("moe_pad_to_capacity", True),
+    "--no-moe-pad-to-capacity": ("moe_pad_to_capacity", False),
+    "--moe-imbalance": ("moe_imbalance", None),
+    "--moe-node-limit": ("moe_node_limit", None),
+    "--moe-dispatcher": ("moe_dispatcher", None),
+    "--moe-ep-overlap": ("moe_ep_overlap", None),
+    "--offload-activations": ("offload_activations", None),
+    "--recompute-modules": ("recompute_modules", None),
+    "--fp8-param-gather": ("fp8_param_gather", True),
+    "--document-length-spread": ("document_length_spread", None),
+}
+"""The flags of evaluate, example, search and frontier that were moved off the command line
+(most runs never set them), each with the scenario key that replaces it and, for an on/off flag,
+the value it meant: ``--set KEY=VALUE`` on the command line, the key in a scenario file, the old
+flag's name as a query parameter of the web API. Given anyway, a moved flag is refused with its
+replacement (:func:`moved_hint`); ``tests/data/cli_options.txt`` lists them."""
+
+MOVED_KEYS = frozenset(key for key, _ in MOVED_FLAGS.values())
+"""The scenario keys of :data:`MOVED_FLAGS`."""
+
+
+def moved_hint(flag: str, value: str | None = None) -> str:
+    """The line that refuses moved ``flag`` (given with ``value``, when it takes one).
+
+    Examples
+    --------
+    >>> moved_hint("--moe-node-limit", "4")
+    '--moe-node-limit was moved: use --set moe_node_limit=4 or the scenario key'
+    >>> moved_hint("--no-master-weights")
+    '--no-master-weights was moved: use --set master_weights=false or the scenario key'
+    >>> moved_hint("--overlap", "dp=0.5")
+    '--overlap was moved: use --set overlap.dp=0.5 or the scenario key'
+    """
+    key, switch = MOVED_FLAGS[flag]
+    if switch is not None:
+        setting = f"{key}={str(switch).lower()}"
+    elif key == "overlap":
+        setting = f"overlap.{value or 'AXIS=FRACTION'}"
+    else:
+        setting = f"{key}={value if value is not None else 'VALUE'}"
+    return f"{flag} was moved: use --set {setting} or the scenario key"
+
 
 _NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
 
@@ -33,9 +116,11 @@ def flag_for(name: str) -> str:
 
     Examples
     --------
-    >>> flag_for("zero_stage"), flag_for("host_link_gbps")
-    ('--zero', '--host-link-gbps')
+    >>> flag_for("zero_stage"), flag_for("tp"), flag_for("host_link_gbps")
+    ('--zero', '--tp', '--set host_link_gbps')
     """
+    if name in MOVED_KEYS:
+        return f"--set {name}"
     return PARAMETER_FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
@@ -45,6 +130,6 @@ def with_flags(message: str) -> str:
     Examples
     --------
     >>> with_flags("offload: the B200 has no host link bandwidth; give `host_link_gbps`")
-    'offload: the B200 has no host link bandwidth; give --host-link-gbps'
+    'offload: the B200 has no host link bandwidth; give --set host_link_gbps'
     """
     return _NAME.sub(lambda m: flag_for(m.group(1)), message)

@@ -71,6 +71,8 @@ RECIPE_KEYS = (
     "offload_activations",
     "recompute_modules",
     "fp8_param_gather",
+    "muon_tp_mode",
+    "fp8_activation_storage",
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
@@ -243,7 +245,10 @@ def _model(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, 
 
 def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
     """``optimizer_dtype`` and ``master_weights`` size Adam's state: refused with another
-    optimizer, whose state (an FP32 master included) is its own (:mod:`model.optimizers`)."""
+    optimizer, whose state (an FP32 master included) is its own (:mod:`model.optimizers`);
+    ``muon_tp_mode`` applies to Muon only."""
+    if "muon_tp_mode" in params and layout.optimizer is not OptimizerKind.MUON:
+        raise InputError(f"muon_tp_mode: applies to optimizer muon, not {layout.optimizer}")
     if layout.optimizer is OptimizerKind.ADAM:
         return
     for key in ("optimizer_dtype", "master_weights"):
@@ -319,6 +324,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
         fp8_recipe=params.get("fp8_recipe"),
+        fp8_activation_storage=str(params.get("fp8_activation_storage", "linear_inputs")),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
@@ -326,6 +332,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         ),
         documents=documents_from(params, seq),
         moe_run=moe_run_of(params, model, framework),
+        muon_tp_mode=params.get("muon_tp_mode"),
     )
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)

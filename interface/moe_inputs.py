@@ -72,7 +72,9 @@ def moe_run_of(params: Mapping[str, Any], model: ModelSpec, framework: str) -> M
             f"{given[0]}: routing and dispatch options apply to a model with MoE layers; "
             "this has none"
         )
-    problem = moe_run_violation(run, str(framework), True, moe.num_shared_experts > 0)
+    schedule = params.get("schedule")
+    shared = moe.num_shared_experts > 0
+    problem = moe_run_violation(run, str(framework), True, shared, schedule and str(schedule))
     if problem is not None:
         raise InputError(problem)
     return run

@@ -25,7 +25,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # gradient_dtype, optimizer_dtype (fp32 | bf16),
                # tp_block_inputs (sharded | gathered: fsdp2's tensor-parallel plan),
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
-               # host_memory_gbps; memory: recompute_modules, fp8_param_gather;
+               # host_memory_gbps; memory: recompute_modules, fp8_param_gather,
+               # fp8_activation_storage (linear_inputs | deepseek_v3); muon_tp_mode (blockwise | duplicated);
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
                # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
                # overlap_moe_expert_parallel_comm),
@@ -33,7 +34,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
-               # tp_comm_overlap (none | async | full),
+               # tp_comm_overlap (none | async | full | async-tp),
                # grad_reduce_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
@@ -74,7 +75,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
-from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, check_virtual_stages
+from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
@@ -238,6 +239,8 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_activations": [OFFLOAD_MODULES],
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
+    "muon_tp_mode": ("blockwise", "duplicated"),
+    "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "document_length": _NUMBER,
@@ -256,7 +259,7 @@ VALUE_KINDS: dict[str, Any] = {
     "hbm_efficiency": _NUMBER,
     "scaleup_efficiency": _NUMBER,
     "scaleout_efficiency": _NUMBER,
-    "tp_comm_overlap": ("none", "async", "full"),
+    "tp_comm_overlap": ("none", "async", "full", "async-tp"),
     "grad_reduce_overlap": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
@@ -276,6 +279,8 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         if kind[0] == _COUNT:
             parse_counts(value, key)
             return
+        if isinstance(kind[0], tuple) and isinstance(value, str):
+            value = value.replace(",", ";")  # names hold no comma: core_attn,mlp is two
         for item in list_items(value, key):
             _check_value(key, item, kind[0])
     elif isinstance(kind, tuple):
@@ -417,11 +422,9 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     frameworks = tuple(
         dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
     ) or (DEFAULT_FRAMEWORK,)
-    if d.get("schedule"):  # a split schedule asked for by name runs under a framework of the
-        # space (the classic schedules are searched under every framework, as evaluate takes them)
+    if d.get("schedule"):  # a schedule asked for by name runs under a framework of the space
         for name in schedules:
-            split = Schedule(name) in SPLIT_BACKWARD
-            if split and not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
+            if not any(fw in SCHEDULE_SUPPORT[name] for fw in frameworks):
                 check_schedule_framework(name, frameworks[0], 2, 2)
     return SearchSpace(
         num_gpus=num_gpus,

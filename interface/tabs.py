@@ -13,16 +13,24 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainplan.interface import pipeline_tab
+from trainplan.interface.render import pipeline_tab
+from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
+from trainplan.interface.tab_values import (
+    fmt_number,
+    jsonable,
+    optional_count,
+    percent,
+    positive,
+    resolve_peak,
+)
 from trainplan.model import checkpointing as ck
 from trainplan.model import mfu as mf
-from trainplan.model import rlhf as rl
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import check_schedule_framework
-from trainplan.model.units import as_json_number, parse_count, parse_number, parse_positive
+from trainplan.model.units import parse_count, parse_number
 
 __all__ = [
     "pipeline_report",
@@ -36,48 +44,6 @@ __all__ = [
 ]
 
 
-def jsonable(obj: Any) -> Any:
-    """Fractions → int when whole, else float, through dicts, lists and tuples."""
-    if isinstance(obj, Fraction):
-        return as_json_number(obj)
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
-
-
-def _pos(name: str, value: Any) -> Fraction:
-    """A number above zero (within its limit, if it has one): :func:`model.units.parse_positive`."""
-    return parse_positive(value, name)
-
-
-def _opt_count(name: str, value: Any) -> int | None:
-    return None if value is None else parse_count(value, name)
-
-
-def fmt_number(x: Fraction | int | float) -> str:
-    """Compact exact-looking form: ``70e9``, ``4e6``, ``989.4e12``, ``512``, ``7``.
-
-    Examples
-    --------
-    >>> fmt_number(70 * 10**9), fmt_number(Fraction(9894, 10) * 10**12), fmt_number(7.5)
-    ('70e9', '989.4e12', '7.5')
-    """
-    x = Fraction(x) if not isinstance(x, Fraction) else x
-    if abs(x) < 10**4:
-        return str(int(x)) if x.denominator == 1 else f"{float(x):.6g}"
-    exp = 0
-    while abs(x) >= 10 ** (exp + 3):
-        exp += 3
-    return f"{float(x / 10**exp):.6g}e{exp}"
-
-
-def _pct(x: Fraction) -> str:
-    return f"{float(x) * 100:.1f}%"
-
-
-# ------------------------------------------------------------------------------------ pipeline
 def pipeline_report(
     stages: Any,
     microbatches: Any,
@@ -96,7 +62,7 @@ def pipeline_report(
     simulate`) and are checked here against the closed forms of :mod:`model.pipeline`. The
     split-backward schedules (``zb-h1``, ``zb-h2``, ``zb-v``, ``dualpipe``, ``dualpipev``) take the
     pass times ``t_f``, ``t_b``, ``t_w`` (and ``t_fb``) instead of ``backward_ratio``; their report
-    is :func:`interface.pipeline_tab.split_report`'s. With ``framework`` a schedule that framework
+    is :func:`interface.render.pipeline_tab.split_report`'s. With ``framework`` a schedule that framework
     cannot run is refused (:func:`model.schedule_support.check_schedule_framework`).
 
     Examples
@@ -124,7 +90,7 @@ def pipeline_report(
         given, dict.fromkeys(given, f"{name} runs whole backwards: give backward_ratio")
     )
     v = 1 if v is None else v
-    ratio = _pos("backward_ratio", 2 if backward_ratio is None else backward_ratio)
+    ratio = positive("backward_ratio", 2 if backward_ratio is None else backward_ratio)
     t = simulate(p, m, schedule, v, ratio)
     frac = t.idle_fraction(0)
     idle = t.step_time - t.busy_time(0)
@@ -160,35 +126,6 @@ def pipeline_report(
 
 
 # ------------------------------------------------------------------------------------ MFU
-def resolve_peak(
-    gpu: str | None, peak_tflops: Any, default_gpu: str | None = None
-) -> tuple[Fraction, str]:
-    """Peak FLOP/s per chip and its source: ``peak_tflops`` (TFLOP/s) if given, else the
-    accelerator table's dense BF16 peak of ``gpu`` (or of ``default_gpu`` when neither is given).
-
-    Raises
-    ------
-    InputError
-        When neither is given (and there is no default), when both are given (one would be
-        ignored: :func:`model.errors.check_applicable`), or when the peak is not positive.
-    ScenarioError
-        An unknown or ambiguous accelerator name (with the candidates).
-    """
-    if peak_tflops is not None:
-        check_applicable(
-            {"gpu": gpu},
-            {"gpu": f"the peak is given by peak_tflops = {peak_tflops}; give one of the two"},
-        )
-        return _pos("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
-    gpu = gpu or default_gpu
-    if gpu is None:
-        raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
-    from trainplan.topology.accelerators import get_accelerator  # optimizer ← topology; lazy
-
-    device = get_accelerator(gpu)
-    return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"
-
-
 def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
     likely = {
         "step": "step_seconds (seconds per whole step?), tokens (tokens in the step, all "
@@ -199,7 +136,7 @@ def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
         "flop_rate_per_gpu": "achieved_tflops_per_gpu (one chip's rate, in TFLOP/s)",
     }[mode]
     return InputError(
-        f"mfu: {line} = {_pct(value)} is above 100%, impossible; the likely wrong input is "
+        f"mfu: {line} = {percent(value)} is above 100%, impossible; the likely wrong input is "
         f"{likely}, else the peak (peak_tflops / gpu)"
     )
 
@@ -207,22 +144,22 @@ def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
 def _flop_rate(pflops: Any, tflops_per_gpu: Any, peak: Fraction, chips: int):
     """(model FLOP/s of the job, arithmetic) from a reported rate."""
     if pflops is not None:
-        rate = _pos("achieved_pflops", pflops) * 10**15
+        rate = positive("achieved_pflops", pflops) * 10**15
         return rate, f"{fmt_number(rate)} FLOP/s ÷ ({fmt_number(peak)} · {chips})"
-    per_chip = _pos("achieved_tflops_per_gpu", tflops_per_gpu) * 10**12
+    per_chip = positive("achieved_tflops_per_gpu", tflops_per_gpu) * 10**12
     return per_chip * chips, f"{fmt_number(per_chip)} FLOP/s per chip ÷ {fmt_number(peak)}"
 
 
 def _token_rate(tokens: Any, step_seconds: Any, tps: Any, peak: Fraction, chips: int):
     """(mode, tokens per second, arithmetic tail) from a step or a throughput."""
     if tps is not None:
-        rate = _pos("tokens_per_second", tps)
+        rate = positive("tokens_per_second", tps)
         return (
             "tokens_per_second",
             rate,
             f"{fmt_number(rate)} tokens/s ÷ ({fmt_number(peak)} · {chips})",
         )
-    d, secs = _pos("tokens", tokens), _pos("step_seconds", step_seconds)
+    d, secs = positive("tokens", tokens), positive("step_seconds", step_seconds)
     tail = f"{fmt_number(d)} ÷ ({fmt_number(peak)} · {chips} · {fmt_number(secs)} s)"
     return "step", d / secs, tail
 
@@ -278,7 +215,7 @@ def mfu_report(
     check_applicable(
         {**named, "seq_len": seq_len, "causal": causal, "attention": attention}, ignored
     )
-    dims = {k: _opt_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
+    dims = {k: optional_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
     n = None if params is None else Fraction(parse_count(params, "params"))
     attn, attn_text = (
         mf.attention_term(
@@ -332,7 +269,7 @@ def mfu_report(
     note = " (causal: halved)" if causal else " (non-causal)"
     if mfu * (1 + extra) > 1:
         raise InputError(
-            f"hfu: mfu {_pct(mfu)} × (1 + {how}) = {_pct(mfu * (1 + extra))} is above 100%, impossible; "
+            f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
             "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
         )
     out.update(
@@ -348,8 +285,8 @@ def mfu_report(
             "flops_per_token": attn,
             "formula": attn_text + note if attention else "not counted",
         },
-        arithmetic=f"{line} = {_pct(mfu)}",
-        hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {_pct(mfu * (1 + extra))}"
+        arithmetic=f"{line} = {percent(mfu)}",
+        hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {percent(mfu * (1 + extra))}"
         if extra
         else "hfu = mfu (no recomputation given)",
     )
@@ -359,6 +296,22 @@ def mfu_report(
 # ------------------------------------------------------------------------------------ ckpt
 MAX_CKPT_LAYERS = 1000
 """Largest chain the checkpointing walk-through lays out (its output grows with n²)."""
+
+
+def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
+    """Every step of the walk, or only step ``step`` (1-based) when it is given.
+
+    Raises
+    ------
+    InputError
+        A step outside 1 … 3·n.
+    """
+    if step is None:
+        return steps
+    s = parse_count(step, "step", 1)
+    if not 1 <= s <= len(steps):
+        raise InputError(f"step: {step} must be from 1 to {len(steps)} (3 × layers)")
+    return [steps[s - 1]]
 
 
 def ckpt_report(
@@ -390,13 +343,8 @@ def ckpt_report(
     names = ck.tensor_labels(n, labels) if n >= 1 else []
     steps = ck.walk(n, k)
     ckpts = frozenset(ck.checkpoints(n, k))
-    shown = steps
-    if step is not None:
-        s = parse_count(step, "step", 1)
-        if not 1 <= s <= len(steps):
-            raise InputError(f"step: {step} must be from 1 to {len(steps)} (3 × layers)")
-        shown = [steps[s - 1]]
-    ratio = _pos("backward_ratio", backward_ratio)
+    shown = _shown_steps(steps, step)
+    ratio = positive("backward_ratio", backward_ratio)
     peak = max(len(st.held) for st in steps)
     formula = ck.peak_held_formula(n, k)
     if peak != formula:
@@ -422,180 +370,6 @@ def ckpt_report(
             },
         }
     )
-
-
-# ------------------------------------------------------------------------------------ RLHF
-RLHF_DEFAULTS: dict[str, Any] = rl.DEFAULTS
-"""The RLHF tab's documented defaults (see :data:`model.rlhf.DEFAULTS`)."""
-
-
-def _rlhf_counts(algo: str, prompts: Any, samples: Any, prompt_t: Any, completion_t: Any):
-    """(sequences per step, tokens per sequence); DPO has 2 sequences per prompt."""
-    per_prompt = 2 if algo == "dpo" else parse_count(samples, "samples_per_prompt")
-    seqs = parse_count(prompts, "prompts") * per_prompt
-    return seqs, parse_count(prompt_t, "prompt_tokens") + parse_count(
-        completion_t, "completion_tokens"
-    )
-
-
-def rlhf_report(
-    algorithm: str,
-    policy_params: Any = None,
-    reward_params: Any = None,
-    reward: str | None = None,
-    prompts: Any = RLHF_DEFAULTS["prompts"],
-    samples_per_prompt: Any = None,
-    prompt_tokens: Any = RLHF_DEFAULTS["prompt_tokens"],
-    completion_tokens: Any = RLHF_DEFAULTS["completion_tokens"],
-    epochs: Any = RLHF_DEFAULTS["epochs"],
-    decode_mfu: Any = None,
-    train_mfu: Any = RLHF_DEFAULTS["train_mfu"],
-    gpu: str | None = None,
-    peak_tflops: Any = None,
-    chips: Any = None,
-    rollout_engine: bool = False,
-    layers: Any = None,
-    kv_heads: Any = None,
-    head_dim: Any = None,
-    rollout_batch: Any = None,
-    logits_buffer: bool = False,
-    vocab_size: Any = None,
-    logits_tokens: Any = None,
-    model: str | None = None,
-    **faithful: Any,
-) -> dict[str, Any]:
-    """The RLHF tab: resident memory by network, FLOPs and time of one step by phase.
-
-    With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
-    of issue 12 under ``faithful`` (:func:`interface.rlhf_report.faithful_report`; its options,
-    :data:`interface.rlhf_report.FAITHFUL_ONLY`, come as further keywords), and ``accounting``
-    says which; without it the figures are the seed's (``accounting: "seed"``).
-
-    The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
-    (``logits_buffer``) are off by default (the original planner leaves them out) and add to
-    ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only. Options left
-    None take :data:`RLHF_DEFAULTS` (``reward`` model for PPO and GRPO; ``gpu`` H100-SXM unless
-    ``peak_tflops`` is given).
-
-    Raises
-    ------
-    InputError
-        A bad value, or an option that does not apply (:func:`model.rlhf.not_applicable`:
-        ``reward`` with DPO, the KV-cache dimensions without ``rollout_engine``…; ``gpu`` with
-        ``peak_tflops``).
-
-    Examples
-    --------
-    >>> r = rlhf_report("ppo", 70e9, 70e9)
-    >>> r["networks"], r["bytes_per_policy_param"], r["resident_bytes"]
-    (4, 36, 2520000000000)
-    """
-    from trainplan.interface import rlhf_report as rf
-
-    unknown = sorted(set(faithful) - set(rf.FAITHFUL_ONLY) - {"rollout_batch"})
-    if unknown:
-        raise TypeError(f"rlhf_report() got an unexpected keyword argument {unknown[0]!r}")
-    if model is not None:
-        seed_params = {
-            "policy_params": policy_params, "reward_params": reward_params, "chips": chips,
-            "peak_tflops": peak_tflops, "rollout_engine": rollout_engine, "layers": layers,
-            "kv_heads": kv_heads, "head_dim": head_dim, "logits_buffer": logits_buffer,
-            "vocab_size": vocab_size, "logits_tokens": logits_tokens,
-        }  # fmt: skip
-        params = {
-            "algorithm": algorithm, "model": model, "reward": reward, "prompts": prompts,
-            "samples_per_prompt": samples_per_prompt, "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens, "epochs": epochs, "decode_mfu": decode_mfu,
-            "train_mfu": train_mfu, "gpu": gpu, "rollout_batch": rollout_batch,
-            **seed_params, **faithful,
-        }  # fmt: skip
-        return rf.faithful_report(rlhf_report, params)
-    check_applicable(
-        {k: v for k, v in faithful.items() if k in rf.FAITHFUL_ONLY},
-        dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME"),
-    )
-    algo = str(algorithm).lower()
-    given = {
-        "reward": reward,
-        "reward_params": reward_params,
-        "samples_per_prompt": samples_per_prompt,
-        "decode_mfu": decode_mfu,
-        "rollout_engine": rollout_engine,
-        "layers": layers,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "rollout_batch": rollout_batch,
-        "vocab_size": vocab_size,
-        "logits_tokens": logits_tokens,
-    }
-    check_applicable(
-        given,
-        rl.not_applicable(algo, reward, rollout_engine=rollout_engine, logits_buffer=logits_buffer),
-    )
-    if policy_params is None:
-        raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the original planner's accounting) or --model "
-            "NAME (the faithful one)"
-        )
-    n_p = parse_count(policy_params, "policy_params")
-    n_r = None if reward_params is None else parse_count(reward_params, "reward_params")
-    nets = rl.networks(algo, n_p, n_r, reward)
-    if algo != "dpo":
-        reward = reward or "model"
-    samples = (
-        RLHF_DEFAULTS["samples_per_prompt"] if samples_per_prompt is None else samples_per_prompt
-    )
-    seqs, seq_tokens = _rlhf_counts(algo, prompts, samples, prompt_tokens, completion_tokens)
-    flops = rl.phase_flops(algo, nets, seqs, seq_tokens, parse_count(epochs, "epochs"))
-    peak, peak_source = resolve_peak(gpu, peak_tflops, RLHF_DEFAULTS["gpu"])
-    decode = RLHF_DEFAULTS["decode_mfu"] if decode_mfu is None else decode_mfu
-    mfus = (parse_number(decode, "decode_mfu"), parse_number(train_mfu, "train_mfu"))
-    times = rl.phase_times(flops, *mfus, peak, parse_count(1 if chips is None else chips, "chips"))
-    dims = {
-        "layers": layers,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "rollout_batch": rollout_batch,
-        "vocab_size": vocab_size,
-        "logits_tokens": logits_tokens,
-    }
-    extras = rl.extra_bytes(
-        n_p,
-        seqs,
-        seq_tokens,
-        rollout_engine=rollout_engine,
-        logits_buffer=logits_buffer,
-        **{k: _opt_count(k, v) for k, v in dims.items()},
-    )
-    net_bytes = rl.network_bytes(nets)
-    ppo_bytes = rl.network_bytes(rl.networks("ppo", n_p, n_r))
-    total_flops, total_time = sum(flops.values()), sum(times.values())
-    table = [
-        {
-            "role": x.role,
-            "params": x.params,
-            "trainable": x.trainable,
-            "bytes_per_param": x.bytes_per_param,
-            "bytes": x.bytes,
-        }
-        for x in nets
-    ]
-    return jsonable({
-        "tab": "rlhf", "accounting": "seed", "algorithm": algo, "reward": reward,
-        "networks": len(nets), "network_table": table,
-        "bytes_per_policy_param": net_bytes / n_p, "network_bytes": net_bytes,
-        "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
-        "fewer_than_ppo": 1 - net_bytes / ppo_bytes,
-        "sequences_per_step": seqs, "tokens_per_sequence": seq_tokens,
-        "rollout_batch": rl.rollout_batch_size(_opt_count("rollout_batch", rollout_batch), seqs)
-        if rollout_engine else None,
-        "phase_flops": flops, "rollout_flops": flops["rollout"],
-        "rollout_flops_share": flops["rollout"] / total_flops,
-        "phase_flops_share": {k: f / total_flops for k, f in flops.items()},
-        "phase_seconds": times, "rollout_time_share": times["rollout"] / total_time,
-        "phase_time_share": {k: t / total_time for k, t in times.items()},
-        "peak_flops_per_s": peak, "peak_source": peak_source, "assumptions": rl.ASSUMPTIONS,
-    })  # fmt: skip
 
 
 TAB_REPORTS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -3,7 +3,7 @@ overlap mechanisms, and a calibration file written by ``trainplan calibrate``.
 
 Keys: ``time_model`` (roofline | single), the roofline figures of
 :data:`model.roofline.CALIBRATABLE` (``gemm_efficiency`` …, fractions in (0, 1]),
-``tp_comm_overlap`` (none | async | full),
+``tp_comm_overlap`` (none | async | full | async-tp),
 ``grad_reduce_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
 table holds fitted figures for its ``gpu``; refused for any other accelerator, since efficiencies
 measured on one part say nothing of another). The single model's ``kernel_efficiency`` and
@@ -21,9 +21,9 @@ from typing import Any
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.layer_time import TpOverlap
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import deployed_params
+from trainplan.model.op_time import TpOverlap
 from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
@@ -147,18 +147,18 @@ def cost_options(
         raise InputError(
             f"time_model: roofline times the mechanisms of a physical profile; framework "
             f"{framework} keeps the single model (its figures are the original planner's); use --framework "
-            "megatron, deepspeed or fsdp2, or leave --time-model out"
+            "megatron, deepspeed or fsdp2, or leave time_model out"
         )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical
     why = (
         "the roofline time model (the default for megatron, deepspeed and fsdp2) times each "
-        "operation and overlaps by mechanism; this option belongs to --time-model single"
+        "operation and overlaps by mechanism; this option belongs to --set time_model=single"
     )
     single_only = {"kernel_efficiency": why, "overlap": why} if roofline else {}
     given = {k: params.get(k) or None for k in ("kernel_efficiency", "overlap")}
     check_applicable(given, single_only)
     if not roofline:
-        why = "the single time model (the textbook profile's, or --time-model single) has one "
+        why = "the single time model (the textbook profile's, or --set time_model=single) has one "
         why += "kernel efficiency and per-axis overlaps; this option belongs to the roofline model"
         check_applicable(
             {k: params.get(k) for k in TIME_KEYS if k != "time_model"},

@@ -162,7 +162,7 @@ def parse_modules(value: Any) -> tuple[str, ...]:
     """
     if value is None or value == "" or value == "none":
         return ()
-    names = value.split(",") if isinstance(value, str) else list(value)
+    names = value.replace(";", ",").split(",") if isinstance(value, str) else list(value)
     out = {str(n).strip() for n in names if str(n).strip()}
     bad = sorted(out - set(OFFLOAD_MODULES))
     if bad:

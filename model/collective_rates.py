@@ -2,10 +2,10 @@
 bus bandwidth by message size, and DeepEP's expert-parallel dispatch/combine bandwidth
 (``scenarios/kernels/collectives.toml``).
 
-**Not yet used by the step time**: the step-time terms still charge every collective NCCL's Simple
-latencies and a flat fraction of the link's nominal bandwidth
-(:func:`model.roofline.collective_seconds`); ``docs/time-model-sources.md`` says which term
-will read which function here.
+The step time reads the bus-bandwidth curves through :func:`model.op_rates.busbw_curve_for` and
+:func:`model.roofline.collective_time` (collectives inside an NVLink domain at their message
+sizes); the functions here look the tables up for reports and tests, and NCCL's latency model
+and DeepEP's tables wait for the scale-out wiring (``docs/time-model-sources.md`` §4).
 
 Bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``): for a collective on ``n`` ranks of an
 ``S``-byte buffer taking ``t`` seconds, ``algbw = S/t`` and ``busbw = algbw × factor``, factor

@@ -20,7 +20,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.xp import exact, where
+from trainplan.model.xp import exact, floor, maximum, where
 
 __all__ = [
     "AxisTraffic",
@@ -31,6 +31,10 @@ __all__ = [
     "ep_traffic",
     "dp_bytes",
     "dp_name",
+    "MEGATRON_BUCKET_PARAMS",
+    "MEGATRON_BUCKET_PARAMS_PER_RANK",
+    "DEEPSPEED_REDUCE_BUCKET",
+    "dp_collective_calls",
     "tp_bytes",
     "pp_bytes",
     "pp_message_bytes",
@@ -128,6 +132,50 @@ def dp_bytes(
     per_step, per_mb = mech.traffic_terms()
     ring = _ring(shard) * dense + _ring(expert_shard) * experts
     return ring * (per_step + m * per_mb), ring * per_mb
+
+
+MEGATRON_BUCKET_PARAMS = 40_000_000
+"""Megatron-Core DDP's smallest default bucket (parameters): ``bucket_size = max(40000000,
+1000000 * dp_group.size())`` when none is given, and one bucket of everything without
+``overlap_grad_reduce`` (``megatron/core/distributed/distributed_data_parallel.py``,
+``DistributedDataParallel.__init__``)."""
+
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000
+"""… and its growth per data-parallel rank (same place: larger groups get larger buckets so
+that each rank's ring chunk stays bandwidth-bound)."""
+
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
+"""DeepSpeed ZeRO's ``reduce_bucket_size`` default, elements reduced at a time
+(``deepspeed/runtime/zero/config.py``, ``DeepSpeedZeroConfig.reduce_bucket_size =
+Field(pp_int(5e8))``); its ``allgather_bucket_size`` default is the same 5e8."""
+
+
+def dp_collective_calls(framework: str, params: Any, layers: Any, dp: Any, overlapped: bool) -> Any:
+    """Calls each data-parallel collective is split into per step (or per micro-batch), the
+    framework's gradient buckets over the ``params`` one GPU holds: Megatron-Core
+    ``⌈P / max(4·10⁷, 10⁶·dp)⌉`` with ``overlap_grad_reduce`` (``overlapped``), one call
+    without; DeepSpeed ``⌈P / 5·10⁸⌉`` (:data:`DEEPSPEED_REDUCE_BUCKET`); FSDP2 one per
+    module — a transformer block, ``layers`` (torchtitan's ``fully_shard`` per block); the
+    textbook likewise one per layer. At least 1; element-wise for arrays.
+
+    Examples
+    --------
+    A 70B model's busiest stage, 8.75e9 parameters per GPU, dp 64 under Megatron-Core: buckets
+    of max(4e7, 6.4e7) = 6.4e7 parameters, 137 calls; DeepSpeed 18; FSDP2 its 10 blocks.
+
+    >>> [int(dp_collective_calls(f, 8.75e9, 10, 64, True)) for f in ("megatron", "deepspeed", "fsdp2")]
+    [137, 18, 10]
+    >>> dp_collective_calls("megatron", 8.75e9, 10, 64, False)
+    1
+    """
+    if framework == "megatron":
+        if not overlapped:
+            return maximum(1, 0 * layers + 1)
+        bucket = maximum(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * dp)
+        return maximum(1, -floor(-params / bucket))
+    if framework == "deepspeed":
+        return maximum(1, -floor(-params / DEEPSPEED_REDUCE_BUCKET))
+    return maximum(1, layers)
 
 
 def dp_name(mech: Mechanism) -> str:

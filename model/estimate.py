@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
-from trainplan.model.context_parallel import window_note
+from trainplan.model.cp_rules import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.hardware import DeviceSpec
@@ -29,8 +29,9 @@ from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_rat
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activations import padded_vocab_of
-from trainplan.model.terms.fields import AxisLinkLike, Context, LayoutFields
+from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
+from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.state import stage_params_per_gpu
 from trainplan.model.terms.step import (
     DpTime,
@@ -83,6 +84,10 @@ class TrafficRow:
     """bytes / bandwidth: the time if nothing overlapped it."""
     overlap: float
     exposed_seconds: float | None
+    optimizer_step: bool = False
+    """Sent during the optimizer step (Muon's whole-matrix gathers,
+    :func:`model.terms.roofline.muon_axis_traffic`): its time is in
+    :attr:`TimeTerms.optimizer_s`, not in :attr:`Estimate.exposed_comm_s`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +209,7 @@ class Estimate:
 
     @property
     def exposed_comm_s(self) -> float | None:
-        times = [row.exposed_seconds for row in self.traffic]
+        times = [row.exposed_seconds for row in self.traffic if not row.optimizer_step]
         return None if any(t is None for t in times) else sum(t for t in times if t is not None)
 
     def _rate(self, flops: int | None) -> float | None:
@@ -238,37 +243,18 @@ def evaluation_context(
     return Context(model, training, device, options or CostOptions(), vocab_multiple)
 
 
-@dataclass(slots=True)
-class _InsideDomain:
-    """An axis link inside one NVLink domain (:class:`model.terms.fields.AxisLinkLike`)."""
-
-    link: str = "nvlink"
-    bandwidth_bytes_per_s: float | None = None
-
-
-INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {
-    a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")
-}
-"""The links :func:`stage_memory` assumes where none are given: every group inside one NVLink
-domain, which gives point-to-point communicators the most channels per peer
-(:func:`model.terms.comm_memory.p2p_channels_per_peer`): the communicators' larger count."""
-
-
 def stage_memory(
     model: ModelSpec,
     training: TrainingSpec,
     layout: Layout,
     vocab_multiple: int | None = None,
     device: DeviceSpec | None = None,
-    links: Mapping[str, AxisLinkLike] | None = None,
+    links: Mapping[str, AxisLinkLike] = INSIDE_DOMAIN,
 ) -> tuple[StageMemory, ...]:
-    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`).
-    ``links`` (:func:`evaluate`'s) place the communicators' groups; None counts every group
-    inside one NVLink domain (:data:`INSIDE_DOMAIN`)."""
+    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`;
+    ``links`` place NCCL's groups, by default every one inside one NVLink domain)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
-    f = LayoutFields(
-        layout, training.global_batch_size, 0, INSIDE_DOMAIN if links is None else links
-    )
+    f = LayoutFields(layout, training.global_batch_size, 0, links)
     multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
@@ -292,8 +278,7 @@ def _zero_table(
     for z in stages:
         state = model_state(d, e, layout, training, z).total_bytes
         dp = dp_traffic(d, e, layout, training, z, options.zero3_regather)
-        reduction = base / state if state else Fraction(1)  # a stage without parameters
-        rows.append(ZeroRow(z, state, reduction, dp.bytes_per_step))
+        rows.append(ZeroRow(z, state, base / state if state else Fraction(1), dp.bytes_per_step))
     return tuple(rows)
 
 
@@ -327,6 +312,22 @@ def _row(
     return TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, overlap, exposed)
 
 
+def _muon_rows(
+    c: Context, f: LayoutFields, links: Mapping[str, AxisLinkLike] | None
+) -> tuple[TrafficRow, ...]:
+    """The traffic rows of Muon's optimizer-step gathers (:func:`muon_axis_traffic`), timed by
+    :func:`muon_gather_seconds` — the seconds the optimizer step already counts — all exposed."""
+    if c.model.arch is None:
+        return ()
+    seconds = dict(zip(("tp", "dp"), muon_gather_seconds(c, f), strict=True)) if links else {}
+    out = []
+    for t in muon_axis_traffic(c, f):
+        s = float(seconds.get(t.axis, 0.0))
+        row = _row(c, f, t, links, (s, s), False, None)
+        out.append(replace(row, overlap=0.0, optimizer_step=True))
+    return tuple(out)
+
+
 def _time(
     c: Context,
     f: LayoutFields,
@@ -343,7 +344,7 @@ def _time(
         window = single_microbatch_seconds(c, f, Recompute.NONE)
     plain = [_row(c, f, t, links, None, roofline, window) for t in traffic]
     if arch is None or any(r.exposed_seconds is None for r in plain):
-        return tuple(plain), None
+        return tuple(plain) + _muon_rows(c, f, links), None
     if not roofline:  # the single model's, also without links (then no axis has traffic)
         c = replace(c, options=replace(c.options, time_model=TimeModel.SINGLE))
     pipe: PipelineTime = pipeline_term(c, f)
@@ -352,7 +353,7 @@ def _time(
     rows = tuple(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)
-    )
+    ) + _muon_rows(c, f, links)
     terms = TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s,
@@ -390,7 +391,7 @@ def evaluate(
     validate(layout, model, training, num_gpus)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
-    stages = stage_memory(model, training, layout, vocab_multiple, device, links)
+    stages = stage_memory(model, training, layout, vocab_multiple, device, links or INSIDE_DOMAIN)
     busiest = busiest_stage([s.total_bytes for s in stages])
     traffic = axis_traffic(c, f)
     arch, notes = model.arch, list(model.notes)

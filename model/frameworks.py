@@ -203,10 +203,17 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20 + (32 * 2**20 + 1024)
 it, ``TORCH_CUBLASLT_UNIFIED_WORKSPACE``), and Transformer Engine's, 32 MiB + 1 KiB
 (``get_cublas_workspace_size_bytes``, ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
 FRAGMENTATION_ALLOWANCE_BYTES = 2**30
-"""What PyTorch's caching allocator reserves beyond the tensors' peak (freed blocks a later,
-larger request cannot reuse), allowed as 1 GiB: an estimate, not a measurement. The gap depends
-on the order and sizes of a step's allocations (``c10/cuda/CUDACachingAllocator.cpp``), so
-trainplan reports the allocated peak and does not model it (docs: memory-mechanisms)."""
+"""An ASSUMPTION, not a sourced figure: 1 GiB allowed for what PyTorch's caching allocator
+reserves beyond the tensors' peak (``max_memory_reserved`` − ``max_memory_allocated``). No
+per-operation source gives it: the allocator's own rules (``c10/cuda/CUDACachingAllocator.cpp``:
+requests rounded up to 512 B, blocks of 2 MiB segments up to 1 MiB and of 20 MiB segments up to
+10 MiB, larger segments rounded up to 2 MiB) bound the rounding at under 2 MiB a large tensor,
+and the rest — freed blocks a later, larger request cannot reuse — depends on the order and
+sizes of a step's allocations. How it was chosen: a round figure of the order measured on one
+small FSDP run with ``expandable_segments:True`` (pytorch/pytorch#137151: max_active 1.38 /
+1.75 / 1.75 GiB against max_reserved 2.62 / 2.67 / 2.88 GiB over three steps, gaps of 0.92 to
+1.24 GiB). The evaluate report lists it among its assumptions; ``memory_reserve_gib`` replaces
+the whole reserve (docs: memory-mechanisms)."""
 
 DEFAULT_RUNTIME_RESERVE_BYTES = (
     DRIVER_RESERVED_BYTES
@@ -215,7 +222,7 @@ DEFAULT_RUNTIME_RESERVE_BYTES = (
     + FRAGMENTATION_ALLOWANCE_BYTES
 )
 """Bytes of HBM a physical profile keeps out of reach of the model (2,186,019,840 B, 2.04 GiB;
-``--memory-reserve`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
+``memory_reserve_gib`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
 and the allocator's fragmentation allowance. NCCL's communicator buffers, which used to be part
 of a flat 3 GiB here, are a term of the peak per layout
 (:func:`model.terms.comm_memory.comm_memory_term`)."""

@@ -35,7 +35,7 @@ class DeviceSpec:
     runtime_reserve_bytes: int = DEFAULT_RUNTIME_RESERVE_BYTES
     """Bytes a physical profile keeps free for the driver, CUDA context, cuBLAS workspaces and
     allocator fragmentation (:data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`;
-    ``--memory-reserve`` overrides)."""
+    ``memory_reserve_gib`` overrides)."""
     peak_flops_per_s: float
     """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
     fp8_flops_per_s: float | None = None
@@ -52,7 +52,7 @@ class DeviceSpec:
     KV cache at (:mod:`model.rollout`). None if unknown."""
     host_link_bytes_per_s: float | None = None
     """GPU ↔ host link (PCIe, or NVLink-C2C on Grace parts) per GPU per direction, bytes/s; what
-    optimizer offload moves gradients and weights over (:mod:`model.rlhf_roles`). None if
+    optimizer offload moves gradients and weights over (:mod:`model.rlhf.roles`). None if
     unknown."""
     bandwidth_source: str = ""
     """Where ``hbm_bytes_per_s`` and ``host_link_bytes_per_s`` come from."""

@@ -144,6 +144,10 @@ class AttentionCurve:
     batch_times_seq_len: int | None = None
     """batch × seq_len held constant (tokens), when the batch shrinks as the sequence grows."""
     notes: str = ""
+    extends: bool = False
+    """A longer sweep of the same kernel, part, direction, mask and head dims that only
+    continues the main curve beyond its longest length: its rate relative to its own rate at
+    the main curve's last length (:func:`model.kernels.attention_rate`)."""
 
     def check(self, where: str) -> None:
         """The curve's own rules (enumerations, lengths, order, one batch convention)."""

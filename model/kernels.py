@@ -1,11 +1,10 @@
 """Attention kernels and memory-bound kernels at the rates their authors published.
 
 Reads the tables of :mod:`model.kernel_tables` (loaded by :mod:`trainplan.scenarios.kernel_data`
-from ``scenarios/kernels/attention.toml`` and ``memory.toml``). **Not yet used by the step time**:
-the step-time terms still run the FlashAttention core at one efficiency per generation
-(:attr:`model.roofline.RooflineParams.attention_efficiency`) and every memory-bound kernel at
-e_HBM = 0.9; ``docs/time-model-sources.md`` says which operation of :mod:`model.ops` will read
-which function here.
+from ``scenarios/kernels/attention.toml`` and ``memory.toml``). The step time reads the attention
+curves through :func:`model.op_rates.attention_fractions` (the FlashAttention core by its kernel,
+length, head dims and mask) and the STREAM rows through :func:`model.op_rates.stream_triad_fraction`;
+the norm curves are not read yet (``docs/time-model-sources.md`` §5).
 
 **Interpolation** (:func:`interpolate_log2`): between two published points, linear in the value
 against log2 of the size (sequence length, message bytes, elements): kernel throughput grows with
@@ -192,7 +191,10 @@ def attention_rate(
     seq_len: int,
 ) -> AttentionRate:
     """The published TFLOP/s of ``key``'s kernel for one shape: the curve with these
-    ``head_dims`` (d_qk, d_v), interpolated in log2(seq_len) (:func:`interpolate_log2`). For
+    ``head_dims`` (d_qk, d_v), interpolated in log2(seq_len) (:func:`interpolate_log2`);
+    beyond its longest length, continued by a longer sweep of the same kernel on the same part
+    (``extends``: the main curve's last rate × the sweep's rate at ``seq_len`` over its rate at
+    that last length), else held there (flagged). For
     equal head dimensions without a curve of their own, linear in the head dimension between
     the two nearest published ones (held at the nearest outside them, flagged).
 
@@ -211,11 +213,21 @@ def attention_rate(
     (162, 'fa-half', None)
     """
     found = _matching(curves, key)
+    longer = [c for c in found if c.extends]
+    found = [c for c in found if not c.extends]
     exact = [c for c in found if (c.head_dim_qk, c.head_dim_v) == head_dims]
     if exact:
         c = exact[0]
         r = interpolate_log2(c.seq_len, c.tflops_per_s, seq_len)
-        return AttentionRate(r.value, c.flop_count, r.clamped, (c.source,))
+        sources: tuple[str, ...] = (c.source,)
+        ext = [e for e in longer if (e.head_dim_qk, e.head_dim_v) == head_dims]
+        if r.clamped == "above" and ext:
+            e = ext[0]
+            shape = interpolate_log2(e.seq_len, e.tflops_per_s, seq_len)
+            at_end = interpolate_log2(e.seq_len, e.tflops_per_s, c.seq_len[-1]).value
+            r = Interpolated(r.value * shape.value / at_end, shape.clamped)
+            sources += (e.source,)
+        return AttentionRate(r.value, c.flop_count, r.clamped, sources)
     d_qk, d_v = head_dims
     square = sorted(
         (c for c in found if c.head_dim_qk == c.head_dim_v), key=lambda c: c.head_dim_qk

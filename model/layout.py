@@ -356,7 +356,7 @@ def validate(
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
     by 2·cp (load-balanced causal split, Megatron-LM; every CP flavour), and the CP flavour's own
-    rules (:func:`model.context_parallel.check_cp_kind`: Ulysses' heads divisible by cp on a
+    rules (:func:`model.cp_rules.check_cp_kind`: Ulysses' heads divisible by cp on a
     tensor-parallel rank, the hybrid's inner degree); ep divides the routed experts and dp·cp
     (etp·ep divides tp·dp·cp when etp is given: Megatron-Core's expert rank groups; etp divides
     the expert FFN), and ep > 1 needs a MoE model; the framework runs the ZeRO stage with these

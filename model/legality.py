@@ -23,7 +23,8 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload
-from trainplan.model.context_parallel import CpKind, check_cp_framework, check_cp_kind
+from trainplan.model.context_parallel import CpKind
+from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
@@ -34,7 +35,7 @@ from trainplan.model.moe_run import (
     moe_run_violation,
 )
 from trainplan.model.offload import check_offload
-from trainplan.model.optimizers import OptimizerKind, check_optimizer
+from trainplan.model.optimizers import OptimizerKind, check_optimizer, muon_tp_gathers
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
@@ -116,6 +117,18 @@ def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
+
+
+def _fp8_activation_storage(s: Setting, framework: Any) -> None:
+    """DeepSeek-V3's activation storage (§3.3.3) runs in DeepSeek's own framework, which the
+    ``textbook`` profile stands for (with DualPipe); Transformer Engine (Megatron-Core) and
+    torchao (torchtitan) save each linear layer's input as :mod:`model.activations` counts."""
+    storage = s.training.fp8_activation_storage
+    if storage != "linear_inputs" and str(framework) != "textbook":
+        raise LayoutError(
+            f"fp8_activation_storage: {storage} is DeepSeek's own framework's (the textbook "
+            f"profile), not {framework}'s (its linear layers save their own inputs)"
+        )
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
@@ -266,7 +279,7 @@ def _context_parallel(
     s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool
 ) -> None:
     """cp > 1 needs s divisible by 2·cp (load-balanced causal split, every flavour); the
-    flavour's own rules (:func:`model.context_parallel.check_cp_kind`); with sequence
+    flavour's own rules (:func:`model.cp_rules.check_cp_kind`); with sequence
     parallelism tp divides s/cp."""
     seq = s.training.seq_len
     if cp > 1 and seq % (2 * cp):
@@ -280,7 +293,7 @@ def _context_parallel(
 
 def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any) -> None:
     """The CP flavour runs under the framework on these layers
-    (:func:`model.context_parallel.check_cp_framework`: verl's Ulysses under FSDP only;
+    (:func:`model.cp_rules.check_cp_framework`: verl's Ulysses under FSDP only;
     Transformer Engine refuses the ring and the hybrid on sliding-window layers)."""
     check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch)
 
@@ -290,6 +303,8 @@ def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> N
     (:func:`model.optimizers.check_optimizer`); an optimizer other than Adam needs the model's
     matrices (a size alone has none)."""
     check_optimizer(optimizer, framework, zero_stage)
+    if OptimizerKind(optimizer) is OptimizerKind.MUON:
+        muon_tp_gathers(str(framework), s.training.muon_tp_mode)
     if s.model.arch is None and OptimizerKind(optimizer) is not OptimizerKind.ADAM:
         raise LayoutError(
             f"optimizer: {optimizer} needs the model's layers (which parameters are matrices), "
@@ -316,6 +331,20 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
         raise LayoutError(problem)
 
 
+def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
+    """The run's dispatcher under the framework and the schedule: DeepEP under ``textbook`` only
+    with DualPipe (:func:`model.moe_run.moe_run_violation` given the schedule)."""
+    run = s.training.moe_run
+    moe = None if s.model.arch is None else s.model.arch.moe
+    if run == DROPLESS or moe is None:
+        return
+    problem = moe_run_violation(
+        run, str(framework), True, moe.num_shared_experts > 0, str(schedule)
+    )
+    if problem:
+        raise LayoutError(problem)
+
+
 def _moe_layout(s: Setting, ep: int, pp: int, v: int) -> None:
     """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
     moe_layout_violation`: DeepEP's EP sizes, the combined-1F1B overlap's ep and schedule)."""
@@ -332,6 +361,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
     Rule(
@@ -352,6 +382,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),
+    Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""

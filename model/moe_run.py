@@ -20,7 +20,7 @@ Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any
@@ -51,6 +51,8 @@ __all__ = [
     "exposed_all_to_all",
     "dispatch_buffer_bytes",
     "moe_run_violation",
+    "combine_output_bytes",
+    "dispatch_time_share",
     "moe_layout_violation",
     "moe_recompute_violation",
 ]
@@ -280,6 +282,28 @@ def all_to_all_sent(
     return busiest * tokens * remote * row_bytes * (ep - 1) / (ep - per_domain)
 
 
+def dispatch_time_share(
+    run: MoERun, experts: int, top_k: int, tokens: float, ep: int, per_domain: int
+) -> float:
+    """The share of an NCCL all-to-all's time the run's dispatch takes on the same link:
+    :func:`all_to_all_sent` of the run over that of the plain ``alltoall`` (1 without DeepEP's
+    de-duplication across domains): what the single time model, which times every byte the
+    dispatch moves on the group's link, scales its expert-parallel seconds by.
+
+    Examples
+    --------
+    DeepSeek-V3's EP 64 over 8-GPU nodes with M = 4: E[min(D, 4)]/8 (``all_to_all_sent``).
+
+    >>> round(dispatch_time_share(MoERun(dispatcher="deepep", node_limit=4), 256, 8, 4096, 64, 8), 4)
+    0.4979
+    """
+    plain = all_to_all_sent(replace(run, dispatcher=Dispatcher.ALLTOALL, node_limit=None), tokens, experts,
+                            top_k, ep, per_domain, 1.0)  # fmt: skip
+    if plain == 0:
+        return 1.0
+    return all_to_all_sent(run, tokens, experts, top_k, ep, per_domain, 1.0) / plain
+
+
 def grouped_rows(rows_per_expert: float) -> float:
     """Rows one expert's block of a grouped GEMM computes: its routed rows rounded up to
     :data:`GROUPED_GEMM_BLOCK_M` (0 stays 0).
@@ -414,8 +438,23 @@ def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int) -> int:
     return sum(deepep_buffer_bytes(hidden, ep))
 
 
+def combine_output_bytes(framework: str, run: MoERun, default: int | None) -> int | None:
+    """Bytes per element of the routed experts' outputs the weighted combine keeps
+    (:attr:`model.activations.ActivationContext.combine_output_bytes`): the profile's own
+    ``default`` (:meth:`model.frameworks.Framework.moe_combine_bytes`), except the ``deepep``
+    dispatcher under ``textbook`` (DeepSeek's stack under DualPipe): DeepEP sends the routing
+    weights with the tokens and combines without them (deepseek-ai/DeepEP README, "Example use
+    in model training": ``dispatch_forward`` returns ``recv_topk_weights``, ``combine_forward``
+    takes none), so the weights are applied on the experts' side; DeepSeek-V3 recomputes the
+    SwiGLU output from its cached input (§3.3.3), so the weights' gradient reads that recomputed
+    tensor and the combine keeps none (0; the fp32 weights of the routed copies instead)."""
+    if framework == "textbook" and run.dispatcher is Dispatcher.DEEPEP:
+        return 0
+    return default
+
+
 def moe_run_violation(
-    run: MoERun, framework: str, has_moe: bool, shared_experts: bool
+    run: MoERun, framework: str, has_moe: bool, shared_experts: bool, schedule: str | None = None
 ) -> str | None:
     """The first rule ``run`` breaks under a framework profile on a model
     (``parameter: value …: rule``), or None; what a layout adds is :func:`moe_layout_violation`.
@@ -423,8 +462,13 @@ def moe_run_violation(
 
     * any MoE choice on a model without MoE layers;
     * the ``deepep`` dispatcher under a profile whose framework has none (DeepSpeed's
-      ``_AllToAll``; the ``textbook`` profile has no dispatcher) — Megatron-Core (``flex``) and
-      torchtitan (``DeepEPTokenDispatcher``) run it;
+      ``_AllToAll``) — Megatron-Core (``flex``) and torchtitan (``DeepEPTokenDispatcher``) run
+      it, and the ``textbook`` profile under the ``dualpipe`` schedule, which stands for
+      DeepSeek's HAI-LLM: DualPipe's overlapped chunks with the node-limited dispatch DeepEP
+      publishes (DeepSeek-V3 report §3.2.1–3.2.2; deepseek-ai/DeepEP's README, "the
+      group-limited gating algorithm proposed in the DeepSeek-V3 paper"); under other
+      schedules the textbook has no dispatcher. ``schedule`` None (not known yet) leaves that
+      part to the layout's check;
     * an all-to-all overlap outside Megatron-Core (torchtitan's and DeepSpeed's dispatchers wait
       on their all-to-alls), and ``moe_shared_expert_overlap`` on a model without shared experts.
 
@@ -438,10 +482,20 @@ def moe_run_violation(
     if not has_moe:
         return "moe: routing and dispatch options apply to a model with MoE layers; this has none"
     if run.dispatcher is Dispatcher.DEEPEP and framework not in ("megatron", "fsdp2"):
-        return (
-            f"moe_dispatcher: 'deepep' does not run under {framework} (Megatron-Core's flex "
-            "dispatcher and torchtitan's DeepEPTokenDispatcher do)"
-        )
+        if framework == "textbook" and schedule in (None, "dualpipe"):
+            pass
+        elif framework == "textbook":
+            return (
+                f"moe_dispatcher: 'deepep' runs under textbook only with schedule dualpipe "
+                f"(DeepSeek's HAI-LLM, DeepSeek-V3 §3.2), not {schedule}; Megatron-Core's flex "
+                "dispatcher and torchtitan's DeepEPTokenDispatcher run it with their schedules"
+            )
+        else:
+            return (
+                f"moe_dispatcher: 'deepep' does not run under {framework} (Megatron-Core's flex "
+                "dispatcher, torchtitan's DeepEPTokenDispatcher and DeepSeek's DualPipe under "
+                "textbook do)"
+            )
     overlap = run.ep_overlap
     if overlap is not EpOverlap.NONE and framework != "megatron":
         runs = {"fsdp2": "fsdp2 (torchtitan)"}.get(framework, framework)

@@ -66,6 +66,9 @@ __all__ = [
     "gemm_wave_efficiency",
     "NVLS_PARTS",
     "nvls_allreduce_speedup",
+    "BUSBW_PARTS",
+    "BUSBW_LINK_GBPS",
+    "busbw_curve_for",
     "deployed_params",
     "params_in_force",
 ]
@@ -450,6 +453,60 @@ def nvls_allreduce_speedup(device_name: str) -> float:
     )
 
 
+BUSBW_PARTS: dict[str, str] = {
+    "A100-40GB": "A100-80GB",
+    "A100-80GB": "A100-80GB",
+    "H100-SXM": "H100-SXM",
+    "H100-96GB-500W": "H100-SXM",
+    "H800": "H100-SXM",
+    "H200": "H200",
+    "GB200": "GB200",
+    "GB300": "GB200",
+    "B200": "GB200",
+    "B300": "GB200",
+}
+"""Parts and the system whose published all-reduce bus-bandwidth curve (``collectives.toml``
+``[[busbw]]``) stands for their NVLink domain: the A100s' 8-GPU HGX board (third-generation
+NVSwitch); the Hopper HGX parts the H100's (the H800 with its 8 NVLinks of 18 through the
+link-bandwidth scaling); the H200 its own; every fifth-generation NVLink part (900 GB/s per
+GPU) the GB200 host's 4-GPU ring — the only NVLink 5 curve published (nothing for the 8-GPU
+B200/B300 boards or the 72-GPU NVL72 domain), so those read it as a stand-in. Parts not here
+(H20, H100-PCIe/NVL, AMD, TPU) keep :attr:`model.roofline.RooflineParams.scaleup_efficiency`."""
+
+BUSBW_LINK_GBPS: dict[str, float] = {
+    "A100-80GB": 300.0,
+    "H100-SXM": 450.0,
+    "H200": 450.0,
+    "GB200": 900.0,
+}
+"""NVLink bandwidth per GPU per direction (GB/s) of each system a curve was measured on: the
+rows of ``topology/accelerators.toml`` (vendor datasheets; ``tests/model/test_op_rates.py``
+holds them equal)."""
+
+
+@lru_cache(maxsize=64)
+def busbw_curve_for(device_name: str) -> tuple[tuple[tuple[float, float], ...], float]:
+    """(the published all-reduce curve standing for the part's NVLink domain as ``(bytes,
+    GB/s)`` pairs, the NVLink GB/s of the system it was measured on) (:data:`BUSBW_PARTS`);
+    ``((), 0.0)`` for a part without one.
+
+    Examples
+    --------
+    >>> curve, link = busbw_curve_for("H800")
+    >>> curve[-1], link
+    ((8589934592, 478.87), 450.0)
+    >>> busbw_curve_for("MI300X")
+    ((), 0.0)
+    """
+    part = BUSBW_PARTS.get(catalogue_part(device_name))
+    if part is None:
+        return (), 0.0
+    for c in collective_data().busbw:
+        if (c.part, c.collective) == (part, "all-reduce"):
+            return tuple(zip(c.bytes, c.busbw_gbps, strict=True)), BUSBW_LINK_GBPS[part]
+    raise InputError(f"busbw: no published all-reduce curve on {part}")
+
+
 def deployed_params(
     device_name: str, attention_kernel: str | None = None, **overrides: Any
 ) -> RooflineParams:
@@ -457,7 +514,9 @@ def deployed_params(
     (with ``overrides``) plus the per-operation ones of this module — the attention kernel whose
     curves time the core (``attention_kernel``, else Transformer Engine's choice on the part:
     :func:`default_attention_kernel` under ``megatron``; none when an ``attention_efficiency``
-    is given and no kernel), the sustained clock and the optimizer step's streaming fraction.
+    is given and no kernel), the sustained clock, the optimizer step's streaming fraction and the
+    published bus-bandwidth curve of its NVLink domain (:func:`busbw_curve_for`; none when a
+    ``scaleup_efficiency`` is given: that figure then times the domain's collectives).
 
     Raises
     ------
@@ -477,6 +536,11 @@ def deployed_params(
             f"attention_kernel: {attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
         )
     base = roofline_params_for(device_name, **overrides)
+    curve, curve_link = busbw_curve_for(device_name)
+    if "scaleup_efficiency" in overrides:  # the user's (or calibrate's) figure rules the domain
+        curve, curve_link = (), 0.0
+    if "busbw_curve" in overrides:
+        curve, curve_link = overrides["busbw_curve"], overrides.get("busbw_curve_link_gbps", 0.0)
     if attention_kernel is None and "attention_efficiency" not in overrides:
         attention_kernel = default_attention_kernel("megatron", device_name)
     return base.with_(
@@ -489,6 +553,8 @@ def deployed_params(
         optimizer_hbm_efficiency=overrides.get(
             "optimizer_hbm_efficiency", stream_triad_fraction(device_name)
         ),
+        busbw_curve=curve,
+        busbw_curve_link_gbps=curve_link,
     )
 
 

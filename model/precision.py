@@ -52,6 +52,8 @@ __all__ = [
     "FP8_ACTIVATION_BYTES",
     "FP8_GEMM_EFFICIENCY",
     "FP8_LINEAR_INPUTS",
+    "FP8_ACTIVATION_STORAGE",
+    "E5M6_ACTIVATION_BYTES",
     "KEPT_HIGH_PRECISION",
     "optimizer_state_bytes",
     "dtype_bytes",
@@ -102,6 +104,20 @@ FP8 weight and its FP8 transpose (1 + 1; TE ``Float8Tensor`` with its transpose 
 
 FP8_ACTIVATION_BYTES = 1
 """Bytes per element of a linear layer's input saved in FP8 (E4M3) for its weight gradient."""
+
+FP8_ACTIVATION_STORAGE = ("linear_inputs", "deepseek_v3")
+"""How FP8 training stores activations (:attr:`model.specs.TrainingSpec.fp8_activation_storage`):
+``linear_inputs`` — Transformer Engine: every linear layer saves its own FP8 input, the
+attention kernel keeps its BF16 output and the activation functions their BF16 inputs;
+``deepseek_v3`` — DeepSeek-V3's "Low-Precision Activation" (arXiv 2412.19437 §3.3.3): the
+attention output, which both the attention core's backward and the output projection's read,
+kept once in E5M6 (:data:`E5M6_ACTIVATION_BYTES`), and the routed experts' SwiGLU inputs cached
+in FP8 with their 1×128 tiles' scales (their output recomputed: recompute module ``moe_act``)."""
+
+E5M6_ACTIVATION_BYTES = Fraction(3, 2) + Fraction(4, 128)
+"""Bytes per element of DeepSeek-V3's E5M6 attention output (§3.3.3: "a customized E5M6 data
+format exclusively for these activations", 12 bits) with one FP32 scale per 1×128 tile (the
+report's activation tiles, §3.3.2; the scales are powers of two, their storage is not given)."""
 
 MX_BLOCK_ELEMENTS = 32
 """Elements per E8M0 (1-byte) scale of an MXFP8 tensor (TE ``MXFP8_BLOCK_SCALING_SIZE``;

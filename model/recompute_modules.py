@@ -90,7 +90,7 @@ def parse_recompute_modules(value: Any) -> tuple[str, ...]:
     """
     if value is None or value == "":
         return DEFAULT_RECOMPUTE_MODULES
-    names = value.split(",") if isinstance(value, str) else list(value)
+    names = value.replace(";", ",").split(",") if isinstance(value, str) else list(value)
     out = {str(n).strip() for n in names if str(n).strip()}
     bad = sorted(out - set(RECOMPUTE_MODULES))
     if bad:

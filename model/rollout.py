@@ -18,7 +18,7 @@ Sources, term by term:
   rollout default 0.5 when colocated with training) — and SGLang's ``mem_fraction_static``
   (weights and KV pool) are one number here: ``fraction × the device's bytes``. The KV space is
   what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
-  (:data:`model.rlhf.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
+  (:data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
   full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
 * **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
   prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated

@@ -14,6 +14,7 @@ Pure functions over floats; no state.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -39,6 +40,8 @@ __all__ = [
     "collective_seconds",
     "collective_time",
     "collective_latency",
+    "ring_share",
+    "published_busbw",
 ]
 
 
@@ -101,6 +104,16 @@ class RooflineParams:
     collective there, where NCCL runs it as NVLink SHARP (NVLS, in-switch reduction): the
     stated peak bus bandwidths' ratio (:func:`model.op_rates.nvls_allreduce_speedup`); 1 where
     the fabric has none or none is published."""
+    busbw_curve: tuple[tuple[float, float], ...] = ()
+    """The part's published all-reduce bus bandwidth by message size inside its NVLink domain:
+    ``(buffer bytes, GB/s)`` pairs, ascending (nccl-tests ``all_reduce_perf``,
+    ``scenarios/kernels/collectives.toml`` ``[[busbw]]``; :func:`model.op_rates.busbw_curve_for`).
+    Empty = none published for the part: scale-up collectives run at
+    :attr:`scaleup_efficiency` of the link (:func:`collective_time`)."""
+    busbw_curve_link_gbps: float = 0.0
+    """The nominal NVLink bandwidth per GPU per direction (GB/s) of the system
+    :attr:`busbw_curve` was measured on: the curve is scaled by the link in use over it (a
+    part with fewer NVLinks, a what-if)."""
     kernel_overhead_s: float = 3e-6
     """t_kernel: the gap a dependent kernel adds on one stream (launch and the last partial wave
     draining), per operation. 3 µs: the few-microsecond launch overhead of the CUDA C++ Best
@@ -381,6 +394,58 @@ def collective_latency(kind: Collective, group_size: Any, scaleup: Any, p: Roofl
     return p.collective_base_latency_s + steps * hop
 
 
+def ring_share(kind: Collective, group_size: Any) -> Any:
+    """nccl-tests' bus-bandwidth factor (``doc/PERFORMANCE.md``): the share of an ``S``-byte
+    buffer each rank sends, ``2(n − 1)/n`` for an all-reduce, ``(n − 1)/n`` for an all-gather,
+    reduce-scatter or all-to-all, 1 for a point-to-point send. Element-wise.
+
+    >>> ring_share(Collective.ALL_REDUCE, 8), ring_share(Collective.ALL_GATHER, 4)
+    (1.75, 0.75)
+    """
+    if kind is Collective.SEND_RECV:
+        return 1.0
+    share = (group_size - 1) / maximum(group_size, 1)
+    return 2 * share if kind is Collective.ALL_REDUCE else share
+
+
+def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams) -> Any:
+    """Bytes/s of bus bandwidth a ``kind`` collective of an ``buffer_bytes`` buffer reaches in
+    the part's NVLink domain by its published curve (:attr:`RooflineParams.busbw_curve`,
+    interpolated linearly in log2 of the size, held at the ends), scaled by the link in use
+    (``bandwidth``) over the curve system's (:attr:`RooflineParams.busbw_curve_link_gbps`).
+
+    The curve is the all-reduce's as NCCL ran it on the part (NVLink SHARP on HGX Hopper); an
+    all-gather or reduce-scatter runs as a ring there, so it reads the same curve divided by
+    the NVLS all-reduce's stated speed-up over the ring (:attr:`RooflineParams.
+    nvls_allreduce_speedup`; 1 where the curve is a ring's). nccl-tests defines the bus
+    bandwidth so that it does not depend on the rank count (``doc/PERFORMANCE.md``), so a
+    group of 2 or 4 reads the 8-GPU curve at the same buffer size. Element-wise.
+
+    Examples
+    --------
+    An 8-GPU H100 all-reduce of 16 MiB reads the published 234.45 GB/s:
+
+    >>> from trainplan.model.op_rates import deployed_params
+    >>> p = deployed_params("H100-SXM")
+    >>> round(published_busbw(Collective.ALL_REDUCE, 2 ** 24, 450e9, p) / 1e9, 2)
+    234.45
+    """
+    sizes = [math.log2(x) for x, _ in p.busbw_curve]
+    gbps = [y for _, y in p.busbw_curve]
+    x = log2(buffer_bytes)
+    value: Any = gbps[-1]  # held above the largest size
+    for k in range(len(sizes) - 2, -1, -1):  # each segment, linear in log2 of the size
+        t = (x - sizes[k]) / (sizes[k + 1] - sizes[k])
+        value = where(x < sizes[k + 1], gbps[k] + t * (gbps[k + 1] - gbps[k]), value)
+    busbw = where(x <= sizes[0], gbps[0], value) * 1e9
+    if kind is not Collective.ALL_REDUCE:
+        busbw = busbw / p.nvls_allreduce_speedup
+    return busbw * (bandwidth / (p.busbw_curve_link_gbps * 1e9))
+
+
+_CURVE_KINDS = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)
+
+
 def collective_time(
     kind: Collective,
     group_size: Any,
@@ -390,11 +455,24 @@ def collective_time(
     p: RooflineParams,
 ) -> Any:
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
-    for arrays of layouts (the search's tables), the same operations in the same order."""
+    for arrays of layouts (the search's tables), the same operations in the same order.
+
+    Inside the NVLink domain (``scaleup``) of a part with a published bus-bandwidth curve an
+    all-reduce, all-gather or reduce-scatter takes ``sent_bytes / busbw(S)`` — the buffer
+    ``S = sent_bytes / ring_share`` read on the curve (:func:`published_busbw`), which measured
+    the whole call, latency included; below the curve's smallest size, the smallest size's time
+    (a latency floor). Elsewhere (across nodes, all-to-all, point-to-point, parts without a
+    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model)."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     if kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1:
         efficiency = efficiency * where(scaleup, p.nvls_allreduce_speedup, 1.0)
     seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )
+    if p.busbw_curve and kind in _CURVE_KINDS:
+        share = ring_share(kind, group_size)
+        smallest = p.busbw_curve[0][0]
+        buffer = maximum(sent_bytes / where(share > 0, share, 1.0), smallest)
+        busbw = published_busbw(kind, buffer, where(bandwidth > 0, bandwidth, 1.0), p)
+        seconds = where(scaleup, buffer * share / busbw, seconds)
     return where((group_size > 1) & (sent_bytes > 0), seconds, 0.0)

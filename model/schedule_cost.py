@@ -144,11 +144,13 @@ def check_schedule_domain(schedule: Schedule | str, pp: int, m: int) -> None:
 
 
 def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framework: str) -> None:
-    """Every rule of a split-backward schedule on a layout, in one place: the layout's chunks per
-    rank (:func:`model.pipeline.check_schedule`), the schedule's own rules
-    (:func:`model.pipeline_zb.check_split_schedule`, on the timeline's chunks), the framework
-    that runs it (:func:`model.schedule_support.check_schedule_framework`) and the cost forms'
-    domain (:func:`check_schedule_domain`). Classic schedules: nothing here.
+    """The framework's and the schedule's rules on a layout, in one place: the framework runs the
+    schedule, whichever it is, when there is a pipeline (pp > 1;
+    :func:`model.schedule_support.check_schedule_framework`: Megatron-Core has no GPipe,
+    DeepSpeed no interleaving); for a split-backward schedule also the layout's chunks per rank
+    (:func:`model.pipeline.check_schedule`), the schedule's own rules
+    (:func:`model.pipeline_zb.check_split_schedule`, on the timeline's chunks) and the cost
+    forms' domain (:func:`check_schedule_domain`).
 
     Raises
     ------
@@ -158,9 +160,15 @@ def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framew
     Examples
     --------
     >>> check_split_layout(16, 64, "dualpipe", 1, "textbook")
+    >>> check_split_layout(4, 8, "gpipe", 1, "megatron")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: schedule: gpipe does not run under framework megatron ...
     """
     sched = Schedule(str(schedule))
     if sched not in SPLIT_BACKWARD:
+        if pp > 1:  # without a pipeline the schedules coincide (no pipeline schedule runs)
+            check_schedule_framework(sched.value, framework, pp, m)
         return
     check_schedule(pp, m, sched, v)
     check_split_schedule(pp, m, sched.value, timeline_chunks(sched, v))

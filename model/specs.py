@@ -24,7 +24,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
-from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.model.precision import FP8_ACTIVATION_STORAGE, Fp8Recipe, Precision
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 from trainplan.model.units import check_limit
 
@@ -336,6 +336,13 @@ class TrainingSpec:
     the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
     ``precision = fp8`` and the ``megatron`` profile."""
 
+    fp8_activation_storage: str = "linear_inputs"
+    """How FP8 training stores activations (:data:`model.precision.FP8_ACTIVATION_STORAGE`):
+    ``linear_inputs`` (Transformer Engine, the default) or ``deepseek_v3`` (DeepSeek-V3 §3.3.3:
+    the attention output once in E5M6, the routed experts' SwiGLU inputs in FP8). Needs
+    ``precision = fp8``; ``deepseek_v3`` runs in DeepSeek's own framework only (the ``textbook``
+    profile, :mod:`model.legality`)."""
+
     documents: Documents | None = None
     """Each sequence packs documents of this length distribution under document masking
     (:mod:`model.packing`): attention FLOPs and time follow Σ lᵢ² of the documents, not s².
@@ -343,6 +350,11 @@ class TrainingSpec:
     moe_run: MoERun = DROPLESS
     """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`: capacity factor,
     padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
+    muon_tp_mode: str | None = None
+    """How Muon treats a tensor-parallel matrix, as Megatron-Core's ``--muon-tp-mode`` names it:
+    ``blockwise`` (its default: each tp rank orthogonalises its own block, nothing gathered) or
+    ``duplicated`` (each matrix all-gathered over tp and orthogonalised whole on every tp rank);
+    None = the framework's (:func:`model.optimizers.muon_tp_gathers`). Megatron only."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
@@ -358,9 +370,23 @@ class TrainingSpec:
             object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
         except ValueError:
             raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
+        if self.muon_tp_mode not in (None, "blockwise", "duplicated"):
+            raise InputError(
+                f"muon_tp_mode: {self.muon_tp_mode!r} is not one of blockwise, duplicated"
+            )
         if self.fp8_param_gather and self.precision is not Precision.FP8:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
+            )
+        if self.fp8_activation_storage not in FP8_ACTIVATION_STORAGE:
+            raise InputError(
+                f"fp8_activation_storage: {self.fp8_activation_storage!r} is not one of "
+                f"{', '.join(FP8_ACTIVATION_STORAGE)}"
+            )
+        if self.fp8_activation_storage != "linear_inputs" and self.precision is not Precision.FP8:
+            raise InputError(
+                f"fp8_activation_storage: {self.fp8_activation_storage} stores FP8 activations "
+                f"and needs precision fp8, not {self.precision}"
             )
         if self.fp8_recipe is not None:
             if self.precision is not Precision.FP8:

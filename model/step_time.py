@@ -14,22 +14,15 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Mechanism
-from trainplan.model.layer_time import (
-    Clock,
-    embedding_time,
-    layer_time,
-    output_time,
-    stage_parts,
-)
+from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
+from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
 from trainplan.model.roofline import (
     Collective,
     LinkTime,
     RooflineParams,
-    collective_latency,
     collective_time,
-    transfer_seconds,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import logical_not, maximum, minimum, where
@@ -253,35 +246,37 @@ def dp_seconds(
     step_bytes: Any,
     microbatch_bytes: Any,
     group: Any,
-    units: Any,
+    calls: Any,
     bandwidth: Any,
     scaleup: Any,
     p: RooflineParams,
 ) -> tuple[Any, Any]:
     """(seconds of the once-per-step data-parallel traffic, seconds of one micro-batch's)
-    over ``group`` = dp·cp ranks: the bytes at the link's bandwidth, plus NCCL's latency once per
-    collective call — one per gradient unit (``units``: the layers of the stage, the granularity
-    at which frameworks bucket, gather and reduce) for each collective the mechanism runs there
-    (its reduction and its all-gathers). Element-wise for arrays."""
+    over ``group`` = dp·cp ranks. Each collective the mechanism runs (its reduction, its
+    all-gathers) carries its share of the bytes (:meth:`Mechanism.traffic_terms`' bytes per
+    parameter) in ``calls`` equal calls — the framework's buckets
+    (:func:`model.comm.dp_collective_calls`) — each timed by
+    :func:`model.roofline.collective_time` at its own message size (the published bus
+    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
+    nodes). Element-wise for arrays."""
     reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
-    step_calls = [(reduce, 0 if mech.reduce_per_microbatch else 1)]
-    step_calls.append((Collective.ALL_GATHER, mech.gathers_per_step))
-    mb_calls = [(reduce, 1 if mech.reduce_per_microbatch else 0)]
-    mb_calls.append((Collective.ALL_GATHER, mech.gathers_per_microbatch))
+    reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
+    per_mb = mech.reduce_per_microbatch
+    step_kinds = [(reduce, 0 if per_mb else reduce_b)]
+    step_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_step))
+    mb_kinds = [(reduce, reduce_b if per_mb else 0)]
+    mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
-    def latency(calls: list[tuple[Collective, int]]) -> Any:
-        total: Any = 0.0
-        for kind, count in calls:
-            if count:
-                total = total + count * units * collective_latency(kind, group, scaleup, p)
-        return total
+    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> Any:
+        per_param = sum(b for _, b in kinds)
+        out: Any = 0.0
+        for kind, b in kinds:
+            if b:
+                sent = total * (b / per_param) / calls
+                out = out + calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
+        return out
 
-    rate = bandwidth * where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-    step = where(step_bytes > 0, latency(step_calls) + transfer_seconds(step_bytes, rate), 0.0)
-    mb = where(
-        microbatch_bytes > 0, latency(mb_calls) + transfer_seconds(microbatch_bytes, rate), 0.0
-    )
-    return step, mb
+    return seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
 
 
 def dp_exposed_seconds(

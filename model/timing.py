@@ -27,8 +27,8 @@ from trainplan.model.flops import (
     layer_matmul_weights,
     output_forward_flops,
 )
-from trainplan.model.layer_time import TpOverlap
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.op_time import TpOverlap
 from trainplan.model.packing import Documents
 from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -180,7 +180,7 @@ class CostOptions:
     """The roofline model's efficiencies and latencies; None = the accelerator's defaults
     (:func:`model.roofline.roofline_params_for`)."""
     tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
-    """How tensor-parallel collectives overlap GEMMs (:class:`model.layer_time.TpOverlap`)."""
+    """How tensor-parallel collectives overlap GEMMs (:class:`model.op_time.TpOverlap`)."""
     attention_kernel: str | None = None
     """The attention kernel the run uses, whose published curves time the FlashAttention core
     (:data:`model.op_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InfeasibleError
@@ -127,12 +128,15 @@ def per_stage_frontier(
     time_limit_s: float | None = None,
     workers: int = 2,
     max_points: int = 64,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PerStageFrontier:
     """The Pareto frontier of step time against ``against`` where every point is the better of
     the best uniform layout and the best per-stage plan meeting that value (module docstring).
     ``top_shapes``: per search, the shapes searched per stage
-    (:func:`optimizer.per_stage.ranked_bases`). ``time_limit_s`` bounds the whole frontier
-    (then status ``feasible``, the points found so far).
+    (:func:`optimizer.stage_bases.ranked_bases`). ``time_limit_s`` bounds the whole frontier
+    (then status ``feasible``, the points found so far). ``progress(searches, points)`` is
+    called after each point's searches (each ε of the memory axis, each value of the GPU or
+    price axis) with the searches run and the frontier's points so far.
 
     Raises
     ------
@@ -140,7 +144,7 @@ def per_stage_frontier(
         An axis that is not memory, gpus or price, or price without every accelerator's price
         (:meth:`Problem.check_frontier_axis`); an objective other than step time
         (:func:`optimizer.per_stage.check_objective`); a model or layout the per-stage search
-        does not model (:func:`optimizer.stage_tables.check_per_stage`).
+        does not model (:func:`optimizer.stage_rules.check_per_stage`).
     InfeasibleError
         Nothing fits, uniform or per stage.
     """
@@ -184,6 +188,8 @@ def per_stage_frontier(
                 except InfeasibleError:
                     uniform = None
             points.append(_point(r, value, uniform))
+            if progress is not None:
+                progress(searches, len(_non_dominated(points)))
             eps = value - 1
         return _frontier(against, points, proven, searches, t0)
     jobs = sorted(problem.jobs, key=lambda j: axis_value_of_job(against, j))
@@ -225,6 +231,8 @@ def per_stage_frontier(
         if found is not None:
             points.append(_point(found, value, None if best_uniform is None else best_uniform[1]))
             best_ns = found.plan_ns
+        if progress is not None:
+            progress(searches, len(_non_dominated(points)))
         if stopped:
             proven = False
             break

@@ -23,6 +23,7 @@ from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, SPLIT_BACKWARD, Schedule
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
@@ -216,13 +217,13 @@ class SearchSpace:
 def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
-    out: list[tuple[Schedule, int]] = [
-        (s, 1) for s in space.schedules if s in (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
-    ]
-    if Schedule.INTERLEAVED in space.schedules:
-        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
-    # a split-backward schedule only where a framework of the space runs it (schedule_support)
+    # a schedule only where a framework of the space runs it (schedule_support)
     runs = {s for s in space.schedules for fw in space.frameworks if fw in SCHEDULE_SUPPORT[s]}
+    out: list[tuple[Schedule, int]] = [
+        (s, 1) for s in space.schedules if s in {Schedule.ONE_F_ONE_B, Schedule.GPIPE} & runs
+    ]
+    if Schedule.INTERLEAVED in runs:
+        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
     return out + [(s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD & runs]
 
 
@@ -282,9 +283,13 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     values = _candidates(model, training, space)
     if not values["tp"]:
         return []
-    # the framework-dependent recipe choices (offload, the MoE dispatcher and its overlap) are
-    # checked with each framework in the tables (optimizer.tables._legal), not here
-    axes = Setting(model, replace(training, offload=NO_OFFLOAD, moe_run=DROPLESS), space.num_gpus)
+    # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
+    # overlap, the recompute modules) are checked with each framework and recompute mode in the
+    # tables (optimizer.tables._legal), not here
+    plain = replace(
+        training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES
+    )
+    axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
                    recompute=Recompute.NONE)  # fmt: skip
     keys = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "schedule", "virtual_stages")
@@ -381,9 +386,7 @@ def _with_frameworks(
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:
     """Whether ``framework`` runs the shape's schedule with its micro-batches (the legality
-    rule :func:`model.schedule_cost.check_split_layout`; classic schedules: always)."""
-    if shape.schedule not in SPLIT_BACKWARD:
-        return True
+    rule :func:`model.schedule_cost.check_split_layout`)."""
     m = setting.training.global_batch_size // (shape.dp * shape.micro_batch_size)
     return not refusal(
         setting, pp=shape.pp, m=m, schedule=shape.schedule,

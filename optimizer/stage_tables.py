@@ -24,8 +24,8 @@ pp, v, m and the stage — so an interleaved stage's cost still reads only its o
 pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
 
 A stage's figures read only its own layers and position, never the other stages' counts, when
-the model's layers are alike (dense, no multi-token-prediction blocks): :func:`check_per_stage`
-refuses other models. The CP-SAT model over these rows is :mod:`optimizer.stage_cpsat`.
+the model's layers are alike (dense, no multi-token-prediction blocks): :func:`optimizer.stage_rules.check_per_stage`
+refuses other models (:mod:`optimizer.stage_rules`). The CP-SAT model over these rows is :mod:`optimizer.stage_cpsat`.
 """
 
 from __future__ import annotations
@@ -35,26 +35,25 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.params import layer_params
-from trainplan.model.pipeline import Schedule
-from trainplan.model.specs import Architecture
-from trainplan.model.split import balanced_chunk_sizes
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
-from trainplan.model.terms.step import pipeline_seconds, uses_roofline
+from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
+from trainplan.optimizer.stage_rules import (
+    check_per_stage,
+    layer_counts,
+    leading_layers,
+    most_recomputed,
+    realization,
+)
 
 __all__ = [
     "StageOption",
     "StageTables",
     "OutOfTime",
-    "check_per_stage",
-    "realization",
-    "most_recomputed",
     "build_stage_tables",
     "pipeline_lower_bound",
     "stage_capacity",
@@ -108,131 +107,6 @@ class StageTables:
 class OutOfTime(Exception):
     """The deadline given to :func:`build_stage_tables` passed before its rows were complete
     (the caller's ``--time-limit``: the shape is left unsearched, its status ``feasible``)."""
-
-
-def check_per_stage(case: Case, layout: Layout) -> None:
-    """Refuse what the per-stage search does not model, in one line naming the rule.
-
-    Rules: a model with dimensions whose layers are alike after a leading block
-    (:func:`leading_layers`: DeepSeek-V3's three dense layers before its MoE ones; MTP blocks
-    sit on the last stage, outside the count), so a stage's cost reads only its own layer count
-    and whether it is the first or the last (the leading block on the first stage, at v = 1);
-    the roofline time model;
-    1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
-    pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
-    exact for equal stages and an estimate for unequal ones, whose simulated step stays under
-    1F1B's ``(m + p − 1)·t_max``, tests/model/test_recompute_layers.py; GPipe's simulated step
-    can exceed it); base recompute none or selective.
-
-    Raises
-    ------
-    InputError
-        The first rule broken.
-    """
-    arch = case.model.arch
-    if arch is None:
-        raise InputError("per_stage: needs the model's dimensions (a catalogue model or --layers)")
-    prefix = leading_layers(arch)
-    if prefix is None:
-        raise InputError(
-            f"per_stage: {case.model.name}'s layers differ beyond a leading block (MoE and dense "
-            "layers, or attention spans, interleaved); the per-stage search needs the layers "
-            "after the first stage's leading ones to be all alike"
-        )
-    if prefix and layout.virtual_stages > 1:
-        raise InputError(
-            f"per_stage: {case.model.name}'s first {prefix} layers differ from the rest; with "
-            f"virtual_stages {layout.virtual_stages} they would spread over model chunks: search "
-            "it without interleaving"
-        )
-    if case.training.offload.activations:
-        raise InputError(
-            "per_stage: activation offload (--offload-activations) is not in the per-stage "
-            "tables; search without --per-stage, or without the offload"
-        )
-    if not uses_roofline(case.options, layout.framework, case.device):
-        raise InputError(
-            "per_stage: needs the roofline time model (a physical framework profile and an "
-            "accelerator with its HBM bandwidth)"
-        )
-    if layout.schedule is Schedule.GPIPE:
-        raise InputError(
-            f"per_stage: schedule {layout.schedule}: the per-stage search takes 1F1B or "
-            "interleaved (GPipe's step with unequal stages can exceed the closed form)"
-        )
-    if layout.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
-        raise InputError(
-            f"per_stage: base recompute {layout.recompute} must be none or selective (the "
-            "layers not recomputed keep it)"
-        )
-
-
-def leading_layers(arch: Architecture) -> int | None:
-    """The least d such that transformer layers d … L − 1 are alike (the same parameters,
-    kind — MoE or dense — and attention span): 0 for a model of alike layers, 3 for DeepSeek-V3
-    (``first_k_dense_replace = 3``); None when the rest are alike only from past half the
-    model (interleaved kinds or spans: Llama 4's alternating MoE, Gemma's local and global
-    layers), which the per-stage search does not place.
-
-    Examples
-    --------
-    >>> from trainplan.model.specs import Architecture
-    >>> leading_layers(Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
-    ...                              ffn_hidden_size=32, vocab_size=16))
-    0
-    """
-    L = arch.num_layers
-
-    def key(i: int) -> tuple[object, ...]:
-        return (layer_params(arch, i), arch.is_moe_layer(i), arch.layer_span(i))
-
-    last = key(L - 1)
-    d = L - 1
-    while d > 0 and key(d - 1) == last:
-        d -= 1
-    return d if d <= L // 2 else None
-
-
-def layer_counts(num_layers: int, pp: int, stage: int, prefix: int) -> range:
-    """The layer counts a stage may hold in the per-stage tables: 0 … L (only L at pp = 1); the
-    first stage at least the ``prefix`` leading layers, the others at most L − prefix (the
-    leading block is the first stage's, :func:`leading_layers`)."""
-    if pp == 1:
-        return range(num_layers, num_layers + 1)
-    if stage == 0:
-        return range(prefix, num_layers + 1)
-    return range(0, num_layers - prefix + 1)
-
-
-def realization(
-    layout: Layout, num_layers: int, stage: int, layers: int, recomputed: int, prefix: int = 0
-) -> Layout:
-    """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed (per model
-    chunk), the other L − n layers on the next stage and none recomputed elsewhere: what the
-    tables evaluate one stage's option on (the stage's figures do not read the others'). Each
-    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`. With a
-    leading block of ``prefix`` layers (:func:`leading_layers`) another stage than the first
-    holds layers after it: the first stage keeps the block."""
-    pp = layout.pp
-    sizes = [0] * pp
-    sizes[stage] = layers
-    if pp > 1:
-        lead = prefix if stage else 0
-        sizes[0] += lead
-        sizes[(stage + 1) % pp] += num_layers - layers - lead
-    counts = [0] * pp
-    counts[stage] = recomputed
-    return layout.with_(
-        stage_layers=balanced_chunk_sizes(tuple(sizes), layout.virtual_stages),
-        recompute_layers=tuple(counts),
-    )
-
-
-def most_recomputed(layers: int, v: int) -> int:
-    """The largest count a stage of ``layers`` layers over v chunks takes: its largest chunk's
-    layers, ⌈n/v⌉ (:func:`model.split.balanced_chunk_sizes`); a count there recomputes every
-    layer."""
-    return -(-layers // v)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -333,6 +207,28 @@ def _most_that_fits(fits: Any, top: int, guess: int) -> int:
     return lo
 
 
+def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
+    """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
+    (bisection over n, starting from the previous stage's count); None where the stages cannot
+    hold the model's L layers between them."""
+    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
+    fit_most = [L] * pp
+    for stage in range(pp):
+
+        def fits(n: int, stage: int = stage) -> bool:
+            return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
+
+        if pp == 1:  # one stage holds all L layers
+            if not fits(L):
+                return None
+            continue
+        top = sc.counts(stage)[-1]
+        fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
+        if fit_most[stage] < 0:
+            return None
+    return fit_most if sum(fit_most) >= L else None
+
+
 def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None) -> int:
     """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
     whole ns: the least T such that the stages, each at its fastest for n layers (nothing
@@ -345,27 +241,16 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
     Raises
     ------
     InputError
-        :func:`check_per_stage`'s rules.
+        :func:`optimizer.stage_rules.check_per_stage`'s rules.
     """
     sc = _stage_context(case, layout)
-    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
-    fit_most = [L] * pp
+    L, pp = sc.num_layers, layout.pp
+    fit_most: list[int] | None = [L] * pp
     if capacity is not None:
-        for stage in range(pp):
-
-            def fits(n: int, stage: int = stage) -> bool:
-                return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
-
-            if pp == 1:  # one stage holds all L layers
-                if not fits(L):
-                    return NO_SPLIT
-                continue
-            top = sc.counts(stage)[-1]
-            fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
-            if fit_most[stage] < 0:
-                return NO_SPLIT
-        if sum(fit_most) < L:
+        fit_most = _fit_most(sc, layout, capacity)
+        if fit_most is None:
             return NO_SPLIT
+    assert fit_most is not None
     by_role: dict[tuple[bool, bool], list[int]] = {}
     fastest: list[list[int]] = []
     for stage in range(pp):

@@ -21,7 +21,7 @@ from trainplan.interface.calibration import (
 )
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.scenario import load_scenario
 from trainplan.model.errors import InputError, ScenarioError
 

@@ -14,16 +14,16 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
     done = run_many(
         {
             "fsdp2": (*LLAMA, "--framework", "fsdp2", "--recompute", "selective",
-                      "--recompute-modules", "layernorm"),
-            "full": (*LLAMA, "--recompute", "full", "--recompute-modules", "mlp"),
-            "bf16": (*LLAMA, "--fp8-param-gather"),
+                      "--set", "recompute_modules=layernorm"),
+            "full": (*LLAMA, "--recompute", "full", "--set", "recompute_modules=mlp"),
+            "bf16": (*LLAMA, "--set", "fp8_param_gather=true"),
             "fsdp2-fp8": (*LLAMA, "--framework", "fsdp2", "--precision", "fp8",
-                          "--fp8-param-gather"),
-            "mlp": (*LLAMA, "--recompute", "selective", "--recompute-modules", "mlp", "--json"),
+                          "--set", "fp8_param_gather=true"),
+            "mlp": (*LLAMA, "--recompute", "selective", "--set", "recompute_modules=mlp", "--json"),
             "core": (*LLAMA, "--recompute", "selective", "--json"),
             "fp8": (*LLAMA, "--precision", "fp8", "--json"),
-            "fp8w": (*LLAMA, "--precision", "fp8", "--fp8-param-gather", "--json"),
-            "text": (*LLAMA, "--recompute", "selective", "--recompute-modules", "core_attn,mlp"),
+            "fp8w": (*LLAMA, "--precision", "fp8", "--set", "fp8_param_gather=true", "--json"),
+            "text": (*LLAMA, "--recompute", "selective", "--set", "recompute_modules=core_attn,mlp"),
         }
     )  # fmt: skip
     assert "recompute_modules" in refusal(done["fsdp2"]) and "megatron" in refusal(done["fsdp2"])

@@ -40,24 +40,24 @@ def runs():
     return run_many(
         {
             "default": [*GPT_OSS_20B, "--json"],
-            "padded": [*GPT_OSS_20B, "--moe-capacity-factor", "2", "--moe-pad-to-capacity", "--json"],
-            "imbalanced": [*GPT_OSS_20B, "--moe-imbalance", "1.5", "--json"],
-            "text": [*GPT_OSS_20B, "--moe-imbalance", "1.5"],
+            "padded": [*GPT_OSS_20B, "--set", "moe_capacity_factor=2", "--set", "moe_pad_to_capacity=true", "--json"],
+            "imbalanced": [*GPT_OSS_20B, "--set", "moe_imbalance=1.5", "--json"],
+            "text": [*GPT_OSS_20B, "--set", "moe_imbalance=1.5"],
             "v3": [*DEEPSEEK_V3, "--json"],
-            "v3 deepep": [*DEEPSEEK_V3, "--moe-dispatcher", "deepep", "--moe-node-limit", "4", "--json"],
+            "v3 deepep": [*DEEPSEEK_V3, "--set", "moe_dispatcher=deepep", "--set", "moe_node_limit=4", "--json"],
             "interleaved": [*INTERLEAVED, "--json"],
-            "overlap": [*INTERLEAVED, "--moe-ep-overlap", "overlap_moe_expert_parallel_comm", "--json"],
+            "overlap": [*INTERLEAVED, "--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm", "--json"],
             "overlap 1f1b": [
-                *INTERLEAVED[:-4], "--moe-ep-overlap", "overlap_moe_expert_parallel_comm",
+                *INTERLEAVED[:-4], "--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm",
             ],
-            "no moe": ["evaluate", "--model", "llama3-8b", "--moe-capacity-factor", "1.25"],
-            "limit alone": [*GPT_OSS_20B, "--moe-node-limit", "4"],
-            "deepspeed deepep": [*GPT_OSS_20B, "--framework", "deepspeed", "--moe-dispatcher", "deepep"],
+            "no moe": ["evaluate", "--model", "llama3-8b", "--set", "moe_capacity_factor=1.25"],
+            "limit alone": [*GPT_OSS_20B, "--set", "moe_node_limit=4"],
+            "deepspeed deepep": [*GPT_OSS_20B, "--framework", "deepspeed", "--set", "moe_dispatcher=deepep"],
             "fsdp2 overlap": [
-                *GPT_OSS_20B, "--framework", "fsdp2", "--moe-ep-overlap", "overlap_moe_expert_parallel_comm",
+                *GPT_OSS_20B, "--framework", "fsdp2", "--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm",
             ],
-            "no shared": [*GPT_OSS_20B, "--moe-ep-overlap", "moe_shared_expert_overlap"],
-            "imbalance below 1": [*GPT_OSS_20B, "--moe-imbalance", "0.5"],
+            "no shared": [*GPT_OSS_20B, "--set", "moe_ep_overlap=moe_shared_expert_overlap"],
+            "imbalance below 1": [*GPT_OSS_20B, "--set", "moe_imbalance=0.5"],
         }
     )  # fmt: skip
 

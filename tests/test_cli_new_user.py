@@ -114,8 +114,8 @@ CALLS: dict[str, list[str]] = {
     "tp above max-tp": [*SEARCH8, "--gpus", "64", "--tp", "8", "--max-tp", "4"],
     "mb above max-mb": [*SEARCH8, "--gpus", "64", "--micro-batch", "4", "--max-micro-batch", "2"],
     "ep above experts": ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--ep", "16"],
-    "oversubscription": ["evaluate", *LLAMA8, "--dp", "64", "--fabric", "fat-tree"]
-    + ["--pod-size", "16", "--oversubscription", "1000000"],
+    "oversubscription": ["evaluate", *LLAMA8, "--dp", "64", "--set", "fabric=fat-tree"]
+    + ["--set", "pod_size=16", "--set", "oversubscription=1000000"],
     "time limit": [*SEARCH8, "--gpus", "8", "--time-limit", "0.001"],
     "time limit json": [*SEARCH8, "--gpus", "8", "--time-limit", "0.001", "--json"],
     # --- output people can read

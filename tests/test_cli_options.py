@@ -2,8 +2,8 @@
 command's options, each by all its spellings, are listed in ``tests/data/cli_options.txt``, and
 adding, renaming or removing one fails here until that list is updated — a new flag is a
 decision, taken in review with the list's diff, not a side effect. The large commands list their
-options by purpose in ``--help``, each option in a group, the rarely typed ones under headings
-that begin with "Advanced".
+options by purpose in ``--help``, each option in a group; the rarely set knobs have no flag but
+``--set KEY=VALUE`` (the list's ``moved`` lines: each moved flag and its scenario key).
 
     python -m tests.test_cli_options --write    # rewrite the list after a decided change
 """
@@ -17,6 +17,7 @@ import pytest
 
 from tests.cli_runs import trainplan
 from trainplan.interface.cli import _register, cli
+from trainplan.interface.flags import MOVED_FLAGS
 
 FROZEN = Path(__file__).resolve().parent / "data" / "cli_options.txt"
 GROUPED = ("evaluate", "example", "search", "frontier", "sweep", "sweep-plot")
@@ -34,8 +35,17 @@ def current() -> list[str]:
     )
 
 
+def moved() -> list[str]:
+    """``moved FLAG KEY`` per flag moved off the command line to ``--set KEY=…``, sorted."""
+    return sorted(f"moved {flag} {key}" for flag, (key, _) in MOVED_FLAGS.items())
+
+
 def test_no_new_cli_options():
-    frozen = [line for line in FROZEN.read_text().splitlines() if line and line[0] != "#"]
+    lines = [line for line in FROZEN.read_text().splitlines() if line and line[0] != "#"]
+    frozen = [line for line in lines if not line.startswith("moved ")]
+    assert [line for line in lines if line.startswith("moved ")] == moved(), (
+        "the moved flags (interface.flags.MOVED_FLAGS) differ from the list's `moved` lines"
+    )
     now = current()
     added, removed = sorted(set(now) - set(frozen)), sorted(set(frozen) - set(now))
     assert not added and not removed, (
@@ -44,6 +54,31 @@ def test_no_new_cli_options():
         "the list with the change, and say where it is documented"
     )
     assert now == frozen, "tests/data/cli_options.txt is out of order (rewrite it with --write)"
+
+
+def test_moved_flags_are_gone_and_their_keys_are_scenario_keys():
+    """A moved flag is no option of any command (given anyway, it is refused with its key:
+    test_moved_flag_names_its_replacement), and its key is one ``--set`` takes everywhere."""
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS
+
+    live = {spelling for line in current() for spelling in line.split()[1].split("/")}
+    assert not live & set(MOVED_FLAGS)
+    for key, _ in MOVED_FLAGS.values():
+        assert key in EVALUATE_KEYS and key in SEARCH_KEYS and KEY_HELP[key], key
+
+
+def test_moved_flag_names_its_replacement():
+    """As a user types them: a moved flag gets one line naming ``--set`` and the key (exit 2,
+    not click's bare "No such option"); the same knob through ``--set`` runs, with the file's
+    number grammar (``4,000`` is one number, refused as a reserve beyond the GPU's memory)."""
+    done = trainplan("evaluate", "--model", "llama3-8b", "--dp", "8", "--moe-node-limit", "4")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "Error: --moe-node-limit was moved: use --set moe_node_limit=4 or the scenario key\n"
+    )
+    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--set", "fabric=ring")
+    assert done.returncode == 2
+    assert done.stderr == "Error: --set: fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
 
 
 @pytest.mark.parametrize("name", GROUPED)
@@ -69,21 +104,19 @@ def test_help_lists_groups_in_order():
     assert titles == [
         *("Scenario", "Model", "Cluster", "Sequence and batch", "Objective", "Search space"),
         *("Constraints", "Training recipe", "Search", "Solver and output"),
-        "Advanced: links, memory reserve and placement",
-        "Advanced: step-time model",
-        "Advanced: counting conventions",
         "Other options",
     ]
     text = done.stdout
     assert text.index("Search space:") < text.index("  --tp COUNT") < text.index("Constraints:")
-    advanced = text.index("Advanced: step-time model:")
-    assert text.index("  --gemm-efficiency NUMBER") > advanced
+    assert text.index("  --set KEY=VALUE") < text.index("Model:")
+    assert "--gemm-efficiency" not in text and "Advanced" not in text
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         header = "# Every option of every command (tests/test_cli_options.py); one line each.\n"
-        FROZEN.write_text(header + "\n".join(current()) + "\n")
+        header += "# `moved FLAG KEY`: a flag moved off the command line to --set KEY=VALUE.\n"
+        FROZEN.write_text(header + "\n".join([*current(), *moved()]) + "\n")
         print(f"wrote {FROZEN} ({len(current())} options)")
     else:
         print(__doc__)

@@ -372,7 +372,7 @@ def test_console_script_subprocess():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--framework", "textbook", "--time-model", "roofline"], "time_model: roofline"),
+        (["--framework", "textbook", "--set", "time_model=roofline"], "time_model: roofline"),
         (["--schedule", "interleaved", "--pp", "1"], "schedule: interleaved needs pp ≥ 2"),
         (["--sequence-parallel", "--tp", "1"], "sequence_parallel: "),
     ],

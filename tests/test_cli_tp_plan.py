@@ -17,8 +17,15 @@ from tests.cli_runs import refusal, run_many, trainplan
 META = [
     *("--model", "llama3-405b", "--gpu", "H100-SXM", "--tp", "8", "--pp", "16", "--dp", "128"),
     *("--seq-len", "8192", "--micro-batch", "1", "--global-batch", "2048", "--framework"),
-    *("fsdp2", "--zero", "2", "--gradient-dtype", "fp32", "--schedule", "interleaved"),
-    *("--virtual-stages", "8", "--memory-efficient-norm", "--mfu-convention", "6n+attention"),
+    *("fsdp2", "--zero", "2", "--set", "gradient_dtype=fp32", "--schedule", "interleaved"),
+    *(
+        "--virtual-stages",
+        "8",
+        "--set",
+        "memory_efficient_norm=true",
+        "--mfu-convention",
+        "6n+attention",
+    ),
 ]
 """Meta's layout and recipe (Llama 3 §3.3): FSDP as ZeRO-2 with FP32 gradients, one-layer
 chunks, memory-efficient norms."""
@@ -35,10 +42,10 @@ def meta() -> dict[str, object]:
     return run_many(
         {
             "default": ["evaluate", *META, "--json"],
-            "sharded": ["evaluate", *META, "--tp-block-inputs", "sharded", "--json"],
-            "gathered": ["evaluate", *META, "--tp-block-inputs", "gathered", "--json"],
+            "sharded": ["evaluate", *META, "--set", "tp_block_inputs=sharded", "--json"],
+            "gathered": ["evaluate", *META, "--set", "tp_block_inputs=gathered", "--json"],
             "text": ["evaluate", *META],
-            "text sharded": ["evaluate", *META, "--tp-block-inputs", "sharded"],
+            "text sharded": ["evaluate", *META, "--set", "tp_block_inputs=sharded"],
         }
     )
 
@@ -99,26 +106,26 @@ def test_megatron_output_unchanged_by_the_plan():
 
 REFUSED = {
     "megatron": (
-        ["evaluate", "--model", "llama3-8b", "--tp", "2", "--tp-block-inputs", "sharded"],
+        ["evaluate", "--model", "llama3-8b", "--tp", "2", "--set", "tp_block_inputs=sharded"],
         "tp_block_inputs: 'sharded' does not apply: it chooses the fsdp2 profile's "
         "tensor-parallel plan, and megatron keeps the sequence shard",
     ),
     "tp 1": (
         ["evaluate", "--model", "llama3-8b", "--framework", "fsdp2"]
-        + ["--tp-block-inputs", "sharded"],
+        + ["--set", "tp_block_inputs=sharded"],
         "tp_block_inputs: 'sharded' does not apply: with tp 1 there is no tensor parallelism",
     ),
     "no sp": (
         [
             *("evaluate", "--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2"),
-            *("--no-sequence-parallel", "--tp-block-inputs", "gathered"),
+            *("--no-sequence-parallel", "--set", "tp_block_inputs=gathered"),
         ],
         "tp_block_inputs: 'gathered' does not apply: with sequence parallelism off",
     ),
     "search without fsdp2": (
         [
             *("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron"),
-            *("--framework", "deepspeed", "--tp-block-inputs", "sharded"),
+            *("--framework", "deepspeed", "--set", "tp_block_inputs=sharded"),
         ],
         "and megatron, deepspeed keep the sequence shard of the blocks' inputs, a mechanism of "
         "their own (add --framework fsdp2)",
@@ -126,20 +133,20 @@ REFUSED = {
     "search tp 1": (
         [
             *("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2"),
-            *("--tp", "1", "--tp-block-inputs", "sharded"),
+            *("--tp", "1", "--set", "tp_block_inputs=sharded"),
         ],
         "with tp 1 there is no tensor parallelism",
     ),
     "frontier one GPU": (
         [
             *("frontier", "--model", "llama3-8b", "--gpus", "1", "--framework", "fsdp2"),
-            *("--tp-block-inputs", "sharded"),
+            *("--set", "tp_block_inputs=sharded"),
         ],
         "with tp 1 there is no tensor parallelism",
     ),
     "bad value": (
-        ["evaluate", "--model", "llama3-8b", "--tp-block-inputs", "shard"],
-        "Invalid value for '--tp-block-inputs': 'shard' is not one of 'sharded', 'gathered'.",
+        ["evaluate", "--model", "llama3-8b", "--set", "tp_block_inputs=shard"],
+        "--set: tp_block_inputs: 'shard' is not one of sharded, gathered",
     ),
 }
 
@@ -173,7 +180,7 @@ def test_search_and_scenario_take_it(tmp_path):
     args = [
         *("evaluate", "--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2", "--dp", "4"),
         *("--zero", str(lay["zero_stage"]), "--recompute", lay["recompute"], "--micro-batch"),
-        *(str(lay["micro_batch_size"]), "--tp-block-inputs", "sharded", "--json"),
+        *(str(lay["micro_batch_size"]), "--set", "tp_block_inputs=sharded", "--json"),
     ]
     evaluated = json.loads(trainplan(*args).stdout)
     assert answer["memory"]["total_bytes"] == evaluated["memory"]["total_bytes"]
@@ -193,7 +200,13 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
     done = run_many(
         {
             "default": base,
-            "sharded": [*base, "--tp-block-inputs", "sharded", "--memory-efficient-norm"],
+            "sharded": [
+                *base,
+                "--set",
+                "tp_block_inputs=sharded",
+                "--set",
+                "memory_efficient_norm=true",
+            ],
         }
     )
     default, sharded = (json.loads(done[k].stdout)["layout"] for k in ("default", "sharded"))

@@ -2,7 +2,7 @@
 roofline time model beside the previous model's, the fitted efficiencies reproducible from the
 calibration rows, every published layout fitting in memory with its paper's recipe, and
 Korthikanti et al. 2022 Appendix B's per-stage activation figures for the 530B model. Sources
-are named in ``interface/fidelity.py`` and ``docs/fidelity-published.md``. The goals of issue
+are named in ``interface/fidelity/published.py`` and ``docs/fidelity-published.md``. The goals of issue
 16 are reported (``docs/fidelity-published.md``), not asserted: a missed goal is a finding."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.interface.fidelity import (
+from trainplan.interface.fidelity.memory import appendix_b_530b, llama3_memory_walk
+from trainplan.interface.fidelity.published import (
     CALIBRATION_ROWS,
     build_run_case,
     evaluate_all,
@@ -20,8 +21,7 @@ from trainplan.interface.fidelity import (
     published_runs,
     residuals,
 )
-from trainplan.interface.fidelity_memory import appendix_b_530b, llama3_memory_walk
-from trainplan.interface.fidelity_report import goal_lines, markdown_report
+from trainplan.interface.fidelity.report import goal_lines, markdown_report
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline import interleaved_chunks_held, microbatches_in_flight
 from trainplan.model.specs import TrainingSpec

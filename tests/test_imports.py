@@ -60,17 +60,21 @@ OWNERS = {
     "ortools": (
         "optimizer/solver.py",
         "optimizer/cpsat.py",
-        "optimizer/rlhf_cpsat.py",
+        "optimizer/rlhf/cpsat.py",
         "optimizer/stage_cpsat.py",
     ),
-    "pandas": ("interface/report.py", "interface/sweep/results.py"),
+    "pandas": ("interface/render/report.py", "interface/sweep/results.py"),
     "pyarrow": ("interface/sweep/results.py",),  # a sweep's Parquet results
     "ray": ("interface/sweep/engines.py",),  # the sweep's optional engine
     "tqdm": ("interface/cli/",),
     "click": ("interface/cli/",),
-    "matplotlib": ("interface/plots.py",),
+    "matplotlib": (
+        "interface/render/figure.py",
+        "interface/render/plots.py",
+        "interface/render/pipeline_plots.py",
+    ),
     "networkx": ("topology/",),
-    "tabulate": ("interface/report.py",),
+    "tabulate": ("interface/render/report.py",),
     "fastapi": ("interface/web/",),
     "starlette": ("interface/web/",),
     "uvicorn": ("interface/web/",),
@@ -118,9 +122,6 @@ def test_reads_nothing_outside_the_repository(path):
 
 CORE = ("model", "optimizer", "topology")
 CORE_FILES = sorted(p for pkg in CORE for p in (ROOT / pkg).rglob("*.py"))
-RLHF_PENDING = {"model/rlhf_roles.py", "model/rlhf_spec.py"}
-"""Modules being rewritten into an RLHF subpackage: their last function-level imports (and the
-rlhf_costs ↔ rlhf_roles cycle they hide) go with that rewrite."""
 
 
 def _module(path: Path) -> str:
@@ -154,7 +155,6 @@ def _project_imports(path: Path) -> set[str]:
 def test_no_import_cycles():
     """No cycle among model/, optimizer/ and topology/, counting imports inside functions."""
     graph = {_module(p): _project_imports(p) for p in CORE_FILES}
-    pending = {_module(ROOT / p) for p in RLHF_PENDING}
     state: dict[str, int] = {}
     cycles = []
 
@@ -163,8 +163,7 @@ def test_no_import_cycles():
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
                 cycle = path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
-                if not set(cycle) & pending:
-                    cycles.append(" → ".join(cycle))
+                cycles.append(" → ".join(cycle))
             elif nxt in graph and not state.get(nxt):
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -177,8 +176,6 @@ def test_no_import_cycles():
 
 @pytest.mark.parametrize("path", CORE_FILES, ids=[str(p.relative_to(ROOT)) for p in CORE_FILES])
 def test_no_project_imports_inside_functions(path):
-    if str(path.relative_to(ROOT)) in RLHF_PENDING:
-        return
     tree = ast.parse(path.read_text())
     hidden = [
         f"line {n.lineno}"
@@ -240,7 +237,11 @@ def _messages(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-MODEL_FILES = sorted(p for p in (ROOT / "model").rglob("*.py") if "rlhf" not in p.name)
+MODEL_FILES = sorted(
+    p for p in (ROOT / "model").rglob("*.py") if "rlhf" not in p.relative_to(ROOT).parts
+)
+"""model/rlhf/ is left out: its messages still name the rlhf tab's flags (``--framework``,
+``--rollout-engine``), which the interface does not yet map."""
 
 
 def test_model_messages_name_parameters_not_flags():
@@ -256,3 +257,92 @@ def test_model_messages_name_parameters_not_flags():
         if flag in flags
     ]
     assert not found, found
+
+
+# ------------------------------------------------------------------ sizes: modules under about
+# 500 lines, functions under about 60 (docs/design.md "Layout of the code"). The sets below are
+# today's exceptions: a module or function newly over its limit fails, and one that comes under
+# it must leave its set, so the sets only shrink.
+
+MODULE_LINES = 500
+FUNCTION_LINES = 60
+LONG_MODULES = {
+    "interface/commands.py",
+    "interface/inputs.py",
+    "interface/scenario.py",
+    "model/frameworks.py",
+    "model/moe_run.py",
+    # over the limit after the step-time, DualPipe, Muon and CLI work merged at once (to split)
+    "interface/cli/search.py",
+    "model/comm.py",
+    "model/kernel_tables.py",
+    "model/op_rates.py",
+    "model/optimizers.py",
+    "model/terms/activations.py",
+    "model/terms/state.py",
+}
+LONG_FUNCTIONS = {
+    "interface/cli/search.py::frontier_cmd",
+    "interface/commands.py::per_stage_json",
+    "interface/commands.py::per_stage_frontier_json",  # grew with its progress bar (to split)
+    "interface/inputs.py::build_case",
+    "interface/launch.py::megatron_flags",
+    "interface/launch.py::torchtitan_toml",
+    "interface/render/pipeline_tab.py::split_report",
+    "interface/render/report.py::evaluate_text",
+    "interface/render/report_dict.py::estimate_to_dict",
+    "interface/rlhf/faithful.py::rlhf_inputs",
+    "interface/rlhf/tab.py::rlhf_report",
+    "interface/scenario.py::_space",
+    "interface/scenario.py::build_problem",
+    "interface/tabs.py::mfu_report",
+    "interface/tabs.py::pipeline_report",
+    "interface/time_inputs.py::cost_options",
+    "model/activation_offload.py::check_activation_offload",
+    "model/collective_rates.py::nccl_latency_us",
+    "model/estimate.py::evaluate",
+    "model/frameworks.py::mechanism",
+    "model/kernels.py::attention_rate",  # grew with the longer cuDNN sweeps (to split)
+    "model/layer_time.py::_tp_collectives",  # grew with async TP (to split)
+    "model/rollout.py::rollout_time",
+    "model/schedule.py::simulate",
+    "model/split.py::megatron_stage_layers",
+    "model/terms/activations.py::stage_activations_term",
+    "optimizer/per_stage.py::per_stage_search",
+    "optimizer/per_stage.py::solve_shape",
+    "optimizer/per_stage_frontier.py::per_stage_frontier",
+    "optimizer/rlhf/search.py::search_placement",
+    "optimizer/rlhf/tables.py::build_tables",
+    "optimizer/stage_bases.py::ranked_bases",
+    "optimizer/stage_tables.py::build_stage_tables",
+    "optimizer/tables.py::build_tables",
+    "topology/graph.py::build_cluster",
+}
+
+
+def _sizes() -> tuple[set[str], set[str]]:
+    """(modules over :data:`MODULE_LINES`, ``path::function`` over :data:`FUNCTION_LINES`)."""
+    modules, functions = set(), set()
+    for path in FILES:
+        rel = str(path.relative_to(ROOT))
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            modules.add(rel)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                if node.end_lineno - node.lineno + 1 > FUNCTION_LINES:
+                    functions.add(f"{rel}::{node.name}")
+    return modules, functions
+
+
+def test_no_new_long_modules_or_functions():
+    modules, functions = _sizes()
+    assert not modules - LONG_MODULES, (
+        f"over {MODULE_LINES} lines: {sorted(modules - LONG_MODULES)}"
+    )
+    assert not functions - LONG_FUNCTIONS, (
+        f"over {FUNCTION_LINES} lines: {sorted(functions - LONG_FUNCTIONS)}"
+    )
+    shorter = (LONG_MODULES - modules) | (LONG_FUNCTIONS - functions)
+    assert not shorter, f"now within the limit: remove {sorted(shorter)} from the exceptions"

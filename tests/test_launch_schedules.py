@@ -67,7 +67,7 @@ step_s = 1.0
 def test_a_published_run_under_a_framework_without_its_schedule_is_listed() -> None:
     """A validation row whose framework profile cannot run its schedule is listed with
     check_schedule_framework's reason, outside the statistics — never evaluated as 1F1B."""
-    from trainplan.interface.validation import runs_from_text
+    from trainplan.interface.fidelity.validation import runs_from_text
 
     (run,) = runs_from_text(VALIDATION_TABLE, "t")
     assert not run.counted

@@ -20,9 +20,9 @@ import trainplan.interface.cli as cli_module
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import output
 from trainplan.interface.examples import example_params
-from trainplan.interface.fidelity import published_runs
+from trainplan.interface.fidelity.published import published_runs
 from trainplan.interface.inputs import output_path
-from trainplan.interface.report import duration, objective_text
+from trainplan.interface.render.report import duration, objective_text
 from trainplan.interface.scenario import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
@@ -83,8 +83,8 @@ def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
     ("args", "needle"),
     [
         (
-            ["evaluate", "--params", "70B", "--pad-vocab", "-128"],
-            "--pad-vocab: '-128' must be at least 1",
+            ["evaluate", "--params", "70B", "--set", "vocab_multiple=-128"],
+            "--set: vocab_multiple: -128 must be at least 1",
         ),
         (["pipeline", "-p", "4", "-m", "8", "--width", "-1"], "--width: '-1' must be at least 1"),
         (["pipeline", "-p", "4", "-m", "8", "--width", "0"], "--width: '0' must be at least 1"),
@@ -273,7 +273,7 @@ def test_a_declared_size_the_dimensions_contradict_is_refused():
 
 # ---------------------------------------------------------------------------------------------
 # Options that do not apply, and a value given twice: refused, never silently ignored
-# (model.errors.check_applicable; RLHF's table in model.rlhf.not_applicable)
+# (model.errors.check_applicable; RLHF's table in model.rlhf.shares.not_applicable)
 
 GRPO = ["rlhf", "--algorithm", "grpo", "--policy-params", "70B"]
 MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
@@ -317,7 +317,7 @@ MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", 
         ),
         ([*MFU_70B, "--peak-tflops", "989", "--causal"], "causal: True does not apply"),
         (
-            ["evaluate", "--model", "llama3-8b", "--pod-size", "64"],
+            ["evaluate", "--model", "llama3-8b", "--set", "pod_size=64"],
             "pod_size: 64 does not apply: it shapes a cluster graph",
         ),
     ],
@@ -409,7 +409,7 @@ def test_an_mfu_nothing_reaches_is_explained_as_min_mfu():
 
 
 # ---------------------------------------------------------------------------------------------
-# Readability: figures in the units people read (interface.report.duration / objective_text;
+# Readability: figures in the units people read (interface.render.report.duration / objective_text;
 # JSON objective in base units under a key naming the unit, optimizer.problem.objective_value)
 
 
@@ -543,7 +543,7 @@ def test_expert_parallel_traffic_is_labelled_an_upper_bound():
 
 
 # ---------------------------------------------------------------------------------------------
-# RLHF: the rollout engine's KV cache holds the engine's concurrent batch (model.rlhf.ROLLOUT_BATCH)
+# RLHF: the rollout engine's KV cache holds the engine's concurrent batch (model.rlhf.shares.ROLLOUT_BATCH)
 
 
 def test_rollout_kv_cache_holds_the_engines_concurrent_batch():
@@ -562,7 +562,7 @@ def test_rollout_kv_cache_holds_the_engines_concurrent_batch():
 
 
 # ---------------------------------------------------------------------------------------------
-# Pictures (interface.plots): each names what its colours and marks mean
+# Pictures (interface.render.plots): each names what its colours and marks mean
 
 
 def _svg_text(path) -> str:
@@ -572,7 +572,7 @@ def _svg_text(path) -> str:
 
 def test_interleaved_pipeline_chart_tells_model_chunks_apart(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
-    from trainplan.interface.plots import pipeline_chart
+    from trainplan.interface.render.plots import pipeline_chart
     from trainplan.interface.tabs import pipeline_report
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):
@@ -590,7 +590,7 @@ def test_checkpointing_gif_has_a_colour_legend(tmp_path):
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    from trainplan.interface.plots import _ckpt_frames, _pyplot
+    from trainplan.interface.render.plots import _ckpt_frames, _pyplot
     from trainplan.interface.tabs import ckpt_report
 
     report = ckpt_report(9, 3)
@@ -623,7 +623,7 @@ FRONTIER_ROWS = [
 
 def test_frontier_chart_labels_do_not_overlap_and_name_zero_and_recompute(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
-    from trainplan.interface.plots import _place_labels, _pyplot, frontier_chart
+    from trainplan.interface.render.plots import _place_labels, _pyplot, frontier_chart
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         frontier_chart(FRONTIER_ROWS, "memory", tmp_path / "f.svg")

@@ -26,6 +26,11 @@ def test_optimizer_state_per_gpu_by_hand():
     * 8-bit Adam (textbook profile): 6.03125 B × 6,979,321,856 + 12 B × 1,050,939,392 =
       54,705,307,648; / 8 = 6,838,163,456 B;
     * Adam: 12 B × 8,030,261,248 / 8 = 12,045,391,872 B.
+
+    Muon's own traffic row (dp; tp 1 gathers nothing): the layer-wise optimizer all-reduces the
+    matrices' FP32 gradients, 7/8 · 4 · 6,979,321,856 = 24,427,626,496 B beyond the
+    reduce-scatter; its optimizer step holds Newton–Schulz's most for fc1 (28,672 × 4,096,
+    not gathered): 6 · 4,096 · 28,672 = 704,643,072 B.
     """
     runs = run_many(
         {
@@ -47,6 +52,10 @@ def test_optimizer_state_per_gpu_by_hand():
     got = {k: json.loads(r.stdout) for k, r in runs.items()}
     assert got["muon"]["memory"]["optimizer_bytes"] == 8_555_730_944
     assert got["muon"]["layout"]["optimizer"] == "muon"
+    muon_rows = [r for r in got["muon"]["traffic"] if r["optimizer_step"]]
+    assert [(r["axis"], r["bytes_per_step"]) for r in muon_rows] == [("dp", 24_427_626_496)]
+    assert got["muon"]["memory"]["optimizer_step_bytes"] == 704_643_072
+    assert not any(r["optimizer_step"] for r in got["adam"]["traffic"])
     assert got["8bit"]["memory"]["optimizer_bytes"] == 6_838_163_456
     assert got["adam"]["memory"]["optimizer_bytes"] == 12_045_391_872
     assert got["adam"]["layout"]["optimizer"] == "adam"
@@ -65,8 +74,8 @@ def test_optimizers_refused_in_one_line():
                 "8",
                 "--optimizer",
                 "lion",
-                "--optimizer-dtype",
-                "bf16",
+                "--set",
+                "optimizer_dtype=bf16",
             ],  # fmt: skip
             "size": ["evaluate", "--params", "7B", "--dp", "8", "--optimizer", "muon"],
         }
@@ -108,10 +117,10 @@ def test_document_length_refusals():
                 *LLAMA8,
                 "--document-length",
                 "8000",
-                "--document-length-spread",
-                "500",
+                "--set",
+                "document_length_spread=500",
             ],
-            "spread": ["evaluate", *LLAMA8, "--document-length-spread", "100"],
+            "spread": ["evaluate", *LLAMA8, "--set", "document_length_spread=100"],
         }
     )
     assert refusal(runs["long"]).startswith("document_length: mean")

@@ -1,4 +1,4 @@
-"""The validation set of published end-to-end runs (interface/validation.py, scenarios/validation):
+"""The validation set of published end-to-end runs (interface/fidelity/validation.py, scenarios/validation):
 strict keys with the file, table and key named; every row with a source; published figures
 converted to a step time as the source defines them; the report's page current; and, in the slow
 sweep, every row evaluated through ``trainplan evaluate --json`` with the report's structure."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.interface.validation import (
+from trainplan.interface.fidelity.validation import (
     FIGURES,
     evaluate_all,
     runs_from_text,
@@ -20,7 +20,7 @@ from trainplan.interface.validation import (
     validation_models,
     validation_runs,
 )
-from trainplan.interface.validation_report import GROUPS, markdown_report, report_dict
+from trainplan.interface.fidelity.validation_report import GROUPS, markdown_report, report_dict
 from trainplan.model.errors import ScenarioError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fidelity-validation.md"

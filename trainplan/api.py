@@ -54,7 +54,7 @@ def evaluate(**params: Any) -> Estimate:
     >>> import trainplan
     >>> e = trainplan.evaluate(model="llama3-70b", gpu="H100-SXM", dp=2, tp=4, pp=8)
     >>> int(e.peak.total_bytes), round(e.step_s, 1), round(e.mfu, 3)  # bytes per GPU, s, MFU
-    (74647994368, 275.4, 0.407)
+    (74647994368, 277.1, 0.405)
     """
     return build_case(params).evaluate()
 
@@ -97,7 +97,7 @@ def search(
     >>> import trainplan
     >>> r = trainplan.search(model="llama3-8b", gpus=8, gpu="H100-SXM")
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
-    ('optimal', 2, 229)
+    ('optimal', 2, 230)
     """
     unknown = sorted(set(options) - SEARCH_PARAMETERS)
     if unknown:  # search_problem reads the names it knows: another would be dropped silently

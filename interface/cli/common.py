@@ -12,7 +12,7 @@ from typing import Any
 import click
 import cloup
 
-from trainplan.interface.flags import with_flags
+from trainplan.interface.flags import MOVED_FLAGS, moved_hint, with_flags
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
     list_items,
@@ -51,6 +51,20 @@ class GuardedCommand(cloup.Command):
     query as this command's arguments), and an on/off option given both ways (``--flash
     --no-flash``), instead of keeping the last silently. Options that take several values are
     declared ``multiple`` (:func:`list_option`) and keep them all."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """click's parsing, after refusing a flag moved to ``--set`` with its replacement
+        (:func:`interface.flags.moved_hint`), where click would say "No such option"."""
+        if any("--set" in getattr(p, "opts", ()) for p in self.params):
+            for i, arg in enumerate(args):
+                if arg == "--":
+                    break
+                flag, eq, value = arg.partition("=")
+                if flag in MOVED_FLAGS:
+                    if not eq and MOVED_FLAGS[flag][1] is None and i + 1 < len(args):
+                        value = args[i + 1]
+                    raise InputError(moved_hint(flag, value or None))
+        return super().parse_args(ctx, args)
 
     def make_parser(self, ctx: click.Context) -> Any:
         parser = super().make_parser(ctx)

@@ -14,13 +14,22 @@ from trainplan.model.errors import InputError
 
 
 def _sets(items: tuple[str, ...]) -> dict[str, Any]:
+    """The ``--set`` items: a scenario file's ``[cluster]`` key read and checked as the file's
+    (:func:`interface.scenario_keys.read_sets`), any other parameter of the example as text."""
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, read_sets
+
     out: dict[str, Any] = {}
+    scenario = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--set: {item!r} must be KEY=VALUE, e.g. microbatches=16")
-        out[key.strip().replace("-", "_")] = value.strip()
-    return out
+        name = key.strip().replace("-", "_")
+        if name.partition(".")[0] in EVALUATE_KEYS:
+            scenario.append(f"{name}={value}")
+        else:
+            out[name] = value.strip()
+    return {**out, **read_sets(scenario, EVALUATE_KEYS, "example")}
 
 
 @cli.command("example")
@@ -34,7 +43,8 @@ def _sets(items: tuple[str, ...]) -> dict[str, Any]:
                 "--set",
                 "sets",
                 multiple=True,
-                help="KEY=VALUE overriding any of the example's parameters.",
+                help="KEY=VALUE overriding any of the example's parameters; a scenario file's "
+                "[cluster] key is read as the file reads it (--set moe_node_limit=4).",
             ),
         ],
     )
@@ -60,7 +70,11 @@ def example_cmd(
                 click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
         return
     overrides = {k: v for k, v in params.items() if v is not None and v != ()}
-    overrides.update(_sets(sets))
+    from trainplan.interface.scenario_keys import merge
+
+    given = _sets(sets)
+    merge(overrides, given)
+    overrides.update(given)
     tab, _ = example_params(name)
     if tab == "planner":
         from trainplan.interface.cli.planner import run_evaluate

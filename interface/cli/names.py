@@ -33,7 +33,8 @@ class OptionNames:
 
 
 def option_names(command: str) -> list[OptionNames]:
-    """The names of every option of ``command`` that has a long name (``--json`` left out).
+    """The names of every option of ``command`` that has a long name (``--json`` left out), and
+    of the flags moved to ``--set`` (their query names, :func:`interface.cli.query.moved_params`).
 
     Raises
     ------
@@ -48,7 +49,9 @@ def option_names(command: str) -> list[OptionNames]:
             continue
         short = tuple(o[1:] for o in p.opts if len(o) == 2 and o[0] == "-")
         out.append(OptionNames(longs[0][2:], p.name, short))
-    return out
+    from trainplan.interface.cli.query import moved_params
+
+    return out + [OptionNames(query, key, ()) for query, key in moved_params(command).items()]
 
 
 def no_default_texts() -> frozenset[str]:

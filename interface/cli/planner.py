@@ -14,14 +14,14 @@ from trainplan.interface.cli.options import (
     MODEL,
     RECIPE,
     Decorator,
-    advanced,
     option_groups,
+    set_option,
 )
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 
-__all__ = ["evaluate_options", "run_evaluate", "CP_KIND_CHOICES"]
+__all__ = ["evaluate_options", "EVALUATE_GROUPS", "run_evaluate", "CP_KIND_CHOICES"]
 
 CP_KIND_CHOICES = [k.value for k in CpKind] + ["p2p", "all_gather", "a2a", "hybrid"]
 """``--cp-kind`` values: the flavours' names and Megatron-Core's ``--cp-comm-type`` spellings."""
@@ -62,7 +62,7 @@ LAYOUT: list[Decorator] = [
         "--recompute",
         type=click.Choice(["none", "sqrt", "selective", "full"]),
         help="Activation recomputation (default none). selective is the framework's own: "
-        "Megatron-Core's --recompute-modules (core_attn unless --recompute-modules says), "
+        "Megatron-Core's --recompute-modules (core_attn unless --set recompute_modules says), "
         "torchtitan's op-level policy under fsdp2.",
     ),
     click.option(
@@ -96,8 +96,11 @@ LAYOUT: list[Decorator] = [
         "(bitsandbytes), adafactor, lion, muon (AdamW on the non-matrix parameters), soap; "
         "each under the frameworks that offer it.",
     ),
+    click.option(
+        "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
+    ),
 ]
-"""The parallel layout: framework profile, degrees, ZeRO stage, recomputation."""
+"""The parallel layout: framework profile, degrees, ZeRO stage, recomputation, rank order."""
 
 BATCH: list[Decorator] = [
     click.option(
@@ -179,31 +182,29 @@ STAGE_SPLIT: list[Decorator] = [
         help="Megatron-Core's --account-for-loss-in-pipeline-split (the last stage).",
     ),
 ]
-"""Advanced: Megatron-Core's arguments for the pipeline split."""
+"""Megatron-Core's arguments for the pipeline split (evaluate's own: no scenario key)."""
 
-RANK_ORDER: Decorator = click.option(
-    "--rank-order", "rank_order", help="Axes inner to outer, e.g. tp-cp-ep-dp-pp (default)."
-)
-
-evaluate_options: Decorator = option_groups(
+EVALUATE_GROUPS: tuple[tuple[str, list[Decorator]], ...] = (
     ("Model", MODEL),
     ("Cluster", [*CLUSTER, CALIBRATION]),
     ("Parallel layout", LAYOUT),
     ("Sequence, batch and pipeline schedule", BATCH),
     ("Training recipe", RECIPE),
     ("Output", OUTPUT),
-    *advanced(placement=[RANK_ORDER]),
-    ("Advanced: Megatron-Core's pipeline split", STAGE_SPLIT),
+    ("Megatron-Core's pipeline split", STAGE_SPLIT),
 )
-"""Every option of ``trainplan evaluate`` (and of ``trainplan example``, which overrides an
-example's parameters with them), in its group."""
+"""The option groups of ``trainplan evaluate`` and ``trainplan example`` (which overrides an
+example's parameters with them, and its own ``--set`` with any parameter)."""
+
+evaluate_options: Decorator = option_groups(*EVALUATE_GROUPS)
+"""Every option of ``trainplan example`` shared with evaluate, in its group."""
 
 
 def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:
     """Evaluate flat parameters (:func:`interface.commands.evaluate_json`); print JSON or text;
     return the JSON object."""
     from trainplan.interface.commands import evaluate_json
-    from trainplan.interface.report import evaluate_text
+    from trainplan.interface.render.report import evaluate_text
 
     out = evaluate_json(params, per_stage)
     if as_json:
@@ -211,7 +212,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
-            from trainplan.interface.report import readable, table_text
+            from trainplan.interface.render.report import readable, table_text
 
             rows = [readable(row) for row in out["stages"]]
             click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
@@ -219,7 +220,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
 
 
 @cli.command("evaluate")
-@evaluate_options
+@option_groups(*EVALUATE_GROUPS, ("Scenario keys", [set_option("evaluate")]))
 def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
     """The planner: memory per GPU, ZeRO table, traffic per axis, bubble, step time, MFU.
 
@@ -233,7 +234,7 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 def gpus_cmd(as_json: bool) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
     from trainplan.interface.commands import gpus_json
-    from trainplan.interface.report import gpus_text
+    from trainplan.interface.render.report import gpus_text
 
     rows = gpus_json()
     if as_json:
@@ -259,7 +260,7 @@ def models_cmd(as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
-    from trainplan.interface.report import table_text
+    from trainplan.interface.render.report import table_text
 
     click.echo(
         table_text(

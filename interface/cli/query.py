@@ -23,9 +23,10 @@ import click
 
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.cli.common import _ListOf, _Output
+from trainplan.interface.flags import MOVED_FLAGS
 from trainplan.model.errors import InputError
 
-__all__ = ["QueryParam", "query_params", "parse_query"]
+__all__ = ["QueryParam", "query_params", "parse_query", "moved_params"]
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -65,9 +66,48 @@ def _writes_file(option: click.Option) -> bool:
     return isinstance(option.type, _Output | click.Path)
 
 
+def _takes_set(command: click.Command) -> bool:
+    return any(p.name == "set" for p in command.params)
+
+
+def moved_params(name: str) -> dict[str, str]:
+    """The moved flags' query names of command ``name`` {query name: scenario key} (the web API
+    keeps them as parameters; each is given to the command as ``--set``): the primary spelling
+    of each, none for a command without ``--set``."""
+    if not _takes_set(_command(name)):
+        return {}
+    return {
+        flag[2:]: key
+        for flag, (key, switch) in MOVED_FLAGS.items()
+        if switch is not False  # --no-master-weights is master-weights=false
+    }
+
+
+def _moved_query_params(name: str) -> list[QueryParam]:
+    from trainplan.interface.scenario import VALUE_KINDS
+    from trainplan.interface.scenario_keys import KEY_HELP
+
+    out = []
+    for query, key in moved_params(name).items():
+        kind = VALUE_KINDS[key]
+        out.append(
+            QueryParam(
+                name=query,
+                help=f"{KEY_HELP[key]} (the scenario key {key}; --set on the command line)",
+                multiple=key == "overlap",
+                boolean=kind == "flag",
+                choices=tuple(str(c) for c in kind) if isinstance(kind, tuple) else (),
+                default=None,
+                required=False,
+            )
+        )
+    return out
+
+
 def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
     """The query parameters of command ``name``: every option but ``--json`` (the API always
-    answers JSON), the options that read or write files, and ``leave_out`` (query names)."""
+    answers JSON), the options that read or write files, and ``leave_out`` (query names); and
+    the flags moved to ``--set`` (:func:`moved_params`)."""
     out = []
     skip = {"json", *leave_out}
     for option in _options(_command(name)):
@@ -87,7 +127,7 @@ def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
                 required=option.required,
             )
         )
-    return out
+    return out + _moved_query_params(name)
 
 
 def _switch(option: click.Option, key: str, value: str) -> list[str]:
@@ -98,6 +138,21 @@ def _switch(option: click.Option, key: str, value: str) -> list[str]:
     if text in _TRUE:
         return [option.opts[0]]
     return [option.secondary_opts[0]] if option.secondary_opts else []
+
+
+def _setting(key: str, value: str) -> str:
+    """A moved flag's query value as ``--set``'s KEY=VALUE: an on/off one as true or false, an
+    overlap's AXIS=FRACTION as the table entry ``overlap.AXIS=FRACTION``."""
+    from trainplan.interface.scenario import VALUE_KINDS
+
+    if VALUE_KINDS[key] == "flag":
+        text = value.strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise InputError(f"{key}: {value!r} must be true or false")
+        return f"{key}={'true' if text in _TRUE else 'false'}"
+    if key == "overlap":
+        return f"overlap.{value}"
+    return f"{key}={value}"
 
 
 def parse_query(
@@ -118,11 +173,15 @@ def parse_query(
     """
     command = _command(name)
     by_key = {option.opts[0][2:]: option for option in _options(command)}
+    moved = moved_params(name)
     why = dict(leave_out or {})
     argv: list[str] = []
     for raw_key, value in items:
         key = raw_key.strip().replace("_", "-")
         found = by_key.get(key)
+        if found is None and key in moved:
+            argv += ["--set", _setting(moved[key], value)]
+            continue
         if found is None:
             known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                            and not _writes_file(o))  # fmt: skip

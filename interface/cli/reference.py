@@ -99,7 +99,61 @@ def cli_markdown() -> str:
                     help_text = "The command's argument" + required
                 lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
             lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, *scenario_keys_markdown()])
+
+
+def _kind_text(kind: Any) -> str:
+    """A scenario key's kind (:data:`interface.scenario.VALUE_KINDS`) in words."""
+    if isinstance(kind, list):
+        return f"{_kind_text(kind[0])}, or a list"
+    if isinstance(kind, tuple):
+        return " | ".join(str(x) for x in kind)
+    return {"flag": "true | false", "whole": "count (0 allowed)"}.get(kind, kind)
+
+
+def scenario_keys_markdown() -> list[str]:
+    """The ``--set`` keys (every scenario-file key): per key its table, its kind and its help —
+    its flag's help where a flag gives it too (search's, else evaluate's), else
+    :data:`interface.scenario_keys.KEY_HELP`."""
+    from trainplan.interface.scenario import VALUE_KINDS
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS, table_of
+
+    helps: dict[str, str] = {}
+    flags: dict[str, str] = {}
+    for name, command in _commands():  # evaluate's, then search's (the scenario's own) over it
+        if name in ("search", "evaluate"):
+            for p in command.params:
+                if isinstance(p, click.Option) and p.name and p.help and p.name != "set":
+                    helps[p.name], flags[p.name] = p.help, p.opts[0]
+    lines = [
+        "## Scenario keys (--set)",
+        "",
+        "Every key of a scenario file, each also given on the command line by `--set KEY=VALUE` "
+        "(repeatable): search and frontier take them all, evaluate the `[cluster]` table's. "
+        "`KEY=VALUE` is read as the file's line `KEY = VALUE` and checked as the file's key is, "
+        "so `--set memory_reserve_gib=4` and a file's `memory_reserve_gib = 4` are one setting; "
+        "a dotted key sets one entry of a table (`--set overlap.dp=0.5`). A key that a flag also "
+        "gives is refused when both are given. The rarely set knobs have no flag: `--set` or the "
+        "file gives them.",
+        "",
+        "| key | table | value | flag | what it does |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key in sorted(SEARCH_KEYS):
+        name = key if key in helps else _EVALUATE_NAMES.get(key, key)
+        text = KEY_HELP.get(key) or helps.get(name, "")
+        flag_text = f"`{flags[name]}`" if name in flags else ""
+        where = f"`[{table_of(key)}]`" if table_of(key) else "top"
+        where += "" if key in EVALUATE_KEYS else " (search, frontier)"
+        kind = _escape(_kind_text(VALUE_KINDS[key]))
+        lines.append(
+            f"| `{key}` | {where} | {kind} | {flag_text} | {_escape(' '.join(text.split()))} |"
+        )
+    return [*lines, ""]
+
+
+_EVALUATE_NAMES = {"zero": "zero_stage", "micro_batch": "micro_batch_size", "gpus": "num_gpus"}
+"""Scenario keys whose evaluate parameter has another name."""
 
 
 def _sections(command: click.Command) -> list[tuple[str | None, list[click.Parameter]]]:
@@ -209,6 +263,9 @@ KEY_DOCS: dict[str, str] = {
     "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
     "--recompute-modules names; core_attn by default).",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
+    "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
+    "layout.fp8_activation_storage": "How FP8 training stores activations: linear_inputs "
+    "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs).",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",
@@ -246,7 +303,7 @@ KEY_DOCS: dict[str, str] = {
     "memory.steady_bytes": "The steady-state sum (model state + activations), without the phase peak.",
     "memory.capacity_bytes": "Usable capacity: HBM less the runtime reserve (textbook: the vendor's figure).",
     "memory.capacity_unit": "How the capacity is stated (GiB of HBM less reserve, or vendor GB).",
-    "memory.runtime_reserve_bytes": "Driver, CUDA context, cuBLAS workspaces, fragmentation (--memory-reserve).",
+    "memory.runtime_reserve_bytes": "Driver, CUDA context, cuBLAS workspaces, fragmentation (--set memory_reserve_gib).",
     "memory.fits": "Whether total_bytes fits the capacity (and the host its share).",
     "memory.fits_covers": "What the verdict covers: everything, or model state only (a declared size).",
     "memory.overflow_bytes": "By how much it does not fit (0 when it fits).",
@@ -256,7 +313,7 @@ KEY_DOCS: dict[str, str] = {
     "zero_table[].model_state_bytes": "Model state per GPU at that stage.",
     "zero_table[].reduction": "Model state of the first row ÷ this row's.",
     "zero_table[].dp_bytes_per_step": "Data-parallel bytes sent per GPU per step at that stage.",
-    "traffic": "One row per parallel axis (dp, tp, cp, ep, pp).",
+    "traffic": "One row per parallel axis (dp, tp, cp, ep, pp), then one per axis Muon's optimizer step gathers over.",
     "traffic[].axis": "The axis.",
     "traffic[].collective": "The collective the mechanism runs.",
     "traffic[].group_size": "Ranks in the axis's group.",
@@ -267,6 +324,7 @@ KEY_DOCS: dict[str, str] = {
     "traffic[].seconds": "Time if nothing overlapped it.",
     "traffic[].overlap": "How the axis overlaps compute (a fraction under the single model, the mechanism otherwise).",
     "traffic[].exposed_seconds": "Time left on the critical path.",
+    "traffic[].optimizer_step": "Sent in the optimizer step (Muon's gathers): time in time.optimizer_s, not exposed_comm_s.",
     "pipeline": "The bubble both ways and the micro-batches held.",
     "pipeline.bubble_fraction": "(p − 1)/(v·m + p − 1): the idle share of the step.",
     "pipeline.bubble_ratio": "(p − 1)/(v·m): bubble time over compute.",
@@ -297,6 +355,8 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.attention_kernel": "Attention kernel whose published curves time the core (null: attention_efficiency).",
     "time.roofline.part": "The accelerator the per-operation tables are read for.",
     "time.roofline.nvls_allreduce_speedup": "NVLink SHARP all-reduce bus bandwidth over the ring's (1: none).",
+    "time.roofline.busbw_curve": "Published all-reduce bus bandwidth by size, NVLink domain: [bytes, GB/s] (empty: none).",
+    "time.roofline.busbw_curve_link_gbps": "NVLink GB/s per GPU of the curve's system (scaled to the link in use).",
     "time.roofline.clock_fraction": "Share of the rated peak the tensor cores sustain under the power limit.",
     "time.roofline.optimizer_hbm_efficiency": "HBM share the optimizer step streams at (STREAM triad; null: hbm_efficiency).",
     "time.roofline.scaleup_efficiency": "Share of NVLink bandwidth collectives reach.",
@@ -305,7 +365,7 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.scaleup_hop_latency_s": "Latency per ring step on NVLink.",
     "time.roofline.scaleout_hop_latency_s": "Latency per ring step over the network.",
     "time.roofline.kernel_overhead_s": "Launch overhead per kernel.",
-    "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async or full.",
+    "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async, full (userbuffers) or async-tp (torchtitan).",
     "time.grad_reduce_overlap": "Once-per-step DP traffic overlapped with compute.",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",

@@ -1,7 +1,7 @@
 """``trainplan rlhf`` (the RLHF tab: the original planner's accounting, and with ``--model`` the faithful one)
 and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
-Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf_faithful`,
+Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf.faithful`,
 so any bad value is one ``Error: …`` line and exit code 2.
 """
 
@@ -145,9 +145,9 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
     if as_json:
         echo_json(r)
         return
-    _seed_text(r)
+    _original_text(r)
     if "faithful" in r:
-        from trainplan.interface.rlhf_text import plan_lines
+        from trainplan.interface.rlhf.text import plan_lines
 
         f = r["faithful"]
         click.echo(
@@ -166,8 +166,8 @@ def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> 
             click.echo(line)
 
 
-def _seed_text(r: dict[str, Any]) -> None:
-    head = "" if r["accounting"] == "seed" else "The original planner's accounting (textbook): "
+def _original_text(r: dict[str, Any]) -> None:
+    head = "" if r["accounting"] == "original" else "The original planner's accounting (textbook): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
     click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:
@@ -221,12 +221,12 @@ def rlhf_plan_cmd(
     """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
     its dp/tp/pp (training) or tp/dp (rollout), offload and the engine's memory fraction —
     CP-SAT over the cost model's tables, proven optimal within the model."""
-    from trainplan.interface.rlhf_faithful import rlhf_inputs
-    from trainplan.interface.rlhf_report import result_dict
-    from trainplan.interface.rlhf_text import result_lines
+    from trainplan.interface.rlhf.faithful import rlhf_inputs
+    from trainplan.interface.rlhf.report import result_dict
+    from trainplan.interface.rlhf.text import result_lines
     from trainplan.model.errors import InfeasibleError
-    from trainplan.optimizer.rlhf_search import search_placement
-    from trainplan.optimizer.rlhf_tables import RLHFProblem
+    from trainplan.optimizer.rlhf.search import search_placement
+    from trainplan.optimizer.rlhf.tables import RLHFProblem
 
     kw["old_log_prob"] = old_log_prob_flag(old_log_prob)
     inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)

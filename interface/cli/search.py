@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -24,13 +25,13 @@ from trainplan.interface.cli.options import (
     MODEL,
     RECIPE,
     Decorator,
-    advanced,
     option_groups,
+    set_option,
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
 from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
-from trainplan.interface.report import dollars
+from trainplan.interface.render.report import dollars
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
@@ -176,7 +177,7 @@ SOLVER: list[Decorator] = [
         "time_limit",
         type=POSITIVE,
         help="Seconds for the whole search, table building included; the best found, "
-        "status feasible (not proven) when it runs out.",
+        "status feasible (not proven) when it runs out. frontier --per-stage: 120 unless given.",
     ),
     click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
@@ -184,11 +185,11 @@ SOLVER: list[Decorator] = [
 """The solver's time and workers, and the output."""
 
 
-def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
-    """Every option of search or frontier in its group: ``command`` is the command's own group
-    (title, options), shown after the constraints."""
+def search_options(name: str, command: tuple[str, Sequence[Decorator]]) -> Decorator:
+    """Every option of search or frontier (``name``) in its group: ``command`` is the command's
+    own group (title, options), shown after the constraints."""
     return option_groups(
-        ("Scenario", [SCENARIO]),
+        ("Scenario", [SCENARIO, set_option(name)]),
         ("Model", MODEL),
         ("Cluster", [*CLUSTER, CALIBRATION]),
         ("Sequence and batch", BATCH),
@@ -198,7 +199,6 @@ def search_options(command: tuple[str, Sequence[Decorator]]) -> Decorator:
         ("Training recipe", RECIPE),
         command,
         ("Solver and output", SOLVER),
-        *advanced(),
     )
 
 
@@ -223,6 +223,28 @@ def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
         click.echo(f"\r  cost tables: {done:,} of {total:,} shapes", err=True, nl=False)
 
     return report
+
+
+@contextmanager
+def _frontier_progress(as_json: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A tqdm bar on stderr while ``frontier --per-stage`` runs its searches (searches run, the
+    frontier's points so far, elapsed time) — on a terminal only, never with --json (as
+    ``rlhf-plan`` and ``sweep`` show theirs)."""
+    if as_json or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(desc="per-stage searches", unit=" search", leave=False, file=sys.stderr)
+
+    def report(searches: int, points: int) -> None:
+        bar.update(searches - bar.n)
+        bar.set_postfix_str(f"{points} points")
+
+    try:
+        yield report
+    finally:
+        bar.close()
 
 
 def _infeasible(err: InfeasibleError, as_json: bool) -> None:
@@ -280,7 +302,7 @@ SEARCH_OPTIONS: list[Decorator] = [
 
 
 @cli.command("search")
-@search_options(("Search", SEARCH_OPTIONS))
+@search_options("search", ("Search", SEARCH_OPTIONS))
 def search_cmd(
     as_json: bool,
     top: int,
@@ -294,7 +316,7 @@ def search_cmd(
 
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
-    from trainplan.interface.report import evaluate_text
+    from trainplan.interface.render.report import evaluate_text
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
@@ -356,7 +378,9 @@ def _exit_if(interrupted: bool) -> None:
 
 
 def _scenario_per_stage(kw: dict[str, Any]) -> bool:
-    """``per_stage = true`` in the scenario file, if one is given."""
+    """``per_stage = true`` in the scenario file, if one is given, or by ``--set``."""
+    if (kw.get("set") or {}).get("per_stage") is not None:
+        return bool(kw["set"]["per_stage"])
     if not kw.get("scenario"):
         return False
     from trainplan.interface.scenario import load_scenario
@@ -366,7 +390,7 @@ def _scenario_per_stage(kw: dict[str, Any]) -> bool:
 
 def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
-    from trainplan.interface.report import evaluate_text, per_stage_text
+    from trainplan.interface.render.report import evaluate_text, per_stage_text
 
     try:
         run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
@@ -424,7 +448,7 @@ FRONTIER_OPTIONS: list[Decorator] = [
 
 
 @cli.command("frontier")
-@search_options(("Frontier", FRONTIER_OPTIONS))
+@search_options("frontier", ("Frontier", FRONTIER_OPTIONS))
 def frontier_cmd(
     as_json: bool,
     against: str,
@@ -439,14 +463,17 @@ def frontier_cmd(
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
     from trainplan.interface.commands import per_stage_frontier_json
-    from trainplan.interface.report import frontier_text, write_csv
+    from trainplan.interface.render.report import frontier_text, write_csv
 
     per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
     shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
     tables = stop_between_tables(_table_progress(as_json))
     try:
         if per_stage:
-            run, stopped = interruptible(lambda: per_stage_frontier_json(kw, against, shapes))
+            with _frontier_progress(as_json) as progress:
+                run, stopped = interruptible(
+                    lambda: per_stage_frontier_json(kw, against, shapes, progress)
+                )
         else:
             run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
     except InfeasibleError as err:
@@ -458,7 +485,7 @@ def frontier_cmd(
     if csv_path is not None:
         write_csv(rows, csv_path)
     if png_path is not None:
-        from trainplan.interface.plots import frontier_chart
+        from trainplan.interface.render.plots import frontier_chart
 
         frontier_chart(rows, against, png_path)
     if as_json:
@@ -472,10 +499,13 @@ def frontier_cmd(
             "optimal": "optimal over the shapes searched",
             "feasible": "best found within the time limit, not proven",
         }[out["status"]]
+        limit = f"time limit {out['time_limit_s']:g} s" + (
+            ", the default; --time-limit sets it" if out["time_limit_default"] else ""
+        )
         click.echo(
             f"Pareto frontier, uniform or per stage: {run.objective} against {against}, "
             f"{len(rows)} points ({proof}; {out['searches']} per-stage searches, "
-            f"{out['seconds']:.2f} s)"
+            f"{out['seconds']:.2f} s; {limit})"
         )
     else:
         click.echo(

@@ -240,7 +240,7 @@ def sweep_plot_cmd(
 
     Example: trainplan sweep-plot study.parquet --png scaling.png --metric cost
     """
-    from trainplan.interface import plots
+    from trainplan.interface.render import plots
     from trainplan.interface.sweep import charts, load_results
 
     if kind == "scaling":

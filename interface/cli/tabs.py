@@ -18,10 +18,10 @@ from typing import Any
 import click
 
 from trainplan.interface import tabs
-from trainplan.interface.chart_layout import chunk_letter, pass_label
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
-from trainplan.interface.timeline_text import render_split_timeline, split_summary
+from trainplan.interface.render.chart_layout import chunk_letter, pass_label
+from trainplan.interface.render.timeline_text import render_split_timeline, split_summary
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.frameworks import Framework
 from trainplan.model.schedule import TIMELINE_SCHEDULES
@@ -51,7 +51,7 @@ def render_timeline(report: dict[str, Any], width: int = 120) -> list[str]:
     is wider than ``width`` it wraps into bands (each headed by its start time), up to
     :data:`MAX_BANDS`; beyond that the time axis is scaled and each column shows the pass at its
     middle (``F``, ``B``, ``#`` both). The last lines are the legend. Split-backward schedules:
-    :func:`interface.timeline_text.render_split_timeline`.
+    :func:`interface.render.timeline_text.render_split_timeline`.
     """
     if "pass_times" in report:
         return render_split_timeline(report, width)
@@ -190,7 +190,7 @@ def pipeline_cmd(width, png, svg, as_json, **kw) -> None:
     r = tabs.pipeline_report(**kw)
     for path in (png, svg):
         if path is not None:
-            from trainplan.interface import plots
+            from trainplan.interface.render import plots
 
             plots.pipeline_chart(r, path)
     if as_json:
@@ -309,7 +309,7 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
     """Walk through activation checkpointing of an n-layer chain, step by step."""
     r = tabs.ckpt_report(layers, every, labels, step)
     if gif is not None or chart is not None:
-        from trainplan.interface import plots
+        from trainplan.interface.render import plots
 
         if gif is not None:
             plots.ckpt_gif(r, gif, delay)

@@ -1,5 +1,5 @@
 """What a sweep's standard figures show, from its results table (pandas, no matplotlib;
-:mod:`interface.plots` draws them):
+:mod:`interface.render.plots` draws them):
 
 * **scaling**: a metric (time to train, cost, step time, MFU) against the GPU count, one line per
   part, one panel per model;

@@ -79,7 +79,7 @@ def batches(grid: Grid, todo: list[int], workers: int) -> list[list[int]]:
 PRELOAD = [
     __name__,
     "trainplan.interface.commands",
-    "trainplan.interface.report",
+    "trainplan.interface.render.report",
     "trainplan.model.report_dict",
     "trainplan.optimizer.search",
     "ortools.sat.python.cp_model",

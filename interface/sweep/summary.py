@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.interface.chart_layout import layout_key
-from trainplan.interface.report import duration, table_text
+from trainplan.interface.render.chart_layout import layout_key
+from trainplan.interface.render.report import duration, table_text
 from trainplan.interface.sweep.results import records
 
 __all__ = ["summary_json", "summary_text", "rank_column", "ANSWERED"]

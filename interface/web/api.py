@@ -5,7 +5,9 @@ shared function the command calls (:mod:`interface.commands`, :mod:`interface.ta
 its object. Bad input raises a :class:`~model.errors.PlannerError`, which the app answers with HTTP
 422 and ``{"error": …}``, the line ``trainplan`` prints after ``Error:``. A search or frontier with
 no layout that fits answers 200 with the CLI's ``status: "infeasible"`` object (the CLI exits 1:
-the input was good, the answer is no).
+the input was good, the answer is no). ``/api/search`` and ``/api/frontier`` are served by
+:mod:`interface.web.stream`, which runs them in a process of their own that stops when the client
+goes away.
 """
 
 from __future__ import annotations
@@ -124,13 +126,19 @@ def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> A
     return result
 
 
+def _per_stage(kw: dict[str, Any]) -> bool | None:
+    """``per-stage`` of the query, or ``set=per_stage=true`` (a scenario key)."""
+    flag = kw.pop("per_stage", None)
+    return flag if flag is not None else (kw.get("set") or {}).get("per_stage")
+
+
 def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan search`` for the query; ``progress``:
     :func:`interface.commands.search_json`'s ``on_tables`` and ``on_solution``."""
     kw, _ = parse("search", query)
     key = _key("search", kw)
     top, maximize = kw.pop("top"), kw.pop("maximize")
-    per_stage = kw.pop("per_stage", None)
+    per_stage = _per_stage(kw)
     shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
     if per_stage:  # the CLI's search --per-stage --json object
         if top != 1 or maximize:
@@ -144,7 +152,7 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("frontier", query)
     key = _key("frontier", kw)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
-    per_stage = kw.pop("per_stage", None)
+    per_stage = _per_stage(kw)
     shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
     if per_stage:  # the CLI's frontier --per-stage --json object
         return cached_run(key, lambda: commands.per_stage_frontier_json(kw, against, shapes))
@@ -163,19 +171,6 @@ def evaluate(request: Request) -> Response:
     """The planner, `trainplan evaluate --json`: memory per GPU, ZeRO table, traffic per axis,
     bubble, step time, MFU/HFU, assumptions, defaults used."""
     return json_response(evaluate_object(pairs(request)))
-
-
-@router.get("/search", responses=BAD_INPUT, openapi_extra=_doc("search"))
-def search(request: Request) -> Response:
-    """The best layout, `trainplan search --json`: the answer's evaluate object with `status`
-    (optimal, feasible, infeasible), the objective and the solve times."""
-    return json_response(run_object(search_run(pairs(request))))
-
-
-@router.get("/frontier", responses=BAD_INPUT, openapi_extra=_doc("frontier"))
-def frontier(request: Request) -> Response:
-    """The Pareto frontier, `trainplan frontier --json`: `points`, one CSV row each."""
-    return json_response(run_object(frontier_run(pairs(request))))
 
 
 def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The pages' figures and the frontier's CSV: the API's objects drawn by :mod:`interface.plots`
-(SVG, text kept as text) and written by :func:`interface.report.csv_text` — the same charts and
+"""The pages' figures and the frontier's CSV: the API's objects drawn by :mod:`interface.render.plots`
+(SVG, text kept as text) and written by :func:`interface.render.report.csv_text` — the same charts and
 CSV the CLI writes with ``--png``/``--svg``/``--chart``/``--csv``, never a second computation.
 """
 
@@ -10,8 +10,8 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 
-from trainplan.interface import plots
-from trainplan.interface.report import csv_text
+from trainplan.interface.render import plots
+from trainplan.interface.render.report import csv_text
 from trainplan.interface.web.api import (
     BAD_INPUT,
     CONFIG,

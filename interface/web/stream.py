@@ -1,13 +1,14 @@
-"""Search and frontier with their progress, for the page's progress indicator: newline-delimited
-JSON events as the search goes — ``tables`` (shapes tabulated of all), ``solution`` (CP-SAT's
-solutions so far and the best objective as text) — then ``result``, the object of
-``/api/search`` or ``/api/frontier`` for the same query.
+"""Search and frontier, whole (``/api/search``, ``/api/frontier``) or with their progress for the
+page's progress indicator (``…/stream``): newline-delimited JSON events as the search goes —
+``tables`` (shapes tabulated of all), ``solution`` (CP-SAT's solutions so far and the best
+objective as text) — then ``result``, the object of ``/api/search`` or ``/api/frontier`` for the
+same query.
 
-Each search runs in a process of its own (:mod:`interface.web.jobs`): when the client goes away
-before the result (the page's Cancel button aborts the request), the process is terminated and
-the work stops. Bad input found before the first event (every input the CLI refuses) is HTTP 422
-with the CLI's line, as on every endpoint; the result is kept in the API's cache, so the figure
-and the CSV that follow reuse it.
+Each search runs in a process of its own (:mod:`interface.web.jobs`), streamed or not: when the
+client goes away before the result (the page's Cancel button aborts the request, a script's client
+times out or is stopped), the process is terminated and the work stops. Bad input found before
+the first event (every input the CLI refuses) is HTTP 422 with the CLI's line, as on every
+endpoint; the result is kept in the API's cache, so the figure and the CSV that follow reuse it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,57 @@ def _result(query: list[tuple[str, str]], result: Any) -> dict[str, Any]:
     return {"event": "result", "result": obj, "planner": planner_links(query, obj)}
 
 
+class _Watched:
+    """A search or frontier of the query running as a job (:mod:`interface.web.jobs`), its events
+    read while the client stays: :meth:`next` answers None once the client has gone (the caller
+    then cancels the job, which terminates its process)."""
+
+    def __init__(self, kind: str, request: Request, key: tuple[Any, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        self.request, self.key = request, key
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        def put(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+        self.job, _ = jobs.run_job(kind, pairs(request), put)
+
+    async def next(self) -> dict[str, Any] | None:
+        """The job's next event (``done`` with its result kept in the API's cache); None when
+        the client has gone."""
+        while True:
+            try:
+                event = await asyncio.wait_for(self.queue.get(), WAIT_S)
+            except TimeoutError:
+                if await self.request.is_disconnected():
+                    return None
+                continue
+            if event["event"] == "done":
+                remember(self.key, event["result"])
+            return event
+
+
+async def _whole(kind: str, request: Request) -> Response:
+    """``/api/search`` or ``/api/frontier``: the object once the job ends; HTTP 499 and the
+    job's process terminated when the client goes away first."""
+    key = run_key(kind, pairs(request))  # bad options: 422 before anything runs
+    hit = cached(key)
+    if hit is not None:
+        return json_response(run_object(hit))
+    watched = _Watched(kind, request, key)
+    try:
+        event = await watched.next()
+        while event is not None and event["event"] not in ("done", "error"):
+            event = await watched.next()
+    finally:  # the client went away, the server stops, or the job ended
+        watched.job.cancel()
+    if event is None:
+        return Response(status_code=499)  # the client closed the request
+    if event["event"] == "error":
+        return json_response({"error": event["error"]}, 422)
+    return json_response(run_object(event["result"]))
+
+
 async def _stream(kind: str, request: Request) -> Response:
     query = pairs(request)
     key = run_key(kind, query)  # bad options: 422 before anything runs
@@ -63,35 +115,22 @@ async def _stream(kind: str, request: Request) -> Response:
         return StreamingResponse(
             iter([to_json(_result(query, hit), None) + "\n"]), media_type="application/x-ndjson"
         )
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    def put(event: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, event)
-
-    job, _ = jobs.run_job(kind, query, put)
+    watched = _Watched(kind, request, key)
 
     async def next_event() -> dict[str, Any] | None:
         """The job's next event as the stream sends it; None when the client has gone."""
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), WAIT_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return None
-                continue
-            if event["event"] == "done":
-                remember(key, event["result"])
-                return _result(query, event["result"])
-            return event
+        event = await watched.next()
+        if event is not None and event["event"] == "done":
+            return _result(query, event["result"])
+        return event
 
     try:
         first = await next_event()
     except BaseException:
-        job.cancel()
+        watched.job.cancel()
         raise
     if first is None:
-        job.cancel()
+        watched.job.cancel()
         return Response(status_code=499)  # the client closed the request
     if first["event"] == "error":
         return json_response({"error": first["error"]}, 422)
@@ -105,9 +144,32 @@ async def _stream(kind: str, request: Request) -> Response:
                     return
                 event = await next_event()
         finally:  # the client went away (Starlette cancels the stream), or the job ended
-            job.cancel()
+            watched.job.cancel()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.get(
+    "/search",
+    responses=BAD_INPUT,
+    openapi_extra={"parameters": openapi_parameters("search")},
+)
+async def search(request: Request) -> Response:
+    """The best layout, `trainplan search --json`: the answer's evaluate object with `status`
+    (optimal, feasible, infeasible), the objective and the solve times. Closing the connection
+    before the answer stops the search."""
+    return await _whole("search", request)
+
+
+@router.get(
+    "/frontier",
+    responses=BAD_INPUT,
+    openapi_extra={"parameters": openapi_parameters("frontier")},
+)
+async def frontier(request: Request) -> Response:
+    """The Pareto frontier, `trainplan frontier --json`: `points`, one CSV row each. Closing the
+    connection before the answer stops the work."""
+    return await _whole("frontier", request)
 
 
 @router.get(

@@ -34,8 +34,8 @@ from typing import Any
 from fastapi import APIRouter, Body, Response
 from fastapi.responses import StreamingResponse
 
-from trainplan.interface import plots
 from trainplan.interface.commands import to_json
+from trainplan.interface.render import plots
 from trainplan.interface.web.api import BAD_INPUT, json_response
 from trainplan.model.errors import InputError, PlannerError
 

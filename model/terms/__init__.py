@@ -91,7 +91,7 @@ TERMS: tuple[Term, ...] = (
         "comm_memory",
         comm_memory_term,
         frozenset(
-            {"tp", "dp", "cp", "cp_kind", "cp_a2a", "ep", "etp", "pp", "virtual_stages"}
+            {"tp", "dp", "cp", "cp_kind", "cp_a2a", "ep", "etp", "pp", "schedule", "virtual_stages"}
             | {"framework", "rank_order"}
         ),
         ("pp", "framework"),

@@ -29,6 +29,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.pipeline import (
     SPLIT_BACKWARD,
     Schedule,
@@ -52,7 +53,7 @@ from trainplan.model.stage_bytes import (
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
-from trainplan.model.xp import exact, maximum, minimum, where
+from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "StageActivations",
@@ -169,11 +170,14 @@ def activation_context(
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),
         expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
-        combine_output_bytes=framework.moe_combine_bytes(),
+        combine_output_bytes=combine_output_bytes(
+            framework.value, training.moe_run, framework.moe_combine_bytes()
+        ),
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,
         fp8_gemms=training.precision is Precision.FP8,
+        fp8_activation_storage=training.fp8_activation_storage,
     )
 
 
@@ -237,6 +241,30 @@ def _forms(
 
 def _kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(s[0] for s in _forms(arch, *key))
+
+
+def _mirror_kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    """Per rank r, :func:`_kept_form` of stage ``pp − 1 − r`` (DualPipe's second stage)."""
+    return _kept_form(arch, *key)[::-1]
+
+
+def _dualpipe_kept(
+    c: Context, f: Fields, q: Any, per_mb: Any, emb: Any, head: Any
+) -> tuple[Any, Any]:
+    """(layer bytes, embedding/output-layer bytes) a DualPipe rank holds at its peak. The rank
+    ``h = min(r, pp − 1 − r)`` from its end runs stage ``h`` for one direction and stage
+    ``pp − 1 − h`` for the other (:func:`model.pipeline_zb.stage_placement`); ``DualPipe.step``
+    (deepseek-ai/DualPipe ``dualpipe/dualpipe.py``) runs ``2·(pp/2 − h − 1)`` forwards of the
+    first (step 1), ``h + 1`` pairs (step 2), keeps the second's count through step 3's
+    ``B1 W1 F1`` and adds one more of the first in step 4's first block: ``pp − h`` micro-batches
+    of stage h and ``h + 1`` of stage ``pp − 1 − h``, the report's ``PP + 1``. The embedding's
+    activations go with stage 0's micro-batches, the output layer's are held once (its backward
+    follows its forward)."""
+    mirror_mb = apply_form(f.per_stage(_mirror_kept_form, (c.arch,), *FORM_FIELDS), q)
+    h = minimum(f.stage, f.pp - 1 - f.stage)
+    front = f.stage <= f.pp - 1 - f.stage
+    near, far = where(front, per_mb, mirror_mb), where(front, mirror_mb, per_mb)
+    return near * (f.pp - h) + far * (h + 1), (emb - head) * (f.pp - h) + head
 
 
 def _transient_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
@@ -392,6 +420,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         if split:  # the output layer's backward follows its forward at once: one held
             head = embedding_bytes(arch, False, last, tokens, f.tp, f.sp, beta, vocab, gathered)
             emb_total = (emb - head) * in_flight + head
+        if _any(f.schedule == Schedule.DUALPIPE):
+            on = f.schedule == Schedule.DUALPIPE
+            dual_kept, dual_emb = _dualpipe_kept(c, f, q, per_mb, emb, head)
+            kept, emb_total = where(on, dual_kept, kept), where(on, dual_emb, emb_total)
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         # the peak found chunk by chunk (model.pipeline.interleaved_peak); with per-stage counts
@@ -423,6 +455,11 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
+
+
+def _any(condition: Any) -> bool:
+    """Whether a condition holds for one layout, or for any row of many."""
+    return bool(namespace(condition).any(condition)) if is_array(condition) else bool(condition)
 
 
 def _loss_extra(framework: Any, tp: int) -> int:

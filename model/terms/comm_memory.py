@@ -44,6 +44,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activations import cp_mechanism_of
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import where
@@ -157,9 +158,13 @@ def communicator_bytes(ring: Any, peers: Any, channels_per_peer: Any) -> Any:
 
 def _pipeline_peers(f: Fields) -> Any:
     """The stages a pipeline stage sends to or receives from: the previous and the next (one at
-    the ends; the interleaved schedule's last stage also sends to the first)."""
+    the ends). Only the interleaved schedule wraps around: its last stage sends a chunk's output
+    to the first stage's next chunk (Megatron-Core's ``p2p_communication``, next rank
+    ``(rank + 1) % pp``); the V-shaped schedules (``zb-v``, ``dualpipev``) turn on the last rank
+    itself and DualPipe's two directions run between neighbours, so their end ranks have one."""
     ends = (f.stage == 0) | (f.stage == f.pp - 1)
-    peers = where(ends & (f.virtual_stages == 1), 1, 2)
+    wraps = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1)
+    peers = where(wraps, 2, where(ends, 1, 2))
     return where(f.pp == 1, 0, where(f.pp == 2, 1, peers))
 
 
@@ -189,7 +194,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
     0 under the ``textbook`` profile (the paper convention counts no runtime memory).
 
-    Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, virtual_stages, framework, rank_order.
+    Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, schedule, virtual_stages, framework,
+    rank_order.
     Control: pp, framework.
     """
     if not Framework(f.framework).physical:

@@ -50,6 +50,7 @@ __all__ = [
     "stage_take",
     "stage_tuple",
     "LINK_AXES",
+    "INSIDE_DOMAIN",
 ]
 
 LINK_AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -89,6 +90,22 @@ class AxisLinkLike(Protocol):
 
     link: str
     bandwidth_bytes_per_s: float | None
+
+
+@dataclass(slots=True)
+class _InsideDomain:
+    """An axis link inside one NVLink domain (:class:`model.terms.fields.AxisLinkLike`)."""
+
+    link: str = "nvlink"
+    bandwidth_bytes_per_s: float | None = None
+
+
+INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {
+    a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")
+}
+"""The links :func:`model.estimate.stage_memory` assumes where none are given: every group
+inside one NVLink domain, which gives point-to-point communicators the most channels per peer
+(:func:`model.terms.comm_memory.p2p_channels_per_peer`): the communicators' larger count."""
 
 
 @dataclass(frozen=True, slots=True)

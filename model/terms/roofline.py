@@ -27,14 +27,15 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.comm import dp_bytes, pp_message_bytes
+from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
 from trainplan.model.frameworks import gradient_bytes_for
-from trainplan.model.layer_time import PARTS, Clock, stage_parts
+from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
+from trainplan.model.op_time import Clock, check_tp_overlap
 from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -58,12 +59,18 @@ from trainplan.model.terms.activations import (
 from trainplan.model.terms.fields import (
     Context,
     Fields,
+    LayoutFields,
     stage_argmax,
     stage_max,
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.state import busiest_muon_work, busiest_params, busiest_scales
+from trainplan.model.terms.state import (
+    busiest_muon_work,
+    busiest_params,
+    busiest_scales,
+    muon_whole_matrices,
+)
 from trainplan.model.terms.traffic import (
     dp_mechanism,
     most_layers,
@@ -81,6 +88,9 @@ __all__ = [
     "pp_seconds_term",
     "dp_seconds_term",
     "optimizer_seconds_term",
+    "muon_gather_traffic",
+    "muon_gather_seconds",
+    "muon_axis_traffic",
 ]
 
 CACHE = 4096
@@ -159,6 +169,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
+    check_tp_overlap(o.tp_comm_overlap, f.framework)
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
             fp8_linear_speedups(t.precision, t.fp8_recipe, d))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
@@ -267,16 +278,18 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     dense, experts = busiest_params(c, f)
     shard, m = f.shard_degree, f.m
     total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
-    units = maximum(1, most_layers(c, f)[0])
+    overlapped = c.options.grad_reduce_overlap
+    calls = dp_collective_calls(
+        str(f.framework), as_float(dense + experts), most_layers(c, f)[0], f.dp, overlapped
+    )
     bandwidth, scaleup = axis_link(c, f, "dp")
     on = (shard > 1) & (bandwidth > 0)
     step_s, mb_s = dp_seconds(
-        mech, as_float(total - m * per_mb), as_float(per_mb), shard, units,
+        mech, as_float(total - m * per_mb), as_float(per_mb), shard, calls,
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    overlapped = c.options.grad_reduce_overlap
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / units)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / calls)
     return step_s + m * mb_s, exposed
 
 
@@ -306,30 +319,73 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
 
 
+def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(bytes over tp, bytes over the data-parallel shard group) one GPU of Muon's busiest stage
+    (the most Newton–Schulz FLOPs, :func:`model.terms.state.busiest_muon_work`) sends per step so
+    that Muon sees whole matrices: :func:`model.optimizers.muon_gather_bytes` of its dense
+    matrices (over tp and D) plus its routed experts' (over etp and D_e), both riding the tp and
+    the dp link. The one volume the traffic table's Muon rows show and :func:`muon_seconds`
+    times. (0, 0) under any other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
+        return 0, 0
+    _, _, el_d, el_e = busiest_muon_work(c, f)
+    zero, fw = int(f.zero_stage), str(f.framework)
+    whole = muon_whole_matrices(fw, c.training.muon_tp_mode)
+    over_tp, over_dp = muon_gather_bytes(fw, zero, f.shard_degree, f.tp, el_d, whole)
+    e_tp, e_dp = muon_gather_bytes(fw, zero, f.expert_shard_degree, f.expert_tp, el_e, whole)
+    return over_tp + e_tp, over_dp + e_dp
+
+
+def muon_gather_seconds(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(seconds over tp, over dp) of :func:`muon_gather_traffic`'s bytes on each axis's link at
+    its tier's efficiency (scale-up or scale-out), all exposed: the optimizer step waits for
+    them. 0 on an axis without a link figure."""
+    p = params_of(c)
+    out = []
+    for axis, moved in zip(("tp", "dp"), muon_gather_traffic(c, f), strict=True):
+        bandwidth, scaleup = axis_link(c, f, axis)
+        eff = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+        out.append(where(bandwidth > 0, as_float(moved) / maximum(bandwidth * eff, 1.0), 0.0))
+    return out[0], out[1]
+
+
+def muon_axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
+    """The traffic table's rows of Muon's optimizer-step gathers (:func:`muon_gather_traffic`),
+    one per axis that sends: tp (Emerging-Optimizers' ``newton_schulz_tp``, duplicated mode:
+    each matrix all-gathered over tp, etp for routed experts) and dp (Megatron-Core's
+    layer-wise distributed optimizer: the gradient all-reduce beyond the distributed optimizer's
+    reduce-scatter; torchtitan's ``DistMuon``: each matrix's shards to its owner and the update
+    back). Empty under any other optimizer."""
+    lay = f.layout
+    over_tp, over_dp = muon_gather_traffic(c, f)
+    rows = []
+    if over_tp:
+        group = lay.tp if lay.tp > 1 else lay.expert_tp
+        rows.append(AxisTraffic("tp", "Muon: all-gather of whole matrices", group, over_tp))
+    if over_dp:
+        name = "Muon: whole-matrix gather to the owner + scatter back"
+        if lay.framework.value == "megatron":
+            name = "Muon: gradient all-reduce beyond the reduce-scatter (layer-wise optimizer)"
+        rows.append(AxisTraffic("dp", name, lay.shard_degree, over_dp))
+    return rows
+
+
 def muon_seconds(c: Context, f: Fields) -> Any:
     """Muon's own step work on one GPU of its busiest stage, all exposed (it follows the
     gradient reduction): the Newton–Schulz FLOPs of the matrices this GPU orthogonalises — whole
     matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
     distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
-    (``--muon-tp-mode duplicated``) — at the GEMM efficiency's share of the peak, and the
-    gathers of :func:`model.optimizers.muon_gather_bytes` over the tp and dp links. 0 under any
-    other optimizer."""
+    where tp matrices are gathered (``--muon-tp-mode duplicated``; its block under Megatron's
+    default ``blockwise``, :func:`model.optimizers.muon_tp_gathers`) — at the GEMM efficiency's
+    share of the peak, and the gathers' time (:func:`muon_gather_seconds`). 0 under any other
+    optimizer."""
     if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
         return 0.0
     d, p = c.gpu, params_of(c)
-    ns_d, ns_e, el_d, el_e = busiest_muon_work(c, f)
+    ns_d, ns_e, _, _ = busiest_muon_work(c, f)
     mech = dp_mechanism(c, f)
     if mech.optimizer_sharded:
         ns_d, ns_e = ns_d / f.shard_degree, ns_e / f.expert_shard_degree
     compute = as_float(ns_d + ns_e) / (d.peak_flops_per_s * p.gemm_efficiency)
-    zero = int(f.zero_stage)
-    over_tp, over_dp = muon_gather_bytes(str(f.framework), zero, f.shard_degree, f.tp, el_d)
-    e_tp, e_dp = muon_gather_bytes(str(f.framework), zero, f.expert_shard_degree, f.expert_tp, el_e)
-    seconds = compute
-    for axis, moved in (("tp", over_tp + e_tp), ("dp", over_dp + e_dp)):
-        bandwidth, scaleup = axis_link(c, f, axis)
-        eff = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-        seconds = seconds + where(
-            bandwidth > 0, as_float(moved) / maximum(bandwidth * eff, 1.0), 0.0
-        )
-    return seconds
+    over_tp, over_dp = muon_gather_seconds(c, f)
+    return compute + over_tp + over_dp

@@ -17,13 +17,18 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
     layer_matrices,
+    muon_gathers_over_dp,
+    muon_tp_gathers,
+    newton_schulz_bytes,
     newton_schulz_flops,
     optimizer_scale,
 )
@@ -39,18 +44,20 @@ from trainplan.model.split import stage_layers
 from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
-from trainplan.model.xp import is_array, where
+from trainplan.model.xp import is_array, namespace, where
 
 __all__ = [
     "SPLIT_FIELDS",
     "stage_params_per_gpu",
     "stage_linear_per_gpu",
     "gather_units",
-    "busiest_stage_params",
+    "busiest_stage",
     "split_params",
     "model_state_term",
     "busiest_params",
-    "copies",
+    "muon_transient_term",
+    "muon_whole_matrices",
+    "shared_embedding_per_gpu",
 ]
 
 SPLIT_FIELDS = (
@@ -189,26 +196,11 @@ def gather_units(
     return tuple(out)
 
 
-@lru_cache(maxsize=CACHE)
-def busiest_stage_params(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-) -> tuple[Fraction, Fraction]:
-    """(dense, expert) parameters per GPU of the stage with the most parameters (the first of
-    equals): the stage whose gradients dp reduces last and whose optimizer steps longest."""
-    params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple
-    )
-    _, _, dense, experts = max(params, key=lambda p: (p[2] + p[3], -p[0]))
-    return dense, experts
+def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]) -> int:
+    """The stage with the most parameters per GPU among :func:`stage_params_per_gpu`'s
+    ``params`` (the first of equals): the stage whose gradients dp reduces last and whose
+    optimizer steps longest."""
+    return max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
 
 
 def _split(
@@ -286,12 +278,7 @@ def _stage_scales(
 def _busiest_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
 ) -> tuple[Fraction, Fraction]:
-    tp, pp, v, ep, uneven, etp, framework, sizes = key
-    params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, Framework(framework).physical, sizes,
-        vocab_multiple_for(framework, given),
-    )  # fmt: skip
-    busiest = max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
+    busiest = busiest_stage(_split(stage_params_per_gpu, model, given, *key))
     return _stage_scales(model, given, adam_bytes, optimizer, *key)[busiest]
 
 
@@ -312,13 +299,14 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
 @lru_cache(maxsize=CACHE)
 def stage_muon_work(
     model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, etp: int,
-    sizes: tuple[int, ...] | None,
+    sizes: tuple[int, ...] | None, whole: bool = True,
 ) -> tuple[tuple[int, int, Fraction, Fraction], ...]:  # fmt: skip
     """Per stage, Muon's (Newton–Schulz FLOPs of the dense matrices, of the routed experts'
     matrices on one GPU, dense matrix elements on one GPU, expert ones): every matrix
-    orthogonalised whole (:func:`model.optimizers.newton_schulz_flops` of its full shape;
-    experts ÷ ep), elements after tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for
-    a size-only model."""
+    orthogonalised whole where tp matrices are gathered (``whole``,
+    :func:`model.optimizers.muon_tp_gathers`), else its tp block
+    (:func:`model.optimizers.newton_schulz_flops` of that shape; experts ÷ ep), elements after
+    tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for a size-only model."""
     arch = model.arch
     if arch is None:
         return ((0, 0, Fraction(0), Fraction(0)),) * pp
@@ -328,8 +316,8 @@ def stage_muon_work(
         el_d = el_e = Fraction(0)
         for j in layers:
             for mat in layer_matrices(arch, j):
-                flops = newton_schulz_flops(mat.rows, mat.cols)
                 rows, cols = mat.local(etp if mat.expert else tp)
+                flops = newton_schulz_flops(*((mat.rows, mat.cols) if whole else (rows, cols)))
                 if mat.expert:
                     ns_e += flops * mat.count // ep
                     el_e += Fraction(mat.count * rows * cols, ep)
@@ -340,16 +328,81 @@ def stage_muon_work(
     return tuple(out)
 
 
-def _stage_muon(model: ModelSpec, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, _framework, sizes = key
-    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes)
+@lru_cache(maxsize=CACHE)
+def stage_muon_transient(
+    model: ModelSpec, tp: int, pp: int, v: int, etp: int, uneven: bool, framework: str,
+    sizes: tuple[int, ...] | None, whole: bool = True,
+) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    """Per stage, (the most bytes Muon's orthogonalisation of one of its matrices holds where
+    only tensor parallelism gathers, the most where every matrix is gathered — over the
+    data-parallel ranks too): :func:`model.optimizers.newton_schulz_bytes` of each matrix's
+    full shape, gathered over tp where tp (etp for routed experts) divides it
+    (:attr:`model.optimizers.Matrix.split`; Emerging-Optimizers' ``newton_schulz_tp`` falls
+    back to the local matrix without a ``partition_dim``) — or, where tp matrices are not
+    gathered (``whole`` False: Megatron-Core's ``blockwise``), of its tp block, not gathered.
+    Zeros for a size-only model."""
+    arch = model.arch
+    if arch is None:
+        return ((0, 0),) * pp
+    out = []
+    for layers in stage_layers(arch, pp, v, uneven, sizes):
+        tp_only = every = 0
+        for j in layers:
+            for mat in layer_matrices(arch, j):
+                degree = etp if mat.expert else tp
+                shape = (mat.rows, mat.cols) if whole else mat.local(degree)
+                split = whole and mat.split is not None and degree > 1
+                tp_only = max(tp_only, newton_schulz_bytes(*shape, framework, split))
+                every = max(every, newton_schulz_bytes(*shape, framework, True))
+        out.append((tp_only, every))
+    return tuple(out)
+
+
+def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
+    """:func:`model.optimizers.muon_tp_gathers`, with a mode another profile does not take
+    (refused by the layout's rules) read as that profile's whole matrices."""
+    try:
+        return muon_tp_gathers(str(framework), muon_tp_mode)
+    except LayoutError:
+        return True
+
+
+def _stage_transient(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, _ep, uneven, etp, framework, sizes = key
+    whole = muon_whole_matrices(framework, mode)
+    return stage_muon_transient(model, tp, pp, v, etp, uneven, str(framework), sizes, whole)
+
+
+def muon_transient_term(c: Context, f: Fields) -> Any:
+    """Bytes the optimizer step of stage ``f.stage`` holds while Muon orthogonalises its
+    largest matrix (:func:`stage_muon_transient`): the gathered whole matrix and the
+    Newton–Schulz iteration's tensors, gathered over dp where Muon gathers there
+    (:func:`model.optimizers.muon_gathers_over_dp`, a shard group of more than one rank).
+    Every rank may own the largest matrix (Megatron-Core's layer-wise optimizer and
+    ``DistMuon`` spread whole matrices over the ranks), so the rank at its peak holds it.
+    0 under any other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
+        return 0
+    args = (c.model, c.training.muon_tp_mode)
+    tp_only, every = f.per_stage(_stage_transient, args, *SPLIT_FIELDS)
+    if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
+        return tp_only
+    return where(f.shard_degree > 1, every, tp_only)
+
+
+def _stage_muon(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
+    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    whole = muon_whole_matrices(framework, mode)
+    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes, whole)
 
 
 def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
     """:func:`stage_muon_work` of the stage with the most Newton–Schulz FLOPs (the first of
     equals)."""
     ns_d, ns_e, el_d, el_e = stage_tuple(
-        f.stages(lambda g: g.per_stage(_stage_muon, (c.model,), *SPLIT_FIELDS))
+        f.stages(
+            lambda g: g.per_stage(_stage_muon, (c.model, c.training.muon_tp_mode), *SPLIT_FIELDS)
+        )
     )
     pick = stage_argmax(
         ns_d + ns_e if is_array(ns_d) else [a + b for a, b in zip(ns_d, ns_e, strict=True)]
@@ -370,31 +423,75 @@ def _stage_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, 
 
 
 def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
-    return _split(busiest_stage_params, model, given, *key)
+    params = _split(stage_params_per_gpu, model, given, *key)
+    _, _, dense, experts = params[busiest_stage(params)]
+    return dense, experts
+
+
+def shared_embedding_per_gpu(model: ModelSpec, tp: int, pp: int, vocab_multiple: int) -> Fraction:
+    """Elements on one GPU of the last stage's copy of the input embedding
+    (:func:`model.params.shares_embedding_with_last_stage`: MTP modules or tied embeddings, pp > 1;
+    vocabulary-parallel, ÷ tp), 0 where it keeps none."""
+    arch = model.arch
+    if arch is None or pp == 1 or not shares_embedding_with_last_stage(arch):
+        return Fraction(0)
+    return Fraction(padded_vocab(arch.vocab_size, vocab_multiple, tp) * arch.hidden_size, tp)
+
+
+def _dualpipe_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    """Per DualPipe rank r, (dense, expert) parameters on one GPU of its two stages: stage r and
+    the mirror stage ``pp − 1 − r`` (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each
+    rank builds ``full_modules[rank]`` and ``full_modules[pp_size - 1 - rank]``; DeepSeek-V3
+    report Table 2, "Parameter 2×" over the model). The end ranks hold the first and the last
+    stage: the last stage's copy of the embedding (for the MTP modules or a tied output layer) is
+    the first stage's embedding on the same rank, physically shared (DeepSeek-V3 report §3.2.3,
+    "Shared Embedding and Output Head for Multi-Token Prediction"), so counted once."""
+    own = _stage_dense_expert(model, given, *key)
+    tp, pp = key[0], key[1]
+    shared = shared_embedding_per_gpu(model, tp, pp, vocab_multiple_for(key[-2], given))
+    return tuple(
+        (d + md - (shared if r in (0, pp - 1) else 0), e + me)
+        for r, ((d, e), (md, me)) in enumerate(zip(own, own[::-1], strict=True))
+    )
+
+
+def _dualpipe_busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
+    ranks = _dualpipe_dense_expert(model, given, *key)
+    return max(ranks, key=lambda p: p[0] + p[1])
+
+
+def _dualpipe_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    own = _stage_linear(model, given, *key)
+    return tuple((a + b, max(la, lb)) for (a, la), (b, lb) in zip(own, own[::-1], strict=True))
+
+
+def _any_dualpipe(f: Fields) -> bool:
+    on = f.schedule == Schedule.DUALPIPE
+    return bool(namespace(on).any(on)) if is_array(on) else bool(on)
+
+
+def _on_dualpipe(f: Fields, fn: Any, dualpipe_fn: Any, c: Context, lookup: bool = False) -> Any:
+    """``fn``'s (dense, expert)-like pair at ``f.stage``, ``dualpipe_fn``'s under DualPipe."""
+    read = f.lookup if lookup else f.per_stage
+    a, b = read(fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    if not _any_dualpipe(f):
+        return a, b
+    da, db = read(dualpipe_fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    on = f.schedule == Schedule.DUALPIPE
+    return where(on, da, a), where(on, db, b)
 
 
 def split_params(c: Context, f: Fields) -> tuple[Any, Any]:
-    """(dense, expert) parameters on one GPU of the stage ``f.stage`` (after tp, pp, etp·ep;
-    before ZeRO): :func:`stage_params_per_gpu`, each :func:`copies` times."""
-    dense, experts = f.per_stage(_stage_dense_expert, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    return dense * copies(f), experts * copies(f)
+    """(dense, expert) parameters on one GPU of the rank ``f.stage`` (after tp, pp, etp·ep;
+    before ZeRO): :func:`stage_params_per_gpu`; under DualPipe its two stages
+    (:func:`_dualpipe_dense_expert`)."""
+    return _on_dualpipe(f, _stage_dense_expert, _dualpipe_dense_expert, c)
 
 
 def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
-    """(dense, expert) parameters on one GPU of the stage with the most
-    (:func:`busiest_stage_params`), each :func:`copies` times."""
-    dense, experts = f.lookup(_busiest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    return dense * copies(f), experts * copies(f)
-
-
-def copies(f: Fields) -> Any:
-    """Copies of a stage's parameters on its rank: 2 under DualPipe, whose every rank holds its
-    own stage and the mirror stage ``pp − 1 − rank`` with their gradients and optimizer state
-    (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each rank builds two
-    ``PipelineStage`` modules; DeepSeek-V3 report Table 2 "Parameter 2×"), else 1
-    (:func:`model.pipeline_zb.parameter_copies`). The mirror stage counted as the rank's own:
-    equal under a symmetric split, the embedding's and the output layer's rows alike."""
-    return where(f.schedule == Schedule.DUALPIPE, 2, 1)
+    """(dense, expert) parameters on one GPU of the rank with the most
+    (:func:`busiest_stage`; under DualPipe of its two stages)."""
+    return _on_dualpipe(f, _busiest, _dualpipe_busiest, c, lookup=True)
 
 
 def model_state_term(c: Context, f: Fields) -> ModelState:
@@ -406,8 +503,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO
     stage, micro_batch_size (with dp, whether a step accumulates over more than one micro-batch,
-    which sizes offload's accumulation buffers), the schedule (DualPipe's two copies,
-    :func:`copies`). Control: framework, zero_stage, pp, schedule.
+    which sizes offload's accumulation buffers), the schedule (DualPipe's two stages,
+    :func:`split_params`). Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -415,10 +512,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     cache_bytes = cache_bytes_per_element(t, Framework(f.framework))
     linear = layer_linear = 0
     if cache_bytes:
-        linear, layer_linear = f.per_stage(
-            _stage_linear, (c.model, c.vocab_multiple), *SPLIT_FIELDS
-        )
-        linear = linear * copies(f)
+        linear, layer_linear = _on_dualpipe(f, _stage_linear, _dualpipe_linear, c)
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1,
@@ -429,7 +523,17 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     dispatch = dispatch_buffer_term(c, f)
+    step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:
+    """:func:`model.moe_run.dispatch_buffer_bytes`; 0 for an ep DeepEP has no config for, which
+    the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
+    stay defined)."""
+    if ep not in DEEPEP_DISPATCH_CONFIGS:
+        return 0
+    return dispatch_buffer_bytes(run, hidden, ep)
 
 
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:
@@ -441,5 +545,5 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
         return 0
     _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    buffers = f.lookup(dispatch_buffer_bytes, (run, arch.hidden_size), "ep")
+    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
     return where(moe > 0, buffers, 0)

@@ -30,6 +30,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
+from trainplan.model.moe_run import Dispatcher, dispatch_time_share
 from trainplan.model.offload import host_rates, offload_seconds
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
@@ -51,6 +52,7 @@ from trainplan.model.terms.activations import (
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
     dp_seconds_term,
+    ep_dispatch_fields,
     optimizer_seconds_term,
     pp_seconds_term,
     slowest_microbatch,
@@ -75,7 +77,7 @@ from trainplan.model.timing import (
     microbatch_flop_terms,
     stage_peak_seconds,
 )
-from trainplan.model.xp import as_float, maximum, minimum, where
+from trainplan.model.xp import as_float, exact, is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "PipelineTime",
@@ -184,6 +186,21 @@ def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: in
     return microbatch_flop_terms(arch, s, int(b), mode, causal)
 
 
+@lru_cache(maxsize=CACHE)
+def mirror_layer_counts(
+    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
+) -> tuple[tuple[int, int], ...]:
+    """Per rank r, :func:`model.terms.activations.stage_layer_counts` of stage ``pp − 1 − r``:
+    the second stage a DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
+    return stage_layer_counts(arch, pp, v, uneven, sizes)[::-1]
+
+
+def _mirror_core(
+    arch: Architecture, s: int, causal: bool, docs: Documents | None, *key: Any
+) -> tuple[int, ...]:
+    return _core(arch, s, causal, docs, *key)[::-1]
+
+
 def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> Any:
     """Seconds of one micro-batch's forward and backward (and recomputation) on the slowest
     pipeline stage, on one GPU, under the single model: its peak-seconds
@@ -196,14 +213,25 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
     separate = o.attention_efficiency if t.flash_attention else None
     speedup = linear_speedup(t.precision, d)
 
-    def stage(g: Fields) -> Any:
-        layers, moe = g.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-        core = g.per_stage(_core, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
+    def seconds(g: Fields, counts: Any, cores: Any, last: Any) -> Any:
+        layers, moe = g.per_stage(counts, (arch,), *LAYER_FIELDS)
+        core = g.per_stage(cores, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
         return stage_peak_seconds(
-            terms, layers - moe, moe, g.stage == g.pp - 1, g.micro_batch_size * core,
-            core_passes(mode), o.kernel_efficiency, separate, speedup,
+            terms, layers - moe, moe, last, g.micro_batch_size * core, core_passes(mode),
+            o.kernel_efficiency, separate, speedup,
         )  # fmt: skip
 
+    def stage(g: Fields) -> Any:
+        own = seconds(g, stage_layer_counts, _core, g.stage == g.pp - 1)
+        if not dualpipe:
+            return own
+        # a DualPipe rank runs its own stage for one direction's m/2 micro-batches and the
+        # mirror stage for the other's: its chunk takes the mean of the two
+        mirror = seconds(g, mirror_layer_counts, _mirror_core, g.stage == 0)
+        return where(g.schedule == Schedule.DUALPIPE, (own + mirror) / 2, own)
+
+    on = f.schedule == Schedule.DUALPIPE
+    dualpipe = bool(namespace(on).any(on)) if is_array(on) else bool(on)
     return stage_max(f.stages(stage)) / (f.tp * f.cp) / d.peak_flops_per_s
 
 
@@ -321,6 +349,18 @@ def schedule_span(
     return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
 
 
+def _share(c: Context, f: Fields) -> Any:
+    """:func:`model.moe_run.dispatch_time_share` of the layout (DeepEP's de-duplication across
+    NVLink domains, the busiest rank's imbalance): 1 for the plain all-to-all."""
+    run, moe = c.training.moe_run, c.arch.moe
+    if moe is None or run.dispatcher is not Dispatcher.DEEPEP:
+        return 1.0
+    g, _ = ep_dispatch_fields(c, f)
+    tokens = exact(c.training.seq_len) / f.cp * f.micro_batch_size / where(f.sp, f.tp, 1)
+    args = (run, moe.num_experts, moe.experts_per_token)
+    return f.lookup_values(dispatch_time_share, args, as_float(tokens), f.ep, g)
+
+
 def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     """``t1`` of the layout (:class:`PipelineTime`), by the time model in force
     (:func:`uses_roofline`).
@@ -363,7 +403,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     axes = {
         "tp": single_axis_seconds(c, f, "tp", tp_total, tp_hidden, 0, window),
         "cp": single_axis_seconds(c, f, "cp", cp_traffic_bytes(c, f), 0, 0, window),
-        "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f), 0, 0, window),
+        "ep": single_axis_seconds(c, f, "ep", ep_traffic_bytes(c, f) * _share(c, f), 0, 0, window),
         "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
     }
     # the single model's micro-batch holds no communication: an overlapped block hides the ep

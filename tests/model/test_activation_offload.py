@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.model.test_properties import SETTINGS, layouts
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.activation_offload import activation_offload_seconds
 from trainplan.model.errors import LayoutError
 from trainplan.model.offload import Offload
@@ -141,8 +141,8 @@ def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
         "llama3-8b",
         "--dp",
         "8",
-        "--offload-activations",
-        "core_attn",
+        "--set",
+        "offload_activations=core_attn",
         *args,
     )
     assert code == 2 and not out
@@ -156,12 +156,19 @@ def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
         ("expert_fc1", "this model has no MoE layers"),
         ("attn_norm", "attn_norm offloads nothing on this model"),
         ("core_attn,mlp_norm", "mlp_norm offloads nothing on this model"),
-        ("core_attn,qkv", "qkv is not one of Megatron-Core's --offload-modules"),
+        ("core_attn,qkv", "offload_activations: 'qkv' is not one of attn_norm"),
     ],
 )
 def test_module_rules_refused(monkeypatch, capsys, modules, message):
     code, out, err = run_main(
-        monkeypatch, capsys, "--model", "llama3-8b", "--dp", "8", "--offload-activations", modules
+        monkeypatch,
+        capsys,
+        "--model",
+        "llama3-8b",
+        "--dp",
+        "8",
+        "--set",
+        f"offload_activations={modules}",
     )
     assert code == 2 and not out
     assert len(err.strip().splitlines()) == 1 and message in err, err
@@ -226,24 +233,25 @@ def test_offload_never_raises_the_gpu_peak_nor_lowers_the_step(params, data):
 
 
 def test_search_tables_exclude_a_host_that_overflows():
-    """GPipe holds all m micro-batches: Llama 3 8B at s 8192, B 512 on 8 H100s (m 128 or more
-    per stage) offloading 5·S·h per layer (core_attn 2 + 0.5 + 0.5, attn_proj 2 S·h ÷ tp)
-    puts ~386 GB on a GPU's 256 GB share of the host: the tables' fit
+    """1F1B's first stage holds pp micro-batches of L/pp layers: Llama 3 8B at s 262,144 on 8
+    A100-40GB offloading 5·S·h per layer (core_attn 2 + 0.5 + 0.5, attn_proj 2 S·h ÷ tp), at
+    tp 1 pp 2 2 × 16 × 5.4 GB ≈ 172 GB on a GPU's 128 GB share of the host: the tables' fit
     verdicts, host included, equal the exact evaluation's on every candidate, and only
-    recompute none and selective are candidates."""
+    recompute none and selective are candidates. (Megatron-Core, the one profile that offloads
+    activations, runs no GPipe.)"""
     from trainplan.interface.scenario import build_problem
     from trainplan.optimizer.tables import build_tables
 
     values = {
         "model": "llama3-8b",
         "gpus": 8,
-        "gpu": "H100-SXM",
-        "global_batch": 512,
-        "seq_len": 8192,
+        "gpu": "A100-40GB",
+        "global_batch": 16,
+        "seq_len": 262144,
         "space": {
             "tp": [1, 2],
             "pp": [2, 4],
-            "schedule": ["gpipe", "1f1b"],
+            "schedule": ["1f1b"],
             "max_micro_batch": 1,
             "framework": ["megatron"],
         },

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.context_parallel import (
     CpKind,
     attention_dims,

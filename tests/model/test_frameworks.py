@@ -25,7 +25,7 @@ from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,

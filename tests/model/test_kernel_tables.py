@@ -62,7 +62,7 @@ def test_every_table_names_its_source_and_a_known_part():
 
 def test_attention_curves_are_unique_per_lookup_key():
     keys = [
-        (c.kernel, c.part, c.dtype, c.direction, c.causal, c.head_dim_qk, c.head_dim_v)
+        (c.kernel, c.part, c.dtype, c.direction, c.causal, c.head_dim_qk, c.head_dim_v, c.extends)
         for c in kernel_data.attention_curves()
     ]
     assert len(keys) == len(set(keys))

@@ -31,7 +31,9 @@ def _rate(kernel, part, dtype, direction, causal, d, s, dv=None):
 
 
 def test_every_published_attention_point_comes_back_exactly():
-    for c in CURVES:
+    """Every main curve's points (a longer sweep, ``extends``, is read only beyond its main
+    curve: :func:`test_a_longer_sweep_continues_a_curve_beyond_its_longest_length`)."""
+    for c in (c for c in CURVES if not c.extends):
         for s, tflops in zip(c.seq_len, c.tflops_per_s, strict=True):
             key = AttentionKey(c.kernel, c.part, c.dtype, c.direction, c.causal)
             r = attention_rate(CURVES, key, (c.head_dim_qk, c.head_dim_v), s)
@@ -145,3 +147,21 @@ def test_norm_bandwidth_points_and_interpolation():
     assert torch.value < 0.5 * cudnn.value
     with pytest.raises(InputError, match="direction: 'both'"):
         norm_bandwidth(norms, "H200", "rms_norm", "cudnn", "both", 1)
+
+
+def test_a_longer_sweep_continues_a_curve_beyond_its_longest_length():
+    """cuDNN on GB200, causal, d 128: the 9.22 sweep stops at 32K (1,622 TFLOP/s forward); the
+    9.17 sweep reaches 128K, 1,467 there against 1,681 at 32K, so 128K reads 1,622 · 1,467/1,681;
+    64K half-way in log2 on neither: the 9.17 point itself, 1,622 · 1,573/1,681. Beyond 128K
+    the end holds (flagged); up to 32K the longer sweep is not read."""
+    from trainplan.model.kernels import AttentionKey, attention_rate
+    from trainplan.scenarios.kernel_data import attention_curves
+
+    key = AttentionKey("cudnn", "GB200", "bf16", "fwd", True)
+    lengths = (32768, 65536, 131072, 262144)
+    at = {s: attention_rate(attention_curves(), key, (128, 128), s) for s in lengths}
+    assert at[32768].tflops_per_s == 1622.0 and at[32768].clamped is None
+    assert at[65536].tflops_per_s == pytest.approx(1622 * 1573 / 1681)
+    assert at[131072].tflops_per_s == pytest.approx(1622 * 1467 / 1681)
+    assert at[262144].tflops_per_s == pytest.approx(1622 * 1467 / 1681)
+    assert at[262144].clamped == "above" and len(at[131072].sources) == 2

@@ -139,6 +139,7 @@ def _first_stage_layers_bytes(
             "recompute": recompute,
             "schedule": schedule,
             "virtual_stages": v,
+            "framework": "textbook" if schedule == "gpipe" else "megatron",
         }
     )
     est = case.evaluate()

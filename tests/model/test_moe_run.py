@@ -11,13 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainplan.model.errors import InputError
-from trainplan.model.layer_time import (
-    TE_COMPUTE_STREAMS,
-    Clock,
-    ep_all_to_all_seconds,
-    layer_time,
-    op_seconds,
-)
+from trainplan.model.layer_time import ep_all_to_all_seconds, layer_time
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import (
     Dispatcher,
@@ -32,6 +26,7 @@ from trainplan.model.moe_run import (
     rank_rows,
     unpaired_fraction,
 )
+from trainplan.model.op_time import TE_COMPUTE_STREAMS, Clock, op_seconds
 from trainplan.model.ops import LayerShape, Op, OpKind
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
 from trainplan.model.specs import Architecture, MoESpec

@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 
 BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
 
@@ -99,7 +99,7 @@ def test_host_memory_that_does_not_fit_is_a_verdict():
         (["--framework", "deepspeed", "--zero", "2", "--offload-optimizer", "0.5"], "ratio"),
         (["--framework", "fsdp2", "--offload-optimizer", "1"], "CPUOffloadPolicy"),
         (["--offload-optimizer", "1.5"], "must be from 0 to 1"),
-        (["--gpu", "B200", "--offload-optimizer", "1"], "--host-link-gbps"),
+        (["--gpu", "B200", "--offload-optimizer", "1"], "--set host_link_gbps"),
     ],
 )
 def test_offload_refusals_are_one_line(monkeypatch, capsys, args, message):

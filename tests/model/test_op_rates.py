@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from trainplan.model.errors import InputError
-from trainplan.model.layer_time import Clock, op_seconds
 from trainplan.model.op_rates import (
+    BUSBW_LINK_GBPS,
     PUBLISHED_PEAK_TFLOPS,
     attention_fractions,
     check_fp8_recipe,
@@ -20,6 +20,7 @@ from trainplan.model.op_rates import (
     stream_triad_fraction,
     sustained_clock_fraction,
 )
+from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import LayerShape, layer_ops
 from trainplan.model.precision import fp8_activation_bytes, fp8_weight_cache_bytes
 from trainplan.model.roofline import roofline_params_for
@@ -46,8 +47,11 @@ def test_cudnn_on_hopper_is_the_h200_sweep_in_the_planners_count():
     # between 8k and 16k (673, 579) half-way in log2
     f, _ = attention_fractions("cudnn", "H200", (128, 128), round(2**13.5))
     assert f == pytest.approx((644 + 673) / 2 / 989.4, rel=1e-4)
-    # past the published end: held at 32k
-    assert attention_fractions("cudnn", "H200", (128, 128), 131072)[0] == pytest.approx(688 / 989.4)
+    # past the 9.19 sweep's end: its 32k rate × the cudnn-frontend 1.12 H200 sweep's 64k/32k
+    # (631.20 / 636.08), held beyond 64k (nothing longer published on Hopper)
+    shape = 631.20 / 636.08
+    f, _ = attention_fractions("cudnn", "H200", (128, 128), 131072)
+    assert f == pytest.approx(688 / 989.4 * shape)
 
 
 def test_flash_attention_2_on_a100_from_its_fwd_bwd_figure():
@@ -176,20 +180,46 @@ def test_mxfp8_memory_counts_the_scales():
 
 def test_nvls_all_reduce_inside_an_hgx_hopper_board():
     """A tensor-parallel all-reduce of 64 MiB over 8 H100 SXM on NVLink: each GPU sends
-    2·(7/8)·64 MiB; the ring moves it at 0.8 × 450 GB/s, NVLink SHARP at 480/370 of that (the
-    stated peaks, nccl-tests issue 212); the latency stays NCCL's Simple ring: 8.4 + 14 × 3.4 µs.
-    All-gathers and the network are unchanged."""
+    2·(7/8)·64 MiB at the published NVLS bus bandwidth of a 64 MiB buffer, 361.78 GB/s (Azure
+    ND H100 v5, all_reduce_perf); an all-gather of a 64 MiB buffer (7/8 of it sent) runs as a
+    ring, the same curve ÷ 480/370 (the stated peaks, nccl-tests issue 212). The H800 (200 of
+    the H100's 450 GB/s) reads the H100's curve × 200/450. Across nodes nothing changes."""
     from trainplan.model.roofline import Collective, LinkTime, collective_seconds
 
     p = deployed_params("H100-SXM")
     sent = 2 * 7 / 8 * 64 * 2**20
     link = LinkTime(450e9, True)
     t = collective_seconds(Collective.ALL_REDUCE, 8, sent, link, p)
-    assert t == pytest.approx(8.4e-6 + 14 * 3.4e-6 + sent / (0.8 * 450e9 * 480 / 370))
+    assert t == pytest.approx(sent / 361.78e9)
     ring = collective_seconds(Collective.ALL_GATHER, 8, sent / 2, link, p)
-    assert ring == pytest.approx(8.4e-6 + 7 * 3.4e-6 + sent / 2 / (0.8 * 450e9))
+    assert ring == pytest.approx(sent / 2 / (361.78e9 * 370 / 480))
+    h800 = collective_seconds(Collective.ALL_REDUCE, 8, sent, LinkTime(200e9, True),
+                              deployed_params("H800"))  # fmt: skip
+    assert h800 == pytest.approx(sent / (361.78e9 * 200 / 450))
+    net = collective_seconds(Collective.ALL_GATHER, 8, sent / 2, LinkTime(50e9, False), p)
+    assert net == pytest.approx(8.4e-6 + 7 * 14e-6 + sent / 2 / (0.96 * 50e9))
     a100 = deployed_params("A100-80GB")
     assert a100.nvls_allreduce_speedup == 1.0
+
+
+def test_a_message_below_the_smallest_published_size_takes_its_time():
+    """A 4-rank all-reduce of 256 bytes on an A100 board: the curve starts at 1 KiB (0.04 GB/s),
+    so it takes that size's time, 2·(3/4)·1024 B / 0.04 GB/s = 38.4 µs (a latency floor)."""
+    from trainplan.model.roofline import Collective, LinkTime, collective_seconds
+
+    p = deployed_params("A100-80GB")
+    t = collective_seconds(Collective.ALL_REDUCE, 4, 2 * 3 / 4 * 256, LinkTime(300e9, True), p)
+    assert t == pytest.approx(2 * 3 / 4 * 1024 / 0.04e9)
+
+
+@pytest.mark.parametrize("part", sorted(BUSBW_LINK_GBPS))
+def test_curve_systems_links_are_the_accelerator_tables(part):
+    assert get_accelerator(part).nvlink_bytes_per_s == pytest.approx(BUSBW_LINK_GBPS[part] * 1e9)
+
+
+def test_a_calibrated_scaleup_efficiency_times_the_domain_without_the_curve():
+    p = deployed_params("H100-SXM", scaleup_efficiency=0.7)
+    assert p.busbw_curve == () and deployed_params("MI300X").busbw_curve == ()
 
 
 def test_grouped_gemm_wave_efficiency_for_few_tokens_per_expert():

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.params import count_params, stage_params
 from trainplan.model.split import split_layers
 from trainplan.scenarios.catalogue import get_model

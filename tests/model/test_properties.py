@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute
+from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.scenarios.catalogue import get_model
 
 MODELS = ("megatron-1.7b", "llama3-8b", "mixtral-8x7b")
@@ -62,7 +63,12 @@ def layouts(draw, models=MODELS, convention: str | None = None):
                 [e for e in (1, 2, 4, 8) if arch.moe.num_experts % e == 0 and (dp * cp) % e == 0]
             )
         )
-    schedule = draw(st.sampled_from(["gpipe", "1f1b"] + (["interleaved"] if pp > 1 else [])))
+    framework = draw(st.sampled_from([f.value for f in Framework]))
+    # a schedule the framework runs (model.schedule_support; without a pipeline any name)
+    runs = [s for s in ("gpipe", "1f1b") if pp == 1 or framework in SCHEDULE_SUPPORT[s]]
+    if pp > 1 and framework in SCHEDULE_SUPPORT["interleaved"]:
+        runs.append("interleaved")
+    schedule = draw(st.sampled_from(runs))
     v = 1
     if schedule == "interleaved":
         v = draw(st.sampled_from([v for v in (1, 2, 3) if pp * v <= arch.num_layers]))
@@ -70,7 +76,6 @@ def layouts(draw, models=MODELS, convention: str | None = None):
     else:
         m = draw(st.integers(1, 6))
     b = draw(st.sampled_from([1, 2]))
-    framework = draw(st.sampled_from([f.value for f in Framework]))
     params = {
         "model": name,
         "gpu": draw(st.sampled_from(["H100-SXM", "A100-80GB"])),

@@ -9,16 +9,15 @@ from fractions import Fraction
 
 import pytest
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import (
     CpKind,
-    check_cp_framework,
-    check_cp_kind,
     cp_layer_bytes,
     cp_transient_bytes,
     kv_repeat,
-    window_kv_tokens,
 )
+from trainplan.model.cp_rules import check_cp_framework, check_cp_kind, window_kv_tokens
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.flops import MfuConvention, step_flops
 from trainplan.model.layout import Recompute
@@ -29,6 +28,8 @@ from trainplan.model.optimizers import (
     layer_matrices,
     matrix_extra_bytes,
     muon_gather_bytes,
+    muon_tp_gathers,
+    newton_schulz_bytes,
     newton_schulz_flops,
     optimizer_step_bytes,
     state_bytes,
@@ -119,6 +120,80 @@ def test_muon_newton_schulz_and_gathers_by_hand():
     assert muon_gather_bytes("megatron", 1, 8, 4, 1_000_000) == (12_000_000, 3_500_000)
     assert muon_gather_bytes("fsdp2", 3, 8, 1, 1_000_000) == (0, 875_000)
     assert muon_gather_bytes("textbook", 0, 8, 1, 1_000_000) == (0, 0)
+
+
+def test_muon_gathers_rows_and_transient_by_hand():
+    """Llama 3 8B under Megatron-Core's Muon at dp 8 × tp 2, ZeRO 1 (the layer-wise distributed
+    optimizer), H100 (NVLink 450 GB/s at 0.8, scale-out 50 GB/s at 0.96).
+
+    Matrix elements on a GPU after tp 2: 32 × 218,103,808 / 2 = 3,489,660,928. Per step and
+    rank, the traffic table's Muon rows:
+
+    * dp: the gradient all-reduce beyond the reduce-scatter, 7/8 · 4 · 3,489,660,928 =
+      12,213,813,248 B, scale-out; the dp group (stride 2, span 16) has 4 members in each
+      8-GPU NVLink domain, so 4 rings leave through 4 NICs (``link_time_of``): 4 · 50 GB/s at
+      0.96, 63.61 ms;
+    * tp, only with ``muon_tp_mode = duplicated`` (Megatron's default ``blockwise``
+      orthogonalises each tp block apart, nothing gathered): the FP32 shards all-gathered from
+      the 1 other rank, 1 · 4 · 3,489,660,928 = 13,958,643,712 B over NVLink,
+      13,958,643,712 / (450e9 · 0.8) = 38.77 ms.
+
+    These are the seconds the optimizer step already holds (the rows read the same volume).
+
+    The transient, for the largest matrix, fc1 (28,672 × 4,096, 117,440,512 elements):
+
+    * blockwise: its tp block, 14,336 × 4,096 (m = 4,096, n = 14,336), not gathered:
+      Newton–Schulz's most, max(6·m·n, 4·m·n + 4·m²) = 6·m·n = 352,321,536 B (the FP32
+      normalise beside its BF16 cast; the loop's 4·m·n + 4·m² = 301,989,888);
+    * duplicated: the whole matrix (m = 4,096, n = 28,672), gathered: the all-gather's list and
+      its ``torch.cat``, FP32, 8·m·n = 939,524,096 B, and 6·m·n = 704,643,072 B:
+      1,644,167,168 B."""
+    base = {
+        "model": "llama3-8b", "seq_len": 8192, "global_batch_size": 64, "dp": 8, "tp": 2,
+        "optimizer": "muon",
+    }  # fmt: skip
+    elements = 32 * LAYER_MATRIX // 2
+    assert elements == 3_489_660_928
+    for mode in ("blockwise", "duplicated"):
+        case = build_case({**base, "muon_tp_mode": mode}).evaluate()
+        rows = {r.traffic.axis: r for r in case.traffic if r.optimizer_step}
+        assert rows["dp"].traffic.bytes_per_step == Fraction(7, 8) * 4 * elements
+        assert rows["dp"].traffic.bytes_per_step == 12_213_813_248
+        assert rows["dp"].traffic.group_size == 8 and rows["dp"].link == "scale-out"
+        assert rows["dp"].exposed_seconds == pytest.approx(12_213_813_248 / (4 * 50e9 * 0.96))
+        # the rows' time is the optimizer step's, not counted again as exposed communication
+        plain = sum(r.exposed_seconds for r in case.traffic if not r.optimizer_step)
+        assert case.exposed_comm_s == pytest.approx(plain)
+        if mode == "blockwise":
+            assert "tp" not in rows
+            assert case.stages[0].state.step_bytes == 6 * 4096 * 14_336 == 352_321_536
+            continue
+        assert rows["tp"].traffic.bytes_per_step == 4 * elements == 13_958_643_712
+        assert rows["tp"].traffic.group_size == 2 and rows["tp"].link == "nvlink"
+        assert rows["tp"].seconds == pytest.approx(13_958_643_712 / (450e9 * 0.8))
+        assert case.stages[0].state.step_bytes == 1_644_167_168
+    m, n = 4096, 28_672
+    assert 8 * m * n == 939_524_096 and 6 * m * n == 704_643_072
+    assert newton_schulz_bytes(n, m, "megatron", True) == 1_644_167_168
+    assert newton_schulz_bytes(n, m, "megatron", False) == 704_643_072
+    assert newton_schulz_bytes(14_336, m, "megatron", False) == 352_321_536
+    # the reference (textbook): BF16 loop 8·m·n + 4·m², plus the FP32 gathered matrix 4·m·n
+    assert newton_schulz_bytes(n, m, "textbook", True) == 12 * m * n + 4 * m * m
+
+
+def test_muon_tp_mode_is_megatrons_and_muons():
+    """Megatron-Core's ``--muon-tp-mode`` defaults to ``blockwise`` (no tp gather); the other
+    profiles orthogonalise whole matrices; the mode is refused elsewhere and without Muon."""
+    assert muon_tp_gathers("megatron") is False
+    assert muon_tp_gathers("megatron", "duplicated") is True
+    assert muon_tp_gathers("fsdp2") is True and muon_tp_gathers("textbook") is True
+    with pytest.raises(LayoutError, match="^muon_tp_mode: duplicated is Megatron-Core's option"):
+        muon_tp_gathers("fsdp2", "duplicated")
+    base = {"model": "llama3-8b", "dp": 8, "muon_tp_mode": "duplicated"}
+    with pytest.raises(InputError, match="^muon_tp_mode: applies to optimizer muon, not adam"):
+        build_case(base)
+    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' is not one of"):
+        build_case({**base, "optimizer": "muon", "muon_tp_mode": "distributed"})
 
 
 def test_optimizer_step_bytes_follow_the_state():

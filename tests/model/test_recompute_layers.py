@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.archs import llama_like
 from tests.test_cli_planner import run_main
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import interleaved_chunks_held_simulated
 from trainplan.model.schedule import simulate
-from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.stage_bytes import block_forms, stage_forms
 
 LLAMA3_70B = {
@@ -92,16 +92,7 @@ def test_block_forms_by_hand():
 
 def _small_case(pp: int, layers: tuple[int, ...], **extra: object) -> dict[str, object]:
     """A Llama-like 2,048-wide model of ``sum(layers)`` layers cut as ``layers``."""
-    arch = Architecture(
-        num_layers=sum(layers),
-        hidden_size=2048,
-        num_attention_heads=16,
-        ffn_hidden_size=5504,
-        vocab_size=32000,
-        mlp=Mlp.SWIGLU,
-        norm=Norm.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE,
-    )
+    arch = llama_like(sum(layers), 2048, 16, 5504, 32000)
     return {
         "model_spec": ModelSpec(name="small", source="test", arch=arch),
         "pp": pp,

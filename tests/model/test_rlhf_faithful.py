@@ -11,9 +11,9 @@ import pytest
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.rlhf_roles import RoleCost, RoleOption
-from trainplan.model.rlhf_spec import RLHFSpec, logits_bytes, phase_flops
-from trainplan.model.rlhf_step import compose, step_seconds
+from trainplan.model.rlhf.roles import RoleCost, RoleOption
+from trainplan.model.rlhf.spec import RLHFSpec, logits_bytes, phase_flops
+from trainplan.model.rlhf.step import compose, step_seconds
 from trainplan.model.rollout import (
     decode_seconds,
     engine_memory,
@@ -21,7 +21,7 @@ from trainplan.model.rollout import (
     rollout_time,
 )
 from trainplan.model.timing import kernel_efficiency_for
-from trainplan.optimizer.rlhf_tables import RLHFProblem, build_tables, cost_of
+from trainplan.optimizer.rlhf.tables import RLHFProblem, build_tables, cost_of
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 

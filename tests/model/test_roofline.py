@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainplan.model.flops import layer_forward_flops
-from trainplan.model.layer_time import Clock, TpOverlap, layer_time, op_seconds
+from trainplan.model.layer_time import layer_time
 from trainplan.model.layout import Recompute
+from trainplan.model.op_time import Clock, TpOverlap, op_seconds
 from trainplan.model.ops import LayerShape, OpKind, layer_ops
 from trainplan.model.roofline import (
     Collective,

@@ -47,8 +47,34 @@ def test_in_flight_and_copies() -> None:
     assert [s.activations.microbatches_in_flight for s in one.stages] == [4, 3, 2, 1]
     dual, flat = _est("dualpipe", "textbook"), _est("1f1b", "textbook")
     assert all(s.activations.microbatches_in_flight == 5 for s in dual.stages)
-    for d, o in zip(dual.stages, flat.stages, strict=True):
-        assert d.state.weights_bytes == 2 * o.state.weights_bytes
+    own = [s.state.weights_bytes for s in flat.stages]
+    # rank r holds stage r and the mirror stage pp − 1 − r (example_dualpipe.py)
+    assert [s.state.weights_bytes for s in dual.stages] == [
+        a + b for a, b in zip(own, own[::-1], strict=True)
+    ]
+
+
+def test_dualpipe_end_ranks_share_the_embedding_with_the_mtp_module() -> None:
+    """DeepSeek-V3 (one MTP module) at pp 16: the last stage keeps a copy of the embedding for
+    the MTP module under 1F1B (Megatron-Core builds it where ``mtp_process``); under DualPipe the
+    end ranks hold the first stage too, whose embedding the MTP module shares physically (the
+    report's §3.2.3): rank 15 = stage 15 + stage 0 − one 129,280 × 7,168 BF16 table."""
+    lay = dict(model="deepseek-v3", num_gpus=2048, gpu="H800", dp=128, pp=16, ep=64,
+               global_batch_size=15360, seq_len=4096, framework="textbook")  # fmt: skip
+    one = build_case({**lay, "schedule": "1f1b"}).evaluate().stages
+    dual = build_case({**lay, "schedule": "dualpipe"}).evaluate().stages
+    table = 2 * 129_280 * 7_168
+    w = [s.state.weights_bytes for s in one]
+    assert dual[15].state.weights_bytes == w[15] + w[0] - table
+    assert dual[0].state.weights_bytes == w[0] + w[15] - table
+    assert dual[7].state.weights_bytes == w[7] + w[8]
+    # activations: rank h from its end holds pp − h micro-batches of stage h and h + 1 of stage
+    # pp − 1 − h (DualPipe.step's steps 1–4); stage 0 holds the 3 dense layers
+    mb = [s.activations.per_microbatch_bytes for s in one]
+    assert dual[0].activations.layers_bytes == 16 * mb[0] + 1 * mb[15]
+    assert dual[15].activations.layers_bytes == 16 * mb[0] + 1 * mb[15]
+    assert dual[1].activations.layers_bytes == 15 * mb[1] + 2 * mb[14]
+    assert dual[7].activations.layers_bytes == 9 * mb[7] + 8 * mb[8] == 17 * mb[7]
 
 
 def test_v_placement_puts_the_output_layer_on_rank_0() -> None:
@@ -64,3 +90,51 @@ def test_v_placement_puts_the_output_layer_on_rank_0() -> None:
 def test_a_framework_without_the_schedule_is_refused() -> None:
     with pytest.raises(LayoutError, match="schedule: dualpipe does not run under framework fsdp2"):
         _est("dualpipe", "fsdp2")
+    # every schedule, not only the split ones: Megatron-Core has no GPipe
+    # (get_forward_backward_func), DeepSpeed no interleaving (TrainSchedule only)
+    with pytest.raises(LayoutError, match="schedule: gpipe does not run under framework megatron"):
+        _est("gpipe", "megatron")
+    with pytest.raises(LayoutError, match="interleaved does not run under framework deepspeed"):
+        _est("interleaved", "deepspeed", virtual_stages=2)
+    assert _est("gpipe", "fsdp2").time_terms is not None  # torchtitan's GPipe
+    # without a pipeline no schedule runs: the name is not refused
+    build_case({**BASE, "dp": 16, "pp": 1, "schedule": "gpipe", "framework": "megatron"})
+
+
+def test_the_search_offers_a_schedule_only_under_a_framework_that_runs_it() -> None:
+    """The search's shapes (optimizer.space._schedules): GPipe under fsdp2, none under megatron
+    alone (legality's framework rule, written once in model.legality)."""
+    from trainplan.model.frameworks import Framework
+    from trainplan.model.pipeline import Schedule
+    from trainplan.optimizer.space import SearchSpace, _schedules
+
+    def offered(*frameworks: Framework) -> set[Schedule]:
+        space = SearchSpace(num_gpus=16, frameworks=frameworks)
+        return {s for s, _ in _schedules(space, 4)}
+
+    assert Schedule.GPIPE not in offered(Framework.MEGATRON)
+    assert Schedule.GPIPE in offered(Framework.MEGATRON, Framework.FSDP2)
+    assert Schedule.INTERLEAVED not in offered(Framework.DEEPSPEED)
+
+
+def test_a_dualpipe_rank_runs_its_stage_and_the_mirror_stage() -> None:
+    """DualPipe's rank r runs stage r for one direction's m/2 micro-batches and stage pp − 1 − r
+    for the other's (deepseek-ai/DualPipe examples/example_dualpipe.py: each rank builds
+    ``full_modules[rank]`` and ``full_modules[pp_size - 1 - rank]``), so a chunk on the end ranks
+    takes (8L + (8L + O))/2 and the slowest chunk is 8L + O/2, not the last stage's 8L + O.
+    Llama 3 8B (32 layers) under the single model: L and O from 1F1B at pp 4 (8L + O) and pp 2
+    (16L + O), per micro-batch."""
+    base = dict(model="llama3-8b", num_gpus=16, global_batch_size=64, seq_len=4096)
+
+    def per_microbatch(pp: int, dp: int, schedule: str) -> float:
+        est = build_case(
+            {**base, "pp": pp, "dp": dp, "schedule": schedule, "framework": "textbook"}
+        )
+        terms = est.evaluate().time_terms
+        assert terms is not None
+        return terms.compute_s / (64 / dp)
+
+    four, two = per_microbatch(4, 4, "1f1b"), per_microbatch(2, 8, "1f1b")
+    layer = (two - four) / 8
+    output = four - 8 * layer
+    assert per_microbatch(4, 4, "dualpipe") == pytest.approx(8 * layer + output / 2, rel=1e-9)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.test_cli_planner import run_main
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout
 from trainplan.model.params import count_params, layer_params, stage_params

@@ -1,5 +1,5 @@
 """Issue 11 item 7: a vocabulary tp does not divide is padded as the framework pads it (and the
-estimate says so), never split into fractional rows per rank; ``--pad-vocab`` must be positive.
+estimate says so), never split into fractional rows per rank; ``vocab_multiple`` must be positive.
 
 Sources: Megatron-LM ``_vocab_size_with_padding`` pads V to a multiple of
 ``make_vocab_size_divisible_by`` (default 128, ``megatron/training/arguments.py``) × tp; FSDP2 /
@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.report_dict import estimate_to_dict
+from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.estimate import evaluate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
@@ -105,9 +105,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_pad_vocab_must_be_positive_everywhere(tmp_path):
     for command in (["evaluate", "--model", "llama3-8b"], ["search", "--model", "llama3-8b"]):
-        out = _run(*command, "--gpus", "8", "--pad-vocab", "0")
+        out = _run(*command, "--gpus", "8", "--set", "vocab_multiple=0")
         assert out.returncode == 2
-        assert out.stderr.strip() == "Error: --pad-vocab: '0' must be at least 1"
+        assert out.stderr.strip() == "Error: --set: vocab_multiple: 0 must be at least 1"
     scenario = tmp_path / "s.toml"
     scenario.write_text('model = "llama3-8b"\ngpus = 8\n[cluster]\nvocab_multiple = 0\n')
     out = _run("search", "--scenario", str(scenario))
@@ -117,9 +117,11 @@ def test_pad_vocab_must_be_positive_everywhere(tmp_path):
 def test_the_search_takes_pad_vocab():
     out = _run(
         "search", "--model", "qwen2.5-7b", "--gpus", "8", "--tp", "4", "--framework", "fsdp2",
-        "--pad-vocab", "5", "--json",
+        "--set", "vocab_multiple=5", "--json",
     )  # fmt: skip
     d = json.loads(out.stdout)
     # 152,064 rounded up to a multiple of 5·4 = 20: 7,604·20 = 152,080
     assert d["model"]["padded_vocab_size"] == 152_080
-    assert "vocabulary 152,064 padded to 152,080 rows (--pad-vocab 5 = 20" in " ".join(d["notes"])
+    assert "vocabulary 152,064 padded to 152,080 rows (--set vocab_multiple 5 = 20" in " ".join(
+        d["notes"]
+    )

@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.archs import llama_like
 from trainplan.interface.inputs import build_case
 from trainplan.model.arch_parts import MoESpec
 from trainplan.model.errors import InputError
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.optimizer.per_stage import solve_shape
-from trainplan.optimizer.stage_tables import layer_counts, leading_layers
+from trainplan.optimizer.stage_rules import layer_counts, leading_layers
 
 
 def _moe_case(dense: int, mtp: int, pp: int = 2, **extra: object):  # type: ignore[no-untyped-def]
-    arch = Architecture(
-        num_layers=8,
-        hidden_size=256,
-        num_attention_heads=4,
-        ffn_hidden_size=688,
-        vocab_size=1024,
-        mlp=Mlp.SWIGLU,
-        norm=Norm.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE,
+    arch = llama_like(
+        8, 256, 4, 688, 1024,
         moe=MoESpec(
             num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128,
             first_k_dense_layers=dense,

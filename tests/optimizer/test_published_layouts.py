@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.interface.fidelity import build_run_case, evaluate_run, published_runs
+from trainplan.interface.fidelity.published import build_run_case, evaluate_run, published_runs
 from trainplan.model.estimate import objective_ns
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import search

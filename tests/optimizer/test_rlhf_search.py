@@ -12,17 +12,17 @@ import pytest
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.rlhf_spec import RLHFSpec
+from trainplan.model.rlhf.spec import RLHFSpec
 from trainplan.model.specs import Architecture
-from trainplan.optimizer.rlhf_cpsat import PlacementModel
-from trainplan.optimizer.rlhf_search import (
+from trainplan.optimizer.rlhf.cpsat import PlacementModel
+from trainplan.optimizer.rlhf.search import (
     TABLES_SHARE,
     enumerate_placement,
     objective_ns,
     placement_plan,
     search_placement,
 )
-from trainplan.optimizer.rlhf_tables import RLHFProblem, build_tables, dominant, pool_sizes
+from trainplan.optimizer.rlhf.tables import RLHFProblem, build_tables, dominant, pool_sizes
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -124,7 +124,7 @@ def test_a_floor_never_exceeds_what_an_option_costs():
     """seconds_floor scales a cost's per-micro-batch compute to another dp; for every option of
     every size it stays at or below the option's own seconds (so the bound prunes nothing a
     placement under it needs)."""
-    from trainplan.model.rlhf_costs import seconds_floor
+    from trainplan.model.rlhf.network import seconds_floor
 
     for problem in (_small(6, "ppo", "model"), _small(6, "grpo", "rule", 1)):
         tables = build_tables(problem)

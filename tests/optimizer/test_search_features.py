@@ -316,7 +316,7 @@ def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
     _register()
     base = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
     r = CliRunner().invoke(
-        cli, [*base, "--offload-activations", "attn_norm", "--framework", "fsdp2"]
+        cli, [*base, "--set", "offload_activations=attn_norm", "--framework", "fsdp2"]
     )
     assert r.exit_code == 2 and "fsdp2 has no fine-grained activation offload" in r.output
     r = CliRunner().invoke(cli, [*base, "--tp", "3"])

@@ -102,7 +102,7 @@ def test_the_summary_counts_and_ranks(swept):
 
 def test_the_figures_draw(swept, tmp_path):
     pytest.importorskip("matplotlib")
-    from trainplan.interface import plots
+    from trainplan.interface.render import plots
     from trainplan.interface.sweep import charts
 
     frame = load_results(swept[1])

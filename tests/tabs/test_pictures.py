@@ -11,8 +11,8 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from trainplan.interface import plots  # noqa: E402
-from trainplan.interface.chart_layout import staircase  # noqa: E402
+from trainplan.interface.render import pipeline_plots, plots  # noqa: E402
+from trainplan.interface.render.chart_layout import staircase  # noqa: E402
 from trainplan.interface.tabs import pipeline_report  # noqa: E402
 
 
@@ -120,7 +120,7 @@ def test_long_timeline_is_summarised_to_a_size_a_browser_holds():
     ax = fig.axes[0]
     assert len(_bars(ax)) == 0 and not ax.texts
     (image,) = [a for a in ax.get_children() if isinstance(a, AxesImage)]
-    assert image.get_array().shape[:2] == (64, plots.SUMMARY_BINS)
+    assert image.get_array().shape[:2] == (64, pipeline_plots.SUMMARY_BINS)
     assert "summarised: 65,536 passes" in ax.get_title()
     plt.close(fig)
     assert len(plots.svg(lambda out: plots.pipeline_chart(report, out))) < 1_000_000

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from trainplan.interface.cli import _register, cli
-from trainplan.interface.rlhf_measured import rows, table_markdown
+from trainplan.interface.rlhf.measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
 _register()
@@ -63,7 +63,7 @@ def test_faithful_text_prints_every_term_and_a_timeline():
 
 def test_seed_figures_unchanged_without_model():
     r = rlhf_report("grpo", 70e9, 70e9)
-    assert r["accounting"] == "seed" and r["bytes_per_policy_param"] == 20
+    assert r["accounting"] == "original" and r["bytes_per_policy_param"] == 20
     assert "faithful" not in r
 
 
@@ -123,7 +123,7 @@ def test_plan_bad_inputs_and_json():
 
 def test_readme_measured_table_is_the_planners():
     """The RLHF guide's table of published RLHF steps is what ``python -m
-    trainplan.interface.rlhf_measured`` prints (the planner's figures, not hand-copied)."""
+    trainplan.interface.rlhf.measured`` prints (the planner's figures, not hand-copied)."""
     evaluated = rows()
     assert len(evaluated) >= 5
     assert table_markdown(evaluated) in README

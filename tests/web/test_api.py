@@ -141,11 +141,12 @@ def test_endpoint_is_the_cli_json(client, command, args):
 
 
 def test_flags_and_repeated_options(client):
+    """The API keeps the parameters whose flags moved to ``--set`` (time_model, overlap)."""
     got = client.get(
         "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&time_model=single&overlap=dp=0.2&overlap=tp=0.1"
     )
     want = cli_json("evaluate", "--model", "llama3-70b", "--tp", "8", "--pp", "2", "--dp", "4", "--no-flash",
-                    "--time-model", "single", "--overlap", "dp=0.2", "--overlap", "tp=0.1")  # fmt: skip
+                    "--set", "time_model=single", "--set", "overlap.dp=0.2", "--set", "overlap.tp=0.1")  # fmt: skip
     assert got.json() == want
     assert want["layout"]["flash_attention"] is False
 
@@ -173,7 +174,7 @@ BAD = [
     ["rlhf", "--algorithm", "dpo", "--policy-params", "7e9", "--reward", "rule"],
     ["search", "--model", "llama3-70b", "--gpus", "64", "--min-mfu", "x"],
     ["frontier", "--model", "llama3-70b", "--gpus", "64", "--against", "price"],
-    ["evaluate", "--model", "llama3-8b", "--tp", "2", "--tp-block-inputs", "sharded"],
+    ["evaluate", "--model", "llama3-8b", "--tp", "2", "--set", "tp_block_inputs=sharded"],
 ]
 
 
@@ -199,9 +200,8 @@ def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):
 def test_tp_block_inputs_is_the_cli_option(client):
     """fsdp2's tensor-parallel plan chosen in the query, as on the command line."""
     args = ["--model", "llama3-8b", "--framework", "fsdp2", "--tp", "2", "--dp", "4"]
-    args += ["--tp-block-inputs", "sharded"]
-    got = client.get(f"/api/evaluate?{query(args)}").json()
-    want = cli_json("evaluate", *args)
+    got = client.get(f"/api/evaluate?{query([*args, '--tp-block-inputs', 'sharded'])}").json()
+    want = cli_json("evaluate", *args, "--set", "tp_block_inputs=sharded")
     assert got["memory"] == want["memory"] and got["layout"]["tp_block_inputs"] == "sharded"
 
 
@@ -505,7 +505,8 @@ def test_pipeline_without_its_timeline(client):
 def test_closing_a_search_stream_stops_its_process(server):
     """The page's Cancel closes the request: the search's process is gone within seconds,
     whether the search had sent its first event or not (a per-stage search sends none before
-    its end)."""
+    its end); and so does a client of the whole ``/api/search`` or ``/api/frontier`` that goes
+    away before the answer."""
     import http.client
     import time
 
@@ -518,6 +519,8 @@ def test_closing_a_search_stream_stops_its_process(server):
     long_runs = [  # (path, whether to read the first event before closing)
         ("/api/search/stream?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
         ("/api/frontier/stream?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", True),
+        ("/api/search?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
+        ("/api/frontier?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", False),
     ]
     for path, streaming in long_runs:
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -556,8 +559,11 @@ def test_pipeline_split_schedules(client):
 def test_moe_options_are_the_cli_options(client):
     """The run's MoE routing and dispatch chosen in the query, as on the command line."""
     args = ["--model", "gpt-oss-20b", "--gpus", "8", "--dp", "8", "--ep", "8"]
-    args += ["--global-batch", "8", "--moe-capacity-factor", "2"]
-    got = client.get(f"/api/evaluate?{query([*args, '--moe-pad-to-capacity', 'true'])}").json()
-    want = cli_json("evaluate", *args, "--moe-pad-to-capacity")
+    args += ["--global-batch", "8"]
+    web = ["--moe-capacity-factor", "2", "--moe-pad-to-capacity", "true"]
+    got = client.get(f"/api/evaluate?{query([*args, *web])}").json()
+    want = cli_json(
+        "evaluate", *args, "--set", "moe_capacity_factor=2", "--set", "moe_pad_to_capacity=true"
+    )
     assert got["traffic"] == want["traffic"] and got["time"] == want["time"]
     assert got["layout"]["moe"]["moe_capacity_factor"] == 2.0

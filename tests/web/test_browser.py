@@ -97,7 +97,9 @@ def test_planner_keeps_a_links_options_without_a_field(page):
     expect(page.locator("#link-only")).to_have_text(
         "From the link, options without a field here (kept): memory-reserve = 10"
     )
-    total = cli_json("evaluate", *args, "--memory-reserve", "10")["memory"]["capacity_bytes"]
+    total = cli_json("evaluate", *args, "--set", "memory_reserve_gib=10")["memory"][
+        "capacity_bytes"
+    ]
     assert total != cli_json("evaluate", *args)["memory"]["capacity_bytes"]
     expect(page.locator("#memory-table")).to_contain_text(f"{total / 1e9:,.2f} GB")
     page.fill("input[name=pp]", "4")  # a change keeps it too

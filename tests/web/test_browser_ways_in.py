@@ -11,6 +11,7 @@ import json
 import re
 import time
 import urllib.request
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -149,12 +150,13 @@ def test_an_accelerator_without_a_link_figure_takes_it_on_the_page(page, gpu, fi
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
     page.select_option("select[name=gpu]", gpu)
     first = next(iter(fields))
-    expect(page.locator(f"#error-{first}")).to_contain_text(f"give --{first}")
+    key = first.replace("-", "_")  # a knob the command line takes by --set, named so
+    expect(page.locator(f"#error-{first}")).to_contain_text(f"give --set {key}")
     expect(page.locator("#links-note")).to_contain_text(f"{gpu}'s row")
     args = ["--model", "llama3-70b", "--dp", "8", "--tp", "8", "--gpu", gpu]
     for name, value in fields.items():
         page.fill(f"input[name={name}]", value)
-        args += [f"--{name}", value]
+        args += ["--set", f"{name.replace('-', '_')}={value}"]  # a knob taken by --set
     total = cli_json("evaluate", *args)["memory"]["total_bytes"]
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
     expect(page.locator(".field-error")).to_have_count(0)
@@ -207,20 +209,75 @@ HASH = {"planner": "plan", "pipeline": "pipeline", "mfu": "mfu", "ckpt": "ckpt",
 """The original tool's hash of each tab."""
 
 
+def _fixed(x: float, digits: int) -> str:
+    """``x`` with ``digits`` decimals and thousands separators as the browser rounds it: the
+    double's exact value, a tie away from zero (``toFixed`` and ``toLocaleString`` both)."""
+    q = Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return f"{q:,}"
+
+
+def _gb(b: float) -> str:
+    """The page's bytes (app.js ``gb``): GB with two decimals and thousands separators."""
+    return f"{_fixed(b / 1e9, 2)} GB"
+
+
+def _pct(x: float) -> str:
+    """The page's fractions (app.js ``pct``)."""
+    return f"{_fixed(x * 100, 1)}%"
+
+
+def _secs(s: float | None) -> str:
+    """The page's durations (app.js ``secs``)."""
+    if s is None:
+        return "—"
+    for limit, scale, unit, digits in ((1, 1e-3, "ms", 1), (120, 1, "s", 3), (7200, 60, "min", 1),
+                                       (172800, 3600, "h", 1)):  # fmt: skip
+        if s < limit:
+            return f"{_fixed(s / scale, digits)} {unit}"
+    return f"{_fixed(s / 86400, 1)} days"
+
+
+def _cells(page: Page, table: str, row: int):
+    return page.locator(f"{table} tr[data-row='{row}'] td")
+
+
 def expect_tab_figures(page: Page, tab: str, want: dict) -> None:
-    """The page shows the CLI's figures of its tab for the same inputs."""
+    """The page shows the CLI's figures of its tab for the same inputs: the headline figure, and
+    the tables the original page had beside it (the planner's ZeRO comparison and its traffic
+    table's time if nothing overlapped; the micro-batches held per stage; HFU and the attention
+    FLOPs line; the tensors held without checkpointing and the checkpoints by name; the RLHF
+    phases' FLOPs and time shares)."""
     if tab == "planner":
         total = str(want["memory"]["total_bytes"])
         expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", total)
+        for i, r in enumerate(want["zero_table"]):
+            expect(_cells(page, "#zero-table", i).nth(0)).to_have_text(str(r["zero_stage"]))
+            expect(_cells(page, "#zero-table", i).nth(1)).to_have_text(_gb(r["model_state_bytes"]))
+        for i, r in enumerate(want["traffic"]):
+            expect(_cells(page, "#traffic-table", i).nth(5)).to_have_text(_secs(r["seconds"]))
     elif tab == "pipeline":
         frac = f"{want['bubble_fraction_exact']} = {want['bubble_fraction'] * 100:.1f}%"
         expect(page.locator("#bubble-fraction")).to_have_text(frac)
+        for i, held in enumerate(want["held_per_stage"]):
+            expect(_cells(page, "#held-table", i).nth(1)).to_have_text(f"{held:g}")
     elif tab == "mfu":
-        expect(page.locator("#mfu")).to_have_text(f"{want['mfu'] * 100:.1f}%")
+        expect(page.locator("#mfu")).to_have_text(_pct(want["mfu"]))
+        if want.get("hfu") is not None:
+            expect(page.locator("#hfu")).to_have_text(_pct(want["hfu"]))
+        attention = want["attention"]
+        line = f"attention {attention['formula']}" if attention["included"] else None
+        expect(page.locator("#attention-line")).to_have_text(line or "attention FLOPs not counted")
     elif tab == "ckpt":
         expect(page.locator("#peak-held")).to_have_text(str(want["peak_held"]))
+        summary = page.locator("#summary div b")
+        expect(summary.nth(1)).to_have_text(str(want["peak_held_without_checkpointing"]))
+        expect(summary.nth(3)).to_have_text(", ".join(want["checkpoints"]))
     else:
         expect(page.locator("#resident")).to_have_text(f"{want['resident_bytes'] / 1e12:.3f} TB")
+        for i, phase in enumerate(("rollout", "scoring", "training")):
+            cells = _cells(page, "#phases-table", i)
+            expect(cells.nth(2)).to_contain_text(_pct(want["phase_flops_share"][phase]))
+            expect(cells.nth(4)).to_contain_text(_pct(want["phase_time_share"][phase]))
 
 
 @pytest.mark.parametrize(("name", "tab"), _examples(), ids=[n for n, _ in _examples()])
@@ -261,6 +318,8 @@ HAND_WRITTEN = [
      ["--algorithm", "dpo", "--policy-params", "8e9"], "rlhf"),
     ("pipeline", "stages=4", "pipeline", ["--stages", "4", "--microbatches", "8"], "pipeline"),
     ("ckpt", "every=2", "ckpt", ["--layers", "9", "--every", "2"], "ckpt"),
+    ("ckpt", "n=16&k=4&labels=inputs", "ckpt",
+     ["--layers", "16", "--every", "4", "--labels", "inputs"], "ckpt"),  # named by layer inputs
     ("mfu", "chips=1024", "mfu", ["--params", "70e9", "--tokens", "4e6", "--step-seconds", "7",
                                   "--peak-tflops", "989", "--chips", "1024"], "mfu"),
     ("rlhf", "algorithm=grpo", "rlhf", ["--algorithm", "grpo", "--policy-params", "70e9"], "rlhf"),

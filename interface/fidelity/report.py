@@ -1,0 +1,368 @@
+"""The published-runs report (``python -m trainplan.interface.fidelity [--markdown]``): every row
+under the roofline time model beside the previous single-efficiency model, calibration and
+held-out rows marked, the goals checked, and the memory sections of
+:mod:`interface.fidelity.memory`. ``docs/fidelity-published.md`` is this page.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from trainplan.interface.fidelity.memory import appendix_b_530b, llama3_memory_walk
+from trainplan.interface.fidelity.published import (
+    CALCULON_TABLE5,
+    CALIBRATION_ROWS,
+    MEGATRON_SCRIPT,
+    RunResult,
+    evaluate_all,
+)
+from trainplan.model.roofline import (
+    GEMM_EFFICIENCY_BY_GENERATION,
+    RooflineParams,
+    gemm_efficiency,
+    roofline_params_for,
+)
+from trainplan.model.timing import (
+    ATTENTION_EFFICIENCY_BY_GENERATION,
+    DEFAULT_OVERLAP,
+    KERNEL_EFFICIENCY_BY_GENERATION,
+    KERNEL_EFFICIENCY_HALF_HIDDEN,
+)
+
+__all__ = ["GOALS", "table", "summary", "goal_lines", "text_report", "markdown_report"]
+
+GOALS = {
+    "korthikanti_mean_pct": 3.0,
+    "korthikanti_max_pct": 8.0,
+    "points": 2.0,
+}
+"""Issue 16's goals: Korthikanti Table 5 held-out iteration time mean |error| ≤ 3 %, max ≤ 8 %;
+Megatron-LM Table 1 and Llama 3 Table 4 held-out rows within 2 points of utilisation."""
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def table(results: Sequence[RunResult]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each run's published figure, the previous and the roofline model's
+    prediction and error (points of utilisation, and % of step time), role, memory."""
+    head = [
+        "row",
+        "recipe",
+        "published",
+        "previous model",
+        "roofline model",
+        "error, previous",
+        "error, roofline",
+        "role",
+        "memory GB",
+        "fits",
+    ]
+    body = []
+    for res in results:
+        r = res.run
+        fmt = "{:.2f}" if r.published_unit == "s/iter" else "{:.0f}"
+
+        def err(points: float, time: float) -> str:
+            return f"{points:+.1f} pts, {_pct(time)} time"
+
+        body.append(
+            [
+                f"{r.paper}: {r.label}",
+                r.recipe,
+                f"{fmt.format(r.published_value)} {r.published_unit} "
+                f"({100 * r.published_util:.1f}% {r.metric.upper()})",
+                f"{fmt.format(res.previous_value)} ({100 * res.previous_util:.1f}%)",
+                f"{fmt.format(res.predicted_value)} ({100 * res.predicted_util:.1f}%)",
+                err(res.previous_error_points, res.previous_time_error),
+                err(res.error_points, res.time_error),
+                "calibration" if r.calibration else "held out",
+                f"{_gb(res.memory_bytes)} / {_gb(res.estimate.capacity_bytes)}",
+                "yes" if res.fits else "NO",
+            ]
+        )
+    return head, body
+
+
+def _korthikanti(results: Sequence[RunResult], full: bool | None) -> list[RunResult]:
+    return [
+        r
+        for r in results
+        if r.run.paper == "Korthikanti Table 5"
+        and (full is None or r.run.key.endswith("-full") == full)
+    ]
+
+
+def _time_stats(rows: Sequence[RunResult], previous: bool = False) -> tuple[float, float]:
+    errs = [abs(r.previous_time_error if previous else r.time_error) for r in rows]
+    return 100 * statistics.fmean(errs), 100 * max(errs)
+
+
+def _calculon_stats(full: bool | None) -> tuple[float, float]:
+    errs = [
+        abs(delta)
+        for deltas in CALCULON_TABLE5.values()
+        for k, delta in enumerate(deltas)
+        if full is None or (k == 0) == full
+    ]
+    return statistics.fmean(errs), max(errs)
+
+
+def _held_out_points(results: Sequence[RunResult], paper: str, previous: bool = False) -> float:
+    return max(
+        abs(r.previous_error_points if previous else r.error_points)
+        for r in results
+        if r.run.paper == paper and not r.run.calibration
+    )
+
+
+def goal_lines(results: Sequence[RunResult]) -> list[str]:
+    """Each goal of :data:`GOALS`, met or not, with the previous model's figure beside it."""
+    out = []
+    for name, full in (("selective + SP", False), ("all eight", None)):
+        rows = _korthikanti(results, full)
+        mean, worst = _time_stats(rows)
+        pmean, pworst = _time_stats(rows, previous=True)
+        cmean, cworst = _calculon_stats(full)
+        met = mean <= GOALS["korthikanti_mean_pct"] and worst <= GOALS["korthikanti_max_pct"]
+        out.append(
+            f"Korthikanti Table 5 ({name}, held out): iteration time mean |error| {mean:.1f}%, "
+            f"max {worst:.1f}% (goal ≤ {GOALS['korthikanti_mean_pct']:g}%, ≤ "
+            f"{GOALS['korthikanti_max_pct']:g}%: {'met' if met else 'NOT met'}); previous model "
+            f"{pmean:.1f}%, {pworst:.1f}%; Calculon {cmean:.2f}%, {cworst:.2f}%"
+        )
+    for paper in ("Megatron-LM Table 1", "Llama 3 Table 4"):
+        worst = _held_out_points(results, paper)
+        prev = _held_out_points(results, paper, previous=True)
+        met = worst <= GOALS["points"]
+        out.append(
+            f"{paper} held-out rows: largest |error| {worst:.1f} points (goal ≤ "
+            f"{GOALS['points']:g}: {'met' if met else 'NOT met'}); previous model {prev:.1f}"
+        )
+    return out
+
+
+def summary(results: Sequence[RunResult]) -> list[str]:
+    """The report's summary lines: goals, medians, defaults of both models, calibration rows."""
+    p = RooflineParams(gemm_efficiency=0.5)
+    held = [r for r in results if not r.run.calibration]
+    lines = goal_lines(results) + [
+        "median |error| on held-out utilisation rows: "
+        f"{statistics.median(abs(r.error_points) for r in held):.1f} points (previous model "
+        f"{statistics.median(abs(r.previous_error_points) for r in held):.1f})",
+        "roofline model (model.roofline): GEMM efficiency e·k/(k + k₀) with e "
+        + ", ".join(f"{k} {v:g}" for k, v in GEMM_EFFICIENCY_BY_GENERATION.items())
+        + " (fitted on the former calibration rows before published runs were kept for "
+        "validation only; the fit is retired and the figures await per-operation anchors: "
+        "`python -m trainplan.interface.fidelity --residuals` reports those rows' errors); "
+        "the attention core at its kernel's published rate by chunk length, head dims and mask "
+        "(FlashAttention-2 on A100, cuDNN under Transformer Engine on Hopper and Blackwell; "
+        "model.op_rates), else 0.35 of peak on Hopper; "
+        f"HBM {p.hbm_efficiency:g} (the optimizer step at the part's STREAM triad), "
+        f"NVLink {p.scaleup_efficiency:g}, "
+        f"scale-out {p.scaleout_efficiency:g} of nominal; NCCL latencies; {p.kernel_overhead_s * 1e6:g} µs "
+        "per kernel",
+        "previous model (model.timing, `--set time_model=single`): kernel efficiency e∞·h/(h + h₀) "
+        "with e∞ "
+        + ", ".join(f"{k} {v:g}" for k, v in KERNEL_EFFICIENCY_BY_GENERATION.items())
+        + f", h₀ {KERNEL_EFFICIENCY_HALF_HIDDEN}; FlashAttention core "
+        + ", ".join(f"{k} {v:g}" for k, v in ATTENTION_EFFICIENCY_BY_GENERATION.items())
+        + "; overlap "
+        + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_OVERLAP.items()),
+        "calibration rows (both models): " + ", ".join(sorted(CALIBRATION_ROWS)),
+        f"layouts that fit: {sum(r.fits for r in results)} of {len(results)}",
+    ]
+    return lines
+
+
+def gap_section(results: Sequence[RunResult]) -> list[str]:
+    """Where the Korthikanti Table 5 gap comes from: the selective rows' time error against the
+    hidden size, the bubble's share of the predicted step, and the roofline GEMM efficiency of
+    the row-parallel GEMMs (depth k = h/tp) relative to its cap e_GEMM
+    (:func:`model.roofline.gemm_efficiency`). Markdown lines."""
+    head = "| row | h | tp × pp | k = h/tp | e(k)/e_GEMM | bubble share | MFU published / model | time error |"
+    lines = [
+        "## Remaining gap and its cause",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
+    for r in _korthikanti(results, False):
+        est = r.estimate
+        arch, lay, dev = est.model.arch, est.layout, est.device
+        assert arch is not None and est.time_terms is not None and est.step_s
+        assert dev.hbm_bytes_per_s is not None
+        p = roofline_params_for(dev.name)
+        k = arch.hidden_size / lay.tp
+        rel = gemm_efficiency(k, dev.peak_flops_per_s, dev.hbm_bytes_per_s, p) / p.gemm_efficiency
+        lines.append(
+            f"| {r.run.label} | {arch.hidden_size:,} | {lay.tp} × {lay.pp} | {k:,.0f} | {rel:.3f} "
+            f"| {est.time_terms.bubble_s / est.step_s:.1%} | {100 * r.run.published_util:.1f}% / "
+            f"{100 * r.predicted_util:.1f}% | {100 * r.time_error:+.1f}% |"
+        )
+    lines += [
+        "",
+        "Two effects. (1) From the 22B to the 530B the error grows with the hidden size at "
+        "fixed tp 8 and s 2,048, in both columns (selective above; the full-recomputation rows "
+        "follow the same trend): too fast on the 22B (no pipeline, no bubble), right on the "
+        "175B, too slow on the 530B, whose bubble is about the 175B's. That is the GEMM "
+        "efficiency: the roofline's rule depends on a GEMM's depth only, and at these depths "
+        "e(k) is already within a few percent of its cap (column above), so the model's "
+        "throughput per FLOP is nearly flat in h while the measured one rises (41.5 % → 56.0 % "
+        "MFU). The cap e_GEMM is fitted on the calibration rows (Megatron-LM Table 1 under the "
+        "2021 code, and Llama 3's 8K row); these rows are held out. A shape rule with the "
+        "GEMM's m·n tile count (wave quantisation over the SMs), or efficiencies fitted per "
+        "GEMM shape from measured kernels, would address it. (2) The 1T row adds the "
+        "pipeline: pp 64, m 512 and no interleaving (as Calculon's validation runs it; the "
+        "paper does not state v for 1T) give a bubble of 10.9 % of the predicted step, and the "
+        "last stage — two layers plus the output layer, whose logits GEMMs (6·s·h·V/tp) add "
+        "about 8 % to that stage — paces the pipeline. The measured MFU is the 530B's (56.3 % "
+        "against 56.0 %), so the real run lost less to the pipeline than the closed form gives; "
+        "with v 2 the bubble would halve.",
+    ]
+    return lines
+
+
+def text_report(results: Sequence[RunResult] | None = None) -> str:
+    """The report for the terminal."""
+    from trainplan.interface.render.report import table_text
+
+    results = results or evaluate_all()
+    head, body = table(results)
+    b = appendix_b_530b()
+    out = [table_text([dict(zip(head, row, strict=True)) for row in body]), "", *summary(results)]
+    out.append(
+        "Korthikanti Appendix B, 530B activations per GPU: first stage "
+        f"{_gb(b.first_stage_bytes)} GB (paper ≈ {b.published_first_gb}), with output "
+        f"deallocation {_gb(b.first_stage_deallocated_bytes)} GB (≈ "
+        f"{b.published_first_deallocated_gb}), last stage {_gb(b.last_stage_bytes)} GB "
+        f"(≈ {b.published_last_gb})"
+    )
+    return "\n".join(out) + "\n"
+
+
+def markdown_report(results: Sequence[RunResult] | None = None) -> str:
+    """The page ``docs/fidelity-published.md``."""
+    results = results or evaluate_all()
+    head, body = table(results)
+    lines = [
+        "# Fidelity against published runs",
+        "",
+        "Generated by `python -m trainplan.interface.fidelity --markdown`; checked by "
+        "`tests/test_fidelity_published.py`. Every configuration of `scenarios/published.toml` "
+        "is evaluated with the layout and recipe its paper states, under the roofline time "
+        "model (the default for the physical profiles) and, beside it, the previous "
+        "single-efficiency model (`--set time_model=single`), so a change shows what it bought. "
+        "*util* is the paper's own utilisation: HFU for Megatron-LM Table 1 (Eq. 3 hardware "
+        "FLOPs / time), MFU for Korthikanti (Appendix A model FLOPs) and Llama 3 (6·N + causal "
+        "attention). Errors are predicted − published: points of utilisation, and % of step "
+        "time (for a utilisation row the time is implied, ∝ 1/util). Calibration rows are the "
+        "rows the efficiencies were fitted on; every other row is held out.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    lines += ["", "## Summary", ""] + [f"- {s}" for s in summary(results)]
+    lines += ["", *gap_section(results)]
+    lines += ["", *_memory_sections()]
+    lines += ["", "## Conventions", ""] + [f"- {c}" for c in CONVENTIONS]
+    return "\n".join(lines) + "\n"
+
+
+def _memory_sections() -> list[str]:
+    b = appendix_b_530b()
+    lines = [
+        "## Korthikanti et al. Appendix B: 530B activations per pipeline stage",
+        "",
+        "| stage | model (GB) | paper (≈ GB, read off the figure) |",
+        "|---|---|---|",
+        f"| first, outputs kept | {_gb(b.first_stage_bytes)} | {b.published_first_gb} |",
+        f"| first, outputs deallocated | {_gb(b.first_stage_deallocated_bytes)} | "
+        f"{b.published_first_deallocated_gb} |",
+        f"| last | {_gb(b.last_stage_bytes)} | {b.published_last_gb} |",
+        "",
+        "Assumptions:",
+        "",
+    ]
+    lines += [f"- {a}" for a in b.assumptions]
+    walk = llama3_memory_walk()
+    lines += [
+        "",
+        "## Llama 3 405B on 8,192 GPUs: what makes the published layout fit",
+        "",
+        "TP 8, PP 16, DP 64, s 8192, b 1, m 32, no activation checkpointing, FSDP as ZeRO-2 "
+        "(§3.3.2 and Table 4). One mechanism at a time, peak per GPU on the busiest stage:",
+        "",
+        "| recipe | source | busiest stage | micro-batches in flight | layer activations GB | "
+        "total GB | fits 80 GB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in walk:
+        lines.append(
+            f"| {w.recipe} | {w.source} | {w.busiest_stage} | {w.microbatches_in_flight:.3f} | "
+            f"{_gb(w.activation_bytes)} | {_gb(w.total_bytes)} | {'yes' if w.fits else 'NO'} |"
+        )
+    stage_input_only = (walk[1].total_bytes + walk[2].total_bytes) / 2
+    lines += [
+        "",
+        "The last recipe is the one the Table 4 rows above use. It is an inference: §3.3.2 says "
+        "the input and output tensors of each pipeline stage are deallocated, and a stage's input "
+        "can only be freed when the layer's first norm does not keep it; memory-efficient norms "
+        "(both of each layer's norms, as Apex and Megatron-LM apply them) are the mechanism "
+        "modelled. Freeing only each one-layer chunk's input (half the saving: one of the two "
+        f"equal norm inputs) would give {_gb(stage_input_only)} GB, which also fits. "
+        "Per layer and micro-batch "
+        "(tp 8 with sequence parallelism, paper convention) a Llama 3 405B layer keeps "
+        f"(12·h + 4·g·d + 6·f)·s/t = {walk[1].activation_bytes / 141 / 1e6:.1f} MB; "
+        "memory-efficient norms drop the two 2·s·h/t norm inputs "
+        f"({walk[2].activation_bytes / 141 / 1e6:.1f} MB). Rank 1 holds 2·(16 − 2) + 7·16 + 1 = "
+        "141 one-layer chunks at the peak (17.6 micro-batches of its 8 layers): "
+        f"{_gb(walk[2].activation_bytes)} GB, plus "
+        f"{_gb(walk[2].total_bytes - walk[2].activation_bytes)} GB of model state (FP32 "
+        "gradients sharded over DP 64). "
+        "Not modelled and not needed for the fit: Llama 3's tunable number of consecutive "
+        "micro-batches per chunk round (N ≥ PP in their Figure 6, which would hold more).",
+    ]
+    return lines
+
+
+CONVENTIONS = (
+    "Megatron-LM Table 1: §5.1 uses the interleaved schedule with scatter/gather; micro-batch "
+    f"and v per row from {MEGATRON_SCRIPT} (b 16, 16, 16, 8, 4, 2, 2, 1, 1, 1; v 3, 2, 2, 3 for "
+    "76B, 145B, 310B, 530B, 1 elsewhere); fp16 with 16 B/param model state, no ZeRO (DDP "
+    "all-reduce); full recomputation; TP without sequence parallelism; no FlashAttention; "
+    "A100-80GB links 300 GB/s NVLink, 25 GB/s scale-out per GPU (Selene: 8 HDR NICs per node). "
+    "Roofline mechanisms of the 2021 code: every tensor-parallel all-reduce waits "
+    "(tp_comm_overlap none) and the gradient all-reduce follows the last backward "
+    "(grad_reduce_overlap false).",
+    "Korthikanti Table 5: both columns, selective recomputation + sequence parallelism and "
+    "full recomputation (tensor parallelism without sequence parallelism, pipeline sends split "
+    "over tp as Megatron-LM then did), b and B of Table 3, dp 1, v 3 for 175B and 530B; MFU "
+    "from the iteration time with Appendix A model FLOPs; the 2022 code overlaps the backward "
+    "tensor-parallel collectives with the gradient GEMMs (tp_comm_overlap async). Calculon's "
+    "figures are its own validation command's output, for reference.",
+    "Llama 3 Table 4: FSDP that shards optimizer states and gradients and keeps weights "
+    "gathered between forward and backward is modelled as ZeRO-2 with FP32 gradients (§3.3.2: "
+    "FP32 accumulation and reduce-scatter; 2 B weights + 16/D B per parameter); "
+    "no activation checkpointing; v = 8 (§3.3.2's first chunk holding only the embedding means "
+    "one-layer chunks: 126 layers + 2 empty end chunks = 16 × 8; the stages hold 7, 8 × 14, 7 "
+    "layers); memory-efficient norms (§3.3.2 frees each stage's input tensor, which only a norm "
+    "that keeps its output instead of its input allows); b = 1 so m = batch per DP rank "
+    "(32, 16, 16); MFU = (6·N + causal attention FLOPs) / (time × G × 989.4 TFLOP/s); context "
+    "parallelism all-gathers K and V, exposed (§3.3.2; cp_kind all-gather).",
+    "Roofline model: each operation of each layer (GEMMs by shape, the attention core, norms, "
+    "activations, dropout, residual adds, router and permutation, embedding, output layer and "
+    "cross-entropy; model.ops) at max(FLOPs / (peak × e(k)), bytes / (HBM × e_HBM)) + t_kernel; "
+    "tp, cp and ep collectives with NCCL's latency and bandwidth over their link, overlapped by "
+    "mechanism (model.layer_time); the slowest stage paces m micro-batches × (1 + bubble_ratio); "
+    "pipeline messages, data-parallel traffic by mechanism and the optimizer step added "
+    "(model.step_time). Previous model: hardware FLOPs at one kernel efficiency, one overlap "
+    "fraction per axis (model.timing).",
+)

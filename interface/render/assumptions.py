@@ -1,0 +1,383 @@
+"""The assumptions an estimate rests on, one sentence per mechanism (the ``assumptions`` list of
+the evaluate ``--json`` object and the text report): the time model and its overlaps, the
+tensor-parallel plan and selective recomputation, context parallelism, offload, precision,
+model state and data-parallel traffic, and the capacity each figure is measured against."""
+
+from __future__ import annotations
+
+from trainplan.model.estimate import Estimate
+from trainplan.model.frameworks import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    DEFAULT_RUNTIME_RESERVE_BYTES,
+    DRIVER_RESERVED_BYTES,
+    FRAGMENTATION_ALLOWANCE_BYTES,
+    Mechanism,
+    mechanism,
+)
+from trainplan.model.layout import Layout
+from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.precision import (
+    FP8_GEMM_EFFICIENCY,
+    KEPT_HIGH_PRECISION,
+    Fp8Recipe,
+    Precision,
+    fp8_activation_bytes,
+    fp8_weight_cache_bytes,
+    linear_speedup,
+)
+from trainplan.model.roofline import generation_of, roofline_params_for
+from trainplan.model.terms.step import uses_roofline
+from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
+
+__all__ = ["assumptions", "tp_block_inputs"]
+
+
+def _attention_note(est: Estimate) -> str:
+    """Where the FlashAttention core's efficiency in the step time comes from."""
+    o, device = est.options, est.device
+    if o.attention_efficiency is None or not est.training.flash_attention:
+        return ""
+    if o.attention_efficiency != attention_efficiency_for(device.name):
+        why = "given"
+    elif GENERATION_OF.get(device.name.split("-")[0].upper()) == "H100":
+        why = "FlashAttention-2 on Hopper, Shah et al. 2024"
+    else:
+        why = "FlashAttention-2's H100 figure, borrowed: none for this accelerator"
+    return f" (the FlashAttention core at {o.attention_efficiency:g}: {why})"
+
+
+def _time_sentence(est: Estimate, overlap: str) -> str:
+    """How the step time was reckoned: the roofline model's figures and mechanisms, or the
+    single model's efficiency and overlaps."""
+
+    o = est.options
+    if not uses_roofline(o, est.layout.framework, est.device):
+        return (
+            f"step time (single model): hardware FLOPs at kernel efficiency "
+            f"{o.kernel_efficiency:g} of the dense peak"
+            + _attention_note(est)
+            + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
+        )
+
+    p = params_in_force(o.roofline, est.device.name, o.attention_kernel)
+    gen = generation_of(est.device.name)
+    fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
+    if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
+        fitted = "given (--set gemm_efficiency or --calibration)"
+    attention = ""
+    if est.training.flash_attention and p.attention_kernel is not None and FAMILY.get(p.part):
+        attention = (
+            f"the attention core at {p.attention_kernel}'s published rate for its chunk length, "
+            "head dimensions and causal mask; "
+        )
+    elif est.training.flash_attention and p.attention_efficiency is not None:
+        attention = f"the FlashAttention core at {p.attention_efficiency:g} of peak; "
+    if p.clock_fraction != 1:
+        attention += (
+            f"tensor cores at {p.clock_fraction:.3f} of the rated peak under the part's power "
+            "limit; "
+        )
+    if p.optimizer_hbm_efficiency is not None:
+        attention += f"optimizer step at {p.optimizer_hbm_efficiency:.3f} of HBM (STREAM triad); "
+    curve = (
+        "all-reduce, all-gather and reduce-scatter inside the NVLink domain at the published "
+        "nccl-tests bus bandwidth for their message size, other "
+        if p.busbw_curve
+        else ""
+    )
+    return (
+        "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
+        f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
+        f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
+        f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
+        f"{p.scaleout_efficiency:g} scale-out); tp overlap {o.tp_comm_overlap}, cp {_cp_overlap(est)}, "
+        f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}; "
+        "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
+    )
+
+
+def tp_block_inputs(est: Estimate) -> str | None:
+    """What tensor parallelism keeps of the attention and MLP blocks' all-gathered inputs:
+    ``gathered`` (whole on every tp rank, torchtitan's DTensor plan) or ``sharded`` (the sequence
+    shard, Megatron-Core's); None without sequence parallelism, where every tp rank holds the
+    whole input (:func:`model.memory.keeps_gathered_inputs`)."""
+    from trainplan.model.memory import keeps_gathered_inputs
+
+    if not est.layout.sp:
+        return None
+    return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"
+
+
+def _selective_clause(est: Estimate) -> str:
+    """What ``recompute selective`` keeps under the profile: torchtitan's op-level policy
+    (:mod:`model.op_checkpoint`) or Megatron-Core's recompute modules."""
+    if str(est.layout.recompute) != "selective":
+        return ""
+    if est.layout.framework.op_selective:
+        return (
+            " (torchtitan's op-level policy: the block input, every other matmul output and "
+            "the attention kernel's outputs kept in dense layers)"
+        )
+    return f" (recompute modules {', '.join(est.training.recompute_modules)})"
+
+
+def _tp_plan_clause(est: Estimate) -> str:
+    plan = tp_block_inputs(est)
+    if plan == "gathered":
+        return " (blocks' all-gathered inputs kept whole on every tp rank, torchtitan's plan)"
+    if plan == "sharded" and est.layout.framework.gathers_block_inputs:
+        return " (blocks' inputs kept as the sequence shard, gathered again in backward)"
+    return ""
+
+
+def _activations_sentence(est: Estimate) -> str:
+    """How the activations are counted: the paper, FlashAttention, sequence parallelism and the
+    tensor-parallel plan, recomputation, the schedule, the convention and the norms."""
+    t, lay = est.training, est.layout
+    return (
+        "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
+        f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
+        f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
+        f"{_selective_clause(est)}; "
+        f"schedule {lay.schedule}; "
+        f"convention {t.activation_convention}"
+        + (
+            "; memory-efficient norms (keep their output, not their input)"
+            if t.memory_efficient_norm
+            else ""
+        )
+    )
+
+
+def _mfu_sentence(est: Estimate) -> str:
+    """The MFU convention and which attention FLOPs it counts."""
+    o = est.options
+    return f"MFU convention {o.mfu_convention}; attention FLOPs " + (
+        "over the (query, key) pairs each layer's mask keeps (causal: s(s+1)/2 per sequence; "
+        "fewer for a sliding window or chunks)"
+        if o.causal_attention_flops
+        else "over the full s×s per layer (no causal masking; windows and chunks save nothing)"
+    )
+
+
+def assumptions(est: Estimate) -> list[str]:
+    """Every convention and default behind the figures, as sentences for the output."""
+    t, lay, o = est.training, est.layout, est.options
+    overlap = ", ".join(f"{k} {v:g}" for k, v in o.overlap.items())
+    mech = mechanism(
+        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=lay.pp > 1,
+    )  # fmt: skip
+    out = [
+        f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
+        _precision_sentence(est),
+        *_offload_sentence(est),
+        _state_sentence(mech, lay),
+        _capacity_sentence(est),
+        _activations_sentence(est),
+        "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
+        "(model state + gathered units + buffers + layer activations + embedding/output-layer "
+        "activations + the larger of the recompute transient and the loss's working set + "
+        "context-parallel buffers) or the optimizer step (model state + what the step "
+        "materialises)",
+        "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
+        "one NVLink domain (rank order tp, cp, ep, dp, pp)",
+        _time_sentence(est, overlap),
+        f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
+        _mfu_sentence(est),
+    ]
+    if lay.cp > 1:
+        out.append(_cp_sentence(lay))
+    if est.model.size_only or est.model.num_params_declared is not None:
+        out.append(
+            "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
+        )
+    if lay.stage_layers is not None:
+        out.append(
+            "stage layout as given: layers per model chunk "
+            f"{', '.join(map(str, lay.stage_layers))} (model order; stage i holds chunks i, "
+            "i + pp, …)"
+        )
+    elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
+        out.append("uneven pipeline stages: the end stages hold one layer fewer first")
+    if lay.recompute_layers is not None:
+        where = "stage" if lay.virtual_stages == 1 else "stage's model chunks (per chunk)"
+        out.append(
+            "per-stage recomputation: the first "
+            f"{', '.join(map(str, lay.recompute_layers))} layers of each {where} fully "
+            f"recomputed (Megatron-LM --recompute-method block), the others {lay.recompute}; "
+            "each keeps its input and adds one forward in backward"
+        )
+    return out
+
+
+def _cp_sentence(lay: Layout) -> str:
+    """What the layout's context-parallel flavour sends and holds (model.context_parallel)."""
+    what = {
+        "ring": "each rank's K/V chunk passes cp − 1 hops around the ring per layer (Ring "
+        "Attention; Megatron-Core p2p)",
+        "all-gather": "K/V all-gathered per layer, re-gathered in backward and dK/dV "
+        "reduce-scattered (Llama 3 §3.3.2; Megatron-Core all_gather); each query chunk's output "
+        "kept apart",
+        "ulysses": "Q, K, V all-to-all over heads before attention and O after, forward and "
+        "backward (DeepSpeed-Ulysses; Megatron-Core a2a; cp divides the heads per tp rank)",
+        "ulysses-kv-repeat": "as ulysses, each K/V head repeated max(cp // g, 1) times before the "
+        "all-to-all (verl's Ulysses: cp may exceed the K/V heads)",
+        "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
+        "groups (Megatron-Core a2a+p2p)",
+    }[str(lay.cp_kind)]
+    return (
+        f"context parallelism {lay.cp_kind} over cp = {lay.cp}: {what}; the sequence in 2·cp "
+        "load-balanced chunks; the exchange's buffers while a layer runs counted once "
+        "(cp_transient_bytes); the cp overlap fraction applies to every flavour"
+        + ("; both parts timed on the whole cp group's link" if lay.cp_a2a else "")
+    )
+
+
+def _activation_offload_sentence(est: Estimate) -> list[str]:
+    """Which activations are offloaded and how their copies are timed; nothing without."""
+    mods, d = est.training.offload.activations, est.device
+    if not mods:
+        return []
+    return [
+        f"activation offload: the tensors {', '.join(mods)} save for backward go to the host "
+        "after each layer's forward and come back before its backward (Megatron-Core "
+        "--fine-grained-activation-offloading); two layers' worth stays on the GPU (the group "
+        "never offloaded, one in transit); copies at "
+        f"{(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction overlap the next layer's "
+        "forward / the previous layer's backward, the excess exposed (activation_offload_s, in "
+        "the compute and pipeline term)"
+    ]
+
+
+def _offload_sentence(est: Estimate) -> list[str]:
+    """What is offloaded, where it lives and what it costs; nothing without offload."""
+    off, d = est.training.offload, est.device
+    if not off.active:
+        return _activation_offload_sentence(est)
+    share = "" if off.optimizer == 1 else f"{float(off.optimizer):g} of "
+    what = (
+        "parameter shards, their gradients and the optimizer"
+        if off.params
+        else f"{share}the optimizer state and its step"
+    )
+    return [
+        f"offload: {what} on the host ({d.host_memory_bytes and d.host_memory_bytes / 1e9:g} GB "
+        f"per GPU, {d.gpus_per_node} GPUs per node; {d.host_source or 'given'}); transfers over "
+        f"the host link at {(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction and the "
+        f"CPU Adam step at {(d.host_memory_bytes_per_s or 0) / 1e9:g} GB/s of host memory, all "
+        "exposed (no delayed parameter update, no overlap with backward: an upper bound)",
+        *_activation_offload_sentence(est),
+    ]
+
+
+def _precision_sentence(est: Estimate) -> str:
+    """The recipe's numerics: GEMM precision, optimizer state, gradient dtype."""
+    t = est.training
+    grads = f"{t.gradient_bytes} B gradients" if t.gradient_bytes else "the framework's gradients"
+    state = f"optimizer state {t.optimizer_bytes} B/param, {grads}"
+    if est.layout.optimizer is not OptimizerKind.ADAM:
+        state = (
+            f"optimizer {est.layout.optimizer}: its own state per parameter class (an FP32 "
+            f"master included; Optimizers and packed documents in the docs), {grads}"
+        )
+    if t.precision is not Precision.FP8:
+        return f"precision bf16 (weights, activations, GEMMs); {state}"
+    recipe = t.fp8_recipe or Fp8Recipe.DELAYED
+    published = recipe_speedups(est.device.name, recipe) if recipe is not Fp8Recipe.MXFP8 or \
+        FAMILY.get(est.device.name) == "blackwell" else None  # fmt: skip
+    if published is not None:
+        fwd, dgrad, wgrad = published
+        speed = (
+            f"{fwd:.2f}×, {dgrad:.2f}×, {wgrad:.2f}× faster in forward, input and weight gradient "
+            f"(Transformer Engine's published {recipe.value} GEMM profile on "
+            f"{RECIPE_PART[FAMILY[est.device.name]]}, quantisation included)"
+        )
+    else:
+        flat = linear_speedup(t.precision, est.device)
+        speed = (
+            f"{flat:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 efficiency; no "
+            "published recipe profile for this part)"
+        )
+    cache = fp8_weight_cache_bytes(recipe)
+    weights = (
+        f"linear weights held as FP8 primary weights (1 B; --fp8-param-gather), only the "
+        f"column-wise copy cached (+{float(cache / 2):g} B per linear weight)"
+        if t.fp8_param_gather
+        else f"linear weights cached as FP8 row- and column-wise copies (+{float(cache):g} B per "
+        "linear weight)"
+    )
+    return (
+        f"precision fp8, recipe {recipe.value} (Transformer Engine): {weights}, "
+        f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element), linear "
+        f"GEMMs {speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
+    )
+
+
+def _cp_overlap(est: Estimate) -> str:
+    """How the roofline clock overlaps the layout's CP flavour (:mod:`model.layer_time`)."""
+    lay = est.layout
+    if lay.cp == 1:
+        return "off"
+    return {
+        "ring": "ring K/V under the core",
+        "all-gather": "all-gather exposed",
+        "ulysses": "all-to-alls exposed",
+        "ulysses-kv-repeat": "all-to-alls exposed",
+        "a2a+p2p": "all-to-alls exposed, ring under the core",
+    }[str(lay.cp_kind)]
+
+
+def _state_sentence(mech: Mechanism, lay: Layout) -> str:
+    """Bytes per parameter held whole and sharded, over which replicas."""
+    full = mech.weights_full + mech.grads_full + mech.optimizer_full
+    sharded = mech.weights_sharded + mech.grads_sharded + mech.optimizer_sharded
+    parts = [f"{full} B/param whole"] if full else []
+    if sharded:
+        parts.append(f"{sharded} B/param ÷ D")
+    if mech.step_sharded:
+        parts.append(f"+ {mech.step_sharded} B/param ÷ D during the optimizer step")
+    if mech.gathered_units:
+        parts.append(f"+ {mech.gathered_units} gathered units")
+    group = "dp·cp/ep" if lay.etp is None or lay.etp == lay.tp else "tp·dp·cp/(etp·ep)"
+    experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
+    return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"
+
+
+def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
+    if lay.framework.physical:
+        return "the mechanism's own collectives (per micro-batch where it says so)"
+    if lay.zero_stage != 3:
+        return "one exchange per step (the textbook convention)"
+    if regather:
+        return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
+    return (
+        "ZeRO-3 gathers the weights once per step (the textbook convention; --zero3-regather "
+        "for once per micro-batch)"
+    )
+
+
+def _capacity_sentence(est: Estimate) -> str:
+    d = est.device
+    if not est.layout.framework.physical:
+        return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the textbook convention)"
+    have = (
+        f"{d.hbm_bytes / 2**30:g} GiB of HBM"
+        if d.hbm_bytes
+        else f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
+    )
+    head = f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:.2f} GiB runtime reserve"
+    if d.runtime_reserve_bytes != DEFAULT_RUNTIME_RESERVE_BYTES:
+        return (
+            f"{head} (as given: --set memory_reserve_gib); NCCL's communicators counted in the peak"
+        )
+    return (
+        f"{head}: the driver's {DRIVER_RESERVED_BYTES / 2**20:g} MiB, the CUDA context's "
+        f"{CUDA_CONTEXT_BYTES / 2**20:.0f} MiB, cuBLAS workspaces "
+        f"{CUBLAS_WORKSPACE_BYTES / 2**20:.0f} MiB and an ASSUMED "
+        f"{FRAGMENTATION_ALLOWANCE_BYTES / 2**30:g} GiB fragmentation allowance for the caching "
+        "allocator's reserved bytes beyond the tensors (no per-operation source; "
+        "--set memory_reserve_gib replaces it); NCCL's communicators counted in the peak"
+    )

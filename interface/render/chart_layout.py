@@ -1,0 +1,149 @@
+"""What the charts say and where their labels go: plain Python over the ``--json`` objects, no
+matplotlib (:mod:`interface.render.plots` draws with these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "STATE_LEGEND",
+    "MEMORY_PARTS",
+    "tensor_label",
+    "layout_key",
+    "place_labels",
+    "staircase",
+    "chunk_letter",
+    "pass_label",
+]
+
+STATE_LEGEND = {
+    "kept": "checkpoint (kept)",
+    "held": "held",
+    "recomputed": "recomputed",
+    "discarded": "discarded now",
+    "free": "free",
+}
+"""Legend text of each tensor state (the text walk-through's C, #, R, x and .)."""
+
+
+def tensor_label(report: dict[str, Any], j: int) -> str:
+    """Name of tensor ``j`` of the checkpointing walk (0 … n), by layer outputs (``input``,
+    ``out1`` …) or inputs (``in1`` … ``output``), as the text walk-through names it."""
+    if report["labels"] == "outputs":
+        return "input" if j == 0 else f"out{j}"
+    return "output" if j == report["layers"] else f"in{j + 1}"
+
+
+def layout_key(r: dict[str, Any], with_gpus: bool) -> str:
+    """One frontier point's layout in full: degrees, ZeRO stage, recompute, micro-batch, schedule;
+    a per-stage point (``frontier --per-stage``) adds its layers and fully recomputed layers per
+    stage."""
+    v = f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""
+    gpus = f"{r['num_gpus']} × {r['gpu']}: " if with_gpus else ""
+    per_stage = ""
+    if r.get("stage_layers") is not None:  # a second line, indented under the first
+        layers = "/".join(map(str, r["stage_layers"]))
+        counts = "/".join(map(str, r["recompute_layers"]))
+        per_stage = f"\n      per stage: layers {layers}, fully recomputed {counts}"
+    return (
+        f"{gpus}dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']}, "
+        f"ZeRO-{r['zero_stage']}, recompute {r['recompute']}, b {r['micro_batch_size']}, "
+        f"{r['schedule']}{v}{per_stage}"
+    )
+
+
+def chunk_letter(chunk: int) -> str:
+    """Model chunk ``chunk`` (0, 1, …) of a stage as the timelines name it: ``a``, ``b``, … (``z``
+    and beyond count on as ``c26``…). Chunk c of stage i holds virtual stage c·p + i
+    (Narayanan et al. 2021 §2.2.2; Megatron-LM ``get_model_chunk_id``)."""
+    return chr(ord("a") + chunk) if chunk < 26 else f"c{chunk}"
+
+
+def pass_label(slot: dict[str, Any], chunks: int, kind: bool = True) -> str:
+    """A timeline slot's label: ``F3`` (forward of micro-batch 3), ``B3`` (its backward); with
+    ``chunks`` > 1 the model chunk's letter follows (``F3a``, ``B3b``). ``kind=False`` leaves out
+    the F/B (the picture says it by colour)."""
+    head = ("F" if slot["pass"] == "forward" else "B") if kind else ""
+    tail = chunk_letter(slot.get("chunk", 0)) if chunks > 1 else ""
+    return f"{head}{slot['microbatch']}{tail}"
+
+
+def staircase(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """The line of a Pareto frontier (both axes minimised) through its points: the best step
+    time within each budget of the second axis. Points are taken in ascending ``x``; point i's
+    level ``y_i`` runs from its own ``x_i`` right to the next point's ``x``, where the line drops
+    to that point's (lower) level. No level reaches left of its point: a budget below ``x_i``
+    cannot buy ``y_i``.
+
+    Returns
+    -------
+    (list[float], list[float])
+        The vertices, to draw with straight segments.
+    """
+    order = sorted(range(len(xs)), key=lambda i: (xs[i], ys[i]))
+    sx: list[float] = []
+    sy: list[float] = []
+    for k, i in enumerate(order):
+        if k:
+            sx.append(xs[i])
+            sy.append(ys[order[k - 1]])
+        sx.append(xs[i])
+        sy.append(ys[i])
+    return sx, sy
+
+
+OFFSETS = ((5, 4), (5, -12), (-14, 4), (-14, -12), (5, 14), (5, -22), (-14, 14), (-14, -22))
+"""Label positions tried around a point, in points (right-above first)."""
+
+
+def overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Whether two boxes (x, y, width, height) in display space overlap."""
+    return not (
+        a[0] + a[2] < b[0] or b[0] + b[2] < a[0] or a[1] + a[3] < b[1] or b[1] + b[3] < a[1]
+    )
+
+
+def place_labels(ax: Any, xs: list[float], ys: list[float], texts: list[str]) -> None:
+    """Label each point where its label overlaps no earlier label and no marker: the first free
+    offset of :data:`OFFSETS`, else the offset that overlaps least; overlap is measured on each
+    label's real extent as the renderer lays it out (matplotlib's ``get_window_extent``)."""
+    fig = ax.figure
+    fig.canvas.draw()  # fixes the axes' transform
+    renderer = fig.canvas.get_renderer()
+    px_per_pt = fig.dpi / 72
+    marks = [tuple(ax.transData.transform((x, y))) for x, y in zip(xs, ys, strict=True)]
+    half = 4 * px_per_pt
+    mark_boxes = [(mx - half, my - half, 2 * half, 2 * half) for mx, my in marks]
+    taken: list[tuple[float, float, float, float]] = []
+    for x, y, text in zip(xs, ys, texts, strict=True):
+        note = ax.annotate(
+            text, (x, y), xytext=OFFSETS[0], textcoords="offset points", fontsize=7,
+            fontweight="bold",
+        )  # fmt: skip
+        tried = []
+        for offset in OFFSETS:
+            note.set_position(offset)
+            e = note.get_window_extent(renderer)
+            box = (e.x0, e.y0, e.width, e.height)
+            tried.append((sum(overlaps(box, b) for b in (*taken, *mark_boxes)), offset, box))
+            if not tried[-1][0]:
+                break
+        _, offset, box = min(tried, key=lambda t: t[0])  # the first of the fewest overlaps
+        note.set_position(offset)
+        taken.append(box)
+
+
+MEMORY_PARTS = (
+    ("weights_bytes", "weights", "#4c78a8"),
+    ("gradients_bytes", "gradients", "#72b7b2"),
+    ("optimizer_bytes", "optimizer states", "#54a24b"),
+    ("zero3_gathered_bytes", "gathered weights", "#b279a2"),
+    ("buffers_bytes", "buffers", "#9d755d"),
+    ("activations_bytes", "activations", "#f58518"),
+    ("embedding_activations_bytes", "embedding/output activations", "#eeca3b"),
+    ("recompute_transient_bytes", "recompute transient", "#e45756"),
+    ("loss_transient_bytes", "loss working set", "#d6616b"),
+    ("pipeline_output_bytes", "pipeline outputs kept", "#ff9da6"),
+    ("optimizer_step_bytes", "optimizer step extra", "#bab0ac"),
+)
+"""The memory lines of the evaluate object stacked in the planner's bar, in the text's order."""

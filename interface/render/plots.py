@@ -1,0 +1,355 @@
+"""Charts of the planner, pipeline, checkpointing, frontier and sweeps, with matplotlib (optional
+extra) loaded by :mod:`interface.render.figure`; the pipeline tab's charts are
+:mod:`interface.render.pipeline_plots`' (named here too, for the callers of this module).
+
+``pip install 'trainplan[plot]'`` (or ``[web]``) installs matplotlib; without it every function
+here raises an :class:`~model.errors.InputError` saying so. Each function takes a ``--json``
+object (:mod:`interface.tabs`, :mod:`interface.commands`) and writes one file, whose format follows
+the suffix (``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation), or SVG into a binary stream
+(:func:`svg`, the web app's figures).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainplan.interface.render.chart_layout import (
+    MEMORY_PARTS,
+    STATE_LEGEND,
+    layout_key,
+    staircase,
+    tensor_label,
+)
+from trainplan.interface.render.chart_layout import place_labels as _place_labels
+from trainplan.interface.render.figure import Target, _pyplot, _save, _suffix, svg
+from trainplan.interface.render.pipeline_plots import (
+    IDLE_COLOUR,
+    MAX_BOXES,
+    held_chart,
+    pipeline_chart,
+    pipeline_figure,
+)
+from trainplan.model.checkpointing import tensor_state
+from trainplan.model.errors import InputError
+from trainplan.model.units import parse_positive
+
+__all__ = [
+    "pipeline_chart",
+    "held_chart",
+    "ckpt_gif",
+    "ckpt_frame",
+    "memory_chart",
+    "frontier_chart",
+    "frontier_figure",
+    "pipeline_figure",
+    "MAX_BOXES",
+    "sweep_scaling_chart",
+    "sweep_heatmap",
+    "svg",
+]
+
+
+def _colours() -> dict[str, str]:
+    """Colour of each tensor state, in the text legend's order (C, #, R, x, .)."""
+    return {
+        "kept": "#4c78a8",
+        "held": "#9ecae1",
+        "recomputed": "#2ca02c",
+        "discarded": "#d62728",
+        "free": IDLE_COLOUR,
+    }
+
+
+def _ckpt_frames(plt: Any, report: dict[str, Any]) -> tuple[Any, Any]:
+    """(figure, draw) of the walk-through: ``draw(i)`` paints step i, a cell per tensor coloured
+    by its state, with the colour legend (the text walk-through's C, #, R, x and .)."""
+    from matplotlib.patches import Patch
+
+    steps, n = report["steps"], report["layers"]
+    names = [tensor_label(report, j) for j in range(n + 1)]
+    fig, ax = plt.subplots(figsize=(max(6.5, min(2 + 0.5 * (n + 1), 20)), 2.6))
+    legend = [Patch(facecolor=c, label=STATE_LEGEND[state]) for state, c in _colours().items()]
+
+    def draw(i: int) -> None:
+        ax.clear()
+        st = steps[i]
+        colours = [_colours()[tensor_state(st, tensor_label(report, j))] for j in range(n + 1)]
+        ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
+        ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
+        ax.set_yticks([])
+        ax.set_title(
+            f"step {st['step']}: {st['phase']} layer {st['layer']} — {st['held']} held "
+            f"(peak {report['peak_held']}, no checkpointing {n + 1})",
+            fontsize=9,
+        )
+        ax.legend(
+            handles=legend,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.22),
+            ncol=len(legend),
+            fontsize=7,
+            frameon=False,
+        )
+        fig.subplots_adjust(bottom=0.32)
+
+    return fig, draw
+
+
+def ckpt_frame(report: dict[str, Any], index: int, path: Target) -> Any:
+    """One frame of :func:`ckpt_gif`: ``report["steps"][index]``, a cell per tensor coloured by
+    its state, with the colour legend (the web app steps and plays these).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    fig, draw = _ckpt_frames(plt, report)
+    draw(index)
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> Path:
+    """Animated walk-through: one frame per step, a cell per tensor coloured by its state
+    (checkpoint, held, recomputed, discarded, free; the legend names each colour), the tensors
+    named as in the text walk-through (``labels``).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, a path not ending in .gif or not in a writable folder, a report of
+        one step only, or a delay that is not positive.
+    """
+    out = _suffix(path, (".gif",))
+    plt = _pyplot()
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    if len(report["steps"]) < 2:
+        raise InputError("gif: needs every step (leave out --step)")
+    frame_s = float(parse_positive(delay_s, "delay"))
+    fig, draw = _ckpt_frames(plt, report)
+    anim = FuncAnimation(fig, draw, frames=len(report["steps"]))
+    from trainplan.interface.inputs import writing
+
+    fps: Any = 1 / frame_s  # a float is fine: Pillow shows each frame 1000/fps ms
+    with writing(out, "path"):
+        anim.save(out, writer=PillowWriter(fps=fps))
+    plt.close(fig)
+    return out
+
+
+def frontier_chart(
+    rows: list[dict[str, Any]], against: str, path: Target, links: list[str] | None = None
+) -> Any:
+    """Write :func:`frontier_figure` to ``path`` (SVG into a stream).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    fig = frontier_figure(rows, against, links)
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def frontier_figure(
+    rows: list[dict[str, Any]], against: str, links: list[str] | None = None
+) -> Any:
+    """Step time against the second axis of a Pareto frontier: the staircase of the best step
+    time within each budget (:func:`interface.render.chart_layout.staircase`: each level starts at its
+    own point), one numbered marker per point (labels placed clear of each other), and beside
+    the plot each number's full layout — degrees, ZeRO stage, recompute, micro-batch and schedule
+    (and GPUs unless against memory). With ``links`` (SVG), marker i is a link to ``links[i]`` in
+    a group with id ``point-<i+1>``. The caller closes the figure.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing.
+    """
+    plt = _pyplot()
+    key = {"memory": "total_bytes", "gpus": "num_gpus", "price": "price_per_hour"}[against]
+    scale = 1e9 if against == "memory" else 1
+    xs = [r[key] / scale for r in rows]
+    ys = [r["step_s"] for r in rows]
+    keys = [f"{i:>2}  {layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
+    height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
+    fig, (ax, side) = plt.subplots(
+        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
+    )
+    ax.plot(*staircase(xs, ys), "-", color="#4c78a8", label="best step time within the budget")
+    ax.plot(xs, ys, "o", markersize=4, color="#4c78a8")
+    for i, url in enumerate(links or ()):
+        (mark,) = ax.plot([xs[i]], [ys[i]], "o", markersize=9, color="#4c78a8", alpha=0.35)
+        mark.set_url(url)
+        mark.set_gid(f"point-{i + 1}")
+    ax.set_xlabel(
+        {"memory": "memory per GPU (GB)", "gpus": "GPUs", "price": "cluster $ per hour"}[against]
+    )
+    ax.set_ylabel("step time (s)")
+    ax.set_title(f"Pareto frontier: step time against {against} ({len(rows)} points)")
+    ax.grid(alpha=0.3)
+    ax.margins(0.08)
+    _place_labels(ax, xs, ys, [str(i) for i in range(1, len(rows) + 1)])
+    side.axis("off")
+    side.text(
+        0,
+        1,
+        "\n".join(keys),
+        va="top",
+        ha="left",
+        family="monospace",
+        fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
+        transform=side.transAxes,
+    )
+    return fig
+
+
+def memory_chart(d: dict[str, Any], path: Target) -> Any:
+    """The planner's memory per GPU (busiest stage) as stacked bars in GB, one per phase of the
+    step — forward/backward (model state, gathered weights, buffers, activations, transient) and
+    the optimizer step (model state and what the step materialises) — against the usable
+    capacity, with the total at the peak and the verdict in the title. ``d`` is the evaluate
+    ``--json`` object (:func:`interface.commands.evaluate_json`).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    m = d["memory"]
+    phases = {"forward/backward": [k for k, *_ in MEMORY_PARTS[:-1]]}
+    if m.get("optimizer_step_bytes"):
+        phases["optimizer step"] = [k for k, *_ in MEMORY_PARTS[:3]] + ["optimizer_step_bytes"]
+    fig, ax = plt.subplots(figsize=(9, 1.9 + 0.5 * len(phases)))
+    for y, keys in enumerate(reversed(phases.values())):
+        left = 0.0
+        for key, label, colour in MEMORY_PARTS:
+            if key in keys and m.get(key):
+                ax.barh(y, m[key] / 1e9, left=left, color=colour, label=label, height=0.6)
+                left += m[key] / 1e9
+    cap = m["capacity_bytes"] / 1e9
+    ax.axvline(cap, color="black", ls="--", lw=1.2, label=f"capacity {cap:,.2f} GB")
+    ax.set_yticks(range(len(phases)), list(reversed(phases)))
+    ax.set_xlabel("GB per GPU (10^9 bytes), busiest pipeline stage")
+    verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {m['overflow_bytes'] / 1e9:,.2f} GB"
+    ax.set_title(
+        f"total {m['total_bytes'] / 1e9:,.2f} GB at the peak ({m.get('peak_phase', 'forward-backward')})"
+        f", usable {cap:,.2f} GB on {d['gpu']['name']}\nverdict: {verdict}",
+        fontsize=9,
+        loc="left",
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    order = [label for _, label, _ in MEMORY_PARTS if label in unique]
+    order += [k for k in unique if k.startswith("capacity")]
+    ax.legend([unique[k] for k in order], order, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              fontsize=7, frameon=False)  # fmt: skip
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_scaling_chart(
+    series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
+) -> Any:
+    """A sweep's metric against the GPU count: a panel per model, a line per part
+    (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
+    ``note`` says what each point is the best over). Log scales on both axes.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    n = max(1, len(series))
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False)
+    parts = sorted({p for lines in series.values() for p in lines})
+    bases = list(dict.fromkeys(p.split("[")[0] for p in parts))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ("-", "--", ":", "-.")
+    look: dict[
+        str, tuple[str, str]
+    ] = {}  # a catalogue part's colour; its what-if variants' line styles
+    for p in parts:
+        base = p.split("[")[0]
+        variant = sum(q.split("[")[0] == base for q in look)
+        look[p] = (colours[bases.index(base) % len(colours)], styles[variant % len(styles)])
+    whole = plt.FuncFormatter(lambda x, _: f"{x:,.0f}")
+    for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
+        for part, points in lines.items():
+            colour, style = look[part]
+            ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
+                    color=colour, linestyle=style, label=part)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(whole)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("GPUs", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for h, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(name, h)
+    ncol = min(5, max(1, len(handles)))
+    legend_rows = -(-len(handles) // ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)  # fmt: skip
+    fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.02 + 0.045 * legend_rows * 3.4 / fig.get_figheight(), 1, 0.97))
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def sweep_heatmap(cells: Any, path: Target) -> Any:
+    """A sweep's heat map: models (rows) against a what-if's multipliers (columns), each cell
+    annotated (:func:`interface.sweep.charts.heatmap_cells`; blank where nothing fits).
+
+    Raises
+    ------
+    InputError
+        matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
+    """
+    import numpy as np
+
+    out = _suffix(path, (".png", ".svg", ".pdf"))
+    plt = _pyplot()
+    data = np.array(
+        [[np.nan if v is None else v for v in row] for row in cells.values], dtype=float
+    )
+    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(cells.columns), 1.4 + 0.45 * len(cells.rows)))
+    image = ax.imshow(data, cmap="viridis_r" if cells.relative else "viridis", aspect="auto")
+    ax.set_xticks(range(len(cells.columns)), cells.columns, fontsize=8)
+    ax.set_yticks(range(len(cells.rows)), cells.rows, fontsize=8)
+    for (i, j), v in np.ndenumerate(data):
+        if not np.isnan(v):
+            text = f"{v:.2f}" if cells.relative else f"{v:,.3g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    ax.set_title(cells.title, fontsize=9)
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out

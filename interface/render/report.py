@@ -1,0 +1,490 @@
+"""Tables for people and files. Terminal tables with tabulate (fast to import); DataFrames and CSV
+with pandas, imported only when a frame is built.
+
+Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only here, on screen.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from tabulate import tabulate
+
+from trainplan.model.layout import SEARCHED_FIELDS
+
+__all__ = [
+    "frame",
+    "table_text",
+    "evaluate_text",
+    "gpus_text",
+    "gb",
+    "duration",
+    "objective_text",
+    "readable",
+    "csv_text",
+    "write_csv",
+]
+
+
+def gb(value: float | int | None) -> str:
+    """Bytes as decimal GB with 2 decimals ("—" for unknown)."""
+    return "—" if value is None else f"{value / 1e9:,.2f} GB"
+
+
+def _secs(value: float | None) -> str:
+    return "—" if value is None else (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.3f} s")
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit a person reads them in: ms below a second, s below two minutes, then
+    minutes, hours and days (1 day = 86,400 s; no months or years, whose lengths vary).
+
+    Examples
+    --------
+    >>> duration(1971183.7881), duration(10800), duration(5400), duration(10.44064)
+    ('22.8 days', '3.0 h', '90.0 min', '10.441 s')
+    """
+    if seconds < 120:
+        return _secs(seconds)
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size or unit == "min":
+            return f"{seconds / size:,.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def objective_text(kind: str, key: str, value: float, tokens: int | None = None) -> str:
+    """A search objective for people, from :func:`optimizer.problem.objective_value`'s key and
+    base-unit value: "22.8 days to train 1.5e+13 tokens", "$2,345,678 to train …", "10.441 s per
+    step", "3,120 tokens/s per GPU".
+
+    Examples
+    --------
+    >>> objective_text("time-to-train", "objective_s", 1971183.7881, 15 * 10**12)
+    '22.8 days to train 15,000,000,000,000 tokens'
+    """
+    budget = f" to train {tokens:,} tokens" if tokens else " to train the token budget"
+    if key == "objective_usd":
+        return dollars(value, cents=False) + budget
+    if key == "objective_gpu_s_per_token":
+        return f"{1 / value:,.0f} tokens/s per GPU"
+    if kind == "time-to-train":
+        return duration(value) + budget
+    return f"{duration(value)} per step"
+
+
+def dollars(value: float | None, per: str = "", cents: bool = True) -> str:
+    """An amount of US dollars as people write it: ``$20,480.00/hour``, ``$1,234,567``
+    (``cents`` False); ``—`` when unknown.
+
+    >>> dollars(20480.0, "/hour"), dollars(1234567.4, cents=False), dollars(None)
+    ('$20,480.00/hour', '$1,234,567', '—')
+    """
+    if value is None:
+        return "—"
+    return f"${value:,.{2 if cents else 0}f}{per}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+    """Rows of dicts as a pandas DataFrame with a fixed column order."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    return df[columns] if columns else df
+
+
+def readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row for the screen, each cell by the unit its key names: ``*_bytes`` in GB (the
+    suffix dropped from the header), ``*_s`` as a duration, other numbers with thousands
+    separators; None as "—".
+
+    Examples
+    --------
+    >>> readable({"stage": 0, "stage_total_bytes": 72_812_345_678, "step_s": 10.44064})
+    {'stage': '0', 'stage_total': '72.81 GB', 'step': '10.441 s'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key.endswith("_bytes"):
+            out[key.removesuffix("_bytes")] = gb(value)
+        elif key.endswith("_s") and not isinstance(value, bool):
+            out[key.removesuffix("_s")] = "—" if value is None else duration(value)
+        elif value is None:
+            out[key] = "—"
+        elif isinstance(value, float):
+            out[key] = f"{value:,.4g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = f"{value:,}"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """Rows of already-formatted cells as an aligned text table."""
+    if not rows:
+        return "(none)"
+    return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
+
+
+def _memory_lines(d: dict[str, Any]) -> list[str]:
+    m = d["memory"]
+    lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
+    parts = [
+        ("weights", m["weights_bytes"]),
+        ("gradients", m["gradients_bytes"]),
+        ("optimizer states", m["optimizer_bytes"]),
+        ("= model state", m["model_state_bytes"]),
+        ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
+        ("FP8 weight cache (weight + transpose)", m.get("weight_cache_bytes")),
+        ("expert dispatch buffers (DeepEP)", m.get("dispatch_buffer_bytes")),
+        ("buffers in forward/backward", m.get("buffers_bytes")),
+        ("activations (layers, in flight)", m["activations_bytes"]),
+        ("embedding / output-layer activations", m["embedding_activations_bytes"]),
+        ("recompute transient", m["recompute_transient_bytes"]),
+        ("loss working set beyond it (one micro-batch)", m.get("loss_transient_bytes")),
+        ("pipeline outputs kept (not deallocated)", m.get("pipeline_output_bytes")),
+        ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
+        ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
+        ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
+        ("NCCL communicator buffers (whole run)", m.get("communicator_bytes")),
+        (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
+        (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
+    ]
+    lines += [f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name[0] in "=c"]
+    if m["activations_unavailable"]:
+        lines.append(f"  activations unavailable: {m['activations_unavailable']}")
+    verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
+    if m.get("fits_covers", "model state and activations") != "model state and activations":
+        verdict += f" ({m['fits_covers']}: activations unknown without the dimensions, " + (
+            "so the whole step may not fit)" if m["fits"] else "which would only add to it)"
+        )
+    if m.get("host_bytes"):
+        cap = m.get("host_capacity_bytes")
+        lines.append(
+            f"  {'host memory (offloaded), per GPU':<44} {gb(m['host_bytes']):>14}"
+            f"  (per node {gb(m['host_bytes_per_node'])}"
+            + (f"; host capacity per GPU {gb(cap)})" if cap else "; host capacity unknown)")
+        )
+        if m.get("host_fits") is False:
+            verdict = f"DOES NOT FIT: host memory over by {gb(m['host_bytes'] - cap)}"
+    lines.append(f"  verdict: {verdict}")
+    if m.get("construction_bytes"):
+        lines.append(
+            f"  model construction without deepspeed.zero.Init: {gb(m['construction_bytes'])} "
+            "per GPU (the whole BF16 model before ZeRO-3 partitions it; not in the total)"
+        )
+    return lines
+
+
+def _cp_kind_text(lay: dict[str, Any]) -> str:
+    """``ring``, ``ulysses``, … and the hybrid's inner degree: ``a2a+p2p (a2a 2)``."""
+    kind = lay.get("cp_kind", "ring")
+    return f"{kind} (a2a {lay['cp_a2a']})" if lay.get("cp_a2a") else kind
+
+
+def _mfu_conventions(d: dict[str, Any]) -> str:
+    """Beside a 6n MFU, which leaves attention out, the attention-inclusive figure."""
+    flops, t = d.get("flops") or {}, d["time"]
+    if flops.get("convention") != "6n" or t.get("mfu_with_attention") is None:
+        return ""
+    return f" (6n; {_pct(t['mfu_with_attention'])} with attention FLOPs, 6n+attention)"
+
+
+def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
+    """The evaluate command's human output from its JSON object."""
+    lay, model = d["layout"], d["model"]
+    out = [
+        f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
+        f"on {d['num_gpus']:,} × {d['gpu']['name']}",
+        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
+        + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
+        + f" (ep {lay['ep']}"
+        + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
+        + f"), {lay.get('framework', 'textbook')} ZeRO-{lay['zero_stage']}, recompute {lay['recompute']}"
+        + (
+            f" (full on the first {','.join(map(str, lay['recompute_layers']))} layers per "
+            + ("stage)" if lay["virtual_stages"] == 1 else "model chunk of each stage)")
+            if lay.get("recompute_layers") is not None and any(lay["recompute_layers"])
+            else ""
+        )
+        + f", {lay['schedule']}"
+        + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
+        + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
+        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",
+        "",
+        *_memory_lines(d),
+        "",
+        "ZeRO stages for this layout (model state per GPU)",
+        table_text(
+            [
+                {
+                    "ZeRO": r["zero_stage"],
+                    "model state": gb(r["model_state_bytes"]),
+                    "reduction": f"{r['reduction']:.2f}×",
+                    "DP bytes/step": gb(r["dp_bytes_per_step"]),
+                }
+                for r in d["zero_table"]
+            ]
+        ),
+        "",
+        "Traffic per axis (ring bytes sent per GPU per step)",
+        table_text(
+            [
+                {
+                    "axis": r["axis"],
+                    "collective": r["collective"],
+                    "group": r["group_size"],
+                    "bytes/step": gb(r["bytes_per_step"]),
+                    "link": r["link"],
+                    "time if not overlapped": _secs(r["seconds"]),
+                    "exposed": _secs(r["exposed_seconds"]),
+                }
+                for r in d["traffic"]
+            ]
+        ),
+        "",
+    ]
+    p, t = d["pipeline"], d["time"]
+    out.append(
+        f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
+        f"{_pct(p['bubble_ratio'])} of compute; "
+        + (
+            f"{p['microbatches_in_flight']} micro-batches in flight on the busiest stage; layers per stage "
+            f"{lay['stage_layers']} (stages counted from 0)"
+            if p["microbatches_in_flight"] is not None
+            else "layers unknown (size-only model)"
+        )
+    )
+    optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
+    out.append(
+        f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
+        f"{_secs(t['exposed_comm_s'])}{optimizer}"
+        + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
+        + (
+            f" (activation offload {_secs(t['activation_offload_s'])} exposed, in compute)"
+            if t.get("activation_offload_s")
+            else ""
+        )
+        + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        + _mfu_conventions(d)
+        + f", HFU {_pct(t['hfu'])}"
+    )
+    out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
+    if defaults_used:
+        out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
+    out += [f"Note: {n}" for n in d["notes"]]
+    return "\n".join(out)
+
+
+def gpus_text(rows: list[dict[str, Any]]) -> str:
+    """The accelerator table for the terminal."""
+    return table_text(
+        [
+            {
+                "name": r["name"],
+                "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
+                "dense BF16 TFLOP/s": r["bf16_tflops"],
+                "dense FP8 TFLOP/s": r["fp8_tflops"],
+                "NVLink GB/s": r["nvlink_gbps"],
+                "domain": r["nvlink_domain"],
+                "scale-out GB/s": r["scaleout_gbps"],
+                "HBM TB/s": r["hbm_tbps"],
+                "host GB/s": r["host_link_gbps"],
+                "host memory GB/s": r["host_memory_gbps"],
+                "power W": r["power_w"],
+                "status": r["status"],
+            }
+            for r in rows
+        ]
+    )
+
+
+def frontier_row(
+    d: dict[str, Any], job_label: str, objective: tuple[str, float], peak_bytes: int
+) -> dict[str, Any]:
+    """One CSV row of a search answer from its evaluate JSON object: every layout field, every
+    memory term, traffic per axis, bubble, step time, MFU, tokens/s, fits (units in the names;
+    ``objective`` is the (key, value) of :func:`optimizer.problem.objective_value`, e.g.
+    ``objective_s``)."""
+    lay, mem, t, p = d["layout"], d["memory"], d["time"], d["pipeline"]
+    row: dict[str, Any] = {k: lay[k] for k in SEARCHED_FIELDS}
+    row.update(
+        {
+            "num_gpus": d["num_gpus"],
+            "gpu": d["gpu"]["name"],
+            "model": d["model"]["name"],
+            "global_batch_size": lay["global_batch_size"],
+            "seq_len": lay["seq_len"],
+            "num_microbatches": lay["num_microbatches"],
+            "job": job_label,
+        }
+    )
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "model_state_bytes",
+        "activations_bytes",
+        "embedding_activations_bytes",
+        "recompute_transient_bytes",
+        "total_bytes",
+        "capacity_bytes",
+    ):
+        row[key] = mem[key]
+    row["peak_bytes_ceil"] = peak_bytes
+    for r in d["traffic"]:
+        axis = r["axis"] + ("_optimizer_step" if r.get("optimizer_step") else "")
+        row[f"{axis}_bytes_per_step"] = r["bytes_per_step"]
+        row[f"{axis}_link"] = r["link"]
+        row[f"{axis}_exposed_s"] = r["exposed_seconds"]
+    row.update(
+        {
+            "bubble_fraction": p["bubble_fraction"],
+            "bubble_ratio": p["bubble_ratio"],
+            "compute_s": t["compute_s"],
+            "step_s": t["step_s"],
+            "mfu": t["mfu"],
+            "hfu": t["hfu"],
+            "tokens_per_s": t["tokens_per_s"],
+            "tokens_per_s_per_gpu": t["tokens_per_s"] / d["num_gpus"]
+            if t["tokens_per_s"]
+            else None,
+            objective[0]: objective[1],
+            "fits": mem["fits"],
+        }
+    )
+    return row
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """Rows as the CSV text :func:`write_csv` writes (pandas; raw base units), for a download."""
+    return str(_csv_frame(rows).to_csv(index=False))
+
+
+def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    """Rows to CSV with pandas (raw base units).
+
+    Raises
+    ------
+    InputError
+        A path that cannot be written (interface.inputs.output_path's rule).
+    """
+    from trainplan.interface.inputs import output_path, writing
+
+    out = output_path(path, "csv")
+    with writing(out, "csv"):
+        _csv_frame(rows).to_csv(out, index=False)
+
+
+def _csv_frame(rows: list[dict[str, Any]]) -> Any:
+    """Rows as a DataFrame for CSV: a list (a per-stage plan's layers per stage or chunk) as the
+    comma-separated text the CLI's ``--stage-layers`` / ``--recompute-layers`` take."""
+    return frame(
+        [
+            {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v for k, v in row.items()}
+            for row in rows
+        ]
+    )
+
+
+def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
+    """The frontier as a terminal table; rows of the per-stage frontier (``plan`` set) add the
+    plan's kind, its layers and fully recomputed layers per stage, the uniform step time at the
+    same axis value and the gain."""
+    second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
+    out = []
+    for r in rows:
+        line = {
+            "step": _secs(r["step_s"]),
+            second: (
+                gb(r["total_bytes"])
+                if against == "memory"
+                else f"{r['num_gpus']:,}"
+                if against == "gpus"
+                else dollars(r.get("price_per_hour"), "/hour")
+            ),
+            "MFU": _pct(r["mfu"]),
+            "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
+            "layout": (
+                f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
+                f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"
+                + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
+            ),
+        }
+        if "plan" in r:
+            per_stage = r["stage_layers"] is not None
+            line["plan"] = r["plan"]
+            line["layers / recomputed per stage"] = (
+                "/".join(map(str, r["stage_layers"]))
+                + " / "
+                + "/".join(map(str, r["recompute_layers"]))
+                if per_stage
+                else "—"
+            )
+            line["uniform step"] = _secs(r["uniform_step_s"])
+            line["gain"] = "—" if r["gain"] is None else f"{r['gain']:.3f}×"
+        out.append(line)
+    return table_text(out)
+
+
+def _layout_line(lay: dict[str, Any]) -> str:
+    """A layout's degrees, ZeRO stage, recompute, schedule and micro-batch on one line."""
+    return (
+        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
+        f"{lay.get('framework', 'megatron')} ZeRO-{lay['zero_stage']}, recompute "
+        f"{lay['recompute']}, {lay['schedule']}"
+        + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
+        + f", b {lay['micro_batch_size']}"
+    )
+
+
+def per_stage_text(d: dict[str, Any]) -> str:
+    """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
+    proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
+    ps, launch = d["per_stage"], d["launch"]
+    proof = {
+        "optimal": "OPTIMAL (proven over the shapes searched)",
+        "feasible": "FEASIBLE (best found within the time limit, not proven)",
+    }[ps["status"]]
+    lay = d["layout"]
+    counts = ps["recompute_layers"]
+    out = [
+        f"Per-stage search ({ps['job']}): {proof}; uniform search {ps['uniform_seconds']:.2f} s, "
+        f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
+        f"{len(ps['shapes'])} base layout(s)",
+        "",
+        f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
+        f"{duration(ps['uniform']['step_s'])} per step",
+        f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
+        f"({ps['gain']:.3f}× the uniform)",
+    ]
+    v, pp = lay["virtual_stages"], lay["pp"]
+    if any(counts) or lay.get("recompute_layers") is not None:
+        chunks = lay.get("chunk_layers")
+        rows = []
+        for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True)):
+            row = {"stage": i, "layers": n}
+            if v > 1 and chunks is not None:  # per chunk: Megatron-LM's count is per chunk
+                row["chunks"] = "+".join(str(c) for c in chunks[i::pp])
+                row["recomputed (full) per chunk"] = k
+            else:
+                row["recomputed (full)"] = k
+            rows.append({**row, "others": lay["recompute"]})
+        out.append(table_text(rows))
+    elif ps["gain"] == 1:
+        out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
+    out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell
+    out += [f"  note: {n}" for n in launch["megatron_notes"]]
+    if launch["megatron_step_s"] is not None:
+        out.append(
+            f"  with one --recompute-num-layers for every stage: {duration(launch['megatron_step_s'])}"
+            " per step"
+        )
+    out += ["", "torchtitan:", *("  " + line for line in launch["torchtitan"])]
+    out += [f"  note: {n}" for n in launch["torchtitan_notes"]]
+    return "\n".join(out)

@@ -1,0 +1,340 @@
+"""The JSON-able form of an :class:`model.estimate.Estimate` (the ``--json`` object of evaluate).
+
+Bytes are exact: ints when whole, floats otherwise; times in seconds; rates as 0–1 fractions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from fractions import Fraction
+from typing import Any
+
+from trainplan.interface.flags import with_flags
+from trainplan.interface.render.assumptions import assumptions, tp_block_inputs
+from trainplan.model.estimate import Estimate
+from trainplan.model.flops import MfuConvention, step_flops, utilisation
+from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.op_rates import params_in_force
+from trainplan.model.phases import construction_peak_bytes
+from trainplan.model.split import default_chunk_sizes
+from trainplan.model.terms.step import uses_roofline
+from trainplan.model.units import as_json_number
+
+__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
+
+
+def _time_model(est: Estimate) -> str:
+    return "roofline" if uses_roofline(est.options, est.layout.framework, est.device) else "single"
+
+
+def _efficiencies(est: Estimate) -> dict[str, Any]:
+    """The time model's figures: the roofline's (``roofline``) or the single model's kernel and
+    attention efficiencies."""
+    flash = est.training.flash_attention
+    if _time_model(est) == "single":
+        return {
+            "kernel_efficiency": est.options.kernel_efficiency,
+            "attention_efficiency": est.options.attention_efficiency if flash else None,
+        }
+    figures = asdict(
+        params_in_force(est.options.roofline, est.device.name, est.options.attention_kernel)
+    )
+    if not flash:
+        figures["attention_efficiency"] = None
+    return {
+        "roofline": figures,
+        "tp_comm_overlap": str(est.options.tp_comm_overlap),
+        "grad_reduce_overlap": est.options.grad_reduce_overlap,
+    }
+
+
+def _n(value: Fraction | int | float | None) -> int | float | None:
+    return None if value is None else as_json_number(value)
+
+
+def mfu_with_attention(est: Estimate) -> float | None:
+    """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
+    halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
+    uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
+    contexts (Llama 3's Table 4 counts it). A 0–1 fraction; None without dimensions or a step
+    time."""
+    arch = est.model.arch
+    if arch is None or est.step_s is None:
+        return None
+    t, lay = est.training, est.layout
+    flops = step_flops(
+        arch,
+        est.num_active_params,
+        t.seq_len,
+        t.global_batch_size,
+        lay.recompute,
+        MfuConvention.SIX_N_ATTENTION,
+        est.options.causal_attention_flops,
+    )
+    return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
+
+
+def bound_notes(est: Estimate) -> list[str]:
+    """Figures the model states as bounds rather than estimates, said where they are printed:
+    expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
+    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
+    deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
+    timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
+    notes = []
+    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+        notes.append(
+            "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
+            "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
+            "§3.2.2: at most 4 nodes per token) sends less (--moe-dispatcher deepep "
+            "--moe-node-limit 4 times it)"
+        )
+    return notes
+
+
+def loss_beyond_recompute(acts: Any) -> Fraction:
+    """What the last stage's loss working set adds to the peak beyond the recompute transient
+    (the two do not coincide; the peak holds the larger): ``max(loss − recompute, 0)``, so that
+    the memory lines sum to the total."""
+    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+
+
+def _memory(est: Estimate) -> dict[str, Any]:
+    st = est.peak
+    acts = st.activations
+    cap = est.capacity_bytes
+    total = est.total_bytes
+    return {
+        "busiest_stage": st.stage,
+        "weights_bytes": _n(st.state.weights_bytes),
+        "gradients_bytes": _n(st.state.gradients_bytes),
+        "optimizer_bytes": _n(st.state.optimizer_bytes),
+        "model_state_bytes": _n(st.state.total_bytes),
+        "zero3_gathered_bytes": _n(st.state.gathered_bytes),
+        "weight_cache_bytes": _n(st.state.weight_cache_bytes),
+        "dispatch_buffer_bytes": _n(st.state.dispatch_buffer_bytes),
+        "host_bytes": _n(est.host_bytes),
+        "host_bytes_per_node": _n(est.host_bytes * est.device.gpus_per_node),
+        "host_capacity_bytes": est.device.host_memory_bytes,
+        "host_fits": est.host_fits,
+        "activations_bytes": _n(acts.layers_bytes) if acts else None,
+        "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
+        "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "construction_bytes": _n(
+            construction_peak_bytes(
+                est.layout.framework,
+                est.layout.zero_stage,
+                st.dense_params + st.expert_params,
+                est.training.weight_bytes,
+            )
+        ),
+        "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
+        "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
+        "activation_offload_buffer_bytes": _n(acts.offload_buffer_bytes) if acts else None,
+        "activation_offload_host_bytes": _n(acts.offload_host_bytes) if acts else None,
+        "buffers_bytes": _n(st.state.buffers_bytes),
+        "optimizer_step_bytes": _n(st.state.step_bytes),
+        "communicator_bytes": _n(st.communicator_bytes),
+        "allocated_bytes": _n(st.allocated_bytes),
+        "total_bytes": _n(total),
+        "peak_phase": st.peak_phase,
+        "steady_bytes": _n(st.steady_bytes),
+        "capacity_bytes": cap,
+        "capacity_unit": est.device.memory_unit
+        if not est.layout.framework.physical or not est.device.hbm_bytes
+        else "GiB",
+        "runtime_reserve_bytes": est.device.runtime_reserve_bytes
+        if est.layout.framework.physical
+        else 0,
+        "fits": total <= cap,
+        "fits_covers": "model state and activations" if acts else "model state only",
+        "overflow_bytes": _n(max(total - cap, Fraction(0))),
+        "activations_unavailable": None
+        if acts
+        else "size-only model: no dimensions to derive activations from",
+    }
+
+
+def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
+    rows = []
+    for s in est.stages:
+        acts = s.activations
+        rows.append(
+            {
+                "stage": s.stage,
+                "stage_layers": s.num_layers,
+                "stage_state_bytes": _n(s.state.total_bytes),
+                "stage_activation_bytes": _n(acts.layers_bytes) if acts else None,
+                "stage_other_activation_bytes": _n(
+                    acts.embedding_bytes
+                    + acts.recompute_transient_bytes
+                    + loss_beyond_recompute(acts)
+                    + acts.cp_transient_bytes
+                    + acts.offload_buffer_bytes
+                )
+                if acts
+                else None,
+                "stage_in_flight": _n(acts.microbatches_in_flight) if acts else None,
+                "stage_total_bytes": _n(s.total_bytes),
+            }
+        )
+    return rows
+
+
+def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
+    """The evaluate ``--json`` object (keys listed in docs/reference/json.md)."""
+    lay, t = est.layout, est.training
+    acts = est.peak.activations
+    out: dict[str, Any] = {
+        "num_gpus": lay.num_gpus,
+        "model": {
+            "name": est.model.name,
+            "num_params": est.num_params,
+            "num_active_params": est.num_active_params,
+            "padded_vocab_size": est.padded_vocab_size,
+            "source": est.model.source,
+        },
+        "gpu": {
+            "name": est.device.name,
+            "memory_bytes": est.device.memory_bytes,
+            "peak_flops_per_s": est.device.peak_flops_per_s,
+            "source": est.device.source,
+        },
+        "layout": {
+            "dp": lay.dp,
+            "tp": lay.tp,
+            "pp": lay.pp,
+            "cp": lay.cp,
+            "cp_kind": str(lay.cp_kind),
+            "cp_a2a": lay.cp_a2a,
+            "ep": lay.ep,
+            "etp": lay.expert_tp,
+            "zero_stage": lay.zero_stage,
+            "framework": str(lay.framework),
+            "optimizer": str(lay.optimizer),
+            "recompute": str(lay.recompute),
+            "recompute_layers": (
+                None if lay.recompute_layers is None else list(lay.recompute_layers)
+            ),
+            "micro_batch_size": lay.micro_batch_size,
+            "global_batch_size": t.global_batch_size,
+            "num_microbatches": est.num_microbatches,
+            "schedule": str(lay.schedule),
+            "virtual_stages": lay.virtual_stages,
+            "seq_len": t.seq_len,
+            "sequence_parallel": lay.sp,
+            "tp_block_inputs": tp_block_inputs(est),
+            "flash_attention": t.flash_attention,
+            "activation_convention": t.activation_convention,
+            "memory_efficient_norm": t.memory_efficient_norm,
+            "precision": str(t.precision),
+            "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
+            "gradient_bytes": t.gradient_bytes,
+            "optimizer_bytes_per_param": t.optimizer_bytes,
+            "stage_layers": [s.num_layers for s in est.stages],
+            "chunk_layers": _chunk_layers(est),
+            "rank_order": "-".join(lay.rank_order),
+            "offload_activations": list(t.offload.activations),
+            "recompute_modules": list(t.recompute_modules),
+            "fp8_param_gather": t.fp8_param_gather,
+            "muon_tp_mode": t.muon_tp_mode,
+            "fp8_activation_storage": t.fp8_activation_storage,
+            "document_lengths": _documents(t),
+            "moe": _moe_run(t.moe_run),
+        },
+        "memory": _memory(est),
+        "zero_table": [
+            {
+                "zero_stage": r.zero_stage,
+                "model_state_bytes": _n(r.model_state_bytes),
+                "reduction": float(r.reduction),
+                "dp_bytes_per_step": _n(r.dp_bytes_per_step),
+            }
+            for r in est.zero_table
+        ],
+        "traffic": [
+            {
+                "axis": r.traffic.axis,
+                "collective": r.traffic.collective,
+                "group_size": r.traffic.group_size,
+                "bytes_per_step": _n(r.traffic.bytes_per_step),
+                "microbatch_bytes": _n(r.traffic.microbatch_bytes),
+                "link": r.link,
+                "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
+                "seconds": r.seconds,
+                "overlap": r.overlap,
+                "exposed_seconds": r.exposed_seconds,
+                "optimizer_step": r.optimizer_step,
+            }
+            for r in est.traffic
+        ],
+        "pipeline": {
+            "bubble_fraction": float(est.bubble_fraction),
+            "bubble_ratio": float(est.bubble_ratio),
+            "microbatches_in_flight": _n(acts.microbatches_in_flight) if acts else None,
+        },
+        "flops": None
+        if est.flops is None
+        else {
+            "model_flops": est.flops.model_flops,
+            "hardware_flops": est.flops.hardware_flops,
+            "pack_model_flops": est.flops.pack_model_flops,
+            "convention": str(est.options.mfu_convention),
+        },
+        "time": {
+            "time_model": _time_model(est),
+            "compute_s": est.compute_s,
+            "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
+            "exposed_comm_s": est.exposed_comm_s,
+            "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
+            "offload_s": est.time_terms.offload_s if est.time_terms else None,
+            "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
+            "step_s": est.step_s,
+            "mfu": est.mfu,
+            "mfu_pack": est.mfu_pack,
+            "mfu_with_attention": mfu_with_attention(est),
+            "hfu": est.hfu,
+            "tokens_per_s": None
+            if est.step_s is None
+            else t.global_batch_size * t.seq_len / est.step_s,
+            **_efficiencies(est),
+        },
+        "assumptions": assumptions(est),
+        "notes": [with_flags(n) for n in (*est.notes, *bound_notes(est))],
+    }
+    if per_stage:
+        out["stages"] = _stage_rows(est)
+    return out
+
+
+def _moe_run(run: MoERun) -> dict[str, Any]:
+    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
+    cf = run.capacity_factor
+    return {
+        "moe_capacity_factor": None if cf is None else float(cf),
+        "moe_pad_to_capacity": run.pad_to_capacity,
+        "moe_imbalance": float(run.imbalance),
+        "moe_node_limit": run.node_limit,
+        "moe_dispatcher": str(run.dispatcher),
+        "moe_ep_overlap": str(run.ep_overlap),
+    }
+
+
+def _chunk_layers(est: Estimate) -> list[int] | None:
+    """Transformer layers of each model chunk in model order (pp·v of them); None for a
+    size-only model."""
+    lay, arch = est.layout, est.model.arch
+    if lay.stage_layers is not None:
+        return list(lay.stage_layers)
+    if arch is None:
+        return None
+    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
+
+
+def _documents(t: Any) -> list[list[Any]] | None:
+    """The packed documents' histogram as [[length, count], …] (None: unpacked)."""
+    if t.documents is None:
+        return None
+    return [[n, w] for n, w in zip(t.documents.lengths, t.documents.weights, strict=True)]

@@ -1,0 +1,331 @@
+"""The RLHF tab's faithful accounting and the placement search, as report dictionaries.
+
+``trainplan rlhf --model NAME …`` evaluates one placement (colocated on ``--gpus``, or the engine
+on ``--rollout-gpus`` of its own) term by term with its sources; ``trainplan rlhf-plan`` searches
+the placement and parallelism of every role (:mod:`optimizer.rlhf.search`). Both read their
+workload with :func:`rlhf_inputs` and print the same role and pool records
+(:mod:`interface.rlhf.report`). The cost model is in
+:mod:`model.rlhf.spec`, :mod:`model.rollout`, :mod:`model.rlhf.roles` and :mod:`model.rlhf.step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar
+
+from trainplan.interface.inputs import parse_framework
+from trainplan.model.errors import InputError, LayoutError, check_applicable
+from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.layout import Recompute
+from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption
+from trainplan.model.rlhf.shares import ROLLOUT_BATCH
+from trainplan.model.rlhf.spec import (
+    HOST_BYTES_PER_NODE,
+    MICRO_BATCH_TOKENS,
+    LogitsMode,
+    RLHFSpec,
+    Role,
+)
+from trainplan.model.rlhf.step import StepPlan, compose
+from trainplan.model.rollout import check_fraction
+from trainplan.model.units import parse_count, parse_number, parse_positive
+from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of, default_fraction
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+E = TypeVar("E", bound=Enum)
+
+__all__ = [
+    "FAITHFUL_DEFAULTS",
+    "RLHFInputs",
+    "rlhf_inputs",
+    "evaluate_placement",
+    "ASSUMPTIONS",
+]
+
+FAITHFUL_DEFAULTS: dict[str, Any] = {
+    "framework": "megatron",
+    "gpus": 8,
+    "gpu": "H100-SXM",
+    "train_tp": 1,
+    "train_pp": 1,
+    "logits": "full",
+    "micro_batch_tokens": MICRO_BATCH_TOKENS,
+    "recompute": "full",
+    "old_log_prob": True,
+    "off_policy": 0,
+    "host_memory_gb": HOST_BYTES_PER_NODE // 10**9,
+    "rollout_batch": ROLLOUT_BATCH,
+}
+"""Defaults of the faithful accounting: Megatron-Core (the planner's default profile), one
+8-GPU node of H100s, training dp only,
+full logits, verl's 16,384-token micro-batches, full recomputation, the actor's old-log-prob
+pass, a synchronous step, 2 TB of host memory per node (DGX H100), vLLM's 256 sequences at once;
+the engine's fraction is verl's 0.5 colocated and vLLM's 0.9 on GPUs of its own. The engine's tp
+is verl's 2 (``tensor_model_parallel_size: 2``) where it divides the engine's GPUs, else 1
+(:func:`rlhf_inputs`)."""
+
+ASSUMPTIONS = (
+    "every rollout reaches its full length (no early stop, no long tail); the engine's "
+    "activation and CUDA-graph workspace inside its budget is not counted",
+    "decode at the HBM bandwidth × bandwidth_efficiency (the roofline); prefill and the forwards "
+    "at the calibrated kernel efficiency; tp collectives of decode not counted",
+    "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
+    "training roles keep their model state on their GPUs through every phase unless offloaded",
+    "the critic and the reward model are counted with their base model's output layer (a value "
+    "head is one column; its V·h weights are not subtracted) but without vocabulary logits",
+    "a scoring forward frees each layer's activations as it goes (not counted); optimizer "
+    "offload as model.offload counts it: host-link transfers and the CPU Adam step in every "
+    "update, all exposed (an upper bound)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RLHFInputs:
+    """A parsed faithful RLHF workload and cluster, and the placement flags of the tab."""
+
+    spec: RLHFSpec
+    """The workload."""
+    device: DeviceSpec
+    """The accelerator (``gpu``)."""
+    gpus: int
+    """GPUs of the cluster."""
+    links: ClusterLinks
+    """Its links, from the accelerator table."""
+    rollout_gpus: int | None = None
+    """The engine's own GPUs (split); None: colocated on all."""
+    train_tp: int = 1
+    train_pp: int = 1
+    """tp and pp of the training and scoring roles (dp: the rest of their pool)."""
+    rollout_tp: int = 2
+    """The engine's tp (default: verl's 2 where it divides the engine's GPUs, else 1)."""
+    offload: tuple[tuple[str, str], ...] = ()
+    """(role, mode) for the roles given an offload mode (:data:`model.rlhf.roles.OFFLOAD_MODES`)."""
+    shared_engine_weights: bool = False
+    """The colocated engine reuses the actor's whole BF16 weights (HybridFlow)."""
+    defaults_used: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def problem(self) -> RLHFProblem:
+        return RLHFProblem(self.spec, self.device, self.gpus, self.links)
+
+
+def _choice(value: Any, kind: type[E], name: str) -> E:
+    """``value`` as a member of the enum ``kind``, or an InputError listing its values."""
+    try:
+        return kind(str(value).lower())
+    except ValueError:
+        names = ", ".join(str(k.value) for k in kind)
+        raise InputError(f"{name}: {value!r} is not one of {names}") from None
+
+
+def _opt(params: dict[str, Any], key: str, used: dict[str, Any]) -> Any:
+    value = params.get(key)
+    if value is None and key in FAITHFUL_DEFAULTS:
+        used[key] = FAITHFUL_DEFAULTS[key]
+        return FAITHFUL_DEFAULTS[key]
+    return value
+
+
+def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
+    """Read the faithful options (names as the CLI's, underscores): ``algorithm model
+    critic_model reward prompts samples_per_prompt prompt_tokens completion_tokens epochs
+    train_batch micro_batch_tokens logits old_log_prob engine_memory_fraction rollout_batch
+    off_policy framework zero recompute host_memory_gb bandwidth_efficiency gpu gpus`` and, with
+    ``placement``, ``rollout_gpus train_tp train_pp rollout_tp offload shared_engine_weights``.
+
+    Raises
+    ------
+    InputError
+        A bad value, naming the parameter, the value and the rule (a length below 1, a group size
+        that does not divide the train batch, a fraction outside (0, 1) …).
+    ScenarioError
+        An unknown model or accelerator.
+    """
+    used: dict[str, Any] = {}
+    spec_given = params.get("model_spec")  # a ModelSpec built in code (the measured runs)
+    policy = spec_given if spec_given is not None else get_model(str(params["model"])).model
+    critic = (
+        None if params.get("critic_model") is None else get_model(str(params["critic_model"])).model
+    )
+    framework = parse_framework(_opt(params, "framework", used))
+    if framework is Framework.TEXTBOOK:
+        raise InputError(
+            "framework: 'textbook' is the original planner's accounting; the faithful one runs a framework's "
+            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the original planner's figures"
+        )
+
+    def count(key: str) -> int | None:
+        value = _opt(params, key, used)
+        return None if value is None else parse_count(value, key)
+
+    fraction = params.get("engine_memory_fraction")
+    frac = (
+        None
+        if fraction is None
+        else check_fraction(parse_number(fraction, "engine_memory_fraction"))
+    )
+    zero = params.get("zero")
+    spec = RLHFSpec(
+        algorithm=str(params["algorithm"]),
+        policy=policy,
+        critic=critic,
+        reward=str(params.get("reward") or "model").lower(),
+        prompts=parse_count(params.get("prompts", 1024), "prompts"),
+        samples_per_prompt=parse_count(params.get("samples_per_prompt") or 16, "samples_per_prompt"),
+        prompt_tokens=parse_count(params.get("prompt_tokens", 1024), "prompt_tokens"),
+        completion_tokens=parse_count(params.get("completion_tokens", 4096), "completion_tokens"),
+        max_completion_tokens=count("max_completion_tokens"),
+        epochs=parse_count(params.get("epochs", 1), "epochs"),
+        train_batch=count("train_batch"),
+        micro_batch_tokens=count("micro_batch_tokens") or MICRO_BATCH_TOKENS,
+        logits=_choice(_opt(params, "logits", used), LogitsMode, "logits"),
+        old_log_prob=bool(_opt(params, "old_log_prob", used)),
+        engine_memory_fraction=frac,
+        max_num_seqs=count("rollout_batch") or ROLLOUT_BATCH,
+        off_policy=int(parse_count(_opt(params, "off_policy", used), "off_policy", 0)),
+        framework=framework,
+        zero_stage=None if zero is None else parse_count(zero, "zero", 0),
+        recompute=_choice(_opt(params, "recompute", used), Recompute, "recompute"),
+        host_memory_bytes=int(parse_positive(_opt(params, "host_memory_gb", used), "host_memory_gb") * 10**9),
+        bandwidth_efficiency=float(parse_number(params.get("bandwidth_efficiency") or 1, "bandwidth_efficiency")),
+    )  # fmt: skip
+    device = get_accelerator(str(_opt(params, "gpu", used)))
+    gpus = count("gpus") or 1
+    links = ClusterLinks.from_device(device)
+    if not placement:
+        return RLHFInputs(spec, device, gpus, links, defaults_used=used)
+    rollout_gpus = count("rollout_gpus")
+    if rollout_gpus is not None and rollout_gpus >= gpus:
+        raise InputError(
+            f"rollout_gpus: {rollout_gpus} must leave GPUs for training: fewer than --gpus {gpus}"
+        )
+    if spec.off_policy and rollout_gpus is None:
+        raise InputError(
+            "off_policy: 1 needs the engine on GPUs of its own (--rollout-gpus): colocated, the "
+            "next rollout cannot run beside training"
+        )
+    shared = bool(params.get("shared_engine_weights"))
+    check_applicable(
+        {"shared_engine_weights": shared},
+        {"shared_engine_weights": "the engine shares the actor's weights only on the same GPUs"}
+        if rollout_gpus is not None
+        else {},
+    )
+    rollout_tp = params.get("rollout_tp")
+    if rollout_tp is None:
+        # verl's tp 2 where it divides the engine's GPUs; tp 1 on an odd count (the default must
+        # not be what makes a placement illegal)
+        rollout_tp = 2 if (rollout_gpus or gpus) % 2 == 0 else 1
+        used["rollout_tp"] = rollout_tp
+    return RLHFInputs(
+        spec,
+        device,
+        gpus,
+        links,
+        rollout_gpus,
+        count("train_tp") or 1,
+        count("train_pp") or 1,
+        parse_count(rollout_tp, "rollout_tp"),
+        _offload(params.get("offload"), spec),
+        shared,
+        used,
+    )
+
+
+def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
+    """``--offload``: one mode for every role it applies to (``optimizer``: the trainable roles;
+    ``idle``: every role but the engine), or ``role=mode,…``.
+
+    Raises
+    ------
+    InputError
+        An unknown role or mode, ``optimizer`` for a frozen role, anything for the engine.
+    """
+    if value is None or value is False:
+        return ()
+    text = "idle" if value is True else str(value).strip().lower()
+    names = [str(r.role) for r in spec.roles if r.role is not Role.ROLLOUT]
+    if "=" not in text:
+        if text not in OFFLOAD_MODES:
+            raise InputError(
+                f"offload: {value!r} is not one of {', '.join(OFFLOAD_MODES)} or role=mode,…"
+            )
+        return tuple((r, text) for r in names if text != "optimizer" or spec.role(r).trainable)
+    out = []
+    for part in text.split(","):
+        role, _, mode = (x.strip() for x in part.partition("="))
+        if role not in names:
+            raise InputError(
+                f"offload: {role!r} is not a role that can offload here ({', '.join(names)})"
+            )
+        if mode not in OFFLOAD_MODES:
+            raise InputError(
+                f"offload: {mode!r} for {role} is not one of {', '.join(OFFLOAD_MODES)}"
+            )
+        if mode == "optimizer" and not spec.role(role).trainable:
+            raise InputError(
+                f"offload: {role} is frozen; only trainable roles have optimizer state"
+            )
+        out.append((role, mode))
+    return tuple(out)
+
+
+def evaluate_placement(inp: RLHFInputs) -> StepPlan:
+    """The tab's placement: every role on all ``gpus`` (colocated), or the engine on
+    ``rollout_gpus`` and the other roles together on the rest; the training and scoring roles at
+    ``train_tp`` × ``train_pp`` (dp the rest of their pool), the engine at ``rollout_tp``. A
+    placement that does not fit in memory (the engine's budget included) is a plan whose
+    ``fits`` is False, not an error (:meth:`model.rlhf.step.StepPlan.overflows`).
+
+    Raises
+    ------
+    LayoutError
+        Degrees that do not divide a pool, or that the model or the KV heads do not allow.
+    """
+    split = inp.rollout_gpus is not None
+    train_pool = inp.gpus - (inp.rollout_gpus or 0)
+    fraction = inp.spec.engine_memory_fraction or default_fraction(not split)
+    options, pools = [], []
+    for rs in inp.spec.roles:
+        if rs.role is Role.ROLLOUT:
+            n = inp.rollout_gpus or inp.gpus
+            if n % inp.rollout_tp:
+                raise LayoutError(
+                    f"rollout_tp: {inp.rollout_tp} does not divide the engine's {n:,} "
+                    f"GPU{'s' * (n != 1)} (--{'rollout-' if split else ''}gpus {n:,})"
+                )
+            options.append(
+                RoleOption(rs.role, n, n // inp.rollout_tp, inp.rollout_tp, 1, "none", fraction)
+            )
+            pools.append(0)
+            continue
+        mp = inp.train_tp * inp.train_pp
+        if train_pool % mp:
+            raise LayoutError(
+                f"train_tp × train_pp: {mp} does not divide the training roles' {train_pool} GPUs"
+            )
+        options.append(
+            RoleOption(
+                rs.role,
+                train_pool,
+                train_pool // mp,
+                inp.train_tp,
+                inp.train_pp,
+                dict(inp.offload).get(str(rs.role), "none"),
+            )
+        )
+        pools.append(1 if split else 0)
+    problem = inp.problem
+    costs = tuple(cost_of(problem, o, over_budget=True) for o in options)
+    return compose(
+        costs,
+        pools,
+        inp.device.usable_bytes(True),
+        inp.spec.host_memory_bytes,
+        problem.node,
+        inp.spec.off_policy,
+        inp.shared_engine_weights,
+    )

@@ -1,0 +1,230 @@
+"""``--set KEY=VALUE``: any scenario-file key on the command line, read as a line of a scenario
+file and checked by the file's own checks.
+
+``KEY=VALUE`` is read as the TOML line ``KEY = VALUE`` (:mod:`tomllib`, as
+:func:`interface.scenario.load_scenario` reads a file); a value that is not TOML by itself (``rail``,
+``4,000,000``, ``core_attn;layernorm``) is the text as typed, as if quoted. A dotted key sets
+one entry of a table (``overlap.dp=0.5``, ``gpu_hour_price.H100-SXM=2.5``). The keys then go
+through :func:`interface.scenario.check_scenario` under their tables, so a value is refused by
+the same rule and with the same line as in a file, and numbers have the one grammar of every
+input (``4,000,000`` is one number). The option repeats; a key set twice with different values
+is refused, and so is a key that a flag of the command also gives (:func:`merge`).
+
+Most users never set the keys whose flags were moved off the command line
+(:data:`interface.flags.MOVED_FLAGS`): their help lives here (:data:`KEY_HELP`), the others'
+on their flags.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from trainplan.interface.flags import flag_for
+from trainplan.interface.scenario import (
+    CLUSTER_KEYS,
+    CONSTRAINT_KEYS,
+    SPACE_KEYS,
+    VALUE_KINDS,
+    check_scenario,
+)
+from trainplan.model.errors import InputError
+from trainplan.model.units import shown_text
+
+__all__ = ["SEARCH_KEYS", "EVALUATE_KEYS", "KEY_HELP", "read_sets", "merge", "table_of"]
+
+SEARCH_KEYS = frozenset(VALUE_KINDS) - {"description", "source"}
+"""What ``--set`` takes on search and frontier: every key of a scenario file (but its notes)."""
+EVALUATE_KEYS = frozenset(CLUSTER_KEYS)
+"""What ``--set`` takes on evaluate: the ``[cluster]`` table's keys (the recipe, links, time model
+and conventions of one layout; the search's space has evaluate's own flags)."""
+
+KEY_HELP: dict[str, str] = {
+    "nvlink_domain": "GPUs per NVLink domain; default the accelerator's.",
+    "nvlink_gbps": "NVLink GB/s per GPU per direction; default the accelerator's.",
+    "scaleout_gbps": "Scale-out NIC GB/s per GPU per direction; default the accelerator's.",
+    "fabric": "Links from the two-tier rule (default) or a cluster graph's bottlenecks.",
+    "pod_size": "GPUs per pod (graph fabrics).",
+    "oversubscription": "Scale-out oversubscription above a pod (>= 1).",
+    "host_link_gbps": "GPU-host link, GB/s per GPU per direction (default: the accelerator "
+    "table's).",
+    "host_memory_gbps": "Host memory bandwidth per GPU, GB/s, for the CPU optimizer step "
+    "(default: the table's reference node).",
+    "memory_reserve_gib": "GiB of each GPU kept for the driver, CUDA context, NCCL and "
+    "fragmentation under a physical framework (default 3).",
+    "time_model": "roofline (default for megatron, deepspeed, fsdp2): every operation on the "
+    "roofline, collectives by mechanism; single: one kernel efficiency and per-axis overlaps "
+    "(the original model; textbook always uses it).",
+    "gemm_efficiency": "Roofline: fraction of peak of a GEMM's main loop; default fitted per "
+    "accelerator generation (model.roofline).",
+    "hbm_efficiency": "Roofline: fraction of the HBM bandwidth memory-bound kernels reach (0.9).",
+    "scaleup_efficiency": "Roofline: fraction of NVLink bandwidth collectives reach (0.8, "
+    "NCCL's figure).",
+    "scaleout_efficiency": "Roofline: fraction of the NIC's rate collectives reach (0.96, "
+    "NCCL's figure).",
+    "attention_efficiency": "Fraction of peak of the FlashAttention core; default 0.35 on "
+    "Hopper (FlashAttention-2), the GEMM rule (single: the kernel efficiency) on A100.",
+    "tp_comm_overlap": "Roofline: none (Megatron-LM 2021), async (backward collectives under "
+    "the gradient GEMMs; default), full (Transformer Engine userbuffers).",
+    "attention_kernel": "Roofline: the attention kernel whose published curves time the "
+    "attention core by sequence length and head size (default: Transformer Engine's choice, "
+    "cudnn on Hopper and Blackwell, flash-attention-2 on A100; PyTorch SDPA runs "
+    "flash-attention-2).",
+    "grad_reduce_overlap": "Roofline: overlap the once-per-step gradient reduction and weight "
+    "gather with compute (default true; Megatron-Core --overlap-grad-reduce).",
+    "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
+    "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
+    "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "
+    "a table (overlap.dp=0.5; in a file overlap = { dp = 0.5 }).",
+    "activation_convention": "paper (Korthikanti, default) or pytorch (adds what PyTorch "
+    "kernels keep; measured).",
+    "causal_attention_flops": "true: count attention FLOPs over the (query, key) pairs the "
+    "causal mask, window or chunks keep; false: over the full s² (default: the pairs with "
+    "FlashAttention).",
+    "zero3_regather": "ZeRO-3 gathers weights for every micro-batch (default false: once per "
+    "step, as textbook).",
+    "vocab_multiple": "Pad V to a multiple of this × tp (a whole number >= 1); default the "
+    "framework's: megatron 128 (make_vocab_size_divisible_by), the others whole rows per tp "
+    "rank.",
+    "gradient_dtype": "Gradient accumulation and reduction dtype, bf16 or fp32 (Megatron-LM "
+    "--accumulate-allreduce-grads-in-fp32; Llama 3 §3.3.2). Default: the framework's "
+    "(megatron fp32 main_grad, fsdp2 fp32 reduction, deepspeed and textbook bf16).",
+    "optimizer_dtype": "Adam moments' dtype, fp32 or bf16 (Megatron-Core --exp-avg-dtype and "
+    "its second moment; DeepSeek-V3 keeps them in BF16). Default fp32.",
+    "master_weights": "Keep an FP32 master copy of the weights in the optimizer (default true).",
+    "memory_efficient_norm": "Norms keep their output, not their input (Apex memory_efficient, "
+    "Megatron-LM --memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
+    "tp_block_inputs": "fsdp2 with tp > 1: what tensor parallelism keeps of each attention and "
+    "MLP block's all-gathered input for backward. gathered (the default): the whole input on "
+    "every tp rank, torchtitan's DTensor plan; sharded: the sequence shard, gathered again in "
+    "backward, as FSDP beside Megatron-style sequence parallelism (how Meta ran Llama 3 405B). "
+    "Refused under megatron, deepspeed and textbook (they keep the shard), with tp 1 and "
+    "without sequence parallelism.",
+    "moe_capacity_factor": "MoE: tokens an expert takes from a rank, × the mean (Megatron-Core "
+    "--moe-expert-capacity-factor, DeepSpeed capacity_factor); tokens over it are dropped. "
+    "Default dropless.",
+    "moe_pad_to_capacity": "MoE with a capacity factor: pad every expert's input to its "
+    "capacity (Megatron-Core --moe-pad-expert-input-to-capacity, DeepSpeed drop_tokens): "
+    "E x C rows computed and sent whatever the routing.",
+    "moe_imbalance": "MoE: routed rows the busiest expert-parallel rank receives / the mean "
+    "(>= 1; default 1, balanced). Sets that rank's expert GEMMs and all-to-all receive.",
+    "moe_node_limit": "MoE with the deepep dispatcher: nodes a token's experts may span "
+    "(DeepSeek-V3's node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
+    "its --moe-router-num-groups = nodes).",
+    "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL; every routed copy sent by itself; "
+    "the default) or deepep (DeepEP normal kernels: one copy per remote node, forwarded over "
+    "NVLink; resident buffers). deepep runs under megatron (flex) and fsdp2 (torchtitan).",
+    "moe_ep_overlap": "megatron only: what hides the expert all-to-all. "
+    "moe_shared_expert_overlap: the shared experts run beside the forward dispatch and "
+    "combine; overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "
+    "compute (combined 1F1B; needs interleaving when pp > 1, no full recompute). Default none.",
+    "offload_activations": "Modules whose saved activations go to the host between forward and "
+    "backward, named as Megatron-Core's --offload-modules names them (attn_norm, core_attn, "
+    "attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
+    "list or text with ; between the names. Copies overlap the next layer's compute; "
+    "recompute none or selective.",
+    "recompute_modules": "What recompute selective recomputes, named as Megatron-Core's "
+    "--recompute-modules names them (core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
+    "shared_experts); a list or text with ; between the names; default core_attn. "
+    "Megatron-Core and textbook profiles only.",
+    "fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's "
+    "FP8 current scaling recipe): the linear weights are 1 B FP8 tensors and only their "
+    "transpose is cached. Needs precision fp8 and framework megatron.",
+    "document_length_spread": "Standard deviation of document_length (tokens; default 0): "
+    "documents of mean ± spread, half each.",
+    "document_lengths": "Packed documents as a histogram, [[length, count], …] (instead of "
+    "document_length).",
+}
+"""Help of the keys without a flag of their own (the moved ones, and the file-only histogram);
+the other keys' help is their flag's (:func:`interface.cli.reference.cli_markdown` lists both)."""
+
+_TABLES = (("space", SPACE_KEYS), ("constraints", CONSTRAINT_KEYS), ("cluster", CLUSTER_KEYS))
+
+
+def table_of(key: str) -> str | None:
+    """The scenario table holding ``key`` (``space``, ``constraints``, ``cluster``), None at the
+    top level (``framework`` is read at the top)."""
+    if key == "framework":
+        return None
+    return next((name for name, keys in _TABLES if key in keys), None)
+
+
+def _line(item: str) -> dict[str, Any]:
+    """``KEY=VALUE`` as TOML reads ``KEY = VALUE``, or with VALUE as quoted text."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--set: {shown_text(item, 60)} must be KEY=VALUE, e.g. moe_node_limit=4")
+    key, text = key.strip(), text.strip()
+    for value in (text, json.dumps(text)):
+        try:
+            return tomllib.loads(f"{key} = {value}")
+        except tomllib.TOMLDecodeError:
+            continue
+    raise InputError(
+        f"--set: {shown_text(key, 60)} is not a key: letters, digits and _ (a dotted key sets "
+        "one entry of a table, overlap.dp=0.5)"
+    )
+
+
+def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
+    near = difflib.get_close_matches(key.replace("-", "_"), sorted(keys), n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return InputError(
+        f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (the keys: "
+        f"trainplan {command} --help, and the CLI reference's scenario keys)"
+    )
+
+
+def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[str, Any]:
+    """The ``--set`` items as {key: value, as a scenario file holds it}, each checked as a file's
+    key is (:func:`interface.scenario.check_scenario`).
+
+    Raises
+    ------
+    InputError
+        One line naming the key, the value and the rule: not KEY=VALUE, a key ``command`` does
+        not take, a value of the wrong kind, a key set twice with different values.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        for key, value in _line(item).items():
+            if key not in keys:
+                raise _unknown(key, keys, command)
+            before = out.get(key)
+            if isinstance(value, dict) and isinstance(before, dict):
+                twice = [k for k in value if k in before and before[k] != value[k]]
+                value = {**before, **value}
+            else:
+                twice = [key] if key in out and before != value else []
+            if twice:
+                raise InputError(
+                    f"--set {key}: set twice with different values ({before!r}, then "
+                    f"{_line(item)[key]!r}); give it once"
+                )
+            out[key] = value
+    nested: dict[str, Any] = {}
+    for key, value in out.items():
+        table = table_of(key)
+        (nested.setdefault(table, {}) if table else nested)[key] = value
+    check_scenario(nested, "--set")
+    return out
+
+
+def merge(given: Mapping[str, Any], sets: Mapping[str, Any]) -> None:
+    """Refuse a key that ``--set`` and a flag both give (``given``: the command's parameters by
+    name, the keys' names).
+
+    Raises
+    ------
+    InputError
+        ``--set seq_len: --seq-len gives it too; give one``.
+    """
+    for key in sets:
+        if given.get(key) not in (None, (), [], {}):
+            raise InputError(
+                f"--set {key}: {flag_for(key)} gives it too ({shown_text(given[key], 40)}); "
+                "give one of them"
+            )

@@ -1,0 +1,88 @@
+"""The tabs' values: numbers read from an example's parameters (:func:`positive`,
+:func:`optional_count`), the peak FLOP rate from an accelerator or a given figure
+(:func:`resolve_peak`), and the report dictionaries' numbers made JSON values (:func:`jsonable`)
+and compact text (:func:`fmt_number`, :func:`percent`)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.units import as_json_number, parse_count, parse_positive
+from trainplan.topology.accelerators import get_accelerator
+
+__all__ = ["jsonable", "positive", "optional_count", "fmt_number", "percent", "resolve_peak"]
+
+
+def jsonable(obj: Any) -> Any:
+    """Fractions → int when whole, else float, through dicts, lists and tuples."""
+    if isinstance(obj, Fraction):
+        return as_json_number(obj)
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def positive(name: str, value: Any) -> Fraction:
+    """A number above zero (within its limit, if it has one): :func:`model.units.parse_positive`."""
+    return parse_positive(value, name)
+
+
+def optional_count(name: str, value: Any) -> int | None:
+    """None, or a count (:func:`model.units.parse_count`)."""
+    return None if value is None else parse_count(value, name)
+
+
+def fmt_number(x: Fraction | int | float) -> str:
+    """Compact exact-looking form: ``70e9``, ``4e6``, ``989.4e12``, ``512``, ``7``.
+
+    Examples
+    --------
+    >>> fmt_number(70 * 10**9), fmt_number(Fraction(9894, 10) * 10**12), fmt_number(7.5)
+    ('70e9', '989.4e12', '7.5')
+    """
+    x = Fraction(x) if not isinstance(x, Fraction) else x
+    if abs(x) < 10**4:
+        return str(int(x)) if x.denominator == 1 else f"{float(x):.6g}"
+    exp = 0
+    while abs(x) >= 10 ** (exp + 3):
+        exp += 3
+    return f"{float(x / 10**exp):.6g}e{exp}"
+
+
+def percent(x: Fraction) -> str:
+    """A 0–1 fraction as a percentage with one decimal (``39.7%``)."""
+    return f"{float(x) * 100:.1f}%"
+
+
+# ------------------------------------------------------------------------------------ pipeline
+
+
+def resolve_peak(
+    gpu: str | None, peak_tflops: Any, default_gpu: str | None = None
+) -> tuple[Fraction, str]:
+    """Peak FLOP/s per chip and its source: ``peak_tflops`` (TFLOP/s) if given, else the
+    accelerator table's dense BF16 peak of ``gpu`` (or of ``default_gpu`` when neither is given).
+
+    Raises
+    ------
+    InputError
+        When neither is given (and there is no default), when both are given (one would be
+        ignored: :func:`model.errors.check_applicable`), or when the peak is not positive.
+    ScenarioError
+        An unknown or ambiguous accelerator name (with the candidates).
+    """
+    if peak_tflops is not None:
+        check_applicable(
+            {"gpu": gpu},
+            {"gpu": f"the peak is given by peak_tflops = {peak_tflops}; give one of the two"},
+        )
+        return positive("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
+    gpu = gpu or default_gpu
+    if gpu is None:
+        raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
+    device = get_accelerator(gpu)
+    return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"

@@ -1,0 +1,303 @@
+"""The tensors one transformer layer keeps for backward, row by row: (name, bytes before
+sharding, how the row shards — ``tp``, ``sp``, ``score``, ``rep``, ``gathered``), for the
+attention block (:func:`attention_rows`), the MLP or MoE block (:func:`mlp_rows`), and the
+variants a recipe or a tensor-parallel plan makes of them (:func:`fp8_rows`,
+:func:`gathered_rows`). :func:`model.activations.kind_activations` divides and sums them; the
+tensors, their shapes and their sources are in :mod:`model.activations`' docstring."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from trainplan.model.context_parallel import CpKind, kv_repeat
+from trainplan.model.precision import E5M6_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+
+if TYPE_CHECKING:
+    from trainplan.model.activations import ActivationContext
+
+__all__ = [
+    "GATHERED_INPUTS",
+    "MOE_ROUTING_ROWS",
+    "NORM_INPUTS",
+    "NORM_OUTPUTS",
+    "attention_rows",
+    "mlp_rows",
+    "fp8_rows",
+    "gathered_rows",
+]
+
+
+def _mask(arch: Architecture) -> int:
+    return 1 if arch.dropout else 0
+
+
+def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
+    S, beta, a, s_cp = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads, ctx.tokens
+    h = arch.hidden_size
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        m = arch.mla
+        qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        rows = [
+            ("attention norm input", beta * S * h, "sp"),
+            ("attention projection input", beta * S * h, "sp"),
+        ]
+        if m.q_lora_rank is not None:
+            rows.append(("query latent and its norm output", 2 * beta * S * m.q_lora_rank, "sp"))
+        rows += [
+            ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
+            ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
+            ("Q", beta * S * qk, "tp"),
+            ("K", beta * S * qk, "tp"),
+            ("V", beta * S * a * m.v_head_dim, "tp"),
+            ("output projection input", beta * S * a * m.v_head_dim, "tp"),
+        ]
+    else:
+        d, g = arch.dim_per_head, arch.kv_heads
+        rows = [
+            ("attention norm input", beta * S * h, "sp"),
+            ("QKV projection input", beta * S * h, "sp"),
+            ("Q", beta * S * a * d, "tp"),
+            ("K", beta * S * g * d, "tp"),
+            ("V", beta * S * g * d, "tp"),
+            ("output projection input", beta * S * a * d, "tp"),
+        ]
+        if arch.qk_norm:
+            rows.append(("Q and K before QK-norm", beta * S * (a + g) * d, "tp"))
+    scores = a * s_cp * ctx.seq_len  # elements of [b, a, s/cp, s]
+    if not ctx.flash_attention:
+        # eager attention: the whole [b, a, s/cp, s] score matrix with the mask added, whatever
+        # the mask (a window or chunks store no less); a sink adds one column to the softmax
+        sinks = a * s_cp if arch.attention_sinks else 0
+        rows.append(("softmax output", beta * (scores + sinks), "score"))
+        if arch.attention_softcapping:
+            rows.append(("soft-capped scores (tanh output)", beta * scores, "score"))
+        if arch.dropout:
+            rows.append(("attention dropout mask", Fraction(scores), "score"))
+            rows.append(("attention dropout output", beta * scores, "score"))
+    if ctx.cp > 1 and ctx.cp_kind is CpKind.ALL_GATHER:
+        out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
+        rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
+    rep = kv_repeat(ctx.cp_kind, ctx.cp, ctx.tp, arch) if ctx.cp > 1 else 1
+    if rep > 1:  # verl's Ulysses: the core keeps the repeated K/V heads it received
+        d, g = arch.dim_per_head, arch.kv_heads
+        rows.append(
+            ("repeated K and V (ulysses-kv-repeat)", (rep - 1) * 2 * beta * S * g * d, "tp")
+        )
+    if arch.dropout:
+        rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
+    if arch.post_norms:
+        rows.append(("attention post-norm input", beta * S * h, "sp"))
+    if ctx.convention == "pytorch":
+        rows += _pytorch_attention_terms(arch, ctx)
+    return rows
+
+
+NORM_INPUTS = frozenset({"attention norm input", "MLP norm input"})
+"""The rows a memory-efficient norm does not keep."""
+
+
+def _norm_stats(
+    arch: Architecture, name: str, S: Fraction, keeps_output: bool = False
+) -> tuple[str, Fraction, str]:
+    """fp32 per-token statistics a norm kernel keeps: LayerNorm mean and rstd, RMSNorm rstd; a
+    memory-efficient LayerNorm (Apex) keeps rstd only (x̂ = (y − bias)/weight needs no mean)."""
+    if arch.norm is Norm.LAYERNORM and not keeps_output:
+        return (f"{name} statistics (fp32 mean, rstd)", 8 * S, "sp")
+    return (f"{name} statistics (fp32 rstd)", 4 * S, "sp")
+
+
+def _pytorch_attention_terms(
+    arch: Architecture, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """What PyTorch's kernels keep besides the paper's tensors, attention half."""
+    S, beta, a = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads
+    rows = [_norm_stats(arch, "attention norm", S, ctx.memory_efficient_norm)]
+    if arch.attention is AttentionKind.MLA:
+        assert arch.mla is not None
+        if arch.mla.q_lora_rank is not None:
+            rows.append(("query latent norm statistics (fp32 rstd)", 4 * S, "sp"))
+        rows.append(("kv latent norm statistics (fp32 rstd)", 4 * S, "sp"))
+    if arch.qk_norm:
+        rows.append(("QK-norm statistics (fp32 rstd)", 4 * S * (a + arch.kv_heads), "tp"))
+    if arch.post_norms:
+        rows.append(_norm_stats(arch, "attention post-norm", S))
+    if ctx.flash_attention:
+        # FlashAttention's per-row softmax statistics [b, a, s/cp] in fp32; recomputed with the
+        # attention core under selective recomputation, so listed with the score tensors.
+        rows.append(("softmax statistics (fp32 logsumexp)", 4 * a * S, "score"))
+    if arch.position_embedding is PositionEmbedding.ROPE:
+        rope = arch.mla.qk_rope_head_dim if arch.mla is not None else arch.dim_per_head
+        # cos and sin [s/cp, d] kept by the rotation's multiplications; one pair per layer,
+        # the same on every tp rank, independent of b.
+        rows.append(
+            ("rotary cos and sin tables", 2 * beta * Fraction(ctx.seq_len, ctx.cp) * rope, "rep")
+        )
+    return rows
+
+
+def _swiglu_or_gelu(
+    prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int, convention: str = "paper"
+) -> list[tuple[str, Fraction, str]]:
+    if arch.mlp.gated:
+        unit, act = ("SwiGLU", "SiLU") if arch.mlp is Mlp.SWIGLU else ("GeGLU", "GELU")
+        rows = [
+            (f"{prefix} {unit} input (gate, up)", 2 * beta * S * ffn, "tp"),
+            (f"{prefix} down projection input", beta * S * ffn, "tp"),
+        ]
+        if convention == "pytorch":
+            # eager act(gate) * up: the product keeps the activation's output as well as up
+            rows.append((f"{prefix} {act} output (eager {unit})", beta * S * ffn, "tp"))
+        return rows
+    return [
+        (f"{prefix} GeLU input", beta * S * ffn, "tp"),
+        (f"{prefix} FC2 input", beta * S * ffn, "tp"),
+    ]
+
+
+def mlp_rows(
+    arch: Architecture, index: int, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    S, beta, h, conv = ctx.tokens, ctx.activation_bytes, arch.hidden_size, ctx.convention
+    rows = [("MLP norm input", beta * S * h, "sp")]
+    if not arch.is_moe_layer(index):
+        rows.append(("FC1 input", beta * S * h, "sp"))
+        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta, conv)
+    else:
+        moe = arch.moe
+        assert moe is not None
+        k = moe.experts_per_token
+        gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
+        rows += [
+            ("router and dispatch input", beta * S * h, "sp"),
+            ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
+            ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
+        ]
+        ffn_e = moe.expert_ffn_hidden_size
+        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)
+        combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
+        if combine:
+            rows.append(("routed expert outputs for the combine", k * combine * S * h, "sp"))
+        else:  # the weighted activation keeps the fp32 weights of the routed tokens it sees
+            rows.append(
+                ("routing weights in the expert activation (fp32)", 4 * k * S * gathered, "sp")
+            )
+        if moe.num_shared_experts:
+            ffn = moe.num_shared_experts * moe.shared_ffn
+            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)
+        if conv == "pytorch":
+            rows += [
+                # topk keeps its int64 indices; permuting the k·S routed copies by expert and
+                # back keeps two int64 index vectors (the dispatch gather's and the combine
+                # gather's); the weighted combine keeps the top-k routing weights (β).
+                ("router top-k indices (int64)", 8 * k * S, "sp"),
+                ("token permutation indices (int64, dispatch and combine)", 16 * k * S, "sp"),
+                ("routing weights for the combine", beta * k * S, "sp"),
+            ]
+    if conv == "pytorch":
+        rows.append(_norm_stats(arch, "MLP norm", S, ctx.memory_efficient_norm))
+        if arch.post_norms:
+            rows.append(_norm_stats(arch, "MLP post-norm", S))
+    if arch.dropout:
+        rows.append(("MLP dropout mask", S * h, "sp"))
+    if arch.post_norms:
+        rows.append(("MLP post-norm input", beta * S * h, "sp"))
+    return rows
+
+
+NORM_OUTPUTS = frozenset({"QKV projection input", "attention projection input", "FC1 input"})
+"""The projection inputs that are a norm's output (shared with a memory-efficient norm)."""
+
+
+def fp8_rows(
+    rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """The rows under ``precision = fp8``: each linear layer's saved input at
+    :data:`model.precision.FP8_ACTIVATION_BYTES` per element instead of β (Transformer Engine
+    ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward`` saves the quantized
+    ``inputmat``); with memory-efficient norms the norm's BF16 output stays and the FP8 copy is
+    added. The attention output stays BF16 where the fused/flash attention kernel keeps it for
+    its own backward (``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward``
+    saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
+    leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
+    recomputed with the attention core under selective recomputation (a score term)."""
+    scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
+    deepseek = ctx.fp8_activation_storage == "deepseek_v3"
+    out = []
+    for name, value, kind in rows:
+        if deepseek and name == "output projection input":
+            # §3.3.3 (1): one E5M6 copy serves the attention core's and the projection's backward
+            e5m6 = value * E5M6_ACTIVATION_BYTES / ctx.activation_bytes
+            out.append((f"{name} (E5M6, the attention output)", e5m6, kind))
+        elif deepseek and name == "routed expert SwiGLU input (gate, up)":
+            out.append((f"{name} (FP8)", value * scale, kind))  # §3.3.3 (2)
+        elif name not in FP8_LINEAR_INPUTS:
+            out.append((name, value, kind))
+        elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
+            out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
+        elif name == "output projection input" and ctx.flash_attention:
+            out += [
+                ("attention output (BF16, kept by the attention kernel)", value, "score"),
+                (f"{name} (FP8)", value * scale, kind),
+            ]
+        else:
+            out.append((f"{name} (FP8)", value * scale, kind))
+    names = {r[0] for r in rows}
+    if "router and dispatch input" in names and any(n.startswith("shared expert") for n in names):
+        # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
+        value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]
+        out.append(("shared expert FC1 input (FP8)", value * scale, "sp"))
+    return out
+
+
+GATHERED_INPUTS = frozenset(
+    {
+        "QKV projection input",
+        "FC1 input",
+        "attention projection input",
+        "query latent and its norm output",
+        "query latent norm statistics (fp32 rstd)",
+        "kv latent with rope key",
+        "kv latent norm output",
+        "kv latent norm statistics (fp32 rstd)",
+    }
+)
+"""Rows that are whole on every tp rank under ``gathered_block_inputs``: the QKV and FC1 inputs
+(torchtitan ``decoder_sharding.py`` ``set_gqa_attention_sharding`` / ``set_dense_ffn_sharding``:
+the block's input goes from the sequence shard to ``Replicate`` before the column-parallel
+``wq``/``wk``/``wv`` and ``w1``/``w3``); MLA's projection input and its latents
+(``deepseek_v3/sharding.py``: the input gathered, the low-rank ``wq_a``, ``wkv_a``, ``q_norm``,
+``kv_norm`` replicated, so they run on every token of the gathered tensor)."""
+
+MOE_ROUTING_ROWS = frozenset(
+    {
+        "router and dispatch input",
+        "router probabilities (fp32)",
+        "routed expert inputs (top-k copies)",
+        "routed expert outputs for the combine",
+        "router top-k indices (int64)",
+        "token permutation indices (int64, dispatch and combine)",
+        "routing weights for the combine",
+    }
+)
+"""A MoE layer's routing rows: whole on every tp rank under ``gathered_block_inputs`` with
+ep = 1 (torchtitan ``moe_sharding.py``: "EP off, SP on" redistributes the MoE input from
+``Shard(1)`` to ``Replicate``, the router and the tensor-parallel experts run on every token);
+with ep > 1 the tokens stay sequence-sharded ("EP on": ``Shard(1)`` → ``Shard(1)``)."""
+
+
+def gathered_rows(
+    rows: list[tuple[str, Fraction, str]], arch: Architecture, ctx: ActivationContext
+) -> list[tuple[str, Fraction, str]]:
+    """``rows`` under ``gathered_block_inputs``: :data:`GATHERED_INPUTS` (and with ep = 1
+    :data:`MOE_ROUTING_ROWS`) whole; with ep > 1 the shared experts' ``FeedForward`` gathers its
+    own input to ``Replicate`` (``_shared_experts_sharding_configs``), one more ``β·S·h``."""
+    names = GATHERED_INPUTS | (MOE_ROUTING_ROWS if ctx.ep == 1 else frozenset())
+    out = [(n, v, "gathered" if n.split(" (FP8")[0] in names else k) for n, v, k in rows]
+    shared = any(n.startswith("shared expert") for n, _, _ in rows)
+    if shared and ctx.ep > 1 and ctx.sequence_parallel and ctx.tp > 1:
+        value = ctx.activation_bytes * ctx.tokens * arch.hidden_size
+        out.append(("shared expert input (tp-gathered)", value, "gathered"))
+    return out

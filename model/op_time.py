@@ -1,0 +1,299 @@
+"""Seconds of one operation, and of one layer's operations, on one GPU: each :mod:`model.ops`
+operation on the roofline (:mod:`model.roofline`; the attention core from the kernel's measured
+curves where the clock names one, :func:`model.op_rates.attention_fractions`; a grouped GEMM as
+Transformer Engine runs it), and the :class:`Clock` — the accelerator, the links and the
+overlap mechanisms — that every layer's time (:mod:`model.layer_time`) reads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+
+from trainplan.model.errors import InputError
+from trainplan.model.moe_run import grouped_rows
+from trainplan.model.op_rates import attention_fractions
+from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
+from trainplan.model.roofline import (
+    LinkTime,
+    RooflineParams,
+    attention_seconds,
+    gemm_seconds,
+    memory_seconds,
+)
+
+__all__ = [
+    "TP_OVERLAP_FRAMEWORKS",
+    "check_tp_overlap",
+    "TpOverlap",
+    "Clock",
+    "TE_COMPUTE_STREAMS",
+    "op_seconds",
+    "dgrad_seconds",
+    "wgrad_seconds",
+    "LayerCompute",
+    "layer_compute",
+]
+
+
+class TpOverlap(StrEnum):
+    """How tensor-parallel collectives overlap GEMMs (see the module docstring)."""
+
+    NONE = "none"
+    ASYNC = "async"
+    FULL = "full"
+    ASYNC_TP = "async-tp"
+
+
+TP_OVERLAP_FRAMEWORKS: dict[TpOverlap, tuple[str, ...]] = {
+    TpOverlap.FULL: ("megatron", "deepspeed", "textbook"),
+    TpOverlap.ASYNC_TP: ("fsdp2",),
+}
+"""The framework profiles that run a tensor-parallel overlap mechanism (the others run under
+every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core (and
+Megatron-DeepSpeed's TE layers); torchtitan's async TP (``async-tp``) only in torchtitan, the
+``fsdp2`` profile (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``)."""
+
+
+def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:
+    """Refuse a tensor-parallel overlap mechanism the framework does not have.
+
+    Raises
+    ------
+    InputError
+        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2``.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_tp_overlap(TpOverlap.ASYNC_TP, "megatron")
+    ... except InputError as err:
+    ...     print(err)
+    tp_comm_overlap: async-tp (torchtitan's enable_async_tensor_parallel) needs framework fsdp2, not megatron
+    """
+    allowed = TP_OVERLAP_FRAMEWORKS.get(overlap)
+    if allowed is not None and str(framework) not in allowed:
+        name = {
+            TpOverlap.ASYNC_TP: "torchtitan's enable_async_tensor_parallel",
+            TpOverlap.FULL: "Transformer Engine's userbuffers",
+        }[overlap]
+        raise InputError(
+            f"tp_comm_overlap: {overlap} ({name}) needs framework {' or '.join(allowed)}, "
+            f"not {framework}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """What the roofline clock reads besides the layer: the accelerator, its fitted and sourced
+    figures, the links of the tp, cp and ep groups (None at degree 1) and the overlap mechanisms."""
+
+    peak_flops_per_s: float
+    hbm_bytes_per_s: float
+    params: RooflineParams
+    tp_link: LinkTime | None = None
+    cp_link: LinkTime | None = None
+    ep_link: LinkTime | None = None
+    tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
+    cp_ring: int = 1
+    """Ranks of the K/V exchange (ring or all-gather; the hybrid's across groups), 1 = off
+    (:func:`model.context_parallel.cp_degrees`)."""
+    cp_a2a: int = 1
+    """Ranks of the head all-to-all (Ulysses; the hybrid's inside a group), 1 = off."""
+    cp_gather: bool = False
+    """The K/V exchange is an all-gather before the core (exposed) rather than a ring."""
+    linear_speedup: float | tuple[float, float, float] = 1.0
+    """How much faster the transformer layers' linear GEMMs run than in BF16, one figure or
+    (forward, input gradient, weight gradient) (:func:`model.op_rates.fp8_linear_speedups`:
+    the FP8 recipe's published speed-up on the part's family); the output layer and the MoE
+    router stay BF16 (:data:`BF16_GEMMS`)."""
+    cp_kv_repeat: int = 1
+    """Times each K/V head crosses the head all-to-all (verl's ``ulysses-kv-repeat``,
+    :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
+    ep_per_domain: int = 0
+    """Members of the expert-parallel group in each NVLink domain (``g`` of
+    :func:`model.step_time.all_to_all_bandwidth`); 0 = unknown (no de-duplication counted)."""
+    ep_unpaired: float = 1.0
+    """The share of micro-batches whose expert all-to-alls have no partner to hide under
+    (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
+
+
+TE_COMPUTE_STREAMS = 4
+"""CUDA streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
+(``transformer_engine/common/util/multi_stream.cpp`` ``get_num_compute_streams``)."""
+
+BF16_GEMMS = frozenset({"router", "output layer (logits)"})
+"""GEMMs with weights that FP8 recipes keep in BF16 (DeepSeek-V3 §3.3; Transformer Engine
+leaves the output head and the router to PyTorch)."""
+
+
+def _gemm(
+    m: float,
+    n: float,
+    k: float,
+    batch: float,
+    c: Clock,
+    extra: float = 0.0,
+    fp8: bool = False,
+    which: int = 0,
+) -> float:
+    """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
+    ``fp8``: at the FP8 rate (that peak × the :attr:`Clock.linear_speedup` of pass ``which``:
+    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output."""
+    peak = c.peak_flops_per_s * c.params.clock_fraction
+    if not fp8:
+        return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 2, extra)
+    peak *= _speedups(c)[which]
+    return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 1, extra + m * n * batch)
+
+
+def _speedups(c: Clock) -> tuple[float, float, float]:
+    s = c.linear_speedup
+    return (s, s, s) if isinstance(s, float | int) else s
+
+
+def _fp8(op: Op, c: Clock) -> bool:
+    """Whether ``op`` runs at the FP8 rate: a linear layer's GEMM (it has a weight) under a
+    clock with a linear speedup, not one of :data:`BF16_GEMMS`."""
+    return _speedups(c) != (1.0, 1.0, 1.0) and op.weights and op.name not in BF16_GEMMS
+
+
+def _attention(op: Op, c: Clock, backward: bool) -> float:
+    """The fused attention core: at the published kernel's efficiency for its chunk length,
+    head dimensions and causal mask over the FLOPs the mask keeps
+    (:func:`model.op_rates.attention_fractions`) where the clock names a kernel with curves on
+    the part, else at :attr:`RooflineParams.attention_efficiency` over :attr:`Op.flops`."""
+    moved = op.backward_bytes if backward else op.forward_bytes
+    params, flops = c.params, op.flops
+    peak = c.peak_flops_per_s * params.clock_fraction
+    found = None
+    if params.attention_kernel is not None and op.seq_len >= 1:
+        found = attention_fractions(
+            params.attention_kernel, params.part, op.head_dims, int(op.seq_len)
+        )
+    if found is not None:
+        params, flops = params.with_(attention_efficiency=found[int(backward)]), op.masked_flops
+    elif params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
+        params = params.with_(attention_efficiency=params.gemm_efficiency)
+    return attention_seconds(flops * (2 if backward else 1), moved, peak, c.hbm_bytes_per_s, params)
+
+
+def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
+    """Seconds of one operation's forward (or backward) kernel(s) on one GPU. A GEMM's backward
+    is its input-gradient GEMM ``[m, n] × [n, k]`` and, when it has a weight, its weight-gradient
+    GEMM ``[k, m] × [m, n]`` accumulated into FP32 (:data:`model.ops.WGRAD_ACCUMULATE_BYTES`);
+    the FlashAttention core's backward is twice its forward FLOPs; a memory-bound kernel moves
+    its ``backward_bytes``.
+
+    Examples
+    --------
+    >>> from trainplan.model.roofline import RooflineParams
+    >>> c = Clock(312e12, 2.039e12, RooflineParams(gemm_efficiency=0.74))
+    >>> norm = Op("norm", OpKind.MEMORY, forward_bytes=4e8, backward_bytes=6e8)
+    >>> round(op_seconds(norm, c, backward=True) * 1e6, 2)  # 6e8 / (0.9·2.039e12) + 3 µs
+    329.96
+    """
+    if op.kind is OpKind.MEMORY:
+        moved = op.backward_bytes if backward else op.forward_bytes
+        return memory_seconds(moved, c.hbm_bytes_per_s, c.params)
+    if op.kind is OpKind.ATTENTION:
+        return _attention(op, c, backward)
+    if not backward:
+        return _grouped(op, c) + _gemm(_rows(op), op.n, op.k, op.batch, c, fp8=_fp8(op, c))
+    return dgrad_seconds(op, c) + wgrad_seconds(op, c)
+
+
+def _is_grouped(op: Op) -> bool:
+    """The experts' grouped GEMMs: a weight per group (``batch`` local experts)."""
+    return op.weights and op.batch > 1
+
+
+def _rows(op: Op) -> float:
+    """A GEMM's M rows as its kernel computes them: a grouped GEMM's each group rounded up to
+    its M tile (:func:`model.moe_run.grouped_rows`)."""
+    return grouped_rows(op.m) if _is_grouped(op) else op.m
+
+
+def _grouped(op: Op, c: Clock) -> float:
+    """The launch gaps a grouped GEMM adds beyond one kernel's: Transformer Engine's
+    ``GroupedLinear`` runs one cuBLAS GEMM per expert over :data:`TE_COMPUTE_STREAMS` streams
+    (``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``multi_stream_cublas_gemm``), so
+    ``ceil(groups / 4) − 1`` more t_kernel."""
+    if not _is_grouped(op):
+        return 0.0
+    return (math.ceil(op.batch / TE_COMPUTE_STREAMS) - 1) * c.params.kernel_overhead_s
+
+
+def dgrad_seconds(op: Op, c: Clock) -> float:
+    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
+
+
+def wgrad_seconds(op: Op, c: Clock) -> float:
+    if not op.weights:  # QKᵀ and scores·V: both "gradients" are activation gradients
+        return _gemm(op.k, op.n, op.m, op.batch, c)
+    extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
+    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCompute:
+    """The operations of one layer and micro-batch on one GPU, without its collectives: what
+    does not depend on the links (cached once per layer shape and accelerator)."""
+
+    forward_s: float
+    backward_s: float
+    core_forward_s: float
+    """The attention core's forward (what selective recomputation repeats)."""
+    core_backward_s: float
+    roles: dict[str, tuple[float, float, float]]
+    """Per GEMM role (``attn_in`` …): seconds of its forward, input-gradient and weight-gradient
+    GEMMs (what a tensor-parallel collective can hide behind)."""
+    shared_fc1_s: float = 0.0
+    """The shared experts' first GEMM(s) and activation, forward (what
+    ``moe_shared_expert_overlap`` runs beside the dispatch)."""
+    shared_fc2_s: float = 0.0
+    """The shared experts' last GEMM, forward (beside the combine)."""
+    experts_forward_s: float = 0.0
+    """The routed experts' grouped GEMMs and activation, forward (what combined 1F1B runs
+    beside the other micro-batch's dispatch and its own backward dispatch)."""
+    experts_backward_s: float = 0.0
+    """The same, backward."""
+
+    def role(self, name: str, which: str) -> float:
+        """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
+        k = ("forward", "dgrad", "wgrad").index(which)
+        return self.roles[name][k] if name in self.roles else 0.0
+
+
+@lru_cache(maxsize=4096)
+def layer_compute(x: LayerShape, c: Clock) -> LayerCompute:
+    """:class:`LayerCompute` of a layer shape on the accelerator of ``c`` (its links unread)."""
+    ops = layer_ops(x)
+    roles: dict[str, tuple[float, float, float]] = {}
+    for name in ("attn_in", "attn_out", "mlp_in", "mlp_out"):
+        picked = [o for o in ops if o.role == name]
+        if picked:
+            roles[name] = (
+                sum(op_seconds(o, c) for o in picked),
+                sum(dgrad_seconds(o, c) for o in picked),
+                sum(wgrad_seconds(o, c) for o in picked),
+            )
+    return LayerCompute(
+        sum(op_seconds(o, c) for o in ops),
+        sum(op_seconds(o, c, backward=True) for o in ops),
+        sum(op_seconds(o, c) for o in ops if o.core),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.core),
+        roles,
+        *_shared_forward(ops, c),
+        sum(op_seconds(o, c) for o in ops if o.name.startswith("experts")),
+        sum(op_seconds(o, c, backward=True) for o in ops if o.name.startswith("experts")),
+    )
+
+
+def _shared_forward(ops: tuple[Op, ...], c: Clock) -> tuple[float, float]:
+    """(FC1 and activation, FC2) forward seconds of a MoE layer's shared experts (0, 0 without)."""
+    shared = [o for o in ops if o.name.startswith("shared experts")]
+    if not shared:
+        return 0.0, 0.0
+    return sum(op_seconds(o, c) for o in shared[:-1]), op_seconds(shared[-1], c)

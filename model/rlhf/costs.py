@@ -1,0 +1,58 @@
+"""One RLHF role's cost under one option (:class:`~model.rlhf.roles.RoleOption`): the checks
+every role shares, then the engine's (:func:`model.rlhf.engine.rollout_cost`) or a training or
+scoring role's (:func:`model.rlhf.network.network_cost`). The rules and their sources are in
+:mod:`model.rlhf.roles`."""
+
+from __future__ import annotations
+
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import host_rates
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.rlhf.engine import rollout_cost
+from trainplan.model.rlhf.network import network_cost
+from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
+from trainplan.model.rlhf.spec import RLHFSpec, Role
+
+__all__ = ["role_cost"]
+
+
+def role_cost(
+    spec: RLHFSpec,
+    option: RoleOption,
+    device: DeviceSpec,
+    evaluate: Evaluator,
+    sync_bytes_per_s: float | None = None,
+    over_budget: bool = False,
+) -> RoleCost:
+    """The role's bytes per GPU, seconds per phase and host bytes under ``option``.
+
+    ``sync_bytes_per_s``: the bandwidth the updated weights reach the rollout engine at.
+    ``over_budget``: an engine whose budget holds no full-length sequence is returned as a cost
+    that does not fit (``RoleCost.over_budget``; a tab shows why) instead of a LayoutError.
+
+    Raises
+    ------
+    LayoutError
+        Degrees the model does not allow (``evaluate()``'s rules; a rollout tp the KV heads do not
+        allow); optimizer offload under a framework that cannot run CPU Adam alone (FSDP2,
+        textbook: :func:`model.offload.check_offload`); an engine whose KV space holds no
+        sequence at full length (unless ``over_budget``).
+    InputError
+        Offload on a frozen role; optimizer offload without the host-link and host-memory
+        bandwidths (:func:`model.estimate.host_rates`), idle offload without the host link; a
+        rollout without HBM bandwidth.
+    """
+    rs = spec.role(option.role)
+    if option.offload == "optimizer" and not rs.trainable:
+        raise InputError(f"offload: {rs.role} is frozen; only trainable roles have optimizer state")
+    if option.offload == "idle" and rs.role is Role.ROLLOUT:
+        raise InputError("offload: the engine already frees its memory after the rollout")
+    if option.offload == "optimizer":
+        host_rates(device)  # the one-line InputError naming the missing bandwidth
+    elif option.offload == "idle" and not device.host_link_bytes_per_s:
+        raise InputError(
+            f"offload: the accelerator table has no host link figure for {device.name}"
+        )
+    if rs.role is Role.ROLLOUT:
+        return rollout_cost(spec, rs, option, device, sync_bytes_per_s, over_budget)
+    return network_cost(spec, rs, option, device, evaluate)

@@ -1,0 +1,184 @@
+"""The cost of the RLHF rollout engine: its memory fraction of every GPU of its pool (weights
+÷ tp and the KV cache, :mod:`model.rollout`), its generation time and the weight sync — the rules
+and their sources are in :mod:`model.rlhf.roles`; :func:`model.rlhf.costs.role_cost` calls
+:func:`rollout_cost`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.estimate import stage_params_per_gpu
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
+from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
+from trainplan.model.rollout import (
+    EngineMemory,
+    RolloutTime,
+    engine_memory,
+    kv_bytes_per_token,
+    rollout_time,
+)
+from trainplan.model.timing import kernel_efficiency_for
+
+__all__ = ["rollout_cost", "engine_weights_bytes", "least_engine_tp"]
+
+_ENGINE_SOURCE = (
+    "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
+    "the engine takes (weights + KV cache); model.rollout"
+)
+_KV_SOURCE = (
+    "KV cache 2·L·g·d·2 B per token, g/tp KV heads per GPU (one when tp > g; MLA: the latent, "
+    "whole), for the sequences decoded at once (vLLM PagedAttention, max_num_seqs)"
+)
+
+
+def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
+    """The engine's BF16 weights on one GPU at ``tp`` (norms and routers whole on every rank:
+    :func:`model.estimate.stage_params_per_gpu`)."""
+    ((_, _, dense, experts),) = stage_params_per_gpu(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
+    return 2 * (dense + experts)
+
+
+def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
+    """The least power-of-two tp (up to the attention heads) at which the engine's weights and
+    one full-length sequence's KV cache fit ``fraction`` of the device's bytes (None: none
+    does) — what a tab's engine that does not fit its budget would need."""
+    rs = spec.role(Role.ROLLOUT)
+    arch = rs.model.arch
+    assert arch is not None
+    budget = fraction * device.physical_bytes
+    tp = 1
+    while tp <= arch.num_attention_heads:
+        try:
+            need = engine_weights_bytes(rs, tp) + kv_bytes_per_token(arch, tp) * spec.seq_len
+        except LayoutError:
+            need = None
+        if need is not None and need <= budget:
+            return tp
+        tp *= 2
+    return None
+
+
+def rollout_cost(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    opt: RoleOption,
+    device: DeviceSpec,
+    sync_bytes_per_s: float | None,
+    over_budget: bool = False,
+) -> RoleCost:
+    """The engine's cost (:func:`model.rlhf.costs.role_cost`). An engine whose budget cannot
+    hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
+    cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
+    timed one sequence at a time."""
+    arch = rs.model.arch
+    assert arch is not None
+    if opt.pp != 1:
+        raise LayoutError("rollout: the engine runs tp × dp replicas (pp 1)")
+    if opt.fraction is None:
+        raise InputError("rollout: the engine needs its memory fraction")
+    if device.hbm_bytes_per_s is None:
+        raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
+    weights = engine_weights_bytes(rs, opt.tp)
+    per_replica = math.ceil(spec.sequences / opt.dp)
+    mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
+    time = rollout_time(
+        active_params=rs.active_params,
+        weights_bytes=weights,
+        kv_per_token_bytes=kv_bytes_per_token(arch, opt.tp),
+        sequences_per_replica=per_replica,
+        concurrent=mem.concurrent,
+        prompt_tokens=spec.prompt_tokens,
+        completion_tokens=spec.completion_tokens,
+        tp=opt.tp,
+        peak_flops_per_s=device.peak_flops_per_s,
+        kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
+        hbm_bytes_per_s=device.hbm_bytes_per_s,
+        bandwidth_efficiency=spec.bandwidth_efficiency,
+        sync_bytes=weights,
+        sync_bytes_per_s=sync_bytes_per_s,
+        max_completion_tokens=spec.max_completion_tokens,
+    )
+    terms = _engine_terms(mem, time, device, weights, need)
+    return RoleCost(
+        opt,
+        Fraction(0),
+        need,
+        Fraction(0),
+        Fraction(0),
+        time.total_s,
+        0.0,
+        0.0,
+        Fraction(0),
+        terms,
+        mem.concurrent,
+        weights,
+        phases=rs.phases,
+        budget_bytes=mem.budget_bytes,
+    )
+
+
+def _fitted_memory(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    opt: RoleOption,
+    device: DeviceSpec,
+    weights: Fraction,
+    over_budget: bool,
+) -> tuple[EngineMemory, Fraction]:
+    """The engine's memory (:func:`model.rollout.engine_memory`) and the bytes it runs with: its
+    budget; or, when the budget holds no full-length sequence and ``over_budget``, one sequence
+    at a time above it (else a LayoutError)."""
+    arch = rs.model.arch
+    assert arch is not None and opt.fraction is not None
+    per_replica = math.ceil(spec.sequences / opt.dp)
+    mem = engine_memory(
+        arch,
+        weights,
+        device.physical_bytes,
+        opt.fraction,
+        spec.max_num_seqs,
+        per_replica,
+        spec.seq_len,
+        opt.tp,
+    )
+    need = mem.budget_bytes
+    if not mem.fits:
+        if not over_budget:
+            raise LayoutError(
+                f"rollout: tp {opt.tp} with fraction {float(opt.fraction):g} leaves "
+                f"{float(mem.kv_space_bytes) / 1e9:.2f} GB of KV space per GPU, less than one "
+                f"{spec.seq_len:,}-token sequence's {mem.kv_per_sequence_bytes / 1e9:.2f} GB"
+            )
+        need = weights + mem.kv_per_sequence_bytes
+        mem = replace(mem, concurrent=1, limited_by="kv_space")
+    return mem, need
+
+
+def _engine_terms(
+    mem: EngineMemory, time: RolloutTime, device: DeviceSpec, weights: Fraction, need: Fraction
+) -> tuple[Term, ...]:
+    """The engine's terms with their sources: its budget, weights, KV cache and concurrency, and
+    the prefill, decode and weight-sync seconds (``need``: the bytes it runs with, above the
+    budget when one sequence does not fit it)."""
+    assert device.hbm_bytes_per_s is not None
+    bw = f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source})"
+    kv = f"KV cache ({mem.concurrent} sequences at once, by {mem.limited_by})"
+    if need > mem.budget_bytes:
+        kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
+    steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
+    roof = f"roofline: max(2N·c, weights + KV read); {bw}"
+    sync = "BF16 weights over the link between training and rollout ranks"
+    prefill_src = "model.rollout; kernel efficiency model.timing"
+    return (
+        Term("engine budget (fraction × HBM)", "rollout", mem.budget_bytes, "bytes", _ENGINE_SOURCE),
+        Term("engine weights (BF16, ÷ tp)", "rollout", weights, "bytes", _ENGINE_SOURCE),
+        Term(kv, "rollout", mem.kv_cache_bytes, "bytes", _KV_SOURCE),
+        Term("sequences decoded at once", "rollout", mem.concurrent, "sequences", _KV_SOURCE),
+        Term("prefill (2N per prompt token)", "rollout", time.prefill_s, "s", prefill_src),
+        Term(steps, "rollout", time.decode_s, "s", roof),
+        Term("weight sync (2N/tp to each engine GPU)", "rollout", time.sync_s, "s", sync),
+    )  # fmt: skip

@@ -1,0 +1,395 @@
+"""The cost of a training or scoring RLHF role (actor, critic, reference, reward): ``evaluate()``
+of its layout and the RLHF logits terms — the rules and their sources are in
+:mod:`model.rlhf.roles`; :func:`model.rlhf.costs.role_cost` calls :func:`network_cost`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.estimate import Estimate, StageMemory
+from trainplan.model.frameworks import Mechanism, mechanism
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
+from trainplan.model.rlhf.roles import (
+    IDLE_SOURCE,
+    OFFLOAD_SOURCE,
+    Evaluator,
+    RoleCost,
+    RoleOption,
+    Term,
+)
+from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.specs import TrainingSpec
+
+__all__ = ["network_cost", "seconds_floor"]
+
+_LOGITS_SOURCE = {
+    LogitsMode.FULL: "FP32 logits [tokens × V]/tp, and log-softmax/entropy over them as large "
+    "(verl entropy_from_logits, logprobs_from_logits)",
+    LogitsMode.CHUNKED: "FP32 logits [tokens × V]/tp; log-softmax/entropy 2,048 tokens at a time "
+    "(verl entropy_from_logits_with_chunking)",
+    LogitsMode.FUSED: "fused linear cross-entropy: logits and log-softmax one 2,048-token chunk at "
+    "a time (Liger Kernel; verl use_fused_kernels)",
+}
+
+
+def _batch(sequences: int, b: int, dp: int) -> int:
+    """Sequences rounded up to whole micro-batches on every dp rank (the busiest rank's share)."""
+    return math.ceil(sequences / (b * dp)) * b * dp
+
+
+def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
+    return Layout(
+        dp=opt.dp,
+        tp=opt.tp,
+        pp=opt.pp,
+        framework=spec.framework,
+        zero_stage=spec.zero_stage or 1,
+        recompute=recompute,
+        micro_batch_size=spec.micro_batch_sequences,
+    )
+
+
+def _stage_params(stage: StageMemory) -> Fraction:
+    return stage.dense_params + stage.expert_params
+
+
+def _microbatch_s(est: Estimate) -> float:
+    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0 without
+    a step time: still a floor)."""
+    if est.time_terms is None:
+        return 0.0
+    return est.time_terms.compute_s / est.num_microbatches
+
+
+def seconds_floor(spec: RLHFSpec, cost: RoleCost, dp: int) -> float:
+    """A lower bound on the seconds, over all its phases, of ``cost``'s role at the same tp, pp
+    and offload on ``dp`` ranks: its micro-batches per rank there (:func:`_batch`) × the
+    per-micro-batch compute (``cost.microbatch_s``, which dp does not change) — a scoring
+    forward a third of the three passes, each update's step at least its compute
+    (``compute_and_pipeline_s ≥ compute_s``). Bubbles, traffic, the optimizer and offload only
+    add. 0 for the engine.
+
+    Examples
+    --------
+    The scoring forward at 1.5 s per micro-batch of 3 sequences, 16,384 sequences on 512 ranks:
+    ⌈16,384 / 1,536⌉ = 11 micro-batches, 11 × 1.5 / 3 = 5.5 s (a frozen role: no update).
+    """
+    scoring_mb, training_mb = cost.microbatch_s
+    b = spec.micro_batch_sequences
+    floor = 0.0
+    if "scoring" in cost.phases:
+        floor += _batch(spec.sequences, b, dp) // (b * dp) * scoring_mb / 3
+    if "training" in cost.phases:
+        updates = spec.epochs * spec.updates_per_epoch
+        floor += (
+            updates * (_batch(spec.train_batch or spec.sequences, b, dp) // (b * dp)) * training_mb
+        )
+    return floor
+
+
+def _forward_s(est: Estimate) -> float:
+    """A forward over the batch: a third of the three passes' compute, bubble and tp/pp/cp/ep
+    traffic (no recomputation, no DP exchange)."""
+    if est.time_terms is None:
+        raise InputError("rlhf: step time needs every axis's link bandwidth")
+    return est.time_terms.compute_and_pipeline_s / 3
+
+
+def _loss_over(acts: Any) -> Fraction:
+    """What evaluate()'s loss working set adds to a last stage's peak beyond its recompute
+    transient (:attr:`model.terms.activations.StageActivations.loss_transient_bytes`); 0 for a
+    size-only model."""
+    if acts is None:
+        return Fraction(0)
+    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What a role keeps through the step and what its update adds: the state bytes of each
+    pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
+    update's seconds and its bytes above ``held_bytes`` (0 for a frozen role), its terms and its
+    per-micro-batch compute (:func:`_microbatch_s`)."""
+
+    per_stage: list[Fraction]
+    held_bytes: Fraction
+    host_bytes: Fraction
+    training_s: float
+    training_bytes: Fraction
+    terms: list[Term]
+    microbatch_s: float
+
+
+def _training_estimate(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
+) -> tuple[Estimate, Offload]:
+    """``evaluate()`` of the update's layout at sequence length ``s``, with CPU Adam when the
+    option offloads the optimizer.
+
+    CPU Adam is model.offload's mechanism, applied by evaluate(): the optimizer state and its
+    step leave the GPU, the host holds them with an FP32 gradient buffer, and the step time gains
+    the host-link transfers and the CPU Adam step (TimeTerms.offload_s). A framework that cannot
+    offload the optimizer alone is refused (check_offload's rule, which evaluate() applies too):
+    a LayoutError, as any illegal layout."""
+    b = spec.micro_batch_sequences
+    offload = Offload(optimizer=Fraction(1)) if opt.offload == "optimizer" else NO_OFFLOAD
+    try:
+        check_offload(spec.framework, spec.zero_stage or 1, offload)
+    except LayoutError:  # the rule is model.offload's; the advice is this tab's
+        raise LayoutError(
+            f"offload: {rs.role}=optimizer — {spec.framework} ZeRO-{spec.zero_stage} has no "
+            "optimizer-only offload (model.offload.check_offload: FSDP2's CPUOffloadPolicy "
+            "moves the parameters too); use idle, or --framework megatron or deepspeed"
+        ) from None
+    train_est = evaluate(
+        rs.model,
+        TrainingSpec(
+            seq_len=s,
+            global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp),
+            offload=offload,
+        ),
+        _layout(spec, opt, spec.recompute),
+    )
+    return train_est, offload
+
+
+def _state_terms(
+    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, b: int, s: int
+) -> list[Term]:
+    """A trainable role's bytes term by term: weights, gradients, the optimizer state (or what
+    the host holds for it), the activations (less the loss working set the RLHF loss replaces)
+    and the logits buffers."""
+    state = est.peak.state
+    last = len(est.stages) - 1
+    terms = [
+        Term("weights", "held", state.weights_bytes, "bytes", mech.source),
+        Term("gradients", "held", state.gradients_bytes, "bytes", mech.source),
+    ]
+    if offload.active:
+        terms.append(
+            Term(
+                "optimizer state + FP32 gradient buffer (offloaded)",
+                "host",
+                est.host_bytes,
+                "bytes",
+                OFFLOAD_SOURCE,
+            )
+        )
+    else:
+        terms.append(Term("optimizer state", "held", state.optimizer_bytes, "bytes", mech.source))
+    acts = est.peak.activations
+    if acts is not None:
+        terms.append(
+            Term(
+                f"activations ({spec.recompute} recompute, b {b} × s {s})",
+                "training",
+                acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0),
+                "bytes",
+                "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
+            )
+        )
+    return terms
+
+
+def _logits_terms(spec: RLHFSpec, logit: Fraction, temp: Fraction) -> list[Term]:
+    """The update's FP32 logits and its log-softmax/entropy temporary."""
+    source = _LOGITS_SOURCE[spec.logits]
+    return [
+        Term("FP32 logits", "training", logit, "bytes", source),
+        Term("log-softmax/entropy temporary", "training", temp, "bytes", source),
+    ]
+
+
+def _trainable(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    opt: RoleOption,
+    evaluate: Evaluator,
+    s: int,
+    logits: tuple[Fraction, Fraction],
+    mech: Mechanism,
+) -> _Held:
+    """An actor's or critic's state and update: ``evaluate()`` of the update's layout, its last
+    stage's peak with the RLHF loss's FP32 logits (``logits``: the logits and the temporary)
+    instead of evaluate()'s loss, and ``epochs × updates_per_epoch`` step times."""
+    arch = rs.model.arch
+    assert arch is not None
+    b = spec.micro_batch_sequences
+    logit, temp = logits
+    counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
+    train_est, offload = _training_estimate(spec, rs, opt, evaluate, s)
+    last = len(train_est.stages) - 1
+    # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
+    # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
+    loss_over = _loss_over(train_est.stages[last].activations)
+    extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
+    held = [st.state.total_bytes for st in train_est.stages]
+    train_peak = [
+        max(st.backward_bytes + (extra if i == last else 0), st.state.optimizer_step_bytes)
+        for i, st in enumerate(train_est.stages)
+    ]
+    held_b = max(held)
+    terms = _state_terms(spec, train_est, offload, mech, b, s)
+    if rs.log_probs:
+        terms += _logits_terms(spec, logit, temp)
+    if train_est.step_s is None or train_est.time_terms is None:
+        raise InputError("rlhf: step time needs every axis's link bandwidth")
+    updates = spec.epochs * spec.updates_per_epoch
+    training_s = updates * train_est.step_s
+    terms.append(
+        Term(
+            f"training ({spec.epochs} epoch(s) × {spec.updates_per_epoch} update(s))",
+            "training",
+            training_s,
+            "s",
+            "evaluate() step time of the layout (model.timing), 6N per token per epoch",
+        )
+    )
+    if offload.active:
+        terms.append(
+            Term(
+                "of which optimizer offload (host link + CPU Adam)",
+                "training",
+                updates * train_est.time_terms.offload_s,
+                "s",
+                OFFLOAD_SOURCE,
+            )
+        )
+    training_b = max(train_peak) - held_b
+    return _Held(
+        held, held_b, train_est.host_bytes, training_s, training_b, terms, _microbatch_s(train_est)
+    )
+
+
+def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
+    """A reference's or reward model's BF16 weights: whole on every rank, or ÷ dp (experts ÷
+    their shard degree) under ZeRO-3 / full sharding; no update."""
+    held = []
+    for st in score_est.stages:
+        p_dense, p_exp = st.dense_params, st.expert_params
+        if mech.weights_full:
+            held.append(2 * (p_dense + p_exp))
+        else:
+            held.append(2 * p_dense / opt.dp + 2 * p_exp / score_est.layout.expert_shard_degree)
+    held_b = max(held)
+    how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
+    terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
+    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0)
+
+
+def _scoring(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    score_est: Estimate,
+    held: _Held,
+    logits: tuple[Fraction, Fraction],
+) -> tuple[Fraction, float, list[Term]]:
+    """The scoring forward's bytes above ``held`` (gathered layers, and the FP32 logits and
+    log-softmax on the last stage when the role returns log-probs), its seconds and terms; 0 and
+    none for a role that does not score."""
+    if "scoring" not in rs.phases:
+        return Fraction(0), 0.0, []
+    logit, temp = logits
+    last = len(score_est.stages) - 1
+    out = (logit + temp) if rs.log_probs else Fraction(0)
+    peaks = [
+        held.per_stage[i] + st.state.gathered_bytes + (out if i == last else 0)
+        for i, st in enumerate(score_est.stages)
+    ]
+    scoring_b = max(peaks) - held.held_bytes
+    scoring_s = _forward_s(score_est)
+    what = "old log-probs" if rs.role is Role.ACTOR else "forward"
+    terms = [
+        Term(
+            f"scoring {what} (2N per token)",
+            "scoring",
+            scoring_s,
+            "s",
+            "evaluate() without recomputation: one of a micro-batch's three passes",
+        )
+    ]
+    if rs.log_probs and not rs.trainable:
+        terms.append(
+            Term("FP32 logits + log-softmax", "scoring", out, "bytes", _LOGITS_SOURCE[spec.logits])
+        )
+    return scoring_b, scoring_s, terms
+
+
+def _idle_swap(rs: RoleSpec, device: DeviceSpec, held_b: Fraction) -> tuple[float, list[Term]]:
+    """Idle offload: the role's ``held_b`` bytes go to the host and come back in for its turn
+    in each phase it works in, then out — the seconds of one phase's round trip over the host
+    link, and the terms."""
+    assert device.host_link_bytes_per_s
+    moves = float(2 * held_b / Fraction(device.host_link_bytes_per_s))
+    terms = [Term("state to host when idle", "host", held_b, "bytes", IDLE_SOURCE)]
+    for phase in rs.phases:  # in for its turn in each phase it works in, then out
+        terms.append(Term("state in and back out", phase, moves, "s", IDLE_SOURCE))
+    return moves, terms
+
+
+def network_cost(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
+) -> RoleCost:
+    """A training or scoring role's cost under ``opt``: held state and update (:func:`_trainable`,
+    :func:`_frozen`), scoring forward (:func:`_scoring`), idle offload's swap (:func:`_idle_swap`);
+    the rules and their sources are in :mod:`model.rlhf.roles`.
+
+    Raises
+    ------
+    LayoutError
+        Degrees ``evaluate()`` refuses; optimizer offload under a framework that cannot offload
+        the optimizer alone.
+    InputError
+        A step time without every axis's link bandwidth.
+    """
+    arch = rs.model.arch
+    assert arch is not None
+    # sequence parallelism splits every sequence over tp: padded to a multiple of it (NeMo-RL's
+    # make_sequence_length_divisible_by; Megatron-LM requires it)
+    b, s = spec.micro_batch_sequences, math.ceil(spec.seq_len / opt.tp) * opt.tp
+    score_est = evaluate(
+        rs.model,
+        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
+        _layout(spec, opt, Recompute.NONE),
+    )
+    logits = logits_bytes(b * s, arch.vocab_size, opt.tp, spec.logits, spec.logits_chunk_tokens)
+    mech = mechanism(spec.framework, spec.zero_stage or 1)
+    if rs.trainable:
+        held = _trainable(spec, rs, opt, evaluate, s, logits, mech)
+    else:
+        held = _frozen(opt, score_est, mech)
+    scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held, logits)
+    terms = held.terms + scoring_terms
+    held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
+    whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
+    swap = Fraction(0)
+    if opt.offload == "idle":
+        moves, idle_terms = _idle_swap(rs, device, held_b)
+        swap, held_b, host = held_b, Fraction(0), host + held_b
+        terms += idle_terms
+        if "scoring" in rs.phases:
+            scoring_s += moves
+        if "training" in rs.phases:
+            training_s += moves
+    return RoleCost(
+        opt,
+        held_b,
+        Fraction(0),
+        scoring_b,
+        held.training_bytes,
+        0.0,
+        scoring_s,
+        training_s,
+        host,
+        tuple(terms),
+        bf16_weight_bytes=Fraction(whole) if rs.trainable and not swap else Fraction(0),
+        swap_bytes=swap,
+        phases=rs.phases,
+        microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
+    )

@@ -1,0 +1,201 @@
+"""Each RLHF role's bytes and seconds for one choice of GPUs and parallelism (issue 12).
+
+A :class:`RoleOption` places a role on a pool of ``gpus`` GPUs with its degrees (training and
+scoring roles dp·tp·pp = gpus; the rollout engine tp, and dp = gpus/tp replicas) and, for a
+trainable role, optimizer offload. :func:`model.rlhf.costs.role_cost` returns what it keeps on each GPU of its
+pool through the whole step (``held_bytes``), what it adds while it works in each phase, its
+seconds per phase and its host bytes — from the cost model itself:
+
+* trainable roles (actor, critic): ``evaluate()`` of the update's layout under the spec's
+  framework profile (model state at the framework's mechanism, activations with the spec's
+  recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf.spec.logits_bytes`)
+  on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
+  without recomputation, a third of a micro-batch's three passes (backward = 2 × forward);
+* frozen roles (reference, reward): BF16 weights held as the framework shards them (whole
+  without ZeRO-3; ÷ dp with ZeRO-3 / FSDP full sharding, plus its two gathered layers while
+  working), the scoring forward as above;
+* the rollout engine: :mod:`model.rollout` (its memory fraction of every GPU of its pool while
+  it generates, nothing outside the rollout phase — vLLM's sleep mode / verl's
+  ``free_cache_engine`` release it; the weights are re-sent by the actor each step).
+
+Offload (``RoleOption.offload``), two mechanisms people use:
+
+* ``optimizer`` — CPU Adam, as :mod:`model.offload` runs it (``evaluate()`` of the update's
+  layout with ``TrainingSpec(offload=Offload(optimizer=1))``; Megatron-Core
+  ``--optimizer-cpu-offload``, DeepSpeed ``offload_optimizer``, ZeRO-Offload, Ren et al. 2021,
+  arXiv 2101.06840): the optimizer state and its step leave the GPU; the host holds the state and
+  an FP32 gradient buffer (12 + 4 B per element of the GPU's optimizer shard under mixed-precision
+  Adam); each update adds the host-link transfers (gradients down, once or per micro-batch as the
+  framework reduces, weights up; ``host_link_gbps``) and the CPU Adam step at the host memory
+  bandwidth (``host_memory_gbps``), all exposed. Trainable roles only, under a framework that
+  offloads the optimizer alone (not FSDP2, whose ``CPUOffloadPolicy`` moves the parameters too;
+  not ``textbook``): :func:`model.offload.check_offload`.
+* ``idle`` — the role's whole state goes to host memory while it does not work and comes back
+  for its phases: NeMo-RL's Megatron policy moves "as much as possible" (parameters, gradient
+  buffers, optimizer) to the CPU before generation (``offload_after_refit``) and keeps the
+  reference's weights on the CPU, swapped in for its log-probs (``use_reference_model``); verl's
+  ``param_offload`` / ``optimizer_offload``. It holds nothing on the GPU outside its phases
+  (``swap_bytes`` instead of ``held_bytes``): its state comes in for its turn in each phase it
+  works in and goes back out after, over the host link.
+
+The per-role figures are those of the role's busiest pipeline stage in each phase; ``held`` is
+the largest stage's state, so ``held + phase bytes`` is the role's true peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.estimate import Estimate
+from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.rlhf.spec import Role
+from trainplan.model.specs import TrainingSpec
+
+__all__ = [
+    "RoleOption",
+    "Term",
+    "RoleCost",
+    "Evaluator",
+    "OFFLOAD_SOURCE",
+    "IDLE_SOURCE",
+    "OFFLOAD_MODES",
+]
+
+OFFLOAD_MODES = ("none", "optimizer", "idle")
+"""``RoleOption.offload`` values (module docstring)."""
+
+Evaluator = Callable[[ModelSpec, TrainingSpec, Layout], Estimate]
+"""``evaluate()`` of one layout with the cluster's links (the caller places the axes on the
+cluster: :func:`optimizer.case.links_for`)."""
+
+OFFLOAD_SOURCE = (
+    "model.offload (Megatron-Core --optimizer-cpu-offload; DeepSpeed offload_optimizer, "
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): optimizer state + FP32 gradient buffer in "
+    "host memory; gradients down and weights up over the host link, CPU Adam at the host memory "
+    "bandwidth, each update"
+)
+IDLE_SOURCE = (
+    "NeMo-RL MegatronPolicyWorker.offload_after_refit (parameters, gradient buffers and optimizer "
+    "to the CPU before generation) and use_reference_model (reference weights kept on the CPU); "
+    "verl param_offload / optimizer_offload: out and back over the host link each step"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleOption:
+    """Where a role runs and how: a pool of ``gpus`` GPUs and its degrees there."""
+
+    role: Role
+    """The role placed."""
+    gpus: int
+    """GPUs of the role's pool (it uses all of them)."""
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    """Training and scoring roles: dp·tp·pp = gpus. The rollout engine: tp per replica, dp
+    replicas (dp·tp = gpus), pp 1."""
+    offload: str = "none"
+    """``none``, ``optimizer`` (trainable roles: CPU Adam) or ``idle`` (the role's state in host
+    memory outside its phases); module docstring."""
+    fraction: Fraction | None = None
+    """The rollout engine's memory fraction (vLLM ``gpu_memory_utilization``)."""
+
+    def __post_init__(self) -> None:
+        if self.offload not in OFFLOAD_MODES:
+            raise InputError(f"offload: {self.offload!r} is not one of {', '.join(OFFLOAD_MODES)}")
+        if self.dp * self.tp * self.pp != self.gpus:
+            raise LayoutError(
+                f"{self.role}: dp {self.dp} × tp {self.tp} × pp {self.pp} ≠ its pool's "
+                f"{self.gpus} GPUs"
+            )
+
+    @property
+    def label(self) -> str:
+        """``dp 8 × tp 2 × pp 1`` (``tp 2 × dp 32, fraction 0.5`` for the engine; ``, offload``)."""
+        if self.role is Role.ROLLOUT:
+            frac = f", fraction {float(self.fraction):g}" if self.fraction is not None else ""
+            return f"tp {self.tp} × dp {self.dp}{frac}"
+        off = {"none": "", "optimizer": ", optimizer offload", "idle": ", offloaded when idle"}
+        return f"dp {self.dp} × tp {self.tp} × pp {self.pp}{off[self.offload]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One named figure of a role, with its unit and its source (what the report prints)."""
+
+    name: str
+    """What the figure is, as printed."""
+    phase: str
+    """``held`` (every phase), ``rollout``, ``scoring``, ``training``, ``host``."""
+    value: Fraction | float | int
+    """The figure, in ``unit``."""
+    unit: str
+    """``bytes``, ``s`` or ``sequences``."""
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleCost:
+    """What one role costs on each GPU of its pool; bytes exact, seconds float."""
+
+    option: RoleOption
+    """Where and how the role runs."""
+    held_bytes: Fraction
+    """Kept on the GPU through the whole step (model state, frozen weights)."""
+    rollout_bytes: Fraction
+    scoring_bytes: Fraction
+    training_bytes: Fraction
+    """Added while it works in each phase (the engine's budget; activations, logits, gathered
+    layers, the optimizer step's buffers) — at most one role's at a time on a pool."""
+    rollout_s: float
+    scoring_s: float
+    training_s: float
+    """Its seconds of work in each phase (0 where it does not work)."""
+    host_bytes: Fraction
+    """Host memory per GPU of the pool, bytes: the offloaded optimizer state and its FP32
+    gradient buffer (``optimizer``: ``Estimate.host_bytes``), or the state parked there
+    (``idle``)."""
+    terms: tuple[Term, ...]
+    """Every figure behind the above, with its source."""
+    concurrent: int = 0
+    """The engine: sequences a replica decodes at once."""
+    bf16_weight_bytes: Fraction = Fraction(0)
+    """Its BF16 weights held whole on the GPU (the engine's copy; a trainable role's working
+    weights when its framework keeps them whole): what a shared engine copy can reuse."""
+    swap_bytes: Fraction = Fraction(0)
+    """Offloaded when idle: its state, on the GPU only during its own turn in the phases it works
+    in (then ``held_bytes`` is 0)."""
+    phases: tuple[str, ...] = ()
+    """The phases it works in."""
+    microbatch_s: tuple[float, float] = (0.0, 0.0)
+    """A training or scoring role: the compute seconds of one micro-batch on its slowest pipeline
+    stage, of the scoring forward's layout and of the update's (``TimeTerms.compute_s`` ÷ m:
+    they read tp, pp, the micro-batch and recomputation, not dp) — what
+    :func:`model.rlhf.network.seconds_floor` scales to another dp."""
+    budget_bytes: Fraction | None = None
+    """The engine's memory budget per GPU (fraction × the device's bytes; None for the other
+    roles). ``rollout_bytes`` above it: the budget cannot hold the engine's weights and one
+    full-length sequence — the engine cannot start (:func:`model.rlhf.costs.role_cost` with ``over_budget``)."""
+
+    @property
+    def over_budget(self) -> bool:
+        """The engine needs more than its budget (see ``budget_bytes``)."""
+        return self.budget_bytes is not None and self.rollout_bytes > self.budget_bytes
+
+    def phase_bytes(self, phase: str) -> Fraction:
+        """Bytes it adds in ``phase`` (0 where it does not work)."""
+        return {
+            "rollout": self.rollout_bytes,
+            "scoring": self.scoring_bytes,
+            "training": self.training_bytes,
+        }[phase]
+
+    def seconds(self, phase: str) -> float:
+        """Its seconds of work in ``phase`` (0 where it does not work)."""
+        return {"rollout": self.rollout_s, "scoring": self.scoring_s, "training": self.training_s}[
+            phase
+        ]

@@ -1,0 +1,383 @@
+"""An RLHF step as people run it (issue 12): the workload, the roles, the logits buffers and
+the FLOPs of each phase — the inputs of :mod:`model.rlhf.roles` (each role's bytes and seconds)
+and :mod:`model.rlhf.step` (a placement's step). The original planner's accounting (16 / 2 B per parameter,
+FLOP shares at two MFUs) stays in :mod:`model.rlhf.shares`.
+
+Roles (OpenRLHF's and verl's, Hu et al. 2024 arXiv 2405.11143; Sheng et al. 2025, HybridFlow,
+EuroSys, arXiv 2409.19256):
+
+* ``rollout`` — the inference engine (vLLM / SGLang) generating the step's rollouts with the
+  policy's weights (:mod:`model.rollout`).
+* ``actor`` — the policy, trained; in the scoring phase it recomputes the rollouts' log-probs
+  with its training weights ("old log-probs": verl's ``compute_log_prob``, OpenRLHF's actor
+  forward), which the PPO ratio needs; ``old_log_prob=False`` takes them from the engine.
+* ``critic`` (PPO) — the value model, trained; it scores values in the scoring phase.
+* ``reference`` — the frozen initial policy: log-probs for the KL term.
+* ``reward`` — a frozen reward model (none with a rule-based reward, as DeepSeek-R1).
+
+Phases: ``rollout`` (generate), ``scoring`` (every forward over the step's sequences), ``training``
+(``epochs`` passes of the trainable roles over them, one optimizer update per ``train_batch``).
+
+The actor's and the reference's forwards end in FP32 logits ``[tokens × V]`` (÷ tp, vocab-parallel)
+for their log-probs; computing log-softmax and entropy over them makes a temporary of the same
+size (``logits="full"``, verl's default ``entropy_from_logits``); ``chunked`` keeps the logits and
+makes the temporary over 2,048 tokens at a time (verl ``entropy_from_logits_with_chunking``,
+chunk 2048); ``fused`` never materialises either beyond one chunk (fused linear cross-entropy:
+Liger Kernel's, verl ``use_fused_kernels``). Value heads (critic, reward) output one number per
+token: no logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+
+from trainplan.model.errors import InputError
+from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_framework
+from trainplan.model.layout import Recompute
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.params import count_params
+from trainplan.model.rollout import check_fraction
+
+__all__ = [
+    "Role",
+    "PHASES",
+    "LogitsMode",
+    "RoleSpec",
+    "RLHFSpec",
+    "logits_bytes",
+    "phase_flops",
+    "MICRO_BATCH_TOKENS",
+    "LOGITS_CHUNK_TOKENS",
+    "HOST_BYTES_PER_NODE",
+    "DEFAULT_FRACTION_COLOCATED",
+    "DEFAULT_FRACTION_SPLIT",
+]
+
+PHASES = ("rollout", "scoring", "training")
+"""The phases of a step, in order."""
+
+
+class Role(StrEnum):
+    ROLLOUT = "rollout"
+    ACTOR = "actor"
+    CRITIC = "critic"
+    REFERENCE = "reference"
+    REWARD = "reward"
+
+
+class LogitsMode(StrEnum):
+    """How log-probs and entropy are computed from the output layer (module docstring)."""
+
+    FULL = "full"
+    CHUNKED = "chunked"
+    FUSED = "fused"
+
+
+MICRO_BATCH_TOKENS = 16_384
+"""Tokens per micro-batch of the actor's update and of every log-prob forward: verl's
+``ppo_max_token_len_per_gpu`` and ``log_prob_max_token_len_per_gpu`` default (16384,
+``verl/trainer/config/actor/actor.yaml``, ``rollout/rollout.yaml``). A micro-batch holds
+⌊tokens / (prompt + completion)⌋ whole sequences, at least one."""
+
+LOGITS_CHUNK_TOKENS = 2048
+"""Tokens per chunk of chunked or fused log-prob / entropy: verl's
+``entropy_from_logits_with_chunking(chunk_size=2048)`` (``verl/utils/torch_functional.py``)."""
+
+HOST_BYTES_PER_NODE = 2 * 10**12
+"""Host memory of one 8-GPU node: 2 TB (NVIDIA DGX H100 datasheet, "System memory 2TB"); what
+offloaded optimizer state must fit in (``host_memory``)."""
+
+DEFAULT_FRACTION_COLOCATED = Fraction(1, 2)
+"""The engine's memory fraction when it shares its GPUs with training roles: verl's rollout
+default ``gpu_memory_utilization: 0.5`` (``verl/trainer/config/rollout/rollout.yaml``)."""
+
+DEFAULT_FRACTION_SPLIT = Fraction(9, 10)
+"""… and on GPUs of its own: vLLM's default ``gpu_memory_utilization`` 0.9 (engine arguments)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One role of the step: its network, whether it trains, and what its forward outputs."""
+
+    role: Role
+    model: ModelSpec
+    trainable: bool
+    log_probs: bool
+    """Its forward ends in the vocabulary's logits (actor, reference, rollout); False for a
+    value head (critic, reward)."""
+    phases: tuple[str, ...]
+    """The phases it works in."""
+
+    @property
+    def params(self) -> int:
+        """Its parameters (the catalogue's exact count)."""
+        return _params(self.model)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters a token passes through (MoE: the routed experts it uses)."""
+        arch = self.model.arch
+        return count_params(arch).active if arch is not None else self.params
+
+
+def _params(model: ModelSpec) -> int:
+    if model.num_params_declared is not None:
+        return model.num_params_declared
+    assert model.arch is not None
+    return count_params(model.arch).total
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RLHFSpec:
+    """One PPO or GRPO step's workload and the mechanisms it runs with.
+
+    Sizes are counts (sequences, tokens); ``engine_memory_fraction`` is vLLM's
+    ``gpu_memory_utilization`` (None: :data:`DEFAULT_FRACTION_COLOCATED` when the engine shares
+    GPUs with training roles, :data:`DEFAULT_FRACTION_SPLIT` on GPUs of its own; the placement
+    search chooses it when None).
+
+    Raises
+    ------
+    InputError
+        An algorithm other than ppo/grpo, a model without dimensions, lengths or counts below 1,
+        a train batch that does not divide the step's sequences or that a GRPO group does not
+        divide, a fraction outside (0, 1), ``off_policy`` other than 0 or 1.
+    """
+
+    algorithm: str
+    """``ppo`` or ``grpo``."""
+    policy: ModelSpec
+    """The actor's (and the reference's and the engine's) network, with its dimensions."""
+    critic: ModelSpec | None = None
+    """The critic's and the reward model's network (default: the policy's)."""
+    reward: str = "model"
+    """``model`` (a frozen reward network) or ``rule`` (a verifier: no network)."""
+    prompts: int
+    """Prompts per step."""
+    samples_per_prompt: int
+    """Rollouts per prompt: GRPO's group size."""
+    prompt_tokens: int
+    """Tokens per prompt."""
+    completion_tokens: int
+    """The rollouts' mean completion length (tokens); every rollout has it unless
+    ``max_completion_tokens`` says the longest is longer."""
+    max_completion_tokens: int | None = None
+    """The longest rollout's completion (a synchronous engine decodes until it ends); None: the
+    mean (:mod:`model.rollout`)."""
+    epochs: int = 1
+    """PPO epochs: passes of the update over the step's rollouts."""
+    train_batch: int | None = None
+    """Sequences per optimizer update (OpenRLHF ``train_batch_size``; verl ``ppo_mini_batch_size``
+    × n); None = all of the step's, one update per epoch."""
+    micro_batch_tokens: int = MICRO_BATCH_TOKENS
+    """Tokens per micro-batch of the update and the log-prob forwards (:data:`MICRO_BATCH_TOKENS`)."""
+    logits: LogitsMode = LogitsMode.FULL
+    """How log-probs and entropy are computed over the logits (the module docstring)."""
+    logits_chunk_tokens: int = LOGITS_CHUNK_TOKENS
+    """Tokens per chunk with ``chunked`` or ``fused`` logits (:data:`LOGITS_CHUNK_TOKENS`)."""
+    old_log_prob: bool = True
+    """The actor recomputes the rollouts' log-probs in the scoring phase (verl's default); False:
+    the engine's are used."""
+    engine_memory_fraction: Fraction | None = None
+    """vLLM ``gpu_memory_utilization`` in (0, 1); None: the class docstring's defaults."""
+    max_num_seqs: int = 256
+    """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``)."""
+    off_policy: int = 0
+    """0: synchronous (each rollout uses the weights just trained); 1: one-step off-policy (the
+    rollout of step k+1 runs while step k trains, on GPUs of its own)."""
+    framework: Framework = Framework.MEGATRON
+    """The training roles' framework profile (:mod:`model.frameworks`; not ``textbook``)."""
+    zero_stage: int | None = None
+    """Its ZeRO stage; None: the framework's default."""
+    recompute: Recompute = Recompute.FULL
+    """Activation recomputation of the update: full, as verl's default
+    ``enable_gradient_checkpointing: True`` and NeMo-RL's performance recipes."""
+    host_memory_bytes: int = HOST_BYTES_PER_NODE
+    """Host memory per node, bytes (what offloaded optimizer state shares)."""
+    bandwidth_efficiency: float = 1.0
+    """Fraction of the HBM bandwidth decode reaches (1 = the roofline's bound)."""
+    roles_: tuple[RoleSpec, ...] = field(init=False, repr=False, compare=False)
+    """The step's roles (:attr:`roles`), set from the algorithm and the reward."""
+
+    def __post_init__(self) -> None:
+        algo = str(self.algorithm).lower()
+        if algo not in ("ppo", "grpo"):
+            raise InputError(
+                f"algorithm: {self.algorithm!r} is not one of ppo, grpo (DPO has no rollout: "
+                "use trainplan rlhf)"
+            )
+        object.__setattr__(self, "algorithm", algo)
+        if str(self.reward) not in ("model", "rule"):
+            raise InputError(f"reward: {self.reward!r} is not one of model, rule")
+        object.__setattr__(self, "framework", Framework(self.framework))
+        object.__setattr__(self, "logits", LogitsMode(self.logits))
+        object.__setattr__(self, "recompute", Recompute(self.recompute))
+        if self.zero_stage is None:
+            object.__setattr__(self, "zero_stage", DEFAULT_ZERO_STAGE[self.framework])
+        check_framework(self.framework, self.zero_stage, 1)  # type: ignore[arg-type]
+        for name in ("prompts", "samples_per_prompt", "prompt_tokens", "completion_tokens"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name}: {getattr(self, name)} must be at least 1")
+        for name in ("epochs", "micro_batch_tokens", "logits_chunk_tokens", "max_num_seqs"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name}: {getattr(self, name)} must be at least 1")
+        for model in (self.policy, self.critic):
+            if model is not None and model.arch is None:
+                raise InputError(
+                    f"model {model.name}: the RLHF roles need its dimensions (a catalogue name or "
+                    "a config.json), not only a size"
+                )
+        longest = self.max_completion_tokens
+        if longest is not None and longest < self.completion_tokens:
+            raise InputError(
+                f"max_completion_tokens: {longest} is below the mean completion_tokens "
+                f"{self.completion_tokens}"
+            )
+        self._check_batch()
+        if self.engine_memory_fraction is not None:
+            check_fraction(self.engine_memory_fraction)
+        if self.off_policy not in (0, 1):
+            raise InputError(
+                f"off_policy: {self.off_policy} must be 0 (synchronous) or 1 (one-step off-policy)"
+            )
+        if not 0 < self.bandwidth_efficiency <= 1:
+            raise InputError(f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]")
+        object.__setattr__(self, "roles_", self._roles())
+
+    def _check_batch(self) -> None:
+        seqs, batch = self.sequences, self.train_batch
+        if batch is None:
+            return
+        if batch < 1 or seqs % batch:
+            raise InputError(
+                f"train_batch: {batch} must divide the step's {seqs:,} sequences (prompts × "
+                "samples_per_prompt): every update takes the same number of rollouts"
+            )
+        group = self.samples_per_prompt
+        if self.algorithm == "grpo" and batch % group:
+            raise InputError(
+                f"train_batch: {batch} is not a multiple of the group size {group} "
+                "(samples_per_prompt): GRPO normalises each group's rewards together, so a group "
+                "cannot straddle two updates (verl counts mini-batches in whole prompts)"
+            )
+
+    def _roles(self) -> tuple[RoleSpec, ...]:
+        critic = self.critic or self.policy
+        out = [
+            RoleSpec(Role.ROLLOUT, self.policy, False, True, ("rollout",)),
+            RoleSpec(
+                Role.ACTOR,
+                self.policy,
+                True,
+                True,
+                ("scoring", "training") if self.old_log_prob else ("training",),
+            ),
+        ]
+        if self.algorithm == "ppo":
+            out.append(RoleSpec(Role.CRITIC, critic, True, False, ("scoring", "training")))
+        out.append(RoleSpec(Role.REFERENCE, self.policy, False, True, ("scoring",)))
+        if self.reward == "model":
+            out.append(RoleSpec(Role.REWARD, critic, False, False, ("scoring",)))
+        return tuple(out)
+
+    @property
+    def roles(self) -> tuple[RoleSpec, ...]:
+        """The step's roles, in order: rollout, actor, [critic], reference, [reward]."""
+        return self.roles_
+
+    def role(self, name: Role | str) -> RoleSpec:
+        """The role called ``name``."""
+        for r in self.roles_:
+            if r.role == name:
+                return r
+        raise InputError(f"role: {name!r} is not a role of this {self.algorithm} step")
+
+    @property
+    def sequences(self) -> int:
+        """Rollouts per step: prompts × samples per prompt."""
+        return self.prompts * self.samples_per_prompt
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per rollout: prompt + completion."""
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def updates_per_epoch(self) -> int:
+        """Optimizer updates per epoch: sequences ÷ train batch (1 without a train batch)."""
+        return 1 if self.train_batch is None else self.sequences // self.train_batch
+
+    @property
+    def micro_batch_sequences(self) -> int:
+        """b: whole sequences per micro-batch, ⌊micro_batch_tokens / seq_len⌋ and at least 1."""
+        return max(1, self.micro_batch_tokens // self.seq_len)
+
+
+def logits_bytes(
+    tokens: int, vocab: int, tp: int, mode: LogitsMode | str, chunk: int = LOGITS_CHUNK_TOKENS
+) -> tuple[Fraction, Fraction]:
+    """(FP32 logits, log-softmax/entropy temporary) bytes on one GPU for one micro-batch of
+    ``tokens`` over a vocabulary of ``vocab``, split over ``tp`` (vocab-parallel).
+
+    ``full``: ``4·T·V/tp`` each; ``chunked``: the logits and a ``4·min(T, chunk)·V/tp``
+    temporary; ``fused``: neither beyond one chunk's, ``4·min(T, chunk)·V/tp`` each.
+
+    Examples
+    --------
+    A 7B GRPO micro-batch of 16,384 tokens over Qwen2.5's V = 152,064: 4·16,384·152,064 =
+    9,965,666,304 B of logits and as much again for log-softmax / entropy — 2 × 9.97·10⁹ B.
+
+    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "full")]
+    [9965666304, 9965666304]
+    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "chunked")]
+    [9965666304, 1245708288]
+    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "fused")]
+    [1245708288, 1245708288]
+    """
+    mode = LogitsMode(mode)
+    full = Fraction(4 * tokens * vocab, tp)
+    part = Fraction(4 * min(tokens, chunk) * vocab, tp)
+    if mode is LogitsMode.FULL:
+        return full, full
+    if mode is LogitsMode.CHUNKED:
+        return full, part
+    return part, part
+
+
+def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:
+    """Model FLOPs of one step by phase and role: rollout ``2·N_active`` per token of prompt and
+    completion (prefill and decode); scoring ``2·N_active`` per token by the reference, the
+    reward model, the critic and — when it recomputes the old log-probs — the actor; training
+    ``6·N_active`` per token per epoch by each trainable role (Kaplan et al. 2020; recomputation
+    is hardware, not model, FLOPs).
+
+    Examples
+    --------
+    GRPO with a rule reward, N = 1, one 1-token sequence: rollout 2, scoring 2 (reference) +
+    2 (the actor's old log-probs), training 6.
+
+    >>> from trainplan.model.model_spec import ModelSpec
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> tiny = ModelSpec(name="t", arch=arch)
+    >>> spec = RLHFSpec(algorithm="grpo", policy=tiny, reward="rule", prompts=1,
+    ...                 samples_per_prompt=1, prompt_tokens=1, completion_tokens=1)
+    >>> n = spec.role("actor").active_params
+    >>> {ph: sum(v.values()) // (n * 2) for ph, v in phase_flops(spec).items()}
+    {'rollout': 2, 'scoring': 4, 'training': 6}
+    """
+    tokens = spec.sequences * spec.seq_len
+    out: dict[str, dict[str, int]] = {phase: {} for phase in PHASES}
+    for r in spec.roles:
+        n = r.active_params
+        if r.role is Role.ROLLOUT:
+            out["rollout"][r.role] = 2 * n * tokens
+            continue
+        if "scoring" in r.phases:
+            out["scoring"][r.role] = 2 * n * tokens
+        if r.trainable:
+            out["training"][r.role] = 6 * n * tokens * spec.epochs
+    return out

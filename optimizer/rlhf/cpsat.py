@@ -1,0 +1,201 @@
+"""The RLHF placement search's CP-SAT model: give every role a pool and a parallelism, give every
+pool a size, keep every GPU's every phase within memory, minimise the step time — the rules of
+:mod:`model.rlhf.step`, linear over the tables of :mod:`optimizer.rlhf.tables`.
+
+Encoding:
+
+* ``x[r, q, n, o]`` — role r takes option o (its degrees, offload, engine fraction) on pool slot
+  q of n GPUs; exactly one per role. Role r may use the slots 0 … r only, and slot q is used
+  only when slot q − 1 is (a placement's pools can always be numbered in order of first use:
+  symmetry breaking without losing any placement).
+* ``y[q, n]`` — slot q has n GPUs (at most one n; none: the slot is unused). ``x[r, q, n, ·] ⇒
+  y[q, n]``, and a used slot has a role. ``Σ n·y ≤ G``: the pools are disjoint.
+* Memory: for every slot, phase and role working in that phase, ``Σ_roles held·x + phase
+  bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
+  (bytes rounded up; a role offloaded when idle adds its state, swapped in for its turn). Host:
+  ``Σ host bytes·x ≤`` the host's share per GPU.
+* Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
+  ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
+  slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
+  it binds, so τ is the step time.
+* Variants for the explanation: ``colocate=True`` keeps every role on slot 0; ``colocate=False``
+  keeps the rollout engine off the actor's pool.
+* Ties: a second solve fixes τ and minimises the choices' rank, lexicographic by role (slot, pool
+  size, option order), so the answer is unique.
+* Status: ``optimal`` (proven), ``feasible`` (a time limit stopped the proof; the best found),
+  ``infeasible`` (proven: nothing fits) or ``unknown`` (a time limit stopped it before any
+  answer: nothing is known).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ortools.sat.python import cp_model
+
+from trainplan.model.rlhf.roles import RoleCost, RoleOption
+from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs
+from trainplan.optimizer.solver import solve
+
+__all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementChoice:
+    """A solution: per role (spec order) its slot and (option, cost); the objective in ns."""
+
+    slots: tuple[int, ...]
+    chosen: tuple[tuple[RoleOption, RoleCost], ...]
+    objective_ns: int
+    status: str
+    """``optimal`` or ``feasible`` (a time limit stopped the proof)."""
+
+
+class PlacementModel:
+    """The CP-SAT model over a problem's tables (see the module docstring)."""
+
+    status: str = "unknown"
+    """The last :meth:`solve`'s status (module docstring)."""
+    wall_s: float = 0.0
+    """The last :meth:`solve`'s seconds."""
+
+    def __init__(self, tables: RLHFTables, colocate: bool | None = None) -> None:
+        self.tables = tables
+        problem = tables.problem
+        roles = tables.roles
+        R = len(roles)
+        K = 1 if colocate else R
+        cap = problem.device.usable_bytes(True)
+        host_cap = math.floor(Fraction(problem.spec.host_memory_bytes, problem.node))
+        m = self.model = cp_model.CpModel()
+        self.vars: list[tuple[int, int, int, int, cp_model.IntVar]] = []
+        """(role index, slot, size, option index, Boolean)."""
+        self.y = {(q, n): m.new_bool_var(f"y{q}_{n}") for q in range(K) for n in tables.sizes}
+        per_role: list[list[cp_model.IntVar]] = [[] for _ in range(R)]
+        on = {(q, n): [] for q in range(K) for n in tables.sizes}  # type: dict[tuple[int, int], list]
+        self.ranks: list[list[int]] = [[] for _ in range(R)]
+        for ri, role in enumerate(roles):
+            rank = 0
+            for q in range(min(K, ri + 1)):
+                for n in tables.sizes:
+                    for oi, _ in enumerate(tables.options[role][n]):
+                        v = m.new_bool_var(f"x{ri}_{q}_{n}_{oi}")
+                        self.vars.append((ri, q, n, oi, v))
+                        per_role[ri].append(v)
+                        self.ranks[ri].append(rank)
+                        rank += 1
+                        on[(q, n)].append(v)
+                        m.add_implication(v, self.y[(q, n)])
+        for ri in range(R):
+            m.add_exactly_one(per_role[ri])
+        for (q, n), xs in on.items():
+            if xs:
+                m.add_bool_or(xs).only_enforce_if(self.y[(q, n)])
+            else:
+                m.add(self.y[(q, n)] == 0)
+        for q in range(K):
+            m.add_at_most_one(self.y[(q, n)] for n in tables.sizes)
+            if q:  # slots in order of first use: q only after q − 1
+                m.add(
+                    sum(self.y[(q, n)] for n in tables.sizes)
+                    <= sum(self.y[(q - 1, n)] for n in tables.sizes)
+                )
+        m.add(sum(n * self.y[(q, n)] for q in range(K) for n in tables.sizes) <= problem.gpus)
+        ints = {
+            (ri, n, oi): int_costs(c)
+            for ri, role in enumerate(roles)
+            for n in tables.sizes
+            for oi, (_, c) in enumerate(tables.options[role][n])
+        }
+        self._constrain(roles, K, cap, host_cap, ints, colocate)
+
+    def _constrain(self, roles, K, cap, host_cap, ints, colocate) -> None:
+        m = self.model
+        by_slot: dict[int, list[tuple[int, int, int, cp_model.IntVar]]] = {q: [] for q in range(K)}
+        for ri, q, n, oi, v in self.vars:
+            by_slot[q].append((ri, n, oi, v))
+        horizon = sum(
+            max((sum(t[3]) for key, t in ints.items() if key[0] == ri), default=0)
+            for ri in range(len(roles))
+        )
+        self.phase_max = [m.new_int_var(0, horizon, f"M_{p}") for p in PHASES]
+        work: dict[int, list[cp_model.LinearExpr]] = {}
+        for q, entries in by_slot.items():
+            held = sum(ints[(ri, n, oi)][0] * v for ri, n, oi, v in entries)
+            for k, _ in enumerate(PHASES):
+                for ri in {e[0] for e in entries}:
+                    mine = [
+                        (ints[(r2, n, oi)][1][k] + ints[(r2, n, oi)][4][k], v)
+                        for r2, n, oi, v in entries
+                        if r2 == ri
+                    ]
+                    if any(b for b, _ in mine):
+                        m.add(held + sum(b * v for b, v in mine) <= cap)
+            if entries:
+                m.add(sum(ints[(ri, n, oi)][2] * v for ri, n, oi, v in entries) <= host_cap)
+            work[q] = [
+                sum(ints[(ri, n, oi)][3][k] * v for ri, n, oi, v in entries) for k in range(3)
+            ]
+            for k in range(3):
+                m.add(self.phase_max[k] >= work[q][k])
+        if colocate is False:
+            ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
+            for entries in by_slot.values():
+                pair = [v for ri, _, _, v in entries if ri in (ra, ac)]
+                if pair:
+                    on_r = sum(v for ri, _, _, v in entries if ri == ra)
+                    on_a = sum(v for ri, _, _, v in entries if ri == ac)
+                    m.add(on_r + on_a <= 1)
+        self.tau = m.new_int_var(0, 3 * horizon, "step_ns")
+        M = self.phase_max
+        if self.tables.problem.spec.off_policy == 0:
+            m.add(self.tau == M[0] + M[1] + M[2])
+        else:
+            for q in work:
+                m.add(self.tau >= sum(work[q]))
+            m.add(self.tau >= M[1] + M[2])
+
+    def _read(self, solver: cp_model.CpSolver, status: str) -> PlacementChoice:
+        roles = self.tables.roles
+        slots: list[int] = [0] * len(roles)
+        chosen: list[tuple[RoleOption, RoleCost]] = [None] * len(roles)  # type: ignore[list-item]
+        for ri, q, n, oi, v in self.vars:
+            if solver.value(v):
+                slots[ri] = q
+                chosen[ri] = self.tables.options[roles[ri]][n][oi]
+        return PlacementChoice(tuple(slots), tuple(chosen), int(solver.value(self.tau)), status)
+
+    def solve(self, time_limit_s: float | None = None, workers: int = 2) -> PlacementChoice | None:
+        """Minimise the step time, then the tie rank, within ``time_limit_s`` seconds in all (the
+        tie-break gets what the first solve leaves); None when nothing was found —
+        :attr:`status` says whether that is proven (``infeasible``) or not (``unknown``)."""
+        m = self.model
+        m.minimize(self.tau)
+        limit = None if time_limit_s is None else max(time_limit_s, 1e-3)
+        done = solve(m, time_limit_s=limit, workers=workers)
+        self.wall_s, self.status = done.seconds, done.status
+        if not done.found:
+            return None
+        first = self._read(done.solver, self.status)
+        left = None if time_limit_s is None else time_limit_s - done.seconds
+        if left is not None and left <= 0:
+            return first
+        m.add(self.tau == first.objective_ns)
+        base = max(len(r) for r in self.ranks) + 1
+        n_roles = len(self.ranks)
+        per_role = {ri: iter(self.ranks[ri]) for ri in range(n_roles)}
+        key = sum(
+            next(per_role[ri]) * base ** (n_roles - 1 - ri) * v for ri, _, _, _, v in self.vars
+        )
+        m.minimize(key)
+        m.clear_hints()
+        for *_, v in self.vars:
+            m.add_hint(v, bool(done.solver.value(v)))
+        tie = solve(m, time_limit_s=left, workers=workers)
+        self.wall_s += tie.seconds
+        if not tie.found:
+            return first  # the tie rank unproven within the limit: the first answer stands
+        return self._read(tie.solver, self.status)

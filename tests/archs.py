@@ -1,0 +1,31 @@
+"""Architectures the tests build by hand: one Llama-like shape (SwiGLU MLP, RMSNorm, RoPE; Touvron
+et al. 2023, §2.2) at whatever size a test needs, so each test states only its dimensions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
+
+
+def llama_like(
+    num_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    ffn_hidden_size: int,
+    vocab_size: int,
+    **extra: Any,
+) -> Architecture:
+    """A Llama-like :class:`~trainplan.model.specs.Architecture` of these dimensions; ``extra``:
+    further fields (``moe``, ``mtp_layers``…)."""
+    return Architecture(
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads,
+        ffn_hidden_size=ffn_hidden_size,
+        vocab_size=vocab_size,
+        mlp=Mlp.SWIGLU,
+        norm=Norm.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+        **extra,
+    )
