@@ -176,6 +176,7 @@ def activation_context(
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,
+        every_norm=framework is Framework.TEXTBOOK,
         fp8_gemms=training.precision is Precision.FP8,
         fp8_activation_storage=training.fp8_activation_storage,
     )
