@@ -176,7 +176,7 @@ def activation_context(
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,
-        every_norm=framework is Framework.TEXTBOOK,
+        every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
         fp8_gemms=training.precision is Precision.FP8,
         fp8_activation_storage=training.fp8_activation_storage,
     )
@@ -289,6 +289,14 @@ def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
     """Whether tensor parallelism keeps the blocks' all-gathered inputs under ``framework``
     (:func:`model.memory.keeps_gathered_inputs`; the output layer's gathered input too)."""
     return keeps_gathered_inputs(Framework(framework), training)
+
+
+def head_norms_recomputed(training: TrainingSpec, framework: Any) -> bool:
+    """Whether the output layer's and the MTP modules' norms are recomputed under selective
+    recomputation (:func:`model.stage_bytes.embedding_bytes` ``norms_recomputed``): the recompute
+    module ``layernorm`` under a profile whose ``layernorm`` takes every norm (``textbook``,
+    :attr:`model.activations.ActivationContext.every_norm`)."""
+    return Framework(framework) is Framework.TEXTBOOK and "layernorm" in training.recompute_modules
 
 
 def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int) -> int:
@@ -408,8 +416,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
+    norms = f.lookup(head_norms_recomputed, (t,), "framework") & (f.recompute == Recompute.SELECTIVE)
     first, last = end_stages(f)
-    emb = embedding_bytes(arch, first, last, tokens, f.tp, f.sp, beta, vocab, gathered)
+    emb = embedding_bytes(arch, first, last, tokens, f.tp, f.sp, beta, vocab, gathered, norms)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
@@ -419,7 +428,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         in_flight = exact(in_flight_units(f.schedule, f.pp, f.m)) if split else _in_flight(f)
         kept, emb_total, held_mb = per_mb * in_flight, emb * in_flight, in_flight
         if split:  # the output layer's backward follows its forward at once: one held
-            head = embedding_bytes(arch, False, last, tokens, f.tp, f.sp, beta, vocab, gathered)
+            head = embedding_bytes(
+                arch, False, last, tokens, f.tp, f.sp, beta, vocab, gathered, norms
+            )
             emb_total = (emb - head) * in_flight + head
         if _any(f.schedule == Schedule.DUALPIPE):
             on = f.schedule == Schedule.DUALPIPE
