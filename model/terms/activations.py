@@ -416,7 +416,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
-    norms = f.lookup(head_norms_recomputed, (t,), "framework") & (f.recompute == Recompute.SELECTIVE)
+    norms = f.lookup(head_norms_recomputed, (t,), "framework") & (
+        f.recompute == Recompute.SELECTIVE
+    )
     first, last = end_stages(f)
     emb = embedding_bytes(arch, first, last, tokens, f.tp, f.sp, beta, vocab, gathered, norms)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
