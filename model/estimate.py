@@ -257,6 +257,7 @@ def stage_memory(
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
         layout.expert_tp, layout.framework.physical, layout.stage_layers, multiple,
+        layout.schedule,
     )  # fmt: skip
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
@@ -466,7 +467,7 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
         layout.stage_layers,
     )
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
+        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule), k)
         for i, k in enumerate(counts)
     )
 

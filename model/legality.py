@@ -248,8 +248,10 @@ def _recompute_layers(
     v: int,
     uneven: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any = None,
 ) -> None:
-    """The per-stage recomputation counts' rules (``Layout.recompute_layers``)."""
+    """The per-stage recomputation counts' rules (``Layout.recompute_layers``; the schedule
+    places the chunks, :func:`model.split.chunk_ranks`)."""
     arch = s.model.arch
     if counts is None or arch is None:
         return
@@ -260,7 +262,7 @@ def _recompute_layers(
             f"layers, not {recompute}"
         )
     for i, k in enumerate(counts):
-        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes))
+        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule))
         if k <= largest:
             continue
         if v == 1:
@@ -375,7 +377,15 @@ RULES: tuple[Rule, ...] = (
     Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers"), _split),
     Rule(
         "recompute_layers",
-        ("recompute_layers", "recompute", "pp", "virtual_stages", "uneven_stages", "stage_layers"),
+        (
+            "recompute_layers",
+            "recompute",
+            "pp",
+            "virtual_stages",
+            "uneven_stages",
+            "stage_layers",
+            "schedule",
+        ),
         _recompute_layers,
     ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),

@@ -61,6 +61,7 @@ __all__ = [
     "CONTEXT_FIELDS",
     "LAYER_FIELDS",
     "end_stages",
+    "output_stage",
     "FORM_FIELDS",
     "layer_figures",
     "offload_figures",
@@ -76,8 +77,9 @@ CACHE = 4096
 
 CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
 """What a layer's activation bytes read of a layout (:func:`activation_context`)."""
-LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers")
-"""What a stage's layers read of a layout (:func:`model.split.stage_layers`)."""
+LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers", "schedule")
+"""What a stage's layers read of a layout (:func:`model.split.stage_layers`; the schedule places
+the chunks, :func:`model.split.chunk_ranks`)."""
 FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 """What a stage's recompute forms read of a layout."""
 
@@ -196,13 +198,18 @@ def offload_figures(arch: Architecture, training: TrainingSpec, *fields: Any) ->
 
 @lru_cache(maxsize=CACHE)
 def stage_layer_counts(
-    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    schedule: Any = None,
 ) -> tuple[tuple[int, int], ...]:
     """Per stage, (transformer layers, of them MoE) of the split (:func:`model.split.stage_layers`;
-    MTP blocks on the last)."""
+    MTP blocks in the last chunk)."""
     return tuple(
         (len(layers), sum(map(arch.is_moe_layer, layers)))
-        for layers in stage_layers(arch, pp, v, uneven, sizes)
+        for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
     )
 
 
@@ -213,6 +220,7 @@ def _forms(
     v: int,
     uneven: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any,
     mode: Recompute,
     counts: tuple[int, ...] | None,
 ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
@@ -221,11 +229,11 @@ def _forms(
     (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
     counts and chunks); the chunks' forms for the interleaved peak."""
     out = []
-    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
+    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
         kinds = tuple(arch.is_moe_layer(j) for j in layers)
         local = tuple(
             tuple(arch.is_moe_layer(j) for j in chunk)
-            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes)
+            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
         )
         recomputed = None if counts is None else counts[stage]
         chunks: tuple[tuple[int, ...], ...]
@@ -332,7 +340,7 @@ def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) ->
     """
     one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
     v = f.virtual_stages
-    senders = where(f.stage == f.pp - 1, v - 1, v)
+    senders = where(output_stage(f), v - 1, v)
     kept = where(f.deallocate_pipeline_outputs, 0, 1) * where(f.pp == 1, 0, 1)
     return kept * one * senders
 
@@ -354,18 +362,23 @@ def _offload_lines(
     return buffer, offloaded - minimum(per_layer, offloaded)
 
 
+def output_stage(f: Fields) -> Any:
+    """Whether rank ``f.stage`` holds the last model chunk, with the output layer, the loss and
+    the MTP blocks: rank 0 under a V placement (ZB-V, DualPipeV), the last rank otherwise
+    (:func:`model.split.output_rank`)."""
+    v_shape = (f.schedule == Schedule.ZB_V) | (f.schedule == Schedule.DUALPIPE_V)
+    return where(v_shape, f.stage == 0, f.stage == f.pp - 1)
+
+
 def end_stages(f: Fields) -> tuple[Any, Any]:
     """(whether rank ``f.stage`` holds the embedding, whether it holds the output layer and the
     MTP blocks): the first and the last rank; under a V placement (ZB-V, DualPipeV) both on rank
-    0 (:func:`model.split.output_rank`); under DualPipe both on ranks 0 and ``pp − 1``, each
+    0 (:func:`model.split.output_rank`, where the split puts the last chunk); under DualPipe both on ranks 0 and ``pp − 1``, each
     holding the first stage of one direction and the last of the other
     (:func:`model.pipeline_zb.stage_placement`)."""
-    first, last = f.stage == 0, f.stage == f.pp - 1
-    if f.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
-        return first, first
-    if f.schedule == Schedule.DUALPIPE:
-        return first | last, first | last
-    return first, last
+    first, last = f.stage == 0, output_stage(f)
+    dual = f.schedule == Schedule.DUALPIPE
+    return where(dual, first | last, first), where(dual, first | last, last)
 
 
 def _in_flight(f: Fields) -> Any:
@@ -465,7 +478,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     extra = f.lookup(_loss_extra, (), "framework", "tp")
-    loss = where(f.stage == f.pp - 1, extra * tokens * vocab / f.tp, 0)
+    loss = where(last, extra * tokens * vocab / f.tp, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
@@ -512,7 +525,12 @@ def stage_activations(
     True
     """
     own = stage_layers(
-        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+        arch,
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
+        layout.schedule,
     )[stage]
     if layers != own:
         if layout.pp != 1 or layers != tuple(range(len(layers))):
