@@ -33,30 +33,37 @@ def _mask(arch: Architecture) -> int:
     return 1 if arch.dropout else 0
 
 
+def _mla_rows(arch: Architecture, S: Fraction, beta: int) -> list[tuple[str, Fraction, str]]:
+    """MLA's attention rows (DeepSeek-V3): the norm input and its output, the query latent and
+    its norm output (the q up-projection's input), the KV latent with the RoPE key and its norm
+    output, Q, K, V and the output projection's input."""
+    assert arch.mla is not None
+    m, a, h = arch.mla, arch.num_attention_heads, arch.hidden_size
+    qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    rows = [
+        ("attention norm input", beta * S * h, "sp"),
+        ("attention projection input", beta * S * h, "sp"),
+    ]
+    if m.q_lora_rank is not None:
+        rows += [
+            ("query latent", beta * S * m.q_lora_rank, "sp"),
+            ("query latent norm output", beta * S * m.q_lora_rank, "sp"),
+        ]
+    return rows + [
+        ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
+        ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
+        ("Q", beta * S * qk, "tp"),
+        ("K", beta * S * qk, "tp"),
+        ("V", beta * S * a * m.v_head_dim, "tp"),
+        ("output projection input", beta * S * a * m.v_head_dim, "tp"),
+    ]
+
+
 def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
     S, beta, a, s_cp = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads, ctx.tokens
     h = arch.hidden_size
     if arch.attention is AttentionKind.MLA:
-        assert arch.mla is not None
-        m = arch.mla
-        qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        rows = [
-            ("attention norm input", beta * S * h, "sp"),
-            ("attention projection input", beta * S * h, "sp"),
-        ]
-        if m.q_lora_rank is not None:
-            rows += [
-                ("query latent", beta * S * m.q_lora_rank, "sp"),
-                ("query latent norm output", beta * S * m.q_lora_rank, "sp"),
-            ]
-        rows += [
-            ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
-            ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
-            ("Q", beta * S * qk, "tp"),
-            ("K", beta * S * qk, "tp"),
-            ("V", beta * S * a * m.v_head_dim, "tp"),
-            ("output projection input", beta * S * a * m.v_head_dim, "tp"),
-        ]
+        rows = _mla_rows(arch, S, beta)
     else:
         d, g = arch.dim_per_head, arch.kv_heads
         rows = [

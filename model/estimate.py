@@ -28,7 +28,7 @@ from trainplan.model.params import count_params
 from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
-from trainplan.model.terms.activations import padded_vocab_of
+from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds

@@ -278,7 +278,6 @@ LONG_MODULES = {
     "model/kernel_tables.py",
     "model/op_rates.py",
     "model/optimizers.py",
-    "model/terms/activations.py",
     "model/terms/state.py",
 }
 LONG_FUNCTIONS = {
@@ -307,7 +306,6 @@ LONG_FUNCTIONS = {
     "model/rollout.py::rollout_time",
     "model/schedule.py::simulate",
     "model/split.py::megatron_stage_layers",
-    "model/terms/activations.py::stage_activations_term",
     "optimizer/per_stage.py::per_stage_search",
     "optimizer/per_stage.py::solve_shape",
     "optimizer/per_stage_frontier.py::per_stage_frontier",

@@ -49,7 +49,7 @@ from trainplan.model.step_time import (
     pp_seconds,
     recompute_stage_parts,
 )
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,

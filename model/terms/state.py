@@ -41,7 +41,7 @@ from trainplan.model.params import (
 )
 from trainplan.model.pipeline import Schedule
 from trainplan.model.split import output_rank, stage_layers
-from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
+from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, namespace, where

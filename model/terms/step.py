@@ -43,7 +43,7 @@ from trainplan.model.schedule_cost import (
 )
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     LAYER_FIELDS,
     offload_figures,

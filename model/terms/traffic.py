@@ -34,7 +34,7 @@ from trainplan.model.context_parallel import cp_collective
 from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
 from trainplan.model.layout import Recompute
 from trainplan.model.params import shares_embedding_with_last_stage
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,

@@ -9,7 +9,8 @@ from trainplan.model.layout import Layout
 from trainplan.model.params import count_params, layer_params, stage_params
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import chunk_ranks, default_chunk_sizes, stage_chunks, stage_layers
-from trainplan.model.terms.activations import stage_activations, stage_layer_counts
+from trainplan.model.terms.activation_fields import stage_layer_counts
+from trainplan.model.terms.activations import stage_activations
 
 ARCH = Architecture(num_layers=10, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32,
                     vocab_size=16)  # fmt: skip
