@@ -50,6 +50,7 @@ __all__ = [
     "kept_form",
     "layer_figures",
     "mirror_kept_form",
+    "mirror_layer_counts",
     "offload_figures",
     "output_stage",
     "padded_vocab_of",
@@ -144,6 +145,20 @@ def stage_layer_counts(
         (len(layers), sum(map(arch.is_moe_layer, layers)))
         for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
     )
+
+
+@lru_cache(maxsize=CACHE)
+def mirror_layer_counts(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    schedule: Any = None,
+) -> tuple[tuple[int, int], ...]:
+    """Per rank r, :func:`stage_layer_counts` of stage ``pp − 1 − r``: the second stage a
+    DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
+    return stage_layer_counts(arch, pp, v, uneven, sizes, schedule)[::-1]
 
 
 @lru_cache(maxsize=CACHE)

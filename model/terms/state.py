@@ -41,7 +41,11 @@ from trainplan.model.params import (
 )
 from trainplan.model.pipeline import Schedule
 from trainplan.model.split import output_rank, stage_layers
-from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
+from trainplan.model.terms.activation_fields import (
+    LAYER_FIELDS,
+    mirror_layer_counts,
+    stage_layer_counts,
+)
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, namespace, where
@@ -558,12 +562,7 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
         return 0
     _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
     if _any_dualpipe(f):
-        _, mirror = f.per_stage(_mirror_layer_counts, (arch,), *LAYER_FIELDS)
+        _, mirror = f.per_stage(mirror_layer_counts, (arch,), *LAYER_FIELDS)
         moe = moe + where(f.schedule == Schedule.DUALPIPE, mirror, 0)
     buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
     return where(moe > 0, buffers, 0)
-
-
-def _mirror_layer_counts(arch: Any, *key: Any) -> tuple[tuple[int, int], ...]:
-    """Per rank r, :func:`stage_layer_counts` of stage ``pp − 1 − r`` (DualPipe's second)."""
-    return stage_layer_counts(arch, *key)[::-1]

@@ -46,6 +46,7 @@ from trainplan.model.split import stage_layers
 from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     LAYER_FIELDS,
+    mirror_layer_counts,
     offload_figures,
     output_stage,
     stage_layer_counts,
@@ -186,20 +187,6 @@ def _core(
 
 def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
     return microbatch_flop_terms(arch, s, int(b), mode, causal)
-
-
-@lru_cache(maxsize=CACHE)
-def mirror_layer_counts(
-    arch: Architecture,
-    pp: int,
-    v: int,
-    uneven: bool,
-    sizes: tuple[int, ...] | None,
-    schedule: Any = None,
-) -> tuple[tuple[int, int], ...]:
-    """Per rank r, :func:`model.terms.activations.stage_layer_counts` of stage ``pp − 1 − r``:
-    the second stage a DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
-    return stage_layer_counts(arch, pp, v, uneven, sizes, schedule)[::-1]
 
 
 def _mirror_core(
