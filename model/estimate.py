@@ -28,7 +28,7 @@ from trainplan.model.params import count_params
 from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
-from trainplan.model.terms.activations import padded_vocab_of
+from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
@@ -259,6 +259,7 @@ def stage_memory(
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
         layout.expert_tp, layout.framework.physical, layout.stage_layers, multiple,
+        layout.schedule,
     )  # fmt: skip
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
@@ -468,7 +469,7 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
         layout.stage_layers,
     )
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
+        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule), k)
         for i, k in enumerate(counts)
     )
 

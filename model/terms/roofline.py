@@ -49,10 +49,11 @@ from trainplan.model.step_time import (
     pp_seconds,
     recompute_stage_parts,
 )
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,
+    output_stage,
     padded_vocab_of,
     stage_layer_counts,
 )
@@ -196,6 +197,7 @@ def recomputed_counts(
     v: int,
     uneven: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any,
     counts: tuple[int, ...] | None,
 ) -> tuple[tuple[int, int], ...]:
     """Per stage, (layers fully recomputed, of them MoE) by ``Layout.recompute_layers``: the
@@ -203,7 +205,8 @@ def recomputed_counts(
     out = []
     for stage in range(pp):
         k = 0 if counts is None else counts[stage]
-        layers = recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, stage, sizes), k)
+        chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+        layers = recomputed_in_chunks(chunks, k)
         out.append((len(layers), sum(map(arch.is_moe_layer, layers))))
     return tuple(out)
 
@@ -223,7 +226,7 @@ def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) 
     counts = None if recompute is not None else f.recompute_layers
     full = base if counts is None else _kinds(c, f, Recompute.FULL)
     layers, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    first, last = f.stage == 0, f.stage == f.pp - 1
+    first, last = f.stage == 0, output_stage(f)
     if counts is None:
         parts = stage_parts(*base, layers - moe, moe, first, last)
     else:

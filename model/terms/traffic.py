@@ -34,10 +34,11 @@ from trainplan.model.context_parallel import cp_collective
 from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
 from trainplan.model.layout import Recompute
 from trainplan.model.params import shares_embedding_with_last_stage
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,
+    output_stage,
     padded_vocab_of,
     stage_layer_counts,
 )
@@ -109,7 +110,7 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
-            arch, layers, moe, g.stage == 0, g.stage == g.pp - 1, g.tp, g.expert_tp, g.cp,
+            arch, layers, moe, g.stage == 0, output_stage(g), g.tp, g.expert_tp, g.cp,
             g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full,
         )  # fmt: skip
 
