@@ -60,6 +60,8 @@ __all__ = [
     "cp_layer_bytes",
     "cp_transient_bytes",
     "cp_collective",
+    "templated_ring",
+    "templated_merge_bytes",
 ]
 
 
@@ -295,3 +297,55 @@ def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:
             f"all-to-all of Q, K, V, O over {u} ranks + ring send/recv of K, V over {r} (a2a+p2p)"
         )
     return "ring send/recv of K, V (ring attention)"
+
+
+def templated_ring(kind: CpKind, framework: str) -> bool:
+    """Whether the K/V exchange runs as PyTorch's ``context_parallel`` (torchtitan's CP, the
+    ``fsdp2`` profile): ``torch/distributed/tensor/experimental/_attention.py``,
+    ``_templated_ring_attention`` and ``_templated_ring_attention_backward``. cp_kind
+    ``all-gather`` is its ``_AllGatherRotater`` (torchtitan's default
+    ``context_parallel_rotate_method = "allgather"``), ``ring`` its ``_AllToAllRotater``
+    (``"alltoall"``). Either way the core runs as cp SDPA calls per pass merged in FP32
+    (:func:`templated_merge_bytes`), the K/V exchange overlaps the calls, and the backward
+    passes dK, dV in FP32 from rank to rank (:func:`model.layer_time.layer_time`).
+
+    Examples
+    --------
+    >>> templated_ring(CpKind.ALL_GATHER, "fsdp2"), templated_ring(CpKind.ALL_GATHER, "megatron")
+    (True, False)
+    """
+    return str(framework) == "fsdp2" and CpKind(kind) in (CpKind.RING, CpKind.ALL_GATHER)
+
+
+def templated_merge_bytes(q: float, kv: float, o: float, r: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one pass of PyTorch's ring attention outside the SDPA
+    kernels, on the busiest cp rank (the last, whose every step after the first uses the whole
+    local query), for this rank's BF16 bytes ``q`` (Q), ``kv`` (K + V) and ``o`` (O) over
+    r > 1 ranks (``torch/distributed/tensor/experimental/_attention.py``; one elementwise
+    kernel per line, FP32 = twice the BF16 bytes):
+
+    * forward (``_templated_ring_attention``, ``_SDPAMerger`` with ``convert_to_f32``): the
+      first output cast to FP32 (reads o, writes 2·o: 3·o); each of the r − 1 further steps
+      casts its block output (3·o), ``out − block_out`` (6·o), the product with
+      ``sigmoid(block_lse − lse)`` (4·o) and the subtraction (6·o): 19·o; the merged output
+      cast back (3·o); ``torch.cat`` of K and V before each of the r − 1 exchanges (2·kv):
+      ``(19·r − 13)·o + 2·(r − 1)·kv``.
+    * backward (``_templated_ring_attention_backward``): FP32 zeros for dQ, dK, dV
+      (2·q + 2·kv); per step dQ accumulated in FP32 (5·q: reads 2·q + q, writes 2·q), dK/dV
+      accumulated (5·kv at the first step, ``_partial_update``'s add and ``torch.cat`` at the
+      others, 6.5·kv) and concatenated in FP32 for the next rank (4·kv), K/V concatenated for
+      the exchange (2·kv, r − 1 times); the final casts to BF16 (3·q + 3·kv):
+      ``(5·r + 5)·q + (12.5·r + 1.5)·kv``.
+
+    The log-sum-exp rows (one float per query and head) are not counted.
+
+    Examples
+    --------
+    r = 2, q = o = 4, kv = 2: forward 25·4 + 2·2 = 104; backward 15·4 + 26.5·2 = 113.
+
+    >>> templated_merge_bytes(4, 2, 4, 2)
+    (104, 113.0)
+    """
+    forward = (19 * r - 13) * o + 2 * (r - 1) * kv
+    backward = (5 * r + 5) * q + (12.5 * r + 1.5) * kv
+    return forward, backward

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
+from trainplan.model.context_parallel import templated_ring
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
@@ -151,11 +152,12 @@ def _kind_row(
     links and CP flavour."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
-    ep_g, unpaired = key[17:]
+    ep_g, unpaired, templated = key[17:]
     peak, hbm, p, overlap, speedup = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
+        bool(templated),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -179,10 +181,11 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired = ep_dispatch_fields(c, f)
+    templated = f.lookup(templated_ring, (), "cp_kind", "framework")
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up, ep_g, unpaired,
+        ep_bw, ep_up, ep_g, unpaired, templated,
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))

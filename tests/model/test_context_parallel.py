@@ -34,8 +34,13 @@ from trainplan.model.context_parallel import (
     cp_degrees,
     cp_layer_bytes,
     cp_transient_bytes,
+    templated_merge_bytes,
+    templated_ring,
 )
 from trainplan.model.errors import LayoutError
+from trainplan.model.layer_time import _templated_collectives
+from trainplan.model.op_time import Clock
+from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
 from trainplan.scenarios.catalogue import get_model
 
 MiB = 2**20
@@ -272,4 +277,44 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
     assert code == 2 and out == ""
     assert (
         err.startswith("Error: cp: ulysses splits the heads over 16 ranks") and err.count("\n") == 1
+    )
+
+
+def test_pytorch_ring_attention_runs_under_fsdp2_only():
+    """torchtitan's CP is PyTorch's context_parallel (the fsdp2 profile); Megatron-Core's is
+    Transformer Engine's."""
+    assert templated_ring(CpKind.ALL_GATHER, "fsdp2") and templated_ring(CpKind.RING, "fsdp2")
+    assert not templated_ring(CpKind.ULYSSES, "fsdp2")
+    assert not templated_ring(CpKind.ALL_GATHER, "megatron")
+
+
+def test_pytorch_ring_attention_merge_bytes_by_hand():
+    """_attention.py at cp 4 (the last rank: every step after the first on the whole query),
+    Llama 3 8B's 32,768 local tokens: O = Q = 32,768·4,096·2 B, K + V = 32,768·2,048·2 B.
+    Forward: 3·O + 3·19·O + 3·O + 3·2·KV; backward 2·Q + 2·KV + 4·5·Q + (5 + 3·6.5)·KV
+    + 4·4·KV + 3·2·KV + 3·Q + 3·KV."""
+    o = q = 32768 * 4096 * 2
+    kv = 32768 * 2048 * 2
+    forward, backward = templated_merge_bytes(q, kv, o, 4)
+    assert forward == 3 * o + 3 * 19 * o + 3 * o + 3 * 2 * kv
+    assert (
+        backward
+        == 2 * q + 2 * kv + 4 * 5 * q + (5 + 3 * 6.5) * kv + 16 * kv + 6 * kv + 3 * q + 3 * kv
+    )
+
+
+def test_pytorch_ring_attention_overlap_by_hand():
+    """The all-gather rotater's gather hides under the first of r SDPA calls; the backward's
+    dK/dV (FP32, 2·KV) go to the next rank after every call, the last one waited for."""
+    p = RooflineParams(gemm_efficiency=0.7)
+    link = LinkTime(450e9, True)
+    c = Clock(989e12, 3.35e12, p, cp_link=link, cp_ring=4, cp_gather=True, cp_templated=True)
+    kv = 128e6
+    gather = collective_seconds(Collective.ALL_GATHER, 4, 3 * kv, link, p)
+    dkv = collective_seconds(Collective.SEND_RECV, 2, 2 * kv, link, p)
+    core = (4 * gather - 1e-3, 0.4)  # a forward call 0.25 ms shorter than the gather
+    total, exposed = _templated_collectives(kv, 4, core, c, recomputed=True)
+    assert total == pytest.approx(3 * gather + 4 * dkv)
+    assert exposed == pytest.approx(
+        2 * 0.25e-3 + max(0.0, gather - 0.1) + 3 * max(0.0, dkv - 0.1) + dkv
     )
