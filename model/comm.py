@@ -285,13 +285,18 @@ def tp_bytes(
     sp: Any,
     physical: Any,
     recompute: bool,
+    keeps_gathered: bool = False,
 ) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) of :func:`tp_traffic`, from plain numbers:
     exact for ints, element-wise for arrays of layouts. ``recompute``: full or √n (a recomputed
-    forward sends its collectives again)."""
+    forward sends its collectives again). ``keeps_gathered``: the blocks' all-gathered inputs
+    are kept for backward (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan, whose
+    ``PrepareModuleInput`` redistributes the input to ``Replicate`` as an autograd op the
+    column-parallel linears save), so sequence parallelism sends no second all-gather in backward
+    (Megatron-Core gathers the input again for the weight gradient)."""
     tokens = exact(seq_len) / cp * b
     one = _ring(tp) * beta * tokens * arch.hidden_size
-    regather = where(physical & sp, 2, 0)
+    regather = where(physical & sp, 0 if keeps_gathered else 2, 0)
     # attention and MLP halves; a MoE layer's MLP half runs tp collectives only for its shared
     # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)
     moe_mlp = 0 if _shared_experts(arch) else num_moe_layers

@@ -179,7 +179,8 @@ def _tp_collectives(
         for col, row in halves:
             wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
-            wait(ag, ops.role(col, "dgrad"), hidden)  # the input, gathered again
+            if c.tp_regather:  # the input, gathered again (torchtitan keeps it gathered)
+                wait(ag, ops.role(col, "dgrad"), hidden)
             wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)

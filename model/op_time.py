@@ -117,6 +117,10 @@ class Clock:
     ep_unpaired: float = 1.0
     """The share of micro-batches whose expert all-to-alls have no partner to hide under
     (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
+    tp_regather: bool = True
+    """Sequence parallelism gathers a column-parallel linear's input again in backward for its
+    weight gradient (Megatron-Core); False where the gathered input is kept
+    (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan)."""
     cp_templated: bool = False
     """The K/V exchange is PyTorch's ``context_parallel`` (torchtitan;
     :func:`model.context_parallel.templated_ring`): cp SDPA calls per pass with the exchange

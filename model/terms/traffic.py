@@ -33,6 +33,7 @@ from trainplan.model.comm import (
 from trainplan.model.context_parallel import cp_collective
 from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
 from trainplan.model.layout import Recompute
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activations import (
     LAYER_FIELDS,
@@ -105,12 +106,13 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
     mode = f.recompute if recompute is None else recompute
     full = mode in (Recompute.FULL, Recompute.SQRT)
     physical = Framework(f.framework).physical
+    keeps = keeps_gathered_inputs(Framework(f.framework), t)
 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
             arch, layers, moe, g.stage == 0, g.stage == g.pp - 1, g.tp, g.expert_tp, g.cp,
-            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full,
+            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full, keeps,
         )  # fmt: skip
 
     total, hidden = stage_tuple(f.stages(stage))
