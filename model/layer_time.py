@@ -188,14 +188,21 @@ def _tp_collectives(
             wait(ar, 0.0, False)
         for col, _row in halves:
             wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
-    if x.moe and x.etp > 1 and x.arch.moe is not None:
-        routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta
-        sent = (x.etp - 1) * routed
-        per_pass = _coll(Collective.ALL_GATHER, x.etp, sent, c.tp_link, c) + _coll(
-            Collective.REDUCE_SCATTER, x.etp, sent, c.tp_link, c
-        )
-        wait(per_pass * (passes + 1), 0.0, False)
+    wait(_etp_seconds(x, c) * (passes + 1), 0.0, False)
     return total, exposed
+
+
+def _etp_seconds(x: LayerShape, c: Clock) -> float:
+    """Seconds of one pass of a MoE layer's expert-tensor-parallel token collectives: the
+    routed tokens all-gathered over etp before the experts and reduce-scattered after, waited
+    for; 0 for a dense layer or etp 1."""
+    if not (x.moe and x.etp > 1 and x.arch.moe is not None):
+        return 0.0
+    routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta
+    sent = (x.etp - 1) * routed
+    return _coll(Collective.ALL_GATHER, x.etp, sent, c.tp_link, c) + _coll(
+        Collective.REDUCE_SCATTER, x.etp, sent, c.tp_link, c
+    )
 
 
 def _cp_collectives(
@@ -374,7 +381,7 @@ def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
 @lru_cache(maxsize=4096)
 def output_time(x: LayerShape, c: Clock, vocab: int) -> LayerTime:
     """The last stage's final norm, output layer and cross-entropy, with the tp collectives of
-    :func:`model.comm.tp_bytes` (the final norm's output gathered in forward and again in
+    :func:`model.comm_layers.tp_bytes` (the final norm's output gathered in forward and again in
     backward, its gradient reduce-scattered — all-reduced without sequence parallelism — the
     backward pair overlapped as for a column-parallel layer; the cross-entropy's three FP32
     all-reduces of one value per token, exposed)."""

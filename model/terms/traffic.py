@@ -21,15 +21,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.comm import (
-    AxisTraffic,
-    cp_bytes,
-    dp_bytes,
-    dp_name,
-    ep_bytes,
-    pp_bytes,
-    tp_bytes,
-)
+from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
+from trainplan.model.comm_layers import cp_bytes, ep_bytes, tp_bytes
 from trainplan.model.context_parallel import cp_collective
 from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
 from trainplan.model.layout import Recompute
@@ -99,7 +92,7 @@ def most_layers(c: Context, f: Fields) -> tuple[Any, Any]:
 
 def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) tensor parallelism sends on the stage that
-    sends the most (:func:`model.comm.tp_bytes`: its layers, the embedding's and the output
+    sends the most (:func:`model.comm_layers.tp_bytes`: its layers, the embedding's and the output
     layer's collectives at the ends, expert tensor parallelism's token gathers). ``recompute``
     overrides the layout's mode."""
     arch, t = c.arch, c.training
@@ -122,7 +115,7 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
 
 def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step the cp ranks exchange on the stage with the most layers, as the layout's
-    CP flavour does (:func:`model.comm.cp_bytes`); the attention core runs again in backward
+    CP flavour does (:func:`model.comm_layers.cp_bytes`); the attention core runs again in backward
     under any recomputation."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
@@ -136,7 +129,7 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
-    (:func:`model.comm.ep_bytes`: the rows the run's routing sends, padding included,
+    (:func:`model.comm_layers.ep_bytes`: the rows the run's routing sends, padding included,
     :attr:`model.specs.TrainingSpec.moe_run`)."""
     t = c.training
     _, moe = most_layers(c, f)

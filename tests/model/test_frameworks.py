@@ -26,7 +26,7 @@ from trainplan.interface.cli import _register, cli
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
-from trainplan.model.comm import tp_bytes
+from trainplan.model.comm_layers import tp_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
