@@ -31,6 +31,12 @@ buffers the exchange holds while one layer's attention runs:
   :func:`kv_repeat` scales the K/V terms of the head all-to-all. verl runs it under FSDP
   (the ``fsdp2`` and ``textbook`` profiles here); Megatron-Core (Transformer Engine's rule) and
   DeepSpeed refuse it by name (:func:`model.cp_rules.check_cp_framework`).
+* ``pytorch-allgather``, ``pytorch-alltoall`` — PyTorch's ``context_parallel``
+  (``torch/distributed/tensor/experimental/_attention.py``), torchtitan's CP
+  (``context_parallel_rotate_method`` ``allgather``, its default, or ``alltoall``): a ring
+  attention of cp SDPA calls per pass whose K/V arrive by one all-gather or cp − 1 sends, with
+  dK/dV passed on in FP32 in backward (:func:`torch_rotate_method`, :func:`templated_merge_bytes`).
+  The traffic table and the buffers count them as the ring (the same K/V bytes forward).
 * ``a2a+p2p`` — the hybrid (TE ``cp_comm_type = "a2a+p2p"``, Megatron-Core
   ``--hierarchical-context-parallel-sizes u r``): Ulysses over an inner group of u = ``cp_a2a``
   consecutive cp ranks, then a ring over the r = cp/u groups. After the inner all-to-all a
@@ -60,7 +66,7 @@ __all__ = [
     "cp_layer_bytes",
     "cp_transient_bytes",
     "cp_collective",
-    "templated_ring",
+    "torch_rotate_method",
     "templated_merge_bytes",
 ]
 
@@ -69,7 +75,9 @@ class CpKind(StrEnum):
     """How context parallelism exchanges attention's inputs: ``ring`` (point-to-point K/V,
     Megatron-Core ``p2p``), ``all-gather`` (``all_gather``, Llama 3), ``ulysses`` (all-to-all
     over heads, ``a2a``), ``ulysses-kv-repeat`` (verl's Ulysses, K/V heads repeated up to the
-    sequence-parallel size) or ``a2a+p2p`` (Ulysses inside, ring across). Megatron-Core's
+    sequence-parallel size), ``a2a+p2p`` (Ulysses inside, ring across), or PyTorch's
+    ``context_parallel`` as torchtitan runs it with its ``allgather`` or ``alltoall`` rotate
+    method (``pytorch-allgather``, ``pytorch-alltoall``: :func:`torch_rotate_method`). Megatron-Core's
     ``--cp-comm-type`` spellings (``p2p``, ``all_gather``, ``a2a``) and ``hybrid`` are read as
     aliases.
 
@@ -84,6 +92,8 @@ class CpKind(StrEnum):
     ULYSSES = "ulysses"
     ULYSSES_KV_REPEAT = "ulysses-kv-repeat"
     HYBRID = "a2a+p2p"
+    PYTORCH_ALLGATHER = "pytorch-allgather"
+    PYTORCH_ALLTOALL = "pytorch-alltoall"
 
     @classmethod
     def _missing_(cls, value: object) -> CpKind | None:
@@ -296,25 +306,30 @@ def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:
         return (
             f"all-to-all of Q, K, V, O over {u} ranks + ring send/recv of K, V over {r} (a2a+p2p)"
         )
+    if kind is CpKind.PYTORCH_ALLGATHER:
+        return "all-gather of K, V + send/recv of FP32 dK, dV (PyTorch context_parallel)"
+    if kind is CpKind.PYTORCH_ALLTOALL:
+        return "send/recv of K, V + send/recv of FP32 dK, dV (PyTorch context_parallel)"
     return "ring send/recv of K, V (ring attention)"
 
 
-def templated_ring(kind: CpKind, framework: str) -> bool:
-    """Whether the K/V exchange runs as PyTorch's ``context_parallel`` (torchtitan's CP, the
-    ``fsdp2`` profile): ``torch/distributed/tensor/experimental/_attention.py``,
-    ``_templated_ring_attention`` and ``_templated_ring_attention_backward``. cp_kind
-    ``all-gather`` is its ``_AllGatherRotater`` (torchtitan's default
-    ``context_parallel_rotate_method = "allgather"``), ``ring`` its ``_AllToAllRotater``
-    (``"alltoall"``). Either way the core runs as cp SDPA calls per pass merged in FP32
-    (:func:`templated_merge_bytes`), the K/V exchange overlaps the calls, and the backward
-    passes dK, dV in FP32 from rank to rank (:func:`model.layer_time.layer_time`).
+def torch_rotate_method(kind: CpKind) -> str:
+    """PyTorch's ``context_parallel`` rotate method a flavour runs (``allgather`` or
+    ``alltoall``), "" for every other flavour: torchtitan's CP
+    (``torch/distributed/tensor/experimental/_attention.py``, ``_templated_ring_attention`` and
+    ``_templated_ring_attention_backward``; ``_AllGatherRotater``, ``_AllToAllRotater``). The
+    core runs as cp SDPA calls per pass merged in FP32 (:func:`templated_merge_bytes`), the K/V
+    exchange overlaps the calls, and the backward passes dK, dV on in FP32
+    (:func:`model.layer_time.layer_time`).
 
     Examples
     --------
-    >>> templated_ring(CpKind.ALL_GATHER, "fsdp2"), templated_ring(CpKind.ALL_GATHER, "megatron")
-    (True, False)
+    >>> torch_rotate_method(CpKind.PYTORCH_ALLGATHER), torch_rotate_method(CpKind.ALL_GATHER)
+    ('allgather', '')
     """
-    return str(framework) == "fsdp2" and CpKind(kind) in (CpKind.RING, CpKind.ALL_GATHER)
+    return {CpKind.PYTORCH_ALLGATHER: "allgather", CpKind.PYTORCH_ALLTOALL: "alltoall"}.get(
+        CpKind(kind), ""
+    )
 
 
 def templated_merge_bytes(q: float, kv: float, o: float, r: int) -> tuple[float, float]:

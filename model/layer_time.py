@@ -244,7 +244,7 @@ def _templated_collectives(
     kv: float, r: int, core: tuple[float, float], c: Clock, recomputed: bool
 ) -> tuple[float, float]:
     """(cp seconds, exposed) of PyTorch's ring attention (:func:`model.context_parallel.
-    templated_ring`; ``_templated_ring_attention`` and its backward): a pass runs r SDPA calls
+    torch_rotate_method`; ``_templated_ring_attention`` and its backward): a pass runs r SDPA calls
     of equal work under the head-tail load balance (``_RoundRobinLoadBalancer``: a causal call
     on the local chunks, then the r − 1 others on half the keys or half the queries), so one
     call takes 1/r of the core. K/V: the all-gather rotater issues one all-gather of
@@ -252,7 +252,7 @@ def _templated_collectives(
     sends KV to the next rank r − 1 times, each under one call. Backward: the same K/V exchange,
     and dK/dV in FP32 (2·KV) sent to the next rank after every call (``dkv_rotater``, an
     all-to-all rotater), each under the next call but the last, which is waited for."""
-    if c.cp_gather:
+    if c.cp_templated == "allgather":
         kv_pass = [(_coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c), 1)]
     else:
         kv_pass = [(_coll(Collective.SEND_RECV, 2, kv, c.cp_link, c), r - 1)]

@@ -121,10 +121,10 @@ class Clock:
     """Sequence parallelism gathers a column-parallel linear's input again in backward for its
     weight gradient (Megatron-Core); False where the gathered input is kept
     (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan)."""
-    cp_templated: bool = False
-    """The K/V exchange is PyTorch's ``context_parallel`` (torchtitan;
-    :func:`model.context_parallel.templated_ring`): cp SDPA calls per pass with the exchange
-    under them, FP32 merges, dK/dV passed on in FP32."""
+    cp_templated: str = ""
+    """PyTorch's ``context_parallel`` rotate method (``allgather`` or ``alltoall``; torchtitan,
+    :func:`model.context_parallel.torch_rotate_method`): cp SDPA calls per pass with the K/V
+    exchange under them, FP32 merges, dK/dV passed on in FP32; "" for the other flavours."""
 
 
 TE_COMPUTE_STREAMS = 4

@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
-from trainplan.model.context_parallel import templated_ring
+from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
@@ -157,7 +157,7 @@ def _kind_row(
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), bool(templated),
+        bool(regather), str(templated),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -181,7 +181,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired = ep_dispatch_fields(c, f)
-    templated = f.lookup(templated_ring, (), "cp_kind", "framework")
+    templated = f.lookup(torch_rotate_method, (), "cp_kind")
     regather = not keeps_gathered_inputs(Framework(f.framework), t)
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,

@@ -35,8 +35,9 @@ from trainplan.model.context_parallel import (
     cp_layer_bytes,
     cp_transient_bytes,
     templated_merge_bytes,
-    templated_ring,
+    torch_rotate_method,
 )
+from trainplan.model.cp_rules import check_cp_framework
 from trainplan.model.errors import LayoutError
 from trainplan.model.layer_time import _templated_collectives
 from trainplan.model.op_time import Clock
@@ -280,12 +281,15 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
     )
 
 
-def test_pytorch_ring_attention_runs_under_fsdp2_only():
-    """torchtitan's CP is PyTorch's context_parallel (the fsdp2 profile); Megatron-Core's is
-    Transformer Engine's."""
-    assert templated_ring(CpKind.ALL_GATHER, "fsdp2") and templated_ring(CpKind.RING, "fsdp2")
-    assert not templated_ring(CpKind.ULYSSES, "fsdp2")
-    assert not templated_ring(CpKind.ALL_GATHER, "megatron")
+def test_pytorch_context_parallel_is_its_own_flavour_under_fsdp2_only():
+    """torchtitan's CP is PyTorch's context_parallel (its rotate methods); Megatron-Core runs
+    Transformer Engine's and refuses it with one line."""
+    assert torch_rotate_method(CpKind("pytorch-allgather")) == "allgather"
+    assert torch_rotate_method(CpKind("pytorch-alltoall")) == "alltoall"
+    assert torch_rotate_method(CpKind.ALL_GATHER) == torch_rotate_method(CpKind.RING) == ""
+    check_cp_framework(CpKind.PYTORCH_ALLGATHER, 4, "fsdp2", None)
+    with pytest.raises(LayoutError, match="cp_kind: pytorch-allgather is PyTorch's"):
+        check_cp_framework(CpKind.PYTORCH_ALLGATHER, 4, "megatron", None)
 
 
 def test_pytorch_ring_attention_merge_bytes_by_hand():
@@ -308,7 +312,7 @@ def test_pytorch_ring_attention_overlap_by_hand():
     dK/dV (FP32, 2·KV) go to the next rank after every call, the last one waited for."""
     p = RooflineParams(gemm_efficiency=0.7)
     link = LinkTime(450e9, True)
-    c = Clock(989e12, 3.35e12, p, cp_link=link, cp_ring=4, cp_gather=True, cp_templated=True)
+    c = Clock(989e12, 3.35e12, p, cp_link=link, cp_ring=4, cp_templated="allgather")
     kv = 128e6
     gather = collective_seconds(Collective.ALL_GATHER, 4, 3 * kv, link, p)
     dkv = collective_seconds(Collective.SEND_RECV, 2, 2 * kv, link, p)
