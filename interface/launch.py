@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
@@ -146,7 +147,8 @@ def megatron_flags(
         )
     if layout.cp > 1:
         comm = {"ring": "p2p", "all-gather": "allgather", "ulysses": "a2a", "a2a+p2p": "a2a+p2p"}
-        out += ["--cp-comm-type", comm[str(layout.cp_kind)]]
+        comm |= {"pytorch-allgather": "allgather", "pytorch-alltoall": "p2p"}
+        out += ["--cp-comm-type", comm.get(str(layout.cp_kind), "a2a")]
         if layout.cp_a2a:
             inner = str(layout.cp_a2a)
             out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
@@ -292,6 +294,9 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         f"pipeline_parallel_degree = {layout.pp}",
         f"context_parallel_degree = {layout.cp}",
     ]
+    rotate = torch_rotate_method(layout.cp_kind)
+    if layout.cp > 1 and rotate:
+        lines.append(f'context_parallel_rotate_method = "{rotate}"')
     notes: list[str] = []
     if layout.pp > 1:
         chunks = [

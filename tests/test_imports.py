@@ -273,9 +273,6 @@ LONG_MODULES = {
     "model/frameworks.py",
     # over the limit after the step-time, DualPipe, Muon and CLI work merged at once (to split)
     "interface/cli/search.py",
-    "model/comm.py",
-    "model/kernel_tables.py",
-    "model/op_rates.py",
     "model/optimizers.py",
     "model/terms/state.py",
 }
@@ -297,11 +294,8 @@ LONG_FUNCTIONS = {
     "interface/tabs.py::pipeline_report",
     "interface/time_inputs.py::cost_options",
     "model/activation_offload.py::check_activation_offload",
-    "model/collective_rates.py::nccl_latency_us",
     "model/estimate.py::evaluate",
     "model/frameworks.py::mechanism",
-    "model/kernels.py::attention_rate",  # grew with the longer cuDNN sweeps (to split)
-    "model/layer_time.py::_tp_collectives",  # grew with async TP (to split)
     "model/rollout.py::rollout_time",
     "model/schedule.py::simulate",
     "model/split.py::megatron_stage_layers",

@@ -77,7 +77,7 @@ def mfu_with_attention(est: Estimate) -> float | None:
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    own (model.comm_layers.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
     DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
     deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
     timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
