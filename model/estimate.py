@@ -251,8 +251,7 @@ def stage_memory(
     device: DeviceSpec | None = None,
     links: Mapping[str, AxisLinkLike] = INSIDE_DOMAIN,
 ) -> tuple[StageMemory, ...]:
-    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`;
-    ``links`` place NCCL's groups, by default every one inside one NVLink domain)."""
+    """Bytes on one GPU per pipeline stage (:func:`model.terms.peak.stage_memory_term`; ``links``: NCCL groups' links)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     multiple = vocab_multiple_for(layout.framework, vocab_multiple)
