@@ -10,15 +10,23 @@ prints or writes files: the callers present the object.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.flags import with_flags
-from trainplan.interface.inputs import DIM_KEYS, build_case
+from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
-from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
+from trainplan.interface.requests import (
+    PER_STAGE_SHAPES,
+    EvaluateRequest,
+    SearchRequest,
+    evaluate_request,
+    parse_overlap,
+    per_stage_shapes,
+    search_request,
+)
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate
 
@@ -35,12 +43,9 @@ __all__ = [
     "to_json",
     "parse_overlap",
     "uploaded_model",
+    "PER_STAGE_SHAPES",
+    "per_stage_shapes",
 ]
-
-_SPACE = tuple(sorted(SPACE_KEYS))
-_CLUSTER = tuple(sorted(CLUSTER_KEYS - {"overlap"}))
-_TOP: tuple[str, ...] = ("model", "params", *DIM_KEYS, "gpus", "gpu", "seq_len", "global_batch")
-_TOP += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_layers", "mtp_layers")
 
 
 def _default(obj: Any) -> Any:
@@ -59,34 +64,16 @@ def to_json(data: Any, indent: int | None = 2) -> str:
     return json.dumps(data, indent=indent, default=_default)
 
 
-def parse_overlap(values: tuple[str, ...] | list[str]) -> dict[str, float]:
-    """``AXIS=FRACTION`` texts (``--overlap dp=0.5``, repeatable) as {axis: fraction hidden behind
-    compute}; the fractions' range is checked by the cost model's options.
-
-    Raises
-    ------
-    InputError
-        An item that is not AXIS=FRACTION.
-    """
-    out = {}
-    for item in values:
-        axis, sep, frac = item.partition("=")
-        try:
-            out[axis.strip()] = float(frac)
-        except ValueError:
-            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5") from None
-        if not sep:
-            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5")
-    return out
-
-
-def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, Any]:
+def evaluate_json(
+    request: EvaluateRequest | Mapping[str, Any], per_stage: bool = False
+) -> dict[str, Any]:
     """The planner (``trainplan evaluate --json``): memory, ZeRO table, traffic, bubble, step time
-    and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``).
+    and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``, or the
+    request's).
 
-    ``params`` are the evaluate options by their parameter names (bytes, seconds and 0–1 rates
-    out; docs/concepts/conventions.md; sources in :mod:`model`). ``overlap`` may be a tuple of
-    ``AXIS=FRACTION`` texts, as the option gives it.
+    ``request`` is evaluate's request (:func:`interface.requests.evaluate_request`), or its
+    options by their parameter names (bytes, seconds and 0–1 rates out;
+    docs/concepts/conventions.md; sources in :mod:`model`), made into one here.
 
     Raises
     ------
@@ -94,17 +81,9 @@ def evaluate_json(params: dict[str, Any], per_stage: bool = False) -> dict[str, 
         Any bad or inapplicable input, one line naming the parameter, value and rule
         (:func:`interface.inputs.build_case`).
     """
-    params = dict(params)
-    sets = params.pop("set", None) or {}
-    if sets:  # --set KEY=VALUE: scenario keys, read as a file's (interface.scenario_keys)
-        from trainplan.interface.scenario_keys import merge
-
-        merge(params, sets)
-        params.update(sets)
-    overlap = params.get("overlap") or ()
-    params["overlap"] = overlap if isinstance(overlap, dict) else parse_overlap(tuple(overlap))
-    case = build_case(params)
-    out = estimate_to_dict(case.evaluate(), per_stage)
+    request = evaluate_request(request, per_stage)
+    case = build_case(request.params)
+    out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]
     return out
@@ -209,55 +188,30 @@ def gpus_json() -> list[dict[str, Any]]:
     return accelerator_rows()
 
 
-def search_problem(kw: dict[str, Any], objective: str | None = None) -> Any:
-    """The search :class:`~optimizer.problem.Problem` of the search/frontier options ``kw``
-    (a scenario file's values under them, the options winning; ``kw["scenario"]`` is the file's
-    path, or its values already read and checked, :func:`interface.scenario.check_scenario`).
+def search_problem(request: SearchRequest | Mapping[str, Any], objective: str | None = None) -> Any:
+    """The search :class:`~optimizer.problem.Problem` of search's or frontier's request, or of
+    its options (:func:`interface.requests.search_request`: a scenario file's values under
+    ``--set``'s under the options; ``scenario`` a file's path, or its values already read and
+    checked, :func:`interface.scenario.check_scenario`).
 
     Raises
     ------
     PlannerError
         A bad value, an unknown model or GPU, an unreadable scenario file.
     """
-    from trainplan.interface.scenario import build_problem, load_scenario
+    from trainplan.interface.scenario import problem_of
 
-    scenario = kw.get("scenario")
-    if isinstance(scenario, dict):  # a scenario's values already read and checked (a sweep's point)
-        file_values = scenario
-    else:
-        file_values = load_scenario(scenario) if scenario else {}
-    file_values = _with_sets(file_values, kw)
-    cli_values: dict[str, Any] = {k: kw.get(k) for k in _TOP}
-    if objective:
-        cli_values["objective"] = objective
-    cli_values["space"] = {k: kw.get(k) for k in _SPACE}
-    cli_values["constraints"] = {k: kw.get(k) for k in ("headroom", "min_mfu", "tp_in_nvlink")}
-    cluster = {k: kw.get(k) for k in _CLUSTER}
-    if kw.get("overlap"):
-        cluster["overlap"] = parse_overlap(kw["overlap"])
-    cli_values["cluster"] = cluster
-    return build_problem(file_values, cli_values)
+    return problem_of(search_request(request, objective))
 
 
-def _with_sets(file_values: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
-    """The scenario's values with ``kw["set"]`` (``--set KEY=VALUE``, read and checked as a file's
-    keys) over them, each in its table; a key a flag also gives is refused."""
-    from trainplan.interface.scenario_keys import merge, table_of
-
-    sets = kw.get("set") or {}
-    merge(kw, sets)
-    out = {**file_values}
-    for key, value in sets.items():
-        table = table_of(key)
-        if table is None:
-            out[key] = value
-        else:
-            out[table] = {**out.get(table, {}), key: value}
-    return out
-
-
-def _time_limit(kw: dict[str, Any]) -> float | None:
-    return None if kw.get("time_limit") is None else float(kw["time_limit"])
+def _per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequest:
+    """The request of a per-stage command: its options with the per-stage search asked for
+    (unless the request or its ``--set`` already says so)."""
+    if isinstance(request, SearchRequest):
+        return request
+    if request.get("per_stage") is None and "per_stage" not in (request.get("set") or {}):
+        request = {**request, "per_stage": True}
+    return search_request(request)
 
 
 def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
@@ -292,7 +246,7 @@ SolutionProgress = Callable[[int, str], None]
 
 
 def search_json(
-    kw: dict[str, Any],
+    kw: SearchRequest | Mapping[str, Any],
     top: int = 1,
     maximize: str | None = None,
     on_tables: TableProgress | None = None,
@@ -314,9 +268,9 @@ def search_json(
     from trainplan.interface.render.report import objective_text
     from trainplan.optimizer.search import prepare, search
 
-    kw = {**kw, "max_layers": kw.get("max_layers")}
-    problem = search_problem(kw, "params" if maximize else None)
-    limit = _time_limit(kw)
+    request = search_request(kw, "params" if maximize else None)
+    problem = search_problem(request)
+    limit = request.time_limit
     prepared = prepare(problem, on_tables, limit)
     in_units = _in_units(problem, prepared)
     progress = None
@@ -326,7 +280,7 @@ def search_json(
         def progress(count: int, best: float) -> None:
             report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
 
-    result = search(problem, top, limit, kw.get("workers") or 2, progress, prepared=prepared)
+    result = search(problem, top, limit, request.workers, progress, prepared=prepared)
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
@@ -378,29 +332,7 @@ def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str
     )
 
 
-PER_STAGE_SHAPES: int | None = None
-"""The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
-legal shape whose model state can fit (:func:`optimizer.stage_bases.ranked_bases`)."""
-
-
-def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:
-    """``--per-stage-shapes`` as the per-stage search takes it: ``shapes`` or the default (None:
-    every shape).
-
-    Raises
-    ------
-    InputError
-        ``shapes`` given without ``--per-stage`` (it would do nothing).
-    """
-    if shapes is not None and not per_stage:
-        raise InputError(
-            f"per_stage_shapes: {shapes} applies to the per-stage search only; add --per-stage "
-            "(or per_stage = true in the scenario)"
-        )
-    return PER_STAGE_SHAPES if shapes is None else shapes
-
-
-def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) -> SearchRun:
+def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
     object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
     uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
@@ -422,8 +354,11 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
     from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
     from trainplan.optimizer.per_stage import per_stage_search
 
-    problem = search_problem(kw)
-    result = per_stage_search(problem, shapes, _time_limit(kw), kw.get("workers") or 2)
+    request = _per_stage_request(kw)
+    problem = search_problem(request)
+    result = per_stage_search(
+        problem, request.per_stage_shapes, request.time_limit, request.workers
+    )
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan, uniform = result.plan, result.uniform.estimate
     d = estimate_to_dict(plan)
@@ -495,7 +430,9 @@ def per_stage_json(kw: dict[str, Any], shapes: int | None = PER_STAGE_SHAPES) ->
 
 
 def frontier_json(
-    kw: dict[str, Any], against: str = "memory", on_tables: TableProgress | None = None
+    kw: SearchRequest | Mapping[str, Any],
+    against: str = "memory",
+    on_tables: TableProgress | None = None,
 ) -> SearchRun:
     """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
@@ -512,11 +449,12 @@ def frontier_json(
     from trainplan.interface.render.report import frontier_row
     from trainplan.optimizer.search import frontier, prepare
 
-    problem = search_problem(kw)
+    request = search_request(kw)
+    problem = search_problem(request)
     problem.check_frontier_axis(against)  # bad input before the tables are built
-    limit = _time_limit(kw)
+    limit = request.time_limit
     prepared = prepare(problem, on_tables, limit)
-    result = frontier(problem, against, limit, kw.get("workers") or 2, prepared=prepared)
+    result = frontier(problem, against, limit, request.workers, prepared=prepared)
     rows = []
     in_units = _in_units(problem, prepared)
     for a in result.points:
@@ -544,9 +482,8 @@ past it the answer is the points found, status ``feasible``, and the answer says
 
 
 def per_stage_frontier_json(
-    kw: dict[str, Any],
+    kw: SearchRequest | Mapping[str, Any],
     against: str = "memory",
-    shapes: int | None = PER_STAGE_SHAPES,
     progress: Callable[[int, int], None] | None = None,
 ) -> SearchRun:
     """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
@@ -577,11 +514,13 @@ def per_stage_frontier_json(
     from trainplan.optimizer.per_stage import peak_bytes
     from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 
-    problem = search_problem(kw)
-    given = _time_limit(kw)
+    request = _per_stage_request(kw)
+    problem = search_problem(request)
+    given = request.time_limit
     limit = PER_STAGE_FRONTIER_TIME_LIMIT_S if given is None else given
-    workers = kw.get("workers") or 2
-    result = per_stage_frontier(problem, against, shapes, limit, workers, progress=progress)
+    result = per_stage_frontier(
+        problem, against, request.per_stage_shapes, limit, request.workers, progress=progress
+    )
     rows = []
     for p in result.points:
         lay = p.estimate.layout
@@ -616,12 +555,13 @@ def per_stage_frontier_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
-def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
+def infeasible_json(err: InfeasibleError, web: bool = False) -> dict[str, Any]:
     """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
     (exit code 1): ``status`` infeasible (or unknown: the time limit ran out before an answer),
-    the ``explanation`` lines and the ``message``."""
+    the ``explanation`` lines and the ``message`` (``web``: parameters named as the web API's,
+    :func:`interface.flags.with_flags`)."""
     return {
         "status": err.status,
-        "explanation": [with_flags(line) for line in err.explanation],
-        "message": with_flags(str(err)),
+        "explanation": [with_flags(line, web) for line in err.explanation],
+        "message": with_flags(str(err), web),
     }

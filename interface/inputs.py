@@ -541,7 +541,7 @@ def _fabric(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     pod, over = params.get("pod_size"), params.get("oversubscription")
     given_keys = ("pod_size", "oversubscription")
     if kind == "two-tier":
-        why = "it shapes a cluster graph; add --fabric fat-tree or rail"
+        why = "it shapes a cluster graph; add `fabric`=fat-tree or rail"
         check_applicable(
             {"pod_size": pod, "oversubscription": over}, dict.fromkeys(given_keys, why)
         )

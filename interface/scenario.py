@@ -50,8 +50,9 @@ from __future__ import annotations
 
 import itertools
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainplan.interface import search_options as opts
 from trainplan.interface.inputs import (
@@ -87,7 +88,11 @@ from trainplan.optimizer.space import (
     divisors,
 )
 
-__all__ = ["load_scenario", "check_scenario", "build_problem", "TOP_KEYS"]
+if TYPE_CHECKING:  # the request is built from this module's keys (interface.requests)
+    from trainplan.interface.requests import SearchRequest
+    from trainplan.optimizer.case import Case
+
+__all__ = ["load_scenario", "check_scenario", "build_problem", "problem_of", "TOP_KEYS"]
 
 TOP_KEYS = {
     "description",
@@ -390,7 +395,7 @@ def _parts(value: Any) -> list[str | DeviceSpec]:
     return list(opts.names(value, "gpu"))
 
 
-def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
+def _space(d: Mapping[str, Any], num_gpus: int) -> SearchSpace:
     def ints(key: str) -> tuple[int, ...] | None:
         return None if d.get(key) is None else tuple(parse_counts(d[key], key))
 
@@ -494,21 +499,24 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
 
 
 def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
-    """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`."""
-    d = {**file_values, **{k: v for k, v in cli.items() if v not in (None, (), [])}}
-    space_d = {
-        **({"framework": file_values["framework"]} if "framework" in file_values else {}),
-        **file_values.get("space", {}),
-        **{k: v for k, v in cli.get("space", {}).items() if v not in (None, (), [])},
-    }
-    cons_d = {
-        **file_values.get("constraints", {}),
-        **{k: v for k, v in cli.get("constraints", {}).items() if v is not None},
-    }
-    clus_d = {
-        **file_values.get("cluster", {}),
-        **{k: v for k, v in cli.get("cluster", {}).items() if v not in (None, {}, ())},
-    }
+    """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`
+    (:func:`interface.requests.merged_request`, then :func:`problem_of`)."""
+    from trainplan.interface.requests import merged_request
+
+    return problem_of(merged_request(file_values, cli))
+
+
+def problem_of(request: SearchRequest) -> Problem:
+    """The search :class:`Problem` of a search request: its jobs (model × accelerator × GPU
+    count × batch, each a case of :func:`interface.inputs.build_case`), space, constraints and
+    objective.
+
+    Raises
+    ------
+    PlannerError
+        A value its rule refuses (one line), an unknown model or GPU.
+    """
+    d, space_d, cons_d = request.values, request.space, request.constraints
     if d.get("gpus") is None:
         raise InputError(
             "gpus: give --gpus N (a count, or a range 1024..16384; repeat it for several)"
@@ -519,30 +527,13 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
     names = [p if isinstance(p, str) else p.name for p in accelerators]
     prices = opts.prices(d.get("gpu_hour_price"), names)
-    objective = Objective(str(d.get("objective") or "step-time"))
-    several_batches = (
-        len(
-            opts.batches(
-                d.get("global_batch"),
-                d.get("global_batch_tokens"),
-                parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1,
-            )
-        )
-        > 1
-    )
-    if several_batches and not d.get("objective"):
-        objective = Objective.TOKENS_PER_GPU  # step times of different batches do not compare
-    elif several_batches and objective is Objective.STEP_TIME:
-        raise InputError(
-            "global_batch: several batch sizes make step times incomparable; use "
-            "--objective tokens-per-gpu or time-to-train"
-        )
+    objective = _objective(d)
     space = _space(space_d, counts[0])
     base = {
         "model": d.get("model"),
         **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
-        **_tp_plan(clus_d, space, counts),
+        **_tp_plan(request.cluster, space, counts),
     }
     opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
@@ -561,15 +552,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         if gpu not in calibrated:
             params.pop("calibration", None)
         case = build_case(params) if not variant else _variant_case(params, variant)
-        batches = opts.batches(
-            d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
-        ) or [case.training.global_batch_size]
-        for batch in batches:
-            job_case = (
-                case if batch == case.training.global_batch_size else _with_batch(case, batch)
-            )
-            label = f"{job_case.model.name} on {count} × {name}, B {batch}"
-            jobs.append(Job(job_case, count, label, prices[name]))
+        jobs += _jobs(case, d, count, name, prices[name])
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
     constraints = Constraints(
@@ -578,15 +561,47 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         tp_in_nvlink=bool(cons_d.get("tp_in_nvlink")),
     )
     return Problem(
-        jobs=tuple(jobs),
-        space=space,
-        constraints=constraints,
-        objective=objective,
-        tokens=tokens,
+        jobs=tuple(jobs), space=space, constraints=constraints, objective=objective, tokens=tokens
     )
 
 
-def _tp_plan(cluster: dict[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
+def _objective(d: Mapping[str, Any]) -> Objective:
+    """The objective asked for; tokens per GPU when several batch sizes are searched and none
+    is named (their step times do not compare).
+
+    Raises
+    ------
+    InputError
+        Several batch sizes with the step-time objective named.
+    """
+    objective = Objective(str(d.get("objective") or "step-time"))
+    seq_len = parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1
+    several = len(opts.batches(d.get("global_batch"), d.get("global_batch_tokens"), seq_len)) > 1
+    if several and not d.get("objective"):
+        return Objective.TOKENS_PER_GPU
+    if several and objective is Objective.STEP_TIME:
+        raise InputError(
+            "global_batch: several batch sizes make step times incomparable; use "
+            "--objective tokens-per-gpu or time-to-train"
+        )
+    return objective
+
+
+def _jobs(case: Case, d: Mapping[str, Any], count: int, name: str, price: Any) -> list[Job]:
+    """The jobs of one case on ``count`` GPUs of accelerator ``name``: one per global batch
+    searched (the case's own when none is given)."""
+    batches = opts.batches(
+        d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
+    ) or [case.training.global_batch_size]
+    out = []
+    for batch in batches:
+        job_case = case if batch == case.training.global_batch_size else _with_batch(case, batch)
+        label = f"{job_case.model.name} on {count} × {name}, B {batch}"
+        out.append(Job(job_case, count, label, price))
+    return out
+
+
+def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
     """The ``[cluster]`` values as the jobs' cases take them: ``tp_block_inputs`` checked against
     the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
     passed on as the recipe's ``gathered_block_inputs``, which every other profile the search

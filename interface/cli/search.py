@@ -30,8 +30,8 @@ from trainplan.interface.cli.options import (
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import frontier_json, infeasible_json, search_json
-from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
 from trainplan.interface.render.report import dollars
+from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
@@ -318,17 +318,17 @@ def search_cmd(
     """
     from trainplan.interface.render.report import evaluate_text
 
-    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
-    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
-    if per_stage:
+    options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
+    request = search_request(options, "params" if maximize else None)
+    if request.per_stage:
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
-        _per_stage(kw, shapes, as_json)
+        _per_stage(request, as_json)
         return
     solutions = _solutions(as_json)
     tables = stop_between_tables(_table_progress(as_json))
     try:
-        run, stopped = interruptible(lambda: search_json(kw, top, maximize, tables, solutions))
+        run, stopped = interruptible(lambda: search_json(request, top, maximize, tables, solutions))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
@@ -377,23 +377,12 @@ def _exit_if(interrupted: bool) -> None:
         click.get_current_context().exit(INTERRUPTED)
 
 
-def _scenario_per_stage(kw: dict[str, Any]) -> bool:
-    """``per_stage = true`` in the scenario file, if one is given, or by ``--set``."""
-    if (kw.get("set") or {}).get("per_stage") is not None:
-        return bool(kw["set"]["per_stage"])
-    if not kw.get("scenario"):
-        return False
-    from trainplan.interface.scenario import load_scenario
-
-    return bool(load_scenario(kw["scenario"]).get("per_stage"))
-
-
-def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
+def _per_stage(request: SearchRequest, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
     from trainplan.interface.render.report import evaluate_text, per_stage_text
 
     try:
-        run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
+        run, stopped = interruptible(lambda: per_stage_json(request))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
@@ -465,17 +454,17 @@ def frontier_cmd(
     from trainplan.interface.commands import per_stage_frontier_json
     from trainplan.interface.render.report import frontier_text, write_csv
 
-    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
-    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
+    request = search_request({**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes})
+    per_stage = request.per_stage
     tables = stop_between_tables(_table_progress(as_json))
     try:
         if per_stage:
             with _frontier_progress(as_json) as progress:
                 run, stopped = interruptible(
-                    lambda: per_stage_frontier_json(kw, against, shapes, progress)
+                    lambda: per_stage_frontier_json(request, against, progress)
                 )
         else:
-            run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
+            run, stopped = interruptible(lambda: frontier_json(request, against, tables))
     except InfeasibleError as err:
         _infeasible(err, as_json)
         return
