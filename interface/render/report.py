@@ -371,9 +371,9 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
     Raises
     ------
     InputError
-        A path that cannot be written (interface.inputs.output_path's rule).
+        A path that cannot be written (interface.outputs.output_path's rule).
     """
-    from trainplan.interface.inputs import output_path, writing
+    from trainplan.interface.outputs import output_path, writing
 
     out = output_path(path, "csv")
     with writing(out, "csv"):
