@@ -84,9 +84,12 @@ class EvaluateRequest:
     """Also list every pipeline stage (``--per-stage``)."""
 
 
-def evaluate_request(options: Mapping[str, Any], per_stage: bool = False) -> EvaluateRequest:
+def evaluate_request(
+    options: EvaluateRequest | Mapping[str, Any], per_stage: bool = False
+) -> EvaluateRequest:
     """The request of evaluate's options by name (click's parameters, a TOML table's, a caller's
-    dict): ``set`` (``--set``'s {key: value}) merged in, a key a flag also gives refused.
+    dict; a request is returned as it is): ``set`` (``--set``'s {key: value}) merged in, a key a
+    flag also gives refused.
 
     Raises
     ------
@@ -104,10 +107,11 @@ def evaluate_request(options: Mapping[str, Any], per_stage: bool = False) -> Eva
     return EvaluateRequest(MappingProxyType(params), bool(per_stage))
 
 
-_TOP_OPTIONS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
-_TOP_OPTIONS += ("vocab", "head_dim", "gpus", "gpu", "seq_len", "global_batch")
-_TOP_OPTIONS += ("global_batch_tokens", "objective", "tokens", "gpu_hour_price", "max_layers")
-_TOP_OPTIONS += ("mtp_layers",)
+_TOP_OPTIONS: tuple[str, ...] = (
+    *("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden"),
+    *("vocab", "head_dim", "gpus", "gpu", "seq_len", "global_batch", "global_batch_tokens"),
+    *("objective", "tokens", "gpu_hour_price", "max_layers", "mtp_layers"),
+)
 """The search options read at a scenario file's top level (the rest go to its tables)."""
 _CONSTRAINT_OPTIONS = ("headroom", "min_mfu", "tp_in_nvlink")
 
@@ -183,7 +187,9 @@ def _scenario_values(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def search_request(options: Mapping[str, Any], objective: str | None = None) -> SearchRequest:
+def search_request(
+    options: SearchRequest | Mapping[str, Any], objective: str | None = None
+) -> SearchRequest:
     """The request of search's or frontier's options by name (click's parameters; the web's
     query parsed as them; a caller's dict): ``scenario`` (a path, or values already checked),
     ``set`` ({key: value}), the options of the scenario keys, ``per_stage`` and
