@@ -279,7 +279,6 @@ LONG_FUNCTIONS = {
     "interface/launch.py::megatron_flags",
     "interface/launch.py::torchtitan_toml",
     "interface/render/pipeline_tab.py::split_report",
-    "interface/render/report.py::evaluate_text",
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",

@@ -355,7 +355,8 @@ def exit_if(interrupted: bool) -> None:
 
 def _per_stage(request: SearchRequest, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
-    from trainplan.interface.render.report import evaluate_text, per_stage_text
+    from trainplan.interface.render.per_stage_report import per_stage_text
+    from trainplan.interface.render.report import evaluate_text
 
     try:
         run, stopped = interruptible(lambda: per_stage_json(request))
