@@ -281,7 +281,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
-    "interface/tabs.py::pipeline_report",
     "model/activation_offload.py::check_activation_offload",
     "model/collective_rates.py::nccl_latency_us",
     "model/estimate.py::evaluate",
