@@ -277,7 +277,6 @@ LONG_MODULES = {
 }
 LONG_FUNCTIONS = {
     "interface/launch.py::megatron_flags",
-    "interface/render/pipeline_tab.py::split_report",
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
