@@ -274,6 +274,32 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
     return flags
 
 
+def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -> list[str]:
+    """torchtitan's pipeline schedule and split points (one per model chunk, pp·v stages when
+    interleaved); a schedule torch.distributed.pipelining lacks is noted in ``notes`` and 1F1B
+    written."""
+    chunks = [
+        len(c)
+        for c in model_chunks(
+            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+        )
+    ]
+    name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
+    if name is None:
+        notes.append(
+            f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
+            f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
+        )
+    starts, at = [], 0
+    for n in chunks[:-1]:
+        at += n
+        starts.append(f'"layers.{at}"')
+    return [
+        f'pipeline_parallel_schedule = "{name or "1F1B"}"',
+        f"pipeline_parallel_split_points = [{', '.join(starts)}]",
+    ]
+
+
 def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
     """A torchtitan TOML fragment for ``layout``: ``[parallelism]`` degrees and split points,
     ``[activation_checkpoint]``; what it cannot express (per-stage AC counts, interleaving's
@@ -299,24 +325,7 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         lines.append(f'context_parallel_rotate_method = "{rotate}"')
     notes: list[str] = []
     if layout.pp > 1:
-        chunks = [
-            len(c)
-            for c in model_chunks(
-                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
-            )
-        ]
-        name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
-        if name is None:
-            notes.append(
-                f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
-                f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
-            )
-        lines.append(f'pipeline_parallel_schedule = "{name or "1F1B"}"')
-        starts, at = [], 0
-        for n in chunks[:-1]:  # one split point per model chunk (pp·v stages when interleaved)
-            at += n
-            starts.append(f'"layers.{at}"')
-        lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
+        lines += _torchtitan_pipeline(arch, layout, notes)
     counts = layout.recompute_layers
     lines.append("[activation_checkpoint]")
     done = tuple(map(len, recomputed_by_stage(arch, layout)))  # layers recomputed per stage
