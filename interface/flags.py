@@ -6,14 +6,23 @@ interface presents a message — a one-line error on the command line, an HTTP 4
 an estimate's notes — :func:`with_flags` writes each such name as the flag the user typed
 (``--host-link-gbps``, ``--framework megatron``), so the line names what the user can change.
 A parameter whose flag was moved off the command line (:data:`MOVED_FLAGS`) is written as the
-``--set`` that gives it (``--set host_link_gbps``).
+``--set`` that gives it (``--set host_link_gbps``) on the command line, and as its query parameter
+(``host-link-gbps``) in the web API's lines (``web=True``), which take it by that name.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["PARAMETER_FLAGS", "MOVED_FLAGS", "MOVED_KEYS", "flag_for", "with_flags", "moved_hint"]
+__all__ = [
+    "PARAMETER_FLAGS",
+    "MOVED_FLAGS",
+    "MOVED_KEYS",
+    "MOVED_QUERY",
+    "flag_for",
+    "with_flags",
+    "moved_hint",
+]
 
 PARAMETER_FLAGS: dict[str, str] = {
     "num_layers": "--layers",
@@ -85,6 +94,14 @@ replacement (:func:`moved_hint`); ``tests/data/cli_options.txt`` lists them."""
 MOVED_KEYS = frozenset(key for key, _ in MOVED_FLAGS.values())
 """The scenario keys of :data:`MOVED_FLAGS`."""
 
+MOVED_QUERY: dict[str, str] = {}
+"""The web API's query parameter of each moved key {key: query name}: its flag's primary
+spelling without the dashes (``memory_reserve_gib``: ``memory-reserve``; an on/off key by its
+``true`` spelling, ``master-weights=false``)."""
+for _flag, (_key, _switch) in MOVED_FLAGS.items():
+    if _switch is not False:
+        MOVED_QUERY.setdefault(_key, _flag[2:])
+
 
 def moved_hint(flag: str, value: str | None = None) -> str:
     """The line that refuses moved ``flag`` (given with ``value``, when it takes one).
@@ -111,25 +128,51 @@ def moved_hint(flag: str, value: str | None = None) -> str:
 _NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
 
 
-def flag_for(name: str) -> str:
-    """The flag of parameter ``name``.
+def flag_for(name: str, web: bool = False) -> str:
+    """The flag of parameter ``name`` (``web``: a moved key as the web API's query parameter).
 
     Examples
     --------
     >>> flag_for("zero_stage"), flag_for("tp"), flag_for("host_link_gbps")
     ('--zero', '--tp', '--set host_link_gbps')
+    >>> flag_for("host_link_gbps", web=True), flag_for("memory_reserve_gib", web=True)
+    ('host-link-gbps', 'memory-reserve')
     """
     if name in MOVED_KEYS:
-        return f"--set {name}"
+        return MOVED_QUERY[name] if web else f"--set {name}"
     return PARAMETER_FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def with_flags(message: str) -> str:
-    """``message`` with each backticked parameter name written as its flag.
+def with_flags(message: str, web: bool = False) -> str:
+    """``message`` with each backticked parameter name written as its flag (``web``: a moved
+    key as its query parameter, :func:`flag_for`).
 
     Examples
     --------
     >>> with_flags("offload: the B200 has no host link bandwidth; give `host_link_gbps`")
     'offload: the B200 has no host link bandwidth; give --set host_link_gbps'
+    >>> with_flags("offload: the B200 has no host link bandwidth; give `host_link_gbps`", web=True)
+    'offload: the B200 has no host link bandwidth; give host-link-gbps'
+    >>> with_flags("pod_size: 8 does not apply; add --set fabric=rail", web=True)
+    'pod-size: 8 does not apply; add fabric=rail'
     """
-    return _NAME.sub(lambda m: flag_for(m.group(1)), message)
+    message = _NAME.sub(lambda m: flag_for(m.group(1), web), message)
+    if not web:
+        return message
+    message = _SET.sub(lambda m: _query(m.group(1), m.group(2)), message)
+    return _HEAD.sub(lambda m: MOVED_QUERY.get(m.group(1), m.group(1)), message)
+
+
+_SET = re.compile(r"--set ([a-z][a-z0-9_]*)(\.)?")
+"""The command line's ``--set KEY`` (``--set overlap.`` for a table's entry) in a line."""
+_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=[: ])")
+"""The parameter a one-line error starts with (``nvlink_gbps: 0.001 must be…``)."""
+
+
+def _query(key: str, dot: str | None) -> str:
+    """A line's ``--set KEY`` as the web API's query parameter (``--set overlap.dp=0.5`` as
+    ``overlap=dp=0.5``)."""
+    name = MOVED_QUERY.get(key)
+    if name is None:
+        return f"--set {key}{dot or ''}"
+    return f"{name}=" if dot else name

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
@@ -146,7 +147,8 @@ def megatron_flags(
         )
     if layout.cp > 1:
         comm = {"ring": "p2p", "all-gather": "allgather", "ulysses": "a2a", "a2a+p2p": "a2a+p2p"}
-        out += ["--cp-comm-type", comm[str(layout.cp_kind)]]
+        comm |= {"pytorch-allgather": "allgather", "pytorch-alltoall": "p2p"}
+        out += ["--cp-comm-type", comm.get(str(layout.cp_kind), "a2a")]
         if layout.cp_a2a:
             inner = str(layout.cp_a2a)
             out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
@@ -272,6 +274,32 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
     return flags
 
 
+def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -> list[str]:
+    """torchtitan's pipeline schedule and split points (one per model chunk, pp·v stages when
+    interleaved); a schedule torch.distributed.pipelining lacks is noted in ``notes`` and 1F1B
+    written."""
+    chunks = [
+        len(c)
+        for c in model_chunks(
+            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+        )
+    ]
+    name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
+    if name is None:
+        notes.append(
+            f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
+            f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
+        )
+    starts, at = [], 0
+    for n in chunks[:-1]:
+        at += n
+        starts.append(f'"layers.{at}"')
+    return [
+        f'pipeline_parallel_schedule = "{name or "1F1B"}"',
+        f"pipeline_parallel_split_points = [{', '.join(starts)}]",
+    ]
+
+
 def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
     """A torchtitan TOML fragment for ``layout``: ``[parallelism]`` degrees and split points,
     ``[activation_checkpoint]``; what it cannot express (per-stage AC counts, interleaving's
@@ -292,26 +320,12 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         f"pipeline_parallel_degree = {layout.pp}",
         f"context_parallel_degree = {layout.cp}",
     ]
+    rotate = torch_rotate_method(layout.cp_kind)
+    if layout.cp > 1 and rotate:
+        lines.append(f'context_parallel_rotate_method = "{rotate}"')
     notes: list[str] = []
     if layout.pp > 1:
-        chunks = [
-            len(c)
-            for c in model_chunks(
-                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
-            )
-        ]
-        name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
-        if name is None:
-            notes.append(
-                f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
-                f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
-            )
-        lines.append(f'pipeline_parallel_schedule = "{name or "1F1B"}"')
-        starts, at = [], 0
-        for n in chunks[:-1]:  # one split point per model chunk (pp·v stages when interleaved)
-            at += n
-            starts.append(f'"layers.{at}"')
-        lines.append(f"pipeline_parallel_split_points = [{', '.join(starts)}]")
+        lines += _torchtitan_pipeline(arch, layout, notes)
     counts = layout.recompute_layers
     lines.append("[activation_checkpoint]")
     done = tuple(map(len, recomputed_by_stage(arch, layout)))  # layers recomputed per stage

@@ -1,5 +1,5 @@
 """The MoE routing and dispatch inputs (``moe_*``): parsed into :class:`model.moe_run.MoERun`,
-refused where they do not apply (:func:`model.moe_run.moe_run_violation`)."""
+refused where they do not apply (:func:`model.moe_rules.moe_run_violation`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 from trainplan.interface.time_inputs import bool_param
 from trainplan.model.errors import InputError
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_rules import moe_run_violation
 from trainplan.model.moe_run import (
     DROPLESS,
     Dispatcher,
     EpOverlap,
     MoERun,
-    moe_run_violation,
 )
 from trainplan.model.units import parse_count, parse_number
 
@@ -50,7 +50,7 @@ def moe_run_of(params: Mapping[str, Any], model: ModelSpec, framework: str) -> M
     ------
     InputError
         A value of the wrong kind, or a choice that does not apply to the model or the
-        framework profile (:func:`model.moe_run.moe_run_violation`), one line naming it.
+        framework profile (:func:`model.moe_rules.moe_run_violation`), one line naming it.
     """
     given = [k for k in MOE_KEYS if params.get(k) is not None]
     if not given:

@@ -49,36 +49,39 @@ one number; a list is a TOML array or text with ``;`` between the items (``"2048
 from __future__ import annotations
 
 import itertools
-import tomllib
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainplan.interface import search_options as opts
 from trainplan.interface.inputs import (
     DEFAULT_GPU,
     DIM_KEYS,
-    RECIPE_KEYS,
     build_case,
     parse_framework,
 )
-from trainplan.interface.moe_inputs import DISPATCHERS, EP_OVERLAPS
-from trainplan.interface.recipe_inputs import histogram
+from trainplan.interface.scenario_file import (
+    CLUSTER_KEYS,
+    CONSTRAINT_KEYS,
+    CP_KIND_NAMES,
+    SPACE_KEYS,
+    TOP_KEYS,
+    VALUE_KINDS,
+    check_scenario,
+    load_scenario,
+)
 from trainplan.interface.tp_plan import (
-    TP_BLOCK_INPUTS,
     check_tp_block_inputs,
     gathered_block_inputs,
 )
-from trainplan.model.activation_offload import OFFLOAD_MODULES
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
-from trainplan.model.errors import InputError, ScenarioError, check_applicable
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
-from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
-from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
+from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
@@ -87,289 +90,21 @@ from trainplan.optimizer.space import (
     divisors,
 )
 
-__all__ = ["load_scenario", "check_scenario", "build_problem", "TOP_KEYS"]
+if TYPE_CHECKING:  # the request is built from this module's keys (interface.requests)
+    from trainplan.interface.requests import SearchRequest
+    from trainplan.optimizer.case import Case
 
-TOP_KEYS = {
-    "description",
-    "source",
-    "model",
-    "gpu",
-    "gpus",
-    "seq_len",
-    "global_batch",
-    "global_batch_tokens",
-    "objective",
-    "tokens",
-    "gpu_hour_price",
-    "max_layers",
-    "mtp_layers",
-    "framework",
-    "per_stage",
-    "space",
-    "constraints",
-    "cluster",
-}
-SPACE_KEYS = {
-    "optimizer",
-    "tp",
-    "pp",
-    "cp",
-    "cp_kind",
-    "cp_a2a",
-    "ep",
-    "micro_batch",
-    "max_tp",
-    "max_micro_batch",
-    "zero",
-    "recompute",
-    "schedule",
-    "virtual_stages",
-    "rank_order",
-    "framework",
-}
-CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
-CLUSTER_KEYS = {
-    "nvlink_domain",
-    "nvlink_gbps",
-    "scaleout_gbps",
-    "kernel_efficiency",
-    "attention_efficiency",
-    "overlap",
-    "flash_attention",
-    "fabric",
-    "pod_size",
-    "oversubscription",
-    "causal_attention_flops",
-    "zero3_regather",
-    "activation_convention",
-    "memory_efficient_norm",
-    "tp_block_inputs",
-    *RECIPE_KEYS,
-    "memory_reserve_gib",
-    "vocab_multiple",
-    "time_model",
-    "gemm_efficiency",
-    "hbm_efficiency",
-    "scaleup_efficiency",
-    "scaleout_efficiency",
-    "tp_comm_overlap",
-    "grad_reduce_overlap",
-    "attention_kernel",
-    "calibration",
-}
-
-
-_FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
-    "flag",
-    "text",
-    "count",
-    "whole",
-    "number",
-    "sizes",
-    "price",
-    "fractions",
-)
-_ANY = "any"  # a key without a kind yet (a test requires one for every key)
-_HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
-_SCHEDULES = tuple(x.value for x in Schedule)
-_RECOMPUTES = tuple(x.value for x in Recompute)
-_FRAMEWORKS = tuple(x.value for x in Framework)
-_OPTIMIZERS = tuple(x.value for x in OptimizerKind)
-_CP_KINDS = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
-VALUE_KINDS: dict[str, Any] = {
-    # top level
-    "description": _TEXT,
-    "source": _TEXT,
-    "model": _TEXT,
-    "gpu": [_TEXT],
-    "gpus": _SIZES,
-    "seq_len": _COUNT,
-    "global_batch": _SIZES,
-    "global_batch_tokens": _SIZES,
-    "objective": tuple(o.value for o in Objective),
-    "tokens": _COUNT,
-    "gpu_hour_price": _PRICE,
-    "max_layers": _COUNT,
-    "mtp_layers": _WHOLE,
-    "framework": [_FRAMEWORKS],  # top level or [space]: one profile or a list
-    # [space]
-    "tp": [_COUNT],
-    "pp": [_COUNT],
-    "cp": [_COUNT],
-    "cp_kind": [_CP_KINDS],
-    "optimizer": [_OPTIMIZERS],
-    "cp_a2a": [_COUNT],
-    "ep": [_COUNT],
-    "micro_batch": [_COUNT],
-    "max_tp": _COUNT,
-    "max_micro_batch": _COUNT,
-    "zero": [(0, 1, 2, 3)],
-    "recompute": [_RECOMPUTES],
-    "schedule": [_SCHEDULES],
-    "virtual_stages": [_COUNT],
-    "rank_order": [_TEXT],
-    # [constraints]
-    "headroom": _NUMBER,
-    "min_mfu": _NUMBER,
-    "tp_in_nvlink": _FLAG,
-    "per_stage": _FLAG,
-    # [cluster]
-    "nvlink_domain": _COUNT,
-    "nvlink_gbps": _NUMBER,
-    "scaleout_gbps": _NUMBER,
-    "kernel_efficiency": _NUMBER,
-    "attention_efficiency": _NUMBER,
-    "overlap": _FRACTIONS,
-    "flash_attention": _FLAG,
-    "fabric": ("two-tier", "fat-tree", "rail"),
-    "pod_size": _COUNT,
-    "oversubscription": _NUMBER,
-    "causal_attention_flops": _FLAG,
-    "zero3_regather": _FLAG,
-    "activation_convention": ("paper", "pytorch"),
-    "memory_efficient_norm": _FLAG,
-    "tp_block_inputs": TP_BLOCK_INPUTS,
-    "gradient_dtype": ("bf16", "fp32"),
-    "precision": ("bf16", "fp8"),
-    "fp8_recipe": ("delayed", "tensorwise", "blockwise", "mxfp8"),
-    "optimizer_dtype": ("fp32", "bf16"),
-    "master_weights": _FLAG,
-    "offload_optimizer": _NUMBER,
-    "offload_params": _FLAG,
-    "offload_activations": [OFFLOAD_MODULES],
-    "recompute_modules": [RECOMPUTE_MODULES],
-    "fp8_param_gather": _FLAG,
-    "muon_tp_mode": ("blockwise", "duplicated"),
-    "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
-    "host_link_gbps": _NUMBER,
-    "host_memory_gbps": _NUMBER,
-    "document_length": _NUMBER,
-    "document_length_spread": _NUMBER,
-    "document_lengths": _HISTOGRAM,
-    "moe_capacity_factor": _NUMBER,
-    "moe_pad_to_capacity": _FLAG,
-    "moe_imbalance": _NUMBER,
-    "moe_node_limit": _COUNT,
-    "moe_dispatcher": DISPATCHERS,
-    "moe_ep_overlap": EP_OVERLAPS,
-    "memory_reserve_gib": _NUMBER,
-    "vocab_multiple": _COUNT,
-    "time_model": ("roofline", "single"),
-    "gemm_efficiency": _NUMBER,
-    "hbm_efficiency": _NUMBER,
-    "scaleup_efficiency": _NUMBER,
-    "scaleout_efficiency": _NUMBER,
-    "tp_comm_overlap": ("none", "async", "full", "async-tp"),
-    "grad_reduce_overlap": _FLAG,
-    "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
-    "calibration": _TEXT,
-}
-"""The kind of value each scenario key holds — the one place a file's value types are checked:
-``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
-"15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
-``price`` (a number or a table GPU = number), ``histogram`` ([[length, count], …]),
-``fractions`` (a table axis = number in [0, 1]), a tuple of allowed values, or ``[kind]`` for
-one value or a list of them. Ranges and rules beyond the type (min_mfu in (0, 1], headroom in
-[0, 1)…) are checked where the value is used, by the same code as the command-line options."""
-
-
-def _check_value(key: str, value: Any, kind: Any) -> None:
-    """Raise InputError when ``value`` is not of ``kind`` (see :data:`VALUE_KINDS`)."""
-    if isinstance(kind, list):
-        if kind[0] == _COUNT:
-            parse_counts(value, key)
-            return
-        if isinstance(kind[0], tuple) and isinstance(value, str):
-            value = value.replace(",", ";")  # names hold no comma: core_attn,mlp is two
-        for item in list_items(value, key):
-            _check_value(key, item, kind[0])
-    elif isinstance(kind, tuple):
-        if isinstance(value, bool) or value not in kind:
-            raise InputError(f"{key}: {value!r} is not one of {', '.join(map(str, kind))}")
-    elif kind == _FLAG:
-        if not isinstance(value, bool):
-            raise InputError(f"{key}: {value!r} must be true or false")
-    elif kind == _TEXT:
-        if not isinstance(value, str):
-            raise InputError(f"{key}: {value!r} must be a string")
-    elif kind == _COUNT:
-        parse_count(value, key)
-    elif kind == _WHOLE:
-        parse_count(value, key, minimum=0)
-    elif kind == _NUMBER:
-        parse_number(value, key)
-    elif kind == _SIZES and key != "global_batch_tokens":  # tokens: checked with seq_len
-        parse_counts(value, key, ranges=True)
-    elif kind == _SIZES:
-        list_items(value, key)
-    elif kind == _HISTOGRAM:
-        histogram(value)
-    elif kind in (_PRICE, _FRACTIONS):
-        table = value if isinstance(value, dict) else {None: value}
-        if kind == _FRACTIONS and not isinstance(value, dict):
-            raise InputError(f"{key}: {value!r} must be a table of fractions, e.g. {{ dp = 0.5 }}")
-        for name, number in table.items():
-            x = parse_number(number, f"{key} {name}" if name else key)
-            if kind == _FRACTIONS and not 0 <= x <= 1:
-                raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
-
-
-def load_scenario(path: str | Path) -> dict[str, Any]:
-    """Read and check a scenario file (flat dict with the ``space``/``constraints``/``cluster`` tables):
-    every key known, every value of its kind (:data:`VALUE_KINDS`).
-
-    Raises
-    ------
-    ScenarioError
-        Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
-        an empty list, or the read error (not TOML, not UTF-8, nested too deeply, not a file).
-    """
-    p = Path(path)
-    try:
-        if not p.is_file():  # a device or pipe would be read without end
-            raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ScenarioError(f"scenario {p}: {err}") from None
-    except RecursionError:
-        raise ScenarioError(
-            f"scenario {p}: tables or lists nest too deeply to read (a scenario nests two levels)"
-        ) from None
-    check_scenario(data, f"scenario {p}")
-    return data
-
-
-def check_scenario(data: dict[str, Any], where: str) -> None:
-    """Check a scenario's values (as TOML reads them): every key known, every value of its kind
-    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way.
-
-    Raises
-    ------
-    ScenarioError
-        ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
-    """
-    where = f"{where}: " if where else ""
-    for name, keys in (
-        ("", TOP_KEYS),
-        ("space", SPACE_KEYS),
-        ("constraints", CONSTRAINT_KEYS),
-        ("cluster", CLUSTER_KEYS),
-    ):
-        table = data.get(name, {}) if name else data
-        if not isinstance(table, dict):
-            raise ScenarioError(f"{where}{name} = {table!r} must be a table, [{name}]")
-        unknown = sorted(set(table) - keys)
-        if unknown:
-            raise ScenarioError(
-                f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
-            )
-        for key, value in table.items():
-            if key in ("space", "constraints", "cluster"):
-                continue
-            try:
-                _check_value(key, value, VALUE_KINDS.get(key, _ANY))
-            except InputError as err:
-                raise ScenarioError(f"{where}{err}") from None
+__all__ = [
+    "load_scenario",
+    "check_scenario",
+    "build_problem",
+    "problem_of",
+    "TOP_KEYS",
+    "SPACE_KEYS",
+    "CONSTRAINT_KEYS",
+    "CLUSTER_KEYS",
+    "VALUE_KINDS",
+]
 
 
 def _listify(value: Any) -> list[Any]:
@@ -390,35 +125,31 @@ def _parts(value: Any) -> list[str | DeviceSpec]:
     return list(opts.names(value, "gpu"))
 
 
-def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
-    def ints(key: str) -> tuple[int, ...] | None:
-        return None if d.get(key) is None else tuple(parse_counts(d[key], key))
+def _ints(d: Mapping[str, Any], key: str) -> tuple[int, ...] | None:
+    """The counts of list ``key`` of the space, or None when not given (every value)."""
+    return None if d.get(key) is None else tuple(parse_counts(d[key], key))
 
-    tp = ints("tp")
+
+def _space(d: Mapping[str, Any], num_gpus: int) -> SearchSpace:
+    """The :class:`SearchSpace` of the ``[space]`` values (the options' over the file's).
+
+    Raises
+    ------
+    InputError
+        A value its rule refuses; a CP flavour or inner degree the space could never use; a
+        schedule no framework of the space runs; v > 1 without an interleaved schedule.
+    """
+    tp = _ints(d, "tp")
     schedules = tuple(Schedule(s) for s in opts.names(d.get("schedule"), "schedule")) or tuple(
         Schedule
     )
-    for v in ints("virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
+    for v in _ints(d, "virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
         check_virtual_stages(v, schedules)
     if d.get("max_tp"):  # a cap, not a list: each job keeps its own count's divisors below it
         cap = parse_count(d["max_tp"], "max_tp")
         tp = tuple(t for t in (tp or range(1, cap + 1)) if t <= cap)
-    cp = ints("cp") or (1,)
-    cp_kinds = tuple(dict.fromkeys(_cp_kind(k) for k in opts.names(d.get("cp_kind"), "cp_kind")))
-    cp_a2a = ints("cp_a2a")
-    check_applicable(  # a CP flavour or inner degree the space could never use is an error
-        {
-            "cp_kind": ", ".join(cp_kinds) if cp_kinds and max(cp) == 1 else None,
-            "cp_a2a": ", ".join(map(str, cp_a2a))
-            if cp_a2a and CpKind.HYBRID not in cp_kinds
-            else None,
-        },
-        {
-            "cp_kind": "it chooses among context-parallel flavours, and the search's cp is 1 "
-            "(add --cp 2 …)",
-            "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
-        },
-    )
+    cp = _ints(d, "cp") or (1,)
+    cp_kinds, cp_a2a = _cp_space(d, cp)
     frameworks = tuple(
         dict.fromkeys(parse_framework(f) for f in opts.names(d.get("framework"), "framework"))
     ) or (DEFAULT_FRAMEWORK,)
@@ -429,16 +160,16 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
-        pp=ints("pp"),
+        pp=_ints(d, "pp"),
         cp=cp,
-        ep=ints("ep"),
-        micro_batch_size=ints("micro_batch"),
+        ep=_ints(d, "ep"),
+        micro_batch_size=_ints(d, "micro_batch"),
         max_micro_batch_size=parse_count(d.get("max_micro_batch") or 8, "max_micro_batch"),
         zero_stages=tuple(dict.fromkeys(int(z) for z in _listify(d.get("zero")))) or (0, 1, 2, 3),
         recomputes=tuple(Recompute(r) for r in opts.names(d.get("recompute"), "recompute"))
         or tuple(Recompute),
         schedules=schedules,
-        virtual_stages=ints("virtual_stages") or DEFAULT_VIRTUAL_STAGES,
+        virtual_stages=_ints(d, "virtual_stages") or DEFAULT_VIRTUAL_STAGES,
         rank_orders=tuple(
             dict.fromkeys(_order(o) for o in opts.names(d.get("rank_order"), "rank_order"))
         )
@@ -453,11 +184,34 @@ def _space(d: dict[str, Any], num_gpus: int) -> SearchSpace:
     )
 
 
+def _cp_space(
+    d: Mapping[str, Any], cp: tuple[int, ...]
+) -> tuple[tuple[CpKind, ...], tuple[int, ...] | None]:
+    """(the CP flavours asked for, the a2a+p2p inner degrees asked for); one the space could
+    never use (a flavour with cp 1 only, an inner degree without a2a+p2p) is an error."""
+    cp_kinds = tuple(dict.fromkeys(_cp_kind(k) for k in opts.names(d.get("cp_kind"), "cp_kind")))
+    cp_a2a = _ints(d, "cp_a2a")
+    check_applicable(
+        {
+            "cp_kind": ", ".join(cp_kinds) if cp_kinds and max(cp) == 1 else None,
+            "cp_a2a": ", ".join(map(str, cp_a2a))
+            if cp_a2a and CpKind.HYBRID not in cp_kinds
+            else None,
+        },
+        {
+            "cp_kind": "it chooses among context-parallel flavours, and the search's cp is 1 "
+            "(add --cp 2 …)",
+            "cp_a2a": "it is the inner degree of --cp-kind a2a+p2p, which is not searched",
+        },
+    )
+    return cp_kinds, cp_a2a
+
+
 def _cp_kind(text: str) -> CpKind:
     try:
         return CpKind(text.lower())
     except ValueError:
-        raise InputError(f"cp_kind: {text!r} is not one of {', '.join(_CP_KINDS)}") from None
+        raise InputError(f"cp_kind: {text!r} is not one of {', '.join(CP_KIND_NAMES)}") from None
 
 
 def _order(text: str) -> tuple[str, ...]:
@@ -494,21 +248,24 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
 
 
 def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
-    """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`."""
-    d = {**file_values, **{k: v for k, v in cli.items() if v not in (None, (), [])}}
-    space_d = {
-        **({"framework": file_values["framework"]} if "framework" in file_values else {}),
-        **file_values.get("space", {}),
-        **{k: v for k, v in cli.get("space", {}).items() if v not in (None, (), [])},
-    }
-    cons_d = {
-        **file_values.get("constraints", {}),
-        **{k: v for k, v in cli.get("constraints", {}).items() if v is not None},
-    }
-    clus_d = {
-        **file_values.get("cluster", {}),
-        **{k: v for k, v in cli.get("cluster", {}).items() if v not in (None, {}, ())},
-    }
+    """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`
+    (:func:`interface.requests.merged_request`, then :func:`problem_of`)."""
+    from trainplan.interface.requests import merged_request
+
+    return problem_of(merged_request(file_values, cli))
+
+
+def problem_of(request: SearchRequest) -> Problem:
+    """The search :class:`Problem` of a search request: its jobs (model × accelerator × GPU
+    count × batch, each a case of :func:`interface.inputs.build_case`), space, constraints and
+    objective.
+
+    Raises
+    ------
+    PlannerError
+        A value its rule refuses (one line), an unknown model or GPU.
+    """
+    d, space_d, cons_d = request.values, request.space, request.constraints
     if d.get("gpus") is None:
         raise InputError(
             "gpus: give --gpus N (a count, or a range 1024..16384; repeat it for several)"
@@ -519,30 +276,13 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         raise InputError(f"gpu: {d['gpu']!r} names no accelerator (trainplan gpus lists them)")
     names = [p if isinstance(p, str) else p.name for p in accelerators]
     prices = opts.prices(d.get("gpu_hour_price"), names)
-    objective = Objective(str(d.get("objective") or "step-time"))
-    several_batches = (
-        len(
-            opts.batches(
-                d.get("global_batch"),
-                d.get("global_batch_tokens"),
-                parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1,
-            )
-        )
-        > 1
-    )
-    if several_batches and not d.get("objective"):
-        objective = Objective.TOKENS_PER_GPU  # step times of different batches do not compare
-    elif several_batches and objective is Objective.STEP_TIME:
-        raise InputError(
-            "global_batch: several batch sizes make step times incomparable; use "
-            "--objective tokens-per-gpu or time-to-train"
-        )
+    objective = _objective(d)
     space = _space(space_d, counts[0])
     base = {
         "model": d.get("model"),
         **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
-        **_tp_plan(clus_d, space, counts),
+        **_tp_plan(request.cluster, space, counts),
     }
     opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
@@ -561,15 +301,7 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         if gpu not in calibrated:
             params.pop("calibration", None)
         case = build_case(params) if not variant else _variant_case(params, variant)
-        batches = opts.batches(
-            d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
-        ) or [case.training.global_batch_size]
-        for batch in batches:
-            job_case = (
-                case if batch == case.training.global_batch_size else _with_batch(case, batch)
-            )
-            label = f"{job_case.model.name} on {count} × {name}, B {batch}"
-            jobs.append(Job(job_case, count, label, prices[name]))
+        jobs += _jobs(case, d, count, name, prices[name])
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
     constraints = Constraints(
@@ -578,15 +310,47 @@ def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
         tp_in_nvlink=bool(cons_d.get("tp_in_nvlink")),
     )
     return Problem(
-        jobs=tuple(jobs),
-        space=space,
-        constraints=constraints,
-        objective=objective,
-        tokens=tokens,
+        jobs=tuple(jobs), space=space, constraints=constraints, objective=objective, tokens=tokens
     )
 
 
-def _tp_plan(cluster: dict[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
+def _objective(d: Mapping[str, Any]) -> Objective:
+    """The objective asked for; tokens per GPU when several batch sizes are searched and none
+    is named (their step times do not compare).
+
+    Raises
+    ------
+    InputError
+        Several batch sizes with the step-time objective named.
+    """
+    objective = Objective(str(d.get("objective") or "step-time"))
+    seq_len = parse_count(d["seq_len"], "seq_len") if d.get("seq_len") is not None else 1
+    several = len(opts.batches(d.get("global_batch"), d.get("global_batch_tokens"), seq_len)) > 1
+    if several and not d.get("objective"):
+        return Objective.TOKENS_PER_GPU
+    if several and objective is Objective.STEP_TIME:
+        raise InputError(
+            "global_batch: several batch sizes make step times incomparable; use "
+            "--objective tokens-per-gpu or time-to-train"
+        )
+    return objective
+
+
+def _jobs(case: Case, d: Mapping[str, Any], count: int, name: str, price: Any) -> list[Job]:
+    """The jobs of one case on ``count`` GPUs of accelerator ``name``: one per global batch
+    searched (the case's own when none is given)."""
+    batches = opts.batches(
+        d.get("global_batch"), d.get("global_batch_tokens"), case.training.seq_len
+    ) or [case.training.global_batch_size]
+    out = []
+    for batch in batches:
+        job_case = case if batch == case.training.global_batch_size else _with_batch(case, batch)
+        label = f"{job_case.model.name} on {count} × {name}, B {batch}"
+        out.append(Job(job_case, count, label, price))
+    return out
+
+
+def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) -> dict[str, Any]:
     """The ``[cluster]`` values as the jobs' cases take them: ``tp_block_inputs`` checked against
     the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
     passed on as the recipe's ``gathered_block_inputs``, which every other profile the search

@@ -34,7 +34,15 @@ from trainplan.interface.scenario import (
 from trainplan.model.errors import InputError
 from trainplan.model.units import shown_text
 
-__all__ = ["SEARCH_KEYS", "EVALUATE_KEYS", "KEY_HELP", "read_sets", "merge", "table_of"]
+__all__ = [
+    "SEARCH_KEYS",
+    "EVALUATE_KEYS",
+    "KEY_HELP",
+    "read_sets",
+    "read_line",
+    "merge",
+    "table_of",
+]
 
 SEARCH_KEYS = frozenset(VALUE_KINDS) - {"description", "source"}
 """What ``--set`` takes on search and frontier: every key of a scenario file (but its notes)."""
@@ -152,7 +160,7 @@ def table_of(key: str) -> str | None:
     return next((name for name, keys in _TABLES if key in keys), None)
 
 
-def _line(item: str) -> dict[str, Any]:
+def read_line(item: str) -> dict[str, Any]:
     """``KEY=VALUE`` as TOML reads ``KEY = VALUE``, or with VALUE as quoted text."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
@@ -190,7 +198,7 @@ def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[
     """
     out: dict[str, Any] = {}
     for item in items:
-        for key, value in _line(item).items():
+        for key, value in read_line(item).items():
             if key not in keys:
                 raise _unknown(key, keys, command)
             before = out.get(key)
@@ -202,7 +210,7 @@ def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[
             if twice:
                 raise InputError(
                     f"--set {key}: set twice with different values ({before!r}, then "
-                    f"{_line(item)[key]!r}); give it once"
+                    f"{read_line(item)[key]!r}); give it once"
                 )
             out[key] = value
     nested: dict[str, Any] = {}

@@ -7,6 +7,7 @@ publish) — for the command line and scenario files alike (:func:`interface.sce
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from trainplan.model.errors import InputError, check_applicable
@@ -94,7 +95,7 @@ def prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
     return {g: (_price(pairs[g], g) if g in pairs else None) for g in gpus}
 
 
-def require_batch(d: dict[str, Any]) -> None:
+def require_batch(d: Mapping[str, Any]) -> None:
     """A search needs the global batch: a model without a published one (a config.json,
     dimensions given) has it from the user, or every job would search B = 1 sequence.
 
@@ -121,7 +122,7 @@ _DEFAULT_CAPS = {"max_tp": 2**24, "max_micro_batch": 8}
 
 
 def check_applies(
-    objective: Objective, tokens: Any, space_d: dict[str, Any], jobs: list[Job]
+    objective: Objective, tokens: Any, space_d: Mapping[str, Any], jobs: list[Job]
 ) -> None:
     """Options the search would otherwise ignore or contradict, refused with both named: a token
     budget an objective does not use; a degree or micro-batch above the cap given beside it; an

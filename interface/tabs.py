@@ -91,38 +91,42 @@ def pipeline_report(
     )
     v = 1 if v is None else v
     ratio = positive("backward_ratio", 2 if backward_ratio is None else backward_ratio)
+    return jsonable(_whole_backward_report(p, m, schedule, v, ratio))
+
+
+def _whole_backward_report(p: int, m: int, schedule: str, v: int, ratio: Any) -> dict[str, Any]:
+    """The pipeline tab of a schedule with whole backwards (1F1B, GPipe, interleaved): its
+    simulated timeline, checked against the closed forms of the bubble."""
     t = simulate(p, m, schedule, v, ratio)
     frac = t.idle_fraction(0)
     idle = t.step_time - t.busy_time(0)
     if frac != bubble_fraction(p, m, v) or idle / t.busy_time(0) != bubble_ratio(p, m, v):
         raise AssertionError(f"simulated bubble {frac} ≠ closed form")  # pragma: no cover
-    return jsonable(
-        {
-            "tab": "pipeline",
-            "stages": p,
-            "microbatches": m,
-            "schedule": str(t.schedule),
-            "virtual_stages": v,
-            "backward_ratio": ratio,
-            "bubble_fraction": frac,
-            "bubble_fraction_exact": f"{frac.numerator}/{frac.denominator}",
-            "bubble_fraction_formula": f"(p − 1)/(v·m + p − 1) = {p - 1}/({v}·{m} + {p - 1})",
-            "bubble_ratio": idle / t.busy_time(0),
-            "bubble_ratio_formula": f"(p − 1)/(v·m) = {p - 1}/({v}·{m})",
-            "held_per_stage": [t.peak_held(i) for i in range(p)],
-            "step_time_units": t.step_time,
-            "busy_time_units": t.busy_time(0),
-            "time_unit": "one stage's forward of one micro-batch",
-            "timeline": [
-                {
-                    "stage": i,
-                    "slots": [s.to_dict() for s in t.slots[i]],
-                    "held_over_time": [list(e) for e in t.held_over_time(i)],
-                }
-                for i in range(p)
-            ],
-        }
-    )
+    return {
+        "tab": "pipeline",
+        "stages": p,
+        "microbatches": m,
+        "schedule": str(t.schedule),
+        "virtual_stages": v,
+        "backward_ratio": ratio,
+        "bubble_fraction": frac,
+        "bubble_fraction_exact": f"{frac.numerator}/{frac.denominator}",
+        "bubble_fraction_formula": f"(p − 1)/(v·m + p − 1) = {p - 1}/({v}·{m} + {p - 1})",
+        "bubble_ratio": idle / t.busy_time(0),
+        "bubble_ratio_formula": f"(p − 1)/(v·m) = {p - 1}/({v}·{m})",
+        "held_per_stage": [t.peak_held(i) for i in range(p)],
+        "step_time_units": t.step_time,
+        "busy_time_units": t.busy_time(0),
+        "time_unit": "one stage's forward of one micro-batch",
+        "timeline": [
+            {
+                "stage": i,
+                "slots": [s.to_dict() for s in t.slots[i]],
+                "held_over_time": [list(e) for e in t.held_over_time(i)],
+            }
+            for i in range(p)
+        ],
+    }
 
 
 # ------------------------------------------------------------------------------------ MFU

@@ -142,6 +142,40 @@ def cost_options(
     InputError
         A value out of range, or an option of the other time model.
     """
+    time_model = _time_model(params, framework)
+    figures = _figures(params, device, training)
+    kernel = params.get("kernel_efficiency")
+    return CostOptions(
+        kernel_efficiency=fraction_of_peak(kernel, "kernel_efficiency")
+        if kernel is not None
+        else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
+        overlap=dict(params.get("overlap", {})),
+        mfu_convention=params.get("mfu_convention", "6n"),
+        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
+        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
+        # full s² is computed (Megatron-LM's Eq. 3 convention).
+        causal_attention_flops=bool_param(
+            params, "causal_attention_flops", training.flash_attention
+        ),
+        zero3_regather=bool_param(params, "zero3_regather", False),
+        attention_efficiency=attention_efficiency,
+        time_model=time_model,
+        roofline=deployed_params(device.name, _attention_kernel(params, figures), **figures),
+        tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
+        attention_kernel=params.get("attention_kernel"),
+        grad_reduce_overlap=bool_param(params, "grad_reduce_overlap", True),
+    )
+
+
+def _time_model(params: Mapping[str, Any], framework: Framework) -> TimeModel:
+    """The time model asked for (roofline by default), with the options of the other model
+    refused.
+
+    Raises
+    ------
+    InputError
+        ``time_model`` roofline under the textbook profile; an option of the model not used.
+    """
     time_model = _choice(TimeModel, params, "time_model", "roofline")
     if params.get("time_model") == "roofline" and not framework.physical:
         raise InputError(
@@ -164,6 +198,15 @@ def cost_options(
             {k: params.get(k) for k in TIME_KEYS if k != "time_model"},
             {k: why for k in TIME_KEYS if k != "time_model"},
         )
+    return time_model
+
+
+def _figures(
+    params: Mapping[str, Any], device: DeviceSpec, training: TrainingSpec
+) -> dict[str, Any]:
+    """The roofline's figures given: a calibration file's for its accelerator, then the
+    efficiencies given (each a fraction of peak in (0, 1]); no attention efficiency without
+    FlashAttention."""
     figures = (
         read_calibration(params["calibration"], device.name) if params.get("calibration") else {}
     )
@@ -176,27 +219,7 @@ def cost_options(
         )
     if not training.flash_attention:
         figures.pop("attention_efficiency", None)
-    kernel = params.get("kernel_efficiency")
-    return CostOptions(
-        kernel_efficiency=fraction_of_peak(kernel, "kernel_efficiency")
-        if kernel is not None
-        else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
-        overlap=dict(params.get("overlap", {})),
-        mfu_convention=params.get("mfu_convention", "6n"),
-        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
-        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
-        # full s² is computed (Megatron-LM's Eq. 3 convention).
-        causal_attention_flops=bool_param(
-            params, "causal_attention_flops", training.flash_attention
-        ),
-        zero3_regather=bool_param(params, "zero3_regather", False),
-        attention_efficiency=attention_efficiency,
-        time_model=time_model,
-        roofline=deployed_params(device.name, _attention_kernel(params, figures), **figures),
-        tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
-        attention_kernel=params.get("attention_kernel"),
-        grad_reduce_overlap=bool_param(params, "grad_reduce_overlap", True),
-    )
+    return figures
 
 
 def _attention_kernel(params: Mapping[str, Any], figures: Mapping[str, Any]) -> str | None:

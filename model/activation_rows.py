@@ -33,27 +33,37 @@ def _mask(arch: Architecture) -> int:
     return 1 if arch.dropout else 0
 
 
+def _mla_rows(arch: Architecture, S: Fraction, beta: int) -> list[tuple[str, Fraction, str]]:
+    """MLA's attention rows (DeepSeek-V3): the norm input and its output, the query latent and
+    its norm output (the q up-projection's input), the KV latent with the RoPE key and its norm
+    output, Q, K, V and the output projection's input."""
+    assert arch.mla is not None
+    m, a, h = arch.mla, arch.num_attention_heads, arch.hidden_size
+    qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    rows = [
+        ("attention norm input", beta * S * h, "sp"),
+        ("attention projection input", beta * S * h, "sp"),
+    ]
+    if m.q_lora_rank is not None:
+        rows += [
+            ("query latent", beta * S * m.q_lora_rank, "sp"),
+            ("query latent norm output", beta * S * m.q_lora_rank, "sp"),
+        ]
+    return rows + [
+        ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
+        ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
+        ("Q", beta * S * qk, "tp"),
+        ("K", beta * S * qk, "tp"),
+        ("V", beta * S * a * m.v_head_dim, "tp"),
+        ("output projection input", beta * S * a * m.v_head_dim, "tp"),
+    ]
+
+
 def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str, Fraction, str]]:
     S, beta, a, s_cp = ctx.tokens, ctx.activation_bytes, arch.num_attention_heads, ctx.tokens
     h = arch.hidden_size
     if arch.attention is AttentionKind.MLA:
-        assert arch.mla is not None
-        m = arch.mla
-        qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        rows = [
-            ("attention norm input", beta * S * h, "sp"),
-            ("attention projection input", beta * S * h, "sp"),
-        ]
-        if m.q_lora_rank is not None:
-            rows.append(("query latent and its norm output", 2 * beta * S * m.q_lora_rank, "sp"))
-        rows += [
-            ("kv latent with rope key", beta * S * (m.kv_lora_rank + m.qk_rope_head_dim), "sp"),
-            ("kv latent norm output", beta * S * m.kv_lora_rank, "sp"),
-            ("Q", beta * S * qk, "tp"),
-            ("K", beta * S * qk, "tp"),
-            ("V", beta * S * a * m.v_head_dim, "tp"),
-            ("output projection input", beta * S * a * m.v_head_dim, "tp"),
-        ]
+        rows = _mla_rows(arch, S, beta)
     else:
         d, g = arch.dim_per_head, arch.kv_heads
         rows = [
@@ -211,6 +221,20 @@ NORM_OUTPUTS = frozenset({"QKV projection input", "attention projection input", 
 """The projection inputs that are a norm's output (shared with a memory-efficient norm)."""
 
 
+_DEEPSEEK_SWIGLU_INPUTS = frozenset(
+    {"routed expert SwiGLU input (gate, up)", "shared expert SwiGLU input (gate, up)"}
+)
+"""The SwiGLU operators "in MoE" whose inputs DeepSeek-V3 caches in FP8 and whose outputs it
+recomputes (arXiv 2412.19437 §3.3.3, "Low-Precision Activation" (2): "Inputs of the SwiGLU
+operator in MoE. To further reduce the memory cost, we cache the inputs of the SwiGLU operator
+and recompute its output in the backward pass. These activations are also stored in FP8"): the
+routed experts' and the shared expert's, both of the MoE module (deepseek-ai/DeepSeek-V3
+``inference/model.py``: ``MoE.__init__`` builds ``self.experts`` and ``self.shared_experts``;
+a dense layer's ``MLP`` is not in it). The routed experts' output is recomputed by the recompute
+module ``moe_act``; the shared expert's by the storage itself (Megatron-Core's ``moe_act``
+covers the grouped experts only)."""
+
+
 def fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -231,8 +255,10 @@ def fp8_rows(
             # §3.3.3 (1): one E5M6 copy serves the attention core's and the projection's backward
             e5m6 = value * E5M6_ACTIVATION_BYTES / ctx.activation_bytes
             out.append((f"{name} (E5M6, the attention output)", e5m6, kind))
-        elif deepseek and name == "routed expert SwiGLU input (gate, up)":
+        elif deepseek and name in _DEEPSEEK_SWIGLU_INPUTS:
             out.append((f"{name} (FP8)", value * scale, kind))  # §3.3.3 (2)
+        elif deepseek and name == "shared expert down projection input":
+            continue  # §3.3.3 (2): the SwiGLU output recomputed from its cached input
         elif name not in FP8_LINEAR_INPUTS:
             out.append((name, value, kind))
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
@@ -257,7 +283,8 @@ GATHERED_INPUTS = frozenset(
         "QKV projection input",
         "FC1 input",
         "attention projection input",
-        "query latent and its norm output",
+        "query latent",
+        "query latent norm output",
         "query latent norm statistics (fp32 rstd)",
         "kv latent with rope key",
         "kv latent norm output",

@@ -219,6 +219,11 @@ class ActivationContext:
     """With ``fp8_linear_inputs``: ``deepseek_v3`` keeps the attention output once in E5M6
     and the routed experts' SwiGLU input in FP8 (DeepSeek-V3 §3.3.3;
     :data:`model.precision.FP8_ACTIVATION_STORAGE`)."""
+    every_norm: bool = False
+    """``recompute_modules``' ``layernorm`` recomputes every norm of the layer, its output kept
+    by no one (the ``textbook`` profile: a paper's "all RMSNorm operations", DeepSeek-V3
+    §3.2.3); False: only the norms Megatron-Core's Transformer Engine spec builds as modules of
+    their own (:func:`model.recompute_modules.recomputed_rows`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
@@ -313,7 +318,9 @@ def kind_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> L
     selective = _op_selective(arch, moe, ctx)
     if selective is None:
         mla = arch.attention is AttentionKind.MLA
-        dropped = recomputed_rows(dict(terms), scores, ctx.recompute_modules, mla, moe)
+        dropped = recomputed_rows(
+            dict(terms), scores, ctx.recompute_modules, mla, moe, ctx.every_norm
+        )
         selective = sum((b for n, b in terms if n not in dropped), Fraction(0))
     kept_input = ckpt if "attention norm input" in dict(terms) else Fraction(0)
     return LayerActivations(terms, scores, ckpt, full, selective, kept_input)

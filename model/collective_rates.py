@@ -79,17 +79,12 @@ def nccl_latency_us(
     (``src/graph/tuning.cc``) with the constants of ``[nccl_latency]``; ``ranks`` spread evenly
     over ``nodes``; the topology's extra inter-node latency (``graph->latencyInter``) taken as 0:
 
-    * ``ring`` — base + (steps − s_net)·intra + s_net·net, steps ``2(n − 1)`` for all-reduce and
-      ``n − 1`` otherwise, ``s_net`` = ``2(nodes − 1)`` or ``nodes − 1`` of them across nodes;
-      across nodes the intra-node hop is at least the CPU's network overhead (×3 for Simple),
-      and the net hop is the tree's when one rank sits on each node;
+    * ``ring`` — steps ``2(n − 1)`` for all-reduce, ``n − 1`` otherwise (:func:`_ring_us`); the
+      net hop is the tree's when one rank sits on each node;
     * ``tree`` (all-reduce) — base + 2·((n/nodes − 1)·intra + ⌊log2 nodes⌋·net);
     * ``nvls`` — the NVLink SHARP hop alone (no base), plus the net hop across nodes;
     * ``nvls_tree`` (all-reduce) — intra + 2·⌊log2 nodes⌋·net;
     * ``pat`` (all-gather, reduce-scatter) — base + ⌊log2 nodes⌋·net/3.5 + 2.8·n.
-
-    Not modelled here: the ×1.4 plateau NCCL adds to a multi-node Simple ring all-reduce once
-    each rank's share of a channel reaches 64 bytes (``ring_plateau``; it needs the channel count).
 
     Raises
     ------
@@ -117,12 +112,7 @@ def nccl_latency_us(
     net = _hw(lat, "net", net_algo, p) if nodes > 1 else 0.0
     intra = _hw(lat, intra_link, algorithm, p)
     if algorithm == "ring":
-        steps = 2 * (ranks - 1) if collective == "all-reduce" else ranks - 1
-        inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "all-reduce" else nodes - 1)
-        if nodes > 1:
-            overhead = lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1)
-            intra = max(intra, overhead)
-        return lat.base_us["ring"][p] + (steps - inter) * intra + inter * net
+        return _ring_us(lat, collective, protocol, ranks, nodes, intra, net, cpu)
     if algorithm == "tree" and collective == "all-reduce":
         return lat.base_us["tree"][p] + 2 * ((ppn - 1) * intra + log_nodes * net)
     if algorithm == "nvls" and protocol == "Simple":
@@ -130,13 +120,38 @@ def nccl_latency_us(
     if algorithm == "nvls_tree" and collective == "all-reduce" and protocol == "Simple":
         return intra + 2 * log_nodes * net
     if algorithm == "pat" and collective in ("all-gather", "reduce-scatter"):
-        pat_net = _hw(lat, "net", "pat", p) if nodes > 1 else 0.0
-        return (
-            lat.base_us["pat"][p]
-            + log_nodes * pat_net / lat.pat_inter_divisor
-            + ranks * lat.pat_rank_us
-        )
+        return _pat_us(lat, p, ranks, nodes)
     raise InputError(f"nccl: {collective} does not run as {algorithm} with {protocol}")
+
+
+def _pat_us(lat: NcclLatency, p: int, ranks: int, nodes: int) -> float:
+    """:func:`nccl_latency_us` of PAT: base + ⌊log2 nodes⌋·net/3.5 + 2.8·n."""
+    net = _hw(lat, "net", "pat", p) if nodes > 1 else 0.0
+    logs = int(math.log2(nodes))
+    return lat.base_us["pat"][p] + logs * net / lat.pat_inter_divisor + ranks * lat.pat_rank_us
+
+
+def _ring_us(
+    lat: NcclLatency,
+    collective: str,
+    protocol: str,
+    ranks: int,
+    nodes: int,
+    intra: float,
+    net: float,
+    cpu: str,
+) -> float:
+    """:func:`nccl_latency_us` of a ring: base + (steps − s_net)·intra + s_net·net, the
+    intra-node hop at least the CPU's network overhead across nodes (×3 for Simple). Not
+    modelled: the ×1.4 plateau NCCL adds to a multi-node Simple ring all-reduce once each rank's
+    share of a channel reaches 64 bytes (``ring_plateau``; it needs the channel count)."""
+    steps = 2 * (ranks - 1) if collective == "all-reduce" else ranks - 1
+    inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "all-reduce" else nodes - 1)
+    if nodes > 1:
+        intra = max(intra, lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1))
+    return (
+        lat.base_us["ring"][lat.protocols.index(protocol)] + (steps - inter) * intra + inter * net
+    )
 
 
 def _curve(curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int) -> BusBwCurve:

@@ -31,6 +31,12 @@ buffers the exchange holds while one layer's attention runs:
   :func:`kv_repeat` scales the K/V terms of the head all-to-all. verl runs it under FSDP
   (the ``fsdp2`` and ``textbook`` profiles here); Megatron-Core (Transformer Engine's rule) and
   DeepSpeed refuse it by name (:func:`model.cp_rules.check_cp_framework`).
+* ``pytorch-allgather``, ``pytorch-alltoall`` — PyTorch's ``context_parallel``
+  (``torch/distributed/tensor/experimental/_attention.py``), torchtitan's CP
+  (``context_parallel_rotate_method`` ``allgather``, its default, or ``alltoall``): a ring
+  attention of cp SDPA calls per pass whose K/V arrive by one all-gather or cp − 1 sends, with
+  dK/dV passed on in FP32 in backward (:func:`torch_rotate_method`, :func:`templated_merge_bytes`).
+  The traffic table and the buffers count them as the ring (the same K/V bytes forward).
 * ``a2a+p2p`` — the hybrid (TE ``cp_comm_type = "a2a+p2p"``, Megatron-Core
   ``--hierarchical-context-parallel-sizes u r``): Ulysses over an inner group of u = ``cp_a2a``
   consecutive cp ranks, then a ring over the r = cp/u groups. After the inner all-to-all a
@@ -60,6 +66,8 @@ __all__ = [
     "cp_layer_bytes",
     "cp_transient_bytes",
     "cp_collective",
+    "torch_rotate_method",
+    "templated_merge_bytes",
 ]
 
 
@@ -67,7 +75,9 @@ class CpKind(StrEnum):
     """How context parallelism exchanges attention's inputs: ``ring`` (point-to-point K/V,
     Megatron-Core ``p2p``), ``all-gather`` (``all_gather``, Llama 3), ``ulysses`` (all-to-all
     over heads, ``a2a``), ``ulysses-kv-repeat`` (verl's Ulysses, K/V heads repeated up to the
-    sequence-parallel size) or ``a2a+p2p`` (Ulysses inside, ring across). Megatron-Core's
+    sequence-parallel size), ``a2a+p2p`` (Ulysses inside, ring across), or PyTorch's
+    ``context_parallel`` as torchtitan runs it with its ``allgather`` or ``alltoall`` rotate
+    method (``pytorch-allgather``, ``pytorch-alltoall``: :func:`torch_rotate_method`). Megatron-Core's
     ``--cp-comm-type`` spellings (``p2p``, ``all_gather``, ``a2a``) and ``hybrid`` are read as
     aliases.
 
@@ -82,6 +92,8 @@ class CpKind(StrEnum):
     ULYSSES = "ulysses"
     ULYSSES_KV_REPEAT = "ulysses-kv-repeat"
     HYBRID = "a2a+p2p"
+    PYTORCH_ALLGATHER = "pytorch-allgather"
+    PYTORCH_ALLTOALL = "pytorch-alltoall"
 
     @classmethod
     def _missing_(cls, value: object) -> CpKind | None:
@@ -294,4 +306,61 @@ def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:
         return (
             f"all-to-all of Q, K, V, O over {u} ranks + ring send/recv of K, V over {r} (a2a+p2p)"
         )
+    if kind is CpKind.PYTORCH_ALLGATHER:
+        return "all-gather of K, V + send/recv of FP32 dK, dV (PyTorch context_parallel)"
+    if kind is CpKind.PYTORCH_ALLTOALL:
+        return "send/recv of K, V + send/recv of FP32 dK, dV (PyTorch context_parallel)"
     return "ring send/recv of K, V (ring attention)"
+
+
+def torch_rotate_method(kind: CpKind) -> str:
+    """PyTorch's ``context_parallel`` rotate method a flavour runs (``allgather`` or
+    ``alltoall``), "" for every other flavour: torchtitan's CP
+    (``torch/distributed/tensor/experimental/_attention.py``, ``_templated_ring_attention`` and
+    ``_templated_ring_attention_backward``; ``_AllGatherRotater``, ``_AllToAllRotater``). The
+    core runs as cp SDPA calls per pass merged in FP32 (:func:`templated_merge_bytes`), the K/V
+    exchange overlaps the calls, and the backward passes dK, dV on in FP32
+    (:func:`model.layer_time.layer_time`).
+
+    Examples
+    --------
+    >>> torch_rotate_method(CpKind.PYTORCH_ALLGATHER), torch_rotate_method(CpKind.ALL_GATHER)
+    ('allgather', '')
+    """
+    return {CpKind.PYTORCH_ALLGATHER: "allgather", CpKind.PYTORCH_ALLTOALL: "alltoall"}.get(
+        CpKind(kind), ""
+    )
+
+
+def templated_merge_bytes(q: float, kv: float, o: float, r: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one pass of PyTorch's ring attention outside the SDPA
+    kernels, on the busiest cp rank (the last, whose every step after the first uses the whole
+    local query), for this rank's BF16 bytes ``q`` (Q), ``kv`` (K + V) and ``o`` (O) over
+    r > 1 ranks (``torch/distributed/tensor/experimental/_attention.py``; one elementwise
+    kernel per line, FP32 = twice the BF16 bytes):
+
+    * forward (``_templated_ring_attention``, ``_SDPAMerger`` with ``convert_to_f32``): the
+      first output cast to FP32 (reads o, writes 2·o: 3·o); each of the r − 1 further steps
+      casts its block output (3·o), ``out − block_out`` (6·o), the product with
+      ``sigmoid(block_lse − lse)`` (4·o) and the subtraction (6·o): 19·o; the merged output
+      cast back (3·o); ``torch.cat`` of K and V before each of the r − 1 exchanges (2·kv):
+      ``(19·r − 13)·o + 2·(r − 1)·kv``.
+    * backward (``_templated_ring_attention_backward``): FP32 zeros for dQ, dK, dV
+      (2·q + 2·kv); per step dQ accumulated in FP32 (5·q: reads 2·q + q, writes 2·q), dK/dV
+      accumulated (5·kv at the first step, ``_partial_update``'s add and ``torch.cat`` at the
+      others, 6.5·kv) and concatenated in FP32 for the next rank (4·kv), K/V concatenated for
+      the exchange (2·kv, r − 1 times); the final casts to BF16 (3·q + 3·kv):
+      ``(5·r + 5)·q + (12.5·r + 1.5)·kv``.
+
+    The log-sum-exp rows (one float per query and head) are not counted.
+
+    Examples
+    --------
+    r = 2, q = o = 4, kv = 2: forward 25·4 + 2·2 = 104; backward 15·4 + 26.5·2 = 113.
+
+    >>> templated_merge_bytes(4, 2, 4, 2)
+    (104, 113.0)
+    """
+    forward = (19 * r - 13) * o + 2 * (r - 1) * kv
+    backward = (5 * r + 5) * q + (12.5 * r + 1.5) * kv
+    return forward, backward

@@ -11,7 +11,17 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
 from trainplan.model.specs import Architecture, AttentionKind
 
-__all__ = ["check_cp_kind", "check_cp_framework", "has_window", "window_kv_tokens", "window_note"]
+PYTORCH_KINDS = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
+"""PyTorch's ``context_parallel`` flavours (:func:`model.context_parallel.torch_rotate_method`)."""
+
+__all__ = [
+    "PYTORCH_KINDS",
+    "check_cp_kind",
+    "check_cp_framework",
+    "has_window",
+    "window_kv_tokens",
+    "window_note",
+]
 
 
 def check_cp_kind(
@@ -53,7 +63,7 @@ def check_cp_kind(
         raise LayoutError(f"cp_kind: {kind} needs cp > 1 (cp 1 has no context parallelism)")
     if kind is CpKind.HYBRID:
         _check_hybrid_degree(cp, cp_a2a)
-    if kind is CpKind.ALL_GATHER or arch is None:
+    if kind in (CpKind.ALL_GATHER, *PYTORCH_KINDS) or arch is None:
         return
     u = cp if kind in (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT) else cp_a2a
     assert u is not None
@@ -109,6 +119,8 @@ def _check_kv_repeat(u: int, tp: int, a: int, g: int) -> None:
 def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture | None) -> None:
     """Check that ``framework`` runs context parallelism of ``kind`` on ``arch``'s layers.
 
+    * ``pytorch-allgather`` and ``pytorch-alltoall`` are PyTorch's ``context_parallel``
+      (torchtitan): refused under ``megatron`` and ``deepspeed``, which run their own.
     * ``ulysses-kv-repeat`` is verl's, run under FSDP (``fsdp2``, ``textbook``); Megatron-Core
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
@@ -135,6 +147,11 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     trainplan.model.errors.LayoutError: cp_kind: ring on a model with sliding-window layers ...
     """
     fw = str(framework)
+    if kind in PYTORCH_KINDS and fw in ("megatron", "deepspeed"):
+        raise LayoutError(
+            f"cp_kind: {kind} is PyTorch's context_parallel (torchtitan, `framework` fsdp2); "
+            f"{fw} runs Transformer Engine's (use cp_kind ring or all-gather)"
+        )
     if kind is CpKind.ULYSSES_KV_REPEAT and fw in ("megatron", "deepspeed"):
         raise LayoutError(
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
@@ -215,6 +232,10 @@ def window_note(kind: CpKind, cp: int, seq_len: int, arch: Architecture | None) 
         "layers too (an upper bound)",
         CpKind.HYBRID: "the hybrid's ring counts the whole K/V exchange for the sliding-window "
         "layers too (an upper bound)",
+        CpKind.PYTORCH_ALLGATHER: "PyTorch's ring attention exchanges the whole K/V for the "
+        "sliding-window layers too",
+        CpKind.PYTORCH_ALLTOALL: "PyTorch's ring attention exchanges the whole K/V for the "
+        "sliding-window layers too",
     }[kind]
     return (
         f"cp: {how}: a layer of window {w} needs the {w - 1} keys before each query chunk, "

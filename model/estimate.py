@@ -28,7 +28,7 @@ from trainplan.model.params import count_params
 from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
-from trainplan.model.terms.activations import padded_vocab_of
+from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
@@ -251,14 +251,14 @@ def stage_memory(
     device: DeviceSpec | None = None,
     links: Mapping[str, AxisLinkLike] = INSIDE_DOMAIN,
 ) -> tuple[StageMemory, ...]:
-    """Bytes on one GPU of every pipeline stage (:func:`model.terms.peak.stage_memory_term`;
-    ``links`` place NCCL's groups, by default every one inside one NVLink domain)."""
+    """Bytes on one GPU per pipeline stage (:func:`model.terms.peak.stage_memory_term`; ``links``: NCCL groups' links)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     multiple = vocab_multiple_for(layout.framework, vocab_multiple)
     split = stage_params_per_gpu(
         model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
         layout.expert_tp, layout.framework.physical, layout.stage_layers, multiple,
+        layout.schedule,
     )  # fmt: skip
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
@@ -468,7 +468,7 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
         layout.stage_layers,
     )
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes), k)
+        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule), k)
         for i, k in enumerate(counts)
     )
 

@@ -18,11 +18,21 @@ elements, ``bytes`` in bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
 from trainplan.model.errors import ScenarioError
+from trainplan.model.table_checks import (
+    ascending,
+    build_row,
+    check_value,
+    checked_mapping,
+    field_kinds,
+    one_of,
+    row_where,
+    same_length,
+)
 
 __all__ = [
     "AttentionCurve",
@@ -52,70 +62,6 @@ DTYPES = ("fp16", "bf16", "fp8", "mxfp8")
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 FLOP_COUNTS = ("fa-half", "nonmasked")
 """How a benchmark counted attention FLOPs (:func:`model.kernels.attention_kernel_flops`)."""
-
-
-def _where(file: str, table: str, index: int, row: Mapping[str, Any]) -> str:
-    label = row.get("part") or row.get("library") or row.get("kernel") or ""
-    return f"scenarios/kernels/{file}: {table} {index + 1}" + (f" ({label})" if label else "")
-
-
-def _check(value: Any, kind: str, where: str, key: str) -> Any:
-    """``value`` of the type ``kind`` names; lists become tuples."""
-    scalar = {
-        "str": lambda v: isinstance(v, str) and bool(v.strip()),
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-        "num": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
-        "bool": lambda v: isinstance(v, bool),
-    }
-    if kind.endswith("s") and kind[:-1] in scalar:
-        ok = isinstance(value, list) and value and all(scalar[kind[:-1]](v) for v in value)
-        if not ok:
-            raise ScenarioError(f"{where}: key '{key}' must be a non-empty list of {kind[:-1]}")
-        return tuple(value)
-    if kind == "numss":
-        ok = isinstance(value, list) and value and all(isinstance(r, list) for r in value)
-        if not ok:
-            raise ScenarioError(f"{where}: key '{key}' must be a list of lists of numbers")
-        return tuple(_check(r, "nums", where, key) for r in value)
-    if not scalar[kind](value):
-        raise ScenarioError(f"{where}: key '{key}' must be a {kind} (positive), got {value!r}")
-    return value
-
-
-def _build(cls: type, row: Any, where: str, kinds: Mapping[str, str]) -> Any:
-    """One dataclass from one TOML table: every field of ``cls`` by its kind in ``kinds``;
-    fields with a default are optional, unknown keys refused."""
-    if not isinstance(row, dict):
-        raise ScenarioError(f"{where}: expected a table, got {row!r}")
-    names = [f.name for f in fields(cls)]
-    unknown = sorted(set(row) - set(names))
-    if unknown:
-        raise ScenarioError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(names)})")
-    values = {}
-    for f in fields(cls):
-        if f.name in row:
-            values[f.name] = _check(row[f.name], kinds[f.name], where, f.name)
-        elif f.default is MISSING:
-            raise ScenarioError(f"{where}: missing required key '{f.name}'")
-    return cls(**values)
-
-
-def _same_length(obj: Any, names: tuple[str, ...], where: str) -> None:
-    lengths = {n: len(getattr(obj, n)) for n in names if getattr(obj, n) is not None}
-    if len(set(lengths.values())) > 1:
-        raise ScenarioError(
-            f"{where}: {', '.join(lengths)} must have one value each, got {lengths}"
-        )
-
-
-def _one_of(value: str, allowed: tuple[str, ...], where: str, key: str) -> None:
-    if value not in allowed:
-        raise ScenarioError(f"{where}: key '{key}' is {value!r}, not one of {', '.join(allowed)}")
-
-
-def _ascending(values: tuple[float, ...], where: str, key: str) -> None:
-    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
-        raise ScenarioError(f"{where}: key '{key}' must be strictly ascending, got {values}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +97,13 @@ class AttentionCurve:
 
     def check(self, where: str) -> None:
         """The curve's own rules (enumerations, lengths, order, one batch convention)."""
-        _one_of(self.kernel, KERNELS, where, "kernel")
-        _one_of(self.dtype, DTYPES, where, "dtype")
-        _one_of(self.direction, DIRECTIONS, where, "direction")
-        _one_of(self.flop_count, FLOP_COUNTS, where, "flop_count")
-        _one_of(self.read, ("csv", "bar labels", "transcription"), where, "read")
-        _same_length(self, ("seq_len", "tflops_per_s"), where)
-        _ascending(self.seq_len, where, "seq_len")
+        one_of(self.kernel, KERNELS, where, "kernel")
+        one_of(self.dtype, DTYPES, where, "dtype")
+        one_of(self.direction, DIRECTIONS, where, "direction")
+        one_of(self.flop_count, FLOP_COUNTS, where, "flop_count")
+        one_of(self.read, ("csv", "bar labels", "transcription"), where, "read")
+        same_length(self, ("seq_len", "tflops_per_s"), where)
+        ascending(self.seq_len, where, "seq_len")
         if (self.batch is None) == (self.batch_times_seq_len is None):
             raise ScenarioError(f"{where}: give exactly one of 'batch' and 'batch_times_seq_len'")
         if self.flop_count == "fa-half" and self.head_dim_qk != self.head_dim_v:
@@ -196,10 +142,10 @@ class GemmTable:
 
     def check(self, where: str) -> None:
         """Enumerations and one value per row in every column."""
-        _one_of(self.layout, ("dense", "grouped-contiguous", "grouped-masked"), where, "layout")
-        _one_of(self.dtype, DTYPES, where, "dtype")
+        one_of(self.layout, ("dense", "grouped-contiguous", "grouped-masked"), where, "layout")
+        one_of(self.dtype, DTYPES, where, "dtype")
         cols = ("groups", "m", "n", "k", "tflops_per_s", "memory_gbps")
-        _same_length(self, cols, where)
+        same_length(self, cols, where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +165,7 @@ class PeakFraction:
 
     def check(self, where: str) -> None:
         """One fraction per dtype, each in (0, 1]."""
-        _same_length(self, ("dtype", "fraction"), where)
+        same_length(self, ("dtype", "fraction"), where)
         if not all(0 < f <= 1 for f in self.fraction):
             raise ScenarioError(f"{where}: key 'fraction' must be fractions in (0, 1]")
 
@@ -254,8 +200,8 @@ class LayerGemms:
 
     def check(self, where: str) -> None:
         """One time per recipe; bf16 present (the baseline of every speed-up)."""
-        _one_of(self.mode, ("autocast", "pre-quantized"), where, "mode")
-        _same_length(self, ("recipes", "fprop_ms", "dgrad_ms", "wgrad_ms"), where)
+        one_of(self.mode, ("autocast", "pre-quantized"), where, "mode")
+        same_length(self, ("recipes", "fprop_ms", "dgrad_ms", "wgrad_ms"), where)
         if "bf16" not in self.recipes:
             raise ScenarioError(f"{where}: key 'recipes' must include bf16 (the baseline)")
 
@@ -277,7 +223,7 @@ class ShapeGemms:
 
     def check(self, where: str) -> None:
         """One row per op, one column per recipe."""
-        _same_length(self, ("op", "m", "k", "n", "ms"), where)
+        same_length(self, ("op", "m", "k", "n", "ms"), where)
         if any(len(row) != len(self.recipes) for row in self.ms):
             raise ScenarioError(f"{where}: each row of 'ms' needs one time per recipe")
 
@@ -318,11 +264,9 @@ class BusBwCurve:
 
     def check(self, where: str) -> None:
         """A known collective; one bandwidth per size; sizes ascending."""
-        _one_of(
-            self.collective, ("all-reduce", "all-gather", "reduce-scatter"), where, "collective"
-        )
-        _same_length(self, ("bytes", "busbw_gbps"), where)
-        _ascending(self.bytes, where, "bytes")
+        one_of(self.collective, ("all-reduce", "all-gather", "reduce-scatter"), where, "collective")
+        same_length(self, ("bytes", "busbw_gbps"), where)
+        ascending(self.bytes, where, "bytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,10 +306,10 @@ class ExpertAllToAll:
 
     def check(self, where: str) -> None:
         """A known link; one value per EP size; sizes ascending."""
-        _one_of(self.link, ("nvlink", "rdma"), where, "link")
+        one_of(self.link, ("nvlink", "rdma"), where, "link")
         cols = ("ep", "dispatch_gbps", "combine_gbps", "dispatch_us", "combine_us", "sms")
-        _same_length(self, cols, where)
-        _ascending(self.ep, where, "ep")
+        same_length(self, cols, where)
+        ascending(self.ep, where, "ep")
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +324,7 @@ class StreamRow:
 
     def check(self, where: str) -> None:
         """One bandwidth per kernel."""
-        _same_length(self, ("kernels", "tbps"), where)
+        same_length(self, ("kernels", "tbps"), where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,25 +342,8 @@ class NormCurve:
 
     def check(self, where: str) -> None:
         """A known norm; one value per shape."""
-        _one_of(self.norm, ("rms_norm", "layer_norm"), where, "norm")
-        _same_length(self, ("rows", "hidden", "fwd_gbps", "bwd_gbps"), where)
-
-
-_KIND_OF = {
-    "str": "str",
-    "int": "int",
-    "float": "num",
-    "bool": "bool",
-    "tuple[int, ...]": "ints",
-    "tuple[float, ...]": "nums",
-    "tuple[str, ...]": "strs",
-    "tuple[tuple[float, ...], ...]": "numss",
-}
-"""The check each field's annotation asks for (:func:`_check`); ``X | None`` as ``X``."""
-
-
-def _kinds(cls: type) -> dict[str, str]:
-    return {f.name: _KIND_OF[str(f.type).removesuffix(" | None")] for f in fields(cls)}
+        one_of(self.norm, ("rms_norm", "layer_norm"), where, "norm")
+        same_length(self, ("rows", "hidden", "fwd_gbps", "bwd_gbps"), where)
 
 
 def parse_tables(cls: type, file: str, table: str, raw: Any) -> tuple[Any, ...]:
@@ -445,8 +372,8 @@ def parse_tables(cls: type, file: str, table: str, raw: Any) -> tuple[Any, ...]:
         )
     out = []
     for i, row in enumerate(raw):
-        where = _where(file, table, i, row if isinstance(row, dict) else {})
-        item = _build(cls, row, where, _kinds(cls))
+        where = row_where(file, table, i, row if isinstance(row, dict) else {})
+        item = build_row(cls, row, where, field_kinds(cls))
         if hasattr(item, "check"):
             item.check(where)
         out.append(item)
@@ -455,13 +382,9 @@ def parse_tables(cls: type, file: str, table: str, raw: Any) -> tuple[Any, ...]:
 
 def parse_block_format(raw: Any) -> BlockFormat:
     """``lowp.toml``'s ``[format]`` table, checked."""
-    return _build(BlockFormat, raw, "scenarios/kernels/lowp.toml: format", _kinds(BlockFormat))
-
-
-def _mapping(raw: Any, where: str, kind: str) -> Mapping[str, Any]:
-    if not isinstance(raw, dict) or not raw:
-        raise ScenarioError(f"{where}: expected a non-empty table, got {raw!r}")
-    return MappingProxyType({k: _check(v, kind, where, k) for k, v in raw.items()})
+    return build_row(
+        BlockFormat, raw, "scenarios/kernels/lowp.toml: format", field_kinds(BlockFormat)
+    )
 
 
 def parse_nccl_latency(raw: Any) -> NcclLatency:
@@ -475,23 +398,23 @@ def parse_nccl_latency(raw: Any) -> NcclLatency:
     missing = sorted(set(names) - set(raw))
     if unknown or missing:
         raise ScenarioError(f"{where}: unknown keys {unknown}, missing keys {missing}")
-    protocols = _check(raw["protocols"], "strs", where, "protocols")
+    protocols = check_value(raw["protocols"], "strs", where, "protocols")
     hw = raw["hw_us"]
     if not isinstance(hw, dict):
         raise ScenarioError(f"{where}: key 'hw_us' must be a table of links")
     out = NcclLatency(
         protocols=protocols,
-        base_us=_mapping(raw["base_us"], f"{where}.base_us", "nums"),
+        base_us=checked_mapping(raw["base_us"], f"{where}.base_us", "nums"),
         hw_us=MappingProxyType(
-            {k: _mapping(v, f"{where}.hw_us.{k}", "nums") for k, v in hw.items()}
+            {k: checked_mapping(v, f"{where}.hw_us.{k}", "nums") for k, v in hw.items()}
         ),
-        nvls_efficiency=_mapping(raw["nvls_efficiency"], f"{where}.nvls_efficiency", "num"),
-        ring_plateau=_mapping(raw["ring_plateau"], f"{where}.ring_plateau", "num"),
-        pat_rank_us=_check(raw["pat_rank_us"], "num", where, "pat_rank_us"),
-        pat_inter_divisor=_check(raw["pat_inter_divisor"], "num", where, "pat_inter_divisor"),
-        net_overhead_us=_mapping(raw["net_overhead_us"], f"{where}.net_overhead_us", "num"),
-        tree_correction=_mapping(raw["tree_correction"], f"{where}.tree_correction", "nums"),
-        source=_check(raw["source"], "str", where, "source"),
+        nvls_efficiency=checked_mapping(raw["nvls_efficiency"], f"{where}.nvls_efficiency", "num"),
+        ring_plateau=checked_mapping(raw["ring_plateau"], f"{where}.ring_plateau", "num"),
+        pat_rank_us=check_value(raw["pat_rank_us"], "num", where, "pat_rank_us"),
+        pat_inter_divisor=check_value(raw["pat_inter_divisor"], "num", where, "pat_inter_divisor"),
+        net_overhead_us=checked_mapping(raw["net_overhead_us"], f"{where}.net_overhead_us", "num"),
+        tree_correction=checked_mapping(raw["tree_correction"], f"{where}.tree_correction", "nums"),
+        source=check_value(raw["source"], "str", where, "source"),
     )
     lists = [*out.base_us.values(), *(v for link in out.hw_us.values() for v in link.values())]
     if any(len(v) != len(protocols) for v in lists):

@@ -2,7 +2,7 @@
 
 Reads the tables of :mod:`model.kernel_tables` (loaded by :mod:`trainplan.scenarios.kernel_data`
 from ``scenarios/kernels/attention.toml`` and ``memory.toml``). The step time reads the attention
-curves through :func:`model.op_rates.attention_fractions` (the FlashAttention core by its kernel,
+curves through :func:`model.attention_rates.attention_fractions` (the FlashAttention core by its kernel,
 length, head dims and mask) and the STREAM rows through :func:`model.op_rates.stream_triad_fraction`;
 the norm curves are not read yet (``docs/time-model-sources.md`` §5).
 
@@ -217,17 +217,8 @@ def attention_rate(
     found = [c for c in found if not c.extends]
     exact = [c for c in found if (c.head_dim_qk, c.head_dim_v) == head_dims]
     if exact:
-        c = exact[0]
-        r = interpolate_log2(c.seq_len, c.tflops_per_s, seq_len)
-        sources: tuple[str, ...] = (c.source,)
         ext = [e for e in longer if (e.head_dim_qk, e.head_dim_v) == head_dims]
-        if r.clamped == "above" and ext:
-            e = ext[0]
-            shape = interpolate_log2(e.seq_len, e.tflops_per_s, seq_len)
-            at_end = interpolate_log2(e.seq_len, e.tflops_per_s, c.seq_len[-1]).value
-            r = Interpolated(r.value * shape.value / at_end, shape.clamped)
-            sources += (e.source,)
-        return AttentionRate(r.value, c.flop_count, r.clamped, sources)
+        return _extended_rate(exact[0], ext[0] if ext else None, seq_len)
     d_qk, d_v = head_dims
     square = sorted(
         (c for c in found if c.head_dim_qk == c.head_dim_v), key=lambda c: c.head_dim_qk
@@ -249,6 +240,20 @@ def attention_rate(
     return AttentionRate(
         by_dim.value, square[0].flop_count, clamped, tuple(c.source for c in square)
     )
+
+
+def _extended_rate(c: AttentionCurve, e: AttentionCurve | None, seq_len: int) -> AttentionRate:
+    """:func:`attention_rate` of one curve ``c``, continued beyond its longest length by the
+    longer sweep ``e`` of the same kernel (``c``'s last rate × ``e``'s rate at ``seq_len`` over
+    its rate at that last length)."""
+    r = interpolate_log2(c.seq_len, c.tflops_per_s, seq_len)
+    sources: tuple[str, ...] = (c.source,)
+    if r.clamped == "above" and e is not None:
+        shape = interpolate_log2(e.seq_len, e.tflops_per_s, seq_len)
+        at_end = interpolate_log2(e.seq_len, e.tflops_per_s, c.seq_len[-1]).value
+        r = Interpolated(r.value * shape.value / at_end, shape.clamped)
+        sources += (e.source,)
+    return AttentionRate(r.value, c.flop_count, r.clamped, sources)
 
 
 def interpolate_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> Interpolated:

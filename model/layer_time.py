@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.context_parallel import cp_tensor_bytes
+from trainplan.model.context_parallel import cp_tensor_bytes, templated_merge_bytes
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import (
     all_to_all_sent,
@@ -67,6 +67,7 @@ from trainplan.model.roofline import (
     Collective,
     LinkTime,
     collective_seconds,
+    memory_seconds,
 )
 from trainplan.model.xp import where
 
@@ -178,7 +179,8 @@ def _tp_collectives(
         for col, row in halves:
             wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
-            wait(ag, ops.role(col, "dgrad"), hidden)  # the input, gathered again
+            if c.tp_regather:  # the input, gathered again (torchtitan keeps it gathered)
+                wait(ag, ops.role(col, "dgrad"), hidden)
             wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
@@ -186,14 +188,21 @@ def _tp_collectives(
             wait(ar, 0.0, False)
         for col, _row in halves:
             wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
-    if x.moe and x.etp > 1 and x.arch.moe is not None:
-        routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta
-        sent = (x.etp - 1) * routed
-        per_pass = _coll(Collective.ALL_GATHER, x.etp, sent, c.tp_link, c) + _coll(
-            Collective.REDUCE_SCATTER, x.etp, sent, c.tp_link, c
-        )
-        wait(per_pass * (passes + 1), 0.0, False)
+    wait(_etp_seconds(x, c) * (passes + 1), 0.0, False)
     return total, exposed
+
+
+def _etp_seconds(x: LayerShape, c: Clock) -> float:
+    """Seconds of one pass of a MoE layer's expert-tensor-parallel token collectives: the
+    routed tokens all-gathered over etp before the experts and reduce-scattered after, waited
+    for; 0 for a dense layer or etp 1."""
+    if not (x.moe and x.etp > 1 and x.arch.moe is not None):
+        return 0.0
+    routed = x.arch.moe.experts_per_token * x.local_tokens * x.arch.hidden_size * x.beta
+    sent = (x.etp - 1) * routed
+    return _coll(Collective.ALL_GATHER, x.etp, sent, c.tp_link, c) + _coll(
+        Collective.REDUCE_SCATTER, x.etp, sent, c.tp_link, c
+    )
 
 
 def _cp_collectives(
@@ -209,6 +218,8 @@ def _cp_collectives(
         return 0.0, 0.0
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
     r, u = c.cp_ring, c.cp_a2a
+    if c.cp_templated and r > 1:
+        return _templated_collectives(kv, r, core, c, recomputed)
     total = exposed = 0.0
     if r > 1:
         forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c)
@@ -227,6 +238,50 @@ def _cp_collectives(
         total += a2a
         exposed += a2a
     return total, exposed
+
+
+def _templated_collectives(
+    kv: float, r: int, core: tuple[float, float], c: Clock, recomputed: bool
+) -> tuple[float, float]:
+    """(cp seconds, exposed) of PyTorch's ring attention (:func:`model.context_parallel.
+    torch_rotate_method`; ``_templated_ring_attention`` and its backward): a pass runs r SDPA calls
+    of equal work under the head-tail load balance (``_RoundRobinLoadBalancer``: a causal call
+    on the local chunks, then the r − 1 others on half the keys or half the queries), so one
+    call takes 1/r of the core. K/V: the all-gather rotater issues one all-gather of
+    (r − 1)·KV before the first call and waits for it before the second; the all-to-all rotater
+    sends KV to the next rank r − 1 times, each under one call. Backward: the same K/V exchange,
+    and dK/dV in FP32 (2·KV) sent to the next rank after every call (``dkv_rotater``, an
+    all-to-all rotater), each under the next call but the last, which is waited for."""
+    if c.cp_templated == "allgather":
+        kv_pass = [(_coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c), 1)]
+    else:
+        kv_pass = [(_coll(Collective.SEND_RECV, 2, kv, c.cp_link, c), r - 1)]
+    dkv = _coll(Collective.SEND_RECV, 2, 2 * kv, c.cp_link, c)
+    total = exposed = 0.0
+    for core_s, times in ((core[0], 1 + int(recomputed)), (core[1], 1)):
+        for t, n in kv_pass:
+            total += t * n * times
+            exposed += max(0.0, t - core_s / r) * n * times
+    total += r * dkv
+    exposed += (r - 1) * max(0.0, dkv - core[1] / r) + dkv
+    return total, exposed
+
+
+def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
+    """(forward, backward) seconds of PyTorch's ring-attention merges and FP32 gradient
+    accumulation outside the SDPA kernels (:func:`model.context_parallel.
+    templated_merge_bytes`) on the HBM roofline, one kernel launch per elementwise step
+    (6 per forward call, 7 per backward call); (0, 0) unless the clock runs it."""
+    r = c.cp_ring
+    if not c.cp_templated or r == 1 or x.cp == 1:
+        return 0.0, 0.0
+    q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
+    forward, backward = templated_merge_bytes(q, kv, o, r)
+    launch = c.params.kernel_overhead_s
+    return (
+        memory_seconds(forward, c.hbm_bytes_per_s, c.params) + 6 * r * launch,
+        memory_seconds(backward, c.hbm_bytes_per_s, c.params) + 7 * r * launch,
+    )
 
 
 def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
@@ -286,12 +341,13 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     """
     bare = Clock(c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, linear_speedup=c.linear_speedup)
     ops = layer_compute(x, bare)
-    forward, backward = ops.forward_s, ops.backward_s
+    merge_f, merge_b = templated_merge_seconds(x, c)
+    forward, backward = ops.forward_s + merge_f, ops.backward_s + merge_b
     full = recompute in (Recompute.FULL, Recompute.SQRT)
     if full:
         recomputed = forward
     elif recompute is Recompute.SELECTIVE:
-        recomputed = ops.core_forward_s
+        recomputed = ops.core_forward_s + merge_f
     else:
         recomputed = 0.0
     tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
@@ -325,7 +381,7 @@ def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
 @lru_cache(maxsize=4096)
 def output_time(x: LayerShape, c: Clock, vocab: int) -> LayerTime:
     """The last stage's final norm, output layer and cross-entropy, with the tp collectives of
-    :func:`model.comm.tp_bytes` (the final norm's output gathered in forward and again in
+    :func:`model.comm_layers.tp_bytes` (the final norm's output gathered in forward and again in
     backward, its gradient reduce-scattered — all-reduced without sequence parallelism — the
     backward pair overlapped as for a column-parallel layer; the cross-entropy's three FP32
     all-reduces of one value per token, exposed)."""

@@ -28,12 +28,12 @@ from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_framework
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.moe_run import (
-    DROPLESS,
+from trainplan.model.moe_rules import (
     moe_layout_violation,
     moe_recompute_violation,
     moe_run_violation,
 )
+from trainplan.model.moe_run import DROPLESS
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer, muon_tp_gathers
 from trainplan.model.pipeline import check_schedule
@@ -248,8 +248,10 @@ def _recompute_layers(
     v: int,
     uneven: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any = None,
 ) -> None:
-    """The per-stage recomputation counts' rules (``Layout.recompute_layers``)."""
+    """The per-stage recomputation counts' rules (``Layout.recompute_layers``; the schedule
+    places the chunks, :func:`model.split.chunk_ranks`)."""
     arch = s.model.arch
     if counts is None or arch is None:
         return
@@ -260,7 +262,7 @@ def _recompute_layers(
             f"layers, not {recompute}"
         )
     for i, k in enumerate(counts):
-        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes))
+        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule))
         if k <= largest:
             continue
         if v == 1:
@@ -319,7 +321,7 @@ read as text: the layout imports this module)."""
 
 def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
     """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
-    (:func:`model.moe_run.moe_run_violation`, :func:`model.moe_run.moe_recompute_violation`)."""
+    (:func:`model.moe_rules.moe_run_violation`, :func:`model.moe_rules.moe_recompute_violation`)."""
     run = s.training.moe_run
     if run == DROPLESS:
         return
@@ -333,7 +335,7 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
 
 def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
     """The run's dispatcher under the framework and the schedule: DeepEP under ``textbook`` only
-    with DualPipe (:func:`model.moe_run.moe_run_violation` given the schedule)."""
+    with DualPipe (:func:`model.moe_rules.moe_run_violation` given the schedule)."""
     run = s.training.moe_run
     moe = None if s.model.arch is None else s.model.arch.moe
     if run == DROPLESS or moe is None:
@@ -375,7 +377,15 @@ RULES: tuple[Rule, ...] = (
     Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers"), _split),
     Rule(
         "recompute_layers",
-        ("recompute_layers", "recompute", "pp", "virtual_stages", "uneven_stages", "stage_layers"),
+        (
+            "recompute_layers",
+            "recompute",
+            "pp",
+            "virtual_stages",
+            "uneven_stages",
+            "stage_layers",
+            "schedule",
+        ),
         _recompute_layers,
     ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),

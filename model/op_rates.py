@@ -4,22 +4,8 @@ linear GEMMs, the sustained tensor clock under a power cap and the streaming ban
 optimizer step — each from a published per-operation measurement (``scenarios/kernels/*.toml``,
 :mod:`trainplan.scenarios.kernel_data`), never from an end-to-end run.
 
-**Families**: a published curve stands for the parts of its die and SM count
-(:data:`FAMILY`): A100 (108 SMs), the 132-SM Hopper parts (H100 SXM, the 500 W H100 of
-Meta's Grand Teton hosts, H800, H200, H100 NVL), Blackwell (B200, B300, GB200, GB300). A
-kernel's efficiency is read as a fraction of the published part's dense BF16 peak and applied
-to the part's own peak. Parts outside a family (H100 PCIe's 114 SMs, H20's 78, AMD, TPU,
-Gaudi, Trainium) have no curve here: the clock keeps its constant figure and the output says so.
-
-**Attention kernels** (:func:`attention_fractions`): the kernel a framework runs —
-Transformer Engine's ``DotProductAttention`` prefers cuDNN's fused attention on Hopper and newer
-("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
-reasons", ``transformer_engine/pytorch/attention/dot_product_attention/utils.py``
-``get_attention_backend``, NVIDIA/TransformerEngine at d0067d0) and FlashAttention-2 on A100;
-PyTorch's ``scaled_dot_product_attention`` tries FlashAttention-2 first (``priority_order`` in
-``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` of the releases after 2.5.0, whose
-cuDNN-first order on Hopper was reverted in 2.5.1), as do llm-foundry's and DeepSpeed's
-FlashAttention paths. :func:`default_attention_kernel` states the choice; a run overrides it.
+The part families (:mod:`model.part_family`) and the attention kernels' curves
+(:mod:`model.attention_rates`) have modules of their own.
 """
 
 from __future__ import annotations
@@ -27,20 +13,16 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.attention_rates import ATTENTION_KERNELS, default_attention_kernel
 from trainplan.model.collective_rates import busbw_peak
 from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import deepgemm_blocks, recipe_speedup, sm_count, wave_efficiency
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.kernels import (
-    AttentionKey,
-    attention_kernel_flops,
-    attention_rate,
-    stream_fraction,
-)
+from trainplan.model.kernels import stream_fraction
+from trainplan.model.part_family import FAMILY, catalogue_part
 from trainplan.model.precision import Fp8Recipe, Precision, check_precision, linear_speedup
 from trainplan.model.roofline import RooflineParams, roofline_params_for
 from trainplan.scenarios.kernel_data import (
-    attention_curves,
     collective_data,
     gemm_data,
     low_precision_data,
@@ -49,11 +31,6 @@ from trainplan.scenarios.kernel_data import (
 
 __all__ = [
     "FAMILY",
-    "ATTENTION_KERNELS",
-    "PUBLISHED_PEAK_TFLOPS",
-    "ATTENTION_CURVE_PARTS",
-    "default_attention_kernel",
-    "attention_fractions",
     "RECIPE_PART",
     "recipe_speedups",
     "check_fp8_recipe",
@@ -72,161 +49,6 @@ __all__ = [
     "deployed_params",
     "params_in_force",
 ]
-
-
-def catalogue_part(device_name: str) -> str:
-    """The catalogue name a per-part table is keyed by: ``device_name`` without a what-if
-    suffix (``"H100-SXM[flops×2]"`` → ``"H100-SXM"``, :func:`trainplan.topology.what_if.what_if_label`),
-    so a part scaled or renamed on the command line keeps its published per-operation rates.
-
-    >>> catalogue_part("H100-SXM[hbm×1.5]")
-    'H100-SXM'
-    """
-    return device_name.split("[", 1)[0]
-
-
-FAMILY: dict[str, str] = {
-    "A100-40GB": "ampere",
-    "A100-80GB": "ampere",
-    "H100-SXM": "hopper",
-    "H100-96GB-500W": "hopper",
-    "H100-NVL": "hopper",
-    "H800": "hopper",
-    "H200": "hopper",
-    "B200": "blackwell",
-    "B300": "blackwell",
-    "GB200": "blackwell",
-    "GB300": "blackwell",
-}
-"""Parts whose kernels the published curves of their family stand for (same die and SM count:
-A100 108, Hopper 132 — ``scenarios/kernels/gemm.toml`` SM counts; the Blackwell parts are one
-die, rated by the power their system gives it)."""
-
-ATTENTION_KERNELS = ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn")
-"""The attention kernels with published curves (``attention.toml``)."""
-
-PUBLISHED_PEAK_TFLOPS: dict[str, float] = {
-    "A100-80GB": 312.0,
-    "H100-SXM": 989.4,
-    "H200": 989.4,
-    "B200": 2250.0,
-    "GB200": 2500.0,
-}
-"""Dense BF16 peak (10^12 FLOP/s) of each part a curve was measured on: the rows of
-``topology/accelerators.toml`` (vendor datasheets; ``tests/model/test_op_rates.py`` holds them
-equal), what a published rate is a fraction of."""
-
-ATTENTION_CURVE_PARTS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("flash-attention-2", "ampere"): ("A100-80GB",),
-    ("flash-attention-2", "hopper"): ("H100-SXM",),
-    ("flash-attention-2", "blackwell"): ("B200",),
-    ("flash-attention-3", "hopper"): ("H100-SXM",),
-    ("cudnn", "hopper"): ("H200", "H100-SXM"),
-    ("cudnn", "blackwell"): ("GB200", "B200"),
-    ("pytorch-sdpa-cudnn", "blackwell"): ("B200",),
-}
-"""Per (kernel, family), the published parts to read, first match first: cuDNN on Hopper from
-cuDNN 9.19's H200 sweep (forward and backward, causal), then the FlashAttention-3 paper's H100
-figures; on Blackwell from cuDNN 9.22's GB200 sweep (forward and backward, both masks, MLA head
-dims), then cuDNN 9.13's B200 CSVs."""
-
-
-def default_attention_kernel(framework: str, device_name: str) -> str | None:
-    """The attention kernel a framework runs on a part (module docstring): ``cudnn`` under
-    Megatron-Core (Transformer Engine) on Hopper and Blackwell, ``flash-attention-2`` otherwise
-    (Transformer Engine on A100; PyTorch SDPA; FlashAttention in llm-foundry and DeepSpeed);
-    None for a part outside :data:`FAMILY`.
-
-    Examples
-    --------
-    >>> default_attention_kernel("megatron", "H100-SXM"), default_attention_kernel("fsdp2", "H200")
-    ('cudnn', 'flash-attention-2')
-    >>> default_attention_kernel("megatron", "A100-80GB"), default_attention_kernel("megatron", "H20")
-    ('flash-attention-2', None)
-    """
-    family = FAMILY.get(catalogue_part(device_name))
-    if family is None:
-        return None
-    if framework == "megatron" and family != "ampere":
-        return "cudnn"
-    return "flash-attention-2"
-
-
-def _planner_flops(direction: str, seq_len: int, head_dims: tuple[int, int]) -> float:
-    """The planner's FLOPs of one causal call of one head (:func:`model.flops.
-    attention_core_forward_flops`: ``2·pairs·(d_qk + d_v)`` forward, ``s(s + 1)/2`` pairs;
-    backward twice the forward)."""
-    forward = 2.0 * seq_len * (seq_len + 1) / 2 * sum(head_dims)
-    return forward * {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}[direction]
-
-
-def _one_direction(
-    kernel: str, part: str, direction: str, head_dims: tuple[int, int], seq_len: int
-) -> tuple[float, bool]:
-    """(fraction of ``part``'s peak in the planner's count, whether a fallback was taken) for
-    a causal call; a missing causal curve falls back to the unmasked one (its rate applied to
-    the causal call's FLOPs), unequal head dims without a curve to the square curve of the
-    larger one (:func:`model.kernels.attention_rate` interpolates in the dimension)."""
-    curves = attention_curves()
-    for causal in (True, False):
-        key = AttentionKey(kernel, part, "bf16", direction, causal)
-        for dims in dict.fromkeys((head_dims, (max(head_dims),) * 2)):
-            try:
-                rate = attention_rate(curves, key, dims, seq_len)
-            except InputError:
-                continue
-            kernel_flops = attention_kernel_flops(
-                rate.flop_count, direction, 1, 1, seq_len, *dims, True
-            )
-            seconds = kernel_flops / (rate.tflops_per_s * 1e12)
-            fraction = _planner_flops(direction, seq_len, dims) / seconds
-            fallback = not causal or dims != head_dims or rate.clamped is not None
-            return fraction / (PUBLISHED_PEAK_TFLOPS[part] * 1e12), fallback
-    raise InputError(f"attention kernel: no {direction} curve for {kernel} on {part}")
-
-
-@lru_cache(maxsize=4096)
-def attention_fractions(
-    kernel: str, device_name: str, head_dims: tuple[int, int], seq_len: int
-) -> tuple[float, float] | None:
-    """(forward, backward) efficiency of the causal attention core as a fraction of the dense
-    BF16 peak, counted in the planner's FLOPs (forward ``2·pairs·(d_qk + d_v)`` over the
-    ``s(s + 1)/2`` causal pairs, backward twice that): the published rate of ``kernel`` on the
-    part's family (:data:`ATTENTION_CURVE_PARTS`) at ``seq_len`` (the query chunk one call
-    sees: ``s/cp`` under context parallelism) in the benchmark's own FLOP count
-    (:func:`model.kernels.attention_kernel_flops`), converted to the planner's. Where only a
-    forward-and-backward curve is published (FlashAttention-2's figures) both passes take its
-    fraction (its time split 1 : 2.5, as the benchmark counts). Outside the published lengths
-    the end value holds. None when the part has no family or the kernel no curve on it.
-
-    Examples
-    --------
-    cuDNN 9.19 on H200, causal, 128-dim heads, s = 32,768: 688 TFLOP/s forward in its own
-    (``nonmasked``) count, which is the planner's forward: 688 / 989.4.
-
-    >>> f, b = attention_fractions("cudnn", "H100-SXM", (128, 128), 32768)
-    >>> round(f, 4)
-    0.6954
-    >>> attention_fractions("cudnn", "MI300X", (128, 128), 4096) is None
-    True
-    """
-    if kernel not in ATTENTION_KERNELS:
-        raise InputError(
-            f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
-        )
-    family = FAMILY.get(catalogue_part(device_name))
-    for part in ATTENTION_CURVE_PARTS.get((kernel, family or ""), ()):
-        try:
-            fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len)
-            bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len)
-        except InputError:
-            try:
-                both, _ = _one_direction(kernel, part, "fwd+bwd", head_dims, seq_len)
-            except InputError:
-                continue
-            fwd = bwd = both
-        return fwd, bwd
-    return None
 
 
 RECIPE_PART: dict[str, str] = {"hopper": "H200-NVL", "blackwell": "B300"}

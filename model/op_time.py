@@ -1,6 +1,6 @@
 """Seconds of one operation, and of one layer's operations, on one GPU: each :mod:`model.ops`
 operation on the roofline (:mod:`model.roofline`; the attention core from the kernel's measured
-curves where the clock names one, :func:`model.op_rates.attention_fractions`; a grouped GEMM as
+curves where the clock names one, :func:`model.attention_rates.attention_fractions`; a grouped GEMM as
 Transformer Engine runs it), and the :class:`Clock` — the accelerator, the links and the
 overlap mechanisms — that every layer's time (:mod:`model.layer_time`) reads."""
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from trainplan.model.attention_rates import attention_fractions
 from trainplan.model.errors import InputError
 from trainplan.model.moe_run import grouped_rows
-from trainplan.model.op_rates import attention_fractions
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
 from trainplan.model.roofline import (
     LinkTime,
@@ -117,6 +117,14 @@ class Clock:
     ep_unpaired: float = 1.0
     """The share of micro-batches whose expert all-to-alls have no partner to hide under
     (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
+    tp_regather: bool = True
+    """Sequence parallelism gathers a column-parallel linear's input again in backward for its
+    weight gradient (Megatron-Core); False where the gathered input is kept
+    (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan)."""
+    cp_templated: str = ""
+    """PyTorch's ``context_parallel`` rotate method (``allgather`` or ``alltoall``; torchtitan,
+    :func:`model.context_parallel.torch_rotate_method`): cp SDPA calls per pass with the K/V
+    exchange under them, FP32 merges, dK/dV passed on in FP32; "" for the other flavours."""
 
 
 TE_COMPUTE_STREAMS = 4
@@ -162,7 +170,7 @@ def _fp8(op: Op, c: Clock) -> bool:
 def _attention(op: Op, c: Clock, backward: bool) -> float:
     """The fused attention core: at the published kernel's efficiency for its chunk length,
     head dimensions and causal mask over the FLOPs the mask keeps
-    (:func:`model.op_rates.attention_fractions`) where the clock names a kernel with curves on
+    (:func:`model.attention_rates.attention_fractions`) where the clock names a kernel with curves on
     the part, else at :attr:`RooflineParams.attention_efficiency` over :attr:`Op.flops`."""
     moved = op.backward_bytes if backward else op.forward_bytes
     params, flops = c.params, op.flops

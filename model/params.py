@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
-from trainplan.model.split import stage_layers
+from trainplan.model.split import output_rank, stage_layers
 from trainplan.model.vocab import padded_vocab
 
 __all__ = [
@@ -355,10 +355,14 @@ def stage_params(
     vocab_size: int | None = None,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    schedule: object = None,
 ) -> tuple[StageParams, ...]:
     """Parameters on each pipeline stage; see the module docstring for placement (the MTP
-    modules, with their projections and norms, on the last stage, which then also keeps a copy of
-    the embedding when pp > 1: :func:`shares_embedding_with_last_stage`).
+    modules, with their projections and norms, with the output layer on the rank holding the last
+    model chunk, :func:`model.split.output_rank` — the last, or rank 0 under a V ``schedule`` —
+    which then also keeps a copy of the embedding unless it is rank 0, where the embedding is:
+    :func:`shares_embedding_with_last_stage`; DeepSeek-V3 §3.2.3, "Shared Embedding and Output
+    Head for Multi-Token Prediction": on the same rank the two share it physically).
 
     Examples
     --------
@@ -369,7 +373,8 @@ def stage_params(
     True
     """
     counts = count_params(arch, vocab_size)
-    split = stage_layers(arch, pp, v, uneven, sizes)
+    split = stage_layers(arch, pp, v, uneven, sizes, schedule)
+    last = output_rank(pp, v, schedule)
     out = []
     positions = counts.embedding - (vocab_size or arch.vocab_size) * arch.hidden_size
     for i, layers in enumerate(split):
@@ -378,8 +383,8 @@ def stage_params(
         if i == 0:
             dense += counts.embedding
             replicated += positions  # learned positions: a plain table on every tp rank
-        if i == pp - 1:
-            copy = pp > 1 and shares_embedding_with_last_stage(arch)
+        if i == last:
+            copy = last != 0 and shares_embedding_with_last_stage(arch)
             extra, extra_replicated = mtp_extra_params(arch)
             dense += counts.final_norm + counts.output + extra
             dense += (vocab_size or arch.vocab_size) * arch.hidden_size if copy else 0

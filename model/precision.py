@@ -111,8 +111,10 @@ FP8_ACTIVATION_STORAGE = ("linear_inputs", "deepseek_v3")
 attention kernel keeps its BF16 output and the activation functions their BF16 inputs;
 ``deepseek_v3`` — DeepSeek-V3's "Low-Precision Activation" (arXiv 2412.19437 §3.3.3): the
 attention output, which both the attention core's backward and the output projection's read,
-kept once in E5M6 (:data:`E5M6_ACTIVATION_BYTES`), and the routed experts' SwiGLU inputs cached
-in FP8 with their 1×128 tiles' scales (their output recomputed: recompute module ``moe_act``)."""
+kept once in E5M6 (:data:`E5M6_ACTIVATION_BYTES`), and the MoE module's SwiGLU inputs (the
+routed and the shared experts') cached in FP8 with their 1×128 tiles' scales, their output
+recomputed (recompute module ``moe_act`` for the routed experts; the shared expert's by the
+storage: :data:`model.activation_rows._DEEPSEEK_SWIGLU_INPUTS`)."""
 
 E5M6_ACTIVATION_BYTES = Fraction(3, 2) + Fraction(4, 128)
 """Bytes per element of DeepSeek-V3's E5M6 attention output (§3.3.3: "a customized E5M6 data
@@ -183,6 +185,7 @@ FP8_LINEAR_INPUTS = frozenset(
     {
         "QKV projection input",
         "attention projection input",
+        "query latent norm output",
         "kv latent norm output",
         "output projection input",
         "FC1 input",
@@ -196,8 +199,8 @@ FP8_LINEAR_INPUTS = frozenset(
     }
 )
 """The activation rows (:mod:`model.activations`) that are a linear layer's saved input, held in
-FP8 under ``precision = fp8``. MLA's query latent and its norm output share one row and stay
-BF16 (over-counting the q up-projection's input by 1 B per element)."""
+FP8 under ``precision = fp8``; MLA's latents' norm outputs are the up-projections' inputs
+(``linear_q_up_proj``, ``linear_kv_up_proj``), the latents themselves the norms' BF16 inputs."""
 
 KEPT_HIGH_PRECISION = (
     "embedding, output layer and loss, norms, MoE router, attention core, activation functions, "

@@ -19,12 +19,23 @@ FP8 variants too):
   ``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm`` only when the norm is not an
   ``IdentityOp``; :func:`model.activation_offload.norm_modules`: MLA's input norm, a MoE layer's
   pre-MLP norm), the norm's output that the next layer keeps: MLA's "attention projection
-  input", a MoE layer's "router and dispatch input". Under FP8 the following linear then saves
-  the original input (``set_for_recompute_input_layernorm``, ``set_save_original_input``), which
-  is the same discarded tensor, so its FP8 copy goes too.
-* ``mla_up_proj``: MLA's Q, K and V, the up-projections' outputs with RoPE applied
-  (``MultiLatentAttention``: ``qkv_up_checkpoint`` around ``qkv_up_proj_and_rope_apply``, freed
-  after the attention core).
+  input", a MoE layer's "router and dispatch input" and its shared experts' FC1 input. Under FP8
+  the following linear then saves the original input (``set_for_recompute_input_layernorm``,
+  ``set_save_original_input``; ``MoELayer.set_for_recompute_pre_mlp_layernorm`` sets it on the
+  shared experts' ``linear_fc1``, ``megatron/core/transformer/moe/moe_layer.py``), which is the
+  same discarded tensor, so its FP8 copy goes too. Under the ``textbook`` profile every norm is
+  a module of its own (``every_norm``: a paper's "all RMSNorm operations", DeepSeek-V3 §3.2.3:
+  "We recompute all RMSNorm operations and MLA up-projections during back-propagation, thereby
+  eliminating the need to persistently store their output activations"): a dense layer's
+  pre-MLP norm output (the FC1 input), a non-MLA layer's QKV input and MLA's latent norm
+  outputs go as well.
+* ``mla_up_proj``: MLA's Q, K and V, the up-projections' outputs with RoPE applied, and the
+  latents' norm outputs, the up-projections' inputs (``MultiLatentAttention``:
+  ``qkv_up_checkpoint`` around ``qkv_up_proj_and_rope_apply``, freed after the attention core;
+  the checkpoint keeps its inputs, the latents ``q_compressed`` and ``kv_compressed``, and
+  Megatron-Core's Transformer Engine spec fuses ``q_layernorm`` / ``kv_layernorm`` into
+  ``linear_q_up_proj`` / ``linear_kv_up_proj``, ``TELayerNormColumnParallelLinear`` in
+  ``megatron/core/models/gpt/gpt_layer_specs.py``, so the norms run inside the checkpoint).
 * ``moe_act``: the routed experts' activation output, the down projection's input
   (``TEGroupedMLP``: ``activation_recompute``).
 * ``mlp``: a dense layer's MLP checkpointed whole (``recompute_mlp``, dense layers only): its
@@ -101,18 +112,38 @@ def parse_recompute_modules(value: Any) -> tuple[str, ...]:
     return tuple(m for m in RECOMPUTE_MODULES if m in out)
 
 
-def _drops(module: str, base: str, scores: frozenset[str], mla: bool, moe: bool) -> bool:
+_NORM_OUTPUTS = {
+    "attn_norm": ("attention projection input",),
+    "mlp_norm": ("router and dispatch input", "shared expert FC1 input"),
+}
+"""The rows that are a Megatron-Core norm module's output, by module
+(:func:`model.activation_offload.norm_modules`)."""
+_EVERY_NORM_OUTPUT = (
+    "attention projection input",
+    "QKV projection input",
+    "query latent norm output",
+    "kv latent norm output",
+    "router and dispatch input",
+    "shared expert FC1 input",
+    "FC1 input",
+)
+"""Every norm's output among a layer's rows (``every_norm``)."""
+_MLA_UP_PROJ = ("Q", "K", "V", "query latent norm output", "kv latent norm output")
+
+
+def _drops(
+    module: str, base: str, scores: frozenset[str], mla: bool, moe: bool, every_norm: bool
+) -> bool:
     """Whether ``module`` (recomputed) drops the row whose name without its FP8 suffix is
     ``base``."""
     if module == "core_attn":
         return base in scores
     if module == "layernorm":
-        has = norm_modules(mla, moe)
-        return (base == "attention projection input" and "attn_norm" in has) or (
-            base == "router and dispatch input" and "mlp_norm" in has
-        )
+        if every_norm:
+            return base in _EVERY_NORM_OUTPUT
+        return any(base in _NORM_OUTPUTS[m] for m in norm_modules(mla, moe))
     if module == "mla_up_proj":
-        return mla and base in ("Q", "K", "V")
+        return mla and base in _MLA_UP_PROJ
     if module == "moe_act":
         return moe and base.startswith("routed expert down projection input")
     if module == "mlp":
@@ -123,23 +154,32 @@ def _drops(module: str, base: str, scores: frozenset[str], mla: bool, moe: bool)
 
 
 def recomputed_rows(
-    names: Iterable[str], scores: frozenset[str], modules: Iterable[str], mla: bool, moe: bool
+    names: Iterable[str],
+    scores: frozenset[str],
+    modules: Iterable[str],
+    mla: bool,
+    moe: bool,
+    every_norm: bool = False,
 ) -> frozenset[str]:
     """The rows among ``names`` (:attr:`model.activations.LayerActivations.terms`' names) that
     the recomputed ``modules`` drop in a layer (MLA attention or not, a MoE layer or not);
-    ``scores`` are the layer's attention-score rows. See the module docstring.
+    ``scores`` are the layer's attention-score rows; ``every_norm``: ``layernorm`` recomputes
+    every norm (the ``textbook`` profile), not only Megatron-Core's norm modules. See the module
+    docstring.
 
     >>> rows = ("attention projection input", "Q", "K", "V", "router and dispatch input")
     >>> sorted(recomputed_rows(rows, frozenset(), ("layernorm", "mla_up_proj"), True, True))
     ['K', 'Q', 'V', 'attention projection input', 'router and dispatch input']
     >>> sorted(recomputed_rows(rows, frozenset(), ("layernorm",), False, False))
     []
+    >>> sorted(recomputed_rows(("FC1 input (FP8)", "Q"), frozenset(), ("layernorm",), True, False, True))
+    ['FC1 input (FP8)']
     """
     chosen = tuple(modules)
     out = set()
     for name in names:
         base = name.split(" (FP8")[0]
-        if any(_drops(m, base, scores, mla, moe) for m in chosen):
+        if any(_drops(m, base, scores, mla, moe, every_norm) for m in chosen):
             out.add(name)
     return frozenset(out)
 

@@ -87,7 +87,7 @@ class RooflineParams:
     NET, ring and tree, ``Simple``)."""
     attention_kernel: str | None = None
     """The published attention kernel whose curves time the FlashAttention core by sequence
-    length, head dimensions and mask (:func:`model.op_rates.attention_fractions`: flash-attention-2,
+    length, head dimensions and mask (:func:`model.attention_rates.attention_fractions`: flash-attention-2,
     flash-attention-3, cudnn, pytorch-sdpa-cudnn); None, or a part without curves: the core runs
     at :attr:`attention_efficiency`. Set by :func:`model.op_rates.deployed_params`."""
     part: str = ""

@@ -1,9 +1,14 @@
 """How the transformer layers are cut into pipeline stages and model chunks.
 
 The model is cut into ``pp·v`` consecutive model chunks (v = virtual stages per rank, 1 without
-interleaving); pipeline rank i holds chunks i, i + pp, i + 2·pp, … (Narayanan et al. 2021,
-arXiv 2104.04473, §2.2.2). The first chunk also holds the input embedding and the last the final
-norm, the output layer and the loss.
+interleaving); pipeline rank i holds chunks i, i + pp, i + 2·pp, … (the loop placement,
+Narayanan et al. 2021, arXiv 2104.04473, §2.2.2), or, under a V schedule (ZB-V, DualPipeV; two
+chunks per rank), chunks i and 2·pp − 1 − i (the V placement, Qi et al. 2024 §6; torchtitan
+``torchtitan/distributed/pipeline_parallel.py`` ``stage_ids_this_rank(style="v")``:
+``zip(range(pp_size), range(num_stages - 1, pp_size - 1, -1))``, and
+``torch.distributed.pipelining._utils.generate_stage_to_rank_mapping(style="v")``), so rank 0
+holds the first and the last chunk (:func:`chunk_ranks`). The first chunk also holds the input
+embedding and the last the final norm, the output layer and the loss (:func:`output_rank`).
 
 Three ways to size the chunks, each what a framework runs:
 
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_EMPTY_CHUNKS",
+    "V_SCHEDULES",
+    "chunk_ranks",
+    "output_rank",
     "balanced_chunk_sizes",
     "check_chunks",
     "check_stage_layers",
@@ -55,6 +63,44 @@ __all__ = [
 MAX_EMPTY_CHUNKS = 2
 """Model chunks of the default split that may hold no transformer layer: the first (embedding
 only) and the last (output layer only), Llama 3 §3.3.2."""
+
+
+V_SCHEDULES = frozenset({"zb-v", "dualpipev"})
+"""The schedules whose two chunks per rank are placed in V order
+(:class:`model.pipeline.Schedule` values: ZB-V, DualPipeV)."""
+
+
+def _v_placement(schedule: object, v: int) -> bool:
+    return v == 2 and str(getattr(schedule, "value", schedule)) in V_SCHEDULES
+
+
+def chunk_ranks(pp: int, v: int = 1, schedule: object = None) -> tuple[int, ...]:
+    """The pipeline rank holding each of the ``pp·v`` model chunks, in model order: chunk j on
+    rank ``j mod pp`` (the loop placement), or under a V schedule (:data:`V_SCHEDULES`, v = 2)
+    on rank j for j < pp and ``2·pp − 1 − j`` after (torchtitan ``stage_ids_this_rank``,
+    ``style="v"``).
+
+    Examples
+    --------
+    >>> chunk_ranks(4, 2)
+    (0, 1, 2, 3, 0, 1, 2, 3)
+    >>> chunk_ranks(4, 2, "zb-v")
+    (0, 1, 2, 3, 3, 2, 1, 0)
+    """
+    if _v_placement(schedule, v):
+        return tuple(j if j < pp else 2 * pp - 1 - j for j in range(2 * pp))
+    return tuple(j % pp for j in range(pp * v))
+
+
+def output_rank(pp: int, v: int = 1, schedule: object = None) -> int:
+    """The pipeline rank holding the last model chunk: the final norm, the output layer, the
+    loss and the MTP blocks — rank 0 under a V schedule, ``pp − 1`` otherwise
+    (:func:`chunk_ranks`).
+
+    >>> output_rank(4, 2, "dualpipev"), output_rank(4, 2, "interleaved")
+    (0, 3)
+    """
+    return chunk_ranks(pp, v, schedule)[-1]
 
 
 def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> None:
@@ -297,11 +343,13 @@ def split_layers(
     v: int = 1,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    schedule: object = None,
 ) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each of the ``pp`` pipeline ranks (0-based layers).
 
     ``sizes``: explicit layers per model chunk in model order (pp·v counts summing to L); None =
-    :func:`default_chunk_sizes`. Rank i holds chunks i, i + pp, ….
+    :func:`default_chunk_sizes`. Rank i holds chunks i, i + pp, …, or under a V ``schedule``
+    chunks i and 2·pp − 1 − i (:func:`chunk_ranks`).
 
     Raises
     ------
@@ -320,6 +368,8 @@ def split_layers(
     ((0, 2), (1, 3))
     >>> split_layers(5, 2, sizes=(1, 4))
     ((0,), (1, 2, 3, 4))
+    >>> split_layers(6, 2, v=2, schedule="zb-v")  # chunks (0), (1, 2), (3, 4), (5)
+    ((0, 5), (1, 2, 3, 4))
     """
     chunks = pp * v
     if sizes is None:
@@ -328,8 +378,8 @@ def split_layers(
         check_stage_layers(num_layers, pp, v, sizes)
     starts = [sum(sizes[:j]) for j in range(chunks)]
     ranks: list[list[int]] = [[] for _ in range(pp)]
-    for j in range(chunks):
-        ranks[j % pp].extend(range(starts[j], starts[j] + sizes[j]))
+    for j, rank in enumerate(chunk_ranks(pp, v, schedule)):
+        ranks[rank].extend(range(starts[j], starts[j] + sizes[j]))
     return tuple(tuple(r) for r in ranks)
 
 
@@ -357,9 +407,11 @@ def stage_layers(
     v: int = 1,
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
+    schedule: object = None,
 ) -> tuple[tuple[int, ...], ...]:
-    """The layers each of the pp pipeline ranks holds: its chunks i, i + pp, … of
-    :func:`model_chunks` (the MTP blocks on the last rank, in its last chunk).
+    """The layers each of the pp pipeline ranks holds: its chunks of :func:`model_chunks`
+    (:func:`chunk_ranks`: i, i + pp, …; under a V ``schedule`` i and 2·pp − 1 − i), the MTP
+    blocks in the last chunk (on the last rank; on rank 0 under a V schedule).
 
     Examples
     --------
@@ -368,9 +420,13 @@ def stage_layers(
     ...     ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
     >>> stage_layers(arch, 2)
     ((0, 1), (2, 3, 4))
+    >>> stage_layers(arch, 2, 2, schedule="zb-v")
+    ((0, 3, 4), (1, 2))
     """
-    chunks = model_chunks(arch, pp, v, uneven, sizes)
-    return tuple(tuple(j for chunk in chunks[i::pp] for j in chunk) for i in range(pp))
+    return tuple(
+        tuple(j for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule) for j in c)
+        for i in range(pp)
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -381,10 +437,12 @@ def stage_chunks(
     uneven: bool,
     stage: int,
     sizes: tuple[int, ...] | None = None,
+    schedule: object = None,
 ) -> tuple[tuple[int, ...], ...]:
     """The layer indices of each of pipeline rank ``stage``'s v model chunks, in the order the
     rank holds them: chunks stage, stage + pp, … of :func:`model_chunks` (Narayanan et al. 2021
-    §2.2.2). Their concatenation is :func:`stage_layers`' ``stage``-th entry.
+    §2.2.2); under a V ``schedule`` chunks stage and 2·pp − 1 − stage (:func:`chunk_ranks`).
+    Their concatenation is :func:`stage_layers`' ``stage``-th entry.
 
     Examples
     --------
@@ -393,8 +451,12 @@ def stage_chunks(
     ...     ffn_hidden_size=32, vocab_size=16)
     >>> stage_chunks(arch, 2, 2, True, 0, (1, 1, 2, 2))
     ((0,), (2, 3))
+    >>> stage_chunks(arch, 2, 2, True, 0, (1, 1, 2, 2), "dualpipev")
+    ((0,), (4, 5))
     """
-    return model_chunks(arch, pp, v, uneven, sizes)[stage::pp]
+    chunks = model_chunks(arch, pp, v, uneven, sizes)
+    ranks = chunk_ranks(pp, v, schedule)
+    return tuple(c for c, rank in zip(chunks, ranks, strict=True) if rank == stage)
 
 
 def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:

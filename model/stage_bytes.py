@@ -348,6 +348,7 @@ def embedding_bytes(
     activation_bytes: int,
     vocab: Any,
     gathered: Any = False,
+    norms_recomputed: Any = False,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
@@ -361,7 +362,11 @@ def embedding_bytes(
     :attr:`model.frameworks.Framework.gathers_block_inputs`) the output projection keeps the
     final norm's all-gathered output, whole on every tp rank (torchtitan
     ``decoder_sharding.py`` ``pre_lm_head_norm_config``: the norm's output goes to ``Replicate``
-    before ``lm_head``).
+    before ``lm_head``). With ``norms_recomputed`` (every norm recomputed, DeepSeek-V3 §3.2.3:
+    "We recompute all RMSNorm operations ... thereby eliminating the need to persistently store
+    their output activations"; :attr:`model.activations.ActivationContext.every_norm` with the
+    recompute module ``layernorm``) the final norm's output, the output projection's input, and
+    an MTP module's projection input (its two norms' outputs) are not kept.
 
     Examples
     --------
@@ -370,13 +375,17 @@ def embedding_bytes(
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16)  # 2·2·4·8 + 4·4·16
     Fraction(384, 1)
+    >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16, norms_recomputed=True)
+    Fraction(320, 1)
     """
     h, beta, d = arch.hidden_size, activation_bytes, arch.mtp_layers
     sp_div = where(sequence_parallel, tp, 1)
     dropout = tokens * h / sp_div if arch.dropout else 0
     logits = (4 + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
-    head = beta * tokens * h / sp_div + beta * tokens * h / where(gathered, 1, sp_div) + logits
-    output = (1 + d) * head + d * 3 * beta * tokens * h / sp_div
+    kept_norm_output = where(norms_recomputed, 0, 1)
+    norm_output = kept_norm_output * beta * tokens * h / where(gathered, 1, sp_div)
+    head = beta * tokens * h / sp_div + norm_output + logits
+    output = (1 + d) * head + d * (1 + 2 * kept_norm_output) * beta * tokens * h / sp_div
     return where(first, dropout, 0) + where(last, output, 0)
 
 

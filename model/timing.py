@@ -183,9 +183,9 @@ class CostOptions:
     """How tensor-parallel collectives overlap GEMMs (:class:`model.op_time.TpOverlap`)."""
     attention_kernel: str | None = None
     """The attention kernel the run uses, whose published curves time the FlashAttention core
-    (:data:`model.op_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the
+    (:data:`model.attention_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the
     part (cuDNN on Hopper and Blackwell, FlashAttention-2 on A100:
-    :func:`model.op_rates.default_attention_kernel`). PyTorch SDPA and the flash-attn package
+    :func:`model.attention_rates.default_attention_kernel`). PyTorch SDPA and the flash-attn package
     run flash-attention-2."""
     grad_reduce_overlap: bool = True
     """Overlap the once-per-step data-parallel reduction with the last micro-batch's backward

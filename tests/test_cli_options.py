@@ -81,6 +81,38 @@ def test_moved_flag_names_its_replacement():
     assert done.stderr == "Error: --set: fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["search", "--per-stage", "--set", "per_stage=true"],
+            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
+        ),
+        (
+            ["frontier", "--per-stage", "--set", "per_stage=false"],
+            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
+        ),
+        (
+            ["search", "--seq-len", "4096", "--set", "seq_len=8192"],
+            "Error: --set seq_len: --seq-len gives it too (4096); give one of them\n",
+        ),
+        (
+            ["search", "--per-stage-shapes", "3"],
+            "Error: per_stage_shapes: 3 applies to the per-stage search only; add --per-stage "
+            "(or per_stage = true in the scenario)\n",
+        ),
+    ],
+)
+def test_a_flag_and_a_set_of_its_key_are_refused(args, line):
+    """A flag and ``--set`` of the same key contradict each other or say one thing twice: one
+    line, exit 2, before anything is searched (in-process: the group's rule holds under
+    CliRunner too)."""
+    from click.testing import CliRunner
+
+    done = CliRunner().invoke(cli, [*args, "--model", "llama3-8b", "--gpus", "8"])
+    assert (done.exit_code, done.stderr) == (2, line)
+
+
 @pytest.mark.parametrize("name", GROUPED)
 def test_every_option_in_a_group(name):
     """No option of a large command left in click's catch-all "Other options" (--help is)."""

@@ -21,7 +21,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import output
 from trainplan.interface.examples import example_params
 from trainplan.interface.fidelity.published import published_runs
-from trainplan.interface.inputs import output_path
+from trainplan.interface.outputs import output_path
 from trainplan.interface.render.report import duration, objective_text
 from trainplan.interface.scenario import (
     CLUSTER_KEYS,
@@ -144,7 +144,7 @@ def test_the_library_applies_the_same_limits():
 
 
 # ---------------------------------------------------------------------------------------------
-# Output files: one check before anything is computed or written (interface.inputs.output_path,
+# Output files: one check before anything is computed or written (interface.outputs.output_path,
 # the click type interface.cli.common.output), for every option that writes a file
 
 MEASUREMENTS = resources.files("trainplan.scenarios").joinpath("measurements-megatron-2021.toml")

@@ -22,7 +22,7 @@ COMMAND_MODULES: dict[str, str] = {
     "gpus": "planner",
     "models": "planner",
     "search": "search",
-    "frontier": "search",
+    "frontier": "frontier",
     "example": "examples",
     "pipeline": "tabs",
     "mfu": "tabs",
@@ -78,6 +78,7 @@ def _register() -> None:
     from trainplan.interface.cli import (  # noqa: F401  (commands attach to `cli`)
         calibrate,
         examples,
+        frontier,
         planner,
         rlhf,
         search,

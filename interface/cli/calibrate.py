@@ -64,7 +64,7 @@ def calibrate_cmd(
         read_measurements,
         scenario_text,
     )
-    from trainplan.interface.inputs import writing
+    from trainplan.interface.outputs import writing
 
     if output_file and _same_file(Path(output_file), Path(measurements)):
         raise InputError(

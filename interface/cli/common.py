@@ -159,8 +159,8 @@ def run_guarded(group: click.Group) -> None:
 _WRITE_ERRORS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG}
 """What writing to an open stream without a file name (the output) can fail with: a full disk
 or quota, a closed pipe, a device error. Files the commands write by name are checked before
-the work (:func:`interface.inputs.output_path`) and their write errors named
-(:func:`interface.inputs.writing`)."""
+the work (:func:`interface.outputs.output_path`) and their write errors named
+(:func:`interface.outputs.writing`)."""
 
 
 def _drop_stdout() -> None:
@@ -247,7 +247,7 @@ class _Output(click.ParamType):
         self.suffixes = suffixes
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from trainplan.interface.inputs import output_path
+        from trainplan.interface.outputs import output_path
 
         return str(output_path(value, _flag(param), self.suffixes))
 
@@ -255,7 +255,7 @@ class _Output(click.ParamType):
 def output(*suffixes: str) -> click.ParamType:
     """The click type of an option that writes a file ending in one of ``suffixes`` (any, when
     none): empty paths, missing or unwritable folders are refused as the option is read, by
-    :func:`interface.inputs.output_path`."""
+    :func:`interface.outputs.output_path`."""
     return _Output(tuple(suffixes))
 
 

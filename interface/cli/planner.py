@@ -205,8 +205,9 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     return the JSON object."""
     from trainplan.interface.commands import evaluate_json
     from trainplan.interface.render.report import evaluate_text
+    from trainplan.interface.requests import evaluate_request
 
-    out = evaluate_json(params, per_stage)
+    out = evaluate_json(evaluate_request(params, per_stage))
     if as_json:
         echo_json(out)
     else:

@@ -24,7 +24,7 @@ import click
 from trainplan.interface.cli import _register, cli
 from trainplan.interface.cli.common import _ListOf, _Output
 from trainplan.interface.flags import MOVED_FLAGS
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, PlannerError
 
 __all__ = ["QueryParam", "query_params", "parse_query", "moved_params"]
 
@@ -140,19 +140,47 @@ def _switch(option: click.Option, key: str, value: str) -> list[str]:
     return [option.secondary_opts[0]] if option.secondary_opts else []
 
 
-def _setting(key: str, value: str) -> str:
+def _setting(query: str, key: str, value: str) -> str:
     """A moved flag's query value as ``--set``'s KEY=VALUE: an on/off one as true or false, an
-    overlap's AXIS=FRACTION as the table entry ``overlap.AXIS=FRACTION``."""
-    from trainplan.interface.scenario import VALUE_KINDS
+    overlap's AXIS=FRACTION as the table entry ``overlap.AXIS=FRACTION``; checked here by the
+    scenario file's rule (:func:`interface.scenario.check_scenario`), so a bad value is refused
+    with the query parameter's name (``moe-node-limit: 0 must be at least 1``), as every other
+    parameter of the API is, rather than the command line's ``--set``.
+
+    Raises
+    ------
+    InputError
+        The value its key's rule refuses, one line naming the query parameter.
+    """
+    from trainplan.interface.scenario import VALUE_KINDS, check_scenario
+    from trainplan.interface.scenario_keys import read_line, table_of
 
     if VALUE_KINDS[key] == "flag":
         text = value.strip().lower()
         if text not in _TRUE + _FALSE:
-            raise InputError(f"{key}: {value!r} must be true or false")
+            raise InputError(f"{query}: {value!r} must be true or false")
         return f"{key}={'true' if text in _TRUE else 'false'}"
-    if key == "overlap":
-        return f"overlap.{value}"
-    return f"{key}={value}"
+    if key == "overlap" and "=" not in value:
+        raise InputError(f"{query}: {value!r} must be AXIS=FRACTION, e.g. dp=0.5")
+    setting = f"overlap.{value}" if key == "overlap" else f"{key}={value}"
+    values = read_line(setting) if key == "overlap" else {key: read_line(setting)[key]}
+    table = table_of(key)
+    try:
+        check_scenario({table: values} if table else values, "")
+    except PlannerError as err:
+        line = str(err)
+        raise InputError(query + line[len(key) :] if line.startswith(key) else line) from None
+    return setting
+
+
+def _once(query: str, value: str, seen: dict[str, str]) -> None:
+    """Refuse a moved flag's query parameter given twice with different values (overlap, a
+    table, takes one entry per item)."""
+    if seen.setdefault(query, value) != value:
+        raise InputError(
+            f"{query}: given twice with different values ({seen[query]!r}, then {value!r}); it "
+            "takes one value, so give it once"
+        )
 
 
 def parse_query(
@@ -176,11 +204,14 @@ def parse_query(
     moved = moved_params(name)
     why = dict(leave_out or {})
     argv: list[str] = []
+    seen: dict[str, str] = {}
     for raw_key, value in items:
         key = raw_key.strip().replace("_", "-")
         found = by_key.get(key)
         if found is None and key in moved:
-            argv += ["--set", _setting(moved[key], value)]
+            if moved[key] != "overlap":
+                _once(key, value, seen)
+            argv += ["--set", _setting(key, moved[key], value)]
             continue
         if found is None:
             known = sorted(k for k, o in by_key.items() if k != "json" and k not in why

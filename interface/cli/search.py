@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -17,7 +16,6 @@ from trainplan.interface.cli.common import (
     POSITIVE,
     echo_json,
     list_option,
-    output,
 )
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import (
@@ -29,9 +27,9 @@ from trainplan.interface.cli.options import (
     set_option,
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
-from trainplan.interface.commands import frontier_json, infeasible_json, search_json
-from trainplan.interface.commands import per_stage_shapes as per_stage_shapes_rule
+from trainplan.interface.commands import infeasible_json, search_json
 from trainplan.interface.render.report import dollars
+from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
@@ -214,7 +212,7 @@ def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
     return report
 
 
-def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
+def table_progress(as_json: bool) -> Callable[[int, int], None] | None:
     """The cost tables' progress on a terminal's stderr (as :func:`_solutions`)."""
     if not sys.stderr.isatty():
         return None
@@ -225,29 +223,7 @@ def _table_progress(as_json: bool) -> Callable[[int, int], None] | None:
     return report
 
 
-@contextmanager
-def _frontier_progress(as_json: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A tqdm bar on stderr while ``frontier --per-stage`` runs its searches (searches run, the
-    frontier's points so far, elapsed time) — on a terminal only, never with --json (as
-    ``rlhf-plan`` and ``sweep`` show theirs)."""
-    if as_json or not sys.stderr.isatty():
-        yield None
-        return
-    from tqdm import tqdm
-
-    bar = tqdm(desc="per-stage searches", unit=" search", leave=False, file=sys.stderr)
-
-    def report(searches: int, points: int) -> None:
-        bar.update(searches - bar.n)
-        bar.set_postfix_str(f"{points} points")
-
-    try:
-        yield report
-    finally:
-        bar.close()
-
-
-def _infeasible(err: InfeasibleError, as_json: bool) -> None:
+def infeasible(err: InfeasibleError, as_json: bool) -> None:
     if as_json:
         echo_json(infeasible_json(err))
     else:
@@ -318,19 +294,19 @@ def search_cmd(
     """
     from trainplan.interface.render.report import evaluate_text
 
-    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
-    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
-    if per_stage:
+    options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
+    request = search_request(options, "params" if maximize else None)
+    if request.per_stage:
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
-        _per_stage(kw, shapes, as_json)
+        _per_stage(request, as_json)
         return
     solutions = _solutions(as_json)
-    tables = stop_between_tables(_table_progress(as_json))
+    tables = stop_between_tables(table_progress(as_json))
     try:
-        run, stopped = interruptible(lambda: search_json(kw, top, maximize, tables, solutions))
+        run, stopped = interruptible(lambda: search_json(request, top, maximize, tables, solutions))
     except InfeasibleError as err:
-        _infeasible(err, as_json)
+        infeasible(err, as_json)
         return
     if solutions:
         click.echo("", err=True)
@@ -338,7 +314,7 @@ def search_cmd(
     out["interrupted"] = stopped
     if as_json:
         echo_json(out)
-        _exit_if(stopped)
+        exit_if(stopped)
         return
     answers = [out] if top == 1 else out["answers"]
     click.echo(
@@ -359,7 +335,7 @@ def search_cmd(
             )
         click.echo("")
         click.echo(evaluate_text(d))
-    _exit_if(stopped)
+    exit_if(stopped)
 
 
 def _proof(out: dict[str, Any]) -> str:
@@ -371,149 +347,30 @@ def _proof(out: dict[str, Any]) -> str:
     return "best found within the time limit (not proven)"
 
 
-def _exit_if(interrupted: bool) -> None:
+def exit_if(interrupted: bool) -> None:
     """End an interrupted command with exit code 130 once its answer so far is printed."""
     if interrupted:
         click.get_current_context().exit(INTERRUPTED)
 
 
-def _scenario_per_stage(kw: dict[str, Any]) -> bool:
-    """``per_stage = true`` in the scenario file, if one is given, or by ``--set``."""
-    if (kw.get("set") or {}).get("per_stage") is not None:
-        return bool(kw["set"]["per_stage"])
-    if not kw.get("scenario"):
-        return False
-    from trainplan.interface.scenario import load_scenario
-
-    return bool(load_scenario(kw["scenario"]).get("per_stage"))
-
-
-def _per_stage(kw: dict[str, Any], shapes: int | None, as_json: bool) -> None:
+def _per_stage(request: SearchRequest, as_json: bool) -> None:
     from trainplan.interface.commands import per_stage_json
-    from trainplan.interface.render.report import evaluate_text, per_stage_text
+    from trainplan.interface.render.per_stage_report import per_stage_text
+    from trainplan.interface.render.report import evaluate_text
 
     try:
-        run, stopped = interruptible(lambda: per_stage_json(kw, shapes))
+        run, stopped = interruptible(lambda: per_stage_json(request))
     except InfeasibleError as err:
-        _infeasible(err, as_json)
+        infeasible(err, as_json)
         return
     run.json["interrupted"] = stopped
     if as_json:
         echo_json(run.json)
-        _exit_if(stopped)
+        exit_if(stopped)
         return
     if stopped:
         click.echo("Interrupted (Ctrl-C): the best plan found before it, not proven\n")
     click.echo(per_stage_text(run.json))
     click.echo("")
     click.echo(evaluate_text(run.json))
-    _exit_if(stopped)
-
-
-FRONTIER_OPTIONS: list[Decorator] = [
-    click.option(
-        "--against",
-        type=click.Choice(["memory", "gpus", "price"]),
-        default="memory",
-        show_default=True,
-        help="Second axis: memory per GPU, GPU count, or cluster $/hour.",
-    ),
-    click.option(
-        "--csv", "csv_path", type=output(".csv"), help="Write the frontier as CSV (pandas)."
-    ),
-    click.option(
-        "--png",
-        "png_path",
-        type=output(".png", ".svg", ".pdf"),
-        help="Plot it: .png, .svg or .pdf (plot extra).",
-    ),
-    click.option(
-        "--per-stage",
-        "per_stage",
-        is_flag=True,
-        default=None,
-        help="Every point the better of the best uniform layout and the best per-stage plan (each "
-        "stage's layers and fully recomputed layers, as search --per-stage) meeting its axis value; "
-        "prints which, and the gain over the uniform layout.",
-    ),
-    click.option(
-        "--per-stage-shapes",
-        "per_stage_shapes",
-        type=COUNT,
-        default=None,
-        help="With --per-stage: each search takes only this many shapes per stage; default every "
-        "shape.",
-    ),
-]
-
-
-@cli.command("frontier")
-@search_options("frontier", ("Frontier", FRONTIER_OPTIONS))
-def frontier_cmd(
-    as_json: bool,
-    against: str,
-    csv_path: str | None,
-    png_path: str | None,
-    per_stage: bool | None,
-    per_stage_shapes: int | None,
-    **kw: Any,
-) -> None:
-    """The Pareto frontier of step time (or the objective) against memory per GPU, GPU count or price.
-
-    Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
-    """
-    from trainplan.interface.commands import per_stage_frontier_json
-    from trainplan.interface.render.report import frontier_text, write_csv
-
-    per_stage = per_stage or (per_stage is None and _scenario_per_stage(kw))
-    shapes = per_stage_shapes_rule(bool(per_stage), per_stage_shapes)
-    tables = stop_between_tables(_table_progress(as_json))
-    try:
-        if per_stage:
-            with _frontier_progress(as_json) as progress:
-                run, stopped = interruptible(
-                    lambda: per_stage_frontier_json(kw, against, shapes, progress)
-                )
-        else:
-            run, stopped = interruptible(lambda: frontier_json(kw, against, tables))
-    except InfeasibleError as err:
-        _infeasible(err, as_json)
-        return
-    out = run.json
-    out["interrupted"] = stopped
-    rows = out["points"]
-    if csv_path is not None:
-        write_csv(rows, csv_path)
-    if png_path is not None:
-        from trainplan.interface.render.plots import frontier_chart
-
-        frontier_chart(rows, against, png_path)
-    if as_json:
-        echo_json(out)
-        _exit_if(stopped)
-        return
-    if stopped:
-        click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
-    if per_stage:
-        proof = {
-            "optimal": "optimal over the shapes searched",
-            "feasible": "best found within the time limit, not proven",
-        }[out["status"]]
-        limit = f"time limit {out['time_limit_s']:g} s" + (
-            ", the default; --time-limit sets it" if out["time_limit_default"] else ""
-        )
-        click.echo(
-            f"Pareto frontier, uniform or per stage: {run.objective} against {against}, "
-            f"{len(rows)} points ({proof}; {out['searches']} per-stage searches, "
-            f"{out['seconds']:.2f} s; {limit})"
-        )
-    else:
-        click.echo(
-            f"Pareto frontier: {run.objective} against {against}, {len(rows)} points of "
-            f"{out['candidates']:,} candidates ({out['status']}; tables "
-            f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s)"
-        )
-    click.echo(frontier_text(rows, against))
-    if csv_path is not None:
-        click.echo(f"CSV: {csv_path}")
-    _exit_if(stopped)
+    exit_if(stopped)

@@ -149,7 +149,7 @@ def sweep_cmd(
         bar.close()
         runner.close()
     if csv_path is not None:
-        from trainplan.interface.inputs import writing
+        from trainplan.interface.outputs import writing
 
         with writing(csv_path, "--csv"):
             run.frame.to_csv(csv_path, index=False)

@@ -227,6 +227,10 @@ def _cp_sentence(lay: Layout) -> str:
         "all-to-all (verl's Ulysses: cp may exceed the K/V heads)",
         "a2a+p2p": f"Ulysses inside groups of {lay.cp_a2a}, ring across the {lay.cp // (lay.cp_a2a or 1)} "
         "groups (Megatron-Core a2a+p2p)",
+        "pytorch-allgather": "K/V all-gathered once per pass, cp SDPA calls merged in FP32, dK/dV "
+        "sent to the next rank in FP32 (PyTorch context_parallel, rotate method allgather)",
+        "pytorch-alltoall": "K/V sent cp − 1 hops per pass, cp SDPA calls merged in FP32, dK/dV "
+        "sent to the next rank in FP32 (PyTorch context_parallel, rotate method alltoall)",
     }[str(lay.cp_kind)]
     return (
         f"context parallelism {lay.cp_kind} over cp = {lay.cp}: {what}; the sequence in 2·cp "
@@ -327,6 +331,8 @@ def _cp_overlap(est: Estimate) -> str:
         "ulysses": "all-to-alls exposed",
         "ulysses-kv-repeat": "all-to-alls exposed",
         "a2a+p2p": "all-to-alls exposed, ring under the core",
+        "pytorch-allgather": "K/V all-gather under the first SDPA call, the last FP32 dK/dV exposed",
+        "pytorch-alltoall": "K/V sends under the SDPA calls, the last FP32 dK/dV exposed",
     }[str(lay.cp_kind)]
 
 

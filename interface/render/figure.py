@@ -32,17 +32,17 @@ def _pyplot() -> Any:
 
 
 def _suffix(path: Target, allowed: tuple[str, ...]) -> Any:
-    """The output file, checked by the one rule for output paths (interface.inputs.output_path);
+    """The output file, checked by the one rule for output paths (interface.outputs.output_path);
     a stream passes as it is."""
-    from trainplan.interface.inputs import output_path
+    from trainplan.interface.outputs import output_path
 
     return path if hasattr(path, "write") else output_path(path, "path", allowed)  # type: ignore[arg-type]
 
 
 def _save(fig: Any, out: Any) -> None:
     """Write a figure (SVG into a stream); what the file system refuses is an InputError
-    (interface.inputs.writing)."""
-    from trainplan.interface.inputs import writing
+    (interface.outputs.writing)."""
+    from trainplan.interface.outputs import writing
 
     if hasattr(out, "write"):
         fig.savefig(out, format="svg")

@@ -133,6 +133,16 @@ def split_report(
     ):
         raise AssertionError(f"simulated memory ≠ closed form {held}")  # pragma: no cover
     worst = max(range(p), key=lambda i: idle[i])
+    return {**_split_time(t, times, m, idle, worst), **_split_memory(t, held, p)}
+
+
+def _split_time(
+    t: Timeline, times: PassTimes, m: int, idle: list[Any], worst: int
+) -> dict[str, Any]:
+    """The split-backward report's schedule, pass times, bubble (on the rank idle longest,
+    ``worst``) and step, from the simulated timeline ``t``."""
+    sched: SplitSchedule = t.schedule
+    p = len(idle)
     return {
         "tab": "pipeline",
         "stages": p,
@@ -164,6 +174,14 @@ def split_report(
         "step_source": _SIM + "; order from " + ORDER_SOURCES[sched],
         "time_unit": "the pass times given: one pass runs one chunk (1/v of a rank's layers; "
         "DualPipe: one of the rank's two stages)",
+    }
+
+
+def _split_memory(t: Timeline, held: dict[str, Any] | None, p: int) -> dict[str, Any]:
+    """The split-backward report's memory (micro-batches and chunks held, W buffers pending,
+    beside their closed form ``held``), placement, frameworks and timeline."""
+    sched: SplitSchedule = t.schedule
+    return {
         "held_per_stage": [t.peak_held(i) for i in range(p)],
         "chunks_held_per_stage": [t.peak_chunks_held(i) for i in range(p)],
         "chunks_held_closed_form": held,

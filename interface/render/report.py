@@ -6,7 +6,6 @@ Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only 
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from tabulate import tabulate
@@ -201,6 +200,24 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     out = [
         f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
         f"on {d['num_gpus']:,} × {d['gpu']['name']}",
+        _evaluate_layout(lay),
+        "",
+        *_memory_lines(d),
+        "",
+        *_tables(d),
+        "",
+    ]
+    out += _pipeline_and_step(d)
+    out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
+    if defaults_used:
+        out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
+    out += [f"Note: {n}" for n in d["notes"]]
+    return "\n".join(out)
+
+
+def _evaluate_layout(lay: dict[str, Any]) -> str:
+    """The evaluate text's layout line: degrees, framework, ZeRO, recompute, schedule, batch."""
+    return (
         f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
@@ -215,10 +232,13 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
-        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}",
-        "",
-        *_memory_lines(d),
-        "",
+        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
+    )
+
+
+def _tables(d: dict[str, Any]) -> list[str]:
+    """The ZeRO table and the traffic per axis, each under its title."""
+    return [
         "ZeRO stages for this layout (model state per GPU)",
         table_text(
             [
@@ -247,8 +267,13 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
                 for r in d["traffic"]
             ]
         ),
-        "",
     ]
+
+
+def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
+    """The pipeline line (bubble, micro-batches in flight, layers per stage) and the step line
+    (its terms, MFU and HFU)."""
+    lay, out = d["layout"], []
     p, t = d["pipeline"], d["time"]
     out.append(
         f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
@@ -274,11 +299,7 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
         + _mfu_conventions(d)
         + f", HFU {_pct(t['hfu'])}"
     )
-    out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
-    if defaults_used:
-        out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
-    out += [f"Note: {n}" for n in d["notes"]]
-    return "\n".join(out)
+    return out
 
 
 def gpus_text(rows: list[dict[str, Any]]) -> str:
@@ -372,9 +393,9 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
     Raises
     ------
     InputError
-        A path that cannot be written (interface.inputs.output_path's rule).
+        A path that cannot be written (interface.outputs.output_path's rule).
     """
-    from trainplan.interface.inputs import output_path, writing
+    from trainplan.interface.outputs import output_path, writing
 
     out = output_path(path, "csv")
     with writing(out, "csv"):
@@ -430,61 +451,3 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
             line["gain"] = "—" if r["gain"] is None else f"{r['gain']:.3f}×"
         out.append(line)
     return table_text(out)
-
-
-def _layout_line(lay: dict[str, Any]) -> str:
-    """A layout's degrees, ZeRO stage, recompute, schedule and micro-batch on one line."""
-    return (
-        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
-        f"{lay.get('framework', 'megatron')} ZeRO-{lay['zero_stage']}, recompute "
-        f"{lay['recompute']}, {lay['schedule']}"
-        + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
-        + f", b {lay['micro_batch_size']}"
-    )
-
-
-def per_stage_text(d: dict[str, Any]) -> str:
-    """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
-    proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
-    ps, launch = d["per_stage"], d["launch"]
-    proof = {
-        "optimal": "OPTIMAL (proven over the shapes searched)",
-        "feasible": "FEASIBLE (best found within the time limit, not proven)",
-    }[ps["status"]]
-    lay = d["layout"]
-    counts = ps["recompute_layers"]
-    out = [
-        f"Per-stage search ({ps['job']}): {proof}; uniform search {ps['uniform_seconds']:.2f} s, "
-        f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
-        f"{len(ps['shapes'])} base layout(s)",
-        "",
-        f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
-        f"{duration(ps['uniform']['step_s'])} per step",
-        f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
-        f"({ps['gain']:.3f}× the uniform)",
-    ]
-    v, pp = lay["virtual_stages"], lay["pp"]
-    if any(counts) or lay.get("recompute_layers") is not None:
-        chunks = lay.get("chunk_layers")
-        rows = []
-        for i, (n, k) in enumerate(zip(ps["stage_layers"], counts, strict=True)):
-            row = {"stage": i, "layers": n}
-            if v > 1 and chunks is not None:  # per chunk: Megatron-LM's count is per chunk
-                row["chunks"] = "+".join(str(c) for c in chunks[i::pp])
-                row["recomputed (full) per chunk"] = k
-            else:
-                row["recomputed (full)"] = k
-            rows.append({**row, "others": lay["recompute"]})
-        out.append(table_text(rows))
-    elif ps["gain"] == 1:
-        out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
-    out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell
-    out += [f"  note: {n}" for n in launch["megatron_notes"]]
-    if launch["megatron_step_s"] is not None:
-        out.append(
-            f"  with one --recompute-num-layers for every stage: {duration(launch['megatron_step_s'])}"
-            " per step"
-        )
-    out += ["", "torchtitan:", *("  " + line for line in launch["torchtitan"])]
-    out += [f"  note: {n}" for n in launch["torchtitan_notes"]]
-    return "\n".join(out)

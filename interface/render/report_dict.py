@@ -77,7 +77,7 @@ def mfu_with_attention(est: Estimate) -> float | None:
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
+    own (model.comm_layers.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
     DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
     deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
     timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
@@ -185,10 +185,9 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
 
 def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     """The evaluate ``--json`` object (keys listed in docs/reference/json.md)."""
-    lay, t = est.layout, est.training
     acts = est.peak.activations
     out: dict[str, Any] = {
-        "num_gpus": lay.num_gpus,
+        "num_gpus": est.layout.num_gpus,
         "model": {
             "name": est.model.name,
             "num_params": est.num_params,
@@ -202,48 +201,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "peak_flops_per_s": est.device.peak_flops_per_s,
             "source": est.device.source,
         },
-        "layout": {
-            "dp": lay.dp,
-            "tp": lay.tp,
-            "pp": lay.pp,
-            "cp": lay.cp,
-            "cp_kind": str(lay.cp_kind),
-            "cp_a2a": lay.cp_a2a,
-            "ep": lay.ep,
-            "etp": lay.expert_tp,
-            "zero_stage": lay.zero_stage,
-            "framework": str(lay.framework),
-            "optimizer": str(lay.optimizer),
-            "recompute": str(lay.recompute),
-            "recompute_layers": (
-                None if lay.recompute_layers is None else list(lay.recompute_layers)
-            ),
-            "micro_batch_size": lay.micro_batch_size,
-            "global_batch_size": t.global_batch_size,
-            "num_microbatches": est.num_microbatches,
-            "schedule": str(lay.schedule),
-            "virtual_stages": lay.virtual_stages,
-            "seq_len": t.seq_len,
-            "sequence_parallel": lay.sp,
-            "tp_block_inputs": tp_block_inputs(est),
-            "flash_attention": t.flash_attention,
-            "activation_convention": t.activation_convention,
-            "memory_efficient_norm": t.memory_efficient_norm,
-            "precision": str(t.precision),
-            "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
-            "gradient_bytes": t.gradient_bytes,
-            "optimizer_bytes_per_param": t.optimizer_bytes,
-            "stage_layers": [s.num_layers for s in est.stages],
-            "chunk_layers": _chunk_layers(est),
-            "rank_order": "-".join(lay.rank_order),
-            "offload_activations": list(t.offload.activations),
-            "recompute_modules": list(t.recompute_modules),
-            "fp8_param_gather": t.fp8_param_gather,
-            "muon_tp_mode": t.muon_tp_mode,
-            "fp8_activation_storage": t.fp8_activation_storage,
-            "document_lengths": _documents(t),
-            "moe": _moe_run(t.moe_run),
-        },
+        "layout": _layout(est),
         "memory": _memory(est),
         "zero_table": [
             {
@@ -254,22 +212,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             }
             for r in est.zero_table
         ],
-        "traffic": [
-            {
-                "axis": r.traffic.axis,
-                "collective": r.traffic.collective,
-                "group_size": r.traffic.group_size,
-                "bytes_per_step": _n(r.traffic.bytes_per_step),
-                "microbatch_bytes": _n(r.traffic.microbatch_bytes),
-                "link": r.link,
-                "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
-                "seconds": r.seconds,
-                "overlap": r.overlap,
-                "exposed_seconds": r.exposed_seconds,
-                "optimizer_step": r.optimizer_step,
-            }
-            for r in est.traffic
-        ],
+        "traffic": _traffic(est),
         "pipeline": {
             "bubble_fraction": float(est.bubble_fraction),
             "bubble_ratio": float(est.bubble_ratio),
@@ -283,30 +226,101 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "pack_model_flops": est.flops.pack_model_flops,
             "convention": str(est.options.mfu_convention),
         },
-        "time": {
-            "time_model": _time_model(est),
-            "compute_s": est.compute_s,
-            "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
-            "exposed_comm_s": est.exposed_comm_s,
-            "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
-            "offload_s": est.time_terms.offload_s if est.time_terms else None,
-            "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
-            "step_s": est.step_s,
-            "mfu": est.mfu,
-            "mfu_pack": est.mfu_pack,
-            "mfu_with_attention": mfu_with_attention(est),
-            "hfu": est.hfu,
-            "tokens_per_s": None
-            if est.step_s is None
-            else t.global_batch_size * t.seq_len / est.step_s,
-            **_efficiencies(est),
-        },
+        "time": _time(est),
         "assumptions": assumptions(est),
         "notes": [with_flags(n) for n in (*est.notes, *bound_notes(est))],
     }
     if per_stage:
         out["stages"] = _stage_rows(est)
     return out
+
+
+def _layout(est: Estimate) -> dict[str, Any]:
+    """The ``layout`` object: the layout's fields, the batch and the recipe as evaluated."""
+    lay, t = est.layout, est.training
+    return {
+        "dp": lay.dp,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "cp_kind": str(lay.cp_kind),
+        "cp_a2a": lay.cp_a2a,
+        "ep": lay.ep,
+        "etp": lay.expert_tp,
+        "zero_stage": lay.zero_stage,
+        "framework": str(lay.framework),
+        "optimizer": str(lay.optimizer),
+        "recompute": str(lay.recompute),
+        "recompute_layers": (None if lay.recompute_layers is None else list(lay.recompute_layers)),
+        "micro_batch_size": lay.micro_batch_size,
+        "global_batch_size": t.global_batch_size,
+        "num_microbatches": est.num_microbatches,
+        "schedule": str(lay.schedule),
+        "virtual_stages": lay.virtual_stages,
+        "seq_len": t.seq_len,
+        "sequence_parallel": lay.sp,
+        "tp_block_inputs": tp_block_inputs(est),
+        "flash_attention": t.flash_attention,
+        "activation_convention": t.activation_convention,
+        "memory_efficient_norm": t.memory_efficient_norm,
+        "precision": str(t.precision),
+        "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
+        "gradient_bytes": t.gradient_bytes,
+        "optimizer_bytes_per_param": t.optimizer_bytes,
+        "stage_layers": [s.num_layers for s in est.stages],
+        "chunk_layers": _chunk_layers(est),
+        "rank_order": "-".join(lay.rank_order),
+        "offload_activations": list(t.offload.activations),
+        "recompute_modules": list(t.recompute_modules),
+        "fp8_param_gather": t.fp8_param_gather,
+        "muon_tp_mode": t.muon_tp_mode,
+        "fp8_activation_storage": t.fp8_activation_storage,
+        "document_lengths": _documents(t),
+        "moe": _moe_run(t.moe_run),
+    }
+
+
+def _traffic(est: Estimate) -> list[dict[str, Any]]:
+    """The ``traffic`` rows: per collective, its bytes, link, seconds and overlap."""
+    return [
+        {
+            "axis": r.traffic.axis,
+            "collective": r.traffic.collective,
+            "group_size": r.traffic.group_size,
+            "bytes_per_step": _n(r.traffic.bytes_per_step),
+            "microbatch_bytes": _n(r.traffic.microbatch_bytes),
+            "link": r.link,
+            "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
+            "seconds": r.seconds,
+            "overlap": r.overlap,
+            "exposed_seconds": r.exposed_seconds,
+            "optimizer_step": r.optimizer_step,
+        }
+        for r in est.traffic
+    ]
+
+
+def _time(est: Estimate) -> dict[str, Any]:
+    """The ``time`` object: the step's terms (s), MFU and HFU, tokens per second."""
+    t = est.training
+    return {
+        "time_model": _time_model(est),
+        "compute_s": est.compute_s,
+        "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
+        "exposed_comm_s": est.exposed_comm_s,
+        "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
+        "offload_s": est.time_terms.offload_s if est.time_terms else None,
+        "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
+        "step_s": est.step_s,
+        "mfu": est.mfu,
+        "mfu_pack": est.mfu_pack,
+        "mfu_with_attention": mfu_with_attention(est),
+        "hfu": est.hfu,
+        "tokens_per_s": None
+        if est.step_s is None
+        else t.global_batch_size * t.seq_len / est.step_s,
+        **_efficiencies(est),
+    }
 
 
 def _moe_run(run: MoERun) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from trainplan.interface import commands, tabs
+from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.web.params import openapi_parameters, parse
 from trainplan.model.errors import InfeasibleError, InputError, check_applicable
 
@@ -69,7 +70,7 @@ def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
         why = "the uploaded config.json is the model; give the config, a model or a size"
         check_applicable({k: params.get(k) for k in _MODEL_KEYS}, dict.fromkeys(_MODEL_KEYS, why))
         params["model_spec"] = commands.uploaded_model(own["config"])
-    return commands.evaluate_json(params, per_stage)
+    return commands.evaluate_json(evaluate_request(params, per_stage))
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()
@@ -126,25 +127,18 @@ def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> A
     return result
 
 
-def _per_stage(kw: dict[str, Any]) -> bool | None:
-    """``per-stage`` of the query, or ``set=per_stage=true`` (a scenario key)."""
-    flag = kw.pop("per_stage", None)
-    return flag if flag is not None else (kw.get("set") or {}).get("per_stage")
-
-
 def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan search`` for the query; ``progress``:
     :func:`interface.commands.search_json`'s ``on_tables`` and ``on_solution``."""
     kw, _ = parse("search", query)
     key = _key("search", kw)
     top, maximize = kw.pop("top"), kw.pop("maximize")
-    per_stage = _per_stage(kw)
-    shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
-    if per_stage:  # the CLI's search --per-stage --json object
+    request = search_request(kw, "params" if maximize else None)
+    if request.per_stage:  # the CLI's search --per-stage --json object
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
-        return cached_run(key, lambda: commands.per_stage_json(kw, shapes))
-    return cached_run(key, lambda: commands.search_json(kw, top, maximize, **progress))
+        return cached_run(key, lambda: commands.per_stage_json(request))
+    return cached_run(key, lambda: commands.search_json(request, top, maximize, **progress))
 
 
 def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
@@ -152,17 +146,16 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     kw, _ = parse("frontier", query)
     key = _key("frontier", kw)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
-    per_stage = _per_stage(kw)
-    shapes = commands.per_stage_shapes(bool(per_stage), kw.pop("per_stage_shapes", None))
-    if per_stage:  # the CLI's frontier --per-stage --json object
-        return cached_run(key, lambda: commands.per_stage_frontier_json(kw, against, shapes))
-    return cached_run(key, lambda: commands.frontier_json(kw, against, on_tables))
+    request = search_request(kw)
+    if request.per_stage:  # the CLI's frontier --per-stage --json object
+        return cached_run(key, lambda: commands.per_stage_frontier_json(request, against))
+    return cached_run(key, lambda: commands.frontier_json(request, against, on_tables))
 
 
 def run_object(result: Any) -> dict[str, Any]:
     """A SearchRun's JSON object, or the CLI's infeasible object."""
     if isinstance(result, InfeasibleError):
-        return commands.infeasible_json(result)
+        return commands.infeasible_json(result, web=True)
     return dict(result.json)
 
 

@@ -66,7 +66,7 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
 
     @app.exception_handler(PlannerError)
     async def bad_input(request: Request, err: PlannerError) -> Response:
-        return json_response({"error": with_flags(str(err))}, 422)
+        return json_response({"error": with_flags(str(err), web=True)}, 422)
 
     app.include_router(api.router)
     app.include_router(stream.router)

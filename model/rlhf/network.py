@@ -145,7 +145,7 @@ def _training_estimate(
         raise LayoutError(
             f"offload: {rs.role}=optimizer — {spec.framework} ZeRO-{spec.zero_stage} has no "
             "optimizer-only offload (model.offload.check_offload: FSDP2's CPUOffloadPolicy "
-            "moves the parameters too); use idle, or --framework megatron or deepspeed"
+            "moves the parameters too); use idle, or `framework` megatron or deepspeed"
         ) from None
     train_est = evaluate(
         rs.model,

@@ -104,10 +104,10 @@ def not_applicable(
         out["reward_params"] = "GRPO with a rule-based reward has no reward model and no critic"
     if not rollout_engine:
         for name in ("layers", "kv_heads", "head_dim", "rollout_batch"):
-            out.setdefault(name, "it sizes the rollout engine's KV cache; add --rollout-engine")
+            out.setdefault(name, "it sizes the rollout engine's KV cache; add `rollout_engine`")
     if not logits_buffer:
         for name in ("vocab_size", "logits_tokens"):
-            out[name] = "it sizes the FP32 logits buffer; add --logits-buffer"
+            out[name] = "it sizes the FP32 logits buffer; add `logits_buffer`"
     return out
 
 

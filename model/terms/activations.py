@@ -18,68 +18,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activation_offload import offload_buffer_bytes
-from trainplan.model.activations import ActivationContext
-from trainplan.model.context_parallel import CpKind, cp_degrees, cp_transient_bytes, kv_repeat
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.context_parallel import cp_transient_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
-from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.pipeline import (
     SPLIT_BACKWARD,
     Schedule,
     flat_in_flight,
     interleaved_in_flight,
 )
-from trainplan.model.precision import Fp8Recipe, Precision, fp8_activation_bytes
 from trainplan.model.schedule_cost import in_flight_units
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import stage_chunks, stage_layers
-from trainplan.model.stage_bytes import (
-    apply_form,
-    block_forms,
-    chunk_block_forms,
-    chunk_form,
-    chunk_peak,
-    embedding_bytes,
-    layer_quantities,
-    offload_quantities,
-    peak_transient,
+from trainplan.model.split import stage_layers
+from trainplan.model.stage_bytes import apply_form, chunk_peak, embedding_bytes, peak_transient
+from trainplan.model.terms.activation_fields import (
+    CONTEXT_FIELDS,
+    FORM_FIELDS,
+    LAYER_FIELDS,
+    chunk_forms,
+    chunk_layers,
+    cp_kv_repeat_of,
+    cp_mechanism_of,
+    end_stages,
+    gathers_block_inputs,
+    head_norms_recomputed,
+    kept_form,
+    layer_figures,
+    mirror_kept_form,
+    offload_figures,
+    output_stage,
+    padded_vocab_of,
+    split_forms,
+    stage_layer_counts,
+    transient_forms,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
-from trainplan.model.vocab import padded_vocab, vocab_multiple_for
 from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
-__all__ = [
-    "StageActivations",
-    "activation_context",
-    "CONTEXT_FIELDS",
-    "LAYER_FIELDS",
-    "end_stages",
-    "FORM_FIELDS",
-    "layer_figures",
-    "offload_figures",
-    "stage_layer_counts",
-    "padded_vocab_of",
-    "gathers_block_inputs",
-    "stage_activations_term",
-    "stage_activations",
-]
-
-CACHE = 4096
-"""Entries each structure cache keeps."""
-
-CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
-"""What a layer's activation bytes read of a layout (:func:`activation_context`)."""
-LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers")
-"""What a stage's layers read of a layout (:func:`model.split.stage_layers`)."""
-FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
-"""What a stage's recompute forms read of a layout."""
+__all__ = ["StageActivations", "stage_activations", "stage_activations_term"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,119 +115,6 @@ class StageActivations:
         )
 
 
-def activation_context(
-    training: TrainingSpec,
-    micro_batch_size: int,
-    cp: int,
-    tp: int,
-    sequence_parallel: bool,
-    cp_kind: CpKind,
-    ep: int = 1,
-    expert_tp: int = 1,
-    framework: Framework = DEFAULT_FRAMEWORK,
-) -> ActivationContext:
-    """The :class:`model.activations.ActivationContext` of a layout's fields and the recipe:
-    what every per-layer activation figure reads. The framework decides whether FP8 linear
-    layers save FP8 inputs, whether tensor parallelism keeps the blocks' gathered inputs
-    (:func:`model.memory.keeps_gathered_inputs`), whether the expert-TP group gathers the
-    routed tokens, what the MoE combine keeps and what selective recomputation keeps (torchtitan's
-    op-level policy under ``fsdp2``, Megatron-Core's ``recompute_modules`` otherwise;
-    :class:`model.frameworks.Framework`)."""
-    framework = Framework(framework)
-    return ActivationContext(
-        seq_len=training.seq_len,
-        cp=cp,
-        micro_batch_size=micro_batch_size,
-        tp=tp,
-        sequence_parallel=sequence_parallel,
-        flash_attention=training.flash_attention,
-        activation_bytes=training.activation_bytes,
-        convention=training.activation_convention,
-        memory_efficient_norm=training.memory_efficient_norm,
-        fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
-        fp8_input_bytes=fp8_activation_bytes(training.fp8_recipe or Fp8Recipe.DELAYED),
-        cp_kind=cp_kind,
-        offload_modules=training.offload.activations,
-        gathered_block_inputs=keeps_gathered_inputs(framework, training),
-        expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
-        combine_output_bytes=combine_output_bytes(
-            framework.value, training.moe_run, framework.moe_combine_bytes()
-        ),
-        ep=ep,
-        op_selective=framework.op_selective,
-        recompute_modules=training.recompute_modules,
-        fp8_gemms=training.precision is Precision.FP8,
-        fp8_activation_storage=training.fp8_activation_storage,
-    )
-
-
-@lru_cache(maxsize=CACHE)
-def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
-    """:func:`model.stage_bytes.layer_quantities` of the :data:`CONTEXT_FIELDS` values."""
-    return layer_quantities(arch, activation_context(training, *fields))
-
-
-@lru_cache(maxsize=CACHE)
-def offload_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
-    """:func:`model.stage_bytes.offload_quantities` of the :data:`CONTEXT_FIELDS` values."""
-    return offload_quantities(arch, activation_context(training, *fields))
-
-
-@lru_cache(maxsize=CACHE)
-def stage_layer_counts(
-    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
-) -> tuple[tuple[int, int], ...]:
-    """Per stage, (transformer layers, of them MoE) of the split (:func:`model.split.stage_layers`;
-    MTP blocks on the last)."""
-    return tuple(
-        (len(layers), sum(map(arch.is_moe_layer, layers)))
-        for layers in stage_layers(arch, pp, v, uneven, sizes)
-    )
-
-
-@lru_cache(maxsize=CACHE)
-def _forms(
-    arch: Architecture,
-    pp: int,
-    v: int,
-    uneven: bool,
-    sizes: tuple[int, ...] | None,
-    mode: Recompute,
-    counts: tuple[int, ...] | None,
-) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
-    """Per stage, (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
-    per-chunk layer counts): :func:`model.stage_bytes.block_forms` of the stage's layer kinds
-    (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
-    counts and chunks); the chunks' forms for the interleaved peak."""
-    out = []
-    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
-        kinds = tuple(arch.is_moe_layer(j) for j in layers)
-        local = tuple(
-            tuple(arch.is_moe_layer(j) for j in chunk)
-            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes)
-        )
-        recomputed = None if counts is None else counts[stage]
-        chunks: tuple[tuple[int, ...], ...]
-        if recomputed is not None and v > 1:
-            chunks, transients = chunk_block_forms(local, mode, recomputed)
-            kept = tuple(sum(c) for c in zip(*chunks, strict=True))
-        else:
-            kept, transients = block_forms(kinds, mode, recomputed)
-            chunks = tuple(chunk_form(c, mode) for c in local)
-        flat = tuple(x for form in transients for x in form)
-        out.append((kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))))
-    return tuple(out)
-
-
-def _kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(s[0] for s in _forms(arch, *key))
-
-
-def _mirror_kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    """Per rank r, :func:`_kept_form` of stage ``pp − 1 − r`` (DualPipe's second stage)."""
-    return _kept_form(arch, *key)[::-1]
-
-
 def _dualpipe_kept(
     c: Context, f: Fields, q: Any, per_mb: Any, emb: Any, head: Any
 ) -> tuple[Any, Any]:
@@ -260,53 +127,11 @@ def _dualpipe_kept(
     of stage h and ``h + 1`` of stage ``pp − 1 − h``, the report's ``PP + 1``. The embedding's
     activations go with stage 0's micro-batches, the output layer's are held once (its backward
     follows its forward)."""
-    mirror_mb = apply_form(f.per_stage(_mirror_kept_form, (c.arch,), *FORM_FIELDS), q)
+    mirror_mb = apply_form(f.per_stage(mirror_kept_form, (c.arch,), *FORM_FIELDS), q)
     h = minimum(f.stage, f.pp - 1 - f.stage)
     front = f.stage <= f.pp - 1 - f.stage
     near, far = where(front, per_mb, mirror_mb), where(front, mirror_mb, per_mb)
     return near * (f.pp - h) + far * (h + 1), (emb - head) * (f.pp - h) + head
-
-
-def _transient_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(s[1] for s in _forms(arch, *key))
-
-
-def _chunk_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(s[2] for s in _forms(arch, *key))
-
-
-def _chunk_layers(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(s[3] for s in _forms(arch, *key))
-
-
-def _split_forms(flat: Any) -> list[Any]:
-    """A flat sequence of coefficients as forms of eight."""
-    return [flat[i : i + 8] for i in range(0, len(flat), 8)]
-
-
-def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
-    """Whether tensor parallelism keeps the blocks' all-gathered inputs under ``framework``
-    (:func:`model.memory.keeps_gathered_inputs`; the output layer's gathered input too)."""
-    return keeps_gathered_inputs(Framework(framework), training)
-
-
-def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int) -> int:
-    """V padded as ``framework`` pads it for ``tp`` (:func:`model.vocab.padded_vocab`; ``given``
-    the multiple asked for, None = the framework's)."""
-    return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
-
-
-def cp_kv_repeat_of(arch: Architecture | None, kind: CpKind, cp: int, tp: int) -> int:
-    """Times each K/V head crosses the head all-to-all (:func:`model.context_parallel.
-    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks; 1 for every other flavour)."""
-    return kv_repeat(CpKind(kind), cp, tp, arch)
-
-
-def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
-    """(K/V exchange ranks, head all-to-all ranks, the exchange is an all-gather) of a CP
-    flavour (:func:`model.context_parallel.cp_degrees`)."""
-    r, u = cp_degrees(kind, cp, cp_a2a)
-    return r, u, CpKind(kind) is CpKind.ALL_GATHER
 
 
 def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
@@ -323,7 +148,7 @@ def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) ->
     """
     one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
     v = f.virtual_stages
-    senders = where(f.stage == f.pp - 1, v - 1, v)
+    senders = where(output_stage(f), v - 1, v)
     kept = where(f.deallocate_pipeline_outputs, 0, 1) * where(f.pp == 1, 0, 1)
     return kept * one * senders
 
@@ -343,20 +168,6 @@ def _offload_lines(
     )
     buffer = minimum(offload_buffer_bytes(per_layer, n_layers * in_flight), offloaded)
     return buffer, offloaded - minimum(per_layer, offloaded)
-
-
-def end_stages(f: Fields) -> tuple[Any, Any]:
-    """(whether rank ``f.stage`` holds the embedding, whether it holds the output layer and the
-    MTP blocks): the first and the last rank; under a V placement (ZB-V, DualPipeV) both on rank
-    0 (:func:`model.split.output_rank`); under DualPipe both on ranks 0 and ``pp − 1``, each
-    holding the first stage of one direction and the last of the other
-    (:func:`model.pipeline_zb.stage_placement`)."""
-    first, last = f.stage == 0, f.stage == f.pp - 1
-    if f.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
-        return first, first
-    if f.schedule == Schedule.DUALPIPE:
-        return first | last, first | last
-    return first, last
 
 
 def _in_flight(f: Fields) -> Any:
@@ -395,66 +206,94 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     chunk), schedule.
     """
     arch, t = c.arch, c.training
-    beta = t.activation_bytes
     q = f.lookup(layer_figures, (arch, t), *CONTEXT_FIELDS)
     off_q = f.lookup(offload_figures, (arch, t), *CONTEXT_FIELDS)
     n_layers, n_moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    per_form = f.per_stage(_kept_form, (arch,), *FORM_FIELDS)
+    per_form = f.per_stage(kept_form, (arch,), *FORM_FIELDS)
     per_mb = apply_form(per_form, q)
-    transient = peak_transient(
-        _split_forms(f.per_stage(_transient_forms, (arch,), *FORM_FIELDS)), q
-    )
+    transient = peak_transient(split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS)), q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
-    gathered = f.lookup(gathers_block_inputs, (t,), "framework")
-    first, last = end_stages(f)
-    emb = embedding_bytes(arch, first, last, tokens, f.tp, f.sp, beta, vocab, gathered)
+    emb, head = _end_bytes(c, f, tokens, vocab)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    beta = t.activation_bytes
     cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
-    v = f.virtual_stages
     split = Schedule(f.schedule) in SPLIT_BACKWARD
-    if v == 1 or f.pp == 1 or split:  # the rank's layers held whole (v > 1: interleaved's)
-        in_flight = exact(in_flight_units(f.schedule, f.pp, f.m)) if split else _in_flight(f)
-        kept, emb_total, held_mb = per_mb * in_flight, emb * in_flight, in_flight
-        if split:  # the output layer's backward follows its forward at once: one held
-            head = embedding_bytes(arch, False, last, tokens, f.tp, f.sp, beta, vocab, gathered)
-            emb_total = (emb - head) * in_flight + head
-        if _any(f.schedule == Schedule.DUALPIPE):
-            on = f.schedule == Schedule.DUALPIPE
-            dual_kept, dual_emb = _dualpipe_kept(c, f, q, per_mb, emb, head)
-            kept, emb_total = where(on, dual_kept, kept), where(on, dual_emb, emb_total)
+    if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
+        in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
-        # the peak found chunk by chunk (model.pipeline.interleaved_peak); with per-stage counts
-        # each chunk weighs its own recomputed layers. Under √n the chunks' checkpoints are not
-        # modelled per chunk: the closed form holds, and the layer counts place the end chunk's
-        # micro-batches.
-        in_flight = interleaved_in_flight(f.pp, f.m, v, f.stage)
-        offloaded = 0
-        if f.recompute is Recompute.SQRT:
-            chunk_layers = f.per_stage(_chunk_layers, (arch,), *FORM_FIELDS)
-            held, end_held = chunk_peak(f.pp, f.m, v, f.stage, [exact(n) for n in chunk_layers], 0)
-            kept = per_mb * in_flight
-        else:
-            forms = _split_forms(f.per_stage(_chunk_forms, (arch,), *FORM_FIELDS))
-            chunk_bytes = [apply_form(form, q) for form in forms]
-            held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
-            kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
-            if t.offload.activations:
-                offloaded = sum(
-                    (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
-                    exact(0),
-                )
-        emb_total = emb * end_held
-        held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
+        in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     extra = f.lookup(_loss_extra, (), "framework", "tp")
-    loss = where(f.stage == f.pp - 1, extra * tokens * vocab / f.tp, 0)
+    loss = where(end_stages(f)[1], extra * tokens * vocab / f.tp, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
+
+
+def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
+    """(the embedding's and the output layer's bytes per micro-batch on rank ``f.stage``, the
+    output layer's alone; :func:`model.stage_bytes.embedding_bytes` where :func:`end_stages`
+    places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`)."""
+    arch, t = c.arch, c.training
+    gathered = f.lookup(gathers_block_inputs, (t,), "framework")
+    norms = f.lookup(head_norms_recomputed, (t,), "framework") & (
+        f.recompute == Recompute.SELECTIVE
+    )
+    first, last = end_stages(f)
+    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms)
+    return embedding_bytes(arch, first, last, *args), embedding_bytes(arch, False, last, *args)
+
+
+def _held_whole(
+    c: Context, f: Fields, q: Any, per_mb: Any, emb: Any, head: Any, split: bool
+) -> tuple[Any, Any, Any, Any]:
+    """(micro-batches in flight, layer bytes, embedding/output-layer bytes, micro-batches held)
+    of a rank whose layers are held whole: ``_in_flight`` micro-batches, or under a
+    split-backward schedule :func:`model.schedule_cost.in_flight_units` of them, the output
+    layer's held once (its backward follows its forward at once); DualPipe's two stages by
+    :func:`_dualpipe_kept`."""
+    in_flight = exact(in_flight_units(f.schedule, f.pp, f.m)) if split else _in_flight(f)
+    kept, emb_total = per_mb * in_flight, emb * in_flight
+    if split:
+        emb_total = (emb - head) * in_flight + head
+    if _any(f.schedule == Schedule.DUALPIPE):
+        on = f.schedule == Schedule.DUALPIPE
+        dual_kept, dual_emb = _dualpipe_kept(c, f, q, per_mb, emb, head)
+        kept, emb_total = where(on, dual_kept, kept), where(on, dual_emb, emb_total)
+    return in_flight, kept, emb_total, in_flight
+
+
+def _held_by_chunk(
+    c: Context, f: Fields, q: Any, off_q: Any, per_mb: Any, emb: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """(micro-batches in flight, layer bytes, embedding/output-layer bytes, micro-batches held,
+    offloaded bytes) of an interleaved rank, its peak found chunk by chunk
+    (:func:`model.pipeline.interleaved_peak`); with per-stage counts each chunk weighs its own
+    recomputed layers. Under √n the chunks' checkpoints are not modelled per chunk: the closed
+    form holds, and the layer counts place the end chunk's micro-batches."""
+    arch, v = c.arch, f.virtual_stages
+    in_flight = interleaved_in_flight(f.pp, f.m, v, f.stage)
+    offloaded: Any = 0
+    if f.recompute is Recompute.SQRT:
+        layers = f.per_stage(chunk_layers, (arch,), *FORM_FIELDS)
+        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, [exact(n) for n in layers], 0)
+        kept = per_mb * in_flight
+    else:
+        forms = split_forms(f.per_stage(chunk_forms, (arch,), *FORM_FIELDS))
+        chunk_bytes = [apply_form(form, q) for form in forms]
+        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
+        kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
+        if c.training.offload.activations:
+            offloaded = sum(
+                (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
+                exact(0),
+            )
+    held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
+    return in_flight, kept, emb * end_held, held_mb, offloaded
 
 
 def _any(condition: Any) -> bool:
@@ -498,7 +337,12 @@ def stage_activations(
     True
     """
     own = stage_layers(
-        arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+        arch,
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
+        layout.schedule,
     )[stage]
     if layers != own:
         if layout.pp != 1 or layers != tuple(range(len(layers))):

@@ -28,10 +28,11 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
-from trainplan.model.frameworks import gradient_bytes_for
+from trainplan.model.context_parallel import torch_rotate_method
+from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
-from trainplan.model.memory import optimizer_elements
+from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
@@ -49,10 +50,11 @@ from trainplan.model.step_time import (
     pp_seconds,
     recompute_stage_parts,
 )
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,
+    output_stage,
     padded_vocab_of,
     stage_layer_counts,
 )
@@ -151,11 +153,12 @@ def _kind_row(
     links and CP flavour."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
-    ep_g, unpaired = key[17:]
+    ep_g, unpaired, templated, regather = key[17:]
     peak, hbm, p, overlap, speedup = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
+        bool(regather), str(templated),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -179,10 +182,12 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired = ep_dispatch_fields(c, f)
+    templated = f.lookup(torch_rotate_method, (), "cp_kind")
+    regather = not keeps_gathered_inputs(Framework(f.framework), t)
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up, ep_g, unpaired,
+        ep_bw, ep_up, ep_g, unpaired, templated, regather,
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))
@@ -196,6 +201,7 @@ def recomputed_counts(
     v: int,
     uneven: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any,
     counts: tuple[int, ...] | None,
 ) -> tuple[tuple[int, int], ...]:
     """Per stage, (layers fully recomputed, of them MoE) by ``Layout.recompute_layers``: the
@@ -203,7 +209,8 @@ def recomputed_counts(
     out = []
     for stage in range(pp):
         k = 0 if counts is None else counts[stage]
-        layers = recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, stage, sizes), k)
+        chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+        layers = recomputed_in_chunks(chunks, k)
         out.append((len(layers), sum(map(arch.is_moe_layer, layers))))
     return tuple(out)
 
@@ -223,7 +230,7 @@ def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) 
     counts = None if recompute is not None else f.recompute_layers
     full = base if counts is None else _kinds(c, f, Recompute.FULL)
     layers, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    first, last = f.stage == 0, f.stage == f.pp - 1
+    first, last = f.stage == 0, output_stage(f)
     if counts is None:
         parts = stage_parts(*base, layers - moe, moe, first, last)
     else:

@@ -40,8 +40,12 @@ from trainplan.model.params import (
     stage_params,
 )
 from trainplan.model.pipeline import Schedule
-from trainplan.model.split import stage_layers
-from trainplan.model.terms.activations import LAYER_FIELDS, stage_layer_counts
+from trainplan.model.split import output_rank, stage_layers
+from trainplan.model.terms.activation_fields import (
+    LAYER_FIELDS,
+    mirror_layer_counts,
+    stage_layer_counts,
+)
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, namespace, where
@@ -69,9 +73,11 @@ SPLIT_FIELDS = (
     "expert_tp",
     "framework",
     "stage_layers",
+    "schedule",
 )
 """What the per-stage parameter split reads of a layout (physical profiles keep norms and
-routers whole on every tp rank; the framework also pads the vocabulary)."""
+routers whole on every tp rank; the framework also pads the vocabulary; the schedule places the
+model chunks, :func:`model.split.chunk_ranks`)."""
 
 CACHE = 4096
 """Entries each structure cache keeps (a long-lived server sees many models and layouts)."""
@@ -97,6 +103,7 @@ def stage_params_per_gpu(
     physical: bool,
     sizes: tuple[int, ...] | None,
     vocab_multiple: int,
+    schedule: Any = None,
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layer indices, dense parameters on one GPU, routed-expert parameters on one GPU)
     of every pipeline stage: dense ÷ tp (except, under a physical profile, what every tp rank
@@ -106,7 +113,7 @@ def stage_params_per_gpu(
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, tp * pp)
-        split = stage_layers(arch, pp, v, uneven, sizes) if arch else ((),) * pp
+        split = stage_layers(arch, pp, v, uneven, sizes, schedule) if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
@@ -116,7 +123,7 @@ def stage_params_per_gpu(
             _per_gpu(sp.dense, sp.tp_replicated, tp, physical),
             Fraction(sp.experts, etp * ep),
         )
-        for sp in stage_params(arch, pp, v, vocab, uneven, sizes)
+        for sp in stage_params(arch, pp, v, vocab, uneven, sizes, schedule)
     )
 
 
@@ -131,6 +138,7 @@ def stage_linear_per_gpu(
     etp: int,
     physical: bool,
     sizes: tuple[int, ...] | None,
+    schedule: Any = None,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, (the linear layers' weight elements on one GPU, those of its largest layer):
     :attr:`LayerParams.linear` ÷ tp (except the tp-replicated part under a physical profile)
@@ -141,7 +149,7 @@ def stage_linear_per_gpu(
     if arch is None:
         return ((Fraction(0), Fraction(0)),) * pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes):
+    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
         per_layer = [Fraction(0)]
         for j in layers:
             lp = layer_params(arch, j)
@@ -165,10 +173,11 @@ def gather_units(
     physical: bool,
     sizes: tuple[int, ...] | None,
     vocab_multiple: int,
+    schedule: Any = None,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) parameters on one GPU of the largest unit gathered or
     reduced at once (ZeRO-3 / FSDP units): one of its layers, the input embedding (first stage)
-    or the output layer (last stage). (0, 0) for a size-only model, whose layers are unknown."""
+    or the output layer (:func:`model.split.output_rank`). (0, 0) for a size-only model, whose layers are unknown."""
     arch = model.arch
     if arch is None:
         return ((Fraction(0), Fraction(0)),) * pp
@@ -185,11 +194,12 @@ def gather_units(
                 Fraction(lp.experts, etp * ep),
             )
     out = []
-    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes)):
+    last = output_rank(pp, v, schedule)
+    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
         units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
-        if i == pp - 1:
+        if i == last:
             units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
         # a middle stage with no layers (a custom layout's zeros) gathers nothing
         out.append(max(units, key=lambda u: u[0] + u[1], default=(Fraction(0), Fraction(0))))
@@ -215,15 +225,15 @@ def _split(
     etp: int,
     framework: Framework,
     sizes: tuple[int, ...] | None,
+    schedule: Any = None,
 ) -> Any:
     """``fn`` of the split structure, the framework read as its physical flag and (for the
     functions that read it) its vocabulary padding multiple."""
     physical = Framework(framework).physical
     if fn is stage_linear_per_gpu:
-        return fn(model, tp, pp, v, ep, uneven, etp, physical, sizes)
-    return fn(
-        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple_for(framework, given)
-    )
+        return fn(model, tp, pp, v, ep, uneven, etp, physical, sizes, schedule)
+    multiple = vocab_multiple_for(framework, given)
+    return fn(model, tp, pp, v, ep, uneven, etp, physical, sizes, multiple, schedule)
 
 
 @lru_cache(maxsize=CACHE)
@@ -240,25 +250,27 @@ def stage_optimizer_scales(
     physical: bool,
     sizes: tuple[int, ...] | None,
     vocab_multiple: int,
+    schedule: Any = None,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s
     (:func:`model.optimizers.optimizer_scale` of the stage's layers, its input embedding on the
-    first stage and its output layer — or the tied embedding's copy — on the last). (1, 1) for
-    Adam. Exact, cached on what it reads."""
+    first stage and its output layer — or the tied embedding's copy — on the last chunk's,
+    :func:`model.split.output_rank`). (1, 1) for Adam. Exact, cached on what it reads."""
     arch = model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * pp
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)
+    last = output_rank(pp, v, schedule)
     last_copy = counts.output or (
-        vocab * arch.hidden_size if pp > 1 and shares_embedding_with_last_stage(arch) else 0
+        vocab * arch.hidden_size if last != 0 and shares_embedding_with_last_stage(arch) else 0
     )
     out = []
     params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple
+        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple, schedule
     )
     for i, layers, dense, experts in params:
-        emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == pp - 1 else 0)
+        emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
         out.append(
             optimizer_scale(kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes)
         )
@@ -268,10 +280,10 @@ def stage_optimizer_scales(
 def _stage_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
 ) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    tp, pp, v, ep, uneven, etp, framework, sizes, schedule = key
     return stage_optimizer_scales(
         model, OptimizerKind(optimizer), adam_bytes, tp, pp, v, ep, uneven, etp,
-        Framework(framework).physical, sizes, vocab_multiple_for(framework, given),
+        Framework(framework).physical, sizes, vocab_multiple_for(framework, given), schedule,
     )  # fmt: skip
 
 
@@ -299,7 +311,7 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
 @lru_cache(maxsize=CACHE)
 def stage_muon_work(
     model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, etp: int,
-    sizes: tuple[int, ...] | None, whole: bool = True,
+    sizes: tuple[int, ...] | None, whole: bool = True, schedule: Any = None,
 ) -> tuple[tuple[int, int, Fraction, Fraction], ...]:  # fmt: skip
     """Per stage, Muon's (Newton–Schulz FLOPs of the dense matrices, of the routed experts'
     matrices on one GPU, dense matrix elements on one GPU, expert ones): every matrix
@@ -311,7 +323,7 @@ def stage_muon_work(
     if arch is None:
         return ((0, 0, Fraction(0), Fraction(0)),) * pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes):
+    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
         ns_d = ns_e = 0
         el_d = el_e = Fraction(0)
         for j in layers:
@@ -331,7 +343,7 @@ def stage_muon_work(
 @lru_cache(maxsize=CACHE)
 def stage_muon_transient(
     model: ModelSpec, tp: int, pp: int, v: int, etp: int, uneven: bool, framework: str,
-    sizes: tuple[int, ...] | None, whole: bool = True,
+    sizes: tuple[int, ...] | None, whole: bool = True, schedule: Any = None,
 ) -> tuple[tuple[int, int], ...]:  # fmt: skip
     """Per stage, (the most bytes Muon's orthogonalisation of one of its matrices holds where
     only tensor parallelism gathers, the most where every matrix is gathered — over the
@@ -345,7 +357,7 @@ def stage_muon_transient(
     if arch is None:
         return ((0, 0),) * pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes):
+    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
         tp_only = every = 0
         for j in layers:
             for mat in layer_matrices(arch, j):
@@ -368,9 +380,11 @@ def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
 
 
 def _stage_transient(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, _ep, uneven, etp, framework, sizes = key
+    tp, pp, v, _ep, uneven, etp, framework, sizes, schedule = key
     whole = muon_whole_matrices(framework, mode)
-    return stage_muon_transient(model, tp, pp, v, etp, uneven, str(framework), sizes, whole)
+    return stage_muon_transient(
+        model, tp, pp, v, etp, uneven, str(framework), sizes, whole, schedule
+    )
 
 
 def muon_transient_term(c: Context, f: Fields) -> Any:
@@ -391,9 +405,9 @@ def muon_transient_term(c: Context, f: Fields) -> Any:
 
 
 def _stage_muon(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, framework, sizes = key
+    tp, pp, v, ep, uneven, etp, framework, sizes, schedule = key
     whole = muon_whole_matrices(framework, mode)
-    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes, whole)
+    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes, whole, schedule)
 
 
 def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
@@ -447,8 +461,9 @@ def _dualpipe_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tu
     the first stage's embedding on the same rank, physically shared (DeepSeek-V3 report §3.2.3,
     "Shared Embedding and Output Head for Multi-Token Prediction"), so counted once."""
     own = _stage_dense_expert(model, given, *key)
-    tp, pp = key[0], key[1]
-    shared = shared_embedding_per_gpu(model, tp, pp, vocab_multiple_for(key[-2], given))
+    fields = dict(zip(SPLIT_FIELDS, key, strict=True))
+    tp, pp, framework = fields["tp"], fields["pp"], fields["framework"]
+    shared = shared_embedding_per_gpu(model, tp, pp, vocab_multiple_for(framework, given))
     return tuple(
         (d + md - (shared if r in (0, pp - 1) else 0), e + me)
         for r, ((d, e), (md, me)) in enumerate(zip(own, own[::-1], strict=True))
@@ -540,10 +555,14 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
     :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
     ``moe_dispatcher = deepep``, ep > 1) where the stage holds MoE layers (the buffer is made on
-    the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``); 0 otherwise."""
+    the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``), under DualPipe where
+    either of the rank's two stages does; 0 otherwise."""
     arch, run = c.model.arch, c.training.moe_run
     if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
         return 0
     _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    if _any_dualpipe(f):
+        _, mirror = f.per_stage(mirror_layer_counts, (arch,), *LAYER_FIELDS)
+        moe = moe + where(f.schedule == Schedule.DUALPIPE, mirror, 0)
     buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
     return where(moe > 0, buffers, 0)

@@ -43,10 +43,12 @@ from trainplan.model.schedule_cost import (
 )
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     LAYER_FIELDS,
+    mirror_layer_counts,
     offload_figures,
+    output_stage,
     stage_layer_counts,
 )
 from trainplan.model.terms.fields import Context, Fields, stage_max
@@ -165,34 +167,26 @@ def stage_core_flops(
     uneven: bool = True,
     sizes: tuple[int, ...] | None = None,
     docs: Documents | None = None,
+    schedule: Any = None,
 ) -> tuple[int, ...]:
     """Forward FLOPs of each pipeline stage's attention cores for one sequence
     (:func:`model.timing.layers_core_flops`; a pack of ``docs`` under document masking):
     stages differ when layers' spans do (Gemma 3's global layers, Llama 4's unchunked ones)."""
     return tuple(
         layers_core_flops(arch, layers, seq_len, causal, docs)
-        for layers in stage_layers(arch, pp, v, uneven, sizes)
+        for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
     )
 
 
 def _core(
     arch: Architecture, s: int, causal: bool, docs: Documents | None, *key: Any
 ) -> tuple[int, ...]:
-    pp, v, uneven, sizes = key
-    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes, docs)
+    pp, v, uneven, sizes, schedule = key
+    return stage_core_flops(arch, pp, v, s, causal, uneven, sizes, docs, schedule)
 
 
 def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
     return microbatch_flop_terms(arch, s, int(b), mode, causal)
-
-
-@lru_cache(maxsize=CACHE)
-def mirror_layer_counts(
-    arch: Architecture, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None
-) -> tuple[tuple[int, int], ...]:
-    """Per rank r, :func:`model.terms.activations.stage_layer_counts` of stage ``pp − 1 − r``:
-    the second stage a DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
-    return stage_layer_counts(arch, pp, v, uneven, sizes)[::-1]
 
 
 def _mirror_core(
@@ -222,7 +216,7 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
         )  # fmt: skip
 
     def stage(g: Fields) -> Any:
-        own = seconds(g, stage_layer_counts, _core, g.stage == g.pp - 1)
+        own = seconds(g, stage_layer_counts, _core, output_stage(g))
         if not dualpipe:
             return own
         # a DualPipe rank runs its own stage for one direction's m/2 micro-batches and the

@@ -21,23 +21,18 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.comm import (
-    AxisTraffic,
-    cp_bytes,
-    dp_bytes,
-    dp_name,
-    ep_bytes,
-    pp_bytes,
-    tp_bytes,
-)
+from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
+from trainplan.model.comm_layers import cp_bytes, ep_bytes, tp_bytes
 from trainplan.model.context_parallel import cp_collective
 from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
 from trainplan.model.layout import Recompute
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.params import shares_embedding_with_last_stage
-from trainplan.model.terms.activations import (
+from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
     cp_mechanism_of,
+    output_stage,
     padded_vocab_of,
     stage_layer_counts,
 )
@@ -98,19 +93,20 @@ def most_layers(c: Context, f: Fields) -> tuple[Any, Any]:
 
 def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) tensor parallelism sends on the stage that
-    sends the most (:func:`model.comm.tp_bytes`: its layers, the embedding's and the output
+    sends the most (:func:`model.comm_layers.tp_bytes`: its layers, the embedding's and the output
     layer's collectives at the ends, expert tensor parallelism's token gathers). ``recompute``
     overrides the layout's mode."""
     arch, t = c.arch, c.training
     mode = f.recompute if recompute is None else recompute
     full = mode in (Recompute.FULL, Recompute.SQRT)
     physical = Framework(f.framework).physical
+    keeps = keeps_gathered_inputs(Framework(f.framework), t)
 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
-            arch, layers, moe, g.stage == 0, g.stage == g.pp - 1, g.tp, g.expert_tp, g.cp,
-            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full,
+            arch, layers, moe, g.stage == 0, output_stage(g), g.tp, g.expert_tp, g.cp,
+            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full, keeps,
         )  # fmt: skip
 
     total, hidden = stage_tuple(f.stages(stage))
@@ -120,7 +116,7 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
 
 def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step the cp ranks exchange on the stage with the most layers, as the layout's
-    CP flavour does (:func:`model.comm.cp_bytes`); the attention core runs again in backward
+    CP flavour does (:func:`model.comm_layers.cp_bytes`); the attention core runs again in backward
     under any recomputation."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
@@ -134,7 +130,7 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
-    (:func:`model.comm.ep_bytes`: the rows the run's routing sends, padding included,
+    (:func:`model.comm_layers.ep_bytes`: the rows the run's routing sends, padding included,
     :attr:`model.specs.TrainingSpec.moe_run`)."""
     t = c.training
     _, moe = most_layers(c, f)

@@ -34,8 +34,14 @@ from trainplan.model.context_parallel import (
     cp_degrees,
     cp_layer_bytes,
     cp_transient_bytes,
+    templated_merge_bytes,
+    torch_rotate_method,
 )
+from trainplan.model.cp_rules import check_cp_framework
 from trainplan.model.errors import LayoutError
+from trainplan.model.layer_time import _templated_collectives
+from trainplan.model.op_time import Clock
+from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
 from trainplan.scenarios.catalogue import get_model
 
 MiB = 2**20
@@ -272,4 +278,47 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
     assert code == 2 and out == ""
     assert (
         err.startswith("Error: cp: ulysses splits the heads over 16 ranks") and err.count("\n") == 1
+    )
+
+
+def test_pytorch_context_parallel_is_its_own_flavour_under_fsdp2_only():
+    """torchtitan's CP is PyTorch's context_parallel (its rotate methods); Megatron-Core runs
+    Transformer Engine's and refuses it with one line."""
+    assert torch_rotate_method(CpKind("pytorch-allgather")) == "allgather"
+    assert torch_rotate_method(CpKind("pytorch-alltoall")) == "alltoall"
+    assert torch_rotate_method(CpKind.ALL_GATHER) == torch_rotate_method(CpKind.RING) == ""
+    check_cp_framework(CpKind.PYTORCH_ALLGATHER, 4, "fsdp2", None)
+    with pytest.raises(LayoutError, match="cp_kind: pytorch-allgather is PyTorch's"):
+        check_cp_framework(CpKind.PYTORCH_ALLGATHER, 4, "megatron", None)
+
+
+def test_pytorch_ring_attention_merge_bytes_by_hand():
+    """_attention.py at cp 4 (the last rank: every step after the first on the whole query),
+    Llama 3 8B's 32,768 local tokens: O = Q = 32,768·4,096·2 B, K + V = 32,768·2,048·2 B.
+    Forward: 3·O + 3·19·O + 3·O + 3·2·KV; backward 2·Q + 2·KV + 4·5·Q + (5 + 3·6.5)·KV
+    + 4·4·KV + 3·2·KV + 3·Q + 3·KV."""
+    o = q = 32768 * 4096 * 2
+    kv = 32768 * 2048 * 2
+    forward, backward = templated_merge_bytes(q, kv, o, 4)
+    assert forward == 3 * o + 3 * 19 * o + 3 * o + 3 * 2 * kv
+    assert (
+        backward
+        == 2 * q + 2 * kv + 4 * 5 * q + (5 + 3 * 6.5) * kv + 16 * kv + 6 * kv + 3 * q + 3 * kv
+    )
+
+
+def test_pytorch_ring_attention_overlap_by_hand():
+    """The all-gather rotater's gather hides under the first of r SDPA calls; the backward's
+    dK/dV (FP32, 2·KV) go to the next rank after every call, the last one waited for."""
+    p = RooflineParams(gemm_efficiency=0.7)
+    link = LinkTime(450e9, True)
+    c = Clock(989e12, 3.35e12, p, cp_link=link, cp_ring=4, cp_templated="allgather")
+    kv = 128e6
+    gather = collective_seconds(Collective.ALL_GATHER, 4, 3 * kv, link, p)
+    dkv = collective_seconds(Collective.SEND_RECV, 2, 2 * kv, link, p)
+    core = (4 * gather - 1e-3, 0.4)  # a forward call 0.25 ms shorter than the gather
+    total, exposed = _templated_collectives(kv, 4, core, c, recomputed=True)
+    assert total == pytest.approx(3 * gather + 4 * dkv)
+    assert exposed == pytest.approx(
+        2 * 0.25e-3 + max(0.0, gather - 0.1) + 3 * max(0.0, dkv - 0.1) + dkv
     )

@@ -13,6 +13,7 @@ framework's code (the module docstrings cite file and function):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -156,8 +157,10 @@ def _deepseek_ctx(**extra):
 def test_layernorm_and_mla_up_proj_drop_the_norm_outputs_and_q_k_v():
     """DeepSeek-V3's recipe (§3.2.3: RMSNorm and MLA up-projections recomputed) as Megatron-Core's
     --recompute-modules layernorm mla_up_proj, on a MoE layer (index 3): the layer no longer
-    keeps MLA's attention-projection input (its input norm's output), Q, K, V, nor the router
-    input (the pre-MLP norm's output)."""
+    keeps MLA's attention-projection input (its input norm's output), Q, K, V, the latents' norm
+    outputs (the up-projections' inputs: Megatron-Core fuses q_layernorm / kv_layernorm into
+    linear_q_up_proj / linear_kv_up_proj, inside qkv_up_checkpoint), nor the router input (the
+    pre-MLP norm's output); the latents themselves stay (the checkpoint's inputs)."""
     arch, base = _deepseek_ctx()
     _, ctx = _deepseek_ctx(recompute_modules=("layernorm", "mla_up_proj"))
     default = layer_activations(arch, 3, base)
@@ -167,11 +170,57 @@ def test_layernorm_and_mla_up_proj_drop_the_norm_outputs_and_q_k_v():
     assert rows["Q"] == rows["K"] == 2 * S * a * (128 + 64)
     assert rows["V"] == 2 * S * a * 128
     assert rows["attention projection input"] == rows["router and dispatch input"] == 2 * S * h
+    assert rows["query latent"] == rows["query latent norm output"] == 2 * S * 1536
+    assert rows["kv latent norm output"] == 2 * S * 512
     dropped = sum(rows[n] for n in ("Q", "K", "V", "attention projection input",
-                                    "router and dispatch input"))  # fmt: skip
+                                    "router and dispatch input", "query latent norm output",
+                                    "kv latent norm output"))  # fmt: skip
     # the default recomputes the attention core, whose scores FlashAttention does not keep
     assert default.selective_bytes == default.full_bytes
     assert modules.selective_bytes == default.full_bytes - dropped
+
+
+def test_deepseek_recipe_under_textbook_recomputes_every_norm_and_the_moe_swiglu():
+    """DeepSeek's stack (the textbook profile, FP8 with ``fp8_activation_storage = deepseek_v3``,
+    recompute modules layernorm, mla_up_proj, moe_act), by hand, bytes per token (β = 2, FP8
+    1 B per element with one FP32 scale per 128, 1.03125 B): §3.2.3 "all RMSNorm operations"
+    takes a dense layer's pre-MLP norm output too (its FC1 input, FP8 7168 · 1.03125 = 7392);
+    §3.3.3 (2) "Inputs of the SwiGLU operator in MoE" caches the shared expert's SwiGLU input
+    in FP8 (2 · 2048 · 1.03125 = 4224, BF16 8192) and recomputes its output (its down projection
+    input, FP8 2048 · 1.03125 = 2112, goes); the pre-MLP norm's recomputation takes the shared
+    expert's FP8 FC1 input with it (7392)."""
+    fp8 = dict(fp8_linear_inputs=True, fp8_input_bytes=Fraction(33, 32), fp8_gemms=True)
+    mods = ("layernorm", "mla_up_proj", "moe_act")
+    arch, megatron = _deepseek_ctx(recompute_modules=mods, **fp8)
+    _, textbook = _deepseek_ctx(recompute_modules=mods, every_norm=True, **fp8)
+    _, deepseek = _deepseek_ctx(recompute_modules=mods, every_norm=True,
+                                fp8_activation_storage="deepseek_v3", **fp8)  # fmt: skip
+    S = 4096
+    m0, t0 = layer_activations(arch, 0, megatron), layer_activations(arch, 0, textbook)
+    assert m0.selective_bytes - t0.selective_bytes == 7392 * S  # the dense FC1 input
+    m3, t3 = layer_activations(arch, 3, megatron), layer_activations(arch, 3, textbook)
+    assert m3.selective_bytes == t3.selective_bytes  # a MoE layer's norms are modules already
+    d3 = layer_activations(arch, 3, deepseek)
+    # §3.3.3: the attention output once in E5M6 (128 · 128 · (1.5 + 4/128) = 25088) for the
+    # kernel's BF16 copy (32768) and the projection's FP8 one (16896); the routed experts'
+    # SwiGLU input in FP8 (8 · 2 · 2048 · (2 − 1.03125) = 31744 less); the shared expert's
+    assert (
+        t3.selective_bytes - d3.selective_bytes
+        == ((32768 + 16896 - 25088) + 31744 + (8192 - 4224 + 2112)) * S
+    )
+    rows = dict(d3.terms)
+    assert rows["shared expert SwiGLU input (gate, up) (FP8)"] == 4224 * S
+    assert "shared expert down projection input (FP8)" not in rows
+    # what the three modules drop: the norm outputs (FP8 attention-projection input 7392, FP8
+    # latent norm outputs 1536 · 1.03125 = 1584 and 528, BF16 router input 14336, the shared
+    # expert's FP8 FC1 input 7392), Q, K, V and the routed experts' FP8 down-projection input
+    # (8 · 2048 · 1.03125 = 16896)
+    qkv = 2 * S * 128 * (192 + 192 + 128)
+    assert rows["Q"] + rows["K"] + rows["V"] == qkv
+    none = layer_activations(arch, 3, replace(deepseek, recompute_modules=()))
+    assert none.selective_bytes - d3.selective_bytes == (
+        (7392 + 1584 + 528 + 14336 + 7392 + 16896) * S + qkv
+    )
 
 
 def test_recompute_modules_rules():

@@ -26,6 +26,7 @@ from trainplan.interface.cli import _register, cli
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
+from trainplan.model.comm_layers import tp_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
@@ -341,3 +342,17 @@ def test_deepspeed_offload_accumulates_bf16_gradients_on_the_host():
         host2 = model_state(P13, Fraction(0), lay, two).host_bytes
         assert host2 - host1 == 2 * P13 / 8 == 3_250_000_000
         assert host1 == (12 + 4) * P13 / 8  # the optimizer state and its FP32 gradients
+
+
+def test_torchtitan_tp_sends_no_backward_regather():
+    """torchtitan's plan keeps the blocks' all-gathered inputs (PrepareModuleInput's
+    redistribute to Replicate is saved by the column-parallel linears), so sequence parallelism
+    sends no second all-gather in backward; Megatron-Core gathers the input again for each
+    weight gradient: 2 all-gathers of (tp − 1)/tp·β·T·h per layer per micro-batch. By hand:
+    2 layers, tp 2, 4 tokens, h 8, β 2: one gather = ½·2·4·8 = 32 B, the re-gathers 2·32·2 = 128."""
+    arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+                        ffn_hidden_size=32, vocab_size=16)  # fmt: skip
+    args = (arch, 2, 0, False, False, 2, 1, 1, 1, 1, 4, 2, True, True, False)
+    megatron, megatron_hidden = tp_bytes(*args)
+    torchtitan, torchtitan_hidden = tp_bytes(*args, keeps_gathered=True)
+    assert megatron - torchtitan == 128 and megatron_hidden == 128 and torchtitan_hidden == 0

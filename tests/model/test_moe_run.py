@@ -218,7 +218,7 @@ def test_deepep_buffers_only_under_deepep():
 def test_layout_rules_are_megatrons_asserts():
     """overlap_moe_expert_parallel_comm: ep > 1, no full recomputation, interleaving with pp > 1
     (Megatron-Core transformer_config.py); DeepEP only at the EP sizes it has configs for."""
-    from trainplan.model.moe_run import moe_layout_violation, moe_recompute_violation
+    from trainplan.model.moe_rules import moe_layout_violation, moe_recompute_violation
 
     run = MoERun(ep_overlap=EpOverlap.COMBINED_1F1B)
     assert moe_layout_violation(run, 8, 1, 1) is None

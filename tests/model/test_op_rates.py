@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import pytest
 
+from trainplan.model.attention_rates import (
+    PUBLISHED_PEAK_TFLOPS,
+    attention_fractions,
+    default_attention_kernel,
+)
 from trainplan.model.errors import InputError
 from trainplan.model.op_rates import (
     BUSBW_LINK_GBPS,
-    PUBLISHED_PEAK_TFLOPS,
-    attention_fractions,
     check_fp8_recipe,
-    default_attention_kernel,
     deployed_params,
     fp8_linear_speedups,
     recipe_speedups,

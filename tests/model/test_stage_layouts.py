@@ -25,7 +25,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout
 from trainplan.model.params import count_params, layer_params, stage_params
 from trainplan.model.split import default_chunk_sizes, megatron_stage_layers, split_layers
-from trainplan.model.terms.activations import stage_layer_counts
+from trainplan.model.terms.activation_fields import stage_layer_counts
 from trainplan.model.terms.step import stage_core_flops
 from trainplan.model.timing import microbatch_flop_terms, stage_peak_seconds
 from trainplan.scenarios.catalogue import get_model

@@ -27,6 +27,7 @@ from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainplan.interface.cli import _register, cli, main  # noqa: E402
+from trainplan.interface.flags import with_flags  # noqa: E402
 from trainplan.interface.web.app import create_app  # noqa: E402
 
 _register()
@@ -184,7 +185,39 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     got = client.get(f"/api/{args[0]}?{query(args[1:])}")
     assert got.status_code == 422
     assert "Traceback" not in got.text
-    assert f"Error: {got.json()['error']}" == line
+    # the CLI's line, a knob the command line takes by --set named by its query parameter
+    web = with_flags(line.removeprefix("Error: "), web=True)
+    assert got.json()["error"] == web
+    assert web.startswith("tp-block-inputs: ") == ("tp_block_inputs=sharded" in args)
+
+
+@pytest.mark.parametrize(
+    ("url", "line"),
+    [
+        ("moe-node-limit=0", "moe-node-limit: 0 must be at least 1"),
+        (
+            "nvlink-gbps=100&nvlink-gbps=200",
+            "nvlink-gbps: given twice with different values ('100', then '200'); it takes one "
+            "value, so give it once",
+        ),
+        ("overlap=dp", "overlap: 'dp' must be AXIS=FRACTION, e.g. dp=0.5"),
+        ("master-weights=maybe", "master-weights: 'maybe' must be true or false"),
+        (
+            "gpu=B200&offload-optimizer=1",
+            "offload: the B200 has no host link bandwidth in the table (trainplan gpus); give "
+            "host-link-gbps",
+        ),
+        (
+            "pod-size=8",
+            "pod-size: 8 does not apply: it shapes a cluster graph; add fabric=fat-tree or rail",
+        ),
+    ],
+)
+def test_a_moved_knob_is_named_by_its_query_parameter(client, url, line):
+    """The web takes a knob the command line moved to ``--set`` by its query parameter, and its
+    lines name it so (the page puts the line next to that field), never ``--set KEY``."""
+    got = client.get(f"/api/evaluate?model=llama3-8b&{url}")
+    assert (got.status_code, got.json()["error"]) == (422, line)
 
 
 def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):

@@ -150,8 +150,8 @@ def test_an_accelerator_without_a_link_figure_takes_it_on_the_page(page, gpu, fi
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
     page.select_option("select[name=gpu]", gpu)
     first = next(iter(fields))
-    key = first.replace("-", "_")  # a knob the command line takes by --set, named so
-    expect(page.locator(f"#error-{first}")).to_contain_text(f"give --set {key}")
+    # a knob the command line takes by --set, named by its query parameter (the field's name)
+    expect(page.locator(f"#error-{first}")).to_contain_text(f"give {first}")
     expect(page.locator("#links-note")).to_contain_text(f"{gpu}'s row")
     args = ["--model", "llama3-70b", "--dp", "8", "--tp", "8", "--gpu", gpu]
     for name, value in fields.items():

@@ -259,15 +259,13 @@ const TP = (() => {
 
   // ---------------------------------------------------------------- errors next to their field
   // The API's line names the parameter first ("--tp: '0' must be at least 1", "reward: 'rule'
-  // does not apply…"); a line that asks for another ("give --scaleout-gbps", or "give --set
-  // scaleout_gbps" for a knob the command line takes by --set) goes to that one.
+  // does not apply…"); a line that asks for another ("give --tp", or "give scaleout-gbps" for a
+  // knob the command line takes by --set, named by its query parameter) goes to that one.
   function fieldFor(form, message) {
     if (!form) return null;
     const aliases = INFO.aliases[PAGE] || {};
     const names = [];
-    const moved = /give --set ([\w.-]+)/.exec(message);  // a knob the command line takes by --set
-    if (moved) names.push(moved[1], moved[1].replace(/_/g, "-"));
-    const give = /give --([\w-]+)/.exec(message);
+    const give = /give (?:--)?([a-z][\w-]*)/.exec(message);
     if (give) names.push(give[1]);
     const head = /^(?:--)?([A-Za-z][\w-]*)/.exec(message);
     if (head) names.push(head[1], head[1].replace(/_/g, "-"), aliases[head[1]]);

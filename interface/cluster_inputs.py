@@ -1,0 +1,115 @@
+"""The accelerator and cluster of a planner request: the GPU by name (or a DeviceSpec built in
+code), its links, host bandwidths and memory reserve as given, and the cluster graph's fabric
+(:func:`interface.inputs.build_case`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from trainplan.interface.model_inputs import count_of
+from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.op_rates import check_fp8_recipe
+from trainplan.model.precision import Precision, check_precision
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.units import parse_number, shown_number
+from trainplan.topology.accelerators import get_accelerator
+
+__all__ = ["DEFAULT_GPU", "device_of", "fabric_of", "MIN_GBPS", "MAX_OVERSUBSCRIPTION"]
+
+DEFAULT_GPU = "H100-SXM"
+"""The accelerator when none is named."""
+
+MIN_GBPS = 0.1
+"""The least link or host-memory bandwidth accepted, GB/s: below any interconnect in use (PCIe
+Gen1 ×1 moves 0.25 GB/s per direction, PCI-SIG), so a typo such as 1e-3 is refused instead of
+printing a step of years."""
+
+
+def device_of(
+    params: Mapping[str, Any], model: ModelSpec, training: TrainingSpec, used: dict[str, Any]
+) -> DeviceSpec:
+    """The accelerator of ``params`` (``gpu``; :data:`DEFAULT_GPU`, listed in ``used``, when not
+    named) with the links, host bandwidths and memory reserve given, checked against the
+    recipe's precision.
+
+    Raises
+    ------
+    PlannerError
+        An unknown accelerator, a precision or FP8 recipe it does not run, a bandwidth below
+        :data:`MIN_GBPS`.
+    """
+    gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
+    if "gpu" not in params:
+        used["gpu"] = gpu_name
+    # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
+    device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
+    check_precision(training.precision, device)
+    check_fp8_recipe(training.precision, training.fp8_recipe, device)
+    if training.precision is Precision.FP8 and model.arch is None:
+        raise InputError(
+            "precision: fp8 needs the model's layers (which weights are linear), not a size only"
+        )
+    gbps = {}
+    for k in ("nvlink_gbps", "scaleout_gbps", "host_link_gbps", "host_memory_gbps"):
+        value = None
+        if k in params:
+            value = float(parse_number(params[k], k))
+            if value < MIN_GBPS:
+                raise InputError(
+                    f"{k}: {shown_number(params[k])} must be a bandwidth of at least {MIN_GBPS:g} "
+                    "GB/s per GPU per direction (PCIe Gen1 ×1 moves 0.25)"
+                )
+        gbps[k] = None if value is None else value * 1e9
+    device = device.with_links(
+        nvlink_domain=count_of(params, "nvlink_domain"),
+        nvlink_bytes_per_s=gbps["nvlink_gbps"],
+        scaleout_bytes_per_s=gbps["scaleout_gbps"],
+    )
+    if gbps["host_link_gbps"] is not None:
+        device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])
+    if gbps["host_memory_gbps"] is not None:
+        device = replace(device, host_memory_bytes_per_s=gbps["host_memory_gbps"])
+    if "memory_reserve_gib" in params:
+        reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
+        device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
+    return device
+
+
+MAX_OVERSUBSCRIPTION = 255
+"""The largest scale-out oversubscription accepted: a leaf switch's downlinks per uplink is at
+most its port count less one, and the most ports a switch offers is 256 (NVIDIA Spectrum-4,
+51.2 Tb/s: 64 × 800 GbE, split into up to 256 × 100 GbE; the SN5600 announcement). Beyond it the
+figure is no fabric's: 10^6 printed 8.3 days per step at 0.0% MFU."""
+
+
+def fabric_of(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Cluster-graph options from ``fabric`` (two-tier | fat-tree | rail), ``pod_size`` and
+    ``oversubscription``; empty for the default two-tier rule."""
+    kind = str(params.get("fabric") or "two-tier")
+    if kind not in ("two-tier", "fat-tree", "rail"):
+        raise InputError(f"fabric: {kind!r} is not one of two-tier, fat-tree, rail")
+    pod, over = params.get("pod_size"), params.get("oversubscription")
+    given_keys = ("pod_size", "oversubscription")
+    if kind == "two-tier":
+        why = "it shapes a cluster graph; add `fabric`=fat-tree or rail"
+        check_applicable(
+            {"pod_size": pod, "oversubscription": over}, dict.fromkeys(given_keys, why)
+        )
+        return ()
+    out: list[tuple[str, Any]] = [("rail_optimized", kind == "rail")]
+    if pod is not None:
+        out.append(("pod_size", count_of(params, "pod_size")))
+    if over is not None:
+        value = float(parse_number(over, "oversubscription"))
+        if not 1 <= value <= MAX_OVERSUBSCRIPTION:
+            raise InputError(
+                f"oversubscription: {shown_number(over)} must be between 1 (non-blocking) and "
+                f"{MAX_OVERSUBSCRIPTION} (a leaf switch of {MAX_OVERSUBSCRIPTION + 1} ports, the "
+                "most one has, with a single uplink)"
+            )
+        out.append(("oversubscription", value))
+    return tuple(out)

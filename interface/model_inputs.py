@@ -1,0 +1,147 @@
+"""The model of a planner request: a catalogue name, a size taken as given (with dimensions or
+without), or a ModelSpec built in code; its multi-token-prediction modules; and the global batch
+used when none is given (:func:`interface.inputs.build_case`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any, overload
+
+from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.layout import Layout
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
+from trainplan.model.units import parse_count
+from trainplan.scenarios.catalogue import get_model
+
+__all__ = [
+    "count_of",
+    "model_of",
+    "with_mtp",
+    "default_batch",
+    "MICROBATCHES_PER_STAGE",
+]
+
+
+@overload
+def count_of(params: Mapping[str, Any], key: str, default: int) -> int: ...
+@overload
+def count_of(params: Mapping[str, Any], key: str, default: None = None) -> int | None: ...
+def count_of(params: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+    """A whole number >= 1 within its limit from ``params[key]`` (number or text like 70B; the
+    rule of :func:`model.units.parse_count`), or ``default``."""
+    value = params.get(key)
+    return default if value is None else parse_count(value, key)
+
+
+def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | None:
+    if params.get("layers") is None and params.get("hidden") is None:
+        return None
+    missing = [k for k in ("layers", "hidden", "heads") if params.get(k) is None]
+    if missing:
+        raise InputError(
+            f"model dimensions: also give --{' --'.join(missing)} (with --layers/--hidden)"
+        )
+    kind = str(params.get("arch") or "gpt").lower()
+    if kind not in ("gpt", "llama"):
+        raise InputError(f"arch: {kind!r} is not one of gpt, llama")
+    h = count_of(params, "hidden")
+    assert h is not None
+    gpt = kind == "gpt"
+    ffn = count_of(params, "ffn_hidden", 4 * h if gpt else None)
+    if ffn is None:
+        raise InputError("ffn_hidden: required with --arch llama (e.g. 53248 for Llama 3 405B)")
+    layers, heads = count_of(params, "layers"), count_of(params, "heads")
+    assert layers is not None and heads is not None  # checked above
+    return Architecture(
+        num_layers=layers,
+        hidden_size=h,
+        num_attention_heads=heads,
+        num_kv_heads=count_of(params, "kv_heads"),
+        head_dim=count_of(params, "head_dim"),
+        ffn_hidden_size=ffn,
+        vocab_size=count_of(params, "vocab", 51200 if gpt else 128256),
+        mlp=Mlp.GELU if gpt else Mlp.SWIGLU,
+        norm=Norm.LAYERNORM if gpt else Norm.RMSNORM,
+        position_embedding=PositionEmbedding.LEARNED if gpt else PositionEmbedding.ROPE,
+        max_position_embeddings=seq_len if gpt else None,
+        linear_bias=gpt,
+        tie_embeddings=gpt,
+        dropout=gpt,
+    )
+
+
+def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, dict[str, int]]:
+    if params.get("model_spec") is not None:  # a ModelSpec built in code (e.g. a model family)
+        return params["model_spec"], dict(params.get("training_defaults") or {})
+    name = params.get("model")
+    size = params.get("params")
+    if name is not None:
+        check_applicable(
+            {"params": size},
+            {"params": f"model {name} has its own size; give either --model or --params, not both"},
+        )
+        entry = get_model(str(name))
+        return entry.model, dict(entry.training)
+    if size is None:
+        raise InputError(
+            "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+        )
+    n = count_of(params, "params")
+    seq = count_of(params, "seq_len", 4096)
+    arch = _arch_from_dims(params, seq or 4096)
+    label = params.get("name") or f"{float(Fraction(n or 0, 10**9)):g}B"
+    return ModelSpec(
+        name=str(label), source="size given by the user", arch=arch, num_params_declared=n
+    ), {}
+
+
+def with_mtp(model: ModelSpec, params: Mapping[str, Any]) -> ModelSpec:
+    """The model with ``mtp_layers`` multi-token-prediction modules instead of its own
+    (``--mtp-layers``; DeepSeek-V3 §2.2), when given.
+
+    Raises
+    ------
+    InputError
+        For a model without dimensions, whose layers are unknown.
+    """
+    value = params.get("mtp_layers")
+    if value is None:
+        return model
+    n = parse_count(value, "mtp_layers", minimum=0)
+    if model.arch is None or model.num_params_declared is not None:
+        raise InputError(
+            f"mtp_layers: {value!r} needs a model with dimensions (a catalogue model or a "
+            "config.json), not a declared size"
+        )
+    return replace(model, arch=replace(model.arch, mtp_layers=n))
+
+
+MICROBATCHES_PER_STAGE = 4
+"""Micro-batches per pipeline stage in the default batch of a model with layers but no published
+batch: m = 4·pp keeps the 1F1B bubble (pp − 1)/(m + pp − 1) under 20% (Narayanan et al. 2021
+§2.2.1: the bubble is small when m ≫ pp)."""
+
+
+def default_batch(
+    model: ModelSpec, defaults: Mapping[str, int], layout: Layout
+) -> tuple[int, str | None]:
+    """B when none is given: the model's published batch; for a model with layers but none
+    published (a config.json, dimensions given), dp·b·4·pp sequences with a note saying so (dp·b
+    alone would be one micro-batch per step: DeepSeek-V3 at pp 16 ran at 1.1% MFU, almost all
+    bubble); dp·b for a size-only model, whose step time is not modelled."""
+    if "global_batch_size" in defaults:
+        return defaults["global_batch_size"], None
+    dp, b = layout.dp, layout.micro_batch_size
+    if model.arch is None:
+        return dp * b, None
+    m = MICROBATCHES_PER_STAGE * layout.pp
+    note = (
+        f"global_batch_size: {model.name} has no published batch size, so B = dp·b·m = "
+        f"{dp}·{b}·{m} = {dp * b * m:,} sequences, with m = {MICROBATCHES_PER_STAGE}·pp "
+        "micro-batches per step (the 1F1B bubble (pp − 1)/(m + pp − 1) stays under 20%); give "
+        "--global-batch to set yours"
+    )
+    return dp * b * m, note

@@ -1,0 +1,247 @@
+"""Each command's inputs as one frozen request, built once where they enter.
+
+Three boundaries give a command its inputs: click's options (the command line, and the web API,
+whose query :mod:`interface.cli.query` parses as the command's own options), a scenario TOML file
+with ``--set KEY=VALUE`` over it (:mod:`interface.scenario`, :mod:`interface.scenario_keys`), and a
+Python caller's dict (:mod:`trainplan.api`, a sweep's point, an example's table). Each is turned into
+the command's request here, with one set of rules for how they combine: a scenario file's value
+under ``--set``'s under an option's; a key that ``--set`` and an option of the command both give is
+refused (:func:`interface.scenario_keys.merge`), whatever the two values. What the request holds is
+then read by :func:`interface.inputs.build_case` (evaluate) and
+:func:`interface.scenario.problem_of` (search, frontier, the per-stage search), never merged again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from trainplan.interface.scenario_keys import merge, table_of
+from trainplan.model.errors import InputError
+
+__all__ = [
+    "EvaluateRequest",
+    "SearchRequest",
+    "evaluate_request",
+    "search_request",
+    "parse_overlap",
+    "PER_STAGE_SHAPES",
+]
+
+PER_STAGE_SHAPES: int | None = None
+"""The shapes each per-stage search takes by default (``--per-stage-shapes``): None, every
+legal shape whose model state can fit (:func:`optimizer.stage_bases.ranked_bases`)."""
+
+_EMPTY: tuple[Any, ...] = (None, (), [], {})
+"""What an option left unset holds (click gives None, or () for a repeatable option)."""
+
+
+def _given(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not _unset(v)}
+
+
+def _unset(value: Any) -> bool:
+    return any(value is e or (type(value) is type(e) and value == e) for e in _EMPTY)
+
+
+def parse_overlap(values: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """``AXIS=FRACTION`` texts (``--overlap dp=0.5``, repeatable) as {axis: fraction hidden behind
+    compute}; the fractions' range is checked by the cost model's options.
+
+    Raises
+    ------
+    InputError
+        An item that is not AXIS=FRACTION.
+    """
+    out = {}
+    for item in values:
+        axis, sep, frac = item.partition("=")
+        try:
+            out[axis.strip()] = float(frac)
+        except ValueError:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5") from None
+        if not sep:
+            raise InputError(f"--overlap: {item!r} must be AXIS=FRACTION, e.g. dp=0.5")
+    return out
+
+
+def _overlap(value: Any) -> dict[str, float]:
+    return value if isinstance(value, dict) else parse_overlap(tuple(value or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluateRequest:
+    """``trainplan evaluate``'s inputs (and ``example``'s, the web's ``/api/evaluate``): the
+    planner's parameters by name (docs/concepts/conventions.md), ``--set``'s keys among them."""
+
+    params: Mapping[str, Any]
+    """Every parameter given, by name (``tp``, ``seq_len``, ``host_link_gbps``…; none unset,
+    ``overlap`` as {axis: fraction}); values as their boundary read them (numbers exact or
+    text), each parsed and checked against its rule by :func:`interface.inputs.build_case`."""
+    per_stage: bool = False
+    """Also list every pipeline stage (``--per-stage``)."""
+
+
+def evaluate_request(
+    options: EvaluateRequest | Mapping[str, Any], per_stage: bool = False
+) -> EvaluateRequest:
+    """The request of evaluate's options by name (click's parameters, a TOML table's, a caller's
+    dict; a request is returned as it is): ``set`` (``--set``'s {key: value}) merged in, a key a
+    flag also gives refused.
+
+    Raises
+    ------
+    InputError
+        ``--set seq_len: --seq-len gives it too (8192); give one of them``; an ``overlap`` item
+        that is not AXIS=FRACTION.
+    """
+    if isinstance(options, EvaluateRequest):
+        return options
+    params = _given(options)
+    sets = params.pop("set", None) or {}
+    merge(params, sets)
+    params.update(sets)
+    params["overlap"] = _overlap(params.get("overlap"))
+    return EvaluateRequest(MappingProxyType(params), bool(per_stage))
+
+
+_TOP_OPTIONS: tuple[str, ...] = (
+    *("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden"),
+    *("vocab", "head_dim", "gpus", "gpu", "seq_len", "global_batch", "global_batch_tokens"),
+    *("objective", "tokens", "gpu_hour_price", "max_layers", "mtp_layers"),
+)
+"""The search options read at a scenario file's top level (the rest go to its tables)."""
+_CONSTRAINT_OPTIONS = ("headroom", "min_mfu", "tp_in_nvlink")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """``trainplan search``'s and ``frontier``'s inputs (the per-stage search's too): a scenario
+    file's values, ``--set``'s over them and the options over both, merged once, by table."""
+
+    values: Mapping[str, Any]
+    """The top-level keys (``model``, ``gpus``, ``gpu``, ``seq_len``, ``global_batch``,
+    ``objective``, ``tokens``, ``gpu_hour_price``…), as given (numbers exact or text)."""
+    space: Mapping[str, Any]
+    """The ``[space]`` table: the layouts searched (``tp``, ``framework``…)."""
+    constraints: Mapping[str, Any]
+    """The ``[constraints]`` table: ``headroom``, ``min_mfu``, ``tp_in_nvlink``."""
+    cluster: Mapping[str, Any]
+    """The ``[cluster]`` table: links, the recipe, the time model."""
+    per_stage: bool = False
+    """Choose each stage's layers and recomputed layers too (``--per-stage``, the key
+    ``per_stage``)."""
+    per_stage_shapes: int | None = PER_STAGE_SHAPES
+    """Shapes each per-stage search takes (None: every one)."""
+    time_limit: float | None = None
+    """Seconds for the whole search (None: no limit)."""
+    workers: int = 2
+    """CP-SAT workers."""
+
+
+def _tables(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: dict(values.get(name) or {}) for name in ("space", "constraints", "cluster")}
+
+
+def merged_request(
+    file_values: Mapping[str, Any], options: Mapping[str, Any], **run: Any
+) -> SearchRequest:
+    """The request of a scenario's values (as a file holds them: the tables nested) with
+    ``options`` over them (the same shape; an option unset leaves the file's value), and ``run``
+    (the :class:`SearchRequest` fields past the tables)."""
+    top = {**file_values, **_given(options)}
+    tables, given = _tables(file_values), _tables(options)
+    if "framework" in file_values:  # one profile or a list, at the top or in [space]
+        tables["space"] = {"framework": file_values["framework"], **tables["space"]}
+    for name in tables:
+        tables[name].update(_given(given[name]))
+    for name in ("space", "constraints", "cluster", "framework"):
+        top.pop(name, None)
+    return SearchRequest(
+        values=MappingProxyType(top),
+        space=MappingProxyType(tables["space"]),
+        constraints=MappingProxyType(tables["constraints"]),
+        cluster=MappingProxyType(tables["cluster"]),
+        **run,
+    )
+
+
+def _scenario_values(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario's values: ``options["scenario"]`` is a file's path (read and checked), or its
+    values already read and checked (a sweep's point), with ``--set``'s keys over them."""
+    from trainplan.interface.scenario import load_scenario
+
+    scenario = options.get("scenario")
+    if isinstance(scenario, dict):
+        out = dict(scenario)
+    else:
+        out = dict(load_scenario(scenario)) if scenario else {}
+    for key, value in (options.get("set") or {}).items():
+        table = table_of(key)
+        if table is None:
+            out[key] = value
+        else:
+            out[table] = {**out.get(table, {}), key: value}
+    return out
+
+
+def search_request(
+    options: SearchRequest | Mapping[str, Any], objective: str | None = None
+) -> SearchRequest:
+    """The request of search's or frontier's options by name (click's parameters; the web's
+    query parsed as them; a caller's dict): ``scenario`` (a path, or values already checked),
+    ``set`` ({key: value}), the options of the scenario keys, ``per_stage`` and
+    ``per_stage_shapes``, ``time_limit``, ``workers``; ``objective`` overrides (``params`` for
+    ``--maximize params``).
+
+    Raises
+    ------
+    PlannerError
+        An unreadable scenario file; a key ``--set`` and an option both give (``--per-stage``
+        with ``--set per_stage=true`` among them); ``per_stage_shapes`` without the per-stage
+        search; an ``overlap`` item that is not AXIS=FRACTION.
+    """
+    if isinstance(options, SearchRequest):
+        return options
+    from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
+
+    merge(options, options.get("set") or {})
+    file_values = _scenario_values(options)
+    given: dict[str, Any] = {k: options.get(k) for k in _TOP_OPTIONS}
+    if objective:
+        given["objective"] = objective
+    given["space"] = {k: options.get(k) for k in SPACE_KEYS}
+    given["constraints"] = {k: options.get(k) for k in _CONSTRAINT_OPTIONS}
+    given["cluster"] = {k: options.get(k) for k in CLUSTER_KEYS - {"overlap"}}
+    if options.get("overlap"):
+        given["cluster"]["overlap"] = _overlap(options["overlap"])
+    flag = options.get("per_stage")
+    per_stage = bool(flag if flag is not None else file_values.get("per_stage"))
+    limit = options.get("time_limit")
+    return merged_request(
+        file_values,
+        given,
+        per_stage=per_stage,
+        per_stage_shapes=per_stage_shapes(per_stage, options.get("per_stage_shapes")),
+        time_limit=None if limit is None else float(limit),
+        workers=int(options.get("workers") or 2),
+    )
+
+
+def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:
+    """``--per-stage-shapes`` as the per-stage search takes it: ``shapes`` or the default (None:
+    every shape).
+
+    Raises
+    ------
+    InputError
+        ``shapes`` given without ``--per-stage`` (it would do nothing).
+    """
+    if shapes is not None and not per_stage:
+        raise InputError(
+            f"per_stage_shapes: {shapes} applies to the per-stage search only; add --per-stage "
+            "(or per_stage = true in the scenario)"
+        )
+    return PER_STAGE_SHAPES if shapes is None else shapes

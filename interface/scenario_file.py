@@ -1,0 +1,322 @@
+"""A scenario file's keys and the kind of value each holds, and the reading and checking of a
+file (the keys' table is :mod:`interface.scenario`'s docstring; the search problem is built from
+the checked values there).
+
+Unknown keys and values of the wrong kind (``seq_len = "long"``; :data:`VALUE_KINDS`) are refused
+with the file and the key, and so is an empty list. Numbers and lists have the grammar of every
+input (:func:`model.units.parse_number`, :func:`model.units.list_items`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from trainplan.interface.inputs import RECIPE_KEYS
+from trainplan.interface.moe_inputs import DISPATCHERS, EP_OVERLAPS
+from trainplan.interface.recipe_inputs import histogram
+from trainplan.interface.tp_plan import TP_BLOCK_INPUTS
+from trainplan.model.activation_offload import OFFLOAD_MODULES
+from trainplan.model.context_parallel import CpKind
+from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.frameworks import Framework
+from trainplan.model.layout import Recompute
+from trainplan.model.optimizers import OptimizerKind
+from trainplan.model.pipeline import Schedule
+from trainplan.model.recompute_modules import RECOMPUTE_MODULES
+from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
+from trainplan.optimizer.problem import Objective
+
+__all__ = [
+    "TOP_KEYS",
+    "SPACE_KEYS",
+    "CONSTRAINT_KEYS",
+    "CLUSTER_KEYS",
+    "VALUE_KINDS",
+    "CP_KIND_NAMES",
+    "load_scenario",
+    "check_scenario",
+]
+
+TOP_KEYS = {
+    "description",
+    "source",
+    "model",
+    "gpu",
+    "gpus",
+    "seq_len",
+    "global_batch",
+    "global_batch_tokens",
+    "objective",
+    "tokens",
+    "gpu_hour_price",
+    "max_layers",
+    "mtp_layers",
+    "framework",
+    "per_stage",
+    "space",
+    "constraints",
+    "cluster",
+}
+SPACE_KEYS = {
+    "optimizer",
+    "tp",
+    "pp",
+    "cp",
+    "cp_kind",
+    "cp_a2a",
+    "ep",
+    "micro_batch",
+    "max_tp",
+    "max_micro_batch",
+    "zero",
+    "recompute",
+    "schedule",
+    "virtual_stages",
+    "rank_order",
+    "framework",
+}
+CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
+CLUSTER_KEYS = {
+    "nvlink_domain",
+    "nvlink_gbps",
+    "scaleout_gbps",
+    "kernel_efficiency",
+    "attention_efficiency",
+    "overlap",
+    "flash_attention",
+    "fabric",
+    "pod_size",
+    "oversubscription",
+    "causal_attention_flops",
+    "zero3_regather",
+    "activation_convention",
+    "memory_efficient_norm",
+    "tp_block_inputs",
+    *RECIPE_KEYS,
+    "memory_reserve_gib",
+    "vocab_multiple",
+    "time_model",
+    "gemm_efficiency",
+    "hbm_efficiency",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+    "tp_comm_overlap",
+    "grad_reduce_overlap",
+    "attention_kernel",
+    "calibration",
+}
+
+
+_FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
+    "flag",
+    "text",
+    "count",
+    "whole",
+    "number",
+    "sizes",
+    "price",
+    "fractions",
+)
+_ANY = "any"  # a key without a kind yet (a test requires one for every key)
+_HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
+_SCHEDULES = tuple(x.value for x in Schedule)
+_RECOMPUTES = tuple(x.value for x in Recompute)
+_FRAMEWORKS = tuple(x.value for x in Framework)
+_OPTIMIZERS = tuple(x.value for x in OptimizerKind)
+CP_KIND_NAMES = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
+VALUE_KINDS: dict[str, Any] = {
+    # top level
+    "description": _TEXT,
+    "source": _TEXT,
+    "model": _TEXT,
+    "gpu": [_TEXT],
+    "gpus": _SIZES,
+    "seq_len": _COUNT,
+    "global_batch": _SIZES,
+    "global_batch_tokens": _SIZES,
+    "objective": tuple(o.value for o in Objective),
+    "tokens": _COUNT,
+    "gpu_hour_price": _PRICE,
+    "max_layers": _COUNT,
+    "mtp_layers": _WHOLE,
+    "framework": [_FRAMEWORKS],  # top level or [space]: one profile or a list
+    # [space]
+    "tp": [_COUNT],
+    "pp": [_COUNT],
+    "cp": [_COUNT],
+    "cp_kind": [CP_KIND_NAMES],
+    "optimizer": [_OPTIMIZERS],
+    "cp_a2a": [_COUNT],
+    "ep": [_COUNT],
+    "micro_batch": [_COUNT],
+    "max_tp": _COUNT,
+    "max_micro_batch": _COUNT,
+    "zero": [(0, 1, 2, 3)],
+    "recompute": [_RECOMPUTES],
+    "schedule": [_SCHEDULES],
+    "virtual_stages": [_COUNT],
+    "rank_order": [_TEXT],
+    # [constraints]
+    "headroom": _NUMBER,
+    "min_mfu": _NUMBER,
+    "tp_in_nvlink": _FLAG,
+    "per_stage": _FLAG,
+    # [cluster]
+    "nvlink_domain": _COUNT,
+    "nvlink_gbps": _NUMBER,
+    "scaleout_gbps": _NUMBER,
+    "kernel_efficiency": _NUMBER,
+    "attention_efficiency": _NUMBER,
+    "overlap": _FRACTIONS,
+    "flash_attention": _FLAG,
+    "fabric": ("two-tier", "fat-tree", "rail"),
+    "pod_size": _COUNT,
+    "oversubscription": _NUMBER,
+    "causal_attention_flops": _FLAG,
+    "zero3_regather": _FLAG,
+    "activation_convention": ("paper", "pytorch"),
+    "memory_efficient_norm": _FLAG,
+    "tp_block_inputs": TP_BLOCK_INPUTS,
+    "gradient_dtype": ("bf16", "fp32"),
+    "precision": ("bf16", "fp8"),
+    "fp8_recipe": ("delayed", "tensorwise", "blockwise", "mxfp8"),
+    "optimizer_dtype": ("fp32", "bf16"),
+    "master_weights": _FLAG,
+    "offload_optimizer": _NUMBER,
+    "offload_params": _FLAG,
+    "offload_activations": [OFFLOAD_MODULES],
+    "recompute_modules": [RECOMPUTE_MODULES],
+    "fp8_param_gather": _FLAG,
+    "muon_tp_mode": ("blockwise", "duplicated"),
+    "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
+    "host_link_gbps": _NUMBER,
+    "host_memory_gbps": _NUMBER,
+    "document_length": _NUMBER,
+    "document_length_spread": _NUMBER,
+    "document_lengths": _HISTOGRAM,
+    "moe_capacity_factor": _NUMBER,
+    "moe_pad_to_capacity": _FLAG,
+    "moe_imbalance": _NUMBER,
+    "moe_node_limit": _COUNT,
+    "moe_dispatcher": DISPATCHERS,
+    "moe_ep_overlap": EP_OVERLAPS,
+    "memory_reserve_gib": _NUMBER,
+    "vocab_multiple": _COUNT,
+    "time_model": ("roofline", "single"),
+    "gemm_efficiency": _NUMBER,
+    "hbm_efficiency": _NUMBER,
+    "scaleup_efficiency": _NUMBER,
+    "scaleout_efficiency": _NUMBER,
+    "tp_comm_overlap": ("none", "async", "full", "async-tp"),
+    "grad_reduce_overlap": _FLAG,
+    "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
+    "calibration": _TEXT,
+}
+"""The kind of value each scenario key holds — the one place a file's value types are checked:
+``flag`` (true/false), ``text``, ``whole`` (≥ 0), ``count`` (a whole number ≥ 1 within its limit, as 8192 or
+"15e12"), ``number``, ``sizes`` (a count, a range "64..4096", or a list of them: [2048, 4096] or "2048;4096"),
+``price`` (a number or a table GPU = number), ``histogram`` ([[length, count], …]),
+``fractions`` (a table axis = number in [0, 1]), a tuple of allowed values, or ``[kind]`` for
+one value or a list of them. Ranges and rules beyond the type (min_mfu in (0, 1], headroom in
+[0, 1)…) are checked where the value is used, by the same code as the command-line options."""
+
+
+def _check_value(key: str, value: Any, kind: Any) -> None:
+    """Raise InputError when ``value`` is not of ``kind`` (see :data:`VALUE_KINDS`)."""
+    if isinstance(kind, list):
+        if kind[0] == _COUNT:
+            parse_counts(value, key)
+            return
+        if isinstance(kind[0], tuple) and isinstance(value, str):
+            value = value.replace(",", ";")  # names hold no comma: core_attn,mlp is two
+        for item in list_items(value, key):
+            _check_value(key, item, kind[0])
+    elif isinstance(kind, tuple):
+        if isinstance(value, bool) or value not in kind:
+            raise InputError(f"{key}: {value!r} is not one of {', '.join(map(str, kind))}")
+    elif kind == _FLAG:
+        if not isinstance(value, bool):
+            raise InputError(f"{key}: {value!r} must be true or false")
+    elif kind == _TEXT:
+        if not isinstance(value, str):
+            raise InputError(f"{key}: {value!r} must be a string")
+    elif kind == _COUNT:
+        parse_count(value, key)
+    elif kind == _WHOLE:
+        parse_count(value, key, minimum=0)
+    elif kind == _NUMBER:
+        parse_number(value, key)
+    elif kind == _SIZES and key != "global_batch_tokens":  # tokens: checked with seq_len
+        parse_counts(value, key, ranges=True)
+    elif kind == _SIZES:
+        list_items(value, key)
+    elif kind == _HISTOGRAM:
+        histogram(value)
+    elif kind in (_PRICE, _FRACTIONS):
+        table = value if isinstance(value, dict) else {None: value}
+        if kind == _FRACTIONS and not isinstance(value, dict):
+            raise InputError(f"{key}: {value!r} must be a table of fractions, e.g. {{ dp = 0.5 }}")
+        for name, number in table.items():
+            x = parse_number(number, f"{key} {name}" if name else key)
+            if kind == _FRACTIONS and not 0 <= x <= 1:
+                raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
+
+
+def load_scenario(path: str | Path) -> dict[str, Any]:
+    """Read and check a scenario file (flat dict with the ``space``/``constraints``/``cluster`` tables):
+    every key known, every value of its kind (:data:`VALUE_KINDS`).
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
+        an empty list, or the read error (not TOML, not UTF-8, nested too deeply, not a file).
+    """
+    p = Path(path)
+    try:
+        if not p.is_file():  # a device or pipe would be read without end
+            raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ScenarioError(f"scenario {p}: {err}") from None
+    except RecursionError:
+        raise ScenarioError(
+            f"scenario {p}: tables or lists nest too deeply to read (a scenario nests two levels)"
+        ) from None
+    check_scenario(data, f"scenario {p}")
+    return data
+
+
+def check_scenario(data: dict[str, Any], where: str) -> None:
+    """Check a scenario's values (as TOML reads them): every key known, every value of its kind
+    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way.
+
+    Raises
+    ------
+    ScenarioError
+        ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
+    """
+    where = f"{where}: " if where else ""
+    for name, keys in (
+        ("", TOP_KEYS),
+        ("space", SPACE_KEYS),
+        ("constraints", CONSTRAINT_KEYS),
+        ("cluster", CLUSTER_KEYS),
+    ):
+        table = data.get(name, {}) if name else data
+        if not isinstance(table, dict):
+            raise ScenarioError(f"{where}{name} = {table!r} must be a table, [{name}]")
+        unknown = sorted(set(table) - keys)
+        if unknown:
+            raise ScenarioError(
+                f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+            )
+        for key, value in table.items():
+            if key in ("space", "constraints", "cluster"):
+                continue
+            try:
+                _check_value(key, value, VALUE_KINDS.get(key, _ANY))
+            except InputError as err:
+                raise ScenarioError(f"{where}{err}") from None

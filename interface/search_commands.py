@@ -1,0 +1,418 @@
+"""What search, frontier and the per-stage search compute, as the JSON objects their ``--json``
+prints (:mod:`interface.commands` has the other commands'): each from the command's request
+(:class:`interface.requests.SearchRequest`), for the command line and the web app alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainplan.interface.flags import with_flags
+from trainplan.interface.render.report_dict import estimate_to_dict
+from trainplan.interface.requests import SearchRequest, search_request
+from trainplan.model.errors import InfeasibleError
+
+__all__ = [
+    "search_problem",
+    "search_json",
+    "frontier_json",
+    "per_stage_json",
+    "per_stage_frontier_json",
+    "infeasible_json",
+    "time_limit_note",
+    "SearchRun",
+    "PER_STAGE_FRONTIER_TIME_LIMIT_S",
+]
+
+
+def search_problem(request: SearchRequest | Mapping[str, Any], objective: str | None = None) -> Any:
+    """The search :class:`~optimizer.problem.Problem` of search's or frontier's request, or of
+    its options (:func:`interface.requests.search_request`: a scenario file's values under
+    ``--set``'s under the options; ``scenario`` a file's path, or its values already read and
+    checked, :func:`interface.scenario.check_scenario`).
+
+    Raises
+    ------
+    PlannerError
+        A bad value, an unknown model or GPU, an unreadable scenario file.
+    """
+    from trainplan.interface.scenario import problem_of
+
+    return problem_of(search_request(request, objective))
+
+
+def _per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequest:
+    """The request of a per-stage command: its options with the per-stage search asked for
+    (unless the request or its ``--set`` already says so)."""
+    if isinstance(request, SearchRequest):
+        return request
+    if request.get("per_stage") is None and "per_stage" not in (request.get("set") or {}):
+        request = {**request, "per_stage": True}
+    return search_request(request)
+
+
+def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
+    """The solver's objective value → (JSON key naming the unit, value in that unit)."""
+    from trainplan.optimizer.problem import objective_value
+    from trainplan.optimizer.tables import objective_divisor
+
+    divisor = objective_divisor(problem, prepared[0])
+    return lambda value: objective_value(problem.objective, round(value), divisor)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRun:
+    """A search's or a frontier's JSON object with what its text needs besides."""
+
+    json: dict[str, Any]
+    """The ``--json`` object (seconds, bytes, 0–1 rates)."""
+    objective: str
+    """The objective's name (``step-time``…)."""
+    jobs: int
+    """Jobs (model × GPU count × accelerator × batch) searched."""
+
+    def __post_init__(self) -> None:
+        # whether Ctrl-C stopped the search (the command line sets it: interface.cli.interrupt)
+        self.json.setdefault("interrupted", False)
+
+
+TableProgress = Callable[[int, int], None]
+"""``(shapes tabulated, shapes in all)`` after each job."""
+SolutionProgress = Callable[[int, str], None]
+"""``(solutions found, best objective so far as text)`` as CP-SAT improves."""
+
+
+def search_json(
+    kw: SearchRequest | Mapping[str, Any],
+    top: int = 1,
+    maximize: str | None = None,
+    on_tables: TableProgress | None = None,
+    on_solution: SolutionProgress | None = None,
+) -> SearchRun:
+    """The best layout (``trainplan search --json``): the answer's evaluate object plus
+    ``status``, ``solve_seconds``, ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``,
+    ``job``, ``objective_kind``, the objective under a key naming its unit and
+    ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``),
+    ``time_limit_s`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``.
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line).
+    InfeasibleError
+        No layout meets the constraints; its ``explanation`` names the blocking families.
+    """
+    from trainplan.interface.render.report import objective_text
+    from trainplan.optimizer.search import prepare, search
+
+    request = search_request(kw, "params" if maximize else None)
+    problem = search_problem(request)
+    limit = request.time_limit
+    prepared = prepare(problem, on_tables, limit)
+    in_units = _in_units(problem, prepared)
+    progress = None
+    if on_solution is not None:
+        report = on_solution
+
+        def progress(count: int, best: float) -> None:
+            report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
+
+    result = search(problem, top, limit, request.workers, progress, prepared=prepared)
+    answers = []
+    for a in result.answers:
+        d = estimate_to_dict(a.estimate)
+        key, value = in_units(a.objective)
+        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
+        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+        d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
+        answers.append(d)
+    meta = {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": len(problem.jobs),
+        "time_limit_s": limit,
+        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
+    }
+    out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:
+    """What a priced answer costs whatever the objective: ``price_per_hour`` ($ per hour for
+    the job's GPUs, ``gpus × price``) and ``price_per_step`` ($ per optimizer step,
+    ``price_per_hour × step_s / 3600``); empty when no ``gpu_hour_price`` was given, no
+    ``price_per_step`` without a step time."""
+    if price is None:
+        return {}
+    per_hour = gpus * price
+    if step_s is None:
+        return {"price_per_hour": per_hour}
+    return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
+
+
+def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:
+    """What ``--time-limit`` did when the search took longer (None when it held, or none was
+    given): a job's cost tables are built whole once started (jobs not started in time are left
+    out), and CP-SAT gets at least :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
+    from trainplan.optimizer.search import SOLVE_FLOOR_S
+
+    if limit is None or tables_s + solve_s <= limit:
+        return None
+    return (
+        f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
+        f"{solve_s:.2f} s of CP-SAT): a job's tables are built whole once started, and CP-SAT "
+        f"is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says whether "
+        "that answer is proven"
+    )
+
+
+def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
+    """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
+    object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
+    uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
+    ``uniform`` (the best uniform layout's ``layout`` line fields and ``step_s``), ``gain``
+    (uniform ÷ per-stage step time, ≥ 1), ``shapes`` (per base layout: its status, step time,
+    solves, seconds), ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
+    ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
+    ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
+    runs (null when the plan's counts are one number).
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line), an objective other than step time, a model the per-stage search
+        does not model.
+    InfeasibleError
+        No uniform layout fits.
+    """
+    from trainplan.optimizer.per_stage import per_stage_search
+
+    request = _per_stage_request(kw)
+    problem = search_problem(request)
+    result = per_stage_search(
+        problem, request.per_stage_shapes, request.time_limit, request.workers
+    )
+    assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
+    plan = result.plan
+    d = estimate_to_dict(plan)
+    lay = plan.layout
+    counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
+    d["per_stage"] = {
+        "status": result.status,
+        "job": result.job.label,
+        "stage_layers": [s.num_layers for s in plan.stages],
+        "recompute_layers": list(counts),
+        "step_s": result.plan_ns / 1e9,
+        "uniform": {
+            "layout": estimate_to_dict(result.uniform.estimate)["layout"],
+            "step_s": result.uniform_ns / 1e9,
+        },
+        "gain": result.gain,
+        "shapes": [_shape_row(s) for s in result.shapes],
+        "uniform_seconds": result.uniform_seconds,
+        "tables_seconds": result.tables_seconds,
+        "solve_seconds": result.solve_seconds,
+    }
+    d["launch"] = _launch(result)
+    return SearchRun(d, str(problem.objective), len(problem.jobs))
+
+
+def _shape_row(s: Any) -> dict[str, Any]:
+    """One base layout the per-stage search took (:class:`optimizer.per_stage.ShapeResult`):
+    its layout fields, status, step time (s), solves and seconds."""
+    lay = s.layout
+    return {
+        "dp": lay.dp,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "micro_batch_size": lay.micro_batch_size,
+        "zero_stage": lay.zero_stage,
+        "recompute": str(lay.recompute),
+        "schedule": str(lay.schedule),
+        "virtual_stages": lay.virtual_stages,
+        "framework": str(lay.framework),
+        "status": s.status,
+        "step_s": None if s.objective_ns is None else s.objective_ns / 1e9,
+        "solves": s.solves,
+        "tables_seconds": s.tables_seconds,
+        "solve_seconds": s.solve_seconds,
+    }
+
+
+def _launch(result: Any) -> dict[str, Any]:
+    """The per-stage plan's launch flags (:mod:`interface.launch`): Megatron-LM's and
+    torchtitan's with their notes, and ``megatron_step_s``, the step time of what stock
+    Megatron-LM's one ``--recompute-num-layers`` runs (None when the plan's counts are one
+    number), with a note when that is no faster than the best uniform plan."""
+    from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
+
+    plan, uniform = result.plan, result.uniform.estimate
+    lay, arch = plan.layout, plan.model.arch
+    assert arch is not None
+    megatron = megatron_flags(arch, lay, plan.training.global_batch_size, plan.training)
+    titan = torchtitan_toml(arch, lay)
+    single = single_count_layout(lay, arch)
+    megatron_step = None if single is None else result.job.case.evaluate(single).step_s
+    notes = list(megatron.notes)
+    if megatron_step is not None and uniform.step_s is not None and megatron_step >= uniform.step_s:
+        notes.append(
+            f"with one --recompute-num-layers (stock Megatron-LM) this plan takes "
+            f"{megatron_step:.2f} s a step, no faster than the best uniform plan's "
+            f"{uniform.step_s:.2f} s: launch the uniform plan unless the block method is "
+            "patched for per-stage counts"
+        )
+    return {
+        "megatron": list(megatron.flags),
+        "megatron_notes": notes,
+        "megatron_step_s": megatron_step,
+        "torchtitan": list(titan.flags),
+        "torchtitan_notes": list(titan.notes),
+    }
+
+
+def frontier_json(
+    kw: SearchRequest | Mapping[str, Any],
+    against: str = "memory",
+    on_tables: TableProgress | None = None,
+) -> SearchRun:
+    """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
+    ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
+    (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
+    step time, MFU; units in the names), objective ascending.
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line; an axis that needs what was not given, e.g. price without prices).
+    InfeasibleError
+        No layout meets the constraints.
+    """
+    from trainplan.interface.render.report import frontier_row
+    from trainplan.optimizer.search import frontier, prepare
+
+    request = search_request(kw)
+    problem = search_problem(request)
+    problem.check_frontier_axis(against)  # bad input before the tables are built
+    limit = request.time_limit
+    prepared = prepare(problem, on_tables, limit)
+    result = frontier(problem, against, limit, request.workers, prepared=prepared)
+    rows = []
+    in_units = _in_units(problem, prepared)
+    for a in result.points:
+        row = frontier_row(
+            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
+        )
+        if a.job.gpu_hour_price is not None:
+            row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
+        rows.append(row)
+    out = {
+        "status": result.status,
+        "against": against,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "candidates": result.num_candidates,
+        "points": rows,
+    }
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+PER_STAGE_FRONTIER_TIME_LIMIT_S = 120.0
+"""Seconds ``frontier --per-stage`` runs when no ``--time-limit`` is given: its per-stage
+searches are one CP-SAT search per point (Mixtral 8x7B on 64 GPUs ran about five minutes);
+past it the answer is the points found, status ``feasible``, and the answer says the limit."""
+
+
+def per_stage_frontier_json(
+    kw: SearchRequest | Mapping[str, Any],
+    against: str = "memory",
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchRun:
+    """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
+    (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
+    ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
+    ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
+    :func:`interface.render.report.frontier_row`'s fields (``objective_s`` the step time,
+    ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
+    ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
+    ``chunk_layers`` (per model chunk in model order, what ``--stage-layers`` takes; the same as
+    ``stage_layers`` when v = 1),
+    ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
+    fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
+    (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``time_limit_s`` the limit it
+    ran under (:data:`PER_STAGE_FRONTIER_TIME_LIMIT_S` unless ``time_limit`` is given) and
+    ``time_limit_default`` whether it was that default. ``progress(searches, points)`` after
+    each per-stage search.
+
+    Raises
+    ------
+    PlannerError
+        Bad input (one line): an axis that needs what was not given, an objective other than
+        step time, a model the per-stage search does not model.
+    InfeasibleError
+        Nothing fits, uniform or per stage.
+    """
+    from trainplan.optimizer.per_stage import peak_bytes
+    from trainplan.optimizer.per_stage_frontier import per_stage_frontier
+
+    request = _per_stage_request(kw)
+    problem = search_problem(request)
+    given = request.time_limit
+    limit = PER_STAGE_FRONTIER_TIME_LIMIT_S if given is None else given
+    result = per_stage_frontier(
+        problem, against, request.per_stage_shapes, limit, request.workers, progress=progress
+    )
+    rows = [_frontier_point(p, against, peak_bytes) for p in result.points]
+    out = {
+        "status": result.status,
+        "against": against,
+        "per_stage": True,
+        "searches": result.searches,
+        "seconds": result.seconds,
+        "time_limit_s": limit,
+        "time_limit_default": given is None,
+        "points": rows,
+    }
+    return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _frontier_point(p: Any, against: str, peak_bytes: Callable[[Any], int]) -> dict[str, Any]:
+    """One point of the per-stage frontier as its CSV row (:func:`per_stage_frontier_json`)."""
+    from trainplan.interface.render.report import frontier_row
+
+    lay = p.estimate.layout
+    per_stage = p.kind == "per-stage"
+    peak = p.value if against == "memory" else peak_bytes(p.estimate)
+    row = frontier_row(
+        estimate_to_dict(p.estimate), p.job.label, ("objective_s", p.step_ns / 1e9), peak
+    )
+    if p.job.gpu_hour_price is not None:
+        row["price_per_hour"] = p.job.num_gpus * p.job.gpu_hour_price
+    row.update(
+        {
+            "plan": p.kind,
+            "stage_layers": [s.num_layers for s in p.estimate.stages] if per_stage else None,
+            "chunk_layers": list(lay.stage_layers or ()) if per_stage else None,
+            "recompute_layers": list(lay.recompute_layers or ()) if per_stage else None,
+            "uniform_step_s": None if p.uniform_ns is None else p.uniform_ns / 1e9,
+            "gain": p.gain,
+        }
+    )
+    return row
+
+
+def infeasible_json(err: InfeasibleError, web: bool = False) -> dict[str, Any]:
+    """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
+    (exit code 1): ``status`` infeasible (or unknown: the time limit ran out before an answer),
+    the ``explanation`` lines and the ``message`` (``web``: parameters named as the web API's,
+    :func:`interface.flags.with_flags`)."""
+    return {
+        "status": err.status,
+        "explanation": [with_flags(line, web) for line in err.explanation],
+        "message": with_flags(str(err), web),
+    }

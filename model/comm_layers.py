@@ -1,0 +1,265 @@
+"""Bytes the layers' own collectives send per GPU per step: tensor parallelism (all-reduces, or
+sequence parallelism's all-gathers and reduce-scatters), context parallelism (the K/V exchange
+and the head all-to-alls of :mod:`model.context_parallel`) and expert parallelism (the dispatch
+and combine all-to-alls). The conventions (ring shares, ``S_tok``, β, m, passes) are
+:mod:`model.comm`'s.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from trainplan.model.comm import AxisTraffic, ring_share
+from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe import all_to_all_bytes
+from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.xp import exact, where
+
+__all__ = ["tp_traffic", "tp_bytes", "cp_traffic", "cp_bytes", "ep_traffic", "ep_bytes"]
+
+
+def _passes(recompute: Recompute, attention_core: bool = False) -> int:
+    extra = recompute in (Recompute.FULL, Recompute.SQRT) or (
+        attention_core and recompute is Recompute.SELECTIVE
+    )
+    return 2 + int(extra)
+
+
+def tp_traffic(
+    arch: Architecture,
+    num_layers: int,
+    layout: Layout,
+    training: TrainingSpec,
+    first: bool = False,
+    last: bool = False,
+    num_moe_layers: int = 0,
+) -> AxisTraffic:
+    """Tensor-parallel traffic of one pipeline stage holding ``num_layers`` layers
+    (``num_moe_layers`` of them MoE; ``first`` / ``last``: it holds the embedding / the output
+    layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
+
+    ``textbook`` (conventions "Communication"; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
+    (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
+    parallelism, or 2 all-reduces without — ``4·one`` either way.
+
+    Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward all-
+    gathers each column-parallel layer's input again for its weight gradient (the forward kept
+    only the local shard: ``LinearWithGradAccumulationAndAsyncCommunication``), so backward
+    sends ``6·one`` — the re-gather launched asynchronously under the input-gradient GEMM, so it
+    is counted as traffic but never exposed (:attr:`AxisTraffic.hidden_bytes`); the first stage
+    reduce-scatters (SP) or all-reduces the vocab-parallel embedding's output (``2·one`` over
+    forward and backward); the last stage gathers the final norm's output for the vocab-parallel
+    output layer and again in backward, and reduce-scatters its gradient (``3·one``; without SP
+    an all-reduce of the input gradient, ``2·one``), and the vocab-parallel cross-entropy all-
+    reduces three fp32 values per token (max logit, Σ exp, target logit;
+    ``vocab_parallel_cross_entropy``); a MoE layer runs the attention half's collectives and
+    the MLP half's only for its shared experts (``SharedExpertMLP`` over the tp group): the
+    routed experts' dispatcher uses the expert-TP group alone — with expert tensor parallelism
+    (etp > 1) it all-gathers the routed tokens over etp before the experts and reduce-scatters
+    after (Megatron-Core ``MoEAlltoAllTokenDispatcher``), forward, backward and recomputed
+    forward; with etp 1 a MoE layer without shared experts sends nothing over tp in its MLP.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
+    >>> tb = Layout(tp=2, framework="textbook")
+    >>> tp_traffic(arch, 1, tb, t).bytes_per_step == 2 * 4 * Fraction(1, 2) * 2 * 4 * 8
+    True
+    >>> tp_traffic(arch, 1, tb.with_(framework="megatron"), t).bytes_per_step == 10 * 32
+    True
+    """
+    expert_tp = layout.expert_tp if num_moe_layers and arch.moe is not None else 1
+    if layout.tp == 1 and expert_tp == 1:
+        return AxisTraffic("tp", "none", 1, Fraction(0))
+    m = layout.num_microbatches(training.global_batch_size)
+    recompute = layout.recompute in (Recompute.FULL, Recompute.SQRT)
+    total, hidden = tp_bytes(
+        arch, num_layers, num_moe_layers, first, last, layout.tp, expert_tp, layout.cp,
+        layout.micro_batch_size, m, training.seq_len, training.activation_bytes, layout.sp,
+        layout.framework.physical, recompute,
+    )  # fmt: skip
+    name = "all-gather + reduce-scatter" if layout.sp else "all-reduce"
+    if layout.framework.physical and expert_tp > 1:
+        name += " (+ etp token all-gather/reduce-scatter)"
+    return AxisTraffic("tp", name, layout.tp, total, Fraction(0), hidden)
+
+
+def _shared_experts(arch: Architecture) -> bool:
+    """Whether the model's MoE layers have shared experts, a dense MLP over the tp group
+    (Megatron-Core ``moe/shared_experts.py`` ``SharedExpertMLP``: ``tp_group=pg_collection.tp``,
+    sequence-parallel all-gather before ``linear_fc1`` and reduce-scatter after ``linear_fc2``)."""
+    return arch.moe is not None and arch.moe.num_shared_experts > 0
+
+
+def tp_bytes(
+    arch: Architecture,
+    num_layers: Any,
+    num_moe_layers: Any,
+    first: Any,
+    last: Any,
+    tp: Any,
+    expert_tp: Any,
+    cp: Any,
+    b: Any,
+    m: Any,
+    seq_len: Any,
+    beta: int,
+    sp: Any,
+    physical: Any,
+    recompute: bool,
+    keeps_gathered: bool = False,
+) -> tuple[Any, Any]:
+    """(bytes per step, of them hidden under a GEMM) of :func:`tp_traffic`, from plain numbers:
+    exact for ints, element-wise for arrays of layouts. ``recompute``: full or √n (a recomputed
+    forward sends its collectives again). ``keeps_gathered``: the blocks' all-gathered inputs
+    are kept for backward (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan, whose
+    ``PrepareModuleInput`` redistributes the input to ``Replicate`` as an autograd op the
+    column-parallel linears save), so sequence parallelism sends no second all-gather in backward
+    (Megatron-Core gathers the input again for the weight gradient)."""
+    tokens = exact(seq_len) / cp * b
+    one = ring_share(tp) * beta * tokens * arch.hidden_size
+    regather = where(physical & sp, 0 if keeps_gathered else 2, 0)
+    # attention and MLP halves; a MoE layer's MLP half runs tp collectives only for its shared
+    # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)
+    moe_mlp = 0 if _shared_experts(arch) else num_moe_layers
+    halves = 2 * num_layers - where(physical, moe_mlp, 0)
+    per_mb = (8 + regather + (4 if recompute else 0)) * one * halves / 2
+    hidden = regather * one * halves / 2 * m
+    boundary = where(first, 2 * one, 0) + where(
+        last, where(sp, 3, 2) * one + 3 * 2 * ring_share(tp) * 4 * tokens, 0
+    )  # the embedding's and the output layer's collectives; cross-entropy's fp32 all-reduces
+    per_mb = per_mb + where(physical, boundary, 0)
+    if arch.moe is not None:
+        local = tokens / where(sp, tp, 1)
+        routed = arch.moe.experts_per_token * local * arch.hidden_size * beta
+        etp = 2 * (expert_tp - 1) * routed * (3 if recompute else 2) * num_moe_layers
+        per_mb = per_mb + where(physical, etp, 0)
+    return per_mb * m, hidden
+
+
+def cp_traffic(
+    arch: Architecture, num_layers: int, layout: Layout, training: TrainingSpec
+) -> AxisTraffic:
+    """Context-parallel traffic of a stage holding ``num_layers`` layers, as the layout's CP
+    flavour (:attr:`Layout.cp_kind`) exchanges attention's inputs, per layer and micro-batch
+    (:func:`model.context_parallel.cp_layer_bytes`): the ring passes each rank's K/V chunk
+    ``β·S_tok·(K + V dims)/tp`` cp − 1 hops forward, twice that backward (K, V and their
+    gradients) and once more when the attention core is recomputed (full, √n and selective
+    recomputation); the all-gather sends the same bytes (all-gather of K/V forward, re-gather
+    and reduce-scatter of dK/dV backward: Llama 3 §3.3.2, Transformer Engine); Ulysses
+    all-to-alls Q, K, V and O over heads ((cp−1)/cp of each, forward and backward: Jacobs et al.
+    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across. MLA
+    exchanges the expanded a·(d_qk) keys and a·d_v values. Liu et al. 2023 (Ring Attention).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=1)
+    >>> cp_traffic(arch, 1, Layout(cp=2), t).bytes_per_step
+    Fraction(384, 1)
+    >>> cp_traffic(arch, 1, Layout(cp=2, cp_kind="ulysses"), t).bytes_per_step
+    Fraction(288, 1)
+    """
+    if layout.cp == 1:
+        return AxisTraffic("cp", "none", 1, Fraction(0))
+    m = layout.num_microbatches(training.global_batch_size)
+    ring, a2a = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
+    total = cp_bytes(
+        arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
+        training.seq_len, training.activation_bytes,
+        _passes(layout.recompute, attention_core=True) > 2,
+        kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
+    )  # fmt: skip
+    name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
+    return AxisTraffic("cp", name, layout.cp, total)
+
+
+def cp_bytes(
+    arch: Architecture,
+    num_layers: Any,
+    cp: Any,
+    ring: Any,
+    a2a: Any,
+    tp: Any,
+    b: Any,
+    m: Any,
+    seq_len: Any,
+    beta: int,
+    recomputed: bool,
+    kv_rep: Any = 1,
+) -> Any:
+    """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
+    for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
+    tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
+    K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
+    and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
+    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`)."""
+    tokens = exact(seq_len) / cp * b
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep)
+    return per_layer * num_layers * m
+
+
+def ep_traffic(
+    arch: Architecture, num_moe_layers: int, layout: Layout, training: TrainingSpec
+) -> AxisTraffic:
+    """Expert-parallel all-to-all: per MoE layer, per micro-batch, dispatch and combine in
+    forward and again in backward (and in a recomputed forward), each sending the (ep−1)/ep of
+    the ``k·T·h`` routed token copies that go to other ranks (uniform routing), ``T`` = tokens on
+    this GPU (``S_tok/tp`` with sequence parallelism). Lepikhin et al. 2020 (GShard) §2;
+    DeepSeek-V3 §3.2.2.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32,
+    ...     vocab_size=16, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=16))
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=2)
+    >>> ep_traffic(arch, 1, Layout(dp=2, ep=2), t).bytes_per_step
+    Fraction(256, 1)
+    """
+    if layout.ep == 1 or arch.moe is None:
+        return AxisTraffic("ep", "none", 1, Fraction(0))
+    m = layout.num_microbatches(training.global_batch_size)
+    total = ep_bytes(
+        arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
+        training.seq_len, training.activation_bytes, layout.sp, _passes(layout.recompute) > 2,
+        training.moe_run,
+    )  # fmt: skip
+    return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
+
+
+def ep_bytes(
+    arch: Architecture,
+    num_moe_layers: Any,
+    ep: Any,
+    tp: Any,
+    cp: Any,
+    b: Any,
+    m: Any,
+    seq_len: Any,
+    beta: int,
+    sp: Any,
+    recompute: bool,
+    run: MoERun = DROPLESS,
+) -> Any:
+    """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
+    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again). Each
+    dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
+    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity) —
+    every byte a GPU sends, whichever link it rides (DeepEP's de-duplication shortens the
+    scale-out share of the time, :func:`model.moe_run.all_to_all_sent`, not what the dispatch
+    moves)."""
+    if arch.moe is None:
+        return 0 * ep
+    tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
+    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
+    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep)
+    return 2 * one * (3 if recompute else 2) * num_moe_layers * m

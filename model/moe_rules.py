@@ -1,0 +1,116 @@
+"""The rules a MoE run's choices follow (:class:`model.moe_run.MoERun`): which framework
+profile runs which dispatcher and overlap, what a layout needs for them (DeepEP's EP sizes, the
+combined 1F1B's interleaving) and what they refuse under full recomputation. Each returns the
+first rule broken as one line (``parameter: value …: rule``) or None; :mod:`model.legality` and
+the interface raise it."""
+
+from __future__ import annotations
+
+from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
+from trainplan.model.moe_run import DROPLESS, Dispatcher, EpOverlap, MoERun
+
+__all__ = ["moe_layout_violation", "moe_recompute_violation", "moe_run_violation"]
+
+
+def moe_run_violation(
+    run: MoERun, framework: str, has_moe: bool, shared_experts: bool, schedule: str | None = None
+) -> str | None:
+    """The first rule ``run`` breaks under a framework profile on a model
+    (``parameter: value …: rule``), or None; what a layout adds is :func:`moe_layout_violation`.
+    A choice that does not apply is refused, never ignored:
+
+    * any MoE choice on a model without MoE layers;
+    * the ``deepep`` dispatcher under a profile whose framework has none (DeepSpeed's
+      ``_AllToAll``) — Megatron-Core (``flex``) and torchtitan (``DeepEPTokenDispatcher``) run
+      it, and the ``textbook`` profile under the ``dualpipe`` schedule, which stands for
+      DeepSeek's HAI-LLM: DualPipe's overlapped chunks with the node-limited dispatch DeepEP
+      publishes (DeepSeek-V3 report §3.2.1–3.2.2; deepseek-ai/DeepEP's README, "the
+      group-limited gating algorithm proposed in the DeepSeek-V3 paper"); under other
+      schedules the textbook has no dispatcher. ``schedule`` None (not known yet) leaves that
+      part to the layout's check;
+    * an all-to-all overlap outside Megatron-Core (torchtitan's and DeepSpeed's dispatchers wait
+      on their all-to-alls), and ``moe_shared_expert_overlap`` on a model without shared experts.
+
+    Examples
+    --------
+    >>> moe_run_violation(MoERun(ep_overlap="moe_shared_expert_overlap"), "fsdp2", True, True)
+    "moe_ep_overlap: 'moe_shared_expert_overlap' is Megatron-Core's; fsdp2 (torchtitan) waits on its all-to-alls"
+    """
+    if run == DROPLESS:
+        return None
+    if not has_moe:
+        return "moe: routing and dispatch options apply to a model with MoE layers; this has none"
+    if run.dispatcher is Dispatcher.DEEPEP and framework not in ("megatron", "fsdp2"):
+        if framework == "textbook" and schedule in (None, "dualpipe"):
+            pass
+        elif framework == "textbook":
+            return (
+                f"moe_dispatcher: 'deepep' runs under textbook only with schedule dualpipe "
+                f"(DeepSeek's HAI-LLM, DeepSeek-V3 §3.2), not {schedule}; Megatron-Core's flex "
+                "dispatcher and torchtitan's DeepEPTokenDispatcher run it with their schedules"
+            )
+        else:
+            return (
+                f"moe_dispatcher: 'deepep' does not run under {framework} (Megatron-Core's flex "
+                "dispatcher, torchtitan's DeepEPTokenDispatcher and DeepSeek's DualPipe under "
+                "textbook do)"
+            )
+    overlap = run.ep_overlap
+    if overlap is not EpOverlap.NONE and framework != "megatron":
+        runs = {"fsdp2": "fsdp2 (torchtitan)"}.get(framework, framework)
+        return f"moe_ep_overlap: '{overlap}' is Megatron-Core's; {runs} waits on its all-to-alls"
+    if overlap is EpOverlap.SHARED_EXPERT and not shared_experts:
+        return (
+            "moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts; the model has none"
+        )
+    return None
+
+
+def moe_layout_violation(run: MoERun, ep: int, pp: int, virtual_stages: int) -> str | None:
+    """The first rule of the run's MoE choices a layout's degrees break, or None: an ep DeepEP
+    has no config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
+    as Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1,
+    interleaving when pp > 1 (its rule on recomputation is :func:`moe_recompute_violation`).
+
+    Examples
+    --------
+    >>> run = MoERun(ep_overlap="overlap_moe_expert_parallel_comm")
+    >>> moe_layout_violation(run, 8, 4, 2) is None
+    True
+    >>> moe_layout_violation(run, 8, 4, 1).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
+    True
+    """
+    if run.dispatcher is Dispatcher.DEEPEP and ep > 1 and ep not in DEEPEP_DISPATCH_CONFIGS:
+        return (
+            f"ep: {ep} has no DeepEP config for moe_dispatcher 'deepep' (Buffer.get_dispatch_config "
+            f"supports {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"
+        )
+    if run.ep_overlap is not EpOverlap.COMBINED_1F1B:
+        return None
+    name = "moe_ep_overlap: 'overlap_moe_expert_parallel_comm'"
+    if ep == 1:
+        return f"{name} overlaps the expert all-to-all; ep 1 has none"
+    if pp > 1 and virtual_stages < 2:
+        return (
+            f"{name} with pp > 1 needs an interleaved schedule (virtual_stages > 1; "
+            "Megatron-Core asserts it)"
+        )
+    return None
+
+
+def moe_recompute_violation(run: MoERun, full_recompute: bool) -> str | None:
+    """``overlap_moe_expert_parallel_comm`` with full recomputation (or √n, which recomputes
+    whole layers): Megatron-Core asserts ``recompute_granularity != 'full'``
+    (``transformer_config.py``); None otherwise.
+
+    Examples
+    --------
+    >>> moe_recompute_violation(MoERun(ep_overlap="overlap_moe_expert_parallel_comm"), True)[:30]
+    "moe_ep_overlap: 'overlap_moe_e"
+    """
+    if run.ep_overlap is EpOverlap.COMBINED_1F1B and full_recompute:
+        return (
+            "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with full "
+            "recomputation (Megatron-Core asserts it)"
+        )
+    return None

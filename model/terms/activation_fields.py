@@ -1,0 +1,274 @@
+"""What the activation term reads of a layout, as cached structures: the per-layer figures of
+an activation context (:func:`activation_context`, :func:`layer_figures`), the per-stage layer
+counts and recompute forms of a split (:func:`stage_layer_counts`; the schedule places the model
+chunks, :func:`model.split.chunk_ranks`), the ranks holding the embedding and the output layer
+(:func:`end_stages`), and the small lookups of the vocabulary's padding, the tensor-parallel
+plan and the context-parallel flavour. :mod:`model.terms.activations` assembles the term from
+them; the step-time, traffic, roofline and state terms read the same split through
+:data:`LAYER_FIELDS`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.activations import ActivationContext
+from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.layout import Recompute
+from trainplan.model.memory import keeps_gathered_inputs
+from trainplan.model.moe_run import combine_output_bytes
+from trainplan.model.pipeline import Schedule
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_activation_bytes
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import stage_chunks, stage_layers
+from trainplan.model.stage_bytes import (
+    block_forms,
+    chunk_block_forms,
+    chunk_form,
+    layer_quantities,
+    offload_quantities,
+)
+from trainplan.model.terms.fields import Fields
+from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.model.xp import where
+
+__all__ = [
+    "CACHE",
+    "CONTEXT_FIELDS",
+    "FORM_FIELDS",
+    "LAYER_FIELDS",
+    "activation_context",
+    "chunk_forms",
+    "chunk_layers",
+    "cp_kv_repeat_of",
+    "cp_mechanism_of",
+    "end_stages",
+    "gathers_block_inputs",
+    "head_norms_recomputed",
+    "kept_form",
+    "layer_figures",
+    "mirror_kept_form",
+    "mirror_layer_counts",
+    "offload_figures",
+    "output_stage",
+    "padded_vocab_of",
+    "split_forms",
+    "stage_layer_counts",
+    "transient_forms",
+]
+
+CACHE = 4096
+"""Entries each structure cache keeps."""
+
+CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
+"""What a layer's activation bytes read of a layout (:func:`activation_context`)."""
+LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers", "schedule")
+"""What a stage's layers read of a layout (:func:`model.split.stage_layers`; the schedule places
+the chunks, :func:`model.split.chunk_ranks`)."""
+FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
+"""What a stage's recompute forms read of a layout."""
+
+
+def activation_context(
+    training: TrainingSpec,
+    micro_batch_size: int,
+    cp: int,
+    tp: int,
+    sequence_parallel: bool,
+    cp_kind: CpKind,
+    ep: int = 1,
+    expert_tp: int = 1,
+    framework: Framework = DEFAULT_FRAMEWORK,
+) -> ActivationContext:
+    """The :class:`model.activations.ActivationContext` of a layout's fields and the recipe:
+    what every per-layer activation figure reads. The framework decides whether FP8 linear
+    layers save FP8 inputs, whether tensor parallelism keeps the blocks' gathered inputs
+    (:func:`model.memory.keeps_gathered_inputs`), whether the expert-TP group gathers the
+    routed tokens, what the MoE combine keeps and what selective recomputation keeps (torchtitan's
+    op-level policy under ``fsdp2``, Megatron-Core's ``recompute_modules`` otherwise;
+    :class:`model.frameworks.Framework`)."""
+    framework = Framework(framework)
+    return ActivationContext(
+        seq_len=training.seq_len,
+        cp=cp,
+        micro_batch_size=micro_batch_size,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        flash_attention=training.flash_attention,
+        activation_bytes=training.activation_bytes,
+        convention=training.activation_convention,
+        memory_efficient_norm=training.memory_efficient_norm,
+        fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
+        fp8_input_bytes=fp8_activation_bytes(training.fp8_recipe or Fp8Recipe.DELAYED),
+        cp_kind=cp_kind,
+        offload_modules=training.offload.activations,
+        gathered_block_inputs=keeps_gathered_inputs(framework, training),
+        expert_tp=expert_tp if framework.gathers_expert_tokens else 1,
+        combine_output_bytes=combine_output_bytes(
+            framework.value, training.moe_run, framework.moe_combine_bytes()
+        ),
+        ep=ep,
+        op_selective=framework.op_selective,
+        recompute_modules=training.recompute_modules,
+        every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
+        fp8_gemms=training.precision is Precision.FP8,
+        fp8_activation_storage=training.fp8_activation_storage,
+    )
+
+
+@lru_cache(maxsize=CACHE)
+def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
+    """:func:`model.stage_bytes.layer_quantities` of the :data:`CONTEXT_FIELDS` values."""
+    return layer_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def offload_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
+    """:func:`model.stage_bytes.offload_quantities` of the :data:`CONTEXT_FIELDS` values."""
+    return offload_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def stage_layer_counts(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    schedule: Any = None,
+) -> tuple[tuple[int, int], ...]:
+    """Per stage, (transformer layers, of them MoE) of the split (:func:`model.split.stage_layers`;
+    MTP blocks in the last chunk)."""
+    return tuple(
+        (len(layers), sum(map(arch.is_moe_layer, layers)))
+        for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
+    )
+
+
+@lru_cache(maxsize=CACHE)
+def mirror_layer_counts(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    schedule: Any = None,
+) -> tuple[tuple[int, int], ...]:
+    """Per rank r, :func:`stage_layer_counts` of stage ``pp − 1 − r``: the second stage a
+    DualPipe rank holds (:func:`model.pipeline_zb.stage_placement`)."""
+    return stage_layer_counts(arch, pp, v, uneven, sizes, schedule)[::-1]
+
+
+@lru_cache(maxsize=CACHE)
+def _forms(
+    arch: Architecture,
+    pp: int,
+    v: int,
+    uneven: bool,
+    sizes: tuple[int, ...] | None,
+    schedule: Any,
+    mode: Recompute,
+    counts: tuple[int, ...] | None,
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
+    """Per stage, (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
+    per-chunk layer counts): :func:`model.stage_bytes.block_forms` of the stage's layer kinds
+    (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
+    counts and chunks); the chunks' forms for the interleaved peak."""
+    out = []
+    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
+        kinds = tuple(arch.is_moe_layer(j) for j in layers)
+        local = tuple(
+            tuple(arch.is_moe_layer(j) for j in chunk)
+            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+        )
+        recomputed = None if counts is None else counts[stage]
+        chunks: tuple[tuple[int, ...], ...]
+        if recomputed is not None and v > 1:
+            chunks, transients = chunk_block_forms(local, mode, recomputed)
+            kept = tuple(sum(c) for c in zip(*chunks, strict=True))
+        else:
+            kept, transients = block_forms(kinds, mode, recomputed)
+            chunks = tuple(chunk_form(c, mode) for c in local)
+        flat = tuple(x for form in transients for x in form)
+        out.append((kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))))
+    return tuple(out)
+
+
+def kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[0] for s in _forms(arch, *key))
+
+
+def mirror_kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    """Per rank r, :func:`kept_form` of stage ``pp − 1 − r`` (DualPipe's second stage)."""
+    return kept_form(arch, *key)[::-1]
+
+
+def transient_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[1] for s in _forms(arch, *key))
+
+
+def chunk_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[2] for s in _forms(arch, *key))
+
+
+def chunk_layers(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(s[3] for s in _forms(arch, *key))
+
+
+def split_forms(flat: Any) -> list[Any]:
+    """A flat sequence of coefficients as forms of eight."""
+    return [flat[i : i + 8] for i in range(0, len(flat), 8)]
+
+
+def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
+    """Whether tensor parallelism keeps the blocks' all-gathered inputs under ``framework``
+    (:func:`model.memory.keeps_gathered_inputs`; the output layer's gathered input too)."""
+    return keeps_gathered_inputs(Framework(framework), training)
+
+
+def head_norms_recomputed(training: TrainingSpec, framework: Any) -> bool:
+    """Whether the output layer's and the MTP modules' norms are recomputed under selective
+    recomputation (:func:`model.stage_bytes.embedding_bytes` ``norms_recomputed``): the recompute
+    module ``layernorm`` under a profile whose ``layernorm`` takes every norm (``textbook``,
+    :attr:`model.activations.ActivationContext.every_norm`)."""
+    return Framework(framework) is Framework.TEXTBOOK and "layernorm" in training.recompute_modules
+
+
+def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int) -> int:
+    """V padded as ``framework`` pads it for ``tp`` (:func:`model.vocab.padded_vocab`; ``given``
+    the multiple asked for, None = the framework's)."""
+    return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
+
+
+def cp_kv_repeat_of(arch: Architecture | None, kind: CpKind, cp: int, tp: int) -> int:
+    """Times each K/V head crosses the head all-to-all (:func:`model.context_parallel.
+    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks; 1 for every other flavour)."""
+    return kv_repeat(CpKind(kind), cp, tp, arch)
+
+
+def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:
+    """(K/V exchange ranks, head all-to-all ranks, the exchange is an all-gather) of a CP
+    flavour (:func:`model.context_parallel.cp_degrees`)."""
+    r, u = cp_degrees(kind, cp, cp_a2a)
+    return r, u, CpKind(kind) is CpKind.ALL_GATHER
+
+
+def output_stage(f: Fields) -> Any:
+    """Whether rank ``f.stage`` holds the last model chunk, with the output layer, the loss and
+    the MTP blocks: rank 0 under a V placement (ZB-V, DualPipeV), the last rank otherwise
+    (:func:`model.split.output_rank`)."""
+    v_shape = (f.schedule == Schedule.ZB_V) | (f.schedule == Schedule.DUALPIPE_V)
+    return where(v_shape, f.stage == 0, f.stage == f.pp - 1)
+
+
+def end_stages(f: Fields) -> tuple[Any, Any]:
+    """(whether rank ``f.stage`` holds the embedding, whether it holds the output layer and the
+    MTP blocks): the first and the last rank; under a V placement (ZB-V, DualPipeV) both on rank
+    0 (:func:`model.split.output_rank`, where the split puts the last chunk); under DualPipe both on ranks 0 and ``pp − 1``, each
+    holding the first stage of one direction and the last of the other
+    (:func:`model.pipeline_zb.stage_placement`)."""
+    first, last = f.stage == 0, output_stage(f)
+    dual = f.schedule == Schedule.DUALPIPE
+    return where(dual, first | last, first), where(dual, first | last, last)
