@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.xp import exact, floor, maximum, where
 
@@ -73,7 +73,7 @@ def dp_traffic(
     regather_per_microbatch: bool = False,
 ) -> AxisTraffic:
     """Data-parallel traffic over D = dp·cp ranks (experts over D_e), as the layout's framework
-    runs the ZeRO stage (:meth:`model.frameworks.Mechanism.traffic_terms`): per parameter
+    runs the ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`): per parameter
     ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``.
 
     ``textbook``: ZeRO-0/1/2 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the

@@ -16,8 +16,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.frameworks import Framework, Mechanism, mechanism
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
 from trainplan.model.specs import TrainingSpec
@@ -40,7 +41,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class ModelState:
     """Model-state bytes on one GPU (exact), as the layout's framework holds them
-    (:class:`model.frameworks.Mechanism`)."""
+    (:class:`model.mechanisms.Mechanism`)."""
 
     weights_bytes: Fraction
     gradients_bytes: Fraction
@@ -124,7 +125,7 @@ def model_state(
     (:func:`model.estimate.stage_linear_per_gpu`), whose FP8 copies ``precision = fp8`` caches
     (:func:`weight_cache_terms`). Dense parameters
     are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
-    each class is held as :meth:`model.frameworks.Mechanism.memory_terms` says.
+    each class is held as :meth:`model.mechanisms.Mechanism.memory_terms` says.
 
     Raises
     ------

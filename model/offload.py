@@ -32,8 +32,9 @@ from typing import Any
 
 from trainplan.model.activation_offload import check_activation_offload, parse_modules
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.frameworks import Framework, Mechanism
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.mechanisms import Mechanism
 from trainplan.model.units import shown_number
 from trainplan.model.xp import is_array, where
 
@@ -167,7 +168,7 @@ def offload_memory(
     from the mechanism's terms: the offloaded share ``f`` of the optimizer state and of the step
     extras moves, with an FP32 gradient buffer (:data:`HOST_GRADIENT_BYTES` per offloaded
     element) and, when ``accumulating`` (more than one micro-batch per step), the mechanism's
-    host accumulation buffers (:attr:`model.frameworks.Mechanism.host_accumulation_bytes`);
+    host accumulation buffers (:attr:`model.mechanisms.Mechanism.host_accumulation_bytes`);
     with parameters the weight and gradient shards move too. ``elements``: the optimizer's
     elements on this GPU (its shard). Exact for Fractions; element-wise for arrays.
 
@@ -177,7 +178,7 @@ def offload_memory(
     12 B × 1.25e8 × 1/2 = 7.5e8 B of state and 4 B × 1.25e8 × 1/2 = 2.5e8 B of FP32 gradients
     on the host.
 
-    >>> from trainplan.model.frameworks import mechanism
+    >>> from trainplan.model.mechanisms import mechanism
     >>> m = mechanism("megatron", 1)
     >>> _, _, o, _, host = offload_memory(m, Offload(Fraction(1, 2)), 2e9, 4e9, 1.5e9, 0, 1.25e8)
     >>> o, host
@@ -259,7 +260,7 @@ def offload_seconds(
     ZeRO-Offload on one H100 (PCIe Gen5 64 GB/s, 76.8 GB/s of host memory per GPU), 1e9
     elements, bf16 gradients once per step: (2e9 + 2e9)/64e9 + 30e9/76.8e9 = 0.0625 + 0.390625.
 
-    >>> from trainplan.model.frameworks import mechanism
+    >>> from trainplan.model.mechanisms import mechanism
     >>> m = mechanism("megatron", 1, gradient_bytes=2)
     >>> offload_seconds(m, Offload(Fraction(1)), 1e9, 8, 12, 64e9, 76.8e9)
     0.453125

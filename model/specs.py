@@ -282,7 +282,7 @@ class TrainingSpec:
     """Bytes per parameter of the working weights (BF16)."""
     gradient_bytes: int | None = None
     """Bytes per gradient element as accumulated and reduced: 2 (BF16) or 4 (FP32). None = the
-    framework's own default with bf16 parameters (:func:`model.frameworks.mechanism`: FP32
+    framework's own default with bf16 parameters (:func:`model.mechanisms.mechanism`: FP32
     ``main_grad`` in Megatron-Core, FP32 reduction in FSDP2 as torchtitan sets it, the parameter
     dtype in DeepSpeed ZeRO and in the textbook's 16 B/param)."""
     optimizer_bytes: int = 12

@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.frameworks import Mechanism
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
+from trainplan.model.mechanisms import Mechanism
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
 from trainplan.model.roofline import (

@@ -12,10 +12,9 @@ from trainplan.model.frameworks import (
     DEFAULT_RUNTIME_RESERVE_BYTES,
     DRIVER_RESERVED_BYTES,
     FRAGMENTATION_ALLOWANCE_BYTES,
-    Mechanism,
-    mechanism,
 )
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (

@@ -11,9 +11,9 @@ from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, StageMemory
-from trainplan.model.frameworks import Mechanism, mechanism
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.roles import (
     IDLE_SOURCE,

@@ -18,7 +18,8 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import Framework, mechanism
+from trainplan.model.frameworks import Framework
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
@@ -513,7 +514,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     """Model-state bytes on one GPU of pipeline stage ``f.stage`` (:class:`ModelState`: weights,
     gradients, optimizer state, gathered units, buffers, optimizer-step extras, cached weight
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
-    (:func:`model.memory.state_terms`, :meth:`model.frameworks.Mechanism.memory_terms`).
+    (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`).
     Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`SPLIT_FIELDS`), dp, cp (the replicas ZeRO shards over), the ZeRO

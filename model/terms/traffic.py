@@ -4,7 +4,7 @@ Each axis's bytes are :mod:`model.comm`'s ring formulas (``*_bytes``); which sta
 layout's traffic is follows one rule per axis, written here once:
 
 * dp: the stage with the most parameters (:func:`model.terms.state.busiest_params`), as the
-  layout's framework runs its ZeRO stage (:meth:`model.frameworks.Mechanism.traffic_terms`);
+  layout's framework runs its ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`);
 * tp: the stage that sends the most (its layers, the embedding on the first stage, the output
   layer on the last), with what of it the framework hides under a GEMM;
 * cp: the stage with the most layers; ep: the stage with the most MoE layers;
@@ -24,8 +24,9 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
 from trainplan.model.comm_layers import cp_bytes, ep_bytes, tp_bytes
 from trainplan.model.context_parallel import cp_collective
-from trainplan.model.frameworks import Framework, gradient_bytes_for, mechanism
+from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activation_fields import (
@@ -64,7 +65,7 @@ __all__ = [
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
     options' ZeRO-3 re-gather and, with pp > 1, the framework's pipeline-schedule variant
-    (:func:`model.frameworks.mechanism`)."""
+    (:func:`model.mechanisms.mechanism`)."""
     t = c.training
     return mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,

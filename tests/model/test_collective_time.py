@@ -9,8 +9,8 @@ import pytest
 
 from trainplan.model.comm import dp_collective_calls
 from trainplan.model.errors import InputError
-from trainplan.model.frameworks import mechanism
 from trainplan.model.layer_time import _tp_collectives
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.op_time import Clock, TpOverlap, check_tp_overlap, layer_compute
 from trainplan.model.ops import LayerShape

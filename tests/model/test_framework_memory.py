@@ -5,7 +5,7 @@ framework's code (the module docstrings cite file and function):
   entropy holds 6 B per local logit at its peak, torchtitan's 12 B (tp 1, PyTorch's
   ``log_softmax`` + ``nll_loss``) or 16 B (tp > 1, ``loss_parallel``), of which 4 B (the fp32
   softmax) are kept for backward and already counted;
-* FSDP2 under a pipeline schedule (:func:`model.frameworks.mechanism` ``pipelined``): no
+* FSDP2 under a pipeline schedule (:func:`model.mechanisms.mechanism` ``pipelined``): no
   gradient sync until the last micro-batch, so the stage's gradients are whole, in FP32;
 * torchtitan's op-level selective checkpointing (:mod:`model.op_checkpoint`): the block input,
   every other matmul output and the attention kernel's outputs.
@@ -19,8 +19,8 @@ from fractions import Fraction
 import pytest
 
 from trainplan.model.activations import ActivationContext, layer_activations
-from trainplan.model.frameworks import mechanism
 from trainplan.model.loss_memory import loss_peak_bytes_per_element, loss_transient_bytes
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.op_checkpoint import op_selective_bytes, op_selective_rows
 from trainplan.model.specs import Architecture
 

@@ -35,9 +35,9 @@ from trainplan.model.frameworks import (
     ZERO_STAGES,
     Framework,
     check_framework,
-    mechanism,
 )
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, TrainingSpec
