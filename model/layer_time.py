@@ -63,6 +63,8 @@ from trainplan.model.ops import (
     embedding_ops,
     output_ops,
 )
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
+from trainplan.model.recompute_ops import recomputed_ops, recomputes_core, repeats_all_to_all
 from trainplan.model.roofline import (
     Collective,
     LinkTime,
@@ -95,8 +97,8 @@ class LayerTime:
     backward_s: float
     """The backward pass's operations (input and weight gradients)."""
     recompute_s: float
-    """Operations recomputed in backward (the attention core under selective recomputation,
-    the whole forward under full or √n)."""
+    """Operations recomputed in backward (under selective recomputation those of
+    :func:`model.recompute_ops.recomputed_ops`, the whole forward under full or √n)."""
     tp_s: float = 0.0
     """Tensor-parallel collectives if nothing overlapped them."""
     tp_exposed_s: float = 0.0
@@ -325,8 +327,20 @@ def _ep_collectives(
 
 
 @lru_cache(maxsize=4096)
-def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
+def layer_time(
+    x: LayerShape,
+    c: Clock,
+    recompute: Recompute,
+    plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    every_norm: bool = False,
+) -> LayerTime:
     """Seconds of one micro-batch through one layer on one GPU (cached per shape and clock).
+
+    Under selective recomputation the recomputed forward is the forward of the operations
+    ``plan`` re-runs (:func:`model.recompute_ops.recomputed_ops`: Megatron-Core's recompute
+    modules, or torchtitan's op-level policy; ``every_norm``: the ``textbook`` profile's
+    ``layernorm``), PyTorch's ring-attention merges with a recomputed core, the context-parallel
+    exchange again with it, and the expert all-to-alls again with the ``moe`` module.
 
     Examples
     --------
@@ -344,16 +358,17 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     merge_f, merge_b = templated_merge_seconds(x, c)
     forward, backward = ops.forward_s + merge_f, ops.backward_s + merge_b
     full = recompute in (Recompute.FULL, Recompute.SQRT)
+    selective = plan if recompute is Recompute.SELECTIVE else ()
+    core_again = full or recomputes_core(x, selective)
     if full:
         recomputed = forward
-    elif recompute is Recompute.SELECTIVE:
-        recomputed = ops.core_forward_s + merge_f
     else:
-        recomputed = 0.0
+        again = recomputed_ops(x, selective, every_norm)
+        recomputed = sum(op_seconds(o, bare) for o in again) + (merge_f if core_again else 0.0)
     tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
     core = (ops.core_forward_s, ops.core_backward_s)
-    cp_s, cp_exposed = _cp_collectives(x, core, c, recompute is not Recompute.NONE)
-    ep_s, ep_exposed = _ep_collectives(x, ops, c, full)
+    cp_s, cp_exposed = _cp_collectives(x, core, c, core_again)
+    ep_s, ep_exposed = _ep_collectives(x, ops, c, full or repeats_all_to_all(x, selective))
     return LayerTime(
         forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_exposed
     )
