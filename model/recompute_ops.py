@@ -177,7 +177,7 @@ def recomputed_ops(
     >>> x = LayerShape(llama, False, 4, 1, 1)
     >>> [o.name for o in recomputed_ops(x, ("core_attn", "mlp"))]
     ['attention core (FlashAttention)', 'MLP gate+up projection', 'MLP SwiGLU', 'MLP down projection']
-    >>> [(o.name, o.n) for o in recomputed_ops(x, (OP_LEVEL,)) if o.kind is OpKind.GEMM]
+    >>> [(o.name, float(o.n)) for o in recomputed_ops(x, (OP_LEVEL,)) if o.kind is OpKind.GEMM]
     [('QKV projection', 4.0), ('output projection', 8.0), ('MLP gate+up projection', 16.0)]
     """
     ops = layer_ops(x)
