@@ -131,7 +131,7 @@ def _module_ops(module: str, x: LayerShape, ops: tuple[Op, ...], every_norm: boo
         names = {_NORM_OPS[m] for m in norm_modules(mla, x.moe)}
         return [o for o in ops if o.name in names]
     if module == "mla_up_proj" and mla:
-        up = (*_MLA_UP, "rotary embedding")
+        up: tuple[str, ...] = (*_MLA_UP, "rotary embedding")
         if x.arch.mla is not None and x.arch.mla.q_lora_rank is None:
             up += ("Q projection",)
         return [o for o in ops if o.name in up]
