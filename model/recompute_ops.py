@@ -46,7 +46,7 @@ What is recomputed is a *plan* (:func:`recompute_plan`), a tuple of names:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 from trainplan.model.activation_offload import norm_modules
@@ -70,6 +70,8 @@ __all__ = [
     "plan_recomputes_core",
     "recomputed_ops",
     "repeats_all_to_all",
+    "RepeatedTp",
+    "repeated_tp",
     "recomputes_core",
     "recomputed_forward_flops",
 ]
@@ -197,6 +199,40 @@ def recomputes_core(x: LayerShape, plan: tuple[str, ...]) -> bool:
 def repeats_all_to_all(x: LayerShape, plan: tuple[str, ...]) -> bool:
     """Whether ``plan`` re-runs a MoE layer's dispatch and combine (the ``moe`` module)."""
     return x.moe and "moe" in plan
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatedTp:
+    """The tensor-parallel forward collectives a recomputed forward runs once more."""
+
+    halves: tuple[tuple[bool, bool], tuple[bool, bool]]
+    """(all-gather, reduce-scatter — the all-reduce without sequence parallelism) of the
+    attention half and of the MLP half (a MoE layer's shared experts)."""
+    etp: bool = False
+    """A MoE layer's expert-TP gather and scatter of the routed tokens."""
+
+
+def repeated_tp(x: LayerShape, plan: tuple[str, ...], full: bool) -> RepeatedTp:
+    """Which tensor-parallel forward collectives run again: every one under full recomputation;
+    under Megatron-Core's ``mlp`` the dense MLP's (its checkpoint holds ``linear_fc1``'s gather
+    and ``linear_fc2``'s scatter), under ``moe`` or ``shared_experts`` the shared experts' (over
+    tp) and with ``moe`` the routed tokens' expert-TP pair; under torchtitan's op-level policy
+    the all-gathers (``all_gather_into_tensor`` is not among the saved ops; the
+    ``reduce_scatter_tensor`` outputs are). The attention core, the norms, ``mla_up_proj`` and
+    ``moe_act`` hold no collective.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> repeated_tp(LayerShape(gpt, False, 4, 1, 2), ("mlp",), False).halves
+    ((False, False), (True, True))
+    """
+    if full:
+        return RepeatedTp(((True, True), (True, True)), True)
+    if plan and plan[0] in (OP_LEVEL, OP_LEVEL_FP8) and _op_level(x):
+        return RepeatedTp(((True, False), (True, False)))
+    mlp = ("mlp" in plan) if not x.moe else bool({"moe", "shared_experts"} & set(plan))
+    return RepeatedTp(((False, False), (mlp, mlp)), x.moe and "moe" in plan)
 
 
 def recomputed_forward_flops(x: LayerShape, plan: tuple[str, ...], every_norm: bool) -> float:

@@ -23,7 +23,7 @@ from trainplan.model.recompute_ops import (
     recompute_plan,
     recomputed_ops,
 )
-from trainplan.model.roofline import RooflineParams
+from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
 from trainplan.model.specs import Architecture
 
 LLAMA = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2, num_kv_heads=1,
@@ -98,3 +98,21 @@ def test_mla_up_proj_and_moe_modules():
     assert _flops(moe, ("moe",)) == 256 + 3072 + 1536
     assert _flops(moe, ("shared_experts",)) == 1536
     assert _flops(moe, ("moe_act",)) == 0
+
+
+def test_a_recomputed_mlp_gathers_and_scatters_again():
+    """tp 2 with sequence parallelism: a recomputed MLP runs its all-gather and reduce-scatter
+    of (tp − 1)/tp · β · T · h = ½ · 2 · 4 · 8 = 32 bytes once more (forward collectives wait
+    under the async overlap); torchtitan's op-level policy re-runs each half's all-gather (the
+    reduce-scatter outputs are saved)."""
+    link = LinkTime(450e9, True)
+    c = Clock(312e12, 2.039e12, RooflineParams(gemm_efficiency=0.74), tp_link=link)
+    x = LayerShape(LLAMA, False, 4, 1, 2, sequence_parallel=True)
+    ag = collective_seconds(Collective.ALL_GATHER, 2, 32.0, link, c.params)
+    rs = collective_seconds(Collective.REDUCE_SCATTER, 2, 32.0, link, c.params)
+    base = layer_time(x, c, SEL)
+    mlp = layer_time(x, c, SEL, ("mlp",))
+    assert mlp.tp_s - base.tp_s == pytest.approx(ag + rs)
+    assert mlp.tp_exposed_s - base.tp_exposed_s == pytest.approx(ag + rs)
+    op_level = layer_time(x, c, SEL, (OP_LEVEL,))
+    assert op_level.tp_s - base.tp_s == pytest.approx(2 * ag)
