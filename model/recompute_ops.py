@@ -113,7 +113,9 @@ def layout_plan(
     ``recompute_modules`` and precision, ``every_norm``: the ``textbook`` profile's
     ``layernorm`` takes every norm)."""
     fp8 = training.precision is Precision.FP8
-    plan = recompute_plan(recompute, framework.op_selective, training.recompute_modules, fp8)
+    # eager attention has its own op list: Korthikanti's count, as the memory side keeps it
+    op_level = framework.op_selective and training.flash_attention
+    plan = recompute_plan(recompute, op_level, training.recompute_modules, fp8)
     return plan, framework is Framework.TEXTBOOK
 
 
