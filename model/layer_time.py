@@ -191,8 +191,8 @@ def _tp_collectives(
             wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
-        repeated = sum(any(r) for r in again.halves[: len(halves)])
-        for _ in range(len(halves) + repeated):  # after each row-parallel linear
+        n_again = sum(any(r) for r in again.halves[: len(halves)])
+        for _ in range(len(halves) + n_again):  # after each row-parallel linear
             wait(ar, 0.0, False)
         for col, _row in halves:
             wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
