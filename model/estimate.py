@@ -26,6 +26,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
 from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
+from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
@@ -404,17 +405,16 @@ def evaluate(
             multiple = vocab_multiple_for(layout.framework, vocab_multiple)
             notes.append(_vocab_note(arch.vocab_size, padded, multiple, layout, vocab_multiple))
     n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
-    n_active = n_total if arch is None else count_params(arch).active
-    if model.num_params_declared is not None and arch is not None:
-        n_active = n_total
+    declared = arch is None or model.num_params_declared is not None
+    n_active = n_total if declared else count_params(arch).active  # type: ignore[arg-type]
     rows, terms = _time(c, f, traffic, links)
     notes += _notes(model, layout, terms)
-    flops = None
+    causal, flops = options.causal_attention_flops, None
     if arch is not None:
         flops = step_flops(
             arch, n_active, training.seq_len, training.global_batch_size, layout.recompute,
-            options.mfu_convention, options.causal_attention_flops,
-            recomputed_layers(arch, layout), training.documents,
+            options.mfu_convention, causal, recomputed_layers(arch, layout), training.documents,
+            recompute_flops_of(arch, training, layout, causal),
         )  # fmt: skip
     zero = _zero_table(stages[busiest], layout, training, options)
     return Estimate(

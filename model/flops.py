@@ -26,6 +26,7 @@ Korthikanti's ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))`` (Korthikanti et 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -230,6 +231,7 @@ def step_flops(
     causal: bool = False,
     full_layers: frozenset[int] = frozenset(),
     docs: Documents | None = None,
+    recomputed_of: Callable[[int, Recompute], int] | None = None,
 ) -> StepFlops:
     """Model and hardware FLOPs of one step of ``global_batch_size`` sequences. ``full_layers``:
     layer indices fully recomputed whatever ``recompute`` says (the per-stage counts of
@@ -237,6 +239,9 @@ def step_flops(
     ``docs``: each sequence packs documents of this length distribution under document masking
     (:mod:`model.packing`): the attention core counts Σ lᵢ² (as Megatron-LM's counter does with
     ``seqlen_squared_sum``), and :attr:`StepFlops.pack_model_flops` the pack as one sequence.
+    ``recomputed_of(index, mode)``: the forward FLOPs layer ``index`` recomputes under ``mode``
+    (:func:`model.recompute_ops.layer_recompute_flops`: what the framework's selective
+    recomputation re-runs); None = :func:`recompute_forward_flops` (the attention core).
 
     Examples
     --------
@@ -253,11 +258,13 @@ def step_flops(
     layers = range(arch.num_layers + arch.mtp_layers)  # the MTP blocks too
     layers_fwd = sum(layer_forward_flops(arch, i, s, B, causal, docs) for i in layers)
     logits_fwd = output_forward_flops(arch, s, B)
+    if recomputed_of is None:
+
+        def recomputed_of(i: int, mode: Recompute) -> int:
+            return recompute_forward_flops(arch, i, s, B, mode, causal, docs)
+
     recomputed = sum(
-        recompute_forward_flops(
-            arch, i, s, B, Recompute.FULL if i in full_layers else recompute, causal, docs
-        )
-        for i in layers
+        recomputed_of(i, Recompute.FULL if i in full_layers else recompute) for i in layers
     )
     model = _model_flops(
         arch, active_params, s, B, convention, causal, layers_fwd, logits_fwd, docs

@@ -63,6 +63,14 @@ from trainplan.model.ops import (
     embedding_ops,
     output_ops,
 )
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
+from trainplan.model.recompute_ops import (
+    RepeatedTp,
+    recomputed_ops,
+    recomputes_core,
+    repeated_tp,
+    repeats_all_to_all,
+)
 from trainplan.model.roofline import (
     Collective,
     LinkTime,
@@ -95,8 +103,8 @@ class LayerTime:
     backward_s: float
     """The backward pass's operations (input and weight gradients)."""
     recompute_s: float
-    """Operations recomputed in backward (the attention core under selective recomputation,
-    the whole forward under full or √n)."""
+    """Operations recomputed in backward (under selective recomputation those of
+    :func:`model.recompute_ops.recomputed_ops`, the whole forward under full or √n)."""
     tp_s: float = 0.0
     """Tensor-parallel collectives if nothing overlapped them."""
     tp_exposed_s: float = 0.0
@@ -135,9 +143,11 @@ def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock
 
 
 def _tp_collectives(
-    x: LayerShape, ops: LayerCompute, c: Clock, full_recompute: bool
+    x: LayerShape, ops: LayerCompute, c: Clock, again: RepeatedTp
 ) -> tuple[float, float]:
-    """(all tp collective seconds, exposed seconds) of one layer and micro-batch."""
+    """(all tp collective seconds, exposed seconds) of one layer and micro-batch; ``again``:
+    the forward collectives a recomputed forward runs once more
+    (:func:`model.recompute_ops.repeated_tp`)."""
     tp = x.tp
     if tp == 1 or c.tp_link is None:
         return 0.0, 0.0
@@ -150,21 +160,16 @@ def _tp_collectives(
         total += seconds
         exposed += max(0.0, seconds - covered) if overlapped else seconds
 
-    passes = 2 if full_recompute else 1
-    halves: tuple[tuple[str, str], ...] = (("attn_in", "attn_out"), ("mlp_in", "mlp_out"))
-    moe = x.arch.moe
-    if x.moe and moe is not None and not moe.num_shared_experts:
-        # the routed experts' tokens move over the expert-TP group only (below): no MLP-half
-        # collectives (Megatron-Core MoEAlltoAllTokenDispatcher; shared experts run over tp)
-        halves = halves[:1]
+    halves = _halves(x)
     if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:
         # each collective fused with its matmul; the input kept gathered (no re-gather)
         ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
         share, split = (tp - 1) / tp, (tp - 1) * c.params.kernel_overhead_s
-        fused = [(ag, ("forward", 0)), (rs, ("forward", 1))] * passes
-        fused += [(ag, ("dgrad", 1)), (rs, ("dgrad", 0))]
-        for col, row in halves:
+        for (col, row), (ag_again, rs_again) in zip(halves, again.halves, strict=False):
+            fused = [(ag, ("forward", 0)), (rs, ("forward", 1))]
+            fused += [(ag, ("forward", 0))] * ag_again + [(rs, ("forward", 1))] * rs_again
+            fused += [(ag, ("dgrad", 1)), (rs, ("dgrad", 0))]
             for seconds, (which, k) in fused:
                 wait(seconds, share * ops.role((col, row)[k], which), True)
                 exposed += split
@@ -172,10 +177,12 @@ def _tp_collectives(
         ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
         full = mode is TpOverlap.FULL
-        for _ in range(passes):  # forward (and the recomputed forward)
-            for col, row in halves:
-                wait(ag, ops.role(col, "forward"), full)
-                wait(rs, ops.role(row, "forward"), full)
+        for k in range(2):  # forward (and the recomputed forward's collectives)
+            for (col, row), repeated in zip(halves, again.halves, strict=False):
+                if k == 0 or repeated[0]:
+                    wait(ag, ops.role(col, "forward"), full)
+                if k == 0 or repeated[1]:
+                    wait(rs, ops.role(row, "forward"), full)
         for col, row in halves:
             wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
@@ -184,12 +191,23 @@ def _tp_collectives(
             wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
-        for _ in range(len(halves) * passes):  # after each row-parallel linear
+        n_again = sum(any(r) for r in again.halves[: len(halves)])
+        for _ in range(len(halves) + n_again):  # after each row-parallel linear
             wait(ar, 0.0, False)
         for col, _row in halves:
             wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
-    wait(_etp_seconds(x, c) * (passes + 1), 0.0, False)
+    wait(_etp_seconds(x, c) * (2 + again.etp), 0.0, False)
     return total, exposed
+
+
+def _halves(x: LayerShape) -> tuple[tuple[str, str], ...]:
+    """The (column-, row-parallel) GEMM roles around each pair of tp collectives: attention
+    and MLP; a MoE layer without shared experts has no MLP-half collectives (the routed
+    experts' tokens move over the expert-TP group only: Megatron-Core
+    ``MoEAlltoAllTokenDispatcher``; shared experts run over tp)."""
+    halves = (("attn_in", "attn_out"), ("mlp_in", "mlp_out"))
+    moe = x.arch.moe
+    return halves[:1] if x.moe and moe is not None and not moe.num_shared_experts else halves
 
 
 def _etp_seconds(x: LayerShape, c: Clock) -> float:
@@ -325,8 +343,20 @@ def _ep_collectives(
 
 
 @lru_cache(maxsize=4096)
-def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
+def layer_time(
+    x: LayerShape,
+    c: Clock,
+    recompute: Recompute,
+    plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    every_norm: bool = False,
+) -> LayerTime:
     """Seconds of one micro-batch through one layer on one GPU (cached per shape and clock).
+
+    Under selective recomputation the recomputed forward is the forward of the operations
+    ``plan`` re-runs (:func:`model.recompute_ops.recomputed_ops`: Megatron-Core's recompute
+    modules, or torchtitan's op-level policy; ``every_norm``: the ``textbook`` profile's
+    ``layernorm``), PyTorch's ring-attention merges with a recomputed core, the context-parallel
+    exchange again with it, and the expert all-to-alls again with the ``moe`` module.
 
     Examples
     --------
@@ -344,16 +374,17 @@ def layer_time(x: LayerShape, c: Clock, recompute: Recompute) -> LayerTime:
     merge_f, merge_b = templated_merge_seconds(x, c)
     forward, backward = ops.forward_s + merge_f, ops.backward_s + merge_b
     full = recompute in (Recompute.FULL, Recompute.SQRT)
+    selective = plan if recompute is Recompute.SELECTIVE else ()
+    core_again = full or recomputes_core(x, selective)
     if full:
         recomputed = forward
-    elif recompute is Recompute.SELECTIVE:
-        recomputed = ops.core_forward_s + merge_f
     else:
-        recomputed = 0.0
-    tp_s, tp_exposed = _tp_collectives(x, ops, c, full)
+        again = recomputed_ops(x, selective, every_norm)
+        recomputed = sum(op_seconds(o, bare) for o in again) + (merge_f if core_again else 0.0)
+    tp_s, tp_exposed = _tp_collectives(x, ops, c, repeated_tp(x, selective, full))
     core = (ops.core_forward_s, ops.core_backward_s)
-    cp_s, cp_exposed = _cp_collectives(x, core, c, recompute is not Recompute.NONE)
-    ep_s, ep_exposed = _ep_collectives(x, ops, c, full)
+    cp_s, cp_exposed = _cp_collectives(x, core, c, core_again)
+    ep_s, ep_exposed = _ep_collectives(x, ops, c, full or repeats_all_to_all(x, selective))
     return LayerTime(
         forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_exposed
     )

@@ -18,6 +18,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import Mechanism
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.roofline import (
     Collective,
     LinkTime,
@@ -159,10 +160,14 @@ def kind_parts(
     recompute: Recompute,
     vocab: int,
     c: Clock,
+    plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    every_norm: bool = False,
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """The :attr:`model.layer_time.LayerTime.parts` of a dense layer, a MoE layer, the embedding
-    and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks).
-    Cached: the search asks once per distinct (b, tp, cp, ep, links, recompute)."""
+    and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks);
+    ``plan`` and ``every_norm``: what selective recomputation re-runs
+    (:func:`model.recompute_ops.recompute_plan`). Cached: the search asks once per distinct
+    (b, tp, cp, ep, links, recompute, plan)."""
 
     def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
@@ -185,8 +190,12 @@ def kind_parts(
         c.linear_speedup, c.cp_kv_repeat, tp_regather=c.tp_regather,
         cp_templated=c.cp_templated,
     )  # fmt: skip
-    dense = layer_time(shape(False), no_ep, recompute).parts
-    moe = layer_time(shape(True), c, recompute).parts if arch.moe is not None else zero
+    dense = layer_time(shape(False), no_ep, recompute, plan, every_norm).parts
+    moe = (
+        layer_time(shape(True), c, recompute, plan, every_norm).parts
+        if arch.moe is not None
+        else zero
+    )
     return (
         dense if first_moe > 0 else zero,
         moe,

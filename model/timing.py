@@ -27,9 +27,12 @@ from trainplan.model.flops import (
     layer_matmul_weights,
     output_forward_flops,
 )
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.op_time import TpOverlap
 from trainplan.model.packing import Documents
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
+from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core, recomputed_gemm_flops
 from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import maximum, where
@@ -240,27 +243,40 @@ def stage_microbatch_flops(
     """
     moe = sum(map(arch.is_moe_layer, layers))
     s, b = training.seq_len, layout.micro_batch_size
-    terms = microbatch_flop_terms(arch, s, b, layout.recompute, causal)
+    plan, every_norm = layout_plan(Framework(layout.framework), layout.recompute, training)
+    terms = microbatch_flop_terms(arch, s, b, layout.recompute, causal, plan, every_norm)
     core = b * layers_core_flops(arch, layers, s, causal)
-    return stage_hardware_flops(
-        terms, len(layers) - moe, moe, last, core, core_passes(layout.recompute)
-    )
+    passes = core_passes(layout.recompute, plan_recomputes_core(arch, plan))
+    return stage_hardware_flops(terms, len(layers) - moe, moe, last, core, passes)
 
 
 @lru_cache(maxsize=4096)
 def microbatch_flop_terms(
-    arch: Architecture, s: int, b: int, recompute: Recompute, causal: bool
+    arch: Architecture,
+    s: int,
+    b: int,
+    recompute: Recompute,
+    causal: bool,
+    plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    every_norm: bool = False,
 ) -> tuple[int, int, int, int, int]:
     """FLOPs of one micro-batch of ``b`` sequences of ``s`` tokens (whole, all tp·cp ranks),
     the terms a stage's time is built from besides its attention core
     (:func:`layers_core_flops`): (matmul forward of a dense layer, of a MoE layer; forward of the
     output layer with the MTP modules' head passes and projections; recomputed matmul forward of a
     dense layer, of a MoE layer). Exact integers (:mod:`model.flops`); they grow with b. A layer's
-    matmuls depend only on its kind (dense or MoE); its attention core also on its span."""
+    matmuls depend only on its kind (dense or MoE); its attention core also on its span. Under
+    selective recomputation the recomputed matmuls are those ``plan`` re-runs
+    (:func:`model.recompute_ops.recomputed_gemm_flops`; none for ``core_attn``)."""
     kinds = [arch.kind_index(False), arch.kind_index(True)]  # a layer of each kind, if any
     full = recompute in (Recompute.FULL, Recompute.SQRT)
     f_dense, f_moe = (0 if j is None else 2 * s * b * layer_matmul_weights(arch, j) for j in kinds)
     r_dense, r_moe = (f_dense, f_moe) if full else (0, 0)
+    if recompute is Recompute.SELECTIVE:
+        r_dense, r_moe = (
+            0 if j is None else recomputed_gemm_flops(arch, moe, s, b, plan, every_norm)
+            for moe, j in ((False, kinds[0]), (True, kinds[1]))
+        )
     return f_dense, f_moe, output_forward_flops(arch, s, b), r_dense, r_moe
 
 
@@ -329,7 +345,7 @@ def stage_microbatch_attention_flops(
     causal: bool = False,
 ) -> int:
     """Of :func:`stage_microbatch_flops`, the attention core's (QKᵀ and scores·V): 3 × its
-    forward per layer, plus once more when it is recomputed (selective, full or √n).
+    forward per layer, plus once more when it is recomputed (:func:`core_passes`).
 
     Examples
     --------
@@ -341,12 +357,16 @@ def stage_microbatch_attention_flops(
     True
     """
     core = layout.micro_batch_size * layers_core_flops(arch, layers, training.seq_len, causal)
-    return core_passes(layout.recompute) * core
+    plan, _ = layout_plan(Framework(layout.framework), layout.recompute, training)
+    return core_passes(layout.recompute, plan_recomputes_core(arch, plan)) * core
 
 
-def core_passes(recompute: Recompute) -> int:
+def core_passes(recompute: Recompute, recomputed_core: bool = True) -> int:
     """Passes of the attention core per micro-batch: forward and backward (3 forwards' worth),
-    and once more when it is recomputed (selective, full or √n)."""
+    and once more when it is recomputed (full or √n; selective when its plan re-runs the core,
+    ``recomputed_core``: :func:`model.recompute_ops.plan_recomputes_core`)."""
+    if recompute is Recompute.SELECTIVE:
+        return 4 if recomputed_core else 3
     return 3 if recompute is Recompute.NONE else 4
 
 

@@ -275,7 +275,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
     "model/activation_offload.py::check_activation_offload",
-    "model/estimate.py::evaluate",
     "model/rollout.py::rollout_time",
     "model/schedule.py::simulate",
     "model/split.py::megatron_stage_layers",

@@ -38,6 +38,7 @@ from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
 from trainplan.model.op_time import Clock, check_tp_overlap
 from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
+from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
@@ -147,10 +148,12 @@ def _kind_row(
     causal: bool,
     base: tuple[Any, ...],
     mode: Recompute,
+    plan: tuple[tuple[str, ...], bool],
     *key: Any,
 ) -> tuple[float, ...]:
     """:func:`model.step_time.kind_parts` (4 kinds × 7 parts, flat) on the clock of the key's
-    links and CP flavour."""
+    links and CP flavour; ``plan``: what selective recomputation re-runs and whether
+    ``layernorm`` takes every norm (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
@@ -162,9 +165,16 @@ def _kind_row(
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
-        int(vocab), clock,
+        int(vocab), clock, *plan,
     )  # fmt: skip
     return tuple(x for kind in parts for x in kind)
+
+
+def _recompute_plan(c: Context, f: Fields, mode: Recompute) -> tuple[tuple[str, ...], bool]:
+    """(:func:`model.recompute_ops.recompute_plan` of the layout's framework, ``every_norm``):
+    read from the framework and recompute mode (control fields of the step term, one value at a
+    time in the tables) and the recipe's ``recompute_modules`` and precision (the context)."""
+    return layout_plan(Framework(f.framework), mode, c.training)
 
 
 def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
@@ -185,7 +195,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
     regather = not keeps_gathered_inputs(Framework(f.framework), t)
     row = f.lookup_values(
-        _kind_row, (arch, t, o.causal_attention_flops, base, mode), f.micro_batch_size, f.tp,
+        _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
+        f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
         ep_bw, ep_up, ep_g, unpaired, templated, regather,
     )  # fmt: skip

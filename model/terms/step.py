@@ -35,6 +35,7 @@ from trainplan.model.offload import host_rates, offload_seconds
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
 from trainplan.model.precision import linear_speedup
+from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core
 from trainplan.model.schedule_cost import (
     OVERLAPS_FORWARD_BACKWARD,
     dualpipe_block,
@@ -185,8 +186,10 @@ def _core(
     return stage_core_flops(arch, pp, v, s, causal, uneven, sizes, docs, schedule)
 
 
-def _flop_terms(arch: Architecture, s: int, causal: bool, mode: Recompute, b: int) -> Any:
-    return microbatch_flop_terms(arch, s, int(b), mode, causal)
+def _flop_terms(
+    arch: Architecture, s: int, causal: bool, mode: Recompute, plan: Any, b: int
+) -> Any:
+    return microbatch_flop_terms(arch, s, int(b), mode, causal, *plan)
 
 
 def _mirror_core(
@@ -203,7 +206,9 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
     arch, t, o, d = c.arch, c.training, c.options, c.gpu
     mode = f.recompute if recompute is None else recompute
     causal = o.causal_attention_flops
-    terms = f.lookup(_flop_terms, (arch, t.seq_len, causal, mode), "micro_batch_size")
+    plan = layout_plan(Framework(f.framework), mode, t)  # framework: a control field
+    terms = f.lookup(_flop_terms, (arch, t.seq_len, causal, mode, plan), "micro_batch_size")
+    passes = core_passes(mode, plan_recomputes_core(arch, plan[0]))
     separate = o.attention_efficiency if t.flash_attention else None
     speedup = linear_speedup(t.precision, d)
 
@@ -211,7 +216,7 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
         layers, moe = g.per_stage(counts, (arch,), *LAYER_FIELDS)
         core = g.per_stage(cores, (arch, t.seq_len, causal, t.documents), *LAYER_FIELDS)
         return stage_peak_seconds(
-            terms, layers - moe, moe, last, g.micro_batch_size * core, core_passes(mode),
+            terms, layers - moe, moe, last, g.micro_batch_size * core, passes,
             o.kernel_efficiency, separate, speedup,
         )  # fmt: skip
 

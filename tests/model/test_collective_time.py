@@ -14,6 +14,7 @@ from trainplan.model.mechanisms import mechanism
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.op_time import Clock, TpOverlap, check_tp_overlap, layer_compute
 from trainplan.model.ops import LayerShape
+from trainplan.model.recompute_ops import repeated_tp
 from trainplan.model.roofline import Collective, LinkTime, collective_time
 from trainplan.model.specs import Architecture
 from trainplan.model.step_time import dp_seconds
@@ -31,7 +32,7 @@ def test_async_tp_hides_each_collective_under_the_other_shards_of_its_gemm():
     p = deployed_params("MI300X")  # no curve: the α-β clock
     c = Clock(1e15, 3e12, p, tp_link=LinkTime(1e9, True), tp_comm_overlap=TpOverlap.ASYNC_TP)
     ops = layer_compute(x, Clock(1e15, 3e12, p))
-    total, exposed = _tp_collectives(x, ops, c, False)
+    total, exposed = _tp_collectives(x, ops, c, repeated_tp(x, (), False))
     one = 7 / 8 * 2 * 2048 * 1024
     ag = collective_time(Collective.ALL_GATHER, 8, one, 1e9, True, p)
     rs = collective_time(Collective.REDUCE_SCATTER, 8, one, 1e9, True, p)
@@ -43,7 +44,9 @@ def test_async_tp_hides_each_collective_under_the_other_shards_of_its_gemm():
     )  # fmt: skip
     assert exposed == pytest.approx(total - 7 / 8 * covered + 8 * 7 * p.kernel_overhead_s)
     full = Clock(1e15, 3e12, p, tp_link=LinkTime(1e9, True), tp_comm_overlap=TpOverlap.FULL)
-    assert _tp_collectives(x, ops, full, False)[0] == pytest.approx(4 * (ag + rs) + 2 * ag)
+    assert _tp_collectives(x, ops, full, repeated_tp(x, (), False))[0] == pytest.approx(
+        4 * (ag + rs) + 2 * ag
+    )
 
 
 def test_async_tp_is_torchtitans_and_userbuffers_are_not():

@@ -31,12 +31,17 @@ CASES = [
     ("mixtral-8x7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "ep": [1, 2, 4]}),
     ("deepseek-v3", "64", "H800", {"global_batch": 64, "seq_len": 4096, "ep": [8, 16], **CP}),
     ("llama3-70b", "32", "H100-SXM", {"global_batch": 64, "seq_len": 8192, **CP}),
-    # recipes (issue 11 item 1): FP8 caches, FP8-saved inputs, FP8 GEMM time; BF16 moments
+    # recipes (issue 11 item 1): FP8 caches, FP8-saved inputs, FP8 GEMM time; BF16 moments;
+    # Megatron-Core's recompute modules (the time of what each re-runs, model.recompute_ops)
     (
         "llama3-8b-fp8",
         "16",
         "H100-SXM",
-        {"global_batch": 32, "seq_len": 4096, "cluster": {"precision": "fp8"}},
+        {
+            "global_batch": 32,
+            "seq_len": 4096,
+            "cluster": {"precision": "fp8", "recompute_modules": ["mlp", "layernorm"]},
+        },
     ),
     (
         "deepseek-v3-fp8",
@@ -46,7 +51,12 @@ CASES = [
             "global_batch": 64,
             "seq_len": 4096,
             "ep": [8, 16],
-            "cluster": {"precision": "fp8", "optimizer_dtype": "bf16", "gradient_dtype": "fp32"},
+            "cluster": {
+                "precision": "fp8",
+                "optimizer_dtype": "bf16",
+                "gradient_dtype": "fp32",
+                "recompute_modules": ["layernorm", "mla_up_proj", "moe_act", "moe"],
+            },
         },
     ),
     # offload (issue 11 item 2): host bytes, the CPU step and the host-link transfers in t2
