@@ -74,9 +74,29 @@ def device_of(
     if gbps["host_memory_gbps"] is not None:
         device = replace(device, host_memory_bytes_per_s=gbps["host_memory_gbps"])
     if "memory_reserve_gib" in params:
-        reserve = parse_number(params["memory_reserve_gib"], "memory_reserve")
-        device = replace(device, runtime_reserve_bytes=int(reserve * 2**30))
+        device = replace(device, runtime_reserve_bytes=_reserve_bytes(params, device))
     return device
+
+
+def _reserve_bytes(params: Mapping[str, Any], device: DeviceSpec) -> int:
+    """``memory_reserve_gib`` (GiB) as the bytes :attr:`model.hardware.DeviceSpec.
+    runtime_reserve_bytes` holds, checked here so the line names the key the user typed.
+
+    Raises
+    ------
+    InputError
+        Not a number, below 0, or not below the device's own memory
+        (:attr:`model.hardware.DeviceSpec.physical_bytes`).
+    """
+    value = params["memory_reserve_gib"]
+    reserve = parse_number(value, "memory_reserve_gib")
+    gib = device.physical_bytes / 2**30
+    if not 0 <= reserve < gib:
+        raise InputError(
+            f"memory_reserve_gib: {shown_number(value)} must be at least 0 GiB and below the "
+            f"{device.name}'s {gib:g} GiB"
+        )
+    return int(reserve * 2**30)
 
 
 MAX_OVERSUBSCRIPTION = 255

@@ -61,8 +61,10 @@ KEY_HELP: dict[str, str] = {
     "table's).",
     "host_memory_gbps": "Host memory bandwidth per GPU, GB/s, for the CPU optimizer step "
     "(default: the table's reference node).",
-    "memory_reserve_gib": "GiB of each GPU kept for the driver, CUDA context, NCCL and "
-    "fragmentation under a physical framework (default 3).",
+    "memory_reserve_gib": "GiB of each GPU kept out of the model's reach under a physical "
+    "framework: the driver, the CUDA context, the cuBLAS workspaces and the allocator's "
+    "fragmentation (default 2.04). NCCL's communicator buffers are not in it: they are counted "
+    "per layout, by process group.",
     "time_model": "roofline (default for megatron, deepspeed, fsdp2): every operation on the "
     "roofline, collectives by mechanism; single: one kernel efficiency and per-axis overlaps "
     "(the original model; textbook always uses it).",
