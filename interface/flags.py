@@ -13,6 +13,7 @@ A parameter whose flag was moved off the command line (:data:`MOVED_FLAGS`) is w
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 __all__ = [
     "PARAMETER_FLAGS",
@@ -21,6 +22,7 @@ __all__ = [
     "MOVED_QUERY",
     "flag_for",
     "with_flags",
+    "on_page",
     "moved_hint",
 ]
 
@@ -163,6 +165,27 @@ def with_flags(message: str, web: bool = False) -> str:
     return _HEAD.sub(lambda m: MOVED_QUERY.get(m.group(1), m.group(1)), message)
 
 
+def on_page(message: str, fields: Collection[str]) -> str:
+    """``message`` as the web page's user reads it: a command-line line (:func:`with_flags`'s, or
+    a backticked parameter) with each flag of the page's command written as the form field and
+    query parameter that gives it (``--recompute`` as ``recompute``, ``--global-batch`` as
+    ``global-batch``, ``--set memory_reserve_gib`` as ``memory-reserve``). ``fields``: the page's
+    field names (the command's query parameters, :func:`interface.cli.query.query_params`); a
+    ``--word`` that is not one of them (a framework's own flag, ``--overlap-grad-reduce``) is kept.
+
+    Examples
+    --------
+    >>> on_page("give --layers --hidden --heads …", {"layers", "hidden", "heads"})
+    'give layers hidden heads …'
+    >>> on_page("(--set moe_dispatcher=deepep; Megatron's --moe-token-dispatcher-type)", {"tp"})
+    "(moe-dispatcher=deepep; Megatron's --moe-token-dispatcher-type)"
+    """
+    message = with_flags(message, web=True)
+    return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
+
+
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+"""A ``--flag`` in a line."""
 _SET = re.compile(r"--set ([a-z][a-z0-9_]*)(\.)?")
 """The command line's ``--set KEY`` (``--set overlap.`` for a table's entry) in a line."""
 _HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=[: ])")

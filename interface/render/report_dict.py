@@ -87,8 +87,8 @@ def bound_notes(est: Estimate) -> list[str]:
         notes.append(
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            "§3.2.2: at most 4 nodes per token) sends less (--moe-dispatcher deepep "
-            "--moe-node-limit 4 times it)"
+            "§3.2.2: at most 4 nodes per token) sends less (`moe_dispatcher`=deepep "
+            "`moe_node_limit`=4 times it)"
         )
     return notes
 

@@ -1,4 +1,6 @@
-"""The JSON API: each endpoint is the command of the same name with ``--json``, key for key.
+"""The JSON API: each endpoint is the command of the same name with ``--json``, key for key (an
+estimate's notes name the page's fields where the command line's name its flags,
+:func:`interface.flags.on_page`).
 
 Every endpoint parses its query as the command's options (:mod:`interface.web.params`), calls the
 shared function the command calls (:mod:`interface.commands`, :mod:`interface.tabs`) and answers
@@ -22,7 +24,9 @@ from fastapi import APIRouter, Request, Response
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.requests import evaluate_request, search_request
-from trainplan.interface.web.params import openapi_parameters, parse
+from trainplan.interface.cli.query import query_params
+from trainplan.interface.flags import on_page
+from trainplan.interface.web.params import TERMINAL_ONLY, openapi_parameters, parse
 from trainplan.model.errors import InfeasibleError, InputError, check_applicable
 
 __all__ = ["router", "evaluate_object", "search_run", "frontier_run", "json_response", "pairs"]
@@ -70,7 +74,16 @@ def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
         why = "the uploaded config.json is the model; give the config, a model or a size"
         check_applicable({k: params.get(k) for k in _MODEL_KEYS}, dict.fromkeys(_MODEL_KEYS, why))
         params["model_spec"] = commands.uploaded_model(own["config"])
-    return commands.evaluate_json(evaluate_request(params, per_stage))
+    out = commands.evaluate_json(evaluate_request(params, per_stage))
+    fields = page_fields("evaluate")
+    out["notes"] = [on_page(note, fields) for note in out["notes"]]
+    return out
+
+
+@lru_cache(maxsize=None)
+def page_fields(name: str) -> frozenset[str]:
+    """The query parameters of command ``name`` (the page's form fields are named as them)."""
+    return frozenset(q.name for q in query_params(name, TERMINAL_ONLY))
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

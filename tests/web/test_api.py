@@ -27,7 +27,8 @@ from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainplan.interface.cli import _register, cli, main  # noqa: E402
-from trainplan.interface.flags import with_flags  # noqa: E402
+from trainplan.interface.flags import on_page, with_flags  # noqa: E402
+from trainplan.interface.web.api import page_fields  # noqa: E402
 from trainplan.interface.web.app import create_app  # noqa: E402
 
 _register()
@@ -138,7 +139,10 @@ CASES = [
 def test_endpoint_is_the_cli_json(client, command, args):
     got = client.get(f"/api/{command}?{query(args)}")
     assert got.status_code == 200, got.text
-    assert got.json() == cli_json(command, *args)
+    want = cli_json(command, *args)
+    if command == "evaluate":  # the notes in the page's words (its fields, not the flags)
+        want["notes"] = [on_page(n, page_fields("evaluate")) for n in want["notes"]]
+    assert got.json() == want
 
 
 def test_flags_and_repeated_options(client):
@@ -218,6 +222,16 @@ def test_a_moved_knob_is_named_by_its_query_parameter(client, url, line):
     lines name it so (the page puts the line next to that field), never ``--set KEY``."""
     got = client.get(f"/api/evaluate?model=llama3-8b&{url}")
     assert (got.status_code, got.json()["error"]) == (422, line)
+
+
+def test_estimate_notes_name_the_page_fields(client):
+    """The page's notes name its form fields (query parameters), the command line's its flags:
+    the same note, each in the words of the user reading it."""
+    got = client.get("/api/evaluate?params=7B&gpus=8").json()["notes"]
+    want = cli_json("evaluate", "--params", "7B", "--gpus", "8")["notes"]
+    assert "(give --layers --hidden --heads …, or a catalogue model)" in want[0]
+    assert "(give layers hidden heads …, or a catalogue model)" in got[0]
+    assert [n for n in got if "--" in n] == []
 
 
 def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):
