@@ -116,6 +116,20 @@ def test_planner_bad_input_shows_the_cli_line(page):
     page.fill("input[name=tp]", "4")
     expect(page.locator(".field-error")).to_have_count(0)
     expect(page.locator("#error")).to_be_hidden()
+    # PyTorch's context_parallel flavours: refused under Megatron as the CLI refuses them, and
+    # evaluated under fsdp2 (torchtitan) with the CLI's figure
+    page.fill("input[name=dp]", "2")
+    page.fill("input[name=cp]", "2")
+    page.select_option("select[name=cp-kind]", "pytorch-alltoall")
+    expect(page.locator("#error-cp-kind")).to_contain_text(
+        "cp_kind: pytorch-alltoall is PyTorch's context_parallel (torchtitan, --framework fsdp2)"
+    )
+    page.select_option("select[name=framework]", "fsdp2")
+    args = ["--model", "llama3-70b", "--dp", "2", "--tp", "4", "--pp", "4", "--cp", "2"]
+    want = cli_json("evaluate", *args, "--cp-kind", "pytorch-alltoall", "--framework", "fsdp2")
+    total = str(want["memory"]["total_bytes"])
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", total)
+    expect(page.locator(".field-error")).to_have_count(0)
 
 
 def test_planner_uploads_a_config(page):
