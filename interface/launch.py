@@ -73,12 +73,15 @@ class LaunchFlags:
 
 
 def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
-    return tuple(
-        len(s)
-        for s in stage_layers(
-            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
-        )
+    """Layers per pipeline rank as the plan places them (:func:`model.split.stage_layers`: a V
+    schedule's ranks hold chunks i and 2·pp − 1 − i, :func:`model.split.chunk_ranks`)."""
+    pp, v, uneven, sizes = (
+        layout.pp,
+        layout.virtual_stages,
+        layout.uneven_stages,
+        layout.stage_layers,
     )
+    return tuple(len(s) for s in stage_layers(arch, pp, v, uneven, sizes, layout.schedule))
 
 
 def single_count_layout(layout: Layout, arch: Architecture | None = None) -> Layout | None:
@@ -100,7 +103,10 @@ def single_count_layout(layout: Layout, arch: Architecture | None = None) -> Lay
         layout.uneven_stages,
         layout.stage_layers,
     )
-    largest = [max(map(len, stage_chunks(arch, pp, v, uneven, i, sizes))) for i in range(pp)]
+    largest = [
+        max(map(len, stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule)))
+        for i in range(pp)
+    ]
     return layout.with_(recompute_layers=tuple(min(top, n) for n in largest))
 
 

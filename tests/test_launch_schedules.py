@@ -75,3 +75,26 @@ def test_a_published_run_under_a_framework_without_its_schedule_is_listed() -> N
     assert run.cannot_express.startswith(
         "schedule: dualpipe does not run under framework megatron (runs under: textbook;"
     )
+
+
+def test_v_placement_sets_each_ranks_layers() -> None:
+    """Under ZB-V (and DualPipeV) rank i holds model chunks i and 2·pp − 1 − i
+    (model.split.chunk_ranks; torchtitan ``style="v"``), not i and i + pp. Chunks of 1, 2, 3 and
+    4 layers on pp 2: rank 0 holds chunks 0 and 3 (1 + 4 = 5 layers: 0, 6, 7, 8, 9), rank 1
+    chunks 1 and 2 (2 + 3 = 5) — the loop placement would give 1 + 3 = 4 and 2 + 4 = 6."""
+    from trainplan.interface.launch import single_count_layout
+
+    arch = Architecture(
+        num_layers=10, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16
+    )
+    every = Layout(pp=2, virtual_stages=2, schedule="zb-v", stage_layers=(1, 2, 3, 4))
+    # 4 recomputed per chunk = every layer of every chunk (the largest has 4): torchtitan's
+    # whole-model "full", which a per-rank count of (4, 6) layers would not have matched
+    toml = torchtitan_toml(arch, every.with_(recompute_layers=(4, 4))).flags
+    assert toml[-1] == 'mode = "full"'
+    assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in toml
+    assert 'pipeline_parallel_split_points = ["layers.1", "layers.3", "layers.6"]' in toml
+    # one --recompute-num-layers, capped at each rank's largest chunk: rank 0's is chunk 3
+    # (4 layers), rank 1's chunk 2 (3 layers)
+    single = single_count_layout(every.with_(recompute_layers=(4, 1)), arch)
+    assert single is not None and single.recompute_layers == (4, 3)
