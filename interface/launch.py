@@ -151,10 +151,32 @@ def megatron_flags(
             f"framework {layout.framework}: the plan's memory and traffic are that profile's "
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
+    out += _megatron_parallel(layout)
+    split = _split(arch, layout)
+    out += _megatron_pipeline(arch, layout, split, notes)
+    out += _megatron_recompute(layout, split, notes)
+    out += [] if training is None else _megatron_recipe(training)
+    return LaunchFlags(tuple(out), tuple(notes))
+
+
+_CP_COMM_TYPE = {
+    "ring": "p2p",
+    "all-gather": "allgather",
+    "ulysses": "a2a",
+    "a2a+p2p": "a2a+p2p",
+    "pytorch-allgather": "allgather",
+    "pytorch-alltoall": "p2p",
+}
+"""Megatron-LM's ``--cp-comm-type`` for each ``cp_kind`` (Transformer Engine's ``cp_comm_type``;
+PyTorch's flavours as the Megatron exchange closest to theirs); any other: ``a2a``."""
+
+
+def _megatron_parallel(layout: Layout) -> list[str]:
+    """The CP flavour (``--cp-comm-type``, ``--hierarchical-context-parallel-sizes``), expert
+    parallelism, sequence parallelism and the distributed optimizer's flags."""
+    out = []
     if layout.cp > 1:
-        comm = {"ring": "p2p", "all-gather": "allgather", "ulysses": "a2a", "a2a+p2p": "a2a+p2p"}
-        comm |= {"pytorch-allgather": "allgather", "pytorch-alltoall": "p2p"}
-        out += ["--cp-comm-type", comm.get(str(layout.cp_kind), "a2a")]
+        out += ["--cp-comm-type", _CP_COMM_TYPE.get(str(layout.cp_kind), "a2a")]
         if layout.cp_a2a:
             inner = str(layout.cp_a2a)
             out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
@@ -164,14 +186,25 @@ def megatron_flags(
         out.append("--sequence-parallel")
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
         out.append("--use-distributed-optimizer")
-    split = _split(arch, layout)
+    return out
+
+
+def _megatron_pipeline(
+    arch: Architecture, layout: Layout, split: tuple[int, ...], notes: list[str]
+) -> list[str]:
+    """The stage split's flags: per model chunk when interleaved
+    (``--num-layers-per-virtual-pipeline-stage``, or the layout string for uneven chunks),
+    ``--decoder-first/last-pipeline-num-layers`` for ``split`` layers per stage, the layout string
+    when the middle stages differ; a schedule Megatron-Core does not run is said in ``notes``
+    (its 1F1B written)."""
     if str(layout.schedule) in TORCHTITAN_SCHEDULES and str(layout.schedule) not in _MEGATRON:
         notes.append(
             f"schedule {layout.schedule}: Megatron-Core runs 1f1b and interleaved only "
             f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); these flags are "
             "its 1F1B"
         )
-    elif layout.virtual_stages > 1:
+        return []
+    if layout.virtual_stages > 1:
         chunks = tuple(
             len(c)
             for c in model_chunks(
@@ -179,43 +212,44 @@ def megatron_flags(
             )
         )
         if len(set(chunks)) == 1:
-            out += ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
-        else:  # uneven chunks: only the layout string says them (model chunks in model order)
-            out += ["--pipeline-model-parallel-layout", pipeline_layout(chunks)]
-            notes.append(
-                f"layers per model chunk {','.join(map(str, chunks))} (v = "
-                f"{layout.virtual_stages}): uneven, which --num-layers-per-virtual-pipeline-stage "
-                "cannot say; Megatron-Core's --pipeline-model-parallel-layout (experimental "
-                "there) lists the pp·v chunks in model order"
-            )
-    elif layout.stage_layers is not None and layout.pp > 1:
-        middle = split[1:-1]
-        if len(set(middle)) <= 1:
-            out += [
-                "--decoder-first-pipeline-num-layers", str(split[0]),
-                "--decoder-last-pipeline-num-layers", str(split[-1]),
-            ]  # fmt: skip
-        else:
-            out += ["--pipeline-model-parallel-layout", pipeline_layout(split)]
-            notes.append(
-                f"layers per stage {','.join(map(str, split))}: the middle stages differ, which "
-                "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
-                "--pipeline-model-parallel-layout (experimental there) says it"
-            )
-    out += _megatron_recompute(layout, split, notes)
-    if training is not None:
-        if training.precision is Precision.FP8:
-            out += ["--fp8-format", "hybrid"]
-        if training.offload.optimizer:
-            # arguments.py validate_args: "The optimizer cpu offload must be used in conjunction
-            # with `--use-precision-aware-optimizer`" (HybridDeviceOptimizer reuses its path)
-            out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
-                    f"{float(training.offload.optimizer):g}",
-                    "--use-precision-aware-optimizer"]  # fmt: skip
-        if training.offload.activations:
-            out += ["--fine-grained-activation-offloading", "--offload-modules",
-                    *training.offload.activations]  # fmt: skip
-    return LaunchFlags(tuple(out), tuple(notes))
+            return ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
+        notes.append(  # uneven chunks: only the layout string says them (in model order)
+            f"layers per model chunk {','.join(map(str, chunks))} (v = "
+            f"{layout.virtual_stages}): uneven, which --num-layers-per-virtual-pipeline-stage "
+            "cannot say; Megatron-Core's --pipeline-model-parallel-layout (experimental "
+            "there) lists the pp·v chunks in model order"
+        )
+        return ["--pipeline-model-parallel-layout", pipeline_layout(chunks)]
+    if layout.stage_layers is None or layout.pp == 1:
+        return []
+    if len(set(split[1:-1])) <= 1:
+        return [
+            "--decoder-first-pipeline-num-layers", str(split[0]),
+            "--decoder-last-pipeline-num-layers", str(split[-1]),
+        ]  # fmt: skip
+    notes.append(
+        f"layers per stage {','.join(map(str, split))}: the middle stages differ, which "
+        "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
+        "--pipeline-model-parallel-layout (experimental there) says it"
+    )
+    return ["--pipeline-model-parallel-layout", pipeline_layout(split)]
+
+
+def _megatron_recipe(training: TrainingSpec) -> list[str]:
+    """The recipe's flags the plan's figures assume: FP8, optimizer and activation offload."""
+    out = []
+    if training.precision is Precision.FP8:
+        out += ["--fp8-format", "hybrid"]
+    if training.offload.optimizer:
+        # arguments.py validate_args: "The optimizer cpu offload must be used in conjunction
+        # with `--use-precision-aware-optimizer`" (HybridDeviceOptimizer reuses its path)
+        out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                f"{float(training.offload.optimizer):g}",
+                "--use-precision-aware-optimizer"]  # fmt: skip
+    if training.offload.activations:
+        out += ["--fine-grained-activation-offloading", "--offload-modules",
+                *training.offload.activations]  # fmt: skip
+    return out
 
 
 def pipeline_layout(split: tuple[int, ...]) -> str:

@@ -270,7 +270,6 @@ LONG_MODULES = {
     "model/terms/state.py",
 }
 LONG_FUNCTIONS = {
-    "interface/launch.py::megatron_flags",
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
