@@ -36,7 +36,6 @@ from trainplan.interface.search_commands import (
     search_problem,
     time_limit_note,
 )
-from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate
 
 __all__ = [
@@ -105,42 +104,15 @@ MAX_CONFIG_CHARS = 1_000_000
 """Largest uploaded config.json read (a Hugging Face config is a few kB)."""
 
 
-RLHF_SEED_ARGS = (
-    "algorithm",
-    "train_mfu",
-    "prompts",
-    "prompt_tokens",
-    "completion_tokens",
-    "epochs",
-)
-"""``trainplan rlhf`` options passed on even when unset or false (the original planner's own defaults)."""
-
-
-def old_log_prob_flag(value: str | None) -> bool | None:
-    """``--old-log-prob recompute|engine`` → True (a scoring pass recomputes them) / False.
-
-    Raises
-    ------
-    InputError
-        Any other value.
-    """
-    if value is None:
-        return None
-    low = value.lower()
-    if low not in ("recompute", "engine"):
-        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
-    return low == "recompute"
-
-
-def rlhf_json(kw: dict[str, Any]) -> dict[str, Any]:
+def rlhf_json(kw: Mapping[str, Any]) -> dict[str, Any]:
     """``trainplan rlhf --json`` of the command's parsed options (display-only ones such as
-    ``width`` dropped): the original planner's figures, and the faithful accounting with ``model``."""
+    ``width`` dropped), made its request once (:class:`interface.tab_requests.RLHFRequest`): the
+    original planner's figures, and the faithful accounting with ``model``."""
     from trainplan.interface import tabs
+    from trainplan.interface.tab_requests import RLHFRequest, tab_request
 
     kw = {k: v for k, v in kw.items() if k not in ("width", "as_json")}
-    kw["old_log_prob"] = old_log_prob_flag(kw.get("old_log_prob"))
-    kw = {k: v for k, v in kw.items() if v is not None and v is not False or k in RLHF_SEED_ARGS}
-    return tabs.rlhf_report(**kw)
+    return tabs.rlhf_report(tab_request(RLHFRequest, kw))
 
 
 def uploaded_model(text: str, name: str | None = None) -> Any:

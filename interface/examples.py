@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from trainplan import scenarios
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.errors import ScenarioError
 from trainplan.model.units import closest_names
 
 __all__ = ["examples", "get_example", "example_params", "run_example", "EXAMPLE_FRAMEWORK"]
@@ -75,18 +75,10 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
 
         out = evaluate_json(params)
     else:
-        import inspect
-
+        from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
         from trainplan.interface.tabs import TAB_REPORTS
 
-        accepted = set(inspect.signature(TAB_REPORTS[tab]).parameters)
-        unknown = sorted(set(params) - accepted)
-        if unknown:
-            raise InputError(
-                f"example {name}: {unknown[0]!r} is not a parameter of the {tab} tab "
-                f"(it takes {', '.join(sorted(accepted))})"
-            )
-        out = TAB_REPORTS[tab](**params)
+        out = TAB_REPORTS[tab](tab_request(TAB_REQUESTS[tab], params, f"example {name}: "))
     ex = get_example(name)
     head = {"example": name, "tab": tab, "says": ex["says"], "source": ex.get("source", "")}
     if tab == "planner":

@@ -1,9 +1,11 @@
 """The pipeline, MFU, checkpointing and RLHF tabs as report dictionaries (the ``--json`` output).
 
-Each ``*_report`` takes the parameter names of ``scenarios/examples.toml`` as keyword arguments,
-checks them (a :class:`~model.errors.PlannerError` naming the parameter, value and rule), calls the
-cost model in :mod:`model` and returns plain JSON values: ints when whole, floats otherwise, rates
-and fractions as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
+Each ``*_report`` takes its tab's request (:mod:`interface.tab_requests`, built once where the
+inputs enter: click, the web's query, an example's table), or the request's fields as arguments
+(a Python caller's; the names of ``scenarios/examples.toml``), checks them (a
+:class:`~model.errors.PlannerError` naming the parameter, value and rule), calls the cost model in
+:mod:`model` and returns plain JSON values: ints when whole, floats otherwise, rates and fractions
+as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from typing import Any
 
 from trainplan.interface.render import pipeline_tab
 from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
+from trainplan.interface.tab_requests import (
+    CkptRequest,
+    MfuRequest,
+    PipelineRequest,
+    as_request,
+)
 from trainplan.interface.tab_values import (
     fmt_number,
     jsonable,
@@ -44,19 +52,9 @@ __all__ = [
 ]
 
 
-def pipeline_report(
-    stages: Any,
-    microbatches: Any,
-    schedule: str = "1f1b",
-    virtual_stages: Any = None,
-    backward_ratio: Any = None,
-    t_f: Any = None,
-    t_b: Any = None,
-    t_w: Any = None,
-    t_fb: Any = None,
-    framework: str | None = None,
-) -> dict[str, Any]:
-    """The pipeline tab: simulated timeline, bubble (both conventions), activations held.
+def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
+    """The pipeline tab of a :class:`~interface.tab_requests.PipelineRequest` (or its fields, by
+    position and name): simulated timeline, bubble (both conventions), activations held.
 
     ``bubble_fraction`` and ``held_per_stage`` come from the simulation (:func:`model.schedule.
     simulate`) and are checked here against the closed forms of :mod:`model.pipeline`. The
@@ -73,25 +71,26 @@ def pipeline_report(
     >>> pipeline_report(4, 8, "zb-h1")["closed_form"]["value"]
     3
     """
-    p, m = parse_count(stages, "stages", 0), parse_count(microbatches, "microbatches", 0)
-    v = None if virtual_stages is None else parse_count(virtual_stages, "virtual_stages", 0)
-    name = str(schedule).lower()
-    if framework is not None and name in TIMELINE_SCHEDULES:
-        check_schedule_framework(name, framework, p, m)
+    r = as_request(PipelineRequest, args, kw)
+    p, m = parse_count(r.stages, "stages", 0), parse_count(r.microbatches, "microbatches", 0)
+    v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages", 0)
+    name = str(r.schedule).lower()
+    if r.framework is not None and name in TIMELINE_SCHEDULES:
+        check_schedule_framework(name, r.framework, p, m)
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
-            {"backward_ratio": backward_ratio},
+            {"backward_ratio": r.backward_ratio},
             {"backward_ratio": f"{name} splits the backward: give t_b and t_w"},
         )
-        times = pipeline_tab.pass_times(SplitSchedule(name), t_f, t_b, t_w, t_fb)
+        times = pipeline_tab.pass_times(SplitSchedule(name), r.t_f, r.t_b, r.t_w, r.t_fb)
         return jsonable(pipeline_tab.split_report(p, m, name, v, times))
-    given = {"t_f": t_f, "t_b": t_b, "t_w": t_w, "t_fb": t_fb}
+    given = {"t_f": r.t_f, "t_b": r.t_b, "t_w": r.t_w, "t_fb": r.t_fb}
     check_applicable(
         given, dict.fromkeys(given, f"{name} runs whole backwards: give backward_ratio")
     )
     v = 1 if v is None else v
-    ratio = positive("backward_ratio", 2 if backward_ratio is None else backward_ratio)
-    return jsonable(_whole_backward_report(p, m, schedule, v, ratio))
+    ratio = positive("backward_ratio", 2 if r.backward_ratio is None else r.backward_ratio)
+    return jsonable(_whole_backward_report(p, m, r.schedule, v, ratio))
 
 
 def _whole_backward_report(p: int, m: int, schedule: str, v: int, ratio: Any) -> dict[str, Any]:
@@ -168,27 +167,9 @@ def _token_rate(tokens: Any, step_seconds: Any, tps: Any, peak: Fraction, chips:
     return "step", d / secs, tail
 
 
-def mfu_report(
-    params: Any = None,
-    tokens: Any = None,
-    step_seconds: Any = None,
-    tokens_per_second: Any = None,
-    achieved_pflops: Any = None,
-    achieved_tflops_per_gpu: Any = None,
-    gpu: str | None = None,
-    peak_tflops: Any = None,
-    chips: Any = 1,
-    attention: bool = False,
-    causal: bool = False,
-    layers: Any = None,
-    heads: Any = None,
-    head_dim: Any = None,
-    hidden: Any = None,
-    seq_len: Any = None,
-    recomputed_flops_pct: Any = None,
-    recompute: str | None = None,
-) -> dict[str, Any]:
-    """The MFU tab: MFU (with and without attention FLOPs) and HFU from one measurement.
+def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
+    """The MFU tab of a :class:`~interface.tab_requests.MfuRequest` (or its fields, by name): MFU
+    (with and without attention FLOPs) and HFU from one measurement.
 
     Give one of: ``params + tokens + step_seconds``; ``params + tokens_per_second``;
     ``achieved_pflops`` (aggregate) or ``achieved_tflops_per_gpu``. Peak from ``gpu`` or
@@ -206,76 +187,23 @@ def mfu_report(
     >>> r["arithmetic"]
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
-    n_chips = parse_count(chips, "chips", 0)
-    peak, peak_source = resolve_peak(gpu, peak_tflops)
-    named = {"layers": layers, "heads": heads, "head_dim": head_dim, "hidden": hidden}
-    rate_given = achieved_pflops is not None or achieved_tflops_per_gpu is not None
-    ignored: dict[str, str] = {}
-    if rate_given:
-        ignored["attention"] = "a reported FLOP rate already counts what it counts"
-    if not attention and recompute in (None, "none"):
-        why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
-        ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
-    check_applicable(
-        {**named, "seq_len": seq_len, "causal": causal, "attention": attention}, ignored
-    )
-    dims = {k: optional_count(k, x) for k, x in {**named, "seq_len": seq_len}.items()}
-    n = None if params is None else Fraction(parse_count(params, "params"))
-    attn, attn_text = (
-        mf.attention_term(
-            dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], causal
-        )
-        if attention
-        else (0, "")
-    )
-    given = [
-        achieved_pflops is not None or achieved_tflops_per_gpu is not None,
-        tokens_per_second is not None,
-        tokens is not None or step_seconds is not None,
-    ]
-    if sum(given) != 1 or (achieved_pflops is not None and achieved_tflops_per_gpu is not None):
-        raise InputError(
-            "mfu inputs: give exactly one of params+tokens+step_seconds, "
-            "params+tokens_per_second, achieved_pflops or achieved_tflops_per_gpu"
-        )
+    r = as_request(MfuRequest, args, kw)
+    n_chips = parse_count(r.chips, "chips", 0)
+    peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
+    dims = _mfu_dims(r)
+    n = None if r.params is None else Fraction(parse_count(r.params, "params"))
+    attn, attn_text = _attention(r, dims)
     out: dict[str, Any] = {
         "tab": "mfu",
         "chips": n_chips,
         "peak_flops_per_s": peak,
         "peak_source": peak_source,
     }
-    if given[0]:
-        mode = "flop_rate" if achieved_pflops is not None else "flop_rate_per_gpu"
-        per_token = None
-        rate, line = _flop_rate(achieved_pflops, achieved_tflops_per_gpu, peak, n_chips)
-        plain = mf.utilisation(rate, peak, n_chips)
-    else:
-        if n is None:
-            raise InputError("params: missing; MFU from tokens needs the parameter count N")
-        mode, tps, tail = _token_rate(tokens, step_seconds, tokens_per_second, peak, n_chips)
-        per_token = mf.model_flops_per_token(n, attn)
-        rate, plain = per_token * tps, mf.utilisation(6 * n * tps, peak, n_chips)
-        head = f"(6 · {fmt_number(n)} + {attn_text})" if attention else f"6 · {fmt_number(n)}"
-        line = f"{head} · {tail}"
-        out.update(tokens_per_second=tps, model_flops_per_token=per_token)
+    mode, rate, line, plain, per_token = _achieved(r, n, attn, attn_text, peak, n_chips, out)
     mfu = mf.utilisation(rate, peak, n_chips)
     if mfu > 1:
         raise _too_high(mode, mfu, line, n_chips)
-    hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
-    pct = (
-        None
-        if recomputed_flops_pct is None
-        else parse_number(recomputed_flops_pct, "recomputed_flops_pct")
-    )
-    extra, how = mf.recompute_share(
-        recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], causal
-    )
-    note = " (causal: halved)" if causal else " (non-causal)"
-    if mfu * (1 + extra) > 1:
-        raise InputError(
-            f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
-            "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
-        )
+    extra, how = _recomputed_share(r, dims, n, per_token, mfu)
     out.update(
         mode=mode,
         achieved_model_flops_per_s=rate,
@@ -283,18 +211,123 @@ def mfu_report(
         mfu_without_attention=plain,
         hfu=mfu * (1 + extra),
         recomputed_flops_share=extra,
-        attention={
-            "included": bool(attention),
-            "causal": bool(causal) if attention else None,
-            "flops_per_token": attn,
-            "formula": attn_text + note if attention else "not counted",
-        },
+        attention=_attention_record(r, attn, attn_text),
         arithmetic=f"{line} = {percent(mfu)}",
         hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {percent(mfu * (1 + extra))}"
         if extra
         else "hfu = mfu (no recomputation given)",
     )
     return jsonable(out)
+
+
+def _attention(r: MfuRequest, dims: dict[str, int | None]) -> tuple[Any, str]:
+    """(attention FLOPs per token, their formula) when ``attention`` is on (PaLM's,
+    :func:`model.mfu.attention_term`), else (0, "")."""
+    if not r.attention:
+        return 0, ""
+    return mf.attention_term(
+        dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], r.causal
+    )
+
+
+def _attention_record(r: MfuRequest, attn: Any, attn_text: str) -> dict[str, Any]:
+    """The report's ``attention`` object: whether counted, causal, FLOPs per token, formula."""
+    note = " (causal: halved)" if r.causal else " (non-causal)"
+    return {
+        "included": bool(r.attention),
+        "causal": bool(r.causal) if r.attention else None,
+        "flops_per_token": attn,
+        "formula": attn_text + note if r.attention else "not counted",
+    }
+
+
+def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
+    """The model's dimensions of the MFU tab (``layers heads head_dim hidden seq_len``) as
+    counts, None where not given.
+
+    Raises
+    ------
+    InputError
+        A dimension, ``causal`` or ``attention`` given where it enters nothing: a dimension
+        without attention or recomputed FLOPs, attention with a reported FLOP rate (which counts
+        what it counts); a dimension that is not a count.
+    """
+    named = {"layers": r.layers, "heads": r.heads, "head_dim": r.head_dim, "hidden": r.hidden}
+    ignored: dict[str, str] = {}
+    if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
+        ignored["attention"] = "a reported FLOP rate already counts what it counts"
+    if not r.attention and r.recompute in (None, "none"):
+        why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
+        ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
+    check_applicable(
+        {**named, "seq_len": r.seq_len, "causal": r.causal, "attention": r.attention}, ignored
+    )
+    return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
+
+
+def _achieved(
+    r: MfuRequest,
+    n: Fraction | None,
+    attn: Any,
+    attn_text: str,
+    peak: Fraction,
+    chips: int,
+    out: dict[str, Any],
+) -> tuple[str, Any, str, Any, Any]:
+    """(mode, achieved model FLOP/s of the job, its arithmetic, the MFU without attention FLOPs,
+    model FLOPs per token or None) of the one measurement given; from tokens, ``out`` gets
+    ``tokens_per_second`` and ``model_flops_per_token``.
+
+    Raises
+    ------
+    InputError
+        Not exactly one measurement given; tokens without ``params``; a rate not positive.
+    """
+    rate_given = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
+    given = [rate_given, r.tokens_per_second is not None]
+    given.append(r.tokens is not None or r.step_seconds is not None)
+    if sum(given) != 1 or (r.achieved_pflops is not None and r.achieved_tflops_per_gpu is not None):
+        raise InputError(
+            "mfu inputs: give exactly one of params+tokens+step_seconds, "
+            "params+tokens_per_second, achieved_pflops or achieved_tflops_per_gpu"
+        )
+    if rate_given:
+        mode = "flop_rate" if r.achieved_pflops is not None else "flop_rate_per_gpu"
+        rate, line = _flop_rate(r.achieved_pflops, r.achieved_tflops_per_gpu, peak, chips)
+        return mode, rate, line, mf.utilisation(rate, peak, chips), None
+    if n is None:
+        raise InputError("params: missing; MFU from tokens needs the parameter count N")
+    mode, tps, tail = _token_rate(r.tokens, r.step_seconds, r.tokens_per_second, peak, chips)
+    per_token = mf.model_flops_per_token(n, attn)
+    head = f"(6 · {fmt_number(n)} + {attn_text})" if r.attention else f"6 · {fmt_number(n)}"
+    out.update(tokens_per_second=tps, model_flops_per_token=per_token)
+    plain = mf.utilisation(6 * n * tps, peak, chips)
+    return mode, per_token * tps, f"{head} · {tail}", plain, per_token
+
+
+def _recomputed_share(
+    r: MfuRequest, dims: dict[str, int | None], n: Fraction | None, per_token: Any, mfu: Any
+) -> tuple[Any, str]:
+    """(recomputed FLOPs / model FLOPs, its arithmetic) from ``recomputed_flops_pct`` or
+    ``recompute`` (:func:`model.mfu.recompute_share`).
+
+    Raises
+    ------
+    InputError
+        A percentage that is not a number; an HFU above 100%.
+    """
+    hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
+    pct = r.recomputed_flops_pct
+    pct = None if pct is None else parse_number(pct, "recomputed_flops_pct")
+    extra, how = mf.recompute_share(
+        r.recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], r.causal
+    )
+    if mfu * (1 + extra) > 1:
+        raise InputError(
+            f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
+            "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
+        )
+    return extra, how
 
 
 # ------------------------------------------------------------------------------------ ckpt
@@ -318,14 +351,9 @@ def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
     return [steps[s - 1]]
 
 
-def ckpt_report(
-    layers: Any,
-    every: Any = None,
-    labels: str = "outputs",
-    step: Any = None,
-    backward_ratio: Any = 2,
-) -> dict[str, Any]:
-    """The checkpointing tab: every step of the walk, peak held against ``n + 1``, overhead.
+def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
+    """The checkpointing tab of a :class:`~interface.tab_requests.CkptRequest` (or its fields, by
+    position and name): every step of the walk, peak held against ``n + 1``, overhead.
     ``every`` (k) defaults to round(√n), Chen et al. 2016's choice; counts are tensors (one
     layer's output each), time in forward-of-one-layer units.
 
@@ -335,6 +363,8 @@ def ckpt_report(
     >>> r["peak_held"], r["peak_held_without_checkpointing"], r["checkpoints"]
     (6, 10, ['input', 'out3', 'out6'])
     """
+    r = as_request(CkptRequest, args, kw)
+    layers, every, labels = r.layers, r.every, r.labels
     n = parse_count(layers, "layers", 0)
     if n > MAX_CKPT_LAYERS:
         raise InputError(
@@ -347,8 +377,8 @@ def ckpt_report(
     names = ck.tensor_labels(n, labels) if n >= 1 else []
     steps = ck.walk(n, k)
     ckpts = frozenset(ck.checkpoints(n, k))
-    shown = _shown_steps(steps, step)
-    ratio = positive("backward_ratio", backward_ratio)
+    shown = _shown_steps(steps, r.step)
+    ratio = positive("backward_ratio", r.backward_ratio)
     peak = max(len(st.held) for st in steps)
     formula = ck.peak_held_formula(n, k)
     if peak != formula:
@@ -382,4 +412,5 @@ TAB_REPORTS: dict[str, Callable[..., dict[str, Any]]] = {
     "ckpt": ckpt_report,
     "rlhf": rlhf_report,
 }
-"""Each tab's report function, called with an example's parameter table as keyword arguments."""
+"""Each tab's report function, called with the tab's request (:data:`interface.tab_requests.
+TAB_REQUESTS`)."""

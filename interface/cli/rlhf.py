@@ -1,8 +1,9 @@
 """``trainplan rlhf`` (the RLHF tab: the original planner's accounting, and with ``--model`` the faithful one)
 and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
-Options are read as text and parsed by :mod:`interface.tabs` and :mod:`interface.rlhf.faithful`,
-so any bad value is one ``Error: …`` line and exit code 2.
+Options are read as text into the tab's request (:class:`interface.tab_requests.RLHFRequest`,
+:class:`~interface.tab_requests.RLHFPlanRequest`) and parsed by :mod:`interface.rlhf.tab` and
+:mod:`interface.rlhf.faithful`, so any bad value is one ``Error: …`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from trainplan.interface import tabs
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
-from trainplan.interface.commands import old_log_prob_flag, rlhf_json
+from trainplan.interface.commands import rlhf_json
+from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
 
@@ -138,10 +140,10 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
-def rlhf_cmd(as_json: bool, width: int, old_log_prob: str | None, **kw: Any) -> None:
+def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
     """Memory, FLOPs and time of one PPO, GRPO or DPO step: the original planner's figures, or with --model
     every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
-    r = rlhf_json({**kw, "old_log_prob": old_log_prob})
+    r = rlhf_json(kw)
     if as_json:
         echo_json(r)
         return
@@ -215,7 +217,6 @@ def rlhf_plan_cmd(
     offload: bool,
     time_limit: Any,
     workers: int,
-    old_log_prob: str | None,
     **kw: Any,
 ) -> None:
     """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
@@ -228,14 +229,19 @@ def rlhf_plan_cmd(
     from trainplan.optimizer.rlhf.search import search_placement
     from trainplan.optimizer.rlhf.tables import RLHFProblem
 
-    kw["old_log_prob"] = old_log_prob_flag(old_log_prob)
-    inp = rlhf_inputs({k: v for k, v in kw.items() if v is not None}, placement=False)
-    problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=offload)
-    limit = float(time_limit) if time_limit else None
+    request = RLHFPlanRequest(
+        tab_request(RLHFRequest, kw),
+        offload,
+        float(time_limit) if time_limit else None,
+        workers,
+    )
+    inp = rlhf_inputs(request.workload, placement=False)
+    problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=request.offload)
+    limit = request.time_limit
     try:
         with _progress(as_json) as progress:
             result, stopped = interruptible(
-                lambda: search_placement(problem, limit, workers, _stoppable(progress))
+                lambda: search_placement(problem, limit, request.workers, _stoppable(progress))
             )
     except InfeasibleError as err:
         if as_json:

@@ -1,8 +1,9 @@
 """Three of the other tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt`` (``rlhf`` is in
 :mod:`interface.cli.rlhf`).
 
-Options are read as text and parsed by :mod:`interface.tabs` (numbers as 4e6, 4,000,000, 4e 6,
-70B), so that any bad value is one ``Error: …`` line and exit code 2.
+Options are read as text into each tab's request (:mod:`interface.tab_requests`) and parsed by
+:mod:`interface.tabs` (numbers as 4e6, 4,000,000, 4e 6, 70B), so that any bad value is one
+``Error: …`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
 from trainplan.interface.render.chart_layout import chunk_letter, pass_label
 from trainplan.interface.render.timeline_text import render_split_timeline, split_summary
+from trainplan.interface.tab_requests import CkptRequest, MfuRequest, PipelineRequest, tab_request
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.frameworks import Framework
 from trainplan.model.schedule import TIMELINE_SCHEDULES
@@ -187,7 +189,7 @@ def _scaled_cells(
 def pipeline_cmd(width, png, svg, as_json, **kw) -> None:
     """Pipeline bubble and timeline: GPipe, 1F1B, interleaved 1F1B, zero-bubble (ZB-H1, ZB-H2,
     ZB-V), DualPipe and DualPipeV."""
-    r = tabs.pipeline_report(**kw)
+    r = tabs.pipeline_report(tab_request(PipelineRequest, kw))
     for path in (png, svg):
         if path is not None:
             from trainplan.interface.render import plots
@@ -238,7 +240,7 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
 @JSON
 def mfu_cmd(as_json: bool, **kw: Any) -> None:
     """MFU and HFU from a measured step, a throughput or a reported FLOP rate."""
-    r = tabs.mfu_report(**kw)
+    r = tabs.mfu_report(tab_request(MfuRequest, kw))
     if as_json:
         echo_json(r)
         return
@@ -307,7 +309,8 @@ def _name(report: dict[str, Any], j: int) -> str:
 @JSON
 def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> None:
     """Walk through activation checkpointing of an n-layer chain, step by step."""
-    r = tabs.ckpt_report(layers, every, labels, step)
+    request = {"layers": layers, "every": every, "labels": labels, "step": step}
+    r = tabs.ckpt_report(tab_request(CkptRequest, request))
     if gif is not None or chart is not None:
         from trainplan.interface.render import plots
 

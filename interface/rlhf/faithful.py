@@ -10,11 +10,13 @@ workload with :func:`rlhf_inputs` and print the same role and pool records
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, TypeVar
 
 from trainplan.interface.inputs import parse_framework
+from trainplan.interface.tab_requests import RLHFRequest, tab_request
 from trainplan.model.errors import InputError, LayoutError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
@@ -121,117 +123,157 @@ def _choice(value: Any, kind: type[E], name: str) -> E:
         raise InputError(f"{name}: {value!r} is not one of {names}") from None
 
 
-def _opt(params: dict[str, Any], key: str, used: dict[str, Any]) -> Any:
-    value = params.get(key)
+def _opt(r: RLHFRequest, key: str, used: dict[str, Any]) -> Any:
+    """``r``'s ``key``, or its :data:`FAITHFUL_DEFAULTS` value (listed in ``used``) when unset."""
+    value = getattr(r, key)
     if value is None and key in FAITHFUL_DEFAULTS:
         used[key] = FAITHFUL_DEFAULTS[key]
         return FAITHFUL_DEFAULTS[key]
     return value
 
 
-def rlhf_inputs(params: dict[str, Any], placement: bool = True) -> RLHFInputs:
-    """Read the faithful options (names as the CLI's, underscores): ``algorithm model
-    critic_model reward prompts samples_per_prompt prompt_tokens completion_tokens epochs
-    train_batch micro_batch_tokens logits old_log_prob engine_memory_fraction rollout_batch
-    off_policy framework zero recompute host_memory_gb bandwidth_efficiency gpu gpus`` and, with
+def _count(r: RLHFRequest, key: str, used: dict[str, Any]) -> int | None:
+    """``r``'s count ``key`` (its default when unset, :func:`_opt`), None when it has none."""
+    value = _opt(r, key, used)
+    return None if value is None else parse_count(value, key)
+
+
+def _old_log_prob(value: bool | str) -> bool:
+    """``old_log_prob`` as given: a flag, or ``recompute`` (True: a scoring pass recomputes them)
+    / ``engine`` (False), the text the command line and the web take.
+
+    Raises
+    ------
+    InputError
+        Any other text.
+    """
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    if low not in ("recompute", "engine"):
+        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
+    return low == "recompute"
+
+
+def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True) -> RLHFInputs:
+    """Read the faithful options of ``request`` (an :class:`~interface.tab_requests.RLHFRequest`,
+    or its fields by name, a caller's dict: made one here): ``algorithm model critic_model reward
+    prompts samples_per_prompt prompt_tokens completion_tokens epochs train_batch
+    micro_batch_tokens logits old_log_prob engine_memory_fraction rollout_batch off_policy
+    framework zero recompute host_memory_gb bandwidth_efficiency gpu gpus`` and, with
     ``placement``, ``rollout_gpus train_tp train_pp rollout_tp offload shared_engine_weights``.
 
     Raises
     ------
     InputError
         A bad value, naming the parameter, the value and the rule (a length below 1, a group size
-        that does not divide the train batch, a fraction outside (0, 1) …).
+        that does not divide the train batch, a fraction outside (0, 1) …); a name that is not a
+        parameter of the tab.
     ScenarioError
         An unknown model or accelerator.
     """
+    r = request if isinstance(request, RLHFRequest) else tab_request(RLHFRequest, request)
     used: dict[str, Any] = {}
-    spec_given = params.get("model_spec")  # a ModelSpec built in code (the measured runs)
-    policy = spec_given if spec_given is not None else get_model(str(params["model"])).model
-    critic = (
-        None if params.get("critic_model") is None else get_model(str(params["critic_model"])).model
-    )
-    framework = parse_framework(_opt(params, "framework", used))
+    spec = _spec(r, used)
+    device = get_accelerator(str(_opt(r, "gpu", used)))
+    gpus = _count(r, "gpus", used) or 1
+    links = ClusterLinks.from_device(device)
+    if not placement:
+        return RLHFInputs(spec, device, gpus, links, defaults_used=used)
+    return _placed(r, RLHFInputs(spec, device, gpus, links, defaults_used=used))
+
+
+def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
+    """The workload of ``r`` (:class:`model.rlhf.spec.RLHFSpec`), defaults listed in ``used``.
+
+    Raises
+    ------
+    InputError
+        A bad value; ``framework`` textbook (the original accounting's).
+    """
+    policy = r.model_spec if r.model_spec is not None else get_model(str(r.model)).model
+    critic = None if r.critic_model is None else get_model(str(r.critic_model)).model
+    framework = parse_framework(_opt(r, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
             "framework: 'textbook' is the original planner's accounting; the faithful one runs a framework's "
             "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the original planner's figures"
         )
-
-    def count(key: str) -> int | None:
-        value = _opt(params, key, used)
-        return None if value is None else parse_count(value, key)
-
-    fraction = params.get("engine_memory_fraction")
+    fraction = r.engine_memory_fraction
     frac = (
         None
         if fraction is None
         else check_fraction(parse_number(fraction, "engine_memory_fraction"))
     )
-    zero = params.get("zero")
-    spec = RLHFSpec(
-        algorithm=str(params["algorithm"]),
+    return RLHFSpec(
+        algorithm=str(r.algorithm),
         policy=policy,
         critic=critic,
-        reward=str(params.get("reward") or "model").lower(),
-        prompts=parse_count(params.get("prompts", 1024), "prompts"),
-        samples_per_prompt=parse_count(params.get("samples_per_prompt") or 16, "samples_per_prompt"),
-        prompt_tokens=parse_count(params.get("prompt_tokens", 1024), "prompt_tokens"),
-        completion_tokens=parse_count(params.get("completion_tokens", 4096), "completion_tokens"),
-        max_completion_tokens=count("max_completion_tokens"),
-        epochs=parse_count(params.get("epochs", 1), "epochs"),
-        train_batch=count("train_batch"),
-        micro_batch_tokens=count("micro_batch_tokens") or MICRO_BATCH_TOKENS,
-        logits=_choice(_opt(params, "logits", used), LogitsMode, "logits"),
-        old_log_prob=bool(_opt(params, "old_log_prob", used)),
+        reward=str(r.reward or "model").lower(),
+        prompts=parse_count(r.prompts, "prompts"),
+        samples_per_prompt=parse_count(r.samples_per_prompt or 16, "samples_per_prompt"),
+        prompt_tokens=parse_count(r.prompt_tokens, "prompt_tokens"),
+        completion_tokens=parse_count(r.completion_tokens, "completion_tokens"),
+        max_completion_tokens=_count(r, "max_completion_tokens", used),
+        epochs=parse_count(r.epochs, "epochs"),
+        train_batch=_count(r, "train_batch", used),
+        micro_batch_tokens=_count(r, "micro_batch_tokens", used) or MICRO_BATCH_TOKENS,
+        logits=_choice(_opt(r, "logits", used), LogitsMode, "logits"),
+        old_log_prob=_old_log_prob(_opt(r, "old_log_prob", used)),
         engine_memory_fraction=frac,
-        max_num_seqs=count("rollout_batch") or ROLLOUT_BATCH,
-        off_policy=int(parse_count(_opt(params, "off_policy", used), "off_policy", 0)),
+        max_num_seqs=_count(r, "rollout_batch", used) or ROLLOUT_BATCH,
+        off_policy=int(parse_count(_opt(r, "off_policy", used), "off_policy", 0)),
         framework=framework,
-        zero_stage=None if zero is None else parse_count(zero, "zero", 0),
-        recompute=_choice(_opt(params, "recompute", used), Recompute, "recompute"),
-        host_memory_bytes=int(parse_positive(_opt(params, "host_memory_gb", used), "host_memory_gb") * 10**9),
-        bandwidth_efficiency=float(parse_number(params.get("bandwidth_efficiency") or 1, "bandwidth_efficiency")),
+        zero_stage=None if r.zero is None else parse_count(r.zero, "zero", 0),
+        recompute=_choice(_opt(r, "recompute", used), Recompute, "recompute"),
+        host_memory_bytes=int(parse_positive(_opt(r, "host_memory_gb", used), "host_memory_gb") * 10**9),
+        bandwidth_efficiency=float(parse_number(r.bandwidth_efficiency or 1, "bandwidth_efficiency")),
     )  # fmt: skip
-    device = get_accelerator(str(_opt(params, "gpu", used)))
-    gpus = count("gpus") or 1
-    links = ClusterLinks.from_device(device)
-    if not placement:
-        return RLHFInputs(spec, device, gpus, links, defaults_used=used)
-    rollout_gpus = count("rollout_gpus")
+
+
+def _placed(r: RLHFRequest, inp: RLHFInputs) -> RLHFInputs:
+    """``inp`` with the tab's placement of ``r``: the engine's own GPUs, the training roles' tp
+    and pp, the engine's tp (verl's 2 where it divides the engine's GPUs, else 1), offload and
+    shared weights; defaults listed in ``inp.defaults_used``.
+
+    Raises
+    ------
+    InputError
+        An engine pool that leaves no GPU to training; off-policy colocated; shared weights on
+        GPUs of the engine's own; a bad value.
+    """
+    used, gpus = inp.defaults_used, inp.gpus
+    rollout_gpus = _count(r, "rollout_gpus", used)
     if rollout_gpus is not None and rollout_gpus >= gpus:
         raise InputError(
             f"rollout_gpus: {rollout_gpus} must leave GPUs for training: fewer than --gpus {gpus}"
         )
-    if spec.off_policy and rollout_gpus is None:
+    if inp.spec.off_policy and rollout_gpus is None:
         raise InputError(
             "off_policy: 1 needs the engine on GPUs of its own (--rollout-gpus): colocated, the "
             "next rollout cannot run beside training"
         )
-    shared = bool(params.get("shared_engine_weights"))
+    shared = bool(r.shared_engine_weights)
     check_applicable(
         {"shared_engine_weights": shared},
         {"shared_engine_weights": "the engine shares the actor's weights only on the same GPUs"}
         if rollout_gpus is not None
         else {},
     )
-    rollout_tp = params.get("rollout_tp")
+    rollout_tp = r.rollout_tp
     if rollout_tp is None:
         # verl's tp 2 where it divides the engine's GPUs; tp 1 on an odd count (the default must
         # not be what makes a placement illegal)
         rollout_tp = 2 if (rollout_gpus or gpus) % 2 == 0 else 1
         used["rollout_tp"] = rollout_tp
-    return RLHFInputs(
-        spec,
-        device,
-        gpus,
-        links,
-        rollout_gpus,
-        count("train_tp") or 1,
-        count("train_pp") or 1,
-        parse_count(rollout_tp, "rollout_tp"),
-        _offload(params.get("offload"), spec),
-        shared,
-        used,
+    return replace(
+        inp,
+        rollout_gpus=rollout_gpus,
+        train_tp=_count(r, "train_tp", used) or 1,
+        train_pp=_count(r, "train_pp", used) or 1,
+        rollout_tp=parse_count(rollout_tp, "rollout_tp"),
+        offload=_offload(r.offload, inp.spec),
+        shared_engine_weights=shared,
     )
 
 

@@ -15,6 +15,7 @@ from trainplan.interface.rlhf.faithful import (
     evaluate_placement,
     rlhf_inputs,
 )
+from trainplan.interface.tab_requests import RLHFRequest
 from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import check_applicable
 from trainplan.model.rlhf.engine import least_engine_tp
@@ -191,11 +192,11 @@ SEED_ONLY = (
 engine come from the model and the placement."""
 
 
-def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
+def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
     """The RLHF tab with ``model``: the original planner's figures for the same workload (its keys, with
     ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
-    :func:`plan_dict` of the tab's placement. ``seed_report`` is :func:`interface.tabs.
-    rlhf_report` (passed in: it imports this module).
+    :func:`plan_dict` of the tab's placement. ``seed_report`` is the original accounting of a
+    request (:func:`interface.rlhf.tab.rlhf_report`'s; passed in: that module imports this one).
 
     Raises
     ------
@@ -203,26 +204,28 @@ def faithful_report(seed_report: Any, params: dict[str, Any]) -> dict[str, Any]:
         A seed-only option given with ``model`` (:data:`SEED_ONLY`), or any bad value.
     """
     why = "with --model the sizes, dimensions, GPUs and engine come from the model and placement"
-    check_applicable({k: params.get(k) for k in SEED_ONLY}, {k: why for k in SEED_ONLY})
-    inp = rlhf_inputs(params)
+    check_applicable({k: getattr(request, k) for k in SEED_ONLY}, dict.fromkeys(SEED_ONLY, why))
+    inp = rlhf_inputs(request)
     plan = evaluate_placement(inp)
     spec = inp.spec
     reward_net = {"ppo": "critic", "grpo": "reward"}[spec.algorithm]
     has_net = spec.algorithm == "ppo" or spec.reward == "model"
     seed = seed_report(
-        algorithm=spec.algorithm,
-        policy_params=spec.role("actor").params,
-        reward_params=spec.role(reward_net).params if has_net else None,
-        reward=spec.reward,
-        prompts=spec.prompts,
-        samples_per_prompt=spec.samples_per_prompt,
-        prompt_tokens=spec.prompt_tokens,
-        completion_tokens=spec.completion_tokens,
-        epochs=spec.epochs,
-        decode_mfu=params.get("decode_mfu"),
-        train_mfu=params.get("train_mfu", 0.4),
-        gpu=inp.device.name,
-        chips=inp.gpus,
+        RLHFRequest(
+            algorithm=spec.algorithm,
+            policy_params=spec.role("actor").params,
+            reward_params=spec.role(reward_net).params if has_net else None,
+            reward=spec.reward,
+            prompts=spec.prompts,
+            samples_per_prompt=spec.samples_per_prompt,
+            prompt_tokens=spec.prompt_tokens,
+            completion_tokens=spec.completion_tokens,
+            epochs=spec.epochs,
+            decode_mfu=request.decode_mfu,
+            train_mfu=request.train_mfu,
+            gpu=inp.device.name,
+            chips=inp.gpus,
+        )
     )
     seed["accounting"] = "faithful"
     verdict = fit_verdict(inp, plan, seed["resident_bytes"])

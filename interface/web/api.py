@@ -23,9 +23,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from trainplan.interface import commands, tabs
-from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page
+from trainplan.interface.requests import evaluate_request, search_request
+from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
 from trainplan.interface.web.params import TERMINAL_ONLY, openapi_parameters, parse
 from trainplan.model.errors import InfeasibleError, InputError, check_applicable
 
@@ -80,7 +81,7 @@ def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
     return out
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=16)
 def page_fields(name: str) -> frozenset[str]:
     """The query parameters of command ``name`` (the page's form fields are named as them)."""
     return frozenset(q.name for q in query_params(name, TERMINAL_ONLY))
@@ -183,7 +184,7 @@ def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict
     kw, _ = parse(name, query)
     for key in ("as_json", *drop):
         kw.pop(key, None)
-    return tabs.TAB_REPORTS[name](**kw)
+    return tabs.TAB_REPORTS[name](tab_request(TAB_REQUESTS[name], kw))
 
 
 def pipeline_object(query: list[tuple[str, str]]) -> dict[str, Any]:

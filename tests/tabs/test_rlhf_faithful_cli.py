@@ -54,6 +54,15 @@ def test_faithful_json_keys_and_terms_with_sources():
     assert f["flops_by_role"]["scoring"]["actor"] > 0  # the old-log-prob pass
 
 
+def test_old_log_prob_engine_is_the_users_not_the_default():
+    """``--old-log-prob engine`` takes the engine's log-probs: no actor forward among the scoring
+    FLOPs, and not listed as a default (it was dropped as "not given" with every False option,
+    and the default, recompute, ran instead)."""
+    f = json.loads(run(*GRPO7, "--old-log-prob", "engine", "--json").stdout)["faithful"]
+    assert f["old_log_prob"] is False and "old_log_prob" not in f["defaults_used"]
+    assert set(f["flops_by_role"]["scoring"]) == {"reference"}
+
+
 def test_faithful_text_prints_every_term_and_a_timeline():
     out = run(*GRPO7, "--gpus", "16", "--rollout-gpus", "8", "--off-policy", "1").stdout
     for line in ("The original planner's accounting (textbook)", "Faithful accounting", "engine budget",
