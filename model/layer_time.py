@@ -337,7 +337,7 @@ def _ep_collectives(
     )
     shared = (ops.shared_fc1_s, ops.shared_fc2_s)
     exposed = exposed_all_to_all(
-        x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired
+        x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired, c.ep_sm_share
     )
     return forward + backward, exposed
 

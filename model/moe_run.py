@@ -25,6 +25,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
 from trainplan.model.moe import (
     deepep_buffer_bytes,
@@ -370,6 +371,7 @@ def exposed_all_to_all(
     split: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
     shared: tuple[float, float] = (0.0, 0.0),
     unpaired: float = 1.0,
+    share: float = 0.0,
 ) -> float:
     """Seconds of one MoE layer's all-to-alls, one micro-batch, that wait, from their forward
     (dispatch + combine, half each) and backward seconds (``forward_s``, ``backward_s``);
@@ -388,6 +390,11 @@ def exposed_all_to_all(
       backward + experts forward, combine forward ∥ pre-dispatch backward), so what waits is
       ``max(0, b/2 − pre_f) + max(0, f/2 + b/2 − (exp_b + exp_f)) + max(0, f/2 − pre_b)``.
 
+    ``share``: the SMs the dispatcher's kernels hold (:func:`model.comm_sms.dispatcher_sm_share`,
+    DeepEP's 20); an overlapped phase then waits ``max(φ·a, a − c)`` for ``a`` seconds of
+    communication beside ``c`` of computation (:func:`model.comm_sms.contended_wait`) — the
+    computation slowed by the SMs it lost — in place of ``max(0, a − c)``.
+
     Examples
     --------
     >>> exposed_all_to_all(EpOverlap.NONE, 2.0, 4.0)
@@ -397,14 +404,23 @@ def exposed_all_to_all(
     >>> # paired: max(0, 2 − 3) + max(0, 1 + 2 − 2.5) + max(0, 1 − 6) = 0.5; a quarter unpaired
     >>> exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, (3.0, 6.0, 1.0, 1.5), unpaired=0.25)
     1.875
+    >>> # all paired, DeepEP's SMs at φ = 0.1: max(0.2, −1) + max(0.3, 0.5) + max(0.1, −5) = 0.8
+    >>> split = (3.0, 6.0, 1.0, 1.5)
+    >>> round(exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, split, unpaired=0.0, share=0.1), 6)
+    0.8
     """
     if overlap is EpOverlap.SHARED_EXPERT:
         half = forward_s / 2
-        return max(0.0, half - shared[0]) + max(0.0, half - shared[1]) + backward_s
+        waits = contended_wait(half, shared[0], share) + contended_wait(half, shared[1], share)
+        return float(waits) + backward_s
     if overlap is EpOverlap.COMBINED_1F1B:
         pre_f, pre_b, exp_f, exp_b = split
         f, b = forward_s / 2, backward_s / 2
-        paired = max(0.0, b - pre_f) + max(0.0, f + b - (exp_b + exp_f)) + max(0.0, f - pre_b)
+        paired = float(
+            contended_wait(b, pre_f, share)
+            + contended_wait(f + b, exp_b + exp_f, share)
+            + contended_wait(f, pre_b, share)
+        )
         return unpaired * (forward_s + backward_s) + (1 - unpaired) * paired
     return forward_s + backward_s
 

@@ -125,6 +125,10 @@ class Clock:
     """PyTorch's ``context_parallel`` rotate method (``allgather`` or ``alltoall``; torchtitan,
     :func:`model.context_parallel.torch_rotate_method`): cp SDPA calls per pass with the K/V
     exchange under them, FP32 merges, dK/dV passed on in FP32; "" for the other flavours."""
+    ep_sm_share: float = 0.0
+    """The share of the part's SMs the expert dispatcher's kernels hold while they run beside
+    computation (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20; 0 for NCCL's
+    all-to-all): what an overlapped all-to-all costs the computation it hides under."""
 
 
 TE_COMPUTE_STREAMS = 4

@@ -94,7 +94,9 @@ def pass_times(t_mb: Any, t_plain: Any, chunks: int) -> tuple[Any, Any, Any]:
     return third / chunks, (t_mb - 2 * third) / chunks, third / chunks
 
 
-def dualpipe_block(t_f: Any, t_b: Any, t_w: Any, exposed: Any, hideable: Any) -> Any:
+def dualpipe_block(
+    t_f: Any, t_b: Any, t_w: Any, exposed: Any, hideable: Any, contention: Any = 0.0
+) -> Any:
     """Seconds of DualPipe's overlapped block (the report's ``F&B``): one micro-batch's forward
     chunk beside another's full backward chunk, when each chunk's communication runs during the
     other's computation (DeepSeek-V3 report §3.2.1, Figure 4: "both all-to-all and PP
@@ -105,7 +107,9 @@ def dualpipe_block(t_f: Any, t_b: Any, t_w: Any, exposed: Any, hideable: Any) ->
     (``t_f + t_b + t_w − exposed``) and the communication, and at least the longer of its two
     halves, ``max(t_f, t_b + t_w)``. Above ``t_f + t_b + t_w`` the communication paces it
     (the timeline takes at most ``t_f + t_b + t_w``; the caller adds the rest,
-    :func:`model.terms.step.schedule_span`).
+    :func:`model.terms.step.schedule_span`). ``contention``: the computation the communication
+    kernels' SMs leave over, ``φ·a`` for ``a`` seconds of the dispatcher's all-to-all
+    (:mod:`model.comm_sms`: DeepSeek-V3's 20 of 132 SMs), added to the computation's side.
 
     Examples
     --------
@@ -113,8 +117,10 @@ def dualpipe_block(t_f: Any, t_b: Any, t_w: Any, exposed: Any, hideable: Any) ->
     2.5
     >>> dualpipe_block(1.0, 1.0, 1.0, 0.5, 3.5)
     3.5
+    >>> dualpipe_block(1.0, 1.0, 1.0, 0.5, 0.8, 0.2)  # 2.5 + 0.2: the SMs the dispatch holds
+    2.7
     """
-    block = maximum(t_f + t_b + t_w - exposed, hideable)
+    block = maximum(t_f + t_b + t_w - exposed + contention, hideable)
     return maximum(block, maximum(t_f, t_b + t_w))
 
 

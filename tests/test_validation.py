@@ -6,6 +6,7 @@ sweep, every row evaluated through ``trainplan evaluate --json`` with the report
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,37 @@ def test_every_row_and_model_has_a_source():
     for name, spec in validation_models().items():
         assert spec.source.strip(), name
     assert "models" not in validation_files()
+
+
+_TABLE_COLUMNS = {
+    "MBS": "micro_batch_size",
+    "TP": "tp",
+    "PP": "pp",
+    "VP": "virtual_stages",
+    "EP": "ep",
+}
+
+
+def test_a_megatron_bridge_row_takes_the_tables_layout_or_says_why():
+    """Each Megatron Bridge row's source quotes the table's columns; where the row's layout
+    differs (the release's recipe ran another), one of its assumptions names the recipe. The
+    B200 GPT OSS 120B row, for one: the table prints EP 8, the v0.2.0 recipe and the 26.02
+    table EP 64, and the row takes 64."""
+    checked = 0
+    for run in validation_runs():
+        if not run.key.startswith("megatron-bridge") or run.row_source is None:
+            continue
+        for column, name in _TABLE_COLUMNS.items():
+            found = re.search(rf"\b{column} (\d+)", run.row_source)
+            if found is None:
+                continue
+            checked += 1
+            value = int(run.params.get(name, 1))
+            if value != int(found.group(1)):
+                assert any("recipe" in a for a in run.assumed), (run.key, column, value)
+    assert checked >= 60
+    bridge = {r.key: r for r in validation_runs()}
+    assert bridge["megatron-bridge-25.11/b200-gpt-oss-120b"].params["ep"] == 64
 
 
 def test_a_throughput_becomes_a_step_time():

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
+from trainplan.model.comm_sms import dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layer_time import PARTS, stage_parts
@@ -86,6 +87,7 @@ __all__ = [
     "params_of",
     "axis_link",
     "ep_dispatch_fields",
+    "ep_sm_share",
     "stage_parts_term",
     "slowest_microbatch",
     "pp_seconds_term",
@@ -137,6 +139,16 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
     return g, unpaired
 
 
+def ep_sm_share(c: Context) -> float:
+    """:func:`model.comm_sms.dispatcher_sm_share` of the run's dispatcher on its part: the SMs
+    an overlapped expert all-to-all takes from the computation beside it (0 without MoE).
+
+    Scope: the context only (the recipe's dispatcher and the accelerator), no layout field."""
+    if c.arch.moe is None:
+        return 0.0
+    return dispatcher_sm_share(str(c.training.moe_run.dispatcher), c.gpu.name)
+
+
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
     return LinkTime(float(bandwidth), bool(scaleup)) if bandwidth else None
 
@@ -157,11 +169,11 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
-    peak, hbm, p, overlap, speedup = base
+    peak, hbm, p, overlap, speedup, sm_share = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated),
+        bool(regather), str(templated), sm_share,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -184,7 +196,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     assert d.hbm_bytes_per_s is not None
     check_tp_overlap(o.tp_comm_overlap, f.framework)
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
-            fp8_linear_speedups(t.precision, t.fp8_recipe, d))  # fmt: skip
+            fp8_linear_speedups(t.precision, t.fp8_recipe, d), ep_sm_share(c))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")

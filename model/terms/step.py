@@ -56,6 +56,7 @@ from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
     dp_seconds_term,
     ep_dispatch_fields,
+    ep_sm_share,
     optimizer_seconds_term,
     pp_seconds_term,
     slowest_microbatch,
@@ -311,10 +312,19 @@ class ScheduleSpan:
     overlapped: bool = False
     """Whether the schedule's F&B blocks overlap here (DualPipe, DualPipeV under a framework of
     :data:`model.schedule_cost.OVERLAPS_FORWARD_BACKWARD`)."""
+    contention_s: Any = 0.0
+    """Of :attr:`seconds`, what the dispatcher's SMs cost the overlapped blocks' computation
+    (:mod:`model.comm_sms`): the span with it less the span without it."""
 
 
 def schedule_span(
-    c: Context, f: Fields, t_mb: Any, t_plain: Any, exposed_mb: Any, hideable_mb: Any
+    c: Context,
+    f: Fields,
+    t_mb: Any,
+    t_plain: Any,
+    exposed_mb: Any,
+    hideable_mb: Any,
+    ep_mb: Any = 0.0,
 ) -> ScheduleSpan:
     """The pipeline section of a step (:class:`ScheduleSpan`) under the layout's schedule, from
     the slowest stage's micro-batch ``t_mb`` and the same without recomputation ``t_plain``
@@ -328,7 +338,10 @@ def schedule_span(
     (:func:`model.terms.roofline.slowest_microbatch`'s ``ep`` parts, from
     :func:`model.step_time.kind_parts`; the single model's
     :func:`model.terms.traffic.ep_traffic_bytes`) and, under the single model, the pipeline
-    messages. Control: schedule, framework."""
+    messages; ``ep_mb`` the expert all-to-all's share of it, whose dispatcher holds
+    :func:`model.terms.roofline.ep_sm_share` of the SMs while the block computes beside it
+    (:func:`model.schedule_cost.dualpipe_block`'s ``contention``; reported as
+    :attr:`ScheduleSpan.contention_s`). Control: schedule, framework."""
     m, pp, v = f.m, f.pp, f.virtual_stages
     sched = Schedule(f.schedule)
     if sched not in SPLIT_BACKWARD:
@@ -345,7 +358,13 @@ def schedule_span(
     timed = minimum(block, serial)  # the timeline's block; communication beyond it paces after
     hidden, paced = m * v * (serial - timed), m * v * maximum(block - serial, 0.0)
     span = split_span(sched, pp, m, t_f, t_b, t_w, timed)
-    return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
+    share = ep_sm_share(c)
+    if not share:
+        return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
+    contended = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v, share * ep_mb / v)
+    slower = split_span(sched, pp, m, t_f, t_b, t_w, minimum(contended, serial))
+    paced = m * v * maximum(contended - serial, 0.0)
+    return ScheduleSpan(slower, m * t_mb - hidden, hidden, paced, True, slower - span)
 
 
 def _share(c: Context, f: Fields) -> Any:
@@ -380,11 +399,11 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
         axes["pp"] = (pp_s, pp_s)
         plain = t_mb if f.recompute is Recompute.NONE else window_seconds(c, f)
-        span = schedule_span(c, f, t_mb, plain, parts[3], parts[6])
+        span = schedule_span(c, f, t_mb, plain, parts[3], parts[6], parts[6])
         ep_total, ep_exposed = axes["ep"]
-        axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s)
+        axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
         return PipelineTime(
-            m * parts[0], t_mb, span.seconds - span.busy_s, axes, act,
+            m * parts[0], t_mb, span.seconds - span.busy_s - span.contention_s, axes, act,
             span.seconds + span.paced_s + pp_s + act,
         )  # fmt: skip
     if f.recompute_layers is not None:
@@ -407,15 +426,15 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     }
     # the single model's micro-batch holds no communication: an overlapped block hides the ep
     # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1)
-    span = schedule_span(c, f, t_mb, window, 0.0, (axes["ep"][0] + axes["pp"][0]) / m)
+    ep_mb = axes["ep"][0] / m
+    span = schedule_span(c, f, t_mb, window, 0.0, ep_mb + axes["pp"][0] / m, ep_mb)
     if span.overlapped:
-        axes["ep"] = (axes["ep"][0], span.paced_s)
+        axes["ep"] = (axes["ep"][0], span.paced_s + span.contention_s)
         axes["pp"] = (axes["pp"][0], 0.0)
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
-    return PipelineTime(
-        compute, t_mb, span.seconds - span.busy_s, axes, act, span.seconds + other + act
-    )
+    passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
+    return PipelineTime(compute, t_mb, passes - span.busy_s, axes, act, passes + other + act)
 
 
 def dp_term(c: Context, f: Fields) -> DpTime:

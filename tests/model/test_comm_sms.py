@@ -1,0 +1,56 @@
+"""The SMs DeepEP's kernels hold while they run beside computation (model/comm_sms.py) and what
+that costs the overlapped blocks: hand-derived cases, Megatron-Core's overlaps and DualPipe's
+F&B block in evaluate()."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.interface.inputs import build_case
+from trainplan.model.comm_sms import contended_wait, dispatcher_sm_share
+from trainplan.model.moe_run import EpOverlap, exposed_all_to_all
+from trainplan.model.schedule_cost import dualpipe_block
+
+
+def test_deepep_holds_20_of_the_parts_sms() -> None:
+    """DeepSeek-V3 §3.5.1: 20 of the H800's 132 SMs; DeepEP's Buffer.num_sms = 20 on a B200
+    (148 SMs, gemm.toml); NCCL's all-to-all and a part without a sourced count: nothing."""
+    assert dispatcher_sm_share("deepep", "H800") == 20 / 132
+    assert dispatcher_sm_share("deepep", "B200") == 20 / 148
+    assert dispatcher_sm_share("alltoall", "H800") == 0.0
+    assert dispatcher_sm_share("deepep", "GB300") == 0.0
+
+
+def test_a_block_computes_on_the_sms_the_communication_leaves() -> None:
+    """3 s of computation beside 2 s of all-to-all holding a quarter of the SMs: for 2 s the
+    computation runs at 3/4 of its rate (1.5 s of it done), the other 1.5 s after — 3.5 s,
+    0.5 s beyond the computation. A 4 s all-to-all paces the block: 1 s beyond."""
+    assert contended_wait(2.0, 3.0, 0.25) == pytest.approx(0.5)
+    assert contended_wait(4.0, 3.0, 0.25) == pytest.approx(1.0)
+    assert contended_wait(2.0, 3.0, 0.0) == 0.0
+    # DualPipe's block: 3 s of passes, 0.5 s of it exposed communication, 0.8 s hideable of
+    # which 0.6 s DeepEP's at φ = 1/4: 2.5 + 0.15
+    assert dualpipe_block(1.0, 1.0, 1.0, 0.5, 0.8, 0.25 * 0.6) == pytest.approx(2.65)
+
+
+def test_megatrons_overlaps_pay_for_the_sms_they_hide_under() -> None:
+    """moe_shared_expert_overlap: forward dispatch and combine of 1 s each beside the shared
+    experts' 1.5 s and 0.2 s, φ = 0.2: max(0.2, −0.5) + max(0.2, 0.8) + backward 4 = 5.0; the
+    combined 1F1B at φ = 0 is unchanged."""
+    got = exposed_all_to_all(EpOverlap.SHARED_EXPERT, 2.0, 4.0, shared=(1.5, 0.2), share=0.2)
+    assert got == pytest.approx(0.2 + 0.8 + 4.0)
+    split = (3.0, 6.0, 1.0, 1.5)
+    plain = exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, split, unpaired=0.25)
+    assert exposed_all_to_all(EpOverlap.COMBINED_1F1B, 2.0, 4.0, split, (0, 0), 0.25, 0.0) == plain
+
+
+def test_dualpipe_charges_deepeps_sms_on_deepseek_v3() -> None:
+    """DeepSeek-V3's published layout (DualPipe, DeepEP, M = 4, 2,048 H800): the F&B blocks hide
+    the expert all-to-all whole, and its 20 of 132 SMs cost the computation beside it 20/132
+    of the all-to-all's seconds — the ep row's exposed time, in the step."""
+    case = dict(model="deepseek-v3", num_gpus=2048, gpu="H800", dp=128, pp=16, ep=64,
+                global_batch_size=15360, seq_len=4096, framework="textbook",
+                schedule="dualpipe", moe_dispatcher="deepep", moe_node_limit=4)  # fmt: skip
+    est = build_case(case).evaluate()
+    ep = next(r for r in est.traffic if r.traffic.axis == "ep")
+    assert ep.exposed_seconds == pytest.approx(ep.seconds * 20 / 132, rel=1e-9)
