@@ -17,10 +17,16 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
-from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
+from trainplan.model.precision import (
+    Fp8Recipe,
+    Precision,
+    fp8_weight_cache_bytes,
+    keeps_fp8_transpose,
+)
 from trainplan.model.specs import TrainingSpec
 
 FP8_PARAM_BYTES = 1
@@ -198,18 +204,36 @@ def _model_state(
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int | Fraction:
+def cache_bytes_per_element(
+    training: TrainingSpec, framework: Framework, device: DeviceSpec | None = None
+) -> int | Fraction:
     """Bytes per linear weight element of the low-precision copies the recipe caches: under fp8
     where the framework caches them (:attr:`model.frameworks.Framework.fp8_caches_weights`) the
     row- and column-wise FP8 copies with their scales
     (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0. With FP8
     primary weights (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the row-wise FP8 weight
     is the parameter itself and only the column-wise copy (the transpose) is cached: half of
-    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache; counted on
-    every device, although Blackwell keeps no transpose for per-tensor scaling)."""
+    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache). Where
+    ``device`` keeps no transpose (:func:`model.precision.keeps_fp8_transpose`: per-tensor
+    scaling on Blackwell) the column-wise copy is not there: 1 B, and 0 with FP8 primary
+    weights. ``device`` None: the transpose is counted.
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> t = TrainingSpec(seq_len=1, global_batch_size=1, precision="fp8", fp8_recipe="tensorwise")
+    >>> b200 = DeviceSpec(name="B200", memory_bytes=180 * 10**9, memory_unit="GB",
+    ...                   peak_flops_per_s=2.25e15)
+    >>> cache_bytes_per_element(t, Framework.MEGATRON), cache_bytes_per_element(t, Framework.MEGATRON, b200)
+    (2, 1)
+    """
     if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
         return 0
-    cache = fp8_weight_cache_bytes(training.fp8_recipe or Fp8Recipe.DELAYED)
+    recipe = training.fp8_recipe or Fp8Recipe.DELAYED
+    cache = fp8_weight_cache_bytes(recipe)
+    if not keeps_fp8_transpose(recipe, device):
+        cache = cache / 2  # the row-wise copy serves both layouts
+        return 0 if training.fp8_param_gather else int(cache)
     if training.fp8_param_gather:
         cache = cache / 2
     return int(cache) if cache.denominator == 1 else cache

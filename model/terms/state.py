@@ -525,9 +525,9 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     t = c.training
     dense, experts = split_params(c, f)
     unit_dense, unit_expert = f.per_stage(_stage_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    cache_bytes = cache_bytes_per_element(t, Framework(f.framework))
+    cache_bytes = cache_bytes_per_element(t, Framework(f.framework), c.device)
     linear = layer_linear = 0
-    if cache_bytes:
+    if cache_bytes or t.fp8_param_gather:  # FP8 primary weights are the linear ones
         linear, layer_linear = _on_dualpipe(f, _stage_linear, _dualpipe_linear, c)
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
