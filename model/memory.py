@@ -151,14 +151,11 @@ def model_state(
     Fraction(46406250000, 1)
     """
     stage = layout.zero_stage if zero_stage is None else zero_stage
+    t = training
     mech = mechanism(
-        layout.framework,
-        stage,
-        training.weight_bytes,
-        training.gradient_bytes,
-        training.optimizer_bytes,
-        pipelined=layout.pp > 1,
-    )
+        layout.framework, stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=layout.pp > 1, distributed_optimizer=t.distributed_optimizer,
+    )  # fmt: skip
     return _model_state(
         dense_params,
         expert_params,
