@@ -128,6 +128,18 @@ class Mechanism:
         buffers = self.unit_grad_bytes * unit
         return weights, grads, opt, gathered, buffers, step
 
+    def embedding_grad_extra(self, embedding: Any) -> Any:
+        """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the
+        GPU) where the mechanism keeps the embeddings' gradients wider than the others
+        (:attr:`embedding_grad_bytes`); 0 otherwise.
+
+        >>> m = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
+        >>> m.embedding_grad_extra(100), mechanism("megatron", 1).embedding_grad_extra(100)
+        (200, 0)
+        """
+        extra = self.embedding_grad_bytes - self.grads_full
+        return extra * embedding if self.embedding_grad_bytes and extra > 0 else 0
+
     def traffic_terms(self) -> tuple[int, int]:
         """(bytes per parameter sent once per step, bytes per parameter sent per micro-batch),
         each to be multiplied by ``(D − 1)/D · P`` (ring collectives; an all-reduce moves twice

@@ -120,6 +120,7 @@ def model_state(
     zero_stage: int | None = None,
     gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    embedding: Fraction = Fraction(0),
 ) -> ModelState:
     """Model-state bytes on one GPU (weights, gradients, optimizer state, gathered units,
     buffers, step extras) under a ZeRO stage of the layout's framework.
@@ -129,7 +130,9 @@ def model_state(
     gathered or reduced at once (a layer, the embedding or the output layer). ``linear``: the
     linear layers' weight elements on this GPU and those of its largest layer
     (:func:`model.estimate.stage_linear_per_gpu`), whose FP8 copies ``precision = fp8`` caches
-    (:func:`weight_cache_terms`). Dense parameters
+    (:func:`weight_cache_terms`). ``embedding``: the embedding elements on this GPU
+    (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`), whose gradients some mechanisms
+    keep wider (:meth:`model.mechanisms.Mechanism.embedding_grad_extra`). Dense parameters
     are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
     each class is held as :meth:`model.mechanisms.Mechanism.memory_terms` says.
 
@@ -157,18 +160,10 @@ def model_state(
         pipelined=layout.pp > 1, distributed_optimizer=t.distributed_optimizer,
     )  # fmt: skip
     return _model_state(
-        dense_params,
-        expert_params,
-        layout.shard_degree,
-        layout.expert_shard_degree,
-        mech,
-        gather_unit,
-        linear,
-        cache_bytes_per_element(training, layout.framework),
-        training.offload,
-        layout.num_microbatches(training.global_batch_size) > 1,
-        training.fp8_param_gather,
-    )
+        dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,
+        gather_unit, linear, cache_bytes_per_element(t, layout.framework), t.offload,
+        layout.num_microbatches(t.global_batch_size) > 1, t.fp8_param_gather, embedding,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=4096)
@@ -184,8 +179,10 @@ def _model_state(
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
     fp8_params: bool = False,
+    embedding: Fraction = Fraction(0),
 ) -> ModelState:
-    """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
+    """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters (and
+    :meth:`Mechanism.embedding_grad_extra` of the ``embedding`` elements). Under
     ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
     replicas:
 
@@ -198,6 +195,7 @@ def _model_state(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
         cache_bytes, offload, accumulating, fp8_params,
     )  # fmt: skip
+    g = g + mech.embedding_grad_extra(embedding)
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 

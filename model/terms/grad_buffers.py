@@ -22,7 +22,7 @@ from trainplan.model.split import output_rank
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.vocab import vocab_multiple_for
 
-__all__ = ["stage_embedding_per_gpu", "embedding_grad_term", "EMBEDDING_FIELDS"]
+__all__ = ["stage_embedding_per_gpu", "stage_embedding", "embedding_grad_term", "EMBEDDING_FIELDS"]
 
 EMBEDDING_FIELDS = ("tp", "pp", "virtual_stages", "framework", "schedule")
 """What :func:`stage_embedding_per_gpu` reads of a layout (the framework for its vocabulary
@@ -71,13 +71,19 @@ def _stage_embedding(
     return stage_embedding_per_gpu(model, tp, pp, v, multiple, schedule)
 
 
+def stage_embedding(c: Context, f: Fields) -> Any:
+    """:func:`stage_embedding_per_gpu` of stage ``f.stage`` (0 for a size-only model)."""
+    if c.model.arch is None:
+        return Fraction(0)
+    return f.per_stage(_stage_embedding, (c.model, c.vocab_multiple), *EMBEDDING_FIELDS)
+
+
 def embedding_grad_term(c: Context, f: Fields, mech: Mechanism) -> Any:
     """Gradient bytes on one GPU of stage ``f.stage`` beyond what ``mech`` counts for its
     embeddings, where it keeps their gradients wider than the others
-    (:attr:`Mechanism.embedding_grad_bytes` − :attr:`Mechanism.grads_full`, times
-    :func:`stage_embedding_per_gpu`); 0 otherwise. Their reduce-scatter shard (÷ D) at the step
-    is not added. Exact for one layout; element-wise over columns."""
-    extra = mech.embedding_grad_bytes - mech.grads_full
-    if not mech.embedding_grad_bytes or extra <= 0 or c.model.arch is None:
+    (:meth:`Mechanism.embedding_grad_extra` of :func:`stage_embedding_per_gpu`); 0 otherwise.
+    Their reduce-scatter shard (÷ D) at the step is not added. Exact for one layout;
+    element-wise over columns."""
+    if not mech.embedding_grad_extra(1):
         return 0
-    return extra * f.per_stage(_stage_embedding, (c.model, c.vocab_multiple), *EMBEDDING_FIELDS)
+    return mech.embedding_grad_extra(stage_embedding(c, f))

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 
+from tests.test_cli_planner import run_main
 from trainplan.interface.fidelity.validation import (
     evaluate_run,
     validation_models,
@@ -66,6 +67,9 @@ def test_embedding_gradients_stay_fp32_on_the_stages_that_hold_them():
     est = build_case(base).evaluate()
     extra = [s.state.gradients_bytes - 2 * s.dense_params for s in est.stages]
     assert extra == [2 * 180_879_360, 2 * 155_713_536]
+    # the ZeRO table's ZeRO-1 row is the busiest stage's model state, embeddings included
+    zero1 = next(r for r in est.zero_table if r.zero_stage == 1)
+    assert zero1.model_state_bytes == est.stages[est.busiest].state.total_bytes
     mcore = build_case({**base, "distributed_optimizer": "mcore_distributed_optim"}).evaluate()
     assert [s.state.gradients_bytes - 2 * s.dense_params for s in mcore.stages] == [0, 0]
     fp32 = build_case({**base, "gradient_dtype": "fp32"}).evaluate()
@@ -106,3 +110,17 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     assert st.optimizer_bytes == 10 * p / 32
     memory = evaluate_run(run).value("memory")
     assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 81.52
+
+
+def test_cli_refuses_it_in_one_line(monkeypatch, capsys):
+    """As a user types it: exit code 2, one line naming the key, the value and the rule."""
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--framework", "fsdp2",
+        "--set", "distributed_optimizer=distributed_fused_adam",
+    )  # fmt: skip
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and "distributed_optimizer: " in err, err
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--set", "distributed_optimizer=apex"
+    )
+    assert code == 2 and "distributed_optimizer" in err and "distributed_fused_adam" in err, err
