@@ -124,3 +124,25 @@ def test_cli_refuses_it_in_one_line(monkeypatch, capsys):
         monkeypatch, capsys, "--model", "llama3-8b", "--set", "distributed_optimizer=apex"
     )
     assert code == 2 and "distributed_optimizer" in err and "distributed_fused_adam" in err, err
+
+
+def test_the_search_runs_it_through_the_same_terms():
+    """A search under distributed_fused_adam finds a megatron layout (the axes' legality runs
+    without it; its rule masks the other stages in the tables) whose figures are evaluate's:
+    Llama 3 8B's word embedding, 128,256 · 4,096 = 525,336,576 elements ÷ tp, keeps 2 B more."""
+    from trainplan.optimizer.problem import Job, Problem
+    from trainplan.optimizer.search import search
+    from trainplan.optimizer.space import SearchSpace
+
+    case = build_case({"model": "llama3-8b", "gpu": "H100-SXM", "seq_len": 4096,
+                       "global_batch_size": 64, "gradient_dtype": "bf16",
+                       "distributed_optimizer": APEX})  # fmt: skip
+    space = SearchSpace(num_gpus=8, tp=(1,), pp=(1,), frameworks=("megatron",),
+                        micro_batch_size=(1,), recomputes=("none",))  # fmt: skip
+    result = search(Problem(jobs=(Job(case, 8, "apex"),), space=space))
+    assert result.status == "optimal"
+    est = result.best.estimate
+    assert est.layout.zero_stage == 1 and est.layout.pp == 1
+    stage = est.stages[0]
+    embedding = Fraction(525_336_576, est.layout.tp)  # vocabulary-parallel (V a multiple of 256)
+    assert stage.state.gradients_bytes == 2 * stage.dense_params + 2 * embedding
