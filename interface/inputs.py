@@ -57,6 +57,7 @@ RECIPE_KEYS = (
     "recompute_modules",
     "fp8_param_gather",
     "muon_tp_mode",
+    "distributed_optimizer",
     "fp8_activation_storage",
     "host_link_gbps",
     "host_memory_gbps",
@@ -284,6 +285,7 @@ def _training(
         documents=documents_from(params, seq),
         moe_run=moe_run_of(params, model, layout.framework),
         muon_tp_mode=params.get("muon_tp_mode"),
+        distributed_optimizer=params.get("distributed_optimizer", "mcore_distributed_optim"),
     )
     return training, batch_note
 

@@ -190,6 +190,7 @@ VALUE_KINDS: dict[str, Any] = {
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
     "muon_tp_mode": ("blockwise", "duplicated"),
+    "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),
     "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,

@@ -143,6 +143,11 @@ KEY_HELP: dict[str, str] = {
     "fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's "
     "FP8 current scaling recipe): the linear weights are 1 B FP8 tensors and only their "
     "transpose is cached. Needs precision fp8 and framework megatron.",
+    "distributed_optimizer": "megatron ZeRO-1's implementation, by NeMo's optim.name: "
+    "mcore_distributed_optim (default; Megatron-Core's distributed optimizer) or "
+    "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "
+    "gradient buffer in gradient_dtype reduce-scattered into a separate shard, the FP32 master "
+    "kept as a 2 B remainder of the BF16 weight, FP32 embedding gradients).",
     "document_length_spread": "Standard deviation of document_length (tokens; default 0): "
     "documents of mean ± spread, half each.",
     "document_lengths": "Packed documents as a histogram, [[length, count], …] (instead of "

@@ -107,6 +107,7 @@ def dp_traffic(
         training.optimizer_bytes,
         regather_per_microbatch,
         pipelined=layout.pp > 1,
+        distributed_optimizer=training.distributed_optimizer,
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(

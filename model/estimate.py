@@ -274,10 +274,10 @@ def _zero_table(
     stages = ZERO_STAGES[layout.framework]
     training = replace(training, offload=NO_OFFLOAD)
     d, e = stage.dense_params, stage.expert_params
-    base = model_state(d, e, layout, training, stages[0]).total_bytes
+    base = model_state(d, e, layout, training, stages[0], embedding=stage.embedding).total_bytes
     rows = []
     for z in stages:
-        state = model_state(d, e, layout, training, z).total_bytes
+        state = model_state(d, e, layout, training, z, embedding=stage.embedding).total_bytes
         dp = dp_traffic(d, e, layout, training, z, options.zero3_regather)
         rows.append(ZeroRow(z, state, base / state if state else Fraction(1), dp.bytes_per_step))
     return tuple(rows)

@@ -21,6 +21,9 @@ Profiles (``--framework``):
   once per step (all-reduce, or reduce-scatter then an all-gather of the updated bf16 weights),
   bucketed against the last micro-batch's backward (``--overlap-grad-reduce``). Megatron-FSDP
   (ZeRO-2/3, ``--data-parallel-sharding-strategy``) is not modelled: use ``fsdp2``.
+  Under ``distributed_optimizer = distributed_fused_adam`` ZeRO-1 is Apex's
+  ``DistributedFusedAdam`` as NeMo 1.x/24.x runs it (``optim.name: distributed_fused_adam``):
+  :data:`DistributedOptimizer` and :func:`model.mechanisms.mechanism`.
 * ``deepspeed`` — DeepSpeed ZeRO (deepspeedai/DeepSpeed ``deepspeed/runtime/zero/``). Stage 1
   accumulates bf16 gradients whole and reduces once per step; stage 2 reduce-scatters every
   micro-batch's gradients through the ``reduce_bucket_size`` IPG bucket (5e8 elements) into a
@@ -76,6 +79,8 @@ __all__ = [
     "FRAGMENTATION_ALLOWANCE_BYTES",
     "GRADIENT_BYTES",
     "gradient_bytes_for",
+    "DistributedOptimizer",
+    "check_distributed_optimizer",
 ]
 
 
@@ -283,3 +288,71 @@ def gradient_bytes_for(framework: Framework | str, gradient_bytes: int | None = 
     (4, 2, 2)
     """
     return GRADIENT_BYTES[Framework(framework)] if gradient_bytes is None else gradient_bytes
+
+
+class DistributedOptimizer(StrEnum):
+    """The implementation of the ``megatron`` profile's ZeRO-1, by NeMo's name for it (its
+    ``model.optim.name``; :attr:`model.specs.TrainingSpec.distributed_optimizer`).
+
+    * ``mcore_distributed_optim`` (the default) — Megatron-Core's ``DistributedOptimizer``: the
+      gradients reduce-scattered in place in the contiguous ``main_grad`` buffer, an FP32 master
+      shard, 16-bit gradient shards copied to FP32 for the step;
+    * ``distributed_fused_adam`` — Apex's ``DistributedFusedAdam``
+      (``apex/contrib/optimizers/distributed_fused_adam.py``) through NeMo's
+      ``MegatronDistributedFusedAdam`` (``nemo/core/optim/distributed_adam.py``), what NeMo's
+      launcher configurations up to 24.x name: a whole gradient buffer in ``grad_sync_dtype``
+      reduce-scattered into a separate shard, the FP32 master kept as the 16-bit remainder of
+      the BF16 weight, the embeddings' gradients in FP32
+      (:func:`model.mechanisms.mechanism` says where each comes from).
+    """
+
+    MCORE = "mcore_distributed_optim"
+    APEX = "distributed_fused_adam"
+
+
+def check_distributed_optimizer(
+    distributed_optimizer: DistributedOptimizer | str,
+    framework: Framework | str,
+    zero_stage: int,
+    optimizer: str = "adam",
+    fp8_param_gather: bool = False,
+    offloaded: bool = False,
+) -> None:
+    """Refuse Apex's ``distributed_fused_adam`` where it does not run: it is the ``megatron``
+    profile's ZeRO-1 (an Adam over BF16 parameters, its state sharded over dp·cp), with no
+    CPU offload and, as modelled, without FP8 primary weights (NeMo's ``fp8_params`` then stores
+    a whole FP32 master, ``megatron_base_model.py`` ``setup_optimization``, not modelled).
+
+    Raises
+    ------
+    LayoutError
+        One line naming ``distributed_optimizer``, the value and the rule.
+
+    Examples
+    --------
+    >>> check_distributed_optimizer("distributed_fused_adam", "megatron", 1)
+    >>> try:
+    ...     check_distributed_optimizer("distributed_fused_adam", "fsdp2", 3)
+    ... except LayoutError as err:
+    ...     print(str(err).split(";")[0])
+    distributed_optimizer: distributed_fused_adam is Apex's optimizer under NeMo's Megatron-Core models
+    """
+    name = DistributedOptimizer(distributed_optimizer)
+    if name is DistributedOptimizer.MCORE:
+        return
+    problem = None
+    if Framework(framework) is not Framework.MEGATRON or zero_stage != 1:
+        problem = f"needs `framework` megatron with zero_stage 1, not {framework} ZeRO-{zero_stage}"
+    elif str(optimizer) != "adam":
+        problem = f"is an Adam; optimizer {optimizer} is not"
+    elif fp8_param_gather:
+        problem = (
+            "with FP8 primary weights (NeMo's fp8_params) keeps a whole FP32 master, not modelled"
+        )
+    elif offloaded:
+        problem = "keeps its state on the GPU (no optimizer or parameter offload)"
+    if problem:
+        raise LayoutError(
+            f"distributed_optimizer: {name} is Apex's optimizer under NeMo's Megatron-Core "
+            f"models; it {problem}"
+        )

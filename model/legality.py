@@ -26,7 +26,7 @@ from trainplan.model.activation_offload import check_activation_offload
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import Framework, check_framework
+from trainplan.model.frameworks import Framework, check_distributed_optimizer, check_framework
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     moe_layout_violation,
@@ -117,6 +117,14 @@ def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
+
+
+def _distributed_optimizer(s: Setting, framework: Any, zero_stage: int, optimizer: Any) -> None:
+    t = s.training
+    offloaded = bool(t.offload.optimizer) or t.offload.params
+    check_distributed_optimizer(
+        t.distributed_optimizer, framework, zero_stage, optimizer, t.fp8_param_gather, offloaded
+    )
 
 
 def _fp8_activation_storage(s: Setting, framework: Any) -> None:
@@ -363,6 +371,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("distributed_optimizer", ("framework", "zero_stage", "optimizer"), _distributed_optimizer),
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),

@@ -12,6 +12,7 @@ from typing import Any
 from trainplan.model.frameworks import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
     DEEPSPEED_SUB_GROUP_ELEMENTS,
+    DistributedOptimizer,
     Framework,
     check_framework,
     gradient_bytes_for,
@@ -75,6 +76,11 @@ class Mechanism:
     """The buckets are allocated once and held through the optimizer step too (DeepSpeed
     ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
     in ``offload_states``), not only in backward."""
+    embedding_grad_bytes: int = 0
+    """Bytes per gradient element of the embeddings (word and learned positions, and the last
+    stage's copy of a tied embedding) where the mechanism keeps them in a dtype of their own;
+    0 = the other gradients' (:func:`model.terms.grad_buffers.embedding_grad_term` adds the
+    difference)."""
     reduce_bytes: int = 2
     """Bytes per gradient element on the wire."""
     all_reduce: bool = False
@@ -122,6 +128,18 @@ class Mechanism:
         buffers = self.unit_grad_bytes * unit
         return weights, grads, opt, gathered, buffers, step
 
+    def embedding_grad_extra(self, embedding: Any) -> Any:
+        """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the
+        GPU) where the mechanism keeps the embeddings' gradients wider than the others
+        (:attr:`embedding_grad_bytes`); 0 otherwise.
+
+        >>> m = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
+        >>> m.embedding_grad_extra(100), mechanism("megatron", 1).embedding_grad_extra(100)
+        (200, 0)
+        """
+        extra = self.embedding_grad_bytes - self.grads_full
+        return extra * embedding if self.embedding_grad_bytes and extra > 0 else 0
+
     def traffic_terms(self) -> tuple[int, int]:
         """(bytes per parameter sent once per step, bytes per parameter sent per micro-batch),
         each to be multiplied by ``(D − 1)/D · P`` (ring collectives; an all-reduce moves twice
@@ -167,6 +185,7 @@ def mechanism(
     optimizer_bytes: int = 12,
     regather: bool = False,
     pipelined: bool = False,
+    distributed_optimizer: DistributedOptimizer | str = DistributedOptimizer.MCORE,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -179,6 +198,9 @@ def mechanism(
     gathers the weights for every micro-batch's forward and backward. ``pipelined`` (pp > 1)
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
+    ``distributed_optimizer`` (``megatron`` ZeRO-1 only; the layout's rules refuse it elsewhere,
+    :func:`model.frameworks.check_distributed_optimizer`): ``distributed_fused_adam`` is Apex's
+    (:func:`_apex_distributed_fused_adam`).
 
     Raises
     ------
@@ -201,6 +223,9 @@ def mechanism(
     if fw is Framework.TEXTBOOK:
         return _textbook(zero_stage, weight_bytes, g, optimizer_bytes, regather)
     if fw is Framework.MEGATRON:
+        apex = DistributedOptimizer(distributed_optimizer) is DistributedOptimizer.APEX
+        if apex and zero_stage == 1:
+            return _apex_distributed_fused_adam(weight_bytes, g, optimizer_bytes)
         return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.DEEPSPEED:
         return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes)
@@ -255,6 +280,61 @@ def _megatron(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
         optimizer_full=0, optimizer_sharded=o, step_sharded=copy, reduce_bytes=g,
         gathers_per_step=1, weight_bytes=w, source=src,
+    )  # fmt: skip
+
+
+APEX_SOURCE = (
+    "Apex apex/contrib/optimizers/distributed_fused_adam.py at 810ffae3 (NeMo 24.07's "
+    "APEX_TAG): DistributedFusedAdam._init_grad_buffer, _start_bucket_grad_sync, "
+    "_local_step_with_param_remainders; NeMo r2.0.0rc1 nemo/core/optim/distributed_adam.py "
+    "(MegatronDistributedFusedAdam.init_params_bucket, zero_grad) and "
+    "megatron_base_model.py setup_optimization (store_param_remainders)"
+)
+
+
+def _apex_distributed_fused_adam(w: int, g: int, o: int) -> Mechanism:
+    """Apex's ``DistributedFusedAdam`` as NeMo runs it (``optim.name:
+    distributed_fused_adam``, ``contiguous_grad_buffer: True``; :data:`APEX_SOURCE`):
+
+    * gradients: ``_init_grad_buffer`` allocates one whole buffer per dtype group in
+      ``grad_sync_dtype`` (``g``; Apex's default is the optimizer dtype, FP32, and NeMo's
+      launcher scripts set ``bf16``), into which ``zero_grad`` points every ``main_grad``
+      (TE's fused wgrad accumulates there);
+    * its reduce-scatter is not in place: ``_start_bucket_grad_sync`` writes each bucket's
+      shard into a new ``sync_grads_shard`` (``g``/D), kept as ``grads_shard`` until the
+      next ``zero_grad``; the step reads it as it is (``multi_tensor_fused_adam_with_param_
+      remainders`` takes 16-bit gradients), so no FP32 copy;
+    * optimizer state: with BF16 parameters and an FP32 optimizer NeMo sets
+      ``store_params=False, store_param_remainders=True`` (``setup_optimization``): the FP32
+      master is the BF16 weight plus a 16-bit remainder shard, 2 B instead of 4 — ``o`` 12
+      becomes 10; with an optimizer dtype equal to the model's (``optim.dtype: bf16``) NeMo
+      keeps no master at all (``store_params=False``), ``optimizer_dtype = bf16`` with
+      ``master_weights = false`` here (4 B);
+    * the embeddings' gradients are FP32 whatever ``grad_sync_dtype`` is
+      (``MegatronGPTModel.configure_optimizers`` marks them ``_with_fp32_optimizer``, its
+      ``with_fp32_embedding_grads`` default True; ``init_params_bucket`` gives them
+      ``grad_sync_dtype=torch.float32``): :attr:`Mechanism.embedding_grad_bytes` 4;
+    * the weights: BF16 views into the contiguous parameter buffer (``init_param_buffer``),
+      all-gathered in ``param_sync_dtype`` (BF16) after the step, as Megatron-Core's.
+
+    Examples
+    --------
+    BF16 gradients, FP32 optimizer: 2 + 2 whole, 10 ÷ D, and 2 ÷ D more at the step.
+
+    >>> m = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
+    >>> (m.weights_full + m.grads_full, m.optimizer_sharded, m.step_sharded)
+    (4, 10, 2)
+    >>> m.traffic_terms() == mechanism("megatron", 1, gradient_bytes=2).traffic_terms()
+    True
+    """
+    master_remainder = 2 if o == 12 and w == 2 else 0  # the FP32 master's upper half is w
+    return Mechanism(
+        Framework.MEGATRON, 1,
+        f"Apex DistributedFusedAdam (NeMo distributed_fused_adam, {_dtype(g)} grad_sync_dtype)",
+        weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
+        optimizer_full=0, optimizer_sharded=o - master_remainder, step_sharded=g,
+        embedding_grad_bytes=4, reduce_bytes=g, gathers_per_step=1, weight_bytes=w,
+        source=APEX_SOURCE,
     )  # fmt: skip
 
 

@@ -17,10 +17,16 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
-from trainplan.model.precision import Fp8Recipe, Precision, fp8_weight_cache_bytes
+from trainplan.model.precision import (
+    Fp8Recipe,
+    Precision,
+    fp8_weight_cache_bytes,
+    keeps_fp8_transpose,
+)
 from trainplan.model.specs import TrainingSpec
 
 FP8_PARAM_BYTES = 1
@@ -114,6 +120,7 @@ def model_state(
     zero_stage: int | None = None,
     gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    embedding: Fraction = Fraction(0),
 ) -> ModelState:
     """Model-state bytes on one GPU (weights, gradients, optimizer state, gathered units,
     buffers, step extras) under a ZeRO stage of the layout's framework.
@@ -123,7 +130,9 @@ def model_state(
     gathered or reduced at once (a layer, the embedding or the output layer). ``linear``: the
     linear layers' weight elements on this GPU and those of its largest layer
     (:func:`model.estimate.stage_linear_per_gpu`), whose FP8 copies ``precision = fp8`` caches
-    (:func:`weight_cache_terms`). Dense parameters
+    (:func:`weight_cache_terms`). ``embedding``: the embedding elements on this GPU
+    (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`), whose gradients some mechanisms
+    keep wider (:meth:`model.mechanisms.Mechanism.embedding_grad_extra`). Dense parameters
     are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
     each class is held as :meth:`model.mechanisms.Mechanism.memory_terms` says.
 
@@ -145,27 +154,16 @@ def model_state(
     Fraction(46406250000, 1)
     """
     stage = layout.zero_stage if zero_stage is None else zero_stage
+    t = training
     mech = mechanism(
-        layout.framework,
-        stage,
-        training.weight_bytes,
-        training.gradient_bytes,
-        training.optimizer_bytes,
-        pipelined=layout.pp > 1,
-    )
+        layout.framework, stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=layout.pp > 1, distributed_optimizer=t.distributed_optimizer,
+    )  # fmt: skip
     return _model_state(
-        dense_params,
-        expert_params,
-        layout.shard_degree,
-        layout.expert_shard_degree,
-        mech,
-        gather_unit,
-        linear,
-        cache_bytes_per_element(training, layout.framework),
-        training.offload,
-        layout.num_microbatches(training.global_batch_size) > 1,
-        training.fp8_param_gather,
-    )
+        dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,
+        gather_unit, linear, cache_bytes_per_element(t, layout.framework), t.offload,
+        layout.num_microbatches(t.global_batch_size) > 1, t.fp8_param_gather, embedding,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=4096)
@@ -181,8 +179,10 @@ def _model_state(
     offload: Offload = NO_OFFLOAD,
     accumulating: bool = False,
     fp8_params: bool = False,
+    embedding: Fraction = Fraction(0),
 ) -> ModelState:
-    """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters. Under
+    """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters (and
+    :meth:`Mechanism.embedding_grad_extra` of the ``embedding`` elements). Under
     ``textbook`` (the textbook convention, Rajbhandari et al. 2019) per parameter class with D
     replicas:
 
@@ -195,21 +195,40 @@ def _model_state(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
         cache_bytes, offload, accumulating, fp8_params,
     )  # fmt: skip
+    g = g + mech.embedding_grad_extra(embedding)
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
 
 
-def cache_bytes_per_element(training: TrainingSpec, framework: Framework) -> int | Fraction:
+def cache_bytes_per_element(
+    training: TrainingSpec, framework: Framework, device: DeviceSpec | None = None
+) -> int | Fraction:
     """Bytes per linear weight element of the low-precision copies the recipe caches: under fp8
     where the framework caches them (:attr:`model.frameworks.Framework.fp8_caches_weights`) the
     row- and column-wise FP8 copies with their scales
     (:func:`model.precision.fp8_weight_cache_bytes`: 2, MXFP8 2 + 2/32), else 0. With FP8
     primary weights (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the row-wise FP8 weight
     is the parameter itself and only the column-wise copy (the transpose) is cached: half of
-    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache; counted on
-    every device, although Blackwell keeps no transpose for per-tensor scaling)."""
+    that, 1 B (MXFP8 1 + 1/32; Transformer Engine's ``Float8Tensor`` transpose cache). Where
+    ``device`` keeps no transpose (:func:`model.precision.keeps_fp8_transpose`: per-tensor
+    scaling on Blackwell) the column-wise copy is not there: 1 B, and 0 with FP8 primary
+    weights. ``device`` None: the transpose is counted.
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> t = TrainingSpec(seq_len=1, global_batch_size=1, precision="fp8", fp8_recipe="tensorwise")
+    >>> b200 = DeviceSpec(name="B200", memory_bytes=180 * 10**9, memory_unit="GB",
+    ...                   peak_flops_per_s=2.25e15)
+    >>> cache_bytes_per_element(t, Framework.MEGATRON), cache_bytes_per_element(t, Framework.MEGATRON, b200)
+    (2, 1)
+    """
     if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
         return 0
-    cache = fp8_weight_cache_bytes(training.fp8_recipe or Fp8Recipe.DELAYED)
+    recipe = training.fp8_recipe or Fp8Recipe.DELAYED
+    cache = fp8_weight_cache_bytes(recipe)
+    if not keeps_fp8_transpose(recipe, device):
+        cache = cache / 2  # the row-wise copy serves both layouts
+        return 0 if training.fp8_param_gather else int(cache)
     if training.fp8_param_gather:
         cache = cache / 2
     return int(cache) if cache.denominator == 1 else cache

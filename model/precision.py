@@ -13,8 +13,9 @@ Transformer Engine"; Micikevicius et al. 2022, arXiv 2209.05433), the recipe Meg
   so dgrad and wgrad need the transposed copy; TE ``Float8Tensor`` keeps both, and with
   ``is_first_microbatch`` caches them across the micro-batches of a step):
   :data:`FP8_WEIGHT_CACHE_BYTES` = 2 B per linear weight element. Under ZeRO-3 / FSDP the copies
-  exist only for the gathered units. Blackwell's MXFP8 also keeps row- and column-wise copies
-  (plus one E8M0 scale per 32 elements, 1/16 B, not counted);
+  exist only for the gathered units. On Blackwell the per-tensor recipes keep no transpose (its
+  FP8 GEMMs take the other layouts: :func:`keeps_fp8_transpose`), 1 B; Blackwell's MXFP8 keeps
+  row- and column-wise copies (with one E8M0 scale per 32 elements each);
 * the inputs a linear layer saves for its weight gradient are saved in FP8 (1 B per element,
   :data:`FP8_ACTIVATION_BYTES`): the QKV, output-projection, FC1 and FC2 / down-projection
   inputs, the routed experts' inputs (:data:`FP8_LINEAR_INPUTS`); the attention kernel still
@@ -43,12 +44,15 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.part_family import FAMILY, catalogue_part
 
 __all__ = [
     "Precision",
     "Fp8Recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
+    "PER_TENSOR_RECIPES",
+    "keeps_fp8_transpose",
     "FP8_ACTIVATION_BYTES",
     "FP8_GEMM_EFFICIENCY",
     "FP8_LINEAR_INPUTS",
@@ -151,6 +155,38 @@ def fp8_weight_cache_bytes(recipe: Fp8Recipe | str) -> Fraction:
     """
     scale = SCALE_BYTES.get(Fp8Recipe(recipe).value, (Fraction(0), Fraction(0)))[0]
     return FP8_WEIGHT_CACHE_BYTES + 2 * scale
+
+
+PER_TENSOR_RECIPES = (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE)
+"""The recipes with one scale per tensor, whose FP8 data serves either GEMM layout where the
+tensor cores take it (:func:`keeps_fp8_transpose`)."""
+
+
+def keeps_fp8_transpose(recipe: Fp8Recipe | str, device: DeviceSpec | None) -> bool:
+    """Whether Transformer Engine keeps a weight's FP8 transpose beside its FP8 data under
+    ``recipe`` on ``device``: False for the per-tensor recipes (:data:`PER_TENSOR_RECIPES`) on
+    a part whose FP8 GEMMs take non-TN layouts, True otherwise (and where the part is not
+    known). Transformer Engine 2.9 (``transformer_engine/pytorch/csrc/quantizer.cpp``,
+    ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``: ``with_transpose =
+    columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``, the row-wise data serving the
+    column-wise use) and ``transformer_engine/pytorch/utils.py``
+    ``is_non_tn_fp8_gemm_supported``: compute capability 10.x–11.x or ≥ 13.0 — the Blackwell
+    parts of :data:`model.part_family.FAMILY`. MXFP8 scales along rows for one use and along
+    columns for the other, so both copies stay on every part.
+
+    Examples
+    --------
+    >>> from trainplan.model.hardware import DeviceSpec
+    >>> gb200 = DeviceSpec(name="GB200", memory_bytes=186 * 10**9, memory_unit="GB",
+    ...                    peak_flops_per_s=2.5e15)
+    >>> keeps_fp8_transpose("tensorwise", gb200), keeps_fp8_transpose("mxfp8", gb200)
+    (False, True)
+    >>> keeps_fp8_transpose("delayed", None)
+    True
+    """
+    if device is None or Fp8Recipe(recipe) not in PER_TENSOR_RECIPES:
+        return True
+    return FAMILY.get(catalogue_part(device.name)) != "blackwell"
 
 
 def fp8_activation_bytes(recipe: Fp8Recipe | str) -> Fraction:

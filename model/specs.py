@@ -21,6 +21,7 @@ from trainplan.model.arch_parts import (
 )
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import DistributedOptimizer
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
@@ -336,6 +337,14 @@ class TrainingSpec:
     the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
     ``precision = fp8`` and the ``megatron`` profile."""
 
+    distributed_optimizer: DistributedOptimizer = DistributedOptimizer.MCORE
+    """Which implementation runs the ``megatron`` profile's ZeRO-1, by NeMo's name
+    (:class:`model.frameworks.DistributedOptimizer`): ``mcore_distributed_optim`` (the default,
+    Megatron-Core's distributed optimizer) or ``distributed_fused_adam`` (Apex's, as NeMo's
+    launcher configurations up to 24.x run it: :func:`model.mechanisms.mechanism`). Another
+    profile or stage refuses ``distributed_fused_adam``
+    (:func:`model.frameworks.check_distributed_optimizer`)."""
+
     fp8_activation_storage: str = "linear_inputs"
     """How FP8 training stores activations (:data:`model.precision.FP8_ACTIVATION_STORAGE`):
     ``linear_inputs`` (Transformer Engine, the default) or ``deepseek_v3`` (DeepSeek-V3 §3.3.3:
@@ -378,6 +387,15 @@ class TrainingSpec:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
             )
+        try:
+            object.__setattr__(
+                self, "distributed_optimizer", DistributedOptimizer(self.distributed_optimizer)
+            )
+        except ValueError:
+            allowed = ", ".join(d.value for d in DistributedOptimizer)
+            raise InputError(
+                f"distributed_optimizer: {self.distributed_optimizer!r} is not one of {allowed}"
+            ) from None
         if self.fp8_activation_storage not in FP8_ACTIVATION_STORAGE:
             raise InputError(
                 f"fp8_activation_storage: {self.fp8_activation_storage!r} is not one of "

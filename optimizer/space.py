@@ -15,7 +15,12 @@ import numpy as np
 
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, ZERO_STAGES, Framework
+from trainplan.model.frameworks import (
+    DEFAULT_FRAMEWORK,
+    ZERO_STAGES,
+    DistributedOptimizer,
+    Framework,
+)
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.model_spec import ModelSpec
@@ -284,11 +289,12 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     if not values["tp"]:
         return []
     # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
-    # overlap, the recompute modules) are checked with each framework and recompute mode in the
-    # tables (optimizer.tables._legal), not here
+    # overlap, the recompute modules, the distributed optimizer) are checked with each framework
+    # and recompute mode in the tables (optimizer.tables._legal), not here
     plain = replace(
-        training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES
-    )
+        training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
+        distributed_optimizer=DistributedOptimizer.MCORE,
+    )  # fmt: skip
     axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
                    recompute=Recompute.NONE)  # fmt: skip

@@ -263,6 +263,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
     "--recompute-modules names; core_attn by default).",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
+    "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "
+    "or distributed_fused_adam (Apex's, under NeMo).",
     "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
     "layout.fp8_activation_storage": "How FP8 training stores activations: linear_inputs "
     "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs).",

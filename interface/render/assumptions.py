@@ -167,7 +167,7 @@ def assumptions(est: Estimate) -> list[str]:
     overlap = ", ".join(f"{k} {v:g}" for k, v in o.overlap.items())
     mech = mechanism(
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
-        pipelined=lay.pp > 1,
+        pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
     )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",

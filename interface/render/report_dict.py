@@ -274,6 +274,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "recompute_modules": list(t.recompute_modules),
         "fp8_param_gather": t.fp8_param_gather,
         "muon_tp_mode": t.muon_tp_mode,
+        "distributed_optimizer": str(t.distributed_optimizer),
         "fp8_activation_storage": t.fp8_activation_storage,
         "document_lengths": _documents(t),
         "moe": _moe_run(t.moe_run),

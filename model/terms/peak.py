@@ -25,6 +25,7 @@ from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
+from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.state import model_state_term, split_params
 from trainplan.model.xp import is_array, maximum
 
@@ -66,6 +67,10 @@ class StageMemory:
     communicator_bytes: int = 0
     """NCCL's communicator buffers on this GPU, held for the whole run outside the framework's
     caching allocator (:func:`model.terms.comm_memory.comm_memory_term`; 0 under ``textbook``)."""
+    embedding: Fraction = Fraction(0)
+    """Embedding elements on this GPU (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`):
+    what the ZeRO table's model state (:func:`model.memory.model_state`) reads for the
+    mechanisms that keep the embeddings' gradients wider."""
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -117,7 +122,8 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     state = model_state_term(c, f)
     acts = stage_activations_term(c, f) if c.model.arch is not None else None
     comm = comm_memory_term(c, f) if c.device is not None else 0
-    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm)
+    emb = stage_embedding(c, f)
+    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb)
 
 
 def busiest_stage(peaks: Any) -> Any:

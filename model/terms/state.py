@@ -48,6 +48,7 @@ from trainplan.model.terms.activation_fields import (
     stage_layer_counts,
 )
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
+from trainplan.model.terms.grad_buffers import embedding_grad_term
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, namespace, where
 
@@ -525,13 +526,13 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     t = c.training
     dense, experts = split_params(c, f)
     unit_dense, unit_expert = f.per_stage(_stage_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-    cache_bytes = cache_bytes_per_element(t, Framework(f.framework))
+    cache_bytes = cache_bytes_per_element(t, Framework(f.framework), c.device)
     linear = layer_linear = 0
-    if cache_bytes:
+    if cache_bytes or t.fp8_param_gather:  # FP8 primary weights are the linear ones
         linear, layer_linear = _on_dualpipe(f, _stage_linear, _dualpipe_linear, c)
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
-        pipelined=f.pp > 1,
+        pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
     )  # fmt: skip
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
@@ -539,6 +540,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     dispatch = dispatch_buffer_term(c, f)
+    g = g + embedding_grad_term(c, f, mech)
     step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 

@@ -70,6 +70,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
     return mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         c.options.zero3_regather, pipelined=f.pp > 1,
+        distributed_optimizer=t.distributed_optimizer,
     )  # fmt: skip
 
 

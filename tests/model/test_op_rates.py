@@ -164,14 +164,16 @@ def test_mxfp8_memory_counts_the_scales():
     """Llama 3 8B on 8 B200, one stage, tp 1 (32 × 218,103,808 linear weights): MXFP8 caches
     the row- and column-wise copies with one E8M0 byte per 32 elements each, 2 + 2/32 B per
     linear weight = 32 × 218,103,808 × 33/16 = 14,394,851,328 B against delayed scaling's
-    13,958,643,712; each FP8-saved linear input gains 1/32 B per element."""
+    6,979,321,856 (one copy: per-tensor scaling keeps no transpose on Blackwell,
+    :func:`trainplan.model.precision.keeps_fp8_transpose`); each FP8-saved linear input gains
+    1/32 B per element."""
     from trainplan.interface.inputs import build_case
 
     base = {"model": "llama3-8b", "dp": 8, "seq_len": 8192, "global_batch_size": 64,
             "gpu": "B200", "precision": "fp8"}  # fmt: skip
     mx = build_case({**base, "fp8_recipe": "mxfp8"}).evaluate().stages[0]
     delayed = build_case(base).evaluate().stages[0]
-    assert delayed.state.weight_cache_bytes == 32 * 218_103_808 * 2
+    assert delayed.state.weight_cache_bytes == 32 * 218_103_808 * 1
     assert mx.state.weight_cache_bytes == 32 * 218_103_808 * 33 // 16 == 14_394_851_328
     # FP8 rows per token of one layer: QKV, output, FC1 inputs (h each) and the down input (f)
     fp8_elements = (3 * 4096 + 14336) * 8192

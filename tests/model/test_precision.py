@@ -59,6 +59,24 @@ def test_fp8_weight_cache_is_two_bytes_per_linear_weight():
     assert fp8.optimizer_step_bytes - bf16.optimizer_step_bytes == 13_958_643_712
 
 
+def test_blackwell_keeps_no_fp8_transpose_under_per_tensor_scaling():
+    """Transformer Engine 2.9 on Blackwell (``is_non_tn_fp8_gemm_supported``): a per-tensor
+    FP8 weight keeps its row-wise data only, which serves dgrad too: 1 B per linear weight
+    (32 × 218,103,808 = 6,979,321,856 B for Llama 3 8B on one stage); with FP8 primary weights
+    the parameter is that data, so nothing is cached and the linear weights are 1 B. MXFP8
+    keeps both copies and their E8M0 scales on Blackwell too: 2 + 2/32 B."""
+    base = {**LLAMA3_8B, "gpu": "B200", "precision": "fp8", "fp8_recipe": "tensorwise"}
+    cs = build_case(base).evaluate().stages[0]
+    assert cs.state.weight_cache_bytes == 32 * LINEAR_PER_LAYER == 6_979_321_856
+    primary = build_case({**base, "fp8_param_gather": True}).evaluate().stages[0]
+    assert primary.state.weight_cache_bytes == 0
+    assert primary.state.weights_bytes == 2 * primary.dense_params - 32 * LINEAR_PER_LAYER
+    mx = build_case({**base, "fp8_recipe": "mxfp8"}).evaluate().stages[0].state
+    assert mx.weight_cache_bytes == 32 * LINEAR_PER_LAYER * Fraction(66, 32)
+    hopper = build_case({**base, "gpu": "H100-SXM"}).evaluate().stages[0].state
+    assert hopper.weight_cache_bytes == 2 * 32 * LINEAR_PER_LAYER
+
+
 def test_fp8_under_zero3_caches_only_the_gathered_layers():
     """DeepSpeed ZeRO-3 with Transformer Engine: no persistent cache; the two gathered layers
     (current and prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more
