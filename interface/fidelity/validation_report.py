@@ -29,6 +29,13 @@ GROUPS: dict[str, Callable[[ValidationResult], str]] = {
 _BREAKDOWN = ("compute_s", "bubble_s", "exposed_comm_s", "optimizer_s")
 
 
+def _does_not_fit_line(count: int) -> str:
+    """The header's sentence on published runs the model calls "does not fit" (``count`` ≥ 0)."""
+    if count == 1:
+        return 'One run that ran is called "does not fit".'
+    return f'{count} runs that ran are called "does not fit".'
+
+
 def _stats(errors: Sequence[float]) -> dict[str, float | int]:
     """Count, mean, median and max of |error|, in percent."""
     absolute = [100 * abs(e) for e in errors]
@@ -224,8 +231,7 @@ def markdown_report(results: Sequence[ValidationResult] | None = None) -> str:
         "length / (tokens/s/GPU × GPUs).",
         "",
         f"{len(results)} runs: {len(counted)} in the statistics, {len(listed)} listed with a "
-        "mechanism the model cannot express. "
-        f'{sum(not r.fits for r in ok)} runs that ran are called "does not fit".',
+        "mechanism the model cannot express. " + _does_not_fit_line(sum(not r.fits for r in ok)),
         "",
         "## Error statistics",
         "",
