@@ -47,6 +47,7 @@ __all__ = [
     "shape_seconds",
     "recipe_speedup",
     "quantization_share",
+    "cached_weight_speedup",
     "block_scale_bytes",
 ]
 
@@ -404,6 +405,65 @@ def quantization_share(
     auto = _layer_ms(_layer(rows, part, "autocast", recipe), recipe, passes)
     pre = _layer_ms(_layer(rows, part, "pre-quantized", recipe), recipe, passes)
     return 1 - pre / auto
+
+
+def _cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
+    """(activation, weight) elements the benchmark's ``te.Linear`` quantises in one pass of
+    its layer (``benchmarks/gemm/benchmark_gemm.py`` ``compute_gemm_shapes``: each pass runs
+    as a forward ``te.Linear`` of the pass's shape, quantising its input ``M × K`` and its
+    weight ``K × N``): QKV (h → 3h), attention output (h → h), MLP up (h → f), MLP down
+    (f → h) at M tokens; dgrad swaps K and N, so its input is the output gradient."""
+    m, h, f = row.tokens, row.hidden, row.ffn_hidden
+    fprop = ((h, 3 * h), (h, h), (h, f), (f, h))
+    shapes = fprop if gemm_pass == "fprop" else tuple((n, k) for k, n in fprop)
+    return sum(m * k for k, _ in shapes), sum(k * n for k, n in shapes)
+
+
+def cached_weight_speedup(
+    rows: Sequence[LayerGemms], part: str, recipe: str, passes: Sequence[str] = _PASSES
+) -> float:
+    """:func:`recipe_speedup` for a layer as Megatron-Core runs it with Transformer Engine:
+    the GEMM kernels (``pre-quantized``) plus the quantisation only of the tensors a training
+    pass quantises per micro-batch. The published ``autocast`` time quantises each GEMM's
+    input and its weight on every call; in training TE quantises a weight once per step
+    (Megatron-Core ``TELinear.forward`` passes ``is_first_microbatch``, and TE ``linear.py``
+    requantises only when it is None or True; FP8 primary weights are not cast at all), and
+    the weight gradient reads the columnwise copies of the input and the output gradient made
+    by the forward's and the input gradient's casts (TE ``linear.py``: the input quantiser's
+    ``columnwise`` usage when backward needs the input). So fprop pays the input's cast, dgrad
+    the output gradient's, wgrad none: each pass's cast time (autocast − pre-quantized) taken
+    in proportion to the elements it quantises (one cast kernel, reading BF16 and writing the
+    rowwise and columnwise copies, for inputs and weights alike; :func:`_cast_elements`).
+
+    Raises
+    ------
+    InputError
+        No pair of rows (``fp8-delayed`` has no kernel-only time; ``fp8-block`` on Hopper is
+        not benchmarked pre-quantized).
+
+    Examples
+    --------
+    H200 NVL, current scaling: fprop 5.577 + 0.6933 × 0.926, dgrad 5.661 + 0.7443 × 1.134,
+    wgrad 5.547 ms against BF16's 32.014 ms.
+
+    >>> from trainplan.scenarios.kernel_data import low_precision_data
+    >>> round(cached_weight_speedup(low_precision_data().layer_gemms, "H200-NVL",
+    ...                             "fp8-current"), 4)
+    1.7522
+    """
+    if recipe == "fp8-delayed":
+        raise InputError("recipe: fp8-delayed has no kernel-only time (it always quantises)")
+    auto_row = _layer(rows, part, "autocast", recipe)
+    pre_row = _layer(rows, part, "pre-quantized", recipe)
+    ms = 0.0
+    for p in passes:
+        pre = _layer_ms(pre_row, recipe, (p,))
+        if p == "wgrad":
+            ms += pre
+            continue
+        act, weight = _cast_elements(auto_row, p)
+        ms += pre + act / (act + weight) * (_layer_ms(auto_row, recipe, (p,)) - pre)
+    return _layer_ms(auto_row, "bf16", passes) / ms
 
 
 def shape_speedup(rows: Sequence[ShapeGemms], part: str, recipe: str, op: str, mode: str) -> float:
