@@ -435,11 +435,19 @@ def cached_weight_speedup(
     in proportion to the elements it quantises (one cast kernel, reading BF16 and writing the
     rowwise and columnwise copies, for inputs and weights alike; :func:`_cast_elements`).
 
+    Delayed scaling's benchmark always quantises (its amax history needs the casts), but its
+    GEMM is per-tensor current scaling's: both recipes make TE ``Float8Tensor`` operands with
+    one FP32 scale each, multiplied by the same cuBLASLt FP8 GEMM; they differ only in where the
+    scale comes from (an amax history, or the tensor's own amax in an extra reduction; TE
+    ``pytorch/tensor/float8_tensor.py``: ``Float8Quantizer`` and
+    ``Float8CurrentScalingQuantizer`` both return a ``Float8Tensor``). So its
+    kernel-only time is current scaling's pre-quantized row, and its cast time what its autocast
+    row adds to that.
+
     Raises
     ------
     InputError
-        No pair of rows (``fp8-delayed`` has no kernel-only time; ``fp8-block`` on Hopper is
-        not benchmarked pre-quantized).
+        No pair of rows (``fp8-block`` on Hopper is not benchmarked pre-quantized).
 
     Examples
     --------
@@ -451,13 +459,12 @@ def cached_weight_speedup(
     ...                             "fp8-current"), 4)
     1.7522
     """
-    if recipe == "fp8-delayed":
-        raise InputError("recipe: fp8-delayed has no kernel-only time (it always quantises)")
+    kernel = "fp8-current" if recipe == "fp8-delayed" else recipe
     auto_row = _layer(rows, part, "autocast", recipe)
-    pre_row = _layer(rows, part, "pre-quantized", recipe)
+    pre_row = _layer(rows, part, "pre-quantized", kernel)
     ms = 0.0
     for p in passes:
-        pre = _layer_ms(pre_row, recipe, (p,))
+        pre = _layer_ms(pre_row, kernel, (p,))
         if p == "wgrad":
             ms += pre
             continue

@@ -75,9 +75,9 @@ def recipe_speedups(
     With ``weights_cached`` (Transformer Engine under Megatron-Core: FP8 weights made once per
     step, the weight gradient reading the casts' columnwise copies) only the activations' and
     output gradients' casts are charged (:func:`model.gemm_shapes.cached_weight_speedup`)
-    where the profile publishes the recipe's kernel-only time (current scaling, MXFP8); the
-    autocast rows otherwise (delayed scaling always quantises in its benchmark; block scaling
-    on Hopper has no kernel-only row). None for a part outside :data:`RECIPE_PART`'s families
+    where the profile publishes the recipe's kernel-only time (current scaling, MXFP8; delayed
+    scaling through current scaling's, the same per-tensor GEMM); the autocast rows otherwise
+    (block scaling on Hopper has no kernel-only row). None for a part outside :data:`RECIPE_PART`'s families
     (the clock then keeps :func:`model.precision.linear_speedup`'s flat figure, said in the
     output).
 

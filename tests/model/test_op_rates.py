@@ -110,15 +110,15 @@ def test_recipe_speedups_are_transformer_engines_profile():
 def test_megatron_runs_fp8_with_te_weight_caching_and_torchao_does_not():
     """Under Megatron-Core (TE caches FP8 weights for the step) current scaling is charged the
     kernel-only GEMMs and the activation casts (model.gemm_shapes.cached_weight_speedup);
-    torchtitan's torchao Float8Linear keeps the autocast rows; delayed scaling keeps them
-    everywhere (its benchmark always quantises)."""
+    torchtitan's torchao Float8Linear keeps the autocast rows; block scaling on Hopper keeps
+    them everywhere (no kernel-only row)."""
     h100 = get_accelerator("H100-SXM")
     te = fp8_linear_speedups("fp8", "tensorwise", h100, te_caches_fp8_weights("megatron"))
     torchao = fp8_linear_speedups("fp8", "tensorwise", h100, te_caches_fp8_weights("fsdp2"))
     assert te[2] == pytest.approx(10.548 / 5.547)  # wgrad: the pre-quantized GEMMs alone
     assert torchao[2] == pytest.approx(10.548 / 6.987)  # the autocast row
-    assert fp8_linear_speedups("fp8", "delayed", h100, True) == fp8_linear_speedups(
-        "fp8", "delayed", h100
+    assert fp8_linear_speedups("fp8", "blockwise", h100, True) == fp8_linear_speedups(
+        "fp8", "blockwise", h100
     )
 
 
