@@ -408,11 +408,10 @@ def quantization_share(
 
 
 def _cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
-    """(activation, weight) elements the benchmark's ``te.Linear`` quantises in one pass of
-    its layer (``benchmarks/gemm/benchmark_gemm.py`` ``compute_gemm_shapes``: each pass runs
-    as a forward ``te.Linear`` of the pass's shape, quantising its input ``M × K`` and its
-    weight ``K × N``): QKV (h → 3h), attention output (h → h), MLP up (h → f), MLP down
-    (f → h) at M tokens; dgrad swaps K and N, so its input is the output gradient."""
+    """(activation, weight) elements the benchmark's ``te.Linear`` quantises in one pass
+    (``benchmarks/gemm/benchmark_gemm.py`` ``compute_gemm_shapes``: each pass a forward
+    ``te.Linear`` of its shape, quantising input ``M × K`` and weight ``K × N``): QKV (h → 3h),
+    output (h → h), MLP up (h → f), down (f → h); dgrad swaps K and N."""
     m, h, f = row.tokens, row.hidden, row.ffn_hidden
     fprop = ((h, 3 * h), (h, h), (h, f), (f, h))
     shapes = fprop if gemm_pass == "fprop" else tuple((n, k) for k, n in fprop)
@@ -422,27 +421,19 @@ def _cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
 def cached_weight_speedup(
     rows: Sequence[LayerGemms], part: str, recipe: str, passes: Sequence[str] = _PASSES
 ) -> float:
-    """:func:`recipe_speedup` for a layer as Megatron-Core runs it with Transformer Engine:
-    the GEMM kernels (``pre-quantized``) plus the quantisation only of the tensors a training
-    pass quantises per micro-batch. The published ``autocast`` time quantises each GEMM's
-    input and its weight on every call; in training TE quantises a weight once per step
-    (Megatron-Core ``TELinear.forward`` passes ``is_first_microbatch``, and TE ``linear.py``
-    requantises only when it is None or True; FP8 primary weights are not cast at all), and
-    the weight gradient reads the columnwise copies of the input and the output gradient made
-    by the forward's and the input gradient's casts (TE ``linear.py``: the input quantiser's
-    ``columnwise`` usage when backward needs the input). So fprop pays the input's cast, dgrad
-    the output gradient's, wgrad none: each pass's cast time (autocast − pre-quantized) taken
-    in proportion to the elements it quantises (one cast kernel, reading BF16 and writing the
-    rowwise and columnwise copies, for inputs and weights alike; :func:`_cast_elements`).
-
-    Delayed scaling's benchmark always quantises (its amax history needs the casts), but its
-    GEMM is per-tensor current scaling's: both recipes make TE ``Float8Tensor`` operands with
-    one FP32 scale each, multiplied by the same cuBLASLt FP8 GEMM; they differ only in where the
-    scale comes from (an amax history, or the tensor's own amax in an extra reduction; TE
-    ``pytorch/tensor/float8_tensor.py``: ``Float8Quantizer`` and
-    ``Float8CurrentScalingQuantizer`` both return a ``Float8Tensor``). So its
-    kernel-only time is current scaling's pre-quantized row, and its cast time what its autocast
-    row adds to that.
+    """:func:`recipe_speedup` for a layer as Megatron-Core runs Transformer Engine: the GEMM
+    kernels (``pre-quantized``) plus the casts a training pass makes per micro-batch. The
+    ``autocast`` time quantises each GEMM's input and weight on every call; in training TE
+    quantises a weight once per step (Megatron-Core ``TELinear.forward`` passes
+    ``is_first_microbatch``; TE ``linear.py`` requantises only when it is None or True), and
+    wgrad reads the columnwise copies the forward's and dgrad's casts made (TE ``linear.py``:
+    the input quantiser's ``columnwise`` usage). So fprop pays the input's cast, dgrad the output
+    gradient's, wgrad none: each pass's cast time (autocast − pre-quantized) in proportion to
+    the elements it quantises (one cast kernel for inputs and weights; :func:`_cast_elements`).
+    Delayed scaling's benchmark always quantises, but its GEMM is current scaling's per-tensor
+    FP8 GEMM (TE ``pytorch/tensor/float8_tensor.py``: ``Float8Quantizer`` and
+    ``Float8CurrentScalingQuantizer`` both make a ``Float8Tensor``; only the scale's origin
+    differs), so its kernel-only time is current scaling's pre-quantized row.
 
     Raises
     ------

@@ -70,6 +70,21 @@ def test_cudnn_on_blackwell_ultra_is_the_gb300_sweep():
     assert f == pytest.approx(1574 / 2500) and b == pytest.approx(0.8 * 1332 / 2500)
 
 
+def test_flash_attention_2_on_hopper_continues_past_16k_with_pytorchs_h200_sweep():
+    """FlashAttention-2 on H100, d 128: the FlashAttention-3 paper's figures end at 16k (forward
+    causal 335 TFLOP/s; backward only unmasked, 322). Beyond, PyTorch SDPA's flash backend on an
+    H200 (cudnn-frontend benchmark_results.csv, NGC 24.12) gives the shape: forward causal
+    327.17 → 345.64 at 32k, backward unmasked 317.34 → 320.44. FlashAttention's count is
+    4·s²·d/2 forward (the planner's 2·s(s+1)·d: × (1 + 1/s)) and 2.5× that backward (the
+    planner's 4·s(s+1)·d over 5·s²·d: × 0.8 (1 + 1/s))."""
+    s = 32768
+    f, b = attention_fractions("flash-attention-2", "H100-96GB-500W", (128, 128), s)
+    assert f == pytest.approx(335 * 345.64 / 327.17 * (1 + 1 / s) / 989.4)
+    assert b == pytest.approx(322 * 320.44 / 317.34 * 0.8 * (1 + 1 / s) / 989.4)
+    f16, _ = attention_fractions("flash-attention-2", "H100-SXM", (128, 128), 16384)
+    assert f16 == pytest.approx(335 * (1 + 1 / 16384) / 989.4)  # the paper's point, unchanged
+
+
 def test_flash_attention_2_on_a100_from_its_fwd_bwd_figure():
     """FlashAttention-2 paper, A100 forward + backward, causal, d 128: 182 TFLOP/s at 8k in
     FlashAttention's count (3.5 × 4·s²·d/2 = 7·s²·d); the planner counts 3 × 2·(s(s+1)/2)·2d =
