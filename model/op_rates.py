@@ -105,15 +105,14 @@ def recipe_speedups(
         return None
     name = Fp8Recipe(recipe).table_name
     rows = low_precision_data().layer_gemms
-    speedup = recipe_speedup
+    passes = ("fprop", "dgrad", "wgrad")
     if weights_cached:
         try:
-            cached_weight_speedup(rows, part, name)
-            speedup = cached_weight_speedup
+            fprop, dgrad, wgrad = (cached_weight_speedup(rows, part, name, (p,)) for p in passes)
+            return fprop, dgrad, wgrad
         except InputError:
             pass
-    fprop, dgrad, wgrad = (speedup(rows, part, name, passes=(p,)) for p in
-                           ("fprop", "dgrad", "wgrad"))  # fmt: skip
+    fprop, dgrad, wgrad = (recipe_speedup(rows, part, name, passes=(p,)) for p in passes)
     return fprop, dgrad, wgrad
 
 
