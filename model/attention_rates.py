@@ -27,6 +27,8 @@ __all__ = [
     "ATTENTION_KERNELS",
     "PUBLISHED_PEAK_TFLOPS",
     "ATTENTION_CURVE_PARTS",
+    "ATTENTION_PART_CURVES",
+    "attention_curve_parts",
     "default_attention_kernel",
     "attention_fractions",
 ]
@@ -41,6 +43,7 @@ PUBLISHED_PEAK_TFLOPS: dict[str, float] = {
     "H200": 989.4,
     "B200": 2250.0,
     "GB200": 2500.0,
+    "GB300": 2500.0,
 }
 """Dense BF16 peak (10^12 FLOP/s) of each part a curve was measured on: the rows of
 ``topology/accelerators.toml`` (vendor datasheets; ``tests/model/test_op_rates.py`` holds them
@@ -59,6 +62,32 @@ ATTENTION_CURVE_PARTS: dict[tuple[str, str], tuple[str, ...]] = {
 cuDNN 9.19's H200 sweep (forward and backward, causal), then the FlashAttention-3 paper's H100
 figures; on Blackwell from cuDNN 9.22's GB200 sweep (forward and backward, both masks, MLA head
 dims), then cuDNN 9.13's B200 CSVs."""
+
+ATTENTION_PART_CURVES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("cudnn", "GB300"): ("GB300",),
+    ("cudnn", "B300"): ("GB300",),
+}
+"""Per (kernel, part), published parts read before the family's (:data:`ATTENTION_CURVE_PARTS`):
+Blackwell Ultra (B300, GB300) doubles the SFU's exponential throughput that the softmax of
+attention runs on (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025: "2X attention-layer
+acceleration"), so its attention kernels run faster than Blackwell's at the same dense peak;
+cuDNN 9.22's GB300 sweep (the GB200 sweep's companion run: same script, configs and cuDNN)
+measures it, e.g. causal 128-dim BF16 at 32K: 1,953 TFLOP/s forward and 1,490 backward against
+GB200's 1,622 and 1,226. Shapes it lacks fall back to the family's curves."""
+
+
+def attention_curve_parts(kernel: str, device_name: str) -> tuple[str, ...]:
+    """The published parts whose curves stand for ``kernel`` on the part, first match first:
+    the part's own (:data:`ATTENTION_PART_CURVES`), then its family's
+    (:data:`ATTENTION_CURVE_PARTS`); empty for a part outside :data:`FAMILY`.
+
+    >>> attention_curve_parts("cudnn", "B300"), attention_curve_parts("cudnn", "B200")
+    (('GB300', 'GB200', 'B200'), ('GB200', 'B200'))
+    """
+    part = catalogue_part(device_name)
+    own = ATTENTION_PART_CURVES.get((kernel, part), ())
+    family = ATTENTION_CURVE_PARTS.get((kernel, FAMILY.get(part, "")), ())
+    return tuple(dict.fromkeys(own + family))
 
 
 def default_attention_kernel(framework: str, device_name: str) -> str | None:
@@ -122,7 +151,7 @@ def attention_fractions(
     """(forward, backward) efficiency of the causal attention core as a fraction of the dense
     BF16 peak, counted in the planner's FLOPs (forward ``2·pairs·(d_qk + d_v)`` over the
     ``s(s + 1)/2`` causal pairs, backward twice that): the published rate of ``kernel`` on the
-    part's family (:data:`ATTENTION_CURVE_PARTS`) at ``seq_len`` (the query chunk one call
+    part or its family (:func:`attention_curve_parts`) at ``seq_len`` (the query chunk one call
     sees: ``s/cp`` under context parallelism) in the benchmark's own FLOP count
     (:func:`model.kernels.attention_kernel_flops`), converted to the planner's. Where only a
     forward-and-backward curve is published (FlashAttention-2's figures) both passes take its
@@ -144,8 +173,7 @@ def attention_fractions(
         raise InputError(
             f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
         )
-    family = FAMILY.get(catalogue_part(device_name))
-    for part in ATTENTION_CURVE_PARTS.get((kernel, family or ""), ()):
+    for part in attention_curve_parts(kernel, device_name):
         try:
             fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len)
             bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len)

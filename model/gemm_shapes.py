@@ -47,6 +47,7 @@ __all__ = [
     "shape_seconds",
     "recipe_speedup",
     "quantization_share",
+    "cached_weight_speedup",
     "block_scale_bytes",
 ]
 
@@ -404,6 +405,63 @@ def quantization_share(
     auto = _layer_ms(_layer(rows, part, "autocast", recipe), recipe, passes)
     pre = _layer_ms(_layer(rows, part, "pre-quantized", recipe), recipe, passes)
     return 1 - pre / auto
+
+
+def _cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
+    """(activation, weight) elements the benchmark's ``te.Linear`` quantises in one pass
+    (``benchmarks/gemm/benchmark_gemm.py`` ``compute_gemm_shapes``: each pass a forward
+    ``te.Linear`` of its shape, quantising input ``M × K`` and weight ``K × N``): QKV (h → 3h),
+    output (h → h), MLP up (h → f), down (f → h); dgrad swaps K and N."""
+    m, h, f = row.tokens, row.hidden, row.ffn_hidden
+    fprop = ((h, 3 * h), (h, h), (h, f), (f, h))
+    shapes = fprop if gemm_pass == "fprop" else tuple((n, k) for k, n in fprop)
+    return sum(m * k for k, _ in shapes), sum(k * n for k, n in shapes)
+
+
+def cached_weight_speedup(
+    rows: Sequence[LayerGemms], part: str, recipe: str, passes: Sequence[str] = _PASSES
+) -> float:
+    """:func:`recipe_speedup` for a layer as Megatron-Core runs Transformer Engine: the GEMM
+    kernels (``pre-quantized``) plus the casts a training pass makes per micro-batch. The
+    ``autocast`` time quantises each GEMM's input and weight on every call; in training TE
+    quantises a weight once per step (Megatron-Core ``TELinear.forward`` passes
+    ``is_first_microbatch``; TE ``linear.py`` requantises only when it is None or True), and
+    wgrad reads the columnwise copies the forward's and dgrad's casts made (TE ``linear.py``:
+    the input quantiser's ``columnwise`` usage). So fprop pays the input's cast, dgrad the output
+    gradient's, wgrad none: each pass's cast time (autocast − pre-quantized) in proportion to
+    the elements it quantises (one cast kernel for inputs and weights; :func:`_cast_elements`).
+    Delayed scaling's benchmark always quantises, but its GEMM is current scaling's per-tensor
+    FP8 GEMM (TE ``pytorch/tensor/float8_tensor.py``: ``Float8Quantizer`` and
+    ``Float8CurrentScalingQuantizer`` both make a ``Float8Tensor``; only the scale's origin
+    differs), so its kernel-only time is current scaling's pre-quantized row.
+
+    Raises
+    ------
+    InputError
+        No pair of rows (``fp8-block`` on Hopper is not benchmarked pre-quantized).
+
+    Examples
+    --------
+    H200 NVL, current scaling: fprop 5.577 + 0.6933 × 0.926, dgrad 5.661 + 0.7443 × 1.134,
+    wgrad 5.547 ms against BF16's 32.014 ms.
+
+    >>> from trainplan.scenarios.kernel_data import low_precision_data
+    >>> round(cached_weight_speedup(low_precision_data().layer_gemms, "H200-NVL",
+    ...                             "fp8-current"), 4)
+    1.7522
+    """
+    kernel = "fp8-current" if recipe == "fp8-delayed" else recipe
+    auto_row = _layer(rows, part, "autocast", recipe)
+    pre_row = _layer(rows, part, "pre-quantized", kernel)
+    ms = 0.0
+    for p in passes:
+        pre = _layer_ms(pre_row, kernel, (p,))
+        if p == "wgrad":
+            ms += pre
+            continue
+        act, weight = _cast_elements(auto_row, p)
+        ms += pre + act / (act + weight) * (_layer_ms(auto_row, recipe, (p,)) - pre)
+    return _layer_ms(auto_row, "bf16", passes) / ms
 
 
 def shape_speedup(rows: Sequence[ShapeGemms], part: str, recipe: str, op: str, mode: str) -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import AttentionCurve, NormCurve, StreamRow
+from trainplan.model.part_family import FAMILY
 
 __all__ = [
     "AttentionKey",
@@ -192,9 +193,10 @@ def attention_rate(
 ) -> AttentionRate:
     """The published TFLOP/s of ``key``'s kernel for one shape: the curve with these
     ``head_dims`` (d_qk, d_v), interpolated in log2(seq_len) (:func:`interpolate_log2`);
-    beyond its longest length, continued by a longer sweep of the same kernel on the same part
-    (``extends``: the main curve's last rate × the sweep's rate at ``seq_len`` over its rate at
-    that last length), else held there (flagged). For
+    beyond its longest length, continued by a longer sweep of the same kernel on the same part,
+    else on a part of its family (:data:`model.part_family.FAMILY`) (``extends``: the main
+    curve's last rate × the sweep's rate at ``seq_len`` over its rate at that last length), else
+    held there (flagged). For
     equal head dimensions without a curve of their own, linear in the head dimension between
     the two nearest published ones (held at the nearest outside them, flagged).
 
@@ -213,7 +215,7 @@ def attention_rate(
     (162, 'fa-half', None)
     """
     found = _matching(curves, key)
-    longer = [c for c in found if c.extends]
+    longer = [c for c in found if c.extends] + _family_extensions(curves, key)
     found = [c for c in found if not c.extends]
     exact = [c for c in found if (c.head_dim_qk, c.head_dim_v) == head_dims]
     if exact:
@@ -240,6 +242,24 @@ def attention_rate(
     return AttentionRate(
         by_dim.value, square[0].flop_count, clamped, tuple(c.source for c in square)
     )
+
+
+def _family_extensions(curves: Sequence[AttentionCurve], key: AttentionKey) -> list[AttentionCurve]:
+    """The longer sweeps (``extends``) of ``key``'s kernel, direction, mask and dtype class on
+    the other parts of ``key.part``'s family: only the shape of a kernel's rate beyond a main
+    curve's end is read from them, and parts of one die share it."""
+    family = FAMILY.get(key.part)
+    cls = _DTYPE_CLASS.get(key.dtype)
+    return [
+        c
+        for c in curves
+        if c.extends
+        and family is not None
+        and c.part != key.part
+        and FAMILY.get(c.part) == family
+        and (c.kernel, c.direction, c.causal) == (key.kernel, key.direction, key.causal)
+        and _DTYPE_CLASS.get(c.dtype) == cls
+    ]
 
 
 def _extended_rate(c: AttentionCurve, e: AttentionCurve | None, seq_len: int) -> AttentionRate:

@@ -16,7 +16,13 @@ from typing import Any
 from trainplan.model.attention_rates import ATTENTION_KERNELS, default_attention_kernel
 from trainplan.model.collective_rates import busbw_peak
 from trainplan.model.errors import InputError
-from trainplan.model.gemm_shapes import deepgemm_blocks, recipe_speedup, sm_count, wave_efficiency
+from trainplan.model.gemm_shapes import (
+    cached_weight_speedup,
+    deepgemm_blocks,
+    recipe_speedup,
+    sm_count,
+    wave_efficiency,
+)
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.kernels import stream_fraction
 from trainplan.model.part_family import FAMILY, catalogue_part
@@ -35,6 +41,7 @@ __all__ = [
     "recipe_speedups",
     "check_fp8_recipe",
     "fp8_linear_speedups",
+    "te_caches_fp8_weights",
     "SUSTAINED_CLOCK",
     "sustained_clock_fraction",
     "STREAM_PART",
@@ -58,13 +65,21 @@ RECIPE_PART: dict[str, str] = {"hopper": "H200-NVL", "blackwell": "B300"}
 
 
 @lru_cache(maxsize=64)
-def recipe_speedups(device_name: str, recipe: Fp8Recipe | str) -> tuple[float, float, float] | None:
+def recipe_speedups(
+    device_name: str, recipe: Fp8Recipe | str, weights_cached: bool = False
+) -> tuple[float, float, float] | None:
     """(forward, input-gradient, weight-gradient) speed-up of a linear layer's GEMMs under an FP8
     recipe over BF16 on the part's family, with the recipe's quantisation kernels (Transformer
     Engine's ``autocast`` rows: casts, amax reductions, transposes, block scales): the BF16
     milliseconds of the pass over the recipe's (:func:`model.gemm_shapes.recipe_speedup`).
-    None for a part outside :data:`RECIPE_PART`'s families (the clock then keeps
-    :func:`model.precision.linear_speedup`'s flat figure, said in the output).
+    With ``weights_cached`` (Transformer Engine under Megatron-Core: FP8 weights made once per
+    step, the weight gradient reading the casts' columnwise copies) only the activations' and
+    output gradients' casts are charged (:func:`model.gemm_shapes.cached_weight_speedup`)
+    where the profile publishes the recipe's kernel-only time (current scaling, MXFP8; delayed
+    scaling through current scaling's, the same per-tensor GEMM); the autocast rows otherwise
+    (block scaling on Hopper has no kernel-only row). None for a part outside :data:`RECIPE_PART`'s families
+    (the clock then keeps :func:`model.precision.linear_speedup`'s flat figure, said in the
+    output).
 
     Raises
     ------
@@ -78,14 +93,26 @@ def recipe_speedups(device_name: str, recipe: Fp8Recipe | str) -> tuple[float, f
 
     >>> [round(x, 3) for x in recipe_speedups("H100-SXM", "delayed")]
     [1.722, 1.715, 1.627]
+
+    Current scaling with cached weights: fprop 10.653 / (5.577 + 0.6933 × 0.926), dgrad
+    10.813 / (5.661 + 0.744 × 1.134), wgrad 10.548 / 5.547.
+
+    >>> [round(x, 3) for x in recipe_speedups("H100-SXM", "tensorwise", True)]
+    [1.713, 1.662, 1.902]
     """
     part = RECIPE_PART.get(FAMILY.get(catalogue_part(device_name), ""))
     if part is None:
         return None
     name = Fp8Recipe(recipe).table_name
     rows = low_precision_data().layer_gemms
-    fprop, dgrad, wgrad = (recipe_speedup(rows, part, name, passes=(p,)) for p in
-                           ("fprop", "dgrad", "wgrad"))  # fmt: skip
+    passes = ("fprop", "dgrad", "wgrad")
+    if weights_cached:
+        try:
+            fprop, dgrad, wgrad = (cached_weight_speedup(rows, part, name, (p,)) for p in passes)
+            return fprop, dgrad, wgrad
+        except InputError:
+            pass
+    fprop, dgrad, wgrad = (recipe_speedup(rows, part, name, passes=(p,)) for p in passes)
     return fprop, dgrad, wgrad
 
 
@@ -120,11 +147,15 @@ def check_fp8_recipe(
 
 
 def fp8_linear_speedups(
-    precision: Precision | str, recipe: Fp8Recipe | str | None, device: DeviceSpec
+    precision: Precision | str,
+    recipe: Fp8Recipe | str | None,
+    device: DeviceSpec,
+    weights_cached: bool = False,
 ) -> tuple[float, float, float]:
     """(forward, input-gradient, weight-gradient) speed-up of the linear layers' GEMMs over
     BF16: 1 under bf16; under fp8 the recipe's published speed-ups on the part's family
-    (:func:`recipe_speedups`), or :func:`model.precision.linear_speedup`'s flat figure (FP8 peak
+    (:func:`recipe_speedups`, ``weights_cached`` where Transformer Engine caches the FP8
+    weights for the step: :func:`te_caches_fp8_weights`), or :func:`model.precision.linear_speedup`'s flat figure (FP8 peak
     over BF16 peak × 0.75) for a part without a published profile or a recipe the profile
     lacks (block scaling on Blackwell).
 
@@ -140,13 +171,26 @@ def fp8_linear_speedups(
     if r is None:
         return (1.0, 1.0, 1.0)
     try:
-        found = recipe_speedups(device.name, r)
+        found = recipe_speedups(device.name, r, weights_cached)
     except InputError:
         found = None
     if found is None:
         flat = linear_speedup(precision, device)
         return (flat, flat, flat)
     return found
+
+
+def te_caches_fp8_weights(framework: str) -> bool:
+    """Whether the framework's FP8 linear layers are Transformer Engine's under Megatron-Core,
+    which quantises a weight once per step (``megatron/core/extensions/transformer_engine.py``
+    ``TELinear.forward`` passes ``is_first_microbatch``; TE ``module/linear.py`` requantises the
+    weight only when it is None or True): ``megatron``. torchao's ``Float8Linear`` (torchtitan,
+    the fsdp2 profile) casts its weight on every call.
+
+    >>> te_caches_fp8_weights("megatron"), te_caches_fp8_weights("fsdp2")
+    (True, False)
+    """
+    return framework == "megatron"
 
 
 SUSTAINED_CLOCK: dict[str, tuple[float, str]] = {

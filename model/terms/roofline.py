@@ -36,7 +36,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.offload import adam_step_bytes
-from trainplan.model.op_rates import fp8_linear_speedups, params_in_force
+from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap
 from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
 from trainplan.model.recompute_ops import layout_plan
@@ -195,8 +195,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
     check_tp_overlap(o.tp_comm_overlap, f.framework)
+    cached = te_caches_fp8_weights(f.framework)
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
-            fp8_linear_speedups(t.precision, t.fp8_recipe, d), ep_sm_share(c))  # fmt: skip
+            fp8_linear_speedups(t.precision, t.fp8_recipe, d, cached), ep_sm_share(c))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")

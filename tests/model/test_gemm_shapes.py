@@ -11,6 +11,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import (
     GemmPart,
     block_scale_bytes,
+    cached_weight_speedup,
     deepgemm_blocks,
     gemm_point,
     large_gemm_fraction,
@@ -177,6 +178,31 @@ def test_recipe_speedup_by_pass_and_quantisation_share_by_hand():
     assert shape_speedup(shapes, "B300", "fp8-current", "Attn Out", "autocast") == pytest.approx(
         0.307 / 0.317
     )
+
+
+def test_cached_weights_charge_only_the_activation_casts_by_hand():
+    """B300 MXFP8, TE's layer (M 15,872, h 4,096, f 16,384). The autocast run quantises each
+    GEMM's input and weight; Megatron-Core's TE quantises weights once per step, and wgrad reads
+    the casts' columnwise copies. fprop inputs M·(3h + f) against weights 3h² + h² + 2hf:
+    share 0.6933 of the cast time (2.847 − 2.365); dgrad inputs M·(3h + h + f + h): 0.744 of
+    (3.045 − 2.397); wgrad 2.400 alone; BF16 4.196 + 4.290 + 4.272."""
+    m, h, f = 15872, 4096, 16384
+    weights = 3 * h * h + h * h + 2 * h * f
+    fprop_share = m * (3 * h + f) / (m * (3 * h + f) + weights)
+    dgrad_share = m * (5 * h + f) / (m * (5 * h + f) + weights)
+    assert (round(fprop_share, 4), round(dgrad_share, 4)) == (0.6933, 0.744)
+    ms = (2.365 + fprop_share * (2.847 - 2.365)) + (2.397 + dgrad_share * (3.045 - 2.397)) + 2.400
+    rows = LOWP.layer_gemms
+    assert cached_weight_speedup(rows, "B300", "mxfp8") == pytest.approx(12.758 / ms)
+    assert cached_weight_speedup(rows, "B300", "mxfp8") > recipe_speedup(rows, "B300", "mxfp8")
+    # Delayed scaling runs current scaling's per-tensor GEMM: H200 NVL kernel-only 5.577,
+    # 5.661, 5.547 ms (current, pre-quantized), casts as delayed's autocast adds to them.
+    f = 5.577 + 0.6933 * (6.188 - 5.577)
+    d = 5.661 + 0.744 * (6.306 - 5.661)
+    delayed = cached_weight_speedup(rows, "H200-NVL", "fp8-delayed")
+    assert delayed == pytest.approx(32.014 / (f + d + 5.547), rel=1e-4)
+    with pytest.raises(InputError, match="no published fp8-block"):
+        cached_weight_speedup(rows, "H200-NVL", "fp8-block")
 
 
 def test_mxfp8_scale_bytes():

@@ -21,6 +21,7 @@ from trainplan.model.op_rates import (
     recipe_speedups,
     stream_triad_fraction,
     sustained_clock_fraction,
+    te_caches_fp8_weights,
 )
 from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import LayerShape, layer_ops
@@ -54,6 +55,34 @@ def test_cudnn_on_hopper_is_the_h200_sweep_in_the_planners_count():
     shape = 631.20 / 636.08
     f, _ = attention_fractions("cudnn", "H200", (128, 128), 131072)
     assert f == pytest.approx(688 / 989.4 * shape)
+
+
+def test_cudnn_on_blackwell_ultra_is_the_gb300_sweep():
+    """cuDNN 9.22.0 on GB300 (cudnn-frontend results/llama3.1/gb300, causal, d 128, BF16):
+    forward 1,856 TFLOP/s and backward 1,435 at 8k, against GB200's 1,574 and 1,332 in the
+    companion run; fractions of GB300's 2,500 dense BF16, the backward at 0.8 of the CSV's rate
+    (its 10·pairs·d against the planner's 8·pairs·d). B300 reads the same curves; B200 and GB200
+    keep GB200's."""
+    for part in ("GB300", "B300"):
+        f, b = attention_fractions("cudnn", part, (128, 128), 8192)
+        assert f == pytest.approx(1856 / 2500) and b == pytest.approx(0.8 * 1435 / 2500)
+    f, b = attention_fractions("cudnn", "B200", (128, 128), 8192)
+    assert f == pytest.approx(1574 / 2500) and b == pytest.approx(0.8 * 1332 / 2500)
+
+
+def test_flash_attention_2_on_hopper_continues_past_16k_with_pytorchs_h200_sweep():
+    """FlashAttention-2 on H100, d 128: the FlashAttention-3 paper's figures end at 16k (forward
+    causal 335 TFLOP/s; backward only unmasked, 322). Beyond, PyTorch SDPA's flash backend on an
+    H200 (cudnn-frontend benchmark_results.csv, NGC 24.12) gives the shape: forward causal
+    327.17 → 345.64 at 32k, backward unmasked 317.34 → 320.44. FlashAttention's count is
+    4·s²·d/2 forward (the planner's 2·s(s+1)·d: × (1 + 1/s)) and 2.5× that backward (the
+    planner's 4·s(s+1)·d over 5·s²·d: × 0.8 (1 + 1/s))."""
+    s = 32768
+    f, b = attention_fractions("flash-attention-2", "H100-96GB-500W", (128, 128), s)
+    assert f == pytest.approx(335 * 345.64 / 327.17 * (1 + 1 / s) / 989.4)
+    assert b == pytest.approx(322 * 320.44 / 317.34 * 0.8 * (1 + 1 / s) / 989.4)
+    f16, _ = attention_fractions("flash-attention-2", "H100-SXM", (128, 128), 16384)
+    assert f16 == pytest.approx(335 * (1 + 1 / 16384) / 989.4)  # the paper's point, unchanged
 
 
 def test_flash_attention_2_on_a100_from_its_fwd_bwd_figure():
@@ -91,6 +120,21 @@ def test_recipe_speedups_are_transformer_engines_profile():
     assert recipe_speedups("H20", "delayed") is None
     b300 = recipe_speedups("GB200", "mxfp8")
     assert b300 is not None and 1.3 < b300[0] < 1.5
+
+
+def test_megatron_runs_fp8_with_te_weight_caching_and_torchao_does_not():
+    """Under Megatron-Core (TE caches FP8 weights for the step) current scaling is charged the
+    kernel-only GEMMs and the activation casts (model.gemm_shapes.cached_weight_speedup);
+    torchtitan's torchao Float8Linear keeps the autocast rows; block scaling on Hopper keeps
+    them everywhere (no kernel-only row)."""
+    h100 = get_accelerator("H100-SXM")
+    te = fp8_linear_speedups("fp8", "tensorwise", h100, te_caches_fp8_weights("megatron"))
+    torchao = fp8_linear_speedups("fp8", "tensorwise", h100, te_caches_fp8_weights("fsdp2"))
+    assert te[2] == pytest.approx(10.548 / 5.547)  # wgrad: the pre-quantized GEMMs alone
+    assert torchao[2] == pytest.approx(10.548 / 6.987)  # the autocast row
+    assert fp8_linear_speedups("fp8", "blockwise", h100, True) == fp8_linear_speedups(
+        "fp8", "blockwise", h100
+    )
 
 
 def test_fp8_recipe_is_refused_where_it_does_not_apply():
