@@ -154,7 +154,11 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
-    lines += [f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name[0] in "=c"]
+    # the total and the capacity always; every other line only where its term applies
+    always = ("=", "capacity")
+    lines += [
+        f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name.startswith(always)
+    ]
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
