@@ -11,7 +11,13 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, ring_share
-from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
+from trainplan.model.context_parallel import (
+    cp_collective,
+    cp_degrees,
+    cp_layer_bytes,
+    kv_repeat,
+    torch_rotate_method,
+)
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
@@ -154,8 +160,11 @@ def cp_traffic(
     recomputation); the all-gather sends the same bytes (all-gather of K/V forward, re-gather
     and reduce-scatter of dK/dV backward: Llama 3 §3.3.2, Transformer Engine); Ulysses
     all-to-alls Q, K, V and O over heads ((cp−1)/cp of each, forward and backward: Jacobs et al.
-    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across. MLA
-    exchanges the expanded a·(d_qk) keys and a·d_v values. Liu et al. 2023 (Ring Attention).
+    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across; PyTorch's
+    ``context_parallel`` (``pytorch-allgather``, ``pytorch-alltoall``) sends K/V as the ring does
+    and its dK/dV in FP32 after every SDPA call
+    (:func:`model.context_parallel.templated_dkv_sends`). MLA exchanges the expanded a·(d_qk) keys
+    and a·d_v values. Liu et al. 2023 (Ring Attention).
 
     Examples
     --------
@@ -177,6 +186,7 @@ def cp_traffic(
         training.seq_len, training.activation_bytes,
         _passes(layout.recompute, attention_core=True) > 2,
         kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
+        bool(torch_rotate_method(layout.cp_kind)),
     )  # fmt: skip
     name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
     return AxisTraffic("cp", name, layout.cp, total)
@@ -193,17 +203,20 @@ def cp_bytes(
     m: Any,
     seq_len: Any,
     beta: int,
-    recomputed: bool,
+    recomputed: Any,
     kv_rep: Any = 1,
+    templated: Any = False,
 ) -> Any:
     """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
     for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
     tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
     K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
     and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
-    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`)."""
+    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`);
+    ``templated``: PyTorch's ``context_parallel`` (:func:`model.context_parallel.
+    torch_rotate_method`), whose backward sends FP32 dK/dV."""
     tokens = exact(seq_len) / cp * b
-    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep)
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep, templated)
     return per_layer * num_layers * m
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
 from trainplan.model.comm_layers import cp_bytes, ep_bytes, tp_bytes
-from trainplan.model.context_parallel import cp_collective
+from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
@@ -122,11 +122,18 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp")
+    templated = f.lookup(_templated, (), "cp_kind")
     layers, _ = most_layers(c, f)
     return cp_bytes(
         c.arch, layers, f.cp, r, u, f.tp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.recompute is not Recompute.NONE, rep,
+        f.recompute is not Recompute.NONE, rep, templated,
     )  # fmt: skip
+
+
+def _templated(kind: CpKind) -> bool:
+    """Whether the CP flavour is PyTorch's ``context_parallel`` (:func:`model.context_parallel.
+    torch_rotate_method`), whose backward sends FP32 dK/dV after every SDPA call."""
+    return bool(torch_rotate_method(CpKind(kind)))
 
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
