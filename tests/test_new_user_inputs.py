@@ -509,6 +509,9 @@ def test_a_6n_mfu_prints_the_attention_inclusive_figure_beside_it():
     assert t["mfu_with_attention"] == pytest.approx(t["mfu"] * ratio, rel=1e-12)
     text = run("example", "llama3-405b-128k").stdout
     assert f"MFU {t['mfu']:.1%} (6n; {t['mfu_with_attention']:.1%} with attention FLOPs" in text
+    # each HFU beside the MFU of its own convention, never below it
+    assert t["hfu"] >= t["mfu"] and t["hfu_with_attention"] >= t["mfu_with_attention"]
+    assert f"HFU {t['hfu']:.1%} (6n; {t['hfu_with_attention']:.1%} with attention FLOPs)" in text
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.render.assumptions import assumptions, tp_block_inputs
 from trainplan.model.estimate import Estimate
-from trainplan.model.flops import MfuConvention, step_flops, utilisation
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.phases import construction_peak_bytes
@@ -56,22 +55,10 @@ def mfu_with_attention(est: Estimate) -> float | None:
     """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
     halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
     uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
-    contexts (Llama 3's Table 4 counts it). A 0–1 fraction; None without dimensions or a step
-    time."""
-    arch = est.model.arch
-    if arch is None or est.step_s is None:
-        return None
-    t, lay = est.training, est.layout
-    flops = step_flops(
-        arch,
-        est.num_active_params,
-        t.seq_len,
-        t.global_batch_size,
-        lay.recompute,
-        MfuConvention.SIX_N_ATTENTION,
-        est.options.causal_attention_flops,
-    )
-    return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
+    contexts (Llama 3's Table 4 counts it), with the HFU of the same convention
+    (:attr:`model.estimate.Estimate.hfu_with_attention`). A 0–1 fraction; None without
+    dimensions or a step time."""
+    return est.mfu_with_attention
 
 
 def bound_notes(est: Estimate) -> list[str]:
@@ -316,6 +303,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         "mfu_pack": est.mfu_pack,
         "mfu_with_attention": mfu_with_attention(est),
         "hfu": est.hfu,
+        "hfu_with_attention": est.hfu_with_attention,
         "tokens_per_s": None
         if est.step_s is None
         else t.global_batch_size * t.seq_len / est.step_s,
