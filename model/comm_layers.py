@@ -132,11 +132,8 @@ def tp_traffic(
     layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
 
     ``textbook`` (conventions "Communication"; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
-    (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
+    (forward, backward, recomputed forward: :func:`recomputed_sends`) 2 all-gathers + 2 reduce-scatters with sequence
     parallelism, or 2 all-reduces without — ``4·one`` either way.
-
-    A recomputed forward sends its collectives again as :func:`recomputed_sends` says: all of
-    them under full or √n recomputation, those of the modules selective recomputation re-runs.
 
     Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward all-
     gathers each column-parallel layer's input again for its weight gradient (the forward kept

@@ -210,11 +210,8 @@ def cp_layer_bytes(
     * K/V exchange over r ranks (ring or all-gather; hybrid: across the groups): ``(r − 1)·KV``
       forward (ring: r − 1 hops; all-gather: (r−1)/r of the r·KV gathered), twice in backward
       (K/V again and dK/dV: ring hops, or TE's re-gather and reduce-scatter), once more recomputed.
-      ``templated`` (PyTorch's ``context_parallel``, :func:`torch_rotate_method`): K/V the same
-      ``(r − 1)·KV`` forward, once in backward (``kv_rotater``) and once more recomputed, and the
-      dK/dV of :func:`templated_dkv_sends` instead of the ring's — r sends of the FP32
-      accumulators, ``2·r·KV``, the sends the step time waits for (:func:`model.layer_time.
-      layer_time`). At cp 8 a layer sends 30·KV instead of the ring's 21·KV.
+      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, but the dK/dV of
+      :func:`templated_dkv_sends` (the step time's sends): at cp 8 30·KV, not the ring's 21·KV.
     * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
       its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
       re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.

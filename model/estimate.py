@@ -227,17 +227,6 @@ class Estimate:
         return self._rate(self.flops.hardware_flops if self.flops else None)
 
     @property
-    def mfu_with_attention(self) -> float | None:
-        """MFU under ``6n+attention`` whatever the convention
-        (:attr:`model.flops.StepFlops.with_attention_model_flops`)."""
-        return self._rate(self.flops.with_attention_model_flops if self.flops else None)
-
-    @property
-    def hfu_with_attention(self) -> float | None:
-        """HFU under the same ``6n+attention`` convention (≥ :attr:`mfu_with_attention`)."""
-        return self._rate(self.flops.with_attention_hardware_flops if self.flops else None)
-
-    @property
     def mfu_pack(self) -> float | None:
         """With packed documents, the MFU of a counter that takes each pack for one sequence
         (its s² attention, :attr:`model.flops.StepFlops.pack_model_flops`); None otherwise."""
