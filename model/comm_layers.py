@@ -7,25 +7,115 @@ and combine all-to-alls). The conventions (ring shares, ``S_tok``, β, m, passes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, ring_share
-from trainplan.model.context_parallel import cp_collective, cp_degrees, cp_layer_bytes, kv_repeat
+from trainplan.model.context_parallel import (
+    cp_collective,
+    cp_degrees,
+    cp_layer_bytes,
+    kv_repeat,
+    torch_rotate_method,
+)
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
+from trainplan.model.ops import LayerShape
+from trainplan.model.recompute_ops import (
+    RepeatedTp,
+    layout_plan,
+    recomputes_core,
+    repeated_tp,
+    repeats_all_to_all,
+)
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import exact, where
 
-__all__ = ["tp_traffic", "tp_bytes", "cp_traffic", "cp_bytes", "ep_traffic", "ep_bytes"]
+__all__ = [
+    "Recomputed",
+    "NOTHING_AGAIN",
+    "recomputed_sends",
+    "tp_traffic",
+    "tp_bytes",
+    "cp_traffic",
+    "cp_bytes",
+    "ep_traffic",
+    "ep_bytes",
+]
 
 
-def _passes(recompute: Recompute, attention_core: bool = False) -> int:
-    extra = recompute in (Recompute.FULL, Recompute.SQRT) or (
-        attention_core and recompute is Recompute.SELECTIVE
-    )
-    return 2 + int(extra)
+@dataclass(frozen=True, slots=True)
+class Recomputed:
+    """What a recomputed forward sends once more, per layer and micro-batch, by layer kind
+    (dense, MoE): the traffic table's reading of the rule the step time runs
+    (:mod:`model.recompute_ops`; :func:`model.layer_time.layer_time`)."""
+
+    tp: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+    """Tensor-parallel bytes again in units of ``one = (t−1)/t·β·S_tok·h`` for a dense and a MoE
+    layer, each (with sequence parallelism: one unit per all-gather and per reduce-scatter,
+    without: two per all-reduce)."""
+    etp: bool = False
+    """A MoE layer's expert-TP token gather and scatter again."""
+    core: tuple[bool, bool] = (False, False)
+    """The attention core re-runs in a dense, a MoE layer: its cp exchange again."""
+    all_to_all: bool = False
+    """A MoE layer's dispatch and combine again."""
+
+
+NOTHING_AGAIN = Recomputed()
+"""Without recomputation."""
+
+
+def _tp_units(again: RepeatedTp, halves: int) -> tuple[int, int]:
+    """(with SP, without) units of ``one`` the first ``halves`` halves of ``again`` send again:
+    each all-gather and reduce-scatter one, each half's all-reduce two (the time's
+    ``_tp_collectives`` waits for the same collectives)."""
+    used = again.halves[:halves]
+    return sum(ag + rs for ag, rs in used), sum(2 for h in used if any(h))
+
+
+@lru_cache(maxsize=1024)
+def recomputed_sends(
+    arch: Architecture, framework: Framework, recompute: Recompute, training: TrainingSpec
+) -> Recomputed:
+    """What a layout's recomputed forward sends again (:class:`Recomputed`), from the plan of
+    its framework and mode (:func:`model.recompute_ops.layout_plan`): under full or √n every
+    forward collective; under selective the tp collectives of
+    :func:`model.recompute_ops.repeated_tp` (Megatron-Core's ``mlp``, ``moe`` and
+    ``shared_experts`` modules; torchtitan's op-level policy re-gathers, since
+    ``_get_default_save_ops`` saves ``reduce_scatter_tensor`` outputs but not
+    ``all_gather_into_tensor``'s), the cp exchange where the plan re-runs the attention core
+    (:func:`model.recompute_ops.recomputes_core`; not under torchtitan's policy, which saves the
+    SDPA output) and the expert all-to-alls under the ``moe`` module
+    (:func:`model.recompute_ops.repeats_all_to_all`). A MoE layer without shared experts has one
+    tp half under a physical profile (:func:`tp_bytes`).
+
+    >>> from trainplan.model.specs import Architecture, TrainingSpec
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
+    >>> recomputed_sends(gpt, Framework.FSDP2, Recompute.SELECTIVE, t).tp[0]
+    (2, 4)
+    >>> recomputed_sends(gpt, Framework.MEGATRON, Recompute.SELECTIVE, t).core
+    (True, True)
+    """
+    if recompute is Recompute.NONE:
+        return NOTHING_AGAIN
+    full = recompute in (Recompute.FULL, Recompute.SQRT)
+    plan, _ = layout_plan(framework, recompute, training)
+    kinds = []
+    for moe in (False, True) if arch.moe is not None else (False,):
+        x = LayerShape(arch, moe, 1, 1, 1, flash_attention=training.flash_attention)
+        halves = 1 if moe and framework.physical and not _shared_experts(arch) else 2
+        again = repeated_tp(x, plan, full)
+        core = full or recomputes_core(x, plan)
+        kinds.append((_tp_units(again, halves), again.etp, core, repeats_all_to_all(x, plan)))
+    (dense_tp, _, dense_core, _), (moe_tp, etp, moe_core, a2a) = kinds[0], kinds[-1]
+    return Recomputed((dense_tp, moe_tp), etp, (dense_core, moe_core), full or a2a)
 
 
 def tp_traffic(
@@ -42,7 +132,7 @@ def tp_traffic(
     layer). ``one`` = ``(t−1)/t·β·S_tok·h``, one all-gather or reduce-scatter of a layer's input.
 
     ``textbook`` (conventions "Communication"; Korthikanti et al. 2022 §4.2.2): per layer, per micro-batch, per pass
-    (forward, backward, recomputed forward) 2 all-gathers + 2 reduce-scatters with sequence
+    (forward, backward, recomputed forward: :func:`recomputed_sends`) 2 all-gathers + 2 reduce-scatters with sequence
     parallelism, or 2 all-reduces without — ``4·one`` either way.
 
     Physical profiles (Megatron-Core's mechanism): with sequence parallelism the backward all-
@@ -78,11 +168,11 @@ def tp_traffic(
     if layout.tp == 1 and expert_tp == 1:
         return AxisTraffic("tp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
-    recompute = layout.recompute in (Recompute.FULL, Recompute.SQRT)
+    again = recomputed_sends(arch, Framework(layout.framework), layout.recompute, training)
     total, hidden = tp_bytes(
         arch, num_layers, num_moe_layers, first, last, layout.tp, expert_tp, layout.cp,
         layout.micro_batch_size, m, training.seq_len, training.activation_bytes, layout.sp,
-        layout.framework.physical, recompute,
+        layout.framework.physical, again,
     )  # fmt: skip
     name = "all-gather + reduce-scatter" if layout.sp else "all-reduce"
     if layout.framework.physical and expert_tp > 1:
@@ -112,12 +202,12 @@ def tp_bytes(
     beta: int,
     sp: Any,
     physical: Any,
-    recompute: bool,
+    again: Recomputed,
     keeps_gathered: bool = False,
 ) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) of :func:`tp_traffic`, from plain numbers:
-    exact for ints, element-wise for arrays of layouts. ``recompute``: full or √n (a recomputed
-    forward sends its collectives again). ``keeps_gathered``: the blocks' all-gathered inputs
+    exact for ints, element-wise for arrays of layouts. ``again``: what a recomputed forward
+    sends once more (:func:`recomputed_sends`). ``keeps_gathered``: the blocks' all-gathered inputs
     are kept for backward (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan, whose
     ``PrepareModuleInput`` redistributes the input to ``Replicate`` as an autograd op the
     column-parallel linears save), so sequence parallelism sends no second all-gather in backward
@@ -129,7 +219,10 @@ def tp_bytes(
     # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)
     moe_mlp = 0 if _shared_experts(arch) else num_moe_layers
     halves = 2 * num_layers - where(physical, moe_mlp, 0)
-    per_mb = (8 + regather + (4 if recompute else 0)) * one * halves / 2
+    (dense_sp, dense_ar), (moe_sp, moe_ar) = again.tp
+    repeated = (num_layers - num_moe_layers) * where(sp, dense_sp, dense_ar)
+    repeated = repeated + num_moe_layers * where(sp, moe_sp, moe_ar)
+    per_mb = (8 + regather) * one * halves / 2 + repeated * one
     hidden = regather * one * halves / 2 * m
     boundary = where(first, 2 * one, 0) + where(
         last, where(sp, 3, 2) * one + 3 * 2 * ring_share(tp) * 4 * tokens, 0
@@ -138,7 +231,7 @@ def tp_bytes(
     if arch.moe is not None:
         local = tokens / where(sp, tp, 1)
         routed = arch.moe.experts_per_token * local * arch.hidden_size * beta
-        etp = 2 * (expert_tp - 1) * routed * (3 if recompute else 2) * num_moe_layers
+        etp = 2 * (expert_tp - 1) * routed * (2 + int(again.etp)) * num_moe_layers
         per_mb = per_mb + where(physical, etp, 0)
     return per_mb * m, hidden
 
@@ -150,12 +243,16 @@ def cp_traffic(
     flavour (:attr:`Layout.cp_kind`) exchanges attention's inputs, per layer and micro-batch
     (:func:`model.context_parallel.cp_layer_bytes`): the ring passes each rank's K/V chunk
     ``β·S_tok·(K + V dims)/tp`` cp − 1 hops forward, twice that backward (K, V and their
-    gradients) and once more when the attention core is recomputed (full, √n and selective
-    recomputation); the all-gather sends the same bytes (all-gather of K/V forward, re-gather
+    gradients) and once more when the attention core is recomputed (full, √n, and selective
+    where the plan re-runs the core: :func:`recomputed_sends`; ``num_layers`` taken as dense
+    layers here); the all-gather sends the same bytes (all-gather of K/V forward, re-gather
     and reduce-scatter of dK/dV backward: Llama 3 §3.3.2, Transformer Engine); Ulysses
     all-to-alls Q, K, V and O over heads ((cp−1)/cp of each, forward and backward: Jacobs et al.
-    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across. MLA
-    exchanges the expanded a·(d_qk) keys and a·d_v values. Liu et al. 2023 (Ring Attention).
+    2023); the hybrid does Ulysses inside groups of ``cp_a2a`` and the ring across; PyTorch's
+    ``context_parallel`` (``pytorch-allgather``, ``pytorch-alltoall``) sends K/V as the ring does
+    and its dK/dV in FP32 after every SDPA call
+    (:func:`model.context_parallel.templated_dkv_sends`). MLA exchanges the expanded a·(d_qk) keys
+    and a·d_v values. Liu et al. 2023 (Ring Attention).
 
     Examples
     --------
@@ -172,11 +269,12 @@ def cp_traffic(
         return AxisTraffic("cp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
     ring, a2a = cp_degrees(layout.cp_kind, layout.cp, layout.cp_a2a)
+    again = recomputed_sends(arch, Framework(layout.framework), layout.recompute, training)
     total = cp_bytes(
         arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
-        training.seq_len, training.activation_bytes,
-        _passes(layout.recompute, attention_core=True) > 2,
+        training.seq_len, training.activation_bytes, again.core[0],
         kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
+        bool(torch_rotate_method(layout.cp_kind)),
     )  # fmt: skip
     name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)
     return AxisTraffic("cp", name, layout.cp, total)
@@ -193,17 +291,20 @@ def cp_bytes(
     m: Any,
     seq_len: Any,
     beta: int,
-    recomputed: bool,
+    recomputed: Any,
     kv_rep: Any = 1,
+    templated: Any = False,
 ) -> Any:
     """Bytes per step of :func:`cp_traffic`, from plain numbers (exact for ints, element-wise
     for arrays): :func:`model.context_parallel.cp_layer_bytes` of the ``S_tok = (s/cp)·b``
     tokens on a rank, times layers and micro-batches. ``ring`` and ``a2a``: the degrees of the
     K/V exchange and of the head all-to-all (:func:`model.context_parallel.cp_degrees`: the ring
     and the all-gather (cp, 1), Ulysses (1, cp)); ``recomputed``: the attention core runs again
-    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`)."""
+    in backward; ``kv_rep``: verl's repeated K/V heads (:func:`model.context_parallel.kv_repeat`);
+    ``templated``: PyTorch's ``context_parallel`` (:func:`model.context_parallel.
+    torch_rotate_method`), whose backward sends FP32 dK/dV."""
     tokens = exact(seq_len) / cp * b
-    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep)
+    per_layer = cp_layer_bytes(arch, ring, a2a, tp, tokens, beta, recomputed, kv_rep, templated)
     return per_layer * num_layers * m
 
 
@@ -230,7 +331,8 @@ def ep_traffic(
     m = layout.num_microbatches(training.global_batch_size)
     total = ep_bytes(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
-        training.seq_len, training.activation_bytes, layout.sp, _passes(layout.recompute) > 2,
+        training.seq_len, training.activation_bytes, layout.sp,
+        recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
         training.moe_run,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
@@ -251,7 +353,8 @@ def ep_bytes(
     run: MoERun = DROPLESS,
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
-    for arrays); ``recompute``: full or √n (a recomputed forward dispatches again). Each
+    for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
+    ``moe`` module: :attr:`Recomputed.all_to_all`). Each
     dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
     sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity) —
     every byte a GPU sends, whichever link it rides (DeepEP's de-duplication shortens the

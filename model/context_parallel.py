@@ -35,8 +35,9 @@ buffers the exchange holds while one layer's attention runs:
   (``torch/distributed/tensor/experimental/_attention.py``), torchtitan's CP
   (``context_parallel_rotate_method`` ``allgather``, its default, or ``alltoall``): a ring
   attention of cp SDPA calls per pass whose K/V arrive by one all-gather or cp − 1 sends, with
-  dK/dV passed on in FP32 in backward (:func:`torch_rotate_method`, :func:`templated_merge_bytes`).
-  The traffic table and the buffers count them as the ring (the same K/V bytes forward).
+  dK/dV passed on in FP32 in backward (:func:`torch_rotate_method`, :func:`templated_merge_bytes`,
+  :func:`templated_dkv_sends`). The traffic table counts those sends too (:func:`cp_layer_bytes`);
+  the buffers count them as the ring's.
 * ``a2a+p2p`` — the hybrid (TE ``cp_comm_type = "a2a+p2p"``, Megatron-Core
   ``--hierarchical-context-parallel-sizes u r``): Ulysses over an inner group of u = ``cp_a2a``
   consecutive cp ranks, then a ring over the r = cp/u groups. After the inner all-to-all a
@@ -68,6 +69,7 @@ __all__ = [
     "cp_collective",
     "torch_rotate_method",
     "templated_merge_bytes",
+    "templated_dkv_sends",
 ]
 
 
@@ -196,8 +198,9 @@ def cp_layer_bytes(
     tp: Any,
     tokens: Any,
     beta: int,
-    recomputed: bool,
+    recomputed: Any,
     kv_rep: Any = 1,
+    templated: Any = False,
 ) -> Any:
     """Bytes one GPU sends for one layer's attention, one micro-batch, forward and backward
     (and the recomputed forward when ``recomputed``), exact for ints and Fractions, element-wise
@@ -207,6 +210,8 @@ def cp_layer_bytes(
     * K/V exchange over r ranks (ring or all-gather; hybrid: across the groups): ``(r − 1)·KV``
       forward (ring: r − 1 hops; all-gather: (r−1)/r of the r·KV gathered), twice in backward
       (K/V again and dK/dV: ring hops, or TE's re-gather and reduce-scatter), once more recomputed.
+      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, but the dK/dV of
+      :func:`templated_dkv_sends` (the step time's sends): at cp 8 30·KV, not the ring's 21·KV.
     * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
       its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
       re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.
@@ -215,13 +220,16 @@ def cp_layer_bytes(
     Examples
     --------
     Ring, cp 2, MHA with a·d = 8 (K + V: 16 elements per token), S = 4 tokens, tp 1, β 2:
-    KV = 2·4·16 = 128 B; (2 − 1)·128 × 3 = 384.
+    KV = 2·4·16 = 128 B; (2 − 1)·128 × 3 = 384. PyTorch's flavours: (2 − 1)·128 × 2 K/V and
+    2 sends of 2·128 B FP32 dK/dV: 256 + 512 = 768.
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> cp_layer_bytes(arch, 2, 1, 1, 4, 2, False)
     Fraction(384, 1)
+    >>> cp_layer_bytes(arch, 2, 1, 1, 4, 2, False, templated=True)
+    Fraction(768, 1)
 
     Ulysses, cp 2: Q = O = 64 B, KV = 128 B; ½·(256 + 320) = 288.
 
@@ -234,8 +242,10 @@ def cp_layer_bytes(
     Fraction(416, 1)
     """
     q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
-    extra = 1 if recomputed else 0
-    exchange = (r - 1) * kv * (3 + extra)
+    extra = where(recomputed, 1, 0)
+    sends, dkv = templated_dkv_sends(kv, r)
+    ring = (r - 1) * kv * (3 + extra)
+    exchange = where(templated, (r - 1) * kv * (2 + extra) + sends * dkv, ring)
     kv_a2a = kv * kv_rep
     a2a = exact(u - 1) / u * ((q + kv_a2a + o) * (1 + extra) + q + kv_a2a + 2 * o)
     return exchange + a2a
@@ -364,3 +374,20 @@ def templated_merge_bytes(q: float, kv: float, o: float, r: int) -> tuple[float,
     forward = (19 * r - 13) * o + 2 * (r - 1) * kv
     backward = (5 * r + 5) * q + (12.5 * r + 1.5) * kv
     return forward, backward
+
+
+def templated_dkv_sends(kv: Any, r: Any) -> tuple[Any, Any]:
+    """(sends, bytes of each) of the dK/dV that PyTorch's ring-attention backward passes to the
+    next rank per layer and micro-batch, for this rank's BF16 K + V bytes ``kv`` over r ranks
+    (``torch/distributed/tensor/experimental/_attention.py``,
+    ``_templated_ring_attention_backward``): the gradients accumulate in FP32
+    (``accum_dtype = torch.float32`` under ``_cp_options.convert_to_f32``, the default) and
+    ``dkv_rotater.exchange_buffers`` sends ``torch.cat`` of dK and dV after every one of the r
+    SDPA calls, the last received after the loop: r sends of 2·KV. The step time waits for
+    them (:func:`model.layer_time.layer_time`) and the traffic table counts them
+    (:func:`cp_layer_bytes`). Exact for ints and Fractions, element-wise for arrays.
+
+    >>> templated_dkv_sends(128, 4)
+    (4, 256)
+    """
+    return r, 2 * kv

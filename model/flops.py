@@ -194,14 +194,25 @@ class StepFlops:
     model_flops: int
     """MFU numerator under the chosen :class:`MfuConvention`."""
     hardware_flops: int
-    """HFU numerator: model FLOPs plus the recomputed FLOPs (PaLM Appendix B), so HFU ≥ MFU under
-    every convention; for the GPT layer under ``megatron`` with full recomputation it is Eq. 3."""
+    """HFU numerator: the model FLOPs of the same convention plus the recomputed FLOPs (PaLM
+    Appendix B), so HFU ≥ MFU under every convention (an HFU is only compared with the MFU of
+    its own convention: :attr:`with_attention_hardware_flops` beside the ``6n+attention`` MFU);
+    for the GPT layer under ``megatron`` with full recomputation it is Eq. 3."""
     recomputed_flops: int
     """Of ``hardware_flops``, the recomputed forward work."""
     pack_model_flops: int | None = None
     """With packed documents (``docs``), the model FLOPs of a counter that takes each pack for
     one sequence (its s² attention pairs; Megatron-LM's counter before it read
     ``cu_seqlens``): the MFU such a counter reports. None without packing."""
+    with_attention_model_flops: int = 0
+    """The model FLOPs under ``6n+attention`` whatever the convention (``6·N·B·s`` plus 3 × the
+    attention cores' forward FLOPs, PaLM Appendix B): the figure printed beside a ``6n`` MFU."""
+
+    @property
+    def with_attention_hardware_flops(self) -> int:
+        """:attr:`with_attention_model_flops` plus the recomputed FLOPs: the HFU under the same
+        ``6n+attention`` convention, so it is never below that MFU."""
+        return self.with_attention_model_flops + self.recomputed_flops
 
 
 def recompute_forward_flops(
@@ -273,7 +284,11 @@ def step_flops(
     if docs is not None:
         fwd = sum(layer_forward_flops(arch, i, s, B, causal) for i in layers)
         pack = _model_flops(arch, active_params, s, B, convention, causal, fwd, logits_fwd, None)
-    return StepFlops(model, model + recomputed, recomputed, pack)
+    with_attention = _model_flops(
+        arch, active_params, s, B, MfuConvention.SIX_N_ATTENTION, causal, layers_fwd, logits_fwd,
+        docs,
+    )  # fmt: skip
+    return StepFlops(model, model + recomputed, recomputed, pack, with_attention)
 
 
 def _model_flops(

@@ -43,7 +43,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.context_parallel import cp_tensor_bytes, templated_merge_bytes
+from trainplan.model.context_parallel import (
+    cp_tensor_bytes,
+    templated_dkv_sends,
+    templated_merge_bytes,
+)
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import (
     all_to_all_sent,
@@ -268,20 +272,22 @@ def _templated_collectives(
     call takes 1/r of the core. K/V: the all-gather rotater issues one all-gather of
     (r − 1)·KV before the first call and waits for it before the second; the all-to-all rotater
     sends KV to the next rank r − 1 times, each under one call. Backward: the same K/V exchange,
-    and dK/dV in FP32 (2·KV) sent to the next rank after every call (``dkv_rotater``, an
-    all-to-all rotater), each under the next call but the last, which is waited for."""
+    and dK/dV in FP32 sent to the next rank after every call (``dkv_rotater``, an all-to-all
+    rotater: :func:`model.context_parallel.templated_dkv_sends`, the sends the traffic table
+    counts), each under the next call but the last, which is waited for."""
     if c.cp_templated == "allgather":
         kv_pass = [(_coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c), 1)]
     else:
         kv_pass = [(_coll(Collective.SEND_RECV, 2, kv, c.cp_link, c), r - 1)]
-    dkv = _coll(Collective.SEND_RECV, 2, 2 * kv, c.cp_link, c)
+    sends, dkv_bytes = templated_dkv_sends(kv, r)
+    dkv = _coll(Collective.SEND_RECV, 2, dkv_bytes, c.cp_link, c)
     total = exposed = 0.0
     for core_s, times in ((core[0], 1 + int(recomputed)), (core[1], 1)):
         for t, n in kv_pass:
             total += t * n * times
             exposed += max(0.0, t - core_s / r) * n * times
-    total += r * dkv
-    exposed += (r - 1) * max(0.0, dkv - core[1] / r) + dkv
+    total += sends * dkv
+    exposed += (sends - 1) * max(0.0, dkv - core[1] / r) + dkv
     return total, exposed
 
 

@@ -177,19 +177,20 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo
     key = (case.model, case.training, case.vocab_multiple, shapes, case.device.host_memory_bytes)
     if key not in memo:
         memo[key] = _memory(c, table, zs, rs, P)
-    mem = _with_communicators(memo[key], c, table, P)
+    mem = _with_communicators(memo[key], c, table, zs, P)
     times = _times(c, table, zs, rs, mem["legal"])
     cap = np.array([_capacity(job, s, headroom) for s in shapes], dtype=np.int64)
     fits = _fits(job, shapes, zs, rs, mem, cap)
     return mem, times, cap, fits
 
 
-def _with_communicators(mem: dict, c: Context, table: ShapeColumns, P: int) -> dict:
+def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
-    [N, 1, P]; they read the accelerator's node and NIC and the links, so they are not shared
-    between jobs) held in both phases: ``max(state + act, step) + comm`` as
-    :attr:`model.terms.peak.StageMemory.total_bytes`."""
-    (comm,) = tabulate(term("comm_memory"), c, table, {}, lambda b: (b,), P)
+    [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
+    accelerator's node and NIC and the links, so they are not shared between jobs) held in both
+    phases: ``max(state + act, step) + comm`` as :attr:`model.terms.peak.StageMemory.total_bytes`."""
+    modifiers = {"zero_stage": tuple(zs)}
+    (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
     return mem | {"state": mem["state"] + comm, "step": mem["step"] + comm}
 
 

@@ -465,7 +465,12 @@ def test_a_size_only_verdict_says_it_covers_model_state_only():
     total = mem["model_state_bytes"] + mem["communicator_bytes"]  # NCCL's tp, dp and pp groups
     assert mem["total_bytes"] == total and mem["activations_bytes"] is None
     assert mem["fits"] and mem["fits_covers"] == "model state only"
-    assert "verdict: fits (model state only: activations unknown" in run(*args).stdout
+    text = run(*args).stdout
+    assert "verdict: fits (model state only: activations unknown" in text
+    # no line for a term a size-only model has no figure for (it once printed a "—" line for
+    # the context-parallel buffers)
+    memory = text.split("Memory per GPU")[1].split("verdict")[0]
+    assert "context-parallel" not in memory and "—" not in memory
     full = json.loads(run("evaluate", "--model", "llama3-8b", "--json").stdout)["memory"]
     assert full["fits_covers"] == "model state and activations"
 
@@ -508,6 +513,9 @@ def test_a_6n_mfu_prints_the_attention_inclusive_figure_beside_it():
     assert t["mfu_with_attention"] == pytest.approx(t["mfu"] * ratio, rel=1e-12)
     text = run("example", "llama3-405b-128k").stdout
     assert f"MFU {t['mfu']:.1%} (6n; {t['mfu_with_attention']:.1%} with attention FLOPs" in text
+    # each HFU beside the MFU of its own convention, never below it
+    assert t["hfu"] >= t["mfu"] and t["hfu_with_attention"] >= t["mfu_with_attention"]
+    assert f"HFU {t['hfu']:.1%} (6n; {t['hfu_with_attention']:.1%} with attention FLOPs)" in text
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,11 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
-    lines += [f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name[0] in "=c"]
+    # the total and the capacity always; every other line only where its term applies
+    always = ("=", "capacity")
+    lines += [
+        f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name.startswith(always)
+    ]
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
@@ -186,12 +190,14 @@ def _cp_kind_text(lay: dict[str, Any]) -> str:
     return f"{kind} (a2a {lay['cp_a2a']})" if lay.get("cp_a2a") else kind
 
 
-def _mfu_conventions(d: dict[str, Any]) -> str:
-    """Beside a 6n MFU, which leaves attention out, the attention-inclusive figure."""
+def _mfu_conventions(d: dict[str, Any], which: str) -> str:
+    """Beside a 6n MFU or HFU (``which``), which leaves attention out, the attention-inclusive
+    figure: each HFU beside the MFU of its own convention, so neither is below its MFU."""
     flops, t = d.get("flops") or {}, d["time"]
-    if flops.get("convention") != "6n" or t.get("mfu_with_attention") is None:
+    if flops.get("convention") != "6n" or t.get(f"{which}_with_attention") is None:
         return ""
-    return f" (6n; {_pct(t['mfu_with_attention'])} with attention FLOPs, 6n+attention)"
+    tail = ", 6n+attention" if which == "mfu" else ""
+    return f" (6n; {_pct(t[f'{which}_with_attention'])} with attention FLOPs{tail})"
 
 
 def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
@@ -296,8 +302,9 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             else ""
         )
         + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
-        + _mfu_conventions(d)
+        + _mfu_conventions(d, "mfu")
         + f", HFU {_pct(t['hfu'])}"
+        + _mfu_conventions(d, "hfu")
     )
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.render.assumptions import assumptions, tp_block_inputs
 from trainplan.model.estimate import Estimate
-from trainplan.model.flops import MfuConvention, step_flops, utilisation
+from trainplan.model.flops import utilisation
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.phases import construction_peak_bytes
@@ -20,7 +20,13 @@ from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
 
-__all__ = ["estimate_to_dict", "assumptions", "mfu_with_attention", "bound_notes"]
+__all__ = [
+    "estimate_to_dict",
+    "assumptions",
+    "mfu_with_attention",
+    "hfu_with_attention",
+    "bound_notes",
+]
 
 
 def _time_model(est: Estimate) -> str:
@@ -56,22 +62,22 @@ def mfu_with_attention(est: Estimate) -> float | None:
     """MFU under the ``6n+attention`` convention (PaLM Appendix B: 6·N plus the attention FLOPs,
     halved for the causal mask when ``causal_attention_flops``), whatever convention the estimate
     uses — printed beside a ``6n`` MFU, which leaves attention out and so understates long
-    contexts (Llama 3's Table 4 counts it). A 0–1 fraction; None without dimensions or a step
-    time."""
-    arch = est.model.arch
-    if arch is None or est.step_s is None:
+    contexts (Llama 3's Table 4 counts it), with the HFU of the same convention
+    (:func:`hfu_with_attention`). A 0–1 fraction; None without dimensions or a step time."""
+    return _utilisation(est, est.flops.with_attention_model_flops if est.flops else None)
+
+
+def hfu_with_attention(est: Estimate) -> float | None:
+    """HFU under the same ``6n+attention`` convention (model FLOPs + recomputed FLOPs,
+    :attr:`model.flops.StepFlops.with_attention_hardware_flops`): never below
+    :func:`mfu_with_attention`."""
+    return _utilisation(est, est.flops.with_attention_hardware_flops if est.flops else None)
+
+
+def _utilisation(est: Estimate, flops: int | None) -> float | None:
+    if flops is None or est.step_s is None:
         return None
-    t, lay = est.training, est.layout
-    flops = step_flops(
-        arch,
-        est.num_active_params,
-        t.seq_len,
-        t.global_batch_size,
-        lay.recompute,
-        MfuConvention.SIX_N_ATTENTION,
-        est.options.causal_attention_flops,
-    )
-    return utilisation(flops.model_flops, est.step_s, lay.num_gpus, est.device.peak_flops_per_s)
+    return utilisation(flops, est.step_s, est.layout.num_gpus, est.device.peak_flops_per_s)
 
 
 def bound_notes(est: Estimate) -> list[str]:
@@ -317,6 +323,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         "mfu_pack": est.mfu_pack,
         "mfu_with_attention": mfu_with_attention(est),
         "hfu": est.hfu,
+        "hfu_with_attention": hfu_with_attention(est),
         "tokens_per_s": None
         if est.step_s is None
         else t.global_batch_size * t.seq_len / est.step_s,

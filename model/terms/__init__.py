@@ -92,9 +92,9 @@ TERMS: tuple[Term, ...] = (
         comm_memory_term,
         frozenset(
             {"tp", "dp", "cp", "cp_kind", "cp_a2a", "ep", "etp", "pp", "schedule", "virtual_stages"}
-            | {"framework", "rank_order"}
+            | {"framework", "rank_order", "zero_stage"}
         ),
-        ("pp", "framework"),
+        ("pp", "framework", "zero_stage"),
         True,
         "bytes",
         "ceil",

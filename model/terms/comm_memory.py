@@ -59,6 +59,7 @@ __all__ = [
     "p2p_channels_per_peer",
     "net_channels_per_peer",
     "comm_memory_term",
+    "grad_stats_rings",
 ]
 
 MIB = 2**20
@@ -185,6 +186,12 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       experts, the expert data-parallel group (``expert_shard_degree``) and the expert
       tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
       flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
+      Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); under DualPipe the
+      two-rank group of ranks r and pp − 1 − r, which hold the two copies of the same stages and
+      sum their gradients (DeepSeek-V3 report §3.2.1, Table 2 "Parameter 2×"; deepseek-ai/DualPipe
+      ``examples/example_dualpipe.py`` builds both stages on each rank and creates no group, so
+      no public code names it: counted as one two-rank ring, as the embedding pair is — DualPipe
+      runs under ``textbook`` only here, where the term is 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
@@ -195,8 +202,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     0 under the ``textbook`` profile (the paper convention counts no runtime memory).
 
     Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, schedule, virtual_stages, framework,
-    rank_order.
-    Control: pp, framework.
+    rank_order, zero_stage.
+    Control: pp, framework, zero_stage.
     """
     if not Framework(f.framework).physical:
         return 0
@@ -216,4 +223,37 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
         total = total + communicator_bytes(ends, 0, 0)
-    return total
+    total = total + grad_stats_rings(c, f) * communicator_bytes(True, 0, 0)
+    mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
+    return total + communicator_bytes(mirror, 0, 0)
+
+
+def grad_stats_rings(c: Context, f: Fields) -> Any:
+    """Rings of the process groups Megatron-Core's optimizer reduces its gradient statistics
+    over (the grad norm for ``--clip-grad``, 1.0 by default, and the zero count: ``clip_grads.py``
+    ``get_grad_norm_fp32`` / ``count_zeros_fp32`` all-reduce over
+    ``optimizer.get_grad_stats_parallel_group()``), groups of their own that no other collective
+    uses (``megatron/core/optimizer/__init__.py``, ``_get_megatron_optimizer_based_on_param_groups``):
+
+    * the distributed optimizer (ZeRO-1): the intra-instance group
+      (``parallel_state.py`` ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP``: the tp-ep-pp groups
+      of one optimizer instance, with the default single instance every GPU), one ring where
+      the job has more than one GPU;
+    * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
+      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
+      tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
+      ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
+      rank.
+
+    0 under the other profiles (DeepSpeed and FSDP2 reduce their norms over groups counted
+    already). Counted as a ring like every collective group here (a one-float all-reduce; NCCL
+    may connect its tree instead, not modelled)."""
+    if Framework(f.framework) is not Framework.MEGATRON:
+        return 0
+    world = f.tp * f.pp * f.shard_degree
+    arch = c.model.arch
+    experts = 0
+    if arch is not None and arch.moe is not None:
+        experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
+    ddp = where(f.tp * f.pp > 1, 1, 0) + experts
+    return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)

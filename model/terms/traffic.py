@@ -7,7 +7,8 @@ layout's traffic is follows one rule per axis, written here once:
   layout's framework runs its ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`);
 * tp: the stage that sends the most (its layers, the embedding on the first stage, the output
   layer on the last), with what of it the framework hides under a GEMM;
-* cp: the stage with the most layers; ep: the stage with the most MoE layers;
+* cp: the stage that sends the most (its dense and MoE layers, each with its recompute rule);
+  ep: the stage with the most MoE layers;
 * pp: a middle stage's sends, split over tp with sequence parallelism, under the textbook
   profile, or with Megatron-LM's scatter/gather (:attr:`model.layout.Layout.pipeline_scatter_gather`);
   plus the tied embedding's all-reduce between the ends (physical profiles).
@@ -22,8 +23,8 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
-from trainplan.model.comm_layers import cp_bytes, ep_bytes, tp_bytes
-from trainplan.model.context_parallel import cp_collective
+from trainplan.model.comm_layers import cp_bytes, ep_bytes, recomputed_sends, tp_bytes
+from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
@@ -96,19 +97,21 @@ def most_layers(c: Context, f: Fields) -> tuple[Any, Any]:
 def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) tensor parallelism sends on the stage that
     sends the most (:func:`model.comm_layers.tp_bytes`: its layers, the embedding's and the output
-    layer's collectives at the ends, expert tensor parallelism's token gathers). ``recompute``
-    overrides the layout's mode."""
+    layer's collectives at the ends, expert tensor parallelism's token gathers), with what the
+    recomputed forward sends again (:func:`model.comm_layers.recomputed_sends`, the rule the
+    step time runs). ``recompute`` overrides the layout's mode."""
     arch, t = c.arch, c.training
     mode = f.recompute if recompute is None else recompute
-    full = mode in (Recompute.FULL, Recompute.SQRT)
-    physical = Framework(f.framework).physical
-    keeps = keeps_gathered_inputs(Framework(f.framework), t)
+    framework = Framework(f.framework)
+    again = recomputed_sends(arch, framework, Recompute(mode), t)
+    keeps = keeps_gathered_inputs(framework, t)
 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
             arch, layers, moe, g.stage == 0, output_stage(g), g.tp, g.expert_tp, g.cp,
-            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, physical, full, keeps,
+            g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, framework.physical,
+            again, keeps,
         )  # fmt: skip
 
     total, hidden = stage_tuple(f.stages(stage))
@@ -117,28 +120,59 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
 
 
 def cp_traffic_bytes(c: Context, f: Fields) -> Any:
-    """Bytes per step the cp ranks exchange on the stage with the most layers, as the layout's
-    CP flavour does (:func:`model.comm_layers.cp_bytes`); the attention core runs again in backward
-    under any recomputation."""
+    """Bytes per step the cp ranks exchange on the stage that sends the most, as the layout's
+    CP flavour does (:func:`model.comm_layers.cp_bytes`), its dense and MoE layers each with the
+    exchange again where the recompute plan re-runs their attention core
+    (:attr:`model.comm_layers.Recomputed.core`: full and √n, Megatron-Core's ``core_attn``; not
+    torchtitan's op-level policy, which saves the SDPA output)."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp")
-    layers, _ = most_layers(c, f)
-    return cp_bytes(
-        c.arch, layers, f.cp, r, u, f.tp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.recompute is not Recompute.NONE, rep,
-    )  # fmt: skip
+    templated = f.lookup(_templated, (), "cp_kind")
+    core = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t).core
+
+    def stage(g: Fields) -> Any:
+        layers, moe = _layers(c, g)
+        return sum(
+            cp_bytes(
+                c.arch,
+                n,
+                g.cp,
+                r,
+                u,
+                g.tp,
+                g.micro_batch_size,
+                g.m,
+                t.seq_len,
+                t.activation_bytes,
+                again,
+                rep,
+                templated,
+            )  # fmt: skip
+            for n, again in ((layers - moe, core[0]), (moe, core[1]))
+        )
+
+    return stage_max(f.stages(stage))
+
+
+def _templated(kind: CpKind) -> bool:
+    """Whether the CP flavour is PyTorch's ``context_parallel`` (:func:`model.context_parallel.
+    torch_rotate_method`), whose backward sends FP32 dK/dV after every SDPA call."""
+    return bool(torch_rotate_method(CpKind(kind)))
 
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
     (:func:`model.comm_layers.ep_bytes`: the rows the run's routing sends, padding included,
-    :attr:`model.specs.TrainingSpec.moe_run`)."""
+    :attr:`model.specs.TrainingSpec.moe_run`), again in a recomputed forward under full or √n
+    recomputation and Megatron-Core's ``moe`` module (:attr:`model.comm_layers.Recomputed.
+    all_to_all`)."""
     t = c.training
     _, moe = most_layers(c, f)
+    again = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, f.recompute in (Recompute.FULL, Recompute.SQRT), t.moe_run,
+        f.sp, again.all_to_all, t.moe_run,
     )  # fmt: skip
 
 

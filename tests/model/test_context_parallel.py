@@ -34,6 +34,7 @@ from trainplan.model.context_parallel import (
     cp_degrees,
     cp_layer_bytes,
     cp_transient_bytes,
+    templated_dkv_sends,
     templated_merge_bytes,
     torch_rotate_method,
 )
@@ -279,6 +280,20 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
     assert (
         err.startswith("Error: cp: ulysses splits the heads over 16 ranks") and err.count("\n") == 1
     )
+
+
+@pytest.mark.parametrize("kind", ["pytorch-allgather", "pytorch-alltoall"])
+def test_pytorch_context_parallel_traffic_counts_the_fp32_dkv_sends(kind):
+    """PyTorch's ring attention (``_templated_ring_attention_backward``) sends K/V (r − 1)·16 MiB
+    forward and again in backward, and after each of its r = 8 SDPA calls the FP32 dK/dV,
+    2·16 MiB: 112 + 112 + 8·32 = 480 MiB per layer, 144 MiB (43 %) more than the ring's 336;
+    full recomputation sends the forward's K/V once more: 592 MiB. The same sends the step time
+    waits for (``templated_dkv_sends``)."""
+    est = _evaluate(cp_kind=kind, framework="fsdp2")
+    assert _cp_row(est).bytes_per_step == 480 * MiB * LAYERS
+    full = _evaluate(cp_kind=kind, framework="fsdp2", recompute="full")
+    assert _cp_row(full).bytes_per_step == 592 * MiB * LAYERS
+    assert templated_dkv_sends(16 * MiB, 8) == (8, 32 * MiB)
 
 
 def test_pytorch_context_parallel_is_its_own_flavour_under_fsdp2_only():

@@ -26,7 +26,7 @@ from trainplan.interface.cli import _register, cli
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
-from trainplan.model.comm_layers import tp_bytes
+from trainplan.model.comm_layers import NOTHING_AGAIN, recomputed_sends, tp_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
@@ -36,7 +36,7 @@ from trainplan.model.frameworks import (
     Framework,
     check_framework,
 )
-from trainplan.model.layout import Layout
+from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
@@ -352,7 +352,33 @@ def test_torchtitan_tp_sends_no_backward_regather():
     2 layers, tp 2, 4 tokens, h 8, β 2: one gather = ½·2·4·8 = 32 B, the re-gathers 2·32·2 = 128."""
     arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
                         ffn_hidden_size=32, vocab_size=16)  # fmt: skip
-    args = (arch, 2, 0, False, False, 2, 1, 1, 1, 1, 4, 2, True, True, False)
+    args = (arch, 2, 0, False, False, 2, 1, 1, 1, 1, 4, 2, True, True, NOTHING_AGAIN)
     megatron, megatron_hidden = tp_bytes(*args)
     torchtitan, torchtitan_hidden = tp_bytes(*args, keeps_gathered=True)
     assert megatron - torchtitan == 128 and megatron_hidden == 128 and torchtitan_hidden == 0
+
+
+def test_torchtitan_selective_recompute_gathers_the_block_inputs_again():
+    """torchtitan's op-level SAC saves ``reduce_scatter_tensor`` outputs but not
+    ``all_gather_into_tensor``'s (``torchtitan/distributed/activation_checkpoint.py``
+    ``_get_default_save_ops``), so its recomputed forward gathers each half's input again: one
+    all-gather per half, the re-gather the step time charges (``repeated_tp``), on top of the
+    8 units of a layer's forward and backward. Megatron-Core's default ``core_attn`` repeats no
+    tp collective; its ``mlp`` module repeats the MLP's gather and scatter. By hand: 2 layers,
+    tp 2, 4 tokens, h 8, β 2, one = 32 B: torchtitan 2·(8 + 2)·32 = 640 B, Megatron-Core
+    (re-gathering for the weight gradients) 2·(8 + 2)·32 = 640 B, with ``mlp`` 2·12·32 = 768 B."""
+    from dataclasses import replace
+
+    arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+                        ffn_hidden_size=32, vocab_size=16)  # fmt: skip
+    t = TrainingSpec(seq_len=4, global_batch_size=1)
+    titan = recomputed_sends(arch, Framework.FSDP2, Recompute.SELECTIVE, t)
+    assert titan.tp[0] == (2, 4) and titan.core == (False, False)
+    args = (arch, 2, 0, False, False, 2, 1, 1, 1, 1, 4, 2, True, True)
+    assert tp_bytes(*args, titan, keeps_gathered=True)[0] == 640
+    assert tp_bytes(*args, NOTHING_AGAIN, keeps_gathered=True)[0] == 512
+    core = recomputed_sends(arch, Framework.MEGATRON, Recompute.SELECTIVE, t)
+    assert core.tp[0] == (0, 0) and tp_bytes(*args, core)[0] == 640
+    mlp = replace(t, recompute_modules=("mlp",))
+    again = recomputed_sends(arch, Framework.MEGATRON, Recompute.SELECTIVE, mlp)
+    assert tp_bytes(*args, again)[0] == 768

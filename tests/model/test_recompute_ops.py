@@ -116,3 +116,21 @@ def test_a_recomputed_mlp_gathers_and_scatters_again():
     assert mlp.tp_exposed_s - base.tp_exposed_s == pytest.approx(ag + rs)
     op_level = layer_time(x, c, SEL, (OP_LEVEL,))
     assert op_level.tp_s - base.tp_s == pytest.approx(2 * ag)
+
+
+def test_the_time_model_pages_worked_figure():
+    """docs/concepts/time-model.md "Selective recomputation, per module": Llama 3 8B, one layer,
+    one 4,096-token sequence: GEMM FLOPs recomputed 0 (core_attn), 6·s·h·f (mlp) and
+    2·s·h·(g·d + h + f) (torchtitan's op-level policy)."""
+    from trainplan.model.recompute_ops import recomputed_gemm_flops
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("llama3-8b").model.arch
+    s, h, f, gd = 4096, 4096, 14336, 8 * 128
+
+    def gemms(plan: tuple[str, ...]) -> int:
+        return recomputed_gemm_flops(arch, False, s, 1, plan, False)
+
+    assert gemms(("core_attn",)) == 0
+    assert gemms(("mlp",)) == 6 * s * h * f == 1_443_109_011_456
+    assert gemms((OP_LEVEL,)) == 2 * s * h * (gd + h + f) == 652_835_028_992

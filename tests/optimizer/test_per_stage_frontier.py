@@ -24,12 +24,15 @@ from trainplan.optimizer.space import SearchSpace
 def tiny_problem(gpus: tuple[int, ...], capacity: float | None = None, price: float | None = None):
     """The 6-layer tiny model of test_per_stage on H100 (s 8192, B 8, b 1), tp 1 when a
     ``capacity`` (bytes per GPU, through the headroom) is given so that pipelining is what
-    saves memory."""
+    saves memory. Megatron-Core's distributed optimizer (ZeRO-1) only, so that every layout of
+    more than one GPU holds its gradient-statistics ring over all the GPUs
+    (:func:`model.terms.comm_memory.grad_stats_rings`) beside its other communicators; at dp 1
+    ZeRO-1 holds the bytes of ZeRO-0 (2 + 4 + 12/1 B per parameter)."""
     case = tiny_case(6, 1)
     headroom = 0.0 if capacity is None else 1 - capacity / case.device.usable_bytes(True)
     jobs = tuple(Job(case, g, f"{g} GPUs", price) for g in gpus)
     tp = None if capacity is None else (1,)
-    space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=tp)
+    space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=tp, zero_stages=(1,))
     return Problem(jobs=jobs, space=space, constraints=Constraints(headroom=headroom))
 
 
@@ -91,9 +94,10 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert len(want) == 14
-    # every layout of 2 GPUs holds one NCCL communicator of 32 channels × 12 MiB (the tp or dp
-    # ring, or the pipeline's one neighbour inside the node): 402,653,184 B beside each figure
-    comm = 32 * 12 * 2**20
+    # every layout of 2 GPUs holds two NCCL communicators of 32 channels × 12 MiB (the tp or dp
+    # ring, or the pipeline's one neighbour inside the node, and the distributed optimizer's
+    # gradient-statistics ring over both GPUs): 805,306,368 B beside each figure
+    comm = 2 * 32 * 12 * 2**20
     assert want[0] == (112_609_792 + comm, 32_487_949, "uniform")
     assert want[1] == (120_998_400 + comm, 31_048_399, "per-stage")
     assert (193_534_976 + comm, 15_595_724, "uniform") in want  # tp 1, full: covers the loss
@@ -119,21 +123,23 @@ COMM = 32 * 12 * 2**20
 """One NCCL communicator of 32 channels × 12 MiB on a GPU (402,653,184 B,
 :func:`model.terms.comm_memory.communicator_bytes`): a ring, or one point-to-point peer inside
 the node (32 channels per NVLink peer)."""
-BUDGET = 160e6 + COMM
-"""The tiny model's budget: 160 MB of tensors beside one communicator."""
+BUDGET = 160e6 + 2 * COMM
+"""The tiny model's budget: 160 MB of tensors beside two communicators."""
 
 
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
-    """tp 1 and 160 MB + one communicator (562,653,184 B) per GPU: 1 GPU holds no communicator
-    and keeps every layer; on 2 no uniform layout fits (pp 2 under full recomputation needs
-    165,142,016 B + COMM) but 4 + 2 layers with 4 and 2 recomputed do; 3, 4, 6 and 8 GPUs hold
-    no plan.
+    """tp 1 and 160 MB + two communicators (965,306,368 B) per GPU: 1 GPU holds no
+    communicator and keeps every layer; on 2 no uniform layout fits (pp 2 under full
+    recomputation needs 165,142,016 B + 2·COMM) but 4 + 2 layers with 4 and 2 recomputed do; 3,
+    4, 6 and 8 GPUs hold no plan.
 
     NCCL's communicators (:func:`model.terms.comm_memory.comm_memory_term`, every group inside
     one 8-GPU H100 node, so 32 channels per peer): a dp ring holds COMM on every GPU; a pipeline
     stage holds COMM per neighbouring stage (1 at the ends, 2 in the middle; 2 everywhere under
-    the interleaved schedule). So every 2-GPU layout (dp 2, or pp 2 with one neighbour) holds
-    exactly COMM on each GPU and keeps the 160 MB story below; 1 GPU holds none.
+    the interleaved schedule); the distributed optimizer's gradient-statistics group over every
+    GPU holds COMM on each of more than one. So every 2-GPU layout (dp 2, or pp 2 with one
+    neighbour) holds exactly 2·COMM on each GPU and keeps the 160 MB story below; 1 GPU holds
+    none.
 
     By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
     a layer holds 4h² + 3·h·688 + 2h = 791,040 parameters, the last stage's 2 layers with the
@@ -153,9 +159,9 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     * 2 GPUs (pp 2, ZeRO-0), 4 + 2 layers. The last stage with both recomputed:
       33,200,640 + 2 × 4,194,304 + max(63,176,704, 16,777,216) + 41,943,040 = 146,708,992 B;
       the first stage (4 of 4 recomputed, 2 in flight): 3,426,304 × 18 + 2 × 4 × 4,194,304 +
-      63,176,704 = 158,404,608 B, the plan's peak; each + COMM.
-    * 3 to 8 GPUs: any pp ≥ 3 has a middle stage, and pp 2 with dp ≥ 2 a dp ring: 2 × COMM =
-      805,306,368 B > the budget. dp alone holds COMM and the whole model, whose least is
+      63,176,704 = 158,404,608 B, the plan's peak; each + 2·COMM.
+    * 3 to 8 GPUs: any pp ≥ 3 has a middle stage, and pp 2 with dp ≥ 2 a dp ring: 3 × COMM =
+      1,207,959,552 B > the budget. dp alone holds 2·COMM and the whole model, whose least is
       ZeRO-1's 5,270,784 × (2 + 4) = 31,624,704 B of state with every layer recomputed:
       6 × 4,194,304 + 63,176,704 + 41,943,040 = 130,285,568 B of activations, 161,910,272 B
       > 160 MB.
@@ -182,11 +188,11 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     assert (one.estimate.layout.recompute, one.estimate.stages[0].communicator_bytes) == ("none", 0)
     assert int(one.estimate.stages[0].total_bytes) == 557_820_416
     two = next(p for p in got.points if p.value == 2)
-    assert peak_bytes(two.estimate) == 158_404_608 + COMM
+    assert peak_bytes(two.estimate) == 158_404_608 + 2 * COMM
     assert [int(s.total_bytes) for s in two.estimate.stages] == [
-        158_404_608 + COMM, 146_708_992 + COMM
+        158_404_608 + 2 * COMM, 146_708_992 + 2 * COMM
     ]  # fmt: skip
-    assert [s.communicator_bytes for s in two.estimate.stages] == [COMM, COMM]
+    assert [s.communicator_bytes for s in two.estimate.stages] == [2 * COMM, 2 * COMM]
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -263,7 +269,7 @@ def _run(monkeypatch, capsys, *args):
 
 def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path):
     """Llama 3 70B at 8K on 16 and 32 H100 against GPU count: on 16 the per-stage plan (40 + 40
-    layers, 36 and 32 recomputed) is 1.029× the uniform one (as search --per-stage); on 32 the
+    layers, 36 and 33 recomputed) is 1.029× the uniform one (as search --per-stage); on 32 the
     uniform plan (tp 8 × pp 2) recomputes nothing, but tp 4 × pp 4 with 19, 20, 21, 20 layers and
     6, 2, 0, 0 recomputed is 1.088× faster (its uniform form must recompute every layer),
     found since every shape is searched."""
@@ -286,7 +292,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
     second, first = d["points"]  # fastest first
     assert (first["num_gpus"], first["plan"]) == (16, "per-stage")
-    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [36, 32]
+    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [36, 33]
     assert first["gain"] == pytest.approx(1.0292, abs=1e-3)
     assert first["uniform_step_s"] == pytest.approx(first["step_s"] * first["gain"])
     assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
@@ -295,13 +301,13 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert second["gain"] == pytest.approx(1.0879, abs=1e-3)
     from trainplan.interface.render.chart_layout import layout_key  # the --png key beside the plot
 
-    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 36/32")
+    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 36/33")
     assert layout_key(second, True).endswith("layers 19/20/21/20, fully recomputed 6/2/0/0")
     csv = tmp_path / "f.csv"
     code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
     assert code in (0, None)
     assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
-    assert "40/40 / 36/32" in out and "1.029×" in out and "1.088×" in out
+    assert "40/40 / 36/33" in out and "1.029×" in out and "1.088×" in out
     header = csv.read_text().splitlines()[0].split(",")
     assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
 

@@ -63,7 +63,7 @@
       ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute)", TP.pct(p.bubble_ratio)],
       ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.secs(t.step_s), "step-time"],
       ["compute + bubble + exposed comm", `${TP.secs(t.compute_s)} + ${TP.secs(t.bubble_s)} + ${TP.secs(t.exposed_comm_s)}`],
-      [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], ["HFU", TP.pct(t.hfu), "hfu"],
+      [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], [`HFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.hfu), "hfu"], ["HFU with attention FLOPs", TP.pct(t.hfu_with_attention)],
     ].map(([k, val, id]) => `<div><b ${id ? `id="${id}"` : ""}>${val}</b><span>${k}</span></div>`).join("");
     TP.$("#assumptions").innerHTML = (d.assumptions || []).map((a) => `<li>${TP.esc(a)}</li>`).join("");
     const used = Object.entries(d.defaults_used || {});
