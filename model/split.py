@@ -53,6 +53,8 @@ __all__ = [
     "chunk_sizes_from_ranks",
     "default_chunk_sizes",
     "megatron_stage_layers",
+    "accounted_chunk_sizes",
+    "first_last_chunk_sizes",
     "model_chunks",
     "recomputed_in_chunks",
     "split_layers",
@@ -295,21 +297,60 @@ def megatron_stage_layers(
     if not accounted and not given:
         return default_chunk_sizes(num_layers, pp, v)
     if accounted:
-        slots = num_layers + account_for_embedding + account_for_loss
-        if slots % (pp * v):
-            raise LayoutError(
-                f"account_for_embedding: num_layers {num_layers} + embedding/loss = {slots} is not "
-                f"divisible by pp {pp} × virtual_stages {v} = {pp * v}"
-            )
-        sizes = [slots // (pp * v)] * (pp * v)
-        sizes[0] -= account_for_embedding
-        sizes[-1] -= account_for_loss
-        if min(sizes) < 0:
-            raise LayoutError(
-                f"account_for_embedding: {slots} slots over {pp * v} chunks leave a chunk with "
-                "fewer layers than none"
-            )
-        return tuple(sizes)
+        return accounted_chunk_sizes(num_layers, pp, v, account_for_embedding, account_for_loss)
+    return first_last_chunk_sizes(num_layers, pp, v, first, last)
+
+
+def accounted_chunk_sizes(
+    num_layers: int, pp: int, v: int, embedding: bool, loss: bool
+) -> tuple[int, ...]:
+    """Per-chunk layer counts under Megatron-Core's ``--account-for-embedding-in-pipeline-split``
+    (``embedding``) / ``--account-for-loss-in-pipeline-split`` (``loss``): L + 1 (+ 1) slots
+    split evenly over the pp·v chunks, the first (last) chunk one transformer layer fewer.
+
+    Raises
+    ------
+    LayoutError
+        L + 1 (+ 1) not divisible by pp·v, or a chunk left with fewer than no layers.
+
+    >>> accounted_chunk_sizes(30, 4, 1, True, True)
+    (7, 8, 8, 7)
+    """
+    slots = num_layers + embedding + loss
+    if slots % (pp * v):
+        raise LayoutError(
+            f"account_for_embedding: num_layers {num_layers} + embedding/loss = {slots} is not "
+            f"divisible by pp {pp} × virtual_stages {v} = {pp * v}"
+        )
+    sizes = [slots // (pp * v)] * (pp * v)
+    sizes[0] -= embedding
+    sizes[-1] -= loss
+    if min(sizes) < 0:
+        raise LayoutError(
+            f"account_for_embedding: {slots} slots over {pp * v} chunks leave a chunk with "
+            "fewer layers than none"
+        )
+    return tuple(sizes)
+
+
+def first_last_chunk_sizes(
+    num_layers: int, pp: int, v: int, first: int | None, last: int | None
+) -> tuple[int, ...]:
+    """Per-chunk layer counts under Megatron-Core's ``--decoder-first-pipeline-num-layers``
+    (``first``) / ``--decoder-last-pipeline-num-layers`` (``last``), at least one given: the
+    first/last stage holds that many layers, the other stages share the rest evenly, each
+    stage's count then split over its ``v`` chunks (:func:`chunk_sizes_from_ranks`).
+
+    Raises
+    ------
+    LayoutError
+        A count negative or over L, counts that do not cover the layers at pp ≤ 2, or a rest
+        that does not split evenly over the middle stages.
+
+    >>> first_last_chunk_sizes(30, 4, 1, 6, None)
+    (6, 8, 8, 8)
+    """
+    given = (first is not None) + (last is not None)
     if pp == 1 or (pp == 2 and given == 2 and (first or 0) + (last or 0) != num_layers):
         raise LayoutError(
             f"first_stage_layers: with pp {pp} the first/last stage counts must cover all "
