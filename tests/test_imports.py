@@ -275,7 +275,6 @@ LONG_FUNCTIONS = {
     "optimizer/per_stage_frontier.py::per_stage_frontier",
     "optimizer/rlhf/search.py::search_placement",
     "optimizer/rlhf/tables.py::build_tables",
-    "optimizer/stage_bases.py::ranked_bases",
     "optimizer/stage_tables.py::build_stage_tables",
     "optimizer/tables.py::build_tables",
     "topology/graph.py::build_cluster",
