@@ -270,8 +270,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
-    "optimizer/per_stage.py::per_stage_search",
-    "optimizer/per_stage.py::solve_shape",
     "optimizer/per_stage_frontier.py::per_stage_frontier",
     "optimizer/rlhf/search.py::search_placement",
     "optimizer/rlhf/tables.py::build_tables",
