@@ -270,7 +270,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
-    "optimizer/per_stage_frontier.py::per_stage_frontier",
     "optimizer/rlhf/search.py::search_placement",
     "optimizer/rlhf/tables.py::build_tables",
     "optimizer/stage_tables.py::build_stage_tables",
