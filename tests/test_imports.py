@@ -273,7 +273,6 @@ LONG_FUNCTIONS = {
     "optimizer/rlhf/search.py::search_placement",
     "optimizer/rlhf/tables.py::build_tables",
     "optimizer/stage_tables.py::build_stage_tables",
-    "optimizer/tables.py::build_tables",
     "topology/graph.py::build_cluster",
 }
 
