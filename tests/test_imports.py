@@ -272,7 +272,6 @@ LONG_FUNCTIONS = {
     "interface/tabs.py::mfu_report",
     "optimizer/rlhf/search.py::search_placement",
     "optimizer/rlhf/tables.py::build_tables",
-    "optimizer/stage_tables.py::build_stage_tables",
     "topology/graph.py::build_cluster",
 }
 
