@@ -271,7 +271,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
     "optimizer/rlhf/search.py::search_placement",
-    "optimizer/rlhf/tables.py::build_tables",
     "topology/graph.py::build_cluster",
 }
 
