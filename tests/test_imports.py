@@ -270,7 +270,6 @@ LONG_FUNCTIONS = {
     "interface/rlhf/faithful.py::rlhf_inputs",
     "interface/rlhf/tab.py::rlhf_report",
     "interface/tabs.py::mfu_report",
-    "topology/graph.py::build_cluster",
 }
 
 
