@@ -42,6 +42,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
+from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
 from trainplan.model.rlhf.spec import (
@@ -61,7 +62,6 @@ __all__ = [
     "RLHFTables",
     "SEARCH_FRACTIONS",
     "make_evaluator",
-    "sync_bandwidth",
     "pool_sizes",
     "build_tables",
     "TableBuild",
@@ -127,13 +127,6 @@ def make_evaluator(device: DeviceSpec, links: ClusterLinks) -> Evaluator:
         return evaluate(model, training, layout, device, links_for(layout, links), options)
 
     return run
-
-
-def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
-    """Bandwidth the updated weights reach the engine at: NVLink when the whole cluster is one
-    NVLink domain, else the scale-out NIC (the training ranks holding a shard are spread over
-    nodes, colocated or not)."""
-    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.scaleout_bytes_per_s
 
 
 SMALL_POOLS_NODES = 8
