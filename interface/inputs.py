@@ -23,6 +23,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
+from trainplan.model.megatron_split import megatron_stage_layers
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
 from trainplan.model.optimizers import OptimizerKind
@@ -30,7 +31,6 @@ from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.precision import Precision, dtype_bytes, optimizer_state_bytes
 from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.split import megatron_stage_layers
 from trainplan.model.timing import attention_efficiency_for
 from trainplan.model.units import parse_number
 from trainplan.optimizer.case import Case
@@ -74,7 +74,7 @@ MEGATRON_SPLIT_KEYS = (
     "account_for_embedding",
     "account_for_loss",
 )
-"""Megatron-Core's stage-layout arguments (:func:`model.split.megatron_stage_layers`), turned
+"""Megatron-Core's stage-layout arguments (:func:`model.megatron_split.megatron_stage_layers`), turned
 into ``stage_layers`` once the model's depth is known."""
 KNOWN_KEYS = frozenset(
     {

@@ -75,6 +75,8 @@ __all__ = [
     "module_of",
     "offloaded_bytes",
     "check_activation_offload",
+    "check_offload_modules",
+    "check_offload_recompute",
     "offload_buffer_bytes",
     "activation_offload_seconds",
 ]
@@ -245,6 +247,22 @@ def check_activation_offload(
             f"offload_activations: {framework} has no fine-grained activation offload "
             "(Megatron-Core's --fine-grained-activation-offloading); use `framework` megatron"
         )
+    check_offload_modules(modules, has_moe, has_mla)
+    check_offload_recompute(recompute, recompute_layers)
+
+
+def check_offload_modules(modules: tuple[str, ...], has_moe: bool, has_mla: bool) -> None:
+    """Check the offloaded ``modules`` against each other and the model: ``attn_proj`` needs
+    ``core_attn`` (Megatron-Core refuses it alone); an expert module needs MoE layers; a norm
+    module needs the unfused norm (:func:`norm_modules`).
+
+    Raises
+    ------
+    LayoutError
+        One line naming ``offload_activations``, the module and the rule.
+
+    >>> check_offload_modules(("core_attn", "attn_proj"), has_moe=False, has_mla=False)
+    """
     if "attn_proj" in modules and "core_attn" not in modules:
         raise LayoutError(
             "offload_activations: attn_proj needs core_attn too (its input is the attention "
@@ -264,6 +282,20 @@ def check_activation_offload(
             "(TELayerNormColumnParallelLinear keeps its input; attn_norm needs MLA, mlp_norm "
             "MoE layers)"
         )
+
+
+def check_offload_recompute(recompute: str, recompute_layers: tuple[int, ...] | None) -> None:
+    """Check the recomputation the activation offload runs beside: none or selective (full or
+    √n recomputation keeps only each layer's input checkpoint), and no fully recomputed layers
+    per stage (``recompute_layers`` above 0: the two are not modelled together).
+
+    Raises
+    ------
+    LayoutError
+        One line naming ``offload_activations``, the recompute setting and the rule.
+
+    >>> check_offload_recompute("selective", None)
+    """
     if str(recompute) not in ("none", "selective"):
         raise LayoutError(
             f"offload_activations: recompute {recompute} keeps only each layer's input "

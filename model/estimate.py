@@ -33,7 +33,7 @@ from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
-from trainplan.model.terms.state import stage_params_per_gpu
+from trainplan.model.terms.stage_params import stage_params_per_gpu
 from trainplan.model.terms.step import (
     DpTime,
     PipelineTime,

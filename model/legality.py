@@ -34,8 +34,9 @@ from trainplan.model.moe_rules import (
     moe_run_violation,
 )
 from trainplan.model.moe_run import DROPLESS
+from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
-from trainplan.model.optimizers import OptimizerKind, check_optimizer, muon_tp_gathers
+from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules

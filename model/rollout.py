@@ -38,8 +38,10 @@ Sources, term by term:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.specs import Architecture
@@ -52,6 +54,9 @@ __all__ = [
     "engine_memory",
     "RolloutTime",
     "decode_seconds",
+    "wave_seconds",
+    "check_rollout",
+    "all_waves",
     "rollout_time",
     "check_fraction",
 ]
@@ -263,6 +268,104 @@ def decode_seconds(
     return compute_part + memory_part, n
 
 
+def wave_seconds(
+    c: int,
+    *,
+    active_params: int,
+    weights_bytes: Fraction,
+    kv_per_token_bytes: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    steps: int,
+    tp: int,
+    flops_per_s: Fraction,
+    bytes_per_s: Fraction,
+) -> tuple[Fraction, Fraction, int]:
+    """(prefill seconds, decode seconds, memory-bound decode steps) of one wave of ``c``
+    sequences on one engine replica of ``tp`` GPUs.
+
+    Prefill: ``2·N_active·c·Tp / tp`` FLOPs per GPU at ``flops_per_s`` (peak × kernel
+    efficiency). Then ``steps`` (T_max) decode steps with ``l = c·Tc/T_max`` sequences live on
+    average (``c`` when the longest rollout is the mean, Tc = ``completion_tokens``; the module
+    docstring), step t computing ``2·N_active·l / tp`` FLOPs and reading ``weights + l·kv·(Tp +
+    t)`` bytes per GPU at ``bytes_per_s`` (HBM × bandwidth efficiency): :func:`decode_seconds`.
+
+    Examples
+    --------
+    One wave of 64 sequences of Qwen2.5 7B (N 7,615,616,512, weights 15.23 GB) at tp 1 on an
+    H100 (3.35 TB/s, 989.4 TFLOP/s at 0.5), 1,024 prompt + 4,096 completion tokens, reading
+    57,344 B per token per sequence. Decode compute per step 2·N·64/(989.4e12·0.5) = 1.97 ms;
+    reading the weights alone takes 15.23e9/3.35e12 = 4.55 ms, so every step is memory-bound:
+    4,096 × 4.55 ms = 18.62 s of weights plus the KV cache, 64·57,344·(4,096·1,024 +
+    4,096·4,097/2) = 4.619e13 B = 13.79 s; prefill 2·N·64·1,024/494.7e12 = 2.018 s.
+
+    >>> prefill, decode, bound = wave_seconds(64, active_params=7_615_616_512,
+    ...     weights_bytes=Fraction(15_231_233_024), kv_per_token_bytes=57_344,
+    ...     prompt_tokens=1024, completion_tokens=4096, steps=4096, tp=1,
+    ...     flops_per_s=Fraction(989.4e12) / 2,
+    ...     bytes_per_s=Fraction(3.35e12))
+    >>> bound, round(float(decode), 2), round(float(prefill), 3)
+    (4096, 32.41, 2.018)
+    """
+    prefill = Fraction(2 * active_params * c * prompt_tokens, tp) / flops_per_s
+    live = Fraction(c * completion_tokens, steps)
+    compute = 2 * active_params * live / tp / flops_per_s
+    read0 = (weights_bytes + live * kv_per_token_bytes * prompt_tokens) / bytes_per_s
+    per_step = live * kv_per_token_bytes / bytes_per_s
+    decode, bound = decode_seconds(compute, read0, per_step, steps)
+    return prefill, decode, bound
+
+
+def check_rollout(
+    concurrent: int,
+    hbm_bytes_per_s: float,
+    bandwidth_efficiency: float,
+    completion_tokens: int,
+    max_completion_tokens: int | None,
+) -> int:
+    """The decode steps of a wave (``max_completion_tokens``, else the mean completion) once the
+    rollout's inputs are checked.
+
+    Raises
+    ------
+    InputError
+        ``concurrent`` below 1 (the engine holds no sequence), a bandwidth that is not positive,
+        or ``max_completion_tokens`` below the mean completion.
+
+    >>> check_rollout(64, 3.35e12, 1.0, 4096, None), check_rollout(64, 3.35e12, 1.0, 4096, 8192)
+    (4096, 8192)
+    """
+    if concurrent < 1:
+        raise InputError("rollout: the engine's KV space holds no sequence at full length")
+    if hbm_bytes_per_s <= 0 or bandwidth_efficiency <= 0:
+        raise InputError("rollout: HBM bandwidth and its efficiency must be positive")
+    longest = max_completion_tokens or completion_tokens
+    if longest < completion_tokens:
+        raise InputError(
+            f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
+        )
+    return longest
+
+
+def all_waves(
+    sequences: int, concurrent: int, wave: Callable[[int], tuple[Fraction, Fraction, int]]
+) -> tuple[Fraction, Fraction, int, int]:
+    """(prefill seconds, decode seconds, memory-bound steps, waves) of ``sequences`` run
+    ``concurrent`` at a time: equal waves of ``concurrent``, then one of the rest, each
+    ``wave(c)`` (:func:`wave_seconds` of ``c`` sequences).
+
+    >>> all_waves(100, 64, lambda c: (Fraction(c), Fraction(2 * c), 1))
+    (Fraction(100, 1), Fraction(200, 1), 2, 2)
+    """
+    full, rest = divmod(sequences, concurrent)
+    sizes = [(concurrent, full), (rest, 1 if rest else 0)]
+    seconds = [(count, wave(c)) for c, count in sizes if count]
+    prefill = sum((count * p for count, (p, _, _) in seconds), Fraction(0))
+    decode = sum((count * d for count, (_, d, _) in seconds), Fraction(0))
+    bound = sum(count * n for count, (_, _, n) in seconds)
+    return prefill, decode, bound, full + (1 if rest else 0)
+
+
 def rollout_time(
     *,
     active_params: int,
@@ -282,71 +385,43 @@ def rollout_time(
     max_completion_tokens: int | None = None,
 ) -> RolloutTime:
     """Seconds for one engine replica (``tp`` GPUs) to generate ``sequences_per_replica``
-    rollouts, ``concurrent`` at a time.
-
-    Per wave of ``c`` sequences: prefill ``2·N_active·c·Tp / tp`` FLOPs per GPU at
-    ``peak × kernel_efficiency``; then ``Tc`` decode steps, step t computing
-    ``2·N_active·c / tp`` FLOPs and reading ``weights + c·kv·(Tp + t)`` bytes per GPU at
-    ``hbm × bandwidth_efficiency`` (:func:`decode_seconds`). With ``max_completion_tokens``
-    (T_max > Tc) a wave runs T_max steps with ``c·Tc/T_max`` sequences live on average (the
-    module docstring). Weight sync: ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth
-    is given).
+    rollouts, ``concurrent`` at a time: equal waves of ``concurrent`` sequences and one of the
+    rest, each :func:`wave_seconds` at ``peak × kernel_efficiency`` and ``hbm ×
+    bandwidth_efficiency``, decoding ``max_completion_tokens`` steps when given (T_max > Tc: a
+    wave holds ``c·Tc/T_max`` sequences live on average, the module docstring). Weight sync:
+    ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given).
 
     Raises
     ------
     InputError
-        ``concurrent`` below 1 (the engine holds no sequence), or a bandwidth that is not positive.
+        As :func:`check_rollout`.
 
     Examples
     --------
-    One wave of 64 sequences of Qwen2.5 7B (N 7,615,616,512, weights 15.23 GB) at tp 1 on an
-    H100 (3.35 TB/s, 989.4 TFLOP/s at 0.5), 1,024 prompt + 4,096 completion tokens, reading
-    57,344 B per token per sequence. Decode compute per step 2·N·64/(989.4e12·0.5) = 1.97 ms;
-    reading the weights alone takes 15.23e9/3.35e12 = 4.55 ms, so every step is memory-bound:
-    4,096 × 4.55 ms = 18.62 s of weights plus the KV cache, 64·57,344·(4,096·1,024 +
-    4,096·4,097/2) = 4.619e13 B = 13.79 s; prefill 2·N·64·1,024/494.7e12 = 2.018 s.
+    :func:`wave_seconds`' Qwen2.5 7B, 100 rollouts 64 at a time: a wave of 64 and one of 36.
 
     >>> t = rollout_time(active_params=7_615_616_512, weights_bytes=Fraction(15_231_233_024),
-    ...     kv_per_token_bytes=57_344, sequences_per_replica=64, concurrent=64,
+    ...     kv_per_token_bytes=57_344, sequences_per_replica=100, concurrent=64,
     ...     prompt_tokens=1024, completion_tokens=4096, tp=1, peak_flops_per_s=989.4e12,
     ...     kernel_efficiency=0.5, hbm_bytes_per_s=3.35e12, bandwidth_efficiency=1.0)
-    >>> t.waves, t.memory_bound_steps, round(t.decode_s, 2), round(t.prefill_s, 3)
-    (1, 4096, 32.41, 2.018)
+    >>> t.waves, t.memory_bound_steps, t.total_steps
+    (2, 8192, 8192)
     """
-    if concurrent < 1:
-        raise InputError("rollout: the engine's KV space holds no sequence at full length")
-    if hbm_bytes_per_s <= 0 or bandwidth_efficiency <= 0:
-        raise InputError("rollout: HBM bandwidth and its efficiency must be positive")
-    rate = Fraction(peak_flops_per_s) * Fraction(kernel_efficiency)
-    bandwidth = Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency)
-    longest = max_completion_tokens or completion_tokens
-    if longest < completion_tokens:
-        raise InputError(
-            f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
-        )
-    full, rest = divmod(sequences_per_replica, concurrent)
-    prefill = decode = Fraction(0)
-    bound = 0
-    for c, count in ((concurrent, full), (rest, 1 if rest else 0)):  # equal waves, then the rest
-        if not count:
-            continue
-        prefill += count * Fraction(2 * active_params * c * prompt_tokens, tp) / rate
-        live = Fraction(c * completion_tokens, longest)
-        compute = 2 * active_params * live / tp / rate
-        read0 = (weights_bytes + live * kv_per_token_bytes * prompt_tokens) / bandwidth
-        per_step = live * kv_per_token_bytes / bandwidth
-        seconds, n = decode_seconds(compute, read0, per_step, longest)
-        decode += count * seconds
-        bound += count * n
-    waves = full + (1 if rest else 0)
-    sync = Fraction(0)
-    if sync_bytes and sync_bytes_per_s:
-        sync = sync_bytes / Fraction(sync_bytes_per_s)
-    return RolloutTime(
-        float(prefill),
-        float(decode),
-        float(sync),
-        waves,
-        bound,
-        waves * longest,
+    longest = check_rollout(
+        concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens, max_completion_tokens
     )
+    wave = partial(
+        wave_seconds,
+        active_params=active_params,
+        weights_bytes=weights_bytes,
+        kv_per_token_bytes=kv_per_token_bytes,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        steps=longest,
+        tp=tp,
+        flops_per_s=Fraction(peak_flops_per_s) * Fraction(kernel_efficiency),
+        bytes_per_s=Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency),
+    )
+    prefill, decode, bound, waves = all_waves(sequences_per_replica, concurrent, wave)
+    sync = sync_bytes / Fraction(sync_bytes_per_s) if sync_bytes and sync_bytes_per_s else 0
+    return RolloutTime(float(prefill), float(decode), float(sync), waves, bound, waves * longest)

@@ -42,7 +42,16 @@ from trainplan.model.schedule_zb import (
 )
 from trainplan.model.timeline import Slot, Timeline
 
-__all__ = ["Slot", "Timeline", "simulate", "stage_order", "MAX_PASSES", "TIMELINE_SCHEDULES"]
+__all__ = [
+    "Slot",
+    "Timeline",
+    "simulate",
+    "simulate_classic",
+    "simulate_split",
+    "stage_order",
+    "MAX_PASSES",
+    "TIMELINE_SCHEDULES",
+]
 
 
 def stage_order(
@@ -105,16 +114,10 @@ def simulate(
     v : int, optional
         Chunks per rank: interleaving's model chunks (``interleaved``, ``zb-h1``); fixed at 2 by
         ``zb-v``, ``dualpipe`` and ``dualpipev``. Default 1, or the schedule's fixed value.
-    backward_ratio : Fraction
-        Classic schedules: backward time over forward time (2 by default). A stage's forward of
-        one micro-batch is the time unit; a chunk's passes take ``1/v`` of it.
-    stage_times : tuple of (forward, backward) per stage, optional
-        Classic schedules: each stage's own forward and backward of one micro-batch (any time
-        unit; its recomputed forward belongs to its backward), for unbalanced pipelines
-        (:attr:`model.layout.Layout.recompute_layers`); replaces ``backward_ratio``.
+    backward_ratio, stage_times : optional
+        Classic schedules' pass times (:func:`simulate_classic`).
     times : PassTimes, optional
-        Split-backward schedules: one chunk's forward, input-gradient and weight-gradient
-        backward, and DualPipe's overlapped block (default 1, 1, 1, no overlap gain).
+        Split-backward schedules' pass times (:func:`simulate_split`).
 
     Returns
     -------
@@ -139,14 +142,47 @@ def simulate(
     (Fraction(27, 1), 4, 4)
     """
     if str(schedule).lower() in {s.value for s in SplitSchedule}:
-        return _simulate_split(
+        return simulate_split(
             pp, m, SplitSchedule(str(schedule).lower()), v, times, backward_ratio, stage_times
         )
     if times is not None:
         raise InputError(
             f"times: per-pass durations apply to split-backward schedules, not {schedule}; give backward_ratio"
         )
-    v = 1 if v is None else v
+    return simulate_classic(pp, m, schedule, 1 if v is None else v, backward_ratio, stage_times)
+
+
+def simulate_classic(
+    pp: int,
+    m: int,
+    schedule: Schedule | str,
+    v: int = 1,
+    backward_ratio: Fraction | int | None = None,
+    stage_times: tuple[tuple[Fraction, Fraction], ...] | None = None,
+) -> Timeline:
+    """:func:`simulate` for the classic schedules (``gpipe``, ``1f1b``, ``interleaved``: each
+    stage's order from :func:`stage_order`).
+
+    ``backward_ratio`` is the backward time over the forward time (2 by default): a stage's
+    forward of one micro-batch is the time unit; a chunk's passes take ``1/v`` of it.
+    ``stage_times``, each stage's own (forward, backward) of one micro-batch (any time unit; its
+    recomputed forward belongs to its backward), for unbalanced pipelines
+    (:attr:`model.layout.Layout.recompute_layers`), replaces ``backward_ratio``.
+
+    Raises
+    ------
+    LayoutError
+        Broken schedule rules (:func:`model.pipeline.check_schedule`).
+    InputError
+        ``backward_ratio <= 0``, ``stage_times`` not one positive pair per stage, or more than
+        :data:`MAX_PASSES` passes.
+
+    GPipe on 2 stages, 2 micro-batches: two forwards fill the pipe (3 units until the last stage
+    has run both), its backwards 2 × 2, then the first stage's last backward 2: 9.
+
+    >>> simulate_classic(2, 2, "gpipe").step_time
+    Fraction(9, 1)
+    """
     sched = check_schedule(pp, m, schedule, v)
     ratio = Fraction(2 if backward_ratio is None else backward_ratio)
     if ratio <= 0:
@@ -172,7 +208,7 @@ def simulate(
     return Timeline(pp, m, v, sched, PassTimes(Fraction(1), ratio, Fraction(0)), slots)
 
 
-def _simulate_split(
+def simulate_split(
     pp: int,
     m: int,
     sched: SplitSchedule,
@@ -181,7 +217,20 @@ def _simulate_split(
     backward_ratio: object,
     stage_times: object,
 ) -> Timeline:
-    """:func:`simulate` for the split-backward schedules."""
+    """:func:`simulate` for the split-backward schedules (:mod:`model.schedule_zb`'s orders).
+
+    ``times``: one chunk's forward, input-gradient and weight-gradient backward, and DualPipe's
+    overlapped block (:class:`model.pipeline_sim.PassTimes`; default 1, 1, 1, no overlap gain).
+    ``v`` defaults to the schedule's (:func:`model.pipeline_zb.default_virtual_stages`).
+
+    Raises
+    ------
+    LayoutError
+        Broken schedule rules (:func:`model.pipeline_zb.check_split_schedule`).
+    InputError
+        ``backward_ratio`` or ``stage_times`` given (the classic schedules' options), or more than
+        :data:`MAX_PASSES` passes.
+    """
     for name, value in (("backward_ratio", backward_ratio), ("stage_times", stage_times)):
         if value is not None:
             raise InputError(

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 from typing import Literal
 
 from trainplan.model.pipeline_sim import Engine, Entry, Step, run
@@ -144,7 +144,7 @@ class ZbH2:
         return None
 
 
-@cache
+@lru_cache(maxsize=64)  # bounded: pp and m are a user's; each entry holds pp·m passes
 def zb_h2_orders(pp: int, m: int) -> tuple[tuple[Entry, ...], ...]:
     """Every rank's ZB-H2 order: :class:`ZbH2`'s rule run at equal pass times.
 

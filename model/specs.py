@@ -363,7 +363,7 @@ class TrainingSpec:
     """How Muon treats a tensor-parallel matrix, as Megatron-Core's ``--muon-tp-mode`` names it:
     ``blockwise`` (its default: each tp rank orthogonalises its own block, nothing gathered) or
     ``duplicated`` (each matrix all-gathered over tp and orthogonalised whole on every tp rank);
-    None = the framework's (:func:`model.optimizers.muon_tp_gathers`). Megatron only."""
+    None = the framework's (:func:`model.muon.muon_tp_gathers`). Megatron only."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import lru_cache
 from types import MappingProxyType
 
 from trainplan.model.errors import InputError
@@ -159,7 +159,7 @@ def _canonical(name: str) -> str:
     return name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_").strip().lower()
 
 
-@cache
+@lru_cache(maxsize=256)  # bounded: a long-lived server sees any spelling a user types
 def limit_for(name: str) -> Limit | None:
     """The :class:`Limit` of a parameter, by any of its spellings (``--seq-len``, ``seq_len``,
     ``training.seq_len``; ``tp`` and ``--gpus`` share the GPU limit); None when it has none.

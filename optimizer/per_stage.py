@@ -17,58 +17,29 @@ import time
 from dataclasses import dataclass
 
 from trainplan.model.errors import InfeasibleError, InputError, LayoutError
-from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout, validate
-from trainplan.optimizer.case import Case
 from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
-from trainplan.optimizer.search import Answer, SearchResult, TermMismatch, prepare, search
-from trainplan.optimizer.stage_bases import plan_layout, ranked_bases
-from trainplan.optimizer.stage_cpsat import StageModel
-from trainplan.optimizer.stage_tables import (
-    NO_SPLIT,
-    OutOfTime,
-    StageTables,
-    build_stage_tables,
-    pipeline_lower_bound,
-    stage_capacity,
-)
+from trainplan.optimizer.search import Answer, SearchResult, prepare, search
+from trainplan.optimizer.stage_bases import ranked_bases
+from trainplan.optimizer.stage_solve import ShapePlan, solve_shape, step_ns
+from trainplan.optimizer.stage_tables import pipeline_lower_bound
 from trainplan.optimizer.tables import CostTables
 
 __all__ = [
-    "ShapePlan",
     "PerStageResult",
-    "solve_shape",
+    "UniformBest",
     "per_stage_search",
+    "best_uniform",
+    "ordered_bases",
+    "solve_bases",
+    "per_stage_result",
     "check_objective",
     "uniform_within",
     "peak_bytes",
-    "step_ns",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ShapePlan:
-    """The per-stage optimum of one base layout (shape, ZeRO stage, base recompute mode)."""
-
-    layout: Layout
-    """The base layout (1F1B with v = 1 or interleaved with its v, recompute none or selective,
-    the default split)."""
-    status: str
-    """``optimal`` (proven), ``feasible`` (time limit: the best found), ``infeasible`` (no split
-    fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
-    best plan so far)."""
-    estimate: Estimate | None
-    """The chosen layout (``stage_layers``, ``recompute_layers``) re-evaluated exactly."""
-    objective_ns: int | None
-    """Its step time in whole ns (:func:`model.estimate.objective_ns`, summed)."""
-    solves: int
-    """CP-SAT solves (one more per (A, B, C) triple whose rest was added)."""
-    tables_seconds: float
-    solve_seconds: float
-    rows: int
-    """Table rows (stage options that fit) over all stages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +78,6 @@ class PerStageResult:
     def gain(self) -> float | None:
         """Uniform step time ÷ per-stage step time (≥ 1); None when no uniform layout fits."""
         return None if self.uniform_ns is None else self.uniform_ns / self.plan_ns
-
-
-def step_ns(est: Estimate) -> int:
-    """An evaluated layout's step time in whole ns, as the searches compare it: the sum of
-    :func:`model.estimate.objective_ns`'s two terms."""
-    assert est.time_terms is not None
-    return sum(objective_ns(est.time_terms))
 
 
 def peak_bytes(est: Estimate) -> int:
@@ -167,120 +131,6 @@ def uniform_within(
     return search(problem, time_limit_s=time_limit_s, workers=workers, prepared=prepared)
 
 
-def _check(tables: StageTables, est: Estimate, paced_ns: int) -> None:
-    """Every stage's tabulated peak and the pipeline term agree with ``evaluate()`` (bytes to a
-    byte after rounding up, time to 2 ns); a difference raises :class:`TermMismatch`."""
-    options = {
-        (s, o.layers, o.recomputed): o for s, rows in enumerate(tables.options) for o in rows
-    }
-    lay = est.layout
-    assert lay.stage_layers is not None and lay.recompute_layers is not None
-    paced = []
-    arch = est.model.arch
-    mtp = arch.mtp_layers if arch is not None else 0
-    for s, stage in enumerate(est.stages):
-        layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
-        row = options.get((s, layers, lay.recompute_layers[s]))
-        if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
-            raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
-        if stage.total_bytes > tables.capacity:
-            raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
-        paced.append(row.paced_ns)
-    if max(paced) != paced_ns:
-        raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
-    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
-    assert est.time_terms is not None
-    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
-    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
-    if abs(evaluated - paced_ns) > 2:
-        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
-
-
-def solve_shape(
-    case: Case,
-    layout: Layout,
-    headroom: float = 0.0,
-    time_limit_s: float | None = None,
-    workers: int = 2,
-    cap_ns: int | None = None,
-    max_bytes: int | None = None,
-) -> ShapePlan:
-    """The per-stage optimum of ``layout``'s shape on ``case``: the least step time over every
-    stage's layer count and recomputed layers whose stages all fit.
-
-    Loop: solve; if the rest of the step for the optimum's (A, B, C) triple is not yet known,
-    evaluate the optimum's layout, add its rest (exact) and solve again; the first optimum whose
-    triple is known is proven (every other triple's rest is at least the lower bound used).
-
-    ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
-    ``no-gain``. ``max_bytes``: every stage's peak at most this many bytes per GPU besides the
-    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`).
-
-    Raises
-    ------
-    InputError
-        What the per-stage search does not model (:func:`optimizer.stage_rules.check_per_stage`).
-    """
-    t0 = time.perf_counter()
-    deadline = None if time_limit_s is None else t0 + time_limit_s
-    base = case.evaluate(layout)
-    pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
-    lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
-    capacity = stage_capacity(case, layout, headroom, max_bytes)
-    bound = pipeline_lower_bound(case, layout, capacity)
-    if bound >= NO_SPLIT:
-        return ShapePlan(layout, "infeasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
-    if cap_ns is not None and bound + lower >= cap_ns:
-        return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
-    try:
-        tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes, deadline)
-    except OutOfTime:  # the time limit: this shape is not searched, nothing is proven
-        return ShapePlan(layout, "feasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
-    t_tables = time.perf_counter() - t0
-    rows = sum(len(r) for r in tables.options)
-    reach = sum(max((o.layers for o in r), default=-1) for r in tables.options)
-    if any(not r for r in tables.options) or reach < tables.num_layers:
-        # some stage has no option (or the options cannot hold L layers): nothing fits, or
-        # nothing beats cap_ns
-        none = "infeasible" if cap_ns is None else "no-gain"
-        return ShapePlan(layout, none, None, None, 0, t_tables, 0.0, rows)
-    model = StageModel(tables, lower)
-    best: tuple[int, Estimate] | None = None
-    hint = None
-    status, solves, seconds = "feasible", 0, 0.0
-    while True:
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
-            break
-        sol = model.solve(left, workers, hint)
-        solves += 1
-        if sol is None:
-            if best is None:
-                out_of_time = deadline is not None and time.perf_counter() >= deadline
-                status = "feasible" if out_of_time else "infeasible"
-            break
-        seconds += sol.seconds
-        known = sol.key in model.known  # before this solve: then the optimum is proven
-        lay = plan_layout(layout, sol.layers, sol.recomputed)
-        est = case.evaluate(lay)
-        _check(tables, est, sol.paced_ns)
-        total = step_ns(est)
-        model.add_rest(sol.key, total - sol.paced_ns)
-        if best is None or total < best[0]:
-            best = (total, est)
-            hint = (sol.layers, sol.recomputed)
-        if known:
-            status = sol.status
-            break
-    if best is None:
-        return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
-    if cap_ns is not None and best[0] >= cap_ns and status == "optimal":
-        # rows at or above the cap were left out, so this is no proof for the shape: it has
-        # nothing faster than the cap (the plan found is not kept)
-        return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
-    return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
-
-
 def per_stage_search(
     problem: Problem,
     top_shapes: int | None = None,
@@ -321,29 +171,75 @@ def per_stage_search(
     t0 = time.perf_counter()
     prepared = prepared or prepare(problem, time_limit_s=time_limit_s)
     left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
-    uniform: Answer | None = None
-    uniform_ns: int | None = None
-    no_uniform: InfeasibleError | None = None
+    uniform = best_uniform(problem, prepared, max_bytes, left, workers, without_uniform)
+    t_uniform = time.perf_counter() - t0
+    bases = ordered_bases(problem, prepared, top_shapes, max_bytes)
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    caps = [c for c in (uniform.ns, cap_ns) if c is not None]
+    plans, proven = solve_bases(problem, bases, caps, max_bytes, deadline, workers)
+    return per_stage_result(uniform, plans, proven and uniform.proven, len(bases), t_uniform)
+
+
+@dataclass(frozen=True, slots=True)
+class UniformBest:
+    """The best uniform layout :func:`per_stage_search` compares its plans with."""
+
+    answer: Answer | None
+    """The uniform search's best (None when none fits and the search runs without it)."""
+    ns: int | None
+    """Its step time, whole ns (:func:`optimizer.stage_solve.step_ns`)."""
+    proven: bool
+    """Whether the uniform search proved it optimal (True when none fits)."""
+    refusal: InfeasibleError | None
+    """Why no uniform layout fits, when none does."""
+
+
+def best_uniform(
+    problem: Problem,
+    prepared: tuple[CostTables, LayoutModel, float],
+    max_bytes: int | None,
+    time_limit_s: float | None,
+    workers: int,
+    without_uniform: bool,
+) -> UniformBest:
+    """:func:`uniform_within`'s best as a :class:`UniformBest`.
+
+    Raises
+    ------
+    InfeasibleError
+        No uniform layout fits, unless ``without_uniform``.
+    """
     try:
-        found_uniform = uniform_within(problem, prepared, max_bytes, left, workers)
+        found = uniform_within(problem, prepared, max_bytes, time_limit_s, workers)
     except InfeasibleError as err:
         if not without_uniform:
             raise
-        no_uniform, proven = err, True
-    else:
-        uniform = found_uniform.best
-        uniform_ns = step_ns(uniform.estimate)
-        proven = found_uniform.status == "optimal"
-    t_uniform = time.perf_counter() - t0
-    plans: list[tuple[Job, ShapePlan]] = []
+        return UniformBest(None, None, True, err)
+    return UniformBest(found.best, step_ns(found.best.estimate), found.status == "optimal", None)
+
+
+def ordered_bases(
+    problem: Problem,
+    prepared: tuple[CostTables, LayoutModel, float],
+    top_shapes: int | None,
+    max_bytes: int | None,
+) -> list[tuple[int, Job, Layout]]:
+    """(pipeline lower bound ns, job, base layout) of :func:`optimizer.stage_bases.ranked_bases`
+    that are legal layouts the per-stage search takes, the most promising (lowest bound) first,
+    ties in ranked order. The bound is of time alone
+    (:func:`optimizer.stage_tables.pipeline_lower_bound`; memory's bound comes when solved).
+
+    Raises
+    ------
+    InputError
+        A rule of :func:`optimizer.stage_rules.check_per_stage` that leaves no base layout.
+    """
     bases: list[tuple[int, int, Job, Layout]] = []
     refusal: InputError | None = None
-    headroom = problem.constraints.headroom
     for job, base in ranked_bases(problem, prepared, top_shapes, max_bytes):
-        case = job.case
         try:
-            validate(base, case.model, case.training)
-            bound = pipeline_lower_bound(case, base)  # time alone: memory's bound when solved
+            validate(base, job.case.model, job.case.training)
+            bound = pipeline_lower_bound(job.case, base)
         except LayoutError:
             continue
         except InputError as err:  # a rule of check_per_stage: said if no base is left
@@ -352,23 +248,39 @@ def per_stage_search(
         bases.append((bound, len(bases), job, base))
     if not bases and refusal is not None:
         raise refusal
+    return [(bound, job, base) for bound, _, job, base in sorted(bases, key=lambda b: b[:2])]
+
+
+def solve_bases(
+    problem: Problem,
+    bases: list[tuple[int, Job, Layout]],
+    caps: list[int],
+    max_bytes: int | None,
+    deadline: float | None,
+    workers: int,
+) -> tuple[list[tuple[Job, ShapePlan]], bool]:
+    """(each base's plan, whether every one was proven) of :func:`ordered_bases`' ``bases``, in
+    order, each sought below the best so far (``caps``, whole ns, and the plans found): a base
+    whose pipeline alone cannot beat it is ``no-gain`` unsolved; a shape whose fastest plan
+    misses ``min_mfu`` is ``infeasible`` (every plan of it does). Stops, unproven, at
+    ``deadline`` (:func:`time.perf_counter` seconds; None: none)."""
+    plans: list[tuple[Job, ShapePlan]] = []
+    proven = True
     min_mfu = problem.constraints.min_mfu
-    for bound, _, job, base in sorted(bases, key=lambda b: b[:2]):  # the most promising first
-        case = job.case
-        left = None
-        if time_limit_s is not None:
-            left = time_limit_s - (time.perf_counter() - t0)
-            if left <= 0:
-                proven = False
-                break
-        caps = [c for c in (uniform_ns, cap_ns) if c is not None]
-        caps += [p.objective_ns for _, p in plans if p.objective_ns is not None]
-        cap = min(caps, default=None)
+    for bound, job, base in bases:
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            return plans, False
+        cap = min(
+            caps + [p.objective_ns for _, p in plans if p.objective_ns is not None], default=None
+        )
         if cap is not None and bound >= cap:
             # the pipeline alone cannot beat the best so far (nor, sorted, any base after it)
             plans.append((job, ShapePlan(base, "no-gain", None, None, 0, 0.0, 0.0, 0)))
             continue
-        plan = solve_shape(case, base, headroom, left, workers, cap, max_bytes)
+        plan = solve_shape(
+            job.case, base, problem.constraints.headroom, left, workers, cap, max_bytes
+        )
         proven &= plan.status in ("optimal", "infeasible", "no-gain")
         if plan.estimate is not None and min_mfu is not None:
             # the shape's fastest plan: when it misses min_mfu, every plan of it does
@@ -378,11 +290,29 @@ def per_stage_search(
                     plan.tables_seconds, plan.solve_seconds, plan.rows,
                 )  # fmt: skip
         plans.append((job, plan))
+    return plans, proven
+
+
+def per_stage_result(
+    uniform: UniformBest,
+    plans: list[tuple[Job, ShapePlan]],
+    proven: bool,
+    searched: int,
+    uniform_seconds: float,
+) -> PerStageResult:
+    """The :class:`PerStageResult` of the best of ``plans`` against ``uniform``: the uniform
+    layout unless a per-stage plan is strictly faster.
+
+    Raises
+    ------
+    InfeasibleError
+        No uniform layout and no plan of the ``searched`` base layouts fits.
+    """
     found = [(p.objective_ns, i) for i, (_, p) in enumerate(plans) if p.objective_ns is not None]
     best = min(found, default=None)
-    if uniform is not None and uniform_ns is not None:
-        plan_est, plan_ns, job = uniform.estimate, uniform_ns, uniform.job
-        if best is not None and best[0] < uniform_ns:
+    if uniform.answer is not None and uniform.ns is not None:
+        plan_est, plan_ns, job = uniform.answer.estimate, uniform.ns, uniform.answer.job
+        if best is not None and best[0] < uniform.ns:
             job, shape = plans[best[1]]
             assert shape.estimate is not None
             plan_est, plan_ns = shape.estimate, best[0]
@@ -391,18 +321,18 @@ def per_stage_search(
         assert shape.estimate is not None
         plan_est, plan_ns = shape.estimate, best[0]
     else:
-        assert no_uniform is not None
-        line = f"per_stage: no split of the {len(bases)} base layout(s) searched fits either"
-        raise InfeasibleError(str(no_uniform), [*no_uniform.explanation, line])
+        assert uniform.refusal is not None
+        line = f"per_stage: no split of the {searched} base layout(s) searched fits either"
+        raise InfeasibleError(str(uniform.refusal), [*uniform.refusal.explanation, line])
     return PerStageResult(
         "optimal" if proven else "feasible",
-        uniform,
-        uniform_ns,
+        uniform.answer,
+        uniform.ns,
         plan_est,
         plan_ns,
         job,
         tuple(p for _, p in plans),
-        t_uniform,
+        uniform_seconds,
         sum(p.tables_seconds for _, p in plans),
         sum(p.solve_seconds for _, p in plans),
     )

@@ -30,13 +30,23 @@ from trainplan.optimizer.per_stage import (
     check_objective,
     peak_bytes,
     per_stage_search,
-    step_ns,
     uniform_within,
 )
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import Answer, prepare
+from trainplan.optimizer.stage_solve import step_ns
 
-__all__ = ["FrontierPoint", "PerStageFrontier", "per_stage_frontier", "axis_value"]
+__all__ = [
+    "FrontierPoint",
+    "PerStageFrontier",
+    "per_stage_frontier",
+    "memory_frontier",
+    "job_frontier",
+    "ValueSearch",
+    "value_search",
+    "axis_value",
+    "time_left",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,93 +162,171 @@ def per_stage_frontier(
     check_objective(problem)
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
+    if against == "memory":
+        points, proven, searches = memory_frontier(
+            problem, top_shapes, time_limit_s, workers, max_points, progress, deadline
+        )
+    else:
+        points, proven, searches = job_frontier(
+            problem, against, top_shapes, workers, max_points, progress, deadline
+        )
+    return _frontier(against, points, proven, searches, t0)
 
-    def left() -> float | None:
-        return None if deadline is None else deadline - time.perf_counter()
 
+def time_left(deadline: float | None) -> float | None:
+    """Seconds to ``deadline`` (:func:`time.perf_counter`'s clock); None without one."""
+    return None if deadline is None else deadline - time.perf_counter()
+
+
+def memory_frontier(
+    problem: Problem,
+    top_shapes: int | None,
+    time_limit_s: float | None,
+    workers: int,
+    max_points: int,
+    progress: Callable[[int, int], None] | None,
+    deadline: float | None,
+) -> tuple[list[FrontierPoint], bool, int]:
+    """(points, proven, searches) of :func:`per_stage_frontier` against memory: the ε-constraint
+    method, each per-stage search within ε bytes per GPU (one less than the last point's
+    value) over the uniform tables prepared once, until nothing fits, ``max_points`` points or
+    ``deadline``.
+
+    Raises
+    ------
+    InfeasibleError
+        Nothing fits at all (the first search's).
+    """
+    points: list[FrontierPoint] = []
+    prepared = prepare(problem, time_limit_s=time_limit_s)
+    proven, searches = prepared[0].complete, 0  # tables cut short by a time limit prove nothing
+    eps: int | None = None
+    while len(_non_dominated(points)) < max_points:
+        rest = time_left(deadline)
+        if rest is not None and rest <= 0:
+            return points, False, searches
+        try:
+            r = per_stage_search(
+                problem, top_shapes, rest, workers,
+                max_bytes=eps, without_uniform=True, prepared=prepared,
+            )  # fmt: skip
+        except InfeasibleError:
+            if eps is None:
+                raise
+            break  # nothing needs at most ε bytes: the frontier ends
+        searches += 1
+        proven &= r.status == "optimal"
+        value = axis_value("memory", r)
+        uniform = r.uniform
+        if uniform is not None and uniform.peak_bytes > value:
+            # the uniform frontier at this point's own value, not at ε
+            try:
+                at = uniform_within(problem, prepared, value, time_left(deadline), workers)
+                uniform, proven = at.best, proven and at.status == "optimal"
+            except InfeasibleError:
+                uniform = None
+        points.append(_point(r, value, uniform))
+        if progress is not None:
+            progress(searches, len(_non_dominated(points)))
+        eps = value - 1
+    return points, proven, searches
+
+
+def job_frontier(
+    problem: Problem,
+    against: str,
+    top_shapes: int | None,
+    workers: int,
+    max_points: int,
+    progress: Callable[[int, int], None] | None,
+    deadline: float | None,
+) -> tuple[list[FrontierPoint], bool, int]:
+    """(points, proven, searches) of :func:`per_stage_frontier` against GPUs or price: the jobs
+    by ascending value, each value's jobs searched by :func:`value_search` below the frontier's
+    fastest point so far; a value whose best is faster adds a point.
+
+    Raises
+    ------
+    InfeasibleError
+        No job has a plan that fits (the last job's reason).
+    """
+    jobs = sorted(problem.jobs, key=lambda j: axis_value_of_job(against, j))
     points: list[FrontierPoint] = []
     proven, searches = True, 0
-    if against == "memory":
-        prepared = prepare(problem, time_limit_s=time_limit_s)
-        proven = prepared[0].complete  # a time limit that cut the tables short proves nothing
-        eps: int | None = None
-        while len(_non_dominated(points)) < max_points:
-            rest = left()
-            if rest is not None and rest <= 0:
-                proven = False
-                break
-            try:
-                r = per_stage_search(
-                    problem, top_shapes, rest, workers,
-                    max_bytes=eps, without_uniform=True, prepared=prepared,
-                )  # fmt: skip
-            except InfeasibleError:
-                if eps is None:
-                    raise
-                break  # nothing needs at most ε bytes: the frontier ends
-            searches += 1
-            proven &= r.status == "optimal"
-            value = axis_value(against, r)
-            uniform = r.uniform
-            if uniform is not None and uniform.peak_bytes > value:
-                # the uniform frontier at this point's own value, not at ε
-                try:
-                    at = uniform_within(problem, prepared, value, left(), workers)
-                    uniform, proven = at.best, proven and at.status == "optimal"
-                except InfeasibleError:
-                    uniform = None
-            points.append(_point(r, value, uniform))
-            if progress is not None:
-                progress(searches, len(_non_dominated(points)))
-            eps = value - 1
-        return _frontier(against, points, proven, searches, t0)
-    jobs = sorted(problem.jobs, key=lambda j: axis_value_of_job(against, j))
     best_ns: int | None = None  # the frontier so far: its fastest point
     best_uniform: tuple[int, Answer] | None = None  # the fastest uniform layout of the jobs so far
-    stopped = False
     nothing: InfeasibleError | None = None  # the last job's reason when none fits
     for value, group in itertools.groupby(jobs, key=lambda j: axis_value_of_job(against, j)):
         if len(points) >= max_points:
             break
-        found: PerStageResult | None = None
-        for job in group:
-            rest = left()
-            if rest is not None and rest <= 0:
-                stopped = True
-                break
-            caps = [best_ns] + ([] if found is None else [found.plan_ns])
-            cap = min((c for c in caps if c is not None), default=None)
-            try:
-                r = per_stage_search(
-                    replace(problem, jobs=(job,)), top_shapes, rest, workers,
-                    cap_ns=cap, without_uniform=True,
-                )  # fmt: skip
-            except InfeasibleError as err:
-                searches += 1
-                nothing = err
-                if deadline is not None and time.perf_counter() >= deadline:
-                    proven = False
-                continue
-            searches += 1
-            proven &= r.status == "optimal"
-            if r.uniform_ns is not None and (
-                best_uniform is None or r.uniform_ns < best_uniform[0]
-            ):
-                assert r.uniform is not None
-                best_uniform = (r.uniform_ns, r.uniform)
-            if cap is None or r.plan_ns < cap:
-                found = r
-        if found is not None:
-            points.append(_point(found, value, None if best_uniform is None else best_uniform[1]))
-            best_ns = found.plan_ns
+        g = value_search(problem, list(group), best_ns, best_uniform, top_shapes, workers, deadline)
+        searches, proven = searches + g.searches, proven and g.proven
+        best_uniform, nothing = g.best_uniform, g.nothing or nothing
+        if g.found is not None:
+            points.append(_point(g.found, value, None if best_uniform is None else best_uniform[1]))
+            best_ns = g.found.plan_ns
         if progress is not None:
             progress(searches, len(_non_dominated(points)))
-        if stopped:
-            proven = False
-            break
-    if not points and nothing is not None and not stopped:
+        if g.stopped:
+            return points, False, searches
+    if not points and nothing is not None:
         raise nothing
-    return _frontier(against, points, proven, searches, t0)
+    return points, proven, searches
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSearch:
+    """The per-stage searches of one axis value's jobs (:func:`value_search`)."""
+
+    found: PerStageResult | None
+    """The fastest plan below the cap, None when none is."""
+    best_uniform: tuple[int, Answer] | None
+    """(step ns, answer) of the fastest uniform layout of the jobs so far, these included."""
+    searches: int
+    proven: bool
+    nothing: InfeasibleError | None
+    """The last of these jobs' reason when none fits."""
+    stopped: bool
+    """The deadline came before every job was searched."""
+
+
+def value_search(
+    problem: Problem,
+    jobs: list[Job],
+    best_ns: int | None,
+    best_uniform: tuple[int, Answer] | None,
+    top_shapes: int | None,
+    workers: int,
+    deadline: float | None,
+) -> ValueSearch:
+    """One per-stage search per job of ``jobs`` (one axis value), each capped below the
+    frontier's fastest point so far (``best_ns``) and the fastest plan of these jobs so far;
+    ``best_uniform`` (the fastest uniform layout of the jobs before) updated with theirs."""
+    found: PerStageResult | None = None
+    searches, proven, nothing = 0, True, None
+    for job in jobs:
+        rest = time_left(deadline)
+        if rest is not None and rest <= 0:
+            return ValueSearch(found, best_uniform, searches, False, nothing, True)
+        caps = [best_ns] + ([] if found is None else [found.plan_ns])
+        cap = min((c for c in caps if c is not None), default=None)
+        searches += 1
+        try:
+            r = per_stage_search(
+                replace(problem, jobs=(job,)), top_shapes, rest, workers,
+                cap_ns=cap, without_uniform=True,
+            )  # fmt: skip
+        except InfeasibleError as err:
+            nothing = err
+            proven = proven and not (deadline is not None and time.perf_counter() >= deadline)
+            continue
+        proven &= r.status == "optimal"
+        if r.uniform_ns is not None and (best_uniform is None or r.uniform_ns < best_uniform[0]):
+            assert r.uniform is not None
+            best_uniform = (r.uniform_ns, r.uniform)
+        if cap is None or r.plan_ns < cap:
+            found = r
+    return ValueSearch(found, best_uniform, searches, proven, nothing, False)
 
 
 def axis_value_of_job(against: str, job: Job) -> int:

@@ -15,7 +15,7 @@ from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
 from trainplan.optimizer.tables import CostTables, objective_tables
 
-__all__ = ["plan_layout", "base_layouts", "ranked_bases"]
+__all__ = ["plan_layout", "base_layouts", "ranked_bases", "ranking_masks", "fastest_layout"]
 
 
 def plan_layout(base: Layout, layers: tuple[int, ...], recomputed: tuple[int, ...]) -> Layout:
@@ -72,22 +72,7 @@ def ranked_bases(
     every shape comes interleaved. With ``top`` None every legal shape whose model state can fit
     comes, in that order."""
     tables = prepared[0]
-    ok = allowed(problem, tables)
-    if max_bytes is not None:
-        ok = ok & (tables.peak_ceil <= max_bytes)
-    # a split moves layers, not their sum: where the stages' mean model state is over the
-    # capacity, some stage is over it under every split (and no per-stage plan fits). Not under
-    # ZeRO-3, whose gather buffers go with a stage's layers (an empty stage holds none): kept.
-    room = tables.capacity  # × (1 − headroom) already
-    if max_bytes is not None:
-        room = np.minimum(room, max_bytes)
-    pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
-    state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
-    state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :]
-    legal = np.broadcast_to((tables.legal & state_fits)[:, :, None], ok.shape)
-    if problem.constraints.tp_in_nvlink:
-        near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
-        legal = legal & near[:, None, None]
+    ok, legal = ranking_masks(problem, tables, max_bytes)
     big = np.iinfo(np.int64).max
     o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
     objective = o1[:, None, :] + o2[:, :, None]
@@ -104,10 +89,7 @@ def ranked_bases(
         for s in np.argsort(best, kind="stable"):
             if best[s] == big or (top is not None and taken >= top):
                 break
-            z, r = np.unravel_index(int(flat[s].argmin()), objective.shape[1:])
-            job = tables.jobs[tables.job_of[s]]
-            layout = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
-            j = int(tables.job_of[s])
+            j, layout = fastest_layout(tables, int(s), flat[s])
             # one shape whatever its schedule and v: counted once; interleaved at its
             # first-ranked v, and only among a ranking's first interleaved_top shapes unless
             # 1F1B is not allowed (then every shape comes interleaved)
@@ -117,15 +99,50 @@ def ranked_bases(
             if shape not in counted:
                 counted.add(shape)
                 taken += 1
-            bases = base_layouts(layout, problem.space.schedules)
-            if layout.schedule is Schedule.INTERLEAVED:
-                near_top = ranked.index(shape) < interleaved_top or not one_f_one_b
-                if shape in with_v or not near_top:
-                    bases = [b for b in bases if b.virtual_stages == 1]
-                else:
-                    with_v.add(shape)
-            for base in bases:
-                if (j, base) not in seen:
+            near_top = ranked.index(shape) < interleaved_top or not one_f_one_b
+            keep_v = layout.schedule is Schedule.INTERLEAVED and near_top and shape not in with_v
+            if keep_v:
+                with_v.add(shape)
+            for base in base_layouts(layout, problem.space.schedules):
+                if (keep_v or base.virtual_stages == 1) and (j, base) not in seen:
                     seen.add((j, base))
-                    out.append((job, base))
+                    out.append((tables.jobs[j], base))
     return out
+
+
+def fastest_layout(tables: CostTables, s: int, row: np.ndarray) -> tuple[int, Layout]:
+    """(job index, layout) of shape ``s``'s fastest candidate: ``row`` is its objective over
+    (ZeRO stage, recompute mode), flattened, the masked candidates at the largest integer."""
+    z, r = np.unravel_index(int(row.argmin()), (len(tables.zero_stages), len(tables.recomputes)))
+    return int(tables.job_of[s]), tables.shapes[s].layout(
+        tables.zero_stages[z], tables.recomputes[r]
+    )
+
+
+def ranking_masks(
+    problem: Problem, tables: CostTables, max_bytes: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two masks :func:`ranked_bases` ranks shapes under, each ``[S, Z, R]`` (shape,
+    ZeRO stage, recompute mode): the candidates the uniform search allows (fitting, meeting the
+    constraints, within ``max_bytes`` per GPU when given), and the legal ones whose model state
+    could fit under some split, fit otherwise ignored.
+
+    A split moves layers, not their sum: where the stages' mean model state is over the capacity
+    (× (1 − headroom) already; ``max_bytes`` when lower), some stage is over it under every split
+    and no per-stage plan fits. Not under ZeRO-3, whose gather buffers go with a stage's layers
+    (an empty stage holds none): kept. With ``tp_in_nvlink`` the shapes whose tp and cp leave
+    the NVLink domain are dropped from both."""
+    ok = allowed(problem, tables)
+    if max_bytes is not None:
+        ok = ok & (tables.peak_ceil <= max_bytes)
+    room = tables.capacity
+    if max_bytes is not None:
+        room = np.minimum(room, max_bytes)
+    pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
+    state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
+    state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :]
+    legal = np.broadcast_to((tables.legal & state_fits)[:, :, None], ok.shape)
+    if problem.constraints.tp_in_nvlink:
+        near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
+        legal = legal & near[:, None, None]
+    return ok, legal

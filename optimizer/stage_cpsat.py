@@ -13,7 +13,7 @@ Variables → constraints → objective (the CP-SAT primer's order):
   only through ``A = max params_s``, ``B = max n_s`` and ``C = max bare_s``
   (:func:`model.terms.roofline.slowest_microbatch`): ``R ≥ rest(A, B, C)`` for each triple whose rest
   is known (:meth:`StageModel.add_rest`, from ``evaluate()`` of a layout that has it), and
-  ``R ≥`` a lower bound for the others. :func:`optimizer.per_stage.solve_shape` adds triples
+  ``R ≥`` a lower bound for the others. :func:`optimizer.stage_solve.solve_shape` adds triples
   until the optimum's own is known: then the optimum is proven.
 
 Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,

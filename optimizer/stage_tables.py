@@ -55,6 +55,10 @@ __all__ = [
     "StageTables",
     "OutOfTime",
     "build_stage_tables",
+    "StageCosts",
+    "time_caps",
+    "least_fitting",
+    "stage_rows",
     "pipeline_lower_bound",
     "stage_capacity",
     "NO_SPLIT",
@@ -318,79 +322,123 @@ def build_stage_tables(
     OutOfTime
         ``deadline`` passed before the rows were complete.
     """
-    sc = _stage_context(case, layout)
-    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
-    capacity = stage_capacity(case, layout, headroom, max_bytes)
-    evaluations = 0
-
-    memo: dict[tuple[int, int, int], StageMemory] = {}
-
-    def memory(stage: int, n: int, k: int) -> StageMemory:
-        nonlocal evaluations
-        if (stage, n, k) not in memo:
-            evaluations += 1
-            memo[stage, n, k] = sc.memory(stage, n, k)
-        return memo[stage, n, k]
-
-    def fits(stage: int, n: int, k: int) -> bool:
-        return memory(stage, n, k).total_bytes <= capacity
-
-    times: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
-
-    def paced(stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
-        # a stage's time reads only whether it is first or last, its layers and their counts
-        key = (stage == 0, stage == pp - 1, n, k, mode)
-        if key not in times:
-            times[key] = sc.paced(stage, n, k, mode)
-        return times[key]
-
-    # time alone (no memory, nothing recomputed) caps what each stage can take below cap_ns: once
-    # the stages built and those caps of the others cannot hold L layers, no split beats cap_ns
-    most = [
-        max((n for n in sc.counts(i) if cap_ns is None or paced(i, n, 0)[0] + rest_lower_ns < cap_ns),
-            default=-1)
-        for i in range(pp)
-    ]  # fmt: skip
+    costs = StageCosts(
+        _stage_context(case, layout), stage_capacity(case, layout, headroom, max_bytes)
+    )
+    L, pp = costs.stages.num_layers, layout.pp
+    most = time_caps(costs, cap_ns, rest_lower_ns)
     rows: list[tuple[StageOption, ...]] = []
     for stage in range(pp):
         if sum(most) < L:  # some stage has no row, or together they cannot hold L layers
             rows += [()] * (pp - stage)
             break
-        found = []
-        least = 0
-        for n in sc.counts(stage):
-            if deadline is not None and time.perf_counter() >= deadline:
-                raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
-            bare = paced(stage, n, 0, Recompute.NONE)[1]
-            if cap_ns is not None and paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
-                break  # k = 0 is this n's fastest, and more layers are slower
-            top = most_recomputed(n, v)
-            # the least k that fits is at least n − 1's (one more layer never holds less):
-            # try that first, then bisect above it
-            if fits(stage, n, least):
-                k = least
-            elif least >= top or not fits(stage, n, top):
-                break
-            else:
-                lo, hi = least + 1, top  # hi fits, lo − 1 does not
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if fits(stage, n, mid):
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                k = hi
-            least = k
-            paced_ns, _ = paced(stage, n, k)
-            if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
-                continue
-            mem = memory(stage, n, k)
-            key = mem.dense_params * layout.tp
-            if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
-                raise AssertionError(f"stage parameters × tp not whole: {key}")
-            found.append(
-                StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
-            )
-        rows.append(tuple(found))
+        found = stage_rows(costs, stage, cap_ns, rest_lower_ns, deadline)
+        rows.append(found)
         most[stage] = max((o.layers for o in found), default=-1)
-    return StageTables(case, layout, L, capacity, tuple(rows), evaluations)
+    return StageTables(case, layout, L, costs.capacity, tuple(rows), costs.evaluations)
+
+
+class StageCosts:
+    """One shape's stage figures for :func:`build_stage_tables`, each evaluated once: the peak
+    of (stage, n, k) (:attr:`evaluations` counts them) and the pipeline term, which reads only
+    whether the stage is first or last, its layers and their recomputed counts."""
+
+    def __init__(self, stages: _Stages, capacity: int) -> None:
+        self.stages = stages
+        self.capacity = capacity
+        """Bytes per GPU a stage may use (:func:`stage_capacity`)."""
+        self.evaluations = 0
+        self._memory: dict[tuple[int, int, int], StageMemory] = {}
+        self._paced: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
+
+    def memory(self, stage: int, n: int, k: int) -> StageMemory:
+        """:meth:`_Stages.memory`, evaluated once."""
+        if (stage, n, k) not in self._memory:
+            self.evaluations += 1
+            self._memory[stage, n, k] = self.stages.memory(stage, n, k)
+        return self._memory[stage, n, k]
+
+    def fits(self, stage: int, n: int, k: int) -> bool:
+        """Whether the stage's peak is within :attr:`capacity`."""
+        return self.memory(stage, n, k).total_bytes <= self.capacity
+
+    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+        """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""
+        key = (stage == 0, stage == self.stages.layout.pp - 1, n, k, mode)
+        if key not in self._paced:
+            self._paced[key] = self.stages.paced(stage, n, k, mode)
+        return self._paced[key]
+
+
+def time_caps(costs: StageCosts, cap_ns: int | None, rest_lower_ns: int) -> list[int]:
+    """Per stage, the most layers it can take below ``cap_ns`` by time alone (nothing
+    recomputed, memory ignored; −1 when none): once the stages built and these caps of the
+    others cannot hold L layers, no split beats ``cap_ns``."""
+    return [
+        max((n for n in costs.stages.counts(i)
+             if cap_ns is None or costs.paced(i, n, 0)[0] + rest_lower_ns < cap_ns), default=-1)
+        for i in range(costs.stages.layout.pp)
+    ]  # fmt: skip
+
+
+def least_fitting(costs: StageCosts, stage: int, n: int, least: int) -> int | None:
+    """The least k (0 … ⌈n/v⌉ recomputed per model chunk, :func:`most_recomputed`) whose peak
+    fits with ``n`` layers on ``stage``, None when not even the most fits. One more layer never
+    holds less, so it is at least ``least`` (n − 1's): tried first, then the most, then the
+    least above it by bisection."""
+    top = most_recomputed(n, costs.stages.layout.virtual_stages)
+    if costs.fits(stage, n, least):
+        return least
+    if least >= top or not costs.fits(stage, n, top):
+        return None
+    lo, hi = least + 1, top  # hi fits, lo − 1 does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if costs.fits(stage, n, mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def stage_rows(
+    costs: StageCosts,
+    stage: int,
+    cap_ns: int | None,
+    rest_lower_ns: int,
+    deadline: float | None,
+) -> tuple[StageOption, ...]:
+    """``stage``'s rows of :func:`build_stage_tables`: per layer count n, the least k that fits
+    (:func:`least_fitting`) and its figures, below ``cap_ns`` with ``rest_lower_ns``; the scan
+    stops at the first n that does not fit fully recomputed or whose stage alone reaches the
+    cap.
+
+    Raises
+    ------
+    OutOfTime
+        ``deadline`` (:func:`time.perf_counter`) passed, checked before each n.
+    """
+    found = []
+    least = 0
+    for n in costs.stages.counts(stage):
+        if deadline is not None and time.perf_counter() >= deadline:
+            layout = costs.stages.layout
+            raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
+        bare = costs.paced(stage, n, 0, Recompute.NONE)[1]
+        if cap_ns is not None and costs.paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
+            break  # k = 0 is this n's fastest, and more layers are slower
+        k = least_fitting(costs, stage, n, least)
+        if k is None:
+            break
+        least = k
+        paced_ns, _ = costs.paced(stage, n, k)
+        if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
+            continue
+        mem = costs.memory(stage, n, k)
+        key = mem.dense_params * costs.stages.layout.tp
+        if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
+            raise AssertionError(f"stage parameters × tp not whole: {key}")
+        found.append(
+            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
+        )
+    return tuple(found)

@@ -46,7 +46,19 @@ from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, objective_factor
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
-__all__ = ["CostTables", "build_tables", "MAX_ROWS", "MAX_SHAPES_PER_JOB"]
+__all__ = [
+    "CostTables",
+    "build_tables",
+    "job_shapes",
+    "empty_columns",
+    "fill_job_rows",
+    "job_model_flops",
+    "peak_table",
+    "objective_tables",
+    "objective_divisor",
+    "MAX_ROWS",
+    "MAX_SHAPES_PER_JOB",
+]
 
 MAX_ROWS = 2_000_000
 """Refuse tables larger than this many (shape × modifier) rows; narrow the space instead."""
@@ -236,33 +248,11 @@ def build_tables(
     InputError
         When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    space, zs, rs = problem.space, problem.space.zero_stages, _recomputes(problem)
-    per_job: list[tuple[Job, tuple[Shape, ...]]] = []
-    total = 0
-    for job in problem.jobs:
-        if job.case.model.arch is None:
-            raise InputError(
-                "search: needs a model with dimensions (a catalogue model, a config.json, or --layers …)"
-            )
-        job_space = SearchSpace(**{**_fields(space), "num_gpus": job.num_gpus})
-        found = tuple(legal_shapes(job.case.model, job.case.training, job_space))
-        total += len(found)
-        if total * len(zs) * len(rs) > MAX_ROWS:
-            raise InputError(
-                f"search: over {MAX_ROWS:,} candidates; narrow the space (--tp, --pp, --max-micro-batch, fewer GPU counts)"
-            )
-        per_job.append((job, found))
-    S, Z, R = total, len(zs), len(rs)
+    zs, rs = problem.space.zero_stages, _recomputes(problem)
+    per_job = job_shapes(problem, len(zs) * len(rs))
+    S = sum(len(found) for _, found in per_job)
     P = max((s.pp for _, shapes in per_job for s in shapes), default=1)
-    state = np.zeros((S, Z, P), dtype=np.int64)
-    step = np.zeros((S, Z, P), dtype=np.int64)
-    act = np.zeros((S, R, P), dtype=np.int64)
-    legal = np.zeros((S, Z), dtype=bool)
-    fits = np.zeros((S, Z, R), dtype=bool)
-    t1 = np.zeros((S, R), dtype=np.int64)
-    t2 = np.zeros((S, Z), dtype=np.int64)
-    capacity = np.zeros(S, dtype=np.int64)
-    flops = np.zeros((S, R), dtype=float)
+    cols = empty_columns(S, len(zs), len(rs), P)
     shapes: list[Shape] = []
     job_of: list[int] = []
     memo: dict = {}
@@ -272,63 +262,127 @@ def build_tables(
         if deadline is not None and j and time.perf_counter() > deadline:
             tabulated = j
             break
-        hi = lo + len(found)
-        if found:
-            mem, times, cap, ft = _job_rows(job, found, zs, rs, problem.constraints.headroom, memo)
-            p = mem["state"].shape[2]
-            state[lo:hi, :, :p] = np.ceil(mem["state"])
-            step[lo:hi, :, :p] = np.ceil(mem["step"])
-            act[lo:hi, :, :p] = np.ceil(mem["act"])
-            legal[lo:hi], fits[lo:hi], capacity[lo:hi] = mem["legal"], ft, cap
-            t1[lo:hi], t2[lo:hi] = times["t1"], times["t2"]
-            arch = job.case.model.arch
-            assert arch is not None
-            n_active = job.case.model.num_params_declared or count_params(arch).active
-            for r, mode in enumerate(rs):
-                flops[lo:hi, r] = float(
-                    step_flops(
-                        arch,
-                        n_active,
-                        job.case.training.seq_len,
-                        job.case.training.global_batch_size,
-                        mode,
-                        job.case.options.mfu_convention,
-                        job.case.options.causal_attention_flops,
-                    ).model_flops
-                )
+        fill_job_rows(cols, lo, job, found, zs, rs, problem.constraints.headroom, memo)
         shapes += found
         job_of += [j] * len(found)
-        lo = hi
+        lo += len(found)
         if progress:
             progress(lo, S)
     if tabulated < len(per_job):  # cut short: keep the tabulated jobs' rows
-        state, step, act, legal, fits = state[:lo], step[:lo], act[:lo], legal[:lo], fits[:lo]
-        t1, t2, capacity, flops = t1[:lo], t2[:lo], capacity[:lo], flops[:lo]
-        S = lo
-    peak = np.zeros((S, Z, R), dtype=np.int64)
-    for z in range(Z):  # a loop over z keeps the temporary at [S, R, P]
-        if S:
-            peak[:, z, :] = peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
-                axis=2
-            )
+        cols = {name: column[:lo] for name, column in cols.items()}
     return CostTables(
         tuple(problem.jobs),
         tuple(shapes),
         np.array(job_of, dtype=np.int64),
         tuple(zs),
         tuple(rs),
-        state,
-        step,
-        legal,
-        act,
-        fits,
-        t1,
-        t2,
-        capacity,
-        flops,
-        peak,
-        tabulated,
+        **cols,
+        peak_ceil=peak_table(cols["state_ceil"], cols["step_ceil"], cols["act_ceil"]),
+        jobs_tabulated=tabulated,
     )
+
+
+def job_shapes(problem: Problem, per_shape: int) -> list[tuple[Job, tuple[Shape, ...]]]:
+    """Each job with its legal shapes (:func:`optimizer.space.legal_shapes` over the space
+    at the job's GPU count).
+
+    Raises
+    ------
+    InputError
+        A model without dimensions, or more than :data:`MAX_ROWS` candidates (shapes ×
+        ``per_shape`` modifiers) in all.
+    """
+    per_job: list[tuple[Job, tuple[Shape, ...]]] = []
+    total = 0
+    for job in problem.jobs:
+        if job.case.model.arch is None:
+            raise InputError(
+                "search: needs a model with dimensions (a catalogue model, a config.json, or --layers …)"
+            )
+        job_space = SearchSpace(**{**_fields(problem.space), "num_gpus": job.num_gpus})
+        found = tuple(legal_shapes(job.case.model, job.case.training, job_space))
+        total += len(found)
+        if total * per_shape > MAX_ROWS:
+            raise InputError(
+                f"search: over {MAX_ROWS:,} candidates; narrow the space (--tp, --pp, --max-micro-batch, fewer GPU counts)"
+            )
+        per_job.append((job, found))
+    return per_job
+
+
+def empty_columns(S: int, Z: int, R: int, P: int) -> dict[str, np.ndarray]:
+    """The :class:`CostTables` arrays :func:`build_tables` fills, by field name, zeroed: S
+    shapes, Z ZeRO stages, R recompute modes, P the most pipeline stages."""
+    return {
+        "state_ceil": np.zeros((S, Z, P), dtype=np.int64),
+        "step_ceil": np.zeros((S, Z, P), dtype=np.int64),
+        "legal": np.zeros((S, Z), dtype=bool),
+        "act_ceil": np.zeros((S, R, P), dtype=np.int64),
+        "fits": np.zeros((S, Z, R), dtype=bool),
+        "t1_ns": np.zeros((S, R), dtype=np.int64),
+        "t2_ns": np.zeros((S, Z), dtype=np.int64),
+        "capacity": np.zeros(S, dtype=np.int64),
+        "model_flops": np.zeros((S, R), dtype=float),
+    }
+
+
+def fill_job_rows(
+    cols: dict[str, np.ndarray],
+    lo: int,
+    job: Job,
+    found: tuple[Shape, ...],
+    zs: tuple[int, ...],
+    rs: tuple[Recompute, ...],
+    headroom: float,
+    memo: dict,
+) -> None:
+    """Write ``job``'s rows (its shapes ``found``, from row ``lo``) of :func:`empty_columns`'
+    ``cols``: the terms (:func:`_job_rows`), rounded up where they are bytes, and the model
+    FLOPs per recompute mode (:func:`job_model_flops`)."""
+    if not found:
+        return
+    hi = lo + len(found)
+    mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo)
+    p = mem["state"].shape[2]
+    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"])
+    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"])
+    cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
+    cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
+    cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
+    cols["model_flops"][lo:hi] = job_model_flops(job, rs)
+
+
+def job_model_flops(job: Job, rs: tuple[Recompute, ...]) -> list[float]:
+    """Model FLOPs per step of ``job`` under each recompute mode of ``rs``
+    (:func:`model.flops.step_flops`' ``model_flops``, the job's MFU convention), as float: the
+    same for every shape of the job."""
+    arch = job.case.model.arch
+    assert arch is not None
+    n_active = job.case.model.num_params_declared or count_params(arch).active
+    t, options = job.case.training, job.case.options
+    return [
+        float(
+            step_flops(
+                arch, n_active, t.seq_len, t.global_batch_size, mode,
+                options.mfu_convention, options.causal_attention_flops,
+            ).model_flops
+        )
+        for mode in rs
+    ]  # fmt: skip
+
+
+def peak_table(state: np.ndarray, step: np.ndarray, act: np.ndarray) -> np.ndarray:
+    """[S, Z, R] the busiest stage's bytes (:func:`model.terms.peak.peak_over_phases` of the
+    rounded-up terms, ``state`` and ``step`` [S, Z, P], ``act`` [S, R, P]); a loop over z keeps
+    the temporary at [S, R, P]."""
+    S, Z, R = state.shape[0], state.shape[1], act.shape[1]
+    peak = np.zeros((S, Z, R), dtype=np.int64)
+    for z in range(Z):
+        if S:
+            peak[:, z, :] = peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
+                axis=2
+            )
+    return peak
 
 
 def _recomputes(problem: Problem) -> tuple[Recompute, ...]:

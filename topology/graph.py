@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or read (it is 
 
 __all__ = [
     "build_cluster",
+    "nvlink_graph",
+    "add_scaleout_tier",
     "cluster_for_device",
     "gpu_node",
     "widest_path_bandwidth",
@@ -136,21 +138,28 @@ def build_cluster(
         pod_size,
         oversubscription,
     )
-    nvlink, nic = float(nvlink_bytes_per_s), float(scaleout_bytes_per_s)
-    uplink = nic / oversubscription
-    num_domains = -(-num_gpus // nvlink_domain)
-    num_pods = -(-num_gpus // pod)
+    g = nvlink_graph(num_gpus, nvlink_domain, float(nvlink_bytes_per_s), pod)
+    add_scaleout_tier(g, float(scaleout_bytes_per_s), rail_optimized, float(oversubscription))
     import networkx as nx
 
-    g = nx.Graph(
-        num_gpus=num_gpus,
-        nvlink_domain=nvlink_domain,
-        nvlink_bytes_per_s=nvlink,
-        scaleout_bytes_per_s=nic,
-        rail_optimized=rail_optimized,
-        pod_size=pod,
-        oversubscription=float(oversubscription),
-    )
+    return nx.freeze(g)
+
+
+def nvlink_graph(num_gpus: int, nvlink_domain: int, nvlink: float, pod: int) -> nx.Graph:
+    """The NVLink tier of :func:`build_cluster`'s graph: one NVSwitch node per domain of
+    ``nvlink_domain`` GPUs, the GPU nodes (``rank``, ``domain``, ``pod`` of ``pod`` GPUs,
+    ``local`` index in the domain) and each GPU's edge to its NVSwitch at ``nvlink`` bytes/s
+    per GPU per direction (tier ``nvlink``). Not frozen: the scale-out tier is added to it.
+
+    >>> g = nvlink_graph(16, 8, 450e9, 16)
+    >>> g.number_of_nodes(), g.number_of_edges(), g.nodes["gpu9"]["local"]
+    (18, 16, 1)
+    """
+    import networkx as nx
+
+    g = nx.Graph(num_gpus=num_gpus, nvlink_domain=nvlink_domain, nvlink_bytes_per_s=nvlink)
+    g.graph["pod_size"] = pod
+    num_domains = -(-num_gpus // nvlink_domain)
     g.add_nodes_from(
         (f"nvswitch{d}", {"kind": "nvswitch", "domain": d}) for d in range(num_domains)
     )
@@ -169,21 +178,28 @@ def build_cluster(
     )
     nvl = {"bandwidth_bytes_per_s": nvlink, "capacity_bytes_per_s": nvlink, "tier": "nvlink"}
     g.add_edges_from((gpu_node(r), f"nvswitch{r // nvlink_domain}", nvl) for r in range(num_gpus))
-    if num_domains > 1:
-        _add_scaleout(g, num_gpus, nvlink_domain, pod, num_pods, nic, uplink, rail_optimized)
-    return nx.freeze(g)
+    return g
 
 
-def _add_scaleout(
-    g: nx.Graph,
-    num_gpus: int,
-    domain: int,
-    pod: int,
-    num_pods: int,
-    nic: float,
-    uplink: float,
-    rail: bool,
-) -> None:
+def add_scaleout_tier(g: nx.Graph, nic: float, rail: bool, oversubscription: float) -> None:
+    """Add the scale-out tier to :func:`nvlink_graph`'s ``g`` (its ``num_gpus``,
+    ``nvlink_domain`` and ``pod_size`` attributes), and its own attributes: where there is more
+    than one NVLink domain, each GPU's NIC edge (``nic`` bytes/s per GPU per direction, tier
+    ``scale-out``) to its pod's leaf or, with ``rail``, to its rail switch (GPU ``i`` of each
+    domain of a pod on rail ``i``), and, across pods or rails, each switch's uplink to one spine
+    at ``nic / oversubscription`` per GPU (tier ``spine``, capacity × the GPUs below).
+
+    >>> g = nvlink_graph(32, 8, 450e9, 16)
+    >>> add_scaleout_tier(g, 50e9, False, 2.0)
+    >>> g.edges["leaf1", "spine"]["bandwidth_bytes_per_s"], g.graph["oversubscription"]
+    (25000000000.0, 2.0)
+    """
+    g.graph.update(scaleout_bytes_per_s=nic, rail_optimized=rail, oversubscription=oversubscription)
+    num_gpus, domain, pod = g.graph["num_gpus"], g.graph["nvlink_domain"], g.graph["pod_size"]
+    if -(-num_gpus // domain) == 1:  # one NVLink domain: no scale-out
+        return
+    num_pods, uplink = -(-num_gpus // pod), nic / oversubscription
+
     def switch(r: int) -> str:
         return f"rail{r // pod}.{r % domain}" if rail else f"leaf{r // pod}"
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
-from trainplan.model.hardware import DeviceSpec
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rollout import (
@@ -23,7 +23,7 @@ from trainplan.model.rollout import (
 )
 from trainplan.model.timing import kernel_efficiency_for
 
-__all__ = ["rollout_cost", "engine_weights_bytes", "least_engine_tp"]
+__all__ = ["rollout_cost", "engine_weights_bytes", "least_engine_tp", "sync_bandwidth"]
 
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
@@ -182,3 +182,15 @@ def _engine_terms(
         Term(steps, "rollout", time.decode_s, "s", roof),
         Term("weight sync (2N/tp to each engine GPU)", "rollout", time.sync_s, "s", sync),
     )  # fmt: skip
+
+
+def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
+    """Bandwidth, bytes/s per GPU per direction, the updated weights reach the rollout engine at
+    on a cluster of ``gpus`` GPUs: NVLink when the whole cluster is one NVLink domain, else the
+    scale-out NIC (the training ranks holding a shard are spread over nodes, colocated or not).
+
+    >>> links = ClusterLinks(nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, nvlink_domain=8)
+    >>> sync_bandwidth(links, 8), sync_bandwidth(links, 16)
+    (450000000000.0, 50000000000.0)
+    """
+    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.scaleout_bytes_per_s

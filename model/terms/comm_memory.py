@@ -38,7 +38,7 @@ resources (``splitShare``), which PyTorch does not request by default.
 from __future__ import annotations
 
 import math
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Framework
@@ -120,7 +120,7 @@ def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
     return _pow2_up(max(1, math.ceil(scaleout_bytes_per_s / P2P_NET_BYTES_PER_CHANNEL)))
 
 
-@cache
+@lru_cache(maxsize=4096)  # bounded: a long-lived server sees many layouts and NICs
 def p2p_channels_per_peer(ranks: int, across_hosts: bool, nic_bytes_per_s: float | None) -> int:
     """Channels per point-to-point peer of a communicator of ``ranks`` ranks
     (``ncclTopoComputeP2pChannelsPerPeer`` takes the fewest over every rank's peers, then

@@ -26,7 +26,8 @@ from trainplan.model.terms.activations import StageActivations, stage_activation
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
-from trainplan.model.terms.state import model_state_term, split_params
+from trainplan.model.terms.stage_params import split_params
+from trainplan.model.terms.state import model_state_term
 from trainplan.model.xp import is_array, maximum
 
 __all__ = [

@@ -35,10 +35,11 @@ from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
+from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap
-from trainplan.model.optimizers import OptimizerKind, muon_gather_bytes, optimizer_step_bytes
+from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -69,12 +70,8 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.state import (
-    busiest_muon_work,
-    busiest_params,
-    busiest_scales,
-    muon_whole_matrices,
-)
+from trainplan.model.terms.stage_params import busiest_params
+from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
 from trainplan.model.terms.traffic import (
     dp_mechanism,
     most_layers,
@@ -353,7 +350,7 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
 def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:
     """(bytes over tp, bytes over the data-parallel shard group) one GPU of Muon's busiest stage
     (the most Newton–Schulz FLOPs, :func:`model.terms.state.busiest_muon_work`) sends per step so
-    that Muon sees whole matrices: :func:`model.optimizers.muon_gather_bytes` of its dense
+    that Muon sees whole matrices: :func:`model.muon.muon_gather_bytes` of its dense
     matrices (over tp and D) plus its routed experts' (over etp and D_e), both riding the tp and
     the dp link. The one volume the traffic table's Muon rows show and :func:`muon_seconds`
     times. (0, 0) under any other optimizer."""
@@ -407,7 +404,7 @@ def muon_seconds(c: Context, f: Fields) -> Any:
     matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
     distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
     where tp matrices are gathered (``--muon-tp-mode duplicated``; its block under Megatron's
-    default ``blockwise``, :func:`model.optimizers.muon_tp_gathers`) — at the GEMM efficiency's
+    default ``blockwise``, :func:`model.muon.muon_tp_gathers`) — at the GEMM efficiency's
     share of the peak, and the gathers' time (:func:`muon_gather_seconds`). 0 under any other
     optimizer."""
     if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:

@@ -62,7 +62,7 @@ from trainplan.model.terms.roofline import (
     slowest_microbatch,
     window_seconds,
 )
-from trainplan.model.terms.state import busiest_params
+from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
     cp_traffic_bytes,
     dp_mechanism,

@@ -3,7 +3,7 @@
 Each axis's bytes are :mod:`model.comm`'s ring formulas (``*_bytes``); which stage's figure a
 layout's traffic is follows one rule per axis, written here once:
 
-* dp: the stage with the most parameters (:func:`model.terms.state.busiest_params`), as the
+* dp: the stage with the most parameters (:func:`model.terms.stage_params.busiest_params`), as the
   layout's framework runs its ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`);
 * tp: the stage that sends the most (its layers, the embedding on the first stage, the output
   layer on the last), with what of it the framework hides under a GEMM;
@@ -47,7 +47,7 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.state import busiest_params
+from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.xp import where
 
 __all__ = [

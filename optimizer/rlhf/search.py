@@ -22,6 +22,7 @@ __all__ = [
     "Placement",
     "PlacementResult",
     "search_placement",
+    "placement_result",
     "enumerate_placement",
     "objective_ns",
     "placement_plan",
@@ -285,6 +286,29 @@ def search_placement(
     t0 = clock()
     answers, statuses = _solve_three(pruned, left, workers, progress)
     solve_s = clock() - t0
+    return placement_result(problem, tables, pruned, answers, statuses, solve_s, time_limit_s)
+
+
+def placement_result(
+    problem: RLHFProblem,
+    tables: RLHFTables,
+    pruned: RLHFTables,
+    answers: dict[bool | None, PlacementChoice | None],
+    statuses: dict[bool | None, str],
+    solve_s: float,
+    time_limit_s: float | None,
+) -> PlacementResult:
+    """The :class:`PlacementResult` of the three solves (:func:`_solve_three`'s ``answers`` and
+    ``statuses``, keys None: the best, True: colocated, False: split) on the ``pruned`` tables:
+    each answer recomposed exactly (:func:`_placement`), those beyond
+    :data:`ALTERNATIVES_WITHIN` dropped; ``optimal`` only when the first solve was proven and no
+    variant beat it.
+
+    Raises
+    ------
+    InfeasibleError
+        No placement fits (proven): the explanation names the roles that fit no pool alone.
+    """
     statuses = _qualified(statuses, answers, tables)
     if statuses[None] == "infeasible":
         raise InfeasibleError("rlhf-plan: no placement fits", _explain(tables))

@@ -42,6 +42,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
+from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
 from trainplan.model.rlhf.spec import (
@@ -61,9 +62,9 @@ __all__ = [
     "RLHFTables",
     "SEARCH_FRACTIONS",
     "make_evaluator",
-    "sync_bandwidth",
     "pool_sizes",
     "build_tables",
+    "TableBuild",
     "dominant",
     "cost_of",
     "SMALL_POOLS_NODES",
@@ -126,13 +127,6 @@ def make_evaluator(device: DeviceSpec, links: ClusterLinks) -> Evaluator:
         return evaluate(model, training, layout, device, links_for(layout, links), options)
 
     return run
-
-
-def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
-    """Bandwidth the updated weights reach the engine at: NVLink when the whole cluster is one
-    NVLink domain, else the scale-out NIC (the training ranks holding a shard are spread over
-    nodes, colocated or not)."""
-    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.scaleout_bytes_per_s
 
 
 SMALL_POOLS_NODES = 8
@@ -293,51 +287,86 @@ def build_tables(
     if problem.gpus < 1:
         raise InputError(f"gpus: {problem.gpus} must be at least 1")
     sizes = pool_sizes(problem.gpus, problem.node)
-    ev = make_evaluator(problem.device, problem.links)
-    cap = problem.device.usable_bytes(True)
-    host_cap = Fraction(problem.spec.host_memory_bytes, problem.node)
-    out: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]] = {
-        rs.role: {n: [] for n in sizes} for rs in problem.spec.roles
-    }
-    first: dict[tuple, RoleCost] = {}  # (role, tp, pp, offload) → its cost on the largest pool
-    bound: int | None = None
-    tried, skipped, done, total = 0, 0, 0, len(sizes) * len(problem.spec.roles)
+    build = TableBuild(problem, {rs.role: {n: [] for n in sizes} for rs in problem.spec.roles})
+    done, total = 0, len(sizes) * len(problem.spec.roles)
     for n in reversed(sizes):
-        if incumbent is not None and n < sizes[-1] and bound is None:
-            bound = incumbent(RLHFTables(problem, sizes, out, clock() - t0, tried)) or -1
-        for rs in problem.spec.roles:
-            opts = (
-                _rollout_options(problem, n)
-                if rs.role is Role.ROLLOUT
-                else _training_options(problem, rs.role, n, rs.trainable)
+        if incumbent is not None and n < sizes[-1] and build.bound is None:
+            seconds = clock() - t0
+            build.bound = (
+                incumbent(RLHFTables(problem, sizes, build.out, seconds, build.tried)) or -1
             )
-            for opt in opts:
-                if deadline is not None and clock() >= deadline:
-                    kept = bound if bound and bound > 0 else None
-                    return RLHFTables(
-                        problem, sizes, out, clock() - t0, tried, False, kept, skipped
-                    )
-                key = (opt.role, opt.tp, opt.pp, opt.offload)
-                if bound and bound > 0 and key in first and _over(problem, first[key], opt, bound):
-                    skipped += 1
-                    continue
-                tried += 1
-                try:
-                    cost = cost_of(problem, opt, ev)
-                except LayoutError:
-                    continue
-                first.setdefault(key, cost)
-                if _fits_alone(cost, cap, host_cap):
-                    out[rs.role][n].append((opt, cost))
+        for rs in problem.spec.roles:
+            if not build.cost_pool(rs.role, rs.trainable, n, deadline, clock):
+                return build.tables(sizes, clock() - t0, complete=False)
             done += 1
             if progress is not None:
                 progress(done, total)
-    if bound and bound > 0:
-        out = _within(out, bound)
-    return RLHFTables(
-        problem, sizes, out, clock() - t0, tried, True, bound if bound and bound > 0 else None,
-        skipped,
-    )  # fmt: skip
+    return build.tables(sizes, clock() - t0, complete=True)
+
+
+class TableBuild:
+    """The state of :func:`build_tables` as it costs each (pool size, role): the options kept,
+    each (role, tp, pp, offload)'s cost on the largest pool (for the floors), the incumbent's
+    bound in integer ns (None before it is asked, −1 when it gave none) and the counts."""
+
+    def __init__(
+        self, problem: RLHFProblem, out: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]]
+    ) -> None:
+        self.problem = problem
+        self.out = out
+        self.first: dict[tuple, RoleCost] = {}
+        self.bound: int | None = None
+        self.tried = self.skipped = 0
+        self.evaluator = make_evaluator(problem.device, problem.links)
+        self.cap = problem.device.usable_bytes(True)
+        self.host_cap = Fraction(problem.spec.host_memory_bytes, problem.node)
+
+    @property
+    def kept_bound(self) -> int | None:
+        """The incumbent's bound when it gave one."""
+        return self.bound if self.bound and self.bound > 0 else None
+
+    def cost_pool(
+        self,
+        role: Role,
+        trainable: bool,
+        n: int,
+        deadline: float | None,
+        clock: Callable[[], float],
+    ) -> bool:
+        """Cost ``role``'s options on a pool of ``n`` GPUs and keep those that fit alone
+        (:func:`_fits_alone`), skipping those whose floor on the largest pool is over the bound
+        (:func:`_over`); False when ``deadline`` (a ``clock()`` time) passed first."""
+        problem, bound = self.problem, self.kept_bound
+        if role is Role.ROLLOUT:
+            opts = _rollout_options(problem, n)
+        else:
+            opts = _training_options(problem, role, n, trainable)
+        for opt in opts:
+            if deadline is not None and clock() >= deadline:
+                return False
+            key = (opt.role, opt.tp, opt.pp, opt.offload)
+            if bound and key in self.first and _over(problem, self.first[key], opt, bound):
+                self.skipped += 1
+                continue
+            self.tried += 1
+            try:
+                cost = cost_of(problem, opt, self.evaluator)
+            except LayoutError:
+                continue
+            self.first.setdefault(key, cost)
+            if _fits_alone(cost, self.cap, self.host_cap):
+                self.out[role][n].append((opt, cost))
+        return True
+
+    def tables(self, sizes: tuple[int, ...], seconds: float, complete: bool) -> RLHFTables:
+        """The tables built so far; complete ones keep only what is within the bound
+        (:func:`_within`)."""
+        bound = self.kept_bound
+        out = _within(self.out, bound) if complete and bound else self.out
+        return RLHFTables(
+            self.problem, sizes, out, seconds, self.tried, complete, bound, self.skipped
+        )
 
 
 def _fits_alone(cost: RoleCost, cap: int, host_cap: Fraction) -> bool:

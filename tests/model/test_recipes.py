@@ -21,16 +21,18 @@ from trainplan.model.cp_rules import check_cp_framework, check_cp_kind, window_k
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.flops import MfuConvention, step_flops
 from trainplan.model.layout import Recompute
+from trainplan.model.muon import (
+    muon_gather_bytes,
+    muon_tp_gathers,
+    newton_schulz_bytes,
+    newton_schulz_flops,
+)
 from trainplan.model.optimizers import (
     ParamClass,
     check_optimizer,
     element_bytes,
     layer_matrices,
     matrix_extra_bytes,
-    muon_gather_bytes,
-    muon_tp_gathers,
-    newton_schulz_bytes,
-    newton_schulz_flops,
     optimizer_step_bytes,
     state_bytes,
 )

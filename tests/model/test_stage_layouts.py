@@ -23,8 +23,9 @@ from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout
+from trainplan.model.megatron_split import megatron_stage_layers
 from trainplan.model.params import count_params, layer_params, stage_params
-from trainplan.model.split import default_chunk_sizes, megatron_stage_layers, split_layers
+from trainplan.model.split import default_chunk_sizes, split_layers
 from trainplan.model.terms.activation_fields import stage_layer_counts
 from trainplan.model.terms.step import stage_core_flops
 from trainplan.model.timing import microbatch_flop_terms, stage_peak_seconds

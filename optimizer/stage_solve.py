@@ -1,0 +1,204 @@
+"""One base layout's per-stage optimum (:func:`solve_shape`): CP-SAT over the stage tables
+(:mod:`optimizer.stage_cpsat` over :mod:`optimizer.stage_tables`) chooses every stage's layer
+count and its fully recomputed layers, and each answer is re-evaluated with ``evaluate()``
+(:func:`check_plan`; a tabulated figure that differs raises
+:class:`optimizer.search.TermMismatch`). :mod:`optimizer.per_stage` runs it over the uniform
+search's top shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.layout import Layout
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.search import TermMismatch
+from trainplan.optimizer.stage_bases import plan_layout
+from trainplan.optimizer.stage_cpsat import StageModel
+from trainplan.optimizer.stage_tables import (
+    NO_SPLIT,
+    OutOfTime,
+    StageTables,
+    build_stage_tables,
+    pipeline_lower_bound,
+    stage_capacity,
+)
+
+__all__ = ["ShapePlan", "step_ns", "check_plan", "solve_rests", "solve_shape"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapePlan:
+    """The per-stage optimum of one base layout (shape, ZeRO stage, base recompute mode)."""
+
+    layout: Layout
+    """The base layout (1F1B with v = 1 or interleaved with its v, recompute none or selective,
+    the default split)."""
+    status: str
+    """``optimal`` (proven), ``feasible`` (time limit: the best found), ``infeasible`` (no split
+    fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
+    best plan so far)."""
+    estimate: Estimate | None
+    """The chosen layout (``stage_layers``, ``recompute_layers``) re-evaluated exactly."""
+    objective_ns: int | None
+    """Its step time in whole ns (:func:`model.estimate.objective_ns`, summed)."""
+    solves: int
+    """CP-SAT solves (one more per (A, B, C) triple whose rest was added)."""
+    tables_seconds: float
+    solve_seconds: float
+    rows: int
+    """Table rows (stage options that fit) over all stages."""
+
+
+def step_ns(est: Estimate) -> int:
+    """An evaluated layout's step time in whole ns, as the searches compare it: the sum of
+    :func:`model.estimate.objective_ns`'s two terms."""
+    assert est.time_terms is not None
+    return sum(objective_ns(est.time_terms))
+
+
+def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
+    """Every stage's tabulated peak and the pipeline term of a per-stage solution (``paced_ns``,
+    the solver's) agree with ``evaluate()``'s ``est`` of its layout (bytes to a byte after
+    rounding up, time to 2 ns).
+
+    Raises
+    ------
+    TermMismatch
+        A tabulated figure that differs, or a stage tabulated as fitting that does not.
+    """
+    options = {
+        (s, o.layers, o.recomputed): o for s, rows in enumerate(tables.options) for o in rows
+    }
+    lay = est.layout
+    assert lay.stage_layers is not None and lay.recompute_layers is not None
+    paced = []
+    arch = est.model.arch
+    mtp = arch.mtp_layers if arch is not None else 0
+    for s, stage in enumerate(est.stages):
+        layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
+        row = options.get((s, layers, lay.recompute_layers[s]))
+        if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
+            raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
+        if stage.total_bytes > tables.capacity:
+            raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
+        paced.append(row.paced_ns)
+    if max(paced) != paced_ns:
+        raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
+    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
+    assert est.time_terms is not None
+    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
+    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
+    if abs(evaluated - paced_ns) > 2:
+        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
+
+
+def solve_rests(
+    case: Case,
+    layout: Layout,
+    tables: StageTables,
+    model: StageModel,
+    deadline: float | None,
+    workers: int,
+) -> tuple[str, tuple[int, Estimate] | None, int, float]:
+    """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds) of
+    ``layout``'s per-stage tables: solve; if the rest of the step for the optimum's (A, B, C)
+    triple is not yet known, evaluate the optimum's layout (:func:`check_plan`), add its rest
+    (exact) and solve again; the first optimum whose triple is known is proven (every other
+    triple's rest is at least the lower bound used). Stops at ``deadline``
+    (:func:`time.perf_counter` seconds; None: none) with the best found, ``feasible``.
+
+    Raises
+    ------
+    TermMismatch
+        A tabulated figure that ``evaluate()`` does not reproduce (:func:`check_plan`).
+    """
+    best: tuple[int, Estimate] | None = None
+    hint = None
+    status, solves, seconds = "feasible", 0, 0.0
+    while True:
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            break
+        sol = model.solve(left, workers, hint)
+        solves += 1
+        if sol is None:
+            if best is None:
+                out_of_time = deadline is not None and time.perf_counter() >= deadline
+                status = "feasible" if out_of_time else "infeasible"
+            break
+        seconds += sol.seconds
+        known = sol.key in model.known  # before this solve: then the optimum is proven
+        lay = plan_layout(layout, sol.layers, sol.recomputed)
+        est = case.evaluate(lay)
+        check_plan(tables, est, sol.paced_ns)
+        total = step_ns(est)
+        model.add_rest(sol.key, total - sol.paced_ns)
+        if best is None or total < best[0]:
+            best = (total, est)
+            hint = (sol.layers, sol.recomputed)
+        if known:
+            status = sol.status
+            break
+    return status, best, solves, seconds
+
+
+def solve_shape(
+    case: Case,
+    layout: Layout,
+    headroom: float = 0.0,
+    time_limit_s: float | None = None,
+    workers: int = 2,
+    cap_ns: int | None = None,
+    max_bytes: int | None = None,
+) -> ShapePlan:
+    """The per-stage optimum of ``layout``'s shape on ``case``: the least step time over every
+    stage's layer count and recomputed layers whose stages all fit.
+
+    The tables (:func:`optimizer.stage_tables.build_stage_tables`) are solved by
+    :func:`solve_rests`; a shape whose tables leave some stage no option is ``infeasible``.
+
+    ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
+    ``no-gain``. ``max_bytes``: every stage's peak at most this many bytes per GPU besides the
+    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`).
+
+    Raises
+    ------
+    InputError
+        What the per-stage search does not model (:func:`optimizer.stage_rules.check_per_stage`).
+    """
+    t0 = time.perf_counter()
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    base = case.evaluate(layout)
+    pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
+    lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
+    capacity = stage_capacity(case, layout, headroom, max_bytes)
+    bound = pipeline_lower_bound(case, layout, capacity)
+    if bound >= NO_SPLIT:
+        return ShapePlan(layout, "infeasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
+    if cap_ns is not None and bound + lower >= cap_ns:
+        return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
+    try:
+        tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes, deadline)
+    except OutOfTime:  # the time limit: this shape is not searched, nothing is proven
+        return ShapePlan(layout, "feasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
+    t_tables = time.perf_counter() - t0
+    rows = sum(len(r) for r in tables.options)
+    reach = sum(max((o.layers for o in r), default=-1) for r in tables.options)
+    if any(not r for r in tables.options) or reach < tables.num_layers:
+        # some stage has no option (or the options cannot hold L layers): nothing fits, or
+        # nothing beats cap_ns
+        none = "infeasible" if cap_ns is None else "no-gain"
+        return ShapePlan(layout, none, None, None, 0, t_tables, 0.0, rows)
+    model = StageModel(tables, lower)
+    status, best, solves, seconds = solve_rests(case, layout, tables, model, deadline, workers)
+    if best is None:
+        return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
+    if cap_ns is not None and best[0] >= cap_ns and status == "optimal":
+        # rows at or above the cap were left out, so this is no proof for the shape: it has
+        # nothing faster than the cap (the plan found is not kept)
+        return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
+    return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
