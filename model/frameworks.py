@@ -317,11 +317,15 @@ def check_distributed_optimizer(
     optimizer: str = "adam",
     fp8_param_gather: bool = False,
     offloaded: bool = False,
+    ep: int = 1,
 ) -> None:
     """Refuse Apex's ``distributed_fused_adam`` where it does not run: it is the ``megatron``
     profile's ZeRO-1 (an Adam over BF16 parameters, its state sharded over dp·cp), with no
-    CPU offload and, as modelled, without FP8 primary weights (NeMo's ``fp8_params`` then stores
-    a whole FP32 master, ``megatron_base_model.py`` ``setup_optimization``, not modelled).
+    CPU offload, without expert parallelism (``ep`` > 1: NeMo's ``MegatronGPTModel.__init__``
+    in ``megatron_gpt_model.py`` refuses it, "Expert parallelism is currently not supporting
+    Apex distributed optimizer") and, as modelled, without FP8 primary weights (NeMo's
+    ``fp8_params`` then stores a whole FP32 master, ``megatron_base_model.py``
+    ``setup_optimization``, not modelled).
 
     Raises
     ------
@@ -351,6 +355,8 @@ def check_distributed_optimizer(
         )
     elif offloaded:
         problem = "keeps its state on the GPU (no optimizer or parameter offload)"
+    elif ep > 1:
+        problem = f"does not run with expert parallelism (NeMo refuses it), ep {ep}"
     if problem:
         raise LayoutError(
             f"distributed_optimizer: {name} is Apex's optimizer under NeMo's Megatron-Core "

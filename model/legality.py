@@ -120,11 +120,19 @@ def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
 
 
-def _distributed_optimizer(s: Setting, framework: Any, zero_stage: int, optimizer: Any) -> None:
+def _distributed_optimizer(
+    s: Setting, framework: Any, zero_stage: int, optimizer: Any, ep: int
+) -> None:
     t = s.training
     offloaded = bool(t.offload.optimizer) or t.offload.params
     check_distributed_optimizer(
-        t.distributed_optimizer, framework, zero_stage, optimizer, t.fp8_param_gather, offloaded
+        t.distributed_optimizer,
+        framework,
+        zero_stage,
+        optimizer,
+        t.fp8_param_gather,
+        offloaded,
+        ep,
     )
 
 
@@ -372,7 +380,11 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
-    Rule("distributed_optimizer", ("framework", "zero_stage", "optimizer"), _distributed_optimizer),
+    Rule(
+        "distributed_optimizer",
+        ("framework", "zero_stage", "optimizer", "ep"),
+        _distributed_optimizer,
+    ),
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
