@@ -91,7 +91,8 @@ RECIPE: list[Decorator] = [
         "--precision",
         type=click.Choice(["bf16", "fp8"]),
         help="GEMM precision of the linear layers (default bf16). fp8 = Transformer Engine: "
-        "cached FP8 weight + transpose (+2 B per linear weight), linear inputs saved in FP8, "
+        "cached FP8 weight copies (+2 B per linear weight, weight and transpose; +1 B on "
+        "Blackwell under per-tensor scaling), linear inputs saved in FP8, "
         "linear GEMMs at the FP8 peak; embedding, output layer, norms, router and attention "
         "core stay BF16.",
     ),

@@ -139,7 +139,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
         ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
-        ("FP8 weight cache (weight + transpose)", m.get("weight_cache_bytes")),
+        ("FP8 weight cache", m.get("weight_cache_bytes")),
         ("expert dispatch buffers (DeepEP)", m.get("dispatch_buffer_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
