@@ -352,17 +352,20 @@ def schedule_span(
         and str(f.framework) in OVERLAPS_FORWARD_BACKWARD
     )
     if not overlapped:
-        return ScheduleSpan(split_span(sched, pp, m, t_f, t_b, t_w), m * t_mb)
+        busy = m * t_mb
+        return ScheduleSpan(maximum(split_span(sched, pp, m, t_f, t_b, t_w), busy), busy)
     serial = t_f + t_b + t_w
     block = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v)
     timed = minimum(block, serial)  # the timeline's block; communication beyond it paces after
     hidden, paced = m * v * (serial - timed), m * v * maximum(block - serial, 0.0)
-    span = split_span(sched, pp, m, t_f, t_b, t_w, timed)
+    # no shorter than the rank's own passes: the timeline's pass-time ratios are rounded
+    # (:data:`model.schedule_cost.RATIO_DENOMINATOR`), which could leave a negative bubble
+    span = maximum(split_span(sched, pp, m, t_f, t_b, t_w, timed), m * t_mb - hidden)
     share = ep_sm_share(c)
     if not share:
         return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
     contended = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v, share * ep_mb / v)
-    slower = split_span(sched, pp, m, t_f, t_b, t_w, minimum(contended, serial))
+    slower = maximum(split_span(sched, pp, m, t_f, t_b, t_w, minimum(contended, serial)), span)
     paced = m * v * maximum(contended - serial, 0.0)
     return ScheduleSpan(slower, m * t_mb - hidden, hidden, paced, True, slower - span)
 

@@ -138,3 +138,22 @@ def test_a_dualpipe_rank_runs_its_stage_and_the_mirror_stage() -> None:
     layer = (two - four) / 8
     output = four - 8 * layer
     assert per_microbatch(4, 4, "dualpipe") == pytest.approx(8 * layer + output / 2, rel=1e-9)
+
+
+def test_a_dualpipe_bubble_is_never_negative() -> None:
+    """The timeline's pass-time ratios are rounded to a denominator of 64
+    (model.schedule_cost.RATIO_DENOMINATOR), which left the search's DeepSeek-V3 winner
+    (dp 512 × tp 2 × pp 2, ep 128, DualPipe, m 30) a span 1.0 ms shorter than its rank's own
+    passes (12.6512 s against m·t_mb = 12.6522 s): a bubble of −1.0 ms. The span is at least
+    the passes, so the bubble is 0 and the section is m·t_mb."""
+    est = build_case({
+        "model": "deepseek-v3", "gpu": "H800", "framework": "textbook",
+        "global_batch_size": 15360, "seq_len": 4096, "dp": 512, "tp": 2, "pp": 2, "ep": 128,
+        "zero_stage": 3, "micro_batch_size": 1, "recompute": "selective", "schedule": "dualpipe",
+        "precision": "fp8", "fp8_recipe": "blockwise", "fp8_activation_storage": "deepseek_v3",
+        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"], "optimizer_dtype": "bf16",
+        "gradient_dtype": "fp32", "moe_dispatcher": "deepep", "moe_node_limit": 4,
+    }).evaluate()  # fmt: skip
+    terms = est.time_terms
+    assert terms is not None
+    assert terms.bubble_s == 0
