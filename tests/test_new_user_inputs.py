@@ -37,7 +37,7 @@ from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.topology.accelerators import get_accelerator
 
-cli_module._register()
+cli_module.register_commands()
 
 
 def run(*args: str):
