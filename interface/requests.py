@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
 from trainplan.model.errors import InputError
 
@@ -171,8 +172,6 @@ def merged_request(
 def _scenario_values(options: Mapping[str, Any]) -> dict[str, Any]:
     """The scenario's values: ``options["scenario"]`` is a file's path (read and checked), or its
     values already read and checked (a sweep's point), with ``--set``'s keys over them."""
-    from trainplan.interface.scenario import load_scenario
-
     scenario = options.get("scenario")
     if isinstance(scenario, dict):
         out = dict(scenario)
@@ -205,8 +204,6 @@ def search_request(
     """
     if isinstance(options, SearchRequest):
         return options
-    from trainplan.interface.scenario import CLUSTER_KEYS, SPACE_KEYS
-
     merge(options, options.get("set") or {})
     file_values = _scenario_values(options)
     given: dict[str, Any] = {k: options.get(k) for k in _TOP_OPTIONS}

@@ -60,6 +60,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
+from trainplan.interface.requests import SearchRequest, merged_request
 from trainplan.interface.scenario_file import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
@@ -91,8 +92,7 @@ from trainplan.optimizer.space import (
     divisors,
 )
 
-if TYPE_CHECKING:  # the request is built from this module's keys (interface.requests)
-    from trainplan.interface.requests import SearchRequest
+if TYPE_CHECKING:
     from trainplan.optimizer.case import Case
 
 __all__ = [
@@ -251,8 +251,6 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
 def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`
     (:func:`interface.requests.merged_request`, then :func:`problem_of`)."""
-    from trainplan.interface.requests import merged_request
-
     return problem_of(merged_request(file_values, cli))
 
 

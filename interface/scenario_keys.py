@@ -2,10 +2,10 @@
 file and checked by the file's own checks.
 
 ``KEY=VALUE`` is read as the TOML line ``KEY = VALUE`` (:mod:`tomllib`, as
-:func:`interface.scenario.load_scenario` reads a file); a value that is not TOML by itself (``rail``,
+:func:`interface.scenario_file.load_scenario` reads a file); a value that is not TOML by itself (``rail``,
 ``4,000,000``, ``core_attn;layernorm``) is the text as typed, as if quoted. A dotted key sets
 one entry of a table (``overlap.dp=0.5``, ``gpu_hour_price.H100-SXM=2.5``). The keys then go
-through :func:`interface.scenario.check_scenario` under their tables, so a value is refused by
+through :func:`interface.scenario_file.check_scenario` under their tables, so a value is refused by
 the same rule and with the same line as in a file, and numbers have the one grammar of every
 input (``4,000,000`` is one number). The option repeats; a key set twice with different values
 is refused, and so is a key that a flag of the command also gives (:func:`merge`).
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainplan.interface.flags import flag_for
-from trainplan.interface.scenario import (
+from trainplan.interface.scenario_file import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
     SPACE_KEYS,

@@ -19,13 +19,13 @@ from trainplan.interface.calibration import (
     fit_problems,
     read_measurements,
 )
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.scenario import load_scenario
 from trainplan.model.errors import InputError, ScenarioError
 
-_register()
+register_commands()
 MEASUREMENTS = resources.files("trainplan.scenarios").joinpath("measurements-megatron-2021.toml")
 ROUND_TRIP_TOLERANCE = 0.03
 """A step predicted from a fit on two others is within 3% of its measurement: the Megatron-LM

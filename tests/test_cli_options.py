@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import trainplan
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.flags import MOVED_FLAGS
 
 FROZEN = Path(__file__).resolve().parent / "data" / "cli_options.txt"
@@ -26,7 +26,7 @@ GROUPED = ("evaluate", "example", "search", "frontier", "sweep", "sweep-plot")
 
 def current() -> list[str]:
     """``COMMAND SPELLINGS`` per option of every command (``--flash/--no-flash``), sorted."""
-    _register()
+    register_commands()
     return sorted(
         f"{name} {'/'.join((*p.opts, *p.secondary_opts))}"
         for name, command in cli.commands.items()
@@ -116,7 +116,7 @@ def test_a_flag_and_a_set_of_its_key_are_refused(args, line):
 @pytest.mark.parametrize("name", GROUPED)
 def test_every_option_in_a_group(name):
     """No option of a large command left in click's catch-all "Other options" (--help is)."""
-    _register()
+    register_commands()
     command = cli.commands[name]
     loose = [
         p.opts[0]

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import trainplan.interface.cli as cli_module
 from trainplan.interface.cli import cli, main
 
-cli_module._register()
+cli_module.register_commands()
 
 LLAMA = [
     "--model",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.cli.reference import (
     JSON_RUNS,
     cli_markdown,
@@ -20,7 +20,7 @@ from trainplan.interface.cli.reference import (
     run_json,
 )
 
-_register()
+register_commands()
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = {p: p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))}

@@ -37,7 +37,7 @@ from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import check_limit, parse_number
 from trainplan.topology.accelerators import get_accelerator
 
-cli_module._register()
+cli_module.register_commands()
 
 
 def run(*args: str):
@@ -602,11 +602,12 @@ def test_checkpointing_gif_has_a_colour_legend(tmp_path):
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    from trainplan.interface.render.plots import _ckpt_frames, _pyplot
+    from trainplan.interface.render.figure import pyplot
+    from trainplan.interface.render.plots import _ckpt_frames
     from trainplan.interface.tabs import ckpt_report
 
     report = ckpt_report(9, 3)
-    plt = _pyplot()
+    plt = pyplot()
     fig, draw = _ckpt_frames(plt, report)
     draw(12)  # step 13: backward of layer 9, out9 discarded
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -635,14 +636,15 @@ FRONTIER_ROWS = [
 
 def test_frontier_chart_labels_do_not_overlap_and_name_zero_and_recompute(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
-    from trainplan.interface.render.plots import _place_labels, _pyplot, frontier_chart
+    from trainplan.interface.render.figure import pyplot
+    from trainplan.interface.render.plots import _place_labels, frontier_chart
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         frontier_chart(FRONTIER_ROWS, "memory", tmp_path / "f.svg")
     svg = _svg_text(tmp_path / "f.svg")
     assert "dp 8 tp 1 pp 1 cp 1 ep 1, ZeRO-2, recompute none, b 1, 1f1b" in svg
     assert "dp 2 tp 4 pp 1 cp 1 ep 1, ZeRO-3, recompute full, b 1, 1f1b" in svg
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [r["total_bytes"] / 1e9 for r in FRONTIER_ROWS]
     ys = [r["step_s"] for r in FRONTIER_ROWS]

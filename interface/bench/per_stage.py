@@ -15,7 +15,7 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from trainplan.interface.bench.search import REFERENCE, _wall, reference_seconds
+from trainplan.interface.bench.search import REFERENCE, reference_seconds, wall_seconds
 from trainplan.interface.scenario import build_problem
 from trainplan.optimizer.per_stage import per_stage_search
 
@@ -114,7 +114,7 @@ def run() -> list[dict]:
         argv = list(case.argv)
         if "--gpu" not in argv:
             argv += ["--gpu", "H100-SXM"]
-        row["end_to_end_s"] = _wall(["-m", "trainplan", *argv])
+        row["end_to_end_s"] = wall_seconds(["-m", "trainplan", *argv])
         rows.append(row)
         print(
             f"| {case.name} | {row['uniform_s']:.2f} s ({row['uniform_recompute']}) | "

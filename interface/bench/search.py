@@ -33,7 +33,14 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.search import frontier, prepare, search
 
-__all__ = ["CASES", "RLHF_CASES", "run", "reference_seconds", "SMOKE_CANDIDATES_PER_REFERENCE"]
+__all__ = [
+    "CASES",
+    "RLHF_CASES",
+    "run",
+    "reference_seconds",
+    "wall_seconds",
+    "SMOKE_CANDIDATES_PER_REFERENCE",
+]
 
 REFERENCE = "sum(i*i for i in range(10**7))"
 """The reference loop, run with ``python -c`` (about 0.9 s on the 2-core development machine)."""
@@ -157,7 +164,7 @@ def run_rlhf(ref: float) -> list[dict]:
         argv = ["-m", "trainplan", "rlhf-plan"]
         for key, value in values.items():
             argv += ["--" + key.replace("_", "-"), value]
-        row["end_to_end_s"] = _wall(argv + ["--json"])
+        row["end_to_end_s"] = wall_seconds(argv + ["--json"])
         rows.append(row)
         print(
             f"| {name} | {row['costed']:,} | {row['skipped']:,} | {row['options']:,} | "
@@ -169,8 +176,11 @@ def run_rlhf(ref: float) -> list[dict]:
     return rows
 
 
-def _wall(argv: list[str]) -> float:
-    """Seconds a fresh Python process takes to run ``argv`` (after ``python``)."""
+def wall_seconds(argv: list[str]) -> float:
+    """Wall-clock seconds (``time.perf_counter``) a fresh Python process (``sys.executable``)
+    takes to run ``argv`` (the arguments after ``python``: ``["-m", "trainplan", …]``), start-up
+    included; the process's exit status and output are not checked (a failing case is timed as
+    it ran)."""
     t0 = time.perf_counter()
     subprocess.run([sys.executable, *argv], check=False, capture_output=True)
     return time.perf_counter() - t0
@@ -178,7 +188,7 @@ def _wall(argv: list[str]) -> float:
 
 def reference_seconds() -> float:
     """The reference loop's wall time in a fresh process (the best of two)."""
-    return min(_wall(["-c", REFERENCE]) for _ in range(2))
+    return min(wall_seconds(["-c", REFERENCE]) for _ in range(2))
 
 
 def _in_process(case: Case) -> dict:
@@ -229,7 +239,7 @@ def run(quick: bool = False) -> list[dict]:
     rows = []
     for case in CASES[:3] if quick else CASES:
         row = {"case": case.name, **_in_process(case)}
-        row["end_to_end_s"] = _wall(["-m", "trainplan", *case.argv])
+        row["end_to_end_s"] = wall_seconds(["-m", "trainplan", *case.argv])
         rows.append(row)
         if "infeasible" in row:
             print(f"| {case.name} | — | — | {row['tables_s']:.2f} s | — | — | — | "
@@ -242,7 +252,7 @@ def run(quick: bool = False) -> list[dict]:
             f"{row['end_to_end_s'] / ref:.1f} | {'yes' if row['agree'] else 'NO'} |",
             flush=True,
         )
-    evaluate = _wall(
+    evaluate = wall_seconds(
         [
             "-m",
             "trainplan",

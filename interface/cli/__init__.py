@@ -14,7 +14,7 @@ import click
 
 from trainplan.interface.cli.common import GuardedGroup, run_guarded
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "register_commands"]
 
 
 COMMAND_MODULES: dict[str, str] = {
@@ -73,19 +73,13 @@ def cli() -> None:
     """trainplan: memory, traffic, bubble and MFU of a training layout, and the best layout."""
 
 
-def _register() -> None:
-    """Import every command module (for code that reads ``cli.commands`` directly)."""
-    from trainplan.interface.cli import (  # noqa: F401  (commands attach to `cli`)
-        calibrate,
-        examples,
-        frontier,
-        planner,
-        rlhf,
-        search,
-        serve,
-        sweep,
-        tabs,
-    )
+def register_commands() -> None:
+    """Import every command module of :data:`COMMAND_MODULES` (each attaches its commands to
+    :func:`cli`), for code that reads ``cli.commands`` directly instead of asking the group
+    (:meth:`LazyGroup.get_command`). The same lazy loading as a lookup, for all commands at
+    once; importing a module a second time does nothing."""
+    for module in sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f"trainplan.interface.cli.{module}")
 
 
 def main() -> None:

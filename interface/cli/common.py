@@ -27,6 +27,8 @@ __all__ = [
     "GuardedGroup",
     "GuardedCommand",
     "list_option",
+    "ListOf",
+    "OutputFile",
     "NUMBER",
     "COUNT",
     "WHOLE",
@@ -203,13 +205,22 @@ class _Positive(click.ParamType):
         return parse_positive(value, _flag(param))
 
 
-class _ListOf(click.ParamType):
-    """One value of a list option: its items (separated by ``;``, :func:`model.units.list_items`;
-    names of a fixed set by ``,`` too), each converted by ``inner``; a tuple. :func:`list_option`
-    flattens the option's values."""
+class ListOf(click.ParamType):
+    """The click type of one value of a list option (:func:`list_option`): its items (separated
+    by ``;``, :func:`model.units.list_items`; names of a fixed set by ``,`` too), each converted
+    by :attr:`inner`; a tuple. :func:`list_option` flattens the option's values.
+
+    Raises
+    ------
+    click.BadParameter
+        An item :attr:`inner` refuses (click prints its one line, exit code 2).
+    InputError
+        An empty list or an empty item (``"64;"``, :func:`model.units.list_items`).
+    """
 
     def __init__(self, inner: click.ParamType) -> None:
         self.inner = inner
+        """The click type of each item (:data:`COUNT`, a ``click.Choice``…)."""
         self.name = inner.name
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -235,16 +246,26 @@ def list_option(*decls: str, type: click.ParamType | None = None, **kw: Any) -> 
     between them (``--tp "4;8"``), the grammar of every list (:data:`model.units.LIST_HINT`);
     each value read by ``type`` (text when None), duplicates dropped."""
     inner = click.STRING if type is None else type
-    return click.option(*decls, type=_ListOf(inner), multiple=True, callback=_each_once, **kw)
+    return click.option(*decls, type=ListOf(inner), multiple=True, callback=_each_once, **kw)
 
 
-class _Output(click.ParamType):
-    """A file the command writes, checked when the option is read (before any work)."""
+class OutputFile(click.ParamType):
+    """The click type of an option naming a file the command writes (:func:`output`), checked
+    when the option is read, before any work, by :func:`interface.outputs.output_path`; the
+    path as text.
+
+    Raises
+    ------
+    InputError
+        An empty path, a suffix not in :attr:`suffixes`, or a folder that is missing or may not
+        be written (naming the option).
+    """
 
     name = "path"
 
     def __init__(self, suffixes: tuple[str, ...] = ()) -> None:
         self.suffixes = suffixes
+        """The file endings allowed (``(".csv",)``); any ending when empty."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         from trainplan.interface.outputs import output_path
@@ -256,7 +277,7 @@ def output(*suffixes: str) -> click.ParamType:
     """The click type of an option that writes a file ending in one of ``suffixes`` (any, when
     none): empty paths, missing or unwritable folders are refused as the option is read, by
     :func:`interface.outputs.output_path`."""
-    return _Output(tuple(suffixes))
+    return OutputFile(tuple(suffixes))
 
 
 def _flag(param: click.Parameter | None) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import click
 import click.core
 
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 
 __all__ = ["OptionNames", "option_names", "no_default_texts"]
 
@@ -41,7 +41,7 @@ def option_names(command: str) -> list[OptionNames]:
     KeyError
         No such command.
     """
-    _register()
+    register_commands()
     out = []
     for p in cli.commands[command].params:
         longs = [o for o in getattr(p, "opts", ()) if o.startswith("--")]

@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
-from trainplan.interface.cli import _register, cli
-from trainplan.interface.cli.common import _ListOf, _Output
+from trainplan.interface.cli import cli, register_commands
+from trainplan.interface.cli.common import ListOf, OutputFile
 from trainplan.interface.flags import MOVED_FLAGS
 from trainplan.model.errors import InputError, PlannerError
 
@@ -50,7 +50,7 @@ class QueryParam:
 
 
 def _command(name: str) -> click.Command:
-    _register()
+    register_commands()
     return cli.commands[name]
 
 
@@ -63,7 +63,7 @@ def _options(command: click.Command) -> list[click.Option]:
 
 
 def _writes_file(option: click.Option) -> bool:
-    return isinstance(option.type, _Output | click.Path)
+    return isinstance(option.type, OutputFile | click.Path)
 
 
 def _takes_set(command: click.Command) -> bool:
@@ -114,7 +114,7 @@ def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
         key = option.opts[0][2:]
         if key in skip or _writes_file(option):
             continue
-        kind = option.type.inner if isinstance(option.type, _ListOf) else option.type
+        kind = option.type.inner if isinstance(option.type, ListOf) else option.type
         choices = kind.choices if isinstance(kind, click.Choice) else ()
         out.append(
             QueryParam(

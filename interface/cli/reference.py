@@ -41,9 +41,9 @@ def _escape(text: str) -> str:
 
 
 def _commands() -> list[tuple[str, click.Command]]:
-    from trainplan.interface.cli import _register, cli
+    from trainplan.interface.cli import cli, register_commands
 
-    _register()
+    register_commands()
     ctx = click.Context(cli, info_name="trainplan")
     out = []
     for name in cli.list_commands(ctx):

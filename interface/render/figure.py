@@ -1,6 +1,7 @@
 """Where every chart is drawn: matplotlib's pyplot on the non-interactive Agg backend (loaded
-here only; :func:`_pyplot` says how to install it when it is missing), a chart's file
-by its suffix, and SVG into a binary stream for the web app (:func:`svg`)."""
+here only; :func:`pyplot` says how to install it when it is missing), a chart's file
+by its suffix (:func:`chart_output`, :func:`save_figure`), and SVG into a binary stream for the
+web app (:func:`svg`)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from trainplan.interface.outputs import output_path, writing
 from trainplan.model.errors import InputError
 
-__all__ = ["Target", "svg"]
+__all__ = ["Target", "pyplot", "chart_output", "save_figure", "svg"]
 
 Target = str | Path | IO[bytes]
 """Where a chart goes: a file path, or a binary stream that receives SVG."""
 
 
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the non-interactive Agg backend, or a clear error."""
+def pyplot() -> Any:
+    """matplotlib.pyplot (the module) on the non-interactive Agg backend.
+
+    Raises
+    ------
+    InputError
+        matplotlib missing (the ``[plot]`` or ``[web]`` extra).
+    """
     try:
         import matplotlib
 
@@ -31,19 +39,29 @@ def _pyplot() -> Any:
     return plt
 
 
-def _suffix(path: Target, allowed: tuple[str, ...]) -> Any:
-    """The output file, checked by the one rule for output paths (interface.outputs.output_path);
-    a stream passes as it is."""
-    from trainplan.interface.outputs import output_path
+def chart_output(path: Target, allowed: tuple[str, ...]) -> Any:
+    """Where a chart goes: ``path`` checked by the one rule for output paths
+    (:func:`interface.outputs.output_path`, the parameter named ``path``) against the file
+    suffixes ``allowed`` (``(".png", ".svg", ".pdf")``); a binary stream passes as it is.
 
+    Raises
+    ------
+    InputError
+        An empty path, a suffix not in ``allowed``, a folder, or a folder that does not exist
+        or may not be written (naming ``path`` and the broken rule).
+    """
     return path if hasattr(path, "write") else output_path(path, "path", allowed)  # type: ignore[arg-type]
 
 
-def _save(fig: Any, out: Any) -> None:
-    """Write a figure (SVG into a stream); what the file system refuses is an InputError
-    (interface.outputs.writing)."""
-    from trainplan.interface.outputs import writing
+def save_figure(fig: Any, out: Any) -> None:
+    """Write the matplotlib figure ``fig`` to ``out`` (:func:`chart_output`'s answer): a file
+    in the format of its suffix, or SVG into a binary stream.
 
+    Raises
+    ------
+    InputError
+        What the file system refuses (:func:`interface.outputs.writing`).
+    """
     if hasattr(out, "write"):
         fig.savefig(out, format="svg")
         return
@@ -66,7 +84,7 @@ def svg(draw: Callable[[IO[bytes]], Any]) -> str:
     """
     import io
 
-    plt = _pyplot()
+    plt = pyplot()
     with _LOCK, plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "trainplan"}):
         buf = io.BytesIO()
         draw(buf)

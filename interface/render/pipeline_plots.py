@@ -12,7 +12,7 @@ from trainplan.interface.render.chart_layout import (
     chunk_letter,
     pass_label,
 )
-from trainplan.interface.render.figure import Target, _pyplot, _save, _suffix
+from trainplan.interface.render.figure import Target, chart_output, pyplot, save_figure
 
 __all__ = ["pipeline_chart", "pipeline_figure", "held_chart", "MAX_BOXES"]
 
@@ -48,15 +48,15 @@ def pipeline_chart(report: dict[str, Any], path: Target) -> Any:
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     with plt.rc_context({"hatch.linewidth": 0.6}):
         if "pass_times" in report:  # split-backward schedules: F, B, I, W and overlapped blocks
             _split_pipeline_figure(plt, report, out)
             return out
         fig = pipeline_figure(report)
         fig.tight_layout()
-        _save(fig, out)
+        save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -76,7 +76,7 @@ def pipeline_figure(report: dict[str, Any]) -> Any:
     InputError
         matplotlib missing.
     """
-    plt = _pyplot()
+    plt = pyplot()
     p, v = report["stages"], report["virtual_stages"]
     total = float(report["step_time_units"])
     fig, ax = plt.subplots(figsize=(min(6 + total / 4, 26), min(16, max(2.2, 1.2 + 0.5 * p))))
@@ -287,7 +287,7 @@ def _split_pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7,
               frameon=False)  # fmt: skip
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
 
 
@@ -299,8 +299,8 @@ def held_chart(report: dict[str, Any], path: Target) -> Any:
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     for key, label in (
         ("checkpointing", f"checkpoint every {report['every']}"),
@@ -318,6 +318,6 @@ def held_chart(report: dict[str, Any], path: Target) -> Any:
     )
     ax.legend()
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out

@@ -22,7 +22,7 @@ from trainplan.interface.render.chart_layout import (
     tensor_label,
 )
 from trainplan.interface.render.chart_layout import place_labels as _place_labels
-from trainplan.interface.render.figure import Target, _pyplot, _save, _suffix, svg
+from trainplan.interface.render.figure import Target, chart_output, pyplot, save_figure, svg
 from trainplan.interface.render.pipeline_plots import (
     IDLE_COLOUR,
     MAX_BOXES,
@@ -105,11 +105,11 @@ def ckpt_frame(report: dict[str, Any], index: int, path: Target) -> Any:
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     fig, draw = _ckpt_frames(plt, report)
     draw(index)
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -125,8 +125,8 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
         matplotlib missing, a path not ending in .gif or not in a writable folder, a report of
         one step only, or a delay that is not positive.
     """
-    out = _suffix(path, (".gif",))
-    plt = _pyplot()
+    out = chart_output(path, (".gif",))
+    plt = pyplot()
     from matplotlib.animation import FuncAnimation, PillowWriter
 
     if len(report["steps"]) < 2:
@@ -153,11 +153,11 @@ def frontier_chart(
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     fig = frontier_figure(rows, against, links)
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -177,7 +177,7 @@ def frontier_figure(
     InputError
         matplotlib missing.
     """
-    plt = _pyplot()
+    plt = pyplot()
     key = {"memory": "total_bytes", "gpus": "num_gpus", "price": "price_per_hour"}[against]
     scale = 1e9 if against == "memory" else 1
     xs = [r[key] / scale for r in rows]
@@ -227,8 +227,8 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     m = d["memory"]
     phases = {"forward/backward": [k for k, *_ in MEMORY_PARTS[:-1]]}
     if m.get("optimizer_step_bytes"):
@@ -258,7 +258,7 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     ax.legend([unique[k] for k in order], order, loc="center left", bbox_to_anchor=(1.01, 0.5),
               fontsize=7, frameon=False)  # fmt: skip
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -275,8 +275,8 @@ def sweep_scaling_chart(
     InputError
         matplotlib missing, or a path that is not .png/.svg/.pdf in a writable folder.
     """
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     n = max(1, len(series))
     cols = min(3, n)
     rows = -(-n // cols)
@@ -318,7 +318,7 @@ def sweep_scaling_chart(
                frameon=False)  # fmt: skip
     fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.02 + 0.045 * legend_rows * 3.4 / fig.get_figheight(), 1, 0.97))
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -334,8 +334,8 @@ def sweep_heatmap(cells: Any, path: Target) -> Any:
     """
     import numpy as np
 
-    out = _suffix(path, (".png", ".svg", ".pdf"))
-    plt = _pyplot()
+    out = chart_output(path, (".png", ".svg", ".pdf"))
+    plt = pyplot()
     data = np.array(
         [[np.nan if v is None else v for v in row] for row in cells.values], dtype=float
     )
@@ -350,6 +350,6 @@ def sweep_heatmap(cells: Any, path: Target) -> Any:
     fig.colorbar(image, ax=ax, shrink=0.8)
     ax.set_title(cells.title, fontsize=9)
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out

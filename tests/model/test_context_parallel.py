@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_cli_planner import run_main
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.context_parallel import (
@@ -245,7 +245,7 @@ def test_legal_ulysses_degrees():
 
 
 def test_evaluate_cli_cp_kind_json_keys_and_collective_names():
-    _register()
+    register_commands()
     runner = CliRunner()
     args = ["evaluate", "--model", "llama3-8b", "--cp", "8", "--seq-len", "32768"]
     names = {}

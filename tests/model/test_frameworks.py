@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_cli_planner import run_main
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.flags import with_flags
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
@@ -289,7 +289,7 @@ def test_textbook_is_named_and_not_the_default():
 
 
 def test_json_names_the_profile_and_the_peak_phase():
-    _register()
+    register_commands()
     res = CliRunner().invoke(
         cli,
         [

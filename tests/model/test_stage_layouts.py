@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.test_cli_planner import run_main
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.inputs import build_case
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
@@ -166,7 +166,7 @@ def test_bad_stage_layouts_exit_2_with_one_line(monkeypatch, capsys, args, messa
 
 
 def test_cli_first_last_stage_layers():
-    _register()
+    register_commands()
     result = CliRunner().invoke(
         cli,
         [

@@ -14,7 +14,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.scenario import build_problem, load_scenario
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import InputError, ScenarioError
@@ -137,7 +137,7 @@ def test_scenario_cp_kind_and_bad_values(tmp_path):
 
 
 def test_search_cli_cp_kind():
-    _register()
+    register_commands()
     args = ["search", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "32768"]
     args += ["--global-batch", "1", "--tp", "1", "--pp", "1", "--cp", "8", "--json"]
     res = CliRunner().invoke(cli, args)

@@ -90,9 +90,9 @@ def test_infeasible_names_min_mfu_alone():
 
 
 def test_search_cli_json_and_infeasible_exit_code():
-    from trainplan.interface.cli import _register, cli
+    from trainplan.interface.cli import cli, register_commands
 
-    _register()
+    register_commands()
     runner = CliRunner()
     res = runner.invoke(
         cli,

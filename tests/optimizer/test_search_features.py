@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.inputs import build_case
 from trainplan.interface.scenario import build_problem, load_scenario
 from trainplan.model.errors import InfeasibleError, InputError, ScenarioError
@@ -17,7 +17,7 @@ from trainplan.model.estimate import objective_ns
 from trainplan.optimizer.problem import Objective, gpu_counts
 from trainplan.optimizer.search import frontier, search
 
-_register()
+register_commands()
 SMALL = {
     "model": "megatron-1.7b",
     "gpu": "A100-80GB",
@@ -311,9 +311,9 @@ def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
     does, instead of "no legal combination"; a degree that divides no GPU count is named."""
     from click.testing import CliRunner
 
-    from trainplan.interface.cli import _register, cli
+    from trainplan.interface.cli import cli, register_commands
 
-    _register()
+    register_commands()
     base = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
     r = CliRunner().invoke(
         cli, [*base, "--set", "offload_activations=attn_norm", "--framework", "fsdp2"]

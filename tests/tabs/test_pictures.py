@@ -11,7 +11,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from trainplan.interface.render import pipeline_plots, plots  # noqa: E402
+from trainplan.interface.render import figure, pipeline_plots, plots  # noqa: E402
 from trainplan.interface.render.chart_layout import staircase  # noqa: E402
 from trainplan.interface.tabs import pipeline_report  # noqa: E402
 
@@ -44,7 +44,7 @@ def _levels(xy) -> list[tuple[float, float, float]]:
 
 
 def test_frontier_staircase_levels_start_at_their_own_points():
-    plt = plots._pyplot()
+    plt = figure.pyplot()
     fig = plots.frontier_figure(LLAMA3_405B, "memory")
     line = fig.axes[0].lines[0]
     assert line.get_drawstyle() == "default"  # the vertices are the steps, drawn as given
@@ -70,7 +70,7 @@ def test_staircase_is_the_budget_function():
 
 
 def test_frontier_labels_are_numbers_clear_of_each_other_with_full_layouts_beside():
-    plt = plots._pyplot()
+    plt = figure.pyplot()
     rows = [*LLAMA3_405B, _row(13.1, 9.69, recompute="full"), _row(13.05, 9.70, zero_stage=2)]
     rows.sort(key=lambda r: r["step_s"])
     fig = plots.frontier_figure(rows, "memory")
@@ -91,7 +91,7 @@ def _bars(ax) -> list[Rectangle]:
 
 
 def test_interleaved_timeline_gives_each_chunk_its_colour_and_label():
-    plt = plots._pyplot()
+    plt = figure.pyplot()
     report = pipeline_report(4, 8, "interleaved", 2)
     fig = plots.pipeline_figure(report)
     ax = fig.axes[0]
@@ -114,7 +114,7 @@ def test_interleaved_timeline_gives_each_chunk_its_colour_and_label():
 def test_long_timeline_is_summarised_to_a_size_a_browser_holds():
     """64 stages × 512 micro-batches are 65,536 passes: drawn as one image of time bins (no box
     per pass), titled as summarised, and the SVG stays under 1 MB (it was 18 MB)."""
-    plt = plots._pyplot()
+    plt = figure.pyplot()
     report = pipeline_report(64, 512)
     fig = plots.pipeline_figure(report)
     ax = fig.axes[0]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trainplan.interface.cli import _register, cli
+from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.rlhf.measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
 
-_register()
+register_commands()
 README = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "rlhf.md").read_text()
 GRPO7 = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule"]
 

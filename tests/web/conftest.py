@@ -86,9 +86,9 @@ def cli_json(*args: str) -> Any:
     """What ``trainplan ARGS --json`` prints, parsed (in process, through click's runner)."""
     from click.testing import CliRunner
 
-    from trainplan.interface.cli import _register, cli
+    from trainplan.interface.cli import cli, register_commands
 
-    _register()
+    register_commands()
     result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
     return json.loads(result.output)
 

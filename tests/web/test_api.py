@@ -26,12 +26,12 @@ warnings.filterwarnings("ignore", message=".*httpx2.*")  # newer Starlette prefe
 from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from trainplan.interface.cli import _register, cli, main  # noqa: E402
+from trainplan.interface.cli import cli, main, register_commands  # noqa: E402
 from trainplan.interface.flags import on_page, with_flags  # noqa: E402
 from trainplan.interface.web.api import page_fields  # noqa: E402
 from trainplan.interface.web.app import create_app  # noqa: E402
 
-_register()
+register_commands()
 ROOT = Path(__file__).resolve().parents[2]
 HF_8B = ROOT / "tests" / "data" / "hf" / "llama3-8b" / "config.json"
 
