@@ -10,6 +10,7 @@ without waiting.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -58,20 +59,31 @@ def interruptible(work: Callable[[], T]) -> tuple[T, bool]:
         finally:
             done.set()
 
+    presses: list[int] = []
+    # Ctrl-C counted by a handler, so that it never lands between two statements of this loop
+    # as a KeyboardInterrupt that skips the stop (the main thread only; elsewhere the default)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(1)) if main else None
     threading.Thread(target=target, name="search", daemon=True).start()
-    while not done.is_set():
-        try:  # polled: a Thread.join interrupted by Ctrl-C may report the thread finished
-            time.sleep(POLL_S)
-        except KeyboardInterrupt:
+    try:
+        seen = 0
+        while not done.is_set():
+            time.sleep(POLL_S)  # polled: a Thread.join interrupted by Ctrl-C may misreport
+            if len(presses) > seen:
+                again = len(presses) - seen > 1  # pressed twice between two polls
+                seen = len(presses)
+                if again or cpsat.interrupted():
+                    click.echo("\nError: interrupted", err=True)
+                    os._exit(INTERRUPTED)
+                click.echo(
+                    "\ninterrupted: stopping the search (Ctrl-C again to quit at once)", err=True
+                )
+                cpsat.interrupt()
             if cpsat.interrupted():
-                click.echo("\nError: interrupted", err=True)
-                os._exit(INTERRUPTED)
-            click.echo(
-                "\ninterrupted: stopping the search (Ctrl-C again to quit at once)", err=True
-            )
-            cpsat.interrupt()
-        if cpsat.interrupted():
-            cpsat.interrupt()  # again: a solve may have started since
+                cpsat.interrupt()  # again: a solve may have started since
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
     stopped = cpsat.interrupted()
     if "error" in box:
         if stopped and not isinstance(box["error"], Interrupted):
