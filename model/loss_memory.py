@@ -43,6 +43,15 @@ Fused and chunked losses hold less: Transformer Engine's ``parallel_cross_entrop
 compute the gradient in forward; torchtitan's ``experiments/graph_trainer/chunked_loss.py``
 bounds the working set to one chunk of the sequence. trainplan counts each profile's default
 loss above.
+
+Under a PyTorch pipeline schedule (``fsdp2`` with pp > 1) the last stage keeps every
+micro-batch's output, the BF16 logits, until the next step: ``_PipelineStageBase.
+forward_one_chunk`` (``torch/distributed/pipelining/stage.py``) appends the stage's output to
+``output_chunks`` for the schedule to merge, and ``clear_runtime_states`` empties that list only
+when the next ``step()`` begins. The loss is computed on that output (``_maybe_compute_loss``
+in ``schedules.py``), so no ``del pred`` frees it as torchtitan's trainer does without a
+pipeline. At the last micro-batch's backward all ``m`` outputs are held:
+:func:`output_chunks_bytes`, ``m·β·S·V/tp``.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ __all__ = [
     "LOSS_KEPT_BYTES",
     "loss_peak_bytes_per_element",
     "loss_transient_bytes",
+    "output_chunks_bytes",
 ]
 
 LOSS_KEPT_BYTES = 4
@@ -106,3 +116,30 @@ def loss_transient_bytes(framework: Framework | str, tokens: Any, vocab: Any, tp
     single, parallel = _PEAK[Framework(framework)]
     extra = where(tp == 1, single, parallel) - LOSS_KEPT_BYTES
     return extra * exact(tokens) * vocab / tp
+
+
+def output_chunks_bytes(
+    framework: Framework | str, pp: Any, m: Any, tokens: Any, vocab: Any, tp: Any, beta: int
+) -> Any:
+    """Bytes of the last stage's outputs that PyTorch's pipeline schedules keep in
+    ``output_chunks`` until the next step (module docstring): ``m·β·S·V/tp`` under ``fsdp2``
+    with pp > 1 (``m`` micro-batches per step, ``tokens`` S of one micro-batch on this rank,
+    ``vocab`` V the padded vocabulary, ``beta`` bytes per logit as the output layer returns
+    it); 0 for the other profiles (Megatron-Core's and DeepSpeed's schedules keep the loss,
+    not the logits) and without a pipeline (torchtitan's trainer deletes ``pred`` before
+    backward). Exact for Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3.1 405B under torchtitan, 8 micro-batches of 4 × 8,192 tokens, tp 8 (loss
+    parallelism: V/tp = 16,032 columns), BF16 logits: 8·2·32,768·16,032 B = 8.4 GB.
+
+    >>> output_chunks_bytes("fsdp2", 8, 8, 4 * 8192, 128_256, 8, 2)
+    Fraction(8405385216, 1)
+    >>> output_chunks_bytes("fsdp2", 1, 8, 8192, 128_256, 8, 2), output_chunks_bytes(
+    ...     "megatron", 8, 8, 8192, 128_256, 8, 2)
+    (0, 0)
+    """
+    if Framework(framework) is not Framework.FSDP2:
+        return 0
+    return where(pp > 1, exact(m) * beta * exact(tokens) * vocab / tp, 0)

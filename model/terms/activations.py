@@ -23,7 +23,11 @@ from typing import Any
 from trainplan.model.activation_offload import offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.loss_memory import LOSS_KEPT_BYTES, loss_peak_bytes_per_element
+from trainplan.model.loss_memory import (
+    LOSS_KEPT_BYTES,
+    loss_peak_bytes_per_element,
+    output_chunks_bytes,
+)
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import (
     SPLIT_BACKWARD,
@@ -228,7 +232,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     extra = f.lookup(_loss_extra, (), "framework", "tp")
-    loss = where(end_stages(f)[1], extra * tokens * vocab / f.tp, 0)
+    last = end_stages(f)[1]
+    loss = where(last, extra * tokens * vocab / f.tp, 0)
+    chunks = f.lookup(_output_chunks, (), "framework") * where(f.pp > 1, 1, 0)
+    emb_total = emb_total + where(last, chunks * f.m * beta * tokens * vocab / f.tp, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
@@ -299,6 +306,12 @@ def _held_by_chunk(
 def _any(condition: Any) -> bool:
     """Whether a condition holds for one layout, or for any row of many."""
     return bool(namespace(condition).any(condition)) if is_array(condition) else bool(condition)
+
+
+def _output_chunks(framework: Any) -> int:
+    """1 where the profile's pipeline schedules keep the last stage's outputs until the next
+    step (:func:`model.loss_memory.output_chunks_bytes`: PyTorch's ``output_chunks``), else 0."""
+    return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
 
 
 def _loss_extra(framework: Any, tp: int) -> int:

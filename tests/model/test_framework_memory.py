@@ -289,3 +289,24 @@ def test_evaluate_counts_torchtitans_loss_and_fsdp2_pipeline_gradients():
     ).evaluate()
     for st in piped.stages:
         assert st.state.gradients_bytes == 4 * (st.dense_params + st.expert_params)
+
+
+def test_pytorch_pipeline_keeps_every_microbatchs_logits_on_the_last_stage():
+    """torch/distributed/pipelining/stage.py ``forward_one_chunk`` appends each micro-batch's
+    output to ``output_chunks`` (emptied when the next step begins): under fsdp2 with pp 2 the
+    last stage of Llama 3 8B at s 32,768 holds m BF16 logits, 2·32,768·128,256 B each; 1F1B
+    keeps one micro-batch in flight there whatever m is, so m 2 → 4 adds two of them. Megatron's
+    schedules keep the loss, not the logits: nothing moves."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 32768,
+            "micro_batch_size": 1, "dp": 4, "pp": 2}  # fmt: skip
+
+    def last(framework: str, batch: int) -> Fraction:
+        case = {**base, "framework": framework, "global_batch_size": batch}
+        if framework == "fsdp2":
+            case["zero_stage"] = 2
+        return build_case(case).evaluate().stages[-1].activations.embedding_bytes
+
+    assert last("fsdp2", 16) - last("fsdp2", 8) == 2 * 2 * 32768 * 128_256
+    assert last("megatron", 16) == last("megatron", 8)
