@@ -103,6 +103,7 @@ KNOWN_KEYS = frozenset(
         "oversubscription",
         "activation_convention",
         "memory_efficient_norm",
+        "pipeline_frees_stage_tensors",
         "tp_block_inputs",
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         *RECIPE_KEYS,
@@ -263,6 +264,7 @@ def _training(
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
+        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False),
         gathered_block_inputs=(
             _flag(params, "gathered_block_inputs", False)
             if "gathered_block_inputs" in params

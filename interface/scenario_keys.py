@@ -107,6 +107,9 @@ KEY_HELP: dict[str, str] = {
     "master_weights": "Keep an FP32 master copy of the weights in the optimizer (default true).",
     "memory_efficient_norm": "Norms keep their output, not their input (Apex memory_efficient, "
     "Megatron-LM --memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
+    "pipeline_frees_stage_tensors": "fsdp2 with pp > 1: the pipeline runtime frees each stage's "
+    "input and output tensors (Llama 3 §3.3.2) instead of keeping PyTorch pipelining's stage "
+    "outputs, receive buffers and last-stage outputs (default false).",
     "tp_block_inputs": "fsdp2 with tp > 1: what tensor parallelism keeps of each attention and "
     "MLP block's all-gathered input for backward. gathered (the default): the whole input on "
     "every tp rank, torchtitan's DTensor plan; sharded: the sequence shard, gathered again in "

@@ -306,6 +306,17 @@ class TrainingSpec:
     rotary tables, MoE routing indices; see :mod:`model.activations`, measured in
     ``tests/fidelity``)."""
 
+    pipeline_frees_stage_tensors: bool = False
+    """Under ``fsdp2`` with pp > 1: the pipeline runtime frees each stage's input and output
+    tensors once they are no longer needed, as Meta's does for Llama 3 (arXiv 2407.21783
+    §3.3.2: "we proactively deallocate tensors that will not be used for future computation,
+    including the input and output tensors of each pipeline stage"). False (the default) is
+    PyTorch's ``torch.distributed.pipelining``, as torchtitan runs it: stage outputs kept in
+    ``fwd_cache`` until their backward, one receive buffer per micro-batch for activations and
+    for gradients, the last stage's outputs kept in ``output_chunks`` until the next step
+    (:mod:`model.terms.activations`, :func:`model.loss_memory.output_chunks_bytes`). The other
+    profiles keep none of these."""
+
     memory_efficient_norm: bool = False
     """LayerNorm / RMSNorm keep their output (which the next projection keeps anyway) and fp32
     rstd instead of their input: Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``,

@@ -244,6 +244,7 @@ KEY_DOCS: dict[str, str] = {
     "layout.flash_attention": "FlashAttention (no stored score matrix; causal FLOPs).",
     "layout.activation_convention": "paper (Korthikanti et al.) or pytorch (what PyTorch's kernels keep).",
     "layout.memory_efficient_norm": "Norms keep their output instead of their input.",
+    "layout.pipeline_frees_stage_tensors": "fsdp2, pp > 1: the pipeline frees stage inputs and outputs (Llama 3 §3.3.2).",
     "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
     "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 delayed).",
     "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",
@@ -292,7 +293,7 @@ KEY_DOCS: dict[str, str] = {
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
-    "memory.pipeline_output_bytes": "Pipeline outputs kept until sent (0 when deallocated after the send).",
+    "memory.pipeline_output_bytes": "Stage outputs kept after the send (0 when deallocated); fsdp2: also the receive buffers.",
     "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
     "memory.activation_offload_buffer_bytes": "Offloaded activations kept on the GPU: one layer's, the group never offloaded.",
     "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
@@ -300,6 +301,8 @@ KEY_DOCS: dict[str, str] = {
     "memory.optimizer_step_bytes": "What the optimizer step adds to the model state (no activations then).",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
+    "memory.stream_pool_bytes": "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs).",
+    "memory.reserved_bytes": "What torch.cuda.max_memory_reserved counts at least: allocated_bytes plus stream_pool_bytes.",
     "memory.total_bytes": "The peak over the step's phases (forward/backward or the optimizer step).",
     "memory.peak_phase": "Where the peak is: forward-backward or optimizer-step.",
     "memory.steady_bytes": "The steady-state sum (model state + activations), without the phase peak.",

@@ -361,6 +361,9 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
             "schedule": "interleaved",
             "virtual_stages": LLAMA3_VIRTUAL_STAGES,
             "memory_efficient_norm": True,
+            # Meta's pipeline frees each stage's input and output tensors (§3.3.2), which
+            # PyTorch's pipelining (the fsdp2 profile's default) keeps
+            "pipeline_frees_stage_tensors": True,
             # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
             # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
             # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the

@@ -185,9 +185,11 @@ class ValidationResult:
 
     @property
     def memory_bytes(self) -> int:
-        """Predicted peak bytes per GPU on the busiest stage as PyTorch's allocator counts them
-        (``memory.allocated_bytes``: NCCL's communicators are outside its counters)."""
-        return int(self.value("memory", "allocated_bytes"))
+        """Predicted peak bytes per GPU on the busiest stage as PyTorch's allocator counts them,
+        the counter the row publishes: ``memory.reserved_bytes`` for a reserved peak, else
+        ``memory.allocated_bytes`` (NCCL's communicators are outside both counters)."""
+        kind = "reserved" if self.run.table.memory_kind == "reserved" else "allocated"
+        return int(self.value("memory", f"{kind}_bytes"))
 
     @property
     def memory_error(self) -> float | None:

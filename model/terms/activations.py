@@ -86,7 +86,9 @@ class StageActivations:
     pipeline_output_bytes: Fraction = Fraction(0)
     """Stage outputs kept for backward after they were sent to the next stage (``β·S·h``, ÷ tp
     with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
-    default, Megatron-LM's ``deallocate_pipeline_outputs``)."""
+    default, Megatron-LM's ``deallocate_pipeline_outputs``) except under ``fsdp2``, whose
+    PyTorch schedules keep them; there also PyTorch's receive buffers, one per micro-batch
+    (:func:`_torch_recv_buffers`)."""
     cp_transient_bytes: Fraction = Fraction(0)
     """What the context-parallel exchange holds beside the kept activations while one layer's
     attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
@@ -149,12 +151,34 @@ def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) ->
     ``deallocate_output_tensor``) replaces its data with a scalar after the send; Korthikanti et
     al. 2022 (arXiv 2205.05198) Appendix B shows the saving on the 530B model's first stage, and
     Llama 3 (arXiv 2407.21783) §3.3.2 deallocates stage inputs and outputs the same way.
+    Under ``fsdp2`` nothing deallocates them: PyTorch's ``_PipelineStageBase.forward_one_chunk``
+    (``torch/distributed/pipelining/stage.py``) keeps each chunk's ``output_tuple`` in
+    ``fwd_cache`` until ``backward_one_chunk`` pops it for ``stage_backward``.
     """
     one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
     v = f.virtual_stages
     senders = where(output_stage(f), v - 1, v)
-    kept = where(f.deallocate_pipeline_outputs, 0, 1) * where(f.pp == 1, 0, 1)
+    torch_pp = f.lookup(_torch_pipelining, (c.training,), "framework")
+    dealloc = where(torch_pp == 1, False, f.deallocate_pipeline_outputs)
+    kept = where(dealloc, 0, 1) * where(f.pp == 1, 0, 1)
     return kept * one * senders
+
+
+def _torch_recv_buffers(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes of the receive buffers PyTorch's pipeline stages allocate once and keep, under
+    ``fsdp2`` with pp > 1: ``PipelineStage._prepare_forward_infra`` makes one activation buffer
+    per micro-batch (``args_recv_info[chunk_id]``, ``_make_tensor_from_meta``) on every stage but
+    the first, ``_prepare_backward_infra`` one gradient buffer per micro-batch
+    (``grad_recv_info[mb_index]``, ``_create_grad_recv_info``) on every stage but the last
+    (``torch/distributed/pipelining/stage.py``). Each is a stage boundary tensor, ``β·S·h`` (÷ tp
+    with SP); a rank holds ``v`` stages. 0 for the other profiles (Megatron-Core receives into
+    tensors it allocates per message)."""
+    one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
+    v = f.virtual_stages
+    first, last = f.stage == 0, output_stage(f)
+    stages = where(first, v - 1, v) + where(last, v - 1, v)
+    torch_pp = f.lookup(_torch_pipelining, (c.training,), "framework")
+    return torch_pp * where(f.pp == 1, 0, 1) * f.m * one * stages
 
 
 def _offload_lines(
@@ -230,11 +254,12 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     else:
         in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
+    outputs = outputs + _torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     extra = f.lookup(_loss_extra, (), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
-    chunks = f.lookup(_output_chunks, (), "framework") * where(f.pp > 1, 1, 0)
+    chunks = f.lookup(_torch_pipelining, (t,), "framework") * where(f.pp > 1, 1, 0)
     emb_total = emb_total + where(last, chunks * f.m * beta * tokens * vocab / f.tp, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
@@ -308,9 +333,14 @@ def _any(condition: Any) -> bool:
     return bool(namespace(condition).any(condition)) if is_array(condition) else bool(condition)
 
 
-def _output_chunks(framework: Any) -> int:
-    """1 where the profile's pipeline schedules keep the last stage's outputs until the next
-    step (:func:`model.loss_memory.output_chunks_bytes`: PyTorch's ``output_chunks``), else 0."""
+def _torch_pipelining(training: TrainingSpec, framework: Any) -> int:
+    """1 where the profile runs PyTorch's pipeline schedules (``fsdp2``, as torchtitan does),
+    which keep the last stage's outputs until the next step
+    (:func:`model.loss_memory.output_chunks_bytes`: ``output_chunks``), their stage outputs and
+    receive buffers, else 0; 0 also where the recipe's runtime frees them
+    (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`)."""
+    if training.pipeline_frees_stage_tensors:
+        return 0
     return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
 
 

@@ -9,6 +9,10 @@ and the per-stage tables all apply), with the communicators in both:
 * forward/backward: the state with its gathered units and buffers, plus every activation line;
 * the optimizer step: the state with the step's extras, no activations live.
 
+Published peaks are mostly the caching allocator's *reserved* bytes. Beside the allocated peak,
+:attr:`StageMemory.reserved_bytes` adds what the allocator holds in pools the default stream
+cannot use (:func:`stream_pool_term`).
+
 The busiest stage is the one whose peak is largest (the first of equals, :func:`busiest_stage`);
 the host's share of an offload is the most any stage puts there, and must fit the host's memory
 (:func:`host_fits`).
@@ -20,20 +24,22 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
-from trainplan.model.terms.stage_params import split_params
+from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
-from trainplan.model.xp import is_array, maximum
+from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
     "StageMemory",
     "peak_over_phases",
     "stage_memory_term",
+    "stream_pool_term",
     "busiest_stage",
     "host_fits",
 ]
@@ -72,6 +78,10 @@ class StageMemory:
     """Embedding elements on this GPU (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`):
     what the ZeRO table's model state (:func:`model.memory.model_state`) reads for the
     mechanisms that keep the embeddings' gradients wider."""
+    stream_pool_bytes: Fraction = Fraction(0)
+    """What the caching allocator holds in side streams' pools, idle at the forward/backward
+    peak and unusable by the default stream (:func:`stream_pool_term`); in
+    :attr:`reserved_bytes`, not in :attr:`allocated_bytes`."""
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -88,6 +98,13 @@ class StageMemory:
         communicators."""
         acts = self.activations.total_bytes if self.activations else 0
         return peak_over_phases(self.state.backward_bytes, acts, self.state.optimizer_step_bytes)
+
+    @property
+    def reserved_bytes(self) -> Fraction:
+        """What ``torch.cuda.max_memory_reserved`` counts at least: :attr:`allocated_bytes` and
+        the side streams' pools (:attr:`stream_pool_bytes`). The rest of the allocator's gap
+        (freed blocks a later request cannot reuse) is not modelled."""
+        return self.allocated_bytes + self.stream_pool_bytes
 
     @property
     def total_bytes(self) -> Fraction:
@@ -124,7 +141,38 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     acts = stage_activations_term(c, f) if c.model.arch is not None else None
     comm = comm_memory_term(c, f) if c.device is not None else 0
     emb = stage_embedding(c, f)
-    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb)
+    pools = stream_pool_term(c, f)
+    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb, pools)
+
+
+def stream_pool_term(c: Context, f: Fields) -> Any:
+    """Bytes PyTorch's caching allocator reserves for FSDP2's all-gather outputs on one GPU of
+    stage ``f.stage``, beyond the allocated peak: ``2·w·U`` under ``fsdp2`` with dp·cp > 1 (``w``
+    bytes per working weight, ``U`` the stage's largest unit per GPU,
+    :func:`model.terms.stage_params.units_per_gpu`); 0 otherwise.
+
+    * FSDP2 allocates each unit's all-gather output, the whole unit, on its
+      ``all_gather_copy_in_stream`` (``foreach_all_gather``,
+      ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) and copies it out into the
+      unsharded parameters on the default stream. In forward, ``FSDPParamGroup.wait_for_unshard``
+      (``_fsdp_param_group.py``) keeps the output in ``comm_ctx.all_gather_state`` until the next
+      unit's copy-out, after that unit's all-gather output is allocated: two outputs at once.
+    * The allocator pools blocks per stream: ``get_free_block`` (``c10/cuda/
+      CUDACachingAllocator.cpp``) returns a cached block only to a request of the stream that
+      allocated it. The copy-in stream's segments, two units' worth at least, stay reserved and
+      serve none of the default stream's activations; at the forward/backward peak they are idle.
+
+    Under a pipeline schedule (``reshard_after_forward=False``) the all-gathers run in the first
+    micro-batch's forward, with the same two outputs. The reduce-scatter stream's pool (the
+    sharded gradients, ``reduce_output`` in ``foreach_reduce``) is the gradient term's
+    (:func:`model.terms.state.model_state_term` counts it at the peak). The verdict does not
+    read this term: before an out-of-memory error the allocator frees every stream's unused
+    cached segments (``release_cached_blocks``) and retries.
+    """
+    if Framework(f.framework) is not Framework.FSDP2:
+        return 0
+    unit_dense, unit_expert = units_per_gpu(c, f)
+    return where(f.shard_degree > 1, 2 * c.training.weight_bytes * (unit_dense + unit_expert), 0)
 
 
 def busiest_stage(peaks: Any) -> Any:

@@ -310,3 +310,46 @@ def test_pytorch_pipeline_keeps_every_microbatchs_logits_on_the_last_stage():
 
     assert last("fsdp2", 16) - last("fsdp2", 8) == 2 * 2 * 32768 * 128_256
     assert last("megatron", 16) == last("megatron", 8)
+
+
+def test_fsdp2_all_gather_outputs_stay_reserved_in_the_copy_in_streams_pool():
+    """FSDP2 allocates each unit's all-gather output on its copy-in stream and keeps one until
+    the next unit's is allocated (``wait_for_unshard``'s ``all_gather_state``); the caching
+    allocator serves a stream's cached blocks to that stream only. Llama 3 8B at dp 8: the
+    largest unit is the embedding, 128,256 × 4,096 elements, so 2 · 2 B · 525,336,576 is
+    reserved beyond the allocated peak; Megatron and a single rank reserve nothing more."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 8192,
+            "micro_batch_size": 1}  # fmt: skip
+    st = build_case({**base, "framework": "fsdp2", "dp": 8, "global_batch_size": 8}).evaluate()
+    one = st.stages[0]
+    assert one.stream_pool_bytes == 2 * 2 * 128_256 * 4096
+    assert one.reserved_bytes == one.allocated_bytes + 2 * 2 * 128_256 * 4096
+    mega = build_case({**base, "framework": "megatron", "dp": 8, "global_batch_size": 8})
+    single = build_case({**base, "framework": "fsdp2", "dp": 1, "global_batch_size": 1})
+    assert mega.evaluate().stages[0].stream_pool_bytes == 0
+    assert single.evaluate().stages[0].stream_pool_bytes == 0
+
+
+def test_pytorch_pipeline_stage_keeps_its_outputs_and_receive_buffers():
+    """torch/distributed/pipelining/stage.py: ``fwd_cache`` keeps each chunk's output until its
+    backward, and ``PipelineStage`` allocates one activation receive buffer per micro-batch on
+    every stage but the first and one gradient receive buffer per micro-batch on every stage but
+    the last. Llama 3 8B under fsdp2, pp 2, m 2, s 32,768, tp 1: a stage boundary tensor is
+    2·32,768·4,096 B; stage 0 keeps 2 outputs (1F1B: both micro-batches in flight) and 2
+    gradient buffers; stage 1 sends nothing and keeps 2 activation buffers. A runtime that frees
+    stage tensors (Llama 3 §3.3.2) and Megatron keep none."""
+    from trainplan.interface.inputs import build_case
+
+    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 32768,
+            "micro_batch_size": 1, "dp": 4, "pp": 2, "global_batch_size": 8}  # fmt: skip
+    one = 2 * 32768 * 4096
+
+    def kept(**extra: object) -> list[Fraction]:
+        est = build_case({**base, **extra}).evaluate()
+        return [st.activations.pipeline_output_bytes for st in est.stages]
+
+    assert kept(framework="fsdp2", zero_stage=2) == [4 * one, 2 * one]
+    assert kept(framework="fsdp2", zero_stage=2, pipeline_frees_stage_tensors=True) == [0, 0]
+    assert kept(framework="megatron") == [0, 0]
