@@ -23,12 +23,14 @@ META = [
         "8",
         "--set",
         "memory_efficient_norm=true",
+        "--set",
+        "pipeline_frees_stage_tensors=true",
         "--mfu-convention",
         "6n+attention",
     ),
 ]
 """Meta's layout and recipe (Llama 3 §3.3): FSDP as ZeRO-2 with FP32 gradients, one-layer
-chunks, memory-efficient norms."""
+chunks, memory-efficient norms, a pipeline that frees each stage's input and output (§3.3.2)."""
 
 GATHERED_EXTRA = 128 * 2 * (2 * 8192 * 16384) * 7 // 8
 """Bytes torchtitan's plan keeps beyond the shard on the busiest stage: 8 layers × 16
