@@ -20,7 +20,9 @@ def test_deepep_holds_20_of_the_parts_sms() -> None:
     assert dispatcher_sm_share("deepep", "B200") == 20 / 148
     assert dispatcher_sm_share("alltoall", "H800") == 0.0
     assert dispatcher_sm_share("deepep", "GB200") == 20 / 148
-    assert dispatcher_sm_share("deepep", "GB300") == dispatcher_sm_share("deepep", "B300") == 20 / 160
+    assert (
+        dispatcher_sm_share("deepep", "GB300") == dispatcher_sm_share("deepep", "B300") == 20 / 160
+    )
     assert dispatcher_sm_share("deepep", "MI300X") == 0.0
 
 
