@@ -94,7 +94,7 @@ def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> t
     """
     if m <= 0 or n <= 0:
         return m, 1.0
-    w = gemm_wave_efficiency(part, math.ceil(m), math.ceil(n), int(groups))
+    w = gemm_wave_efficiency(part, math.ceil(m - 1e-9), math.ceil(n - 1e-9), int(groups))
     if w is None:
         return (grouped_rows(m) if rows else m), 1.0
     return m, w
