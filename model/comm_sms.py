@@ -58,7 +58,9 @@ def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
     0.1515
     >>> dispatcher_sm_share("deepep", "B200")  # 20 / 148
     0.13513513513513514
-    >>> dispatcher_sm_share("alltoall", "H800"), dispatcher_sm_share("deepep", "GB300")
+    >>> dispatcher_sm_share("deepep", "GB300")  # 20 / 160 (Blackwell Ultra)
+    0.125
+    >>> dispatcher_sm_share("alltoall", "H800"), dispatcher_sm_share("deepep", "MI300X")
     (0.0, 0.0)
     """
     sms = DISPATCHER_SMS.get(str(dispatcher))

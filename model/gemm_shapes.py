@@ -1,10 +1,8 @@
 """GEMM efficiency by shape, and the FP8 / MXFP8 recipes against BF16, from published
 per-operation measurements (``scenarios/kernels/gemm.toml`` and ``lowp.toml``).
 
-**Not yet used by the step time**: the step-time terms still time every GEMM by
-:func:`model.roofline.gemm_efficiency` at one fitted e_GEMM per generation, and every FP8 linear
-GEMM at one flat factor (:data:`model.precision.FP8_GEMM_EFFICIENCY`). The functions here are
-what those terms will read (``docs/time-model-sources.md``).
+In the step time: the wave rule times the routed experts' grouped GEMMs
+(:mod:`model.grouped_gemm`); dense GEMMs keep :func:`model.roofline.gemm_efficiency`.
 
 The proposed rule for a GEMM of ``groups`` × ``[m, k] × [k, n]`` on one GPU:
 
@@ -48,6 +46,9 @@ __all__ = [
     "recipe_speedup",
     "quantization_share",
     "cached_weight_speedup",
+    "layer_row",
+    "layer_ms",
+    "cast_elements",
     "block_scale_bytes",
 ]
 
@@ -332,17 +333,17 @@ def shape_seconds(
 _PASSES = ("fprop", "dgrad", "wgrad")
 
 
-def _layer(rows: Sequence[LayerGemms], part: str, mode: str, recipe: str) -> LayerGemms:
+def layer_row(rows: Sequence[LayerGemms], part: str, mode: str, recipe: str) -> LayerGemms:
+    """The ``lowp.toml`` layer profile of ``part`` in ``mode`` publishing ``recipe`` (else InputError)."""
     for row in rows:
         if (row.part, row.mode) == (part, mode) and recipe in row.recipes:
             return row
-    have = sorted({f"{r.part}/{r.mode}/{x}" for r in rows for x in r.recipes})
-    raise InputError(
-        f"recipe: no published {recipe} ({mode}) on {part}; published: {', '.join(have)}"
-    )
+    have = ", ".join(sorted({f"{r.part}/{r.mode}/{x}" for r in rows for x in r.recipes}))
+    raise InputError(f"recipe: no published {recipe} ({mode}) on {part}; published: {have}")
 
 
-def _layer_ms(row: LayerGemms, recipe: str, passes: Sequence[str]) -> float:
+def layer_ms(row: LayerGemms, recipe: str, passes: Sequence[str]) -> float:
+    """Milliseconds of ``recipe``'s ``passes`` (fprop, dgrad, wgrad) in a layer profile."""
     bad = [p for p in passes if p not in _PASSES]
     if bad:
         raise InputError(f"passes: {bad[0]!r} is not one of {', '.join(_PASSES)}")
@@ -377,8 +378,8 @@ def recipe_speedup(
     >>> round(recipe_speedup(rows, "H200-NVL", "fp8-current"), 4)
     1.5782
     """
-    row = _layer(rows, part, mode, recipe)
-    return _layer_ms(row, "bf16", passes) / _layer_ms(row, recipe, passes)
+    row = layer_row(rows, part, mode, recipe)
+    return layer_ms(row, "bf16", passes) / layer_ms(row, recipe, passes)
 
 
 def quantization_share(
@@ -402,12 +403,12 @@ def quantization_share(
     """
     if recipe == "fp8-delayed":
         raise InputError("recipe: fp8-delayed has no kernel-only time (it always quantises)")
-    auto = _layer_ms(_layer(rows, part, "autocast", recipe), recipe, passes)
-    pre = _layer_ms(_layer(rows, part, "pre-quantized", recipe), recipe, passes)
+    auto = layer_ms(layer_row(rows, part, "autocast", recipe), recipe, passes)
+    pre = layer_ms(layer_row(rows, part, "pre-quantized", recipe), recipe, passes)
     return 1 - pre / auto
 
 
-def _cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
+def cast_elements(row: LayerGemms, gemm_pass: str) -> tuple[int, int]:
     """(activation, weight) elements the benchmark's ``te.Linear`` quantises in one pass
     (``benchmarks/gemm/benchmark_gemm.py`` ``compute_gemm_shapes``: each pass a forward
     ``te.Linear`` of its shape, quantising input ``M × K`` and weight ``K × N``): QKV (h → 3h),
@@ -429,7 +430,7 @@ def cached_weight_speedup(
     wgrad reads the columnwise copies the forward's and dgrad's casts made (TE ``linear.py``:
     the input quantiser's ``columnwise`` usage). So fprop pays the input's cast, dgrad the output
     gradient's, wgrad none: each pass's cast time (autocast − pre-quantized) in proportion to
-    the elements it quantises (one cast kernel for inputs and weights; :func:`_cast_elements`).
+    the elements it quantises (one cast kernel for inputs and weights; :func:`cast_elements`).
     Delayed scaling's benchmark always quantises, but its GEMM is current scaling's per-tensor
     FP8 GEMM (TE ``pytorch/tensor/float8_tensor.py``: ``Float8Quantizer`` and
     ``Float8CurrentScalingQuantizer`` both make a ``Float8Tensor``; only the scale's origin
@@ -451,17 +452,17 @@ def cached_weight_speedup(
     1.7522
     """
     kernel = "fp8-current" if recipe == "fp8-delayed" else recipe
-    auto_row = _layer(rows, part, "autocast", recipe)
-    pre_row = _layer(rows, part, "pre-quantized", kernel)
+    auto_row = layer_row(rows, part, "autocast", recipe)
+    pre_row = layer_row(rows, part, "pre-quantized", kernel)
     ms = 0.0
     for p in passes:
-        pre = _layer_ms(pre_row, kernel, (p,))
+        pre = layer_ms(pre_row, kernel, (p,))
         if p == "wgrad":
             ms += pre
             continue
-        act, weight = _cast_elements(auto_row, p)
-        ms += pre + act / (act + weight) * (_layer_ms(auto_row, recipe, (p,)) - pre)
-    return _layer_ms(auto_row, "bf16", passes) / ms
+        act, weight = cast_elements(auto_row, p)
+        ms += pre + act / (act + weight) * (layer_ms(auto_row, recipe, (p,)) - pre)
+    return layer_ms(auto_row, "bf16", passes) / ms
 
 
 def shape_speedup(rows: Sequence[ShapeGemms], part: str, recipe: str, op: str, mode: str) -> float:

@@ -375,7 +375,10 @@ def layer_time(
     >>> t.tp_s, t.seconds == t.compute_s
     (0.0, True)
     """
-    bare = Clock(c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, linear_speedup=c.linear_speedup)
+    bare = Clock(
+        c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, linear_speedup=c.linear_speedup,
+        grouped_fp8=c.grouped_fp8,
+    )  # fmt: skip
     ops = layer_compute(x, bare)
     merge_f, merge_b = templated_merge_seconds(x, c)
     forward, backward = ops.forward_s + merge_f, ops.backward_s + merge_b

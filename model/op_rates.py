@@ -256,8 +256,12 @@ SM_PART: dict[str, str] = {
     "H800": "H800",
     "H200": "H200",
     "B200": "B200",
+    "GB200": "GB200",
+    "B300": "B300",
+    "GB300": "GB300",
 }
-"""Parts whose SM count ``gemm.toml`` sources (the 500 W H100 is the SXM die, 132 SMs)."""
+"""Parts whose SM count ``gemm.toml`` sources (the 500 W H100 is the SXM die, 132 SMs; B300 and
+GB300 from NVIDIA's Blackwell Ultra blog, GB200 as the B200's GPU)."""
 
 
 @lru_cache(maxsize=4096)

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from trainplan.model.attention_rates import attention_fractions
 from trainplan.model.errors import InputError
-from trainplan.model.moe_run import grouped_rows
+from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
 from trainplan.model.roofline import (
     LinkTime,
@@ -129,6 +129,10 @@ class Clock:
     """The share of the part's SMs the expert dispatcher's kernels hold while they run beside
     computation (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20; 0 for NCCL's
     all-to-all): what an overlapped all-to-all costs the computation it hides under."""
+    grouped_fp8: GroupedFp8 | None = None
+    """How the routed experts' FP8 grouped GEMMs run (:func:`model.grouped_gemm.
+    grouped_fp8_rates`: kernel-only speed-ups and the casts of their own rows under
+    Megatron-Core); None: at :attr:`linear_speedup` as every linear GEMM."""
 
 
 TE_COMPUTE_STREAMS = 4
@@ -149,15 +153,36 @@ def _gemm(
     extra: float = 0.0,
     fp8: bool = False,
     which: int = 0,
+    shape: float = 1.0,
 ) -> float:
     """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
     ``fp8``: at the FP8 rate (that peak × the :attr:`Clock.linear_speedup` of pass ``which``:
-    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output."""
-    peak = c.peak_flops_per_s * c.params.clock_fraction
+    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output;
+    ``shape``: the useful share of its tiles (a grouped GEMM's, :func:`_expert_gemm`)."""
+    peak, p = c.peak_flops_per_s * c.params.clock_fraction, c.params
     if not fp8:
-        return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 2, extra)
+        return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 2, extra, shape)
     peak *= _speedups(c)[which]
-    return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, c.params, 1, extra + m * n * batch)
+    return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 1, extra + m * n * batch, shape)
+
+
+def _expert_gemm(
+    op: Op, c: Clock, mnk: tuple[float, float, float], which: int, extra: float = 0.0
+) -> float:
+    """Pass ``which`` of the routed experts' grouped GEMM, ``op.batch`` experts of output
+    ``[m, n]`` and depth ``k`` each (:func:`model.grouped_gemm.grouped_shape`: the wave rule, or
+    the M block where no SM count is sourced). Under :attr:`Clock.grouped_fp8` the FP8 kernels
+    run at their kernel-only speed-up and the forward and input gradient add the cast of their
+    ``m × k`` quantised operand per expert (the input rows, the output gradient)."""
+    m, n, k = mnk
+    rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
+    g = c.grouped_fp8
+    if g is None or not _fp8(op, c):
+        return _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w)
+    peak = c.peak_flops_per_s * c.params.clock_fraction * g.kernel_speedup[which]
+    moved = extra + rows * n * op.batch
+    t = gemm_seconds(rows, n, k, op.batch, peak, c.hbm_bytes_per_s, c.params, 1, moved, w)
+    return t + (g.cast_s_per_element[which] * m * k * op.batch if which < 2 else 0.0)
 
 
 def _speedups(c: Clock) -> tuple[float, float, float]:
@@ -212,19 +237,15 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
     if op.kind is OpKind.ATTENTION:
         return _attention(op, c, backward)
     if not backward:
-        return _grouped(op, c) + _gemm(_rows(op), op.n, op.k, op.batch, c, fp8=_fp8(op, c))
+        if _is_grouped(op):
+            return _grouped(op, c) + _expert_gemm(op, c, (op.m, op.n, op.k), 0)
+        return _gemm(op.m, op.n, op.k, op.batch, c, fp8=_fp8(op, c))
     return dgrad_seconds(op, c) + wgrad_seconds(op, c)
 
 
 def _is_grouped(op: Op) -> bool:
     """The experts' grouped GEMMs: a weight per group (``batch`` local experts)."""
     return op.weights and op.batch > 1
-
-
-def _rows(op: Op) -> float:
-    """A GEMM's M rows as its kernel computes them: a grouped GEMM's each group rounded up to
-    its M tile (:func:`model.moe_run.grouped_rows`)."""
-    return grouped_rows(op.m) if _is_grouped(op) else op.m
 
 
 def _grouped(op: Op, c: Clock) -> float:
@@ -238,14 +259,18 @@ def _grouped(op: Op, c: Clock) -> float:
 
 
 def dgrad_seconds(op: Op, c: Clock) -> float:
-    return _grouped(op, c) + _gemm(_rows(op), op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
+    if _is_grouped(op):
+        return _grouped(op, c) + _expert_gemm(op, c, (op.m, op.k, op.n), 1)
+    return _gemm(op.m, op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
 
 
 def wgrad_seconds(op: Op, c: Clock) -> float:
     if not op.weights:  # QKᵀ and scores·V: both "gradients" are activation gradients
         return _gemm(op.k, op.n, op.m, op.batch, c)
     extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
-    return _grouped(op, c) + _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
+    if _is_grouped(op):
+        return _grouped(op, c) + _expert_gemm(op, c, (op.k, op.n, op.m), 2, extra)
+    return _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
 
 
 @dataclass(frozen=True, slots=True)

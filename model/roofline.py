@@ -244,11 +244,13 @@ def gemm_seconds(
     p: RooflineParams,
     beta: int = 2,
     extra_bytes: float = 0.0,
+    shape: float = 1.0,
 ) -> float:
     """Seconds of ``batch`` GEMMs ``[m, k] × [k, n]`` on one GPU: the roofline of its
-    ``2·m·n·k·batch`` FLOPs at :func:`gemm_efficiency` and the bytes it moves (both inputs and
-    the output, ``β`` bytes each, plus ``extra_bytes``, e.g. an FP32 gradient accumulated in
-    place), plus t_kernel.
+    ``2·m·n·k·batch`` FLOPs at :func:`gemm_efficiency` × ``shape`` (the useful share of the tiles
+    the kernel runs, :func:`model.grouped_gemm.grouped_shape`; 1 for a dense GEMM) and the bytes
+    it moves (both inputs and the output, ``β`` bytes each, plus ``extra_bytes``, e.g. an FP32
+    gradient accumulated in place), plus t_kernel.
 
     Examples
     --------
@@ -266,7 +268,7 @@ def gemm_seconds(
     moved = beta * batch * (m * k + k * n + m * n) + extra_bytes
     e = gemm_efficiency(k, peak_flops_per_s, hbm_bytes_per_s, p, beta)
     return (
-        max(flops / (peak_flops_per_s * e), moved / (hbm_bytes_per_s * p.hbm_efficiency))
+        max(flops / (peak_flops_per_s * e * shape), moved / (hbm_bytes_per_s * p.hbm_efficiency))
         + p.kernel_overhead_s
     )
 

@@ -14,11 +14,16 @@ from trainplan.model.schedule_cost import dualpipe_block
 
 def test_deepep_holds_20_of_the_parts_sms() -> None:
     """DeepSeek-V3 §3.5.1: 20 of the H800's 132 SMs; DeepEP's Buffer.num_sms = 20 on a B200
-    (148 SMs, gemm.toml); NCCL's all-to-all and a part without a sourced count: nothing."""
+    (148 SMs, gemm.toml) and a GB200 (the B200's GPU), of 160 on GB300 (NVIDIA's Blackwell
+    Ultra blog); NCCL's all-to-all and a part without a sourced count: nothing."""
     assert dispatcher_sm_share("deepep", "H800") == 20 / 132
     assert dispatcher_sm_share("deepep", "B200") == 20 / 148
     assert dispatcher_sm_share("alltoall", "H800") == 0.0
-    assert dispatcher_sm_share("deepep", "GB300") == 0.0
+    assert dispatcher_sm_share("deepep", "GB200") == 20 / 148
+    assert (
+        dispatcher_sm_share("deepep", "GB300") == dispatcher_sm_share("deepep", "B300") == 20 / 160
+    )
+    assert dispatcher_sm_share("deepep", "MI300X") == 0.0
 
 
 def test_a_block_computes_on_the_sms_the_communication_leaves() -> None:
