@@ -59,6 +59,7 @@ RECIPE_KEYS = (
     "muon_tp_mode",
     "distributed_optimizer",
     "fp8_activation_storage",
+    "compile",
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
@@ -277,6 +278,7 @@ def _training(
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
         fp8_recipe=params.get("fp8_recipe"),
         fp8_activation_storage=str(params.get("fp8_activation_storage", "linear_inputs")),
+        compile=_flag(params, "compile", False) if "compile" in params else None,
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
