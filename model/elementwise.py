@@ -48,6 +48,7 @@ Per-kernel time: bytes on the part's HBM at the roofline's streaming efficiency 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -57,6 +58,7 @@ from trainplan.model.frameworks import Framework
 __all__ = [
     "Elementwise",
     "elementwise_mode",
+    "check_compile",
     "TORCHTITAN_COMPILE_DEFAULT",
     "Pass",
     "eager_rmsnorm",
@@ -84,33 +86,47 @@ class Elementwise(StrEnum):
 
 def elementwise_mode(framework: Framework | str, compile: bool | None) -> Elementwise:
     """How the framework runs the elementwise passes under the recipe's ``compile``
-    (None: the framework's default, :data:`TORCHTITAN_COMPILE_DEFAULT` under ``fsdp2``).
+    (None: the framework's default, :data:`TORCHTITAN_COMPILE_DEFAULT` under ``fsdp2``); the
+    other profiles' layers are fused kernels whatever it says (a search weighing several
+    profiles applies it to ``fsdp2`` only; :func:`check_compile` refuses it where no profile
+    reads it).
+
+    >>> elementwise_mode("fsdp2", None), elementwise_mode("fsdp2", True)
+    (<Elementwise.EAGER: 'eager'>, <Elementwise.COMPILED: 'compiled'>)
+    >>> elementwise_mode("megatron", True)
+    <Elementwise.FUSED: 'fused'>
+    """
+    if Framework(framework) is not Framework.FSDP2:
+        return Elementwise.FUSED
+    on = TORCHTITAN_COMPILE_DEFAULT if compile is None else compile
+    return Elementwise.COMPILED if on else Elementwise.EAGER
+
+
+def check_compile(value: object, frameworks: Iterable[Framework | str]) -> None:
+    """Refuse ``compile`` (set: not None) where none of ``frameworks`` (the profiles evaluated
+    or searched) is ``fsdp2``.
 
     Raises
     ------
     InputError
-        ``compile`` set under a profile whose layers are fused kernels already.
+        ``compile`` given without ``fsdp2``.
 
     Examples
     --------
-    >>> elementwise_mode("fsdp2", None), elementwise_mode("fsdp2", True)
-    (<Elementwise.EAGER: 'eager'>, <Elementwise.COMPILED: 'compiled'>)
+    >>> check_compile(True, ("megatron", "fsdp2"))
     >>> try:
-    ...     elementwise_mode("megatron", True)
+    ...     check_compile(False, ("megatron",))
     ... except InputError as err:
     ...     print(err)
-    compile: true applies to framework fsdp2 (torchtitan's torch.compile); megatron runs fused kernels
+    compile: false applies to framework fsdp2 (torchtitan's torch.compile); megatron runs fused kernels
     """
-    framework = Framework(framework)
-    if framework is not Framework.FSDP2:
-        if compile is not None:
-            raise InputError(
-                f"compile: {str(compile).lower()} applies to framework fsdp2 (torchtitan's "
-                f"torch.compile); {framework} runs fused kernels"
-            )
-        return Elementwise.FUSED
-    on = TORCHTITAN_COMPILE_DEFAULT if compile is None else compile
-    return Elementwise.COMPILED if on else Elementwise.EAGER
+    names = [str(Framework(f)) for f in frameworks]
+    if value is None or str(Framework.FSDP2) in names:
+        return
+    raise InputError(
+        f"compile: {str(value).lower()} applies to framework fsdp2 (torchtitan's "
+        f"torch.compile); {', '.join(names)} {'runs' if len(names) == 1 else 'run'} fused kernels"
+    )
 
 
 @dataclass(frozen=True, slots=True)
