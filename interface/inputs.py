@@ -19,6 +19,7 @@ from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
 from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
+from trainplan.model.elementwise import check_compile
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.hardware import ClusterLinks
@@ -59,6 +60,7 @@ RECIPE_KEYS = (
     "muon_tp_mode",
     "distributed_optimizer",
     "fp8_activation_storage",
+    "compile",
     "host_link_gbps",
     "host_memory_gbps",
     *DOCUMENT_KEYS,
@@ -106,6 +108,7 @@ KNOWN_KEYS = frozenset(
         "pipeline_frees_stage_tensors",
         "tp_block_inputs",
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
+        "compile_fsdp2",  # the search's: compile checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -189,6 +192,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
     training, batch_note = _training(params, model, layout, defaults, used)
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
+    check_compile(params.get("compile"), (layout.framework,))
     device = device_of(params, model, training, used)
     options = cost_options(
         params,
@@ -279,6 +283,7 @@ def _training(
         fp8_param_gather=_flag(params, "fp8_param_gather", False),
         fp8_recipe=params.get("fp8_recipe"),
         fp8_activation_storage=str(params.get("fp8_activation_storage", "linear_inputs")),
+        compile=_compile(params),
         offload=Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
@@ -290,6 +295,15 @@ def _training(
         distributed_optimizer=params.get("distributed_optimizer", "mcore_distributed_optim"),
     )
     return training, batch_note
+
+
+def _compile(params: Mapping[str, Any]) -> bool | None:
+    """The recipe's ``compile`` (:attr:`model.specs.TrainingSpec.compile`), or the search's
+    ``compile_fsdp2`` (checked against its frameworks); None when neither is given."""
+    for key in ("compile", "compile_fsdp2"):
+        if key in params:
+            return _flag(params, key, False)
+    return None
 
 
 def _dp_from_gpus(params: Mapping[str, Any], layout_args: dict[str, Any]) -> int:

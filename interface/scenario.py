@@ -76,6 +76,7 @@ from trainplan.interface.tp_plan import (
     gathered_block_inputs,
 )
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
+from trainplan.model.elementwise import check_compile
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.model.hardware import DeviceSpec
@@ -354,7 +355,10 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
     the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
     passed on as the recipe's ``gathered_block_inputs``, which every other profile the search
     weighs leaves as its own (the shard)."""
-    out = {k: v for k, v in cluster.items() if k != "tp_block_inputs"}
+    out = {k: v for k, v in cluster.items() if k not in ("tp_block_inputs", "compile")}
+    check_compile(cluster.get("compile"), space.frameworks)
+    if cluster.get("compile") is not None:  # fsdp2's; every other profile runs fused kernels
+        out["compile_fsdp2"] = cluster["compile"]
     value = cluster.get("tp_block_inputs")
     check_tp_block_inputs(value, space.frameworks, space.tp or divisors(max(counts)))
     if gathered_block_inputs(value) is False:

@@ -194,6 +194,7 @@ VALUE_KINDS: dict[str, Any] = {
     "muon_tp_mode": ("blockwise", "duplicated"),
     "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),
     "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
+    "compile": _FLAG,
     "host_link_gbps": _NUMBER,
     "host_memory_gbps": _NUMBER,
     "document_length": _NUMBER,

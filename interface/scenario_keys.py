@@ -105,6 +105,10 @@ KEY_HELP: dict[str, str] = {
     "optimizer_dtype": "Adam moments' dtype, fp32 or bf16 (Megatron-Core --exp-avg-dtype and "
     "its second moment; DeepSeek-V3 keeps them in BF16). Default fp32.",
     "master_weights": "Keep an FP32 master copy of the weights in the optimizer (default true).",
+    "compile": "fsdp2 (torchtitan): torch.compile of each block, its norms, rotary embedding and "
+    "SwiGLU fused by Inductor; false runs them as PyTorch's eager operators with their FP32 "
+    "upcasts (default false, torchtitan's). Refused under megatron, deepspeed and textbook, "
+    "whose layers are fused kernels.",
     "memory_efficient_norm": "Norms keep their output, not their input (Apex memory_efficient, "
     "Megatron-LM --memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
     "pipeline_frees_stage_tensors": "fsdp2 with pp > 1: the pipeline runtime frees each stage's "

@@ -220,8 +220,9 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
     """Seconds of one operation's forward (or backward) kernel(s) on one GPU. A GEMM's backward
     is its input-gradient GEMM ``[m, n] × [n, k]`` and, when it has a weight, its weight-gradient
     GEMM ``[k, m] × [m, n]`` accumulated into FP32 (:data:`model.ops.WGRAD_ACCUMULATE_BYTES`);
-    the FlashAttention core's backward is twice its forward FLOPs; a memory-bound kernel moves
-    its ``backward_bytes``.
+    the FlashAttention core's backward is twice its forward FLOPs; a memory-bound operation
+    moves its ``backward_bytes`` and pays ``t_kernel`` per kernel it launches
+    (:attr:`model.ops.Op.backward_kernels`: PyTorch's eager operators, :mod:`model.elementwise`).
 
     Examples
     --------
@@ -231,9 +232,11 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
     >>> round(op_seconds(norm, c, backward=True) * 1e6, 2)  # 6e8 / (0.9·2.039e12) + 3 µs
     329.96
     """
-    if op.kind is OpKind.MEMORY:
+    if op.kind is OpKind.MEMORY:  # one t_kernel in memory_seconds, the rest per kernel
         moved = op.backward_bytes if backward else op.forward_bytes
-        return memory_seconds(moved, c.hbm_bytes_per_s, c.params)
+        kernels = op.backward_kernels if backward else op.forward_kernels
+        launches = (kernels - 1) * c.params.kernel_overhead_s
+        return memory_seconds(moved, c.hbm_bytes_per_s, c.params) + launches
     if op.kind is OpKind.ATTENTION:
         return _attention(op, c, backward)
     if not backward:

@@ -26,6 +26,9 @@ What each kernel moves (forward | backward), per element of the tensor named:
   on the probabilities (GPT): 2β + 1 | 2β + 1. The two batched GEMMs QKᵀ and scores·V.
 * FlashAttention: one fused kernel (FLOPs of :func:`model.flops.attention_core_forward_flops`
   ÷ tp·cp, 2× in backward, as the FLOP count; Q, K, V read and O written | also dO, dQ, dK, dV).
+* under torchtitan without ``torch.compile`` (:attr:`LayerShape.elementwise` eager) the RMSNorms,
+  the rotary embedding and SwiGLU run as PyTorch's eager kernels, and with GQA ``repeat_kv``
+  copies k and v to every head (also compiled): :mod:`model.elementwise`.
 * MoE: the router GEMM and its top-k over ``[T_sp, E]`` (2β | 2β), token permutation and
   un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same), the experts as grouped
   GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing;
@@ -38,11 +41,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from trainplan.model.elementwise import (
+    Elementwise,
+    Pass,
+    eager_rmsnorm,
+    eager_rope,
+    eager_swiglu,
+    repeat_kv_bytes,
+)
 from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.packing import Documents, kernel_length
-from trainplan.model.specs import Architecture, AttentionKind, Mlp, PositionEmbedding
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
 __all__ = [
     "OpKind",
@@ -124,6 +135,11 @@ class Op:
     windowed) mask and the document mask keep, per GPU
     (:func:`model.flops.attention_core_forward_flops` with the mask; the kernel skips the masked
     blocks whatever :attr:`flops` counts)."""
+    forward_kernels: int = 1
+    """Kernels a memory-bound operation's forward launches (each adds ``t_kernel``): 1 fused,
+    more as PyTorch's eager operators (:mod:`model.elementwise`)."""
+    backward_kernels: int = 1
+    """Kernels of its backward."""
 
     @property
     def gemm_flops(self) -> float:
@@ -160,6 +176,9 @@ class LayerShape:
     moe_run: MoERun = DROPLESS
     """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`): the rows the
     busiest expert-parallel rank's experts compute (:func:`model.moe_run.routed_rows`)."""
+    elementwise: Elementwise = Elementwise.FUSED
+    """How the norms, rotary embedding and MLP activation run: fused kernels, or torchtitan's
+    eager PyTorch operators, or compiled (:func:`model.elementwise.elementwise_mode`)."""
 
     @property
     def tokens(self) -> float:
@@ -185,6 +204,13 @@ def _memory(name: str, forward: float, backward: float, core: bool = False) -> O
     return Op(name, OpKind.MEMORY, forward_bytes=forward, backward_bytes=backward, core=core)
 
 
+def _eager(name: str, p: Pass) -> Op:
+    return Op(
+        name, OpKind.MEMORY, forward_bytes=p.forward_bytes, backward_bytes=p.backward_bytes,
+        forward_kernels=p.forward_kernels, backward_kernels=p.backward_kernels,
+    )  # fmt: skip
+
+
 def _gemm(name: str, m: float, n: float, k: float, role: str = "", batch: float = 1) -> Op:
     return Op(name, OpKind.GEMM, m=m, n=n, k=k, batch=batch, role=role)
 
@@ -198,6 +224,8 @@ def _residual(x: LayerShape, name: str) -> Op:
 
 def _norm(x: LayerShape, name: str, width: float | None = None, tokens: float | None = None) -> Op:
     size = (x.local_tokens if tokens is None else tokens) * (width or x.arch.hidden_size)
+    if x.elementwise is Elementwise.EAGER and x.arch.norm is Norm.RMSNORM:
+        return _eager(name, eager_rmsnorm(size, x.beta))
     return _memory(name, 2 * x.beta * size, 3 * x.beta * size)
 
 
@@ -230,7 +258,13 @@ def _attention_projections(x: LayerShape) -> list[Op]:
     ops = [_gemm("QKV projection", T, (a + 2 * g) * d / tp, h, "attn_in")]
     if arch.position_embedding is PositionEmbedding.ROPE:
         rope = 2 * beta * T * (a + g) * d / tp
-        ops.append(_memory("rotary embedding", rope, rope))
+        if x.elementwise is Elementwise.EAGER:
+            ops.append(_eager("rotary embedding", eager_rope(T * (a + g) * d / tp, beta)))
+        else:
+            ops.append(_memory("rotary embedding", rope, rope))
+    repeat = repeat_kv_bytes(T, a / tp, g / tp, d, beta)
+    if x.elementwise is not Elementwise.FUSED and repeat:
+        ops.append(_memory("repeat_kv", repeat, repeat))
     return ops
 
 
@@ -296,9 +330,12 @@ def _mlp(x: LayerShape, tokens: float, width: float, name: str, roles: bool = Tr
     h, beta = x.arch.hidden_size, x.beta
     inner, outer = ("mlp_in", "mlp_out") if roles else ("", "")
     if x.arch.mlp is Mlp.SWIGLU:
+        act = _memory(f"{name} SwiGLU", 3 * beta * tokens * width, 5 * beta * tokens * width)
+        if x.elementwise is Elementwise.EAGER:
+            act = _eager(f"{name} SwiGLU", eager_swiglu(tokens * width, beta))
         return [
             _gemm(f"{name} gate+up projection", tokens, 2 * width, h, inner),
-            _memory(f"{name} SwiGLU", 3 * beta * tokens * width, 5 * beta * tokens * width),
+            act,
             _gemm(f"{name} down projection", tokens, h, width, outer),
         ]
     return [

@@ -324,6 +324,12 @@ class TrainingSpec:
     layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
     §3.3.2 does); measured in ``tests/fidelity``."""
 
+    compile: bool | None = None
+    """torchtitan's ``[training] compile`` (``torch.compile`` of each block): Inductor fuses the
+    elementwise passes; false runs them as PyTorch's eager operators (:mod:`model.elementwise`).
+    None = the framework's default (``fsdp2``: torchtitan's, false). Only ``fsdp2`` reads it;
+    the others' layers are fused kernels and refuse it
+    (:func:`model.elementwise.elementwise_mode`)."""
     gathered_block_inputs: bool | None = None
     """Whether tensor parallelism keeps the attention and MLP blocks' all-gathered inputs for
     backward, whole on every tp rank (:attr:`model.activations.ActivationContext.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import Mechanism
@@ -162,19 +163,21 @@ def kind_parts(
     c: Clock,
     plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
     every_norm: bool = False,
+    elementwise: Elementwise = Elementwise.FUSED,
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """The :attr:`model.layer_time.LayerTime.parts` of a dense layer, a MoE layer, the embedding
     and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks);
     ``plan`` and ``every_norm``: what selective recomputation re-runs
-    (:func:`model.recompute_ops.recompute_plan`). Cached: the search asks once per distinct
-    (b, tp, cp, ep, links, recompute, plan)."""
+    (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the framework runs the
+    elementwise passes (:func:`model.elementwise.elementwise_mode`). Cached: the search asks
+    once per distinct (b, tp, cp, ep, links, recompute, plan)."""
 
     def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
             widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
-            training.moe_run,
+            training.moe_run, elementwise,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers

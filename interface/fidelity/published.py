@@ -369,6 +369,10 @@ def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
             # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
             # published layouts ran
             "tp_block_inputs": "sharded",
+            # Meta's stack is not torchtitan's eager model code: its elementwise passes are
+            # counted as fused kernels, as before the fsdp2 profile had an eager mode
+            # (model.elementwise)
+            "compile": True,
             "gradient_dtype": "fp32",
             "flash_attention": True,
             "mfu_convention": "6n+attention",

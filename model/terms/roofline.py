@@ -30,6 +30,7 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
 from trainplan.model.comm_sms import dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
+from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.layer_time import PARTS, stage_parts
@@ -167,7 +168,7 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
-    peak, hbm, p, overlap, speedup, sm_share, grouped = base
+    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
@@ -175,7 +176,7 @@ def _kind_row(
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
-        int(vocab), clock, *plan,
+        int(vocab), clock, *plan, elementwise,
     )  # fmt: skip
     return tuple(x for kind in parts for x in kind)
 
@@ -196,6 +197,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     cached = te_caches_fp8_weights(f.framework)
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
             fp8_linear_speedups(t.precision, t.fp8_recipe, d, cached), ep_sm_share(c),
+            elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, t.fp8_recipe, d, f.framework))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
