@@ -336,48 +336,55 @@ def _korthikanti_rows(data: dict[str, Any]) -> list[PublishedRun]:
     return runs
 
 
+def _llama3_params(r: dict[str, Any]) -> dict[str, Any]:
+    """The evaluate parameters of one Llama 3 Table 4 row ``r`` (``published.toml``'s
+    ``llama3_table4``): the layout Meta published and the recipe §3.3 describes."""
+    s = r["seq_len"]
+    return {
+        "model": "llama3-405b",
+        "gpu": "H100-SXM",
+        "tp": r["tp"],
+        "cp": r["cp"],
+        # §3.3.2: K and V all-gathered, then attention on the local query chunks
+        **({"cp_kind": "all-gather"} if r["cp"] > 1 else {}),
+        "pp": r["pp"],
+        "dp": r["dp"],
+        "num_gpus": r["gpus"],
+        # FSDP, optimizer states and gradients sharded, no reshard after forward (§3.3.1),
+        # FP32 gradient accumulation and reduce-scatter (§3.3.4)
+        "framework": "fsdp2",
+        "zero_stage": 2,
+        "recompute": "none",
+        "micro_batch_size": 1,
+        "global_batch_size": r["dp"] * r["batch_per_dp"],
+        "seq_len": s,
+        "schedule": "interleaved",
+        "virtual_stages": LLAMA3_VIRTUAL_STAGES,
+        "memory_efficient_norm": True,
+        # Meta's pipeline frees each stage's input and output tensors (§3.3.2), which
+        # PyTorch's pipelining (the fsdp2 profile's default) keeps
+        "pipeline_frees_stage_tensors": True,
+        # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
+        # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
+        # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
+        # published layouts ran
+        "tp_block_inputs": "sharded",
+        # Meta's stack is not torchtitan's eager model code: its elementwise passes are
+        # counted as fused kernels, as before the fsdp2 profile had an eager mode
+        # (model.elementwise)
+        "compile": True,
+        "gradient_dtype": "fp32",
+        "flash_attention": True,
+        "mfu_convention": "6n+attention",
+        "causal_attention_flops": True,
+    }
+
+
 def _llama3_rows(data: dict[str, Any]) -> list[PublishedRun]:
     runs = []
     for r in _rows(data, "llama3_table4"):
         s = r["seq_len"]
-        params = {
-            "model": "llama3-405b",
-            "gpu": "H100-SXM",
-            "tp": r["tp"],
-            "cp": r["cp"],
-            # §3.3.2: K and V all-gathered, then attention on the local query chunks
-            **({"cp_kind": "all-gather"} if r["cp"] > 1 else {}),
-            "pp": r["pp"],
-            "dp": r["dp"],
-            "num_gpus": r["gpus"],
-            # FSDP, optimizer states and gradients sharded, no reshard after forward (§3.3.1),
-            # FP32 gradient accumulation and reduce-scatter (§3.3.4)
-            "framework": "fsdp2",
-            "zero_stage": 2,
-            "recompute": "none",
-            "micro_batch_size": 1,
-            "global_batch_size": r["dp"] * r["batch_per_dp"],
-            "seq_len": s,
-            "schedule": "interleaved",
-            "virtual_stages": LLAMA3_VIRTUAL_STAGES,
-            "memory_efficient_norm": True,
-            # Meta's pipeline frees each stage's input and output tensors (§3.3.2), which
-            # PyTorch's pipelining (the fsdp2 profile's default) keeps
-            "pipeline_frees_stage_tensors": True,
-            # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
-            # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)
-            # the all-gathered QKV and FC1 inputs would need 141 GB per GPU here, and the
-            # published layouts ran
-            "tp_block_inputs": "sharded",
-            # Meta's stack is not torchtitan's eager model code: its elementwise passes are
-            # counted as fused kernels, as before the fsdp2 profile had an eager mode
-            # (model.elementwise)
-            "compile": True,
-            "gradient_dtype": "fp32",
-            "flash_attention": True,
-            "mfu_convention": "6n+attention",
-            "causal_attention_flops": True,
-        }
+        params = _llama3_params(r)
         runs.append(
             PublishedRun(
                 key=f"llama3-t4/{r['gpus']}" + ("-128k" if s > 8192 else ""),
