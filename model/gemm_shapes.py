@@ -336,9 +336,10 @@ def _layer(rows: Sequence[LayerGemms], part: str, mode: str, recipe: str) -> Lay
     for row in rows:
         if (row.part, row.mode) == (part, mode) and recipe in row.recipes:
             return row
-    have = sorted({f"{r.part}/{r.mode}/{x}" for r in rows for x in r.recipes})
+    have = sorted({x for r in rows if (r.part, r.mode) == (part, mode) for x in r.recipes})
     raise InputError(
-        f"recipe: no published {recipe} ({mode}) on {part}; published: {', '.join(have)}"
+        f"recipe: no published {recipe} ({mode}) on {part}; published there: "
+        f"{', '.join(have) or 'none'}"
     )
 
 
