@@ -148,7 +148,7 @@ def test_endpoint_is_the_cli_json(client, command, args):
 def test_flags_and_repeated_options(client):
     """The API keeps the parameters whose flags moved to ``--set`` (time_model, overlap)."""
     got = client.get(
-        "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&time_model=single&overlap=dp=0.2&overlap=tp=0.1"
+        "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&time-model=single&overlap=dp=0.2&overlap=tp=0.1"
     )
     want = cli_json("evaluate", "--model", "llama3-70b", "--tp", "8", "--pp", "2", "--dp", "4", "--no-flash",
                     "--set", "time_model=single", "--set", "overlap.dp=0.2", "--set", "overlap.tp=0.1")  # fmt: skip

@@ -69,3 +69,29 @@ def test_ambiguous_commas_and_repeated_single_values_are_422(client):
     assert _refused(client, "/api/evaluate?config=%7B%7D&config=%7B%22a%22%3A1%7D").startswith(
         "config: given twice with different values"
     )
+
+
+def test_a_query_key_has_one_spelling(client):
+    """The documented key is the option without its leading -- (docs/reference/api.md): cp_kind
+    was read as cp-kind; now it is refused naming it and the spelling to use."""
+    base = "/api/evaluate?model=llama3-8b&dp=4&cp=2"
+    assert _ok(client, f"{base}&cp-kind=ulysses")["layout"]["cp_kind"] == "ulysses"
+    assert _refused(client, f"{base}&cp_kind=ulysses") == (
+        "'cp_kind': no such parameter of evaluate; write it cp-kind (a query key is the command's "
+        "option without its leading --)"
+    )
+    assert _refused(client, f"{base}&time_model=single").startswith(
+        "'time_model': no such parameter of evaluate; write it time-model"
+    )
+
+
+def test_the_tabs_refuse_a_count_below_one_with_one_rule(client):
+    assert _refused(client, "/api/pipeline?stages=-4&microbatches=8") == (
+        "stages: '-4' must be at least 1"
+    )
+    assert _refused(client, "/api/ckpt?layers=0") == "layers: '0' must be at least 1"
+    assert _refused(
+        client, "/api/rlhf?algorithm=grpo&model=llama3-8b&prompts=4,000,000"
+    ).startswith(
+        "prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 sequences"
+    )
