@@ -2,15 +2,15 @@
 input exactly as the command line does and refuses a bad one with the same line.
 
 A query parameter is an option's long name without the dashes (``seq-len=8192``), the one
-spelling (``seq_len`` is refused, naming ``seq-len``); an option that repeats on the command line repeats in the query (``tp=8&tp=16``,
-or ``tp=8;16``), and one that takes a single value is refused when repeated with different values
-(``dp=8&dp=16``, :class:`~interface.cli.common.GuardedCommand`); an on/off option is ``true`` or
-``false`` (``flash=false`` is ``--no-flash``). A value is read as typed: ``gpus=16,384`` is one
-number (a comma only groups thousands, :func:`model.units.parse_number`), so a page may send a
-field's text unchanged. The query becomes
-the argument list the command line would get, and click parses it with the command's own option
-types (:data:`interface.cli.common.COUNT`…), so a value is refused with the very line ``trainplan``
-prints after ``Error:``.
+spelling (``seq_len`` is refused, naming ``seq-len``); an option that repeats on the command
+line repeats in the query (``tp=8&tp=16``, or ``tp=8;16``), and one that takes a single value is
+refused when repeated with different values (``dp=8&dp=16``,
+:class:`~interface.cli.common.GuardedCommand`); an on/off option is ``true`` or ``false``
+(``flash=false`` is ``--no-flash``). A value is read as typed: ``gpus=16,384`` is one number (a
+comma only groups thousands, :func:`model.units.parse_number`), so a page may send a field's text
+unchanged. The query becomes the argument list the command line would get, and click parses it
+with the command's own option types (:data:`interface.cli.common.COUNT`…), so a value is refused
+with the very line ``trainplan`` prints after ``Error:``.
 """
 
 from __future__ import annotations
