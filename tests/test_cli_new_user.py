@@ -90,6 +90,7 @@ CALLS: dict[str, list[str]] = {
     "latin-1 config": ["evaluate", "--model", "latin1.json"],
     "model 100,000": ["evaluate", "--model", "x" * 100_000],
     "evaluat": ["evaluat", *LLAMA8],
+    "memory": ["memory", *LLAMA8],
     "device config": ["evaluate", "--model", "devnull"],
     "folder config": ["evaluate", "--model", "folder"],
     # --- taken, refused or said; never dropped
@@ -281,6 +282,10 @@ def test_a_config_path_that_is_no_file_says_what_it_is(runs):
 
 def test_a_mistyped_command_suggests_the_command(runs):
     assert refusal(runs["evaluat"]) == "No such command 'evaluat'. Did you mean 'evaluate'?"
+    assert refusal(runs["memory"]) == (  # no command is spelled close: the one that reports it
+        "No such command 'memory'. Did you mean 'evaluate' (memory per GPU, traffic, bubble, "
+        "step time and MFU of a layout)?"
+    )
 
 
 def test_output_that_cannot_be_written_is_one_line(tmp_path):

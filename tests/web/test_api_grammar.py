@@ -95,3 +95,11 @@ def test_the_tabs_refuse_a_count_below_one_with_one_rule(client):
     ).startswith(
         "prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 sequences"
     )
+
+
+def test_an_endpoint_that_is_none_is_one_line_naming_the_endpoints(client):
+    got = client.get("/api/estimate?model=llama3-8b")
+    assert got.status_code == 404
+    line = got.json()["error"]
+    assert line.startswith("/api/estimate: no such endpoint; the API's are /api/ckpt, ")
+    assert "/api/evaluate, " in line and line.endswith("(and /docs)")
