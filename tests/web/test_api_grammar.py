@@ -58,10 +58,10 @@ def test_lists_are_repeated_keys_semicolons_or_ranges(client):
 
 def test_ambiguous_commas_and_repeated_single_values_are_422(client):
     assert _refused(client, "/api/evaluate?model=llama3-8b&dp=4,0").startswith(
-        "--dp: '4,0' is not a number: a comma only separates thousands"
+        "dp: '4,0' is not a number: a comma only separates thousands"
     )
     assert _refused(client, "/api/evaluate?model=llama3-8b&dp=8&dp=16") == (
-        "--dp: given twice (8, 16); it takes one value, so give it once"
+        "dp: given twice (8, 16); it takes one value, so give it once"
     )
     assert _refused(client, f"{SEARCH}&gpus=2048,4096").endswith(
         "for several values repeat the option, or put ';' between them (64;128)"
@@ -93,7 +93,7 @@ def test_the_tabs_refuse_a_count_below_one_with_one_rule(client):
     assert _refused(
         client, "/api/rlhf?algorithm=grpo&model=llama3-8b&prompts=4,000,000"
     ).startswith(
-        "prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 sequences"
+        "prompts: 4,000,000 × 16 rollouts per prompt (samples-per-prompt) = 64,000,000 sequences"
     )
 
 
