@@ -122,7 +122,7 @@ def test_planner_bad_input_shows_the_cli_line(page):
     page.fill("input[name=cp]", "2")
     page.select_option("select[name=cp-kind]", "pytorch-alltoall")
     expect(page.locator("#error-cp-kind")).to_contain_text(
-        "cp_kind: pytorch-alltoall is PyTorch's context_parallel (torchtitan, framework fsdp2)"
+        "cp-kind: pytorch-alltoall is PyTorch's context_parallel (torchtitan, framework fsdp2)"
     )
     page.select_option("select[name=framework]", "fsdp2")
     args = ["--model", "llama3-70b", "--dp", "2", "--tp", "4", "--pp", "4", "--cp", "2"]
