@@ -40,6 +40,10 @@ def on_page_markdown(markdown: str, **_: object) -> str:
         from trainplan.interface.cli.reference import cli_markdown
 
         markdown = markdown.replace("<!-- generated: cli -->", cli_markdown())
+    if "<!-- generated: api -->" in markdown:
+        from trainplan.interface.web.params import api_markdown
+
+        markdown = markdown.replace("<!-- generated: api -->", api_markdown())
     if "<!-- generated: json -->" in markdown:
         from trainplan.interface.cli.reference import json_markdown
 

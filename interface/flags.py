@@ -180,9 +180,19 @@ def on_page(message: str, fields: Collection[str]) -> str:
     'give layers hidden heads …'
     >>> on_page("(--set moe_dispatcher=deepep; Megatron's --moe-token-dispatcher-type)", {"tp"})
     "(moe-dispatcher=deepep; Megatron's --moe-token-dispatcher-type)"
+    >>> on_page("cp_kind: ulysses needs cp to divide the heads", {"cp-kind"})
+    'cp-kind: ulysses needs cp to divide the heads'
     """
     message = with_flags(message, web=True)
+    message = _HEAD.sub(lambda m: _dashed(m.group(1), fields), message)
     return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
+
+
+def _dashed(name: str, fields: Collection[str]) -> str:
+    """A line's head parameter as the page's field when it is one written with dashes
+    (``cp_kind`` as ``cp-kind``); else as it is."""
+    dashed = name.replace("_", "-")
+    return dashed if dashed in fields else name
 
 
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")

@@ -72,8 +72,8 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     3
     """
     r = as_request(PipelineRequest, args, kw)
-    p, m = parse_count(r.stages, "stages", 0), parse_count(r.microbatches, "microbatches", 0)
-    v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages", 0)
+    p, m = parse_count(r.stages, "stages"), parse_count(r.microbatches, "microbatches")
+    v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages")
     name = str(r.schedule).lower()
     if r.framework is not None and name in TIMELINE_SCHEDULES:
         check_schedule_framework(name, r.framework, p, m)
@@ -188,7 +188,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
     r = as_request(MfuRequest, args, kw)
-    n_chips = parse_count(r.chips, "chips", 0)
+    n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
     dims = _mfu_dims(r)
     n = None if r.params is None else Fraction(parse_count(r.params, "params"))
@@ -365,16 +365,16 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     """
     r = as_request(CkptRequest, args, kw)
     layers, every, labels = r.layers, r.every, r.labels
-    n = parse_count(layers, "layers", 0)
+    n = parse_count(layers, "layers")
     if n > MAX_CKPT_LAYERS:
         raise InputError(
             f"layers: {n} is over {MAX_CKPT_LAYERS}; the walk-through lists every tensor at every one "
             "of its 3·n steps (n² cells) — use a smaller n to see the pattern"
         )
-    if every is None:  # k = round(√n) needs n ≥ 1 (the CLI's rule before this default moved here)
-        every = max(1, round(math.sqrt(parse_count(layers, "layers"))))
-    k = parse_count(every, "every", 0)
-    names = ck.tensor_labels(n, labels) if n >= 1 else []
+    if every is None:
+        every = max(1, round(math.sqrt(n)))
+    k = parse_count(every, "every")
+    names = ck.tensor_labels(n, labels)
     steps = ck.walk(n, k)
     ckpts = frozenset(ck.checkpoints(n, k))
     shown = _shown_steps(steps, r.step)

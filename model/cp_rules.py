@@ -147,15 +147,16 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     trainplan.model.errors.LayoutError: cp_kind: ring on a model with sliding-window layers ...
     """
     fw = str(framework)
-    if kind in PYTORCH_KINDS and fw in ("megatron", "deepspeed"):
+    if kind in PYTORCH_KINDS and fw in _OWN_CP:
+        own, runs = _OWN_CP[fw]
         raise LayoutError(
             f"cp_kind: {kind} is PyTorch's context_parallel (torchtitan, `framework` fsdp2); "
-            f"{fw} runs Transformer Engine's (use cp_kind ring or all-gather)"
+            f"{fw} runs {own}: use `cp_kind` {runs}"
         )
-    if kind is CpKind.ULYSSES_KV_REPEAT and fw in ("megatron", "deepspeed"):
+    if kind is CpKind.ULYSSES_KV_REPEAT and fw in _OWN_CP:
         raise LayoutError(
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
-            "heads (use `framework` fsdp2, or cp_kind ulysses with cp dividing the K/V heads)"
+            "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
         )
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
@@ -163,6 +164,20 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
             "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
             "use cp_kind all-gather or ulysses"
         )
+
+
+_OWN_CP = {
+    "megatron": (
+        "Transformer Engine's context parallelism (cp_comm_type p2p, all_gather, a2a, a2a+p2p)",
+        "ring, all-gather, ulysses or a2a+p2p",
+    ),
+    "deepspeed": (
+        "its own DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention)",
+        "ulysses (ring, all-gather and a2a+p2p are modelled under deepspeed too)",
+    ),
+}
+"""What a framework with its own context parallelism runs, and the ``cp_kind`` values it takes
+(the flavours :func:`check_cp_framework` does not refuse it), for its refusal's line."""
 
 
 def has_window(arch: Architecture | None) -> bool:

@@ -346,7 +346,9 @@ def check_distributed_optimizer(
         return
     problem = None
     if Framework(framework) is not Framework.MEGATRON or zero_stage != 1:
-        problem = f"needs `framework` megatron with zero_stage 1, not {framework} ZeRO-{zero_stage}"
+        problem = (
+            f"needs `framework` megatron with `zero_stage` 1, not {framework} ZeRO-{zero_stage}"
+        )
     elif str(optimizer) != "adam":
         problem = f"is an Adam; optimizer {optimizer} is not"
     elif fp8_param_gather:

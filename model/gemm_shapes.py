@@ -338,8 +338,11 @@ def layer_row(rows: Sequence[LayerGemms], part: str, mode: str, recipe: str) -> 
     for row in rows:
         if (row.part, row.mode) == (part, mode) and recipe in row.recipes:
             return row
-    have = ", ".join(sorted({f"{r.part}/{r.mode}/{x}" for r in rows for x in r.recipes}))
-    raise InputError(f"recipe: no published {recipe} ({mode}) on {part}; published: {have}")
+    have = sorted({x for r in rows if (r.part, r.mode) == (part, mode) for x in r.recipes})
+    raise InputError(
+        f"recipe: no published {recipe} ({mode}) on {part}; published there: "
+        f"{', '.join(have) or 'none'}"
+    )
 
 
 def layer_ms(row: LayerGemms, recipe: str, passes: Sequence[str]) -> float:

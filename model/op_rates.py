@@ -40,6 +40,7 @@ __all__ = [
     "RECIPE_PART",
     "recipe_speedups",
     "check_fp8_recipe",
+    "profile_recipes",
     "fp8_linear_speedups",
     "te_caches_fp8_weights",
     "SUSTAINED_CLOCK",
@@ -126,7 +127,9 @@ def check_fp8_recipe(
     ------
     InputError
         A recipe given under bf16 (it does not apply), an unknown recipe, or ``mxfp8`` on a part
-        outside the Blackwell family (MX block scales need Blackwell's tensor cores).
+        outside the Blackwell family (MX block scales need Blackwell's tensor cores), or a
+        recipe the part's family's profile does not publish (:func:`profile_recipes`: block
+        scaling on Blackwell), one line naming the part and the recipes it has.
     """
     p = check_precision(precision, device)
     if p is Precision.BF16:
@@ -143,7 +146,35 @@ def check_fp8_recipe(
             f"fp8_recipe: mxfp8 needs Blackwell tensor cores (B200, B300, GB200, GB300); the "
             f"{device.name} has none"
         )
+    profiled = profile_recipes(device.name)
+    if profiled is not None and r not in profiled:
+        part = RECIPE_PART[FAMILY[catalogue_part(device.name)]]
+        raise InputError(
+            f"fp8_recipe: {r.value} has no published GEMM profile on the {device.name}; "
+            f"Transformer Engine's profile of its family (measured on the {part}) has "
+            f"{', '.join(x.value for x in profiled)}: give one of those"
+        )
     return r
+
+
+def profile_recipes(device_name: str) -> tuple[Fp8Recipe, ...] | None:
+    """The FP8 recipes Transformer Engine's GEMM profile publishes (autocast rows) for the
+    part's family (:data:`RECIPE_PART`), in :class:`~model.precision.Fp8Recipe`'s order; None
+    for a part outside those families (no profile: every recipe takes the flat figure).
+
+    Examples
+    --------
+    >>> [r.value for r in profile_recipes("B200")]
+    ['delayed', 'tensorwise', 'mxfp8']
+    >>> [r.value for r in profile_recipes("H100-SXM")]
+    ['delayed', 'tensorwise', 'blockwise']
+    """
+    part = RECIPE_PART.get(FAMILY.get(catalogue_part(device_name), ""))
+    if part is None:
+        return None
+    rows = low_precision_data().layer_gemms
+    have = {x for row in rows if (row.part, row.mode) == (part, "autocast") for x in row.recipes}
+    return tuple(r for r in Fp8Recipe if r.table_name in have)
 
 
 def fp8_linear_speedups(
@@ -156,8 +187,8 @@ def fp8_linear_speedups(
     BF16: 1 under bf16; under fp8 the recipe's published speed-ups on the part's family
     (:func:`recipe_speedups`, ``weights_cached`` where Transformer Engine caches the FP8
     weights for the step: :func:`te_caches_fp8_weights`), or :func:`model.precision.linear_speedup`'s flat figure (FP8 peak
-    over BF16 peak × 0.75) for a part without a published profile or a recipe the profile
-    lacks (block scaling on Blackwell).
+    over BF16 peak × 0.75) for a part without a published profile (a recipe its family's
+    profile lacks is refused by :func:`check_fp8_recipe`).
 
     Examples
     --------

@@ -21,7 +21,12 @@ from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.space import recipe_refusal
-from trainplan.optimizer.tables import CostTables, build_tables, objective_tables
+from trainplan.optimizer.tables import (
+    CostTables,
+    build_tables,
+    illegal_reason,
+    objective_tables,
+)
 
 __all__ = [
     "Answer",
@@ -91,6 +96,9 @@ def prepare(
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
     tables = build_tables(problem, progress, deadline)
+    illegal = illegal_reason(tables)
+    if illegal:  # every shape breaks a rule of the recipe at every ZeRO stage: that rule, exit 2
+        raise InputError(illegal)
     if not tables.shapes:
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
             refusal = recipe_refusal(problem.space, job.case.training, job.case.model)

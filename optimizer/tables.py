@@ -39,7 +39,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.params import count_params
 from trainplan.model.terms import term
-from trainplan.model.terms.fields import Context
+from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import host_fits, peak_over_phases
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
@@ -49,6 +49,7 @@ from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 __all__ = [
     "CostTables",
     "build_tables",
+    "illegal_reason",
     "job_shapes",
     "empty_columns",
     "fill_job_rows",
@@ -136,6 +137,20 @@ def _legal(c: Context, table: ShapeColumns, zs, recompute: Recompute) -> np.ndar
     return legal
 
 
+def illegal_reason(tables: CostTables) -> str | None:
+    """Why no row of ``tables`` is legal at any ZeRO stage of the space — the legality rule's
+    own line (:func:`model.legality.legality`) for the first shape at the first ZeRO stage
+    (Apex's ``distributed_fused_adam`` with ``--zero 0``) — or None when some row is legal or
+    there is no row. A search that finds nothing says this, not "divisibility"."""
+    if not tables.shapes or tables.legal.any():
+        return None
+    job = tables.jobs[int(tables.job_of[0])]
+    layout = tables.shapes[0].layout(tables.zero_stages[0], tables.recomputes[0])
+    setting = Setting(job.case.model, job.case.training, job.num_gpus)
+    _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
+    return str(why) or None
+
+
 def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]:
     """Whether a group of shapes has no legal row at its ZeRO stage (its terms are left 0)."""
     return lambda scalars, rows: not legal[rows, zs.index(scalars["zero_stage"])].any()
@@ -147,6 +162,10 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
     (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
     state fits the host: :func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs[0])
+    if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
+        none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
+        return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
+                "act_host": none_r}  # fmt: skip
     skip = _skip(zs, legal)
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(

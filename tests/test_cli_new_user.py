@@ -90,6 +90,7 @@ CALLS: dict[str, list[str]] = {
     "latin-1 config": ["evaluate", "--model", "latin1.json"],
     "model 100,000": ["evaluate", "--model", "x" * 100_000],
     "evaluat": ["evaluat", *LLAMA8],
+    "memory": ["memory", *LLAMA8],
     "device config": ["evaluate", "--model", "devnull"],
     "folder config": ["evaluate", "--model", "folder"],
     # --- taken, refused or said; never dropped
@@ -123,6 +124,24 @@ CALLS: dict[str, list[str]] = {
     "duplicate key": ["evaluate", "--model", "twice.json"],
     "price text": ["frontier", *LLAMA8, "--gpus", "8", "--gpus", "16", "--global-batch", "64"]
     + ["--against", "price", "--gpu-hour-price", "2.5"],
+    # --- a refusal names what the user gave and the real rule
+    "rlhf prompts": ["rlhf", "--algorithm", "grpo", *LLAMA8, "--prompts", "4,000,000"],
+    "rlhf prompts json": ["rlhf", "--algorithm", "grpo", *LLAMA8, "--prompts", "4,000,000"]
+    + ["--json"],
+    "pipeline p -4": ["pipeline", "-p", "-4", "-m", "8"],
+    "pipeline p 0 json": ["pipeline", "-p", "0", "-m", "8", "--json"],
+    "ckpt n -3": ["ckpt", "-n", "-3"],
+    "ckpt n 0 json": ["ckpt", "-n", "0", "--json"],
+    "apex zero 0": [*SEARCH8, "--gpus", "8", "--zero", "0"]
+    + ["--set", "distributed_optimizer=distributed_fused_adam"],
+    "apex zero 0 json": [*SEARCH8, "--gpus", "8", "--zero", "0", "--json"]
+    + ["--set", "distributed_optimizer=distributed_fused_adam"],
+    "blockwise b200": ["evaluate", *LLAMA8, "--gpu", "B200", "--precision", "fp8"]
+    + ["--fp8-recipe", "blockwise"],
+    "blockwise b200 json": ["evaluate", *LLAMA8, "--gpu", "B200", "--precision", "fp8"]
+    + ["--fp8-recipe", "blockwise", "--json"],
+    "deepspeed cp": ["evaluate", *LLAMA8, "--dp", "4", "--cp", "2", "--framework", "deepspeed"]
+    + ["--cp-kind", "pytorch-allgather"],
 }
 
 
@@ -263,6 +282,10 @@ def test_a_config_path_that_is_no_file_says_what_it_is(runs):
 
 def test_a_mistyped_command_suggests_the_command(runs):
     assert refusal(runs["evaluat"]) == "No such command 'evaluat'. Did you mean 'evaluate'?"
+    assert refusal(runs["memory"]) == (  # no command is spelled close: the one that reports it
+        "No such command 'memory'. Did you mean 'evaluate' (memory per GPU, traffic, bubble, "
+        "step time and MFU of a layout)?"
+    )
 
 
 def test_output_that_cannot_be_written_is_one_line(tmp_path):
@@ -419,3 +442,58 @@ def test_prices_read_as_dollars(slow_runs):
     text = slow_runs["price text"].stdout
     assert slow_runs["price text"].returncode == 0, slow_runs["price text"].stderr
     assert "$40.00/hour" in text and "$20.00/hour" in text and "$/hour" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# A refusal names what the user gave and the real rule
+
+
+def test_rlhf_prompts_above_the_limit_name_prompts(runs):
+    """GRPO's 4,000,000 prompts × 16 rollouts = 64,000,000 sequences > 2^24 = 16,777,216: named
+    as --prompts (it was training.global_batch_size 64,000,008: the training batch rounded up
+    to whole micro-batches of b 3 on dp 8, 24 · ⌈64,000,000 / 24⌉)."""
+    line = (
+        "prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 "
+        "sequences per step, above the limit of 16,777,216 sequences a step trains on (2^24; "
+        "published global batches are ~10^3, Llama 3 2,048)"
+    )
+    assert refusal(runs["rlhf prompts"]) == refusal(runs["rlhf prompts json"]) == line
+
+
+@pytest.mark.parametrize(
+    ("call", "line"),
+    [
+        ("pipeline p -4", "stages: '-4' must be at least 1"),
+        ("pipeline p 0 json", "stages: '0' must be at least 1"),
+        ("ckpt n -3", "layers: '-3' must be at least 1"),
+        ("ckpt n 0 json", "layers: '0' must be at least 1"),
+    ],
+)
+def test_a_count_below_one_is_one_rule(runs, call, line):
+    """A negative count was 'at least 0' and 0 then 'at least 1' (pp: 0 for the stages)."""
+    assert refusal(runs[call]) == line
+
+
+def test_a_search_the_recipe_forbids_says_the_rule(runs):
+    """Apex's distributed_fused_adam is Megatron's ZeRO-1: with --zero 0 every shape is illegal
+    at every ZeRO stage searched; the legality rule's own line, not a traceback."""
+    line = (
+        "distributed_optimizer: distributed_fused_adam is Apex's optimizer under NeMo's "
+        "Megatron-Core models; it needs --framework megatron with --zero 1, not megatron ZeRO-0"
+    )
+    assert refusal(runs["apex zero 0"]) == refusal(runs["apex zero 0 json"]) == line
+
+
+def test_a_recipe_the_part_has_no_profile_for_is_one_line(runs):
+    line = (
+        "fp8_recipe: blockwise has no published GEMM profile on the B200; Transformer Engine's "
+        "profile of its family (measured on the B300) has delayed, tensorwise, mxfp8: give one "
+        "of those"
+    )
+    assert refusal(runs["blockwise b200"]) == refusal(runs["blockwise b200 json"]) == line
+
+
+def test_the_deepspeed_cp_refusal_names_its_own_flavour(runs):
+    line = refusal(runs["deepspeed cp"])
+    assert "deepspeed runs its own DeepSpeed-Ulysses" in line and "--cp-kind ulysses" in line
+    assert "Transformer Engine" not in line

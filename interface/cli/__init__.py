@@ -39,6 +39,19 @@ looked up (click's lazy-loading pattern, "Extending Click: Lazily Loading Subcom
 ``trainplan evaluate`` does not import the RLHF or search modules. ``--help`` imports them all."""
 
 
+_PLANNER = "memory per GPU, traffic, bubble, step time and MFU of a layout"
+TOPIC_COMMANDS = {
+    "memory": ("evaluate", _PLANNER),
+    "plan": ("evaluate", _PLANNER),
+    "estimate": ("evaluate", _PLANNER),
+    "optimize": ("search", "the best layout"),
+    "bubble": ("pipeline", "pipeline bubble and timeline"),
+    "checkpoint": ("ckpt", "activation checkpointing walked through"),
+}
+"""Words a new user types for a command by what it reports (``trainplan memory``), each with
+the command meant, suggested where no command is close in spelling."""
+
+
 class LazyGroup(GuardedGroup):
     """:class:`GuardedGroup` whose commands are imported from :data:`COMMAND_MODULES` on first
     lookup."""
@@ -60,6 +73,9 @@ class LazyGroup(GuardedGroup):
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
             close = difflib.get_close_matches(name, self.list_commands(ctx))
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            if not close and name.lower() in TOPIC_COMMANDS:
+                command, what = TOPIC_COMMANDS[name.lower()]
+                hint = f" Did you mean {command!r} ({what})?"
             raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
         return super().resolve_command(ctx, args)
 

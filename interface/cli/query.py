@@ -1,16 +1,16 @@
 """The commands' options as the web API's query parameters: one grammar, so the API reads every
 input exactly as the command line does and refuses a bad one with the same line.
 
-A query parameter is an option's long name without the dashes (``seq-len=8192``; ``seq_len`` is
-read the same); an option that repeats on the command line repeats in the query (``tp=8&tp=16``,
-or ``tp=8;16``), and one that takes a single value is refused when repeated with different values
-(``dp=8&dp=16``, :class:`~interface.cli.common.GuardedCommand`); an on/off option is ``true`` or
-``false`` (``flash=false`` is ``--no-flash``). A value is read as typed: ``gpus=16,384`` is one
-number (a comma only groups thousands, :func:`model.units.parse_number`), so a page may send a
-field's text unchanged. The query becomes
-the argument list the command line would get, and click parses it with the command's own option
-types (:data:`interface.cli.common.COUNT`…), so a value is refused with the very line ``trainplan``
-prints after ``Error:``.
+A query parameter is an option's long name without the dashes (``seq-len=8192``), the one
+spelling (``seq_len`` is refused, naming ``seq-len``); an option that repeats on the command
+line repeats in the query (``tp=8&tp=16``, or ``tp=8;16``), and one that takes a single value is
+refused when repeated with different values (``dp=8&dp=16``,
+:class:`~interface.cli.common.GuardedCommand`); an on/off option is ``true`` or ``false``
+(``flash=false`` is ``--no-flash``). A value is read as typed: ``gpus=16,384`` is one number (a
+comma only groups thousands, :func:`model.units.parse_number`), so a page may send a field's text
+unchanged. The query becomes the argument list the command line would get, and click parses it
+with the command's own option types (:data:`interface.cli.common.COUNT`…), so a value is refused
+with the very line ``trainplan`` prints after ``Error:``.
 """
 
 from __future__ import annotations
@@ -183,6 +183,24 @@ def _once(query: str, value: str, seen: dict[str, str]) -> None:
         )
 
 
+def _unknown(
+    name: str, key: str, by_key: dict[str, click.Option], moved: dict[str, str], why: dict
+) -> str:
+    """The line refusing query key ``key``, no parameter of command ``name``: its dashed
+    spelling when that is one (``cp_kind``: write ``cp-kind``), else the parameters there are."""
+    dashed = key.replace("_", "-")
+    if dashed != key and (dashed in by_key or dashed in moved):
+        return (
+            f"{key!r}: no such parameter of {name}; write it {dashed} (a query key is the "
+            "command's option without its leading --)"
+        )
+    known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
+                   and not _writes_file(o))  # fmt: skip
+    return f"{key}: no such parameter of {name}; its parameters are " + ", ".join(
+        known + sorted(moved)
+    )
+
+
 def parse_query(
     name: str, items: Iterable[tuple[str, str]], leave_out: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -206,7 +224,7 @@ def parse_query(
     argv: list[str] = []
     seen: dict[str, str] = {}
     for raw_key, value in items:
-        key = raw_key.strip().replace("_", "-")
+        key = raw_key.strip()
         found = by_key.get(key)
         if found is None and key in moved:
             if moved[key] != "overlap":
@@ -214,12 +232,7 @@ def parse_query(
             argv += ["--set", _setting(key, moved[key], value)]
             continue
         if found is None:
-            known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
-                           and not _writes_file(o))  # fmt: skip
-            raise InputError(
-                f"{raw_key.strip()}: no such parameter of {name}; its parameters are "
-                + ", ".join(known)
-            )
+            raise InputError(_unknown(name, key, by_key, moved, why))
         option = found
         if key == "json" or _writes_file(option) or key in why:
             reason = why.get(key) or (

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 __all__ = [
+    "cell_text",
     "cli_markdown",
     "json_markdown",
     "option_names",
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-def _escape(text: str) -> str:
+def cell_text(text: str) -> str:
     """Text for a Markdown table cell or paragraph: no HTML, emphasis or cell breaks."""
     for a, b in (("\\", "\\\\"), ("*", "\\*"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;")):
         text = text.replace(a, b)
@@ -68,7 +69,7 @@ def option_names() -> dict[str, list[str]]:
 
 def _help_paragraphs(command: click.Command) -> str:
     text = inspect.cleandoc(command.help or "").replace("\b\n", "")
-    return "\n\n".join(_escape(" ".join(p.split())) for p in text.split("\n\n") if p.strip())
+    return "\n\n".join(cell_text(" ".join(p.split())) for p in text.split("\n\n") if p.strip())
 
 
 def cli_markdown() -> str:
@@ -97,7 +98,7 @@ def cli_markdown() -> str:
                 if isinstance(param, click.Argument):
                     required = " (required)." if param.required else "."
                     help_text = "The command's argument" + required
-                lines.append(f"| `{spelling}` | {_escape(' '.join(help_text.split()))} |")
+                lines.append(f"| `{spelling}` | {cell_text(' '.join(help_text.split()))} |")
             lines.append("")
     return "\n".join([*lines, *scenario_keys_markdown()])
 
@@ -145,9 +146,9 @@ def scenario_keys_markdown() -> list[str]:
         flag_text = f"`{flags[name]}`" if name in flags else ""
         where = f"`[{table_of(key)}]`" if table_of(key) else "top"
         where += "" if key in EVALUATE_KEYS else " (search, frontier)"
-        kind = _escape(_kind_text(VALUE_KINDS[key]))
+        kind = cell_text(_kind_text(VALUE_KINDS[key]))
         lines.append(
-            f"| `{key}` | {where} | {kind} | {flag_text} | {_escape(' '.join(text.split()))} |"
+            f"| `{key}` | {where} | {kind} | {flag_text} | {cell_text(' '.join(text.split()))} |"
         )
     return [*lines, ""]
 
@@ -449,7 +450,7 @@ def _example(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return ""
     text = json.dumps(value, ensure_ascii=False)
-    return _escape(text if len(text) <= 40 else text[:39] + "…")
+    return cell_text(text if len(text) <= 40 else text[:39] + "…")
 
 
 def json_markdown() -> str:
@@ -480,7 +481,7 @@ def json_markdown() -> str:
         for path, value in keys:
             row = f"| `{path}` | {_type(value)} | {_example(value)} |"
             if title == "evaluate":
-                row += f" {_escape(key_doc(path) or '')} |"
+                row += f" {cell_text(key_doc(path) or '')} |"
             lines.append(row)
         lines.append("")
     return "\n".join(lines)

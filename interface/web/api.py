@@ -5,7 +5,8 @@ estimate's notes name the page's fields where the command line's name its flags,
 Every endpoint parses its query as the command's options (:mod:`interface.web.params`), calls the
 shared function the command calls (:mod:`interface.commands`, :mod:`interface.tabs`) and answers
 its object. Bad input raises a :class:`~model.errors.PlannerError`, which the app answers with HTTP
-422 and ``{"error": …}``, the line ``trainplan`` prints after ``Error:``. A search or frontier with
+422 and ``{"error": …}``, the line ``trainplan`` prints after ``Error:`` with each flag written
+as its query key (:func:`error_line`). A search or frontier with
 no layout that fits answers 200 with the CLI's ``status: "infeasible"`` object (the CLI exits 1:
 the input was good, the answer is no). ``/api/search`` and ``/api/frontier`` are served by
 :mod:`interface.web.stream`, which runs them in a process of their own that stops when the client
@@ -27,10 +28,23 @@ from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page
 from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
-from trainplan.interface.web.params import TERMINAL_ONLY, openapi_parameters, parse
-from trainplan.model.errors import InfeasibleError, InputError, check_applicable
+from trainplan.interface.web.params import (
+    API_COMMANDS,
+    TERMINAL_ONLY,
+    openapi_parameters,
+    parse,
+)
+from trainplan.model.errors import InfeasibleError, InputError, PlannerError, check_applicable
 
-__all__ = ["router", "evaluate_object", "search_run", "frontier_run", "json_response", "pairs"]
+__all__ = [
+    "router",
+    "evaluate_object",
+    "search_run",
+    "frontier_run",
+    "json_response",
+    "pairs",
+    "error_line",
+]
 
 router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
 
@@ -40,7 +54,7 @@ BAD_INPUT: dict[int | str, dict[str, Any]] = {
         "parameter, the value and the rule",
         "content": {
             "application/json": {
-                "example": {"error": "--tp: '0' must be at least 1"},
+                "example": {"error": "tp: '0' must be at least 1"},
             }
         },
     }
@@ -85,6 +99,20 @@ def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
 def page_fields(name: str) -> frozenset[str]:
     """The query parameters of command ``name`` (the page's form fields are named as them)."""
     return frozenset(q.name for q in query_params(name, TERMINAL_ONLY))
+
+
+@lru_cache(maxsize=1)
+def api_fields() -> frozenset[str]:
+    """Every query key of the API's commands (:data:`~interface.web.params.API_COMMANDS`)."""
+    return frozenset().union(*(page_fields(name) for name in API_COMMANDS))
+
+
+def error_line(err: PlannerError) -> str:
+    """The API's line refusing bad input (HTTP 422, a stream's ``error`` event): the command
+    line's, each flag that is a query key written as that key (``--tp: '0' …`` as ``tp: '0' …``,
+    ``--set host_link_gbps`` as ``host-link-gbps``; :func:`interface.flags.on_page`), so it names
+    what the API's user typed and the page's field it belongs next to."""
+    return on_page(str(err), api_fields())
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

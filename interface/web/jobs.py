@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from trainplan.interface.flags import with_flags
 from trainplan.model.errors import InfeasibleError, PlannerError
 
 __all__ = ["Job", "running"]
@@ -49,7 +48,7 @@ def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
         else:
             conn.send(("result", result))
     except PlannerError as err:
-        conn.send(("error", with_flags(str(err), web=True)))
+        conn.send(("error", api.error_line(err)))
     except Exception:  # a bug: logged, one line to the page, no trace
         _LOG.exception("search failed")
         conn.send(("error", "internal error; the server's log has the details"))

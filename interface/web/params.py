@@ -15,7 +15,7 @@ from typing import Any
 from trainplan.interface.cli.query import parse_query, query_params
 from trainplan.model.errors import InputError
 
-__all__ = ["parse", "openapi_parameters", "TERMINAL_ONLY"]
+__all__ = ["parse", "openapi_parameters", "TERMINAL_ONLY", "API_COMMANDS", "api_markdown"]
 
 TERMINAL_ONLY = {
     "width": "it sets the text timeline's columns; the page draws the chart",
@@ -94,3 +94,22 @@ def openapi_parameters(name: str, extra: dict[str, str] | None = None) -> list[d
             }
         )
     return out
+
+
+API_COMMANDS = ("evaluate", "search", "frontier", "pipeline", "mfu", "ckpt", "rlhf")
+"""The commands the JSON API answers as ``/api/NAME`` (docs/guides/web.md "The API")."""
+
+
+def api_markdown() -> str:
+    """The query keys of each ``/api/NAME`` as Markdown tables (``docs/reference/api.md``,
+    generated when the site is built): each key, whether it repeats, its option's help."""
+    from trainplan.interface.cli.reference import cell_text
+
+    out: list[str] = []
+    for name in API_COMMANDS:
+        out += [f"## /api/{name}", "", "| key | repeats | what it does |", "| --- | --- | --- |"]
+        for q in query_params(name, TERMINAL_ONLY):
+            kind = "true or false" if q.boolean else ("yes" if q.multiple else "")
+            out.append(f"| `{q.name}` | {kind} | {cell_text(q.help)} |")
+        out.append("")
+    return "\n".join(out)

@@ -39,6 +39,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.rollout import check_fraction
+from trainplan.model.units import LIMITS
 
 __all__ = [
     "Role",
@@ -248,6 +249,14 @@ class RLHFSpec:
 
     def _check_batch(self) -> None:
         seqs, batch = self.sequences, self.train_batch
+        most = LIMITS["sequences"]
+        if seqs > most.maximum:  # checked here, where the product is formed, not as the
+            # training layout's global_batch_size (rounded up to whole micro-batches per rank)
+            raise InputError(
+                f"prompts: {self.prompts:,} × {self.samples_per_prompt:,} rollouts per prompt "
+                f"(`samples_per_prompt`) = {seqs:,} sequences per step, above the limit of "
+                f"{most.maximum:,} sequences a step trains on ({most.why})"
+            )
         if batch is None:
             return
         if batch < 1 or seqs % batch:

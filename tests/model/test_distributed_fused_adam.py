@@ -79,7 +79,7 @@ def test_embedding_gradients_stay_fp32_on_the_stages_that_hold_them():
 @pytest.mark.parametrize(
     ("extra", "rule"),
     [
-        ({"framework": "fsdp2", "zero_stage": 3}, "needs `framework` megatron with zero_stage 1"),
+        ({"framework": "fsdp2", "zero_stage": 3}, "needs `framework` megatron with `zero_stage` 1"),
         ({"zero_stage": 0}, "not megatron ZeRO-0"),
         ({"optimizer": "muon"}, "optimizer muon is not"),
         ({"precision": "fp8", "fp8_param_gather": True}, "whole FP32 master"),

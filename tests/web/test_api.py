@@ -27,9 +27,10 @@ from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainplan.interface.cli import cli, main, register_commands  # noqa: E402
-from trainplan.interface.flags import on_page, with_flags  # noqa: E402
-from trainplan.interface.web.api import page_fields  # noqa: E402
+from trainplan.interface.flags import on_page  # noqa: E402
+from trainplan.interface.web.api import error_line, page_fields  # noqa: E402
 from trainplan.interface.web.app import create_app  # noqa: E402
+from trainplan.model.errors import InputError  # noqa: E402
 
 register_commands()
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +149,7 @@ def test_endpoint_is_the_cli_json(client, command, args):
 def test_flags_and_repeated_options(client):
     """The API keeps the parameters whose flags moved to ``--set`` (time_model, overlap)."""
     got = client.get(
-        "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&time_model=single&overlap=dp=0.2&overlap=tp=0.1"
+        "/api/evaluate?model=llama3-70b&tp=8&pp=2&dp=4&flash=false&time-model=single&overlap=dp=0.2&overlap=tp=0.1"
     )
     want = cli_json("evaluate", "--model", "llama3-70b", "--tp", "8", "--pp", "2", "--dp", "4", "--no-flash",
                     "--set", "time_model=single", "--set", "overlap.dp=0.2", "--set", "overlap.tp=0.1")  # fmt: skip
@@ -189,8 +190,9 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     got = client.get(f"/api/{args[0]}?{query(args[1:])}")
     assert got.status_code == 422
     assert "Traceback" not in got.text
-    # the CLI's line, a knob the command line takes by --set named by its query parameter
-    web = with_flags(line.removeprefix("Error: "), web=True)
+    # the CLI's line, each flag (and a knob the command line takes by --set) named by its
+    # query parameter
+    web = error_line(InputError(line.removeprefix("Error: ")))
     assert got.json()["error"] == web
     assert web.startswith("tp-block-inputs: ") == ("tp_block_inputs=sharded" in args)
 
@@ -255,7 +257,7 @@ def test_tp_block_inputs_is_the_cli_option(client):
 def test_options_the_web_does_not_take(client):
     for url, name in (
         ("/api/pipeline?stages=4&microbatches=8&png=x.png", "--png"),
-        ("/api/evaluate?model=../tests/data/hf/llama3-8b/config.json", "--model"),
+        ("/api/evaluate?model=../tests/data/hf/llama3-8b/config.json", "model"),
         ("/api/search?model=llama3-70b&gpus=64&scenario=/etc/passwd", "--scenario"),
         ("/api/pipeline?stages=4&microbatches=8&width=80", "--width"),
         ("/api/ckpt?layers=9&json=true", "--json"),
@@ -349,7 +351,7 @@ def test_per_stage_search_is_the_cli_object(client):
     assert planner["layout"] == got["layout"] and planner["memory"] == got["memory"]
     assert planner["time"]["step_s"] == got["time"]["step_s"]
     bad = client.get(f"/api/search?{query([*args, '--top', '2'])}&per-stage=true")
-    assert bad.status_code == 422 and bad.json()["error"].startswith("per_stage: takes neither")
+    assert bad.status_code == 422 and bad.json()["error"].startswith("per-stage: takes neither")
 
 
 def test_infeasible_search_is_the_cli_object(client):
@@ -399,7 +401,7 @@ def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(
     assert f'"{chunks}"' in csv.splitlines()[1]
     bad = client.get(f"/api/frontier?{query([*args, '--per-stage-shapes', '3'])}")
     assert bad.status_code == 422
-    assert bad.json()["error"].startswith("per_stage_shapes: 3 applies to the per-stage search")
+    assert bad.json()["error"].startswith("per-stage-shapes: 3 applies to the per-stage search")
 
 
 def test_figures_draw_the_api_objects(client):

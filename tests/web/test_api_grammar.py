@@ -58,10 +58,10 @@ def test_lists_are_repeated_keys_semicolons_or_ranges(client):
 
 def test_ambiguous_commas_and_repeated_single_values_are_422(client):
     assert _refused(client, "/api/evaluate?model=llama3-8b&dp=4,0").startswith(
-        "--dp: '4,0' is not a number: a comma only separates thousands"
+        "dp: '4,0' is not a number: a comma only separates thousands"
     )
     assert _refused(client, "/api/evaluate?model=llama3-8b&dp=8&dp=16") == (
-        "--dp: given twice (8, 16); it takes one value, so give it once"
+        "dp: given twice (8, 16); it takes one value, so give it once"
     )
     assert _refused(client, f"{SEARCH}&gpus=2048,4096").endswith(
         "for several values repeat the option, or put ';' between them (64;128)"
@@ -69,3 +69,37 @@ def test_ambiguous_commas_and_repeated_single_values_are_422(client):
     assert _refused(client, "/api/evaluate?config=%7B%7D&config=%7B%22a%22%3A1%7D").startswith(
         "config: given twice with different values"
     )
+
+
+def test_a_query_key_has_one_spelling(client):
+    """The documented key is the option without its leading -- (docs/reference/api.md): cp_kind
+    was read as cp-kind; now it is refused naming it and the spelling to use."""
+    base = "/api/evaluate?model=llama3-8b&dp=4&cp=2"
+    assert _ok(client, f"{base}&cp-kind=ulysses")["layout"]["cp_kind"] == "ulysses"
+    assert _refused(client, f"{base}&cp_kind=ulysses") == (
+        "'cp_kind': no such parameter of evaluate; write it cp-kind (a query key is the command's "
+        "option without its leading --)"
+    )
+    assert _refused(client, f"{base}&time_model=single").startswith(
+        "'time_model': no such parameter of evaluate; write it time-model"
+    )
+
+
+def test_the_tabs_refuse_a_count_below_one_with_one_rule(client):
+    assert _refused(client, "/api/pipeline?stages=-4&microbatches=8") == (
+        "stages: '-4' must be at least 1"
+    )
+    assert _refused(client, "/api/ckpt?layers=0") == "layers: '0' must be at least 1"
+    assert _refused(
+        client, "/api/rlhf?algorithm=grpo&model=llama3-8b&prompts=4,000,000"
+    ).startswith(
+        "prompts: 4,000,000 × 16 rollouts per prompt (samples-per-prompt) = 64,000,000 sequences"
+    )
+
+
+def test_an_endpoint_that_is_none_is_one_line_naming_the_endpoints(client):
+    got = client.get("/api/estimate?model=llama3-8b")
+    assert got.status_code == 404
+    line = got.json()["error"]
+    assert line.startswith("/api/estimate: no such endpoint; the API's are /api/ckpt, ")
+    assert "/api/evaluate, " in line and line.endswith("(and /docs)")

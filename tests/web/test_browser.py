@@ -110,7 +110,7 @@ def test_planner_bad_input_shows_the_cli_line(page):
     go(page, "/planner?model=llama3-70b&dp=4&tp=4&pp=4")
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
     page.fill("input[name=tp]", "0")  # the CLI's line, next to the field it names
-    expect(page.locator("#error-tp")).to_have_text("Error: --tp: '0' must be at least 1")
+    expect(page.locator("#error-tp")).to_have_text("Error: tp: '0' must be at least 1")
     page.fill("input[name=tp]", "3")
     expect(page.locator("#error-tp")).to_contain_text("Error: ")
     page.fill("input[name=tp]", "4")
@@ -122,7 +122,7 @@ def test_planner_bad_input_shows_the_cli_line(page):
     page.fill("input[name=cp]", "2")
     page.select_option("select[name=cp-kind]", "pytorch-alltoall")
     expect(page.locator("#error-cp-kind")).to_contain_text(
-        "cp_kind: pytorch-alltoall is PyTorch's context_parallel (torchtitan, --framework fsdp2)"
+        "cp-kind: pytorch-alltoall is PyTorch's context_parallel (torchtitan, framework fsdp2)"
     )
     page.select_option("select[name=framework]", "fsdp2")
     args = ["--model", "llama3-70b", "--dp", "2", "--tp", "4", "--pp", "4", "--cp", "2"]
@@ -261,7 +261,7 @@ def test_search_per_stage_shows_the_stages_and_the_flags(page):
     page.fill("input[name=top]", "2")
     page.click("#run")
     expect(page.locator("#error-per-stage")).to_have_text(
-        "Error: per_stage: takes neither --top nor --maximize (one plan, step time)"
+        "Error: per-stage: takes neither top nor maximize (one plan, step time)"
     )
 
 

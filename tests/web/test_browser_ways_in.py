@@ -89,7 +89,7 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     go(page, "/planner?model=llama3-70b&dp=4&tp=4&pp=4")
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
     page.fill("input[name=tp]", "0")
-    expect(page.locator("#error-tp")).to_have_text("Error: --tp: '0' must be at least 1")
+    expect(page.locator("#error-tp")).to_have_text("Error: tp: '0' must be at least 1")
     top = page.locator("#error")  # at the top only a link to the field (it may be out of view)
     expect(top).to_have_text("Error at the tp field: go to the field")
     top.locator("a").click()

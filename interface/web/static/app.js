@@ -258,7 +258,7 @@ const TP = (() => {
   }
 
   // ---------------------------------------------------------------- errors next to their field
-  // The API's line names the parameter first ("--tp: '0' must be at least 1", "reward: 'rule'
+  // The API's line names the parameter first ("tp: '0' must be at least 1", "reward: 'rule'
   // does not apply…"); a line that asks for another ("give --tp", or "give scaleout-gbps" for a
   // knob the command line takes by --set, named by its query parameter) goes to that one.
   function fieldFor(form, message) {
