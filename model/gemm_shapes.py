@@ -32,25 +32,11 @@ from trainplan.model.kernel_tables import BlockFormat, GemmTable, LayerGemms, Sh
 from trainplan.model.roofline import RooflineParams, gemm_efficiency
 
 __all__ = [
-    "GemmPart",
-    "sm_count",
-    "DEEPGEMM_BLOCK_M",
-    "DEEPGEMM_BLOCK_N",
-    "deepgemm_blocks",
-    "wave_efficiency",
-    "gemm_point",
-    "depth_factor",
-    "large_gemm_fraction",
-    "shape_efficiency",
-    "shape_seconds",
-    "recipe_speedup",
-    "quantization_share",
-    "cached_weight_speedup",
-    "layer_row",
-    "layer_ms",
-    "cast_elements",
-    "block_scale_bytes",
-]
+    "GemmPart", "sm_count", "DEEPGEMM_BLOCK_M", "DEEPGEMM_BLOCK_N", "deepgemm_blocks",
+    "wave_efficiency", "gemm_point", "depth_factor", "large_gemm_fraction", "shape_efficiency",
+    "shape_seconds", "recipe_speedup", "quantization_share", "cached_weight_speedup", "layer_row",
+    "layer_ms", "cast_elements", "block_scale_bytes",
+]  # fmt: skip
 
 DEEPGEMM_BLOCK_M = (64, 128, 256)
 """DeepGEMM's candidate M blocks on Hopper (deepseek-ai/DeepGEMM ``deep_gemm/jit_kernels/gemm.py``
@@ -338,10 +324,11 @@ def layer_row(rows: Sequence[LayerGemms], part: str, mode: str, recipe: str) -> 
     for row in rows:
         if (row.part, row.mode) == (part, mode) and recipe in row.recipes:
             return row
-    have = sorted({x for r in rows if (r.part, r.mode) == (part, mode) for x in r.recipes})
+    have = ", ".join(
+        sorted({x for r in rows if (r.part, r.mode) == (part, mode) for x in r.recipes})
+    )
     raise InputError(
-        f"recipe: no published {recipe} ({mode}) on {part}; published there: "
-        f"{', '.join(have) or 'none'}"
+        f"recipe: no published {recipe} ({mode}) on {part}; published there: {have or 'none'}"
     )
 
 
