@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 
+from trainplan.interface.cli.names import no_default_texts
 from trainplan.interface.flags import with_flags
 from trainplan.interface.web import api, figures, links, manual, pages, stream, sweep
 from trainplan.interface.web.api import json_response
@@ -84,8 +85,6 @@ def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` (an OpenAPI description) without any parameter default that is click's sentinel
     for "no default": Swagger UI would pre-fill ``Sentinel.UNSET`` into "Try it out" and send
     it. An option without a default has none in the description."""
-    from trainplan.interface.cli.names import no_default_texts
-
     unset = no_default_texts()
     for path in schema.get("paths", {}).values():
         for operation in path.values():
