@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainplan.interface.inputs import build_case
 from trainplan.model.errors import InputError, ScenarioError
-from trainplan.model.roofline import CALIBRATABLE
+from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
+from trainplan.topology.accelerators import get_accelerator
 
 __all__ = [
     "Measurement",
@@ -220,7 +222,6 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
 
 
 def _predictor(m: Measurement) -> Callable[[Mapping[str, float]], float]:
-    from trainplan.interface.inputs import build_case
 
     def predict(figures: Mapping[str, float]) -> float:
         est = build_case(dict(m.params) | dict(figures)).evaluate()
@@ -236,9 +237,6 @@ def calibrate_measurements(
 ) -> Fit:
     """Fit ``keys`` to ``measurements`` on ``gpu`` (the roofline time model) and return the fit
     with each run's residual."""
-    from trainplan.model.roofline import roofline_params_for
-    from trainplan.topology.accelerators import get_accelerator
-
     unknown = [k for k in keys if k not in CALIBRATABLE]
     if unknown:
         raise InputError(f"fit: {unknown[0]!r} is not one of {', '.join(CALIBRATABLE)}")

@@ -36,7 +36,14 @@ from trainplan.interface.search_commands import (
     search_problem,
     time_limit_note,
 )
+from trainplan.model.errors import ScenarioError
 from trainplan.model.estimate import Estimate
+from trainplan.model.hf_config import parse_config_json
+from trainplan.model.hf_families import architecture_from_hf
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.params import count_params
+from trainplan.scenarios.catalogue import get_model, model_names
+from trainplan.topology.accelerators import accelerator_rows
 
 __all__ = [
     "evaluate_json",
@@ -127,11 +134,6 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
         :func:`model.hf_config.parse_config_json`), too long, or a config the mapping refuses
         (:func:`model.hf_families.architecture_from_hf`, naming the key).
     """
-    from trainplan.model.errors import ScenarioError
-    from trainplan.model.hf_config import parse_config_json
-    from trainplan.model.hf_families import architecture_from_hf
-    from trainplan.model.model_spec import ModelSpec
-
     where = "config: the uploaded config.json"
     if len(text) > MAX_CONFIG_CHARS:
         raise ScenarioError(f"{where} has {len(text):,} characters, over {MAX_CONFIG_CHARS:,}")
@@ -144,9 +146,6 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
 def models_json() -> list[dict[str, Any]]:
     """The model catalogue (``trainplan models --json``): name, exact parameter counts, the
     published s and B, and each model's source (``scenarios/models/*.toml``)."""
-    from trainplan.model.params import count_params
-    from trainplan.scenarios.catalogue import get_model, model_names
-
     rows: list[dict[str, Any]] = []
     for name in model_names():
         entry = get_model(name)
@@ -167,6 +166,4 @@ def models_json() -> list[dict[str, Any]]:
 def gpus_json() -> list[dict[str, Any]]:
     """The accelerator table (``trainplan gpus --json``): memory, dense BF16 peak, links, each
     row with its source (``topology/accelerators.toml``)."""
-    from trainplan.topology.accelerators import accelerator_rows
-
     return accelerator_rows()

@@ -71,6 +71,7 @@ from trainplan.interface.scenario_file import (
     check_scenario,
     load_scenario,
 )
+from trainplan.interface.time_inputs import calibration_gpu
 from trainplan.interface.tp_plan import (
     check_tp_block_inputs,
     gathered_block_inputs,
@@ -81,6 +82,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
@@ -92,6 +94,8 @@ from trainplan.optimizer.space import (
     SearchSpace,
     divisors,
 )
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
 
 if TYPE_CHECKING:
     from trainplan.optimizer.case import Case
@@ -228,9 +232,6 @@ def _order(text: str) -> tuple[str, ...]:
 def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     """Depth variants of a catalogue model (same width): the ``params`` objective's family."""
     from dataclasses import replace
-
-    from trainplan.model.model_spec import ModelSpec
-    from trainplan.scenarios.catalogue import get_model
 
     entry = get_model(model_name)
     arch = entry.model.arch
@@ -377,8 +378,6 @@ def _calibrated(path: Any, accelerators: list[str | DeviceSpec]) -> set[str | De
     """
     if not path:
         return set()
-    from trainplan.interface.time_inputs import calibration_gpu
-    from trainplan.topology.accelerators import get_accelerator
 
     fitted_on = calibration_gpu(path)
     names = {

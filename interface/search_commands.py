@@ -13,6 +13,7 @@ from trainplan.interface.flags import with_flags
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError
+from trainplan.optimizer.problem import objective_value
 
 __all__ = [
     "search_problem",
@@ -55,7 +56,6 @@ def _per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequ
 
 def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
     """The solver's objective value → (JSON key naming the unit, value in that unit)."""
-    from trainplan.optimizer.problem import objective_value
     from trainplan.optimizer.tables import objective_divisor
 
     divisor = objective_divisor(problem, prepared[0])

@@ -14,6 +14,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.legality import check_expert_parallel
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Job, Objective, gpu_counts
+from trainplan.scenarios.catalogue import get_model
 
 __all__ = ["names", "batches", "prices", "require_batch", "check_applies"]
 
@@ -106,7 +107,6 @@ def require_batch(d: Mapping[str, Any]) -> None:
     """
     if d.get("global_batch") is not None or d.get("global_batch_tokens") is not None:
         return
-    from trainplan.scenarios.catalogue import get_model
 
     if d.get("model") is not None and "global_batch_size" in get_model(str(d["model"])).training:
         return

@@ -28,6 +28,7 @@ from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
 from trainplan.model.units import parse_number, shown_number
+from trainplan.topology.accelerators import get_accelerator
 
 __all__ = [
     "TIME_KEYS",
@@ -94,8 +95,6 @@ def calibration_gpu(path: str | Path) -> str:
     ScenarioError
         The file cannot be read, has no ``gpu`` or ``[cluster]``, or names no known accelerator.
     """
-    from trainplan.topology.accelerators import get_accelerator
-
     return get_accelerator(_calibration_data(path)["gpu"]).name
 
 

@@ -1,5 +1,5 @@
 """The Python facade (``trainplan.evaluate``, ``trainplan.search``, ``trainplan.Layout``,
-``trainplan.Case``) as a user imports it: ``import trainplan`` loads neither numpy nor OR-Tools,
+``trainplan.Case``, ``trainplan.Scenario``) as a user imports it: ``import trainplan`` loads neither numpy nor OR-Tools,
 the figures are the command line's, and a parameter it does not know is refused, not dropped."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 import trainplan
 from tests.cli_runs import trainplan as run_cli
-from trainplan.api import SEARCH_PARAMETERS
+from trainplan.api import SEARCH_PARAMETERS, Scenario
 from trainplan.interface.commands import search_problem
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
 
@@ -26,8 +26,8 @@ def test_import_trainplan_stays_cheap():
 
 
 def test_the_facade_names_are_the_projects():
-    assert trainplan.Layout is Layout and trainplan.Case is Case
-    assert {"evaluate", "search", "Layout", "Case"} <= set(trainplan.__all__)
+    assert trainplan.Layout is Layout and trainplan.Case is Case and trainplan.Scenario is Scenario
+    assert {"evaluate", "search", "Layout", "Case", "Scenario"} <= set(trainplan.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = trainplan.nothing
 
@@ -53,3 +53,48 @@ def test_every_search_parameter_reaches_the_search():
     problem = search_problem({"model": "llama3-8b", "gpus": 8, "max_tp": 4, "headroom": 0.1})
     assert max(problem.space.tp) == 4 and problem.constraints.headroom == 0.1
     assert "max_tp" in SEARCH_PARAMETERS and "per_stage" not in SEARCH_PARAMETERS
+
+
+PINNED = (
+    "deepseek-v3-dualpipe",
+    {"tp": [1], "pp": [16], "ep": [64], "zero": [1], "micro_batch": [1]},
+)
+"""DeepSeek-V3's pre-training job (the package's published scenario) pinned to its published
+layout, as docs/pipeline-schedules.md runs it."""
+
+
+@pytest.mark.slow  # one search launch (about 2 s of CPU) beside one in-process search
+def test_a_published_scenario_gives_the_command_lines_figures():
+    """``Scenario.from_name(...).search()`` is ``trainplan search --scenario FILE … --json``:
+    79,980,703,328 bytes on the end ranks (79.98 GB, the page's transcript) and 18.801 s."""
+    name, options = PINNED
+    result = Scenario.from_name(name, **options).search()
+    e = result.best.estimate
+    flags = ["--tp", "1", "--pp", "16", "--ep", "64", "--zero", "1", "--micro-batch", "1"]
+    cli = json.loads(
+        run_cli("search", "--scenario", f"scenarios/{name}.toml", *flags, "--json").stdout
+    )
+    assert int(e.peak.total_bytes) == 79_980_703_328 == cli["memory"]["total_bytes"]
+    assert e.step_s == pytest.approx(cli["time"]["step_s"], rel=1e-12)
+    assert round(e.step_s, 3) == 18.801 and result.status == "optimal"
+
+
+def test_a_scenario_is_the_files_typed_form():
+    """The file's values by table, the options over them; its one job's case."""
+    s = Scenario.from_name("deepseek-v3-dualpipe", gpus=1024)
+    assert s.request.values["gpus"] == 1024 and s.request.values["global_batch"] == 15360
+    assert s.request.space["recompute"] == ["selective"]
+    assert s.request.cluster["moe_dispatcher"] == "deepep"
+    assert (s.case.model.name, s.case.device.name) == ("deepseek-v3", "H800")
+    assert Scenario.names() == ["deepseek-v3-dualpipe"]
+
+
+def test_a_scenario_refuses_what_it_does_not_know(tmp_path):
+    with pytest.raises(InputError, match="^scenario: 'deepseek' is not a published scenario"):
+        Scenario.from_name("deepseek")
+    with pytest.raises(InputError, match="^max_pt: not a search parameter"):
+        Scenario.from_name("deepseek-v3-dualpipe", max_pt=4)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = "llama3-8b"\nseq_lenn = 4096\n')
+    with pytest.raises(PlannerError, match="seq_lenn"):
+        Scenario.load(bad)

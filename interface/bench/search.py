@@ -28,9 +28,13 @@ import sys
 import time
 from dataclasses import dataclass
 
+from trainplan.interface.bench import sweep as bench_sweep
+from trainplan.interface.rlhf.faithful import rlhf_inputs
 from trainplan.interface.scenario import build_problem
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
+from trainplan.optimizer.rlhf.search import search_placement
+from trainplan.optimizer.rlhf.tables import RLHFProblem
 from trainplan.optimizer.search import frontier, prepare, search
 
 __all__ = [
@@ -131,9 +135,6 @@ case printed nothing within 120 s before the search's work was bounded by its in
 
 
 def _rlhf_in_process(values: dict[str, str]) -> dict:
-    from trainplan.interface.rlhf.faithful import rlhf_inputs
-    from trainplan.optimizer.rlhf.search import search_placement
-    from trainplan.optimizer.rlhf.tables import RLHFProblem
 
     inp = rlhf_inputs(dict(values), placement=False)
     problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links)
@@ -302,7 +303,6 @@ def main() -> None:
         help="only the sweep rows (1,000 searches; Ray 1 and 2 CPUs)",
     )
     args = parser.parse_args()
-    from trainplan.interface.bench import sweep as bench_sweep
 
     if args.smoke:
         code = smoke()

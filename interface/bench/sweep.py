@@ -28,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainplan.interface.sweep import load_results
+from trainplan.interface.sweep.points import TIMING_COLUMNS
+
 __all__ = ["FULL", "SMOKE", "RAY", "grid_text", "run", "smoke"]
 
 FULL = (
@@ -92,8 +95,6 @@ def _sweep(grid: Path, out: str, *args: str) -> tuple[dict, float]:
 
 
 def _agree(a: str, b: str) -> bool:
-    from trainplan.interface.sweep import load_results
-    from trainplan.interface.sweep.points import TIMING_COLUMNS
 
     x, y = (load_results(p).drop(columns=list(TIMING_COLUMNS)) for p in (a, b))
     return bool(x.equals(y))
@@ -101,8 +102,6 @@ def _agree(a: str, b: str) -> bool:
 
 def pool_row(spec: tuple, workers: int = 2) -> dict:
     """One grid on ``--workers 1`` and on the pool of ``workers``: the measurements and the goal."""
-    from trainplan.interface.sweep import load_results
-
     with tempfile.TemporaryDirectory() as tmp:
         grid = Path(tmp) / "grid.toml"
         grid.write_text(grid_text(*spec))

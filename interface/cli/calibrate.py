@@ -15,6 +15,7 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json, fail, output
+from trainplan.interface.outputs import writing
 from trainplan.model.errors import InputError
 
 
@@ -64,7 +65,6 @@ def calibrate_cmd(
         read_measurements,
         scenario_text,
     )
-    from trainplan.interface.outputs import writing
 
     if output_file and _same_file(Path(output_file), Path(measurements)):
         raise InputError(

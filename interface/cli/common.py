@@ -13,6 +13,7 @@ import click
 import cloup
 
 from trainplan.interface.flags import MOVED_FLAGS, moved_hint, with_flags
+from trainplan.interface.outputs import output_path
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
     list_items,
@@ -268,7 +269,6 @@ class OutputFile(click.ParamType):
         """The file endings allowed (``(".csv",)``); any ending when empty."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from trainplan.interface.outputs import output_path
 
         return str(output_path(value, _flag(param), self.suffixes))
 

@@ -9,7 +9,7 @@ import click
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json
 from trainplan.interface.cli.options import option_groups
-from trainplan.interface.cli.planner import evaluate_options
+from trainplan.interface.cli.planner import evaluate_options, run_evaluate
 from trainplan.model.errors import InputError
 
 
@@ -77,8 +77,6 @@ def example_cmd(
     overrides.update(given)
     tab, _ = example_params(name)
     if tab == "planner":
-        from trainplan.interface.cli.planner import run_evaluate
-
         _, merged = example_params(name, overrides)
         if as_json:
             out = run_example(name, overrides)

@@ -16,7 +16,8 @@ from trainplan.interface.cli.common import COUNT, echo_json, output
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import Decorator
 from trainplan.interface.cli.search import exit_if, infeasible, search_options, table_progress
-from trainplan.interface.commands import frontier_json
+from trainplan.interface.commands import frontier_json, per_stage_frontier_json
+from trainplan.interface.render.report import frontier_text, write_csv
 from trainplan.interface.requests import search_request
 from trainplan.model.errors import InfeasibleError
 
@@ -97,9 +98,6 @@ def frontier_cmd(
 
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
-    from trainplan.interface.commands import per_stage_frontier_json
-    from trainplan.interface.render.report import frontier_text, write_csv
-
     request = search_request({**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes})
     per_stage = request.per_stage
     tables = stop_between_tables(table_progress(as_json))

@@ -15,6 +15,7 @@ import click
 import click.core
 
 from trainplan.interface.cli import cli, register_commands
+from trainplan.interface.cli.query import moved_params
 
 __all__ = ["OptionNames", "option_names", "no_default_texts"]
 
@@ -49,7 +50,6 @@ def option_names(command: str) -> list[OptionNames]:
             continue
         short = tuple(o[1:] for o in p.opts if len(o) == 2 and o[0] == "-")
         out.append(OptionNames(longs[0][2:], p.name, short))
-    from trainplan.interface.cli.query import moved_params
 
     return out + [OptionNames(query, key, ()) for query, key in moved_params(command).items()]
 

@@ -24,6 +24,8 @@ import click
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.cli.common import ListOf, OutputFile
 from trainplan.interface.flags import MOVED_FLAGS
+from trainplan.interface.scenario import VALUE_KINDS, check_scenario
+from trainplan.interface.scenario_keys import KEY_HELP, read_line, table_of
 from trainplan.model.errors import InputError, PlannerError
 
 __all__ = ["QueryParam", "query_params", "parse_query", "moved_params"]
@@ -84,8 +86,6 @@ def moved_params(name: str) -> dict[str, str]:
 
 
 def _moved_query_params(name: str) -> list[QueryParam]:
-    from trainplan.interface.scenario import VALUE_KINDS
-    from trainplan.interface.scenario_keys import KEY_HELP
 
     out = []
     for query, key in moved_params(name).items():
@@ -152,9 +152,6 @@ def _setting(query: str, key: str, value: str) -> str:
     InputError
         The value its key's rule refuses, one line naming the query parameter.
     """
-    from trainplan.interface.scenario import VALUE_KINDS, check_scenario
-    from trainplan.interface.scenario_keys import read_line, table_of
-
     if VALUE_KINDS[key] == "flag":
         text = value.strip().lower()
         if text not in _TRUE + _FALSE:

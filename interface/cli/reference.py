@@ -21,6 +21,10 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli import cli, register_commands
+from trainplan.interface.scenario import VALUE_KINDS
+from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS, table_of
+
 __all__ = [
     "cell_text",
     "cli_markdown",
@@ -42,7 +46,6 @@ def cell_text(text: str) -> str:
 
 
 def _commands() -> list[tuple[str, click.Command]]:
-    from trainplan.interface.cli import cli, register_commands
 
     register_commands()
     ctx = click.Context(cli, info_name="trainplan")
@@ -75,8 +78,6 @@ def _help_paragraphs(command: click.Command) -> str:
 def cli_markdown() -> str:
     """The command-line reference: per command its help, its usage line and a table of every
     option as ``--help`` shows it (spellings, value type, help, default)."""
-    from trainplan.interface.cli import cli
-
     lines = [
         "Every command of `trainplan`, with every option, as `trainplan COMMAND --help` prints it "
         "(generated from the command line's own definitions when this site is built).",
@@ -116,9 +117,6 @@ def scenario_keys_markdown() -> list[str]:
     """The ``--set`` keys (every scenario-file key): per key its table, its kind and its help —
     its flag's help where a flag gives it too (search's, else evaluate's), else
     :data:`interface.scenario_keys.KEY_HELP`."""
-    from trainplan.interface.scenario import VALUE_KINDS
-    from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS, table_of
-
     helps: dict[str, str] = {}
     flags: dict[str, str] = {}
     for name, command in _commands():  # evaluate's, then search's (the scenario's own) over it
@@ -437,8 +435,6 @@ def json_keys(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 def run_json(args: list[str]) -> Any:
     """The ``--json`` object of one run of the command line (in this process)."""
     from click.testing import CliRunner
-
-    from trainplan.interface.cli import cli
 
     result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
     if result.exit_code not in (0, 1):

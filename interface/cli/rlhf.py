@@ -20,7 +20,11 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
+from trainplan.interface.rlhf.faithful import rlhf_inputs
+from trainplan.interface.rlhf.report import result_dict
 from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
+from trainplan.model.errors import InfeasibleError
+from trainplan.optimizer.rlhf.tables import RLHFProblem
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
 
@@ -222,12 +226,8 @@ def rlhf_plan_cmd(
     """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
     its dp/tp/pp (training) or tp/dp (rollout), offload and the engine's memory fraction —
     CP-SAT over the cost model's tables, proven optimal within the model."""
-    from trainplan.interface.rlhf.faithful import rlhf_inputs
-    from trainplan.interface.rlhf.report import result_dict
     from trainplan.interface.rlhf.text import result_lines
-    from trainplan.model.errors import InfeasibleError
     from trainplan.optimizer.rlhf.search import search_placement
-    from trainplan.optimizer.rlhf.tables import RLHFProblem
 
     request = RLHFPlanRequest(
         tab_request(RLHFRequest, kw),

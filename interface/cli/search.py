@@ -27,8 +27,8 @@ from trainplan.interface.cli.options import (
     set_option,
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
-from trainplan.interface.commands import infeasible_json, search_json
-from trainplan.interface.render.report import dollars
+from trainplan.interface.commands import infeasible_json, per_stage_json, search_json
+from trainplan.interface.render.report import dollars, evaluate_text
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
@@ -292,8 +292,6 @@ def search_cmd(
 
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
-    from trainplan.interface.render.report import evaluate_text
-
     options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
     request = search_request(options, "params" if maximize else None)
     if request.per_stage:
@@ -354,9 +352,7 @@ def exit_if(interrupted: bool) -> None:
 
 
 def _per_stage(request: SearchRequest, as_json: bool) -> None:
-    from trainplan.interface.commands import per_stage_json
     from trainplan.interface.render.per_stage_report import per_stage_text
-    from trainplan.interface.render.report import evaluate_text
 
     try:
         run, stopped = interruptible(lambda: per_stage_json(request))

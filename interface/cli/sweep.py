@@ -12,6 +12,7 @@ import click
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, list_option, output
 from trainplan.interface.cli.options import Decorator, option_groups
+from trainplan.interface.outputs import writing
 from trainplan.model.errors import check_applicable
 
 
@@ -149,8 +150,6 @@ def sweep_cmd(
         bar.close()
         runner.close()
     if csv_path is not None:
-        from trainplan.interface.outputs import writing
-
         with writing(csv_path, "--csv"):
             run.frame.to_csv(csv_path, index=False)
     _summary(g, run, out_path, csv_path, runner.describe(), group_by or ("model",), as_json)

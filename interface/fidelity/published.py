@@ -50,6 +50,7 @@ from trainplan import scenarios
 from trainplan.interface.inputs import build_case
 from trainplan.model.estimate import Estimate
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.roofline import generation_of
 from trainplan.model.specs import Architecture
 from trainplan.model.timing import kernel_efficiency_for
 from trainplan.optimizer.case import Case
@@ -479,8 +480,6 @@ def residuals(runs: Sequence[PublishedRun] | None = None) -> dict[str, dict[str,
     figures in force. Fits nothing: the project's time constants come from per-operation
     sources (``docs/time-model-sources.md``), and end-to-end runs only validate them; a user
     fits their own cluster with ``trainplan calibrate``."""
-    from trainplan.model.roofline import generation_of
-
     out: dict[str, dict[str, float]] = {}
     for r in evaluate_all(runs):
         if r.run.calibration:

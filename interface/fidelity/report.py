@@ -17,6 +17,7 @@ from trainplan.interface.fidelity.published import (
     RunResult,
     evaluate_all,
 )
+from trainplan.interface.render.report import table_text
 from trainplan.model.roofline import (
     GEMM_EFFICIENCY_BY_GENERATION,
     RooflineParams,
@@ -231,8 +232,6 @@ def gap_section(results: Sequence[RunResult]) -> list[str]:
 
 def text_report(results: Sequence[RunResult] | None = None) -> str:
     """The report for the terminal."""
-    from trainplan.interface.render.report import table_text
-
     results = results or evaluate_all()
     head, body = table(results)
     b = appendix_b_530b()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainplan.interface.fidelity.validation import ValidationResult, ValidationTable, evaluate_all
+from trainplan.interface.render.report import table_text
 
 __all__ = ["GROUPS", "error_stats", "report_dict", "text_report", "markdown_report", "print_report"]
 
@@ -269,8 +270,6 @@ def markdown_report(results: Sequence[ValidationResult] | None = None) -> str:
 
 def text_report(results: Sequence[ValidationResult] | None = None) -> str:
     """The report for the terminal: one line per run, then the statistics."""
-    from trainplan.interface.render.report import table_text
-
     results = evaluate_all() if results is None else results
     rows = []
     for r in results:

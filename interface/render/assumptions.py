@@ -15,6 +15,7 @@ from trainplan.model.frameworks import (
 )
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
@@ -102,8 +103,6 @@ def tp_block_inputs(est: Estimate) -> str | None:
     ``gathered`` (whole on every tp rank, torchtitan's DTensor plan) or ``sharded`` (the sequence
     shard, Megatron-Core's); None without sequence parallelism, where every tp rank holds the
     whole input (:func:`model.memory.keeps_gathered_inputs`)."""
-    from trainplan.model.memory import keeps_gathered_inputs
-
     if not est.layout.sp:
         return None
     return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainplan.interface.outputs import writing
 from trainplan.interface.render.chart_layout import (
     MEMORY_PARTS,
     STATE_LEGEND,
@@ -134,7 +135,6 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
     frame_s = float(parse_positive(delay_s, "delay"))
     fig, draw = _ckpt_frames(plt, report)
     anim = FuncAnimation(fig, draw, frames=len(report["steps"]))
-    from trainplan.interface.outputs import writing
 
     fps: Any = 1 / frame_s  # a float is fine: Pillow shows each frame 1000/fps ms
     with writing(out, "path"):

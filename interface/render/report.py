@@ -10,6 +10,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from trainplan.interface.outputs import output_path, writing
 from trainplan.model.layout import SEARCHED_FIELDS
 
 __all__ = [
@@ -402,8 +403,6 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
     InputError
         A path that cannot be written (interface.outputs.output_path's rule).
     """
-    from trainplan.interface.outputs import output_path, writing
-
     out = output_path(path, "csv")
     with writing(out, "csv"):
         _csv_frame(rows).to_csv(out, index=False)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trainplan.interface.commands import evaluate_json, search_json, search_problem
 from trainplan.interface.sweep.grid import Grid, Point
-from trainplan.model.errors import InfeasibleError, PlannerError
+from trainplan.model.errors import InfeasibleError, InputError, PlannerError
+from trainplan.model.params import count_params
+from trainplan.model.units import parse_count, parse_number
 
 __all__ = ["COLUMNS", "TIMING_COLUMNS", "LAYOUT_COLUMNS", "columns", "run_point", "run_points"]
 
@@ -132,7 +135,6 @@ def run_point(grid: Grid, point: Point) -> dict[str, Any]:
 
 
 def _search(grid: Grid, point: Point, row: dict[str, Any]) -> None:
-    from trainplan.interface.commands import search_json
 
     run = search_json({"scenario": grid.scenario(point), "workers": 1})
     d = run.json
@@ -150,8 +152,6 @@ def _search(grid: Grid, point: Point, row: dict[str, Any]) -> None:
 
 
 def _evaluate(grid: Grid, point: Point, row: dict[str, Any]) -> None:
-    from trainplan.interface.commands import evaluate_json
-    from trainplan.model.errors import InputError
 
     values = grid.scenario(point)
     params: dict[str, Any] = {**values.pop("cluster", {}), **grid.layout}
@@ -220,7 +220,6 @@ def _time_and_cost(
     tokens = grid.base.get("tokens")
     if tokens is None or not tokens_per_s:
         return {}
-    from trainplan.model.units import parse_count, parse_number
 
     seconds = parse_count(tokens, "tokens") / tokens_per_s
     price = grid.price(point)
@@ -235,9 +234,6 @@ def _time_and_cost(
 def _fill_inputs(grid: Grid, point: Point, row: dict[str, Any]) -> None:
     """An infeasible search point's s, B, frameworks searched and parameter count, as the search
     read them."""
-    from trainplan.interface.commands import search_problem
-    from trainplan.model.params import count_params
-
     try:
         problem = search_problem({"scenario": grid.scenario(point)})
     except PlannerError:

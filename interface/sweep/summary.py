@@ -8,6 +8,7 @@ from typing import Any
 from trainplan.interface.render.chart_layout import layout_key
 from trainplan.interface.render.report import duration, table_text
 from trainplan.interface.sweep.results import records
+from trainplan.model.errors import InputError
 
 __all__ = ["summary_json", "summary_text", "rank_column", "ANSWERED"]
 
@@ -61,8 +62,6 @@ def summary_json(
     InputError
         A ``group_by`` column the results do not have.
     """
-    from trainplan.model.errors import InputError
-
     for column in group_by:
         if column not in frame.columns:
             raise InputError(

@@ -21,6 +21,7 @@ from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from trainplan.interface.cli.names import no_default_texts
 from trainplan.interface.web import api, figures, links, manual, pages, stream, sweep
 from trainplan.interface.web.api import error_line, json_response
 from trainplan.model.errors import PlannerError
@@ -105,8 +106,6 @@ def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` (an OpenAPI description) without any parameter default that is click's sentinel
     for "no default": Swagger UI would pre-fill ``Sentinel.UNSET`` into "Try it out" and send
     it. An option without a default has none in the description."""
-    from trainplan.interface.cli.names import no_default_texts
-
     unset = no_default_texts()
     for path in schema.get("paths", {}).values():
         for operation in path.values():

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 
+from trainplan.interface.cli.query import query_params
 from trainplan.interface.render import plots
 from trainplan.interface.render.report import csv_text
 from trainplan.interface.web.api import (
@@ -123,8 +124,6 @@ _NOT_CARRIED = {"gpus", "stage-layers", *_SEARCHED.values()}
 def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
     """The planner page of a frontier point: the search's model and cluster options (those the
     planner has) with the point's layout, so the planner shows the point's figures."""
-    from trainplan.interface.cli.query import query_params
-
     planner = {q.name for q in query_params("evaluate")}
     kept = [(k, v) for k, v in query if k.replace("_", "-") in planner - _NOT_CARRIED]
     layout = [

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from trainplan.interface.web import api
 from trainplan.model.errors import InfeasibleError, PlannerError
 
 __all__ = ["Job", "running"]
@@ -34,8 +35,6 @@ def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
     """The job's process: run the search, send ``("tables", done, total)`` and ``("solution",
     count, best)`` as it goes, then one of ``("result", SearchRun)``, ``("infeasible", message,
     explanation)``, ``("error", line)``."""
-    from trainplan.interface.web import api
-
     run = api.search_run if kind == "search" else api.frontier_run
     progress = {
         "on_tables": lambda done, total: conn.send(("tables", done, total)),

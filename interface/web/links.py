@@ -21,6 +21,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from trainplan.interface.cli.names import option_names
+from trainplan.interface.examples import example_params, examples
+from trainplan.interface.tabs import fmt_number
 from trainplan.interface.web.api import json_response, pairs
 from trainplan.model.errors import InputError
 
@@ -64,8 +67,6 @@ options already."""
 @cache
 def names(page: str) -> tuple[str, ...]:
     """``page``'s own parameter names (its command's options without dashes), sorted."""
-    from trainplan.interface.cli.names import option_names
-
     return tuple(sorted(o.long for o in option_names(PAGE_COMMANDS[page])))
 
 
@@ -75,8 +76,6 @@ def aliases(page: str) -> dict[str, str]:
     command's parameter name (``zero_stage`` → ``zero``), its one-letter options (``p`` →
     ``stages``) and the original tool's names (:data:`ORIGINAL_NAMES`, ``gpus`` → ``chips`` on
     the MFU tab). Names equal to the page's own are left out."""
-    from trainplan.interface.cli.names import option_names
-
     out: dict[str, str] = {}
     for o in option_names(PAGE_COMMANDS[page]):
         names = [o.param, o.param.replace("_", "-"), *o.short]
@@ -87,8 +86,6 @@ def aliases(page: str) -> dict[str, str]:
 def _text(value: Any) -> str:
     """An example's value as the page's field holds it: ``true``/``false``, whole numbers as
     integers, other numbers compactly (``70e9``, ``0.04``), text as it is."""
-    from trainplan.interface.tabs import fmt_number
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -110,9 +107,6 @@ def example_query(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     InputError
         An example parameter that no option of its page takes (a broken examples file).
     """
-    from trainplan.interface.cli.names import option_names
-    from trainplan.interface.examples import example_params
-
     tab, params = example_params(name)
     page = _TAB_PAGE[tab]
     names = {o.param: o.long for o in option_names(PAGE_COMMANDS[page])}
@@ -128,8 +122,6 @@ def examples_json() -> list[dict[str, Any]]:
     """Every example as ``trainplan example --list --json`` lists it (``name``, ``tab``,
     ``says``), with its ``source``, the ``page`` that shows it and the ``query`` pairs that open
     it there."""
-    from trainplan.interface.examples import examples
-
     out = []
     for name, ex in examples().items():
         page, query = example_query(name)

@@ -36,8 +36,13 @@ from fastapi.responses import StreamingResponse
 
 from trainplan.interface.commands import to_json
 from trainplan.interface.render import plots
+from trainplan.interface.sweep import charts, engine, load_results, parse_grid, run_sweep
+from trainplan.interface.sweep.engines import WorkerLost
+from trainplan.interface.sweep.results import results_meta
+from trainplan.interface.sweep.summary import summary_json
 from trainplan.interface.web.api import BAD_INPUT, json_response
 from trainplan.model.errors import InputError, PlannerError
+from trainplan.scenarios.catalogue import model_names
 
 __all__ = ["router", "MAX_POINTS"]
 
@@ -87,9 +92,6 @@ class Job:
 
 def _grid(text: str) -> Any:
     """The grid of the page's text, checked as the CLI checks a file, plus the page's rules."""
-    from trainplan.interface.sweep import parse_grid
-    from trainplan.scenarios.catalogue import model_names
-
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -112,10 +114,6 @@ def _grid(text: str) -> Any:
 
 def _run(job: Job) -> None:
     """The sweep in a thread: events as it goes."""
-    from trainplan.interface.sweep import engine, run_sweep
-    from trainplan.interface.sweep.engines import WorkerLost
-    from trainplan.interface.sweep.results import results_meta
-    from trainplan.interface.sweep.summary import summary_json
 
     def start(todo: int, total: int) -> None:
         job.todo = todo
@@ -205,7 +203,6 @@ async def stream(sweep_id: str) -> Response:
 
 
 def _frame(sweep_id: str) -> Any:
-    from trainplan.interface.sweep import load_results
 
     return load_results(_job(sweep_id).out)
 
@@ -236,8 +233,6 @@ def figure(
 ) -> Response:
     """The sweep's figure (`trainplan sweep-plot`): `kind` scaling (the metric against GPU count
     per part) or heatmap (with `what_if`); `metric` time-to-train, cost, step-time or mfu."""
-    from trainplan.interface.sweep import charts
-
     frame = _frame(sweep_id)
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from tests.examples_check import check_expect
+from tests.model._shared import load
 from trainplan.interface.examples import run_example
-
-from ._shared import load
 
 PLANNER = [e for e in load("seed_examples.toml")["example"] if e["tab"] == "planner"]
 
