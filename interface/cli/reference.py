@@ -22,11 +22,11 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli, register_commands
+from trainplan.interface.render.markdown import cell_text
 from trainplan.interface.scenario import VALUE_KINDS
 from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KEYS, table_of
 
 __all__ = [
-    "cell_text",
     "cli_markdown",
     "json_markdown",
     "option_names",
@@ -36,13 +36,6 @@ __all__ = [
     "key_doc",
     "run_json",
 ]
-
-
-def cell_text(text: str) -> str:
-    """Text for a Markdown table cell or paragraph: no HTML, emphasis or cell breaks."""
-    for a, b in (("\\", "\\\\"), ("*", "\\*"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;")):
-        text = text.replace(a, b)
-    return text
 
 
 def _commands() -> list[tuple[str, click.Command]]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainplan.interface.cli.query import parse_query, query_params
+from trainplan.interface.render.markdown import cell_text
 from trainplan.model.errors import InputError
 
 __all__ = ["parse", "openapi_parameters", "TERMINAL_ONLY", "API_COMMANDS", "api_markdown"]
@@ -103,8 +104,6 @@ API_COMMANDS = ("evaluate", "search", "frontier", "pipeline", "mfu", "ckpt", "rl
 def api_markdown() -> str:
     """The query keys of each ``/api/NAME`` as Markdown tables (``docs/reference/api.md``,
     generated when the site is built): each key, whether it repeats, its option's help."""
-    from trainplan.interface.cli.reference import cell_text
-
     out: list[str] = []
     for name in API_COMMANDS:
         out += [f"## /api/{name}", "", "| key | repeats | what it does |", "| --- | --- | --- |"]
