@@ -18,7 +18,11 @@ from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
 from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
-from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
+from trainplan.interface.tp_plan import (
+    check_pipeline_frees_stage_tensors,
+    check_tp_block_inputs,
+    gathered_block_inputs,
+)
 from trainplan.model.elementwise import check_compile
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
@@ -193,6 +197,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
+    check_pipeline_frees_stage_tensors(
+        training.pipeline_frees_stage_tensors, (layout.framework,), (layout.pp,)
+    )
     device = device_of(params, model, training, used)
     options = cost_options(
         params,

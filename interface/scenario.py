@@ -72,6 +72,7 @@ from trainplan.interface.scenario_file import (
     load_scenario,
 )
 from trainplan.interface.tp_plan import (
+    check_pipeline_frees_stage_tensors,
     check_tp_block_inputs,
     gathered_block_inputs,
 )
@@ -357,6 +358,11 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
     weighs leaves as its own (the shard)."""
     out = {k: v for k, v in cluster.items() if k not in ("tp_block_inputs", "compile")}
     check_compile(cluster.get("compile"), space.frameworks)
+    check_pipeline_frees_stage_tensors(
+        cluster.get("pipeline_frees_stage_tensors"),
+        space.frameworks,
+        space.pp or divisors(max(counts)),
+    )
     if cluster.get("compile") is not None:  # fsdp2's; every other profile runs fused kernels
         out["compile_fsdp2"] = cluster["compile"]
     value = cluster.get("tp_block_inputs")
