@@ -113,6 +113,7 @@ KNOWN_KEYS = frozenset(
         "tp_block_inputs",
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         "compile_fsdp2",  # the search's: compile checked against its space
+        "pipeline_frees_stage_tensors_fsdp2",  # the search's, checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -197,8 +198,8 @@ def build_case(params: Mapping[str, Any]) -> Case:
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
-    check_pipeline_frees_stage_tensors(
-        training.pipeline_frees_stage_tensors, (layout.framework,), (layout.pp,)
+    check_pipeline_frees_stage_tensors(  # a search's cases: checked against its space
+        _flag(params, "pipeline_frees_stage_tensors", False), (layout.framework,), (layout.pp,)
     )
     device = device_of(params, model, training, used)
     options = cost_options(
@@ -275,7 +276,8 @@ def _training(
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
-        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False),
+        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False)
+        or _flag(params, "pipeline_frees_stage_tensors_fsdp2", False),
         gathered_block_inputs=(
             _flag(params, "gathered_block_inputs", False)
             if "gathered_block_inputs" in params
