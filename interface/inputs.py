@@ -18,7 +18,11 @@ from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
 from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
 from trainplan.interface.time_inputs import bool_param as _flag
-from trainplan.interface.tp_plan import check_tp_block_inputs, gathered_block_inputs
+from trainplan.interface.tp_plan import (
+    check_pipeline_frees_stage_tensors,
+    check_tp_block_inputs,
+    gathered_block_inputs,
+)
 from trainplan.model.elementwise import check_compile
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
@@ -109,6 +113,7 @@ KNOWN_KEYS = frozenset(
         "tp_block_inputs",
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         "compile_fsdp2",  # the search's: compile checked against its space
+        "pipeline_frees_stage_tensors_fsdp2",  # the search's, checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -193,6 +198,9 @@ def build_case(params: Mapping[str, Any]) -> Case:
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
+    check_pipeline_frees_stage_tensors(  # a search's cases: checked against its space
+        _flag(params, "pipeline_frees_stage_tensors", False), (layout.framework,), (layout.pp,)
+    )
     device = device_of(params, model, training, used)
     options = cost_options(
         params,
@@ -268,7 +276,8 @@ def _training(
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
-        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False),
+        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False)
+        or _flag(params, "pipeline_frees_stage_tensors_fsdp2", False),
         gathered_block_inputs=(
             _flag(params, "gathered_block_inputs", False)
             if "gathered_block_inputs" in params

@@ -73,6 +73,7 @@ from trainplan.interface.scenario_file import (
 )
 from trainplan.interface.time_inputs import calibration_gpu
 from trainplan.interface.tp_plan import (
+    check_pipeline_frees_stage_tensors,
     check_tp_block_inputs,
     gathered_block_inputs,
 )
@@ -356,8 +357,19 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
     the searched frameworks and tp degrees (:func:`interface.tp_plan.check_tp_block_inputs`) and
     passed on as the recipe's ``gathered_block_inputs``, which every other profile the search
     weighs leaves as its own (the shard)."""
-    out = {k: v for k, v in cluster.items() if k not in ("tp_block_inputs", "compile")}
+    out = {
+        k: v
+        for k, v in cluster.items()
+        if k not in ("tp_block_inputs", "compile", "pipeline_frees_stage_tensors")
+    }
     check_compile(cluster.get("compile"), space.frameworks)
+    check_pipeline_frees_stage_tensors(
+        cluster.get("pipeline_frees_stage_tensors"),
+        space.frameworks,
+        space.pp or divisors(max(counts)),
+    )
+    if cluster.get("pipeline_frees_stage_tensors") is not None:  # fsdp2's, with pp > 1
+        out["pipeline_frees_stage_tensors_fsdp2"] = cluster["pipeline_frees_stage_tensors"]
     if cluster.get("compile") is not None:  # fsdp2's; every other profile runs fused kernels
         out["compile_fsdp2"] = cluster["compile"]
     value = cluster.get("tp_block_inputs")

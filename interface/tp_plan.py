@@ -1,4 +1,5 @@
-"""``tp_block_inputs``: which tensor-parallel plan a recipe under the ``fsdp2`` profile ran.
+"""``tp_block_inputs``: which tensor-parallel plan a recipe under the ``fsdp2`` profile ran (and
+:func:`check_pipeline_frees_stage_tensors`, the other ``fsdp2``-only runtime choice).
 
 With tp > 1 and sequence parallelism, each attention and MLP block all-gathers its input from the
 tp ranks' sequence shards before the column-parallel QKV and FC1 projections. What autograd keeps
@@ -94,3 +95,39 @@ def check_tp_block_inputs(
             "whole inputs either way"
         },
     )
+
+
+def check_pipeline_frees_stage_tensors(
+    value: Any, frameworks: Iterable[Framework], pps: Iterable[int]
+) -> None:
+    """Refuse ``pipeline_frees_stage_tensors = true`` where it changes nothing: no ``fsdp2``
+    among ``frameworks`` (the profiles evaluated or searched: only PyTorch's pipeline schedules
+    keep the stage tensors it frees, :attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`),
+    or no pp degree above 1 among ``pps``. False is every profile's default and passes.
+
+    Raises
+    ------
+    InputError
+        ``pipeline_frees_stage_tensors: true applies to …``, naming the rule.
+
+    Examples
+    --------
+    >>> check_pipeline_frees_stage_tensors(True, (Framework.FSDP2,), (1, 2))
+    >>> try:
+    ...     check_pipeline_frees_stage_tensors(True, (Framework.MEGATRON,), (2,))
+    ... except InputError as err:
+    ...     print(err)
+    pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); megatron keeps no such tensors
+    """
+    if value is not True:
+        return
+    frameworks = tuple(frameworks)
+    names = ", ".join(str(f) for f in frameworks)
+    rule = (
+        "pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); "
+    )
+    if Framework.FSDP2 not in frameworks:
+        keeps = "keeps" if len(frameworks) == 1 else "keep"
+        raise InputError(f"{rule}{names} {keeps} no such tensors")
+    if max(pps, default=1) == 1:
+        raise InputError(f"{rule}with pp 1 there is no pipeline")

@@ -125,6 +125,7 @@ from trainplan.model.activation_rows import (
     mlp_rows,
 )
 from trainplan.model.context_parallel import CpKind
+from trainplan.model.eager_saved import eager_rows
 from trainplan.model.errors import InputError
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES
@@ -224,6 +225,11 @@ class ActivationContext:
     by no one (the ``textbook`` profile: a paper's "all RMSNorm operations", DeepSeek-V3
     §3.2.3); False: only the norms Megatron-Core's Transformer Engine spec builds as modules of
     their own (:func:`model.recompute_modules.recomputed_rows`)."""
+    eager_elementwise: bool = False
+    """torchtitan runs the elementwise passes eagerly (``fsdp2`` with ``compile`` false,
+    :func:`model.elementwise.elementwise_mode`): autograd keeps what each eager operator saves
+    (:func:`model.eager_saved.eager_rows`: the RMSNorms' FP32 copies, the repeated K and V,
+    SiLU's output). False: fused kernels or Inductor, the paper's rows."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
@@ -302,6 +308,8 @@ def kind_activations(arch: Architecture, moe: bool, ctx: ActivationContext) -> L
     index = arch.kind_index(moe)
     assert index is not None, "no layer of this kind"
     rows = attention_rows(arch, ctx) + mlp_rows(arch, index, ctx)
+    if ctx.eager_elementwise:
+        rows = eager_rows(rows, arch, moe, ctx)
     if ctx.memory_efficient_norm:
         # the norm keeps its output, the next projection's input (the same storage)
         rows = [r for r in rows if r[0] not in NORM_INPUTS]

@@ -48,8 +48,20 @@ def meta() -> dict[str, object]:
             "gathered": ["evaluate", *META, "--set", "tp_block_inputs=gathered", "--json"],
             "text": ["evaluate", *META],
             "text sharded": ["evaluate", *META, "--set", "tp_block_inputs=sharded"],
+            **FREES_NOTHING,
         }
     )
+
+
+_FREES = ("--set", "pipeline_frees_stage_tensors=true")
+_SMALL = ("--model", "llama3-8b", "--gpu", "H100-SXM", "--gpus", "16")
+FREES_NOTHING = {
+    "frees under megatron": ["evaluate", *_SMALL, "--pp", "2", "--framework", "megatron", *_FREES],
+    "frees with pp 1": ["evaluate", *_SMALL, "--pp", "1", "--framework", "fsdp2", *_FREES],
+    "frees in a megatron search": ["search", *_SMALL, "--framework", "megatron", *_FREES],
+}
+"""``pipeline_frees_stage_tensors = true`` where it changes nothing: refused, as ``compile`` is
+outside fsdp2."""
 
 
 PIPELINED_GRADIENTS = 4 * 3_187_933_184 * 127 // 128 - 4 * 398_491_648
@@ -80,6 +92,16 @@ def test_meta_layout_fits_only_as_meta_ran_it(meta):
     assert sharded["layout"]["tp_block_inputs"] == "sharded"
     assert default["defaults_used"]["tp_block_inputs"] == "gathered"
     assert "tp_block_inputs" not in sharded["defaults_used"]
+    assert default["layout"]["elementwise"] == "eager"  # fsdp2 without compile, timed and kept
+
+
+def test_pipeline_frees_stage_tensors_refused_where_it_changes_nothing(meta):
+    rule = (
+        "pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); "
+    )
+    assert refusal(meta["frees under megatron"]) == rule + "megatron keeps no such tensors"
+    assert refusal(meta["frees with pp 1"]) == rule + "with pp 1 there is no pipeline"
+    assert refusal(meta["frees in a megatron search"]) == rule + "megatron keeps no such tensors"
 
 
 def test_gathered_is_the_default_said(meta):
@@ -96,6 +118,7 @@ def test_text_says_which_plan(meta):
     assert "all-gathered inputs kept whole on every tp rank, torchtitan's plan" in text
     assert "verdict: fits" in sharded and "80.72 GB" in sharded
     assert "kept as the sequence shard, gathered again in backward" in sharded
+    assert "elementwise passes eager (fsdp2 without torch.compile, torchtitan's default" in text
 
 
 def test_megatron_output_unchanged_by_the_plan():

@@ -236,6 +236,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.flash_attention": "FlashAttention (no stored score matrix; causal FLOPs).",
     "layout.activation_convention": "paper (Korthikanti et al.) or pytorch (what PyTorch's kernels keep).",
     "layout.memory_efficient_norm": "Norms keep their output instead of their input.",
+    "layout.elementwise": "How the norms, rotary embedding, MLP activation and residual adds run, in "
+    "time and in activations: eager (fsdp2 without torch.compile), compiled (fsdp2 with it) or fused.",
     "layout.pipeline_frees_stage_tensors": "fsdp2, pp > 1: the pipeline frees stage inputs and outputs (Llama 3 §3.3.2).",
     "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
     "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 delayed).",

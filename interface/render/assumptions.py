@@ -5,6 +5,7 @@ model state and data-parallel traffic, and the capacity each figure is measured 
 
 from __future__ import annotations
 
+from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import (
     CUBLAS_WORKSPACE_BYTES,
@@ -31,7 +32,7 @@ from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 
-__all__ = ["assumptions", "tp_block_inputs"]
+__all__ = ["assumptions", "elementwise", "tp_block_inputs"]
 
 
 def _attention_note(est: Estimate) -> str:
@@ -108,6 +109,34 @@ def tp_block_inputs(est: Estimate) -> str | None:
     return "gathered" if keeps_gathered_inputs(est.layout.framework, est.training) else "sharded"
 
 
+def elementwise(est: Estimate) -> str:
+    """How the layers' elementwise passes (norms, rotary embedding, MLP activation, residual
+    adds) run, in time and in memory (:func:`model.elementwise.elementwise_mode`): ``eager``
+    (``fsdp2`` without ``torch.compile``, torchtitan's default), ``compiled`` (``fsdp2`` under
+    ``compile = true``) or ``fused`` (the other profiles' fused kernels)."""
+    return str(elementwise_mode(est.layout.framework, est.training.compile))
+
+
+def _elementwise_sentence(est: Estimate) -> list[str]:
+    """The ``fsdp2`` profile's elementwise mode, as one sentence (none for the other profiles,
+    whose layers are fused kernels whatever the recipe says)."""
+    mode = elementwise(est)
+    if mode == "eager":
+        return [
+            "elementwise passes eager (fsdp2 without torch.compile, torchtitan's default; "
+            "--set compile=true for Inductor's): one PyTorch kernel per operator in the step "
+            "time, and the tensors each operator saves (the RMSNorms' FP32 input copies and "
+            "rstd, repeat_kv's K/V copies, SDPA's log-sum-exp, SiLU's output) in the "
+            "activations where recomputation does not re-run them"
+        ]
+    if mode == "compiled":
+        return [
+            "elementwise passes compiled (fsdp2 with torch.compile): one Inductor kernel per "
+            "pass in the step time, the GQA K/V repeat copied; the activations' paper count"
+        ]
+    return []
+
+
 def _selective_clause(est: Estimate) -> str:
     """What ``recompute selective`` keeps under the profile: torchtitan's op-level policy
     (:mod:`model.op_checkpoint`) or Megatron-Core's recompute modules."""
@@ -175,6 +204,7 @@ def assumptions(est: Estimate) -> list[str]:
         _state_sentence(mech, lay),
         _capacity_sentence(est),
         _activations_sentence(est),
+        *_elementwise_sentence(est),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
         "activations + the larger of the recompute transient and the loss's working set + "

@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.flags import with_flags
-from trainplan.interface.render.assumptions import assumptions, tp_block_inputs
+from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
 from trainplan.model.moe_run import Dispatcher, MoERun
@@ -268,6 +268,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "seq_len": t.seq_len,
         "sequence_parallel": lay.sp,
         "tp_block_inputs": tp_block_inputs(est),
+        "elementwise": elementwise(est),
         "flash_attention": t.flash_attention,
         "activation_convention": t.activation_convention,
         "memory_efficient_norm": t.memory_efficient_norm,

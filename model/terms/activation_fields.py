@@ -15,6 +15,7 @@ from typing import Any
 
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
+from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs
@@ -114,6 +115,7 @@ def activation_context(
         recompute_modules=training.recompute_modules,
         every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
         fp8_gemms=training.precision is Precision.FP8,
+        eager_elementwise=elementwise_mode(framework, training.compile) is Elementwise.EAGER,
         fp8_activation_storage=training.fp8_activation_storage,
     )
 

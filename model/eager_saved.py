@@ -1,0 +1,128 @@
+"""What autograd saves of a layer's elementwise passes when torchtitan runs them eagerly.
+
+The paper's rows (:mod:`model.activation_rows`) are what fused kernels keep: a norm its input,
+the projections their inputs, a fused SwiGLU its gate and up inputs. torchtitan without
+``torch.compile`` (``fsdp2`` with ``compile`` false, :func:`model.elementwise.elementwise_mode`)
+runs its model code op by op, and autograd keeps what each operator's backward formula reads
+(PyTorch ``tools/autograd/derivatives.yaml``: ``pow.Tensor_Scalar`` saves ``self``;
+``mean.dim`` sizes only; ``rsqrt`` ``result``; ``mul.Tensor`` ``other`` for ``self``'s gradient
+and ``self`` for ``other``'s, each only where the other operand needs a gradient;
+``_to_copy``, ``view``, ``view_as_complex``, ``view_as_real``, ``expand``, ``reshape`` nothing;
+``silu`` ``self``; ``_scaled_dot_product_flash_attention`` its query, key, value, output and
+log-sum-exp). Per GPU per micro-batch, ``S`` tokens, β bytes per 16-bit element, torchtitan at
+9dec370:
+
+* ``RMSNorm`` (``torchtitan/models/norms.py``: ``self._norm(x.float()).type_as(x) * weight``,
+  ``_norm`` = ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``): ``pow`` and ``x·r``
+  keep the FP32 copy ``4·S·h`` (one storage), ``rsqrt`` its result ``4·S`` (FP32), ``· weight``
+  the normalised BF16 tensor ``β·S·h``; the BF16 input itself is kept by no operator
+  (``x.float()`` saves nothing). In place of the paper's norm input ``β·S·h``: the two rows
+  below, per norm (*sp*: torchtitan's norms are ``SequenceParallel``).
+* ``apply_rotary_emb`` (``torchtitan/models/llama/model.py``): the complex product with
+  ``freqs_cis`` (no gradient) keeps ``freqs_cis`` only, a view of the model's buffer: nothing
+  new. SDPA keeps the rotated q and k it is given, as the paper's Q and K.
+* ``repeat_kv`` (GQA, ``n_rep = a/g > 1``): ``expand`` then ``reshape`` copies k and v to ``a``
+  heads, and SDPA keeps the copies: K and V hold ``a·d`` per token, not ``g·d``:
+  ``2·β·S·(a − g)·d`` more (*tp*).
+* the attention output: SDPA keeps its output and its FP32 log-sum-exp ``4·a·S`` (*tp*; listed
+  by the ``pytorch`` convention already). The flash kernels write the output ``[b, s, a, d]``
+  in memory and return a ``[b, a, s, d]`` view, so ``output.transpose(1, 2).contiguous()`` is
+  that storage and ``wo`` keeps no copy: the paper's output-projection input.
+* SwiGLU (``self.w2(F.silu(self.w1(x)) * self.w3(x))``): ``silu`` keeps w1's output, the
+  product keeps SiLU's output and w3's output, ``w2`` the product: the paper's ``3·β·S·f``
+  plus SiLU's output ``β·S·f`` (*tp*; listed by the ``pytorch`` convention already).
+
+Rows the ``pytorch`` convention already adds (the norms' rstd, the log-sum-exp, SiLU's output)
+are not added twice. Under ``torch.compile`` (Inductor) the count is the paper's: the
+partitioner (``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``)
+saves a minimum cut of the joint graph and recomputes the pointwise and view operators
+(``pow``, ``mul``, ``rsqrt``, the casts, the rotation, ``repeat_kv``'s copy, SiLU) in backward
+from the fused kernels' inputs, so none of the rows above is saved; the paper's count is kept
+there rather than a lower one that no measurement supports.
+
+Where recomputation re-runs the layer these rows are held only while it runs: under full
+recomputation and under torchtitan's op-level selective policy (:mod:`model.op_checkpoint`,
+which keeps matmul and SDPA outputs only) they enter the recompute transient (a layer's full
+bytes), not the bytes kept per layer. MLA attention and MoE experts run their own code and keep
+the paper's rows; memory-efficient norms (an Apex kernel) are not torchtitan's RMSNorm.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from trainplan.model.activation_rows import NORM_INPUTS
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm
+
+if TYPE_CHECKING:
+    from trainplan.model.activations import ActivationContext
+
+__all__ = ["eager_rows"]
+
+Row = tuple[str, Fraction, str]
+
+
+def _norm_rows(prefix: str, S: Fraction, h: int, beta: int, stats: bool) -> list[Row]:
+    """One eager RMSNorm's saved tensors in place of its input (the module docstring)."""
+    rows = [
+        (f"{prefix} FP32 input copy (eager RMSNorm)", 4 * S * h, "sp"),
+        (f"{prefix} normalised output before the weight (eager RMSNorm)", beta * S * h, "sp"),
+    ]
+    if stats:
+        rows.append((f"{prefix} statistics (fp32 rstd)", 4 * S, "sp"))
+    return rows
+
+
+def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationContext) -> list[Row]:
+    """``rows`` (:func:`model.activation_rows.attention_rows` + ``mlp_rows``) as autograd keeps
+    them when torchtitan runs the layer's elementwise passes eagerly (the module docstring):
+    each RMSNorm's input replaced by its FP32 copy and normalised output (and rstd under the
+    ``paper`` convention), the repeated K and V and SDPA's log-sum-exp (flash attention, not
+    MLA), SiLU's output (a dense SwiGLU MLP; ``paper`` convention).
+    Rows in bytes before sharding, as ``rows``.
+
+    Examples
+    --------
+    Llama 3 8B dimensions, S = 4 tokens, bf16, tp 1: the attention norm's input 2·4·4096 gives way
+    to two norms' 4·4·4096 + 2·4·4096 + 4·4 each; K and V 2·2·4·(32 − 8)·128 more; SDPA's log-sum-exp 4·32·4;
+    SiLU's output 2·4·14,336.
+
+    >>> from trainplan.model.activations import ActivationContext
+    >>> llama = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
+    ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu", norm="rmsnorm")
+    >>> ctx = ActivationContext(seq_len=4, cp=1, micro_batch_size=1, tp=1,
+    ...     sequence_parallel=False, flash_attention=True)
+    >>> before = [("attention norm input", Fraction(2 * 4 * 4096), "sp")]
+    >>> after = eager_rows(before, llama, False, ctx)
+    >>> sum(b for _, b, _ in after) == (
+    ...     2 * (4 * 4 * 4096 + 2 * 4 * 4096 + 4 * 4) + 2 * 2 * 4 * 24 * 128 + 4 * 32 * 4 + 2 * 4 * 14336)
+    True
+    """
+    if ctx.memory_efficient_norm or arch.norm is not Norm.RMSNORM:
+        return rows
+    S, beta, h, paper = (
+        ctx.tokens,
+        ctx.activation_bytes,
+        arch.hidden_size,
+        ctx.convention == "paper",
+    )
+    out = [r for r in rows if r[0] not in NORM_INPUTS]
+    out += _norm_rows("attention norm", S, h, beta, paper) + _norm_rows(
+        "MLP norm", S, h, beta, paper
+    )
+    if arch.attention is not AttentionKind.MLA and ctx.flash_attention:
+        a, g, d = arch.num_attention_heads, arch.kv_heads, arch.dim_per_head
+        if a > g:
+            out.append(
+                (
+                    "K and V repeated to every head (eager repeat_kv)",
+                    2 * beta * S * (a - g) * d,
+                    "tp",
+                )
+            )
+        if paper:
+            out.append(("softmax statistics (fp32 logsumexp)", 4 * a * S, "score"))
+    if not moe and arch.mlp is Mlp.SWIGLU and paper:
+        out.append(("MLP SiLU output (eager SwiGLU)", beta * S * arch.ffn_hidden_size, "tp"))
+    return out
