@@ -76,6 +76,8 @@ MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     "--no-memory-efficient-norm": ("memory_efficient_norm", False),
     "--tp-block-inputs": ("tp_block_inputs", None),
     "--pipeline-frees-stage-tensors": ("pipeline_frees_stage_tensors", True),
+    "--compile": ("compile", True),
+    "--no-compile": ("compile", False),
     "--moe-capacity-factor": ("moe_capacity_factor", None),
     "--moe-pad-to-capacity": ("moe_pad_to_capacity", True),
     "--no-moe-pad-to-capacity": ("moe_pad_to_capacity", False),
