@@ -76,6 +76,7 @@ MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     "--no-memory-efficient-norm": ("memory_efficient_norm", False),
     "--tp-block-inputs": ("tp_block_inputs", None),
     "--pipeline-frees-stage-tensors": ("pipeline_frees_stage_tensors", True),
+    "--pipeline-keeps-outputs": ("pipeline_keeps_outputs", True),
     "--compile": ("compile", True),
     "--no-compile": ("compile", False),
     "--moe-capacity-factor": ("moe_capacity_factor", None),

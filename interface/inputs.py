@@ -110,10 +110,12 @@ KNOWN_KEYS = frozenset(
         "activation_convention",
         "memory_efficient_norm",
         "pipeline_frees_stage_tensors",
+        "pipeline_keeps_outputs",
         "tp_block_inputs",
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         "compile_fsdp2",  # the search's: compile checked against its space
         "pipeline_frees_stage_tensors_fsdp2",  # the search's, checked against its space
+        "pipeline_keeps_outputs_fsdp2",  # the search's, checked against its space
         *RECIPE_KEYS,
         "memory_reserve_gib",
         *TIME_KEYS,
@@ -201,6 +203,12 @@ def build_case(params: Mapping[str, Any]) -> Case:
     check_pipeline_frees_stage_tensors(  # a search's cases: checked against its space
         _flag(params, "pipeline_frees_stage_tensors", False), (layout.framework,), (layout.pp,)
     )
+    check_pipeline_frees_stage_tensors(
+        _flag(params, "pipeline_keeps_outputs", False),
+        (layout.framework,),
+        (layout.pp,),
+        "pipeline_keeps_outputs",
+    )
     device = device_of(params, model, training, used)
     options = cost_options(
         params,
@@ -278,6 +286,8 @@ def _training(
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
         pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False)
         or _flag(params, "pipeline_frees_stage_tensors_fsdp2", False),
+        pipeline_keeps_outputs=_flag(params, "pipeline_keeps_outputs", False)
+        or _flag(params, "pipeline_keeps_outputs_fsdp2", False),
         gathered_block_inputs=(
             _flag(params, "gathered_block_inputs", False)
             if "gathered_block_inputs" in params

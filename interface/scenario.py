@@ -360,7 +360,13 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
     out = {
         k: v
         for k, v in cluster.items()
-        if k not in ("tp_block_inputs", "compile", "pipeline_frees_stage_tensors")
+        if k
+        not in (
+            "tp_block_inputs",
+            "compile",
+            "pipeline_frees_stage_tensors",
+            "pipeline_keeps_outputs",
+        )
     }
     check_compile(cluster.get("compile"), space.frameworks)
     check_pipeline_frees_stage_tensors(
@@ -368,8 +374,15 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
         space.frameworks,
         space.pp or divisors(max(counts)),
     )
-    if cluster.get("pipeline_frees_stage_tensors") is not None:  # fsdp2's, with pp > 1
-        out["pipeline_frees_stage_tensors_fsdp2"] = cluster["pipeline_frees_stage_tensors"]
+    check_pipeline_frees_stage_tensors(
+        cluster.get("pipeline_keeps_outputs"),
+        space.frameworks,
+        space.pp or divisors(max(counts)),
+        "pipeline_keeps_outputs",
+    )
+    for key in ("pipeline_frees_stage_tensors", "pipeline_keeps_outputs"):
+        if cluster.get(key) is not None:  # fsdp2's, with pp > 1
+            out[f"{key}_fsdp2"] = cluster[key]
     if cluster.get("compile") is not None:  # fsdp2's; every other profile runs fused kernels
         out["compile_fsdp2"] = cluster["compile"]
     value = cluster.get("tp_block_inputs")

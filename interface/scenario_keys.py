@@ -114,6 +114,9 @@ KEY_HELP: dict[str, str] = {
     "pipeline_frees_stage_tensors": "fsdp2 with pp > 1: the pipeline runtime frees each stage's "
     "input and output tensors (Llama 3 §3.3.2) instead of keeping PyTorch pipelining's stage "
     "outputs, receive buffers and last-stage outputs (default false).",
+    "pipeline_keeps_outputs": "fsdp2 with pp > 1: the last stage keeps every micro-batch's logits "
+    "until the next step, as torchtitan did before 2025-10-22 (e5ef99aab; its trainer now passes "
+    "return_outputs=False). Default false: today's torchtitan.",
     "tp_block_inputs": "fsdp2 with tp > 1: what tensor parallelism keeps of each attention and "
     "MLP block's all-gathered input for backward. gathered (the default): the whole input on "
     "every tp rank, torchtitan's DTensor plan; sharded: the sequence shard, gathered again in "

@@ -98,9 +98,13 @@ def check_tp_block_inputs(
 
 
 def check_pipeline_frees_stage_tensors(
-    value: Any, frameworks: Iterable[Framework], pps: Iterable[int]
+    value: Any,
+    frameworks: Iterable[Framework],
+    pps: Iterable[int],
+    key: str = "pipeline_frees_stage_tensors",
 ) -> None:
-    """Refuse ``pipeline_frees_stage_tensors = true`` where it changes nothing: no ``fsdp2``
+    """Refuse ``pipeline_frees_stage_tensors = true`` (or ``key``, the other PyTorch-pipelining
+    choice, ``pipeline_keeps_outputs``) where it changes nothing: no ``fsdp2``
     among ``frameworks`` (the profiles evaluated or searched: only PyTorch's pipeline schedules
     keep the stage tensors it frees, :attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`),
     or no pp degree above 1 among ``pps``. False is every profile's default and passes.
@@ -123,9 +127,7 @@ def check_pipeline_frees_stage_tensors(
         return
     frameworks = tuple(frameworks)
     names = ", ".join(str(f) for f in frameworks)
-    rule = (
-        "pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); "
-    )
+    rule = f"{key}: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); "
     if Framework.FSDP2 not in frameworks:
         keeps = "keeps" if len(frameworks) == 1 else "keep"
         raise InputError(f"{rule}{names} {keeps} no such tensors")

@@ -44,8 +44,10 @@ compute the gradient in forward; torchtitan's ``experiments/graph_trainer/chunke
 bounds the working set to one chunk of the sequence. trainplan counts each profile's default
 loss above.
 
-Under a PyTorch pipeline schedule (``fsdp2`` with pp > 1) the last stage keeps every
-micro-batch's output, the BF16 logits, until the next step: ``_PipelineStageBase.
+Under a PyTorch pipeline schedule (``fsdp2`` with pp > 1) whose caller asks for the outputs
+(torchtitan before e5ef99aab, 2025-10-22: :attr:`model.specs.TrainingSpec.pipeline_keeps_outputs`;
+since then its trainer passes ``return_outputs=False`` and nothing is kept) the last stage keeps
+every micro-batch's output, the BF16 logits, until the next step: ``_PipelineStageBase.
 forward_one_chunk`` (``torch/distributed/pipelining/stage.py``) appends the stage's output to
 ``output_chunks`` for the schedule to merge, and ``clear_runtime_states`` empties that list only
 when the next ``step()`` begins. The loss is computed on that output (``_maybe_compute_loss``

@@ -317,6 +317,15 @@ class TrainingSpec:
     (:mod:`model.terms.activations`, :func:`model.loss_memory.output_chunks_bytes`). The other
     profiles keep none of these."""
 
+    pipeline_keeps_outputs: bool = False
+    """Under ``fsdp2`` with pp > 1: the pipeline schedule keeps the last stage's output (the BF16
+    logits) of every micro-batch until the next step (:func:`model.loss_memory.output_chunks_bytes`),
+    as torchtitan's trainer had it until e5ef99aab (2025-10-22, "Update PP to release memory
+    earlier", #1922). Since then ``torchtitan/trainer.py`` calls the schedule's
+    ``step(..., return_outputs=False)``, and ``forward_one_chunk(..., save_forward_output=False)``
+    (``torch/distributed/pipelining/stage.py``) keeps none: False, the default, is today's
+    torchtitan. The other profiles keep no logits."""
+
     memory_efficient_norm: bool = False
     """LayerNorm / RMSNorm keep their output (which the next projection keeps anyway) and fp32
     rstd instead of their input: Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``,

@@ -239,6 +239,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.elementwise": "How the norms, rotary embedding, MLP activation and residual adds run, in "
     "time and in activations: eager (fsdp2 without torch.compile), compiled (fsdp2 with it) or fused.",
     "layout.pipeline_frees_stage_tensors": "fsdp2, pp > 1: the pipeline frees stage inputs and outputs (Llama 3 §3.3.2).",
+    "layout.pipeline_keeps_outputs": "fsdp2, pp > 1: the last stage keeps every micro-batch's logits until the "
+    "next step (torchtitan before 2025-10-22).",
     "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
     "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 delayed).",
     "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",

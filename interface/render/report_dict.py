@@ -273,6 +273,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "activation_convention": t.activation_convention,
         "memory_efficient_norm": t.memory_efficient_norm,
         "pipeline_frees_stage_tensors": t.pipeline_frees_stage_tensors,
+        "pipeline_keeps_outputs": t.pipeline_keeps_outputs,
         "precision": str(t.precision),
         "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
         "gradient_bytes": t.gradient_bytes,

@@ -260,6 +260,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
     chunks = f.lookup(_torch_pipelining, (t,), "framework") * where(f.pp > 1, 1, 0)
+    chunks = chunks * (1 if t.pipeline_keeps_outputs else 0)  # torchtitan before e5ef99aab
     emb_total = emb_total + where(last, chunks * f.m * beta * tokens * vocab / f.tp, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
@@ -335,10 +336,10 @@ def _any(condition: Any) -> bool:
 
 def _torch_pipelining(training: TrainingSpec, framework: Any) -> int:
     """1 where the profile runs PyTorch's pipeline schedules (``fsdp2``, as torchtitan does),
-    which keep the last stage's outputs until the next step
-    (:func:`model.loss_memory.output_chunks_bytes`: ``output_chunks``), their stage outputs and
-    receive buffers, else 0; 0 also where the recipe's runtime frees them
-    (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`)."""
+    which keep their stage outputs and receive buffers, and where the trainer asks for them
+    (:attr:`model.specs.TrainingSpec.pipeline_keeps_outputs`) the last stage's outputs until the
+    next step (:func:`model.loss_memory.output_chunks_bytes`: ``output_chunks``), else 0; 0 also
+    where the recipe's runtime frees them (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`)."""
     if training.pipeline_frees_stage_tensors:
         return 0
     return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
