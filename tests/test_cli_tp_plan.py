@@ -219,7 +219,8 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
     Meta's layout does not fit and Megatron-Core's pp 32 wins; with the shard kept and the
     stage inputs freed by memory-efficient norms (Llama 3 §3.3.2; under the pipeline schedule
     FSDP2 holds the stage's gradients whole in FP32, and without the freed inputs the layout no
-    longer fits) the search finds Meta's own layout (Llama 3 Table 4), as ZeRO-3."""
+    longer fits), the stage tensors freed by Meta's pipeline and its layers fused (as the README's
+    command says), the search finds Meta's own layout (Llama 3 Table 4), as ZeRO-3."""
     base = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM"]
     base += ["--framework", "megatron", "--framework", "fsdp2", "--json"]
     done = run_many(
@@ -231,6 +232,10 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
                 "tp_block_inputs=sharded",
                 "--set",
                 "memory_efficient_norm=true",
+                "--set",
+                "pipeline_frees_stage_tensors=true",
+                "--set",
+                "compile=true",
             ],
         }
     )
