@@ -259,9 +259,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     extra = f.lookup(_loss_extra, (), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
-    chunks = f.lookup(_torch_pipelining, (t,), "framework") * where(f.pp > 1, 1, 0)
-    chunks = chunks * (1 if t.pipeline_keeps_outputs else 0)  # torchtitan before e5ef99aab
-    emb_total = emb_total + where(last, chunks * f.m * beta * tokens * vocab / f.tp, 0)
+    keeps = f.lookup(_torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
+    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, beta)
+    emb_total = emb_total + where(last, keeps * chunks, 0)
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
