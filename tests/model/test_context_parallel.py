@@ -284,15 +284,17 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
 
 @pytest.mark.parametrize("kind", ["pytorch-allgather", "pytorch-alltoall"])
 def test_pytorch_context_parallel_traffic_counts_the_fp32_dkv_sends(kind):
-    """PyTorch's ring attention (``_templated_ring_attention_backward``) sends K/V (r − 1)·16 MiB
-    forward and again in backward, and after each of its r = 8 SDPA calls the FP32 dK/dV,
-    2·16 MiB: 112 + 112 + 8·32 = 480 MiB per layer, 144 MiB (43 %) more than the ring's 336;
-    full recomputation sends the forward's K/V once more: 592 MiB. The same sends the step time
-    waits for (``templated_dkv_sends``)."""
+    """PyTorch's ring attention (``_templated_ring_attention_backward``) exchanges the K/V SDPA
+    sees: torchtitan repeats Llama 3 8B's 8 K/V heads to its 32 query heads before SDPA, so a
+    rank's K/V is 4·16 = 64 MiB (the ring's grouped 16 MiB × ``templated_kv_repeat`` 4). It
+    sends K/V (r − 1)·64 MiB forward and again in backward, and after each of its r = 8 SDPA
+    calls the FP32 dK/dV, 2·64 MiB: 448 + 448 + 8·128 = 1,920 MiB per layer against the ring's
+    336; full recomputation sends the forward's K/V once more: 2,368 MiB. The same sends the
+    step time waits for (``templated_dkv_sends``)."""
     est = _evaluate(cp_kind=kind, framework="fsdp2")
-    assert _cp_row(est).bytes_per_step == 480 * MiB * LAYERS
+    assert _cp_row(est).bytes_per_step == 1920 * MiB * LAYERS
     full = _evaluate(cp_kind=kind, framework="fsdp2", recompute="full")
-    assert _cp_row(full).bytes_per_step == 592 * MiB * LAYERS
+    assert _cp_row(full).bytes_per_step == 2368 * MiB * LAYERS
     assert templated_dkv_sends(16 * MiB, 8) == (8, 32 * MiB)
 
 
