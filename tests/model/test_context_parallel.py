@@ -167,7 +167,10 @@ def test_the_flavours_compute_the_same():
     one. Under the single time model step times differ only by the exposed cp traffic (one
     overlap fraction, 0.5): ring = all-gather (same bytes), Ulysses less (168 MiB per layer
     against 336). Under the roofline clock the mechanisms differ: the ring's K/V chunks hide
-    under the attention core, the all-gather waits (Llama 3 §3.3.2), so all-gather ≥ ring."""
+    under the attention core, the all-gather waits (Llama 3 §3.3.2), so all-gather ≥ ring; and
+    the kernels differ: Ulysses runs one causal call on the whole 32K sequence, the ring one
+    causal call on its 4K chunk and seven unmasked 4K × 2K calls, the all-gather one causal
+    call on the 4K chunk (model.attention_rates.ring_fractions), so their compute ranks so."""
     single = {
         k: _evaluate(cp_kind=k, time_model="single") for k in ("ring", "all-gather", "ulysses")
     }
@@ -175,7 +178,7 @@ def test_the_flavours_compute_the_same():
     assert single["ring"].step_s == single["all-gather"].step_s
     assert single["ulysses"].step_s < single["ring"].step_s
     roof = {k: _evaluate(cp_kind=k) for k in ("ring", "all-gather", "ulysses")}
-    assert len({e.compute_s for e in roof.values()}) == 1
+    assert roof["ulysses"].compute_s < roof["ring"].compute_s < roof["all-gather"].compute_s
     assert roof["all-gather"].step_s > roof["ring"].step_s
     rows = {k: _cp_row(e) for k, e in roof.items()}
     assert rows["ulysses"].bytes_per_step * 2 == rows["ring"].bytes_per_step
