@@ -238,10 +238,8 @@ def cp_layer_bytes(
     * K/V exchange over r ranks (ring or all-gather; hybrid: across the groups): ``(r − 1)·KV``
       forward (ring: r − 1 hops; all-gather: (r−1)/r of the r·KV gathered), twice in backward
       (K/V again and dK/dV: ring hops, or TE's re-gather and reduce-scatter), once more recomputed.
-      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, but the dK/dV of
-      :func:`templated_dkv_sends` (the step time's sends): at cp 8 30·KV, not the ring's 21·KV;
-      its KV is of the heads SDPA sees, KV × :func:`templated_kv_repeat` (torchtitan repeats
-      the grouped K/V heads before SDPA).
+      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, dK/dV as
+      :func:`templated_dkv_sends` (cp 8: 30·KV, not 21·KV), KV × :func:`templated_kv_repeat`.
     * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
       its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
       re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.
