@@ -31,6 +31,7 @@ __all__ = [
     "attention_curve_parts",
     "default_attention_kernel",
     "attention_fractions",
+    "ring_fractions",
 ]
 
 
@@ -111,48 +112,63 @@ def default_attention_kernel(framework: str, device_name: str) -> str | None:
     return "flash-attention-2"
 
 
-def _planner_flops(direction: str, seq_len: int, head_dims: tuple[int, int]) -> float:
-    """The planner's FLOPs of one causal call of one head (:func:`model.flops.
-    attention_core_forward_flops`: ``2·pairs·(d_qk + d_v)`` forward, ``s(s + 1)/2`` pairs;
-    backward twice the forward)."""
-    forward = 2.0 * seq_len * (seq_len + 1) / 2 * sum(head_dims)
+def _planner_flops(
+    direction: str, seq_len: int, head_dims: tuple[int, int], causal: bool = True
+) -> float:
+    """The planner's FLOPs of one call of one head (:func:`model.flops.
+    attention_core_forward_flops`: ``2·pairs·(d_qk + d_v)`` forward, ``s(s + 1)/2`` pairs
+    causal, ``s²`` unmasked; backward twice the forward)."""
+    pairs = seq_len * (seq_len + 1) / 2 if causal else float(seq_len) ** 2
+    forward = 2.0 * pairs * sum(head_dims)
     return forward * {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}[direction]
 
 
 def _one_direction(
-    kernel: str, part: str, direction: str, head_dims: tuple[int, int], seq_len: int
+    kernel: str,
+    part: str,
+    direction: str,
+    head_dims: tuple[int, int],
+    seq_len: int,
+    causal: bool = True,
 ) -> tuple[float, bool]:
     """(fraction of ``part``'s peak in the planner's count, whether a fallback was taken) for
-    a causal call; a missing causal curve falls back to the unmasked one (its rate applied to
-    the causal call's FLOPs), unequal head dims without a curve to the square curve of the
-    larger one (:func:`model.kernels.attention_rate` interpolates in the dimension)."""
+    a call with the mask ``causal``; a missing curve of that mask falls back to the other
+    mask's (its rate applied to this call's FLOPs), unequal head dims without a curve to the
+    square curve of the larger one (:func:`model.kernels.attention_rate` interpolates in the
+    dimension)."""
     curves = attention_curves()
-    for causal in (True, False):
-        key = AttentionKey(kernel, part, "bf16", direction, causal)
+    for masked in (causal, not causal):
+        key = AttentionKey(kernel, part, "bf16", direction, masked)
         for dims in dict.fromkeys((head_dims, (max(head_dims),) * 2)):
             try:
                 rate = attention_rate(curves, key, dims, seq_len)
             except InputError:
                 continue
             kernel_flops = attention_kernel_flops(
-                rate.flop_count, direction, 1, 1, seq_len, *dims, True
+                rate.flop_count, direction, 1, 1, seq_len, *dims, causal
             )
             seconds = kernel_flops / (rate.tflops_per_s * 1e12)
-            fraction = _planner_flops(direction, seq_len, dims) / seconds
-            fallback = not causal or dims != head_dims or rate.clamped is not None
+            fraction = _planner_flops(direction, seq_len, dims, causal) / seconds
+            fallback = masked != causal or dims != head_dims or rate.clamped is not None
             return fraction / (PUBLISHED_PEAK_TFLOPS[part] * 1e12), fallback
     raise InputError(f"attention kernel: no {direction} curve for {kernel} on {part}")
 
 
 @lru_cache(maxsize=4096)
 def attention_fractions(
-    kernel: str, device_name: str, head_dims: tuple[int, int], seq_len: int
+    kernel: str,
+    device_name: str,
+    head_dims: tuple[int, int],
+    seq_len: int,
+    causal: bool = True,
 ) -> tuple[float, float] | None:
-    """(forward, backward) efficiency of the causal attention core as a fraction of the dense
-    BF16 peak, counted in the planner's FLOPs (forward ``2·pairs·(d_qk + d_v)`` over the
-    ``s(s + 1)/2`` causal pairs, backward twice that): the published rate of ``kernel`` on the
-    part or its family (:func:`attention_curve_parts`) at ``seq_len`` (the query chunk one call
-    sees: ``s/cp`` under context parallelism) in the benchmark's own FLOP count
+    """(forward, backward) efficiency of one attention call, causal (or unmasked when not
+    ``causal``), as a fraction of the dense BF16 peak, counted in the planner's FLOPs (forward
+    ``2·pairs·(d_qk + d_v)`` over the ``s(s + 1)/2`` causal pairs or the ``s²`` unmasked ones,
+    backward twice that): the published rate of ``kernel`` on the
+    part or its family (:func:`attention_curve_parts`) at ``seq_len`` (the query length one
+    call sees: a ring step's chunk under context parallelism, :func:`ring_fractions`) in the
+    benchmark's own FLOP count
     (:func:`model.kernels.attention_kernel_flops`), converted to the planner's. Where only a
     forward-and-backward curve is published (FlashAttention-2's figures) both passes take its
     fraction (its time split 1 : 2.5, as the benchmark counts). Outside the published lengths
@@ -175,13 +191,51 @@ def attention_fractions(
         )
     for part in attention_curve_parts(kernel, device_name):
         try:
-            fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len)
-            bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len)
+            fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len, causal)
+            bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len, causal)
         except InputError:
             try:
-                both, _ = _one_direction(kernel, part, "fwd+bwd", head_dims, seq_len)
+                both, _ = _one_direction(kernel, part, "fwd+bwd", head_dims, seq_len, causal)
             except InputError:
                 continue
             fwd = bwd = both
         return fwd, bwd
     return None
+
+
+def ring_fractions(
+    kernel: str, device_name: str, head_dims: tuple[int, int], chunk: int, calls: int
+) -> tuple[float, float] | None:
+    """(forward, backward) efficiency of a causal core split over a load-balanced ring of
+    ``calls`` steps whose rank holds ``chunk`` = s/r tokens (two chunks of s/(2r), head and
+    tail): step 0 is one causal call on the local ``chunk`` × ``chunk``, every other step one
+    unmasked call on ``chunk`` queries × ``chunk``/2 keys or ``chunk``/2 × ``chunk`` — equal
+    work, (chunk²)/2 pairs each (Transformer Engine ``AttnFuncWithCPAndKVP2P``: sections
+    "diagonal", "lower-triangle", "upper-triangle", ``transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py`` at d0067d0; PyTorch ``_templated_ring_attention``
+    and its backward, ``torch/distributed/tensor/experimental/_attention.py``: ``is_causal``
+    on step 0 only, ``key.chunk(2)[0]`` for i ≤ rank, ``query.chunk(2)[1]`` otherwise). So 1/r
+    of the work runs at the causal rate at ``chunk`` and (r − 1)/r at the unmasked rate, read at
+    the shorter side ``chunk``/2 (the published sweeps have s_q = s_k); the fractions combine
+    harmonically (time adds). ``calls`` = 1: :func:`attention_fractions` of the causal call.
+    None where the kernel has no curve on the part.
+
+    Examples
+    --------
+    FlashAttention-2 on the H100 at cp 8 of 262,144 tokens (chunk 32,768): the causal call at
+    32K runs 358 ‰ forward, the unmasked 16K ones 374 ‰ (the FlashAttention-3 paper's
+    FlashAttention-2 bars: 370 TFLOP/s at 16K), so 1/(1/(8·0.358) + 7/(8·0.374)).
+
+    >>> f, b = ring_fractions("flash-attention-2", "H100-SXM", (128, 128), 32768, 8)
+    >>> round(f, 3), round(1 / (1 / (8 * 0.3577) + 7 / (8 * 0.374)), 3)
+    (0.372, 0.372)
+    """
+    causal = attention_fractions(kernel, device_name, head_dims, chunk)
+    if causal is None or calls <= 1:
+        return causal
+    unmasked = attention_fractions(kernel, device_name, head_dims, max(chunk // 2, 1), False)
+    assert unmasked is not None
+    return (
+        1 / (1 / (calls * causal[0]) + (calls - 1) / (calls * unmasked[0])),
+        1 / (1 / (calls * causal[1]) + (calls - 1) / (calls * unmasked[1])),
+    )

@@ -70,6 +70,7 @@ __all__ = [
     "torch_rotate_method",
     "templated_merge_bytes",
     "templated_dkv_sends",
+    "templated_kv_repeat",
 ]
 
 
@@ -182,6 +183,33 @@ def kv_repeat(kind: CpKind, u: int, tp: int, arch: Architecture | None) -> int:
     return max(u // max(arch.kv_heads // tp, 1), 1)
 
 
+def templated_kv_repeat(arch: Architecture | None) -> int:
+    """Times each K/V head is repeated in the tensors PyTorch's ring attention exchanges
+    (``pytorch-allgather``, ``pytorch-alltoall``): a/g for grouped-query attention, 1 for MHA,
+    MLA (its keys and values already have a heads) and a model without dimensions. torchtitan
+    repeats the K/V heads before it calls SDPA (``torchtitan/models/llama/model.py``
+    ``Attention.forward`` at 9dec370: ``keys = repeat_kv(xk, self.n_rep)``, then
+    ``F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)``), and ``context_parallel``
+    intercepts that SDPA call (``torch/distributed/tensor/experimental/_attention.py``
+    ``_sdpa_handler``), so ``_templated_ring_attention`` all-gathers (or sends)
+    ``torch.cat([key.flatten(), value.flatten()])`` of the repeated heads and its backward
+    accumulates and sends dK/dV of the repeated heads: every K/V byte of the flavour is a/g
+    times the grouped one. Unitless.
+
+    Examples
+    --------
+    Llama 3 8B (32 query heads, 8 K/V heads): 4; on a tensor-parallel rank the ratio is the same.
+
+    >>> llama = Architecture(num_layers=1, hidden_size=4096, num_attention_heads=32,
+    ...                      num_kv_heads=8, ffn_hidden_size=128, vocab_size=16)
+    >>> templated_kv_repeat(llama), templated_kv_repeat(None)
+    (4, 1)
+    """
+    if arch is None or arch.attention is AttentionKind.MLA:
+        return 1
+    return max(arch.num_attention_heads // arch.kv_heads, 1)
+
+
 def cp_tensor_bytes(arch: Architecture, tp: Any, tokens: Any, beta: int) -> tuple[Any, Any, Any]:
     """(Q, K + V, O) bytes of this rank's S tokens on one tensor-parallel rank: what the CP
     flavours exchange (:func:`cp_layer_bytes`; the roofline clock times the same tensors,
@@ -210,8 +238,8 @@ def cp_layer_bytes(
     * K/V exchange over r ranks (ring or all-gather; hybrid: across the groups): ``(r − 1)·KV``
       forward (ring: r − 1 hops; all-gather: (r−1)/r of the r·KV gathered), twice in backward
       (K/V again and dK/dV: ring hops, or TE's re-gather and reduce-scatter), once more recomputed.
-      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, but the dK/dV of
-      :func:`templated_dkv_sends` (the step time's sends): at cp 8 30·KV, not the ring's 21·KV.
+      ``templated`` (PyTorch's ``context_parallel``): K/V as the ring, dK/dV as
+      :func:`templated_dkv_sends` (cp 8: 30·KV, not 21·KV), KV × :func:`templated_kv_repeat`.
     * Head all-to-all over u ranks (Ulysses; hybrid: inside the group), each moving (u−1)/u of
       its tensor: ``Q + KV + O`` forward (Q, K, V in, O out), ``2·O + Q + KV`` backward (TE
       re-distributes the saved O and dO, then dQ, dK, dV), the forward again when recomputed.
@@ -243,9 +271,10 @@ def cp_layer_bytes(
     """
     q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
     extra = where(recomputed, 1, 0)
-    sends, dkv = templated_dkv_sends(kv, r)
+    kv_sdpa = kv * templated_kv_repeat(arch)
+    sends, dkv = templated_dkv_sends(kv_sdpa, r)
     ring = (r - 1) * kv * (3 + extra)
-    exchange = where(templated, (r - 1) * kv * (2 + extra) + sends * dkv, ring)
+    exchange = where(templated, (r - 1) * kv_sdpa * (2 + extra) + sends * dkv, ring)
     kv_a2a = kv * kv_rep
     a2a = exact(u - 1) / u * ((q + kv_a2a + o) * (1 + extra) + q + kv_a2a + 2 * o)
     return exchange + a2a

@@ -46,6 +46,7 @@ from typing import Any
 from trainplan.model.context_parallel import (
     cp_tensor_bytes,
     templated_dkv_sends,
+    templated_kv_repeat,
     templated_merge_bytes,
 )
 from trainplan.model.layout import Recompute
@@ -241,7 +242,7 @@ def _cp_collectives(
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
     r, u = c.cp_ring, c.cp_a2a
     if c.cp_templated and r > 1:
-        return _templated_collectives(kv, r, core, c, recomputed)
+        return _templated_collectives(kv * templated_kv_repeat(x.arch), r, core, c, recomputed)
     total = exposed = 0.0
     if r > 1:
         forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c)
@@ -274,7 +275,9 @@ def _templated_collectives(
     sends KV to the next rank r − 1 times, each under one call. Backward: the same K/V exchange,
     and dK/dV in FP32 sent to the next rank after every call (``dkv_rotater``, an all-to-all
     rotater: :func:`model.context_parallel.templated_dkv_sends`, the sends the traffic table
-    counts), each under the next call but the last, which is waited for."""
+    counts), each under the next call but the last, which is waited for. ``kv``: the K + V
+    bytes of the heads SDPA sees (the grouped heads repeated:
+    :func:`model.context_parallel.templated_kv_repeat`)."""
     if c.cp_templated == "allgather":
         kv_pass = [(_coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c), 1)]
     else:
@@ -295,12 +298,13 @@ def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
     """(forward, backward) seconds of PyTorch's ring-attention merges and FP32 gradient
     accumulation outside the SDPA kernels (:func:`model.context_parallel.
     templated_merge_bytes`) on the HBM roofline, one kernel launch per elementwise step
-    (6 per forward call, 7 per backward call); (0, 0) unless the clock runs it."""
+    (6 per forward call, 7 per backward call), the K/V and dK/dV terms over the heads SDPA
+    sees (:func:`model.context_parallel.templated_kv_repeat`); (0, 0) unless the clock runs it."""
     r = c.cp_ring
     if not c.cp_templated or r == 1 or x.cp == 1:
         return 0.0, 0.0
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
-    forward, backward = templated_merge_bytes(q, kv, o, r)
+    forward, backward = templated_merge_bytes(q, kv * templated_kv_repeat(x.arch), o, r)
     launch = c.params.kernel_overhead_s
     return (
         memory_seconds(forward, c.hbm_bytes_per_s, c.params) + 6 * r * launch,
@@ -376,8 +380,8 @@ def layer_time(
     (0.0, True)
     """
     bare = Clock(
-        c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, linear_speedup=c.linear_speedup,
-        grouped_fp8=c.grouped_fp8,
+        c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, cp_ring=c.cp_ring, cp_a2a=c.cp_a2a,
+        cp_gather=c.cp_gather, linear_speedup=c.linear_speedup, grouped_fp8=c.grouped_fp8,
     )  # fmt: skip
     ops = layer_compute(x, bare)
     merge_f, merge_b = templated_merge_seconds(x, c)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from trainplan.model.attention_rates import attention_fractions
+from trainplan.model.attention_rates import attention_fractions, ring_fractions
 from trainplan.model.errors import InputError
 from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
@@ -206,14 +206,25 @@ def _attention(op: Op, c: Clock, backward: bool) -> float:
     peak = c.peak_flops_per_s * params.clock_fraction
     found = None
     if params.attention_kernel is not None and op.seq_len >= 1:
-        found = attention_fractions(
-            params.attention_kernel, params.part, op.head_dims, int(op.seq_len)
-        )
+        found = _kernel_fractions(op, c, params.attention_kernel, params.part)
     if found is not None:
         params, flops = params.with_(attention_efficiency=found[int(backward)]), op.masked_flops
     elif params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
         params = params.with_(attention_efficiency=params.gemm_efficiency)
     return attention_seconds(flops * (2 if backward else 1), moved, peak, c.hbm_bytes_per_s, params)
+
+
+def _kernel_fractions(op: Op, c: Clock, kernel: str, part: str) -> tuple[float, float] | None:
+    """(forward, backward) fractions of the core's kernel calls on one GPU: a ring's (Transformer
+    Engine's ``p2p``, PyTorch's ``context_parallel``; the hybrid's ring after its head
+    all-to-all) one causal and r − 1 unmasked calls on the rank's chunk
+    (:func:`model.attention_rates.ring_fractions`; the chunk is s/r, ``Op.seq_len`` × the head
+    all-to-all's degree), Ulysses' one causal call on the whole sequence; otherwise (the
+    all-gather, a windowed or document-masked core) one causal call at ``Op.seq_len``."""
+    if not op.ring_split or c.cp_gather:
+        return attention_fractions(kernel, part, op.head_dims, int(op.seq_len))
+    chunk = int(op.seq_len * c.cp_a2a)
+    return ring_fractions(kernel, part, op.head_dims, chunk, c.cp_ring)
 
 
 def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:

@@ -53,7 +53,14 @@ from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.packing import Documents, kernel_length
-from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.specs import (
+    Architecture,
+    AttentionKind,
+    AttentionSpan,
+    Mlp,
+    Norm,
+    PositionEmbedding,
+)
 
 __all__ = [
     "OpKind",
@@ -135,6 +142,10 @@ class Op:
     windowed) mask and the document mask keep, per GPU
     (:func:`model.flops.attention_core_forward_flops` with the mask; the kernel skips the masked
     blocks whatever :attr:`flops` counts)."""
+    ring_split: bool = False
+    """The fused attention core is the causal triangle of whole sequences (a global span, no
+    document mask), which a load-balanced context-parallel ring runs as one causal call and
+    unmasked calls (:func:`model.attention_rates.ring_fractions`)."""
     forward_kernels: int = 1
     """Kernels a memory-bound operation's forward launches (each adds ``t_kernel``): 1 fused,
     more as PyTorch's eager operators (:mod:`model.elementwise`)."""
@@ -299,6 +310,8 @@ def _attention_core(x: LayerShape) -> list[Op]:
                 seq_len=min(queries, kernel_length(int(s), x.documents)),
                 head_dims=(int(d_qk), int(d_v)),
                 masked_flops=masked,
+                ring_split=x.documents is None
+                and arch.layer_span(x.core_layer) is AttentionSpan.GLOBAL,
             )
         ]
     scores = heads * queries * s
