@@ -301,7 +301,7 @@ def test_megatron_flags_of_an_interleaved_per_stage_plan():
 def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys, tmp_path):
     """Llama 3 70B on 16 H100 at 8K: the best uniform layout recomputes every layer (pp 2, tp 8);
     per stage, 36 of stage 0's 40 layers and 33 of stage 1's are enough (the last stage also
-    holds the loss's working set): 1.029× faster, proven (the tp collectives at their message
+    holds the loss's working set): 1.027× faster, proven (the tp collectives at their message
     sizes on the published H100 bus-bandwidth curve)."""
     monkeypatch.setattr("sys.argv", ["trainplan", "search"])
     args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--per-stage"]
@@ -317,7 +317,7 @@ def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys,
     assert ps["stage_layers"] == [40, 40]
     assert ps["recompute_layers"] == [36, 33]
     assert ps["uniform"]["layout"]["recompute"] == "full"
-    assert ps["gain"] == pytest.approx(1.0292, abs=1e-3)
+    assert ps["gain"] == pytest.approx(1.0274, abs=1e-3)
     assert d["layout"]["recompute_layers"] == [36, 33]
     assert "--recompute-num-layers" in d["launch"]["megatron"]
     assert d["launch"]["megatron_step_s"] > ps["step_s"]
@@ -328,7 +328,7 @@ def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys,
         main()
     out = capsys.readouterr().out
     assert "OPTIMAL (proven over the shapes searched)" in out
-    assert "1.029× the uniform" in out
+    assert "1.027× the uniform" in out
     assert "Megatron-LM: --tensor-model-parallel-size 8" in out
 
 
