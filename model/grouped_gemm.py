@@ -89,7 +89,7 @@ def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> t
     >>> m, w = grouped_shape("B200", 256, 1536, 16, True)
     >>> m, round(w, 4)
     (256, 0.9225)
-    >>> grouped_shape("MI300X", 40, 1536, 16, True)  # no sourced SM count: the M block only
+    >>> grouped_shape("TPUv5p", 40, 1536, 16, True)  # no sourced SM count: the M block only
     (128.0, 1.0)
     """
     if m <= 0 or n <= 0:

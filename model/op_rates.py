@@ -10,6 +10,7 @@ The part families (:mod:`model.part_family`) and the attention kernels' curves
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -48,7 +49,9 @@ __all__ = [
     "STREAM_PART",
     "stream_triad_fraction",
     "SM_PART",
+    "CU_PART",
     "gemm_wave_efficiency",
+    "dense_wave_efficiency",
     "NVLS_PARTS",
     "nvls_allreduce_speedup",
     "BUSBW_PARTS",
@@ -294,6 +297,11 @@ SM_PART: dict[str, str] = {
 """Parts whose SM count ``gemm.toml`` sources (the 500 W H100 is the SXM die, 132 SMs; B300 and
 GB300 from NVIDIA's Blackwell Ultra blog, GB200 as the B200's GPU)."""
 
+CU_PART: dict[str, str] = {"MI300X": "MI300X", "MI325X": "MI325X", "MI355X": "MI355X"}
+"""AMD parts whose compute units ``gemm.toml`` sources: what the GEMM wave rule divides tiles
+over (:func:`gemm_wave_efficiency`). Not in :data:`SM_PART`, which also places DeepEP's SM share
+(an NVIDIA-only dispatcher, :mod:`model.comm_sms`)."""
+
 
 @lru_cache(maxsize=4096)
 def gemm_wave_efficiency(
@@ -304,8 +312,10 @@ def gemm_wave_efficiency(
     DeepGEMM picks (:func:`model.gemm_shapes.deepgemm_blocks`; ``contiguous``: a grouped
     expert GEMM in the contiguous layout, M blocks of 128). What a grouped expert GEMM with few
     tokens per expert loses against a large one (multiply a large-GEMM efficiency by it over
-    the large GEMM's own factor). DeepGEMM's tile rule is Hopper's; on A100 and B200 it
-    stands in for cuBLAS's (an approximation). None for a part without a sourced SM count.
+    the large GEMM's own factor). DeepGEMM's tile rule is Hopper's; on A100 and Blackwell it
+    stands in for cuBLAS's and on AMD's CDNA parts (:data:`CU_PART`, compute units for SMs) for
+    hipBLASLt's (an approximation: neither library publishes its tile choice). None for a part
+    without a sourced SM or CU count (TPUs have neither).
 
     Examples
     --------
@@ -315,12 +325,35 @@ def gemm_wave_efficiency(
     >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8), 4)
     0.9697
     """
-    part = SM_PART.get(catalogue_part(device_name))
+    name = catalogue_part(device_name)
+    part = SM_PART.get(name) or CU_PART.get(name)
     if part is None:
         return None
     sms = sm_count(gemm_data().sm_counts, part)
     bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
     return wave_efficiency(m, n, groups, sms, bm, bn)
+
+
+def dense_wave_efficiency(part: str | None, m: float, n: float, batch: float = 1) -> float:
+    """Tile and wave quantisation of ``batch`` dense GEMMs with output ``[m, n]`` on the part:
+    :func:`gemm_wave_efficiency` with DeepGEMM's dense tiles (M blocks of 64, 128 or 256); 1 for
+    a part without a sourced SM or CU count (a TPU) or an empty GEMM; fractional ``m`` rounds up.
+
+    Examples
+    --------
+    The 22B model's QKV projection in Korthikanti's Table 5 on an A100 (108 SMs): 4 × 2,048
+    tokens, n = 3 · 6,144 / 8 = 2,304. DeepGEMM's 256 × 120 tiles make 32 × 20 = 640 tiles in
+    6 waves of 108 (5.93 rounded up), the useful share 8,192 · 2,304 / (648 · 256 · 120):
+
+    >>> round(dense_wave_efficiency("A100-80GB", 8192, 2304), 4)
+    0.9481
+    >>> dense_wave_efficiency("TPUv5p", 8192, 2304)
+    1.0
+    """
+    if not part or m <= 0 or n <= 0 or batch <= 0:
+        return 1.0
+    w = gemm_wave_efficiency(part, *(math.ceil(x - 1e-9) for x in (m, n, batch)), False)
+    return 1.0 if w is None else w
 
 
 NVLS_PARTS: dict[str, str] = {

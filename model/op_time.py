@@ -14,6 +14,7 @@ from functools import lru_cache
 from trainplan.model.attention_rates import attention_fractions, ring_fractions
 from trainplan.model.errors import InputError
 from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
+from trainplan.model.op_rates import dense_wave_efficiency
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
 from trainplan.model.roofline import (
     LinkTime,
@@ -130,9 +131,10 @@ class Clock:
     computation (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20; 0 for NCCL's
     all-to-all): what an overlapped all-to-all costs the computation it hides under."""
     grouped_fp8: GroupedFp8 | None = None
-    """How the routed experts' FP8 grouped GEMMs run (:func:`model.grouped_gemm.
-    grouped_fp8_rates`: kernel-only speed-ups and the casts of their own rows under
-    Megatron-Core); None: at :attr:`linear_speedup` as every linear GEMM."""
+    """How the linear layers' FP8 GEMMs run where Transformer Engine caches FP8 weights, the
+    routed experts' grouped GEMMs and the dense ones alike (:func:`model.grouped_gemm.
+    grouped_fp8_rates`: kernel-only speed-ups and the casts of each GEMM's own rows under
+    Megatron-Core); None: at :attr:`linear_speedup`."""
 
 
 TE_COMPUTE_STREAMS = 4
@@ -153,17 +155,29 @@ def _gemm(
     extra: float = 0.0,
     fp8: bool = False,
     which: int = 0,
-    shape: float = 1.0,
+    shape: float | None = None,
+    cast_rows: float | None = None,
 ) -> float:
     """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
-    ``fp8``: at the FP8 rate (that peak × the :attr:`Clock.linear_speedup` of pass ``which``:
-    0 forward, 1 input gradient, 2 weight gradient) with 1-byte operands and a BF16 output;
-    ``shape``: the useful share of its tiles (a grouped GEMM's, :func:`_expert_gemm`)."""
+    ``fp8``: at the FP8 rate with 1-byte operands and a BF16 output — that peak × the
+    :attr:`Clock.linear_speedup` of pass ``which`` (0 forward, 1 input gradient, 2 weight
+    gradient), or under :attr:`Clock.grouped_fp8` (Transformer Engine caching FP8 weights, dense
+    and grouped GEMMs alike) × the kernel-only speed-up plus, in the forward and input gradient,
+    the cast of the GEMM's own ``cast_rows × k`` quantised operand (the input, the output
+    gradient; ``cast_rows`` defaults to ``m``), so the casts' share follows the shape;
+    ``shape``: the useful share of its tiles (a grouped GEMM's, :func:`_expert_gemm`); None: a
+    dense GEMM's own (:func:`model.op_rates.dense_wave_efficiency`)."""
     peak, p = c.peak_flops_per_s * c.params.clock_fraction, c.params
+    if shape is None:
+        shape = dense_wave_efficiency(p.part, m, n, batch)
     if not fp8:
         return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 2, extra, shape)
-    peak *= _speedups(c)[which]
-    return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 1, extra + m * n * batch, shape)
+    g = c.grouped_fp8
+    peak *= _speedups(c)[which] if g is None else g.kernel_speedup[which]
+    t = gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 1, extra + m * n * batch, shape)
+    if g is None or which == 2:
+        return t
+    return t + g.cast_s_per_element[which] * (m if cast_rows is None else cast_rows) * k * batch
 
 
 def _expert_gemm(
@@ -173,16 +187,10 @@ def _expert_gemm(
     ``[m, n]`` and depth ``k`` each (:func:`model.grouped_gemm.grouped_shape`: the wave rule, or
     the M block where no SM count is sourced). Under :attr:`Clock.grouped_fp8` the FP8 kernels
     run at their kernel-only speed-up and the forward and input gradient add the cast of their
-    ``m × k`` quantised operand per expert (the input rows, the output gradient)."""
+    ``m × k`` quantised operand per expert (the input rows, the output gradient; :func:`_gemm`)."""
     m, n, k = mnk
     rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
-    g = c.grouped_fp8
-    if g is None or not _fp8(op, c):
-        return _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w)
-    peak = c.peak_flops_per_s * c.params.clock_fraction * g.kernel_speedup[which]
-    moved = extra + rows * n * op.batch
-    t = gemm_seconds(rows, n, k, op.batch, peak, c.hbm_bytes_per_s, c.params, 1, moved, w)
-    return t + (g.cast_s_per_element[which] * m * k * op.batch if which < 2 else 0.0)
+    return _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w, m)
 
 
 def _speedups(c: Clock) -> tuple[float, float, float]:

@@ -151,10 +151,16 @@ CALIBRATABLE: tuple[str, ...] = (
 """The figures ``trainplan calibrate`` may fit (the latencies and t_kernel stay as sourced)."""
 
 GEMM_EFFICIENCY_BY_GENERATION: MappingProxyType[str, float] = MappingProxyType(
-    {"A100": 0.6794, "H100": 0.556}
+    {"A100": 0.6996, "H100": 0.5725}
 )
 """e_GEMM by accelerator generation, once fitted on published runs (A100 on Megatron-LM Table
-1's former calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row). The project no longer
+1's former calibration rows, H100 on Llama 3 Table 4's 8,192-GPU row: 0.6794 and 0.556 under
+a clock without tile and wave quantisation). Dense GEMMs now pay their own wave share
+(:func:`model.op_rates.dense_wave_efficiency`), which the old figures held as an average over
+those rows' shapes, so each is re-expressed as the figure under which those same rows' predicted
+step times are unchanged (geometric mean of the ratios 1; A100 per row within 1.4 %): A100
+0.6794 → 0.6996, H100 0.556 → 0.5725. No published figure entered the re-expression; it only
+moves the old fit's wave losses out of e_GEMM into the shapes that have them. The project no longer
 fits time constants to end-to-end runs: the fit is retired (``python -m
 trainplan.interface.fidelity --residuals`` reports those rows' errors and fits nothing) and these
 figures stay until per-operation GEMM anchors replace them (``docs/time-model-sources.md`` §2:

@@ -157,10 +157,12 @@ def summary(results: Sequence[RunResult]) -> list[str]:
         "median |error| on held-out utilisation rows: "
         f"{statistics.median(abs(r.error_points) for r in held):.1f} points (previous model "
         f"{statistics.median(abs(r.previous_error_points) for r in held):.1f})",
-        "roofline model (model.roofline): GEMM efficiency e·k/(k + k₀) with e "
+        "roofline model (model.roofline): GEMM efficiency e·k/(k + k₀) × the GEMM's tile and "
+        "wave share over the part's SMs with e "
         + ", ".join(f"{k} {v:g}" for k, v in GEMM_EFFICIENCY_BY_GENERATION.items())
         + " (fitted on the former calibration rows before published runs were kept for "
-        "validation only; the fit is retired and the figures await per-operation anchors: "
+        "validation only, then re-expressed with the wave share counted per GEMM; the fit is "
+        "retired and the figures await per-operation anchors: "
         "`python -m trainplan.interface.fidelity --residuals` reports those rows' errors); "
         "the attention core at its kernel's published rate by chunk length, head dims and mask "
         "(FlashAttention-2 on A100, cuDNN under Transformer Engine on Hopper and Blackwell; "

@@ -37,8 +37,8 @@ def test_the_wave_rule_counts_every_experts_tiles_together() -> None:
     assert rows == 256 and w == pytest.approx(16 * 256 * 1536 / (3 * 148 * 128 * 120))
     _, few = grouped_shape("B200", 40, 1536, 16, True)
     assert few <= 40 / 128
-    assert grouped_shape("MI300X", 40, 1536, 16, True) == (128.0, 1.0)
-    assert grouped_shape("MI300X", 2048, 1536, 16, False) == (2048, 1.0)  # a wgrad's k: not rows
+    assert grouped_shape("TPUv5p", 40, 1536, 16, True) == (128.0, 1.0)
+    assert grouped_shape("TPUv5p", 2048, 1536, 16, False) == (2048, 1.0)  # a wgrad's k: not rows
 
 
 def test_fp8_kernels_and_casts_from_the_profile() -> None:

@@ -279,4 +279,4 @@ def test_grouped_gemm_wave_efficiency_for_few_tokens_per_expert():
     assert gemm_wave_efficiency("H100-SXM", 256, 4096, 8) == pytest.approx(512 / 528)
     few = gemm_wave_efficiency("H100-96GB-500W", 64, 4096, 64)
     assert few is not None and few <= 0.5
-    assert gemm_wave_efficiency("MI300X", 256, 4096, 8) is None
+    assert gemm_wave_efficiency("TPUv5p", 256, 4096, 8) is None
