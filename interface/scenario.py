@@ -29,8 +29,8 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # fp8_activation_storage (linear_inputs | deepseek_v3); muon_tp_mode (blockwise | duplicated);
                # distributed_optimizer (mcore_distributed_optim | distributed_fused_adam);
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
-               # moe_dispatcher (alltoall | deepep), moe_ep_overlap (none | moe_shared_expert_overlap |
-               # overlap_moe_expert_parallel_comm),
+               # moe_dispatcher (alltoall | deepep | hybridep),
+               # moe_ep_overlap (none | moe_shared_expert_overlap | overlap_moe_expert_parallel_comm),
                # packed documents: document_length, document_length_spread,
                # document_lengths ([[length, count], …]); the time model: time_model (roofline | single),
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,

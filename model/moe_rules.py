@@ -28,6 +28,7 @@ def moe_run_violation(
       group-limited gating algorithm proposed in the DeepSeek-V3 paper"); under other
       schedules the textbook has no dispatcher. ``schedule`` None (not known yet) leaves that
       part to the layout's check;
+    * the ``hybridep`` dispatcher outside Megatron-Core (its flex dispatcher's backend);
     * an all-to-all overlap outside Megatron-Core (torchtitan's and DeepSpeed's dispatchers wait
       on their all-to-alls), and ``moe_shared_expert_overlap`` on a model without shared experts.
 
@@ -55,6 +56,11 @@ def moe_run_violation(
                 "dispatcher, torchtitan's DeepEPTokenDispatcher and DeepSeek's DualPipe under "
                 "textbook do)"
             )
+    if run.dispatcher is Dispatcher.HYBRIDEP and framework != "megatron":
+        return (
+            f"moe_dispatcher: 'hybridep' is Megatron-Core's flex dispatcher backend; "
+            f"{framework} does not run it"
+        )
     overlap = run.ep_overlap
     if overlap is not EpOverlap.NONE and framework != "megatron":
         runs = {"fsdp2": "fsdp2 (torchtitan)"}.get(framework, framework)

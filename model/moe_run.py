@@ -67,11 +67,18 @@ class Dispatcher(StrEnum):
       remote node that holds one of its experts and is forwarded over NVLink inside it
       (DeepEP ``csrc/kernels/legacy/internode.cu``), through buffers resident for the whole run:
       Megatron-Core ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``
-      (``moe/fused_a2a.py``), torchtitan ``DeepEPTokenDispatcher``.
+      (``moe/fused_a2a.py``), torchtitan ``DeepEPTokenDispatcher``;
+    * ``hybridep`` — Megatron-Core ``--moe-token-dispatcher-type flex
+      --moe-flex-dispatcher-backend hybridep`` (``MoEFlexTokenDispatcher``, Megatron-Core only):
+      the experts receive their rows in expert order, so none of the alltoall dispatcher's
+      chunk sorts runs (:mod:`model.moe_kernels`). Its sending once per NVLink domain is not
+      modelled: the bytes and links are timed as ``alltoall``'s, every routed copy sent, with
+      no buffers or SMs of its own counted.
     """
 
     ALLTOALL = "alltoall"
     DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
 
 
 class EpOverlap(StrEnum):
@@ -272,7 +279,7 @@ def all_to_all_sent(
     if rows == 0 or ep == 1:
         return 0.0
     nodes = ep // per_domain if per_domain and ep % per_domain == 0 else 1
-    if run.dispatcher is Dispatcher.ALLTOALL or nodes <= 1 or experts % nodes:
+    if run.dispatcher is not Dispatcher.DEEPEP or nodes <= 1 or experts % nodes:
         return rows * row_bytes * (ep - 1) / ep
     remote = float(expected_remote_nodes(experts, nodes, top_k, run.node_limit))
     busiest = rows / (tokens * top_k)

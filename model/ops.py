@@ -50,6 +50,7 @@ from trainplan.model.elementwise import (
     repeat_kv_bytes,
 )
 from trainplan.model.flops import attention_core_forward_flops
+from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses, megatron_expert_passes
 from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.packing import Documents, kernel_length
@@ -190,6 +191,9 @@ class LayerShape:
     elementwise: Elementwise = Elementwise.FUSED
     """How the norms, rotary embedding and MLP activation run: fused kernels, or torchtitan's
     eager PyTorch operators, or compiled (:func:`model.elementwise.elementwise_mode`)."""
+    expert_passes: ExpertPasses = NO_EXPERT_PASSES
+    """The memory-bound passes the framework's MoE layer adds (Megatron-Core's chunk sort, FP8
+    padding and per-expert FC2 bias; :func:`model.moe_kernels.expert_passes_of`)."""
 
     @property
     def tokens(self) -> float:
@@ -380,6 +384,11 @@ def _moe(x: LayerShape) -> list[Op]:
         _memory("experts activation", fwd, bwd),
         Op("experts down", OpKind.GEMM, m=per_expert, n=h, k=width, batch=E / x.ep),
     ]
+    extra = megatron_expert_passes(
+        x.expert_passes, rows * x.etp, h, beta, E // x.ep, x.moe_run.dispatcher,
+        x.arch.linear_bias,
+    )  # fmt: skip
+    ops += [_eager(name, p) for name, p in extra]
     if spec.num_shared_experts:
         shared = spec.num_shared_experts * spec.shared_ffn / x.tp
         ops += _mlp(x, x.tokens, shared, "shared experts", roles=False)

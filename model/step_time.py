@@ -17,6 +17,7 @@ from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import Mechanism
+from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
@@ -164,12 +165,14 @@ def kind_parts(
     plan: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
     every_norm: bool = False,
     elementwise: Elementwise = Elementwise.FUSED,
+    expert_passes: ExpertPasses = NO_EXPERT_PASSES,
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """The :attr:`model.layer_time.LayerTime.parts` of a dense layer, a MoE layer, the embedding
     and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks);
     ``plan`` and ``every_norm``: what selective recomputation re-runs
     (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the framework runs the
-    elementwise passes (:func:`model.elementwise.elementwise_mode`). Cached: the search asks
+    elementwise passes (:func:`model.elementwise.elementwise_mode`); ``expert_passes``: the
+    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`). Cached: the search asks
     once per distinct (b, tp, cp, ep, links, recompute, plan)."""
 
     def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
@@ -177,7 +180,7 @@ def kind_parts(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
             widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
-            training.moe_run, elementwise,
+            training.moe_run, elementwise, expert_passes,
         )  # fmt: skip
 
     first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers

@@ -215,7 +215,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     total = total + communicator_bytes(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp))
     arch = c.model.arch
     if arch is not None and arch.moe is not None:
-        if c.training.moe_run.dispatcher is Dispatcher.ALLTOALL:  # DeepEP: its own buffers
+        if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
             total = total + communicator_bytes(False, f.ep - 1, _p2p(c, f, "ep", f.ep))
         total = total + communicator_bytes(f.expert_shard_degree > 1, 0, 0)
         total = total + communicator_bytes(f.expert_tp > 1, 0, 0)

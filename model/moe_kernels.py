@@ -1,0 +1,132 @@
+"""The memory-bound passes Megatron-Core's MoE layer runs beyond the permutation, the router and
+the experts' activation that :mod:`model.ops` counts for every framework.
+
+Read from Megatron-Core at 0d8e0714 (the commit Megatron Bridge v0.2.0, the 25.11 container,
+pins in ``3rdparty/``) and Transformer Engine's ``pytorch/module/fp8_padding.py``; per element
+of the ``[R, h]`` rows the rank's local experts compute (``R`` = the busiest rank's routed
+rows × etp, :func:`model.moe_run.routed_rows`), β bytes per 16-bit element:
+
+* **Sorting the chunks by local expert** (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``
+  and ``combine_preprocess``, ``token_dispatcher.py``): when a rank holds more than one expert
+  (``num_local_experts > 1``) the all-to-all's output, ordered by source rank, is reordered by
+  local expert before the experts and back after them — ``moe_utils.sort_chunks_by_idxs``
+  (Transformer Engine's ``fused_sort_chunks_by_index`` under ``moe_permute_fusion``), or with
+  drop-and-pad ``transpose(0, 1).contiguous()``. Two passes each reading and writing the rows:
+  4β forward in 2 kernels | the same backward (each sort's gradient is the inverse sort).
+  Only under the ``alltoall`` dispatcher: the flex dispatcher (DeepEP, HybridEP) hands the
+  experts their rows in expert order.
+* **FP8 padding** (``TEGroupedMLP.forward``: ``Fp8Padding`` before FC1, ``Fp8Unpadding`` after
+  FC2, ``experts.py``): each expert's rows are padded to the recipe's alignment (16 rows, 32
+  under MXFP8) by ``tex.fused_multi_row_padding``; Transformer Engine returns the input
+  untouched only when every expert's count is already aligned, which routed counts are not
+  (no Megatron Bridge recipe sets ``moe_router_padding_for_quantization``). Pad and unpad read
+  and write the rows: 4β forward in 2 kernels | the same backward (``fused_multi_row_unpadding``
+  of the input gradient, padding of the output gradient). Not under HybridEP, whose dispatch
+  pads each expert's rows to the alignment itself (``_HybridEPManager.dispatch`` passes
+  ``pad_multiple = get_fp8_align_size(fp8_recipe)`` under FP8), so Transformer Engine's
+  padding finds them aligned.
+* **FC2's bias** (models with ``linear_bias``, e.g. gpt-oss): ``linear_fc2`` is built with
+  ``skip_bias_add=True`` and ``TEGroupedMLP._apply_bias`` adds it in PyTorch, one expert at a
+  time: ``torch.cat([t + b * p for t, b, p in zip(split(rows), biases, split(probs))])``. Per
+  local expert ``b * p`` (write β) and ``t + b·p`` (read 2β, write β), then ``cat`` (read β,
+  write β): 6β in ``2·E_local + 1`` kernels | autograd: ``split``'s backward concatenates the
+  gradients (2β, one kernel); per expert ``mul``'s two gradients, ``(g·p)`` summed over rows
+  for the bias and ``(g·b)`` summed over ``h`` for the probability (each read β, write β, read
+  β): 6β; 8β in ``4·E_local + 1`` kernels. The probabilities are in the router's dtype, the
+  hidden states' (16-bit) unless ``moe_router_dtype`` is set (``router.py``
+  ``Router.gating``); their ``[R, 1]`` reads are left out (under 1/h of the bytes).
+
+Each pass is timed as every memory-bound kernel is (:func:`model.roofline.memory_seconds` plus
+one ``t_kernel`` per further kernel, :func:`model.op_time.op_seconds`). Not counted here:
+the FC1 bias (Transformer Engine's grouped GEMM adds it, ``skip_bias_add=False``), the
+router's auxiliary-loss kernels (``[T, E]``, under 1/h of these), the all-to-all's token
+counts and their device-to-host copy (bytes per expert, not per row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.model.elementwise import Pass
+from trainplan.model.frameworks import Framework
+from trainplan.model.moe_run import Dispatcher
+from trainplan.model.precision import Precision
+
+__all__ = ["ExpertPasses", "NO_EXPERT_PASSES", "expert_passes_of", "megatron_expert_passes"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertPasses:
+    """Which of the module docstring's passes a framework's MoE layer runs."""
+
+    megatron: bool = False
+    """Megatron-Core's ``MoEAlltoAllTokenDispatcher`` chunk sort and ``TEGroupedMLP``'s
+    per-expert FC2 bias."""
+    fp8_padding: bool = False
+    """``TEGroupedMLP``'s FP8 padding of each expert's rows (Megatron-Core under FP8)."""
+
+
+NO_EXPERT_PASSES = ExpertPasses()
+"""torchtitan, DeepSpeed and the textbook profile: none of these passes counted."""
+
+
+def expert_passes_of(framework: Framework | str, precision: Precision | str) -> ExpertPasses:
+    """The passes the framework profile's MoE layer runs under the recipe's precision.
+
+    >>> expert_passes_of("megatron", "fp8")
+    ExpertPasses(megatron=True, fp8_padding=True)
+    >>> expert_passes_of("fsdp2", "fp8") == NO_EXPERT_PASSES
+    True
+    """
+    if Framework(framework) is not Framework.MEGATRON:
+        return NO_EXPERT_PASSES
+    return ExpertPasses(True, Precision(str(precision)) is Precision.FP8)
+
+
+def megatron_expert_passes(
+    passes: ExpertPasses,
+    rows: float,
+    h: int,
+    beta: int,
+    local_experts: int,
+    dispatcher: Dispatcher | str,
+    bias: bool,
+) -> tuple[tuple[str, Pass], ...]:
+    """(name, :class:`model.elementwise.Pass`) of each pass the module docstring lists that
+    ``passes`` runs, over ``rows`` rows of width ``h`` on a rank holding ``local_experts``
+    experts under ``dispatcher``; ``bias``: the experts' linear layers have biases.
+
+    Examples
+    --------
+    GPT OSS 120B on one of 8 ranks (16 local experts), 4,096 tokens, top-4, BF16: 16,384 rows
+    of 2,880, each 16-bit row pass 94,371,840 bytes (2β·R·h):
+
+    >>> p = dict(megatron_expert_passes(ExpertPasses(True), 16384, 2880, 2, 16, "alltoall", True))
+    >>> sorted(p)
+    ['FC2 bias, per expert', 'expert chunk sort']
+    >>> p["expert chunk sort"].forward_bytes / (2 * 2 * 16384 * 2880)  # two row passes
+    2.0
+    >>> b = p["FC2 bias, per expert"]
+    >>> b.forward_bytes / (2 * 16384 * 2880), b.backward_bytes / (2 * 16384 * 2880)
+    (6.0, 8.0)
+    >>> b.forward_kernels, b.backward_kernels  # 2·16 + 1, 4·16 + 1
+    (33, 65)
+    """
+    if not passes.megatron and not passes.fp8_padding:
+        return ()
+    dispatcher = Dispatcher(dispatcher)
+    row_pass = 2 * beta * rows * h  # read and write the rows once
+    out: list[tuple[str, Pass]] = []
+    if passes.megatron and dispatcher is Dispatcher.ALLTOALL and local_experts > 1:
+        out.append(("expert chunk sort", Pass(2 * row_pass, 2 * row_pass, 2, 2)))
+    if passes.fp8_padding and dispatcher is not Dispatcher.HYBRIDEP:
+        out.append(("FP8 padding of expert rows", Pass(2 * row_pass, 2 * row_pass, 2, 2)))
+    if passes.megatron and bias:
+        size = beta * rows * h
+        out.append(
+            (
+                "FC2 bias, per expert",
+                Pass(6 * size, 8 * size, 2 * local_experts + 1, 4 * local_experts + 1),
+            )
+        )
+    return tuple(out)
