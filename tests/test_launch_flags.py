@@ -24,7 +24,9 @@ ARCH = Architecture(
 TRAINING = TrainingSpec(seq_len=16, global_batch_size=8)
 LAYOUTS = [
     Layout(),
-    Layout(tp=2, sequence_parallel=True, cp=4, cp_kind="a2a+p2p", cp_a2a=2, pp=2, recompute="selective"),
+    Layout(
+        tp=2, sequence_parallel=True, cp=4, cp_kind="a2a+p2p", cp_a2a=2, pp=2, recompute="selective"
+    ),
     Layout(cp=2, cp_kind="ring", pp=2, stage_layers=(3, 5), recompute_layers=(2, 3)),
     Layout(pp=2, virtual_stages=2, schedule="interleaved", recompute="sqrt"),
     Layout(pp=4, stage_layers=(1, 2, 3, 2), recompute="full", ep=2),

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli, register_commands
-from trainplan.interface.cli.common import ListOf, OutputFile
+from trainplan.interface.cli.common import ListOf, OutputFile, click_line
 from trainplan.interface.flags import MOVED_FLAGS
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_keys import KEY_HELP, read_line, table_of
@@ -245,5 +245,5 @@ def parse_query(
     try:
         ctx = command.make_context(name, argv, parent=click.Context(cli, info_name="trainplan"))
     except click.ClickException as err:
-        raise InputError(err.format_message()) from None
+        raise InputError(click_line(err)) from None
     return dict(ctx.params)
