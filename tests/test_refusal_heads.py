@@ -71,3 +71,21 @@ def test_web_heads(query, head, client) -> None:
     got = client.get(f"/api/evaluate?model=llama3-8b&gpu=H100-SXM&{query}")
     assert got.status_code == 422, got.text
     assert _head(got.json()["error"]) == head, got.json()["error"]
+
+
+def test_set_reads_on_off_words_and_quotes_what_was_typed() -> None:
+    """``--set``'s on/off grammar is the web query's (any case; 1/0, yes/no, on/off); a key set
+    twice is refused with both items as typed, not as parsed (``True, then False``)."""
+    from trainplan.interface.scenario_keys import read_line, read_sets
+    from trainplan.model.errors import InputError
+
+    assert read_line("compile=True") == {"compile": True}
+    assert read_line("compile=OFF") == {"compile": False}
+    assert read_line("model=True") == {"model": "True"}  # a text key keeps its text
+    keys = frozenset({"compile"})
+    with pytest.raises(InputError) as err:
+        read_sets(["compile=TRUE", "compile=no"], keys, "evaluate")
+    assert str(err.value) == (
+        "compile: set twice with different values ('compile=TRUE', then 'compile=no'); give it once"
+    )
+    assert read_sets(["compile=yes", "compile=1"], keys, "evaluate") == {"compile": True}
