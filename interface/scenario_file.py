@@ -299,10 +299,13 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     ------
     ScenarioError
         Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
-        an empty list, or the read error (not TOML, not UTF-8, nested too deeply, not a file).
+        an empty list, or the read error (no such file, not TOML, not UTF-8, nested too deeply, not
+        a regular file).
     """
     p = Path(path)
     try:
+        if not p.exists():
+            raise ScenarioError(f"scenario {p}: no such file")
         if not p.is_file():  # a device or pipe would be read without end
             raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
         data = tomllib.loads(p.read_text(encoding="utf-8"))

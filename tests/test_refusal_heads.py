@@ -89,3 +89,15 @@ def test_set_reads_on_off_words_and_quotes_what_was_typed() -> None:
         "compile: set twice with different values ('compile=TRUE', then 'compile=no'); give it once"
     )
     assert read_sets(["compile=yes", "compile=1"], keys, "evaluate") == {"compile": True}
+
+
+def test_a_missing_scenario_file_is_said_so(tmp_path) -> None:
+    """``Scenario.load`` of a path that is not there: "no such file" (a folder is "not a regular
+    file")."""
+    from trainplan import Scenario
+    from trainplan.model.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"^scenario \S+nope\.toml: no such file$"):
+        Scenario.load(tmp_path / "nope.toml")
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        Scenario.load(tmp_path)
