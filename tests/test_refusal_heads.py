@@ -101,3 +101,14 @@ def test_a_missing_scenario_file_is_said_so(tmp_path) -> None:
         Scenario.load(tmp_path / "nope.toml")
     with pytest.raises(ScenarioError, match="not a regular file"):
         Scenario.load(tmp_path)
+
+
+def test_the_api_help_of_model_names_what_the_api_takes(client) -> None:
+    """The API's ``model`` help does not offer a config.json path (refused: the server reads no
+    files); it points at the upload (``config=``)."""
+    spec = client.get("/openapi.json").json()
+    for path in ("/api/search", "/api/evaluate"):
+        params = spec["paths"][path]["get"]["parameters"]
+        (model,) = (p["description"] for p in params if p["name"] == "model")
+        assert "config.json path is refused" in model and "config=" in model
+    assert client.get("/api/search?model=./config.json").status_code == 422
