@@ -23,6 +23,7 @@ __all__ = [
     "flag_for",
     "with_flags",
     "on_page",
+    "refusal",
     "moved_hint",
 ]
 
@@ -115,11 +116,11 @@ def moved_hint(flag: str, value: str | None = None) -> str:
     Examples
     --------
     >>> moved_hint("--moe-node-limit", "4")
-    '--moe-node-limit was moved: use --set moe_node_limit=4 or the scenario key'
+    '--moe-node-limit: moved to --set moe_node_limit=4 or the scenario key'
     >>> moved_hint("--no-master-weights")
-    '--no-master-weights was moved: use --set master_weights=false or the scenario key'
+    '--no-master-weights: moved to --set master_weights=false or the scenario key'
     >>> moved_hint("--overlap", "dp=0.5")
-    '--overlap was moved: use --set overlap.dp=0.5 or the scenario key'
+    '--overlap: moved to --set overlap.dp=0.5 or the scenario key'
     """
     key, switch = MOVED_FLAGS[flag]
     if switch is not None:
@@ -128,7 +129,7 @@ def moved_hint(flag: str, value: str | None = None) -> str:
         setting = f"overlap.{value or 'AXIS=FRACTION'}"
     else:
         setting = f"{key}={value if value is not None else 'VALUE'}"
-    return f"{flag} was moved: use --set {setting} or the scenario key"
+    return f"{flag}: moved to --set {setting} or the scenario key"
 
 
 _NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -192,10 +193,50 @@ def on_page(message: str, fields: Collection[str]) -> str:
 
 
 def _dashed(name: str, fields: Collection[str]) -> str:
-    """A line's head parameter as the page's field when it is one written with dashes
-    (``cp_kind`` as ``cp-kind``); else as it is."""
-    dashed = name.replace("_", "-")
-    return dashed if dashed in fields else name
+    """A line's head parameter as the page's field when it is one: its flag's name
+    (``global_batch_size`` as ``global-batch``, ``cp_kind`` as ``cp-kind``); else as it is."""
+    field = flag_for(name, web=True).removeprefix("--")
+    return field if field in fields else name
+
+
+def refusal(message: str, options: Collection[str], web: bool = False) -> str:
+    """A one-line refusal as its reader typed the input — the one convention for every refusal
+    the interface prints. Command line: backticked parameters as flags (:func:`with_flags`), the
+    head (the parameter the line starts with, before its ``:``) as the flag the user typed when
+    it is one of ``options`` (the command line's flags: ``gpus:`` as ``--gpus:``,
+    ``global_batch_size:`` as ``--global-batch:``), a ``--set`` key as the key
+    (``--set compile:`` as ``compile:``). Web (``web``, ``options`` the API's query keys): every
+    name as the API's key (:func:`on_page`: ``--dp:`` as ``dp:``).
+
+    Examples
+    --------
+    >>> refusal("global_batch_size: 7 is not divisible by 8", {"--global-batch"})
+    '--global-batch: 7 is not divisible by 8'
+    >>> refusal("--set: compile: 'True' must be true or false", {"--set"})
+    "compile: 'True' must be true or false"
+    >>> refusal("--set compile: set twice", {"--set"}), refusal("nvlink_gbps: 0 …", {"--gpus"})
+    ('compile: set twice', 'nvlink_gbps: 0 …')
+    >>> refusal("global_batch_size: 7 …", {"global-batch"}, web=True)
+    'global-batch: 7 …'
+    """
+    if web:
+        return on_page(message, options)
+    message = with_flags(message)
+    if _SET_HEAD.match(message):
+        return _SET_HEAD.sub(r"\1:", message)
+    return _CLI_HEAD.sub(lambda m: _typed(m.group(1), options), message)
+
+
+def _typed(name: str, options: Collection[str]) -> str:
+    """A line's head parameter as the flag the user typed, where the command line has one."""
+    flag = flag_for(name)
+    return flag if flag in options else name
+
+
+_SET_HEAD = re.compile(r"^--set:? ([a-z][a-z0-9_.]*):")
+"""A line's ``--set KEY:`` or ``--set: KEY:`` head (the key is what the user typed)."""
+_CLI_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=:)")
+"""A one-line error's head parameter on the command line (``gpus: dp 3 × …``)."""
 
 
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")

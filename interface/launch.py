@@ -20,6 +20,9 @@ Sources, read for what exists (never copied):
   in V order, ``style="v"``) and ``pipeline_parallel_split_points =
   ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
   when interleaved). No per-stage AC count.
+
+Every flag written is one of :data:`MEGATRON_ARGUMENTS` or :data:`TORCHTITAN_KEYS`, each read from
+that framework's code at a cited commit (``tests/test_launch_flags.py`` walks the plans).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from trainplan.model.context_parallel import torch_rotate_method
+from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
@@ -36,6 +40,8 @@ from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks, stage_chunks, stage_layers
 
 __all__ = [
+    "MEGATRON_ARGUMENTS",
+    "TORCHTITAN_KEYS",
     "TORCHTITAN_SCHEDULES",
     "LaunchFlags",
     "megatron_flags",
@@ -57,6 +63,40 @@ TORCHTITAN_SCHEDULES: dict[str, str | None] = {
 }
 """torchtitan's ``[parallelism] pipeline_parallel_schedule`` value for each schedule
 (torch.distributed.pipelining ``schedules.py`` ``get_schedule_class``); None: not there."""
+
+MEGATRON_ARGUMENTS = frozenset(
+    """--tensor-model-parallel-size --pipeline-model-parallel-size --context-parallel-size
+    --micro-batch-size --global-batch-size --cp-comm-type --hierarchical-context-parallel-sizes
+    --expert-model-parallel-size --sequence-parallel --use-distributed-optimizer
+    --num-layers-per-virtual-pipeline-stage --pipeline-model-parallel-layout
+    --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers --fp8-format
+    --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
+    --fine-grained-activation-offloading --offload-modules --recompute-granularity
+    --recompute-method --recompute-num-layers""".split()
+)
+"""The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
+(2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
+``ArgumentGroupFactory`` over ``TransformerConfig`` — which extends ``ModelParallelConfig``, the
+parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch sizes;
+``megatron/training/argument_utils.py`` ``_format_arg_name``: field ``a_b`` is ``--a-b``;
+``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``)."""
+
+TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
+    "parallelism": frozenset(
+        """tensor_parallel_degree pipeline_parallel_degree context_parallel_degree
+        context_parallel_rotate_method pipeline_parallel_schedule
+        pipeline_parallel_split_points""".split()
+    ),
+    "activation_checkpoint": frozenset({"mode", "selective_ac_option"}),
+    "compile": frozenset({"enable"}),
+}
+"""The torchtitan TOML keys :func:`torchtitan_toml` writes, by section: ``JobConfig``'s
+``Parallelism``, ``ActivationCheckpoint`` and ``Compile`` in ``torchtitan/config/job_config.py``
+at 248aca2 (2025-10-13), the last commit with ``pipeline_parallel_split_points`` (6e06a49cd
+replaced it by ``module_fqns_per_model_part``); ``[compile] enable`` is there since 08b8b244f
+(2025-08-20; before it ``[training] compile``). torchtitan since 9810191bb (2026-02-23) takes
+Python configurations, no TOML (``torchtitan/config/configs.py`` ``CompileConfig.enable``, the
+``--compile.enable`` flag)."""
 
 _MEGATRON = ("gpipe", "1f1b", "interleaved")
 """Schedules Megatron-LM's flags express (GPipe as 1F1B, as before)."""
@@ -340,10 +380,14 @@ def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -
     ]
 
 
-def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
-    """A torchtitan TOML fragment for ``layout``: ``[parallelism]`` degrees and split points,
-    ``[activation_checkpoint]``; what it cannot express (per-stage AC counts, interleaving's
-    chunks) in :attr:`LaunchFlags.notes`.
+def torchtitan_toml(
+    arch: Architecture, layout: Layout, training: TrainingSpec | None = None
+) -> LaunchFlags:
+    """A torchtitan TOML fragment for ``layout`` (the format of :data:`TORCHTITAN_KEYS`):
+    ``[parallelism]`` degrees and split points, ``[activation_checkpoint]``, and with
+    ``training`` under ``fsdp2`` ``[compile] enable`` as the plan counted it
+    (:func:`model.elementwise.elementwise_mode`); what it cannot express (per-stage AC counts,
+    interleaving's chunks, the pipeline runtime's memory settings) in :attr:`LaunchFlags.notes`.
 
     Examples
     --------
@@ -386,4 +430,27 @@ def torchtitan_toml(arch: Architecture, layout: Layout) -> LaunchFlags:
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
     else:
         lines.append('mode = "none"')
+    if training is not None and str(layout.framework) == "fsdp2":
+        lines += _torchtitan_recipe(layout, training, notes)
     return LaunchFlags(tuple(lines), tuple(notes))
+
+
+def _torchtitan_recipe(layout: Layout, training: TrainingSpec, notes: list[str]) -> list[str]:
+    """``[compile] enable`` as the plan counted it; the pipeline runtime's memory settings,
+    which torchtitan has no key for, said in ``notes``."""
+    compiled = elementwise_mode(layout.framework, training.compile) is Elementwise.COMPILED
+    if layout.pp > 1 and training.pipeline_frees_stage_tensors:
+        notes.append(
+            "pipeline_frees_stage_tensors true: torchtitan has no setting for it "
+            "(torch.distributed.pipelining keeps each stage's inputs and outputs until their "
+            "backward); the plan's memory assumes a runtime that frees them, as Meta's for Llama 3"
+        )
+    if layout.pp > 1:
+        kept = "keeps" if training.pipeline_keeps_outputs else "keeps no"
+        notes.append(
+            f"pipeline_keeps_outputs {str(training.pipeline_keeps_outputs).lower()}: torchtitan "
+            "has no setting for it; its trainer keeps every micro-batch's logits until "
+            "e5ef99aab (2025-10-22) and none since; the plan's last stage "
+            f"{kept} logits"
+        )
+    return ["[compile]", f"enable = {'true' if compiled else 'false'}"]

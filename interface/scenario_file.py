@@ -29,6 +29,9 @@ from trainplan.model.units import list_items, parse_count, parse_counts, parse_n
 from trainplan.optimizer.problem import Objective
 
 __all__ = [
+    "ON_WORDS",
+    "OFF_WORDS",
+    "switch_word",
     "TOP_KEYS",
     "SPACE_KEYS",
     "CONSTRAINT_KEYS",
@@ -128,6 +131,24 @@ _RECOMPUTES = tuple(x.value for x in Recompute)
 _FRAMEWORKS = tuple(x.value for x in Framework)
 _OPTIMIZERS = tuple(x.value for x in OptimizerKind)
 CP_KIND_NAMES = tuple(x.value for x in CpKind) + ("p2p", "all_gather", "a2a", "hybrid")
+ON_WORDS = ("true", "1", "yes", "on")
+OFF_WORDS = ("false", "0", "no", "off")
+"""An on/off value as the command line's ``--set`` and the web API's query read it, in any case
+(Python's ``True``, TOML's and JSON's ``true``, YAML's ``yes``); a scenario file is TOML and
+takes TOML's ``true`` and ``false`` (docs/guides/cli.md, "Rarely set knobs")."""
+
+
+def switch_word(text: str) -> bool | None:
+    """``text`` as an on/off value (:data:`ON_WORDS`, :data:`OFF_WORDS`, any case), None when it
+    is none of them.
+
+    >>> switch_word("True"), switch_word(" OFF "), switch_word("maybe")
+    (True, False, None)
+    """
+    word = text.strip().lower()
+    return True if word in ON_WORDS else False if word in OFF_WORDS else None
+
+
 VALUE_KINDS: dict[str, Any] = {
     # top level
     "description": _TEXT,
@@ -278,10 +299,13 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     ------
     ScenarioError
         Naming the file and the unknown key, a value of the wrong kind (``seq_len = "long"``),
-        an empty list, or the read error (not TOML, not UTF-8, nested too deeply, not a file).
+        an empty list, or the read error (no such file, not TOML, not UTF-8, nested too deeply, not
+        a regular file).
     """
     p = Path(path)
     try:
+        if not p.exists():
+            raise ScenarioError(f"scenario {p}: no such file")
         if not p.is_file():  # a device or pipe would be read without end
             raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
         data = tomllib.loads(p.read_text(encoding="utf-8"))

@@ -30,6 +30,7 @@ from trainplan.interface.scenario_file import (
     SPACE_KEYS,
     VALUE_KINDS,
     check_scenario,
+    switch_word,
 )
 from trainplan.model.errors import InputError
 from trainplan.model.units import shown_text
@@ -183,6 +184,9 @@ def read_line(item: str) -> dict[str, Any]:
     if not sep or not key.strip():
         raise InputError(f"--set: {shown_text(item, 60)} must be KEY=VALUE, e.g. moe_node_limit=4")
     key, text = key.strip(), text.strip()
+    on = switch_word(text) if VALUE_KINDS.get(key) == "flag" else None
+    if on is not None:  # an on/off key's value in any case (ON_WORDS): compile=True
+        return {key: on}
     for value in (text, json.dumps(text)):
         try:
             return tomllib.loads(f"{key} = {value}")
@@ -214,6 +218,7 @@ def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[
         not take, a value of the wrong kind, a key set twice with different values.
     """
     out: dict[str, Any] = {}
+    typed: dict[str, str] = {}  # each key's first item, as typed
     for item in items:
         for key, value in read_line(item).items():
             if key not in keys:
@@ -226,9 +231,10 @@ def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[
                 twice = [key] if key in out and before != value else []
             if twice:
                 raise InputError(
-                    f"--set {key}: set twice with different values ({before!r}, then "
-                    f"{read_line(item)[key]!r}); give it once"
+                    f"{key}: set twice with different values ({shown_text(typed[key], 40)}, "
+                    f"then {shown_text(item.strip(), 40)}); give it once"
                 )
+            typed.setdefault(key, item.strip())
             out[key] = value
     nested: dict[str, Any] = {}
     for key, value in out.items():

@@ -19,9 +19,9 @@ def test_a_gpu_count_without_dp_sets_dp():
     assert done.returncode == 0, done.stderr
     assert "layout: dp 4 × tp 2 × pp 1" in done.stdout
     line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "4"))
-    assert line == "gpus: dp 4 × tp 1 × pp 1 × cp 1 = 4, not 8"
+    assert line == "--gpus: dp 4 × tp 1 × pp 1 × cp 1 = 4, not 8"
     line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "12", "--pp", "8"))
-    assert line.startswith("gpus: 12 is not divisible by tp·pp·cp = 8")
+    assert line.startswith("--gpus: 12 is not divisible by tp·pp·cp = 8")
 
 
 def test_a_price_is_said_whatever_the_objective():

@@ -205,7 +205,7 @@ def test_an_ambiguous_comma_is_refused(runs, call, flag, value):
 
 def test_an_old_comma_list_is_refused_with_the_list_forms(runs):
     line = refusal(runs["gpus 2048,4096"])
-    assert line.startswith("gpus: '2048,4096' is not a number")
+    assert line.startswith("--gpus: '2048,4096' is not a number")
     assert line.endswith("for several values repeat the option, or put ';' between them (64;128)")
     assert "gpus: '4,0' is not a number" in refusal(runs["toml 4,0"]).replace("tp:", "gpus:")
 

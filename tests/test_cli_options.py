@@ -74,11 +74,11 @@ def test_moved_flag_names_its_replacement():
     done = trainplan("evaluate", "--model", "llama3-8b", "--dp", "8", "--moe-node-limit", "4")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
-        "Error: --moe-node-limit was moved: use --set moe_node_limit=4 or the scenario key\n"
+        "Error: --moe-node-limit: moved to --set moe_node_limit=4 or the scenario key\n"
     )
     done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--set", "fabric=ring")
     assert done.returncode == 2
-    assert done.stderr == "Error: --set: fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
+    assert done.stderr == "Error: fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
 
 
 @pytest.mark.parametrize(
@@ -86,19 +86,19 @@ def test_moved_flag_names_its_replacement():
     [
         (
             ["search", "--per-stage", "--set", "per_stage=true"],
-            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
+            "Error: per_stage: --per-stage gives it too (True); give one of them\n",
         ),
         (
             ["frontier", "--per-stage", "--set", "per_stage=false"],
-            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
+            "Error: per_stage: --per-stage gives it too (True); give one of them\n",
         ),
         (
             ["search", "--seq-len", "4096", "--set", "seq_len=8192"],
-            "Error: --set seq_len: --seq-len gives it too (4096); give one of them\n",
+            "Error: seq_len: --seq-len gives it too (4096); give one of them\n",
         ),
         (
             ["search", "--per-stage-shapes", "3"],
-            "Error: per_stage_shapes: 3 applies to the per-stage search only; add --per-stage "
+            "Error: --per-stage-shapes: 3 applies to the per-stage search only; add --per-stage "
             "(or per_stage = true in the scenario)\n",
         ),
     ],

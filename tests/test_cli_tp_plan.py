@@ -171,7 +171,7 @@ REFUSED = {
     ),
     "bad value": (
         ["evaluate", "--model", "llama3-8b", "--set", "tp_block_inputs=shard"],
-        "--set: tp_block_inputs: 'shard' is not one of sharded, gathered",
+        "tp_block_inputs: 'shard' is not one of sharded, gathered",
     ),
 }
 

@@ -84,7 +84,7 @@ def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
     [
         (
             ["evaluate", "--params", "70B", "--set", "vocab_multiple=-128"],
-            "--set: vocab_multiple: -128 must be at least 1",
+            "Error: vocab_multiple: -128 must be at least 1",
         ),
         (  # the key typed, not DeviceSpec's field (runtime_reserve_bytes) or a shortened name
             ["evaluate", "--params", "70B", "--set", "memory_reserve_gib=-1"],
@@ -96,11 +96,11 @@ def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
         (["ckpt", "--layers", "9", "--delay", "0"], "--delay: 0 must be positive"),
         (
             ["rlhf", "--algorithm", "grpo", "--policy-params", "0.5"],
-            "policy_params: '0.5' must be a whole number",
+            "--policy-params: '0.5' must be a whole number",
         ),
         (
             ["rlhf", "--algorithm", "grpo", "--policy-params", "0"],
-            "policy_params: '0' must be at least 1",
+            "--policy-params: '0' must be at least 1",
         ),
         (
             [
@@ -292,21 +292,21 @@ MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", 
         ),
         (
             ["rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--samples-per-prompt", "8"],
-            "samples_per_prompt: '8' does not apply",
+            "--samples-per-prompt: '8' does not apply",
         ),
         (
             ["rlhf", "--algorithm", "dpo", "--policy-params", "7B", "--rollout-engine"],
-            "rollout_engine: True does not apply",
+            "--rollout-engine: True does not apply",
         ),
         (
             [*GRPO, "--reward", "rule", "--reward-params", "7B"],
-            "reward_params: '7B' does not apply",
+            "--reward-params: '7B' does not apply",
         ),
         (
             [*GRPO, "--layers", "80"],
             "layers: '80' does not apply: it sizes the rollout engine's KV",
         ),
-        ([*GRPO, "--vocab-size", "128256"], "vocab_size: '128256' does not apply"),
+        ([*GRPO, "--vocab-size", "128256"], "--vocab-size: '128256' does not apply"),
         (
             [*GRPO, "--peak-tflops", "500", "--gpu", "H100-SXM"],
             "gpu: 'H100-SXM' does not apply: the peak is given by peak_tflops = 500",
@@ -346,7 +346,7 @@ def test_the_same_options_where_they_apply_are_used():
 
 
 def test_search_applies_evaluates_rule_for_virtual_stages_and_schedule():
-    rule = "virtual_stages: 3 > 1 needs schedule 'interleaved', 'zb-v' or 'dualpipev', not 1f1b"
+    rule = "--virtual-stages: 3 > 1 needs schedule 'interleaved', 'zb-v' or 'dualpipev', not 1f1b"
     pair = ["--virtual-stages", "3", "--schedule", "1f1b"]
     assert refused("evaluate", "--model", "llama3-8b", "--pp", "4", *pair) == f"Error: {rule}"
     assert refused("search", "--model", "llama3-8b", "--gpus", "64", *pair) == f"Error: {rule}"

@@ -12,7 +12,7 @@ from typing import Any
 import click
 import cloup
 
-from trainplan.interface.flags import MOVED_FLAGS, moved_hint, with_flags
+from trainplan.interface.flags import MOVED_FLAGS, moved_hint, refusal
 from trainplan.interface.outputs import output_path
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
@@ -38,6 +38,8 @@ __all__ = [
     "output",
     "echo_json",
     "fail",
+    "click_line",
+    "command_options",
 ]
 
 
@@ -126,7 +128,24 @@ class GuardedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PlannerError as err:
-            fail(with_flags(str(err)))
+            fail(refusal(str(err), command_options(self)))
+
+
+def command_options(group: click.Command) -> frozenset[str]:
+    """Every option name of ``group``'s commands (``--gpus``, ``--no-flash``), the flags a
+    refusal's head is written as (:func:`interface.flags.refusal`)."""
+    names = {o for p in group.params for o in (*p.opts, *p.secondary_opts)}
+    for cmd in getattr(group, "commands", {}).values():
+        names |= command_options(cmd)
+    return frozenset(names)
+
+
+def click_line(err: click.ClickException) -> str:
+    """click's refusal in the one convention: a bad value as ``--zero: 5 is not in the range
+    0<=x<=3.`` (click writes ``Invalid value for '--zero': …``); any other as click says it."""
+    if isinstance(err, click.BadParameter) and err.param is not None and err.param.opts:
+        return f"{err.param.opts[0]}: {err.message}"
+    return err.format_message()
 
 
 INTERRUPTED = 128 + signal.SIGINT
@@ -141,12 +160,12 @@ def run_guarded(group: click.Group) -> None:
     try:
         code = group.main(standalone_mode=False)
     except PlannerError as err:
-        fail(with_flags(str(err)))
+        fail(refusal(str(err), command_options(group)))
     except click.exceptions.Abort as err:
         ctrl_c = isinstance(err.__context__, KeyboardInterrupt)
         fail("interrupted" if ctrl_c else "aborted", INTERRUPTED if ctrl_c else 1)
     except click.ClickException as err:
-        fail(err.format_message(), err.exit_code)
+        fail(click_line(err), err.exit_code)
     except OSError as err:
         if err.filename is not None:  # a file the command was given or writes: named, exit 2
             fail(f"{shown_text(str(err.filename))}: {err.strerror or err}")

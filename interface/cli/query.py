@@ -22,16 +22,14 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli, register_commands
-from trainplan.interface.cli.common import ListOf, OutputFile
+from trainplan.interface.cli.common import ListOf, OutputFile, click_line
 from trainplan.interface.flags import MOVED_FLAGS
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
+from trainplan.interface.scenario_file import switch_word
 from trainplan.interface.scenario_keys import KEY_HELP, read_line, table_of
 from trainplan.model.errors import InputError, PlannerError
 
 __all__ = ["QueryParam", "query_params", "parse_query", "moved_params"]
-
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +130,10 @@ def query_params(name: str, leave_out: Iterable[str] = ()) -> list[QueryParam]:
 
 def _switch(option: click.Option, key: str, value: str) -> list[str]:
     """An on/off option's command-line form for ``true``/``false``."""
-    text = value.strip().lower()
-    if text not in _TRUE + _FALSE:
+    on = switch_word(value)
+    if on is None:
         raise InputError(f"{option.opts[0]}: {value!r} must be true or false")
-    if text in _TRUE:
+    if on:
         return [option.opts[0]]
     return [option.secondary_opts[0]] if option.secondary_opts else []
 
@@ -153,10 +151,10 @@ def _setting(query: str, key: str, value: str) -> str:
         The value its key's rule refuses, one line naming the query parameter.
     """
     if VALUE_KINDS[key] == "flag":
-        text = value.strip().lower()
-        if text not in _TRUE + _FALSE:
+        on = switch_word(value)
+        if on is None:
             raise InputError(f"{query}: {value!r} must be true or false")
-        return f"{key}={'true' if text in _TRUE else 'false'}"
+        return f"{key}={'true' if on else 'false'}"
     if key == "overlap" and "=" not in value:
         raise InputError(f"{query}: {value!r} must be AXIS=FRACTION, e.g. dp=0.5")
     setting = f"overlap.{value}" if key == "overlap" else f"{key}={value}"
@@ -245,5 +243,5 @@ def parse_query(
     try:
         ctx = command.make_context(name, argv, parent=click.Context(cli, info_name="trainplan"))
     except click.ClickException as err:
-        raise InputError(err.format_message()) from None
+        raise InputError(click_line(err)) from None
     return dict(ctx.params)

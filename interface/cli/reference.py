@@ -238,9 +238,10 @@ KEY_DOCS: dict[str, str] = {
     "layout.memory_efficient_norm": "Norms keep their output instead of their input.",
     "layout.elementwise": "How the norms, rotary embedding, MLP activation and residual adds run, in "
     "time and in activations: eager (fsdp2 without torch.compile), compiled (fsdp2 with it) or fused.",
-    "layout.pipeline_frees_stage_tensors": "fsdp2, pp > 1: the pipeline frees stage inputs and outputs (Llama 3 §3.3.2).",
+    "layout.pipeline_frees_stage_tensors": "fsdp2, pp > 1: the pipeline frees stage inputs and "
+    "outputs (Llama 3 §3.3.2); null elsewhere.",
     "layout.pipeline_keeps_outputs": "fsdp2, pp > 1: the last stage keeps every micro-batch's logits until the "
-    "next step (torchtitan before 2025-10-22).",
+    "next step (torchtitan before 2025-10-22); null elsewhere.",
     "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
     "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 delayed).",
     "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",
@@ -258,13 +259,14 @@ KEY_DOCS: dict[str, str] = {
     "moe_shared_expert_overlap or overlap_moe_expert_parallel_comm.",
     "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",
     "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
-    "--recompute-modules names; core_attn by default).",
-    "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather).",
+    "--recompute-modules names; core_attn by default); null unless megatron or textbook with "
+    "recompute selective.",
+    "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather); null unless megatron with fp8.",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "
-    "or distributed_fused_adam (Apex's, under NeMo).",
+    "or distributed_fused_adam (Apex's, under NeMo); null unless megatron with ZeRO ≥ 1.",
     "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
     "layout.fp8_activation_storage": "How FP8 training stores activations: linear_inputs "
-    "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs).",
+    "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs); null under bf16.",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",
     "memory.busiest_stage": "The stage whose peak is highest (counted from 0).",
     "memory.weights_bytes": "Weights held on the GPU.",
@@ -453,7 +455,10 @@ def json_markdown() -> str:
         "Every `--json` object is one JSON object: bytes as exact integers (floats only where a "
         "figure is fractional), times in seconds, rates and utilisations as 0–1 fractions. The "
         "keys below come from real runs of the commands shown, when this site is built; "
-        "`a[].b` is key `b` of the objects in list `a`.",
+        "`a[].b` is key `b` of the objects in list `a`. Every evaluate object has the same keys: a "
+        "setting that does not apply to the layout's framework, recompute or precision (fsdp2's "
+        "`distributed_optimizer`, `recompute_modules` under recompute none) is null, never a "
+        "value the run did not read.",
         "",
     ]
     evaluate_keys: set[str] = set()

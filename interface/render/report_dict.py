@@ -16,6 +16,7 @@ from trainplan.model.flops import utilisation
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.phases import construction_peak_bytes
+from trainplan.model.precision import Precision
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
@@ -246,6 +247,11 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
 def _layout(est: Estimate) -> dict[str, Any]:
     """The ``layout`` object: the layout's fields, the batch and the recipe as evaluated."""
     lay, t = est.layout, est.training
+    framework, fp8 = str(lay.framework), t.precision is Precision.FP8
+    megatron = framework == "megatron"
+    fsdp2_pp = framework == "fsdp2" and lay.pp > 1
+    modules = framework in ("megatron", "textbook") and str(lay.recompute) == "selective"
+    zero1 = megatron and lay.zero_stage >= 1
     return {
         "dp": lay.dp,
         "tp": lay.tp,
@@ -272,8 +278,8 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "flash_attention": t.flash_attention,
         "activation_convention": t.activation_convention,
         "memory_efficient_norm": t.memory_efficient_norm,
-        "pipeline_frees_stage_tensors": t.pipeline_frees_stage_tensors,
-        "pipeline_keeps_outputs": t.pipeline_keeps_outputs,
+        **_where(fsdp2_pp, "pipeline_frees_stage_tensors", t.pipeline_frees_stage_tensors),
+        **_where(fsdp2_pp, "pipeline_keeps_outputs", t.pipeline_keeps_outputs),
         "precision": str(t.precision),
         "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
         "gradient_bytes": t.gradient_bytes,
@@ -282,14 +288,21 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "chunk_layers": _chunk_layers(est),
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
-        "recompute_modules": list(t.recompute_modules),
-        "fp8_param_gather": t.fp8_param_gather,
+        **_where(modules, "recompute_modules", list(t.recompute_modules)),
+        **_where(megatron and fp8, "fp8_param_gather", t.fp8_param_gather),
         "muon_tp_mode": t.muon_tp_mode,
-        "distributed_optimizer": str(t.distributed_optimizer),
-        "fp8_activation_storage": t.fp8_activation_storage,
+        **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
+        **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
         "moe": _moe_run(t.moe_run),
     }
+
+
+def _where(applies: bool, key: str, value: Any) -> dict[str, Any]:
+    """``{key: value}`` where the setting applies to the layout's framework and recompute, else
+    ``{key: None}``: every object has the same keys, and a setting the run does not read is null
+    (docs/reference/json.md), never a value that looks as if it were used."""
+    return {key: value if applies else None}
 
 
 def _traffic(est: Estimate) -> list[dict[str, Any]]:

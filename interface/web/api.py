@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request, Response
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
-from trainplan.interface.flags import on_page
+from trainplan.interface.flags import on_page, refusal
 from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
 from trainplan.interface.web.params import (
@@ -112,7 +112,7 @@ def error_line(err: PlannerError) -> str:
     line's, each flag that is a query key written as that key (``--tp: '0' …`` as ``tp: '0' …``,
     ``--set host_link_gbps`` as ``host-link-gbps``; :func:`interface.flags.on_page`), so it names
     what the API's user typed and the page's field it belongs next to."""
-    return on_page(str(err), api_fields())
+    return refusal(str(err), api_fields(), web=True)
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from trainplan.interface.cli.query import parse_query, query_params
+from trainplan.interface.cli.query import QueryParam, parse_query, query_params
 from trainplan.interface.render.markdown import cell_text
 from trainplan.model.errors import InputError
 
@@ -24,6 +24,19 @@ TERMINAL_ONLY = {
     "delay": "it sets the terminal's and the GIF's frame time; the page's speed is its own",
 }
 """Options of the terminal's output, refused by the API with these reasons."""
+
+
+WEB_HELP = {
+    "model": "Catalogue name (/api/models lists them). The web app reads no files on the server: "
+    "a config.json path is refused; /api/evaluate takes the config.json's text as config=.",
+}
+"""Help of the query keys whose command-line help names what the API refuses (a file path)."""
+
+
+def web_help(q: QueryParam) -> str:
+    """The help of query key ``q`` as the API's user reads it (:data:`WEB_HELP`, else its
+    option's)."""
+    return WEB_HELP.get(q.name, q.help)
 
 
 def _refuse_paths(pairs: list[tuple[str, str]]) -> None:
@@ -79,7 +92,7 @@ def openapi_parameters(name: str, extra: dict[str, str] | None = None) -> list[d
                 "name": q.name,
                 "in": "query",
                 "required": q.required,
-                "description": q.help or f"the --{q.name} option of trainplan {name}",
+                "description": web_help(q) or f"the --{q.name} option of trainplan {name}",
                 "schema": schema,
                 **({"style": "form", "explode": True} if q.multiple else {}),
             }
@@ -109,6 +122,6 @@ def api_markdown() -> str:
         out += [f"## /api/{name}", "", "| key | repeats | what it does |", "| --- | --- | --- |"]
         for q in query_params(name, TERMINAL_ONLY):
             kind = "true or false" if q.boolean else ("yes" if q.multiple else "")
-            out.append(f"| `{q.name}` | {kind} | {cell_text(q.help)} |")
+            out.append(f"| `{q.name}` | {kind} | {cell_text(web_help(q))} |")
         out.append("")
     return "\n".join(out)

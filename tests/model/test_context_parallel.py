@@ -281,7 +281,8 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
     )  # fmt: skip
     assert code == 2 and out == ""
     assert (
-        err.startswith("Error: cp: ulysses splits the heads over 16 ranks") and err.count("\n") == 1
+        err.startswith("Error: --cp: ulysses splits the heads over 16 ranks")
+        and err.count("\n") == 1
     )
 
 

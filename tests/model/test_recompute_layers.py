@@ -181,7 +181,7 @@ def test_cli_refuses_bad_counts_with_exit_2(monkeypatch, capsys):
     )
     assert code == 2
     assert err.strip().splitlines() == [
-        "Error: recompute_layers: 21 on stage 2 is more than its 20 layers (each count must be "
+        "Error: --recompute-layers: 21 on stage 2 is more than its 20 layers (each count must be "
         "at most its stage's layers)"
     ]
 

@@ -343,7 +343,7 @@ def test_cli_per_stage_refuses_top(monkeypatch, capsys):
         main()
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        "Error: per_stage: takes neither --top nor --maximize (one plan, step time)"
+        "Error: --per-stage: takes neither --top nor --maximize (one plan, step time)"
     )
 
 

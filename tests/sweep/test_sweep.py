@@ -187,7 +187,7 @@ def test_the_figures_from_the_results_file(swept):
     assert bad.returncode == 2
     assert (
         bad.stderr.strip()
-        == "Error: what_if: 'peak_flops' is not swept in these results (hbm_capacity)"
+        == "Error: --what-if: 'peak_flops' is not swept in these results (hbm_capacity)"
     )
 
 

@@ -198,7 +198,7 @@ def test_a_default_is_never_blamed_for_the_users_gpu_count():
     given = trainplan(*base, "--gpus", "1", "--rollout-tp", "2")
     assert given.returncode == 2
     assert given.stderr.strip() == (
-        "Error: rollout_tp: 2 does not divide the engine's 1 GPU (--gpus 1)"
+        "Error: --rollout-tp: 2 does not divide the engine's 1 GPU (--gpus 1)"
     )
 
 

@@ -1,0 +1,81 @@
+"""Every flag a launch line writes exists in that framework's code (:data:`interface.launch.
+MEGATRON_ARGUMENTS`, :data:`interface.launch.TORCHTITAN_KEYS`, each cited there), and the
+torchtitan fragment carries the recipe the plan counted: ``[compile] enable``, and a note for the
+pipeline runtime's memory settings torchtitan has no key for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainplan.interface.launch import (
+    MEGATRON_ARGUMENTS,
+    TORCHTITAN_KEYS,
+    megatron_flags,
+    torchtitan_toml,
+)
+from trainplan.model.layout import Layout
+from trainplan.model.offload import Offload
+from trainplan.model.precision import Precision
+from trainplan.model.specs import Architecture, TrainingSpec
+
+ARCH = Architecture(
+    num_layers=8, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16
+)
+TRAINING = TrainingSpec(seq_len=16, global_batch_size=8)
+LAYOUTS = [
+    Layout(),
+    Layout(
+        tp=2, sequence_parallel=True, cp=4, cp_kind="a2a+p2p", cp_a2a=2, pp=2, recompute="selective"
+    ),
+    Layout(cp=2, cp_kind="ring", pp=2, stage_layers=(3, 5), recompute_layers=(2, 3)),
+    Layout(pp=2, virtual_stages=2, schedule="interleaved", recompute="sqrt"),
+    Layout(pp=4, stage_layers=(1, 2, 3, 2), recompute="full", ep=2),
+    Layout(pp=2, schedule="zb-v", virtual_stages=2, framework="fsdp2", zero_stage=3),
+    Layout(pp=2, schedule="dualpipe", framework="fsdp2", zero_stage=3),
+]
+TRAININGS = [
+    TRAINING,
+    replace(
+        TRAINING,
+        precision=Precision.FP8,
+        offload=Offload(optimizer=0.5, activations=("core_attn",)),
+        compile=True,
+        pipeline_frees_stage_tensors=True,
+        pipeline_keeps_outputs=True,
+    ),
+]
+
+
+def test_every_flag_exists_in_its_framework() -> None:
+    """Megatron-LM's arguments and torchtitan's ``[section] key`` lines, over plans that reach
+    every branch of the writers."""
+    for lay in LAYOUTS:
+        for training in TRAININGS:
+            written = megatron_flags(ARCH, lay, 8, training).flags
+            assert {f for f in written if f.startswith("--")} <= MEGATRON_ARGUMENTS, lay
+            section = ""
+            for line in torchtitan_toml(ARCH, lay, training).flags:
+                if line.startswith("["):
+                    section = line.strip("[]")
+                    assert section in TORCHTITAN_KEYS, line
+                else:
+                    assert line.split(" = ")[0] in TORCHTITAN_KEYS[section], line
+
+
+def test_compile_and_pipeline_memory_settings() -> None:
+    """fsdp2: ``[compile] enable`` as counted (torchtitan's default, false, when unset); the
+    pipeline's memory settings said in notes, never an invented key; other frameworks: no
+    ``[compile]`` (their layers are fused kernels)."""
+    lay = Layout(pp=2, framework="fsdp2", zero_stage=3)
+    plain = torchtitan_toml(ARCH, lay, TRAINING)
+    assert plain.flags[-2:] == ("[compile]", "enable = false")
+    assert plain.notes == (
+        "pipeline_keeps_outputs false: torchtitan has no setting for it; its trainer keeps every "
+        "micro-batch's logits until e5ef99aab (2025-10-22) and none since; the plan's last stage "
+        "keeps no logits",
+    )
+    meta = torchtitan_toml(ARCH, lay, TRAININGS[1])
+    assert meta.flags[-1] == "enable = true"
+    assert meta.notes[0].startswith("pipeline_frees_stage_tensors true: torchtitan has no setting")
+    assert "[compile]" not in torchtitan_toml(ARCH, Layout(pp=2), TRAININGS[1]).flags
+    assert torchtitan_toml(ARCH, Layout(framework="fsdp2", zero_stage=3), TRAINING).notes == ()
