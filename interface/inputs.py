@@ -1,9 +1,12 @@
 """From flat parameters (CLI options, an example's TOML table) to the cost model's inputs.
 
-One place decides every default (docs/concepts/conventions.md;
-docs/guides/evaluate.md "Inputs"): the catalogue's published training setup
-(s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
-H100-SXM when no GPU is named. The defaults used are listed in
+This module parses (text, flags, the number grammar) and refuses (one line naming the
+parameter); the defaults (docs/concepts/conventions.md; docs/guides/evaluate.md "Inputs": the
+catalogue's published training setup (s, B), degrees 1, the framework's ZeRO stage, 1F1B,
+sequence parallelism on when tp > 1, FlashAttention on, the accelerator's efficiencies, the
+H100-SXM when no GPU is named) are the typed constructors' it calls —
+:meth:`trainplan.optimizer.case.Case.of`, :meth:`trainplan.model.layout.Layout.of` and the
+dataclasses' own. The defaults used are listed in
 :attr:`trainplan.optimizer.case.Case.defaults_used`.
 """
 
