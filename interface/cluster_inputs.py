@@ -16,12 +16,10 @@ from trainplan.model.op_rates import check_fp8_recipe
 from trainplan.model.precision import Precision, check_precision
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
+from trainplan.optimizer.case import DEFAULT_GPU
 from trainplan.topology.accelerators import get_accelerator
 
 __all__ = ["DEFAULT_GPU", "device_of", "fabric_of", "MIN_GBPS", "MAX_OVERSUBSCRIPTION"]
-
-DEFAULT_GPU = "H100-SXM"
-"""The accelerator when none is named."""
 
 MIN_GBPS = 0.1
 """The least link or host-memory bandwidth accepted, GB/s: below any interconnect in use (PCIe

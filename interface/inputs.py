@@ -1,19 +1,23 @@
 """From flat parameters (CLI options, an example's TOML table) to the cost model's inputs.
 
-One place decides every default (docs/concepts/conventions.md;
-docs/guides/evaluate.md "Inputs"): the catalogue's published training setup
-(s, B), degrees 1, ZeRO-1, 1F1B, sequence parallelism on when tp > 1, FlashAttention on, the
-H100-SXM when no GPU is named. The defaults used are listed in
+This module parses (text, flags, the number grammar) and refuses (one line naming the
+parameter); the defaults (docs/concepts/conventions.md; docs/guides/evaluate.md "Inputs": the
+catalogue's published training setup (s, B), degrees 1, the framework's ZeRO stage, 1F1B,
+sequence parallelism on when tp > 1, FlashAttention on, the accelerator's efficiencies, the
+H100-SXM when no GPU is named) are the typed constructors' it calls —
+:meth:`trainplan.optimizer.case.Case.of`, :meth:`trainplan.model.layout.Layout.of` and the
+dataclasses' own. The defaults used are listed in
 :attr:`trainplan.optimizer.case.Case.defaults_used`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from trainplan.interface.cluster_inputs import DEFAULT_GPU, device_of, fabric_of
-from trainplan.interface.model_inputs import count_of, default_batch, model_of, with_mtp
+from trainplan.interface.cluster_inputs import device_of, fabric_of
+from trainplan.interface.model_inputs import count_of, model_of, with_mtp
 from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
 from trainplan.interface.recipe_inputs import DOCUMENT_KEYS, documents_from
 from trainplan.interface.time_inputs import TIME_KEYS, cost_options, fraction_of_peak
@@ -25,20 +29,17 @@ from trainplan.interface.tp_plan import (
 )
 from trainplan.model.elementwise import check_compile
 from trainplan.model.errors import InputError, check_applicable
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.hardware import ClusterLinks
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.layout import LAYOUT_FIELDS, SEARCHED_FIELDS, Layout
 from trainplan.model.megatron_split import megatron_stage_layers
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import Offload
 from trainplan.model.optimizers import OptimizerKind
-from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
-from trainplan.model.precision import Precision, dtype_bytes, optimizer_state_bytes
+from trainplan.model.precision import dtype_bytes, optimizer_state_bytes
 from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.timing import attention_efficiency_for
 from trainplan.model.units import parse_number
-from trainplan.optimizer.case import Case
+from trainplan.optimizer.case import DEFAULT_GPU, Case, training_of
 
 __all__ = [
     "build_case",
@@ -143,12 +144,11 @@ def _fraction_of_peak(params: Mapping[str, Any], key: str) -> float | None:
     return None if value is None else fraction_of_peak(value, key)
 
 
-def _attention_efficiency(
-    params: Mapping[str, Any], device_name: str, training: TrainingSpec
-) -> float | None:
-    """The FlashAttention core's efficiency: given, or the accelerator's default. Given with
-    FlashAttention off it would be ignored (the core is then matmuls at the kernel efficiency):
-    an error rather than a silent no-op."""
+def _attention_efficiency(params: Mapping[str, Any], training: TrainingSpec) -> float | None:
+    """The FlashAttention core's efficiency given (None: the accelerator's default,
+    :func:`trainplan.optimizer.case.cost_options_for`). Given with FlashAttention off it would
+    be ignored (the core is then matmuls at the kernel efficiency): an error rather than a
+    silent no-op."""
     given = _fraction_of_peak(params, "attention_efficiency")
     if not training.flash_attention:
         check_applicable(
@@ -158,7 +158,7 @@ def _attention_efficiency(
                 "flash_attention off the core runs at the kernel efficiency (drop one of the two)"
             },
         )
-    return given if given is not None else attention_efficiency_for(device_name)
+    return given
 
 
 def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
@@ -196,7 +196,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
     model, defaults = model_of(params, used)
     model = with_mtp(model, params)
     layout = _layout(params, model, used)
-    training, batch_note = _training(params, model, layout, defaults, used)
+    training, notes = _training(params, model, layout, defaults, used)
     _check_adam_knobs(params, layout)
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
@@ -211,25 +211,19 @@ def build_case(params: Mapping[str, Any]) -> Case:
     )
     device = device_of(params, model, training, used)
     options = cost_options(
-        params,
-        device,
-        model,
-        training,
-        layout.framework,
-        _attention_efficiency(params, device.name, training),
+        params, device, layout.framework, _attention_efficiency(params, training)
     )
-    return Case(
-        model=model,
-        training=training,
-        layout=layout,
-        device=device,
-        links=ClusterLinks.from_device(device),
-        options=options,
+    return Case.of(
+        model,
+        device,
+        layout,
+        training,
         num_gpus=count_of(params, "num_gpus"),
         vocab_multiple=count_of(params, "vocab_multiple"),
         fabric=fabric_of(params),
         defaults_used=used,
-        notes=() if "global_batch_size" in params or batch_note is None else (batch_note,),
+        notes=notes,
+        **options,
     )
 
 
@@ -241,17 +235,12 @@ def _layout(params: Mapping[str, Any], model: ModelSpec, used: dict[str, Any]) -
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = count_of(params, k)
-    schedule = str(layout_args.get("schedule", "")).lower()
-    if "virtual_stages" not in layout_args and schedule in LAYOUT_CHUNKS:
-        layout_args["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]  # the schedule's own
     if "dp" not in layout_args and "num_gpus" in params:
         layout_args["dp"] = _dp_from_gpus(params, layout_args)
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
-    framework = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
-    layout_args["framework"] = framework
-    layout_args.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
-    layout = Layout(**layout_args)
+    layout_args["framework"] = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
+    layout = Layout.of(**layout_args)  # the framework's ZeRO stage, the schedule's own v
     for k in SEARCHED_FIELDS:  # the layout defaults worth printing (v is 1 unless asked; the
         # CP flavour only with cp > 1)
         if k not in params and k != "virtual_stages" and (k != "cp_kind" or layout.cp > 1):
@@ -268,52 +257,56 @@ def _training(
     layout: Layout,
     defaults: Mapping[str, int],
     used: dict[str, Any],
-) -> tuple[TrainingSpec, str | None]:
-    """(the training recipe of ``params``, the note of a global batch chosen by rule or None);
-    s and B taken from the model's published setup when not given, and listed in ``used``."""
-    seq = count_of(params, "seq_len", defaults.get("seq_len", 4096))
-    batch_default, batch_note = default_batch(model, defaults, layout)
-    batch = count_of(params, "global_batch_size", batch_default)
-    if "seq_len" not in params:
-        used["seq_len"] = seq
-    if "global_batch_size" not in params:
-        used["global_batch_size"] = batch
-    training = TrainingSpec(
-        seq_len=seq,
-        global_batch_size=batch,
-        flash_attention=_flag(params, "flash_attention", True),
-        activation_convention=str(params.get("activation_convention", "paper")),
-        memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
-        pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False)
-        or _flag(params, "pipeline_frees_stage_tensors_fsdp2", False),
-        pipeline_keeps_outputs=_flag(params, "pipeline_keeps_outputs", False)
-        or _flag(params, "pipeline_keeps_outputs_fsdp2", False),
-        gathered_block_inputs=(
-            _flag(params, "gathered_block_inputs", False)
-            if "gathered_block_inputs" in params
-            else gathered_block_inputs(params.get("tp_block_inputs"))
-        ),
-        gradient_bytes=_gradient_bytes(params),
-        optimizer_bytes=optimizer_state_bytes(
+) -> tuple[TrainingSpec, tuple[str, ...]]:
+    """(the training recipe of ``params``, the note of a global batch chosen by rule when none
+    was given); s and B the model's published ones when not given
+    (:func:`trainplan.optimizer.case.training_of`), listed in ``used``."""
+    given: dict[str, Any] = {
+        k: count_of(params, k) for k in ("seq_len", "global_batch_size") if k in params
+    }
+    for key in ("flash_attention", "memory_efficient_norm", "fp8_param_gather"):
+        if key in params:
+            given[key] = _flag(params, key, False)
+    for key in ("activation_convention", "fp8_activation_storage"):
+        if key in params:
+            given[key] = str(params[key])
+    for key in ("precision", "fp8_recipe", "muon_tp_mode", "distributed_optimizer"):
+        if key in params:
+            given[key] = params[key]
+    frees = _flag(params, "pipeline_frees_stage_tensors", False)
+    keeps = _flag(params, "pipeline_keeps_outputs", False)
+    given["pipeline_frees_stage_tensors"] = frees or _flag(
+        params, "pipeline_frees_stage_tensors_fsdp2", False
+    )
+    given["pipeline_keeps_outputs"] = keeps or _flag(params, "pipeline_keeps_outputs_fsdp2", False)
+    given["gathered_block_inputs"] = (
+        _flag(params, "gathered_block_inputs", False)
+        if "gathered_block_inputs" in params
+        else gathered_block_inputs(params.get("tp_block_inputs"))
+    )
+    given["gradient_bytes"] = _gradient_bytes(params)
+    if "optimizer_dtype" in params or "master_weights" in params:
+        given["optimizer_bytes"] = optimizer_state_bytes(
             str(params.get("optimizer_dtype", "fp32")), _flag(params, "master_weights", True)
-        ),
-        precision=params.get("precision", Precision.BF16),
-        recompute_modules=parse_recompute_modules(params.get("recompute_modules")),
-        fp8_param_gather=_flag(params, "fp8_param_gather", False),
-        fp8_recipe=params.get("fp8_recipe"),
-        fp8_activation_storage=str(params.get("fp8_activation_storage", "linear_inputs")),
-        compile=_compile(params),
-        offload=Offload(
+        )
+    if "recompute_modules" in params:
+        given["recompute_modules"] = parse_recompute_modules(params["recompute_modules"])
+    given["compile"] = _compile(params)
+    if any(k in params for k in ("offload_optimizer", "offload_params", "offload_activations")):
+        given["offload"] = Offload(
             optimizer=parse_number(params.get("offload_optimizer", 0), "offload_optimizer"),
             params=_flag(params, "offload_params", False),
             activations=params.get("offload_activations") or (),
-        ),
-        documents=documents_from(params, seq),
-        moe_run=moe_run_of(params, model, layout.framework),
-        muon_tp_mode=params.get("muon_tp_mode"),
-        distributed_optimizer=params.get("distributed_optimizer", "mcore_distributed_optim"),
-    )
-    return training, batch_note
+        )
+    given["moe_run"] = moe_run_of(params, model, layout.framework)
+    training, notes = training_of(model, layout, defaults, **given)
+    if any(params.get(k) is not None for k in DOCUMENT_KEYS):
+        training = replace(training, documents=documents_from(params, training.seq_len))
+    if "seq_len" not in params:
+        used["seq_len"] = training.seq_len
+    if "global_batch_size" not in params:
+        used["global_batch_size"] = training.global_batch_size
+    return training, notes
 
 
 def _compile(params: Mapping[str, Any]) -> bool | None:

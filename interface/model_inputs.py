@@ -1,6 +1,7 @@
 """The model of a planner request: a catalogue name, a size taken as given (with dimensions or
-without), or a ModelSpec built in code; its multi-token-prediction modules; and the global batch
-used when none is given (:func:`interface.inputs.build_case`)."""
+without), or a ModelSpec built in code; its multi-token-prediction modules; parsed for
+:func:`interface.inputs.build_case` (the defaults it leaves out are
+:meth:`trainplan.optimizer.case.Case.of`'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from fractions import Fraction
 from typing import Any, overload
 
 from trainplan.model.errors import InputError, check_applicable
-from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.units import parse_count
@@ -20,8 +20,6 @@ __all__ = [
     "count_of",
     "model_of",
     "with_mtp",
-    "default_batch",
-    "MICROBATCHES_PER_STAGE",
 ]
 
 
@@ -117,31 +115,3 @@ def with_mtp(model: ModelSpec, params: Mapping[str, Any]) -> ModelSpec:
             "config.json), not a declared size"
         )
     return replace(model, arch=replace(model.arch, mtp_layers=n))
-
-
-MICROBATCHES_PER_STAGE = 4
-"""Micro-batches per pipeline stage in the default batch of a model with layers but no published
-batch: m = 4·pp keeps the 1F1B bubble (pp − 1)/(m + pp − 1) under 20% (Narayanan et al. 2021
-§2.2.1: the bubble is small when m ≫ pp)."""
-
-
-def default_batch(
-    model: ModelSpec, defaults: Mapping[str, int], layout: Layout
-) -> tuple[int, str | None]:
-    """B when none is given: the model's published batch; for a model with layers but none
-    published (a config.json, dimensions given), dp·b·4·pp sequences with a note saying so (dp·b
-    alone would be one micro-batch per step: DeepSeek-V3 at pp 16 ran at 1.1% MFU, almost all
-    bubble); dp·b for a size-only model, whose step time is not modelled."""
-    if "global_batch_size" in defaults:
-        return defaults["global_batch_size"], None
-    dp, b = layout.dp, layout.micro_batch_size
-    if model.arch is None:
-        return dp * b, None
-    m = MICROBATCHES_PER_STAGE * layout.pp
-    note = (
-        f"global_batch_size: {model.name} has no published batch size, so B = dp·b·m = "
-        f"{dp}·{b}·{m} = {dp * b * m:,} sequences, with m = {MICROBATCHES_PER_STAGE}·pp "
-        "micro-batches per step (the 1F1B bubble (pp − 1)/(m + pp − 1) stays under 20%); give "
-        "--global-batch to set yours"
-    )
-    return dp * b * m, note

@@ -21,12 +21,9 @@ from typing import Any
 from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.model_spec import ModelSpec
-from trainplan.model.op_rates import deployed_params
 from trainplan.model.op_time import TpOverlap
 from trainplan.model.roofline import CALIBRATABLE
-from trainplan.model.specs import TrainingSpec
-from trainplan.model.timing import CostOptions, TimeModel, kernel_efficiency_for
+from trainplan.model.timing import TimeModel
 from trainplan.model.units import parse_number, shown_number
 from trainplan.topology.accelerators import get_accelerator
 
@@ -129,12 +126,11 @@ def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:
 def cost_options(
     params: Mapping[str, Any],
     device: DeviceSpec,
-    model: ModelSpec,
-    training: TrainingSpec,
     framework: Framework,
     attention_efficiency: float | None,
-) -> CostOptions:
-    """The :class:`CostOptions` of a case (see the module docstring).
+) -> dict[str, Any]:
+    """The step-time knobs given in ``params`` (see the module docstring), parsed and checked,
+    as :func:`trainplan.optimizer.case.cost_options_for` takes them (which fills the defaults).
 
     Raises
     ------
@@ -142,28 +138,24 @@ def cost_options(
         A value out of range, or an option of the other time model.
     """
     time_model = _time_model(params, framework)
-    figures = _figures(params, device, training)
     kernel = params.get("kernel_efficiency")
-    return CostOptions(
-        kernel_efficiency=fraction_of_peak(kernel, "kernel_efficiency")
-        if kernel is not None
-        else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
-        overlap=dict(params.get("overlap", {})),
-        mfu_convention=params.get("mfu_convention", "6n"),
-        # FlashAttention kernels skip the masked half of a causal score matrix, so with it on the
-        # attention FLOPs are halved by default (Dao 2023, FlashAttention-2 §3.1); without it the
-        # full s² is computed (Megatron-LM's Eq. 3 convention).
-        causal_attention_flops=bool_param(
-            params, "causal_attention_flops", training.flash_attention
-        ),
-        zero3_regather=bool_param(params, "zero3_regather", False),
-        attention_efficiency=attention_efficiency,
-        time_model=time_model,
-        roofline=deployed_params(device.name, _attention_kernel(params, figures), **figures),
-        tp_comm_overlap=_choice(TpOverlap, params, "tp_comm_overlap", "async"),
-        attention_kernel=params.get("attention_kernel"),
-        grad_reduce_overlap=bool_param(params, "grad_reduce_overlap", True),
-    )
+    kernel_name = params.get("attention_kernel")
+    given: dict[str, Any] = {
+        "time_model": time_model,
+        "roofline_figures": _figures(params, device),
+        "attention_efficiency": attention_efficiency,
+        "attention_kernel": None if kernel_name is None else str(kernel_name),
+        "overlap": params.get("overlap"),
+        "tp_comm_overlap": _choice(TpOverlap, params, "tp_comm_overlap", "async"),
+    }
+    if kernel is not None:
+        given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
+    for key in ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap"):
+        if params.get(key) is not None:
+            given[key] = bool_param(params, key, False)
+    if "mfu_convention" in params:
+        given["mfu_convention"] = params["mfu_convention"]
+    return given
 
 
 def _time_model(params: Mapping[str, Any], framework: Framework) -> TimeModel:
@@ -200,37 +192,17 @@ def _time_model(params: Mapping[str, Any], framework: Framework) -> TimeModel:
     return time_model
 
 
-def _figures(
-    params: Mapping[str, Any], device: DeviceSpec, training: TrainingSpec
-) -> dict[str, Any]:
+def _figures(params: Mapping[str, Any], device: DeviceSpec) -> dict[str, Any]:
     """The roofline's figures given: a calibration file's for its accelerator, then the
-    efficiencies given (each a fraction of peak in (0, 1]); no attention efficiency without
-    FlashAttention."""
+    efficiencies given (each a fraction of peak in (0, 1]; the attention efficiency is passed on
+    its own, :func:`cost_options`)."""
     figures = (
         read_calibration(params["calibration"], device.name) if params.get("calibration") else {}
     )
     figures |= {
         k: fraction_of_peak(params[k], k) for k in ROOFLINE_KEYS if params.get(k) is not None
     }
-    if params.get("attention_efficiency") is not None:
-        figures["attention_efficiency"] = fraction_of_peak(
-            params["attention_efficiency"], "attention_efficiency"
-        )
-    if not training.flash_attention:
-        figures.pop("attention_efficiency", None)
     return figures
-
-
-def _attention_kernel(params: Mapping[str, Any], figures: Mapping[str, Any]) -> str | None:
-    """The attention kernel given, refused beside a given attention efficiency (one or the
-    other times the core)."""
-    kernel = params.get("attention_kernel")
-    if kernel is not None and "attention_efficiency" in figures:
-        raise InputError(
-            f"attention_kernel: {kernel} times the attention core from its published curves; "
-            "give it or attention_efficiency, not both"
-        )
-    return None if kernel is None else str(kernel)
 
 
 def _choice(kind: Any, params: Mapping[str, Any], key: str, default: str) -> Any:

@@ -15,11 +15,11 @@ from typing import Any
 
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
     chunk_sizes_from_ranks,
@@ -187,11 +187,7 @@ class Layout:
             value = getattr(self, name)
             if isinstance(value, kind):
                 continue
-            try:
-                object.__setattr__(self, name, kind(str(value).lower()))
-            except ValueError:
-                allowed = ", ".join(k.value for k in kind)
-                raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
+            object.__setattr__(self, name, _enum_of(kind, name, value))
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
@@ -268,6 +264,33 @@ class Layout:
         """m = B / (b · dp); exact (see :func:`validate`)."""
         return num_microbatches_of(global_batch_size, self.micro_batch_size, self.dp)
 
+    @classmethod
+    def of(cls, **fields: Any) -> Layout:
+        """A layout with the defaults that depend on other fields filled in, where the plain
+        constructor's are per-field: ``zero_stage`` the framework profile's
+        (:data:`model.frameworks.DEFAULT_ZERO_STAGE`: 3 under ``fsdp2``, else 1) and
+        ``virtual_stages`` the split-backward schedule's own (:data:`model.pipeline.LAYOUT_CHUNKS`:
+        2 under ``zb-v`` and ``dualpipev``). What ``trainplan evaluate`` builds from its options.
+
+        Parameters are :class:`Layout`'s fields (enums or their names: ``framework="fsdp2"``).
+
+        Raises
+        ------
+        LayoutError
+            An unknown framework or schedule name, or a field :class:`Layout` refuses.
+
+        Examples
+        --------
+        >>> Layout.of(framework="fsdp2", dp=8).zero_stage, Layout.of(schedule="zb-v").virtual_stages
+        (3, 2)
+        """
+        framework = _enum_of(Framework, "framework", fields.get("framework", DEFAULT_FRAMEWORK))
+        schedule = str(fields.get("schedule", "")).lower()
+        if "virtual_stages" not in fields and schedule in LAYOUT_CHUNKS:
+            fields["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]
+        fields.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
+        return cls(**{**fields, "framework": framework})
+
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -277,6 +300,16 @@ class Layout:
     ) -> None:
         """Raise the first legality rule this layout breaks (:func:`validate`)."""
         validate(self, model, training, num_gpus)
+
+
+def _enum_of(kind: Any, name: str, value: Any) -> Any:
+    """``value`` read into the enum ``kind`` (any case), or a LayoutError naming ``name`` and the
+    allowed values (the rule of :meth:`Layout._read_enums`)."""
+    try:
+        return kind(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(k.value for k in kind)
+        raise LayoutError(f"{name}: {value!r} is not one of {allowed}") from None
 
 
 def sequence_parallel_on(tp: Any, sequence_parallel: bool | None) -> Any:

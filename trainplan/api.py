@@ -6,7 +6,8 @@ there only when first used, so ``import trainplan`` stays cheap):
 * :func:`search` — the fastest layout (what ``trainplan search`` prints);
 * :class:`Layout` (:class:`trainplan.model.layout.Layout`) and :class:`Case`
   (:class:`trainplan.optimizer.case.Case`: a model, training recipe, layout, accelerator and
-  cluster — one setting to evaluate);
+  cluster — one setting to evaluate; :meth:`Case.of` builds one from typed values with the
+  command line's defaults, :func:`evaluate` parses its parameters and calls it);
 * :class:`Scenario` — a scenario file (TOML) read into its typed form, what
   ``trainplan search --scenario FILE`` reads: its search problem, its cases, its search.
 

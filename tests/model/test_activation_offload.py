@@ -8,6 +8,7 @@ PCIe Gen5 x16 at 64 GB/s per direction (the accelerator table's H100 SXM host li
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -15,12 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tests.model.test_properties import SETTINGS, layouts
-from tests.test_cli_planner import run_main
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.activation_offload import activation_offload_seconds
 from trainplan.model.errors import LayoutError
 from trainplan.model.offload import Offload
+from trainplan.optimizer.case import DEFAULT_GPU, Case
+from trainplan.topology.accelerators import get_accelerator
 
 # Llama 3 8B: h 4096, a 32 heads, g 8 KV heads, d 128, 32 layers; s 8192, b 1, tp 1, pp 1,
 # dp 8, B 64 → m 8; selective recomputation; FlashAttention (no score tensors)
@@ -52,8 +52,8 @@ def test_llama3_8b_attention_core_and_projection_offloaded_by_hand():
     Copies: 167,772,160 B / 64e9 B/s = 2.62144 ms per layer each way, 8 micro-batches × 32
     layers × 2 directions = 1.342 s of link time per step, all hidden when a layer's forward
     (a third of its share of the micro-batch) takes longer than 2.62 ms."""
-    plain = build_case(BASE).evaluate()
-    off = build_case({**BASE, "offload_activations": "core_attn,attn_proj"}).evaluate()
+    plain = Case.of(**BASE).evaluate()
+    off = Case.of(**{**BASE, "offload": Offload(activations="core_attn,attn_proj")}).evaluate()
     per_layer = 5 * S * H
     assert per_layer == 167_772_160
     a0, a1 = plain.peak.activations, off.peak.activations
@@ -70,12 +70,7 @@ def test_llama3_8b_attention_core_and_projection_offloaded_by_hand():
     assert t_layer / 3 > copy
     assert off.time_terms.activation_offload_s == 0.0
     assert off.step_s == pytest.approx(plain.step_s, rel=1e-12)
-    d = estimate_to_dict(off)
-    assert d["layout"]["offload_activations"] == ["core_attn", "attn_proj"]
-    assert d["memory"]["activation_offload_buffer_bytes"] == 167_772_160
-    assert d["memory"]["activation_offload_host_bytes"] == 5_200_936_960
-    assert d["memory"]["host_bytes_per_node"] == 8 * 5_200_936_960
-    assert d["time"]["activation_offload_s"] == 0.0
+    assert off.training.offload.activations == ("core_attn", "attn_proj")
 
 
 def test_slow_link_exposes_what_a_layer_cannot_hide():
@@ -83,9 +78,10 @@ def test_slow_link_exposes_what_a_layer_cannot_hide():
     167,772,160 / 8e9 = 20.97 ms per layer; with t the layer's share of the micro-batch (t_mb/32),
     the forward hides t/3 and the backward 2t/3 of it; exposed per step =
     m · 32 · (max(0, 20.97 ms − t/3) + max(0, 20.97 ms − 2t/3)), in the compute term."""
-    params = {**BASE, "time_model": "single", "host_link_gbps": 8}
-    plain = build_case(params).evaluate()
-    off = build_case({**params, "offload_activations": "core_attn,attn_proj"}).evaluate()
+    slow_host = replace(get_accelerator(DEFAULT_GPU), host_link_bytes_per_s=8e9)
+    params = {**BASE, "time_model": "single", "device": slow_host}
+    plain = Case.of(**params).evaluate()
+    off = Case.of(**{**params, "offload": Offload(activations="core_attn,attn_proj")}).evaluate()
     m = off.num_microbatches
     t = off.compute_s / m / 32
     copy = 5 * S * H / 8e9
@@ -115,63 +111,13 @@ def test_mixtral_expert_modules_offload_routed_copies():
     and moe_act's input the gate and up projections [2S, 2·f_e] (2·2·2·S·f_e B)."""
     base = {"model": "mixtral-8x7b", "dp": 8, "seq_len": 4096, "global_batch_size": 64}
     base["recompute"] = "selective"
-    plain = build_case(base).evaluate()
-    off = build_case({**base, "offload_activations": "expert_fc1,moe_act"}).evaluate()
+    plain = Case.of(**base).evaluate()
+    off = Case.of(**{**base, "offload": Offload(activations="expert_fc1,moe_act")}).evaluate()
     s, h, f = 4096, 4096, 14336
     per_layer = 2 * 2 * s * h + 2 * 2 * 2 * s * f
     a0, a1 = plain.peak.activations, off.peak.activations
     assert a0.layers_bytes - a1.layers_bytes == 32 * per_layer
     assert a1.offload_buffer_bytes == per_layer
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("--framework", "deepspeed"), "offload_activations: deepspeed has no fine-grained"),
-        (("--framework", "textbook"), "offload_activations: textbook has no fine-grained"),
-        (("--recompute", "full"), "offload_activations: recompute full keeps only"),
-        (("--recompute", "sqrt"), "offload_activations: recompute sqrt keeps only"),
-    ],
-)
-def test_refusals_are_one_line_exit_2(monkeypatch, capsys, args, message):
-    code, out, err = run_main(
-        monkeypatch,
-        capsys,
-        "--model",
-        "llama3-8b",
-        "--dp",
-        "8",
-        "--set",
-        "offload_activations=core_attn",
-        *args,
-    )
-    assert code == 2 and not out
-    assert len(err.strip().splitlines()) == 1 and message in err, err
-
-
-@pytest.mark.parametrize(
-    ("modules", "message"),
-    [
-        ("attn_proj", "attn_proj needs core_attn"),
-        ("expert_fc1", "this model has no MoE layers"),
-        ("attn_norm", "attn_norm offloads nothing on this model"),
-        ("core_attn,mlp_norm", "mlp_norm offloads nothing on this model"),
-        ("core_attn,qkv", "offload_activations: 'qkv' is not one of attn_norm"),
-    ],
-)
-def test_module_rules_refused(monkeypatch, capsys, modules, message):
-    code, out, err = run_main(
-        monkeypatch,
-        capsys,
-        "--model",
-        "llama3-8b",
-        "--dp",
-        "8",
-        "--set",
-        f"offload_activations={modules}",
-    )
-    assert code == 2 and not out
-    assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
 def test_offload_value_normalises_and_refuses():
@@ -182,21 +128,6 @@ def test_offload_value_normalises_and_refuses():
     assert not Offload(activations="core_attn").active  # the optimizer/parameter offload flag
     with pytest.raises(LayoutError, match="offload_activations: mlp is not one of"):
         Offload(activations="mlp")
-
-
-def test_scenario_key_reaches_the_search_space():
-    """``[cluster] offload_activations`` in a scenario: a list of module names, checked."""
-    from trainplan.interface.scenario import build_problem
-
-    values = {
-        "model": "llama3-8b",
-        "gpus": 8,
-        "global_batch": 16,
-        "seq_len": 2048,
-        "cluster": {"offload_activations": ["attn_proj", "core_attn"]},
-    }
-    problem = build_problem({}, values)
-    assert problem.jobs[0].case.training.offload.activations == ("core_attn", "attn_proj")
 
 
 def _modules(name: str) -> st.SearchStrategy[list[str]]:
@@ -216,10 +147,10 @@ def test_offload_never_raises_the_gpu_peak_nor_lowers_the_step(params, data):
     if "core_attn" in mods and data.draw(st.booleans()):
         mods.append("attn_proj")
     try:
-        plain = build_case(params).evaluate()
+        plain = Case.of(**params).evaluate()
     except LayoutError:
         assume(False)
-    off = build_case({**params, "offload_activations": ",".join(mods)}).evaluate()
+    off = Case.of(**{**params, "offload": Offload(activations=",".join(mods))}).evaluate()
     assert off.total_bytes <= plain.total_bytes
     for a, b in zip(plain.stages, off.stages, strict=True):
         assert b.total_bytes <= a.total_bytes
@@ -239,25 +170,15 @@ def test_search_tables_exclude_a_host_that_overflows():
     verdicts, host included, equal the exact evaluation's on every candidate, and only
     recompute none and selective are candidates. (Megatron-Core, the one profile that offloads
     activations, runs no GPipe.)"""
-    from trainplan.interface.scenario import build_problem
+    from trainplan.optimizer.problem import Job, Problem
+    from trainplan.optimizer.space import SearchSpace
     from trainplan.optimizer.tables import build_tables
 
-    values = {
-        "model": "llama3-8b",
-        "gpus": 8,
-        "gpu": "A100-40GB",
-        "global_batch": 16,
-        "seq_len": 262144,
-        "space": {
-            "tp": [1, 2],
-            "pp": [2, 4],
-            "schedule": ["1f1b"],
-            "max_micro_batch": 1,
-            "framework": ["megatron"],
-        },
-        "cluster": {"offload_activations": ["core_attn", "attn_proj"]},
-    }
-    problem = build_problem({}, values)
+    case = Case.of("llama3-8b", "A100-40GB", global_batch_size=16, seq_len=262144,
+                   offload=Offload(activations=("core_attn", "attn_proj")))  # fmt: skip
+    space = SearchSpace(num_gpus=8, tp=(1, 2), pp=(2, 4), schedules=("1f1b",),
+                        max_micro_batch_size=1, frameworks=("megatron",))  # fmt: skip
+    problem = Problem(jobs=(Job(case, 8, "8 × A100-40GB"),), space=space)
     tables = build_tables(problem)
     assert [str(r) for r in tables.recomputes] == ["none", "selective"]
     overflows = 0

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.interface.inputs import build_case
 from trainplan.model.comm_sms import contended_wait, dispatcher_sm_share
-from trainplan.model.moe_run import EpOverlap, exposed_all_to_all
+from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun, exposed_all_to_all
 from trainplan.model.schedule_cost import dualpipe_block
+from trainplan.optimizer.case import Case
 
 
 def test_deepep_holds_20_of_the_parts_sms() -> None:
@@ -53,9 +53,9 @@ def test_dualpipe_charges_deepeps_sms_on_deepseek_v3() -> None:
     """DeepSeek-V3's published layout (DualPipe, DeepEP, M = 4, 2,048 H800): the F&B blocks hide
     the expert all-to-all whole, and its 20 of 132 SMs cost the computation beside it 20/132
     of the all-to-all's seconds — the ep row's exposed time, in the step."""
-    case = dict(model="deepseek-v3", num_gpus=2048, gpu="H800", dp=128, pp=16, ep=64,
+    case = dict(model="deepseek-v3", num_gpus=2048, device="H800", dp=128, pp=16, ep=64,
                 global_batch_size=15360, seq_len=4096, framework="textbook",
-                schedule="dualpipe", moe_dispatcher="deepep", moe_node_limit=4)  # fmt: skip
-    est = build_case(case).evaluate()
+                schedule="dualpipe", moe_run=MoERun(dispatcher=Dispatcher.DEEPEP, node_limit=4))  # fmt: skip
+    est = Case.of(**case).evaluate()
     ep = next(r for r in est.traffic if r.traffic.axis == "ep")
     assert ep.exposed_seconds == pytest.approx(ep.seconds * 20 / 132, rel=1e-9)

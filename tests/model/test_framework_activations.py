@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from trainplan.interface.inputs import build_case
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.specs import Architecture
+from trainplan.optimizer.case import Case
 
 LLAMA70B = {"model": "llama3-70b", "num_gpus": 32, "global_batch_size": 2048, "seq_len": 8192}
 
@@ -49,8 +49,8 @@ def test_llama3_70b_fsdp2_tp4_pp2_no_longer_fits():
     """The layout ``search --framework megatron --framework fsdp2`` answered on 32 H100s at
     82.61 of 82.68 GB: 16.1 GB more activations on stage 0, so it does not fit."""
     lay = {**LLAMA70B, "dp": 4, "tp": 4, "pp": 2, "framework": "fsdp2", "zero_stage": 3}
-    est = build_case({**lay, "compile": True}).evaluate()  # the eager operators' rows aside
-    meg = build_case({**lay, "framework": "megatron", "zero_stage": 1}).evaluate()
+    est = Case.of(**{**lay, "compile": True}).evaluate()  # the eager operators' rows aside
+    meg = Case.of(**{**lay, "framework": "megatron", "zero_stage": 1}).evaluate()
     a_f, a_m = est.stages[0].activations, meg.stages[0].activations
     assert a_f.microbatches_in_flight == 2
     assert a_f.layers_bytes - a_m.layers_bytes == 40 * 2 * 201_326_592 == 16_106_127_360
@@ -63,13 +63,19 @@ def test_fsdp2_fp8_keeps_the_bf16_linear_inputs():
     the QKV, FC1 and down-projection inputs in FP8, 1 B per element (the output projection's FP8
     copy beside the attention kernel's BF16 output)."""
     base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
-            "seq_len": 8192, "gpu": "H100-SXM"}  # fmt: skip
+            "seq_len": 8192, "device": "H100-SXM"}  # fmt: skip
     acts = {}
     for fw, zero in (("fsdp2", 3), ("megatron", 1)):
         for precision in ("bf16", "fp8"):
             eager_aside = {"compile": True} if fw == "fsdp2" else {}  # model.eager_saved's rows
-            case = build_case(
-                {**base, "framework": fw, "zero_stage": zero, "precision": precision, **eager_aside}
+            case = Case.of(
+                **{
+                    **base,
+                    "framework": fw,
+                    "zero_stage": zero,
+                    "precision": precision,
+                    **eager_aside,
+                }
             )
             acts[fw, precision] = case.evaluate().stages[0].activations.per_microbatch_bytes
     assert acts["fsdp2", "fp8"] == acts["fsdp2", "bf16"] == acts["megatron", "bf16"]
@@ -85,14 +91,14 @@ def test_fsdp2_fp8_caches_no_weight_copies():
     copy is held under ``fsdp2``, ZeRO-2 (weights whole) or ZeRO-3 (gathered units); Transformer
     Engine caches the FP8 weight and its transpose, 2 B per linear weight element."""
     base = {"model": "llama3-8b", "num_gpus": 8, "dp": 8, "global_batch_size": 64,
-            "seq_len": 8192, "gpu": "H100-SXM", "precision": "fp8"}  # fmt: skip
+            "seq_len": 8192, "device": "H100-SXM", "precision": "fp8"}  # fmt: skip
     for zero in (2, 3):
-        fp8 = build_case({**base, "framework": "fsdp2", "zero_stage": zero}).evaluate()
-        bf16 = build_case({**base, "framework": "fsdp2", "zero_stage": zero,
+        fp8 = Case.of(**{**base, "framework": "fsdp2", "zero_stage": zero}).evaluate()
+        bf16 = Case.of(**{**base, "framework": "fsdp2", "zero_stage": zero,
                            "precision": "bf16"}).evaluate()  # fmt: skip
         assert fp8.stages[0].state.weight_cache_bytes == 0
         assert fp8.stages[0].state.backward_bytes == bf16.stages[0].state.backward_bytes
-    meg = build_case({**base, "framework": "megatron", "zero_stage": 1}).evaluate()
+    meg = Case.of(**{**base, "framework": "megatron", "zero_stage": 1}).evaluate()
     # 32 layers × (q, k, v, o, gate, up, down) = 32 × (4096·6144 + 4096² + 3·4096·14336)
     linear = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
     assert meg.stages[0].state.weight_cache_bytes == 2 * linear
@@ -108,14 +114,14 @@ def test_expert_tp_gathers_the_experts_input():
     1,074,266,112 B on the stage; the SwiGLU inputs ``[k·S·etp/tp, f/etp]`` are the same."""
     base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "num_gpus": 8,
             "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
-    etp2 = build_case(base).evaluate().stages[0].activations
-    etp1 = build_case({**base, "etp": 1}).evaluate().stages[0].activations
+    etp2 = Case.of(**base).evaluate().stages[0].activations
+    etp1 = Case.of(**{**base, "etp": 1}).evaluate().stages[0].activations
     per_layer = 2 * 2 * 4096 * 4096 // 2 + 4 * 2 * 4096 // 2
     assert etp2.layers_bytes - etp1.layers_bytes == 32 * per_layer == 1_074_266_112
     # the textbook keeps the seed's sequence-sharded count
     tb = {**base, "framework": "textbook", "zero_stage": 1}
-    assert (build_case(tb).evaluate().stages[0].activations.layers_bytes
-            == build_case({**tb, "etp": 1}).evaluate().stages[0].activations.layers_bytes)  # fmt: skip
+    assert (Case.of(**tb).evaluate().stages[0].activations.layers_bytes
+            == Case.of(**{**tb, "etp": 1}).evaluate().stages[0].activations.layers_bytes)  # fmt: skip
 
 
 def test_moe_layers_send_no_mlp_tp_collectives_without_shared_experts():
@@ -130,7 +136,7 @@ def test_moe_layers_send_no_mlp_tp_collectives_without_shared_experts():
     share, 5,452,644,352 B)."""
     base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "etp": 1, "num_gpus": 8,
             "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
-    est = build_case(base).evaluate()
+    est = Case.of(**base).evaluate()
     tp = next(r.traffic for r in est.traffic if r.traffic.axis == "tp")
     one = 16_777_216
     assert tp.bytes_per_step == 32 * 5 * one + 2 * one + 3 * one + 3 * 2 * 4 * 4096 // 2
@@ -151,7 +157,7 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
     per_mb = {}
     for fw, zero in (("megatron", 1), ("fsdp2", 3), ("textbook", 1)):
         eager_aside = {"compile": True} if fw == "fsdp2" else {}  # model.eager_saved's rows
-        est = build_case({**base, "framework": fw, "zero_stage": zero, **eager_aside}).evaluate()
+        est = Case.of(**{**base, "framework": fw, "zero_stage": zero, **eager_aside}).evaluate()
         per_mb[fw] = est.stages[0].activations.per_microbatch_bytes
     k, S, h, layers = 2, 4096, 4096, 32
     assert per_mb["textbook"] - per_mb["megatron"] == layers * (2 * k * S * h - 4 * k * S)

@@ -272,20 +272,20 @@ def test_fp8_param_gather_needs_fp8():
 
 
 def test_evaluate_counts_torchtitans_loss_and_fsdp2_pipeline_gradients():
-    """Through build_case().evaluate(): torchtitan Table 2's Llama 3 8B at s 32,768 on one GPU's
+    """Through Case.of(**).evaluate(): torchtitan Table 2's Llama 3 8B at s 32,768 on one GPU's
     sequence keeps the loss's 8 B per logit beyond the kept fp32 softmax on its one stage (full
     recomputation's transient is smaller); under pp > 1 the stage's gradients are whole in FP32
     (4 B per parameter on the GPU) instead of FP32 shards."""
-    from trainplan.interface.inputs import build_case
+    from trainplan.optimizer.case import Case
 
-    base = {"model": "llama3-8b", "gpu": "H100-SXM", "framework": "fsdp2", "recompute": "full",
+    base = {"model": "llama3-8b", "device": "H100-SXM", "framework": "fsdp2", "recompute": "full",
             "seq_len": 32768, "micro_batch_size": 1}  # fmt: skip
-    est = build_case({**base, "dp": 8, "global_batch_size": 8}).evaluate()
+    est = Case.of(**{**base, "dp": 8, "global_batch_size": 8}).evaluate()
     acts = est.stages[0].activations
     assert acts.loss_transient_bytes == 8 * 32768 * 128_256
     assert acts.recompute_transient_bytes < acts.loss_transient_bytes
-    piped = build_case(
-        {**base, "dp": 4, "pp": 2, "zero_stage": 2, "global_batch_size": 8}
+    piped = Case.of(
+        **{**base, "dp": 4, "pp": 2, "zero_stage": 2, "global_batch_size": 8}
     ).evaluate()
     for st in piped.stages:
         assert st.state.gradients_bytes == 4 * (st.dense_params + st.expert_params)
@@ -297,16 +297,16 @@ def test_pytorch_pipeline_keeps_every_microbatchs_logits_on_the_last_stage():
     last stage of Llama 3 8B at s 32,768 holds m BF16 logits, 2·32,768·128,256 B each; 1F1B
     keeps one micro-batch in flight there whatever m is, so m 2 → 4 adds two of them. Megatron's
     schedules keep the loss, not the logits: nothing moves."""
-    from trainplan.interface.inputs import build_case
+    from trainplan.optimizer.case import Case
 
-    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 32768,
+    base = {"model": "llama3-8b", "device": "H100-SXM", "recompute": "full", "seq_len": 32768,
             "micro_batch_size": 1, "dp": 4, "pp": 2}  # fmt: skip
 
     def last(framework: str, batch: int, keeps: bool = True) -> Fraction:
         case = {**base, "framework": framework, "global_batch_size": batch}
         if framework == "fsdp2":
             case |= {"zero_stage": 2, "pipeline_keeps_outputs": keeps}
-        return build_case(case).evaluate().stages[-1].activations.embedding_bytes
+        return Case.of(**case).evaluate().stages[-1].activations.embedding_bytes
 
     assert last("fsdp2", 16) - last("fsdp2", 8) == 2 * 2 * 32768 * 128_256
     assert last("megatron", 16) == last("megatron", 8)
@@ -321,16 +321,16 @@ def test_fsdp2_all_gather_outputs_stay_reserved_in_the_copy_in_streams_pool():
     allocator serves a stream's cached blocks to that stream only. Llama 3 8B at dp 8: the
     largest unit is the embedding, 128,256 × 4,096 elements, so 2 · 2 B · 525,336,576 is
     reserved beyond the allocated peak; Megatron and a single rank reserve nothing more."""
-    from trainplan.interface.inputs import build_case
+    from trainplan.optimizer.case import Case
 
-    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 8192,
+    base = {"model": "llama3-8b", "device": "H100-SXM", "recompute": "full", "seq_len": 8192,
             "micro_batch_size": 1}  # fmt: skip
-    st = build_case({**base, "framework": "fsdp2", "dp": 8, "global_batch_size": 8}).evaluate()
+    st = Case.of(**{**base, "framework": "fsdp2", "dp": 8, "global_batch_size": 8}).evaluate()
     one = st.stages[0]
     assert one.stream_pool_bytes == 2 * 2 * 128_256 * 4096
     assert one.reserved_bytes == one.allocated_bytes + 2 * 2 * 128_256 * 4096
-    mega = build_case({**base, "framework": "megatron", "dp": 8, "global_batch_size": 8})
-    single = build_case({**base, "framework": "fsdp2", "dp": 1, "global_batch_size": 1})
+    mega = Case.of(**{**base, "framework": "megatron", "dp": 8, "global_batch_size": 8})
+    single = Case.of(**{**base, "framework": "fsdp2", "dp": 1, "global_batch_size": 1})
     assert mega.evaluate().stages[0].stream_pool_bytes == 0
     assert single.evaluate().stages[0].stream_pool_bytes == 0
 
@@ -343,14 +343,14 @@ def test_pytorch_pipeline_stage_keeps_its_outputs_and_receive_buffers():
     2·32,768·4,096 B; stage 0 keeps 2 outputs (1F1B: both micro-batches in flight) and 2
     gradient buffers; stage 1 sends nothing and keeps 2 activation buffers. A runtime that frees
     stage tensors (Llama 3 §3.3.2) and Megatron keep none."""
-    from trainplan.interface.inputs import build_case
+    from trainplan.optimizer.case import Case
 
-    base = {"model": "llama3-8b", "gpu": "H100-SXM", "recompute": "full", "seq_len": 32768,
+    base = {"model": "llama3-8b", "device": "H100-SXM", "recompute": "full", "seq_len": 32768,
             "micro_batch_size": 1, "dp": 4, "pp": 2, "global_batch_size": 8}  # fmt: skip
     one = 2 * 32768 * 4096
 
     def kept(**extra: object) -> list[Fraction]:
-        est = build_case({**base, **extra}).evaluate()
+        est = Case.of(**{**base, **extra}).evaluate()
         return [st.activations.pipeline_output_bytes for st in est.stages]
 
     assert kept(framework="fsdp2", zero_stage=2) == [4 * one, 2 * one]

@@ -15,17 +15,10 @@ Figures held here, each derived in the test:
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 
 import pytest
-from click.testing import CliRunner
 
-from tests.test_cli_planner import run_main
-from trainplan.interface.cli import cli, register_commands
-from trainplan.interface.flags import with_flags
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.comm_layers import NOTHING_AGAIN, recomputed_sends, tp_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
@@ -34,13 +27,13 @@ from trainplan.model.frameworks import (
     DEEPSPEED_SUB_GROUP_ELEMENTS,
     ZERO_STAGES,
     Framework,
-    check_framework,
 )
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.optimizer.case import Case
 
 T = TrainingSpec(seq_len=1, global_batch_size=8)
 P13 = Fraction(13 * 10**9)
@@ -142,8 +135,8 @@ def test_mixtral_expert_tensor_parallel_one():
     """Mixtral 8x7B, tp 2, ep 8, etp 1 on 8 GPUs (dp 4): experts are split over etp·ep = 8 ranks
     only, 45,097,156,608 / 8 = 5,637,144,576 per rank (32 layers × 8 experts × 3·4096·14336),
     and the expert data-parallel group is tp·dp·cp/(etp·ep) = 1."""
-    case = build_case(
-        {
+    case = Case.of(
+        **{
             "model": "mixtral-8x7b",
             "tp": 2,
             "dp": 4,
@@ -157,10 +150,10 @@ def test_mixtral_expert_tensor_parallel_one():
     est = case.evaluate()
     assert 32 * 8 * 3 * 4096 * 14336 == 45_097_156_608
     assert est.peak.expert_params == Fraction(45_097_156_608, 8) == 5_637_144_576
-    assert est.layout.expert_shard_degree == 1 and estimate_to_dict(est)["layout"]["etp"] == 1
+    assert est.layout.expert_shard_degree == 1 and est.layout.expert_tp == 1
     # with etp = tp = 2 (default) the same ep is illegal: ep must divide dp·cp = 4
     with pytest.raises(LayoutError, match="ep: 8 must divide dp × cp = 4"):  # model.layout
-        build_case({**case_params(), "etp": None}).evaluate()
+        Case.of(**{**case_params(), "etp": None}).evaluate()
 
 
 def case_params():
@@ -174,8 +167,8 @@ def test_etp_token_collectives_are_tp_traffic():
     micro-batch, T = s·b/tp tokens per rank (sequence parallel). Mixtral: k = 2, h = 4096."""
     base = {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 2, "num_gpus": 8,
             "global_batch_size": 4, "seq_len": 4096}  # fmt: skip
-    with_etp = build_case(base).evaluate()
-    without = build_case({**base, "etp": 1, "ep": 2}).evaluate()
+    with_etp = Case.of(**base).evaluate()
+    without = Case.of(**{**base, "etp": 1, "ep": 2}).evaluate()
     tp = {e: next(r.traffic for r in x.traffic if r.traffic.axis == "tp")
           for e, x in (("2", with_etp), ("1", without))}  # fmt: skip
     tokens, k, h, layers, m = 4096 // 2, 2, 4096, 32, 1
@@ -183,49 +176,6 @@ def test_etp_token_collectives_are_tp_traffic():
         tp["2"].bytes_per_step - tp["1"].bytes_per_step == 4 * 1 * k * tokens * h * 2 * layers * m
     )
     assert "etp" in tp["2"].collective
-
-
-@pytest.mark.parametrize(
-    ("framework", "zero", "pp", "needle"),
-    [
-        ("megatron", 3, 1, "not a stage of --framework megatron"),
-        ("fsdp2", 1, 1, "not a stage of --framework fsdp2"),
-        ("deepspeed", 2, 2, "needs pp = 1"),
-    ],
-)
-def test_a_stage_the_framework_lacks_is_one_line_exit_2(
-    framework, zero, pp, needle, monkeypatch, capsys
-):
-    with pytest.raises(LayoutError) as refused:  # the model names the parameter, the CLI its flag
-        check_framework(Framework(framework), zero, pp)
-    assert needle in with_flags(str(refused.value))
-    args = ["--model", "llama3-8b", "--framework", framework, "--zero", str(zero)]
-    code, out, err = run_main(monkeypatch, capsys, *args, "--pp", str(pp), "--dp", "2")
-    assert code == 2 and not out
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "zero_stage" in lines[0] and needle in lines[0]
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (
-            ["--tp", "4", "--dp", "3", "--etp", "3"],
-            "etp: 3 does not divide expert_ffn_hidden_size = 14336",
-        ),
-        (
-            ["--tp", "2", "--etp", "1", "--ep", "8", "--dp", "2"],
-            "etp 1 × ep 8 = 8 must divide tp × dp × cp = 4",
-        ),
-        (["--tp", "2", "--etp", "4"], "etp: 4 above tp = 2"),
-    ],
-)
-def test_etp_rules_are_one_line_exit_2(args, needle, monkeypatch, capsys):
-    code, out, err = run_main(
-        monkeypatch, capsys, "--model", "mixtral-8x7b", "--global-batch", "12", *args
-    )
-    assert code == 2 and not out, err
-    assert len(err.strip().splitlines()) == 1 and needle in err
 
 
 # ------------------------------------------------------------------ one mechanism per candidate
@@ -246,8 +196,8 @@ def test_memory_and_traffic_describe_the_same_mechanism(framework, zero, m):
     buffer is reduced once per step in its own dtype; gathered units are held exactly when the
     weights are gathered per micro-batch."""
     dp = 4
-    case = build_case(
-        {
+    case = Case.of(
+        **{
             "model": "llama3-8b",
             "dp": dp,
             "framework": str(framework),
@@ -286,31 +236,6 @@ def test_textbook_is_named_and_not_the_default():
     assert mechanism("textbook", 3).gathers_per_microbatch == 0
     for fw in ("deepspeed", "fsdp2"):
         assert mechanism(fw, 3).gathers_per_microbatch == 2
-
-
-def test_json_names_the_profile_and_the_peak_phase():
-    register_commands()
-    res = CliRunner().invoke(
-        cli,
-        [
-            "evaluate",
-            "--model",
-            "llama3-8b",
-            "--dp",
-            "8",
-            "--framework",
-            "deepspeed",
-            "--zero",
-            "2",
-            "--json",
-        ],  # fmt: skip
-    )
-    out = json.loads(res.output)
-    assert out["layout"]["framework"] == "deepspeed" and out["layout"]["zero_stage"] == 2
-    mem = out["memory"]
-    assert mem["peak_phase"] in ("forward-backward", "optimizer-step")
-    assert mem["total_bytes"] >= mem["steady_bytes"]
-    assert any("DeepSpeed ZeRO stage 2" in a for a in out["assumptions"])
 
 
 def test_deepspeed_zero1_allocates_the_ipg_bucket_in_backward():

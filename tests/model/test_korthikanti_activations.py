@@ -9,12 +9,12 @@ from fractions import Fraction
 
 import pytest
 
-from trainplan.interface.inputs import build_case
 from trainplan.model.activations import ActivationContext, layer_activations
 from trainplan.model.layout import Layout
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import split_layers
 from trainplan.model.terms.activations import stage_activations
+from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
 from ._shared import load
@@ -126,8 +126,8 @@ def test_flash_attention_drops_the_score_term():
 def _first_stage_layers_bytes(
     pp: int, schedule: str = "1f1b", v: int = 1, recompute: str = "selective"
 ) -> Fraction:
-    case = build_case(
-        {
+    case = Case.of(
+        **{
             "model": "gpt3-175b",
             "tp": T,
             "pp": pp,

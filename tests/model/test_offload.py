@@ -5,13 +5,14 @@ in :mod:`trainplan.model.offload`; host figures from the accelerator table (DGX 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 
-from tests.test_cli_planner import run_main
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
+from trainplan.model.offload import Offload
+from trainplan.optimizer.case import Case
+from trainplan.topology.accelerators import get_accelerator
 
 BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
 
@@ -22,8 +23,8 @@ def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     the GPU; the host holds 12 + 4 (FP32 gradients) = 16 B × P/8 = 2P. Per step, once: FP32
     main_grad D2H 4 B × P/8, bf16 weights H2D 2 B × P/8, over 64 GB/s; the CPU Adam streams
     2·12 + 4 + 2 = 30 B × P/8 at 76.8 GB/s."""
-    plain = build_case(BASE).evaluate()
-    off = build_case({**BASE, "offload_optimizer": 1}).evaluate()
+    plain = Case.of(**BASE).evaluate()
+    off = Case.of(**{**BASE, "offload": Offload(optimizer=1)}).evaluate()
     P = plain.stages[0].dense_params
     assert plain.stages[0].state.optimizer_bytes == 12 * P / 8
     assert off.stages[0].state.optimizer_bytes == 0
@@ -38,16 +39,15 @@ def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     assert plain.time_terms.optimizer_s == pytest.approx(gpu_step, rel=1e-9)
     assert off.time_terms.optimizer_s == 0
     assert off.step_s == pytest.approx(plain.step_s + expected - gpu_step, rel=1e-9)
-    d = estimate_to_dict(off)["memory"]
-    assert d["host_bytes_per_node"] == pytest.approx(8 * float(2 * P))
-    assert d["host_capacity_bytes"] == 256 * 10**9 and d["host_fits"] is True
+    assert off.host_bytes * off.device.gpus_per_node == 8 * 2 * P  # per node
+    assert off.device.host_memory_bytes == 256 * 10**9 and off.host_fits is True
 
 
 def test_partial_offload_is_a_fraction_of_each():
     """--offload-optimizer 0.25 (Megatron-Core --optimizer-offload-fraction): a quarter of the
     12 B × P/8 moves, with a quarter of the FP32 gradients: host 0.25 × 16 × P/8 = P/2."""
-    plain = build_case(BASE).evaluate().stages[0]
-    quarter = build_case({**BASE, "offload_optimizer": 0.25}).evaluate()
+    plain = Case.of(**BASE).evaluate().stages[0]
+    quarter = Case.of(**{**BASE, "offload": Offload(optimizer=0.25)}).evaluate()
     P = plain.dense_params
     assert quarter.stages[0].state.optimizer_bytes == Fraction(3, 4) * 12 * P / 8
     assert quarter.host_bytes == P / 2
@@ -62,8 +62,8 @@ def test_deepspeed_zero3_parameter_offload():
     micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
     gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
-    plain = build_case(base).evaluate()
-    off = build_case({**base, "offload_params": True}).evaluate()
+    plain = Case.of(**base).evaluate()
+    off = Case.of(**{**base, "offload": Offload(params=True)}).evaluate()
     P = plain.stages[0].dense_params
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
@@ -80,41 +80,23 @@ def test_deepspeed_zero3_parameter_offload():
 def test_host_memory_that_does_not_fit_is_a_verdict():
     """A 405B model's optimizer on the host of 8 H100s: 16 B × 405e9 / 8 GPUs ≈ 812 GB per GPU
     over the DGX H100's 256 GB per GPU: the verdict says so."""
-    est = build_case(
-        {"model": "llama3-405b", "tp": 8, "dp": 1, "pp": 1, "offload_optimizer": 1,
+    est = Case.of(**
+        {"model": "llama3-405b", "tp": 8, "dp": 1, "pp": 1, "offload": Offload(optimizer=1),
          "global_batch_size": 8, "seq_len": 8192}
     ).evaluate()  # fmt: skip
     assert est.host_bytes > 256 * 10**9
     assert est.host_fits is False and est.fits is False
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (
-            ["--framework", "textbook", "--offload-optimizer", "1"],
-            "textbook profile has no offload",
-        ),
-        (["--offload-params"], "Megatron-Core offloads the optimizer only"),
-        (["--framework", "deepspeed", "--zero", "2", "--offload-optimizer", "0.5"], "ratio"),
-        (["--framework", "fsdp2", "--offload-optimizer", "1"], "CPUOffloadPolicy"),
-        (["--offload-optimizer", "1.5"], "must be from 0 to 1"),
-        (["--gpu", "B200", "--offload-optimizer", "1"], "--set host_link_gbps"),
-    ],
-)
-def test_offload_refusals_are_one_line(monkeypatch, capsys, args, message):
-    code, out, err = run_main(monkeypatch, capsys, "--model", "llama3-8b", "--dp", "8", *args)
-    assert code == 2 and not out
-    assert len(err.strip().splitlines()) == 1 and message in err, err
-
-
 def test_host_link_override_reaches_the_step():
     """--host-link-gbps 32 (PCIe Gen4) on a B200 with its table's host memory: the transfer term
     doubles against 64."""
-    base = {"model": "llama3-8b", "dp": 8, "gpu": "B200", "offload_optimizer": 1}
-    fast = build_case({**base, "host_link_gbps": 64}).evaluate().time_terms.offload_s
-    slow = build_case({**base, "host_link_gbps": 32}).evaluate().time_terms.offload_s
-    est = build_case({**base, "host_link_gbps": 64}).evaluate()
+    base = {"model": "llama3-8b", "dp": 8, "offload": Offload(optimizer=1)}
+    b200 = get_accelerator("B200")
+    gen5, gen4 = (replace(b200, host_link_bytes_per_s=gbps * 1e9) for gbps in (64, 32))
+    fast = Case.of(**base, device=gen5).evaluate().time_terms.offload_s
+    slow = Case.of(**base, device=gen4).evaluate().time_terms.offload_s
+    est = Case.of(**base, device=gen5).evaluate()
     elements = float(est.stages[0].dense_params / 8)
     cpu = 30 * elements / 89.6e9
     assert fast == pytest.approx(6 * elements / 64e9 + cpu)

@@ -211,12 +211,12 @@ def test_mxfp8_memory_counts_the_scales():
     6,979,321,856 (one copy: per-tensor scaling keeps no transpose on Blackwell,
     :func:`trainplan.model.precision.keeps_fp8_transpose`); each FP8-saved linear input gains
     1/32 B per element."""
-    from trainplan.interface.inputs import build_case
+    from trainplan.optimizer.case import Case
 
     base = {"model": "llama3-8b", "dp": 8, "seq_len": 8192, "global_batch_size": 64,
-            "gpu": "B200", "precision": "fp8"}  # fmt: skip
-    mx = build_case({**base, "fp8_recipe": "mxfp8"}).evaluate().stages[0]
-    delayed = build_case(base).evaluate().stages[0]
+            "device": "B200", "precision": "fp8"}  # fmt: skip
+    mx = Case.of(**{**base, "fp8_recipe": "mxfp8"}).evaluate().stages[0]
+    delayed = Case.of(**base).evaluate().stages[0]
     assert delayed.state.weight_cache_bytes == 32 * 218_103_808 * 1
     assert mx.state.weight_cache_bytes == 32 * 218_103_808 * 33 // 16 == 14_394_851_328
     # FP8 rows per token of one layer: QKV, output, FC1 inputs (h each) and the down input (f)

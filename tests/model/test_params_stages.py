@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.params import count_params, stage_params
 from trainplan.model.split import split_layers
 from trainplan.scenarios.catalogue import get_model
@@ -50,23 +48,6 @@ def test_llama3_405b_stage_placement():
     assert stages[-1].dense == 7 * per_layer + h + V * h
     assert sum(s.dense for s in stages) == counts.total
     assert all(s.experts == 0 for s in stages)
-
-
-def test_llama3_405b_evaluate_reports_the_split():
-    est = build_case(
-        {
-            "model": "llama3-405b",
-            "tp": 8,
-            "pp": 16,
-            "dp": 128,
-            "seq_len": 8192,
-            "micro_batch_size": 1,
-            "global_batch_size": 2048,
-        }
-    ).evaluate()
-    assert [s.num_layers for s in est.stages] == [7] + [8] * 14 + [7]
-    assert estimate_to_dict(est)["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
-    assert any("uneven" in line for line in estimate_to_dict(est)["assumptions"])
 
 
 def test_tied_embeddings_last_stage_keeps_a_copy():

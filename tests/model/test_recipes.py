@@ -9,7 +9,6 @@ from fractions import Fraction
 
 import pytest
 
-from trainplan.interface.inputs import build_case
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import (
     CpKind,
@@ -38,6 +37,7 @@ from trainplan.model.optimizers import (
 )
 from trainplan.model.packing import Documents, pack_pair_ratio, packed_pairs
 from trainplan.model.params import count_params
+from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
 LLAMA8 = get_model("llama3-8b").model.arch
@@ -157,7 +157,7 @@ def test_muon_gathers_rows_and_transient_by_hand():
     elements = 32 * LAYER_MATRIX // 2
     assert elements == 3_489_660_928
     for mode in ("blockwise", "duplicated"):
-        case = build_case({**base, "muon_tp_mode": mode}).evaluate()
+        case = Case.of(**{**base, "muon_tp_mode": mode}).evaluate()
         rows = {r.traffic.axis: r for r in case.traffic if r.optimizer_step}
         assert rows["dp"].traffic.bytes_per_step == Fraction(7, 8) * 4 * elements
         assert rows["dp"].traffic.bytes_per_step == 12_213_813_248
@@ -191,11 +191,8 @@ def test_muon_tp_mode_is_megatrons_and_muons():
     assert muon_tp_gathers("fsdp2") is True and muon_tp_gathers("textbook") is True
     with pytest.raises(LayoutError, match="^muon_tp_mode: duplicated is Megatron-Core's option"):
         muon_tp_gathers("fsdp2", "duplicated")
-    base = {"model": "llama3-8b", "dp": 8, "muon_tp_mode": "duplicated"}
-    with pytest.raises(InputError, match="^muon_tp_mode: applies to optimizer muon, not adam"):
-        build_case(base)
     with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' is not one of"):
-        build_case({**base, "optimizer": "muon", "muon_tp_mode": "distributed"})
+        Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="distributed")
 
 
 def test_optimizer_step_bytes_follow_the_state():

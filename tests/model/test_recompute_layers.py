@@ -19,14 +19,13 @@ from hypothesis import strategies as st
 
 from tests.archs import llama_like
 from tests.test_cli_planner import run_main
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.pipeline import interleaved_chunks_held_simulated
 from trainplan.model.schedule import simulate
 from trainplan.model.stage_bytes import block_forms, stage_forms
+from trainplan.optimizer.case import Case
 
 LLAMA3_70B = {
     "model": "llama3-70b",
@@ -34,44 +33,8 @@ LLAMA3_70B = {
     "pp": 4,
     "seq_len": 8192,
     "global_batch_size": 32,
-    "gpu": "H100-SXM",
+    "device": "H100-SXM",
 }
-
-
-def test_llama3_70b_partial_recompute_by_hand():
-    """Llama 3 70B, tp 8 (SP), pp 4, s 8192, b 1, m 32, 1F1B: 20 layers per stage; stage i holds
-    4 − i micro-batches. Without recomputation a layer keeps 22,481,469,440 / (4 · 20) =
-    281,018,368 B per micro-batch; fully recomputed it keeps its input, 2·s·h/tp =
-    2 · 8192 · 8192 / 8 = 16,777,216 B. --recompute-layers 2,4,4,0:
-
-    * stage 0: 4 · (2 · 16,777,216 + 18 · 281,018,368) = 4 · 5,091,885,056 = 20,367,540,224 B;
-    * stage 1: 3 · (4 · 16,777,216 + 16 · 281,018,368) = 3 · 4,563,402,752 = 13,690,208,256 B;
-    * stage 3: as without recomputation, 5,620,367,360 B.
-
-    The transient is 0: recomputing the stage's last recomputed layer holds 281,018,368 −
-    16,777,216 = 264,241,152 B, less than the 16 (or 18) later layers' bytes its micro-batch has
-    already freed. With every layer recomputed it is full recomputation's 264,241,152 B."""
-    none = build_case(LLAMA3_70B).evaluate()
-    part = build_case({**LLAMA3_70B, "recompute_layers": "2,4,4,0"}).evaluate()
-    full = build_case({**LLAMA3_70B, "recompute": "full"}).evaluate()
-    layer, ckpt = 281_018_368, 16_777_216
-    assert none.stages[0].activations.layers_bytes == 4 * 20 * layer == 22_481_469_440
-    assert full.stages[0].activations.layers_bytes == 4 * 20 * ckpt
-    acts = [s.activations for s in part.stages]
-    assert acts[0].layers_bytes == 4 * (2 * ckpt + 18 * layer) == 20_367_540_224
-    assert acts[1].layers_bytes == 3 * (4 * ckpt + 16 * layer) == 13_690_208_256
-    assert acts[2].layers_bytes == 2 * (4 * ckpt + 16 * layer)
-    assert acts[3].layers_bytes == 5_620_367_360
-    assert all(a.recompute_transient_bytes == 0 for a in acts)
-    assert full.stages[0].activations.recompute_transient_bytes == layer - ckpt == 264_241_152
-    # time: stages 1 and 2 recompute 4 layers and set the pace; one more forward of each
-    assert none.step_s < part.step_s < full.step_s
-    # hardware FLOPs: 10 of 80 layers recomputed add 10/80 of full recomputation's extra
-    extra_full = full.flops.hardware_flops - none.flops.hardware_flops
-    assert part.flops.hardware_flops - none.flops.hardware_flops == extra_full * 10 // 80
-    d = estimate_to_dict(part)
-    assert d["layout"]["recompute_layers"] == [2, 4, 4, 0]
-    assert any("per-stage recomputation" in a for a in d["assumptions"])
 
 
 def test_block_forms_by_hand():
@@ -94,12 +57,12 @@ def _small_case(pp: int, layers: tuple[int, ...], **extra: object) -> dict[str, 
     """A Llama-like 2,048-wide model of ``sum(layers)`` layers cut as ``layers``."""
     arch = llama_like(sum(layers), 2048, 16, 5504, 32000)
     return {
-        "model_spec": ModelSpec(name="small", source="test", arch=arch),
+        "model": ModelSpec(name="small", source="test", arch=arch),
         "pp": pp,
         "tp": 2,
         "seq_len": 2048,
         "global_batch_size": 8,
-        "gpu": "H100-SXM",
+        "device": "H100-SXM",
         "stage_layers": ",".join(map(str, layers)),
         **extra,
     }
@@ -117,13 +80,13 @@ def test_counts_at_the_ends_are_the_uniform_modes(layers, base):
     time to float rounding); all zeros is the base mode (exact)."""
     pp = len(layers)
     case = _small_case(pp, layers)
-    base_e = build_case({**case, "recompute": base}).evaluate()
-    zeros = build_case(
-        {**case, "recompute": base, "recompute_layers": ",".join(["0"] * pp)}
+    base_e = Case.of(**{**case, "recompute": base}).evaluate()
+    zeros = Case.of(
+        **{**case, "recompute": base, "recompute_layers": ",".join(["0"] * pp)}
     ).evaluate()
-    full = build_case({**case, "recompute": "full"}).evaluate()
-    alln = build_case(
-        {**case, "recompute": base, "recompute_layers": ",".join(map(str, layers))}
+    full = Case.of(**{**case, "recompute": "full"}).evaluate()
+    alln = Case.of(
+        **{**case, "recompute": base, "recompute_layers": ",".join(map(str, layers))}
     ).evaluate()
     assert [s.total_bytes for s in zeros.stages] == [s.total_bytes for s in base_e.stages]
     assert zeros.step_s == base_e.step_s
@@ -146,8 +109,8 @@ def test_one_more_recomputed_layer_never_holds_more_nor_runs_faster(layers, data
     more = list(counts)
     more[stage] += 1
     case = _small_case(pp, layers)
-    a = build_case({**case, "recompute_layers": ",".join(map(str, counts))}).evaluate()
-    b = build_case({**case, "recompute_layers": ",".join(map(str, more))}).evaluate()
+    a = Case.of(**{**case, "recompute_layers": ",".join(map(str, counts))}).evaluate()
+    b = Case.of(**{**case, "recompute_layers": ",".join(map(str, more))}).evaluate()
     assert b.stages[stage].total_bytes <= a.stages[stage].total_bytes
     assert b.step_s >= a.step_s
 
@@ -171,7 +134,7 @@ def test_one_more_recomputed_layer_never_holds_more_nor_runs_faster(layers, data
 )
 def test_bad_counts_are_refused_in_one_line(value, extra, message):
     with pytest.raises(LayoutError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        build_case({**LLAMA3_70B, "recompute_layers": value, **extra}).evaluate()
+        Case.of(**{**LLAMA3_70B, "recompute_layers": value, **extra}).evaluate()
 
 
 def test_cli_refuses_bad_counts_with_exit_2(monkeypatch, capsys):
@@ -188,9 +151,7 @@ def test_cli_refuses_bad_counts_with_exit_2(monkeypatch, capsys):
 
 def test_single_time_model_refuses_per_stage_counts():
     with pytest.raises(Exception, match="timed by the roofline model only"):
-        build_case(
-            {**LLAMA3_70B, "recompute_layers": "1,1,1,1", "framework": "textbook"}
-        ).evaluate()
+        Case.of(**{**LLAMA3_70B, "recompute_layers": "1,1,1,1", "framework": "textbook"}).evaluate()
 
 
 def test_layout_reads_counts_from_text():
@@ -241,51 +202,6 @@ def test_uniform_simulation_unchanged():
 # --- interleaved model chunks: the count is per chunk ----------------------------------------
 
 
-def test_llama3_70b_per_chunk_counts_by_hand():
-    """The same Llama 3 70B run interleaved, v = 2: 80 layers in 8 chunks of 10, stage i holds
-    chunks i and i + 4. --recompute-layers 2,4,4,0 recomputes the first 2 (4, 4, 0) layers of
-    *each* chunk (Megatron-LM's --recompute-num-layers per virtual stage). Megatron's warm-up is
-    2·(pp − i − 1) + (v − 1)·pp chunk forwards, so stage i holds 11, 9, 7, 5 chunks at its peak:
-
-    * stage 0, a chunk = 2 · 16,777,216 + 8 · 281,018,368 = 2,281,701,376 B; × 11 =
-      25,098,715,136 B (30,912,020,480 B without recomputation);
-    * stage 1, a chunk = 4 · 16,777,216 + 6 · 281,018,368 = 1,753,219,072 B; × 9 =
-      15,778,971,648 B; stage 2 × 7 = 12,272,533,504 B;
-    * stage 3: 5 · 10 · 281,018,368 = 14,050,918,400 B, as without recomputation.
-
-    FLOPs: 2·2 + 4·2 + 4·2 + 0 = 20 of the 80 layers recomputed, 20/80 of full recomputation's
-    extra. Time: the slowest stages recompute 8 of their 20 layers, as a 1F1B layout with counts
-    4,8,8,0 — the same m·t_mb (compute_s, the same float), the bubble (pp − 1)/(v·m) half of it.
-    Counts at the largest chunk (10) everywhere are full recomputation, exactly."""
-    inter = {**LLAMA3_70B, "schedule": "interleaved", "virtual_stages": 2}
-    part = build_case({**inter, "recompute_layers": "2,4,4,0"}).evaluate()
-    none = build_case(inter).evaluate()
-    full = build_case({**inter, "recompute": "full"}).evaluate()
-    layer, ckpt = 281_018_368, 16_777_216
-    acts = [s.activations for s in part.stages]
-    assert [a.microbatches_in_flight for a in acts] == [
-        Fraction(11, 2), Fraction(9, 2), Fraction(7, 2), Fraction(5, 2)
-    ]  # fmt: skip
-    assert none.stages[0].activations.layers_bytes == 11 * 10 * layer == 30_912_020_480
-    assert acts[0].layers_bytes == 11 * (2 * ckpt + 8 * layer) == 25_098_715_136
-    assert acts[1].layers_bytes == 9 * (4 * ckpt + 6 * layer) == 15_778_971_648
-    assert acts[2].layers_bytes == 7 * (4 * ckpt + 6 * layer) == 12_272_533_504
-    assert acts[3].layers_bytes == 5 * 10 * layer == 14_050_918_400
-    assert all(a.recompute_transient_bytes == 0 for a in acts)
-    extra_full = full.flops.hardware_flops - none.flops.hardware_flops
-    assert part.flops.hardware_flops - none.flops.hardware_flops == extra_full * 20 // 80
-    flat = build_case({**LLAMA3_70B, "recompute_layers": "4,8,8,0"}).evaluate()
-    assert part.time_terms.compute_s == flat.time_terms.compute_s
-    assert part.time_terms.bubble_s == pytest.approx(flat.time_terms.bubble_s / 2, rel=1e-12)
-    alln = build_case({**inter, "recompute_layers": "10,10,10,10"}).evaluate()
-    assert [s.total_bytes for s in alln.stages] == [s.total_bytes for s in full.stages]
-    assert alln.step_s == full.step_s
-    assert any(
-        "of each stage's model chunks (per chunk)" in a
-        for a in estimate_to_dict(part)["assumptions"]
-    )
-
-
 def test_an_earlier_chunk_recomputed_adds_its_transient_to_the_held_peak():
     """Stage 0 with chunks of 2 and 18 layers (B 8, m 8), 2 recomputed per chunk: the schedule's
     held peak is 4 chunk-0 and 4 chunk-1 micro-batches less what its backwards freed,
@@ -296,7 +212,7 @@ def test_an_earlier_chunk_recomputed_adds_its_transient_to_the_held_peak():
     taken off the transient a second time, leaving 0)."""
     case = {**LLAMA3_70B, "global_batch_size": 8, "schedule": "interleaved", "virtual_stages": 2}
     case |= {"stage_layers": "2,10,10,10,18,10,10,10", "recompute_layers": "2,0,0,0"}
-    stage = build_case(case).evaluate().stages[0]
+    stage = Case.of(**case).evaluate().stages[0]
     assert stage.activations.layers_bytes == 18_354_274_304
     assert stage.activations.recompute_transient_bytes == 281_018_368 - 16_777_216 == 264_241_152
 
@@ -308,7 +224,7 @@ def test_per_chunk_counts_clip_at_a_small_chunk():
     from trainplan.model.estimate import recomputed_layers
 
     inter = {**LLAMA3_70B, "schedule": "interleaved", "virtual_stages": 3}
-    case = build_case({**inter, "recompute_layers": "6,0,0,0"})
+    case = Case.of(**{**inter, "recompute_layers": "6,0,0,0"})
     arch = case.model.arch
     rec = recomputed_layers(arch, case.layout)
     assert sorted(rec) == [*range(0, 6), *range(26, 32), *range(54, 60)]
@@ -320,11 +236,11 @@ def test_per_chunk_counts_clip_at_a_small_chunk():
     assert interleaved_chunks_held_simulated(4, 32, 3, 0, chunk_bytes) == (7, 4, 4)
     assert est.stages[0].activations.layers_bytes == 7 * 6 * ckpt + 8 * (6 * ckpt + layer)
     assert est.stages[0].activations.layers_bytes == 3_758_096_384
-    full_stage0 = build_case({**inter, "recompute_layers": "7,0,0,0"}).evaluate().stages[0]
-    full = build_case({**inter, "recompute": "full"}).evaluate().stages[0]
+    full_stage0 = Case.of(**{**inter, "recompute_layers": "7,0,0,0"}).evaluate().stages[0]
+    full = Case.of(**{**inter, "recompute": "full"}).evaluate().stages[0]
     assert full_stage0.total_bytes == full.total_bytes
     with pytest.raises(LayoutError, match="8 on stage 0 is more than its largest model chunk's 7"):
-        build_case({**inter, "recompute_layers": "8,0,0,0"}).evaluate()
+        Case.of(**{**inter, "recompute_layers": "8,0,0,0"}).evaluate()
 
 
 _CHUNKS = st.integers(min_value=2, max_value=3).flatmap(
@@ -355,12 +271,12 @@ def test_interleaved_counts_at_the_ends_are_the_uniform_modes(shape, base):
         "global_batch_size": 2 * pp,
     }
     largest = [max(chunks[i::pp]) for i in range(pp)]
-    base_e = build_case({**case, "recompute": base}).evaluate()
-    zeros = build_case({**case, "recompute": base, "recompute_layers": "0," * (pp - 1) + "0"})
+    base_e = Case.of(**{**case, "recompute": base}).evaluate()
+    zeros = Case.of(**{**case, "recompute": base, "recompute_layers": "0," * (pp - 1) + "0"})
     zeros_e = zeros.evaluate()
-    full = build_case({**case, "recompute": "full"}).evaluate()
-    alln = build_case(
-        {**case, "recompute": base, "recompute_layers": ",".join(map(str, largest))}
+    full = Case.of(**{**case, "recompute": "full"}).evaluate()
+    alln = Case.of(
+        **{**case, "recompute": base, "recompute_layers": ",".join(map(str, largest))}
     ).evaluate()
     assert [s.total_bytes for s in zeros_e.stages] == [s.total_bytes for s in base_e.stages]
     assert zeros_e.step_s == base_e.step_s

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError
+from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_cost import pass_times, split_span
+from trainplan.optimizer.case import Case
 
 BASE = dict(model="llama3-8b", num_gpus=16, dp=4, pp=4, global_batch_size=64, seq_len=4096)
 
 
 def _est(schedule: str, framework: str, **extra: object):  # type: ignore[no-untyped-def]
-    return build_case({**BASE, "schedule": schedule, "framework": framework, **extra}).evaluate()
+    return Case.of(**{**BASE, "schedule": schedule, "framework": framework, **extra}).evaluate()
 
 
 def test_zb_h1_pipeline_term_is_its_closed_form() -> None:
@@ -59,10 +61,10 @@ def test_dualpipe_end_ranks_share_the_embedding_with_the_mtp_module() -> None:
     the MTP module under 1F1B (Megatron-Core builds it where ``mtp_process``); under DualPipe the
     end ranks hold the first stage too, whose embedding the MTP module shares physically (the
     report's §3.2.3): rank 15 = stage 15 + stage 0 − one 129,280 × 7,168 BF16 table."""
-    lay = dict(model="deepseek-v3", num_gpus=2048, gpu="H800", dp=128, pp=16, ep=64,
+    lay = dict(model="deepseek-v3", num_gpus=2048, device="H800", dp=128, pp=16, ep=64,
                global_batch_size=15360, seq_len=4096, framework="textbook")  # fmt: skip
-    one = build_case({**lay, "schedule": "1f1b"}).evaluate().stages
-    dual = build_case({**lay, "schedule": "dualpipe"}).evaluate().stages
+    one = Case.of(**{**lay, "schedule": "1f1b"}).evaluate().stages
+    dual = Case.of(**{**lay, "schedule": "dualpipe"}).evaluate().stages
     table = 2 * 129_280 * 7_168
     w = [s.state.weights_bytes for s in one]
     assert dual[15].state.weights_bytes == w[15] + w[0] - table
@@ -98,7 +100,7 @@ def test_a_framework_without_the_schedule_is_refused() -> None:
         _est("interleaved", "deepspeed", virtual_stages=2)
     assert _est("gpipe", "fsdp2").time_terms is not None  # torchtitan's GPipe
     # without a pipeline no schedule runs: the name is not refused
-    build_case({**BASE, "dp": 16, "pp": 1, "schedule": "gpipe", "framework": "megatron"})
+    Case.of(**{**BASE, "dp": 16, "pp": 1, "schedule": "gpipe", "framework": "megatron"})
 
 
 def test_the_search_offers_a_schedule_only_under_a_framework_that_runs_it() -> None:
@@ -127,9 +129,7 @@ def test_a_dualpipe_rank_runs_its_stage_and_the_mirror_stage() -> None:
     base = dict(model="llama3-8b", num_gpus=16, global_batch_size=64, seq_len=4096)
 
     def per_microbatch(pp: int, dp: int, schedule: str) -> float:
-        est = build_case(
-            {**base, "pp": pp, "dp": dp, "schedule": schedule, "framework": "textbook"}
-        )
+        est = Case.of(**{**base, "pp": pp, "dp": dp, "schedule": schedule, "framework": "textbook"})
         terms = est.evaluate().time_terms
         assert terms is not None
         return terms.compute_s / (64 / dp)
@@ -146,13 +146,13 @@ def test_a_dualpipe_bubble_is_never_negative() -> None:
     (dp 512 × tp 2 × pp 2, ep 128, DualPipe, m 30) a span 1.0 ms shorter than its rank's own
     passes (12.6512 s against m·t_mb = 12.6522 s): a bubble of −1.0 ms. The span is at least
     the passes, so the bubble is 0 and the section is m·t_mb."""
-    est = build_case({
-        "model": "deepseek-v3", "gpu": "H800", "framework": "textbook",
+    est = Case.of(**{
+        "model": "deepseek-v3", "device": "H800", "framework": "textbook",
         "global_batch_size": 15360, "seq_len": 4096, "dp": 512, "tp": 2, "pp": 2, "ep": 128,
         "zero_stage": 3, "micro_batch_size": 1, "recompute": "selective", "schedule": "dualpipe",
         "precision": "fp8", "fp8_recipe": "blockwise", "fp8_activation_storage": "deepseek_v3",
-        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"], "optimizer_dtype": "bf16",
-        "gradient_dtype": "fp32", "moe_dispatcher": "deepep", "moe_node_limit": 4,
+        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"], "optimizer_bytes": optimizer_state_bytes("bf16", True),
+        "gradient_bytes": 4, "moe_run": MoERun(dispatcher=Dispatcher.DEEPEP, node_limit=4),
     }).evaluate()  # fmt: skip
     terms = est.time_terms
     assert terms is not None

@@ -9,18 +9,12 @@ the embedding-only first and output-only last stage.
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.test_cli_planner import run_main
-from trainplan.interface.cli import cli, register_commands
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout
 from trainplan.model.megatron_split import megatron_stage_layers
@@ -29,6 +23,7 @@ from trainplan.model.split import default_chunk_sizes, split_layers
 from trainplan.model.terms.activation_fields import stage_layer_counts
 from trainplan.model.terms.step import stage_core_flops
 from trainplan.model.timing import microbatch_flop_terms, stage_peak_seconds
+from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
 LLAMA3_405B = {
@@ -54,8 +49,8 @@ def test_explicit_stage_layers_move_parameters_and_activations():
     """--stage-layers 6,8×15: stage 0 holds the embedding (V·h = 128,256 × 16,384 =
     2,101,346,304) and 6 layers (6 × 3,187,703,808 = 19,126,222,848) = 21,227,569,152 parameters,
     against 7 layers by default; its activations scale with its layers: 6/7 of the default's."""
-    default = build_case(LLAMA3_405B).evaluate()
-    given_ = build_case({**LLAMA3_405B, "stage_layers": "6," + ",".join(["8"] * 15)}).evaluate()
+    default = Case.of(**LLAMA3_405B).evaluate()
+    given_ = Case.of(**{**LLAMA3_405B, "stage_layers": "6," + ",".join(["8"] * 15)}).evaluate()
     assert [s.num_layers for s in given_.stages] == [6] + [8] * 15
     # dense parameters on one tp rank (megatron keeps the norms whole on every rank: 6 layers ×
     # 2 norms × h, and no positions; it pads V = 128,256 to a multiple of 128 × tp = 1,024:
@@ -67,8 +62,7 @@ def test_explicit_stage_layers_move_parameters_and_activations():
     a6, a7 = given_.stages[0].activations, default.stages[0].activations
     assert a6.layers_bytes / a7.layers_bytes == Fraction(6, 7)
     assert a6.microbatches_in_flight == a7.microbatches_in_flight == 16
-    assert estimate_to_dict(given_)["layout"]["chunk_layers"] == [6] + [8] * 15
-    assert any("stage layout as given" in a for a in estimate_to_dict(given_)["assumptions"])
+    assert given_.layout.stage_layers == (6, *[8] * 15)
 
 
 def test_megatron_accounting_is_llama3s_split():
@@ -132,8 +126,8 @@ def test_the_slowest_stage_sets_the_pace():
     arch = get_model("llama3-8b").model.arch
     assert stage_layer_counts(arch, 4, 1, True, (5, 9, 9, 9)) == ((5, 0), (9, 0), (9, 0), (9, 0))
     base = {"model": "llama3-8b", "pp": 4, "dp": 2, "seq_len": 8192, "global_batch_size": 64}
-    even = build_case(base).evaluate()
-    skew = build_case({**base, "stage_layers": "5,9,9,9"}).evaluate()
+    even = Case.of(**base).evaluate()
+    skew = Case.of(**{**base, "stage_layers": "5,9,9,9"}).evaluate()
     terms = microbatch_flop_terms(arch, 8192, 1, skew.layout.recompute, True)
     o = skew.options
     core9 = stage_core_flops(arch, 4, 1, 8192, True, True, (5, 9, 9, 9))[3]
@@ -144,39 +138,6 @@ def test_the_slowest_stage_sets_the_pace():
     eight = stage_peak_seconds(terms, 8, 0, True, core8, 3, eff, attn)
     assert skew.step_s / even.step_s == pytest.approx(nine / eight, rel=0.02)
     assert skew.step_s > even.step_s
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--stage-layers", "7,8,8,8,8,8,8,8,8,8,8,8,8,8,8,8"], "= 127 layers, not num_layers"),
-        (["--stage-layers", "7,8"], "2 counts for pp 16"),
-        (["--stage-layers", "7,x"], "must be whole numbers >= 0"),
-        (["--stage-layers", "-1,127" + ",0" * 14], "must be whole numbers >= 0"),
-        (["--first-stage-layers", "6", "--last-stage-layers", "5"], "do not split evenly"),
-        (["--first-stage-layers", "7", "--stage-layers", "7" + ",8" * 14 + ",7"], "not both"),
-    ],
-)
-def test_bad_stage_layouts_exit_2_with_one_line(monkeypatch, capsys, args, message):
-    base = ["--model", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "8"]
-    code, out, err = run_main(monkeypatch, capsys, *base, *args)
-    assert code == 2 and not out
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], err
-
-
-def test_cli_first_last_stage_layers():
-    register_commands()
-    result = CliRunner().invoke(
-        cli,
-        [
-            "evaluate", "--model", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "8",
-            "--first-stage-layers", "8", "--last-stage-layers", "6", "--json",
-        ],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    layout = json.loads(result.output)["layout"]
-    assert layout["stage_layers"] == [8] * 15 + [6]  # (126 − 8 − 6) / 14 = 8
 
 
 @given(

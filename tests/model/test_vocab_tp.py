@@ -9,18 +9,13 @@ seed's textbook keep V (model/vocab.py).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from trainplan.interface.inputs import build_case
-from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.model.estimate import evaluate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.vocab import VOCAB_MULTIPLE, padded_vocab
+from trainplan.optimizer.case import Case
 from trainplan.topology.accelerators import get_accelerator
 
 # GPT-2 small: 12 layers, h 768, 12 heads, V 50,257 (odd: no tp > 1 divides it), learned
@@ -89,39 +84,8 @@ def test_megatron_pads_llama3_at_tp8_and_pad_vocab_overrides_it():
     # ⌈128,256/1,024⌉ = 126 → 129,024 (16,128 rows per rank); its two V·h matrices on the one
     # stage hold (129,024 − 128,256)·4,096/8 = 393,216 parameters more each: 2 B of bf16
     # weights × 786,432 = 1,572,864 bytes
-    padded = build_case({"model": "llama3-8b", "tp": 8}).evaluate()
-    plain = build_case({"model": "llama3-8b", "tp": 8, "vocab_multiple": 1}).evaluate()
+    padded = Case.of(**{"model": "llama3-8b", "tp": 8}).evaluate()
+    plain = Case.of(**{"model": "llama3-8b", "tp": 8, "vocab_multiple": 1}).evaluate()
     assert (padded.padded_vocab_size, plain.padded_vocab_size) == (129_024, 128_256)
     diff = padded.stages[0].state.weights_bytes - plain.stages[0].state.weights_bytes
     assert diff == 2 * 2 * 768 * 4096 // 8 == 1_572_864
-    assert estimate_to_dict(padded)["model"]["padded_vocab_size"] == 129_024
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=120
-    )
-
-
-def test_pad_vocab_must_be_positive_everywhere(tmp_path):
-    for command in (["evaluate", "--model", "llama3-8b"], ["search", "--model", "llama3-8b"]):
-        out = _run(*command, "--gpus", "8", "--set", "vocab_multiple=0")
-        assert out.returncode == 2
-        assert out.stderr.strip() == "Error: vocab_multiple: 0 must be at least 1"
-    scenario = tmp_path / "s.toml"
-    scenario.write_text('model = "llama3-8b"\ngpus = 8\n[cluster]\nvocab_multiple = 0\n')
-    out = _run("search", "--scenario", str(scenario))
-    assert out.returncode == 2 and "vocab_multiple: 0 must be at least 1" in out.stderr
-
-
-def test_the_search_takes_pad_vocab():
-    out = _run(
-        "search", "--model", "qwen2.5-7b", "--gpus", "8", "--tp", "4", "--framework", "fsdp2",
-        "--set", "vocab_multiple=5", "--json",
-    )  # fmt: skip
-    d = json.loads(out.stdout)
-    # 152,064 rounded up to a multiple of 5·4 = 20: 7,604·20 = 152,080
-    assert d["model"]["padded_vocab_size"] == 152_080
-    assert "vocabulary 152,064 padded to 152,080 rows (--set vocab_multiple 5 = 20" in " ".join(
-        d["notes"]
-    )

@@ -8,38 +8,50 @@ import random
 
 import pytest
 
-from trainplan.interface.scenario import build_problem
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.search import frontier, prepare, search
+from trainplan.optimizer.space import SearchSpace
 
 MODELS = ["megatron-1.7b", "megatron-3.6b", "llama3-8b", "mixtral-8x7b", "megatron-7.5b"]
 GPUS = ["A100-40GB", "A100-80GB", "H100-SXM", "H200"]
 
 
-def scenario(i: int) -> dict:
+def problem_of(i: int, min_mfu: bool = True) -> Problem:
+    """Scenario ``i``: a model, GPU counts (one, two, or the range 4..16: 4, 6, 8, 12, 16), one
+    or two accelerators, s, B, an objective, b ≤ 2, v 2, cp 1 or 1–2, ep 1–4 for Mixtral, a
+    headroom, an MFU floor (``min_mfu`` False drops it), and tp kept in NVLink or not."""
     rng = random.Random(1000 + i)
     model = MODELS[i % len(MODELS)]
-    values = {
-        "model": model,
-        "gpus": rng.choice(["4", "8", "16", "8;16", "4..16"]),
-        "gpu": rng.choice(GPUS + ["A100-80GB,H100-SXM"]),
-        "seq_len": rng.choice([1024, 2048, 4096]),
-        "global_batch": rng.choice([16, 32, 64]),
-        "objective": rng.choice(["step-time", "step-time", "tokens-per-gpu", "time-to-train"]),
-        "space": {"max_micro_batch": 2, "virtual_stages": [2], "cp": rng.choice([[1], [1, 2]])},
-        "constraints": {
-            "headroom": rng.choice([0, 0.1]),
-            "min_mfu": rng.choice([None, None, 0.3]),
-            "tp_in_nvlink": rng.choice([False, True]),
-        },
-        "cluster": {},
-    }
-    if model == "mixtral-8x7b":
-        values["space"]["ep"] = [1, 2, 4]
-    if values["objective"] == "time-to-train":  # the budget only where it is used
-        values["tokens"] = "1e12"
-    return values
+    counts = gpu_counts(rng.choice(["4", "8", "16", "8;16", "4..16"]))
+    gpus = rng.choice([*GPUS, "A100-80GB,H100-SXM"]).split(",")
+    seq, batch = rng.choice([1024, 2048, 4096]), rng.choice([16, 32, 64])
+    objective = Objective(rng.choice(["step-time", "step-time", "tokens-per-gpu", "time-to-train"]))
+    cp = rng.choice([(1,), (1, 2)])
+    headroom, floor = rng.choice([0, 0.1]), rng.choice([None, None, 0.3])
+    constraints = Constraints(
+        headroom=headroom,
+        min_mfu=floor if min_mfu else None,
+        tp_in_nvlink=rng.choice([False, True]),
+    )
+    space = SearchSpace(
+        num_gpus=counts[0],
+        cp=cp,
+        ep=(1, 2, 4) if model == "mixtral-8x7b" else None,
+        max_micro_batch_size=2,
+        virtual_stages=(2,),
+    )
+    jobs = tuple(
+        Job(Case.of(model, gpu, seq_len=seq, global_batch_size=batch), n, f"{model} {n} {gpu}")
+        for gpu in gpus
+        for n in counts
+    )
+    tokens = 10**12 if objective is Objective.TIME_TO_TRAIN else None  # only where it is used
+    return Problem(
+        jobs=jobs, space=space, constraints=constraints, objective=objective, tokens=tokens
+    )
 
 
 CASES = [
@@ -54,7 +66,7 @@ other even ones with ``-m exhaustive`` (by hand, for CI's time)."""
 
 @pytest.mark.parametrize("i", CASES)
 def test_best_and_top_k_equal_enumeration(i):
-    problem = build_problem({}, scenario(i))
+    problem = problem_of(i)
     prepared = prepare(problem)
     tables = prepared[0]
     want = oracle.top(problem, tables, 3)
@@ -76,9 +88,7 @@ def test_best_and_top_k_equal_enumeration(i):
 
 @pytest.mark.parametrize("i", range(0, 50, 5))
 def test_frontier_equals_enumeration(i):
-    values = scenario(i)
-    values["constraints"]["min_mfu"] = None
-    problem = build_problem({}, values)
+    problem = problem_of(i, min_mfu=False)
     prepared = prepare(problem)
     tables = prepared[0]
     want = oracle.pareto(problem, tables, "memory")

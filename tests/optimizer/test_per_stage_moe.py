@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tests.archs import llama_like
-from trainplan.interface.inputs import build_case
 from trainplan.model.arch_parts import MoESpec
 from trainplan.model.errors import InputError
 from trainplan.model.model_spec import ModelSpec
+from trainplan.optimizer.case import Case
 from trainplan.optimizer.per_stage import solve_shape
 from trainplan.optimizer.stage_rules import layer_counts, leading_layers
 
@@ -25,13 +25,13 @@ def _moe_case(dense: int, mtp: int, pp: int = 2, **extra: object):  # type: igno
         ),
         mtp_layers=mtp,
     )  # fmt: skip
-    return build_case(
-        {
-            "model_spec": ModelSpec(name="tiny-moe", source="test", arch=arch),
+    return Case.of(
+        **{
+            "model": ModelSpec(name="tiny-moe", source="test", arch=arch),
             "pp": pp,
             "seq_len": 8192,
             "global_batch_size": 8,
-            "gpu": "H100-SXM",
+            "device": "H100-SXM",
             **extra,
         }
     )

@@ -8,166 +8,101 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
+from fractions import Fraction
 
 import pytest
 
-from trainplan.interface.scenario import build_problem
+from trainplan.model.context_parallel import CpKind
 from trainplan.model.estimate import objective_ns
 from trainplan.model.frameworks import Framework
+from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun
+from trainplan.model.offload import Offload
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
+from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
+from trainplan.optimizer.space import SearchSpace
 from trainplan.optimizer.tables import build_tables
+from trainplan.topology.accelerators import get_accelerator
 
 FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
 CP_KINDS = ["ring", "all-gather", "ulysses", "a2a+p2p"]
-CP = {"cp": [1, 2, 4], "cp_kind": CP_KINDS}
-"""Context parallelism in every flavour (the hybrid with cp 4 = 2 × 2), on GQA and MLA."""
+CP = {"cp": (1, 2, 4), "cp_kinds": tuple(CpKind(k) for k in CP_KINDS)}
+DEEPEP = MoERun(dispatcher=Dispatcher.DEEPEP, node_limit=4)
 CASES = [
-    # (model, GPUs, GPU, extra search options): dense GPT with dropout and learned positions,
-    # GQA + SwiGLU, MoE with ep, MLA + MoE with dense first layers
-    ("megatron-1.7b", "16", "A100-80GB", {"global_batch": 64, "seq_len": 2048}),
-    ("llama3-8b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096}),
-    ("mixtral-8x7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "ep": [1, 2, 4]}),
-    ("deepseek-v3", "64", "H800", {"global_batch": 64, "seq_len": 4096, "ep": [8, 16], **CP}),
-    ("llama3-70b", "32", "H100-SXM", {"global_batch": 64, "seq_len": 8192, **CP}),
+    # (id, model, GPUs, GPU, the search space beyond b ≤ 2 and v 2–4 under every framework, the
+    # case's recipe): dense GPT with dropout and learned positions, GQA + SwiGLU, MoE with ep,
+    # MLA + MoE with dense first layers
+    ("megatron-1.7b", "megatron-1.7b", 16, "A100-80GB", {}, {"global_batch_size": 64, "seq_len": 2048}),
+    ("llama3-8b", "llama3-8b", 16, "H100-SXM", {}, {"global_batch_size": 32, "seq_len": 4096}),
+    ("mixtral-8x7b", "mixtral-8x7b", 16, "H100-SXM", {"ep": (1, 2, 4)},
+     {"global_batch_size": 32, "seq_len": 4096}),
+    ("deepseek-v3", "deepseek-v3", 64, "H800", {"ep": (8, 16), **CP},
+     {"global_batch_size": 64, "seq_len": 4096}),
+    ("llama3-70b", "llama3-70b", 32, "H100-SXM", CP, {"global_batch_size": 64, "seq_len": 8192}),
     # recipes (issue 11 item 1): FP8 caches, FP8-saved inputs, FP8 GEMM time; BF16 moments;
     # Megatron-Core's recompute modules (the time of what each re-runs, model.recompute_ops)
-    (
-        "llama3-8b-fp8",
-        "16",
-        "H100-SXM",
-        {
-            "global_batch": 32,
-            "seq_len": 4096,
-            "cluster": {"precision": "fp8", "recompute_modules": ["mlp", "layernorm"]},
-        },
-    ),
-    (
-        "deepseek-v3-fp8",
-        "64",
-        "H800",
-        {
-            "global_batch": 64,
-            "seq_len": 4096,
-            "ep": [8, 16],
-            "cluster": {
-                "precision": "fp8",
-                "optimizer_dtype": "bf16",
-                "gradient_dtype": "fp32",
-                "recompute_modules": ["layernorm", "mla_up_proj", "moe_act", "moe"],
-            },
-        },
-    ),
+    ("llama3-8b-fp8", "llama3-8b", 16, "H100-SXM", {},
+     {"global_batch_size": 32, "seq_len": 4096, "precision": "fp8",
+      "recompute_modules": ("mlp", "layernorm")}),
+    ("deepseek-v3-fp8", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
+     {"global_batch_size": 64, "seq_len": 4096, "precision": "fp8",
+      "optimizer_bytes": optimizer_state_bytes("bf16", True), "gradient_bytes": 4,
+      "recompute_modules": ("layernorm", "mla_up_proj", "moe_act", "moe")}),
     # offload (issue 11 item 2): host bytes, the CPU step and the host-link transfers in t2
-    (
-        "llama3-8b-offload",
-        "16",
-        "H100-SXM",
-        {"global_batch": 32, "seq_len": 4096, "cluster": {"offload_optimizer": 1}},
-    ),
+    ("llama3-8b-offload", "llama3-8b", 16, "H100-SXM", {},
+     {"global_batch_size": 32, "seq_len": 4096, "offload": Offload(optimizer=1)}),
     # activation offload (issue 11 item 2): the offloaded tensors off the per-layer figures, the
     # two-layer GPU buffer, the exposed copy time in t1 (a slow 4 GB/s link so that some of it
     # is exposed); MoE expert modules on Mixtral
-    (
-        "llama3-8b-actoff",
-        "16",
-        "H100-SXM",
-        {
-            "global_batch": 32,
-            "seq_len": 4096,
-            "cluster": {
-                "offload_activations": ["core_attn", "attn_proj"],
-                "host_link_gbps": 4,
-            },
-        },
-    ),
-    (
-        "mixtral-8x7b-actoff",
-        "16",
-        "H100-SXM",
-        {
-            "global_batch": 32,
-            "seq_len": 4096,
-            "ep": [1, 2, 4],
-            "cluster": {"offload_activations": ["mlp_norm", "expert_fc1", "moe_act"]},
-        },
-    ),
+    ("llama3-8b-actoff", "llama3-8b", 16,
+     replace(get_accelerator("H100-SXM"), host_link_bytes_per_s=4e9), {},
+     {"global_batch_size": 32, "seq_len": 4096,
+      "offload": Offload(activations=("core_attn", "attn_proj"))}),
+    ("mixtral-8x7b-actoff", "mixtral-8x7b", 16, "H100-SXM", {"ep": (1, 2, 4)},
+     {"global_batch_size": 32, "seq_len": 4096,
+      "offload": Offload(activations=("mlp_norm", "expert_fc1", "moe_act"))}),
     # issue 11: per-layer attention spans (Gemma 3's 5 local : 1 global, GeGLU, post-norms,
     # QK-norm, tied embeddings; Llama 4's chunks, shared expert; gpt-oss's windows, sinks and
     # biases without FlashAttention), DeepSeek-V3's MTP block (above), padded vocabularies
     # (Megatron's 128·tp, and an explicit --pad-vocab 64 with Qwen2.5's q/k/v biases)
-    ("gemma3-27b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 8192}),
-    ("llama4-scout", "32", "H100-SXM", {"global_batch": 32, "seq_len": 16384, "ep": [1, 2]}),
-    (
-        "gpt-oss-20b",
-        "16",
-        "H100-SXM",
-        {"global_batch": 32, "seq_len": 2048, "ep": [1, 4], "flash_attention": False},
-    ),
-    ("qwen2.5-7b", "16", "H100-SXM", {"global_batch": 32, "seq_len": 4096, "vocab_multiple": 64}),
+    ("gemma3-27b", "gemma3-27b", 16, "H100-SXM", {}, {"global_batch_size": 32, "seq_len": 8192}),
+    ("llama4-scout", "llama4-scout", 32, "H100-SXM", {"ep": (1, 2)},
+     {"global_batch_size": 32, "seq_len": 16384}),
+    ("gpt-oss-20b", "gpt-oss-20b", 16, "H100-SXM", {"ep": (1, 4)},
+     {"global_batch_size": 32, "seq_len": 2048, "flash_attention": False}),
+    ("qwen2.5-7b", "qwen2.5-7b", 16, "H100-SXM", {},
+     {"global_batch_size": 32, "seq_len": 4096, "vocab_multiple": 64}),
     # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
     # and its resident buffers (ep 16 spans two H800 nodes); padding to a capacity factor with
     # imbalance and Megatron-Core's combined-1F1B overlap (legal under megatron only, with
     # interleaving when pp > 1 and without full recomputation: the rest is masked)
-    (
-        "deepseek-v3-deepep",
-        "64",
-        "H800",
-        {
-            "global_batch": 64,
-            "seq_len": 4096,
-            "ep": [8, 16],
-            "cluster": {"moe_dispatcher": "deepep", "moe_node_limit": 4},
-        },
-    ),
-    (
-        "mixtral-8x7b-overlap",
-        "16",
-        "H100-SXM",
-        {
-            "global_batch": 32,
-            "seq_len": 4096,
-            "ep": [2, 4],
-            "cluster": {
-                "moe_ep_overlap": "overlap_moe_expert_parallel_comm",
-                "moe_capacity_factor": 1.25,
-                "moe_pad_to_capacity": True,
-                "moe_imbalance": 1.2,
-            },
-        },
-    ),
-]
+    ("deepseek-v3-deepep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
+     {"global_batch_size": 64, "seq_len": 4096, "moe_run": DEEPEP}),
+    ("mixtral-8x7b-overlap", "mixtral-8x7b", 16, "H100-SXM", {"ep": (2, 4)},
+     {"global_batch_size": 32, "seq_len": 4096,
+      "moe_run": MoERun(ep_overlap=EpOverlap.COMBINED_1F1B,
+                        capacity_factor=Fraction(5, 4), pad_to_capacity=True,
+                        imbalance=Fraction(6, 5))}),
+]  # fmt: skip
 
 
-def _problem(model, gpus, gpu, extra):
-    values = {
-        "model": model.split("-fp8")[0]
-        .split("-offload")[0]
-        .split("-actoff")[0]
-        .split("-deepep")[0]
-        .split("-overlap")[0],
-        "gpus": gpus,
-        "gpu": gpu,
-        "global_batch": extra["global_batch"],
-        "seq_len": extra["seq_len"],
-        "space": {
-            "max_micro_batch": 2,
-            "virtual_stages": [2, 3, 4],
-            "framework": FRAMEWORKS,
-            **{k: v for k, v in extra.items() if k in ("ep", "cp", "cp_kind")},
-        },
-        "cluster": {
-            **extra.get("cluster", {}),
-            **{k: v for k, v in extra.items() if k in ("flash_attention", "vocab_multiple")},
-        },
-    }
-    return build_problem({}, values)
+def _problem(name, model, gpus, gpu, space, options):
+    """The search problem of one case: ``gpus`` GPUs of ``gpu``, b ≤ 2, v 2–4, every framework."""
+    case = Case.of(model, gpu, **options)
+    space = SearchSpace(num_gpus=gpus, max_micro_batch_size=2, virtual_stages=(2, 3, 4),
+                        frameworks=tuple(Framework(f) for f in FRAMEWORKS), **space)  # fmt: skip
+    return Problem(jobs=(Job(case, gpus, name),), space=space)
 
 
-@pytest.mark.parametrize(("model", "gpus", "gpu", "extra"), CASES, ids=[c[0] for c in CASES])
-def test_tables_equal_the_exact_evaluation(model, gpus, gpu, extra):
-    problem = _problem(model, gpus, gpu, extra)
+@pytest.mark.parametrize(
+    ("model", "base", "gpus", "gpu", "space", "options"), CASES, ids=[c[0] for c in CASES]
+)
+def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, options):
+    problem = _problem(model, base, gpus, gpu, space, options)
     tables = build_tables(problem)
     rng = random.Random(hash(model) % 1000)
     candidates = [
@@ -180,7 +115,7 @@ def test_tables_equal_the_exact_evaluation(model, gpus, gpu, extra):
     sample = rng.sample(candidates, min(400, len(candidates)))
     schedules = {str(tables.shapes[s].schedule) for s, _, _ in sample}
     assert {"1f1b", "interleaved"} <= schedules or model.startswith(("deepseek-v3", "llama4-scout"))
-    if "cp_kind" in extra:  # every CP flavour is drawn
+    if "cp_kinds" in space:  # every CP flavour is drawn
         assert {
             str(tables.shapes[s].cp_kind) for s, _, _ in sample if tables.shapes[s].cp > 1
         } == set(CP_KINDS)

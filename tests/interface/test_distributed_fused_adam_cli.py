@@ -1,0 +1,49 @@
+"""The command-line and interface parts of tests/model/test_distributed_fused_adam.py (moved here so the core tests build
+their inputs with the model-level constructors)."""
+
+from __future__ import annotations
+
+from tests.test_cli_planner import run_main
+from trainplan.interface.fidelity.validation import (
+    evaluate_run,
+    validation_models,
+    validation_runs,
+)
+from trainplan.interface.inputs import build_case
+
+
+def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
+    """NeMo 24.07's GPT-3 20B on 64 H100 (dp 32 × tp 2, b 2, FP8, no recomputation), with
+    distributed_fused_adam and grad_sync_dtype bf16 as the launcher's 20b_fp8_8node.sh runs it:
+    BF16 weights 2P, BF16 gradients 2P and the FP32 embeddings' 2 B more (V 50,257 padded to
+    50,432 = 197 × 128 · tp: 50,432 · 6,144 ÷ 2 + 2,048 · 6,144 = 167,510,016 elements), the
+    optimizer's 10P/32, the FP8 weight and transpose 2 B per linear weight — 102.09 GB counted
+    before, 81.92 GB now (NCCL's communicators included: 81.52 GB, and one more 384 MiB ring
+    for the gradient-statistics group, :func:`model.terms.comm_memory.grad_stats_rings` — a NeMo
+    run also all-reduces over the model-parallel group, here the 2 tp ranks, e.g. the parameter
+    count in ``megatron_base_model.py``), under the 83.71 GB usable."""
+    run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
+    params = {**run.params, "model_spec": validation_models()["gpt3-20b-nemo"]}
+    del params["model"]
+    est = build_case(params).evaluate()
+    stage = est.stages[0]
+    p, st = stage.dense_params, stage.state
+    assert st.weights_bytes == 2 * p
+    assert st.gradients_bytes == 2 * p + 2 * 167_510_016
+    assert st.optimizer_bytes == 10 * p / 32
+    memory = evaluate_run(run).value("memory")
+    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 81.92
+
+
+def test_cli_refuses_it_in_one_line(monkeypatch, capsys):
+    """As a user types it: exit code 2, one line naming the key, the value and the rule."""
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--framework", "fsdp2",
+        "--set", "distributed_optimizer=distributed_fused_adam",
+    )  # fmt: skip
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and "distributed_optimizer: " in err, err
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--set", "distributed_optimizer=apex"
+    )
+    assert code == 2 and "distributed_optimizer" in err and "distributed_fused_adam" in err, err

@@ -1,0 +1,114 @@
+"""The command-line and interface parts of tests/optimizer/test_per_stage_frontier.py (moved here so the core tests build
+their inputs with the model-level constructors)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.optimizer.test_per_stage_frontier import tiny_problem
+from trainplan.optimizer.per_stage_frontier import per_stage_frontier
+
+
+def test_per_stage_frontier_json_says_its_default_time_limit(monkeypatch):
+    """Without --time-limit the per-stage frontier runs under
+    PER_STAGE_FRONTIER_TIME_LIMIT_S and says so; a limit given is the one said."""
+    from trainplan.interface import commands
+
+    seen: list[float | None] = []
+
+    def fake(problem, against, shapes, limit, workers, progress=None):  # type: ignore[no-untyped-def]
+        seen.append(limit)
+        return per_stage_frontier(tiny_problem((2,), 160e6), "gpus", time_limit_s=1e-9)
+
+    monkeypatch.setattr("trainplan.optimizer.per_stage_frontier.per_stage_frontier", fake)
+    kw = {"model": "llama3-8b", "gpus": (8,), "gpu": ("H100-SXM",)}
+    out = commands.per_stage_frontier_json(dict(kw), "gpus").json
+    assert (out["time_limit_s"], out["time_limit_default"]) == (120.0, True)
+    out = commands.per_stage_frontier_json({**kw, "time_limit": 7}, "gpus").json
+    assert (out["time_limit_s"], out["time_limit_default"]) == (7.0, False)
+    assert seen == [120.0, 7.0]
+
+
+def _run(monkeypatch, capsys, *args):
+    from trainplan.interface.cli import main
+
+    monkeypatch.setattr("sys.argv", ["trainplan", "frontier", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path):
+    """Llama 3 70B at 8K on 16 and 32 H100 against GPU count: on 16 the per-stage plan (40 + 40
+    layers, 36 and 33 recomputed) is 1.027× the uniform one (as search --per-stage); on 32 the
+    uniform plan (tp 8 × pp 2) recomputes nothing, but tp 4 × pp 4 with 19, 20, 21, 20 layers and
+    6, 2, 0, 0 recomputed is 1.089× faster (its uniform form must recompute every layer),
+    found since every shape is searched."""
+    args = [
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "16",
+        "--gpus",
+        "32",
+        "--seq-len",
+        "8192",
+        "--gpu",
+        "H100-SXM",
+    ]
+    args += ["--against", "gpus", "--per-stage"]
+    code, out, _ = _run(monkeypatch, capsys, *args, "--json")
+    assert code in (0, None)
+    d = json.loads(out)
+    assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
+    second, first = d["points"]  # fastest first
+    assert (first["num_gpus"], first["plan"]) == (16, "per-stage")
+    assert first["stage_layers"] == [40, 40] and first["recompute_layers"] == [36, 33]
+    assert first["gain"] == pytest.approx(1.0274, abs=1e-3)
+    assert first["uniform_step_s"] == pytest.approx(first["step_s"] * first["gain"])
+    assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
+    assert (second["tp"], second["pp"], second["stage_layers"]) == (4, 4, [19, 20, 21, 20])
+    assert second["recompute_layers"] == [6, 2, 0, 0]
+    assert second["gain"] == pytest.approx(1.0887, abs=1e-3)
+    from trainplan.interface.render.chart_layout import layout_key  # the --png key beside the plot
+
+    assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 36/33")
+    assert layout_key(second, True).endswith("layers 19/20/21/20, fully recomputed 6/2/0/0")
+    csv = tmp_path / "f.csv"
+    code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
+    assert code in (0, None)
+    assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
+    assert "40/40 / 36/33" in out and "1.027×" in out and "1.089×" in out
+    header = csv.read_text().splitlines()[0].split(",")
+    assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--model", "llama3-8b", "--gpus", "8", "--objective", "tokens-per-gpu"],
+            "per_stage: objective tokens-per-gpu — the per-stage search minimises step-time",
+        ),
+        (
+            ["--model", "llama3-8b", "--gpus", "8", "--against", "price"],
+            "against: 'price' needs --gpu-hour-price",
+        ),
+    ],
+)
+def test_cli_frontier_per_stage_refusals_are_one_line(monkeypatch, capsys, args, message):
+    code, _, err = _run(monkeypatch, capsys, *args, "--gpu", "H100-SXM", "--per-stage")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_scenario_per_stage_reaches_frontier(monkeypatch, capsys, tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'model = "llama3-70b"\ngpus = 16\nseq_len = 8192\ngpu = "H100-SXM"\nper_stage = true\n'
+    )
+    code, out, _ = _run(monkeypatch, capsys, "--scenario", str(scenario), "--against", "gpus")
+    assert code in (0, None)
+    assert "uniform or per stage" in out and "per-stage" in out
