@@ -112,7 +112,7 @@ INTERLEAVED_CASES = [
     (7, 2, 2, "none", 0.4, 8),
     (8, 2, 3, "selective", 0.5, 8),
     (9, 3, 2, "none", 0.5, 6),
-    pytest.param(12, 3, 2, "none", 0.3, 6, marks=pytest.mark.slow),
+    pytest.param(12, 3, 2, "none", 0.3, 6, marks=pytest.mark.exhaustive),  # about a minute alone
     pytest.param(11, 2, 3, "none", 0.6, 8, marks=pytest.mark.slow),
 ]
 
