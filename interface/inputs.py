@@ -37,7 +37,7 @@ from trainplan.model.precision import Precision, dtype_bytes, optimizer_state_by
 from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import attention_efficiency_for
-from trainplan.model.units import parse_number
+from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.case import Case
 
 __all__ = [
@@ -59,6 +59,7 @@ RECIPE_KEYS = (
     "offload_optimizer",
     "offload_params",
     "offload_activations",
+    "cpu_offloading_num_layers",
     "recompute_modules",
     "fp8_param_gather",
     "muon_tp_mode",
@@ -284,6 +285,9 @@ def _training(
         flash_attention=_flag(params, "flash_attention", True),
         activation_convention=str(params.get("activation_convention", "paper")),
         memory_efficient_norm=_flag(params, "memory_efficient_norm", False),
+        cpu_offloading_num_layers=parse_count(
+            params.get("cpu_offloading_num_layers", 0), "cpu_offloading_num_layers", minimum=0
+        ),
         pipeline_frees_stage_tensors=_flag(params, "pipeline_frees_stage_tensors", False)
         or _flag(params, "pipeline_frees_stage_tensors_fsdp2", False),
         pipeline_keeps_outputs=_flag(params, "pipeline_keeps_outputs", False)
