@@ -38,7 +38,7 @@ from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import dtype_bytes, optimizer_state_bytes
 from trainplan.model.recompute_modules import parse_recompute_modules
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.units import parse_number
+from trainplan.model.units import parse_count, parse_number
 from trainplan.optimizer.case import DEFAULT_GPU, Case, training_of
 
 __all__ = [
@@ -60,6 +60,7 @@ RECIPE_KEYS = (
     "offload_optimizer",
     "offload_params",
     "offload_activations",
+    "cpu_offloading_num_layers",
     "recompute_modules",
     "fp8_param_gather",
     "muon_tp_mode",
@@ -284,6 +285,10 @@ def _training(
         if "gathered_block_inputs" in params
         else gathered_block_inputs(params.get("tp_block_inputs"))
     )
+    if "cpu_offloading_num_layers" in params:
+        given["cpu_offloading_num_layers"] = parse_count(
+            params["cpu_offloading_num_layers"], "cpu_offloading_num_layers", minimum=0
+        )
     given["gradient_bytes"] = _gradient_bytes(params)
     if "optimizer_dtype" in params or "master_weights" in params:
         given["optimizer_bytes"] = optimizer_state_bytes(

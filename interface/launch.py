@@ -226,6 +226,8 @@ def _megatron_parallel(layout: Layout) -> list[str]:
         out.append("--sequence-parallel")
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
         out.append("--use-distributed-optimizer")
+    if layout.zero_stage == 3 and str(layout.framework) == "megatron":
+        out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
     return out
 
 

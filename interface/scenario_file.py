@@ -212,6 +212,7 @@ VALUE_KINDS: dict[str, Any] = {
     "offload_optimizer": _NUMBER,
     "offload_params": _FLAG,
     "offload_activations": [OFFLOAD_MODULES],
+    "cpu_offloading_num_layers": _WHOLE,
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
     "muon_tp_mode": ("blockwise", "duplicated"),

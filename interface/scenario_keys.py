@@ -147,6 +147,10 @@ KEY_HELP: dict[str, str] = {
     "attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
     "list or text with ; between the names. Copies overlap the next layer's compute; "
     "recompute none or selective.",
+    "cpu_offloading_num_layers": "megatron, pp 1, recompute none, dense layers: this many "
+    "transformer layers (the first ones) keep their saved activations on the host between "
+    "forward and backward, as Megatron-Core's --cpu-offloading-num-layers does through "
+    "Transformer Engine's CPU offload; the copies overlap the other layers' compute. Default 0.",
     "recompute_modules": "What recompute selective recomputes, named as Megatron-Core's "
     "--recompute-modules names them (core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
     "shared_experts); a list or text with ; between the names; default core_attn. "

@@ -363,3 +363,104 @@ def activation_offload_seconds(
 
     per_mb = n_dense * exposed(dense_bytes) + n_moe * exposed(moe_bytes)
     return where(layers > 0, m * per_mb, 0 * per_mb)
+
+
+LAYER_OFFLOAD_SOURCE = (
+    "Megatron-LM megatron/core/transformer/transformer_block.py (get_cpu_offload_context with "
+    "cpu_offloading_num_layers) and transformer_config.py (__post_init__: 0 <= N < num_layers, "
+    "no pipeline parallelism, no recomputation); Transformer Engine "
+    "transformer_engine/pytorch/cpu_offload_v1.py AsyncDoubleBufferGroupOffloadHandler "
+    "(layer_window_map, bulk_offload_group, bulk_reload_group) and cpu_offload.py "
+    "DefaultOffloadSynchronizer._init_offload_synchronization_dicts"
+)
+
+
+def check_layer_offload(
+    layers: int,
+    framework: str,
+    pp: int,
+    recompute: str,
+    recompute_layers: tuple[int, ...] | None,
+    num_layers: int | None,
+    has_moe: bool,
+    modules: tuple[str, ...] = (),
+) -> None:
+    """Check whole-layer CPU activation offload (``cpu_offloading_num_layers`` = ``layers``)
+    against the layout (:data:`LAYER_OFFLOAD_SOURCE`): Megatron-Core's own rules (fewer layers
+    than the model's ``num_layers``, pp = 1, no recomputation) and the model's (the
+    ``megatron`` profile, whose Transformer Engine path it is; dense layers, all of one size;
+    not with fine-grained ``offload_activations``).
+
+    Raises
+    ------
+    LayoutError
+        One line naming ``cpu_offloading_num_layers``, the value and the rule.
+
+    >>> check_layer_offload(40, "megatron", 1, "none", None, 80, False)
+    >>> try:
+    ...     check_layer_offload(40, "megatron", 2, "none", None, 80, False)
+    ... except LayoutError as err:
+    ...     print(str(err).split(" (")[0])
+    cpu_offloading_num_layers: 40 needs pp = 1
+    """
+    if not layers:
+        return
+    problem = None
+    if str(framework) != "megatron":
+        problem = f"is Megatron-Core's (Transformer Engine's CPU offload), not {framework}'s"
+    elif pp > 1:
+        problem = f"needs pp = 1 (Megatron-Core refuses it with pipeline parallelism), pp is {pp}"
+    elif str(recompute) != "none" or any(recompute_layers or ()):
+        problem = "needs recompute none (Megatron-Core refuses it with recomputation)"
+    elif num_layers is not None and layers >= num_layers:
+        problem = f"must be below the model's {num_layers} layers (Megatron-Core's rule)"
+    elif has_moe:
+        problem = "is modelled for dense layers only"
+    elif modules:
+        problem = "is not modelled together with offload_activations"
+    if problem:
+        raise LayoutError(f"cpu_offloading_num_layers: {layers} {problem}")
+
+
+def layer_offload_bytes(layer_bytes: Any, layers: int, offloaded: int) -> Any:
+    """(bytes left on the GPU, bytes on the host) of one micro-batch's saved activations of
+    ``layers`` equal layers of ``layer_bytes`` each when the first ``offloaded`` go to the host
+    whole. Transformer Engine's offload handler copies every saved tensor of an offloaded layer
+    (``tensor_push``: not parameters, and from v2 not tensors under 256 Ki elements, kept here
+    as offloaded: they are norm statistics of a few MiB at most) and frees it once the copy is
+    done, by the forward of layer ``(L // N)·(i + 1) − 1`` for offloaded layer ``i``
+    (``layer_window_map``), so at the end of the forward, the activation peak, ``L − N``
+    layers' tensors are on the GPU: TE's documented ``(num_layers − num_offloaded_layers) · T``.
+    The reloads start in backward, after that peak. Exact for numbers; element-wise for arrays.
+
+    >>> layer_offload_bytes(10, 80, 40)
+    (400, 400)
+    """
+    return layer_bytes * (layers - offloaded), layer_bytes * offloaded
+
+
+def layer_offload_seconds(
+    layer_bytes: Any, layers: Any, offloaded: int, microbatch_s: Any, m: Any, link: float
+) -> Any:
+    """Seconds per step whole-layer offload leaves exposed: each of the ``offloaded`` layers'
+    copy (``layer_bytes`` / ``link`` bytes per second per direction) runs on its own stream
+    during the ``L // N`` layers' forward before its window (``layer_window_map``) and its
+    reload during as many layers' backward (``bulk_reload_group``); with ``t`` one layer's share
+    of the micro-batch, forward ``t/3`` and backward ``2t/3``, a layer exposes
+    ``max(0, c − w·t/3) + max(0, c − w·2t/3)`` for ``c`` its copy time and ``w = L // N``; × N
+    layers × m micro-batches. 0 without offload.
+
+    A 3.9 GB layer over 450 GB/s (8.7 ms) with 2 layers' window of 47 ms layers: nothing exposed.
+
+    >>> float(layer_offload_seconds(3.9e9, 80, 40, 80 * 47e-3, 2, 450e9))
+    0.0
+    >>> round(layer_offload_seconds(64e6, 12, 6, 24e-3, 4, 16e9), 6)  # c 4 ms, t 2 ms, w 2
+    0.096
+    """
+    if not offloaded:
+        return 0.0
+    t = microbatch_s / layers
+    window = layers // offloaded
+    copy = layer_bytes / link
+    per_layer = maximum(copy - window * t / 3, 0) + maximum(copy - window * 2 * t / 3, 0)
+    return m * offloaded * per_layer

@@ -18,7 +18,7 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic, dp_traffic
 from trainplan.model.cp_rules import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
-from trainplan.model.frameworks import ZERO_STAGES
+from trainplan.model.frameworks import zero_stages_for
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import model_state
@@ -267,11 +267,11 @@ def stage_memory(
 def _zero_table(
     stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
 ) -> tuple[ZeroRow, ...]:
-    """The model state of the busiest stage under each ZeRO stage the layout's framework has,
-    against its lowest stage (textbook: ZeRO-0, as the original planner's table). On the GPU without
+    """The model state of the busiest stage under each ZeRO stage the layout's framework runs at
+    its pp, against its lowest stage (textbook: ZeRO-0, as the original planner's table). On the GPU without
     offload: the table compares the ZeRO stages themselves (an offload is reported beside it,
     ``memory.host_bytes``)."""
-    stages = ZERO_STAGES[layout.framework]
+    stages = zero_stages_for(layout.framework, layout.pp)
     training = replace(training, offload=NO_OFFLOAD)
     d, e = stage.dense_params, stage.expert_params
     base = model_state(d, e, layout, training, stages[0], embedding=stage.embedding).total_bytes

@@ -19,8 +19,10 @@ Profiles (``--framework``):
   (``docs/user-guide/features/dist_optimizer.md``, bf16 parameters and fp32 gradients):
   18 without and ``6 + 12/d`` with the distributed optimizer. The gradient buffer is reduced
   once per step (all-reduce, or reduce-scatter then an all-gather of the updated bf16 weights),
-  bucketed against the last micro-batch's backward (``--overlap-grad-reduce``). Megatron-FSDP
-  (ZeRO-2/3, ``--data-parallel-sharding-strategy``) is not modelled: use ``fsdp2``.
+  bucketed against the last micro-batch's backward (``--overlap-grad-reduce``). ZeRO-3 is
+  Megatron-FSDP (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params``;
+  :func:`model.mechanisms.mechanism`), modelled without pipeline parallelism; its
+  ``optim_grads`` (ZeRO-2) is not modelled.
   Under ``distributed_optimizer = distributed_fused_adam`` ZeRO-1 is Apex's
   ``DistributedFusedAdam`` as NeMo 1.x/24.x runs it (``optim.name: distributed_fused_adam``):
   :data:`DistributedOptimizer` and :func:`model.mechanisms.mechanism`.
@@ -69,6 +71,7 @@ __all__ = [
     "ZERO_STAGES",
     "DEFAULT_ZERO_STAGE",
     "check_framework",
+    "zero_stages_for",
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
     "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
     "DEEPSPEED_SUB_GROUP_ELEMENTS",
@@ -161,7 +164,7 @@ every axis the search chooses (tp with sequence parallelism, interleaved pp, cp,
 distributed optimizer is what large published runs use; its figures are ones a user can launch."""
 
 ZERO_STAGES: dict[Framework, tuple[int, ...]] = {
-    Framework.MEGATRON: (0, 1),
+    Framework.MEGATRON: (0, 1, 3),
     Framework.DEEPSPEED: (1, 2, 3),
     Framework.FSDP2: (2, 3),
     Framework.TEXTBOOK: (0, 1, 2, 3),
@@ -247,8 +250,8 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
     allowed = ZERO_STAGES[framework]
     if zero_stage not in allowed:
         what = {
-            Framework.MEGATRON: "DDP (0) and the distributed optimizer (1); for ZeRO-2/3 use "
-            "`framework` fsdp2 or deepspeed",
+            Framework.MEGATRON: "DDP (0), the distributed optimizer (1) and Megatron-FSDP's "
+            "optim_grads_params (3); for ZeRO-2 use `framework` fsdp2 or deepspeed",
             Framework.DEEPSPEED: "ZeRO-1, 2 and 3",
             Framework.FSDP2: "reshard_after_forward=False (2) and True (3)",
             Framework.TEXTBOOK: "0–3",
@@ -256,11 +259,33 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
         raise LayoutError(
             f"zero_stage: {zero_stage} is not a stage of `framework` {framework} (it models {what})"
         )
+    if framework is Framework.MEGATRON and zero_stage == 3 and pp > 1:
+        raise LayoutError(
+            f"zero_stage: 3 with `framework` megatron (Megatron-FSDP) needs pp = 1 (modelled "
+            f"without pipeline parallelism); pp is {pp}"
+        )
     if framework is Framework.DEEPSPEED and zero_stage >= 2 and pp > 1:
         raise LayoutError(
             f"zero_stage: {zero_stage} with `framework` deepspeed needs pp = 1 (its pipeline "
             f"engine allows ZeRO-0/1 only); pp is {pp}"
         )
+
+
+def zero_stages_for(framework: Framework, pp: int) -> tuple[int, ...]:
+    """The ZeRO stages of :data:`ZERO_STAGES` that ``framework`` runs with ``pp`` pipeline
+    stages (:func:`check_framework` accepts them).
+
+    >>> zero_stages_for(Framework.MEGATRON, 1), zero_stages_for(Framework.MEGATRON, 4)
+    ((0, 1, 3), (0, 1))
+    """
+    out = []
+    for z in ZERO_STAGES[framework]:
+        try:
+            check_framework(framework, z, pp)
+        except LayoutError:
+            continue
+        out.append(z)
+    return tuple(out)
 
 
 GRADIENT_BYTES: dict[Framework, int] = {

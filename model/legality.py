@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activation_offload import check_activation_offload
+from trainplan.model.activation_offload import check_activation_offload, check_layer_offload
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
@@ -107,6 +107,16 @@ def _activation_offload(
     check_activation_offload(
         framework, recompute, s.training.offload.activations, has_moe, counts, has_mla
     )
+
+
+def _layer_offload(s: Setting, framework: Any, pp: int, recompute: Any, counts: Any) -> None:
+    arch, t = s.model.arch, s.training
+    has_moe = arch is not None and arch.kind_index(True) is not None
+    layers = None if arch is None else arch.num_layers
+    check_layer_offload(
+        t.cpu_offloading_num_layers, framework, pp, recompute, counts, layers, has_moe,
+        t.offload.activations,
+    )  # fmt: skip
 
 
 def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
@@ -378,6 +388,7 @@ RULES: tuple[Rule, ...] = (
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
+    Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
     Rule(

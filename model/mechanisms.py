@@ -226,6 +226,8 @@ def mechanism(
         apex = DistributedOptimizer(distributed_optimizer) is DistributedOptimizer.APEX
         if apex and zero_stage == 1:
             return _apex_distributed_fused_adam(weight_bytes, g, optimizer_bytes)
+        if zero_stage == 3:
+            return _megatron_fsdp(weight_bytes, g, optimizer_bytes)
         return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.DEEPSPEED:
         return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes)
@@ -280,6 +282,45 @@ def _megatron(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
         optimizer_full=0, optimizer_sharded=o, step_sharded=copy, reduce_bytes=g,
         gathers_per_step=1, weight_bytes=w, source=src,
+    )  # fmt: skip
+
+
+MEGATRON_FSDP_SOURCE = (
+    "Megatron-LM megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py "
+    "(ParamAndGradBuffer: sharded model_weight_buffer, main_weight_buffer and main_grad_buffer "
+    "under optim_grads_params; FixedPoolAllocator 'fsdp_params' and 'fsdp_grads' of "
+    "UB_BUFFER_NUM = 2 units under fsdp_double_buffer), distributed_data_parallel_config.py "
+    "(megatron_fsdp_main_params_dtype fp32, megatron_fsdp_main_grads_dtype None = the "
+    "parameters' dtype), mcore_fsdp_adapter.py"
+)
+
+
+def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
+    """Megatron-FSDP with ``data_parallel_sharding_strategy = optim_grads_params`` (ZeRO-3),
+    as ``--use-megatron-fsdp`` runs it under Megatron-Core (:data:`MEGATRON_FSDP_SOURCE`).
+
+    * Held as a ``1/D`` shard: the model weights (``model_weight_buffer``, ``w`` bytes), the
+      FP32 main weights (``main_weight_buffer``, the master; ``o`` counts it with the two Adam
+      moments, so ``o − 4`` more), the main gradients (``main_grad_buffer``, ``g`` bytes: the
+      recipe's; Megatron-FSDP's default is the parameters' dtype).
+    * Per FSDP unit (one transformer layer): the gathered weights and the unsharded gradients
+      awaiting their reduce-scatter, each from a pool of two units (``FixedPoolAllocator(size=
+      UB_BUFFER_NUM = 2)`` for ``fsdp_params`` and ``fsdp_grads`` under ``fsdp_double_buffer``;
+      without it the storage-resize allocator holds the current unit and the prefetched one):
+      ``gathered_units = 2`` and ``2·g`` bytes per unit parameter of gradient buckets.
+    * Traffic: every micro-batch gathers each unit for forward and again for backward and
+      reduce-scatters its gradients (the gradients are sharded, so they are reduced as they
+      are made).
+    * The optimizer step: a 16-bit main gradient is counted as copied to FP32 for the step
+      (``4/D``), as the distributed optimizer does (an upper bound where the optimizer reads
+      the 16-bit shard directly).
+    """
+    return Mechanism(
+        Framework.MEGATRON, 3, f"Megatron-FSDP optim_grads_params ({_dtype(g)} main grads)",
+        weights_full=0, weights_sharded=w + 4, grads_full=0, grads_sharded=g,
+        optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4 if g < 4 else 0,
+        gathered_units=2, unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
+        gathers_per_microbatch=2, weight_bytes=w, source=MEGATRON_FSDP_SOURCE,
     )  # fmt: skip
 
 

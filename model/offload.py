@@ -142,6 +142,11 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
             f"offload_params: parameter offload needs ZeRO-3 (sharded parameters), not ZeRO-"
             f"{zero_stage}"
         )
+    if fw is Framework.MEGATRON and zero_stage == 3 and offload.optimizer:
+        raise LayoutError(
+            f"offload_optimizer: {offload.optimizer} — Megatron-FSDP (`framework` megatron, "
+            "ZeRO-3) is modelled without optimizer offload"
+        )
     if fw is Framework.DEEPSPEED and zero_stage < 3 and offload.optimizer != 1:
         raise LayoutError(
             f"offload_optimizer: {offload.optimizer} — DeepSpeed ZeRO-{zero_stage} offloads the "

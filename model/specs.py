@@ -326,6 +326,14 @@ class TrainingSpec:
     (``torch/distributed/pipelining/stage.py``) keeps none: False, the default, is today's
     torchtitan. The other profiles keep no logits."""
 
+    cpu_offloading_num_layers: int = 0
+    """Transformer layers whose saved activations go to the host between forward and backward,
+    whole (Megatron-Core's ``--cpu-offloading-num-layers`` with ``cpu_offloading`` and
+    ``cpu_offloading_activations``, through Transformer Engine's ``get_cpu_offload_context``;
+    :func:`model.activation_offload.layer_offload_seconds`). 0 (the default) offloads none;
+    ``megatron`` with pp = 1, recompute none and dense layers only
+    (:func:`model.activation_offload.check_layer_offload`)."""
+
     memory_efficient_norm: bool = False
     """LayerNorm / RMSNorm keep their output (which the next projection keeps anyway) and fp32
     rstd instead of their input: Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``,

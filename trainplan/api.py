@@ -112,7 +112,7 @@ def search(
     >>> import trainplan
     >>> r = trainplan.search(model="llama3-8b", gpus=8, gpu="H100-SXM")
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
-    ('optimal', 2, 230)
+    ('optimal', 1, 219)
     """
     _check_search_parameters(options)
     return _search(search_problem(options), top, time_limit_s, workers)

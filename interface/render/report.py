@@ -177,12 +177,28 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         if m.get("host_fits") is False:
             verdict = f"DOES NOT FIT: host memory over by {gb(m['host_bytes'] - cap)}"
     lines.append(f"  verdict: {verdict}")
+    lines += _reserved_lines(m)
     if m.get("construction_bytes"):
         lines.append(
             f"  model construction without deepspeed.zero.Init: {gb(m['construction_bytes'])} "
             "per GPU (the whole BF16 model before ZeRO-3 partitions it; not in the total)"
         )
     return lines
+
+
+def _reserved_lines(m: dict[str, Any]) -> list[str]:
+    """The allocator's reserved peak where a side stream's pool adds to it
+    (``memory.stream_pool_bytes`` > 0: fsdp2's all-gather outputs,
+    :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
+    figure torchtitan's memory monitor logs, counts at least. Not in the total or the verdict:
+    the allocator frees idle cached blocks before it raises out-of-memory."""
+    if not m.get("stream_pool_bytes"):
+        return []
+    return [
+        f"  {'reserved at least (max_memory_reserved)':<44} {gb(m['reserved_bytes']):>14}"
+        f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in the "
+        "all-gather stream's pool; not in the verdict: freed before out-of-memory)"
+    ]
 
 
 def _cp_kind_text(lay: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.activation_offload import offload_buffer_bytes
+from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
@@ -198,6 +198,19 @@ def _offload_lines(
     return buffer, offloaded - minimum(per_layer, offloaded)
 
 
+def _layer_offload(c: Context, kept: Any, n_layers: Any, host: Any) -> tuple[Any, Any]:
+    """(layer bytes left on the GPU, host bytes) under whole-layer CPU offload
+    (``cpu_offloading_num_layers``, :func:`model.activation_offload.layer_offload_bytes`): the
+    stage's ``kept`` layer bytes are one micro-batch's of its ``n_layers`` equal layers (pp = 1,
+    dense, no recomputation: :func:`model.activation_offload.check_layer_offload`); unchanged
+    without it."""
+    n = c.training.cpu_offloading_num_layers
+    if not n:
+        return kept, host
+    gpu, moved = layer_offload_bytes(kept / maximum(n_layers, 1), n_layers, n)
+    return gpu, host + moved
+
+
 def _in_flight(f: Fields) -> Any:
     """Micro-batches a stage of one model chunk holds at its peak
     (:func:`model.pipeline.microbatches_in_flight`): GPipe m, 1F1B ``min(pp − i, m)``, the
@@ -256,6 +269,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
     outputs = outputs + _torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
+    kept, host = _layer_offload(c, kept, n_layers, host)
     extra = f.lookup(_loss_extra, (), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activation_offload import activation_offload_seconds
+from trainplan.model.activation_offload import activation_offload_seconds, layer_offload_seconds
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
@@ -47,6 +47,7 @@ from trainplan.model.split import stage_layers
 from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     LAYER_FIELDS,
+    layer_figures,
     mirror_layer_counts,
     offload_figures,
     output_stage,
@@ -247,6 +248,8 @@ def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
     InputError
         Activation offload on a device without a host-link figure.
     """
+    if c.training.cpu_offloading_num_layers:
+        return _layer_offload_term(c, f, microbatch_s)
     if not c.training.offload.activations:
         return 0.0
     link, _ = host_rates(c.gpu, need_memory=False)
@@ -256,6 +259,17 @@ def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
     return activation_offload_seconds(
         as_float(q[i]), as_float(q[4 + i]), most - most_moe, most_moe, microbatch_s, f.m, link
     )
+
+
+def _layer_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
+    """:func:`model.activation_offload.layer_offload_seconds` of whole-layer CPU offload
+    (``cpu_offloading_num_layers``; pp = 1, dense layers, no recomputation), each layer moving
+    its bytes without recomputation (:func:`model.stage_bytes.layer_figures`)."""
+    link, _ = host_rates(c.gpu, need_memory=False)
+    q = f.lookup(layer_figures, (c.arch, c.training), *CONTEXT_FIELDS)
+    most, _ = most_layers(c, f)
+    n = c.training.cpu_offloading_num_layers
+    return layer_offload_seconds(as_float(q[0]), most, n, microbatch_s, f.m, link)
 
 
 def offload_term(c: Context, f: Fields) -> Any:

@@ -21,7 +21,8 @@ from trainplan.model.frameworks import (
 @pytest.mark.parametrize(
     ("framework", "zero", "pp", "needle"),
     [
-        ("megatron", 3, 1, "not a stage of --framework megatron"),
+        ("megatron", 2, 1, "not a stage of --framework megatron"),
+        ("megatron", 3, 2, "Megatron-FSDP) needs pp = 1"),
         ("fsdp2", 1, 1, "not a stage of --framework fsdp2"),
         ("deepspeed", 2, 2, "needs pp = 1"),
     ],

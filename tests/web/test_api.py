@@ -384,7 +384,9 @@ def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(
     link gives the split per chunk (a stage's 17 layers do not divide by v = 8), and the link
     evaluates to the point's own step time; the CSV writes the lists as --stage-layers takes
     them."""
+    # ZeRO-0/1: at ZeRO-3 the 8-GPU point is Megatron-FSDP at pp 1, with no chunks to check
     args = [*PER_STAGE_8B[:2], "--gpus", "2..8", *PER_STAGE_8B[4:], "--against", "gpus"]
+    args += ["--zero", "0", "--zero", "1"]
     want = cli_json("frontier", *args, "--per-stage")
     got = client.get(f"/api/frontier?{query(args)}&per-stage=true").json()
     assert got["per_stage"] is True and got["points"] == want["points"]
