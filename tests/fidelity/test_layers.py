@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.fidelity import cases as C  # noqa: E402
+from tests.fidelity import report  # noqa: E402
 from trainplan.model.layout import Layout  # noqa: E402
 from trainplan.model.specs import TrainingSpec  # noqa: E402
 from trainplan.model.terms.activations import stage_activations  # noqa: E402
@@ -141,3 +142,12 @@ def test_memory_efficient_norm_sqrt_stack(label, n):
     m = C.measure_stack(kind, n, flash, "memory-efficient")
     assert m.peak == C.me_stack_walk(kind, C.STACK_DIMS, n, flash)
     assert m.peak == C.me_stack_prediction(kind, C.STACK_DIMS, n, flash, "pytorch")
+
+
+def test_fidelity_doc_is_current():
+    """docs/fidelity-layers.md is what ``python -m tests.fidelity.report`` writes from this sweep.
+    Last in this file, so it reads the measurements the tests above made (cached per process)
+    rather than measuring every layer a second time in another worker."""
+    assert report.DOC.read_text() == report.render(), (
+        "docs/fidelity-layers.md is out of date: run python -m tests.fidelity.report"
+    )
