@@ -272,11 +272,11 @@ def test_a_utf16_config_reads_as_its_utf8_twin(runs):
 
 def test_a_config_path_that_is_no_file_says_what_it_is(runs):
     assert refusal(runs["device config"]) == (
-        "model: 'devnull/config.json' (a symbolic link to '/dev/null') is a character device, "
+        "--model: 'devnull/config.json' (a symbolic link to '/dev/null') is a character device, "
         "not a file; give a Hugging Face config.json"
     )
     assert refusal(runs["folder config"]) == (
-        "model: 'folder/config.json' is a folder, not a config.json file"
+        "--model: 'folder/config.json' is a folder, not a config.json file"
     )
 
 
@@ -333,14 +333,14 @@ def test_a_single_value_option_given_twice_is_refused(runs):
 
 def test_a_token_budget_the_objective_does_not_use_is_refused(runs):
     assert refusal(runs["tokens step-time"]) == (
-        "tokens: '15e12' does not apply: it is the token budget of --objective time-to-train or "
+        "--tokens: '15e12' does not apply: it is the token budget of --objective time-to-train or "
         "cost, and the objective is step-time (add --objective time-to-train)"
     )
 
 
 def test_a_price_given_twice_is_refused(runs):
     assert refusal(runs["price twice"]) == (
-        "gpu_hour_price: H100-SXM is priced twice (2.5 and 3); give each accelerator one price"
+        "--gpu-hour-price: H100-SXM is priced twice (2.5 and 3); give each accelerator one price"
     )
 
 
@@ -372,7 +372,7 @@ def test_a_config_model_gets_a_sensible_batch_with_a_note(runs):
     assert "has no published batch size, so B = dp·b·m = 8·1·64 = 512 sequences" in note
     assert out["time"]["mfu"] > 0.15
     assert refusal(runs["config search"]).startswith(
-        "global_batch: ./llama3-8b has no published batch size; give --global-batch"
+        "--global-batch: ./llama3-8b has no published batch size; give --global-batch"
     )
 
 
@@ -382,7 +382,7 @@ def test_a_config_model_gets_a_sensible_batch_with_a_note(runs):
 
 def test_contradicting_options_are_named(runs):
     assert refusal(runs["tp above max-tp"]) == (
-        "tp: 8 is above max_tp 4: the two contradict each other; drop one or raise max_tp"
+        "--tp: 8 is above max_tp 4: the two contradict each other; drop one or raise max_tp"
     )
     assert refusal(runs["mb above max-mb"]) == (
         "micro_batch: 4 is above max_micro_batch 2: the two contradict each other; drop one or "
@@ -453,7 +453,7 @@ def test_rlhf_prompts_above_the_limit_name_prompts(runs):
     as --prompts (it was training.global_batch_size 64,000,008: the training batch rounded up
     to whole micro-batches of b 3 on dp 8, 24 · ⌈64,000,000 / 24⌉)."""
     line = (
-        "prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 "
+        "--prompts: 4,000,000 × 16 rollouts per prompt (--samples-per-prompt) = 64,000,000 "
         "sequences per step, above the limit of 16,777,216 sequences a step trains on (2^24; "
         "published global batches are ~10^3, Llama 3 2,048)"
     )
@@ -463,10 +463,10 @@ def test_rlhf_prompts_above_the_limit_name_prompts(runs):
 @pytest.mark.parametrize(
     ("call", "line"),
     [
-        ("pipeline p -4", "stages: '-4' must be at least 1"),
-        ("pipeline p 0 json", "stages: '0' must be at least 1"),
-        ("ckpt n -3", "layers: '-3' must be at least 1"),
-        ("ckpt n 0 json", "layers: '0' must be at least 1"),
+        ("pipeline p -4", "--stages: '-4' must be at least 1"),
+        ("pipeline p 0 json", "--stages: '0' must be at least 1"),
+        ("ckpt n -3", "--layers: '-3' must be at least 1"),
+        ("ckpt n 0 json", "--layers: '0' must be at least 1"),
     ],
 )
 def test_a_count_below_one_is_one_rule(runs, call, line):
@@ -486,7 +486,7 @@ def test_a_search_the_recipe_forbids_says_the_rule(runs):
 
 def test_a_recipe_the_part_has_no_profile_for_is_one_line(runs):
     line = (
-        "fp8_recipe: blockwise has no published GEMM profile on the B200; Transformer Engine's "
+        "--fp8-recipe: blockwise has no published GEMM profile on the B200; Transformer Engine's "
         "profile of its family (measured on the B300) has delayed, tensorwise, mxfp8: give one "
         "of those"
     )

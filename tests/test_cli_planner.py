@@ -283,12 +283,12 @@ PLANNER_ERRORS = [
     (
         "batch-not-divisible",
         ["--model", "llama3-8b", "--dp", "3", "--global-batch", "100"],
-        ["global_batch_size", "100", "3"],
+        ["--global-batch", "100", "3"],
     ),
     (
         "batch-not-divisible-micro",
         ["--model", "llama3-8b", "--dp", "4", "--micro-batch", "3", "--global-batch", "16"],
-        ["global_batch_size", "16", "12"],
+        ["--global-batch", "16", "12"],
     ),
     ("unknown-model", ["--model", "llama3-8B-x"], ["llama3-8B-x", "did you mean", "llama3-8b"]),
     (
@@ -374,7 +374,7 @@ def test_console_script_subprocess():
     [
         (["--framework", "textbook", "--set", "time_model=roofline"], "time_model: roofline"),
         (["--schedule", "interleaved", "--pp", "1"], "schedule: interleaved needs pp ≥ 2"),
-        (["--sequence-parallel", "--tp", "1"], "sequence_parallel: "),
+        (["--sequence-parallel", "--tp", "1"], "--sequence-parallel: "),
     ],
 )
 def test_an_option_that_would_do_nothing_is_refused(monkeypatch, capsys, args, message):

@@ -69,7 +69,7 @@ def evaluate(**params: Any) -> Estimate:
     >>> import trainplan
     >>> e = trainplan.evaluate(model="llama3-70b", gpu="H100-SXM", dp=2, tp=4, pp=8)
     >>> int(e.peak.total_bytes), round(e.step_s, 1), round(e.mfu, 3)  # bytes per GPU, s, MFU
-    (75050647552, 277.1, 0.405)
+    (75050647552, 277.2, 0.405)
     """
     return build_case(params).evaluate()
 
@@ -112,7 +112,7 @@ def search(
     >>> import trainplan
     >>> r = trainplan.search(model="llama3-8b", gpus=8, gpu="H100-SXM")
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
-    ('optimal', 1, 219)
+    ('optimal', 1, 218)
     """
     _check_search_parameters(options)
     return _search(search_problem(options), top, time_limit_s, workers)

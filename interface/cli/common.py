@@ -144,6 +144,8 @@ def click_line(err: click.ClickException) -> str:
     """click's refusal in the one convention: a bad value as ``--zero: 5 is not in the range
     0<=x<=3.`` (click writes ``Invalid value for '--zero': …``); any other as click says it."""
     if isinstance(err, click.BadParameter) and err.param is not None and err.param.opts:
+        if isinstance(err, click.MissingParameter):  # its message is empty: click builds one
+            return f"{err.param.opts[0]}: required by this command (none given)"
         return f"{err.param.opts[0]}: {err.message}"
     return err.format_message()
 

@@ -77,19 +77,19 @@ def test_seed_figures_unchanged_without_model():
 
 
 BAD = [
-    (["--completion-tokens", "0"], "completion_tokens: '0' must be at least 1"),
-    (["--prompt-tokens", "-5"], "prompt_tokens"),
-    (["--train-batch", "1000"], "train_batch: 1000 must divide"),
+    (["--completion-tokens", "0"], "--completion-tokens: '0' must be at least 1"),
+    (["--prompt-tokens", "-5"], "--prompt-tokens"),
+    (["--train-batch", "1000"], "--train-batch: 1000 must divide"),
     (["--train-batch", "8"], "not a multiple of the group size 16"),
-    (["--engine-memory-fraction", "1.2"], "engine_memory_fraction: 1.2 must be in (0, 1)"),
-    (["--engine-memory-fraction", "0"], "engine_memory_fraction: 0 must be in (0, 1)"),
+    (["--engine-memory-fraction", "1.2"], "--engine-memory-fraction: 1.2 must be in (0, 1)"),
+    (["--engine-memory-fraction", "0"], "--engine-memory-fraction: 0 must be in (0, 1)"),
     (["--offload", "reference=optimizer"], "reference is frozen"),
     # CPU Adam alone is model.offload's rule: FSDP2 offloads only with its parameters
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
-    (["--policy-params", "7B"], "policy_params: '7B' does not apply"),
+    (["--policy-params", "7B"], "--policy-params: '7B' does not apply"),
     (["--framework", "textbook"], "framework: 'textbook' is the original planner's accounting"),
-    (["--off-policy", "1"], "off_policy: 1 needs the engine on GPUs of its own"),
+    (["--off-policy", "1"], "--off-policy: 1 needs the engine on GPUs of its own"),
 ]
 
 
@@ -109,7 +109,7 @@ def test_faithful_options_need_model():
 def test_plan_bad_inputs_and_json():
     base = ["rlhf-plan", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule"]
     res = run(*base, "--gpus", "8", "--completion-tokens", "0")
-    assert res.exit_code == 2 and "completion_tokens" in res.output
+    assert res.exit_code == 2 and "--completion-tokens" in res.output
     res = run(*base, "--gpus", "8", "--samples-per-prompt", "16", "--train-batch", "8")
     assert res.exit_code == 2 and "group size" in res.output
     r = json.loads(run(*base, "--gpus", "8", "--prompts", "64", "--json").stdout)

@@ -44,9 +44,9 @@ BAD = [
             "--peak-tflops",
             "989",
         ],
-        "step_seconds",
+        "--step-seconds",
     ),
-    (["mfu", "--achieved-pflops", "-1", "--peak-tflops", "989"], "achieved_pflops"),
+    (["mfu", "--achieved-pflops", "-1", "--peak-tflops", "989"], "--achieved-pflops"),
     (
         [
             "mfu",
@@ -70,7 +70,7 @@ BAD = [
     ),
     (["rlhf", "--algorithm", "trpo", "--policy-params", "70B"], "algorithm"),
     (["rlhf", "--algorithm", "ppo", "--policy-params", "70B", "--reward", "oracle"], "reward"),
-    (["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--decode-mfu", "4"], "decode_mfu"),
+    (["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--decode-mfu", "4"], "--decode-mfu"),
 ]
 
 
