@@ -70,7 +70,10 @@ BAD = [
     ),
     (["rlhf", "--algorithm", "trpo", "--policy-params", "70B"], "algorithm"),
     (["rlhf", "--algorithm", "ppo", "--policy-params", "70B", "--reward", "oracle"], "reward"),
-    (["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--decode-mfu", "4"], "--decode-mfu"),
+    (
+        ["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--decode-mfu", "4"],
+        "--decode-mfu",
+    ),
 ]
 
 
