@@ -82,10 +82,10 @@ def test_optimizers_refused_in_one_line():
     )
     assert runs["8bit"].returncode == 2
     assert refusal(runs["8bit"]).startswith(
-        "optimizer: adam-8bit does not run under megatron (it runs under textbook)"
+        "--optimizer: adam-8bit does not run under megatron (it runs under textbook)"
     )
     assert refusal(runs["dtype"]).startswith("optimizer_dtype: sizes Adam's state")
-    assert refusal(runs["size"]).startswith("optimizer: muon needs the model's layers")
+    assert refusal(runs["size"]).startswith("--optimizer: muon needs the model's layers")
 
 
 def test_packed_documents_mfu_both_ways():
@@ -123,7 +123,7 @@ def test_document_length_refusals():
             "spread": ["evaluate", *LLAMA8, "--set", "document_length_spread=100"],
         }
     )
-    assert refusal(runs["long"]).startswith("document_length: mean")
+    assert refusal(runs["long"]).startswith("--document-length: mean")
     assert refusal(runs["spread"]).startswith("document_length_spread: needs document_length")
 
 
@@ -155,8 +155,8 @@ def test_verl_ulysses_repeats_kv_heads_by_hand():
     cp = next(r for r in json.loads(runs["verl"].stdout)["traffic"] if r["axis"] == "cp")
     assert cp["bytes_per_step"] == 14_092_861_440
     assert "K/V heads repeated" in cp["collective"]
-    assert refusal(runs["megatron"]).startswith("cp_kind: ulysses-kv-repeat is verl's Ulysses")
-    assert refusal(runs["te"]).startswith("cp: ulysses splits the heads over 16 ranks")
+    assert refusal(runs["megatron"]).startswith("--cp-kind: ulysses-kv-repeat is verl's Ulysses")
+    assert refusal(runs["te"]).startswith("--cp: ulysses splits the heads over 16 ranks")
 
 
 def test_sliding_windows_under_cp():
@@ -172,7 +172,7 @@ def test_sliding_windows_under_cp():
         }
     )
     assert refusal(runs["ring"]).startswith(
-        "cp_kind: ring on a model with sliding-window layers is refused by Transformer Engine"
+        "--cp-kind: ring on a model with sliding-window layers is refused by Transformer Engine"
     )
     notes = json.loads(runs["gather"].stdout)["notes"]
     assert any(n.startswith("cp: the all-gather gathers the whole K/V") for n in notes)

@@ -91,7 +91,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     [
         (
             ["--model", "llama3-8b", "--gpus", "8", "--objective", "tokens-per-gpu"],
-            "per_stage: objective tokens-per-gpu — the per-stage search minimises step-time",
+            "--per-stage: objective tokens-per-gpu — the per-stage search minimises step-time",
         ),
         (
             ["--model", "llama3-8b", "--gpus", "8", "--against", "price"],

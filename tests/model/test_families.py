@@ -203,7 +203,7 @@ def test_mtp_layers_is_a_choice_for_evaluate_and_search(tmp_path):
     assert kept["model"]["num_params"] == 671_026_419_200 + 11_610_068_224
     assert kept["time"]["step_s"] > dropped["time"]["step_s"]  # the last stage sets the pace
     out = run("evaluate", "--params", "7B", "--mtp-layers", "1")
-    assert out.returncode == 2 and "mtp_layers: 1 needs a model with dimensions" in out.stderr
+    assert out.returncode == 2 and "--mtp-layers: 1 needs a model with dimensions" in out.stderr
     scenario = tmp_path / "s.toml"
     scenario.write_text('model = "deepseek-v3"\ngpus = 2048\ngpu = "H800"\nmtp_layers = -1\n')
     out = run("search", "--scenario", str(scenario))
