@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
+from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.precision import Precision
 from trainplan.model.schedule_support import IMPLEMENTATIONS
@@ -72,14 +73,18 @@ MEGATRON_ARGUMENTS = frozenset(
     --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers --fp8-format
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
-    --recompute-method --recompute-num-layers""".split()
+    --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
+    --megatron-fsdp-main-grads-dtype --cpu-offloading-num-layers""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
 ``ArgumentGroupFactory`` over ``TransformerConfig`` — which extends ``ModelParallelConfig``, the
 parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch sizes;
 ``megatron/training/argument_utils.py`` ``_format_arg_name``: field ``a_b`` is ``--a-b``;
-``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``)."""
+``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``; ``--use-megatron-fsdp`` is
+``DistributedInitConfig.use_megatron_fsdp``, ``megatron/training/config/common_config.py``;
+``--cpu-offloading-num-layers`` is ``ModelParallelConfig``'s, and ``validate_args`` turns
+``cpu_offloading`` on with it, that field itself being excluded from the arguments)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
@@ -195,7 +200,7 @@ def megatron_flags(
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)
     out += _megatron_recompute(layout, split, notes)
-    out += [] if training is None else _megatron_recipe(training)
+    out += [] if training is None else _megatron_recipe(training, layout)
     return LaunchFlags(tuple(out), tuple(notes))
 
 
@@ -277,9 +282,16 @@ def _megatron_pipeline(
     return ["--pipeline-model-parallel-layout", pipeline_layout(split)]
 
 
-def _megatron_recipe(training: TrainingSpec) -> list[str]:
-    """The recipe's flags the plan's figures assume: FP8, optimizer and activation offload."""
+def _megatron_recipe(training: TrainingSpec, layout: Layout) -> list[str]:
+    """The recipe's flags the plan's figures assume: FP8, Megatron-FSDP's main-gradient dtype
+    (the plan's :func:`model.frameworks.gradient_bytes_for`; Megatron-LM's ``auto`` would be the
+    parameters' BF16), optimizer, whole-layer and fine-grained activation offload."""
     out = []
+    if layout.zero_stage == 3 and str(layout.framework) == "megatron":
+        wide = gradient_bytes_for("megatron", training.gradient_bytes) == 4
+        out += ["--megatron-fsdp-main-grads-dtype", "fp32" if wide else "bf16"]
+    if training.cpu_offloading_num_layers:
+        out += ["--cpu-offloading-num-layers", str(training.cpu_offloading_num_layers)]
     if training.precision is Precision.FP8:
         out += ["--fp8-format", "hybrid"]
     if training.offload.optimizer:

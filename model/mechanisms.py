@@ -93,6 +93,10 @@ class Mechanism:
     gathers_per_microbatch: int = 0
     """All-gathers of the bf16 weights per micro-batch (ZeRO-3: forward and backward; FSDP
     ``reshard_after_forward=False``: forward)."""
+    non_units_gathered: bool = False
+    """The parameters outside every unit (the embedding, the output layer) stay gathered from
+    their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:
+    only ``fsdp_unit_modules`` get the release hooks; :meth:`non_unit_gathered`)."""
     source: str = ""
 
     def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
@@ -127,6 +131,18 @@ class Mechanism:
         step = self.step_full * params + self.step_sharded * shard
         buffers = self.unit_grad_bytes * unit
         return weights, grads, opt, gathered, buffers, step
+
+    def non_unit_gathered(self, elements: Any, replicas: Any) -> Any:
+        """Bytes beyond the local shard of ``elements`` parameters outside every unit (the
+        stage's embedding and output layer, per GPU) where :attr:`non_units_gathered`; else 0.
+        Element-wise for arrays.
+
+        >>> mechanism("megatron", 3).non_unit_gathered(800, 8), mechanism("fsdp2", 3).non_unit_gathered(800, 8)
+        (1400.0, 0)
+        """
+        if not self.non_units_gathered:
+            return 0
+        return self.weight_bytes * (elements - elements / replicas)
 
     def embedding_grad_extra(self, embedding: Any) -> Any:
         """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the
@@ -308,6 +324,12 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
       UB_BUFFER_NUM = 2)`` for ``fsdp_params`` and ``fsdp_grads`` under ``fsdp_double_buffer``;
       without it the storage-resize allocator holds the current unit and the prefetched one):
       ``gathered_units = 2`` and ``2·g`` bytes per unit parameter of gradient buckets.
+    * The modules outside every FSDP unit (the embedding, the output layer, the final norm)
+      have no release hook (``megatron_fsdp.py`` ``_register_fsdp_hooks``: ``_post_forward``
+      and ``_post_backward_release_module`` only on ``fsdp_unit_modules``, TransformerLayer /
+      MoETransformerLayer / MambaLayer in ``mcore_fsdp_adapter.py``; ``_root_pre_backward``
+      marks only unit buckets releasable): once gathered they stay whole beside the two units
+      (``non_units_gathered``).
     * Traffic: every micro-batch gathers each unit for forward and again for backward and
       reduce-scatters its gradients (the gradients are sharded, so they are reduced as they
       are made).
@@ -320,7 +342,8 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
         weights_full=0, weights_sharded=w + 4, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4 if g < 4 else 0,
         gathered_units=2, unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
-        gathers_per_microbatch=2, weight_bytes=w, source=MEGATRON_FSDP_SOURCE,
+        gathers_per_microbatch=2, non_units_gathered=True, weight_bytes=w,
+        source=MEGATRON_FSDP_SOURCE,
     )  # fmt: skip
 
 

@@ -123,15 +123,12 @@ class Case:
             model, training_defaults = entry.model, entry.training
         device = device if isinstance(device, DeviceSpec) else get_accelerator(device)
         given, case_args, layout_args = _split_options(options)
-        if layout is None:
-            layout = Layout.of(**layout_args)
-        elif layout_args:
-            raise InputError(f"{sorted(layout_args)[0]}: given twice, in layout and as an option")
+        _refuse_twice(layout_args if layout is not None else {}, "layout")
+        _refuse_twice(given if training is not None else {}, "training")
+        layout = Layout.of(**layout_args) if layout is None else layout
         if training is None:
             training, notes = training_of(model, layout, training_defaults, **given)
             case_args["notes"] = (*notes, *case_args.get("notes", ()))
-        elif given:
-            raise InputError(f"{sorted(given)[0]}: given twice, in training and as an option")
         return cls(
             model=model,
             training=training,
@@ -163,6 +160,18 @@ class Case:
             None if layout else self.num_gpus,
             self.vocab_multiple,
         )
+
+
+def _refuse_twice(fields: Mapping[str, Any], where: str) -> None:
+    """Refuse ``fields`` given as options beside a ``where`` (layout or training) object.
+
+    Raises
+    ------
+    InputError
+        The first such field by name.
+    """
+    if fields:
+        raise InputError(f"{sorted(fields)[0]}: given twice, in {where} and as an option")
 
 
 def _split_options(

@@ -32,6 +32,7 @@ LAYOUTS = [
     Layout(pp=4, stage_layers=(1, 2, 3, 2), recompute="full", ep=2),
     Layout(pp=2, schedule="zb-v", virtual_stages=2, framework="fsdp2", zero_stage=3),
     Layout(pp=2, schedule="dualpipe", framework="fsdp2", zero_stage=3),
+    Layout(dp=2, framework="megatron", zero_stage=3),
 ]
 TRAININGS = [
     TRAINING,
@@ -79,3 +80,17 @@ def test_compile_and_pipeline_memory_settings() -> None:
     assert meta.notes[0].startswith("pipeline_frees_stage_tensors true: torchtitan has no setting")
     assert "[compile]" not in torchtitan_toml(ARCH, Layout(pp=2), TRAININGS[1]).flags
     assert torchtitan_toml(ARCH, Layout(framework="fsdp2", zero_stage=3), TRAINING).notes == ()
+
+
+def test_megatron_fsdp_and_whole_layer_offload_are_written_as_counted() -> None:
+    """Megatron-FSDP's main gradients in the dtype the plan counted (FP32 by default: the
+    ``megatron`` profile's 4 B; Megatron-LM's own ``auto`` is the parameters' BF16) and
+    ``cpu_offloading_num_layers`` (Megatron-LM sets ``cpu_offloading`` from it)."""
+    lay = Layout(dp=2, framework="megatron", zero_stage=3)
+    flags = megatron_flags(ARCH, lay, 8, replace(TRAINING, cpu_offloading_num_layers=2)).flags
+    assert "--use-megatron-fsdp" in flags
+    at = flags.index("--megatron-fsdp-main-grads-dtype")
+    assert flags[at + 1] == "fp32"
+    assert flags[flags.index("--cpu-offloading-num-layers") + 1] == "2"
+    bf16 = megatron_flags(ARCH, lay, 8, replace(TRAINING, gradient_bytes=2)).flags
+    assert bf16[bf16.index("--megatron-fsdp-main-grads-dtype") + 1] == "bf16"

@@ -17,7 +17,9 @@ import pytest
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError, PlannerError
 from trainplan.model.frameworks import Framework, check_framework
+from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import mechanism
+from trainplan.optimizer.case import Case
 
 GB200_70B = {"model": "llama3-70b", "gpu": "GB200", "framework": "megatron", "zero_stage": 3,
              "dp": 64, "micro_batch_size": 2, "global_batch_size": 256, "seq_len": 8192,
@@ -55,3 +57,24 @@ def test_whole_layer_offload_refusals(change, rule):
     case = {**GB200_70B, "cpu_offloading_num_layers": 40} | change
     with pytest.raises(PlannerError, match=rule):
         build_case(case).evaluate()
+
+
+def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
+    """Megatron-FSDP releases only its units' parameters (megatron_fsdp.py
+    _register_fsdp_hooks: _post_forward and _post_backward_release_module on fsdp_unit_modules,
+    the transformer layers; _root_pre_backward marks only unit buckets releasable), so the
+    embedding and the output layer stay gathered beside two layer units. Llama 3 8B on dp 8:
+    a layer 4096·(4096 + 2·1024 + 4096) + 3·4096·14,336 + 2·4096 = 218,112,000, the embedding
+    and the untied output layer 128,256·4096 = 525,336,576 each; beyond the 1/8 shard, 2 B each:
+    (2·218,112,000 + 2·525,336,576)·2·7/8 = 2,602,070,016 B (was 2 units of the largest, the
+    embedding: 1,838,678,016, FSDP2's figure, whose torchtitan wraps embedding and output as
+    units). The gradient buffers stay two of the largest unit's in FP32: 2·4·525,336,576."""
+
+    def state(framework):
+        lay = Layout.of(dp=8, framework=framework, zero_stage=3)
+        return Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
+
+    megatron, fsdp2 = state("megatron"), state("fsdp2")
+    assert megatron.gathered_bytes == 2_602_070_016
+    assert fsdp2.gathered_bytes == 1_838_678_016
+    assert megatron.buffers_bytes == 2 * 4 * 525_336_576

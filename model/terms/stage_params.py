@@ -41,6 +41,7 @@ __all__ = [
     "stage_params_per_gpu",
     "stage_linear_per_gpu",
     "gather_units",
+    "layer_units",
     "busiest_stage",
     "split_of",
     "shared_embedding_per_gpu",
@@ -48,6 +49,9 @@ __all__ = [
     "split_params",
     "busiest_params",
     "units_per_gpu",
+    "non_unit_params",
+    "non_units_per_gpu",
+    "layer_units_per_gpu",
     "linear_per_gpu",
 ]
 
@@ -149,6 +153,47 @@ def stage_linear_per_gpu(
 
 
 @lru_cache(maxsize=CACHE)
+def layer_units(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    sizes: tuple[int, ...] | None,
+    vocab_multiple: int,
+    schedule: Any = None,
+) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, the (dense, expert) parameters on one GPU of its largest transformer layer:
+    the unit of a framework whose units are the layers only (Megatron-FSDP's
+    ``fsdp_unit_modules``). (0, 0) for a size-only model and for a stage with no layers.
+    ``vocab_multiple``: :func:`split_of`'s common key, unread."""
+    arch = model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0)),) * pp
+    # a layer's unit depends only on its kind (dense or MoE): one of each is enough
+    kind_unit = {}
+    for moe in (False, True):
+        j = arch.kind_index(moe)
+        if j is not None:
+            lp = layer_params(arch, j)
+            kind_unit[moe] = (
+                _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
+                Fraction(lp.experts, etp * ep),
+            )
+    return tuple(
+        max(
+            (kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})),
+            key=lambda u: u[0] + u[1],
+            default=(Fraction(0), Fraction(0)),
+        )
+        for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
+    )
+
+
+@lru_cache(maxsize=CACHE)
 def gather_units(
     model: ModelSpec,
     tp: int,
@@ -163,33 +208,62 @@ def gather_units(
     schedule: Any = None,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) parameters on one GPU of the largest unit gathered or
-    reduced at once (ZeRO-3 / FSDP units): one of its layers, the input embedding (first stage)
-    or the output layer (:func:`model.split.output_rank`). (0, 0) for a size-only model, whose layers are unknown."""
+    reduced at once (ZeRO-3 / FSDP units): one of its layers (:func:`layer_units`), the input
+    embedding (first stage) or the output layer (:func:`model.split.output_rank`). (0, 0) for a
+    size-only model, whose layers are unknown."""
+    key = (model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple, schedule)
+    layers = layer_units(*key)
     arch = model.arch
     if arch is None:
-        return ((Fraction(0), Fraction(0)),) * pp
+        return layers
     vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     counts = count_params(arch, vocab)
-    # a layer's unit depends only on its kind (dense or MoE): one of each is enough
-    kind_unit = {}
-    for moe in (False, True):
-        j = arch.kind_index(moe)
-        if j is not None:
-            lp = layer_params(arch, j)
-            kind_unit[moe] = (
-                _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
-                Fraction(lp.experts, etp * ep),
-            )
     out = []
     last = output_rank(pp, v, schedule)
-    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
-        units = [kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})]
+    for i, layer in enumerate(layers):
+        units = [layer]
         if i == 0:
             units.append((Fraction(counts.embedding, tp), Fraction(0)))
         if i == last:
             units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
-        # a middle stage with no layers (a custom layout's zeros) gathers nothing
-        out.append(max(units, key=lambda u: u[0] + u[1], default=(Fraction(0), Fraction(0))))
+        out.append(max(units, key=lambda u: u[0] + u[1]))
+    return tuple(out)
+
+
+def non_unit_params(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    sizes: tuple[int, ...] | None,
+    vocab_multiple: int,
+    schedule: Any = None,
+) -> tuple[Fraction, ...]:
+    """Per stage, the parameters on one GPU outside every transformer layer: the input
+    embedding (first stage) and the output layer (:func:`model.split.output_rank`; a tied one
+    only where it is a copy on another stage). What a framework that keeps its non-unit modules
+    gathered holds whole (:attr:`model.mechanisms.Mechanism.non_units_gathered`). Zeros for a
+    size-only model. ``ep``, ``uneven``, ``etp``, ``physical``, ``sizes``: :func:`split_of`'s
+    common key, unread.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> non_unit_params(get_model("llama3-8b").model, 1, 1, 1, 1, False, None, True, None, 1)
+    (Fraction(1050673152, 1),)
+    """
+    arch = model.arch
+    if arch is None:
+        return (Fraction(0),) * pp
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+    counts = count_params(arch, vocab)
+    last = output_rank(pp, v, schedule)
+    out = [Fraction(0)] * pp
+    out[0] += Fraction(counts.embedding, tp)
+    if counts.output or last != 0:  # untied, or the last stage's copy of a tied embedding
+        out[last] += Fraction(counts.output or vocab * arch.hidden_size, tp)
     return tuple(out)
 
 
@@ -315,6 +389,26 @@ def units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the largest unit the stage ``f.stage`` gathers
     or reduces at once (:func:`gather_units`: ZeRO-3 / FSDP units)."""
     return f.per_stage(_stage_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+
+
+def _stage_non_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    return split_of(non_unit_params, model, given, *key)
+
+
+def _stage_layer_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    return split_of(layer_units, model, given, *key)
+
+
+def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
+    """:func:`layer_units` of stage ``f.stage``: (dense, expert) parameters on one GPU of its
+    largest layer."""
+    return f.per_stage(_stage_layer_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+
+
+def non_units_per_gpu(c: Context, f: Fields) -> Any:
+    """:func:`non_unit_params` of stage ``f.stage``: the embedding and output-layer parameters
+    on one GPU."""
+    return f.per_stage(_stage_non_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
 
 
 def linear_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:

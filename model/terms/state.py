@@ -48,7 +48,9 @@ from trainplan.model.terms.stage_params import (
     SPLIT_FIELDS,
     any_dualpipe,
     busiest_stage,
+    layer_units_per_gpu,
     linear_per_gpu,
+    non_units_per_gpu,
     split_of,
     split_params,
     stage_params_per_gpu,
@@ -264,7 +266,11 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     """Model-state bytes on one GPU of pipeline stage ``f.stage`` (:class:`ModelState`: weights,
     gradients, optimizer state, gathered units, buffers, optimizer-step extras, cached weight
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
-    (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`).
+    (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`); where
+    the framework keeps the modules outside its units gathered (Megatron-FSDP,
+    :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
+    (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
+    (:func:`model.terms.stage_params.non_unit_params`).
     Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
@@ -284,11 +290,17 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
     )  # fmt: skip
+    held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(
-        mech, dense, experts, f.shard_degree, f.expert_shard_degree, unit_dense, unit_expert,
+        mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
         optimizer_scales(c, f),
     )  # fmt: skip
+    if mech.non_units_gathered:  # Megatron-FSDP
+        # the embedding and output layer whole beside the two layer units; the gradient
+        # buffers of the largest unit, embedding and output included, as before
+        gathered = gathered + mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
+        buffers = buffers + mech.unit_grad_bytes * (unit_dense + unit_expert - held[0] - held[1])
     dispatch = dispatch_buffer_term(c, f)
     g = g + embedding_grad_term(c, f, mech)
     step = step + muon_transient_term(c, f)

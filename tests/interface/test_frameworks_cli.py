@@ -37,7 +37,7 @@ def test_a_stage_the_framework_lacks_is_one_line_exit_2(
     code, out, err = run_main(monkeypatch, capsys, *args, "--pp", str(pp), "--dp", "2")
     assert code == 2 and not out
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "--zero: " in lines[0] and needle in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("Error: --zero: ") and needle in lines[0]
 
 
 @pytest.mark.parametrize(
