@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainplan.model.activations import ActivationContext, layer_activations
-from trainplan.model.frameworks import ZERO_STAGES, Framework
+from trainplan.model.frameworks import Framework, zero_stages_for
 from trainplan.model.layout import Recompute
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.case import Case
@@ -85,11 +85,7 @@ def layouts(draw, models=MODELS, convention: str | None = None):
         "cp_a2a": cp_a2a,
         "ep": ep,
         "framework": framework,
-        "zero_stage": draw(
-            st.sampled_from(
-                [z for z in ZERO_STAGES[framework] if pp == 1 or framework != "deepspeed" or z < 2]
-            )
-        ),
+        "zero_stage": draw(st.sampled_from(zero_stages_for(Framework(framework), pp))),
         "recompute": draw(st.sampled_from([r.value for r in Recompute])),
         "micro_batch_size": b,
         "schedule": schedule,

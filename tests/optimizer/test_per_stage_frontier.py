@@ -63,9 +63,9 @@ def check_per_stage_points(result, capacity_of):
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
     gives the same points; the 14 points run from the uniform full recomputation's
-    112,609,792 B at tp 2 (32.49 ms) through per-stage plans (the first at 120,998,400 B,
-    31.05 ms: tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without
-    recomputation (11.88 ms); tp 2's small collectives at the H100 curve's 1 KiB-and-up times.
+    112,609,792 B at tp 2 (32.65 ms) through per-stage plans (the first at 120,998,400 B,
+    31.21 ms: tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without
+    recomputation (11.98 ms); tp 2's small collectives at the H100 curve's 1 KiB-and-up times.
 
     The loss's working set (Megatron-LM's unfused cross entropy: 6 B per local logit at its
     peak, 2 B beyond the kept fp32 softmax; :mod:`model.loss_memory`) is 2·s·V/tp =
@@ -97,12 +97,12 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # ring, or the pipeline's one neighbour inside the node, and the distributed optimizer's
     # gradient-statistics ring over both GPUs): 805,306,368 B beside each figure
     comm = 2 * 32 * 12 * 2**20
-    assert want[0] == (112_609_792 + comm, 32_487_949, "uniform")
-    assert want[1] == (120_998_400 + comm, 31_048_399, "per-stage")
-    assert (193_534_976 + comm, 15_595_724, "uniform") in want  # tp 1, full: covers the loss
-    assert (165_142_016 + comm, 18_559_189, "uniform") in want  # pp 2, full
-    assert want[-1] == (526_195_712 + comm, 11_875_004, "uniform")
-    assert got.points[-1].uniform_ns == 32_487_949
+    assert want[0] == (112_609_792 + comm, 32_652_698, "uniform")
+    assert want[1] == (120_998_400 + comm, 31_209_158, "per-stage")
+    assert (193_534_976 + comm, 15_734_081, "uniform") in want  # tp 1, full: covers the loss
+    assert (165_142_016 + comm, 18_716_005, "uniform") in want  # pp 2, full
+    assert want[-1] == (526_195_712 + comm, 11_981_336, "uniform")
+    assert got.points[-1].uniform_ns == 32_652_698
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
     steps = [p.step_ns for p in got.points]

@@ -10,14 +10,17 @@ from trainplan.optimizer.case import Case
 from trainplan.optimizer.problem import Constraints, Job, Problem
 from trainplan.optimizer.search import prepare, search
 from trainplan.optimizer.space import SearchSpace
+from trainplan.topology.accelerators import get_accelerator
+
+V100_100G = get_accelerator("V100-SXM2-32GB").with_links(scaleout_bytes_per_s=12.5e9)
+"""A V100 with 12.5 GB/s of scale-out per GPU (the accelerator table gives V100 none)."""
 
 # Small scenarios: several models, GPUs (memory binding or not), GPU counts, batches and lengths.
 SCENARIOS = [
     (
         {
             "model": "megatron-1.7b",
-            "device": "V100-SXM2-32GB",
-            "scaleout_gbps": 12.5,
+            "device": V100_100G,
             "seq_len": 2048,
             "global_batch_size": 32,
         },
@@ -33,8 +36,7 @@ SCENARIOS = [
     (
         {
             "model": "megatron-7.5b",
-            "device": "V100-SXM2-32GB",
-            "scaleout_gbps": 12.5,
+            "device": V100_100G,
             "seq_len": 2048,
             "global_batch_size": 16,
         },
