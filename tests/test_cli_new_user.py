@@ -385,7 +385,7 @@ def test_contradicting_options_are_named(runs):
         "--tp: 8 is above max_tp 4: the two contradict each other; drop one or raise max_tp"
     )
     assert refusal(runs["mb above max-mb"]) == (
-        "micro_batch: 4 is above max_micro_batch 2: the two contradict each other; drop one or "
+        "--micro-batch: 4 is above max_micro_batch 2: the two contradict each other; drop one or "
         "raise max_micro_batch"
     )
     assert refusal(runs["ep above experts"]) == "ep: 16 does not divide num_experts = 8"
