@@ -388,7 +388,7 @@ def test_contradicting_options_are_named(runs):
         "--micro-batch: 4 is above max_micro_batch 2: the two contradict each other; drop one or "
         "raise max_micro_batch"
     )
-    assert refusal(runs["ep above experts"]) == "ep: 16 does not divide num_experts = 8"
+    assert refusal(runs["ep above experts"]) == "--ep: 16 does not divide num_experts = 8"
 
 
 def test_an_oversubscription_no_fabric_has_is_refused(runs):
