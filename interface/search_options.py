@@ -110,6 +110,10 @@ def require_batch(d: Mapping[str, Any]) -> None:
 
     if d.get("model") is not None and "global_batch_size" in get_model(str(d["model"])).training:
         return
+    if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
+        raise InputError(  # the model's refusal, as evaluate words it, before any batch rule
+            "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+        )
     name = d.get("model") or "a model given by its dimensions"
     raise InputError(
         f"global_batch: {name} has no published batch size; give --global-batch (sequences per "

@@ -33,3 +33,12 @@ def test_a_price_is_said_whatever_the_objective():
     assert abs(d["price_per_step"] - 160.0 * d["time"]["step_s"] / 3600) < 1e-9
     text = trainplan(*args).stdout
     assert f"price: $160.00/hour, ${d['price_per_step']:,.2f} per step" in text
+
+
+def test_a_search_without_a_model_asks_for_one():
+    """``search --gpus 8`` with no model is refused as ``evaluate`` refuses it (the model first,
+    not a batch size of a model nobody named), in text and under ``--json``."""
+    want = "--model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+    for extra in ((), ("--json",)):
+        done = trainplan("search", "--gpus", "8", *extra)
+        assert done.returncode == 2 and refusal(done) == want, done.stderr

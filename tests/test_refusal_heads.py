@@ -27,6 +27,9 @@ CLI = [
     (["--set", "compile=true", "--set", "compile=false"], "compile"),
     (["--set", "nvlink_gbps=0"], "nvlink_gbps"),
     (["--set", "nope=1"], "--set"),
+    (["--set", "offload_optimizer=2"], "offload_optimizer"),  # a key that also has a flag
+    (["--set=offload_optimizer=2"], "offload_optimizer"),
+    (["--offload-optimizer", "2"], "--offload-optimizer"),
     (["--nvlink-gbps", "900"], "--nvlink-gbps"),
 ]
 WEB = [

@@ -7,12 +7,13 @@ import os
 import signal
 import sys
 from fractions import Fraction
+from collections.abc import Collection
 from typing import Any
 
 import click
 import cloup
 
-from trainplan.interface.flags import MOVED_FLAGS, moved_hint, refusal
+from trainplan.interface.flags import MOVED_FLAGS, flag_for, moved_hint, refusal
 from trainplan.interface.outputs import output_path
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
@@ -40,6 +41,7 @@ __all__ = [
     "fail",
     "click_line",
     "command_options",
+    "typed_options",
 ]
 
 
@@ -69,6 +71,7 @@ class GuardedCommand(cloup.Command):
                     if not eq and MOVED_FLAGS[flag][1] is None and i + 1 < len(args):
                         value = args[i + 1]
                     raise InputError(moved_hint(flag, value or None))
+        ctx.meta[_RAW_ARGS] = list(args)  # meta is shared with the group's context
         return super().parse_args(ctx, args)
 
     def make_parser(self, ctx: click.Context) -> Any:
@@ -128,7 +131,41 @@ class GuardedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PlannerError as err:
-            fail(refusal(str(err), command_options(self)))
+            fail(refusal(str(err), typed_options(self, ctx.meta.get(_RAW_ARGS, ()))))
+
+
+_RAW_ARGS = "trainplan.raw_args"
+"""``click.Context.meta`` key of the arguments the command was given (shared up the chain)."""
+
+
+def typed_options(group: click.Command, args: Collection[str]) -> frozenset[str]:
+    """The flags a refusal's head may be written as: :func:`command_options`, less those of keys
+    the user gave only as ``--set KEY=…`` (``--set offload_optimizer=2`` is refused as
+    ``offload_optimizer:``, the key typed, not as its flag ``--offload-optimizer:``).
+
+    Examples
+    --------
+    >>> opts = frozenset({"--offload-optimizer", "--set", "--tp"})
+    >>> sorted(_without_set_keys(opts, ["--set", "offload_optimizer=2", "--tp", "2"]))
+    ['--set', '--tp']
+    >>> sorted(_without_set_keys(opts, ["--set=offload_optimizer=2", "--offload-optimizer", "1"]))
+    ['--offload-optimizer', '--set', '--tp']
+    """
+    return _without_set_keys(command_options(group), list(args))
+
+
+def _without_set_keys(options: frozenset[str], args: list[str]) -> frozenset[str]:
+    keys = set()
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--set" and i + 1 < len(args):
+            keys.add(args[i + 1].partition("=")[0])
+        elif arg.startswith("--set="):
+            keys.add(arg[len("--set=") :].partition("=")[0])
+    typed = {a.partition("=")[0] for a in args if a.startswith("--")}
+    dropped = {flag_for(k) for k in keys} - typed
+    return options - dropped
 
 
 def command_options(group: click.Command) -> frozenset[str]:
