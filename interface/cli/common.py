@@ -6,8 +6,8 @@ import errno
 import os
 import signal
 import sys
-from fractions import Fraction
 from collections.abc import Collection
+from fractions import Fraction
 from typing import Any
 
 import click
