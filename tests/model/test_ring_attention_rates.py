@@ -74,3 +74,29 @@ def test_pytorch_ring_exchanges_the_repeated_kv_heads():
     assert templated_kv_repeat(get_model("llama3-8b").model.arch) == 4
     assert templated_kv_repeat(get_model("llama3-405b").model.arch) == 16
     assert templated_kv_repeat(get_model("gpt3-175b").model.arch) == 1
+
+
+def test_torchtitan_long_context_calls_read_published_lengths():
+    """torchtitan's Llama 3.1 rows at 32K-256K run cp = s/32K, so every ring call is a causal
+    32K x 32K or an unmasked 32K x 16K / 16K x 32K one (read at 16K): the FlashAttention-3
+    paper's FlashAttention-2 bars (causal forward 335, unmasked forward 370, unmasked backward
+    322 TFLOP/s at 16K) and, past 16K, PyTorch's flash backend sweep on the H200 (causal forward
+    327.17 -> 345.64 from 16K to 32K; unmasked backward 317.34 -> 320.44) — no rate is held past
+    a curve's end. Only a call beyond 64K would be (flagged 'above')."""
+    from trainplan.model.kernels import AttentionKey, attention_rate
+    from trainplan.scenarios.kernel_data import attention_curves
+
+    def rate(direction: str, causal: bool, s: int):
+        key = AttentionKey("flash-attention-2", "H100-SXM", "bf16", direction, causal)
+        return attention_rate(attention_curves(), key, (128, 128), s)
+
+    causal_32k = rate("fwd", True, 32768)
+    assert causal_32k.tflops_per_s == pytest.approx(335 * 345.64 / 327.17)
+    assert causal_32k.clamped is None
+    assert (rate("fwd", False, 16384).tflops_per_s, rate("bwd", False, 16384).tflops_per_s) == (
+        370,
+        322,
+    )
+    assert rate("bwd", False, 32768).tflops_per_s == pytest.approx(322 * 320.44 / 317.34)
+    assert rate("fwd", True, 65536).clamped is None
+    assert rate("fwd", True, 131072).clamped == "above"
