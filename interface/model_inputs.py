@@ -71,6 +71,10 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
     )
 
 
+NO_MODEL = "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+"""The one refusal of a command given no model (evaluate, search, …)."""
+
+
 def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec, dict[str, int]]:
     if params.get("model_spec") is not None:  # a ModelSpec built in code (e.g. a model family)
         return params["model_spec"], dict(params.get("training_defaults") or {})
@@ -84,9 +88,7 @@ def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec
         entry = get_model(str(name))
         return entry.model, dict(entry.training)
     if size is None:
-        raise InputError(
-            "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
-        )
+        raise InputError(NO_MODEL)
     n = count_of(params, "params")
     seq = count_of(params, "seq_len", 4096)
     arch = _arch_from_dims(params, seq or 4096)

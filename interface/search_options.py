@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from trainplan.interface.model_inputs import NO_MODEL
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.legality import check_expert_parallel
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
@@ -111,9 +112,7 @@ def require_batch(d: Mapping[str, Any]) -> None:
     if d.get("model") is not None and "global_batch_size" in get_model(str(d["model"])).training:
         return
     if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
-        raise InputError(  # the model's refusal, as evaluate words it, before any batch rule
-            "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
-        )
+        raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before any batch rule
     name = d.get("model") or "a model given by its dimensions"
     raise InputError(
         f"global_batch: {name} has no published batch size; give --global-batch (sequences per "

@@ -155,7 +155,7 @@ def typed_options(group: click.Command, args: Collection[str]) -> frozenset[str]
 
 
 def _without_set_keys(options: frozenset[str], args: list[str]) -> frozenset[str]:
-    keys = set()
+    keys: set[str] = set()
     for i, arg in enumerate(args):
         if arg == "--":
             break
