@@ -50,9 +50,15 @@ from dataclasses import dataclass
 from trainplan.model.elementwise import Pass
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
-from trainplan.model.precision import Precision
+from trainplan.model.precision import Fp8Recipe, Precision
 
-__all__ = ["ExpertPasses", "NO_EXPERT_PASSES", "expert_passes_of", "megatron_expert_passes"]
+__all__ = [
+    "ExpertPasses",
+    "NO_EXPERT_PASSES",
+    "expert_cast_kernels",
+    "expert_passes_of",
+    "megatron_expert_passes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +136,39 @@ def megatron_expert_passes(
             )
         )
     return tuple(out)
+
+
+EXPERT_CAST_KERNELS: dict[Fp8Recipe, int] = {
+    Fp8Recipe.DELAYED: 0,
+    Fp8Recipe.TENSORWISE: 4,
+    Fp8Recipe.BLOCKWISE: 1,
+    Fp8Recipe.MXFP8: 1,
+}
+"""Kernels Transformer Engine 2.9 launches per local expert to quantise one operand of a
+``GroupedLinear`` (the input rows in the forward, the output gradient in the backward), beyond
+one launch for the whole operand. ``tex.split_quantize`` (``pytorch/csrc/extensions/cast.cpp``
+``multi_tensor_quantize_impl``) runs one fused ``nvte_multi_cast_transpose`` over every expert
+only under delayed scaling (0 more per expert); every other recipe quantises "individually",
+one ``Quantizer::quantize`` per expert: current scaling (``tensorwise``,
+``Float8CurrentScalingQuantizer::quantize_impl``, ``pytorch/csrc/quantizer.cpp``) launches
+``zero_amax_kernel`` and the amax kernel (``common/recipe/current_scaling.cu``
+``launch_amax_kernel``), ``compute_scale_from_amax_kernel`` and the cast-transpose — 4;
+MXFP8 (``common/util/cast_kernels.cuh`` ``mxfp8_quantize``, row- and column-wise in one
+kernel) and block scaling (``nvte_quantize_v2``) — 1."""
+
+
+def expert_cast_kernels(recipe: Fp8Recipe | str) -> int:
+    """:data:`EXPERT_CAST_KERNELS` of ``recipe`` (an :class:`model.precision.Fp8Recipe` value).
+
+    A grouped GEMM of ``E`` local experts pays ``(E − 1) ×`` this many kernel launches per
+    quantised operand beyond the single cast the dense profile's ``te.Linear`` launches
+    (:func:`model.op_time.expert_cast_launches`). Qwen3-30B-A3B on an H100 at EP 8 (16 local
+    experts, current scaling): four quantised operands per MoE layer and micro-batch (FC1's
+    and FC2's inputs, their output gradients), 4 × 15 × 4 = 240 launches.
+
+    >>> expert_cast_kernels("tensorwise"), expert_cast_kernels("mxfp8"), expert_cast_kernels("delayed")
+    (4, 1, 0)
+    >>> 4 * (16 - 1) * expert_cast_kernels("tensorwise")
+    240
+    """
+    return EXPERT_CAST_KERNELS[Fp8Recipe(str(recipe))]
