@@ -190,4 +190,6 @@ def grouped_fp8_rates(
         )
     except InputError:
         return None
-    return GroupedFp8((kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r))
+    return GroupedFp8(
+        (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r)
+    )

@@ -50,6 +50,7 @@ from trainplan.model.context_parallel import (
     templated_merge_bytes,
 )
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_kernels import dispatch_metadata
 from trainplan.model.moe_run import (
     all_to_all_sent,
     exposed_all_to_all,
@@ -83,12 +84,14 @@ from trainplan.model.roofline import (
     memory_seconds,
 )
 from trainplan.model.xp import where
+from trainplan.scenarios.kernel_data import collective_data
 
 __all__ = [
     "LayerTime",
     "PARTS",
     "layer_time",
     "ep_all_to_all_seconds",
+    "counts_gather_seconds",
     "embedding_time",
     "output_time",
     "stage_parts",
@@ -312,22 +315,56 @@ def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
     )
 
 
+def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
+    """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
+    (``E`` int64 values each, a few kilobytes: ``preprocess`` in ``token_dispatcher.py``): NCCL's
+    latency of a ring all-gather (``src/graph/tuning.cc``, the ``[nccl_latency]`` constants of
+    ``scenarios/kernels/collectives.toml``) in the ``LL`` protocol, the one NCCL's tuner picks
+    for a message this small (its lowest base latency and per-hop latency; the bytes take under
+    a microsecond at any protocol's bandwidth): the base plus ``ranks − 1`` hops, each over
+    NVLink when the group's link is the scale-up domain, else over the network, as the clock's
+    other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
+
+    >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
+    10.8
+    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 2.7 µs
+    176.7
+    """
+    if ranks <= 1:
+        return 0.0
+    lat = collective_data().nccl_latency
+    p = lat.protocols.index("LL")
+    hop = lat.hw_us["nvlink" if scaleup else "net"]["ring"][p]
+    return (lat.base_us["ring"][p] + (ranks - 1) * hop) * 1e-6
+
+
 def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
     """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
     the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
     recomputed forward under full recomputation) and their two transposes in backward, each of
     :func:`model.moe_run.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
-    over the ep link. What a schedule that hides one micro-batch's all-to-alls under another's
+    over the ep link; with them the dispatcher's own small collectives
+    (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
+    probability, one value per routed row, each way, at the tokens' rule; the forward's
+    all-gather of the token counts per expert over the tp × ep ranks at NCCL's latency,
+    :func:`counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
     computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
     if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
         return 0.0, 0.0
-    sent = all_to_all_sent(
-        x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
-        c.ep_per_domain, x.arch.hidden_size * x.beta,
-    )  # fmt: skip
-    one = _coll(Collective.ALL_TO_ALL, x.ep, sent, c.ep_link, c)
-    return 2 * one * (2 if full_recompute else 1), 2 * one
+
+    def sent(row_bytes: float) -> float:
+        return all_to_all_sent(
+            x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
+            c.ep_per_domain, row_bytes,
+        )  # fmt: skip
+
+    one = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.arch.hidden_size * x.beta), c.ep_link, c)
+    meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
+    probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
+    counts = counts_gather_seconds(x.tp * x.ep, c.ep_link.scaleup)
+    forward = 2 * one + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
+    return forward * (2 if full_recompute else 1), 2 * one + meta.probs_all_to_alls[1] * probs
 
 
 def _ep_collectives(

@@ -55,6 +55,8 @@ from trainplan.model.precision import Fp8Recipe, Precision
 __all__ = [
     "ExpertPasses",
     "NO_EXPERT_PASSES",
+    "DispatchMetadata",
+    "dispatch_metadata",
     "expert_cast_kernels",
     "expert_passes_of",
     "megatron_expert_passes",
@@ -172,3 +174,40 @@ def expert_cast_kernels(recipe: Fp8Recipe | str) -> int:
     240
     """
     return EXPERT_CAST_KERNELS[Fp8Recipe(str(recipe))]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchMetadata:
+    """The small collectives Megatron-Core's ``MoEAlltoAllTokenDispatcher`` runs beside the
+    tokens' dispatch and combine (Megatron-Core 0d8e0714, ``token_dispatcher.py``), per MoE
+    layer and micro-batch on one rank."""
+
+    probs_all_to_alls: tuple[int, int] = (0, 0)
+    """(forward, backward) all-to-alls of the routed copies' probabilities, one 16-bit value
+    per row (the router's dtype, the hidden states' unless ``moe_router_dtype`` is set):
+    ``token_dispatch`` sends ``permuted_probs`` in an ``all_to_all`` of its own after the
+    tokens', with the same splits, and autograd runs its transpose in the backward."""
+    counts_all_gathers: int = 0
+    """Forward all-gathers of the rank's token count per expert (``E`` int64 values per rank,
+    over the tensor × expert-parallel group): ``preprocess`` gathers
+    ``num_local_tokens_per_expert`` with ``gather_from_sequence_parallel_region`` to learn the
+    output splits (no gradient flows through the counts)."""
+
+
+NO_DISPATCH_METADATA = DispatchMetadata()
+
+
+def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> DispatchMetadata:
+    """:class:`DispatchMetadata` of the run: Megatron-Core's (``passes.megatron``) under the
+    ``alltoall`` dispatcher; none otherwise (the flex dispatcher's DeepEP and HybridEP carry the
+    probabilities and the layout in their own kernels; torchtitan and DeepSpeed are not read
+    here).
+
+    >>> dispatch_metadata(ExpertPasses(True), "alltoall")
+    DispatchMetadata(probs_all_to_alls=(1, 1), counts_all_gathers=1)
+    >>> dispatch_metadata(ExpertPasses(True), "hybridep") == NO_DISPATCH_METADATA
+    True
+    """
+    if not passes.megatron or Dispatcher(dispatcher) is not Dispatcher.ALLTOALL:
+        return NO_DISPATCH_METADATA
+    return DispatchMetadata((1, 1), 1)
