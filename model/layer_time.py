@@ -50,7 +50,7 @@ from trainplan.model.context_parallel import (
     templated_merge_bytes,
 )
 from trainplan.model.layout import Recompute
-from trainplan.model.moe_kernels import dispatch_metadata
+from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
 from trainplan.model.moe_run import (
     all_to_all_sent,
     exposed_all_to_all,
@@ -84,14 +84,12 @@ from trainplan.model.roofline import (
     memory_seconds,
 )
 from trainplan.model.xp import where
-from trainplan.scenarios.kernel_data import collective_data
 
 __all__ = [
     "LayerTime",
     "PARTS",
     "layer_time",
     "ep_all_to_all_seconds",
-    "counts_gather_seconds",
     "embedding_time",
     "output_time",
     "stage_parts",
@@ -315,29 +313,6 @@ def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
     )
 
 
-def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
-    """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
-    (``E`` int64 values each, a few kilobytes: ``preprocess`` in ``token_dispatcher.py``): NCCL's
-    latency of a ring all-gather (``src/graph/tuning.cc``, the ``[nccl_latency]`` constants of
-    ``scenarios/kernels/collectives.toml``) in the ``LL`` protocol, the one NCCL's tuner picks
-    for a message this small (its lowest base latency and per-hop latency; the bytes take under
-    a microsecond at any protocol's bandwidth): the base plus ``ranks − 1`` hops, each over
-    NVLink when the group's link is the scale-up domain, else over the network, as the clock's
-    other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
-
-    >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
-    10.8
-    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 2.7 µs
-    176.7
-    """
-    if ranks <= 1:
-        return 0.0
-    lat = collective_data().nccl_latency
-    p = lat.protocols.index("LL")
-    hop = lat.hw_us["nvlink" if scaleup else "net"]["ring"][p]
-    return (lat.base_us["ring"][p] + (ranks - 1) * hop) * 1e-6
-
-
 def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
     """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
     the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
@@ -347,7 +322,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's
     all-gather of the token counts per expert over the tp × ep ranks at NCCL's latency,
-    :func:`counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
+    :func:`model.moe_kernels.counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
     computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
     if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:

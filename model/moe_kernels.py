@@ -51,11 +51,13 @@ from trainplan.model.elementwise import Pass
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
 from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.scenarios.kernel_data import collective_data
 
 __all__ = [
     "ExpertPasses",
     "NO_EXPERT_PASSES",
     "DispatchMetadata",
+    "counts_gather_seconds",
     "dispatch_metadata",
     "expert_cast_kernels",
     "expert_passes_of",
@@ -211,3 +213,26 @@ def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> Dis
     if not passes.megatron or Dispatcher(dispatcher) is not Dispatcher.ALLTOALL:
         return NO_DISPATCH_METADATA
     return DispatchMetadata((1, 1), 1)
+
+
+def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
+    """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
+    (``E`` int64 values each, a few kilobytes: ``preprocess`` in ``token_dispatcher.py``): NCCL's
+    latency of a ring all-gather (``src/graph/tuning.cc``, the ``[nccl_latency]`` constants of
+    ``scenarios/kernels/collectives.toml``) in the ``LL`` protocol, the one NCCL's tuner picks
+    for a message this small (its lowest base latency and per-hop latency; the bytes take under
+    a microsecond at any protocol's bandwidth): the base plus ``ranks − 1`` hops, each over
+    NVLink when the group's link is the scale-up domain, else over the network, as the clock's
+    other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
+
+    >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
+    10.8
+    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 2.7 µs
+    176.7
+    """
+    if ranks <= 1:
+        return 0.0
+    lat = collective_data().nccl_latency
+    p = lat.protocols.index("LL")
+    hop = lat.hw_us["nvlink" if scaleup else "net"]["ring"][p]
+    return (lat.base_us["ring"][p] + (ranks - 1) * hop) * 1e-6

@@ -87,8 +87,11 @@ def test_the_alltoall_dispatchers_small_collectives_by_hand():
     (``tuning.cc``: base 6.6 µs, NVLink hop 0.6, network hop 2.7): 8 ranks in one NVLink
     domain 6.6 + 7·0.6 = 10.8 µs; Qwen3-235B-A22B on H100 at tp 2 × ep 32 across nodes,
     6.6 + 63·2.7 = 176.7 µs. Neither runs under the flex dispatcher or outside Megatron-Core."""
-    from trainplan.model.layer_time import counts_gather_seconds
-    from trainplan.model.moe_kernels import DispatchMetadata, dispatch_metadata
+    from trainplan.model.moe_kernels import (
+        DispatchMetadata,
+        counts_gather_seconds,
+        dispatch_metadata,
+    )
 
     assert dispatch_metadata(ExpertPasses(True), "alltoall") == DispatchMetadata((1, 1), 1)
     assert dispatch_metadata(ExpertPasses(True), "deepep") == DispatchMetadata()
