@@ -217,11 +217,12 @@ def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> Dis
 
 def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
     """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
-    (``E`` int64 values each, a few kilobytes: ``preprocess`` in ``token_dispatcher.py``): NCCL's
-    latency of a ring all-gather (``src/graph/tuning.cc``, the ``[nccl_latency]`` constants of
-    ``scenarios/kernels/collectives.toml``) in the ``LL`` protocol, the one NCCL's tuner picks
-    for a message this small (its lowest base latency and per-hop latency; the bytes take under
-    a microsecond at any protocol's bandwidth): the base plus ``ranks − 1`` hops, each over
+    (``E`` int64 values from each, 1 KB at 128 experts: ``preprocess`` in
+    ``token_dispatcher.py``): NCCL's latency of a ring all-gather (``src/graph/tuning.cc``, the
+    ``[nccl_latency]`` constants of ``scenarios/kernels/collectives.toml``) in the ``LL``
+    protocol, the one NCCL's tuner picks for a message this small (its lowest base and per-hop
+    latency; the bytes are not counted: 64 KB over 64 ranks, a few microseconds at LL's rate
+    beside the hops' hundreds): the base plus ``ranks − 1`` hops, each over
     NVLink when the group's link is the scale-up domain, else over the network, as the clock's
     other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
 
