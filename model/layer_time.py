@@ -321,7 +321,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     over the ep link; with them the dispatcher's own small collectives
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's
-    all-gather of the token counts per expert over the tp × ep ranks at NCCL's latency,
+    all-gather of the token counts per expert over the etp × ep ranks at NCCL's latency,
     :func:`model.moe_kernels.counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
     computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
@@ -337,7 +337,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     one = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.arch.hidden_size * x.beta), c.ep_link, c)
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
-    counts = counts_gather_seconds(x.tp * x.ep, c.ep_link.scaleup)
+    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
     forward = 2 * one + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     return forward * (2 if full_recompute else 1), 2 * one + meta.probs_all_to_alls[1] * probs
 

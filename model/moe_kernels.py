@@ -191,7 +191,8 @@ class DispatchMetadata:
     tokens', with the same splits, and autograd runs its transpose in the backward."""
     counts_all_gathers: int = 0
     """Forward all-gathers of the rank's token count per expert (``E`` int64 values per rank,
-    over the tensor × expert-parallel group): ``preprocess`` gathers
+    over the expert-tensor × expert-parallel group, ``tp_ep``: ``parallel_state.
+    get_expert_tensor_and_model_parallel_group``): ``preprocess`` gathers
     ``num_local_tokens_per_expert`` with ``gather_from_sequence_parallel_region`` to learn the
     output splits (no gradient flows through the counts)."""
 

@@ -82,10 +82,10 @@ def test_hybridep_is_megatron_cores():
 def test_the_alltoall_dispatchers_small_collectives_by_hand():
     """Megatron-Core 0d8e0714 ``MoEAlltoAllTokenDispatcher``: ``token_dispatch`` sends the
     permuted probabilities in an ``all_to_all`` of their own (and autograd its transpose in the
-    backward); ``preprocess`` all-gathers ``num_local_tokens_per_expert`` over the tp × ep group
+    backward); ``preprocess`` all-gathers ``num_local_tokens_per_expert`` over the etp × ep group
     (forward only, the counts carry no gradient). NCCL's LL ring all-gather latency
     (``tuning.cc``: base 6.6 µs, NVLink hop 0.6, network hop 2.7): 8 ranks in one NVLink
-    domain 6.6 + 7·0.6 = 10.8 µs; Qwen3-235B-A22B on H100 at tp 2 × ep 32 across nodes,
+    domain 6.6 + 7·0.6 = 10.8 µs; 64 ranks across nodes (GPT OSS 120B at EP 64 on B200),
     6.6 + 63·2.7 = 176.7 µs. Neither runs under the flex dispatcher or outside Megatron-Core."""
     from trainplan.model.moe_kernels import (
         DispatchMetadata,
@@ -126,3 +126,8 @@ def test_the_layers_expert_collectives_add_them():
     assert abs(f0 - 2 * tokens) < 1e-15 and abs(b0 - 2 * tokens) < 1e-15
     assert abs(f1 - (2 * tokens + probs + 7.2e-6)) < 1e-12
     assert abs(b1 - (2 * tokens + probs)) < 1e-15
+    # the counts gather over expert-tensor × expert ranks (tp_ep), not the attention's tp
+    # (2 ranks: 7.2 µs; tp × ep = 4 ranks would be 6.6 + 3·0.6 = 8.4 µs)
+    tp2 = LayerShape(arch, True, 32, 2, 1, ep=2, expert_passes=ExpertPasses(True))
+    f2, b2 = ep_all_to_all_seconds(tp2, c, False)
+    assert abs((f2 - b2) - 7.2e-6) < 1e-12  # forward less backward: the counts' all-gather
