@@ -35,6 +35,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import cast_elements, layer_ms, layer_row
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.kernel_tables import LayerGemms
+from trainplan.model.moe_kernels import expert_cast_kernels
 from trainplan.model.moe_run import grouped_rows
 from trainplan.model.op_rates import (
     RECIPE_PART,
@@ -73,6 +74,10 @@ class GroupedFp8:
     cast_s_per_element: tuple[float, float]
     """Seconds per element of the forward's input cast and the input gradient's output-gradient
     cast on this part (:func:`cast_seconds_per_element`, scaled by HBM bandwidth)."""
+    cast_kernels: int = 0
+    """Kernels each local expert's cast launches beyond the profile's one cast of the whole
+    operand (:func:`model.moe_kernels.expert_cast_kernels` of the recipe: 4 under current
+    scaling, 1 under MXFP8 and block scaling, 0 under delayed scaling)."""
 
 
 def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> tuple[float, float]:
@@ -185,4 +190,6 @@ def grouped_fp8_rates(
         )
     except InputError:
         return None
-    return GroupedFp8((kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]))
+    return GroupedFp8(
+        (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r)
+    )

@@ -50,6 +50,7 @@ from trainplan.model.context_parallel import (
     templated_merge_bytes,
 )
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
 from trainplan.model.moe_run import (
     all_to_all_sent,
     exposed_all_to_all,
@@ -317,17 +318,28 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
     recomputed forward under full recomputation) and their two transposes in backward, each of
     :func:`model.moe_run.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
-    over the ep link. What a schedule that hides one micro-batch's all-to-alls under another's
+    over the ep link; with them the dispatcher's own small collectives
+    (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
+    probability, one value per routed row, each way, at the tokens' rule; the forward's
+    all-gather of the token counts per expert over the etp × ep ranks at NCCL's latency,
+    :func:`model.moe_kernels.counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
     computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
     if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
         return 0.0, 0.0
-    sent = all_to_all_sent(
-        x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
-        c.ep_per_domain, x.arch.hidden_size * x.beta,
-    )  # fmt: skip
-    one = _coll(Collective.ALL_TO_ALL, x.ep, sent, c.ep_link, c)
-    return 2 * one * (2 if full_recompute else 1), 2 * one
+
+    def sent(row_bytes: float) -> float:
+        return all_to_all_sent(
+            x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
+            c.ep_per_domain, row_bytes,
+        )  # fmt: skip
+
+    one = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.arch.hidden_size * x.beta), c.ep_link, c)
+    meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
+    probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
+    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
+    forward = 2 * one + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
+    return forward * (2 if full_recompute else 1), 2 * one + meta.probs_all_to_alls[1] * probs
 
 
 def _ep_collectives(

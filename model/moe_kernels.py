@@ -50,9 +50,19 @@ from dataclasses import dataclass
 from trainplan.model.elementwise import Pass
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
-from trainplan.model.precision import Precision
+from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.scenarios.kernel_data import collective_data
 
-__all__ = ["ExpertPasses", "NO_EXPERT_PASSES", "expert_passes_of", "megatron_expert_passes"]
+__all__ = [
+    "ExpertPasses",
+    "NO_EXPERT_PASSES",
+    "DispatchMetadata",
+    "counts_gather_seconds",
+    "dispatch_metadata",
+    "expert_cast_kernels",
+    "expert_passes_of",
+    "megatron_expert_passes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +140,101 @@ def megatron_expert_passes(
             )
         )
     return tuple(out)
+
+
+EXPERT_CAST_KERNELS: dict[Fp8Recipe, int] = {
+    Fp8Recipe.DELAYED: 0,
+    Fp8Recipe.TENSORWISE: 4,
+    Fp8Recipe.BLOCKWISE: 1,
+    Fp8Recipe.MXFP8: 1,
+}
+"""Kernels Transformer Engine 2.9 launches per local expert to quantise one operand of a
+``GroupedLinear`` (the input rows in the forward, the output gradient in the backward), beyond
+one launch for the whole operand. ``tex.split_quantize`` (``pytorch/csrc/extensions/cast.cpp``
+``multi_tensor_quantize_impl``) runs one fused ``nvte_multi_cast_transpose`` over every expert
+only under delayed scaling (0 more per expert); every other recipe quantises "individually",
+one ``Quantizer::quantize`` per expert: current scaling (``tensorwise``,
+``Float8CurrentScalingQuantizer::quantize_impl``, ``pytorch/csrc/quantizer.cpp``) launches
+``zero_amax_kernel`` and the amax kernel (``common/recipe/current_scaling.cu``
+``launch_amax_kernel``), ``compute_scale_from_amax_kernel`` and the cast-transpose — 4;
+MXFP8 (``common/util/cast_kernels.cuh`` ``mxfp8_quantize``, row- and column-wise in one
+kernel) and block scaling (``nvte_quantize_v2``) — 1."""
+
+
+def expert_cast_kernels(recipe: Fp8Recipe | str) -> int:
+    """:data:`EXPERT_CAST_KERNELS` of ``recipe`` (an :class:`model.precision.Fp8Recipe` value).
+
+    A grouped GEMM of ``E`` local experts pays ``(E − 1) ×`` this many kernel launches per
+    quantised operand beyond the single cast the dense profile's ``te.Linear`` launches
+    (:func:`model.op_time.expert_cast_launches`). Qwen3-30B-A3B on an H100 at EP 8 (16 local
+    experts, current scaling): four quantised operands per MoE layer and micro-batch (FC1's
+    and FC2's inputs, their output gradients), 4 × 15 × 4 = 240 launches.
+
+    >>> expert_cast_kernels("tensorwise"), expert_cast_kernels("mxfp8"), expert_cast_kernels("delayed")
+    (4, 1, 0)
+    >>> 4 * (16 - 1) * expert_cast_kernels("tensorwise")
+    240
+    """
+    return EXPERT_CAST_KERNELS[Fp8Recipe(str(recipe))]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchMetadata:
+    """The small collectives Megatron-Core's ``MoEAlltoAllTokenDispatcher`` runs beside the
+    tokens' dispatch and combine (Megatron-Core 0d8e0714, ``token_dispatcher.py``), per MoE
+    layer and micro-batch on one rank."""
+
+    probs_all_to_alls: tuple[int, int] = (0, 0)
+    """(forward, backward) all-to-alls of the routed copies' probabilities, one 16-bit value
+    per row (the router's dtype, the hidden states' unless ``moe_router_dtype`` is set):
+    ``token_dispatch`` sends ``permuted_probs`` in an ``all_to_all`` of its own after the
+    tokens', with the same splits, and autograd runs its transpose in the backward."""
+    counts_all_gathers: int = 0
+    """Forward all-gathers of the rank's token count per expert (``E`` int64 values per rank,
+    over the expert-tensor × expert-parallel group, ``tp_ep``: ``parallel_state.
+    get_expert_tensor_and_model_parallel_group``): ``preprocess`` gathers
+    ``num_local_tokens_per_expert`` with ``gather_from_sequence_parallel_region`` to learn the
+    output splits (no gradient flows through the counts)."""
+
+
+NO_DISPATCH_METADATA = DispatchMetadata()
+
+
+def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> DispatchMetadata:
+    """:class:`DispatchMetadata` of the run: Megatron-Core's (``passes.megatron``) under the
+    ``alltoall`` dispatcher; none otherwise (the flex dispatcher's DeepEP and HybridEP carry the
+    probabilities and the layout in their own kernels; torchtitan and DeepSpeed are not read
+    here).
+
+    >>> dispatch_metadata(ExpertPasses(True), "alltoall")
+    DispatchMetadata(probs_all_to_alls=(1, 1), counts_all_gathers=1)
+    >>> dispatch_metadata(ExpertPasses(True), "hybridep") == NO_DISPATCH_METADATA
+    True
+    """
+    if not passes.megatron or Dispatcher(dispatcher) is not Dispatcher.ALLTOALL:
+        return NO_DISPATCH_METADATA
+    return DispatchMetadata((1, 1), 1)
+
+
+def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
+    """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
+    (``E`` int64 values from each, 1 KB at 128 experts: ``preprocess`` in
+    ``token_dispatcher.py``): NCCL's latency of a ring all-gather (``src/graph/tuning.cc``, the
+    ``[nccl_latency]`` constants of ``scenarios/kernels/collectives.toml``) in the ``LL``
+    protocol, the one NCCL's tuner picks for a message this small (its lowest base and per-hop
+    latency; the bytes are not counted: 64 KB over 64 ranks, a few microseconds at LL's rate
+    beside the hops' hundreds): the base plus ``ranks − 1`` hops, each over
+    NVLink when the group's link is the scale-up domain, else over the network, as the clock's
+    other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
+
+    >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
+    10.8
+    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 2.7 µs
+    176.7
+    """
+    if ranks <= 1:
+        return 0.0
+    lat = collective_data().nccl_latency
+    p = lat.protocols.index("LL")
+    hop = lat.hw_us["nvlink" if scaleup else "net"]["ring"][p]
+    return (lat.base_us["ring"][p] + (ranks - 1) * hop) * 1e-6

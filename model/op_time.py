@@ -31,6 +31,7 @@ __all__ = [
     "Clock",
     "TE_COMPUTE_STREAMS",
     "op_seconds",
+    "expert_cast_launches",
     "dgrad_seconds",
     "wgrad_seconds",
     "LayerCompute",
@@ -190,7 +191,33 @@ def _expert_gemm(
     ``m × k`` quantised operand per expert (the input rows, the output gradient; :func:`_gemm`)."""
     m, n, k = mnk
     rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
-    return _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w, m)
+    t = _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w, m)
+    return t + expert_cast_launches(op, c, which)
+
+
+def expert_cast_launches(op: Op, c: Clock, which: int) -> float:
+    """Seconds of the kernel launches the per-expert casts of pass ``which`` add: under
+    :attr:`Clock.grouped_fp8` the forward (0) and input gradient (1) of a grouped GEMM of
+    ``op.batch`` local experts quantise their operand one expert at a time, ``(op.batch − 1) ×``
+    :attr:`model.grouped_gemm.GroupedFp8.cast_kernels` launches beyond the profile's single
+    cast, each a dependent kernel's ``t_kernel`` (:attr:`model.roofline.RooflineParams.
+    kernel_overhead_s`); 0 for the weight gradient (it reads the forward's column-wise copies),
+    a BF16 run, or a clock without :attr:`Clock.grouped_fp8`.
+
+    >>> from trainplan.model.grouped_gemm import GroupedFp8
+    >>> from trainplan.model.roofline import RooflineParams
+    >>> c = Clock(989.4e12, 3.35e12, RooflineParams(gemm_efficiency=0.74), linear_speedup=1.9,
+    ...           grouped_fp8=GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4))
+    >>> fc1 = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16, weights=True)
+    >>> round(expert_cast_launches(fc1, c, 0) * 1e6, 1)  # 15 experts more × 4 kernels × 3 µs
+    180.0
+    >>> expert_cast_launches(fc1, c, 2)
+    0.0
+    """
+    g = c.grouped_fp8
+    if g is None or which == 2 or not _is_grouped(op) or not _fp8(op, c):
+        return 0.0
+    return (op.batch - 1) * g.cast_kernels * c.params.kernel_overhead_s
 
 
 def _speedups(c: Clock) -> tuple[float, float, float]:

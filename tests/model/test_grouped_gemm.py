@@ -16,7 +16,7 @@ from trainplan.model.grouped_gemm import (
     kernel_speedup,
 )
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.op_time import Clock, op_seconds
+from trainplan.model.op_time import Clock, expert_cast_launches, op_seconds
 from trainplan.model.ops import Op, OpKind
 from trainplan.model.roofline import RooflineParams, gemm_seconds
 from trainplan.scenarios.kernel_data import low_precision_data
@@ -89,8 +89,32 @@ def test_an_fp8_grouped_gemm_is_its_kernel_and_its_rows_casts() -> None:
                         256 * 1536 * 16, w)  # fmt: skip
     cast = g.cast_s_per_element[0] * 256 * 2048 * 16
     launches = (math.ceil(16 / 4) - 1) * p.kernel_overhead_s
-    assert op_seconds(op, c) == pytest.approx(gemm + cast + launches)
+    cast_launches = 15 * 4 * p.kernel_overhead_s
+    assert op_seconds(op, c) == pytest.approx(gemm + cast + launches + cast_launches)
     # without the grouped rates the experts run at the linear layers' 1.5×
     bare = Clock(989.4e12, 3.35e12, p, linear_speedup=1.5)
     plain = gemm_seconds(256, 1536, 2048, 16, 989.4e12 * 1.5, 3.35e12, p, 1, 256 * 1536 * 16, w)
     assert op_seconds(op, bare) == pytest.approx(plain + launches)
+
+
+def test_each_experts_cast_launches_its_own_kernels() -> None:
+    """Transformer Engine 2.9 ``split_quantize`` (``multi_tensor_quantize_impl``) fuses every
+    expert's cast into one ``nvte_multi_cast_transpose`` only under delayed scaling; otherwise
+    each expert's quantizer runs alone: current scaling 4 kernels (``zero_amax_kernel``, the amax
+    kernel, ``compute_scale_from_amax_kernel``, the cast-transpose), MXFP8 1 (``mxfp8_quantize``
+    writes both directions). The forward and input gradient pay them; the weight gradient reads
+    the forward's column-wise copies. Qwen3-30B-A3B FC1 on a B200 (16 local experts, MXFP8):
+    15 launches more per pass."""
+    b200 = DeviceSpec(name="B200", memory_bytes=180 * 10**9, memory_unit="GB",
+                      peak_flops_per_s=2250e12, fp8_flops_per_s=4500e12, hbm_bytes_per_s=8e12)  # fmt: skip
+    assert grouped_fp8_rates("fp8", "tensorwise", H100, "megatron").cast_kernels == 4  # type: ignore[union-attr]
+    g = grouped_fp8_rates("fp8", "mxfp8", b200, "megatron")
+    assert g is not None and g.cast_kernels == 1
+    p = RooflineParams(gemm_efficiency=0.6, part="B200")
+    c = Clock(2250e12, 8e12, p, linear_speedup=1.5, grouped_fp8=g)
+    op = Op("experts fc1", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
+    assert expert_cast_launches(op, c, 0) == pytest.approx(15 * p.kernel_overhead_s)
+    assert expert_cast_launches(op, c, 1) == pytest.approx(15 * p.kernel_overhead_s)
+    assert expert_cast_launches(op, c, 2) == 0.0
+    dense = Op("mlp up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=1)
+    assert expert_cast_launches(dense, c, 0) == 0.0

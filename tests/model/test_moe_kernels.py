@@ -77,3 +77,57 @@ def test_hybridep_is_megatron_cores():
     assert refused == (
         "moe_dispatcher: 'hybridep' is Megatron-Core's flex dispatcher backend; fsdp2 does not run it"
     )
+
+
+def test_the_alltoall_dispatchers_small_collectives_by_hand():
+    """Megatron-Core 0d8e0714 ``MoEAlltoAllTokenDispatcher``: ``token_dispatch`` sends the
+    permuted probabilities in an ``all_to_all`` of their own (and autograd its transpose in the
+    backward); ``preprocess`` all-gathers ``num_local_tokens_per_expert`` over the etp × ep group
+    (forward only, the counts carry no gradient). NCCL's LL ring all-gather latency
+    (``tuning.cc``: base 6.6 µs, NVLink hop 0.6, network hop 2.7): 8 ranks in one NVLink
+    domain 6.6 + 7·0.6 = 10.8 µs; 64 ranks across nodes (GPT OSS 120B at EP 64 on B200),
+    6.6 + 63·2.7 = 176.7 µs. Neither runs under the flex dispatcher or outside Megatron-Core."""
+    from trainplan.model.moe_kernels import (
+        DispatchMetadata,
+        counts_gather_seconds,
+        dispatch_metadata,
+    )
+
+    assert dispatch_metadata(ExpertPasses(True), "alltoall") == DispatchMetadata((1, 1), 1)
+    assert dispatch_metadata(ExpertPasses(True), "deepep") == DispatchMetadata()
+    assert dispatch_metadata(NO_EXPERT_PASSES, "alltoall") == DispatchMetadata()
+    assert abs(counts_gather_seconds(8, True) - 10.8e-6) < 1e-12
+    assert abs(counts_gather_seconds(64, False) - 176.7e-6) < 1e-12
+    assert counts_gather_seconds(1, True) == 0.0
+
+
+def test_the_layers_expert_collectives_add_them():
+    """One MoE layer's expert collectives on 2 NVLink ranks: the tokens' dispatch and combine
+    each way, plus under Megatron-Core's alltoall dispatcher one probabilities all-to-all each
+    way (16 tokens × top-2 rows of 2 bytes, half of them sent) and the forward's counts
+    all-gather (6.6 + 0.6 µs)."""
+    from trainplan.model.layer_time import ep_all_to_all_seconds
+    from trainplan.model.op_time import Clock
+    from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
+
+    arch = Architecture(
+        num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
+        vocab_size=256, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=32),
+    )  # fmt: skip
+    p = RooflineParams(gemm_efficiency=0.7)
+    link = LinkTime(450e9, True)
+    c = Clock(989e12, 3.35e12, p, ep_link=link)
+    plain = LayerShape(arch, True, 16, 1, 1, ep=2)
+    megatron = LayerShape(arch, True, 16, 1, 1, ep=2, expert_passes=ExpertPasses(True))
+    f0, b0 = ep_all_to_all_seconds(plain, c, False)
+    f1, b1 = ep_all_to_all_seconds(megatron, c, False)
+    tokens = collective_seconds(Collective.ALL_TO_ALL, 2, 16 * 2 * 64 * 2 / 2, link, p)
+    probs = collective_seconds(Collective.ALL_TO_ALL, 2, 16 * 2 * 2 / 2, link, p)
+    assert abs(f0 - 2 * tokens) < 1e-15 and abs(b0 - 2 * tokens) < 1e-15
+    assert abs(f1 - (2 * tokens + probs + 7.2e-6)) < 1e-12
+    assert abs(b1 - (2 * tokens + probs)) < 1e-15
+    # the counts gather over expert-tensor × expert ranks (tp_ep), not the attention's tp
+    # (2 ranks: 7.2 µs; tp × ep = 4 ranks would be 6.6 + 3·0.6 = 8.4 µs)
+    tp2 = LayerShape(arch, True, 32, 2, 1, ep=2, expert_passes=ExpertPasses(True))
+    f2, b2 = ep_all_to_all_seconds(tp2, c, False)
+    assert abs((f2 - b2) - 7.2e-6) < 1e-12  # forward less backward: the counts' all-gather
