@@ -36,7 +36,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # gemm_efficiency, hbm_efficiency, scaleup_efficiency, scaleout_efficiency,
                # attention_efficiency or attention_kernel (flash-attention-2 | cudnn | …),
                # tp_comm_overlap (none | async | full | async-tp),
-               # grad_reduce_overlap, calibration (a file of trainplan calibrate);
+               # grad_reduce_overlap, p2p_overlap, calibration (a file of trainplan calibrate);
                # single model: kernel_efficiency, overlap = { dp = 0.5 }
 ```
 

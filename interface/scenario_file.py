@@ -109,6 +109,7 @@ CLUSTER_KEYS = {
     "scaleout_efficiency",
     "tp_comm_overlap",
     "grad_reduce_overlap",
+    "p2p_overlap",
     "attention_kernel",
     "calibration",
 }
@@ -239,6 +240,7 @@ VALUE_KINDS: dict[str, Any] = {
     "scaleout_efficiency": _NUMBER,
     "tp_comm_overlap": ("none", "async", "full", "async-tp"),
     "grad_reduce_overlap": _FLAG,
+    "p2p_overlap": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -86,6 +86,8 @@ KEY_HELP: dict[str, str] = {
     "flash-attention-2).",
     "grad_reduce_overlap": "Roofline: overlap the once-per-step gradient reduction and weight "
     "gather with compute (default true; Megatron-Core --overlap-grad-reduce).",
+    "p2p_overlap": "Roofline: run the pipeline's sends beside computation where the interleaved "
+    "schedule does (default true; Megatron-Core overlap_p2p_comm with virtual stages).",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "

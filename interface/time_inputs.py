@@ -4,7 +4,7 @@ overlap mechanisms, and a calibration file written by ``trainplan calibrate``.
 Keys: ``time_model`` (roofline | single), the roofline figures of
 :data:`model.roofline.CALIBRATABLE` (``gemm_efficiency`` …, fractions in (0, 1]),
 ``tp_comm_overlap`` (none | async | full | async-tp),
-``grad_reduce_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
+``grad_reduce_overlap`` and ``p2p_overlap`` (true | false), ``calibration`` (a scenario file whose ``[cluster]``
 table holds fitted figures for its ``gpu``; refused for any other accelerator, since efficiencies
 measured on one part say nothing of another). The single model's ``kernel_efficiency`` and
 ``overlap`` are refused where the roofline model times the layout, and the roofline's figures
@@ -45,6 +45,7 @@ TIME_KEYS: tuple[str, ...] = (
     *ROOFLINE_KEYS,
     "tp_comm_overlap",
     "grad_reduce_overlap",
+    "p2p_overlap",
     "attention_kernel",
     "calibration",
 )
@@ -150,7 +151,7 @@ def cost_options(
     }
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
-    for key in ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap"):
+    for key in ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap"):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if "mfu_convention" in params:

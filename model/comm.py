@@ -31,6 +31,9 @@ __all__ = [
     "MEGATRON_BUCKET_PARAMS_PER_RANK",
     "DEEPSPEED_REDUCE_BUCKET",
     "dp_collective_calls",
+    "grad_reduce_overlaps",
+    "pipe_partitioned",
+    "p2p_overlapped",
     "pp_bytes",
     "pp_message_bytes",
 ]
@@ -170,6 +173,68 @@ def dp_collective_calls(framework: str, params: Any, layers: Any, dp: Any, overl
     if framework == "deepspeed":
         return maximum(1, -floor(-params / DEEPSPEED_REDUCE_BUCKET))
     return maximum(1, layers)
+
+
+def grad_reduce_overlaps(framework: str, pp: Any, requested: bool) -> Any:
+    """Whether the once-per-step data-parallel traffic may overlap computation: as requested
+    (``grad_reduce_overlap``: Megatron-Core's ``--overlap-grad-reduce`` and
+    ``--overlap-param-gather``, FSDP's prefetch), except under DeepSpeed's pipeline engine
+    (``pp > 1``), which reduces the gradients after the pipeline has flushed: its
+    ``TrainSchedule.steps`` appends ``ReduceTiedGrads``, ``ReduceGrads`` and ``OptimizerStep``
+    to the batch's last step, after that step's backward (``deepspeed/runtime/pipe/schedule.py``;
+    ``PipelineEngine._exec_reduce_grads`` in ``deepspeed/runtime/pipe/engine.py`` then
+    all-reduces every gradient bucket, nothing left to overlap it). Element-wise in ``pp``.
+
+    Examples
+    --------
+    >>> grad_reduce_overlaps("deepspeed", 12, True), grad_reduce_overlaps("deepspeed", 1, True)
+    (False, True)
+    >>> grad_reduce_overlaps("megatron", 8, True), grad_reduce_overlaps("megatron", 8, False)
+    (True, False)
+    """
+    if framework != "deepspeed" or not requested:
+        return requested
+    return pp <= 1
+
+
+def pipe_partitioned(framework: str) -> bool:
+    """Whether a pipeline send carries 1/tp of the stage's output and the receiver all-gathers
+    it over its tensor-parallel group: DeepSpeed's pipeline engine partitions both the
+    activation and its gradient over the model-parallel group when there is one
+    (``PipelineEngine.__init__``: ``is_pipe_partitioned`` and ``is_grad_partitioned`` are
+    ``is_model_parallel``, the gradient's since DeepSpeed PR #1407 of 2021-09; the receiver
+    rebuilds the tensor with ``PartitionedTensor.full()``, an all-gather;
+    ``deepspeed/runtime/pipe/engine.py``, ``deepspeed/runtime/utils.py``).
+
+    >>> pipe_partitioned("deepspeed"), pipe_partitioned("megatron")
+    (True, False)
+    """
+    return framework == "deepspeed"
+
+
+def p2p_overlapped(framework: str, schedule: str, virtual_stages: Any) -> Any:
+    """Whether the pipeline's sends and receives run beside computation: Megatron-Core's
+    interleaved 1F1B with ``overlap_p2p_comm``, which posts each send and receive
+    asynchronously after a chunk's pass and waits for a received tensor only before the pass
+    that consumes it (``megatron/core/pipeline_parallel/schedules.py``,
+    ``forward_backward_pipelining_with_interleaving``: the ``recv_prev_wait_handles`` /
+    ``recv_next_wait_handles`` waited in ``pp_pre_forward`` / ``pp_pre_backward``). It is on
+    wherever the schedule is interleaved: Megatron-LM's ``--no-overlap-p2p-communication`` is
+    opt-out and ``validate_args`` turns it off only without virtual stages
+    (``megatron/training/arguments.py``); Megatron Bridge sets it for ``vp > 1`` and batched,
+    blocking p2p otherwise (``CommOverlapConfig``, ``training/comm_overlap.py``); NeMo's 24.07
+    launcher configs set ``overlap_p2p_comm: True`` with the interleaved schedule. Without
+    virtual stages (1F1B, ``batch_p2p_comm``) and under the other profiles each message waits.
+    Element-wise in ``virtual_stages``.
+
+    >>> p2p_overlapped("megatron", "1f1b", 4), p2p_overlapped("megatron", "1f1b", 1)
+    (True, False)
+    >>> p2p_overlapped("deepspeed", "1f1b", 4)
+    False
+    """
+    if framework != "megatron" or schedule not in ("1f1b", "interleaved"):
+        return virtual_stages < 0  # False, element-wise (v ≥ 1)
+    return virtual_stages > 1
 
 
 def dp_name(mech: Mechanism) -> str:

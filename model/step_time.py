@@ -38,6 +38,9 @@ __all__ = [
     "kind_parts",
     "recompute_stage_parts",
     "pp_seconds",
+    "pipe_engine_seconds",
+    "pp_exposed_seconds",
+    "DEEPSPEED_TRANSFERS_PER_CYCLE",
     "dp_seconds",
     "dp_exposed_seconds",
     "optimizer_seconds",
@@ -257,6 +260,84 @@ def pp_seconds(
     return messages * send + tied
 
 
+def pp_exposed_seconds(
+    seconds: Any, tied_s: Any, messages: Any, pp: Any, pass_s: Any, overlapped: Any
+) -> Any:
+    """Of a step's pipeline messages (``seconds`` in all, ``tied_s`` of it the tied embedding's
+    all-reduce, the rest ``messages`` equal sends), what waits: all of it, unless the sends
+    run beside computation (``overlapped``, :func:`model.comm.p2p_overlapped`). Then a send
+    hides under the pass that runs between it and the pass that consumes its tensor (one
+    chunk's forward, ``pass_s``, the shorter pass), so of each only ``max(0, send − pass)``
+    waits; but the pipeline's fill and drain carry theirs on the critical path: the first
+    micro-batch's forward crosses ``pp − 1`` rank boundaries before the last rank starts, the
+    last backward ``pp − 1`` boundaries back, nothing to hide under (the same ``pp − 1``
+    passes each way that make the bubble). The tied embedding's all-reduce runs after the
+    flush and waits. Element-wise for arrays.
+
+    Examples
+    --------
+    64 sends of 1 ms (plus 5 ms of tied all-reduce), pp 4, chunk forwards of 3 ms:
+
+    >>> pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, False)
+    0.069
+    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, True), 9)  # 2·3·1 ms + 5 ms
+    0.011
+    """
+    send = (seconds - tied_s) / maximum(messages, 1)
+    waits = 2 * (pp - 1) * send + messages * maximum(0.0, send - pass_s) + tied_s
+    return where(overlapped, minimum(waits, seconds), seconds)
+
+
+DEEPSPEED_TRANSFERS_PER_CYCLE = 4
+"""Blocking transfers a middle stage of DeepSpeed's pipeline engine runs per forward-backward
+cycle: ``RecvActivation`` and ``SendGrad`` on its forward step, ``SendActivation`` and
+``RecvGrad`` on its backward step (``deepspeed/runtime/pipe/schedule.py``,
+``TrainSchedule.steps``), each a synchronous ``p2p.send``/``p2p.recv`` on the compute stream
+(``deepspeed/runtime/pipe/p2p.py``: ``async_op`` must be False)."""
+
+
+def pipe_engine_seconds(
+    message_bytes: Any,
+    tp: Any,
+    cycles: Any,
+    tied_bytes: Any,
+    bandwidth: Any,
+    scaleup: Any,
+    tp_bandwidth: Any,
+    tp_scaleup: Any,
+    p: RooflineParams,
+) -> Any:
+    """Seconds a stage of DeepSpeed's pipeline engine spends on pipeline messages in a step:
+    ``cycles`` = ``m + pp − 1`` forward-backward cycles of its ``TrainSchedule`` (``2(m + pp −
+    1)`` steps), each with :data:`DEEPSPEED_TRANSFERS_PER_CYCLE` blocking transfers of the
+    ``message_bytes`` stage output split over the tensor-parallel group
+    (:func:`model.comm.pipe_partitioned`: 1/tp of it on the wire) and, after each of the two
+    receives, the all-gather over tp that rebuilds it (``PartitionedTensor.full``; nothing at
+    tp = 1), plus the tied embedding's once-per-step all-reduce (``ReduceTiedGrads``,
+    ``tied_bytes`` sent). The transfers sit on the stage's own stream between its passes, so
+    none of them overlaps computation. Element-wise for arrays.
+
+    Examples
+    --------
+    An 8 MB output, tp 8, 10 cycles, across nodes at 25 GB/s (no all-gather curve: 0.8 of a
+    300 GB/s NVLink): each send 8.4 + 14 µs + 1 MB / 24 GB/s, each gather
+    8.4 + 7 × 3.4 µs + 7 MB / 240 GB/s.
+
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> t = pipe_engine_seconds(8e6, 8, 10, 0.0, 25e9, False, 300e9, True, p)
+    >>> send, gather = 22.4e-6 + 1e6 / 24e9, 32.2e-6 + 7e6 / 240e9
+    >>> round(t, 9) == round(10 * (4 * send + 2 * gather), 9)
+    True
+    """
+    part = message_bytes / tp
+    send = collective_time(Collective.SEND_RECV, 2, part, bandwidth, scaleup, p)
+    gather = collective_time(
+        Collective.ALL_GATHER, tp, part * (tp - 1), tp_bandwidth, tp_scaleup, p
+    )
+    tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
+    return cycles * (DEEPSPEED_TRANSFERS_PER_CYCLE * send + 2 * gather) + tied
+
+
 def dp_seconds(
     mech: Mechanism,
     step_bytes: Any,
@@ -296,7 +377,7 @@ def dp_seconds(
 
 
 def dp_exposed_seconds(
-    step_s: Any, microbatch_s: Any, m: Any, window_s: Any, overlapped: bool, tail: Any
+    step_s: Any, microbatch_s: Any, m: Any, window_s: Any, overlapped: Any, tail: Any
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -310,7 +391,8 @@ def dp_exposed_seconds(
       the next step's first forward when the framework overlaps it (``overlapped``:
       Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``, FSDP's prefetch):
       ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's DDP all-reduce
-      after the last backward).
+      after the last backward, DeepSpeed's pipeline engine: :func:`model.comm.grad_reduce_overlaps`).
+      ``overlapped`` is element-wise.
 
     Examples
     --------
@@ -321,7 +403,7 @@ def dp_exposed_seconds(
     >>> round(dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25), 12)  # 3·0.1 + max(0.1, 0.125)
     0.425
     """
-    step = maximum(step_s - window_s, step_s * tail) if overlapped else step_s
+    step = where(overlapped, maximum(step_s - window_s, step_s * tail), step_s)
     hidden = (m - 1) * maximum(0.0, microbatch_s - window_s)
     last = maximum(microbatch_s - window_s, microbatch_s * tail)
     return step + hidden + last

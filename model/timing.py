@@ -194,6 +194,11 @@ class CostOptions:
     """Overlap the once-per-step data-parallel reduction with the last micro-batch's backward
     and the weight all-gather with the next forward (Megatron-Core ``--overlap-grad-reduce``,
     ``--overlap-param-gather``); False: they wait (Megatron-LM 2021's DDP all-reduce)."""
+    p2p_overlap: bool = True
+    """Run the pipeline's sends and receives beside computation where the framework's
+    interleaved schedule does (Megatron-Core ``overlap_p2p_comm``, on by default with virtual
+    stages since Megatron-LM of 2023-05: :func:`model.comm.p2p_overlapped`); False: every
+    message waits (Megatron-LM of 2021–2022, batched blocking sends)."""
 
     def __post_init__(self) -> None:
         for name, kind in (

@@ -371,6 +371,7 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.kernel_overhead_s": "Launch overhead per kernel.",
     "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async, full (userbuffers) or async-tp (torchtitan).",
     "time.grad_reduce_overlap": "Once-per-step DP traffic overlapped with compute.",
+    "time.p2p_overlap": "Pipeline sends overlapped with compute where the interleaved schedule does.",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

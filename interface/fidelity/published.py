@@ -21,7 +21,9 @@ Rows and recipes (each is stated again in the report):
   per GPU" is Eq. 3 hardware FLOPs / time: HFU under the ``megatron`` convention. The code of
   2021 ran every tensor-parallel all-reduce synchronously (the asynchronous backward all-reduce,
   ``--async-tensor-model-parallel-allreduce``, came later) and all-reduced gradients after the
-  last backward: ``tp_comm_overlap = none``, ``grad_reduce_overlap = false``.
+  last backward: ``tp_comm_overlap = none``, ``grad_reduce_overlap = false``; its interleaved
+  schedule's pipeline sends were blocking (``p2p_overlap = false``; Megatron-LM's
+  ``overlap_p2p_comm`` dates from 2023-05), as were those of Korthikanti et al.'s code of 2022.
 * **Korthikanti et al. 2022 Table 5** (arXiv 2205.05198): iteration times with selective
   recomputation + sequence parallelism, and with full recomputation (tensor parallelism without
   sequence parallelism, the paper's baseline); TP 8, b and B of Table 3, no data parallelism,
@@ -278,7 +280,11 @@ def _megatron_rows(data: dict[str, Any]) -> list[PublishedRun]:
                 published_value=r["tflops_per_gpu"],
                 published_unit="TFLOP/s/GPU",
                 recipe=f"full recompute, TP {r['tp']} PP {r['pp']} v {v}, b {b}, no SP",
-                mechanisms={"tp_comm_overlap": "none", "grad_reduce_overlap": False},
+                mechanisms={
+                    "tp_comm_overlap": "none",
+                    "grad_reduce_overlap": False,
+                    "p2p_overlap": False,
+                },
             )
         )
     return runs
@@ -329,6 +335,9 @@ def _korthikanti_rows(data: dict[str, Any]) -> list[PublishedRun]:
                     published_value=seconds,
                     published_unit="s/iter",
                     arch=arch,
+                    # Megatron-LM of 2022: batched blocking pipeline sends (overlap_p2p_comm
+                    # came with Megatron-LM f9283c5a, 2023-05-31)
+                    mechanisms={"p2p_overlap": False},
                     recipe=("full recompute, no SP" if full else "selective + SP")
                     + f", TP {r['tp']} PP {r['pp']} v {v}, b {r['micro_batch']}",
                 )

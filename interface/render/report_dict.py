@@ -52,6 +52,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "roofline": figures,
         "tp_comm_overlap": str(est.options.tp_comm_overlap),
         "grad_reduce_overlap": est.options.grad_reduce_overlap,
+        "p2p_overlap": est.options.p2p_overlap,
     }
 
 

@@ -27,7 +27,15 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.comm import AxisTraffic, dp_bytes, dp_collective_calls, pp_message_bytes
+from trainplan.model.comm import (
+    AxisTraffic,
+    dp_bytes,
+    dp_collective_calls,
+    grad_reduce_overlaps,
+    p2p_overlapped,
+    pipe_partitioned,
+    pp_message_bytes,
+)
 from trainplan.model.comm_sms import dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
@@ -53,6 +61,8 @@ from trainplan.model.step_time import (
     kind_parts,
     link_time_of,
     optimizer_seconds,
+    pipe_engine_seconds,
+    pp_exposed_seconds,
     pp_seconds,
     recompute_stage_parts,
 )
@@ -285,10 +295,14 @@ def window_seconds(c: Context, f: Fields) -> Any:
     return stage_max(totals)
 
 
-def pp_seconds_term(c: Context, f: Fields) -> Any:
+def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     """Seconds a stage waits on pipeline messages in a step (:func:`model.step_time.pp_seconds`:
     ``2·m·v`` sends of one micro-batch's activation or gradient, and the tied embedding's
-    all-reduce); 0 at pp = 1."""
+    all-reduce; under DeepSpeed's pipeline engine its blocking, tp-partitioned transfers,
+    :func:`model.step_time.pipe_engine_seconds`), and of them what waits
+    (:func:`model.step_time.pp_exposed_seconds`: Megatron-Core's interleaved schedule overlaps
+    its sends with the next chunk's pass, a third of ``window``, the slowest stage's micro-batch
+    without recomputation, over v chunks); (0, 0) at pp = 1."""
     arch, t = c.arch, c.training
     message = pp_message_bytes(
         arch.hidden_size, f.tp, f.cp, f.micro_batch_size, t.seq_len, t.activation_bytes,
@@ -297,11 +311,24 @@ def pp_seconds_term(c: Context, f: Fields) -> Any:
     tied = gradient_bytes_for(f.framework, t.gradient_bytes) * tied_embedding_params(c, f)
     bandwidth, scaleup = axis_link(c, f, "pp")
     on = (f.pp > 1) & (bandwidth > 0)
-    seconds = pp_seconds(
-        as_float(message), 2 * f.m * f.virtual_stages, as_float(tied),
-        where(on, bandwidth, 1.0), scaleup, params_of(c),
-    )  # fmt: skip
-    return where(on, seconds, 0.0)
+    link = (where(on, bandwidth, 1.0), scaleup)
+    if pipe_partitioned(str(f.framework)):
+        tp_bandwidth, tp_scaleup = axis_link(c, f, "tp")
+        seconds = pipe_engine_seconds(
+            as_float(message), f.tp, f.m + f.pp - 1, as_float(tied), *link,
+            where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
+        )  # fmt: skip
+        seconds = where(on, seconds, 0.0)
+        return seconds, seconds
+    messages = 2 * f.m * f.virtual_stages
+    seconds = pp_seconds(as_float(message), messages, as_float(tied), *link, params_of(c))
+    tied_s = pp_seconds(0.0, 0, as_float(tied), *link, params_of(c))
+    overlapped = p2p_overlapped(str(f.framework), str(f.schedule), f.virtual_stages)
+    overlapped = overlapped & c.options.p2p_overlap
+    exposed = pp_exposed_seconds(
+        seconds, tied_s, messages, f.pp, window / (3 * f.virtual_stages), overlapped
+    )
+    return where(on, seconds, 0.0), where(on, exposed, 0.0)
 
 
 def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
@@ -313,6 +340,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     shard, m = f.shard_degree, f.m
     total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
     overlapped = c.options.grad_reduce_overlap
+    after_flush = grad_reduce_overlaps(str(f.framework), f.pp, overlapped)
     calls = dp_collective_calls(
         str(f.framework), as_float(dense + experts), most_layers(c, f)[0], f.dp, overlapped
     )
@@ -323,7 +351,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, overlapped, 1 / calls)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls)
     return step_s + m * mb_s, exposed
 
 

@@ -412,10 +412,10 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     if uses_roofline(c.options, f.framework, c.gpu):
         t_mb, parts = slowest_microbatch(c, f)
         act = activation_offload_term(c, f, t_mb)
-        pp_s = pp_seconds_term(c, f)
-        axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
-        axes["pp"] = (pp_s, pp_s)
         plain = t_mb if f.recompute is Recompute.NONE else window_seconds(c, f)
+        pp_total, pp_s = pp_seconds_term(c, f, plain)
+        axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
+        axes["pp"] = (pp_total, pp_s)
         span = schedule_span(c, f, t_mb, plain, parts[3], parts[6], parts[6])
         ep_total, ep_exposed = axes["ep"]
         axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
