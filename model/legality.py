@@ -27,6 +27,7 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_distributed_optimizer, check_framework
+from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     moe_layout_violation,
@@ -128,6 +129,10 @@ def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
+
+
+def _cross_entropy_fusion(s: Setting, framework: Any) -> None:
+    check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
 
 
 def _distributed_optimizer(
@@ -391,6 +396,7 @@ RULES: tuple[Rule, ...] = (
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("cross_entropy_fusion_impl", ("framework",), _cross_entropy_fusion),
     Rule(
         "distributed_optimizer",
         ("framework", "zero_stage", "optimizer", "ep"),

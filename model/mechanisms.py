@@ -17,7 +17,7 @@ from trainplan.model.frameworks import (
     check_framework,
     gradient_bytes_for,
 )
-from trainplan.model.xp import minimum
+from trainplan.model.xp import maximum, minimum, where
 
 __all__ = ["Mechanism", "mechanism"]
 
@@ -60,7 +60,12 @@ class Mechanism:
     """When the step materialises ``step_sharded`` one sub-group at a time: the sub-group size
     in elements (DeepSpeed ZeRO-3's ``sub_group_size``); None = the whole partition."""
     gathered_units: int = 0
-    """Units held gathered in bf16 at once, beyond the local shard (current + prefetched)."""
+    """Units held gathered in bf16 at once, beyond the local shard (current + prefetched); with
+    :attr:`prefetch_elements` the fewest (:meth:`units_held`)."""
+    prefetch_elements: int = 0
+    """Where the prefetch is sized in elements rather than in units (Megatron-FSDP): the
+    all-gather prefetches following units until it holds this many elements beyond the unit
+    being computed (:meth:`units_held`); 0 = :attr:`gathered_units` whatever the unit's size."""
     unit_grad_bytes: int = 0
     """Bytes per parameter of one unit's unsharded gradients live in backward before its
     reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
@@ -99,6 +104,42 @@ class Mechanism:
     only ``fsdp_unit_modules`` get the release hooks; :meth:`non_unit_gathered`)."""
     source: str = ""
 
+    @property
+    def gathered_what(self) -> str | None:
+        """What the gathered weights are, in words (the memory report's line): the unit being
+        computed and the prefetched one(s), and where :attr:`non_units_gathered` the embedding
+        and output layer held whole; None where nothing is gathered per unit.
+
+        >>> mechanism("megatron", 3).gathered_what
+        'current + prefetched layers, embedding, output layer'
+        >>> mechanism("fsdp2", 3).gathered_what, mechanism("megatron", 1).gathered_what
+        ('current unit + next, prefetched', None)
+        """
+        if not self.gathered_units:
+            return None
+        if self.non_units_gathered:
+            return "current + prefetched layers, embedding, output layer"
+        return "current unit + next, prefetched"
+
+    def units_held(self, unit: Any) -> Any:
+        """Units held gathered at once when the largest holds ``unit`` elements on this GPU:
+        :attr:`gathered_units`, or with :attr:`prefetch_elements` the unit computed and as
+        many following ones as the prefetch takes to reach that many elements,
+        ``1 + max(1, ⌈prefetch_elements / unit⌉)`` (Megatron-FSDP, :func:`_megatron_fsdp`).
+        Element-wise for arrays; :attr:`gathered_units` where ``unit`` is 0.
+
+        >>> m = mechanism("megatron", 3)
+        >>> m.units_held(218_112_000), m.units_held(855_654_400), m.units_held(0)
+        (4, 2, 2)
+        >>> mechanism("fsdp2", 3).units_held(218_112_000)
+        2
+        """
+        if not self.prefetch_elements:
+            return self.gathered_units
+        some = maximum(unit, 1)
+        following = maximum(-(-self.prefetch_elements // some), 1)
+        return where(unit > 0, 1 + following, self.gathered_units)
+
     def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
         """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
         for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
@@ -125,7 +166,7 @@ class Mechanism:
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
         # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
-        gathered = self.gathered_units * self.weight_bytes * (unit - unit / d)
+        gathered = self.units_held(unit) * self.weight_bytes * (unit - unit / d)
         if self.step_cap_elements is not None:
             shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard
@@ -311,6 +352,12 @@ MEGATRON_FSDP_SOURCE = (
 )
 
 
+MEGATRON_FSDP_PREFETCH_ELEMENTS = 500_000_000
+"""Megatron-FSDP's default all-gather prefetch, elements: half of the 1e9-element floor of
+``suggested_communication_unit_size`` (``megatron_fsdp.py`` ``MegatronFSDP.__init__``: "Cap to
+1B elements", ``self.suggested_AG_prefetch_size = suggested_communication_unit_size // 2``)."""
+
+
 def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
     """Megatron-FSDP with ``data_parallel_sharding_strategy = optim_grads_params`` (ZeRO-3),
     as ``--use-megatron-fsdp`` runs it under Megatron-Core (:data:`MEGATRON_FSDP_SOURCE`).
@@ -320,10 +367,19 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
       moments, so ``o − 4`` more), the main gradients (``main_grad_buffer``, ``g`` bytes: the
       recipe's; Megatron-FSDP's default is the parameters' dtype).
     * Per FSDP unit (one transformer layer): the gathered weights and the unsharded gradients
-      awaiting their reduce-scatter, each from a pool of two units (``FixedPoolAllocator(size=
-      UB_BUFFER_NUM = 2)`` for ``fsdp_params`` and ``fsdp_grads`` under ``fsdp_double_buffer``;
-      without it the storage-resize allocator holds the current unit and the prefetched one):
-      ``gathered_units = 2`` and ``2·g`` bytes per unit parameter of gradient buckets.
+      awaiting their reduce-scatter. The all-gather of a unit prefetches the following ones
+      (``AllGatherPipeline.all_gather_params``, ``param_and_grad_buffer.py``) until the
+      prefetched buckets hold ``suggested_AG_prefetch_size`` elements, half of
+      ``suggested_communication_unit_size``, which defaults to ``max(1e9, 2 × the mean unit's
+      elements)`` (``MegatronFSDP.__init__``, ``megatron_fsdp.py``): 5e8 elements, or one unit
+      where a unit holds more. Held at once: the unit computed and ``max(1, ⌈5e8 / unit⌉)``
+      prefetched ones (``prefetch_elements``, :meth:`Mechanism.units_held`): 2 for a Llama 3
+      70B layer (856 M elements), 4 for a Llama 3 8B one (218 M). Under ``fsdp_double_buffer``
+      the units come from a persistent pool of two (``FixedPoolAllocator(size=UB_BUFFER_NUM =
+      2)`` for ``fsdp_params`` and ``fsdp_grads``; ``need_skip_prefetch`` stops the prefetch at
+      the pool's two units), and a recipe may set ``suggested_communication_unit_size``; neither
+      is a planner option (Megatron Bridge sets both for Llama 3 70B on GB200/B200/GB300, whose
+      units hold two either way). ``2·g`` bytes per unit parameter of gradient buckets.
     * The modules outside every FSDP unit (the embedding, the output layer, the final norm)
       have no release hook (``megatron_fsdp.py`` ``_register_fsdp_hooks``: ``_post_forward``
       and ``_post_backward_release_module`` only on ``fsdp_unit_modules``, TransformerLayer /
@@ -341,7 +397,8 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
         Framework.MEGATRON, 3, f"Megatron-FSDP optim_grads_params ({_dtype(g)} main grads)",
         weights_full=0, weights_sharded=w + 4, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4 if g < 4 else 0,
-        gathered_units=2, unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
+        gathered_units=2, prefetch_elements=MEGATRON_FSDP_PREFETCH_ELEMENTS,
+        unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, non_units_gathered=True, weight_bytes=w,
         source=MEGATRON_FSDP_SOURCE,
     )  # fmt: skip
