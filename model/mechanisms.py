@@ -111,15 +111,15 @@ class Mechanism:
         and output layer held whole; None where nothing is gathered per unit.
 
         >>> mechanism("megatron", 3).gathered_what
-        'current + prefetched layers, embedding, output layer'
+        'current + prefetched layers, embedding, output'
         >>> mechanism("fsdp2", 3).gathered_what, mechanism("megatron", 1).gathered_what
-        ('current unit + next, prefetched', None)
+        ('current + next unit', None)
         """
         if not self.gathered_units:
             return None
         if self.non_units_gathered:
-            return "current + prefetched layers, embedding, output layer"
-        return "current unit + next, prefetched"
+            return "current + prefetched layers, embedding, output"
+        return "current + next unit"
 
     def units_held(self, unit: Any) -> Any:
         """Units held gathered at once when the largest holds ``unit`` elements on this GPU:
