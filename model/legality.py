@@ -93,6 +93,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
+    check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
 
 
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
@@ -129,10 +130,6 @@ def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:
     check_fp8_param_gather(framework, s.training.fp8_param_gather)
-
-
-def _cross_entropy_fusion(s: Setting, framework: Any) -> None:
-    check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
 
 
 def _distributed_optimizer(
@@ -396,7 +393,6 @@ RULES: tuple[Rule, ...] = (
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
     Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
-    Rule("cross_entropy_fusion_impl", ("framework",), _cross_entropy_fusion),
     Rule(
         "distributed_optimizer",
         ("framework", "zero_stage", "optimizer", "ep"),

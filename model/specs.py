@@ -429,11 +429,8 @@ class TrainingSpec:
             raise InputError(
                 f"muon_tp_mode: {self.muon_tp_mode!r} is not one of blockwise, duplicated"
             )
-        object.__setattr__(
-            self,
-            "cross_entropy_fusion_impl",
-            str(cross_entropy_fusion_of(self.cross_entropy_fusion_impl)),
-        )
+        fusion = cross_entropy_fusion_of(self.cross_entropy_fusion_impl)
+        object.__setattr__(self, "cross_entropy_fusion_impl", str(fusion))
         if self.fp8_param_gather and self.precision is not Precision.FP8:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
@@ -470,15 +467,27 @@ class TrainingSpec:
                 raise InputError(
                     f"fp8_recipe: {self.fp8_recipe!r} is not one of {allowed}"
                 ) from None
-        for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
-            value = getattr(self, name)
-            if name == "gradient_bytes" and value is None:
-                continue
-            if not isinstance(value, int) or value < 0:
-                raise InputError(f"training.{name}: {value!r} must be a whole number >= 0")
+        _check_byte_counts(self)
 
     @property
     def state_bytes_per_param(self) -> int:
         """Bytes of model state per parameter in the textbook's steady state (16 for
         mixed-precision Adam; gradients of 2 bytes unless given)."""
         return self.weight_bytes + (self.gradient_bytes or 2) + self.optimizer_bytes
+
+
+def _check_byte_counts(training: TrainingSpec) -> None:
+    """Refuse a bytes-per-element field of ``training`` that is not a whole number >= 0
+    (``gradient_bytes`` may be None: the framework's own).
+
+    Raises
+    ------
+    InputError
+        ``training.weight_bytes: -1 must be a whole number >= 0``.
+    """
+    for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
+        value = getattr(training, name)
+        if name == "gradient_bytes" and value is None:
+            continue
+        if not isinstance(value, int) or value < 0:
+            raise InputError(f"training.{name}: {value!r} must be a whole number >= 0")
