@@ -63,6 +63,7 @@ RECIPE_KEYS = (
     "cpu_offloading_num_layers",
     "recompute_modules",
     "fp8_param_gather",
+    "cross_entropy_fusion_impl",
     "muon_tp_mode",
     "distributed_optimizer",
     "fp8_activation_storage",
@@ -268,7 +269,7 @@ def _training(
     for key in ("flash_attention", "memory_efficient_norm", "fp8_param_gather"):
         if key in params:
             given[key] = _flag(params, key, False)
-    for key in ("activation_convention", "fp8_activation_storage"):
+    for key in ("activation_convention", "fp8_activation_storage", "cross_entropy_fusion_impl"):
         if key in params:
             given[key] = str(params[key])
     for key in ("precision", "fp8_recipe", "muon_tp_mode", "distributed_optimizer"):

@@ -74,7 +74,8 @@ MEGATRON_ARGUMENTS = frozenset(
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
     --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
-    --megatron-fsdp-main-grads-dtype --cpu-offloading-num-layers""".split()
+    --megatron-fsdp-main-grads-dtype --cpu-offloading-num-layers --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -84,7 +85,8 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``; ``--use-megatron-fsdp`` is
 ``DistributedInitConfig.use_megatron_fsdp``, ``megatron/training/config/common_config.py``;
 ``--cpu-offloading-num-layers`` is ``ModelParallelConfig``'s, and ``validate_args`` turns
-``cpu_offloading`` on with it, that field itself being excluded from the arguments)."""
+``cpu_offloading`` on with it, that field itself being excluded from the arguments; so are
+``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
@@ -200,7 +202,7 @@ def megatron_flags(
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)
     out += _megatron_recompute(layout, split, notes)
-    out += [] if training is None else _megatron_recipe(training, layout)
+    out += [] if training is None else _megatron_recipe(training, layout, notes)
     return LaunchFlags(tuple(out), tuple(notes))
 
 
@@ -282,11 +284,22 @@ def _megatron_pipeline(
     return ["--pipeline-model-parallel-layout", pipeline_layout(split)]
 
 
-def _megatron_recipe(training: TrainingSpec, layout: Layout) -> list[str]:
+def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
     """The recipe's flags the plan's figures assume: FP8, Megatron-FSDP's main-gradient dtype
     (the plan's :func:`model.frameworks.gradient_bytes_for`; Megatron-LM's ``auto`` would be the
-    parameters' BF16), optimizer, whole-layer and fine-grained activation offload."""
+    parameters' BF16), optimizer, whole-layer and fine-grained activation offload, the fused
+    loss (``cross_entropy_fusion_impl``: ``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl native|te``; none writes nothing, Megatron-LM's default)."""
     out = []
+    loss = training.cross_entropy_fusion_impl
+    if loss != "none":
+        out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", loss]
+    if loss == "te":
+        notes.append(
+            "cross_entropy_fusion_impl te: Megatron-LM refuses --cross-entropy-fusion-impl te "
+            "in validate_args since 168cb15d70 (2026-06-03); Megatron Bridge's recipes still "
+            'set it (model.cross_entropy_fusion_impl = "te"), and an earlier Megatron-LM takes it'
+        )
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
         wide = gradient_bytes_for("megatron", training.gradient_bytes) == 4
         out += ["--megatron-fsdp-main-grads-dtype", "fp32" if wide else "bf16"]

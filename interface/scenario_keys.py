@@ -157,6 +157,13 @@ KEY_HELP: dict[str, str] = {
     "--recompute-modules names them (core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
     "shared_experts); a list or text with ; between the names; default core_attn. "
     "Megatron-Core and textbook profiles only.",
+    "cross_entropy_fusion_impl": "megatron: which cross entropy the last stage runs, named as "
+    "Megatron Bridge names it. none (the default, Megatron-LM's): the unfused vocab-parallel loss "
+    "(an FP32 copy of the logits and its softmax kept for backward); native "
+    "(--cross-entropy-loss-fusion): Megatron-Core's fused kernels, the same memory in fewer "
+    "passes; te (--cross-entropy-fusion-impl te, Megatron Bridge's performance recipes): "
+    "Transformer Engine's loss, which writes the gradient into the BF16 logits and keeps only "
+    "them.",
     "fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's "
     "FP8 current scaling recipe): the linear weights are 1 B FP8 tensors and only their "
     "transpose is cached. Needs precision fp8 and framework megatron.",

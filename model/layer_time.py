@@ -65,6 +65,7 @@ from trainplan.model.op_time import (
     wgrad_seconds,
 )
 from trainplan.model.ops import (
+    CROSS_ENTROPY_EXCHANGES,
     LayerShape,
     embedding_ops,
     output_ops,
@@ -435,13 +436,14 @@ def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
 
 
 @lru_cache(maxsize=4096)
-def output_time(x: LayerShape, c: Clock, vocab: int) -> LayerTime:
-    """The last stage's final norm, output layer and cross-entropy, with the tp collectives of
+def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> LayerTime:
+    """The last stage's final norm, output layer and cross-entropy (``loss``, the
+    ``cross_entropy_fusion_impl`` run: :func:`model.ops.output_ops`), with the tp collectives of
     :func:`model.comm_layers.tp_bytes` (the final norm's output gathered in forward and again in
     backward, its gradient reduce-scattered — all-reduced without sequence parallelism — the
-    backward pair overlapped as for a column-parallel layer; the cross-entropy's three FP32
-    all-reduces of one value per token, exposed)."""
-    ops = output_ops(x, vocab)
+    backward pair overlapped as for a column-parallel layer; the cross-entropy's FP32
+    exchanges of a few values per token, :data:`model.ops.CROSS_ENTROPY_EXCHANGES`, exposed)."""
+    ops = output_ops(x, vocab, loss)
     forward = sum(op_seconds(o, c) for o in ops)
     backward = sum(op_seconds(o, c, backward=True) for o in ops)
     tp = exposed = 0.0
@@ -458,8 +460,13 @@ def output_time(x: LayerShape, c: Clock, vocab: int) -> LayerTime:
         else:
             ar = _coll(Collective.ALL_REDUCE, x.tp, 2 * one, c.tp_link, c)
             pairs = [(ar, wgrad_seconds(logits, c) if hidden else 0.0)]
-        ce = _coll(Collective.ALL_REDUCE, x.tp, 2 * (x.tp - 1) / x.tp * 4 * x.tokens, c.tp_link, c)
-        pairs += [(ce, 0.0)] * 3
+        for kind, per_token in CROSS_ENTROPY_EXCHANGES[str(loss)]:
+            if kind == "all_reduce":
+                sent = 2 * (x.tp - 1) / x.tp * per_token * x.tokens
+                pairs.append((_coll(Collective.ALL_REDUCE, x.tp, sent, c.tp_link, c), 0.0))
+            else:  # each rank's rows gathered: (tp − 1)/tp of the gathered tensor sent
+                sent = (x.tp - 1) * per_token * x.tokens
+                pairs.append((_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0))
         tp = sum(p[0] for p in pairs)
         exposed = sum(max(0.0, t - covered) for t, covered in pairs)
     return LayerTime(forward, backward, 0.0, tp, exposed)

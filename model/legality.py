@@ -27,6 +27,7 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework, check_distributed_optimizer, check_framework
+from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     moe_layout_violation,
@@ -92,6 +93,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
+    check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
 
 
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:

@@ -38,11 +38,42 @@ transient, :class:`model.memory.StageActivations`).
     a time (the exponential is freed once summed): **16 B**.
 * ``textbook``: the convention counts what is kept, no transient (0 beyond the kept 4 B).
 
-Fused and chunked losses hold less: Transformer Engine's ``parallel_cross_entropy``
-(``--cross-entropy-fusion-impl te``) and Megatron's ``fused_vocab_parallel_cross_entropy``
-compute the gradient in forward; torchtitan's ``experiments/graph_trainer/chunked_loss.py``
-bounds the working set to one chunk of the sequence. trainplan counts each profile's default
-loss above.
+* ``megatron`` with a fused loss (:class:`CrossEntropyFusion`, Megatron-Core's
+  ``cross_entropy_loss_fusion`` and ``cross_entropy_fusion_impl``, chosen in
+  ``LanguageModule.compute_language_model_loss``,
+  ``megatron/core/models/common/language_module/language_module.py``):
+
+  - ``native``: ``fused_vocab_parallel_cross_entropy`` (``megatron/core/fusions/
+    fused_cross_entropy.py``) runs the same ``VocabParallelCrossEntropy`` steps as the unfused
+    loss, each group compiled into one kernel (``jit_fuser``): ``calculate_logits_max`` returns
+    the fp32 copy while the caller holds the BF16 logits (2 + 4), the softmax is formed in place
+    and saved (4 kept), and ``calculate_gradients`` turns it into the gradient in place and
+    returns ``grad_input.to(torch.bfloat16)`` (4 + 2). The same **6 B** peak and 4 B kept as
+    ``none``; fewer passes over the logits (:mod:`model.ops`).
+  - ``te``: Transformer Engine's ``parallel_cross_entropy`` (``transformer_engine/pytorch/
+    cross_entropy.py``, ``CrossEntropyFunction``; kernels in ``transformer_engine/pytorch/
+    triton/cross_entropy.py`` from v2.2, ``transformer_engine/common/triton/cross_entropy.py``
+    from v2.10). ``cross_entropy_forward`` reads the logits with an online softmax
+    (``online_softmax_kernel``: three fp32 numbers per row, the row's max, sum and target logit,
+    all-gathered over tp) and ``cross_entropy_kernel`` writes the gradient **into the logits
+    buffer itself** (``tl.store(X_ptr + X_offsets, ...)``), which ``forward`` returns and saves
+    for backward (``ctx.save_for_backward``); ``cross_entropy_backward`` scales it in place
+    (``element_mul_kernel``) and hands that same buffer back. Kept and peak: the BF16 logits,
+    **β = 2 B** per element, nothing beside them but the per-row statistics (``m_d_X_y``:
+    ``12·(1 + tp) + 4`` B per token; not counted, under 0.01 % of the logits at V/tp ≥ 16,000).
+    That is Transformer Engine up to v2.17, the releases NeMo's containers ship through 2026-04.
+    From v2.18 (``01bbe3eea``, 2026-07-09, "Fix the numerical issue with the Fused CE loss")
+    ``cross_entropy_forward`` allocates an fp32 ``grad_input`` instead (4 B kept, a 6 B peak:
+    the unfused figures), and Megatron-LM since ``168cb15d70`` (2026-06-03) refuses
+    ``te`` in its own arguments (``validate_args``); Megatron Bridge still sets it.
+
+Megatron-Core's default is the unfused loss (``ModelParallelConfig.cross_entropy_loss_fusion =
+False``, ``cross_entropy_fusion_impl = 'native'``; ``--cross-entropy-loss-fusion`` is off unless
+given); Megatron Bridge turns the fusion on (``GPTModelProvider.cross_entropy_loss_fusion =
+True``) and its performance recipes set ``te`` (``scripts/performance/utils/overrides.py``
+``_set_common_perf_overrides``). torchtitan's ``experiments/graph_trainer/chunked_loss.py``
+bounds the working set to one chunk of the sequence (not modelled: torchtitan's default is the
+whole-sequence loss above).
 
 Under a PyTorch pipeline schedule (``fsdp2`` with pp > 1) whose caller asks for the outputs
 (torchtitan before e5ef99aab, 2025-10-22: :attr:`model.specs.TrainingSpec.pipeline_keeps_outputs`;
@@ -58,17 +89,39 @@ pipeline. At the last micro-batch's backward all ``m`` outputs are held:
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
+from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.xp import exact, where
 
 __all__ = [
+    "CrossEntropyFusion",
     "LOSS_KEPT_BYTES",
+    "check_cross_entropy_fusion",
+    "cross_entropy_fusion_of",
+    "loss_kept_bytes_per_element",
     "loss_peak_bytes_per_element",
     "loss_transient_bytes",
     "output_chunks_bytes",
 ]
+
+
+class CrossEntropyFusion(StrEnum):
+    """Which cross entropy Megatron-Core runs (``cross_entropy_fusion_impl``, named as Megatron
+    Bridge's config names it; the module docstring derives each one's bytes)."""
+
+    NONE = "none"
+    """The unfused ``vocab_parallel_cross_entropy`` (``cross_entropy_loss_fusion = False``,
+    Megatron-LM's default)."""
+    NATIVE = "native"
+    """Megatron-Core's ``fused_vocab_parallel_cross_entropy`` (``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl native``)."""
+    TE = "te"
+    """Transformer Engine's ``parallel_cross_entropy`` (``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te``; Megatron Bridge's performance recipes)."""
+
 
 LOSS_KEPT_BYTES = 4
 """Bytes per local logit element that backward keeps of the loss: the fp32 (log-)softmax
@@ -83,10 +136,75 @@ _PEAK: dict[Framework, tuple[int, int]] = {
 }
 
 
-def loss_peak_bytes_per_element(framework: Framework | str, tp: int) -> int:
-    """Bytes per element of the local logits ``[S, V/tp]`` that the profile's default loss
-    holds at its peak, the kept fp32 softmax included (the module docstring derives each figure
-    from the framework's code).
+def cross_entropy_fusion_of(value: CrossEntropyFusion | str | None) -> CrossEntropyFusion:
+    """The :class:`CrossEntropyFusion` named ``value`` (None: ``none``, Megatron-LM's default).
+
+    Raises
+    ------
+    InputError
+        ``cross_entropy_fusion_impl: 'fused' is not one of none, native, te``.
+
+    Examples
+    --------
+    >>> cross_entropy_fusion_of("TE"), cross_entropy_fusion_of(None)
+    (<CrossEntropyFusion.TE: 'te'>, <CrossEntropyFusion.NONE: 'none'>)
+    """
+    try:
+        return CrossEntropyFusion(str(value or "none").lower())
+    except ValueError:
+        allowed = ", ".join(x.value for x in CrossEntropyFusion)
+        raise InputError(f"cross_entropy_fusion_impl: {value!r} is not one of {allowed}") from None
+
+
+def check_cross_entropy_fusion(framework: Framework | str, impl: CrossEntropyFusion | str) -> None:
+    """Refuse a fused loss under a profile that does not run Megatron-Core's
+    ``compute_language_model_loss``.
+
+    Raises
+    ------
+    LayoutError
+        One line naming ``cross_entropy_fusion_impl``, the value and the rule.
+
+    Examples
+    --------
+    >>> check_cross_entropy_fusion("megatron", "te")
+    >>> check_cross_entropy_fusion("fsdp2", "none")
+    """
+    fusion = cross_entropy_fusion_of(impl)
+    if fusion is not CrossEntropyFusion.NONE and Framework(framework) is not Framework.MEGATRON:
+        raise LayoutError(
+            f"cross_entropy_fusion_impl: {fusion} is Megatron-Core's fused loss "
+            f"(compute_language_model_loss); {framework} runs its own loss (use `framework` "
+            "megatron, or none)"
+        )
+
+
+def loss_kept_bytes_per_element(
+    framework: Framework | str, impl: CrossEntropyFusion | str = "none", beta: int = 2
+) -> int:
+    """Bytes per element of the local logits ``[S, V/tp]`` that backward keeps of the loss:
+    the fp32 (log-)softmax, :data:`LOSS_KEPT_BYTES`, except under Transformer Engine's fused
+    loss (``impl`` ``te``, ``megatron``), which keeps the logits buffer it wrote the gradient
+    into, ``beta`` bytes (the logits' dtype; the module docstring).
+
+    Examples
+    --------
+    >>> loss_kept_bytes_per_element("megatron"), loss_kept_bytes_per_element("megatron", "te")
+    (4, 2)
+    >>> loss_kept_bytes_per_element("megatron", "native"), loss_kept_bytes_per_element("fsdp2")
+    (4, 4)
+    """
+    te = cross_entropy_fusion_of(impl) is CrossEntropyFusion.TE
+    return beta if te and Framework(framework) is Framework.MEGATRON else LOSS_KEPT_BYTES
+
+
+def loss_peak_bytes_per_element(
+    framework: Framework | str, tp: int, impl: CrossEntropyFusion | str = "none", beta: int = 2
+) -> int:
+    """Bytes per element of the local logits ``[S, V/tp]`` that the profile's loss holds at
+    its peak, what backward keeps included (the module docstring derives each figure from the
+    framework's code); ``impl`` the fused loss Megatron-Core runs (:class:`CrossEntropyFusion`),
+    ``beta`` the logits' bytes per element.
 
     Examples
     --------
@@ -94,16 +212,31 @@ def loss_peak_bytes_per_element(framework: Framework | str, tp: int) -> int:
     (6, 12)
     >>> loss_peak_bytes_per_element("fsdp2", 8), loss_peak_bytes_per_element("textbook", 8)
     (16, 4)
+    >>> loss_peak_bytes_per_element("megatron", 8, "native"), loss_peak_bytes_per_element(
+    ...     "megatron", 8, "te")
+    (6, 2)
     """
+    if Framework(framework) is Framework.MEGATRON and cross_entropy_fusion_of(impl) is (
+        CrossEntropyFusion.TE
+    ):
+        return beta
     single, parallel = _PEAK[Framework(framework)]
     return single if tp == 1 else parallel
 
 
-def loss_transient_bytes(framework: Framework | str, tokens: Any, vocab: Any, tp: Any) -> Any:
-    """Bytes the loss holds for a moment beyond the kept fp32 softmax, on one GPU of the last
-    stage: ``(peak − 4)·S·V/tp`` (:func:`loss_peak_bytes_per_element`), with ``tokens`` S of one
-    micro-batch on this rank and ``vocab`` V the padded vocabulary. Counted once (one
-    micro-batch's loss runs at a time). Exact for Fractions; element-wise for arrays of ``tp``.
+def loss_transient_bytes(
+    framework: Framework | str,
+    tokens: Any,
+    vocab: Any,
+    tp: Any,
+    impl: CrossEntropyFusion | str = "none",
+    beta: int = 2,
+) -> Any:
+    """Bytes the loss holds for a moment beyond what backward keeps of it, on one GPU of the
+    last stage: ``(peak − kept)·S·V/tp`` (:func:`loss_peak_bytes_per_element`,
+    :func:`loss_kept_bytes_per_element`), with ``tokens`` S of one micro-batch on this rank and
+    ``vocab`` V the padded vocabulary. Counted once (one micro-batch's loss runs at a time).
+    Exact for Fractions; element-wise for arrays of ``tp``.
 
     Examples
     --------
@@ -114,9 +247,11 @@ def loss_transient_bytes(framework: Framework | str, tokens: Any, vocab: Any, tp
     Fraction(33621540864, 1)
     >>> loss_transient_bytes("megatron", 8192, 128_256, 8)  # 2·8,192·16,032
     Fraction(262668288, 1)
+    >>> loss_transient_bytes("megatron", 8192, 128_256, 8, "te")  # in place: nothing beside
+    Fraction(0, 1)
     """
-    single, parallel = _PEAK[Framework(framework)]
-    extra = where(tp == 1, single, parallel) - LOSS_KEPT_BYTES
+    single, parallel = (loss_peak_bytes_per_element(framework, n, impl, beta) for n in (1, 2))
+    extra = where(tp == 1, single, parallel) - loss_kept_bytes_per_element(framework, impl, beta)
     return extra * exact(tokens) * vocab / tp
 
 

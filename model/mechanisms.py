@@ -1,12 +1,11 @@
 """The mechanisms of the framework profiles (:mod:`model.frameworks`, whose docstring says what
-each ZeRO stage is in each framework): :class:`Mechanism`, a stage's buffers and collectives per
-parameter, and :func:`mechanism`, the one record memory (:mod:`model.memory`) and traffic
-(:mod:`model.comm`) both read.
+each ZeRO stage is in each framework): :func:`mechanism`, the one record memory
+(:mod:`model.memory`) and traffic (:mod:`model.comm`) both read, a
+:class:`~model.mechanism_record.Mechanism` (a stage's buffers and collectives per parameter).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from trainplan.model.frameworks import (
@@ -17,166 +16,9 @@ from trainplan.model.frameworks import (
     check_framework,
     gradient_bytes_for,
 )
-from trainplan.model.xp import minimum
+from trainplan.model.mechanism_record import Mechanism
 
 __all__ = ["Mechanism", "mechanism"]
-
-
-@dataclass(frozen=True, slots=True)
-class Mechanism:
-    """One framework's ZeRO stage as buffers and collectives, per parameter of a stage.
-
-    Byte fields are bytes per parameter: ``*_full`` held whole on every replica, ``*_sharded``
-    held as a ``1/D`` shard. A *unit* is the largest set of parameters the framework gathers or
-    reduces at once: one transformer layer, or the embedding / output layer.
-    """
-
-    framework: Framework
-    zero_stage: int
-    name: str
-    """The framework's own name for the mechanism."""
-    weights_full: int
-    """Working (bf16) weights held whole for the whole step."""
-    weights_sharded: int
-    """Weights kept as a shard (ZeRO-3's bf16 partition; FSDP2's FP32 sharded parameter)."""
-    grads_full: int
-    """Gradient buffer held whole (accumulated over micro-batches, reduced once per step)."""
-    grads_sharded: int
-    """Gradient accumulator held as a shard (reduced every micro-batch, or the textbook's)."""
-    optimizer_full: int
-    """Optimizer state (FP32 master and moments, where not counted as weights) held whole."""
-    optimizer_sharded: int
-    """Optimizer state held as a shard."""
-    weight_bytes: int = 2
-    """Bytes per working (bf16) weight element: what a gathered unit holds and an all-gather
-    moves."""
-    step_full: int = 0
-    """Bytes per parameter, whole, that exist only while the optimizer steps (Megatron-Core
-    without the distributed optimizer copies 16-bit gradients to FP32 for the step)."""
-    step_sharded: int = 0
-    """Bytes per parameter, ÷ D, that exist only while the optimizer steps (DeepSpeed's FP32
-    gradient partition; Megatron's distributed optimizer's FP32 copy of 16-bit gradients)."""
-    step_cap_elements: int | None = None
-    """When the step materialises ``step_sharded`` one sub-group at a time: the sub-group size
-    in elements (DeepSpeed ZeRO-3's ``sub_group_size``); None = the whole partition."""
-    gathered_units: int = 0
-    """Units held gathered in bf16 at once, beyond the local shard (current + prefetched)."""
-    unit_grad_bytes: int = 0
-    """Bytes per parameter of one unit's unsharded gradients live in backward before its
-    reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
-    bucket_bytes: int = 0
-    """Fixed communication buckets live in backward, bytes (DeepSpeed's IPG bucket)."""
-    host_accumulation_bytes: int = 0
-    """Bytes per offloaded optimizer element of the host buffers that accumulate gradients over
-    the micro-batches of a step under optimizer offload (DeepSpeed ZeRO-1/2:
-    ``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu`` keeps one buffer per
-    parameter of the rank's partition, in the parameter's dtype, ``accumulated_grads_in_cpu``);
-    only with more than one micro-batch per step."""
-    bucket_persists: bool = False
-    """The buckets are allocated once and held through the optimizer step too (DeepSpeed
-    ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
-    in ``offload_states``), not only in backward."""
-    embedding_grad_bytes: int = 0
-    """Bytes per gradient element of the embeddings (word and learned positions, and the last
-    stage's copy of a tied embedding) where the mechanism keeps them in a dtype of their own;
-    0 = the other gradients' (:func:`model.terms.grad_buffers.embedding_grad_term` adds the
-    difference)."""
-    reduce_bytes: int = 2
-    """Bytes per gradient element on the wire."""
-    all_reduce: bool = False
-    """The reduction is an all-reduce (ZeRO-0) rather than a reduce-scatter."""
-    reduce_per_microbatch: bool = False
-    """Gradients are reduced after every micro-batch's backward, not once per step."""
-    gathers_per_step: int = 0
-    """All-gathers of the bf16 weights per step (after the sharded optimizer's update; the
-    textbook's ZeRO-3 counts two)."""
-    gathers_per_microbatch: int = 0
-    """All-gathers of the bf16 weights per micro-batch (ZeRO-3: forward and backward; FSDP
-    ``reshard_after_forward=False``: forward)."""
-    non_units_gathered: bool = False
-    """The parameters outside every unit (the embedding, the output layer) stay gathered from
-    their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:
-    only ``fsdp_unit_modules`` get the release hooks; :meth:`non_unit_gathered`)."""
-    source: str = ""
-
-    def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
-        """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
-        for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
-        ``unit`` of them (all counts per GPU, after tp/pp/ep). The fixed
-        :attr:`bucket_bytes` are not included (one bucket serves every parameter class).
-
-        Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
-        (:mod:`model.xp`).
-
-        Examples
-        --------
-        DeepSpeed ZeRO-2, P = 13e9 on N = 8 GPUs: ``2P + 18P/N`` at the step
-        (``estimate_zero2_model_states_mem_needs``) = 55.25e9 B.
-
-        >>> from fractions import Fraction
-        >>> m = mechanism(Framework.DEEPSPEED, 2)
-        >>> w, g, o, _, _, step = m.memory_terms(Fraction(13 * 10**9), 8, Fraction(0))
-        >>> w + g + o + step
-        Fraction(55250000000, 1)
-        """
-        d = replicas
-        shard = params / d
-        weights = self.weights_full * params + self.weights_sharded * shard
-        grads = self.grads_full * params + self.grads_sharded * shard
-        opt = self.optimizer_full * params + self.optimizer_sharded * shard
-        # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
-        gathered = self.gathered_units * self.weight_bytes * (unit - unit / d)
-        if self.step_cap_elements is not None:
-            shard = minimum(shard, self.step_cap_elements)
-        step = self.step_full * params + self.step_sharded * shard
-        buffers = self.unit_grad_bytes * unit
-        return weights, grads, opt, gathered, buffers, step
-
-    def non_unit_gathered(self, elements: Any, replicas: Any) -> Any:
-        """Bytes beyond the local shard of ``elements`` parameters outside every unit (the
-        stage's embedding and output layer, per GPU) where :attr:`non_units_gathered`; else 0.
-        Element-wise for arrays.
-
-        >>> mechanism("megatron", 3).non_unit_gathered(800, 8), mechanism("fsdp2", 3).non_unit_gathered(800, 8)
-        (1400.0, 0)
-        """
-        if not self.non_units_gathered:
-            return 0
-        return self.weight_bytes * (elements - elements / replicas)
-
-    def embedding_grad_extra(self, embedding: Any) -> Any:
-        """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the
-        GPU) where the mechanism keeps the embeddings' gradients wider than the others
-        (:attr:`embedding_grad_bytes`); 0 otherwise.
-
-        >>> m = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
-        >>> m.embedding_grad_extra(100), mechanism("megatron", 1).embedding_grad_extra(100)
-        (200, 0)
-        """
-        extra = self.embedding_grad_bytes - self.grads_full
-        return extra * embedding if self.embedding_grad_bytes and extra > 0 else 0
-
-    def traffic_terms(self) -> tuple[int, int]:
-        """(bytes per parameter sent once per step, bytes per parameter sent per micro-batch),
-        each to be multiplied by ``(D − 1)/D · P`` (ring collectives; an all-reduce moves twice
-        the reduce-scatter's bytes).
-
-        Examples
-        --------
-        Megatron's distributed optimizer: reduce-scatter of FP32 gradients and all-gather of the
-        bf16 weights, once per step: 4 + 2.
-
-        >>> mechanism(Framework.MEGATRON, 1).traffic_terms()
-        (6, 0)
-        """
-        reduce = self.reduce_bytes * (2 if self.all_reduce else 1)
-        per_step = self.weight_bytes * self.gathers_per_step
-        per_mb = self.weight_bytes * self.gathers_per_microbatch
-        if self.reduce_per_microbatch:
-            per_mb += reduce
-        else:
-            per_step += reduce
-        return per_step, per_mb
 
 
 _SOURCES = {
@@ -311,6 +153,12 @@ MEGATRON_FSDP_SOURCE = (
 )
 
 
+MEGATRON_FSDP_PREFETCH_ELEMENTS = 500_000_000
+"""Megatron-FSDP's default all-gather prefetch, elements: half of the 1e9-element floor of
+``suggested_communication_unit_size`` (``megatron_fsdp.py`` ``MegatronFSDP.__init__``: "Cap to
+1B elements", ``self.suggested_AG_prefetch_size = suggested_communication_unit_size // 2``)."""
+
+
 def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
     """Megatron-FSDP with ``data_parallel_sharding_strategy = optim_grads_params`` (ZeRO-3),
     as ``--use-megatron-fsdp`` runs it under Megatron-Core (:data:`MEGATRON_FSDP_SOURCE`).
@@ -320,10 +168,19 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
       moments, so ``o − 4`` more), the main gradients (``main_grad_buffer``, ``g`` bytes: the
       recipe's; Megatron-FSDP's default is the parameters' dtype).
     * Per FSDP unit (one transformer layer): the gathered weights and the unsharded gradients
-      awaiting their reduce-scatter, each from a pool of two units (``FixedPoolAllocator(size=
-      UB_BUFFER_NUM = 2)`` for ``fsdp_params`` and ``fsdp_grads`` under ``fsdp_double_buffer``;
-      without it the storage-resize allocator holds the current unit and the prefetched one):
-      ``gathered_units = 2`` and ``2·g`` bytes per unit parameter of gradient buckets.
+      awaiting their reduce-scatter. The all-gather of a unit prefetches the following ones
+      (``AllGatherPipeline.all_gather_params``, ``param_and_grad_buffer.py``) until the
+      prefetched buckets hold ``suggested_AG_prefetch_size`` elements, half of
+      ``suggested_communication_unit_size``, which defaults to ``max(1e9, 2 × the mean unit's
+      elements)`` (``MegatronFSDP.__init__``, ``megatron_fsdp.py``): 5e8 elements, or one unit
+      where a unit holds more. Held at once: the unit computed and ``max(1, ⌈5e8 / unit⌉)``
+      prefetched ones (``prefetch_elements``, :meth:`Mechanism.units_held`): 2 for a Llama 3
+      70B layer (856 M elements), 4 for a Llama 3 8B one (218 M). Under ``fsdp_double_buffer``
+      the units come from a persistent pool of two (``FixedPoolAllocator(size=UB_BUFFER_NUM =
+      2)`` for ``fsdp_params`` and ``fsdp_grads``; ``need_skip_prefetch`` stops the prefetch at
+      the pool's two units), and a recipe may set ``suggested_communication_unit_size``; neither
+      is a planner option (Megatron Bridge sets both for Llama 3 70B on GB200/B200/GB300, whose
+      units hold two either way). ``2·g`` bytes per unit parameter of gradient buckets.
     * The modules outside every FSDP unit (the embedding, the output layer, the final norm)
       have no release hook (``megatron_fsdp.py`` ``_register_fsdp_hooks``: ``_post_forward``
       and ``_post_backward_release_module`` only on ``fsdp_unit_modules``, TransformerLayer /
@@ -341,7 +198,8 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
         Framework.MEGATRON, 3, f"Megatron-FSDP optim_grads_params ({_dtype(g)} main grads)",
         weights_full=0, weights_sharded=w + 4, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4 if g < 4 else 0,
-        gathered_units=2, unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
+        gathered_units=2, prefetch_elements=MEGATRON_FSDP_PREFETCH_ELEMENTS,
+        unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, non_units_gathered=True, weight_bytes=w,
         source=MEGATRON_FSDP_SOURCE,
     )  # fmt: skip

@@ -273,7 +273,14 @@ def state_terms(
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
     more than one micro-batch per step; the last term). With ``fp8_params`` (FP8 primary
     weights, :attr:`model.specs.TrainingSpec.fp8_param_gather`) the ``linear`` weight elements
-    held whole are 1 B each instead of the mechanism's working dtype. ``optimizer_scale``:
+    held whole are 1 B each instead of the mechanism's working dtype; under Megatron-FSDP (the
+    weights sharded) so are their shard (``linear ÷ shard``) and the linear elements of the
+    gathered units (``layer_linear``, the largest layer's): ``ParamAndGradBuffer.
+    _init_each_parameter_group_buffers`` (``megatron/core/distributed/fsdp/src/megatron_fsdp/
+    param_and_grad_buffer.py``, Megatron-LM 92c8482e6d, the NeMo 25.11 container's) gives a
+    parameter group of FP8 parameters a ``torch.uint8`` ``model_weight_buffer``, sharded and
+    all-gathered as such, and a BF16 gradient buffer; the routed experts' linear elements are
+    divided by the dense shard degree (exact for dense models). ``optimizer_scale``:
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
@@ -283,6 +290,11 @@ def state_terms(
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params and mech.weights_full:
         w = w - (mech.weight_bytes - FP8_PARAM_BYTES) * linear
+    elif fp8_params and mech.weights_sharded:  # Megatron-FSDP: FP8 model_weight_buffer
+        narrower = mech.weight_bytes - FP8_PARAM_BYTES
+        w = w - narrower * linear / shard
+        held = mech.units_held(dense_unit)
+        gathered = gathered - held * narrower * (layer_linear - layer_linear / shard)
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)

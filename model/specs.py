@@ -22,6 +22,7 @@ from trainplan.model.arch_parts import (
 from trainplan.model.attention import AttentionSpan, pattern_span
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import DistributedOptimizer
+from trainplan.model.loss_memory import cross_entropy_fusion_of
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
@@ -334,6 +335,17 @@ class TrainingSpec:
     ``megatron`` with pp = 1, recompute none and dense layers only
     (:func:`model.activation_offload.check_layer_offload`)."""
 
+    cross_entropy_fusion_impl: str = "none"
+    """Which cross entropy Megatron-Core runs (:class:`model.loss_memory.CrossEntropyFusion`,
+    named as Megatron Bridge's ``cross_entropy_fusion_impl``): ``none`` (the default, Megatron-LM's:
+    the unfused vocab-parallel loss), ``native`` (``--cross-entropy-loss-fusion``, Megatron-Core's
+    ``fused_vocab_parallel_cross_entropy``) or ``te`` (with ``--cross-entropy-fusion-impl te``,
+    Transformer Engine's ``parallel_cross_entropy``, which writes the gradient into the logits
+    buffer). What the last stage keeps and holds for the loss
+    (:func:`model.loss_memory.loss_peak_bytes_per_element`) and its passes over the logits
+    (:func:`model.ops.output_ops`). ``megatron`` only
+    (:func:`model.loss_memory.check_cross_entropy_fusion`)."""
+
     memory_efficient_norm: bool = False
     """LayerNorm / RMSNorm keep their output (which the next projection keeps anyway) and fp32
     rstd instead of their input: Apex ``FusedLayerNorm`` / ``FusedRMSNorm(memory_efficient=True)``,
@@ -417,6 +429,8 @@ class TrainingSpec:
             raise InputError(
                 f"muon_tp_mode: {self.muon_tp_mode!r} is not one of blockwise, duplicated"
             )
+        fusion = cross_entropy_fusion_of(self.cross_entropy_fusion_impl)
+        object.__setattr__(self, "cross_entropy_fusion_impl", str(fusion))
         if self.fp8_param_gather and self.precision is not Precision.FP8:
             raise InputError(
                 f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
@@ -453,15 +467,27 @@ class TrainingSpec:
                 raise InputError(
                     f"fp8_recipe: {self.fp8_recipe!r} is not one of {allowed}"
                 ) from None
-        for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
-            value = getattr(self, name)
-            if name == "gradient_bytes" and value is None:
-                continue
-            if not isinstance(value, int) or value < 0:
-                raise InputError(f"training.{name}: {value!r} must be a whole number >= 0")
+        _check_byte_counts(self)
 
     @property
     def state_bytes_per_param(self) -> int:
         """Bytes of model state per parameter in the textbook's steady state (16 for
         mixed-precision Adam; gradients of 2 bytes unless given)."""
         return self.weight_bytes + (self.gradient_bytes or 2) + self.optimizer_bytes
+
+
+def _check_byte_counts(training: TrainingSpec) -> None:
+    """Refuse a bytes-per-element field of ``training`` that is not a whole number >= 0
+    (``gradient_bytes`` may be None: the framework's own).
+
+    Raises
+    ------
+    InputError
+        ``training.weight_bytes: -1 must be a whole number >= 0``.
+    """
+    for name in ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes"):
+        value = getattr(training, name)
+        if name == "gradient_bytes" and value is None:
+            continue
+        if not isinstance(value, int) or value < 0:
+            raise InputError(f"training.{name}: {value!r} must be a whole number >= 0")

@@ -349,11 +349,14 @@ def embedding_bytes(
     vocab: Any,
     gathered: Any = False,
     norms_recomputed: Any = False,
+    logit_bytes: Any = 4,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
     model with dropout; on the ``last`` stage the final norm's and the output projection's inputs
-    ``2·β·S·h`` (÷ tp with SP) and the FP32 logits ``4·S·V/tp`` (V the padded rows, ``vocab``),
+    ``2·β·S·h`` (÷ tp with SP) and what the loss keeps of the logits, ``logit_bytes·S·V/tp`` (V
+    the padded rows, ``vocab``; the FP32 softmax, 4, or Transformer Engine's fused loss's BF16
+    gradient in the logits buffer, 2: :func:`model.loss_memory.loss_kept_bytes_per_element`),
     with final-logit soft-capping also tanh's output ``β·S·V/tp`` (Gemma 2). Each of D MTP
     modules on the last stage keeps the same for its own pass through the shared head, and the
     shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
@@ -381,7 +384,7 @@ def embedding_bytes(
     h, beta, d = arch.hidden_size, activation_bytes, arch.mtp_layers
     sp_div = where(sequence_parallel, tp, 1)
     dropout = tokens * h / sp_div if arch.dropout else 0
-    logits = (4 + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
+    logits = (logit_bytes + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
     kept_norm_output = where(norms_recomputed, 0, 1)
     norm_output = kept_norm_output * beta * tokens * h / where(gathered, 1, sp_div)
     head = beta * tokens * h / sp_div + norm_output + logits

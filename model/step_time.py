@@ -209,7 +209,7 @@ def kind_parts(
         dense if first_moe > 0 else zero,
         moe,
         embedding_time(shape(False), tp_only).parts,
-        output_time(shape(False), tp_only, vocab).parts,
+        output_time(shape(False), tp_only, vocab, training.cross_entropy_fusion_impl).parts,
     )
 
 

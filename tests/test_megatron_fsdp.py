@@ -12,6 +12,8 @@ GPU at the end of the forward (cpu_offload_v1.py layer_window_map; cpu_offload.p
 DefaultOffloadSynchronizer: "(num_layers - num_offloaded_layers) * T").
 """
 
+from fractions import Fraction
+
 import pytest
 
 from trainplan.interface.inputs import build_case
@@ -63,18 +65,57 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     """Megatron-FSDP releases only its units' parameters (megatron_fsdp.py
     _register_fsdp_hooks: _post_forward and _post_backward_release_module on fsdp_unit_modules,
     the transformer layers; _root_pre_backward marks only unit buckets releasable), so the
-    embedding and the output layer stay gathered beside two layer units. Llama 3 8B on dp 8:
+    embedding and the output layer stay gathered beside the layer units. Llama 3 8B on dp 8:
     a layer 4096·(4096 + 2·1024 + 4096) + 3·4096·14,336 + 2·4096 = 218,112,000, the embedding
-    and the untied output layer 128,256·4096 = 525,336,576 each; beyond the 1/8 shard, 2 B each:
-    (2·218,112,000 + 2·525,336,576)·2·7/8 = 2,602,070,016 B (was 2 units of the largest, the
-    embedding: 1,838,678,016, FSDP2's figure, whose torchtitan wraps embedding and output as
-    units). The gradient buffers stay two of the largest unit's in FP32: 2·4·525,336,576."""
+    and the untied output layer 128,256·4096 = 525,336,576 each. The layer units held: the one
+    computed and those prefetched until 5e8 elements (suggested_AG_prefetch_size, half the
+    1e9-element floor of suggested_communication_unit_size: megatron_fsdp.py
+    MegatronFSDP.__init__; AllGatherPipeline.all_gather_params adds buckets while the prefetched
+    size is below it): 218 M, 436 M, 654 M, so 3 prefetched, 4 held. Beyond the 1/8 shard,
+    2 B each: (4·218,112,000 + 2·525,336,576)·2·7/8 = 3,365,462,016 B (2 units: 2,602,070,016;
+    FSDP2 holds 2 units of the largest, the embedding: 1,838,678,016, as torchtitan wraps
+    embedding and output as units). The gradient buffers stay two of the largest unit's in
+    FP32: 2·4·525,336,576."""
 
     def state(framework):
         lay = Layout.of(dp=8, framework=framework, zero_stage=3)
         return Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
 
     megatron, fsdp2 = state("megatron"), state("fsdp2")
-    assert megatron.gathered_bytes == 2_602_070_016
+    assert megatron.gathered_bytes == (4 * 218_112_000 + 2 * 525_336_576) * 2 * 7 // 8
+    assert megatron.gathered_bytes == 3_365_462_016
     assert fsdp2.gathered_bytes == 1_838_678_016
     assert megatron.buffers_bytes == 2 * 4 * 525_336_576
+
+
+def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
+    """FP8 primary weights under Megatron-FSDP (fp8_param_gather, the 25.11 GB200 recipe):
+    ParamAndGradBuffer._init_each_parameter_group_buffers (param_and_grad_buffer.py, Megatron-LM
+    92c8482e6d) gives a group of FP8 parameters a torch.uint8 model_weight_buffer, sharded and
+    all-gathered as such, and a BF16 gradient buffer. Llama 3 70B on dp 64: a layer's linear
+    weights 8192·(8192 + 2·1024) + 8192·8192 + 3·8192·28,672 = 855,638,016 elements (its unit
+    855,654,400 with the two norms), 80 layers, P = 70,553,706,496. The shard: 6 B per
+    parameter (model weight 2 + FP32 main 4) less 1 B per linear element, ÷ 64. Gathered: two
+    layer units in 2 B less 1 B per linear element, beyond the local 1/64, and the embedding and
+    output layer (128,256·8192 each, BF16: not Transformer Engine layers) whole beyond theirs.
+    On GB200 per-tensor FP8 keeps no transpose, so no weight cache."""
+    st = build_case({**GB200_70B, "fp8_param_gather": True}).evaluate().stages[0].state
+    unit, linear, vocab_rows = 855_654_400, 855_638_016, 128_256 * 8192
+    p = 70_553_706_496
+    assert st.weights_bytes == (6 * p - 80 * linear) / 64 == 5_544_862_464
+    beyond = Fraction(63, 64)
+    layers = 2 * 2 * unit * beyond - 2 * 1 * linear * beyond
+    assert st.gathered_bytes == layers + 2 * 2 * vocab_rows * beyond == 5_821_627_392
+    assert st.weight_cache_bytes == 0
+
+
+def test_megatron_fsdp_prefetch_holds_units_by_size():
+    """How many layer units Megatron-FSDP holds gathered at once (module docstring of
+    model.mechanisms._megatron_fsdp): the unit computed and max(1, ⌈5e8 / unit⌉) prefetched:
+    Llama 3 8B's 218,112,000-element layer 1 + ⌈2.29⌉ = 4, Llama 3 70B's 855,654,400 1 + 1 = 2,
+    the same as the two-unit pool fsdp_double_buffer would cap it at. Other frameworks: 2."""
+    m = mechanism("megatron", 3)
+    assert (m.units_held(218_112_000), m.units_held(855_654_400)) == (4, 2)
+    assert m.units_held(Fraction(250_000_000)) == 3  # 2 prefetched reach 5e8 exactly
+    assert mechanism("fsdp2", 3).units_held(218_112_000) == 2
+    assert mechanism("deepspeed", 3).units_held(218_112_000) == 2

@@ -262,6 +262,8 @@ KEY_DOCS: dict[str, str] = {
     "--recompute-modules names; core_attn by default); null unless megatron or textbook with "
     "recompute selective.",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather); null unless megatron with fp8.",
+    "layout.cross_entropy_fusion_impl": "The loss Megatron-Core runs: none (unfused), native "
+    "(its fused kernels) or te (Transformer Engine's); null unless megatron.",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "
     "or distributed_fused_adam (Apex's, under NeMo); null unless megatron with ZeRO ≥ 1.",
     "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
@@ -273,7 +275,10 @@ KEY_DOCS: dict[str, str] = {
     "memory.gradients_bytes": "Gradients held on the GPU.",
     "memory.optimizer_bytes": "Optimizer state held on the GPU.",
     "memory.model_state_bytes": "Weights + gradients + optimizer state.",
-    "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and the next.",
+    "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and "
+    "the prefetched one(s); Megatron-FSDP also the embedding and output layer, whole.",
+    "memory.zero3_gathered_what": "What zero3_gathered_bytes holds, in words (the report's line); "
+    "null where nothing is gathered.",
     "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",
     "memory.dispatch_buffer_bytes": "DeepEP's resident dispatch buffers (moe_dispatcher deepep).",
     "memory.host_bytes": "Offloaded state on the host, per GPU.",

@@ -373,8 +373,8 @@ def _state_sentence(mech: Mechanism, lay: Layout) -> str:
         parts.append(f"{sharded} B/param ÷ D")
     if mech.step_sharded:
         parts.append(f"+ {mech.step_sharded} B/param ÷ D during the optimizer step")
-    if mech.gathered_units:
-        parts.append(f"+ {mech.gathered_units} gathered units")
+    if mech.gathered_what:
+        parts.append(f"+ gathered weights ({mech.gathered_what})")
     group = "dp·cp/ep" if lay.etp is None or lay.etp == lay.tp else "tp·dp·cp/(etp·ep)"
     experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
     return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"

@@ -131,6 +131,13 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
 
 
+def _gathered_label(m: dict[str, Any]) -> str:
+    """The gathered-weights line's name: what the framework holds gathered
+    (``memory.zero3_gathered_what``; the web page's planner.js writes the same)."""
+    what = m.get("zero3_gathered_what")
+    return f"gathered weights ({what})" if what else "gathered weights"
+
+
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m = d["memory"]
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -139,7 +146,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("gradients", m["gradients_bytes"]),
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
-        ("gathered weights (2 units)", m.get("zero3_gathered_bytes")),
+        (_gathered_label(m), m.get("zero3_gathered_bytes")),
         ("FP8 weight cache", m.get("weight_cache_bytes")),
         ("expert dispatch buffers (DeepEP)", m.get("dispatch_buffer_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
@@ -157,9 +164,9 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     ]
     # the total and the capacity always; every other line only where its term applies
     always = ("=", "capacity")
-    lines += [
-        f"  {name:<44} {gb(value):>14}" for name, value in parts if value or name.startswith(always)
-    ]
+    shown = [(name, value) for name, value in parts if value or name.startswith(always)]
+    width = max([44, *(len(name) for name, _ in shown)])
+    lines += [f"  {name:<{width}} {gb(value):>14}" for name, value in shown]
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"

@@ -13,6 +13,7 @@ from trainplan.interface.flags import with_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
+from trainplan.model.mechanisms import mechanism
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.phases import construction_peak_bytes
@@ -108,6 +109,17 @@ def loss_beyond_recompute(acts: Any) -> Fraction:
     return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
 
 
+def _gathered_what(est: Estimate) -> str | None:
+    """What ``zero3_gathered_bytes`` holds, in words (:attr:`model.mechanisms.Mechanism.
+    gathered_what` of the layout's framework and ZeRO stage); None where nothing is gathered."""
+    lay, t = est.layout, est.training
+    mech = mechanism(
+        lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
+        pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
+    )  # fmt: skip
+    return mech.gathered_what if est.peak.state.gathered_bytes else None
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
     st = est.peak
     acts = st.activations
@@ -120,6 +132,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "optimizer_bytes": _n(st.state.optimizer_bytes),
         "model_state_bytes": _n(st.state.total_bytes),
         "zero3_gathered_bytes": _n(st.state.gathered_bytes),
+        "zero3_gathered_what": _gathered_what(est),
         "weight_cache_bytes": _n(st.state.weight_cache_bytes),
         "dispatch_buffer_bytes": _n(st.state.dispatch_buffer_bytes),
         "host_bytes": _n(est.host_bytes),
@@ -291,6 +304,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "offload_activations": list(t.offload.activations),
         **_where(modules, "recompute_modules", list(t.recompute_modules)),
         **_where(megatron and fp8, "fp8_param_gather", t.fp8_param_gather),
+        **_where(megatron, "cross_entropy_fusion_impl", t.cross_entropy_fusion_impl),
         "muon_tp_mode": t.muon_tp_mode,
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),

@@ -24,7 +24,7 @@ from trainplan.model.activation_offload import layer_offload_bytes, offload_buff
 from trainplan.model.context_parallel import cp_transient_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
-    LOSS_KEPT_BYTES,
+    loss_kept_bytes_per_element,
     loss_peak_bytes_per_element,
     output_chunks_bytes,
 )
@@ -270,7 +270,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = outputs + _torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
-    extra = f.lookup(_loss_extra, (), "framework", "tp")
+    extra = f.lookup(_loss_extra, (t,), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
     keeps = f.lookup(_torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
@@ -291,7 +291,8 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
         f.recompute == Recompute.SELECTIVE
     )
     first, last = end_stages(f)
-    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms)
+    kept = f.lookup(_loss_kept, (t,), "framework")
+    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept)
     return embedding_bytes(arch, first, last, *args), embedding_bytes(arch, False, last, *args)
 
 
@@ -359,11 +360,19 @@ def _torch_pipelining(training: TrainingSpec, framework: Any) -> int:
     return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
 
 
-def _loss_extra(framework: Any, tp: int) -> int:
-    """Bytes per local logit the profile's loss holds beyond the kept fp32 softmax
-    (:func:`model.loss_memory.loss_peak_bytes_per_element` less
-    :data:`model.loss_memory.LOSS_KEPT_BYTES`)."""
-    return loss_peak_bytes_per_element(framework, tp) - LOSS_KEPT_BYTES
+def _loss_kept(training: TrainingSpec, framework: Any) -> int:
+    """Bytes per local logit that backward keeps of the profile's loss
+    (:func:`model.loss_memory.loss_kept_bytes_per_element`, with the recipe's
+    ``cross_entropy_fusion_impl``)."""
+    impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
+    return loss_kept_bytes_per_element(framework, impl, beta)
+
+
+def _loss_extra(training: TrainingSpec, framework: Any, tp: int) -> int:
+    """Bytes per local logit the profile's loss holds beyond what backward keeps of it
+    (:func:`model.loss_memory.loss_peak_bytes_per_element` less :func:`_loss_kept`)."""
+    impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
+    return loss_peak_bytes_per_element(framework, tp, impl, beta) - _loss_kept(training, framework)
 
 
 def stage_activations(

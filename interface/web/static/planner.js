@@ -27,7 +27,7 @@
 
   const MEMORY = [
     ["weights", "weights_bytes"], ["gradients", "gradients_bytes"], ["optimizer states", "optimizer_bytes"],
-    ["= model state", "model_state_bytes"], ["gathered weights (2 units)", "zero3_gathered_bytes"],
+    ["= model state", "model_state_bytes"], ["gathered weights", "zero3_gathered_bytes"],
     ["buffers in forward/backward", "buffers_bytes"], ["activations (layers, in flight)", "activations_bytes"],
     ["embedding / output-layer activations", "embedding_activations_bytes"], ["recompute transient", "recompute_transient_bytes"],
     ["pipeline outputs kept", "pipeline_output_bytes"], ["optimizer step extra (no activations then)", "optimizer_step_bytes"],
@@ -45,7 +45,9 @@
       ` — total ${TP.gb(m.total_bytes)} at the peak (${m.peak_phase}) of ${TP.gb(m.capacity_bytes)} usable` +
       (m.fits_covers !== "model state and activations" ? ` (${m.fits_covers})` : "");
     v.dataset.totalBytes = m.total_bytes;
-    const rows = MEMORY.filter(([name, k]) => m[k] || name.startsWith("=")).map(([name, k]) => ({ name, v: m[k] }));
+    // the gathered line says what is gathered, as the text report does (memory.zero3_gathered_what)
+    const label = (name, k) => (k === "zero3_gathered_bytes" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})` : name);
+    const rows = MEMORY.filter(([name, k]) => m[k] || name.startsWith("=")).map(([name, k]) => ({ name: label(name, k), v: m[k] }));
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
     if (m.stream_pool_bytes) rows.push({ name: "reserved at least (max_memory_reserved; not in the verdict)", v: m.reserved_bytes });

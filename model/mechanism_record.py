@@ -1,0 +1,218 @@
+"""The record of a framework's mechanism: :class:`Mechanism`, a ZeRO stage's buffers and
+collectives per parameter (:func:`model.mechanisms.mechanism` makes one per framework and stage;
+:mod:`model.frameworks` says what each stage is in each framework).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.xp import maximum, minimum, where
+
+__all__ = ["Mechanism"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mechanism:
+    """One framework's ZeRO stage as buffers and collectives, per parameter of a stage.
+
+    Byte fields are bytes per parameter: ``*_full`` held whole on every replica, ``*_sharded``
+    held as a ``1/D`` shard. A *unit* is the largest set of parameters the framework gathers or
+    reduces at once: one transformer layer, or the embedding / output layer.
+    """
+
+    framework: Framework
+    zero_stage: int
+    name: str
+    """The framework's own name for the mechanism."""
+    weights_full: int
+    """Working (bf16) weights held whole for the whole step."""
+    weights_sharded: int
+    """Weights kept as a shard (ZeRO-3's bf16 partition; FSDP2's FP32 sharded parameter)."""
+    grads_full: int
+    """Gradient buffer held whole (accumulated over micro-batches, reduced once per step)."""
+    grads_sharded: int
+    """Gradient accumulator held as a shard (reduced every micro-batch, or the textbook's)."""
+    optimizer_full: int
+    """Optimizer state (FP32 master and moments, where not counted as weights) held whole."""
+    optimizer_sharded: int
+    """Optimizer state held as a shard."""
+    weight_bytes: int = 2
+    """Bytes per working (bf16) weight element: what a gathered unit holds and an all-gather
+    moves."""
+    step_full: int = 0
+    """Bytes per parameter, whole, that exist only while the optimizer steps (Megatron-Core
+    without the distributed optimizer copies 16-bit gradients to FP32 for the step)."""
+    step_sharded: int = 0
+    """Bytes per parameter, ÷ D, that exist only while the optimizer steps (DeepSpeed's FP32
+    gradient partition; Megatron's distributed optimizer's FP32 copy of 16-bit gradients)."""
+    step_cap_elements: int | None = None
+    """When the step materialises ``step_sharded`` one sub-group at a time: the sub-group size
+    in elements (DeepSpeed ZeRO-3's ``sub_group_size``); None = the whole partition."""
+    gathered_units: int = 0
+    """Units held gathered in bf16 at once, beyond the local shard (current + prefetched); with
+    :attr:`prefetch_elements` the fewest (:meth:`units_held`)."""
+    prefetch_elements: int = 0
+    """Where the prefetch is sized in elements rather than in units (Megatron-FSDP): the
+    all-gather prefetches following units until it holds this many elements beyond the unit
+    being computed (:meth:`units_held`); 0 = :attr:`gathered_units` whatever the unit's size."""
+    unit_grad_bytes: int = 0
+    """Bytes per parameter of one unit's unsharded gradients live in backward before its
+    reduce-scatter (FSDP2: the bf16 gradient and its FP32 copy for the reduction)."""
+    bucket_bytes: int = 0
+    """Fixed communication buckets live in backward, bytes (DeepSpeed's IPG bucket)."""
+    host_accumulation_bytes: int = 0
+    """Bytes per offloaded optimizer element of the host buffers that accumulate gradients over
+    the micro-batches of a step under optimizer offload (DeepSpeed ZeRO-1/2:
+    ``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu`` keeps one buffer per
+    parameter of the rank's partition, in the parameter's dtype, ``accumulated_grads_in_cpu``);
+    only with more than one micro-batch per step."""
+    bucket_persists: bool = False
+    """The buckets are allocated once and held through the optimizer step too (DeepSpeed
+    ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only
+    in ``offload_states``), not only in backward."""
+    embedding_grad_bytes: int = 0
+    """Bytes per gradient element of the embeddings (word and learned positions, and the last
+    stage's copy of a tied embedding) where the mechanism keeps them in a dtype of their own;
+    0 = the other gradients' (:func:`model.terms.grad_buffers.embedding_grad_term` adds the
+    difference)."""
+    reduce_bytes: int = 2
+    """Bytes per gradient element on the wire."""
+    all_reduce: bool = False
+    """The reduction is an all-reduce (ZeRO-0) rather than a reduce-scatter."""
+    reduce_per_microbatch: bool = False
+    """Gradients are reduced after every micro-batch's backward, not once per step."""
+    gathers_per_step: int = 0
+    """All-gathers of the bf16 weights per step (after the sharded optimizer's update; the
+    textbook's ZeRO-3 counts two)."""
+    gathers_per_microbatch: int = 0
+    """All-gathers of the bf16 weights per micro-batch (ZeRO-3: forward and backward; FSDP
+    ``reshard_after_forward=False``: forward)."""
+    non_units_gathered: bool = False
+    """The parameters outside every unit (the embedding, the output layer) stay gathered from
+    their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:
+    only ``fsdp_unit_modules`` get the release hooks; :meth:`non_unit_gathered`)."""
+    source: str = ""
+
+    @property
+    def gathered_what(self) -> str | None:
+        """What the gathered weights are, in words (the memory report's line): the unit being
+        computed and the prefetched one(s), and where :attr:`non_units_gathered` the embedding
+        and output layer held whole; None where nothing is gathered per unit.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> mechanism("megatron", 3).gathered_what
+        'current + prefetched layers, embedding, output'
+        >>> mechanism("fsdp2", 3).gathered_what, mechanism("megatron", 1).gathered_what
+        ('current + next unit', None)
+        """
+        if not self.gathered_units:
+            return None
+        if self.non_units_gathered:
+            return "current + prefetched layers, embedding, output"
+        return "current + next unit"
+
+    def units_held(self, unit: Any) -> Any:
+        """Units held gathered at once when the largest holds ``unit`` elements on this GPU:
+        :attr:`gathered_units`, or with :attr:`prefetch_elements` the unit computed and as
+        many following ones as the prefetch takes to reach that many elements,
+        ``1 + max(1, ⌈prefetch_elements / unit⌉)`` (Megatron-FSDP, :func:`_megatron_fsdp`).
+        Element-wise for arrays; :attr:`gathered_units` where ``unit`` is 0.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> m = mechanism("megatron", 3)
+        >>> m.units_held(218_112_000), m.units_held(855_654_400), m.units_held(0)
+        (4, 2, 2)
+        >>> mechanism("fsdp2", 3).units_held(218_112_000)
+        2
+        """
+        if not self.prefetch_elements:
+            return self.gathered_units
+        some = maximum(unit, 1)
+        following = maximum(-(-self.prefetch_elements // some), 1)
+        return where(unit > 0, 1 + following, self.gathered_units)
+
+    def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
+        """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
+        for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
+        ``unit`` of them (all counts per GPU, after tp/pp/ep). The fixed
+        :attr:`bucket_bytes` are not included (one bucket serves every parameter class).
+
+        Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
+        (:mod:`model.xp`).
+
+        Examples
+        --------
+        DeepSpeed ZeRO-2, P = 13e9 on N = 8 GPUs: ``2P + 18P/N`` at the step
+        (``estimate_zero2_model_states_mem_needs``) = 55.25e9 B.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> from fractions import Fraction
+        >>> m = mechanism(Framework.DEEPSPEED, 2)
+        >>> w, g, o, _, _, step = m.memory_terms(Fraction(13 * 10**9), 8, Fraction(0))
+        >>> w + g + o + step
+        Fraction(55250000000, 1)
+        """
+        d = replicas
+        shard = params / d
+        weights = self.weights_full * params + self.weights_sharded * shard
+        grads = self.grads_full * params + self.grads_sharded * shard
+        opt = self.optimizer_full * params + self.optimizer_sharded * shard
+        # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
+        gathered = self.units_held(unit) * self.weight_bytes * (unit - unit / d)
+        if self.step_cap_elements is not None:
+            shard = minimum(shard, self.step_cap_elements)
+        step = self.step_full * params + self.step_sharded * shard
+        buffers = self.unit_grad_bytes * unit
+        return weights, grads, opt, gathered, buffers, step
+
+    def non_unit_gathered(self, elements: Any, replicas: Any) -> Any:
+        """Bytes beyond the local shard of ``elements`` parameters outside every unit (the
+        stage's embedding and output layer, per GPU) where :attr:`non_units_gathered`; else 0.
+        Element-wise for arrays.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> mechanism("megatron", 3).non_unit_gathered(800, 8), mechanism("fsdp2", 3).non_unit_gathered(800, 8)
+        (1400.0, 0)
+        """
+        if not self.non_units_gathered:
+            return 0
+        return self.weight_bytes * (elements - elements / replicas)
+
+    def embedding_grad_extra(self, embedding: Any) -> Any:
+        """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the
+        GPU) where the mechanism keeps the embeddings' gradients wider than the others
+        (:attr:`embedding_grad_bytes`); 0 otherwise.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> m = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
+        >>> m.embedding_grad_extra(100), mechanism("megatron", 1).embedding_grad_extra(100)
+        (200, 0)
+        """
+        extra = self.embedding_grad_bytes - self.grads_full
+        return extra * embedding if self.embedding_grad_bytes and extra > 0 else 0
+
+    def traffic_terms(self) -> tuple[int, int]:
+        """(bytes per parameter sent once per step, bytes per parameter sent per micro-batch),
+        each to be multiplied by ``(D − 1)/D · P`` (ring collectives; an all-reduce moves twice
+        the reduce-scatter's bytes).
+
+        Examples
+        --------
+        Megatron's distributed optimizer: reduce-scatter of FP32 gradients and all-gather of the
+        bf16 weights, once per step: 4 + 2.
+
+        >>> from trainplan.model.mechanisms import Framework, mechanism
+        >>> mechanism(Framework.MEGATRON, 1).traffic_terms()
+        (6, 0)
+        """
+        reduce = self.reduce_bytes * (2 if self.all_reduce else 1)
+        per_step = self.weight_bytes * self.gathers_per_step
+        per_mb = self.weight_bytes * self.gathers_per_microbatch
+        if self.reduce_per_microbatch:
+            per_mb += reduce
+        else:
+            per_step += reduce
+        return per_step, per_mb
