@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
-from trainplan.model.context_parallel import cp_transient_bytes
+from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
     LOSS_KEPT_BYTES,
@@ -92,6 +92,8 @@ class StageActivations:
     cp_transient_bytes: Fraction = Fraction(0)
     """What the context-parallel exchange holds beside the kept activations while one layer's
     attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
+    PyTorch's ``context_parallel``: the gathered K/V and the FP32 dQ, dK, dV buffers of its
+    backward, :func:`model.context_parallel.templated_transient_bytes`;
     :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
@@ -106,19 +108,30 @@ class StageActivations:
     """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
     one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
     copy, backward's gradients, as the profile's default loss holds them). It does not coincide
-    with a recompute transient (the loss's backward runs before any layer's), so the peak takes
-    the larger of the two. 0 on other stages."""
+    with a recompute transient nor with the context-parallel buffers (the loss's backward runs
+    before any layer's), so the peak takes the larger of the loss and the two together
+    (:attr:`loss_over_bytes`). 0 on other stages."""
 
     @property
     def total_bytes(self) -> Fraction:
         return (
             self.layers_bytes
-            + maximum(self.recompute_transient_bytes, self.loss_transient_bytes)
+            + maximum(
+                self.recompute_transient_bytes + self.cp_transient_bytes, self.loss_transient_bytes
+            )
             + self.embedding_bytes
             + self.pipeline_output_bytes
-            + self.cp_transient_bytes
             + self.offload_buffer_bytes
         )
+
+    @property
+    def loss_over_bytes(self) -> Any:
+        """What the loss working set adds to the peak beyond the layer transients it does not
+        coincide with (the recompute transient and the context-parallel buffers, both held while
+        one layer runs backward, after the loss's backward): ``max(loss − recompute − cp, 0)``,
+        so that the memory lines sum to :attr:`total_bytes`."""
+        over = self.loss_transient_bytes - self.recompute_transient_bytes - self.cp_transient_bytes
+        return maximum(over, 0 * over)
 
 
 def _dualpipe_kept(
@@ -259,7 +272,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     beta = t.activation_bytes
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
+    torch_cp = f.lookup(templated_method_code, (), "cp_kind")
+    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)
+    cp_buffers = cp_buffers * (n_layers > 0)
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
