@@ -22,6 +22,7 @@ from typing import Any
 
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
+from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
     LOSS_KEPT_BYTES,
@@ -299,7 +300,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
 def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
     """(the embedding's and the output layer's bytes per micro-batch on rank ``f.stage``, the
     output layer's alone; :func:`model.stage_bytes.embedding_bytes` where :func:`end_stages`
-    places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`)."""
+    places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`;
+    under ``fsdp2`` the eager final RMSNorm's FP32 copy and statistics,
+    :func:`model.eager_saved.final_norm_extra_bytes`)."""
     arch, t = c.arch, c.training
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
     norms = f.lookup(head_norms_recomputed, (t,), "framework") & (
@@ -307,7 +310,10 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     )
     first, last = end_stages(f)
     args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms)
-    return embedding_bytes(arch, first, last, *args), embedding_bytes(arch, False, last, *args)
+    eager = f.lookup(final_norm_eager, (arch, t), "framework")
+    norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
+    emb = embedding_bytes(arch, first, last, *args) + norm
+    return emb, embedding_bytes(arch, False, last, *args) + norm
 
 
 def _held_whole(
