@@ -270,12 +270,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = _end_bytes(c, f, tokens, vocab)
-    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     beta = t.activation_bytes
-    torch_cp = f.lookup(templated_method_code, (), "cp_kind")
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)
-    cp_buffers = cp_buffers * (n_layers > 0)
+    cp_buffers = _cp_buffers(c, f, tokens) * (n_layers > 0)
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
@@ -295,6 +291,18 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     return StageActivations(
         kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
     )
+
+
+def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
+    """What the layout's context-parallel flavour holds while one layer's attention runs
+    (:func:`model.context_parallel.cp_transient_bytes`; PyTorch's ``context_parallel`` by
+    :func:`model.context_parallel.templated_transient_bytes`), for ``tokens`` S a rank."""
+    arch = c.arch
+    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    torch_cp = f.lookup(templated_method_code, (), "cp_kind")
+    beta = c.training.activation_bytes
+    return cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)
 
 
 def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
