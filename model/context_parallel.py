@@ -71,6 +71,8 @@ __all__ = [
     "templated_merge_bytes",
     "templated_dkv_sends",
     "templated_kv_repeat",
+    "templated_method_code",
+    "templated_transient_bytes",
 ]
 
 
@@ -289,11 +291,14 @@ def cp_transient_bytes(
     tokens: Any,
     beta: int,
     kv_rep: Any = 1,
+    templated: Any = 0,
 ) -> Any:
     """Bytes the exchange holds beside the layer's kept activations while one layer's attention
     runs (forward or backward, whichever holds more), on one GPU, counted once per stage like
     the recompute transient; exact for ints and Fractions, element-wise for arrays (``gather``:
-    the K/V exchange is an all-gather). What is counted, as Transformer Engine allocates it:
+    the K/V exchange is an all-gather; ``templated``: :func:`templated_method_code`, PyTorch's
+    ``context_parallel``, whose buffers are :func:`templated_transient_bytes` in place of the
+    rules below). What is counted, as Transformer Engine allocates it:
 
     * ring (r > 1): forward keeps every K/V chunk it has held in its ``p2p_comm_buffers`` list
       until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV``;
@@ -323,7 +328,71 @@ def cp_transient_bytes(
     exchange = where(gather, 2 * r * kv, maximum(r, 4) * kv)
     exchange = where(r > 1, exchange, 0 * kv)
     a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
-    return maximum(exchange, a2a)
+    torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)
+    return where(templated > 0, torch_cp, maximum(exchange, a2a))
+
+
+def templated_method_code(kind: CpKind) -> int:
+    """:func:`torch_rotate_method` as a number the element-wise formulas read: 1 ``allgather``,
+    2 ``alltoall``, 0 a flavour that is not PyTorch's ``context_parallel``.
+
+    >>> templated_method_code(CpKind.PYTORCH_ALLGATHER), templated_method_code(CpKind.RING)
+    (1, 0)
+    """
+    return {"allgather": 1, "alltoall": 2}.get(torch_rotate_method(kind), 0)
+
+
+def templated_transient_bytes(
+    arch: Architecture, r: Any, method: Any, tp: Any, tokens: Any, beta: int
+) -> Any:
+    """Bytes PyTorch's ring attention holds beside the layer's activations while one layer's
+    attention runs backward, on one GPU, one micro-batch (``S = tokens``), over r cp ranks;
+    ``method`` as :func:`templated_method_code` (0 or r = 1: nothing). Exact for ints and
+    Fractions, element-wise for arrays.
+
+    Read from ``torch/distributed/tensor/experimental/_attention.py``
+    ``_templated_ring_attention_backward`` (the loop over the r SDPA backward calls), at a step
+    ``0 < i < r − 1`` when ``dkv_rotater.exchange_buffers`` has allocated its receive buffer.
+    ``KV`` is this rank's BF16 K + V of the heads SDPA sees (:func:`templated_kv_repeat`: the
+    grouped bytes times a/g, torchtitan repeats them before SDPA), ``Q`` its BF16 query:
+
+    * the K/V exchange: ``_AllGatherRotater`` keeps the all-gathered K/V of all r ranks for the
+      whole loop (``_aggregated_buffer``, ``r·KV``) and the loop still concatenates the current
+      K and V every step (``next_kv = torch.cat``, ``KV``): ``(r + 1)·KV``;
+      ``_AllToAllRotater`` holds the received chunk, the concatenated one and the
+      ``permute_tensor`` output of the next: ``3·KV``;
+    * the FP32 accumulators (``accum_dtype = torch.float32`` under ``convert_to_f32``, the
+      default): dQ ``2·Q`` (``grad_query``), dK and dV after ``_partial_update`` (``2·KV``),
+      their ``torch.cat`` for the next rank (``2·KV``) and the ``dkv_rotater`` (an
+      ``_AllToAllRotater``) receive buffer for the previous rank's (``2·KV``): ``2·Q + 6·KV``.
+
+    The BF16 gradients each SDPA backward call returns are not counted (a single SDPA call
+    without context parallelism returns them too), nor the log-sum-exp rows. The forward
+    (``_templated_ring_attention``: the gathered K/V, the concatenated copy and
+    ``_SDPAMerger``'s FP32 output and its temporaries, about ``(r + 1)·KV + 6·O`` with
+    ``O = Q``) holds less.
+
+    Examples
+    --------
+    Llama 3.1 405B on a tensor-parallel rank of 8, S = 32,768 tokens, BF16: Q = 2·32,768·128·16
+    = 134,217,728 B, K + V repeated to the 16 query heads = 268,435,456 B. All-gather over cp 8:
+    (8 + 1 + 6)·KV + 2·Q = 15·268,435,456 + 268,435,456 = 4,294,967,296 B (4 GiB); cp 2: 10·KV
+    = 2,684,354,560 B.
+
+    >>> llama = Architecture(num_layers=126, hidden_size=16384, num_attention_heads=128,
+    ...                      num_kv_heads=8, ffn_hidden_size=53248, vocab_size=128256)
+    >>> templated_transient_bytes(llama, 8, 1, 8, 32768, 2)
+    Fraction(4294967296, 1)
+    >>> templated_transient_bytes(llama, 2, 1, 8, 32768, 2), templated_transient_bytes(llama, 8, 2, 8, 32768, 2)
+    (Fraction(2684354560, 1), Fraction(2684354560, 1))
+    >>> templated_transient_bytes(llama, 8, 0, 8, 32768, 2)
+    Fraction(0, 1)
+    """
+    q, kv, _ = cp_tensor_bytes(arch, tp, tokens, beta)
+    kv_sdpa = kv * templated_kv_repeat(arch)
+    exchange = where(method == 1, (r + 1) * kv_sdpa, 3 * kv_sdpa)
+    total = exchange + 6 * kv_sdpa + 2 * q
+    return where((method > 0) & (r > 1), total, 0 * kv_sdpa)
 
 
 def cp_collective(kind: CpKind, cp: int, cp_a2a: int | None = None) -> str:

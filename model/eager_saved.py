@@ -32,6 +32,12 @@ log-sum-exp). Per GPU per micro-batch, ``S`` tokens, β bytes per 16-bit element
   product keeps SiLU's output and w3's output, ``w2`` the product: the paper's ``3·β·S·f``
   plus SiLU's output ``β·S·f`` (*tp*; listed by the ``pytorch`` convention already).
 
+The model's final norm is never compiled: torchtitan compiles each ``TransformerBlock``
+(``torchtitan/parallelisms/parallelize_llama.py`` ``apply_compile`` at 9dec370:
+``torch.compile(transformer_block, fullgraph=True)`` per entry of ``model.layers``), and
+``model.norm`` runs outside every block and outside activation checkpointing, so under ``fsdp2``
+it keeps the eager RMSNorm's tensors whatever ``compile`` says: :func:`final_norm_extra_bytes`.
+
 Rows the ``pytorch`` convention already adds (the norms' rstd, the log-sum-exp, SiLU's output)
 are not added twice. Under ``torch.compile`` (Inductor) the count is the paper's: the
 partitioner (``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``)
@@ -50,15 +56,16 @@ the paper's rows; memory-efficient norms (an Apex kernel) are not torchtitan's R
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.activation_rows import NORM_INPUTS
-from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm
+from trainplan.model.frameworks import Framework
+from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, TrainingSpec
 
 if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
 
-__all__ = ["eager_rows"]
+__all__ = ["eager_rows", "final_norm_eager", "final_norm_extra_bytes"]
 
 Row = tuple[str, Fraction, str]
 
@@ -126,3 +133,43 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
     if not moe and arch.mlp is Mlp.SWIGLU and paper:
         out.append(("MLP SiLU output (eager SwiGLU)", beta * S * arch.ffn_hidden_size, "tp"))
     return out
+
+
+def final_norm_eager(arch: Architecture, training: TrainingSpec, framework: Any) -> bool:
+    """Whether the output layer's norm keeps the eager RMSNorm's tensors (the module docstring):
+    under ``fsdp2`` (torchtitan compiles the blocks only, ``compile`` or not) for an RMSNorm
+    that is not a memory-efficient kernel; False for the other profiles (their final norm is a
+    fused kernel keeping its input, :func:`model.stage_bytes.embedding_bytes`).
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> llama = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                      ffn_hidden_size=32, vocab_size=16, norm="rmsnorm")
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1)
+    >>> final_norm_eager(llama, t, "fsdp2"), final_norm_eager(llama, t, "megatron")
+    (True, False)
+    """
+    return (
+        Framework(framework) is Framework.FSDP2
+        and arch.norm is Norm.RMSNORM
+        and not training.memory_efficient_norm
+    )
+
+
+def final_norm_extra_bytes(arch: Architecture, tokens: Any, sp_div: Any) -> Any:
+    """Bytes the eager final RMSNorm keeps beyond the BF16 input
+    :func:`model.stage_bytes.embedding_bytes` counts for it, per micro-batch on the last stage:
+    its FP32 input copy ``4·S·h`` (saved by ``pow`` and by ``x · rsqrt``, one storage) and the
+    FP32 ``rsqrt`` result ``4·S`` in place of nothing, the normalised BF16 tensor before the
+    weight (``· weight`` saves it) in place of the input it replaces (``x.float()`` saves
+    nothing): ``(4·h + 4)·S``, ÷ ``sp_div`` (the tensor-parallel degree where the norm is
+    sequence-parallel, torchtitan's ``"norm": SequenceParallel()``). S = tokens of one
+    micro-batch on this rank. Exact for Fractions, element-wise for arrays.
+
+    Llama 3 70B, 16 × 8,192 tokens, tp 8: (4·8,192 + 4)·131,072 / 8 = 536,936,448 B.
+
+    >>> llama = Architecture(num_layers=80, hidden_size=8192, num_attention_heads=64,
+    ...     num_kv_heads=8, ffn_hidden_size=28672, vocab_size=128256, norm="rmsnorm")
+    >>> final_norm_extra_bytes(llama, Fraction(131072), 8)
+    Fraction(536936448, 1)
+    """
+    return (4 * arch.hidden_size + 4) * tokens / sp_div

@@ -292,7 +292,8 @@ KEY_DOCS: dict[str, str] = {
     "holds at the peak, less its checkpoint, counted once.",
     "memory.loss_transient_bytes": "Last stage: what the loss holds for one micro-batch beyond "
     "the kept FP32 softmax (BF16 logits, FP32 copy, backward's gradients, as the framework's "
-    "default loss holds them), less the recompute transient it does not coincide with.",
+    "default loss holds them), less the recompute transient and the context-parallel buffers "
+    "it does not coincide with.",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",

@@ -104,9 +104,11 @@ def bound_notes(est: Estimate) -> list[str]:
 
 def loss_beyond_recompute(acts: Any) -> Fraction:
     """What the last stage's loss working set adds to the peak beyond the recompute transient
-    (the two do not coincide; the peak holds the larger): ``max(loss − recompute, 0)``, so that
-    the memory lines sum to the total."""
-    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+    and the context-parallel buffers (they do not coincide; the peak holds the larger):
+    ``max(loss − recompute − cp, 0)``
+    (:attr:`model.terms.activations.StageActivations.loss_over_bytes`), so that the memory lines
+    sum to the total."""
+    return Fraction(acts.loss_over_bytes)
 
 
 def _gathered_what(est: Estimate) -> str | None:

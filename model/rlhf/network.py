@@ -103,11 +103,12 @@ def _forward_s(est: Estimate) -> float:
 
 def _loss_over(acts: Any) -> Fraction:
     """What evaluate()'s loss working set adds to a last stage's peak beyond its recompute
-    transient (:attr:`model.terms.activations.StageActivations.loss_transient_bytes`); 0 for a
-    size-only model."""
+    transient and context-parallel buffers
+    (:attr:`model.terms.activations.StageActivations.loss_over_bytes`); 0 for a size-only
+    model."""
     if acts is None:
         return Fraction(0)
-    return max(acts.loss_transient_bytes - acts.recompute_transient_bytes, Fraction(0))
+    return Fraction(acts.loss_over_bytes)
 
 
 @dataclass(frozen=True)

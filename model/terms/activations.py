@@ -21,7 +21,8 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
-from trainplan.model.context_parallel import cp_transient_bytes
+from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
+from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
     loss_kept_bytes_per_element,
@@ -92,6 +93,8 @@ class StageActivations:
     cp_transient_bytes: Fraction = Fraction(0)
     """What the context-parallel exchange holds beside the kept activations while one layer's
     attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
+    PyTorch's ``context_parallel``: the gathered K/V and the FP32 dQ, dK, dV buffers of its
+    backward, :func:`model.context_parallel.templated_transient_bytes`;
     :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
@@ -106,19 +109,30 @@ class StageActivations:
     """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
     one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
     copy, backward's gradients, as the profile's default loss holds them). It does not coincide
-    with a recompute transient (the loss's backward runs before any layer's), so the peak takes
-    the larger of the two. 0 on other stages."""
+    with a recompute transient nor with the context-parallel buffers (the loss's backward runs
+    before any layer's), so the peak takes the larger of the loss and the two together
+    (:attr:`loss_over_bytes`). 0 on other stages."""
 
     @property
     def total_bytes(self) -> Fraction:
         return (
             self.layers_bytes
-            + maximum(self.recompute_transient_bytes, self.loss_transient_bytes)
+            + maximum(
+                self.recompute_transient_bytes + self.cp_transient_bytes, self.loss_transient_bytes
+            )
             + self.embedding_bytes
             + self.pipeline_output_bytes
-            + self.cp_transient_bytes
             + self.offload_buffer_bytes
         )
+
+    @property
+    def loss_over_bytes(self) -> Any:
+        """What the loss working set adds to the peak beyond the layer transients it does not
+        coincide with (the recompute transient and the context-parallel buffers, both held while
+        one layer runs backward, after the loss's backward): ``max(loss − recompute − cp, 0)``,
+        so that the memory lines sum to :attr:`total_bytes`."""
+        over = self.loss_transient_bytes - self.recompute_transient_bytes - self.cp_transient_bytes
+        return maximum(over, 0 * over)
 
 
 def _dualpipe_kept(
@@ -256,10 +270,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = _end_bytes(c, f, tokens, vocab)
-    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     beta = t.activation_bytes
-    cp_buffers = cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep) * (n_layers > 0)
+    cp_buffers = _cp_buffers(c, f, tokens) * (n_layers > 0)
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
@@ -281,10 +293,24 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     )
 
 
+def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
+    """What the layout's context-parallel flavour holds while one layer's attention runs
+    (:func:`model.context_parallel.cp_transient_bytes`; PyTorch's ``context_parallel`` by
+    :func:`model.context_parallel.templated_transient_bytes`), for ``tokens`` S a rank."""
+    arch = c.arch
+    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    torch_cp = f.lookup(templated_method_code, (), "cp_kind")
+    beta = c.training.activation_bytes
+    return cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)
+
+
 def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
     """(the embedding's and the output layer's bytes per micro-batch on rank ``f.stage``, the
     output layer's alone; :func:`model.stage_bytes.embedding_bytes` where :func:`end_stages`
-    places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`)."""
+    places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`;
+    under ``fsdp2`` the eager final RMSNorm's FP32 copy and statistics,
+    :func:`model.eager_saved.final_norm_extra_bytes`)."""
     arch, t = c.arch, c.training
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
     norms = f.lookup(head_norms_recomputed, (t,), "framework") & (
@@ -293,7 +319,10 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     first, last = end_stages(f)
     kept = f.lookup(_loss_kept, (t,), "framework")
     args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept)
-    return embedding_bytes(arch, first, last, *args), embedding_bytes(arch, False, last, *args)
+    eager = f.lookup(final_norm_eager, (arch, t), "framework")
+    norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
+    emb = embedding_bytes(arch, first, last, *args) + norm
+    return emb, embedding_bytes(arch, False, last, *args) + norm
 
 
 def _held_whole(

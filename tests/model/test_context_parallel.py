@@ -30,6 +30,8 @@ from trainplan.model.context_parallel import (
     cp_transient_bytes,
     templated_dkv_sends,
     templated_merge_bytes,
+    templated_method_code,
+    templated_transient_bytes,
     torch_rotate_method,
 )
 from trainplan.model.cp_rules import check_cp_framework
@@ -132,12 +134,38 @@ def test_cp_buffers_per_flavour(kind, extra, buffers_mib):
     est = _evaluate(cp_kind=kind, **extra)
     acts = est.stages[0].activations
     assert acts.cp_transient_bytes == buffers_mib * MiB
+    # the buffers are held while a layer runs backward, the loss's working set before any layer
+    # does: the peak takes the larger of the loss and the layer's transients together
     assert acts.total_bytes == (
         acts.layers_bytes
         + acts.embedding_bytes
-        + max(acts.recompute_transient_bytes, acts.loss_transient_bytes)
-        + buffers_mib * MiB
+        + max(acts.recompute_transient_bytes + buffers_mib * MiB, acts.loss_transient_bytes)
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "buffers_mib"),
+    [
+        # all-gather rotater: the gathered K/V of the 8 ranks (8·64) and this step's concatenated
+        # K/V (64); FP32 dQ 2·32, dK/dV after _partial_update 2·64, their cat 2·64 and the
+        # all-to-all receive buffer of the previous rank's 2·64: 15·64 + 64 = 1,024 MiB
+        ("pytorch-allgather", 1024),
+        # all-to-all rotater: the received K/V, the concatenated one and the next's receive
+        # buffer (3·64) in place of the gathered 9·64: 9·64 + 64 = 640 MiB
+        ("pytorch-alltoall", 640),
+    ],
+)
+def test_pytorch_context_parallel_buffers_by_hand(kind, buffers_mib):
+    """_attention.py's _templated_ring_attention_backward on Llama 3 8B at cp 8, 4,096 local
+    tokens: the K/V SDPA sees are the 8 K/V heads repeated to 32 (torchtitan's repeat_kv),
+    2·32·128·4,096·2 B = 64 MiB; the query 32·128·4,096·2 B = 32 MiB."""
+    acts = _evaluate(cp_kind=kind, framework="fsdp2").stages[0].activations
+    assert acts.cp_transient_bytes == buffers_mib * MiB
+    arch = get_model("llama3-8b").model.arch
+    assert templated_transient_bytes(arch, 8, templated_method_code(CpKind(kind)), 1, 4096, 2) == (
+        buffers_mib * MiB
+    )
+    assert templated_transient_bytes(arch, 1, 1, 1, 4096, 2) == 0  # cp 1: no exchange
 
 
 def test_all_gather_keeps_each_query_chunks_output():

@@ -42,3 +42,36 @@ def test_llama3_8b_layer_eager_minus_compiled_by_hand():
     # torchtitan's op-level selective policy re-runs the elementwise operators: nothing kept
     assert eager.selective_bytes == compiled.selective_bytes
     assert eager.checkpoint_bytes == compiled.checkpoint_bytes
+
+
+def test_the_final_norm_is_eager_under_fsdp2_compiled_or_not():
+    """torchtitan compiles each TransformerBlock only (apply_compile at 9dec370), so the final
+    RMSNorm keeps, in place of nothing beyond its BF16 input: its FP32 copy 4·S·h and rstd 4·S
+    (the normalised BF16 tensor replaces the input). Llama 3 8B, one micro-batch of 2 × 8,192
+    tokens, tp 1, full recomputation: (4·4,096 + 4)·16,384 = 268,500,992 bytes on the last
+    stage, with compile or without; none under megatron (a fused norm keeping its input)."""
+    from trainplan.optimizer.case import Case
+
+    def emb(**kw):
+        est = Case.of(
+            model="llama3-8b",
+            device="H100-SXM",
+            dp=8,
+            seq_len=8192,
+            global_batch_size=16,
+            micro_batch_size=2,
+            recompute="full",
+            **kw,
+        ).evaluate()
+        return est.stages[-1].activations.embedding_bytes
+
+    extra = (4 * 4096 + 4) * 2 * 8192
+    assert extra == 268_500_992
+    compiled, eager = emb(framework="fsdp2", compile=True), emb(framework="fsdp2", compile=False)
+    assert compiled == eager
+    # the same layout under megatron keeps the norm's BF16 input (2·S·h) and the output
+    # projection's input as fsdp2 does, and the FP32 logits over its own padded vocabulary
+    S, h = 2 * 8192, 4096
+    megatron = emb(framework="megatron")
+    assert compiled - extra == 2 * S * h + 2 * S * h + 4 * S * 128256
+    assert megatron != compiled
