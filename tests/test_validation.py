@@ -21,7 +21,13 @@ from trainplan.interface.fidelity.validation import (
     validation_models,
     validation_runs,
 )
-from trainplan.interface.fidelity.validation_report import GROUPS, markdown_report, report_dict
+from trainplan.interface.fidelity.validation_report import (
+    GOALS,
+    GROUPS,
+    goal_table,
+    markdown_report,
+    report_dict,
+)
 from trainplan.model.errors import ScenarioError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fidelity-validation.md"
@@ -145,6 +151,31 @@ def test_two_rows_with_one_key_are_refused():
 
 def test_the_page_is_current():
     assert DOC.read_text() == markdown_report()
+
+
+README = DOC.parents[1] / "README.md"
+
+
+def test_the_readmes_goal_table_is_current():
+    """The README shows the validation set against its goals, as the page does: the block between
+    its markers is ``python -m trainplan.interface.fidelity --validation --goals``'s output."""
+    text = README.read_text()
+    start = (
+        "<!-- validation goals: python -m trainplan.interface.fidelity --validation --goals -->\n"
+    )
+    block = text[text.index(start) + len(start) : text.index("<!-- end validation goals -->")]
+    assert block == "\n".join(goal_table(evaluate_all())) + "\n"
+    assert "| measure | goal | now | met |" in DOC.read_text()
+
+
+def test_the_goals_are_the_ones_set():
+    """Dense ≤ 5 %, MoE ≤ 10 %, no run beyond 15 % (step time); memory ≤ 10 % mean."""
+    assert GOALS == {
+        "dense_mean_pct": 5.0,
+        "moe_mean_pct": 10.0,
+        "max_pct": 15.0,
+        "memory_mean_pct": 10.0,
+    }
 
 
 @pytest.mark.slow

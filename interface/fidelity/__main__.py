@@ -1,6 +1,7 @@
 """``python -m trainplan.interface.fidelity``: the published-runs report (``--markdown``: the
 page ``docs/fidelity-published.md``), the validation set (``--validation``) or the former
-calibration rows' residuals (``--residuals``)."""
+calibration rows' residuals (``--residuals``); ``--validation --goals`` prints the set against
+its goals, the table the README shows."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Sequence
 
 from trainplan.interface.fidelity import published
 from trainplan.interface.fidelity.report import markdown_report, text_report
-from trainplan.interface.fidelity.validation_report import print_report
+from trainplan.interface.fidelity.validation import evaluate_all
+from trainplan.interface.fidelity.validation_report import goal_table, print_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,13 +26,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="with --validation: print JSON")
     parser.add_argument(
+        "--goals",
+        action="store_true",
+        help="with --validation: print the table of the set against its goals (Markdown)",
+    )
+    parser.add_argument(
         "--residuals",
         action="store_true",
         help="the step-time error of the former calibration rows (fits nothing)",
     )
     args = parser.parse_args(argv)
-    if args.json and not args.validation:
-        parser.error("--json applies to --validation only")
+    if (args.json or args.goals) and not args.validation:
+        parser.error("--json and --goals apply to --validation only")
+    if args.goals:
+        print("\n".join(goal_table(evaluate_all())))
+        return 0
     if args.validation:
         print_report(args.markdown, args.json)
         return 0

@@ -18,7 +18,16 @@ from typing import Any
 from trainplan.interface.fidelity.validation import ValidationResult, ValidationTable, evaluate_all
 from trainplan.interface.render.report import table_text
 
-__all__ = ["GROUPS", "error_stats", "report_dict", "text_report", "markdown_report", "print_report"]
+__all__ = [
+    "GROUPS",
+    "GOALS",
+    "error_stats",
+    "goal_table",
+    "report_dict",
+    "text_report",
+    "markdown_report",
+    "print_report",
+]
 
 GROUPS: dict[str, Callable[[ValidationResult], str]] = {
     "framework": lambda r: r.run.table.framework_as_run,
@@ -70,6 +79,55 @@ def error_stats(
             groups.setdefault(key(r), []).append(e)
         out[name] = {g: _stats(errs) for g, errs in sorted(groups.items())}
     return out
+
+
+GOALS: dict[str, float] = {
+    "dense_mean_pct": 5.0,
+    "moe_mean_pct": 10.0,
+    "max_pct": 15.0,
+    "memory_mean_pct": 10.0,
+}
+"""The targets the validation set is held to (percent |error|): mean step-time error on dense
+models and on MoE models, the largest step-time error of any counted run, the mean peak-memory
+error; and no run that ran called "does not fit"."""
+
+
+def goal_table(results: Sequence[ValidationResult]) -> list[str]:
+    """The validation set against :data:`GOALS`, as Markdown table lines (target, where the model
+    stands, met or not): the README and the validation page print it."""
+    time = error_stats(results, "time")
+    memory = error_stats(results, "memory")
+    family = time.get("family", {})
+    counted = [r for r in results if r.run.counted and r.error is None]
+    beyond = [
+        r
+        for r in counted
+        if r.time_error is not None and abs(r.time_error) * 100 > GOALS["max_pct"]
+    ]
+    too_big = sum(not r.fits for r in results if r.error is None)
+
+    def mean(stats: dict[str, float | int] | None) -> float:
+        return float(stats["mean_pct"]) if stats else float("nan")
+
+    rows = [
+        ("step time, dense models: mean \\|error\\|", f"≤ {GOALS['dense_mean_pct']:g} %",
+         f"{mean(family.get('dense')):.1f} % ({family.get('dense', {}).get('rows', 0)} runs)",
+         mean(family.get("dense")) <= GOALS["dense_mean_pct"]),
+        ("step time, MoE models: mean \\|error\\|", f"≤ {GOALS['moe_mean_pct']:g} %",
+         f"{mean(family.get('moe')):.1f} % ({family.get('moe', {}).get('rows', 0)} runs)",
+         mean(family.get("moe")) <= GOALS["moe_mean_pct"]),
+        (f"step time: runs beyond {GOALS['max_pct']:g} %", "none",
+         f"{len(beyond)} of {len(counted)}", not beyond),
+        ("peak memory: mean \\|error\\|", f"≤ {GOALS['memory_mean_pct']:g} %",
+         f"{mean(memory.get('all', {}).get('all')):.1f} % ({memory.get('all', {}).get('all', {}).get('rows', 0)} runs)",
+         mean(memory.get("all", {}).get("all")) <= GOALS["memory_mean_pct"]),
+        ('runs that ran called "does not fit"', "none", str(too_big), too_big == 0),
+    ]  # fmt: skip
+    return [
+        "| measure | goal | now | met |",
+        "|---|---|---|---|",
+        *[f"| {m} | {g} | {n} | {'yes' if ok else '**no**'} |" for m, g, n, ok in rows],
+    ]
 
 
 def _layout(r: ValidationResult) -> str:
@@ -233,6 +291,10 @@ def markdown_report(results: Sequence[ValidationResult] | None = None) -> str:
         "",
         f"{len(results)} runs: {len(counted)} in the statistics, {len(listed)} listed with a "
         "mechanism the model cannot express. " + _does_not_fit_line(sum(not r.fits for r in ok)),
+        "",
+        "## Against the goals",
+        "",
+        *goal_table(results),
         "",
         "## Error statistics",
         "",
