@@ -66,11 +66,11 @@ def ranked_bases(
     recomputed, or not at all (the default split's full recomputation can overflow where moving
     layers off the first stages does not), ranks here by its speed without recomputation.
     Shapes are counted by dp, tp, pp, cp, micro-batch, ZeRO stage, framework and recompute mode
-    once; an interleaved shape keeps its first-ranked v (the uniform search's best for it), and
-    only among the first ``interleaved_top`` shapes of a ranking (the rest come as 1F1B: the
-    exact interleaved peak costs milliseconds a row) — unless the space allows no 1F1B, when
-    every shape comes interleaved. With ``top`` None every legal shape whose model state can fit
-    comes, in that order."""
+    once; the first ``interleaved_top`` shapes of a ranking come interleaved at every v their
+    candidates take (the split that suits one v need not suit the uniform search's best), the
+    rest as 1F1B (the exact interleaved peak costs milliseconds a row) — unless the space allows
+    no 1F1B, when every shape comes interleaved at every v. With ``top`` None every legal shape
+    whose model state can fit comes, in that order."""
     tables = prepared[0]
     ok, legal = ranking_masks(problem, tables, max_bytes)
     big = np.iinfo(np.int64).max
@@ -79,7 +79,6 @@ def ranked_bases(
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
     counted: set[tuple[int, Layout]] = set()
-    with_v: set[tuple[int, Layout]] = set()  # shapes whose interleaved base is in
     one_f_one_b = Schedule.ONE_F_ONE_B in problem.space.schedules
     for keep in (ok, legal):
         flat = np.where(keep, objective, big).reshape(len(tables.shapes), -1)
@@ -90,9 +89,10 @@ def ranked_bases(
             if best[s] == big or (top is not None and taken >= top):
                 break
             j, layout = fastest_layout(tables, int(s), flat[s])
-            # one shape whatever its schedule and v: counted once; interleaved at its
-            # first-ranked v, and only among a ranking's first interleaved_top shapes unless
-            # 1F1B is not allowed (then every shape comes interleaved)
+            # one shape whatever its schedule and v: counted once; a ranking's first
+            # interleaved_top shapes come interleaved at every v the tables rank (a per-stage
+            # split can favour another v than the uniform best), the rest too where 1F1B is
+            # not allowed
             shape = (j, layout.with_(schedule=Schedule.ONE_F_ONE_B, virtual_stages=1))
             if shape not in ranked:
                 ranked.append(shape)
@@ -100,9 +100,7 @@ def ranked_bases(
                 counted.add(shape)
                 taken += 1
             near_top = ranked.index(shape) < interleaved_top or not one_f_one_b
-            keep_v = layout.schedule is Schedule.INTERLEAVED and near_top and shape not in with_v
-            if keep_v:
-                with_v.add(shape)
+            keep_v = layout.schedule is Schedule.INTERLEAVED and near_top
             for base in base_layouts(layout, problem.space.schedules):
                 if (keep_v or base.virtual_stages == 1) and (j, base) not in seen:
                     seen.add((j, base))

@@ -62,7 +62,7 @@ def check_per_stage_points(result, capacity_of):
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 15 points run from the uniform full recomputation's
+    gives the same points; the 16 points run from the uniform full recomputation's
     112,609,792 B at tp 2 (32.65 ms) through per-stage plans (the first at 120,998,400 B,
     31.21 ms: tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without
     recomputation (11.98 ms); tp 2's small collectives at the H100 curve's 1 KiB-and-up times.
@@ -92,7 +92,7 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    assert len(want) == 15  # pp 2 interleaved plans among them: their sends overlap (v 4)
+    assert len(want) == 16  # pp 2 interleaved plans among them (their sends overlap), at each v
     # every layout of 2 GPUs holds two NCCL communicators of 32 channels × 12 MiB (the tp or dp
     # ring, or the pipeline's one neighbour inside the node, and the distributed optimizer's
     # gradient-statistics ring over both GPUs): 805,306,368 B beside each figure
