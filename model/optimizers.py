@@ -127,7 +127,10 @@ def check_optimizer(kind: OptimizerKind | str, framework: str, zero_stage: int) 
     Megatron-Core builds Muon and SOAP through its emerging-optimizer path, which refuses
     Megatron FSDP (``NotImplementedError("MFSDP v2 with emerging optimizers …")``); under the
     distributed optimizer (ZeRO-1) it shards them layer-wise (``LayerWiseDistributedOptimizer``:
-    whole parameters per data-parallel rank).
+    whole parameters per data-parallel rank). Megatron-FSDP (``--zero 3``) takes Adam (or SGD)
+    only (Megatron-LM d98e8a64 ``megatron/training/arguments.py`` ``validate_args``:
+    ``assert args.optimizer in ('sgd', 'adam')`` under ``use_megatron_fsdp``), so Lion runs at
+    ZeRO 0 or 1 there.
 
     Raises
     ------
@@ -137,6 +140,10 @@ def check_optimizer(kind: OptimizerKind | str, framework: str, zero_stage: int) 
     Examples
     --------
     >>> check_optimizer("muon", "megatron", 1)
+    >>> check_optimizer("lion", "megatron", 3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: optimizer: lion under megatron runs at ZeRO 0 or 1 ...
     >>> check_optimizer("adam-8bit", "megatron", 1)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -152,6 +159,11 @@ def check_optimizer(kind: OptimizerKind | str, framework: str, zero_stage: int) 
         raise LayoutError(
             f"optimizer: {k} under megatron runs at ZeRO 0 or 1 (Megatron-Core's emerging "
             "optimizers refuse Megatron FSDP)"
+        )
+    if fw == "megatron" and zero_stage == 3 and k is not OptimizerKind.ADAM:
+        raise LayoutError(
+            f"optimizer: {k} under megatron runs at ZeRO 0 or 1 (Megatron-FSDP, ZeRO-3, takes "
+            "adam or sgd only: Megatron-LM megatron/training/arguments.py validate_args)"
         )
 
 

@@ -289,11 +289,13 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     if not values["tp"]:
         return []
     # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
-    # overlap, the recompute modules, the distributed optimizer) are checked with each framework
-    # and recompute mode in the tables (optimizer.tables._legal), not here
+    # overlap, the recompute modules, the distributed optimizer, Megatron-Core's fused loss and
+    # FP8 primary weights) are checked with each framework and recompute mode in the tables
+    # (optimizer.tables._legal), not here
     plain = replace(
         training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
-        distributed_optimizer=DistributedOptimizer.MCORE,
+        distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",
+        fp8_param_gather=False,
     )  # fmt: skip
     axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,
@@ -334,21 +336,24 @@ def _with_cp_kinds(
 
 
 def recipe_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
-    """Why no framework of ``space`` can run the recipe's offload at any allowed ZeRO stage
-    (the first framework's rule, :func:`model.legality.refusal` of the offload rules with no
-    recomputation), or None when one can: a search that finds no shape says this instead of a
-    generic "no legal combination"."""
+    """Why no framework of ``space`` can run the recipe (its offload, its loss, its optimizers)
+    at any allowed ZeRO stage (the first framework's rule, :func:`model.legality.refusal` of the
+    framework, offload and optimizer rules at pp 1 with no recomputation), or None when one
+    can: a search that finds no shape says this instead of a generic "no legal combination"."""
     setting = Setting(model, training, space.num_gpus)
     first = None
     for fw in space.frameworks:
-        for z in space.zero_stages:
-            why = refusal(
-                setting, framework=fw, zero_stage=z, recompute=Recompute.NONE,
-                recompute_layers=None,
-            )  # fmt: skip
-            if not why:
-                return None
-            first = first or why
+        # the stages the framework has first: a stage it has not is not the recipe's rule
+        stages = [z for z in space.zero_stages if z in ZERO_STAGES[Framework(fw)]]
+        for z in stages or space.zero_stages:
+            for o in space.optimizers:
+                why = refusal(
+                    setting, framework=fw, zero_stage=z, pp=1, recompute=Recompute.NONE,
+                    recompute_layers=None, optimizer=o,
+                )  # fmt: skip
+                if not why:
+                    return None
+                first = first or why
     return first
 
 
@@ -379,7 +384,7 @@ def _with_frameworks(
             if not (runs[s.pp] and _runs_schedule(setting, s, fw)):
                 continue
             for k, o in optimizers:
-                same = fw is s.framework and rank == s.framework_rank and not k
+                same = (fw, rank, o, k) == (s.framework, s.framework_rank, s.optimizer, 0)
                 out.append(
                     s
                     if same

@@ -35,6 +35,7 @@ import numpy as np
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.flops import step_flops
+from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import Setting, legality, refusal
 from trainplan.model.params import count_params
@@ -139,13 +140,16 @@ def _legal(c: Context, table: ShapeColumns, zs, recompute: Recompute) -> np.ndar
 
 def illegal_reason(tables: CostTables) -> str | None:
     """Why no row of ``tables`` is legal at any ZeRO stage of the space — the legality rule's
-    own line (:func:`model.legality.legality`) for the first shape at the first ZeRO stage
-    (Apex's ``distributed_fused_adam`` with ``--zero 0``) — or None when some row is legal or
+    own line (:func:`model.legality.legality`) for the first shape at the first ZeRO stage its
+    framework has (Apex's ``distributed_fused_adam`` with ``--zero 0``) — or None when some row is legal or
     there is no row. A search that finds nothing says this, not "divisibility"."""
     if not tables.shapes or tables.legal.any():
         return None
     job = tables.jobs[int(tables.job_of[0])]
-    layout = tables.shapes[0].layout(tables.zero_stages[0], tables.recomputes[0])
+    shape = tables.shapes[0]
+    # the first stage its framework has: a stage it has not would hide the recipe's rule
+    runs = [z for z in tables.zero_stages if z in ZERO_STAGES[Framework(shape.framework)]]
+    layout = shape.layout((runs or tables.zero_stages)[0], tables.recomputes[0])
     setting = Setting(job.case.model, job.case.training, job.num_gpus)
     _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
     return str(why) or None

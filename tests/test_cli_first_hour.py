@@ -42,3 +42,34 @@ def test_a_search_without_a_model_asks_for_one():
     for extra in ((), ("--json",)):
         done = trainplan("search", "--gpus", "8", *extra)
         assert done.returncode == 2 and refusal(done) == want, done.stderr
+
+
+def test_a_search_under_one_optimizer_uses_it():
+    """``search --optimizer lion`` searches Lion, not Adam: Lion's state is the FP32 master and
+    one momentum, 8 B/param, so Llama 3 8B's 8,030,261,248 parameters at the answer's ZeRO-1
+    over dp 8 hold 8 × 8,030,261,248 / 8 = 8.03 GB (Adam's 12 B would be 12.05 GB). Under
+    Megatron-FSDP (``--zero 3``) Megatron-LM takes Adam or SGD only (validate_args): that rule
+    is the refusal, not "divisibility"."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron")
+    d = json.loads(trainplan(*args, "--optimizer", "lion", "--json").stdout)
+    assert (d["layout"]["optimizer"], d["layout"]["zero_stage"]) == ("lion", 1)
+    assert abs(d["memory"]["optimizer_bytes"] / (8 * 8_030_261_248 / 8) - 1) < 1e-4
+    line = refusal(trainplan(*args, "--zero", "3", "--optimizer", "lion"))
+    assert line.startswith("--optimizer: lion under megatron runs at ZeRO 0 or 1 (Megatron-FSDP")
+
+
+def test_a_search_takes_megatron_cores_loss_and_fp8_weights():
+    """The fused losses and FP8 primary weights are Megatron-Core's recipe choices: a search
+    under megatron takes them (its answer says so), one under fsdp2 is refused with the loss's
+    rule, not with "divisibility"."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron", "--json")
+    for key in ("cross_entropy_fusion_impl=te", "cross_entropy_fusion_impl=native"):
+        d = json.loads(trainplan(*args, "--set", key).stdout)
+        assert d["layout"]["cross_entropy_fusion_impl"] == key.split("=")[1]
+    d = json.loads(trainplan(*args, "--precision", "fp8", "--set", "fp8_param_gather=true").stdout)
+    assert d["layout"]["fp8_param_gather"] is True
+    line = refusal(
+        trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
+                  "--set", "cross_entropy_fusion_impl=te")
+    )  # fmt: skip
+    assert line.startswith("cross_entropy_fusion_impl: te is Megatron-Core's fused loss")
