@@ -23,6 +23,7 @@ from trainplan.model.roofline import (
     gemm_seconds,
     memory_seconds,
 )
+from trainplan.model.torchao_rates import TorchaoFp8, cast_seconds
 
 __all__ = [
     "TP_OVERLAP_FRAMEWORKS",
@@ -136,6 +137,12 @@ class Clock:
     routed experts' grouped GEMMs and the dense ones alike (:func:`model.grouped_gemm.
     grouped_fp8_rates`: kernel-only speed-ups and the casts of each GEMM's own rows under
     Megatron-Core); None: at :attr:`linear_speedup`."""
+    torchao_fp8: TorchaoFp8 | None = None
+    """How the linear layers' FP8 GEMMs run where they are torchao's ``Float8Linear`` (the fsdp2
+    profile under the tensorwise recipe on a part torchao measured,
+    :func:`model.torchao_time.torchao_fp8_rates`):
+    the FP8 GEMM at its kernel speed-up plus torchao's casts of each GEMM's operands, by shape;
+    None: at :attr:`linear_speedup` or :attr:`grouped_fp8`."""
 
 
 TE_COMPUTE_STREAMS = 4
@@ -173,9 +180,14 @@ def _gemm(
         shape = dense_wave_efficiency(p.part, m, n, batch)
     if not fp8:
         return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 2, extra, shape)
-    g = c.grouped_fp8
-    peak *= _speedups(c)[which] if g is None else g.kernel_speedup[which]
+    g, ao = c.grouped_fp8, c.torchao_fp8
+    if ao is not None and g is None:
+        peak *= ao.kernel_speedup
+    else:
+        peak *= _speedups(c)[which] if g is None else g.kernel_speedup[which]
     t = gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 1, extra + m * n * batch, shape)
+    if ao is not None and g is None:
+        return t + cast_seconds(m, k, n, batch, c.hbm_bytes_per_s, c.params, ao, which)
     if g is None or which == 2:
         return t
     return t + g.cast_s_per_element[which] * (m if cast_rows is None else cast_rows) * k * batch

@@ -91,6 +91,7 @@ from trainplan.model.terms.traffic import (
     pp_split_over_tp,
     tied_embedding_params,
 )
+from trainplan.model.torchao_time import torchao_fp8_rates
 from trainplan.model.xp import as_float, maximum, times, where
 
 __all__ = [
@@ -179,11 +180,11 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
-    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped, passes = base
+    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped, passes, ao = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated), sm_share, grouped,
+        bool(regather), str(templated), sm_share, grouped, ao,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -206,11 +207,21 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     assert d.hbm_bytes_per_s is not None
     check_tp_overlap(o.tp_comm_overlap, f.framework)
     cached = te_caches_fp8_weights(f.framework)
+    speedup = fp8_linear_speedups(t.precision, t.fp8_recipe, d, cached)
+    ao = torchao_fp8_rates(
+        t.precision,
+        t.fp8_recipe,
+        d.name,
+        f.framework,
+        Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c)),
+    )
+    if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
+        speedup = (ao.kernel_speedup,) * 3
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
-            fp8_linear_speedups(t.precision, t.fp8_recipe, d, cached), ep_sm_share(c),
+            speedup, ep_sm_share(c),
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, t.fp8_recipe, d, f.framework),
-            expert_passes_of(f.framework, t.precision))  # fmt: skip
+            expert_passes_of(f.framework, t.precision), ao)  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")
