@@ -39,7 +39,7 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.precision import check_fp8_param_gather, check_framework_fp8_recipe
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -94,6 +94,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
     check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
+    check_framework_fp8_recipe(framework, s.training.fp8_recipe)
 
 
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:

@@ -22,8 +22,8 @@ from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.precision import (
-    Fp8Recipe,
     Precision,
+    fp8_recipe_of,
     fp8_weight_cache_bytes,
     keeps_fp8_transpose,
 )
@@ -224,7 +224,7 @@ def cache_bytes_per_element(
     """
     if training.precision is not Precision.FP8 or not framework.fp8_caches_weights:
         return 0
-    recipe = training.fp8_recipe or Fp8Recipe.DELAYED
+    recipe = fp8_recipe_of(framework, training.fp8_recipe)
     cache = fp8_weight_cache_bytes(recipe)
     if not keeps_fp8_transpose(recipe, device):
         cache = cache / 2  # the row-wise copy serves both layouts

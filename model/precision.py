@@ -49,6 +49,8 @@ from trainplan.model.part_family import FAMILY, catalogue_part
 __all__ = [
     "Precision",
     "Fp8Recipe",
+    "fp8_recipe_of",
+    "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
     "PER_TENSOR_RECIPES",
@@ -336,4 +338,48 @@ def check_fp8_param_gather(framework: str, fp8_param_gather: bool) -> None:
         raise LayoutError(
             f"fp8_param_gather: FP8 primary weights are Megatron-Core's (Transformer Engine "
             f"parameters); {framework} keeps BF16 weights (use `framework` megatron)"
+        )
+
+
+def fp8_recipe_of(framework: str, recipe: Fp8Recipe | str | None) -> Fp8Recipe:
+    """The FP8 recipe ``framework`` runs: ``recipe`` when given, else the framework's default —
+    torchao's tensorwise dynamic scaling under ``fsdp2`` (torchtitan's Float8 converter builds
+    ``Float8LinearConfig.from_recipe_name``; torchao ``torchao/float8/config.py``
+    ``Float8LinearRecipeName``: TENSORWISE is the default, and torchtitan's ``recipe_name`` was
+    None, that default, at the 2024–2025 releases the validation rows ran), Transformer Engine's
+    delayed scaling elsewhere (Megatron-Core ``transformer_config.py`` ``fp8_recipe = "delayed"``;
+    DeepSpeed and the textbook take Transformer Engine's recipe). The one place the default is
+    read: memory, time and the printed assumptions call it.
+
+    >>> str(fp8_recipe_of("fsdp2", None)), str(fp8_recipe_of("megatron", None))
+    ('tensorwise', 'delayed')
+    >>> str(fp8_recipe_of("fsdp2", "mxfp8"))
+    'mxfp8'
+    """
+    if recipe is not None:
+        return Fp8Recipe(str(recipe).lower())
+    return Fp8Recipe.TENSORWISE if str(framework) == "fsdp2" else Fp8Recipe.DELAYED
+
+
+def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -> None:
+    """Refuse delayed scaling under ``fsdp2``: torchao's Float8 training scales dynamically only
+    (delayed scaling was deleted from ``torchao.float8``, pytorch/ao d37019636, February 2025;
+    its recipes are tensorwise, rowwise and rowwise_with_gw_hp).
+
+    Raises
+    ------
+    LayoutError
+        ``fp8_recipe`` delayed with ``framework`` fsdp2.
+
+    >>> check_framework_fp8_recipe("megatron", "delayed")
+    >>> check_framework_fp8_recipe("fsdp2", None)
+    """
+    if (
+        str(framework) == "fsdp2"
+        and recipe is not None
+        and Fp8Recipe(str(recipe).lower()) is Fp8Recipe.DELAYED
+    ):
+        raise LayoutError(
+            "fp8_recipe: delayed is Transformer Engine's; fsdp2 runs torchao's Float8, which "
+            "scales dynamically only (use tensorwise, or `framework` megatron)"
         )

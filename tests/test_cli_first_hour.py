@@ -73,3 +73,21 @@ def test_a_search_takes_megatron_cores_loss_and_fp8_weights():
                   "--set", "cross_entropy_fusion_impl=te")
     )  # fmt: skip
     assert line.startswith("cross_entropy_fusion_impl: te is Megatron-Core's fused loss")
+
+
+def test_fsdp2_runs_torchaos_float8_recipes():
+    """torchao's Float8 scales dynamically only (delayed scaling was deleted from
+    torchao.float8): ``--framework fsdp2 --fp8-recipe delayed`` is refused with that rule, in
+    evaluate and in search; with no recipe given fsdp2 runs torchao's default, tensorwise, and
+    is timed as such (the same step as ``--fp8-recipe tensorwise``)."""
+    base = ("--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2", "--precision", "fp8")
+    want = "--fp8-recipe: delayed is Transformer Engine's; fsdp2 runs torchao's Float8"
+    for command in ("evaluate", "search"):
+        line = refusal(trainplan(command, *base, "--fp8-recipe", "delayed"))
+        assert line.startswith(want), line
+    plain = json.loads(trainplan("evaluate", *base, "--zero", "3", "--json").stdout)
+    given = json.loads(
+        trainplan("evaluate", *base, "--zero", "3", "--fp8-recipe", "tensorwise", "--json").stdout
+    )
+    assert plain["time"]["step_s"] == given["time"]["step_s"]
+    assert plain["memory"]["total_bytes"] == given["memory"]["total_bytes"]

@@ -21,7 +21,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.pipeline import Schedule
-from trainplan.model.precision import Fp8Recipe, Precision, fp8_activation_bytes
+from trainplan.model.precision import Precision, fp8_activation_bytes, fp8_recipe_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
@@ -102,7 +102,7 @@ def activation_context(
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
-        fp8_input_bytes=fp8_activation_bytes(training.fp8_recipe or Fp8Recipe.DELAYED),
+        fp8_input_bytes=fp8_activation_bytes(fp8_recipe_of(framework, training.fp8_recipe)),
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),

@@ -51,6 +51,7 @@ from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
+from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -207,10 +208,11 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     assert d.hbm_bytes_per_s is not None
     check_tp_overlap(o.tp_comm_overlap, f.framework)
     cached = te_caches_fp8_weights(f.framework)
-    speedup = fp8_linear_speedups(t.precision, t.fp8_recipe, d, cached)
+    recipe = fp8_recipe_of(f.framework, t.fp8_recipe) if t.precision is Precision.FP8 else None
+    speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
     ao = torchao_fp8_rates(
         t.precision,
-        t.fp8_recipe,
+        recipe,
         d.name,
         f.framework,
         Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c)),
@@ -220,7 +222,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
             speedup, ep_sm_share(c),
             elementwise_mode(f.framework, t.compile),
-            grouped_fp8_rates(t.precision, t.fp8_recipe, d, f.framework),
+            grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao)  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
