@@ -45,7 +45,6 @@ from trainplan.model.terms.activation_fields import (
     FORM_FIELDS,
     LAYER_FIELDS,
     chunk_forms,
-    chunk_layers,
     cp_kv_repeat_of,
     cp_mechanism_of,
     end_stages,
@@ -245,8 +244,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
       (:func:`model.stage_bytes.block_forms`; per chunk when interleaved,
       :func:`model.stage_bytes.chunk_block_forms`, each chunk weighing its own bytes in the
       interleaved peak).
-    * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
-      largest segment's bytes less its checkpoint (full recomputation is k = 1).
+    * √n: k = round(√n) for the n layers of the stage that holds the most (one k on every stage,
+      as Megatron-LM's ``--recompute-num-layers``); each model chunk keeps ``⌈n_c/k⌉``
+      checkpoints × in flight, plus the largest segment's bytes less its checkpoint (full
+      recomputation is k = 1; :func:`model.stage_bytes.chunk_segment_forms`).
 
     Interleaved stages (v model chunks) are held chunk by chunk at the schedule's peak
     (:func:`model.stage_bytes.chunk_peak`); under a split-backward schedule the rank's layers
@@ -350,25 +351,20 @@ def _held_by_chunk(
     """(micro-batches in flight, layer bytes, embedding/output-layer bytes, micro-batches held,
     offloaded bytes) of an interleaved rank, its peak found chunk by chunk
     (:func:`model.pipeline.interleaved_peak`); with per-stage counts each chunk weighs its own
-    recomputed layers. Under √n the chunks' checkpoints are not modelled per chunk: the closed
-    form holds, and the layer counts place the end chunk's micro-batches."""
+    recomputed layers, under √n its own segments' checkpoints
+    (:func:`model.stage_bytes.chunk_segment_forms`)."""
     arch, v = c.arch, f.virtual_stages
     in_flight = interleaved_in_flight(f.pp, f.m, v, f.stage)
     offloaded: Any = 0
-    if f.recompute is Recompute.SQRT:
-        layers = f.per_stage(chunk_layers, (arch,), *FORM_FIELDS)
-        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, [exact(n) for n in layers], 0)
-        kept = per_mb * in_flight
-    else:
-        forms = split_forms(f.per_stage(chunk_forms, (arch,), *FORM_FIELDS))
-        chunk_bytes = [apply_form(form, q) for form in forms]
-        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
-        kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
-        if c.training.offload.activations:
-            offloaded = sum(
-                (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
-                exact(0),
-            )
+    forms = split_forms(f.per_stage(chunk_forms, (arch,), *FORM_FIELDS))
+    chunk_bytes = [apply_form(form, q) for form in forms]
+    held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
+    kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
+    if c.training.offload.activations:
+        offloaded = sum(
+            (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
+            exact(0),
+        )
     held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
     return in_flight, kept, emb * end_held, held_mb, offloaded
 
