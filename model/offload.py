@@ -209,7 +209,7 @@ def offload_staging_bytes(mech: Mechanism, offload: Offload, largest: Any) -> tu
     """(GPU bytes, host bytes) of the gradient staging buffers a mechanism keeps for the whole
     run under optimizer offload: :attr:`model.mechanisms.Mechanism.offload_staging_bytes` per
     element of ``largest``, the elements on this GPU of the stage's largest parameter tensor
-    (:func:`model.terms.stage_params.stage_largest_tensors`), once on the GPU and once on the
+    (:func:`model.terms.tensors.stage_largest_tensors`), once on the GPU and once on the
     host. (0, 0) without optimizer offload or for a mechanism that keeps none.
 
     DeepSpeed ZeRO-1/2 (deepspeedai/DeepSpeed edaa72212, ``deepspeed/runtime/zero/

@@ -20,12 +20,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.activation_offload import (
-    layer_offload_bytes,
-    offload_backlog_bytes,
-    offload_buffer_bytes,
-    prefetched_layers,
-)
+from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
+from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
@@ -107,8 +103,8 @@ class StageActivations:
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
     GPU — one layer's, the group of each module name never offloaded
     (:func:`model.activation_offload.offload_buffer_bytes`), the copies still queued on the
-    copy stream when a forward ends (:func:`model.activation_offload.offload_backlog_bytes`) and
-    the layer a backward pre-reloads (:func:`model.activation_offload.prefetched_layers`);
+    copy stream when a forward ends (:func:`model.activation_copies.offload_backlog_bytes`) and
+    the layer a backward pre-reloads (:func:`model.activation_copies.prefetched_layers`);
     ``layers_bytes`` leaves every offloaded tensor out. 0 without activation offload."""
     offload_host_bytes: Fraction = Fraction(0)
     """Activation offload: the offloaded tensors of every layer and micro-batch in flight on the
@@ -211,10 +207,10 @@ def _offload_lines(
     :func:`offload_figures`): on the GPU the layer never offloaded
     (:func:`model.activation_offload.offload_buffer_bytes`), the copies still queued when a
     micro-batch's forward over one model chunk ends
-    (:func:`model.activation_offload.offload_backlog_bytes` at the host link's rate and
+    (:func:`model.activation_copies.offload_backlog_bytes` at the host link's rate and
     :func:`model.terms.step.offload_layer_forward_s`; the last layer kept on the last stage) and,
     on a stage that is not the last of a pipeline in its steady state, the layer a backward
-    pre-reloads for the next micro-batch (:func:`model.activation_offload.prefetched_layers`);
+    pre-reloads for the next micro-batch (:func:`model.activation_copies.prefetched_layers`);
     all at most what the stage offloads. The host keeps the rest, less one layer (its figure
     left as it was: the queued copies land there). (0, 0) without activation offload."""
     if not c.training.offload.activations:

@@ -49,7 +49,6 @@ from trainplan.model.terms.stage_params import (
     SPLIT_FIELDS,
     any_dualpipe,
     busiest_stage,
-    largest_tensor_per_gpu,
     layer_units_per_gpu,
     linear_per_gpu,
     non_units_per_gpu,
@@ -58,6 +57,7 @@ from trainplan.model.terms.stage_params import (
     stage_params_per_gpu,
     units_per_gpu,
 )
+from trainplan.model.terms.tensors import largest_tensor_per_gpu
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, where
 

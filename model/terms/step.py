@@ -237,22 +237,13 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
     return stage_max(f.stages(stage)) / (f.tp * f.cp) / d.peak_flops_per_s
 
 
-def _microbatch_s(c: Context, f: Fields) -> Any:
-    """``t_mb``: the slowest stage's micro-batch as :func:`pipeline_term` takes it, by the time
-    model in force."""
-    if uses_roofline(c.options, f.framework, c.gpu):
-        return slowest_microbatch(c, f)[0]
-    return single_microbatch_seconds(c, f)
-
-
 def offload_layer_forward_s(c: Context, f: Fields) -> Any:
-    """Seconds of one layer's forward as activation offload's copies see it: the slowest
-    stage's micro-batch (:func:`pipeline_term`'s ``t_mb``) over the most layers on a stage, a
-    third of it (forward : backward = 1 : 2) — the ``t/3`` of
-    :func:`model.activation_offload.activation_offload_seconds`, which the memory term's copy
-    backlog reads too (:func:`model.activation_offload.offload_backlog_bytes`)."""
-    most, _ = most_layers(c, f)
-    return _microbatch_s(c, f) / maximum(most, 1) / 3
+    """One layer's forward as activation offload's copies see it, the ``t/3`` of
+    :func:`model.activation_offload.activation_offload_seconds`: :func:`pipeline_term`'s
+    ``t_mb`` (by the time model in force) over the most layers on a stage, a third of it."""
+    roofline = uses_roofline(c.options, f.framework, c.gpu)
+    t_mb = slowest_microbatch(c, f)[0] if roofline else single_microbatch_seconds(c, f)
+    return t_mb / maximum(most_layers(c, f)[0], 1) / 3
 
 
 def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
