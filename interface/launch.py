@@ -351,8 +351,8 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
                 f"--recompute-num-layers layers of a stage; {every} = round(√n) for the stage with "
                 f"the most layers ({max(split)}), the same on every stage"
                 + (
-                    "; interleaved, Megatron applies it per model chunk, which the plan's "
-                    "√n per stage does not"
+                    "; interleaved, Megatron applies it to each model chunk's layers, as the "
+                    "plan counts"
                     if layout.virtual_stages > 1
                     else ""
                 )

@@ -22,13 +22,20 @@ https://docs.nvidia.com/megatron-core/developer-guide/latest/user-guide/features
   ``ChunkOffloadHandler.get_max_deduplicated_groups``, the number of distinct module names, and
   the last group of each name in the first backward chunk — the layer whose backward comes first
   — gets ``offload = False``): one layer's offloaded bytes stay on the GPU
-  (:func:`offload_buffer_bytes`). The peak comes at the end of the forward, before any reload,
-  so the prefetch of the next layer adds nothing there; Megatron-LM's own measurement
+  (:func:`offload_buffer_bytes`). Beside it, at the end of a micro-batch's forward: the
+  tensors whose device→host copy has not finished — nothing bounds the copies in flight by
+  default, and the allocator keeps each freed tensor's storage until its copy is done; a queue
+  served at the host link's rate, :func:`model.activation_copies.offload_backlog_bytes` (the last layer's copy, and a
+  backlog wherever a layer's copy outlasts the next layer's forward, the same excess the
+  exposed time counts, :func:`model.activation_copies.copy_excess_bytes`) — and, on a stage that is not the last of a
+  pipeline, the last layer of the next micro-batch, which a backward pre-reloads and keeps
+  through the following forward (:func:`model.activation_copies.prefetched_layers`). Megatron-LM's own measurement
   (``tests/unit_tests/pipeline_parallel/test_fine_grained_activation_offloading.py``
-  ``test_gpt_fine_grained_activation_offloading_correctness_and_memory``: 8 layers, pp 1)
-  asserts that the peak falls by the manager's ``offload_summary_bytes`` — every group but the
-  kept one — within 30 % and 20 MiB. The host holds the rest
-  (:func:`model.memory.stage_activations`).
+  ``test_gpt_fine_grained_activation_offloading_correctness_and_memory``: 8 layers, pp 1,
+  copies faster than the forward) asserts that the peak falls by the manager's
+  ``offload_summary_bytes`` — every group but the kept one — within 30 % and 20 MiB: with one
+  stage the last layer is kept, nothing is pre-reloaded and no backlog forms, so the rules add
+  nothing there. The host holds the rest (:func:`model.memory.stage_activations`).
 * **Rules** (:func:`check_activation_offload`; Megatron-Core's ``TransformerConfig``
   validation): the module names above; ``attn_proj`` only with ``core_attn`` (its input is the
   attention core's output, which the core's backward needs); ``expert_fc1`` and ``moe_act``
@@ -49,11 +56,10 @@ recomputation) — the fine-grained mechanism is the one Megatron-Core supports 
 parallelism, and it is what this module follows.
 
 Approximate: Megatron's ``min_offloaded_tensor_size`` (tensors under 2²⁰ elements stay on the
-GPU) is ignored; the one kept layer is what Megatron-LM measures at pp 1 — with pp > 1 a
-backward's reloaded layer and the one it prefetches (``bulk_reload_group``, one layer ahead) may
-meet the stage's peak, up to one layer more than counted; the exposed time is per layer with
-the stage's micro-batch split evenly over its layers (forward : backward = 1 : 2), added to the
-step as if on the critical path.
+GPU) is ignored; the copy backlog takes every layer's forward as the slowest stage's
+micro-batch over the most layers, a third of it, and every layer as offloading the stage's
+largest figure; the exposed time is per layer with the stage's micro-batch split evenly over its
+layers (forward : backward = 1 : 2), added to the step as if on the critical path.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.activation_copies import copy_excess_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.xp import maximum, minimum, where
 
@@ -358,8 +365,8 @@ def activation_offload_seconds(
     t = microbatch_s / maximum(layers, 1)
 
     def exposed(x: Any) -> Any:
-        copy = x / link_bytes_per_s
-        return maximum(copy - t / 3, 0) + maximum(copy - 2 * t / 3, 0)
+        backward = maximum(x / link_bytes_per_s - 2 * t / 3, 0)
+        return copy_excess_bytes(x, t / 3, link_bytes_per_s) / link_bytes_per_s + backward
 
     per_mb = n_dense * exposed(dense_bytes) + n_moe * exposed(moe_bytes)
     return where(layers > 0, m * per_mb, 0 * per_mb)

@@ -69,6 +69,13 @@ class Mechanism:
     ``stage_1_and_2.py`` ``async_accumulate_grad_in_cpu_via_gpu`` keeps one buffer per
     parameter of the rank's partition, in the parameter's dtype, ``accumulated_grads_in_cpu``);
     only with more than one micro-batch per step."""
+    offload_staging_bytes: int = 0
+    """Under optimizer offload, bytes per element of the stage's largest parameter tensor that
+    the mechanism keeps for the whole run as a gradient staging buffer on the GPU, and as its
+    twin on the host (DeepSpeed ZeRO-1/2: ``stage_1_and_2.py``
+    ``DeepSpeedZeroOptimizer.__init__`` allocates ``temp_grad_buffer_for_gpu_offload`` and
+    ``temp_grad_buffer_for_cpu_offload`` of ``largest_param_numel`` elements in the parameters'
+    dtype; :func:`model.offload.offload_staging_bytes`); 0 = none."""
     bucket_persists: bool = False
     """The buckets are allocated once and held through the optimizer step too (DeepSpeed
     ZeRO-3: ``stage3.py`` allocates each IPG bucket's buffer in ``__init__`` and frees it only

@@ -273,16 +273,16 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
             fw, 1, "DeepSpeed ZeRO stage 1",
             weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
             optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
-            host_accumulation_bytes=w, reduce_bytes=g, gathers_per_step=1, weight_bytes=w,
-            source=src,
+            host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
+            gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
     if zero_stage == 2:
         return Mechanism(
             fw, 2, "DeepSpeed ZeRO stage 2",
             weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
             optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
-            host_accumulation_bytes=w, reduce_bytes=g, reduce_per_microbatch=True,
-            gathers_per_step=1, weight_bytes=w, source=src,
+            host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
+            reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
     return Mechanism(
         fw, 3, "DeepSpeed ZeRO stage 3",

@@ -44,6 +44,7 @@ __all__ = [
     "HOST_GRADIENT_BYTES",
     "check_offload",
     "offload_memory",
+    "offload_staging_bytes",
     "offload_seconds",
     "offload_transfers",
     "cpu_adam_bytes",
@@ -202,6 +203,40 @@ def offload_memory(
         host = host + weights
         weights, grads = 0 * weights, 0 * grads
     return weights, grads, optimizer, step, host
+
+
+def offload_staging_bytes(mech: Mechanism, offload: Offload, largest: Any) -> tuple[Any, Any]:
+    """(GPU bytes, host bytes) of the gradient staging buffers a mechanism keeps for the whole
+    run under optimizer offload: :attr:`model.mechanisms.Mechanism.offload_staging_bytes` per
+    element of ``largest``, the elements on this GPU of the stage's largest parameter tensor
+    (:func:`model.terms.tensors.stage_largest_tensors`), once on the GPU and once on the
+    host. (0, 0) without optimizer offload or for a mechanism that keeps none.
+
+    DeepSpeed ZeRO-1/2 (deepspeedai/DeepSpeed edaa72212, ``deepspeed/runtime/zero/
+    stage_1_and_2.py``): ``DeepSpeedZeroOptimizer.__init__`` finds ``largest_param_numel`` over
+    every parameter of the rank's ``bit16_groups`` (the stage's whole parameters, after tensor
+    parallelism) and, with ``cpu_offload``, allocates ``temp_grad_buffer_for_gpu_offload`` of
+    that many elements on the GPU and ``temp_grad_buffer_for_cpu_offload`` on the host (pinned
+    with ``pin_memory``), both in ``self.dtype``, the parameters' dtype; neither is freed before
+    the run ends (``async_accumulate_grad_in_cpu_via_gpu`` and
+    ``_restore_cpu_offload_grad_to_gpu`` stage each gradient through the GPU one). Exact for
+    numbers; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 8B on one tp rank: the embedding, 128,256 × 4,096 elements, in BF16 —
+    1,050,673,152 B on the GPU and as many on the host.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> offload_staging_bytes(mechanism("deepspeed", 1), Offload(Fraction(1)), 128256 * 4096)
+    (1050673152, 1050673152)
+    >>> offload_staging_bytes(mechanism("deepspeed", 1), NO_OFFLOAD, 128256 * 4096)
+    (0, 0)
+    """
+    if not offload.optimizer or not mech.offload_staging_bytes:
+        return 0, 0
+    staging = mech.offload_staging_bytes * largest
+    return staging, staging
 
 
 def adam_step_bytes(optimizer_bytes: int, weight_bytes: int, clip_and_zero: bool = True) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "embedding_bytes",
     "chunk_peak",
     "sqrt_segment",
+    "chunk_segment_forms",
 ]
 
 QUANTITIES = ("full", "selective", "checkpoint", "input")
@@ -141,16 +142,20 @@ def _scale(form: Sequence[int], k: int) -> list[int]:
 
 
 @lru_cache(maxsize=4096)
-def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[Form, ...]]:
+def stage_forms(
+    kinds: tuple[bool, ...], mode: Recompute, segment: int | None = None
+) -> tuple[Form, tuple[Form, ...]]:
     """(bytes kept per micro-batch, candidate recompute transients) of a stage whose layers are
     MoE or not as ``kinds`` says, as linear forms over :func:`layer_quantities`.
 
     * none: every layer's ``full`` bytes; no transient.
     * selective: every layer's ``selective`` bytes; while one layer's backward runs, what it
       recomputed is back: the transient is that layer's ``full − selective``.
-    * full (k = 1) and √n (k = round(√n)): one ``checkpoint`` per segment of k layers kept per
-      micro-batch; while segment j is recomputed it holds its layers' ``full`` bytes less the
-      input its first layer keeps (the checkpoint it starts from) — and backward, which runs the
+    * full (k = 1) and √n (k = round(√n), or ``segment`` where given: the one
+      ``--recompute-num-layers`` Megatron-LM applies on every stage): one ``checkpoint`` per
+      segment of k layers kept per micro-batch (:func:`chunk_segment_forms` of one chunk);
+      while segment j is recomputed it holds its layers' ``full`` bytes less the input its
+      first layer keeps (the checkpoint it starts from) — and backward, which runs the
       segments last to first, has already freed the checkpoints after it. The transient is the
       largest of these (when k divides n the last segment: k·full − checkpoint, Chen et al.
       2016; a shorter last segment makes the one before it the peak, measured in
@@ -175,21 +180,62 @@ def stage_forms(kinds: tuple[bool, ...], mode: Recompute) -> tuple[Form, tuple[F
             for k in sorted(set(kinds))
         )
         return tuple(_add([0] * 8, *(_unit(k, "selective") for k in kinds))), transients
-    k = 1 if mode is Recompute.FULL else sqrt_segment(len(kinds))
-    segments = [kinds[i : i + k] for i in range(0, len(kinds), k)]
-    ckpts = [_unit(seg[0], "checkpoint") for seg in segments]
-    per_mb = tuple(_add([0] * 8, *ckpts))
-    transients = tuple(
-        tuple(
-            _add(
-                *(_unit(kind, "full") for kind in seg),
-                _scale(_unit(seg[0], "input"), -1),
-                *(_scale(c, -1) for c in ckpts[j + 1 :]),
+    k = 1 if mode is Recompute.FULL else (segment or sqrt_segment(len(kinds)))
+    per_chunk, transients = chunk_segment_forms((kinds,), k)
+    return per_chunk[0], transients
+
+
+@lru_cache(maxsize=4096)
+def chunk_segment_forms(
+    chunks: tuple[tuple[bool, ...], ...], k: int
+) -> tuple[tuple[Form, ...], tuple[Form, ...]]:
+    """(what each model chunk keeps per micro-batch, candidate recompute transients) of a stage
+    whose chunks hold layers of ``chunks``' kinds and are each cut into segments of ``k``
+    layers, the last one shorter — Megatron-LM's uniform method (``--recompute-granularity
+    full --recompute-method uniform --recompute-num-layers k``): ``checkpointed_forward``
+    (``megatron/core/recompute.py``, Megatron-LM d98e8a64dd) walks ``num_layers_per_pipeline_
+    rank``, which ``TransformerBlock.__init__`` sets to ``len(self.layers)`` — the layers of the
+    model chunk the block builds (one block per chunk when interleaved) — and checkpoints the
+    input of each run ``[i, min(i + k, n))``.
+
+    * kept by a chunk per micro-batch: the ``checkpoint`` of each segment's first layer,
+      ``⌈n_c / k⌉`` of them;
+    * transient, while segment j of chunk c is recomputed: its layers' ``full`` bytes less the
+      input its first layer keeps, less the checkpoints after it in c (backward has freed them);
+      the chunks after c are not taken off (:func:`chunk_block_forms`' rule).
+
+    With one chunk it is :func:`stage_forms` ``sqrt`` for k = round(√n); with k = 1, ``full``.
+
+    Examples
+    --------
+    A stage of 12 dense layers in 3 chunks of 4, k = round(√12) = 3: segments [3, 1] per chunk,
+    2 checkpoints each (6 in all, where one segment pass over 12 layers keeps 4).
+
+    >>> kept, transients = chunk_segment_forms(((False,) * 4,) * 3, 3)
+    >>> [form[:4] for form in kept]
+    [(0, 0, 2, 0), (0, 0, 2, 0), (0, 0, 2, 0)]
+    >>> sorted({t[:4] for t in transients})
+    [(1, 0, 0, -1), (3, 0, -1, -1)]
+    >>> stage_forms((False,) * 9, Recompute.SQRT)[0][:4]  # k = 3: three segments
+    (0, 0, 3, 0)
+    """
+    per_chunk: list[Form] = []
+    transients: list[Form] = []
+    for kinds in chunks:
+        segments = [kinds[i : i + k] for i in range(0, len(kinds), k)]
+        ckpts = [_unit(seg[0], "checkpoint") for seg in segments]
+        per_chunk.append(tuple(_add([0] * 8, *ckpts)))
+        for j, seg in enumerate(segments):
+            transients.append(
+                tuple(
+                    _add(
+                        *(_unit(kind, "full") for kind in seg),
+                        _scale(_unit(seg[0], "input"), -1),
+                        *(_scale(c, -1) for c in ckpts[j + 1 :]),
+                    )
+                )
             )
-        )
-        for j, seg in enumerate(segments)
-    )
-    return per_mb, transients
+    return tuple(per_chunk), tuple(transients)
 
 
 @lru_cache(maxsize=4096)

@@ -81,8 +81,9 @@ TERMS: tuple[Term, ...] = (
         stage_activations_term,
         frozenset(
             {*_SHAPE, "recompute", "recompute_layers", "schedule", "deallocate_pipeline_outputs"}
+            | {"rank_order"}  # activation offload's copy backlog reads the micro-batch's time
         ),
-        ("pp", "recompute", "virtual_stages", "schedule"),
+        ("pp", "recompute", "virtual_stages", "schedule", "framework"),
         True,
         "bytes",
         "ceil",

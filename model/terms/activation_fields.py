@@ -28,8 +28,10 @@ from trainplan.model.stage_bytes import (
     block_forms,
     chunk_block_forms,
     chunk_form,
+    chunk_segment_forms,
     layer_quantities,
     offload_quantities,
+    sqrt_segment,
 )
 from trainplan.model.terms.fields import Fields
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
@@ -177,9 +179,15 @@ def _forms(
     """Per stage, (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
     per-chunk layer counts): :func:`model.stage_bytes.block_forms` of the stage's layer kinds
     (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
-    counts and chunks); the chunks' forms for the interleaved peak."""
+    counts and chunks); the chunks' forms for the interleaved peak. Under √n recomputation
+    every model chunk is cut into segments of one k, round(√n) of the most layers any stage
+    holds (:func:`model.stage_bytes.chunk_segment_forms`): Megatron-LM applies its one
+    ``--recompute-num-layers`` (the one the launch line writes) to each model chunk's own
+    layers."""
     out = []
-    for stage, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
+    split = stage_layers(arch, pp, v, uneven, sizes, schedule)
+    segment = sqrt_segment(max(map(len, split), default=0))  # one k for every stage
+    for stage, layers in enumerate(split):
         kinds = tuple(arch.is_moe_layer(j) for j in layers)
         local = tuple(
             tuple(arch.is_moe_layer(j) for j in chunk)
@@ -187,7 +195,10 @@ def _forms(
         )
         recomputed = None if counts is None else counts[stage]
         chunks: tuple[tuple[int, ...], ...]
-        if recomputed is not None and v > 1:
+        if mode is Recompute.SQRT and recomputed is None:
+            chunks, transients = chunk_segment_forms(local, segment)
+            kept = tuple(sum(c) for c in zip(*chunks, strict=True)) if chunks else (0,) * 8
+        elif recomputed is not None and v > 1:
             chunks, transients = chunk_block_forms(local, mode, recomputed)
             kept = tuple(sum(c) for c in zip(*chunks, strict=True))
         else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
@@ -30,6 +31,7 @@ from trainplan.model.loss_memory import (
     output_chunks_bytes,
 )
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.offload import host_rates
 from trainplan.model.pipeline import (
     SPLIT_BACKWARD,
     Schedule,
@@ -45,7 +47,6 @@ from trainplan.model.terms.activation_fields import (
     FORM_FIELDS,
     LAYER_FIELDS,
     chunk_forms,
-    chunk_layers,
     cp_kv_repeat_of,
     cp_mechanism_of,
     end_stages,
@@ -62,6 +63,7 @@ from trainplan.model.terms.activation_fields import (
     transient_forms,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
 __all__ = ["StageActivations", "stage_activations", "stage_activations_term"]
@@ -99,9 +101,11 @@ class StageActivations:
     stage without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
-    GPU — one layer's: the group of each module name never offloaded
-    (:func:`model.activation_offload.offload_buffer_bytes`); ``layers_bytes`` leaves every
-    offloaded tensor out. 0 without activation offload."""
+    GPU — one layer's, the group of each module name never offloaded
+    (:func:`model.activation_offload.offload_buffer_bytes`), the copies still queued on the
+    copy stream when a forward ends (:func:`model.activation_copies.offload_backlog_bytes`) and
+    the layer a backward pre-reloads (:func:`model.activation_copies.prefetched_layers`);
+    ``layers_bytes`` leaves every offloaded tensor out. 0 without activation offload."""
     offload_host_bytes: Fraction = Fraction(0)
     """Activation offload: the offloaded tensors of every layer and micro-batch in flight on the
     host, less the group never offloaded. Not part of any GPU total."""
@@ -199,16 +203,35 @@ def _offload_lines(
     c: Context, f: Fields, n_layers: Any, n_moe: Any, in_flight: Any, off_q: Any, offloaded: Any
 ) -> tuple[Any, Any]:
     """(GPU buffer, host bytes) of activation offload on a stage whose layers offload
-    ``offloaded`` bytes in all: the buffer of :func:`model.activation_offload.offload_buffer_bytes`
-    for the stage's largest per-layer offload (``off_q``: :func:`offload_figures`), and the
-    rest on the host. (0, 0) without activation offload."""
+    ``offloaded`` bytes in all, for the stage's largest per-layer offload x (``off_q``:
+    :func:`offload_figures`): on the GPU the layer never offloaded
+    (:func:`model.activation_offload.offload_buffer_bytes`), the copies still queued when a
+    micro-batch's forward over one model chunk ends
+    (:func:`model.activation_copies.offload_backlog_bytes` at the host link's rate and
+    :func:`model.terms.step.offload_layer_forward_s`; the last layer kept on the last stage) and,
+    on a stage that is not the last of a pipeline in its steady state, the layer a backward
+    pre-reloads for the next micro-batch (:func:`model.activation_copies.prefetched_layers`);
+    all at most what the stage offloads. The host keeps the rest, less one layer (its figure
+    left as it was: the queued copies land there). (0, 0) without activation offload."""
     if not c.training.offload.activations:
         return 0, 0
     figure = 1 if f.recompute is Recompute.SELECTIVE else 0
     per_layer = maximum(
         where(n_layers - n_moe > 0, off_q[figure], 0), where(n_moe > 0, off_q[4 + figure], 0)
     )
-    buffer = minimum(offload_buffer_bytes(per_layer, n_layers * in_flight), offloaded)
+    kept = minimum(offload_buffer_bytes(per_layer, n_layers * in_flight), offloaded)
+    # the copies still queued when a micro-batch's forward ends (over one model chunk's layers)
+    # and the layer a backward pre-reloads for the next (pp > 1): on the GPU, not the host
+    chunk = exact(n_layers) / f.virtual_stages
+    last = output_stage(f)
+    link, _ = host_rates(c.gpu, need_memory=False)
+    forward_s = offload_layer_forward_s(c, f)
+    offloaded_layers = where(last, maximum(chunk - 1, 0), chunk)
+    pending = offload_backlog_bytes(per_layer, chunk, offloaded_layers, forward_s, link)
+    steady = (f.schedule != Schedule.GPIPE) & (f.m > in_flight)
+    prefetch = prefetched_layers(f.pp > 1, last, steady) * per_layer
+    pending = pending if is_array(pending) else Fraction(pending)  # a float of a time figure
+    buffer = minimum(kept + pending + prefetch, offloaded)
     return buffer, offloaded - minimum(per_layer, offloaded)
 
 
@@ -245,20 +268,25 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
       (:func:`model.stage_bytes.block_forms`; per chunk when interleaved,
       :func:`model.stage_bytes.chunk_block_forms`, each chunk weighing its own bytes in the
       interleaved peak).
-    * √n: k = round(√n) for the stage's n layers; ``ceil(n/k)`` checkpoints × in flight, plus the
-      largest segment's bytes less its checkpoint (full recomputation is k = 1).
+    * √n: k = round(√n) for the n layers of the stage that holds the most (one k on every stage,
+      as Megatron-LM's ``--recompute-num-layers``); each model chunk keeps ``⌈n_c/k⌉``
+      checkpoints × in flight, plus the largest segment's bytes less its checkpoint (full
+      recomputation is k = 1; :func:`model.stage_bytes.chunk_segment_forms`).
 
     Interleaved stages (v model chunks) are held chunk by chunk at the schedule's peak
     (:func:`model.stage_bytes.chunk_peak`); under a split-backward schedule the rank's layers
     are held :func:`model.schedule_cost.in_flight_units` times (its weight-gradient buffers
     inside, as Qi et al. 2024 count them); with context parallelism the exchange's buffers of
     one layer are added once; with activation offload the offloaded tensors leave the layers'
-    bytes, a two-layer buffer stays (:func:`_offload_lines`).
+    bytes; the layer never offloaded, the copies still queued and a pre-reloaded layer stay
+    (:func:`_offload_lines`).
 
     Scope: :data:`CONTEXT_FIELDS`, :data:`FORM_FIELDS`, dp (through m), schedule, framework (the
-    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs.
+    vocabulary's padding, the tensor-parallel plan), cp_a2a, deallocate_pipeline_outputs, and
+    under activation offload rank_order (the copy backlog reads the slowest micro-batch's time,
+    :func:`model.terms.step.offload_layer_forward_s`, whose collectives ride the axes' links).
     Control: pp, recompute, virtual_stages (v > 1 is the interleaved schedule, held chunk by
-    chunk), schedule.
+    chunk), schedule, framework (the time model the copy backlog reads).
     """
     arch, t = c.arch, c.training
     q = f.lookup(layer_figures, (arch, t), *CONTEXT_FIELDS)
@@ -350,25 +378,20 @@ def _held_by_chunk(
     """(micro-batches in flight, layer bytes, embedding/output-layer bytes, micro-batches held,
     offloaded bytes) of an interleaved rank, its peak found chunk by chunk
     (:func:`model.pipeline.interleaved_peak`); with per-stage counts each chunk weighs its own
-    recomputed layers. Under √n the chunks' checkpoints are not modelled per chunk: the closed
-    form holds, and the layer counts place the end chunk's micro-batches."""
+    recomputed layers, under √n its own segments' checkpoints
+    (:func:`model.stage_bytes.chunk_segment_forms`)."""
     arch, v = c.arch, f.virtual_stages
     in_flight = interleaved_in_flight(f.pp, f.m, v, f.stage)
     offloaded: Any = 0
-    if f.recompute is Recompute.SQRT:
-        layers = f.per_stage(chunk_layers, (arch,), *FORM_FIELDS)
-        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, [exact(n) for n in layers], 0)
-        kept = per_mb * in_flight
-    else:
-        forms = split_forms(f.per_stage(chunk_forms, (arch,), *FORM_FIELDS))
-        chunk_bytes = [apply_form(form, q) for form in forms]
-        held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
-        kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
-        if c.training.offload.activations:
-            offloaded = sum(
-                (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
-                exact(0),
-            )
+    forms = split_forms(f.per_stage(chunk_forms, (arch,), *FORM_FIELDS))
+    chunk_bytes = [apply_form(form, q) for form in forms]
+    held, end_held = chunk_peak(f.pp, f.m, v, f.stage, chunk_bytes, emb)
+    kept = sum((h * b for h, b in zip(held, chunk_bytes, strict=True)), exact(0))
+    if c.training.offload.activations:
+        offloaded = sum(
+            (h * apply_form(form, off_q) for h, form in zip(held, forms, strict=True)),
+            exact(0),
+        )
     held_mb = where(per_mb != 0, kept / where(per_mb != 0, per_mb, 1), in_flight)
     return in_flight, kept, emb * end_held, held_mb, offloaded
 

@@ -32,6 +32,7 @@ from trainplan.model.muon import (
     newton_schulz_bytes,
     newton_schulz_flops,
 )
+from trainplan.model.offload import offload_staging_bytes
 from trainplan.model.optimizers import OptimizerKind, layer_matrices, optimizer_scale
 from trainplan.model.params import count_params, padded_vocab, shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
@@ -56,6 +57,7 @@ from trainplan.model.terms.stage_params import (
     stage_params_per_gpu,
     units_per_gpu,
 )
+from trainplan.model.terms.tensors import largest_tensor_per_gpu
 from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, where
 
@@ -270,7 +272,10 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     the framework keeps the modules outside its units gathered (Megatron-FSDP,
     :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
     (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
-    (:func:`model.terms.stage_params.non_unit_params`).
+    (:func:`model.terms.stage_params.non_unit_params`). Under optimizer offload the gradients
+    include the GPU staging buffer of the stage's largest parameter tensor where the mechanism
+    keeps one, and the host its twin (DeepSpeed ZeRO-1/2,
+    :func:`model.offload.offload_staging_bytes`).
     Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
@@ -301,6 +306,9 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         # buffers of the largest unit, embedding and output included, as before
         gathered = gathered + mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
         buffers = buffers + mech.unit_grad_bytes * (unit_dense + unit_expert - held[0] - held[1])
+    if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
+        staging, staged = offload_staging_bytes(mech, t.offload, largest_tensor_per_gpu(c, f))
+        g, host = g + staging, host + staged
     dispatch = dispatch_buffer_term(c, f)
     g = g + embedding_grad_term(c, f, mech)
     step = step + muon_transient_term(c, f)

@@ -95,6 +95,7 @@ __all__ = [
     "pipeline_term",
     "dp_term",
     "activation_offload_term",
+    "offload_layer_forward_s",
     "offload_term",
     "objective_ns",
     "stage_core_flops",
@@ -234,6 +235,15 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
     on = f.schedule == Schedule.DUALPIPE
     dualpipe = bool(namespace(on).any(on)) if is_array(on) else bool(on)
     return stage_max(f.stages(stage)) / (f.tp * f.cp) / d.peak_flops_per_s
+
+
+def offload_layer_forward_s(c: Context, f: Fields) -> Any:
+    """One layer's forward as activation offload's copies see it, the ``t/3`` of
+    :func:`model.activation_offload.activation_offload_seconds`: :func:`pipeline_term`'s
+    ``t_mb`` (by the time model in force) over the most layers on a stage, a third of it."""
+    roofline = uses_roofline(c.options, f.framework, c.gpu)
+    t_mb = slowest_microbatch(c, f)[0] if roofline else single_microbatch_seconds(c, f)
+    return t_mb / maximum(most_layers(c, f)[0], 1) / 3
 
 
 def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:

@@ -117,7 +117,15 @@ def test_mixtral_expert_modules_offload_routed_copies():
     per_layer = 2 * 2 * s * h + 2 * 2 * 2 * s * f
     a0, a1 = plain.peak.activations, off.peak.activations
     assert a0.layers_bytes - a1.layers_bytes == 32 * per_layer
-    assert a1.offload_buffer_bytes == per_layer
+    # on the GPU: the one layer never offloaded, and the copies still queued when the forward
+    # ends (offload_backlog_bytes). One stage, so the last layer is kept (31 offloaded) and
+    # nothing is pre-reloaded; each layer's 0.537 GB copy at 64 GB/s (8.4 ms) outlasts the
+    # next layer's forward, t_f = t_mb / 32 layers / 3 (tp = cp = ep = 1: t_mb is the
+    # compute, no exposed collective), by x − t_f·B, 31 times.
+    t_f = off.time_terms.compute_s / off.num_microbatches / 32 / 3
+    excess = per_layer - t_f * 64e9
+    assert 0 < excess < per_layer
+    assert float(a1.offload_buffer_bytes) == pytest.approx(per_layer + 31 * excess, rel=1e-9)
 
 
 def test_offload_value_normalises_and_refuses():
@@ -210,3 +218,27 @@ def test_norm_modules_offload_only_unfused_norms():
     q = offload_quantities(arch, ctx)
     assert q[0] == 2 * S * h  # dense layer: the attention norm's input only
     assert q[4] == 2 * 2 * S * h  # MoE layer: both norms' inputs
+
+
+def test_pipeline_stage_holds_its_copy_backlog_and_a_prereloaded_layer():
+    """Mixtral 8×7B, pp 2 (16 layers a stage), 1F1B, 8 micro-batches, expert_fc1 and moe_act
+    offloaded (x = 2·2·S·h + 2·2·2·S·f_e a layer). Megatron-LM d98e8a64dd
+    ``fine_grained_activation_offload.py``: stage 0 offloads every layer of a forward
+    (the next backward is an older micro-batch's), so when its forward ends the copy queue
+    holds the last layer's x and the backlog of the 15 before, 15 × (x − t_f·B)
+    (``offload_backlog_bytes``); and its backward, having reloaded its own groups, pre-reloads
+    the last layer of the next micro-batch (``bulk_reload`` → ``pre_reload_last_layer``), held
+    through the next forward: x. The last stage keeps its last layer (``should_bulk_offload``)
+    and pre-reloads nothing: 15 × (x − t_f·B). Both beside the one layer never offloaded."""
+    base = {"model": "mixtral-8x7b", "dp": 4, "pp": 2, "seq_len": 4096, "global_batch_size": 32}
+    base.update(recompute="selective", schedule="1f1b")
+    off = Case.of(**{**base, "offload": Offload(activations="expert_fc1,moe_act")}).evaluate()
+    s, h, f = 4096, 4096, 14336
+    x = 2 * 2 * s * h + 2 * 2 * 2 * s * f
+    assert off.num_microbatches == 8
+    t_f = off.time_terms.compute_s / off.num_microbatches / 16 / 3
+    excess = x - t_f * 64e9
+    assert 0 < excess < x
+    first, last = (float(st.activations.offload_buffer_bytes) for st in off.stages)
+    assert first == pytest.approx(x + (x + 15 * excess) + x, rel=1e-9)
+    assert last == pytest.approx(x + 15 * excess, rel=1e-9)

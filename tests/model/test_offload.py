@@ -101,3 +101,37 @@ def test_host_link_override_reaches_the_step():
     cpu = 30 * elements / 89.6e9
     assert fast == pytest.approx(6 * elements / 64e9 + cpu)
     assert slow - cpu == pytest.approx(2 * (fast - cpu))
+
+
+def test_deepspeed_zero1_offload_keeps_the_largest_parameter_as_a_gpu_buffer():
+    """DeepSpeed ZeRO-1/2 with offload_optimizer (deepspeedai/DeepSpeed edaa72212,
+    ``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__``): ``largest_param_numel`` is the
+    largest parameter of the rank's ``bit16_groups`` and, with ``cpu_offload``, the GPU keeps
+    ``temp_grad_buffer_for_gpu_offload`` of that many elements in the parameters' dtype for the
+    run, the host ``temp_grad_buffer_for_cpu_offload`` as its twin.
+
+    Llama 3 70B (h 8,192, V 128,256, f 28,672, 64 heads of 128, 8 KV heads), tp 4, pp 2:
+    stage 0 holds the input embedding, 128,256 ÷ 4 = 32,064 rows × 8,192 = 262,668,288
+    elements (more than fc1's 2·28,672·8,192 ÷ 4 = 117,440,512); stage 1 the output layer, as
+    large. 2 B each: 525,336,576 B more gradients on the GPU and on the host, on both stages;
+    nothing else moves. Without offload no buffer; ZeRO-3 keeps none (``stage3.py`` only
+    prints its largest partitioned parameter)."""
+    base = {"model": "llama3-70b", "tp": 4, "pp": 2, "dp": 2, "framework": "deepspeed",
+            "zero_stage": 1, "seq_len": 8192, "global_batch_size": 64}  # fmt: skip
+    off = Case.of(**{**base, "offload": Offload(optimizer=1)}).evaluate()
+    largest = 128_256 // 4 * 8_192
+    assert largest == 262_668_288 > 2 * 28_672 * 8_192 // 4
+    from trainplan.model.mechanisms import mechanism
+    from trainplan.model.offload import offload_memory
+
+    for stage in off.stages:
+        st = stage.state
+        # the rest of the model state as offload_memory leaves it: bf16 gradients whole
+        P = stage.dense_params
+        mech, everything = mechanism("deepspeed", 1), Offload(optimizer=1)
+        _, g, _, _, host = offload_memory(mech, everything, 2 * P, 2 * P, 6 * P, 0, P / 2, True)
+        assert st.gradients_bytes == g + 2 * largest
+        assert st.host_bytes == host + 2 * largest
+    assert off.stages[0].state.gradients_bytes - 2 * off.stages[0].dense_params == 525_336_576
+    plain = Case.of(**base).evaluate()
+    assert plain.stages[0].state.gradients_bytes == 2 * plain.stages[0].dense_params

@@ -257,7 +257,10 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     update, less the GPU's own Adam step (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
     GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e and, with m > 1,
     the BF16 accumulation buffers (``accumulated_grads_in_cpu``) 2 B × e: 18 B × e =
-    17,135,137,152 B per GPU."""
+    17,135,137,152 B per GPU. Beside them DeepSpeed stages each gradient through a buffer of the
+    largest parameter, on the GPU and its twin on the host (``DeepSpeedZeroOptimizer.__init__``:
+    ``temp_grad_buffer_for_gpu_offload`` / ``_for_cpu_offload``): the embedding, 152,064 ×
+    3,584 = 544,997,376 elements, 2 B each, 1,089,994,752 B on each side."""
     problem = RLHFProblem(
         _spec(framework="deepspeed", zero_stage=2), H100, 8, ClusterLinks.from_device(H100)
     )
@@ -265,8 +268,10 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     cost = cost_of(problem, RoleOption("actor", 8, 8, 1, 1, "optimizer"))
     e = Fraction(N_QWEN, 8)
     assert e == 951_952_064
-    assert base.held_bytes - cost.held_bytes == 12 * e
-    assert cost.host_bytes == 18 * e == 17_135_137_152
+    staging = 2 * 152_064 * 3_584
+    assert staging == 1_089_994_752
+    assert base.held_bytes - cost.held_bytes == 12 * e - staging
+    assert cost.host_bytes == 18 * e + staging == 17_135_137_152 + staging
     offload_s = (3 * 2 + 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
     assert offload_s == pytest.approx(0.118994008 + 0.371856275, rel=1e-8)
     gpu_adam = 38 * 951_952_064 / 2.97e12  # the GPU's Adam step leaves, as above
