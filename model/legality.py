@@ -26,7 +26,12 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import Framework, check_distributed_optimizer, check_framework
+from trainplan.model.frameworks import (
+    Framework,
+    check_distributed_optimizer,
+    check_framework,
+    check_framework_recompute,
+)
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
@@ -53,6 +58,7 @@ __all__ = [
     "legality",
     "check_rules",
     "refusal",
+    "rules_reading",
     "check_expert_parallel",
 ]
 
@@ -94,6 +100,10 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
     check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
+
+
+def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
+    check_framework_recompute(framework, recompute)
 
 
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
@@ -388,6 +398,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
+    Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
@@ -456,11 +467,12 @@ def _reason(check: Callable[..., None], setting: Setting, *values: Any) -> str:
     return ""
 
 
-def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
+def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple[Any, Any]:
     """(legal, reason) of the layout(s) ``f`` (:class:`model.terms.fields.Fields`): whether
-    every rule holds, and the first broken rule's message ("" where legal). Scalars for one
-    layout; ``[n, 1]`` columns for many, each rule evaluated once per distinct value of its
-    scope.
+    every rule of ``rules`` (all of them unless told) holds, and the first broken rule's
+    message ("" where legal). Scalars for one layout; ``[n, 1]`` columns for many, each rule
+    evaluated once per distinct value of its scope. The search asks the rules that read a
+    modifier (``zero_stage``, ``recompute``) once per value of it (:func:`rules_reading`).
 
     Examples
     --------
@@ -473,10 +485,19 @@ def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
     (False, 'global_batch_size: 6 is not divisible by micro_batch_size 1 × dp 4 = 4')
     """
     reason: Any = ""
-    for rule in RULES:
+    for rule in rules:
         found = f.lookup(_reason, (rule.check, setting), *rule.scope)
         reason = where(reason == "", found, reason)
     return reason == "", reason
+
+
+def rules_reading(*names: str, among: tuple[Rule, ...] = RULES) -> tuple[Rule, ...]:
+    """The rules of ``among`` whose scope reads one of the fields ``names``, in order.
+
+    >>> [r.name for r in rules_reading("zero_stage")]
+    ['framework', 'offload', 'distributed_optimizer', 'optimizer']
+    """
+    return tuple(r for r in among if set(r.scope) & set(names))
 
 
 def refusal(setting: Setting, **values: Any) -> str:
