@@ -35,6 +35,7 @@ from trainplan.model.frameworks import (
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
+    check_expert_parallel,
     moe_layout_violation,
     moe_recompute_violation,
     moe_run_violation,
@@ -44,7 +45,7 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import check_fp8_param_gather
+from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -58,7 +59,6 @@ __all__ = [
     "legality",
     "check_rules",
     "refusal",
-    "rules_reading",
     "check_expert_parallel",
 ]
 
@@ -159,15 +159,7 @@ def _distributed_optimizer(
 
 
 def _fp8_activation_storage(s: Setting, framework: Any) -> None:
-    """DeepSeek-V3's activation storage (§3.3.3) runs in DeepSeek's own framework, which the
-    ``textbook`` profile stands for (with DualPipe); Transformer Engine (Megatron-Core) and
-    torchao (torchtitan) save each linear layer's input as :mod:`model.activations` counts."""
-    storage = s.training.fp8_activation_storage
-    if storage != "linear_inputs" and str(framework) != "textbook":
-        raise LayoutError(
-            f"fp8_activation_storage: {storage} is DeepSeek's own framework's (the textbook "
-            f"profile), not {framework}'s (its linear layers save their own inputs)"
-        )
+    check_fp8_activation_storage(framework, s.training.fp8_activation_storage)
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
@@ -221,26 +213,6 @@ def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> Non
 def _divides(axis: str, degree: int, what: str, value: int) -> None:
     if value % degree:
         raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
-
-
-def check_expert_parallel(ep: int, model: ModelSpec) -> None:
-    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
-    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
-    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
-    ``num_moe_experts % ep_size == 0``). One of :func:`_heads`' rules, and asked by the search
-    for each degree the user allows.
-
-    Raises
-    ------
-    LayoutError
-        ``ep: 16 does not divide num_experts = 8``.
-    """
-    arch = model.arch
-    if arch is None or ep == 1:
-        return
-    if arch.moe is None:
-        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
-    _divides("ep", ep, "num_experts", arch.moe.num_experts)
 
 
 def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
@@ -471,8 +443,7 @@ def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple
     """(legal, reason) of the layout(s) ``f`` (:class:`model.terms.fields.Fields`): whether
     every rule of ``rules`` (all of them unless told) holds, and the first broken rule's
     message ("" where legal). Scalars for one layout; ``[n, 1]`` columns for many, each rule
-    evaluated once per distinct value of its scope. The search asks the rules that read a
-    modifier (``zero_stage``, ``recompute``) once per value of it (:func:`rules_reading`).
+    evaluated once per distinct value of its scope.
 
     Examples
     --------
@@ -489,15 +460,6 @@ def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple
         found = f.lookup(_reason, (rule.check, setting), *rule.scope)
         reason = where(reason == "", found, reason)
     return reason == "", reason
-
-
-def rules_reading(*names: str, among: tuple[Rule, ...] = RULES) -> tuple[Rule, ...]:
-    """The rules of ``among`` whose scope reads one of the fields ``names``, in order.
-
-    >>> [r.name for r in rules_reading("zero_stage")]
-    ['framework', 'offload', 'distributed_optimizer', 'optimizer']
-    """
-    return tuple(r for r in among if set(r.scope) & set(names))
 
 
 def refusal(setting: Setting, **values: Any) -> str:

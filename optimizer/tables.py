@@ -37,7 +37,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.flops import step_flops
 from trainplan.model.layout import Recompute
-from trainplan.model.legality import RULES, Setting, legality, refusal, rules_reading
+from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
@@ -127,14 +127,19 @@ def _capacity(job: Job, shape: Shape, headroom: float) -> int:
     return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
 
 
+def _reading(name: str) -> tuple[Rule, ...]:
+    """The legality rules whose scope reads the field ``name``, in order."""
+    return tuple(r for r in RULES if name in r.scope)
+
+
 def _legal(c: Context, table: ShapeColumns, zs, rs) -> np.ndarray:
     """[N, Z, R] whether each shape breaks no legality rule at each ZeRO stage and recompute
     mode (:func:`model.legality.legality`): the rules that read neither once, those that read
     the ZeRO stage once per stage and those that read the recompute mode once per mode (no rule
-    reads both: :func:`model.legality.rules_reading`)."""
+    reads both)."""
     setting = Setting(c.model, c.training)
     every = np.arange(table.n)
-    by_z, by_r = rules_reading("zero_stage"), rules_reading("recompute")
+    by_z, by_r = _reading("zero_stage"), _reading("recompute")
     assert not set(by_z) & set(by_r), "a rule reads both modifiers: tabulate it per (z, r)"
     rest = tuple(r for r in RULES if r not in by_z and r not in by_r)
 

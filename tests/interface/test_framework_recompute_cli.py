@@ -42,3 +42,17 @@ def test_web_api_refuses_with_422() -> None:
     assert got.json()["error"].startswith(
         "recompute: sqrt with framework fsdp2 is not a torchtitan"
     )
+
+
+def test_torchtitan_fragment_never_writes_none_for_sqrt() -> None:
+    """A (Megatron) sqrt plan's torchtitan fragment: mode full, with the note saying why — not
+    mode none, which would keep every activation."""
+    from trainplan.interface.launch import torchtitan_toml
+    from trainplan.model.layout import Layout
+    from trainplan.model.specs import Architecture
+
+    arch = Architecture(num_layers=8, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32,
+                        vocab_size=16)  # fmt: skip
+    titan = torchtitan_toml(arch, Layout(pp=2, recompute="sqrt"))
+    assert titan.flags[-2:] == ("[activation_checkpoint]", 'mode = "full"')
+    assert any(n.startswith("recompute sqrt: torchtitan has no multi-block") for n in titan.notes)
