@@ -182,7 +182,7 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
                 "act_host": none_r}  # fmt: skip
-    skip = _skip(zs, legal.any(axis=2))
+    skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
         term("state"), c, table, modifiers,
@@ -204,7 +204,7 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     (``legal`` [N, Z, R]) is 0."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1)
-    some = legal.any(axis=2)  # [N, Z]: the stage runs the shape under some recompute mode
+    some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
         term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)
     )
