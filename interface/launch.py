@@ -453,6 +453,13 @@ def torchtitan_toml(
         )
     elif layout.recompute is Recompute.FULL:
         lines.append('mode = "full"')
+    elif layout.recompute is Recompute.SQRT:  # never an fsdp2 plan (check_framework_recompute)
+        lines.append('mode = "full"')
+        notes.append(
+            "recompute sqrt: torchtitan has no multi-block checkpoint segment (each block is "
+            "checkpointed by itself); mode full recomputes the same forward but keeps every "
+            "block's input, not round(√n) of them: its memory is the plan's with recompute full"
+        )
     elif layout.recompute is Recompute.SELECTIVE:
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
     else:

@@ -71,6 +71,7 @@ __all__ = [
     "ZERO_STAGES",
     "DEFAULT_ZERO_STAGE",
     "check_framework",
+    "check_framework_recompute",
     "zero_stages_for",
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
     "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
@@ -268,6 +269,45 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
         raise LayoutError(
             f"zero_stage: {zero_stage} with `framework` deepspeed needs pp = 1 (its pipeline "
             f"engine allows ZeRO-0/1 only); pp is {pp}"
+        )
+
+
+def check_framework_recompute(framework: Framework | str, recompute: str) -> None:
+    """Check that ``framework`` runs the recompute mode ``recompute``
+    (:class:`model.layout.Recompute`'s value, as text).
+
+    ``sqrt`` (Chen et al. 2016: keep the inputs of √n-layer segments, recompute a whole segment
+    in backward) needs a checkpoint around several transformer blocks at once. Megatron-LM has
+    it (``--recompute-method uniform --recompute-num-layers N``: ``TransformerBlock.
+    _checkpointed_forward`` checkpoints N layers as one unit); torchtitan, which ``fsdp2`` stands
+    for, has not: ``torchtitan/distributed/activation_checkpoint.py``
+    ``ActivationCheckpointing.apply`` (pytorch/torchtitan b5bcd76c6) wraps each block of
+    ``model.layers`` by itself through the policy's ``_wrap_block`` (``FullAC``: the whole
+    block; ``SelectiveAC``: per-op; ``MemoryBudgetAC``: the compiler's partitioner), and the
+    earlier config's modes (``apply_ac`` / ``_apply_ac_to_transformer_block`` before
+    torchtitan 114151ad4: ``full``, ``selective`` with ``selective_ac_option`` ``"op"`` or
+    ``"N"``, every N-th block wrapped alone, ``_apply_layer_sac``) wrap one block too. No
+    multi-block segment exists to launch.
+
+    Raises
+    ------
+    LayoutError
+        ``sqrt`` with ``fsdp2``.
+
+    Examples
+    --------
+    >>> check_framework_recompute("megatron", "sqrt")
+    >>> try:
+    ...     check_framework_recompute("fsdp2", "sqrt")
+    ... except LayoutError as err:
+    ...     print(str(err).split(" (")[0])
+    recompute: sqrt with `framework` fsdp2 is not a torchtitan mechanism
+    """
+    if str(framework) == Framework.FSDP2 and str(recompute) == "sqrt":
+        raise LayoutError(
+            "recompute: sqrt with `framework` fsdp2 is not a torchtitan mechanism (its "
+            "activation checkpointing wraps each transformer block by itself: full, selective "
+            "per-op, or every N-th block; no multi-block segment); use full, selective or none"
         )
 
 

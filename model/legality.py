@@ -26,10 +26,16 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
-from trainplan.model.frameworks import Framework, check_distributed_optimizer, check_framework
+from trainplan.model.frameworks import (
+    Framework,
+    check_distributed_optimizer,
+    check_framework,
+    check_framework_recompute,
+)
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
+    check_expert_parallel,
     moe_layout_violation,
     moe_recompute_violation,
     moe_run_violation,
@@ -39,7 +45,11 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import check_fp8_param_gather, check_framework_fp8_recipe
+from trainplan.model.precision import (
+    check_fp8_activation_storage,
+    check_fp8_param_gather,
+    check_framework_fp8_recipe,
+)
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -97,6 +107,10 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework_fp8_recipe(framework, s.training.fp8_recipe)
 
 
+def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
+    check_framework_recompute(framework, recompute)
+
+
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
     check_offload(framework, zero_stage, s.training.offload)
 
@@ -150,15 +164,7 @@ def _distributed_optimizer(
 
 
 def _fp8_activation_storage(s: Setting, framework: Any) -> None:
-    """DeepSeek-V3's activation storage (§3.3.3) runs in DeepSeek's own framework, which the
-    ``textbook`` profile stands for (with DualPipe); Transformer Engine (Megatron-Core) and
-    torchao (torchtitan) save each linear layer's input as :mod:`model.activations` counts."""
-    storage = s.training.fp8_activation_storage
-    if storage != "linear_inputs" and str(framework) != "textbook":
-        raise LayoutError(
-            f"fp8_activation_storage: {storage} is DeepSeek's own framework's (the textbook "
-            f"profile), not {framework}'s (its linear layers save their own inputs)"
-        )
+    check_fp8_activation_storage(framework, s.training.fp8_activation_storage)
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
@@ -212,26 +218,6 @@ def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> Non
 def _divides(axis: str, degree: int, what: str, value: int) -> None:
     if value % degree:
         raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
-
-
-def check_expert_parallel(ep: int, model: ModelSpec) -> None:
-    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
-    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
-    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
-    ``num_moe_experts % ep_size == 0``). One of :func:`_heads`' rules, and asked by the search
-    for each degree the user allows.
-
-    Raises
-    ------
-    LayoutError
-        ``ep: 16 does not divide num_experts = 8``.
-    """
-    arch = model.arch
-    if arch is None or ep == 1:
-        return
-    if arch.moe is None:
-        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
-    _divides("ep", ep, "num_experts", arch.moe.num_experts)
 
 
 def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
@@ -389,6 +375,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
+    Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
@@ -457,11 +444,11 @@ def _reason(check: Callable[..., None], setting: Setting, *values: Any) -> str:
     return ""
 
 
-def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
+def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple[Any, Any]:
     """(legal, reason) of the layout(s) ``f`` (:class:`model.terms.fields.Fields`): whether
-    every rule holds, and the first broken rule's message ("" where legal). Scalars for one
-    layout; ``[n, 1]`` columns for many, each rule evaluated once per distinct value of its
-    scope.
+    every rule of ``rules`` (all of them unless told) holds, and the first broken rule's
+    message ("" where legal). Scalars for one layout; ``[n, 1]`` columns for many, each rule
+    evaluated once per distinct value of its scope.
 
     Examples
     --------
@@ -474,7 +461,7 @@ def legality(setting: Setting, f: Any) -> tuple[Any, Any]:
     (False, 'global_batch_size: 6 is not divisible by micro_batch_size 1 × dp 4 = 4')
     """
     reason: Any = ""
-    for rule in RULES:
+    for rule in rules:
         found = f.lookup(_reason, (rule.check, setting), *rule.scope)
         reason = where(reason == "", found, reason)
     return reason == "", reason

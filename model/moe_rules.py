@@ -6,10 +6,17 @@ the interface raise it."""
 
 from __future__ import annotations
 
+from trainplan.model.errors import LayoutError
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import DROPLESS, Dispatcher, EpOverlap, MoERun
 
-__all__ = ["moe_layout_violation", "moe_recompute_violation", "moe_run_violation"]
+__all__ = [
+    "check_expert_parallel",
+    "moe_layout_violation",
+    "moe_recompute_violation",
+    "moe_run_violation",
+]
 
 
 def moe_run_violation(
@@ -120,3 +127,24 @@ def moe_recompute_violation(run: MoERun, full_recompute: bool) -> str | None:
             "recomputation (Megatron-Core asserts it)"
         )
     return None
+
+
+def check_expert_parallel(ep: int, model: ModelSpec) -> None:
+    """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
+    model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
+    Megatron-Core ``transformer/moe/moe_layer.py`` ``BaseMoELayer.__init__`` asserts
+    ``num_moe_experts % ep_size == 0``). One of :func:`model.legality`'s rules (``heads``), and asked by the search
+    for each degree the user allows.
+
+    Raises
+    ------
+    LayoutError
+        ``ep: 16 does not divide num_experts = 8``.
+    """
+    arch = model.arch
+    if arch is None or ep == 1:
+        return
+    if arch.moe is None:
+        raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
+    if arch.moe.num_experts % ep:
+        raise LayoutError(f"ep: {ep} does not divide num_experts = {arch.moe.num_experts}")

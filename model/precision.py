@@ -65,6 +65,7 @@ __all__ = [
     "dtype_bytes",
     "check_precision",
     "check_fp8_param_gather",
+    "check_fp8_activation_storage",
     "linear_speedup",
     "fp8_weight_cache_bytes",
     "fp8_activation_bytes",
@@ -338,6 +339,27 @@ def check_fp8_param_gather(framework: str, fp8_param_gather: bool) -> None:
         raise LayoutError(
             f"fp8_param_gather: FP8 primary weights are Megatron-Core's (Transformer Engine "
             f"parameters); {framework} keeps BF16 weights (use `framework` megatron)"
+        )
+
+
+def check_fp8_activation_storage(framework: str, storage: str) -> None:
+    """Refuse an ``fp8_activation_storage`` other than ``linear_inputs`` outside the
+    ``textbook`` profile: DeepSeek-V3's activation storage (§3.3.3) runs in DeepSeek's own
+    framework, which ``textbook`` stands for (with DualPipe); Transformer Engine (Megatron-Core)
+    and torchao (torchtitan) save each linear layer's input as :mod:`model.activations` counts.
+
+    Raises
+    ------
+    LayoutError
+        Another storage under ``megatron``, ``deepspeed`` or ``fsdp2``.
+
+    >>> check_fp8_activation_storage("textbook", "deepseek")
+    >>> check_fp8_activation_storage("megatron", "linear_inputs")
+    """
+    if storage != "linear_inputs" and str(framework) != "textbook":
+        raise LayoutError(
+            f"fp8_activation_storage: {storage} is DeepSeek's own framework's (the textbook "
+            f"profile), not {framework}'s (its linear layers save their own inputs)"
         )
 
 

@@ -15,8 +15,9 @@ Encoding (variables → constraints → objective → solve → read, as the CP-
 * The objective and every other quantity are linear sums over the one-hot ``x``: objective
   ``Σ (O1[s][r] + O2[s][z])·x[c]``, peak memory (the frontier's second axis) ``Σ peak[c]·x[c]``,
   GPU count or price ``Σ value[s]·x[c]``; an integer ``index = Σ c·x[c]`` reads the choice.
-* Ties: a later pass fixes the optimum and minimises the tie-break rank (shape order, then
-  recompute, then ZeRO preference), so the answer is unique and equals the exhaustive oracle's.
+* Ties: a later pass fixes the optimum and minimises the tie-break rank (the least peak memory,
+  then shape order, recompute and ZeRO preference: :func:`optimizer.rules.tie_keys`), so the
+  answer is unique and equals the exhaustive oracle's.
 * Top-k: each answer found is excluded (``x[c] = 0``); frontiers bound the second axis with
   removable literals.
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from trainplan.optimizer.rules import tie_keys
 from trainplan.optimizer.solver import (
     INTERRUPTED_LIMIT_S,
     clear_interrupt,
@@ -85,7 +87,7 @@ class LayoutModel:
         explain why)."""
         self.tables = tables
         explaining = not allowed.any()
-        mask = tables.legal[:, :, None] & np.ones_like(allowed) if explaining else allowed
+        mask = tables.legal if explaining else allowed
         self.candidates = np.argwhere(mask)
         """[C, 3] (s, z, r) of each variable."""
         C = len(self.candidates)
@@ -109,6 +111,7 @@ class LayoutModel:
                 if hit:
                     m.add(sum(hit) == 0).only_enforce_if(lit)
         self._memory: cp_model.IntVar | None = None
+        self._ties: np.ndarray | None = None
 
     # ---------------------------------------------------------------- expressions
     def weighted(self, values: np.ndarray | Sequence[int]) -> cp_model.LinearExpr:
@@ -142,22 +145,23 @@ class LayoutModel:
         values = np.asarray(per_shape, dtype=np.int64)
         return self.weighted(values[self.candidates[:, 0]] if len(self.candidates) else [])
 
-    def tie_rank(self, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> cp_model.LinearExpr:
-        """Lexicographic (shape order, recompute rank, ZeRO rank) as one integer."""
-        Z, R = len(self.tables.zero_stages), len(self.tables.recomputes)
-        s, z, r = (self.candidates[:, k] for k in range(3))
-        ranks = s * Z * R + np.asarray(rec_rank)[r] * Z + np.asarray(zero_rank)[z]
-        return self.weighted(ranks)
+    def _tie_keys(self) -> np.ndarray:
+        """[C] each candidate's tie-break key (:func:`optimizer.rules.tie_keys`), computed once."""
+        if self._ties is None:
+            self._ties = tie_keys(self.tables, self.candidates)
+        return self._ties
 
-    def first_at(self, value: int, zero_rank: Sequence[int], rec_rank: Sequence[int]) -> Candidate:
-        """The candidate of least tie rank among those whose objective is ``value`` and that are
+    def tie_rank(self) -> cp_model.LinearExpr:
+        """Lexicographic (peak memory, shape order, recompute rank, ZeRO rank) as one integer
+        (:func:`optimizer.rules.tie_keys`)."""
+        return self.weighted(self._tie_keys())
+
+    def first_at(self, value: int) -> Candidate:
+        """The candidate of least tie key among those whose objective is ``value`` and that are
         still allowed (not excluded): the tie-break pass when only the objective binds, read off
         the candidates instead of a second solve."""
-        Z, R = len(self.tables.zero_stages), len(self.tables.recomputes)
-        s, z, r = (self.candidates[:, k] for k in range(3))
-        ranks = s * Z * R + np.asarray(rec_rank)[r] * Z + np.asarray(zero_rank)[z]
         at = (self._objective_values == value) & ~self._excluded
-        c = int(np.flatnonzero(at)[np.argmin(ranks[at])])
+        c = int(np.flatnonzero(at)[np.argmin(self._tie_keys()[at])])
         return tuple(int(v) for v in self.candidates[c])  # type: ignore[return-value]
 
     # ---------------------------------------------------------------- solving

@@ -14,17 +14,17 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import objective_ns
 from trainplan.optimizer.cpsat import Candidate
 from trainplan.optimizer.problem import Objective, Problem, model_size
-from trainplan.optimizer.rules import allowed, tie_ranks
+from trainplan.optimizer.rules import allowed, tie_keys
 from trainplan.optimizer.tables import CostTables, objective_tables
 
 __all__ = ["allowed", "best", "top", "pareto", "best_by_evaluate"]
 
 
 def _tie_key(tables: CostTables) -> np.ndarray:
-    zero_rank, rec_rank = tie_ranks(tables)
-    S, Z, R = tables.fits.shape
-    s = np.arange(S)[:, None, None]
-    return s * Z * R + np.array(rec_rank)[None, None, :] * Z + np.array(zero_rank)[None, :, None]
+    """[S, Z, R] every candidate's tie-break key (:func:`optimizer.rules.tie_keys`)."""
+    shape = tables.fits.shape
+    cells = np.indices(shape).reshape(3, -1).T
+    return tie_keys(tables, cells).reshape(shape)
 
 
 def _argbest(

@@ -300,24 +300,29 @@ def per_stage_result(
     searched: int,
     uniform_seconds: float,
 ) -> PerStageResult:
-    """The :class:`PerStageResult` of the best of ``plans`` against ``uniform``: the uniform
-    layout unless a per-stage plan is strictly faster.
+    """The :class:`PerStageResult` of the best of ``plans`` (the least step time, then the least
+    peak memory) against ``uniform``: the uniform layout unless a per-stage plan is strictly
+    faster (plans are sought below the uniform's time, so an equal-time plan is never found).
 
     Raises
     ------
     InfeasibleError
         No uniform layout and no plan of the ``searched`` base layouts fits.
     """
-    found = [(p.objective_ns, i) for i, (_, p) in enumerate(plans) if p.objective_ns is not None]
+    found = [
+        (p.objective_ns, p.estimate.total_bytes, i)
+        for i, (_, p) in enumerate(plans)
+        if p.objective_ns is not None and p.estimate is not None
+    ]  # equal step times: the plan with the least peak memory, then the first searched
     best = min(found, default=None)
     if uniform.answer is not None and uniform.ns is not None:
         plan_est, plan_ns, job = uniform.answer.estimate, uniform.ns, uniform.answer.job
         if best is not None and best[0] < uniform.ns:
-            job, shape = plans[best[1]]
+            job, shape = plans[best[2]]
             assert shape.estimate is not None
             plan_est, plan_ns = shape.estimate, best[0]
     elif best is not None:
-        job, shape = plans[best[1]]
+        job, shape = plans[best[2]]
         assert shape.estimate is not None
         plan_est, plan_ns = shape.estimate, best[0]
     else:

@@ -11,7 +11,7 @@ from trainplan.optimizer.space import RECOMPUTE_PREFERENCE, ZERO_PREFERENCE
 from trainplan.optimizer.tables import CostTables
 from trainplan.topology.placement import fits_in_domain
 
-__all__ = ["tie_ranks", "mfu_table", "allowed", "tp_cp_in_nvlink"]
+__all__ = ["tie_ranks", "tie_keys", "mfu_table", "allowed", "tp_cp_in_nvlink"]
 
 
 def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
@@ -20,6 +20,26 @@ def tie_ranks(tables: CostTables) -> tuple[list[int], list[int]]:
     zero = [ZERO_PREFERENCE.index(z) for z in tables.zero_stages]
     rec = [RECOMPUTE_PREFERENCE.index(r) for r in tables.recomputes]
     return [sorted(zero).index(v) for v in zero], [sorted(rec).index(v) for v in rec]
+
+
+def tie_keys(tables: CostTables, candidates: np.ndarray) -> np.ndarray:
+    """[C] the tie-break key of each candidate, rows (s, z, r) of ``candidates`` [C, 3]: among
+    candidates of equal objective the least key is the answer. Lexicographic, as one int64:
+    the busiest stage's peak bytes (:attr:`CostTables.peak_ceil`: less memory, more headroom,
+    first — recompute sqrt and full run the same FLOPs, so a tie between them goes to the one
+    that holds less), then shape order, recompute rank and ZeRO rank (:func:`tie_ranks`). The
+    peak enters as its dense rank among ``candidates`` (at most C values), so the key stays
+    below C · S · Z · R ≤ (2·10⁶)² and the order is the same for any ``candidates`` set."""
+    zero_rank, rec_rank = tie_ranks(tables)
+    S, Z, R = tables.fits.shape
+    s, z, r = (candidates[:, k].astype(np.int64) for k in range(3))
+    _, memory = np.unique(tables.peak_ceil[s, z, r], return_inverse=True)
+    shape = s * Z * R + np.asarray(rec_rank, dtype=np.int64)[r] * Z
+    return (
+        memory.reshape(-1).astype(np.int64) * (S * Z * R)
+        + shape
+        + np.asarray(zero_rank, dtype=np.int64)[z]
+    )
 
 
 def mfu_table(tables: CostTables) -> np.ndarray:

@@ -76,7 +76,7 @@ class SearchResult:
 
 def _families(problem: Problem, tables: CostTables) -> dict[str, np.ndarray]:
     """Each constraint family's [S, Z, R] mask of the legal candidates it forbids."""
-    legal = tables.legal[:, :, None] & np.ones_like(tables.fits)
+    legal = tables.legal
     out = {"memory": legal & ~tables.fits}
     if problem.constraints.min_mfu is not None:
         out["min_mfu"] = legal & (mfu_table(tables) < problem.constraints.min_mfu)
@@ -189,7 +189,7 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     for family in blocking:
         if family == "memory" and not fits.any():
             top = np.iinfo(np.int64).max
-            peak = np.where(tables.legal[:, :, None], tables.peak_ceil, top)
+            peak = np.where(tables.legal, tables.peak_ceil, top)
             s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
             sh, cap = tables.shapes[s], int(tables.capacity[s])
             out.append(
@@ -233,7 +233,6 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
 def _solve_one(
     lm: LayoutModel,
     tables: CostTables,
-    ranks,
     time_limit: float | None,
     workers: int,
     progress: Progress | None,
@@ -263,12 +262,12 @@ def _solve_one(
         # nothing but the objective binds: the first of the optimal candidates by tie rank
         return (
             "optimal" if proven else "feasible",
-            lm.first_at(res.value, *ranks),
+            lm.first_at(res.value),
             res.value,
             seconds,
         )
     active.append(lm.bound(lm.objective, res.value))
-    tie = lm.solve(lm.tie_rank(*ranks), active=active, time_limit_s=time_limit, workers=workers)
+    tie = lm.solve(lm.tie_rank(), active=active, time_limit_s=time_limit, workers=workers)
     seconds += tie.seconds
     proven &= tie.status == "optimal"
     choice = tie.choice or res.choice
@@ -285,7 +284,8 @@ def search(
 ) -> SearchResult:
     """The best layout (least objective; for ``params`` the largest model, then the least step
     time) whose every stage fits and which meets the constraints; with ``top`` > 1 the next best
-    distinct layouts too.
+    distinct layouts too. Equal objectives go to the least peak memory
+    (:func:`optimizer.rules.tie_keys`).
 
     Raises
     ------
@@ -294,7 +294,6 @@ def search(
     """
     tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
-    ranks = tie_ranks(tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
         sizes = [model_size(tables.jobs[j]) for j in tables.job_of]
@@ -302,9 +301,7 @@ def search(
     answers: list[Answer] = []
     seconds, status = 0.0, "optimal"
     for _ in range(top):
-        st, choice, value, sec = _solve_one(
-            lm, tables, ranks, time_limit_s, workers, progress, maximize
-        )
+        st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress, maximize)
         seconds += sec
         if choice is None and st == "unknown":
             raise InfeasibleError(
@@ -390,7 +387,6 @@ def frontier(
     tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
     proven = tables.complete
-    ranks = tie_ranks(tables)
     second, second_values = _second_axis(against, tables, lm)
     points: list[Answer] = []
     seconds = 0.0
@@ -411,7 +407,7 @@ def frontier(
         assert res2.value is not None  # feasible: the first solve's answer satisfies it
         least = lm.bound(second, res2.value)
         tie = lm.solve(
-            lm.tie_rank(*ranks),
+            lm.tie_rank(),
             active=[*active, best, least],
             time_limit_s=time_limit_s,
             workers=workers,

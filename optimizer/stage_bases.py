@@ -139,7 +139,7 @@ def ranking_masks(
     pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
     state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
     state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :]
-    legal = np.broadcast_to((tables.legal & state_fits)[:, :, None], ok.shape)
+    legal = tables.legal & state_fits[:, :, None]
     if problem.constraints.tp_in_nvlink:
         near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
         legal = legal & near[:, None, None]

@@ -137,7 +137,7 @@ def solve_rests(
         check_plan(tables, est, sol.paced_ns)
         total = step_ns(est)
         model.add_rest(sol.key, total - sol.paced_ns)
-        if best is None or total < best[0]:
+        if best is None or (total, est.total_bytes) < (best[0], best[1].total_bytes):
             best = (total, est)
             hint = (sol.layers, sol.recomputed)
         if known:

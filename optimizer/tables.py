@@ -7,8 +7,9 @@ recompute mode r:
   gradients, optimizer state, gathered units and buffers
 * ``step[s, z, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
 * ``act[s, r, i]``   — activation bytes of stage i
-* ``legal[s, z]``    — the ZeRO stage exists in the shape's framework with its axes
-  (:func:`model.frameworks.check_framework`, :func:`model.offload.check_offload`)
+* ``legal[s, z, r]`` — the shape breaks no legality rule at the ZeRO stage and recompute mode
+  (:func:`model.legality.legality`: the framework runs the stage with its axes, the recompute
+  mode, the offload)
 * ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
 * ``t2_ns[s, z]``    — exposed dp traffic, the optimizer step and an offload's transfers (both
   rounded to whole nanoseconds as :func:`model.estimate.objective_ns`)
@@ -37,7 +38,7 @@ from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute
-from trainplan.model.legality import Setting, legality, refusal
+from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
@@ -86,7 +87,8 @@ class CostTables:
     step_ceil: np.ndarray
     """[S, Z, P] model-state bytes during the optimizer step, rounded up."""
     legal: np.ndarray
-    """[S, Z] whether ZeRO stage z exists in shape s's framework with its axes."""
+    """[S, Z, R] whether shape s breaks no legality rule at ZeRO stage z and recompute mode r
+    (:func:`model.legality.legality`)."""
     act_ceil: np.ndarray
     """[S, R, P] activation bytes (layers + embedding + transient), rounded up."""
     fits: np.ndarray
@@ -126,16 +128,30 @@ def _capacity(job: Job, shape: Shape, headroom: float) -> int:
     return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
 
 
-def _legal(c: Context, table: ShapeColumns, zs, recompute: Recompute) -> np.ndarray:
-    """[N, Z] whether each shape breaks no legality rule at each ZeRO stage
-    (:func:`model.legality.legality`)."""
+def _reading(name: str) -> tuple[Rule, ...]:
+    """The legality rules whose scope reads the field ``name``, in order."""
+    return tuple(r for r in RULES if name in r.scope)
+
+
+def _legal(c: Context, table: ShapeColumns, zs, rs) -> np.ndarray:
+    """[N, Z, R] whether each shape breaks no legality rule at each ZeRO stage and recompute
+    mode (:func:`model.legality.legality`): the rules that read neither once, those that read
+    the ZeRO stage once per stage and those that read the recompute mode once per mode (no rule
+    reads both)."""
     setting = Setting(c.model, c.training)
     every = np.arange(table.n)
-    legal = np.zeros((table.n, len(zs)), dtype=bool)
-    for zi, z in enumerate(zs):
-        ok, _ = legality(setting, table.view(every, {"zero_stage": z, "recompute": recompute}))
-        legal[:, zi] = np.broadcast_to(np.asarray(ok, dtype=bool).reshape(-1), (table.n,))
-    return legal
+    by_z, by_r = _reading("zero_stage"), _reading("recompute")
+    assert not set(by_z) & set(by_r), "a rule reads both modifiers: tabulate it per (z, r)"
+    rest = tuple(r for r in RULES if r not in by_z and r not in by_r)
+
+    def mask(rules, scalars) -> np.ndarray:
+        ok, _ = legality(setting, table.view(every, scalars), rules)
+        return np.broadcast_to(np.asarray(ok, dtype=bool).reshape(-1), (table.n,))
+
+    base = mask(rest, {"zero_stage": zs[0], "recompute": rs[0]})
+    at_z = np.stack([mask(by_z, {"zero_stage": z, "recompute": rs[0]}) for z in zs], axis=1)
+    at_r = np.stack([mask(by_r, {"zero_stage": zs[0], "recompute": r}) for r in rs], axis=1)
+    return base[:, None, None] & at_z[:, :, None] & at_r[:, None, :]
 
 
 def illegal_reason(tables: CostTables) -> str | None:
@@ -165,12 +181,12 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
     the host's share [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
     (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
     state fits the host: :func:`model.terms.peak.host_fits`)."""
-    legal = _legal(c, table, zs, rs[0])
+    legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
                 "act_host": none_r}  # fmt: skip
-    skip = _skip(zs, legal)
+    skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
         term("state"), c, table, modifiers,
@@ -181,22 +197,24 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
-        legal &= host_fits(host.max(axis=2), c.gpu)
+        legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
             "act_host": act_host}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
     """t1 [N, R] and t2 [N, Z] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
-    :func:`model.terms.step.dp_term`); t2 of an illegal ZeRO stage is 0."""
+    :func:`model.terms.step.dp_term`); t2 of a ZeRO stage illegal under every recompute mode
+    (``legal`` [N, Z, R]) is 0."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1)
+    some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
-        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, legal)
+        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)
     )
     return {
         "t1": np.rint(t1 * 1e9).astype(np.int64),
-        "t2": np.where(legal, np.rint(t2 * 1e9), 0).astype(np.int64),
+        "t2": np.where(some, np.rint(t2 * 1e9), 0).astype(np.int64),
     }
 
 
@@ -244,8 +262,8 @@ def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
     if mem["act_host"].any():
         host = (mem["host"][:, :, None, :] + mem["act_host"][:, None, :, :]).max(axis=3)
         host_ok = host_fits(host, case.device)
-    fits = clear_in & legal[:, :, None] & host_ok
-    for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal[:, :, None]), strict=True):
+    fits = clear_in & legal & host_ok
+    for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal), strict=True):
         lay = shapes[n].layout(zs[z], rs[r])
         stages = stage_memory(
             case.model, case.training, lay, case.vocab_multiple, case.device,
@@ -339,7 +357,7 @@ def empty_columns(S: int, Z: int, R: int, P: int) -> dict[str, np.ndarray]:
     return {
         "state_ceil": np.zeros((S, Z, P), dtype=np.int64),
         "step_ceil": np.zeros((S, Z, P), dtype=np.int64),
-        "legal": np.zeros((S, Z), dtype=bool),
+        "legal": np.zeros((S, Z, R), dtype=bool),
         "act_ceil": np.zeros((S, R, P), dtype=np.int64),
         "fits": np.zeros((S, Z, R), dtype=bool),
         "t1_ns": np.zeros((S, R), dtype=np.int64),

@@ -13,10 +13,11 @@ from trainplan.model.frameworks import (
     DEFAULT_RUNTIME_RESERVE_BYTES,
     DRIVER_RESERVED_BYTES,
     FRAGMENTATION_ALLOWANCE_BYTES,
+    Framework,
 )
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
-from trainplan.model.memory import keeps_gathered_inputs
+from trainplan.model.memory import cache_bytes_per_element, keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
@@ -333,19 +334,46 @@ def _precision_sentence(est: Estimate) -> str:
             f"{flat:.2f}× faster (FP8 peak at {FP8_GEMM_EFFICIENCY:g} of the BF16 efficiency; no "
             "published recipe profile for this part)"
         )
-    cache = fp8_weight_cache_bytes(recipe)
-    weights = (
-        f"linear weights held as FP8 primary weights (1 B; --fp8-param-gather), only the "
-        f"column-wise copy cached (+{float(cache / 2):g} B per linear weight)"
-        if t.fp8_param_gather
-        else f"linear weights cached as FP8 row- and column-wise copies (+{float(cache):g} B per "
-        "linear weight)"
-    )
+    impl, weights, inputs = _fp8_linear(est, recipe)
     return (
-        f"precision fp8, recipe {recipe.value} (Transformer Engine): {weights}, "
-        f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element), linear "
-        f"GEMMs {speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
+        f"precision fp8, recipe {recipe.value} ({impl}): {weights}, {inputs}, linear GEMMs "
+        f"{speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
+
+
+def _fp8_linear(est: Estimate, recipe: Fp8Recipe) -> tuple[str, str, str]:
+    """(implementation, weights, saved inputs) of an FP8 linear layer, read from the flags and
+    the byte count the memory terms read (:attr:`model.frameworks.Framework.fp8_caches_weights`,
+    :attr:`model.frameworks.Framework.fp8_saves_fp8_inputs`,
+    :func:`model.memory.cache_bytes_per_element`): Transformer Engine's cached FP8 weight
+    copies and FP8 saved inputs, or torchao's ``Float8Linear`` (``fsdp2``), which casts inside
+    each GEMM and saves the high-precision input."""
+    t, framework = est.training, Framework(est.layout.framework)
+    cache = cache_bytes_per_element(t, framework, est.device)
+    if not framework.fp8_caches_weights:
+        weights = "linear weights cast to FP8 inside each GEMM, no FP8 copy kept"
+    elif t.fp8_param_gather:
+        kept = (
+            f"only the column-wise copy cached (+{float(cache):g} B per linear weight)"
+            if cache
+            else "no copy cached (the row-wise data serves both layouts on this part)"
+        )
+        weights = f"linear weights held as FP8 primary weights (1 B; --fp8-param-gather), {kept}"
+    else:
+        copies = (
+            "FP8 row- and column-wise copies"
+            if cache == fp8_weight_cache_bytes(recipe)
+            else "one FP8 copy (the row-wise data serves both layouts on this part)"
+        )
+        weights = f"linear weights cached as {copies} (+{float(cache):g} B per linear weight)"
+    if framework.fp8_saves_fp8_inputs:
+        inputs = (
+            f"linear inputs saved in FP8 ({float(fp8_activation_bytes(recipe)):g} B per element)"
+        )
+    else:
+        inputs = "linear inputs saved in BF16 (cast to FP8 again in backward)"
+    impl = "Transformer Engine" if framework.fp8_caches_weights else "torchao Float8Linear"
+    return impl, weights, inputs
 
 
 def _cp_overlap(est: Estimate) -> str:

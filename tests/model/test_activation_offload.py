@@ -192,9 +192,9 @@ def test_search_tables_exclude_a_host_that_overflows():
     overflows = 0
     for s, shape in enumerate(tables.shapes):
         for z, zero in enumerate(tables.zero_stages):
-            if not tables.legal[s, z]:
-                continue
             for r, mode in enumerate(tables.recomputes):
+                if not tables.legal[s, z, r]:
+                    continue
                 est = problem.jobs[0].case.evaluate(shape.layout(zero, mode))
                 assert bool(tables.fits[s, z, r]) == est.fits, shape
                 overflows += est.host_fits is False

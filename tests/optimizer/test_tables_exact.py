@@ -110,7 +110,7 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
         for s in range(len(tables.shapes))
         for z in range(len(tables.zero_stages))
         for r in range(len(tables.recomputes))
-        if tables.legal[s, z]
+        if tables.legal[s, z, r]
     ]
     sample = rng.sample(candidates, min(400, len(candidates)))
     schedules = {str(tables.shapes[s].schedule) for s, _, _ in sample}
