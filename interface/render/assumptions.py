@@ -19,6 +19,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import cache_bytes_per_element, keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
+from trainplan.model.op_time import Clock
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import (
     FP8_GEMM_EFFICIENCY,
@@ -26,12 +27,15 @@ from trainplan.model.precision import (
     Fp8Recipe,
     Precision,
     fp8_activation_bytes,
+    fp8_recipe_of,
     fp8_weight_cache_bytes,
     linear_speedup,
 )
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
+from trainplan.model.torchao_rates import TorchaoFp8
+from trainplan.model.torchao_time import torchao_fp8_rates
 
 __all__ = ["assumptions", "elementwise", "tp_block_inputs"]
 
@@ -318,10 +322,17 @@ def _precision_sentence(est: Estimate) -> str:
         )
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
-    recipe = t.fp8_recipe or Fp8Recipe.DELAYED
+    recipe = fp8_recipe_of(est.layout.framework, t.fp8_recipe)
     published = recipe_speedups(est.device.name, recipe) if recipe is not Fp8Recipe.MXFP8 or \
         FAMILY.get(est.device.name) == "blackwell" else None  # fmt: skip
-    if published is not None:
+    ao = _torchao_rates(est, recipe)
+    if ao is not None:
+        speed = (
+            f"{ao.kernel_speedup:.2f}× faster (torchao's published Float8 block speed-up on "
+            "H100 read through this model's own times), each call's casts charged as torchao's "
+            "roofline counts them"
+        )
+    elif published is not None:
         fwd, dgrad, wgrad = published
         speed = (
             f"{fwd:.2f}×, {dgrad:.2f}×, {wgrad:.2f}× faster in forward, input and weight gradient "
@@ -339,6 +350,19 @@ def _precision_sentence(est: Estimate) -> str:
         f"precision fp8, recipe {recipe.value} ({impl}): {weights}, {inputs}, linear GEMMs "
         f"{speed}; in BF16/FP32: {KEPT_HIGH_PRECISION}; {state}"
     )
+
+
+def _torchao_rates(est: Estimate, recipe: Fp8Recipe) -> TorchaoFp8 | None:
+    """The rates the time model gives torchao's ``Float8Linear`` on this layout
+    (:func:`model.torchao_time.torchao_fp8_rates`, on the clock the roofline reads), or None
+    where the linear layers are not torchao's or torchao published nothing for the part."""
+    d = est.device
+    if d.hbm_bytes_per_s is None:
+        return None
+    o = est.options
+    params = params_in_force(o.roofline, d.name, o.attention_kernel)
+    clock = Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params)
+    return torchao_fp8_rates(est.training.precision, recipe, d.name, est.layout.framework, clock)
 
 
 def _fp8_linear(est: Estimate, recipe: Fp8Recipe) -> tuple[str, str, str]:

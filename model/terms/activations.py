@@ -298,7 +298,6 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = _end_bytes(c, f, tokens, vocab)
-    beta = t.activation_bytes
     cp_buffers = _cp_buffers(c, f, tokens) * (n_layers > 0)
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
@@ -310,15 +309,24 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = outputs + _torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
+    loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
+    return StageActivations(
+        kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
+        host, loss,
+    )  # fmt: skip
+
+
+def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
+    """(the loss's working set beyond its kept bytes, the output chunks PyTorch pipelining
+    keeps) on the last stage, 0 elsewhere: :func:`_loss_extra` per local logit, and
+    :func:`model.loss_memory.output_chunks_bytes` where ``pipeline_keeps_outputs``."""
+    t = c.training
     extra = f.lookup(_loss_extra, (t,), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
     keeps = f.lookup(_torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
-    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, beta)
-    emb_total = emb_total + where(last, keeps * chunks, 0)
-    return StageActivations(
-        kept, transient, emb_total, held_mb, per_mb, outputs, cp_buffers, buffer, host, loss
-    )
+    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, t.activation_bytes)
+    return loss, where(last, keeps * chunks, 0)
 
 
 def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
