@@ -63,6 +63,7 @@ RECIPE_KEYS = (
     "cpu_offloading_num_layers",
     "recompute_modules",
     "fp8_param_gather",
+    "fsdp_double_buffer",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
     "distributed_optimizer",
@@ -266,7 +267,12 @@ def _training(
     given: dict[str, Any] = {
         k: count_of(params, k) for k in ("seq_len", "global_batch_size") if k in params
     }
-    for key in ("flash_attention", "memory_efficient_norm", "fp8_param_gather"):
+    for key in (
+        "flash_attention",
+        "memory_efficient_norm",
+        "fp8_param_gather",
+        "fsdp_double_buffer",
+    ):
         if key in params:
             given[key] = _flag(params, key, False)
     for key in ("activation_convention", "fp8_activation_storage", "cross_entropy_fusion_impl"):
