@@ -288,8 +288,8 @@ def _megatron_pipeline(
 def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
     """The recipe's flags the plan's figures assume: FP8, Megatron-FSDP's main-gradient dtype
     (the plan's :func:`model.frameworks.gradient_bytes_for`; Megatron-LM's ``auto`` would be the
-    parameters' BF16) and its ``--fsdp-double-buffer`` where the recipe has it, optimizer, whole-layer and fine-grained activation offload, the fused
-    loss (``cross_entropy_fusion_impl``: ``--cross-entropy-loss-fusion
+    parameters' BF16) and its ``--fsdp-double-buffer`` where the recipe has it, optimizer,
+    whole-layer and fine-grained activation offload, the fused loss (``cross_entropy_fusion_impl``: ``--cross-entropy-loss-fusion
     --cross-entropy-fusion-impl native|te``; none writes nothing, Megatron-LM's default)."""
     out = []
     loss = training.cross_entropy_fusion_impl
