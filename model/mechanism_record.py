@@ -207,11 +207,16 @@ class Mechanism:
             return 0
         return 2 * (unit_weight_bytes + unit * self.reduce_bytes)
 
-    def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
+    def memory_terms(
+        self, params: Any, replicas: Any, unit: Any, whole_unit: Any = None
+    ) -> tuple[Any, ...]:
         """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
         for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
-        ``unit`` of them (all counts per GPU, after tp/pp/ep). The fixed
-        :attr:`bucket_bytes` are not included (one bucket serves every parameter class).
+        ``unit`` of them (all counts per GPU, after tp/pp/ep). ``whole_unit``: the elements of
+        the whole unit this class's ``unit`` is part of (a MoE layer's dense and expert
+        parameters are one unit, gathered and prefetched together: :meth:`units_held`);
+        None = ``unit``. The fixed :attr:`bucket_bytes` are not included (one bucket serves
+        every parameter class).
 
         Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
         (:mod:`model.xp`).
@@ -234,7 +239,8 @@ class Mechanism:
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
         # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
-        gathered = self.units_held(unit) * self.weight_bytes * (unit - unit / d)
+        held = self.units_held(unit if whole_unit is None else whole_unit)
+        gathered = held * self.weight_bytes * (unit - unit / d)
         if self.step_cap_elements is not None:
             shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard

@@ -284,8 +284,9 @@ def state_terms(
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
-    dense = mech.memory_terms(dense_params, shard, dense_unit)
-    experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
+    whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole)
+    experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params and mech.weights_full:
@@ -293,7 +294,7 @@ def state_terms(
     elif fp8_params and mech.weights_sharded:  # Megatron-FSDP: FP8 model_weight_buffer
         narrower = mech.weight_bytes - FP8_PARAM_BYTES
         w = w - narrower * linear / shard
-        held = mech.units_held(dense_unit)
+        held = mech.units_held(whole)
         gathered = gathered - held * narrower * (layer_linear - layer_linear / shard)
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)

@@ -186,3 +186,16 @@ def test_gb200_row_runs_with_the_double_buffer():
     assert run.params["fsdp_double_buffer"] is True
     st = build_case(dict(run.params)).evaluate().stages[0].state
     assert st.buffers_bytes == 2 * (2 * 855_654_400 + 128_256 * 8192) == 5_523_963_904
+
+
+def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
+    """AllGatherPipeline.all_gather_params sums the buckets it adds (a MoE layer's dense and
+    expert parameter groups are buckets of the same unit) until the prefetched elements reach
+    5e8: Qwen3 235B-A22B at tp 2, ep 4, etp 2 holds 36,184,320 dense and 301,989,888 expert
+    elements per layer on a GPU, 338,174,208 in all, so 1 + ⌈5e8 / 338,174,208⌉ = 3 layers
+    are gathered, of both classes (not 1 + ⌈5e8 / 36,184,320⌉ = 15 of the dense part)."""
+    m = mechanism("megatron", 3)
+    dense, expert = 36_184_320, 301_989_888
+    assert m.units_held(dense + expert) == 3
+    gathered = m.memory_terms(Fraction(10**9), 32, Fraction(dense), dense + expert)[3]
+    assert gathered == 3 * 2 * (dense - Fraction(dense, 32))
