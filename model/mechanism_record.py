@@ -169,7 +169,10 @@ class Mechanism:
         The buckets are counted at the parameters' elements: Megatron-FSDP pads each to a
         multiple of dp × the lcm of its parameters' row sizes (``build_data_parallel_buffer_
         index``), and where that makes two buckets exceed ``C = 2·unit`` one unit fewer stays
-        queued (three alive, not four); the count is then one unit over.
+        queued (three alive, not four); the count is then one unit over. The peak adds them to
+        every activation line (:mod:`model.terms.peak`): an upper bound too, since the queue
+        is full only after a few layers' backward has freed their activations (a recomputed
+        segment's transient is whole again at the next segment).
 
         >>> from trainplan.model.mechanisms import mechanism
         >>> m = mechanism("megatron", 3)
