@@ -62,8 +62,10 @@ class ModelState:
     """Live in forward/backward only: one unit's unsharded gradients before their reduction
     (FSDP2) and the framework's fixed communication buckets (DeepSpeed's IPG bucket)."""
     step_bytes: Fraction = Fraction(0)
-    """Live during the optimizer step only: DeepSpeed's FP32 gradient partition (of one
-    sub-group under ZeRO-3)."""
+    """Held during the optimizer step beyond the model state: what exists only then
+    (DeepSpeed's FP32 gradient partition, of one sub-group under ZeRO-3) and what backward's
+    buffers leave allocated through it (Megatron-FSDP's gathered embedding and output layer,
+    the ``fsdp_double_buffer`` pools)."""
     host_bytes: Fraction = Fraction(0)
     """On the host, not the GPU: the offloaded optimizer state, its FP32 gradient buffer and,
     with parameter offload, the weight shards (:func:`model.offload.offload_memory`). Not part

@@ -304,10 +304,11 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
-        # the embedding and output layer whole beside the layer units; the gradient buckets
-        # its reduce-scatter queue keeps (replacing the per-unit count); the pools of
-        # fsdp_double_buffer through the optimizer step
-        gathered = gathered + mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
+        # the embedding and output layer whole beside the layer units, through the optimizer
+        # step too (no hook releases them); the gradient buckets its reduce-scatter queue
+        # keeps (replacing the per-unit count); the pools of fsdp_double_buffer in the step
+        whole = mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
+        gathered, step = gathered + whole, step + whole
         first, layers = reduce_order_per_gpu(c, f)
         unit = held[0] + held[1]
         buffers = mech.reduce_bytes * mech.reduce_queue_elements(unit, first, layers)
