@@ -74,6 +74,7 @@ MEGATRON_ARGUMENTS = frozenset(
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
     --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
+    --overlap-grad-reduce --overlap-param-gather
     --megatron-fsdp-main-grads-dtype --fsdp-double-buffer --cpu-offloading-num-layers
     --cross-entropy-loss-fusion --cross-entropy-fusion-impl""".split()
 )
@@ -84,7 +85,8 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``megatron/training/argument_utils.py`` ``_format_arg_name``: field ``a_b`` is ``--a-b``;
 ``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``; ``--use-megatron-fsdp`` is
 ``DistributedInitConfig.use_megatron_fsdp``, ``megatron/training/config/common_config.py``;
-``--fsdp-double-buffer`` is an ``add_argument`` of ``_add_distributed_args``;
+``--fsdp-double-buffer``, ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are
+``add_argument`` calls of ``_add_distributed_args``;
 ``--cpu-offloading-num-layers`` is ``ModelParallelConfig``'s, and ``validate_args`` turns
 ``cpu_offloading`` on with it, that field itself being excluded from the arguments; so are
 ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``)."""
@@ -236,6 +238,10 @@ def _megatron_parallel(layout: Layout) -> list[str]:
         out.append("--use-distributed-optimizer")
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+        # the overlap the plan times; --overlap-grad-reduce also sizes the DDP buckets
+        # (training.py resolve_ddp_bucket_size: max(4e7, 1e6·dp·cp), else None), which keeps the
+        # embedding's gradient bucket apart from the output layer's (model.mechanisms._megatron_fsdp)
+        out += ["--overlap-grad-reduce", "--overlap-param-gather"]
     return out
 
 

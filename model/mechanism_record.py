@@ -154,7 +154,13 @@ class Mechanism:
         ones exceed ``C = max(floor, 2·unit)`` elements (the mean unit is the unit: the layers
         of a stage are alike). So ``n = ⌊C / unit⌋`` stay queued after a drain, and while the
         next layer fills its bucket ``n + 2`` units are alive (four where ``C = 2·unit``).
-        Before that the output layer's bucket waits at the queue's head beside
+        The parameters outside the layers are split into buckets of ``bucket_size`` elements
+        (``_get_parameter_groups`` step 2; Megatron-LM's ``resolve_ddp_bucket_size``:
+        ``max(4e7, 1e6·dp·cp)`` with ``--overlap-grad-reduce``, which the launch line writes;
+        Megatron Bridge: 128 Mi): the embedding is a bucket of its own, the final norm and the
+        output layer another (without ``--overlap-grad-reduce`` the three would be one bucket,
+        alive through the whole backward). Before the layers' steady state the output layer's
+        bucket waits at the queue's head beside
         ``j = ⌊(C − first) / unit⌋ + 1`` layers (none where ``first > C``) and is popped
         when the next layer is queued: ``first + (j + 1)·unit`` while that layer fills. No
         more layers than the stage holds. The input embedding's bucket fills last, after every

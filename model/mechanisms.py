@@ -198,7 +198,10 @@ def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mecha
       unit, ``wait_for_previous_grad_reduce`` pops only while the queued buckets exceed
       ``suggested_RS_queue_capacity = max(1e9, 2 × mean unit)`` elements. So several units'
       buckets are alive at once (:meth:`Mechanism.reduce_queue_elements`: four for units of
-      5e8 elements or more), in the main-gradient dtype (``g`` bytes).
+      5e8 elements or more), in the main-gradient dtype (``g`` bytes). The output layer's
+      bucket (with the final norm) and the embedding's are apart where ``bucket_size`` is set,
+      as ``--overlap-grad-reduce`` sets it (Megatron-LM ``training.py``
+      ``resolve_ddp_bucket_size``; the launch line writes it).
     * ``double_buffer`` (``fsdp_double_buffer``, forced by ``nccl_ub``): both come from
       persistent pools of two units (``FixedPoolAllocator(size=UB_BUFFER_NUM = 2)`` for
       ``fsdp_params`` and ``fsdp_grads``, buffers of ``get_global_memory_buffer()``, never
