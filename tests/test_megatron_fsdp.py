@@ -170,7 +170,11 @@ def test_fsdp_double_buffer_pools():
     arch = get_model("llama3-8b").model.arch
     training = est.training
     assert "--fsdp-double-buffer" in megatron_flags(arch, lay, 128, training).flags
-    assert "--fsdp-double-buffer" not in megatron_flags(arch, lay, 128, None).flags
+    plain_flags = megatron_flags(arch, lay, 128, None).flags
+    assert "--fsdp-double-buffer" not in plain_flags
+    # the overlap the plan times, and the DDP bucket size that keeps the embedding's gradient
+    # bucket apart from the output layer's (Megatron-LM training.py resolve_ddp_bucket_size)
+    assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(plain_flags)
 
 
 def test_gb200_row_runs_with_the_double_buffer():
