@@ -74,8 +74,9 @@ MEGATRON_ARGUMENTS = frozenset(
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
     --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
-    --megatron-fsdp-main-grads-dtype --cpu-offloading-num-layers --cross-entropy-loss-fusion
-    --cross-entropy-fusion-impl""".split()
+    --overlap-grad-reduce --overlap-param-gather
+    --megatron-fsdp-main-grads-dtype --fsdp-double-buffer --cpu-offloading-num-layers
+    --cross-entropy-loss-fusion --cross-entropy-fusion-impl""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -84,6 +85,8 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``megatron/training/argument_utils.py`` ``_format_arg_name``: field ``a_b`` is ``--a-b``;
 ``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``; ``--use-megatron-fsdp`` is
 ``DistributedInitConfig.use_megatron_fsdp``, ``megatron/training/config/common_config.py``;
+``--fsdp-double-buffer``, ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are
+``add_argument`` calls of ``_add_distributed_args``;
 ``--cpu-offloading-num-layers`` is ``ModelParallelConfig``'s, and ``validate_args`` turns
 ``cpu_offloading`` on with it, that field itself being excluded from the arguments; so are
 ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``)."""
@@ -235,6 +238,10 @@ def _megatron_parallel(layout: Layout) -> list[str]:
         out.append("--use-distributed-optimizer")
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+        # the overlap the plan times; --overlap-grad-reduce also sizes the DDP buckets
+        # (training.py resolve_ddp_bucket_size: max(4e7, 1e6·dp·cp), else None), which keeps the
+        # embedding's gradient bucket apart from the output layer's (model.mechanisms._megatron_fsdp)
+        out += ["--overlap-grad-reduce", "--overlap-param-gather"]
     return out
 
 
@@ -287,8 +294,8 @@ def _megatron_pipeline(
 def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
     """The recipe's flags the plan's figures assume: FP8, Megatron-FSDP's main-gradient dtype
     (the plan's :func:`model.frameworks.gradient_bytes_for`; Megatron-LM's ``auto`` would be the
-    parameters' BF16), optimizer, whole-layer and fine-grained activation offload, the fused
-    loss (``cross_entropy_fusion_impl``: ``--cross-entropy-loss-fusion
+    parameters' BF16) and its ``--fsdp-double-buffer`` where the recipe has it, optimizer,
+    whole-layer and fine-grained activation offload, the fused loss (``cross_entropy_fusion_impl``: ``--cross-entropy-loss-fusion
     --cross-entropy-fusion-impl native|te``; none writes nothing, Megatron-LM's default)."""
     out = []
     loss = training.cross_entropy_fusion_impl
@@ -303,6 +310,8 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
         wide = gradient_bytes_for("megatron", training.gradient_bytes) == 4
         out += ["--megatron-fsdp-main-grads-dtype", "fp32" if wide else "bf16"]
+        if training.fsdp_double_buffer:  # the plan counted the two-unit pools
+            out.append("--fsdp-double-buffer")
     if training.cpu_offloading_num_layers:
         out += ["--cpu-offloading-num-layers", str(training.cpu_offloading_num_layers)]
     if training.precision is Precision.FP8:

@@ -216,6 +216,7 @@ VALUE_KINDS: dict[str, Any] = {
     "cpu_offloading_num_layers": _WHOLE,
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
+    "fsdp_double_buffer": _FLAG,
     "cross_entropy_fusion_impl": ("none", "native", "te"),
     "muon_tp_mode": ("blockwise", "duplicated"),
     "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),

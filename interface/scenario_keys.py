@@ -167,6 +167,11 @@ KEY_HELP: dict[str, str] = {
     "fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's "
     "FP8 current scaling recipe): the linear weights are 1 B FP8 tensors and only their "
     "transpose is cached. Needs precision fp8 and framework megatron.",
+    "fsdp_double_buffer": "megatron ZeRO-3 (Megatron-FSDP): --fsdp-double-buffer, persistent "
+    "pools of two layer units for the gathered weights and the gradient buckets (forced by "
+    "--nccl-ub; Megatron Bridge's Llama 3 70B recipes on GB200/B200/GB300 set it). Without it "
+    "the reduce-scatter queue keeps up to four layers' gradient buckets in backward. Default "
+    "false.",
     "distributed_optimizer": "megatron ZeRO-1's implementation, by NeMo's optim.name: "
     "mcore_distributed_optim (default; Megatron-Core's distributed optimizer) or "
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "

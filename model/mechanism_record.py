@@ -101,6 +101,14 @@ class Mechanism:
     """The parameters outside every unit (the embedding, the output layer) stay gathered from
     their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:
     only ``fsdp_unit_modules`` get the release hooks; :meth:`non_unit_gathered`)."""
+    reduce_queue_elements_floor: int = 0
+    """Where the unsharded gradient buckets wait in a reduce-scatter queue sized in elements
+    (Megatron-FSDP): the floor of its capacity, ``max(floor, 2 × unit)`` elements
+    (:meth:`reduce_queue_elements`); 0 = one unit's :attr:`unit_grad_bytes`."""
+    double_buffer: bool = False
+    """Megatron-FSDP's ``fsdp_double_buffer``: gathered weights and gradient buckets come from
+    persistent pools of two units (:meth:`units_held`, :meth:`reduce_queue_elements`,
+    :meth:`pool_bytes`)."""
     source: str = ""
 
     @property
@@ -135,17 +143,96 @@ class Mechanism:
         >>> mechanism("fsdp2", 3).units_held(218_112_000)
         2
         """
-        if not self.prefetch_elements:
+        if not self.prefetch_elements:  # fixed, or a pool of two under fsdp_double_buffer
             return self.gathered_units
         some = maximum(unit, 1)
         following = maximum(-(-self.prefetch_elements // some), 1)
         return where(unit > 0, 1 + following, self.gathered_units)
 
-    def memory_terms(self, params: Any, replicas: Any, unit: Any) -> tuple[Any, ...]:
+    def reduce_queue_elements(self, unit: Any, first: Any, layers: Any) -> Any:
+        """Gradient elements alive at once in backward on one GPU of a stage whose ``layers``
+        transformer layers each hold ``unit`` elements, behind a first bucket of ``first``
+        elements (the output layer, whose backward comes first): the most the reduce-scatter
+        queue and the bucket being filled hold (:data:`model.mechanisms.
+        MEGATRON_FSDP_QUEUE_SOURCE`). Element-wise for arrays; exact for Fractions.
+
+        The queue: a unit's bucket exists from its first gradient until popped; before a
+        finished bucket is queued, buckets are popped (oldest first) only while the queued
+        ones exceed ``C = max(floor, 2·unit)`` elements (the mean unit is the unit: the layers
+        of a stage are alike). So ``n = ⌊C / unit⌋`` stay queued after a drain, and while the
+        next layer fills its bucket ``n + 2`` units are alive (four where ``C = 2·unit``).
+        The parameters outside the layers are split into buckets of ``bucket_size`` elements
+        (``_get_parameter_groups`` step 2; Megatron-LM's ``resolve_ddp_bucket_size``:
+        ``max(4e7, 1e6·dp·cp)`` with ``--overlap-grad-reduce``, which the launch line writes;
+        Megatron Bridge: 128 Mi): the embedding is a bucket of its own, the final norm and the
+        output layer another (without ``--overlap-grad-reduce`` the three would be one bucket,
+        alive through the whole backward). Before the layers' steady state the output layer's
+        bucket waits at the queue's head beside
+        ``j = ⌊(C − first) / unit⌋ + 1`` layers (none where ``first > C``) and is popped
+        when the next layer is queued: ``first + (j + 1)·unit`` while that layer fills. No
+        more layers than the stage holds. The input embedding's bucket fills last, after every
+        layer's backward has freed that layer's activations (which the peak counts), beside
+        at most ``n + 1`` units: not counted.
+
+        Under :attr:`double_buffer` the pool holds two units (``_enforce_double_buffer_
+        limit``: at most one other unit, the output layer's bucket counting as one, beside the
+        unit filling), the pool's buffers persist, and the output layer's bucket comes from
+        the fallback allocator beside them: ``2·unit + first``.
+
+        The buckets are counted at the parameters' elements: Megatron-FSDP pads each to a
+        multiple of dp × the lcm of its parameters' row sizes (``build_data_parallel_buffer_
+        index``), and where that makes two buckets exceed ``C = 2·unit`` one unit fewer stays
+        queued (three alive, not four); the count is then one unit over. The peak adds them to
+        every activation line (:mod:`model.terms.peak`): an upper bound too, since the queue
+        is full only after a few layers' backward has freed their activations (a recomputed
+        segment's transient is whole again at the next segment).
+
+        >>> from trainplan.model.mechanisms import mechanism
+        >>> m = mechanism("megatron", 3)
+        >>> m.reduce_queue_elements(1_000_000_000, 0, 80)  # C = 2e9: two queued + 2
+        4000000000
+        >>> m.reduce_queue_elements(200_000_000, 0, 80)    # C = 1e9: five queued + 2
+        1400000000
+        >>> m.reduce_queue_elements(1_000_000_000, 0, 3)   # three layers only
+        3000000000
+        >>> m.reduce_queue_elements(300_000_000, 100_000_000, 80)  # output + 4 queued + 1
+        1600000000
+        >>> mechanism("megatron", 3, double_buffer=True).reduce_queue_elements(10, 25, 80)
+        45
+        """
+        if self.double_buffer:
+            return where(unit > 0, minimum(layers, 2) * unit + first, first)
+        capacity = maximum(self.reduce_queue_elements_floor, 2 * unit)
+        some = maximum(unit, 1)
+        steady = minimum(capacity // some + 2, layers) * unit
+        with_first = where(first > capacity, 0, (capacity - first) // some + 1)
+        head = first + minimum(with_first + 1, layers) * unit
+        return where(unit > 0, maximum(steady, head), first)
+
+    def pool_bytes(self, unit: Any, unit_weight_bytes: Any) -> Any:
+        """Bytes :attr:`double_buffer`'s persistent pools hold through the optimizer step, for
+        layer units of ``unit`` elements whose gathered weights take ``unit_weight_bytes``:
+        two units of weights and two of gradients (``reduce_bytes`` per element), allocated
+        once by ``get_global_memory_buffer()`` and never freed; 0 without the double buffer.
+
+        >>> from trainplan.model.mechanisms import mechanism
+        >>> mechanism("megatron", 3, double_buffer=True).pool_bytes(10, 20), mechanism("megatron", 3).pool_bytes(10, 20)
+        (120, 0)
+        """
+        if not self.double_buffer:
+            return 0
+        return 2 * (unit_weight_bytes + unit * self.reduce_bytes)
+
+    def memory_terms(
+        self, params: Any, replicas: Any, unit: Any, whole_unit: Any = None
+    ) -> tuple[Any, ...]:
         """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
         for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
-        ``unit`` of them (all counts per GPU, after tp/pp/ep). The fixed
-        :attr:`bucket_bytes` are not included (one bucket serves every parameter class).
+        ``unit`` of them (all counts per GPU, after tp/pp/ep). ``whole_unit``: the elements of
+        the whole unit this class's ``unit`` is part of (a MoE layer's dense and expert
+        parameters are one unit, gathered and prefetched together: :meth:`units_held`);
+        None = ``unit``. The fixed :attr:`bucket_bytes` are not included (one bucket serves
+        every parameter class).
 
         Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
         (:mod:`model.xp`).
@@ -168,7 +255,8 @@ class Mechanism:
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
         # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
-        gathered = self.units_held(unit) * self.weight_bytes * (unit - unit / d)
+        held = self.units_held(unit if whole_unit is None else whole_unit)
+        gathered = held * self.weight_bytes * (unit - unit / d)
         if self.step_cap_elements is not None:
             shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard

@@ -44,6 +44,7 @@ def mechanism(
     regather: bool = False,
     pipelined: bool = False,
     distributed_optimizer: DistributedOptimizer | str = DistributedOptimizer.MCORE,
+    double_buffer: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -58,7 +59,9 @@ def mechanism(
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` (``megatron`` ZeRO-1 only; the layout's rules refuse it elsewhere,
     :func:`model.frameworks.check_distributed_optimizer`): ``distributed_fused_adam`` is Apex's
-    (:func:`_apex_distributed_fused_adam`).
+    (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (``megatron`` ZeRO-3 only: the
+    recipe's :attr:`model.specs.TrainingSpec.fsdp_double_buffer`) gives Megatron-FSDP its
+    persistent two-unit pools (:func:`_megatron_fsdp`); ignored elsewhere.
 
     Raises
     ------
@@ -85,7 +88,7 @@ def mechanism(
         if apex and zero_stage == 1:
             return _apex_distributed_fused_adam(weight_bytes, g, optimizer_bytes)
         if zero_stage == 3:
-            return _megatron_fsdp(weight_bytes, g, optimizer_bytes)
+            return _megatron_fsdp(weight_bytes, g, optimizer_bytes, double_buffer)
         return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.DEEPSPEED:
         return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes)
@@ -158,8 +161,21 @@ MEGATRON_FSDP_PREFETCH_ELEMENTS = 500_000_000
 ``suggested_communication_unit_size`` (``megatron_fsdp.py`` ``MegatronFSDP.__init__``: "Cap to
 1B elements", ``self.suggested_AG_prefetch_size = suggested_communication_unit_size // 2``)."""
 
+MEGATRON_FSDP_QUEUE_ELEMENTS = 1_000_000_000
+"""The floor of Megatron-FSDP's reduce-scatter queue capacity, elements: ``suggested_RS_queue_
+capacity = suggested_communication_unit_size = max(1e9, 2 × the mean unit's elements)``
+(``megatron_fsdp.py`` ``MegatronFSDP.__init__``, Megatron-LM 92c8482e6d and d98e8a64dd)."""
 
-def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
+MEGATRON_FSDP_QUEUE_SOURCE = (
+    "Megatron-LM megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py "
+    "GradReducePipeline.reduce_gradients, wait_for_previous_grad_reduce, "
+    "_bucket_group_gradient_reduce (free_up_grad_bucket), _enforce_double_buffer_limit; "
+    "megatron_fsdp.py _grad_acc (get_main_grad), MegatronFSDP.__init__ "
+    "(suggested_RS_queue_capacity); at 92c8482e6d (NeMo 25.11) and d98e8a64dd (2026-08-22)"
+)
+
+
+def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mechanism:
     """Megatron-FSDP with ``data_parallel_sharding_strategy = optim_grads_params`` (ZeRO-3),
     as ``--use-megatron-fsdp`` runs it under Megatron-Core (:data:`MEGATRON_FSDP_SOURCE`).
 
@@ -167,25 +183,37 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
       FP32 main weights (``main_weight_buffer``, the master; ``o`` counts it with the two Adam
       moments, so ``o − 4`` more), the main gradients (``main_grad_buffer``, ``g`` bytes: the
       recipe's; Megatron-FSDP's default is the parameters' dtype).
-    * Per FSDP unit (one transformer layer): the gathered weights and the unsharded gradients
-      awaiting their reduce-scatter. The all-gather of a unit prefetches the following ones
-      (``AllGatherPipeline.all_gather_params``, ``param_and_grad_buffer.py``) until the
-      prefetched buckets hold ``suggested_AG_prefetch_size`` elements, half of
-      ``suggested_communication_unit_size``, which defaults to ``max(1e9, 2 × the mean unit's
-      elements)`` (``MegatronFSDP.__init__``, ``megatron_fsdp.py``): 5e8 elements, or one unit
-      where a unit holds more. Held at once: the unit computed and ``max(1, ⌈5e8 / unit⌉)``
-      prefetched ones (``prefetch_elements``, :meth:`Mechanism.units_held`): 2 for a Llama 3
-      70B layer (856 M elements), 4 for a Llama 3 8B one (218 M). Under ``fsdp_double_buffer``
-      the units come from a persistent pool of two (``FixedPoolAllocator(size=UB_BUFFER_NUM =
-      2)`` for ``fsdp_params`` and ``fsdp_grads``; ``need_skip_prefetch`` stops the prefetch at
-      the pool's two units), and a recipe may set ``suggested_communication_unit_size``; neither
-      is a planner option (Megatron Bridge sets both for Llama 3 70B on GB200/B200/GB300, whose
-      units hold two either way). ``2·g`` bytes per unit parameter of gradient buckets.
+    * Gathered weights, per FSDP unit (one transformer layer): the all-gather of a unit
+      prefetches the following ones (``AllGatherPipeline.all_gather_params``,
+      ``param_and_grad_buffer.py``) until the prefetched buckets hold
+      ``suggested_AG_prefetch_size`` elements, half of ``suggested_communication_unit_size``,
+      which defaults to ``max(1e9, 2 × the mean unit's elements)`` (``MegatronFSDP.__init__``,
+      ``megatron_fsdp.py``): 5e8 elements, or one unit where a unit holds more. Held at once:
+      the unit computed and ``max(1, ⌈5e8 / unit⌉)`` prefetched ones (``prefetch_elements``,
+      :meth:`Mechanism.units_held`): 2 for a Llama 3 70B layer (856 M elements), 4 for a
+      Llama 3 8B one (218 M).
+    * Unsharded gradient buckets in backward (:data:`MEGATRON_FSDP_QUEUE_SOURCE`): a unit's
+      bucket is allocated when its first gradient arrives (``_grad_acc`` → ``get_main_grad``)
+      and freed only when popped from the reduce-scatter queue; before queuing a finished
+      unit, ``wait_for_previous_grad_reduce`` pops only while the queued buckets exceed
+      ``suggested_RS_queue_capacity = max(1e9, 2 × mean unit)`` elements. So several units'
+      buckets are alive at once (:meth:`Mechanism.reduce_queue_elements`: four for units of
+      5e8 elements or more), in the main-gradient dtype (``g`` bytes). The output layer's
+      bucket (with the final norm) and the embedding's are apart where ``bucket_size`` is set,
+      as ``--overlap-grad-reduce`` sets it (Megatron-LM ``training.py``
+      ``resolve_ddp_bucket_size``; the launch line writes it).
+    * ``double_buffer`` (``fsdp_double_buffer``, forced by ``nccl_ub``): both come from
+      persistent pools of two units (``FixedPoolAllocator(size=UB_BUFFER_NUM = 2)`` for
+      ``fsdp_params`` and ``fsdp_grads``, buffers of ``get_global_memory_buffer()``, never
+      freed); ``need_skip_prefetch`` stops the prefetch and ``_enforce_double_buffer_limit``
+      drains the queue at two units; the embedding's and output layer's buckets come from the
+      fallback allocator beside them (:meth:`Mechanism.reduce_queue_elements`). The pools stay
+      allocated through the optimizer step (:meth:`Mechanism.pool_bytes`).
     * The modules outside every FSDP unit (the embedding, the output layer, the final norm)
       have no release hook (``megatron_fsdp.py`` ``_register_fsdp_hooks``: ``_post_forward``
       and ``_post_backward_release_module`` only on ``fsdp_unit_modules``, TransformerLayer /
       MoETransformerLayer / MambaLayer in ``mcore_fsdp_adapter.py``; ``_root_pre_backward``
-      marks only unit buckets releasable): once gathered they stay whole beside the two units
+      marks only unit buckets releasable): once gathered they stay whole beside the units
       (``non_units_gathered``).
     * Traffic: every micro-batch gathers each unit for forward and again for backward and
       reduce-scatters its gradients (the gradients are sharded, so they are reduced as they
@@ -194,13 +222,15 @@ def _megatron_fsdp(w: int, g: int, o: int) -> Mechanism:
       (``4/D``), as the distributed optimizer does (an upper bound where the optimizer reads
       the 16-bit shard directly).
     """
+    pools = " (fsdp_double_buffer)" if double_buffer else ""
     return Mechanism(
-        Framework.MEGATRON, 3, f"Megatron-FSDP optim_grads_params ({_dtype(g)} main grads)",
+        Framework.MEGATRON, 3, f"Megatron-FSDP optim_grads_params ({_dtype(g)} main grads){pools}",
         weights_full=0, weights_sharded=w + 4, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4 if g < 4 else 0,
-        gathered_units=2, prefetch_elements=MEGATRON_FSDP_PREFETCH_ELEMENTS,
+        gathered_units=2, prefetch_elements=0 if double_buffer else MEGATRON_FSDP_PREFETCH_ELEMENTS,
         unit_grad_bytes=2 * g, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, non_units_gathered=True, weight_bytes=w,
+        reduce_queue_elements_floor=MEGATRON_FSDP_QUEUE_ELEMENTS, double_buffer=double_buffer,
         source=MEGATRON_FSDP_SOURCE,
     )  # fmt: skip
 

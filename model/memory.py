@@ -62,8 +62,10 @@ class ModelState:
     """Live in forward/backward only: one unit's unsharded gradients before their reduction
     (FSDP2) and the framework's fixed communication buckets (DeepSpeed's IPG bucket)."""
     step_bytes: Fraction = Fraction(0)
-    """Live during the optimizer step only: DeepSpeed's FP32 gradient partition (of one
-    sub-group under ZeRO-3)."""
+    """Held during the optimizer step beyond the model state: what exists only then
+    (DeepSpeed's FP32 gradient partition, of one sub-group under ZeRO-3) and what backward's
+    buffers leave allocated through it (Megatron-FSDP's gathered embedding and output layer,
+    the ``fsdp_double_buffer`` pools)."""
     host_bytes: Fraction = Fraction(0)
     """On the host, not the GPU: the offloaded optimizer state, its FP32 gradient buffer and,
     with parameter offload, the weight shards (:func:`model.offload.offload_memory`). Not part
@@ -284,8 +286,9 @@ def state_terms(
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
-    dense = mech.memory_terms(dense_params, shard, dense_unit)
-    experts = mech.memory_terms(expert_params, expert_shard, expert_unit)
+    whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole)
+    experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params and mech.weights_full:
@@ -293,7 +296,7 @@ def state_terms(
     elif fp8_params and mech.weights_sharded:  # Megatron-FSDP: FP8 model_weight_buffer
         narrower = mech.weight_bytes - FP8_PARAM_BYTES
         w = w - narrower * linear / shard
-        held = mech.units_held(dense_unit)
+        held = mech.units_held(whole)
         gathered = gathered - held * narrower * (layer_linear - layer_linear / shard)
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)

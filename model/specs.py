@@ -383,6 +383,12 @@ class TrainingSpec:
     the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
     ``precision = fp8`` and the ``megatron`` profile."""
 
+    fsdp_double_buffer: bool = False
+    """Megatron-FSDP's ``fsdp_double_buffer`` (Megatron-LM ``--fsdp-double-buffer``; forced by
+    ``nccl_ub``): the gathered weights and the unsharded gradient buckets of the layers come
+    from persistent pools of two units instead of the caching allocator (Megatron-LM
+    ``param_and_grad_buffer.py`` ``FixedPoolAllocator``). Read under ``megatron`` ZeRO-3 only."""
+
     distributed_optimizer: DistributedOptimizer = DistributedOptimizer.MCORE
     """Which implementation runs the ``megatron`` profile's ZeRO-1, by NeMo's name
     (:class:`model.frameworks.DistributedOptimizer`): ``mcore_distributed_optim`` (the default,

@@ -74,8 +74,11 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     size is below it): 218 M, 436 M, 654 M, so 3 prefetched, 4 held. Beyond the 1/8 shard,
     2 B each: (4·218,112,000 + 2·525,336,576)·2·7/8 = 3,365,462,016 B (2 units: 2,602,070,016;
     FSDP2 holds 2 units of the largest, the embedding: 1,838,678,016, as torchtitan wraps
-    embedding and output as units). The gradient buffers stay two of the largest unit's in
-    FP32: 2·4·525,336,576."""
+    embedding and output as units). The FP32 gradient buckets the reduce-scatter queue holds
+    (capacity max(1e9, 2·218,112,000) = 1e9 elements): the output layer's waits beside
+    (1e9 − 525,336,576) // 218,112,000 + 1 = 3 layers and is popped when the fourth is queued,
+    so while that fourth fills: 525,336,576 + 4·218,112,000 = 1,397,784,576 elements (the
+    steady queue afterwards: 1e9 // 218,112,000 = 4 queued + 2 = 1,308,672,000)."""
 
     def state(framework):
         lay = Layout.of(dp=8, framework=framework, zero_stage=3)
@@ -85,7 +88,7 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     assert megatron.gathered_bytes == (4 * 218_112_000 + 2 * 525_336_576) * 2 * 7 // 8
     assert megatron.gathered_bytes == 3_365_462_016
     assert fsdp2.gathered_bytes == 1_838_678_016
-    assert megatron.buffers_bytes == 2 * 4 * 525_336_576
+    assert megatron.buffers_bytes == 4 * (525_336_576 + 4 * 218_112_000) == 5_591_138_304
 
 
 def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
@@ -119,3 +122,106 @@ def test_megatron_fsdp_prefetch_holds_units_by_size():
     assert m.units_held(Fraction(250_000_000)) == 3  # 2 prefetched reach 5e8 exactly
     assert mechanism("fsdp2", 3).units_held(218_112_000) == 2
     assert mechanism("deepspeed", 3).units_held(218_112_000) == 2
+
+
+def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
+    """The review's default answer `trainplan search --model llama3-405b --gpus 256`: dp 128
+    tp 2, recompute sqrt, b 1, Megatron-FSDP with FP32 main gradients. A layer on one GPU:
+    (16384·(16384 + 2·1024) + 16384·16384 + 3·16384·53,248)/2 + 2·16384 = 1,593,868,288
+    elements (the norms whole). GradReducePipeline (param_and_grad_buffer.py, Megatron-LM
+    92c8482e6d / d98e8a64dd): suggested_RS_queue_capacity = max(1e9, 2·mean unit) =
+    3,187,736,576; wait_for_previous_grad_reduce pops only while the queue exceeds it, so two
+    layers stay queued (2·u = C is not more), one more is queued, and a fourth fills: 4·u·4 B
+    = 25,501,892,608 B (two units, 12.75 GB, before). The output layer's bucket
+    (128,256·16384/2 = 1,050,673,152) waits beside (C − o) // u + 1 = 2 layers: o + 3·u is
+    less. The layout's peak 92.89 GB does not fit an H100's 83.71 GB."""
+    lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
+    est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
+    unit, output = 1_593_868_288, 128_256 * 16384 // 2
+    assert est.stages[0].state.buffers_bytes == 4 * 4 * unit == 25_501_892_608
+    assert output + 3 * unit < 4 * unit
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 92.89
+    assert not est.fits
+
+
+def test_fsdp_double_buffer_pools():
+    """fsdp_double_buffer (FixedPoolAllocator(size=UB_BUFFER_NUM = 2) for fsdp_params and
+    fsdp_grads, param_and_grad_buffer.py): two layer units of gathered weights and two of
+    gradient buckets, persistent; _enforce_double_buffer_limit keeps at most one other unit
+    (the output layer's bucket counts as one) beside the unit filling; the output layer's
+    bucket comes from the fallback allocator. Llama 3 8B dp 8: gathered 2 units (not 4),
+    gradients 4 B·(2·218,112,000 + 525,336,576); in the optimizer step the pools stay:
+    2·(2 B weights + 4 B gradients)·218,112,000. The launch line says --fsdp-double-buffer."""
+    from trainplan.interface.launch import megatron_flags
+
+    lay = Layout.of(dp=8, framework="megatron", zero_stage=3)
+    est = build_case(
+        {"model": "llama3-8b", "gpu": "H100-SXM", "num_gpus": 8, "dp": 8, "zero_stage": 3,
+         "framework": "megatron", "fsdp_double_buffer": True}
+    ).evaluate()  # fmt: skip
+    st = est.stages[0].state
+    unit, rows = 218_112_000, 525_336_576
+    assert st.gathered_bytes == (2 * unit + 2 * rows) * 2 * 7 // 8
+    assert st.buffers_bytes == 4 * (2 * unit + rows)
+    plain = Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
+    assert st.step_bytes - plain.step_bytes == 2 * (2 + 4) * unit
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("llama3-8b").model.arch
+    training = est.training
+    assert "--fsdp-double-buffer" in megatron_flags(arch, lay, 128, training).flags
+    plain_flags = megatron_flags(arch, lay, 128, None).flags
+    assert "--fsdp-double-buffer" not in plain_flags
+    # the overlap the plan times, and the DDP bucket size that keeps the embedding's gradient
+    # bucket apart from the output layer's (Megatron-LM training.py resolve_ddp_bucket_size)
+    assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(plain_flags)
+
+
+def test_gb200_row_runs_with_the_double_buffer():
+    """megatron-bridge-25.11/gb200-llama3-70b-fsdp: llama3_70b_pretrain_config_gb200 (Megatron
+    Bridge 97ad8cc6f scripts/performance/configs/llama/llama3_llm_pretrain.py) sets
+    ddp.fsdp_double_buffer and suggested_communication_unit_size 8e8 (below one layer, so one
+    queued: the pool's two units). BF16 buckets: 2 B·(2·855,654,400 + 1,050,673,152) =
+    5,523,963,904 B at the output layer's backward (4,202,692,608 counted before as two of the
+    output layer's)."""
+    from trainplan.interface.fidelity.validation import validation_runs
+
+    run = next(r for r in validation_runs() if r.key.endswith("gb200-llama3-70b-fsdp"))
+    assert run.params["fsdp_double_buffer"] is True
+    st = build_case(dict(run.params)).evaluate().stages[0].state
+    assert st.buffers_bytes == 2 * (2 * 855_654_400 + 128_256 * 8192) == 5_523_963_904
+
+
+def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
+    """AllGatherPipeline.all_gather_params sums the buckets it adds (a MoE layer's dense and
+    expert parameter groups are buckets of the same unit) until the prefetched elements reach
+    5e8: Qwen3 235B-A22B at tp 2, ep 4, etp 2 holds 36,184,320 dense and 301,989,888 expert
+    elements per layer on a GPU, 338,174,208 in all, so 1 + ⌈5e8 / 338,174,208⌉ = 3 layers
+    are gathered, of both classes (not 1 + ⌈5e8 / 36,184,320⌉ = 15 of the dense part)."""
+    m = mechanism("megatron", 3)
+    dense, expert = 36_184_320, 301_989_888
+    assert m.units_held(dense + expert) == 3
+    gathered = m.memory_terms(Fraction(10**9), 32, Fraction(dense), dense + expert)[3]
+    assert gathered == 3 * 2 * (dense - Fraction(dense, 32))
+
+
+@pytest.mark.slow
+def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
+    """`trainplan search --model llama3-405b --gpus 256` used to answer Megatron-FSDP dp 128
+    tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue's four
+    that layout holds 92.89 GB (test above) and is not the answer. Whatever the answer, its
+    count fits an H100's 83.71 GB."""
+    import json
+
+    from click.testing import CliRunner
+
+    from trainplan.interface.cli import cli, register_commands
+
+    register_commands()
+    res = CliRunner().invoke(cli, ["search", "--model", "llama3-405b", "--gpus", "256", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    lay = out["layout"]
+    assert out["memory"]["fits"] is True
+    assert out["memory"]["total_bytes"] <= out["memory"]["capacity_bytes"]
+    assert not (lay["zero_stage"] == 3 and lay["dp"] == 128 and lay["tp"] == 2)

@@ -74,6 +74,8 @@ KEY_DOCS: dict[str, str] = {
     "--recompute-modules names; core_attn by default); null unless megatron or textbook with "
     "recompute selective.",
     "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather); null unless megatron with fp8.",
+    "layout.fsdp_double_buffer": "Megatron-FSDP's persistent two-unit pools (--fsdp-double-buffer); "
+    "null unless megatron with ZeRO-3.",
     "layout.cross_entropy_fusion_impl": "The loss Megatron-Core runs: none (unfused), native "
     "(its fused kernels) or te (Transformer Engine's); null unless megatron.",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "

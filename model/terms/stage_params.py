@@ -51,6 +51,8 @@ __all__ = [
     "units_per_gpu",
     "non_unit_params",
     "non_units_per_gpu",
+    "reduce_order_params",
+    "reduce_order_per_gpu",
     "layer_units_per_gpu",
     "linear_per_gpu",
 ]
@@ -267,6 +269,46 @@ def non_unit_params(
     return tuple(out)
 
 
+@lru_cache(maxsize=CACHE)
+def reduce_order_params(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    v: int,
+    ep: int,
+    uneven: bool,
+    etp: int,
+    physical: bool,
+    sizes: tuple[int, ...] | None,
+    vocab_multiple: int,
+    schedule: Any = None,
+) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, what its backward reduces first and how many layers follow, on one GPU:
+    (the output layer's parameters where the stage holds it (a tied embedding's last-stage
+    copy too), the transformer layers the stage holds); the buckets of Megatron-FSDP's
+    reduce-scatter queue (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
+    Zeros for a size-only model; :func:`split_of`'s common key.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> reduce_order_params(get_model("llama3-8b").model, 1, 2, 1, 1, False, None, True, None, 1)
+    ((Fraction(0, 1), Fraction(16, 1)), (Fraction(525336576, 1), Fraction(16, 1)))
+    """
+    arch = model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0)),) * pp
+    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+    counts = count_params(arch, vocab)
+    last = output_rank(pp, v, schedule)
+    layers = stage_layers(arch, pp, v, uneven, sizes, schedule)
+    out = []
+    for i, held in enumerate(layers):
+        first = Fraction(0)
+        if i == last and (counts.output or last != 0):
+            first = Fraction(counts.output or vocab * arch.hidden_size, tp)
+        out.append((first, Fraction(len(held))))
+    return tuple(out)
+
+
 def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]) -> int:
     """The stage with the most parameters per GPU among :func:`stage_params_per_gpu`'s
     ``params`` (the first of equals): the stage whose gradients dp reduces last and whose
@@ -397,6 +439,16 @@ def _stage_non_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[An
 
 def _stage_layer_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
     return split_of(layer_units, model, given, *key)
+
+
+def _stage_reduce_order(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+    return split_of(reduce_order_params, model, given, *key)
+
+
+def reduce_order_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
+    """:func:`reduce_order_params` of stage ``f.stage``: (output-layer parameters, transformer
+    layers) on one GPU."""
+    return f.per_stage(_stage_reduce_order, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
 
 
 def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:

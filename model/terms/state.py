@@ -22,7 +22,12 @@ from typing import Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.mechanisms import mechanism
-from trainplan.model.memory import ModelState, cache_bytes_per_element, state_terms
+from trainplan.model.memory import (
+    FP8_PARAM_BYTES,
+    ModelState,
+    cache_bytes_per_element,
+    state_terms,
+)
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
@@ -52,6 +57,7 @@ from trainplan.model.terms.stage_params import (
     layer_units_per_gpu,
     linear_per_gpu,
     non_units_per_gpu,
+    reduce_order_per_gpu,
     split_of,
     split_params,
     stage_params_per_gpu,
@@ -294,6 +300,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
+        double_buffer=t.fsdp_double_buffer,
     )  # fmt: skip
     held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(
@@ -302,10 +309,16 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         optimizer_scales(c, f),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
-        # the embedding and output layer whole beside the two layer units; the gradient
-        # buffers of the largest unit, embedding and output included, as before
-        gathered = gathered + mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
-        buffers = buffers + mech.unit_grad_bytes * (unit_dense + unit_expert - held[0] - held[1])
+        # the embedding and output layer whole beside the layer units, through the optimizer
+        # step too (no hook releases them); the gradient buckets its reduce-scatter queue
+        # keeps (replacing the per-unit count); the pools of fsdp_double_buffer in the step
+        whole = mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
+        gathered, step = gathered + whole, step + whole
+        first, layers = reduce_order_per_gpu(c, f)
+        unit = held[0] + held[1]
+        buffers = mech.reduce_bytes * mech.reduce_queue_elements(unit, first, layers)
+        narrower = (mech.weight_bytes - FP8_PARAM_BYTES) * layer_linear if t.fp8_param_gather else 0
+        step = step + mech.pool_bytes(unit, mech.weight_bytes * unit - narrower)
     if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
         staging, staged = offload_staging_bytes(mech, t.offload, largest_tensor_per_gpu(c, f))
         g, host = g + staging, host + staged

@@ -97,7 +97,7 @@ def test_gb200_megatron_fsdp_row_counts_the_fused_loss():
     assert unfused.total_bytes - fused.total_bytes == 4 * S * V == 8_405_385_216
     memory = evaluate_run(run).value("memory")
     # still over GB200's usable 183.8 GB (docs/memory-mechanisms.md says where the rest is)
-    assert (memory["fits"], round(memory["overflow_bytes"] / 1e9, 2)) == (False, 4.02)
+    assert (memory["fits"], round(memory["overflow_bytes"] / 1e9, 2)) == (False, 5.34)
 
 
 def test_launch_line_and_its_note():
