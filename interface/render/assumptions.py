@@ -16,6 +16,7 @@ from trainplan.model.frameworks import (
     Framework,
 )
 from trainplan.model.layout import Layout
+from trainplan.model.loss_memory import loss_kept_bytes_per_element, loss_peak_bytes_per_element
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import cache_bytes_per_element, keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, RECIPE_PART, params_in_force, recipe_speedups
@@ -209,6 +210,7 @@ def assumptions(est: Estimate) -> list[str]:
         _state_sentence(mech, lay),
         _capacity_sentence(est),
         _activations_sentence(est),
+        _loss_sentence(est),
         *_elementwise_sentence(est),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
@@ -308,6 +310,33 @@ def _offload_sentence(est: Estimate) -> list[str]:
         "exposed (no delayed parameter update, no overlap with backward: an upper bound)",
         *_activation_offload_sentence(est),
     ]
+
+
+_DEFAULT_LOSS = {
+    "megatron": "Megatron-Core's unfused vocab-parallel cross entropy",
+    "fsdp2": "PyTorch's cross_entropy, as torchtitan calls it",
+    "deepspeed": "PyTorch's cross_entropy",
+}
+
+
+def _loss_sentence(est: Estimate) -> str:
+    """What the last stage's loss keeps and holds per local logit, from the figures the memory
+    terms read (:func:`model.loss_memory.loss_kept_bytes_per_element`,
+    :func:`model.loss_memory.loss_peak_bytes_per_element`), and which loss that is."""
+    t, lay = est.training, est.layout
+    beta = t.activation_bytes
+    kept = loss_kept_bytes_per_element(lay.framework, t.cross_entropy_fusion_impl, beta)
+    peak = loss_peak_bytes_per_element(lay.framework, lay.tp, t.cross_entropy_fusion_impl, beta)
+    which = {
+        "te": "Transformer Engine's fused cross entropy (parallel_cross_entropy, Transformer "
+        "Engine 2.2 to 2.17, which writes the gradient into the BF16 logits; from 2.18 it keeps "
+        "an FP32 gradient, 4 B, and Megatron-LM from core 0.19 no longer offers it)",
+        "native": "Megatron-Core's fused vocab-parallel cross entropy",
+    }.get(str(t.cross_entropy_fusion_impl), _DEFAULT_LOSS.get(str(lay.framework), "its loss"))
+    return (
+        f"loss: {which}; backward keeps {kept} B per local logit, the loss holds {peak} B at "
+        "its peak"
+    )
 
 
 def _precision_sentence(est: Estimate) -> str:
