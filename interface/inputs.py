@@ -63,6 +63,7 @@ RECIPE_KEYS = (
     "cpu_offloading_num_layers",
     "recompute_modules",
     "fp8_param_gather",
+    "deepspeed_overlap_comm",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
     "distributed_optimizer",
@@ -253,6 +254,15 @@ def _layout(params: Mapping[str, Any], model: ModelSpec, used: dict[str, Any]) -
     return layout
 
 
+_RECIPE_FLAGS = (
+    "flash_attention",
+    "memory_efficient_norm",
+    "fp8_param_gather",
+    "deepspeed_overlap_comm",
+)
+"""The recipe's true/false keys (default false)."""
+
+
 def _training(
     params: Mapping[str, Any],
     model: ModelSpec,
@@ -266,7 +276,7 @@ def _training(
     given: dict[str, Any] = {
         k: count_of(params, k) for k in ("seq_len", "global_batch_size") if k in params
     }
-    for key in ("flash_attention", "memory_efficient_norm", "fp8_param_gather"):
+    for key in _RECIPE_FLAGS:
         if key in params:
             given[key] = _flag(params, key, False)
     for key in ("activation_convention", "fp8_activation_storage", "cross_entropy_fusion_impl"):

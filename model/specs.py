@@ -383,6 +383,12 @@ class TrainingSpec:
     the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
     ``precision = fp8`` and the ``megatron`` profile."""
 
+    deepspeed_overlap_comm: bool = False
+    """DeepSpeed's ``zero_optimization.overlap_comm`` at ZeRO-1/2 (ignored elsewhere; DeepSpeed
+    edaa72212 ``zero/config.py`` ``overlap_comm_valid``: off below ZeRO-3 unless set). Off: the
+    reductions run on the compute stream (:func:`model.comm.reduces_beside_compute`); on: beside
+    the backward, with a second IPG bucket (:func:`model.mechanisms.mechanism`)."""
+
     distributed_optimizer: DistributedOptimizer = DistributedOptimizer.MCORE
     """Which implementation runs the ``megatron`` profile's ZeRO-1, by NeMo's name
     (:class:`model.frameworks.DistributedOptimizer`): ``mcore_distributed_optim`` (the default,
