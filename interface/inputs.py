@@ -64,6 +64,7 @@ RECIPE_KEYS = (
     "recompute_modules",
     "fp8_param_gather",
     "fsdp_double_buffer",
+    "deepspeed_overlap_comm",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
     "distributed_optimizer",
@@ -259,8 +260,10 @@ _RECIPE_FLAGS = (
     "memory_efficient_norm",
     "fp8_param_gather",
     "fsdp_double_buffer",
+    "deepspeed_overlap_comm",
 )
-"""The recipe's on/off keys (:class:`model.specs.TrainingSpec` fields of the same names)."""
+"""The recipe's on/off keys (:class:`model.specs.TrainingSpec` fields of the same names;
+default false)."""
 
 
 def _training(

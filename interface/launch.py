@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainplan.interface.launch_overlap import megatron_overlap_flags
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
@@ -39,6 +40,7 @@ from trainplan.model.precision import Precision
 from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks, stage_chunks, stage_layers
+from trainplan.model.timing import CostOptions
 
 __all__ = [
     "MEGATRON_ARGUMENTS",
@@ -74,9 +76,10 @@ MEGATRON_ARGUMENTS = frozenset(
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
     --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
-    --overlap-grad-reduce --overlap-param-gather
     --megatron-fsdp-main-grads-dtype --fsdp-double-buffer --cpu-offloading-num-layers
-    --cross-entropy-loss-fusion --cross-entropy-fusion-impl""".split()
+    --cross-entropy-loss-fusion --cross-entropy-fusion-impl --overlap-grad-reduce
+    --overlap-param-gather --no-overlap-p2p-communication
+    --overlap-p2p-communication-warmup-flush""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -89,7 +92,10 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``add_argument`` calls of ``_add_distributed_args``;
 ``--cpu-offloading-num-layers`` is ``ModelParallelConfig``'s, and ``validate_args`` turns
 ``cpu_offloading`` on with it, that field itself being excluded from the arguments; so are
-``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``)."""
+``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``; ``--overlap-grad-reduce``,
+``--overlap-param-gather`` and ``--no-overlap-p2p-communication`` are ``add_argument`` calls
+there, ``--overlap-p2p-communication-warmup-flush`` is ``ModelParallelConfig``'s
+``overlap_p2p_comm_warmup_flush`` ``arg_names``)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
@@ -165,6 +171,7 @@ def megatron_flags(
     layout: Layout,
     global_batch_size: int,
     training: TrainingSpec | None = None,
+    options: CostOptions | None = None,
 ) -> LaunchFlags:
     """Megatron-LM arguments for ``layout``: parallel sizes, the CP flavour
     (``--cp-comm-type p2p|allgather|a2a|a2a+p2p``, ``--hierarchical-context-parallel-sizes``),
@@ -173,9 +180,10 @@ def megatron_flags(
     (``--fp8-format hybrid``), optimizer offload (``--optimizer-cpu-offload
     --optimizer-offload-fraction F --use-precision-aware-optimizer``, the last required by
     ``validate_args``) and activation offload
-    (``--fine-grained-activation-offloading --offload-modules …``) — Megatron-LM
-    ``megatron/training/arguments.py``; :attr:`LaunchFlags.notes` says what does not map
-    exactly.
+    (``--fine-grained-activation-offloading --offload-modules …``), and the overlaps the step
+    time assumes (``options``, default :class:`model.timing.CostOptions`:
+    :func:`interface.launch_overlap.megatron_overlap_flags`) — Megatron-LM ``megatron/training/arguments.py``;
+    :attr:`LaunchFlags.notes` says what does not map exactly.
 
     Examples
     --------
@@ -202,6 +210,7 @@ def megatron_flags(
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
     out += _megatron_parallel(layout)
+    out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)
     out += _megatron_recompute(layout, split, notes)

@@ -110,6 +110,8 @@ CLUSTER_KEYS = {
     "tp_comm_overlap",
     "grad_reduce_overlap",
     "p2p_overlap",
+    "p2p_warmup_flush",
+    "p2p_forward_send_wait",
     "attention_kernel",
     "calibration",
 }
@@ -217,6 +219,7 @@ VALUE_KINDS: dict[str, Any] = {
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
     "fsdp_double_buffer": _FLAG,
+    "deepspeed_overlap_comm": _FLAG,
     "cross_entropy_fusion_impl": ("none", "native", "te"),
     "muon_tp_mode": ("blockwise", "duplicated"),
     "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),
@@ -243,6 +246,8 @@ VALUE_KINDS: dict[str, Any] = {
     "tp_comm_overlap": ("none", "async", "full", "async-tp"),
     "grad_reduce_overlap": _FLAG,
     "p2p_overlap": _FLAG,
+    "p2p_warmup_flush": _FLAG,
+    "p2p_forward_send_wait": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -88,6 +88,12 @@ KEY_HELP: dict[str, str] = {
     "gather with compute (default true; Megatron-Core --overlap-grad-reduce).",
     "p2p_overlap": "Roofline: run the pipeline's sends beside computation where the interleaved "
     "schedule does (default true; Megatron-Core overlap_p2p_comm with virtual stages).",
+    "p2p_warmup_flush": "Roofline, megatron interleaved: run the warm-up and cool-down sends "
+    "asynchronously too (default false; Megatron-LM --overlap-p2p-communication-warmup-flush, "
+    "written in the launch flags when true; Megatron-Core before 0.10 behaves as true).",
+    "p2p_forward_send_wait": "Roofline, megatron interleaved: each forward send is waited on "
+    "right after it is posted (default true: Megatron-Core 0.18 and later, which the launch "
+    "flags target; false: earlier Megatron-Core).",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "
@@ -172,6 +178,10 @@ KEY_HELP: dict[str, str] = {
     "--nccl-ub; Megatron Bridge's Llama 3 70B recipes on GB200/B200/GB300 set it). Without it "
     "the reduce-scatter queue keeps up to four layers' gradient buckets in backward. Default "
     "false.",
+    "deepspeed_overlap_comm": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization.overlap_comm "
+    "(default false, DeepSpeed's own default below ZeRO-3): true reduces the gradient buckets on "
+    "a side stream beside the backward and holds a second IPG bucket; false reduces them on the "
+    "compute stream, every reduction exposed. ZeRO-3 always overlaps (DeepSpeed's default there).",
     "distributed_optimizer": "megatron ZeRO-1's implementation, by NeMo's optim.name: "
     "mcore_distributed_optim (default; Megatron-Core's distributed optimizer) or "
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "

@@ -255,7 +255,9 @@ def _launch(result: Any) -> dict[str, Any]:
     plan, uniform = result.plan, result.uniform.estimate
     lay, arch = plan.layout, plan.model.arch
     assert arch is not None
-    megatron = megatron_flags(arch, lay, plan.training.global_batch_size, plan.training)
+    megatron = megatron_flags(
+        arch, lay, plan.training.global_batch_size, plan.training, plan.options
+    )
     titan = torchtitan_toml(arch, lay, plan.training)
     single = single_count_layout(lay, arch)
     megatron_step = None if single is None else result.job.case.evaluate(single).step_s

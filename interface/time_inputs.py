@@ -46,6 +46,8 @@ TIME_KEYS: tuple[str, ...] = (
     "tp_comm_overlap",
     "grad_reduce_overlap",
     "p2p_overlap",
+    "p2p_warmup_flush",
+    "p2p_forward_send_wait",
     "attention_kernel",
     "calibration",
 )
@@ -151,7 +153,8 @@ def cost_options(
     }
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
-    for key in ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap"):
+    flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
+    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait"):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if "mfu_convention" in params:

@@ -18,7 +18,7 @@ from typing import Any
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.xp import exact, floor, maximum, where
+from trainplan.model.xp import exact, floor, maximum, minimum, where
 
 __all__ = [
     "AxisTraffic",
@@ -33,7 +33,10 @@ __all__ = [
     "dp_collective_calls",
     "grad_reduce_overlaps",
     "pipe_partitioned",
+    "reduces_beside_compute",
     "p2p_overlapped",
+    "p2p_waiting_sends",
+    "MEGATRON_P2P_CODE",
     "pp_bytes",
     "pp_message_bytes",
 ]
@@ -111,6 +114,7 @@ def dp_traffic(
         regather_per_microbatch,
         pipelined=layout.pp > 1,
         distributed_optimizer=training.distributed_optimizer,
+        overlap_comm=training.deepspeed_overlap_comm,
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(
@@ -197,6 +201,25 @@ def grad_reduce_overlaps(framework: str, pp: Any, requested: bool) -> Any:
     return pp <= 1
 
 
+def reduces_beside_compute(framework: str, zero_stage: int, overlap_comm: bool) -> bool:
+    """Whether the framework's data-parallel reductions run on a stream of their own, beside
+    the computation: everywhere but DeepSpeed ZeRO-1 and -2 without ``overlap_comm``
+    (:attr:`model.specs.TrainingSpec.deepspeed_overlap_comm`). There DeepSpeed edaa72212
+    ``deepspeed/runtime/zero/stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.average_tensor`` and
+    ``allreduce_and_copy`` take ``get_accelerator().current_stream()`` unless
+    ``self.overlap_comm``, so each bucket's reduction (ZeRO-2's every micro-batch, from the
+    backward hooks; ZeRO-1's at the accumulation boundary) waits in line with the passes;
+    ``zero/config.py`` ``overlap_comm_valid`` turns ``overlap_comm`` on by default only at
+    ZeRO-3 (``stage3.py`` reduces on its own stream).
+
+    >>> reduces_beside_compute("deepspeed", 2, False), reduces_beside_compute("deepspeed", 2, True)
+    (False, True)
+    >>> reduces_beside_compute("deepspeed", 3, False), reduces_beside_compute("megatron", 1, False)
+    (True, True)
+    """
+    return framework != "deepspeed" or zero_stage == 3 or overlap_comm
+
+
 def pipe_partitioned(framework: str) -> bool:
     """Whether a pipeline send carries 1/tp of the stage's output and the receiver all-gathers
     it over its tensor-parallel group: DeepSpeed's pipeline engine partitions both the
@@ -237,6 +260,55 @@ def p2p_overlapped(framework: str, schedule: str, virtual_stages: Any) -> Any:
     return virtual_stages > 1
 
 
+MEGATRON_P2P_CODE = "Megatron-LM d98e8a64dd (2026-08-22, core_v0.19.0 and later)"
+"""The Megatron-Core code :func:`p2p_waiting_sends` reads by default, the one the launch flags
+target (:mod:`interface.launch`)."""
+
+
+def p2p_waiting_sends(m: Any, v: Any, pp: Any, warmup_flush: bool, forward_wait: bool) -> Any:
+    """Of the ``2·m·v`` pipeline messages of Megatron-Core's interleaved schedule with
+    ``overlap_p2p_comm`` (:func:`p2p_overlapped`), how many the last pipeline rank waits on
+    after posting: ``megatron/core/pipeline_parallel/schedules.py``,
+    ``forward_backward_pipelining_with_interleaving`` (at :data:`MEGATRON_P2P_CODE`).
+
+    * Its warm-up runs ``W = min(m·v, 2(pp − r − 1) + (v − 1)·g)`` forward passes on rank r
+      (``get_pp_rank_microbatches``; ``g`` = ``microbatch_group_size_per_vp_stage``, pp by
+      default), each followed by a blocking ``send_forward_recv_forward`` (no
+      ``overlap_p2p_comm=True``: ``p2p_communication.py`` waits on the requests), and its
+      cool-down the same ``W`` backward passes, each a blocking ``send_backward_recv_backward``
+      — unless ``overlap_p2p_comm_warmup_flush`` (``warmup_flush``; Megatron-LM's
+      ``--overlap-p2p-communication-warmup-flush``, opt-in since 4295be1a6c, core_v0.10.0;
+      before it, the warm-up and flush ran their sends asynchronously, as with the flag).
+    * Since 260cba7133 (2026-04-16, core_v0.18.0) each forward send is waited on right after it
+      is posted (``pp_post_forward`` and the warm-up: "isend() copies asynchronously; wait until
+      the copy is done before freeing the source buffer") whenever
+      ``deallocate_pipeline_outputs`` is set, which Megatron-LM
+      (``megatron/training/argument_utils.py``) and Megatron Bridge (``GPTModelProvider``)
+      always set (``forward_wait``; False for earlier code).
+
+    The count is the last rank's (``r = pp − 1``, ``W = min(m·v, (v − 1)·pp)``), the fewest of
+    any rank: it runs the loss and the steady 1F1B throughout, so its own waits lie on the
+    step's critical path, while an earlier rank's longer warm-up runs ahead of the first
+    backward it must wait for. Element-wise in ``m``, ``v``, ``pp``.
+
+    Examples
+    --------
+    Meta's Llama 3 405B layout, pp 16, v 8, m 16: W = min(128, 7·16) = 112; every forward send
+    (128) waits, and the 112 cool-down backward sends: 240 of 256.
+
+    >>> int(p2p_waiting_sends(16, 8, 16, False, True))
+    240
+    >>> int(p2p_waiting_sends(16, 8, 16, False, False)), int(p2p_waiting_sends(16, 8, 16, True, True))
+    (224, 128)
+    >>> int(p2p_waiting_sends(16, 8, 16, True, False))
+    0
+    """
+    warmup = minimum(m * v, (v - 1) * pp)
+    backward = 0 * warmup if warmup_flush else warmup
+    forward = m * v if forward_wait else backward
+    return forward + backward
+
+
 def dp_name(mech: Mechanism) -> str:
     """The collectives of a mechanism, named with their dtype and how often they run."""
     dtype = {2: "bf16", 4: "fp32"}.get(mech.reduce_bytes, f"{mech.reduce_bytes}-byte")
@@ -262,9 +334,10 @@ def pp_traffic(
     """Pipeline traffic of a middle stage: per micro-batch (and per model chunk with
     interleaving) one activation forward and one gradient backward. ``textbook``: each of
     ``β·S_tok·h/tp`` bytes (scatter/gather over tp; Narayanan et al. 2021 §4.1). Physical
-    profiles: ``β·S_tok·h/tp`` with sequence parallelism (the tensor is already split), the full
-    ``β·S_tok·h`` without it (Megatron-Core sends the whole tensor) unless
-    :attr:`Layout.pipeline_scatter_gather` (Megatron-LM 2021); plus, with tied embeddings
+    profiles: ``β·S_tok·h/tp`` with sequence parallelism (the tensor is already split) and under
+    DeepSpeed's pipeline engine (:func:`pipe_partitioned`), the full ``β·S_tok·h`` otherwise
+    (Megatron-Core sends the whole tensor) unless :attr:`Layout.pipeline_scatter_gather`
+    (Megatron-LM 2021); plus, with tied embeddings
     over pp > 1, the once-per-step all-reduce of the embedding's gradient between the first and
     the last stage (``tied_embedding_params`` per GPU, ``reduce_bytes`` per element:
     Megatron-Core's ``_allreduce_word_embedding_grads``).
@@ -283,7 +356,8 @@ def pp_traffic(
     total = pp_bytes(
         hidden_size, layout.tp, layout.cp, layout.micro_batch_size, m, layout.virtual_stages,
         training.seq_len, training.activation_bytes,
-        layout.sp or not physical or layout.pipeline_scatter_gather,
+        layout.sp or not physical or layout.pipeline_scatter_gather
+        or pipe_partitioned(str(layout.framework)),
         tied_embedding_params if physical else 0, reduce_bytes,
     )  # fmt: skip
     name = "send/recv (point-to-point)"

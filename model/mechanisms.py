@@ -45,6 +45,7 @@ def mechanism(
     pipelined: bool = False,
     distributed_optimizer: DistributedOptimizer | str = DistributedOptimizer.MCORE,
     double_buffer: bool = False,
+    overlap_comm: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -61,7 +62,9 @@ def mechanism(
     :func:`model.frameworks.check_distributed_optimizer`): ``distributed_fused_adam`` is Apex's
     (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (``megatron`` ZeRO-3 only: the
     recipe's :attr:`model.specs.TrainingSpec.fsdp_double_buffer`) gives Megatron-FSDP its
-    persistent two-unit pools (:func:`_megatron_fsdp`); ignored elsewhere.
+    persistent two-unit pools (:func:`_megatron_fsdp`); ignored elsewhere. ``overlap_comm``
+    (``deepspeed`` ZeRO-1/2 only, :attr:`model.specs.TrainingSpec.deepspeed_overlap_comm`): a
+    second IPG bucket.
 
     Raises
     ------
@@ -91,7 +94,7 @@ def mechanism(
             return _megatron_fsdp(weight_bytes, g, optimizer_bytes, double_buffer)
         return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.DEEPSPEED:
-        return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes)
+        return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm)
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])
     return _fsdp2(zero_stage, weight_bytes, g, optimizer_bytes)
@@ -290,14 +293,23 @@ def _apex_distributed_fused_adam(w: int, g: int, o: int) -> Mechanism:
     )  # fmt: skip
 
 
-def _deepspeed(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
-    """DeepSpeed ZeRO stages 1, 2 and 3."""
+def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> Mechanism:
+    """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets.
+
+    >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
+    >>> (one, two)
+    (1000000000, 2000000000)
+    """
     fw, src = Framework.DEEPSPEED, _SOURCES[Framework.DEEPSPEED]
     bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
     # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
     # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
     # (contiguous_gradients defaults to True), released at the backward's end
     ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
+    # with overlap_comm, setup_buckets appends a second buffer to each IPG bucket ("Use double
+    # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
+    # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
+    ipg *= 2 if overlap_comm else 1
     if zero_stage == 1:
         return Mechanism(
             fw, 1, "DeepSpeed ZeRO stage 1",

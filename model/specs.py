@@ -388,6 +388,11 @@ class TrainingSpec:
     ``nccl_ub``): the gathered weights and the unsharded gradient buckets of the layers come
     from persistent pools of two units instead of the caching allocator (Megatron-LM
     ``param_and_grad_buffer.py`` ``FixedPoolAllocator``). Read under ``megatron`` ZeRO-3 only."""
+    deepspeed_overlap_comm: bool = False
+    """DeepSpeed's ``zero_optimization.overlap_comm`` at ZeRO-1/2 (ignored elsewhere; DeepSpeed
+    edaa72212 ``zero/config.py`` ``overlap_comm_valid``: off below ZeRO-3 unless set). Off: the
+    reductions run on the compute stream (:func:`model.comm.reduces_beside_compute`); on: beside
+    the backward, with a second IPG bucket (:func:`model.mechanisms.mechanism`)."""
 
     distributed_optimizer: DistributedOptimizer = DistributedOptimizer.MCORE
     """Which implementation runs the ``megatron`` profile's ZeRO-1, by NeMo's name

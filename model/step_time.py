@@ -41,6 +41,7 @@ __all__ = [
     "pipe_engine_seconds",
     "pp_exposed_seconds",
     "DEEPSPEED_TRANSFERS_PER_CYCLE",
+    "DEEPSPEED_GATHERS_PER_CYCLE",
     "dp_seconds",
     "dp_exposed_seconds",
     "optimizer_seconds",
@@ -261,18 +262,27 @@ def pp_seconds(
 
 
 def pp_exposed_seconds(
-    seconds: Any, tied_s: Any, messages: Any, pp: Any, pass_s: Any, overlapped: Any
+    seconds: Any,
+    tied_s: Any,
+    messages: Any,
+    pp: Any,
+    pass_s: Any,
+    overlapped: Any,
+    waiting: Any = 0,
 ) -> Any:
     """Of a step's pipeline messages (``seconds`` in all, ``tied_s`` of it the tied embedding's
     all-reduce, the rest ``messages`` equal sends), what waits: all of it, unless the sends
-    run beside computation (``overlapped``, :func:`model.comm.p2p_overlapped`). Then a send
-    hides under the pass that runs between it and the pass that consumes its tensor (one
-    chunk's forward, ``pass_s``, the shorter pass), so of each only ``max(0, send − pass)``
-    waits; but the pipeline's fill and drain carry theirs on the critical path: the first
-    micro-batch's forward crosses ``pp − 1`` rank boundaries before the last rank starts, the
-    last backward ``pp − 1`` boundaries back, nothing to hide under (the same ``pp − 1``
-    passes each way that make the bubble). The tied embedding's all-reduce runs after the
-    flush and waits. Element-wise for arrays.
+    run beside computation (``overlapped``, :func:`model.comm.p2p_overlapped`). Then the
+    ``waiting`` sends the schedule waits on right after posting them
+    (:func:`model.comm.p2p_waiting_sends`: Megatron-Core's blocking warm-up and cool-down, and
+    since core 0.18 every forward send) wait whole; each other send hides under the pass that
+    runs between it and the pass that consumes its tensor (one chunk's forward, ``pass_s``, the
+    shorter pass), so of it only ``max(0, send − pass)`` waits; and the pipeline's fill and
+    drain carry theirs on the critical path: the first micro-batch's forward crosses ``pp − 1``
+    rank boundaries before the last rank starts, the last backward ``pp − 1`` boundaries back,
+    nothing to hide under (the same ``pp − 1`` passes each way that make the bubble). No more
+    than ``seconds`` waits. The tied embedding's all-reduce runs after the flush and waits.
+    Element-wise for arrays.
 
     Examples
     --------
@@ -282,9 +292,12 @@ def pp_exposed_seconds(
     0.069
     >>> round(pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, True), 9)  # 2·3·1 ms + 5 ms
     0.011
+    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, True, 40), 9)  # + 40 · 1 ms
+    0.051
     """
     send = (seconds - tied_s) / maximum(messages, 1)
-    waits = 2 * (pp - 1) * send + messages * maximum(0.0, send - pass_s) + tied_s
+    hidden = (messages - waiting) * maximum(0.0, send - pass_s)
+    waits = (2 * (pp - 1) + waiting) * send + hidden + tied_s
     return where(overlapped, minimum(waits, seconds), seconds)
 
 
@@ -296,8 +309,16 @@ cycle: ``RecvActivation`` and ``SendGrad`` on its forward step, ``SendActivation
 (``deepspeed/runtime/pipe/p2p.py``: ``async_op`` must be False)."""
 
 
+DEEPSPEED_GATHERS_PER_CYCLE = 3
+"""All-gathers over tp a stage of DeepSpeed's pipeline engine runs per forward-backward cycle to
+rebuild a partitioned tensor (``PartitionedTensor.full``, ``deepspeed/runtime/pipe/engine.py`` at
+edaa72212, with the default ``pipe_partitioned`` and ``grad_partitioned``): the received input
+in ``_exec_forward_pass``, and in ``_exec_backward_pass`` the stage's own partitioned output
+(rebuilt so that backward runs through its graph) and the received output gradient."""
+
+
 def pipe_engine_seconds(
-    message_bytes: Any,
+    part_bytes: Any,
     tp: Any,
     cycles: Any,
     tied_bytes: Any,
@@ -309,33 +330,35 @@ def pipe_engine_seconds(
 ) -> Any:
     """Seconds a stage of DeepSpeed's pipeline engine spends on pipeline messages in a step:
     ``cycles`` = ``m + pp − 1`` forward-backward cycles of its ``TrainSchedule`` (``2(m + pp −
-    1)`` steps), each with :data:`DEEPSPEED_TRANSFERS_PER_CYCLE` blocking transfers of the
-    ``message_bytes`` stage output split over the tensor-parallel group
-    (:func:`model.comm.pipe_partitioned`: 1/tp of it on the wire) and, after each of the two
-    receives, the all-gather over tp that rebuilds it (``PartitionedTensor.full``; nothing at
-    tp = 1), plus the tied embedding's once-per-step all-reduce (``ReduceTiedGrads``,
-    ``tied_bytes`` sent). The transfers sit on the stage's own stream between its passes, so
-    none of them overlaps computation. Element-wise for arrays.
+    1)`` steps), each with :data:`DEEPSPEED_TRANSFERS_PER_CYCLE` blocking transfers of
+    ``part_bytes``, the stage output's share on the wire (the engine splits its output once over
+    the tensor-parallel group, :func:`model.comm.pipe_partitioned`: ``PartitionedTensor`` over
+    ``slice_parallel_group`` in ``_exec_forward_pass`` and ``_exec_send_grads``; 1/tp of the
+    whole tensor with or without sequence parallelism), and :data:`DEEPSPEED_GATHERS_PER_CYCLE`
+    all-gathers over tp that rebuild a whole tensor from its shares (``PartitionedTensor.full``;
+    nothing at tp = 1), plus the tied embedding's once-per-step all-reduce
+    (``ReduceTiedGrads``, ``tied_bytes`` sent). The transfers sit on the stage's own stream
+    between its passes, so none of them overlaps computation. Element-wise for arrays.
 
     Examples
     --------
-    An 8 MB output, tp 8, 10 cycles, across nodes at 25 GB/s (no all-gather curve: 0.8 of a
-    300 GB/s NVLink): each send 8.4 + 14 µs + 1 MB / 24 GB/s, each gather
+    An 8 MB output, tp 8 (1 MB on the wire), 10 cycles, across nodes at 25 GB/s (no all-gather
+    curve: 0.8 of a 300 GB/s NVLink): each send 8.4 + 14 µs + 1 MB / 24 GB/s, each gather
     8.4 + 7 × 3.4 µs + 7 MB / 240 GB/s.
 
     >>> p = RooflineParams(gemm_efficiency=0.7)
-    >>> t = pipe_engine_seconds(8e6, 8, 10, 0.0, 25e9, False, 300e9, True, p)
+    >>> t = pipe_engine_seconds(1e6, 8, 10, 0.0, 25e9, False, 300e9, True, p)
     >>> send, gather = 22.4e-6 + 1e6 / 24e9, 32.2e-6 + 7e6 / 240e9
-    >>> round(t, 9) == round(10 * (4 * send + 2 * gather), 9)
+    >>> round(t, 9) == round(10 * (4 * send + 3 * gather), 9)
     True
     """
-    part = message_bytes / tp
-    send = collective_time(Collective.SEND_RECV, 2, part, bandwidth, scaleup, p)
+    send = collective_time(Collective.SEND_RECV, 2, part_bytes, bandwidth, scaleup, p)
     gather = collective_time(
-        Collective.ALL_GATHER, tp, part * (tp - 1), tp_bandwidth, tp_scaleup, p
+        Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth, tp_scaleup, p
     )
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
-    return cycles * (DEEPSPEED_TRANSFERS_PER_CYCLE * send + 2 * gather) + tied
+    per_cycle = DEEPSPEED_TRANSFERS_PER_CYCLE * send + DEEPSPEED_GATHERS_PER_CYCLE * gather
+    return cycles * per_cycle + tied
 
 
 def dp_seconds(
@@ -377,7 +400,13 @@ def dp_seconds(
 
 
 def dp_exposed_seconds(
-    step_s: Any, microbatch_s: Any, m: Any, window_s: Any, overlapped: Any, tail: Any
+    step_s: Any,
+    microbatch_s: Any,
+    m: Any,
+    window_s: Any,
+    overlapped: Any,
+    tail: Any,
+    beside_compute: Any = True,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -393,6 +422,9 @@ def dp_exposed_seconds(
       ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's DDP all-reduce
       after the last backward, DeepSpeed's pipeline engine: :func:`model.comm.grad_reduce_overlaps`).
       ``overlapped`` is element-wise.
+    * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
+      without ``overlap_comm`` reduces on the compute stream) nothing overlaps: every
+      collective waits, the per-micro-batch ones and the once-per-step ones alike.
 
     Examples
     --------
@@ -402,11 +434,14 @@ def dp_exposed_seconds(
     2.0
     >>> round(dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25), 12)  # 3·0.1 + max(0.1, 0.125)
     0.425
+    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
+    2.0
     """
+    overlapped = overlapped & beside_compute
     step = where(overlapped, maximum(step_s - window_s, step_s * tail), step_s)
     hidden = (m - 1) * maximum(0.0, microbatch_s - window_s)
     last = maximum(microbatch_s - window_s, microbatch_s * tail)
-    return step + hidden + last
+    return step + where(beside_compute, hidden + last, m * microbatch_s)
 
 
 def optimizer_seconds(

@@ -199,6 +199,16 @@ class CostOptions:
     interleaved schedule does (Megatron-Core ``overlap_p2p_comm``, on by default with virtual
     stages since Megatron-LM of 2023-05: :func:`model.comm.p2p_overlapped`); False: every
     message waits (Megatron-LM of 2021–2022, batched blocking sends)."""
+    p2p_warmup_flush: bool = False
+    """Run the interleaved schedule's warm-up and cool-down sends asynchronously as well
+    (Megatron-LM ``--overlap-p2p-communication-warmup-flush``, default off since core 0.10; the
+    launch flags write it when on; code before core 0.10 behaves as with it on). False: they
+    wait (:func:`model.comm.p2p_waiting_sends`)."""
+    p2p_forward_send_wait: bool = True
+    """The interleaved schedule waits on each forward send right after posting it, before
+    freeing the output (Megatron-Core 0.18 and later with ``deallocate_pipeline_outputs``, which
+    Megatron-LM and Megatron Bridge set; the code the launch flags target). False: Megatron-Core
+    before 0.18 (:func:`model.comm.p2p_waiting_sends`)."""
 
     def __post_init__(self) -> None:
         for name, kind in (

@@ -17,6 +17,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.timing import CostOptions
 
 ARCH = Architecture(
     num_layers=8, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16
@@ -94,3 +95,26 @@ def test_megatron_fsdp_and_whole_layer_offload_are_written_as_counted() -> None:
     assert flags[flags.index("--cpu-offloading-num-layers") + 1] == "2"
     bf16 = megatron_flags(ARCH, lay, 8, replace(TRAINING, gradient_bytes=2)).flags
     assert bf16[bf16.index("--megatron-fsdp-main-grads-dtype") + 1] == "bf16"
+
+
+def test_the_overlaps_the_step_time_assumes_are_written() -> None:
+    """Megatron-LM leaves --overlap-grad-reduce and --overlap-param-gather off (arguments.py,
+    store_true): the distributed optimizer's plan writes both, DDP the first, Megatron-FSDP
+    neither (it forces them); an interleaved plan writes the warm-up flush when the figure
+    assumes it and --no-overlap-p2p-communication when it assumes blocking sends."""
+    zero1 = megatron_flags(ARCH, Layout(dp=2, zero_stage=1), 8).flags
+    assert "--overlap-grad-reduce" in zero1 and "--overlap-param-gather" in zero1
+    ddp = megatron_flags(ARCH, Layout(dp=2, zero_stage=0), 8).flags
+    assert "--overlap-grad-reduce" in ddp and "--overlap-param-gather" not in ddp
+    fsdp = megatron_flags(ARCH, Layout(dp=2, zero_stage=3), 8).flags
+    assert "--overlap-grad-reduce" not in fsdp
+    off = megatron_flags(ARCH, Layout(dp=2), 8, options=CostOptions(grad_reduce_overlap=False))
+    assert "--overlap-grad-reduce" not in off.flags
+    inter = Layout(pp=2, virtual_stages=2, schedule="interleaved")
+    assert "--overlap-p2p-communication-warmup-flush" not in megatron_flags(ARCH, inter, 8).flags
+    flush = megatron_flags(ARCH, inter, 8, options=CostOptions(p2p_warmup_flush=True))
+    assert "--overlap-p2p-communication-warmup-flush" in flush.flags
+    blocking = megatron_flags(ARCH, inter, 8, options=CostOptions(p2p_overlap=False))
+    assert "--no-overlap-p2p-communication" in blocking.flags
+    old = megatron_flags(ARCH, inter, 8, options=CostOptions(p2p_forward_send_wait=False))
+    assert any("before 0.18" in n for n in old.notes)

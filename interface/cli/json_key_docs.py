@@ -78,6 +78,7 @@ KEY_DOCS: dict[str, str] = {
     "null unless megatron with ZeRO-3.",
     "layout.cross_entropy_fusion_impl": "The loss Megatron-Core runs: none (unfused), native "
     "(its fused kernels) or te (Transformer Engine's); null unless megatron.",
+    "layout.deepspeed_overlap_comm": "DeepSpeed's zero_optimization.overlap_comm; null unless deepspeed ZeRO-1/2.",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "
     "or distributed_fused_adam (Apex's, under NeMo); null unless megatron with ZeRO ≥ 1.",
     "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
@@ -192,6 +193,8 @@ KEY_DOCS: dict[str, str] = {
     "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async, full (userbuffers) or async-tp (torchtitan).",
     "time.grad_reduce_overlap": "Once-per-step DP traffic overlapped with compute.",
     "time.p2p_overlap": "Pipeline sends overlapped with compute where the interleaved schedule does.",
+    "time.p2p_warmup_flush": "Interleaved warm-up/cool-down sends asynchronous too (--overlap-p2p-communication-warmup-flush).",
+    "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

@@ -5,6 +5,7 @@ model state and data-parallel traffic, and the capacity each figure is measured 
 
 from __future__ import annotations
 
+from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import (
@@ -100,9 +101,34 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
         f"{p.scaleout_efficiency:g} scale-out); tp overlap {o.tp_comm_overlap}, cp {_cp_overlap(est)}, "
-        f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}; "
+        f"{_dp_overlap(est)}{_p2p_waits(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
     )
+
+
+def _dp_overlap(est: Estimate) -> str:
+    """What the dp phrase of the roofline line says: the once-per-step traffic overlapped or
+    exposed, and under DeepSpeed ZeRO-1/2 without ``overlap_comm`` every reduction exposed
+    (:func:`model.comm.reduces_beside_compute`)."""
+    lay, o = est.layout, est.options
+    if not reduces_beside_compute(
+        str(lay.framework), lay.zero_stage, est.training.deepspeed_overlap_comm
+    ):
+        return "dp reductions exposed (DeepSpeed overlap_comm off: on the compute stream)"
+    return f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}"
+
+
+def _p2p_waits(est: Estimate) -> str:
+    """Under Megatron-Core's overlapped interleaved schedule, which sends still wait
+    (:func:`model.comm.p2p_waiting_sends`); empty elsewhere."""
+    lay, o = est.layout, est.options
+    if not (o.p2p_overlap and lay.pp > 1 and p2p_overlapped(
+        str(lay.framework), str(lay.schedule), lay.virtual_stages
+    )):  # fmt: skip
+        return ""
+    waits = [] if o.p2p_warmup_flush else ["warm-up and cool-down"]
+    waits += ["every forward (Megatron-Core ≥ 0.18)"] if o.p2p_forward_send_wait else []
+    return f"; interleaved pipeline sends waited: {', '.join(waits) or 'fill and drain only'}"
 
 
 def tp_block_inputs(est: Estimate) -> str | None:
@@ -202,6 +228,7 @@ def assumptions(est: Estimate) -> list[str]:
     mech = mechanism(
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
+        overlap_comm=t.deepspeed_overlap_comm,
     )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",

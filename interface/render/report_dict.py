@@ -54,6 +54,8 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "tp_comm_overlap": str(est.options.tp_comm_overlap),
         "grad_reduce_overlap": est.options.grad_reduce_overlap,
         "p2p_overlap": est.options.p2p_overlap,
+        "p2p_warmup_flush": est.options.p2p_warmup_flush,
+        "p2p_forward_send_wait": est.options.p2p_forward_send_wait,
     }
 
 
@@ -118,6 +120,7 @@ def _gathered_what(est: Estimate) -> str | None:
     mech = mechanism(
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
+        overlap_comm=t.deepspeed_overlap_comm,
     )  # fmt: skip
     return mech.gathered_what if est.peak.state.gathered_bytes else None
 
@@ -268,6 +271,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
     fsdp2_pp = framework == "fsdp2" and lay.pp > 1
     modules = framework in ("megatron", "textbook") and str(lay.recompute) == "selective"
     zero1 = megatron and lay.zero_stage >= 1
+    ds12 = framework == "deepspeed" and lay.zero_stage in (1, 2)
     return {
         "dp": lay.dp,
         "tp": lay.tp,
@@ -310,6 +314,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         **_where(megatron and lay.zero_stage == 3, "fsdp_double_buffer", t.fsdp_double_buffer),
         "muon_tp_mode": t.muon_tp_mode,
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
+        **_where(ds12, "deepspeed_overlap_comm", t.deepspeed_overlap_comm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
         "moe": _moe_run(t.moe_run),

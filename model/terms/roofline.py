@@ -33,8 +33,10 @@ from trainplan.model.comm import (
     dp_collective_calls,
     grad_reduce_overlaps,
     p2p_overlapped,
+    p2p_waiting_sends,
     pipe_partitioned,
     pp_message_bytes,
+    reduces_beside_compute,
 )
 from trainplan.model.comm_sms import dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
@@ -314,7 +316,8 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     all-reduce; under DeepSpeed's pipeline engine its blocking, tp-partitioned transfers,
     :func:`model.step_time.pipe_engine_seconds`), and of them what waits
     (:func:`model.step_time.pp_exposed_seconds`: Megatron-Core's interleaved schedule overlaps
-    its sends with the next chunk's pass, a third of ``window``, the slowest stage's micro-batch
+    its sends with the next chunk's pass but for those it waits on,
+    :func:`model.comm.p2p_waiting_sends`; a third of ``window``, the slowest stage's micro-batch
     without recomputation, over v chunks); (0, 0) at pp = 1."""
     arch, t = c.arch, c.training
     message = pp_message_bytes(
@@ -327,7 +330,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     link = (where(on, bandwidth, 1.0), scaleup)
     if pipe_partitioned(str(f.framework)):
         tp_bandwidth, tp_scaleup = axis_link(c, f, "tp")
-        seconds = pipe_engine_seconds(
+        seconds = pipe_engine_seconds(  # message: the 1/tp share the engine sends
             as_float(message), f.tp, f.m + f.pp - 1, as_float(tied), *link,
             where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
         )  # fmt: skip
@@ -338,8 +341,12 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     tied_s = pp_seconds(0.0, 0, as_float(tied), *link, params_of(c))
     overlapped = p2p_overlapped(str(f.framework), str(f.schedule), f.virtual_stages)
     overlapped = overlapped & c.options.p2p_overlap
+    o = c.options
+    waiting = p2p_waiting_sends(
+        f.m, f.virtual_stages, f.pp, o.p2p_warmup_flush, o.p2p_forward_send_wait
+    )
     exposed = pp_exposed_seconds(
-        seconds, tied_s, messages, f.pp, window / (3 * f.virtual_stages), overlapped
+        seconds, tied_s, messages, f.pp, window / (3 * f.virtual_stages), overlapped, waiting
     )
     return where(on, seconds, 0.0), where(on, exposed, 0.0)
 
@@ -354,6 +361,9 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
     overlapped = c.options.grad_reduce_overlap
     after_flush = grad_reduce_overlaps(str(f.framework), f.pp, overlapped)
+    beside = reduces_beside_compute(
+        str(f.framework), int(f.zero_stage), c.training.deepspeed_overlap_comm
+    )
     calls = dp_collective_calls(
         str(f.framework), as_float(dense + experts), most_layers(c, f)[0], f.dp, overlapped
     )
@@ -364,7 +374,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside)
     return step_s + m * mb_s, exposed
 
 

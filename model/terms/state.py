@@ -301,6 +301,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
         double_buffer=t.fsdp_double_buffer,
+        overlap_comm=t.deepspeed_overlap_comm,
     )  # fmt: skip
     held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(

@@ -22,7 +22,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pp_bytes
+from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pipe_partitioned, pp_bytes
 from trainplan.model.comm_layers import cp_bytes, ep_bytes, recomputed_sends, tp_bytes
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.frameworks import Framework, gradient_bytes_for
@@ -71,7 +71,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
     return mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         c.options.zero3_regather, pipelined=f.pp > 1,
-        distributed_optimizer=t.distributed_optimizer,
+        distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
     )  # fmt: skip
 
 
@@ -189,9 +189,13 @@ def tied_embedding_params(c: Context, f: Fields) -> Any:
 
 def pp_split_over_tp(f: Fields) -> Any:
     """Whether a pipeline send carries 1/tp of the activation: with sequence parallelism (the
-    tensor is already split), under the textbook profile, or with Megatron-LM's scatter/gather
-    (:attr:`model.layout.Layout.pipeline_scatter_gather`)."""
-    return f.sp | (not Framework(f.framework).physical) | f.pipeline_scatter_gather
+    tensor is already split), under the textbook profile, with Megatron-LM's scatter/gather
+    (:attr:`model.layout.Layout.pipeline_scatter_gather`), or under DeepSpeed's pipeline engine,
+    which splits the whole stage output once over tp whatever the layout
+    (:func:`model.comm.pipe_partitioned`)."""
+    fw = str(f.framework)
+    split = (not Framework(fw).physical) | pipe_partitioned(fw)
+    return f.sp | split | f.pipeline_scatter_gather
 
 
 def pp_traffic_bytes(c: Context, f: Fields) -> Any:

@@ -1,0 +1,41 @@
+"""The overlap flags a Megatron-LM launch needs for the step time a plan assumes
+(:func:`megatron_overlap_flags`, written by :func:`interface.launch.megatron_flags`)."""
+
+from __future__ import annotations
+
+from trainplan.model.layout import Layout
+from trainplan.model.timing import CostOptions
+
+__all__ = ["megatron_overlap_flags"]
+
+INTERLEAVED = ("1f1b", "interleaved")
+"""Schedules Megatron-Core runs with virtual stages (its interleaved 1F1B)."""
+
+
+def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str]) -> list[str]:
+    """The overlap flags the step time assumes, for Megatron-LM d98e8a64dd (2026-08-22), whose
+    ``arguments.py`` leaves every one off by default: ``--overlap-grad-reduce`` (DDP and the
+    distributed optimizer) and ``--overlap-param-gather`` (the distributed optimizer only:
+    ``validate_args`` asserts it, and that it comes with ``--overlap-grad-reduce``) when
+    ``grad_reduce_overlap``; Megatron-FSDP (ZeRO-3) turns both on itself
+    (``MegatronFSDP.__init__``). With virtual stages: ``--no-overlap-p2p-communication`` when
+    ``p2p_overlap`` is off, ``--overlap-p2p-communication-warmup-flush`` when
+    ``p2p_warmup_flush`` (:func:`model.comm.p2p_waiting_sends`); a figure for Megatron-Core
+    before 0.18 (``p2p_forward_send_wait`` off) is said in ``notes``."""
+    if str(layout.framework) != "megatron":
+        return []
+    out = []
+    if options.grad_reduce_overlap and layout.zero_stage < 3:
+        out.append("--overlap-grad-reduce")
+        out += ["--overlap-param-gather"] if layout.zero_stage == 1 else []
+    if layout.pp > 1 and layout.virtual_stages > 1 and str(layout.schedule) in INTERLEAVED:
+        if not options.p2p_overlap:
+            out.append("--no-overlap-p2p-communication")
+        elif options.p2p_warmup_flush:
+            out.append("--overlap-p2p-communication-warmup-flush")
+        if options.p2p_overlap and not options.p2p_forward_send_wait:
+            notes.append(
+                "p2p_forward_send_wait false: the pipeline figure is Megatron-Core before 0.18; "
+                "0.18 and later wait on each forward send before freeing its output"
+            )
+    return out
