@@ -17,8 +17,8 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
     ``arguments.py`` leaves every one off by default: ``--overlap-grad-reduce`` (DDP and the
     distributed optimizer) and ``--overlap-param-gather`` (the distributed optimizer only:
     ``validate_args`` asserts it, and that it comes with ``--overlap-grad-reduce``) when
-    ``grad_reduce_overlap``; Megatron-FSDP (ZeRO-3) turns both on itself
-    (``MegatronFSDP.__init__``). With virtual stages: ``--no-overlap-p2p-communication`` when
+    ``grad_reduce_overlap``; Megatron-FSDP's (ZeRO-3) line writes both always
+    (:func:`interface.launch.megatron_flags`: they also size its gradient buckets). With virtual stages: ``--no-overlap-p2p-communication`` when
     ``p2p_overlap`` is off, ``--overlap-p2p-communication-warmup-flush`` when
     ``p2p_warmup_flush`` (:func:`model.comm.p2p_waiting_sends`); a figure for Megatron-Core
     before 0.18 (``p2p_forward_send_wait`` off) is said in ``notes``."""
