@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
+from trainplan.interface.launch_parallel import megatron_parallel_flags
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
@@ -209,49 +210,13 @@ def megatron_flags(
             f"framework {layout.framework}: the plan's memory and traffic are that profile's "
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
-    out += _megatron_parallel(layout)
+    out += megatron_parallel_flags(layout)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)
     out += _megatron_recompute(layout, split, notes)
     out += [] if training is None else _megatron_recipe(training, layout, notes)
     return LaunchFlags(tuple(out), tuple(notes))
-
-
-_CP_COMM_TYPE = {
-    "ring": "p2p",
-    "all-gather": "allgather",
-    "ulysses": "a2a",
-    "a2a+p2p": "a2a+p2p",
-    "pytorch-allgather": "allgather",
-    "pytorch-alltoall": "p2p",
-}
-"""Megatron-LM's ``--cp-comm-type`` for each ``cp_kind`` (Transformer Engine's ``cp_comm_type``;
-PyTorch's flavours as the Megatron exchange closest to theirs); any other: ``a2a``."""
-
-
-def _megatron_parallel(layout: Layout) -> list[str]:
-    """The CP flavour (``--cp-comm-type``, ``--hierarchical-context-parallel-sizes``), expert
-    parallelism, sequence parallelism and the distributed optimizer's flags."""
-    out = []
-    if layout.cp > 1:
-        out += ["--cp-comm-type", _CP_COMM_TYPE.get(str(layout.cp_kind), "a2a")]
-        if layout.cp_a2a:
-            inner = str(layout.cp_a2a)
-            out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
-    if layout.ep > 1:
-        out += ["--expert-model-parallel-size", str(layout.ep)]
-    if layout.sp:
-        out.append("--sequence-parallel")
-    if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
-        out.append("--use-distributed-optimizer")
-    if layout.zero_stage == 3 and str(layout.framework) == "megatron":
-        out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
-        # the overlap the plan times; --overlap-grad-reduce also sizes the DDP buckets
-        # (training.py resolve_ddp_bucket_size: max(4e7, 1e6·dp·cp), else None), which keeps the
-        # embedding's gradient bucket apart from the output layer's (model.mechanisms._megatron_fsdp)
-        out += ["--overlap-grad-reduce", "--overlap-param-gather"]
-    return out
 
 
 def _megatron_pipeline(

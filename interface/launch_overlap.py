@@ -17,15 +17,21 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
     ``arguments.py`` leaves every one off by default: ``--overlap-grad-reduce`` (DDP and the
     distributed optimizer) and ``--overlap-param-gather`` (the distributed optimizer only:
     ``validate_args`` asserts it, and that it comes with ``--overlap-grad-reduce``) when
-    ``grad_reduce_overlap``; Megatron-FSDP's (ZeRO-3) line writes both always
-    (:func:`interface.launch.megatron_flags`: they also size its gradient buckets). With virtual stages: ``--no-overlap-p2p-communication`` when
+    ``grad_reduce_overlap``; Megatron-FSDP's (ZeRO-3) line writes both always (they also size
+    its gradient buckets). With virtual stages: ``--no-overlap-p2p-communication`` when
     ``p2p_overlap`` is off, ``--overlap-p2p-communication-warmup-flush`` when
     ``p2p_warmup_flush`` (:func:`model.comm.p2p_waiting_sends`); a figure for Megatron-Core
     before 0.18 (``p2p_forward_send_wait`` off) is said in ``notes``."""
     if str(layout.framework) != "megatron":
         return []
     out = []
-    if options.grad_reduce_overlap and layout.zero_stage < 3:
+    if layout.zero_stage == 3:
+        # Megatron-FSDP: the overlap the plan times; --overlap-grad-reduce also sizes the DDP
+        # buckets (training.py resolve_ddp_bucket_size: max(4e7, 1e6·dp·cp), else None), which
+        # keeps the embedding's gradient bucket apart from the output layer's
+        # (model.mechanisms._megatron_fsdp)
+        out += ["--overlap-grad-reduce", "--overlap-param-gather"]
+    elif options.grad_reduce_overlap:
         out.append("--overlap-grad-reduce")
         out += ["--overlap-param-gather"] if layout.zero_stage == 1 else []
     if layout.pp > 1 and layout.virtual_stages > 1 and str(layout.schedule) in INTERLEAVED:

@@ -60,11 +60,9 @@ def mechanism(
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` (``megatron`` ZeRO-1 only; the layout's rules refuse it elsewhere,
     :func:`model.frameworks.check_distributed_optimizer`): ``distributed_fused_adam`` is Apex's
-    (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (``megatron`` ZeRO-3 only: the
-    recipe's :attr:`model.specs.TrainingSpec.fsdp_double_buffer`) gives Megatron-FSDP its
-    persistent two-unit pools (:func:`_megatron_fsdp`); ignored elsewhere. ``overlap_comm``
-    (``deepspeed`` ZeRO-1/2 only, :attr:`model.specs.TrainingSpec.deepspeed_overlap_comm`): a
-    second IPG bucket.
+    (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (megatron ZeRO-3: Megatron-FSDP's
+    two-unit pools) and ``overlap_comm`` (deepspeed ZeRO-1/2: a second IPG bucket) are the
+    recipe's ``fsdp_double_buffer`` and ``deepspeed_overlap_comm``; ignored elsewhere.
 
     Raises
     ------
@@ -73,8 +71,7 @@ def mechanism(
 
     Examples
     --------
-    Megatron-LM's table, bf16 parameters and fp32 gradients: 18, and 6 + 12/d.
-
+    Megatron-LM's table, bf16 parameters and fp32 gradients: 18, and 6 + 12/d:
     >>> m0, m1 = mechanism("megatron", 0), mechanism("megatron", 1)
     >>> m0.weights_full + m0.grads_full + m0.optimizer_full
     18

@@ -50,6 +50,7 @@ __all__ = [
     "Precision",
     "Fp8Recipe",
     "fp8_recipe_of",
+    "parse_fp8_fields",
     "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
@@ -405,3 +406,45 @@ def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -
             "fp8_recipe: delayed is Transformer Engine's; fsdp2 runs torchao's Float8, which "
             "scales dynamically only (use tensorwise, or `framework` megatron)"
         )
+
+
+def parse_fp8_fields(
+    precision: Precision, recipe: Fp8Recipe | str | None, param_gather: bool, storage: str
+) -> Fp8Recipe | None:
+    """The training spec's FP8 fields checked against its ``precision`` (already parsed):
+    ``recipe`` parsed (None stays None: the framework's default, :func:`fp8_recipe_of`),
+    ``param_gather`` (FP8 primary weights) and an FP8 activation ``storage`` other than
+    ``linear_inputs`` need precision fp8; ``storage`` one of :data:`FP8_ACTIVATION_STORAGE`.
+
+    Raises
+    ------
+    InputError
+        One line naming the field, its value and the rule.
+
+    >>> parse_fp8_fields(Precision.FP8, "MXFP8", False, "linear_inputs")
+    <Fp8Recipe.MXFP8: 'mxfp8'>
+    """
+    if param_gather and precision is not Precision.FP8:
+        raise InputError(
+            f"fp8_param_gather: FP8 primary weights need precision fp8, not {precision}"
+        )
+    if storage not in FP8_ACTIVATION_STORAGE:
+        raise InputError(
+            f"fp8_activation_storage: {storage!r} is not one of {', '.join(FP8_ACTIVATION_STORAGE)}"
+        )
+    if storage != "linear_inputs" and precision is not Precision.FP8:
+        raise InputError(
+            f"fp8_activation_storage: {storage} stores FP8 activations and needs precision fp8, "
+            f"not {precision}"
+        )
+    if recipe is None:
+        return None
+    if precision is not Precision.FP8:
+        raise InputError(
+            f"fp8_recipe: {recipe} applies only with precision fp8 ({precision} given)"
+        )
+    try:
+        return Fp8Recipe(str(recipe).lower())
+    except ValueError:
+        allowed = ", ".join(r.value for r in Fp8Recipe)
+        raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None

@@ -26,7 +26,7 @@ from trainplan.model.loss_memory import cross_entropy_fusion_of
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import NO_OFFLOAD, Offload
 from trainplan.model.packing import Documents
-from trainplan.model.precision import FP8_ACTIVATION_STORAGE, Fp8Recipe, Precision
+from trainplan.model.precision import Fp8Recipe, Precision, parse_fp8_fields
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 from trainplan.model.units import check_limit
 
@@ -442,10 +442,6 @@ class TrainingSpec:
             )
         fusion = cross_entropy_fusion_of(self.cross_entropy_fusion_impl)
         object.__setattr__(self, "cross_entropy_fusion_impl", str(fusion))
-        if self.fp8_param_gather and self.precision is not Precision.FP8:
-            raise InputError(
-                f"fp8_param_gather: FP8 primary weights need precision fp8, not {self.precision}"
-            )
         try:
             object.__setattr__(
                 self, "distributed_optimizer", DistributedOptimizer(self.distributed_optimizer)
@@ -455,29 +451,10 @@ class TrainingSpec:
             raise InputError(
                 f"distributed_optimizer: {self.distributed_optimizer!r} is not one of {allowed}"
             ) from None
-        if self.fp8_activation_storage not in FP8_ACTIVATION_STORAGE:
-            raise InputError(
-                f"fp8_activation_storage: {self.fp8_activation_storage!r} is not one of "
-                f"{', '.join(FP8_ACTIVATION_STORAGE)}"
-            )
-        if self.fp8_activation_storage != "linear_inputs" and self.precision is not Precision.FP8:
-            raise InputError(
-                f"fp8_activation_storage: {self.fp8_activation_storage} stores FP8 activations "
-                f"and needs precision fp8, not {self.precision}"
-            )
-        if self.fp8_recipe is not None:
-            if self.precision is not Precision.FP8:
-                raise InputError(
-                    f"fp8_recipe: {self.fp8_recipe} applies only with precision fp8 "
-                    f"({self.precision} given)"
-                )
-            try:
-                object.__setattr__(self, "fp8_recipe", Fp8Recipe(str(self.fp8_recipe).lower()))
-            except ValueError:
-                allowed = ", ".join(r.value for r in Fp8Recipe)
-                raise InputError(
-                    f"fp8_recipe: {self.fp8_recipe!r} is not one of {allowed}"
-                ) from None
+        recipe = parse_fp8_fields(
+            self.precision, self.fp8_recipe, self.fp8_param_gather, self.fp8_activation_storage
+        )
+        object.__setattr__(self, "fp8_recipe", recipe)
         _check_byte_counts(self)
 
     @property

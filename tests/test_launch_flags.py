@@ -100,14 +100,15 @@ def test_megatron_fsdp_and_whole_layer_offload_are_written_as_counted() -> None:
 def test_the_overlaps_the_step_time_assumes_are_written() -> None:
     """Megatron-LM leaves --overlap-grad-reduce and --overlap-param-gather off (arguments.py,
     store_true): the distributed optimizer's plan writes both, DDP the first, Megatron-FSDP
-    neither (it forces them); an interleaved plan writes the warm-up flush when the figure
+    both once (they also size its gradient buckets: training.py resolve_ddp_bucket_size); an
+    interleaved plan writes the warm-up flush when the figure
     assumes it and --no-overlap-p2p-communication when it assumes blocking sends."""
     zero1 = megatron_flags(ARCH, Layout(dp=2, zero_stage=1), 8).flags
     assert "--overlap-grad-reduce" in zero1 and "--overlap-param-gather" in zero1
     ddp = megatron_flags(ARCH, Layout(dp=2, zero_stage=0), 8).flags
     assert "--overlap-grad-reduce" in ddp and "--overlap-param-gather" not in ddp
     fsdp = megatron_flags(ARCH, Layout(dp=2, zero_stage=3), 8).flags
-    assert "--overlap-grad-reduce" not in fsdp
+    assert fsdp.count("--overlap-grad-reduce") == 1 and fsdp.count("--overlap-param-gather") == 1
     off = megatron_flags(ARCH, Layout(dp=2), 8, options=CostOptions(grad_reduce_overlap=False))
     assert "--overlap-grad-reduce" not in off.flags
     inter = Layout(pp=2, virtual_stages=2, schedule="interleaved")
