@@ -35,6 +35,7 @@ from trainplan.model.frameworks import (
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
+    check_deepspeed_moe,
     check_expert_parallel,
     moe_layout_violation,
     moe_recompute_violation,
@@ -46,6 +47,7 @@ from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import (
+    check_deepspeed_fp8,
     check_fp8_activation_storage,
     check_fp8_param_gather,
     check_framework_fp8_recipe,
@@ -105,6 +107,13 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
     check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
     check_framework_fp8_recipe(framework, s.training.fp8_recipe)
+    arch = s.model.arch
+    check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
+
+
+def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int) -> None:
+    t = s.training
+    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp * pp > 1)
 
 
 def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
@@ -376,6 +385,7 @@ RULES: tuple[Rule, ...] = (
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
+    Rule("deepspeed_fp8", ("framework", "tp", "pp"), _deepspeed_fp8),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),

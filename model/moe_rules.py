@@ -148,3 +148,25 @@ def check_expert_parallel(ep: int, model: ModelSpec) -> None:
         raise LayoutError(f"ep: {ep} > 1 needs a MoE model; {model.name} is dense")
     if arch.moe.num_experts % ep:
         raise LayoutError(f"ep: {ep} does not divide num_experts = {arch.moe.num_experts}")
+
+
+def check_deepspeed_moe(framework: str, zero_stage: int, has_moe: bool) -> None:
+    """Refuse a MoE model under ``deepspeed`` ZeRO-3: the MoE the profile counts is DeepSpeed's
+    native one (``deepspeed/moe/sharded_moe.py``, :mod:`model.moe_run`), which the engine refuses
+    at stage 3 (DeepSpeed edaa72212 ``deepspeed/runtime/engine.py``
+    ``_validate_zero3_moe_compatibility``: "Native DeepSpeed MoE is not supported with ZeRO
+    Stage 3"; its AutoEP layer, another mechanism, is not modelled).
+
+    Raises
+    ------
+    LayoutError
+        ``zero_stage`` 3 with ``framework`` deepspeed and MoE layers.
+
+    >>> check_deepspeed_moe("deepspeed", 2, True)
+    >>> check_deepspeed_moe("fsdp2", 3, True)
+    """
+    if str(framework) == "deepspeed" and zero_stage == 3 and has_moe:
+        raise LayoutError(
+            "zero_stage: 3 with `framework` deepspeed and a MoE model: DeepSpeed's native MoE "
+            "refuses ZeRO stage 3 (engine.py _validate_zero3_moe_compatibility); use ZeRO-1 or 2"
+        )

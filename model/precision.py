@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import DeviceSpec
@@ -51,6 +52,7 @@ __all__ = [
     "Fp8Recipe",
     "fp8_recipe_of",
     "parse_fp8_fields",
+    "check_deepspeed_fp8",
     "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
@@ -448,3 +450,41 @@ def parse_fp8_fields(
     except ValueError:
         allowed = ", ".join(r.value for r in Fp8Recipe)
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
+
+
+def check_deepspeed_fp8(
+    framework: str, precision: Precision, recipe: Any, arch: Any, megatron_deepspeed: bool
+) -> None:
+    """Refuse FP8 under ``deepspeed`` with tp or pp > 1 (``megatron_deepspeed``: DeepSpeed's
+    tensor and pipeline parallelism are Megatron-DeepSpeed's) where its one FP8 path cannot run
+    the model: Megatron-DeepSpeed trains FP8 only through Transformer Engine's ``TransformerLayer``
+    (microsoft/Megatron-DeepSpeed f4157bea ``megatron/model/transformer.py``
+    ``ParallelTransformer``: ``build_layer`` asserts ``num_attention_heads ==
+    num_key_value_heads``, "Transformer_engine does not support GQA", and builds the layer with
+    Transformer Engine's defaults, LayerNorm and a GELU MLP; ``__init__`` scales with
+    ``DelayedScaling`` only). ``arch`` None (a size-only model): only the recipe is checked.
+
+    Raises
+    ------
+    LayoutError
+        ``precision`` fp8 with ``framework`` deepspeed and GQA, RMSNorm, a gated MLP or a
+        recipe other than delayed.
+
+    >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, True)
+    >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, True)
+    """
+    if str(framework) != "deepspeed" or precision is not Precision.FP8 or not megatron_deepspeed:
+        return
+    why = []
+    if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:
+        why.append(f"scales with delayed scaling only, not {recipe}")
+    if arch is not None:
+        if arch.num_kv_heads not in (None, arch.num_attention_heads):
+            why.append("does not run GQA")
+        if str(arch.norm) != "layernorm" or str(arch.mlp) != "gelu":
+            why.append("builds LayerNorm and a GELU MLP only")
+    if why:
+        raise LayoutError(
+            "precision: fp8 with `framework` deepspeed at tp or pp > 1 runs Megatron-DeepSpeed's "
+            f"Transformer Engine layer, which {' and '.join(why)} (use `framework` megatron)"
+        )

@@ -91,3 +91,27 @@ def test_fsdp2_runs_torchaos_float8_recipes():
     )
     assert plain["time"]["step_s"] == given["time"]["step_s"]
     assert plain["memory"]["total_bytes"] == given["memory"]["total_bytes"]
+
+
+def test_deepspeed_runs_what_its_code_runs():
+    """DeepSpeed's native MoE refuses ZeRO-3 (engine.py _validate_zero3_moe_compatibility), and
+    Megatron-DeepSpeed's FP8 (Transformer Engine's TransformerLayer: no GQA, LayerNorm and GELU,
+    delayed scaling) cannot run Llama 3 at tp > 1: evaluate refuses both with the rule, and a
+    search over several frameworks answers under another one instead of leaning on them."""
+    line = refusal(
+        trainplan("evaluate", "--model", "qwen3-235b-a22b", "--gpus", "64", "--framework",
+                  "deepspeed", "--zero", "3", "--ep", "2")
+    )  # fmt: skip
+    assert line.startswith("--zero: 3 with --framework deepspeed and a MoE model")
+    line = refusal(
+        trainplan("evaluate", "--model", "llama3-70b", "--gpus", "64", "--framework",
+                  "deepspeed", "--zero", "3", "--tp", "4", "--precision", "fp8")
+    )  # fmt: skip
+    assert line.startswith("--precision: fp8 with --framework deepspeed at tp or pp > 1")
+    frameworks = ("--framework", "megatron", "--framework", "fsdp2", "--framework", "deepspeed")
+    d = json.loads(
+        trainplan("search", "--model", "llama3-70b", "--gpus", "64", "--precision", "fp8",
+                  *frameworks, "--json").stdout
+    )  # fmt: skip
+    lay = d["layout"]
+    assert lay["framework"] != "deepspeed" or lay["tp"] * lay["pp"] == 1
