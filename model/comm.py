@@ -179,7 +179,7 @@ def dp_collective_calls(framework: str, params: Any, layers: Any, dp: Any, overl
     return maximum(1, layers)
 
 
-def grad_reduce_overlaps(framework: str, pp: Any, requested: bool) -> Any:
+def grad_reduce_overlaps(framework: str, pp: Any, requested: bool, zero_stage: Any = 3) -> Any:
     """Whether the once-per-step data-parallel traffic may overlap computation: as requested
     (``grad_reduce_overlap``: Megatron-Core's ``--overlap-grad-reduce`` and
     ``--overlap-param-gather``, FSDP's prefetch), except under DeepSpeed's pipeline engine
@@ -187,18 +187,25 @@ def grad_reduce_overlaps(framework: str, pp: Any, requested: bool) -> Any:
     ``TrainSchedule.steps`` appends ``ReduceTiedGrads``, ``ReduceGrads`` and ``OptimizerStep``
     to the batch's last step, after that step's backward (``deepspeed/runtime/pipe/schedule.py``;
     ``PipelineEngine._exec_reduce_grads`` in ``deepspeed/runtime/pipe/engine.py`` then
-    all-reduces every gradient bucket, nothing left to overlap it). Element-wise in ``pp``.
+    all-reduces every gradient bucket, nothing left to overlap it), and under DeepSpeed ZeRO-1
+    and -2 (``zero_stage``), whose once-per-step traffic ends in the parameters' all-gather
+    inside ``step()``, a blocking collective (DeepSpeed edaa72212 ``stage_1_and_2.py``
+    ``DeepSpeedZeroOptimizer.step`` → ``runtime/utils.py`` ``all_gather_into_tensor_dp_groups``;
+    ZeRO-1's reduction before it, which ``overlap_comm`` could overlap, is charged with it: an
+    upper bound). Element-wise in ``pp`` and ``zero_stage``.
 
     Examples
     --------
     >>> grad_reduce_overlaps("deepspeed", 12, True), grad_reduce_overlaps("deepspeed", 1, True)
     (False, True)
+    >>> grad_reduce_overlaps("deepspeed", 1, True, 2)
+    False
     >>> grad_reduce_overlaps("megatron", 8, True), grad_reduce_overlaps("megatron", 8, False)
     (True, False)
     """
     if framework != "deepspeed" or not requested:
         return requested
-    return pp <= 1
+    return (pp <= 1) & (zero_stage >= 3)
 
 
 def reduces_beside_compute(framework: str, zero_stage: int, overlap_comm: bool) -> bool:

@@ -360,7 +360,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     shard, m = f.shard_degree, f.m
     total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
     overlapped = c.options.grad_reduce_overlap
-    after_flush = grad_reduce_overlaps(str(f.framework), f.pp, overlapped)
+    after_flush = grad_reduce_overlaps(str(f.framework), f.pp, overlapped, f.zero_stage)
     beside = reduces_beside_compute(
         str(f.framework), int(f.zero_stage), c.training.deepspeed_overlap_comm
     )
