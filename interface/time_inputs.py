@@ -149,7 +149,9 @@ def cost_options(
         "attention_efficiency": attention_efficiency,
         "attention_kernel": None if kernel_name is None else str(kernel_name),
         "overlap": params.get("overlap"),
-        "tp_comm_overlap": _choice(TpOverlap, params, "tp_comm_overlap", "async"),
+        "tp_comm_overlap": None
+        if params.get("tp_comm_overlap") is None
+        else _choice(TpOverlap, params, "tp_comm_overlap", "async"),
     }
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")

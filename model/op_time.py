@@ -26,6 +26,7 @@ from trainplan.model.roofline import (
 from trainplan.model.torchao_rates import TorchaoFp8, cast_seconds
 
 __all__ = [
+    "tp_overlap_for",
     "TP_OVERLAP_FRAMEWORKS",
     "check_tp_overlap",
     "TpOverlap",
@@ -57,6 +58,29 @@ TP_OVERLAP_FRAMEWORKS: dict[TpOverlap, tuple[str, ...]] = {
 every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core (and
 Megatron-DeepSpeed's TE layers); torchtitan's async TP (``async-tp``) only in torchtitan, the
 ``fsdp2`` profile (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``)."""
+
+
+def tp_overlap_for(
+    framework: str, overlap: TpOverlap | str | None, gathered_inputs: bool = True
+) -> TpOverlap:
+    """The tensor-parallel overlap a layout runs: ``overlap`` when given, else the framework's
+    default — ``none`` under ``fsdp2`` with torchtitan's tensor-parallel plan
+    (``gathered_inputs``, :func:`model.memory.keeps_gathered_inputs`: torchtitan's collectives
+    wait unless ``enable_async_tensor_parallel``, default False in torchtitan
+    ``config/configs.py``, which is ``async-tp``), ``async`` elsewhere (Megatron-Core's
+    backward collectives beside the weight-gradient GEMMs, Megatron-DeepSpeed's ``layers.py``
+    the same, and the Megatron-style sequence-parallel plan ``tp_block_inputs = sharded``
+    stands for).
+
+    >>> str(tp_overlap_for("fsdp2", None)), str(tp_overlap_for("megatron", None))
+    ('none', 'async')
+    >>> str(tp_overlap_for("fsdp2", None, False)), str(tp_overlap_for("fsdp2", "async-tp"))
+    ('async', 'async-tp')
+    """
+    if overlap is not None:
+        return TpOverlap(str(overlap).lower())
+    torchtitan_plan = str(framework) == "fsdp2" and gathered_inputs
+    return TpOverlap.NONE if torchtitan_plan else TpOverlap.ASYNC
 
 
 def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:

@@ -182,8 +182,9 @@ class CostOptions:
     roofline: RooflineParams | None = None
     """The roofline model's efficiencies and latencies; None = the accelerator's defaults
     (:func:`model.roofline.roofline_params_for`)."""
-    tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
-    """How tensor-parallel collectives overlap GEMMs (:class:`model.op_time.TpOverlap`)."""
+    tp_comm_overlap: TpOverlap | None = None
+    """How tensor-parallel collectives overlap GEMMs (:class:`model.op_time.TpOverlap`); None =
+    the framework's own default (:func:`model.op_time.tp_overlap_for`)."""
     attention_kernel: str | None = None
     """The attention kernel the run uses, whose published curves time the FlashAttention core
     (:data:`model.attention_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the
@@ -216,6 +217,8 @@ class CostOptions:
             ("tp_comm_overlap", TpOverlap),
         ):
             value = getattr(self, name)
+            if value is None and name == "tp_comm_overlap":
+                continue
             try:
                 object.__setattr__(self, name, kind(str(value).lower()))
             except ValueError:

@@ -115,3 +115,18 @@ def test_deepspeed_runs_what_its_code_runs():
     )  # fmt: skip
     lay = d["layout"]
     assert lay["framework"] != "deepspeed" or lay["tp"] * lay["pp"] == 1
+
+
+def test_torchtitans_tensor_parallelism_waits_unless_asked():
+    """torchtitan's tensor-parallel collectives wait unless enable_async_tensor_parallel (its
+    default False; that is tp_comm_overlap async-tp): under fsdp2 with torchtitan's plan the
+    default is none, and the step is the one ``--set tp_comm_overlap=none`` gives; Megatron-
+    Core's default stays async, and so does the Megatron-style plan (tp_block_inputs sharded)."""
+    base = ("evaluate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--json")
+    fsdp = ("--framework", "fsdp2", "--zero", "3")
+    plain = json.loads(trainplan(*base, *fsdp).stdout)["time"]
+    none = json.loads(trainplan(*base, *fsdp, "--set", "tp_comm_overlap=none").stdout)["time"]
+    assert plain["tp_comm_overlap"] == "none" and plain["step_s"] == none["step_s"]
+    sharded = json.loads(trainplan(*base, *fsdp, "--set", "tp_block_inputs=sharded").stdout)
+    assert sharded["time"]["tp_comm_overlap"] == "async"
+    assert json.loads(trainplan(*base).stdout)["time"]["tp_comm_overlap"] == "async"

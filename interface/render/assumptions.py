@@ -15,11 +15,13 @@ from trainplan.model.frameworks import (
     DEFAULT_RUNTIME_RESERVE_BYTES,
     DRIVER_RESERVED_BYTES,
     FRAGMENTATION_ALLOWANCE_BYTES,
+    Framework,
 )
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, params_in_force
+from trainplan.model.op_time import tp_overlap_for
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
@@ -80,12 +82,17 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         if p.busbw_curve
         else ""
     )
+    tp_overlap = tp_overlap_for(
+        est.layout.framework,
+        o.tp_comm_overlap,
+        keeps_gathered_inputs(Framework(est.layout.framework), est.training),
+    )
     return (
         "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
-        f"{p.scaleout_efficiency:g} scale-out); tp overlap {o.tp_comm_overlap}, cp {_cp_overlap(est)}, "
+        f"{p.scaleout_efficiency:g} scale-out); tp overlap {tp_overlap}, cp {_cp_overlap(est)}, "
         f"{_dp_overlap(est)}{_p2p_waits(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
     )

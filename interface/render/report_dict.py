@@ -13,9 +13,12 @@ from trainplan.interface.flags import with_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
+from trainplan.model.frameworks import Framework
 from trainplan.model.mechanisms import mechanism
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
+from trainplan.model.op_time import tp_overlap_for
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.split import default_chunk_sizes
@@ -51,7 +54,13 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         figures["attention_efficiency"] = None
     return {
         "roofline": figures,
-        "tp_comm_overlap": str(est.options.tp_comm_overlap),
+        "tp_comm_overlap": str(
+            tp_overlap_for(
+                est.layout.framework,
+                est.options.tp_comm_overlap,
+                keeps_gathered_inputs(Framework(est.layout.framework), est.training),
+            )
+        ),
         "grad_reduce_overlap": est.options.grad_reduce_overlap,
         "p2p_overlap": est.options.p2p_overlap,
         "p2p_warmup_flush": est.options.p2p_warmup_flush,

@@ -51,7 +51,7 @@ from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, u
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
-from trainplan.model.op_time import Clock, check_tp_overlap
+from trainplan.model.op_time import Clock, check_tp_overlap, tp_overlap_for
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
@@ -208,7 +208,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
-    check_tp_overlap(o.tp_comm_overlap, f.framework)
+    gathered = keeps_gathered_inputs(Framework(f.framework), t)
+    overlap = tp_overlap_for(f.framework, o.tp_comm_overlap, gathered)
+    check_tp_overlap(overlap, f.framework)
     cached = te_caches_fp8_weights(f.framework)
     recipe = fp8_recipe_of(f.framework, t.fp8_recipe) if t.precision is Precision.FP8 else None
     speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
@@ -221,7 +223,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     )
     if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
         speedup = (ao.kernel_speedup,) * 3
-    base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), o.tp_comm_overlap,
+    base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), overlap,
             speedup, ep_sm_share(c),
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
