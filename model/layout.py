@@ -382,7 +382,11 @@ SEARCHED_FIELDS: tuple[str, ...] = (
 
 
 def validate(
-    layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
+    layout: Layout,
+    model: ModelSpec,
+    training: TrainingSpec,
+    num_gpus: int | None = None,
+    p2p: tuple[tuple[str, bool], ...] = (),
 ) -> None:
     """Check every legality rule (:data:`model.legality.RULES`); raise the first broken one.
 
@@ -399,7 +403,8 @@ def validate(
     at most L (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing
     to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule` and,
     for a split-backward schedule, :func:`model.schedule_cost.check_split_layout` (its
-    framework).
+    framework); the pipeline send options ``p2p`` set away from their defaults
+    (:func:`model.key_rules.p2p_given`) where the framework and pipeline read them.
 
     Raises
     ------
@@ -411,4 +416,4 @@ def validate(
     def value(name: str) -> Any:
         return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-    check_rules(Setting(model, training, num_gpus), value)
+    check_rules(Setting(model, training, num_gpus, p2p), value)

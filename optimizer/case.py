@@ -17,6 +17,7 @@ from typing import Any
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.key_rules import p2p_given
 from trainplan.model.layout import Layout, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import deployed_params
@@ -149,7 +150,8 @@ class Case:
             before the links are placed so the message is the cost model's.
         """
         lay = layout or self.layout
-        validate(lay, self.model, self.training, None if layout else self.num_gpus)
+        num_gpus = None if layout else self.num_gpus
+        validate(lay, self.model, self.training, num_gpus, p2p_given(self.options))
         return evaluate(
             self.model,
             self.training,
