@@ -20,7 +20,6 @@ from trainplan.model.cp_rules import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import zero_stages_for
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.key_rules import p2p_given
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
@@ -390,7 +389,7 @@ def evaluate(
         When the layout breaks a legality rule (:func:`model.layout.validate`).
     """
     options = options or CostOptions()
-    validate(layout, model, training, num_gpus, p2p_given(options))
+    validate(layout, model, training, num_gpus, options)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     stages = stage_memory(model, training, layout, vocab_multiple, device, links or INSIDE_DOMAIN)

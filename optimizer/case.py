@@ -17,7 +17,6 @@ from typing import Any
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
-from trainplan.model.key_rules import p2p_given
 from trainplan.model.layout import Layout, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import deployed_params
@@ -151,7 +150,7 @@ class Case:
         """
         lay = layout or self.layout
         num_gpus = None if layout else self.num_gpus
-        validate(lay, self.model, self.training, num_gpus, p2p_given(self.options))
+        validate(lay, self.model, self.training, num_gpus, self.options)
         return evaluate(
             self.model,
             self.training,

@@ -95,3 +95,24 @@ def test_cli_refusals_and_search():
             f"gpu {gpu.upper()}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
         )
     assert done["mi300x_set"].returncode == 0, done["mi300x_set"].stderr
+
+
+def test_megatron_fsdp_mxfp8_primary_weights_hold_the_transpose_shard():
+    """Megatron-LM ``_init_each_parameter_group_buffers``: an MXFP8 FP8 parameter group gets a
+    uint8 ``transpose_weight_buffer`` sharded like its ``model_weight_buffer``: +1 B per linear
+    element ÷ dp. Llama 3 70B's linear elements per layer: q 8192², k+v 2·8192·1024, o 8192²,
+    MLP 3·8192·28672 = 855,638,016; 80 layers; dp 64."""
+    from fractions import Fraction
+
+    from trainplan.model.layout import Layout
+    from trainplan.optimizer.case import Case
+
+    def weights(recipe: str) -> Fraction:
+        lay = Layout(dp=64, zero_stage=3, recompute="full")
+        case = Case.of(
+            "llama3-70b", "B200", lay, precision="fp8", fp8_recipe=recipe, fp8_param_gather=True
+        )
+        return Fraction(case.evaluate().stages[0].state.weights_bytes)
+
+    linear = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    assert weights("mxfp8") - weights("tensorwise") == Fraction(linear, 64)
