@@ -116,3 +116,20 @@ def test_megatron_fsdp_mxfp8_primary_weights_hold_the_transpose_shard():
 
     linear = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
     assert weights("mxfp8") - weights("tensorwise") == Fraction(linear, 64)
+
+
+def test_web_api_refuses_a_key_nothing_reads_with_422() -> None:
+    import warnings
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    query = {"model": "llama3-8b", "gpus": 8, "dp": 8, "zero": 1, "set": "fsdp_double_buffer=true"}
+    got = client.get("/api/evaluate", params=query)
+    assert got.status_code == 422, got.text
+    assert got.json()["error"].startswith("fsdp_double_buffer: true is read by Megatron-FSDP only")
