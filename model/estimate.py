@@ -389,7 +389,7 @@ def evaluate(
         When the layout breaks a legality rule (:func:`model.layout.validate`).
     """
     options = options or CostOptions()
-    validate(layout, model, training, num_gpus)
+    validate(layout, model, training, num_gpus, options)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     stages = stage_memory(model, training, layout, vocab_multiple, device, links or INSIDE_DOMAIN)

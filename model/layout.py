@@ -16,6 +16,7 @@ from typing import Any
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
+from trainplan.model.key_rules import p2p_given
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
@@ -382,7 +383,11 @@ SEARCHED_FIELDS: tuple[str, ...] = (
 
 
 def validate(
-    layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
+    layout: Layout,
+    model: ModelSpec,
+    training: TrainingSpec,
+    num_gpus: int | None = None,
+    options: Any = None,
 ) -> None:
     """Check every legality rule (:data:`model.legality.RULES`); raise the first broken one.
 
@@ -399,7 +404,8 @@ def validate(
     at most L (and dividing it when uneven stages are off), or explicit ``stage_layers`` summing
     to L (:mod:`model.split`); the schedule rules of :func:`model.pipeline.check_schedule` and,
     for a split-backward schedule, :func:`model.schedule_cost.check_split_layout` (its
-    framework).
+    framework); the pipeline send options of ``options`` (a :class:`model.timing.CostOptions`;
+    None: not checked) where the framework and pipeline read them (:mod:`model.key_rules`).
 
     Raises
     ------
@@ -411,4 +417,4 @@ def validate(
     def value(name: str) -> Any:
         return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-    check_rules(Setting(model, training, num_gpus), value)
+    check_rules(Setting(model, training, num_gpus, p2p_given(options)), value)

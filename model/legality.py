@@ -32,6 +32,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
+from trainplan.model.key_rules import check_p2p_options, check_stage_keys
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
@@ -72,11 +73,13 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Setting:
     """What the rules read besides the layout: the model, the recipe and the GPU count the
-    degrees must multiply to (None: not checked)."""
+    degrees must multiply to (None: not checked) and the pipeline send options set away from
+    their defaults (:func:`model.key_rules.p2p_given`)."""
 
     model: ModelSpec
     training: TrainingSpec
     num_gpus: int | None = None
+    p2p: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
     check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
+    check_stage_keys(framework, zero_stage, s.training)
     check_framework_fp8_recipe(framework, s.training.fp8_recipe)
     arch = s.model.arch
     check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
@@ -199,6 +203,10 @@ def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
             "schedule: interleaved needs pp ≥ 2 (Megatron-LM's virtual pipeline interleaves "
             "model chunks across pipeline stages), not pp 1; use 1f1b"
         )
+
+
+def _p2p(s: Setting, framework: Any, pp: int, v: int) -> None:
+    check_p2p_options(s.p2p, framework, pp, v)
 
 
 def _split_schedule(s: Setting, pp: int, m: int, schedule: Any, v: int, framework: Any) -> None:
@@ -399,6 +407,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
+    Rule("p2p", ("framework", "pp", "virtual_stages"), _p2p),
     Rule(
         "split_schedule",
         ("pp", "m", "schedule", "virtual_stages", "framework"),

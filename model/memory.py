@@ -22,6 +22,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, offload_memory
 from trainplan.model.precision import (
+    Fp8Recipe,
     Precision,
     fp8_recipe_of,
     fp8_weight_cache_bytes,
@@ -166,6 +167,7 @@ def model_state(
         dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,
         gather_unit, linear, cache_bytes_per_element(t, layout.framework), t.offload,
         layout.num_microbatches(t.global_batch_size) > 1, t.fp8_param_gather, embedding,
+        fsdp_fp8_transpose(t, layout.framework),
     )  # fmt: skip
 
 
@@ -183,6 +185,7 @@ def _model_state(
     accumulating: bool = False,
     fp8_params: bool = False,
     embedding: Fraction = Fraction(0),
+    fsdp_transpose: bool = False,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters (and
     :meth:`Mechanism.embedding_grad_extra` of the ``embedding`` elements). Under
@@ -196,7 +199,7 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload, accumulating, fp8_params,
+        cache_bytes, offload, accumulating, fp8_params, fsdp_transpose=fsdp_transpose,
     )  # fmt: skip
     g = g + mech.embedding_grad_extra(embedding)
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
@@ -237,6 +240,27 @@ def cache_bytes_per_element(
     return int(cache) if cache.denominator == 1 else cache
 
 
+def fsdp_fp8_transpose(training: TrainingSpec, framework: Framework | str) -> bool:
+    """Whether Megatron-FSDP keeps a sharded column-wise copy of the FP8 primary weights beside
+    the row-wise one: FP8 parameters (``fp8_param_gather``) under the MXFP8 recipe. Megatron-LM
+    ``megatron_fsdp/param_and_grad_buffer.py`` ``ParamAndGradBuffer._init_each_parameter_group_
+    buffers`` gives such a parameter group a ``torch.uint8`` ``transpose_weight_buffer`` sharded
+    over the data-parallel group like its ``model_weight_buffer`` (``mixed_precision.py``
+    ``fp8_need_transpose_data``: an ``MXFP8Tensor``, or the MXFP8 recipe under meta-device
+    init; Megatron-LM 8f2f70067c, 2026-01). Read only where the weights are sharded
+    (:func:`state_terms`).
+
+    >>> t = TrainingSpec(seq_len=1, global_batch_size=1, precision="fp8", fp8_recipe="mxfp8",
+    ...                  fp8_param_gather=True)
+    >>> from dataclasses import replace
+    >>> fsdp_fp8_transpose(t, "megatron"), fsdp_fp8_transpose(replace(t, fp8_recipe="tensorwise"), "megatron")
+    (True, False)
+    """
+    if training.precision is not Precision.FP8 or not training.fp8_param_gather:
+        return False
+    return fp8_recipe_of(str(framework), training.fp8_recipe) is Fp8Recipe.MXFP8
+
+
 def weight_cache_terms(
     mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int | Fraction
 ) -> tuple[Any, Any]:
@@ -267,6 +291,7 @@ def state_terms(
     accumulating: Any = False,
     fp8_params: bool = False,
     optimizer_scale: tuple[Any, Any] = (1, 1),
+    fsdp_transpose: bool = False,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -283,7 +308,10 @@ def state_terms(
     param_and_grad_buffer.py``, Megatron-LM 92c8482e6d, the NeMo 25.11 container's) gives a
     parameter group of FP8 parameters a ``torch.uint8`` ``model_weight_buffer``, sharded and
     all-gathered as such, and a BF16 gradient buffer; the routed experts' linear elements are
-    divided by the dense shard degree (exact for dense models). ``optimizer_scale``:
+    divided by the dense shard degree (exact for dense models). With ``fsdp_transpose``
+    (:func:`fsdp_fp8_transpose`: MXFP8) Megatron-FSDP also holds the column-wise
+    ``transpose_weight_buffer`` shard, 1 B per ``linear ÷ shard`` element (its E8M0 scales, one
+    byte per 32 elements, are counted for neither shard). ``optimizer_scale``:
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
@@ -297,6 +325,7 @@ def state_terms(
     elif fp8_params and mech.weights_sharded:  # Megatron-FSDP: FP8 model_weight_buffer
         narrower = mech.weight_bytes - FP8_PARAM_BYTES
         w = w - narrower * linear / shard
+        w = w + (FP8_PARAM_BYTES * linear / shard if fsdp_transpose else 0)
         held = mech.units_held(whole)
         gathered = gathered - held * narrower * (layer_linear - layer_linear / shard)
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)

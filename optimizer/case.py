@@ -149,7 +149,8 @@ class Case:
             before the links are placed so the message is the cost model's.
         """
         lay = layout or self.layout
-        validate(lay, self.model, self.training, None if layout else self.num_gpus)
+        num_gpus = None if layout else self.num_gpus
+        validate(lay, self.model, self.training, num_gpus, self.options)
         return evaluate(
             self.model,
             self.training,

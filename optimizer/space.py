@@ -295,7 +295,7 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     plain = replace(
         training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
         distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",
-        fp8_param_gather=False,
+        fp8_param_gather=False, fsdp_double_buffer=False, deepspeed_overlap_comm=False,
     )  # fmt: skip
     axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,

@@ -26,6 +26,7 @@ from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
     cache_bytes_per_element,
+    fsdp_fp8_transpose,
     state_terms,
 )
 from trainplan.model.model_spec import ModelSpec
@@ -307,7 +308,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
-        optimizer_scales(c, f),
+        optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
         # the embedding and output layer whole beside the layer units, through the optimizer

@@ -1,0 +1,135 @@
+"""Recipe keys read only by some frameworks, ZeRO stages or pipelines: refused where nothing reads
+them (model.key_rules), per framework so a search keeps the frameworks that can take them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli_runs import refusal, run_many
+from trainplan.model.errors import LayoutError
+from trainplan.model.key_rules import check_p2p_options, check_stage_keys, p2p_given
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.timing import CostOptions
+
+
+def _t(**kw) -> TrainingSpec:
+    return TrainingSpec(seq_len=8, global_batch_size=8, **kw)
+
+
+def test_stage_keys_are_read_at_their_stage_only():
+    check_stage_keys("megatron", 3, _t(fsdp_double_buffer=True))
+    for fw, z in (("megatron", 1), ("fsdp2", 3), ("deepspeed", 3)):
+        with pytest.raises(
+            LayoutError, match=f"^fsdp_double_buffer: true .* not {fw} zero_stage {z}"
+        ):
+            check_stage_keys(fw, z, _t(fsdp_double_buffer=True))
+    check_stage_keys("deepspeed", 1, _t(deepspeed_overlap_comm=True))
+    check_stage_keys("deepspeed", 2, _t(deepspeed_overlap_comm=True))
+    for fw, z in (("deepspeed", 3), ("megatron", 1)):
+        with pytest.raises(LayoutError, match="^deepspeed_overlap_comm: true"):
+            check_stage_keys(fw, z, _t(deepspeed_overlap_comm=True))
+
+
+def test_p2p_options():
+    assert p2p_given(CostOptions()) == ()
+    given = p2p_given(
+        CostOptions(p2p_overlap=False, p2p_warmup_flush=True, p2p_forward_send_wait=False)
+    )
+    assert given == (
+        ("p2p_overlap", False),
+        ("p2p_warmup_flush", True),
+        ("p2p_forward_send_wait", False),
+    )
+    off = (("p2p_overlap", False),)
+    # Megatron-LM validate_args: interleaving without overlap_p2p_comm asserts pp > 2
+    check_p2p_options(off, "megatron", 3, 2)
+    check_p2p_options(off, "megatron", 2, 1)  # no virtual stages: batched blocking sends, legal
+    with pytest.raises(
+        LayoutError, match=r"^p2p_overlap: false with virtual stages \(v 2\) needs pp > 2, not pp 2"
+    ):
+        check_p2p_options(off, "megatron", 2, 2)
+    for key, value in given:
+        with pytest.raises(
+            LayoutError, match=f"^{key}: {str(value).lower()} is read by Megatron-Core"
+        ):
+            check_p2p_options(((key, value),), "deepspeed", 4, 1)
+
+
+def test_cli_refusals_and_search():
+    base = ["--model", "megatron-1.7b", "--gpus", "8"]
+    done = run_many(
+        {
+            "g7": ["evaluate", "--model", "llama3-8b", "--gpus", "2", "--pp", "2", "--schedule", "interleaved",
+                   "--virtual-stages", "2", "--set", "p2p_overlap=false"],
+            "g7_pp4": ["evaluate", "--model", "llama3-8b", "--gpus", "4", "--pp", "4", "--schedule",
+                       "interleaved", "--virtual-stages", "2", "--set", "p2p_overlap=false"],
+            "double": ["evaluate", *base, "--dp", "8", "--zero", "1", "--set", "fsdp_double_buffer=true"],
+            "ds": ["evaluate", *base, "--dp", "8", "--set", "deepspeed_overlap_comm=true"],
+            "flush": ["evaluate", *base, "--dp", "8", "--framework", "fsdp2", "--set", "p2p_warmup_flush=true"],
+            "search": ["search", *base, "--framework", "megatron", "--framework", "deepspeed",
+                       "--set", "deepspeed_overlap_comm=true", "--top", "1"],
+            "search_none": ["search", *base, "--framework", "megatron", "--set", "deepspeed_overlap_comm=true"],
+            "mi300x": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "MI300X"],
+            "h20": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H20"],
+            "mi300x_set": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "MI300X",
+                           "--set", "scaleout_gbps=50"],
+        }
+    )  # fmt: skip
+    assert refusal(done["g7"]).startswith(
+        "p2p_overlap: false with virtual stages (v 2) needs pp > 2"
+    )
+    assert done["g7_pp4"].returncode == 0, done["g7_pp4"].stderr
+    assert refusal(done["double"]).startswith(
+        "fsdp_double_buffer: true is read by Megatron-FSDP only"
+    )
+    assert refusal(done["ds"]).startswith(
+        "deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only"
+    )
+    assert refusal(done["flush"]).startswith("p2p_warmup_flush: true is read by Megatron-Core")
+    assert done["search"].returncode == 0, done["search"].stderr
+    assert "deepspeed ZeRO-" in done["search"].stdout  # megatron's rows refused, deepspeed's kept
+    assert refusal(done["search_none"]).startswith("deepspeed_overlap_comm: true")
+    # one 8-GPU domain, but the table has no scale-out figure: a refusal naming the key to set
+    for gpu in ("mi300x", "h20"):
+        assert refusal(done[gpu]) == (
+            f"gpu {gpu.upper()}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
+        )
+    assert done["mi300x_set"].returncode == 0, done["mi300x_set"].stderr
+
+
+def test_megatron_fsdp_mxfp8_primary_weights_hold_the_transpose_shard():
+    """Megatron-LM ``_init_each_parameter_group_buffers``: an MXFP8 FP8 parameter group gets a
+    uint8 ``transpose_weight_buffer`` sharded like its ``model_weight_buffer``: +1 B per linear
+    element ÷ dp. Llama 3 70B's linear elements per layer: q 8192², k+v 2·8192·1024, o 8192²,
+    MLP 3·8192·28672 = 855,638,016; 80 layers; dp 64."""
+    from fractions import Fraction
+
+    from trainplan.model.layout import Layout
+    from trainplan.optimizer.case import Case
+
+    def weights(recipe: str) -> Fraction:
+        lay = Layout(dp=64, zero_stage=3, recompute="full")
+        case = Case.of(
+            "llama3-70b", "B200", lay, precision="fp8", fp8_recipe=recipe, fp8_param_gather=True
+        )
+        return Fraction(case.evaluate().stages[0].state.weights_bytes)
+
+    linear = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    assert weights("mxfp8") - weights("tensorwise") == Fraction(linear, 64)
+
+
+def test_web_api_refuses_a_key_nothing_reads_with_422() -> None:
+    import warnings
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    query = {"model": "llama3-8b", "gpus": 8, "dp": 8, "zero": 1, "set": "fsdp_double_buffer=true"}
+    got = client.get("/api/evaluate", params=query)
+    assert got.status_code == 422, got.text
+    assert got.json()["error"].startswith("fsdp_double_buffer: true is read by Megatron-FSDP only")
