@@ -14,8 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.loss_memory import check_cross_entropy_fusion
+from trainplan.model.moe_rules import check_deepspeed_moe
+from trainplan.model.precision import check_framework_fp8_recipe
 
-__all__ = ["P2P_DEFAULTS", "p2p_given", "check_stage_keys", "check_p2p_options"]
+__all__ = [
+    "P2P_DEFAULTS",
+    "p2p_given",
+    "check_stage_keys",
+    "check_p2p_options",
+    "check_framework_recipe",
+]
 
 P2P_DEFAULTS: Mapping[str, bool] = {
     "p2p_overlap": True,
@@ -99,3 +108,21 @@ def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: i
             f"p2p_overlap: false with virtual stages (v {v}) needs pp > 2, not pp {pp} "
             "(Megatron-LM validate_args); use p2p_overlap true or pp ≥ 3"
         )
+
+
+def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch: Any) -> None:
+    """The recipe's choices that one framework and ZeRO stage can or cannot run, each its
+    own rule: Megatron-Core's fused loss (:func:`model.loss_memory.check_cross_entropy_fusion`),
+    the stage-only keys (:func:`check_stage_keys`), torchao's FP8 recipes under fsdp2
+    (:func:`model.precision.check_framework_fp8_recipe`) and DeepSpeed's native MoE below ZeRO-3
+    (:func:`model.moe_rules.check_deepspeed_moe`; ``arch`` None: a size-only model).
+
+    Raises
+    ------
+    LayoutError
+        The first rule broken, one line.
+    """
+    check_cross_entropy_fusion(framework, training.cross_entropy_fusion_impl)
+    check_stage_keys(framework, zero_stage, training)
+    check_framework_fp8_recipe(framework, training.fp8_recipe)
+    check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)

@@ -32,11 +32,9 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
-from trainplan.model.key_rules import check_p2p_options, check_stage_keys
-from trainplan.model.loss_memory import check_cross_entropy_fusion
+from trainplan.model.key_rules import check_framework_recipe, check_p2p_options
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
-    check_deepspeed_moe,
     check_expert_parallel,
     moe_layout_violation,
     moe_recompute_violation,
@@ -51,7 +49,6 @@ from trainplan.model.precision import (
     check_deepspeed_fp8,
     check_fp8_activation_storage,
     check_fp8_param_gather,
-    check_framework_fp8_recipe,
 )
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
@@ -108,11 +105,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
-    check_cross_entropy_fusion(framework, s.training.cross_entropy_fusion_impl)
-    check_stage_keys(framework, zero_stage, s.training)
-    check_framework_fp8_recipe(framework, s.training.fp8_recipe)
-    arch = s.model.arch
-    check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
+    check_framework_recipe(framework, zero_stage, s.training, s.model.arch)
 
 
 def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int) -> None:

@@ -320,14 +320,10 @@ def state_terms(
     experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
-    if fp8_params and mech.weights_full:
-        w = w - (mech.weight_bytes - FP8_PARAM_BYTES) * linear
-    elif fp8_params and mech.weights_sharded:  # Megatron-FSDP: FP8 model_weight_buffer
-        narrower = mech.weight_bytes - FP8_PARAM_BYTES
-        w = w - narrower * linear / shard
-        w = w + (FP8_PARAM_BYTES * linear / shard if fsdp_transpose else 0)
-        held = mech.units_held(whole)
-        gathered = gathered - held * narrower * (layer_linear - layer_linear / shard)
+    if fp8_params:
+        w, gathered = _fp8_param_terms(
+            mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose
+        )
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
@@ -340,6 +336,29 @@ def state_terms(
     if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
         step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
+
+
+def _fp8_param_terms(
+    mech: Mechanism,
+    w: Any,
+    gathered: Any,
+    linear: Any,
+    layer_linear: Any,
+    shard: Any,
+    whole: Any,
+    fsdp_transpose: bool,
+) -> tuple[Any, Any]:
+    """(weights, gathered) of :func:`state_terms` with FP8 primary weights (its docstring):
+    the whole linear weights at 1 B, or Megatron-FSDP's FP8 ``model_weight_buffer`` shard and
+    gathered units (and, MXFP8, the column-wise shard)."""
+    narrower = mech.weight_bytes - FP8_PARAM_BYTES
+    if mech.weights_full:
+        return w - narrower * linear, gathered
+    if not mech.weights_sharded:
+        return w, gathered
+    w = w - narrower * linear / shard + (FP8_PARAM_BYTES * linear / shard if fsdp_transpose else 0)
+    held = mech.units_held(whole)
+    return w, gathered - held * narrower * (layer_linear - layer_linear / shard)
 
 
 def optimizer_elements(
