@@ -36,8 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the step-time error of the former calibration rows (fits nothing)",
     )
     args = parser.parse_args(argv)
-    if (args.json or args.goals) and not args.validation:
-        parser.error("--json and --goals apply to --validation only")
+    for flag in ("json", "goals"):
+        if getattr(args, flag) and not args.validation:
+            parser.error(f"--{flag} applies to --validation only")
     if args.goals:
         print("\n".join(goal_table(evaluate_all())))
         return 0
