@@ -55,7 +55,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.pipeline_keeps_outputs": "fsdp2, pp > 1: the last stage keeps every micro-batch's logits until the "
     "next step (torchtitan before 2025-10-22); null elsewhere.",
     "layout.precision": "bf16 or fp8 (linear GEMMs and the inputs they save).",
-    "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 delayed).",
+    "layout.fp8_recipe": "FP8 scaling recipe: delayed, tensorwise, blockwise, mxfp8 (null: bf16, or fp8 at "
+    "the framework's default: tensorwise under fsdp2, delayed elsewhere).",
     "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",
     "layout.optimizer_bytes_per_param": "Optimizer-state bytes per parameter (12: FP32 master + two moments).",
     "layout.stage_layers": "Transformer layers per pipeline stage.",
