@@ -136,24 +136,49 @@ class ClusterLinks:
     """GPUs per NVLink domain (>= 1)."""
     nvlink_bytes_per_s: float
     """Bandwidth per GPU per direction inside a domain, bytes/s."""
-    scaleout_bytes_per_s: float
-    """Bandwidth per GPU per direction across domains, bytes/s."""
+    scaleout_bytes_per_s: float | None
+    """Bandwidth per GPU per direction across domains, bytes/s; None only for a cluster that is
+    one NVLink domain and a part whose table row has no scale-out figure (nothing crosses it:
+    :meth:`across_domains` refuses to be asked)."""
 
-    @classmethod
-    def from_device(cls, device: DeviceSpec) -> ClusterLinks:
-        """The links of a cluster of ``device``; errors name the missing figure and the flag.
+    def across_domains(self) -> float:
+        """The scale-out rate, bytes/s per GPU per direction.
 
         Raises
         ------
         InputError
-            When the accelerator table has no figure for a tier and none was given.
+            When the part has no scale-out figure (a one-domain cluster was built without one).
         """
+        if self.scaleout_bytes_per_s is None:
+            raise InputError(
+                "scaleout_gbps: the accelerator table has no scale-out figure for this part and a "
+                f"group spans more than one NVLink domain of {self.nvlink_domain}; give `scaleout_gbps`"
+            )
+        return self.scaleout_bytes_per_s
+
+    @classmethod
+    def from_device(cls, device: DeviceSpec, num_gpus: int | None = None) -> ClusterLinks:
+        """The links of a cluster of ``num_gpus`` GPUs of ``device``; errors name the missing
+        figure and the flag. A cluster of at most one NVLink domain needs no scale-out figure
+        (``num_gpus`` given and ≤ ``nvlink_domain``: nothing leaves the domain).
+
+        Raises
+        ------
+        InputError
+            When the accelerator table has no figure for a tier the cluster uses and none was
+            given (the scale-out tier: when ``num_gpus`` is None or exceeds one domain).
+        """
+        one_domain = (
+            num_gpus is not None
+            and device.nvlink_domain is not None
+            and num_gpus <= device.nvlink_domain
+        )
         missing = [
             flag
             for flag, value in (
                 ("nvlink_domain", device.nvlink_domain),
                 ("nvlink_gbps", device.nvlink_bytes_per_s),
-                ("scaleout_gbps", device.scaleout_bytes_per_s),
+                ("scaleout_gbps", device.scaleout_bytes_per_s or one_domain or None),
             )
             if value is None
         ]
@@ -162,7 +187,7 @@ class ClusterLinks:
                 f"gpu {device.name}: the accelerator table has no "
                 f"{', '.join(missing)}; give {' '.join(f'`{m}`' for m in missing)}"
             )
-        assert device.nvlink_domain and device.nvlink_bytes_per_s and device.scaleout_bytes_per_s
+        assert device.nvlink_domain and device.nvlink_bytes_per_s
         return cls(
             nvlink_domain=device.nvlink_domain,
             nvlink_bytes_per_s=device.nvlink_bytes_per_s,

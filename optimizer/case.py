@@ -134,7 +134,7 @@ class Case:
             training=training,
             layout=layout,
             device=device,
-            links=ClusterLinks.from_device(device),
+            links=ClusterLinks.from_device(device, layout.num_gpus),
             options=cost_options_for(device, model, training, **options),
             **case_args,
         )

@@ -248,7 +248,7 @@ def cluster_for_device(device: DeviceSpec, num_gpus: int, **options: Any) -> nx.
     >>> cluster_for_device(get_accelerator("H100-SXM"), 16).graph["nvlink_domain"]
     8
     """
-    links = ClusterLinks.from_device(device)
+    links = ClusterLinks.from_device(device, num_gpus)
     return build_cluster(
         num_gpus,
         links.nvlink_domain,

@@ -169,8 +169,19 @@ def axis_spans(
 def two_tier_bandwidth(span: Any, links: ClusterLinks) -> Any:
     """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks on a two-tier
     cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's
-    (docs/concepts/conventions.md "Layout"). Element-wise for arrays."""
-    return where(span <= links.nvlink_domain, links.nvlink_bytes_per_s, links.scaleout_bytes_per_s)
+    (docs/concepts/conventions.md "Layout"). Element-wise for arrays.
+
+    Raises
+    ------
+    InputError
+        A span beyond one domain on a part without a scale-out figure (``ClusterLinks.across_domains``).
+    """
+    inside = span <= links.nvlink_domain
+    if links.scaleout_bytes_per_s is None and not (
+        bool(inside.all()) if is_array(inside) else bool(inside)
+    ):
+        links.across_domains()
+    return where(inside, links.nvlink_bytes_per_s, links.scaleout_bytes_per_s or 0.0)
 
 
 def axis_groups(

@@ -177,7 +177,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     spec = _spec(r, used)
     device = get_accelerator(str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
-    links = ClusterLinks.from_device(device)
+    links = ClusterLinks.from_device(device, gpus)
     if not placement:
         return RLHFInputs(spec, device, gpus, links, defaults_used=used)
     return _placed(r, RLHFInputs(spec, device, gpus, links, defaults_used=used))

@@ -193,4 +193,4 @@ def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
     >>> sync_bandwidth(links, 8), sync_bandwidth(links, 16)
     (450000000000.0, 50000000000.0)
     """
-    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.scaleout_bytes_per_s
+    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.across_domains()

@@ -70,8 +70,9 @@ def test_cli_refusals_and_search():
                        "--set", "deepspeed_overlap_comm=true", "--top", "1"],
             "search_none": ["search", *base, "--framework", "megatron", "--set", "deepspeed_overlap_comm=true"],
             "mi300x": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "MI300X"],
-            "h20": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H20"],
-            "mi300x_set": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "MI300X",
+            "h20": ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "H20"],
+            "mi300x_16": ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "MI300X"],
+            "mi300x_set": ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "MI300X",
                            "--set", "scaleout_gbps=50"],
         }
     )  # fmt: skip
@@ -89,10 +90,13 @@ def test_cli_refusals_and_search():
     assert done["search"].returncode == 0, done["search"].stderr
     assert "deepspeed ZeRO-" in done["search"].stdout  # megatron's rows refused, deepspeed's kept
     assert refusal(done["search_none"]).startswith("deepspeed_overlap_comm: true")
-    # one 8-GPU domain, but the table has no scale-out figure: a refusal naming the key to set
-    for gpu in ("mi300x", "h20"):
-        assert refusal(done[gpu]) == (
-            f"gpu {gpu.upper()}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
+    # the table has no scale-out figure: one 8-GPU domain needs none; two domains are refused
+    # with the key to set
+    assert done["mi300x"].returncode == 0, done["mi300x"].stderr
+    assert "verdict: fits" in done["mi300x"].stdout
+    for key, gpu in (("mi300x_16", "MI300X"), ("h20", "H20")):
+        assert refusal(done[key]) == (
+            f"gpu {gpu}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
         )
     assert done["mi300x_set"].returncode == 0, done["mi300x_set"].stderr
 
