@@ -92,22 +92,29 @@ def attention_curve_parts(kernel: str, device_name: str) -> tuple[str, ...]:
 
 
 def default_attention_kernel(framework: str, device_name: str) -> str | None:
-    """The attention kernel a framework runs on a part (module docstring): ``cudnn`` under
-    Megatron-Core (Transformer Engine) on Hopper and Blackwell, ``flash-attention-2`` otherwise
-    (Transformer Engine on A100; PyTorch SDPA; FlashAttention in llm-foundry and DeepSpeed);
-    None for a part outside :data:`FAMILY`.
+    """The attention kernel a framework runs on a part: cuDNN's fused attention on Hopper and
+    Blackwell under Megatron-Core (Transformer Engine's backend choice, module docstring) and
+    under ``fsdp2`` (torchtitan's ``ScaledDotProductAttention`` calls PyTorch SDPA inside
+    ``sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True)``:
+    ``torchtitan/models/common/attention.py`` at b5bcd76c6, cuDNN first on every part since
+    torchtitan 6a3a9da95, 2025-10, on B200 since 3b85aa31f, 2025-05); FlashAttention-2 on A100 and
+    under DeepSpeed (PyTorch SDPA's own order puts FlashAttention-2 first; Megatron-DeepSpeed's
+    ``--use-flash-attn-v2`` calls the flash-attn package) and the reference profile ``textbook``
+    as Megatron-Core; None for a part outside :data:`FAMILY`. A run of an older torchtitan
+    (FlashAttention-2 first) names its kernel (``attention_kernel``).
 
     Examples
     --------
     >>> default_attention_kernel("megatron", "H100-SXM"), default_attention_kernel("fsdp2", "H200")
-    ('cudnn', 'flash-attention-2')
-    >>> default_attention_kernel("megatron", "A100-80GB"), default_attention_kernel("megatron", "H20")
-    ('flash-attention-2', None)
+    ('cudnn', 'cudnn')
+    >>> default_attention_kernel("deepspeed", "H100-SXM"), default_attention_kernel("fsdp2", "A100-80GB")
+    ('flash-attention-2', 'flash-attention-2')
+    >>> default_attention_kernel("megatron", "H20")
     """
     family = FAMILY.get(catalogue_part(device_name))
     if family is None:
         return None
-    if framework == "megatron" and family != "ampere":
+    if str(framework) != "deepspeed" and family != "ampere":
         return "cudnn"
     return "flash-attention-2"
 

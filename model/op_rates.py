@@ -493,8 +493,27 @@ def deployed_params(
 
 
 def params_in_force(
-    given: RooflineParams | None, device_name: str, attention_kernel: str | None = None
+    given: RooflineParams | None,
+    device_name: str,
+    attention_kernel: str | None = None,
+    framework: str | None = None,
 ) -> RooflineParams:
     """The roofline figures in force: ``given`` (the cost options'), else the part's as
-    deployed (:func:`deployed_params` with the options' attention kernel)."""
-    return given or deployed_params(device_name, attention_kernel)
+    deployed (:func:`deployed_params` with the options' attention kernel); with ``framework``
+    and no ``attention_kernel`` given, the attention kernel that framework runs on the part
+    (:func:`model.attention_rates.default_attention_kernel`) in place of the deployed default
+    (where the figures time the core from curves at all: none where an attention efficiency
+    was given).
+
+    >>> params_in_force(None, "H100-SXM", None, "deepspeed").attention_kernel
+    'flash-attention-2'
+    >>> params_in_force(None, "H100-SXM", None, "fsdp2").attention_kernel
+    'cudnn'
+    """
+    params = given or deployed_params(device_name, attention_kernel)
+    if framework is None or attention_kernel is not None or params.attention_kernel is None:
+        return params
+    kernel = default_attention_kernel(str(framework), device_name)
+    if kernel is None or kernel == params.attention_kernel:
+        return params
+    return params.with_(attention_kernel=kernel)

@@ -187,10 +187,9 @@ class CostOptions:
     the framework's own default (:func:`model.op_time.tp_overlap_for`)."""
     attention_kernel: str | None = None
     """The attention kernel the run uses, whose published curves time the FlashAttention core
-    (:data:`model.attention_rates.ATTENTION_KERNELS`); None = the one Transformer Engine picks on the
-    part (cuDNN on Hopper and Blackwell, FlashAttention-2 on A100:
-    :func:`model.attention_rates.default_attention_kernel`). PyTorch SDPA and the flash-attn package
-    run flash-attention-2."""
+    (:data:`model.attention_rates.ATTENTION_KERNELS`); None = the one the layout's framework runs on
+    the part (:func:`model.attention_rates.default_attention_kernel`: cuDNN on Hopper and Blackwell
+    under Megatron-Core and torchtitan, FlashAttention-2 on A100 and under DeepSpeed)."""
     grad_reduce_overlap: bool = True
     """Overlap the once-per-step data-parallel reduction with the last micro-batch's backward
     and the weight all-gather with the next forward (Megatron-Core ``--overlap-grad-reduce``,

@@ -56,7 +56,7 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
 
-    p = params_in_force(o.roofline, est.device.name, o.attention_kernel)
+    p = params_in_force(o.roofline, est.device.name, o.attention_kernel, str(est.layout.framework))
     gen = generation_of(est.device.name)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
     if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:

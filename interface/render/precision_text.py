@@ -108,7 +108,7 @@ def _torchao_rates(est: Estimate, recipe: Fp8Recipe) -> TorchaoFp8 | None:
     if d.hbm_bytes_per_s is None:
         return None
     o = est.options
-    params = params_in_force(o.roofline, d.name, o.attention_kernel)
+    params = params_in_force(o.roofline, d.name, o.attention_kernel, str(est.layout.framework))
     clock = Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params)
     return torchao_fp8_rates(est.training.precision, recipe, d.name, est.layout.framework, clock)
 

@@ -48,7 +48,12 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
             "attention_efficiency": est.options.attention_efficiency if flash else None,
         }
     figures = asdict(
-        params_in_force(est.options.roofline, est.device.name, est.options.attention_kernel)
+        params_in_force(
+            est.options.roofline,
+            est.device.name,
+            est.options.attention_kernel,
+            str(est.layout.framework),
+        )
     )
     if not flash:
         figures["attention_efficiency"] = None

@@ -115,9 +115,10 @@ __all__ = [
 CACHE = 4096
 
 
-def params_of(c: Context) -> RooflineParams:
-    """The roofline figures in force (:func:`model.op_rates.params_in_force`)."""
-    return params_in_force(c.options.roofline, c.gpu.name, c.options.attention_kernel)
+def params_of(c: Context, framework: str | None = None) -> RooflineParams:
+    """The roofline figures in force (:func:`model.op_rates.params_in_force`; with
+    ``framework``, the attention kernel it runs where none was given)."""
+    return params_in_force(c.options.roofline, c.gpu.name, c.options.attention_kernel, framework)
 
 
 def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:
@@ -214,16 +215,13 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     cached = te_caches_fp8_weights(f.framework)
     recipe = fp8_recipe_of(f.framework, t.fp8_recipe) if t.precision is Precision.FP8 else None
     speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
+    p = params_of(c, f.framework)
     ao = torchao_fp8_rates(
-        t.precision,
-        recipe,
-        d.name,
-        f.framework,
-        Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c)),
+        t.precision, recipe, d.name, f.framework, Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, p)
     )
     if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
         speedup = (ao.kernel_speedup,) * 3
-    base = (d.peak_flops_per_s, d.hbm_bytes_per_s, params_of(c), overlap,
+    base = (d.peak_flops_per_s, d.hbm_bytes_per_s, p, overlap,
             speedup, ep_sm_share(c),
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
