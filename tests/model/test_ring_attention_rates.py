@@ -100,3 +100,28 @@ def test_torchtitan_long_context_calls_read_published_lengths():
     assert rate("bwd", False, 32768).tflops_per_s == pytest.approx(322 * 320.44 / 317.34)
     assert rate("fwd", True, 65536).clamped is None
     assert rate("fwd", True, 131072).clamped == "above"
+
+
+def test_long_context_rows_read_no_rate_below_the_published_ones():
+    """What the long-context rows (MPT 7B at 64K on A100, torchtitan at 32K chunks on H100) are
+    charged, derived from the published figures. FlashAttention-2 on A100: its paper's
+    fwd+bwd figure ends at 16K (causal, d 128: 189 TFLOP/s); 64K holds it (flagged 'above'), in
+    the planner's count 3·2·s(s+1)·d against FlashAttention's 3.5·2·s²·d. On Hopper the causal
+    backward borrows the unmasked FlashAttention-3-paper curve (322 at 16K, × 320.44/317.34 at
+    32K) in the planner's 4·s(s+1)·d against the kernel's 5·s²·d: 325 TFLOP/s, where the flash
+    backend's own causal backward on the H200 measures 316.92 — the one published rate at these
+    lengths below the charged one, by 2.5 %."""
+    from trainplan.model.kernels import AttentionKey, attention_rate
+    from trainplan.scenarios.kernel_data import attention_curves
+
+    a100 = AttentionKey("flash-attention-2", "A100-80GB", "bf16", "fwd+bwd", True)
+    held = attention_rate(attention_curves(), a100, (128, 128), 65536)
+    assert (held.tflops_per_s, held.clamped) == (189, "above")
+    s = 65536
+    both = attention_fractions("flash-attention-2", "A100-80GB", (128, 128), s)
+    assert both == pytest.approx((6 / 7 * 189 / 312 * (1 + 1 / s),) * 2)
+    s = 32768
+    _, bwd = attention_fractions("flash-attention-2", "H100-SXM", (128, 128), s)
+    charged = 322 * 320.44 / 317.34
+    assert bwd == pytest.approx(0.8 * charged * (1 + 1 / s) / PEAK)
+    assert 316.92 / charged == pytest.approx(0.975, abs=0.001)
