@@ -4,22 +4,30 @@ code), its links, host bandwidths and memory reserve as given, and the cluster g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from trainplan.interface.model_inputs import count_of
 from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import check_fp8_recipe
-from trainplan.model.precision import Precision, check_precision
+from trainplan.model.precision import Precision, check_precision, fp8_recipe_of
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
 from trainplan.optimizer.case import DEFAULT_GPU
 from trainplan.topology.accelerators import get_accelerator
 
-__all__ = ["DEFAULT_GPU", "device_of", "fabric_of", "MIN_GBPS", "MAX_OVERSUBSCRIPTION"]
+__all__ = [
+    "DEFAULT_GPU",
+    "check_fp8_profile",
+    "device_of",
+    "fabric_of",
+    "MIN_GBPS",
+    "MAX_OVERSUBSCRIPTION",
+]
 
 MIN_GBPS = 0.1
 """The least link or host-memory bandwidth accepted, GB/s: below any interconnect in use (PCIe
@@ -27,12 +35,37 @@ Gen1 ×1 moves 0.25 GB/s per direction, PCI-SIG), so a typo such as 1e-3 is refu
 printing a step of years."""
 
 
+def check_fp8_profile(
+    training: TrainingSpec, device: DeviceSpec, frameworks: Iterable[Framework | str]
+) -> None:
+    """Check the recipe's FP8 scaling against the part's published GEMM profile
+    (:func:`model.op_rates.check_fp8_recipe`) under each of ``frameworks``: the recipe given, or
+    where none is given the framework's own default (:func:`model.precision.fp8_recipe_of`:
+    tensorwise under fsdp2, delayed elsewhere), the recipe the cost model then prices.
+
+    Raises
+    ------
+    InputError
+        A recipe given under bf16, or a recipe the part does not run (one line naming it).
+    """
+    for framework in frameworks:
+        recipe = training.fp8_recipe
+        if recipe is None and training.precision is Precision.FP8:
+            recipe = fp8_recipe_of(str(framework), None)
+        check_fp8_recipe(training.precision, recipe, device)
+
+
 def device_of(
-    params: Mapping[str, Any], model: ModelSpec, training: TrainingSpec, used: dict[str, Any]
+    params: Mapping[str, Any],
+    model: ModelSpec,
+    training: TrainingSpec,
+    used: dict[str, Any],
+    frameworks: Iterable[Framework | str] = (DEFAULT_FRAMEWORK,),
 ) -> DeviceSpec:
     """The accelerator of ``params`` (``gpu``; :data:`DEFAULT_GPU`, listed in ``used``, when not
     named) with the links, host bandwidths and memory reserve given, checked against the
-    recipe's precision.
+    recipe's precision and, under fp8, its scaling as each of ``frameworks`` runs it
+    (:func:`check_fp8_profile`).
 
     Raises
     ------
@@ -46,7 +79,7 @@ def device_of(
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
     device = gpu_name if isinstance(gpu_name, DeviceSpec) else get_accelerator(str(gpu_name))
     check_precision(training.precision, device)
-    check_fp8_recipe(training.precision, training.fp8_recipe, device)
+    check_fp8_profile(training, device, frameworks)
     if training.precision is Precision.FP8 and model.arch is None:
         raise InputError(
             "precision: fp8 needs the model's layers (which weights are linear), not a size only"

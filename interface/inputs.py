@@ -12,7 +12,7 @@ dataclasses' own. The defaults used are listed in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -181,9 +181,13 @@ def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
             )
 
 
-def build_case(params: Mapping[str, Any]) -> Case:
+def build_case(
+    params: Mapping[str, Any], frameworks: Iterable[Framework | str] | None = None
+) -> Case:
     """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md
     (``dp``, ``seq_len``…; an evaluate request's :attr:`~interface.requests.EvaluateRequest.params`).
+    ``frameworks``: those the recipe's FP8 scaling is checked under (a search's; default the
+    layout's, :func:`interface.cluster_inputs.check_fp8_profile`).
 
     Raises
     ------
@@ -213,7 +217,7 @@ def build_case(params: Mapping[str, Any]) -> Case:
         (layout.pp,),
         "pipeline_keeps_outputs",
     )
-    device = device_of(params, model, training, used)
+    device = device_of(params, model, training, used, frameworks or (layout.framework,))
     options = cost_options(
         params, device, layout.framework, _attention_efficiency(params, training)
     )

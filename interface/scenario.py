@@ -303,7 +303,7 @@ def problem_of(request: SearchRequest) -> Problem:
         params = dict(base, gpu=gpu)
         if gpu not in calibrated:
             params.pop("calibration", None)
-        case = build_case(params) if not variant else _variant_case(params, variant)
+        case = _variant_case(params, variant, space.frameworks)
         jobs += _jobs(case, d, count, name, prices[name])
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
@@ -432,12 +432,18 @@ def _with_batch(case, batch: int):
     return replace(case, training=replace(case.training, global_batch_size=batch), notes=())
 
 
-def _variant_case(params: dict[str, Any], variant: dict[str, Any]):
+def _variant_case(params: dict[str, Any], variant: dict[str, Any], frameworks: Any):
+    """The case of ``params`` (with a family member's model and training where ``variant`` is
+    one), the FP8 recipe checked under every framework searched, each one's default
+    (:func:`interface.cluster_inputs.check_fp8_profile`)."""
+    if not variant:
+        return build_case(params, frameworks)
     return build_case(
         {
             **params,
             "model": None,
             "model_spec": variant["model_spec"],
             "training_defaults": variant["training"],
-        }
+        },
+        frameworks,
     )

@@ -33,6 +33,7 @@ from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
+from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
 from trainplan.model.terms.step import (
     DpTime,
@@ -255,12 +256,7 @@ def stage_memory(
     """Bytes on one GPU per pipeline stage (:func:`model.terms.peak.stage_memory_term`; ``links``: NCCL groups' links)."""
     c = Context(model, training, device, CostOptions(), vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
-    multiple = vocab_multiple_for(layout.framework, vocab_multiple)
-    split = stage_params_per_gpu(
-        model, layout.tp, layout.pp, layout.virtual_stages, layout.ep, layout.uneven_stages,
-        layout.expert_tp, layout.framework.physical, layout.stage_layers, multiple,
-        layout.schedule,
-    )  # fmt: skip
+    split = stage_params_per_gpu(SplitKey.of_layout(model, layout, vocab_multiple))
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
 

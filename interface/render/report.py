@@ -443,9 +443,11 @@ def _csv_frame(rows: list[dict[str, Any]]) -> Any:
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
-    """The frontier as a terminal table; rows of the per-stage frontier (``plan`` set) add the
-    plan's kind, its layers and fully recomputed layers per stage, the uniform step time at the
-    same axis value and the gain."""
+    """The frontier as a terminal table: step time, the second axis, MFU, the job, the framework
+    (always, as the search's answer names it: two frameworks' layouts can otherwise print alike)
+    and the layout; rows of the per-stage frontier (``plan`` set) add the plan's kind, its layers
+    and fully recomputed layers per stage, the uniform step time at the same axis value and the
+    gain."""
     second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
     out = []
     for r in rows:
@@ -460,6 +462,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
             ),
             "MFU": _pct(r["mfu"]),
             "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
+            "framework": r["framework"],
             "layout": (
                 f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
                 f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"

@@ -21,6 +21,7 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
+from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.timing import kernel_efficiency_for
 
 __all__ = ["rollout_cost", "engine_weights_bytes", "least_engine_tp", "sync_bandwidth"]
@@ -38,7 +39,9 @@ _KV_SOURCE = (
 def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
     """The engine's BF16 weights on one GPU at ``tp`` (norms and routers whole on every rank:
     :func:`model.estimate.stage_params_per_gpu`)."""
-    ((_, _, dense, experts),) = stage_params_per_gpu(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
+    ((_, _, dense, experts),) = stage_params_per_gpu(
+        SplitKey(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
+    )
     return 2 * (dense + experts)
 
 

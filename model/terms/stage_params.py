@@ -2,9 +2,10 @@
 tp, pp, etp·ep; before ZeRO), and which stage holds the most.
 
 * :func:`stage_params_per_gpu`, :func:`gather_units`, :func:`stage_linear_per_gpu` — exact, per
-  distinct split structure (tp, pp, v, ep, uneven stages, etp, the framework's physical flag and
-  vocabulary padding, explicit stage sizes); cached, and read by the terms through
-  :meth:`model.terms.fields.Fields.per_stage` on :data:`SPLIT_FIELDS`;
+  distinct split structure (:class:`model.terms.split_key.SplitKey`: tp, pp, v, ep, uneven
+  stages, etp, the framework's physical flag and vocabulary padding, explicit stage sizes, the
+  schedule); cached, and read by the terms through
+  :func:`model.terms.split_key.read_split` on :data:`SPLIT_FIELDS`;
 * :func:`split_params`, :func:`busiest_params`, :func:`units_per_gpu`, :func:`linear_per_gpu` —
   what the terms read of them at the rank ``f.stage`` (a DualPipe rank holds two stages);
 * what those parameters hold in bytes is :mod:`model.terms.state`'s.
@@ -20,7 +21,6 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.frameworks import Framework
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import (
     count_params,
@@ -30,9 +30,8 @@ from trainplan.model.params import (
     stage_params,
 )
 from trainplan.model.pipeline import Schedule
-from trainplan.model.split import output_rank, stage_layers
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.vocab import vocab_multiple_for
+from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey, on_split, read_split
 from trainplan.model.xp import is_array, namespace, where
 
 __all__ = [
@@ -43,7 +42,7 @@ __all__ = [
     "gather_units",
     "layer_units",
     "busiest_stage",
-    "split_of",
+    "SplitKey",
     "shared_embedding_per_gpu",
     "any_dualpipe",
     "split_params",
@@ -57,124 +56,72 @@ __all__ = [
     "linear_per_gpu",
 ]
 
-SPLIT_FIELDS = (
-    "tp",
-    "pp",
-    "virtual_stages",
-    "ep",
-    "uneven_stages",
-    "expert_tp",
-    "framework",
-    "stage_layers",
-    "schedule",
-)
-"""What the per-stage parameter split reads of a layout (physical profiles keep norms and
-routers whole on every tp rank; the framework also pads the vocabulary; the schedule places the
-model chunks, :func:`model.split.chunk_ranks`)."""
-
-CACHE = 4096
-"""Entries each structure cache keeps (a long-lived server sees many models and layouts)."""
-
-
-def _per_gpu(dense: int, replicated: int, tp: int, physical: bool) -> Fraction:
-    """Dense parameters on one tensor-parallel rank: ÷ tp, except (physical profiles) what
-    every rank holds whole (:attr:`model.params.LayerParams.tp_replicated`)."""
-    if not physical:
-        return Fraction(dense, tp)
-    return Fraction(dense - replicated, tp) + replicated
-
 
 @lru_cache(maxsize=CACHE)
 def stage_params_per_gpu(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
+    key: SplitKey,
 ) -> tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]:
     """(stage, layer indices, dense parameters on one GPU, routed-expert parameters on one GPU)
     of every pipeline stage: dense ÷ tp (except, under a physical profile, what every tp rank
     holds whole), experts ÷ etp·ep; a declared size divided evenly over tp·pp. Exact, cached on
-    what it reads."""
-    arch = model.arch
+    the split structure.
+
+    Llama 3 8B at pp 2: 16 layers of 218,112,000 each, with the embedding (128,256 × 4,096 =
+    525,336,576) on the first and the final norm (4,096) and the output layer on the second.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> m = get_model("llama3-8b").model
+    >>> [p[2] for p in stage_params_per_gpu(SplitKey(m, 1, 2, 1, 1, False, 1, True, None, 1))]
+    [Fraction(4015128576, 1), Fraction(4015132672, 1)]
+    """
+    model, arch, tp, pp = key.model, key.model.arch, key.tp, key.pp
     if model.num_params_declared is not None or arch is None:
         n = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
         per_gpu = Fraction(n, tp * pp)
-        split = stage_layers(arch, pp, v, uneven, sizes, schedule) if arch else ((),) * pp
+        split = key.layers() if arch else ((),) * pp
         return tuple((i, layers, per_gpu, Fraction(0)) for i, layers in enumerate(split))
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
     return tuple(
         (
             sp.stage,
             sp.layers,
-            _per_gpu(sp.dense, sp.tp_replicated, tp, physical),
-            Fraction(sp.experts, etp * ep),
+            key.dense_per_gpu(sp.dense, sp.tp_replicated),
+            key.experts_per_gpu(sp.experts),
         )
-        for sp in stage_params(arch, pp, v, vocab, uneven, sizes, schedule)
+        for sp in stage_params(arch, pp, key.v, key.vocab(), key.uneven, key.sizes, key.schedule)
     )
 
 
 @lru_cache(maxsize=CACHE)
-def stage_linear_per_gpu(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    schedule: Any = None,
-) -> tuple[tuple[Fraction, Fraction], ...]:
+def stage_linear_per_gpu(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, (the linear layers' weight elements on one GPU, those of its largest layer):
     :attr:`LayerParams.linear` ÷ tp (except the tp-replicated part under a physical profile)
     + :attr:`LayerParams.expert_linear` ÷ etp·ep — what a GEMM precision's cached weight copies
     scale with (:mod:`model.precision`; the largest layer for the gathered units of ZeRO-3).
     Zeros for a size-only model (its layers are unknown)."""
-    arch = model.arch
+    arch = key.model.arch
     if arch is None:
-        return ((Fraction(0), Fraction(0)),) * pp
+        return ((Fraction(0), Fraction(0)),) * key.pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
+    for layers in key.layers():
         per_layer = [Fraction(0)]
         for j in layers:
             lp = layer_params(arch, j)
             per_layer.append(
-                _per_gpu(lp.linear, lp.linear_replicated, tp, physical)
-                + Fraction(lp.expert_linear, etp * ep)
+                key.dense_per_gpu(lp.linear, lp.linear_replicated)
+                + key.experts_per_gpu(lp.expert_linear)
             )
         out.append((sum(per_layer, Fraction(0)), max(per_layer)))
     return tuple(out)
 
 
 @lru_cache(maxsize=CACHE)
-def layer_units(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
-) -> tuple[tuple[Fraction, Fraction], ...]:
+def layer_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) parameters on one GPU of its largest transformer layer:
     the unit of a framework whose units are the layers only (Megatron-FSDP's
-    ``fsdp_unit_modules``). (0, 0) for a size-only model and for a stage with no layers.
-    ``vocab_multiple``: :func:`split_of`'s common key, unread."""
-    arch = model.arch
+    ``fsdp_unit_modules``). (0, 0) for a size-only model and for a stage with no layers."""
+    arch = key.model.arch
     if arch is None:
-        return ((Fraction(0), Fraction(0)),) * pp
+        return ((Fraction(0), Fraction(0)),) * key.pp
     # a layer's unit depends only on its kind (dense or MoE): one of each is enough
     kind_unit = {}
     for moe in (False, True):
@@ -182,8 +129,8 @@ def layer_units(
         if j is not None:
             lp = layer_params(arch, j)
             kind_unit[moe] = (
-                _per_gpu(lp.dense, lp.tp_replicated, tp, physical),
-                Fraction(lp.experts, etp * ep),
+                key.dense_per_gpu(lp.dense, lp.tp_replicated),
+                key.experts_per_gpu(lp.experts),
             )
     return tuple(
         max(
@@ -191,120 +138,89 @@ def layer_units(
             key=lambda u: u[0] + u[1],
             default=(Fraction(0), Fraction(0)),
         )
-        for layers in stage_layers(arch, pp, v, uneven, sizes, schedule)
+        for layers in key.layers()
     )
 
 
+def _output_params(key: SplitKey, counts: Any, vocab: int) -> Fraction:
+    """The output layer's parameters on one GPU (vocabulary-parallel, ÷ tp): its own, or the
+    tied embedding's ``V·h``."""
+    return Fraction(counts.output or vocab * key.model.arch.hidden_size, key.tp)  # type: ignore[union-attr]
+
+
 @lru_cache(maxsize=CACHE)
-def gather_units(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
-) -> tuple[tuple[Fraction, Fraction], ...]:
+def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) parameters on one GPU of the largest unit gathered or
     reduced at once (ZeRO-3 / FSDP units): one of its layers (:func:`layer_units`), the input
     embedding (first stage) or the output layer (:func:`model.split.output_rank`). (0, 0) for a
     size-only model, whose layers are unknown."""
-    key = (model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple, schedule)
-    layers = layer_units(*key)
-    arch = model.arch
+    layers = layer_units(key)
+    arch = key.model.arch
     if arch is None:
         return layers
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+    vocab = key.vocab()
     counts = count_params(arch, vocab)
     out = []
-    last = output_rank(pp, v, schedule)
+    last = key.output_rank()
     for i, layer in enumerate(layers):
         units = [layer]
         if i == 0:
-            units.append((Fraction(counts.embedding, tp), Fraction(0)))
+            units.append((Fraction(counts.embedding, key.tp), Fraction(0)))
         if i == last:
-            units.append((Fraction(counts.output or vocab * arch.hidden_size, tp), Fraction(0)))
+            units.append((_output_params(key, counts, vocab), Fraction(0)))
         out.append(max(units, key=lambda u: u[0] + u[1]))
     return tuple(out)
 
 
-def non_unit_params(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
-) -> tuple[Fraction, ...]:
+def non_unit_params(key: SplitKey) -> tuple[Fraction, ...]:
     """Per stage, the parameters on one GPU outside every transformer layer: the input
     embedding (first stage) and the output layer (:func:`model.split.output_rank`; a tied one
     only where it is a copy on another stage). What a framework that keeps its non-unit modules
     gathered holds whole (:attr:`model.mechanisms.Mechanism.non_units_gathered`). Zeros for a
-    size-only model. ``ep``, ``uneven``, ``etp``, ``physical``, ``sizes``: :func:`split_of`'s
-    common key, unread.
+    size-only model.
 
     >>> from trainplan.scenarios.catalogue import get_model
-    >>> non_unit_params(get_model("llama3-8b").model, 1, 1, 1, 1, False, None, True, None, 1)
+    >>> m = get_model("llama3-8b").model
+    >>> non_unit_params(SplitKey(m, 1, 1, 1, 1, False, 1, True, None, 1))
     (Fraction(1050673152, 1),)
     """
-    arch = model.arch
+    arch = key.model.arch
     if arch is None:
-        return (Fraction(0),) * pp
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+        return (Fraction(0),) * key.pp
+    vocab = key.vocab()
     counts = count_params(arch, vocab)
-    last = output_rank(pp, v, schedule)
-    out = [Fraction(0)] * pp
-    out[0] += Fraction(counts.embedding, tp)
+    last = key.output_rank()
+    out = [Fraction(0)] * key.pp
+    out[0] += Fraction(counts.embedding, key.tp)
     if counts.output or last != 0:  # untied, or the last stage's copy of a tied embedding
-        out[last] += Fraction(counts.output or vocab * arch.hidden_size, tp)
+        out[last] += _output_params(key, counts, vocab)
     return tuple(out)
 
 
 @lru_cache(maxsize=CACHE)
-def reduce_order_params(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
-) -> tuple[tuple[Fraction, Fraction], ...]:
+def reduce_order_params(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, what its backward reduces first and how many layers follow, on one GPU:
     (the output layer's parameters where the stage holds it (a tied embedding's last-stage
     copy too), the transformer layers the stage holds); the buckets of Megatron-FSDP's
     reduce-scatter queue (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
-    Zeros for a size-only model; :func:`split_of`'s common key.
+    Zeros for a size-only model.
 
     >>> from trainplan.scenarios.catalogue import get_model
-    >>> reduce_order_params(get_model("llama3-8b").model, 1, 2, 1, 1, False, None, True, None, 1)
+    >>> m = get_model("llama3-8b").model
+    >>> reduce_order_params(SplitKey(m, 1, 2, 1, 1, False, 1, True, None, 1))
     ((Fraction(0, 1), Fraction(16, 1)), (Fraction(525336576, 1), Fraction(16, 1)))
     """
-    arch = model.arch
+    arch = key.model.arch
     if arch is None:
-        return ((Fraction(0), Fraction(0)),) * pp
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+        return ((Fraction(0), Fraction(0)),) * key.pp
+    vocab = key.vocab()
     counts = count_params(arch, vocab)
-    last = output_rank(pp, v, schedule)
-    layers = stage_layers(arch, pp, v, uneven, sizes, schedule)
+    last = key.output_rank()
     out = []
-    for i, held in enumerate(layers):
+    for i, held in enumerate(key.layers()):
         first = Fraction(0)
         if i == last and (counts.output or last != 0):
-            first = Fraction(counts.output or vocab * arch.hidden_size, tp)
+            first = _output_params(key, counts, vocab)
         out.append((first, Fraction(len(held))))
     return tuple(out)
 
@@ -316,45 +232,12 @@ def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction],
     return max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
 
 
-def split_of(
-    fn: Any,
-    model: ModelSpec,
-    given: int | None,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    framework: Framework,
-    sizes: tuple[int, ...] | None,
-    schedule: Any = None,
-) -> Any:
-    """``fn`` (:func:`stage_params_per_gpu`, :func:`gather_units` or
-    :func:`stage_linear_per_gpu`) of the split structure (a layout's :data:`SPLIT_FIELDS`), the
-    framework read as its physical flag and (for the functions that read it) its vocabulary
-    padding multiple (``given``, the training's ``vocab_multiple``, None for the framework's)."""
-    physical = Framework(framework).physical
-    if fn is stage_linear_per_gpu:
-        return fn(model, tp, pp, v, ep, uneven, etp, physical, sizes, schedule)
-    multiple = vocab_multiple_for(framework, given)
-    return fn(model, tp, pp, v, ep, uneven, etp, physical, sizes, multiple, schedule)
+def _stage_dense_expert(key: SplitKey) -> tuple[Any, ...]:
+    return tuple((d, e) for _, _, d, e in stage_params_per_gpu(key))
 
 
-def _stage_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return tuple((d, e) for _, _, d, e in split_of(stage_params_per_gpu, model, given, *key))
-
-
-def _stage_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(gather_units, model, given, *key)
-
-
-def _stage_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(stage_linear_per_gpu, model, given, *key)
-
-
-def _busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
-    params = split_of(stage_params_per_gpu, model, given, *key)
+def _busiest(key: SplitKey) -> tuple[Any, Any]:
+    params = stage_params_per_gpu(key)
     _, _, dense, experts = params[busiest_stage(params)]
     return dense, experts
 
@@ -369,7 +252,7 @@ def shared_embedding_per_gpu(model: ModelSpec, tp: int, pp: int, vocab_multiple:
     return Fraction(padded_vocab(arch.vocab_size, vocab_multiple, tp) * arch.hidden_size, tp)
 
 
-def _dualpipe_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
+def _dualpipe_dense_expert(key: SplitKey) -> tuple[Any, ...]:
     """Per DualPipe rank r, (dense, expert) parameters on one GPU of its two stages: stage r and
     the mirror stage ``pp − 1 − r`` (deepseek-ai/DualPipe ``examples/example_dualpipe.py``: each
     rank builds ``full_modules[rank]`` and ``full_modules[pp_size - 1 - rank]``; DeepSeek-V3
@@ -377,23 +260,21 @@ def _dualpipe_dense_expert(model: ModelSpec, given: int | None, *key: Any) -> tu
     stage: the last stage's copy of the embedding (for the MTP modules or a tied output layer) is
     the first stage's embedding on the same rank, physically shared (DeepSeek-V3 report §3.2.3,
     "Shared Embedding and Output Head for Multi-Token Prediction"), so counted once."""
-    own = _stage_dense_expert(model, given, *key)
-    fields = dict(zip(SPLIT_FIELDS, key, strict=True))
-    tp, pp, framework = fields["tp"], fields["pp"], fields["framework"]
-    shared = shared_embedding_per_gpu(model, tp, pp, vocab_multiple_for(framework, given))
+    own = _stage_dense_expert(key)
+    pp = key.pp
+    shared = shared_embedding_per_gpu(key.model, key.tp, pp, key.vocab_multiple)
     return tuple(
         (d + md - (shared if r in (0, pp - 1) else 0), e + me)
         for r, ((d, e), (md, me)) in enumerate(zip(own, own[::-1], strict=True))
     )
 
 
-def _dualpipe_busiest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, Any]:
-    ranks = _dualpipe_dense_expert(model, given, *key)
-    return max(ranks, key=lambda p: p[0] + p[1])
+def _dualpipe_busiest(key: SplitKey) -> tuple[Any, Any]:
+    return max(_dualpipe_dense_expert(key), key=lambda p: p[0] + p[1])
 
 
-def _dualpipe_linear(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    own = _stage_linear(model, given, *key)
+def _dualpipe_linear(key: SplitKey) -> tuple[Any, ...]:
+    own = stage_linear_per_gpu(key)
     return tuple((a + b, max(la, lb)) for (a, la), (b, lb) in zip(own, own[::-1], strict=True))
 
 
@@ -404,12 +285,13 @@ def any_dualpipe(f: Fields) -> bool:
 
 
 def _on_dualpipe(f: Fields, fn: Any, dualpipe_fn: Any, c: Context, lookup: bool = False) -> Any:
-    """``fn``'s (dense, expert)-like pair at ``f.stage``, ``dualpipe_fn``'s under DualPipe."""
+    """``fn``'s (dense, expert)-like pair at ``f.stage``, ``dualpipe_fn``'s under DualPipe
+    (both functions of a :class:`SplitKey`; ``lookup``: one answer per layout, not per stage)."""
     read = f.lookup if lookup else f.per_stage
-    a, b = read(fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    a, b = read(on_split, (fn, c.model, c.vocab_multiple), *SPLIT_FIELDS)
     if not any_dualpipe(f):
         return a, b
-    da, db = read(dualpipe_fn, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    da, db = read(on_split, (dualpipe_fn, c.model, c.vocab_multiple), *SPLIT_FIELDS)
     on = f.schedule == Schedule.DUALPIPE
     return where(on, da, a), where(on, db, b)
 
@@ -430,41 +312,29 @@ def busiest_params(c: Context, f: Fields) -> tuple[Any, Any]:
 def units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) parameters on one GPU of the largest unit the stage ``f.stage`` gathers
     or reduces at once (:func:`gather_units`: ZeRO-3 / FSDP units)."""
-    return f.per_stage(_stage_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
-
-
-def _stage_non_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(non_unit_params, model, given, *key)
-
-
-def _stage_layer_units(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(layer_units, model, given, *key)
-
-
-def _stage_reduce_order(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(reduce_order_params, model, given, *key)
+    return read_split(c, f, gather_units)
 
 
 def reduce_order_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """:func:`reduce_order_params` of stage ``f.stage``: (output-layer parameters, transformer
     layers) on one GPU."""
-    return f.per_stage(_stage_reduce_order, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return read_split(c, f, reduce_order_params)
 
 
 def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """:func:`layer_units` of stage ``f.stage``: (dense, expert) parameters on one GPU of its
     largest layer."""
-    return f.per_stage(_stage_layer_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return read_split(c, f, layer_units)
 
 
 def non_units_per_gpu(c: Context, f: Fields) -> Any:
     """:func:`non_unit_params` of stage ``f.stage``: the embedding and output-layer parameters
     on one GPU."""
-    return f.per_stage(_stage_non_units, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return read_split(c, f, non_unit_params)
 
 
 def linear_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """(linear-layer weight elements on one GPU, those of its largest layer) of the rank
     ``f.stage`` (:func:`stage_linear_per_gpu`; under DualPipe its two stages): what a GEMM
     precision's cached weight copies scale with."""
-    return _on_dualpipe(f, _stage_linear, _dualpipe_linear, c)
+    return _on_dualpipe(f, stage_linear_per_gpu, _dualpipe_linear, c)

@@ -40,9 +40,8 @@ from trainplan.model.muon import (
 )
 from trainplan.model.offload import offload_staging_bytes
 from trainplan.model.optimizers import OptimizerKind, layer_matrices, optimizer_scale
-from trainplan.model.params import count_params, padded_vocab, shares_embedding_with_last_stage
+from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
-from trainplan.model.split import output_rank, stage_layers
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     mirror_layer_counts,
@@ -50,22 +49,19 @@ from trainplan.model.terms.activation_fields import (
 )
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.terms.grad_buffers import embedding_grad_term
+from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
-    CACHE,
-    SPLIT_FIELDS,
     any_dualpipe,
     busiest_stage,
     layer_units_per_gpu,
     linear_per_gpu,
     non_units_per_gpu,
     reduce_order_per_gpu,
-    split_of,
     split_params,
     stage_params_per_gpu,
     units_per_gpu,
 )
 from trainplan.model.terms.tensors import largest_tensor_per_gpu
-from trainplan.model.vocab import vocab_multiple_for
 from trainplan.model.xp import is_array, where
 
 __all__ = [
@@ -84,38 +80,25 @@ __all__ = [
 
 @lru_cache(maxsize=CACHE)
 def stage_optimizer_scales(
-    model: ModelSpec,
-    kind: OptimizerKind,
-    adam_bytes: int,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
+    key: SplitKey, kind: OptimizerKind, adam_bytes: int
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s
     (:func:`model.optimizers.optimizer_scale` of the stage's layers, its input embedding on the
     first stage and its output layer — or the tied embedding's copy — on the last chunk's,
-    :func:`model.split.output_rank`). (1, 1) for Adam. Exact, cached on what it reads."""
-    arch = model.arch
+    :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's optimizer-state
+    bytes per parameter. Exact, cached on the split structure and the optimizer."""
+    arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
-        return ((Fraction(1), Fraction(1)),) * pp
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
+        return ((Fraction(1), Fraction(1)),) * key.pp
+    vocab = key.vocab()
     counts = count_params(arch, vocab)
-    last = output_rank(pp, v, schedule)
+    last = key.output_rank()
     last_copy = counts.output or (
         vocab * arch.hidden_size if last != 0 and shares_embedding_with_last_stage(arch) else 0
     )
     out = []
-    params = stage_params_per_gpu(
-        model, tp, pp, v, ep, uneven, etp, physical, sizes, vocab_multiple, schedule
-    )
-    for i, layers, dense, experts in params:
+    tp, etp, ep = key.tp, key.etp, key.ep
+    for i, layers, dense, experts in stage_params_per_gpu(key):
         emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
         out.append(
             optimizer_scale(kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes)
@@ -124,20 +107,18 @@ def stage_optimizer_scales(
 
 
 def _stage_scales(
-    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
+    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, framework, sizes, schedule = key
-    return stage_optimizer_scales(
-        model, OptimizerKind(optimizer), adam_bytes, tp, pp, v, ep, uneven, etp,
-        Framework(framework).physical, sizes, vocab_multiple_for(framework, given), schedule,
-    )  # fmt: skip
+    key = SplitKey.of(model, given, *fields)
+    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)
 
 
 def _busiest_scales(
-    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *key: Any
+    model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Fraction, Fraction]:
-    busiest = busiest_stage(split_of(stage_params_per_gpu, model, given, *key))
-    return _stage_scales(model, given, adam_bytes, optimizer, *key)[busiest]
+    key = SplitKey.of(model, given, *fields)
+    busiest = busiest_stage(stage_params_per_gpu(key))
+    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)[busiest]
 
 
 def busiest_scales(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -157,20 +138,19 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
 
 @lru_cache(maxsize=CACHE)
 def stage_muon_work(
-    model: ModelSpec, tp: int, pp: int, v: int, ep: int, uneven: bool, etp: int,
-    sizes: tuple[int, ...] | None, whole: bool = True, schedule: Any = None,
-) -> tuple[tuple[int, int, Fraction, Fraction], ...]:  # fmt: skip
+    key: SplitKey, whole: bool = True
+) -> tuple[tuple[int, int, Fraction, Fraction], ...]:
     """Per stage, Muon's (Newton–Schulz FLOPs of the dense matrices, of the routed experts'
     matrices on one GPU, dense matrix elements on one GPU, expert ones): every matrix
     orthogonalised whole where tp matrices are gathered (``whole``,
     :func:`model.muon.muon_tp_gathers`), else its tp block
     (:func:`model.muon.newton_schulz_flops` of that shape; experts ÷ ep), elements after
     tp / etp (:meth:`model.optimizers.Matrix.local`). Zeros for a size-only model."""
-    arch = model.arch
+    arch, tp, etp, ep = key.model.arch, key.tp, key.etp, key.ep
     if arch is None:
-        return ((0, 0, Fraction(0), Fraction(0)),) * pp
+        return ((0, 0, Fraction(0), Fraction(0)),) * key.pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
+    for layers in key.layers():
         ns_d = ns_e = 0
         el_d = el_e = Fraction(0)
         for j in layers:
@@ -189,9 +169,8 @@ def stage_muon_work(
 
 @lru_cache(maxsize=CACHE)
 def stage_muon_transient(
-    model: ModelSpec, tp: int, pp: int, v: int, etp: int, uneven: bool, framework: str,
-    sizes: tuple[int, ...] | None, whole: bool = True, schedule: Any = None,
-) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    key: SplitKey, framework: str, whole: bool = True
+) -> tuple[tuple[int, int], ...]:
     """Per stage, (the most bytes Muon's orthogonalisation of one of its matrices holds where
     only tensor parallelism gathers, the most where every matrix is gathered — over the
     data-parallel ranks too): :func:`model.muon.newton_schulz_bytes` of each matrix's
@@ -200,15 +179,15 @@ def stage_muon_transient(
     back to the local matrix without a ``partition_dim``) — or, where tp matrices are not
     gathered (``whole`` False: Megatron-Core's ``blockwise``), of its tp block, not gathered.
     Zeros for a size-only model."""
-    arch = model.arch
+    arch = key.model.arch
     if arch is None:
-        return ((0, 0),) * pp
+        return ((0, 0),) * key.pp
     out = []
-    for layers in stage_layers(arch, pp, v, uneven, sizes, schedule):
+    for layers in key.layers():
         tp_only = every = 0
         for j in layers:
             for mat in layer_matrices(arch, j):
-                degree = etp if mat.expert else tp
+                degree = key.etp if mat.expert else key.tp
                 shape = (mat.rows, mat.cols) if whole else mat.local(degree)
                 split = whole and mat.split is not None and degree > 1
                 tp_only = max(tp_only, newton_schulz_bytes(*shape, framework, split))
@@ -226,12 +205,15 @@ def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
         return True
 
 
-def _stage_transient(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, _ep, uneven, etp, framework, sizes, schedule = key
+_FRAMEWORK = SPLIT_FIELDS.index("framework")
+
+
+def _stage_transient(
+    model: ModelSpec, given: int | None, mode: str | None, *fields: Any
+) -> tuple[Any, ...]:
+    framework = fields[_FRAMEWORK]
     whole = muon_whole_matrices(framework, mode)
-    return stage_muon_transient(
-        model, tp, pp, v, etp, uneven, str(framework), sizes, whole, schedule
-    )
+    return stage_muon_transient(SplitKey.of(model, given, *fields), str(framework), whole)
 
 
 def muon_transient_term(c: Context, f: Fields) -> Any:
@@ -244,17 +226,18 @@ def muon_transient_term(c: Context, f: Fields) -> Any:
     0 under any other optimizer."""
     if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
         return 0
-    args = (c.model, c.training.muon_tp_mode)
+    args = (c.model, c.vocab_multiple, c.training.muon_tp_mode)
     tp_only, every = f.per_stage(_stage_transient, args, *SPLIT_FIELDS)
     if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
         return tp_only
     return where(f.shard_degree > 1, every, tp_only)
 
 
-def _stage_muon(model: ModelSpec, mode: str | None, *key: Any) -> tuple[Any, ...]:
-    tp, pp, v, ep, uneven, etp, framework, sizes, schedule = key
-    whole = muon_whole_matrices(framework, mode)
-    return stage_muon_work(model, tp, pp, v, ep, uneven, etp, sizes, whole, schedule)
+def _stage_muon(
+    model: ModelSpec, given: int | None, mode: str | None, *fields: Any
+) -> tuple[Any, ...]:
+    whole = muon_whole_matrices(fields[_FRAMEWORK], mode)
+    return stage_muon_work(SplitKey.of(model, given, *fields), whole)
 
 
 def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
@@ -262,7 +245,9 @@ def busiest_muon_work(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
     equals)."""
     ns_d, ns_e, el_d, el_e = stage_tuple(
         f.stages(
-            lambda g: g.per_stage(_stage_muon, (c.model, c.training.muon_tp_mode), *SPLIT_FIELDS)
+            lambda g: g.per_stage(
+                _stage_muon, (c.model, c.vocab_multiple, c.training.muon_tp_mode), *SPLIT_FIELDS
+            )
         )
     )
     pick = stage_argmax(

@@ -4,7 +4,7 @@ largest parameter holds (DeepSpeed ZeRO-1/2's gradient staging buffer under opti
 
 * :func:`layer_largest_tensor` — a layer's, as Megatron's layers hold their weights;
 * :func:`stage_largest_tensors` — per stage, with the embedding and the output layer (exact,
-  cached on the split structure, :data:`model.terms.stage_params.SPLIT_FIELDS`);
+  cached on the split structure, :class:`model.terms.split_key.SplitKey`);
 * :func:`largest_tensor_per_gpu` — what the terms read at the rank ``f.stage``.
 
 Units: parameter elements on one GPU (after tp; a routed expert's after etp).
@@ -16,12 +16,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import layer_matrices
-from trainplan.model.params import padded_vocab, shares_embedding_with_last_stage
-from trainplan.model.split import output_rank, stage_layers
+from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.stage_params import CACHE, SPLIT_FIELDS, split_of
+from trainplan.model.terms.split_key import CACHE, SplitKey, read_split
 
 __all__ = ["layer_largest_tensor", "stage_largest_tensors", "largest_tensor_per_gpu"]
 
@@ -56,55 +54,38 @@ def layer_largest_tensor(arch: Any, index: int, tp: int, etp: int) -> Fraction:
 
 
 @lru_cache(maxsize=CACHE)
-def stage_largest_tensors(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    v: int,
-    ep: int,
-    uneven: bool,
-    etp: int,
-    physical: bool,
-    sizes: tuple[int, ...] | None,
-    vocab_multiple: int,
-    schedule: Any = None,
-) -> tuple[Fraction, ...]:
+def stage_largest_tensors(key: SplitKey) -> tuple[Fraction, ...]:
     """Per stage, the elements on one GPU of the largest parameter tensor it holds: the largest
     of its layers' (:func:`layer_largest_tensor`), the input embedding's ``V·h ÷ tp`` (first
     stage, vocabulary-parallel, ``V`` padded) and the output layer's (or the tied embedding's
     copy) on :func:`model.split.output_rank`. What a buffer sized by the largest parameter holds
     (:attr:`model.mechanisms.Mechanism.offload_staging_bytes`). 0 for a size-only model (its
-    tensors are unknown). ``ep``, ``physical``: :func:`model.terms.stage_params.split_of`'s common key, unread.
+    tensors are unknown).
 
     Examples
     --------
     >>> from trainplan.scenarios.catalogue import get_model
     >>> m = get_model("llama3-8b").model
-    >>> stage_largest_tensors(m, 1, 1, 1, 1, False, 1, True, None, 1)  # 128,256 × 4,096
+    >>> stage_largest_tensors(SplitKey(m, 1, 1, 1, 1, False, 1, True, None, 1))  # 128,256 × 4,096
     (Fraction(525336576, 1),)
     """
-    arch = model.arch
+    arch, tp = key.model.arch, key.tp
     if arch is None:
-        return (Fraction(0),) * pp
-    vocab = padded_vocab(arch.vocab_size, vocab_multiple, tp)
-    table = Fraction(vocab * arch.hidden_size, tp)
-    last = output_rank(pp, v, schedule)
-    tied_copy = pp > 1 and shares_embedding_with_last_stage(arch)
+        return (Fraction(0),) * key.pp
+    table = Fraction(key.vocab() * arch.hidden_size, tp)
+    last = key.output_rank()
+    tied_copy = key.pp > 1 and shares_embedding_with_last_stage(arch)
     out = []
-    for i, layers in enumerate(stage_layers(arch, pp, v, uneven, sizes, schedule)):
+    for i, layers in enumerate(key.layers()):
         kinds = {arch.is_moe_layer(j): j for j in layers}  # one layer of each kind is enough
-        best = max((layer_largest_tensor(arch, j, tp, etp) for j in kinds.values()), default=0)
+        best = max((layer_largest_tensor(arch, j, tp, key.etp) for j in kinds.values()), default=0)
         if i == 0 or (i == last and (not arch.tie_embeddings or tied_copy)):
             best = max(best, table)
         out.append(Fraction(best))
     return tuple(out)
 
 
-def _stage_largest(model: ModelSpec, given: int | None, *key: Any) -> tuple[Any, ...]:
-    return split_of(stage_largest_tensors, model, given, *key)
-
-
 def largest_tensor_per_gpu(c: Context, f: Fields) -> Any:
     """:func:`stage_largest_tensors` of stage ``f.stage``: elements on one GPU of its largest
     parameter tensor."""
-    return f.per_stage(_stage_largest, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
+    return read_split(c, f, stage_largest_tensors)

@@ -132,9 +132,15 @@ def test_frontier_csv_rows_are_non_dominated_and_re_evaluate(tmp_path):
     df = pd.read_csv(path)
     for column in (
         "dp tp pp cp ep zero_stage recompute micro_batch_size schedule virtual_stages num_gpus gpu "
-        "total_bytes step_s mfu fits"
+        "total_bytes step_s mfu fits framework"
     ).split():
         assert column in df.columns
+    # the text table names each point's framework, as the CSV does (row for row)
+    lines = res.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    start = lines[header].index("framework")
+    printed = [line[start:].split()[0] for line in lines[header + 2 : header + 2 + len(df)]]
+    assert printed == list(df["framework"]) == ["megatron"] * len(df)
     assert list(df["step_s"]) == sorted(df["step_s"]) and list(df["total_bytes"]) == sorted(
         df["total_bytes"], reverse=True
     )
@@ -159,6 +165,25 @@ def test_frontier_csv_rows_are_non_dominated_and_re_evaluate(tmp_path):
         est = case.evaluate()
         assert est.step_s == pytest.approx(row.step_s, rel=1e-12)
         assert float(est.total_bytes) == pytest.approx(row.total_bytes, rel=1e-12)
+
+
+def test_frontier_text_tells_two_frameworks_apart():
+    """Two points alike but for the framework (Megatron-LM's and FSDP2's ZeRO-3 at the same
+    degrees) print apart: the framework is a column of the frontier's text table, always (as the
+    search's answer names it)."""
+    from trainplan.interface.render.report import frontier_text
+
+    point = {
+        "step_s": 0.5, "total_bytes": 15e9, "mfu": 0.5, "num_gpus": 8, "gpu": "A100-80GB",
+        "dp": 8, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 3, "recompute": "none",
+        "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1,
+    }  # fmt: skip
+    rows = [{**point, "framework": "megatron"}, {**point, "framework": "fsdp2"}]
+    lines = frontier_text(rows, "memory").splitlines()
+    assert lines[0].split() == ["step", "memory/GPU", "MFU", "GPUs", "framework", "layout"]
+    assert lines[2] != lines[3]
+    # "500.0 ms  15.00 GB  50.0%  8 × A100-80GB  megatron  dp 8 …": the ninth word
+    assert lines[2].split()[8] == "megatron" and lines[3].split()[8] == "fsdp2"
 
 
 def test_frontier_against_gpus():
