@@ -208,3 +208,37 @@ def test_a_power_limit_needs_its_source():
         _devices_from_text(GOOD + 'power_source = "x"\n')
     with pytest.raises(ScenarioError, match="'power_w' must be positive"):
         _devices_from_text(GOOD + 'power_w = -1\npower_source = "x"\n')
+
+
+def test_grace_blackwell_capacity_is_what_the_driver_reports():
+    """GB200 and GB300 start from the memory the driver reports, less what it keeps from every
+    process: ``nvidia-smi -q -x`` on nodes of 4 GB200 and 4 GB300 under driver 580.173.02
+    (NVIDIA/k8s-test-infra tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-gb200.xml and
+    qx-gb300.xml), FB Memory Usage on every GPU: Total 189,471 MiB, Reserved 742 MiB (GB200);
+    284,208 MiB and 947 MiB (GB300). The process then keeps the CUDA context (666,632,192 B),
+    the cuBLAS workspaces (2·32 MiB + 1 KiB = 67,109,888 B) and the 1 GiB allowance:
+    1,807,483,904 B. GB200: (189,471 − 742) MiB = 197,896,699,904 B, less that,
+    196,089,216,000 B = 196.09 GB usable, where 186·10⁹ less the H100's 2,186,019,840 B
+    reserve (its driver's 361 MiB) gave 183.81 GB."""
+    gb200, gb300 = get_accelerator("GB200"), get_accelerator("GB300")
+    process = 666_632_192 + 67_109_888 + 2**30
+    assert (gb200.physical_bytes, gb200.driver_reserved_bytes) == (189_471 * 2**20, 742 * 2**20)
+    assert gb200.runtime_reserve_bytes == 742 * 2**20 + process == 2_585_527_296
+    assert gb200.usable_bytes(True) == 188_729 * 2**20 - process == 196_089_216_000
+    assert gb200.usable_bytes(False) == 186 * 10**9  # textbook: the datasheet's figure
+    assert gb300.usable_bytes(True) == (284_208 - 947) * 2**20 - process == 295_213_202_432
+    assert "qx-gb200.xml" in gb200.driver_source and "qx-gb300.xml" in gb300.driver_source
+    # parts without a capture keep the H100's rule: HBM less 361 MiB and the same process share
+    h100 = get_accelerator("H100-SXM")
+    assert (h100.driver_reserved_bytes, h100.driver_source) == (361 * 2**20, "")
+    assert h100.usable_bytes(True) == 80 * 2**30 - 361 * 2**20 - process
+
+
+def test_driver_figures_go_together():
+    with pytest.raises(ScenarioError, match="driver_reserved_mib and a non-empty driver_source"):
+        _devices_from_text(GOOD + "driver_total_mib = 200000\n")
+    capture = 'driver_total_mib = 200000\ndriver_reserved_mib = 700\ndriver_source = "x"\n'
+    with pytest.raises(ScenarioError, match="hbm_gib or driver_total_mib"):
+        _devices_from_text(GOOD + capture + "hbm_gib = 200\n")
+    with pytest.raises(ScenarioError, match="at least memory_gb"):
+        _devices_from_text(GOOD + capture.replace("200000", "10"))
