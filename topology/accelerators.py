@@ -142,6 +142,21 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
 
 
+def _driver_figures(row: dict[str, Any], where: str, memory: Fraction) -> tuple[int, int, str]:
+    """(the device's bytes, the bytes its driver keeps, their source) from a row's
+    ``driver_total_mib``, ``driver_reserved_mib`` and ``driver_source``."""
+    if "hbm_gib" in row:
+        raise ScenarioError(f"{where}: give hbm_gib or driver_total_mib, not both")
+    total = _number(row["driver_total_mib"], where, "driver_total_mib", integer=True) * 2**20
+    kept = _number(row["driver_reserved_mib"], where, "driver_reserved_mib", integer=True) * 2**20
+    if total < memory or kept >= total:
+        raise ScenarioError(
+            f"{where}: driver_total_mib {row['driver_total_mib']} must be at least memory_gb "
+            f"and above driver_reserved_mib {row['driver_reserved_mib']}"
+        )
+    return int(total), int(kept), row["driver_source"]
+
+
 def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
     where = _where(index, row["name"])
     memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
@@ -161,18 +176,10 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
                 f"{where}: hbm_gib {row['hbm_gib']} must be whole bytes and at least memory_gb"
             )
         hbm = int(hbm_exact)
-    kept_bytes, driver_source = DRIVER_RESERVED_BYTES, ""
     if "driver_total_mib" in row:
-        if "hbm_gib" in row:
-            raise ScenarioError(f"{where}: give hbm_gib or driver_total_mib, not both")
-        total = _number(row["driver_total_mib"], where, "driver_total_mib", integer=True) * 2**20
-        kept = _number(row["driver_reserved_mib"], where, "driver_reserved_mib", integer=True)
-        if total < memory or kept * 2**20 >= total:
-            raise ScenarioError(
-                f"{where}: driver_total_mib {row['driver_total_mib']} must be at least memory_gb "
-                f"and above driver_reserved_mib {row['driver_reserved_mib']}"
-            )
-        hbm, kept_bytes, driver_source = int(total), int(kept * 2**20), row["driver_source"]
+        hbm, kept_bytes, driver_source = _driver_figures(row, where, memory)
+    else:
+        kept_bytes, driver_source = DRIVER_RESERVED_BYTES, ""
     return DeviceSpec(
         name=row["name"],
         memory_bytes=int(memory),
