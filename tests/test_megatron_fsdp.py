@@ -214,9 +214,10 @@ def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
 @pytest.mark.slow
 def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
     """`trainplan search --model llama3-405b --gpus 256` used to answer Megatron-FSDP dp 128
-    tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue's four
-    that layout holds 92.89 GB (test above) and is not the answer. Whatever the answer, its
-    count fits an H100's 83.71 GB."""
+    tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue as
+    Megatron-FSDP keeps it (three padded layer buckets and the output layer's) that layout
+    holds 90.89 GB (test above) and is not the answer: dp 64 tp 4, recompute full, b 2 is, at
+    68.00 GB. Whatever the answer, its count fits an H100's 83.71 GB."""
     import json
 
     from click.testing import CliRunner
