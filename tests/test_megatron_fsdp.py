@@ -139,7 +139,7 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     1,050,673,152) waits beside (C − o) // u' + 1 = 2 layers and goes when the third is queued:
     o + 3·u' = 5,876,219,904 elements, 4 B each = 23,504,879,616 B, the peak (four layers,
     25,501,892,608 B, counted before). The layout's peak 90.89 GB does not fit an H100's
-    83.71 GB."""
+    83.21 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
     unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 128_256 * 16384 // 2
@@ -217,7 +217,7 @@ def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
     tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue as
     Megatron-FSDP keeps it (three padded layer buckets and the output layer's) that layout
     holds 90.89 GB (test above) and is not the answer: dp 64 tp 4, recompute full, b 2 is, at
-    68.00 GB. Whatever the answer, its count fits an H100's 83.71 GB."""
+    68.00 GB. Whatever the answer, its count fits an H100's 83.21 GB."""
     import json
 
     from click.testing import CliRunner
