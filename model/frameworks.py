@@ -193,9 +193,13 @@ DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
 """DeepSpeed ``sub_group_size`` default, elements: ZeRO-3 steps the optimizer one sub-group of
 the partition at a time, materialising that sub-group's FP32 gradient."""
 
-DRIVER_RESERVED_BYTES = 361 * 2**20
-"""HBM the driver keeps from every process: an 80 GiB H100 reports 81,559 MiB of its 81,920
-(``nvidia-smi``'s total)."""
+DRIVER_RESERVED_BYTES = (81_920 - 81_559 + 480) * 2**20
+"""HBM the driver keeps from every process on a part with no public capture of its driver's
+report: what an 80 GiB H100's keeps, 841 MiB. Its ``nvidia-smi -q`` reports a Total of 81,559 MiB
+of the 81,920 and, of that, 480 MiB Reserved (CUDA's total memory is Total less Reserved, 81,079
+MiB); NVIDIA/k8s-test-infra ``tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-h100.xml``
+at 5f8956ad, 8 GPUs under driver 580.105.08. Parts with a capture start from its Total and keep
+its Reserved instead (``driver_total_mib`` in ``topology/accelerators.toml``)."""
 CUDA_CONTEXT_BYTES = 666_632_192
 """A PyTorch process's CUDA context with every module of its kernels loaded: 666,632,192 B
 measured in pytorch/pytorch#86509 (``CUDA_MODULE_LOADING=EAGER``; 287,047,680 B at start under
@@ -225,7 +229,7 @@ DEFAULT_RUNTIME_RESERVE_BYTES = (
     + CUBLAS_WORKSPACE_BYTES
     + FRAGMENTATION_ALLOWANCE_BYTES
 )
-"""Bytes of HBM a physical profile keeps out of reach of the model (2,186,019,840 B, 2.04 GiB;
+"""Bytes of HBM a physical profile keeps out of reach of the model (2,689,336,320 B, 2.50 GiB;
 ``memory_reserve_gib`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
 and the allocator's fragmentation allowance. NCCL's communicator buffers, which used to be part
 of a flat 3 GiB here, are a term of the peak per layout

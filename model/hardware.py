@@ -11,9 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InputError
-from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES
+from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES, DRIVER_RESERVED_BYTES
 
-__all__ = ["DeviceSpec", "ClusterLinks"]
+__all__ = ["DeviceSpec", "ClusterLinks", "runtime_reserve_for"]
+
+
+def runtime_reserve_for(driver_reserved_bytes: int) -> int:
+    """The default runtime reserve of a part whose driver keeps ``driver_reserved_bytes`` of its
+    memory from every process: :data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES` with the
+    driver's part (an H100's 841 MiB, :data:`model.frameworks.DRIVER_RESERVED_BYTES`) replaced
+    by the part's own; the CUDA context, the cuBLAS workspaces and the fragmentation allowance
+    are the same on every part. Bytes.
+
+    >>> runtime_reserve_for(DRIVER_RESERVED_BYTES) == DEFAULT_RUNTIME_RESERVE_BYTES
+    True
+    >>> runtime_reserve_for(742 * 2**20) - DEFAULT_RUNTIME_RESERVE_BYTES == (742 - 841) * 2**20
+    True
+    """
+    return DEFAULT_RUNTIME_RESERVE_BYTES - DRIVER_RESERVED_BYTES + driver_reserved_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,11 +45,21 @@ class DeviceSpec:
     memory_unit: str
     """``"GB"`` or ``"GiB"``: the unit the vendor states the capacity in."""
     hbm_bytes: int | None = None
-    """The device's HBM in bytes where the vendor's "GB" counts power-of-two stacks (an "80 GB"
-    H100 has 80 GiB); None = ``memory_bytes`` as stated."""
+    """The device's memory in bytes: where a public capture of the driver's report is known,
+    the total the driver reports (nvidia-smi's FB memory Total: an H100 reports 81,559 MiB, a
+    GB200 189,471 MiB); else the HBM where the vendor's "GB" counts power-of-two stacks (an
+    "80 GB" H800 has 80 GiB); None = ``memory_bytes`` as stated."""
+    driver_reserved_bytes: int = DRIVER_RESERVED_BYTES
+    """Bytes of :attr:`physical_bytes` the driver keeps from every process: where a capture is
+    known, its Reserved (CUDA's total memory is Total less Reserved; 480 MiB on an H100 under
+    driver 580.105.08, 742 MiB on a GB200 under 580.173.02); else what an H100's driver keeps of
+    its 80 GiB, 841 MiB (:data:`model.frameworks.DRIVER_RESERVED_BYTES`)."""
+    driver_source: str = ""
+    """The capture :attr:`hbm_bytes` and :attr:`driver_reserved_bytes` come from, where one
+    does."""
     runtime_reserve_bytes: int = DEFAULT_RUNTIME_RESERVE_BYTES
     """Bytes a physical profile keeps free for the driver, CUDA context, cuBLAS workspaces and
-    allocator fragmentation (:data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`;
+    allocator fragmentation (:func:`runtime_reserve_for` of :attr:`driver_reserved_bytes`;
     ``memory_reserve_gib`` overrides)."""
     peak_flops_per_s: float
     """Dense BF16 peak in FLOP/s (no 2:4 sparsity); FP16 tensor peak where there is no BF16."""
@@ -86,6 +111,15 @@ class DeviceSpec:
         """The bytes the device has: ``hbm_bytes`` where known, else ``memory_bytes``."""
         return self.hbm_bytes or self.memory_bytes
 
+    @property
+    def cuda_total_bytes(self) -> int:
+        """The device's bytes as CUDA reports them to a process (``cudaMemGetInfo``'s total,
+        ``torch.cuda.mem_get_info``): :attr:`physical_bytes` less :attr:`driver_reserved_bytes`
+        (an H100: 81,559 − 480 = 81,079 MiB). What vLLM multiplies ``gpu_memory_utilization``
+        by (``vllm/utils/mem_utils.py`` ``MemorySnapshot.measure``,
+        ``vllm/v1/worker/gpu_worker.py`` ``Worker.init_device``: ``requested_memory``)."""
+        return self.physical_bytes - self.driver_reserved_bytes
+
     def usable_bytes(self, physical: bool = True) -> int:
         """Bytes a layout may use: the device's bytes less the runtime reserve under a physical
         profile; the vendor's stated capacity under ``textbook`` (the original planner's 80 GB = 80·10⁹).
@@ -94,7 +128,7 @@ class DeviceSpec:
         --------
         >>> h100 = DeviceSpec(name="H100", memory_bytes=80 * 10**9, memory_unit="GB",
         ...                   hbm_bytes=80 * 2**30, peak_flops_per_s=989e12)
-        >>> h100.usable_bytes(False), h100.usable_bytes(True) == 80 * 2**30 - 2_186_019_840
+        >>> h100.usable_bytes(False), h100.usable_bytes(True) == 80 * 2**30 - 2_689_336_320
         (80000000000, True)
         """
         if not physical:

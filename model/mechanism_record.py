@@ -149,43 +149,38 @@ class Mechanism:
         following = maximum(-(-self.prefetch_elements // some), 1)
         return where(unit > 0, 1 + following, self.gathered_units)
 
-    def reduce_queue_elements(self, unit: Any, first: Any, layers: Any) -> Any:
+    def reduce_queue_elements(self, unit: Any, first: Any, layers: Any, padded: Any = None) -> Any:
         """Gradient elements alive at once in backward on one GPU of a stage whose ``layers``
-        transformer layers each hold ``unit`` elements, behind a first bucket of ``first``
-        elements (the output layer, whose backward comes first): the most the reduce-scatter
-        queue and the bucket being filled hold (:data:`model.mechanisms.
-        MEGATRON_FSDP_QUEUE_SOURCE`). Element-wise for arrays; exact for Fractions.
+        transformer layers each hold ``unit`` elements, allocated as buckets of ``padded``
+        elements (:func:`model.megatron_fsdp_buckets.padded_layer_unit`; None or 0 = ``unit``),
+        behind a first bucket of ``first`` elements (the output layer, whose backward comes
+        first): the most the reduce-scatter queue and the bucket being filled hold
+        (:data:`model.mechanisms.MEGATRON_FSDP_QUEUE_SOURCE`). Element-wise for arrays; exact
+        for Fractions.
 
         The queue: a unit's bucket exists from its first gradient until popped; before a
-        finished bucket is queued, buckets are popped (oldest first) only while the queued
-        ones exceed ``C = max(floor, 2·unit)`` elements (the mean unit is the unit: the layers
-        of a stage are alike). So ``n = ⌊C / unit⌋`` stay queued after a drain, and while the
-        next layer fills its bucket ``n + 2`` units are alive (four where ``C = 2·unit``).
+        finished bucket is queued, buckets are popped (oldest first) while the queued ones'
+        allocated (padded) sizes exceed ``C = max(floor, 2·unit)``, ``unit`` at its
+        parameters' elements (the mean unit: a stage's layers are alike). So ``n = ⌊C /
+        padded⌋`` stay queued after a drain and ``n + 2`` are alive while the next layer fills:
+        three where ``C = 2·unit`` and the padding adds anything, four only where it adds none.
         The parameters outside the layers are split into buckets of ``bucket_size`` elements
-        (``_get_parameter_groups`` step 2; Megatron-LM's ``resolve_ddp_bucket_size``:
-        ``max(4e7, 1e6·dp·cp)`` with ``--overlap-grad-reduce``, which the launch line writes;
-        Megatron Bridge: 128 Mi): the embedding is a bucket of its own, the final norm and the
-        output layer another (without ``--overlap-grad-reduce`` the three would be one bucket,
-        alive through the whole backward). Before the layers' steady state the output layer's
-        bucket waits at the queue's head beside
-        ``j = ⌊(C − first) / unit⌋ + 1`` layers (none where ``first > C``) and is popped
-        when the next layer is queued: ``first + (j + 1)·unit`` while that layer fills. No
-        more layers than the stage holds. The input embedding's bucket fills last, after every
-        layer's backward has freed that layer's activations (which the peak counts), beside
-        at most ``n + 1`` units: not counted.
+        (``_get_parameter_groups`` step 2; ``resolve_ddp_bucket_size``: ``max(4e7, 1e6·dp·cp)``
+        with ``--overlap-grad-reduce``, which the launch line writes; Megatron Bridge: 128 Mi):
+        the embedding is a bucket of its own, the final norm and the output layer another.
+        Before the steady state the output layer's bucket waits at the head beside ``j = ⌊(C −
+        first) / padded⌋ + 1`` layers (none where ``first > C``), popped when the next is
+        queued: ``first + (j + 1)·padded``. No more layers than the stage holds. The embedding's
+        bucket fills last, after every layer's activations are freed: not counted.
 
         Under :attr:`double_buffer` the pool holds two units (``_enforce_double_buffer_
         limit``: at most one other unit, the output layer's bucket counting as one, beside the
         unit filling), the pool's buffers persist, and the output layer's bucket comes from
-        the fallback allocator beside them: ``2·unit + first``.
+        the fallback allocator beside them: ``2·padded + first``.
 
-        The buckets are counted at the parameters' elements: Megatron-FSDP pads each to a
-        multiple of dp × the lcm of its parameters' row sizes (``build_data_parallel_buffer_
-        index``), and where that makes two buckets exceed ``C = 2·unit`` one unit fewer stays
-        queued (three alive, not four); the count is then one unit over. The peak adds them to
-        every activation line (:mod:`model.terms.peak`): an upper bound too, since the queue
-        is full only after a few layers' backward has freed their activations (a recomputed
-        segment's transient is whole again at the next segment).
+        The output layer's bucket is counted at its parameters' elements (its padding, under
+        D × h elements, is not). The peak adds the queue to every activation line
+        (:mod:`model.terms.peak`; docs/memory-mechanisms.md says why that bound is kept).
 
         >>> from trainplan.model.mechanisms import mechanism
         >>> m = mechanism("megatron", 3)
@@ -197,16 +192,19 @@ class Mechanism:
         3000000000
         >>> m.reduce_queue_elements(300_000_000, 100_000_000, 80)  # output + 4 queued + 1
         1600000000
+        >>> m.reduce_queue_elements(1_000_000_000, 0, 80, 1_000_000_064)  # padded: one queued + 2
+        3000000192
         >>> mechanism("megatron", 3, double_buffer=True).reduce_queue_elements(10, 25, 80)
         45
         """
+        size = unit if padded is None else maximum(padded, unit)
         if self.double_buffer:
-            return where(unit > 0, minimum(layers, 2) * unit + first, first)
+            return where(unit > 0, minimum(layers, 2) * size + first, first)
         capacity = maximum(self.reduce_queue_elements_floor, 2 * unit)
-        some = maximum(unit, 1)
-        steady = minimum(capacity // some + 2, layers) * unit
+        some = maximum(size, 1)
+        steady = minimum(capacity // some + 2, layers) * size
         with_first = where(first > capacity, 0, (capacity - first) // some + 1)
-        head = first + minimum(with_first + 1, layers) * unit
+        head = first + minimum(with_first + 1, layers) * size
         return where(unit > 0, maximum(steady, head), first)
 
     def pool_bytes(self, unit: Any, unit_weight_bytes: Any) -> Any:

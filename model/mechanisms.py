@@ -196,9 +196,10 @@ def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mecha
       bucket is allocated when its first gradient arrives (``_grad_acc`` → ``get_main_grad``)
       and freed only when popped from the reduce-scatter queue; before queuing a finished
       unit, ``wait_for_previous_grad_reduce`` pops only while the queued buckets exceed
-      ``suggested_RS_queue_capacity = max(1e9, 2 × mean unit)`` elements. So several units'
-      buckets are alive at once (:meth:`Mechanism.reduce_queue_elements`: four for units of
-      5e8 elements or more), in the main-gradient dtype (``g`` bytes). The output layer's
+      ``suggested_RS_queue_capacity = max(1e9, 2 × mean unit)`` elements, the buckets at their
+      padded size (:mod:`model.megatron_fsdp_buckets`). So several units' buckets are alive at
+      once (:meth:`Mechanism.reduce_queue_elements`: three for padded units of 5e8 elements or
+      more, four where the padding adds nothing), in the main-gradient dtype (``g`` bytes). The output layer's
       bucket (with the final norm) and the embedding's are apart where ``bucket_size`` is set,
       as ``--overlap-grad-reduce`` sets it (Megatron-LM ``training.py``
       ``resolve_ddp_bucket_size``; the launch line writes it).

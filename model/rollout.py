@@ -16,7 +16,8 @@ Sources, term by term:
 * **Memory budget**: vLLM's ``gpu_memory_utilization`` — "the fraction of GPU memory" the engine
   may use for weights, activations and KV cache (vLLM engine arguments; default 0.9; verl's
   rollout default 0.5 when colocated with training) — and SGLang's ``mem_fraction_static``
-  (weights and KV pool) are one number here: ``fraction × the device's bytes``. The KV space is
+  (weights and KV pool) are one number here: ``fraction × the device's bytes`` as CUDA reports
+  them (:attr:`model.hardware.DeviceSpec.cuda_total_bytes`, what vLLM multiplies). The KV space is
   what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
   (:data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
   full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
@@ -141,7 +142,8 @@ class EngineMemory:
     """The rollout engine's bytes on one of its GPUs (all exact)."""
 
     budget_bytes: Fraction
-    """What the engine takes: fraction × the device's bytes (vLLM ``gpu_memory_utilization``)."""
+    """What the engine takes: fraction × the device's bytes as CUDA reports them (vLLM
+    ``gpu_memory_utilization``)."""
     weights_bytes: Fraction
     """Its BF16 weight copy on this GPU."""
     kv_space_bytes: Fraction

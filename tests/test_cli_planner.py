@@ -186,10 +186,12 @@ def test_evaluate_json_values():
     mem = out["memory"]
     for key in JSON_KEYS["memory"][:-2]:
         assert _number(mem[key]) and mem[key] >= 0, key
-    # an "80 GB" H100 has 80 GiB of HBM; Megatron's profile keeps a 2,186,019,840 B runtime
-    # reserve (driver, CUDA context, cuBLAS workspaces, fragmentation allowance)
-    reserve = 2_186_019_840
-    assert mem["capacity_bytes"] == 80 * 2**30 - reserve and isinstance(mem["fits"], bool)
+    # an "80 GB" H100's driver reports 81,559 MiB (nvidia-smi -q, qx-h100.xml); Megatron's
+    # profile keeps a 2,310,800,384 B runtime reserve (the driver's 480 MiB Reserved, CUDA
+    # context 666,632,192 B, cuBLAS workspaces 67,109,888 B, the 1 GiB fragmentation allowance)
+    reserve = 480 * 2**20 + 666_632_192 + 67_109_888 + 2**30
+    assert reserve == 2_310_800_384
+    assert mem["capacity_bytes"] == 81_559 * 2**20 - reserve and isinstance(mem["fits"], bool)
     assert mem["runtime_reserve_bytes"] == reserve
     # Megatron-Core's distributed optimizer: 2 B weights + 4 B fp32 main_grad whole, 12 B ÷ dp
     assert mem["weights_bytes"] * 2 == mem["gradients_bytes"]

@@ -78,8 +78,8 @@ micro-batch (PyTorch's ``PipelineStage`` turns gradient sync off; the Llama 3 pa
 Meta accumulates them in FP32 over the micro-batches before the FP32 reduce-scatter), 12.75 GB
 on the 8 layers of a stage, and NCCL's communicators 864 MiB (1,248 MiB with cp's two ring
 neighbours; model/terms/comm_memory.py); the 16,384-GPU 8K run fits (80.72 GB), the 8,192-GPU
-run (m 32, more micro-batches in flight) and the 128K run do not, by 3.36 and 1.84 GB of the
-83.71 GB usable: what Meta's stack holds less is not known."""
+run (m 32, more micro-batches in flight) and the 128K run do not, by 3.86 and 2.34 GB of the
+83.21 GB usable: what Meta's stack holds less is not known."""
 
 
 @pytest.mark.parametrize("res", RESULTS, ids=IDS)

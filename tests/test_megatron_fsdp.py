@@ -75,10 +75,11 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     2 B each: (4·218,112,000 + 2·525,336,576)·2·7/8 = 3,365,462,016 B (2 units: 2,602,070,016;
     FSDP2 holds 2 units of the largest, the embedding: 1,838,678,016, as torchtitan wraps
     embedding and output as units). The FP32 gradient buckets the reduce-scatter queue holds
-    (capacity max(1e9, 2·218,112,000) = 1e9 elements): the output layer's waits beside
-    (1e9 − 525,336,576) // 218,112,000 + 1 = 3 layers and is popped when the fourth is queued,
-    so while that fourth fills: 525,336,576 + 4·218,112,000 = 1,397,784,576 elements (the
-    steady queue afterwards: 1e9 // 218,112,000 = 4 queued + 2 = 1,308,672,000)."""
+    (capacity max(1e9, 2·218,112,000) = 1e9 elements), each layer's allocated at 218,136,576
+    (padded to 951 × 8 × 28,672: test_bucket_padding_as_megatron_fsdp_lays_it_out): the
+    output layer's waits beside (1e9 − 525,336,576) // 218,136,576 + 1 = 3 layers and is popped
+    when the fourth is queued, so while that fourth fills: 525,336,576 + 4·218,136,576 =
+    1,397,882,880 elements (the steady queue afterwards: 1e9 // 218,136,576 = 4 queued + 2)."""
 
     def state(framework):
         lay = Layout.of(dp=8, framework=framework, zero_stage=3)
@@ -88,7 +89,7 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     assert megatron.gathered_bytes == (4 * 218_112_000 + 2 * 525_336_576) * 2 * 7 // 8
     assert megatron.gathered_bytes == 3_365_462_016
     assert fsdp2.gathered_bytes == 1_838_678_016
-    assert megatron.buffers_bytes == 4 * (525_336_576 + 4 * 218_112_000) == 5_591_138_304
+    assert megatron.buffers_bytes == 4 * (525_336_576 + 4 * 218_136_576) == 5_591_531_520
 
 
 def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
@@ -130,17 +131,21 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     (16384·(16384 + 2·1024) + 16384·16384 + 3·16384·53,248)/2 + 2·16384 = 1,593,868,288
     elements (the norms whole). GradReducePipeline (param_and_grad_buffer.py, Megatron-LM
     92c8482e6d / d98e8a64dd): suggested_RS_queue_capacity = max(1e9, 2·mean unit) =
-    3,187,736,576; wait_for_previous_grad_reduce pops only while the queue exceeds it, so two
-    layers stay queued (2·u = C is not more), one more is queued, and a fourth fills: 4·u·4 B
-    = 25,501,892,608 B (two units, 12.75 GB, before). The output layer's bucket
-    (128,256·16384/2 = 1,050,673,152) waits beside (C − o) // u + 1 = 2 layers: o + 3·u is
-    less. The layout's peak 92.89 GB does not fit an H100's 83.71 GB."""
+    3,187,736,576 (MegatronFSDP.__init__ sums the parameters' numel); wait_for_previous_grad_
+    reduce pops while the queued buckets' allocated sizes exceed it. A layer's bucket is
+    allocated at u' = 1,608,515,584: chunk lcm(26,624, 16,384) = 212,992, padded to a multiple
+    of 128 × 212,992 = 27,262,976, 59 of them. So one layer stays queued (2·u' > C), the
+    next is queued and a third fills: 3·u'. The output layer's bucket (o = 128,256·16384/2 =
+    1,050,673,152) waits beside (C − o) // u' + 1 = 2 layers and goes when the third is queued:
+    o + 3·u' = 5,876,219,904 elements, 4 B each = 23,504,879,616 B, the peak (four layers,
+    25,501,892,608 B, counted before). The layout's peak 90.89 GB does not fit an H100's
+    83.21 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
-    unit, output = 1_593_868_288, 128_256 * 16384 // 2
-    assert est.stages[0].state.buffers_bytes == 4 * 4 * unit == 25_501_892_608
-    assert output + 3 * unit < 4 * unit
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 92.89
+    unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 128_256 * 16384 // 2
+    assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
+    assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_504_879_616
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.89
     assert not est.fits
 
 
@@ -150,7 +155,8 @@ def test_fsdp_double_buffer_pools():
     gradient buckets, persistent; _enforce_double_buffer_limit keeps at most one other unit
     (the output layer's bucket counts as one) beside the unit filling; the output layer's
     bucket comes from the fallback allocator. Llama 3 8B dp 8: gathered 2 units (not 4),
-    gradients 4 B·(2·218,112,000 + 525,336,576); in the optimizer step the pools stay:
+    gradients 4 B·(2·218,136,576 + 525,336,576), the layers' buckets at their allocated size
+    (218,112,000 padded to 951 × 8 × 28,672); in the optimizer step the pools stay:
     2·(2 B weights + 4 B gradients)·218,112,000. The launch line says --fsdp-double-buffer."""
     from trainplan.interface.launch import megatron_flags
 
@@ -162,7 +168,7 @@ def test_fsdp_double_buffer_pools():
     st = est.stages[0].state
     unit, rows = 218_112_000, 525_336_576
     assert st.gathered_bytes == (2 * unit + 2 * rows) * 2 * 7 // 8
-    assert st.buffers_bytes == 4 * (2 * unit + rows)
+    assert st.buffers_bytes == 4 * (2 * 218_136_576 + rows) == 3_846_438_912
     plain = Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
     assert st.step_bytes - plain.step_bytes == 2 * (2 + 4) * unit
     from trainplan.scenarios.catalogue import get_model
@@ -181,15 +187,15 @@ def test_gb200_row_runs_with_the_double_buffer():
     """megatron-bridge-25.11/gb200-llama3-70b-fsdp: llama3_70b_pretrain_config_gb200 (Megatron
     Bridge 97ad8cc6f scripts/performance/configs/llama/llama3_llm_pretrain.py) sets
     ddp.fsdp_double_buffer and suggested_communication_unit_size 8e8 (below one layer, so one
-    queued: the pool's two units). BF16 buckets: 2 B·(2·855,654,400 + 1,050,673,152) =
-    5,523,963,904 B at the output layer's backward (4,202,692,608 counted before as two of the
-    output layer's)."""
+    queued: the pool's two units). BF16 buckets, each layer's at its allocated 858,800,128
+    elements (test_bucket_padding_as_megatron_fsdp_lays_it_out): 2 B·(2·858,800,128 +
+    1,050,673,152) = 5,536,546,816 B at the output layer's backward."""
     from trainplan.interface.fidelity.validation import validation_runs
 
     run = next(r for r in validation_runs() if r.key.endswith("gb200-llama3-70b-fsdp"))
     assert run.params["fsdp_double_buffer"] is True
     st = build_case(dict(run.params)).evaluate().stages[0].state
-    assert st.buffers_bytes == 2 * (2 * 855_654_400 + 128_256 * 8192) == 5_523_963_904
+    assert st.buffers_bytes == 2 * (2 * 858_800_128 + 128_256 * 8192) == 5_536_546_816
 
 
 def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
@@ -208,9 +214,10 @@ def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
 @pytest.mark.slow
 def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
     """`trainplan search --model llama3-405b --gpus 256` used to answer Megatron-FSDP dp 128
-    tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue's four
-    that layout holds 92.89 GB (test above) and is not the answer. Whatever the answer, its
-    count fits an H100's 83.71 GB."""
+    tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue as
+    Megatron-FSDP keeps it (three padded layer buckets and the output layer's) that layout
+    holds 90.89 GB (test above) and is not the answer: dp 64 tp 4, recompute full, b 2 is, at
+    68.00 GB. Whatever the answer, its count fits an H100's 83.21 GB."""
     import json
 
     from click.testing import CliRunner
@@ -225,3 +232,44 @@ def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
     assert out["memory"]["fits"] is True
     assert out["memory"]["total_bytes"] <= out["memory"]["capacity_bytes"]
     assert not (lay["zero_stage"] == 3 and lay["dp"] == 128 and lay["tp"] == 2)
+
+
+def test_bucket_padding_as_megatron_fsdp_lays_it_out():
+    """Megatron-FSDP's gradient buckets at their allocated size (param_and_grad_buffer.py,
+    Megatron-LM 92c8482e6d / d98e8a64dd: _get_parameter_groups groups a unit's parameters by
+    dtype and sets the chunk size, build_data_parallel_buffer_index lays them out and pads to
+    dp × chunk). Llama 3 70B, tp 1, dp 64, FP8 primary weights (the GB200 row): the FP8 group
+    holds fc2 [8192, 28,672], QKV [10,240, 8192], proj [8192, 8192], fc1 [57,344, 8192], widest
+    row first; chunk = lcm(28,672, 8192) = 57,344. fc2 is 4,096 chunks; QKV 1,462 and 49,152
+    over, so it takes 1,463 and proj's remainder (16,384) does not fit the 8,192 left; proj 1,171
+    chunks (1,170 and 16,384 over); fc1 8,192: 14,922 chunks = 855,687,168, padded to
+    234 × 64 × 57,344 = 858,783,744. The two norms (BF16, 8,192 each, chunk 1): 16,384, a
+    multiple of 64 already. In BF16 the norms fill QKV's gap: the same 858,783,744 for
+    855,654,400 parameters. Llama 3 8B, tp 1, dp 8: chunk lcm(14,336, 4,096) = 28,672, QKV's
+    remainder 20,480 shares its last chunk with proj's 4,096 and one norm, the other norm at
+    the end: no gap, 218,112,000, padded to 951 × 8 × 28,672 = 218,136,576."""
+    import math
+
+    from trainplan.model.megatron_fsdp_buckets import (
+        bucket_elements,
+        chunk_size,
+        dense_layer_shapes,
+        padded_layer_unit,
+    )
+    from trainplan.scenarios.catalogue import get_model
+
+    arch70 = get_model("llama3-70b").model.arch
+    shapes = dense_layer_shapes(arch70, 1)
+    fp8 = [s for s, linear in shapes if linear]
+    assert chunk_size(fp8) == 57_344
+    assert bucket_elements(fp8, 64) == 234 * 64 * 57_344 == 858_783_744
+    assert bucket_elements([s for s, linear in shapes if not linear], 64) == 16_384
+    assert padded_layer_unit(arch70, True, 1, 64) == 858_800_128
+    assert padded_layer_unit(arch70, False, 1, 64) == 858_783_744
+    assert sum(math.prod(s) for s, _ in shapes) == 855_654_400
+    arch8 = get_model("llama3-8b").model.arch
+    assert padded_layer_unit(arch8, False, 1, 8) == 951 * 8 * 28_672 == 218_136_576
+    assert 7_607 * 28_672 + 4_096 == 218_112_000  # no gap: 7,608 chunks even at dp 1
+    assert bucket_elements([s for s, _ in dense_layer_shapes(arch8, 1)], 1) == 7_608 * 28_672
+    # layers whose shapes are not laid out here count their parameters (0 = none known)
+    assert padded_layer_unit(get_model("qwen3-235b-a22b").model.arch, False, 1, 8) == 0

@@ -20,7 +20,8 @@ from importlib import resources
 from typing import Any
 
 from trainplan.model.errors import ScenarioError
-from trainplan.model.hardware import DeviceSpec
+from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
+from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
 
 __all__ = ["load_accelerators", "get_accelerator", "accelerator_rows", "ALIASES", "TABLE_FILE"]
@@ -44,7 +45,11 @@ _OPTIONAL = (
     "gpus_per_node",
     "power_w",
     "power_source",
+    "driver_total_mib",
+    "driver_reserved_mib",
+    "driver_source",
 )
+_DRIVER_KEYS = ("driver_total_mib", "driver_reserved_mib", "driver_source")
 _UNITS = {"GB": GB, "GiB": GIB}
 _STATUSES = ("vendor", "secondary", "derived")
 
@@ -123,8 +128,33 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         raise ScenarioError(f"{where}: power_w needs a non-empty power_source, and only it does")
     if "power_w" in row:
         _number(row["power_w"], where, "power_w")
+    given = [k for k in _DRIVER_KEYS if k in row]
+    if given and (
+        len(given) != len(_DRIVER_KEYS)
+        or not isinstance(row["driver_source"], str)
+        or not row["driver_source"].strip()
+    ):
+        raise ScenarioError(
+            f"{where}: driver_total_mib, driver_reserved_mib and a non-empty driver_source go "
+            "together"
+        )
     if row["status"] not in _STATUSES:
         raise ScenarioError(f"{where}: key 'status' must be one of {', '.join(_STATUSES)}")
+
+
+def _driver_figures(row: dict[str, Any], where: str, memory: Fraction) -> tuple[int, int, str]:
+    """(the device's bytes, the bytes its driver keeps, their source) from a row's
+    ``driver_total_mib``, ``driver_reserved_mib`` and ``driver_source``."""
+    if "hbm_gib" in row:
+        raise ScenarioError(f"{where}: give hbm_gib or driver_total_mib, not both")
+    total = _number(row["driver_total_mib"], where, "driver_total_mib", integer=True) * 2**20
+    kept = _number(row["driver_reserved_mib"], where, "driver_reserved_mib", integer=True) * 2**20
+    if total < memory or kept >= total:
+        raise ScenarioError(
+            f"{where}: driver_total_mib {row['driver_total_mib']} must be at least memory_gb "
+            f"and above driver_reserved_mib {row['driver_reserved_mib']}"
+        )
+    return int(total), int(kept), row["driver_source"]
 
 
 def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
@@ -146,11 +176,18 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
                 f"{where}: hbm_gib {row['hbm_gib']} must be whole bytes and at least memory_gb"
             )
         hbm = int(hbm_exact)
+    if "driver_total_mib" in row:
+        hbm, kept_bytes, driver_source = _driver_figures(row, where, memory)
+    else:
+        kept_bytes, driver_source = DRIVER_RESERVED_BYTES, ""
     return DeviceSpec(
         name=row["name"],
         memory_bytes=int(memory),
         memory_unit=row["memory_unit"],
         hbm_bytes=hbm,
+        driver_reserved_bytes=kept_bytes,
+        driver_source=driver_source,
+        runtime_reserve_bytes=runtime_reserve_for(kept_bytes),
         peak_flops_per_s=float(peak),
         nvlink_bytes_per_s=rate("nvlink_gbps"),
         nvlink_domain=None

@@ -142,7 +142,7 @@ def what_if_part(device: DeviceSpec, multipliers: dict[str, Fraction]) -> Device
     >>> from trainplan.topology.accelerators import get_accelerator
     >>> h100 = get_accelerator("H100-SXM")
     >>> big = what_if_part(h100, {"hbm_capacity": Fraction(3, 2), "nvlink_domain": Fraction(9)})
-    >>> big.name, big.physical_bytes == 120 * 2**30, big.nvlink_domain, h100.nvlink_domain
+    >>> big.name, big.physical_bytes == h100.physical_bytes * 3 // 2, big.nvlink_domain, h100.nvlink_domain
     ('H100-SXM[hbm×1.5,nvlink×9]', True, 72, 8)
     """
     changes: dict[str, int | float | None] = {}

@@ -12,11 +12,10 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
-    DEFAULT_RUNTIME_RESERVE_BYTES,
-    DRIVER_RESERVED_BYTES,
     FRAGMENTATION_ALLOWANCE_BYTES,
     Framework,
 )
+from trainplan.model.hardware import runtime_reserve_for
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
@@ -380,18 +379,19 @@ def _capacity_sentence(est: Estimate) -> str:
     d = est.device
     if not est.layout.framework.physical:
         return f"capacity: {d.memory_bytes / 1e9:g} GB as the vendor states it (the textbook convention)"
-    have = (
-        f"{d.hbm_bytes / 2**30:g} GiB of HBM"
-        if d.hbm_bytes
-        else f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
-    )
+    if d.hbm_bytes and d.driver_source:
+        have = f"{d.hbm_bytes / 2**20:,.0f} MiB as the driver reports it"
+    elif d.hbm_bytes:
+        have = f"{d.hbm_bytes / 2**30:g} GiB of HBM"
+    else:
+        have = f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
     head = f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:.2f} GiB runtime reserve"
-    if d.runtime_reserve_bytes != DEFAULT_RUNTIME_RESERVE_BYTES:
+    if d.runtime_reserve_bytes != runtime_reserve_for(d.driver_reserved_bytes):
         return (
             f"{head} (as given: --set memory_reserve_gib); NCCL's communicators counted in the peak"
         )
     return (
-        f"{head}: the driver's {DRIVER_RESERVED_BYTES / 2**20:g} MiB, the CUDA context's "
+        f"{head}: the driver's {d.driver_reserved_bytes / 2**20:g} MiB, the CUDA context's "
         f"{CUDA_CONTEXT_BYTES / 2**20:.0f} MiB, cuBLAS workspaces "
         f"{CUBLAS_WORKSPACE_BYTES / 2**20:.0f} MiB and an ASSUMED "
         f"{FRAGMENTATION_ALLOWANCE_BYTES / 2**30:g} GiB fragmentation allowance for the caching "

@@ -309,7 +309,7 @@ def _engine_line(inp: RLHFInputs, plan: StepPlan, need: Any, budget: Any) -> str
         f"the rollout engine at tp {tp}{given} needs {_gb(need)} per GPU — its weights "
         f"{_gb(engine.bf16_weight_bytes)} and one {inp.spec.seq_len:,}-token sequence's KV cache "
         f"{_gb(need - engine.bf16_weight_bytes)} — above its budget, fraction "
-        f"{float(frac or 0):g}{f_given} × {_gb(inp.device.physical_bytes)} = {_gb(budget)}"
+        f"{float(frac or 0):g}{f_given} × {_gb(inp.device.cuda_total_bytes)} = {_gb(budget)}"
     )
 
 
@@ -329,7 +329,7 @@ def _engine_hints(inp: RLHFInputs, need: Any, least_engine_tp: Any) -> list[str]
             f"the engine: tp {tp} or more holds it at fraction {float(fraction):g}, more than "
             f"{engine_gpus:,} GPU{'s' * (engine_gpus > 1)}"
         )
-    least = need / inp.device.physical_bytes
+    least = need / inp.device.cuda_total_bytes
     if least < 1:
         out.append(
             f"or --engine-memory-fraction {math.ceil(least * 100) / 100:g} or more at tp "

@@ -47,12 +47,13 @@ def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
 
 def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
     """The least power-of-two tp (up to the attention heads) at which the engine's weights and
-    one full-length sequence's KV cache fit ``fraction`` of the device's bytes (None: none
-    does) — what a tab's engine that does not fit its budget would need."""
+    one full-length sequence's KV cache fit ``fraction`` of the device's bytes as CUDA reports
+    them (:attr:`model.hardware.DeviceSpec.cuda_total_bytes`; None: none does) — what a tab's
+    engine that does not fit its budget would need."""
     rs = spec.role(Role.ROLLOUT)
     arch = rs.model.arch
     assert arch is not None
-    budget = fraction * device.physical_bytes
+    budget = fraction * device.cuda_total_bytes
     tp = 1
     while tp <= arch.num_attention_heads:
         try:
@@ -141,7 +142,7 @@ def _fitted_memory(
     mem = engine_memory(
         arch,
         weights,
-        device.physical_bytes,
+        device.cuda_total_bytes,
         opt.fraction,
         spec.max_num_seqs,
         per_replica,

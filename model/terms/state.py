@@ -22,6 +22,7 @@ from typing import Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.mechanisms import mechanism
+from trainplan.model.megatron_fsdp_buckets import padded_layer_unit
 from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
@@ -303,7 +304,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         gathered, step = gathered + whole, step + whole
         first, layers = reduce_order_per_gpu(c, f)
         unit = held[0] + held[1]
-        buffers = mech.reduce_bytes * mech.reduce_queue_elements(unit, first, layers)
+        padded = f.lookup(_padded_unit, (c.model.arch, t.fp8_param_gather), "tp", "shard_degree")
+        buffers = mech.reduce_bytes * mech.reduce_queue_elements(unit, first, layers, padded)
         narrower = (mech.weight_bytes - FP8_PARAM_BYTES) * layer_linear if t.fp8_param_gather else 0
         step = step + mech.pool_bytes(unit, mech.weight_bytes * unit - narrower)
     if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
@@ -313,6 +315,11 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     g = g + embedding_grad_term(c, f, mech)
     step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def _padded_unit(arch: Any, fp8_params: bool, tp: Any, shard: Any) -> int:
+    """:func:`model.megatron_fsdp_buckets.padded_layer_unit`; 0 for a size-only model."""
+    return 0 if arch is None else padded_layer_unit(arch, fp8_params, int(tp), int(shard))
 
 
 def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:

@@ -32,7 +32,7 @@ CASE = {
     "global_batch": 1,
     "space": {"tp": [1], "pp": [1], "cp": [8], "recompute": ["none"], "zero": [1]},
     # no runtime reserve: Ulysses' seven all-to-all peers hold 7 · 32 · 12 MiB of NCCL buffers
-    # (the ring's two, 768 MiB), which with the 2.04 GiB reserve leave it no room on an H100;
+    # (the ring's two, 768 MiB), which with the 2.15 GiB reserve leave it no room on an H100;
     # these tests compare the flavours' times
     "cluster": {"memory_reserve_gib": 0},
 }

@@ -21,7 +21,7 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     before, 81.92 GB now (NCCL's communicators included: 81.52 GB, and one more 384 MiB ring
     for the gradient-statistics group, :func:`model.terms.comm_memory.grad_stats_rings` — a NeMo
     run also all-reduces over the model-parallel group, here the 2 tp ranks, e.g. the parameter
-    count in ``megatron_base_model.py``), under the 83.71 GB usable."""
+    count in ``megatron_base_model.py``), under the 83.21 GB usable."""
     run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
     params = {**run.params, "model_spec": validation_models()["gpt3-20b-nemo"]}
     del params["model"]

@@ -130,11 +130,13 @@ def test_decode_crossover_and_the_longest_rollout():
 
 def test_rollout_role_cost_reads_the_engine_and_its_sources():
     """The engine's cost on one GPU: its budget in the rollout phase, nothing held; the decode
-    term names the HBM figure's source."""
+    term names the HBM figure's source. The budget is the fraction of what CUDA reports, the
+    H100's 81,559 MiB less the 480 MiB its driver keeps (vLLM multiplies gpu_memory_utilization
+    by torch.cuda.mem_get_info's total)."""
     spec = _spec(engine_memory_fraction=Fraction(9, 10))
     problem = RLHFProblem(spec, H100, 1, ClusterLinks.from_device(H100))
     cost = cost_of(problem, RoleOption("rollout", 1, 1, 1, 1, "none", Fraction(9, 10)))
-    assert cost.held_bytes == 0 and cost.rollout_bytes == Fraction(9, 10) * 80 * 2**30
+    assert cost.held_bytes == 0 and cost.rollout_bytes == Fraction(9, 10) * 81_079 * 2**20
     assert cost.concurrent == 64  # the replica's 64 rollouts, all at once
     decode = next(t for t in cost.terms if t.name.startswith("decode"))
     assert "3.35 TB/s" in decode.source and decode.value == pytest.approx(32.41, abs=0.01)

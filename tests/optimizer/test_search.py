@@ -75,9 +75,9 @@ def test_infeasible_names_memory():
     problem = _problem({"model": "llama3-405b", "device": "H100-SXM"}, 64)
     with pytest.raises(InfeasibleError) as err:
         search(problem)
-    # Megatron-Core's profile: 80 GiB of HBM less the 2,186,019,840 B runtime reserve
-    # = 83,713,326,080 B
-    assert err.value.explanation[0].startswith("memory: no layout fits 83.71 GB")
+    # Megatron-Core's profile: the driver's 81,559 MiB less the 2,310,800,384 B runtime reserve
+    # = 83,210,009,600 B
+    assert err.value.explanation[0].startswith("memory: no layout fits 83.21 GB")
 
 
 def test_infeasible_names_min_mfu_alone():

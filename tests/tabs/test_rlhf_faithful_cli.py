@@ -155,10 +155,12 @@ def test_a_plan_that_does_not_fit_says_so_and_what_would_fit():
     """DeepSeek-V3 GRPO colocated on 64 H100: the input is fine, the plan does not fit. The
     engine at verl's default tp 2 holds half the BF16 weights, 683.68 GB per GPU, plus one
     5,120-token sequence's MLA cache, 61 layers × (512 + 64) × 2 B × 5,120 = 359,792,640 B —
-    against its budget of 0.5 × 80 GiB = 42,949,672,960 B. At tp 32 the weights are
+    against its budget of 0.5 × the 81,079 MiB CUDA reports (the driver's Total 81,559 less its
+    480 MiB Reserved: vLLM multiplies gpu_memory_utilization by cudaMemGetInfo's total) =
+    42,508,746,752 B. At tp 32 the weights are
     ≈ 2 × 683.68 / 32 = 42.73 GB, with the sequence 43.09 GB, still above; tp 64 holds it. The
     roles' model state alone (the seed's 16 B per trained and 2 B per frozen parameter) is
-    12.29 TB, ⌈12.29e12 / 83.71e9⌉ = 147 GPUs even fully sharded. Said as a verdict (exit 0,
+    12.29 TB, ⌈12.29e12 / 83.21e9⌉ = 148 GPUs even fully sharded. Said as a verdict (exit 0,
     as evaluate's DOES NOT FIT), never as a negative KV space."""
     text = trainplan(*DSV3)
     assert text.returncode == 0, text.stderr
@@ -170,13 +172,13 @@ def test_a_plan_that_does_not_fit_says_so_and_what_would_fit():
         in out
     )
     assert "one 5,120-token sequence's KV cache 0.36 GB" in out
-    assert "budget, fraction 0.5 (the default) × 85.90 GB = 42.95 GB" in out
+    assert "budget, fraction 0.5 (the default) × 85.02 GB = 42.51 GB" in out
     assert "to fit: the engine: --rollout-tp 64 or more holds it at fraction 0.5" in out
-    assert "to fit: at least 147 GPUs" in out and "trainplan rlhf-plan" in out
+    assert "to fit: at least 148 GPUs" in out and "trainplan rlhf-plan" in out
     f = json.loads(trainplan(*DSV3, "--json").stdout)["faithful"]
     assert f["fits"] is False
     assert f["does_not_fit"][0].startswith("the rollout engine at tp 2")
-    assert any(line.startswith("at least 147 GPUs") for line in f["to_fit"])
+    assert any(line.startswith("at least 148 GPUs") for line in f["to_fit"])
     engine = next(r for r in f["roles"] if r["role"] == "rollout")
     kv = next(t for t in f["terms"] if t["role"] == "rollout" and t["term"].startswith("KV"))
     assert kv["value"] == 61 * (512 + 64) * 2 * 5120 == 359_792_640

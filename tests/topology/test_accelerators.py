@@ -208,3 +208,70 @@ def test_a_power_limit_needs_its_source():
         _devices_from_text(GOOD + 'power_source = "x"\n')
     with pytest.raises(ScenarioError, match="'power_w' must be positive"):
         _devices_from_text(GOOD + 'power_w = -1\npower_source = "x"\n')
+
+
+def test_grace_blackwell_capacity_is_what_the_driver_reports():
+    """GB200 and GB300 start from the memory the driver reports, less what it keeps from every
+    process: ``nvidia-smi -q -x`` on nodes of 4 GB200 and 4 GB300 under driver 580.173.02
+    (NVIDIA/k8s-test-infra tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-gb200.xml and
+    qx-gb300.xml), FB Memory Usage on every GPU: Total 189,471 MiB, Reserved 742 MiB (GB200);
+    284,208 MiB and 947 MiB (GB300). The process then keeps the CUDA context (666,632,192 B),
+    the cuBLAS workspaces (2·32 MiB + 1 KiB = 67,109,888 B) and the 1 GiB allowance:
+    1,807,483,904 B. GB200: (189,471 − 742) MiB = 197,896,699,904 B, less that,
+    196,089,216,000 B = 196.09 GB usable, where 186·10⁹ less the 2,186,019,840 B reserve then
+    used for every part gave 183.81 GB."""
+    gb200, gb300 = get_accelerator("GB200"), get_accelerator("GB300")
+    process = 666_632_192 + 67_109_888 + 2**30
+    assert (gb200.physical_bytes, gb200.driver_reserved_bytes) == (189_471 * 2**20, 742 * 2**20)
+    assert gb200.runtime_reserve_bytes == 742 * 2**20 + process == 2_585_527_296
+    assert gb200.usable_bytes(True) == 188_729 * 2**20 - process == 196_089_216_000
+    assert gb200.usable_bytes(False) == 186 * 10**9  # textbook: the datasheet's figure
+    assert gb300.usable_bytes(True) == (284_208 - 947) * 2**20 - process == 295_213_202_432
+    assert "qx-gb200.xml" in gb200.driver_source and "qx-gb300.xml" in gb300.driver_source
+
+
+def test_capacity_is_what_the_driver_reports_on_every_captured_part():
+    """The same rule on every part the captures cover (NVIDIA/k8s-test-infra
+    tests/e2e/go/assertions/nvidiasmi/testdata/hardware at 5f8956ad, FB Memory Usage of every
+    GPU): H100 80GB HBM3 (qx-h100.xml, driver 580.105.08) Total 81,559 MiB, Reserved 480 MiB;
+    B200 (qx-b200.xml, 580.105.08) 183,359 and 728 MiB; A100-SXM4-40GB (qx-a100.xml,
+    570.148.08) 40,960 and 518 MiB. Usable = (Total − Reserved) MiB less the process's
+    1,807,483,904 B (CUDA context 666,632,192 B, cuBLAS 67,109,888 B, the 1 GiB allowance):
+    H100 (81,079 MiB) 85,017,493,504 − 1,807,483,904 = 83,210,009,600 B = 83.21 GB (was 80 GiB
+    less 361 MiB and the process, 83.71 GB: over-credited by the 480 MiB Reserved); B200
+    (182,631 MiB) 191,502,483,456 − 1,807,483,904 = 189,694,999,552 B = 189.69 GB (was 180·10⁹
+    less the old reserve, 177.81 GB); A100-40GB (40,442 MiB) 42,406,510,592 − 1,807,483,904 =
+    40,599,026,688 B. A part without a capture keeps what an H100's driver keeps of its 80 GiB,
+    81,920 − 81,079 = 841 MiB: the H800 (the H100's 80 GiB, no capture) gets exactly the H100's
+    figure."""
+    process = 666_632_192 + 67_109_888 + 2**30
+    h100, b200, a100 = (get_accelerator(n) for n in ("H100-SXM", "B200", "A100-40GB"))
+    assert (h100.physical_bytes, h100.driver_reserved_bytes) == (81_559 * 2**20, 480 * 2**20)
+    assert h100.usable_bytes(True) == 81_079 * 2**20 - process == 83_210_009_600
+    assert (b200.physical_bytes, b200.driver_reserved_bytes) == (183_359 * 2**20, 728 * 2**20)
+    assert b200.usable_bytes(True) == 182_631 * 2**20 - process == 189_694_999_552
+    assert (a100.physical_bytes, a100.driver_reserved_bytes) == (40_960 * 2**20, 518 * 2**20)
+    assert a100.usable_bytes(True) == 40_442 * 2**20 - process == 40_599_026_688
+    for part, capture in ((h100, "qx-h100.xml"), (b200, "qx-b200.xml"), (a100, "qx-a100.xml")):
+        assert capture in part.driver_source
+        assert part.usable_bytes(False) == part.memory_bytes  # textbook: the datasheet's figure
+    h800 = get_accelerator("H800")
+    assert (h800.physical_bytes, h800.driver_reserved_bytes, h800.driver_source) == (
+        80 * 2**30,
+        841 * 2**20,
+        "",
+    )
+    assert h800.usable_bytes(True) == h100.usable_bytes(True)
+    # what CUDA reports (cudaMemGetInfo's total), what vLLM's gpu_memory_utilization multiplies
+    assert h100.cuda_total_bytes == h800.cuda_total_bytes == 81_079 * 2**20
+    assert b200.cuda_total_bytes == 182_631 * 2**20
+
+
+def test_driver_figures_go_together():
+    with pytest.raises(ScenarioError, match="driver_reserved_mib and a non-empty driver_source"):
+        _devices_from_text(GOOD + "driver_total_mib = 200000\n")
+    capture = 'driver_total_mib = 200000\ndriver_reserved_mib = 700\ndriver_source = "x"\n'
+    with pytest.raises(ScenarioError, match="hbm_gib or driver_total_mib"):
+        _devices_from_text(GOOD + capture + "hbm_gib = 200\n")
+    with pytest.raises(ScenarioError, match="at least memory_gb"):
+        _devices_from_text(GOOD + capture.replace("200000", "10"))

@@ -17,13 +17,15 @@ H100 = get_accelerator("H100-SXM")
 
 
 def test_hbm_capacity_scales_the_stated_and_the_physical_bytes():
-    # The H100's "80 GB" is 80·10^9 stated, 80 GiB of HBM (accelerators.toml hbm_gib = 80):
-    # ×1.5 is 120·10^9 stated, 120 GiB physical; usable = 120 GiB - the runtime reserve.
+    # The H100's "80 GB" is 80·10^9 stated; its driver reports 81,559 MiB (accelerators.toml
+    # driver_total_mib): ×1.5 is 120·10^9 stated, 122,338.5 MiB physical; usable = that less the
+    # runtime reserve, which stays the part's: its driver's 480 MiB + the CUDA context
+    # 666,632,192 B + cuBLAS 67,109,888 B + the 1 GiB allowance = 2,310,800,384 B.
     big = what_if_part(H100, {"hbm_capacity": Fraction(3, 2)})
     assert big.name == "H100-SXM[hbm×1.5]"
     assert big.memory_bytes == 120 * 10**9
-    assert big.physical_bytes == 120 * 2**30
-    assert big.usable_bytes() == 120 * 2**30 - 2_186_019_840
+    assert big.physical_bytes == 81_559 * 3 * 2**19
+    assert big.usable_bytes() == 81_559 * 3 * 2**19 - 2_310_800_384
     assert big.status == "derived" and "what-if" in big.source
     assert big.peak_flops_per_s == H100.peak_flops_per_s  # nothing else changed
 
@@ -77,7 +79,7 @@ def test_times_one_is_the_catalogue_part_itself():
             "H100-SXM",
             "hbm_capacity",
             Fraction(1, 100),
-            "no memory above its 2.04 GiB runtime reserve",
+            "no memory above its 2.15 GiB runtime reserve",
         ),
         ("H100-SXM", "hbm_capacity", Fraction(0), "0 must be a multiplier above 0"),
         ("H100-SXM", "memory", Fraction(2), "unknown key 'memory'"),
