@@ -72,7 +72,7 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (second["num_gpus"], second["plan"]) == (32, "per-stage")
     assert (second["tp"], second["pp"], second["stage_layers"]) == (4, 4, [19, 20, 21, 20])
     assert second["recompute_layers"] == [6, 2, 0, 0]
-    assert second["gain"] == pytest.approx(1.0882, abs=1e-3)
+    assert second["gain"] == pytest.approx(1.0878, abs=1e-3)
     from trainplan.interface.render.chart_layout import layout_key  # the --png key beside the plot
 
     assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 36/33")
