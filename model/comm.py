@@ -36,6 +36,8 @@ __all__ = [
     "reduces_beside_compute",
     "p2p_overlapped",
     "p2p_waiting_sends",
+    "p2p_critical_sends",
+    "p2p_exposed_sends",
     "MEGATRON_P2P_CODE",
     "pp_bytes",
     "pp_message_bytes",
@@ -227,19 +229,28 @@ def reduces_beside_compute(framework: str, zero_stage: int, overlap_comm: bool) 
     return framework != "deepspeed" or zero_stage == 3 or overlap_comm
 
 
-def pipe_partitioned(framework: str) -> bool:
+def pipe_partitioned(framework: str, moe: bool = False) -> bool:
     """Whether a pipeline send carries 1/tp of the stage's output and the receiver all-gathers
     it over its tensor-parallel group: DeepSpeed's pipeline engine partitions both the
     activation and its gradient over the model-parallel group when there is one
     (``PipelineEngine.__init__``: ``is_pipe_partitioned`` and ``is_grad_partitioned`` are
-    ``is_model_parallel``, the gradient's since DeepSpeed PR #1407 of 2021-09; the receiver
-    rebuilds the tensor with ``PartitionedTensor.full()``, an all-gather;
-    ``deepspeed/runtime/pipe/engine.py``, ``deepspeed/runtime/utils.py``).
+    ``is_model_parallel`` and the config's ``pipeline.pipe_partitioned`` /
+    ``grad_partitioned``, both true by default in ``deepspeed/runtime/config.py``; the
+    gradient's since DeepSpeed PR #1407 of 2021-09; the receiver rebuilds the tensor with
+    ``PartitionedTensor.full()``, an all-gather; ``deepspeed/runtime/pipe/engine.py``,
+    ``deepspeed/runtime/utils.py``) — except for a mixture-of-experts model (``moe``):
+    Megatron-DeepSpeed passes two tensors that need gradients between its stages there, which
+    the engine cannot partition, so ``GPTModelPipe.__init__`` (``megatron/model/gpt_model.py``,
+    microsoft/Megatron-DeepSpeed f4157bea) asserts that both are off whenever pp > 1 and tp > 1:
+    each send is then the stage output as the layer leaves it (÷ tp only with sequence
+    parallelism), and nothing is gathered. At tp = 1 or pp = 1 the two readings agree.
 
     >>> pipe_partitioned("deepspeed"), pipe_partitioned("megatron")
     (True, False)
+    >>> pipe_partitioned("deepspeed", moe=True)
+    False
     """
-    return framework == "deepspeed"
+    return framework == "deepspeed" and not moe
 
 
 def p2p_overlapped(framework: str, schedule: str, virtual_stages: Any) -> Any:
@@ -293,10 +304,10 @@ def p2p_waiting_sends(m: Any, v: Any, pp: Any, warmup_flush: bool, forward_wait:
       (``megatron/training/argument_utils.py``) and Megatron Bridge (``GPTModelProvider``)
       always set (``forward_wait``; False for earlier code).
 
-    The count is the last rank's (``r = pp − 1``, ``W = min(m·v, (v − 1)·pp)``), the fewest of
-    any rank: it runs the loss and the steady 1F1B throughout, so its own waits lie on the
-    step's critical path, while an earlier rank's longer warm-up runs ahead of the first
-    backward it must wait for. Element-wise in ``m``, ``v``, ``pp``.
+    This is the last rank's own count (``r = pp − 1``, ``W = min(m·v, (v − 1)·pp)``); with the
+    ``2(pp − 1)`` sends of the fill and the drain it makes the slope of the step in a send's
+    time once sends are long against a pass (:func:`p2p_exposed_sends`). Element-wise in
+    ``m``, ``v``, ``pp``.
 
     Examples
     --------
@@ -314,6 +325,72 @@ def p2p_waiting_sends(m: Any, v: Any, pp: Any, warmup_flush: bool, forward_wait:
     backward = 0 * warmup if warmup_flush else warmup
     forward = m * v if forward_wait else backward
     return forward + backward
+
+
+def p2p_critical_sends(m: Any, v: Any, pp: Any, forward_wait: bool) -> Any:
+    """How many pipeline sends of Megatron-Core's interleaved schedule (the code of
+    :func:`p2p_waiting_sends`) lie on the step's critical path when a send is short against a
+    chunk's pass: the step grows by this many sends' time.
+
+    * ``2·(pp·v − 1)``: the first micro-batch's forward crosses every one of the ``pp·v − 1``
+      boundaries between virtual stages and its backward the same ones back, and none of them
+      has slack: with ``microbatch_group_size_per_vp_stage`` = pp, rank 0 runs chunk 1 of
+      micro-batch 0 right after its pp warm-up forwards, the moment the pipeline loop hands it
+      back (``get_schedule_table``), and so on round the loop; a send, waited on or not, delays
+      the receiver's pass by its time.
+    * With ``forward_wait`` (core_v0.18.0 and later), ``(v − 1)·(m − pp)`` more: the ranks'
+      steady phase is paced by their forward passes, each now followed by its send's wait.
+
+    Neither the warm-up flush flag nor the blocking warm-up and cool-down change it: those
+    waits fall on ranks that would otherwise idle. Derived from, and checked against, the
+    interleaved timeline with each send's wait and latency placed per rank
+    (:func:`model.pipeline_p2p.interleaved_send_span`, tests/model/test_pipeline_p2p.py).
+    Element-wise in ``m``, ``v``, ``pp`` (``m`` a multiple of pp, as the schedule needs).
+
+    Examples
+    --------
+    pp 4, v 2, m 8: 2·7 = 14 sends, and 1·4 = 4 more for the forward waits.
+
+    >>> int(p2p_critical_sends(8, 2, 4, False)), int(p2p_critical_sends(8, 2, 4, True))
+    (14, 18)
+    """
+    fill = 2 * (pp * v - 1)
+    return fill + (v - 1) * (m - pp) if forward_wait else fill
+
+
+def p2p_exposed_sends(send: Any, t_f: Any, t_b: Any, critical: Any, longest: Any) -> Any:
+    """Seconds Megatron-Core's interleaved schedule with ``overlap_p2p_comm`` adds to the step
+    for pipeline sends of ``send`` seconds each, one chunk's forward ``t_f`` and backward
+    ``t_b``: the longest of four paths through the timeline, each a count of sends less the
+    passes it skips,
+
+    ``max(c·s, (c + 1)·s − min(t_f, t_b), (n − 1)·s − 2·min(t_f, t_b), n·s − (t_f + t_b))``,
+
+    ``c`` = ``critical`` (:func:`p2p_critical_sends`: short sends) and ``n`` = ``longest``,
+    ``2(pp − 1)`` + :func:`p2p_waiting_sends` (long sends: the fill and the drain and the last
+    rank's own waits). Read
+    off the timeline run on symbolic durations (the maximum of linear forms in ``t_f``,
+    ``t_b``, ``s``): for the code Megatron-LM runs by default (forward waits, no warm-up
+    flush) these are its forms at pp ≥ 3, exactly, over the tests' grid; at pp = 2 the longest
+    form has one send fewer (an over-count of at most one send there). Under the other flags
+    the first form is exact and the others are the same counts' bound for long sends
+    (within a send or two of the timeline at sends up to two chunk forwards). Element-wise.
+
+    Examples
+    --------
+    c = 18, n = 26 (pp 4, v 2, m 8), chunk passes 1 and 2 ms: a 0.1 ms send adds 18 sends'
+    time; a 1 ms send, 26 − 3 = 23 ms.
+
+    >>> round(p2p_exposed_sends(1e-4, 1e-3, 2e-3, 18, 26), 9)
+    0.0018
+    >>> round(p2p_exposed_sends(1e-3, 1e-3, 2e-3, 18, 26), 9)
+    0.023
+    """
+    shorter = minimum(t_f, t_b)
+    return maximum(
+        maximum(critical * send, (critical + 1) * send - shorter),
+        maximum((longest - 1) * send - 2 * shorter, longest * send - (t_f + t_b)),
+    )
 
 
 def dp_name(mech: Mechanism) -> str:
@@ -337,12 +414,14 @@ def pp_traffic(
     training: TrainingSpec,
     tied_embedding_params: Fraction = Fraction(0),
     reduce_bytes: int = 4,
+    moe: bool = False,
 ) -> AxisTraffic:
     """Pipeline traffic of a middle stage: per micro-batch (and per model chunk with
     interleaving) one activation forward and one gradient backward. ``textbook``: each of
     ``β·S_tok·h/tp`` bytes (scatter/gather over tp; Narayanan et al. 2021 §4.1). Physical
     profiles: ``β·S_tok·h/tp`` with sequence parallelism (the tensor is already split) and under
-    DeepSpeed's pipeline engine (:func:`pipe_partitioned`), the full ``β·S_tok·h`` otherwise
+    DeepSpeed's pipeline engine (:func:`pipe_partitioned`; not for a mixture-of-experts model,
+    ``moe``), the full ``β·S_tok·h`` otherwise
     (Megatron-Core sends the whole tensor) unless :attr:`Layout.pipeline_scatter_gather`
     (Megatron-LM 2021); plus, with tied embeddings
     over pp > 1, the once-per-step all-reduce of the embedding's gradient between the first and
@@ -364,7 +443,7 @@ def pp_traffic(
         hidden_size, layout.tp, layout.cp, layout.micro_batch_size, m, layout.virtual_stages,
         training.seq_len, training.activation_bytes,
         layout.sp or not physical or layout.pipeline_scatter_gather
-        or pipe_partitioned(str(layout.framework)),
+        or pipe_partitioned(str(layout.framework), moe),
         tied_embedding_params if physical else 0, reduce_bytes,
     )  # fmt: skip
     name = "send/recv (point-to-point)"

@@ -18,8 +18,10 @@ entry of two passes is DualPipe's overlapped chunk (DeepSeek-V3 report, arXiv 24
 §3.2.1): one micro-batch's forward and another's backward run as one block of ``t_fb``; both
 outputs leave when it ends.
 
-Pipeline point-to-point transfers take no time here and a pass starts as soon as its rank is free
-and its input has arrived (the idealisation of the papers' figures and bubble formulas); times are
+Pipeline point-to-point transfers take no time here unless a ``latency`` is given (the time from a
+pass's end until its output reaches the next rank, :func:`run`; a send the rank waits on belongs
+in the pass's duration instead), and a pass starts as soon as its rank is free and its input has
+arrived (the idealisation of the papers' figures and bubble formulas); times are
 exact :class:`~fractions.Fraction`. Durations come in per pass of one *chunk* (the layers one
 pass runs: a stage's under 1F1B, one of a rank's two chunks under the V and DualPipe schedules),
 so a cost model can feed measured op times.
@@ -191,9 +193,10 @@ class Engine:
         stages: int,
         stage_of: Callable[[int, Step], int],
         duration: Callable[[int, Entry], Any],
+        latency: Callable[[int, Entry], Any] | None = None,
     ) -> None:
         self.ranks, self.stages = ranks, stages
-        self.stage_of, self.duration = stage_of, duration
+        self.stage_of, self.duration, self.latency = stage_of, duration, latency
         self.ready: dict[tuple[str, int, int, int], Any] = {}
         self.slots: list[list[Slot]] = [[] for _ in range(ranks)]
         self.ends: list[Fraction] | None = None  # heap of pass ends, kept for a policy
@@ -215,8 +218,10 @@ class Engine:
         return t
 
     def start(self, rank: int, entry: Entry, at: Any) -> Any:
-        """Run ``entry`` on ``rank`` from ``at``; its outputs are released at its end."""
+        """Run ``entry`` on ``rank`` from ``at``; its outputs are released at its end (plus the
+        ``latency`` of their transfer, when one is given)."""
         end = at + self.duration(rank, entry)
+        release = end if self.latency is None else end + self.latency(rank, entry)
         overlap = len(entry) > 1
         slots = self.slots[rank]
         for step in entry:
@@ -224,7 +229,7 @@ class Engine:
             if kind == "F" or kind == "B" or kind == "I":
                 stage = self.stage_of(rank, step)
                 what = "F" if kind == "F" else "G"
-                self.ready[what, step.direction, stage, step.microbatch] = end
+                self.ready[what, step.direction, stage, step.microbatch] = release
             slots.append(
                 Slot(rank, at, end, kind, step.microbatch, step.chunk, step.direction, overlap)
             )
@@ -241,9 +246,12 @@ def run(
     orders: Sequence[Sequence[Entry]] | None = None,
     policy: Policy | None = None,
     join: Callable[..., Any] = max,
+    latency: Callable[[int, Entry], Any] | None = None,
 ) -> tuple[tuple[Slot, ...], ...]:
     """Simulate one step: each rank runs ``orders[rank]`` (or what ``policy`` picks) as the
-    dataflow allows; returns each rank's slots in time order.
+    dataflow allows; returns each rank's slots in time order. ``latency(rank, entry)``, when
+    given: how long after ``entry`` ends its outputs reach the passes that need them (a send run
+    beside the rank's next pass); none by default.
 
     A fixed order needs no clock: every block starts at ``join`` (max) of its rank's free time
     and its inputs' arrival, so ``join`` and the durations may be any max-plus values (the tests
@@ -259,7 +267,7 @@ def run(
     RuntimeError
         A deadlock (an order whose inputs never arrive): a bug in a schedule, never user input.
     """
-    engine = Engine(ranks, stages, stage_of, duration)
+    engine = Engine(ranks, stages, stage_of, duration, latency)
     if orders is None:
         assert policy is not None
         return _run_policy(engine, policy)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.comm import p2p_exposed_sends
 from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
@@ -265,39 +266,35 @@ def pp_exposed_seconds(
     seconds: Any,
     tied_s: Any,
     messages: Any,
-    pp: Any,
     pass_s: Any,
     overlapped: Any,
-    waiting: Any = 0,
+    critical: Any = 0,
+    longest: Any = 0,
 ) -> Any:
     """Of a step's pipeline messages (``seconds`` in all, ``tied_s`` of it the tied embedding's
     all-reduce, the rest ``messages`` equal sends), what waits: all of it, unless the sends
-    run beside computation (``overlapped``, :func:`model.comm.p2p_overlapped`). Then the
-    ``waiting`` sends the schedule waits on right after posting them
-    (:func:`model.comm.p2p_waiting_sends`: Megatron-Core's blocking warm-up and cool-down, and
-    since core 0.18 every forward send) wait whole; each other send hides under the pass that
-    runs between it and the pass that consumes its tensor (one chunk's forward, ``pass_s``, the
-    shorter pass), so of it only ``max(0, send − pass)`` waits; and the pipeline's fill and
-    drain carry theirs on the critical path: the first micro-batch's forward crosses ``pp − 1``
-    rank boundaries before the last rank starts, the last backward ``pp − 1`` boundaries back,
-    nothing to hide under (the same ``pp − 1`` passes each way that make the bubble). No more
-    than ``seconds`` waits. The tied embedding's all-reduce runs after the flush and waits.
-    Element-wise for arrays.
+    run beside computation (``overlapped``, :func:`model.comm.p2p_overlapped`). Then what the
+    sends add to the step's critical path (:func:`model.comm.p2p_exposed_sends`: ``critical``
+    sends while a send is short against a pass, :func:`model.comm.p2p_critical_sends`; up to
+    ``longest`` less the passes skipped once it is long) with a chunk's forward ``pass_s`` and
+    its backward twice that (the passes without recomputation). No more than ``seconds``
+    waits. The tied embedding's all-reduce runs after the flush and waits. Element-wise for
+    arrays.
 
     Examples
     --------
-    64 sends of 1 ms (plus 5 ms of tied all-reduce), pp 4, chunk forwards of 3 ms:
+    64 sends of 1 ms (plus 5 ms of tied all-reduce), chunk forwards of 3 ms (backwards 6 ms),
+    14 sends on the critical path:
 
-    >>> pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, False)
+    >>> pp_exposed_seconds(0.069, 0.005, 64, 0.003, False)
     0.069
-    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, True), 9)  # 2·3·1 ms + 5 ms
-    0.011
-    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 4, 0.003, True, 40), 9)  # + 40 · 1 ms
-    0.051
+    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 0.003, True, 14, 20), 9)  # 14 · 1 ms + 5 ms
+    0.019
+    >>> round(pp_exposed_seconds(0.069, 0.005, 64, 0.003, True, 14, 30), 9)  # 29 · 1 − 2 · 3 + 5
+    0.028
     """
     send = (seconds - tied_s) / maximum(messages, 1)
-    hidden = (messages - waiting) * maximum(0.0, send - pass_s)
-    waits = (2 * (pp - 1) + waiting) * send + hidden + tied_s
+    waits = p2p_exposed_sends(send, pass_s, 2 * pass_s, critical, longest) + tied_s
     return where(overlapped, minimum(waits, seconds), seconds)
 
 
@@ -336,7 +333,9 @@ def pipe_engine_seconds(
     ``slice_parallel_group`` in ``_exec_forward_pass`` and ``_exec_send_grads``; 1/tp of the
     whole tensor with or without sequence parallelism), and :data:`DEEPSPEED_GATHERS_PER_CYCLE`
     all-gathers over tp that rebuild a whole tensor from its shares (``PartitionedTensor.full``;
-    nothing at tp = 1), plus the tied embedding's once-per-step all-reduce
+    nothing at tp = 1; ``tp`` = 1 too when the engine does not partition, as for
+    Megatron-DeepSpeed's mixture-of-experts models, :func:`model.comm.pipe_partitioned`), plus
+    the tied embedding's once-per-step all-reduce
     (``ReduceTiedGrads``, ``tied_bytes`` sent). The transfers sit on the stage's own stream
     between its passes, so none of them overlaps computation. Element-wise for arrays.
 

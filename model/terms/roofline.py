@@ -32,6 +32,7 @@ from trainplan.model.comm import (
     dp_bytes,
     dp_collective_calls,
     grad_reduce_overlaps,
+    p2p_critical_sends,
     p2p_overlapped,
     p2p_waiting_sends,
     pipe_partitioned,
@@ -316,22 +317,24 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     all-reduce; under DeepSpeed's pipeline engine its blocking, tp-partitioned transfers,
     :func:`model.step_time.pipe_engine_seconds`), and of them what waits
     (:func:`model.step_time.pp_exposed_seconds`: Megatron-Core's interleaved schedule overlaps
-    its sends with the next chunk's pass but for those it waits on,
-    :func:`model.comm.p2p_waiting_sends`; a third of ``window``, the slowest stage's micro-batch
-    without recomputation, over v chunks); (0, 0) at pp = 1."""
+    its sends with the next chunk's pass; what its sends add to the step's critical path,
+    :func:`model.comm.p2p_exposed_sends`, with a chunk's forward a third of ``window``, the
+    slowest stage's micro-batch without recomputation, over v chunks); (0, 0) at pp = 1."""
     arch, t = c.arch, c.training
     message = pp_message_bytes(
         arch.hidden_size, f.tp, f.cp, f.micro_batch_size, t.seq_len, t.activation_bytes,
-        pp_split_over_tp(f),
+        pp_split_over_tp(c, f),
     )  # fmt: skip
     tied = gradient_bytes_for(f.framework, t.gradient_bytes) * tied_embedding_params(c, f)
     bandwidth, scaleup = axis_link(c, f, "pp")
     on = (f.pp > 1) & (bandwidth > 0)
     link = (where(on, bandwidth, 1.0), scaleup)
-    if pipe_partitioned(str(f.framework)):
+    if str(f.framework) == "deepspeed":  # its pipeline engine: blocking transfers
         tp_bandwidth, tp_scaleup = axis_link(c, f, "tp")
-        seconds = pipe_engine_seconds(  # message: the 1/tp share the engine sends
-            as_float(message), f.tp, f.m + f.pp - 1, as_float(tied), *link,
+        # partitioned: the 1/tp share is sent and gathered over tp; an MoE model's, whole
+        shares = where(pipe_partitioned("deepspeed", arch.moe is not None), f.tp, 1)
+        seconds = pipe_engine_seconds(
+            as_float(message), shares, f.m + f.pp - 1, as_float(tied), *link,
             where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
         )  # fmt: skip
         seconds = where(on, seconds, 0.0)
@@ -342,11 +345,12 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     overlapped = p2p_overlapped(str(f.framework), str(f.schedule), f.virtual_stages)
     overlapped = overlapped & c.options.p2p_overlap
     o = c.options
-    waiting = p2p_waiting_sends(
+    critical = p2p_critical_sends(f.m, f.virtual_stages, f.pp, o.p2p_forward_send_wait)
+    longest = 2 * (f.pp - 1) + p2p_waiting_sends(
         f.m, f.virtual_stages, f.pp, o.p2p_warmup_flush, o.p2p_forward_send_wait
     )
     exposed = pp_exposed_seconds(
-        seconds, tied_s, messages, f.pp, window / (3 * f.virtual_stages), overlapped, waiting
+        seconds, tied_s, messages, window / (3 * f.virtual_stages), overlapped, critical, longest
     )
     return where(on, seconds, 0.0), where(on, exposed, 0.0)
 

@@ -187,14 +187,15 @@ def tied_embedding_params(c: Context, f: Fields) -> Any:
     return where(f.pp > 1, vocab * arch.hidden_size / f.tp, 0)
 
 
-def pp_split_over_tp(f: Fields) -> Any:
+def pp_split_over_tp(c: Context, f: Fields) -> Any:
     """Whether a pipeline send carries 1/tp of the activation: with sequence parallelism (the
     tensor is already split), under the textbook profile, with Megatron-LM's scatter/gather
     (:attr:`model.layout.Layout.pipeline_scatter_gather`), or under DeepSpeed's pipeline engine,
-    which splits the whole stage output once over tp whatever the layout
+    which splits the whole stage output once over tp whatever the layout — but not a
+    mixture-of-experts model's, which Megatron-DeepSpeed sends whole
     (:func:`model.comm.pipe_partitioned`)."""
     fw = str(f.framework)
-    split = (not Framework(fw).physical) | pipe_partitioned(fw)
+    split = (not Framework(fw).physical) | pipe_partitioned(fw, c.arch.moe is not None)
     return f.sp | split | f.pipeline_scatter_gather
 
 
@@ -205,7 +206,7 @@ def pp_traffic_bytes(c: Context, f: Fields) -> Any:
     arch, t = c.arch, c.training
     total = pp_bytes(
         arch.hidden_size, f.tp, f.cp, f.micro_batch_size, f.m, f.virtual_stages, t.seq_len,
-        t.activation_bytes, pp_split_over_tp(f), tied_embedding_params(c, f),
+        t.activation_bytes, pp_split_over_tp(c, f), tied_embedding_params(c, f),
         gradient_bytes_for(f.framework, t.gradient_bytes),
     )  # fmt: skip
     return where(f.pp > 1, total, 0)

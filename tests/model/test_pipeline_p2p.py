@@ -5,15 +5,20 @@ the flush (``deepspeed/runtime/pipe/schedule.py``, ``engine.py``, ``p2p.py``).""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from trainplan.model.comm import (
     grad_reduce_overlaps,
+    p2p_critical_sends,
+    p2p_exposed_sends,
     p2p_overlapped,
     p2p_waiting_sends,
     pipe_partitioned,
     reduces_beside_compute,
 )
+from trainplan.model.pipeline_p2p import interleaved_send_span
 from trainplan.model.roofline import Collective, RooflineParams, collective_time
 from trainplan.model.step_time import (
     DEEPSPEED_GATHERS_PER_CYCLE,
@@ -77,17 +82,59 @@ def test_deepspeed_pipeline_sends_split_once_over_tp() -> None:
     assert sp["pp"].traffic.bytes_per_step == 2 * 16 * 2 * 4096 * 4096 // 2
 
 
-def test_overlapped_sends_wait_only_on_the_fill_and_drain() -> None:
-    """80 sends of 2 ms under chunk forwards of 5 ms at pp 4: 2·3 sends wait (the fill and the
-    drain), the tied all-reduce of 1 ms after the flush; sends longer than the pass wait for the
-    difference each."""
+def test_overlapped_sends_add_their_critical_path() -> None:
+    """80 sends of 2 ms, chunk forwards of 5 ms (backwards 10 ms), 1 ms of tied all-reduce:
+    short against the passes, the 14 critical sends add 28 ms; the longest path (18 sends)
+    skips a forward and a backward: 18·8 − 15 = 129 ms once sends take 8 ms."""
     seconds = 80 * 0.002 + 0.001
-    assert pp_exposed_seconds(seconds, 0.001, 80, 4, 0.005, True) == pytest.approx(0.013)
-    assert pp_exposed_seconds(seconds, 0.001, 80, 4, 0.005, False) == pytest.approx(seconds)
-    slow = 80 * 0.008
-    assert pp_exposed_seconds(slow, 0.0, 80, 4, 0.005, True) == pytest.approx(
-        6 * 0.008 + 80 * 0.003
-    )
+    on = pp_exposed_seconds(seconds, 0.001, 80, 0.005, True, 14, 18)
+    assert on == pytest.approx(14 * 0.002 + 0.001)
+    assert pp_exposed_seconds(seconds, 0.001, 80, 0.005, False, 14, 18) == pytest.approx(seconds)
+    slow = 80 * 0.008  # 8 ms sends: max(14·8, 15·8 − 5, 17·8 − 10, 18·8 − 15) = 129 ms
+    assert pp_exposed_seconds(slow, 0.0, 80, 0.005, True, 14, 18) == pytest.approx(0.129)
+
+
+def test_interleaved_critical_sends_by_hand() -> None:
+    """pp 2, m 2, v 2, forwards 1, backwards 2, sends s, the default code (every forward send
+    waited on; W_0 = 4 and W_1 = 2 blocking cool-down backward sends). Rank 0 runs F00 F10 F01
+    F11 B01 B11 B00 B10, rank 1 F00 F10 F01 B01 F11 B11 B00 B10 (Fjc: micro-batch j, chunk
+    c). The path that ends the step: rank 0 F00 [0, 1] + s → rank 1 F00 [1 + s, 2 + s] + s →
+    rank 0 F01 [2 + 2s, 3 + 2s] + s → rank 1 F01, B01, F11, B11 back to back [3 + 3s, 9 + 3s],
+    B11's gradient arriving s later (not waited on) → rank 0 B11 [9 + 4s, 11 + 4s] + s (cool-
+    down) → rank 1 B10 [11 + 5s, 13 + 5s] + s → rank 0 B10 [13 + 6s, 15 + 6s]: 6 sends =
+    2·(pp·v − 1), not the 2(pp − 1) + 4 + 2 = 8 the last rank's own waits and the fill would
+    give."""
+    s = Fraction(1, 100)
+    assert interleaved_send_span(2, 2, 2, Fraction(1), Fraction(2), s) == 15 + 6 * s
+    assert p2p_critical_sends(2, 2, 2, True) == 6
+    assert 2 * (2 - 1) + p2p_waiting_sends(2, 2, 2, False, True) == 8
+
+
+@pytest.mark.parametrize("flush,wait", [(False, True), (False, False), (True, True), (True, False)])
+def test_critical_sends_match_the_timeline(flush: bool, wait: bool) -> None:
+    """For short sends the step grows by p2p_critical_sends of them, under every flag: the
+    timeline with each rank's waits placed (model.pipeline_p2p) at pp 3, 4, v 2, 3, m = pp, 2pp."""
+    s = Fraction(1, 1000)
+    for pp, v, k in [(3, 2, 1), (3, 3, 2), (4, 2, 2), (4, 3, 1)]:
+        m = k * pp
+        base = (m * v + pp - 1) * 3  # (m·v + pp − 1)·(t_f + t_b), sends free
+        span = interleaved_send_span(pp, m, v, Fraction(1), Fraction(2), s, flush, wait)
+        assert (span - base) / s == p2p_critical_sends(m, v, pp, wait), (pp, m, v)
+
+
+def test_exposed_sends_match_the_timeline_for_long_sends() -> None:
+    """The default code (forward waits, no flush): p2p_exposed_sends equals the timeline's step
+    less the send-free one for sends from 1/20 of a chunk forward to twice it, backward 2 or 3
+    forwards (the four forms read off the symbolic timeline)."""
+    one = Fraction(1)
+    for pp, m, v in [(3, 6, 2), (4, 4, 3), (4, 8, 2)]:
+        critical = p2p_critical_sends(m, v, pp, True)
+        longest = 2 * (pp - 1) + p2p_waiting_sends(m, v, pp, False, True)
+        for t_b in (Fraction(2), Fraction(3)):
+            base = (m * v + pp - 1) * (1 + t_b)
+            for s in (Fraction(1, 20), Fraction(1, 2), one, Fraction(2)):
+                span = interleaved_send_span(pp, m, v, one, t_b, s)
+                assert span - base == p2p_exposed_sends(s, one, t_b, critical, longest)
 
 
 def test_interleaved_waiting_sends_written_out() -> None:
@@ -106,10 +153,9 @@ def test_interleaved_waiting_sends_written_out() -> None:
 
 def test_megatron_interleaved_hides_its_sends_unless_told_not_to() -> None:
     """Megatron-Core, v 4, pp 4, m 16: the pipeline row sends the same bytes either way. With
-    overlap_p2p_comm as core before 0.10 runs it (the warm-up flush, no forward wait) only the
-    fill and drain's 2·(pp − 1) sends wait (when a send is shorter than a pass); as the
-    current code runs it (the default) the 64 forward sends and the W = 12 cool-down backward
-    sends wait as well; without overlap every one of the 2·m·v sends waits (Megatron-LM of
+    overlap_p2p_comm, short sends add those on the critical path: 2·(pp·v − 1) = 30 as core
+    before 0.18 runs them, and (v − 1)·(m − pp) = 36 more for the forward waits of the current
+    code (the default); without overlap every one of the 2·m·v sends waits (Megatron-LM of
     2021–2022)."""
     old, _ = _rows(
         framework="megatron", schedule="interleaved", virtual_stages=4,
@@ -121,14 +167,30 @@ def test_megatron_interleaved_hides_its_sends_unless_told_not_to() -> None:
     )
     assert on["pp"].seconds == pytest.approx(off["pp"].seconds)
     assert off["pp"].exposed_seconds == pytest.approx(off["pp"].seconds)
-    m, v, pp = 128 // 8, 4, 4
+    m, v = 128 // 8, 4
     send = off["pp"].seconds / (2 * m * v)
-    assert old["pp"].exposed_seconds == pytest.approx(2 * (pp - 1) * send)
-    assert on["pp"].exposed_seconds == pytest.approx((2 * (pp - 1) + 64 + 12) * send)
+    assert old["pp"].exposed_seconds == pytest.approx(30 * send)
+    assert on["pp"].exposed_seconds == pytest.approx((30 + 36) * send)
     assert t_on is not None and t_off is not None
     assert t_off.step_s - t_on.step_s == pytest.approx(
         off["pp"].exposed_seconds - on["pp"].exposed_seconds
     )
+
+
+def test_deepspeed_moe_sends_whole_tensors() -> None:
+    """Megatron-DeepSpeed asserts pipe_partitioned and grad_partitioned off for an MoE model at
+    pp > 1 and tp > 1 (GPTModelPipe.__init__): Mixtral at tp 2, pp 4, sequence parallelism off
+    sends the whole β·s·b·h activation, 2·m·v of them, and gathers nothing (four blocking
+    transfers per cycle of m + pp − 1); a dense model's send is 1/tp of it."""
+    assert not pipe_partitioned("deepspeed", moe=True)
+    kw = dict(framework="deepspeed", zero_stage=1, sequence_parallel=False)
+    moe = Case.of(**{**BASE, **kw, "model": "mixtral-8x7b"}).evaluate()
+    row = {r.traffic.axis: r for r in moe.traffic}["pp"]
+    m, h = 128 // 8, 4096
+    assert row.traffic.bytes_per_step == 2 * m * 2 * 4096 * h
+    dense, _ = _rows(**kw)
+    assert dense["pp"].traffic.bytes_per_step == row.traffic.bytes_per_step // 2
+    assert row.seconds > dense["pp"].seconds  # whole tensors: longer sends than 1/tp shares
 
 
 def test_deepspeed_reduces_after_the_flush() -> None:
