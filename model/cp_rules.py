@@ -124,6 +124,12 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     * ``ulysses-kv-repeat`` is verl's, run under FSDP (``fsdp2``, ``textbook``); Megatron-Core
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
+    * ``deepspeed`` runs Ulysses only: DeepSpeed edaa72212 ``deepspeed/sequence/layer.py``
+      ``DistributedAttention`` exchanges heads for sequence with ``single_all_to_all`` (its
+      FPDT, ``fpdt_layer.py``, chunks the same all-to-all), and Megatron-DeepSpeed f4157bea
+      ``megatron/arguments.py`` has ``--ds-sequence-parallel-size`` only (no context-parallel
+      size, no ring), which ``megatron/model/transformer.py`` ``ParallelAttention`` wraps in
+      ``DistributedAttention``: the ring, the all-gather and the hybrid are refused at cp > 1.
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -145,6 +151,11 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     Traceback (most recent call last):
     ...
     trainplan.model.errors.LayoutError: cp_kind: ring on a model with sliding-window layers ...
+    >>> check_cp_framework(CpKind.RING, 1, "deepspeed", mistral)  # cp 1: no context parallelism
+    >>> check_cp_framework(CpKind.RING, 4, "deepspeed", mistral)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: cp_kind: ring does not run under framework deepspeed, ...
     """
     fw = str(framework)
     if kind in PYTORCH_KINDS and fw in _OWN_CP:
@@ -157,6 +168,12 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         raise LayoutError(
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
             "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
+        )
+    if cp > 1 and fw == "deepspeed" and kind in _NOT_DEEPSPEED:
+        raise LayoutError(
+            f"cp_kind: {kind} does not run under framework deepspeed, whose context parallelism "
+            "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
+            "all-to-all); use cp_kind ulysses"
         )
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
@@ -173,11 +190,16 @@ _OWN_CP = {
     ),
     "deepspeed": (
         "its own DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention)",
-        "ulysses (ring, all-gather and a2a+p2p are modelled under deepspeed too)",
+        "ulysses",
     ),
 }
 """What a framework with its own context parallelism runs, and the ``cp_kind`` values it takes
 (the flavours :func:`check_cp_framework` does not refuse it), for its refusal's line."""
+
+
+_NOT_DEEPSPEED = (CpKind.RING, CpKind.ALL_GATHER, CpKind.HYBRID)
+"""The flavours with a ring or an all-gather, which DeepSpeed has no code for (the
+PyTorch and verl flavours have their own refusals above)."""
 
 
 def has_window(arch: Architecture | None) -> bool:
