@@ -127,6 +127,6 @@ def check_schedule_framework(
     if fw is Framework.FSDP2 and name == "interleaved" and v is not None and v < 2:
         raise LayoutError(
             f"virtual_stages: {v} under schedule interleaved with framework fsdp2 needs at "
-            "least 2 (torchtitan _get_pipeline_metadata: \"Multi-stage schedule requires at "
-            "least 2 stages per rank\"); use 1f1b or virtual_stages ≥ 2"
+            'least 2 (torchtitan _get_pipeline_metadata: "Multi-stage schedule requires at '
+            'least 2 stages per rank"); use 1f1b or virtual_stages ≥ 2'
         )

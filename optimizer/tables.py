@@ -167,7 +167,9 @@ def illegal_reason(tables: CostTables) -> str | None:
     # the first stage its framework has: a stage it has not would hide the recipe's rule
     runs = [z for z in tables.zero_stages if z in ZERO_STAGES[Framework(shape.framework)]]
     layout = shape.layout((runs or tables.zero_stages)[0], tables.recomputes[0])
-    setting = Setting(job.case.model, job.case.training, job.num_gpus, options_given(job.case.options))
+    setting = Setting(
+        job.case.model, job.case.training, job.num_gpus, options_given(job.case.options)
+    )
     _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
     return str(why) or None
 
