@@ -25,6 +25,7 @@ __all__ = [
     "options_given",
     "check_stage_keys",
     "check_option_keys",
+    "check_layout_reads_options",
     "check_p2p_options",
     "check_framework_recipe",
     "check_memory_efficient_norm",
@@ -131,6 +132,53 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
                     if fw == "deepspeed"
                     else "textbook, whose single time model reads the `overlap` fractions"
                 )
+            )
+
+
+def check_layout_reads_options(
+    given: tuple[tuple[str, bool], ...], framework: Any, zero_stage: int, pp: int, v: int
+) -> None:
+    """Refuse, for one layout a user evaluates, the cost options ``given``
+    (:func:`options_given`) that its framework reads elsewhere but not on this layout:
+
+    * the pipeline send options under ``megatron`` without virtual stages (``v`` 1, pp 1
+      included): only the interleaved schedule reads them (:func:`model.comm.p2p_overlapped`
+      is false at v = 1, where Megatron-Core's 1F1B sends batched and blocking;
+      :func:`model.comm.p2p_waiting_sends` counts the interleaved schedule's messages);
+    * ``grad_reduce_overlap`` false under ``fsdp2`` ZeRO-3 at pp 1: every collective is per
+      micro-batch (``fully_shard`` with ``reshard_after_forward=True`` and gradient sync each
+      micro-batch), so the step has no once-per-step traffic for it to expose
+      (:func:`model.step_time.dp_exposed_seconds`).
+
+    Not a legality rule: a search's keys describe the code the run uses and apply to the
+    layouts that read them; the others stay candidates (and the published runs' settings
+    apply row by row). The rules that hold whatever the layout are :func:`check_option_keys`
+    and :func:`check_p2p_options`.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and where it is read.
+
+    >>> check_layout_reads_options((("p2p_overlap", False),), "megatron", 0, 4, 2)
+    >>> check_layout_reads_options((("p2p_overlap", False),), "megatron", 1, 1, 1)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: p2p_overlap: false is read by Megatron-Core's interleaved ...
+    """
+    fw = str(framework)
+    for key, value in given:
+        if key in P2P_KEYS and fw == "megatron" and v == 1:
+            raise LayoutError(
+                f"{key}: {str(value).lower()} is read by Megatron-Core's interleaved schedule "
+                f"only (virtual_stages > 1), not pp {pp} with virtual_stages 1"
+            )
+        if key == "grad_reduce_overlap" and fw == "fsdp2" and zero_stage == 3 and pp == 1:
+            raise LayoutError(
+                "grad_reduce_overlap: false changes nothing under fsdp2 zero_stage 3 at pp 1: "
+                "every gather and reduce-scatter is per micro-batch, none once per step "
+                "(it applies to zero_stage 2, or to pp > 1)"
             )
 
 

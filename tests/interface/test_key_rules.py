@@ -194,6 +194,18 @@ def test_cli_refuses_what_the_framework_does_not_run():
             "regather": ["evaluate", *m8, "--dp", "8", "--set", "zero3_regather=true"],
             "zb": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--framework", "fsdp2",
                    "--schedule", "zb-h1"],
+            "p2p_1f1b": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--set",
+                         "p2p_forward_send_wait=false"],
+            "p2p_v2": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--schedule", "interleaved",
+                       "--virtual-stages", "2", "--set", "p2p_forward_send_wait=false"],
+            "gro_z3": ["evaluate", *m8, "--dp", "8", "--framework", "fsdp2", "--zero", "3",
+                       "--set", "grad_reduce_overlap=false"],
+            "gro_z2": ["evaluate", *m8, "--dp", "8", "--framework", "fsdp2", "--zero", "2",
+                       "--set", "grad_reduce_overlap=false"],
+            "gro_ds": ["evaluate", *m8, "--dp", "8", "--framework", "deepspeed",
+                       "--set", "grad_reduce_overlap=false"],
+            "p2p_search": ["search", *m8, "--pp", "1", "--pp", "2", "--set", "p2p_overlap=false",
+                           "--top", "1"],
         }
     )  # fmt: skip
     assert "cp-kind: ring does not run under framework deepspeed" in refusal(done["ds_ring"])
@@ -202,3 +214,13 @@ def test_cli_refuses_what_the_framework_does_not_run():
     assert refusal(done["norm"]).startswith("memory_efficient_norm: true needs Apex's")
     assert refusal(done["regather"]).startswith("zero3_regather: true is read by the textbook")
     assert refusal(done["zb"]).startswith("--schedule: zb-h1 does not run under framework fsdp2")
+    # a layout that does not read the key: refused for the layout evaluated
+    # (model.key_rules.check_layout_reads_options); a search keeps such layouts
+    assert refusal(done["p2p_1f1b"]).startswith(
+        "p2p_forward_send_wait: false is read by Megatron-Core's interleaved schedule only"
+    )
+    assert done["p2p_v2"].returncode == 0, done["p2p_v2"].stderr
+    assert refusal(done["gro_z3"]).startswith("grad_reduce_overlap: false changes nothing")
+    assert done["gro_z2"].returncode == 0, done["gro_z2"].stderr
+    assert refusal(done["gro_ds"]).startswith("grad_reduce_overlap: false is read by megatron")
+    assert done["p2p_search"].returncode == 0, done["p2p_search"].stderr
