@@ -24,6 +24,7 @@ __all__ = [
     "OPTION_DEFAULTS",
     "options_given",
     "check_stage_keys",
+    "check_options",
     "check_option_keys",
     "check_layout_reads_options",
     "check_p2p_options",
@@ -88,6 +89,19 @@ def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
             "deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only (`framework` "
             f"deepspeed with zero_stage 1 or 2), not {fw} zero_stage {zero_stage}"
         )
+
+
+def check_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: int, v: int) -> None:
+    """The cost options' legality rules (:func:`model.legality.RULES`): :func:`check_option_keys`
+    then :func:`check_p2p_options`.
+
+    Raises
+    ------
+    LayoutError
+        The first rule broken, one line.
+    """
+    check_option_keys(given, framework)
+    check_p2p_options(given, framework, pp, v)
 
 
 def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> None:

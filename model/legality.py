@@ -32,11 +32,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
-from trainplan.model.key_rules import (
-    check_framework_recipe,
-    check_option_keys,
-    check_p2p_options,
-)
+from trainplan.model.key_rules import check_framework_recipe, check_options
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     check_expert_parallel,
@@ -202,12 +198,8 @@ def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
         )
 
 
-def _p2p(s: Setting, framework: Any, pp: int, v: int) -> None:
-    check_p2p_options(s.options, framework, pp, v)
-
-
-def _option_keys(s: Setting, framework: Any) -> None:
-    check_option_keys(s.options, framework)
+def _options(s: Setting, framework: Any, pp: int, v: int) -> None:
+    check_options(s.options, framework, pp, v)
 
 
 def _split_schedule(s: Setting, pp: int, m: int, schedule: Any, v: int, framework: Any) -> None:
@@ -408,8 +400,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
-    Rule("p2p", ("framework", "pp", "virtual_stages"), _p2p),
-    Rule("option_keys", ("framework",), _option_keys),
+    Rule("options", ("framework", "pp", "virtual_stages"), _options),
     Rule(
         "split_schedule",
         ("pp", "m", "schedule", "virtual_stages", "framework"),
