@@ -84,7 +84,10 @@ def to_json(data: Any, indent: int | None = 2) -> str:
 
 
 def evaluate_json(
-    request: EvaluateRequest | Mapping[str, Any], per_stage: bool = False
+    request: EvaluateRequest | Mapping[str, Any],
+    per_stage: bool = False,
+    *,
+    layout_keys: bool = True,
 ) -> dict[str, Any]:
     """The planner (``trainplan evaluate --json``): memory, ZeRO table, traffic, bubble, step time
     and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``, or the
@@ -92,7 +95,10 @@ def evaluate_json(
 
     ``request`` is evaluate's request (:func:`interface.requests.evaluate_request`), or its
     options by their parameter names (bytes, seconds and 0–1 rates out;
-    docs/concepts/conventions.md; sources in :mod:`model`), made into one here.
+    docs/concepts/conventions.md; sources in :mod:`model`), made into one here. With
+    ``layout_keys`` (the default) a cost option this layout does not read is refused
+    (:func:`model.key_rules.check_layout_reads_options`); a validation table and a sweep pass
+    False: their settings apply to every run, each run reading those its layout reads.
 
     Raises
     ------
@@ -103,9 +109,9 @@ def evaluate_json(
     request = evaluate_request(request, per_stage)
     case = build_case(request.params)
     lay = case.layout
-    check_layout_reads_options(
-        options_given(case.options), lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages
-    )
+    if layout_keys:
+        given = options_given(case.options)
+        check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
     out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]
