@@ -40,6 +40,7 @@ from trainplan.model.errors import ScenarioError
 from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
+from trainplan.model.key_rules import check_layout_reads_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.scenarios.catalogue import get_model, model_names
@@ -83,7 +84,10 @@ def to_json(data: Any, indent: int | None = 2) -> str:
 
 
 def evaluate_json(
-    request: EvaluateRequest | Mapping[str, Any], per_stage: bool = False
+    request: EvaluateRequest | Mapping[str, Any],
+    per_stage: bool = False,
+    *,
+    layout_keys: bool = True,
 ) -> dict[str, Any]:
     """The planner (``trainplan evaluate --json``): memory, ZeRO table, traffic, bubble, step time
     and MFU of one layout, with ``defaults_used`` (and ``stages`` with ``per_stage``, or the
@@ -91,7 +95,10 @@ def evaluate_json(
 
     ``request`` is evaluate's request (:func:`interface.requests.evaluate_request`), or its
     options by their parameter names (bytes, seconds and 0–1 rates out;
-    docs/concepts/conventions.md; sources in :mod:`model`), made into one here.
+    docs/concepts/conventions.md; sources in :mod:`model`), made into one here. With
+    ``layout_keys`` (the default) a cost option this layout does not read is refused
+    (:func:`model.key_rules.check_layout_reads_options`); a validation table and a sweep pass
+    False: their settings apply to every run, each run reading those its layout reads.
 
     Raises
     ------
@@ -101,6 +108,10 @@ def evaluate_json(
     """
     request = evaluate_request(request, per_stage)
     case = build_case(request.params)
+    lay = case.layout
+    if layout_keys:
+        given = options_given(case.options)
+        check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
     out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]

@@ -15,9 +15,10 @@ Sources, read for what exists (never copied):
   ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
   transformer block of the model); ``[parallelism]`` degrees, ``pipeline_parallel_schedule``
   (torch.distributed.pipelining's ``get_schedule_class`` names: ``GPipe``, ``1F1B``,
-  ``Interleaved1F1B``, ``InterleavedZeroBubble`` for ZB-H1, ``ZBVZeroBubble`` for ZB-V,
-  ``DualPipeV``; torchtitan ``torchtitan/distributed/pipeline_parallel.py`` places the last two
-  in V order, ``style="v"``) and ``pipeline_parallel_split_points =
+  ``Interleaved1F1B``, ``ZBVZeroBubble`` for ZB-V, ``DualPipeV``; torchtitan
+  ``torchtitan/distributed/pipeline_parallel.py`` places the last two in V order, ``style="v"``,
+  and refuses ``InterleavedZeroBubble`` at ZB-H1's one stage per rank) and
+  ``pipeline_parallel_split_points =
   ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
   when interleaved). No per-stage AC count.
 
@@ -59,14 +60,21 @@ TORCHTITAN_SCHEDULES: dict[str, str | None] = {
     "gpipe": "GPipe",
     "1f1b": "1F1B",
     "interleaved": "Interleaved1F1B",
-    "zb-h1": "InterleavedZeroBubble",
+    "zb-h1": None,  # InterleavedZeroBubble needs ≥ 2 stages per rank; ZB-H1 has one
     "zb-h2": None,
     "zb-v": "ZBVZeroBubble",
     "dualpipe": None,
     "dualpipev": "DualPipeV",
 }
 """torchtitan's ``[parallelism] pipeline_parallel_schedule`` value for each schedule
-(torch.distributed.pipelining ``schedules.py`` ``get_schedule_class``); None: not there."""
+(torch.distributed.pipelining ``schedules.py`` ``get_schedule_class``); None: not there, or
+not at one chunk per rank (:data:`_TORCHTITAN_WHY_NOT`)."""
+
+_TORCHTITAN_WHY_NOT = {
+    "zb-h1": "torchtitan's InterleavedZeroBubble needs at least 2 stages per rank "
+    "(pipeline_parallel.py _get_pipeline_metadata) and ZB-H1 has one",
+}
+"""Why torchtitan cannot run a schedule it names (the default: it has no such schedule)."""
 
 MEGATRON_ARGUMENTS = frozenset(
     """--tensor-model-parallel-size --pipeline-model-parallel-size --context-parallel-size
@@ -377,8 +385,11 @@ def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -
     name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
     if name is None:
         notes.append(
-            f"schedule {layout.schedule}: torch.distributed.pipelining has no such schedule "
-            f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
+            f"schedule {layout.schedule}: "
+            + _TORCHTITAN_WHY_NOT.get(
+                str(layout.schedule), "torch.distributed.pipelining has no such schedule"
+            )
+            + f" ({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
         )
     starts, at = [], 0
     for n in chunks[:-1]:

@@ -124,6 +124,7 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     * ``ulysses-kv-repeat`` is verl's, run under FSDP (``fsdp2``, ``textbook``); Megatron-Core
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
+    * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -145,6 +146,11 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     Traceback (most recent call last):
     ...
     trainplan.model.errors.LayoutError: cp_kind: ring on a model with sliding-window layers ...
+    >>> check_cp_framework(CpKind.RING, 1, "deepspeed", mistral)  # cp 1: no context parallelism
+    >>> check_cp_framework(CpKind.RING, 4, "deepspeed", mistral)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: cp_kind: ring does not run under framework deepspeed, ...
     """
     fw = str(framework)
     if kind in PYTORCH_KINDS and fw in _OWN_CP:
@@ -158,6 +164,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
             "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
         )
+    if fw == "deepspeed":
+        _check_deepspeed_cp(kind, cp)
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
@@ -173,11 +181,27 @@ _OWN_CP = {
     ),
     "deepspeed": (
         "its own DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention)",
-        "ulysses (ring, all-gather and a2a+p2p are modelled under deepspeed too)",
+        "ulysses",
     ),
 }
 """What a framework with its own context parallelism runs, and the ``cp_kind`` values it takes
 (the flavours :func:`check_cp_framework` does not refuse it), for its refusal's line."""
+
+
+def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
+    """DeepSpeed runs Ulysses only: DeepSpeed edaa72212 ``deepspeed/sequence/layer.py``
+    ``DistributedAttention`` exchanges heads for sequence with ``single_all_to_all`` (its FPDT,
+    ``fpdt_layer.py``, chunks the same all-to-all), and Megatron-DeepSpeed f4157bea
+    ``megatron/arguments.py`` has ``--ds-sequence-parallel-size`` only (no context-parallel
+    size, no ring), which ``megatron/model/transformer.py`` ``ParallelAttention`` wraps in
+    ``DistributedAttention``. The ring, the all-gather and the hybrid are refused at cp > 1
+    (the PyTorch and verl flavours have their own refusals)."""
+    if cp > 1 and kind in (CpKind.RING, CpKind.ALL_GATHER, CpKind.HYBRID):
+        raise LayoutError(
+            f"cp_kind: {kind} does not run under framework deepspeed, whose context parallelism "
+            "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
+            "all-to-all); use cp_kind ulysses"
+        )
 
 
 def has_window(arch: Architecture | None) -> bool:

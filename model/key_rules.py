@@ -5,7 +5,9 @@ rather than silently dropped. The rules are per framework and ZeRO stage, so a s
 space some of whose frameworks cannot take the key keeps the others
 (:data:`model.legality.RULES`, ``optimizer/tables.py`` ``_legal``). The pipeline send options
 (:class:`model.timing.CostOptions` ``p2p_*``) are read only by Megatron-Core's interleaved
-schedule (:func:`model.comm.p2p_overlapped`, :func:`model.comm.p2p_waiting_sends`).
+schedule (:func:`model.comm.p2p_overlapped`, :func:`model.comm.p2p_waiting_sends`);
+``zero3_regather`` by the textbook profile only; ``grad_reduce_overlap`` by megatron and fsdp2
+(:func:`check_option_keys`).
 """
 
 from __future__ import annotations
@@ -19,33 +21,44 @@ from trainplan.model.moe_rules import check_deepspeed_moe
 from trainplan.model.precision import check_framework_fp8_recipe
 
 __all__ = [
-    "P2P_DEFAULTS",
-    "p2p_given",
+    "OPTION_DEFAULTS",
+    "options_given",
     "check_stage_keys",
+    "check_options",
+    "check_option_keys",
+    "check_layout_reads_options",
     "check_p2p_options",
     "check_framework_recipe",
+    "check_memory_efficient_norm",
 ]
 
-P2P_DEFAULTS: Mapping[str, bool] = {
+P2P_KEYS = ("p2p_overlap", "p2p_warmup_flush", "p2p_forward_send_wait")
+"""The pipeline send options (:class:`model.timing.CostOptions` fields)."""
+
+OPTION_DEFAULTS: Mapping[str, bool] = {
     "p2p_overlap": True,
     "p2p_warmup_flush": False,
     "p2p_forward_send_wait": True,
+    "zero3_regather": False,
+    "grad_reduce_overlap": True,
 }
-"""The pipeline send options' defaults (:class:`model.timing.CostOptions` fields)."""
+"""The on/off cost options whose legality depends on the framework or the pipeline, with their
+defaults (:class:`model.timing.CostOptions` fields)."""
 
 
-def p2p_given(options: Any) -> tuple[tuple[str, bool], ...]:
-    """The pipeline send options of ``options`` (a :class:`model.timing.CostOptions`, or None)
-    set away from their defaults, as (name, value) pairs: what :func:`check_p2p_options` reads.
+def options_given(options: Any) -> tuple[tuple[str, bool], ...]:
+    """The on/off cost options of ``options`` (a :class:`model.timing.CostOptions`, or None)
+    set away from their defaults (:data:`OPTION_DEFAULTS`), as (name, value) pairs: what
+    :func:`check_p2p_options` and :func:`check_option_keys` read.
 
     >>> from trainplan.model.timing import CostOptions
-    >>> p2p_given(CostOptions(p2p_overlap=False)), p2p_given(None)
+    >>> options_given(CostOptions(p2p_overlap=False)), options_given(None)
     ((('p2p_overlap', False),), ())
     """
     if options is None:
         return ()
-    values = ((k, bool(getattr(options, k))) for k in P2P_DEFAULTS)
-    return tuple((k, v) for k, v in values if v != P2P_DEFAULTS[k])
+    values = ((k, bool(getattr(options, k))) for k in OPTION_DEFAULTS)
+    return tuple((k, v) for k, v in values if v != OPTION_DEFAULTS[k])
 
 
 def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
@@ -78,8 +91,167 @@ def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
         )
 
 
+def check_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: int, v: int) -> None:
+    """The cost options' legality rules (:func:`model.legality.RULES`): :func:`check_option_keys`
+    then :func:`check_p2p_options`.
+
+    Raises
+    ------
+    LayoutError
+        The first rule broken, one line.
+    """
+    check_option_keys(given, framework)
+    check_p2p_options(given, framework, pp, v)
+
+
+def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> None:
+    """Refuse the cost options ``given`` (:func:`options_given`) under a profile that never
+    reads them:
+
+    * ``zero3_regather`` true outside ``textbook``: only the textbook mechanism reads it
+      (:func:`model.mechanisms.mechanism`, ``_textbook``); the framework profiles gather as
+      their code does (Megatron-FSDP, DeepSpeed ZeRO-3 and FSDP2 per micro-batch already).
+    * ``grad_reduce_overlap`` false under ``deepspeed`` or ``textbook``: DeepSpeed's
+      once-per-step traffic never overlaps (:func:`model.comm.grad_reduce_overlaps`: its
+      pipeline engine reduces after the flush, ZeRO-1/2 end in a blocking all-gather in
+      ``step()``) and its ZeRO-3 has none (every collective per micro-batch); its own key is
+      ``deepspeed_overlap_comm``. The textbook profile runs the single time model, whose
+      overlap is the ``overlap`` fractions.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and where it is read.
+
+    >>> check_option_keys((("zero3_regather", True),), "textbook")
+    >>> check_option_keys((("grad_reduce_overlap", False),), "deepspeed")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: grad_reduce_overlap: false is read by megatron and fsdp2 only ...
+    """
+    fw = str(framework)
+    for key, _ in given:
+        if key == "zero3_regather" and fw != "textbook":
+            raise LayoutError(
+                "zero3_regather: true is read by the textbook profile's ZeRO-3 only (`framework` "
+                f"textbook), not {fw}, whose ZeRO-3 gathers as its code does"
+            )
+        if key == "grad_reduce_overlap" and fw in ("deepspeed", "textbook"):
+            raise LayoutError(
+                "grad_reduce_overlap: false is read by megatron and fsdp2 only (Megatron-Core's "
+                "--overlap-grad-reduce, FSDP's prefetch), not "
+                + (
+                    "deepspeed, whose once-per-step reduction never overlaps (use "
+                    "deepspeed_overlap_comm for its ZeRO-1/2 buckets)"
+                    if fw == "deepspeed"
+                    else "textbook, whose single time model reads the `overlap` fractions"
+                )
+            )
+
+
+def check_layout_reads_options(
+    given: tuple[tuple[str, bool], ...], framework: Any, zero_stage: int, pp: int, v: int
+) -> None:
+    """Refuse, for one layout a user evaluates, the cost options ``given``
+    (:func:`options_given`) that its framework reads elsewhere but not on this layout:
+
+    * the pipeline send options under ``megatron`` without virtual stages (``v`` 1, pp 1
+      included): only the interleaved schedule reads them (:func:`model.comm.p2p_overlapped`
+      is false at v = 1, where Megatron-Core's 1F1B sends batched and blocking;
+      :func:`model.comm.p2p_waiting_sends` counts the interleaved schedule's messages);
+    * ``grad_reduce_overlap`` false under ``fsdp2`` ZeRO-3 at pp 1: every collective is per
+      micro-batch (``fully_shard`` with ``reshard_after_forward=True`` and gradient sync each
+      micro-batch), so the step has no once-per-step traffic for it to expose
+      (:func:`model.step_time.dp_exposed_seconds`).
+
+    Not a legality rule: a search's keys describe the code the run uses and apply to the
+    layouts that read them; the others stay candidates (and the published runs' settings
+    apply row by row). The rules that hold whatever the layout are :func:`check_option_keys`
+    and :func:`check_p2p_options`.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and where it is read.
+
+    >>> check_layout_reads_options((("p2p_overlap", False),), "megatron", 0, 4, 2)
+    >>> check_layout_reads_options((("p2p_overlap", False),), "megatron", 1, 1, 1)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: p2p_overlap: false is read by Megatron-Core's interleaved ...
+    """
+    fw = str(framework)
+    for key, value in given:
+        if key in P2P_KEYS and fw == "megatron" and v == 1:
+            raise LayoutError(
+                f"{key}: {str(value).lower()} is read by Megatron-Core's interleaved schedule "
+                f"only (virtual_stages > 1), not pp {pp} with virtual_stages 1"
+            )
+        if key == "grad_reduce_overlap" and fw == "fsdp2" and zero_stage == 3 and pp == 1:
+            raise LayoutError(
+                "grad_reduce_overlap: false changes nothing under fsdp2 zero_stage 3 at pp 1: "
+                "every gather and reduce-scatter is per micro-batch, none once per step "
+                "(it applies to zero_stage 2, or to pp > 1)"
+            )
+
+
+def check_memory_efficient_norm(framework: Any, on: bool, arch: Any) -> None:
+    """Refuse ``memory_efficient_norm`` on an RMSNorm model (``arch.norm``; ``arch`` None, a
+    size-only model, is not checked) under a profile whose RMSNorm keeps its input:
+
+    * ``megatron``: Megatron-LM d98e8a6 reads ``memory_efficient_layer_norm`` in
+      ``megatron/core/fusions/fused_layer_norm.py`` ``FusedLayerNorm`` only (Apex's
+      ``memory_efficient`` argument), whose ``__init__`` asserts ``normalization ==
+      "LayerNorm"``; an RMSNorm model gets ``WrappedTorchNorm``
+      (``megatron/core/models/backends.py`` ``LocalSpecProvider.layer_norm``), which asserts
+      the flag off (``megatron/core/transformer/torch_norm.py``), or Transformer Engine's
+      ``TENorm`` / ``TELayerNormColumnParallelLinear``, which never read it. A LayerNorm model
+      runs it through Apex's ``FusedLayerNorm`` (Megatron-Core's local layer spec).
+    * ``deepspeed``: Megatron-DeepSpeed f4157bea ``megatron/model/transformer.py`` builds
+      ``--normalization rmsnorm`` as ``megatron/model/rmsnorm.py`` ``RMSNorm``, eager PyTorch
+      (autograd keeps its input); only ``megatron/model/fused_layer_norm.py``
+      ``MixedFusedLayerNorm`` (LayerNorm) passes Apex's ``memory_efficient``.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value, the framework and the rule.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, Norm
+    >>> gpt = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8,
+    ...     ffn_hidden_size=128, vocab_size=16, norm=Norm.LAYERNORM)
+    >>> check_memory_efficient_norm("megatron", True, gpt)
+    >>> from dataclasses import replace
+    >>> check_memory_efficient_norm("deepspeed", True, replace(gpt, norm=Norm.RMSNORM))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: memory_efficient_norm: true needs Apex's ... rmsnorm (...)
+    """
+    if not on or arch is None or str(arch.norm) != "rmsnorm":
+        return
+    fw = str(framework)
+    why = _NORM_KEEPS_INPUT.get(fw)
+    if why is not None:
+        raise LayoutError(
+            "memory_efficient_norm: true needs Apex's memory-efficient LayerNorm, which "
+            f"{fw} runs for LayerNorm models only; this model's norm is rmsnorm ({why})"
+        )
+
+
+_NORM_KEEPS_INPUT = {
+    "megatron": "Megatron-Core's FusedLayerNorm asserts LayerNorm; torch's RMSNorm asserts "
+    "memory_efficient_layer_norm off and Transformer Engine's never reads it",
+    "deepspeed": "Megatron-DeepSpeed's RMSNorm is eager PyTorch and keeps its input",
+}
+"""Why each profile's RMSNorm keeps its input (:func:`check_memory_efficient_norm`)."""
+
+
 def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: int, v: int) -> None:
-    """Refuse pipeline send options (``given``: :func:`p2p_given`) that nothing reads or that
+    """Refuse pipeline send options (``given``: :func:`options_given`) that nothing reads or that
     Megatron-LM refuses: any of them off its default under a profile other than ``megatron``
     (only Megatron-Core's interleaved schedule reads them, :func:`model.comm.p2p_overlapped`);
     ``p2p_overlap`` false with virtual stages at pp 2 (Megatron-LM
@@ -98,7 +270,7 @@ def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: i
     >>> check_p2p_options(off, "megatron", 4, 2)
     """
     for key, value in given:
-        if str(framework) != "megatron":
+        if key in P2P_KEYS and str(framework) != "megatron":
             raise LayoutError(
                 f"{key}: {str(value).lower()} is read by Megatron-Core's interleaved schedule "
                 f"only (`framework` megatron), not {framework}"
@@ -114,8 +286,9 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     """The recipe's choices that one framework and ZeRO stage can or cannot run, each its
     own rule: Megatron-Core's fused loss (:func:`model.loss_memory.check_cross_entropy_fusion`),
     the stage-only keys (:func:`check_stage_keys`), torchao's FP8 recipes under fsdp2
-    (:func:`model.precision.check_framework_fp8_recipe`) and DeepSpeed's native MoE below ZeRO-3
-    (:func:`model.moe_rules.check_deepspeed_moe`; ``arch`` None: a size-only model).
+    (:func:`model.precision.check_framework_fp8_recipe`), DeepSpeed's native MoE below ZeRO-3
+    (:func:`model.moe_rules.check_deepspeed_moe`; ``arch`` None: a size-only model) and the
+    memory-efficient norm (:func:`check_memory_efficient_norm`).
 
     Raises
     ------
@@ -126,3 +299,4 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     check_stage_keys(framework, zero_stage, training)
     check_framework_fp8_recipe(framework, training.fp8_recipe)
     check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
+    check_memory_efficient_norm(framework, training.memory_efficient_norm, arch)

@@ -16,7 +16,7 @@ from typing import Any
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.key_rules import p2p_given
+from trainplan.model.key_rules import options_given
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
@@ -417,4 +417,4 @@ def validate(
     def value(name: str) -> Any:
         return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-    check_rules(Setting(model, training, num_gpus, p2p_given(options)), value)
+    check_rules(Setting(model, training, num_gpus, options_given(options)), value)

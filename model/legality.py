@@ -32,7 +32,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
-from trainplan.model.key_rules import check_framework_recipe, check_p2p_options
+from trainplan.model.key_rules import check_framework_recipe, check_options
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     check_expert_parallel,
@@ -70,13 +70,13 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Setting:
     """What the rules read besides the layout: the model, the recipe and the GPU count the
-    degrees must multiply to (None: not checked) and the pipeline send options set away from
-    their defaults (:func:`model.key_rules.p2p_given`)."""
+    degrees must multiply to (None: not checked) and the on/off cost options set away from
+    their defaults (:func:`model.key_rules.options_given`)."""
 
     model: ModelSpec
     training: TrainingSpec
     num_gpus: int | None = None
-    p2p: tuple[tuple[str, bool], ...] = ()
+    options: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +198,8 @@ def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
         )
 
 
-def _p2p(s: Setting, framework: Any, pp: int, v: int) -> None:
-    check_p2p_options(s.p2p, framework, pp, v)
+def _options(s: Setting, framework: Any, pp: int, v: int) -> None:
+    check_options(s.options, framework, pp, v)
 
 
 def _split_schedule(s: Setting, pp: int, m: int, schedule: Any, v: int, framework: Any) -> None:
@@ -400,7 +400,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
     Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
-    Rule("p2p", ("framework", "pp", "virtual_stages"), _p2p),
+    Rule("options", ("framework", "pp", "virtual_stages"), _options),
     Rule(
         "split_schedule",
         ("pp", "m", "schedule", "virtual_stages", "framework"),

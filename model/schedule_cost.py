@@ -174,7 +174,7 @@ def check_split_layout(pp: int, m: int, schedule: Schedule | str, v: int, framew
     sched = Schedule(str(schedule))
     if sched not in SPLIT_BACKWARD:
         if pp > 1:  # without a pipeline the schedules coincide (no pipeline schedule runs)
-            check_schedule_framework(sched.value, framework, pp, m)
+            check_schedule_framework(sched.value, framework, pp, m, v)
         return
     check_schedule(pp, m, sched, v)
     check_split_schedule(pp, m, sched.value, timeline_chunks(sched, v))

@@ -15,9 +15,11 @@ Implementations (the code read, at the commit given):
   b5bcd76 ``torchtitan/distributed/pipeline_parallel.py``, ``pipeline_parallel_schedule``):
   ``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``InterleavedZeroBubble`` (ZB-H1, "the ZB1P
   schedule"), ``ZBVZeroBubble`` (ZB-V), ``DualPipeV``. No ZB-H2, no bidirectional DualPipe.
-  ``ScheduleInterleavedZeroBubble`` needs ``num_microbatches`` to be a multiple of
-  ``max(1, num_microbatches // pp)`` ("Zero bubble requires the number of microbatches to be a
-  multiple of the number of rounds").
+  ``Interleaved1F1B``, ``InterleavedZeroBubble``, ``ZBVZeroBubble`` and ``DualPipeV`` are
+  ``PipelineScheduleMulti`` schedules, and torchtitan's ``_get_pipeline_metadata`` raises
+  "Multi-stage schedule requires at least 2 stages per rank": ZB-H1 as modelled here (one
+  model chunk per rank, Qi et al. 2024) does not run there, nor ``interleaved`` at v = 1
+  (:func:`check_schedule_framework`).
 * DeepSpeed (deepspeedai/DeepSpeed edaa722, ``deepspeed/runtime/pipe/schedule.py``):
   ``TrainSchedule`` only, a 1F1B.
 * deepseek-ai/DualPipe (3da1bbe): ``DualPipe`` and ``DualPipeV`` modules for any PyTorch
@@ -38,7 +40,7 @@ SCHEDULE_SUPPORT: dict[str, frozenset[Framework]] = {
         {Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2, Framework.TEXTBOOK}
     ),
     "interleaved": frozenset({Framework.MEGATRON, Framework.FSDP2, Framework.TEXTBOOK}),
-    "zb-h1": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
+    "zb-h1": frozenset({Framework.TEXTBOOK}),
     "zb-h2": frozenset({Framework.TEXTBOOK}),
     "zb-v": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
     "dualpipe": frozenset({Framework.TEXTBOOK}),
@@ -59,8 +61,6 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
         "torch.distributed.pipelining ScheduleInterleaved1F1B (torchtitan 'Interleaved1F1B')",
     ),
     "zb-h1": (
-        "torch.distributed.pipelining ScheduleInterleavedZeroBubble (torchtitan "
-        "'InterleavedZeroBubble')",
         "sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork) --enable-zero-bubble "
         "--zero-bubble-max-pending-backward pp",
     ),
@@ -81,9 +81,16 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 """Where each schedule runs, by the implementation's own name."""
 
 
-def check_schedule_framework(schedule: str, framework: Framework | str, pp: int, m: int) -> None:
+def check_schedule_framework(
+    schedule: str, framework: Framework | str, pp: int, m: int, v: int | None = None
+) -> None:
     """Refuse ``schedule`` under a framework profile that cannot run it, and the framework's own
-    limits on a schedule it runs (PyTorch's zero-bubble rounds rule).
+    limits on a schedule it runs: under ``fsdp2``, ``interleaved`` with ``v`` (model chunks per
+    rank; None: not known yet, not checked) below 2, torchtitan b5bcd76
+    ``torchtitan/distributed/pipeline_parallel.py`` ``_get_pipeline_metadata`` ("Multi-stage
+    schedule requires at least 2 stages per rank"; ``Interleaved1F1B`` is a
+    ``PipelineScheduleMulti``). ``zb-h1`` (one chunk per rank) is refused under ``fsdp2`` for
+    the same rule: torch's ``ScheduleInterleavedZeroBubble`` is multi-stage too.
 
     Raises
     ------
@@ -104,15 +111,22 @@ def check_schedule_framework(schedule: str, framework: Framework | str, pp: int,
         names = ", ".join(f.value for f in Framework)
         raise LayoutError(f"framework: {framework!r} is not one of {names}") from None
     name = str(schedule)
+    if fw is Framework.FSDP2 and name == "zb-h1":
+        raise LayoutError(
+            "schedule: zb-h1 does not run under framework fsdp2: torchtitan's "
+            "InterleavedZeroBubble needs at least 2 stages per rank (_get_pipeline_metadata: "
+            '"Multi-stage schedule requires at least 2 stages per rank"), zb-h1 has one; use '
+            "zb-v, interleaved or 1f1b"
+        )
     if fw not in SCHEDULE_SUPPORT[name]:
         runs = ", ".join(sorted(f.value for f in SCHEDULE_SUPPORT[name]))
         raise LayoutError(
             f"schedule: {name} does not run under framework {fw.value} (runs under: {runs}; "
             f"implementations: {'; '.join(IMPLEMENTATIONS[name])})"
         )
-    rounds = max(1, m // pp)
-    if fw is Framework.FSDP2 and name == "zb-h1" and m % rounds:
+    if fw is Framework.FSDP2 and name == "interleaved" and v is not None and v < 2:
         raise LayoutError(
-            f"num_microbatches: {m} must be a multiple of max(1, {m} // pp {pp}) = {rounds} "
-            "under torch.distributed.pipelining's ScheduleInterleavedZeroBubble"
+            f"virtual_stages: {v} under schedule interleaved with framework fsdp2 needs at "
+            'least 2 (torchtitan _get_pipeline_metadata: "Multi-stage schedule requires at '
+            'least 2 stages per rank"); use 1f1b or virtual_stages ≥ 2'
         )

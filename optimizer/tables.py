@@ -37,7 +37,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES, Framework
-from trainplan.model.key_rules import p2p_given
+from trainplan.model.key_rules import options_given
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.params import count_params
@@ -139,7 +139,7 @@ def _legal(c: Context, table: ShapeColumns, zs, rs) -> np.ndarray:
     mode (:func:`model.legality.legality`): the rules that read neither once, those that read
     the ZeRO stage once per stage and those that read the recompute mode once per mode (no rule
     reads both)."""
-    setting = Setting(c.model, c.training, None, p2p_given(c.options))
+    setting = Setting(c.model, c.training, None, options_given(c.options))
     every = np.arange(table.n)
     by_z, by_r = _reading("zero_stage"), _reading("recompute")
     assert not set(by_z) & set(by_r), "a rule reads both modifiers: tabulate it per (z, r)"
@@ -167,7 +167,9 @@ def illegal_reason(tables: CostTables) -> str | None:
     # the first stage its framework has: a stage it has not would hide the recipe's rule
     runs = [z for z in tables.zero_stages if z in ZERO_STAGES[Framework(shape.framework)]]
     layout = shape.layout((runs or tables.zero_stages)[0], tables.recomputes[0])
-    setting = Setting(job.case.model, job.case.training, job.num_gpus, p2p_given(job.case.options))
+    setting = Setting(
+        job.case.model, job.case.training, job.num_gpus, options_given(job.case.options)
+    )
     _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
     return str(why) or None
 

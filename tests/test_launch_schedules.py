@@ -18,7 +18,6 @@ ARCH = Architecture(
 @pytest.mark.parametrize(
     ("schedule", "v", "name"),
     [
-        ("zb-h1", 1, "InterleavedZeroBubble"),
         ("zb-v", 2, "ZBVZeroBubble"),
         ("dualpipev", 2, "DualPipeV"),
     ],
@@ -31,6 +30,15 @@ def test_torchtitan_names(schedule: str, v: int, name: str) -> None:
     split = next(x for x in flags.flags if x.startswith("pipeline_parallel_split_points"))
     assert split.count("layers.") == 2 * v - 1
     assert flags.notes == ()
+
+
+def test_zb_h1_is_not_written_as_torchtitans_interleaved_zero_bubble() -> None:
+    """torchtitan _get_pipeline_metadata: InterleavedZeroBubble (a PipelineScheduleMulti)
+    "requires at least 2 stages per rank"; ZB-H1 has one, so the fragment says so."""
+    lay = Layout(pp=2, schedule="zb-h1", framework="textbook")
+    flags = torchtitan_toml(ARCH, lay)
+    assert 'pipeline_parallel_schedule = "1F1B"' in flags.flags
+    assert any("needs at least 2 stages per rank" in n for n in flags.notes)
 
 
 def test_what_a_framework_cannot_run_is_said() -> None:

@@ -430,7 +430,8 @@ def evaluate_run(run: ValidationRun) -> ValidationResult:
         params["model_spec"] = spec
         del params["model"]
     try:
-        return ValidationResult(run, evaluate_json(params))
+        # the table's settings apply to every run; each run reads those its layout reads
+        return ValidationResult(run, evaluate_json(params, layout_keys=False))
     except PlannerError as err:
         return ValidationResult(run, None, str(err))
 

@@ -178,7 +178,7 @@ def _evaluate(grid: Grid, point: Point, row: dict[str, Any]) -> None:
                 "seq_len (give seq_len)"
             )
         params["global_batch_size"] = tokens // seq
-    d = evaluate_json(params)
+    d = evaluate_json(params, layout_keys=False)  # the sweep's settings: each point reads its own
     _answer(grid, point, d, row)
     memory = d["memory"]
     fits = memory["fits"]

@@ -7,7 +7,13 @@ import pytest
 
 from tests.cli_runs import refusal, run_many
 from trainplan.model.errors import LayoutError
-from trainplan.model.key_rules import check_p2p_options, check_stage_keys, p2p_given
+from trainplan.model.key_rules import (
+    check_memory_efficient_norm,
+    check_option_keys,
+    check_p2p_options,
+    check_stage_keys,
+    options_given,
+)
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions
 
@@ -31,8 +37,8 @@ def test_stage_keys_are_read_at_their_stage_only():
 
 
 def test_p2p_options():
-    assert p2p_given(CostOptions()) == ()
-    given = p2p_given(
+    assert options_given(CostOptions()) == ()
+    given = options_given(
         CostOptions(p2p_overlap=False, p2p_warmup_flush=True, p2p_forward_send_wait=False)
     )
     assert given == (
@@ -53,6 +59,45 @@ def test_p2p_options():
             LayoutError, match=f"^{key}: {str(value).lower()} is read by Megatron-Core"
         ):
             check_p2p_options(((key, value),), "deepspeed", 4, 1)
+
+
+def test_option_keys_are_refused_where_nothing_reads_them():
+    """zero3_regather: model.mechanisms._textbook alone reads it; grad_reduce_overlap false:
+    model.comm.grad_reduce_overlaps keeps DeepSpeed's once-per-step traffic exposed whatever it
+    says (pipeline engine: after the flush; ZeRO-1/2: the blocking all-gather in step()), its
+    ZeRO-3 has none, and the textbook profile's single time model never reads it."""
+    given = options_given(CostOptions(zero3_regather=True, grad_reduce_overlap=False))
+    assert given == (("zero3_regather", True), ("grad_reduce_overlap", False))
+    check_option_keys((("zero3_regather", True),), "textbook")
+    for fw in ("megatron", "fsdp2", "deepspeed"):
+        with pytest.raises(LayoutError, match=f"^zero3_regather: true .* not {fw}, whose"):
+            check_option_keys((("zero3_regather", True),), fw)
+    check_option_keys((("grad_reduce_overlap", False),), "megatron")
+    check_option_keys((("grad_reduce_overlap", False),), "fsdp2")
+    for fw in ("deepspeed", "textbook"):
+        with pytest.raises(LayoutError, match=f"^grad_reduce_overlap: false .* not {fw}, whose"):
+            check_option_keys((("grad_reduce_overlap", False),), fw)
+
+
+def test_memory_efficient_norm_needs_a_norm_the_framework_runs_so():
+    """Megatron-Core FusedLayerNorm (Apex memory_efficient) asserts LayerNorm; WrappedTorchNorm
+    asserts the flag off; TENorm never reads it. Megatron-DeepSpeed's RMSNorm is eager."""
+    from dataclasses import replace
+
+    from trainplan.model.specs import Architecture, Norm
+
+    ln = Architecture(num_layers=1, hidden_size=64, num_attention_heads=8, ffn_hidden_size=128,
+                      vocab_size=16, norm=Norm.LAYERNORM)  # fmt: skip
+    rms = replace(ln, norm=Norm.RMSNORM)
+    for fw in ("megatron", "deepspeed", "fsdp2", "textbook"):
+        check_memory_efficient_norm(fw, True, ln)
+        check_memory_efficient_norm(fw, False, rms)
+    for fw in ("fsdp2", "textbook"):
+        check_memory_efficient_norm(fw, True, rms)
+    for fw in ("megatron", "deepspeed"):
+        with pytest.raises(LayoutError, match=f"^memory_efficient_norm: true .* which {fw} runs"):
+            check_memory_efficient_norm(fw, True, rms)
+    check_memory_efficient_norm("megatron", True, None)  # a size only: no norm to check
 
 
 def test_cli_refusals_and_search():
@@ -137,3 +182,49 @@ def test_web_api_refuses_a_key_nothing_reads_with_422() -> None:
     got = client.get("/api/evaluate", params=query)
     assert got.status_code == 422, got.text
     assert got.json()["error"].startswith("fsdp_double_buffer: true is read by Megatron-FSDP only")
+
+
+def test_cli_refuses_what_the_framework_does_not_run():
+    """One line, exit 2, for a key or a flavour the framework has no code for; a search keeps
+    what it does run (DeepSpeed's context parallelism: Ulysses only)."""
+    m8 = ["--model", "llama3-8b", "--gpus", "8"]
+    done = run_many(
+        {
+            "ds_ring": ["evaluate", *m8, "--dp", "2", "--cp", "4", "--seq-len", "8192",
+                        "--framework", "deepspeed"],
+            "ds_search": ["search", *m8, "--seq-len", "32768", "--global-batch", "8", "--cp", "4",
+                          "--cp", "8", "--framework", "deepspeed", "--top", "1"],
+            "norm": ["evaluate", *m8, "--dp", "8", "--set", "memory_efficient_norm=true"],
+            "regather": ["evaluate", *m8, "--dp", "8", "--set", "zero3_regather=true"],
+            "zb": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--framework", "fsdp2",
+                   "--schedule", "zb-h1"],
+            "p2p_1f1b": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--set",
+                         "p2p_forward_send_wait=false"],
+            "p2p_v2": ["evaluate", *m8, "--dp", "2", "--pp", "4", "--schedule", "interleaved",
+                       "--virtual-stages", "2", "--set", "p2p_forward_send_wait=false"],
+            "gro_z3": ["evaluate", *m8, "--dp", "8", "--framework", "fsdp2", "--zero", "3",
+                       "--set", "grad_reduce_overlap=false"],
+            "gro_z2": ["evaluate", *m8, "--dp", "8", "--framework", "fsdp2", "--zero", "2",
+                       "--set", "grad_reduce_overlap=false"],
+            "gro_ds": ["evaluate", *m8, "--dp", "8", "--framework", "deepspeed",
+                       "--set", "grad_reduce_overlap=false"],
+            "p2p_search": ["search", *m8, "--pp", "1", "--pp", "2", "--set", "p2p_overlap=false",
+                           "--top", "1"],
+        }
+    )  # fmt: skip
+    assert "cp-kind: ring does not run under framework deepspeed" in refusal(done["ds_ring"])
+    assert done["ds_search"].returncode == 0, done["ds_search"].stderr
+    assert "ulysses" in done["ds_search"].stdout
+    assert refusal(done["norm"]).startswith("memory_efficient_norm: true needs Apex's")
+    assert refusal(done["regather"]).startswith("zero3_regather: true is read by the textbook")
+    assert refusal(done["zb"]).startswith("--schedule: zb-h1 does not run under framework fsdp2")
+    # a layout that does not read the key: refused for the layout evaluated
+    # (model.key_rules.check_layout_reads_options); a search keeps such layouts
+    assert refusal(done["p2p_1f1b"]).startswith(
+        "p2p_forward_send_wait: false is read by Megatron-Core's interleaved schedule only"
+    )
+    assert done["p2p_v2"].returncode == 0, done["p2p_v2"].stderr
+    assert refusal(done["gro_z3"]).startswith("grad_reduce_overlap: false changes nothing")
+    assert done["gro_z2"].returncode == 0, done["gro_z2"].stderr
+    assert refusal(done["gro_ds"]).startswith("grad_reduce_overlap: false is read by megatron")
+    assert done["p2p_search"].returncode == 0, done["p2p_search"].stderr

@@ -297,7 +297,7 @@ def test_options_of_the_other_family_are_refused():
 @pytest.mark.parametrize(
     "schedule, framework, ok",
     [
-        ("zb-h1", "fsdp2", True),
+        ("zb-h1", "textbook", True),
         ("zb-v", "fsdp2", True),
         ("dualpipev", "fsdp2", True),
         ("zb-h1", "megatron", False),
@@ -319,8 +319,13 @@ def test_framework_support(schedule, framework, ok):
             check_schedule_framework(schedule, framework, 4, 8)
 
 
-def test_torch_zero_bubble_rounds_rule():
-    """ScheduleInterleavedZeroBubble: m a multiple of max(1, m // pp) (9 // 4 = 2 rounds)."""
-    check_schedule_framework("zb-h1", "fsdp2", 4, 10)
-    with pytest.raises(LayoutError, match="num_microbatches: 9 must be a multiple of"):
-        check_schedule_framework("zb-h1", "fsdp2", 4, 9)
+def test_torch_multi_stage_schedules_need_two_stages_per_rank():
+    """torchtitan b5bcd76 pipeline_parallel.py _get_pipeline_metadata: a PipelineScheduleMulti
+    ("Multi-stage schedule requires at least 2 stages per rank"): InterleavedZeroBubble at
+    ZB-H1's one chunk per rank and Interleaved1F1B at v = 1 are refused under fsdp2."""
+    with pytest.raises(LayoutError, match="zb-h1 does not run under framework fsdp2: torchtitan"):
+        check_schedule_framework("zb-h1", "fsdp2", 4, 10)
+    with pytest.raises(LayoutError, match="virtual_stages: 1 under schedule interleaved"):
+        check_schedule_framework("interleaved", "fsdp2", 4, 8, 1)
+    check_schedule_framework("interleaved", "fsdp2", 4, 8, 2)
+    check_schedule_framework("interleaved", "megatron", 4, 8, 1)  # not torchtitan's rule

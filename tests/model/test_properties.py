@@ -57,12 +57,18 @@ def layouts(draw, models=MODELS, convention: str | None = None):
     tp = draw(st.sampled_from(_tp_choices(arch)))
     pp = draw(st.sampled_from([1, 2, 3, 4, 5, 8]))
     cp = draw(st.sampled_from([1, 1, 2, 4]))
+    framework = draw(st.sampled_from([f.value for f in Framework]))
     cp_kind, cp_a2a = "ring", None
     if cp > 1:  # the flavours whose head rule the drawn tp allows (model.context_parallel)
         heads = (arch.num_attention_heads // tp, arch.kv_heads // tp)
         kinds = ["ring", "all-gather"] + (["ulysses"] if all(n % cp == 0 for n in heads) else [])
         kinds += ["a2a+p2p"] if cp == 4 and all(n % 2 == 0 for n in heads) else []
-        cp_kind = draw(st.sampled_from(kinds))
+        if framework == "deepspeed":  # DeepSpeed-Ulysses only (model.cp_rules)
+            kinds = [k for k in kinds if k == "ulysses"]
+        if kinds:
+            cp_kind = draw(st.sampled_from(kinds))
+        else:
+            cp = 1
         cp_a2a = 2 if cp_kind == "a2a+p2p" else None
     dp = draw(st.sampled_from([1, 2, 4]))
     ep = 1
@@ -72,15 +78,15 @@ def layouts(draw, models=MODELS, convention: str | None = None):
                 [e for e in (1, 2, 4, 8) if arch.moe.num_experts % e == 0 and (dp * cp) % e == 0]
             )
         )
-    framework = draw(st.sampled_from([f.value for f in Framework]))
     # a schedule the framework runs (model.schedule_support; without a pipeline any name)
     runs = [s for s in ("gpipe", "1f1b") if pp == 1 or framework in SCHEDULE_SUPPORT[s]]
     if pp > 1 and framework in SCHEDULE_SUPPORT["interleaved"]:
         runs.append("interleaved")
     schedule = draw(st.sampled_from(runs))
     v = 1
-    if schedule == "interleaved":
-        v = draw(st.sampled_from([v for v in (1, 2, 3) if pp * v <= arch.num_layers]))
+    if schedule == "interleaved":  # fsdp2: torchtitan's Interleaved1F1B needs v ≥ 2
+        low = 2 if framework == "fsdp2" else 1
+        v = draw(st.sampled_from([v for v in range(low, 4) if pp * v <= arch.num_layers]))
         m = pp * draw(st.integers(1, 2))
     else:
         m = draw(st.integers(1, 6))
@@ -249,7 +255,7 @@ def test_ring_and_all_gather_send_the_same_and_the_all_gather_holds_more(params)
     micro-batch hides more of the data-parallel reduction); it holds at least as much (its
     gathered K/V and dK/dV against the ring's chunks, and each query chunk's output kept
     apart)."""
-    if params["cp"] == 1:
+    if params["cp"] == 1 or params["framework"] == "deepspeed":  # deepspeed: Ulysses only
         return
     ring = _evaluate(params, cp_kind="ring", cp_a2a=None)
     gather = _evaluate(params, cp_kind="all-gather", cp_a2a=None)

@@ -21,10 +21,10 @@ def _est(schedule: str, framework: str, **extra: object):  # type: ignore[no-unt
 
 
 def test_zb_h1_pipeline_term_is_its_closed_form() -> None:
-    """ZB-H1 under fsdp2 (torchtitan's InterleavedZeroBubble), m = 64/(4·1) = 16, no
+    """ZB-H1 (the paper's schedule: the textbook profile), m = 64/(4·1) = 16, no
     recomputation: F = B = W = t_mb/3 and the pipeline section is m·t_mb + (pp − 1)·t_mb/3 —
     a third of 1F1B's bubble (pp − 1)·t_mb (Qi et al. 2024 Table 2)."""
-    zb, one = _est("zb-h1", "fsdp2"), _est("1f1b", "fsdp2")
+    zb, one = _est("zb-h1", "textbook"), _est("1f1b", "textbook")
     tz, to = zb.time_terms, one.time_terms
     assert tz is not None and to is not None
     t_mb = tz.compute_and_pipeline_s  # the section, checked against the form below
@@ -44,7 +44,7 @@ def _pp_exposed(est) -> float:  # type: ignore[no-untyped-def]
 def test_in_flight_and_copies() -> None:
     """Held micro-batches per rank: ZB-H1 min(pp, m) = 4 on every rank (1F1B's last rank: 1);
     DualPipe pp + 1 = 5 and two copies of the model state (textbook profile)."""
-    zb, one = _est("zb-h1", "fsdp2"), _est("1f1b", "fsdp2")
+    zb, one = _est("zb-h1", "textbook"), _est("1f1b", "textbook")
     assert [s.activations.microbatches_in_flight for s in zb.stages] == [4, 4, 4, 4]
     assert [s.activations.microbatches_in_flight for s in one.stages] == [4, 3, 2, 1]
     dual, flat = _est("dualpipe", "textbook"), _est("1f1b", "textbook")
@@ -99,6 +99,13 @@ def test_a_framework_without_the_schedule_is_refused() -> None:
     with pytest.raises(LayoutError, match="interleaved does not run under framework deepspeed"):
         _est("interleaved", "deepspeed", virtual_stages=2)
     assert _est("gpipe", "fsdp2").time_terms is not None  # torchtitan's GPipe
+    # torchtitan _get_pipeline_metadata: a PipelineScheduleMulti (InterleavedZeroBubble,
+    # Interleaved1F1B) "requires at least 2 stages per rank"; ZB-H1 has one
+    with pytest.raises(LayoutError, match="schedule: zb-h1 does not run under framework fsdp2"):
+        _est("zb-h1", "fsdp2")
+    with pytest.raises(LayoutError, match="virtual_stages: 1 under schedule interleaved"):
+        _est("interleaved", "fsdp2", virtual_stages=1)
+    assert _est("interleaved", "fsdp2", virtual_stages=2).time_terms is not None
     # without a pipeline no schedule runs: the name is not refused
     Case.of(**{**BASE, "dp": 16, "pp": 1, "schedule": "gpipe", "framework": "megatron"})
 
