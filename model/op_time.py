@@ -169,7 +169,7 @@ class Clock:
     None: at :attr:`linear_speedup` or :attr:`grouped_fp8`."""
     bf16_experts: bool = False
     """The routed experts' GEMMs (:data:`ROUTED_EXPERT_GEMMS`) stay BF16 under fp8 while the
-    other linear layers run FP8 (:func:`model.precision.experts_stay_bf16`: torchtitan's
+    other linear layers run FP8 (:func:`model.moe_kernels.experts_stay_bf16`: torchtitan's
     ``Float8LinearConverter`` swaps ``nn.Linear`` modules only)."""
 
 

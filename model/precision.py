@@ -53,7 +53,6 @@ __all__ = [
     "fp8_recipe_of",
     "parse_fp8_fields",
     "check_deepspeed_fp8",
-    "experts_stay_bf16",
     "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
@@ -453,24 +452,6 @@ def parse_fp8_fields(
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
 
 
-def experts_stay_bf16(framework: Any, precision: Precision | str) -> bool:
-    """Whether the routed experts' GEMMs stay BF16 under ``precision`` fp8 while the other
-    linear layers run FP8: the ``fsdp2`` profile (torchtitan). torchtitan's
-    ``Float8LinearConverter.convert`` (``torchtitan/components/quantization/float8.py``,
-    b5bcd76c6) swaps ``nn.Linear`` modules for torchao's ``Float8Linear`` and nothing else; the
-    routed experts (``GroupedExperts``, batched weight tensors, not ``nn.Linear``) run FP8 only
-    through the separate opt-in ``Float8GroupedExpertsConverter`` (rowwise, its own converter
-    entry), which the planner's fsdp2 configuration does not write. The shared experts are
-    ``nn.Linear`` and run FP8.
-
-    >>> experts_stay_bf16("fsdp2", "fp8"), experts_stay_bf16("megatron", "fp8")
-    (True, False)
-    >>> experts_stay_bf16("fsdp2", "bf16")
-    False
-    """
-    return str(framework) == "fsdp2" and Precision(str(precision)) is Precision.FP8
-
-
 def check_deepspeed_fp8(
     framework: str, precision: Precision, recipe: Any, arch: Any, megatron_deepspeed: bool
 ) -> None:
@@ -483,32 +464,26 @@ def check_deepspeed_fp8(
     Transformer Engine's defaults, LayerNorm and a GELU MLP; ``__init__`` scales with
     ``DelayedScaling`` only). ``arch`` None (a size-only model): only the recipe is checked.
 
-    At any tp and pp, refuse FP8 on a model with routed experts (``arch.moe``): DeepSpeed has no
-    FP8 path of its own (deepspeedai/DeepSpeed edaa72212: nothing under ``deepspeed/`` reads
-    Transformer Engine), its MoE layer runs the user's expert module once per local expert
-    (``deepspeed/moe/experts.py`` ``Experts.forward``), and Megatron-DeepSpeed's Transformer
-    Engine path builds ``TransformerLayer`` with a dense MLP whatever the layer's expert count
-    (``ParallelTransformer.build_layer`` ignores ``n_e`` there), so no published code runs the
-    experts in FP8.
+    At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
+    (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
+    ``build_layer``'s TE branch ignores the expert count ``n_e`` (a dense ``TransformerLayer``).
 
     Raises
     ------
     LayoutError
-        ``precision`` fp8 with ``framework`` deepspeed and routed experts; or, at tp or pp > 1,
-        GQA, RMSNorm, a gated MLP or a recipe other than delayed.
+        fp8 under deepspeed with routed experts; or at tp·pp > 1 with GQA, RMSNorm, a gated
+        MLP or a recipe other than delayed.
 
     >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, True)
     >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, True)
     """
-    if str(framework) != "deepspeed" or precision is not Precision.FP8:
-        return
-    if arch is not None and getattr(arch, "moe", None) is not None:
+    ds8 = str(framework) == "deepspeed" and precision is Precision.FP8
+    if ds8 and arch is not None and getattr(arch, "moe", None) is not None:
         raise LayoutError(
             "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
-            "has no FP8 path of its own and Megatron-DeepSpeed's Transformer Engine layer builds no "
-            "MoE (use `framework` megatron or `precision` bf16)"
+            "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
         )
-    if not megatron_deepspeed:
+    if not ds8 or not megatron_deepspeed:
         return
     why = []
     if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:

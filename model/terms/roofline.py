@@ -46,14 +46,14 @@ from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
-from trainplan.model.moe_kernels import expert_passes_of
+from trainplan.model.moe_kernels import expert_passes_of, experts_stay_bf16
 from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap, tp_overlap_for
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
-from trainplan.model.precision import Precision, experts_stay_bf16, fp8_recipe_of
+from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec

@@ -7,9 +7,9 @@ batched weight tensors) run FP8 only through the opt-in ``Float8GroupedExpertsCo
 
 from __future__ import annotations
 
+from trainplan.model.moe_kernels import experts_stay_bf16
 from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import Op, OpKind
-from trainplan.model.precision import experts_stay_bf16
 from trainplan.model.roofline import RooflineParams
 
 PARAMS = RooflineParams(gemm_efficiency=0.74)
