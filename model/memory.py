@@ -282,7 +282,9 @@ def weight_cache_terms(
     wrapper (``FullyShardedDataParallelV1`` is a ``_BaseDataParallel(MegatronModule)``;
     Megatron-LM d98e8a64dd); Megatron-DeepSpeed's ``ParallelTransformer._checkpointed_forward``
     / ``forward`` (``megatron/model/transformer.py``, f4157bea) pass it to the TE layer too. A
-    sharded (ZeRO-3) weight's release frees the gathered BF16 weight, not that copy.
+    sharded (ZeRO-3) weight's release frees the gathered BF16 weight, not that copy. The
+    ``textbook`` profile (no framework code) keeps its convention: under ZeRO-3 the copies of the
+    gathered layers only.
 
     With ``fp8_params`` (FP8 primary weights; ``cache_bytes`` is then the transpose only) the
     transpose lives on the parameter itself: held for the step when the weights are whole,
@@ -298,7 +300,7 @@ def weight_cache_terms(
     """
     if not cache_bytes:
         return 0, 0
-    if mech.weights_full or not fp8_params:
+    if mech.weights_full or not (fp8_params or mech.framework is Framework.TEXTBOOK):
         return cache_bytes * linear, 0
     return 0, cache_bytes * mech.gathered_units * layer_linear
 
