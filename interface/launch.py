@@ -38,7 +38,7 @@ from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.precision import Precision
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import model_chunks, stage_chunks, stage_layers
@@ -186,7 +186,8 @@ def megatron_flags(
     (``--cp-comm-type p2p|allgather|a2a|a2a+p2p``, ``--hierarchical-context-parallel-sizes``),
     micro- and global batch, the stage split (per model chunk when interleaved) and
     recomputation, and with ``training`` the recipe the plan's figures assume: FP8
-    (``--fp8-format hybrid``), optimizer offload (``--optimizer-cpu-offload
+    (``--fp8-format hybrid``, ``--fp8-recipe`` unless delayed, ``--fp8-param-gather`` where the
+    plan counts FP8 primary weights), optimizer offload (``--optimizer-cpu-offload
     --optimizer-offload-fraction F --use-precision-aware-optimizer``, the last required by
     ``validate_args``) and activation offload
     (``--fine-grained-activation-offloading --offload-modules …``), and the overlaps the step
@@ -297,7 +298,15 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
     if training.cpu_offloading_num_layers:
         out += ["--cpu-offloading-num-layers", str(training.cpu_offloading_num_layers)]
     if training.precision is Precision.FP8:
+        # the recipe the plan timed (TransformerConfig.fp8_recipe, default delayed) and FP8
+        # primary weights only where the plan counted them (DistributedDataParallelConfig.
+        # fp8_param_gather): without them TE caches every layer's FP8 copy, which it counts
+        recipe = fp8_recipe_of("megatron", training.fp8_recipe)
         out += ["--fp8-format", "hybrid"]
+        if recipe is not Fp8Recipe.DELAYED:
+            out += ["--fp8-recipe", str(recipe)]
+        if training.fp8_param_gather:
+            out.append("--fp8-param-gather")
     if training.offload.optimizer:
         # arguments.py validate_args: "The optimizer cpu offload must be used in conjunction
         # with `--use-precision-aware-optimizer`" (HybridDeviceOptimizer reuses its path)

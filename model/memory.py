@@ -262,16 +262,45 @@ def fsdp_fp8_transpose(training: TrainingSpec, framework: Framework | str) -> bo
 
 
 def weight_cache_terms(
-    mech: Mechanism, linear: Any, layer_linear: Any, cache_bytes: int | Fraction
+    mech: Mechanism,
+    linear: Any,
+    layer_linear: Any,
+    cache_bytes: int | Fraction,
+    fp8_params: bool = False,
 ) -> tuple[Any, Any]:
     """(persistent cache, cache of the gathered units) bytes on one GPU for ``cache_bytes`` per
-    linear weight element: the stage's ``linear`` elements when the weights are held whole (TE
-    caches the FP8 weight and transpose for the step); else, under ZeRO-3 / FSDP, copies of the
-    :attr:`Mechanism.gathered_units` gathered layers only (``layer_linear``: the largest
-    layer's). Exact for Fractions; element-wise for arrays."""
+    linear weight element (:func:`cache_bytes_per_element`).
+
+    Without FP8 primary weights the FP8 copy of every linear weight of the stage (``linear``
+    elements, whole, whatever the ZeRO stage) is held for the step: Transformer Engine
+    ``module/linear.py`` ``Linear.forward`` (and ``layernorm_linear.py``) keeps the quantized
+    weight in the module's ``_fp8_workspaces["weight"]`` whenever the caller passes
+    ``is_first_microbatch`` (TE d0067d0da; only torch FSDP2, ``base.py`` ``is_fsdp2``, skips
+    it). Megatron-Core's ``TELinear.forward`` (``megatron/core/extensions/
+    transformer_engine.py``) passes it unless ``disable_parameter_transpose_cache``, and
+    ``MegatronModule.set_is_first_microbatch`` sets it each step also through the Megatron-FSDP
+    wrapper (``FullyShardedDataParallelV1`` is a ``_BaseDataParallel(MegatronModule)``;
+    Megatron-LM d98e8a64dd); Megatron-DeepSpeed's ``ParallelTransformer._checkpointed_forward``
+    / ``forward`` (``megatron/model/transformer.py``, f4157bea) pass it to the TE layer too. A
+    sharded (ZeRO-3) weight's release frees the gathered BF16 weight, not that copy. The
+    ``textbook`` profile (no framework code) keeps its convention: under ZeRO-3 the copies of the
+    gathered layers only.
+
+    With ``fp8_params`` (FP8 primary weights; ``cache_bytes`` is then the transpose only) the
+    transpose lives on the parameter itself: held for the step when the weights are whole,
+    and under Megatron-FSDP only while the unit is gathered: ``MegatronFSDP``'s release hook
+    ``release_params_fp8_transpose_cache`` (``megatron_fsdp/megatron_fsdp.py``) discards it
+    unless ``keep_fp8_transpose_cache`` — the :attr:`Mechanism.gathered_units` gathered layers'
+    (``layer_linear``: the largest layer's). Exact for Fractions; element-wise for arrays.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> fsdp = mechanism("megatron", 3, 2, 4, 12)
+    >>> weight_cache_terms(fsdp, 1000, 10, 2), weight_cache_terms(fsdp, 1000, 10, 1, True)
+    ((2000, 0), (0, 20))
+    """
     if not cache_bytes:
         return 0, 0
-    if mech.weights_full:
+    if mech.weights_full or not (fp8_params or mech.framework is Framework.TEXTBOOK):
         return cache_bytes * linear, 0
     return 0, cache_bytes * mech.gathered_units * layer_linear
 
@@ -296,8 +325,8 @@ def state_terms(
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
     plus those of the routed experts (over ``expert_shard``), the framework's fixed buckets
-    once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` under
-    ZeRO-3), and what ``offload`` moves to the GPU's share of the host
+    once, the recipe's cached weight copies (:func:`weight_cache_terms`; in ``gathered`` only for
+    FP8 primary weights under ZeRO-3), and what ``offload`` moves to the GPU's share of the host
     (:func:`model.offload.offload_memory`, with its accumulation buffers when ``accumulating``:
     more than one micro-batch per step; the last term). With ``fp8_params`` (FP8 primary
     weights, :attr:`model.specs.TrainingSpec.fp8_param_gather`) the ``linear`` weight elements
@@ -324,7 +353,7 @@ def state_terms(
         w, gathered = _fp8_param_terms(
             mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose
         )
-    cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes)
+    cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes, fp8_params)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
     if offload.params:

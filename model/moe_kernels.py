@@ -61,6 +61,7 @@ __all__ = [
     "dispatch_metadata",
     "expert_cast_kernels",
     "expert_passes_of",
+    "experts_stay_bf16",
     "megatron_expert_passes",
 ]
 
@@ -91,6 +92,24 @@ def expert_passes_of(framework: Framework | str, precision: Precision | str) -> 
     if Framework(framework) is not Framework.MEGATRON:
         return NO_EXPERT_PASSES
     return ExpertPasses(True, Precision(str(precision)) is Precision.FP8)
+
+
+def experts_stay_bf16(framework: Framework | str, precision: Precision | str) -> bool:
+    """Whether the routed experts' GEMMs stay BF16 under ``precision`` fp8 while the other
+    linear layers run FP8: the ``fsdp2`` profile (torchtitan). torchtitan's
+    ``Float8LinearConverter.convert`` (``torchtitan/components/quantization/float8.py``,
+    b5bcd76c6) swaps ``nn.Linear`` modules for torchao's ``Float8Linear`` and nothing else; the
+    routed experts (``GroupedExperts``, batched weight tensors, not ``nn.Linear``) run FP8 only
+    through the separate opt-in ``Float8GroupedExpertsConverter`` (rowwise, its own converter
+    entry), which the planner's fsdp2 configuration does not write. The shared experts are
+    ``nn.Linear`` and run FP8.
+
+    >>> experts_stay_bf16("fsdp2", "fp8"), experts_stay_bf16("megatron", "fp8")
+    (True, False)
+    >>> experts_stay_bf16("fsdp2", "bf16")
+    False
+    """
+    return str(framework) == "fsdp2" and Precision(str(precision)) is Precision.FP8
 
 
 def megatron_expert_passes(

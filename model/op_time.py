@@ -167,6 +167,10 @@ class Clock:
     :func:`model.torchao_time.torchao_fp8_rates`):
     the FP8 GEMM at its kernel speed-up plus torchao's casts of each GEMM's operands, by shape;
     None: at :attr:`linear_speedup` or :attr:`grouped_fp8`."""
+    bf16_experts: bool = False
+    """The routed experts' GEMMs (:data:`ROUTED_EXPERT_GEMMS`) stay BF16 under fp8 while the
+    other linear layers run FP8 (:func:`model.moe_kernels.experts_stay_bf16`: torchtitan's
+    ``Float8LinearConverter`` swaps ``nn.Linear`` modules only)."""
 
 
 TE_COMPUTE_STREAMS = 4
@@ -176,6 +180,10 @@ TE_COMPUTE_STREAMS = 4
 BF16_GEMMS = frozenset({"router", "output layer (logits)"})
 """GEMMs with weights that FP8 recipes keep in BF16 (DeepSeek-V3 §3.3; Transformer Engine
 leaves the output head and the router to PyTorch)."""
+
+ROUTED_EXPERT_GEMMS = frozenset({"experts up", "experts down"})
+"""The routed experts' GEMMs (:func:`model.ops.layer_ops`' names): BF16 under a clock with
+:attr:`Clock.bf16_experts`."""
 
 
 def _gemm(
@@ -263,7 +271,10 @@ def _speedups(c: Clock) -> tuple[float, float, float]:
 
 def _fp8(op: Op, c: Clock) -> bool:
     """Whether ``op`` runs at the FP8 rate: a linear layer's GEMM (it has a weight) under a
-    clock with a linear speedup, not one of :data:`BF16_GEMMS`."""
+    clock with a linear speedup, not one of :data:`BF16_GEMMS`, nor a routed expert's
+    (:data:`ROUTED_EXPERT_GEMMS`) under :attr:`Clock.bf16_experts`."""
+    if c.bf16_experts and op.name in ROUTED_EXPERT_GEMMS:
+        return False
     return _speedups(c) != (1.0, 1.0, 1.0) and op.weights and op.name not in BF16_GEMMS
 
 

@@ -464,16 +464,26 @@ def check_deepspeed_fp8(
     Transformer Engine's defaults, LayerNorm and a GELU MLP; ``__init__`` scales with
     ``DelayedScaling`` only). ``arch`` None (a size-only model): only the recipe is checked.
 
+    At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
+    (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
+    ``build_layer``'s TE branch ignores the expert count ``n_e`` (a dense ``TransformerLayer``).
+
     Raises
     ------
     LayoutError
-        ``precision`` fp8 with ``framework`` deepspeed and GQA, RMSNorm, a gated MLP or a
-        recipe other than delayed.
+        fp8 under deepspeed with routed experts; or at tp·pp > 1 with GQA, RMSNorm, a gated
+        MLP or a recipe other than delayed.
 
     >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, True)
     >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, True)
     """
-    if str(framework) != "deepspeed" or precision is not Precision.FP8 or not megatron_deepspeed:
+    ds8 = str(framework) == "deepspeed" and precision is Precision.FP8
+    if ds8 and arch is not None and getattr(arch, "moe", None) is not None:
+        raise LayoutError(
+            "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
+            "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
+        )
+    if not ds8 or not megatron_deepspeed:
         return
     why = []
     if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:

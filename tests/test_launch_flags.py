@@ -119,3 +119,24 @@ def test_the_overlaps_the_step_time_assumes_are_written() -> None:
     assert "--no-overlap-p2p-communication" in blocking.flags
     old = megatron_flags(ARCH, inter, 8, options=CostOptions(p2p_forward_send_wait=False))
     assert any("before 0.18" in n for n in old.notes)
+
+
+def test_fp8_flags_follow_what_the_plan_counted():
+    """``--fp8-recipe`` where the plan timed a recipe other than Megatron-Core's default delayed
+    (``TransformerConfig.fp8_recipe``), and ``--fp8-param-gather`` (``DistributedDataParallel
+    Config.fp8_param_gather``) only where the plan counted FP8 primary weights: without it
+    Transformer Engine caches every layer's FP8 weight copy, which the memory counts."""
+    fp8 = replace(TRAINING, precision=Precision.FP8)
+
+    def fp8_flags(t: TrainingSpec) -> list[str]:
+        flags = megatron_flags(ARCH, Layout(dp=8, zero_stage=3), 8, t).flags
+        return [x for x in flags if "fp8" in x or x in ("hybrid", "tensorwise", "mxfp8")]
+
+    assert fp8_flags(fp8) == ["--fp8-format", "hybrid"]
+    assert fp8_flags(replace(fp8, fp8_recipe="tensorwise")) == [
+        "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise",
+    ]  # fmt: skip
+    assert fp8_flags(replace(fp8, fp8_param_gather=True)) == [
+        "--fp8-format", "hybrid", "--fp8-param-gather",
+    ]  # fmt: skip
+    assert fp8_flags(TRAINING) == []

@@ -78,18 +78,36 @@ def test_blackwell_keeps_no_fp8_transpose_under_per_tensor_scaling():
     assert hopper.weight_cache_bytes == 2 * 32 * LINEAR_PER_LAYER
 
 
-def test_fp8_under_zero3_caches_only_the_gathered_layers():
-    """DeepSpeed ZeRO-3 with Transformer Engine: no persistent cache; the two gathered layers
-    (current and prefetched) get their FP8 copies: 2 × 2 × 218,103,808 = 872,415,232 B more
-    gathered. FSDP2 (torchao's ``Float8Linear`` casts inside each GEMM) caches none."""
-    base = {**LLAMA3_8B, "framework": "deepspeed", "zero_stage": 3}
-    fp8 = Case.of(**{**base, "precision": "fp8"}).evaluate().stages[0].state
-    bf16 = Case.of(**base).evaluate().stages[0].state
-    assert fp8.weight_cache_bytes == 0
-    assert fp8.gathered_bytes - bf16.gathered_bytes == 2 * 2 * LINEAR_PER_LAYER == 872_415_232
-    fsdp = {**base, "framework": "fsdp2"}
+def test_fp8_under_zero3_caches_every_layer():
+    """Transformer Engine keeps each linear's FP8 weight copy (row + column, 2 B) in the module's
+    ``_fp8_workspaces`` whenever the caller passes ``is_first_microbatch`` (TE ``module/
+    linear.py`` ``Linear.forward``; only torch FSDP2 skips it), and Megatron-Core's ``TELinear``
+    (also under the Megatron-FSDP wrapper, a ``MegatronModule``) and Megatron-DeepSpeed's TE
+    layer pass it. A ZeRO-3 release frees the gathered BF16 weight, not that copy: all 32 layers
+    of Llama 3 8B are cached, 32 × 2 × 218,103,808 = 13,958,643,712 B, the same as with the
+    weights whole; nothing more is gathered. FSDP2 (torchao's ``Float8Linear`` casts inside each
+    GEMM) caches none."""
+    for framework in ("deepspeed", "megatron"):
+        base = {**LLAMA3_8B, "framework": framework, "zero_stage": 3}
+        fp8 = Case.of(**{**base, "precision": "fp8"}).evaluate().stages[0].state
+        bf16 = Case.of(**base).evaluate().stages[0].state
+        assert fp8.weight_cache_bytes == 32 * 2 * LINEAR_PER_LAYER == 13_958_643_712
+        assert fp8.gathered_bytes == bf16.gathered_bytes
+    fsdp = {**LLAMA3_8B, "framework": "fsdp2", "zero_stage": 3}
     fsdp_fp8 = Case.of(**{**fsdp, "precision": "fp8"}).evaluate().stages[0].state
+    assert fsdp_fp8.weight_cache_bytes == 0
     assert fsdp_fp8.gathered_bytes == Case.of(**fsdp).evaluate().stages[0].state.gathered_bytes
+
+
+def test_megatron_fsdp_fp8_params_cache_only_the_gathered_transposes():
+    """With FP8 primary weights the row-wise FP8 weight is the parameter and the cached
+    column-wise copy (1 B) lives on it; Megatron-FSDP's release hook
+    (``megatron_fsdp.py`` ``release_params_fp8_transpose_cache``, ``keep_fp8_transpose_cache``
+    off by default) discards it with the unit: no persistent cache, the transposes of the
+    gathered units only."""
+    base = {**LLAMA3_8B, "framework": "megatron", "zero_stage": 3, "precision": "fp8"}
+    primary = Case.of(**{**base, "fp8_param_gather": True}).evaluate().stages[0].state
+    assert primary.weight_cache_bytes == 0
 
 
 def test_fp8_saves_linear_inputs_in_one_byte():
