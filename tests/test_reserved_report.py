@@ -54,7 +54,7 @@ def test_reserved_above_capacity_runs_with_allocator_retries_not_charged():
     text = evaluate_text(d).splitlines()
     assert "  verdict: fits (with allocator retries, below)" in text
     retry = next(x for x in text if x.startswith("  allocator retries:"))
-    assert "exceed the capacity by 11.99 GB" in retry and "not charged" in retry
+    assert "would exceed the capacity by 11.99 GB" in retry and "not charged" in retry
 
 
 def test_no_retry_line_where_the_reserved_bytes_fit():

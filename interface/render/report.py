@@ -213,10 +213,11 @@ def _reserved_lines(m: dict[str, Any]) -> list[str]:
     ]
     if m.get("allocator_retries"):
         lines.append(
-            f"  allocator retries: the reserved bytes and the communicators exceed the capacity "
-            f"by {gb(m['reserved_over_bytes'])}; at least once a step the allocator frees its "
-            "cached blocks (cudaFree, a device synchronisation) and retries: not charged in "
-            "the step time (no per-operation source)"
+            f"  allocator retries: the reserved bytes and the communicators would exceed the "
+            f"capacity by {gb(m['reserved_over_bytes'])}, so at least once a step the allocator "
+            "frees its cached blocks (cudaFree, a device synchronisation) and retries, and "
+            "max_memory_reserved stays under the memory; not charged in the step time (no "
+            "per-operation source)"
         )
     return lines
 
