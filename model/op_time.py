@@ -32,6 +32,7 @@ __all__ = [
     "TpOverlap",
     "Clock",
     "TE_COMPUTE_STREAMS",
+    "expert_loop_of",
     "op_seconds",
     "expert_cast_launches",
     "dgrad_seconds",
@@ -171,6 +172,20 @@ class Clock:
     """The routed experts' GEMMs (:data:`ROUTED_EXPERT_GEMMS`) stay BF16 under fp8 while the
     other linear layers run FP8 (:func:`model.moe_kernels.experts_stay_bf16`: torchtitan's
     ``Float8LinearConverter`` swaps ``nn.Linear`` modules only)."""
+    expert_loop: bool = False
+    """The routed experts run one after another, each its own GEMMs (DeepSpeed's
+    ``Experts.forward``, ``deepspeed/moe/experts.py``: a loop over the local experts' modules,
+    then ``torch.cat``; :func:`expert_loop_of`), not as Transformer Engine's grouped GEMM."""
+
+
+def expert_loop_of(framework: str) -> bool:
+    """Whether the framework profile runs its local experts in a loop (:attr:`Clock.expert_loop`):
+    ``deepspeed`` only.
+
+    >>> expert_loop_of("deepspeed"), expert_loop_of("megatron")
+    (True, False)
+    """
+    return str(framework) == "deepspeed"
 
 
 TE_COMPUTE_STREAMS = 4
@@ -234,7 +249,10 @@ def _expert_gemm(
     run at their kernel-only speed-up and the forward and input gradient add the cast of their
     ``m × k`` quantised operand per expert (the input rows, the output gradient; :func:`_gemm`)."""
     m, n, k = mnk
-    rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
+    if c.expert_loop:  # one dense GEMM per expert, each with its own tiles and waves
+        rows, w = m, dense_wave_efficiency(c.params.part, m, n, 1)
+    else:
+        rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
     t = _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w, m)
     return t + expert_cast_launches(op, c, which)
 
@@ -348,10 +366,12 @@ def _grouped(op: Op, c: Clock) -> float:
     """The launch gaps a grouped GEMM adds beyond one kernel's: Transformer Engine's
     ``GroupedLinear`` runs one cuBLAS GEMM per expert over :data:`TE_COMPUTE_STREAMS` streams
     (``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``multi_stream_cublas_gemm``), so
-    ``ceil(groups / 4) − 1`` more t_kernel."""
+    ``ceil(groups / 4) − 1`` more t_kernel; under :attr:`Clock.expert_loop` (DeepSpeed's loop
+    over its experts, one stream) ``groups − 1`` more."""
     if not _is_grouped(op):
         return 0.0
-    return (math.ceil(op.batch / TE_COMPUTE_STREAMS) - 1) * c.params.kernel_overhead_s
+    streams = 1 if c.expert_loop else TE_COMPUTE_STREAMS
+    return (math.ceil(op.batch / streams) - 1) * c.params.kernel_overhead_s
 
 
 def dgrad_seconds(op: Op, c: Clock) -> float:

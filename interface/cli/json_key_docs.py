@@ -123,6 +123,10 @@ KEY_DOCS: dict[str, str] = {
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
     "memory.stream_pool_bytes": "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs).",
     "memory.reserved_bytes": "What torch.cuda.max_memory_reserved counts at least: allocated_bytes plus stream_pool_bytes.",
+    "memory.allocator_retries": "True when some stage's reserved_bytes and communicators exceed capacity_bytes: "
+    "the allocator frees its cached blocks and retries (cudaFree, a device sync) at least once a step; not in the time.",
+    "memory.reserved_over_bytes": "By how much the most reserved stage's reserved_bytes and communicators exceed "
+    "capacity_bytes (0 when they do not).",
     "memory.total_bytes": "The peak over the step's phases (forward/backward or the optimizer step).",
     "memory.peak_phase": "Where the peak is: forward-backward or optimizer-step.",
     "memory.steady_bytes": "The steady-state sum (model state + activations), without the phase peak.",

@@ -170,6 +170,8 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     if m["activations_unavailable"]:
         lines.append(f"  activations unavailable: {m['activations_unavailable']}")
     verdict = "fits" if m["fits"] else f"DOES NOT FIT: over by {gb(m['overflow_bytes'])}"
+    if m["fits"] and m.get("allocator_retries"):
+        verdict += " (with allocator retries, below)"
     if m.get("fits_covers", "model state and activations") != "model state and activations":
         verdict += f" ({m['fits_covers']}: activations unknown without the dimensions, " + (
             "so the whole step may not fit)" if m["fits"] else "which would only add to it)"
@@ -198,14 +200,26 @@ def _reserved_lines(m: dict[str, Any]) -> list[str]:
     (``memory.stream_pool_bytes`` > 0: fsdp2's all-gather outputs,
     :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
     figure torchtitan's memory monitor logs, counts at least. Not in the total or the verdict:
-    the allocator frees idle cached blocks before it raises out-of-memory."""
+    the allocator frees idle cached blocks before it raises out-of-memory. Where the reserved
+    bytes and the communicators exceed the capacity (``memory.allocator_retries``,
+    :func:`model.terms.peak.allocator_retries`), a second line says that the run pays those
+    releases, at least one per step, and that the step time does not charge them."""
     if not m.get("stream_pool_bytes"):
         return []
-    return [
+    lines = [
         f"  {'reserved at least (max_memory_reserved)':<44} {gb(m['reserved_bytes']):>14}"
         f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in the "
         "all-gather stream's pool; not in the verdict: freed before out-of-memory)"
     ]
+    if m.get("allocator_retries"):
+        lines.append(
+            f"  allocator retries: the reserved bytes and the communicators would exceed the "
+            f"capacity by {gb(m['reserved_over_bytes'])}, so at least once a step the allocator "
+            "frees its cached blocks (cudaFree, a device synchronisation) and retries, and "
+            "max_memory_reserved stays under the memory; not charged in the step time (no "
+            "per-operation source)"
+        )
+    return lines
 
 
 def _cp_kind_text(lay: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from trainplan.model.op_time import tp_overlap_for
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.split import default_chunk_sizes
+from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
 
@@ -180,6 +181,8 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "allocated_bytes": _n(st.allocated_bytes),
         "stream_pool_bytes": _n(st.stream_pool_bytes),
         "reserved_bytes": _n(st.reserved_bytes),
+        "allocator_retries": bool(reserved_over_capacity(est.stages, cap)),
+        "reserved_over_bytes": _n(reserved_over_capacity(est.stages, cap)),
         "total_bytes": _n(total),
         "peak_phase": st.peak_phase,
         "steady_bytes": _n(st.steady_bytes),

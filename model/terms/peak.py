@@ -40,6 +40,7 @@ __all__ = [
     "peak_over_phases",
     "stage_memory_term",
     "stream_pool_term",
+    "reserved_over_capacity",
     "busiest_stage",
     "host_fits",
 ]
@@ -105,6 +106,13 @@ class StageMemory:
         the side streams' pools (:attr:`stream_pool_bytes`). The rest of the allocator's gap
         (freed blocks a later request cannot reuse) is not modelled."""
         return self.allocated_bytes + self.stream_pool_bytes
+
+    @property
+    def reserved_total_bytes(self) -> Fraction:
+        """What the GPU holds at least when the caching allocator keeps every cached block:
+        :attr:`reserved_bytes` and the communicators beside it (what
+        :func:`reserved_over_capacity` compares with the usable capacity)."""
+        return self.reserved_bytes + self.communicator_bytes
 
     @property
     def total_bytes(self) -> Fraction:
@@ -173,6 +181,47 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
         return 0
     unit_dense, unit_expert = units_per_gpu(c, f)
     return where(f.shard_degree > 1, 2 * c.training.weight_bytes * (unit_dense + unit_expert), 0)
+
+
+def reserved_over_capacity(stages: Any, capacity_bytes: Any) -> Fraction:
+    """Bytes by which the most any stage's GPU reserves with its communicators beside it
+    (:attr:`StageMemory.reserved_total_bytes`, over the :class:`StageMemory` ``stages``)
+    exceeds the usable capacity (bytes, the verdict's
+    :meth:`model.hardware.DeviceSpec.usable_bytes`); 0 when it does not. Above 0, the caching
+    allocator releases its cached blocks and retries at least once per step.
+
+    What PyTorch does then (``c10/cuda/CUDACachingAllocator.cpp``, ``DeviceCachingAllocator``):
+    ``malloc`` first looks for a cached block of the requesting stream (``get_free_block``),
+    then calls ``cudaMalloc`` (``alloc_block``); when that fails it frees one oversize block
+    (``release_available_cached_blocks``, a no-op unless ``max_split_size_mb`` is set), then
+    every cached block that is not split, of every stream (``release_cached_blocks``: it waits
+    for the blocks' outstanding events, ``synchronize_and_free_events``, and calls ``cudaFree``
+    on each released segment, which synchronises the device; with ``expandable_segments`` it
+    unmaps the free pages instead) and retries ``cudaMalloc``, counting ``num_alloc_retries``.
+    Only when that retry fails does it raise out-of-memory. So the allocated peak, not the
+    reserved one, decides out-of-memory (the verdict, :attr:`StageMemory.total_bytes`, with
+    the runtime reserve's fragmentation allowance for free bytes left in split segments, which
+    no release returns), and a run whose reserved bytes exceed the memory runs with retries
+    (torchtitan's ``DeviceMemoryMonitor.get_peak_stats``, ``torchtitan/components/metrics.py``,
+    logs them as a warning).
+
+    At least one per step: a cached block is returned to the device only by a release, so
+    without one the default stream's and the side streams' reserved bytes only grow through the
+    step, and at its end both pools' peaks would be reserved at once, which is more than the
+    memory holds. How many releases a step makes depends on the order of every allocation; the
+    time of each (the device synchronisation, ``cudaFree`` and ``cudaMalloc`` of the released
+    segments) has no per-operation source, and the step time does not charge it.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as S
+    >>> reserved_over_capacity([S(reserved_total_bytes=95), S(reserved_total_bytes=80)], 84)
+    Fraction(11, 1)
+    >>> reserved_over_capacity([S(reserved_total_bytes=83)], 84)
+    Fraction(0, 1)
+    """
+    most = max(s.reserved_total_bytes for s in stages)
+    return max(Fraction(most) - capacity_bytes, Fraction(0))
 
 
 def busiest_stage(peaks: Any) -> Any:

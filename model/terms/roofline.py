@@ -52,7 +52,7 @@ from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, u
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
-from trainplan.model.op_time import Clock, check_tp_overlap, tp_overlap_for
+from trainplan.model.op_time import Clock, check_tp_overlap, expert_loop_of, tp_overlap_for
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
@@ -185,11 +185,11 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
-    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped, passes, ao, bf16_ex = base
+    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped, passes, ao, bf16_ex, loop = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex),
+        bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -227,7 +227,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
-            experts_stay_bf16(f.framework, t.precision))  # fmt: skip
+            experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")

@@ -51,6 +51,8 @@
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
     if (m.stream_pool_bytes) rows.push({ name: "reserved at least (max_memory_reserved; not in the verdict)", v: m.reserved_bytes });
+    // reserved above capacity: the allocator releases its cache and retries each step (not charged)
+    if (m.allocator_retries) rows.push({ name: "reserved + communicators over capacity: allocator retries at least once a step (cudaFree, device sync; not in the step time)", v: m.reserved_over_bytes });
     TP.$("#memory-table").innerHTML = TP.table(rows, [["term", (r) => TP.esc(r.name)], ["bytes per GPU", (r) => `<span ${r.id ? 'id="memory-total"' : ""}>${TP.gb(r.v)}</span>`]]) +
       (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
     TP.$("#zero-table").innerHTML = TP.table(d.zero_table || [], [
