@@ -2,7 +2,7 @@
 bus bandwidth by message size, and DeepEP's expert-parallel dispatch/combine bandwidth
 (``scenarios/kernels/collectives.toml``).
 
-The step time reads the bus-bandwidth curves through :func:`model.op_rates.busbw_curve_for` and
+The step time reads the bus-bandwidth curves through :func:`model.nvlink_rates.busbw_curve_for` and
 :func:`model.roofline.collective_time` (collectives inside an NVLink domain at their message
 sizes); the functions here look the tables up for reports and tests, and NCCL's latency model
 and DeepEP's tables wait for the scale-out wiring (``docs/time-model-sources.md`` §4).

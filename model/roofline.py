@@ -102,12 +102,12 @@ class RooflineParams:
     nvls_allreduce_speedup: float = 1.0
     """How much faster an all-reduce inside the NVLink domain moves its bytes than a ring
     collective there, where NCCL runs it as NVLink SHARP (NVLS, in-switch reduction): the
-    stated peak bus bandwidths' ratio (:func:`model.op_rates.nvls_allreduce_speedup`); 1 where
+    stated peak bus bandwidths' ratio (:func:`model.nvlink_rates.nvls_allreduce_speedup`); 1 where
     the fabric has none or none is published."""
     busbw_curve: tuple[tuple[float, float], ...] = ()
     """The part's published all-reduce bus bandwidth by message size inside its NVLink domain:
     ``(buffer bytes, GB/s)`` pairs, ascending (nccl-tests ``all_reduce_perf``,
-    ``scenarios/kernels/collectives.toml`` ``[[busbw]]``; :func:`model.op_rates.busbw_curve_for`).
+    ``scenarios/kernels/collectives.toml`` ``[[busbw]]``; :func:`model.nvlink_rates.busbw_curve_for`).
     Empty = none published for the part: scale-up collectives run at
     :attr:`scaleup_efficiency` of the link (:func:`collective_time`)."""
     busbw_curve_link_gbps: float = 0.0

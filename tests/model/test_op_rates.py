@@ -106,7 +106,11 @@ def test_no_curve_keeps_the_constant():
 def test_default_kernels_follow_transformer_engine_and_pytorch():
     assert default_attention_kernel("megatron", "GB200") == "cudnn"
     assert default_attention_kernel("megatron", "A100-80GB") == "flash-attention-2"
-    assert default_attention_kernel("fsdp2", "H100-96GB-500W") == "flash-attention-2"
+    # torchtitan's SDPA wrapper puts cuDNN first (torchtitan/models/common/attention.py at
+    # b5bcd76c6; since 6a3a9da95); DeepSpeed calls the flash-attn package (FlashAttention-2)
+    assert default_attention_kernel("fsdp2", "H100-96GB-500W") == "cudnn"
+    assert default_attention_kernel("fsdp2", "A100-80GB") == "flash-attention-2"
+    assert default_attention_kernel("deepspeed", "H100-SXM") == "flash-attention-2"
     assert default_attention_kernel("megatron", "H20") is None
 
 
