@@ -13,8 +13,8 @@ from trainplan.model.attention_rates import (
     default_attention_kernel,
 )
 from trainplan.model.errors import InputError
+from trainplan.model.nvlink_rates import BUSBW_LINK_GBPS
 from trainplan.model.op_rates import (
-    BUSBW_LINK_GBPS,
     check_fp8_recipe,
     deployed_params,
     fp8_linear_speedups,
