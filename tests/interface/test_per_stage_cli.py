@@ -217,7 +217,7 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
         [17, 15],
     )
     assert lay["chunk_layers"] == [2, 1, *[2] * 12, 3, 2]
-    assert d["per_stage"]["gain"] == pytest.approx(1.0138, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0142, abs=1e-4)
     monkeypatch.setattr("sys.argv", argv[:-1])
     with pytest.raises(SystemExit):
         main()
@@ -229,7 +229,7 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     """Llama 3 70B on 32 H100 at 8K: the best uniform plan (tp 8 × pp 2) recomputes nothing, and
     the fastest uniform shape has no split more than 0.04 % faster; tp 4 × pp 4, whose uniform
     layouts fit only fully recomputed, does: 19, 20, 21, 20 layers with 7, 2, 0, 0 recomputed,
-    531.7 s, 1.070× the best uniform plan, tp 8 × pp 2 interleaved v 2 at 568.95 s (limited to
+    531.7 s, 1.070× the best uniform plan, tp 8 × pp 2 interleaved v 2 at 568.76 s (limited to
     the 8 fastest uniform shapes the search missed it)."""
     from trainplan.interface.cli import main
 
@@ -242,17 +242,17 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
         got[bool(extra)] = json.loads(capsys.readouterr().out)
     assert got[True]["per_stage"]["gain"] == pytest.approx(1.0, abs=5e-4)
     d = got[False]
-    assert d["per_stage"]["gain"] == pytest.approx(1.0701, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0698, abs=1e-4)
     lay = d["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"], lay["schedule"]) == (2, 4, 4, "1f1b")
     assert d["per_stage"]["stage_layers"] == [19, 20, 21, 20]
     assert d["per_stage"]["recompute_layers"] == [7, 2, 0, 0]
     assert d["per_stage"]["step_s"] == pytest.approx(531.668, abs=1e-3)
     # stock Megatron-LM runs the largest count (7) on every stage: 583.87 s, slower than the
-    # uniform plan's 568.95 s — the flags say so instead of promising the gain
+    # uniform plan's 568.76 s — the flags say so instead of promising the gain
     assert d["launch"]["megatron_step_s"] == pytest.approx(583.87, abs=0.01)
     assert any(
-        "no faster than the best uniform plan's 568.95 s" in n
+        "no faster than the best uniform plan's 568.76 s" in n
         for n in d["launch"]["megatron_notes"]
     )
 
