@@ -7,6 +7,7 @@ the extras (see conftest)."""
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 from urllib.parse import urlencode
@@ -278,6 +279,9 @@ def test_frontier_chart_links_and_csv_download(page, tmp_path):
     assert Path(download.path()).read_text() == path.read_text()
     rows = path.read_text().splitlines()
     expect(page.locator("#points-table tbody tr")).to_have_count(len(rows) - 1)
+    expect(page.locator("#points-table thead")).to_contain_text("framework")  # as the CLI's table
+    framework = next(csv.DictReader(rows))["framework"]
+    expect(page.locator("#points-table tbody tr").first).to_contain_text(framework)
     point = page.locator("#chart g#point-1")
     point.hover()
     expect(page.locator("#tooltip")).to_contain_text("#1:")

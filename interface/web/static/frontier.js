@@ -10,6 +10,7 @@ TP.searchPage("frontier", async (last, q) => {
   TP.$("#points").innerHTML = TP.table(r.points, [
     ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${TP.esc(p.gpu)}`],
+    ["framework", (p) => TP.esc(p.framework)],
     ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],
     // the per-stage frontier (frontier --per-stage): each point's plan, its stages, and the gain
     ...(r.per_stage ? [
@@ -36,7 +37,7 @@ TP.searchPage("frontier", async (last, q) => {
     g.addEventListener("mouseenter", () => {
       light(i, true);
       tip.style.display = "block";
-      tip.textContent = `#${i + 1}: ${TP.secs(p.step_s)} per step, ${TP.gb(p.total_bytes)} per GPU, MFU ${TP.pct(p.mfu)} — dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp}, ZeRO-${p.zero_stage}, ${p.recompute}, b ${p.micro_batch_size}, ${p.schedule} (click: open in the Planner)`;
+      tip.textContent = `#${i + 1}: ${TP.secs(p.step_s)} per step, ${TP.gb(p.total_bytes)} per GPU, MFU ${TP.pct(p.mfu)} — ${p.framework} dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp}, ZeRO-${p.zero_stage}, ${p.recompute}, b ${p.micro_batch_size}, ${p.schedule} (click: open in the Planner)`;
     });
     g.addEventListener("mousemove", (e) => { tip.style.left = `${e.clientX + 14}px`; tip.style.top = `${e.clientY + 10}px`; });
     g.addEventListener("mouseleave", () => { light(i, false); tip.style.display = "none"; });
