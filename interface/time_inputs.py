@@ -191,10 +191,10 @@ def _time_model(params: Mapping[str, Any], framework: Framework) -> TimeModel:
     if not roofline:
         why = "the single time model (the textbook profile's, or --set time_model=single) has one "
         why += "kernel efficiency and per-axis overlaps; this option belongs to the roofline model"
-        check_applicable(
-            {k: params.get(k) for k in TIME_KEYS if k != "time_model"},
-            {k: why for k in TIME_KEYS if k != "time_model"},
-        )
+        given = {k: params.get(k) for k in TIME_KEYS if k != "time_model"}
+        # a switch turned off is given too (grad_reduce_overlap=false changes nothing here)
+        given = {k: "false" if v is False else v for k, v in given.items()}
+        check_applicable(given, {k: why for k in TIME_KEYS if k != "time_model"})
     return time_model
 
 

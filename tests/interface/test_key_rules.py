@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli_runs import refusal, run_many
+from tests.cli_runs import refusal, run_many, trainplan
 from trainplan.model.errors import LayoutError
 from trainplan.model.key_rules import (
     check_memory_efficient_norm,
@@ -228,3 +228,12 @@ def test_cli_refuses_what_the_framework_does_not_run():
     assert done["gro_z2"].returncode == 0, done["gro_z2"].stderr
     assert refusal(done["gro_ds"]).startswith("grad_reduce_overlap: false is read by megatron")
     assert done["p2p_search"].returncode == 0, done["p2p_search"].stderr
+
+
+def test_a_roofline_switch_turned_off_is_refused_under_the_single_model():
+    """``grad_reduce_overlap=false`` changes nothing under ``time_model=single`` (one kernel
+    efficiency and per-axis overlaps): refused like any other roofline key, not read as absent."""
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "8"]
+    args += ["--set", "time_model=single", "--set", "grad_reduce_overlap=false"]
+    err = refusal(trainplan(*args))
+    assert err.startswith("grad_reduce_overlap: 'false' does not apply: the single time model")
