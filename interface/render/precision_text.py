@@ -78,7 +78,9 @@ def precision_sentence(est: Estimate) -> str:
         speed = (
             f"{ao.kernel_speedup:.2f}× faster (torchao's published Float8 block speed-up on "
             "H100 read through this model's own times), each call's casts charged as torchao's "
-            "roofline counts them"
+            "roofline counts them; tensorwise is torchtitan's recipe up to 6348d93d1, 2026-04; "
+            "since then torchtitan accepts only the rowwise recipes, for which no per-GEMM rate "
+            "is published, so a current torchtitan may run slower than this"
         )
     elif published is not None:
         fwd, dgrad, wgrad = published
