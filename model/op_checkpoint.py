@@ -68,6 +68,13 @@ def _matmuls(arch: Architecture) -> list[tuple[str, int, bool]]:
     return attention + mlp
 
 
+def _kept_matmuls(arch: Architecture, fp8_gemms: bool) -> list[tuple[str, int, bool]]:
+    """The matmuls of :func:`_matmuls` whose outputs the list keeps: every other ``aten.mm``
+    (the odd-numbered), or every ``aten._scaled_mm`` (outside the count)."""
+    matmuls = _matmuls(arch)
+    return matmuls if fp8_gemms else matmuls[::2]
+
+
 def op_selective_rows(
     arch: Architecture,
     tokens: Fraction,
@@ -109,16 +116,10 @@ def op_selective_rows(
         return None
     beta, h, a, S = activation_bytes, arch.hidden_size, arch.num_attention_heads, tokens
     rows: list[tuple[str, Fraction]] = [("block input", beta * S * h / tp)]
-    count = 0
-    for name, width, row_parallel in _matmuls(arch):
-        if fp8_gemms and not saves_scaled_mm:  # aten._scaled_mm not in the list: none kept
-            continue
-        if not fp8_gemms:  # aten.mm: every other one is kept; aten._scaled_mm: every one
-            count += 1
-            if count % 2 == 0:
-                continue
-        # column-parallel: [S, width/tp]; row-parallel: the whole [S, h] partial sum
-        rows.append((f"{name} output", beta * S * width / (1 if row_parallel else tp)))
+    if not fp8_gemms or saves_scaled_mm:  # aten._scaled_mm not in the list: none kept
+        for name, width, row_parallel in _kept_matmuls(arch, fp8_gemms):
+            # column-parallel: [S, width/tp]; row-parallel: the whole [S, h] partial sum
+            rows.append((f"{name} output", beta * S * width / (1 if row_parallel else tp)))
     rows += [
         ("attention output", beta * S * a * arch.dim_per_head / tp),
         ("attention log-sum-exp (fp32)", 4 * a * S / tp),
