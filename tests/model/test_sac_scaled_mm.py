@@ -115,6 +115,9 @@ def test_cli_reads_and_refuses_it():
             "older": [*fp8, "--recompute", "selective", "--set", "sac_saves_scaled_mm=false", "--json"],
             "full": [*fp8, "--recompute", "full", "--set", "sac_saves_scaled_mm=false"],
             "bf16": [*base, "--recompute", "selective", "--set", "sac_saves_scaled_mm=false"],
+            "search": ["search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
+                       "--framework", "megatron", "--set", "precision=fp8",
+                       "--set", "sac_saves_scaled_mm=false", "--top", "1"],
             "megatron": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "8",
                          "--framework", "megatron", "--set", "precision=fp8",
                          "--set", "sac_saves_scaled_mm=false"],
@@ -136,4 +139,7 @@ def test_cli_reads_and_refuses_it():
         "sac_saves_scaled_mm: false is read by recompute selective only"
     )
     assert refusal(done["bf16"]).startswith("sac_saves_scaled_mm: false needs precision fp8")
+    # a search keeps the frameworks that read it (model.legality, per framework)
+    assert done["search"].returncode == 0, done["search"].stderr
+    assert "fsdp2" in done["search"].stdout and "megatron ZeRO" not in done["search"].stdout
     assert refusal(done["megatron"]).startswith("sac_saves_scaled_mm: false is read by fsdp2 only")
