@@ -40,7 +40,11 @@ from trainplan.model.errors import ScenarioError
 from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
-from trainplan.model.key_rules import check_layout_reads_options, options_given
+from trainplan.model.key_rules import (
+    check_layout_reads_options,
+    check_sac_scaled_mm,
+    options_given,
+)
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.scenarios.catalogue import get_model, model_names
@@ -112,6 +116,7 @@ def evaluate_json(
     if layout_keys:
         given = options_given(case.options)
         check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
+        check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
     out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]

@@ -65,6 +65,7 @@ RECIPE_KEYS = (
     "fp8_param_gather",
     "fsdp_double_buffer",
     "deepspeed_overlap_comm",
+    "sac_saves_scaled_mm",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
     "distributed_optimizer",
@@ -265,9 +266,10 @@ _RECIPE_FLAGS = (
     "fp8_param_gather",
     "fsdp_double_buffer",
     "deepspeed_overlap_comm",
+    "sac_saves_scaled_mm",
 )
 """The recipe's on/off keys (:class:`model.specs.TrainingSpec` fields of the same names;
-default false)."""
+default false, ``sac_saves_scaled_mm`` true)."""
 
 
 def _training(

@@ -220,6 +220,7 @@ VALUE_KINDS: dict[str, Any] = {
     "fp8_param_gather": _FLAG,
     "fsdp_double_buffer": _FLAG,
     "deepspeed_overlap_comm": _FLAG,
+    "sac_saves_scaled_mm": _FLAG,
     "cross_entropy_fusion_impl": ("none", "native", "te"),
     "muon_tp_mode": ("blockwise", "duplicated"),
     "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),

@@ -182,6 +182,10 @@ KEY_HELP: dict[str, str] = {
     "(default false, DeepSpeed's own default below ZeRO-3): true reduces the gradient buckets on "
     "a side stream beside the backward and holds a second IPG bucket; false reduces them on the "
     "compute stream, every reduction exposed. ZeRO-3 always overlaps (DeepSpeed's default there).",
+    "sac_saves_scaled_mm": "fsdp2 with precision fp8 and recompute selective: torchtitan's "
+    "op-level save list keeps the FP8 GEMM outputs (aten._scaled_mm; default true, today's "
+    "torchtitan); false: the list torchtitan used until March 2026 (before commit 114151ad4), "
+    "which recomputes every FP8 linear in backward and keeps none of their outputs.",
     "distributed_optimizer": "megatron ZeRO-1's implementation, by NeMo's optim.name: "
     "mcore_distributed_optim (default; Megatron-Core's distributed optimizer) or "
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "

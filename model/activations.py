@@ -233,6 +233,10 @@ class ActivationContext:
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
+    saves_scaled_mm: bool = True
+    """With ``op_selective`` and ``fp8_gemms``: the save list holds ``aten._scaled_mm`` (today's
+    torchtitan); False: the list before torchtitan 114151ad4, which keeps no FP8 GEMM output
+    (``TrainingSpec.sac_saves_scaled_mm``; :func:`model.op_checkpoint.op_selective_rows`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))
@@ -276,7 +280,14 @@ def _op_selective(arch: Architecture, moe: bool, ctx: ActivationContext) -> Frac
     if not ctx.op_selective or (ctx.tp > 1 and not ctx.sequence_parallel):
         return None
     return op_selective_bytes(
-        arch, ctx.tokens, ctx.tp, ctx.activation_bytes, ctx.fp8_gemms, moe, ctx.flash_attention
+        arch,
+        ctx.tokens,
+        ctx.tp,
+        ctx.activation_bytes,
+        ctx.fp8_gemms,
+        moe,
+        ctx.flash_attention,
+        ctx.saves_scaled_mm,
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "check_p2p_options",
     "check_framework_recipe",
     "check_memory_efficient_norm",
+    "check_sac_scaled_mm",
 ]
 
 P2P_KEYS = ("p2p_overlap", "p2p_warmup_flush", "p2p_forward_send_wait")
@@ -282,13 +283,55 @@ def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: i
         )
 
 
+def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) -> None:
+    """Refuse ``sac_saves_scaled_mm`` false (:attr:`model.specs.TrainingSpec.sac_saves_scaled_mm`)
+    where no save list it changes runs: outside ``fsdp2`` (torchtitan's op-level selective
+    checkpointing, :mod:`model.op_checkpoint`), without ``precision = fp8`` (torchao's
+    ``Float8Linear`` GEMMs are the ``aten._scaled_mm`` calls the list names) and, for one
+    layout (``recompute`` given), without ``recompute = selective``.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and the rule.
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=8, precision="fp8",
+    ...     sac_saves_scaled_mm=False)
+    >>> check_sac_scaled_mm("fsdp2", t, "selective")
+    >>> check_sac_scaled_mm("megatron", t)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: sac_saves_scaled_mm: false is read by fsdp2 only ...
+    """
+    if training.sac_saves_scaled_mm:
+        return
+    fw = str(framework)
+    if fw != "fsdp2":
+        raise LayoutError(
+            "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
+            f"checkpointing), not {fw}"
+        )
+    if str(training.precision) != "fp8":
+        raise LayoutError(
+            "sac_saves_scaled_mm: false needs precision fp8 (torchao's Float8Linear GEMMs, "
+            f"aten._scaled_mm), not {training.precision}"
+        )
+    if recompute is not None and str(recompute) != "selective":
+        raise LayoutError(
+            "sac_saves_scaled_mm: false is read by recompute selective only (the op-level save "
+            f"list), not recompute {recompute}"
+        )
+
+
 def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch: Any) -> None:
     """The recipe's choices that one framework and ZeRO stage can or cannot run, each its
     own rule: Megatron-Core's fused loss (:func:`model.loss_memory.check_cross_entropy_fusion`),
     the stage-only keys (:func:`check_stage_keys`), torchao's FP8 recipes under fsdp2
     (:func:`model.precision.check_framework_fp8_recipe`), DeepSpeed's native MoE below ZeRO-3
     (:func:`model.moe_rules.check_deepspeed_moe`; ``arch`` None: a size-only model) and the
-    memory-efficient norm (:func:`check_memory_efficient_norm`).
+    memory-efficient norm (:func:`check_memory_efficient_norm`) and the op-level save list's
+    FP8 GEMMs (:func:`check_sac_scaled_mm`).
 
     Raises
     ------
@@ -300,3 +343,4 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     check_framework_fp8_recipe(framework, training.fp8_recipe)
     check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
     check_memory_efficient_norm(framework, training.memory_efficient_norm, arch)
+    check_sac_scaled_mm(framework, training)

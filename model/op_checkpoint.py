@@ -24,8 +24,14 @@ whose policy (``torch.utils.checkpoint.create_selective_checkpoint_contexts``) s
 * under FP8 (torchao's ``Float8Linear``), each GEMM is ``aten._scaled_mm``, which the mm
   counter does not count: today's ``_get_default_save_ops`` takes PyTorch's
   ``compute_intensive_ops`` (``torch/_functorch/partitioners.py`` ``get_default_op_list``,
-  which lists ``aten._scaled_mm``), so *every* FP8 GEMM output is kept. (At torchtitan 9dec370
-  and e7c0cae ``_save_list`` lacked ``_scaled_mm``: FP8 GEMM outputs were recomputed then.)
+  which lists ``aten._scaled_mm``), so *every* FP8 GEMM output is kept. Until torchtitan
+  114151ad4 (PR #2357, 2026-03-23: "Centralize selective AC policy", which built the save set
+  from ``get_default_op_list().compute_intensive_ops``) each model's ``_save_list`` /
+  ``_op_sac_save_list`` named ``aten.mm`` but not ``aten._scaled_mm`` (9dec370:
+  ``torchtitan/parallelisms/parallelize_llama.py`` ``_save_list`` and the ``_custom_policy`` of
+  ``_apply_ac_to_transformer_block``, whose counter counts ``aten.mm`` only): no FP8 GEMM
+  output was saved, every one recomputed. ``saves_scaled_mm`` false
+  (``TrainingSpec.sac_saves_scaled_mm``) counts that older list.
 
 Norms, rotary embedding, activations and residual adds are recomputed. Rows are per GPU per
 micro-batch, ``S`` the tokens of the micro-batch on this cp rank, ``β`` the
@@ -62,6 +68,13 @@ def _matmuls(arch: Architecture) -> list[tuple[str, int, bool]]:
     return attention + mlp
 
 
+def _kept_matmuls(arch: Architecture, fp8_gemms: bool) -> list[tuple[str, int, bool]]:
+    """The matmuls of :func:`_matmuls` whose outputs the list keeps: every other ``aten.mm``
+    (the odd-numbered), or every ``aten._scaled_mm`` (outside the count)."""
+    matmuls = _matmuls(arch)
+    return matmuls if fp8_gemms else matmuls[::2]
+
+
 def op_selective_rows(
     arch: Architecture,
     tokens: Fraction,
@@ -70,10 +83,13 @@ def op_selective_rows(
     fp8_gemms: bool = False,
     moe_layer: bool = False,
     flash_attention: bool = True,
+    saves_scaled_mm: bool = True,
 ) -> tuple[tuple[str, Fraction], ...] | None:
     """(tensor, bytes per GPU per micro-batch) that torchtitan's op-level selective
     checkpointing keeps of one dense layer (the module docstring), or None where the op list
     differs from a dense flash-attention block's (MoE or MLA layers, eager attention).
+    ``fp8_gemms`` with ``saves_scaled_mm`` false: the save list before torchtitan 114151ad4,
+    without ``aten._scaled_mm``, keeps no GEMM output at all.
 
     Examples
     --------
@@ -89,19 +105,21 @@ def op_selective_rows(
     ['attention log-sum-exp (fp32)', 'attention output', 'block input', 'w1 output', 'w2 output', 'wq output', 'wv output']
     >>> sum(rows.values()) == 2 * 4 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32 * 4
     True
+
+    FP8 GEMMs under the older list: the block input, the attention output and log-sum-exp only.
+
+    >>> old = dict(op_selective_rows(llama, Fraction(4), 1, 2, True, saves_scaled_mm=False))
+    >>> sorted(old)
+    ['attention log-sum-exp (fp32)', 'attention output', 'block input']
     """
     if moe_layer or arch.attention is AttentionKind.MLA or not flash_attention:
         return None
     beta, h, a, S = activation_bytes, arch.hidden_size, arch.num_attention_heads, tokens
     rows: list[tuple[str, Fraction]] = [("block input", beta * S * h / tp)]
-    count = 0
-    for name, width, row_parallel in _matmuls(arch):
-        if not fp8_gemms:  # aten.mm: every other one is kept; aten._scaled_mm: every one
-            count += 1
-            if count % 2 == 0:
-                continue
-        # column-parallel: [S, width/tp]; row-parallel: the whole [S, h] partial sum
-        rows.append((f"{name} output", beta * S * width / (1 if row_parallel else tp)))
+    if not fp8_gemms or saves_scaled_mm:  # aten._scaled_mm not in the list: none kept
+        for name, width, row_parallel in _kept_matmuls(arch, fp8_gemms):
+            # column-parallel: [S, width/tp]; row-parallel: the whole [S, h] partial sum
+            rows.append((f"{name} output", beta * S * width / (1 if row_parallel else tp)))
     rows += [
         ("attention output", beta * S * a * arch.dim_per_head / tp),
         ("attention log-sum-exp (fp32)", 4 * a * S / tp),
@@ -122,9 +140,10 @@ def op_selective_bytes(
     fp8_gemms: bool = False,
     moe_layer: bool = False,
     flash_attention: bool = True,
+    saves_scaled_mm: bool = True,
 ) -> Fraction | None:
     """The sum of :func:`op_selective_rows` (None where it answers None)."""
     rows = op_selective_rows(
-        arch, tokens, tp, activation_bytes, fp8_gemms, moe_layer, flash_attention
+        arch, tokens, tp, activation_bytes, fp8_gemms, moe_layer, flash_attention, saves_scaled_mm
     )
     return None if rows is None else sum((b for _, b in rows), Fraction(0))

@@ -39,7 +39,11 @@ What is recomputed is a *plan* (:func:`recompute_plan`), a tuple of names:
   residual add and the MLP activation re-run; the MLP residual add, after the last needed tensor
   (the activation's output, ``w2``'s input), does not. :data:`OP_LEVEL_FP8`: under FP8 every
   GEMM output is saved (``aten._scaled_mm`` is a compute-intensive op), only the memory-bound
-  kernels re-run. A MoE or MLA layer has its own op list (:func:`model.op_checkpoint.
+  kernels re-run; :data:`OP_LEVEL_FP8_UNSAVED` (``sac_saves_scaled_mm`` false, the save list
+  before torchtitan 114151ad4, without ``aten._scaled_mm``): no GEMM output is saved, so every
+  GEMM up to the last tensor backward needs re-runs (the QKV, output and gate+up projections;
+  the down projection's output feeds only the residual add) with the memory-bound kernels.
+  A MoE or MLA layer has its own op list (:func:`model.op_checkpoint.
   op_selective_rows` answers None) and is charged the attention core, as its memory side is.
 """
 
@@ -62,6 +66,7 @@ from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
 __all__ = [
     "OP_LEVEL",
     "OP_LEVEL_FP8",
+    "OP_LEVEL_FP8_UNSAVED",
     "recompute_plan",
     "layout_plan",
     "layer_recompute_flops",
@@ -80,16 +85,24 @@ OP_LEVEL = "op_level"
 """torchtitan's op-level selective checkpointing (BF16 GEMMs)."""
 OP_LEVEL_FP8 = "op_level_fp8"
 """The same with FP8 GEMMs (every GEMM output saved)."""
+OP_LEVEL_FP8_UNSAVED = "op_level_fp8_unsaved"
+"""FP8 GEMMs under the older save list (no GEMM output saved)."""
+_OP_LEVEL_PLANS = (OP_LEVEL, OP_LEVEL_FP8, OP_LEVEL_FP8_UNSAVED)
 
 _NORM_OPS = {"attn_norm": "input norm", "mlp_norm": "pre-MLP norm"}
 _MLA_UP = ("Q latent norm", "Q up-projection", "KV latent norm", "KV up-projection")
 
 
 def recompute_plan(
-    recompute: Recompute, op_selective: bool, modules: tuple[str, ...], fp8_gemms: bool
+    recompute: Recompute,
+    op_selective: bool,
+    modules: tuple[str, ...],
+    fp8_gemms: bool,
+    saves_scaled_mm: bool = True,
 ) -> tuple[str, ...]:
     """What selective recomputation re-runs under a profile (the module docstring): () unless
-    ``recompute`` is selective; :data:`OP_LEVEL` (or :data:`OP_LEVEL_FP8`) where the profile runs
+    ``recompute`` is selective; :data:`OP_LEVEL` (or :data:`OP_LEVEL_FP8`, or
+    :data:`OP_LEVEL_FP8_UNSAVED` without ``saves_scaled_mm``) where the profile runs
     torchtitan's op-level policy (``op_selective``); else Megatron-Core's ``modules``.
 
     >>> recompute_plan(Recompute.SELECTIVE, False, ("core_attn",), False)
@@ -102,7 +115,9 @@ def recompute_plan(
     if recompute is not Recompute.SELECTIVE:
         return ()
     if op_selective:
-        return (OP_LEVEL_FP8 if fp8_gemms else OP_LEVEL,)
+        if not fp8_gemms:
+            return (OP_LEVEL,)
+        return (OP_LEVEL_FP8 if saves_scaled_mm else OP_LEVEL_FP8_UNSAVED,)
     return modules
 
 
@@ -115,7 +130,9 @@ def layout_plan(
     fp8 = training.precision is Precision.FP8
     # eager attention has its own op list: Korthikanti's count, as the memory side keeps it
     op_level = framework.op_selective and training.flash_attention
-    plan = recompute_plan(recompute, op_level, training.recompute_modules, fp8)
+    plan = recompute_plan(
+        recompute, op_level, training.recompute_modules, fp8, training.sac_saves_scaled_mm
+    )
     return plan, framework is Framework.TEXTBOOK
 
 
@@ -151,11 +168,19 @@ def _module_ops(module: str, x: LayerShape, ops: tuple[Op, ...], every_norm: boo
     return []
 
 
-def _op_level_ops(x: LayerShape, ops: tuple[Op, ...], fp8_gemms: bool) -> list[Op]:
-    """The operations torchtitan's op-level policy re-runs (the module docstring)."""
+_UNSAVED_GEMMS = ("QKV projection", "output projection", "MLP gate+up projection", "MLP FC1")
+"""The GEMMs re-run when none is saved: all but the MLP's last (its output feeds only the
+residual add, which backward does not need)."""
+
+
+def _op_level_ops(x: LayerShape, ops: tuple[Op, ...], plan: str) -> list[Op]:
+    """The operations torchtitan's op-level policy ``plan`` re-runs (the module docstring)."""
     out = [o for o in ops if o.kind is OpKind.MEMORY and o.name != "MLP residual"]
-    if fp8_gemms:
+    if plan == OP_LEVEL_FP8:
         return out
+    if plan == OP_LEVEL_FP8_UNSAVED:
+        gemms = [o for o in ops if o.kind is OpKind.GEMM and o.name in _UNSAVED_GEMMS]
+        return [o for o in ops if any(o is p for p in (*out, *gemms))]
     a, g = x.arch.num_attention_heads, x.arch.kv_heads
     for o in ops:
         if o.name == "QKV projection":  # wk of wq | wk | wv
@@ -185,9 +210,9 @@ def recomputed_ops(
     [('QKV projection', 4.0), ('output projection', 8.0), ('MLP gate+up projection', 16.0)]
     """
     ops = layer_ops(x)
-    if plan and plan[0] in (OP_LEVEL, OP_LEVEL_FP8):
+    if plan and plan[0] in _OP_LEVEL_PLANS:
         if _op_level(x):
-            return tuple(_op_level_ops(x, ops, plan[0] == OP_LEVEL_FP8))
+            return tuple(_op_level_ops(x, ops, plan[0]))
         plan = DEFAULT_RECOMPUTE_MODULES
     chosen = {id(o) for m in plan for o in _module_ops(m, x, ops, every_norm)}
     return tuple(o for o in ops if id(o) in chosen)
@@ -231,7 +256,7 @@ def repeated_tp(x: LayerShape, plan: tuple[str, ...], full: bool) -> RepeatedTp:
     """
     if full:
         return RepeatedTp(((True, True), (True, True)), True)
-    if plan and plan[0] in (OP_LEVEL, OP_LEVEL_FP8) and _op_level(x):
+    if plan and plan[0] in _OP_LEVEL_PLANS and _op_level(x):
         return RepeatedTp(((True, False), (True, False)))
     mlp = ("mlp" in plan) if not x.moe else bool({"moe", "shared_experts"} & set(plan))
     return RepeatedTp(((False, False), (mlp, mlp)), x.moe and "moe" in plan)

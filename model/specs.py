@@ -393,6 +393,12 @@ class TrainingSpec:
     edaa72212 ``zero/config.py`` ``overlap_comm_valid``: off below ZeRO-3 unless set). Off: the
     reductions run on the compute stream (:func:`model.comm.reduces_beside_compute`); on: beside
     the backward, with a second IPG bucket (:func:`model.mechanisms.mechanism`)."""
+    sac_saves_scaled_mm: bool = True
+    """torchtitan's op-level selective checkpointing (``fsdp2``, ``recompute = selective``)
+    under FP8 saves the FP8 GEMMs' outputs (``aten._scaled_mm``, in today's save list); false:
+    the list before torchtitan 114151ad4, without ``aten._scaled_mm``, which recomputes every
+    FP8 linear in backward and keeps none of their outputs (:mod:`model.op_checkpoint`). Read
+    under ``fsdp2`` with ``precision = fp8`` only (:func:`model.key_rules.check_sac_scaled_mm`)."""
 
     distributed_optimizer: DistributedOptimizer = DistributedOptimizer.MCORE
     """Which implementation runs the ``megatron`` profile's ZeRO-1, by NeMo's name

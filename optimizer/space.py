@@ -290,12 +290,13 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
         return []
     # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
     # overlap, the recompute modules, the distributed optimizer, Megatron-Core's fused loss and
-    # FP8 primary weights) are checked with each framework and recompute mode in the tables
-    # (optimizer.tables._legal), not here
+    # FP8 primary weights, the op-level save list) are checked with each framework and recompute
+    # mode in the tables (optimizer.tables._legal), not here
     plain = replace(
         training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
         distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",
         fp8_param_gather=False, fsdp_double_buffer=False, deepspeed_overlap_comm=False,
+        sac_saves_scaled_mm=True,
     )  # fmt: skip
     axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,

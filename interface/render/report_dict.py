@@ -289,6 +289,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
     modules = framework in ("megatron", "textbook") and str(lay.recompute) == "selective"
     zero1 = megatron and lay.zero_stage >= 1
     ds12 = framework == "deepspeed" and lay.zero_stage in (1, 2)
+    sac_fp8 = framework == "fsdp2" and fp8 and str(lay.recompute) == "selective"
     return {
         "dp": lay.dp,
         "tp": lay.tp,
@@ -332,6 +333,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "muon_tp_mode": t.muon_tp_mode,
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
         **_where(ds12, "deepspeed_overlap_comm", t.deepspeed_overlap_comm),
+        **_where(sac_fp8, "sac_saves_scaled_mm", t.sac_saves_scaled_mm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
         "moe": _moe_run(t.moe_run),

@@ -117,6 +117,7 @@ def activation_context(
         recompute_modules=training.recompute_modules,
         every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
         fp8_gemms=training.precision is Precision.FP8,
+        saves_scaled_mm=training.sac_saves_scaled_mm,
         eager_elementwise=elementwise_mode(framework, training.compile) is Elementwise.EAGER,
         fp8_activation_storage=training.fp8_activation_storage,
     )
