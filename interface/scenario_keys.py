@@ -185,7 +185,10 @@ KEY_HELP: dict[str, str] = {
     "sac_saves_scaled_mm": "fsdp2 with precision fp8 and recompute selective: torchtitan's "
     "op-level save list keeps the FP8 GEMM outputs (aten._scaled_mm; default true, today's "
     "torchtitan); false: the list torchtitan used until March 2026 (before commit 114151ad4), "
-    "which recomputes every FP8 linear in backward and keeps none of their outputs.",
+    "which recomputes every FP8 linear in backward and keeps none of their outputs. Under "
+    "torch.compile before PyTorch's fix of pytorch/pytorch#128730 (2026-03) the compiler kept "
+    "the FP8 GEMMs' inputs anyway and the published peaks equal BF16's: there false counts "
+    "less than such a run held.",
     "distributed_optimizer": "megatron ZeRO-1's implementation, by NeMo's optim.name: "
     "mcore_distributed_optim (default; Megatron-Core's distributed optimizer) or "
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "
