@@ -162,9 +162,13 @@ step times are unchanged (geometric mean of the ratios 1; A100 per row within 1.
 0.6794 → 0.6996, H100 0.556 → 0.5725. No published figure entered the re-expression; it only
 moves the old fit's wave losses out of e_GEMM into the shapes that have them. The project no longer
 fits time constants to end-to-end runs: the fit is retired (``python -m
-trainplan.interface.fidelity --residuals`` reports those rows' errors and fits nothing) and these
-figures stay until per-operation GEMM anchors replace them (``docs/time-model-sources.md`` §2:
-a BF16 Hopper GEMM measurement is still missing).
+trainplan.interface.fidelity --residuals`` reports those rows' errors and fits nothing). The
+per-operation anchors exist (:func:`model.gemm_anchors.anchored_gemm_efficiency`: the best BF16
+``torch.mm`` rates of the Maximum Achievable Matmul FLOPS table under this module's own rule,
+A100 0.907, H100 0.845, B200 0.848) but are not in force: they make every validation run faster
+(dense mean error 9.9 → 26.1 %, MoE 24.9 → 36.0 %), so these figures stay, standing in for time
+the model does not have (``docs/time-model-sources.md`` §2 lists the candidates: ordinary shapes
+against the best one, SMs taken by overlapped collectives, host time between kernels).
 Same-architecture parts share their generation's figure (:func:`generation_of`); accelerators
 never calibrated use the newest calibrated one (H100), an assumption stated in the output."""
 

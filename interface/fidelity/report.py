@@ -162,8 +162,9 @@ def summary(results: Sequence[RunResult]) -> list[str]:
         + ", ".join(f"{k} {v:g}" for k, v in GEMM_EFFICIENCY_BY_GENERATION.items())
         + " (fitted on the former calibration rows before published runs were kept for "
         "validation only, then re-expressed with the wave share counted per GEMM; the fit is "
-        "retired and the figures await per-operation anchors: "
-        "`python -m trainplan.interface.fidelity --residuals` reports those rows' errors); "
+        "retired: `python -m trainplan.interface.fidelity --residuals` reports those rows' "
+        "errors; the per-operation anchors of model.gemm_anchors are not in force, as they make "
+        "every published run faster: docs/time-model-sources.md section 2); "
         "the attention core at its kernel's published rate by chunk length, head dims and mask "
         "(FlashAttention-2 on A100, cuDNN under Transformer Engine on Hopper and Blackwell; "
         "model.op_rates), else 0.35 of peak on Hopper; "
