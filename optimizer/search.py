@@ -20,7 +20,7 @@ from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.space import recipe_refusal
+from trainplan.optimizer.space import axis_refusal, recipe_refusal
 from trainplan.optimizer.tables import (
     CostTables,
     build_tables,
@@ -103,6 +103,9 @@ def prepare(
         for job in problem.jobs:  # a recipe no framework runs: its rule, exit 2
             refusal = recipe_refusal(problem.space, job.case.training, job.case.model)
             if refusal:
+                raise InputError(refusal)
+            refusal = axis_refusal(problem.space, job.case.training, job.case.model)
+            if refusal:  # every given degree of an axis breaks one of the model's rules: exit 2
                 raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
         space = problem.space
