@@ -22,7 +22,7 @@ __all__ = [
     "expert_tp_of",
     "expert_shard_degree_of",
     "expert_placement_tp_of",
-    "check_deepspeed_expert_tp",
+    "check_expert_groups",
 ]
 
 
@@ -87,19 +87,39 @@ def expert_placement_tp_of(tp: Any, etp: Any, framework: Any = DEFAULT_FRAMEWORK
     return where(framework == Framework.DEEPSPEED, tp, expert_tp_of(tp, etp, framework))
 
 
-def check_deepspeed_expert_tp(etp: int | None, tp: int) -> None:
-    """Under ``deepspeed`` the routed experts are either whole on every tp rank (etp 1, the
-    default: Megatron-DeepSpeed's ``is_expert_without_slicing``,
-    ``megatron/core/tensor_parallel/layers.py``) or sliced over the whole tp group (etp = tp,
-    ``--enable-expert-tensor-parallelism``, ``megatron/arguments.py``); no other degree exists.
+def check_expert_groups(etp: Any, tp: int, dp: int, cp: int, ep: int, framework: Any) -> None:
+    """The expert groups fit the layout: ep divides dp·cp (etp = tp, or any etp under
+    ``deepspeed``, whose expert-parallel groups are carved out of each tp rank's data-parallel
+    group, ``deepspeed/utils/groups.py`` ``_get_expert_parallel_ranks``), or etp·ep divides
+    tp·dp·cp with etp ≤ tp (Megatron-Core's expert groups over the tp·cp·dp block); under
+    ``deepspeed`` etp is 1 or tp: the routed experts are either whole on every tp rank (the
+    default, Megatron-DeepSpeed's ``is_expert_without_slicing``,
+    ``megatron/core/tensor_parallel/layers.py``) or split over the whole tp group
+    (``--enable-expert-tensor-parallelism``, ``megatron/arguments.py``).
 
     Raises
     ------
     LayoutError
-        ``etp`` neither 1 nor tp.
+        The first of these that fails, naming etp or ep.
     """
-    if etp is not None and etp not in (1, tp):
+    shard = dp * cp
+    deepspeed = str(framework) == "deepspeed"
+    if deepspeed and etp is not None and etp not in (1, tp):
         raise LayoutError(
             f"etp: {etp} under framework deepspeed must be 1 (experts whole on every tp rank, "
             f"the default) or tp = {tp} (--enable-expert-tensor-parallelism)"
+        )
+    if (etp is None or deepspeed) and shard % ep:
+        raise LayoutError(f"ep: {ep} must divide dp × cp = {shard}")
+    if deepspeed or etp is None:
+        return
+    if etp > tp:
+        raise LayoutError(
+            f"etp: {etp} above tp = {tp} is not modelled (etp's token collectives ride the tp "
+            "group's link)"
+        )
+    if (tp * shard) % (ep * etp):
+        raise LayoutError(
+            f"ep: etp {etp} × ep {ep} = {ep * etp} must divide tp × dp × cp = {tp * shard} (the "
+            "expert groups are carved out of those ranks)"
         )

@@ -26,7 +26,7 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
-from trainplan.model.expert_groups import check_deepspeed_expert_tp, expert_tp_of
+from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
     Framework,
     check_distributed_optimizer,
@@ -174,30 +174,8 @@ def _fp8_activation_storage(s: Setting, framework: Any) -> None:
     check_fp8_activation_storage(framework, s.training.fp8_activation_storage)
 
 
-def _experts(
-    s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int, framework: Any
-) -> None:
-    shard = dp * cp
-    if str(framework) == "deepspeed":
-        check_deepspeed_expert_tp(etp, tp)
-        if shard % ep:
-            raise LayoutError(
-                f"ep: {ep} must divide dp × cp = {shard} (DeepSpeed carves the expert-parallel "
-                "groups out of each tp rank's data-parallel group)"
-            )
-        return
-    if etp is None and shard % ep:
-        raise LayoutError(f"ep: {ep} must divide dp × cp = {shard}")
-    if etp is not None and etp > tp:
-        raise LayoutError(
-            f"etp: {etp} above tp = {tp} is not modelled (etp's token collectives ride the tp "
-            "group's link)"
-        )
-    if etp is not None and (tp * shard) % (ep * etp):
-        raise LayoutError(
-            f"ep: etp {etp} × ep {ep} = {ep * etp} must divide tp × dp × cp = {tp * shard} (the "
-            "expert groups are carved out of those ranks)"
-        )
+def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int, fw: Any) -> None:
+    check_expert_groups(etp, tp, dp, cp, ep, fw)
 
 
 def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:

@@ -104,9 +104,6 @@ def prepare(
             refusal = recipe_refusal(problem.space, job.case.training, job.case.model)
             if refusal:
                 raise InputError(refusal)
-            refusal = axis_refusal(problem.space, job.case.training, job.case.model)
-            if refusal:  # every given degree of an axis breaks one of the model's rules: exit 2
-                raise InputError(refusal)
         why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
         space = problem.space
         for axis in ("tp", "pp", "cp", "ep"):
@@ -116,6 +113,11 @@ def prepare(
                 shown = ", ".join(map(str, given))
                 counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
                 why.insert(0, f"{axis}: {shown} divides no GPU count searched ({counts})")
+        if len(why) == 1:  # every given degree of an axis breaks one of the model's rules: exit 2
+            for job in problem.jobs:
+                refusal = axis_refusal(space, job.case.training, job.case.model)
+                if refusal:
+                    raise InputError(refusal)
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
             "B divisible by b·dp",
