@@ -15,6 +15,7 @@ from typing import Any
 
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
+from trainplan.model.expert_groups import expert_shard_degree_of, expert_tp_of
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
 from trainplan.model.key_rules import options_given
 from trainplan.model.legality import Setting, check_rules
@@ -82,7 +83,10 @@ class Layout:
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``--expert-tensor-parallel-size``): routed
     experts are split over etp·ep ranks and their optimizer state over the expert data-parallel
-    group of tp·dp·cp/(etp·ep) ranks. None = tp (the textbook convention)."""
+    group of tp·dp·cp/(etp·ep) ranks. None = tp (the textbook convention), except under
+    ``deepspeed``: 1, experts replicated over tp as Megatron-DeepSpeed runs them unless
+    ``--enable-expert-tensor-parallelism`` (= etp tp); under ``deepspeed`` only 1 and tp
+    (:func:`expert_tp_of`)."""
     zero_stage: int = 1
     """ZeRO stage 0–3 over dp·cp (3 = FSDP full sharding); Rajbhandari et al. 2019. What a stage
     holds and sends depends on ``framework`` (:mod:`model.frameworks`)."""
@@ -253,13 +257,13 @@ class Layout:
 
     @property
     def expert_tp(self) -> int:
-        """The expert tensor-parallel degree: ``etp``, or tp when not set."""
-        return expert_tp_of(self.tp, self.etp)
+        """The expert tensor-parallel degree (:func:`expert_tp_of`)."""
+        return expert_tp_of(self.tp, self.etp, self.framework)
 
     @property
     def expert_shard_degree(self) -> int:
         """D_e (:func:`expert_shard_degree_of`)."""
-        return expert_shard_degree_of(self.tp, self.dp, self.cp, self.etp, self.ep)
+        return expert_shard_degree_of(self.tp, self.dp, self.cp, self.etp, self.ep, self.framework)
 
     def num_microbatches(self, global_batch_size: int) -> int:
         """m = B / (b · dp); exact (see :func:`validate`)."""
@@ -325,17 +329,6 @@ def sequence_parallel_on(tp: Any, sequence_parallel: bool | None) -> Any:
     if sequence_parallel is None:
         return tp > 1
     return (tp > 1) & bool(sequence_parallel)
-
-
-def expert_tp_of(tp: Any, etp: Any) -> Any:
-    """The expert tensor-parallel degree: ``etp``, or tp when it is None."""
-    return tp if etp is None else etp
-
-
-def expert_shard_degree_of(tp: Any, dp: Any, cp: Any, etp: Any, ep: Any) -> Any:
-    """D_e = tp · dp · cp / (etp · ep): ranks that hold replicas of an expert parameter (the
-    expert data-parallel group; dp·cp/ep when etp = tp). Element-wise for arrays."""
-    return tp * dp * cp // (expert_tp_of(tp, etp) * ep)
 
 
 def num_microbatches_of(global_batch_size: int, micro_batch_size: Any, dp: Any) -> Any:

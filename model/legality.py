@@ -26,6 +26,7 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.errors import LayoutError
+from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
     Framework,
     check_distributed_optimizer,
@@ -173,20 +174,8 @@ def _fp8_activation_storage(s: Setting, framework: Any) -> None:
     check_fp8_activation_storage(framework, s.training.fp8_activation_storage)
 
 
-def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int) -> None:
-    shard = dp * cp
-    if etp is None and shard % ep:
-        raise LayoutError(f"ep: {ep} must divide dp × cp = {shard}")
-    if etp is not None and etp > tp:
-        raise LayoutError(
-            f"etp: {etp} above tp = {tp} is not modelled (etp's token collectives ride the tp "
-            "group's link)"
-        )
-    if etp is not None and (tp * shard) % (ep * etp):
-        raise LayoutError(
-            f"ep: etp {etp} × ep {ep} = {ep * etp} must divide tp × dp × cp = {tp * shard} (the "
-            "expert groups are carved out of those ranks)"
-        )
+def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int, fw: Any) -> None:
+    check_expert_groups(etp, tp, dp, cp, ep, fw)
 
 
 def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:
@@ -230,7 +219,7 @@ def _divides(axis: str, degree: int, what: str, value: int) -> None:
         raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
 
 
-def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
+def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> None:
     """tp divides the attention heads, the KV heads (MHA) and the FFN; the expert rules."""
     arch = s.model.arch
     if arch is None:
@@ -244,7 +233,8 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None) -> None:
         if etp is not None:
             raise LayoutError(f"etp: {etp} needs a MoE model; {s.model.name} is dense")
         return
-    axis, degree = ("tp", tp) if etp is None else ("etp", etp)
+    degree = expert_tp_of(tp, etp, framework)
+    axis = "tp" if etp is None else "etp"
     _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
 
 
@@ -398,7 +388,7 @@ RULES: tuple[Rule, ...] = (
         _distributed_optimizer,
     ),
     Rule("fp8_activation_storage", ("framework",), _fp8_activation_storage),
-    Rule("experts", ("etp", "tp", "dp", "cp", "ep"), _experts),
+    Rule("experts", ("etp", "tp", "dp", "cp", "ep", "framework"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
     Rule("options", ("framework", "pp", "virtual_stages"), _options),
     Rule(
@@ -408,7 +398,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
-    Rule("heads", ("tp", "ep", "etp"), _heads),
+    Rule("heads", ("tp", "ep", "etp", "framework"), _heads),
     Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers"), _split),
     Rule(
         "recompute_layers",

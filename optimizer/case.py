@@ -16,6 +16,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate, evaluate
+from trainplan.model.expert_groups import expert_placement_tp_of
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout, validate
 from trainplan.model.model_spec import ModelSpec
@@ -309,7 +310,7 @@ def links_for(
     ``pod_size``, ``oversubscription``), the bottleneck bandwidth of each axis's first rank group in
     a networkx cluster graph (topology.graph)."""
     degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
-    degrees["etp"] = layout.expert_tp
+    degrees["etp"] = expert_placement_tp_of(layout.tp, layout.etp, layout.framework)
     if not fabric:
         return axis_links(degrees, links, layout.rank_order)
     graph = build_cluster(

@@ -167,10 +167,10 @@ class Columns:
             self._flat.setdefault(f.name, getattr(_DEFAULTS, f.name))
         flat = self._flat
         flat["sp"] = sequence_parallel_on(flat["tp"], flat["sequence_parallel"])
-        flat["expert_tp"] = expert_tp_of(flat["tp"], flat["etp"])
+        flat["expert_tp"] = expert_tp_of(flat["tp"], flat["etp"], flat["framework"])
         flat["shard_degree"] = flat["dp"] * flat["cp"]
         flat["expert_shard_degree"] = expert_shard_degree_of(
-            flat["tp"], flat["dp"], flat["cp"], flat["etp"], flat["ep"]
+            flat["tp"], flat["dp"], flat["cp"], flat["etp"], flat["ep"], flat["framework"]
         )
         flat["m"] = num_microbatches_of(
             table.global_batch_size, flat["micro_batch_size"], flat["dp"]

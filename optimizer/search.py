@@ -20,7 +20,7 @@ from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.space import recipe_refusal
+from trainplan.optimizer.space import axis_refusal, recipe_refusal
 from trainplan.optimizer.tables import (
     CostTables,
     build_tables,
@@ -113,6 +113,11 @@ def prepare(
                 shown = ", ".join(map(str, given))
                 counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
                 why.insert(0, f"{axis}: {shown} divides no GPU count searched ({counts})")
+        if len(why) == 1:  # every given degree of an axis breaks one of the model's rules: exit 2
+            for job in problem.jobs:
+                refusal = axis_refusal(space, job.case.training, job.case.model)
+                if refusal:
+                    raise InputError(refusal)
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
             "B divisible by b·dp",

@@ -49,7 +49,8 @@ LAYOUT: list[Decorator] = [
         "--etp",
         type=COUNT,
         help="Expert tensor-parallel degree (Megatron-Core --expert-tensor-parallel-size); "
-        "default tp.",
+        "default tp, under deepspeed 1 (experts whole on every tp rank; tp = Megatron-DeepSpeed's "
+        "--enable-expert-tensor-parallelism, no other value).",
     ),
     click.option(
         "--zero",

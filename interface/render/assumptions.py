@@ -243,6 +243,8 @@ def assumptions(est: Estimate) -> list[str]:
     ]
     if lay.cp > 1:
         out.append(_cp_sentence(lay))
+    if est.model.arch is not None and est.model.arch.moe is not None:
+        out += _deepspeed_experts_sentence(lay)
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
             "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
@@ -357,9 +359,32 @@ def _state_sentence(mech: Mechanism, lay: Layout) -> str:
         parts.append(f"+ {mech.step_sharded} B/param ÷ D during the optimizer step")
     if mech.gathered_what:
         parts.append(f"+ gathered weights ({mech.gathered_what})")
-    group = "dp·cp/ep" if lay.etp is None or lay.etp == lay.tp else "tp·dp·cp/(etp·ep)"
+    group = (
+        "dp·cp/ep"
+        if str(lay.framework) == "deepspeed" or lay.expert_tp == lay.tp
+        else "tp·dp·cp/(etp·ep)"
+    )
     experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
     return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"
+
+
+def _deepspeed_experts_sentence(lay: Layout) -> list[str]:
+    """Under ``deepspeed`` with tp > 1: whether the routed experts are whole on every tp rank
+    or sliced over tp, and the Megatron-DeepSpeed flag that chooses it
+    (:func:`model.expert_groups.expert_tp_of`)."""
+    if str(lay.framework) != "deepspeed" or lay.tp == 1:
+        return []
+    if lay.expert_tp == 1:
+        how = (
+            "whole on every tp rank (etp 1, Megatron-DeepSpeed's default; "
+            "--enable-expert-tensor-parallelism would split them over tp)"
+        )
+    else:
+        how = f"split over tp (etp {lay.expert_tp}, Megatron-DeepSpeed's --enable-expert-tensor-parallelism)"
+    return [
+        f"routed experts {how}; their gradients and optimizer state sharded over DeepSpeed's "
+        f"expert data-parallel group (dp·cp/ep = {lay.expert_shard_degree})"
+    ]
 
 
 def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
