@@ -22,6 +22,7 @@ __all__ = [
     "Objective",
     "Job",
     "Constraints",
+    "fit_rule",
     "Problem",
     "gpu_counts",
     "objective_factor",
@@ -62,6 +63,28 @@ class Job:
         return round(self.num_gpus * (self.gpu_hour_price or 0) * 100)
 
 
+def fit_rule(allocator_retries_ok: bool) -> str:
+    """The search's memory rule in one line (the answers' assumptions and the infeasible
+    message): which bytes must fit the capacity (:func:`model.terms.peak.fit_bytes`).
+
+    >>> fit_rule(True)[:40]
+    'search memory rule: a layout fits where '
+    """
+    if allocator_retries_ok:
+        return (
+            "search memory rule: a layout fits where its allocated peak with the communicators "
+            "does; reserved bytes beyond the capacity accepted (allocator_retries_ok: the caching "
+            "allocator then frees its cached blocks and retries at least once a step, a time the "
+            "step does not charge)"
+        )
+    return (
+        "search memory rule: a layout fits only where its reserved bytes with the communicators "
+        "(allocated peak + the side streams' idle pools) fit the capacity too, since the caching "
+        "allocator's release-and-retry time is not charged (--allocator-retries-ok, "
+        "allocator_retries_ok = true, accepts them)"
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Constraints:
     """User constraints beyond legality and memory."""
@@ -72,6 +95,12 @@ class Constraints:
     """Only layouts at or above this MFU."""
     tp_in_nvlink: bool = False
     """tp·cp (the tensor and context groups) within one NVLink domain."""
+    allocator_retries_ok: bool = False
+    """Accept a layout whose allocated peak fits while its reserved bytes with the communicators
+    (:attr:`model.terms.peak.StageMemory.reserved_total_bytes`) do not: PyTorch's caching
+    allocator then frees its cached blocks and retries at least once a step
+    (:func:`model.terms.peak.reserved_over_capacity`), a cost with no per-operation source that
+    the step time does not charge. False (the default): such a layout is infeasible."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
