@@ -100,7 +100,9 @@ class Constraints:
     (:attr:`model.terms.peak.StageMemory.reserved_total_bytes`) do not: PyTorch's caching
     allocator then frees its cached blocks and retries at least once a step
     (:func:`model.terms.peak.reserved_over_capacity`), a cost with no per-operation source that
-    the step time does not charge. False (the default): such a layout is infeasible."""
+    the step time does not charge. False (the default): such a layout is infeasible. Refused
+    (:class:`Problem`) where no framework searched is fsdp2, the only one whose reserved bytes
+    exceed the allocated peak (:func:`model.terms.peak.stream_pool_term`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
@@ -122,6 +124,13 @@ class Problem:
     def __post_init__(self) -> None:
         if not self.jobs:
             raise InputError("search: no job (GPU count × accelerator) to search")
+        if self.constraints.allocator_retries_ok and all(
+            str(fw) != "fsdp2" for fw in self.space.frameworks
+        ):
+            raise InputError(
+                "allocator_retries_ok: true changes nothing without fsdp2 among the frameworks "
+                "searched (only FSDP2's all-gather stream reserves bytes beyond the allocated peak)"
+            )
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")
         if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli_runs import run_many
+from tests.cli_runs import refusal, run_many
 
 ARGS = ("search", "--model", "llama3-405b", "--gpus", "2048", "--framework", "fsdp2", "--json")
 CAPACITY = 83_210_009_600  # H100-SXM: 81,559 MiB as the driver reports it, less the reserve
@@ -33,6 +33,7 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
             "rule": ARGS,
             "retries": (*ARGS, "--allocator-retries-ok"),
             "none": (*ARGS, "--tp", "1", "--micro-batch", "1"),
+            "megatron": ("search", "--model", "llama3-8b", "--gpus", "8", "--allocator-retries-ok"),
         }
     )
     for name in ("rule", "retries"):
@@ -67,3 +68,8 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     assert lines[0].startswith("memory: no layout's reserved bytes fit 83.21 GB per GPU; ")
     assert "the least 82.95 GB: dp 2048, tp 1" in lines[0]
     assert lines[1].startswith("search memory rule: a layout fits only where its reserved bytes")
+
+    # only fsdp2 reserves beyond the allocated peak: elsewhere the key changes nothing, refused
+    assert refusal(runs["megatron"]).startswith(
+        "--allocator-retries-ok: true changes nothing without fsdp2 among the frameworks searched"
+    )
