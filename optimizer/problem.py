@@ -13,6 +13,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
+from trainplan.model.flops import step_flops
+from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts
 from trainplan.optimizer.case import Case
@@ -28,6 +30,7 @@ __all__ = [
     "objective_factor",
     "objective_unit",
     "objective_value",
+    "job_model_flops",
 ]
 
 
@@ -240,3 +243,22 @@ def model_size(job: Job) -> int:
         return model.num_params_declared
     assert model.arch is not None
     return count_params(model.arch).total
+
+
+def job_model_flops(job: Job, rs: tuple[Recompute, ...]) -> list[float]:
+    """Model FLOPs per step of ``job`` under each recompute mode of ``rs``
+    (:func:`model.flops.step_flops`' ``model_flops``, the job's MFU convention), as float: the
+    same for every shape of the job."""
+    arch = job.case.model.arch
+    assert arch is not None
+    n_active = job.case.model.num_params_declared or count_params(arch).active
+    t, options = job.case.training, job.case.options
+    return [
+        float(
+            step_flops(
+                arch, n_active, t.seq_len, t.global_batch_size, mode,
+                options.mfu_convention, options.causal_attention_flops,
+            ).model_flops
+        )
+        for mode in rs
+    ]  # fmt: skip

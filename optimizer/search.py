@@ -182,6 +182,32 @@ def _answer(tables: CostTables, choice: Candidate, objective: int) -> Answer:
     )
 
 
+def _nothing_fits(tables: CostTables, retried: np.ndarray) -> list[str]:
+    """The memory lines where no candidate fits: the least any needs, or where some fit by the
+    allocated peak alone (``retried`` [S, Z, R]) the search's memory rule."""
+    top = np.iinfo(np.int64).max
+    peak = np.where(tables.legal, tables.peak_ceil, top)
+    s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
+    sh, cap = tables.shapes[s], int(tables.capacity[s])
+    which = (
+        f"dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
+        f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
+        f"recompute {tables.recomputes[r]}"
+    )
+    if retried.any():
+        return [
+            f"memory: no layout's reserved bytes fit {cap / 1e9:.2f} GB per GPU; "
+            f"{int(retried.sum()):,} fit by the allocated peak alone (the least "
+            f"{peak[s, z, r] / 1e9:.2f} GB: {which}) and would run with allocator retries",
+            fit_rule(False),
+        ]
+    return [
+        f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
+        f"{peak[s, z, r] / 1e9:.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
+        "sequence or higher tp/pp/cp"
+    ]
+
+
 def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
     """One line per constraint family in CP-SAT's infeasible core, the user's own constraints
     (min_mfu, nvlink) first — so the message names the constraint the user set — and memory last;
@@ -195,28 +221,7 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     out = []
     for family in blocking:
         if family == "memory" and not fits.any():
-            top = np.iinfo(np.int64).max
-            peak = np.where(tables.legal, tables.peak_ceil, top)
-            s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
-            sh, cap = tables.shapes[s], int(tables.capacity[s])
-            which = (
-                f"dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
-                f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
-                f"recompute {tables.recomputes[r]}"
-            )
-            if retried.any():
-                out.append(
-                    f"memory: no layout's reserved bytes fit {cap / 1e9:.2f} GB per GPU; "
-                    f"{int(retried.sum()):,} fit by the allocated peak alone (the least "
-                    f"{peak[s, z, r] / 1e9:.2f} GB: {which}) and would run with allocator retries"
-                )
-                out.append(fit_rule(False))
-                continue
-            out.append(
-                f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
-                f"{peak[s, z, r] / 1e9:.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
-                "sequence or higher tp/pp/cp"
-            )
+            out += _nothing_fits(tables, retried)
         elif family == "memory":
             others = " and ".join(f for f in blocking if f != "memory")
             out.append(

@@ -165,9 +165,7 @@ def solve_shape(
 
     ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
     ``no-gain``. ``max_bytes``: every stage's peak at most this many bytes per GPU besides the
-    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`).
-    ``allocator_retries_ok``: a stage fits by its allocated peak alone
-    (:attr:`optimizer.problem.Constraints.allocator_retries_ok`).
+    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`, as ``allocator_retries_ok``).
 
     Raises
     ------

@@ -217,7 +217,10 @@ def _most_that_fits(fits: Any, top: int, guess: int) -> int:
 def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
     """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
     (bisection over n, starting from the previous stage's count); None where the stages cannot
-    hold the model's L layers between them."""
+    hold the model's L layers between them. By the allocated peak
+    (:attr:`~model.terms.peak.StageMemory.total_bytes`): never more than the reserved bytes, so
+    the counts stay an upper bound (and the time a lower bound) under either fit rule
+    (:func:`model.terms.peak.fit_bytes`)."""
     L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     fit_most = [L] * pp
     for stage in range(pp):

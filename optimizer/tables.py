@@ -35,18 +35,16 @@ import numpy as np
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
-from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.key_rules import options_given
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
-from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import fit_bytes, host_fits, peak_over_phases
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
-from trainplan.optimizer.problem import Job, Problem, objective_factor
+from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = [
@@ -420,25 +418,6 @@ def fill_job_rows(
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
     cols["model_flops"][lo:hi] = job_model_flops(job, rs)
-
-
-def job_model_flops(job: Job, rs: tuple[Recompute, ...]) -> list[float]:
-    """Model FLOPs per step of ``job`` under each recompute mode of ``rs``
-    (:func:`model.flops.step_flops`' ``model_flops``, the job's MFU convention), as float: the
-    same for every shape of the job."""
-    arch = job.case.model.arch
-    assert arch is not None
-    n_active = job.case.model.num_params_declared or count_params(arch).active
-    t, options = job.case.training, job.case.options
-    return [
-        float(
-            step_flops(
-                arch, n_active, t.seq_len, t.global_batch_size, mode,
-                options.mfu_convention, options.causal_attention_flops,
-            ).model_flops
-        )
-        for mode in rs
-    ]  # fmt: skip
 
 
 def peak_table(state: np.ndarray, step: np.ndarray, act: np.ndarray) -> np.ndarray:
