@@ -114,7 +114,7 @@ _TOP_OPTIONS: tuple[str, ...] = (
     *("objective", "tokens", "gpu_hour_price", "max_layers", "mtp_layers"),
 )
 """The search options read at a scenario file's top level (the rest go to its tables)."""
-_CONSTRAINT_OPTIONS = ("headroom", "min_mfu", "tp_in_nvlink")
+_CONSTRAINT_OPTIONS = ("headroom", "min_mfu", "tp_in_nvlink", "allocator_retries_ok")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,8 @@ class SearchRequest:
     space: Mapping[str, Any]
     """The ``[space]`` table: the layouts searched (``tp``, ``framework``…)."""
     constraints: Mapping[str, Any]
-    """The ``[constraints]`` table: ``headroom``, ``min_mfu``, ``tp_in_nvlink``."""
+    """The ``[constraints]`` table: ``headroom``, ``min_mfu``, ``tp_in_nvlink``,
+    ``allocator_retries_ok``."""
     cluster: Mapping[str, Any]
     """The ``[cluster]`` table: links, the recipe, the time model."""
     per_stage: bool = False

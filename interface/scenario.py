@@ -19,7 +19,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
                # cp_a2a (hybrid inner degrees), optimizer (adam, adam-8bit, adafactor, lion, muon, soap;
                # default adam only)
-[constraints]  # headroom, min_mfu, tp_in_nvlink
+[constraints]  # headroom, min_mfu, tp_in_nvlink, allocator_retries_ok
 [cluster]      # nvlink_domain, nvlink_gbps, scaleout_gbps, memory_reserve_gib; the recipe:
                # precision (bf16 | fp8), fp8_recipe (delayed | tensorwise | blockwise | mxfp8),
                # gradient_dtype, optimizer_dtype (fp32 | bf16),
@@ -311,6 +311,7 @@ def problem_of(request: SearchRequest) -> Problem:
         headroom=float(cons_d.get("headroom") or 0),
         min_mfu=_opt_float(cons_d.get("min_mfu")),
         tp_in_nvlink=bool(cons_d.get("tp_in_nvlink")),
+        allocator_retries_ok=bool(cons_d.get("allocator_retries_ok")),
     )
     return Problem(
         jobs=tuple(jobs), space=space, constraints=constraints, objective=objective, tokens=tokens

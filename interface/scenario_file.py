@@ -80,7 +80,7 @@ SPACE_KEYS = {
     "rank_order",
     "framework",
 }
-CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink"}
+CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink", "allocator_retries_ok"}
 CLUSTER_KEYS = {
     "nvlink_domain",
     "nvlink_gbps",
@@ -188,6 +188,7 @@ VALUE_KINDS: dict[str, Any] = {
     "headroom": _NUMBER,
     "min_mfu": _NUMBER,
     "tp_in_nvlink": _FLAG,
+    "allocator_retries_ok": _FLAG,
     "per_stage": _FLAG,
     # [cluster]
     "nvlink_domain": _COUNT,

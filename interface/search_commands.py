@@ -123,6 +123,7 @@ def search_json(
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
+        _with_fit_rule(d, problem)
         key, value = in_units(a.objective)
         d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
         d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
@@ -200,6 +201,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
     d = estimate_to_dict(plan)
+    _with_fit_rule(d, problem)
     lay = plan.layout
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
     d["per_stage"] = {
@@ -220,6 +222,16 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     }
     d["launch"] = _launch(result)
     return SearchRun(d, str(problem.objective), len(problem.jobs))
+
+
+def _with_fit_rule(d: dict[str, Any], problem: Any) -> None:
+    """Add the search's memory rule (:func:`optimizer.problem.fit_rule`) to an answer's
+    ``assumptions`` where the space holds fsdp2, the one framework whose reserved bytes exceed
+    the allocated peak (:func:`model.terms.peak.stream_pool_term`)."""
+    from trainplan.optimizer.problem import fit_rule
+
+    if any(str(fw) == "fsdp2" for fw in problem.space.frameworks):
+        d["assumptions"].append(fit_rule(problem.constraints.allocator_retries_ok))
 
 
 def _shape_row(s: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import objective_ns
+from trainplan.model.terms.peak import fit_bytes
 from trainplan.optimizer.cpsat import Candidate
 from trainplan.optimizer.problem import Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, tie_keys
@@ -122,6 +123,11 @@ def best_by_evaluate(problem: Problem, tables: CostTables) -> tuple[Candidate, i
                 if est.total_bytes > tables.capacity[s] or est.time_terms is None:
                     continue
                 if any(st.total_bytes > tables.capacity[s] for st in est.stages):
+                    continue
+                if any(
+                    fit_bytes(st, tables.allocator_retries_ok) > tables.capacity[s]
+                    for st in est.stages
+                ):  # the reserved bytes too, unless retries are accepted (tables._fits)
                     continue
                 found.append((sum(objective_ns(est.time_terms)), int(tie[s, z, r]), (s, z, r)))
     if not found:

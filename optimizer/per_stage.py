@@ -279,8 +279,9 @@ def solve_bases(
             plans.append((job, ShapePlan(base, "no-gain", None, None, 0, 0.0, 0.0, 0)))
             continue
         plan = solve_shape(
-            job.case, base, problem.constraints.headroom, left, workers, cap, max_bytes
-        )
+            job.case, base, problem.constraints.headroom, left, workers, cap, max_bytes,
+            problem.constraints.allocator_retries_ok,
+        )  # fmt: skip
         proven &= plan.status in ("optimal", "infeasible", "no-gain")
         if plan.estimate is not None and min_mfu is not None:
             # the shape's fastest plan: when it misses min_mfu, every plan of it does

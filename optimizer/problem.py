@@ -13,6 +13,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
+from trainplan.model.flops import step_flops
+from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts
 from trainplan.optimizer.case import Case
@@ -22,11 +24,13 @@ __all__ = [
     "Objective",
     "Job",
     "Constraints",
+    "fit_rule",
     "Problem",
     "gpu_counts",
     "objective_factor",
     "objective_unit",
     "objective_value",
+    "job_model_flops",
 ]
 
 
@@ -62,6 +66,28 @@ class Job:
         return round(self.num_gpus * (self.gpu_hour_price or 0) * 100)
 
 
+def fit_rule(allocator_retries_ok: bool) -> str:
+    """The search's memory rule in one line (the answers' assumptions and the infeasible
+    message): which bytes must fit the capacity (:func:`model.terms.peak.fit_bytes`).
+
+    >>> fit_rule(True)[:40]
+    'search memory rule: a layout fits where '
+    """
+    if allocator_retries_ok:
+        return (
+            "search memory rule: a layout fits where its allocated peak with the communicators "
+            "does; reserved bytes beyond the capacity accepted (allocator_retries_ok: the caching "
+            "allocator then frees its cached blocks and retries at least once a step, a time the "
+            "step does not charge)"
+        )
+    return (
+        "search memory rule: a layout fits only where its reserved bytes with the communicators "
+        "(allocated peak + the side streams' idle pools) fit the capacity too, since the caching "
+        "allocator's release-and-retry time is not charged (--allocator-retries-ok, "
+        "allocator_retries_ok = true, accepts them)"
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Constraints:
     """User constraints beyond legality and memory."""
@@ -72,6 +98,14 @@ class Constraints:
     """Only layouts at or above this MFU."""
     tp_in_nvlink: bool = False
     """tp·cp (the tensor and context groups) within one NVLink domain."""
+    allocator_retries_ok: bool = False
+    """Accept a layout whose allocated peak fits while its reserved bytes with the communicators
+    (:attr:`model.terms.peak.StageMemory.reserved_total_bytes`) do not: PyTorch's caching
+    allocator then frees its cached blocks and retries at least once a step
+    (:func:`model.terms.peak.reserved_over_capacity`), a cost with no per-operation source that
+    the step time does not charge. False (the default): such a layout is infeasible. Refused
+    (:class:`Problem`) where no framework searched is fsdp2, the only one whose reserved bytes
+    exceed the allocated peak (:func:`model.terms.peak.stream_pool_term`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
@@ -93,6 +127,13 @@ class Problem:
     def __post_init__(self) -> None:
         if not self.jobs:
             raise InputError("search: no job (GPU count × accelerator) to search")
+        if self.constraints.allocator_retries_ok and all(
+            str(fw) != "fsdp2" for fw in self.space.frameworks
+        ):
+            raise InputError(
+                "allocator_retries_ok: true changes nothing without fsdp2 among the frameworks "
+                "searched (only FSDP2's all-gather stream reserves bytes beyond the allocated peak)"
+            )
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")
         if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:
@@ -202,3 +243,22 @@ def model_size(job: Job) -> int:
         return model.num_params_declared
     assert model.arch is not None
     return count_params(model.arch).total
+
+
+def job_model_flops(job: Job, rs: tuple[Recompute, ...]) -> list[float]:
+    """Model FLOPs per step of ``job`` under each recompute mode of ``rs``
+    (:func:`model.flops.step_flops`' ``model_flops``, the job's MFU convention), as float: the
+    same for every shape of the job."""
+    arch = job.case.model.arch
+    assert arch is not None
+    n_active = job.case.model.num_params_declared or count_params(arch).active
+    t, options = job.case.training, job.case.options
+    return [
+        float(
+            step_flops(
+                arch, n_active, t.seq_len, t.global_batch_size, mode,
+                options.mfu_convention, options.causal_attention_flops,
+            ).model_flops
+        )
+        for mode in rs
+    ]  # fmt: skip

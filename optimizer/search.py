@@ -17,8 +17,9 @@ import numpy as np
 
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
-from trainplan.optimizer.problem import Job, Objective, Problem, model_size
+from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.space import axis_refusal, recipe_refusal
 from trainplan.optimizer.tables import (
@@ -166,8 +167,11 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
         for a, b in zip(objective_ns(est.time_terms), table_time, strict=True)
     ):
         raise TermMismatch(f"time terms: evaluate {est.time_terms} != table {table_time}")
+    fits = est.fits and (
+        tables.allocator_retries_ok or not reserved_over_capacity(est.stages, est.capacity_bytes)
+    )
     if bool(tables.fits[s, z, r]) != (
-        est.fits if est.capacity_bytes == tables.capacity[s] else bool(tables.fits[s, z, r])
+        fits if est.capacity_bytes == tables.capacity[s] else bool(tables.fits[s, z, r])
     ):
         raise TermMismatch("fits: evaluate and table disagree")
     return est
@@ -183,6 +187,32 @@ def _answer(tables: CostTables, choice: Candidate, objective: int) -> Answer:
     )
 
 
+def _nothing_fits(tables: CostTables, retried: np.ndarray) -> list[str]:
+    """The memory lines where no candidate fits: the least any needs, or where some fit by the
+    allocated peak alone (``retried`` [S, Z, R]) the search's memory rule."""
+    top = np.iinfo(np.int64).max
+    peak = np.where(tables.legal, tables.peak_ceil, top)
+    s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
+    sh, cap = tables.shapes[s], int(tables.capacity[s])
+    which = (
+        f"dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
+        f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
+        f"recompute {tables.recomputes[r]}"
+    )
+    if retried.any():
+        return [
+            f"memory: no layout's reserved bytes fit {cap / 1e9:.2f} GB per GPU; "
+            f"{int(retried.sum()):,} fit by the allocated peak alone (the least "
+            f"{peak[s, z, r] / 1e9:.2f} GB: {which}) and would run with allocator retries",
+            fit_rule(False),
+        ]
+    return [
+        f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
+        f"{peak[s, z, r] / 1e9:.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
+        "sequence or higher tp/pp/cp"
+    ]
+
+
 def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
     """One line per constraint family in CP-SAT's infeasible core, the user's own constraints
     (min_mfu, nvlink) first — so the message names the constraint the user set — and memory last;
@@ -190,26 +220,21 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     blocking = lm.explain() or list(lm.families)
     blocking = sorted(blocking, key=lambda family: family == "memory")
     fits = tables.fits
+    # legal candidates whose allocated peak fits but whose reserved bytes do not (tables._fits)
+    retried = tables.legal & (tables.peak_ceil <= tables.capacity[:, None, None]) & ~fits
+    retried &= not tables.allocator_retries_ok
     out = []
     for family in blocking:
         if family == "memory" and not fits.any():
-            top = np.iinfo(np.int64).max
-            peak = np.where(tables.legal, tables.peak_ceil, top)
-            s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
-            sh, cap = tables.shapes[s], int(tables.capacity[s])
-            out.append(
-                f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
-                f"{peak[s, z, r] / 1e9:.2f} GB (dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
-                f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
-                f"recompute {tables.recomputes[r]}); try more GPUs, a larger accelerator, a shorter "
-                "sequence or higher tp/pp/cp"
-            )
+            out += _nothing_fits(tables, retried)
         elif family == "memory":
             others = " and ".join(f for f in blocking if f != "memory")
             out.append(
                 f"memory: {int(fits.sum()):,} of {fits.size:,} candidates fit in "
                 f"{int(tables.capacity.max()) / 1e9:.2f} GB per GPU, but none of them meets {others}"
             )
+            if retried.any():
+                out.append(fit_rule(False))
         elif family == "min_mfu":
             mfu = mfu_table(tables)
             best, where = (

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout
+from trainplan.model.terms.peak import fit_bytes
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
@@ -83,7 +84,7 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         row = options.get((s, layers, lay.recompute_layers[s]))
         if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
             raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
-        if stage.total_bytes > tables.capacity:
+        if fit_bytes(stage, tables.allocator_retries_ok) > tables.capacity:
             raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
         paced.append(row.paced_ns)
     if max(paced) != paced_ns:
@@ -154,6 +155,7 @@ def solve_shape(
     workers: int = 2,
     cap_ns: int | None = None,
     max_bytes: int | None = None,
+    allocator_retries_ok: bool = False,
 ) -> ShapePlan:
     """The per-stage optimum of ``layout``'s shape on ``case``: the least step time over every
     stage's layer count and recomputed layers whose stages all fit.
@@ -163,7 +165,7 @@ def solve_shape(
 
     ``cap_ns``: only splits faster than this are sought (the best plan so far); none is
     ``no-gain``. ``max_bytes``: every stage's peak at most this many bytes per GPU besides the
-    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`).
+    device's capacity (:func:`optimizer.stage_tables.build_stage_tables`, as ``allocator_retries_ok``).
 
     Raises
     ------
@@ -182,7 +184,9 @@ def solve_shape(
     if cap_ns is not None and bound + lower >= cap_ns:
         return ShapePlan(layout, "no-gain", None, None, 0, time.perf_counter() - t0, 0.0, 0)
     try:
-        tables = build_stage_tables(case, layout, headroom, cap_ns, lower, max_bytes, deadline)
+        tables = build_stage_tables(
+            case, layout, headroom, cap_ns, lower, max_bytes, deadline, allocator_retries_ok
+        )
     except OutOfTime:  # the time limit: this shape is not searched, nothing is proven
         return ShapePlan(layout, "feasible", None, None, 0, time.perf_counter() - t0, 0.0, 0)
     t_tables = time.perf_counter() - t0

@@ -38,7 +38,7 @@ from typing import Any
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import StageMemory, stage_memory_term
+from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
@@ -106,6 +106,9 @@ class StageTables:
     (more recomputes hold no more and run no slower — tested — so they are dominated)."""
     evaluations: int
     """Per-stage memory evaluations made to build the rows."""
+    allocator_retries_ok: bool = False
+    """Whether a stage fits by its allocated peak alone (:func:`model.terms.peak.fit_bytes`;
+    :attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
 
 
 class OutOfTime(Exception):
@@ -214,7 +217,10 @@ def _most_that_fits(fits: Any, top: int, guess: int) -> int:
 def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
     """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
     (bisection over n, starting from the previous stage's count); None where the stages cannot
-    hold the model's L layers between them."""
+    hold the model's L layers between them. By the allocated peak
+    (:attr:`~model.terms.peak.StageMemory.total_bytes`): never more than the reserved bytes, so
+    the counts stay an upper bound (and the time a lower bound) under either fit rule
+    (:func:`model.terms.peak.fit_bytes`)."""
     L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
     fit_most = [L] * pp
     for stage in range(pp):
@@ -297,6 +303,7 @@ def build_stage_tables(
     rest_lower_ns: int = 0,
     max_bytes: int | None = None,
     deadline: float | None = None,
+    allocator_retries_ok: bool = False,
 ) -> StageTables:
     """The per-stage rows of ``layout``'s shape on ``case``: for every stage and layer count n
     (0 … L; only L when pp = 1), the least k (0 … ⌈n/v⌉, per model chunk) whose peak fits, with
@@ -307,6 +314,8 @@ def build_stage_tables(
     bytes per GPU (the memory frontier's ε): the capacity is the lesser of the two.
     ``deadline``: a :func:`time.perf_counter` instant, checked before each layer count's rows
     (a few evaluations each), so a time limit holds to within one of them.
+    ``allocator_retries_ok``: a stage fits by its allocated peak alone
+    (:func:`model.terms.peak.fit_bytes`; by default its reserved bytes must fit too).
 
     Monotone in k and n (tested: one more recomputed layer never holds more nor runs faster; one
     more layer on the stage never holds less): the least k of n − 1 layers is tried first, then
@@ -323,7 +332,9 @@ def build_stage_tables(
         ``deadline`` passed before the rows were complete.
     """
     costs = StageCosts(
-        _stage_context(case, layout), stage_capacity(case, layout, headroom, max_bytes)
+        _stage_context(case, layout),
+        stage_capacity(case, layout, headroom, max_bytes),
+        allocator_retries_ok,
     )
     L, pp = costs.stages.num_layers, layout.pp
     most = time_caps(costs, cap_ns, rest_lower_ns)
@@ -335,7 +346,9 @@ def build_stage_tables(
         found = stage_rows(costs, stage, cap_ns, rest_lower_ns, deadline)
         rows.append(found)
         most[stage] = max((o.layers for o in found), default=-1)
-    return StageTables(case, layout, L, costs.capacity, tuple(rows), costs.evaluations)
+    return StageTables(
+        case, layout, L, costs.capacity, tuple(rows), costs.evaluations, allocator_retries_ok
+    )
 
 
 class StageCosts:
@@ -343,10 +356,12 @@ class StageCosts:
     of (stage, n, k) (:attr:`evaluations` counts them) and the pipeline term, which reads only
     whether the stage is first or last, its layers and their recomputed counts."""
 
-    def __init__(self, stages: _Stages, capacity: int) -> None:
+    def __init__(self, stages: _Stages, capacity: int, allocator_retries_ok: bool = False) -> None:
         self.stages = stages
         self.capacity = capacity
         """Bytes per GPU a stage may use (:func:`stage_capacity`)."""
+        self.allocator_retries_ok = allocator_retries_ok
+        """Whether the allocated peak alone must fit (:func:`model.terms.peak.fit_bytes`)."""
         self.evaluations = 0
         self._memory: dict[tuple[int, int, int], StageMemory] = {}
         self._paced: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
@@ -359,8 +374,9 @@ class StageCosts:
         return self._memory[stage, n, k]
 
     def fits(self, stage: int, n: int, k: int) -> bool:
-        """Whether the stage's peak is within :attr:`capacity`."""
-        return self.memory(stage, n, k).total_bytes <= self.capacity
+        """Whether the stage's peak (:func:`model.terms.peak.fit_bytes`: the reserved bytes
+        unless :attr:`allocator_retries_ok`) is within :attr:`capacity`."""
+        return fit_bytes(self.memory(stage, n, k), self.allocator_retries_ok) <= self.capacity
 
     def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
         """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""

@@ -35,18 +35,16 @@ import numpy as np
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
-from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.key_rules import options_given
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
-from trainplan.model.params import count_params
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import host_fits, peak_over_phases
+from trainplan.model.terms.peak import fit_bytes, host_fits, peak_over_phases
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
-from trainplan.optimizer.problem import Job, Problem, objective_factor
+from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = [
@@ -93,8 +91,9 @@ class CostTables:
     act_ceil: np.ndarray
     """[S, R, P] activation bytes (layers + embedding + transient), rounded up."""
     fits: np.ndarray
-    """[S, Z, R] legal, and every stage's exact peak (max of state + activations and the step's
-    bytes) within capacity × (1 − headroom)."""
+    """[S, Z, R] legal, and every stage's exact reserved peak (max of state + activations and
+    the step's bytes, plus the side streams' pools; without them under
+    :attr:`allocator_retries_ok`) within capacity × (1 − headroom)."""
     t1_ns: np.ndarray
     """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns."""
     t2_ns: np.ndarray
@@ -108,6 +107,9 @@ class CostTables:
     jobs_tabulated: int = -1
     """How many of the jobs (in order) have shapes here; fewer than ``len(jobs)`` when a time
     limit stopped table building (-1: all)."""
+    allocator_retries_ok: bool = False
+    """Whether :attr:`fits` accepts a candidate whose reserved bytes exceed the capacity while its
+    allocated ones fit (:attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
 
     @property
     def complete(self) -> bool:
@@ -180,15 +182,16 @@ def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
-    """The memory terms of one job's shapes: forward/backward state, optimizer-step state and
-    the host's share [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
+    """The memory terms of one job's shapes: forward/backward state, optimizer-step state, the
+    host's share and the side streams' pools (:func:`model.terms.peak.stream_pool_term`)
+    [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
     (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
     state fits the host: :func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
-                "act_host": none_r}  # fmt: skip
+                "act_host": none_r, "pool": none_z}  # fmt: skip
     skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
@@ -199,10 +202,11 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         term("activations"), c, table, modifiers,
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
+    (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
-            "act_host": act_host}  # fmt: skip
+            "act_host": act_host, "pool": pool}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
@@ -221,9 +225,12 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     }
 
 
-def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo: dict):
+def _job_rows(
+    job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo: dict, retries_ok: bool
+):
     """Every term of one job's shapes: memory arrays (shared by jobs that differ only in the
-    accelerator, ``memo``), time arrays, capacities and exact fit verdicts."""
+    accelerator, ``memo``), time arrays, capacities and exact fit verdicts (``retries_ok``:
+    :attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
     case = job.case
     c = evaluation_context(
         case.model, case.training, case.device, case.options, case.vocab_multiple
@@ -236,7 +243,7 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo
     mem = _with_communicators(memo[key], c, table, zs, P)
     times = _times(c, table, zs, rs, mem["legal"])
     cap = np.array([_capacity(job, s, headroom) for s in shapes], dtype=np.int64)
-    fits = _fits(job, shapes, zs, rs, mem, cap)
+    fits = _fits(job, shapes, zs, rs, mem, cap, retries_ok)
     return mem, times, cap, fits
 
 
@@ -250,13 +257,23 @@ def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) 
     return mem | {"state": mem["state"] + comm, "step": mem["step"] + comm}
 
 
-def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
+def _fits(
+    job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray, retries_ok: bool = False
+) -> np.ndarray:
     """[N, Z, R] legal, the host's share of offloaded state and activations within the host
-    memory per GPU, and every stage's peak (:func:`model.terms.peak.peak_over_phases`) within
-    ``cap``; decided exactly (the exact evaluator's rationals) where the float margin is within
-    :data:`FIT_MARGIN` of the capacity."""
+    memory per GPU, and every stage's peak within ``cap``; decided exactly (the exact
+    evaluator's rationals) where the float margin is within :data:`FIT_MARGIN` of the capacity.
+
+    The peak is the reserved one with the communicators
+    (:attr:`model.terms.peak.StageMemory.reserved_total_bytes`: the allocated peak of
+    :func:`model.terms.peak.peak_over_phases` plus the side streams' pools), so that no answer
+    relies on the caching allocator's retries, whose time the step does not charge
+    (:func:`model.terms.peak.reserved_over_capacity`); with ``retries_ok`` the allocated peak
+    (:attr:`~model.terms.peak.StageMemory.total_bytes`, the evaluator's verdict)."""
     state, step, act, legal = mem["state"], mem["step"], mem["act"], mem["legal"]
     peak = peak_over_phases(state[:, :, None, :], act[:, None, :, :], step[:, :, None, :])
+    if not retries_ok:
+        peak = peak + mem["pool"][:, :, None, :]
     limit = cap[:, None, None, None].astype(float)
     clear_in = (peak <= limit * (1 - FIT_MARGIN)).all(axis=3)
     clear_out = (peak > limit * (1 + FIT_MARGIN)).any(axis=3)
@@ -272,7 +289,9 @@ def _fits(job: Job, shapes, zs, rs, mem: dict, cap: np.ndarray) -> np.ndarray:
             case.model, case.training, lay, case.vocab_multiple, case.device,
             links_for(lay, case.links, case.fabric),
         )  # fmt: skip
-        fits[n, z, r] = host_ok[n, z, r] and all(st.total_bytes <= cap[n] for st in stages)
+        fits[n, z, r] = host_ok[n, z, r] and all(
+            fit_bytes(st, retries_ok) <= cap[n] for st in stages
+        )
     return fits
 
 
@@ -306,7 +325,10 @@ def build_tables(
         if deadline is not None and j and time.perf_counter() > deadline:
             tabulated = j
             break
-        fill_job_rows(cols, lo, job, found, zs, rs, problem.constraints.headroom, memo)
+        fill_job_rows(
+            cols, lo, job, found, zs, rs, problem.constraints.headroom, memo,
+            problem.constraints.allocator_retries_ok,
+        )  # fmt: skip
         shapes += found
         job_of += [j] * len(found)
         lo += len(found)
@@ -323,6 +345,7 @@ def build_tables(
         **cols,
         peak_ceil=peak_table(cols["state_ceil"], cols["step_ceil"], cols["act_ceil"]),
         jobs_tabulated=tabulated,
+        allocator_retries_ok=problem.constraints.allocator_retries_ok,
     )
 
 
@@ -379,6 +402,7 @@ def fill_job_rows(
     rs: tuple[Recompute, ...],
     headroom: float,
     memo: dict,
+    retries_ok: bool = False,
 ) -> None:
     """Write ``job``'s rows (its shapes ``found``, from row ``lo``) of :func:`empty_columns`'
     ``cols``: the terms (:func:`_job_rows`), rounded up where they are bytes, and the model
@@ -386,7 +410,7 @@ def fill_job_rows(
     if not found:
         return
     hi = lo + len(found)
-    mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo)
+    mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
     p = mem["state"].shape[2]
     cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"])
     cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"])
@@ -394,25 +418,6 @@ def fill_job_rows(
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
     cols["model_flops"][lo:hi] = job_model_flops(job, rs)
-
-
-def job_model_flops(job: Job, rs: tuple[Recompute, ...]) -> list[float]:
-    """Model FLOPs per step of ``job`` under each recompute mode of ``rs``
-    (:func:`model.flops.step_flops`' ``model_flops``, the job's MFU convention), as float: the
-    same for every shape of the job."""
-    arch = job.case.model.arch
-    assert arch is not None
-    n_active = job.case.model.num_params_declared or count_params(arch).active
-    t, options = job.case.training, job.case.options
-    return [
-        float(
-            step_flops(
-                arch, n_active, t.seq_len, t.global_batch_size, mode,
-                options.mfu_convention, options.causal_attention_flops,
-            ).model_flops
-        )
-        for mode in rs
-    ]  # fmt: skip
 
 
 def peak_table(state: np.ndarray, step: np.ndarray, act: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ def test_reserved_line_under_fsdp2_and_none_under_megatron():
 
 def test_reserved_above_capacity_runs_with_allocator_retries_not_charged():
     """Llama 3 405B, fsdp2 ZeRO-3 at dp 2048, full recompute, s 8192, b 1 (the search's answer
-    on 2,048 H100s). Its largest unit per GPU is one whole layer (ZeRO-3 gathers it):
+    on 2,048 H100s with allocator_retries_ok). Its largest unit per GPU is one whole layer (ZeRO-3 gathers it):
     attention 2·16,384² + 2·16,384·1,024 = 570,425,344, MLP 3·16,384·53,248 = 2,617,245,696,
     two norms 32,768: U = 3,187,703,808 elements, so the copy-in stream's pool is
     2·2 B·U = 12,750,815,232 B. With the allocated peak (82,546,261,568 B) and NCCL's

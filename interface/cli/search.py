@@ -166,6 +166,15 @@ CONSTRAINTS: list[Decorator] = [
         default=None,
         help="Keep tp·cp within one NVLink domain.",
     ),
+    click.option(
+        "--allocator-retries-ok",
+        "allocator_retries_ok",
+        is_flag=True,
+        default=None,
+        help="Accept layouts whose allocated peak fits but whose reserved bytes with the "
+        "communicators do not (the caching allocator frees and retries at least once a step; "
+        "that time is not charged).",
+    ),
 ]
 """What every answer must satisfy."""
 

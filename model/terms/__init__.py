@@ -31,6 +31,7 @@ from trainplan.model.layout import LAYOUT_FIELDS
 from trainplan.model.terms.activations import stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.peak import stream_pool_term
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import dp_term, pipeline_term
 
@@ -95,6 +96,15 @@ TERMS: tuple[Term, ...] = (
             {"tp", "dp", "cp", "cp_kind", "cp_a2a", "ep", "etp", "pp", "schedule", "virtual_stages"}
             | {"framework", "rank_order", "zero_stage"}
         ),
+        ("pp", "framework", "zero_stage"),
+        True,
+        "bytes",
+        "ceil",
+    ),
+    Term(
+        "stream_pool",
+        stream_pool_term,
+        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer", "schedule"}),
         ("pp", "framework", "zero_stage"),
         True,
         "bytes",

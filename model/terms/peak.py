@@ -41,6 +41,7 @@ __all__ = [
     "stage_memory_term",
     "stream_pool_term",
     "reserved_over_capacity",
+    "fit_bytes",
     "busiest_stage",
     "host_fits",
 ]
@@ -222,6 +223,24 @@ def reserved_over_capacity(stages: Any, capacity_bytes: Any) -> Fraction:
     """
     most = max(s.reserved_total_bytes for s in stages)
     return max(Fraction(most) - capacity_bytes, Fraction(0))
+
+
+def fit_bytes(stage: Any, allocator_retries_ok: bool) -> Fraction:
+    """The bytes of a :class:`StageMemory` ``stage`` the search, the per-stage search and the
+    frontier compare with the capacity: :attr:`StageMemory.reserved_total_bytes`, so that no
+    answer relies on the caching allocator's retries, whose time the step does not charge
+    (:func:`reserved_over_capacity`); with ``allocator_retries_ok``
+    :attr:`StageMemory.total_bytes`, the evaluator's verdict (out-of-memory follows the
+    allocated peak).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as S
+    >>> st = S(total_bytes=80, reserved_total_bytes=95)
+    >>> fit_bytes(st, False), fit_bytes(st, True)
+    (Fraction(95, 1), Fraction(80, 1))
+    """
+    return Fraction(stage.total_bytes if allocator_retries_ok else stage.reserved_total_bytes)
 
 
 def busiest_stage(peaks: Any) -> Any:

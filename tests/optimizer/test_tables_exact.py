@@ -140,7 +140,10 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
         t1, t2 = objective_ns(est.time_terms)
         assert abs(t1 - tables.t1_ns[s, r]) <= NS_TOLERANCE, (where, t1, tables.t1_ns[s, r])
         assert abs(t2 - tables.t2_ns[s, z]) <= NS_TOLERANCE, (where, t2, tables.t2_ns[s, z])
-        assert bool(tables.fits[s, z, r]) == est.fits, where
+        # the search's rule: the reserved bytes with the communicators fit too (the caching
+        # allocator's retries are not charged: model.terms.peak.fit_bytes)
+        reserved_fits = all(st.reserved_total_bytes <= est.capacity_bytes for st in est.stages)
+        assert bool(tables.fits[s, z, r]) == (est.fits and reserved_fits), where
         assert tables.capacity[s] == est.capacity_bytes
 
 

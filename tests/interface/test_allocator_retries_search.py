@@ -1,0 +1,75 @@
+"""The search's memory rule: a candidate fits only where its reserved bytes with the
+communicators fit the capacity (:func:`model.terms.peak.fit_bytes`), since the caching
+allocator's release-and-retry time has no per-operation source and the step time does not charge
+it (:func:`model.terms.peak.reserved_over_capacity`). ``--allocator-retries-ok`` (the
+``[constraints]`` key ``allocator_retries_ok``) accepts such layouts.
+
+Llama 3 405B on 2,048 H100s under fsdp2 (s 8192, B 2048, the defaults): dp 2048 ZeRO-3, full
+recomputation, b 1 is the fastest layout whose allocated peak fits (82.95 GB with the
+communicators of the usable 83,210,009,600 B), but with the all-gather stream's pool
+(2·2 B·3,187,703,808 elements = 12.75 GB, one whole layer gathered twice) the GPU would hold
+95.70 GB: 12.49 GB over, so the allocator would free its cached blocks and retry at least once
+a step. The fastest layout whose reserved bytes fit is dp 1024 × tp 2, b 2, full
+recomputation: 54.166 s (reserved 77.45 GB: allocated 71.08 GB + a 6.38 GB pool, half a layer
+per GPU at tp 2; 78.26 GB with 0.81 GB of communicators), 1.6 % slower than the 53.296 s retry
+layout.
+
+Each search is its own process (``python -m trainplan``, ~20 s of table building each).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import refusal, run_many
+
+ARGS = ("search", "--model", "llama3-405b", "--gpus", "2048", "--framework", "fsdp2", "--json")
+CAPACITY = 83_210_009_600  # H100-SXM: 81,559 MiB as the driver reports it, less the reserve
+
+
+def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
+    runs = run_many(
+        {
+            "rule": ARGS,
+            "retries": (*ARGS, "--allocator-retries-ok"),
+            "none": (*ARGS, "--tp", "1", "--micro-batch", "1"),
+            "megatron": ("search", "--model", "llama3-8b", "--gpus", "8", "--allocator-retries-ok"),
+        }
+    )
+    for name in ("rule", "retries"):
+        assert runs[name].returncode == 0, runs[name].stderr[-2000:]
+    clean, retried = json.loads(runs["rule"].stdout), json.loads(runs["retries"].stdout)
+
+    lay = clean["layout"]
+    assert (lay["dp"], lay["tp"], lay["pp"], lay["cp"]) == (1024, 2, 1, 1)
+    assert (lay["zero_stage"], lay["recompute"], lay["micro_batch_size"]) == (3, "full", 2)
+    assert round(clean["time"]["step_s"], 3) == 54.166
+    m = clean["memory"]
+    assert m["allocator_retries"] is False and m["reserved_over_bytes"] == 0
+    assert m["reserved_bytes"] + m["communicator_bytes"] <= CAPACITY
+    assert round(m["reserved_bytes"] / 1e9, 2) == 77.45  # what max_memory_reserved reads
+    assert round((m["reserved_bytes"] + m["communicator_bytes"]) / 1e9, 2) == 78.26
+    assert any(
+        a.startswith("search memory rule: a layout fits only where") for a in clean["assumptions"]
+    )
+
+    lay = retried["layout"]
+    assert (lay["dp"], lay["tp"], lay["micro_batch_size"], lay["recompute"]) == (2048, 1, 1, "full")
+    assert round(retried["time"]["step_s"], 3) == 53.296
+    m = retried["memory"]
+    assert m["allocator_retries"] is True and m["fits"] is True
+    assert m["reserved_over_bytes"] == 12_489_720_384
+    assert any("allocator_retries_ok" in a for a in retried["assumptions"])
+
+    # only the retry layout left (tp 1, b 1): infeasible, and the message names the rule
+    none = runs["none"]
+    assert none.returncode == 1, none.stderr[-2000:]
+    lines = json.loads(none.stdout)["explanation"]
+    assert lines[0].startswith("memory: no layout's reserved bytes fit 83.21 GB per GPU; ")
+    assert "the least 82.95 GB: dp 2048, tp 1" in lines[0]
+    assert lines[1].startswith("search memory rule: a layout fits only where its reserved bytes")
+
+    # only fsdp2 reserves beyond the allocated peak: elsewhere the key changes nothing, refused
+    assert refusal(runs["megatron"]).startswith(
+        "--allocator-retries-ok: true changes nothing without fsdp2 among the frameworks searched"
+    )
