@@ -65,3 +65,14 @@ def test_no_retry_line_where_the_reserved_bytes_fit():
     assert d["memory"]["reserved_over_bytes"] == 0
     text = evaluate_text(d)
     assert "allocator retries" not in text and "verdict: fits\n" in text
+
+
+def test_no_retry_line_where_the_layout_does_not_fit():
+    """Llama 3 405B under fsdp2 ZeRO-3 at dp 1024, no recomputation: the allocated peak alone is
+    over the capacity, so the verdict is "DOES NOT FIT" and no retry line promises a run."""
+    case = {**BASE, "model": "llama3-405b", "framework": "fsdp2", "dp": 1024,
+            "global_batch_size": 1024, "zero_stage": 3, "recompute": "none"}  # fmt: skip
+    d = estimate_to_dict(build_case(case).evaluate())
+    assert d["memory"]["fits"] is False and d["memory"]["allocator_retries"] is True
+    text = evaluate_text(d)
+    assert "verdict: DOES NOT FIT" in text and "allocator retries:" not in text

@@ -211,7 +211,7 @@ def _reserved_lines(m: dict[str, Any]) -> list[str]:
         f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in the "
         "all-gather stream's pool; not in the verdict: freed before out-of-memory)"
     ]
-    if m.get("allocator_retries"):
+    if m.get("allocator_retries") and m["fits"]:  # over by the allocated peak: no run to retry
         lines.append(
             f"  allocator retries: the reserved bytes and the communicators would exceed the "
             f"capacity by {gb(m['reserved_over_bytes'])}, so at least once a step the allocator "
