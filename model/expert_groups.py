@@ -87,7 +87,9 @@ def expert_placement_tp_of(tp: Any, etp: Any, framework: Any = DEFAULT_FRAMEWORK
     return where(framework == Framework.DEEPSPEED, tp, expert_tp_of(tp, etp, framework))
 
 
-def check_expert_groups(etp: Any, tp: int, dp: int, cp: int, ep: int, framework: Any) -> None:
+def check_expert_groups(
+    etp: Any, tp: int, dp: int, cp: int, ep: int, framework: Any, moe: bool = False
+) -> None:
     """The expert groups fit the layout: ep divides dp·cp (etp = tp, or any etp under
     ``deepspeed``, whose expert-parallel groups are carved out of each tp rank's data-parallel
     group, ``deepspeed/utils/groups.py`` ``_get_expert_parallel_ranks``), or etp·ep divides
@@ -97,10 +99,17 @@ def check_expert_groups(etp: Any, tp: int, dp: int, cp: int, ep: int, framework:
     ``megatron/core/tensor_parallel/layers.py``) or split over the whole tp group
     (``--enable-expert-tensor-parallelism``, ``megatron/arguments.py``).
 
+    A model with routed experts (``moe``) under ``deepspeed`` at tp > 1 is refused: DeepSpeed's
+    ``MOELayer.forward`` (``deepspeed/moe/sharded_moe.py``) drops the tokens it takes to be
+    duplicated over tp before the dispatch all-to-all (``drop_tokens``) and gathers them over
+    tp after the combine (``gather_tokens``), which holds only where every tp rank has the same
+    tokens (no sequence parallelism, which Megatron-DeepSpeed would feed it split); neither
+    the drop nor the gather is counted here.
+
     Raises
     ------
     LayoutError
-        The first of these that fails, naming etp or ep.
+        The first of these that fails, naming tp, etp or ep.
     """
     shard = dp * cp
     deepspeed = str(framework) == "deepspeed"
@@ -108,6 +117,13 @@ def check_expert_groups(etp: Any, tp: int, dp: int, cp: int, ep: int, framework:
         raise LayoutError(
             f"etp: {etp} under framework deepspeed must be 1 (experts whole on every tp rank, "
             f"the default) or tp = {tp} (--enable-expert-tensor-parallelism)"
+        )
+    if deepspeed and moe and tp > 1:
+        raise LayoutError(
+            f"tp: {tp} under framework deepspeed with routed experts is not modelled: DeepSpeed's "
+            "MOELayer drops the tokens duplicated over tp before its all-to-all and gathers them "
+            "after (deepspeed/moe/sharded_moe.py), which needs the same tokens on every tp rank "
+            "and is not counted; use tp 1 (ep and dp for the experts)"
         )
     if (etp is None or deepspeed) and shard % ep:
         raise LayoutError(f"ep: {ep} must divide dp × cp = {shard}")

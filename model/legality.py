@@ -175,7 +175,8 @@ def _fp8_activation_storage(s: Setting, framework: Any) -> None:
 
 
 def _experts(s: Setting, etp: int | None, tp: int, dp: int, cp: int, ep: int, fw: Any) -> None:
-    check_expert_groups(etp, tp, dp, cp, ep, fw)
+    moe = s.model.arch is not None and s.model.arch.moe is not None
+    check_expert_groups(etp, tp, dp, cp, ep, fw, moe)
 
 
 def _schedule(s: Setting, pp: int, m: int, schedule: Any, v: int) -> None:

@@ -1,7 +1,7 @@
-"""``trainplan`` in its own process on DeepSpeed MoE layouts: experts whole on every tp rank
-unless etp = tp (Megatron-DeepSpeed's ``--enable-expert-tensor-parallelism``; the figures'
-derivation: tests/model/test_deepspeed_experts.py), and a search whose given degree breaks one
-of the model's rules names it."""
+"""``trainplan`` in its own process on DeepSpeed MoE layouts: tp > 1 refused (DeepSpeed's
+MOELayer drops and gathers the tokens duplicated over tp, not counted; the figures' derivation:
+tests/model/test_deepspeed_experts.py), so the search splits the experts over ep; and a search
+whose given degree breaks one of the model's rules names it."""
 
 from __future__ import annotations
 
@@ -14,22 +14,21 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     done = run_many({
         "search": ("search", *MIXTRAL, "--pp", "2", "--pp", "4", "--pp", "8"),
         "etp2": ("evaluate", *MIXTRAL, "--dp", "2", "--tp", "8", "--pp", "2", "--etp", "2"),
+        "tp8": ("evaluate", *MIXTRAL, "--dp", "2", "--tp", "8", "--pp", "2"),
         "tp16": ("search", "--model", "llama3-70b", "--gpus", "64", "--tp", "16"),
     })  # fmt: skip
     search = done["search"]
     assert search.returncode == 0, search.stderr[-2000:]
-    # experts whole on every tp rank make tp 8 × pp 2 hold 45.3 GB of weights per GPU (273 GB in
-    # all); the answer splits them over ep 4 instead, and keeps tp 2
     assert (
-        "layout: dp 8 × tp 2 × pp 2 × cp 1 (ep 4, etp 1), deepspeed ZeRO-1, recompute full"
+        "layout: dp 16 × tp 1 × pp 2 × cp 1 (ep 8), deepspeed ZeRO-1, recompute full"
         in search.stdout
     )
-    assert "= total (peak: optimizer-step)                     72.52 GB" in search.stdout
-    assert "routed experts whole on every tp rank (etp 1, Megatron-DeepSpeed's default" in (
-        search.stdout
-    )
+    assert "= total (peak: forward-backward)                   53.89 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"
+    )
+    assert refusal(done["tp8"]).startswith(
+        "--tp: 8 under framework deepspeed with routed experts is not modelled"
     )
     assert refusal(done["tp16"]) == "--tp: 16 does not divide num_kv_heads = 8"

@@ -25,44 +25,49 @@ STAGE_LAYERS = 16
 """Layers of pipeline stage 1 of 2 (32 layers)."""
 EXPERT_PARAMS = STAGE_LAYERS * EXPERTS * 3 * H * F_E
 """Routed-expert parameters of stage 1: 16 layers × 8 experts × (gate, up, down) = 22.5 B."""
-DENSE_PER_GPU = (
-    STAGE_LAYERS * (H * (2 * H + 2 * KV) // 8 + H * EXPERTS + 2 * H) + VOCAB * H // 8 + H
-)
-"""Stage 1's other parameters on one GPU at tp 8: attention ÷ tp, the router and the two norms
-whole on every tp rank, the output layer ÷ tp (32,000 rows, no padding under deepspeed) and the
-final norm: 100,929,536."""
+DENSE_PER_GPU = STAGE_LAYERS * (H * (2 * H + 2 * KV) + H * EXPERTS + 2 * H) + VOCAB * H + H
+"""Stage 1's other parameters on one GPU at tp 1: attention, the router and the two norms per
+layer, the output layer (32,000 rows, no padding under deepspeed) and the final norm:
+802,820,096."""
 
 
 def test_rule_per_framework():
     assert expert_tp_of(8, None, Framework.DEEPSPEED) == 1
     assert expert_tp_of(8, None, Framework.MEGATRON) == 8
     assert expert_tp_of(8, 8, Framework.DEEPSPEED) == 8
-    # DeepSpeed's expert data-parallel group: dp·cp/ep whatever etp is; Megatron-Core's tp·dp·cp/(etp·ep)
-    assert expert_shard_degree_of(8, 2, 1, None, 1, Framework.DEEPSPEED) == 2
-    assert expert_shard_degree_of(8, 2, 1, 8, 1, Framework.DEEPSPEED) == 2
-    assert expert_shard_degree_of(8, 4, 1, None, 2, Framework.DEEPSPEED) == 2
+    assert expert_shard_degree_of(1, 16, 1, None, 8, Framework.DEEPSPEED) == 2
     assert expert_shard_degree_of(8, 2, 1, 1, 1, Framework.MEGATRON) == 16
 
 
-def test_replicated_experts_bytes_mixtral_tp8_pp2_dp2():
-    """Mixtral 8x7B on 32 GPUs, dp 2 × tp 8 × pp 2, deepspeed ZeRO-1, stage 1 (16 layers).
-    Experts whole on every tp rank (the default): 22,548,578,304 expert parameters, 2 B each
-    for the weights and the gradients, Adam's 12 B ÷ D_e = dp = 2; the dense parameters
-    (100,929,536 per GPU) ÷ D = 2 likewise:
+def test_experts_bytes_mixtral_dp16_pp2_ep8():
+    """Mixtral 8x7B on 32 GPUs, dp 16 × pp 2 × ep 8, deepspeed ZeRO-1, stage 1 (16 layers): one
+    whole expert per GPU per layer, 16 · 3 · 4,096 · 14,336 = 2,818,572,288 parameters, its Adam
+    state (12 B) sharded over the expert data-parallel group dp·cp/ep = 2; the dense parameters
+    (802,820,096) over dp = 16:
 
-    * weights 2 · (22,548,578,304 + 100,929,536) = 45,299,015,680 B;
-    * optimizer 12 · (22,548,578,304 + 100,929,536) / 2 = 135,897,047,040 B.
-
-    With ``--enable-expert-tensor-parallelism`` (etp 8) the experts are ÷ 8:
-    2 · (2,818,572,288 + 100,929,536) = 5,839,003,648 B and 6 · (…) = 17,517,010,944 B."""
+    * weights and gradients 2 · (2,818,572,288 + 802,820,096) = 7,242,784,768 B each;
+    * optimizer 12 · 2,818,572,288 / 2 + 12 · 802,820,096 / 16 = 17,513,548,800 B."""
     case = Case.of("mixtral-8x7b", "H100-SXM")
-    assert EXPERT_PARAMS == 22_548_578_304 and DENSE_PER_GPU == 100_929_536
-    whole = case.evaluate(Layout(dp=2, tp=8, pp=2, framework="deepspeed")).stages[1].state
-    split = case.evaluate(Layout(dp=2, tp=8, pp=2, etp=8, framework="deepspeed")).stages[1].state
-    assert whole.weights_bytes == 2 * (EXPERT_PARAMS + DENSE_PER_GPU) == 45_299_015_680
-    assert whole.optimizer_bytes == 12 * (EXPERT_PARAMS + DENSE_PER_GPU) // 2 == 135_897_047_040
-    assert split.weights_bytes == 2 * (EXPERT_PARAMS // 8 + DENSE_PER_GPU) == 5_839_003_648
-    assert split.optimizer_bytes == 12 * (EXPERT_PARAMS // 8 + DENSE_PER_GPU) // 2
+    assert EXPERT_PARAMS // EXPERTS == 2_818_572_288 and DENSE_PER_GPU == 802_820_096
+    state = case.evaluate(Layout(dp=16, pp=2, ep=8, framework="deepspeed")).stages[1].state
+    one_expert = EXPERT_PARAMS // EXPERTS
+    assert state.weights_bytes == 2 * (one_expert + DENSE_PER_GPU) == 7_242_784_768
+    assert state.gradients_bytes == state.weights_bytes
+    assert state.optimizer_bytes == 12 * one_expert // 2 + 12 * DENSE_PER_GPU // 16
+    assert state.optimizer_bytes == 17_513_548_800
+
+
+def test_tp_refused_under_deepspeed_with_experts():
+    """DeepSpeed's MOELayer drops the tokens duplicated over tp before the all-to-all and gathers
+    them after (deepspeed/moe/sharded_moe.py); not counted, so tp > 1 is refused for a MoE model
+    (a dense one keeps it)."""
+    case = Case.of("mixtral-8x7b", "H100-SXM")
+    for etp in (None, 8):
+        lay = Layout(dp=2, tp=8, pp=2, etp=etp, framework="deepspeed")
+        with pytest.raises(LayoutError, match="^tp: 8 under framework deepspeed with routed"):
+            lay.validate(case.model, case.training, 32)
+    dense = Case.of("llama3-8b", "H100-SXM")
+    Layout(dp=4, tp=8, framework="deepspeed").validate(dense.model, dense.training, 32)
 
 
 @pytest.mark.parametrize("etp", [2, 4])
