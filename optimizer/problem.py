@@ -134,6 +134,13 @@ class Problem:
                 "allocator_retries_ok: true changes nothing without fsdp2 among the frameworks "
                 "searched (only FSDP2's all-gather stream reserves bytes beyond the allocated peak)"
             )
+        if not all(j.case.training.sac_saves_scaled_mm for j in self.jobs) and all(
+            str(fw) != "fsdp2" for fw in self.space.frameworks
+        ):
+            raise InputError(
+                "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level "
+                "selective checkpointing), and no framework searched is fsdp2"
+            )
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")
         if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:

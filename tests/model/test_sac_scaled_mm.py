@@ -118,6 +118,9 @@ def test_cli_reads_and_refuses_it():
             "search": ["search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
                        "--framework", "megatron", "--set", "precision=fp8",
                        "--set", "sac_saves_scaled_mm=false", "--top", "1"],
+            "search_megatron": ["search", "--model", "llama3-8b", "--gpus", "8",
+                                "--framework", "megatron", "--set", "precision=fp8",
+                                "--set", "sac_saves_scaled_mm=false"],
             "megatron": ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "8",
                          "--framework", "megatron", "--set", "precision=fp8",
                          "--set", "sac_saves_scaled_mm=false"],
@@ -139,7 +142,12 @@ def test_cli_reads_and_refuses_it():
         "sac_saves_scaled_mm: false is read by recompute selective only"
     )
     assert refusal(done["bf16"]).startswith("sac_saves_scaled_mm: false needs precision fp8")
-    # a search keeps the frameworks that read it (model.legality, per framework)
+    # a search over several frameworks keeps those that never read it (Megatron-Core's layouts
+    # stay candidates: its answer here, as without the key); without fsdp2 it is refused
     assert done["search"].returncode == 0, done["search"].stderr
-    assert "fsdp2" in done["search"].stdout and "megatron ZeRO" not in done["search"].stdout
+    assert "megatron ZeRO-3" in done["search"].stdout
+    assert refusal(done["search_megatron"]) == (
+        "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
+        "checkpointing), and no framework searched is fsdp2"
+    )
     assert refusal(done["megatron"]).startswith("sac_saves_scaled_mm: false is read by fsdp2 only")
