@@ -85,12 +85,10 @@ CASES = [
         [
             "--model",
             "mixtral-8x7b",
-            "--tp",
-            "2",
             "--ep",
             "4",
             "--dp",
-            "4",
+            "8",
             "--framework",
             "deepspeed",
             "--zero",
