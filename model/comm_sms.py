@@ -18,10 +18,35 @@ beyond the computation is :func:`contended_wait` ``= max(φ·a, a − c)`` in pl
 uncontended ``max(0, a − c)``. Read by :func:`model.moe_run.exposed_all_to_all` (Megatron-Core's
 overlaps) and :func:`model.schedule_cost.dualpipe_block` (DualPipe's F&B block).
 
-The NCCL all-to-all (``alltoall``) is charged nothing: NCCL's kernels also run on SMs (one
-block per channel), but its channel count per all-to-all on a part is not published as a
-per-operation figure; a part without a sourced SM count (``scenarios/kernels/gemm.toml``
-``[[sm_count]]``) is charged nothing either.
+The NCCL all-to-all (``alltoall``) is charged nothing: its channel count per all-to-all comes
+out of NCCL's topology search (below); a part without a sourced SM count
+(``scenarios/kernels/gemm.toml`` ``[[sm_count]]``) is charged nothing either.
+
+NCCL's collectives hold SMs the same way: one thread block (CTA) per channel for the whole
+collective (NVIDIA/nccl at 5067397c, ``src/enqueue.cc`` ``topoGetAlgoInfo``: ``nc`` channels,
+one block each). How many channels a collective gets depends on its algorithm:
+
+* NVLink SHARP (NVLS, parts with NVSwitch and compute capability ≥ 9.0): a fixed default,
+  ``src/transport/nvls.cc`` ``ncclNvlsTuning`` — ``NVLS_NCHANNELS_SM90`` = 16 on Hopper,
+  ``NVLS_NCHANNELS_SM100_NVL`` = 24 on Blackwell in one NVLink domain; across domains
+  ``NVLS_NCHANNELS_SM100`` = 32, which ``ncclNvlsTreeSm100Tuning`` sets back to 24 for more
+  than two domains of ≤ 8 GPUs each on NICs of ≥ 48 GB/s (32 on two domains, or more than 8
+  GPUs a domain on ≥ 96 GB/s NICs). :data:`NCCL_NVLS_CTAS` carries 16 and 24.
+* Ring and tree: the number of rings the topology search finds (``src/graph/search.cc``
+  ``ncclTopoCompute``, duplicated ×2 in ``src/graph/connect.cc`` ``ncclTopoPostset``, capped by
+  ``NCCL_MAX_CTAS`` / ``MAXCHANNELS`` = 64) — an outcome of the machine's links, not a constant
+  of the code; A100 (no NVLS) therefore has no count here and is charged nothing.
+
+:func:`collective_sm_share` is that count over the part's SMs: the ``φ`` of a data-parallel
+reduce-scatter, all-gather or all-reduce that the framework runs beside computation
+(:func:`model.step_time.dp_exposed_seconds`: gradient reduction, ZeRO-3/FSDP prefetched
+gathers) and of Megatron-Core's asynchronous tensor-parallel collectives in backward
+(:mod:`model.layer_time`, ``tp_comm_overlap = async``; Transformer Engine's userbuffers and
+PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are not charged). A check, not a source: Lee et al. 2025
+(arXiv 2507.03114) measure computation overlapped with a collective on 4 A100s or H100s 18.9 %
+slower on average (40 % at most); 16 of 132 SMs is 12 % of the H100's.
+:data:`NCCL_SM_CHARGE_IN_FORCE` says whether the step time charges it (see
+``docs/time-model-sources.md`` §2 for why it does not yet).
 """
 
 from __future__ import annotations
@@ -36,7 +61,14 @@ from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import maximum
 from trainplan.scenarios.kernel_data import gemm_data
 
-__all__ = ["DISPATCHER_SMS", "dispatcher_sm_share", "contended_wait"]
+__all__ = [
+    "DISPATCHER_SMS",
+    "NCCL_NVLS_CTAS",
+    "NCCL_SM_CHARGE_IN_FORCE",
+    "dispatcher_sm_share",
+    "collective_sm_share",
+    "contended_wait",
+]
 
 DISPATCHER_SMS: dict[str, int] = {"deepep": DEEPEP_NUM_SMS}
 """SMs a dispatcher's communication kernels hold while they run (DeepEP: ``Buffer.num_sms``,
@@ -68,6 +100,63 @@ def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
     if sms is None or part is None:
         return 0.0
     return sms / sm_count(gemm_data().sm_counts, part)
+
+
+NCCL_NVLS_CTAS: dict[str, int] = {
+    "H100-SXM": 16,
+    "H800": 16,
+    "H200": 16,
+    "B200": 24,
+    "GB200": 24,
+    "B300": 24,
+    "GB300": 24,
+}
+"""Thread blocks (one per channel, each on its own SM) an NVLS collective runs on, by part
+(keys: :data:`model.op_rates.SM_PART` values): NCCL's ``src/transport/nvls.cc``
+``ncclNvlsTuning`` defaults, ``NVLS_NCHANNELS_SM90`` = 16 (Hopper, compute capability 9.0) and
+``NVLS_NCHANNELS_SM100_NVL`` = 24 (Blackwell, ≥ 10.0; also what ``ncclNvlsTreeSm100Tuning``
+sets for more than two NVLink domains of ≤ 8 GPUs, module docstring). Neither Megatron-Core
+nor torchtitan sets ``NCCL_NVLS_NCHANNELS`` or ``NCCL_MAX_CTAS`` (torchtitan's
+``set_batch_invariance`` sets ``NCCL_MAX_NCHANNELS`` = 1, for determinism only); but
+Megatron Bridge's performance recipes set ``NCCL_NVLS_ENABLE`` = 0
+(``src/megatron/bridge/perf_recipes/*/*/*.py``, e.g. ``llama/h100/llama3.py``), so their
+collectives run on the ring's channels, whose count the topology search decides."""
+
+NCCL_SM_CHARGE_IN_FORCE = False
+"""Whether the step time charges NCCL's SMs (:func:`collective_sm_share`) to the computation a
+data-parallel collective or an asynchronous tensor-parallel one hides under. Off: the fitted
+e_GEMM was fitted on runs that contain the effect, so charging it beside the fit counts it
+twice; with the per-operation e_GEMM anchors in its place the validation is far worse even if
+nothing these overlaps hide stayed hidden; and the runs that set ``NCCL_NVLS_ENABLE`` = 0 hold
+the ring's channels, not these (``docs/time-model-sources.md`` §2 has the figures)."""
+
+
+def collective_sm_share(device_name: str, in_force: bool | None = None) -> float:
+    """``φ`` of an NCCL collective beside computation: :data:`NCCL_NVLS_CTAS` ÷ the part's
+    ``[[sm_count]]``; 0 for a part without either, or when the charge is not in force
+    (``in_force``: None reads :data:`NCCL_SM_CHARGE_IN_FORCE`).
+
+    Examples
+    --------
+    >>> round(collective_sm_share("H100-SXM", True), 4)  # 16 / 132
+    0.1212
+    >>> collective_sm_share("B200", True), collective_sm_share("GB300", True)  # 24/148, 24/160
+    (0.16216216216216217, 0.15)
+    >>> collective_sm_share("A100-80GB", True), collective_sm_share("H100-SXM", False)
+    (0.0, 0.0)
+    """
+    on = NCCL_SM_CHARGE_IN_FORCE if in_force is None else in_force
+    return _nvls_share(device_name) if on else 0.0
+
+
+@lru_cache(maxsize=64)
+def _nvls_share(device_name: str) -> float:
+    """:data:`NCCL_NVLS_CTAS` ÷ the part's SMs; 0 for a part without either."""
+    part = SM_PART.get(catalogue_part(device_name))
+    ctas = NCCL_NVLS_CTAS.get(part) if part is not None else None
+    if ctas is None:
+        return 0.0
+    return ctas / sm_count(gemm_data().sm_counts, str(part))
 
 
 def contended_wait(comm_s: Any, compute_s: Any, share: float) -> Any:

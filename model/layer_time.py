@@ -10,10 +10,12 @@ Overlap by mechanism (not one fraction per axis):
   its input for the weight gradient before its input-gradient GEMM and the reduce-scatter
   (all-reduce without sequence parallelism) of that input gradient before its weight-gradient
   GEMM (``LinearWithGradAccumulationAndAsyncCommunication``), so each waits only for what its
-  GEMM does not cover; the forward collectives and the backward all-gather before each
-  row-parallel input gradient wait; ``full`` (Transformer Engine's userbuffers,
-  Megatron-Core ``--tp-comm-overlap``) — every all-gather is pipelined with the GEMM after it
-  and every reduce-scatter with the GEMM before it: each waits for what its GEMM does not cover;
+  GEMM does not cover (and, where :attr:`model.op_time.Clock.nccl_sm_share` is charged, what
+  NCCL's SMs take from that GEMM: :func:`model.comm_sms.contended_wait`); the forward
+  collectives and the backward all-gather before each row-parallel input gradient wait;
+  ``full`` (Transformer Engine's userbuffers, Megatron-Core ``--tp-comm-overlap``) — every
+  all-gather is pipelined with the GEMM after it and every reduce-scatter with the GEMM before
+  it: each waits for what its GEMM does not cover;
   ``async-tp`` (torchtitan's ``compile.enable_async_tensor_parallel``: Inductor's micro-pipeline
   pass fuses each all-gather with the matmul after it and each matmul with the reduce-scatter
   after it, forward and backward, on PyTorch's SymmetricMemory) — the all-gather's local shard is
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.comm_sms import contended_wait
 from trainplan.model.context_parallel import (
     cp_tensor_bytes,
     templated_dkv_sends,
@@ -162,10 +165,14 @@ def _tp_collectives(
     mode = c.tp_comm_overlap
     total = exposed = 0.0
 
+    # NCCL's SMs taken from the GEMM an asynchronous collective hides under (model.comm_sms);
+    # userbuffers and SymmetricMemory run on their own kernels, not NCCL's: not charged
+    phi = c.nccl_sm_share if mode is TpOverlap.ASYNC else 0.0
+
     def wait(seconds: float, covered: float, overlapped: bool) -> None:
         nonlocal total, exposed
         total += seconds
-        exposed += max(0.0, seconds - covered) if overlapped else seconds
+        exposed += max(0.0, contended_wait(seconds, covered, phi)) if overlapped else seconds
 
     halves = _halves(x)
     if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:
@@ -469,7 +476,8 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
                 sent = (x.tp - 1) * per_token * x.tokens
                 pairs.append((_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0))
         tp = sum(p[0] for p in pairs)
-        exposed = sum(max(0.0, t - covered) for t, covered in pairs)
+        share = c.nccl_sm_share if c.tp_comm_overlap is TpOverlap.ASYNC else 0.0
+        exposed = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in pairs)
     return LayerTime(forward, backward, 0.0, tp, exposed)
 
 

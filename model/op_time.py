@@ -176,6 +176,10 @@ class Clock:
     """The routed experts run one after another, each its own GEMMs (DeepSpeed's
     ``Experts.forward``, ``deepspeed/moe/experts.py``: a loop over the local experts' modules,
     then ``torch.cat``; :func:`expert_loop_of`), not as Transformer Engine's grouped GEMM."""
+    nccl_sm_share: float = 0.0
+    """The share of the part's SMs an NCCL collective's kernels hold beside computation
+    (:func:`model.comm_sms.collective_sm_share`; 0 while that charge is not in force): what
+    an asynchronous tensor-parallel collective costs the GEMM it hides under."""
 
 
 def expert_loop_of(framework: str) -> bool:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import p2p_exposed_sends
+from trainplan.model.comm_sms import contended_wait
 from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
@@ -406,6 +407,7 @@ def dp_exposed_seconds(
     overlapped: Any,
     tail: Any,
     beside_compute: Any = True,
+    share: float = 0.0,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -424,6 +426,10 @@ def dp_exposed_seconds(
     * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
       without ``overlap_comm`` reduces on the compute stream) nothing overlaps: every
       collective waits, the per-micro-batch ones and the once-per-step ones alike.
+    * ``share``: the SMs an overlapped collective's kernels hold (``φ``,
+      :func:`model.comm_sms.collective_sm_share`); the computation it hides under runs on the
+      rest, so what waits beyond a window is :func:`model.comm_sms.contended_wait`
+      ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
 
     Examples
     --------
@@ -435,11 +441,15 @@ def dp_exposed_seconds(
     0.425
     >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
     2.0
+    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
+    0.25
     """
     overlapped = overlapped & beside_compute
-    step = where(overlapped, maximum(step_s - window_s, step_s * tail), step_s)
-    hidden = (m - 1) * maximum(0.0, microbatch_s - window_s)
-    last = maximum(microbatch_s - window_s, microbatch_s * tail)
+    beyond = contended_wait(step_s, window_s, share)
+    step = where(overlapped, maximum(beyond, step_s * tail), step_s)
+    each = contended_wait(microbatch_s, window_s, share)
+    hidden = (m - 1) * maximum(0.0, each)
+    last = maximum(each, microbatch_s * tail)
     return step + where(beside_compute, hidden + last, m * microbatch_s)
 
 

@@ -39,7 +39,7 @@ from trainplan.model.comm import (
     pp_message_bytes,
     reduces_beside_compute,
 )
-from trainplan.model.comm_sms import dispatcher_sm_share
+from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.frameworks import Framework, gradient_bytes_for
@@ -185,11 +185,25 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, templated, regather = key[17:]
-    peak, hbm, p, overlap, speedup, sm_share, elementwise, grouped, passes, ao, bf16_ex, loop = base
+    (
+        peak,
+        hbm,
+        p,
+        overlap,
+        speedup,
+        sm_share,
+        elementwise,
+        grouped,
+        passes,
+        ao,
+        bf16_ex,
+        loop,
+        nccl,
+    ) = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop,
+        bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop, nccl,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -227,7 +241,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
-            experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework))  # fmt: skip
+            experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
+            collective_sm_share(d.name))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")
@@ -359,7 +374,9 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
 def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     """(seconds of the data-parallel collectives in a step if nothing overlapped them, what
     their mechanism leaves exposed) over the dp·cp group, for the stage with the most
-    parameters; ``window`` is :func:`window_seconds`."""
+    parameters; ``window`` is :func:`window_seconds`. What waits of an overlapped collective
+    includes the SMs its kernels take from the computation it hides under
+    (:func:`model.comm_sms.collective_sm_share`, 0 while not in force)."""
     mech = dp_mechanism(c, f)
     dense, experts = busiest_params(c, f)
     shard, m = f.shard_degree, f.m
@@ -379,7 +396,8 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside)
+    share = collective_sm_share(c.gpu.name)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside, share)
     return step_s + m * mb_s, exposed
 
 
