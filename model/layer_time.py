@@ -10,9 +10,9 @@ Overlap by mechanism (not one fraction per axis):
   its input for the weight gradient before its input-gradient GEMM and the reduce-scatter
   (all-reduce without sequence parallelism) of that input gradient before its weight-gradient
   GEMM (``LinearWithGradAccumulationAndAsyncCommunication``), so each waits only for what its
-  GEMM does not cover (and, where :attr:`model.op_time.Clock.nccl_sm_share` is charged, what
-  NCCL's SMs take from that GEMM: :func:`model.comm_sms.contended_wait`); the forward
-  collectives and the backward all-gather before each row-parallel input gradient wait;
+  GEMM does not cover (and the SMs NCCL takes from it, :attr:`model.op_time.Clock.nccl_sm_share`;
+  not for ``full`` or ``async-tp``, whose kernels are not NCCL's); the forward collectives and
+  the backward all-gather before each row-parallel input gradient wait;
   ``full`` (Transformer Engine's userbuffers, Megatron-Core ``--tp-comm-overlap``) — every
   all-gather is pipelined with the GEMM after it and every reduce-scatter with the GEMM before
   it: each waits for what its GEMM does not cover;
@@ -165,8 +165,6 @@ def _tp_collectives(
     mode = c.tp_comm_overlap
     total = exposed = 0.0
 
-    # NCCL's SMs taken from the GEMM an asynchronous collective hides under (model.comm_sms);
-    # userbuffers and SymmetricMemory run on their own kernels, not NCCL's: not charged
     phi = c.nccl_sm_share if mode is TpOverlap.ASYNC else 0.0
 
     def wait(seconds: float, covered: float, overlapped: bool) -> None:
