@@ -14,20 +14,19 @@ from fractions import Fraction
 import pytest
 
 from trainplan.model.context_parallel import CpKind
-from trainplan.model.estimate import objective_ns
+from trainplan.model.estimate import evaluation_context, objective_ns
 from trainplan.model.frameworks import Framework
+from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun
 from trainplan.model.offload import Offload
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.columns import ShapeColumns
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.space import SearchSpace
-from trainplan.model.layout import Recompute
-from trainplan.model.estimate import evaluation_context
-from trainplan.optimizer.columns import ShapeColumns
 from trainplan.optimizer.tables import (
     _memory,
     _with_communicators,
