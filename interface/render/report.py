@@ -399,6 +399,7 @@ def frontier_row(
         "embedding_activations_bytes",
         "recompute_transient_bytes",
         "total_bytes",
+        "fit_bytes",
         "capacity_bytes",
     ):
         row[key] = mem[key]
@@ -457,7 +458,8 @@ def _csv_frame(rows: list[dict[str, Any]]) -> Any:
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
-    """The frontier as a terminal table: step time, the second axis, MFU, the job, the framework
+    """The frontier as a terminal table: step time, the second axis, the fit figure
+    (``fit_bytes``: what the search compared with the capacity), MFU, the job, the framework
     (always, as the search's answer names it: two frameworks' layouts can otherwise print alike)
     and the layout; rows of the per-stage frontier (``plan`` set) add the plan's kind, its layers
     and fully recomputed layers per stage, the uniform step time at the same axis value and the
@@ -474,6 +476,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
                 if against == "gpus"
                 else dollars(r.get("price_per_hour"), "/hour")
             ),
+            "fit/GPU": gb(r["fit_bytes"]),
             "MFU": _pct(r["mfu"]),
             "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
             "framework": r["framework"],
