@@ -243,7 +243,9 @@ def _trainable(
     loss_over = _loss_over(train_est.stages[last].activations)
     extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
     held = [st.state.total_bytes for st in train_est.stages]
-    train_peak = [_fit(st, extra if i == last else 0) for i, st in enumerate(train_est.stages)]
+    train_peak = [
+        _fit(st, extra if i == last else Fraction(0)) for i, st in enumerate(train_est.stages)
+    ]
     held_b = max(held)
     terms = _state_terms(spec, train_est, offload, mech, b, s)
     if rs.log_probs:
