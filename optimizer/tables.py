@@ -251,22 +251,19 @@ def _job_rows(
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
     [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
-    accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``;
-    :func:`_fits` adds them to the peak (:func:`model.terms.peak.fit_total`), the CP-SAT columns
-    to both phases' state (:func:`fill_job_rows`: ``max(state + act, step) + comm``)."""
+    accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``
+    (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
     modifiers = {"zero_stage": tuple(zs)}
     (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
     return mem | {"comm": comm}
 
 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
-    """[N, Z, R, P] the bytes each stage of each candidate must find in its capacity, float64:
-    :func:`model.terms.peak.fit_total` of the allocated peak
-    (:func:`model.terms.peak.peak_over_phases` of ``mem``'s state, activations and
-    optimizer-step state), the side streams' pools and the communicators (``mem`` as
-    :func:`_with_communicators` returns it; ``retries_ok`` leaves the pools out)."""
-    state, step, act = mem["state"], mem["step"], mem["act"]
-    allocated = peak_over_phases(state[:, :, None, :], act[:, None, :, :], step[:, :, None, :])
+    """[N, Z, R, P] bytes each stage must find in its capacity (float64):
+    :func:`model.terms.peak.fit_total` of the allocated peak (:func:`model.terms.peak.
+    peak_over_phases`), the pools and the communicators of ``mem`` (:func:`_with_communicators`)."""
+    st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
+    allocated = peak_over_phases(st, act, step)
     return fit_total(allocated, mem["pool"][:, :, None, :], mem["comm"][:, :, None, :], retries_ok)
 
 
@@ -276,15 +273,10 @@ def _fits(
     """[N, Z, R] legal, the host's share of offloaded state and activations within the host
     memory per GPU, and every stage's peak within ``cap``; decided exactly (the exact
     evaluator's rationals) where the float margin is within :data:`FIT_MARGIN` of the capacity.
-
-    The peak is :func:`model.terms.peak.fit_total` over the columns, the sum
-    :attr:`model.terms.peak.StageMemory.reserved_total_bytes` reads: the allocated peak of
-    :func:`model.terms.peak.peak_over_phases`, the side streams' pools and the communicators,
-    so that no answer relies on the caching allocator's retries, whose time the step does not
-    charge (:func:`model.terms.peak.reserved_over_capacity`); with ``retries_ok`` without the
-    pools (:attr:`~model.terms.peak.StageMemory.total_bytes`, the evaluator's verdict)."""
-    legal = mem["legal"]
-    peak = fit_columns(mem, retries_ok)
+    The peak is :func:`fit_columns` (the reserved bytes with the communicators: no answer relies
+    on the allocator's uncharged retries, :func:`model.terms.peak.reserved_over_capacity`; with
+    ``retries_ok`` the allocated peak, the evaluator's verdict)."""
+    legal, peak = mem["legal"], fit_columns(mem, retries_ok)
     limit = cap[:, None, None, None].astype(float)
     clear_in = (peak <= limit * (1 - FIT_MARGIN)).all(axis=3)
     clear_out = (peak > limit * (1 + FIT_MARGIN)).any(axis=3)

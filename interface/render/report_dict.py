@@ -150,10 +150,8 @@ def fit_figure(est: Estimate, allocator_retries_ok: bool = False) -> int | float
 
 
 def _memory(est: Estimate) -> dict[str, Any]:
-    st = est.peak
+    st, cap, total = est.peak, est.capacity_bytes, est.total_bytes
     acts = st.activations
-    cap = est.capacity_bytes
-    total = est.total_bytes
     return {
         "busiest_stage": st.stage,
         "weights_bytes": _n(st.state.weights_bytes),
