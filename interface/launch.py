@@ -79,7 +79,8 @@ _TORCHTITAN_WHY_NOT = {
 MEGATRON_ARGUMENTS = frozenset(
     """--tensor-model-parallel-size --pipeline-model-parallel-size --context-parallel-size
     --micro-batch-size --global-batch-size --cp-comm-type --hierarchical-context-parallel-sizes
-    --expert-model-parallel-size --sequence-parallel --use-distributed-optimizer
+    --expert-model-parallel-size --expert-tensor-parallel-size --sequence-parallel
+    --use-distributed-optimizer
     --num-layers-per-virtual-pipeline-stage --pipeline-model-parallel-layout
     --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers --fp8-format
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
@@ -219,7 +220,7 @@ def megatron_flags(
             f"framework {layout.framework}: the plan's memory and traffic are that profile's "
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
-    out += megatron_parallel_flags(layout)
+    out += megatron_parallel_flags(layout, arch.moe is not None)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)

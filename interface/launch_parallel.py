@@ -20,9 +20,17 @@ CP_COMM_TYPE = {
 PyTorch's flavours as the Megatron exchange closest to theirs); any other: ``a2a``."""
 
 
-def megatron_parallel_flags(layout: Layout) -> list[str]:
+def megatron_parallel_flags(layout: Layout, moe: bool = False) -> list[str]:
     """The CP flavour (``--cp-comm-type``, ``--hierarchical-context-parallel-sizes``), expert
-    parallelism, sequence parallelism and the distributed optimizer's flags."""
+    parallelism, sequence parallelism and the distributed optimizer's flags.
+
+    For a MoE model (``moe``) ``--expert-tensor-parallel-size`` always, the expert
+    tensor-parallel degree the plan counted (:attr:`model.layout.Layout.expert_tp`): absent, it
+    is tp (``validate_args`` in ``megatron/training/arguments.py`` sets
+    ``args.expert_tensor_parallel_size = args.tensor_model_parallel_size`` when None; the same
+    in ``ModelParallelConfig.__post_init__``, ``megatron/core/model_parallel_config.py``), which
+    is not the plan's where ``etp`` differs from tp or the profile is ``deepspeed`` (experts
+    whole on every tp rank), and written out the line says it either way."""
     out = []
     if layout.cp > 1:
         out += ["--cp-comm-type", CP_COMM_TYPE.get(str(layout.cp_kind), "a2a")]
@@ -31,6 +39,8 @@ def megatron_parallel_flags(layout: Layout) -> list[str]:
             out += ["--hierarchical-context-parallel-sizes", inner, str(layout.cp // layout.cp_a2a)]
     if layout.ep > 1:
         out += ["--expert-model-parallel-size", str(layout.ep)]
+    if moe:
+        out += ["--expert-tensor-parallel-size", str(layout.expert_tp)]
     if layout.sp:
         out.append("--sequence-parallel")
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":

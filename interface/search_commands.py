@@ -123,7 +123,7 @@ def search_json(
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
-        _with_fit_rule(d, problem)
+        _with_fit_rule(d, problem, a.estimate)
         key, value = in_units(a.objective)
         d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
         d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
@@ -201,7 +201,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
     d = estimate_to_dict(plan)
-    _with_fit_rule(d, problem)
+    _with_fit_rule(d, problem, plan)
     lay = plan.layout
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
     d["per_stage"] = {
@@ -224,12 +224,16 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     return SearchRun(d, str(problem.objective), len(problem.jobs))
 
 
-def _with_fit_rule(d: dict[str, Any], problem: Any) -> None:
+def _with_fit_rule(d: dict[str, Any], problem: Any, est: Any) -> None:
     """Add the search's memory rule (:func:`optimizer.problem.fit_rule`) to an answer's
     ``assumptions`` where the space holds fsdp2, the one framework whose reserved bytes exceed
-    the allocated peak (:func:`model.terms.peak.stream_pool_term`)."""
+    the allocated peak (:func:`model.terms.peak.stream_pool_term`), and set its
+    ``memory.fit_bytes`` to the figure that rule compared (:func:`fit_figure` of the estimate
+    ``est``)."""
+    from trainplan.interface.render.report_dict import fit_figure
     from trainplan.optimizer.problem import fit_rule
 
+    d["memory"]["fit_bytes"] = fit_figure(est, problem.constraints.allocator_retries_ok)
     if any(str(fw) == "fsdp2" for fw in problem.space.frameworks):
         d["assumptions"].append(fit_rule(problem.constraints.allocator_retries_ok))
 
@@ -308,6 +312,7 @@ def frontier_json(
         No layout meets the constraints.
     """
     from trainplan.interface.render.report import frontier_row
+    from trainplan.interface.render.report_dict import fit_figure
     from trainplan.optimizer.search import frontier, prepare
 
     request = search_request(kw)
@@ -319,9 +324,9 @@ def frontier_json(
     rows = []
     in_units = _in_units(problem, prepared)
     for a in result.points:
-        row = frontier_row(
-            estimate_to_dict(a.estimate), a.job.label, in_units(a.objective), a.peak_bytes
-        )
+        d = estimate_to_dict(a.estimate)
+        d["memory"]["fit_bytes"] = fit_figure(a.estimate, problem.constraints.allocator_retries_ok)
+        row = frontier_row(d, a.job.label, in_units(a.objective), a.peak_bytes)
         if a.job.gpu_hour_price is not None:
             row["price_per_hour"] = a.job.num_gpus * a.job.gpu_hour_price
         rows.append(row)
@@ -381,7 +386,8 @@ def per_stage_frontier_json(
     result = per_stage_frontier(
         problem, against, request.per_stage_shapes, limit, request.workers, progress=progress
     )
-    rows = [_frontier_point(p, against, peak_bytes) for p in result.points]
+    retries_ok = problem.constraints.allocator_retries_ok
+    rows = [_frontier_point(p, against, peak_bytes, retries_ok) for p in result.points]
     out = {
         "status": result.status,
         "against": against,
@@ -395,16 +401,20 @@ def per_stage_frontier_json(
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
-def _frontier_point(p: Any, against: str, peak_bytes: Callable[[Any], int]) -> dict[str, Any]:
-    """One point of the per-stage frontier as its CSV row (:func:`per_stage_frontier_json`)."""
+def _frontier_point(
+    p: Any, against: str, peak_bytes: Callable[[Any], int], retries_ok: bool
+) -> dict[str, Any]:
+    """One point of the per-stage frontier as its CSV row (:func:`per_stage_frontier_json`;
+    ``fit_bytes`` by the search's memory rule, ``retries_ok`` its allocator_retries_ok)."""
     from trainplan.interface.render.report import frontier_row
+    from trainplan.interface.render.report_dict import fit_figure
 
     lay = p.estimate.layout
     per_stage = p.kind == "per-stage"
     peak = p.value if against == "memory" else peak_bytes(p.estimate)
-    row = frontier_row(
-        estimate_to_dict(p.estimate), p.job.label, ("objective_s", p.step_ns / 1e9), peak
-    )
+    d = estimate_to_dict(p.estimate)
+    d["memory"]["fit_bytes"] = fit_figure(p.estimate, retries_ok)
+    row = frontier_row(d, p.job.label, ("objective_s", p.step_ns / 1e9), peak)
     if p.job.gpu_hour_price is not None:
         row["price_per_hour"] = p.job.num_gpus * p.job.gpu_hour_price
     row.update(

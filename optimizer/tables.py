@@ -41,7 +41,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import fit_bytes, host_fits, peak_over_phases
+from trainplan.model.terms.peak import fit_bytes, fit_total, host_fits, peak_over_phases
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
@@ -56,6 +56,7 @@ __all__ = [
     "fill_job_rows",
     "job_model_flops",
     "peak_table",
+    "fit_columns",
     "objective_tables",
     "objective_divisor",
     "MAX_ROWS",
@@ -250,11 +251,20 @@ def _job_rows(
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
     [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
-    accelerator's node and NIC and the links, so they are not shared between jobs) held in both
-    phases: ``max(state + act, step) + comm`` as :attr:`model.terms.peak.StageMemory.total_bytes`."""
+    accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``
+    (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
     modifiers = {"zero_stage": tuple(zs)}
     (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
-    return mem | {"state": mem["state"] + comm, "step": mem["step"] + comm}
+    return mem | {"comm": comm}
+
+
+def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
+    """[N, Z, R, P] bytes each stage must find in its capacity (float64):
+    :func:`model.terms.peak.fit_total` of the allocated peak (:func:`model.terms.peak.
+    peak_over_phases`), the pools and the communicators of ``mem`` (:func:`_with_communicators`)."""
+    st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
+    allocated = peak_over_phases(st, act, step)
+    return fit_total(allocated, mem["pool"][:, :, None, :], mem["comm"][:, :, None, :], retries_ok)
 
 
 def _fits(
@@ -263,17 +273,10 @@ def _fits(
     """[N, Z, R] legal, the host's share of offloaded state and activations within the host
     memory per GPU, and every stage's peak within ``cap``; decided exactly (the exact
     evaluator's rationals) where the float margin is within :data:`FIT_MARGIN` of the capacity.
-
-    The peak is the reserved one with the communicators
-    (:attr:`model.terms.peak.StageMemory.reserved_total_bytes`: the allocated peak of
-    :func:`model.terms.peak.peak_over_phases` plus the side streams' pools), so that no answer
-    relies on the caching allocator's retries, whose time the step does not charge
-    (:func:`model.terms.peak.reserved_over_capacity`); with ``retries_ok`` the allocated peak
-    (:attr:`~model.terms.peak.StageMemory.total_bytes`, the evaluator's verdict)."""
-    state, step, act, legal = mem["state"], mem["step"], mem["act"], mem["legal"]
-    peak = peak_over_phases(state[:, :, None, :], act[:, None, :, :], step[:, :, None, :])
-    if not retries_ok:
-        peak = peak + mem["pool"][:, :, None, :]
+    The peak is :func:`fit_columns` (the reserved bytes with the communicators: no answer relies
+    on the allocator's uncharged retries, :func:`model.terms.peak.reserved_over_capacity`; with
+    ``retries_ok`` the allocated peak, the evaluator's verdict)."""
+    legal, peak = mem["legal"], fit_columns(mem, retries_ok)
     limit = cap[:, None, None, None].astype(float)
     clear_in = (peak <= limit * (1 - FIT_MARGIN)).all(axis=3)
     clear_out = (peak > limit * (1 + FIT_MARGIN)).any(axis=3)
@@ -412,8 +415,8 @@ def fill_job_rows(
     hi = lo + len(found)
     mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
     p = mem["state"].shape[2]
-    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"])
-    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"])
+    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["comm"])  # in both phases
+    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["comm"])
     cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]

@@ -13,6 +13,7 @@ from trainplan.interface.launch import (
     megatron_flags,
     torchtitan_toml,
 )
+from trainplan.model.arch_parts import MoESpec
 from trainplan.model.layout import Layout
 from trainplan.model.offload import Offload
 from trainplan.model.precision import Precision
@@ -140,3 +141,56 @@ def test_fp8_flags_follow_what_the_plan_counted():
         "--fp8-format", "hybrid", "--fp8-param-gather",
     ]  # fmt: skip
     assert fp8_flags(TRAINING) == []
+
+
+def test_moe_layouts_write_the_expert_tensor_parallel_size() -> None:
+    """A MoE model's line always says the expert tensor-parallel degree the plan counted
+    (``--expert-tensor-parallel-size``): absent, Megatron-LM takes tp (``validate_args``,
+    ``megatron/training/arguments.py``: ``expert_tensor_parallel_size = tensor_model_parallel_size``
+    when None), not the plan's under ``etp`` 1 or the deepspeed profile (experts whole on every tp
+    rank); a dense model's line has no expert flags."""
+    moe = replace(ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32))
+
+    def expert_flags(arch: Architecture, lay: Layout) -> list[str]:
+        flags = list(megatron_flags(arch, lay, 8).flags)
+        return [
+            f"{flag} {flags[i + 1]}" for i, flag in enumerate(flags) if flag.startswith("--expert")
+        ]
+
+    assert expert_flags(moe, Layout(tp=2, ep=2, dp=2)) == [
+        "--expert-model-parallel-size 2",
+        "--expert-tensor-parallel-size 2",  # the default (tp), written
+    ]
+    assert expert_flags(moe, Layout(tp=2, dp=4, ep=4, etp=1)) == [
+        "--expert-model-parallel-size 4",
+        "--expert-tensor-parallel-size 1",
+    ]
+    assert expert_flags(moe, Layout(tp=2)) == ["--expert-tensor-parallel-size 2"]  # ep 1
+    assert expert_flags(moe, Layout(tp=2, dp=2, ep=2, framework="deepspeed")) == [
+        "--expert-model-parallel-size 2",
+        "--expert-tensor-parallel-size 1",  # DeepSpeed's MoE layers keep experts whole over tp
+    ]
+    assert expert_flags(ARCH, Layout(tp=2)) == []
+    written = megatron_flags(moe, Layout(tp=2, dp=4, ep=4, etp=1), 8).flags
+    assert {f for f in written if f.startswith("--")} <= MEGATRON_ARGUMENTS
+
+
+def test_a_moe_plans_launch_line_names_its_expert_tensor_parallel_size() -> None:
+    """``search --per-stage`` of Mixtral 8x7B (a MoE model) in its own process: the Megatron-LM
+    line it prints writes ``--expert-tensor-parallel-size`` with the plan's expert tp, after
+    ``--expert-model-parallel-size``."""
+    import json
+
+    from tests.cli_runs import trainplan
+
+    done = trainplan(
+        "search", "--per-stage", "--model", "mixtral-8x7b", "--gpus", "16",
+        "--per-stage-shapes", "1", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    d = json.loads(done.stdout)
+    lay, line = d["layout"], d["launch"]["megatron"]
+    expert_tp = lay["etp"] if lay["etp"] is not None else lay["tp"]
+    i = line.index("--expert-tensor-parallel-size")
+    assert line[i + 1] == str(expert_tp)
+    assert line[i - 2 : i] == ["--expert-model-parallel-size", str(lay["ep"])]

@@ -129,6 +129,10 @@ KEY_DOCS: dict[str, str] = {
     "the allocator frees its cached blocks and retries (cudaFree, a device sync) at least once a step; not in the time.",
     "memory.reserved_over_bytes": "By how much the most reserved stage's reserved_bytes and communicators exceed "
     "capacity_bytes (0 when they do not).",
+    "memory.fit_bytes": "The fit figure: the most any stage's GPU must find in capacity_bytes by the rule the "
+    "search, the per-stage search and the frontier fit layouts by: allocated peak + side streams' pools + "
+    "communicators (reserved_bytes + communicator_bytes of that stage); in a search or frontier answer run with "
+    "allocator_retries_ok, without the pools (then total_bytes). A search keeps a layout only where it fits.",
     "memory.total_bytes": "The peak over the step's phases (forward/backward or the optimizer step).",
     "memory.peak_phase": "Where the peak is: forward-backward or optimizer-step.",
     "memory.steady_bytes": "The steady-state sum (model state + activations), without the phase peak.",

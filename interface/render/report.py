@@ -398,9 +398,8 @@ def frontier_row(
         "activations_bytes",
         "embedding_activations_bytes",
         "recompute_transient_bytes",
-        "total_bytes",
-        "capacity_bytes",
-    ):
+        "total_bytes", "fit_bytes", "capacity_bytes",
+    ):  # fmt: skip
         row[key] = mem[key]
     row["peak_bytes_ceil"] = peak_bytes
     for r in d["traffic"]:
@@ -457,11 +456,10 @@ def _csv_frame(rows: list[dict[str, Any]]) -> Any:
 
 
 def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
-    """The frontier as a terminal table: step time, the second axis, MFU, the job, the framework
-    (always, as the search's answer names it: two frameworks' layouts can otherwise print alike)
-    and the layout; rows of the per-stage frontier (``plan`` set) add the plan's kind, its layers
-    and fully recomputed layers per stage, the uniform step time at the same axis value and the
-    gain."""
+    """The frontier as a terminal table: step time, the second axis, ``fit_bytes``, MFU, the job,
+    the framework (always, as the search's answer names it: two frameworks' layouts can otherwise
+    print alike) and the layout; rows of the per-stage frontier (``plan`` set) add the plan's
+    kind, its layers and recomputed layers per stage, the uniform step time there and the gain."""
     second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
     out = []
     for r in rows:
@@ -474,6 +472,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
                 if against == "gpus"
                 else dollars(r.get("price_per_hour"), "/hour")
             ),
+            "fit/GPU": gb(r["fit_bytes"]),
             "MFU": _pct(r["mfu"]),
             "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
             "framework": r["framework"],

@@ -22,7 +22,7 @@ from trainplan.model.op_time import tp_overlap_for
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.split import default_chunk_sizes
-from trainplan.model.terms.peak import reserved_over_capacity
+from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
 
@@ -140,11 +140,18 @@ def _gathered_what(est: Estimate) -> str | None:
     return mech.gathered_what if est.peak.state.gathered_bytes else None
 
 
+def fit_figure(est: Estimate, allocator_retries_ok: bool = False) -> int | float | None:
+    """``memory.fit_bytes``: the most any stage's GPU must find in its usable capacity by the
+    rule the search, the per-stage search and the frontier fit layouts by
+    (:func:`model.terms.peak.fit_bytes`, one sum: :func:`model.terms.peak.fit_total`) — the
+    allocated peak, the side streams' pools and the communicators; with
+    ``allocator_retries_ok`` without the pools (then ``memory.total_bytes``). Bytes."""
+    return _n(max(fit_bytes(st, allocator_retries_ok) for st in est.stages))
+
+
 def _memory(est: Estimate) -> dict[str, Any]:
-    st = est.peak
+    st, cap, total = est.peak, est.capacity_bytes, est.total_bytes
     acts = st.activations
-    cap = est.capacity_bytes
-    total = est.total_bytes
     return {
         "busiest_stage": st.stage,
         "weights_bytes": _n(st.state.weights_bytes),
@@ -183,6 +190,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "reserved_bytes": _n(st.reserved_bytes),
         "allocator_retries": bool(reserved_over_capacity(est.stages, cap)),
         "reserved_over_bytes": _n(reserved_over_capacity(est.stages, cap)),
+        "fit_bytes": fit_figure(est),
         "total_bytes": _n(total),
         "peak_phase": st.peak_phase,
         "steady_bytes": _n(st.steady_bytes),

@@ -25,6 +25,7 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
 from trainplan.model.specs import TrainingSpec
+from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
 
@@ -207,6 +208,16 @@ def _logits_terms(spec: RLHFSpec, logit: Fraction, temp: Fraction) -> list[Term]
     ]
 
 
+def _fit(st: StageMemory, extra: Fraction) -> Fraction:
+    """Bytes an update's stage ``st`` must find in the GPU: the search's fit figure
+    (:func:`model.terms.peak.fit_total` — the allocated peak over both phases, the side
+    streams' pools, the communicators) with ``extra`` activation bytes (the RLHF loss's logits
+    in place of evaluate()'s, on the last stage)."""
+    acts = (st.activations.total_bytes if st.activations else 0) + extra
+    allocated = peak_over_phases(st.state.backward_bytes, acts, st.state.optimizer_step_bytes)
+    return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
+
+
 def _trainable(
     spec: RLHFSpec,
     rs: RoleSpec,
@@ -216,9 +227,10 @@ def _trainable(
     logits: tuple[Fraction, Fraction],
     mech: Mechanism,
 ) -> _Held:
-    """An actor's or critic's state and update: ``evaluate()`` of the update's layout, its last
-    stage's peak with the RLHF loss's FP32 logits (``logits``: the logits and the temporary)
-    instead of evaluate()'s loss, and ``epochs × updates_per_epoch`` step times."""
+    """An actor's or critic's state and update: ``evaluate()`` of the update's layout, each
+    stage's fit figure (:func:`_fit`), the last one's with the RLHF loss's FP32 logits
+    (``logits``: the logits and the temporary) instead of evaluate()'s loss, and
+    ``epochs × updates_per_epoch`` step times."""
     arch = rs.model.arch
     assert arch is not None
     b = spec.micro_batch_sequences
@@ -232,8 +244,7 @@ def _trainable(
     extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
     held = [st.state.total_bytes for st in train_est.stages]
     train_peak = [
-        max(st.backward_bytes + (extra if i == last else 0), st.state.optimizer_step_bytes)
-        for i, st in enumerate(train_est.stages)
+        _fit(st, extra if i == last else Fraction(0)) for i, st in enumerate(train_est.stages)
     ]
     held_b = max(held)
     terms = _state_terms(spec, train_est, offload, mech, b, s)

@@ -41,6 +41,7 @@ __all__ = [
     "stage_memory_term",
     "stream_pool_term",
     "reserved_over_capacity",
+    "fit_total",
     "fit_bytes",
     "busiest_stage",
     "host_fits",
@@ -58,6 +59,27 @@ def peak_over_phases(backward_state: Any, activations: Any, optimizer_step_state
     (15, 18)
     """
     return maximum(backward_state + activations, optimizer_step_state)
+
+
+def fit_total(
+    allocated: Any, stream_pool: Any, communicators: Any, allocator_retries_ok: bool = False
+) -> Any:
+    """Bytes a stage's GPU must find in its usable capacity — the one sum the evaluator's
+    :attr:`StageMemory.reserved_total_bytes` and :attr:`StageMemory.total_bytes`, the search's
+    tables, the per-stage search, the frontier and ``rlhf-plan`` read: the allocated peak
+    (``allocated``, :func:`peak_over_phases` of the framework's tensors), the side streams'
+    pools (``stream_pool``, :func:`stream_pool_term`) and NCCL's communicators
+    (``communicators``, :func:`model.terms.comm_memory.comm_memory_term`, outside the caching
+    allocator, held in both phases). With ``allocator_retries_ok`` the pools are left out: the
+    allocated peak decides out-of-memory (:func:`reserved_over_capacity`). All in bytes; exact
+    for one layout, element-wise for arrays.
+
+    Examples
+    --------
+    >>> fit_total(80, 10, 5), fit_total(80, 10, 5, allocator_retries_ok=True)
+    (95, 85)
+    """
+    return allocated + communicators + (0 if allocator_retries_ok else stream_pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +134,16 @@ class StageMemory:
     def reserved_total_bytes(self) -> Fraction:
         """What the GPU holds at least when the caching allocator keeps every cached block:
         :attr:`reserved_bytes` and the communicators beside it (what
-        :func:`reserved_over_capacity` compares with the usable capacity)."""
-        return self.reserved_bytes + self.communicator_bytes
+        :func:`reserved_over_capacity` compares with the usable capacity; :func:`fit_total`)."""
+        return fit_total(self.allocated_bytes, self.stream_pool_bytes, self.communicator_bytes)
 
     @property
     def total_bytes(self) -> Fraction:
-        """The peak on the GPU: :attr:`allocated_bytes` and the communicators beside it."""
-        return self.allocated_bytes + self.communicator_bytes
+        """The peak on the GPU: :attr:`allocated_bytes` and the communicators beside it
+        (:func:`fit_total` without the side streams' pools)."""
+        return fit_total(
+            self.allocated_bytes, self.stream_pool_bytes, self.communicator_bytes, True
+        )
 
     @property
     def peak_phase(self) -> str:
@@ -236,11 +261,18 @@ def fit_bytes(stage: Any, allocator_retries_ok: bool) -> Fraction:
     Examples
     --------
     >>> from types import SimpleNamespace as S
-    >>> st = S(total_bytes=80, reserved_total_bytes=95)
+    >>> st = S(allocated_bytes=75, stream_pool_bytes=15, communicator_bytes=5)
     >>> fit_bytes(st, False), fit_bytes(st, True)
     (Fraction(95, 1), Fraction(80, 1))
     """
-    return Fraction(stage.total_bytes if allocator_retries_ok else stage.reserved_total_bytes)
+    return Fraction(
+        fit_total(
+            stage.allocated_bytes,
+            stage.stream_pool_bytes,
+            stage.communicator_bytes,
+            allocator_retries_ok,
+        )
+    )
 
 
 def busiest_stage(peaks: Any) -> Any:

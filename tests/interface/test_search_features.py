@@ -174,16 +174,17 @@ def test_frontier_text_tells_two_frameworks_apart():
     from trainplan.interface.render.report import frontier_text
 
     point = {
-        "step_s": 0.5, "total_bytes": 15e9, "mfu": 0.5, "num_gpus": 8, "gpu": "A100-80GB",
+        "step_s": 0.5, "total_bytes": 15e9, "fit_bytes": 15e9, "mfu": 0.5, "num_gpus": 8, "gpu": "A100-80GB",
         "dp": 8, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 3, "recompute": "none",
         "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1,
     }  # fmt: skip
     rows = [{**point, "framework": "megatron"}, {**point, "framework": "fsdp2"}]
     lines = frontier_text(rows, "memory").splitlines()
-    assert lines[0].split() == ["step", "memory/GPU", "MFU", "GPUs", "framework", "layout"]
+    head = ["step", "memory/GPU", "fit/GPU", "MFU", "GPUs", "framework", "layout"]
+    assert lines[0].split() == head
     assert lines[2] != lines[3]
-    # "500.0 ms  15.00 GB  50.0%  8 × A100-80GB  megatron  dp 8 …": the ninth word
-    assert lines[2].split()[8] == "megatron" and lines[3].split()[8] == "fsdp2"
+    # "500.0 ms  15.00 GB  15.00 GB  50.0%  8 × A100-80GB  megatron  dp 8 …": the 11th word
+    assert lines[2].split()[10] == "megatron" and lines[3].split()[10] == "fsdp2"
 
 
 def test_frontier_against_gpus():

@@ -343,3 +343,24 @@ def test_spec_refuses_bad_inputs_with_the_rule():
         _spec(algorithm="dpo")
     with pytest.raises(InputError, match="offload"):
         RoleOption("actor", 8, 8, offload="disk")
+
+
+def test_an_update_fits_by_the_searchs_figure(monkeypatch):
+    """An actor's update is held to the figure the search fits layouts by
+    (:func:`model.terms.peak.fit_total`: the allocated peak over both phases, the side streams'
+    pools and the communicators in both phases). Qwen2.5 7B GRPO actor under FSDP2, dp 64 on 64
+    H100: FSDP2's copy-in stream keeps two all-gather outputs of the largest unit reserved
+    (:func:`model.terms.peak.stream_pool_term`), here the embedding, V·h = 152,064 × 3,584 =
+    544,997,376 BF16 weights: 2 × 2 B × 544,997,376 = 2,179,989,504 B above the allocated peak."""
+    import trainplan.model.rlhf.network as network
+
+    spec = _spec(framework="fsdp2")
+    problem = RLHFProblem(spec, H100, 64, ClusterLinks.from_device(H100))
+    option = RoleOption("actor", 64, 64, 1, 1)
+    cost = cost_of(problem, option)
+    # the same update without the pools (the allocated peak with the communicators)
+    monkeypatch.setattr(network, "fit_total", lambda a, pool, comm: a + comm)
+    allocated = cost_of(problem, option)
+    assert cost.held_bytes == allocated.held_bytes
+    assert cost.training_bytes - allocated.training_bytes == 2 * 2 * 152_064 * 3_584
+    assert 2 * 2 * 152_064 * 3_584 == 2_179_989_504

@@ -14,18 +14,26 @@ from fractions import Fraction
 import pytest
 
 from trainplan.model.context_parallel import CpKind
-from trainplan.model.estimate import objective_ns
+from trainplan.model.estimate import evaluation_context, objective_ns
 from trainplan.model.frameworks import Framework
+from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun
 from trainplan.model.offload import Offload
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.columns import ShapeColumns
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.space import SearchSpace
-from trainplan.optimizer.tables import build_tables
+from trainplan.optimizer.tables import (
+    _memory,
+    _with_communicators,
+    build_tables,
+    fit_columns,
+    job_shapes,
+)
 from trainplan.topology.accelerators import get_accelerator
 
 FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
@@ -156,3 +164,33 @@ def test_every_framework_and_schedule_is_drawn():
     assert {name for name, _ in drawn} >= {"1f1b", "interleaved", "gpipe", "zb-v", "dualpipe"}
     split = [(name, fw) for name, fw in drawn if Schedule(name) in SPLIT_BACKWARD]
     assert split and all(Framework(fw) in SCHEDULE_SUPPORT[name] for name, fw in split)
+
+
+@pytest.mark.parametrize("retries_ok", [False, True])
+def test_the_tables_fit_figure_is_the_evaluators(retries_ok):
+    """The tables' fit figure (:func:`optimizer.tables.fit_columns`) and the evaluator's
+    (:attr:`StageMemory.reserved_total_bytes`, with retries allowed :attr:`StageMemory.total_bytes`)
+    are one sum, :func:`model.terms.peak.fit_total`: equal stage by stage, to float64's rounding,
+    on every framework's candidates — FSDP2's with side-stream pools above 0 among them."""
+    problem = _problem(*CASES[1])
+    job = problem.jobs[0]
+    shapes = job_shapes(problem, 1)[0][1]
+    zs, rs = problem.space.zero_stages, tuple(Recompute(r) for r in ("none", "full"))
+    c = evaluation_context(*(getattr(job.case, k) for k in
+                             ("model", "training", "device", "options", "vocab_multiple")))  # fmt: skip
+    table = ShapeColumns(shapes, job.case.training.global_batch_size, job.case.links,
+                         job.case.fabric)  # fmt: skip
+    P = max(s.pp for s in shapes)
+    mem = _with_communicators(_memory(c, table, zs, rs, P), c, table, zs, P)
+    fit = fit_columns(mem, retries_ok)
+    rng = random.Random(24)
+    picks = [(n, z, r) for n in range(len(shapes)) for z in range(len(zs)) for r in range(2)
+             if mem["legal"][n, z, r]]  # fmt: skip
+    pools = 0
+    for n, z, r in rng.sample(picks, 120):
+        est = job.case.evaluate(shapes[n].layout(zs[z], rs[r]))
+        for st in est.stages:
+            want = st.total_bytes if retries_ok else st.reserved_total_bytes
+            assert fit[n, z, r, st.stage] == pytest.approx(float(want), rel=1e-12)
+            pools += st.stream_pool_bytes > 0
+    assert pools  # the sampled FSDP2 candidates' pools are in the figure

@@ -275,3 +275,23 @@ def test_driver_figures_go_together():
         _devices_from_text(GOOD + capture + "hbm_gib = 200\n")
     with pytest.raises(ScenarioError, match="at least memory_gb"):
         _devices_from_text(GOOD + capture.replace("200000", "10"))
+
+
+def test_h200_and_h100_nvl_capacity_is_what_the_driver_reports():
+    """Recorded ``nvidia-smi -a`` outputs, FB Memory Usage: one H200 under driver 550.90.12
+    (thamada/gls gls/H200_smi.py at c0bed08d) Total 143,771 MiB, Reserved 700 MiB; two H100 NVL
+    under 550.54.14 (thamada/nvidia-smi nvsim/H100NVLx2_smi.py at 198aebb6) 95,830 and 594 MiB.
+    Usable = (Total − Reserved) MiB less the process's 1,807,483,904 B: H200 143,071 MiB =
+    150,020,816,896 − 1,807,483,904 = 148,213,332,992 B = 148.21 GB (was the datasheet's 141·10⁹
+    less an H100's 841 MiB and the process, 138.31 GB: the "141 GB" is about the total in GiB,
+    140.4); H100 NVL 95,236 MiB = 99,862,183,936 − 1,807,483,904 = 98,054,700,032 B = 98.05 GB
+    (was 91.31 GB from the datasheet's 94·10⁹)."""
+    process = 666_632_192 + 67_109_888 + 2**30
+    h200, nvl = get_accelerator("H200"), get_accelerator("H100-NVL")
+    assert (h200.physical_bytes, h200.driver_reserved_bytes) == (143_771 * 2**20, 700 * 2**20)
+    assert h200.usable_bytes(True) == 143_071 * 2**20 - process == 148_213_332_992
+    assert (nvl.physical_bytes, nvl.driver_reserved_bytes) == (95_830 * 2**20, 594 * 2**20)
+    assert nvl.usable_bytes(True) == 95_236 * 2**20 - process == 98_054_700_032
+    assert "H200_smi.py" in h200.driver_source and "H100NVLx2_smi.py" in nvl.driver_source
+    assert h200.usable_bytes(False) == 141 * 10**9 and nvl.usable_bytes(False) == 94 * 10**9
+    assert h200.cuda_total_bytes == 143_071 * 2**20 and nvl.cuda_total_bytes == 95_236 * 2**20

@@ -8,7 +8,7 @@ TP.searchPage("frontier", async (last, q) => {
   TP.$("#csv").href = `/api/figures/frontier.csv?${q}`;
   const second = { memory: ["memory/GPU", (p) => TP.gb(p.total_bytes)], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
   TP.$("#points").innerHTML = TP.table(r.points, [
-    ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["MFU", (p) => TP.pct(p.mfu)],
+    ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["fit/GPU", (p) => TP.gb(p.fit_bytes)], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${TP.esc(p.gpu)}`],
     ["framework", (p) => TP.esc(p.framework)],
     ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],

@@ -1,0 +1,62 @@
+"""``memory.fit_bytes``: the figure the search, the per-stage search and the frontier fit layouts
+by (:func:`model.terms.peak.fit_total`), in the search, frontier and evaluate JSON and in the
+frontier's table, beside the allocated peak the memory axis shows.
+
+Llama 3 8B on 8 H100s under fsdp2 (the defaults: s 8192, B 1024): the frontier's fastest point
+is dp 4 × tp 2, ZeRO-2, no recomputation, b 1, 65.13 GB at its allocated peak with the
+communicators (``total_bytes``). FSDP2's all-gather copy-in stream keeps two outputs of its
+largest unit reserved (:func:`model.terms.peak.stream_pool_term`), the embedding's 128,256 ×
+4,096 weights ÷ tp 2 in BF16: 2 × 2 B × 262,668,288 = 1,050,673,152 B, so the fit figure is
+66,179,342,336 B (66.18 GB). With ``--allocator-retries-ok`` the search fits by the allocated
+peak, and the figure is ``total_bytes``.
+
+Each command is its own process (``python -m trainplan``), a few seconds each."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import run_many
+
+BASE = ("--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2")
+POOL = 2 * 2 * 128_256 * 4_096 // 2
+TOTAL = 65_128_669_184
+
+
+def test_fit_bytes_in_every_answer_and_the_frontier_table():
+    assert POOL == 1_050_673_152
+    runs = run_many(
+        {
+            "frontier": ("frontier", *BASE, "--json"),
+            "table": ("frontier", *BASE),
+            "retries": ("frontier", *BASE, "--allocator-retries-ok", "--json"),
+            "search": ("search", *BASE, "--json"),
+            "evaluate": ("evaluate", *BASE, "--dp", "4", "--tp", "2", "--zero", "2", "--json"),
+        }
+    )
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+    points = json.loads(runs["frontier"].stdout)["points"]
+    first = points[0]
+    lay = (first["dp"], first["tp"], first["zero_stage"], first["recompute"])
+    assert lay == (4, 2, 2, "none") and first["micro_batch_size"] == 1
+    assert first["total_bytes"] == TOTAL
+    assert first["fit_bytes"] == TOTAL + POOL == 66_179_342_336
+    # every point fits by the figure the search compared; none below the allocated peak
+    assert all(p["total_bytes"] <= p["fit_bytes"] <= p["capacity_bytes"] for p in points)
+
+    # the table: the fit figure beside the memory axis
+    head, _, row = runs["table"].stdout.splitlines()[1:4]
+    assert head.split()[:5] == ["step", "memory/GPU", "fit/GPU", "MFU", "GPUs"]
+    assert row.split()[2:6] == ["65.13", "GB", "66.18", "GB"]
+
+    # allocator retries accepted: the search fits by the allocated peak, and says so
+    assert all(
+        p["fit_bytes"] == p["total_bytes"] for p in json.loads(runs["retries"].stdout)["points"]
+    )
+
+    # search and evaluate: the same key, the same rule
+    m = json.loads(runs["search"].stdout)["memory"]
+    assert m["fit_bytes"] == m["reserved_bytes"] + m["communicator_bytes"] <= m["capacity_bytes"]
+    m = json.loads(runs["evaluate"].stdout)["memory"]
+    assert (m["total_bytes"], m["stream_pool_bytes"], m["fit_bytes"]) == (TOTAL, POOL, TOTAL + POOL)
