@@ -153,7 +153,12 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
-        ("loss working set beyond it (one micro-batch)", m.get("loss_transient_bytes")),
+        ("backward working set (one layer)", m.get("backward_working_bytes")),
+        (
+            "output layer released before the layers' backward",
+            -m["output_layer_freed_bytes"] if m.get("output_layer_freed_bytes") else None,
+        ),
+        ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
         ("pipeline stage outputs and receive buffers", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),

@@ -13,7 +13,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activations import ActivationContext
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
@@ -43,6 +44,7 @@ __all__ = [
     "FORM_FIELDS",
     "LAYER_FIELDS",
     "activation_context",
+    "backward_figures",
     "chunk_forms",
     "chunk_layers",
     "cp_kv_repeat_of",
@@ -127,6 +129,37 @@ def activation_context(
 def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
     """:func:`model.stage_bytes.layer_quantities` of the :data:`CONTEXT_FIELDS` values."""
     return layer_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def backward_figures(
+    arch: Architecture, training: TrainingSpec, kernels: tuple[tuple[str, str | None], ...],
+    *fields: Any,
+) -> tuple[Any, ...]:  # fmt: skip
+    """The backward working set of one layer (:func:`model.backward_working.
+    backward_working_bytes`) of the :data:`CONTEXT_FIELDS` values, with the attention kernel
+    ``kernels`` names for the layout's framework: (dense, MoE), then (dense, MoE) under selective
+    recomputation, which add the tensors of the layer that selective recomputation drops
+    (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
+    recomputes them (Megatron-Core's ``CheckpointFunction`` for the recomputed modules,
+    torchtitan's selective ``checkpoint`` at the block's first unpack) and they are live with the
+    working set; 0 for a kind the model has no layer of."""
+    ctx = activation_context(training, *fields)
+    framework = Framework(fields[-1])
+    kernel = dict(kernels).get(framework.value)
+    plain: list[Any] = []
+    selective: list[Any] = []
+    for moe in (False, True):
+        if arch.kind_index(moe) is None:
+            plain.append(0)
+            selective.append(0)
+            continue
+        work = backward_working_bytes(arch, moe, ctx, framework, kernel)
+        layer = kind_activations(arch, moe, ctx)
+        dropped = layer.full_bytes - layer.selective_bytes if work else 0
+        plain.append(work)
+        selective.append(work + dropped)
+    return (*plain, *selective)
 
 
 @lru_cache(maxsize=CACHE)

@@ -22,8 +22,10 @@ from typing import Any
 
 from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
+from trainplan.model.attention_rates import default_attention_kernel
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
     loss_kept_bytes_per_element,
@@ -46,6 +48,7 @@ from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     FORM_FIELDS,
     LAYER_FIELDS,
+    backward_figures,
     chunk_forms,
     cp_kv_repeat_of,
     cp_mechanism_of,
@@ -114,16 +117,42 @@ class StageActivations:
     one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
     copy, backward's gradients, as the profile's default loss holds them). It does not coincide
     with a recompute transient nor with the context-parallel buffers (the loss's backward runs
-    before any layer's), so the peak takes the larger of the loss and the two together
-    (:attr:`loss_over_bytes`). 0 on other stages."""
+    before any layer's), so the peak takes the larger of the loss phase and the layers' backward
+    phase (:attr:`layer_backward_bytes`, :attr:`loss_over_bytes`). 0 on other stages."""
+    backward_working_bytes: Fraction = Fraction(0)
+    """The backward working set of one layer for the micro-batch whose backward runs: the
+    transients its largest step holds (output and input gradients, re-gathered inputs, the
+    attention kernel's dQ, dK, dV and workspace) less the layer's saved tensors released by
+    then (:func:`model.backward_working.backward_working_bytes`; the larger of the stage's
+    dense and MoE layers). Held with the recompute transient and the context-parallel buffers;
+    0 on a stage without transformer layers and under ``textbook``."""
+    output_layer_freed_bytes: Fraction = Fraction(0)
+    """On the stage with the loss: one micro-batch's output-layer bytes (final-norm input,
+    output-projection input, the loss's kept logits; part of ``embedding_bytes``), released when
+    the output layer's backward ends, before any transformer layer's backward
+    (``vocab_parallel_cross_entropy``'s and the fused losses' saved tensors go with their
+    autograd node); 0 elsewhere."""
+
+    @property
+    def layer_backward_bytes(self) -> Any:
+        """What the backward of one layer holds at once beyond the kept activations: the
+        recompute transient, the context-parallel buffers and the working set, less the output
+        layer's released bytes (on the loss's stage; the figure can be negative there)."""
+        return (
+            self.recompute_transient_bytes
+            + self.cp_transient_bytes
+            + self.backward_working_bytes
+            - self.output_layer_freed_bytes
+        )
 
     @property
     def total_bytes(self) -> Fraction:
+        """The stage's activations at their peak: the kept bytes plus the larger of the loss
+        phase (the loss working set) and the layers' backward phase
+        (:attr:`layer_backward_bytes`), never below the forward's end (0 beyond the kept)."""
         return (
             self.layers_bytes
-            + maximum(
-                self.recompute_transient_bytes + self.cp_transient_bytes, self.loss_transient_bytes
-            )
+            + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -131,11 +160,11 @@ class StageActivations:
 
     @property
     def loss_over_bytes(self) -> Any:
-        """What the loss working set adds to the peak beyond the layer transients it does not
-        coincide with (the recompute transient and the context-parallel buffers, both held while
-        one layer runs backward, after the loss's backward): ``max(loss − recompute − cp, 0)``,
-        so that the memory lines sum to :attr:`total_bytes`."""
-        over = self.loss_transient_bytes - self.recompute_transient_bytes - self.cp_transient_bytes
+        """What the loss phase adds to the peak beyond the layers' backward phase
+        (:attr:`layer_backward_bytes`): ``max(loss − layer backward, 0)``, so that the memory
+        lines (the recompute transient, the context-parallel buffers, the working set, the
+        output layer's released bytes and this) sum to :attr:`total_bytes`."""
+        over = self.loss_transient_bytes - self.layer_backward_bytes
         return maximum(over, 0 * over)
 
 
@@ -310,10 +339,39 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
+    working = _backward_working(c, f, n_layers, n_moe)
+    freed = head * f.lookup(_phase_ordered, (), "framework")
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
-        host, loss,
+        host, loss, working, freed,
     )  # fmt: skip
+
+
+def _phase_ordered(framework: Any) -> int:
+    """1 where the peak follows the order of backward's phases (the output layer's tensors
+    released before the layers' backward); 0 under ``textbook``, whose steady-state count
+    sums the lines (the conventions' activation formula)."""
+    return 1 if Framework(framework).physical else 0
+
+
+def _attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
+    """(framework, the attention kernel it runs) for every profile: the run's
+    ``attention_kernel``, else the framework's on the part
+    (:func:`model.attention_rates.default_attention_kernel`); None without an accelerator."""
+    given = c.options.attention_kernel
+    name = c.device.name if c.device is not None else None
+    return tuple(
+        (fw.value, given or (default_attention_kernel(fw.value, name) if name else None))
+        for fw in Framework
+    )
+
+
+def _backward_working(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
+    """The backward working set of the stage's largest layer (:func:`backward_figures`, the
+    selective figures under selective recomputation); 0 on a stage without layers."""
+    w = f.lookup(backward_figures, (c.arch, c.training, _attention_kernels(c)), *CONTEXT_FIELDS)
+    s = 2 if f.recompute is Recompute.SELECTIVE else 0
+    return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))
 
 
 def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
