@@ -129,6 +129,16 @@ def loss_beyond_recompute(acts: Any) -> Fraction:
     return Fraction(acts.loss_over_bytes)
 
 
+def _backward_phase(acts: Any) -> dict[str, Any]:
+    """The lines of the layers' backward phase beside the loss's (None for a size-only model):
+    the loss beyond it, one layer's backward working set, the output layer's released bytes."""
+    return {
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "backward_working_bytes": _n(acts.backward_working_bytes) if acts else None,
+        "output_layer_freed_bytes": _n(acts.output_layer_freed_bytes) if acts else None,
+    }
+
+
 def _gathered_what(est: Estimate) -> str | None:
     """What ``zero3_gathered_bytes`` holds, in words (:attr:`model.mechanisms.Mechanism.
     gathered_what` of the layout's framework and ZeRO stage); None where nothing is gathered."""
@@ -163,9 +173,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
-        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
-        "backward_working_bytes": _n(acts.backward_working_bytes) if acts else None,
-        "output_layer_freed_bytes": _n(acts.output_layer_freed_bytes) if acts else None,
+        **_backward_phase(acts),
         "construction_bytes": _n(
             construction_peak_bytes(
                 est.layout.framework,

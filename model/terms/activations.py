@@ -22,10 +22,8 @@ from typing import Any
 
 from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
-from trainplan.model.attention_rates import default_attention_kernel
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
-from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.loss_memory import (
     loss_kept_bytes_per_element,
@@ -48,7 +46,7 @@ from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     FORM_FIELDS,
     LAYER_FIELDS,
-    backward_figures,
+    backward_working_term,
     chunk_forms,
     cp_kv_repeat_of,
     cp_mechanism_of,
@@ -61,6 +59,7 @@ from trainplan.model.terms.activation_fields import (
     offload_figures,
     output_stage,
     padded_vocab_of,
+    phase_ordered,
     split_forms,
     stage_layer_counts,
     transient_forms,
@@ -115,29 +114,22 @@ class StageActivations:
     loss_transient_bytes: Fraction = Fraction(0)
     """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
     one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
-    copy, backward's gradients, as the profile's default loss holds them). It does not coincide
-    with a recompute transient nor with the context-parallel buffers (the loss's backward runs
-    before any layer's), so the peak takes the larger of the loss phase and the layers' backward
-    phase (:attr:`layer_backward_bytes`, :attr:`loss_over_bytes`). 0 on other stages."""
+    copy, backward's gradients, as the profile's default loss holds them). The loss's backward
+    runs before any layer's: the peak takes the larger of the loss phase and the layers'
+    backward phase (:attr:`layer_backward_bytes`). 0 on other stages."""
     backward_working_bytes: Fraction = Fraction(0)
-    """The backward working set of one layer for the micro-batch whose backward runs: the
-    transients its largest step holds (output and input gradients, re-gathered inputs, the
-    attention kernel's dQ, dK, dV and workspace) less the layer's saved tensors released by
-    then (:func:`model.backward_working.backward_working_bytes`; the larger of the stage's
-    dense and MoE layers). Held with the recompute transient and the context-parallel buffers;
-    0 on a stage without transformer layers and under ``textbook``."""
+    """One layer's backward working set, one micro-batch, the stage's larger layer kind
+    (:func:`model.backward_working.backward_working_bytes`); held with the recompute transient
+    and the context-parallel buffers; 0 without transformer layers and under ``textbook``."""
     output_layer_freed_bytes: Fraction = Fraction(0)
-    """On the stage with the loss: one micro-batch's output-layer bytes (final-norm input,
-    output-projection input, the loss's kept logits; part of ``embedding_bytes``), released when
-    the output layer's backward ends, before any transformer layer's backward
-    (``vocab_parallel_cross_entropy``'s and the fused losses' saved tensors go with their
-    autograd node); 0 elsewhere."""
+    """The loss's stage: one micro-batch's output-layer bytes in ``embedding_bytes`` (the loss's
+    kept logits among them), released with the output layer's backward, before any layer's
+    backward; 0 elsewhere and under ``textbook``."""
 
     @property
     def layer_backward_bytes(self) -> Any:
-        """What the backward of one layer holds at once beyond the kept activations: the
-        recompute transient, the context-parallel buffers and the working set, less the output
-        layer's released bytes (on the loss's stage; the figure can be negative there)."""
+        """One layer's backward phase beyond the kept bytes: recompute transient + CP buffers +
+        working set − the output layer's released bytes (negative possible)."""
         return (
             self.recompute_transient_bytes
             + self.cp_transient_bytes
@@ -147,9 +139,8 @@ class StageActivations:
 
     @property
     def total_bytes(self) -> Fraction:
-        """The stage's activations at their peak: the kept bytes plus the larger of the loss
-        phase (the loss working set) and the layers' backward phase
-        (:attr:`layer_backward_bytes`), never below the forward's end (0 beyond the kept)."""
+        """The kept bytes plus the larger of the loss phase and the layers' backward phase
+        (:attr:`layer_backward_bytes`); never below the forward's end."""
         return (
             self.layers_bytes
             + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
@@ -160,10 +151,8 @@ class StageActivations:
 
     @property
     def loss_over_bytes(self) -> Any:
-        """What the loss phase adds to the peak beyond the layers' backward phase
-        (:attr:`layer_backward_bytes`): ``max(loss − layer backward, 0)``, so that the memory
-        lines (the recompute transient, the context-parallel buffers, the working set, the
-        output layer's released bytes and this) sum to :attr:`total_bytes`."""
+        """``max(loss − layer backward, 0)`` (:attr:`layer_backward_bytes`): what the loss phase
+        adds beyond the layers' backward phase, so that the memory lines sum to the total."""
         over = self.loss_transient_bytes - self.layer_backward_bytes
         return maximum(over, 0 * over)
 
@@ -339,39 +328,12 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
-    working = _backward_working(c, f, n_layers, n_moe)
-    freed = head * f.lookup(_phase_ordered, (), "framework")
+    working = backward_working_term(c, f, n_layers, n_moe)
+    freed = head * f.lookup(phase_ordered, (), "framework")
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
         host, loss, working, freed,
     )  # fmt: skip
-
-
-def _phase_ordered(framework: Any) -> int:
-    """1 where the peak follows the order of backward's phases (the output layer's tensors
-    released before the layers' backward); 0 under ``textbook``, whose steady-state count
-    sums the lines (the conventions' activation formula)."""
-    return 1 if Framework(framework).physical else 0
-
-
-def _attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
-    """(framework, the attention kernel it runs) for every profile: the run's
-    ``attention_kernel``, else the framework's on the part
-    (:func:`model.attention_rates.default_attention_kernel`); None without an accelerator."""
-    given = c.options.attention_kernel
-    name = c.device.name if c.device is not None else None
-    return tuple(
-        (fw.value, given or (default_attention_kernel(fw.value, name) if name else None))
-        for fw in Framework
-    )
-
-
-def _backward_working(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
-    """The backward working set of the stage's largest layer (:func:`backward_figures`, the
-    selective figures under selective recomputation); 0 on a stage without layers."""
-    w = f.lookup(backward_figures, (c.arch, c.training, _attention_kernels(c)), *CONTEXT_FIELDS)
-    s = 2 if f.recompute is Recompute.SELECTIVE else 0
-    return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))
 
 
 def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
