@@ -366,8 +366,10 @@ def templated_transient_bytes(
       their ``torch.cat`` for the next rank (``2·KV``) and the ``dkv_rotater`` (an
       ``_AllToAllRotater``) receive buffer for the previous rank's (``2·KV``): ``2·Q + 6·KV``.
 
-    The BF16 gradients each SDPA backward call returns are not counted (a single SDPA call
-    without context parallelism returns them too), nor the log-sum-exp rows. The forward
+    The BF16 gradients each SDPA backward call returns are the layer's backward working set
+    (:func:`model.backward_working.backward_working_bytes`, the attention core's dQ, dK, dV, as a
+    single SDPA call without context parallelism returns them); the log-sum-exp rows are not
+    counted. The forward
     (``_templated_ring_attention``: the gathered K/V, the concatenated copy and
     ``_SDPAMerger``'s FP32 output and its temporaries, about ``(r + 1)·KV + 6·O`` with
     ``O = Q``) holds less.

@@ -110,8 +110,15 @@ KEY_DOCS: dict[str, str] = {
     "holds at the peak, less its checkpoint, counted once.",
     "memory.loss_transient_bytes": "Last stage: what the loss holds for one micro-batch beyond "
     "the kept FP32 softmax (BF16 logits, FP32 copy, backward's gradients, as the framework's "
-    "default loss holds them), less the recompute transient and the context-parallel buffers "
-    "it does not coincide with.",
+    "default loss holds them), less the layers' backward phase it does not coincide with (the "
+    "recompute transient, the context-parallel buffers and the backward working set, less the "
+    "output layer's released bytes).",
+    "memory.backward_working_bytes": "The transients one layer's backward holds at its largest "
+    "step (output and input gradients, re-gathered inputs, the attention kernel's dQ/dK/dV and "
+    "workspace) less the layer's saved tensors released by then; 0 under textbook.",
+    "memory.output_layer_freed_bytes": "Stage with the loss: one micro-batch's output-layer "
+    "activations (with the kept FP32 logits), released before any layer's backward; the layers' "
+    "backward phase holds that much less (0 elsewhere and under textbook).",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",

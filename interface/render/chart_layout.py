@@ -142,6 +142,7 @@ MEMORY_PARTS = (
     ("activations_bytes", "activations", "#f58518"),
     ("embedding_activations_bytes", "embedding/output activations", "#eeca3b"),
     ("recompute_transient_bytes", "recompute transient", "#e45756"),
+    ("backward_working_bytes", "backward working set", "#ff7f0e"),
     ("loss_transient_bytes", "loss working set", "#d6616b"),
     ("pipeline_output_bytes", "pipeline outputs kept", "#ff9da6"),
     ("optimizer_step_bytes", "optimizer step extra", "#bab0ac"),

@@ -153,7 +153,9 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
-        ("loss working set beyond it (one micro-batch)", m.get("loss_transient_bytes")),
+        ("backward working set (one layer)", m.get("backward_working_bytes")),
+        ("output layer released before it", -(m.get("output_layer_freed_bytes") or 0)),
+        ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
         ("pipeline stage outputs and receive buffers", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
@@ -162,8 +164,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
-    # the total and the capacity always; every other line only where its term applies
-    always = ("=", "capacity")
+    always = ("=", "capacity")  # the total and the capacity always, others where they apply
     shown = [(name, value) for name, value in parts if value or name.startswith(always)]
     width = max([44, *(len(name) for name, _ in shown)])
     lines += [f"  {name:<{width}} {gb(value):>14}" for name, value in shown]

@@ -120,12 +120,23 @@ def bound_notes(est: Estimate) -> list[str]:
 
 
 def loss_beyond_recompute(acts: Any) -> Fraction:
-    """What the last stage's loss working set adds to the peak beyond the recompute transient
-    and the context-parallel buffers (they do not coincide; the peak holds the larger):
-    ``max(loss − recompute − cp, 0)``
+    """What the last stage's loss working set adds to the peak beyond the layers' backward phase
+    (the recompute transient, the context-parallel buffers and the working set, less the output
+    layer's released bytes; they do not coincide, the peak holds the larger):
+    ``max(loss − layer backward, 0)``
     (:attr:`model.terms.activations.StageActivations.loss_over_bytes`), so that the memory lines
     sum to the total."""
     return Fraction(acts.loss_over_bytes)
+
+
+def _backward_phase(acts: Any) -> dict[str, Any]:
+    """The lines of the layers' backward phase beside the loss's (None for a size-only model):
+    the loss beyond it, one layer's backward working set, the output layer's released bytes."""
+    return {
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "backward_working_bytes": _n(acts.backward_working_bytes) if acts else None,
+        "output_layer_freed_bytes": _n(acts.output_layer_freed_bytes) if acts else None,
+    }
 
 
 def _gathered_what(est: Estimate) -> str | None:
@@ -169,7 +180,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
-        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        **_backward_phase(acts),
         "construction_bytes": _n(
             construction_peak_bytes(
                 est.layout.framework,
@@ -223,6 +234,8 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                 "stage_other_activation_bytes": _n(
                     acts.embedding_bytes
                     + acts.recompute_transient_bytes
+                    + acts.backward_working_bytes
+                    - acts.output_layer_freed_bytes
                     + loss_beyond_recompute(acts)
                     + acts.cp_transient_bytes
                     + acts.offload_buffer_bytes

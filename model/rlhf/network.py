@@ -103,13 +103,14 @@ def _forward_s(est: Estimate) -> float:
 
 
 def _loss_over(acts: Any) -> Fraction:
-    """What evaluate()'s loss working set adds to a last stage's peak beyond its recompute
-    transient and context-parallel buffers
-    (:attr:`model.terms.activations.StageActivations.loss_over_bytes`); 0 for a size-only
-    model."""
+    """What evaluate()'s loss adds to a last stage's peak: its working set beyond the layers'
+    backward phase (:attr:`model.terms.activations.StageActivations.loss_over_bytes`), less
+    the output layer's bytes the layers' backward phase does not hold
+    (``output_layer_freed_bytes``; the FP32 logits among them are taken off with the rest of
+    evaluate()'s loss); 0 for a size-only model."""
     if acts is None:
         return Fraction(0)
-    return Fraction(acts.loss_over_bytes)
+    return Fraction(acts.loss_over_bytes - acts.output_layer_freed_bytes)
 
 
 @dataclass(frozen=True)

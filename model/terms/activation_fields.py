@@ -13,7 +13,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activations import ActivationContext
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.attention_rates import default_attention_kernel
+from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
@@ -33,9 +35,9 @@ from trainplan.model.stage_bytes import (
     offload_quantities,
     sqrt_segment,
 )
-from trainplan.model.terms.fields import Fields
+from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
-from trainplan.model.xp import where
+from trainplan.model.xp import maximum, where
 
 __all__ = [
     "CACHE",
@@ -43,6 +45,9 @@ __all__ = [
     "FORM_FIELDS",
     "LAYER_FIELDS",
     "activation_context",
+    "attention_kernels",
+    "backward_figures",
+    "backward_working_term",
     "chunk_forms",
     "chunk_layers",
     "cp_kv_repeat_of",
@@ -57,6 +62,7 @@ __all__ = [
     "offload_figures",
     "output_stage",
     "padded_vocab_of",
+    "phase_ordered",
     "split_forms",
     "stage_layer_counts",
     "transient_forms",
@@ -127,6 +133,37 @@ def activation_context(
 def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> tuple[Any, ...]:
     """:func:`model.stage_bytes.layer_quantities` of the :data:`CONTEXT_FIELDS` values."""
     return layer_quantities(arch, activation_context(training, *fields))
+
+
+@lru_cache(maxsize=CACHE)
+def backward_figures(
+    arch: Architecture, training: TrainingSpec, kernels: tuple[tuple[str, str | None], ...],
+    *fields: Any,
+) -> tuple[Any, ...]:  # fmt: skip
+    """The backward working set of one layer (:func:`model.backward_working.
+    backward_working_bytes`) of the :data:`CONTEXT_FIELDS` values, with the attention kernel
+    ``kernels`` names for the layout's framework: (dense, MoE), then (dense, MoE) under selective
+    recomputation, which add the tensors of the layer that selective recomputation drops
+    (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
+    recomputes them (Megatron-Core's ``CheckpointFunction`` for the recomputed modules,
+    torchtitan's selective ``checkpoint`` at the block's first unpack) and they are live with the
+    working set; 0 for a kind the model has no layer of."""
+    ctx = activation_context(training, *fields)
+    framework = Framework(fields[-1])
+    kernel = dict(kernels).get(framework.value)
+    plain: list[Any] = []
+    selective: list[Any] = []
+    for moe in (False, True):
+        if arch.kind_index(moe) is None:
+            plain.append(0)
+            selective.append(0)
+            continue
+        work = backward_working_bytes(arch, moe, ctx, framework, kernel)
+        layer = kind_activations(arch, moe, ctx)
+        dropped = layer.full_bytes - layer.selective_bytes if work else 0
+        plain.append(work)
+        selective.append(work + dropped)
+    return (*plain, *selective)
 
 
 @lru_cache(maxsize=CACHE)
@@ -286,3 +323,30 @@ def end_stages(f: Fields) -> tuple[Any, Any]:
     first, last = f.stage == 0, output_stage(f)
     dual = f.schedule == Schedule.DUALPIPE
     return where(dual, first | last, first), where(dual, first | last, last)
+
+
+def attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
+    """(framework, the attention kernel it runs) for every profile: the run's
+    ``attention_kernel``, else the framework's on the part
+    (:func:`model.attention_rates.default_attention_kernel`); None without an accelerator."""
+    given = c.options.attention_kernel
+    name = c.device.name if c.device is not None else None
+    return tuple(
+        (fw.value, given or (default_attention_kernel(fw.value, name) if name else None))
+        for fw in Framework
+    )
+
+
+def backward_working_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
+    """The backward working set of the stage's largest layer (:func:`backward_figures`, the
+    selective figures under selective recomputation); 0 on a stage without layers."""
+    w = f.lookup(backward_figures, (c.arch, c.training, attention_kernels(c)), *CONTEXT_FIELDS)
+    s = 2 if f.recompute is Recompute.SELECTIVE else 0
+    return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))
+
+
+def phase_ordered(framework: Any) -> int:
+    """1 where the peak follows the order of backward's phases (the output layer's tensors
+    released before the layers' backward); 0 under ``textbook``, whose steady-state count
+    sums the lines (the conventions' activation formula)."""
+    return 1 if Framework(framework).physical else 0

@@ -46,6 +46,7 @@ from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     FORM_FIELDS,
     LAYER_FIELDS,
+    backward_working_term,
     chunk_forms,
     cp_kv_repeat_of,
     cp_mechanism_of,
@@ -58,6 +59,7 @@ from trainplan.model.terms.activation_fields import (
     offload_figures,
     output_stage,
     padded_vocab_of,
+    phase_ordered,
     split_forms,
     stage_layer_counts,
     transient_forms,
@@ -112,18 +114,36 @@ class StageActivations:
     loss_transient_bytes: Fraction = Fraction(0)
     """The last stage's loss working set beyond the fp32 softmax ``embedding_bytes`` keeps, for
     one micro-batch (:func:`model.loss_memory.loss_transient_bytes`: the BF16 logits, the fp32
-    copy, backward's gradients, as the profile's default loss holds them). It does not coincide
-    with a recompute transient nor with the context-parallel buffers (the loss's backward runs
-    before any layer's), so the peak takes the larger of the loss and the two together
-    (:attr:`loss_over_bytes`). 0 on other stages."""
+    copy, backward's gradients, as the profile's default loss holds them). The loss's backward
+    runs before any layer's: the peak takes the larger of the loss phase and the layers'
+    backward phase (:attr:`layer_backward_bytes`). 0 on other stages."""
+    backward_working_bytes: Fraction = Fraction(0)
+    """One layer's backward working set, one micro-batch, the stage's larger layer kind
+    (:func:`model.backward_working.backward_working_bytes`); held with the recompute transient
+    and the context-parallel buffers; 0 without transformer layers and under ``textbook``."""
+    output_layer_freed_bytes: Fraction = Fraction(0)
+    """The loss's stage: one micro-batch's output-layer bytes in ``embedding_bytes`` (the loss's
+    kept logits among them), released with the output layer's backward, before any layer's
+    backward; 0 elsewhere and under ``textbook``."""
+
+    @property
+    def layer_backward_bytes(self) -> Any:
+        """One layer's backward phase beyond the kept bytes: recompute transient + CP buffers +
+        working set − the output layer's released bytes (negative possible)."""
+        return (
+            self.recompute_transient_bytes
+            + self.cp_transient_bytes
+            + self.backward_working_bytes
+            - self.output_layer_freed_bytes
+        )
 
     @property
     def total_bytes(self) -> Fraction:
+        """The kept bytes plus the larger of the loss phase and the layers' backward phase
+        (:attr:`layer_backward_bytes`); never below the forward's end."""
         return (
             self.layers_bytes
-            + maximum(
-                self.recompute_transient_bytes + self.cp_transient_bytes, self.loss_transient_bytes
-            )
+            + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -131,11 +151,9 @@ class StageActivations:
 
     @property
     def loss_over_bytes(self) -> Any:
-        """What the loss working set adds to the peak beyond the layer transients it does not
-        coincide with (the recompute transient and the context-parallel buffers, both held while
-        one layer runs backward, after the loss's backward): ``max(loss − recompute − cp, 0)``,
-        so that the memory lines sum to :attr:`total_bytes`."""
-        over = self.loss_transient_bytes - self.recompute_transient_bytes - self.cp_transient_bytes
+        """``max(loss − layer backward, 0)`` (:attr:`layer_backward_bytes`): what the loss phase
+        adds beyond the layers' backward phase, so that the memory lines sum to the total."""
+        over = self.loss_transient_bytes - self.layer_backward_bytes
         return maximum(over, 0 * over)
 
 
@@ -310,9 +328,11 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
+    working = backward_working_term(c, f, n_layers, n_moe)
+    freed = head * f.lookup(phase_ordered, (), "framework")
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
-        host, loss,
+        host, loss, working, freed,
     )  # fmt: skip
 
 

@@ -46,9 +46,11 @@ def test_total_is_the_sum_of_its_parts(params):
         assert (
             state.total_bytes == state.weights_bytes + state.gradients_bytes + state.optimizer_bytes
         )
-        # the loss's working set coincides neither with the recompute transient nor with the
-        # CP buffers (both held while one layer runs backward): the larger of the two
+        # the loss's working set coincides neither with the recompute transient, the CP buffers
+        # nor the backward working set (all held while one layer runs backward, after the output
+        # layer's tensors were released): the larger of the two phases
         layer = acts.recompute_transient_bytes + acts.cp_transient_bytes
+        layer += acts.backward_working_bytes - acts.output_layer_freed_bytes
         assert acts.total_bytes == (
             acts.layers_bytes
             + acts.embedding_bytes
@@ -72,12 +74,14 @@ def test_total_is_the_sum_of_its_parts(params):
             "embedding_activations_bytes",
             "recompute_transient_bytes",
             "loss_transient_bytes",
+            "backward_working_bytes",
             "pipeline_output_bytes",
             "cp_transient_bytes",
             "zero3_gathered_bytes",
             "buffers_bytes",
         )
     ]
+    parts.append(-mem["output_layer_freed_bytes"])
     step = sum(parts[:3]) + mem["optimizer_step_bytes"]
     assert math.isclose(max(sum(parts), step), mem["allocated_bytes"], rel_tol=1e-12)
     total = max(sum(parts), step) + mem["communicator_bytes"]

@@ -1,0 +1,262 @@
+"""The backward working set of one transformer layer: the transient tensors its backward holds
+beside what stays saved, per GPU, for the micro-batch whose backward runs.
+
+A layer's backward allocates tensors that live only while it runs: the incoming gradient of the
+layer's output (held until the residual adds the block's gradient to it), the gradient a
+row-parallel projection all-gathers over the sequence shard, the input gradient (dgrad) each
+projection computes, the input a column-parallel projection all-gathers again for its weight
+gradient, the activation's input gradient, the attention kernel's dQ, dK, dV and its workspace.
+Meanwhile the layer's saved tensors are released as each operator's backward ends (autograd
+frees a node's saved tensors after the node runs; Transformer Engine calls
+``clear_tensor_data``). :func:`backward_working_bytes` is the largest, over the steps of the
+layer's backward, of the transients live at that step less the layer's own saved tensors
+released before it (:func:`model.activations.kind_activations`' rows, by name, as they are
+kept: FP8 inputs at their FP8 bytes). Notation: ``S = (s/cp)·b`` tokens on this rank, β bytes
+per element, ``n = β·S·h`` ÷ tp with sequence parallelism (the layer's output gradient),
+``H = β·S·h`` (a whole hidden-state tensor), ``[sp]`` 1 with sequence parallelism at tp > 1.
+
+Steps, in the order backward runs them (each gradient of a column-parallel projection's input
+is whole, ``H``, before its reduce-scatter or all-reduce; with sequence parallelism the
+reduce-scatter's output ``n`` is allocated while it is live):
+
+* down projection (row-parallel): ``n + [sp]·H + β·S·f/tp`` — the gathered output gradient and
+  the dgrad;
+* activation: ``n + β·S·f/tp + u·β·S·f/tp`` (u = 2 for a gated MLP), less the down projection's
+  input, released;
+* up (gate) projection (column-parallel): ``n + u·β·S·f/tp + r·H + c·H + [sp]·n``, less the
+  down projection's and the activation's inputs;
+* output projection (row-parallel): ``n + [sp]·H + β·S·O/tp``;
+* attention core: ``n + β·S·O/tp`` (dO) ``+ β·S·(Q + KV)/tp`` (dQ, dK, dV) plus the kernel's
+  workspace (:func:`attention_backward_workspace`);
+* QKV projection (column-parallel): ``n + β·S·(Q + KV)/tp + r·H + c·H + [sp]·n``, less the
+  output projection's input and Q, K, V.
+
+Q, KV, O are :func:`model.context_parallel.attention_dims`; f the FFN width. ``r`` (the saved
+sequence shard gathered again) and ``c`` (input gradients whole at once) are the profile's:
+
+* ``megatron`` (Megatron-Core with Transformer Engine): ``r = [sp]``, ``c = 1``. Transformer
+  Engine ``module/layernorm_linear.py`` ``_LayerNormLinear.backward``: ``gather_along_first_dim``
+  of the saved ``ln_out`` (async), the dgrad GEMM's ``gemm_out`` ``[S, h]``, its
+  ``reduce_scatter_along_first_dim`` (async), then the weight gradient from ``ln_out_total``, and
+  only then ``clear_tensor_data(ln_out_total)``; ``module/linear.py`` ``_Linear.backward``: the
+  row-parallel projection's ``grad_output`` gathered (``gather_along_first_dim``) for the dgrad
+  and the weight gradient; the fused QKV and FC1 are one projection each. Megatron-Core's
+  ``megatron/core/fusions/fused_bias_swiglu.py`` ``SwiGLUFunction.backward``: ``swiglu_back``
+  returns one ``[S, 2f/tp]`` tensor.
+* ``deepspeed`` (Megatron-DeepSpeed's layers): the same. ``megatron/core/tensor_parallel/
+  layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward`` gathers the saved
+  input into ``get_global_memory_buffer()``'s ``"mpu"`` tensor, computes ``grad_input`` whole and
+  reduce-scatters it into ``sub_grad_input`` while the weight gradient runs (Megatron-LM
+  ``megatron/core/tensor_parallel/layers.py``, the same function, for Megatron-Core's local
+  layers).
+* ``fsdp2`` (torchtitan, plain autograd on DTensor): ``r = 0`` (the block input is kept
+  all-gathered, :attr:`model.activations.ActivationContext.gathered_block_inputs`), ``c = 2``:
+  the projections are separate modules (``torchtitan/models/common/attention.py``
+  ``xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)``; ``feed_forward.py`` ``w1``, ``w3``), so
+  autograd's input buffer holds the accumulated gradient of the shared input while the next
+  projection's dgrad is made.
+* ``textbook``: 0. The reference profile is Korthikanti et al.'s steady-state count (the
+  conventions' activation formula); a working set is no part of it.
+
+MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
+``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
+expert output gradient ``[R, h]`` with the down projection's dgrad, the activation, the up
+projection's ``[R, h]`` dgrad; then the dispatch's backward holds a second ``[R, h]`` (the
+all-to-all's output beside its input); shared experts as a dense MLP of their width.
+
+Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
+the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
+``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
+gradient of a norm's input (``n``, below every step's other tensors), RoPE's backward copies.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.arch_parts import Mlp
+from trainplan.model.context_parallel import attention_dims
+from trainplan.model.frameworks import Framework
+from trainplan.model.specs import Architecture
+
+__all__ = ["attention_backward_workspace", "backward_working_bytes"]
+
+FLASH_ATTENTION_2 = "flash-attention-2"
+FLASH_ATTENTION_3 = "flash-attention-3"
+
+
+def attention_backward_workspace(
+    kernel: str | None, tokens: Fraction, heads: Fraction, kv_heads: Fraction, head_dim: int,
+    beta: int,
+) -> Fraction:  # fmt: skip
+    """Bytes the attention kernel's backward allocates beside dQ, dK, dV, for ``tokens`` queries
+    and keys, ``heads`` query heads and ``kv_heads`` key/value heads on this rank of
+    ``head_dim`` each (rounded to the kernel's tiles: 128 tokens, 8 of the head dimension at
+    most, left out):
+
+    * ``flash-attention-2`` (Dao-AILab/flash-attention ``csrc/flash_attn/flash_api.cpp``
+      ``mha_bwd``, non-deterministic): ``dq_accum`` fp32 ``[b, s, heads, d]``, ``softmax_d`` fp32
+      ``[b, heads, s]`` and, with fewer K/V heads than query heads, ``dk_expanded`` and
+      ``dv_expanded`` ``[b, s, heads, d]`` in the input's dtype, summed over each group after;
+    * ``flash-attention-3`` (``hopper/flash_api.cpp`` ``mha_bwd``): ``dq_accum`` fp32, the
+      softmax's ``softmax_d`` and ``softmax_lse_log2`` fp32 ``[b, heads, s]`` and, with fewer K/V
+      heads, ``dk_accum`` and ``dv_accum`` fp32 ``[b, kv_heads, s, d]``;
+    * cuDNN (Transformer Engine's fused attention, PyTorch SDPA's cuDNN backend) and any other
+      kernel: 0, the workspace being the cuDNN graph's (module docstring).
+
+    Examples
+    --------
+    Llama 3 70B at tp 8, s 8,192: 8 query heads and 1 K/V head of 128 on a rank; FlashAttention-2
+    holds ``4·8,192·8·128`` (dq_accum, 33.6 MB) + ``4·8·8,192`` (softmax_d) + ``2·2·8,192·8·128``
+    (dK, dV expanded to 8 heads, 33.6 MB).
+
+    >>> attention_backward_workspace("flash-attention-2", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
+    Fraction(67371008, 1)
+    >>> attention_backward_workspace("cudnn", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
+    Fraction(0, 1)
+    """
+    if kernel == FLASH_ATTENTION_2:
+        expanded = 2 * beta * tokens * heads * head_dim if kv_heads != heads else 0
+        return 4 * tokens * heads * head_dim + 4 * heads * tokens + expanded
+    if kernel == FLASH_ATTENTION_3:
+        accum = 2 * 4 * tokens * kv_heads * head_dim if kv_heads != heads else 0
+        return 4 * tokens * heads * head_dim + 2 * 4 * heads * tokens + accum
+    return Fraction(0)
+
+
+def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
+    """(r, c) of the module docstring: whether the column-parallel projections gather their
+    saved input again, and how many whole input gradients they hold at once."""
+    sp = ctx.sequence_parallel and ctx.tp > 1
+    regather = 1 if sp and not ctx.gathered_block_inputs else 0
+    return regather, 2 if framework is Framework.FSDP2 else 1
+
+
+def _released(rows: dict[str, Fraction], *names: str) -> Fraction:
+    """The bytes of the named rows the layer keeps (0 for a row it does not keep)."""
+    return sum((rows.get(n, Fraction(0)) for n in names), Fraction(0))
+
+
+def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
+    """(the activation's input, the down projection's input): the names
+    :mod:`model.activation_rows` gives the rows of an MLP ``prefix``."""
+    if arch.mlp.gated:
+        unit = "SwiGLU" if arch.mlp is Mlp.SWIGLU else "GeGLU"
+        return f"{prefix} {unit} input (gate, up)", f"{prefix} down projection input"
+    return f"{prefix} GeLU input", f"{prefix} FC2 input"
+
+
+def _dense_mlp(
+    ctx: ActivationContext, arch: Architecture, ffn: int, prefix: str, rows: dict[str, Fraction],
+    plan: tuple[int, int],
+) -> Fraction:  # fmt: skip
+    """The dense MLP's steps (down projection, activation, up projection), their largest."""
+    beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
+    sp = 1 if ctx.sequence_parallel and tp > 1 else 0
+    n, H, f = beta * S * h / (tp if sp else 1), beta * S * h, beta * S * Fraction(ffn, tp)
+    u = 2 if arch.mlp.gated else 1
+    names = _mlp_names(arch, prefix)
+    down = _released(rows, names[1])
+    both = _released(rows, *names)
+    r, c = plan
+    return max(
+        n + sp * H + f,
+        n + f + u * f - down,
+        n + u * f + r * H + c * H + sp * n - both,
+    )
+
+
+def _routed_experts(
+    ctx: ActivationContext, arch: Architecture, rows: dict[str, Fraction]
+) -> Fraction:
+    """The routed experts' steps (module docstring), their largest."""
+    moe = arch.moe
+    assert moe is not None
+    beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
+    div = ctx.tp if ctx.sequence_parallel else 1
+    gathered = ctx.expert_tp if ctx.sequence_parallel else 1
+    k = moe.experts_per_token
+    n = beta * S * h / div
+    rh = k * beta * S * h * gathered / div
+    rf = k * beta * S * moe.expert_ffn_hidden_size / div
+    u = 2 if arch.mlp.gated else 1
+    names = _mlp_names(arch, "routed expert")
+    down = _released(rows, names[1])
+    both = _released(rows, *names)
+    return max(n + rh + rf, n + rf + u * rf - down, n + u * rf + rh - both, n + 2 * rh - both)
+
+
+def _attention(
+    ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
+    plan: tuple[int, int],
+) -> Fraction:  # fmt: skip
+    """The attention block's steps (output projection, core, QKV projection), their largest."""
+    beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
+    sp = 1 if ctx.sequence_parallel and tp > 1 else 0
+    n, H = beta * S * h / (tp if sp else 1), beta * S * h
+    q, kv, o = (beta * S * Fraction(x, tp) for x in attention_dims(arch))
+    if ctx.flash_attention:
+        heads = Fraction(arch.num_attention_heads, tp)
+        kv_heads = (
+            Fraction(arch.kv_heads, tp) if arch.kv_heads < arch.num_attention_heads else heads
+        )
+        d = q / (beta * S * heads)
+        work = attention_backward_workspace(kernel, S, heads, kv_heads, int(d), beta)
+    else:  # the gradients of the probabilities and of the scores, [b, a/tp, s/cp, s] each
+        work = 2 * beta * Fraction(arch.num_attention_heads, tp) * S * ctx.seq_len
+    r, c = plan
+    qkv = ("Q", "K", "V", "output projection input")
+    released = _released(rows, *qkv)
+    return max(
+        n + sp * H + o,
+        n + o + q + kv + work,
+        n + q + kv + r * H + c * H + sp * n - released,
+    )
+
+
+@lru_cache(maxsize=4096)
+def backward_working_bytes(
+    arch: Architecture,
+    moe: bool,
+    ctx: ActivationContext,
+    framework: Framework | str,
+    kernel: str | None = None,
+) -> Fraction:
+    """Bytes per GPU the backward of one layer of the kind ``moe`` holds beyond the saved
+    activations, for one micro-batch, at its largest step (module docstring), with the
+    attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only).
+    0 under ``textbook``. Exact.
+
+    Examples
+    --------
+    Llama 3 70B, s 8,192, b 1, tp 8 with sequence parallelism under Megatron-Core: the QKV
+    projection's backward holds the layer's output gradient ``n`` (16.8 MB), dQ, dK, dV
+    (``2·8,192·(8,192 + 2·1,024)/8``, 21.0 MB), the re-gathered norm output and the dgrad
+    (134.2 MB each) and the reduce-scatter's output (16.8 MB), less Q, K, V and the output
+    projection's input, released (16.8 + 2.1 + 2.1 + 16.8 MB): 285.2 MB. (The FC1 projection's
+    step: 16.8 + 117.4 + 2·134.2 + 16.8 − 58.7 − 117.4 = 243.3 MB.)
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> ctx = ActivationContext(seq_len=8192, cp=1, micro_batch_size=1, tp=8,
+    ...     sequence_parallel=True, flash_attention=True)
+    >>> llama = get_model("llama3-70b").model.arch
+    >>> int(backward_working_bytes(llama, False, ctx, "megatron", "cudnn"))
+    285212672
+    """
+    framework = Framework(framework)
+    if framework is Framework.TEXTBOOK:
+        return Fraction(0)
+    rows = dict(kind_activations(arch, moe, ctx).terms)
+    plan = _plan(framework, ctx)
+    att = _attention(ctx, arch, kernel, rows, plan)
+    if not moe:
+        mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan)
+        return max(att, mlp)
+    assert arch.moe is not None
+    mlp = _routed_experts(ctx, arch, rows)
+    if arch.moe.num_shared_experts:
+        ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
+        mlp = max(mlp, _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan))
+    return max(att, mlp)
