@@ -112,6 +112,11 @@ KEY_DOCS: dict[str, str] = {
     "the kept FP32 softmax (BF16 logits, FP32 copy, backward's gradients, as the framework's "
     "default loss holds them), less the recompute transient and the context-parallel buffers "
     "it does not coincide with.",
+    "memory.moe_forward_transient_bytes": "What one MoE layer's forward holds beside its saved "
+    "tensors (the routed tokens' copies alive through the experts and the combine; DeepSpeed's "
+    "FP32 combine), on top of the recompute transient where backward replays the forward, less "
+    "the recompute transient, the context-parallel buffers and the loss working set it does not "
+    "coincide with.",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",

@@ -154,6 +154,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
         ("loss working set beyond it (one micro-batch)", m.get("loss_transient_bytes")),
+        ("MoE forward working set (one layer)", m.get("moe_forward_transient_bytes")),
         ("pipeline stage outputs and receive buffers", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),

@@ -128,6 +128,16 @@ def loss_beyond_recompute(acts: Any) -> Fraction:
     return Fraction(acts.loss_over_bytes)
 
 
+def _beyond_layer_transients(acts: Any) -> dict[str, Any]:
+    """The loss's and the MoE forward working set's lines beyond the transients they do not
+    coincide with (:func:`loss_beyond_recompute`, :attr:`model.terms.activations.
+    StageActivations.moe_over_bytes`); None without activations."""
+    return {
+        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        "moe_forward_transient_bytes": _n(acts.moe_over_bytes) if acts else None,
+    }
+
+
 def _gathered_what(est: Estimate) -> str | None:
     """What ``zero3_gathered_bytes`` holds, in words (:attr:`model.mechanisms.Mechanism.
     gathered_what` of the layout's framework and ZeRO stage); None where nothing is gathered."""
@@ -162,7 +172,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activations_bytes": _n(acts.layers_bytes) if acts else None,
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
-        "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
+        **_beyond_layer_transients(acts),
         "construction_bytes": _n(
             construction_peak_bytes(
                 est.layout.framework,

@@ -63,6 +63,7 @@ from trainplan.model.terms.activation_fields import (
     transient_forms,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
@@ -116,6 +117,9 @@ class StageActivations:
     with a recompute transient nor with the context-parallel buffers (the loss's backward runs
     before any layer's), so the peak takes the larger of the loss and the two together
     (:attr:`loss_over_bytes`). 0 on other stages."""
+    moe_forward_bytes: Fraction = Fraction(0)
+    """Beside the kept layers at a MoE layer's forward working set, one micro-batch
+    (:func:`model.terms.moe_working.moe_forward_peak`); the peak adds :attr:`moe_over_bytes`."""
 
     @property
     def total_bytes(self) -> Fraction:
@@ -124,6 +128,7 @@ class StageActivations:
             + maximum(
                 self.recompute_transient_bytes + self.cp_transient_bytes, self.loss_transient_bytes
             )
+            + self.moe_over_bytes
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -137,6 +142,12 @@ class StageActivations:
         so that the memory lines sum to :attr:`total_bytes`."""
         over = self.loss_transient_bytes - self.recompute_transient_bytes - self.cp_transient_bytes
         return maximum(over, 0 * over)
+
+    @property
+    def moe_over_bytes(self) -> Any:
+        """:func:`model.terms.moe_working.moe_over` of this stage's transients."""
+        layer = self.recompute_transient_bytes + self.cp_transient_bytes
+        return moe_over(self.moe_forward_bytes, layer, self.loss_transient_bytes)
 
 
 def _dualpipe_kept(
@@ -310,9 +321,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
+    moe = moe_forward_peak(c, f, n_moe, transient)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
-        host, loss,
+        host, loss, moe,
     )  # fmt: skip
 
 
