@@ -164,18 +164,19 @@ def megatron_forward_working_set(
     G = etp
     if flex:
         return _flex_working_set(G * U, fp8)
-    permuted = U
-    a2a = U if ep > 1 else 0
+    zero = Fraction(0)
+    permuted: Fraction = U
+    a2a = U if ep > 1 else zero
     if local_experts > 1 or G > 1:
         # the experts' input is a tensor of its own (sorted, or gathered over the expert-TP
         # group): transient only where FC1 saves an FP8 copy instead
-        expert_input = G * U if fp8 else 0
+        expert_input = G * U if fp8 else zero
     else:
         # the experts read the all-to-all's output (or the permuted tokens at ep = 1): saved
         # in BF16, so not transient then
-        expert_input = 0
+        expert_input = zero
         if not fp8:
-            a2a, permuted = (0, permuted) if ep > 1 else (0, 0)
+            a2a, permuted = (zero, permuted) if ep > 1 else (zero, zero)
     held = permuted + a2a + expert_input
     unsorted = G * U if local_experts > 1 else 0
     if G > 1:  # the experts' output, its un-sorted copy, the FP32 copy and reduce-scatter output
