@@ -232,9 +232,9 @@ def assumptions(est: Estimate) -> list[str]:
         *_elementwise_sentence(est),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + the larger of the recompute transient and the loss's working set + "
-        "context-parallel buffers) or the optimizer step (model state + what the step "
-        "materialises)",
+        "activations + the largest of the recompute transient with the context-parallel "
+        "buffers, the loss's working set and a MoE layer's forward working set) or the "
+        "optimizer step (model state + what the step materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         _time_sentence(est, overlap),

@@ -47,12 +47,14 @@ def test_total_is_the_sum_of_its_parts(params):
             state.total_bytes == state.weights_bytes + state.gradients_bytes + state.optimizer_bytes
         )
         # the loss's working set coincides neither with the recompute transient nor with the
-        # CP buffers (both held while one layer runs backward): the larger of the two
+        # CP buffers (both held while one layer runs backward), nor with a MoE layer's forward
+        # working set (which holds the recompute transient where backward replays the forward):
+        # the largest of the three
         layer = acts.recompute_transient_bytes + acts.cp_transient_bytes
         assert acts.total_bytes == (
             acts.layers_bytes
             + acts.embedding_bytes
-            + max(layer, acts.loss_transient_bytes)
+            + max(layer, acts.loss_transient_bytes, acts.moe_forward_bytes)
             + acts.pipeline_output_bytes
         )
         backward = state.total_bytes + state.gathered_bytes + state.buffers_bytes + acts.total_bytes
@@ -72,6 +74,7 @@ def test_total_is_the_sum_of_its_parts(params):
             "embedding_activations_bytes",
             "recompute_transient_bytes",
             "loss_transient_bytes",
+            "moe_forward_transient_bytes",
             "pipeline_output_bytes",
             "cp_transient_bytes",
             "zero3_gathered_bytes",
