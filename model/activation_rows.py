@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from trainplan.model.context_parallel import CpKind, kv_repeat
+from trainplan.model.moe_working_set import deepspeed_gate_rows
 from trainplan.model.precision import E5M6_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
@@ -180,8 +181,10 @@ def mlp_rows(
         assert moe is not None
         k = moe.experts_per_token
         gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
-        rows += [
-            ("router and dispatch input", beta * S * h, "sp"),
+        router = [("router and dispatch input", beta * S * h, "sp")]
+        if ctx.deepspeed_gate:  # DeepSpeed's gate saves its FP32 input and routing tensors
+            router = deepspeed_gate_rows(arch, S, beta)
+        rows += router + [
             ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
             ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
@@ -197,7 +200,7 @@ def mlp_rows(
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
             rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)
-        if conv == "pytorch":
+        if conv == "pytorch" and not ctx.deepspeed_gate:
             rows += [
                 # topk keeps its int64 indices; permuting the k·S routed copies by expert and
                 # back keeps two int64 index vectors (the dispatch gather's and the combine

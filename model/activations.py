@@ -64,6 +64,9 @@ Variants, derived the same way:
   expert tensor-parallel degree 1 or an all-to-all over tp·ep; with etp > 1 (``expert_tp``) the
   experts' input holds the tokens the etp group all-gathered, ``k·β·S·h·etp/tp`` (the
   activation's and the down projection's inputs, ``[k·S·etp/tp, f_e/etp]``, are unchanged).
+  DeepSpeed's native MoE (``deepspeed_gate``) saves its router's FP32 input ``4·S·h`` instead
+  of the BF16 one, the FP32 gate weight and its gating function's own routing tensors
+  (:func:`model.moe_working_set.deepspeed_gate_rows`).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
@@ -204,6 +207,11 @@ class ActivationContext:
     combine_postprocess`` calls ``unpermute`` without probs), which keeps the fp32 routing
     weights instead; 4 where the combine multiplies an fp32 copy (torchtitan
     ``token_dispatcher.py`` ``combine``: ``routed_output.to(torch.float32) * scores``)."""
+    deepspeed_gate: bool = False
+    """The MoE layers are DeepSpeed's native ones (the ``deepspeed`` profile): the router's
+    saved input is its FP32 copy and the gate keeps its own routing tensors
+    (:func:`model.moe_working_set.deepspeed_gate_rows`) instead of the BF16 "router and
+    dispatch input"."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""

@@ -232,10 +232,10 @@ def assumptions(est: Estimate) -> list[str]:
         *_elementwise_sentence(est),
         "total = the peak over the step's phases on the busiest pipeline stage: forward/backward "
         "(model state + gathered units + buffers + layer activations + embedding/output-layer "
-        "activations + the larger of the loss's working set and the layers' backward phase: the "
-        "recompute transient + context-parallel buffers + one layer's backward working set, less "
-        "the output layer's tensors released before it) or the optimizer step (model state + "
-        "what the step materialises)",
+        "activations + the largest of the loss's working set, a MoE layer's forward working set "
+        "and the layers' backward phase: the recompute transient + context-parallel buffers + "
+        "one layer's backward working set, less the output layer's tensors released before it) "
+        "or the optimizer step (model state + what the step materialises)",
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         _time_sentence(est, overlap),

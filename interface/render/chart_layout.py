@@ -144,6 +144,7 @@ MEMORY_PARTS = (
     ("recompute_transient_bytes", "recompute transient", "#e45756"),
     ("backward_working_bytes", "backward working set", "#ff7f0e"),
     ("loss_transient_bytes", "loss working set", "#d6616b"),
+    ("moe_forward_transient_bytes", "MoE forward working set", "#c44e52"),
     ("pipeline_output_bytes", "pipeline outputs kept", "#ff9da6"),
     ("optimizer_step_bytes", "optimizer step extra", "#bab0ac"),
 )

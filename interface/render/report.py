@@ -156,6 +156,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("backward working set (one layer)", m.get("backward_working_bytes")),
         ("output layer released before it", -(m.get("output_layer_freed_bytes") or 0)),
         ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
+        ("MoE forward working set (one layer)", m.get("moe_forward_transient_bytes")),
         ("pipeline stage outputs and receive buffers", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),

@@ -118,6 +118,7 @@ def activation_context(
         combine_output_bytes=combine_output_bytes(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
+        deepspeed_gate=framework is Framework.DEEPSPEED,
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,

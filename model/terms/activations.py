@@ -65,6 +65,7 @@ from trainplan.model.terms.activation_fields import (
     transient_forms,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
@@ -125,6 +126,9 @@ class StageActivations:
     """The loss's stage: one micro-batch's output-layer bytes in ``embedding_bytes`` (the loss's
     kept logits among them), released with the output layer's backward, before any layer's
     backward; 0 elsewhere and under ``textbook``."""
+    moe_forward_bytes: Fraction = Fraction(0)
+    """Beside the kept layers at a MoE layer's forward working set, one micro-batch
+    (:func:`model.terms.moe_working.moe_forward_peak`); the peak adds :attr:`moe_over_bytes`."""
 
     @property
     def layer_backward_bytes(self) -> Any:
@@ -139,11 +143,13 @@ class StageActivations:
 
     @property
     def total_bytes(self) -> Fraction:
-        """The kept bytes plus the larger of the loss phase and the layers' backward phase
-        (:attr:`layer_backward_bytes`); never below the forward's end."""
+        """The kept bytes plus the largest of the loss phase, the layers' backward phase
+        (:attr:`layer_backward_bytes`) and a MoE layer's forward working set
+        (:attr:`moe_over_bytes`); never below the forward's end."""
         return (
             self.layers_bytes
             + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
+            + self.moe_over_bytes
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -155,6 +161,14 @@ class StageActivations:
         adds beyond the layers' backward phase, so that the memory lines sum to the total."""
         over = self.loss_transient_bytes - self.layer_backward_bytes
         return maximum(over, 0 * over)
+
+    @property
+    def moe_over_bytes(self) -> Any:
+        """:func:`model.terms.moe_working.moe_over` of this stage's transients: beyond the layers'
+        backward phase (:attr:`layer_backward_bytes`) and the loss phase."""
+        return moe_over(
+            self.moe_forward_bytes, self.layer_backward_bytes, self.loss_transient_bytes
+        )
 
 
 def _dualpipe_kept(
@@ -330,9 +344,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe)
     freed = head * f.lookup(phase_ordered, (), "framework")
+    moe = moe_forward_peak(c, f, n_moe, transient)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
-        host, loss, working, freed,
+        host, loss, working, freed, moe,
     )  # fmt: skip
 
 

@@ -48,13 +48,14 @@ def test_total_is_the_sum_of_its_parts(params):
         )
         # the loss's working set coincides neither with the recompute transient, the CP buffers
         # nor the backward working set (all held while one layer runs backward, after the output
-        # layer's tensors were released): the larger of the two phases
+        # layer's tensors were released), nor with a MoE layer's forward working set (which holds
+        # the recompute transient where backward replays the forward): the largest of the three
         layer = acts.recompute_transient_bytes + acts.cp_transient_bytes
         layer += acts.backward_working_bytes - acts.output_layer_freed_bytes
         assert acts.total_bytes == (
             acts.layers_bytes
             + acts.embedding_bytes
-            + max(layer, acts.loss_transient_bytes)
+            + max(layer, acts.loss_transient_bytes, acts.moe_forward_bytes)
             + acts.pipeline_output_bytes
         )
         backward = state.total_bytes + state.gathered_bytes + state.buffers_bytes + acts.total_bytes
@@ -75,6 +76,7 @@ def test_total_is_the_sum_of_its_parts(params):
             "recompute_transient_bytes",
             "loss_transient_bytes",
             "backward_working_bytes",
+            "moe_forward_transient_bytes",
             "pipeline_output_bytes",
             "cp_transient_bytes",
             "zero3_gathered_bytes",

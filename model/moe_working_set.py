@@ -1,0 +1,233 @@
+"""What a MoE layer holds besides the tensors it saves for backward: DeepSpeed's gate rows
+(:func:`deepspeed_gate_rows`, saved tensors its native MoE keeps that the textbook's rows do
+not) and the forward working set of the routed tokens (:func:`moe_forward_working_set`: copies
+of the routed tokens alive together while the experts and the combine run, per framework and
+dispatcher).
+
+Shapes are per rank and per micro-batch: ``S`` tokens (``(s/cp)·b``, ÷ tp with sequence
+parallelism), ``k`` routed copies a token, ``E`` experts, ``h`` the hidden size, β the
+activation bytes. The routed tensors are counted at ``k·S`` rows, the balanced dropless figure
+the saved rows use (:func:`model.activation_rows.mlp_rows`); a capacity-padded run's ``E·C``
+rows are ``capacity_factor·k·S``, skewed routing more on the busiest rank.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.model.specs import Architecture
+
+__all__ = ["deepspeed_gate_rows", "megatron_forward_working_set", "moe_forward_working_set"]
+
+
+def deepspeed_gate_rows(
+    arch: Architecture, S: Fraction, beta: int
+) -> list[tuple[str, Fraction, str]]:
+    """The routing tensors DeepSpeed's native MoE saves for backward, per micro-batch
+    (DeepSpeed edaa72212 ``deepspeed/moe/sharded_moe.py``), as (name, bytes, how the row
+    shards) rows in place of the textbook's "router and dispatch input" (β·S·h):
+
+    * ``TopKGate.forward`` casts its input to FP32 (``input_fp32 = input.float()``) and runs
+      ``F.linear(input_fp32, self.wg.weight.float())``, whose matmul saves the FP32 input
+      ``4·S·h`` and the FP32 copy of the gate weight ``4·E·h`` (one per layer and micro-batch,
+      not sharded). Nothing saves the BF16 norm output (``_sparse_encode`` only ``cat``\\ s and
+      ``index_select``\\ s it: their backward reads shapes and indices).
+    * The gating function's own saved ``[S, E]`` tensors beside the softmax output the rows
+      already count (:func:`_gating_rows`).
+    * The sparse routes' int64 slot indices: ``_sparse_encode``'s ``index_select`` saves the
+      source index of the ``E·C`` slots, ``_sparse_decode``'s the ``[k, S]`` slots
+      (``_route_slots``: ``indices.long() * capacity + locations.long()``): ``16·k·S``.
+    * ``_sparse_decode``'s ``routed * gates.unsqueeze(-1)`` saves the FP32 gates ``[k, S]``
+      (``4·k·S``) beside ``routed``, the rows' "routed expert outputs for the combine".
+
+    Examples
+    --------
+    gpt-oss-120b's dimensions (h 2,880, E 128, k 4), S = 4,096: the FP32 input is twice the
+    textbook's β·S·h.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> from trainplan.model.arch_parts import MoESpec
+    >>> arch = Architecture(num_layers=1, hidden_size=2880, num_attention_heads=64,
+    ...     ffn_hidden_size=2880, vocab_size=8, moe=MoESpec(num_experts=128, experts_per_token=4,
+    ...     expert_ffn_hidden_size=2880))
+    >>> rows = dict((n, v) for n, v, _ in deepspeed_gate_rows(arch, Fraction(4096), 2))
+    >>> rows["router input (FP32 copy)"] == 4 * 4096 * 2880
+    True
+    >>> rows["top-k gating: masked gates (FP32) and mask (bool)"] == 5 * 4096 * 128
+    True
+    """
+    moe = arch.moe
+    assert moe is not None
+    h, E, k = arch.hidden_size, moe.num_experts, moe.experts_per_token
+    return [
+        ("router input (FP32 copy)", 4 * S * h, "sp"),
+        ("router weight (FP32 copy)", Fraction(4 * E * h), "rep"),
+        *_gating_rows(S, E, k),
+        ("route slot indices (int64, encode and decode)", 16 * k * S, "sp"),
+        ("routing weights for the combine (FP32)", 4 * k * S, "sp"),
+    ]
+
+
+def _gating_rows(S: Fraction, E: int, k: int) -> list[tuple[str, Fraction, str]]:
+    """The ``[S, E]`` tensors DeepSpeed's gating function saves beside the softmax output:
+    ``top1gating`` (k = 1) multiplies the gates by the int64 one-hot ``mask1``
+    (``gates1_s = (gates * mask1).sum(dim=1)``): ``8·S·E``; ``top2gating`` (k = 2) contracts
+    the gates with two FP32 one-hot masks (``einsum("se,se->s", gates, mask1_float)``, the same
+    with ``mask2_float``): ``8·S·E``; ``topkgating`` (k > 2) keeps the bool mask of
+    ``gates * mask`` (``S·E``), the masked gates the normalising division saves
+    (``gates_masked / denom_s``: ``4·S·E``) and ``torch.topk``'s int64 indices (``8·k·S``)."""
+    rows = []
+    if k == 1:
+        rows.append(("top-1 gating: one-hot mask (int64)", 8 * S * E, "sp"))
+    elif k == 2:
+        rows.append(("top-2 gating: one-hot masks (FP32)", 8 * S * E, "sp"))
+    else:
+        rows += [
+            ("top-k gating: masked gates (FP32) and mask (bool)", 5 * S * E, "sp"),
+            ("top-k gating: indices (int64)", 8 * k * S, "sp"),
+        ]
+    return rows
+
+
+def _deepspeed_forward(h: int, k: int, S: Fraction, beta: int) -> Fraction:
+    """DeepSpeed's MoE forward working set at ``_sparse_decode`` (``sharded_moe.py``): the
+    caller's BF16 norm output (``MOELayer.forward``'s input, which nothing saves, β·S·h), the
+    experts' output after the second all-to-all (``expert_output``, held by
+    ``MOELayer.forward`` through the decode, β·k·S·h), its zero-padded copy (``padded_output``,
+    a local of ``_sparse_decode``, β·k·S·h), the FP32 product ``routed * gates`` (gates are
+    FP32: ``4·k·S·h``) and its FP32 sum over the routes (``4·S·h``)."""
+    return beta * S * h + 2 * beta * k * S * h + 4 * k * S * h + 4 * S * h
+
+
+def _torchtitan_forward(h: int, k: int, S: Fraction, beta: int, ep: int) -> Fraction:
+    """torchtitan's MoE forward working set at the combine (pytorch/torchtitan b5bcd76c6
+    ``torchtitan/models/common/moe.py`` ``RoutedExperts.forward``, ``token_dispatcher.py``
+    ``AllToAllTokenDispatcher.combine``, eager): ``RoutedExperts.forward`` holds the experts'
+    output (``routed_output_RD``, β·k·S·h) through the combine, which un-permutes it
+    (``_unpermute``: freed after the all-to-all) into the all-to-all's output (β·k·S·h; none at
+    ep = 1, ``LocalTokenDispatcher.combine``), then multiplies its FP32 copy (saved: the rows'
+    "routed expert outputs for the combine" at 4 B) by the scores into an FP32 product
+    (``4·k·S·h``) cast back to BF16 (β·k·S·h) while the product is alive. The dispatch's
+    reorder and received copy are freed before the experts run (``dispatch`` returns only the
+    permuted tokens, which the grouped GEMM saves)."""
+    a2a = beta * k * S * h if ep > 1 else 0
+    return beta * k * S * h + a2a + 4 * k * S * h + beta * k * S * h
+
+
+def _flex_working_set(copy: Fraction, fp8: bool) -> Fraction:
+    """Megatron-Core's ``flex`` dispatcher (``MoEFlexTokenDispatcher``, DeepEP or HybridEP),
+    ``copy`` bytes a routed-token tensor on the experts' side: the router's input is dispatched
+    unpermuted (``dispatch_preprocess`` returns it); ``custom_forward`` keeps the fused
+    dispatch's output (``dispatched_input``), ``get_permuted_hidden_states_by_experts``
+    permutes it into the experts' input (saved in BF16), and
+    ``get_restored_hidden_states_by_experts`` un-permutes the experts' output while both are
+    alive: dispatch output, experts' output and un-permuted copy (the dispatch's per-rank
+    deduplication making the first and the last smaller), plus the BF16 input under FP8."""
+    return 3 * copy + (copy if fp8 else 0)
+
+
+def megatron_forward_working_set(
+    h: int,
+    k: int,
+    S: Fraction,
+    beta: int,
+    ep: int,
+    etp: int,
+    local_experts: int,
+    fp8: bool,
+    flex: bool,
+) -> Fraction:
+    """Megatron-Core's MoE forward working set (Megatron-LM d98e8a64dd
+    ``megatron/core/transformer/moe/moe_layer.py`` ``MoELayer.forward``'s ``custom_forward`` and
+    ``routed_experts_compute``; ``token_dispatcher.py``): the routed-token tensors alive at
+    once that no backward keeps, for ``S`` tokens a rank, ``etp`` ranks' routed tokens on the
+    experts' side (``U = β·k·S·h``; the expert side ``G·U``, G = ``etp``).
+
+    ``alltoall`` (``MoEAlltoAllTokenDispatcher``): ``custom_forward`` keeps ``hidden_states``,
+    rebound to the permuted tokens (``dispatch_preprocess``' ``permute``, U) and
+    ``dispatched_input``, the all-to-all's output (``token_dispatch``, U; the same tensor at
+    ep = 1, where ``_AllToAll`` returns its input), both alive until it returns.
+    ``dispatch_postprocess`` gathers over the expert-TP group (G > 1) and sorts by local expert
+    (``sort_chunks_by_idxs``, more than one local expert): the experts' input (GU), which
+    Transformer Engine's grouped FC1 saves in BF16 (the rows' "routed expert inputs") and
+    quantizes under FP8 (the BF16 copy then held by ``routed_experts_compute`` until it
+    returns). The experts' output (``expert_output``, GU) and ``combine_preprocess``' un-sorted
+    copy (GU) are made while all of these are alive: the peak. With G > 1
+    ``combine_preprocess`` then reduce-scatters an FP32 copy (``hidden_states.to(self.probs.
+    dtype)``: ``4·k·S·h·G``) into an FP32 result (``4·k·S·h``). With one local expert there is
+    no sort: the peak is the combine's all-to-all output (U) beside the permuted tokens and
+    the experts' output.
+
+    ``flex``: :func:`_flex_working_set`. The ``[k·S]`` FP32 probabilities are left out.
+    """
+    U = beta * k * S * h
+    G = etp
+    if flex:
+        return _flex_working_set(G * U, fp8)
+    zero = Fraction(0)
+    permuted: Fraction = U
+    a2a = U if ep > 1 else zero
+    if local_experts > 1 or G > 1:
+        # the experts' input is a tensor of its own (sorted, or gathered over the expert-TP
+        # group): transient only where FC1 saves an FP8 copy instead
+        expert_input = G * U if fp8 else zero
+    else:
+        # the experts read the all-to-all's output (or the permuted tokens at ep = 1): saved
+        # in BF16, so not transient then
+        expert_input = zero
+        if not fp8:
+            a2a, permuted = (zero, permuted) if ep > 1 else (zero, zero)
+    held = permuted + a2a + expert_input
+    unsorted = G * U if local_experts > 1 else 0
+    if G > 1:  # the experts' output, its un-sorted copy, the FP32 copy and reduce-scatter output
+        peak = held + G * U + unsorted + 4 * k * S * h * G + 4 * k * S * h
+    elif local_experts > 1:
+        peak = held + G * U + unsorted  # the experts' output and its un-sorted copy
+    else:  # the experts' output and the combine's all-to-all output
+        peak = held + G * U + (U if ep > 1 else 0)
+    return Fraction(peak)
+
+
+def moe_forward_working_set(
+    arch: Architecture,
+    framework: str,
+    S: Fraction,
+    beta: int,
+    ep: int,
+    etp: int,
+    fp8: bool,
+    flex: bool,
+) -> Fraction:
+    """The forward working set of one MoE layer of ``arch`` under ``framework``, bytes per GPU
+    per micro-batch, beside the tensors it saves (:func:`megatron_forward_working_set` for
+    ``megatron``, DeepSpeed's ``_sparse_decode`` for ``deepspeed``, torchtitan's combine for
+    ``fsdp2``). 0 for ``textbook`` (the convention counts what is kept) and for a model without
+    MoE layers. ``S``: the tokens of a rank's routed rows (÷ tp with sequence parallelism).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> from trainplan.model.arch_parts import MoESpec
+    >>> arch = Architecture(num_layers=1, hidden_size=2880, num_attention_heads=64,
+    ...     ffn_hidden_size=2880, vocab_size=8, moe=MoESpec(num_experts=128, experts_per_token=4,
+    ...     expert_ffn_hidden_size=2880))
+    >>> S, h = 4096, 2880
+    >>> moe_forward_working_set(arch, "deepspeed", Fraction(S), 2, 8, 1, False, False) == (
+    ...     2 * S * h + 2 * 2 * 4 * S * h + 4 * 4 * S * h + 4 * S * h)
+    True
+    >>> moe_forward_working_set(arch, "fsdp2", Fraction(S), 2, 8, 1, False, False) == (
+    ...     2 * 4 * S * h * 3 + 4 * 4 * S * h)
+    True
+    >>> moe_forward_working_set(arch, "textbook", Fraction(S), 2, 8, 1, False, False)
+    Fraction(0, 1)
+    """
+    moe = arch.moe
+    if moe is None or framework == "textbook":
+        return Fraction(0)
+    h, k = arch.hidden_size, moe.experts_per_token
+    if framework == "deepspeed":
+        return _deepspeed_forward(h, k, S, beta)
+    if framework == "fsdp2":
+        return Fraction(_torchtitan_forward(h, k, S, beta, ep))
+    local = moe.num_experts // ep
+    return megatron_forward_working_set(h, k, S, beta, ep, etp, local, fp8, flex)

@@ -1,0 +1,86 @@
+"""The MoE forward working set as the activation term reads it: one MoE layer's routed-token
+copies (:func:`model.moe_working_set.moe_forward_working_set`) for a layout's activation
+context (:func:`moe_forward_figure`), and when it meets the recompute transient
+(:func:`moe_forward_peak`).
+
+At the stage's peak the micro-batch whose forward completes the in-flight set reaches its last
+layer with every other micro-batch held; a MoE layer's routed copies are at their most at the
+combine, after the layer's own saved tensors are written, so the working set adds to the held
+layers whole (exact where the stage ends with a MoE layer; an upper bound by the saved tensors
+of the layers after the stage's last MoE layer otherwise). Where backward replays the layer's
+forward (full or √n recomputation, or Megatron-Core's ``moe`` recompute module) the working set
+sits on top of what the replay has rebuilt: the recompute transient.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.layout import Recompute
+from trainplan.model.moe_run import Dispatcher
+from trainplan.model.moe_working_set import moe_forward_working_set
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.terms.activation_fields import CACHE, CONTEXT_FIELDS, activation_context
+from trainplan.model.terms.fields import Fields
+from trainplan.model.xp import maximum, where
+
+__all__ = ["moe_forward_figure", "moe_forward_peak", "moe_over"]
+
+
+@lru_cache(maxsize=CACHE)
+def moe_forward_figure(arch: Architecture, training: TrainingSpec, *fields: Any) -> Fraction:
+    """Bytes of one MoE layer's forward working set, per GPU per micro-batch, for the
+    :data:`model.terms.activation_fields.CONTEXT_FIELDS` values ``fields``: the routed rows'
+    tokens ``(s/cp)·b`` (÷ tp with sequence parallelism, whole where torchtitan routes the
+    gathered tokens, :data:`model.activation_rows.MOE_ROUTING_ROWS`), the expert-TP group's gathered tokens
+    where the profile gathers them, FP8 where the linear layers save FP8 inputs, the flex
+    dispatcher for ``deepep`` and ``hybridep`` (:func:`model.moe_working_set.
+    moe_forward_working_set`); 0 for a model without MoE layers."""
+    ctx = activation_context(training, *fields)
+    framework = str(fields[CONTEXT_FIELDS.index("framework")])
+    sp = ctx.tp if ctx.sequence_parallel else 1
+    if ctx.gathered_block_inputs and ctx.ep == 1:
+        sp = 1  # torchtitan routes the tp-gathered tokens at ep = 1 (MOE_ROUTING_ROWS)
+    etp = ctx.expert_tp if ctx.sequence_parallel else 1
+    flex = training.moe_run.dispatcher is not Dispatcher.ALLTOALL
+    return moe_forward_working_set(
+        arch,
+        framework,
+        ctx.tokens / sp,
+        ctx.activation_bytes,
+        ctx.ep,
+        etp,
+        ctx.fp8_linear_inputs,
+        flex,
+    )
+
+
+def moe_forward_peak(c: Any, f: Fields, n_moe: Any, recompute_transient: Any) -> Any:
+    """What a stage holds beside its kept layers while a MoE layer's forward is at its working
+    set's peak (:func:`moe_forward_figure`, 0 on a stage without MoE layers), plus the recompute
+    transient where backward replays that forward: full or √n recomputation (and a layer block
+    recomputed whole, ``recompute_layers``), or selective recomputation whose
+    ``recompute_modules`` hold ``moe`` (Megatron-Core's ``MoELayer.forward`` checkpoints its
+    ``custom_forward``). Under selective recomputation of the attention core alone the transient
+    is the scores', held while the attention runs backward, not beside the MoE forward."""
+    arch, t = c.arch, c.training
+    figure = f.lookup(moe_forward_figure, (arch, t), *CONTEXT_FIELDS) * (n_moe > 0)
+    moe_module = "moe" in t.recompute_modules
+    replay = where(f.recompute == Recompute.SELECTIVE, moe_module, True)
+    return figure + where(replay, recompute_transient, 0 * recompute_transient)
+
+
+def moe_over(moe_forward: Any, layer_transient: Any, loss_transient: Any) -> Any:
+    """What the MoE forward working set (:func:`moe_forward_peak`) adds to a stage's peak
+    beyond the transients it does not coincide with, the recompute transient with the
+    context-parallel buffers (``layer_transient``: a layer's attention or backward) and the
+    loss's working set: ``max(moe − max(layer, loss), 0)``, so that the memory lines sum to
+    the total (:attr:`model.terms.activations.StageActivations.total_bytes`).
+
+    >>> moe_over(5, 3, 4), moe_over(2, 3, 1)
+    (1, 0)
+    """
+    over = moe_forward - maximum(layer_transient, loss_transient)
+    return maximum(over, 0 * over)
