@@ -178,7 +178,7 @@ def stage_muon_transient(
     full shape, gathered over tp where tp (etp for routed experts) divides it
     (:attr:`model.optimizers.Matrix.split`; Emerging-Optimizers' ``newton_schulz_tp`` falls
     back to the local matrix without a ``partition_dim``) — or, where tp matrices are not
-    gathered (``whole`` False: Megatron-Core's ``blockwise``), of its tp block, not gathered.
+    gathered (``whole`` False: Megatron-Core's ``--muon-tp-mode blockwise``), of its tp block.
     Zeros for a size-only model."""
     arch = key.model.arch
     if arch is None:

@@ -184,15 +184,48 @@ def test_muon_gathers_rows_and_transient_by_hand():
 
 
 def test_muon_tp_mode_is_megatrons_and_muons():
-    """Megatron-Core's ``--muon-tp-mode`` defaults to ``blockwise`` (no tp gather); the other
-    profiles orthogonalise whole matrices; the mode is refused elsewhere and without Muon."""
-    assert muon_tp_gathers("megatron") is False
+    """Megatron-Core's ``--muon-tp-mode`` defaults to ``duplicated`` (each tp matrix gathered
+    whole) since bb47df5416 (OptimizerConfig.muon_tp_mode, arguments.py); ``blockwise`` gathers
+    nothing; its ``distributed`` is refused (not modelled); the other profiles orthogonalise
+    whole matrices; the mode is refused elsewhere and without Muon."""
+    assert muon_tp_gathers("megatron") is True
     assert muon_tp_gathers("megatron", "duplicated") is True
+    assert muon_tp_gathers("megatron", "blockwise") is False
     assert muon_tp_gathers("fsdp2") is True and muon_tp_gathers("textbook") is True
     with pytest.raises(LayoutError, match="^muon_tp_mode: duplicated is Megatron-Core's option"):
         muon_tp_gathers("fsdp2", "duplicated")
-    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' is not one of"):
+    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' .* is not modelled"):
         Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="distributed")
+    with pytest.raises(InputError, match="^muon_tp_mode: 'rowwise' is not one of"):
+        Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="rowwise")
+
+
+def test_muon_default_is_duplicated_and_the_launch_line_says_it():
+    """Llama 3 70B on 64 GPUs, dp 4 tp 4 pp 4, Muon: the default counts what
+    ``--muon-tp-mode duplicated`` counts (the gathered whole matrices), more step memory than
+    ``blockwise``; Megatron-LM's launch line writes the mode either way."""
+    from trainplan.interface.launch import megatron_flags
+    from trainplan.model.layout import Layout
+    from trainplan.scenarios.catalogue import get_model
+
+    def est(mode):
+        extra = {} if mode is None else {"muon_tp_mode": mode}
+        return Case.of("llama3-70b", dp=4, tp=4, pp=4, optimizer="muon", **extra).evaluate()
+
+    default, dup, block = est(None), est("duplicated"), est("blockwise")
+    assert [s.total_bytes for s in default.stages] == [s.total_bytes for s in dup.stages]
+    assert max(s.state.step_bytes for s in dup.stages) > max(
+        s.state.step_bytes for s in block.stages
+    )
+    arch = get_model("llama3-70b").model.arch
+    lay = Layout.of(dp=4, tp=4, pp=4, optimizer="muon")
+    flags = megatron_flags(arch, lay, 128, default.training).flags
+    assert flags[flags.index("--muon-tp-mode") + 1] == "duplicated"
+    flags = megatron_flags(arch, lay, 128, block.training).flags
+    assert flags[flags.index("--muon-tp-mode") + 1] == "blockwise"
+    assert (
+        "--muon-tp-mode" not in megatron_flags(arch, Layout.of(dp=4, tp=4, pp=4), 128, None).flags
+    )
 
 
 def test_optimizer_step_bytes_follow_the_state():
