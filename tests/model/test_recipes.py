@@ -200,34 +200,6 @@ def test_muon_tp_mode_is_megatrons_and_muons():
         Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="rowwise")
 
 
-def test_muon_default_is_duplicated_and_the_launch_line_says_it():
-    """Llama 3 70B on 64 GPUs, dp 4 tp 4 pp 4, Muon: the default counts what
-    ``--muon-tp-mode duplicated`` counts (the gathered whole matrices), more step memory than
-    ``blockwise``; Megatron-LM's launch line writes the mode either way."""
-    from trainplan.interface.launch import megatron_flags
-    from trainplan.model.layout import Layout
-    from trainplan.scenarios.catalogue import get_model
-
-    def est(mode):
-        extra = {} if mode is None else {"muon_tp_mode": mode}
-        return Case.of("llama3-70b", dp=4, tp=4, pp=4, optimizer="muon", **extra).evaluate()
-
-    default, dup, block = est(None), est("duplicated"), est("blockwise")
-    assert [s.total_bytes for s in default.stages] == [s.total_bytes for s in dup.stages]
-    assert max(s.state.step_bytes for s in dup.stages) > max(
-        s.state.step_bytes for s in block.stages
-    )
-    arch = get_model("llama3-70b").model.arch
-    lay = Layout.of(dp=4, tp=4, pp=4, optimizer="muon")
-    flags = megatron_flags(arch, lay, 128, default.training).flags
-    assert flags[flags.index("--muon-tp-mode") + 1] == "duplicated"
-    flags = megatron_flags(arch, lay, 128, block.training).flags
-    assert flags[flags.index("--muon-tp-mode") + 1] == "blockwise"
-    assert (
-        "--muon-tp-mode" not in megatron_flags(arch, Layout.of(dp=4, tp=4, pp=4), 128, None).flags
-    )
-
-
 def test_optimizer_step_bytes_follow_the_state():
     """The step reads and writes its state, reads the FP32 gradient (4), writes the BF16
     weight (2), and clips and zeroes the gradient (8): Adam 2·12 + 14 = 38 B per element (as
