@@ -23,7 +23,7 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
         "layout: dp 16 × tp 1 × pp 2 × cp 1 (ep 8), deepspeed ZeRO-1, recompute full"
         in search.stdout
     )
-    assert "= total (peak: forward-backward)                   53.89 GB" in search.stdout
+    assert "= total (peak: forward-backward)                   54.29 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"
