@@ -38,6 +38,7 @@ from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -314,6 +315,10 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
         out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
                 f"{float(training.offload.optimizer):g}",
                 "--use-precision-aware-optimizer"]  # fmt: skip
+    if OptimizerKind(layout.optimizer) is OptimizerKind.MUON:
+        # the mode the plan counted (model.muon.muon_tp_gathers), written even at its default
+        # (Megatron-LM's default moved from blockwise to duplicated at bb47df5416)
+        out += ["--muon-tp-mode", training.muon_tp_mode or "duplicated"]
     if training.offload.activations:
         out += ["--fine-grained-activation-offloading", "--offload-modules",
                 *training.offload.activations]  # fmt: skip

@@ -28,8 +28,8 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
     if layout.zero_stage == 3:
         # Megatron-FSDP: the overlap the plan times; --overlap-grad-reduce also sizes the DDP
         # buckets (training.py resolve_ddp_bucket_size: max(4e7, 1e6·dp·cp), else None), which
-        # keeps the embedding's gradient bucket apart from the output layer's
-        # (model.mechanisms._megatron_fsdp)
+        # cuts the parameters outside the layers into the buckets the memory count assumes
+        # (model.megatron_fsdp_buckets.non_unit_buckets)
         out += ["--overlap-grad-reduce", "--overlap-param-gather"]
     elif options.grad_reduce_overlap:
         out.append("--overlap-grad-reduce")

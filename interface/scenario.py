@@ -27,7 +27,7 @@ per_stage = false                 # search, frontier: also choose layers and rec
                # master_weights; offload_optimizer (0-1), offload_params, offload_activations, host_link_gbps,
                # host_memory_gbps; memory: recompute_modules, fp8_param_gather, fsdp_double_buffer,
                # cross_entropy_fusion_impl (none | native | te: megatron's loss),
-               # fp8_activation_storage (linear_inputs | deepseek_v3); muon_tp_mode (blockwise | duplicated);
+               # fp8_activation_storage (linear_inputs | deepseek_v3); muon_tp_mode (duplicated | blockwise);
                # distributed_optimizer (mcore_distributed_optim | distributed_fused_adam);
                # MoE: moe_capacity_factor, moe_pad_to_capacity, moe_imbalance, moe_node_limit,
                # moe_dispatcher (alltoall | deepep | hybridep),

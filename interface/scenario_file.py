@@ -223,7 +223,7 @@ VALUE_KINDS: dict[str, Any] = {
     "deepspeed_overlap_comm": _FLAG,
     "sac_saves_scaled_mm": _FLAG,
     "cross_entropy_fusion_impl": ("none", "native", "te"),
-    "muon_tp_mode": ("blockwise", "duplicated"),
+    "muon_tp_mode": ("duplicated", "blockwise"),
     "distributed_optimizer": ("mcore_distributed_optim", "distributed_fused_adam"),
     "fp8_activation_storage": ("linear_inputs", "deepseek_v3"),
     "compile": _FLAG,

@@ -149,12 +149,16 @@ class Mechanism:
         following = maximum(-(-self.prefetch_elements // some), 1)
         return where(unit > 0, 1 + following, self.gathered_units)
 
-    def reduce_queue_elements(self, unit: Any, first: Any, layers: Any, padded: Any = None) -> Any:
+    def reduce_queue_elements(
+        self, unit: Any, first: Any, layers: Any, padded: Any = None, held: Any = 0
+    ) -> Any:
         """Gradient elements alive at once in backward on one GPU of a stage whose ``layers``
         transformer layers each hold ``unit`` elements, allocated as buckets of ``padded``
         elements (:func:`model.megatron_fsdp_buckets.padded_layer_unit`; None or 0 = ``unit``),
-        behind a first bucket of ``first`` elements (the output layer, whose backward comes
-        first): the most the reduce-scatter queue and the bucket being filled hold
+        behind first buckets of ``first`` elements (those of the parameters outside the layers
+        reduced before the layers' backward: the output layer's, the final norm's, the MTP
+        modules'), beside a bucket of ``held`` elements alive through the whole backward: the
+        most the reduce-scatter queue, the bucket being filled and that one hold
         (:data:`model.mechanisms.MEGATRON_FSDP_QUEUE_SOURCE`). Element-wise for arrays; exact
         for Fractions.
 
@@ -164,22 +168,18 @@ class Mechanism:
         parameters' elements (the mean unit: a stage's layers are alike). So ``n = ⌊C /
         padded⌋`` stay queued after a drain and ``n + 2`` are alive while the next layer fills:
         three where ``C = 2·unit`` and the padding adds anything, four only where it adds none.
-        The parameters outside the layers are split into buckets of ``bucket_size`` elements
-        (``_get_parameter_groups`` step 2; ``resolve_ddp_bucket_size``: ``max(4e7, 1e6·dp·cp)``
-        with ``--overlap-grad-reduce``, which the launch line writes; Megatron Bridge: 128 Mi):
-        the embedding is a bucket of its own, the final norm and the output layer another.
-        Before the steady state the output layer's bucket waits at the head beside ``j = ⌊(C −
-        first) / padded⌋ + 1`` layers (none where ``first > C``), popped when the next is
-        queued: ``first + (j + 1)·padded``. No more layers than the stage holds. The embedding's
-        bucket fills last, after every layer's activations are freed: not counted.
+        The buckets outside the layers (:func:`model.megatron_fsdp_buckets.non_unit_buckets`)
+        reduced first wait at the head beside ``j = ⌊(C − first) / padded⌋ + 1`` layers (none
+        where ``first > C``), popped when the next is queued: ``first + (j + 1)·padded``; no
+        more layers than the stage holds. One shared with the input embedding, whose gradient
+        completes last, is alive throughout: ``held`` more at every point.
 
         Under :attr:`double_buffer` the pool holds two units (``_enforce_double_buffer_
         limit``: at most one other unit, the output layer's bucket counting as one, beside the
-        unit filling), the pool's buffers persist, and the output layer's bucket comes from
-        the fallback allocator beside them: ``2·padded + first``.
+        unit filling), the pool's buffers persist, and the buckets outside the layers come from
+        the fallback allocator beside them: ``2·padded + first + held``.
 
-        The output layer's bucket is counted at its parameters' elements (its padding, under
-        D × h elements, is not). The peak adds the queue to every activation line
+        The peak adds the queue to every activation line
         (:mod:`model.terms.peak`; docs/memory-mechanisms.md says why that bound is kept).
 
         >>> from trainplan.model.mechanisms import mechanism
@@ -194,18 +194,20 @@ class Mechanism:
         1600000000
         >>> m.reduce_queue_elements(1_000_000_000, 0, 80, 1_000_000_064)  # padded: one queued + 2
         3000000192
+        >>> m.reduce_queue_elements(1_000_000_000, 0, 80, held=500)  # beside a held bucket
+        4000000500
         >>> mechanism("megatron", 3, double_buffer=True).reduce_queue_elements(10, 25, 80)
         45
         """
         size = unit if padded is None else maximum(padded, unit)
         if self.double_buffer:
-            return where(unit > 0, minimum(layers, 2) * size + first, first)
+            return where(unit > 0, minimum(layers, 2) * size + first, first) + held
         capacity = maximum(self.reduce_queue_elements_floor, 2 * unit)
         some = maximum(size, 1)
         steady = minimum(capacity // some + 2, layers) * size
         with_first = where(first > capacity, 0, (capacity - first) // some + 1)
         head = first + minimum(with_first + 1, layers) * size
-        return where(unit > 0, maximum(steady, head), first)
+        return where(unit > 0, maximum(steady, head), first) + held
 
     def pool_bytes(self, unit: Any, unit_weight_bytes: Any) -> Any:
         """Bytes :attr:`double_buffer`'s persistent pools hold through the optimizer step, for

@@ -199,10 +199,11 @@ def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mecha
       ``suggested_RS_queue_capacity = max(1e9, 2 × mean unit)`` elements, the buckets at their
       padded size (:mod:`model.megatron_fsdp_buckets`). So several units' buckets are alive at
       once (:meth:`Mechanism.reduce_queue_elements`: three for padded units of 5e8 elements or
-      more, four where the padding adds nothing), in the main-gradient dtype (``g`` bytes). The output layer's
-      bucket (with the final norm) and the embedding's are apart where ``bucket_size`` is set,
-      as ``--overlap-grad-reduce`` sets it (Megatron-LM ``training.py``
-      ``resolve_ddp_bucket_size``; the launch line writes it).
+      more, four where the padding adds nothing), in the main-gradient dtype (``g`` bytes). The
+      parameters outside the layers: buckets of ``bucket_size`` elements (``max(4e7,
+      1e6·dp·cp)`` under ``--overlap-grad-reduce``, which the launch line writes), the output
+      layer's first, one shared with the embedding held throughout (:func:`model.
+      megatron_fsdp_buckets.non_unit_buckets`).
     * ``double_buffer`` (``fsdp_double_buffer``, forced by ``nccl_ub``): both come from
       persistent pools of two units (``FixedPoolAllocator(size=UB_BUFFER_NUM = 2)`` for
       ``fsdp_params`` and ``fsdp_grads``, buffers of ``get_global_memory_buffer()``, never

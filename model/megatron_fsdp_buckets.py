@@ -8,7 +8,12 @@ buffer_index``; at 92c8482e6d, NeMo 25.11, and d98e8a64dd).
 * :func:`dense_layer_shapes` — a dense transformer layer's parameters as Megatron-Core's
   Transformer Engine layer holds them on one GPU (after tp), each marked linear or not;
 * :func:`padded_layer_unit` — a dense layer's buckets, summed: what the reduce-scatter queue
-  counts a unit at (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
+  counts a unit at (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`);
+* :func:`non_unit_order` — a pipeline stage's parameters outside every layer, in Megatron-Core's
+  ``named_parameters`` order, with when backward first writes and last completes each;
+* :func:`non_unit_buckets` — those parameters cut into buckets (``_get_parameter_groups`` step
+  2), each padded: the buckets reduced before the stage's layers, and the one alive through
+  the whole backward (allocated by an early gradient, reduced only after the embedding's).
 
 Units: parameter elements on one GPU.
 """
@@ -17,11 +22,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
-from trainplan.model.specs import Architecture, AttentionKind, Norm
+from trainplan.model.comm import MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK
+from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
 
-__all__ = ["bucket_elements", "dense_layer_shapes", "padded_layer_unit"]
+__all__ = [
+    "NonUnitParam",
+    "bucket_elements",
+    "bucket_size",
+    "dense_layer_shapes",
+    "non_unit_buckets",
+    "non_unit_order",
+    "padded_layer_unit",
+]
 
 Shape = tuple[int, ...]
 
@@ -167,3 +183,181 @@ def padded_layer_unit(arch: Architecture, fp8_params: bool, tp: int, shard: int)
     if not fp8_params:
         groups = [[s for s, _ in shapes]]
     return sum(bucket_elements(group, int(shard)) for group in groups if group)
+
+
+def bucket_size(shard: int) -> int:
+    """The ``suggested_bucket_size`` Megatron-FSDP cuts the parameters outside its units at, in
+    elements, for a dp·cp group of ``shard`` ranks (:data:`model.comm.MEGATRON_BUCKET_PARAMS`,
+    :data:`model.comm.MEGATRON_BUCKET_PARAMS_PER_RANK`): ``ddp_config.bucket_size`` as
+    Megatron-LM ``training.py`` ``resolve_ddp_bucket_size`` (d98e8a64dd) sets it under
+    ``--overlap-grad-reduce`` (which the launch line writes for Megatron-FSDP),
+    ``max(4e7, 1e6·dp·cp)``. ``FullyShardedDataParallel`` (Megatron-LM
+    ``mcore_fsdp_adapter.py``) takes it for the first model chunk; later chunks get
+    ``disable_bucketing`` (``training.py``: ``chunk_idx > 0``), one bucket of everything
+    (:func:`non_unit_buckets`).
+
+    >>> bucket_size(8), bucket_size(1024)
+    (40000000, 1024000000)
+    """
+    return max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * int(shard))
+
+
+@dataclass(frozen=True, slots=True)
+class NonUnitParam:
+    """One parameter outside every FSDP unit as one GPU holds it."""
+
+    shape: Shape
+    """Its local shape (after tp)."""
+    fp8: bool = False
+    """A Transformer Engine linear's weight: FP8 under ``fp8_param_gather``, a dtype group of
+    its own (``_get_parameter_groups`` step 1)."""
+    own_bucket: bool = False
+    """Marked ``shared_embedding`` (``LanguageModule.setup_embeddings_and_output_layer``: the
+    two copies of the embedding at pp > 1 with tied embeddings or MTP): a bucket of its own
+    under a sharded strategy (``_does_param_require_new_bucket``)."""
+    early: bool = True
+    """Its gradient bucket is first written before the stage's layers' backward (the final
+    norm, the MTP modules' norms and projection, the output layer, a tied embedding whose
+    output-layer wgrad goes to ``main_grad`` through ``get_main_grad``)."""
+    late: bool = False
+    """Its gradient completes only after the stage's layers' backward (the input embedding: its
+    ``post_accumulate_grad_hook`` fires once autograd has summed every use)."""
+
+
+def _norm(arch: Architecture) -> tuple[NonUnitParam, ...]:
+    h = arch.hidden_size
+    return (NonUnitParam((h,)),) * (1 if arch.norm is Norm.RMSNORM else 2)
+
+
+@lru_cache(maxsize=4096)
+def non_unit_order(
+    arch: Architecture, tp: int, vocab: int, pp: int, v: int, stage: int, last: int
+) -> tuple[tuple[NonUnitParam, ...], ...]:
+    """The parameters outside every transformer layer that pipeline ``stage`` holds, per model
+    chunk that has any (each chunk is a Megatron-FSDP instance of its own), in the order of
+    Megatron-Core ``GPTModel.named_parameters``: ``embedding`` (word, then learned positions),
+    ``decoder.final_layernorm``, per MTP module ``enorm``, ``hnorm``, ``eh_proj`` (``2h → h``,
+    column-parallel: ``(h/tp, 2h)``) and its ``final_layernorm``
+    (``multi_token_prediction.py`` ``MultiTokenPredictionLayer.__init__``), ``output_layer``.
+    The first chunk of stage 0 holds the embedding; the last chunk of ``last`` (the output
+    rank) the rest, and at pp > 1 with tied embeddings or MTP its own copy of the embedding
+    (``shared_embedding``, as is the first stage's). ``vocab``: the padded vocabulary over all
+    tp ranks. Shapes on one GPU (the vocabulary and the projection's rows ÷ tp).
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("deepseek-v3").model.arch
+    >>> [p.shape for p in non_unit_order(arch, 1, 129_280, 1, 1, 0, 0)[0]]
+    [(129280, 7168), (7168,), (7168,), (7168,), (7168, 14336), (7168,), (129280, 7168)]
+    """
+    h, rows = arch.hidden_size, vocab // tp
+    tied, merged = arch.tie_embeddings, pp == 1
+    shared = not merged and shares_embedding_with_last_stage(arch)
+    chunks: list[tuple[NonUnitParam, ...]] = []
+    head: list[NonUnitParam] = []
+    if stage == 0:
+        # a tied embedding's output-layer wgrad is fused into its main_grad (layers.py)
+        head.append(NonUnitParam((rows, h), own_bucket=shared, early=tied and merged, late=True))
+        if arch.position_embedding is PositionEmbedding.LEARNED:
+            assert arch.max_position_embeddings is not None
+            head.append(NonUnitParam((arch.max_position_embeddings, h), early=False, late=True))
+    if stage == last:
+        tail: list[NonUnitParam] = []
+        copy = NonUnitParam((rows, h), own_bucket=True) if shared and last != 0 else None
+        if copy is not None and not tied:  # MTP's embedding copy, built before the decoder
+            tail.append(copy)
+        tail += _norm(arch)
+        for _ in range(arch.mtp_layers):
+            tail += [*_norm(arch), *_norm(arch), NonUnitParam((h // tp, 2 * h), fp8=True)]
+            tail += _norm(arch)
+        if not tied:
+            tail.append(NonUnitParam((rows, h)))
+        elif copy is not None:  # the output layer's own weight at pp > 1
+            tail.append(copy)
+        if merged and head:
+            head += tail
+        else:
+            chunks.append(tuple(tail))
+    if head:
+        chunks.insert(0, tuple(head))
+    return tuple(chunks)
+
+
+@lru_cache(maxsize=4096)
+def non_unit_buckets(
+    arch: Architecture,
+    tp: int,
+    vocab: int,
+    pp: int,
+    v: int,
+    stage: int,
+    last: int,
+    shard: int,
+    fp8_params: bool,
+) -> tuple[int, int]:
+    """(elements of the buckets reduced before the stage's layers, elements of the bucket
+    alive through the whole backward) of pipeline ``stage``'s parameters outside every layer
+    (:func:`non_unit_order`) on one GPU, each bucket padded as allocated
+    (:func:`bucket_elements` over ``shard``, the dp·cp ranks).
+
+    ``_get_parameter_groups``: step 1 groups them by dtype (``fp8_params``: the FP8 projection
+    apart); step 2 cuts each group, in order, into buckets closed once they hold
+    :func:`bucket_size` elements or more (the parameter that crosses it included; no cut in a
+    model chunk after the first, :func:`bucket_size`), a ``shared_embedding`` one alone. A
+    bucket is allocated at its first member's gradient (``main_grad_getter`` →
+    ``fetch_bucket``) and reduced once every member's is in (``GradReducePipeline.
+    reduce_gradients``: ``get_ready_bucket_group_for_reduction``). So a bucket of parameters
+    written before the layers' backward only is reduced before it (it heads the reduce-scatter
+    queue); one that also holds the input embedding, whose gradient completes last, is alive
+    from its first member's gradient to the step's last; the embedding's bucket with no earlier
+    member fills after the layers (not counted).
+
+    DeepSeek-V3 at pp 1 over 1,024 ranks (bucket 1.024e9): the embedding 129,280 × 7,168 =
+    926,679,040, three norms and ``eh_proj`` 7,168 × 14,336 = 102,760,448 make 1,029,460,992,
+    closed there, chunk 14,336 (the projection's row), padded to 71 × 1,024 × 14,336 =
+    1,042,284,544 and allocated at the projection's gradient: alive through the backward. The
+    MTP final norm and the output layer, 926,686,208 at chunk 7,168, padded to 127 × 1,024 ×
+    7,168 = 932,184,064, are reduced first.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("deepseek-v3").model.arch
+    >>> non_unit_buckets(arch, 1, 129_280, 1, 1, 0, 0, 1024, False)
+    (932184064, 1042284544)
+
+    Under FP8 primary weights the projection is a group of its own, so one BF16 bucket holds
+    everything else (the output layer crosses 1.024e9): 1,853,386,752 at chunk 7,168, 253 ×
+    1,024 × 7,168 = 1,857,028,096; the projection's bucket 7 × 1,024 × 14,336 = 102,760,448.
+
+    >>> non_unit_buckets(arch, 1, 129_280, 1, 1, 0, 0, 1024, True)
+    (102760448, 1857028096)
+    """
+    head = held = 0
+    for i, chunk in enumerate(non_unit_order(arch, tp, vocab, pp, v, stage, last)):
+        cut = bucket_size(shard) if i == 0 and v == 1 else None
+        for b in _cut(chunk, cut, fp8_params):
+            early, late = any(p.early for p in b), any(p.late for p in b)
+            n = bucket_elements([p.shape for p in b], int(shard)) if early else 0
+            head, held = (head, held + n) if late else (head + n, held)
+    return head, held
+
+
+def _cut(
+    chunk: Sequence[NonUnitParam], cut: int | None, fp8_params: bool
+) -> list[list[NonUnitParam]]:
+    """``_get_parameter_groups`` steps 1 and 2 on one model chunk's parameters outside its
+    units: by dtype group, in order, a bucket closed once it holds ``cut`` elements or more
+    (None: never), a ``shared_embedding`` parameter alone."""
+    buckets: list[list[NonUnitParam]] = []
+    for fp8 in dict.fromkeys(p.fp8 and fp8_params for p in chunk):
+        bucket: list[NonUnitParam] = []
+        for p in (q for q in chunk if (q.fp8 and fp8_params) == fp8):
+            if p.own_bucket:
+                buckets += [bucket, [p]] if bucket else [[p]]
+                bucket = []
+                continue
+            bucket.append(p)
+            if cut is not None and sum(math.prod(q.shape) for q in bucket) >= cut:
+                buckets.append(bucket)
+                bucket = []
+        if bucket:
+            buckets.append(bucket)
+    return buckets

@@ -94,23 +94,27 @@ def newton_schulz_bytes(rows: int, cols: int, framework: str, gathered: bool) ->
 def muon_tp_gathers(framework: str, muon_tp_mode: str | None = None) -> bool:
     """Whether Muon orthogonalises a tensor-parallel matrix whole, all-gathered over tp, rather
     than block by block. Megatron-Core: ``OptimizerConfig.muon_tp_mode`` (``--muon-tp-mode``)
-    defaults to ``blockwise``, and ``TensorParallelMuon.orthogonalize``
-    (``megatron/core/optimizer/muon.py``) then passes ``partition_dim=None``, so
-    ``newton_schulz_tp`` iterates the local block with no collective; ``duplicated``
-    all-gathers. The other profiles orthogonalise the whole matrix (Muon's definition).
+    defaults to ``duplicated`` since bb47df5416 (2026-08-21; ``optimizer_config.py``,
+    ``arguments.py``; at d98e8a64dd), which all-gathers; under ``blockwise``
+    ``orthogonalize`` (``megatron/core/optimizer/emerging_optimizers.py``) passes
+    ``partition_dim=None``, so ``newton_schulz_tp`` iterates the local block with no
+    collective. Its third mode, ``distributed`` (Newton–Schulz on the shards with collectives
+    in every iteration), is refused by :class:`model.specs.TrainingSpec`: its per-iteration
+    traffic and working set are not modelled. The other profiles orthogonalise the whole
+    matrix (Muon's definition).
 
     Raises
     ------
     LayoutError
         ``muon_tp_mode`` set under a framework other than ``megatron``.
 
-    >>> muon_tp_gathers("megatron"), muon_tp_gathers("megatron", "duplicated")
-    (False, True)
+    >>> muon_tp_gathers("megatron"), muon_tp_gathers("megatron", "blockwise")
+    (True, False)
     >>> muon_tp_gathers("fsdp2")
     True
     """
     if framework == "megatron":
-        return muon_tp_mode == "duplicated"
+        return muon_tp_mode != "blockwise"
     if muon_tp_mode is not None:
         raise LayoutError(
             f"muon_tp_mode: {muon_tp_mode} is Megatron-Core's option; {framework} orthogonalises "
@@ -147,7 +151,7 @@ def muon_gather_bytes(
     * tp, where Muon orthogonalises tp matrices whole (``tp_gathers``,
       :func:`muon_tp_gathers`: Megatron-Core's ``--muon-tp-mode duplicated``; Emerging-Optimizers'
       ``newton_schulz_tp`` all-gathers each matrix over tp and every tp rank iterates it
-      whole): ``(tp − 1) · 4 · elements``; 0 under Megatron's default ``blockwise``.
+      whole): ``(tp − 1) · 4 · elements``; 0 under ``blockwise``.
     * ``megatron`` at ZeRO 1 (``LayerWiseDistributedOptimizer``): gradients are all-reduced, not
       reduce-scattered — ``(D − 1)/D · elements · 4`` more than the distributed optimizer's
       reduce-scatter (its all-gather of the parameters stays).

@@ -19,8 +19,8 @@ Every optimizer here keeps an FP32 master copy of the weights beside the 16-bit 
 * ``lion`` — Chen et al. 2023 (arXiv 2302.06675), Algorithm 2: one FP32 momentum.
 * ``muon`` — Jordan et al. (github.com/KellerJordan/Muon ``muon.py``; Megatron-Core
   ``--optimizer muon``, ``emerging_optimizers``): one FP32 momentum per hidden matrix, whose
-  update is orthogonalised by 5 Newton–Schulz iterations over the WHOLE matrix (under
-  Megatron-Core's default ``--muon-tp-mode blockwise``, over each tensor-parallel block:
+  update is orthogonalised by 5 Newton–Schulz iterations over the WHOLE matrix (Megatron-Core's
+  default ``--muon-tp-mode duplicated``; under ``blockwise``, over each tensor-parallel block:
   :func:`model.muon.muon_tp_gathers`; that step's work and transients are :mod:`model.muon`'s);
   every other parameter (embeddings, output layer, norms, biases) is stepped by AdamW
   (Megatron-Core's ``_is_muon_excluded`` routes them to ``adam``; ``MuonWithAuxAdam``).

@@ -424,9 +424,10 @@ class TrainingSpec:
     padding, imbalance, node-limited routing, the dispatcher and the all-to-all's overlap)."""
     muon_tp_mode: str | None = None
     """How Muon treats a tensor-parallel matrix, as Megatron-Core's ``--muon-tp-mode`` names it:
-    ``blockwise`` (its default: each tp rank orthogonalises its own block, nothing gathered) or
-    ``duplicated`` (each matrix all-gathered over tp and orthogonalised whole on every tp rank);
-    None = the framework's (:func:`model.muon.muon_tp_gathers`). Megatron only."""
+    ``duplicated`` (its default: each matrix all-gathered over tp and orthogonalised whole on
+    every tp rank) or ``blockwise`` (each tp rank orthogonalises its own block, nothing
+    gathered); None = the framework's (:func:`model.muon.muon_tp_gathers`). Its
+    ``distributed`` is refused (not modelled). Megatron only."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
@@ -442,9 +443,14 @@ class TrainingSpec:
             object.__setattr__(self, "precision", Precision(str(self.precision).lower()))
         except ValueError:
             raise InputError(f"precision: {self.precision!r} is not one of bf16, fp8") from None
+        if self.muon_tp_mode == "distributed":
+            raise InputError(
+                "muon_tp_mode: 'distributed' (Megatron-Core's Newton-Schulz on tp shards) is not "
+                "modelled; use duplicated (its default) or blockwise"
+            )
         if self.muon_tp_mode not in (None, "blockwise", "duplicated"):
             raise InputError(
-                f"muon_tp_mode: {self.muon_tp_mode!r} is not one of blockwise, duplicated"
+                f"muon_tp_mode: {self.muon_tp_mode!r} is not one of duplicated, blockwise"
             )
         fusion = cross_entropy_fusion_of(self.cross_entropy_fusion_impl)
         object.__setattr__(self, "cross_entropy_fusion_impl", str(fusion))

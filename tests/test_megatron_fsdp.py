@@ -65,31 +65,35 @@ def test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered():
     """Megatron-FSDP releases only its units' parameters (megatron_fsdp.py
     _register_fsdp_hooks: _post_forward and _post_backward_release_module on fsdp_unit_modules,
     the transformer layers; _root_pre_backward marks only unit buckets releasable), so the
-    embedding and the output layer stay gathered beside the layer units. Llama 3 8B on dp 8:
-    a layer 4096·(4096 + 2·1024 + 4096) + 3·4096·14,336 + 2·4096 = 218,112,000, the embedding
-    and the untied output layer 128,256·4096 = 525,336,576 each. The layer units held: the one
+    embedding, the final norm and the output layer stay gathered beside the layer units. Llama 3
+    8B on dp 8: a layer 4096·(4096 + 2·1024 + 4096) + 3·4096·14,336 + 2·4096 = 218,112,000, the
+    embedding and the untied output layer 128,256·4096 = 525,336,576 each, the final norm 4096. The layer units held: the one
     computed and those prefetched until 5e8 elements (suggested_AG_prefetch_size, half the
     1e9-element floor of suggested_communication_unit_size: megatron_fsdp.py
     MegatronFSDP.__init__; AllGatherPipeline.all_gather_params adds buckets while the prefetched
     size is below it): 218 M, 436 M, 654 M, so 3 prefetched, 4 held. Beyond the 1/8 shard,
-    2 B each: (4·218,112,000 + 2·525,336,576)·2·7/8 = 3,365,462,016 B (2 units: 2,602,070,016;
+    2 B each: (4·218,112,000 + 2·525,336,576 + 4096)·2·7/8 = 3,365,469,184 B (2 units:
+    2,602,077,184;
     FSDP2 holds 2 units of the largest, the embedding: 1,838,678,016, as torchtitan wraps
     embedding and output as units). The FP32 gradient buckets the reduce-scatter queue holds
     (capacity max(1e9, 2·218,112,000) = 1e9 elements), each layer's allocated at 218,136,576
-    (padded to 951 × 8 × 28,672: test_bucket_padding_as_megatron_fsdp_lays_it_out): the
-    output layer's waits beside (1e9 − 525,336,576) // 218,136,576 + 1 = 3 layers and is popped
-    when the fourth is queued, so while that fourth fills: 525,336,576 + 4·218,136,576 =
-    1,397,882,880 elements (the steady queue afterwards: 1e9 // 218,136,576 = 4 queued + 2)."""
+    (padded to 951 × 8 × 28,672: test_bucket_padding_as_megatron_fsdp_lays_it_out). Outside the
+    layers (_get_parameter_groups step 2, bucket max(4e7, 1e6·8) = 4e7): the embedding closes a
+    bucket alone (it fills last: not counted); the final norm and the output layer are the next,
+    128,257 chunks of 4096 padded to 16,033 × 8 × 4096 = 525,369,344, reduced first. It waits
+    beside (1e9 − 525,369,344) // 218,136,576 + 1 = 3 layers and is popped when the fourth is
+    queued, so while that fourth fills: 525,369,344 + 4·218,136,576 = 1,397,915,648 elements
+    (the steady queue afterwards: 1e9 // 218,136,576 = 4 queued + 2)."""
 
     def state(framework):
         lay = Layout.of(dp=8, framework=framework, zero_stage=3)
         return Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
 
     megatron, fsdp2 = state("megatron"), state("fsdp2")
-    assert megatron.gathered_bytes == (4 * 218_112_000 + 2 * 525_336_576) * 2 * 7 // 8
-    assert megatron.gathered_bytes == 3_365_462_016
+    assert megatron.gathered_bytes == (4 * 218_112_000 + 2 * 525_336_576 + 4096) * 2 * 7 // 8
+    assert megatron.gathered_bytes == 3_365_469_184
     assert fsdp2.gathered_bytes == 1_838_678_016
-    assert megatron.buffers_bytes == 4 * (525_336_576 + 4 * 218_136_576) == 5_591_531_520
+    assert megatron.buffers_bytes == 4 * (16_033 * 8 * 4096 + 4 * 218_136_576) == 5_591_662_592
 
 
 def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
@@ -100,8 +104,9 @@ def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
     weights 8192·(8192 + 2·1024) + 8192·8192 + 3·8192·28,672 = 855,638,016 elements (its unit
     855,654,400 with the two norms), 80 layers, P = 70,553,706,496. The shard: 6 B per
     parameter (model weight 2 + FP32 main 4) less 1 B per linear element, ÷ 64. Gathered: two
-    layer units in 2 B less 1 B per linear element, beyond the local 1/64, and the embedding and
-    output layer (128,256·8192 each, BF16: not Transformer Engine layers) whole beyond theirs.
+    layer units in 2 B less 1 B per linear element, beyond the local 1/64, and the embedding,
+    output layer (128,256·8192 each, BF16: not Transformer Engine layers) and final norm (8192)
+    whole beyond theirs.
     On GB200 per-tensor FP8 keeps no transpose, so no weight cache."""
     st = build_case({**GB200_70B, "fp8_param_gather": True}).evaluate().stages[0].state
     unit, linear, vocab_rows = 855_654_400, 855_638_016, 128_256 * 8192
@@ -109,7 +114,7 @@ def test_megatron_fsdp_holds_fp8_primary_weights_in_one_byte():
     assert st.weights_bytes == (6 * p - 80 * linear) / 64 == 5_544_862_464
     beyond = Fraction(63, 64)
     layers = 2 * 2 * unit * beyond - 2 * 1 * linear * beyond
-    assert st.gathered_bytes == layers + 2 * 2 * vocab_rows * beyond == 5_821_627_392
+    assert st.gathered_bytes == layers + 2 * (2 * vocab_rows + 8192) * beyond == 5_821_643_520
     assert st.weight_cache_bytes == 0
 
 
@@ -135,17 +140,19 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     reduce pops while the queued buckets' allocated sizes exceed it. A layer's bucket is
     allocated at u' = 1,608,515,584: chunk lcm(26,624, 16,384) = 212,992, padded to a multiple
     of 128 × 212,992 = 27,262,976, 59 of them. So one layer stays queued (2·u' > C), the
-    next is queued and a third fills: 3·u'. The output layer's bucket (o = 128,256·16384/2 =
-    1,050,673,152) waits beside (C − o) // u' + 1 = 2 layers and goes when the third is queued:
-    o + 3·u' = 5,876,219,904 elements, 4 B each = 23,504,879,616 B, the peak (four layers,
-    25,501,892,608 B, counted before). The layout's peak 90.89 GB does not fit an H100's
-    83.21 GB."""
+    next is queued and a third fills: 3·u'. Outside the layers (bucket max(4e7, 1e6·128) =
+    1.28e8): the embedding (128,256·16384/2 = 1,050,673,152) alone, filled last; the final norm
+    and the output layer, 64,129 chunks of 16,384 padded to o = 502 × 128 × 16,384 =
+    1,052,770,304, wait beside (C − o) // u' + 1 = 2 layers and go when the third is queued:
+    o + 3·u' = 5,878,317,056 elements, 4 B each = 23,513,268,224 B, the peak (four layers,
+    25,501,892,608 B, counted before). The layout's peak, 91.31 GB with the communicators,
+    does not fit an H100's 83.21 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
-    unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 128_256 * 16384 // 2
+    unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 502 * 128 * 16384
     assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
-    assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_504_879_616
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.89
+    assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_513_268_224
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 91.31
     assert not est.fits
 
 
@@ -155,8 +162,10 @@ def test_fsdp_double_buffer_pools():
     gradient buckets, persistent; _enforce_double_buffer_limit keeps at most one other unit
     (the output layer's bucket counts as one) beside the unit filling; the output layer's
     bucket comes from the fallback allocator. Llama 3 8B dp 8: gathered 2 units (not 4),
-    gradients 4 B·(2·218,136,576 + 525,336,576), the layers' buckets at their allocated size
-    (218,112,000 padded to 951 × 8 × 28,672); in the optimizer step the pools stay:
+    gradients 4 B·(2·218,136,576 + 525,369,344), the layers' buckets at their allocated size
+    (218,112,000 padded to 951 × 8 × 28,672), the final norm's and output layer's at 16,033 × 8
+    × 4096 (test_megatron_fsdp_keeps_the_embedding_and_output_layer_gathered); in the
+    optimizer step the pools stay:
     2·(2 B weights + 4 B gradients)·218,112,000. The launch line says --fsdp-double-buffer."""
     from trainplan.interface.launch import megatron_flags
 
@@ -167,8 +176,8 @@ def test_fsdp_double_buffer_pools():
     ).evaluate()  # fmt: skip
     st = est.stages[0].state
     unit, rows = 218_112_000, 525_336_576
-    assert st.gathered_bytes == (2 * unit + 2 * rows) * 2 * 7 // 8
-    assert st.buffers_bytes == 4 * (2 * 218_136_576 + rows) == 3_846_438_912
+    assert st.gathered_bytes == (2 * unit + 2 * rows + 4096) * 2 * 7 // 8
+    assert st.buffers_bytes == 4 * (2 * 218_136_576 + 525_369_344) == 3_846_569_984
     plain = Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0].state
     assert st.step_bytes - plain.step_bytes == 2 * (2 + 4) * unit
     from trainplan.scenarios.catalogue import get_model
@@ -178,8 +187,8 @@ def test_fsdp_double_buffer_pools():
     assert "--fsdp-double-buffer" in megatron_flags(arch, lay, 128, training).flags
     plain_flags = megatron_flags(arch, lay, 128, None).flags
     assert "--fsdp-double-buffer" not in plain_flags
-    # the overlap the plan times, and the DDP bucket size that keeps the embedding's gradient
-    # bucket apart from the output layer's (Megatron-LM training.py resolve_ddp_bucket_size)
+    # the overlap the plan times, and the DDP bucket size the buckets outside the layers are
+    # cut at (Megatron-LM training.py resolve_ddp_bucket_size)
     assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(plain_flags)
 
 
@@ -188,14 +197,16 @@ def test_gb200_row_runs_with_the_double_buffer():
     Bridge 97ad8cc6f scripts/performance/configs/llama/llama3_llm_pretrain.py) sets
     ddp.fsdp_double_buffer and suggested_communication_unit_size 8e8 (below one layer, so one
     queued: the pool's two units). BF16 buckets, each layer's at its allocated 858,800,128
-    elements (test_bucket_padding_as_megatron_fsdp_lays_it_out): 2 B·(2·858,800,128 +
-    1,050,673,152) = 5,536,546,816 B at the output layer's backward."""
+    elements (test_bucket_padding_as_megatron_fsdp_lays_it_out), the final norm's and output
+    layer's (128,257 chunks of 8192, the embedding's bucket apart at dp 64) padded to 2,005 × 64
+    × 8192 = 1,051,197,440: 2 B·(2·858,800,128 + 1,051,197,440) = 5,537,595,392 B at the
+    output layer's backward."""
     from trainplan.interface.fidelity.validation import validation_runs
 
     run = next(r for r in validation_runs() if r.key.endswith("gb200-llama3-70b-fsdp"))
     assert run.params["fsdp_double_buffer"] is True
     st = build_case(dict(run.params)).evaluate().stages[0].state
-    assert st.buffers_bytes == 2 * (2 * 858_800_128 + 128_256 * 8192) == 5_536_546_816
+    assert st.buffers_bytes == 2 * (2 * 858_800_128 + 2005 * 64 * 8192) == 5_537_595_392
 
 
 def test_megatron_fsdp_prefetch_counts_the_whole_moe_layer():
@@ -216,7 +227,7 @@ def test_default_search_llama3_405b_256_answers_a_layout_that_fits():
     """`trainplan search --model llama3-405b --gpus 256` used to answer Megatron-FSDP dp 128
     tp 2, recompute sqrt, at 80.14 GB counted with two gradient buckets; with the queue as
     Megatron-FSDP keeps it (three padded layer buckets and the output layer's) that layout
-    holds 90.89 GB (test above) and is not the answer: dp 64 tp 4, recompute full, b 2 is, at
+    holds 91.31 GB (test above) and is not the answer: dp 64 tp 4, recompute full, b 2 is, at
     68.00 GB. Whatever the answer, its count fits an H100's 83.21 GB."""
     import json
 
@@ -273,3 +284,71 @@ def test_bucket_padding_as_megatron_fsdp_lays_it_out():
     assert bucket_elements([s for s, _ in dense_layer_shapes(arch8, 1)], 1) == 7_608 * 28_672
     # layers whose shapes are not laid out here count their parameters (0 = none known)
     assert padded_layer_unit(get_model("qwen3-235b-a22b").model.arch, False, 1, 8) == 0
+
+
+def test_non_unit_buckets_deepseek_v3_dp1024():
+    """The parameters outside the layers as Megatron-FSDP buckets them (param_and_grad_buffer.py
+    _get_parameter_groups, Megatron-LM d98e8a64dd): one dtype group in GPTModel.named_parameters
+    order (embedding, decoder.final_layernorm, mtp.layers.0.enorm / hnorm / eh_proj /
+    final_layernorm, output_layer), cut once a bucket holds ≥ bucket_size = max(4e7, 1e6·dp·cp)
+    (training.py resolve_ddp_bucket_size) = 1.024e9 elements at dp 1024. DeepSeek-V3 at tp 1:
+    the embedding 129,280·7168 = 926,679,040, three norms of 7168 and eh_proj 7168·14,336 =
+    102,760,448 sum to 1,029,460,992 ≥ 1.024e9: bucket 1, chunk 14,336, padded to 71·1024·14,336
+    = 1,042,284,544. main_grad_getter allocates it at eh_proj's gradient (MTP backward, before the
+    61 layers'); GradReducePipeline reduces it only when the embedding's gradient is in, at the
+    end: alive through the whole backward. Bucket 2, the MTP final norm and the output layer
+    (926,686,208, chunk 7168), padded to 127·1024·7168 = 932,184,064, is reduced first.
+
+    The layout `search --model deepseek-v3 --gpus 1024` answered before (dp 1024 ep 8, ZeRO-3,
+    recompute full, b 3) then holds, in FP32 gradient buckets, four MoE-layer buckets (the
+    queue's steady state: capacity 2·u, u > the output bucket) and bucket 1: 4 B·(4·u +
+    1,042,284,544); and gathered whole, beyond its 1/1024 shard, eh_proj and the four norms
+    more than the embedding and output layer: 2 B·(102,760,448 + 4·7168)·1023/1024. The peak,
+    87.60 GB with the communicators, does not fit an H100's 83.21 GB."""
+    from trainplan.model.megatron_fsdp_buckets import non_unit_buckets
+    from trainplan.model.terms.split_key import SplitKey
+    from trainplan.model.terms.stage_params import layer_units, non_unit_params
+    from trainplan.scenarios.catalogue import get_model
+
+    m = get_model("deepseek-v3").model
+    assert non_unit_buckets(m.arch, 1, 129_280, 1, 1, 0, 0, 1024, False) == (
+        127 * 1024 * 7168,
+        71 * 1024 * 14_336,
+    )
+    lay = Layout.of(dp=1024, ep=8, framework="megatron", zero_stage=3, recompute="full")
+    case = build_case(
+        {"model": "deepseek-v3", "gpu": "H100-SXM", "num_gpus": 1024, "dp": 1024, "ep": 8,
+         "zero_stage": 3, "framework": "megatron", "recompute": "full", "micro_batch_size": 3,
+         "global_batch_size": 15360}
+    )  # fmt: skip
+    est = case.evaluate()
+    st = est.stages[0].state
+    key = SplitKey.of(m, None, 1, 1, 1, 8, lay.uneven_stages, 1, "megatron", None, lay.schedule)
+    u = sum(layer_units(key)[0])
+    assert st.buffers_bytes == 4 * (4 * u + 1_042_284_544)
+    whole = non_unit_params(key)[0]
+    assert whole == 2 * 926_679_040 + 102_760_448 + 4 * 7168
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 87.60
+    assert not est.fits
+
+
+def test_non_unit_bucket_held_where_the_embedding_shares_it():
+    """Llama 3 8B at pp 1 over dp 528: bucket_size = max(4e7, 5.28e8) = 5.28e8 is more than
+    the embedding's 525,336,576, so the embedding, the final norm and the output layer are one
+    bucket (1,050,677,248 elements, 256,513 chunks of 4096, padded to 486·528·4096 =
+    1,051,066,368), allocated at the output layer's backward and reduced after the embedding's
+    at the end: held beside the layers' queue, whose head bucket is then empty
+    (first = 0: the steady queue, ⌊1e9 / p⌋ + 2 layer buckets of p elements). At dp 8 (bucket
+    4e7) the embedding is a bucket alone and nothing is held."""
+    from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("llama3-8b").model.arch
+    assert non_unit_buckets(arch, 1, 128_256, 1, 1, 0, 0, 528, False) == (0, 1_051_066_368)
+    assert non_unit_buckets(arch, 1, 128_256, 1, 1, 0, 0, 8, False) == (16_033 * 8 * 4096, 0)
+    st = build_case(
+        {"model": "llama3-8b", "gpu": "H100-SXM", "num_gpus": 528, "dp": 528, "zero_stage": 3,
+         "framework": "megatron", "global_batch_size": 1056}
+    ).evaluate().stages[0].state  # fmt: skip
+    p = padded_layer_unit(arch, False, 1, 528)
+    assert st.buffers_bytes == 4 * ((10**9 // p + 2) * p + 1_051_066_368)

@@ -84,7 +84,7 @@ KEY_DOCS: dict[str, str] = {
     "layout.deepspeed_overlap_comm": "DeepSpeed's zero_optimization.overlap_comm; null unless deepspeed ZeRO-1/2.",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "
     "or distributed_fused_adam (Apex's, under NeMo); null unless megatron with ZeRO ≥ 1.",
-    "layout.muon_tp_mode": "Muon under Megatron: blockwise (tp blocks, its default) or duplicated (whole matrices gathered).",
+    "layout.muon_tp_mode": "Muon under Megatron: duplicated (whole matrices gathered, its default) or blockwise (tp blocks).",
     "layout.fp8_activation_storage": "How FP8 training stores activations: linear_inputs "
     "(Transformer Engine) or deepseek_v3 (E5M6 attention output, FP8 SwiGLU inputs); null under bf16.",
     "memory": "Bytes per GPU on the busiest pipeline stage, each line its own key.",

@@ -60,6 +60,7 @@ __all__ = [
     "net_channels_per_peer",
     "comm_memory_term",
     "grad_stats_rings",
+    "world_ring",
 ]
 
 MIB = 2**20
@@ -186,7 +187,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       experts, the expert data-parallel group (``expert_shard_degree``) and the expert
       tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
       flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
-      Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); under DualPipe the
+      Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); the world group's
+      (:func:`world_ring`: the frameworks' barriers); under DualPipe the
       two-rank group of ranks r and pp − 1 − r, which hold the two copies of the same stages and
       sum their gradients (DeepSeek-V3 report §3.2.1, Table 2 "Parameter 2×"; deepseek-ai/DualPipe
       ``examples/example_dualpipe.py`` builds both stages on each rank and creates no group, so
@@ -224,6 +226,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
         total = total + communicator_bytes(ends, 0, 0)
     total = total + grad_stats_rings(c, f) * communicator_bytes(True, 0, 0)
+    total = total + communicator_bytes(world_ring(f), 0, 0)
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
     return total + communicator_bytes(mirror, 0, 0)
 
@@ -257,3 +260,22 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
         experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
     ddp = where(f.tp * f.pp > 1, 1, 0) + experts
     return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)
+
+
+def world_ring(f: Fields) -> Any:
+    """Whether the framework runs a collective on the default (world) process group, whose
+    communicator is then one more ring: ``torch.distributed.barrier()`` under NCCL all-reduces a
+    one-element tensor on the group's device (PyTorch ``ProcessGroupNCCL.cpp``
+    ``ProcessGroupNCCL::barrier``: ``allreduce(barrierTensor)``), which creates the group's
+    communicator. Megatron-LM calls it on every rank before training (``training.py``
+    ``print_datetime``, ``pretrain``; ``initialize.py`` ``_compile_dependencies``; at
+    d98e8a64dd); DeepSpeed in ZeRO-3's optimizer set-up (``stage3.py``
+    ``_setup_for_real_optimizer``, ``_create_fp16_partitions_with_defragmentation``) and in
+    every ``save_checkpoint`` (``engine.py``; at edaa72212). torchtitan's trainer calls no
+    barrier (its code at b5bcd76c6 has none outside tests): not counted. Counted as a ring, as
+    the gradient-statistics groups' one-float all-reduce is (:func:`grad_stats_rings`); the
+    groups of the layout are separate communicators (``new_group``), so this one is beside
+    them. Where the job has one GPU, none."""
+    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
+        return False
+    return f.tp * f.pp * f.shard_degree > 1

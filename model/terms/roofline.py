@@ -483,8 +483,8 @@ def muon_seconds(c: Context, f: Fields) -> Any:
     gradient reduction): the Newton–Schulz FLOPs of the matrices this GPU orthogonalises — whole
     matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
     distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
-    where tp matrices are gathered (``--muon-tp-mode duplicated``; its block under Megatron's
-    default ``blockwise``, :func:`model.muon.muon_tp_gathers`) — at the GEMM efficiency's
+    where tp matrices are gathered (``--muon-tp-mode duplicated``, Megatron's default; its block
+    under ``blockwise``, :func:`model.muon.muon_tp_gathers`) — at the GEMM efficiency's
     share of the peak, and the gathers' time (:func:`muon_gather_seconds`). 0 under any other
     optimizer."""
     if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:

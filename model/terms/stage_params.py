@@ -50,8 +50,8 @@ __all__ = [
     "units_per_gpu",
     "non_unit_params",
     "non_units_per_gpu",
-    "reduce_order_params",
-    "reduce_order_per_gpu",
+    "layer_counts",
+    "layer_count_per_gpu",
     "layer_units_per_gpu",
     "linear_per_gpu",
 ]
@@ -174,55 +174,44 @@ def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
 
 def non_unit_params(key: SplitKey) -> tuple[Fraction, ...]:
     """Per stage, the parameters on one GPU outside every transformer layer: the input
-    embedding (first stage) and the output layer (:func:`model.split.output_rank`; a tied one
-    only where it is a copy on another stage). What a framework that keeps its non-unit modules
-    gathered holds whole (:attr:`model.mechanisms.Mechanism.non_units_gathered`). Zeros for a
-    size-only model.
+    embedding (first stage), and on :func:`model.split.output_rank` the final norm, the MTP
+    modules' norms and projections, the output layer and the embedding's copy (tied or MTP, pp
+    > 1): the stage's parameters less its layers' (:func:`model.params.stage_params`). What a
+    framework that keeps its non-unit modules gathered holds whole
+    (:attr:`model.mechanisms.Mechanism.non_units_gathered`). Zeros for a size-only model.
+
+    Llama 3 8B at pp 1: the embedding and the output layer, 128,256 × 4,096 each, and the
+    final norm, 4,096.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> m = get_model("llama3-8b").model
     >>> non_unit_params(SplitKey(m, 1, 1, 1, 1, False, 1, True, None, 1))
-    (Fraction(1050673152, 1),)
+    (Fraction(1050677248, 1),)
     """
     arch = key.model.arch
     if arch is None:
         return (Fraction(0),) * key.pp
-    vocab = key.vocab()
-    counts = count_params(arch, vocab)
-    last = key.output_rank()
-    out = [Fraction(0)] * key.pp
-    out[0] += Fraction(counts.embedding, key.tp)
-    if counts.output or last != 0:  # untied, or the last stage's copy of a tied embedding
-        out[last] += _output_params(key, counts, vocab)
+    out = []
+    for sp in stage_params(arch, key.pp, key.v, key.vocab(), key.uneven, key.sizes, key.schedule):
+        layers = [layer_params(arch, j) for j in sp.layers]
+        dense = sp.dense - sum(lp.dense for lp in layers)
+        replicated = sp.tp_replicated - sum(lp.tp_replicated for lp in layers)
+        out.append(key.dense_per_gpu(dense, replicated))
     return tuple(out)
 
 
 @lru_cache(maxsize=CACHE)
-def reduce_order_params(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
-    """Per stage, what its backward reduces first and how many layers follow, on one GPU:
-    (the output layer's parameters where the stage holds it (a tied embedding's last-stage
-    copy too), the transformer layers the stage holds); the buckets of Megatron-FSDP's
-    reduce-scatter queue (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
-    Zeros for a size-only model.
+def layer_counts(key: SplitKey) -> tuple[int, ...]:
+    """Per stage, the transformer layers it holds (the MTP blocks among them): the buckets
+    behind the parameters outside the layers in Megatron-FSDP's reduce-scatter queue
+    (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> m = get_model("llama3-8b").model
-    >>> reduce_order_params(SplitKey(m, 1, 2, 1, 1, False, 1, True, None, 1))
-    ((Fraction(0, 1), Fraction(16, 1)), (Fraction(525336576, 1), Fraction(16, 1)))
+    >>> layer_counts(SplitKey(m, 1, 2, 1, 1, False, 1, True, None, 1))
+    (16, 16)
     """
-    arch = key.model.arch
-    if arch is None:
-        return ((Fraction(0), Fraction(0)),) * key.pp
-    vocab = key.vocab()
-    counts = count_params(arch, vocab)
-    last = key.output_rank()
-    out = []
-    for i, held in enumerate(key.layers()):
-        first = Fraction(0)
-        if i == last and (counts.output or last != 0):
-            first = _output_params(key, counts, vocab)
-        out.append((first, Fraction(len(held))))
-    return tuple(out)
+    return tuple(len(held) for held in key.layers())
 
 
 def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction], ...]) -> int:
@@ -315,10 +304,9 @@ def units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     return read_split(c, f, gather_units)
 
 
-def reduce_order_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
-    """:func:`reduce_order_params` of stage ``f.stage``: (output-layer parameters, transformer
-    layers) on one GPU."""
-    return read_split(c, f, reduce_order_params)
+def layer_count_per_gpu(c: Context, f: Fields) -> Any:
+    """:func:`layer_counts` of stage ``f.stage``."""
+    return read_split(c, f, layer_counts)
 
 
 def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -328,8 +316,8 @@ def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
 
 
 def non_units_per_gpu(c: Context, f: Fields) -> Any:
-    """:func:`non_unit_params` of stage ``f.stage``: the embedding and output-layer parameters
-    on one GPU."""
+    """:func:`non_unit_params` of stage ``f.stage``: the parameters outside every layer on one
+    GPU."""
     return read_split(c, f, non_unit_params)
 
 

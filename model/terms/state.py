@@ -22,7 +22,7 @@ from typing import Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.mechanisms import mechanism
-from trainplan.model.megatron_fsdp_buckets import padded_layer_unit
+from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
 from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
@@ -54,10 +54,10 @@ from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
     any_dualpipe,
     busiest_stage,
+    layer_count_per_gpu,
     layer_units_per_gpu,
     linear_per_gpu,
     non_units_per_gpu,
-    reduce_order_per_gpu,
     split_params,
     stage_params_per_gpu,
     units_per_gpu,
@@ -178,7 +178,7 @@ def stage_muon_transient(
     full shape, gathered over tp where tp (etp for routed experts) divides it
     (:attr:`model.optimizers.Matrix.split`; Emerging-Optimizers' ``newton_schulz_tp`` falls
     back to the local matrix without a ``partition_dim``) — or, where tp matrices are not
-    gathered (``whole`` False: Megatron-Core's ``blockwise``), of its tp block, not gathered.
+    gathered (``whole`` False: Megatron-Core's ``--muon-tp-mode blockwise``), of its tp block.
     Zeros for a size-only model."""
     arch = key.model.arch
     if arch is None:
@@ -302,10 +302,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         # keeps (replacing the per-unit count); the pools of fsdp_double_buffer in the step
         whole = mech.non_unit_gathered(non_units_per_gpu(c, f), f.shard_degree)
         gathered, step = gathered + whole, step + whole
-        first, layers = reduce_order_per_gpu(c, f)
         unit = held[0] + held[1]
-        padded = f.lookup(_padded_unit, (c.model.arch, t.fp8_param_gather), "tp", "shard_degree")
-        buffers = mech.reduce_bytes * mech.reduce_queue_elements(unit, first, layers, padded)
+        buffers = mech.reduce_bytes * _reduce_queue(c, f, mech, unit)
         narrower = (mech.weight_bytes - FP8_PARAM_BYTES) * layer_linear if t.fp8_param_gather else 0
         step = step + mech.pool_bytes(unit, mech.weight_bytes * unit - narrower)
     if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
@@ -315,6 +313,36 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     g = g + embedding_grad_term(c, f, mech)
     step = step + muon_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def _reduce_queue(c: Context, f: Fields, mech: Any, unit: Any) -> Any:
+    """Megatron-FSDP's gradient elements alive at once in backward on one GPU of stage
+    ``f.stage`` (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`): its layers'
+    buckets, padded (:func:`model.megatron_fsdp_buckets.padded_layer_unit`), behind and beside
+    those of the parameters outside the layers (:func:`_non_unit_buckets`)."""
+    fp8 = c.training.fp8_param_gather
+    padded = f.lookup(_padded_unit, (c.model.arch, fp8), "tp", "shard_degree")
+    first, held = f.per_stage(
+        _non_unit_buckets, (c.model, c.vocab_multiple, fp8), *SPLIT_FIELDS, "shard_degree"
+    )
+    return mech.reduce_queue_elements(unit, first, layer_count_per_gpu(c, f), padded, held)
+
+
+def _non_unit_buckets(
+    model: Any, given: Any, fp8_params: bool, *fields: Any
+) -> tuple[tuple[int, int], ...]:
+    """Per stage, :func:`model.megatron_fsdp_buckets.non_unit_buckets` of the layout whose
+    :data:`SPLIT_FIELDS` and shard degree are ``fields``; zeros for a size-only model."""
+    *split, shard = fields
+    key = SplitKey.of(model, given, *split)
+    arch = key.model.arch
+    if arch is None:
+        return ((0, 0),) * key.pp
+    vocab, last = key.vocab(), key.output_rank()
+    return tuple(
+        non_unit_buckets(arch, key.tp, vocab, key.pp, key.v, i, last, int(shard), fp8_params)
+        for i in range(key.pp)
+    )
 
 
 def _padded_unit(arch: Any, fp8_params: bool, tp: Any, shard: Any) -> int:

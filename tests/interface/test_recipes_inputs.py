@@ -14,5 +14,34 @@ def test_muon_tp_mode_is_refused_without_muon():
     base = {"model": "llama3-8b", "dp": 8, "muon_tp_mode": "duplicated"}
     with pytest.raises(InputError, match="^muon_tp_mode: applies to optimizer muon, not adam"):
         build_case(base)
-    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' is not one of"):
+    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' .* is not modelled"):
         build_case({**base, "optimizer": "muon", "muon_tp_mode": "distributed"})
+
+
+def test_muon_default_is_duplicated_and_the_launch_line_says_it():
+    """Llama 3 70B on 64 GPUs, dp 4 tp 4 pp 4, Muon: the default counts what
+    ``--muon-tp-mode duplicated`` counts (the gathered whole matrices), more step memory than
+    ``blockwise``; Megatron-LM's launch line writes the mode either way."""
+    from trainplan.interface.launch import megatron_flags
+    from trainplan.model.layout import Layout
+    from trainplan.optimizer.case import Case
+    from trainplan.scenarios.catalogue import get_model
+
+    def est(mode):
+        extra = {} if mode is None else {"muon_tp_mode": mode}
+        return Case.of("llama3-70b", dp=4, tp=4, pp=4, optimizer="muon", **extra).evaluate()
+
+    default, dup, block = est(None), est("duplicated"), est("blockwise")
+    assert [s.total_bytes for s in default.stages] == [s.total_bytes for s in dup.stages]
+    assert max(s.state.step_bytes for s in dup.stages) > max(
+        s.state.step_bytes for s in block.stages
+    )
+    arch = get_model("llama3-70b").model.arch
+    lay = Layout.of(dp=4, tp=4, pp=4, optimizer="muon")
+    flags = megatron_flags(arch, lay, 128, default.training).flags
+    assert flags[flags.index("--muon-tp-mode") + 1] == "duplicated"
+    flags = megatron_flags(arch, lay, 128, block.training).flags
+    assert flags[flags.index("--muon-tp-mode") + 1] == "blockwise"
+    assert (
+        "--muon-tp-mode" not in megatron_flags(arch, Layout.of(dp=4, tp=4, pp=4), 128, None).flags
+    )

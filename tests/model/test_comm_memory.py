@@ -45,30 +45,32 @@ def test_a_tp_dp_pp_layout_by_hand():
     # 32 channels, 384 MiB each); pp 4 across nodes on a 50 GB/s NIC: ⌈50/14⌉ = 4 → 4 channels
     # a peer (⌈4/8⌉ = 1 round: no halving), 48 MiB a neighbour. The ends have one neighbour.
     # Megatron-Core's distributed optimizer reduces its gradient statistics over its instance
-    # group, here all 32 GPUs: one more ring, 384 MiB.
+    # group, here all 32 GPUs: one more ring, 384 MiB; and Megatron-LM's barriers on the world
+    # group (test_the_world_group_of_the_barriers): another, 384 MiB.
     lay = Layout(dp=2, tp=4, pp=4)
-    ends, middle = (384 + 384 + 48 + 384) * MIB, (384 + 384 + 96 + 384) * MIB
+    ends, middle = (384 + 384 + 48 + 384 + 384) * MIB, (384 + 384 + 96 + 384 + 384) * MIB
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
 def test_interleaving_gives_the_ends_two_neighbours():
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
-    assert _comm(DENSE, lay) == [(384 + 384 + 96 + 384) * MIB] * 4
+    assert _comm(DENSE, lay) == [(384 + 384 + 96 + 384 + 384) * MIB] * 4
 
 
 def test_megatron_gradient_statistics_groups():
     """``megatron/core/optimizer/__init__.py``: the distributed optimizer's
     ``grad_stats_parallel_group`` is the optimizer instance's group (every GPU with one
     instance); Megatron-Core's DDP (ZeRO-0) reduces over the model-parallel group (tp·pp) and,
-    for the experts' own optimizer, over the expert tp·ep·pp group: one ring each (384 MiB)."""
+    for the experts' own optimizer, over the expert tp·ep·pp group: one ring each (384 MiB).
+    Beside them, the world group's (384 MiB, test_the_world_group_of_the_barriers)."""
     zero0 = Layout(dp=2, tp=4, pp=4, zero_stage=0)
-    ends, middle = (384 + 384 + 48 + 384) * MIB, (384 + 384 + 96 + 384) * MIB
+    ends, middle = (384 + 384 + 48 + 384 + 384) * MIB, (384 + 384 + 96 + 384 + 384) * MIB
     assert _comm(DENSE, zero0) == [ends, middle, middle, ends]  # tp·pp = 16 ranks
-    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [384 * MIB]  # tp·pp = 1: none
-    assert _comm(DENSE, Layout(dp=8)) == [(384 + 384) * MIB]  # ZeRO-1: all 8 GPUs
+    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [(384 + 384) * MIB]  # tp·pp = 1: none
+    assert _comm(DENSE, Layout(dp=8)) == [(384 + 384 + 384) * MIB]  # ZeRO-1: all 8 GPUs
     # MoE under ZeRO-0, dp 16 × ep 8: tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring)
     lay = Layout(dp=16, ep=8, zero_stage=0)
-    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384) * MIB]
+    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384 + 384) * MIB]
     # the other profiles reduce their norms over groups counted already
     assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [384 * MIB]
 
@@ -77,11 +79,26 @@ def test_expert_groups():
     # 16 GPUs, ep 8 inside a node (NVLink peers: 32 channels each, 7 · 32 · 12 MiB = 2,688 MiB),
     # dp 16 across two nodes (a ring, 384 MiB), the expert data-parallel group
     # tp·dp·cp/(etp·ep) = 16/8 = 2 ranks (a ring, 384 MiB); the distributed optimizer's
-    # gradient-statistics group over all 16 GPUs (a ring, 384 MiB)
+    # gradient-statistics group over all 16 GPUs (a ring, 384 MiB); the world group's (a ring)
     lay = Layout(dp=16, tp=1, pp=1, ep=8)
-    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384) * MIB]
+    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384 + 384) * MIB]
     deepep = replace(TRAINING, moe_run=MoERun(dispatcher=Dispatcher.DEEPEP))
-    assert _comm(MOE, lay, deepep) == [(384 + 384 + 384) * MIB]  # DeepEP's buffers, not NCCL's
+    assert _comm(MOE, lay, deepep) == [(384 + 384 + 384 + 384) * MIB]  # DeepEP's own buffers
+
+
+def test_the_world_group_of_the_barriers():
+    """torch.distributed.barrier() under NCCL all-reduces a one-element tensor on the default
+    group (PyTorch ProcessGroupNCCL.cpp ProcessGroupNCCL::barrier), so the world group gets a
+    communicator, a ring of 32 channels × 12 MiB = 384 MiB: Megatron-LM before training
+    (training.py print_datetime), DeepSpeed in ZeRO-3's set-up and every save_checkpoint.
+    torchtitan's trainer calls none. dp 8 on one node: the dp ring, and for Megatron-Core's
+    distributed optimizer its gradient-statistics ring, then the world ring; FSDP2: the dp
+    ring only; one GPU: nothing."""
+    assert _comm(DENSE, Layout(dp=8)) == [3 * 384 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [2 * 384 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [2 * 384 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [384 * MIB]
+    assert _comm(DENSE, Layout(framework="deepspeed")) == [0]
 
 
 def test_the_textbook_counts_none_and_one_gpu_has_none():

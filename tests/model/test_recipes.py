@@ -184,15 +184,20 @@ def test_muon_gathers_rows_and_transient_by_hand():
 
 
 def test_muon_tp_mode_is_megatrons_and_muons():
-    """Megatron-Core's ``--muon-tp-mode`` defaults to ``blockwise`` (no tp gather); the other
-    profiles orthogonalise whole matrices; the mode is refused elsewhere and without Muon."""
-    assert muon_tp_gathers("megatron") is False
+    """Megatron-Core's ``--muon-tp-mode`` defaults to ``duplicated`` (each tp matrix gathered
+    whole) since bb47df5416 (OptimizerConfig.muon_tp_mode, arguments.py); ``blockwise`` gathers
+    nothing; its ``distributed`` is refused (not modelled); the other profiles orthogonalise
+    whole matrices; the mode is refused elsewhere and without Muon."""
+    assert muon_tp_gathers("megatron") is True
     assert muon_tp_gathers("megatron", "duplicated") is True
+    assert muon_tp_gathers("megatron", "blockwise") is False
     assert muon_tp_gathers("fsdp2") is True and muon_tp_gathers("textbook") is True
     with pytest.raises(LayoutError, match="^muon_tp_mode: duplicated is Megatron-Core's option"):
         muon_tp_gathers("fsdp2", "duplicated")
-    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' is not one of"):
+    with pytest.raises(InputError, match="^muon_tp_mode: 'distributed' .* is not modelled"):
         Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="distributed")
+    with pytest.raises(InputError, match="^muon_tp_mode: 'rowwise' is not one of"):
+        Case.of("llama3-8b", dp=8, optimizer="muon", muon_tp_mode="rowwise")
 
 
 def test_optimizer_step_bytes_follow_the_state():

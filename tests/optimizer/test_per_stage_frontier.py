@@ -93,10 +93,11 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
     assert len(want) == 16  # pp 2 interleaved plans among them (their sends overlap), at each v
-    # every layout of 2 GPUs holds two NCCL communicators of 32 channels × 12 MiB (the tp or dp
-    # ring, or the pipeline's one neighbour inside the node, and the distributed optimizer's
-    # gradient-statistics ring over both GPUs): 805,306,368 B beside each figure
-    comm = 2 * 32 * 12 * 2**20
+    # every layout of 2 GPUs holds three NCCL communicators of 32 channels × 12 MiB (the tp or
+    # dp ring, or the pipeline's one neighbour inside the node, the distributed optimizer's
+    # gradient-statistics ring over both GPUs, and the world group's ring of Megatron-LM's
+    # barriers): 1,207,959,552 B beside each figure
+    comm = 3 * 32 * 12 * 2**20
     assert want[0] == (112_609_792 + comm, 32_652_698, "uniform")
     assert want[1] == (120_998_400 + comm, 31_209_158, "per-stage")
     assert (193_534_976 + comm, 15_734_081, "uniform") in want  # tp 1, full: covers the loss
@@ -122,22 +123,23 @@ COMM = 32 * 12 * 2**20
 """One NCCL communicator of 32 channels × 12 MiB on a GPU (402,653,184 B,
 :func:`model.terms.comm_memory.communicator_bytes`): a ring, or one point-to-point peer inside
 the node (32 channels per NVLink peer)."""
-BUDGET = 160e6 + 2 * COMM
-"""The tiny model's budget: 160 MB of tensors beside two communicators."""
+BUDGET = 160e6 + 3 * COMM
+"""The tiny model's budget: 160 MB of tensors beside three communicators."""
 
 
 def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
-    """tp 1 and 160 MB + two communicators (965,306,368 B) per GPU: 1 GPU holds no
+    """tp 1 and 160 MB + three communicators (1,367,959,552 B) per GPU: 1 GPU holds no
     communicator and keeps every layer; on 2 no uniform layout fits (pp 2 under full
-    recomputation needs 165,142,016 B + 2·COMM) but 4 + 2 layers with 4 and 2 recomputed do; 3,
+    recomputation needs 165,142,016 B + 3·COMM) but 4 + 2 layers with 4 and 2 recomputed do; 3,
     4, 6 and 8 GPUs hold no plan.
 
     NCCL's communicators (:func:`model.terms.comm_memory.comm_memory_term`, every group inside
     one 8-GPU H100 node, so 32 channels per peer): a dp ring holds COMM on every GPU; a pipeline
     stage holds COMM per neighbouring stage (1 at the ends, 2 in the middle; 2 everywhere under
     the interleaved schedule); the distributed optimizer's gradient-statistics group over every
-    GPU holds COMM on each of more than one. So every 2-GPU layout (dp 2, or pp 2 with one
-    neighbour) holds exactly 2·COMM on each GPU and keeps the 160 MB story below; 1 GPU holds
+    GPU holds COMM on each of more than one, and the world group of Megatron-LM's barriers COMM
+    more. So every 2-GPU layout (dp 2, or pp 2 with one neighbour) holds exactly 3·COMM on each
+    GPU and keeps the 160 MB story below; 1 GPU holds
     none.
 
     By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
@@ -158,9 +160,9 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     * 2 GPUs (pp 2, ZeRO-0), 4 + 2 layers. The last stage with both recomputed:
       33,200,640 + 2 × 4,194,304 + max(63,176,704, 16,777,216) + 41,943,040 = 146,708,992 B;
       the first stage (4 of 4 recomputed, 2 in flight): 3,426,304 × 18 + 2 × 4 × 4,194,304 +
-      63,176,704 = 158,404,608 B, the plan's peak; each + 2·COMM.
-    * 3 to 8 GPUs: any pp ≥ 3 has a middle stage, and pp 2 with dp ≥ 2 a dp ring: 3 × COMM =
-      1,207,959,552 B > the budget. dp alone holds 2·COMM and the whole model, whose least is
+      63,176,704 = 158,404,608 B, the plan's peak; each + 3·COMM.
+    * 3 to 8 GPUs: any pp ≥ 3 has a middle stage, and pp 2 with dp ≥ 2 a dp ring: 4 × COMM =
+      1,610,612,736 B > the budget. dp alone holds 3·COMM and the whole model, whose least is
       ZeRO-1's 5,270,784 × (2 + 4) = 31,624,704 B of state with every layer recomputed:
       6 × 4,194,304 + 63,176,704 + 41,943,040 = 130,285,568 B of activations, 161,910,272 B
       > 160 MB.
@@ -187,11 +189,11 @@ def test_gpus_frontier_per_job_by_hand_includes_a_job_no_uniform_layout_fits():
     assert (one.estimate.layout.recompute, one.estimate.stages[0].communicator_bytes) == ("none", 0)
     assert int(one.estimate.stages[0].total_bytes) == 557_820_416
     two = next(p for p in got.points if p.value == 2)
-    assert peak_bytes(two.estimate) == 158_404_608 + 2 * COMM
+    assert peak_bytes(two.estimate) == 158_404_608 + 3 * COMM
     assert [int(s.total_bytes) for s in two.estimate.stages] == [
-        158_404_608 + 2 * COMM, 146_708_992 + 2 * COMM
+        158_404_608 + 3 * COMM, 146_708_992 + 3 * COMM
     ]  # fmt: skip
-    assert [s.communicator_bytes for s in two.estimate.stages] == [2 * COMM, 2 * COMM]
+    assert [s.communicator_bytes for s in two.estimate.stages] == [3 * COMM, 3 * COMM]
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
