@@ -66,6 +66,11 @@ from trainplan.model.terms.activation_fields import (
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
+from trainplan.model.terms.pipeline_buffers import (
+    pipeline_outputs,
+    torch_pipelining,
+    torch_recv_buffers,
+)
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
 
@@ -190,47 +195,6 @@ def _dualpipe_kept(
     return near * (f.pp - h) + far * (h + 1), (emb - head) * (f.pp - h) + head
 
 
-def _pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
-    """Bytes of the stage outputs one micro-batch leaves on this GPU when they are not
-    deallocated after the send: one ``β·S·h`` tensor (÷ tp with sequence parallelism) per model
-    chunk that sends (v on every stage but the last, v − 1 there).
-
-    The output of a pipeline stage is sent to the next stage, but autograd keeps the tensor for
-    the backward pass; only its ``grad_fn`` is needed. Megatron-LM's
-    ``deallocate_pipeline_outputs`` (``megatron/core/pipeline_parallel/schedules.py``,
-    ``deallocate_output_tensor``) replaces its data with a scalar after the send; Korthikanti et
-    al. 2022 (arXiv 2205.05198) Appendix B shows the saving on the 530B model's first stage, and
-    Llama 3 (arXiv 2407.21783) §3.3.2 deallocates stage inputs and outputs the same way.
-    Under ``fsdp2`` nothing deallocates them: PyTorch's ``_PipelineStageBase.forward_one_chunk``
-    (``torch/distributed/pipelining/stage.py``) keeps each chunk's ``output_tuple`` in
-    ``fwd_cache`` until ``backward_one_chunk`` pops it for ``stage_backward``.
-    """
-    one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
-    v = f.virtual_stages
-    senders = where(output_stage(f), v - 1, v)
-    torch_pp = f.lookup(_torch_pipelining, (c.training,), "framework")
-    dealloc = where(torch_pp == 1, False, f.deallocate_pipeline_outputs)
-    kept = where(dealloc, 0, 1) * where(f.pp == 1, 0, 1)
-    return kept * one * senders
-
-
-def _torch_recv_buffers(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
-    """Bytes of the receive buffers PyTorch's pipeline stages allocate once and keep, under
-    ``fsdp2`` with pp > 1: ``PipelineStage._prepare_forward_infra`` makes one activation buffer
-    per micro-batch (``args_recv_info[chunk_id]``, ``_make_tensor_from_meta``) on every stage but
-    the first, ``_prepare_backward_infra`` one gradient buffer per micro-batch
-    (``grad_recv_info[mb_index]``, ``_create_grad_recv_info``) on every stage but the last
-    (``torch/distributed/pipelining/stage.py``). Each is a stage boundary tensor, ``β·S·h`` (÷ tp
-    with SP); a rank holds ``v`` stages. 0 for the other profiles (Megatron-Core receives into
-    tensors it allocates per message)."""
-    one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
-    v = f.virtual_stages
-    first, last = f.stage == 0, output_stage(f)
-    stages = where(first, v - 1, v) + where(last, v - 1, v)
-    torch_pp = f.lookup(_torch_pipelining, (c.training,), "framework")
-    return torch_pp * where(f.pp == 1, 0, 1) * f.m * one * stages
-
-
 def _offload_lines(
     c: Context, f: Fields, n_layers: Any, n_moe: Any, in_flight: Any, off_q: Any, offloaded: Any
 ) -> tuple[Any, Any]:
@@ -337,8 +301,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
-    outputs = _pipeline_outputs(arch, c, f, tokens) * in_flight
-    outputs = outputs + _torch_recv_buffers(arch, c, f, tokens)
+    outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
+    outputs = outputs + torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
@@ -359,7 +323,7 @@ def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[An
     extra = f.lookup(_loss_extra, (t,), "framework", "tp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
-    keeps = f.lookup(_torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
+    keeps = f.lookup(torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
     chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, t.activation_bytes)
     return loss, where(last, keeps * chunks, 0)
 
@@ -442,17 +406,6 @@ def _held_by_chunk(
 def _any(condition: Any) -> bool:
     """Whether a condition holds for one layout, or for any row of many."""
     return bool(namespace(condition).any(condition)) if is_array(condition) else bool(condition)
-
-
-def _torch_pipelining(training: TrainingSpec, framework: Any) -> int:
-    """1 where the profile runs PyTorch's pipeline schedules (``fsdp2``, as torchtitan does),
-    which keep their stage outputs and receive buffers, and where the trainer asks for them
-    (:attr:`model.specs.TrainingSpec.pipeline_keeps_outputs`) the last stage's outputs until the
-    next step (:func:`model.loss_memory.output_chunks_bytes`: ``output_chunks``), else 0; 0 also
-    where the recipe's runtime frees them (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`)."""
-    if training.pipeline_frees_stage_tensors:
-        return 0
-    return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
 
 
 def _loss_kept(training: TrainingSpec, framework: Any) -> int:
