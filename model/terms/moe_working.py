@@ -66,10 +66,14 @@ def moe_forward_peak(c: Any, f: Fields, n_moe: Any, recompute_transient: Any) ->
     ``custom_forward``). Under selective recomputation of the attention core alone the transient
     is the scores', held while the attention runs backward, not beside the MoE forward."""
     arch, t = c.arch, c.training
-    figure = f.lookup(moe_forward_figure, (arch, t), *CONTEXT_FIELDS) * (n_moe > 0)
+    figure = f.lookup(moe_forward_figure, (arch, t), *CONTEXT_FIELDS)
     moe_module = "moe" in t.recompute_modules
     replay = where(f.recompute == Recompute.SELECTIVE, moe_module, True)
-    return figure + where(replay, recompute_transient, 0 * recompute_transient)
+    # 0 on a stage without MoE layers: no MoE forward phase there (the recompute transient is
+    # the layers' backward phase's, :attr:`model.terms.activations.StageActivations.
+    # layer_backward_bytes`); the output layer's bytes released before backward are not
+    # subtracted here (conservative by at most them on the loss's stage)
+    return (figure + where(replay, recompute_transient, 0 * recompute_transient)) * (n_moe > 0)
 
 
 def moe_over(moe_forward: Any, layer_transient: Any, loss_transient: Any) -> Any:
