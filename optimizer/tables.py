@@ -204,8 +204,11 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
+    (held,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
+    # the output layer's all-gather buffer is live in both phases: in the state and the step
+    state, step = state + held, step + held
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
             "act_host": act_host, "pool": pool}  # fmt: skip
 
