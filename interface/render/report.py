@@ -199,9 +199,8 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
 
 
 def _reserved_lines(m: dict[str, Any]) -> list[str]:
-    """The allocator's reserved peak where a side stream's pool adds to it
-    (``memory.stream_pool_bytes`` > 0: fsdp2's all-gather outputs,
-    :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
+    """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather
+    outputs, :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
     figure torchtitan's memory monitor logs, counts at least. Not in the total or the verdict:
     the allocator frees idle cached blocks before it raises out-of-memory. Where the reserved
     bytes and the communicators exceed the capacity (``memory.allocator_retries``,
