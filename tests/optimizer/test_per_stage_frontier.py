@@ -102,8 +102,11 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # gradient-statistics ring over both GPUs, and the world group's ring of Megatron-LM's
     # barriers): 1,207,959,552 B beside each figure
     comm = 3 * 32 * 12 * 2**20
-    assert want[0] == (112_609_792 + comm, 32_652_698, "uniform")
-    assert want[1] == (120_998_400 + comm, 31_209_158, "per-stage")
+    # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
+    # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.output_gather), in both phases
+    gather = 2 * 8192 * 256
+    assert want[0] == (112_609_792 + gather + comm, 32_652_698, "uniform")
+    assert want[1] == (120_998_400 + gather + comm, 31_209_158, "per-stage")
     assert (193_534_976 + comm, 15_734_081, "uniform") in want  # tp 1, full: covers the loss
     assert (165_142_016 + comm, 18_716_005, "uniform") in want  # pp 2, full
     assert want[-1] == (526_195_712 + comm, 11_981_336, "uniform")
