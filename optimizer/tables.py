@@ -183,11 +183,10 @@ def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
-    """The memory terms of one job's shapes: forward/backward state, optimizer-step state, the
-    host's share and the side streams' pools (:func:`model.terms.peak.stream_pool_term`)
-    [N, Z, P], activations and their host share [N, R, P], legality [N, Z]
-    (the framework runs the ZeRO stage with the shape's axes and offload, and the offloaded
-    state fits the host: :func:`model.terms.peak.host_fits`)."""
+    """The memory terms of one job's shapes: forward/backward and optimizer-step state (each with
+    the output layer's all-gather buffer, :func:`model.terms.output_gather.output_gather_term`,
+    held in both phases), the host's share, the side streams' pools [N, Z, P], activations and
+    their host share [N, R, P], legality [N, Z] (:func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
@@ -204,9 +203,10 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
+    (held,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
-    return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
+    return {"state": state + held, "step": step + held, "act": act, "legal": legal, "host": host,
             "act_host": act_host, "pool": pool}  # fmt: skip
 
 

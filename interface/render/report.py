@@ -161,6 +161,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
+        ("output layer's all-gather buffer (whole run)", m.get("output_gather_bytes")),
         ("NCCL communicator buffers (whole run)", m.get("communicator_bytes")),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
@@ -198,9 +199,8 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
 
 
 def _reserved_lines(m: dict[str, Any]) -> list[str]:
-    """The allocator's reserved peak where a side stream's pool adds to it
-    (``memory.stream_pool_bytes`` > 0: fsdp2's all-gather outputs,
-    :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
+    """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather
+    outputs, :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
     figure torchtitan's memory monitor logs, counts at least. Not in the total or the verdict:
     the allocator frees idle cached blocks before it raises out-of-memory. Where the reserved
     bytes and the communicators exceed the capacity (``memory.allocator_retries``,

@@ -215,7 +215,9 @@ def _fit(st: StageMemory, extra: Fraction) -> Fraction:
     streams' pools, the communicators) with ``extra`` activation bytes (the RLHF loss's logits
     in place of evaluate()'s, on the last stage)."""
     acts = (st.activations.total_bytes if st.activations else 0) + extra
-    allocated = peak_over_phases(st.state.backward_bytes, acts, st.state.optimizer_step_bytes)
+    allocated = peak_over_phases(
+        st.state.backward_bytes, acts, st.state.optimizer_step_bytes, st.output_gather_bytes
+    )
     return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
 
 

@@ -31,6 +31,7 @@ from trainplan.model.layout import LAYOUT_FIELDS
 from trainplan.model.terms.activations import stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.output_gather import output_gather_term
 from trainplan.model.terms.peak import stream_pool_term
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import dp_term, pipeline_term
@@ -97,6 +98,17 @@ TERMS: tuple[Term, ...] = (
             | {"framework", "rank_order", "zero_stage"}
         ),
         ("pp", "framework", "zero_stage"),
+        True,
+        "bytes",
+        "ceil",
+    ),
+    Term(
+        "output_gather",
+        output_gather_term,
+        frozenset(
+            {"tp", "cp", "micro_batch_size", "sequence_parallel", "pp", "schedule", "framework"}
+        ),
+        ("pp", "framework"),
         True,
         "bytes",
         "ceil",

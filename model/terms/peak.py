@@ -31,6 +31,7 @@ from trainplan.model.terms.activations import StageActivations, stage_activation
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
+from trainplan.model.terms.output_gather import output_gather_term
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.xp import is_array, maximum, where
@@ -48,17 +49,21 @@ __all__ = [
 ]
 
 
-def peak_over_phases(backward_state: Any, activations: Any, optimizer_step_state: Any) -> Any:
+def peak_over_phases(
+    backward_state: Any, activations: Any, optimizer_step_state: Any, held: Any = 0
+) -> Any:
     """Bytes at a stage's peak: the larger of forward/backward (``backward_state`` +
     ``activations``) and the optimizer step (``optimizer_step_state``; no activations are
-    live). Exact for one layout; element-wise for arrays.
+    live), plus ``held``, the framework's tensors live in both phases (the output layer's
+    all-gather buffer, :func:`model.terms.output_gather.output_gather_term`). Exact for one
+    layout; element-wise for arrays.
 
     Examples
     --------
-    >>> peak_over_phases(10, 5, 12), peak_over_phases(10, 5, 18)
-    (15, 18)
+    >>> peak_over_phases(10, 5, 12), peak_over_phases(10, 5, 18), peak_over_phases(10, 5, 18, 2)
+    (15, 18, 20)
     """
-    return maximum(backward_state + activations, optimizer_step_state)
+    return maximum(backward_state + activations, optimizer_step_state) + held
 
 
 def fit_total(
@@ -106,6 +111,10 @@ class StageMemory:
     """What the caching allocator holds in side streams' pools, idle at the forward/backward
     peak and unusable by the default stream (:func:`stream_pool_term`); in
     :attr:`reserved_bytes`, not in :attr:`allocated_bytes`."""
+    output_gather_bytes: Fraction = Fraction(0)
+    """The output layer's persistent all-gather buffer (Megatron-Core's ``"mpu"`` global memory
+    buffer, :func:`model.terms.output_gather.output_gather_term`): in the caching allocator, held
+    in both phases; 0 but on the stage holding the output layer."""
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -113,7 +122,8 @@ class StageMemory:
         activation line (the micro-batches in flight, the recompute transient) and the
         communicators."""
         acts = self.activations.total_bytes if self.activations else 0
-        return self.state.backward_bytes + acts + self.communicator_bytes
+        held = self.output_gather_bytes + self.communicator_bytes
+        return self.state.backward_bytes + acts + held
 
     @property
     def allocated_bytes(self) -> Fraction:
@@ -121,7 +131,12 @@ class StageMemory:
         (:func:`peak_over_phases`): what ``torch.cuda.max_memory_allocated`` counts, without the
         communicators."""
         acts = self.activations.total_bytes if self.activations else 0
-        return peak_over_phases(self.state.backward_bytes, acts, self.state.optimizer_step_bytes)
+        return peak_over_phases(
+            self.state.backward_bytes,
+            acts,
+            self.state.optimizer_step_bytes,
+            self.output_gather_bytes,
+        )
 
     @property
     def reserved_bytes(self) -> Fraction:
@@ -148,7 +163,8 @@ class StageMemory:
     @property
     def peak_phase(self) -> str:
         """``forward-backward`` or ``optimizer-step``: where :attr:`total_bytes` is reached."""
-        if self.state.optimizer_step_bytes + self.communicator_bytes > self.backward_bytes:
+        step = self.state.optimizer_step_bytes + self.output_gather_bytes + self.communicator_bytes
+        if step > self.backward_bytes:
             return "optimizer-step"
         return "forward-backward"
 
@@ -176,7 +192,8 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     comm = comm_memory_term(c, f) if c.device is not None else 0
     emb = stage_embedding(c, f)
     pools = stream_pool_term(c, f)
-    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb, pools)
+    held = output_gather_term(c, f)
+    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, held)
 
 
 def stream_pool_term(c: Context, f: Fields) -> Any:

@@ -1,0 +1,74 @@
+"""The output layer's all-gather buffer: a persistent tensor on the stage holding the output layer.
+
+Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
+gpt/gpt_model.py``, ``self.output_layer``), whatever the transformer layers' spec. Under sequence
+parallelism with tp > 1 its forward, ``LinearWithGradAccumulationAndAsyncCommunication.forward``
+(``megatron/core/tensor_parallel/layers.py``, at d98e8a64dd), all-gathers the ``[s/tp, b, h]``
+input into ``get_global_memory_buffer().get_tensor(dim_size, input.dtype, "mpu")``, and its
+backward gathers the saved local input again into the same named tensor. ``GlobalMemoryBuffer``
+(``megatron/core/utils.py``) keeps each ``(name, dtype)`` buffer in ``self.buffer`` and only grows
+it when a larger size is requested; nothing frees it. So from the first forward on, one GPU of the
+stage that holds the output layer keeps ``β·b·(s/cp)·h`` bytes (the full sequence of the
+micro-batch on this rank, ``β`` bytes per activation element) in the caching allocator for the
+whole run: at the forward/backward peak and at the optimizer step alike (held in both phases,
+:func:`model.terms.peak.peak_over_phases`).
+
+Not in another figure: the output layer saves its *local* input for backward (the kept
+activations, :mod:`model.stage_bytes`), and the backward working set
+(:mod:`model.backward_working`) counts the transformer layers' re-gathered inputs, which under the
+``megatron`` profile's Transformer Engine layers are Transformer Engine's own buffers, not this one.
+
+Profiles: ``megatron`` only. ``deepspeed`` (Megatron-DeepSpeed's ``parallel_lm_logits``,
+``megatron/model/language_model.py``, calls the same ``linear_with_grad_accumulation_and_async_
+allreduce`` with ``sequence_parallel``, which fills the same ``"mpu"`` buffer) is left at 0 here:
+its transformer layers use that same function, so the same tensor of the same size serves every
+column-parallel projection on every stage, and :mod:`model.backward_working` already counts it
+at the backward peak as the layers' re-gathered input. ``fsdp2`` has no such buffer (DTensor's
+all-gathers are ordinary tensors); ``textbook`` counts no runtime buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.terms.activation_fields import end_stages
+from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.xp import exact, where
+
+__all__ = ["output_gather_bytes", "output_gather_term"]
+
+
+def output_gather_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int) -> Any:
+    """Bytes of the output layer's all-gather buffer on one GPU: ``β·b·(s/cp)·h`` (``beta`` bytes
+    per activation element, ``micro_batch_size`` sequences, ``tokens`` = s/cp of each on this
+    rank, ``hidden`` the model width). Exact for ints and Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 70B (h 8192), s 8192, b 1, BF16: 2·8192·8192 = 134,217,728 B.
+
+    >>> output_gather_bytes(2, 1, 8192, 8192)
+    134217728
+    """
+    return beta * micro_batch_size * tokens * hidden
+
+
+def output_gather_term(c: Context, f: Fields) -> Any:
+    """Bytes of the output layer's persistent all-gather buffer on one GPU of stage ``f.stage``
+    (see the module docstring): :func:`output_gather_bytes` on the rank holding the output layer
+    (:func:`model.terms.activation_fields.end_stages`) under ``megatron`` with tp > 1 and sequence
+    parallelism, else 0 (and 0 for a size-only model). Held in both phases.
+
+    Scope: tp, cp, micro_batch_size, sequence_parallel, pp, schedule, framework.
+    Control: pp, framework.
+    """
+    arch = c.model.arch
+    if arch is None or Framework(f.framework) is not Framework.MEGATRON:
+        return 0
+    _, last = end_stages(f)
+    tokens = exact(c.training.seq_len) / f.cp
+    one = output_gather_bytes(
+        c.training.activation_bytes, f.micro_batch_size, tokens, arch.hidden_size
+    )
+    return where(last & f.sp & (f.tp > 1), one, 0)
