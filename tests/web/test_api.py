@@ -344,7 +344,7 @@ def test_per_stage_search_is_the_cli_object(client):
     # its Planner link carries the stages' layers and recomputed layers: the same plan
     stream = client.get(f"/api/search/stream?{query(args)}&per-stage=true").text.splitlines()
     link = json.loads(stream[-1])["planner"][0]
-    assert "recompute-layers=38%2C37" in link
+    assert "recompute-layers=39%2C37" in link
     planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
     assert planner["layout"] == got["layout"] and planner["memory"] == got["memory"]
     assert planner["time"]["step_s"] == got["time"]["step_s"]
