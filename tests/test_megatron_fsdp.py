@@ -145,14 +145,15 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     and the output layer, 64,129 chunks of 16,384 padded to o = 502 × 128 × 16,384 =
     1,052,770,304, wait beside (C − o) // u' + 1 = 2 layers and go when the third is queued:
     o + 3·u' = 5,878,317,056 elements, 4 B each = 23,513,268,224 B, the peak (four layers,
-    25,501,892,608 B, counted before). The layout's peak, 91.31 GB with the communicators,
-    does not fit an H100's 83.21 GB."""
+    25,501,892,608 B, counted before). The layout's peak, 90.21 GB with the communicators (and
+    one layer's backward working set, the output layer's tensors released before it, its
+    all-gather buffer), does not fit an H100's 83.21 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
     unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 502 * 128 * 16384
     assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
     assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_513_268_224
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 91.31
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.21
     assert not est.fits
 
 

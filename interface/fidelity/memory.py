@@ -92,7 +92,7 @@ def appendix_b_530b() -> AppendixB:
 
 
 # ---------------------------------------------------------------------------------------------
-# Llama 3 405B on 8,192 GPUs: what makes the published layout fit
+# Llama 3 405B on 8,192 GPUs: what brings the published layout toward a fit
 
 
 @dataclass(frozen=True, slots=True)
