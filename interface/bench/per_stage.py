@@ -46,7 +46,7 @@ def _case(name: str, space: dict | None = None, **values: object) -> Case:
 CASES = [
     _case("Llama 3 70B, 8K, 16 H100", model="llama3-70b", gpus="16", seq_len=8192),
     _case("Llama 3 70B, 8K, 32 H100", model="llama3-70b", gpus="32", seq_len=8192),
-    _case("Llama 3 405B, 8K, 96 H100", model="llama3-405b", gpus="96", seq_len=8192),
+    _case("Llama 3 405B, 8K, 104 H100", model="llama3-405b", gpus="104", seq_len=8192),
     _case("Llama 3 405B, 8K, 128 H100", model="llama3-405b", gpus="128", seq_len=8192),
     _case("Llama 3 405B, 8K, 192 H100", model="llama3-405b", gpus="192", seq_len=8192),
     _case(
