@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from trainplan.model.context_parallel import CpKind, kv_repeat
-from trainplan.model.moe_working_set import deepspeed_gate_rows
+from trainplan.model.moe_working_set import deepspeed_gate_rows, torchtitan_router_rows
 from trainplan.model.precision import E5M6_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 
@@ -184,6 +184,8 @@ def mlp_rows(
         router = [("router and dispatch input", beta * S * h, "sp")]
         if ctx.deepspeed_gate:  # DeepSpeed's gate saves its FP32 input and routing tensors
             router = deepspeed_gate_rows(arch, S, beta)
+        elif ctx.fp32_router_autocast:  # torchtitan's gate runs under an FP32 autocast
+            router = torchtitan_router_rows(arch, S, beta)
         rows += router + [
             ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
             ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),

@@ -212,6 +212,10 @@ class ActivationContext:
     saved input is its FP32 copy and the gate keeps its own routing tensors
     (:func:`model.moe_working_set.deepspeed_gate_rows`) instead of the BF16 "router and
     dispatch input"."""
+    fp32_router_autocast: bool = False
+    """The MoE router runs under an FP32 autocast (torchtitan's ``TokenChoiceTopKRouter``, the
+    ``fsdp2`` profile): its saved input and weight are FP32 copies
+    (:func:`model.moe_working_set.torchtitan_router_rows`)."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""

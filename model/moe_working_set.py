@@ -17,7 +17,12 @@ from fractions import Fraction
 
 from trainplan.model.specs import Architecture
 
-__all__ = ["deepspeed_gate_rows", "megatron_forward_working_set", "moe_forward_working_set"]
+__all__ = [
+    "deepspeed_gate_rows",
+    "megatron_forward_working_set",
+    "moe_forward_working_set",
+    "torchtitan_router_rows",
+]
 
 
 def deepspeed_gate_rows(
@@ -66,6 +71,39 @@ def deepspeed_gate_rows(
         ("route slot indices (int64, encode and decode)", 16 * k * S, "sp"),
         ("routing weights for the combine (FP32)", 4 * k * S, "sp"),
     ]
+
+
+def torchtitan_router_rows(
+    arch: Architecture, S: Fraction, beta: int
+) -> list[tuple[str, Fraction, str]]:
+    """The router tensors torchtitan's MoE saves for backward, per micro-batch, in place of the
+    textbook's "router and dispatch input" (β·S·h): ``TokenChoiceTopKRouter.forward``
+    (pytorch/torchtitan b5bcd76c6 ``torchtitan/models/common/moe.py``) runs ``self.gate(x)``
+    under ``torch.autocast(dtype=torch.float32)``, which CUDA honours (PyTorch
+    ``torch/amp/autocast_mode.py`` refuses only BF16 on parts without it), so the linear casts
+    its input and weight to FP32 and its matmul saves both: ``4·S·h`` and ``4·E·h``. The BF16
+    input is kept too where shared experts read it (their first GEMM saves it); otherwise only
+    index gathers read it, which save indices.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> from trainplan.model.arch_parts import MoESpec
+    >>> arch = Architecture(num_layers=1, hidden_size=2880, num_attention_heads=64,
+    ...     ffn_hidden_size=2880, vocab_size=8, moe=MoESpec(num_experts=128, experts_per_token=4,
+    ...     expert_ffn_hidden_size=2880))
+    >>> [v for _, v, _ in torchtitan_router_rows(arch, Fraction(4096), 2)] == [
+    ...     4 * 4096 * 2880, 4 * 128 * 2880]
+    True
+    """
+    moe = arch.moe
+    assert moe is not None
+    h, E = arch.hidden_size, moe.num_experts
+    rows = [
+        ("router input (FP32 copy, autocast)", 4 * S * h, "sp"),
+        ("router weight (FP32 copy, autocast)", Fraction(4 * E * h), "rep"),
+    ]
+    if moe.num_shared_experts:
+        rows.append(("shared experts' input", beta * S * h, "sp"))
+    return rows
 
 
 def _gating_rows(S: Fraction, E: int, k: int) -> list[tuple[str, Fraction, str]]:

@@ -119,6 +119,7 @@ def activation_context(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
         deepspeed_gate=framework is Framework.DEEPSPEED,
+        fp32_router_autocast=framework is Framework.FSDP2,
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=training.recompute_modules,

@@ -18,7 +18,8 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     BF16 weights 2P, BF16 gradients 2P and the FP32 embeddings' 2 B more (V 50,257 padded to
     50,432 = 197 × 128 · tp: 50,432 · 6,144 ÷ 2 + 2,048 · 6,144 = 167,510,016 elements), the
     optimizer's 10P/32, the FP8 weight and transpose 2 B per linear weight — 102.09 GB counted
-    before, 82.33 GB now with the world group's ring (NCCL's communicators included: 81.52 GB, and one more 384 MiB ring
+    before, 82.38 GB now with the world group's ring and one layer's backward working set beside
+    the output layer's released tensors (NCCL's communicators included: 81.52 GB, and one more 384 MiB ring
     for the gradient-statistics group, :func:`model.terms.comm_memory.grad_stats_rings` — a NeMo
     run also all-reduces over the model-parallel group, here the 2 tp ranks, e.g. the parameter
     count in ``megatron_base_model.py``), under the 83.21 GB usable."""
@@ -32,7 +33,7 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     assert st.gradients_bytes == 2 * p + 2 * 167_510_016
     assert st.optimizer_bytes == 10 * p / 32
     memory = evaluate_run(run).value("memory")
-    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 82.33
+    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 82.38
 
 
 def test_cli_refuses_it_in_one_line(monkeypatch, capsys):

@@ -127,3 +127,19 @@ def test_megatron_qwen3_old_answer_does_not_fit():
     # the layers' backward phase holds the same transient and one layer's backward working set
     assert acts.moe_over_bytes == 5 * U - acts.backward_working_bytes
     assert stages[1].total_bytes > 83.21e9
+
+
+def test_fsdp2_router_saves_fp32_copies_under_autocast():
+    """torchtitan's ``TokenChoiceTopKRouter.forward`` runs the gate under an FP32 autocast
+    (torchtitan b5bcd76c6 ``models/common/moe.py``): each MoE layer and micro-batch keeps the
+    FP32 input 4·S·h and the FP32 gate weight 4·E·h in place of the BF16 input β·S·h (gpt-oss-120b
+    has no shared experts). The search's former answer for gpt-oss-120b on 64 H100 under fsdp2
+    (dp 64 ep 8 ZeRO-3, no recompute, b 1, 0.20 GB under the fit) keeps one micro-batch of its
+    36 MoE layers: 36 × ((4 − 2)·S·h + 4·E·h) more than the BF16 router row counted."""
+    stages = _stage("gpt-oss-120b", "fsdp2", dp=64, ep=8, zero_stage=3)
+    per_layer = (4 - 2) * S * H + 4 * 128 * H
+    acts = stages[0].activations
+    assert per_layer == 2 * 4096 * 2880 + 4 * 128 * 2880 == 25_067_520
+    # the 36 MoE layers keep one micro-batch each (pp 1): 36 × 25,067,520 = 902,430,720 B more
+    # than the BF16 router row: 33,027,784,704 against 32,125,353,984 B
+    assert acts.layers_bytes - 32_125_353_984 == 36 * per_layer == 902_430_720
