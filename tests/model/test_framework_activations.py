@@ -151,7 +151,12 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
       (``weighted_bias_swiglu_impl``), and the combine's ``unpermute`` gets no probs; the
       activation keeps the fp32 weights, 4·k·S = 32,768 B;
     * fsdp2: torchtitan's ``combine`` multiplies an fp32 copy, 4·k·S·h = 134,217,728 B;
-    * textbook (the paper's count): β·k·S·h = 67,108,864 B."""
+    * textbook (the paper's count): β·k·S·h = 67,108,864 B.
+
+    fsdp2's router also runs under an FP32 autocast (torchtitan ``TokenChoiceTopKRouter``): it
+    keeps the FP32 input 4·S·h and gate weight 4·E·h in place of the BF16 input β·S·h,
+    (4 − 2)·S·h + 4·8·h = 33,685,504 B more per layer (:func:`model.moe_working_set.
+    torchtitan_router_rows`)."""
     base = {"model": "mixtral-8x7b", "dp": 8, "num_gpus": 8, "global_batch_size": 8,
             "seq_len": 4096}  # fmt: skip
     per_mb = {}
@@ -161,4 +166,6 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
         per_mb[fw] = est.stages[0].activations.per_microbatch_bytes
     k, S, h, layers = 2, 4096, 4096, 32
     assert per_mb["textbook"] - per_mb["megatron"] == layers * (2 * k * S * h - 4 * k * S)
-    assert per_mb["fsdp2"] - per_mb["textbook"] == layers * 2 * k * S * h
+    router = (4 - 2) * S * h + 4 * 8 * h
+    assert router == 33_685_504
+    assert per_mb["fsdp2"] - per_mb["textbook"] == layers * (2 * k * S * h + router)
