@@ -15,7 +15,7 @@ from typing import Any
 
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.attention_rates import default_attention_kernel
-from trainplan.model.backward_working import backward_working_bytes
+from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
@@ -140,11 +140,12 @@ def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> t
 @lru_cache(maxsize=CACHE)
 def backward_figures(
     arch: Architecture, training: TrainingSpec, kernels: tuple[tuple[str, str | None], ...],
-    *fields: Any,
+    retained: bool, *fields: Any,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The backward working set of one layer (:func:`model.backward_working.
     backward_working_bytes`) of the :data:`CONTEXT_FIELDS` values, with the attention kernel
-    ``kernels`` names for the layout's framework: (dense, MoE), then (dense, MoE) under selective
+    ``kernels`` names for the layout's framework, nothing released where ``retained``
+    (:func:`model.backward_working.input_pass_retains`): (dense, MoE), then (dense, MoE) under selective
     recomputation, which add the tensors of the layer that selective recomputation drops
     (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
     recomputes them (Megatron-Core's ``CheckpointFunction`` for the recomputed modules,
@@ -160,7 +161,7 @@ def backward_figures(
             plain.append(0)
             selective.append(0)
             continue
-        work = backward_working_bytes(arch, moe, ctx, framework, kernel)
+        work = backward_working_bytes(arch, moe, ctx, framework, kernel, retained)
         layer = kind_activations(arch, moe, ctx)
         dropped = layer.full_bytes - layer.selective_bytes if work else 0
         plain.append(work)
@@ -341,8 +342,11 @@ def attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
 
 def backward_working_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
     """The backward working set of the stage's largest layer (:func:`backward_figures`, the
-    selective figures under selective recomputation); 0 on a stage without layers."""
-    w = f.lookup(backward_figures, (c.arch, c.training, attention_kernels(c)), *CONTEXT_FIELDS)
+    selective figures under selective recomputation, nothing released under a schedule whose
+    input-gradient pass retains the graph); 0 on a stage without layers."""
+    retained = input_pass_retains(f.schedule)
+    args = (c.arch, c.training, attention_kernels(c), retained)
+    w = f.lookup(backward_figures, args, *CONTEXT_FIELDS)
     s = 2 if f.recompute is Recompute.SELECTIVE else 0
     return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))
 

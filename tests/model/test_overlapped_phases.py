@@ -1,0 +1,66 @@
+"""Phases that overlap in a stage's peak memory, derived by hand from the frameworks' code:
+PyTorch's split-backward schedules (ZB-V, DualPipeV) keep the graph through the input-gradient
+pass, and Megatron-Core's combined 1F1B runs one micro-batch's MoE forward beside another's
+layer backward."""
+
+from __future__ import annotations
+
+from trainplan.model.activations import ActivationContext
+from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
+from trainplan.model.layout import Layout
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.split import stage_layers
+from trainplan.model.terms.activations import stage_activations
+from trainplan.scenarios.catalogue import get_model
+
+LLAMA_8B = get_model("llama3-8b").model.arch
+
+# Llama 3 8B (h 4,096, 32 heads, 8 K/V heads of 128, SwiGLU f 14,336), s 8,192, b 1, tp 1:
+H = 2 * 8192 * 4096  # one [S, h] BF16 tensor: 67,108,864 (n = H without SP)
+F = 2 * 8192 * 14336  # one [S, f] BF16 tensor: 234,881,024
+
+
+def _ctx() -> ActivationContext:
+    return ActivationContext(
+        seq_len=8192, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+        flash_attention=True, gathered_block_inputs=True,
+    )  # fmt: skip
+
+
+def test_input_pass_keeps_the_saved_tensors_by_hand():
+    """torchtitan's plan at tp 1 (c = 2: w1 and w3 separate; r = 0), cuDNN attention (no
+    workspace counted).
+
+    A full backward (autograd frees each node's saved tensors after it runs) — the SwiGLU step:
+        n + f (down projection's dgrad) + 2f (the SwiGLU's [S, 2f] gradient) − f (the down
+        projection's input, released) = H + 2F = 536,870,912
+    PyTorch's input-gradient pass (_backward.py stage_backward_input:
+    autograd.grad(retain_graph=True)) frees nothing:
+        down projection: n + f = H + F = 301,989,888
+        SwiGLU: n + f + 2f = H + 3F = 771,751,936 (the largest)
+        w1/w3: n + 2f + 2H = 3H + 2F = 671,088,640
+        QKV: n + (Q + K + V) + 2H = 4H + 2·2·8,192·1,024 = 301,989,888
+    """
+    plain = backward_working_bytes(LLAMA_8B, False, _ctx(), "fsdp2", "cudnn")
+    kept = backward_working_bytes(LLAMA_8B, False, _ctx(), "fsdp2", "cudnn", retained=True)
+    assert plain == H + 2 * F == 536_870_912
+    assert kept == H + 3 * F == 771_751_936
+    assert [input_pass_retains(s) for s in ("zb-v", "dualpipev", "1f1b", "interleaved")] == [
+        True, True, False, False,
+    ]  # fmt: skip
+
+
+def test_split_schedule_stage_reads_the_retained_working_set():
+    """Llama 3 8B, pp 2, fsdp2, full recomputation: rank 1 (layers 8–23 under the V placement,
+    no output layer) holds the retained working set under ZB-V and DualPipeV, the released one
+    under 1F1B."""
+    training = TrainingSpec(seq_len=8192, global_batch_size=64)
+    for schedule, v, want in (("zb-v", 2, 771_751_936), ("dualpipev", 2, 771_751_936),
+                              ("1f1b", 1, 536_870_912)):  # fmt: skip
+        layout = Layout(
+            tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule=schedule,
+            virtual_stages=v,
+        )  # fmt: skip
+        own = stage_layers(LLAMA_8B, 2, v, False, None, schedule)[1]
+        acts = stage_activations(LLAMA_8B, own, 1, layout, training)
+        assert acts.backward_working_bytes == want, schedule
