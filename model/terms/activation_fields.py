@@ -60,6 +60,7 @@ __all__ = [
     "mirror_kept_form",
     "mirror_layer_counts",
     "offload_figures",
+    "output_layer_phase",
     "output_stage",
     "padded_vocab_of",
     "phase_ordered",
@@ -356,3 +357,34 @@ def phase_ordered(framework: Any) -> int:
     released before the layers' backward); 0 under ``textbook``, whose steady-state count
     sums the lines (the conventions' activation formula)."""
     return 1 if Framework(framework).physical else 0
+
+
+def output_layer_phase(
+    c: Context, f: Fields, head: Any, tokens: Any, vocab: Any
+) -> tuple[Any, Any]:
+    """(the output layer's bytes released before the layers' backward, what the layers' backward
+    phase holds beyond the working set) on rank ``f.stage``, for ``head`` one micro-batch's
+    output-layer bytes there (0 on other ranks), ``tokens`` S and ``vocab`` the padded rows.
+
+    * A full backward: (``head``, 0) where the phases are ordered (:func:`phase_ordered`): the
+      loss's and the output layer's backward end, and release their saved tensors, before any
+      layer's backward starts.
+    * Under a schedule whose input-gradient pass retains the graph
+      (:func:`model.backward_working.input_pass_retains`: ``fsdp2``'s ZB-V and DualPipeV), the
+      output layer's tensors stay through the last stage's layers' input-gradient pass (pytorch
+      ``torch/distributed/pipelining/_backward.py`` ``stage_backward_input`` runs the loss, the
+      output layer and the layers in one ``autograd.grad(retain_graph=True)``), and so does the
+      logits' gradient ``β·S·V/tp``: ``stage_backward_input`` registers a pre-hook on each node
+      that joins a weight (the output projection's matmul among them) that stores its incoming
+      gradient in ``param_groups["grads"]`` until ``stage_backward_weight``; torchtitan's loss
+      casts the BF16 logits to FP32 (``components/loss.py`` ``cross_entropy_loss``), so the
+      gradient reaching the projection is in the logits' dtype. DualPipeV's step 4 also runs
+      stage 0's backward beside the loss stage's just-forwarded micro-batch
+      (``ScheduleDualPipeV``: ``OVERLAP_F_B`` of ``F`` on the last stage with ``B`` on stage 0):
+      nothing of the output layer is released there. (0, ``β·S·V/tp``) on the loss's rank.
+    * (0, 0) under ``textbook``."""
+    ordered = f.lookup(phase_ordered, (), "framework")
+    if not input_pass_retains(f.schedule):
+        return head * ordered, 0 * head
+    logit_grads = c.training.activation_bytes * tokens * vocab / f.tp
+    return 0 * head, where(output_stage(f), logit_grads, 0) * ordered

@@ -64,3 +64,51 @@ def test_split_schedule_stage_reads_the_retained_working_set():
         own = stage_layers(LLAMA_8B, 2, v, False, None, schedule)[1]
         acts = stage_activations(LLAMA_8B, own, 1, layout, training)
         assert acts.backward_working_bytes == want, schedule
+
+
+LLAMA2_70B = get_model("llama2-70b").model.arch
+
+
+def _rank0(schedule: str, v: int) -> object:
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = Layout(
+        tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", schedule=schedule,
+        virtual_stages=v, sequence_parallel=True,
+    )  # fmt: skip
+    own = stage_layers(LLAMA2_70B, 4, v, False, None, schedule)[0]
+    return stage_activations(LLAMA2_70B, own, 0, layout, training)
+
+
+def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
+    """Llama 2 70B (h 8,192, 64 heads, 8 K/V heads of 128, f 28,672, V 32,000), s 4,096, b 1,
+    tp 8 SP, pp 4, fsdp2, full recomputation, rank 0 under the V placement (stage 0 and the
+    last stage, with the output layer and the loss). No device: no attention workspace.
+
+    n = 2·4,096·8,192/8 = 8,388,608; H = 67,108,864; f = 2·4,096·28,672/8 = 29,360,128
+    Retained working set (nothing released; r = 0, c = 2): the w1/w3 step
+        n + 2f + 2H + n = 16,777,216 + 58,720,256 + 134,217,728 = 209,715,200
+    (down projection n + H + f = 104,857,600; QKV n + Q + K + V + 2H + n = 161,480,704.)
+    The logits' gradient kept in param_groups["grads"] until the weight pass:
+        2·4,096·32,000/8 = 32,768,000
+    The output layer's tensors are not released before the layers' input-gradient pass (ZB-V)
+    or stage 0's backward (DualPipeV's overlapped F(last stage) + B(stage 0)): freed 0.
+    The layers' phase, R + W, beats the loss phase on this rank, so the peak is
+        layers + output layer + pipeline outputs + R + 242,483,200.
+    """
+    for schedule in ("zb-v", "dualpipev"):
+        a = _rank0(schedule, 2)
+        assert a.output_layer_freed_bytes == 0, schedule
+        assert a.backward_working_bytes == 209_715_200 + 32_768_000, schedule
+        assert a.layer_backward_bytes == a.recompute_transient_bytes + 242_483_200
+        assert a.layer_backward_bytes > a.loss_transient_bytes
+        rest = a.layers_bytes + a.embedding_bytes + a.pipeline_output_bytes
+        assert a.total_bytes == rest + a.recompute_transient_bytes + 242_483_200
+    # 1F1B puts the output layer on the last rank and releases it before the layers' backward
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = Layout(tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", sequence_parallel=True)
+    last = stage_activations(LLAMA2_70B, tuple(range(60, 80)), 3, layout, training)
+    assert last.output_layer_freed_bytes > 0
+    # the full backward's w1/w3 step releases the SwiGLU's and the down projection's inputs:
+    # 209,715,200 − (2·29,360,128 + 29,360,128) = 121,634,816; the down projection step,
+    # 104,857,600, and QKV, 161,480,704 − (Q + K + V + O = 8,388,608·2 + 2,097,152) = 142,606,336
+    assert last.backward_working_bytes == 142_606_336
