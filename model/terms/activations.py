@@ -311,7 +311,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
-    moe = moe_forward_peak(c, f, n_moe, transient)
+    moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
         host, loss, working, freed, moe,

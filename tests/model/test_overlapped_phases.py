@@ -8,9 +8,10 @@ from __future__ import annotations
 from trainplan.model.activations import ActivationContext
 from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.layout import Layout
+from trainplan.model.moe_run import MoERun
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import stage_layers
-from trainplan.model.terms.activations import stage_activations
+from trainplan.model.terms.activations import StageActivations, stage_activations
 from trainplan.scenarios.catalogue import get_model
 
 LLAMA_8B = get_model("llama3-8b").model.arch
@@ -69,7 +70,7 @@ def test_split_schedule_stage_reads_the_retained_working_set():
 LLAMA2_70B = get_model("llama2-70b").model.arch
 
 
-def _rank0(schedule: str, v: int) -> object:
+def _rank0(schedule: str, v: int) -> StageActivations:
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     layout = Layout(
         tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", schedule=schedule,
@@ -112,3 +113,53 @@ def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
     # 209,715,200 − (2·29,360,128 + 29,360,128) = 121,634,816; the down projection step,
     # 104,857,600, and QKV, 161,480,704 − (Q + K + V + O = 8,388,608·2 + 2,097,152) = 142,606,336
     assert last.backward_working_bytes == 142_606_336
+
+
+MIXTRAL = get_model("mixtral-8x7b").model.arch
+
+
+def _mixtral(overlap: str, pp: int, v: int) -> StageActivations:
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, moe_run=MoERun(ep_overlap=overlap))
+    schedule = "interleaved" if v > 1 else "1f1b"
+    layout = Layout(
+        dp=4, ep=4, tp=1, pp=pp, virtual_stages=v, schedule=schedule, recompute="none",
+        framework="megatron",
+    )  # fmt: skip
+    own = stage_layers(MIXTRAL, pp, v, False, None, schedule)[0]
+    return stage_activations(MIXTRAL, own, 0, layout, training)
+
+
+def test_combined_1f1b_holds_the_moe_forward_beside_the_layer_backward():
+    """Mixtral 8x7B (h 4,096, 8 K/V heads of 128, 8 experts, top-2, expert f 14,336, every
+    layer MoE), s 4,096, b 1, tp 1, ep 4 (2 local experts), Megatron-Core's alltoall
+    dispatcher, BF16, no recomputation, no device (no attention workspace).
+
+    MoE forward working set (moemem15's Megatron alltoall rule, BF16, more than one local
+    expert): 4U, U = β·k·S·h = 2·2·4,096·4,096 = 67,108,864: 268,435,456.
+    Backward working set (model.backward_working, the routed experts' SwiGLU step, the largest):
+        n + rf + 2·rf − rf (the down projection's input released) = n + 2·rf
+        n = 2·4,096·4,096 = 33,554,432; rf = k·β·S·f_e = 2·2·4,096·14,336 = 234,881,024
+        = 503,316,480 (the attention's largest step, the core's, is 3n + K + V = 117,440,512)
+    Without the overlap the MoE forward and the layers' backward are separate phases: the
+    peak's phase is max(503,316,480, 268,435,456). With overlap_moe_expert_parallel_comm
+    (TransformerLayerSchedulePlan.run pairs one micro-batch's layer forward with another's
+    layer backward) they are held together: 268,435,456 + 503,316,480 = 771,751,936.
+    Stage 0 of pp 2, v 2 (interleaved, which the overlap needs at pp > 1) has no loss.
+    """
+    plain = _mixtral("none", 2, 2)
+    paired = _mixtral("overlap_moe_expert_parallel_comm", 2, 2)
+    for a in (plain, paired):
+        assert a.backward_working_bytes == 503_316_480
+        assert a.output_layer_freed_bytes == 0 and a.loss_transient_bytes == 0
+    assert plain.moe_forward_bytes == 268_435_456 and plain.moe_over_bytes == 0
+    assert paired.moe_forward_bytes == 771_751_936
+    assert paired.moe_over_bytes == 268_435_456
+    assert paired.total_bytes - plain.total_bytes == 268_435_456
+    # pp 1: the stage holds the loss; the paired micro-batch's output layer (final-norm and
+    # projection inputs 2·2·S·h + FP32 logits 4·S·V = 67,108,864 + 524,288,000 = 591,396,864)
+    # is released before its layers' backward, so the paired phase,
+    # 268,435,456 + 503,316,480 − 591,396,864, stays under the unpaired forward's 268,435,456
+    one = _mixtral("overlap_moe_expert_parallel_comm", 1, 1)
+    assert one.output_layer_freed_bytes == 591_396_864
+    assert one.moe_forward_bytes == 268_435_456
+    assert one.total_bytes == _mixtral("none", 1, 1).total_bytes
