@@ -124,9 +124,9 @@ KEY_DOCS: dict[str, str] = {
     "textbook).",
     "memory.moe_forward_transient_bytes": "What one MoE layer's forward holds beside its saved "
     "tensors (the routed tokens' copies alive through the experts and the combine; DeepSpeed's "
-    "FP32 combine), on top of the recompute transient where backward replays the forward, less "
-    "the larger of the layers' backward phase and the loss working set, which it does not "
-    "coincide with.",
+    "FP32 combine), on top of the recompute transient where backward replays the forward (under "
+    "overlap_moe_expert_parallel_comm, on top of another micro-batch's layers' backward phase), "
+    "less the larger of the layers' backward phase and the loss working set.",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
