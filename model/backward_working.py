@@ -64,6 +64,15 @@ expert output gradient ``[R, h]`` with the down projection's dgrad, the activati
 projection's ``[R, h]`` dgrad; then the dispatch's backward holds a second ``[R, h]`` (the
 all-to-all's output beside its input); shared experts as a dense MLP of their width.
 
+Under a split-backward schedule run by PyTorch's pipelining (``fsdp2``'s ZB-V and DualPipeV,
+the only split schedules a framework profile here runs, :data:`model.schedule_support.
+SCHEDULE_SUPPORT`), the input-gradient pass keeps every saved tensor: pytorch/pytorch 00722e6
+``torch/distributed/pipelining/_backward.py`` ``stage_backward_input`` calls
+``torch.autograd.grad(..., retain_graph=True)``, so no node's saved tensors are freed while it
+runs (they go with the weight pass, ``stage_backward_weight``). ``retained`` then subtracts
+nothing: each step holds its transients beside the whole layer. (Megatron-Core runs no split
+schedule, :mod:`model.schedule_support`; the ``textbook`` profile counts no working set.)
+
 Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
 the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
 ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
@@ -79,9 +88,10 @@ from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.frameworks import Framework
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
 
-__all__ = ["attention_backward_workspace", "backward_working_bytes"]
+__all__ = ["attention_backward_workspace", "backward_working_bytes", "input_pass_retains"]
 
 FLASH_ATTENTION_2 = "flash-attention-2"
 FLASH_ATTENTION_3 = "flash-attention-3"
@@ -126,6 +136,22 @@ def attention_backward_workspace(
     return Fraction(0)
 
 
+def input_pass_retains(schedule: Schedule | str) -> bool:
+    """Whether the schedule's input-gradient pass keeps every saved tensor until the weight pass
+    (``retained`` of :func:`backward_working_bytes`): the split-backward schedules
+    (:data:`model.pipeline.SPLIT_BACKWARD`), as PyTorch's pipelining runs ZB-V and DualPipeV
+    (``_backward.py`` ``stage_backward_input``: ``autograd.grad(retain_graph=True)``; module
+    docstring). DualPipeV's full backwards (``FULL_BACKWARD`` in ``ScheduleDualPipeV``'s steps 4
+    to 6, ``stage_backward``) release as usual, but its ``BACKWARD_INPUT`` passes (step 3 on the
+    last stage, the second half of steps 6 and 7) run on every rank, and the peak counts the
+    larger.
+
+    >>> input_pass_retains("zb-v"), input_pass_retains("dualpipev"), input_pass_retains("1f1b")
+    (True, True, False)
+    """
+    return Schedule(str(schedule)) in SPLIT_BACKWARD
+
+
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
@@ -135,7 +161,8 @@ def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
 
 
 def _released(rows: dict[str, Fraction], *names: str) -> Fraction:
-    """The bytes of the named rows the layer keeps (0 for a row it does not keep)."""
+    """The bytes of the named rows the layer keeps (0 for a row it does not keep; ``rows``
+    empty where the pass releases none, ``retained``)."""
     return sum((rows.get(n, Fraction(0)) for n in names), Fraction(0))
 
 
@@ -223,11 +250,13 @@ def backward_working_bytes(
     ctx: ActivationContext,
     framework: Framework | str,
     kernel: str | None = None,
+    retained: bool = False,
 ) -> Fraction:
     """Bytes per GPU the backward of one layer of the kind ``moe`` holds beyond the saved
     activations, for one micro-batch, at its largest step (module docstring), with the
-    attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only).
-    0 under ``textbook``. Exact.
+    attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only);
+    ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
+    ``retain_graph=True``: nothing released, module docstring). 0 under ``textbook``. Exact.
 
     Examples
     --------
@@ -244,11 +273,18 @@ def backward_working_bytes(
     >>> llama = get_model("llama3-70b").model.arch
     >>> int(backward_working_bytes(llama, False, ctx, "megatron", "cudnn"))
     285212672
+
+    Nothing released (an input-gradient pass that retains the graph): the FC1 step,
+    ``16.8 + 117.4 + 2·134.2 + 16.8 = 419.4 MB`` (243.3 MB plus the down projection's and the
+    SwiGLU's inputs, 58.7 + 117.4 MB, no longer released), above the QKV step's 285.2 + 37.7.
+
+    >>> int(backward_working_bytes(llama, False, ctx, "megatron", "cudnn", retained=True))
+    419430400
     """
     framework = Framework(framework)
     if framework is Framework.TEXTBOOK:
         return Fraction(0)
-    rows = dict(kind_activations(arch, moe, ctx).terms)
+    rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
     att = _attention(ctx, arch, kernel, rows, plan)
     if not moe:

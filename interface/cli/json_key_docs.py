@@ -115,15 +115,18 @@ KEY_DOCS: dict[str, str] = {
     "output layer's released bytes).",
     "memory.backward_working_bytes": "The transients one layer's backward holds at its largest "
     "step (output and input gradients, re-gathered inputs, the attention kernel's dQ/dK/dV and "
-    "workspace) less the layer's saved tensors released by then; 0 under textbook.",
+    "workspace) less the layer's saved tensors released by then (none under zb-v and dualpipev, "
+    "whose input-gradient pass keeps the graph; there the loss's stage adds the logits' "
+    "gradient kept for the weight pass); 0 under textbook.",
     "memory.output_layer_freed_bytes": "Stage with the loss: one micro-batch's output-layer "
     "activations (with the kept FP32 logits), released before any layer's backward; the layers' "
-    "backward phase holds that much less (0 elsewhere and under textbook).",
+    "backward phase holds that much less (0 elsewhere, under zb-v and dualpipev, and under "
+    "textbook).",
     "memory.moe_forward_transient_bytes": "What one MoE layer's forward holds beside its saved "
     "tensors (the routed tokens' copies alive through the experts and the combine; DeepSpeed's "
-    "FP32 combine), on top of the recompute transient where backward replays the forward, less "
-    "the larger of the layers' backward phase and the loss working set, which it does not "
-    "coincide with.",
+    "FP32 combine), on top of the recompute transient where backward replays the forward (under "
+    "overlap_moe_expert_parallel_comm, on top of another micro-batch's layers' backward phase), "
+    "less the larger of the layers' backward phase and the loss working set.",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.attention_rates import default_attention_kernel
-from trainplan.model.backward_working import backward_working_bytes
+from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
@@ -60,6 +60,7 @@ __all__ = [
     "mirror_kept_form",
     "mirror_layer_counts",
     "offload_figures",
+    "output_layer_phase",
     "output_stage",
     "padded_vocab_of",
     "phase_ordered",
@@ -140,11 +141,12 @@ def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> t
 @lru_cache(maxsize=CACHE)
 def backward_figures(
     arch: Architecture, training: TrainingSpec, kernels: tuple[tuple[str, str | None], ...],
-    *fields: Any,
+    retained: bool, *fields: Any,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The backward working set of one layer (:func:`model.backward_working.
     backward_working_bytes`) of the :data:`CONTEXT_FIELDS` values, with the attention kernel
-    ``kernels`` names for the layout's framework: (dense, MoE), then (dense, MoE) under selective
+    ``kernels`` names for the layout's framework, nothing released where ``retained``
+    (:func:`model.backward_working.input_pass_retains`): (dense, MoE), then (dense, MoE) under selective
     recomputation, which add the tensors of the layer that selective recomputation drops
     (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
     recomputes them (Megatron-Core's ``CheckpointFunction`` for the recomputed modules,
@@ -160,7 +162,7 @@ def backward_figures(
             plain.append(0)
             selective.append(0)
             continue
-        work = backward_working_bytes(arch, moe, ctx, framework, kernel)
+        work = backward_working_bytes(arch, moe, ctx, framework, kernel, retained)
         layer = kind_activations(arch, moe, ctx)
         dropped = layer.full_bytes - layer.selective_bytes if work else 0
         plain.append(work)
@@ -341,8 +343,11 @@ def attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
 
 def backward_working_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
     """The backward working set of the stage's largest layer (:func:`backward_figures`, the
-    selective figures under selective recomputation); 0 on a stage without layers."""
-    w = f.lookup(backward_figures, (c.arch, c.training, attention_kernels(c)), *CONTEXT_FIELDS)
+    selective figures under selective recomputation, nothing released under a schedule whose
+    input-gradient pass retains the graph); 0 on a stage without layers."""
+    retained = input_pass_retains(f.schedule)
+    args = (c.arch, c.training, attention_kernels(c), retained)
+    w = f.lookup(backward_figures, args, *CONTEXT_FIELDS)
     s = 2 if f.recompute is Recompute.SELECTIVE else 0
     return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))
 
@@ -352,3 +357,34 @@ def phase_ordered(framework: Any) -> int:
     released before the layers' backward); 0 under ``textbook``, whose steady-state count
     sums the lines (the conventions' activation formula)."""
     return 1 if Framework(framework).physical else 0
+
+
+def output_layer_phase(
+    c: Context, f: Fields, head: Any, tokens: Any, vocab: Any
+) -> tuple[Any, Any]:
+    """(the output layer's bytes released before the layers' backward, what the layers' backward
+    phase holds beyond the working set) on rank ``f.stage``, for ``head`` one micro-batch's
+    output-layer bytes there (0 on other ranks), ``tokens`` S and ``vocab`` the padded rows.
+
+    * A full backward: (``head``, 0) where the phases are ordered (:func:`phase_ordered`): the
+      loss's and the output layer's backward end, and release their saved tensors, before any
+      layer's backward starts.
+    * Under a schedule whose input-gradient pass retains the graph
+      (:func:`model.backward_working.input_pass_retains`: ``fsdp2``'s ZB-V and DualPipeV), the
+      output layer's tensors stay through the last stage's layers' input-gradient pass (pytorch
+      ``torch/distributed/pipelining/_backward.py`` ``stage_backward_input`` runs the loss, the
+      output layer and the layers in one ``autograd.grad(retain_graph=True)``), and so does the
+      logits' gradient ``β·S·V/tp``: ``stage_backward_input`` registers a pre-hook on each node
+      that joins a weight (the output projection's matmul among them) that stores its incoming
+      gradient in ``param_groups["grads"]`` until ``stage_backward_weight``; torchtitan's loss
+      casts the BF16 logits to FP32 (``components/loss.py`` ``cross_entropy_loss``), so the
+      gradient reaching the projection is in the logits' dtype. DualPipeV's step 4 also runs
+      stage 0's backward beside the loss stage's just-forwarded micro-batch
+      (``ScheduleDualPipeV``: ``OVERLAP_F_B`` of ``F`` on the last stage with ``B`` on stage 0):
+      nothing of the output layer is released there. (0, ``β·S·V/tp``) on the loss's rank.
+    * (0, 0) under ``textbook``."""
+    ordered = f.lookup(phase_ordered, (), "framework")
+    if not input_pass_retains(f.schedule):
+        return head * ordered, 0 * head
+    logit_grads = c.training.activation_bytes * tokens * vocab / f.tp
+    return 0 * head, where(output_stage(f), logit_grads, 0) * ordered

@@ -57,9 +57,9 @@ from trainplan.model.terms.activation_fields import (
     layer_figures,
     mirror_kept_form,
     offload_figures,
+    output_layer_phase,
     output_stage,
     padded_vocab_of,
-    phase_ordered,
     split_forms,
     stage_layer_counts,
     transient_forms,
@@ -125,12 +125,15 @@ class StageActivations:
     backward phase (:attr:`layer_backward_bytes`). 0 on other stages."""
     backward_working_bytes: Fraction = Fraction(0)
     """One layer's backward working set, one micro-batch, the stage's larger layer kind
-    (:func:`model.backward_working.backward_working_bytes`); held with the recompute transient
-    and the context-parallel buffers; 0 without transformer layers and under ``textbook``."""
+    (:func:`model.backward_working.backward_working_bytes`), with the logits' gradient a
+    split-backward schedule keeps on the loss's stage
+    (:func:`model.terms.activation_fields.output_layer_phase`); held with the recompute
+    transient and the context-parallel buffers; 0 without transformer layers and under
+    ``textbook``."""
     output_layer_freed_bytes: Fraction = Fraction(0)
     """The loss's stage: one micro-batch's output-layer bytes in ``embedding_bytes`` (the loss's
     kept logits among them), released with the output layer's backward, before any layer's
-    backward; 0 elsewhere and under ``textbook``."""
+    backward; 0 elsewhere, under a split-backward schedule and under ``textbook``."""
     moe_forward_bytes: Fraction = Fraction(0)
     """Beside the kept layers at a MoE layer's forward working set, one micro-batch
     (:func:`model.terms.moe_working.moe_forward_peak`); the peak adds :attr:`moe_over_bytes`."""
@@ -306,9 +309,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept, n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
-    working = backward_working_term(c, f, n_layers, n_moe)
-    freed = head * f.lookup(phase_ordered, (), "framework")
-    moe = moe_forward_peak(c, f, n_moe, transient)
+    freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
+    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
+    moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
         host, loss, working, freed, moe,

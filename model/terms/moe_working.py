@@ -10,6 +10,17 @@ layers whole (exact where the stage ends with a MoE layer; an upper bound by the
 of the layers after the stage's last MoE layer otherwise). Where backward replays the layer's
 forward (full or √n recomputation, or Megatron-Core's ``moe`` recompute module) the working set
 sits on top of what the replay has rebuilt: the recompute transient.
+
+Under Megatron-Core's combined 1F1B (``overlap_moe_expert_parallel_comm``) a paired step runs one
+micro-batch's layer forward beside another's layer backward (NVIDIA/Megatron-LM d98e8a6
+``megatron/core/models/common/model_chunk_schedule_plan.py``
+``TransformerModelChunkSchedulePlan.run`` pairs forward layer ``i`` with backward layer
+``n − 1 − i`` of the chunk; ``TransformerLayerSchedulePlan.run`` issues the backward's combine,
+experts (``mlp.backward``) and dispatch backward between the forward's attention and its
+dispatch, and the backward's attention (``pre_dispatch_computation.backward``) after the
+forward's experts and combine, the all-to-alls on a communication stream beside the other's
+computation): the forward's routed copies and the backward's working set are alive together,
+and the phase is their sum.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.layout import Recompute
-from trainplan.model.moe_run import Dispatcher
+from trainplan.model.moe_run import Dispatcher, EpOverlap
 from trainplan.model.moe_working_set import moe_forward_working_set
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import CACHE, CONTEXT_FIELDS, activation_context
@@ -57,14 +68,25 @@ def moe_forward_figure(arch: Architecture, training: TrainingSpec, *fields: Any)
     )
 
 
-def moe_forward_peak(c: Any, f: Fields, n_moe: Any, recompute_transient: Any) -> Any:
+def moe_forward_peak(
+    c: Any, f: Fields, n_moe: Any, recompute_transient: Any, layer_backward: Any = 0
+) -> Any:
     """What a stage holds beside its kept layers while a MoE layer's forward is at its working
     set's peak (:func:`moe_forward_figure`, 0 on a stage without MoE layers), plus the recompute
     transient where backward replays that forward: full or √n recomputation (and a layer block
     recomputed whole, ``recompute_layers``), or selective recomputation whose
     ``recompute_modules`` hold ``moe`` (Megatron-Core's ``MoELayer.forward`` checkpoints its
     ``custom_forward``). Under selective recomputation of the attention core alone the transient
-    is the scores', held while the attention runs backward, not beside the MoE forward."""
+    is the scores', held while the attention runs backward, not beside the MoE forward.
+
+    Under ``overlap_moe_expert_parallel_comm`` (module docstring) a paired step holds the
+    forward's working set beside the paired micro-batch's layers' backward phase
+    (``layer_backward``: :attr:`model.terms.activations.StageActivations.layer_backward_bytes`,
+    the recompute transient, the context-parallel buffers and the backward working set of the
+    stage's largest layer kind, an upper bound where the paired layer is a dense one; less the
+    output layer's bytes on the loss's stage, whose backward, ``post_process.backward``, runs
+    before the paired layers, while the forward's output layer runs after them); the forwards
+    with no partner (warm-up) hold the working set alone: the larger of the two."""
     arch, t = c.arch, c.training
     figure = f.lookup(moe_forward_figure, (arch, t), *CONTEXT_FIELDS)
     moe_module = "moe" in t.recompute_modules
@@ -73,7 +95,10 @@ def moe_forward_peak(c: Any, f: Fields, n_moe: Any, recompute_transient: Any) ->
     # the layers' backward phase's, :attr:`model.terms.activations.StageActivations.
     # layer_backward_bytes`); the output layer's bytes released before backward are not
     # subtracted here (conservative by at most them on the loss's stage)
-    return (figure + where(replay, recompute_transient, 0 * recompute_transient)) * (n_moe > 0)
+    alone = figure + where(replay, recompute_transient, 0 * recompute_transient)
+    if t.moe_run.ep_overlap is EpOverlap.COMBINED_1F1B:
+        alone = maximum(alone, figure + layer_backward)
+    return alone * (n_moe > 0)
 
 
 def moe_over(moe_forward: Any, layer_transient: Any, loss_transient: Any) -> Any:

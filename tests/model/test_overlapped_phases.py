@@ -1,0 +1,165 @@
+"""Phases that overlap in a stage's peak memory, derived by hand from the frameworks' code:
+PyTorch's split-backward schedules (ZB-V, DualPipeV) keep the graph through the input-gradient
+pass, and Megatron-Core's combined 1F1B runs one micro-batch's MoE forward beside another's
+layer backward."""
+
+from __future__ import annotations
+
+from trainplan.model.activations import ActivationContext
+from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
+from trainplan.model.layout import Layout
+from trainplan.model.moe_run import MoERun
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.split import stage_layers
+from trainplan.model.terms.activations import StageActivations, stage_activations
+from trainplan.scenarios.catalogue import get_model
+
+LLAMA_8B = get_model("llama3-8b").model.arch
+
+# Llama 3 8B (h 4,096, 32 heads, 8 K/V heads of 128, SwiGLU f 14,336), s 8,192, b 1, tp 1:
+H = 2 * 8192 * 4096  # one [S, h] BF16 tensor: 67,108,864 (n = H without SP)
+F = 2 * 8192 * 14336  # one [S, f] BF16 tensor: 234,881,024
+
+
+def _ctx() -> ActivationContext:
+    return ActivationContext(
+        seq_len=8192, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+        flash_attention=True, gathered_block_inputs=True,
+    )  # fmt: skip
+
+
+def test_input_pass_keeps_the_saved_tensors_by_hand():
+    """torchtitan's plan at tp 1 (c = 2: w1 and w3 separate; r = 0), cuDNN attention (no
+    workspace counted).
+
+    A full backward (autograd frees each node's saved tensors after it runs) — the SwiGLU step:
+        n + f (down projection's dgrad) + 2f (the SwiGLU's [S, 2f] gradient) − f (the down
+        projection's input, released) = H + 2F = 536,870,912
+    PyTorch's input-gradient pass (_backward.py stage_backward_input:
+    autograd.grad(retain_graph=True)) frees nothing:
+        down projection: n + f = H + F = 301,989,888
+        SwiGLU: n + f + 2f = H + 3F = 771,751,936 (the largest)
+        w1/w3: n + 2f + 2H = 3H + 2F = 671,088,640
+        QKV: n + (Q + K + V) + 2H = 4H + 2·2·8,192·1,024 = 301,989,888
+    """
+    plain = backward_working_bytes(LLAMA_8B, False, _ctx(), "fsdp2", "cudnn")
+    kept = backward_working_bytes(LLAMA_8B, False, _ctx(), "fsdp2", "cudnn", retained=True)
+    assert plain == H + 2 * F == 536_870_912
+    assert kept == H + 3 * F == 771_751_936
+    assert [input_pass_retains(s) for s in ("zb-v", "dualpipev", "1f1b", "interleaved")] == [
+        True, True, False, False,
+    ]  # fmt: skip
+
+
+def test_split_schedule_stage_reads_the_retained_working_set():
+    """Llama 3 8B, pp 2, fsdp2, full recomputation: rank 1 (layers 8–23 under the V placement,
+    no output layer) holds the retained working set under ZB-V and DualPipeV, the released one
+    under 1F1B."""
+    training = TrainingSpec(seq_len=8192, global_batch_size=64)
+    for schedule, v, want in (("zb-v", 2, 771_751_936), ("dualpipev", 2, 771_751_936),
+                              ("1f1b", 1, 536_870_912)):  # fmt: skip
+        layout = Layout(
+            tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule=schedule,
+            virtual_stages=v,
+        )  # fmt: skip
+        own = stage_layers(LLAMA_8B, 2, v, False, None, schedule)[1]
+        acts = stage_activations(LLAMA_8B, own, 1, layout, training)
+        assert acts.backward_working_bytes == want, schedule
+
+
+LLAMA2_70B = get_model("llama2-70b").model.arch
+
+
+def _rank0(schedule: str, v: int) -> StageActivations:
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = Layout(
+        tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", schedule=schedule,
+        virtual_stages=v, sequence_parallel=True,
+    )  # fmt: skip
+    own = stage_layers(LLAMA2_70B, 4, v, False, None, schedule)[0]
+    return stage_activations(LLAMA2_70B, own, 0, layout, training)
+
+
+def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
+    """Llama 2 70B (h 8,192, 64 heads, 8 K/V heads of 128, f 28,672, V 32,000), s 4,096, b 1,
+    tp 8 SP, pp 4, fsdp2, full recomputation, rank 0 under the V placement (stage 0 and the
+    last stage, with the output layer and the loss). No device: no attention workspace.
+
+    n = 2·4,096·8,192/8 = 8,388,608; H = 67,108,864; f = 2·4,096·28,672/8 = 29,360,128
+    Retained working set (nothing released; r = 0, c = 2): the w1/w3 step
+        n + 2f + 2H + n = 16,777,216 + 58,720,256 + 134,217,728 = 209,715,200
+    (down projection n + H + f = 104,857,600; QKV n + Q + K + V + 2H + n = 161,480,704.)
+    The logits' gradient kept in param_groups["grads"] until the weight pass:
+        2·4,096·32,000/8 = 32,768,000
+    The output layer's tensors are not released before the layers' input-gradient pass (ZB-V)
+    or stage 0's backward (DualPipeV's overlapped F(last stage) + B(stage 0)): freed 0.
+    The layers' phase, R + W, beats the loss phase on this rank, so the peak is
+        layers + output layer + pipeline outputs + R + 242,483,200.
+    """
+    for schedule in ("zb-v", "dualpipev"):
+        a = _rank0(schedule, 2)
+        assert a.output_layer_freed_bytes == 0, schedule
+        assert a.backward_working_bytes == 209_715_200 + 32_768_000, schedule
+        assert a.layer_backward_bytes == a.recompute_transient_bytes + 242_483_200
+        assert a.layer_backward_bytes > a.loss_transient_bytes
+        rest = a.layers_bytes + a.embedding_bytes + a.pipeline_output_bytes
+        assert a.total_bytes == rest + a.recompute_transient_bytes + 242_483_200
+    # 1F1B puts the output layer on the last rank and releases it before the layers' backward
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = Layout(tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", sequence_parallel=True)
+    last = stage_activations(LLAMA2_70B, tuple(range(60, 80)), 3, layout, training)
+    assert last.output_layer_freed_bytes > 0
+    # the full backward's w1/w3 step releases the SwiGLU's and the down projection's inputs:
+    # 209,715,200 − (2·29,360,128 + 29,360,128) = 121,634,816; the down projection step,
+    # 104,857,600, and QKV, 161,480,704 − (Q + K + V + O = 8,388,608·2 + 2,097,152) = 142,606,336
+    assert last.backward_working_bytes == 142_606_336
+
+
+MIXTRAL = get_model("mixtral-8x7b").model.arch
+
+
+def _mixtral(overlap: str, pp: int, v: int) -> StageActivations:
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, moe_run=MoERun(ep_overlap=overlap))
+    schedule = "interleaved" if v > 1 else "1f1b"
+    layout = Layout(
+        dp=4, ep=4, tp=1, pp=pp, virtual_stages=v, schedule=schedule, recompute="none",
+        framework="megatron",
+    )  # fmt: skip
+    own = stage_layers(MIXTRAL, pp, v, False, None, schedule)[0]
+    return stage_activations(MIXTRAL, own, 0, layout, training)
+
+
+def test_combined_1f1b_holds_the_moe_forward_beside_the_layer_backward():
+    """Mixtral 8x7B (h 4,096, 8 K/V heads of 128, 8 experts, top-2, expert f 14,336, every
+    layer MoE), s 4,096, b 1, tp 1, ep 4 (2 local experts), Megatron-Core's alltoall
+    dispatcher, BF16, no recomputation, no device (no attention workspace).
+
+    MoE forward working set (moemem15's Megatron alltoall rule, BF16, more than one local
+    expert): 4U, U = β·k·S·h = 2·2·4,096·4,096 = 67,108,864: 268,435,456.
+    Backward working set (model.backward_working, the routed experts' SwiGLU step, the largest):
+        n + rf + 2·rf − rf (the down projection's input released) = n + 2·rf
+        n = 2·4,096·4,096 = 33,554,432; rf = k·β·S·f_e = 2·2·4,096·14,336 = 234,881,024
+        = 503,316,480 (the attention's largest step, the core's, is 3n + K + V = 117,440,512)
+    Without the overlap the MoE forward and the layers' backward are separate phases: the
+    peak's phase is max(503,316,480, 268,435,456). With overlap_moe_expert_parallel_comm
+    (TransformerLayerSchedulePlan.run pairs one micro-batch's layer forward with another's
+    layer backward) they are held together: 268,435,456 + 503,316,480 = 771,751,936.
+    Stage 0 of pp 2, v 2 (interleaved, which the overlap needs at pp > 1) has no loss.
+    """
+    plain = _mixtral("none", 2, 2)
+    paired = _mixtral("overlap_moe_expert_parallel_comm", 2, 2)
+    for a in (plain, paired):
+        assert a.backward_working_bytes == 503_316_480
+        assert a.output_layer_freed_bytes == 0 and a.loss_transient_bytes == 0
+    assert plain.moe_forward_bytes == 268_435_456 and plain.moe_over_bytes == 0
+    assert paired.moe_forward_bytes == 771_751_936
+    assert paired.moe_over_bytes == 268_435_456
+    assert paired.total_bytes - plain.total_bytes == 268_435_456
+    # pp 1: the stage holds the loss; the paired micro-batch's output layer (final-norm and
+    # projection inputs 2·2·S·h + FP32 logits 4·S·V = 67,108,864 + 524,288,000 = 591,396,864)
+    # is released before its layers' backward, so the paired phase,
+    # 268,435,456 + 503,316,480 − 591,396,864, stays under the unpaired forward's 268,435,456
+    one = _mixtral("overlap_moe_expert_parallel_comm", 1, 1)
+    assert one.output_layer_freed_bytes == 591_396_864
+    assert one.moe_forward_bytes == 268_435_456
+    assert one.total_bytes == _mixtral("none", 1, 1).total_bytes
