@@ -112,6 +112,7 @@ CLUSTER_KEYS = {
     "p2p_overlap",
     "p2p_warmup_flush",
     "p2p_forward_send_wait",
+    "nccl_sm_charge",
     "attention_kernel",
     "calibration",
 }
@@ -250,6 +251,7 @@ VALUE_KINDS: dict[str, Any] = {
     "p2p_overlap": _FLAG,
     "p2p_warmup_flush": _FLAG,
     "p2p_forward_send_wait": _FLAG,
+    "nccl_sm_charge": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -94,6 +94,10 @@ KEY_HELP: dict[str, str] = {
     "p2p_forward_send_wait": "Roofline, megatron interleaved: each forward send is waited on "
     "right after it is posted (default true: Megatron-Core 0.18 and later, which the launch "
     "flags target; false: earlier Megatron-Core).",
+    "nccl_sm_charge": "Roofline: charge the SMs NCCL's NVLink SHARP channels hold to the "
+    "computation an overlapped data-parallel or asynchronous tensor-parallel collective hides "
+    "under (default false: the fitted GEMM efficiency already holds the effect; "
+    "docs/time-model-sources.md).",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "

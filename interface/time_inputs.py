@@ -48,6 +48,7 @@ TIME_KEYS: tuple[str, ...] = (
     "p2p_overlap",
     "p2p_warmup_flush",
     "p2p_forward_send_wait",
+    "nccl_sm_charge",
     "attention_kernel",
     "calibration",
 )
@@ -156,7 +157,7 @@ def cost_options(
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
     flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
-    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait"):
+    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", "nccl_sm_charge"):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if "mfu_convention" in params:

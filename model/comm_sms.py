@@ -45,8 +45,8 @@ gathers) and of Megatron-Core's asynchronous tensor-parallel collectives in back
 PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are not charged). A check, not a source: Lee et al. 2025
 (arXiv 2507.03114) measure computation overlapped with a collective on 4 A100s or H100s 18.9 %
 slower on average (40 % at most); 16 of 132 SMs is 12 % of the H100's.
-:data:`NCCL_SM_CHARGE_IN_FORCE` says whether the step time charges it (see
-``docs/time-model-sources.md`` §2 for why it does not yet).
+:class:`model.timing.CostOptions` ``nccl_sm_charge`` says whether the step time charges it
+(off by default; ``docs/time-model-sources.md`` §2 says why).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ from trainplan.scenarios.kernel_data import gemm_data
 __all__ = [
     "DISPATCHER_SMS",
     "NCCL_NVLS_CTAS",
-    "NCCL_SM_CHARGE_IN_FORCE",
     "dispatcher_sm_share",
     "collective_sm_share",
     "contended_wait",
@@ -122,19 +121,11 @@ Megatron Bridge's performance recipes set ``NCCL_NVLS_ENABLE`` = 0
 (``src/megatron/bridge/perf_recipes/*/*/*.py``, e.g. ``llama/h100/llama3.py``), so their
 collectives run on the ring's channels, whose count the topology search decides."""
 
-NCCL_SM_CHARGE_IN_FORCE = False
-"""Whether the step time charges NCCL's SMs (:func:`collective_sm_share`) to the computation a
-data-parallel collective or an asynchronous tensor-parallel one hides under. Off: the fitted
-e_GEMM was fitted on runs that contain the effect, so charging it beside the fit counts it
-twice; with the per-operation e_GEMM anchors in its place the validation is far worse even if
-nothing these overlaps hide stayed hidden; and the runs that set ``NCCL_NVLS_ENABLE`` = 0 hold
-the ring's channels, not these (``docs/time-model-sources.md`` §2 has the figures)."""
 
-
-def collective_sm_share(device_name: str, in_force: bool | None = None) -> float:
+def collective_sm_share(device_name: str, charged: bool) -> float:
     """``φ`` of an NCCL collective beside computation: :data:`NCCL_NVLS_CTAS` ÷ the part's
-    ``[[sm_count]]``; 0 for a part without either, or when the charge is not in force
-    (``in_force``: None reads :data:`NCCL_SM_CHARGE_IN_FORCE`).
+    ``[[sm_count]]``; 0 for a part without either, or when the charge is off (``charged``:
+    :class:`model.timing.CostOptions` ``nccl_sm_charge``, off by default).
 
     Examples
     --------
@@ -145,8 +136,7 @@ def collective_sm_share(device_name: str, in_force: bool | None = None) -> float
     >>> collective_sm_share("A100-80GB", True), collective_sm_share("H100-SXM", False)
     (0.0, 0.0)
     """
-    on = NCCL_SM_CHARGE_IN_FORCE if in_force is None else in_force
-    return _nvls_share(device_name) if on else 0.0
+    return _nvls_share(device_name) if charged else 0.0
 
 
 @lru_cache(maxsize=64)

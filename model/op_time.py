@@ -178,8 +178,9 @@ class Clock:
     then ``torch.cat``; :func:`expert_loop_of`), not as Transformer Engine's grouped GEMM."""
     nccl_sm_share: float = 0.0
     """The share of the part's SMs an NCCL collective's kernels hold beside computation
-    (:func:`model.comm_sms.collective_sm_share`; 0 while that charge is not in force): what
-    an asynchronous tensor-parallel collective costs the GEMM it hides under."""
+    (:func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
+    ``nccl_sm_charge``): what an asynchronous tensor-parallel collective costs the GEMM it
+    hides under."""
 
 
 def expert_loop_of(framework: str) -> bool:

@@ -209,6 +209,15 @@ class CostOptions:
     freeing the output (Megatron-Core 0.18 and later with ``deallocate_pipeline_outputs``, which
     Megatron-LM and Megatron Bridge set; the code the launch flags target). False: Megatron-Core
     before 0.18 (:func:`model.comm.p2p_waiting_sends`)."""
+    nccl_sm_charge: bool = False
+    """Charge the SMs an NCCL collective's thread blocks hold (NVLink SHARP's channels,
+    :func:`model.comm_sms.collective_sm_share`) to the computation a data-parallel collective or
+    Megatron-Core's asynchronous tensor-parallel one hides under (roofline model). Off by
+    default: the fitted GEMM efficiency was fitted on published runs that already contain the
+    effect, so charging it beside the fit counts it twice; with the per-operation GEMM anchors
+    in its place the validation is far worse whatever these overlaps hide; and the published
+    runs that set ``NCCL_NVLS_ENABLE=0`` hold the ring's channels, whose count NCCL's topology
+    search decides, not these (``docs/time-model-sources.md`` §2 has the figures)."""
 
     def __post_init__(self) -> None:
         for name, kind in (

@@ -49,3 +49,44 @@ def test_every_transcript_is_runnable():
     for t in ALL:
         assert "…" not in t.command and not re.search(r"(^|\s)\.\.\.(\s|$)", t.command), t.name
     assert ROOT.is_dir()
+
+
+def test_fix_rewrites_a_drifted_page_and_keeps_its_elisions(tmp_path):
+    """``python -m tests.transcripts --fix PAGE`` on a page whose ``trainplan gpus`` excerpt
+    (indented under a list item) drifted: a row whose figures moved takes the printed row, a row
+    no longer printed is dropped, a ``…`` row that still matches stays as written, the ``...``
+    lines stay where they stood and the text around the block is untouched; the page then
+    matches, and a second run has nothing to rewrite."""
+    from tests.transcripts import Transcript, main, run
+
+    with workdir() as tmp:
+        printed = run(Transcript(tmp_path, 0, "trainplan gpus", (), 0), Path(tmp))
+    rows = printed.rstrip("\n").split("\n")
+    header, rule, v100, _, a100 = rows[:5]
+    assert v100.startswith("V100-SXM2-32GB  32 GB") and a100.startswith("A100-80GB       80 GB")
+    shown = [header, rule, v100.replace("32 GB", "31 GB"), "...", "A100-80GB       80 GB     …",
+             "Z100            1 GB", "..."]  # fmt: skip
+    page = tmp_path / "page.md"
+    fence = "   ```console"
+    body = "\n".join(f"   {line}" for line in ["$ trainplan gpus", *shown])
+    page.write_text(f"# A page\n\n1. The parts:\n\n{fence}\n{body}\n   ```\n\nAfter.\n")
+    assert main(["--fix", str(page)]) == 0
+    want = [header, rule, v100, "...", "A100-80GB       80 GB     …", "..."]
+    body = "\n".join(f"   {line}" for line in ["$ trainplan gpus", *want])
+    assert page.read_text() == f"# A page\n\n1. The parts:\n\n{fence}\n{body}\n   ```\n\nAfter.\n"
+    (t,) = transcripts(page)
+    assert pattern(t.expected).fullmatch(printed)
+    assert main(["--fix", str(page)]) == 0 and page.read_text().count("...") == 2
+
+
+def test_fix_names_what_it_cannot_rewrite():
+    """A printed line that would read as a command (``$ …``) or close the block is not
+    written into the page: the transcript is named and left as it was."""
+    from tests.transcripts import rewrite
+
+    assert rewrite(("a", "..."), "a\n$ trainplan gpus\n") == (
+        None,
+        "a printed line would read as a command or a fence: '$ trainplan gpus'",
+    )
+    assert rewrite(("a",), "a\n```\n")[0] is None
+    assert rewrite(("a 1", "...", "z"), "a 2\nb\nz\n") == (("a 2", "...", "z"), "")

@@ -6,6 +6,14 @@ timing, a long source). Without a final ``...`` the output must end where the tr
 
     python -m tests.transcripts            # run every transcript, print the ones that drifted
     python -m tests.transcripts FILE.md    # those of one page, with their actual output
+    python -m tests.transcripts --fix [FILE.md ...]   # rewrite the drifted ones in place
+
+``--fix`` (:func:`rewrite`) writes what each drifted command prints in place of its lines and
+keeps the page's elisions: a ``...`` (or ``…``) line stays where it stood and still stands for
+the lines around it that the page did not show; a line with ``…`` inside stays as written while
+the printed line it faces still matches it (a timing), and is replaced by the printed line when
+it does not. What it cannot rewrite — printed lines that would read as a command or close the
+block, a command that does not run — it names and leaves as it is; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ class Transcript:
 
     @property
     def name(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        shown = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{shown}:{self.line}"
 
 
 def pages() -> list[Path]:
@@ -47,8 +56,13 @@ def pages() -> list[Path]:
 
 def transcripts(path: Path) -> list[Transcript]:
     """The transcripts of one Markdown file, in order."""
+    return transcripts_of_text(path, path.read_text())
+
+
+def transcripts_of_text(path: Path, text: str) -> list[Transcript]:
+    """The transcripts of ``text``, the contents of the Markdown file ``path``, in order."""
     out: list[Transcript] = []
-    lines = path.read_text().split("\n")
+    lines = text.split("\n")
     i = 0
     while i < len(lines):
         fence = re.match(r"^(\s*)(```+|~~~+)", lines[i])
@@ -139,7 +153,142 @@ def drift(t: Transcript, cwd: Path) -> str | None:
     return actual
 
 
+def _number_blind(line: str) -> str:
+    """A line with its numbers blanked: a printed line that equals a shown one but for its
+    figures is that line, drifted."""
+    return re.sub(r"[0-9][0-9.,]*", "#", line)
+
+
+DRIFT, INSERT, DROP = 1, 1, 2
+"""What :func:`rewrite`'s alignment pays for a shown line facing a printed one that differs
+only in its figures, for a printed line the page did not show, for a shown line no longer
+printed (more than a drift, so a drifted line is rewritten rather than dropped beside an
+elision that would take its printed line). A shown line that still matches, and printed lines
+an elision stands for, cost nothing."""
+
+
+def _align(shown: list[str], printed: list[str]) -> list[tuple[str, int, int]]:
+    """The cheapest alignment of the shown lines with the printed ones (:data:`DRIFT`): steps
+    ``keep`` (shown ``i`` matches printed ``j``), ``drift``, ``insert`` (printed ``j``),
+    ``drop`` (shown ``i``), ``elide`` (shown ``i``, an elision, stands for printed ``j``) and
+    ``end`` (shown ``i``, an elision, stands for no more lines)."""
+    n, m = len(shown), len(printed)
+    matches = [pattern((line,)).fullmatch for line in shown]
+    shown_keys = [_number_blind(line) for line in shown]
+    printed_keys = [_number_blind(line) for line in printed]
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    step: list[list[tuple[str, int, int]]] = [[("", 0, 0)] * (m + 1) for _ in range(n + 1)]
+    for i in range(n, -1, -1):
+        for j in range(m, -1, -1):
+            options: list[tuple[float, str, int, int]] = []
+            if i == n:
+                options.append((0.0 if j == m else INSERT + cost[i][j + 1], "insert", i, j + 1))
+            elif shown[i].strip() in SKIP:
+                options.append((cost[i + 1][j], "end", i + 1, j))
+                if j < m:
+                    options.append((cost[i][j + 1], "elide", i, j + 1))
+            else:
+                if j < m and matches[i](printed[j] + "\n"):
+                    options.append((cost[i + 1][j + 1], "keep", i + 1, j + 1))
+                elif j < m and shown_keys[i] == printed_keys[j]:
+                    options.append((DRIFT + cost[i + 1][j + 1], "drift", i + 1, j + 1))
+                options.append((DROP + cost[i + 1][j], "drop", i + 1, j))
+                if j < m:
+                    options.append((INSERT + cost[i][j + 1], "insert", i, j + 1))
+            best = min(options, key=lambda o: o[0])
+            cost[i][j], step[i][j] = best[0], best[1:]
+    path, i, j = [], 0, 0
+    while (i, j) != (n, m):
+        kind, ni, nj = step[i][j]
+        path.append((kind, i, j))
+        i, j = ni, nj
+    return path
+
+
+def rewrite(expected: tuple[str, ...], actual: str) -> tuple[tuple[str, ...] | None, str]:
+    r"""The lines to show for a transcript that drifted: ``actual`` (what the command printed)
+    with the elisions of ``expected`` kept (module docstring), and ``""``; or None and why it
+    cannot be rewritten. Shown and printed lines are aligned (:func:`_align`): a shown line that
+    still matches stays as written, one whose figures moved takes the printed line, printed
+    lines an elision can stand for are left to it, other printed lines are added and shown
+    lines no longer printed dropped.
+
+    >>> rewrite(("a", "...", "t … s", "d 1", "gone"), "a\nb\nt 9 s\nd 2\ne\n")
+    (('a', '...', 't … s', 'd 2', 'e'), '')
+    """
+    printed = actual.rstrip("\n").split("\n") if actual.strip("\n") else []
+    for line in printed:
+        if line.startswith("$ ") or re.match(r"^\s*(```|~~~)", line):
+            return None, f"a printed line would read as a command or a fence: {line!r}"
+    shown = list(expected)
+    out: list[str] = []
+    for kind, i, j in _align(shown, printed):
+        if kind in ("keep", "end"):  # an elision is written once, after the lines it took
+            out.append(shown[i])
+        elif kind in ("drift", "insert"):
+            out.append(printed[j])
+    while out and not out[-1].strip():
+        out.pop()
+    if not pattern(tuple(out)).fullmatch(actual):
+        return None, "the rewritten lines do not match what the command prints"
+    return tuple(out), ""
+
+
+def _output_span(lines: list[str], t: Transcript) -> tuple[int, int, str]:
+    """The lines of the file (0-based, end excluded) that show ``t``'s output, and their
+    indent: right after its command (and the command's ``\\`` continuations)."""
+    i = t.line - 1
+    indent = re.match(r"^\s*", lines[i]).group(0)  # type: ignore[union-attr]
+    more = lines[i].removeprefix(indent).endswith("\\")
+    while more:  # as _commands reads a continued command
+        i += 1
+        more = lines[i].strip().endswith("\\")
+    return i + 1, i + 1 + len(t.expected), indent
+
+
+def fix(path: Path, cwd: Path) -> tuple[list[str], list[str]]:
+    """Rewrite the drifted transcripts of ``path`` in place (:func:`rewrite`); the names of
+    those rewritten and, with why, of those it could not rewrite (left as they were)."""
+    fixed: list[tuple[int, Transcript, tuple[str, ...]]] = []
+    left: list[str] = []
+    for n, t in enumerate(transcripts(path)):
+        try:
+            actual = run(t, cwd)
+        except (AssertionError, subprocess.TimeoutExpired, ValueError) as err:
+            left.append(f"{t.name}: the command does not run ({type(err).__name__}: {err})")
+            continue
+        if pattern(t.expected).fullmatch(actual):
+            continue
+        lines, why = rewrite(t.expected, actual)
+        if lines is None:
+            left.append(f"{t.name}: {why}\n{actual}")
+        else:
+            fixed.append((n, t, lines))
+    if not fixed:
+        return [], left
+    before = path.read_text()
+    text = before.split("\n")
+    for _, t, lines in reversed(fixed):  # from the bottom: earlier line numbers stay right
+        start, end, indent = _output_span(text, t)
+        text[start:end] = [indent + line if line else line for line in lines]
+    path.write_text("\n".join(text))
+    # read back: each rewritten transcript shows its new lines, and no other moved
+    now = transcripts(path)
+    want = {n: lines for n, _, lines in fixed}
+    old = transcripts_of_text(path, before)
+    if len(now) != len(old) or any(
+        (a.command, want.get(n, b.expected)) != (b.command, a.expected)
+        for n, (a, b) in enumerate(zip(now, old, strict=True))
+    ):
+        path.write_text(before)
+        return [], [f"{path}: the rewritten page reads back differently; left as it was"]
+    return [t.name for _, t, _ in fixed], left
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--fix"]:
+        return _main_fix(argv[1:])
     paths = [Path(a).resolve() for a in argv] or pages()
     bad = 0
     with workdir() as tmp:
@@ -152,6 +301,21 @@ def main(argv: list[str]) -> int:
                 elif argv:
                     print(f"ok {t.name}: $ {t.command}")
     return 1 if bad else 0
+
+
+def _main_fix(argv: list[str]) -> int:
+    """``--fix``: rewrite the drifted transcripts of the pages given (every page when none);
+    1 when some could not be rewritten (each named, with what its command printed)."""
+    left: list[str] = []
+    with workdir() as tmp:
+        for path in [Path(a).resolve() for a in argv] or pages():
+            done, cannot = fix(path, Path(tmp))
+            for name in done:
+                print(f"fixed {name}")
+            left += cannot
+    for why in left:
+        print(f"--- cannot rewrite {why}")
+    return 1 if left else 0
 
 
 if __name__ == "__main__":

@@ -32,9 +32,15 @@ class AppendixB:
     last_stage_bytes: float
     per_stage_bytes: tuple[float, ...]
     per_stage_deallocated_bytes: tuple[float, ...]
-    published_first_gb: float = 13.0
-    published_first_deallocated_gb: float = 10.5
-    published_last_gb: float = 1.5
+    published_first_gib: float = 13.0
+    """The paper's first-stage figure, read off its per-rank plot (±0.5), in GiB: the plot is a
+    Megatron-LM measurement, and Megatron-LM reports memory in binary units
+    (``megatron/utils.py`` ``report_memory`` at 55ba1f7b, May 2022: bytes ÷ 1024², printed as
+    "MB")."""
+    published_first_deallocated_gib: float = 10.5
+    """The same with the pipeline outputs deallocated, GiB."""
+    published_last_gib: float = 1.5
+    """The last stage's, GiB."""
     assumptions: tuple[str, ...] = field(default=())
 
 
@@ -48,18 +54,22 @@ APPENDIX_B_ASSUMPTIONS = (
     "plus one layer recomputed in backward (s·b·h·(10 + 24/t + 5·a·s/(h·t)) less its input), "
     "the input-embedding dropout mask (s·b·h per micro-batch, first rank) and the output layer "
     "(final LayerNorm and projection inputs, FP32 logits 4·s·b·V/t, last rank)",
-    "the figures are read off the paper's per-rank plot (±0.5 GB); a measured peak also holds "
-    "backward gradient buffers the model does not count",
+    "the figures are read off the paper's per-rank plot (±0.5), in GiB: the plot is a "
+    "Megatron-LM measurement, and Megatron-LM reports memory in binary units (megatron/utils.py "
+    "report_memory: bytes ÷ 1024²); a measured peak also holds backward gradient buffers the "
+    "model does not count",
 )
 
 
 def appendix_b_530b() -> AppendixB:
     """Per-stage activation bytes of Korthikanti et al. Appendix B's 530B configuration.
 
-    The per-rank slope of the paper's figure (≈ (13 − 1.5)/34 GB per micro-batch in flight =
-    0.34 GB) is 4 × 2·s·b·h = 0.336 GB: three checkpointed layer inputs and the stage output
-    of a 3-layer stage, without sequence parallelism — the full-recomputation baseline, not the
+    The per-rank slope of the paper's figure (≈ (13 − 1.5)/34 = 0.34 GiB per micro-batch in
+    flight; its end points also hold the first rank's and the last rank's own tensors) is close
+    to 4 × 2·s·b·h = 0.3125 GiB: three checkpointed layer inputs and the stage output of a
+    3-layer stage, without sequence parallelism — the full-recomputation baseline, not the
     selective + SP recipe (that one holds 34·s·b·h/t per layer: 18.7 GB on the first rank).
+    The paper's figures are GiB (:attr:`AppendixB.published_first_gib`).
     """
     base = {
         "model": "megatron-529.6b",

@@ -46,6 +46,10 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f}"
 
 
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f}"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -241,10 +245,10 @@ def text_report(results: Sequence[RunResult] | None = None) -> str:
     out = [table_text([dict(zip(head, row, strict=True)) for row in body]), "", *summary(results)]
     out.append(
         "Korthikanti Appendix B, 530B activations per GPU: first stage "
-        f"{_gb(b.first_stage_bytes)} GB (paper ≈ {b.published_first_gb}), with output "
-        f"deallocation {_gb(b.first_stage_deallocated_bytes)} GB (≈ "
-        f"{b.published_first_deallocated_gb}), last stage {_gb(b.last_stage_bytes)} GB "
-        f"(≈ {b.published_last_gb})"
+        f"{_gib(b.first_stage_bytes)} GiB (paper ≈ {b.published_first_gib}), with output "
+        f"deallocation {_gib(b.first_stage_deallocated_bytes)} GiB (≈ "
+        f"{b.published_first_deallocated_gib}), last stage {_gib(b.last_stage_bytes)} GiB "
+        f"(≈ {b.published_last_gib})"
     )
     return "\n".join(out) + "\n"
 
@@ -283,12 +287,12 @@ def _memory_sections() -> list[str]:
     lines = [
         "## Korthikanti et al. Appendix B: 530B activations per pipeline stage",
         "",
-        "| stage | model (GB) | paper (≈ GB, read off the figure) |",
+        "| stage | model (GiB) | paper (≈ GiB, read off the figure) |",
         "|---|---|---|",
-        f"| first, outputs kept | {_gb(b.first_stage_bytes)} | {b.published_first_gb} |",
-        f"| first, outputs deallocated | {_gb(b.first_stage_deallocated_bytes)} | "
-        f"{b.published_first_deallocated_gb} |",
-        f"| last | {_gb(b.last_stage_bytes)} | {b.published_last_gb} |",
+        f"| first, outputs kept | {_gib(b.first_stage_bytes)} | {b.published_first_gib} |",
+        f"| first, outputs deallocated | {_gib(b.first_stage_deallocated_bytes)} | "
+        f"{b.published_first_deallocated_gib} |",
+        f"| last | {_gib(b.last_stage_bytes)} | {b.published_last_gib} |",
         "",
         "Assumptions:",
         "",

@@ -92,7 +92,7 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
         f"{p.scaleout_efficiency:g} scale-out); tp overlap {tp_overlap}, cp {_cp_overlap(est)}, "
-        f"{_dp_overlap(est)}{_p2p_waits(est)}; "
+        f"{_dp_overlap(est)}{_p2p_waits(est)}{_nccl_charge(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
     )
 
@@ -107,6 +107,15 @@ def _dp_overlap(est: Estimate) -> str:
     ):
         return "dp reductions exposed (DeepSpeed overlap_comm off: on the compute stream)"
     return f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}"
+
+
+def _nccl_charge(est: Estimate) -> str:
+    """With ``nccl_sm_charge`` on, that the SMs NCCL's collectives hold are charged to the
+    computation they hide under (:func:`model.comm_sms.collective_sm_share`); empty when off,
+    the default."""
+    if not est.options.nccl_sm_charge:
+        return ""
+    return "; NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under"
 
 
 def _p2p_waits(est: Estimate) -> str:

@@ -71,6 +71,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "p2p_overlap": est.options.p2p_overlap,
         "p2p_warmup_flush": est.options.p2p_warmup_flush,
         "p2p_forward_send_wait": est.options.p2p_forward_send_wait,
+        "nccl_sm_charge": est.options.nccl_sm_charge,
     }
 
 

@@ -242,7 +242,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
-            collective_sm_share(d.name))  # fmt: skip
+            collective_sm_share(d.name, o.nccl_sm_charge))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
     tp_bw, tp_up = axis_link(c, f, "tp")
@@ -376,7 +376,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     their mechanism leaves exposed) over the dp·cp group, for the stage with the most
     parameters; ``window`` is :func:`window_seconds`. What waits of an overlapped collective
     includes the SMs its kernels take from the computation it hides under
-    (:func:`model.comm_sms.collective_sm_share`, 0 while not in force)."""
+    (:func:`model.comm_sms.collective_sm_share`; 0 unless ``nccl_sm_charge``)."""
     mech = dp_mechanism(c, f)
     dense, experts = busiest_params(c, f)
     shard, m = f.shard_degree, f.m
@@ -396,7 +396,7 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         where(on, bandwidth, 1.0), scaleup, params_of(c),
     )  # fmt: skip
     step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    share = collective_sm_share(c.gpu.name)
+    share = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
     exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside, share)
     return step_s + m * mb_s, exposed
 

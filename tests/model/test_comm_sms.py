@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.model.comm_sms import (
-    NCCL_SM_CHARGE_IN_FORCE,
-    collective_sm_share,
-    contended_wait,
-    dispatcher_sm_share,
-)
+import tests.optimizer.test_tables_exact as exact
+from trainplan.model.comm_sms import collective_sm_share, contended_wait, dispatcher_sm_share
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun, exposed_all_to_all
 from trainplan.model.schedule_cost import dualpipe_block
 from trainplan.model.step_time import dp_exposed_seconds
+from trainplan.model.timing import CostOptions
 from trainplan.optimizer.case import Case
 
 
@@ -70,15 +67,18 @@ def test_dualpipe_charges_deepeps_sms_on_deepseek_v3() -> None:
 def test_nccl_holds_its_nvls_channels_of_the_parts_sms() -> None:
     """NCCL src/transport/nvls.cc ncclNvlsTuning: NVLS_NCHANNELS_SM90 = 16 thread blocks on
     Hopper (132 SMs), NVLS_NCHANNELS_SM100_NVL = 24 on Blackwell (148 SMs; Blackwell Ultra 160);
-    A100 has no NVLS (its ring count is a topology-search outcome): nothing. Not in force: 0."""
+    A100 has no NVLS (its ring count is a topology-search outcome): nothing. Not charged: 0 —
+    and the cost options leave it uncharged unless nccl_sm_charge is given."""
     assert collective_sm_share("H100-SXM", True) == 16 / 132
     assert collective_sm_share("H100-96GB-500W", True) == 16 / 132  # the SXM die
     assert collective_sm_share("H800", True) == collective_sm_share("H200", True) == 16 / 132
     assert collective_sm_share("B200", True) == collective_sm_share("GB200", True) == 24 / 148
     assert collective_sm_share("B300", True) == collective_sm_share("GB300", True) == 24 / 160
     assert collective_sm_share("A100-80GB", True) == collective_sm_share("MI300X", True) == 0.0
-    assert not NCCL_SM_CHARGE_IN_FORCE
-    assert collective_sm_share("H100-SXM") == 0.0
+    assert collective_sm_share("H100-SXM", False) == 0.0
+    assert not CostOptions().nccl_sm_charge
+    assert not Case.of("llama3-8b", "H100-SXM").options.nccl_sm_charge
+    assert Case.of("llama3-8b", "H100-SXM", nccl_sm_charge=True).options.nccl_sm_charge
 
 
 def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
@@ -93,34 +93,29 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     assert got == pytest.approx(4 * max(phi * 0.5, 0.1))
 
 
-_CHARGED = """
-import json
-import trainplan.model.comm_sms as cs
-cs.NCCL_SM_CHARGE_IN_FORCE = True
-import tests.optimizer.test_tables_exact as t
-for case in t.CASES:
-    if case[0] in ("llama3-8b", "llama3-70b"):
-        t.test_tables_equal_the_exact_evaluation(*case)
-from trainplan.interface.fidelity.validation import evaluate_all
-from trainplan.interface.fidelity.validation_report import goal_table
-print(json.dumps(goal_table(evaluate_all())))
-"""
+@pytest.mark.parametrize("case", [c for c in exact.CASES if c[0] in ("llama3-8b", "llama3-70b")],
+                         ids=lambda c: c[0])  # fmt: skip
+def test_the_charge_keeps_tables_exact(case) -> None:
+    """With the NCCL charge on (a cost option, carried by the case), the search's tables still
+    equal the evaluator on the H100 cases (one rule, over arrays)."""
+    name, model, gpus, gpu, space, options = case
+    exact.test_tables_equal_the_exact_evaluation(name, model, gpus, gpu, space,
+                                                 {**options, "nccl_sm_charge": True})  # fmt: skip
 
 
-def test_the_charge_in_force_keeps_tables_exact_and_measures_as_documented() -> None:
-    """With the NCCL charge switched on (a fresh process: the model's caches hold figures
-    without it), the search's tables still equal the evaluator on the H100 cases (one rule,
-    over arrays), and the validation set measures what docs/time-model-sources.md §2 reports:
-    dense 9.6 %, MoE 24.7 %, 21 of 77 runs beyond 15 % (against 9.9 %, 24.9 %, 23 today)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, "-c", _CHARGED], cwd=root, capture_output=True,
-                         text=True, check=True)  # fmt: skip
-    table = "\n".join(json.loads(run.stdout.strip().splitlines()[-1]))
-    assert "9.6 % (59 runs)" in table
-    assert "24.7 % (18 runs)" in table
-    assert "21 of 77" in table
+def test_the_charge_moves_the_step_by_its_rule() -> None:
+    """Llama 3 8B on 16 H100s, dp 16 (ZeRO-1 under Megatron-Core, its gradient reduce-scatter
+    overlapped): charged, the data-parallel row's exposed seconds grow, uncharged they are the
+    default's; nothing else of the estimate moves but the time."""
+    base = Case.of("llama3-8b", "H100-SXM", dp=16, global_batch_size=32, seq_len=4096)
+    on = Case.of("llama3-8b", "H100-SXM", dp=16, global_batch_size=32, seq_len=4096,
+                 nccl_sm_charge=True)  # fmt: skip
+    off, charged = base.evaluate(), on.evaluate()
+    dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
+    dp_on = next(r for r in charged.traffic if r.traffic.axis == "dp")
+    assert dp_on.seconds == dp_off.seconds
+    assert dp_on.exposed_seconds > dp_off.exposed_seconds
+    assert charged.step_s > off.step_s
+    assert [s.reserved_total_bytes for s in charged.stages] == [
+        s.reserved_total_bytes for s in off.stages
+    ]

@@ -11,8 +11,12 @@ from dataclasses import replace
 
 import pytest
 
+from tests.archs import llama_like
 from tests.optimizer.test_per_stage import oracle_at, tiny_case
 from trainplan.model.errors import InfeasibleError
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.pipeline import Schedule
+from trainplan.optimizer.case import Case
 from trainplan.optimizer.per_stage import peak_bytes, per_stage_search
 from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 from trainplan.optimizer.problem import Constraints, Job, Problem
@@ -182,6 +186,69 @@ def test_gpus_frontier_per_job_by_hand():
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
     for p in got.points:
         assert p.uniform_ns == staircase(uniform, p.value)
+    cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
+    check_per_stage_points(got, lambda p: cap)
+
+
+def wide_vocab_problem(gpus: tuple[int, ...], budget: float):
+    """The 6-layer tiny model with a vocabulary of 8,192 (its output layer's FP32 logits and
+    loss outweigh a layer), tp 1, Megatron-Core ZeRO-1, 1F1B, ``budget`` bytes per GPU."""
+    arch = llama_like(6, 256, 4, 688, 8192)
+    case = Case.of(model=ModelSpec(name="tiny", source="test", arch=arch), pp=1, seq_len=8192,
+                   global_batch_size=8, micro_batch_size=1, device="H100-SXM")  # fmt: skip
+    headroom = 1 - budget / case.device.usable_bytes(True)
+    jobs = tuple(Job(case, g, f"{g} GPUs") for g in gpus)
+    space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=(1,), zero_stages=(1,),
+                        schedules=(Schedule.ONE_F_ONE_B,), virtual_stages=(1,))  # fmt: skip
+    return Problem(jobs=jobs, space=space, constraints=Constraints(headroom=headroom))
+
+
+def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
+    """2 and 4 GPUs at 470 MB + three communicators per GPU: no uniform layout fits on either
+    count, and a per-stage split fits on 2 GPUs — the frontier's one point, by hand.
+
+    The model (h 256, SwiGLU 688, V 8,192, s 8,192, b 1): a layer holds 791,040 parameters, the
+    embedding and the output layer V·h = 2,097,152 each, the final norm 256; ZeRO-1 over dp 1
+    keeps 2 + 4 + 12 = 18 B per parameter. A layer kept whole holds 67,371,008 B, a recomputed
+    one its 2·s·h = 4,194,304 B input (recomputing it materialises the 63,176,704 B a whole layer
+    frees, so no more), one layer's backward working set is 26,738,688 B; the output layer holds
+    its FP32 logits 4·s·V = 268,435,456 B and its norm's and projection's inputs 2 × 2·s·h, and
+    the loss 2·s·V = 134,217,728 B beside them (the backward phase, after the output layer's
+    tensors are released, is smaller).
+
+    * Uniform on 2 GPUs: pp 2 splits 3 + 3, so the last stage holds three layers' state with the
+      output layer's: (3 × 791,040 + 2,097,152 + 256) × 18 = 80,469,504 B, with the output layer's
+      276,824,064 B and the loss's 134,217,728 B already 491,511,296 B > 470 MB, whatever it
+      recomputes; dp 2 holds the whole model's state ((6 × 791,040 + 2 × 2,097,152 + 256) ×
+      (2 + 4 + 12/2) = 107,289,600 B) and the same output layer and loss: more. 4 GPUs: nothing.
+    * Per stage on 2 GPUs: 5 + 1 layers, 3 and 1 recomputed. The first stage: (5 × 791,040 +
+      2,097,152) × 18 = 108,942,336 B of state; 2 micro-batches in flight of 3 × 4,194,304 + 2 ×
+      67,371,008 = 147,324,928 B each, and the backward working set: 430,330,880 B. The last:
+      (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
+      layer and the loss: 467,228,160 B. Both under 470 MB.
+    """
+    budget = 470e6 + 3 * COMM
+    problem = wide_vocab_problem((2, 4), budget)
+    with pytest.raises(InfeasibleError):
+        frontier(problem, "gpus")  # no uniform layout on any count
+    got = per_stage_frontier(problem, "gpus")
+    assert got.status == "optimal"
+    (point,) = got.points
+    lay = point.estimate.layout
+    assert (point.value, point.kind, point.uniform_ns) == (2, "per-stage", None)
+    assert (lay.pp, lay.stage_layers, lay.recompute_layers) == (2, (5, 1), (3, 1))
+    layer, vh, norm = 791_040, 8192 * 256, 256
+    s_h, s_v = 8192 * 256, 8192 * 8192
+    whole, kept, work = 67_371_008, 2 * s_h, 26_738_688
+    output, loss = 4 * s_v + 2 * 2 * s_h, 2 * s_v
+    assert (3 * layer + vh + norm) * 18 + output + loss == 491_511_296 > 470e6
+    first = (5 * layer + vh) * 18 + 2 * (3 * kept + 2 * whole) + work
+    last = (layer + vh + norm) * 18 + kept + output + loss
+    assert (first, last) == (430_330_880, 467_228_160)
+    assert [int(st.total_bytes) for st in point.estimate.stages] == [first + 3 * COMM,
+                                                                    last + 3 * COMM]  # fmt: skip
+    r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)
+    assert (r.per_stage, r.plan_ns) == (True, point.step_ns)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))
     check_per_stage_points(got, lambda p: cap)
 
