@@ -231,7 +231,7 @@ def _eager(name: str, p: Pass) -> Op:
 
 
 def _plus(op: Op, p: Pass) -> Op:
-    """``op`` with the bytes and kernels of the eager pass ``p`` added (one kernel each way)."""
+    """``op`` with the bytes and kernels of the eager pass ``p`` added to its own."""
     return Op(
         op.name, OpKind.MEMORY, forward_bytes=op.forward_bytes + p.forward_bytes,
         backward_bytes=op.backward_bytes + p.backward_bytes,
