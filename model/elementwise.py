@@ -65,6 +65,9 @@ __all__ = [
     "eager_rope",
     "eager_swiglu",
     "repeat_kv_bytes",
+    "megatron_unfused_rope",
+    "megatron_glu_clamp",
+    "megatron_unfused_bias_add",
 ]
 
 TORCHTITAN_COMPILE_DEFAULT = False
@@ -181,3 +184,60 @@ def repeat_kv_bytes(tokens: float, heads: float, kv_heads: float, dim: float, be
     if heads <= kv_heads:
         return 0
     return 2 * beta * tokens * (heads + kv_heads) * dim
+
+
+def megatron_unfused_rope(elements: float, beta: int) -> Pass:
+    """Megatron-Core's unfused rotary embedding (``_apply_rotary_pos_emb_bshd``,
+    ``megatron/core/models/common/embeddings/rope_utils.py`` at 0d8e0714) over ``elements`` of q
+    and k together, what a YaRN model runs under Megatron Bridge: ``apply_rotary_pos_emb`` takes
+    the unfused path when ``mscale`` (the YaRN concentration factor,
+    ``_yarn_get_concentration_factor_from_config``) is not 1, and Bridge's
+    ``validate_rope_fusion_compatibility`` (``utils/fusions.py``, v0.2.0) turns
+    ``apply_rope_fusion`` off for a ``position_embedding_type`` other than ``rope``.
+
+    Per element of a tensor ``t``, β bytes: forward ``t·cos`` 2β, ``_rotate_half``'s negation of
+    one half β and ``cat`` 2β, ``·sin`` 2β, the sum 3β, the final ``cat`` with the empty
+    ``t_pass`` 2β: 12β in 6 kernels, plus 6 on the ``[s, d]`` frequencies (``cos``, ``sin``,
+    ``· mscale``, ``.to``; their bytes, under 1/heads of ``t``'s, left out). Backward
+    (``derivatives.yaml``): ``grad·sin`` 2β, the negation β, ``split``'s ``cat`` of the halves'
+    gradients 2β, ``grad·cos`` 2β, ``t_pass``'s ``slice_backward`` zeros β, and two additions of
+    the three gradients of ``t`` 6β: 14β in 7 kernels. Per tensor, q and k each.
+
+    >>> megatron_unfused_rope(1, 2)
+    Pass(forward_bytes=24, backward_bytes=28, forward_kernels=24, backward_kernels=14)
+    """
+    return Pass(12 * beta * elements, 14 * beta * elements, 24, 14)
+
+
+def megatron_glu_clamp(elements: float, beta: int) -> Pass:
+    """The clamp Megatron-Core applies before a gated activation with
+    ``activation_func_clamp_value`` (gpt-oss's ``swiglu_limit``; Megatron Bridge's
+    ``GPTOSSProvider``: 7.0), per element of the activation's output ``[rows, f]``:
+    ``weighted_bias_quick_geglu_impl`` (``megatron/core/fusions/fused_bias_geglu.py`` at
+    0d8e0714) clamps the gate and the linear half in eager PyTorch and concatenates them before
+    the compiled activation. Forward: two ``clamp`` 2β each, ``cat`` 4β: 8β in 3 kernels.
+    Backward (``clamp_backward``, ``torch/csrc/autograd/FunctionsManual.cpp``): the gate's
+    ``where(self <= max, grad, 0)`` (``le`` β + 1, ``where`` 2β + 1, a scalar fill), the linear
+    half's ``where((self >= min).logical_and_(self <= max), grad, 0)`` (``ge`` and ``le`` β + 1
+    each, ``logical_and_`` 3, ``where`` 2β + 1, a scalar fill), and ``chunk``'s
+    ``split_backward`` ``cat`` 4β: 11β + 8 bytes in 9 kernels.
+
+    >>> megatron_glu_clamp(1, 2)
+    Pass(forward_bytes=16, backward_bytes=30, forward_kernels=3, backward_kernels=9)
+    """
+    return Pass(8 * beta * elements, (11 * beta + 8) * elements, 3, 9)
+
+
+def megatron_unfused_bias_add(elements: float, beta: int) -> Pass:
+    """What Megatron-Core's unfused bias-dropout-add (``_bias_dropout_add_func``,
+    ``megatron/core/fusions/fused_bias_dropout.py`` at 0d8e0714) adds to the residual add when
+    the attention's output projection has a bias (``skip_bias_add=True``) and
+    ``bias_dropout_fusion`` is off, per element of ``[T_sp, h]``: forward ``x + bias`` 2β (a
+    dropout of probability 0 returns its input), backward the bias gradient's sum over tokens β;
+    one kernel each. Megatron-Core's ``TEGroupedMLP`` refuses ``bias_dropout_fusion`` with
+    ``add_bias_linear`` (``moe/experts.py``), so a MoE model with biases (gpt-oss) runs it.
+
+    >>> megatron_unfused_bias_add(1, 2)
+    Pass(forward_bytes=4, backward_bytes=2, forward_kernels=1, backward_kernels=1)
+    """
+    return Pass(2 * beta * elements, beta * elements, 1, 1)

@@ -291,6 +291,8 @@ def _gpt_oss(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
     return {
         "linear_bias": True,  # q, k, v, o and every expert's gate/up and down biases
         "attention_sinks": True,
+        "glu_clamp": r.get("swiglu_limit", None) is not None,
+        "yarn_rope": (r.get("rope_scaling", None) or {}).get("rope_type") == "yarn",
         "sliding_window": r.count("sliding_window"),
         "attention_pattern": pattern,
         "moe": moe,

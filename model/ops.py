@@ -41,12 +41,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from trainplan.model.cross_entropy_bytes import (
+    CROSS_ENTROPY_BYTES_PER_LOGIT,
+    CROSS_ENTROPY_EXCHANGES,
+    CROSS_ENTROPY_PASSES,
+)
 from trainplan.model.elementwise import (
     Elementwise,
     Pass,
     eager_rmsnorm,
     eager_rope,
     eager_swiglu,
+    megatron_glu_clamp,
+    megatron_unfused_bias_add,
+    megatron_unfused_rope,
     repeat_kv_bytes,
 )
 from trainplan.model.flops import attention_core_forward_flops
@@ -81,48 +89,6 @@ __all__ = [
 WGRAD_ACCUMULATE_BYTES = 8
 """Bytes per weight element a weight-gradient GEMM reads and writes to accumulate into the FP32
 gradient (``gradient_accumulation_fusion``, Megatron-LM ``fused_weight_gradient_mlp_cuda``)."""
-
-CROSS_ENTROPY_BYTES_PER_LOGIT = 44
-"""Bytes moved per logit by the vocab-parallel cross-entropy in FP32 (Megatron-LM
-``tensor_parallel/cross_entropy.py``, unfused): forward casts the bf16 logits to FP32 (2 + 4),
-takes the max (4), subtracts it (4 + 4), exponentiates (4 + 4) and sums (4); backward forms
-softmax − one-hot (4 + 4) and scales it into the bf16 gradient (4 + 2)."""
-
-CROSS_ENTROPY_PASSES: dict[str, tuple[int, int]] = {
-    "none": (30, 14),
-    "native": (22, 10),
-    "te": (6, 4),
-}
-"""(forward, backward) HBM bytes per logit of each cross entropy Megatron-Core runs
-(``cross_entropy_fusion_impl``, :class:`model.loss_memory.CrossEntropyFusion`):
-
-* ``none``: :data:`CROSS_ENTROPY_BYTES_PER_LOGIT`, split as its derivation (30 + 14).
-* ``native`` (``megatron/core/fusions/fused_cross_entropy.py``): each ``jit_fuser`` function is
-  one compiled kernel. Forward: ``calculate_logits_max`` reads the bf16 logits and writes their
-  fp32 copy, the maximum taken on the way (2 + 4); ``calculate_predicted_logits`` subtracts,
-  exponentiates and sums in place (4 + 4); ``calculate_cross_entropy_loss`` normalises in place
-  (4 + 4): 22. Backward: ``calculate_gradients`` reads the saved softmax, writes it back updated
-  (the in-place ``mul_`` of a saved input) and the bf16 gradient (4 + 4 + 2): 10.
-* ``te`` (Transformer Engine ``parallel_cross_entropy``, :mod:`model.loss_memory`): forward's
-  ``online_softmax_kernel`` reads the bf16 logits (2) and ``cross_entropy_kernel`` reads them
-  again and writes the gradient in their place (2 + 2): 6. Backward's ``element_mul_kernel``
-  scales it in place (2 + 2): 4 (Megatron's loss gradient is per token, never the scalar 1.0 for
-  which ``cross_entropy_backward`` skips the kernel).
-
-Per-row reads (the target logit, the row statistics) are not counted."""
-
-CROSS_ENTROPY_EXCHANGES: dict[str, tuple[tuple[str, int], ...]] = {
-    "none": (("all_reduce", 4),) * 3,
-    "native": (("all_reduce", 4), ("all_reduce", 8)),
-    "te": (("all_gather", 12),),
-}
-"""The tensor-parallel collectives of each cross entropy (``cross_entropy_fusion_impl``) in
-forward, each as (kind, bytes per token of one rank's tensor), all in fp32: ``none``
-(``tensor_parallel/cross_entropy.py``) all-reduces the row maximum, the target logit and the sum
-of exponentials one at a time; ``native`` the maximum, then the target logit and sum
-concatenated (``predicted_logits_sum_exp_logits``); ``te`` all-gathers each rank's
-``m_d_X_y`` (maximum, sum, target logit: ``dist.all_gather_into_tensor`` in
-``cross_entropy_forward``)."""
 
 OPTIMIZER_BYTES_PER_PARAM = adam_step_bytes(12, 2)
 """Bytes moved per parameter the GPU updates in one mixed-precision Adam step over FP32 state,
@@ -264,6 +230,16 @@ def _eager(name: str, p: Pass) -> Op:
     )  # fmt: skip
 
 
+def _plus(op: Op, p: Pass) -> Op:
+    """``op`` with the bytes and kernels of the eager pass ``p`` added to its own."""
+    return Op(
+        op.name, OpKind.MEMORY, forward_bytes=op.forward_bytes + p.forward_bytes,
+        backward_bytes=op.backward_bytes + p.backward_bytes,
+        forward_kernels=op.forward_kernels + p.forward_kernels,
+        backward_kernels=op.backward_kernels + p.backward_kernels,
+    )  # fmt: skip
+
+
 def _gemm(name: str, m: float, n: float, k: float, role: str = "", batch: float = 1) -> Op:
     return Op(name, OpKind.GEMM, m=m, n=n, k=k, batch=batch, role=role)
 
@@ -313,6 +289,10 @@ def _attention_projections(x: LayerShape) -> list[Op]:
         rope = 2 * beta * T * (a + g) * d / tp
         if x.elementwise is Elementwise.EAGER:
             ops.append(_eager("rotary embedding", eager_rope(T * (a + g) * d / tp, beta)))
+        elif arch.yarn_rope and x.expert_passes.megatron:  # Megatron-Core's unfused YaRN RoPE
+            ops.append(
+                _eager("rotary embedding", megatron_unfused_rope(T * (a + g) * d / tp, beta))
+            )
         else:
             ops.append(_memory("rotary embedding", rope, rope))
     repeat = repeat_kv_bytes(T, a / tp, g / tp, d, beta)
@@ -417,9 +397,12 @@ def _moe(x: LayerShape) -> list[Op]:
     width, mats = spec.expert_ffn_hidden_size / x.etp, 2 if x.arch.mlp is Mlp.SWIGLU else 1
     size = beta * rows * x.etp * width
     fwd, bwd = (3 * size, 5 * size) if mats == 2 else (2 * size, 3 * size)
+    act = _memory("experts activation", fwd, bwd)
+    if x.arch.glu_clamp and mats == 2 and x.expert_passes.megatron:  # clamped before it
+        act = _plus(act, megatron_glu_clamp(rows * x.etp * width, beta))
     ops += [
         Op("experts up", OpKind.GEMM, m=per_expert, n=mats * width, k=h, batch=E / x.ep),
-        _memory("experts activation", fwd, bwd),
+        act,
         Op("experts down", OpKind.GEMM, m=per_expert, n=h, k=width, batch=E / x.ep),
     ]
     extra = megatron_expert_passes(
@@ -461,7 +444,13 @@ def layer_ops(x: LayerShape) -> tuple[Op, ...]:
     a = arch.num_attention_heads
     d_v = arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head
     ops.append(_gemm("output projection", x.tokens, arch.hidden_size, a * d_v / x.tp, "attn_out"))
-    ops += [_residual(x, "attention residual"), _norm(x, "pre-MLP norm")]
+    residual = _residual(x, "attention residual")
+    if arch.linear_bias and arch.moe is not None and x.expert_passes.megatron:
+        # the output projection's bias added unfused (elementwise.megatron_unfused_bias_add)
+        residual = _plus(
+            residual, megatron_unfused_bias_add(x.local_tokens * arch.hidden_size, x.beta)
+        )
+    ops += [residual, _norm(x, "pre-MLP norm")]
     if x.moe:
         ops += _moe(x)
     else:

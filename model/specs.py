@@ -112,6 +112,10 @@ class Architecture:
     index L + k would have, and a final RMSNorm, and runs the shared output head once more; it
     shares the embedding and the output head with the main model and sits on the last pipeline
     stage (Megatron-Core's default placement)."""
+    glu_clamp: bool = False
+    """The gated MLP's two halves clamped before the activation (gpt-oss ``swiglu_limit``)."""
+    yarn_rope: bool = False
+    """RoPE with YaRN frequency scaling (gpt-oss ``rope_scaling`` type ``yarn``)."""
 
     def __post_init__(self) -> None:
         for name, kind in (

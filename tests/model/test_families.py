@@ -112,6 +112,8 @@ def test_gpt_oss_matches_its_model_card():
     # the card's 5.13B leaves out the input embedding (a lookup): 5,711,982,912 − 579,133,440
     assert round((counts.active - embed) / 1e7) == 513
     assert "quantization_config" in notes[0]
+    # swiglu_limit 7.0 and rope_scaling {"rope_type": "yarn"}: what Megatron-Core runs unfused
+    assert arch.glu_clamp and arch.yarn_rope
 
 
 def test_llama4_scout_and_maverick():
