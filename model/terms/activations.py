@@ -310,8 +310,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
     outputs = outputs + torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
-    kept, host = _layer_offload(c, kept, n_layers, host)
-    kept = kept + weight_pass_term(c, f, n_layers, n_moe)
+    kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
