@@ -104,7 +104,8 @@ KEY_DOCS: dict[str, str] = {
     "memory.host_capacity_bytes": "Host memory per GPU available to offload.",
     "memory.host_fits": "Whether the host holds what is offloaded (null without offload).",
     "memory.activations_bytes": "What the transformer layers keep for backward over the "
-    "micro-batches in flight (checkpoints included).",
+    "micro-batches in flight (checkpoints included; under zb-v and dualpipev with fsdp2 also "
+    "the layers' output gradients kept for the pending weight passes).",
     "memory.embedding_activations_bytes": "Embedding and output-layer activations (FP32 logits on the last stage).",
     "memory.recompute_transient_bytes": "What the layer (full) or segment (√n) being recomputed "
     "holds at the peak, less its checkpoint, counted once.",

@@ -37,6 +37,7 @@ from trainplan.model.stage_bytes import (
 )
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
+from trainplan.model.weight_pass import weight_pass_grads_bytes
 from trainplan.model.xp import maximum, where
 
 __all__ = [
@@ -67,6 +68,8 @@ __all__ = [
     "split_forms",
     "stage_layer_counts",
     "transient_forms",
+    "weight_pass_figures",
+    "weight_pass_term",
 ]
 
 CACHE = 4096
@@ -168,6 +171,42 @@ def backward_figures(
         plain.append(work)
         selective.append(work + dropped)
     return (*plain, *selective)
+
+
+@lru_cache(maxsize=CACHE)
+def weight_pass_figures(
+    arch: Architecture, training: TrainingSpec, *fields: Any
+) -> tuple[Any, ...]:
+    """(dense, MoE) :func:`model.weight_pass.weight_pass_grads_bytes` of one layer, one
+    micro-batch, of the :data:`CONTEXT_FIELDS` values; 0 for a kind the model has no layer of."""
+    ctx = activation_context(training, *fields)
+    framework = Framework(fields[-1])
+    return tuple(
+        0 if arch.kind_index(moe) is None else weight_pass_grads_bytes(arch, moe, ctx, framework)
+        for moe in (False, True)
+    )
+
+
+def weight_pass_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:
+    """The output gradients rank ``f.stage`` keeps for its weight passes at once
+    (:mod:`model.weight_pass`), 0 unless the schedule's input-gradient pass retains the graph
+    (:func:`model.backward_working.input_pass_retains`).
+
+    Chunk micro-batches whose ``I`` is done and whose ``W`` is not, at most, read off PyTorch's
+    orders (:func:`model.pipeline_zb.w_pending`, checked against the simulated
+    ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` orders): ZB-V ``2·r + 1``, DualPipeV
+    ``r + 1`` on rank r; each holds the gradients of one chunk's layers, the rank's ``n`` layers
+    over its ``v`` chunks (``n/v`` each; MoE layers in proportion). Added to the kept layers at
+    the rank's activation peak: an upper bound where the most pending ``W`` and the most
+    micro-batches held (:func:`model.schedule_cost.in_flight_units`) fall at different times
+    (ZB-V's peak of ``2·pp`` chunks has one ``W`` pending), exact when the gradients outweigh
+    the kept activations (full recomputation)."""
+    if not input_pass_retains(f.schedule):
+        return 0 * n_layers
+    g = f.lookup(weight_pass_figures, (c.arch, c.training), *CONTEXT_FIELDS)
+    pending = 2 * f.stage + 1 if f.schedule == Schedule.ZB_V else f.stage + 1
+    rank = (n_layers - n_moe) * g[0] + n_moe * g[1]
+    return rank * pending / f.virtual_stages
 
 
 @lru_cache(maxsize=CACHE)

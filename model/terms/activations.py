@@ -63,6 +63,7 @@ from trainplan.model.terms.activation_fields import (
     split_forms,
     stage_layer_counts,
     transient_forms,
+    weight_pass_term,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
@@ -84,7 +85,9 @@ class StageActivations:
 
     layers_bytes: Fraction
     """What the transformer layers keep for backward over all micro-batches in flight
-    (checkpoints included under full / √n recomputation)."""
+    (checkpoints included under full / √n recomputation), and under a split-backward schedule
+    run by PyTorch's pipelining the output gradients kept for the pending weight passes
+    (:func:`model.terms.activation_fields.weight_pass_term`)."""
     recompute_transient_bytes: Fraction
     """Extra bytes while one layer (full) or one segment (√n) is recomputed, less the
     checkpoint it starts from; counted once."""
@@ -307,7 +310,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
     outputs = outputs + torch_recv_buffers(arch, c, f, tokens)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
-    kept, host = _layer_offload(c, kept, n_layers, host)
+    kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
