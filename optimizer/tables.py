@@ -41,7 +41,13 @@ from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import fit_bytes, fit_total, host_fits, peak_over_phases
+from trainplan.model.terms.peak import (
+    fit_bytes,
+    fit_total,
+    held_in_both_phases,
+    host_fits,
+    peak_over_phases,
+)
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
@@ -183,15 +189,16 @@ def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
-    """The memory terms of one job's shapes: forward/backward and optimizer-step state (each with
-    the output layer's all-gather buffer, :func:`model.terms.output_gather.output_gather_term`,
-    held in both phases), the host's share, the side streams' pools [N, Z, P], activations and
-    their host share [N, R, P], legality [N, Z] (:func:`model.terms.peak.host_fits`)."""
+    """The memory terms of one job's shapes: forward/backward and optimizer-step state, the
+    host's share, the side streams' pools [N, Z, P], activations and their host share [N, R, P],
+    the output layer's all-gather buffer (``gather`` [N, 1, P],
+    :func:`model.terms.output_gather.output_gather_term`, held in both phases), legality [N, Z]
+    (:func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
-                "act_host": none_r, "pool": none_z}  # fmt: skip
+                "act_host": none_r, "pool": none_z, "gather": none_z[:, :1]}  # fmt: skip
     skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
@@ -203,11 +210,11 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
-    (held,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
+    (gather,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
-    return {"state": state + held, "step": step + held, "act": act, "legal": legal, "host": host,
-            "act_host": act_host, "pool": pool}  # fmt: skip
+    return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
+            "act_host": act_host, "pool": pool, "gather": gather}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
@@ -252,10 +259,12 @@ def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) 
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
     [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
     accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``
-    (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
+    (:func:`fit_columns`), and with the output layer's buffer as ``held``
+    (:func:`model.terms.peak.held_in_both_phases`: both phases' state in the CP-SAT columns,
+    :func:`fill_job_rows`)."""
     modifiers = {"zero_stage": tuple(zs)}
     (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
-    return mem | {"comm": comm}
+    return mem | {"comm": comm, "held": held_in_both_phases(mem["gather"], comm)}
 
 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
@@ -263,7 +272,7 @@ def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
     :func:`model.terms.peak.fit_total` of the allocated peak (:func:`model.terms.peak.
     peak_over_phases`), the pools and the communicators of ``mem`` (:func:`_with_communicators`)."""
     st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
-    allocated = peak_over_phases(st, act, step)
+    allocated = peak_over_phases(st, act, step, mem["gather"][:, :, None, :])
     return fit_total(allocated, mem["pool"][:, :, None, :], mem["comm"][:, :, None, :], retries_ok)
 
 
@@ -415,8 +424,8 @@ def fill_job_rows(
     hi = lo + len(found)
     mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
     p = mem["state"].shape[2]
-    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["comm"])  # in both phases
-    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["comm"])
+    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["held"])  # in both phases
+    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["held"])
     cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
