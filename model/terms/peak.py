@@ -69,8 +69,9 @@ def peak_over_phases(
 
 def held_in_both_phases(output_gather: Any, communicators: Any) -> Any:
     """Bytes a stage holds in both phases of the step, beside its state and activations: the
-    output layer's all-gather buffer (``output_gather``,
-    :func:`model.terms.output_gather.output_gather_term`, in the caching allocator, never freed)
+    framework's persistent buffers (``output_gather``: the ``"mpu"`` all-gather buffer and
+    DeepSpeed's pipeline receive buffers, :func:`model.terms.output_gather.output_gather_term`, in
+    the caching allocator, never freed)
     and NCCL's communicator buffers (``communicators``,
     :func:`model.terms.comm_memory.comm_memory_term`, outside the allocator, for the whole run).
     The one sum :attr:`StageMemory.both_phases_bytes`, the search's tables (both phases' state
@@ -132,9 +133,10 @@ class StageMemory:
     peak and unusable by the default stream (:func:`stream_pool_term`); in
     :attr:`reserved_bytes`, not in :attr:`allocated_bytes`."""
     output_gather_bytes: Fraction = Fraction(0)
-    """The output layer's persistent all-gather buffer (Megatron-Core's ``"mpu"`` global memory
-    buffer, :func:`model.terms.output_gather.output_gather_term`): in the caching allocator, held
-    in both phases; 0 but on the stage holding the output layer."""
+    """The buffers the framework allocates once (:func:`model.terms.output_gather.output_gather_term`):
+    the ``"mpu"`` global memory buffer (Megatron-Core's output layer on its stage; Megatron-DeepSpeed's
+    layers on every stage) and DeepSpeed's pipeline receive buffers; in the caching allocator,
+    held in both phases."""
 
     @property
     def backward_bytes(self) -> Fraction:

@@ -46,10 +46,8 @@ def test_zero_without_the_gather_or_under_other_profiles():
     # no sequence parallelism or tp 1: the output layer's input is not gathered
     assert _held(replace(BASE, sequence_parallel=False)) == [0, 0]
     assert _held(replace(BASE, tp=1, sequence_parallel=False)) == [0, 0]
-    # deepspeed: the same "mpu" buffer is its layers' re-gathered input (backward working set);
-    # textbook counts no runtime buffer
-    for fw in ("deepspeed", "textbook"):
-        assert _held(replace(BASE, framework=fw)) == [0, 0]
+    # textbook counts no runtime buffer (deepspeed's: tests/model/test_deepspeed_pipe_engine.py)
+    assert _held(replace(BASE, framework="textbook")) == [0, 0]
 
 
 def test_held_in_both_phases():
