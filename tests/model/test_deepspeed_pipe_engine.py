@@ -81,3 +81,24 @@ def test_held_in_both_phases_and_none_without_pipeline():
         )
     flat = replace(BASE, pp=1, dp=2)
     assert _figures(flat) == [(H, 0, 1)]
+
+
+def test_moe_sends_whole_tensors_by_hand():
+    """A mixture-of-experts model under Megatron-DeepSpeed: ``GPTModelPipe`` asserts pipe and
+    gradient partitioning off at pp > 1 and tp > 1 (:func:`model.comm.pipe_partitioned`), so
+    the engine keeps whole boundary tensors. Mixtral 8x7B (h 4,096), s 4,096, b 1, tp 2 with
+    SP, pp 2: one = 2·4,096·4,096/2 = 16,777,216 B, the "mpu" buffer 33,554,432 B.
+
+    * stage 0: "mpu" + gradient buffer one = 50,331,648 held; 2 outputs in flight,
+      33,554,432 kept;
+    * stage 1: "mpu" + ``pipe_recv_buf`` one held; the received copy beside the clone the
+      stage runs on, 16,777,216 kept."""
+    mixtral = get_model("mixtral-8x7b").model
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = replace(BASE, tp=2)
+    got = []
+    for st in stage_memory(mixtral, training, layout, device=H100):
+        got.append((int(st.output_gather_bytes), int(st.activations.pipeline_output_bytes)))
+    one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
+    assert got == [(mpu + one, 2 * one), (mpu + one, one)]
+    assert mpu + one == 50_331_648
