@@ -68,7 +68,15 @@ all-to-all's output beside its input); shared experts as a dense MLP of their wi
 Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
 the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
 ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
-gradient of a norm's input (``n``, below every step's other tensors), RoPE's backward copies.
+gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward copies
+(Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies, and its
+backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the attention
+core's step and the QKV step, stays below the QKV step's two whole ``H``); under ``deepspeed``
+the weight gradient each projection returns (Megatron-DeepSpeed ``megatron/core/
+tensor_parallel/layers.py``, ``grad_output.t().matmul(total_input)``, no fused accumulation),
+which autograd adds into the kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes,
+not frees, it: ``BF16_Optimizer.clear_lp_grads``) — one weight of the projection, per GPU,
+beside that step's tensors, not yet counted.
 """
 
 from __future__ import annotations
