@@ -43,12 +43,13 @@ sequence shard gathered again) and ``c`` (input gradients whole at once) are the
   and the weight gradient; the fused QKV and FC1 are one projection each. Megatron-Core's
   ``megatron/core/fusions/fused_bias_swiglu.py`` ``SwiGLUFunction.backward``: ``swiglu_back``
   returns one ``[S, 2f/tp]`` tensor.
-* ``deepspeed`` (Megatron-DeepSpeed's layers): the same. ``megatron/core/tensor_parallel/
+* ``deepspeed`` (Megatron-DeepSpeed's layers): ``r = 0``, ``c = 1``. ``megatron/core/tensor_parallel/
   layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward`` gathers the saved
   input into ``get_global_memory_buffer()``'s ``"mpu"`` tensor, computes ``grad_input`` whole and
   reduce-scatters it into ``sub_grad_input`` while the weight gradient runs (Megatron-LM
   ``megatron/core/tensor_parallel/layers.py``, the same function, for Megatron-Core's local
-  layers).
+  layers). That tensor is allocated once and never freed (``GlobalMemoryBuffer``): it is held in
+  both phases (:func:`model.terms.output_gather.output_gather_term`), not in this working set.
 * ``fsdp2`` (torchtitan, plain autograd on DTensor): ``r = 0`` (the block input is kept
   all-gathered, :attr:`model.activations.ActivationContext.gathered_block_inputs`), ``c = 2``:
   the projections are separate modules (``torchtitan/models/common/attention.py``
@@ -76,7 +77,15 @@ schedule, :mod:`model.schedule_support`; the ``textbook`` profile counts no work
 Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
 the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
 ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
-gradient of a norm's input (``n``, below every step's other tensors), RoPE's backward copies.
+gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward copies
+(Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies, and its
+backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the attention
+core's step and the QKV step, stays below the QKV step's two whole ``H``); under ``deepspeed``
+the weight gradient each projection returns (Megatron-DeepSpeed ``megatron/core/
+tensor_parallel/layers.py``, ``grad_output.t().matmul(total_input)``, no fused accumulation),
+which autograd adds into the kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes,
+not frees, it: ``BF16_Optimizer.clear_lp_grads``) — one weight of the projection, per GPU,
+beside that step's tensors, not yet counted.
 """
 
 from __future__ import annotations
@@ -156,7 +165,8 @@ def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
     sp = ctx.sequence_parallel and ctx.tp > 1
-    regather = 1 if sp and not ctx.gathered_block_inputs else 0
+    persistent = framework is Framework.DEEPSPEED  # the "mpu" buffer, held in both phases
+    regather = 1 if sp and not ctx.gathered_block_inputs and not persistent else 0
     return regather, 2 if framework is Framework.FSDP2 else 1
 
 

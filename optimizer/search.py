@@ -147,11 +147,11 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
     est = job.case.evaluate(tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r]))
     for stage in est.stages:
         acts = stage.activations.total_bytes if stage.activations else 0
-        # the tables hold these in both phases' state: NCCL's buffers, the output layer's gather
-        comm = stage.communicator_bytes + stage.output_gather_bytes
+        # in both phases' state columns: model.terms.peak.held_in_both_phases
+        held = stage.both_phases_bytes
         got = (
-            math.ceil(stage.state.backward_bytes + comm),
-            math.ceil(stage.state.optimizer_step_bytes + comm),
+            math.ceil(stage.state.backward_bytes + held),
+            math.ceil(stage.state.optimizer_step_bytes + held),
             math.ceil(acts),
         )
         i = stage.stage

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout
-from trainplan.model.terms.peak import fit_bytes
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
@@ -84,7 +83,7 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         row = options.get((s, layers, lay.recompute_layers[s]))
         if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
             raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
-        if fit_bytes(stage, tables.allocator_retries_ok) > tables.capacity:
+        if not tables.within(stage):
             raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
         paced.append(row.paced_ns)
     if max(paced) != paced_ns:

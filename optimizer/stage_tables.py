@@ -61,6 +61,7 @@ __all__ = [
     "stage_rows",
     "pipeline_lower_bound",
     "stage_capacity",
+    "stage_within",
     "NO_SPLIT",
 ]
 
@@ -99,8 +100,8 @@ class StageTables:
     num_layers: int
     """L, the layers to place."""
     capacity: int
-    """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom), or the
-    ``max_bytes`` bound when lower)."""
+    """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom)), which its fit
+    figure must not exceed (:func:`stage_within`)."""
     options: tuple[tuple[StageOption, ...], ...]
     """Per stage, the options that fit: for each layer count the least recomputation that fits
     (more recomputes hold no more and run no slower — tested — so they are dominated)."""
@@ -109,6 +110,32 @@ class StageTables:
     allocator_retries_ok: bool = False
     """Whether a stage fits by its allocated peak alone (:func:`model.terms.peak.fit_bytes`;
     :attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
+    max_bytes: int | None = None
+    """The memory frontier's ε, bytes per GPU: a bound on every stage's peak
+    (:attr:`~model.terms.peak.StageMemory.total_bytes`, :func:`stage_within`); None: none."""
+
+    def within(self, stage: StageMemory) -> bool:
+        """:func:`stage_within` of ``stage`` under these tables' capacity, bound and fit rule."""
+        return stage_within(stage, self.capacity, self.max_bytes, self.allocator_retries_ok)
+
+
+def stage_within(
+    stage: StageMemory, capacity: int, max_bytes: int | None, allocator_retries_ok: bool
+) -> bool:
+    """Whether a :class:`~model.terms.peak.StageMemory` ``stage`` may stand in a per-stage
+    plan: its fit figure (:func:`model.terms.peak.fit_bytes`: the reserved bytes with the
+    communicators unless ``allocator_retries_ok``) within ``capacity`` bytes per GPU, and its
+    peak (:attr:`~model.terms.peak.StageMemory.total_bytes`: the allocated peak with the
+    communicators, the memory frontier's axis) within ``max_bytes`` when given.
+
+    The uniform search applies the same two bounds (:attr:`optimizer.tables.CostTables.fits`
+    against the capacity, :attr:`optimizer.tables.CostTables.peak_ceil` against ``max_bytes``,
+    :func:`optimizer.per_stage.uniform_within`), so both sides of the memory frontier meet one
+    ε on one figure. They differ only by FSDP2's side-stream pools
+    (:func:`model.terms.peak.stream_pool_term`): in the fit figure, not in the peak."""
+    if fit_bytes(stage, allocator_retries_ok) > capacity:
+        return False
+    return max_bytes is None or stage.total_bytes <= max_bytes
 
 
 class OutOfTime(Exception):
@@ -176,7 +203,8 @@ def stage_capacity(
 ) -> int:
     """Bytes per GPU a stage may use: the device's usable bytes as ``layout``'s framework counts
     them (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − ``headroom``), and at most
-    ``max_bytes`` when given."""
+    ``max_bytes`` when given (a bound no stage's peak exceeds under either figure of
+    :func:`stage_within`: :func:`pipeline_lower_bound`'s)."""
     capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
     return capacity if max_bytes is None else min(capacity, max_bytes)
 
@@ -311,7 +339,7 @@ def build_stage_tables(
     (:class:`StageOption`). With ``cap_ns`` only rows whose pipeline term plus ``rest_lower_ns``
     (a lower bound on the rest of the step) stays below it: a stage slower than that cannot be
     part of a step faster than ``cap_ns``. ``max_bytes``: a further bound on every stage's peak,
-    bytes per GPU (the memory frontier's ε): the capacity is the lesser of the two.
+    bytes per GPU (the memory frontier's ε, :func:`stage_within`).
     ``deadline``: a :func:`time.perf_counter` instant, checked before each layer count's rows
     (a few evaluations each), so a time limit holds to within one of them.
     ``allocator_retries_ok``: a stage fits by its allocated peak alone
@@ -333,8 +361,9 @@ def build_stage_tables(
     """
     costs = StageCosts(
         _stage_context(case, layout),
-        stage_capacity(case, layout, headroom, max_bytes),
+        stage_capacity(case, layout, headroom),
         allocator_retries_ok,
+        max_bytes,
     )
     L, pp = costs.stages.num_layers, layout.pp
     most = time_caps(costs, cap_ns, rest_lower_ns)
@@ -347,8 +376,9 @@ def build_stage_tables(
         rows.append(found)
         most[stage] = max((o.layers for o in found), default=-1)
     return StageTables(
-        case, layout, L, costs.capacity, tuple(rows), costs.evaluations, allocator_retries_ok
-    )
+        case, layout, L, costs.capacity, tuple(rows), costs.evaluations, allocator_retries_ok,
+        max_bytes,
+    )  # fmt: skip
 
 
 class StageCosts:
@@ -356,12 +386,20 @@ class StageCosts:
     of (stage, n, k) (:attr:`evaluations` counts them) and the pipeline term, which reads only
     whether the stage is first or last, its layers and their recomputed counts."""
 
-    def __init__(self, stages: _Stages, capacity: int, allocator_retries_ok: bool = False) -> None:
+    def __init__(
+        self,
+        stages: _Stages,
+        capacity: int,
+        allocator_retries_ok: bool = False,
+        max_bytes: int | None = None,
+    ) -> None:
         self.stages = stages
         self.capacity = capacity
         """Bytes per GPU a stage may use (:func:`stage_capacity`)."""
         self.allocator_retries_ok = allocator_retries_ok
         """Whether the allocated peak alone must fit (:func:`model.terms.peak.fit_bytes`)."""
+        self.max_bytes = max_bytes
+        """The memory frontier's ε on every stage's peak, bytes per GPU (None: none)."""
         self.evaluations = 0
         self._memory: dict[tuple[int, int, int], StageMemory] = {}
         self._paced: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
@@ -374,9 +412,10 @@ class StageCosts:
         return self._memory[stage, n, k]
 
     def fits(self, stage: int, n: int, k: int) -> bool:
-        """Whether the stage's peak (:func:`model.terms.peak.fit_bytes`: the reserved bytes
-        unless :attr:`allocator_retries_ok`) is within :attr:`capacity`."""
-        return fit_bytes(self.memory(stage, n, k), self.allocator_retries_ok) <= self.capacity
+        """Whether the stage fits (:func:`stage_within`: its fit figure within
+        :attr:`capacity`, its peak within :attr:`max_bytes`)."""
+        mem = self.memory(stage, n, k)
+        return stage_within(mem, self.capacity, self.max_bytes, self.allocator_retries_ok)
 
     def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
         """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""

@@ -39,9 +39,9 @@ from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.key_rules import options_given
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
+from trainplan.model.terms import peak as pk
 from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import fit_bytes, fit_total, host_fits, peak_over_phases
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
@@ -183,15 +183,15 @@ def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
-    """The memory terms of one job's shapes: forward/backward and optimizer-step state (each with
-    the output layer's all-gather buffer, :func:`model.terms.output_gather.output_gather_term`,
-    held in both phases), the host's share, the side streams' pools [N, Z, P], activations and
-    their host share [N, R, P], legality [N, Z] (:func:`model.terms.peak.host_fits`)."""
+    """The memory terms of one job's shapes: forward/backward and optimizer-step state, the host's
+    share, the side streams' pools [N, Z, P], activations and their host share [N, R, P], the
+    buffers held in both phases (``gather``, :func:`model.terms.output_gather.output_gather_term`),
+    legality [N, Z] (:func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
-                "act_host": none_r, "pool": none_z}  # fmt: skip
+                "act_host": none_r, "pool": none_z, "gather": none_z[:, :1]}  # fmt: skip
     skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
@@ -203,11 +203,11 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
-    (held,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
+    (gather,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
-        legal &= host_fits(host.max(axis=2), c.gpu)[:, :, None]
-    return {"state": state + held, "step": step + held, "act": act, "legal": legal, "host": host,
-            "act_host": act_host, "pool": pool}  # fmt: skip
+        legal &= pk.host_fits(host.max(axis=2), c.gpu)[:, :, None]
+    return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
+            "act_host": act_host, "pool": pool, "gather": gather}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
@@ -249,22 +249,22 @@ def _job_rows(
 
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
-    """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
-    [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
-    accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``
-    (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
+    """``mem`` with NCCL's buffers as ``comm`` (:func:`model.terms.comm_memory.comm_memory_term`,
+    [N, Z, P]: per ZeRO stage; they read the node, NIC and links, so no job shares them) and with
+    ``gather`` as ``held`` (:func:`model.terms.peak.held_in_both_phases`: both phases' state in
+    the CP-SAT columns, :func:`fill_job_rows`)."""
     modifiers = {"zero_stage": tuple(zs)}
     (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
-    return mem | {"comm": comm}
+    return mem | {"comm": comm, "held": pk.held_in_both_phases(mem["gather"], comm)}
 
 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
-    """[N, Z, R, P] bytes each stage must find in its capacity (float64):
-    :func:`model.terms.peak.fit_total` of the allocated peak (:func:`model.terms.peak.
-    peak_over_phases`), the pools and the communicators of ``mem`` (:func:`_with_communicators`)."""
+    """[N, Z, R, P] bytes each stage must find in its capacity (float64): :func:`model.terms.peak.
+    fit_total` of the allocated peak (:func:`model.terms.peak.peak_over_phases`), pools, ``comm``."""
     st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
-    allocated = peak_over_phases(st, act, step)
-    return fit_total(allocated, mem["pool"][:, :, None, :], mem["comm"][:, :, None, :], retries_ok)
+    allocated = pk.peak_over_phases(st, act, step, mem["gather"][:, :, None, :])
+    pool, comm = mem["pool"][:, :, None, :], mem["comm"][:, :, None, :]
+    return pk.fit_total(allocated, pool, comm, retries_ok)
 
 
 def _fits(
@@ -284,7 +284,7 @@ def _fits(
     host_ok = np.ones(clear_in.shape, dtype=bool)
     if mem["act_host"].any():
         host = (mem["host"][:, :, None, :] + mem["act_host"][:, None, :, :]).max(axis=3)
-        host_ok = host_fits(host, case.device)
+        host_ok = pk.host_fits(host, case.device)
     fits = clear_in & legal & host_ok
     for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal), strict=True):
         lay = shapes[n].layout(zs[z], rs[r])
@@ -293,7 +293,7 @@ def _fits(
             links_for(lay, case.links, case.fabric),
         )  # fmt: skip
         fits[n, z, r] = host_ok[n, z, r] and all(
-            fit_bytes(st, retries_ok) <= cap[n] for st in stages
+            pk.fit_bytes(st, retries_ok) <= cap[n] for st in stages
         )
     return fits
 
@@ -415,8 +415,8 @@ def fill_job_rows(
     hi = lo + len(found)
     mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
     p = mem["state"].shape[2]
-    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["comm"])  # in both phases
-    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["comm"])
+    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["held"])  # in both phases
+    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["held"])
     cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
@@ -431,7 +431,7 @@ def peak_table(state: np.ndarray, step: np.ndarray, act: np.ndarray) -> np.ndarr
     peak = np.zeros((S, Z, R), dtype=np.int64)
     for z in range(Z):
         if S:
-            peak[:, z, :] = peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
+            peak[:, z, :] = pk.peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
                 axis=2
             )
     return peak

@@ -25,8 +25,11 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     )
     # 53.89 GB before the MoE forward working set (DeepSpeed's decode, 22·S·h = 2.95 GB at
     # S = 32,768 on top of the recompute transient (full), and the gate rows in that transient),
-    # one layer's backward working set and the world group's NCCL ring
-    assert "= total (peak: forward-backward)                   58.15 GB" in search.stdout
+    # one layer's backward working set and the world group's NCCL ring; 58.15 GB before
+    # DeepSpeed's pipeline engine: stage 0 (tp 1, nothing partitioned) keeps its whole output
+    # per micro-batch in flight, 2 × 2·32,768·4,096 = 536,870,912 B, and its gradient receive
+    # buffer, 268,435,456 B, for the whole run: 58.96 GB
+    assert "= total (peak: forward-backward)                   58.96 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -137,8 +137,9 @@ KEY_DOCS: dict[str, str] = {
     "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
     "memory.buffers_bytes": "Live in forward/backward only: unsharded gradients before reduction, communication buckets.",
     "memory.optimizer_step_bytes": "What the optimizer step adds to the model state (no activations then).",
-    "memory.output_gather_bytes": "The output layer's all-gather buffer (megatron, tp > 1 with sequence "
-    "parallelism, the last stage), held for the whole run in both phases.",
+    "memory.output_gather_bytes": "Buffers allocated once, held for the whole run in both phases: the "
+    '"mpu" all-gather buffer (tp > 1 with sequence parallelism: megatron\'s output layer on the last stage, '
+    "deepspeed's layers on every stage) and DeepSpeed's pipeline receive buffers (pp > 1).",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
     "memory.stream_pool_bytes": "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs).",

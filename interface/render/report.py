@@ -161,7 +161,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
-        ("output layer's all-gather buffer (whole run)", m.get("output_gather_bytes")),
+        ("all-gather and pipeline buffers (whole run)", m.get("output_gather_bytes")),
         ("NCCL communicator buffers (whole run)", m.get("communicator_bytes")),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),

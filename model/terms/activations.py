@@ -102,7 +102,8 @@ class StageActivations:
     with SP, per model chunk in flight); 0 when ``Layout.deallocate_pipeline_outputs`` (the
     default, Megatron-LM's ``deallocate_pipeline_outputs``) except under ``fsdp2``, whose
     PyTorch schedules keep them; there also PyTorch's receive buffers, one per micro-batch
-    (:func:`_torch_recv_buffers`)."""
+    (:func:`_torch_recv_buffers`); under ``deepspeed`` what its pipeline engine keeps
+    (:func:`model.terms.pipeline_buffers.deepspeed_kept_per_microbatch`)."""
     cp_transient_bytes: Fraction = Fraction(0)
     """What the context-parallel exchange holds beside the kept activations while one layer's
     attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;

@@ -18,13 +18,18 @@ activations, :mod:`model.stage_bytes`), and the backward working set
 (:mod:`model.backward_working`) counts the transformer layers' re-gathered inputs, which under the
 ``megatron`` profile's Transformer Engine layers are Transformer Engine's own buffers, not this one.
 
-Profiles: ``megatron`` only. ``deepspeed`` (Megatron-DeepSpeed's ``parallel_lm_logits``,
-``megatron/model/language_model.py``, calls the same ``linear_with_grad_accumulation_and_async_
-allreduce`` with ``sequence_parallel``, which fills the same ``"mpu"`` buffer) is left at 0 here:
-its transformer layers use that same function, so the same tensor of the same size serves every
-column-parallel projection on every stage, and :mod:`model.backward_working` already counts it
-at the backward peak as the layers' re-gathered input. ``fsdp2`` has no such buffer (DTensor's
-all-gathers are ordinary tensors); ``textbook`` counts no runtime buffer.
+Profiles: ``megatron`` as above. ``deepspeed``: Megatron-DeepSpeed's ``parallel_lm_logits``
+(``megatron/model/language_model.py``) and its transformer layers' column-parallel projections
+(``megatron/core/tensor_parallel/layers.py``, microsoft/Megatron-DeepSpeed f4157bea) call the same
+``linear_with_grad_accumulation_and_async_allreduce`` with ``sequence_parallel``: in forward and
+in backward they all-gather the ``[s/tp, b, h]`` input into the same ``"mpu"`` tensor, so one
+``β·b·(s/cp)·h`` buffer sits on every stage, from the first forward on, in both phases
+(:mod:`model.backward_working` leaves it out of the layers' re-gathered input for that reason;
+counted on a stage without layers too, where Megatron-DeepSpeed's ``partition_method=
+'type:transformer'`` leaves none only when L < pp). Beside it DeepSpeed's pipeline engine keeps
+its receive buffers (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also
+allocated once. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary tensors);
+``textbook`` counts no runtime buffer.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework
 from trainplan.model.terms.activation_fields import end_stages
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.pipeline_buffers import deepspeed_engine, deepspeed_engine_buffers
 from trainplan.model.xp import exact, where
 
 __all__ = ["output_gather_bytes", "output_gather_term"]
@@ -55,20 +61,25 @@ def output_gather_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: i
 
 
 def output_gather_term(c: Context, f: Fields) -> Any:
-    """Bytes of the output layer's persistent all-gather buffer on one GPU of stage ``f.stage``
-    (see the module docstring): :func:`output_gather_bytes` on the rank holding the output layer
-    (:func:`model.terms.activation_fields.end_stages`) under ``megatron`` with tp > 1 and sequence
-    parallelism, else 0 (and 0 for a size-only model). Held in both phases.
+    """Bytes of the persistent buffers the framework allocates once on one GPU of stage
+    ``f.stage`` (see the module docstring), held in both phases: :func:`output_gather_bytes` on
+    the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`) under
+    ``megatron``, on every rank under ``deepspeed``, with tp > 1 and sequence parallelism; under
+    ``deepspeed`` with pp > 1 also the pipeline engine's receive buffers
+    (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`); else 0 (and 0 for a
+    size-only model).
 
     Scope: tp, cp, micro_batch_size, sequence_parallel, pp, schedule, framework.
     Control: pp, framework.
     """
     arch = c.model.arch
-    if arch is None or Framework(f.framework) is not Framework.MEGATRON:
+    if arch is None or Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
         return 0
     _, last = end_stages(f)
     tokens = exact(c.training.seq_len) / f.cp
     one = output_gather_bytes(
         c.training.activation_bytes, f.micro_batch_size, tokens, arch.hidden_size
     )
-    return where(last & f.sp & (f.tp > 1), one, 0)
+    ds = f.lookup(deepspeed_engine, (), "framework")
+    mpu = where((last | (ds == 1)) & f.sp & (f.tp > 1), one, 0)
+    return mpu + deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size)

@@ -39,6 +39,7 @@ from trainplan.model.xp import is_array, maximum, where
 __all__ = [
     "StageMemory",
     "peak_over_phases",
+    "held_in_both_phases",
     "stage_memory_term",
     "stream_pool_term",
     "reserved_over_capacity",
@@ -64,6 +65,26 @@ def peak_over_phases(
     (15, 18, 20)
     """
     return maximum(backward_state + activations, optimizer_step_state) + held
+
+
+def held_in_both_phases(output_gather: Any, communicators: Any) -> Any:
+    """Bytes a stage holds in both phases of the step, beside its state and activations: the
+    framework's persistent buffers (``output_gather``: the ``"mpu"`` all-gather buffer and
+    DeepSpeed's pipeline receive buffers, :func:`model.terms.output_gather.output_gather_term`, in
+    the caching allocator, never freed)
+    and NCCL's communicator buffers (``communicators``,
+    :func:`model.terms.comm_memory.comm_memory_term`, outside the allocator, for the whole run).
+    The one sum :attr:`StageMemory.both_phases_bytes`, the search's tables (both phases' state
+    columns, :func:`optimizer.tables.fill_job_rows`) and the search's check against the
+    evaluator (:func:`optimizer.search.check_against_evaluate`) read. Bytes; exact for one
+    layout, element-wise for arrays.
+
+    Examples
+    --------
+    >>> held_in_both_phases(3, 5)
+    8
+    """
+    return output_gather + communicators
 
 
 def fit_total(
@@ -112,9 +133,10 @@ class StageMemory:
     peak and unusable by the default stream (:func:`stream_pool_term`); in
     :attr:`reserved_bytes`, not in :attr:`allocated_bytes`."""
     output_gather_bytes: Fraction = Fraction(0)
-    """The output layer's persistent all-gather buffer (Megatron-Core's ``"mpu"`` global memory
-    buffer, :func:`model.terms.output_gather.output_gather_term`): in the caching allocator, held
-    in both phases; 0 but on the stage holding the output layer."""
+    """The buffers the framework allocates once (:func:`model.terms.output_gather.output_gather_term`):
+    the ``"mpu"`` global memory buffer (Megatron-Core's output layer on its stage; Megatron-DeepSpeed's
+    layers on every stage) and DeepSpeed's pipeline receive buffers; in the caching allocator,
+    held in both phases."""
 
     @property
     def backward_bytes(self) -> Fraction:
@@ -122,8 +144,13 @@ class StageMemory:
         activation line (the micro-batches in flight, the recompute transient) and the
         communicators."""
         acts = self.activations.total_bytes if self.activations else 0
-        held = self.output_gather_bytes + self.communicator_bytes
-        return self.state.backward_bytes + acts + held
+        return self.state.backward_bytes + acts + self.both_phases_bytes
+
+    @property
+    def both_phases_bytes(self) -> Fraction:
+        """Bytes held in both phases beside the state and activations: the output layer's
+        all-gather buffer and the communicators (:func:`held_in_both_phases`)."""
+        return Fraction(held_in_both_phases(self.output_gather_bytes, self.communicator_bytes))
 
     @property
     def allocated_bytes(self) -> Fraction:
@@ -163,7 +190,7 @@ class StageMemory:
     @property
     def peak_phase(self) -> str:
         """``forward-backward`` or ``optimizer-step``: where :attr:`total_bytes` is reached."""
-        step = self.state.optimizer_step_bytes + self.output_gather_bytes + self.communicator_bytes
+        step = self.state.optimizer_step_bytes + self.both_phases_bytes
         if step > self.backward_bytes:
             return "optimizer-step"
         return "forward-backward"

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.comm import pipe_partitioned
 from trainplan.model.loss_memory import output_chunks_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import output_stage
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import where
 
-__all__ = ["pipeline_outputs", "torch_recv_buffers", "torch_pipelining"]
+__all__ = [
+    "pipeline_outputs",
+    "torch_recv_buffers",
+    "torch_pipelining",
+    "deepspeed_engine",
+    "deepspeed_part_divisor",
+    "deepspeed_kept_per_microbatch",
+    "deepspeed_engine_buffers",
+]
 
 
 def pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
@@ -29,15 +38,88 @@ def pipeline_outputs(arch: Architecture, c: Context, f: Fields, tokens: Any) -> 
     Llama 3 (arXiv 2407.21783) §3.3.2 deallocates stage inputs and outputs the same way.
     Under ``fsdp2`` nothing deallocates them: PyTorch's ``_PipelineStageBase.forward_one_chunk``
     (``torch/distributed/pipelining/stage.py``) keeps each chunk's ``output_tuple`` in
-    ``fwd_cache`` until ``backward_one_chunk`` pops it for ``stage_backward``.
+    ``fwd_cache`` until ``backward_one_chunk`` pops it for ``stage_backward``. Under
+    ``deepspeed`` the pipeline engine's own rule, whatever the layout's flag
+    (:func:`deepspeed_kept_per_microbatch`).
     """
-    one = c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
+    one = _boundary(arch, c, f, tokens)
     v = f.virtual_stages
     senders = where(output_stage(f), v - 1, v)
     torch_pp = f.lookup(torch_pipelining, (c.training,), "framework")
     dealloc = where(torch_pp == 1, False, f.deallocate_pipeline_outputs)
     kept = where(dealloc, 0, 1) * where(f.pp == 1, 0, 1)
-    return kept * one * senders
+    ds = f.lookup(deepspeed_engine, (), "framework")
+    ds_kept = deepspeed_kept_per_microbatch(arch, c, f, tokens)
+    return where(ds == 1, ds_kept, kept * one * senders)
+
+
+def _boundary(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes of one stage boundary tensor on this GPU: ``β·S·h``, ÷ tp with sequence
+    parallelism."""
+    return c.training.activation_bytes * tokens * arch.hidden_size / where(f.sp, f.tp, 1)
+
+
+def deepspeed_engine(framework: Any) -> int:
+    """1 under the ``deepspeed`` profile (DeepSpeed's ``PipelineEngine`` runs the pipeline),
+    else 0."""
+    return 1 if str(framework) == "deepspeed" else 0
+
+
+def deepspeed_part_divisor(c: Context, f: Fields) -> Any:
+    """What DeepSpeed's ``PipelineEngine`` divides a stage boundary tensor by before it keeps or
+    sends it: tp where it partitions (:func:`model.comm.pipe_partitioned`: ``is_pipe_partitioned``
+    and ``is_grad_partitioned`` need a model-parallel group, tp > 1, and a model that is not a
+    mixture of experts), else 1. ``PartitionedTensor._partition_tensor``
+    (``deepspeed/runtime/utils.py``) keeps a clone of this rank's ``numel/tp`` slice of the
+    flattened tensor."""
+    split = pipe_partitioned("deepspeed", c.arch.moe is not None)
+    return where(split & (f.tp > 1), f.tp, 1)
+
+
+def deepspeed_kept_per_microbatch(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes DeepSpeed's ``PipelineEngine`` keeps on this GPU for one micro-batch between its
+    forward and its backward, with pp > 1 (``deepspeed/runtime/pipe/engine.py``; ``one`` the
+    stage boundary tensor, β·S·h ÷ tp with SP, ``part`` = one ÷ :func:`deepspeed_part_divisor`):
+
+    * every stage but the last: ``part``, the output. ``_exec_forward_pass`` keeps the outputs in
+      ``pipe_buffers['outputs'][buffer_id]`` until ``_exec_backward_pass`` sets it to None;
+      where it partitions, it replaces the output's data by ``torch.zeros(1)`` and keeps
+      ``part.data()``, this rank's slice, else the whole output;
+    * every stage but the first, where it does not partition: ``one``, the received input.
+      ``_exec_recv_activations`` stores ``recvd`` in ``pipe_buffers['inputs'][buffer_id]``
+      (freed by ``_exec_send_grads``) and ``_exec_forward_pass`` runs the stage on
+      ``inputs.clone()``, the tensor the first layer saves: the received copy is held beside it.
+      Where it partitions, the buffer holds ``part_input.full()``, the very tensor the stage
+      runs on (the first layer's saved input): nothing beside.
+
+    The activation term multiplies this by the micro-batches in flight; 0 with pp = 1."""
+    one = _boundary(arch, c, f, tokens)
+    divisor = deepspeed_part_divisor(c, f)
+    first, last = f.stage == 0, output_stage(f)
+    kept = where(last, 0, one / divisor) + where(first | (divisor > 1), 0, one)
+    return where(f.pp == 1, 0, kept)
+
+
+def deepspeed_engine_buffers(c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes of the receive buffers DeepSpeed's ``PipelineEngine`` allocates once and keeps for
+    the whole run (both phases of the step), on one GPU, with pp > 1
+    (``deepspeed/runtime/pipe/engine.py``; ``part`` as in :func:`deepspeed_kept_per_microbatch`):
+
+    * every stage but the first: ``part``, ``pipe_recv_buf`` — ``_exec_recv_activations``
+      allocates it from the first message's meta (``_recv_tensor_meta``) and receives every
+      micro-batch into it (then clones);
+    * every stage but the last: ``part``, the gradient buffer — ``_exec_recv_grads`` allocates
+      ``grad_layer`` through ``_allocate_or_extend_buffers`` into ``_grad_layer_buf``, which it
+      reuses for every micro-batch.
+
+    Both are dropped only by ``reset_activation_shape``. 0 under other profiles."""
+    arch = c.arch
+    one = _boundary(arch, c, f, tokens)
+    part = one / deepspeed_part_divisor(c, f)
+    first, last = f.stage == 0, output_stage(f)
+    held = where(first, 0, part) + where(last, 0, part)
+    ds = f.lookup(deepspeed_engine, (), "framework")
+    return where((ds == 1) & (f.pp > 1), held, 0)
 
 
 def torch_recv_buffers(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:

@@ -4,6 +4,7 @@ from Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication.forward``
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from trainplan.model.estimate import stage_memory
@@ -45,10 +46,8 @@ def test_zero_without_the_gather_or_under_other_profiles():
     # no sequence parallelism or tp 1: the output layer's input is not gathered
     assert _held(replace(BASE, sequence_parallel=False)) == [0, 0]
     assert _held(replace(BASE, tp=1, sequence_parallel=False)) == [0, 0]
-    # deepspeed: the same "mpu" buffer is its layers' re-gathered input (backward working set);
-    # textbook counts no runtime buffer
-    for fw in ("deepspeed", "textbook"):
-        assert _held(replace(BASE, framework=fw)) == [0, 0]
+    # textbook counts no runtime buffer (deepspeed's: tests/model/test_deepspeed_pipe_engine.py)
+    assert _held(replace(BASE, framework="textbook")) == [0, 0]
 
 
 def test_held_in_both_phases():
@@ -60,3 +59,39 @@ def test_held_in_both_phases():
     expected = max(st.backward_bytes + acts, st.optimizer_step_bytes) + 134_217_728
     assert with_sp.allocated_bytes == expected
     assert with_sp.total_bytes == expected + with_sp.communicator_bytes
+
+
+def test_one_figure_held_in_both_phases_for_the_evaluator_tables_and_check():
+    """What a stage holds in both phases beside its state and activations is one figure,
+    :func:`model.terms.peak.held_in_both_phases`: the output layer's buffer (134,217,728 B on the
+    last stage, above) plus NCCL's communicators. The evaluator's forward/backward bytes, the
+    search tables' state columns (:func:`optimizer.tables.fill_job_rows`) and the search's
+    check against the evaluator (:func:`optimizer.search.check_against_evaluate`) read it:
+    Llama 3 70B on 16 H100, dp 1, tp 8 with SP, pp 2, b 1, 1F1B, ZeRO-1, full recompute."""
+    from trainplan.model.terms.peak import held_in_both_phases
+    from trainplan.optimizer.case import Case
+    from trainplan.optimizer.problem import Job, Problem
+    from trainplan.optimizer.search import check_against_evaluate
+    from trainplan.optimizer.space import SearchSpace
+    from trainplan.optimizer.tables import build_tables
+
+    first, last = stage_memory(LLAMA_70B, TRAINING, BASE, device=H100)
+    assert last.both_phases_bytes == 134_217_728 + last.communicator_bytes
+    assert first.both_phases_bytes == first.communicator_bytes > 0
+    assert held_in_both_phases(134_217_728, last.communicator_bytes) == last.both_phases_bytes
+    acts = last.activations.total_bytes
+    assert last.backward_bytes == last.state.backward_bytes + acts + last.both_phases_bytes
+    case = Case.of("llama3-70b", "H100-SXM", global_batch_size=64, seq_len=8192)
+    space = SearchSpace(num_gpus=16, tp=(8,), pp=(2,), micro_batch_size=(1,), zero_stages=(1,),
+                        recomputes=(Recompute.FULL,), virtual_stages=(1,))  # fmt: skip
+    tables = build_tables(Problem(jobs=(Job(case, 16, "t"),), space=space))
+    s = next(i for i, sh in enumerate(tables.shapes)
+             if (sh.dp, sh.tp, sh.pp, str(sh.schedule)) == (1, 8, 2, "1f1b"))  # fmt: skip
+    est = check_against_evaluate(tables, (s, 0, 0))  # raises on any term's difference
+    for st in est.stages:
+        held = st.both_phases_bytes
+        assert int(tables.state_ceil[s, 0, st.stage]) == math.ceil(st.state.backward_bytes + held)
+        assert int(tables.step_ceil[s, 0, st.stage]) == math.ceil(
+            st.state.optimizer_step_bytes + held
+        )
+    assert est.stages[1].both_phases_bytes - est.stages[1].communicator_bytes == 134_217_728

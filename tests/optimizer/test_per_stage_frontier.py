@@ -284,3 +284,44 @@ def test_time_limit_spent_returns_what_it_has_not_a_proof():
 
 
 # --- what users see ---------------------------------------------------------------------------
+
+
+def test_both_sides_bound_one_figure_under_fsdp2():
+    """Against memory, the uniform side bounds a layout's peak (allocated + communicators,
+    :attr:`optimizer.tables.CostTables.peak_ceil`) by ε and its fit figure by the capacity; the
+    per-stage side the same two (:func:`optimizer.stage_tables.stage_within`). Under FSDP2 the
+    two figures differ by the copy-in stream's pool, ``2·w·U`` (:func:`model.terms.peak.
+    stream_pool_term`, ``foreach_all_gather`` in ``_fsdp_collectives.py``): the 4-layer tiny
+    model's unit is one layer, 4·h² + 3·h·f + 2·h = 4·256² + 3·256·688 + 2·256 = 791,040
+    weights, 2 × 2 B × 791,040 = 3,164,160 B. At ε = the uniform 2 + 2 split's own peak, the
+    uniform side admits it, and so do the per-stage tables: stage 0 holds its 2 layers with
+    none recomputed (its fit figure, 3,164,160 B above ε, is not held to ε)."""
+    from trainplan.model.frameworks import Framework
+    from trainplan.model.layout import Recompute
+    from trainplan.model.pipeline import Schedule
+    from trainplan.optimizer.per_stage import uniform_within
+    from trainplan.optimizer.search import prepare
+    from trainplan.optimizer.stage_tables import build_stage_tables
+
+    case = tiny_case(4, 2)
+    lay = case.layout.with_(framework="fsdp2", zero_stage=3, dp=2)
+    stages = case.evaluate(lay).stages
+    assert 4 * 256**2 + 3 * 256 * 688 + 2 * 256 == 791_040
+    for st in stages:
+        assert st.stream_pool_bytes == 2 * 2 * 791_040 == 3_164_160
+        assert st.reserved_total_bytes - st.total_bytes == 3_164_160
+    space = SearchSpace(num_gpus=4, tp=(1,), pp=(2,), micro_batch_size=(1,), zero_stages=(3,),
+                        recomputes=(Recompute.NONE,), schedules=(Schedule.ONE_F_ONE_B,),
+                        frameworks=(Framework.FSDP2,))  # fmt: skip
+    problem = Problem(jobs=(Job(case, 4, "4 GPUs"),), space=space)
+    prepared = prepare(problem)
+    tables = prepared[0]
+    (s,) = [i for i, sh in enumerate(tables.shapes) if sh.dp == 2]
+    eps = int(tables.peak_ceil[s, 0, 0])
+    assert eps - max(st.total_bytes for st in stages) in range(0, 3)  # each term rounded up
+    got = uniform_within(problem, prepared, eps)
+    assert got.best.estimate.layout.dp == 2
+    per_stage = build_stage_tables(case, lay, max_bytes=eps)
+    rows = [{o.layers: o.recomputed for o in row} for row in per_stage.options]
+    assert rows[0][2] == 0 and rows[1][2] == 0  # the uniform split, nothing recomputed
+    assert stages[0].reserved_total_bytes > eps  # the fit figure is above ε

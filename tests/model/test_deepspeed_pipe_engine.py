@@ -1,0 +1,104 @@
+"""DeepSpeed's pipeline engine and Megatron-DeepSpeed's "mpu" buffer, derived by hand from
+``deepspeed/runtime/pipe/engine.py`` (``PipelineEngine._exec_forward_pass``,
+``_exec_recv_activations``, ``_exec_recv_grads``, ``_exec_backward_pass``, ``_exec_send_grads``),
+``deepspeed/runtime/utils.py`` (``PartitionedTensor``) and Megatron-DeepSpeed's
+``megatron/core/tensor_parallel/layers.py`` (``GlobalMemoryBuffer``'s ``"mpu"`` tensor):
+model/terms/pipeline_buffers.py and model/terms/output_gather.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainplan.model.estimate import stage_memory
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.specs import TrainingSpec
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+LLAMA_70B = get_model("llama3-70b").model
+TRAINING = TrainingSpec(seq_len=8192, global_batch_size=64)
+H100 = get_accelerator("H100-SXM")
+BASE = Layout(
+    dp=1, tp=8, pp=2, cp=1, micro_batch_size=1, zero_stage=1, recompute=Recompute.FULL,
+    sequence_parallel=True, framework="deepspeed",
+)  # fmt: skip
+H = 2 * 8192 * 8192
+"""One whole [s, b, h] BF16 tensor of Llama 3 70B at s 8,192, b 1: 134,217,728 B."""
+
+
+def _figures(layout: Layout) -> list[tuple[int, int, int]]:
+    """(persistent buffers, kept pipeline tensors, micro-batches in flight) per stage."""
+    out = []
+    for st in stage_memory(LLAMA_70B, TRAINING, layout, device=H100):
+        a = st.activations
+        out.append(
+            (int(st.output_gather_bytes), int(a.pipeline_output_bytes), a.microbatches_in_flight)
+        )
+    return out
+
+
+def test_tp8_sp_partitioned_by_hand():
+    """tp 8 with SP, pp 2 (m = 64 ≥ pp: 1F1B holds 2 micro-batches on stage 0, 1 on stage 1).
+    The stage boundary tensor is [s/tp, b, h]: one = H/8 = 16,777,216 B; the engine partitions
+    it over tp (``is_pipe_partitioned``): part = one/8 = 2,097,152 B.
+
+    * the "mpu" buffer, H, on both stages, held for the whole run;
+    * stage 0 keeps its gradient buffer (``_grad_layer_buf``, part) and, per micro-batch in
+      flight, ``part.data()`` of its output (the output's data is replaced by zeros(1)):
+      134,217,728 + 2,097,152 = 136,314,880 held; 2 × 2,097,152 = 4,194,304 kept;
+    * stage 1 keeps ``pipe_recv_buf`` (part); its input buffer holds ``part_input.full()``, the
+      tensor its first layer runs on: nothing kept beside the layers."""
+    one, part = H // 8, H // 64
+    assert (one, part) == (16_777_216, 2_097_152)
+    assert _figures(BASE) == [(H + part, 2 * part, 2), (H + part, 0, 1)]
+    assert H + part == 136_314_880
+
+
+def test_tp1_whole_tensors_by_hand():
+    """tp 1 (no model-parallel group: nothing partitioned, no SP, no "mpu" gather), pp 2:
+    one = part = H.
+
+    * stage 0: the gradient buffer H, held; per micro-batch in flight its whole output,
+      2 × 134,217,728 = 268,435,456 kept;
+    * stage 1: ``pipe_recv_buf`` H, held; per micro-batch in flight the received ``recvd``,
+      beside the ``inputs.clone()`` the stage runs on (its first layer's saved input):
+      134,217,728 kept."""
+    layout = replace(BASE, tp=1, dp=8, sequence_parallel=False)
+    assert _figures(layout) == [(H, 2 * H, 2), (H, H, 1)]
+
+
+def test_held_in_both_phases_and_none_without_pipeline():
+    """The persistent buffers add to the optimizer step as to forward/backward
+    (:func:`model.terms.peak.held_in_both_phases`); pp 1 leaves only the "mpu" buffer."""
+    for st in stage_memory(LLAMA_70B, TRAINING, BASE, device=H100):
+        held = st.output_gather_bytes + st.communicator_bytes
+        assert st.both_phases_bytes == held
+        acts = st.activations.total_bytes
+        assert (
+            st.allocated_bytes
+            == max(st.state.backward_bytes + acts, st.state.optimizer_step_bytes)
+            + st.output_gather_bytes
+        )
+    flat = replace(BASE, pp=1, dp=2)
+    assert _figures(flat) == [(H, 0, 1)]
+
+
+def test_moe_sends_whole_tensors_by_hand():
+    """A mixture-of-experts model under Megatron-DeepSpeed: ``GPTModelPipe`` asserts pipe and
+    gradient partitioning off at pp > 1 and tp > 1 (:func:`model.comm.pipe_partitioned`), so
+    the engine keeps whole boundary tensors. Mixtral 8x7B (h 4,096), s 4,096, b 1, tp 2 with
+    SP, pp 2: one = 2·4,096·4,096/2 = 16,777,216 B, the "mpu" buffer 33,554,432 B.
+
+    * stage 0: "mpu" + gradient buffer one = 50,331,648 held; 2 outputs in flight,
+      33,554,432 kept;
+    * stage 1: "mpu" + ``pipe_recv_buf`` one held; the received copy beside the clone the
+      stage runs on, 16,777,216 kept."""
+    mixtral = get_model("mixtral-8x7b").model
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    layout = replace(BASE, tp=2)
+    got = []
+    for st in stage_memory(mixtral, training, layout, device=H100):
+        got.append((int(st.output_gather_bytes), int(st.activations.pipeline_output_bytes)))
+    one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
+    assert got == [(mpu + one, 2 * one), (mpu + one, one)]
+    assert mpu + one == 50_331_648
