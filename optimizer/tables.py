@@ -251,11 +251,15 @@ def _job_rows(
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
     [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
-    accelerator's node and NIC and the links, so they are not shared between jobs), as ``comm``
-    (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
+    accelerator's node and NIC and the links, so they are not shared between jobs) and
+    Transformer Engine's userbuffers beside them (:func:`model.terms.userbuffers.
+    userbuffers_term`, read with the case's options), as ``comm`` (:attr:`model.terms.peak.
+    StageMemory.communicator_bytes`; :func:`fit_columns`; both phases' state in the CP-SAT
+    columns, :func:`fill_job_rows`)."""
     modifiers = {"zero_stage": tuple(zs)}
     (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
-    return mem | {"comm": comm}
+    (ub,) = tabulate(term("userbuffers"), c, table, modifiers, lambda b: (b,), P)
+    return mem | {"comm": comm + ub}
 
 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
@@ -290,7 +294,7 @@ def _fits(
         lay = shapes[n].layout(zs[z], rs[r])
         stages = stage_memory(
             case.model, case.training, lay, case.vocab_multiple, case.device,
-            links_for(lay, case.links, case.fabric),
+            links_for(lay, case.links, case.fabric), case.options,
         )  # fmt: skip
         fits[n, z, r] = host_ok[n, z, r] and all(
             fit_bytes(st, retries_ok) <= cap[n] for st in stages

@@ -138,6 +138,13 @@ def _gathered_label(m: dict[str, Any]) -> str:
     return f"gathered weights ({what})" if what else "gathered weights"
 
 
+def _nccl_bytes(m: dict[str, Any]) -> Any:
+    """NCCL's share of ``memory.communicator_bytes`` (the rest is Transformer Engine's
+    userbuffers, ``memory.userbuffer_bytes``)."""
+    comm = m.get("communicator_bytes")
+    return comm - (m.get("userbuffer_bytes") or 0) if comm is not None else None
+
+
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m = d["memory"]
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -162,7 +169,8 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         ("output layer's all-gather buffer (whole run)", m.get("output_gather_bytes")),
-        ("NCCL communicator buffers (whole run)", m.get("communicator_bytes")),
+        ("NCCL communicator buffers (whole run)", _nccl_bytes(m)),
+        ("Transformer Engine userbuffers (whole run)", m.get("userbuffer_bytes")),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]

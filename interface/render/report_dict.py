@@ -200,6 +200,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "optimizer_step_bytes": _n(st.state.step_bytes),
         "output_gather_bytes": _n(st.output_gather_bytes),
         "communicator_bytes": _n(st.communicator_bytes),
+        "userbuffer_bytes": _n(st.userbuffer_bytes),
         "allocated_bytes": _n(st.allocated_bytes),
         "stream_pool_bytes": _n(st.stream_pool_bytes),
         "reserved_bytes": _n(st.reserved_bytes),
