@@ -54,6 +54,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from trainplan.model.cp_outputs import gather_forward_outputs, ring_forward_outputs
 from trainplan.model.specs import Architecture, AttentionKind
 from trainplan.model.xp import exact, maximum, where
 
@@ -66,7 +67,6 @@ __all__ = [
     "kv_repeat",
     "cp_layer_bytes",
     "cp_transient_bytes",
-    "ring_forward_outputs",
     "cp_collective",
     "torch_rotate_method",
     "templated_merge_bytes",
@@ -303,15 +303,14 @@ def cp_transient_bytes(
 
     * ring (r > 1): forward keeps every K/V chunk it has held in its ``p2p_comm_buffers`` list
       until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV`` —
-      and with them the partial outputs until they are merged (:func:`ring_forward_outputs`);
+      and with them the partial outputs until they are merged
+      (:func:`model.cp_outputs.ring_forward_outputs`);
       backward double-buffers [K/V, dK/dV]: ``4·KV``. The larger:
       ``max(r·KV + ring_forward_outputs, 4·KV)``.
     * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
       before their reduce-scatter: ``2·r·KV``; forward the gathered K/V and its chunk-reordered
-      copy, as much, then (the gathered one released) the reordered ``r·KV`` beside
-      ``AttnFuncWithCPAndKVAllGather.forward``'s ``out_f16`` and ``out`` (``O`` each), its two
-      half-length partial outputs (``O``) and their FP32 log-sum-exp rows (``4·S·a/tp``):
-      ``max(2·r·KV, r·KV + 3·O + 4·S·a/tp)``.
+      copy, as much, then the reordered ``r·KV`` beside the outputs
+      (:func:`model.cp_outputs.gather_forward_outputs`).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
       layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
       repeated heads, :func:`kv_repeat`).
@@ -332,37 +331,12 @@ def cp_transient_bytes(
     """
     q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
     ring = r * kv + ring_forward_outputs(arch, r, tp, tokens, o)
-    lse = _lse_bytes(arch, tp, tokens)
-    exchange = where(gather, maximum(2 * r * kv, r * kv + 3 * o + lse), maximum(ring, 4 * kv))
+    gathered = r * kv + gather_forward_outputs(arch, tp, tokens, o)
+    exchange = where(gather, maximum(2 * r * kv, gathered), maximum(ring, 4 * kv))
     exchange = where(r > 1, exchange, 0 * kv)
     a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
     torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)
     return where(templated > 0, torch_cp, maximum(exchange, a2a))
-
-
-def ring_forward_outputs(arch: Architecture, r: Any, tp: Any, tokens: Any, o: Any) -> Any:
-    """Bytes Transformer Engine's ring forward (``AttnFuncWithCPAndKVP2P.forward``,
-    ``dot_product_attention/context_parallel.py`` at d0067d0da) holds in partial results when it
-    merges them, on the last rank of the ring (the busiest): its ``r`` steps' outputs
-    ``out_per_step`` (each ``[b, s/cp, heads, d]``, ``o`` bytes: on rank ``cp − 1`` of a causal
-    ring every step sees the whole local query; other ranks' later steps half of it), kept in
-    the list until ``forward`` returns, the merged ``out`` the first correction allocates
-    (``flash_attn_fwd_out_correction_init``, BF16; the later corrections add into it, fused),
-    and the FP32 log-sum-exp rows of each step and their merged clone (``softmax_lse``,
-    ``4·S·heads/tp`` bytes each): ``(r + 1)·(O + 4·S·a/tp)``. Element-wise for arrays.
-
-    >>> from trainplan.model.specs import Architecture
-    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
-    ...                     ffn_hidden_size=32, vocab_size=16)
-    >>> ring_forward_outputs(arch, 8, 1, 4, 64)  # 9·(64 + 4·4·2)
-    Fraction(864, 1)
-    """
-    return (r + 1) * (o + _lse_bytes(arch, tp, tokens))
-
-
-def _lse_bytes(arch: Architecture, tp: Any, tokens: Any) -> Any:
-    """FP32 log-sum-exp rows of one attention pass over ``tokens`` queries: ``4·S·a/tp``."""
-    return 4 * exact(tokens) * arch.num_attention_heads / tp
 
 
 def templated_method_code(kind: CpKind) -> int:

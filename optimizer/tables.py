@@ -250,15 +250,11 @@ def _job_rows(
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
     """``mem`` with NCCL's communicator buffers (:func:`model.terms.comm_memory.comm_memory_term`,
-    [N, Z, P]: the optimizer's gradient-statistics groups follow the ZeRO stage; they read the
-    accelerator's node and NIC and the links, so they are not shared between jobs) and
-    Transformer Engine's userbuffers beside them (:func:`model.terms.userbuffers.
-    userbuffers_term`, read with the case's options), as ``comm`` (:attr:`model.terms.peak.
-    StageMemory.communicator_bytes`; :func:`fit_columns`; both phases' state in the CP-SAT
-    columns, :func:`fill_job_rows`)."""
-    modifiers = {"zero_stage": tuple(zs)}
-    (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
-    (ub,) = tabulate(term("userbuffers"), c, table, modifiers, lambda b: (b,), P)
+    [N, Z, P]: the gradient-statistics groups follow the ZeRO stage; they read the node, NIC and
+    links, so they are not shared between jobs) and TE's userbuffers (``userbuffers_term``), as
+    ``comm`` (:func:`fit_columns`; both phases' state in the CP-SAT columns, :func:`fill_job_rows`)."""
+    (comm,) = tabulate(term("comm_memory"), c, table, {"zero_stage": tuple(zs)}, lambda b: (b,), P)
+    (ub,) = tabulate(term("userbuffers"), c, table, {}, lambda b: (b,), P)
     return mem | {"comm": comm + ub}
 
 
