@@ -90,7 +90,7 @@ MEGATRON_ARGUMENTS = frozenset(
     --megatron-fsdp-main-grads-dtype --fsdp-double-buffer --cpu-offloading-num-layers
     --cross-entropy-loss-fusion --cross-entropy-fusion-impl --overlap-grad-reduce
     --overlap-param-gather --no-overlap-p2p-communication
-    --overlap-p2p-communication-warmup-flush""".split()
+    --overlap-p2p-communication-warmup-flush --tp-comm-overlap""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -106,7 +106,8 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``; ``--overlap-grad-reduce``,
 ``--overlap-param-gather`` and ``--no-overlap-p2p-communication`` are ``add_argument`` calls
 there, ``--overlap-p2p-communication-warmup-flush`` is ``ModelParallelConfig``'s
-``overlap_p2p_comm_warmup_flush`` ``arg_names``)."""
+``overlap_p2p_comm_warmup_flush`` ``arg_names``; ``--tp-comm-overlap`` is its field
+``tp_comm_overlap``)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(

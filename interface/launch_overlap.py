@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from trainplan.model.layout import Layout
+from trainplan.model.op_time import TpOverlap, tp_overlap_for
 from trainplan.model.timing import CostOptions
 
 __all__ = ["megatron_overlap_flags"]
@@ -21,7 +22,18 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
     its gradient buckets). With virtual stages: ``--no-overlap-p2p-communication`` when
     ``p2p_overlap`` is off, ``--overlap-p2p-communication-warmup-flush`` when
     ``p2p_warmup_flush`` (:func:`model.comm.p2p_waiting_sends`); a figure for Megatron-Core
-    before 0.18 (``p2p_forward_send_wait`` off) is said in ``notes``."""
+    before 0.18 (``p2p_forward_send_wait`` off) is said in ``notes``. ``--tp-comm-overlap``
+    (``ModelParallelConfig.tp_comm_overlap``; Transformer Engine's userbuffers, whose memory
+    :func:`model.terms.userbuffers.userbuffers_term` counts) when ``tp_comm_overlap`` is
+    ``full`` and sequence parallelism is on (``validate_args`` asserts it, and turns sequence
+    parallelism off at tp 1, where there is nothing to overlap); at tp > 1 without it a note
+    says the flag is not written.
+
+    Examples
+    --------
+    >>> megatron_overlap_flags(Layout(tp=8), CostOptions(tp_comm_overlap=TpOverlap.FULL), [])
+    ['--overlap-grad-reduce', '--overlap-param-gather', '--tp-comm-overlap']
+    """
     if str(layout.framework) != "megatron":
         return []
     out = []
@@ -43,5 +55,14 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
             notes.append(
                 "p2p_forward_send_wait false: the pipeline figure is Megatron-Core before 0.18; "
                 "0.18 and later wait on each forward send before freeing its output"
+            )
+    if tp_overlap_for(layout.framework, options.tp_comm_overlap) is TpOverlap.FULL:
+        if layout.sp:
+            out.append("--tp-comm-overlap")
+        elif layout.tp > 1:
+            notes.append(
+                "tp_comm_overlap full: --tp-comm-overlap not written; Megatron-LM runs "
+                "Transformer Engine's userbuffers only with sequence parallelism, so the step "
+                "time assumes an overlap this layout cannot run"
             )
     return out

@@ -59,6 +59,11 @@ sequence shard gathered again) and ``c`` (input gradients whole at once) are the
 * ``textbook``: 0. The reference profile is Korthikanti et al.'s steady-state count (the
   conventions' activation formula); a working set is no part of it.
 
+FP8 under ``fsdp2`` (torchao's ``Float8Linear``): each projection's step also holds the casts
+its backward makes of ``grad_output``, the weight and the saved BF16 input
+(:func:`torchao_fp8_casts`). Transformer Engine's FP8 layers save their inputs in FP8 already
+(the activations' rows).
+
 MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
 ``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
 expert output gradient ``[R, h]`` with the down projection's dgrad, the activation, the up
@@ -100,7 +105,12 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
 
-__all__ = ["attention_backward_workspace", "backward_working_bytes", "input_pass_retains"]
+__all__ = [
+    "attention_backward_workspace",
+    "backward_working_bytes",
+    "input_pass_retains",
+    "torchao_fp8_casts",
+]
 
 FLASH_ATTENTION_2 = "flash-attention-2"
 FLASH_ATTENTION_3 = "flash-attention-3"
@@ -161,6 +171,69 @@ def input_pass_retains(schedule: Schedule | str) -> bool:
     return Schedule(str(schedule)) in SPLIT_BACKWARD
 
 
+def torchao_fp8_casts(
+    tokens: Fraction, in_features: Fraction, out_features: Fraction, element_bytes: Fraction,
+    eager: bool,
+) -> Fraction:  # fmt: skip
+    """Bytes of the FP8 casts torchao's ``Float8Linear`` holds during its backward beside the
+    input gradient, for ``tokens`` rows of ``in_features`` (K) in and ``out_features`` (N) out on
+    this rank, ``element_bytes`` per FP8 element (1; MXFP8 1 + 1/32).
+
+    ``matmul_with_hp_or_float8_args.backward`` (``torchao/float8/float8_linear.py``, pytorch/ao
+    36027d82) casts ``grad_output`` along dim 0 ``[S, N]`` and the saved BF16 weight ``[K, N]``
+    for the input gradient, then ``grad_output`` again along dim 1 ``[S, N]`` and the saved BF16
+    input ``[S, K]`` for the weight gradient (``hp_tensor_to_float8_dynamic`` each: every
+    torchtitan recipe casts all four, none arrives in FP8), and returns only after the weight
+    gradient's GEMM. Eagerly (``eager``) every cast is a local of the function, alive until it
+    returns: ``2·S·N + S·K + K·N`` elements. Compiled, Inductor frees a buffer after its last
+    use, and what must exist is each GEMM's operands: ``S·N + max(K·N, S·K)``. The per-tensor or
+    per-row scales (FP32) are left out.
+
+    Examples
+    --------
+    Llama 3 8B's down projection at tp 1, s 8,192: ``2·8,192·4,096 + 8,192·14,336 +
+    14,336·4,096`` = 243,269,632 B eager; ``8,192·4,096 + 8,192·14,336`` = 150,994,944 B
+    compiled.
+
+    >>> F = Fraction
+    >>> torchao_fp8_casts(F(8192), F(14336), F(4096), F(1), True)
+    Fraction(243269632, 1)
+    >>> torchao_fp8_casts(F(8192), F(14336), F(4096), F(1), False)
+    Fraction(150994944, 1)
+    """
+    S, K, N = tokens, in_features, out_features
+    if eager:
+        return element_bytes * (2 * S * N + S * K + K * N)
+    return element_bytes * (S * N + max(K * N, S * K))
+
+
+def _fp8_casts(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
+) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
+    """((output projection, the largest of Q/K/V), (down projection, up or gate projection)):
+    the casts of :func:`torchao_fp8_casts` at each projection step under ``fsdp2`` with FP8
+    GEMMs (torchtitan's ``Float8LinearConverter`` swaps the layers' ``nn.Linear`` for torchao's
+    ``Float8Linear``; the routed experts' grouped GEMMs stay BF16 unless converted apart), each
+    projection's own shapes on this rank under torchtitan's tensor-parallel plan (the
+    column-parallel ones ``h → out/tp`` on the gathered tokens, the row-parallel ones
+    ``in/tp → h``); else zeros. Q, K, V are separate linear layers (``wq``, ``wk``, ``wv``;
+    MLA's low-rank ones taken at the Q projection's shape, an upper bound), as are the gate and
+    up projections (``w1``, ``w3``): one's casts at a time."""
+    zero = (Fraction(0), Fraction(0))
+    if framework is not Framework.FSDP2 or not ctx.fp8_gemms:
+        return zero, zero
+    S, tp, h = ctx.tokens, ctx.tp, Fraction(arch.hidden_size)
+    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
+    one, eager = ctx.fp8_input_bytes, ctx.eager_elementwise
+    attention = (
+        torchao_fp8_casts(S, o, h, one, eager),
+        torchao_fp8_casts(S, h, max(q, kv / 2), one, eager),
+    )
+    f = Fraction(ffn, tp)
+    mlp = (torchao_fp8_casts(S, f, h, one, eager), torchao_fp8_casts(S, h, f, one, eager))
+    return attention, mlp
+
+
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
@@ -187,9 +260,10 @@ def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
 
 def _dense_mlp(
     ctx: ActivationContext, arch: Architecture, ffn: int, prefix: str, rows: dict[str, Fraction],
-    plan: tuple[int, int],
+    plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
 ) -> Fraction:  # fmt: skip
-    """The dense MLP's steps (down projection, activation, up projection), their largest."""
+    """The dense MLP's steps (down projection, activation, up projection), their largest; the
+    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H, f = beta * S * h / (tp if sp else 1), beta * S * h, beta * S * Fraction(ffn, tp)
@@ -199,9 +273,9 @@ def _dense_mlp(
     both = _released(rows, *names)
     r, c = plan
     return max(
-        n + sp * H + f,
+        n + sp * H + f + casts[0],
         n + f + u * f - down,
-        n + u * f + r * H + c * H + sp * n - both,
+        n + u * f + r * H + c * H + sp * n - both + casts[1],
     )
 
 
@@ -227,9 +301,10 @@ def _routed_experts(
 
 def _attention(
     ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
-    plan: tuple[int, int],
+    plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
 ) -> Fraction:  # fmt: skip
-    """The attention block's steps (output projection, core, QKV projection), their largest."""
+    """The attention block's steps (output projection, core, QKV projection), their largest; the
+    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H = beta * S * h / (tp if sp else 1), beta * S * h
@@ -247,9 +322,9 @@ def _attention(
     qkv = ("Q", "K", "V", "output projection input")
     released = _released(rows, *qkv)
     return max(
-        n + sp * H + o,
+        n + sp * H + o + casts[0],
         n + o + q + kv + work,
-        n + q + kv + r * H + c * H + sp * n - released,
+        n + q + kv + r * H + c * H + sp * n - released + casts[1],
     )
 
 
@@ -296,13 +371,15 @@ def backward_working_bytes(
         return Fraction(0)
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
-    att = _attention(ctx, arch, kernel, rows, plan)
+    att_casts, mlp_casts = _fp8_casts(ctx, arch, framework, arch.ffn_hidden_size)
+    att = _attention(ctx, arch, kernel, rows, plan, att_casts)
     if not moe:
-        mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan)
+        mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts)
         return max(att, mlp)
     assert arch.moe is not None
     mlp = _routed_experts(ctx, arch, rows)
     if arch.moe.num_shared_experts:
         ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        mlp = max(mlp, _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan))
+        shared_casts = _fp8_casts(ctx, arch, framework, ffn)[1]
+        mlp = max(mlp, _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts))
     return max(att, mlp)

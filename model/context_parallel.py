@@ -54,6 +54,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from trainplan.model.cp_outputs import gather_forward_outputs, ring_forward_outputs
 from trainplan.model.specs import Architecture, AttentionKind
 from trainplan.model.xp import exact, maximum, where
 
@@ -301,31 +302,37 @@ def cp_transient_bytes(
     rules below). What is counted, as Transformer Engine allocates it:
 
     * ring (r > 1): forward keeps every K/V chunk it has held in its ``p2p_comm_buffers`` list
-      until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV``;
-      backward double-buffers [K/V, dK/dV]: ``4·KV``. The larger: ``max(r, 4)·KV``.
+      until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV`` —
+      and with them the partial outputs until they are merged
+      (:func:`model.cp_outputs.ring_forward_outputs`);
+      backward double-buffers [K/V, dK/dV]: ``4·KV``. The larger:
+      ``max(r·KV + ring_forward_outputs, 4·KV)``.
     * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
-      before their reduce-scatter: ``2·r·KV`` (forward: the gathered K/V and its chunk-reordered
-      copy, as much).
+      before their reduce-scatter: ``2·r·KV``; forward the gathered K/V and its chunk-reordered
+      copy, as much, then the reordered ``r·KV`` beside the outputs
+      (:func:`model.cp_outputs.gather_forward_outputs`).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
       layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
       repeated heads, :func:`kv_repeat`).
     * the hybrid runs the all-to-all, then the ring: the larger of the two.
 
-    Not counted: the per-step partial outputs and softmax statistics the ring and the
-    all-gather keep until they are merged, and allocator rounding.
+    Not counted: allocator rounding.
 
     Examples
     --------
-    Ring, cp 8, KV = 128 B (the :func:`cp_layer_bytes` example): max(8, 4)·128.
+    Ring, cp 8, KV = 128 B (the :func:`cp_layer_bytes` example; O = 64 B, 2 heads, 4 tokens):
+    8·128 + 9·(64 + 4·4·2) = 1,888; all-gather 2·8·128.
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> cp_transient_bytes(arch, 8, 1, False, 1, 4, 2), cp_transient_bytes(arch, 8, 1, True, 1, 4, 2)
-    (Fraction(1024, 1), Fraction(2048, 1))
+    (Fraction(1888, 1), Fraction(2048, 1))
     """
-    q, kv, _ = cp_tensor_bytes(arch, tp, tokens, beta)
-    exchange = where(gather, 2 * r * kv, maximum(r, 4) * kv)
+    q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
+    ring = r * kv + ring_forward_outputs(arch, r, tp, tokens, o)
+    gathered = r * kv + gather_forward_outputs(arch, tp, tokens, o)
+    exchange = where(gather, maximum(2 * r * kv, gathered), maximum(ring, 4 * kv))
     exchange = where(r > 1, exchange, 0 * kv)
     a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
     torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)

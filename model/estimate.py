@@ -251,11 +251,13 @@ def stage_memory(
     layout: Layout,
     vocab_multiple: int | None = None,
     device: DeviceSpec | None = None,
-    links: Mapping[str, AxisLinkLike] = INSIDE_DOMAIN,
+    links: Mapping[str, AxisLinkLike] | None = INSIDE_DOMAIN,
+    options: CostOptions | None = None,
 ) -> tuple[StageMemory, ...]:
-    """Bytes on one GPU per pipeline stage (:func:`model.terms.peak.stage_memory_term`; ``links``: NCCL groups' links)."""
-    c = Context(model, training, device, CostOptions(), vocab_multiple)
-    f = LayoutFields(layout, training.global_batch_size, 0, links)
+    """Bytes on one GPU per pipeline stage (:func:`model.terms.peak.stage_memory_term`; ``links``:
+    NCCL groups' links, None = every group inside one domain; ``options``: None = the defaults)."""
+    c = Context(model, training, device, options or CostOptions(), vocab_multiple)
+    f = LayoutFields(layout, training.global_batch_size, 0, links or INSIDE_DOMAIN)
     split = stage_params_per_gpu(SplitKey.of_layout(model, layout, vocab_multiple))
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
@@ -388,7 +390,7 @@ def evaluate(
     validate(layout, model, training, num_gpus, options)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
-    stages = stage_memory(model, training, layout, vocab_multiple, device, links or INSIDE_DOMAIN)
+    stages = stage_memory(model, training, layout, vocab_multiple, device, links, options)
     busiest = busiest_stage([s.total_bytes for s in stages])
     traffic = axis_traffic(c, f)
     arch, notes = model.arch, list(model.notes)

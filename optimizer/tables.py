@@ -249,12 +249,12 @@ def _job_rows(
 
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
-    """``mem`` with NCCL's buffers as ``comm`` (:func:`model.terms.comm_memory.comm_memory_term`,
-    [N, Z, P]: per ZeRO stage; they read the node, NIC and links, so no job shares them) and with
-    ``gather`` as ``held`` (:func:`model.terms.peak.held_in_both_phases`: both phases' state in
-    the CP-SAT columns, :func:`fill_job_rows`)."""
-    modifiers = {"zero_stage": tuple(zs)}
-    (comm,) = tabulate(term("comm_memory"), c, table, modifiers, lambda b: (b,), P)
+    """``mem`` with NCCL's buffers (``comm_memory_term``, [N, Z, P], per ZeRO stage; no job shares
+    them) plus TE's userbuffers (``userbuffers_term``) as ``comm``, and ``held``
+    (:func:`model.terms.peak.held_in_both_phases`: both phases' state, :func:`fill_job_rows`)."""
+    (comm,) = tabulate(term("comm_memory"), c, table, {"zero_stage": tuple(zs)}, lambda b: (b,), P)
+    (ub,) = tabulate(term("userbuffers"), c, table, {}, lambda b: (b,), P)
+    comm = comm + ub
     return mem | {"comm": comm, "held": pk.held_in_both_phases(mem["gather"], comm)}
 
 
@@ -290,7 +290,7 @@ def _fits(
         lay = shapes[n].layout(zs[z], rs[r])
         stages = stage_memory(
             case.model, case.training, lay, case.vocab_multiple, case.device,
-            links_for(lay, case.links, case.fabric),
+            links_for(lay, case.links, case.fabric), case.options,
         )  # fmt: skip
         fits[n, z, r] = host_ok[n, z, r] and all(
             pk.fit_bytes(st, retries_ok) <= cap[n] for st in stages

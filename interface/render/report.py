@@ -139,7 +139,7 @@ def _gathered_label(m: dict[str, Any]) -> str:
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:
-    m = d["memory"]
+    m, ub = d["memory"], d["memory"].get("userbuffer_bytes") or 0
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
     parts = [
         ("weights", m["weights_bytes"]),
@@ -162,7 +162,8 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         ("all-gather and pipeline buffers (whole run)", m.get("output_gather_bytes")),
-        ("NCCL communicator buffers (whole run)", m.get("communicator_bytes")),
+        ("NCCL communicator buffers (whole run)", (m.get("communicator_bytes") or 0) - ub),
+        ("Transformer Engine userbuffers (whole run)", ub),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
@@ -199,13 +200,12 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
 
 
 def _reserved_lines(m: dict[str, Any]) -> list[str]:
-    """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather
-    outputs, :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved``, the
-    figure torchtitan's memory monitor logs, counts at least. Not in the total or the verdict:
-    the allocator frees idle cached blocks before it raises out-of-memory. Where the reserved
-    bytes and the communicators exceed the capacity (``memory.allocator_retries``,
-    :func:`model.terms.peak.allocator_retries`), a second line says that the run pays those
-    releases, at least one per step, and that the step time does not charge them."""
+    """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather outputs,
+    :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved`` (torchtitan's
+    memory monitor) counts at least; not in the total or the verdict (the allocator frees idle cached
+    blocks before it raises out-of-memory). Where the reserved bytes and the communicators exceed the
+    capacity (``memory.allocator_retries``, :func:`model.terms.peak.allocator_retries`), a second line
+    says the run pays those releases, at least one per step, which the step time does not charge."""
     if not m.get("stream_pool_bytes"):
         return []
     lines = [

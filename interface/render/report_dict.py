@@ -167,6 +167,10 @@ def fit_figure(est: Estimate, allocator_retries_ok: bool = False) -> int | float
 def _memory(est: Estimate) -> dict[str, Any]:
     st, cap, total = est.peak, est.capacity_bytes, est.total_bytes
     acts = st.activations
+    built = construction_peak_bytes(
+        est.layout.framework, est.layout.zero_stage, st.dense_params + st.expert_params,
+        est.training.weight_bytes,
+    )  # fmt: skip
     return {
         "busiest_stage": st.stage,
         "weights_bytes": _n(st.state.weights_bytes),
@@ -185,14 +189,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "embedding_activations_bytes": _n(acts.embedding_bytes) if acts else None,
         "recompute_transient_bytes": _n(acts.recompute_transient_bytes) if acts else None,
         **_backward_phase(acts),
-        "construction_bytes": _n(
-            construction_peak_bytes(
-                est.layout.framework,
-                est.layout.zero_stage,
-                st.dense_params + st.expert_params,
-                est.training.weight_bytes,
-            )
-        ),
+        "construction_bytes": _n(built),
         "pipeline_output_bytes": _n(acts.pipeline_output_bytes) if acts else None,
         "cp_transient_bytes": _n(acts.cp_transient_bytes) if acts else None,
         "activation_offload_buffer_bytes": _n(acts.offload_buffer_bytes) if acts else None,
@@ -201,6 +198,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "optimizer_step_bytes": _n(st.state.step_bytes),
         "output_gather_bytes": _n(st.output_gather_bytes),
         "communicator_bytes": _n(st.communicator_bytes),
+        "userbuffer_bytes": _n(st.userbuffer_bytes),
         "allocated_bytes": _n(st.allocated_bytes),
         "stream_pool_bytes": _n(st.stream_pool_bytes),
         "reserved_bytes": _n(st.reserved_bytes),

@@ -35,6 +35,7 @@ from trainplan.model.terms.output_gather import output_gather_term
 from trainplan.model.terms.peak import stream_pool_term
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import dp_term, pipeline_term
+from trainplan.model.terms.userbuffers import userbuffers_term
 
 __all__ = ["Term", "TERMS", "term"]
 
@@ -98,6 +99,15 @@ TERMS: tuple[Term, ...] = (
             | {"framework", "rank_order", "zero_stage"}
         ),
         ("pp", "framework", "zero_stage"),
+        True,
+        "bytes",
+        "ceil",
+    ),
+    Term(
+        "userbuffers",
+        userbuffers_term,
+        frozenset({"tp", "cp", "micro_batch_size", "pp", "framework"}),
+        ("pp", "framework"),
         True,
         "bytes",
         "ceil",

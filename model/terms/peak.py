@@ -34,6 +34,7 @@ from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.output_gather import output_gather_term
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
+from trainplan.model.terms.userbuffers import userbuffers_term
 from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
@@ -123,7 +124,8 @@ class StageMemory:
     """None for a size-only model (no dimensions)."""
     communicator_bytes: int = 0
     """NCCL's communicator buffers on this GPU, held for the whole run outside the framework's
-    caching allocator (:func:`model.terms.comm_memory.comm_memory_term`; 0 under ``textbook``)."""
+    caching allocator (:func:`model.terms.comm_memory.comm_memory_term`; 0 under ``textbook``),
+    and Transformer Engine's userbuffers beside them (:attr:`userbuffer_bytes`, included)."""
     embedding: Fraction = Fraction(0)
     """Embedding elements on this GPU (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`):
     what the ZeRO table's model state (:func:`model.memory.model_state`) reads for the
@@ -136,6 +138,10 @@ class StageMemory:
     """The buffers the framework allocates once (:func:`model.terms.output_gather.output_gather_term`):
     the ``"mpu"`` global memory buffer (Megatron-Core's output layer on its stage; Megatron-DeepSpeed's
     layers on every stage) and DeepSpeed's pipeline receive buffers; in the caching allocator,
+    held in both phases."""
+    userbuffer_bytes: Fraction = Fraction(0)
+    """Of :attr:`communicator_bytes`, Transformer Engine's userbuffers (``tp_comm_overlap =
+    full``, :func:`model.terms.userbuffers.userbuffers_term`): outside the caching allocator,
     held in both phases."""
 
     @property
@@ -216,11 +222,14 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     dense, experts = split_params(c, f)
     state = model_state_term(c, f)
     acts = stage_activations_term(c, f) if c.model.arch is not None else None
-    comm = comm_memory_term(c, f) if c.device is not None else 0
+    ub = userbuffers_term(c, f)
+    comm = (comm_memory_term(c, f) if c.device is not None else 0) + ub
     emb = stage_embedding(c, f)
     pools = stream_pool_term(c, f)
     held = output_gather_term(c, f)
-    return StageMemory(f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, held)
+    return StageMemory(
+        f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, held, Fraction(ub)
+    )
 
 
 def stream_pool_term(c: Context, f: Fields) -> Any:

@@ -119,15 +119,20 @@ def test_ulysses_forward_is_the_papers_4nh_over_p():
 @pytest.mark.parametrize(
     ("kind", "extra", "buffers_mib"),
     [
-        # ring: TE keeps each K/V chunk of the forward (local copy + 7 received = 8 × 16) and
-        # double-buffers [K/V, dK/dV] in backward (4 × 16): max = 128 MiB
-        ("ring", {}, 128),
-        # all-gather: backward holds the re-gathered K, V (8 × 16) and the full dK, dV (8 × 16)
+        # ring: TE's forward keeps each K/V chunk (local copy + 7 received = 8 × 16) and, on
+        # the last rank, the 8 steps' whole-length partial outputs and the merged one (9 × 32)
+        # with their FP32 log-sum-exp rows (9 × 4·4,096·32 B = 9 × 0.5 MiB); backward
+        # double-buffers [K/V, dK/dV] (4 × 16): max = 128 + 292.5 = 420.5 MiB
+        ("ring", {}, Fraction(841, 2)),
+        # all-gather: backward holds the re-gathered K, V (8 × 16) and the full dK, dV (8 × 16);
+        # forward the reordered K/V (8 × 16) beside out, out_f16, two half outputs (3 × 32) and
+        # their log-sum-exp rows (0.5): 224.5, less
         ("all-gather", {}, 256),
         # Ulysses: a send copy and the received tensor of Q, K, V: 2·(32 + 16) = 96 MiB
         ("ulysses", {}, 96),
-        # hybrid: the all-to-all's 96 MiB, then the ring over 4 (max(4, 4)·16 = 64): 96 MiB
-        ("a2a+p2p", {"cp_a2a": 2}, 96),
+        # hybrid: the all-to-all's 96 MiB, then the ring over 4 (4·16 + 5·(32 + 0.5) = 226.5,
+        # the same bytes per rank after the all-to-all): 226.5 MiB
+        ("a2a+p2p", {"cp_a2a": 2}, Fraction(453, 2)),
     ],
 )
 def test_cp_buffers_per_flavour(kind, extra, buffers_mib):
@@ -325,3 +330,16 @@ def test_pytorch_ring_attention_overlap_by_hand():
     assert exposed == pytest.approx(
         2 * 0.25e-3 + max(0.0, gather - 0.1) + 3 * max(0.0, dkv - 0.1) + dkv
     )
+
+
+def test_ring_forward_keeps_every_partial_output_until_the_merge():
+    """Transformer Engine ``AttnFuncWithCPAndKVP2P.forward``: on the last rank of a causal ring
+    every step's ``out_per_step`` is whole-length and stays in its list until the final
+    correction loop has merged them into ``out``, while the ``p2p_comm_buffers`` still hold every
+    K/V chunk. Llama 3 8B, s 131,072, cp 8, tp 2: S = 16,384 tokens, O = 2·16,384·4,096/2 =
+    67,108,864 B, K + V = 2·16,384·2,048/2 = 33,554,432 B, the FP32 log-sum-exp rows
+    4·16,384·32/2 = 1,048,576 B per step: 8·33,554,432 + 9·(67,108,864 + 1,048,576) =
+    881,852,416 B (the outputs 0.61 GB of it) against the backward's 4·KV = 134.2 MB."""
+    arch = get_model("llama3-8b").model.arch
+    got = cp_transient_bytes(arch, 8, 1, False, 2, 16384, 2)
+    assert got == 8 * 33_554_432 + 9 * (67_108_864 + 1_048_576) == 881_852_416

@@ -22,9 +22,11 @@ from trainplan.model.estimate import evaluation_context
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import LAYOUT_FIELDS, Layout, validate
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.op_time import TpOverlap
 from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
 from trainplan.model.terms import TERMS, Term
 from trainplan.model.terms.fields import LayoutFields
+from trainplan.model.timing import CostOptions
 from trainplan.optimizer.case import links_for
 from trainplan.topology.accelerators import get_accelerator
 
@@ -100,8 +102,13 @@ def _layout(draw: st.DrawFn, arch: Architecture) -> Layout:
         raise
 
 
+OPTIONS = {"userbuffers": CostOptions(tp_comm_overlap=TpOverlap.FULL)}
+"""The options under which a term is not 0 everywhere (Transformer Engine's userbuffers exist
+only under ``tp_comm_overlap = full``)."""
+
+
 def _figures(term: Term, model: ModelSpec, layout: Layout) -> list:
-    c = evaluation_context(model, TRAINING, DEVICE)
+    c = evaluation_context(model, TRAINING, DEVICE, OPTIONS.get(term.name))
     links = links_for(layout, CLUSTER)
     base = LayoutFields(layout, TRAINING.global_batch_size, 0, links)
     stages = range(layout.pp) if term.per_stage else range(1)

@@ -1,0 +1,125 @@
+"""Transformer Engine's userbuffers: the communication buffers of ``tp_comm_overlap = full``.
+
+With ``--tp-comm-overlap`` Megatron-LM (``megatron/training/initialize.py``,
+``_initialize_tp_communicators``, at d98e8a64dd) calls Transformer Engine's
+``initialize_ub(shape=[s·b/cp, h], tp_size=tp, quantization_modes=[FP8 if --fp8 else NONE],
+ub_cfgs={})`` once, before training: ``s`` the sequence length, ``b`` the micro-batch, ``cp``
+the context-parallel degree, ``h`` the model width — the whole sequence of the micro-batch on
+this rank, not divided by tp. Megatron-LM runs it only with sequence parallelism
+(``arguments.py`` ``validate_args`` asserts it, and turns sequence parallelism off at tp 1), so
+only at tp > 1.
+
+Transformer Engine (``transformer_engine/pytorch/module/base.py`` ``initialize_ub``, at d0067d0da)
+then makes one communicator per GEMM it can overlap, for every quantization mode given: the
+default ``methods`` list twelve — ``qkv``, ``proj``, ``fc1``, ``fc2`` × ``fprop``, ``dgrad``,
+``wgrad`` (``ring_exchange``: qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; ``pipeline``:
+proj_fprop, fc2_fprop; ``bulk``: qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad; ``external``:
+proj_wgrad, fc2_wgrad), whatever the model (an empty ``ub_cfgs`` changes none of them). Each
+``add_ub`` gives its buffer the dtype ``uint8`` when the mode is FP8 and the GEMM is one of the
+eight all-gather overlaps (``layers_all_gather_overlap``: qkv_fprop, qkv_dgrad, proj_dgrad,
+proj_wgrad, fc1_fprop, fc1_dgrad, fc2_dgrad, fc2_wgrad; ``fp8_buf``), else ``initialize_ub``'s
+``dtype``, BF16 (Megatron-LM passes none).
+
+Each communicator holds, for the whole run and outside PyTorch's caching allocator
+(``transformer_engine/common/comm_gemm_overlap/``):
+
+* its buffer of ``shape`` (:func:`userbuffer_bytes`): ``comm_gemm_overlap.cpp``
+  ``CommOverlapBase::initialize`` registers ``shape[0]·shape[1]`` elements;
+  ``CommOverlapP2PBase::initialize`` the same for an all-gather (``tp`` chunks of
+  ``shape[0]/tp`` rows) and ``(2·tp − 1)/tp`` of it for a reduce-scatter — none of the default
+  ``ring_exchange`` GEMMs is a reduce-scatter. ``userbuffers/userbuffers-host.cpp``
+  ``register_user_buffer_collective`` allocates it (``cuMemCreate`` with CUDA multicast,
+  ``cudaMalloc`` with CUDA IPC);
+* its own userbuffers communicator (``CommOverlapCore``'s constructor calls
+  ``create_communicator_grouped2``), which registers region 0, ``LOCALSIZE`` =
+  4·(``NVTE_REG0_OFFSET`` + ``NVTE_REG0_FLAGS``) = 4·(14,400 + 791,552) = 3,223,808 B
+  (``userbuffers.h``: ``NVTE_MAX_REGIONS`` 32, ``NVTE_MAX_NVLINK`` 32, ``NVTE_MAX_SMS`` 32,
+  ``NVTE_MAX_OPS`` 32, ``NVTE_MAX_PEERS`` 8192, five ``userbuffers_op_types``,
+  ``NVTE_REG0_COMMBUFFER`` 0), and ``cudaMalloc`` s two GPU pages of flags (2·65,536 B):
+  :data:`COMMUNICATOR_BYTES`.
+
+So one GPU holds ``12·S·h·2`` bytes in BF16 and ``S·h·(8·1 + 4·2)`` under FP8 (``S = s·b/cp``),
+plus 12 × :data:`COMMUNICATOR_BYTES`, on every pipeline stage, in both phases of the step
+(:func:`model.terms.peak.fit_total`, with the communicators).
+
+Not counted: the rounding of each allocation up to the driver's granularity (the multicast
+granularity, the device's), the ``send_id``/``recv_id`` arrays (``4·33`` B per rank of the
+job), and the multicast object's address range (``MULTICAST_GB_TOTAL``, virtual: the buffers
+bound to it are its physical memory). Not subtracted: the caching allocator's tensors the
+buffers could stand in for. The forward's gathered inputs are transient and the backward's
+(:mod:`model.backward_working`) stay allocated where the code shows it (the ``external``
+weight-gradient GEMMs receive a copy of the all-gathered gradient, ``B_copy`` in
+``CommOverlapP2PBase``), so the working set is left as it is: at most its gathered ``r·H``,
+``[sp]·H`` terms would be over.
+
+Profiles: ``megatron`` only. Megatron-DeepSpeed has no userbuffers (no ``initialize_ub`` call at
+f4157bea); ``fsdp2`` refuses ``full``; ``textbook`` counts no runtime buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.op_time import TpOverlap, tp_overlap_for
+from trainplan.model.precision import Precision
+from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.xp import exact, where
+
+__all__ = [
+    "UB_GEMMS",
+    "UB_ALL_GATHER_GEMMS",
+    "COMMUNICATOR_BYTES",
+    "userbuffer_bytes",
+    "userbuffers_term",
+]
+
+UB_GEMMS = 12
+"""Communicators ``initialize_ub`` makes per quantization mode: its default ``methods``
+(4 ring-exchange, 2 pipeline, 4 bulk, 2 external GEMMs)."""
+UB_ALL_GATHER_GEMMS = 8
+"""Of them, ``layers_all_gather_overlap``: the buffers in ``uint8`` under an FP8 mode."""
+REGION0_BYTES = 4 * ((2 * 32) * 32 + (2 * 32 * 32 + 32) * 2 + 8192 + 1024 * 5 + 8192 * 32 * 3)
+"""``LOCALSIZE`` of ``userbuffers-host.cpp`` ``create_communicator_grouped2``: 3,223,808 B."""
+COMMUNICATOR_BYTES = REGION0_BYTES + 2 * 65536
+"""Bytes each userbuffers communicator holds besides its buffer: region 0 and two GPU pages of
+flags (``flags_baseptr``, ``2 * GPU_PAGE_SIZE``): 3,354,880 B."""
+BUFFER_DTYPE_BYTES = 2
+"""``initialize_ub``'s ``dtype`` default, ``torch.bfloat16``."""
+
+
+def userbuffer_bytes(rows: Any, hidden: int, fp8: bool) -> Any:
+    """Bytes Transformer Engine's twelve userbuffers communicators hold on one GPU: buffers of
+    ``rows`` (``s·b/cp``) × ``hidden`` elements, 1 B for the eight all-gather ones under FP8
+    (``fp8``) and 2 B otherwise, plus :data:`COMMUNICATOR_BYTES` each. Exact for ints and
+    Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 70B (h 8192), s 8192, b 1: BF16 12·2·8192² + 12·3,354,880 = 1,650,871,296 B; FP8
+    (8·1 + 4·2)·8192² + the same = 1,114,000,384 B.
+
+    >>> userbuffer_bytes(8192, 8192, False), userbuffer_bytes(8192, 8192, True)
+    (1650871296, 1114000384)
+    """
+    gathers = 1 if fp8 else BUFFER_DTYPE_BYTES
+    per_element = UB_ALL_GATHER_GEMMS * gathers + (UB_GEMMS - UB_ALL_GATHER_GEMMS) * 2
+    return rows * hidden * per_element + UB_GEMMS * COMMUNICATOR_BYTES
+
+
+def userbuffers_term(c: Context, f: Fields) -> Any:
+    """Bytes of Transformer Engine's userbuffers on one GPU of stage ``f.stage`` (see the module
+    docstring): :func:`userbuffer_bytes` of ``s·b/cp`` rows under ``megatron`` with
+    ``tp_comm_overlap = full`` at tp > 1, on every stage; else 0 (and 0 for a size-only model).
+    Outside the caching allocator, held in both phases, like NCCL's communicators.
+
+    Scope: tp, cp, micro_batch_size, framework, pp (the stage axis). Control: pp, framework.
+    """
+    arch = c.model.arch
+    if arch is None or Framework(f.framework) is not Framework.MEGATRON:
+        return 0
+    if tp_overlap_for(f.framework, c.options.tp_comm_overlap) is not TpOverlap.FULL:
+        return 0
+    rows = exact(c.training.seq_len) * f.micro_batch_size / f.cp
+    fp8 = Precision(c.training.precision) is Precision.FP8
+    return where(f.tp > 1, userbuffer_bytes(rows, arch.hidden_size, fp8), 0)
