@@ -229,16 +229,15 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
 def _job_rows(
     job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo: dict, retries_ok: bool
 ):
-    """Every term of one job's shapes: memory arrays (shared by jobs that differ only in the
-    accelerator, ``memo``), time arrays, capacities and exact fit verdicts (``retries_ok``:
-    :attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
+    """Every term of one job's shapes: memory arrays (``memo``, per accelerator: the state reads
+    the part), times, capacities, exact fit verdicts (``retries_ok``: ``allocator_retries_ok``)."""
     case = job.case
     c = evaluation_context(
         case.model, case.training, case.device, case.options, case.vocab_multiple
     )
     table = ShapeColumns(shapes, case.training.global_batch_size, case.links, case.fabric)
     P = max(s.pp for s in shapes)
-    key = (case.model, case.training, case.vocab_multiple, shapes, case.device.host_memory_bytes)
+    key = (case.model, case.training, case.vocab_multiple, shapes, case.device)
     if key not in memo:
         memo[key] = _memory(c, table, zs, rs, P)
     mem = _with_communicators(memo[key], c, table, zs, P)
