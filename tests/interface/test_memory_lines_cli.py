@@ -76,7 +76,7 @@ def _dense(text: str, m: dict) -> None:
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
-    assert _line(text, "output layer's all-gather buffer (whole run)") == _gb(gather) == "0.07 GB"
+    assert _line(text, "all-gather and pipeline buffers (whole run)") == _gb(gather) == "0.07 GB"
     assert _line(text, "NCCL communicator buffers (whole run)") == _gb(4 * COMM) == "1.61 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
