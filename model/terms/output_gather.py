@@ -30,6 +30,10 @@ counted on a stage without layers too, where Megatron-DeepSpeed's ``partition_me
 its receive buffers (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also
 allocated once. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary tensors);
 ``textbook`` counts no runtime buffer.
+
+Also held here, under ``megatron``: Transformer Engine's cuBLAS workspaces beyond the plain one
+(:func:`model.terms.userbuffers.te_workspace_term`), tensors of the caching allocator allocated
+at the first userbuffers or grouped GEMM and kept for the run.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.terms.activation_fields import end_stages
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.pipeline_buffers import deepspeed_engine, deepspeed_engine_buffers
+from trainplan.model.terms.userbuffers import te_workspace_term
 from trainplan.model.xp import exact, where
 
 __all__ = ["output_gather_bytes", "output_gather_term"]
@@ -66,8 +71,9 @@ def output_gather_term(c: Context, f: Fields) -> Any:
     the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`) under
     ``megatron``, on every rank under ``deepspeed``, with tp > 1 and sequence parallelism; under
     ``deepspeed`` with pp > 1 also the pipeline engine's receive buffers
-    (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`); else 0 (and 0 for a
-    size-only model).
+    (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`); under ``megatron``
+    Transformer Engine's extra cuBLAS workspaces
+    (:func:`model.terms.userbuffers.te_workspace_term`); else 0 (and 0 for a size-only model).
 
     Scope: tp, cp, micro_batch_size, sequence_parallel, pp, schedule, framework.
     Control: pp, framework.
@@ -82,4 +88,6 @@ def output_gather_term(c: Context, f: Fields) -> Any:
     )
     ds = f.lookup(deepspeed_engine, (), "framework")
     mpu = where((last | (ds == 1)) & f.sp & (f.tp > 1), one, 0)
-    return mpu + deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size)
+    return (
+        mpu + deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size) + te_workspace_term(c, f)
+    )

@@ -52,6 +52,18 @@ weight-gradient GEMMs receive a copy of the all-gathered gradient, ``B_copy`` in
 ``CommOverlapP2PBase``), so the working set is left as it is: at most its gathered ``r·H``,
 ``[sp]·H`` terms would be over.
 
+Transformer Engine's extra cuBLAS workspaces (``transformer_engine/pytorch/cpp_extensions/gemm.py``
+``get_cublas_workspace``, an ``lru_cache``: allocated at the first such GEMM, held in the caching
+allocator for the whole run, beside the one plain workspace the runtime reserve counts,
+``model.frameworks.CUBLAS_WORKSPACE_BYTES``): every userbuffers GEMM (``general_gemm`` with
+``ub``) takes ``_NUM_MAX_UB_STREAMS`` = 3 workspaces in one tensor, and Transformer Engine's
+``GroupedLinear`` (``general_grouped_gemm``, ``grouped_gemm=True``; Megatron-LM's grouped MoE
+experts, ``TEGroupedMLP``) one per compute stream, ``tex.get_num_cublas_streams()`` =
+``nvte_get_num_compute_streams`` = 4 (``transformer_engine/common/util/multi_stream.cpp``).
+Each is ``get_cublas_workspace_size_bytes()``: 32 MiB + 1 KiB from compute capability 9 on,
+whatever the precision (:data:`TE_WORKSPACE_BYTES`; the 4 MiB of older parts is not modelled:
+the reserve assumes Hopper too). :func:`te_workspace_bytes`.
+
 Profiles: ``megatron`` only. Megatron-DeepSpeed has no userbuffers (no ``initialize_ub`` call at
 f4157bea); ``fsdp2`` refuses ``full``; ``textbook`` counts no runtime buffer.
 """
@@ -71,6 +83,9 @@ __all__ = [
     "UB_ALL_GATHER_GEMMS",
     "COMMUNICATOR_BYTES",
     "userbuffer_bytes",
+    "TE_WORKSPACE_BYTES",
+    "te_workspace_bytes",
+    "te_workspace_term",
     "userbuffers_term",
 ]
 
@@ -107,11 +122,33 @@ def userbuffer_bytes(rows: Any, hidden: int, fp8: bool) -> Any:
     return rows * hidden * per_element + UB_GEMMS * COMMUNICATOR_BYTES
 
 
+TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
+"""``get_cublas_workspace_size_bytes`` (``transformer_engine/pytorch/cpp_extensions/gemm.py``)
+from compute capability 9 on: 33,555,456 B."""
+UB_WORKSPACES = 3
+"""``_NUM_MAX_UB_STREAMS``: workspaces of the userbuffers GEMMs' one cached tensor."""
+GROUPED_WORKSPACES = 4
+"""``nvte_get_num_compute_streams`` (``common/util/multi_stream.cpp``): one workspace each for
+``general_grouped_gemm``."""
+
+
+def te_workspace_bytes(ub: bool, grouped: bool) -> int:
+    """Bytes of Transformer Engine's cuBLAS workspaces beyond the plain one (module docstring):
+    3 × :data:`TE_WORKSPACE_BYTES` with userbuffers (``ub``), 4 × with grouped expert GEMMs
+    (``grouped``).
+
+    >>> te_workspace_bytes(True, False), te_workspace_bytes(False, True), te_workspace_bytes(True, True)
+    (100666368, 134221824, 234888192)
+    """
+    return (UB_WORKSPACES * ub + GROUPED_WORKSPACES * grouped) * TE_WORKSPACE_BYTES
+
+
 def userbuffers_term(c: Context, f: Fields) -> Any:
     """Bytes of Transformer Engine's userbuffers on one GPU of stage ``f.stage`` (see the module
     docstring): :func:`userbuffer_bytes` of ``s·b/cp`` rows under ``megatron`` with
     ``tp_comm_overlap = full`` at tp > 1, on every stage; else 0 (and 0 for a size-only model).
-    Outside the caching allocator, held in both phases, like NCCL's communicators.
+    Outside the caching allocator, held in both phases, like NCCL's communicators (the
+    userbuffers GEMMs' cuBLAS workspaces are in the allocator: :func:`te_workspace_term`).
 
     Scope: tp, cp, micro_batch_size, framework, pp (the stage axis). Control: pp, framework.
     """
@@ -123,3 +160,22 @@ def userbuffers_term(c: Context, f: Fields) -> Any:
     rows = exact(c.training.seq_len) * f.micro_batch_size / f.cp
     fp8 = Precision(c.training.precision) is Precision.FP8
     return where(f.tp > 1, userbuffer_bytes(rows, arch.hidden_size, fp8), 0)
+
+
+def te_workspace_term(c: Context, f: Fields) -> Any:
+    """Bytes of Transformer Engine's extra cuBLAS workspaces on one GPU of stage ``f.stage``
+    (module docstring, :func:`te_workspace_bytes`) under ``megatron``: the userbuffers GEMMs'
+    three where :func:`userbuffers_term` holds buffers (``tp_comm_overlap = full``, tp > 1), the
+    grouped expert GEMMs' four for a model with MoE layers; else 0 (and 0 for a size-only
+    model). In the caching allocator, held for the whole run in both phases: read by
+    :func:`model.terms.output_gather.output_gather_term`.
+
+    Scope: tp, framework. Control: framework.
+    """
+    arch = c.model.arch
+    if arch is None or Framework(f.framework) is not Framework.MEGATRON:
+        return 0
+    grouped = te_workspace_bytes(False, arch.moe is not None)
+    if tp_overlap_for(f.framework, c.options.tp_comm_overlap) is not TpOverlap.FULL:
+        return grouped
+    return where(f.tp > 1, te_workspace_bytes(True, False), 0) + grouped

@@ -1,0 +1,77 @@
+"""Transformer Engine's cuBLAS workspaces beyond the plain one the runtime reserve counts
+(``transformer_engine/pytorch/cpp_extensions/gemm.py`` ``get_cublas_workspace``, d0067d0da):
+``get_cublas_workspace_size_bytes()`` = 32 MiB + 1 KiB = 33,555,456 B from compute capability 9;
+3 of them (``_NUM_MAX_UB_STREAMS``) for the userbuffers GEMMs, 4 (``nvte_get_num_compute_streams``)
+for ``general_grouped_gemm`` (GroupedLinear, Megatron-LM's grouped MoE experts). Held for the run
+in the caching allocator, so in ``output_gather_bytes`` (both phases, the fit figure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainplan.model.estimate import stage_memory
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.op_time import TpOverlap
+from trainplan.model.specs import TrainingSpec
+from trainplan.model.terms.userbuffers import te_workspace_bytes
+from trainplan.model.timing import CostOptions
+from trainplan.optimizer.case import Case
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+WS = 32 * 1024 * 1024 + 1024
+FULL = CostOptions(tp_comm_overlap=TpOverlap.FULL)
+DEFAULT = CostOptions()
+H100 = get_accelerator("H100-SXM")
+TRAINING = TrainingSpec(seq_len=4096, global_batch_size=64)
+DENSE = get_model("llama3-8b").model
+MOE = get_model("mixtral-8x7b").model
+BASE = Layout(
+    dp=1, tp=2, pp=2, cp=1, micro_batch_size=1, zero_stage=1, recompute=Recompute.FULL,
+    sequence_parallel=True, framework="megatron",
+)  # fmt: skip
+
+
+def _held(model, layout, options=DEFAULT) -> list[int]:
+    stages = stage_memory(model, TRAINING, layout, device=H100, options=options)
+    return [int(s.output_gather_bytes) for s in stages]
+
+
+def test_counts_by_hand():
+    assert WS == 33_555_456
+    assert te_workspace_bytes(True, False) == 3 * WS == 100_666_368
+    assert te_workspace_bytes(False, True) == 4 * WS == 134_221_824
+    assert te_workspace_bytes(True, True) == 7 * WS == 234_888_192
+
+
+def test_where_the_code_allocates_them():
+    # dense megatron: nothing beyond the plain workspace; userbuffers add 3 on every stage
+    # (the last stage also holds the "mpu" output-layer buffer: compare differences)
+    dense = _held(DENSE, BASE)
+    dense_full = _held(DENSE, BASE, FULL)
+    assert [b - a for a, b in zip(dense, dense_full, strict=True)] == [3 * WS, 3 * WS]
+    # MoE: 4 for the grouped expert GEMMs at any overlap, 3 more with userbuffers
+    moe = _held(MOE, replace(BASE, ep=1))
+    moe_full = _held(MOE, replace(BASE, ep=1), FULL)
+    assert [b - a for a, b in zip(moe, moe_full, strict=True)] == [3 * WS, 3 * WS]
+    assert moe[0] == 4 * WS  # first stage: no output layer, so only the workspaces
+    # tp 1: no userbuffers, so no ub workspaces; grouped ones stay
+    assert _held(MOE, replace(BASE, tp=1, sequence_parallel=False), FULL)[0] == 4 * WS
+    # other profiles call no Transformer Engine GEMM: the option moves nothing
+    for fw in ("deepspeed", "textbook"):
+        lay = replace(BASE, framework=fw)
+        assert _held(DENSE, lay, FULL) == _held(DENSE, lay)
+    assert _held(DENSE, replace(BASE, framework="textbook"), FULL) == [0, 0]
+
+
+def test_the_search_answer_that_did_not_fit():
+    """``trainplan search --model mixtral-8x7b --gpus 16 --gpu B200 --framework megatron
+    --set tp_comm_overlap=full --precision fp8 --fp8-recipe mxfp8`` answered dp4 tp2 pp2 ep4
+    etp2 interleaved v8, b 1, with a fit figure of 189,674,834,944 of 189,694,999,552 B (20.2 MB
+    margin): with 7 workspaces (234,888,192 B) it is 189,909,723,136, over by 214,723,584 B."""
+    case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
+                   precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
+    lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
+                 zero_stage=1, framework="megatron")  # fmt: skip
+    est = case.evaluate(lay)
+    assert not est.fits
