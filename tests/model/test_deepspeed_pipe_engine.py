@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tests.model.test_output_gather import BASE as MEGATRON_BASE
+from tests.model.test_output_gather import H100, LLAMA_70B, TRAINING
 from trainplan.model.estimate import stage_memory
-from trainplan.model.layout import Layout, Recompute
+from trainplan.model.layout import Layout
 from trainplan.model.specs import TrainingSpec
 from trainplan.scenarios.catalogue import get_model
-from trainplan.topology.accelerators import get_accelerator
 
-LLAMA_70B = get_model("llama3-70b").model
-TRAINING = TrainingSpec(seq_len=8192, global_batch_size=64)
-H100 = get_accelerator("H100-SXM")
-BASE = Layout(
-    dp=1, tp=8, pp=2, cp=1, micro_batch_size=1, zero_stage=1, recompute=Recompute.FULL,
-    sequence_parallel=True, framework="deepspeed",
-)  # fmt: skip
+BASE = replace(MEGATRON_BASE, framework="deepspeed")
+"""Llama 3 70B at dp 1, tp 8 with sequence parallelism, pp 2, ZeRO-1, full recompute."""
 H = 2 * 8192 * 8192
 """One whole [s, b, h] BF16 tensor of Llama 3 70B at s 8,192, b 1: 134,217,728 B."""
 
