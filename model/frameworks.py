@@ -205,11 +205,15 @@ CUDA_CONTEXT_BYTES = 666_632_192
 measured in pytorch/pytorch#86509 (``CUDA_MODULE_LOADING=EAGER``; 287,047,680 B at start under
 the lazy loading it made the default, which loads each module on first use and so grows toward
 this as a step's kernels run)."""
-CUBLAS_WORKSPACE_BYTES = 32 * 2**20 + (32 * 2**20 + 1024)
+TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
+"""One Transformer Engine cuBLAS workspace from compute capability 9 on, 32 MiB + 1 KiB =
+33,555,456 B (``get_cublas_workspace_size_bytes``,
+``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20 + TE_WORKSPACE_BYTES
 """cuBLAS workspaces on Hopper and later: PyTorch's per handle and stream, 4096 KiB × 8
 (``parseChosenWorkspaceSize`` in ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares
-it, ``TORCH_CUBLASLT_UNIFIED_WORKSPACE``), and Transformer Engine's, 32 MiB + 1 KiB
-(``get_cublas_workspace_size_bytes``, ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
+it, ``TORCH_CUBLASLT_UNIFIED_WORKSPACE``), and Transformer Engine's plain one
+(:data:`TE_WORKSPACE_BYTES`; its extra ones: :mod:`model.terms.userbuffers`)."""
 FRAGMENTATION_ALLOWANCE_BYTES = 2**30
 """An ASSUMPTION, not a sourced figure: 1 GiB allowed for what PyTorch's caching allocator
 reserves beyond the tensors' peak (``max_memory_reserved`` − ``max_memory_allocated``). No

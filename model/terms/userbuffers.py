@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.model.frameworks import Framework
+from trainplan.model.frameworks import TE_WORKSPACE_BYTES, Framework
 from trainplan.model.op_time import TpOverlap, tp_overlap_for
 from trainplan.model.precision import Precision
 from trainplan.model.terms.fields import Context, Fields
@@ -122,9 +122,6 @@ def userbuffer_bytes(rows: Any, hidden: int, fp8: bool) -> Any:
     return rows * hidden * per_element + UB_GEMMS * COMMUNICATOR_BYTES
 
 
-TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
-"""``get_cublas_workspace_size_bytes`` (``transformer_engine/pytorch/cpp_extensions/gemm.py``)
-from compute capability 9 on: 33,555,456 B."""
 UB_WORKSPACES = 3
 """``_NUM_MAX_UB_STREAMS``: workspaces of the userbuffers GEMMs' one cached tensor."""
 GROUPED_WORKSPACES = 4
