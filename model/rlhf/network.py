@@ -11,6 +11,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, StageMemory
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
@@ -37,6 +38,24 @@ _LOGITS_SOURCE = {
     LogitsMode.FUSED: "fused linear cross-entropy: logits and log-softmax one 2,048-token chunk at "
     "a time (Liger Kernel; verl use_fused_kernels)",
 }
+
+
+_RESIDENT_SOURCE = (
+    "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
+    "model.terms.output_gather (buffers allocated once): model.terms.peak.held_in_both_phases; "
+    "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
+)
+
+SHARED_GROUPS = "megatron-core"
+""":attr:`RoleCost.groups` of every role under the ``megatron`` profile. verl runs the roles
+of a resource pool in one process per GPU (``RayPPOTrainer.init_workers`` fuses each pool's
+workers with ``create_colocated_worker_cls``, ``verl/trainer/ppo/ray_trainer.py``;
+``WorkerDict``, ``verl/single_controller/ray/base.py``), and its Megatron workers
+(``ActorRolloutRefWorker``, ``CriticWorker``, ``RewardModelWorker`` in
+``verl/workers/megatron_workers.py``) call ``mpu.initialize_model_parallel`` only when
+``torch.distributed`` is not yet initialised: the first role's tp and pp make the groups every
+role of the pool then uses (the code's comment: different parallel strategies need separate
+resource pools)."""
 
 
 def _batch(sequences: int, b: int, dp: int) -> int:
@@ -117,8 +136,9 @@ def _loss_over(acts: Any) -> Fraction:
 class _Held:
     """What a role keeps through the step and what its update adds: the state bytes of each
     pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
-    update's seconds and its bytes above ``held_bytes`` (0 for a frozen role), its terms and its
-    per-micro-batch compute (:func:`_microbatch_s`)."""
+    update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
+    role), its terms, its per-micro-batch compute (:func:`_microbatch_s`) and its bytes held in
+    every phase (:func:`_resident`)."""
 
     per_stage: list[Fraction]
     held_bytes: Fraction
@@ -127,6 +147,7 @@ class _Held:
     training_bytes: Fraction
     terms: list[Term]
     microbatch_s: float
+    resident_bytes: Fraction = Fraction(0)
 
 
 def _training_estimate(
@@ -221,6 +242,55 @@ def _fit(st: StageMemory, extra: Fraction) -> Fraction:
     return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
 
 
+def _resident(est: Estimate) -> Fraction:
+    """The bytes a role's layout holds in every phase, never offloaded: the most any of its
+    stages holds in both phases of a step beside its state and activations
+    (:attr:`model.terms.peak.StageMemory.both_phases_bytes`, the one sum
+    :func:`model.terms.peak.held_in_both_phases`: NCCL's communicators, outside the caching
+    allocator for the whole run, and the framework's persistent buffers, allocated once). Idle
+    offload moves parameters, gradients and optimizer state only (verl
+    ``offload_megatron_model_to_cpu`` / ``offload_megatron_optimizer``,
+    ``verl/utils/megatron_utils.py``; NeMo-RL ``offload_after_refit``): these stay."""
+    return max(st.both_phases_bytes for st in est.stages)
+
+
+def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple[float, list[Term]]:
+    """The updates' seconds (``epochs × updates_per_epoch`` step times of ``train_est``) and
+    their terms (with optimizer offload's share)."""
+    if train_est.step_s is None or train_est.time_terms is None:
+        raise InputError("rlhf: step time needs every axis's link bandwidth")
+    updates = spec.epochs * spec.updates_per_epoch
+    training_s = updates * train_est.step_s
+    terms = [
+        Term(
+            f"training ({spec.epochs} epoch(s) × {spec.updates_per_epoch} update(s))",
+            "training",
+            training_s,
+            "s",
+            "evaluate() step time of the layout (model.timing), 6N per token per epoch",
+        )
+    ]
+    if offload.active:
+        terms.append(
+            Term(
+                "of which optimizer offload (host link + CPU Adam)",
+                "training",
+                updates * train_est.time_terms.offload_s,
+                "s",
+                OFFLOAD_SOURCE,
+            )
+        )
+    return training_s, terms
+
+
+def _resident_terms(resident: Fraction) -> list[Term]:
+    """The term of a role's bytes held in every phase (:func:`_resident`); none when 0."""
+    if not resident:
+        return []
+    what = "communicators + persistent buffers (every phase, not offloaded)"
+    return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+
+
 def _trainable(
     spec: RLHFSpec,
     rs: RoleSpec,
@@ -253,32 +323,19 @@ def _trainable(
     terms = _state_terms(spec, train_est, offload, mech, b, s)
     if rs.log_probs:
         terms += _logits_terms(spec, logit, temp)
-    if train_est.step_s is None or train_est.time_terms is None:
-        raise InputError("rlhf: step time needs every axis's link bandwidth")
-    updates = spec.epochs * spec.updates_per_epoch
-    training_s = updates * train_est.step_s
-    terms.append(
-        Term(
-            f"training ({spec.epochs} epoch(s) × {spec.updates_per_epoch} update(s))",
-            "training",
-            training_s,
-            "s",
-            "evaluate() step time of the layout (model.timing), 6N per token per epoch",
-        )
-    )
-    if offload.active:
-        terms.append(
-            Term(
-                "of which optimizer offload (host link + CPU Adam)",
-                "training",
-                updates * train_est.time_terms.offload_s,
-                "s",
-                OFFLOAD_SOURCE,
-            )
-        )
-    training_b = max(train_peak) - held_b
+    training_s, time_terms = _update_time(spec, train_est, offload)
+    terms += time_terms
+    resident = _resident(train_est)
+    training_b = max(train_peak) - held_b - resident
     return _Held(
-        held, held_b, train_est.host_bytes, training_s, training_b, terms, _microbatch_s(train_est)
+        held,
+        held_b,
+        train_est.host_bytes,
+        training_s,
+        training_b,
+        terms,
+        _microbatch_s(train_est),
+        resident,
     )
 
 
@@ -295,7 +352,7 @@ def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
     held_b = max(held)
     how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
     terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
-    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0)
+    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, _resident(score_est))
 
 
 def _scoring(
@@ -305,19 +362,23 @@ def _scoring(
     held: _Held,
     logits: tuple[Fraction, Fraction],
 ) -> tuple[Fraction, float, list[Term]]:
-    """The scoring forward's bytes above ``held`` (gathered layers, and the FP32 logits and
-    log-softmax on the last stage when the role returns log-probs), its seconds and terms; 0 and
-    none for a role that does not score."""
+    """The scoring forward's bytes above ``held``'s state and resident bytes (gathered layers,
+    and the FP32 logits and log-softmax on the last stage when the role returns log-probs; each
+    stage with its own bytes held in both phases, :func:`_resident`, as the update's fit has
+    them), its seconds and terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
     logit, temp = logits
     last = len(score_est.stages) - 1
     out = (logit + temp) if rs.log_probs else Fraction(0)
     peaks = [
-        held.per_stage[i] + st.state.gathered_bytes + (out if i == last else 0)
+        held.per_stage[i]
+        + st.state.gathered_bytes
+        + (out if i == last else 0)
+        + st.both_phases_bytes
         for i, st in enumerate(score_est.stages)
     ]
-    scoring_b = max(peaks) - held.held_bytes
+    scoring_b = max(peaks) - held.held_bytes - held.resident_bytes
     scoring_s = _forward_s(score_est)
     what = "old log-probs" if rs.role is Role.ACTOR else "forward"
     terms = [
@@ -380,7 +441,7 @@ def network_cost(
     else:
         held = _frozen(opt, score_est, mech)
     scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held, logits)
-    terms = held.terms + scoring_terms
+    terms = held.terms + scoring_terms + _resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
     swap = Fraction(0)
@@ -388,10 +449,8 @@ def network_cost(
         moves, idle_terms = _idle_swap(rs, device, held_b)
         swap, held_b, host = held_b, Fraction(0), host + held_b
         terms += idle_terms
-        if "scoring" in rs.phases:
-            scoring_s += moves
-        if "training" in rs.phases:
-            training_s += moves
+        scoring_s += moves if "scoring" in rs.phases else 0.0
+        training_s += moves if "training" in rs.phases else 0.0
     return RoleCost(
         opt,
         held_b,
@@ -407,4 +466,6 @@ def network_cost(
         swap_bytes=swap,
         phases=rs.phases,
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
+        resident_bytes=held.resident_bytes,
+        groups=SHARED_GROUPS if spec.framework is Framework.MEGATRON else "",
     )

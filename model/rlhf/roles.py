@@ -18,6 +18,10 @@ seconds per phase and its host bytes — from the cost model itself:
   it generates, nothing outside the rollout phase — vLLM's sleep mode / verl's
   ``free_cache_engine`` release it; the weights are re-sent by the actor each step).
 
+A training or scoring role also holds, in every phase and whatever its offload, its NCCL
+communicators and the framework's persistent buffers (``RoleCost.resident_bytes``), counted by
+the pool once per set of shared process groups (:func:`model.rlhf.step.pool_resident`).
+
 Offload (``RoleOption.offload``), two mechanisms people use:
 
 * ``optimizer`` — CPU Adam, as :mod:`model.offload` runs it (``evaluate()`` of the update's
@@ -180,6 +184,21 @@ class RoleCost:
     """The engine's memory budget per GPU (fraction × the device's bytes; None for the other
     roles). ``rollout_bytes`` above it: the budget cannot hold the engine's weights and one
     full-length sequence — the engine cannot start (:func:`model.rlhf.costs.role_cost` with ``over_budget``)."""
+
+    resident_bytes: Fraction = Fraction(0)
+    """A training or scoring role's bytes held in every phase of the step on every GPU of its
+    pool, whether it works or not, and never moved by idle offload: its NCCL communicators and
+    the framework's persistent buffers (:func:`model.terms.peak.held_in_both_phases` of its
+    busiest stage for them: NCCL's buffers live outside the caching allocator for the whole run,
+    and the output layer's ``"mpu"`` buffer and Transformer Engine's workspaces are allocated
+    once); 0 for the engine. Not in ``held_bytes``, ``swap_bytes`` or the phase bytes: the pool
+    counts it once for roles that share their process groups (:attr:`groups`,
+    :func:`model.rlhf.step.pool_resident`)."""
+    groups: str = ""
+    """Whose process groups (and persistent buffers) the role uses: ``""`` its own, counted on
+    their own; a name (``megatron-core``: Megatron-Core's ``parallel_state``) groups shared by
+    every role of the pool with the same name, which must then run the same tp and pp
+    (:func:`model.rlhf.step.pool_resident`)."""
 
     @property
     def over_budget(self) -> bool:

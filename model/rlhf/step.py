@@ -14,6 +14,14 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   phase's peak must fit the GPU's usable bytes (HBM less the runtime reserve, as the framework
   profiles compare); offloaded optimizer state must fit the host's share per GPU (host memory
   per node ÷ GPUs per NVLink domain).
+* **Bytes held in every phase** (:attr:`model.rlhf.roles.RoleCost.resident_bytes`: each
+  training or scoring role's NCCL communicators and persistent buffers, live for the whole run
+  and not moved by idle offload) are counted in every phase of the pool, the rollout included,
+  beside ``Σ held``: once for the roles that share their process groups (the most any of them
+  holds; Megatron-Core's, which verl initialises once per process for every role of a pool, so
+  those roles must run the same tp and pp), and each on its own for the others
+  (:func:`pool_resident`). The rollout engine's own communicators and CUDA graphs, which vLLM's
+  sleep mode keeps, are not counted: no per-operation figure (:mod:`model.rollout`).
 * **Time.** ``W(phase, pool)`` = the seconds of the pool's roles in the phase, added up. A
   synchronous step (``off_policy = 0``) runs the phases one after another, pools in parallel
   within a phase: ``step = Σ_phase max_pool W``. One-step off-policy (``off_policy = 1``: the
@@ -30,15 +38,16 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES
 
-__all__ = ["PoolPlan", "StepPlan", "compose", "step_seconds"]
+__all__ = ["PoolPlan", "StepPlan", "compose", "pool_resident", "step_seconds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +63,17 @@ class PoolPlan:
     roles: tuple[str, ...]
     """The roles placed on it."""
     held_bytes: Fraction
-    """Σ of its roles' held bytes per GPU."""
+    """Σ of its roles' held bytes per GPU, with the bytes they hold in every phase
+    (:attr:`resident_bytes`)."""
     peak_bytes: tuple[Fraction, Fraction, Fraction]
     """Per phase (rollout, scoring, training): Σ held + the largest phase bytes of its roles."""
     busy_s: tuple[float, float, float]
     """Per phase: its roles' seconds, added."""
     host_bytes: Fraction
     """Host bytes per GPU (offloaded optimizer state of its roles)."""
+    resident_bytes: Fraction = Fraction(0)
+    """Of :attr:`held_bytes`, its roles' communicators and persistent buffers
+    (:func:`pool_resident`)."""
 
     @property
     def peak(self) -> Fraction:
@@ -137,6 +150,54 @@ def step_seconds(busy: Sequence[Sequence[float]], off_policy: int) -> float:
     return max(max(sum(row) for row in busy), phase[1] + phase[2])
 
 
+def _resident_of(cost: RoleCost) -> Fraction:
+    return cost.resident_bytes
+
+
+def pool_resident(
+    members: Sequence[RoleCost], bytes_of: Callable[[RoleCost], Any] = _resident_of
+) -> Any:
+    """The bytes the roles ``members`` of one pool hold in every phase
+    (:attr:`~model.rlhf.roles.RoleCost.resident_bytes`): for each name of shared process groups
+    (:attr:`~model.rlhf.roles.RoleCost.groups`) the most any role using them holds — one set of
+    groups, one communicator each, one ``"mpu"`` buffer, one Transformer Engine workspace per
+    process, sized to the largest request — plus every role with groups of its own. None when
+    roles sharing groups run different tp or pp (verl initialises Megatron-Core's groups once per
+    process: a pool whose roles need two layouts cannot run; separate pools can). ``bytes_of``
+    reads a role's bytes (the search's integers: rounded up).
+
+    Examples
+    --------
+    Actor and critic on Megatron-Core's groups (1.5 and 1.6 GB), a role with its own (0.4 GB):
+    1.6 + 0.4 = 2.0 GB; the critic at another tp: None.
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> from trainplan.model.rlhf.spec import Role
+    >>> def cost(role, tp, res, groups):
+    ...     o = RoleOption(role, 8, 8 // tp, tp)
+    ...     z = Fraction(0)
+    ...     return RoleCost(o, z, z, z, z, 0.0, 0.0, 0.0, z, (), resident_bytes=Fraction(res),
+    ...                     groups=groups)
+    >>> a, c = cost(Role.ACTOR, 2, 1.5e9, "m"), cost(Role.CRITIC, 2, 1.6e9, "m")
+    >>> float(pool_resident([a, c, cost(Role.REWARD, 1, 0.4e9, "")]))
+    2000000000.0
+    >>> pool_resident([a, cost(Role.CRITIC, 4, 1.6e9, "m")]) is None
+    True
+    """
+    shared: dict[str, list[RoleCost]] = {}
+    total = 0
+    for c in members:
+        if c.groups:
+            shared.setdefault(c.groups, []).append(c)
+        else:
+            total += bytes_of(c)
+    for users in shared.values():
+        if len({(c.option.tp, c.option.pp) for c in users}) > 1:
+            return None
+        total += max(bytes_of(c) for c in users)
+    return total
+
+
 def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; with
@@ -145,13 +206,23 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
     Raises
     ------
     InputError
-        Roles of the pool disagreeing on its size.
+        Roles of the pool disagreeing on its size, or sharing process groups at different tp
+        or pp (:func:`pool_resident`).
     """
     sizes = {c.option.gpus for c in members}
     if len(sizes) != 1:
         raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
     gpus = sizes.pop()
-    held = sum((c.held_bytes for c in members), Fraction(0))
+    resident = pool_resident(members)
+    if resident is None:
+        layouts = ", ".join(
+            f"{c.option.role} tp {c.option.tp} × pp {c.option.pp}" for c in members if c.groups
+        )
+        raise InputError(
+            f"placement: pool {q} runs its roles in one process per GPU, on one set of "
+            f"Megatron-Core groups (verl), so they need one tp × pp: {layouts}; use separate pools"
+        )
+    held = sum((c.held_bytes for c in members), Fraction(resident))
     peaks = [
         held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
         for ph in PHASES
@@ -166,7 +237,9 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
     host = sum((c.host_bytes for c in members), Fraction(0))
     roles = tuple(str(c.option.role) for c in members)
-    return PoolPlan(q, gpus, first, roles, held, tuple(peaks), busy, host)  # type: ignore[arg-type]
+    three_peaks: tuple[Fraction, Fraction, Fraction] = tuple(peaks)  # type: ignore[assignment]
+    three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]
+    return PoolPlan(q, gpus, first, roles, held, three_peaks, three_busy, host, Fraction(resident))
 
 
 def compose(

@@ -14,6 +14,12 @@ Encoding:
   bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
   (bytes rounded up; a role offloaded when idle adds its state, swapped in for its turn). Host:
   ``Σ host bytes·x ≤`` the host's share per GPU.
+* Bytes held in every phase (:func:`model.rlhf.step.pool_resident`): ``H_q`` = Σ of the
+  roles' with process groups of their own, plus per name of shared groups ``S[q, g] ≥ bytes·x``
+  for each option of a role using them (the most of them, where the memory rows bind); they
+  join ``Σ held`` in every phase's row, and a bare row ``Σ held + H_q ≤ capacity`` holds each
+  slot. The roles sharing groups agree on tp × pp: ``x ⇒ L[q, g, (tp, pp)]``, at most one
+  ``L`` per slot and name.
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
   slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
@@ -125,6 +131,9 @@ class PlacementModel:
         work: dict[int, list[cp_model.LinearExpr]] = {}
         for q, entries in by_slot.items():
             held = sum(ints[(ri, n, oi)][0] * v for ri, n, oi, v in entries)
+            held += self._resident(q, entries, ints, cap)
+            if entries:
+                m.add(held <= cap)
             for k, _ in enumerate(PHASES):
                 for ri in {e[0] for e in entries}:
                     mine = [
@@ -157,6 +166,32 @@ class PlacementModel:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
             m.add(self.tau >= M[1] + M[2])
+
+    def _resident(self, q, entries, ints, cap) -> cp_model.LinearExpr:
+        """Slot ``q``'s bytes held in every phase, and its shared groups' one tp × pp (module
+        docstring)."""
+        m, roles = self.model, self.tables.roles
+        total: cp_model.LinearExpr | int = 0
+        shared: dict[str, list] = {}
+        for ri, n, oi, v in entries:
+            _, cost = self.tables.options[roles[ri]][n][oi]
+            if cost.groups:
+                shared.setdefault(cost.groups, []).append((cost, ints[(ri, n, oi)][5], v))
+            else:
+                total += ints[(ri, n, oi)][5] * v
+        for g, users in shared.items():
+            top = m.new_int_var(0, max(b for _, b, _ in users), f"S{q}_{g}")
+            layouts: dict[tuple[int, int], cp_model.IntVar] = {}
+            for cost, b, v in users:
+                if b:
+                    m.add(top >= b * v)
+                key = (cost.option.tp, cost.option.pp)
+                if key not in layouts:
+                    layouts[key] = m.new_bool_var(f"L{q}_{g}_{key[0]}_{key[1]}")
+                m.add_implication(v, layouts[key])
+            m.add_at_most_one(layouts.values())
+            total += top
+        return total  # type: ignore[return-value]
 
     def _read(self, solver: cp_model.CpSolver, status: str) -> PlacementChoice:
         roles = self.tables.roles

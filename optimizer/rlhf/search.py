@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.step import StepPlan, compose
+from trainplan.model.rlhf.step import StepPlan, compose, pool_resident
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
-from trainplan.optimizer.rlhf.tables import RLHFProblem, RLHFTables, build_tables, dominant
+from trainplan.optimizer.rlhf.tables import (
+    RLHFProblem,
+    RLHFTables,
+    build_tables,
+    dominant,
+    resident_int,
+)
 
 __all__ = [
     "Placement",
@@ -119,15 +125,20 @@ def objective_ns(
     cap = problem.device.usable_bytes(True)
     host_cap = problem.spec.host_memory_bytes // problem.node
     pools: dict[int, list[tuple]] = {}
+    by_pool: dict[int, list[RoleCost]] = {}
     for c, q in zip(costs, slots, strict=True):
         pools.setdefault(q, []).append((c.option.gpus, int_costs(c)))
+        by_pool.setdefault(q, []).append(c)
     if sum(members[0][0] for members in pools.values()) > problem.gpus:
         return None
     busy = []
-    for members in pools.values():
+    for q, members in pools.items():
         if len({g for g, _ in members}) != 1:
             return None
-        held = sum(i[0] for _, i in members)
+        resident = pool_resident(by_pool[q], resident_int)
+        if resident is None:
+            return None
+        held = resident + sum(i[0] for _, i in members)
         for k in range(3):
             if held + max(i[1][k] + i[4][k] for _, i in members) > cap:
                 return None

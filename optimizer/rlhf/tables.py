@@ -69,6 +69,7 @@ __all__ = [
     "cost_of",
     "SMALL_POOLS_NODES",
     "int_costs",
+    "resident_int",
     "NS",
 ]
 
@@ -373,7 +374,8 @@ def _fits_alone(cost: RoleCost, cap: int, host_cap: Fraction) -> bool:
     """The option alone on a GPU: its held, swapped and largest phase bytes within ``cap``, its
     host bytes within the host's share."""
     phase = max(cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
-    return cost.held_bytes + cost.swap_bytes + phase <= cap and cost.host_bytes <= host_cap
+    alone = cost.held_bytes + cost.resident_bytes + cost.swap_bytes + phase
+    return alone <= cap and cost.host_bytes <= host_cap
 
 
 def _within(out: dict, bound_ns: int) -> dict:
@@ -390,10 +392,12 @@ NS = 10**9
 
 def int_costs(
     cost: RoleCost,
-) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int]]:
+) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int], int]:
     """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
-    swapped-in bytes per phase): the integers the CP-SAT placement model
-    (:mod:`optimizer.rlhf.cpsat`) and the dominance filter (:func:`dominant`) read."""
+    swapped-in bytes per phase; bytes held in every phase,
+    :attr:`~model.rlhf.roles.RoleCost.resident_bytes`, rounded up): the integers the CP-SAT
+    placement model (:mod:`optimizer.rlhf.cpsat`) and the dominance filter (:func:`dominant`)
+    read."""
     up = math.ceil
     return (
         up(cost.held_bytes),
@@ -401,7 +405,13 @@ def int_costs(
         up(cost.host_bytes),
         tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
         tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
+        up(cost.resident_bytes),
     )
+
+
+def resident_int(cost: RoleCost) -> int:
+    """A role's bytes held in every phase, rounded up (:func:`int_costs`'s last)."""
+    return math.ceil(cost.resident_bytes)
 
 
 def _own_ns(cost: RoleCost) -> int:
@@ -427,30 +437,43 @@ NS_PER_S = NS
 def dominant(tables: RLHFTables) -> RLHFTables:
     """The tables less every option that another option of the same role and pool size beats or
     ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
-    phase, host and swapped bytes, seconds per phase); of equal ones the first is kept. Every
-    constraint and the step time grow with each of them, so a placement with the dropped option
-    stays feasible and no slower with the one that dominates it: the optimum is unchanged."""
+    phase, host, swapped and resident bytes, seconds per phase); of equal ones the first is kept.
+    Every constraint and the step time grow with each of them, so a placement with the dropped
+    option stays feasible and no slower with the one that dominates it: the optimum is
+    unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
+    compared within one tp × pp only: a pool's roles must then agree on it
+    (:func:`model.rlhf.step.pool_resident`), so an option of another layout is no substitute."""
 
     def flat(cost: RoleCost) -> list[int]:
-        held, phase, host, secs, swap = int_costs(cost)
-        return [held, *phase, host, *secs, *swap]
+        held, phase, host, secs, swap, resident = int_costs(cost)
+        return [held, *phase, host, *secs, *swap, resident]
+
+    def layout(cost: RoleCost) -> tuple[int, int] | None:
+        return (cost.option.tp, cost.option.pp) if cost.groups else None
 
     out: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]] = {}
     for role, by_size in tables.options.items():
         out[role] = {}
-        for n, opts in by_size.items():
-            rows = [flat(c) for _, c in opts]
-            if not rows:
-                out[role][n] = []
-                continue
-            big = any(x >= 2**62 for row in rows for x in row)  # exact either way
-            v = np.array(rows, dtype=object if big else np.int64).reshape(len(rows), -1)
-            le = (v[:, None, :] <= v[None, :, :]).all(axis=2)  # le[j, i]: j ≤ i everywhere
-            lt = (v[:, None, :] < v[None, :, :]).any(axis=2)
-            earlier = np.tri(len(rows), k=-1, dtype=bool).T  # earlier[j, i]: j < i
-            beaten = np.asarray((le & (lt | earlier)).any(axis=0)).tolist()
-            out[role][n] = [o for o, b in zip(opts, beaten, strict=True) if not b]
+        for n, all_opts in by_size.items():
+            kept: set[int] = set()
+            for key in dict.fromkeys(layout(c) for _, c in all_opts):
+                idx = [i for i, (_, c) in enumerate(all_opts) if layout(c) == key]
+                kept.update(idx[i] for i in _undominated([flat(all_opts[i][1]) for i in idx]))
+            out[role][n] = [oc for i, oc in enumerate(all_opts) if i in kept]
     return replace(tables, options=out)
+
+
+def _undominated(rows: list[list[int]]) -> list[int]:
+    """Indices of the rows no other row beats or ties everywhere (of equal rows the first)."""
+    if not rows:
+        return []
+    big = any(x >= 2**62 for row in rows for x in row)  # exact either way
+    v = np.array(rows, dtype=object if big else np.int64).reshape(len(rows), -1)
+    le = (v[:, None, :] <= v[None, :, :]).all(axis=2)  # le[j, i]: j ≤ i everywhere
+    lt = (v[:, None, :] < v[None, :, :]).any(axis=2)
+    earlier = np.tri(len(rows), k=-1, dtype=bool).T  # earlier[j, i]: j < i
+    beaten = np.asarray((le & (lt | earlier)).any(axis=0)).tolist()
+    return [i for i, b in enumerate(beaten) if not b]
 
 
 def default_fraction(colocated: bool) -> Fraction:

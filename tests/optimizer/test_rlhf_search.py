@@ -35,7 +35,9 @@ TINY = ModelSpec(
 )  # fmt: skip
 
 
-def _small(mem_gib: int, algorithm="grpo", reward="rule", off_policy=0) -> RLHFProblem:
+def _small(
+    mem_gib: int, algorithm="grpo", reward="rule", off_policy=0, framework="megatron"
+) -> RLHFProblem:
     """A 4-GPU node of a small-memory accelerator, so memory decides between placements; with
     H100's host link and host memory bandwidth, so CPU Adam is among the options."""
     dev = DeviceSpec(
@@ -47,6 +49,7 @@ def _small(mem_gib: int, algorithm="grpo", reward="rule", off_policy=0) -> RLHFP
     spec = RLHFSpec(
         algorithm=algorithm, policy=TINY, reward=reward, prompts=16, samples_per_prompt=8,
         prompt_tokens=256, completion_tokens=1024, off_policy=off_policy, max_num_seqs=32,
+        framework=framework,
     )  # fmt: skip
     return RLHFProblem(
         spec, dev, 4, ClusterLinks.from_device(dev), fractions=(Fraction(1, 2), Fraction(4, 5))
@@ -84,6 +87,16 @@ def test_cpsat_equals_the_oracle(mem, algorithm, reward, off):
     """On 4 GPUs, CP-SAT's step time equals the least of every partition of the roles into
     pools, every pool size and every role option (the oracle), and its answer re-composes."""
     _check(_small(mem, algorithm, reward, off))
+
+
+def test_cpsat_equals_the_oracle_when_roles_add_their_groups():
+    """Under FSDP2 every role's communicators add up on its pool (groups of its own), and any
+    tp × pp may share a pool: CP-SAT still equals the oracle. Under Megatron-Core (the tests
+    above) a pool's roles share one set and one tp × pp."""
+    problem = _small(4, "ppo", "model", 0, framework="fsdp2")
+    costs = [c for by in build_tables(problem).options.values() for o in by.values() for _, c in o]
+    assert any(c.resident_bytes for c in costs) and not any(c.groups for c in costs)
+    _check(problem)
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ def test_a_time_limit_that_runs_out_is_not_infeasibility():
     """Llama 3 70B on 64 H100 in 0.01 s: nothing can be costed, so nothing is known — status
     unknown, exit 1, and the line says the limit ran out (the old answer: 'No placement fits',
     with a memory reason, after several times the limit). Without a limit the same search finds
-    a 2,962 s placement. The search itself keeps to the limit within a second."""
+    a 3,029 s placement. The search itself keeps to the limit within a second."""
     args = [*GRPO, "--model", "llama3-70b", "--gpus", "64", "--time-limit", "0.01"]
     text = trainplan(*args)
     assert text.returncode == 1

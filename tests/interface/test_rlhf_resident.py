@@ -1,0 +1,135 @@
+"""What an RLHF role holds in every phase of the step: its NCCL communicators and the
+framework's persistent buffers (``RoleCost.resident_bytes``), counted by the pool in every phase
+— the rollout and scoring included — whatever the role's offload, once per set of shared process
+groups (:func:`model.rlhf.step.pool_resident`); under the ``megatron`` profile the roles of a pool
+share one set (verl: one process per GPU, ``mpu.initialize_model_parallel`` once), so they run one
+tp × pp."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from trainplan.interface.rlhf.faithful import rlhf_inputs
+from trainplan.model.errors import InputError
+from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.spec import Role
+from trainplan.model.rlhf.step import compose
+from trainplan.optimizer.rlhf.search import placement_plan, search_placement
+from trainplan.optimizer.rlhf.tables import cost_of
+
+MIB = 2**20
+CONNECTION = 12 * MIB  # one NCCL connection: 10 MiB of receive buffers + 2 MiB send side
+CAPACITY = 83_210_009_600  # H100-SXM usable bytes (HBM less the runtime reserve)
+
+
+def _ppo_70b():
+    return rlhf_inputs({"algorithm": "ppo", "model": "llama3-70b", "gpus": 64}, placement=False)
+
+
+def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
+    """``rlhf-plan --algorithm ppo --model llama3-70b --gpus 64``. The old answer placed the
+    actor at dp 8 × tp 4 × pp 2, the critic at dp 8 × tp 2 × pp 4, the reference at dp 16 × tp 2
+    × pp 2 and the reward model at dp 32 × tp 1 × pp 2 on one pool, and fit the critic's update
+    with 379 MB to spare while the actor's 1,660,944,384 B of communicators (and the others')
+    were live beside it, uncounted: over capacity. verl cannot run four layouts on one pool (its
+    Megatron workers share one process per GPU and initialise Megatron-Core's groups once), and
+    the plan now gives every training and scoring role one layout, dp 8 × tp 4 × pp 2.
+
+    Bytes held in every phase, by hand (12 MiB per NCCL connection, 32 channels per ring):
+    tp 4 ring 32 + dp 8 ring 32 + the pipeline neighbour on another node 4 (a 50 GB/s NIC ÷
+    14 GB/s per channel, rounded up to a power of two) + the distributed optimizer's
+    gradient-statistics ring 32 + the world group's ring 32 = 132 connections = 1,660,944,384 B;
+    the last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192
+    = 251,658,240 B: 1,912,602,624 B, once for the four roles (one set of groups).
+
+    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 1,912,602,624;
+    scoring the actor's 66,151,772,160 swapped in + 3,940,024,320 (FP32 logits + log-softmax)
+    + 1,912,602,624 = 72,004,399,104; training the actor's 66,151,772,160 + 8,143,503,360 +
+    1,912,602,624 = 76,207,878,144 — each within 83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
+    inp = _ppo_70b()
+    r = search_placement(inp.problem)
+    assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
+    layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
+    assert layouts == {(8, 4, 2)}
+    resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
+    assert resident == 1_912_602_624
+    (pool,) = r.best.plan.pools
+    assert pool.resident_bytes == resident and pool.held_bytes == resident
+    costs = {str(c.option.role): c for c in r.best.plan.costs}
+    assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
+    assert costs["actor"].swap_bytes == 66_151_772_160
+    assert costs["actor"].scoring_bytes == 3_940_024_320
+    assert costs["actor"].training_bytes == 8_143_503_360
+    engine = Fraction(9, 10) * 85_017_493_504
+    assert pool.peak_bytes == (
+        engine + resident,
+        66_151_772_160 + 3_940_024_320 + resident,
+        66_151_772_160 + 8_143_503_360 + resident,
+    )
+    assert pool.peak_bytes[2] == 76_207_878_144 and pool.peak <= CAPACITY
+    assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
+
+
+def test_the_old_four_layout_answer_is_refused():
+    """The old answer's four layouts on one pool are refused in one line: one process per GPU,
+    one set of Megatron-Core groups, one tp × pp."""
+    inp = _ppo_70b()
+    p = inp.problem
+    opts = [
+        RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)),
+        RoleOption(Role.ACTOR, 64, 8, 4, 2, "idle"),
+        RoleOption(Role.CRITIC, 64, 8, 2, 4, "idle"),
+        RoleOption(Role.REFERENCE, 64, 16, 2, 2, "idle"),
+        RoleOption(Role.REWARD, 64, 32, 1, 2, "idle"),
+    ]
+    costs = tuple(cost_of(p, o) for o in opts)
+    # each role's own groups, as evaluate() counts them, at its busiest stage: 132 connections
+    # and the "mpu" buffer on a tp > 1 last stage (the critic's middle stages' 136 connections,
+    # two pipeline neighbours, are fewer); the reward model's 100 (no tp ring, no buffer)
+    last = 132 * CONNECTION + 251_658_240
+    assert last > 136 * CONNECTION
+    assert [c.resident_bytes for c in costs[1:]] == [last, last, last, 100 * CONNECTION]
+    with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
+        placement_plan(p, costs, (0, 0, 0, 0, 0))
+
+
+def test_scoring_and_rollout_count_the_roles_own_communicators():
+    """GRPO, Llama 3 8B on 16 H100, the actor and the reference at dp 16, colocated with the
+    engine: the actor's communicators — dp 16 ring 32 + gradient-statistics ring 32 + world ring
+    32 = 96 connections = 1,207,959,552 B (tp 1: no tp ring, no "mpu" buffer) — count in the
+    rollout and scoring phases as in training. Before, the scoring phase left them out (80.00 GB
+    where 81.21 GB are held)."""
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "llama3-8b", "reward": "rule", "gpus": 16},
+        placement=False,
+    )
+    p = inp.problem
+    actor = cost_of(p, RoleOption(Role.ACTOR, 16, 16, 1, 1))
+    ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
+    engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
+    assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
+    plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
+    (pool,) = plan.pools
+    held = actor.held_bytes + ref.held_bytes + 1_207_959_552  # once: one set of groups
+    assert pool.held_bytes == held
+    assert pool.peak_bytes[0] == held + engine.rollout_bytes
+    assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
+    assert pool.peak_bytes[2] == held + actor.training_bytes
+
+
+def test_roles_with_groups_of_their_own_add_up():
+    """Under FSDP2 each role builds its own device mesh (verl ``create_device_mesh`` in every
+    worker): the pool adds every role's bytes held in every phase."""
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
+         "framework": "fsdp2"},
+        placement=False,
+    )  # fmt: skip
+    p = inp.problem
+    actor = cost_of(p, RoleOption(Role.ACTOR, 64, 64, 1, 1))
+    ref = cost_of(p, RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"))
+    assert actor.groups == ref.groups == "" and actor.resident_bytes > 0
+    plan = compose((actor, ref), (0, 0), CAPACITY, 2 * 10**12, 8)
+    assert plan.pools[0].resident_bytes == actor.resident_bytes + ref.resident_bytes
