@@ -21,6 +21,21 @@ Sources, term by term:
   what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
   (:data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
   full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
+* **Not counted: what a sleeping engine keeps.** Between rollouts verl puts the engine to sleep
+  (``free_cache_engine`` true and ``enforce_eager`` false by default,
+  ``verl/trainer/config/rollout/rollout.yaml``; ``vllm_async_server`` calls ``sleep(level=1)``),
+  which frees the weights and the KV cache only. The CUDA graphs captured without
+  ``enforce_eager`` (their memory pools and executables) and the engine's NCCL communicators
+  (vLLM's ``PyNcclCommunicator`` per group) stay on the GPU through scoring and training: vLLM
+  PR #56373 ("Level-1 cuMem sleep releases weights and KV cache, but leaves graph executables
+  and native CUDA graph pools resident") and PR #51485 (communicator memory released only with
+  the opt-in ``--enable-nccl-comm-suspend``). No per-operation figure sizes them here: the
+  graphs' pool depends on the captured batch sizes and the model's kernels (vLLM issue #47654
+  reports one end-to-end measurement, 1,503,657,984 B per GPU for one TP8 model, which is a
+  run, not a rule), and which of vLLM's process groups open NCCL communicators (tp, the world,
+  beside its custom all-reduce's IPC buffers) is in vLLM's ``parallel_state``, not read here.
+  So the engine holds nothing outside the rollout phase in :mod:`model.rlhf.step`, and a
+  colocated plan's scoring and training peaks are short by these bytes.
 * **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
   prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated
   kernel efficiency; each decode step of ``c`` sequences takes the longer of its compute

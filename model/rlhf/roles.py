@@ -16,7 +16,9 @@ seconds per phase and its host bytes — from the cost model itself:
   working), the scoring forward as above;
 * the rollout engine: :mod:`model.rollout` (its memory fraction of every GPU of its pool while
   it generates, nothing outside the rollout phase — vLLM's sleep mode / verl's
-  ``free_cache_engine`` release it; the weights are re-sent by the actor each step).
+  ``free_cache_engine`` release the weights and the KV cache; the weights are re-sent by the
+  actor each step. What sleep keeps, the CUDA graphs and the engine's communicators, has no
+  figure here: :mod:`model.rollout`'s "Not counted").
 
 A training or scoring role also holds, in every phase and whatever its offload, its NCCL
 communicators and the framework's persistent buffers (``RoleCost.resident_bytes``), counted by

@@ -133,3 +133,20 @@ def test_roles_with_groups_of_their_own_add_up():
     assert actor.groups == ref.groups == "" and actor.resident_bytes > 0
     plan = compose((actor, ref), (0, 0), CAPACITY, 2 * 10**12, 8)
     assert plan.pools[0].resident_bytes == actor.resident_bytes + ref.resident_bytes
+
+
+def test_a_sleeping_engine_holds_nothing_outside_the_rollout_a_documented_gap():
+    """verl's defaults (``free_cache_engine`` true, ``enforce_eager`` false, vLLM
+    ``sleep(level=1)``) free the engine's weights and KV cache between rollouts; its CUDA graphs
+    and NCCL communicators stay (vLLM PR #56373, #51485), but no per-operation figure sizes them,
+    so none is invented: the engine adds bytes in the rollout phase only, and the gap is stated
+    where the engine's memory is defined and in the guide."""
+    import trainplan.model.rollout as rollout
+
+    inp = _ppo_70b()
+    engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
+    assert engine.resident_bytes == 0 and engine.held_bytes == 0
+    assert engine.scoring_bytes == engine.training_bytes == 0
+    assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504
+    doc = " ".join((rollout.__doc__ or "").split())
+    assert "Not counted: what a sleeping engine keeps." in doc and "#56373" in doc
