@@ -165,7 +165,7 @@ def te_workspace_term(c: Context, f: Fields) -> Any:
     three where :func:`userbuffers_term` holds buffers (``tp_comm_overlap = full``, tp > 1), the
     grouped expert GEMMs' four for a model with MoE layers; else 0 (and 0 for a size-only
     model). In the caching allocator, held for the whole run in both phases: read by
-    :func:`model.terms.output_gather.output_gather_term`.
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`.
 
     Scope: tp, framework. Control: framework.
     """

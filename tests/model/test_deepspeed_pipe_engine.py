@@ -3,14 +3,14 @@
 ``_exec_recv_activations``, ``_exec_recv_grads``, ``_exec_backward_pass``, ``_exec_send_grads``),
 ``deepspeed/runtime/utils.py`` (``PartitionedTensor``) and Megatron-DeepSpeed's
 ``megatron/core/tensor_parallel/layers.py`` (``GlobalMemoryBuffer``'s ``"mpu"`` tensor):
-model/terms/pipeline_buffers.py and model/terms/output_gather.py."""
+model/terms/pipeline_buffers.py and model/terms/persistent_buffers.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.model.test_output_gather import BASE as MEGATRON_BASE
-from tests.model.test_output_gather import H100, LLAMA_70B, TRAINING
+from tests.model.test_persistent_buffers import BASE as MEGATRON_BASE
+from tests.model.test_persistent_buffers import H100, LLAMA_70B, TRAINING
 from trainplan.model.estimate import stage_memory
 from trainplan.model.layout import Layout
 from trainplan.model.specs import TrainingSpec
@@ -28,7 +28,11 @@ def _figures(layout: Layout) -> list[tuple[int, int, int]]:
     for st in stage_memory(LLAMA_70B, TRAINING, layout, device=H100):
         a = st.activations
         out.append(
-            (int(st.output_gather_bytes), int(a.pipeline_output_bytes), a.microbatches_in_flight)
+            (
+                int(st.persistent_buffers_bytes),
+                int(a.pipeline_output_bytes),
+                a.microbatches_in_flight,
+            )
         )
     return out
 
@@ -67,13 +71,13 @@ def test_held_in_both_phases_and_none_without_pipeline():
     """The persistent buffers add to the optimizer step as to forward/backward
     (:func:`model.terms.peak.held_in_both_phases`); pp 1 leaves only the "mpu" buffer."""
     for st in stage_memory(LLAMA_70B, TRAINING, BASE, device=H100):
-        held = st.output_gather_bytes + st.communicator_bytes
+        held = st.persistent_buffers_bytes + st.communicator_bytes
         assert st.both_phases_bytes == held
         acts = st.activations.total_bytes
         assert (
             st.allocated_bytes
             == max(st.state.backward_bytes + acts, st.state.optimizer_step_bytes)
-            + st.output_gather_bytes
+            + st.persistent_buffers_bytes
         )
     flat = replace(BASE, pp=1, dp=2)
     assert _figures(flat) == [(H, 0, 1)]
@@ -94,7 +98,7 @@ def test_moe_sends_whole_tensors_by_hand():
     layout = replace(BASE, tp=2)
     got = []
     for st in stage_memory(mixtral, training, layout, device=H100):
-        got.append((int(st.output_gather_bytes), int(st.activations.pipeline_output_bytes)))
+        got.append((int(st.persistent_buffers_bytes), int(st.activations.pipeline_output_bytes)))
     one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
     assert got == [(mpu + one, 2 * one), (mpu + one, one)]
     assert mpu + one == 50_331_648

@@ -143,7 +143,7 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
             acts = st.activations.total_bytes if st.activations else 0
             # the tables hold NCCL's buffers and the output layer's all-gather buffer in both
             # phases
-            comm = st.communicator_bytes + st.output_gather_bytes
+            comm = st.communicator_bytes + st.persistent_buffers_bytes
             assert (
                 abs(math.ceil(st.state.backward_bytes + comm) - tables.state_ceil[s, z, i])
                 <= BYTE_TOLERANCE

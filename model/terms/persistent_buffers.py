@@ -1,6 +1,9 @@
-"""The output layer's all-gather buffer: a persistent tensor on the stage holding the output layer.
+"""The persistent buffers a framework allocates once and holds for the whole run, in both phases of
+the step, inside PyTorch's caching allocator: the ``"mpu"`` all-gather buffer, DeepSpeed's pipeline
+receive buffers and Transformer Engine's extra cuBLAS workspaces (:func:`persistent_buffers_term`;
+``StageMemory.persistent_buffers_bytes``, JSON ``memory.persistent_buffers_bytes``).
 
-Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
+The ``"mpu"`` buffer. Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
 gpt/gpt_model.py``, ``self.output_layer``), whatever the transformer layers' spec. Under sequence
 parallelism with tp > 1 its forward, ``LinearWithGradAccumulationAndAsyncCommunication.forward``
 (``megatron/core/tensor_parallel/layers.py``, at d98e8a64dd), all-gathers the ``[s/tp, b, h]``
@@ -47,27 +50,28 @@ from trainplan.model.terms.pipeline_buffers import deepspeed_engine, deepspeed_e
 from trainplan.model.terms.userbuffers import te_workspace_term
 from trainplan.model.xp import exact, where
 
-__all__ = ["output_gather_bytes", "output_gather_term"]
+__all__ = ["mpu_buffer_bytes", "persistent_buffers_term"]
 
 
-def output_gather_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int) -> Any:
-    """Bytes of the output layer's all-gather buffer on one GPU: ``β·b·(s/cp)·h`` (``beta`` bytes
-    per activation element, ``micro_batch_size`` sequences, ``tokens`` = s/cp of each on this
-    rank, ``hidden`` the model width). Exact for ints and Fractions; element-wise for arrays.
+def mpu_buffer_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int) -> Any:
+    """Bytes of the ``"mpu"`` all-gather buffer (the output layer's, under ``megatron``) on one
+    GPU: ``β·b·(s/cp)·h`` (``beta`` bytes per activation element, ``micro_batch_size``
+    sequences, ``tokens`` = s/cp of each on this rank, ``hidden`` the model width). Exact for
+    ints and Fractions; element-wise for arrays.
 
     Examples
     --------
     Llama 3 70B (h 8192), s 8192, b 1, BF16: 2·8192·8192 = 134,217,728 B.
 
-    >>> output_gather_bytes(2, 1, 8192, 8192)
+    >>> mpu_buffer_bytes(2, 1, 8192, 8192)
     134217728
     """
     return beta * micro_batch_size * tokens * hidden
 
 
-def output_gather_term(c: Context, f: Fields) -> Any:
+def persistent_buffers_term(c: Context, f: Fields) -> Any:
     """Bytes of the persistent buffers the framework allocates once on one GPU of stage
-    ``f.stage`` (see the module docstring), held in both phases: :func:`output_gather_bytes` on
+    ``f.stage`` (see the module docstring), held in both phases: :func:`mpu_buffer_bytes` on
     the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`) under
     ``megatron``, on every rank under ``deepspeed``, with tp > 1 and sequence parallelism; under
     ``deepspeed`` with pp > 1 also the pipeline engine's receive buffers
@@ -83,7 +87,7 @@ def output_gather_term(c: Context, f: Fields) -> Any:
         return 0
     _, last = end_stages(f)
     tokens = exact(c.training.seq_len) / f.cp
-    one = output_gather_bytes(
+    one = mpu_buffer_bytes(
         c.training.activation_bytes, f.micro_batch_size, tokens, arch.hidden_size
     )
     ds = f.lookup(deepspeed_engine, (), "framework")
