@@ -117,6 +117,7 @@ TERMS: tuple[Term, ...] = (
         persistent_buffers_term,
         frozenset(
             {"tp", "cp", "micro_batch_size", "sequence_parallel", "pp", "schedule", "framework"}
+            | {"virtual_stages", "uneven_stages", "stage_layers"}  # which stages hold layers
         ),
         ("pp", "framework"),
         True,
