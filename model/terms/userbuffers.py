@@ -65,7 +65,7 @@ whatever the precision (:data:`TE_WORKSPACE_BYTES`; the 4 MiB of older parts is 
 the reserve assumes Hopper too). :func:`te_workspace_bytes`.
 
 Profiles: ``megatron`` only. Megatron-DeepSpeed has no userbuffers (no ``initialize_ub`` call at
-f4157bea); ``fsdp2`` refuses ``full``; ``textbook`` counts no runtime buffer.
+f4157bea): ``deepspeed`` and ``fsdp2`` refuse ``full``; ``textbook`` counts no runtime buffer.
 """
 
 from __future__ import annotations
