@@ -49,7 +49,8 @@ sequence shard gathered again) and ``c`` (input gradients whole at once) are the
   reduce-scatters it into ``sub_grad_input`` while the weight gradient runs (Megatron-LM
   ``megatron/core/tensor_parallel/layers.py``, the same function, for Megatron-Core's local
   layers). That tensor is allocated once and never freed (``GlobalMemoryBuffer``): it is held in
-  both phases (:func:`model.terms.output_gather.output_gather_term`), not in this working set.
+  both phases (:func:`model.terms.persistent_buffers.persistent_buffers_term`), not in this
+  working set.
 * ``fsdp2`` (torchtitan, plain autograd on DTensor): ``r = 0`` (the block input is kept
   all-gathered, :attr:`model.activations.ActivationContext.gathered_block_inputs`), ``c = 2``:
   the projections are separate modules (``torchtitan/models/common/attention.py``

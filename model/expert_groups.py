@@ -112,7 +112,7 @@ def check_expert_groups(
         The first of these that fails, naming tp, etp or ep.
     """
     shard = dp * cp
-    deepspeed = str(framework) == "deepspeed"
+    deepspeed = framework == Framework.DEEPSPEED
     if deepspeed and etp is not None and etp not in (1, tp):
         raise LayoutError(
             f"etp: {etp} under framework deepspeed must be 1 (experts whole on every tp rank, "

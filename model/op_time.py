@@ -52,12 +52,15 @@ class TpOverlap(StrEnum):
 
 
 TP_OVERLAP_FRAMEWORKS: dict[TpOverlap, tuple[str, ...]] = {
-    TpOverlap.FULL: ("megatron", "deepspeed", "textbook"),
+    TpOverlap.FULL: ("megatron", "textbook"),
     TpOverlap.ASYNC_TP: ("fsdp2",),
 }
 """The framework profiles that run a tensor-parallel overlap mechanism (the others run under
-every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core (and
-Megatron-DeepSpeed's TE layers); torchtitan's async TP (``async-tp``) only in torchtitan, the
+every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core
+(``--tp-comm-overlap``, :mod:`model.terms.userbuffers`), not under ``deepspeed``:
+Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed f4157bea) has no ``--tp-comm-overlap``
+argument (``megatron/arguments.py``) and never calls Transformer Engine's ``initialize_ub``, so
+its TE layers run without userbuffers; torchtitan's async TP (``async-tp``) only in torchtitan, the
 ``fsdp2`` profile (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``)."""
 
 
@@ -90,7 +93,7 @@ def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:
     Raises
     ------
     InputError
-        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2``.
+        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2`` or ``deepspeed``.
 
     Examples
     --------

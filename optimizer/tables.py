@@ -185,13 +185,14 @@ def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
     """The memory terms of one job's shapes: forward/backward and optimizer-step state, the host's
     share, the side streams' pools [N, Z, P], activations and their host share [N, R, P], the
-    buffers held in both phases (``gather``, :func:`model.terms.output_gather.output_gather_term`),
-    legality [N, Z] (:func:`model.terms.peak.host_fits`)."""
+    persistent buffers held in both phases (``persistent``,
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`), legality [N, Z]
+    (:func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
         return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
-                "act_host": none_r, "pool": none_z, "gather": none_z[:, :1]}  # fmt: skip
+                "act_host": none_r, "pool": none_z, "persistent": none_z[:, :1]}  # fmt: skip
     skip = _skip(zs, np.asarray(legal.any(axis=2)))
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
@@ -203,11 +204,11 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
         lambda a: (a.total_bytes, a.offload_host_bytes), P,
     )  # fmt: skip
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
-    (gather,) = tabulate(term("output_gather"), c, table, modifiers, lambda b: (b,), P)
+    (persistent,) = tabulate(term("persistent_buffers"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
         legal &= pk.host_fits(host.max(axis=2), c.gpu)[:, :, None]
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
-            "act_host": act_host, "pool": pool, "gather": gather}  # fmt: skip
+            "act_host": act_host, "pool": pool, "persistent": persistent}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
@@ -254,14 +255,14 @@ def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) 
     (comm,) = tabulate(term("comm_memory"), c, table, {"zero_stage": tuple(zs)}, lambda b: (b,), P)
     (ub,) = tabulate(term("userbuffers"), c, table, {}, lambda b: (b,), P)
     comm = comm + ub
-    return mem | {"comm": comm, "held": pk.held_in_both_phases(mem["gather"], comm)}
+    return mem | {"comm": comm, "held": pk.held_in_both_phases(mem["persistent"], comm)}
 
 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
     """[N, Z, R, P] bytes each stage must find in its capacity (float64): :func:`model.terms.peak.
     fit_total` of the allocated peak (:func:`model.terms.peak.peak_over_phases`), pools, ``comm``."""
     st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
-    allocated = pk.peak_over_phases(st, act, step, mem["gather"][:, :, None, :])
+    allocated = pk.peak_over_phases(st, act, step, mem["persistent"][:, :, None, :])
     pool, comm = mem["pool"][:, :, None, :], mem["comm"][:, :, None, :]
     return pk.fit_total(allocated, pool, comm, retries_ok)
 

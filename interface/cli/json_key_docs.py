@@ -137,14 +137,16 @@ KEY_DOCS: dict[str, str] = {
     "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
     "memory.buffers_bytes": "Live in forward/backward only: unsharded gradients before reduction, communication buckets.",
     "memory.optimizer_step_bytes": "What the optimizer step adds to the model state (no activations then).",
-    "memory.output_gather_bytes": "Buffers allocated once, held for the whole run in both phases: the "
+    "memory.persistent_buffers_bytes": "Persistent buffers: allocated once, held for the whole run in both phases: the "
     '"mpu" all-gather buffer (tp > 1 with sequence parallelism: megatron\'s output layer on the last stage, '
     "deepspeed's layers on every stage), DeepSpeed's pipeline receive buffers (pp > 1) and, under megatron, "
-    "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers).",
+    "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers). "
+    "Called output_gather_bytes before.",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook), "
     "with Transformer Engine's userbuffers (memory.userbuffer_bytes).",
     "memory.userbuffer_bytes": "Of communicator_bytes: Transformer Engine's userbuffers under tp_comm_overlap full "
-    "(megatron, tp > 1), outside the caching allocator for the whole run (their cuBLAS workspaces are in output_gather_bytes).",
+    "(megatron, tp > 1), outside the caching allocator for the whole run "
+    "(their cuBLAS workspaces are in persistent_buffers_bytes).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
     "memory.stream_pool_bytes": "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs).",
     "memory.reserved_bytes": "What torch.cuda.max_memory_reserved counts at least: allocated_bytes plus stream_pool_bytes.",

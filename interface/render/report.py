@@ -161,7 +161,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
-        ("all-gather and pipeline buffers (whole run)", m.get("output_gather_bytes")),
+        ("persistent buffers (whole run)", m.get("persistent_buffers_bytes")),
         ("NCCL communicator buffers (whole run)", (m.get("communicator_bytes") or 0) - ub),
         ("Transformer Engine userbuffers (whole run)", ub),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),

@@ -196,7 +196,7 @@ def _memory(est: Estimate) -> dict[str, Any]:
         "activation_offload_host_bytes": _n(acts.offload_host_bytes) if acts else None,
         "buffers_bytes": _n(st.state.buffers_bytes),
         "optimizer_step_bytes": _n(st.state.step_bytes),
-        "output_gather_bytes": _n(st.output_gather_bytes),
+        "persistent_buffers_bytes": _n(st.persistent_buffers_bytes),
         "communicator_bytes": _n(st.communicator_bytes),
         "userbuffer_bytes": _n(st.userbuffer_bytes),
         "allocated_bytes": _n(st.allocated_bytes),

@@ -237,7 +237,7 @@ def _fit(st: StageMemory, extra: Fraction) -> Fraction:
     in place of evaluate()'s, on the last stage)."""
     acts = (st.activations.total_bytes if st.activations else 0) + extra
     allocated = peak_over_phases(
-        st.state.backward_bytes, acts, st.state.optimizer_step_bytes, st.output_gather_bytes
+        st.state.backward_bytes, acts, st.state.optimizer_step_bytes, st.persistent_buffers_bytes
     )
     return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
 

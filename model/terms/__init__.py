@@ -31,8 +31,8 @@ from trainplan.model.layout import LAYOUT_FIELDS
 from trainplan.model.terms.activations import stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.output_gather import output_gather_term
 from trainplan.model.terms.peak import stream_pool_term
+from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import dp_term, pipeline_term
 from trainplan.model.terms.userbuffers import userbuffers_term
@@ -113,10 +113,11 @@ TERMS: tuple[Term, ...] = (
         "ceil",
     ),
     Term(
-        "output_gather",
-        output_gather_term,
+        "persistent_buffers",
+        persistent_buffers_term,
         frozenset(
             {"tp", "cp", "micro_batch_size", "sequence_parallel", "pp", "schedule", "framework"}
+            | {"virtual_stages", "uneven_stages", "stage_layers"}  # which stages hold layers
         ),
         ("pp", "framework"),
         True,

@@ -31,7 +31,7 @@ from trainplan.model.terms.activations import StageActivations, stage_activation
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
-from trainplan.model.terms.output_gather import output_gather_term
+from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
@@ -56,9 +56,9 @@ def peak_over_phases(
 ) -> Any:
     """Bytes at a stage's peak: the larger of forward/backward (``backward_state`` +
     ``activations``) and the optimizer step (``optimizer_step_state``; no activations are
-    live), plus ``held``, the framework's tensors live in both phases (the output layer's
-    all-gather buffer, :func:`model.terms.output_gather.output_gather_term`). Exact for one
-    layout; element-wise for arrays.
+    live), plus ``held``, the framework's tensors live in both phases (its persistent buffers,
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`). Exact for one layout;
+    element-wise for arrays.
 
     Examples
     --------
@@ -68,12 +68,12 @@ def peak_over_phases(
     return maximum(backward_state + activations, optimizer_step_state) + held
 
 
-def held_in_both_phases(output_gather: Any, communicators: Any) -> Any:
+def held_in_both_phases(persistent_buffers: Any, communicators: Any) -> Any:
     """Bytes a stage holds in both phases of the step, beside its state and activations: the
-    framework's persistent buffers (``output_gather``: the ``"mpu"`` all-gather buffer and
-    DeepSpeed's pipeline receive buffers, :func:`model.terms.output_gather.output_gather_term`, in
-    the caching allocator, never freed)
-    and NCCL's communicator buffers (``communicators``,
+    framework's persistent buffers (``persistent_buffers``: the ``"mpu"`` all-gather buffer,
+    DeepSpeed's pipeline receive buffers and Transformer Engine's extra cuBLAS workspaces,
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`, in the caching allocator,
+    never freed) and NCCL's communicator buffers (``communicators``,
     :func:`model.terms.comm_memory.comm_memory_term`, outside the allocator, for the whole run).
     The one sum :attr:`StageMemory.both_phases_bytes`, the search's tables (both phases' state
     columns, :func:`optimizer.tables.fill_job_rows`) and the search's check against the
@@ -85,7 +85,7 @@ def held_in_both_phases(output_gather: Any, communicators: Any) -> Any:
     >>> held_in_both_phases(3, 5)
     8
     """
-    return output_gather + communicators
+    return persistent_buffers + communicators
 
 
 def fit_total(
@@ -134,11 +134,12 @@ class StageMemory:
     """What the caching allocator holds in side streams' pools, idle at the forward/backward
     peak and unusable by the default stream (:func:`stream_pool_term`); in
     :attr:`reserved_bytes`, not in :attr:`allocated_bytes`."""
-    output_gather_bytes: Fraction = Fraction(0)
-    """The buffers the framework allocates once (:func:`model.terms.output_gather.output_gather_term`):
-    the ``"mpu"`` global memory buffer (Megatron-Core's output layer on its stage; Megatron-DeepSpeed's
-    layers on every stage) and DeepSpeed's pipeline receive buffers; in the caching allocator,
-    held in both phases."""
+    persistent_buffers_bytes: Fraction = Fraction(0)
+    """The persistent buffers the framework allocates once
+    (:func:`model.terms.persistent_buffers.persistent_buffers_term`): the ``"mpu"`` global memory
+    buffer (Megatron-Core's output layer on its stage; Megatron-DeepSpeed's layers on every
+    stage), DeepSpeed's pipeline receive buffers and Transformer Engine's extra cuBLAS
+    workspaces; in the caching allocator, held in both phases."""
     userbuffer_bytes: Fraction = Fraction(0)
     """Of :attr:`communicator_bytes`, Transformer Engine's userbuffers (``tp_comm_overlap =
     full``, :func:`model.terms.userbuffers.userbuffers_term`): outside the caching allocator,
@@ -154,9 +155,9 @@ class StageMemory:
 
     @property
     def both_phases_bytes(self) -> Fraction:
-        """Bytes held in both phases beside the state and activations: the output layer's
-        all-gather buffer and the communicators (:func:`held_in_both_phases`)."""
-        return Fraction(held_in_both_phases(self.output_gather_bytes, self.communicator_bytes))
+        """Bytes held in both phases beside the state and activations: the persistent buffers
+        and the communicators (:func:`held_in_both_phases`)."""
+        return Fraction(held_in_both_phases(self.persistent_buffers_bytes, self.communicator_bytes))
 
     @property
     def allocated_bytes(self) -> Fraction:
@@ -168,7 +169,7 @@ class StageMemory:
             self.state.backward_bytes,
             acts,
             self.state.optimizer_step_bytes,
-            self.output_gather_bytes,
+            self.persistent_buffers_bytes,
         )
 
     @property
@@ -226,7 +227,7 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     comm = (comm_memory_term(c, f) if c.device is not None else 0) + ub
     emb = stage_embedding(c, f)
     pools = stream_pool_term(c, f)
-    held = output_gather_term(c, f)
+    held = persistent_buffers_term(c, f)
     return StageMemory(
         f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, held, Fraction(ub)
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.comm import pipe_partitioned
+from trainplan.model.frameworks import Framework
 from trainplan.model.loss_memory import output_chunks_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import output_stage
@@ -60,9 +61,13 @@ def _boundary(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
 
 
 def deepspeed_engine(framework: Any) -> int:
-    """1 under the ``deepspeed`` profile (DeepSpeed's ``PipelineEngine`` runs the pipeline),
-    else 0."""
-    return 1 if str(framework) == "deepspeed" else 0
+    """1 under the ``deepspeed`` profile (:attr:`model.frameworks.Framework.DEEPSPEED`, a member
+    or its value; DeepSpeed's ``PipelineEngine`` runs the pipeline), else 0.
+
+    >>> deepspeed_engine(Framework.DEEPSPEED), deepspeed_engine("deepspeed"), deepspeed_engine("megatron")
+    (1, 1, 0)
+    """
+    return 1 if Framework(framework) is Framework.DEEPSPEED else 0
 
 
 def deepspeed_part_divisor(c: Context, f: Fields) -> Any:
@@ -72,7 +77,7 @@ def deepspeed_part_divisor(c: Context, f: Fields) -> Any:
     mixture of experts), else 1. ``PartitionedTensor._partition_tensor``
     (``deepspeed/runtime/utils.py``) keeps a clone of this rank's ``numel/tp`` slice of the
     flattened tensor."""
-    split = pipe_partitioned("deepspeed", c.arch.moe is not None)
+    split = pipe_partitioned(Framework.DEEPSPEED, c.arch.moe is not None)
     return where(split & (f.tp > 1), f.tp, 1)
 
 

@@ -65,7 +65,7 @@ whatever the precision (:data:`TE_WORKSPACE_BYTES`; the 4 MiB of older parts is 
 the reserve assumes Hopper too). :func:`te_workspace_bytes`.
 
 Profiles: ``megatron`` only. Megatron-DeepSpeed has no userbuffers (no ``initialize_ub`` call at
-f4157bea); ``fsdp2`` refuses ``full``; ``textbook`` counts no runtime buffer.
+f4157bea): ``deepspeed`` and ``fsdp2`` refuse ``full``; ``textbook`` counts no runtime buffer.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def te_workspace_term(c: Context, f: Fields) -> Any:
     three where :func:`userbuffers_term` holds buffers (``tp_comm_overlap = full``, tp > 1), the
     grouped expert GEMMs' four for a model with MoE layers; else 0 (and 0 for a size-only
     model). In the caching allocator, held for the whole run in both phases: read by
-    :func:`model.terms.output_gather.output_gather_term`.
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`.
 
     Scope: tp, framework. Control: framework.
     """

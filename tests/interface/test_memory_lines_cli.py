@@ -38,7 +38,7 @@ def _lines_sum(m: dict) -> int:
         m["model_state_bytes"] + m["activations_bytes"] + m["embedding_activations_bytes"]
         + m["recompute_transient_bytes"] + m["backward_working_bytes"]
         - m["output_layer_freed_bytes"] + m["loss_transient_bytes"]
-        + m["moe_forward_transient_bytes"] + m["output_gather_bytes"] + m["communicator_bytes"]
+        + m["moe_forward_transient_bytes"] + m["persistent_buffers_bytes"] + m["communicator_bytes"]
     )  # fmt: skip
 
 
@@ -70,13 +70,13 @@ def _dense(text: str, m: dict) -> None:
     work = beta * S * h // tp + 2 * beta * S * f // tp
     assert work == 268_435_456
     gather = beta * S * h
-    assert (m["backward_working_bytes"], m["output_gather_bytes"]) == (work, gather)
+    assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, gather)
     assert m["communicator_bytes"] == 4 * COMM == 1_610_612_736
     assert m["stream_pool_bytes"] == m["moe_forward_transient_bytes"] == 0
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
-    assert _line(text, "all-gather and pipeline buffers (whole run)") == _gb(gather) == "0.07 GB"
+    assert _line(text, "persistent buffers (whole run)") == _gb(gather) == "0.07 GB"
     assert _line(text, "NCCL communicator buffers (whole run)") == _gb(4 * COMM) == "1.61 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
@@ -109,7 +109,7 @@ def _moe(text: str, m: dict) -> None:
     assert m["activations_bytes"] == layers * beta * s * h == 8_589_934_592
     moe = 3 * U - m["backward_working_bytes"] + output
     assert m["moe_forward_transient_bytes"] == moe == 2_315_255_808
-    assert m["output_gather_bytes"] == 4 * 33_555_456 == 134_221_824
+    assert m["persistent_buffers_bytes"] == 4 * 33_555_456 == 134_221_824
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "MoE forward working set (one layer)") == _gb(moe) == "2.32 GB"

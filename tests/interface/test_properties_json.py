@@ -60,7 +60,7 @@ def test_total_is_the_sum_of_its_parts(params):
         )
         backward = state.total_bytes + state.gathered_bytes + state.buffers_bytes + acts.total_bytes
         comm = s.communicator_bytes  # NCCL's buffers, held in both phases
-        held = s.output_gather_bytes  # the output layer's all-gather buffer, in both phases
+        held = s.persistent_buffers_bytes  # the output layer's all-gather buffer, in both phases
         assert s.allocated_bytes == max(backward, state.total_bytes + state.step_bytes) + held
         assert s.total_bytes == s.allocated_bytes + comm
         assert s.steady_bytes == state.total_bytes + state.gathered_bytes + acts.total_bytes
@@ -86,7 +86,7 @@ def test_total_is_the_sum_of_its_parts(params):
     ]
     parts.append(-mem["output_layer_freed_bytes"])
     step = sum(parts[:3]) + mem["optimizer_step_bytes"]
-    held = mem["output_gather_bytes"]
+    held = mem["persistent_buffers_bytes"]
     assert math.isclose(max(sum(parts), step) + held, mem["allocated_bytes"], rel_tol=1e-12)
     total = max(sum(parts), step) + held + mem["communicator_bytes"]
     assert math.isclose(total, mem["total_bytes"], rel_tol=1e-12)

@@ -46,7 +46,7 @@ def test_llama3_70b_tp8_sp_megatron_by_hand():
     assert got == 285_212_672
     # Megatron-DeepSpeed's legacy layers gather and reduce-scatter the same tensors, but gather
     # the saved input again into the "mpu" buffer, held in both phases
-    # (model.terms.output_gather): not in the working set, so QKV's step is 285,212,672 −
+    # (model.terms.persistent_buffers): not in the working set, so QKV's step is 285,212,672 −
     # 134,217,728 = 150,994,944 and FC1's 109,051,904; the down projection's 209,715,200 is the
     # largest (its gathered grad_output is an ordinary tensor, _gather_along_first_dim)
     ds = backward_working_bytes(LLAMA_70B, False, _ctx(8), "deepspeed", "cudnn")

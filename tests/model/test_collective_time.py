@@ -56,6 +56,13 @@ def test_async_tp_is_torchtitans_and_userbuffers_are_not():
         check_tp_overlap(TpOverlap.ASYNC_TP, "deepspeed")
     with pytest.raises(InputError, match="full .* not fsdp2"):
         check_tp_overlap(TpOverlap.FULL, "fsdp2")
+    # Megatron-DeepSpeed (f4157bea) has no --tp-comm-overlap and never calls initialize_ub
+    with pytest.raises(InputError) as err:
+        check_tp_overlap(TpOverlap.FULL, "deepspeed")
+    assert str(err.value) == (
+        "tp_comm_overlap: full (Transformer Engine's userbuffers) needs framework megatron or "
+        "textbook, not deepspeed"
+    )
 
 
 def test_gradient_buckets_by_framework():

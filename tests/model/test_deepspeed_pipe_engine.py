@@ -3,17 +3,18 @@
 ``_exec_recv_activations``, ``_exec_recv_grads``, ``_exec_backward_pass``, ``_exec_send_grads``),
 ``deepspeed/runtime/utils.py`` (``PartitionedTensor``) and Megatron-DeepSpeed's
 ``megatron/core/tensor_parallel/layers.py`` (``GlobalMemoryBuffer``'s ``"mpu"`` tensor):
-model/terms/pipeline_buffers.py and model/terms/output_gather.py."""
+model/terms/pipeline_buffers.py and model/terms/persistent_buffers.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.model.test_output_gather import BASE as MEGATRON_BASE
-from tests.model.test_output_gather import H100, LLAMA_70B, TRAINING
+from tests.model.test_persistent_buffers import BASE as MEGATRON_BASE
+from tests.model.test_persistent_buffers import H100, LLAMA_70B, TRAINING
 from trainplan.model.estimate import stage_memory
 from trainplan.model.layout import Layout
-from trainplan.model.specs import TrainingSpec
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.scenarios.catalogue import get_model
 
 BASE = replace(MEGATRON_BASE, framework="deepspeed")
@@ -28,7 +29,11 @@ def _figures(layout: Layout) -> list[tuple[int, int, int]]:
     for st in stage_memory(LLAMA_70B, TRAINING, layout, device=H100):
         a = st.activations
         out.append(
-            (int(st.output_gather_bytes), int(a.pipeline_output_bytes), a.microbatches_in_flight)
+            (
+                int(st.persistent_buffers_bytes),
+                int(a.pipeline_output_bytes),
+                a.microbatches_in_flight,
+            )
         )
     return out
 
@@ -67,13 +72,13 @@ def test_held_in_both_phases_and_none_without_pipeline():
     """The persistent buffers add to the optimizer step as to forward/backward
     (:func:`model.terms.peak.held_in_both_phases`); pp 1 leaves only the "mpu" buffer."""
     for st in stage_memory(LLAMA_70B, TRAINING, BASE, device=H100):
-        held = st.output_gather_bytes + st.communicator_bytes
+        held = st.persistent_buffers_bytes + st.communicator_bytes
         assert st.both_phases_bytes == held
         acts = st.activations.total_bytes
         assert (
             st.allocated_bytes
             == max(st.state.backward_bytes + acts, st.state.optimizer_step_bytes)
-            + st.output_gather_bytes
+            + st.persistent_buffers_bytes
         )
     flat = replace(BASE, pp=1, dp=2)
     assert _figures(flat) == [(H, 0, 1)]
@@ -94,7 +99,39 @@ def test_moe_sends_whole_tensors_by_hand():
     layout = replace(BASE, tp=2)
     got = []
     for st in stage_memory(mixtral, training, layout, device=H100):
-        got.append((int(st.output_gather_bytes), int(st.activations.pipeline_output_bytes)))
+        got.append((int(st.persistent_buffers_bytes), int(st.activations.pipeline_output_bytes)))
     one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
     assert got == [(mpu + one, 2 * one), (mpu + one, one)]
     assert mpu + one == 50_331_648
+
+
+def test_mpu_buffer_only_where_a_gather_runs_by_hand():
+    """A stage without transformer layers (L < pp) runs no ``"mpu"`` gather unless it holds the
+    output layer. Megatron-DeepSpeed gathers into ``"mpu"`` in ``ColumnParallelLinear`` (the
+    layers' QKV and FC1) and in the output layer (``parallel_lm_logits`` / ``LMHeadPipe``);
+    ``EmbeddingPipe`` only scatters to the sequence-parallel region.
+
+    Two layers (h 256), s 512, b 1, BF16, tp 2 with SP, pp 4: the default split gives the end
+    chunks back first, (0, 1, 1, 0) layers. The "mpu" buffer is [s, b, h] = 2·512·256 =
+    262,144 B; the stage boundary tensor one = 262,144/2 = 131,072 B, partitioned over tp:
+    part = 65,536 B.
+
+    * stage 0, the embedding only: no gather; the gradient buffer, 65,536;
+    * stages 1 and 2, one layer each: "mpu" + ``pipe_recv_buf`` + gradient buffer =
+      262,144 + 2·65,536 = 393,216;
+    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680."""
+    arch = Architecture(
+        num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
+        ffn_hidden_size=512, vocab_size=1000, mlp="swiglu", norm="rmsnorm",
+    )  # fmt: skip
+    model = ModelSpec(name="two-layers", arch=arch)
+    training = TrainingSpec(seq_len=512, global_batch_size=16)
+    layout = replace(BASE, tp=2, pp=4)
+    got = [
+        int(st.persistent_buffers_bytes)
+        for st in stage_memory(model, training, layout, device=H100)
+    ]
+    mpu, part = 2 * 512 * 256, 2 * 512 * 256 // 2 // 2
+    assert (mpu, part) == (262_144, 65_536)
+    assert got == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
+    assert got == [65_536, 393_216, 393_216, 327_680]

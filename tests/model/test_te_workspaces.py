@@ -3,7 +3,7 @@
 ``get_cublas_workspace_size_bytes()`` = 32 MiB + 1 KiB = 33,555,456 B from compute capability 9;
 3 of them (``_NUM_MAX_UB_STREAMS``) for the userbuffers GEMMs, 4 (``nvte_get_num_compute_streams``)
 for ``general_grouped_gemm`` (GroupedLinear, Megatron-LM's grouped MoE experts). Held for the run
-in the caching allocator, so in ``output_gather_bytes`` (both phases, the fit figure)."""
+in the caching allocator, so in ``persistent_buffers_bytes`` (both phases, the fit figure)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ BASE = Layout(
 
 def _held(model, layout, options=DEFAULT) -> list[int]:
     stages = stage_memory(model, TRAINING, layout, device=H100, options=options)
-    return [int(s.output_gather_bytes) for s in stages]
+    return [int(s.persistent_buffers_bytes) for s in stages]
 
 
 def test_counts_by_hand():

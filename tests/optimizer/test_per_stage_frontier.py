@@ -104,7 +104,7 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # barriers): 1,207,959,552 B beside each figure
     comm = 3 * 32 * 12 * 2**20
     # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
-    # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.output_gather), in both phases
+    # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.persistent_buffers), in both phases
     gather = 2 * 8192 * 256
     assert want[0] == (105_007_616 + gather + comm, 32_652_698, "uniform")
     assert want[1] == (120_998_400 + gather + comm, 31_209_158, "per-stage")

@@ -19,6 +19,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun
 from trainplan.model.offload import Offload
+from trainplan.model.op_time import TP_OVERLAP_FRAMEWORKS, TpOverlap
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
@@ -96,7 +97,8 @@ CASES = [
                         capacity_factor=Fraction(5, 4), pad_to_capacity=True,
                         imbalance=Fraction(6, 5))}),
     # Transformer Engine's userbuffers (tp_comm_overlap full, model.terms.userbuffers): held
-    # with the communicators in both phases under megatron at tp > 1 (fsdp2 refuses full)
+    # with the communicators in both phases under megatron at tp > 1 (fsdp2 and deepspeed
+    # refuse full: model.op_time.TP_OVERLAP_FRAMEWORKS)
     ("llama3-70b-userbuffers", "llama3-70b", 32, "H100-SXM", {},
      {"global_batch_size": 64, "seq_len": 8192, "tp_comm_overlap": "full"}),
 ]  # fmt: skip
@@ -105,7 +107,8 @@ CASES = [
 def _problem(name, model, gpus, gpu, space, options):
     """The search problem of one case: ``gpus`` GPUs of ``gpu``, b ≤ 2, v 2–4, every framework."""
     case = Case.of(model, gpu, **options)
-    frameworks = [f for f in FRAMEWORKS if f != "fsdp2" or "tp_comm_overlap" not in options]
+    full = options.get("tp_comm_overlap") == "full"
+    frameworks = [f for f in FRAMEWORKS if not full or f in TP_OVERLAP_FRAMEWORKS[TpOverlap.FULL]]
     space = SearchSpace(num_gpus=gpus, max_micro_batch_size=2, virtual_stages=(2, 3, 4),
                         frameworks=tuple(Framework(f) for f in frameworks), **space)  # fmt: skip
     return Problem(jobs=(Job(case, gpus, name),), space=space)
@@ -143,7 +146,7 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
             acts = st.activations.total_bytes if st.activations else 0
             # the tables hold NCCL's buffers and the output layer's all-gather buffer in both
             # phases
-            comm = st.communicator_bytes + st.output_gather_bytes
+            comm = st.communicator_bytes + st.persistent_buffers_bytes
             assert (
                 abs(math.ceil(st.state.backward_bytes + comm) - tables.state_ceil[s, z, i])
                 <= BYTE_TOLERANCE

@@ -179,6 +179,17 @@ BAD = [
     ["search", "--model", "llama3-70b", "--gpus", "64", "--min-mfu", "x"],
     ["frontier", "--model", "llama3-70b", "--gpus", "64", "--against", "price"],
     ["evaluate", "--model", "llama3-8b", "--tp", "2", "--set", "tp_block_inputs=sharded"],
+    [
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        "--tp",
+        "2",
+        "--framework",
+        "deepspeed",
+        "--set",
+        "tp_comm_overlap=full",
+    ],  # fmt: skip
 ]
 
 

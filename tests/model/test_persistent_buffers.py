@@ -1,4 +1,4 @@
-"""The output layer's persistent all-gather buffer (model/terms/output_gather.py), derived by hand
+"""The output layer's persistent all-gather buffer (model/terms/persistent_buffers.py), derived by hand
 from Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication.forward`` and
 ``GlobalMemoryBuffer.get_tensor``, and how it enters a stage's peak in both phases."""
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 from trainplan.model.estimate import stage_memory
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.terms.output_gather import output_gather_bytes
+from trainplan.model.terms.persistent_buffers import mpu_buffer_bytes
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -25,14 +25,14 @@ BASE = Layout(
 
 def _held(layout: Layout, training: TrainingSpec = TRAINING) -> list[int]:
     stages = stage_memory(LLAMA_70B, training, layout, device=H100)
-    return [int(s.output_gather_bytes) for s in stages]
+    return [int(s.persistent_buffers_bytes) for s in stages]
 
 
 def test_llama3_70b_tp8_by_hand():
     """Llama 3 70B (h 8,192), s 8,192, b 1, BF16, tp 8 with SP: the output layer all-gathers its
     [8,192/8, 1, 8,192] input into the "mpu" buffer, [8,192, 1, 8,192] BF16 =
     2·8,192·8,192 = 134,217,728 B, on the last stage only."""
-    assert output_gather_bytes(2, 1, 8192, 8192) == 2 * 8192 * 8192 == 134_217_728
+    assert mpu_buffer_bytes(2, 1, 8192, 8192) == 2 * 8192 * 8192 == 134_217_728
     assert _held(BASE) == [0, 134_217_728]
 
 

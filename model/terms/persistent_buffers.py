@@ -1,6 +1,9 @@
-"""The output layer's all-gather buffer: a persistent tensor on the stage holding the output layer.
+"""The persistent buffers a framework allocates once and holds for the whole run, in both phases of
+the step, inside PyTorch's caching allocator: the ``"mpu"`` all-gather buffer, DeepSpeed's pipeline
+receive buffers and Transformer Engine's extra cuBLAS workspaces (:func:`persistent_buffers_term`;
+``StageMemory.persistent_buffers_bytes``, JSON ``memory.persistent_buffers_bytes``).
 
-Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
+The ``"mpu"`` buffer. Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
 gpt/gpt_model.py``, ``self.output_layer``), whatever the transformer layers' spec. Under sequence
 parallelism with tp > 1 its forward, ``LinearWithGradAccumulationAndAsyncCommunication.forward``
 (``megatron/core/tensor_parallel/layers.py``, at d98e8a64dd), all-gathers the ``[s/tp, b, h]``
@@ -23,10 +26,14 @@ Profiles: ``megatron`` as above. ``deepspeed``: Megatron-DeepSpeed's ``parallel_
 (``megatron/core/tensor_parallel/layers.py``, microsoft/Megatron-DeepSpeed f4157bea) call the same
 ``linear_with_grad_accumulation_and_async_allreduce`` with ``sequence_parallel``: in forward and
 in backward they all-gather the ``[s/tp, b, h]`` input into the same ``"mpu"`` tensor, so one
-``β·b·(s/cp)·h`` buffer sits on every stage, from the first forward on, in both phases
-(:mod:`model.backward_working` leaves it out of the layers' re-gathered input for that reason;
-counted on a stage without layers too, where Megatron-DeepSpeed's ``partition_method=
-'type:transformer'`` leaves none only when L < pp). Beside it DeepSpeed's pipeline engine keeps
+``β·b·(s/cp)·h`` buffer sits, from the first forward on, in both phases, on every stage that
+runs one of them (:mod:`model.backward_working` leaves it out of the layers' re-gathered input
+for that reason): a stage holding transformer layers (``ParallelTransformerLayerPipe``: QKV and
+FC1 are ``ColumnParallelLinear``) or the output layer (``GPTModelPipe``'s ``_logits_helper`` →
+``parallel_lm_logits``, or ``LMHeadPipe``'s ``ColumnParallelLinear``; ``megatron/model/
+gpt_model.py``, ``megatron/model/transformer.py``). A stage left without transformer layers
+(L < pp) that holds only the embedding (``EmbeddingPipe``: ``VocabParallelEmbedding`` and a
+scatter to the sequence-parallel region, no gather) runs none, so holds none. Beside it DeepSpeed's pipeline engine keeps
 its receive buffers (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also
 allocated once. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary tensors);
 ``textbook`` counts no runtime buffer.
@@ -41,53 +48,58 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.frameworks import Framework
-from trainplan.model.terms.activation_fields import end_stages
+from trainplan.model.terms.activation_fields import LAYER_FIELDS, end_stages, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.pipeline_buffers import deepspeed_engine, deepspeed_engine_buffers
 from trainplan.model.terms.userbuffers import te_workspace_term
 from trainplan.model.xp import exact, where
 
-__all__ = ["output_gather_bytes", "output_gather_term"]
+__all__ = ["mpu_buffer_bytes", "persistent_buffers_term"]
 
 
-def output_gather_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int) -> Any:
-    """Bytes of the output layer's all-gather buffer on one GPU: ``β·b·(s/cp)·h`` (``beta`` bytes
-    per activation element, ``micro_batch_size`` sequences, ``tokens`` = s/cp of each on this
-    rank, ``hidden`` the model width). Exact for ints and Fractions; element-wise for arrays.
+def mpu_buffer_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int) -> Any:
+    """Bytes of the ``"mpu"`` all-gather buffer (the output layer's, under ``megatron``) on one
+    GPU: ``β·b·(s/cp)·h`` (``beta`` bytes per activation element, ``micro_batch_size``
+    sequences, ``tokens`` = s/cp of each on this rank, ``hidden`` the model width). Exact for
+    ints and Fractions; element-wise for arrays.
 
     Examples
     --------
     Llama 3 70B (h 8192), s 8192, b 1, BF16: 2·8192·8192 = 134,217,728 B.
 
-    >>> output_gather_bytes(2, 1, 8192, 8192)
+    >>> mpu_buffer_bytes(2, 1, 8192, 8192)
     134217728
     """
     return beta * micro_batch_size * tokens * hidden
 
 
-def output_gather_term(c: Context, f: Fields) -> Any:
+def persistent_buffers_term(c: Context, f: Fields) -> Any:
     """Bytes of the persistent buffers the framework allocates once on one GPU of stage
-    ``f.stage`` (see the module docstring), held in both phases: :func:`output_gather_bytes` on
+    ``f.stage`` (see the module docstring), held in both phases: :func:`mpu_buffer_bytes` on
     the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`) under
-    ``megatron``, on every rank under ``deepspeed``, with tp > 1 and sequence parallelism; under
+    ``megatron``, under ``deepspeed`` on that rank and on every rank holding a transformer layer
+    (:func:`model.terms.activation_fields.stage_layer_counts`), with tp > 1 and sequence
+    parallelism; under
     ``deepspeed`` with pp > 1 also the pipeline engine's receive buffers
     (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`); under ``megatron``
     Transformer Engine's extra cuBLAS workspaces
     (:func:`model.terms.userbuffers.te_workspace_term`); else 0 (and 0 for a size-only model).
 
-    Scope: tp, cp, micro_batch_size, sequence_parallel, pp, schedule, framework.
-    Control: pp, framework.
+    Scope: tp, cp, micro_batch_size, sequence_parallel, pp, virtual_stages, uneven_stages,
+    stage_layers, schedule, framework. Control: pp, framework.
     """
     arch = c.model.arch
     if arch is None or Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
         return 0
     _, last = end_stages(f)
     tokens = exact(c.training.seq_len) / f.cp
-    one = output_gather_bytes(
+    one = mpu_buffer_bytes(
         c.training.activation_bytes, f.micro_batch_size, tokens, arch.hidden_size
     )
     ds = f.lookup(deepspeed_engine, (), "framework")
-    mpu = where((last | (ds == 1)) & f.sp & (f.tp > 1), one, 0)
+    n_layers, _ = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    runs_gather = last | ((ds == 1) & (n_layers > 0))
+    mpu = where(runs_gather & f.sp & (f.tp > 1), one, 0)
     return (
         mpu + deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size) + te_workspace_term(c, f)
     )
