@@ -42,7 +42,7 @@ _LOGITS_SOURCE = {
 
 _RESIDENT_SOURCE = (
     "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
-    "model.terms.output_gather (buffers allocated once): model.terms.peak.held_in_both_phases; "
+    "model.terms.persistent_buffers (buffers allocated once): model.terms.peak.held_in_both_phases; "
     "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
 )
 
