@@ -313,7 +313,14 @@ def cp_transient_bytes(
       (:func:`model.cp_outputs.gather_forward_outputs`).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
       layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
-      repeated heads, :func:`kv_repeat`).
+      repeated heads, :func:`kv_repeat`). ``AttnFuncWithCPAndQKVOA2A.backward`` holds more at
+      its all-to-all of dQ, dK, dV back — dO as received and after its own all-to-all, dQ, dK,
+      dV, their send copies and receive buffers, one reordered copy: ``2·O + 3·(Q + KV) + Q``
+      beside the layer's output gradient — and the forward's all-to-all of O back
+      ``Q + KV + 2·O``; the layer's backward working set, counted beside these buffers
+      (:func:`model.backward_working.backward_working_bytes`, at least its SwiGLU's
+      ``n + 2·f``), covers both before the rows released by then are credited (Llama 3 8B,
+      s 81,920, cp 4, tp 2: 713 MB and 294 MB against 252 + 671 MB).
     * the hybrid runs the all-to-all, then the ring: the larger of the two.
 
     Not counted: allocator rounding.

@@ -82,7 +82,10 @@ def test_the_flavour_as_a_constraint():
     single = {"time_model": "single"}
     assert _best(["p2p", "a2a+p2p"], cluster=single).cp_kind is CpKind.HYBRID
     assert _best(["p2p", "a2a+p2p"]).cp_kind is CpKind.HYBRID
-    lay = _best(["a2a+p2p"], cp_a2a=[4])
+    # at u = 4 the all-to-all's NCCL peers and the attention output kept twice (the core's
+    # copy before the all-to-all back, 32 MiB a layer: 1,073,741,824 B) need 85.59 GB of the
+    # H100's 85.52; the H200 leaves it room
+    lay = _best(["a2a+p2p"], cp_a2a=[4], gpu="H200")
     assert (lay.cp_kind, lay.cp_a2a) == (CpKind.HYBRID, 4)
 
 
