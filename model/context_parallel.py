@@ -114,11 +114,19 @@ _ALIASES = {
     "hybrid": CpKind.HYBRID,
 }
 
-DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES)
+DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (
+    CpKind.RING,
+    CpKind.ALL_GATHER,
+    CpKind.ULYSSES,
+    CpKind.PYTORCH_ALLGATHER,
+    CpKind.PYTORCH_ALLTOALL,
+)
 """The flavours the search tries on a shape with cp > 1 unless told otherwise, preferred in this
-order on ties. The hybrid is searched only when asked for (``--cp-kind a2a+p2p``): it adds an
-inner degree per cp. ``ulysses-kv-repeat`` too: it runs under FSDP only, and where plain Ulysses
-is legal it moves the same bytes (no head is repeated)."""
+order on ties, each under the frameworks that run it (:func:`model.cp_rules.check_cp_framework`:
+``megatron`` the first three, ``deepspeed`` Ulysses, ``fsdp2`` PyTorch's two). The hybrid is
+searched only when asked for (``--cp-kind a2a+p2p``): it adds an inner degree per cp.
+``ulysses-kv-repeat`` too: verl's, not torchtitan's, and where plain Ulysses is legal it moves
+the same bytes (no head is repeated)."""
 
 
 def cp_degrees(kind: CpKind, cp: int, cp_a2a: int | None = None) -> tuple[int, int]:

@@ -16,6 +16,7 @@ PYTORCH_KINDS = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
 
 __all__ = [
     "PYTORCH_KINDS",
+    "TE_KINDS",
     "check_cp_kind",
     "check_cp_framework",
     "has_window",
@@ -125,6 +126,9 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
     * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
+    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel`` only (:func:`_check_fsdp2_cp`):
+      Transformer Engine's ``ring``, ``all-gather``, ``ulysses`` (``a2a``) and ``a2a+p2p`` are
+      refused at cp > 1; verl's ``ulysses-kv-repeat`` (FSDP) stays.
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -166,6 +170,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
     if fw == "deepspeed":
         _check_deepspeed_cp(kind, cp)
+    if fw == "fsdp2":
+        _check_fsdp2_cp(kind, cp)
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
@@ -201,6 +207,29 @@ def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
             f"cp_kind: {kind} does not run under framework deepspeed, whose context parallelism "
             "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
             "all-to-all); use cp_kind ulysses"
+        )
+
+
+TE_KINDS = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES, CpKind.HYBRID)
+"""Transformer Engine's flavours (Megatron-Core ``--cp-comm-type`` ``p2p``, ``all_gather``,
+``a2a``, ``a2a+p2p``; DeepSpeed's Ulysses shares ``ulysses``)."""
+
+
+def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
+    """torchtitan runs PyTorch's ``context_parallel`` only: torchtitan 114151ad4
+    ``torchtitan/distributed/context_parallel.py`` ``apply_cp_to_attention_module`` wraps every
+    attention module in PyTorch's ``_ContextParallel`` (``torch/distributed/tensor/experimental/
+    _attention.py``, SDPA or FlexAttention) and ``config/configs.py`` offers
+    ``context_parallel_rotate_method`` ``allgather`` or ``alltoall`` only; at b5bcd76c6
+    ``torchtitan/distributed/context_parallel/api.py`` still shards through that module
+    (``_context_parallel_shard``). No Transformer Engine attention, no head all-to-all: the
+    ring, the all-gather, Ulysses and the hybrid are refused at cp > 1 (verl's Ulysses,
+    ``ulysses-kv-repeat``, runs under FSDP and is not refused)."""
+    if cp > 1 and kind in TE_KINDS:
+        raise LayoutError(
+            f"cp_kind: {kind} does not run under fsdp2, whose context parallelism is "
+            "PyTorch's context_parallel (torchtitan apply_cp_to_attention_module); use cp_kind "
+            "pytorch-allgather or pytorch-alltoall (or ulysses-kv-repeat, verl's Ulysses)"
         )
 
 

@@ -184,7 +184,8 @@ class SearchSpace:
     shape's ZeRO stages are that framework's (:data:`model.frameworks.ZERO_STAGES`)."""
     cp_kinds: tuple[CpKind, ...] = DEFAULT_SEARCHED_CP_KINDS
     """CP flavours the search may choose among on shapes with cp > 1 (the first is preferred
-    on ties; a shape with cp = 1 has none); default ring, all-gather and Ulysses
+    on ties; a shape with cp = 1 has none), each under the frameworks that run it; default
+    ring, all-gather, Ulysses and PyTorch's two
     (:data:`model.context_parallel.DEFAULT_SEARCHED_CP_KINDS`)."""
     cp_a2a: tuple[int, ...] | None = None
     """Inner all-to-all degrees tried with ``a2a+p2p``; None = every legal one (dividing cp,
@@ -423,7 +424,7 @@ def _with_frameworks(
             )
         ]
         for s in shapes:
-            if not (runs[s.pp] and _runs_schedule(setting, s, fw)):
+            if not (runs[s.pp] and _runs_schedule(setting, s, fw) and _runs_cp(setting, s, fw)):
                 continue
             for k, o in optimizers:
                 same = (fw, rank, o, k) == (s.framework, s.framework_rank, s.optimizer, 0)
@@ -435,6 +436,13 @@ def _with_frameworks(
                     )
                 )
     return out
+
+
+def _runs_cp(setting: Setting, shape: Shape, framework: Framework) -> bool:
+    """Whether ``framework`` runs the shape's CP flavour (the legality rule
+    :func:`model.cp_rules.check_cp_framework`): a flavour the framework does not run is not
+    tabulated under it."""
+    return not refusal(setting, cp=shape.cp, cp_kind=shape.cp_kind, framework=framework)
 
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:

@@ -18,6 +18,7 @@ s = 32,768 on cp = 8, tp 1, b 1, one micro-batch, β = 2 B:
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -419,3 +420,34 @@ def test_ulysses_backward_working_set_is_covered():
     )  # fmt: skip
     assert released == 1_132_462_080
     assert q + kv + 2 * o == 293_601_280 < buffers + work
+
+
+@pytest.mark.parametrize("kind", ["ring", "all-gather", "ulysses", "a2a+p2p"])
+def test_fsdp2_runs_pytorchs_context_parallel_only(kind):
+    """torchtitan (the fsdp2 profile) wraps every attention module in PyTorch's _ContextParallel
+    (torchtitan/distributed/context_parallel.py apply_cp_to_attention_module) with the rotate
+    method allgather or alltoall: Transformer Engine's flavours are refused at cp > 1 in one
+    line; PyTorch's two and verl's Ulysses run; cp 1 has no flavour to refuse."""
+    with pytest.raises(LayoutError, match=re.escape(f"cp_kind: {kind} does not run under fsdp2")):
+        check_cp_framework(CpKind(kind), 2, "fsdp2", None)
+    check_cp_framework(CpKind(kind), 1, "fsdp2", None)
+    for ok in ("pytorch-allgather", "pytorch-alltoall", "ulysses-kv-repeat"):
+        check_cp_framework(CpKind(ok), 2, "fsdp2", None)
+    check_cp_framework(CpKind(kind), 2, "megatron", None)
+
+
+def test_fsdp2_search_takes_a_flavour_torchtitan_runs():
+    """Llama 3 8B on 8 GPUs at s 65,536, cp 2, 4 or 8 under fsdp2 with the default flavours:
+    the answer's flavour is one of PyTorch's (before, TE's all-gather at dp 2 cp 4, whose
+    0.67 GB of buffers and 58.8 s torchtitan does not run). The launch fragment names its
+    rotate method."""
+    from trainplan.interface.scenario import build_problem
+    from trainplan.optimizer.search import search
+
+    problem = build_problem(
+        {},
+        {"model": "llama3-8b", "gpus": "8", "seq_len": 65536, "global_batch": 32,
+         "space": {"cp": [2, 4, 8], "framework": ["fsdp2"]}},
+    )  # fmt: skip
+    lay = search(problem).best.estimate.layout
+    assert lay.cp > 1 and lay.cp_kind in (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
