@@ -126,9 +126,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
     * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
-    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel`` only (:func:`_check_fsdp2_cp`):
-      Transformer Engine's ``ring``, ``all-gather``, ``ulysses`` (``a2a``) and ``a2a+p2p`` are
-      refused at cp > 1; verl's ``ulysses-kv-repeat`` (FSDP) stays.
+    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel`` and verl's Ulysses only
+      (:func:`_check_fsdp2_cp`).
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -168,10 +167,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
             "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
         )
-    if fw == "deepspeed":
-        _check_deepspeed_cp(kind, cp)
-    if fw == "fsdp2":
-        _check_fsdp2_cp(kind, cp)
+    if fw in _ONLY_CP:
+        _ONLY_CP[fw](kind, cp)
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
@@ -231,6 +228,10 @@ def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
             "PyTorch's context_parallel (torchtitan apply_cp_to_attention_module); use cp_kind "
             "pytorch-allgather or pytorch-alltoall (or ulysses-kv-repeat, verl's Ulysses)"
         )
+
+
+_ONLY_CP = {"deepspeed": _check_deepspeed_cp, "fsdp2": _check_fsdp2_cp}
+"""The frameworks that run only some flavours, and the check that refuses the others."""
 
 
 def has_window(arch: Architecture | None) -> bool:

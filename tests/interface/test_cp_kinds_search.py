@@ -179,3 +179,20 @@ def test_a_flavour_the_space_cannot_use_is_refused():
         build_problem({}, {**CASE, "space": {"cp_kind": ["ulysses"]}})
     with pytest.raises(InputError, match="cp_a2a: '2' does not apply: .*a2a\\+p2p"):
         build_problem({}, {**CASE, "space": {"cp": [8], "cp_a2a": [2]}})
+
+
+def test_fsdp2_search_takes_a_flavour_torchtitan_runs():
+    """Llama 3 8B on 8 GPUs at s 65,536, cp 2, 4 or 8 under fsdp2 with the default flavours:
+    the answer's flavour is one of PyTorch's (before, TE's all-gather at dp 2 cp 4, whose
+    0.67 GB of buffers and 58.8 s torchtitan does not run)."""
+    problem = build_problem(
+        {},
+        {"model": "llama3-8b", "gpus": "8", "seq_len": 65536, "global_batch": 32,
+         "space": {"cp": [2, 4, 8], "framework": ["fsdp2"]}},
+    )  # fmt: skip
+    case = problem.jobs[0].case
+    assert {s.cp_kind for s in legal_shapes(case.model, case.training,
+                                            problem.space) if s.cp > 1} == {
+        CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL}  # fmt: skip
+    lay = search(problem).best.estimate.layout
+    assert lay.cp > 1 and lay.cp_kind in (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)

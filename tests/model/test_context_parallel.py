@@ -435,19 +435,3 @@ def test_fsdp2_runs_pytorchs_context_parallel_only(kind):
         check_cp_framework(CpKind(ok), 2, "fsdp2", None)
     check_cp_framework(CpKind(kind), 2, "megatron", None)
 
-
-def test_fsdp2_search_takes_a_flavour_torchtitan_runs():
-    """Llama 3 8B on 8 GPUs at s 65,536, cp 2, 4 or 8 under fsdp2 with the default flavours:
-    the answer's flavour is one of PyTorch's (before, TE's all-gather at dp 2 cp 4, whose
-    0.67 GB of buffers and 58.8 s torchtitan does not run). The launch fragment names its
-    rotate method."""
-    from trainplan.interface.scenario import build_problem
-    from trainplan.optimizer.search import search
-
-    problem = build_problem(
-        {},
-        {"model": "llama3-8b", "gpus": "8", "seq_len": 65536, "global_batch": 32,
-         "space": {"cp": [2, 4, 8], "framework": ["fsdp2"]}},
-    )  # fmt: skip
-    lay = search(problem).best.estimate.layout
-    assert lay.cp > 1 and lay.cp_kind in (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
