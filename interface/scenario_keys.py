@@ -54,6 +54,7 @@ EVALUATE_KEYS = frozenset(CLUSTER_KEYS)
 """What ``--set`` takes on evaluate: the ``[cluster]`` table's keys (the recipe, links, time model
 and conventions of one layout; the search's space has evaluate's own flags)."""
 
+
 def _default_reserve() -> str:
     """The default reserve as the help states it: the default accelerator's (its driver capture,
     :func:`model.hardware.runtime_reserve_for`) and, for a part with no capture,

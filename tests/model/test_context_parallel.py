@@ -202,9 +202,11 @@ def test_head_all_to_all_keeps_the_output_twice(kind):
     other = _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None).stages[0].activations
     assert other.layers_bytes - ring.layers_bytes == 32 * MiB * LAYERS == 2**30
     ring_sel = _evaluate(cp_kind="ring", recompute="selective").stages[0].activations
-    sel = _evaluate(
-        cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None, recompute="selective"
-    ).stages[0].activations
+    sel = (
+        _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None, recompute="selective")
+        .stages[0]
+        .activations
+    )
     assert sel.layers_bytes == ring_sel.layers_bytes
 
 
@@ -434,4 +436,3 @@ def test_fsdp2_runs_pytorchs_context_parallel_only(kind):
     for ok in ("pytorch-allgather", "pytorch-alltoall", "ulysses-kv-repeat"):
         check_cp_framework(CpKind(ok), 2, "fsdp2", None)
     check_cp_framework(CpKind(kind), 2, "megatron", None)
-
