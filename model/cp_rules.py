@@ -16,7 +16,8 @@ PYTORCH_KINDS = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
 
 __all__ = [
     "PYTORCH_KINDS",
-    "TE_KINDS",
+    "FSDP2_REFUSED",
+    "FSDP2_SEARCHED",
     "check_cp_kind",
     "check_cp_framework",
     "has_window",
@@ -126,8 +127,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
     * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
-    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel`` and verl's Ulysses only
-      (:func:`_check_fsdp2_cp`).
+    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel``, verl's Ulysses and Llama 3's
+      all-gather (:func:`_check_fsdp2_cp`).
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -207,9 +208,12 @@ def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
         )
 
 
-TE_KINDS = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES, CpKind.HYBRID)
-"""Transformer Engine's flavours (Megatron-Core ``--cp-comm-type`` ``p2p``, ``all_gather``,
-``a2a``, ``a2a+p2p``; DeepSpeed's Ulysses shares ``ulysses``)."""
+FSDP2_REFUSED = (CpKind.RING, CpKind.ULYSSES, CpKind.HYBRID)
+"""Transformer Engine's flavours that ``fsdp2`` refuses (:func:`_check_fsdp2_cp`)."""
+
+FSDP2_SEARCHED = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
+"""The flavours torchtitan runs, which the search tries under ``fsdp2`` when no flavour is
+named (the all-gather runs there only as Llama 3's, named; :func:`_check_fsdp2_cp`)."""
 
 
 def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
@@ -220,13 +224,17 @@ def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
     ``context_parallel_rotate_method`` ``allgather`` or ``alltoall`` only; at b5bcd76c6
     ``torchtitan/distributed/context_parallel/api.py`` still shards through that module
     (``_context_parallel_shard``). No Transformer Engine attention, no head all-to-all: the
-    ring, the all-gather, Ulysses and the hybrid are refused at cp > 1 (verl's Ulysses,
-    ``ulysses-kv-repeat``, runs under FSDP and is not refused)."""
-    if cp > 1 and kind in TE_KINDS:
+    ring, Ulysses and the hybrid are refused at cp > 1. ``all-gather`` stays for Llama 3's
+    all-gather of K and V (Dubey et al. 2024 §3.3.2) where the profile stands for Meta's stack
+    (the published Llama 3 recipes), counted as Transformer Engine's; the search tries it under
+    ``fsdp2`` only when it is named (:data:`FSDP2_SEARCHED`). verl's Ulysses
+    (``ulysses-kv-repeat``) runs under FSDP."""
+    if cp > 1 and kind in FSDP2_REFUSED:
         raise LayoutError(
             f"cp_kind: {kind} does not run under fsdp2, whose context parallelism is "
             "PyTorch's context_parallel (torchtitan apply_cp_to_attention_module); use cp_kind "
-            "pytorch-allgather or pytorch-alltoall (or ulysses-kv-repeat, verl's Ulysses)"
+            "pytorch-allgather or pytorch-alltoall (all-gather: Llama 3's; ulysses-kv-repeat: "
+            "verl's Ulysses)"
         )
 
 

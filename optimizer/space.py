@@ -14,6 +14,7 @@ from itertools import product
 import numpy as np
 
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
+from trainplan.model.cp_rules import FSDP2_SEARCHED
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEFAULT_FRAMEWORK,
@@ -407,6 +408,7 @@ def _with_frameworks(
     with its pp and the recipe's offload (:func:`model.legality.refusal`: the framework and
     offload rules)."""
     setting = Setting(model, training, space.num_gpus)
+    named = space.cp_kinds != DEFAULT_SEARCHED_CP_KINDS
     out: list[Shape] = []
     for rank, fw in enumerate(space.frameworks):
         runs = {
@@ -424,7 +426,9 @@ def _with_frameworks(
             )
         ]
         for s in shapes:
-            if not (runs[s.pp] and _runs_schedule(setting, s, fw) and _runs_cp(setting, s, fw)):
+            if not (
+                runs[s.pp] and _runs_schedule(setting, s, fw) and _runs_cp(setting, s, fw, named)
+            ):
                 continue
             for k, o in optimizers:
                 same = (fw, rank, o, k) == (s.framework, s.framework_rank, s.optimizer, 0)
@@ -438,10 +442,13 @@ def _with_frameworks(
     return out
 
 
-def _runs_cp(setting: Setting, shape: Shape, framework: Framework) -> bool:
+def _runs_cp(setting: Setting, shape: Shape, framework: Framework, named: bool) -> bool:
     """Whether ``framework`` runs the shape's CP flavour (the legality rule
     :func:`model.cp_rules.check_cp_framework`): a flavour the framework does not run is not
-    tabulated under it."""
+    tabulated under it; with the default flavours (``named`` False) ``fsdp2`` takes
+    torchtitan's only (:data:`model.cp_rules.FSDP2_SEARCHED`)."""
+    if shape.cp > 1 and not named and framework is Framework.FSDP2:
+        return shape.cp_kind in FSDP2_SEARCHED
     return not refusal(setting, cp=shape.cp, cp_kind=shape.cp_kind, framework=framework)
 
 

@@ -196,3 +196,11 @@ def test_fsdp2_search_takes_a_flavour_torchtitan_runs():
         CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL}  # fmt: skip
     lay = search(problem).best.estimate.layout
     assert lay.cp > 1 and lay.cp_kind in (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
+    # Llama 3's all-gather runs under fsdp2 when it is named (the published Llama 3 recipes)
+    named = build_problem(
+        {},
+        {"model": "llama3-8b", "gpus": "8", "seq_len": 65536, "global_batch": 32,
+         "space": {"cp": [4], "framework": ["fsdp2"], "cp_kind": ["all-gather"]}},
+    )  # fmt: skip
+    assert {s.cp_kind for s in legal_shapes(case.model, case.training, named.space)} == {
+        CpKind.ALL_GATHER}  # fmt: skip
