@@ -16,7 +16,8 @@ gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2, B200 = 5.0 }   # or one number
 per_stage = false                 # search, frontier: also choose layers and recomputed layers per stage
 [space]        # tp pp cp ep micro_batch (lists), max_tp max_micro_batch, zero recompute schedule virtual_stages,
                # framework (one name or a list: megatron, deepspeed, fsdp2, textbook; default megatron),
-               # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p; default the first three),
+               # cp_kind (ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p, pytorch-allgather,
+               # pytorch-alltoall; default the first three and PyTorch's two, each where it runs),
                # cp_a2a (hybrid inner degrees), optimizer (adam, adam-8bit, adafactor, lion, muon, soap;
                # default adam only)
 [constraints]  # headroom, min_mfu, tp_in_nvlink, allocator_retries_ok

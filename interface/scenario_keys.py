@@ -33,7 +33,10 @@ from trainplan.interface.scenario_file import (
     switch_word,
 )
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES
 from trainplan.model.units import shown_text
+from trainplan.optimizer.case import DEFAULT_GPU
+from trainplan.topology.accelerators import load_accelerators
 
 __all__ = [
     "SEARCH_KEYS",
@@ -51,6 +54,18 @@ EVALUATE_KEYS = frozenset(CLUSTER_KEYS)
 """What ``--set`` takes on evaluate: the ``[cluster]`` table's keys (the recipe, links, time model
 and conventions of one layout; the search's space has evaluate's own flags)."""
 
+
+def _default_reserve() -> str:
+    """The default reserve as the help states it: the default accelerator's (its driver capture,
+    :func:`model.hardware.runtime_reserve_for`) and, for a part with no capture,
+    :data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`, in GiB."""
+    gpu = load_accelerators()[DEFAULT_GPU]
+    return (
+        f"the accelerator's: {gpu.runtime_reserve_bytes / 2**30:.2f} on the {DEFAULT_GPU}, "
+        f"{DEFAULT_RUNTIME_RESERVE_BYTES / 2**30:.2f} on a part with no driver capture"
+    )
+
+
 KEY_HELP: dict[str, str] = {
     "nvlink_domain": "GPUs per NVLink domain; default the accelerator's.",
     "nvlink_gbps": "NVLink GB/s per GPU per direction; default the accelerator's.",
@@ -64,8 +79,8 @@ KEY_HELP: dict[str, str] = {
     "(default: the table's reference node).",
     "memory_reserve_gib": "GiB of each GPU kept out of the model's reach under a physical "
     "framework: the driver, the CUDA context, the cuBLAS workspaces and the allocator's "
-    "fragmentation (default 2.04). NCCL's communicator buffers are not in it: they are counted "
-    "per layout, by process group.",
+    f"fragmentation (default {_default_reserve()}). NCCL's communicator buffers are not in it: "
+    "they are counted per layout, by process group.",
     "time_model": "roofline (default for megatron, deepspeed, fsdp2): every operation on the "
     "roofline, collectives by mechanism; single: one kernel efficiency and per-axis overlaps "
     "(the original model; textbook always uses it).",

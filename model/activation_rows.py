@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GATHERED_INPUTS",
+    "HEAD_ALL_TO_ALL",
+    "PRE_A2A_OUTPUT",
     "MOE_ROUTING_ROWS",
     "NORM_INPUTS",
     "NORM_OUTPUTS",
@@ -28,6 +30,31 @@ __all__ = [
     "fp8_rows",
     "gathered_rows",
 ]
+
+
+HEAD_ALL_TO_ALL = (CpKind.ULYSSES, CpKind.ULYSSES_KV_REPEAT, CpKind.HYBRID)
+"""The flavours whose attention output crosses a head all-to-all back to the sequence shard,
+which keeps the output twice (:data:`PRE_A2A_OUTPUT`)."""
+
+PRE_A2A_OUTPUT = "attention output before the all-to-all back (head all-to-all CP)"
+"""The row of the attention output the attention core keeps before the all-to-all back: a
+head all-to-all flavour (:data:`HEAD_ALL_TO_ALL`) keeps the output twice, the core's copy
+``[b, s, a/(tp·u), d]`` (the same bytes as ``[S, a·d/tp]``) and the all-to-all's new tensor,
+which the output projection keeps ("output projection input"). Read from the code:
+Transformer Engine d0067d0da
+``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``
+``AttnFuncWithCPAndQKVOA2A.forward`` saves ``out_part`` (the kernel's output) and returns the
+tensor ``flash_attn_a2a_communicate`` builds (``torch.empty_like`` receive buffer, reordered);
+``AttnFuncWithCPAndKVP2P.forward`` with ``cp_size_a2a > 1`` (a2a+p2p) saves
+``out_part = out.to(dtype)`` and returns ``flash_attn_a2a_communicate(out, …)``; DeepSpeed
+edaa72212 ``deepspeed/sequence/layer.py`` ``DistributedAttention.forward``:
+``context_layer = self.local_attn(…)`` (FlashAttention saves its output) then
+``_SeqAllToAll.apply`` (``single_all_to_all``: a new ``torch.empty_like`` buffer), which
+Megatron-DeepSpeed's ``ParallelAttention`` rearranges into the ``dense`` projection's input;
+verl b178a3cd5 ``verl/models/transformers/monkey_patch.py`` ``_ulysses_flash_attention_forward``:
+``_flash_attention_forward`` then ``gather_heads_scatter_seq``. A *score* row: Megatron-Core's
+selective recomputation (``core_attn``) checkpoints the attention module whole, the
+all-to-all inside, and the checkpoint keeps only its output, the projection's input."""
 
 
 def _mask(arch: Architecture) -> int:
@@ -88,9 +115,11 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
         if arch.dropout:
             rows.append(("attention dropout mask", Fraction(scores), "score"))
             rows.append(("attention dropout output", beta * scores, "score"))
+    out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
     if ctx.cp > 1 and ctx.cp_kind is CpKind.ALL_GATHER:
-        out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
         rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
+    if ctx.cp > 1 and ctx.cp_kind in HEAD_ALL_TO_ALL:
+        rows.append((PRE_A2A_OUTPUT, beta * S * out, "score"))
     rep = kv_repeat(ctx.cp_kind, ctx.cp, ctx.tp, arch) if ctx.cp > 1 else 1
     if rep > 1:  # verl's Ulysses: the core keeps the repeated K/V heads it received
         d, g = arch.dim_per_head, arch.kv_heads

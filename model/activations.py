@@ -71,7 +71,11 @@ Variants, derived the same way:
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
   the same bytes) and the output after the all-to-all back, which is the output projection's
-  input. The all-gather flavour (Transformer Engine ``AttnFuncWithCPAndKVAllGather``) also
+  input. Every head all-to-all flavour (Ulysses, verl's, the hybrid) keeps the output twice:
+  the attention core keeps its own output before the all-to-all back as well, ``[S, a·d]``
+  (*tp*; recomputed with the attention core under selective recomputation;
+  :data:`model.activation_rows.PRE_A2A_OUTPUT`, read from Transformer Engine's, DeepSpeed's and
+  verl's code). The all-gather flavour (Transformer Engine ``AttnFuncWithCPAndKVAllGather``) also
   keeps the attention output of each of its two query chunks apart from the merged output the
   projection keeps: ``[S, a·d]`` (*tp*; recomputed with the attention core under selective
   recomputation). verl's Ulysses (``ulysses-kv-repeat``) keeps the K/V heads it repeated
@@ -272,7 +276,8 @@ class LayerActivations:
     score_names: frozenset[str]
     """The tensors the attention core makes and selective recomputation drops: the [b, a, s, s]
     score tensors (absent with FlashAttention), FlashAttention's statistics, the all-gather
-    flavour's per-chunk outputs."""
+    flavour's per-chunk outputs, the head all-to-all flavours' output before the all-to-all
+    back."""
     checkpoint_bytes: Fraction
     """The layer input kept by full or √n recomputation: ``β·S·h`` (÷ tp with SP)."""
     full_bytes: Fraction

@@ -114,11 +114,11 @@ _ALIASES = {
     "hybrid": CpKind.HYBRID,
 }
 
-DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES)
-"""The flavours the search tries on a shape with cp > 1 unless told otherwise, preferred in this
-order on ties. The hybrid is searched only when asked for (``--cp-kind a2a+p2p``): it adds an
-inner degree per cp. ``ulysses-kv-repeat`` too: it runs under FSDP only, and where plain Ulysses
-is legal it moves the same bytes (no head is repeated)."""
+DEFAULT_SEARCHED_CP_KINDS: tuple[CpKind, ...] = (CpKind.RING, CpKind.ALL_GATHER, CpKind.ULYSSES,
+                                                 CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)  # fmt: skip
+"""The flavours the search tries at cp > 1 unless told otherwise (first preferred on ties), each
+under the frameworks that run it (:func:`model.cp_rules.check_cp_framework`); the hybrid (an
+inner degree per cp) and verl's ``ulysses-kv-repeat`` only when asked for."""
 
 
 def cp_degrees(kind: CpKind, cp: int, cp_a2a: int | None = None) -> tuple[int, int]:
@@ -313,7 +313,7 @@ def cp_transient_bytes(
       (:func:`model.cp_outputs.gather_forward_outputs`).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
       layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
-      repeated heads, :func:`kv_repeat`).
+      repeated heads, :func:`kv_repeat`; TE's a2a beyond it: :mod:`model.cp_outputs`).
     * the hybrid runs the all-to-all, then the ring: the larger of the two.
 
     Not counted: allocator rounding.

@@ -3,7 +3,18 @@ are merged (``transformer_engine/pytorch/attention/dot_product_attention/context
 at d0067d0da), on one GPU, for :func:`model.context_parallel.cp_transient_bytes`. ``o`` is this
 rank's bytes of the attention output ``[b, s/cp, heads, d]`` (after the hybrid's all-to-all the
 same bytes), ``tokens`` = S = b·s/cp; each attention pass also returns its FP32 log-sum-exp rows,
-``4·S·a/tp`` bytes (:func:`lse_bytes`)."""
+``4·S·a/tp`` bytes (:func:`lse_bytes`).
+
+The head all-to-all (``AttnFuncWithCPAndQKVOA2A``) holds more than the ``2·(Q + KV)`` of
+:func:`model.context_parallel.cp_transient_bytes` at two moments, both covered by those buffers
+plus the layer's backward working set (:func:`model.backward_working.backward_working_bytes`),
+which the peak counts beside them, before the rows released by then are credited: ``backward``
+at its all-to-all of dQ, dK, dV back holds dO as received and after its own all-to-all, dQ, dK,
+dV, their send copies and receive buffers and one reordered copy, ``2·O + 3·(Q + KV) + Q``
+beside the layer's output gradient; ``forward`` at O's all-to-all back the caller's Q, K, V
+before the all-to-all, the send copy and the receive buffer, ``Q + KV + 2·O`` (Llama 3 8B,
+s 81,920, cp 4, tp 2: 713 and 294 MB against 252 + 671 MB). The output kept twice is a row,
+:data:`model.activation_rows.PRE_A2A_OUTPUT`."""
 
 from __future__ import annotations
 

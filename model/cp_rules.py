@@ -16,6 +16,8 @@ PYTORCH_KINDS = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
 
 __all__ = [
     "PYTORCH_KINDS",
+    "FSDP2_REFUSED",
+    "FSDP2_SEARCHED",
     "check_cp_kind",
     "check_cp_framework",
     "has_window",
@@ -125,6 +127,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
       runs Transformer Engine's all-to-all, which asserts that cp divides the K/V heads, and
       DeepSpeed-Ulysses splits uneven heads its own way (not modelled).
     * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
+    * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel``, verl's Ulysses and Llama 3's
+      all-gather (:func:`_check_fsdp2_cp`).
     * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
       (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
       asserts "Context parallelism does not support sliding window attention with
@@ -164,8 +168,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
             f"cp_kind: ulysses-kv-repeat is verl's Ulysses (FSDP); {fw} does not repeat K/V "
             "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
         )
-    if fw == "deepspeed":
-        _check_deepspeed_cp(kind, cp)
+    if fw in _ONLY_CP:
+        _ONLY_CP[fw](kind, cp)
     if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
@@ -202,6 +206,40 @@ def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
             "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
             "all-to-all); use cp_kind ulysses"
         )
+
+
+FSDP2_REFUSED = (CpKind.RING, CpKind.ULYSSES, CpKind.HYBRID)
+"""Transformer Engine's flavours that ``fsdp2`` refuses (:func:`_check_fsdp2_cp`)."""
+
+FSDP2_SEARCHED = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
+"""The flavours torchtitan runs, which the search tries under ``fsdp2`` when no flavour is
+named (the all-gather runs there only as Llama 3's, named; :func:`_check_fsdp2_cp`)."""
+
+
+def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
+    """torchtitan runs PyTorch's ``context_parallel`` only: torchtitan 114151ad4
+    ``torchtitan/distributed/context_parallel.py`` ``apply_cp_to_attention_module`` wraps every
+    attention module in PyTorch's ``_ContextParallel`` (``torch/distributed/tensor/experimental/
+    _attention.py``, SDPA or FlexAttention) and ``config/configs.py`` offers
+    ``context_parallel_rotate_method`` ``allgather`` or ``alltoall`` only; at b5bcd76c6
+    ``torchtitan/distributed/context_parallel/api.py`` still shards through that module
+    (``_context_parallel_shard``). No Transformer Engine attention, no head all-to-all: the
+    ring, Ulysses and the hybrid are refused at cp > 1. ``all-gather`` stays for Llama 3's
+    all-gather of K and V (Dubey et al. 2024 §3.3.2) where the profile stands for Meta's stack
+    (the published Llama 3 recipes), counted as Transformer Engine's; the search tries it under
+    ``fsdp2`` only when it is named (:data:`FSDP2_SEARCHED`). verl's Ulysses
+    (``ulysses-kv-repeat``) runs under FSDP."""
+    if cp > 1 and kind in FSDP2_REFUSED:
+        raise LayoutError(
+            f"cp_kind: {kind} does not run under fsdp2, whose context parallelism is "
+            "PyTorch's context_parallel (torchtitan apply_cp_to_attention_module); use cp_kind "
+            "pytorch-allgather or pytorch-alltoall (all-gather: Llama 3's; ulysses-kv-repeat: "
+            "verl's Ulysses)"
+        )
+
+
+_ONLY_CP = {"deepspeed": _check_deepspeed_cp, "fsdp2": _check_fsdp2_cp}
+"""The frameworks that run only some flavours, and the check that refuses the others."""
 
 
 def has_window(arch: Architecture | None) -> bool:

@@ -14,6 +14,7 @@ from itertools import product
 import numpy as np
 
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
+from trainplan.model.cp_rules import FSDP2_SEARCHED
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import (
     DEFAULT_FRAMEWORK,
@@ -184,7 +185,8 @@ class SearchSpace:
     shape's ZeRO stages are that framework's (:data:`model.frameworks.ZERO_STAGES`)."""
     cp_kinds: tuple[CpKind, ...] = DEFAULT_SEARCHED_CP_KINDS
     """CP flavours the search may choose among on shapes with cp > 1 (the first is preferred
-    on ties; a shape with cp = 1 has none); default ring, all-gather and Ulysses
+    on ties; a shape with cp = 1 has none), each under the frameworks that run it; default
+    ring, all-gather, Ulysses and PyTorch's two
     (:data:`model.context_parallel.DEFAULT_SEARCHED_CP_KINDS`)."""
     cp_a2a: tuple[int, ...] | None = None
     """Inner all-to-all degrees tried with ``a2a+p2p``; None = every legal one (dividing cp,
@@ -406,6 +408,7 @@ def _with_frameworks(
     with its pp and the recipe's offload (:func:`model.legality.refusal`: the framework and
     offload rules)."""
     setting = Setting(model, training, space.num_gpus)
+    named = space.cp_kinds != DEFAULT_SEARCHED_CP_KINDS
     out: list[Shape] = []
     for rank, fw in enumerate(space.frameworks):
         runs = {
@@ -423,7 +426,9 @@ def _with_frameworks(
             )
         ]
         for s in shapes:
-            if not (runs[s.pp] and _runs_schedule(setting, s, fw)):
+            if not (
+                runs[s.pp] and _runs_schedule(setting, s, fw) and _runs_cp(setting, s, fw, named)
+            ):
                 continue
             for k, o in optimizers:
                 same = (fw, rank, o, k) == (s.framework, s.framework_rank, s.optimizer, 0)
@@ -435,6 +440,16 @@ def _with_frameworks(
                     )
                 )
     return out
+
+
+def _runs_cp(setting: Setting, shape: Shape, framework: Framework, named: bool) -> bool:
+    """Whether ``framework`` runs the shape's CP flavour (the legality rule
+    :func:`model.cp_rules.check_cp_framework`): a flavour the framework does not run is not
+    tabulated under it; with the default flavours (``named`` False) ``fsdp2`` takes
+    torchtitan's only (:data:`model.cp_rules.FSDP2_SEARCHED`)."""
+    if shape.cp > 1 and not named and framework is Framework.FSDP2:
+        return shape.cp_kind in FSDP2_SEARCHED
+    return not refusal(setting, cp=shape.cp, cp_kind=shape.cp_kind, framework=framework)
 
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:

@@ -73,7 +73,7 @@ from trainplan.model.terms.pipeline_buffers import (
     torch_recv_buffers,
 )
 from trainplan.model.terms.step import offload_layer_forward_s
-from trainplan.model.xp import exact, is_array, maximum, minimum, namespace, where
+from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
 
 __all__ = ["StageActivations", "stage_activations", "stage_activations_term"]
 
@@ -233,7 +233,8 @@ def _offload_lines(
     pending = offload_backlog_bytes(per_layer, chunk, offloaded_layers, forward_s, link)
     steady = (f.schedule != Schedule.GPIPE) & (f.m > in_flight)
     prefetch = prefetched_layers(f.pp > 1, last, steady) * per_layer
-    pending = pending if is_array(pending) else Fraction(pending)  # a float of a time figure
+    # a float of a time figure: whole bytes, rounded up (a copy still queued holds its bytes)
+    pending = -floor(-(pending if is_array(pending) else Fraction(pending)))
     buffer = minimum(kept + pending + prefetch, offloaded)
     return buffer, offloaded - minimum(per_layer, offloaded)
 

@@ -18,10 +18,14 @@ s = 32,768 on cp = 8, tp 1, b 1, one micro-batch, β = 2 B:
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
 
+from trainplan.model.activation_rows import PRE_A2A_OUTPUT
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.context_parallel import (
     CpKind,
     attention_dims,
@@ -180,12 +184,46 @@ def test_all_gather_keeps_each_query_chunks_output():
     ring, gather = _evaluate(cp_kind="ring"), _evaluate(cp_kind="all-gather")
     extra = gather.stages[0].activations.layers_bytes - ring.stages[0].activations.layers_bytes
     assert extra == 32 * MiB * LAYERS == 2**30
-    for kind in ("ulysses", "a2a+p2p"):  # the others keep the ring's bytes
-        other = _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None)
-        assert other.stages[0].activations.layers_bytes == ring.stages[0].activations.layers_bytes
     ring_sel = _evaluate(cp_kind="ring", recompute="selective").stages[0].activations
     gather_sel = _evaluate(cp_kind="all-gather", recompute="selective").stages[0].activations
     assert gather_sel.layers_bytes == ring_sel.layers_bytes
+
+
+@pytest.mark.parametrize("kind", ["ulysses", "a2a+p2p"])
+def test_head_all_to_all_keeps_the_output_twice(kind):
+    """TE's AttnFuncWithCPAndQKVOA2A.forward saves out_part, the kernel's output [b, s, a/cp, d],
+    and returns the new tensor flash_attn_a2a_communicate builds, which the output projection
+    saves; AttnFuncWithCPAndKVP2P with cp_size_a2a > 1 (a2a+p2p) does the same. Both hold
+    2·4,096·32·128 B = 32 MiB each on Llama 3 8B at cp 8 (4,096 local tokens, tp 1): one more
+    32 MiB per layer than the ring, 32 layers, one micro-batch in flight = 1 GiB. Under
+    selective recomputation Megatron-Core checkpoints the attention core with its all-to-all
+    inside, so only the returned copy stays: the ring's bytes."""
+    ring = _evaluate(cp_kind="ring").stages[0].activations
+    other = _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None).stages[0].activations
+    assert other.layers_bytes - ring.layers_bytes == 32 * MiB * LAYERS == 2**30
+    ring_sel = _evaluate(cp_kind="ring", recompute="selective").stages[0].activations
+    sel = (
+        _evaluate(cp_kind=kind, cp_a2a=2 if kind == "a2a+p2p" else None, recompute="selective")
+        .stages[0]
+        .activations
+    )
+    assert sel.layers_bytes == ring_sel.layers_bytes
+
+
+def test_ulysses_repro_keeps_the_missing_output():
+    """Llama 3 8B, s 81,920, cp 4, tp 2 with sequence parallelism, b 1: S = 20,480 tokens; the
+    core's output before the all-to-all back is [S, a·d/tp] = 20,480·(32/2)·128·2 B =
+    83,886,080 B a layer beyond the ring's rows (2,684,354,560 B over 32 layers)."""
+    arch = get_model("llama3-8b").model.arch
+    ctx = {"seq_len": 81920, "cp": 4, "micro_batch_size": 1, "tp": 2,
+           "sequence_parallel": True, "flash_attention": True}  # fmt: skip
+    ring = kind_activations(arch, False, ActivationContext(**ctx, cp_kind=CpKind.RING))
+    uly = kind_activations(arch, False, ActivationContext(**ctx, cp_kind=CpKind.ULYSSES))
+    assert uly.full_bytes - ring.full_bytes == 20480 * 16 * 128 * 2 == 83_886_080
+    assert dict(uly.terms)[PRE_A2A_OUTPUT] == 83_886_080
+    assert PRE_A2A_OUTPUT in uly.score_names
+    assert uly.selective_bytes == ring.selective_bytes
+    assert 32 * 83_886_080 == 2_684_354_560
 
 
 def test_the_flavours_compute_the_same():
@@ -343,3 +381,59 @@ def test_ring_forward_keeps_every_partial_output_until_the_merge():
     arch = get_model("llama3-8b").model.arch
     got = cp_transient_bytes(arch, 8, 1, False, 2, 16384, 2)
     assert got == 8 * 33_554_432 + 9 * (67_108_864 + 1_048_576) == 881_852_416
+
+
+def test_ulysses_backward_working_set_is_covered():
+    """Transformer Engine's AttnFuncWithCPAndQKVOA2A.backward at its largest moment, the
+    all-to-all of dQ, dK, dV back (flash_attn_a2a_communicate, before_attn False), on the repro
+    layout (Llama 3 8B, s 81,920, cp 4, tp 2 with SP, b 1: S = 20,480; Q = O = 2·S·4,096/2 =
+    83,886,080 B, K + V = 2·S·2·1,024/2 = 41,943,040 B; the layer's output gradient n = 2·S·4,096/2
+    = 83,886,080 B). Live beyond the layer's saved rows: n; dout as the function received it (O)
+    and after its own all-to-all (O, the local ``dout`` until return); dQ, dK, dV (Q + KV), their
+    send copies in ``a2a_inputs`` (Q + KV) and receive buffers (Q + KV); one reordered
+    ``contiguous`` copy at a time (at most Q): n + 2·O + 3·(Q + KV) + Q = 713,031,680 B. The
+    model counts beside every saved row the all-to-all's buffers, 2·(Q + KV) = 251,658,240 B
+    (cp_transient_bytes), and the layer's backward working set, 671,088,640 B (its largest
+    step, the SwiGLU's backward: n, the down projection's dgrad f = 2·S·14,336/2 = 293,601,280 B
+    and the SwiGLU's input gradient 2·f, less the down projection's input f, released:
+    n + 2·f): 922,746,880 B, above
+    713,031,680 even before the MLP's rows and the output projection's input (1,132,462,080 B),
+    released by then, are credited. The forward's all-to-all of O back holds the caller's Q, K,
+    V before the all-to-all (Q + KV), the send copy and the receive buffer (2·O): 293,601,280 B,
+    also below. So the working set needs no term of its own."""
+    arch = get_model("llama3-8b").model.arch
+    ctx = ActivationContext(seq_len=81920, cp=4, micro_batch_size=1, tp=2,
+                            sequence_parallel=True, flash_attention=True, cp_kind="ulysses")  # fmt: skip
+    q = o = n = 83_886_080
+    kv = 41_943_040
+    te_backward = n + 2 * o + 3 * (q + kv) + q
+    assert te_backward == 713_031_680
+    buffers = cp_transient_bytes(arch, 1, 4, False, 2, 20480, 2)
+    assert buffers == 2 * (q + kv) == 251_658_240
+    work = backward_working_bytes(arch, False, ctx, "megatron", "cudnn")
+    f = 293_601_280
+    assert work == n + f + 2 * f - f == 671_088_640
+    assert buffers + work == 922_746_880 > te_backward
+    rows = dict(kind_activations(arch, False, ctx).terms)
+    released = sum(
+        rows[k]
+        for k in ("MLP norm input", "FC1 input", "MLP SwiGLU input (gate, up)",
+                  "MLP down projection input", "output projection input")
+    )  # fmt: skip
+    assert released == 1_132_462_080
+    assert q + kv + 2 * o == 293_601_280 < buffers + work
+
+
+@pytest.mark.parametrize("kind", ["ring", "ulysses", "a2a+p2p"])
+def test_fsdp2_runs_pytorchs_context_parallel_only(kind):
+    """torchtitan (the fsdp2 profile) wraps every attention module in PyTorch's _ContextParallel
+    (torchtitan/distributed/context_parallel.py apply_cp_to_attention_module) with the rotate
+    method allgather or alltoall: Transformer Engine's ring, Ulysses and hybrid are refused at
+    cp > 1 in one line; PyTorch's two, verl's Ulysses and Llama 3's all-gather (the published
+    Llama 3 recipes, whose stack the profile stands for) run; cp 1 has no flavour to refuse."""
+    with pytest.raises(LayoutError, match=re.escape(f"cp_kind: {kind} does not run under fsdp2")):
+        check_cp_framework(CpKind(kind), 2, "fsdp2", None)
+    check_cp_framework(CpKind(kind), 1, "fsdp2", None)
+    for ok in ("pytorch-allgather", "pytorch-alltoall", "ulysses-kv-repeat", "all-gather"):
+        check_cp_framework(CpKind(ok), 2, "fsdp2", None)
+    check_cp_framework(CpKind(kind), 2, "megatron", None)

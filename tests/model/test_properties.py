@@ -71,6 +71,8 @@ def layouts(draw, models=MODELS, convention: str | None = None):
         kinds += ["a2a+p2p"] if cp == 4 and all(n % 2 == 0 for n in heads) else []
         if framework == "deepspeed":  # DeepSpeed-Ulysses only (model.cp_rules)
             kinds = [k for k in kinds if k == "ulysses"]
+        if framework == "fsdp2":  # PyTorch's flavours and Llama 3's all-gather (model.cp_rules)
+            kinds = ["all-gather", "pytorch-allgather", "pytorch-alltoall"]
         if kinds:
             cp_kind = draw(st.sampled_from(kinds))
         else:
@@ -345,7 +347,7 @@ def test_ring_and_all_gather_send_the_same_and_the_all_gather_holds_more(params)
     (each query chunk's output kept apart). Its peak need not be higher: the ring's last rank
     holds every step's whole-length partial output (``(r + 1)·O``) beside its K/V chunks while
     it merges them, the all-gather its gathered K/V and dK/dV (``2·r·KV``)."""
-    if params["cp"] == 1 or params["framework"] == "deepspeed":  # deepspeed: Ulysses only
+    if params["cp"] == 1 or params["framework"] in ("deepspeed", "fsdp2"):  # no TE ring there
         return
     ring = _evaluate(params, cp_kind="ring", cp_a2a=None)
     gather = _evaluate(params, cp_kind="all-gather", cp_a2a=None)

@@ -372,5 +372,5 @@ def test_transformer_engine_refuses_the_ring_on_windowed_layers():
     with pytest.raises(LayoutError, match="cp_kind: a2a\\+p2p on a model with sliding-window"):
         check_cp_framework(CpKind.HYBRID, 4, "megatron", gemma)
     check_cp_framework(CpKind.ALL_GATHER, 2, "megatron", gemma)
-    check_cp_framework(CpKind.RING, 2, "fsdp2", gemma)
+    check_cp_framework(CpKind.PYTORCH_ALLGATHER, 2, "fsdp2", gemma)
     check_cp_framework(CpKind.RING, 2, "megatron", LLAMA8)  # no window, no rule
