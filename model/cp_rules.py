@@ -9,6 +9,7 @@ from __future__ import annotations
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Architecture, AttentionKind
 
 PYTORCH_KINDS = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
@@ -206,6 +207,19 @@ def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
             "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
             "all-to-all); use cp_kind ulysses"
         )
+
+
+DEFAULT_CP_KIND: dict[Framework, CpKind] = {
+    Framework.MEGATRON: CpKind.RING,
+    Framework.DEEPSPEED: CpKind.ULYSSES,
+    Framework.FSDP2: CpKind.PYTORCH_ALLGATHER,
+    Framework.TEXTBOOK: CpKind.RING,
+}
+"""The flavour a layout gets at cp > 1 when none is named: each framework's own default.
+Megatron-Core's ``--cp-comm-type`` defaults to ``p2p`` (the ring; megatron/training/arguments.py);
+DeepSpeed's only flavour is Ulysses (``deepspeed/sequence/layer.py`` ``DistributedAttention``);
+torchtitan's ``context_parallel_rotate_method`` defaults to ``allgather`` (PyTorch's
+``context_parallel``, :func:`_check_fsdp2_cp`); the textbook keeps the ring."""
 
 
 FSDP2_REFUSED = (CpKind.RING, CpKind.ULYSSES, CpKind.HYBRID)

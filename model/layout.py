@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from trainplan.model.context_parallel import CpKind
+from trainplan.model.cp_rules import DEFAULT_CP_KIND
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import expert_shard_degree_of, expert_tp_of
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
@@ -273,7 +274,9 @@ class Layout:
     def of(cls, **fields: Any) -> Layout:
         """A layout with the defaults that depend on other fields filled in, where the plain
         constructor's are per-field: ``zero_stage`` the framework profile's
-        (:data:`model.frameworks.DEFAULT_ZERO_STAGE`: 3 under ``fsdp2``, else 1) and
+        (:data:`model.frameworks.DEFAULT_ZERO_STAGE`: 3 under ``fsdp2``, else 1), ``cp_kind`` the
+        framework's own flavour (:data:`model.cp_rules.DEFAULT_CP_KIND`: ``ulysses`` under
+        ``deepspeed``, ``pytorch-allgather`` under ``fsdp2``, else the ring) and
         ``virtual_stages`` the split-backward schedule's own (:data:`model.pipeline.LAYOUT_CHUNKS`:
         2 under ``zb-v`` and ``dualpipev``). What ``trainplan evaluate`` builds from its options.
 
@@ -294,6 +297,7 @@ class Layout:
         if "virtual_stages" not in fields and schedule in LAYOUT_CHUNKS:
             fields["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]
         fields.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
+        fields.setdefault("cp_kind", DEFAULT_CP_KIND[framework])
         return cls(**{**fields, "framework": framework})
 
     def with_(self, **changes: object) -> Layout:

@@ -76,11 +76,13 @@ LAYOUT: list[Decorator] = [
         "--cp-kind",
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
-        help="How the cp ranks exchange attention's inputs: ring (K/V point to point, "
-        "default), all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
-        "(verl's: K/V heads repeated up to cp; fsdp2, textbook) or a2a+p2p "
-        "(ulysses inside groups of --cp-a2a, ring across); Megatron's p2p, all_gather, a2a "
-        "are aliases.",
+        help="How the cp ranks exchange attention's inputs: ring (K/V point to point), "
+        "all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
+        "(verl's: K/V heads repeated up to cp; fsdp2, textbook), a2a+p2p "
+        "(ulysses inside groups of --cp-a2a, ring across) or PyTorch's context_parallel "
+        "(pytorch-allgather, pytorch-alltoall; fsdp2); Megatron's p2p, all_gather, a2a "
+        "are aliases. Default: the framework's own (ring under megatron and textbook, "
+        "ulysses under deepspeed, pytorch-allgather under fsdp2).",
     ),
     click.option(
         "--cp-a2a",

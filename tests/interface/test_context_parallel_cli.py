@@ -48,3 +48,22 @@ def test_evaluate_cli_refuses_an_illegal_flavour_with_exit_2(monkeypatch, capsys
         err.startswith("Error: --cp: ulysses splits the heads over 16 ranks")
         and err.count("\n") == 1
     )
+
+
+def test_evaluate_without_cp_kind_takes_the_frameworks_own_flavour_in_a_fresh_process():
+    """A user who gives ``--cp`` and no ``--cp-kind`` gets the flavour the framework runs by
+    default (model.cp_rules.DEFAULT_CP_KIND), not a refusal of a flavour they never named:
+    Megatron-Core's ``--cp-comm-type`` default p2p (the ring), DeepSpeed-Ulysses (DeepSpeed's
+    only flavour), torchtitan's ``context_parallel_rotate_method`` default allgather."""
+    import subprocess
+    import sys
+
+    want = {"megatron": "ring", "deepspeed": "ulysses", "fsdp2": "pytorch-allgather"}
+    for framework, kind in want.items():
+        args = [sys.executable, "-m", "trainplan", "evaluate", "--model", "llama3-8b"]
+        args += ["--gpus", "8", "--cp", "4", "--seq-len", "32768", "--global-batch", "8"]
+        res = subprocess.run(
+            [*args, "--framework", framework, "--json"], capture_output=True, text=True
+        )
+        assert res.returncode == 0, (framework, res.stderr)
+        assert json.loads(res.stdout)["layout"]["cp_kind"] == kind
