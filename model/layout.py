@@ -297,7 +297,8 @@ class Layout:
         if "virtual_stages" not in fields and schedule in LAYOUT_CHUNKS:
             fields["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]
         fields.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
-        fields.setdefault("cp_kind", DEFAULT_CP_KIND[framework])
+        if int(fields.get("cp", 1)) > 1:  # the flavour only where there is context parallelism
+            fields.setdefault("cp_kind", DEFAULT_CP_KIND[framework])
         return cls(**{**fields, "framework": framework})
 
     def with_(self, **changes: object) -> Layout:

@@ -62,6 +62,7 @@ __all__ = [
     "parse_recompute_modules",
     "recomputed_rows",
     "check_recompute_modules",
+    "profile_recompute_modules",
 ]
 
 RECOMPUTE_MODULES = (
@@ -82,6 +83,36 @@ DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 _MLP_ROWS = ("FC1 input", "MLP SwiGLU input", "MLP GeGLU input", "MLP GeLU input",
              "MLP down projection input", "MLP FC2 input", "MLP SiLU output", "MLP GELU output")  # fmt: skip
 _MOE_ROWS = ("router", "routed expert", "routing weights", "token permutation", "shared expert")
+
+
+def profile_recompute_modules(
+    framework: str, modules: tuple[str, ...], flash_attention: bool, cp: int = 1
+) -> tuple[str, ...]:
+    """The modules a framework profile's selective recomputation really re-runs, of the
+    ``modules`` asked for (:attr:`model.specs.TrainingSpec.recompute_modules`).
+
+    Under ``deepspeed`` (Megatron-DeepSpeed) selective recomputation is the core attention's
+    checkpoint only, and the code sets it only where the layer runs neither flash attention nor
+    DeepSpeed's sequence parallelism: ``megatron/model/transformer.py`` ``ParallelAttention.
+    __init__`` (deepspeedai/Megatron-DeepSpeed 4efb479d) sets ``checkpoint_core_attention =
+    recompute_granularity == 'selective'`` in the branch without ``DistributedAttention``
+    (``cp`` > 1 here) and without ``use_flash_attn``; with either, ``forward`` calls the
+    attention directly and keeps what it saves. So there it recomputes nothing (``()``).
+    Every other profile runs the modules asked for (``fsdp2``'s op-level policy is read apart,
+    :func:`model.recompute_ops.recompute_plan`).
+
+    >>> profile_recompute_modules("deepspeed", ("core_attn",), True)
+    ()
+    >>> profile_recompute_modules("deepspeed", ("core_attn",), False, cp=2)
+    ()
+    >>> profile_recompute_modules("deepspeed", ("core_attn",), False)
+    ('core_attn',)
+    >>> profile_recompute_modules("megatron", ("core_attn",), True, cp=4)
+    ('core_attn',)
+    """
+    if str(framework) == "deepspeed" and (flash_attention or cp > 1):
+        return ()
+    return modules
 
 
 def parse_recompute_modules(value: Any) -> tuple[str, ...]:

@@ -60,7 +60,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.ops import LayerShape, Op, OpKind, layer_ops
 from trainplan.model.packing import Documents
 from trainplan.model.precision import Precision
-from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES, profile_recompute_modules
 from trainplan.model.specs import Architecture, AttentionKind, TrainingSpec
 
 __all__ = [
@@ -130,9 +130,13 @@ def layout_plan(
     fp8 = training.precision is Precision.FP8
     # eager attention has its own op list: Korthikanti's count, as the memory side keeps it
     op_level = framework.op_selective and training.flash_attention
-    plan = recompute_plan(
-        recompute, op_level, training.recompute_modules, fp8, training.sac_saves_scaled_mm
+    # the modules the profile re-runs (Megatron-DeepSpeed: none with flash attention); its
+    # eager attention with DeepSpeed's sequence parallelism (cp > 1) is charged the core's
+    # recomputation that it does not run (a control field here: cp is not), over-counted time
+    modules = profile_recompute_modules(
+        framework.value, training.recompute_modules, training.flash_attention
     )
+    plan = recompute_plan(recompute, op_level, modules, fp8, training.sac_saves_scaled_mm)
     return plan, framework is Framework.TEXTBOOK
 
 

@@ -24,6 +24,7 @@ from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import Precision, fp8_activation_bytes, fp8_recipe_of
+from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
@@ -126,7 +127,9 @@ def activation_context(
         fp32_router_autocast=framework is Framework.FSDP2,
         ep=ep,
         op_selective=framework.op_selective,
-        recompute_modules=training.recompute_modules,
+        recompute_modules=profile_recompute_modules(
+            framework.value, training.recompute_modules, training.flash_attention, cp
+        ),
         every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
         fp8_gemms=training.precision is Precision.FP8,
         saves_scaled_mm=training.sac_saves_scaled_mm,

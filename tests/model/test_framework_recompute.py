@@ -53,3 +53,41 @@ def test_search_tables_never_offer_sqrt_under_fsdp2() -> None:
     assert not tables.legal[fsdp2, :, sqrt].any() and not tables.fits[fsdp2, :, sqrt].any()
     assert tables.legal[fsdp2, :, full].any() and tables.fits[fsdp2, :, full].any()
     assert tables.fits[~fsdp2, :, sqrt].any()
+
+
+def _deepspeed_figures(*args: str) -> tuple[int, float]:
+    """(activation bytes, step seconds) of ``trainplan evaluate --framework deepspeed … --json``
+    in a fresh process."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "trainplan", "evaluate", "--model", "llama3-8b", "--gpus", "8"]
+    res = subprocess.run(
+        [*cmd, "--framework", "deepspeed", "--global-batch", "8", *args, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    return out["memory"]["activations_bytes"], out["time"]["step_s"]
+
+
+def test_deepspeed_selective_recomputes_nothing_with_flash_attention_or_ulysses():
+    """Megatron-DeepSpeed checkpoints the core attention only in the branch of
+    ``ParallelAttention.__init__`` without flash attention and without DeepSpeed's sequence
+    parallelism (megatron/model/transformer.py, 4efb479d): with flash attention (the default),
+    or at cp > 1 (``DistributedAttention``), ``recompute = selective`` keeps every tensor
+    ``none`` keeps (model.recompute_modules.profile_recompute_modules); without flash attention
+    at cp 1 it drops the attention scores."""
+    long = ("--seq-len", "32768")
+    for extra in ((), ("--cp", "4"), ("--cp", "4", "--set", "flash_attention=false")):
+        none = _deepspeed_figures(*long, *extra, "--recompute", "none")
+        selective = _deepspeed_figures(*long, *extra, "--recompute", "selective")
+        assert selective[0] == none[0], extra
+        if "flash_attention=false" not in extra:  # nothing re-run: the same step time
+            assert selective[1] == none[1], extra
+    eager = ("--seq-len", "4096", "--set", "flash_attention=false")
+    none = _deepspeed_figures(*eager, "--recompute", "none")
+    selective = _deepspeed_figures(*eager, "--recompute", "selective")
+    assert selective[0] < none[0] and selective[1] > none[1]
