@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
 
 __all__ = [
+    "FP8_KEPT_ATTENTION_OUTPUT",
     "GATHERED_INPUTS",
     "MOE_ROUTING_ROWS",
     "NORM_INPUTS",
@@ -250,6 +251,11 @@ module ``moe_act``; the shared expert's by the storage itself (Megatron-Core's `
 covers the grouped experts only)."""
 
 
+FP8_KEPT_ATTENTION_OUTPUT = "attention output (BF16, kept by the attention kernel)"
+"""The row :func:`fp8_rows` gives the BF16 attention output the attention kernel keeps beside
+the output projection's FP8 input."""
+
+
 def fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -280,7 +286,7 @@ def fp8_rows(
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
         elif name == "output projection input" and ctx.flash_attention:
             out += [
-                ("attention output (BF16, kept by the attention kernel)", value, "score"),
+                (FP8_KEPT_ATTENTION_OUTPUT, value, "score"),
                 (f"{name} (FP8)", value * scale, kind),
             ]
         else:
