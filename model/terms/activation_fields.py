@@ -10,6 +10,7 @@ them; the step-time, traffic, roofline and state terms read the same split throu
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +24,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import combine_output_bytes
+from trainplan.model.moe_working_set import MEGATRON_ROUTER_SCORE_BYTES
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
     Precision,
@@ -131,6 +133,9 @@ def activation_context(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
         deepspeed_gate=framework is Framework.DEEPSPEED,
+        router_score_bytes=(
+            MEGATRON_ROUTER_SCORE_BYTES if framework is Framework.MEGATRON else Fraction(4)
+        ),
         fp32_router_autocast=framework is Framework.FSDP2,
         ep=ep,
         op_selective=framework.op_selective,
