@@ -90,18 +90,20 @@ runs (they go with the weight pass, ``stage_backward_weight``). ``retained`` the
 nothing: each step holds its transients beside the whole layer. (Megatron-Core runs no split
 schedule, :mod:`model.schedule_support`; the ``textbook`` profile counts no working set.)
 
-Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
-the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
-``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
-gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward copies
-(Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies, and its
-backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the attention
-core's step and the QKV step, stays below the QKV step's two whole ``H``); under ``deepspeed``
-the weight gradient each projection returns (Megatron-DeepSpeed ``megatron/core/
-tensor_parallel/layers.py``, ``grad_output.t().matmul(total_input)``, no fused accumulation),
-which autograd adds into the kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes,
-not frees, it: ``BF16_Optimizer.clear_lp_grads``) — one weight of the projection, per GPU,
-beside that step's tensors, not yet counted.
+Under ``deepspeed`` each projection's step also holds the weight gradient the projection
+returns (Megatron-DeepSpeed ``megatron/core/tensor_parallel/layers.py``,
+``grad_output.t().matmul(total_input)``, no fused accumulation), which autograd adds into the
+kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it:
+``BF16_Optimizer.clear_lp_grads``): one weight of the projection per GPU
+(:func:`_deepspeed_weight_grads`).
+
+Not counted: the weight gradients kept for the step (the state term's), cuDNN's backward
+workspace (its size is the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer
+Engine ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula),
+the gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward
+copies (Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies,
+and its backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the
+attention core's step and the QKV step, stays below the QKV step's two whole ``H``).
 """
 
 from __future__ import annotations
@@ -247,6 +249,29 @@ def _fp8_casts(
     return attention, mlp
 
 
+def _deepspeed_weight_grads(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
+) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
+    """((output projection, QKV), (down projection, up/gate projection)): the weight gradient
+    each projection's backward returns under ``deepspeed`` (BF16 GEMMs), one weight of the
+    projection on this rank, ``β·in·out/tp``: Megatron-DeepSpeed f4157bea ``megatron/core/
+    tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``
+    computes ``grad_weight = grad_output.t().matmul(total_input)`` (the fused accumulation into
+    ``main_grad`` is commented out there; only ``enable_zbh1_pipeline`` defers it) after the
+    input gradient and its reduce-scatter are issued, and returns it to autograd, which adds it
+    into the kept ``param.grad`` (:mod:`model.backward_working`'s docstring). The fused QKV and
+    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Zeros under the
+    other profiles, and under FP8 (Megatron-DeepSpeed's FP8 layer is Transformer Engine's)."""
+    zero = (Fraction(0), Fraction(0))
+    if framework is not Framework.DEEPSPEED or ctx.fp8_gemms:
+        return zero, zero
+    beta, tp, h = ctx.activation_bytes, ctx.tp, Fraction(arch.hidden_size)
+    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
+    u = 2 if arch.mlp.gated else 1
+    f = Fraction(ffn, tp)
+    return (beta * h * o, beta * h * (q + kv)), (beta * f * h, beta * h * u * f)
+
+
 def _row_step(
     ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
 ) -> Fraction:
@@ -275,6 +300,14 @@ def _column_extra(
     ``H``."""
     gathered = (te.saved_input + te.interleaved) * elements
     return te.both * out_elements + regather * (gathered - H)
+
+
+Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
+
+
+def _added(a: Pairs, b: Pairs) -> Pairs:
+    """Two ((attention row, column), (MLP row, column)) step additions, summed."""
+    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1])
 
 
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
@@ -439,7 +472,10 @@ def backward_working_bytes(
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
     te = te_fp8 if framework is Framework.MEGATRON and ctx.fp8_gemms else None
-    att_casts, mlp_casts = _fp8_casts(ctx, arch, framework, arch.ffn_hidden_size)
+    att_casts, mlp_casts = _added(
+        _fp8_casts(ctx, arch, framework, arch.ffn_hidden_size),
+        _deepspeed_weight_grads(ctx, arch, framework, arch.ffn_hidden_size),
+    )
     att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:
         mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)
@@ -448,7 +484,10 @@ def backward_working_bytes(
     mlp = _routed_experts(ctx, arch, rows, te)
     if arch.moe.num_shared_experts:
         ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        shared_casts = _fp8_casts(ctx, arch, framework, ffn)[1]
+        shared_casts = _added(
+            _fp8_casts(ctx, arch, framework, ffn),
+            _deepspeed_weight_grads(ctx, arch, framework, ffn),
+        )[1]
         shared = _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts, te)
         mlp = max(mlp, shared)
     return max(att, mlp)
