@@ -68,6 +68,7 @@ from trainplan.model.terms.activation_fields import (
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.pipeline_buffers import (
+    deepspeed_backward_rebuilt,
     pipeline_outputs,
     torch_pipelining,
     torch_recv_buffers,
@@ -131,7 +132,9 @@ class StageActivations:
     """One layer's backward working set, one micro-batch, the stage's larger layer kind
     (:func:`model.backward_working.backward_working_bytes`), with the logits' gradient a
     split-backward schedule keeps on the loss's stage
-    (:func:`model.terms.activation_fields.output_layer_phase`); held with the recompute
+    (:func:`model.terms.activation_fields.output_layer_phase`) and the boundary tensors
+    DeepSpeed's pipeline engine rebuilds whole for the stage's backward
+    (:func:`model.terms.pipeline_buffers.deepspeed_backward_rebuilt`); held with the recompute
     transient and the context-parallel buffers; 0 without transformer layers and under
     ``textbook``."""
     output_layer_freed_bytes: Fraction = Fraction(0)
@@ -314,7 +317,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
-    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
+    rebuilt = deepspeed_backward_rebuilt(arch, c, f, tokens)
+    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
