@@ -305,8 +305,13 @@ def _column_extra(
 Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
 
 
-def _added(a: Pairs, b: Pairs) -> Pairs:
-    """Two ((attention row, column), (MLP row, column)) step additions, summed."""
+def _step_additions(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
+) -> Pairs:
+    """((attention row, column), (MLP row, column)): what each projection's step holds beyond
+    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`."""
+    a = _fp8_casts(ctx, arch, framework, ffn)
+    b = _deepspeed_weight_grads(ctx, arch, framework, ffn)
     return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1])
 
 
@@ -441,7 +446,9 @@ def backward_working_bytes(
     activations, for one micro-batch, at its largest step (module docstring), with the
     attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only);
     ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
-    ``retain_graph=True``: nothing released, module docstring). 0 under ``textbook``. Exact.
+    ``retain_graph=True``: nothing released, module docstring); ``te_fp8``: Transformer
+    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` with FP8 GEMMs).
+    0 under ``textbook``. Exact.
 
     Examples
     --------
@@ -472,10 +479,7 @@ def backward_working_bytes(
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
     te = te_fp8 if framework is Framework.MEGATRON and ctx.fp8_gemms else None
-    att_casts, mlp_casts = _added(
-        _fp8_casts(ctx, arch, framework, arch.ffn_hidden_size),
-        _deepspeed_weight_grads(ctx, arch, framework, arch.ffn_hidden_size),
-    )
+    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size)
     att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:
         mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)
@@ -484,10 +488,7 @@ def backward_working_bytes(
     mlp = _routed_experts(ctx, arch, rows, te)
     if arch.moe.num_shared_experts:
         ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        shared_casts = _added(
-            _fp8_casts(ctx, arch, framework, ffn),
-            _deepspeed_weight_grads(ctx, arch, framework, ffn),
-        )[1]
+        shared_casts = _step_additions(ctx, arch, framework, ffn)[1]
         shared = _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts, te)
         mlp = max(mlp, shared)
     return max(att, mlp)

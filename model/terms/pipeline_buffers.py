@@ -23,6 +23,7 @@ __all__ = [
     "deepspeed_kept_per_microbatch",
     "deepspeed_engine_buffers",
     "deepspeed_backward_rebuilt",
+    "boundary_tensors",
 ]
 
 
@@ -136,6 +137,19 @@ def deepspeed_backward_rebuilt(arch: Architecture, c: Context, f: Fields, tokens
     ds = f.lookup(deepspeed_engine, (), "framework")
     split = (deepspeed_part_divisor(c, f) > 1) & (f.pp > 1) & (ds == 1)
     return where(split, where(output_stage(f), 0 * one, 2 * one), 0 * one)
+
+
+def boundary_tensors(
+    arch: Architecture, c: Context, f: Fields, tokens: Any, in_flight: Any
+) -> tuple[Any, Any]:
+    """(the stage outputs kept for ``in_flight`` micro-batches and PyTorch's receive buffers,
+    held with the layers: :func:`pipeline_outputs` × ``in_flight`` + :func:`torch_recv_buffers`;
+    the boundary tensors rebuilt for one micro-batch's backward, held with the backward working
+    set: :func:`deepspeed_backward_rebuilt`)."""
+    outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
+    return outputs + torch_recv_buffers(arch, c, f, tokens), deepspeed_backward_rebuilt(
+        arch, c, f, tokens
+    )
 
 
 def torch_recv_buffers(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
