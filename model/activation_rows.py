@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
 
 __all__ = [
+    "FP8_KEPT_ATTENTION_OUTPUT",
     "GATHERED_INPUTS",
     "HEAD_ALL_TO_ALL",
     "PRE_A2A_OUTPUT",
@@ -197,15 +198,9 @@ def _swiglu_or_gelu(
     ]
 
 
-# The router's FP32 [S, E] copies: mlp_rows counts one per MoE layer and micro-batch. What
-# Megatron-Core saves there depends on the recipe's router settings, which the model does not
-# carry (they differ per model in Megatron-Bridge's bridges): unfused (moe_utils.py
-# topk_routing_with_score_function, compute_routing_scores_for_aux_loss) a softmax after top-k
-# saves [S, k] only, softmax before top-k or sigmoid one [S, E] FP32 output, and the auxiliary
-# loss's softmax or sigmoid one more; fused (moe_router_fusion, Transformer Engine
-# pytorch/router.py FusedTopkScoreFunction, FusedComputeScoresForMoEAuxLoss) the routing map
-# [S, E] bool and an FP32 [S, E] intermediate, and one more FP32 [S, E] with the auxiliary loss:
-# 4·S·E to 9·S·E.
+# The router's saved [S, E] tensors: ctx.router_score_bytes per element, per MoE layer and
+# micro-batch (model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES under megatron, one FP32
+# copy elsewhere).
 def mlp_rows(
     arch: Architecture, index: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -226,7 +221,7 @@ def mlp_rows(
             router = torchtitan_router_rows(arch, S, beta)
         # the router's FP32 [S, E] copies: one counted (see the note above this function)
         rows += router + [
-            ("router probabilities (fp32)", 4 * S * moe.num_experts, "sp"),
+            ("router probabilities (fp32)", ctx.router_score_bytes * S * moe.num_experts, "sp"),
             ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
         ffn_e = moe.expert_ffn_hidden_size
@@ -279,6 +274,11 @@ module ``moe_act``; the shared expert's by the storage itself (Megatron-Core's `
 covers the grouped experts only)."""
 
 
+FP8_KEPT_ATTENTION_OUTPUT = "attention output (BF16, kept by the attention kernel)"
+"""The row :func:`fp8_rows` gives the BF16 attention output the attention kernel keeps beside
+the output projection's FP8 input."""
+
+
 def fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -309,7 +309,7 @@ def fp8_rows(
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
         elif name == "output projection input" and ctx.flash_attention:
             out += [
-                ("attention output (BF16, kept by the attention kernel)", value, "score"),
+                (FP8_KEPT_ATTENTION_OUTPUT, value, "score"),
                 (f"{name} (FP8)", value * scale, kind),
             ]
         else:

@@ -220,6 +220,11 @@ class ActivationContext:
     """The MoE router runs under an FP32 autocast (torchtitan's ``TokenChoiceTopKRouter``, the
     ``fsdp2`` profile): its saved input and weight are FP32 copies
     (:func:`model.moe_working_set.torchtitan_router_rows`)."""
+    router_score_bytes: Fraction = Fraction(4)
+    """Bytes per element of ``[S, E]`` the MoE router saves for backward (the row "router
+    probabilities (fp32)"): 4, one FP32 ``[S, E]`` tensor (the softmax output the textbook's
+    rows, DeepSpeed's gate and torchtitan's router keep); under ``megatron``
+    :data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""

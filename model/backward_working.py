@@ -62,8 +62,19 @@ sequence shard gathered again) and ``c`` (input gradients whole at once) are the
 
 FP8 under ``fsdp2`` (torchao's ``Float8Linear``): each projection's step also holds the casts
 its backward makes of ``grad_output``, the weight and the saved BF16 input
-(:func:`torchao_fp8_casts`). Transformer Engine's FP8 layers save their inputs in FP8 already
-(the activations' rows).
+(:func:`torchao_fp8_casts`). FP8 under ``megatron`` (Transformer Engine's layers, which save
+their inputs in FP8 already: the activations' rows): each projection's step holds the FP8
+copies its backward makes (:mod:`model.te_fp8_backward`, per element ``both``, ``shard``,
+``saved_input``, ``interleaved``): a column-parallel projection's ``grad_output`` quantised
+for both usages beside the BF16 one, ``both·S·N/tp``, and its saved input gathered again in
+FP8, ``(saved_input + interleaved)·S·h`` in place of ``H``; a row-parallel projection's
+``grad_output`` quantised (and, with sequence parallelism, gathered in FP8), ``both·S·h`` in
+place of the BF16 gather, with the gather's quantised shard and blockwise temporaries
+(``shard·S·h/tp + interleaved·S·h``) before its dgrad exists; the routed experts' down and
+up projections ``both`` per element of their ``grad_output`` (``_GroupedLinear.backward``).
+The layer's FP8 rows are released under their FP8 names. ``deepspeed``'s FP8 layer is
+Transformer Engine's ``TransformerLayer`` (``LayerNormMLP``, a different backward): its copies
+are not counted here.
 
 MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
 ``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
@@ -80,18 +91,20 @@ runs (they go with the weight pass, ``stage_backward_weight``). ``retained`` the
 nothing: each step holds its transients beside the whole layer. (Megatron-Core runs no split
 schedule, :mod:`model.schedule_support`; the ``textbook`` profile counts no working set.)
 
-Not counted: the weight gradients (the state term's), cuDNN's backward workspace (its size is
-the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer Engine
-``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula), the
-gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward copies
-(Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies, and its
-backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the attention
-core's step and the QKV step, stays below the QKV step's two whole ``H``); under ``deepspeed``
-the weight gradient each projection returns (Megatron-DeepSpeed ``megatron/core/
-tensor_parallel/layers.py``, ``grad_output.t().matmul(total_input)``, no fused accumulation),
-which autograd adds into the kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes,
-not frees, it: ``BF16_Optimizer.clear_lp_grads``) — one weight of the projection, per GPU,
-beside that step's tensors, not yet counted.
+Under ``deepspeed`` each projection's step also holds the weight gradient the projection
+returns (Megatron-DeepSpeed ``megatron/core/tensor_parallel/layers.py``,
+``grad_output.t().matmul(total_input)``, no fused accumulation), which autograd adds into the
+kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it:
+``BF16_Optimizer.clear_lp_grads``): one weight of the projection per GPU
+(:func:`_deepspeed_weight_grads`).
+
+Not counted: the weight gradients kept for the step (the state term's), cuDNN's backward
+workspace (its size is the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer
+Engine ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu``, with no published formula),
+the gradient of a norm's input (``n``, below every step's other tensors); RoPE's backward
+copies (Transformer Engine ``attention/rope.py`` ``FusedRoPEFunc`` saves only its frequencies,
+and its backward's ``grad_input``, one Q- or K-sized tensor beside dQ, dK, dV between the
+attention core's step and the QKV step, stays below the QKV step's two whole ``H``).
 """
 
 from __future__ import annotations
@@ -99,12 +112,14 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
+from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.frameworks import Framework
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
+from trainplan.model.te_fp8_backward import TeFp8Backward
 
 __all__ = [
     "attention_backward_workspace",
@@ -235,6 +250,72 @@ def _fp8_casts(
     return attention, mlp
 
 
+def _deepspeed_weight_grads(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
+) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
+    """((output projection, QKV), (down projection, up/gate projection)): the weight gradient
+    each projection's backward returns under ``deepspeed`` (BF16 GEMMs), one weight of the
+    projection on this rank, ``β·in·out/tp``: Megatron-DeepSpeed f4157bea ``megatron/core/
+    tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``
+    computes ``grad_weight = grad_output.t().matmul(total_input)`` (the fused accumulation into
+    ``main_grad`` is commented out there; only ``enable_zbh1_pipeline`` defers it) after the
+    input gradient and its reduce-scatter are issued, and returns it to autograd, which adds it
+    into the kept ``param.grad`` (:mod:`model.backward_working`'s docstring). The fused QKV and
+    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Zeros under the
+    other profiles, and under FP8 (Megatron-DeepSpeed's FP8 layer is Transformer Engine's)."""
+    zero = (Fraction(0), Fraction(0))
+    if framework is not Framework.DEEPSPEED or ctx.fp8_gemms:
+        return zero, zero
+    beta, tp, h = ctx.activation_bytes, ctx.tp, Fraction(arch.hidden_size)
+    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
+    u = 2 if arch.mlp.gated else 1
+    f = Fraction(ffn, tp)
+    return (beta * h * o, beta * h * (q + kv)), (beta * f * h, beta * h * u * f)
+
+
+def _row_step(
+    ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
+) -> Fraction:
+    """A row-parallel projection's step (the output or the down projection) under Transformer
+    Engine FP8 (:mod:`model.te_fp8_backward`), for ``n`` the layer's output gradient (the BF16
+    ``grad_output``), ``elements`` = ``S·h`` and ``dgrad`` its input gradient's bytes. With
+    sequence parallelism at tp > 1 the gather (``grad_output_preprocess``, synchronous) holds
+    the quantised shard ``shard·S·h/tp``, the gathered ``both·S·h`` and the blockwise
+    temporaries, then the dgrad GEMM the gathered tensor and the dgrad; without, the whole
+    ``grad_output`` quantised, ``both·S·h``, beside the dgrad."""
+    gathered = te.both * elements
+    if not (ctx.sequence_parallel and ctx.tp > 1):
+        return n + gathered + dgrad
+    temporaries = te.shard * elements / ctx.tp + (te.interleaved + te.interleaved_scales) * elements
+    return n + gathered + max(temporaries, dgrad)
+
+
+def _column_extra(
+    te: TeFp8Backward, elements: Fraction, out_elements: Fraction, regather: int, H: Fraction
+) -> Fraction:
+    """What a column-parallel projection's step (QKV, FC1) holds under Transformer Engine FP8
+    beyond its BF16 count: the ``grad_output`` of ``out_elements`` (``S·N/tp``) quantised for
+    both usages, and, where the saved input is gathered again (``regather``), that input in FP8
+    (``saved_input`` and the blockwise temporary per element of ``elements`` = ``S·h``: the
+    asynchronous gather is finished only before the weight gradient) in place of the BF16
+    ``H``."""
+    gathered = (te.saved_input + te.interleaved) * elements
+    return te.both * out_elements + regather * (gathered - H)
+
+
+Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
+
+
+def _step_additions(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
+) -> Pairs:
+    """((attention row, column), (MLP row, column)): what each projection's step holds beyond
+    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`."""
+    a = _fp8_casts(ctx, arch, framework, ffn)
+    b = _deepspeed_weight_grads(ctx, arch, framework, ffn)
+    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1])
+
+
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
@@ -245,9 +326,14 @@ def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
 
 
 def _released(rows: dict[str, Fraction], *names: str) -> Fraction:
-    """The bytes of the named rows the layer keeps (0 for a row it does not keep; ``rows``
-    empty where the pass releases none, ``retained``)."""
-    return sum((rows.get(n, Fraction(0)) for n in names), Fraction(0))
+    """The bytes of the named rows the layer keeps, each in whatever form it is kept (the
+    name, or the name with its form in parentheses: ``"MLP down projection input (FP8)"``,
+    :func:`model.activation_rows.fp8_rows`); 0 for a row it does not keep; ``rows`` empty where
+    the pass releases none, ``retained``."""
+    return sum(
+        (v for k, v in rows.items() if any(k == n or k.startswith(f"{n} (") for n in names)),
+        Fraction(0),
+    )
 
 
 def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
@@ -262,9 +348,11 @@ def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
 def _dense_mlp(
     ctx: ActivationContext, arch: Architecture, ffn: int, prefix: str, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    te: TeFp8Backward | None = None,
 ) -> Fraction:  # fmt: skip
     """The dense MLP's steps (down projection, activation, up projection), their largest; the
-    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`)."""
+    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
+    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H, f = beta * S * h / (tp if sp else 1), beta * S * h, beta * S * Fraction(ffn, tp)
@@ -273,17 +361,22 @@ def _dense_mlp(
     down = _released(rows, names[1])
     both = _released(rows, *names)
     r, c = plan
+    up = n + u * f + r * H + c * H + sp * n - both + casts[1]
     return max(
-        n + sp * H + f + casts[0],
+        _row_step(ctx, te, n, S * h, f) if te else n + sp * H + f + casts[0],
         n + f + u * f - down,
-        n + u * f + r * H + c * H + sp * n - both + casts[1],
+        up + _column_extra(te, S * h, u * f / beta, r, H) if te else up,
     )
 
 
 def _routed_experts(
-    ctx: ActivationContext, arch: Architecture, rows: dict[str, Fraction]
-) -> Fraction:
-    """The routed experts' steps (module docstring), their largest."""
+    ctx: ActivationContext, arch: Architecture, rows: dict[str, Fraction],
+    te: TeFp8Backward | None = None,
+) -> Fraction:  # fmt: skip
+    """The routed experts' steps (module docstring), their largest; under ``te`` the down and
+    up projections' steps also hold Transformer Engine's FP8 copies of their ``grad_output``
+    (``_GroupedLinear.backward``, :mod:`model.te_fp8_backward`): ``both`` per element of the
+    ``[R, h]`` and ``[R, u·f_e]`` gradients."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
@@ -297,15 +390,23 @@ def _routed_experts(
     names = _mlp_names(arch, "routed expert")
     down = _released(rows, names[1])
     both = _released(rows, *names)
-    return max(n + rh + rf, n + rf + u * rf - down, n + u * rf + rh - both, n + 2 * rh - both)
+    q8 = te.both / beta if te else 0
+    return max(
+        n + rh + rf + q8 * rh,
+        n + rf + u * rf - down,
+        n + u * rf + rh - both + q8 * u * rf,
+        n + 2 * rh - both,
+    )
 
 
 def _attention(
     ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
+    te: TeFp8Backward | None = None,
 ) -> Fraction:  # fmt: skip
     """The attention block's steps (output projection, core, QKV projection), their largest; the
-    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`)."""
+    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
+    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H = beta * S * h / (tp if sp else 1), beta * S * h
@@ -320,12 +421,15 @@ def _attention(
     else:  # the gradients of the probabilities and of the scores, [b, a/tp, s/cp, s] each
         work = 2 * beta * Fraction(arch.num_attention_heads, tp) * S * ctx.seq_len
     r, c = plan
-    qkv = ("Q", "K", "V", "output projection input")
+    # the attention output: one tensor in BF16; under FP8 the projection's FP8 copy and the
+    # BF16 output the attention kernel keeps (model.activation_rows.fp8_rows), both released
+    qkv = ("Q", "K", "V", "output projection input", FP8_KEPT_ATTENTION_OUTPUT)
     released = _released(rows, *qkv)
+    qkv_step = n + q + kv + r * H + c * H + sp * n - released + casts[1]
     return max(
-        n + sp * H + o + casts[0],
+        _row_step(ctx, te, n, S * h, o) if te else n + sp * H + o + casts[0],
         n + o + q + kv + work,
-        n + q + kv + r * H + c * H + sp * n - released + casts[1],
+        qkv_step + _column_extra(te, S * h, (q + kv) / beta, r, H) if te else qkv_step,
     )
 
 
@@ -337,12 +441,15 @@ def backward_working_bytes(
     framework: Framework | str,
     kernel: str | None = None,
     retained: bool = False,
+    te_fp8: TeFp8Backward | None = None,
 ) -> Fraction:
     """Bytes per GPU the backward of one layer of the kind ``moe`` holds beyond the saved
     activations, for one micro-batch, at its largest step (module docstring), with the
     attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only);
     ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
-    ``retain_graph=True``: nothing released, module docstring). 0 under ``textbook``. Exact.
+    ``retain_graph=True``: nothing released, module docstring); ``te_fp8``: Transformer
+    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` with FP8 GEMMs).
+    0 under ``textbook``. Exact.
 
     Examples
     --------
@@ -372,15 +479,17 @@ def backward_working_bytes(
         return Fraction(0)
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
-    att_casts, mlp_casts = _fp8_casts(ctx, arch, framework, arch.ffn_hidden_size)
-    att = _attention(ctx, arch, kernel, rows, plan, att_casts)
+    te = te_fp8 if framework is Framework.MEGATRON and ctx.fp8_gemms else None
+    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size)
+    att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:
-        mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts)
+        mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)
         return max(att, mlp)
     assert arch.moe is not None
-    mlp = _routed_experts(ctx, arch, rows)
+    mlp = _routed_experts(ctx, arch, rows, te)
     if arch.moe.num_shared_experts:
         ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        shared_casts = _fp8_casts(ctx, arch, framework, ffn)[1]
-        mlp = max(mlp, _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts))
+        shared_casts = _step_additions(ctx, arch, framework, ffn)[1]
+        shared = _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts, te)
+        mlp = max(mlp, shared)
     return max(att, mlp)

@@ -18,11 +18,32 @@ from fractions import Fraction
 from trainplan.model.specs import Architecture
 
 __all__ = [
+    "MEGATRON_ROUTER_SCORE_BYTES",
     "deepspeed_gate_rows",
     "megatron_forward_working_set",
     "moe_forward_working_set",
     "torchtitan_router_rows",
 ]
+
+MEGATRON_ROUTER_SCORE_BYTES = Fraction(9)
+"""Bytes per element of ``[S, E]`` (S tokens of the rank's sequence shard, E experts) that
+Megatron-Core's router saves for backward per MoE layer and micro-batch, as the ``megatron``
+profile runs it: Megatron Bridge's performance recipes (``moe_router_fusion = True``,
+``perf_recipes/*``, the anchors of :mod:`model.moe_kernels`) with an auxiliary loss (its
+bridges set ``moe_aux_loss_coeff`` from the model's ``router_aux_loss_coef``/
+``aux_loss_alpha``). Megatron-LM d98e8a64dd ``megatron/core/transformer/moe/router.py``
+``TopKRouter.routing`` calls ``moe_utils.topk_routing_with_score_function`` and, with an
+auxiliary loss, ``compute_routing_scores_for_aux_loss`` once for every loss type; fused, they
+are Transformer Engine d0067d0da ``pytorch/router.py`` ``FusedTopkScoreFunction``, whose
+``save_for_backward(routing_output, intermediate_output)`` keeps the routing map (1 B,
+``csrc/extensions/router.cpp``: ``kBool``/``kByte``) and an FP32 intermediate, and
+``FusedComputeScoresForMoEAuxLoss``, which keeps one more FP32 intermediate (its FP32 scores
+feed ``FusedAuxLoss``, which saves only its constants and the token counts): 1 + 4 + 4. The
+score function does not change the fused figure. Unfused (``moe_router_fusion`` false,
+Megatron-Core's default) a softmax after top-k saves ``[S, k]`` only, a softmax before top-k or
+a sigmoid one FP32 ``[S, E]`` output, and the auxiliary loss's softmax or sigmoid one more: 0
+to 8 per element, below this figure; without an auxiliary loss (Megatron-Core's default
+coefficient 0) the fused path keeps 5."""
 
 
 def deepspeed_gate_rows(

@@ -116,9 +116,11 @@ KEY_DOCS: dict[str, str] = {
     "output layer's released bytes).",
     "memory.backward_working_bytes": "The transients one layer's backward holds at its largest "
     "step (output and input gradients, re-gathered inputs, the attention kernel's dQ/dK/dV and "
-    "workspace) less the layer's saved tensors released by then (none under zb-v and dualpipev, "
-    "whose input-gradient pass keeps the graph; there the loss's stage adds the logits' "
-    "gradient kept for the weight pass); 0 under textbook.",
+    "workspace, FP8 copies of the output gradient, deepspeed's weight gradient) less the layer's "
+    "saved tensors released by then (none under zb-v and dualpipev, whose input-gradient pass "
+    "keeps the graph; there the loss's stage adds the logits' gradient kept for the weight "
+    "pass); under deepspeed with pp > 1 and tp > 1 plus the stage output and its gradient the "
+    "pipeline engine rebuilds whole for the stage's backward; 0 under textbook.",
     "memory.output_layer_freed_bytes": "Stage with the loss: one micro-batch's output-layer "
     "activations (with the kept FP32 logits), released before any layer's backward; the layers' "
     "backward phase holds that much less (0 elsewhere, under zb-v and dualpipev, and under "

@@ -10,6 +10,7 @@ them; the step-time, traffic, roofline and state terms read the same split throu
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -19,11 +20,18 @@ from trainplan.model.backward_working import backward_working_bytes, input_pass_
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import combine_output_bytes
+from trainplan.model.moe_working_set import MEGATRON_ROUTER_SCORE_BYTES
 from trainplan.model.pipeline import Schedule
-from trainplan.model.precision import Precision, fp8_activation_bytes, fp8_recipe_of
+from trainplan.model.precision import (
+    Precision,
+    fp8_activation_bytes,
+    fp8_recipe_of,
+    keeps_fp8_transpose,
+)
 from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
@@ -36,6 +44,7 @@ from trainplan.model.stage_bytes import (
     offload_quantities,
     sqrt_segment,
 )
+from trainplan.model.te_fp8_backward import TeFp8Backward, te_fp8_backward
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.vocab import padded_vocab, vocab_multiple_for
 from trainplan.model.weight_pass import weight_pass_grads_bytes
@@ -68,6 +77,7 @@ __all__ = [
     "phase_ordered",
     "split_forms",
     "stage_layer_counts",
+    "te_fp8_of",
     "transient_forms",
     "weight_pass_figures",
     "weight_pass_term",
@@ -124,6 +134,9 @@ def activation_context(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
         deepspeed_gate=framework is Framework.DEEPSPEED,
+        router_score_bytes=(
+            MEGATRON_ROUTER_SCORE_BYTES if framework is Framework.MEGATRON else Fraction(4)
+        ),
         fp32_router_autocast=framework is Framework.FSDP2,
         ep=ep,
         op_selective=framework.op_selective,
@@ -144,14 +157,26 @@ def layer_figures(arch: Architecture, training: TrainingSpec, *fields: Any) -> t
     return layer_quantities(arch, activation_context(training, *fields))
 
 
+def te_fp8_of(training: TrainingSpec, device: DeviceSpec | None) -> TeFp8Backward | None:
+    """Transformer Engine's FP8 backward copies (:func:`model.te_fp8_backward.te_fp8_backward`)
+    under the run's recipe as Megatron-Core runs it (:func:`model.precision.fp8_recipe_of`) on
+    ``device`` (a per-tensor transpose kept or not, :func:`model.precision.
+    keeps_fp8_transpose`; kept where no part is given); None without ``precision = fp8``."""
+    if training.precision is not Precision.FP8:
+        return None
+    recipe = fp8_recipe_of(Framework.MEGATRON.value, training.fp8_recipe)
+    return te_fp8_backward(recipe, keeps_fp8_transpose(recipe, device))
+
+
 @lru_cache(maxsize=CACHE)
 def backward_figures(
     arch: Architecture, training: TrainingSpec, kernels: tuple[tuple[str, str | None], ...],
-    retained: bool, *fields: Any,
+    retained: bool, te_fp8: TeFp8Backward | None, *fields: Any,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The backward working set of one layer (:func:`model.backward_working.
     backward_working_bytes`) of the :data:`CONTEXT_FIELDS` values, with the attention kernel
-    ``kernels`` names for the layout's framework, nothing released where ``retained``
+    ``kernels`` names for the layout's framework and Transformer Engine's FP8 copies
+    ``te_fp8`` (:func:`te_fp8_of`; read under ``megatron`` only), nothing released where ``retained``
     (:func:`model.backward_working.input_pass_retains`): (dense, MoE), then (dense, MoE) under selective
     recomputation, which add the tensors of the layer that selective recomputation drops
     (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
@@ -168,7 +193,7 @@ def backward_figures(
             plain.append(0)
             selective.append(0)
             continue
-        work = backward_working_bytes(arch, moe, ctx, framework, kernel, retained)
+        work = backward_working_bytes(arch, moe, ctx, framework, kernel, retained, te_fp8)
         layer = kind_activations(arch, moe, ctx)
         dropped = layer.full_bytes - layer.selective_bytes if work else 0
         plain.append(work)
@@ -388,7 +413,7 @@ def backward_working_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> A
     selective figures under selective recomputation, nothing released under a schedule whose
     input-gradient pass retains the graph); 0 on a stage without layers."""
     retained = input_pass_retains(f.schedule)
-    args = (c.arch, c.training, attention_kernels(c), retained)
+    args = (c.arch, c.training, attention_kernels(c), retained, te_fp8_of(c.training, c.device))
     w = f.lookup(backward_figures, args, *CONTEXT_FIELDS)
     s = 2 if f.recompute is Recompute.SELECTIVE else 0
     return maximum(where(n_layers - n_moe > 0, w[s], 0), where(n_moe > 0, w[s + 1], 0))

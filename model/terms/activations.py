@@ -68,9 +68,8 @@ from trainplan.model.terms.activation_fields import (
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.pipeline_buffers import (
-    pipeline_outputs,
+    boundary_tensors,
     torch_pipelining,
-    torch_recv_buffers,
 )
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
@@ -131,7 +130,9 @@ class StageActivations:
     """One layer's backward working set, one micro-batch, the stage's larger layer kind
     (:func:`model.backward_working.backward_working_bytes`), with the logits' gradient a
     split-backward schedule keeps on the loss's stage
-    (:func:`model.terms.activation_fields.output_layer_phase`); held with the recompute
+    (:func:`model.terms.activation_fields.output_layer_phase`) and the boundary tensors
+    DeepSpeed's pipeline engine rebuilds whole for the stage's backward
+    (:func:`model.terms.pipeline_buffers.deepspeed_backward_rebuilt`); held with the recompute
     transient and the context-parallel buffers; 0 without transformer layers and under
     ``textbook``."""
     output_layer_freed_bytes: Fraction = Fraction(0)
@@ -309,13 +310,12 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
-    outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
-    outputs = outputs + torch_recv_buffers(arch, c, f, tokens)
+    outputs, rebuilt = boundary_tensors(arch, c, f, tokens, in_flight)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
     loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
-    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads
+    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,

@@ -23,6 +23,8 @@ __all__ = [
     "deepspeed_part_divisor",
     "deepspeed_kept_per_microbatch",
     "deepspeed_engine_buffers",
+    "deepspeed_backward_rebuilt",
+    "boundary_tensors",
 ]
 
 
@@ -125,6 +127,34 @@ def deepspeed_engine_buffers(c: Context, f: Fields, tokens: Any) -> Any:
     held = where(first, 0, part) + where(last, 0, part)
     ds = f.lookup(deepspeed_engine, (), "framework")
     return where((ds == 1) & (f.pp > 1), held, 0)
+
+
+def deepspeed_backward_rebuilt(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:
+    """Bytes DeepSpeed's ``PipelineEngine`` rebuilds whole for the backward of one micro-batch
+    on every stage but the last, where it partitions (:func:`deepspeed_part_divisor` > 1), with
+    pp > 1: ``_exec_backward_pass`` (``deepspeed/runtime/pipe/engine.py``, DeepSpeed edaa72212)
+    sets the kept output's data to ``part_output.full()`` and passes ``part_grad.full()`` as the
+    gradient to ``backward``, two stage boundary tensors (β·S·h ÷ tp with SP, ``one`` of
+    :func:`deepspeed_kept_per_microbatch`) beside the rank's slices, held until the stage's
+    backward ends (``output_tensors[buffer_id] = None``, ``grad_tensors = None``): beside every
+    layer's backward working set. 0 under other profiles."""
+    one = _boundary(arch, c, f, tokens)
+    ds = f.lookup(deepspeed_engine, (), "framework")
+    split = (deepspeed_part_divisor(c, f) > 1) & (f.pp > 1) & (ds == 1)
+    return where(split, where(output_stage(f), 0 * one, 2 * one), 0 * one)
+
+
+def boundary_tensors(
+    arch: Architecture, c: Context, f: Fields, tokens: Any, in_flight: Any
+) -> tuple[Any, Any]:
+    """(the stage outputs kept for ``in_flight`` micro-batches and PyTorch's receive buffers,
+    held with the layers: :func:`pipeline_outputs` × ``in_flight`` + :func:`torch_recv_buffers`;
+    the boundary tensors rebuilt for one micro-batch's backward, held with the backward working
+    set: :func:`deepspeed_backward_rebuilt`)."""
+    outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
+    return outputs + torch_recv_buffers(arch, c, f, tokens), deepspeed_backward_rebuilt(
+        arch, c, f, tokens
+    )
 
 
 def torch_recv_buffers(arch: Architecture, c: Context, f: Fields, tokens: Any) -> Any:

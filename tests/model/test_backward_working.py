@@ -48,9 +48,14 @@ def test_llama3_70b_tp8_sp_megatron_by_hand():
     # the saved input again into the "mpu" buffer, held in both phases
     # (model.terms.persistent_buffers): not in the working set, so QKV's step is 285,212,672 −
     # 134,217,728 = 150,994,944 and FC1's 109,051,904; the down projection's 209,715,200 is the
-    # largest (its gathered grad_output is an ordinary tensor, _gather_along_first_dim)
+    # largest (its gathered grad_output is an ordinary tensor, _gather_along_first_dim). Each
+    # projection's step also holds the weight gradient it returns (layers.py
+    # grad_weight = grad_output.t().matmul(total_input), one BF16 weight per rank): the down
+    # projection's 2·(28,672/8)·8,192 = 58,720,256 -> 268,435,456 (FC1's 109,051,904 +
+    # 2·8,192·7,168 = 226,492,416; QKV's 150,994,944 + 20,971,520; the output projection's
+    # 167,772,160 + 16,777,216)
     ds = backward_working_bytes(LLAMA_70B, False, _ctx(8), "deepspeed", "cudnn")
-    assert ds == 209_715_200
+    assert ds == 209_715_200 + 2 * (28_672 // 8) * 8192 == 268_435_456
     # FlashAttention-2's workspace (dq_accum fp32, softmax_d, dK/dV expanded to 8 heads)
     # goes to the core's step: 54,525,952 + 33,554,432 + 262,144 + 33,554,432 = 121,896,960
     fa2 = attention_backward_workspace(

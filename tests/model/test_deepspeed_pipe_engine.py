@@ -135,3 +135,23 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     assert (mpu, part) == (262_144, 65_536)
     assert got == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
     assert got == [65_536, 393_216, 393_216, 327_680]
+
+
+def test_backward_rebuilds_output_and_gradient_whole_by_hand():
+    """``_exec_backward_pass`` on stage 0 (not the last) with the tensors partitioned: the kept
+    output's data becomes ``part_output.full()`` and the gradient passed to ``backward`` is
+    ``part_grad.full()``, two boundary tensors one = H/8 = 16,777,216 B each, held through the
+    stage's backward, beside every layer's working set; the last stage runs ``backward(loss)``
+    and rebuilds nothing. The layers are the same kind on both stages, so stage 0's working set
+    is stage 1's + 2·one = 33,554,432 B. tp 1 partitions nothing: the same on both."""
+    work = [
+        st.activations.backward_working_bytes
+        for st in stage_memory(LLAMA_70B, TRAINING, BASE, device=H100)
+    ]
+    assert work[0] - work[1] == 2 * (H // 8) == 33_554_432
+    whole = replace(BASE, tp=1, sequence_parallel=False)
+    work1 = [
+        st.activations.backward_working_bytes
+        for st in stage_memory(LLAMA_70B, TRAINING, whole, device=H100)
+    ]
+    assert work1[0] == work1[1]

@@ -156,7 +156,12 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
     fsdp2's router also runs under an FP32 autocast (torchtitan ``TokenChoiceTopKRouter``): it
     keeps the FP32 input 4·S·h and gate weight 4·E·h in place of the BF16 input β·S·h,
     (4 − 2)·S·h + 4·8·h = 33,685,504 B more per layer (:func:`model.moe_working_set.
-    torchtitan_router_rows`)."""
+    torchtitan_router_rows`).
+
+    megatron's router also keeps 9 B per element of ``[S, E]`` (Transformer Engine's fused
+    top-k: the routing map and an FP32 intermediate; the fused auxiliary-loss scores' FP32
+    intermediate) where the others keep one FP32 copy: (9 − 4)·S·8 = 163,840 B more per layer
+    (:data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`)."""
     base = {"model": "mixtral-8x7b", "dp": 8, "num_gpus": 8, "global_batch_size": 8,
             "seq_len": 4096}  # fmt: skip
     per_mb = {}
@@ -165,7 +170,11 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
         est = Case.of(**{**base, "framework": fw, "zero_stage": zero, **eager_aside}).evaluate()
         per_mb[fw] = est.stages[0].activations.per_microbatch_bytes
     k, S, h, layers = 2, 4096, 4096, 32
-    assert per_mb["textbook"] - per_mb["megatron"] == layers * (2 * k * S * h - 4 * k * S)
+    fused_router = (9 - 4) * S * 8
+    assert fused_router == 163_840
+    assert per_mb["textbook"] - per_mb["megatron"] == layers * (
+        2 * k * S * h - 4 * k * S - fused_router
+    )
     router = (4 - 2) * S * h + 4 * 8 * h
     assert router == 33_685_504
     assert per_mb["fsdp2"] - per_mb["textbook"] == layers * (2 * k * S * h + router)
