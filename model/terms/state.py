@@ -81,13 +81,14 @@ __all__ = [
 
 @lru_cache(maxsize=CACHE)
 def stage_optimizer_scales(
-    key: SplitKey, kind: OptimizerKind, adam_bytes: int
+    key: SplitKey, kind: OptimizerKind, adam_bytes: int, framework: str = "textbook"
 ) -> tuple[tuple[Fraction, Fraction], ...]:
-    """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s
-    (:func:`model.optimizers.optimizer_scale` of the stage's layers, its input embedding on the
-    first stage and its output layer — or the tied embedding's copy — on the last chunk's,
-    :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's optimizer-state
-    bytes per parameter. Exact, cached on the split structure and the optimizer."""
+    """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s as
+    ``framework`` runs it (:func:`model.optimizers.optimizer_scale` of the stage's layers, its
+    input embedding on the first stage and its output layer — or the tied embedding's copy — on
+    the last chunk's, :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's
+    optimizer-state bytes per parameter. Exact, cached on the split structure, the optimizer
+    and the framework."""
     arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * key.pp
@@ -102,16 +103,22 @@ def stage_optimizer_scales(
     for i, layers, dense, experts in stage_params_per_gpu(key):
         emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
         out.append(
-            optimizer_scale(kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes)
+            optimizer_scale(
+                kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes, framework
+            )
         )
     return tuple(out)
+
+
+_FRAMEWORK = SPLIT_FIELDS.index("framework")
 
 
 def _stage_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Any, ...]:
     key = SplitKey.of(model, given, *fields)
-    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)
+    kind = OptimizerKind(optimizer)
+    return stage_optimizer_scales(key, kind, adam_bytes, str(fields[_FRAMEWORK]))
 
 
 def _busiest_scales(
@@ -119,7 +126,8 @@ def _busiest_scales(
 ) -> tuple[Fraction, Fraction]:
     key = SplitKey.of(model, given, *fields)
     busiest = busiest_stage(stage_params_per_gpu(key))
-    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)[busiest]
+    kind = OptimizerKind(optimizer)
+    return stage_optimizer_scales(key, kind, adam_bytes, str(fields[_FRAMEWORK]))[busiest]
 
 
 def busiest_scales(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -204,9 +212,6 @@ def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
         return muon_tp_gathers(str(framework), muon_tp_mode)
     except LayoutError:
         return True
-
-
-_FRAMEWORK = SPLIT_FIELDS.index("framework")
 
 
 def _stage_transient(

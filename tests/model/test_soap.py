@@ -1,0 +1,83 @@
+"""SOAP's state and step as each profile's code runs it (:mod:`trainplan.model.optimizers`,
+:mod:`trainplan.model.soap`). Every figure is derived by hand below.
+
+Sources: Megatron-Core ``megatron/core/optimizer/emerging_optimizers.py`` (``--optimizer soap``
+is Emerging-Optimizers' registered ``SOAP``; ``_is_nonlinear_or_embedding`` sends the
+embedding, output layer and vectors to Adam; the module's tp-local parameters, ``linear_qkv``
+fused); Emerging-Optimizers v0.3.0 ``emerging_optimizers/soap/soap.py`` ``SOAP._init_group``
+(L = zeros(m, m), R = zeros(n, n), Q_L = eye(m), Q_R = eye(n), FP32, no dimension cap) and
+``SOAP.step``; the reference ``soap.py`` (Vyas et al. 2024) ``max_precond_dim = 10000`` for the
+``textbook`` profile.
+"""
+
+from __future__ import annotations
+
+from trainplan.model.optimizers import (
+    layer_matrices,
+    matrix_extra_bytes,
+    soap_preconditions_every_side,
+    stage_state_split,
+)
+from trainplan.optimizer.case import Case
+from trainplan.scenarios.catalogue import get_model
+
+LLAMA8 = get_model("llama3-8b").model.arch
+LLAMA405 = get_model("llama3-405b").model.arch
+
+
+def test_megatron_soap_preconditions_every_side_of_the_fused_modules():
+    """Llama 3 405B (h 16,384, 128 heads, 8 KV heads of 128, f 53,248), one layer on a rank of
+    tp 2, as Megatron-Core's SOAP holds it (SOAP._init_group: 8·(m² + n²) B a matrix, every
+    side):
+
+    * linear_qkv [(128 + 2·8)·128 / 2, 16,384] = [9,216, 16,384]:
+      8·(84,934,656 + 268,435,456) = 2,826,960,896;
+    * linear_proj [16,384, 8,192]: 8·(268,435,456 + 67,108,864) = 2,684,354,560;
+    * linear_fc1 [2·53,248 / 2, 16,384] = [53,248, 16,384]:
+      8·(2,835,349,504 + 268,435,456) = 24,830,279,680;
+    * linear_fc2 [16,384, 26,624]: 8·(268,435,456 + 708,837,376) = 7,818,182,656;
+
+    38,159,777,792 B beside the 12 B of master and moments on its 16,384 · (9,216 + 8,192 +
+    53,248 + 26,624) = 1,593,835,520 elements. The reference rule (textbook: Q, K, V apart, no
+    side over 10,000) keeps Q's 8·8,192², K's and V's 8·512² each, the output's 8·8,192²,
+    nothing of fc1 or fc2: 536,870,912 · 2 + 2 · 2,097,152 = 1,077,936,128."""
+    assert soap_preconditions_every_side("megatron") and not soap_preconditions_every_side("fsdp2")
+    fused = [m.local(2) for m in layer_matrices(LLAMA405, 0, fused_qkv=True)]
+    assert fused == [(9216, 16384), (16384, 8192), (53248, 16384), (16384, 26624)]
+    per = [matrix_extra_bytes("soap", r, c, "megatron") for r, c in fused]
+    assert per == [2_826_960_896, 2_684_354_560, 24_830_279_680, 7_818_182_656]
+    elements = 16384 * (9216 + 8192 + 53248 + 26624)
+    assert elements == 1_593_835_520
+    dense, _ = stage_state_split("soap", LLAMA405, [0], 2, 1, 1, 0, elements, 0, 12, "megatron")
+    assert dense == 12 * elements + 38_159_777_792
+    dense, _ = stage_state_split("soap", LLAMA405, [0], 2, 1, 1, 0, elements, 0, 12, "textbook")
+    assert 8 * 8192**2 == 536_870_912 and 8 * 512**2 == 2_097_152
+    assert dense == 12 * elements + 1_077_936_128
+
+
+def test_llama3_8b_soap_state_on_a_rank_by_hand():
+    """Llama 3 8B, dp 4 × tp 2, ZeRO 1 (Megatron-Core's layer-wise distributed optimizer: whole
+    parameters, with all their SOAP state, on one data-parallel rank each — ``layer_wise_
+    optimizer.py`` ``LayerWiseDistributedOptimizer``; counted as the average over the 4
+    ranks). 4,015,263,744 parameters on a GPU (norms whole on each tp rank) at 12 B, and per
+    layer 8·(m² + n²) of linear_qkv [3,072, 4,096], linear_proj [4,096, 2,048], fc1
+    [14,336, 4,096] and fc2 [4,096, 7,168]: 8·(9,437,184 + 16,777,216 + 16,777,216 + 4,194,304
+    + 205,520,896 + 16,777,216 + 16,777,216 + 51,380,224) = 2,701,131,776 B;
+    (12 · 4,015,263,744 + 32 · 2,701,131,776) / 4 = 12,045,791,232 + 21,609,054,208 =
+    33,654,845,440 B.
+
+    The textbook profile (the reference soap.py; norms split over tp: 4,015,130,624
+    parameters): Q [2,048, 4,096] 167,772,160, K and V [512, 4,096] 136,314,880 each, the output
+    167,772,160, fc1's 4,096 side only 134,217,728, fc2 545,259,520: 1,287,651,328 a layer;
+    12,045,391,872 + 32 · 1,287,651,328 / 4 = 22,346,602,496 B."""
+    layer = 8 * sum(x * x for x in (3072, 4096, 4096, 2048, 14336, 4096, 4096, 7168))
+    assert layer == 2_701_131_776
+    base = {"seq_len": 8192, "global_batch_size": 64, "dp": 4, "tp": 2, "optimizer": "soap"}
+    case = Case.of(model="llama3-8b", **base).evaluate()
+    assert case.stages[0].state.optimizer_bytes == 12 * 4_015_263_744 // 4 + 32 * layer // 4
+    assert case.stages[0].state.optimizer_bytes == 33_654_845_440
+    ref = 167_772_160 + 2 * 136_314_880 + 167_772_160 + 134_217_728 + 545_259_520
+    assert ref == 1_287_651_328
+    text = Case.of(model="llama3-8b", framework="textbook", **base).evaluate()
+    assert text.stages[0].state.optimizer_bytes == 12 * 4_015_130_624 // 4 + 32 * ref // 4
+    assert text.stages[0].state.optimizer_bytes == 22_346_602_496
