@@ -5,8 +5,9 @@ optimizer state, over the per-stage parameter split of :mod:`model.terms.stage_p
   parameters under the layout's framework and ZeRO stage (:class:`model.memory.ModelState`);
 * :func:`stage_optimizer_scales`, :func:`optimizer_scales`, :func:`busiest_scales` — the layout's
   optimizer's state against Adam's (:func:`model.optimizers.optimizer_scale`);
-* :func:`stage_muon_work`, :func:`stage_muon_transient`, :func:`muon_transient_term`,
-  :func:`busiest_muon_work` — Muon's orthogonalisation at the optimizer step (:mod:`model.muon`);
+* :func:`stage_muon_work`, :func:`stage_muon_transient`, :func:`busiest_muon_work` — Muon's
+  orthogonalisation at the optimizer step (:mod:`model.muon`); :func:`stage_soap_transient`,
+  SOAP's step (:mod:`model.soap`); :func:`optimizer_transient_term`, either one's transient;
 * :func:`dispatch_buffer_term` — the expert dispatcher's resident buffers (DeepEP).
 
 Units: bytes on one GPU (FLOPs and matrix elements for Muon's work). Exact for one layout;
@@ -40,9 +41,15 @@ from trainplan.model.muon import (
     newton_schulz_flops,
 )
 from trainplan.model.offload import offload_staging_bytes
-from trainplan.model.optimizers import OptimizerKind, layer_matrices, optimizer_scale
+from trainplan.model.optimizers import (
+    OptimizerKind,
+    layer_matrices,
+    optimizer_scale,
+    soap_preconditions_every_side,
+)
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
+from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     mirror_layer_counts,
@@ -73,7 +80,8 @@ __all__ = [
     "stage_muon_work",
     "stage_muon_transient",
     "muon_whole_matrices",
-    "muon_transient_term",
+    "stage_soap_transient",
+    "optimizer_transient_term",
     "busiest_muon_work",
     "dispatch_buffer_term",
 ]
@@ -222,16 +230,55 @@ def _stage_transient(
     return stage_muon_transient(SplitKey.of(model, given, *fields), str(framework), whole)
 
 
-def muon_transient_term(c: Context, f: Fields) -> Any:
-    """Bytes the optimizer step of stage ``f.stage`` holds while Muon orthogonalises its
-    largest matrix (:func:`stage_muon_transient`): the gathered whole matrix and the
-    Newton–Schulz iteration's tensors, gathered over dp where Muon gathers there
-    (:func:`model.muon.muon_gathers_over_dp`, a shard group of more than one rank).
-    Every rank may own the largest matrix (Megatron-Core's layer-wise optimizer and
-    ``DistMuon`` spread whole matrices over the ranks), so the rank at its peak holds it.
+@lru_cache(maxsize=CACHE)
+def stage_soap_transient(key: SplitKey, framework: str) -> tuple[int, ...]:
+    """Per stage, the most bytes ``framework``'s SOAP step holds beyond its resident state:
+    the largest :func:`model.soap.soap_step_bytes` over the stage's matrices on one GPU (as the
+    optimizer sees them, :func:`model.optimizers.soap_preconditions_every_side`: tp-local, Q, K
+    and V fused under Megatron-Core; routed experts over etp), plus
+    :data:`model.soap.SOAP_CARRIED_TENSORS` FP32 tensors of the previous parameter's update,
+    bounded by the stage's largest matrix (which parameter a rank steps before its largest is
+    the layer-wise optimizer's packing). 0 where the profile's step is not modelled and for a
+    size-only model."""
+    arch = key.model.arch
+    if arch is None or not soap_step_bytes(1, 1, framework):
+        return (0,) * key.pp
+    fused = soap_preconditions_every_side(framework)
+    out = []
+    for layers in key.layers():
+        peak = largest = 0
+        for j in layers:
+            for mat in layer_matrices(arch, j, fused):
+                rows, cols = mat.local(key.etp if mat.expert else key.tp)
+                peak = max(peak, soap_step_bytes(rows, cols, framework))
+                largest = max(largest, rows * cols)
+        out.append(peak + SOAP_CARRIED_TENSORS * 4 * largest)
+    return tuple(out)
+
+
+def _stage_soap(model: ModelSpec, given: int | None, *fields: Any) -> tuple[int, ...]:
+    framework = str(fields[_FRAMEWORK])
+    return stage_soap_transient(SplitKey.of(model, given, *fields), framework)
+
+
+def optimizer_transient_term(c: Context, f: Fields) -> Any:
+    """Bytes the optimizer step of stage ``f.stage`` holds beyond the resident state while the
+    optimizer updates its largest matrix. Every rank may own the largest matrix
+    (Megatron-Core's layer-wise optimizer and ``DistMuon`` spread whole matrices over the
+    ranks), so the rank at its peak holds it.
+
+    * Muon (:func:`stage_muon_transient`): the gathered whole matrix and the Newton–Schulz
+      iteration's tensors, gathered over dp where Muon gathers there
+      (:func:`model.muon.muon_gathers_over_dp`, a shard group of more than one rank).
+    * SOAP (:func:`stage_soap_transient`): the factor, eigenbasis and projection tensors of its
+      step (:func:`model.soap.soap_step_bytes`).
+
     0 under any other optimizer."""
-    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
+    kind = OptimizerKind(f.optimizer)
+    if c.model.arch is None or kind not in (OptimizerKind.MUON, OptimizerKind.SOAP):
         return 0
+    if kind is OptimizerKind.SOAP:
+        return f.per_stage(_stage_soap, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
     args = (c.model, c.vocab_multiple, c.training.muon_tp_mode)
     tp_only, every = f.per_stage(_stage_transient, args, *SPLIT_FIELDS)
     if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
@@ -316,7 +363,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         g, host = g + staging, host + staged
     dispatch = dispatch_buffer_term(c, f)
     g = g + embedding_grad_term(c, f, mech)
-    step = step + muon_transient_term(c, f)
+    step = step + optimizer_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 

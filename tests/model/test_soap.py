@@ -12,12 +12,15 @@ fused); Emerging-Optimizers v0.3.0 ``emerging_optimizers/soap/soap.py`` ``SOAP._
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from trainplan.model.optimizers import (
     layer_matrices,
     matrix_extra_bytes,
     soap_preconditions_every_side,
     stage_state_split,
 )
+from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
@@ -81,3 +84,38 @@ def test_llama3_8b_soap_state_on_a_rank_by_hand():
     text = Case.of(model="llama3-8b", framework="textbook", **base).evaluate()
     assert text.stages[0].state.optimizer_bytes == 12 * 4_015_130_624 // 4 + 32 * ref // 4
     assert text.stages[0].state.optimizer_bytes == 22_346_602_496
+
+
+def test_megatron_soap_step_transient_by_hand():
+    """Emerging-Optimizers v0.3.0 ``SOAP.step`` (KL-Shampoo factors, one orthogonal iteration;
+    :func:`trainplan.model.soap.soap_step_bytes` lists the phases), for Llama 3 8B's largest
+    matrix on a rank of tp 2, fc1 (m = 14,336, n = 4,096; E = 58,720,256 elements; m² =
+    205,520,896, n² = 16,777,216), in elements:
+
+    * KL factors: 2m² = 411,041,792; m² + 3n² = 255,852,544; m² + E + 2n² = 297,795,584;
+    * sort: 3E + m² + n² = 398,458,880; QR of L: 2E + 4m² + n² = 956,301,312; QR of R:
+      2E + 2m² + 4n² = 595,591,168; projection in: 4E + 2m² + 2n² = 679,477,248;
+    * Adam: 5E = 293,601,280.
+
+    The most, 956,301,312 · 4 = 3,825,205,248 B, plus the previous parameter's three
+    FP32 update tensors, bounded by fc1's 3 · 4 · 58,720,256 = 704,643,072: 4,529,848,320 B
+    in the optimizer step (``step_bytes``). Not modelled under textbook (0)."""
+    m, n = 14336, 4096
+    e, mm, nn = m * n, m * m, n * n
+    assert (e, mm, nn) == (58_720_256, 205_520_896, 16_777_216)
+    phases = [
+        2 * mm, mm + 3 * nn, mm + e + 2 * nn, 3 * e + mm + nn, 2 * e + 4 * mm + nn,
+        2 * e + 2 * mm + 4 * nn, 4 * e + 2 * mm + 2 * nn, 5 * e,
+    ]  # fmt: skip
+    assert phases == [
+        411_041_792, 255_852_544, 297_795_584, 398_458_880, 956_301_312, 595_591_168,
+        679_477_248, 293_601_280,
+    ]  # fmt: skip
+    assert soap_step_bytes(m, n, "megatron") == 4 * 956_301_312 == 3_825_205_248
+    assert SOAP_CARRIED_TENSORS * 4 * e == 704_643_072
+    base = {"seq_len": 8192, "global_batch_size": 64, "dp": 4, "tp": 2, "optimizer": "soap"}
+    case = Case.of(model="llama3-8b", **base).evaluate()
+    assert case.stages[0].state.step_bytes == 4_529_848_320
+    text = Case.of(model="llama3-8b", framework="textbook", **base).evaluate()
+    assert text.stages[0].state.step_bytes == 0
+    assert Fraction(soap_step_bytes(4096, 4096, "megatron"), 4096**2) == 32  # 4·(4E + 2m² + 2n²)
