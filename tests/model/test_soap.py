@@ -119,3 +119,44 @@ def test_megatron_soap_step_transient_by_hand():
     text = Case.of(model="llama3-8b", framework="textbook", **base).evaluate()
     assert text.stages[0].state.step_bytes == 0
     assert Fraction(soap_step_bytes(4096, 4096, "megatron"), 4096**2) == 32  # 4·(4E + 2m² + 2n²)
+
+
+def test_soap_search_answers_fit_with_the_state_megatron_keeps():
+    """``trainplan search --model llama3-405b --gpus 512 --optimizer soap`` answered dp 8 × tp 2
+    × pp 32 (v 4), ZeRO 1, sqrt recomputation, at 74.14 GB of 83.21 while the reference rule
+    left fc1 and fc2 unpreconditioned. As Megatron-Core runs SOAP that layout holds, in the
+    optimizer step, fc1's step on a rank of tp 2 (m = 53,248, n = 16,384; E = 872,415,232,
+    m² = 2,835,349,504, n² = 268,435,456): the QR of L, 2E + 4m² + n² = 13,354,663,936 FP32
+    elements, 53,418,655,744 B, and the previous parameter's three update tensors, bounded by
+    12·E = 10,468,982,784 B: 63,887,638,528 B — 132.49 GB at its peak, over capacity. The
+    answer is now dp 4 × tp 4 × pp 32 (v 4): fc1 [26,624, 16,384] on a rank, whose step holds
+    4·(2E + 4m² + n²) + 12·E = 4·3,976,200,192 + 5,234,491,392 = 21,139,292,160 B, at 67.52 GB.
+
+    Llama 3 8B on 8 GPUs keeps its layout, dp 4 × tp 2, ZeRO 1: 33.65 GB of optimizer state
+    (:func:`test_llama3_8b_soap_state_on_a_rank_by_hand`), 80.90 GB of 83.21 at the
+    forward-backward peak (the step's 4.53 GB stays under the activations it replaces)."""
+    import trainplan
+
+    big = {"model": "llama3-405b", "optimizer": "soap", "seq_len": 8192}
+    old = Case.of(
+        **big, global_batch_size=2048, dp=8, tp=2, pp=32, virtual_stages=4, recompute="sqrt",
+        schedule="interleaved", zero_stage=1,
+    ).evaluate()  # fmt: skip
+    e, mm, nn = 53248 * 16384, 53248**2, 16384**2
+    assert 2 * e + 4 * mm + nn == 13_354_663_936
+    assert old.stages[1].state.step_bytes == 4 * 13_354_663_936 + 12 * e == 63_887_638_528
+    assert int(old.peak.total_bytes) == 132_494_852_096
+    capacity = 83_210_009_600
+    r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
+    lay = r.best.estimate.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (4, 4, 32, 4, 1)
+    e, mm = 26624 * 16384, 26624**2
+    assert 4 * (2 * e + 4 * mm + nn) + 12 * e == 21_139_292_160
+    assert r.best.estimate.stages[1].state.step_bytes == 21_139_292_160
+    assert int(r.best.estimate.peak.total_bytes) == 67_523_182_592 < capacity
+    small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
+    assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
+        4, 2, 1, 1,
+    )  # fmt: skip
+    assert small.stages[0].state.optimizer_bytes == 33_654_845_440
+    assert int(small.peak.total_bytes) == 80_896_888_832 < capacity
