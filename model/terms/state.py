@@ -22,6 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
+from trainplan.model.layer_wise import busiest_rank_bytes
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
 from trainplan.model.memory import (
@@ -43,13 +44,17 @@ from trainplan.model.muon import (
 from trainplan.model.offload import offload_staging_bytes
 from trainplan.model.optimizers import (
     OptimizerKind,
+    ParamClass,
+    element_bytes,
     layer_matrices,
+    matrix_extra_bytes,
     optimizer_scale,
     soap_preconditions_every_side,
 )
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
+from trainplan.model.split import stage_chunks
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     mirror_layer_counts,
@@ -87,16 +92,50 @@ __all__ = [
 ]
 
 
+def _busiest_matrix_excess(
+    key: SplitKey, kind: OptimizerKind, adam_bytes: int, framework: str, stage: int, shard: int
+) -> Fraction:
+    """Bytes by which the busiest of ``shard`` data-parallel ranks holds more of stage
+    ``stage``'s dense matrices' optimizer state than the average (× ``shard``, to be divided by
+    it with the rest of the state): Megatron-Core's layer-wise optimizer keeps each module
+    parameter whole on one rank (:func:`model.layer_wise.busiest_rank_bytes`; linear_qkv fused,
+    each matrix's :func:`model.optimizers.element_bytes` and
+    :func:`model.optimizers.matrix_extra_bytes` as ``framework`` runs ``kind``)."""
+    arch = key.model.arch
+    assert arch is not None
+    per_el = element_bytes(kind, ParamClass.MATRIX, adam_bytes)
+    chunks = []
+    for layers in stage_chunks(arch, key.pp, key.v, key.uneven, stage, key.sizes, key.schedule):
+        chunk = []
+        for j in layers:
+            for mat in layer_matrices(arch, j, fused_qkv=True):
+                if mat.expert:
+                    continue
+                m, n = mat.local(key.tp)
+                state = per_el * m * n + matrix_extra_bytes(kind, m, n, framework)
+                chunk += [(m, n, state)] * mat.count
+        chunks.append(chunk)
+    total = sum((b for c in chunks for _, _, b in c), Fraction(0))
+    return shard * busiest_rank_bytes(chunks, shard, stage == 0) - total
+
+
 @lru_cache(maxsize=CACHE)
 def stage_optimizer_scales(
-    key: SplitKey, kind: OptimizerKind, adam_bytes: int, framework: str = "textbook"
+    key: SplitKey,
+    kind: OptimizerKind,
+    adam_bytes: int,
+    framework: str = "textbook",
+    shard: int = 1,
+    zero_stage: int = 0,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s as
     ``framework`` runs it (:func:`model.optimizers.optimizer_scale` of the stage's layers, its
     input embedding on the first stage and its output layer — or the tied embedding's copy — on
     the last chunk's, :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's
-    optimizer-state bytes per parameter. Exact, cached on the split structure, the optimizer
-    and the framework."""
+    optimizer-state bytes per parameter. Under Megatron-Core's layer-wise distributed optimizer
+    (``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP) the dense factor is the
+    busiest rank's (:func:`_busiest_matrix_excess`), not the average's. Exact, cached on the
+    split structure, the optimizer, the framework and the shard group."""
     arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * key.pp
@@ -108,13 +147,22 @@ def stage_optimizer_scales(
     )
     out = []
     tp, etp, ep = key.tp, key.etp, key.ep
+    layer_wise = (
+        framework == "megatron"
+        and zero_stage == 1
+        and shard > 1
+        and kind in (OptimizerKind.MUON, OptimizerKind.SOAP)
+        and bool(adam_bytes)
+    )
     for i, layers, dense, experts in stage_params_per_gpu(key):
         emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
-        out.append(
-            optimizer_scale(
-                kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes, framework
-            )
+        d, e = optimizer_scale(
+            kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes, framework
         )
+        if layer_wise and dense:
+            excess = _busiest_matrix_excess(key, kind, adam_bytes, framework, i, shard)
+            d += excess / (adam_bytes * Fraction(dense))
+        out.append((d, e))
     return tuple(out)
 
 
@@ -124,9 +172,10 @@ _FRAMEWORK = SPLIT_FIELDS.index("framework")
 def _stage_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Any, ...]:
-    key = SplitKey.of(model, given, *fields)
-    kind = OptimizerKind(optimizer)
-    return stage_optimizer_scales(key, kind, adam_bytes, str(fields[_FRAMEWORK]))
+    *split, shard, zero = fields
+    key = SplitKey.of(model, given, *split)
+    kind, framework = OptimizerKind(optimizer), str(split[_FRAMEWORK])
+    return stage_optimizer_scales(key, kind, adam_bytes, framework, int(shard), int(zero))
 
 
 def _busiest_scales(
@@ -150,7 +199,8 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) factors on Adam's optimizer state of the stage ``f.stage`` under the
     layout's optimizer (:func:`stage_optimizer_scales`)."""
     args = (c.model, c.vocab_multiple, c.training.optimizer_bytes)
-    return f.per_stage(_stage_scales, args, "optimizer", *SPLIT_FIELDS)
+    names = ("optimizer", *SPLIT_FIELDS, "shard_degree", "zero_stage")
+    return f.per_stage(_stage_scales, args, *names)
 
 
 @lru_cache(maxsize=CACHE)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from trainplan.model.layer_wise import layer_wise_owners
 from trainplan.model.optimizers import (
     layer_matrices,
     matrix_extra_bytes,
@@ -61,15 +62,17 @@ def test_megatron_soap_preconditions_every_side_of_the_fused_modules():
 def test_llama3_8b_soap_state_on_a_rank_by_hand():
     """Llama 3 8B, dp 4 × tp 2, ZeRO 1 (Megatron-Core's layer-wise distributed optimizer: whole
     parameters, with all their SOAP state, on one data-parallel rank each — ``layer_wise_
-    optimizer.py`` ``LayerWiseDistributedOptimizer``; counted as the average over the 4
-    ranks). 4,015,263,744 parameters on a GPU (norms whole on each tp rank) at 12 B, and per
+    optimizer.py`` ``LayerWiseDistributedOptimizer``). On average over the 4 ranks:
+    4,015,263,744 parameters on a GPU (norms whole on each tp rank) at 12 B, and per
     layer 8·(m² + n²) of linear_qkv [3,072, 4,096], linear_proj [4,096, 2,048], fc1
     [14,336, 4,096] and fc2 [4,096, 7,168]: 8·(9,437,184 + 16,777,216 + 16,777,216 + 4,194,304
     + 205,520,896 + 16,777,216 + 16,777,216 + 51,380,224) = 2,701,131,776 B;
     (12 · 4,015,263,744 + 32 · 2,701,131,776) / 4 = 12,045,791,232 + 21,609,054,208 =
-    33,654,845,440 B.
+    33,654,845,440 B. The busiest rank of the layer-wise packing (its one model chunk cut into
+    buckets of 40,000,000 elements, :mod:`trainplan.model.layer_wise`) holds 956,301,312 B
+    more: 34,611,146,752 B.
 
-    The textbook profile (the reference soap.py; norms split over tp: 4,015,130,624
+    The textbook profile (ZeRO 1 shards evenly there) (the reference soap.py; norms split over tp: 4,015,130,624
     parameters): Q [2,048, 4,096] 167,772,160, K and V [512, 4,096] 136,314,880 each, the output
     167,772,160, fc1's 4,096 side only 134,217,728, fc2 545,259,520: 1,287,651,328 a layer;
     12,045,391,872 + 32 · 1,287,651,328 / 4 = 22,346,602,496 B."""
@@ -77,8 +80,9 @@ def test_llama3_8b_soap_state_on_a_rank_by_hand():
     assert layer == 2_701_131_776
     base = {"seq_len": 8192, "global_batch_size": 64, "dp": 4, "tp": 2, "optimizer": "soap"}
     case = Case.of(model="llama3-8b", **base).evaluate()
-    assert case.stages[0].state.optimizer_bytes == 12 * 4_015_263_744 // 4 + 32 * layer // 4
-    assert case.stages[0].state.optimizer_bytes == 33_654_845_440
+    average = 12 * 4_015_263_744 // 4 + 32 * layer // 4
+    assert average == 33_654_845_440
+    assert case.stages[0].state.optimizer_bytes == average + 956_301_312 == 34_611_146_752
     ref = 167_772_160 + 2 * 136_314_880 + 167_772_160 + 134_217_728 + 545_259_520
     assert ref == 1_287_651_328
     text = Case.of(model="llama3-8b", framework="textbook", **base).evaluate()
@@ -121,6 +125,34 @@ def test_megatron_soap_step_transient_by_hand():
     assert Fraction(soap_step_bytes(4096, 4096, "megatron"), 4096**2) == 32  # 4·(4E + 2m² + 2n²)
 
 
+def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
+    """Llama 3 405B, dp 4 × tp 4 × pp 32 with 4 model chunks of one layer per pipeline rank,
+    ZeRO 1, SOAP: pipeline rank 1's chunks are one bucket each (``dist_utils.py``: no bucketing
+    past the first chunk of the first rank), packed with fresh loads per chunk
+    (``LayerWiseDistributedOptimizer._compute_per_buffer_param_layout``). A chunk's matrices on
+    a rank: linear_qkv [4,608, 16,384] (75,497,472 elements), linear_proj [16,384, 4,096]
+    (67,108,864), fc1 [26,624, 16,384] (436,207,616), fc2 [16,384, 13,312] (218,103,808):
+    796,917,760 elements; cap 1.3 · 796,917,760 / 4 = 258,998,272. By Newton–Schulz cost
+    fc1 first: over the cap on every rank, so the rank with the fewest elements, rank 0 (ties to
+    the first); fc2 to the least-loaded rank under the cap, rank 1; linear_qkv rank 2,
+    linear_proj rank 3. Every chunk alike: rank 0 holds the four fc1s, each 12 · 436,207,616 +
+    8 · (26,624² + 16,384²) = 5,234,491,392 + 7,818,182,656 = 13,052,674,048 B: 52,210,696,192
+    B, with its quarter of the norms' Adam state (8 norms of 16,384 at 12 B / 4 = 393,216):
+    52,211,089,408 B — against an average of 25,545,801,728. The stage's peak is then
+    94,188,470,272 B, over the 83,210,009,600 B capacity."""
+    shapes = [(4608, 16384), (16384, 4096), (26624, 16384), (16384, 13312)]
+    assert sum(m * n for m, n in shapes) == 796_917_760
+    assert layer_wise_owners(shapes, 4) == (2, 3, 0, 1)
+    fc1 = 12 * 436_207_616 + 8 * (26624**2 + 16384**2)
+    assert fc1 == 13_052_674_048
+    case = Case.of(
+        model="llama3-405b", optimizer="soap", seq_len=8192, global_batch_size=2048, dp=4, tp=4,
+        pp=32, virtual_stages=4, recompute="sqrt", schedule="interleaved", zero_stage=1,
+    ).evaluate()  # fmt: skip
+    assert case.stages[1].state.optimizer_bytes == 4 * fc1 + 393_216 == 52_211_089_408
+    assert int(case.peak.total_bytes) == 94_188_470_272 > 83_210_009_600
+
+
 def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     """``trainplan search --model llama3-405b --gpus 512 --optimizer soap`` answered dp 8 × tp 2
     × pp 32 (v 4), ZeRO 1, sqrt recomputation, at 74.14 GB of 83.21 while the reference rule
@@ -128,12 +160,16 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     optimizer step, fc1's step on a rank of tp 2 (m = 53,248, n = 16,384; E = 872,415,232,
     m² = 2,835,349,504, n² = 268,435,456): the QR of L, 2E + 4m² + n² = 13,354,663,936 FP32
     elements, 53,418,655,744 B, and the previous parameter's three update tensors, bounded by
-    12·E = 10,468,982,784 B: 63,887,638,528 B — 132.49 GB at its peak, over capacity. The
-    answer is now dp 4 × tp 4 × pp 32 (v 4): fc1 [26,624, 16,384] on a rank, whose step holds
-    4·(2E + 4m² + n²) + 12·E = 4·3,976,200,192 + 5,234,491,392 = 21,139,292,160 B, at 67.52 GB.
+    12·E = 10,468,982,784 B: 63,887,638,528 B; with the layer-wise packing's busiest rank (all
+    four fc1s on rank 0), 245.05 GB at its peak, far over capacity. dp 4 × tp 4 × pp 32 (v 4)
+    holds 94.19 GB (:func:`test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0`).
+    The answer is now dp 4 × tp 4 × pp 32 with 3 model chunks a rank: fc1 [26,624, 16,384] on a
+    rank, whose step holds 4·(2E + 4m² + n²) + 12·E = 4·3,976,200,192 + 5,234,491,392 =
+    21,139,292,160 B; the busiest stage (31) holds 40.74 GB of optimizer state, 81.36 GB of
+    83.21 at its peak.
 
-    Llama 3 8B on 8 GPUs keeps its layout, dp 4 × tp 2, ZeRO 1: 33.65 GB of optimizer state
-    (:func:`test_llama3_8b_soap_state_on_a_rank_by_hand`), 80.90 GB of 83.21 at the
+    Llama 3 8B on 8 GPUs keeps its layout, dp 4 × tp 2, ZeRO 1: 34.61 GB of optimizer state
+    (:func:`test_llama3_8b_soap_state_on_a_rank_by_hand`), 81.85 GB of 83.21 at the
     forward-backward peak (the step's 4.53 GB stays under the activations it replaces)."""
     import trainplan
 
@@ -145,18 +181,19 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     e, mm, nn = 53248 * 16384, 53248**2, 16384**2
     assert 2 * e + 4 * mm + nn == 13_354_663_936
     assert old.stages[1].state.step_bytes == 4 * 13_354_663_936 + 12 * e == 63_887_638_528
-    assert int(old.peak.total_bytes) == 132_494_852_096
+    assert int(old.peak.total_bytes) == 245_048_999_936
     capacity = 83_210_009_600
     r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
     lay = r.best.estimate.layout
-    assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (4, 4, 32, 4, 1)
+    assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (4, 4, 32, 3, 1)
     e, mm = 26624 * 16384, 26624**2
     assert 4 * (2 * e + 4 * mm + nn) + 12 * e == 21_139_292_160
-    assert r.best.estimate.stages[1].state.step_bytes == 21_139_292_160
-    assert int(r.best.estimate.peak.total_bytes) == 67_523_182_592 < capacity
+    assert r.best.estimate.stages[31].state.step_bytes == 21_139_292_160
+    assert r.best.estimate.stages[31].state.optimizer_bytes == 40_737_521_664
+    assert int(r.best.estimate.peak.total_bytes) == 81_360_044_032 < capacity
     small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
     assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
         4, 2, 1, 1,
     )  # fmt: skip
-    assert small.stages[0].state.optimizer_bytes == 33_654_845_440
-    assert int(small.peak.total_bytes) == 80_896_888_832 < capacity
+    assert small.stages[0].state.optimizer_bytes == 34_611_146_752
+    assert int(small.peak.total_bytes) == 81_853_190_144 < capacity
