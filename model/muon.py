@@ -8,7 +8,7 @@ matrix — its resident state is :mod:`model.optimizers`' (:func:`model.optimize
 — and orthogonalises each matrix's update by :data:`NS_STEPS` Newton–Schulz iterations. This
 module holds that step's work (FLOPs), its transient bytes and its extra traffic, per matrix and
 per GPU; the terms that sum them over a stage's matrices are :mod:`model.terms.state`'s
-(:func:`model.terms.state.muon_transient_term`, :func:`model.terms.state.busiest_muon_work`)
+(:func:`model.terms.state.optimizer_transient_term`, :func:`model.terms.state.busiest_muon_work`)
 and :mod:`model.terms.roofline`'s.
 """
 
@@ -51,7 +51,7 @@ def newton_schulz_bytes(rows: int, cols: int, framework: str, gathered: bool) ->
     matrix (m = min, n = max; X is transposed to m × n first), beyond its resident state: the
     gathered whole matrix where the GPU held only a shard (``gathered``) and the iteration's live
     tensors, in the dtypes the framework's implementation uses. A transient of the optimizer
-    step, for the largest matrix a GPU orthogonalises (:func:`model.terms.state.muon_transient_term`).
+    step, for the largest matrix a GPU orthogonalises (:func:`model.terms.state.optimizer_transient_term`).
 
     * ``megatron`` — Emerging-Optimizers (``emerging_optimizers/orthogonalized_optimizers/
       muon_utils.py``), which Megatron-Core's Muon calls. ``newton_schulz_tp(mode="duplicated")``

@@ -24,11 +24,16 @@ Every optimizer here keeps an FP32 master copy of the weights beside the 16-bit 
   :func:`model.muon.muon_tp_gathers`; that step's work and transients are :mod:`model.muon`'s);
   every other parameter (embeddings, output layer, norms, biases) is stepped by AdamW
   (Megatron-Core's ``_is_muon_excluded`` routes them to ``adam``; ``MuonWithAuxAdam``).
-* ``soap`` — Vyas et al. 2024 (arXiv 2409.11321), Algorithm 1; Megatron-Core ``--optimizer
-  soap``: Adam's two moments in the eigenbasis of Shampoo's preconditioner, plus per matrix the
-  two preconditioners L (m × m), R (n × n) and their eigenbases Q_L, Q_R, all FP32, a side wider
-  than 10,000 left unpreconditioned (the reference ``max_precond_dim``). The embedding and output
-  layer are counted with Adam's state, as under Muon.
+* ``soap`` — Vyas et al. 2024 (arXiv 2409.11321), Algorithm 1: Adam's two moments in the
+  eigenbasis of Shampoo's preconditioner, plus per matrix the two preconditioners L (m × m),
+  R (n × n) and their eigenbases Q_L, Q_R, all FP32. Which matrices, and whether a wide side is
+  skipped, is the profile's code (:func:`soap_preconditions_every_side`): Megatron-Core's
+  ``--optimizer soap`` is Emerging-Optimizers' ``SOAP`` (the version Megatron-LM pins, v0.3.0),
+  which preconditions every side of every 2-D parameter as the module holds it on its tp rank
+  (the fused ``linear_qkv`` one matrix); the ``textbook`` profile runs the reference
+  ``soap.py``, whose ``max_precond_dim = 10000`` leaves a wider side unpreconditioned. The step's
+  transients are :mod:`model.soap`'s. The embedding and output layer are counted with Adam's
+  state, as under Muon.
 
 Which parameters are matrices (:class:`ParamClass`): Megatron-Core's Muon takes every 2-D
 parameter but the embedding and output layer (``is_managed_by_layer_wise_optimizer``:
@@ -62,6 +67,7 @@ __all__ = [
     "BNB_BLOCK",
     "BNB_MIN_8BIT_SIZE",
     "SOAP_MAX_PRECOND_DIM",
+    "soap_preconditions_every_side",
     "check_optimizer",
     "element_bytes",
     "Matrix",
@@ -84,8 +90,36 @@ BNB_MIN_8BIT_SIZE = 4096
 """Tensors under this many elements keep 32-bit state (``min_8bit_size=4096``)."""
 
 SOAP_MAX_PRECOND_DIM = 10_000
-"""A matrix dimension wider than this gets no SOAP preconditioner on that side (Vyas et al.'s
-reference ``soap.py``: ``max_precond_dim=10000``; the side keeps the identity)."""
+"""Under the reference SOAP (the ``textbook`` profile), a matrix dimension wider than this gets
+no preconditioner on that side (Vyas et al.'s reference ``soap.py``: ``max_precond_dim=10000``;
+the side keeps the identity). Megatron-Core's SOAP has no such cap
+(:func:`soap_preconditions_every_side`)."""
+
+
+def soap_preconditions_every_side(framework: str) -> bool:
+    """Whether ``framework``'s SOAP keeps L, R, Q_L and Q_R for every side of every matrix, as
+    the module holds the matrix on its tensor-parallel rank (Megatron-Core), rather than the
+    reference ``soap.py``'s rule (:data:`SOAP_MAX_PRECOND_DIM`; Q, K and V as separate
+    matrices, as the ``textbook`` profile lists them).
+
+    Megatron-Core (``megatron/core/optimizer/emerging_optimizers.py``) registers
+    Emerging-Optimizers' ``SOAP`` for ``--optimizer soap`` with the default parameter override
+    (``_is_nonlinear_or_embedding`` → Adam: every other 2-D parameter is SOAP's) and hands it the
+    module's own parameters: the tp-local shard of ``linear_qkv`` (Q, K and V fused,
+    ``[(a + 2g)·d/tp, h]``; the QKV split is Muon's ``orthogonalize`` only), of ``linear_fc1``
+    (gate and up fused) and of every other linear layer. Emerging-Optimizers v0.3.0 (the rev
+    Megatron-LM's ``pyproject.toml`` pins) ``emerging_optimizers/soap/soap.py``
+    ``SOAP._init_group``: ``exp_avg`` and ``exp_avg_sq`` FP32 like the parameter,
+    ``init_kronecker_factors`` L = ``zeros(m, m)`` and R = ``zeros(n, n)``, Q_L = ``eye(m)``,
+    Q_R = ``eye(n)``, all in the default dtype (FP32), for any m and n (no dimension limit).
+    (Later Emerging-Optimizers, ``legacy_soap/soap.py``, also keeps ``eigvals_L`` and
+    ``eigvals_R``, m + n FP32 values; Megatron-LM imports ``emerging_optimizers.soap``, the
+    v0.3 path.)
+
+    >>> soap_preconditions_every_side("megatron"), soap_preconditions_every_side("textbook")
+    (True, False)
+    """
+    return str(framework) == "megatron"
 
 
 class OptimizerKind(StrEnum):
@@ -229,9 +263,11 @@ def _ffn(h: int, f: int, gated: bool, count: int, expert: bool) -> list[Matrix]:
     ]
 
 
-def layer_matrices(arch: Architecture, index: int) -> tuple[Matrix, ...]:
+def layer_matrices(arch: Architecture, index: int, fused_qkv: bool = False) -> tuple[Matrix, ...]:
     """The weight matrices of layer ``index``, as Megatron-Core's Muon splits them
-    (``--muon-split-qkv`` on by default: Q, K and V apart; fc1 fused).
+    (``--muon-split-qkv`` on by default: Q, K and V apart; fc1 fused); with ``fused_qkv``, as
+    the module holds them (Megatron-Core's ``linear_qkv``, one ``(a + 2g)·d × h`` matrix,
+    column-parallel: what its SOAP preconditions, :func:`soap_preconditions_every_side`).
 
     Examples
     --------
@@ -240,6 +276,8 @@ def layer_matrices(arch: Architecture, index: int) -> tuple[Matrix, ...]:
     ...                    ffn_hidden_size=32, vocab_size=16)
     >>> sum(m.rows * m.cols * m.count for m in layer_matrices(gpt, 0)) == 4 * 64 + 2 * 8 * 32
     True
+    >>> layer_matrices(gpt, 0, fused_qkv=True)[0]
+    Matrix(rows=24, cols=8, count=1, split=0, expert=False)
     """
     h, a = arch.hidden_size, arch.num_attention_heads
     gated = arch.mlp.gated
@@ -259,7 +297,8 @@ def layer_matrices(arch: Architecture, index: int) -> tuple[Matrix, ...]:
         ]
     else:
         d, g = arch.dim_per_head, arch.kv_heads
-        out += [Matrix(a * d, h), Matrix(g * d, h, 2), Matrix(h, a * d, split=1)]
+        qkv = [Matrix((a + 2 * g) * d, h)] if fused_qkv else [Matrix(a * d, h), Matrix(g * d, h, 2)]
+        out += qkv + [Matrix(h, a * d, split=1)]
     if not arch.is_moe_layer(index):
         return tuple(out + _ffn(h, arch.ffn_hidden_size, gated, 1, False))
     spec = arch.moe
@@ -271,22 +310,28 @@ def layer_matrices(arch: Architecture, index: int) -> tuple[Matrix, ...]:
     return tuple(out)
 
 
-def matrix_extra_bytes(kind: OptimizerKind | str, rows: int, cols: int) -> int:
+def matrix_extra_bytes(
+    kind: OptimizerKind | str, rows: int, cols: int, framework: str = "textbook"
+) -> int:
     """State one matrix of ``rows`` × ``cols`` keeps beyond :func:`element_bytes` × its
     elements: Adafactor's factored second moment, one FP32 value per row and per column,
-    ``4·(m + n)``; SOAP's FP32 preconditioner and eigenbasis of each side no wider than
-    :data:`SOAP_MAX_PRECOND_DIM`, ``8·m²`` and ``8·n²``; 0 for the others.
+    ``4·(m + n)``; SOAP's FP32 preconditioner and eigenbasis of each side, ``8·m²`` and
+    ``8·n²`` — under ``framework``'s SOAP (:func:`soap_preconditions_every_side`) every side,
+    under the reference one a side no wider than :data:`SOAP_MAX_PRECOND_DIM`; 0 for the others.
 
     >>> matrix_extra_bytes("adafactor", 4096, 4096), matrix_extra_bytes("soap", 4096, 4096)
     (32768, 268435456)
     >>> matrix_extra_bytes("soap", 28672, 4096) == 8 * 4096**2  # the 28,672 side: identity
+    True
+    >>> matrix_extra_bytes("soap", 28672, 4096, "megatron") == 8 * (28672**2 + 4096**2)
     True
     """
     k = OptimizerKind(kind)
     if k is OptimizerKind.ADAFACTOR:
         return 4 * (rows + cols)
     if k is OptimizerKind.SOAP:
-        return sum(8 * n * n for n in (rows, cols) if n <= SOAP_MAX_PRECOND_DIM)
+        every = soap_preconditions_every_side(framework)
+        return sum(8 * n * n for n in (rows, cols) if every or n <= SOAP_MAX_PRECOND_DIM)
     return 0
 
 
@@ -312,12 +357,13 @@ def state_bytes(
     embedding: int | Fraction = 0,
     vectors: int | Fraction = 0,
     adam_bytes: int = 12,
+    framework: str = "textbook",
 ) -> Fraction:
     """Optimizer-state bytes (master included) of ``layers``' matrices on one tensor-parallel
     rank (others over ``tp`` along their :attr:`Matrix.split`; routed experts over ``etp``
     so, and their number over ``ep``), plus ``embedding`` and ``vectors`` elements (already divided): the
     elements × :func:`element_bytes` of their class, plus :func:`matrix_extra_bytes` of each
-    local matrix. Before ZeRO; exact.
+    local matrix, as ``framework``'s optimizer sees them (:func:`_matrices`). Before ZeRO; exact.
 
     Examples
     --------
@@ -330,22 +376,31 @@ def state_bytes(
     Fraction(54705307648, 1)
     """
     k = OptimizerKind(kind)
-    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep)
+    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep, framework)
     total = (d_el + e_el) * element_bytes(k, ParamClass.MATRIX, adam_bytes) + d_ex + e_ex
     total += embedding * element_bytes(k, ParamClass.EMBEDDING, adam_bytes)
     return total + vectors * element_bytes(k, ParamClass.VECTOR, adam_bytes)
 
 
 def _matrices(
-    kind: OptimizerKind, arch: Architecture, layers: Iterable[int], tp: int, etp: int, ep: int
+    kind: OptimizerKind,
+    arch: Architecture,
+    layers: Iterable[int],
+    tp: int,
+    etp: int,
+    ep: int,
+    framework: str = "textbook",
 ) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
-    """((dense matrix elements, their extra bytes), (expert ones)) of ``layers`` on one GPU."""
+    """((dense matrix elements, their extra bytes), (expert ones)) of ``layers`` on one GPU;
+    Q, K and V one matrix where ``framework``'s SOAP sees the fused module
+    (:func:`soap_preconditions_every_side`)."""
+    fused = kind is OptimizerKind.SOAP and soap_preconditions_every_side(framework)
     d_el = d_ex = e_el = e_ex = Fraction(0)
     for j in layers:
-        for m in layer_matrices(arch, j):
+        for m in layer_matrices(arch, j, fused):
             rows, cols = m.local(etp if m.expert else tp)
             count = Fraction(m.count, ep) if m.expert else Fraction(m.count)
-            extra = count * matrix_extra_bytes(kind, rows, cols)
+            extra = count * matrix_extra_bytes(kind, rows, cols, framework)
             if m.expert:
                 e_el, e_ex = e_el + count * rows * cols, e_ex + extra
             else:
@@ -364,12 +419,13 @@ def stage_state_split(
     dense: Fraction | int,
     experts: Fraction | int,
     adam_bytes: int = 12,
+    framework: str = "textbook",
 ) -> tuple[Fraction, Fraction]:
     """(dense, routed-expert) optimizer-state bytes on one GPU of a pipeline stage before ZeRO,
     for a stage holding ``dense`` and ``experts`` parameter elements on the GPU (after tp, etp,
     ep), of which ``embedding`` are its input-embedding / output-layer elements: the stage's
-    matrices (:func:`layer_matrices` of ``layers``) by :func:`element_bytes` and
-    :func:`matrix_extra_bytes`, the embedding by its class, and what is left (norms, biases) as
+    matrices (:func:`layer_matrices` of ``layers``, as ``framework``'s optimizer sees them) by
+    :func:`element_bytes` and :func:`matrix_extra_bytes`, the embedding by its class, and what is left (norms, biases) as
     vectors. Under Adam: ``adam_bytes`` × each (the planner's figure before optimizers were
     named). What ZeRO shards is this over D (dense) and D_e (experts).
 
@@ -389,7 +445,7 @@ def stage_state_split(
     k = OptimizerKind(kind)
     if k is OptimizerKind.ADAM:
         return Fraction(adam_bytes) * dense, Fraction(adam_bytes) * experts
-    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep)
+    (d_el, d_ex), (e_el, e_ex) = _matrices(k, arch, tuple(layers), tp, etp, ep, framework)
     mat = element_bytes(k, ParamClass.MATRIX, adam_bytes)
     vec = element_bytes(k, ParamClass.VECTOR, adam_bytes)
     emb = element_bytes(k, ParamClass.EMBEDDING, adam_bytes)
@@ -412,9 +468,11 @@ def optimizer_scale(
     dense: Fraction | int,
     experts: Fraction | int,
     adam_bytes: int,
+    framework: str = "textbook",
 ) -> tuple[Fraction, Fraction]:
     """(dense, expert) factors that turn Adam's ``adam_bytes`` per element of optimizer state
-    into ``kind``'s (:func:`stage_state_split` ÷ ``adam_bytes`` × elements): what
+    into ``kind``'s as ``framework`` runs it (:func:`stage_state_split` ÷ ``adam_bytes`` ×
+    elements): what
     :func:`model.memory.state_terms` multiplies its optimizer term by. (1, 1) for Adam, and for a
     model without layers (a size only, refused for other optimizers upstream) or a stage with none.
 
@@ -427,7 +485,9 @@ def optimizer_scale(
     k = OptimizerKind(kind)
     if k is OptimizerKind.ADAM or arch is None or not adam_bytes:
         return Fraction(1), Fraction(1)
-    d, e = stage_state_split(k, arch, layers, tp, etp, ep, embedding, dense, experts, adam_bytes)
+    d, e = stage_state_split(
+        k, arch, layers, tp, etp, ep, embedding, dense, experts, adam_bytes, framework
+    )
     return (
         d / (adam_bytes * Fraction(dense)) if dense else Fraction(1),
         e / (adam_bytes * Fraction(experts)) if experts else Fraction(1),

@@ -22,7 +22,11 @@ def test_optimizer_state_per_gpu_by_hand():
 
     * Megatron-Core Muon (layer-wise distributed optimizer): hidden matrices 8 B
       (32 × 218,103,808 elements), embeddings and norms AdamW's 12 B (1,050,939,392):
-      68,445,847,552 / 8 = 8,555,730,944 B;
+      68,445,847,552 / 8 = 8,555,730,944 B on average. Whole matrices per rank
+      (``LayerWiseDistributedOptimizer``'s packing, :mod:`trainplan.model.layer_wise`): the
+      busiest rank holds 5 fc1, 3 fc2, 3 linear_qkv and 3 linear_proj, 8 B × (5 · 117,440,512
+      + 3 · 58,720,256 + 3 · 25,165,824 + 3 · 16,777,216) = 7,113,539,584 B against the average
+      6,979,321,856: 134,217,728 B more, 8,689,948,672 B;
     * 8-bit Adam (textbook profile): 6.03125 B × 6,979,321,856 + 12 B × 1,050,939,392 =
       54,705,307,648; / 8 = 6,838,163,456 B;
     * Adam: 12 B × 8,030,261,248 / 8 = 12,045,391,872 B.
@@ -50,7 +54,10 @@ def test_optimizer_state_per_gpu_by_hand():
         }
     )
     got = {k: json.loads(r.stdout) for k, r in runs.items()}
-    assert got["muon"]["memory"]["optimizer_bytes"] == 8_555_730_944
+    busiest = 8 * (5 * 117_440_512 + 3 * 58_720_256 + 3 * 25_165_824 + 3 * 16_777_216)
+    assert busiest == 7_113_539_584 and 8 * 32 * 218_103_808 // 8 == 6_979_321_856
+    assert 68_445_847_552 // 8 + busiest - 6_979_321_856 == 8_689_948_672
+    assert got["muon"]["memory"]["optimizer_bytes"] == 8_689_948_672
     assert got["muon"]["layout"]["optimizer"] == "muon"
     muon_rows = [r for r in got["muon"]["traffic"] if r["optimizer_step"]]
     assert [(r["axis"], r["bytes_per_step"]) for r in muon_rows] == [("dp", 24_427_626_496)]

@@ -5,8 +5,9 @@ optimizer state, over the per-stage parameter split of :mod:`model.terms.stage_p
   parameters under the layout's framework and ZeRO stage (:class:`model.memory.ModelState`);
 * :func:`stage_optimizer_scales`, :func:`optimizer_scales`, :func:`busiest_scales` — the layout's
   optimizer's state against Adam's (:func:`model.optimizers.optimizer_scale`);
-* :func:`stage_muon_work`, :func:`stage_muon_transient`, :func:`muon_transient_term`,
-  :func:`busiest_muon_work` — Muon's orthogonalisation at the optimizer step (:mod:`model.muon`);
+* :func:`stage_muon_work`, :func:`stage_muon_transient`, :func:`busiest_muon_work` — Muon's
+  orthogonalisation at the optimizer step (:mod:`model.muon`); :func:`stage_soap_transient`,
+  SOAP's step (:mod:`model.soap`); :func:`optimizer_transient_term`, either one's transient;
 * :func:`dispatch_buffer_term` — the expert dispatcher's resident buffers (DeepEP).
 
 Units: bytes on one GPU (FLOPs and matrix elements for Muon's work). Exact for one layout;
@@ -21,6 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
+from trainplan.model.layer_wise import busiest_rank_bytes
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
 from trainplan.model.memory import (
@@ -40,9 +42,19 @@ from trainplan.model.muon import (
     newton_schulz_flops,
 )
 from trainplan.model.offload import offload_staging_bytes
-from trainplan.model.optimizers import OptimizerKind, layer_matrices, optimizer_scale
+from trainplan.model.optimizers import (
+    OptimizerKind,
+    ParamClass,
+    element_bytes,
+    layer_matrices,
+    matrix_extra_bytes,
+    optimizer_scale,
+    soap_preconditions_every_side,
+)
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
+from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
+from trainplan.model.split import stage_chunks
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     mirror_layer_counts,
@@ -73,21 +85,57 @@ __all__ = [
     "stage_muon_work",
     "stage_muon_transient",
     "muon_whole_matrices",
-    "muon_transient_term",
+    "stage_soap_transient",
+    "optimizer_transient_term",
     "busiest_muon_work",
     "dispatch_buffer_term",
 ]
 
 
+def _busiest_matrix_excess(
+    key: SplitKey, kind: OptimizerKind, adam_bytes: int, framework: str, stage: int, shard: int
+) -> Fraction:
+    """Bytes by which the busiest of ``shard`` data-parallel ranks holds more of stage
+    ``stage``'s dense matrices' optimizer state than the average (× ``shard``, to be divided by
+    it with the rest of the state): Megatron-Core's layer-wise optimizer keeps each module
+    parameter whole on one rank (:func:`model.layer_wise.busiest_rank_bytes`; linear_qkv fused,
+    each matrix's :func:`model.optimizers.element_bytes` and
+    :func:`model.optimizers.matrix_extra_bytes` as ``framework`` runs ``kind``)."""
+    arch = key.model.arch
+    assert arch is not None
+    per_el = element_bytes(kind, ParamClass.MATRIX, adam_bytes)
+    chunks = []
+    for layers in stage_chunks(arch, key.pp, key.v, key.uneven, stage, key.sizes, key.schedule):
+        chunk = []
+        for j in layers:
+            for mat in layer_matrices(arch, j, fused_qkv=True):
+                if mat.expert:
+                    continue
+                m, n = mat.local(key.tp)
+                state = per_el * m * n + matrix_extra_bytes(kind, m, n, framework)
+                chunk += [(m, n, state)] * mat.count
+        chunks.append(chunk)
+    total = sum((b for c in chunks for _, _, b in c), Fraction(0))
+    return shard * busiest_rank_bytes(chunks, shard, stage == 0) - total
+
+
 @lru_cache(maxsize=CACHE)
 def stage_optimizer_scales(
-    key: SplitKey, kind: OptimizerKind, adam_bytes: int
+    key: SplitKey,
+    kind: OptimizerKind,
+    adam_bytes: int,
+    framework: str = "textbook",
+    shard: int = 1,
+    zero_stage: int = 0,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
-    """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s
-    (:func:`model.optimizers.optimizer_scale` of the stage's layers, its input embedding on the
-    first stage and its output layer — or the tied embedding's copy — on the last chunk's,
-    :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's optimizer-state
-    bytes per parameter. Exact, cached on the split structure and the optimizer."""
+    """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s as
+    ``framework`` runs it (:func:`model.optimizers.optimizer_scale` of the stage's layers, its
+    input embedding on the first stage and its output layer — or the tied embedding's copy — on
+    the last chunk's, :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's
+    optimizer-state bytes per parameter. Under Megatron-Core's layer-wise distributed optimizer
+    (``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP) the dense factor is the
+    busiest rank's (:func:`_busiest_matrix_excess`), not the average's. Exact, cached on the
+    split structure, the optimizer, the framework and the shard group."""
     arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * key.pp
@@ -99,19 +147,35 @@ def stage_optimizer_scales(
     )
     out = []
     tp, etp, ep = key.tp, key.etp, key.ep
+    layer_wise = (
+        framework == "megatron"
+        and zero_stage == 1
+        and shard > 1
+        and kind in (OptimizerKind.MUON, OptimizerKind.SOAP)
+        and bool(adam_bytes)
+    )
     for i, layers, dense, experts in stage_params_per_gpu(key):
         emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
-        out.append(
-            optimizer_scale(kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes)
+        d, e = optimizer_scale(
+            kind, arch, layers, tp, etp, ep, emb / tp, dense, experts, adam_bytes, framework
         )
+        if layer_wise and dense:
+            excess = _busiest_matrix_excess(key, kind, adam_bytes, framework, i, shard)
+            d += excess / (adam_bytes * Fraction(dense))
+        out.append((d, e))
     return tuple(out)
+
+
+_FRAMEWORK = SPLIT_FIELDS.index("framework")
 
 
 def _stage_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Any, ...]:
-    key = SplitKey.of(model, given, *fields)
-    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)
+    *split, shard, zero = fields
+    key = SplitKey.of(model, given, *split)
+    kind, framework = OptimizerKind(optimizer), str(split[_FRAMEWORK])
+    return stage_optimizer_scales(key, kind, adam_bytes, framework, int(shard), int(zero))
 
 
 def _busiest_scales(
@@ -119,7 +183,8 @@ def _busiest_scales(
 ) -> tuple[Fraction, Fraction]:
     key = SplitKey.of(model, given, *fields)
     busiest = busiest_stage(stage_params_per_gpu(key))
-    return stage_optimizer_scales(key, OptimizerKind(optimizer), adam_bytes)[busiest]
+    kind = OptimizerKind(optimizer)
+    return stage_optimizer_scales(key, kind, adam_bytes, str(fields[_FRAMEWORK]))[busiest]
 
 
 def busiest_scales(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -134,7 +199,8 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) factors on Adam's optimizer state of the stage ``f.stage`` under the
     layout's optimizer (:func:`stage_optimizer_scales`)."""
     args = (c.model, c.vocab_multiple, c.training.optimizer_bytes)
-    return f.per_stage(_stage_scales, args, "optimizer", *SPLIT_FIELDS)
+    names = ("optimizer", *SPLIT_FIELDS, "shard_degree", "zero_stage")
+    return f.per_stage(_stage_scales, args, *names)
 
 
 @lru_cache(maxsize=CACHE)
@@ -206,9 +272,6 @@ def muon_whole_matrices(framework: Any, muon_tp_mode: str | None) -> bool:
         return True
 
 
-_FRAMEWORK = SPLIT_FIELDS.index("framework")
-
-
 def _stage_transient(
     model: ModelSpec, given: int | None, mode: str | None, *fields: Any
 ) -> tuple[Any, ...]:
@@ -217,16 +280,55 @@ def _stage_transient(
     return stage_muon_transient(SplitKey.of(model, given, *fields), str(framework), whole)
 
 
-def muon_transient_term(c: Context, f: Fields) -> Any:
-    """Bytes the optimizer step of stage ``f.stage`` holds while Muon orthogonalises its
-    largest matrix (:func:`stage_muon_transient`): the gathered whole matrix and the
-    Newton–Schulz iteration's tensors, gathered over dp where Muon gathers there
-    (:func:`model.muon.muon_gathers_over_dp`, a shard group of more than one rank).
-    Every rank may own the largest matrix (Megatron-Core's layer-wise optimizer and
-    ``DistMuon`` spread whole matrices over the ranks), so the rank at its peak holds it.
+@lru_cache(maxsize=CACHE)
+def stage_soap_transient(key: SplitKey, framework: str) -> tuple[int, ...]:
+    """Per stage, the most bytes ``framework``'s SOAP step holds beyond its resident state:
+    the largest :func:`model.soap.soap_step_bytes` over the stage's matrices on one GPU (as the
+    optimizer sees them, :func:`model.optimizers.soap_preconditions_every_side`: tp-local, Q, K
+    and V fused under Megatron-Core; routed experts over etp), plus
+    :data:`model.soap.SOAP_CARRIED_TENSORS` FP32 tensors of the previous parameter's update,
+    bounded by the stage's largest matrix (which parameter a rank steps before its largest is
+    the layer-wise optimizer's packing). 0 where the profile's step is not modelled and for a
+    size-only model."""
+    arch = key.model.arch
+    if arch is None or not soap_step_bytes(1, 1, framework):
+        return (0,) * key.pp
+    fused = soap_preconditions_every_side(framework)
+    out = []
+    for layers in key.layers():
+        peak = largest = 0
+        for j in layers:
+            for mat in layer_matrices(arch, j, fused):
+                rows, cols = mat.local(key.etp if mat.expert else key.tp)
+                peak = max(peak, soap_step_bytes(rows, cols, framework))
+                largest = max(largest, rows * cols)
+        out.append(peak + SOAP_CARRIED_TENSORS * 4 * largest)
+    return tuple(out)
+
+
+def _stage_soap(model: ModelSpec, given: int | None, *fields: Any) -> tuple[int, ...]:
+    framework = str(fields[_FRAMEWORK])
+    return stage_soap_transient(SplitKey.of(model, given, *fields), framework)
+
+
+def optimizer_transient_term(c: Context, f: Fields) -> Any:
+    """Bytes the optimizer step of stage ``f.stage`` holds beyond the resident state while the
+    optimizer updates its largest matrix. Every rank may own the largest matrix
+    (Megatron-Core's layer-wise optimizer and ``DistMuon`` spread whole matrices over the
+    ranks), so the rank at its peak holds it.
+
+    * Muon (:func:`stage_muon_transient`): the gathered whole matrix and the Newton–Schulz
+      iteration's tensors, gathered over dp where Muon gathers there
+      (:func:`model.muon.muon_gathers_over_dp`, a shard group of more than one rank).
+    * SOAP (:func:`stage_soap_transient`): the factor, eigenbasis and projection tensors of its
+      step (:func:`model.soap.soap_step_bytes`).
+
     0 under any other optimizer."""
-    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON or c.model.arch is None:
+    kind = OptimizerKind(f.optimizer)
+    if c.model.arch is None or kind not in (OptimizerKind.MUON, OptimizerKind.SOAP):
         return 0
+    if kind is OptimizerKind.SOAP:
+        return f.per_stage(_stage_soap, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
     args = (c.model, c.vocab_multiple, c.training.muon_tp_mode)
     tp_only, every = f.per_stage(_stage_transient, args, *SPLIT_FIELDS)
     if not muon_gathers_over_dp(str(f.framework), int(f.zero_stage)):
@@ -311,7 +413,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         g, host = g + staging, host + staged
     dispatch = dispatch_buffer_term(c, f)
     g = g + embedding_grad_term(c, f, mech)
-    step = step + muon_transient_term(c, f)
+    step = step + optimizer_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
 
 

@@ -1,0 +1,100 @@
+"""Which data-parallel rank owns each whole matrix under Megatron-Core's layer-wise distributed
+optimizer, and the optimizer state the busiest rank holds.
+
+Megatron-Core runs its emerging optimizers (``--optimizer muon``, ``soap``) at
+``--use-distributed-optimizer`` through ``LayerWiseDistributedOptimizer``
+(``megatron/core/optimizer/layer_wise_optimizer.py``; Megatron-LM d98e8a64dd): every 2-D
+parameter but the embedding and output layer stays whole, with all its optimizer state, on one
+rank of the data-parallel group, which ``_compute_per_buffer_param_layout`` chooses. Per model
+chunk (``megatron/training/models/dist_utils.py``: one ``compute_full_param_layout`` per chunk,
+each with fresh loads) the chunk's matrices are walked in backprop order and cut into buckets;
+each bucket is packed longest-processing-time first by the Newton–Schulz cost
+``max(m, n)·min(m, n)²``: a matrix goes to the least-loaded rank whose bucket shard stays under
+``1.3 ×`` the bucket's mean (``_NUMEL_EPSILON = 0.3``), else to the rank with the fewest elements
+in the bucket. Only the first chunk of the first pipeline rank is bucketed
+(``bucket_size = max(40,000,000, 1,000,000 · dp)`` under ``--overlap-grad-reduce``); every other
+chunk is one bucket. The 64-element alignment of each parameter's start is left out (it moves a
+shard's fill by at most 63 elements per matrix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+__all__ = ["NUMEL_EPSILON", "layer_wise_bucket_size", "layer_wise_owners", "busiest_rank_bytes"]
+
+NUMEL_EPSILON = Fraction(3, 10)
+"""A bucket shard's element cap over the bucket's mean (``_NUMEL_EPSILON = 0.3``)."""
+
+
+def layer_wise_bucket_size(dp: int) -> int:
+    """Elements per bucket of the first chunk (``DistributedDataParallel``'s default
+    ``max(40000000, 1000000 * dp_size)``)."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def _cost(shape: tuple[int, int]) -> int:
+    big, small = max(shape), min(shape)
+    return big * small * small
+
+
+def layer_wise_owners(
+    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None
+) -> tuple[int, ...]:
+    """The data-parallel rank (0 … dp − 1) that owns each matrix of one model chunk, the
+    ``shapes`` (rows, cols) in model order, packed as the module docstring says; ``bucket``
+    elements per bucket, None for one bucket.
+
+    >>> layer_wise_owners([(4, 8), (16, 8), (4, 8), (8, 8)], 2)
+    (1, 0, 1, 1)
+    """
+    owner = [0] * len(shapes)
+    loads = [0] * dp
+
+    def emit(chunk: list[int]) -> None:
+        cap = Fraction(sum(shapes[i][0] * shapes[i][1] for i in chunk), dp) * (1 + NUMEL_EPSILON)
+        fill = [0] * dp
+        for i in sorted(chunk, key=lambda i: -_cost(shapes[i])):
+            numel = shapes[i][0] * shapes[i][1]
+            fits = [r for r in range(dp) if fill[r] + numel <= cap]
+            r = min(fits, key=lambda r: loads[r]) if fits else min(range(dp), key=fill.__getitem__)
+            fill[r] += numel
+            loads[r] += _cost(shapes[i])
+            owner[i] = r
+
+    chunk: list[int] = []
+    numel_sum = largest = 0
+    placed = [0] * dp
+    for i in reversed(range(len(shapes))):
+        numel = shapes[i][0] * shapes[i][1]
+        if bucket is not None and chunk:
+            threshold = max(bucket, int(dp * largest * 0.9))
+            if numel_sum >= threshold and min(placed) + numel > max(placed):
+                emit(chunk)
+                chunk, numel_sum, largest, placed = [], 0, 0, [0] * dp
+        placed[placed.index(min(placed))] += numel
+        chunk.append(i)
+        numel_sum += numel
+        largest = max(largest, numel)
+    emit(chunk)
+    return tuple(owner)
+
+
+def busiest_rank_bytes(
+    chunks: Sequence[Sequence[tuple[int, int, Fraction]]], dp: int, first_bucketed: bool
+) -> Fraction:
+    """The most optimizer-state bytes one data-parallel rank holds of a pipeline rank's
+    matrices: ``chunks``, per model chunk, (rows, cols, state bytes) of each matrix in model
+    order; the first chunk bucketed when ``first_bucketed`` (the first pipeline rank).
+
+    >>> busiest_rank_bytes([[(4, 8, Fraction(32)), (16, 8, Fraction(128))]], 2, False)
+    Fraction(128, 1)
+    """
+    per_rank = [Fraction(0)] * dp
+    for k, chunk in enumerate(chunks):
+        bucket = layer_wise_bucket_size(dp) if first_bucketed and k == 0 else None
+        owners = layer_wise_owners([(m, n) for m, n, _ in chunk], dp, bucket)
+        for r, (_, _, b) in zip(owners, chunk, strict=True):
+            per_rank[r] += b
+    return max(per_rank)
