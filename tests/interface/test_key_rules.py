@@ -191,7 +191,7 @@ def test_cli_refuses_what_the_framework_does_not_run():
     done = run_many(
         {
             "ds_ring": ["evaluate", *m8, "--dp", "2", "--cp", "4", "--seq-len", "8192",
-                        "--framework", "deepspeed"],
+                        "--framework", "deepspeed", "--cp-kind", "ring"],
             "ds_search": ["search", *m8, "--seq-len", "32768", "--global-batch", "8", "--cp", "4",
                           "--cp", "8", "--framework", "deepspeed", "--top", "1"],
             "norm": ["evaluate", *m8, "--dp", "8", "--set", "memory_efficient_norm=true"],
