@@ -15,6 +15,13 @@ in the bucket. Only the first chunk of the first pipeline rank is bucketed
 (``bucket_size = max(40,000,000, 1,000,000 · dp)`` under ``--overlap-grad-reduce``); every other
 chunk is one bucket. The 64-element alignment of each parameter's start is left out (it moves a
 shard's fill by at most 63 elements per matrix).
+
+The packing also sizes the chunk's gradient-reduce buffer (``_emit_bucket``: each bucket spans
+``dp × max(shard fill)`` elements, the largest shard padded to the shard divisor, which is left
+out here; ``param_and_grad_buffer.py`` ``_ParamAndGradBuffer.__init__`` allocates ``param_data``
+and ``grad_data`` at that ``numel`` on every rank): :func:`layer_wise_padding` is what it holds
+beyond the chunk's parameters. A tied embedding's copy with pipeline parallelism
+(``shared_embedding``) is a bucket of its own on shard 0, every other shard padded to its size.
 """
 
 from __future__ import annotations
@@ -22,7 +29,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-__all__ = ["NUMEL_EPSILON", "layer_wise_bucket_size", "layer_wise_owners", "busiest_rank_bytes"]
+from trainplan.model.optimizers import OptimizerKind
+
+__all__ = [
+    "NUMEL_EPSILON",
+    "layer_wise_bucket_size",
+    "layer_wise_owners",
+    "layer_wise_padding",
+    "busiest_rank_bytes",
+    "runs_layer_wise",
+]
 
 NUMEL_EPSILON = Fraction(3, 10)
 """A bucket shard's element cap over the bucket's mean (``_NUMEL_EPSILON = 0.3``)."""
@@ -39,20 +55,16 @@ def _cost(shape: tuple[int, int]) -> int:
     return big * small * small
 
 
-def layer_wise_owners(
-    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None
-) -> tuple[int, ...]:
-    """The data-parallel rank (0 … dp − 1) that owns each matrix of one model chunk, the
-    ``shapes`` (rows, cols) in model order, packed as the module docstring says; ``bucket``
-    elements per bucket, None for one bucket.
-
-    >>> layer_wise_owners([(4, 8), (16, 8), (4, 8), (8, 8)], 2)
-    (1, 0, 1, 1)
-    """
+def _pack(
+    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None
+) -> tuple[tuple[int, ...], int]:
+    """(:func:`layer_wise_owners`, the buffer elements of all the chunk's buckets)."""
     owner = [0] * len(shapes)
     loads = [0] * dp
+    padded = 0
 
     def emit(chunk: list[int]) -> None:
+        nonlocal padded
         cap = Fraction(sum(shapes[i][0] * shapes[i][1] for i in chunk), dp) * (1 + NUMEL_EPSILON)
         fill = [0] * dp
         for i in sorted(chunk, key=lambda i: -_cost(shapes[i])):
@@ -62,6 +74,7 @@ def layer_wise_owners(
             fill[r] += numel
             loads[r] += _cost(shapes[i])
             owner[i] = r
+        padded += dp * max(fill)
 
     chunk: list[int] = []
     numel_sum = largest = 0
@@ -77,8 +90,41 @@ def layer_wise_owners(
         chunk.append(i)
         numel_sum += numel
         largest = max(largest, numel)
-    emit(chunk)
-    return tuple(owner)
+    if chunk:
+        emit(chunk)
+    return tuple(owner), padded
+
+
+def layer_wise_owners(
+    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None
+) -> tuple[int, ...]:
+    """The data-parallel rank (0 … dp − 1) that owns each matrix of one model chunk, the
+    ``shapes`` (rows, cols) in model order, packed as the module docstring says; ``bucket``
+    elements per bucket, None for one bucket.
+
+    >>> layer_wise_owners([(4, 8), (16, 8), (4, 8), (8, 8)], 2)
+    (1, 0, 1, 1)
+    """
+    return _pack(shapes, dp, bucket)[0]
+
+
+def layer_wise_padding(
+    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None, shared: int = 0
+) -> int:
+    """Elements by which one model chunk's gradient-reduce buffer (and its parameter buffer)
+    exceeds its parameters on every rank of the ``dp`` ranks: its buckets, ``shapes`` (rows,
+    cols) in model order, packed as :func:`layer_wise_owners` with ``bucket`` elements per
+    bucket (None: one), each ``dp ×`` its largest shard; ``shared`` elements of a tied
+    embedding's pipeline copy in a bucket of their own (``dp × shared``). Megatron-Core
+    ``layer_wise_optimizer.py`` ``_compute_per_buffer_param_layout`` (``_emit_bucket``).
+
+    >>> layer_wise_padding([(16, 8), (4, 8)], 2)  # shards of 128 and 32: 2 × 128 − 160
+    96
+    >>> layer_wise_padding([], 4, shared=10)
+    30
+    """
+    numel = sum(m * n for m, n in shapes)
+    return _pack(shapes, dp, bucket)[1] - numel + (dp - 1) * shared
 
 
 def busiest_rank_bytes(
@@ -98,3 +144,23 @@ def busiest_rank_bytes(
         for r, (_, _, b) in zip(owners, chunk, strict=True):
             per_rank[r] += b
     return max(per_rank)
+
+
+def runs_layer_wise(
+    kind: OptimizerKind, adam_bytes: int, framework: str, shard: int, zero: int
+) -> bool:
+    """Whether Megatron-Core runs ``kind`` through its layer-wise distributed optimizer:
+    ``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP (``training.py``
+    ``wrap_model_chunks_with_ddp`` sets ``use_distributed_optimizer`` for it); ``adam_bytes``, Adam's
+    optimizer-state bytes per parameter, 0 for no optimizer state.
+
+    >>> runs_layer_wise(OptimizerKind.MUON, 12, "megatron", 8, 1)
+    True
+    """
+    return (
+        framework == "megatron"
+        and zero == 1
+        and shard > 1
+        and kind in (OptimizerKind.MUON, OptimizerKind.SOAP)
+        and bool(adam_bytes)
+    )

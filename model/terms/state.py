@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
-from trainplan.model.layer_wise import busiest_rank_bytes
+from trainplan.model.layer_wise import busiest_rank_bytes, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
 from trainplan.model.memory import (
@@ -62,6 +62,7 @@ from trainplan.model.terms.activation_fields import (
 )
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.terms.grad_buffers import embedding_grad_term
+from trainplan.model.terms.layer_wise_buffers import layer_wise_padding_term
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
     any_dualpipe,
@@ -134,8 +135,9 @@ def stage_optimizer_scales(
     the last chunk's, :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's
     optimizer-state bytes per parameter. Under Megatron-Core's layer-wise distributed optimizer
     (``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP) the dense factor is the
-    busiest rank's (:func:`_busiest_matrix_excess`), not the average's. Exact, cached on the
-    split structure, the optimizer, the framework and the shard group."""
+    busiest rank's (:func:`_busiest_matrix_excess`), not the average's
+    (:func:`model.layer_wise.runs_layer_wise`). Exact, cached on the split structure, the
+    optimizer, the framework and the shard group."""
     arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * key.pp
@@ -147,13 +149,7 @@ def stage_optimizer_scales(
     )
     out = []
     tp, etp, ep = key.tp, key.etp, key.ep
-    layer_wise = (
-        framework == "megatron"
-        and zero_stage == 1
-        and shard > 1
-        and kind in (OptimizerKind.MUON, OptimizerKind.SOAP)
-        and bool(adam_bytes)
-    )
+    layer_wise = runs_layer_wise(kind, adam_bytes, framework, shard, zero_stage)
     for i, layers, dense, experts in stage_params_per_gpu(key):
         emb = Fraction(counts.embedding if i == 0 else 0) + (last_copy if i == last else 0)
         d, e = optimizer_scale(
@@ -412,6 +408,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         staging, staged = offload_staging_bytes(mech, t.offload, largest_tensor_per_gpu(c, f))
         g, host = g + staging, host + staged
     dispatch = dispatch_buffer_term(c, f)
+    padding = layer_wise_padding_term(c, f)  # the layer-wise optimizer's shard-aligned buckets
+    w, g = w + mech.weights_full * padding, g + mech.grads_full * padding
     g = g + embedding_grad_term(c, f, mech)
     step = step + optimizer_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from trainplan.model.layer_wise import layer_wise_owners
+from trainplan.model.layer_wise import layer_wise_owners, layer_wise_padding
 from trainplan.model.optimizers import (
     layer_matrices,
     matrix_extra_bytes,
@@ -150,7 +150,9 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
         pp=32, virtual_stages=4, recompute="sqrt", schedule="interleaved", zero_stage=1,
     ).evaluate()  # fmt: skip
     assert case.stages[1].state.optimizer_bytes == 4 * fc1 + 393_216 == 52_211_089_408
-    assert int(case.peak.total_bytes) == 94_188_470_272 > 83_210_009_600
+    assert layer_wise_padding(shapes, 4) == 4 * 436_207_616 - 796_917_760 == 947_912_704
+    assert case.stages[1].state.weights_bytes == 2 * (3_187_802_112 + 4 * 947_912_704)
+    assert int(case.peak.total_bytes) == 94_188_470_272 + 4 * 947_912_704 * 6 == 116_938_375_168
 
 
 def test_soap_search_answers_fit_with_the_state_megatron_keeps():
@@ -161,16 +163,20 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     m² = 2,835,349,504, n² = 268,435,456): the QR of L, 2E + 4m² + n² = 13,354,663,936 FP32
     elements, 53,418,655,744 B, and the previous parameter's three update tensors, bounded by
     12·E = 10,468,982,784 B: 63,887,638,528 B; with the layer-wise packing's busiest rank (all
-    four fc1s on rank 0), 245.05 GB at its peak, far over capacity. dp 4 × tp 4 × pp 32 (v 4)
+    four fc1s on rank 0), 245.05 GB at its peak, far over capacity (374.30 GB with the padded
+    buckets below). dp 4 × tp 4 × pp 32 (v 4)
     holds 94.19 GB (:func:`test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0`).
-    The answer is now dp 4 × tp 4 × pp 32 with 3 model chunks a rank: fc1 [26,624, 16,384] on a
+    With the layer-wise optimizer's padded buckets counted (each chunk's buffers ``dp`` × its
+    largest shard; three one-layer chunks of that layout pad 3 × 947,912,704 elements, 98.4 GB)
+    the answer is dp 4 × tp 4 × pp 32 with 2 model chunks a rank: fc1 [26,624, 16,384] on a
     rank, whose step holds 4·(2E + 4m² + n²) + 12·E = 4·3,976,200,192 + 5,234,491,392 =
-    21,139,292,160 B; the busiest stage (31) holds 40.74 GB of optimizer state, 81.36 GB of
-    83.21 at its peak.
+    21,139,292,160 B; the busiest stage (31, three layers) holds 27.68 GB of optimizer state,
+    73.91 GB of 83.21 at its peak.
 
-    Llama 3 8B on 8 GPUs keeps its layout, dp 4 × tp 2, ZeRO 1: 34.61 GB of optimizer state
-    (:func:`test_llama3_8b_soap_state_on_a_rank_by_hand`), 81.85 GB of 83.21 at the
-    forward-backward peak (the step's 4.53 GB stays under the activations it replaces)."""
+    Llama 3 8B on 8 GPUs moves from dp 4 × tp 2 (81.85 GB before the padding; its first chunk's
+    output layer and embedding, 262,668,288 elements each, pad their buckets to 4× that) to
+    dp 2 × tp 2 × pp 2 (v 2), ZeRO 1: 33.65 GB of optimizer state, 72.78 GB of 83.21 at the
+    forward-backward peak."""
     import trainplan
 
     big = {"model": "llama3-405b", "optimizer": "soap", "seq_len": 8192}
@@ -181,19 +187,21 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     e, mm, nn = 53248 * 16384, 53248**2, 16384**2
     assert 2 * e + 4 * mm + nn == 13_354_663_936
     assert old.stages[1].state.step_bytes == 4 * 13_354_663_936 + 12 * e == 63_887_638_528
-    assert int(old.peak.total_bytes) == 245_048_999_936
+    # each one-layer chunk's buckets: 8 × fc1's 872,415,232 elements for 1,593,835,520
+    padding = 8 * 872_415_232 - 1_593_835_520
+    assert int(old.peak.total_bytes) == 245_048_999_936 + 4 * padding * 6 == 374_300_672_000
     capacity = 83_210_009_600
     r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
     lay = r.best.estimate.layout
-    assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (4, 4, 32, 3, 1)
+    assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (4, 4, 32, 2, 1)
     e, mm = 26624 * 16384, 26624**2
     assert 4 * (2 * e + 4 * mm + nn) + 12 * e == 21_139_292_160
     assert r.best.estimate.stages[31].state.step_bytes == 21_139_292_160
-    assert r.best.estimate.stages[31].state.optimizer_bytes == 40_737_521_664
-    assert int(r.best.estimate.peak.total_bytes) == 81_360_044_032 < capacity
+    assert r.best.estimate.stages[31].state.optimizer_bytes == 27_684_847_616
+    assert int(r.best.estimate.peak.total_bytes) == 73_906_765_824 < capacity
     small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
     assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
-        4, 2, 1, 1,
+        2, 2, 2, 1,
     )  # fmt: skip
-    assert small.stages[0].state.optimizer_bytes == 34_611_146_752
-    assert int(small.peak.total_bytes) == 81_853_190_144 < capacity
+    assert small.stages[0].state.optimizer_bytes == 33_654_833_152
+    assert int(small.peak.total_bytes) == 72_777_990_144 < capacity
