@@ -87,13 +87,21 @@ def tp_overlap_for(
     return TpOverlap.NONE if torchtitan_plan else TpOverlap.ASYNC
 
 
-def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:
-    """Refuse a tensor-parallel overlap mechanism the framework does not have.
+def check_tp_overlap(overlap: TpOverlap, framework: str, fp8_recipe: str | None = None) -> None:
+    """Refuse a tensor-parallel overlap mechanism the framework does not have, or that does not
+    run with the FP8 recipe ``fp8_recipe`` (:class:`model.precision.Fp8Recipe`'s value; None
+    outside FP8): Transformer Engine's userbuffers fill their all-gather buffer through
+    ``fill_userbuffers_buffer_for_all_gather`` (``transformer_engine/pytorch/module/base.py``),
+    which takes FP8 delayed and current (tensorwise) scaling and MXFP8 quantizers only and
+    raises ``Unsupported quantizer for Userbuffers`` for the blockwise one, and Megatron-Core
+    turns the all-gather overlap on with ``tp_comm_overlap`` (``tp_comm_overlap_ag`` default
+    True, ``TELayerNormColumnParallelLinear``).
 
     Raises
     ------
     InputError
-        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2`` or ``deepspeed``.
+        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2`` or ``deepspeed``,
+        ``full`` with the ``blockwise`` FP8 recipe.
 
     Examples
     --------
@@ -112,6 +120,12 @@ def check_tp_overlap(overlap: TpOverlap, framework: str) -> None:
         raise InputError(
             f"tp_comm_overlap: {overlap} ({name}) needs framework {' or '.join(allowed)}, "
             f"not {framework}"
+        )
+    if overlap is TpOverlap.FULL and str(fp8_recipe) == "blockwise":
+        raise InputError(
+            "tp_comm_overlap: full (Transformer Engine's userbuffers) does not run with "
+            "fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
+            "tensorwise and mxfp8 quantizers only); use another recipe or tp_comm_overlap async"
         )
 
 

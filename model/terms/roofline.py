@@ -226,9 +226,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     assert d.hbm_bytes_per_s is not None
     gathered = keeps_gathered_inputs(Framework(f.framework), t)
     overlap = tp_overlap_for(f.framework, o.tp_comm_overlap, gathered)
-    check_tp_overlap(overlap, f.framework)
     cached = te_caches_fp8_weights(f.framework)
     recipe = fp8_recipe_of(f.framework, t.fp8_recipe) if t.precision is Precision.FP8 else None
+    check_tp_overlap(overlap, f.framework, None if recipe is None else str(recipe))
     speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
     p = params_of(c, f.framework)
     ao = torchao_fp8_rates(

@@ -52,3 +52,33 @@ def test_search_answers_a_layout_that_fits_with_them():
     assert (lay["recompute"], lay["micro_batch_size"]) == ("none", 1)
     assert m["userbuffer_bytes"] == 1_650_871_296
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
+
+
+def test_userbuffers_refuse_the_blockwise_fp8_recipe_in_a_fresh_process():
+    """Transformer Engine's userbuffers fill their all-gather buffer through
+    ``fill_userbuffers_buffer_for_all_gather`` (module/base.py), which takes delayed, tensorwise
+    and MXFP8 quantizers only and raises for the blockwise one: evaluate and search refuse the
+    pair in one line, exit 2; delayed scaling with userbuffers still runs."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "trainplan"]
+    job = ["--model", "llama3-70b", "--gpus", "64", "--precision", "fp8"]
+    full = ["--set", "tp_comm_overlap=full"]
+    for cmd in (["evaluate", *job, "--tp", "8", "--pp", "2"], ["search", *job, "--top", "1"]):
+        res = subprocess.run(
+            [*base, *cmd, "--fp8-recipe", "blockwise", *full], capture_output=True, text=True
+        )
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().splitlines() == [
+            "Error: tp_comm_overlap: full (Transformer Engine's userbuffers) does not run with "
+            "fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
+            "tensorwise and mxfp8 quantizers only); use another recipe or tp_comm_overlap async"
+        ]
+        assert "Traceback" not in res.stderr and res.stdout == ""
+    ok = subprocess.run(
+        [*base, "evaluate", *job, "--tp", "8", "--pp", "2", "--fp8-recipe", "delayed", *full],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
