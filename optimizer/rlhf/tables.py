@@ -405,7 +405,7 @@ def int_costs(
         up(cost.host_bytes),
         tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
         tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
-        up(cost.resident_bytes),
+        resident_int(cost),
     )
 
 
