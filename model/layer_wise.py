@@ -11,21 +11,31 @@ each with fresh loads) the chunk's matrices are walked in backprop order and cut
 each bucket is packed longest-processing-time first by the Newton–Schulz cost
 ``max(m, n)·min(m, n)²``: a matrix goes to the least-loaded rank whose bucket shard stays under
 ``1.3 ×`` the bucket's mean (``_NUMEL_EPSILON = 0.3``), else to the rank with the fewest elements
-in the bucket. Only the first chunk of the first pipeline rank is bucketed
+in the bucket. Each matrix starts on a 64-element boundary (``param_layout.py``
+``pad_param_start``). Only the first chunk of the first pipeline rank is bucketed
 (``bucket_size = max(40,000,000, 1,000,000 · dp)`` under ``--overlap-grad-reduce``); every other
-chunk is one bucket. The 64-element alignment of each parameter's start is left out (it moves a
-shard's fill by at most 63 elements per matrix).
+chunk is one bucket. The routed experts' matrices are a buffer of their own, packed alike over
+the expert data-parallel ranks (``compute_full_param_layout``, ``is_expert_parallel``).
+
+The embedding, a multi-token-prediction module's embedding and the output layer (a tied
+embedding's pipeline copy too) are not the layer-wise optimizer's
+(``is_managed_by_layer_wise_optimizer`` is False for ``is_embedding_or_output_parameter``, which
+``language_module.py`` ``setup_embeddings_and_output_layer`` sets):
+``tag_params_for_buffer_routing`` sends them, with the norms and biases, to a buffer laid out
+byte by byte as the distributed optimizer lays out its own, which a ``DistributedOptimizer`` over
+the data-parallel group shards (``optimizer/__init__.py``: ``use_separate_distributed_optimizer``),
+so nothing here packs them.
 
 The packing also sizes the chunk's gradient-reduce buffer (``_emit_bucket``: each bucket spans
-``dp × max(shard fill)`` elements, the largest shard padded to the shard divisor, which is left
-out here; ``param_and_grad_buffer.py`` ``_ParamAndGradBuffer.__init__`` allocates ``param_data``
-and ``grad_data`` at that ``numel`` on every rank): :func:`layer_wise_padding` is what it holds
-beyond the chunk's parameters. A tied embedding's copy with pipeline parallelism
-(``shared_embedding``) is a bucket of its own on shard 0, every other shard padded to its size.
+``dp × max(shard fill)`` elements, the largest shard rounded up to the shard divisor
+``lcm(64, lcm(dp, 128) / dp)``, ``_shard_divisor``; ``param_and_grad_buffer.py``
+``_ParamAndGradBuffer.__init__`` allocates ``param_data`` and ``grad_data`` at that ``numel`` on
+every rank): :func:`layer_wise_padding` is what it holds beyond the chunk's matrices.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -33,6 +43,8 @@ from trainplan.model.optimizers import OptimizerKind
 
 __all__ = [
     "NUMEL_EPSILON",
+    "ALIGN",
+    "shard_divisor",
     "layer_wise_bucket_size",
     "layer_wise_owners",
     "layer_wise_padding",
@@ -42,6 +54,10 @@ __all__ = [
 
 NUMEL_EPSILON = Fraction(3, 10)
 """A bucket shard's element cap over the bucket's mean (``_NUMEL_EPSILON = 0.3``)."""
+
+ALIGN = 64
+"""Elements each matrix's start in a shard is aligned to (``param_layout.py``
+``pad_param_start``)."""
 
 
 def layer_wise_bucket_size(dp: int) -> int:
@@ -55,6 +71,22 @@ def _cost(shape: tuple[int, int]) -> int:
     return big * small * small
 
 
+def _up(value: int, divisor: int) -> int:
+    """``value`` rounded up to a multiple of ``divisor`` (``param_layout.py`` ``pad_to_divisor``)."""
+    return -(-value // divisor) * divisor
+
+
+def shard_divisor(dp: int) -> int:
+    """Elements a bucket's shard is rounded up to: ``lcm(64, lcm(dp, 128) / dp)``
+    (``LayerWiseDistributedOptimizer._shard_divisor``; ``bucket_end_divisor`` without
+    ``pad_buckets_for_high_nccl_busbw``, its default).
+
+    >>> shard_divisor(4), shard_divisor(3)
+    (64, 128)
+    """
+    return math.lcm(64, math.lcm(dp, 128) // dp)
+
+
 def _pack(
     shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None
 ) -> tuple[tuple[int, ...], int]:
@@ -62,6 +94,7 @@ def _pack(
     owner = [0] * len(shapes)
     loads = [0] * dp
     padded = 0
+    divisor = shard_divisor(dp)
 
     def emit(chunk: list[int]) -> None:
         nonlocal padded
@@ -69,12 +102,12 @@ def _pack(
         fill = [0] * dp
         for i in sorted(chunk, key=lambda i: -_cost(shapes[i])):
             numel = shapes[i][0] * shapes[i][1]
-            fits = [r for r in range(dp) if fill[r] + numel <= cap]
+            fits = [r for r in range(dp) if _up(fill[r], ALIGN) + numel <= cap]
             r = min(fits, key=lambda r: loads[r]) if fits else min(range(dp), key=fill.__getitem__)
-            fill[r] += numel
+            fill[r] = _up(fill[r], ALIGN) + numel
             loads[r] += _cost(shapes[i])
             owner[i] = r
-        padded += dp * max(fill)
+        padded += dp * _up(max(fill), divisor)
 
     chunk: list[int] = []
     numel_sum = largest = 0
@@ -83,10 +116,12 @@ def _pack(
         numel = shapes[i][0] * shapes[i][1]
         if bucket is not None and chunk:
             threshold = max(bucket, int(dp * largest * 0.9))
-            if numel_sum >= threshold and min(placed) + numel > max(placed):
+            absorbs = _up(min(placed), ALIGN) + numel <= _up(max(placed), divisor)
+            if numel_sum >= threshold and not absorbs:
                 emit(chunk)
                 chunk, numel_sum, largest, placed = [], 0, 0, [0] * dp
-        placed[placed.index(min(placed))] += numel
+        low = placed.index(min(placed))
+        placed[low] = _up(placed[low], ALIGN) + numel
         chunk.append(i)
         numel_sum += numel
         largest = max(largest, numel)
@@ -109,22 +144,22 @@ def layer_wise_owners(
 
 
 def layer_wise_padding(
-    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None, shared: int = 0
+    shapes: Sequence[tuple[int, int]], dp: int, bucket: int | None = None
 ) -> int:
-    """Elements by which one model chunk's gradient-reduce buffer (and its parameter buffer)
-    exceeds its parameters on every rank of the ``dp`` ranks: its buckets, ``shapes`` (rows,
-    cols) in model order, packed as :func:`layer_wise_owners` with ``bucket`` elements per
-    bucket (None: one), each ``dp ×`` its largest shard; ``shared`` elements of a tied
-    embedding's pipeline copy in a bucket of their own (``dp × shared``). Megatron-Core
-    ``layer_wise_optimizer.py`` ``_compute_per_buffer_param_layout`` (``_emit_bucket``).
+    """Elements by which one model chunk's layer-wise gradient-reduce buffer (and its parameter
+    buffer) exceeds its matrices on every rank of the ``dp`` ranks: its buckets, ``shapes``
+    (rows, cols) in model order, packed as :func:`layer_wise_owners` with ``bucket`` elements per
+    bucket (None: one), each ``dp ×`` its largest shard rounded up to :func:`shard_divisor`.
+    Megatron-Core ``layer_wise_optimizer.py`` ``_compute_per_buffer_param_layout``
+    (``_emit_bucket``).
 
-    >>> layer_wise_padding([(16, 8), (4, 8)], 2)  # shards of 128 and 32: 2 × 128 − 160
+    >>> layer_wise_padding([(16, 8), (4, 8)], 2)  # shards of 128 and 32, rounded to 64: 2 × 128 − 160
     96
-    >>> layer_wise_padding([], 4, shared=10)
-    30
+    >>> layer_wise_padding([(4, 8)], 4)  # one shard of 32, rounded to 64: 4 × 64 − 32
+    224
     """
     numel = sum(m * n for m, n in shapes)
-    return _pack(shapes, dp, bucket)[1] - numel + (dp - 1) * shared
+    return _pack(shapes, dp, bucket)[1] - numel
 
 
 def busiest_rank_bytes(

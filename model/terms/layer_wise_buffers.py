@@ -14,7 +14,6 @@ from typing import Any
 from trainplan.model.layer_wise import layer_wise_bucket_size, layer_wise_padding, runs_layer_wise
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind, layer_matrices
-from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.split import stage_chunks
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
@@ -29,20 +28,20 @@ def stage_layer_wise_padding(
     key: SplitKey, shard: int, expert_shard: int
 ) -> tuple[tuple[int, int], ...]:
     """Per stage, the (dense, expert) elements by which Megatron-Core's layer-wise optimizer's
-    shard-aligned buckets pad one GPU's parameter and gradient buffers beyond its parameters
-    (:func:`model.layer_wise.layer_wise_padding` of each model chunk; the dense buffer packed
-    over the ``shard`` data-parallel ranks with the chunk's input embedding or output layer,
-    ``vocab / tp`` rows, a tied embedding's copies each a bucket of their own when pp > 1; the
-    expert buffer, the chunk's local experts, over the ``expert_shard`` ranks; each model chunk
-    its own buffers, ``training.py`` ``wrap_model_chunks_with_ddp``). The first chunk of the
-    first stage is bucketed. Norms and biases are left out. Zeros for a size-only model."""
+    shard-aligned buckets pad one GPU's parameter and gradient buffers beyond its matrices
+    (:func:`model.layer_wise.layer_wise_padding` of each model chunk; the dense buffer, the
+    chunk's layers' matrices, packed over the ``shard`` data-parallel ranks; the expert buffer,
+    the chunk's local experts, over the ``expert_shard`` ranks; each model chunk its own
+    buffers, ``dist_utils.py`` ``wrap_model_chunks_with_ddp``). The first chunk of the first
+    stage is bucketed. The embedding, output layer (and a tied embedding's copy), norms and
+    biases are in the distributed optimizer's byte-level buffer instead
+    (``layer_wise_optimizer.py`` ``tag_params_for_buffer_routing``), whose padding, each
+    bucket's end to a multiple of ``lcm(dp, 128)`` and each parameter's start to 64 elements
+    (``distrib_optimizer.py`` ``_compute_per_buffer_param_layout``), is left out. Zeros for a
+    size-only model."""
     arch = key.model.arch
     if arch is None:
         return ((0, 0),) * key.pp
-    vocab, last = key.vocab(), key.output_rank()
-    counts = count_params(arch, vocab)
-    tied = not counts.output and shares_embedding_with_last_stage(arch)
-    rows = -(-vocab // key.tp)
     bucket = layer_wise_bucket_size(shard)
     out = []
     for i in range(key.pp):
@@ -54,19 +53,8 @@ def stage_layer_wise_padding(
             e = [
                 mat.local(key.etp) for mat in mats if mat.expert for _ in range(mat.count // key.ep)
             ]
-            shared = 0
-            if i == 0 and k == 0 and counts.embedding:
-                if tied and key.pp > 1:
-                    shared += rows * arch.hidden_size
-                else:
-                    d.insert(0, (rows, arch.hidden_size))
-            if i == last and k == len(chunks) - 1:
-                if counts.output:
-                    d.append((rows, arch.hidden_size))
-                elif tied and key.pp > 1:
-                    shared += rows * arch.hidden_size
             first = bucket if i == 0 and k == 0 else None
-            dense += layer_wise_padding(d, shard, first, shared)
+            dense += layer_wise_padding(d, shard, first)
             if expert_shard > 1:
                 expert += layer_wise_padding(e, expert_shard, first)
         out.append((dense, expert))
