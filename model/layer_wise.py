@@ -163,18 +163,20 @@ def layer_wise_padding(
 
 
 def busiest_rank_bytes(
-    chunks: Sequence[Sequence[tuple[int, int, Fraction]]], dp: int, first_bucketed: bool
+    chunks: Sequence[Sequence[tuple[int, int, Fraction]]], dp: int, first_bucket: int | None
 ) -> Fraction:
-    """The most optimizer-state bytes one data-parallel rank holds of a pipeline rank's
-    matrices: ``chunks``, per model chunk, (rows, cols, state bytes) of each matrix in model
-    order; the first chunk bucketed when ``first_bucketed`` (the first pipeline rank).
+    """The most optimizer-state bytes one of ``dp`` data-parallel ranks holds of a pipeline
+    rank's matrices: ``chunks``, per model chunk, (rows, cols, state bytes) of each matrix in
+    model order; the first chunk cut into buckets of ``first_bucket`` elements
+    (:func:`layer_wise_bucket_size` of the dense data-parallel group on the first pipeline rank,
+    for its expert buffer too; None: one bucket).
 
-    >>> busiest_rank_bytes([[(4, 8, Fraction(32)), (16, 8, Fraction(128))]], 2, False)
+    >>> busiest_rank_bytes([[(4, 8, Fraction(32)), (16, 8, Fraction(128))]], 2, None)
     Fraction(128, 1)
     """
     per_rank = [Fraction(0)] * dp
     for k, chunk in enumerate(chunks):
-        bucket = layer_wise_bucket_size(dp) if first_bucketed and k == 0 else None
+        bucket = first_bucket if k == 0 else None
         owners = layer_wise_owners([(m, n) for m, n, _ in chunk], dp, bucket)
         for r, (_, _, b) in zip(owners, chunk, strict=True):
             per_rank[r] += b

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
-from trainplan.model.layer_wise import busiest_rank_bytes, runs_layer_wise
+from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
 from trainplan.model.memory import (
@@ -94,30 +94,43 @@ __all__ = [
 
 
 def _busiest_matrix_excess(
-    key: SplitKey, kind: OptimizerKind, adam_bytes: int, framework: str, stage: int, shard: int
+    key: SplitKey,
+    kind: OptimizerKind,
+    adam_bytes: int,
+    framework: str,
+    stage: int,
+    shard: int,
+    expert_shard: int = 0,
 ) -> Fraction:
     """Bytes by which the busiest of ``shard`` data-parallel ranks holds more of stage
     ``stage``'s dense matrices' optimizer state than the average (× ``shard``, to be divided by
-    it with the rest of the state): Megatron-Core's layer-wise optimizer keeps each module
-    parameter whole on one rank (:func:`model.layer_wise.busiest_rank_bytes`; linear_qkv fused,
-    each matrix's :func:`model.optimizers.element_bytes` and
-    :func:`model.optimizers.matrix_extra_bytes` as ``framework`` runs ``kind``)."""
+    it with the rest of the state) — or, given ``expert_shard``, the busiest of that many expert
+    data-parallel ranks of its routed experts' matrices (× ``expert_shard``): Megatron-Core's
+    layer-wise optimizer keeps each module parameter whole on one rank
+    (:func:`model.layer_wise.busiest_rank_bytes`; linear_qkv fused; the local experts,
+    ``count / ep`` of each at ``etp``, a buffer of their own, ``layer_wise_optimizer.py``
+    ``compute_full_param_layout``; each matrix's :func:`model.optimizers.element_bytes` and
+    :func:`model.optimizers.matrix_extra_bytes` as ``framework`` runs ``kind``). The first
+    stage's first chunk is bucketed by the dense group's size for both buffers
+    (``dist_utils.py``: one ``bucket_size`` per chunk, from ``dp_cp``)."""
     arch = key.model.arch
     assert arch is not None
+    expert, ranks = bool(expert_shard), expert_shard or shard
     per_el = element_bytes(kind, ParamClass.MATRIX, adam_bytes)
     chunks = []
     for layers in stage_chunks(arch, key.pp, key.v, key.uneven, stage, key.sizes, key.schedule):
         chunk = []
         for j in layers:
             for mat in layer_matrices(arch, j, fused_qkv=True):
-                if mat.expert:
+                if mat.expert != expert:
                     continue
-                m, n = mat.local(key.tp)
+                m, n = mat.local(key.etp if expert else key.tp)
                 state = per_el * m * n + matrix_extra_bytes(kind, m, n, framework)
-                chunk += [(m, n, state)] * mat.count
+                chunk += [(m, n, state)] * (mat.count // key.ep if expert else mat.count)
         chunks.append(chunk)
     total = sum((b for c in chunks for _, _, b in c), Fraction(0))
-    return shard * busiest_rank_bytes(chunks, shard, stage == 0) - total
+    first = layer_wise_bucket_size(shard) if stage == 0 else None
+    return ranks * busiest_rank_bytes(chunks, ranks, first) - total
 
 
 @lru_cache(maxsize=CACHE)
@@ -128,16 +141,19 @@ def stage_optimizer_scales(
     framework: str = "textbook",
     shard: int = 1,
     zero_stage: int = 0,
+    expert_shard: int = 1,
 ) -> tuple[tuple[Fraction, Fraction], ...]:
     """Per stage, the (dense, expert) factors on Adam's optimizer state that give ``kind``'s as
     ``framework`` runs it (:func:`model.optimizers.optimizer_scale` of the stage's layers, its
     input embedding on the first stage and its output layer — or the tied embedding's copy — on
     the last chunk's, :func:`model.split.output_rank`). (1, 1) for Adam. ``adam_bytes``: Adam's
     optimizer-state bytes per parameter. Under Megatron-Core's layer-wise distributed optimizer
-    (``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP) the dense factor is the
-    busiest rank's (:func:`_busiest_matrix_excess`), not the average's
-    (:func:`model.layer_wise.runs_layer_wise`). Exact, cached on the split structure, the
-    optimizer, the framework and the shard group."""
+    (``megatron`` at ZeRO 1 over ``shard`` > 1 ranks, Muon or SOAP,
+    :func:`model.layer_wise.runs_layer_wise`) the dense factor is the busiest rank's of the
+    ``shard`` ranks and the expert factor the busiest's of the ``expert_shard`` expert
+    data-parallel ranks (:func:`_busiest_matrix_excess`), not the averages; the two busiest may
+    be different GPUs, so their sum is an upper bound where they are. Exact, cached on the split
+    structure, the optimizer, the framework and the shard groups."""
     arch = key.model.arch
     if kind is OptimizerKind.ADAM or arch is None:
         return ((Fraction(1), Fraction(1)),) * key.pp
@@ -158,6 +174,11 @@ def stage_optimizer_scales(
         if layer_wise and dense:
             excess = _busiest_matrix_excess(key, kind, adam_bytes, framework, i, shard)
             d += excess / (adam_bytes * Fraction(dense))
+        if layer_wise and experts and expert_shard > 1:
+            excess = _busiest_matrix_excess(
+                key, kind, adam_bytes, framework, i, shard, expert_shard
+            )
+            e += excess / (adam_bytes * Fraction(experts))
         out.append((d, e))
     return tuple(out)
 
@@ -168,10 +189,12 @@ _FRAMEWORK = SPLIT_FIELDS.index("framework")
 def _stage_scales(
     model: ModelSpec, given: int | None, adam_bytes: int, optimizer: Any, *fields: Any
 ) -> tuple[Any, ...]:
-    *split, shard, zero = fields
+    *split, shard, zero, expert_shard = fields
     key = SplitKey.of(model, given, *split)
     kind, framework = OptimizerKind(optimizer), str(split[_FRAMEWORK])
-    return stage_optimizer_scales(key, kind, adam_bytes, framework, int(shard), int(zero))
+    return stage_optimizer_scales(
+        key, kind, adam_bytes, framework, int(shard), int(zero), int(expert_shard)
+    )
 
 
 def _busiest_scales(
@@ -195,7 +218,7 @@ def optimizer_scales(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, expert) factors on Adam's optimizer state of the stage ``f.stage`` under the
     layout's optimizer (:func:`stage_optimizer_scales`)."""
     args = (c.model, c.vocab_multiple, c.training.optimizer_bytes)
-    names = ("optimizer", *SPLIT_FIELDS, "shard_degree", "zero_stage")
+    names = ("optimizer", *SPLIT_FIELDS, "shard_degree", "zero_stage", "expert_shard_degree")
     return f.per_stage(_stage_scales, args, *names)
 
 

@@ -1,4 +1,5 @@
-"""The padded parameter and gradient buffers of Megatron-Core's layer-wise distributed optimizer.
+"""The padded parameter and gradient buffers of Megatron-Core's layer-wise distributed optimizer,
+and the optimizer state of its busiest rank, dense and expert.
 
 Source: Megatron-LM ``megatron/core/optimizer/layer_wise_optimizer.py``
 ``LayerWiseDistributedOptimizer._compute_per_buffer_param_layout`` (``_emit_bucket``: a bucket
@@ -98,3 +99,42 @@ def test_shards_round_to_the_shard_divisor() -> None:
     assert layer_wise_owners([(8, 9)] * 3, 2) == (0, 1, 0)
     assert layer_wise_padding([FC1, FC1], 2) == 0
     assert layer_wise_padding([FC1, FC2], 4) == 4 * 58_720_256 - 88_080_384
+
+
+def test_mixtral_busiest_expert_rank_by_hand() -> None:
+    """Mixtral 8x7B, Muon, dp 16 × pp 2 (4 model chunks of 4 layers a rank) × ep 8, ZeRO 1: each
+    layer's one local expert, fc1 [28,672, 4,096] 117,440,512 and fc2 [4,096, 14,336]
+    58,720,256 elements, packed over the 2 expert data-parallel ranks in the expert buffer
+    (``compute_full_param_layout`` with ``expert_data_parallel_world_size``); the first chunk
+    of pipeline rank 0 cut into 40,000,000-element buckets (``max(40e6, 1e6 · dp_cp)``).
+
+    First chunk, backprop order fc2₃ fc1₃ fc2₂ fc1₂ fc2₁ fc1₁ fc2₀ fc1₀. Bucket A closes before
+    fc1₂ (234,881,024 ≥ int(0.9 · 2 · 117,440,512) = 211,392,921 and fc1₂ would grow the fuller
+    shard): fc1₃ to rank 0, fc2₃ and fc2₂ to rank 1 (cap 1.3 · 234,881,024 / 2 = 152,672,665).
+    Bucket B (fc1₂ fc2₁ fc1₁ fc2₀; fc2₀ fills the estimate's gap, fc1₀ would not): the loads
+    even (2 · fc1's cost each), fc1₂ to rank 0, fc1₁ to rank 1 (rank 0 would pass the cap
+    228,982,374), fc2₁ to rank 0, fc2₀ to rank 1. Bucket C: fc1₀ to rank 0. Rank 0: three
+    fc1 and one fc2. The other three chunks are one bucket each, two fc1 and two fc2 a rank.
+    Rank 0 holds 9 fc1 + 7 fc2 = 1,468,006,400 elements at Muon's 8 B: 11,744,051,200 B,
+    against the average 8 + 8, 1,409,286,144 elements, 11,274,289,152 B: +469,762,048 B.
+
+    The dense part: per chunk 4 linear_qkv [6,144, 4,096], 4 linear_proj [4,096, 4,096] and 4
+    routers [8, 4,096] over 16 ranks, each of the first eight past the cap alone: the busiest
+    rank holds one linear_qkv a chunk, 4 · 25,165,824 · 8 = 805,306,368 B; the embedding's and
+    32 norms' Adam state over 16 ranks, (32,000 · 4,096 + 32 · 4,096) · 12 / 16 = 98,402,304 B.
+    """
+    fc1, fc2 = (28672, 4096), (4096, 14336)
+    chunk = [fc1, fc2] * 4
+    assert layer_wise_owners(chunk, 2, layer_wise_bucket_size(16)) == (0, 1, 1, 0, 0, 1, 0, 1)
+    assert layer_wise_owners(chunk, 2) == (1, 1, 0, 0, 1, 1, 0, 0)
+    busiest = 9 * 117_440_512 + 7 * 58_720_256
+    average = 8 * 117_440_512 + 8 * 58_720_256
+    assert 8 * (busiest - average) == 469_762_048
+    case = Case.of(
+        model="mixtral-8x7b", optimizer="muon", dp=16, pp=2, virtual_stages=4, ep=8,
+        seq_len=32768, global_batch_size=128, recompute="full", schedule="interleaved",
+        zero_stage=1,
+    ).evaluate()  # fmt: skip
+    dense = 4 * 25_165_824 * 8 + (32_000 * 4096 + 32 * 4096) * 12 // 16
+    assert dense == 903_708_672
+    assert case.stages[0].state.optimizer_bytes == dense + 8 * busiest == 12_647_759_872
