@@ -49,8 +49,10 @@ there rather than a lower one that no measurement supports.
 Where recomputation re-runs the layer these rows are held only while it runs: under full
 recomputation and under torchtitan's op-level selective policy (:mod:`model.op_checkpoint`,
 which keeps matmul and SDPA outputs only) they enter the recompute transient (a layer's full
-bytes), not the bytes kept per layer. MLA attention and MoE experts run their own code and keep
-the paper's rows; memory-efficient norms (an Apex kernel) are not torchtitan's RMSNorm.
+bytes), not the bytes kept per layer. MLA attention runs its own code and keeps the paper's
+rows; MoE experts and gpt-oss's attention sinks keep more than the paper's rows, read from
+torchtitan b5bcd76c6 in :mod:`model.eager_moe` and added here (whatever the norm); memory-efficient
+norms (an Apex kernel) are not torchtitan's RMSNorm.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.activation_rows import NORM_INPUTS
+from trainplan.model.eager_moe import eager_expert_rows, eager_sink_rows
 from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, TrainingSpec
 
@@ -86,7 +89,8 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
     them when torchtitan runs the layer's elementwise passes eagerly (the module docstring):
     each RMSNorm's input replaced by its FP32 copy and normalised output (and rstd under the
     ``paper`` convention), the repeated K and V and SDPA's log-sum-exp (flash attention, not
-    MLA), SiLU's output (a dense SwiGLU MLP; ``paper`` convention).
+    MLA), SiLU's output (a dense SwiGLU MLP; ``paper`` convention); a MoE layer's experts' and
+    the attention sinks' rows (:func:`model.eager_moe.eager_expert_rows`, ``eager_sink_rows``).
     Rows in bytes before sharding, as ``rows``.
 
     Examples
@@ -106,6 +110,9 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
     ...     2 * (4 * 4 * 4096 + 2 * 4 * 4096 + 4 * 4) + 2 * 2 * 4 * 24 * 128 + 4 * 32 * 4 + 2 * 4 * 14336)
     True
     """
+    if moe:  # the experts' and the sinks' operators, whatever the norm (model.eager_moe)
+        rows = eager_expert_rows(rows, arch, ctx)
+    rows = rows + eager_sink_rows(arch, ctx)
     if ctx.memory_efficient_norm or arch.norm is not Norm.RMSNORM:
         return rows
     S, beta, h, paper = (

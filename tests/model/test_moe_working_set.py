@@ -141,5 +141,10 @@ def test_fsdp2_router_saves_fp32_copies_under_autocast():
     acts = stages[0].activations
     assert per_layer == 2 * 4096 * 2880 + 4 * 128 * 2880 == 25_067_520
     # the 36 MoE layers keep one micro-batch each (pp 1): 36 × 25,067,520 = 902,430,720 B more
-    # than the BF16 router row: 33,027,784,704 against 32,125,353,984 B
-    assert acts.layers_bytes - 32_125_353_984 == 36 * per_layer == 902_430_720
+    # than the BF16 router row: 33,027,784,704 against 32,125,353,984 B; and, eager (compile
+    # false, model.eager_moe), the clamped SwiGLU's four more 2·4·S·f (f 2,880) with the biases'
+    # gather indices 16·4·S, and the sink rescale's kernel output 2·S·64·64 with its scales
+    # 2·S·64 + 4·S·64: 377,749,504 + 35,127,296 B a layer
+    eager = 4 * 2 * 4 * S * 2880 + 16 * 4 * S + 2 * S * 64 * 64 + 6 * S * 64
+    assert eager == 412_876_800
+    assert acts.layers_bytes - 36 * eager - 32_125_353_984 == 36 * per_layer == 902_430_720
