@@ -25,6 +25,7 @@ from trainplan.model.rlhf.roles import (
     Term,
 )
 from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.rlhf.step import role_process
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
@@ -56,6 +57,13 @@ workers with ``create_colocated_worker_cls``, ``verl/trainer/ppo/ray_trainer.py`
 ``torch.distributed`` is not yet initialised: the first role's tp and pp make the groups every
 role of the pool then uses (the code's comment: different parallel strategies need separate
 resource pools)."""
+
+
+def _on_stack(framework: Framework, *args: Any, **kwargs: Any) -> RoleCost:
+    """``RoleCost(*args, **kwargs)`` with the process groups and the process its role has under
+    ``framework``'s stack (:data:`SHARED_GROUPS`, :func:`role_process`)."""
+    groups = SHARED_GROUPS if framework is Framework.MEGATRON else ""
+    return RoleCost(*args, **kwargs, groups=groups, process=role_process(framework))
 
 
 def _batch(sequences: int, b: int, dp: int) -> int:
@@ -451,7 +459,8 @@ def network_cost(
         terms += idle_terms
         scoring_s += moves if "scoring" in rs.phases else 0.0
         training_s += moves if "training" in rs.phases else 0.0
-    return RoleCost(
+    return _on_stack(
+        spec.framework,
         opt,
         held_b,
         Fraction(0),
@@ -467,5 +476,4 @@ def network_cost(
         phases=rs.phases,
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
-        groups=SHARED_GROUPS if spec.framework is Framework.MEGATRON else "",
     )
