@@ -5,7 +5,7 @@ of its layout and the RLHF logits terms — the rules and their sources are in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -59,11 +59,11 @@ role of the pool then uses (the code's comment: different parallel strategies ne
 resource pools)."""
 
 
-def _on_stack(framework: Framework, *args: Any, **kwargs: Any) -> RoleCost:
-    """``RoleCost(*args, **kwargs)`` with the process groups and the process its role has under
-    ``framework``'s stack (:data:`SHARED_GROUPS`, :func:`role_process`)."""
+def _on_stack(framework: Framework, cost: RoleCost) -> RoleCost:
+    """``cost`` with the process groups and the process its role has under ``framework``'s stack
+    (:data:`SHARED_GROUPS`, :func:`model.rlhf.step.role_process`)."""
     groups = SHARED_GROUPS if framework is Framework.MEGATRON else ""
-    return RoleCost(*args, **kwargs, groups=groups, process=role_process(framework))
+    return replace(cost, groups=groups, process=role_process(framework))
 
 
 def _batch(sequences: int, b: int, dp: int) -> int:
@@ -459,8 +459,7 @@ def network_cost(
         terms += idle_terms
         scoring_s += moves if "scoring" in rs.phases else 0.0
         training_s += moves if "training" in rs.phases else 0.0
-    return _on_stack(
-        spec.framework,
+    cost = RoleCost(
         opt,
         held_b,
         Fraction(0),
@@ -477,3 +476,4 @@ def network_cost(
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
     )
+    return _on_stack(spec.framework, cost)
