@@ -80,6 +80,7 @@ __all__ = [
     "DRIVER_RESERVED_BYTES",
     "CUDA_CONTEXT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
+    "TORCH_CUBLAS_WORKSPACE_BYTES",
     "FRAGMENTATION_ALLOWANCE_BYTES",
     "GRADIENT_BYTES",
     "gradient_bytes_for",
@@ -209,11 +210,15 @@ TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
 """One Transformer Engine cuBLAS workspace from compute capability 9 on, 32 MiB + 1 KiB =
 33,555,456 B (``get_cublas_workspace_size_bytes``,
 ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
-CUBLAS_WORKSPACE_BYTES = 32 * 2**20 + TE_WORKSPACE_BYTES
-"""cuBLAS workspaces on Hopper and later: PyTorch's per handle and stream, 4096 KiB × 8
-(``parseChosenWorkspaceSize`` in ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares
-it, ``TORCH_CUBLASLT_UNIFIED_WORKSPACE``), and Transformer Engine's plain one
-(:data:`TE_WORKSPACE_BYTES`; its extra ones: :mod:`model.terms.userbuffers`)."""
+TORCH_CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+"""PyTorch's cuBLAS workspace on Hopper and later, per handle and stream — so per process:
+4096 KiB × 8 = 33,554,432 B (``parseChosenWorkspaceSize`` in
+``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares it,
+``TORCH_CUBLASLT_UNIFIED_WORKSPACE``)."""
+CUBLAS_WORKSPACE_BYTES = TORCH_CUBLAS_WORKSPACE_BYTES + TE_WORKSPACE_BYTES
+"""cuBLAS workspaces on Hopper and later: PyTorch's (:data:`TORCH_CUBLAS_WORKSPACE_BYTES`) and
+Transformer Engine's plain one (:data:`TE_WORKSPACE_BYTES`; its extra ones:
+:mod:`model.terms.userbuffers`)."""
 FRAGMENTATION_ALLOWANCE_BYTES = 2**30
 """An ASSUMPTION, not a sourced figure: 1 GiB allowed for what PyTorch's caching allocator
 reserves beyond the tensors' peak (``max_memory_reserved`` − ``max_memory_allocated``). No
@@ -235,7 +240,9 @@ DEFAULT_RUNTIME_RESERVE_BYTES = (
 )
 """Bytes of HBM a physical profile keeps out of reach of the model (2,689,336,320 B, 2.50 GiB;
 ``memory_reserve_gib`` overrides): what the driver keeps, the CUDA context, the cuBLAS workspaces
-and the allocator's fragmentation allowance. NCCL's communicator buffers, which used to be part
+and the allocator's fragmentation allowance — one process's. An RLHF pool that runs several
+processes on each GPU counts the others' contexts and workspaces on top
+(:func:`model.rlhf.step.process_bytes`). NCCL's communicator buffers, which used to be part
 of a flat 3 GiB here, are a term of the peak per layout
 (:func:`model.terms.comm_memory.comm_memory_term`)."""
 

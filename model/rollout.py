@@ -21,6 +21,11 @@ Sources, term by term:
   what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
   (:data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
   full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
+  The engine's worker process's CUDA context is outside the budget (vLLM's ``Worker.init_device``
+  takes the memory snapshot it measures its budget from after the context and its communicators
+  exist, vllm-project/vllm 35d5cda ``vllm/v1/worker/gpu_worker.py``): a pool counts it as one of
+  its processes (:func:`model.rlhf.step.process_bytes`; alone on its pool, the engine's is the
+  one the runtime reserve holds).
 * **Not counted: what a sleeping engine keeps.** Between rollouts verl puts the engine to sleep
   (``free_cache_engine`` true and ``enforce_eager`` false by default,
   ``verl/trainer/config/rollout/rollout.yaml``; ``vllm_async_server`` calls ``sleep(level=1)``),

@@ -82,13 +82,15 @@ def terms_lines(plan: dict[str, Any]) -> list[str]:
 
 
 def pools_lines(plan: dict[str, Any]) -> list[str]:
-    """Each pool: its GPUs, roles, peak bytes per phase against the capacity."""
+    """Each pool: its GPUs, roles, processes per GPU, peak bytes per phase against the
+    capacity."""
     cap = plan["capacity_bytes"]
     rows = [
         {
             "pool": p["pool"],
             "GPUs": f"{p['first_gpu']}–{p['first_gpu'] + p['gpus'] - 1}",
             "roles": ", ".join(p["roles"]),
+            "processes": p["processes"],
             **{f"peak {ph} GB": _gb(p["peak_bytes"][ph]) for ph in _PHASES},
             "capacity GB": _gb(cap),
             "fits": "yes" if p["fits"] else "DOES NOT FIT",

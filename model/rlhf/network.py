@@ -5,7 +5,7 @@ of its layout and the RLHF logits terms — the rules and their sources are in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -25,6 +25,7 @@ from trainplan.model.rlhf.roles import (
     Term,
 )
 from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.rlhf.step import role_process
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
@@ -56,6 +57,13 @@ workers with ``create_colocated_worker_cls``, ``verl/trainer/ppo/ray_trainer.py`
 ``torch.distributed`` is not yet initialised: the first role's tp and pp make the groups every
 role of the pool then uses (the code's comment: different parallel strategies need separate
 resource pools)."""
+
+
+def _on_stack(framework: Framework, cost: RoleCost) -> RoleCost:
+    """``cost`` with the process groups and the process its role has under ``framework``'s stack
+    (:data:`SHARED_GROUPS`, :func:`model.rlhf.step.role_process`)."""
+    groups = SHARED_GROUPS if framework is Framework.MEGATRON else ""
+    return replace(cost, groups=groups, process=role_process(framework))
 
 
 def _batch(sequences: int, b: int, dp: int) -> int:
@@ -451,7 +459,7 @@ def network_cost(
         terms += idle_terms
         scoring_s += moves if "scoring" in rs.phases else 0.0
         training_s += moves if "training" in rs.phases else 0.0
-    return RoleCost(
+    cost = RoleCost(
         opt,
         held_b,
         Fraction(0),
@@ -467,5 +475,5 @@ def network_cost(
         phases=rs.phases,
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
-        groups=SHARED_GROUPS if spec.framework is Framework.MEGATRON else "",
     )
+    return _on_stack(spec.framework, cost)

@@ -22,7 +22,11 @@ seconds per phase and its host bytes — from the cost model itself:
 
 A training or scoring role also holds, in every phase and whatever its offload, its NCCL
 communicators and the framework's persistent buffers (``RoleCost.resident_bytes``), counted by
-the pool once per set of shared process groups (:func:`model.rlhf.step.pool_resident`).
+the pool once per set of shared process groups (:func:`model.rlhf.step.pool_resident`). Every
+process on a GPU beyond the one the runtime reserve holds adds its CUDA context and cuBLAS
+workspace in every phase (``RoleCost.process``, :func:`model.rlhf.step.process_bytes`): the
+engine's worker is a process of its own, and the training and scoring roles share one (verl,
+the ``megatron`` and ``fsdp2`` profiles) or run one each (OpenRLHF, ``deepspeed``).
 
 Offload (``RoleOption.offload``), two mechanisms people use:
 
@@ -201,6 +205,11 @@ class RoleCost:
     their own; a name (``megatron-core``: Megatron-Core's ``parallel_state``) groups shared by
     every role of the pool with the same name, which must then run the same tp and pp
     (:func:`model.rlhf.step.pool_resident`)."""
+    process: str = ""
+    """Which process runs the role on each GPU of its pool: ``""`` one of its own (OpenRLHF's
+    Ray actor per role; the rollout engine's worker); a name (``verl-worker``) one process shared
+    by every role of the pool with the same name (verl's fused ``WorkerDict``). Each process
+    holds its own CUDA context and cuBLAS workspace: :func:`model.rlhf.step.process_bytes`."""
 
     @property
     def over_budget(self) -> bool:

@@ -22,6 +22,15 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   those roles must run the same tp and pp), and each on its own for the others
   (:func:`pool_resident`). The rollout engine's own communicators and CUDA graphs, which vLLM's
   sleep mode keeps, are not counted: no per-operation figure (:mod:`model.rollout`).
+* **Processes on a GPU** (:func:`process_bytes`): the runtime reserve of the usable bytes holds
+  one process's CUDA context and cuBLAS workspace; every further process on each GPU of a pool
+  holds its own, in every phase (:data:`PROCESS_BYTES`). The rollout engine's worker is a
+  process of its own: verl's ``vLLMHttpServer`` starts vLLM with its ``mp`` executor and hands
+  it the weights over CUDA IPC (``verl/workers/rollout/vllm_rollout``, b178a3cd5), OpenRLHF a
+  ``RolloutRayActor`` per engine on the shared placement group (``vllm_engine.py``
+  ``create_vllm_engines``) — unless the engine reuses the actor's weights in its process
+  (``shared_weights``). The training and scoring roles run in one process (verl) or one each
+  (OpenRLHF): :attr:`model.rlhf.roles.RoleCost.process`.
 * **Time.** ``W(phase, pool)`` = the seconds of the pool's roles in the phase, added up. A
   synchronous step (``off_policy = 0``) runs the phases one after another, pools in parallel
   within a phase: ``step = Σ_phase max_pool W``. One-step off-policy (``off_policy = 1``: the
@@ -44,10 +53,63 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import (
+    CUDA_CONTEXT_BYTES,
+    TORCH_CUBLAS_WORKSPACE_BYTES,
+    Framework,
+)
 from trainplan.model.rlhf.roles import RoleCost
-from trainplan.model.rlhf.spec import PHASES
+from trainplan.model.rlhf.spec import PHASES, Role
 
-__all__ = ["PoolPlan", "StepPlan", "compose", "pool_resident", "step_seconds"]
+__all__ = [
+    "FUSED_PROCESS",
+    "PROCESS_BYTES",
+    "PoolPlan",
+    "StepPlan",
+    "compose",
+    "pool_processes",
+    "pool_resident",
+    "process_bytes",
+    "role_process",
+    "step_seconds",
+]
+
+PROCESS_BYTES = CUDA_CONTEXT_BYTES + TORCH_CUBLAS_WORKSPACE_BYTES
+"""What one more process on a GPU holds beyond its tensors, bytes: its CUDA context
+(:data:`model.frameworks.CUDA_CONTEXT_BYTES`, 666,632,192 B) and PyTorch's cuBLAS workspace of
+its stream (:data:`model.frameworks.TORCH_CUBLAS_WORKSPACE_BYTES`, 33,554,432 B): 700,186,624 B.
+Not per process: the driver's reservation (per GPU) and the fragmentation allowance (the roles
+of a pool work one at a time, and OpenRLHF empties each role's cache after its turn when the
+roles share GPUs: ``experience_maker.py`` ``_dispatch_forward``, ``ppo_actor.py`` ``fit``).
+Transformer Engine's workspace is left out (OpenRLHF's DeepSpeed models and vLLM do not use
+it). The engine's context lies outside its memory fraction (vLLM's ``Worker.init_device``
+measures the memory it may use after the context and its communicators exist); its cuBLAS
+workspace is inside it while it generates, so the rollout phase counts those 33,554,432 B twice
+(conservative)."""
+
+
+FUSED_PROCESS = "verl-worker"
+""":attr:`~model.rlhf.roles.RoleCost.process` of every training and scoring role under the
+``megatron`` and ``fsdp2`` profiles: verl (volcengine/verl b178a3cd5) runs a resource pool's
+roles in one ``WorkerDict`` process per GPU (``create_colocated_worker_cls``, as for
+:data:`model.rlhf.network.SHARED_GROUPS`), its Megatron and FSDP workers alike. Under
+``deepspeed`` (OpenRLHF, whose training roles are DeepSpeed engines; OpenRLHF/OpenRLHF
+3c3be6234) every role runs in its own process: ``train_ppo_ray.py`` ``train`` makes a
+``RayActorGroup`` of Ray actors per role (``PolicyModelActor``, ``ReferenceModelActor``,
+``CriticModelActor``, ``RewardModelActor``), one per GPU, placed with ``num_gpus_per_actor=0.2``
+on one placement group's GPU bundles under ``colocate_all`` (or ``colocate_actor_ref`` /
+``colocate_critic_reward``)."""
+
+
+def role_process(framework: Framework) -> str:
+    """:attr:`~model.rlhf.roles.RoleCost.process` of a training or scoring role under
+    ``framework``'s profile: :data:`FUSED_PROCESS` (verl) for ``megatron`` and ``fsdp2``, ``""``
+    (a process of its own, OpenRLHF) for ``deepspeed``.
+
+    >>> role_process(Framework.DEEPSPEED), role_process(Framework.FSDP2)
+    ('', 'verl-worker')
+    """
+    return "" if framework is Framework.DEEPSPEED else FUSED_PROCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +126,7 @@ class PoolPlan:
     """The roles placed on it."""
     held_bytes: Fraction
     """Σ of its roles' held bytes per GPU, with the bytes they hold in every phase
-    (:attr:`resident_bytes`)."""
+    (:attr:`resident_bytes`) and its further processes' (:attr:`process_bytes`)."""
     peak_bytes: tuple[Fraction, Fraction, Fraction]
     """Per phase (rollout, scoring, training): Σ held + the largest phase bytes of its roles."""
     busy_s: tuple[float, float, float]
@@ -74,6 +136,11 @@ class PoolPlan:
     resident_bytes: Fraction = Fraction(0)
     """Of :attr:`held_bytes`, its roles' communicators and persistent buffers
     (:func:`pool_resident`)."""
+    processes: int = 1
+    """Processes on each of its GPUs (:func:`pool_processes`)."""
+    process_bytes: int = 0
+    """Of :attr:`held_bytes`, the CUDA contexts and cuBLAS workspaces of its processes beyond
+    the one the runtime reserve holds (:func:`process_bytes`)."""
 
     @property
     def peak(self) -> Fraction:
@@ -198,6 +265,61 @@ def pool_resident(
     return total
 
 
+def pool_processes(members: Sequence[RoleCost], shared_weights: bool = False) -> int:
+    """The processes each GPU of a pool runs for the roles ``members``: one per role with a
+    process of its own (:attr:`~model.rlhf.roles.RoleCost.process` ``""``: the engine's worker,
+    OpenRLHF's roles) and one per name of a shared process (verl's fused worker). With
+    ``shared_weights`` the engine runs in the actor's process when the actor is on the pool.
+
+    Examples
+    --------
+    PPO on one pool: OpenRLHF (``deepspeed``) runs the engine and the four roles in five
+    processes per GPU, verl (``megatron``, ``fsdp2``) the engine and one fused worker, two.
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> def cost(role, process):
+    ...     z = Fraction(0)
+    ...     return RoleCost(RoleOption(role, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, (),
+    ...                     process=process)
+    >>> ppo = (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.REWARD)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), *[Fraction(0)] * 4, 0.0, 0.0, 0.0,
+    ...                   Fraction(0), ())
+    >>> pool_processes([engine, *(cost(r, "") for r in ppo)])
+    5
+    >>> pool_processes([engine, *(cost(r, "verl-worker") for r in ppo)])
+    2
+    """
+    roles = {c.option.role for c in members}
+    names: set[str] = set()
+    own = 0
+    for c in members:
+        if shared_weights and c.option.role is Role.ROLLOUT and Role.ACTOR in roles:
+            continue
+        if c.process:
+            names.add(c.process)
+        else:
+            own += 1
+    return own + len(names)
+
+
+def process_bytes(members: Sequence[RoleCost], shared_weights: bool = False) -> int:
+    """Bytes each GPU of a pool holds in every phase for its processes beyond the one the
+    runtime reserve counts: (:func:`pool_processes` − 1) × :data:`PROCESS_BYTES`.
+
+    Examples
+    --------
+    OpenRLHF's colocated PPO, five processes: 4 × 700,186,624 = 2,800,746,496 B; verl's, two:
+    700,186,624 B; an engine on a pool of its own: 0.
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z = Fraction(0)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, ())
+    >>> process_bytes([engine]), PROCESS_BYTES
+    (0, 700186624)
+    """
+    return max(pool_processes(members, shared_weights) - 1, 0) * PROCESS_BYTES
+
+
 def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; with
@@ -222,7 +344,9 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
             f"placement: pool {q} runs its roles in one process per GPU, on one set of "
             f"Megatron-Core groups (verl), so they need one tp × pp: {layouts}; use separate pools"
         )
-    held = sum((c.held_bytes for c in members), Fraction(resident))
+    processes = pool_processes(members, shared_weights)
+    extra = process_bytes(members, shared_weights)
+    held = sum((c.held_bytes for c in members), Fraction(resident) + extra)
     peaks = [
         held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
         for ph in PHASES
@@ -239,7 +363,19 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
     roles = tuple(str(c.option.role) for c in members)
     three_peaks: tuple[Fraction, Fraction, Fraction] = tuple(peaks)  # type: ignore[assignment]
     three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]
-    return PoolPlan(q, gpus, first, roles, held, three_peaks, three_busy, host, Fraction(resident))
+    return PoolPlan(
+        q,
+        gpus,
+        first,
+        roles,
+        held,
+        three_peaks,
+        three_busy,
+        host,
+        Fraction(resident),
+        processes,
+        extra,
+    )
 
 
 def compose(

@@ -20,6 +20,10 @@ Encoding:
   join ``Σ held`` in every phase's row, and a bare row ``Σ held + H_q ≤ capacity`` holds each
   slot. The roles sharing groups agree on tp × pp: ``x ⇒ L[q, g, (tp, pp)]``, at most one
   ``L`` per slot and name.
+* Processes on a GPU (:func:`model.rlhf.step.process_bytes`): ``P[q, name] ≥ x`` for each option
+  of a role in a shared process; ``PROCESS_BYTES × (Σ x of the roles with a process of their
+  own + Σ P − Σ_n y[q, n])`` joins ``Σ held`` in every row of the slot (a used slot has at least
+  one process, so the bracket counts its processes less one).
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
   slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
@@ -43,6 +47,7 @@ from ortools.sat.python import cp_model
 
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.model.rlhf.step import PROCESS_BYTES
 from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs
 from trainplan.optimizer.solver import solve
 
@@ -132,6 +137,7 @@ class PlacementModel:
         for q, entries in by_slot.items():
             held = sum(ints[(ri, n, oi)][0] * v for ri, n, oi, v in entries)
             held += self._resident(q, entries, ints, cap)
+            held += self._processes(q, entries)
             if entries:
                 m.add(held <= cap)
             for k, _ in enumerate(PHASES):
@@ -192,6 +198,22 @@ class PlacementModel:
             m.add_at_most_one(layouts.values())
             total += top
         return total  # type: ignore[return-value]
+
+    def _processes(self, q, entries) -> cp_model.LinearExpr:
+        """Slot ``q``'s bytes for its processes beyond the first (module docstring)."""
+        m, roles = self.model, self.tables.roles
+        count: cp_model.LinearExpr | int = 0
+        shared: dict[str, cp_model.IntVar] = {}
+        for ri, n, oi, v in entries:
+            _, cost = self.tables.options[roles[ri]][n][oi]
+            if not cost.process:
+                count += v
+                continue
+            if cost.process not in shared:
+                shared[cost.process] = m.new_bool_var(f"P{q}_{cost.process}")
+            m.add_implication(v, shared[cost.process])
+        used = sum(self.y[(q, n)] for n in self.tables.sizes)
+        return PROCESS_BYTES * (count + sum(shared.values()) - used)  # type: ignore[return-value]
 
     def _read(self, solver: cp_model.CpSolver, status: str) -> PlacementChoice:
         roles = self.tables.roles

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.step import StepPlan, compose, pool_resident
+from trainplan.model.rlhf.step import StepPlan, compose, pool_resident, process_bytes
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
 from trainplan.optimizer.rlhf.tables import (
     RLHFProblem,
@@ -138,7 +138,7 @@ def objective_ns(
         resident = pool_resident(by_pool[q], resident_int)
         if resident is None:
             return None
-        held = resident + sum(i[0] for _, i in members)
+        held = resident + process_bytes(by_pool[q]) + sum(i[0] for _, i in members)
         for k in range(3):
             if held + max(i[1][k] + i[4][k] for _, i in members) > cap:
                 return None

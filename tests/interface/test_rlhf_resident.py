@@ -3,7 +3,9 @@ framework's persistent buffers (``RoleCost.resident_bytes``), counted by the poo
 — the rollout and scoring included — whatever the role's offload, once per set of shared process
 groups (:func:`model.rlhf.step.pool_resident`); under the ``megatron`` profile the roles of a pool
 share one set (verl: one process per GPU, ``mpu.initialize_model_parallel`` once), so they run one
-tp × pp."""
+tp × pp. Every process on a GPU beyond the reserve's one — the engine's worker, and under
+``deepspeed`` (OpenRLHF) each role's own — adds its CUDA context and cuBLAS workspace
+(:func:`model.rlhf.step.process_bytes`)."""
 
 from __future__ import annotations
 
@@ -44,10 +46,14 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     the last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192
     = 251,658,240 B: 1,912,602,624 B, once for the four roles (one set of groups).
 
-    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 1,912,602,624;
+    Two processes on each GPU (verl's fused worker and the engine's vLLM worker): one CUDA
+    context 666,632,192 B + one cuBLAS workspace 33,554,432 B = 700,186,624 B beyond the
+    reserve's. Held: 1,912,602,624 + 700,186,624 = 2,612,789,248 B.
+
+    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248;
     scoring the actor's 66,151,772,160 swapped in + 3,940,024,320 (FP32 logits + log-softmax)
-    + 1,912,602,624 = 72,004,399,104; training the actor's 66,151,772,160 + 8,143,503,360 +
-    1,912,602,624 = 76,207,878,144 — each within 83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
+    + 2,612,789,248 = 72,704,585,728; training the actor's 66,151,772,160 + 8,143,503,360 +
+    2,612,789,248 = 76,908,064,768 — each within 83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -56,7 +62,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
     assert resident == 1_912_602_624
     (pool,) = r.best.plan.pools
-    assert pool.resident_bytes == resident and pool.held_bytes == resident
+    held = resident + 666_632_192 + 33_554_432
+    assert pool.processes == 2 and pool.process_bytes == 700_186_624
+    assert pool.resident_bytes == resident and pool.held_bytes == held == 2_612_789_248
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -64,11 +72,11 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert costs["actor"].training_bytes == 8_143_503_360
     engine = Fraction(9, 10) * 85_017_493_504
     assert pool.peak_bytes == (
-        engine + resident,
-        66_151_772_160 + 3_940_024_320 + resident,
-        66_151_772_160 + 8_143_503_360 + resident,
+        engine + held,
+        66_151_772_160 + 3_940_024_320 + held,
+        66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[2] == 76_207_878_144 and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (72_704_585_728, 76_908_064_768) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
@@ -112,7 +120,8 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
-    held = actor.held_bytes + ref.held_bytes + 1_207_959_552  # once: one set of groups
+    # once: one set of groups; and the engine's worker, a second process (700,186,624 B)
+    held = actor.held_bytes + ref.held_bytes + 1_207_959_552 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -150,3 +159,64 @@ def test_a_sleeping_engine_holds_nothing_outside_the_rollout_a_documented_gap():
     assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504
     doc = " ".join((rollout.__doc__ or "").split())
     assert "Not counted: what a sleeping engine keeps." in doc and "#56373" in doc
+
+
+def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
+    """``rlhf-plan --algorithm ppo --model llama3-8b --gpus 16 --framework deepspeed``, the stack
+    of OpenRLHF: the actor, critic, reference and reward model are Ray actors of their own on
+    every GPU (``num_gpus_per_actor=0.2`` on one placement group under ``colocate_all``) and the
+    engine's vLLM worker is one more — five processes, four beyond the reserve's, each with a CUDA
+    context and a cuBLAS workspace: 4 × (666,632,192 + 33,554,432) = 2,800,746,496 B in every
+    phase. Each process opens its own NCCL communicators too, so the four roles' 805,306,368 B
+    (64 connections of 12 MiB at dp 16) add up: 3,221,225,472 B.
+
+    The old answer (the actor's optimizer on the CPU, its state held on the GPU) peaked at
+    82,834,773,504 B in training with none of the four contexts; with them 85,635,520,000 B,
+    above the 83,210,009,600 usable. The answer now offloads the actor when idle too: held
+    3,221,225,472 + 2,800,746,496 = 6,021,971,968; training 6,021,971,968 + the actor's
+    38,143,740,928 swapped in + its update's 24,058,186,240 = 68,223,899,136 B; step 2,796.1 s →
+    2,798.3 s."""
+    inp = rlhf_inputs(
+        {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
+        placement=False,
+    )
+    p = inp.problem
+    r = search_placement(p)
+    assert r.status == "optimal" and r.best.colocated
+    (pool,) = r.best.plan.pools
+    assert pool.processes == 5
+    assert pool.process_bytes == 4 * (666_632_192 + 33_554_432) == 2_800_746_496
+    assert pool.resident_bytes == 4 * 64 * CONNECTION == 3_221_225_472
+    assert pool.held_bytes == 6_021_971_968
+    actor = next(c for c in r.best.plan.costs if c.option.role is Role.ACTOR)
+    assert actor.option.offload == "idle" and actor.process == ""
+    assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, 24_058_186_240)
+    assert pool.peak_bytes[2] == 6_021_971_968 + 38_143_740_928 + 24_058_186_240
+    assert r.best.plan.step_s == pytest.approx(2798.3, abs=0.05)
+    old = [
+        RoleOption(Role.ROLLOUT, 16, 2, 8, 1, "none", Fraction(3, 10)),
+        RoleOption(Role.ACTOR, 16, 16, 1, 1, "optimizer"),
+        *(RoleOption(x, 16, 16, 1, 1, "idle") for x in (Role.CRITIC, Role.REFERENCE, Role.REWARD)),
+    ]
+    plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 5)
+    assert plan.pools[0].peak_bytes[2] == 82_834_773_504 + 2_800_746_496 == 85_635_520_000
+    assert not plan.fits
+
+
+def test_an_engine_alone_or_sharing_the_actors_weights_adds_no_process():
+    """The engine on a pool of its own is that pool's one process (the reserve's); with a shared
+    weight copy (HybridFlow's 3D-HybridEngine) it runs in the actor's process."""
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "llama3-8b", "reward": "rule", "gpus": 16},
+        placement=False,
+    )
+    p = inp.problem
+    actor = cost_of(p, RoleOption(Role.ACTOR, 8, 8, 1, 1))
+    ref = cost_of(p, RoleOption(Role.REFERENCE, 8, 8, 1, 1))
+    engine = cost_of(p, RoleOption(Role.ROLLOUT, 8, 4, 2, 1, "none", Fraction(1, 2)), None, True)
+    split = compose((engine, actor, ref), (0, 1, 1), CAPACITY, 2 * 10**12, 8)
+    assert [(q.processes, q.process_bytes) for q in split.pools] == [(1, 0), (1, 0)]
+    shared = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8, shared_weights=True)
+    assert (shared.pools[0].processes, shared.pools[0].process_bytes) == (1, 0)
+    apart = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
+    assert (apart.pools[0].processes, apart.pools[0].process_bytes) == (2, 700_186_624)

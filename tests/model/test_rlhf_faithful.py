@@ -310,7 +310,7 @@ def test_pool_memory_and_step_rules():
         return RoleCost(
             RoleOption(name, 8, 8), Fraction(held), b["rollout"], b["scoring"], b["training"],
             s["rollout"], s["scoring"], s["training"], Fraction(0), (), swap_bytes=Fraction(swap),
-            phases=tuple(p for p in b if b[p] or s[p]),
+            phases=tuple(p for p in b if b[p] or s[p]), process="one",
         )  # fmt: skip
 
     roll = cost("rollout", 0, {"rollout": 40}, {"rollout": 60.0})

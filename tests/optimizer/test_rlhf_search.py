@@ -13,6 +13,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.spec import RLHFSpec
+from trainplan.model.rlhf.step import PROCESS_BYTES
 from trainplan.model.specs import Architecture
 from trainplan.optimizer.rlhf.cpsat import PlacementModel
 from trainplan.optimizer.rlhf.search import (
@@ -39,9 +40,11 @@ def _small(
     mem_gib: int, algorithm="grpo", reward="rule", off_policy=0, framework="megatron"
 ) -> RLHFProblem:
     """A 4-GPU node of a small-memory accelerator, so memory decides between placements; with
-    H100's host link and host memory bandwidth, so CPU Adam is among the options."""
+    H100's host link and host memory bandwidth, so CPU Adam is among the options. The memory has
+    room for one process beside the reserve's (``PROCESS_BYTES``: the engine's worker beside
+    verl's fused one), so the cases keep the regime they were chosen for."""
     dev = DeviceSpec(
-        name="H100-test", memory_bytes=mem_gib * 2**30, memory_unit="GiB",
+        name="H100-test", memory_bytes=mem_gib * 2**30 + PROCESS_BYTES, memory_unit="GiB",
         peak_flops_per_s=989.4e12, nvlink_bytes_per_s=450e9, nvlink_domain=4,
         scaleout_bytes_per_s=50e9, hbm_bytes_per_s=3.35e12, host_link_bytes_per_s=64e9,
         host_memory_bytes_per_s=76.8e9, runtime_reserve_bytes=2**29,
@@ -97,6 +100,21 @@ def test_cpsat_equals_the_oracle_when_roles_add_their_groups():
     costs = [c for by in build_tables(problem).options.values() for o in by.values() for _, c in o]
     assert any(c.resident_bytes for c in costs) and not any(c.groups for c in costs)
     _check(problem)
+
+
+def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
+    """Under DeepSpeed (OpenRLHF: a Ray actor per role on each GPU) every role and the engine's
+    worker are processes of their own, each with a CUDA context and a cuBLAS workspace,
+    666,632,192 + 33,554,432 = 700,186,624 B, beyond the one the runtime reserve holds. PPO on
+    one pool would run five processes (4 × 700,186,624 = 2,800,746,496 B more) and does not fit
+    here; the answer splits the roles into pools of three and two processes: 2 × 700,186,624 =
+    1,400,373,248 B and 700,186,624 B. CP-SAT still equals the oracle."""
+    problem = _small(6, "ppo", "model", 0, framework="deepspeed")
+    _check(problem)
+    r = search_placement(problem)
+    assert r.colocated is None
+    pools = sorted((len(p.roles), p.processes, p.process_bytes) for p in r.best.plan.pools)
+    assert pools == [(2, 2, 700_186_624), (3, 3, 1_400_373_248)]
 
 
 @pytest.mark.parametrize(
