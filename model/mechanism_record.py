@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainplan.model.frameworks import Framework
-from trainplan.model.xp import maximum, minimum, where
+from trainplan.model.xp import is_array, maximum, minimum, where
 
 __all__ = ["Mechanism"]
 
@@ -150,7 +150,14 @@ class Mechanism:
         return where(unit > 0, 1 + following, self.gathered_units)
 
     def reduce_queue_elements(
-        self, unit: Any, first: Any, layers: Any, padded: Any = None, held: Any = 0
+        self,
+        unit: Any,
+        first: Any,
+        layers: Any,
+        padded: Any = None,
+        held: Any = 0,
+        expert: Any = 0,
+        single: Any = True,
     ) -> Any:
         """Gradient elements alive at once in backward on one GPU of a stage whose ``layers``
         transformer layers each hold ``unit`` elements, allocated as buckets of ``padded``
@@ -162,17 +169,14 @@ class Mechanism:
         (:data:`model.mechanisms.MEGATRON_FSDP_QUEUE_SOURCE`). Element-wise for arrays; exact
         for Fractions.
 
-        The queue: a unit's bucket exists from its first gradient until popped; before a
-        finished bucket is queued, buckets are popped (oldest first) while the queued ones'
-        allocated (padded) sizes exceed ``C = max(floor, 2·unit)``, ``unit`` at its
-        parameters' elements (the mean unit: a stage's layers are alike). So ``n = ⌊C /
-        padded⌋`` stay queued after a drain and ``n + 2`` are alive while the next layer fills:
-        three where ``C = 2·unit`` and the padding adds anything, four only where it adds none.
-        The buckets outside the layers (:func:`model.megatron_fsdp_buckets.non_unit_buckets`)
-        reduced first wait at the head beside ``j = ⌊(C − first) / padded⌋ + 1`` layers (none
-        where ``first > C``), popped when the next is queued: ``first + (j + 1)·padded``; no
-        more layers than the stage holds. One shared with the input embedding, whose gradient
-        completes last, is alive throughout: ``held`` more at every point.
+        The layers' buckets as whole units: :func:`whole_unit_queue_elements`.
+        A shared bucket with the input embedding, whose gradient completes last, is alive
+        throughout: ``held`` more at every point.
+
+        A MoE layer's ``expert`` elements (of its ``unit``; 0 = a dense layer, every layer of the
+        stage alike) are a bucket group of their own, reduced apart from the layer's dense
+        parameters (:func:`moe_queue_elements`); ``single``: every bucket group and the head are
+        one bucket each (the exact count), else the bound that holds however they split.
 
         Under :attr:`double_buffer` the pool holds two units (``_enforce_double_buffer_
         limit``: at most one other unit, the output layer's bucket counting as one, beside the
@@ -186,16 +190,10 @@ class Mechanism:
         >>> m = mechanism("megatron", 3)
         >>> m.reduce_queue_elements(1_000_000_000, 0, 80)  # C = 2e9: two queued + 2
         4000000000
-        >>> m.reduce_queue_elements(200_000_000, 0, 80)    # C = 1e9: five queued + 2
-        1400000000
-        >>> m.reduce_queue_elements(1_000_000_000, 0, 3)   # three layers only
-        3000000000
-        >>> m.reduce_queue_elements(300_000_000, 100_000_000, 80)  # output + 4 queued + 1
-        1600000000
-        >>> m.reduce_queue_elements(1_000_000_000, 0, 80, 1_000_000_064)  # padded: one queued + 2
-        3000000192
         >>> m.reduce_queue_elements(1_000_000_000, 0, 80, held=500)  # beside a held bucket
         4000000500
+        >>> m.reduce_queue_elements(1_451_270_144, 0, 32, expert=1_409_286_144)  # 3 units + D
+        4395794432
         >>> mechanism("megatron", 3, double_buffer=True).reduce_queue_elements(10, 25, 80)
         45
         """
@@ -203,11 +201,11 @@ class Mechanism:
         if self.double_buffer:
             return where(unit > 0, minimum(layers, 2) * size + first, first) + held
         capacity = maximum(self.reduce_queue_elements_floor, 2 * unit)
-        some = maximum(size, 1)
-        steady = minimum(capacity // some + 2, layers) * size
-        with_first = where(first > capacity, 0, (capacity - first) // some + 1)
-        head = first + minimum(with_first + 1, layers) * size
-        return where(unit > 0, maximum(steady, head), first) + held
+        whole = whole_unit_queue_elements(size, first, layers, capacity)
+        if is_array(expert) or expert:
+            apart = moe_queue_elements(unit, expert, first, layers, capacity, single)
+            whole = where(expert > 0, apart, whole)
+        return where(unit > 0, whole, first) + held
 
     def pool_bytes(self, unit: Any, unit_weight_bytes: Any) -> Any:
         """Bytes :attr:`double_buffer`'s persistent pools hold through the optimizer step, for
@@ -311,3 +309,114 @@ class Mechanism:
         else:
             per_step += reduce
         return per_step, per_mb
+
+
+def whole_unit_queue_elements(size: Any, first: Any, layers: Any, capacity: Any) -> Any:
+    """Gradient elements alive at once in Megatron-FSDP's backward on one GPU of a stage whose
+    ``layers`` transformer layers are each one bucket of ``size`` elements (padded), behind
+    head buckets of ``first`` elements, under a reduce-scatter queue of ``capacity`` elements
+    (:meth:`Mechanism.reduce_queue_elements`). Element-wise for arrays; exact for Fractions.
+
+    The queue: a unit's bucket exists from its first gradient until popped; before a finished
+    bucket is queued, buckets are popped (oldest first) while the queued ones' allocated
+    (padded) sizes exceed ``C = max(floor, 2·unit)``, ``unit`` at its parameters' elements (the
+    mean unit: a stage's layers are alike). So ``n = ⌊C / size⌋`` stay queued after a drain and
+    ``n + 2`` are alive while the next layer fills: three where ``C = 2·unit`` and the padding
+    adds anything, four only where it adds none. The buckets outside the layers
+    (:func:`model.megatron_fsdp_buckets.non_unit_buckets`) reduced first wait at the head
+    beside ``j = ⌊(C − first) / size⌋ + 1`` layers (none where ``first > C``), popped when the
+    next is queued: ``first + (j + 1)·size``; no more layers than the stage holds.
+
+    >>> whole_unit_queue_elements(1_000_000_000, 0, 80, 2_000_000_000)  # two queued + 2
+    4000000000
+    >>> whole_unit_queue_elements(200_000_000, 0, 80, 1_000_000_000)  # five queued + 2
+    1400000000
+    >>> whole_unit_queue_elements(1_000_000_000, 0, 3, 2_000_000_000)  # three layers only
+    3000000000
+    >>> whole_unit_queue_elements(300_000_000, 100_000_000, 80, 1_000_000_000)  # output + 4 + 1
+    1600000000
+    >>> whole_unit_queue_elements(1_000_000_064, 0, 80, 2_000_000_000)  # padded: one queued + 2
+    3000000192
+    """
+    some = maximum(size, 1)
+    steady = minimum(capacity // some + 2, layers) * size
+    with_first = where(first > capacity, 0, (capacity - first) // some + 1)
+    head = first + minimum(with_first + 1, layers) * size
+    return maximum(steady, head)
+
+
+def moe_queue_elements(
+    unit: Any, expert: Any, first: Any, layers: Any, capacity: Any, single: Any = True
+) -> Any:
+    """Gradient elements Megatron-FSDP's reduce-scatter queue, the buckets being filled and
+    those at its head hold at once on one GPU of a stage whose ``layers`` MoE layers each hold
+    ``unit`` elements, ``expert`` of them routed-expert parameters, behind head buckets of
+    ``first`` elements, under a queue of ``capacity`` elements (``suggested_RS_queue_
+    capacity``): :meth:`Mechanism.reduce_queue_elements` for a MoE stage. Element-wise for
+    arrays; exact for Fractions.
+
+    The code (Megatron-LM ``megatron_fsdp/param_and_grad_buffer.py``, d98e8a64dd):
+    ``_get_parameter_groups`` keys the buckets by dtype, ``is_expert_param`` (``".experts."`` in
+    the name: the routed experts; the router, shared experts, attention and norms are dense)
+    and FSDP unit, and step 4 makes each (unit, expert or not) pair one bucket group; ``Grad
+    ReducePipeline.reduce_gradients`` reduces a group once all its parameters' gradients are in,
+    first draining the queue (``wait_for_previous_grad_reduce``: pop the oldest bucket while the
+    queued buckets exceed ``capacity``), then queueing its buckets. A layer's backward fills its
+    expert group ``E = expert`` and queues it before its attention completes the dense group
+    ``D = unit − E``; ``D`` is counted as allocated while ``E`` fills (the router's and the
+    shared experts' gradients may arrive first). What the queue keeps after a drain is the longest run of the latest groups within
+    ``capacity`` (``E, D, E, …``), so at the expert group's drain ``(j + 2)·unit`` (``j·unit + E``
+    ≤ capacity, ``j`` ≤ layers − 2) or ``(j + 1)·unit + D`` (``j·unit`` ≤ capacity) are alive,
+    at the dense group's ``(j + 1)·unit`` or ``(j + 1)·unit + D`` (``j·unit + D`` ≤ capacity);
+    while the whole history fits, ``first + i·unit`` at layer ``i`` (``first + (i − 1)·unit − D``
+    ≤ capacity at its expert group's drain). The largest of these is the count where each group
+    and the head are one bucket (``single``), the groups at their parameters' elements (the
+    padding to a multiple of shard × chunk, :func:`model.megatron_fsdp_buckets.bucket_elements`,
+    is not counted for MoE layers, as before).
+
+    Otherwise (FP8 primary weights split a group by dtype; several head buckets) the queue's
+    drain may stop inside a group, and the bound that holds however they split is counted: what
+    the queue keeps after a drain is at most ``capacity`` and at most everything queued before,
+    so ``max(first + unit, min(capacity, first + (L − 1)·unit − D) + D + unit,
+    min(capacity, first + (L − 1)·unit) + unit)``.
+
+    Mixtral 8x7B at dp 32 (E = 8 × 3 × 4,096 × 14,336 = 1,409,286,144, D = 41,984,000: unit
+    1,451,270,144, capacity 2·unit): four units counted as whole items; with the groups apart
+    ``3·unit + D`` (three expert groups and four dense ones).
+
+    >>> u, e = 1_451_270_144, 1_409_286_144
+    >>> moe_queue_elements(u, e, 131_076_096, 32, 2 * u) == 3 * u + (u - e)
+    True
+    >>> moe_queue_elements(u, e, 131_076_096, 32, 2 * u, single=False) == 3 * u + (u - e)
+    True
+    >>> moe_queue_elements(u, e, 0, 1, 2 * u) == u  # one layer: its two groups
+    True
+    """
+    d = unit - expert
+    exact = _moe_exact(unit, expert, d, first, layers, capacity)
+    bound = maximum(
+        first + unit,
+        maximum(
+            where(layers > 1, minimum(capacity, first + (layers - 1) * unit - d) + d + unit, 0),
+            minimum(capacity, first + (layers - 1) * unit) + unit,
+        ),
+    )
+    return where(single, exact, bound)
+
+
+def _moe_exact(unit: Any, expert: Any, d: Any, first: Any, layers: Any, capacity: Any) -> Any:
+    """:func:`moe_queue_elements` where every bucket group and the head are one bucket."""
+    some = maximum(unit, 1)
+    two = maximum(layers - 2, 0)
+    j_even, j_odd, j_dense = capacity // some, (capacity - expert) // some, (capacity - d) // some
+    expert_drain = where(
+        layers > 1,
+        maximum((minimum(j_even, two) + 1) * unit + d, (minimum(j_odd, two) + 2) * unit),
+        0,
+    )
+    dense_drain = maximum(
+        (minimum(j_even, layers - 1) + 1) * unit,
+        where(layers > 1, (minimum(j_dense, two) + 1) * unit + d, 0),
+    )
+    fits = minimum(layers, maximum((capacity - first + d) // some + 1, 1))
+    return maximum(first + fits * unit, maximum(expert_drain, dense_drain))

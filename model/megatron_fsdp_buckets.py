@@ -13,7 +13,8 @@ buffer_index``; at 92c8482e6d, NeMo 25.11, and d98e8a64dd).
   ``named_parameters`` order, with when backward first writes and last completes each;
 * :func:`non_unit_buckets` — those parameters cut into buckets (``_get_parameter_groups`` step
   2), each padded: the buckets reduced before the stage's layers, and the one alive through
-  the whole backward (allocated by an early gradient, reduced only after the embedding's).
+  the whole backward (allocated by an early gradient, reduced only after the embedding's);
+* :func:`head_bucket_count` — how many buckets the first of those are.
 
 Units: parameter elements on one GPU.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "bucket_elements",
     "bucket_size",
     "dense_layer_shapes",
+    "head_bucket_count",
     "non_unit_buckets",
     "non_unit_order",
     "padded_layer_unit",
@@ -330,14 +332,63 @@ def non_unit_buckets(
     >>> non_unit_buckets(arch, 1, 129_280, 1, 1, 0, 0, 1024, True)
     (102760448, 1857028096)
     """
-    head = held = 0
+    heads, held = _head_and_held(arch, tp, vocab, pp, v, stage, last, shard, fp8_params)
+    return sum(heads), held
+
+
+@lru_cache(maxsize=4096)
+def head_bucket_count(
+    arch: Architecture,
+    tp: int,
+    vocab: int,
+    pp: int,
+    v: int,
+    stage: int,
+    last: int,
+    shard: int,
+    fp8_params: bool,
+) -> int:
+    """How many buckets make the head of :func:`non_unit_buckets` (those reduced before the
+    stage's layers): the reduce-scatter queue's drain may keep some of them and not others
+    (:func:`model.mechanism_record.moe_queue_elements`).
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("deepseek-v3").model.arch
+    >>> head_bucket_count(arch, 1, 129_280, 1, 1, 0, 0, 1024, False)
+    1
+    >>> head_bucket_count(arch, 1, 129_280, 2, 1, 1, 1, 8, False)  # copy, eh_proj + norms, output
+    3
+    """
+    heads, _ = _head_and_held(arch, tp, vocab, pp, v, stage, last, shard, fp8_params)
+    return len(heads)
+
+
+@lru_cache(maxsize=4096)
+def _head_and_held(
+    arch: Architecture,
+    tp: int,
+    vocab: int,
+    pp: int,
+    v: int,
+    stage: int,
+    last: int,
+    shard: int,
+    fp8_params: bool,
+) -> tuple[tuple[int, ...], int]:
+    """(the head buckets' padded elements, the held bucket's) of :func:`non_unit_buckets`."""
+    heads: list[int] = []
+    held = 0
     for i, chunk in enumerate(non_unit_order(arch, tp, vocab, pp, v, stage, last)):
         cut = bucket_size(shard) if i == 0 and v == 1 else None
         for b in _cut(chunk, cut, fp8_params):
-            early, late = any(p.early for p in b), any(p.late for p in b)
-            n = bucket_elements([p.shape for p in b], int(shard)) if early else 0
-            head, held = (head, held + n) if late else (head + n, held)
-    return head, held
+            if not any(p.early for p in b):
+                continue
+            n = bucket_elements([p.shape for p in b], int(shard))
+            if any(p.late for p in b):
+                held += n
+            else:
+                heads.append(n)
+    return tuple(heads), held
 
 
 def _cut(

@@ -53,6 +53,8 @@ __all__ = [
     "layer_counts",
     "layer_count_per_gpu",
     "layer_units_per_gpu",
+    "moe_layer_experts",
+    "moe_experts_per_gpu",
     "linear_per_gpu",
 ]
 
@@ -139,6 +141,30 @@ def layer_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
             default=(Fraction(0), Fraction(0)),
         )
         for layers in key.layers()
+    )
+
+
+@lru_cache(maxsize=CACHE)
+def moe_layer_experts(key: SplitKey) -> tuple[Fraction, ...]:
+    """Per stage, the routed-expert parameters on one GPU of its layer unit
+    (:func:`layer_units`) where every layer it holds is a MoE layer (Megatron-FSDP queues such a
+    unit's expert and dense gradient buckets apart:
+    :meth:`model.mechanism_record.Mechanism.reduce_queue_elements`); 0 where it holds a dense
+    layer, or no layer, and for a size-only model.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> m = get_model("mixtral-8x7b").model  # 8 experts × 3 × 4,096 × 14,336
+    >>> moe_layer_experts(SplitKey(m, 1, 1, 1, 1, False, 1, True, None, 1))
+    (Fraction(1409286144, 1),)
+    >>> moe_layer_experts(SplitKey(get_model("deepseek-v3").model, 1, 1, 1, 1, False, 1, True, None, 8))
+    (Fraction(0, 1),)
+    """
+    arch = key.model.arch
+    if arch is None:
+        return (Fraction(0),) * key.pp
+    return tuple(
+        expert if layers and all(arch.is_moe_layer(j) for j in layers) else Fraction(0)
+        for (_, expert), layers in zip(layer_units(key), key.layers(), strict=True)
     )
 
 
@@ -313,6 +339,11 @@ def layer_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     """:func:`layer_units` of stage ``f.stage``: (dense, expert) parameters on one GPU of its
     largest layer."""
     return read_split(c, f, layer_units)
+
+
+def moe_experts_per_gpu(c: Context, f: Fields) -> Any:
+    """:func:`moe_layer_experts` of stage ``f.stage``."""
+    return read_split(c, f, moe_layer_experts)
 
 
 def non_units_per_gpu(c: Context, f: Fields) -> Any:

@@ -24,7 +24,11 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
-from trainplan.model.megatron_fsdp_buckets import non_unit_buckets, padded_layer_unit
+from trainplan.model.megatron_fsdp_buckets import (
+    head_bucket_count,
+    non_unit_buckets,
+    padded_layer_unit,
+)
 from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
@@ -70,6 +74,7 @@ from trainplan.model.terms.stage_params import (
     layer_count_per_gpu,
     layer_units_per_gpu,
     linear_per_gpu,
+    moe_experts_per_gpu,
     non_units_per_gpu,
     split_params,
     stage_params_per_gpu,
@@ -445,27 +450,32 @@ def _reduce_queue(c: Context, f: Fields, mech: Any, unit: Any) -> Any:
     those of the parameters outside the layers (:func:`_non_unit_buckets`)."""
     fp8 = c.training.fp8_param_gather
     padded = f.lookup(_padded_unit, (c.model.arch, fp8), "tp", "shard_degree")
-    first, held = f.per_stage(
+    first, held, heads = f.per_stage(
         _non_unit_buckets, (c.model, c.vocab_multiple, fp8), *SPLIT_FIELDS, "shard_degree"
     )
-    return mech.reduce_queue_elements(unit, first, layer_count_per_gpu(c, f), padded, held)
+    # a MoE stage's expert and dense bucket groups queue apart; FP8 primary weights split
+    # each group by dtype, so only the bound holds there, as with several head buckets
+    single = where(heads <= 1, not fp8, False)
+    layers, expert = layer_count_per_gpu(c, f), moe_experts_per_gpu(c, f)
+    return mech.reduce_queue_elements(unit, first, layers, padded, held, expert, single)
 
 
 def _non_unit_buckets(
     model: Any, given: Any, fp8_params: bool, *fields: Any
-) -> tuple[tuple[int, int], ...]:
-    """Per stage, :func:`model.megatron_fsdp_buckets.non_unit_buckets` of the layout whose
-    :data:`SPLIT_FIELDS` and shard degree are ``fields``; zeros for a size-only model."""
+) -> tuple[tuple[int, int, int], ...]:
+    """Per stage, :func:`model.megatron_fsdp_buckets.non_unit_buckets` and :func:`model.
+    megatron_fsdp_buckets.head_bucket_count` of the layout whose :data:`SPLIT_FIELDS` and shard
+    degree are ``fields``; zeros for a size-only model."""
     *split, shard = fields
     key = SplitKey.of(model, given, *split)
     arch = key.model.arch
     if arch is None:
-        return ((0, 0),) * key.pp
+        return ((0, 0, 0),) * key.pp
     vocab, last = key.vocab(), key.output_rank()
-    return tuple(
-        non_unit_buckets(arch, key.tp, vocab, key.pp, key.v, i, last, int(shard), fp8_params)
-        for i in range(key.pp)
-    )
+    args = [
+        (arch, key.tp, vocab, key.pp, key.v, i, last, int(shard), fp8_params) for i in range(key.pp)
+    ]
+    return tuple((*non_unit_buckets(*a), head_bucket_count(*a)) for a in args)
 
 
 def _padded_unit(arch: Any, fp8_params: bool, tp: Any, shard: Any) -> int:
