@@ -8,7 +8,7 @@ optimizer state, over the per-stage parameter split of :mod:`model.terms.stage_p
 * :func:`stage_muon_work`, :func:`stage_muon_transient`, :func:`busiest_muon_work` — Muon's
   orthogonalisation at the optimizer step (:mod:`model.muon`); :func:`stage_soap_transient`,
   SOAP's step (:mod:`model.soap`); :func:`optimizer_transient_term`, either one's transient;
-* :func:`dispatch_buffer_term` — the expert dispatcher's resident buffers (DeepEP).
+* the expert dispatcher's resident buffers (DeepEP) are :mod:`model.terms.dispatch_buffers`'.
 
 Units: bytes on one GPU (FLOPs and matrix elements for Muon's work). Exact for one layout;
 element-wise over the search's columns.
@@ -37,8 +37,6 @@ from trainplan.model.memory import (
     state_terms,
 )
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
-from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
 from trainplan.model.muon import (
     muon_gathers_over_dp,
     muon_tp_gathers,
@@ -56,20 +54,14 @@ from trainplan.model.optimizers import (
     soap_preconditions_every_side,
 )
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
-from trainplan.model.pipeline import Schedule
 from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
 from trainplan.model.split import stage_chunks
-from trainplan.model.terms.activation_fields import (
-    LAYER_FIELDS,
-    mirror_layer_counts,
-    stage_layer_counts,
-)
+from trainplan.model.terms.dispatch_buffers import dispatch_buffer_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.terms.grad_buffers import embedding_grad_term
 from trainplan.model.terms.layer_wise_buffers import layer_wise_padding_term
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
-    any_dualpipe,
     busiest_stage,
     layer_count_per_gpu,
     layer_units_per_gpu,
@@ -94,7 +86,6 @@ __all__ = [
     "stage_soap_transient",
     "optimizer_transient_term",
     "busiest_muon_work",
-    "dispatch_buffer_term",
 ]
 
 
@@ -481,29 +472,3 @@ def _non_unit_buckets(
 def _padded_unit(arch: Any, fp8_params: bool, tp: Any, shard: Any) -> int:
     """:func:`model.megatron_fsdp_buckets.padded_layer_unit`; 0 for a size-only model."""
     return 0 if arch is None else padded_layer_unit(arch, fp8_params, int(tp), int(shard))
-
-
-def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:
-    """:func:`model.moe_run.dispatch_buffer_bytes`; 0 for an ep DeepEP has no config for, which
-    the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
-    stay defined)."""
-    if ep not in DEEPEP_DISPATCH_CONFIGS:
-        return 0
-    return dispatch_buffer_bytes(run, hidden, ep)
-
-
-def dispatch_buffer_term(c: Context, f: Fields) -> Any:
-    """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
-    :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
-    ``moe_dispatcher = deepep``, ep > 1) where the stage holds MoE layers (the buffer is made on
-    the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``), under DualPipe where
-    either of the rank's two stages does; 0 otherwise."""
-    arch, run = c.model.arch, c.training.moe_run
-    if arch is None or arch.moe is None or run.dispatcher is not Dispatcher.DEEPEP:
-        return 0
-    _, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    if any_dualpipe(f):
-        _, mirror = f.per_stage(mirror_layer_counts, (arch,), *LAYER_FIELDS)
-        moe = moe + where(f.schedule == Schedule.DUALPIPE, mirror, 0)
-    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
-    return where(moe > 0, buffers, 0)
