@@ -111,7 +111,7 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
 
 def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int) -> None:
     t = s.training
-    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp * pp > 1)
+    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp, pp)
 
 
 def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:

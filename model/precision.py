@@ -44,6 +44,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.part_family import FAMILY, catalogue_part
 
@@ -453,16 +454,24 @@ def parse_fp8_fields(
 
 
 def check_deepspeed_fp8(
-    framework: str, precision: Precision, recipe: Any, arch: Any, megatron_deepspeed: bool
+    framework: str, precision: Precision, recipe: Any, arch: Any, tp: int, pp: int = 1
 ) -> None:
-    """Refuse FP8 under ``deepspeed`` with tp or pp > 1 (``megatron_deepspeed``: DeepSpeed's
-    tensor and pipeline parallelism are Megatron-DeepSpeed's) where its one FP8 path cannot run
-    the model: Megatron-DeepSpeed trains FP8 only through Transformer Engine's ``TransformerLayer``
-    (microsoft/Megatron-DeepSpeed f4157bea ``megatron/model/transformer.py``
-    ``ParallelTransformer``: ``build_layer`` asserts ``num_attention_heads ==
-    num_key_value_heads``, "Transformer_engine does not support GQA", and builds the layer with
-    Transformer Engine's defaults, LayerNorm and a GELU MLP; ``__init__`` scales with
-    ``DelayedScaling`` only). ``arch`` None (a size-only model): only the recipe is checked.
+    """Refuse FP8 under ``deepspeed`` where its one FP8 path cannot run the layout (DeepSpeed's
+    tensor and pipeline parallelism are Megatron-DeepSpeed's). Megatron-DeepSpeed trains FP8 only
+    through Transformer Engine's ``TransformerLayer`` (deepspeedai/Megatron-DeepSpeed 4efb479d
+    ``megatron/arguments.py`` ``validate_args``: "transformer-engine required for fp8 training";
+    ``megatron/model/transformer.py`` ``ParallelTransformer``: ``build_layer`` asserts
+    ``num_attention_heads == num_key_value_heads``, "Transformer_engine does not support GQA",
+    and builds the layer with Transformer Engine's defaults, LayerNorm and a GELU MLP;
+    ``__init__`` scales with ``DelayedScaling`` only). ``arch`` None (a size-only model): only
+    the recipe and ``pp`` are checked.
+
+    At pp > 1, any model: ``megatron/training.py`` ``get_model`` asserts every model chunk is a
+    ``GPTModel`` under ``transformer_impl = transformer_engine`` ("Transformer Engine is only
+    approved for GPT models"), and ``pretrain_gpt.py`` ``model_provider`` builds ``GPTModel``
+    under DeepSpeed only with ``--no-pipeline-parallel`` (``GPTModelPipe``, the pipeline
+    engine's model, otherwise), which ``megatron/arguments.py`` ``parse_args`` allows with
+    ``pipeline_model_parallel_size == 1`` only.
 
     At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
     (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
@@ -471,19 +480,30 @@ def check_deepspeed_fp8(
     Raises
     ------
     LayoutError
-        fp8 under deepspeed with routed experts; or at tp·pp > 1 with GQA, RMSNorm, a gated
-        MLP or a recipe other than delayed.
+        fp8 under deepspeed with routed experts; at pp > 1; or at tp > 1 with GQA, RMSNorm, a
+        gated MLP or a recipe other than delayed.
 
-    >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, True)
-    >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, True)
+    >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 2)
+    >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, 2, 4)
+    >>> try:
+    ...     check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 1, 2)
+    ... except LayoutError as err:
+    ...     print(str(err).split(":")[1])
+     fp8 with `framework` deepspeed at pp 2
     """
-    ds8 = str(framework) == "deepspeed" and precision is Precision.FP8
+    ds8 = str(framework) == Framework.DEEPSPEED and precision is Precision.FP8
     if ds8 and arch is not None and getattr(arch, "moe", None) is not None:
         raise LayoutError(
             "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
             "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
         )
-    if not ds8 or not megatron_deepspeed:
+    if ds8 and pp > 1:
+        raise LayoutError(
+            f"precision: fp8 with `framework` deepspeed at pp {pp}: Megatron-DeepSpeed runs "
+            "Transformer Engine, its only FP8 path, in GPTModel only, which DeepSpeed builds "
+            "with --no-pipeline-parallel, pp 1 (use `framework` megatron, `pp` 1 or `precision` bf16)"
+        )
+    if not ds8 or tp * pp <= 1:
         return
     why = []
     if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:

@@ -8,6 +8,8 @@ f4157bea)."""
 
 from __future__ import annotations
 
+import json
+
 from tests.cli_runs import refusal, trainplan
 
 
@@ -30,3 +32,23 @@ def test_deepspeed_bf16_on_moe_and_fp8_dense_still_evaluate():
         "--framework", "deepspeed", "--dp", "8",
     )  # fmt: skip
     assert moe.returncode == 0 and dense.returncode == 0, (moe.stderr, dense.stderr)
+
+
+def test_deepspeed_fp8_refused_at_pp_above_1_and_search_answers_pp_1():
+    """Megatron-DeepSpeed's Transformer Engine path runs in ``GPTModel`` only
+    (deepspeedai/Megatron-DeepSpeed 4efb479d ``megatron/training.py`` ``get_model``: "Transformer
+    Engine is only approved for GPT models"); under DeepSpeed ``pretrain_gpt.py``
+    ``model_provider`` builds ``GPTModel`` only with ``--no-pipeline-parallel``, which
+    ``megatron/arguments.py`` ``parse_args`` allows at ``pipeline_model_parallel_size == 1``.
+    So even GPT-3 175B (no GQA, LayerNorm, GELU: what the TE layer builds) is refused at pp 8,
+    and a search answers at pp 1 (before: dp1 tp4 pp16 ZeRO-1, a layout that cannot run)."""
+    line = refusal(
+        trainplan("evaluate", "--model", "gpt3-175b", "--gpus", "64", "--framework",
+                  "deepspeed", "--precision", "fp8", "--tp", "8", "--pp", "8")
+    )  # fmt: skip
+    assert line.startswith("--precision: fp8 with --framework deepspeed at pp 8: ")
+    assert "--no-pipeline-parallel" in line
+    done = trainplan("search", "--model", "gpt3-175b", "--gpus", "64", "--framework",
+                     "deepspeed", "--precision", "fp8", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["layout"]["pp"] == 1
