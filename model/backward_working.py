@@ -73,8 +73,14 @@ place of the BF16 gather, with the gather's quantised shard and blockwise tempor
 (``shard·S·h/tp + interleaved·S·h``) before its dgrad exists; the routed experts' down and
 up projections ``both`` per element of their ``grad_output`` (``_GroupedLinear.backward``).
 The layer's FP8 rows are released under their FP8 names. ``deepspeed``'s FP8 layer is
-Transformer Engine's ``TransformerLayer`` (``LayerNormMLP``, a different backward): its copies
-are not counted here.
+Transformer Engine's ``TransformerLayer`` (Megatron-DeepSpeed ``megatron/model/transformer.py``
+``ParallelTransformer.build_layer``; pp 1 only, :func:`model.precision.check_deepspeed_fp8`):
+its ``LayerNormLinear`` and ``Linear`` take the same copies, which gather the saved input again
+under sequence parallelism (Megatron-DeepSpeed's ``"mpu"`` buffer is its own layers'), and its
+``LayerNormMLP`` runs FC2's and FC1's backward in one function, so the FC1 step also holds what
+FC2's left alive (:func:`layernorm_mlp_held`). Counted at that step beside the BF16 activation
+gradient, which ``LayerNormMLP`` quantises and drops before the FC1 dgrad exists: conservative
+by at most the smaller of the two.
 
 MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
 ``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
@@ -125,6 +131,7 @@ __all__ = [
     "attention_backward_workspace",
     "backward_working_bytes",
     "input_pass_retains",
+    "layernorm_mlp_held",
     "torchao_fp8_casts",
 ]
 
@@ -261,10 +268,17 @@ def _deepspeed_weight_grads(
     ``main_grad`` is commented out there; only ``enable_zbh1_pipeline`` defers it) after the
     input gradient and its reduce-scatter are issued, and returns it to autograd, which adds it
     into the kept ``param.grad`` (:mod:`model.backward_working`'s docstring). The fused QKV and
-    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Zeros under the
-    other profiles, and under FP8 (Megatron-DeepSpeed's FP8 layer is Transformer Engine's)."""
+    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Under FP8 the
+    layer is Transformer Engine's, which returns the same BF16 weight gradient to autograd: its
+    fused accumulation (``fuse_wgrad_accumulation``, from ``gradient_accumulation_fusion``)
+    writes into ``weight.main_grad``, which only Megatron's own DDP allocates
+    (``megatron/model/distributed.py``), not DeepSpeed's engine, so a DeepSpeed run turns it
+    off (``--no-gradient-accumulation-fusion``) and the wgrad GEMM's output goes back to
+    autograd (``module/linear.py`` ``_linear_backward``, ``module/layernorm_mlp.py``
+    ``_LayerNormMLP.backward``, ``out_dtype=ctx.activation_dtype``). Zeros under the other
+    profiles."""
     zero = (Fraction(0), Fraction(0))
-    if framework is not Framework.DEEPSPEED or ctx.fp8_gemms:
+    if framework is not Framework.DEEPSPEED:
         return zero, zero
     beta, tp, h = ctx.activation_bytes, ctx.tp, Fraction(arch.hidden_size)
     q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
@@ -306,21 +320,55 @@ def _column_extra(
 Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
 
 
+def layernorm_mlp_held(
+    ctx: ActivationContext, arch: Architecture, te: TeFp8Backward, ffn: int
+) -> Fraction:
+    """Bytes per GPU Transformer Engine's ``LayerNormMLP`` (the MLP of its ``TransformerLayer``,
+    the layer Megatron-DeepSpeed trains FP8 with) still holds at its FC1 step that separate
+    linear modules have freed by then: ``module/layernorm_mlp.py`` ``_LayerNormMLP.backward``
+    (Transformer Engine d0067d0da) runs FC2's and FC1's backward in one function and frees
+    neither FC2's quantised ``grad_output`` (``both`` per element of the whole ``[S, h]``,
+    gathered under sequence parallelism; :mod:`model.te_fp8_backward`), nor its BF16 input
+    gradient ``fc2_dgrad`` (``[S, f/tp]``), nor FC2's weight gradient ``fc2_wgrad``
+    (``β·f·h/tp``, returned to autograd unfused, :func:`_deepspeed_weight_grads`) before it
+    returns: it clears only ``act_out``, ``fc1_out`` and ``dact`` (``clear_tensor_data``).
+
+    Llama 3 8B, s 8,192, b 1, tp 1, delayed scaling on Hopper: 2·8,192·4,096 + 2·8,192·14,336
+    + 2·14,336·4,096 = 67.1 + 234.9 + 117.4 MB.
+
+    >>> from trainplan.model.te_fp8_backward import te_fp8_backward
+    >>> ctx = ActivationContext(seq_len=8192, cp=1, micro_batch_size=1, tp=1,
+    ...     sequence_parallel=False, flash_attention=True)
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> a = get_model("llama3-8b").model.arch
+    >>> int(layernorm_mlp_held(ctx, a, te_fp8_backward("delayed", True), a.ffn_hidden_size))
+    419430400
+    """
+    beta, S, h, f = ctx.activation_bytes, ctx.tokens, arch.hidden_size, Fraction(ffn, ctx.tp)
+    return te.both * S * h + beta * S * f + beta * f * h
+
+
 def _step_additions(
-    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
-) -> Pairs:
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int,
+    te: TeFp8Backward | None = None,
+) -> Pairs:  # fmt: skip
     """((attention row, column), (MLP row, column)): what each projection's step holds beyond
-    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`."""
+    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`, and under
+    ``deepspeed`` with Transformer Engine's FP8 (``te``) what ``LayerNormMLP`` still holds at
+    its FC1 step (:func:`layernorm_mlp_held`)."""
     a = _fp8_casts(ctx, arch, framework, ffn)
     b = _deepspeed_weight_grads(ctx, arch, framework, ffn)
-    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1])
+    held = layernorm_mlp_held(ctx, arch, te, ffn) if te and framework is Framework.DEEPSPEED else 0
+    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1] + held)
 
 
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
     sp = ctx.sequence_parallel and ctx.tp > 1
-    persistent = framework is Framework.DEEPSPEED  # the "mpu" buffer, held in both phases
+    # the "mpu" buffer (held in both phases) under Megatron-DeepSpeed's own layers; its FP8
+    # layer is Transformer Engine's, which gathers the saved input again like Megatron-Core's
+    persistent = framework is Framework.DEEPSPEED and not ctx.fp8_gemms
     regather = 1 if sp and not ctx.gathered_block_inputs and not persistent else 0
     return regather, 2 if framework is Framework.FSDP2 else 1
 
@@ -448,7 +496,8 @@ def backward_working_bytes(
     attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only);
     ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
     ``retain_graph=True``: nothing released, module docstring); ``te_fp8``: Transformer
-    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` with FP8 GEMMs).
+    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` and ``deepspeed``
+    with FP8 GEMMs).
     0 under ``textbook``. Exact.
 
     Examples
@@ -479,8 +528,9 @@ def backward_working_bytes(
         return Fraction(0)
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
-    te = te_fp8 if framework is Framework.MEGATRON and ctx.fp8_gemms else None
-    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size)
+    te_layers = framework in (Framework.MEGATRON, Framework.DEEPSPEED)
+    te = te_fp8 if te_layers and ctx.fp8_gemms else None
+    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size, te)
     att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:
         mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)
