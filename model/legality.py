@@ -109,9 +109,9 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework_recipe(framework, zero_stage, s.training, s.model.arch)
 
 
-def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int) -> None:
+def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int, cp: int) -> None:
     t = s.training
-    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp, pp)
+    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp, pp, cp)
 
 
 def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
@@ -377,7 +377,7 @@ RULES: tuple[Rule, ...] = (
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
-    Rule("deepspeed_fp8", ("framework", "tp", "pp"), _deepspeed_fp8),
+    Rule("deepspeed_fp8", ("framework", "tp", "pp", "cp"), _deepspeed_fp8),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),

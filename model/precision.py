@@ -454,7 +454,7 @@ def parse_fp8_fields(
 
 
 def check_deepspeed_fp8(
-    framework: str, precision: Precision, recipe: Any, arch: Any, tp: int, pp: int = 1
+    framework: str, precision: Precision, recipe: Any, arch: Any, tp: int, pp: int = 1, cp: int = 1
 ) -> None:
     """Refuse FP8 under ``deepspeed`` where its one FP8 path cannot run the layout (DeepSpeed's
     tensor and pipeline parallelism are Megatron-DeepSpeed's). Megatron-DeepSpeed trains FP8 only
@@ -473,6 +473,11 @@ def check_deepspeed_fp8(
     engine's model, otherwise), which ``megatron/arguments.py`` ``parse_args`` allows with
     ``pipeline_model_parallel_size == 1`` only.
 
+    At cp > 1: DeepSpeed's sequence parallelism (Ulysses, ``DistributedAttention``) is wired
+    into Megatron-DeepSpeed's own ``ParallelAttention.__init__`` only (``enable_ds_sequence_
+    parallel``); ``build_layer``'s Transformer Engine branch passes no sequence-parallel group,
+    so that layer would attend within each rank's chunk of the sequence.
+
     At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
     (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
     ``build_layer``'s TE branch ignores the expert count ``n_e`` (a dense ``TransformerLayer``).
@@ -480,8 +485,8 @@ def check_deepspeed_fp8(
     Raises
     ------
     LayoutError
-        fp8 under deepspeed with routed experts; at pp > 1; or at tp > 1 with GQA, RMSNorm, a
-        gated MLP or a recipe other than delayed.
+        fp8 under deepspeed with routed experts; at cp or pp > 1; or at tp > 1 with GQA,
+        RMSNorm, a gated MLP or a recipe other than delayed.
 
     >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 2)
     >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, 2, 4)
@@ -496,6 +501,13 @@ def check_deepspeed_fp8(
         raise LayoutError(
             "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
             "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
+        )
+    if ds8 and cp > 1:
+        raise LayoutError(
+            f"precision: fp8 with `framework` deepspeed at cp {cp}: DeepSpeed's sequence "
+            "parallelism (Ulysses) runs in Megatron-DeepSpeed's own attention only, not in the "
+            "Transformer Engine layer it trains FP8 with (use `framework` megatron, `cp` 1 or "
+            "`precision` bf16)"
         )
     if ds8 and pp > 1:
         raise LayoutError(

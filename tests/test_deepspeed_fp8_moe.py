@@ -52,3 +52,15 @@ def test_deepspeed_fp8_refused_at_pp_above_1_and_search_answers_pp_1():
                      "deepspeed", "--precision", "fp8", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["layout"]["pp"] == 1
+
+
+def test_deepspeed_fp8_refused_at_cp_above_1():
+    """DeepSpeed-Ulysses (``DistributedAttention``), the profile's only context parallelism, is
+    wired into Megatron-DeepSpeed's own ``ParallelAttention.__init__`` only
+    (``enable_ds_sequence_parallel``, 4efb479d ``megatron/model/transformer.py``); the
+    Transformer Engine layer it trains FP8 with gets no sequence-parallel group."""
+    line = refusal(
+        trainplan("evaluate", "--model", "gpt3-175b", "--gpus", "64", "--framework",
+                  "deepspeed", "--precision", "fp8", "--tp", "8", "--cp", "2", "--zero", "3")
+    )  # fmt: skip
+    assert line.startswith("--precision: fp8 with --framework deepspeed at cp 2: ")
