@@ -74,13 +74,13 @@ place of the BF16 gather, with the gather's quantised shard and blockwise tempor
 up projections ``both`` per element of their ``grad_output`` (``_GroupedLinear.backward``).
 The layer's FP8 rows are released under their FP8 names. ``deepspeed``'s FP8 layer is
 Transformer Engine's ``TransformerLayer`` (Megatron-DeepSpeed ``megatron/model/transformer.py``
-``ParallelTransformer.build_layer``; pp 1 only, :func:`model.precision.check_deepspeed_fp8`):
+``ParallelTransformer.build_layer``; pp 1 only, :func:`model.deepspeed_fp8.check_deepspeed_fp8`):
 its ``LayerNormLinear`` and ``Linear`` take the same copies, which gather the saved input again
 under sequence parallelism (Megatron-DeepSpeed's ``"mpu"`` buffer is its own layers'), and its
 ``LayerNormMLP`` runs FC2's and FC1's backward in one function, so the FC1 step also holds what
-FC2's left alive (:func:`layernorm_mlp_held`). Counted at that step beside the BF16 activation
-gradient, which ``LayerNormMLP`` quantises and drops before the FC1 dgrad exists: conservative
-by at most the smaller of the two.
+FC2's left alive (:func:`model.deepspeed_backward.layernorm_mlp_held`). Counted at that
+step beside the BF16 activation gradient, which ``LayerNormMLP`` quantises and drops before
+the FC1 dgrad exists: conservative by at most the smaller of the two.
 
 MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
 ``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
@@ -102,7 +102,7 @@ returns (Megatron-DeepSpeed ``megatron/core/tensor_parallel/layers.py``,
 ``grad_output.t().matmul(total_input)``, no fused accumulation), which autograd adds into the
 kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it:
 ``BF16_Optimizer.clear_lp_grads``): one weight of the projection per GPU
-(:func:`_deepspeed_weight_grads`).
+(:func:`model.deepspeed_backward.deepspeed_weight_grads`).
 
 Not counted: the weight gradients kept for the step (the state term's), cuDNN's backward
 workspace (its size is the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer
@@ -122,6 +122,7 @@ from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
 from trainplan.model.context_parallel import attention_dims
+from trainplan.model.deepspeed_backward import deepspeed_weight_grads, layernorm_mlp_held
 from trainplan.model.frameworks import Framework
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
@@ -131,7 +132,6 @@ __all__ = [
     "attention_backward_workspace",
     "backward_working_bytes",
     "input_pass_retains",
-    "layernorm_mlp_held",
     "torchao_fp8_casts",
 ]
 
@@ -257,36 +257,6 @@ def _fp8_casts(
     return attention, mlp
 
 
-def _deepspeed_weight_grads(
-    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
-) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
-    """((output projection, QKV), (down projection, up/gate projection)): the weight gradient
-    each projection's backward returns under ``deepspeed`` (BF16 GEMMs), one weight of the
-    projection on this rank, ``β·in·out/tp``: Megatron-DeepSpeed f4157bea ``megatron/core/
-    tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``
-    computes ``grad_weight = grad_output.t().matmul(total_input)`` (the fused accumulation into
-    ``main_grad`` is commented out there; only ``enable_zbh1_pipeline`` defers it) after the
-    input gradient and its reduce-scatter are issued, and returns it to autograd, which adds it
-    into the kept ``param.grad`` (:mod:`model.backward_working`'s docstring). The fused QKV and
-    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Under FP8 the
-    layer is Transformer Engine's, which returns the same BF16 weight gradient to autograd: its
-    fused accumulation (``fuse_wgrad_accumulation``, from ``gradient_accumulation_fusion``)
-    writes into ``weight.main_grad``, which only Megatron's own DDP allocates
-    (``megatron/model/distributed.py``), not DeepSpeed's engine, so a DeepSpeed run turns it
-    off (``--no-gradient-accumulation-fusion``) and the wgrad GEMM's output goes back to
-    autograd (``module/linear.py`` ``_linear_backward``, ``module/layernorm_mlp.py``
-    ``_LayerNormMLP.backward``, ``out_dtype=ctx.activation_dtype``). Zeros under the other
-    profiles."""
-    zero = (Fraction(0), Fraction(0))
-    if framework is not Framework.DEEPSPEED:
-        return zero, zero
-    beta, tp, h = ctx.activation_bytes, ctx.tp, Fraction(arch.hidden_size)
-    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
-    u = 2 if arch.mlp.gated else 1
-    f = Fraction(ffn, tp)
-    return (beta * h * o, beta * h * (q + kv)), (beta * f * h, beta * h * u * f)
-
-
 def _row_step(
     ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
 ) -> Fraction:
@@ -320,44 +290,17 @@ def _column_extra(
 Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
 
 
-def layernorm_mlp_held(
-    ctx: ActivationContext, arch: Architecture, te: TeFp8Backward, ffn: int
-) -> Fraction:
-    """Bytes per GPU Transformer Engine's ``LayerNormMLP`` (the MLP of its ``TransformerLayer``,
-    the layer Megatron-DeepSpeed trains FP8 with) still holds at its FC1 step that separate
-    linear modules have freed by then: ``module/layernorm_mlp.py`` ``_LayerNormMLP.backward``
-    (Transformer Engine d0067d0da) runs FC2's and FC1's backward in one function and frees
-    neither FC2's quantised ``grad_output`` (``both`` per element of the whole ``[S, h]``,
-    gathered under sequence parallelism; :mod:`model.te_fp8_backward`), nor its BF16 input
-    gradient ``fc2_dgrad`` (``[S, f/tp]``), nor FC2's weight gradient ``fc2_wgrad``
-    (``β·f·h/tp``, returned to autograd unfused, :func:`_deepspeed_weight_grads`) before it
-    returns: it clears only ``act_out``, ``fc1_out`` and ``dact`` (``clear_tensor_data``).
-
-    Llama 3 8B, s 8,192, b 1, tp 1, delayed scaling on Hopper: 2·8,192·4,096 + 2·8,192·14,336
-    + 2·14,336·4,096 = 67.1 + 234.9 + 117.4 MB.
-
-    >>> from trainplan.model.te_fp8_backward import te_fp8_backward
-    >>> ctx = ActivationContext(seq_len=8192, cp=1, micro_batch_size=1, tp=1,
-    ...     sequence_parallel=False, flash_attention=True)
-    >>> from trainplan.scenarios.catalogue import get_model
-    >>> a = get_model("llama3-8b").model.arch
-    >>> int(layernorm_mlp_held(ctx, a, te_fp8_backward("delayed", True), a.ffn_hidden_size))
-    419430400
-    """
-    beta, S, h, f = ctx.activation_bytes, ctx.tokens, arch.hidden_size, Fraction(ffn, ctx.tp)
-    return te.both * S * h + beta * S * f + beta * f * h
-
-
 def _step_additions(
     ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int,
     te: TeFp8Backward | None = None,
 ) -> Pairs:  # fmt: skip
     """((attention row, column), (MLP row, column)): what each projection's step holds beyond
-    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`, and under
+    the BF16 count, :func:`_fp8_casts` plus
+    :func:`model.deepspeed_backward.deepspeed_weight_grads`, and under
     ``deepspeed`` with Transformer Engine's FP8 (``te``) what ``LayerNormMLP`` still holds at
-    its FC1 step (:func:`layernorm_mlp_held`)."""
+    its FC1 step (:func:`model.deepspeed_backward.layernorm_mlp_held`)."""
     a = _fp8_casts(ctx, arch, framework, ffn)
-    b = _deepspeed_weight_grads(ctx, arch, framework, ffn)
+    b = deepspeed_weight_grads(ctx, arch, framework, ffn)
     held = layernorm_mlp_held(ctx, arch, te, ffn) if te and framework is Framework.DEEPSPEED else 0
     return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1] + held)
 
@@ -528,8 +471,7 @@ def backward_working_bytes(
         return Fraction(0)
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
-    te_layers = framework in (Framework.MEGATRON, Framework.DEEPSPEED)
-    te = te_fp8 if te_layers and ctx.fp8_gemms else None
+    te = te_fp8 if framework.te_layers and ctx.fp8_gemms else None
     att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size, te)
     att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:

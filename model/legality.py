@@ -25,6 +25,7 @@ from typing import Any
 from trainplan.model.activation_offload import check_activation_offload, check_layer_offload
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
+from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -46,11 +47,7 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import (
-    check_deepspeed_fp8,
-    check_fp8_activation_storage,
-    check_fp8_param_gather,
-)
+from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec

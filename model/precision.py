@@ -41,10 +41,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.part_family import FAMILY, catalogue_part
 
@@ -53,7 +51,6 @@ __all__ = [
     "Fp8Recipe",
     "fp8_recipe_of",
     "parse_fp8_fields",
-    "check_deepspeed_fp8",
     "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
@@ -451,82 +448,3 @@ def parse_fp8_fields(
     except ValueError:
         allowed = ", ".join(r.value for r in Fp8Recipe)
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
-
-
-def check_deepspeed_fp8(
-    framework: str, precision: Precision, recipe: Any, arch: Any, tp: int, pp: int = 1, cp: int = 1
-) -> None:
-    """Refuse FP8 under ``deepspeed`` where its one FP8 path cannot run the layout (DeepSpeed's
-    tensor and pipeline parallelism are Megatron-DeepSpeed's). Megatron-DeepSpeed trains FP8 only
-    through Transformer Engine's ``TransformerLayer`` (deepspeedai/Megatron-DeepSpeed 4efb479d
-    ``megatron/arguments.py`` ``validate_args``: "transformer-engine required for fp8 training";
-    ``megatron/model/transformer.py`` ``ParallelTransformer``: ``build_layer`` asserts
-    ``num_attention_heads == num_key_value_heads``, "Transformer_engine does not support GQA",
-    and builds the layer with Transformer Engine's defaults, LayerNorm and a GELU MLP;
-    ``__init__`` scales with ``DelayedScaling`` only). ``arch`` None (a size-only model): only
-    the recipe and ``pp`` are checked.
-
-    At pp > 1, any model: ``megatron/training.py`` ``get_model`` asserts every model chunk is a
-    ``GPTModel`` under ``transformer_impl = transformer_engine`` ("Transformer Engine is only
-    approved for GPT models"), and ``pretrain_gpt.py`` ``model_provider`` builds ``GPTModel``
-    under DeepSpeed only with ``--no-pipeline-parallel`` (``GPTModelPipe``, the pipeline
-    engine's model, otherwise), which ``megatron/arguments.py`` ``parse_args`` allows with
-    ``pipeline_model_parallel_size == 1`` only.
-
-    At cp > 1: DeepSpeed's sequence parallelism (Ulysses, ``DistributedAttention``) is wired
-    into Megatron-DeepSpeed's own ``ParallelAttention.__init__`` only (``enable_ds_sequence_
-    parallel``); ``build_layer``'s Transformer Engine branch passes no sequence-parallel group,
-    so that layer would attend within each rank's chunk of the sequence.
-
-    At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
-    (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
-    ``build_layer``'s TE branch ignores the expert count ``n_e`` (a dense ``TransformerLayer``).
-
-    Raises
-    ------
-    LayoutError
-        fp8 under deepspeed with routed experts; at cp or pp > 1; or at tp > 1 with GQA,
-        RMSNorm, a gated MLP or a recipe other than delayed.
-
-    >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 2)
-    >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, 2, 4)
-    >>> try:
-    ...     check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 1, 2)
-    ... except LayoutError as err:
-    ...     print(str(err).split(":")[1])
-     fp8 with `framework` deepspeed at pp 2
-    """
-    ds8 = str(framework) == Framework.DEEPSPEED and precision is Precision.FP8
-    if ds8 and arch is not None and getattr(arch, "moe", None) is not None:
-        raise LayoutError(
-            "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
-            "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
-        )
-    if ds8 and cp > 1:
-        raise LayoutError(
-            f"precision: fp8 with `framework` deepspeed at cp {cp}: DeepSpeed's sequence "
-            "parallelism (Ulysses) runs in Megatron-DeepSpeed's own attention only, not in the "
-            "Transformer Engine layer it trains FP8 with (use `framework` megatron, `cp` 1 or "
-            "`precision` bf16)"
-        )
-    if ds8 and pp > 1:
-        raise LayoutError(
-            f"precision: fp8 with `framework` deepspeed at pp {pp}: Megatron-DeepSpeed runs "
-            "Transformer Engine, its only FP8 path, in GPTModel only, which DeepSpeed builds "
-            "with --no-pipeline-parallel, pp 1 (use `framework` megatron, `pp` 1 or `precision` bf16)"
-        )
-    if not ds8 or tp * pp <= 1:
-        return
-    why = []
-    if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:
-        why.append(f"scales with delayed scaling only, not {recipe}")
-    if arch is not None:
-        if arch.num_kv_heads not in (None, arch.num_attention_heads):
-            why.append("does not run GQA")
-        if str(arch.norm) != "layernorm" or str(arch.mlp) != "gelu":
-            why.append("builds LayerNorm and a GELU MLP only")
-    if why:
-        raise LayoutError(
-            "precision: fp8 with `framework` deepspeed at tp or pp > 1 runs Megatron-DeepSpeed's "
-            f"Transformer Engine layer, which {' and '.join(why)} (use `framework` megatron)"
-        )

@@ -1,5 +1,5 @@
 """DeepSpeed + FP8 on a MoE model is refused at any tp and pp (the legality rule
-``deepspeed_fp8``, :func:`trainplan.model.precision.check_deepspeed_fp8`): DeepSpeed has no FP8
+``deepspeed_fp8``, :func:`trainplan.model.deepspeed_fp8.check_deepspeed_fp8`): DeepSpeed has no FP8
 path of its own (deepspeedai/DeepSpeed edaa72212: nothing under ``deepspeed/`` reads Transformer
 Engine; ``deepspeed/moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
 Megatron-DeepSpeed's Transformer Engine path builds a dense ``TransformerLayer`` whatever the
