@@ -105,7 +105,7 @@ def profile_recompute_modules(
     ``use_flash_attn``; with either, ``forward`` calls the attention directly and keeps what it
     saves, so there it recomputes nothing (``()``). With Transformer Engine's layer
     (``transformer_engine``: ``transformer_impl = transformer_engine``, what the profile runs
-    under ``precision = fp8``, its only FP8 path, :func:`model.precision.check_deepspeed_fp8`)
+    under ``precision = fp8``, its only FP8 path, :func:`model.deepspeed_fp8.check_deepspeed_fp8`)
     ``ParallelTransformer.__init__`` sets ``checkpoint_core_attention`` from the granularity
     alone and ``forward`` passes it to every ``TransformerLayer`` (its
     ``checkpoint_core_attention`` argument: Transformer Engine's ``DotProductAttention``
@@ -259,7 +259,7 @@ def check_recompute_modules(
     if modules == DEFAULT_RECOMPUTE_MODULES:
         return
     named = ", ".join(modules) or "none"
-    if str(framework) not in ("megatron", "textbook"):
+    if str(framework) not in (Framework.MEGATRON, Framework.TEXTBOOK):
         raise LayoutError(
             f"recompute_modules: {named} is Megatron-Core's per-module recomputation; "
             f"{framework} has none (use `framework` megatron or textbook)"
