@@ -6,6 +6,8 @@ sliding-window layers change (:func:`has_window`, :func:`window_kv_tokens`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
@@ -180,7 +182,7 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
 
 
-_OWN_CP = {
+_OWN_CP: dict[str, tuple[str, str]] = {
     Framework.MEGATRON: (
         "Transformer Engine's context parallelism (cp_comm_type p2p, all_gather, a2a, a2a+p2p)",
         "ring, all-gather, ulysses or a2a+p2p",
@@ -253,7 +255,10 @@ def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
         )
 
 
-_ONLY_CP = {Framework.DEEPSPEED: _check_deepspeed_cp, Framework.FSDP2: _check_fsdp2_cp}
+_ONLY_CP: dict[str, Callable[[CpKind, int], None]] = {
+    Framework.DEEPSPEED: _check_deepspeed_cp,
+    Framework.FSDP2: _check_fsdp2_cp,
+}
 """The frameworks that run only some flavours, and the check that refuses the others."""
 
 

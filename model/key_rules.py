@@ -244,7 +244,7 @@ def check_memory_efficient_norm(framework: Any, on: bool, arch: Any) -> None:
         )
 
 
-_NORM_KEEPS_INPUT = {
+_NORM_KEEPS_INPUT: dict[str, str] = {
     Framework.MEGATRON: "Megatron-Core's FusedLayerNorm asserts LayerNorm; torch's RMSNorm asserts "
     "memory_efficient_layer_norm off and Transformer Engine's never reads it",
     Framework.DEEPSPEED: "Megatron-DeepSpeed's RMSNorm is eager PyTorch and keeps its input",
