@@ -33,8 +33,7 @@ from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
 from trainplan.interface.launch_parallel import megatron_parallel_flags
-from trainplan.model.context_parallel import torch_rotate_method
-from trainplan.model.elementwise import Elementwise, elementwise_mode
+from trainplan.interface.launch_torchtitan import torchtitan_cp, torchtitan_recipe
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import Layout, Recompute
@@ -435,16 +434,14 @@ def torchtitan_toml(
     ('[activation_checkpoint]', 'mode = "full"')
     """
     split = _split(arch, layout)
+    notes: list[str] = []
     lines = [
         "[parallelism]",
         f"tensor_parallel_degree = {layout.tp}",
         f"pipeline_parallel_degree = {layout.pp}",
         f"context_parallel_degree = {layout.cp}",
+        *torchtitan_cp(layout, notes),
     ]
-    rotate = torch_rotate_method(layout.cp_kind)
-    if layout.cp > 1 and rotate:
-        lines.append(f'context_parallel_rotate_method = "{rotate}"')
-    notes: list[str] = []
     if layout.pp > 1:
         lines += _torchtitan_pipeline(arch, layout, notes)
     counts = layout.recompute_layers
@@ -475,26 +472,5 @@ def torchtitan_toml(
     else:
         lines.append('mode = "none"')
     if training is not None and str(layout.framework) == "fsdp2":
-        lines += _torchtitan_recipe(layout, training, notes)
+        lines += torchtitan_recipe(layout, training, notes)
     return LaunchFlags(tuple(lines), tuple(notes))
-
-
-def _torchtitan_recipe(layout: Layout, training: TrainingSpec, notes: list[str]) -> list[str]:
-    """``[compile] enable`` as the plan counted it; the pipeline runtime's memory settings,
-    which torchtitan has no key for, said in ``notes``."""
-    compiled = elementwise_mode(layout.framework, training.compile) is Elementwise.COMPILED
-    if layout.pp > 1 and training.pipeline_frees_stage_tensors:
-        notes.append(
-            "pipeline_frees_stage_tensors true: torchtitan has no setting for it "
-            "(torch.distributed.pipelining keeps each stage's inputs and outputs until their "
-            "backward); the plan's memory assumes a runtime that frees them, as Meta's for Llama 3"
-        )
-    if layout.pp > 1:
-        kept = "keeps" if training.pipeline_keeps_outputs else "keeps no"
-        notes.append(
-            f"pipeline_keeps_outputs {str(training.pipeline_keeps_outputs).lower()}: torchtitan "
-            "has no setting for it; its trainer keeps every micro-batch's logits until "
-            "e5ef99aab (2025-10-22) and none since; the plan's last stage "
-            f"{kept} logits"
-        )
-    return ["[compile]", f"enable = {'true' if compiled else 'false'}"]

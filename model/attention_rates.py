@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import Framework
 from trainplan.model.kernels import AttentionKey, attention_kernel_flops, attention_rate
 from trainplan.model.part_family import FAMILY, catalogue_part
 from trainplan.scenarios.kernel_data import attention_curves
@@ -114,7 +115,7 @@ def default_attention_kernel(framework: str, device_name: str) -> str | None:
     family = FAMILY.get(catalogue_part(device_name))
     if family is None:
         return None
-    if str(framework) != "deepspeed" and family != "ampere":
+    if str(framework) != Framework.DEEPSPEED and family != "ampere":
         return "cudnn"
     return "flash-attention-2"
 

@@ -73,8 +73,14 @@ place of the BF16 gather, with the gather's quantised shard and blockwise tempor
 (``shard·S·h/tp + interleaved·S·h``) before its dgrad exists; the routed experts' down and
 up projections ``both`` per element of their ``grad_output`` (``_GroupedLinear.backward``).
 The layer's FP8 rows are released under their FP8 names. ``deepspeed``'s FP8 layer is
-Transformer Engine's ``TransformerLayer`` (``LayerNormMLP``, a different backward): its copies
-are not counted here.
+Transformer Engine's ``TransformerLayer`` (Megatron-DeepSpeed ``megatron/model/transformer.py``
+``ParallelTransformer.build_layer``; pp 1 only, :func:`model.deepspeed_fp8.check_deepspeed_fp8`):
+its ``LayerNormLinear`` and ``Linear`` take the same copies, which gather the saved input again
+under sequence parallelism (Megatron-DeepSpeed's ``"mpu"`` buffer is its own layers'), and its
+``LayerNormMLP`` runs FC2's and FC1's backward in one function, so the FC1 step also holds what
+FC2's left alive (:func:`model.deepspeed_backward.layernorm_mlp_held`). Counted at that
+step beside the BF16 activation gradient, which ``LayerNormMLP`` quantises and drops before
+the FC1 dgrad exists: conservative by at most the smaller of the two.
 
 MoE layers: the routed experts' steps with ``R = k·S·etp`` ÷ tp (with SP) rows in place of
 ``S``, no tensor-parallel gather (the experts' own token exchange is the dispatcher's): the
@@ -96,7 +102,7 @@ returns (Megatron-DeepSpeed ``megatron/core/tensor_parallel/layers.py``,
 ``grad_output.t().matmul(total_input)``, no fused accumulation), which autograd adds into the
 kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it:
 ``BF16_Optimizer.clear_lp_grads``): one weight of the projection per GPU
-(:func:`_deepspeed_weight_grads`).
+(:func:`model.deepspeed_backward.deepspeed_weight_grads`).
 
 Not counted: the weight gradients kept for the step (the state term's), cuDNN's backward
 workspace (its size is the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer
@@ -116,6 +122,7 @@ from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
 from trainplan.model.context_parallel import attention_dims
+from trainplan.model.deepspeed_backward import deepspeed_weight_grads, layernorm_mlp_held
 from trainplan.model.frameworks import Framework
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
@@ -250,29 +257,6 @@ def _fp8_casts(
     return attention, mlp
 
 
-def _deepspeed_weight_grads(
-    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
-) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
-    """((output projection, QKV), (down projection, up/gate projection)): the weight gradient
-    each projection's backward returns under ``deepspeed`` (BF16 GEMMs), one weight of the
-    projection on this rank, ``β·in·out/tp``: Megatron-DeepSpeed f4157bea ``megatron/core/
-    tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``
-    computes ``grad_weight = grad_output.t().matmul(total_input)`` (the fused accumulation into
-    ``main_grad`` is commented out there; only ``enable_zbh1_pipeline`` defers it) after the
-    input gradient and its reduce-scatter are issued, and returns it to autograd, which adds it
-    into the kept ``param.grad`` (:mod:`model.backward_working`'s docstring). The fused QKV and
-    the fused gate and up projections (``dense_h_to_4h``) are one weight each. Zeros under the
-    other profiles, and under FP8 (Megatron-DeepSpeed's FP8 layer is Transformer Engine's)."""
-    zero = (Fraction(0), Fraction(0))
-    if framework is not Framework.DEEPSPEED or ctx.fp8_gemms:
-        return zero, zero
-    beta, tp, h = ctx.activation_bytes, ctx.tp, Fraction(arch.hidden_size)
-    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
-    u = 2 if arch.mlp.gated else 1
-    f = Fraction(ffn, tp)
-    return (beta * h * o, beta * h * (q + kv)), (beta * f * h, beta * h * u * f)
-
-
 def _row_step(
     ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
 ) -> Fraction:
@@ -307,20 +291,27 @@ Pairs = tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]
 
 
 def _step_additions(
-    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
-) -> Pairs:
+    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int,
+    te: TeFp8Backward | None = None,
+) -> Pairs:  # fmt: skip
     """((attention row, column), (MLP row, column)): what each projection's step holds beyond
-    the BF16 count, :func:`_fp8_casts` plus :func:`_deepspeed_weight_grads`."""
+    the BF16 count, :func:`_fp8_casts` plus
+    :func:`model.deepspeed_backward.deepspeed_weight_grads`, and under
+    ``deepspeed`` with Transformer Engine's FP8 (``te``) what ``LayerNormMLP`` still holds at
+    its FC1 step (:func:`model.deepspeed_backward.layernorm_mlp_held`)."""
     a = _fp8_casts(ctx, arch, framework, ffn)
-    b = _deepspeed_weight_grads(ctx, arch, framework, ffn)
-    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1])
+    b = deepspeed_weight_grads(ctx, arch, framework, ffn)
+    held = layernorm_mlp_held(ctx, arch, te, ffn) if te and framework is Framework.DEEPSPEED else 0
+    return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1] + held)
 
 
 def _plan(framework: Framework, ctx: ActivationContext) -> tuple[int, int]:
     """(r, c) of the module docstring: whether the column-parallel projections gather their
     saved input again, and how many whole input gradients they hold at once."""
     sp = ctx.sequence_parallel and ctx.tp > 1
-    persistent = framework is Framework.DEEPSPEED  # the "mpu" buffer, held in both phases
+    # the "mpu" buffer (held in both phases) under Megatron-DeepSpeed's own layers; its FP8
+    # layer is Transformer Engine's, which gathers the saved input again like Megatron-Core's
+    persistent = framework is Framework.DEEPSPEED and not ctx.fp8_gemms
     regather = 1 if sp and not ctx.gathered_block_inputs and not persistent else 0
     return regather, 2 if framework is Framework.FSDP2 else 1
 
@@ -448,7 +439,8 @@ def backward_working_bytes(
     attention ``kernel`` (:data:`model.attention_rates.ATTENTION_KERNELS`; None: outputs only);
     ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
     ``retain_graph=True``: nothing released, module docstring); ``te_fp8``: Transformer
-    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` with FP8 GEMMs).
+    Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` and ``deepspeed``
+    with FP8 GEMMs).
     0 under ``textbook``. Exact.
 
     Examples
@@ -479,8 +471,8 @@ def backward_working_bytes(
         return Fraction(0)
     rows = {} if retained else dict(kind_activations(arch, moe, ctx).terms)
     plan = _plan(framework, ctx)
-    te = te_fp8 if framework is Framework.MEGATRON and ctx.fp8_gemms else None
-    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size)
+    te = te_fp8 if framework.te_layers and ctx.fp8_gemms else None
+    att_casts, mlp_casts = _step_additions(ctx, arch, framework, arch.ffn_hidden_size, te)
     att = _attention(ctx, arch, kernel, rows, plan, att_casts, te)
     if not moe:
         mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)

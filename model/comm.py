@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.specs import TrainingSpec
@@ -171,12 +172,12 @@ def dp_collective_calls(framework: str, params: Any, layers: Any, dp: Any, overl
     >>> dp_collective_calls("megatron", 8.75e9, 10, 64, False)
     1
     """
-    if framework == "megatron":
+    if framework == Framework.MEGATRON:
         if not overlapped:
             return maximum(1, 0 * layers + 1)
         bucket = maximum(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * dp)
         return maximum(1, -floor(-params / bucket))
-    if framework == "deepspeed":
+    if framework == Framework.DEEPSPEED:
         return maximum(1, -floor(-params / DEEPSPEED_REDUCE_BUCKET))
     return maximum(1, layers)
 
@@ -205,7 +206,7 @@ def grad_reduce_overlaps(framework: str, pp: Any, requested: bool, zero_stage: A
     >>> grad_reduce_overlaps("megatron", 8, True), grad_reduce_overlaps("megatron", 8, False)
     (True, False)
     """
-    if framework != "deepspeed" or not requested:
+    if framework != Framework.DEEPSPEED or not requested:
         return requested
     return (pp <= 1) & (zero_stage >= 3)
 
@@ -226,7 +227,7 @@ def reduces_beside_compute(framework: str, zero_stage: int, overlap_comm: bool) 
     >>> reduces_beside_compute("deepspeed", 3, False), reduces_beside_compute("megatron", 1, False)
     (True, True)
     """
-    return framework != "deepspeed" or zero_stage == 3 or overlap_comm
+    return framework != Framework.DEEPSPEED or zero_stage == 3 or overlap_comm
 
 
 def pipe_partitioned(framework: str, moe: bool = False) -> bool:
@@ -250,7 +251,7 @@ def pipe_partitioned(framework: str, moe: bool = False) -> bool:
     >>> pipe_partitioned("deepspeed", moe=True)
     False
     """
-    return framework == "deepspeed" and not moe
+    return framework == Framework.DEEPSPEED and not moe
 
 
 def p2p_overlapped(framework: str, schedule: str, virtual_stages: Any) -> Any:
@@ -273,7 +274,7 @@ def p2p_overlapped(framework: str, schedule: str, virtual_stages: Any) -> Any:
     >>> p2p_overlapped("deepspeed", "1f1b", 4)
     False
     """
-    if framework != "megatron" or schedule not in ("1f1b", "interleaved"):
+    if framework != Framework.MEGATRON or schedule not in ("1f1b", "interleaved"):
         return virtual_stages < 0  # False, element-wise (v ≥ 1)
     return virtual_stages > 1
 

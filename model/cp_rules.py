@@ -6,6 +6,8 @@ sliding-window layers change (:func:`has_window`, :func:`window_kv_tokens`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainplan.model.attention import AttentionSpan
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.errors import LayoutError
@@ -171,7 +173,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
     if fw in _ONLY_CP:
         _ONLY_CP[fw](kind, cp)
-    if cp > 1 and fw == "megatron" and kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
+    windowed_ring = kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch)
+    if cp > 1 and fw == Framework.MEGATRON and windowed_ring:
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
             "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
@@ -179,12 +182,12 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
 
 
-_OWN_CP = {
-    "megatron": (
+_OWN_CP: dict[str, tuple[str, str]] = {
+    Framework.MEGATRON: (
         "Transformer Engine's context parallelism (cp_comm_type p2p, all_gather, a2a, a2a+p2p)",
         "ring, all-gather, ulysses or a2a+p2p",
     ),
-    "deepspeed": (
+    Framework.DEEPSPEED: (
         "its own DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention)",
         "ulysses",
     ),
@@ -252,7 +255,10 @@ def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
         )
 
 
-_ONLY_CP = {"deepspeed": _check_deepspeed_cp, "fsdp2": _check_fsdp2_cp}
+_ONLY_CP: dict[str, Callable[[CpKind, int], None]] = {
+    Framework.DEEPSPEED: _check_deepspeed_cp,
+    Framework.FSDP2: _check_fsdp2_cp,
+}
 """The frameworks that run only some flavours, and the check that refuses the others."""
 
 

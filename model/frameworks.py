@@ -123,6 +123,15 @@ class Framework(StrEnum):
         return self is Framework.FSDP2
 
     @property
+    def te_layers(self) -> bool:
+        """True when, under ``precision = fp8``, the transformer layers are Transformer Engine's,
+        whose backward makes the FP8 copies :mod:`model.te_fp8_backward` counts: ``megatron``
+        (Megatron-Core's TE spec) and ``deepspeed`` (Megatron-DeepSpeed's only FP8 path,
+        ``--transformer-impl transformer_engine``, :mod:`model.deepspeed_fp8`). ``fsdp2``'s
+        FP8 is torchao's; ``textbook`` counts no working set."""
+        return self in (Framework.MEGATRON, Framework.DEEPSPEED)
+
+    @property
     def gathers_expert_tokens(self) -> bool:
         """True when expert tensor parallelism all-gathers the routed tokens over the expert-TP
         group before the experts (:attr:`model.activations.ActivationContext.expert_tp`):

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
 from trainplan.model.loss_memory import check_cross_entropy_fusion
 from trainplan.model.moe_rules import check_deepspeed_moe
 from trainplan.model.precision import check_framework_fp8_recipe
@@ -80,12 +81,12 @@ def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
     >>> check_stage_keys("megatron", 3, t)
     """
     fw = str(framework)
-    if training.fsdp_double_buffer and not (fw == "megatron" and zero_stage == 3):
+    if training.fsdp_double_buffer and not (fw == Framework.MEGATRON and zero_stage == 3):
         raise LayoutError(
             "fsdp_double_buffer: true is read by Megatron-FSDP only (`framework` megatron with "
             f"zero_stage 3), not {fw} zero_stage {zero_stage}"
         )
-    if training.deepspeed_overlap_comm and not (fw == "deepspeed" and zero_stage in (1, 2)):
+    if training.deepspeed_overlap_comm and not (fw == Framework.DEEPSPEED and zero_stage in (1, 2)):
         raise LayoutError(
             "deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only (`framework` "
             f"deepspeed with zero_stage 1 or 2), not {fw} zero_stage {zero_stage}"
@@ -132,19 +133,19 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     """
     fw = str(framework)
     for key, _ in given:
-        if key == "zero3_regather" and fw != "textbook":
+        if key == "zero3_regather" and fw != Framework.TEXTBOOK:
             raise LayoutError(
                 "zero3_regather: true is read by the textbook profile's ZeRO-3 only (`framework` "
                 f"textbook), not {fw}, whose ZeRO-3 gathers as its code does"
             )
-        if key == "grad_reduce_overlap" and fw in ("deepspeed", "textbook"):
+        if key == "grad_reduce_overlap" and fw in (Framework.DEEPSPEED, Framework.TEXTBOOK):
             raise LayoutError(
                 "grad_reduce_overlap: false is read by megatron and fsdp2 only (Megatron-Core's "
                 "--overlap-grad-reduce, FSDP's prefetch), not "
                 + (
                     "deepspeed, whose once-per-step reduction never overlaps (use "
                     "deepspeed_overlap_comm for its ZeRO-1/2 buckets)"
-                    if fw == "deepspeed"
+                    if fw == Framework.DEEPSPEED
                     else "textbook, whose single time model reads the `overlap` fractions"
                 )
             )
@@ -184,12 +185,12 @@ def check_layout_reads_options(
     """
     fw = str(framework)
     for key, value in given:
-        if key in P2P_KEYS and fw == "megatron" and v == 1:
+        if key in P2P_KEYS and fw == Framework.MEGATRON and v == 1:
             raise LayoutError(
                 f"{key}: {str(value).lower()} is read by Megatron-Core's interleaved schedule "
                 f"only (virtual_stages > 1), not pp {pp} with virtual_stages 1"
             )
-        if key == "grad_reduce_overlap" and fw == "fsdp2" and zero_stage == 3 and pp == 1:
+        if key == "grad_reduce_overlap" and fw == Framework.FSDP2 and zero_stage == 3 and pp == 1:
             raise LayoutError(
                 "grad_reduce_overlap: false changes nothing under fsdp2 zero_stage 3 at pp 1: "
                 "every gather and reduce-scatter is per micro-batch, none once per step "
@@ -243,10 +244,10 @@ def check_memory_efficient_norm(framework: Any, on: bool, arch: Any) -> None:
         )
 
 
-_NORM_KEEPS_INPUT = {
-    "megatron": "Megatron-Core's FusedLayerNorm asserts LayerNorm; torch's RMSNorm asserts "
+_NORM_KEEPS_INPUT: dict[str, str] = {
+    Framework.MEGATRON: "Megatron-Core's FusedLayerNorm asserts LayerNorm; torch's RMSNorm asserts "
     "memory_efficient_layer_norm off and Transformer Engine's never reads it",
-    "deepspeed": "Megatron-DeepSpeed's RMSNorm is eager PyTorch and keeps its input",
+    Framework.DEEPSPEED: "Megatron-DeepSpeed's RMSNorm is eager PyTorch and keeps its input",
 }
 """Why each profile's RMSNorm keeps its input (:func:`check_memory_efficient_norm`)."""
 
@@ -271,7 +272,7 @@ def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: i
     >>> check_p2p_options(off, "megatron", 4, 2)
     """
     for key, value in given:
-        if key in P2P_KEYS and str(framework) != "megatron":
+        if key in P2P_KEYS and str(framework) != Framework.MEGATRON:
             raise LayoutError(
                 f"{key}: {str(value).lower()} is read by Megatron-Core's interleaved schedule "
                 f"only (`framework` megatron), not {framework}"
@@ -307,7 +308,7 @@ def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) ->
     if training.sac_saves_scaled_mm:
         return
     fw = str(framework)
-    if fw != "fsdp2":
+    if fw != Framework.FSDP2:
         raise LayoutError(
             "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
             f"checkpointing), not {fw}"
@@ -345,5 +346,5 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     check_framework_fp8_recipe(framework, training.fp8_recipe)
     check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
     check_memory_efficient_norm(framework, training.memory_efficient_norm, arch)
-    if str(framework) == "fsdp2":  # the others never read it: a search keeps their layouts
+    if str(framework) == Framework.FSDP2:  # the others never read it: a search keeps their layouts
         check_sac_scaled_mm(framework, training)

@@ -25,6 +25,7 @@ from typing import Any
 from trainplan.model.activation_offload import check_activation_offload, check_layer_offload
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
+from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -46,11 +47,7 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import (
-    check_deepspeed_fp8,
-    check_fp8_activation_storage,
-    check_fp8_param_gather,
-)
+from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -109,9 +106,9 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework_recipe(framework, zero_stage, s.training, s.model.arch)
 
 
-def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int) -> None:
+def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int, cp: int) -> None:
     t = s.training
-    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp * pp > 1)
+    check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp, pp, cp)
 
 
 def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
@@ -377,7 +374,7 @@ RULES: tuple[Rule, ...] = (
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
-    Rule("deepspeed_fp8", ("framework", "tp", "pp"), _deepspeed_fp8),
+    Rule("deepspeed_fp8", ("framework", "tp", "pp", "cp"), _deepspeed_fp8),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),

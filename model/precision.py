@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import DeviceSpec
@@ -52,7 +51,6 @@ __all__ = [
     "Fp8Recipe",
     "fp8_recipe_of",
     "parse_fp8_fields",
-    "check_deepspeed_fp8",
     "check_framework_fp8_recipe",
     "DTYPE_BYTES",
     "FP8_WEIGHT_CACHE_BYTES",
@@ -450,51 +448,3 @@ def parse_fp8_fields(
     except ValueError:
         allowed = ", ".join(r.value for r in Fp8Recipe)
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
-
-
-def check_deepspeed_fp8(
-    framework: str, precision: Precision, recipe: Any, arch: Any, megatron_deepspeed: bool
-) -> None:
-    """Refuse FP8 under ``deepspeed`` with tp or pp > 1 (``megatron_deepspeed``: DeepSpeed's
-    tensor and pipeline parallelism are Megatron-DeepSpeed's) where its one FP8 path cannot run
-    the model: Megatron-DeepSpeed trains FP8 only through Transformer Engine's ``TransformerLayer``
-    (microsoft/Megatron-DeepSpeed f4157bea ``megatron/model/transformer.py``
-    ``ParallelTransformer``: ``build_layer`` asserts ``num_attention_heads ==
-    num_key_value_heads``, "Transformer_engine does not support GQA", and builds the layer with
-    Transformer Engine's defaults, LayerNorm and a GELU MLP; ``__init__`` scales with
-    ``DelayedScaling`` only). ``arch`` None (a size-only model): only the recipe is checked.
-
-    At any tp and pp, FP8 with routed experts: DeepSpeed edaa72212 has no FP8 path of its own
-    (``moe/experts.py`` ``Experts.forward`` loops over the user's expert module) and
-    ``build_layer``'s TE branch ignores the expert count ``n_e`` (a dense ``TransformerLayer``).
-
-    Raises
-    ------
-    LayoutError
-        fp8 under deepspeed with routed experts; or at tp·pp > 1 with GQA, RMSNorm, a gated
-        MLP or a recipe other than delayed.
-
-    >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, True)
-    >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, True)
-    """
-    ds8 = str(framework) == "deepspeed" and precision is Precision.FP8
-    if ds8 and arch is not None and getattr(arch, "moe", None) is not None:
-        raise LayoutError(
-            "precision: fp8 with `framework` deepspeed on a model with routed experts: DeepSpeed "
-            "has no FP8 path and Megatron-DeepSpeed's TE layer builds no MoE (use megatron or bf16)"
-        )
-    if not ds8 or not megatron_deepspeed:
-        return
-    why = []
-    if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:
-        why.append(f"scales with delayed scaling only, not {recipe}")
-    if arch is not None:
-        if arch.num_kv_heads not in (None, arch.num_attention_heads):
-            why.append("does not run GQA")
-        if str(arch.norm) != "layernorm" or str(arch.mlp) != "gelu":
-            why.append("builds LayerNorm and a GELU MLP only")
-    if why:
-        raise LayoutError(
-            "precision: fp8 with `framework` deepspeed at tp or pp > 1 runs Megatron-DeepSpeed's "
-            f"Transformer Engine layer, which {' and '.join(why)} (use `framework` megatron)"
-        )

@@ -55,6 +55,7 @@ from typing import Any
 
 from trainplan.model.activation_offload import norm_modules
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
 
 __all__ = [
     "RECOMPUTE_MODULES",
@@ -86,20 +87,31 @@ _MOE_ROWS = ("router", "routed expert", "routing weights", "token permutation", 
 
 
 def profile_recompute_modules(
-    framework: str, modules: tuple[str, ...], flash_attention: bool, cp: int = 1
+    framework: str,
+    modules: tuple[str, ...],
+    flash_attention: bool,
+    cp: int = 1,
+    transformer_engine: bool = False,
 ) -> tuple[str, ...]:
     """The modules a framework profile's selective recomputation really re-runs, of the
     ``modules`` asked for (:attr:`model.specs.TrainingSpec.recompute_modules`).
 
     Under ``deepspeed`` (Megatron-DeepSpeed) selective recomputation is the core attention's
-    checkpoint only, and the code sets it only where the layer runs neither flash attention nor
-    DeepSpeed's sequence parallelism: ``megatron/model/transformer.py`` ``ParallelAttention.
-    __init__`` (deepspeedai/Megatron-DeepSpeed 4efb479d) sets ``checkpoint_core_attention =
-    recompute_granularity == 'selective'`` in the branch without ``DistributedAttention``
-    (``cp`` > 1 here) and without ``use_flash_attn``; with either, ``forward`` calls the
-    attention directly and keeps what it saves. So there it recomputes nothing (``()``).
-    Every other profile runs the modules asked for (``fsdp2``'s op-level policy is read apart,
-    :func:`model.recompute_ops.recompute_plan`).
+    checkpoint only. With its own layers (``transformer_impl = local``) the code sets it only
+    where the layer runs neither flash attention nor DeepSpeed's sequence parallelism:
+    ``megatron/model/transformer.py`` ``ParallelAttention.__init__`` (deepspeedai/Megatron-
+    DeepSpeed 4efb479d) sets ``checkpoint_core_attention = recompute_granularity ==
+    'selective'`` in the branch without ``DistributedAttention`` (``cp`` > 1 here) and without
+    ``use_flash_attn``; with either, ``forward`` calls the attention directly and keeps what it
+    saves, so there it recomputes nothing (``()``). With Transformer Engine's layer
+    (``transformer_engine``: ``transformer_impl = transformer_engine``, what the profile runs
+    under ``precision = fp8``, its only FP8 path, :func:`model.deepspeed_fp8.check_deepspeed_fp8`)
+    ``ParallelTransformer.__init__`` sets ``checkpoint_core_attention`` from the granularity
+    alone and ``forward`` passes it to every ``TransformerLayer`` (its
+    ``checkpoint_core_attention`` argument: Transformer Engine's ``DotProductAttention``
+    re-runs the core, flash or not, in backward), so the core is recomputed as under
+    ``megatron``. Every other profile runs the modules asked for (``fsdp2``'s op-level policy is
+    read apart, :func:`model.recompute_ops.recompute_plan`).
 
     >>> profile_recompute_modules("deepspeed", ("core_attn",), True)
     ()
@@ -107,10 +119,13 @@ def profile_recompute_modules(
     ()
     >>> profile_recompute_modules("deepspeed", ("core_attn",), False)
     ('core_attn',)
+    >>> profile_recompute_modules("deepspeed", ("core_attn",), True, transformer_engine=True)
+    ('core_attn',)
     >>> profile_recompute_modules("megatron", ("core_attn",), True, cp=4)
     ('core_attn',)
     """
-    if str(framework) == "deepspeed" and (flash_attention or cp > 1):
+    local = Framework(framework) is Framework.DEEPSPEED and not transformer_engine
+    if local and (flash_attention or cp > 1):
         return ()
     return modules
 
@@ -244,7 +259,7 @@ def check_recompute_modules(
     if modules == DEFAULT_RECOMPUTE_MODULES:
         return
     named = ", ".join(modules) or "none"
-    if str(framework) not in ("megatron", "textbook"):
+    if str(framework) not in (Framework.MEGATRON, Framework.TEXTBOOK):
         raise LayoutError(
             f"recompute_modules: {named} is Megatron-Core's per-module recomputation; "
             f"{framework} has none (use `framework` megatron or textbook)"

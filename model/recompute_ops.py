@@ -130,11 +130,12 @@ def layout_plan(
     fp8 = training.precision is Precision.FP8
     # eager attention has its own op list: Korthikanti's count, as the memory side keeps it
     op_level = framework.op_selective and training.flash_attention
-    # the modules the profile re-runs (Megatron-DeepSpeed: none with flash attention); its
-    # eager attention with DeepSpeed's sequence parallelism (cp > 1) is charged the core's
-    # recomputation that it does not run (a control field here: cp is not), over-counted time
+    # the modules the profile re-runs (Megatron-DeepSpeed's own layers: none with flash
+    # attention; its FP8 layer, Transformer Engine's, the core); its eager attention with
+    # DeepSpeed's sequence parallelism (cp > 1) is charged the core's recomputation that it
+    # does not run (a control field here: cp is not), over-counted time
     modules = profile_recompute_modules(
-        framework.value, training.recompute_modules, training.flash_attention
+        framework.value, training.recompute_modules, training.flash_attention, 1, fp8
     )
     plan = recompute_plan(recompute, op_level, modules, fp8, training.sac_saves_scaled_mm)
     return plan, framework is Framework.TEXTBOOK

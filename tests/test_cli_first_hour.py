@@ -107,7 +107,7 @@ def test_deepspeed_runs_what_its_code_runs():
         trainplan("evaluate", "--model", "llama3-70b", "--gpus", "64", "--framework",
                   "deepspeed", "--zero", "3", "--tp", "4", "--precision", "fp8")
     )  # fmt: skip
-    assert line.startswith("--precision: fp8 with --framework deepspeed at tp or pp > 1")
+    assert line.startswith("--precision: fp8 with --framework deepspeed at tp 4 runs ")
     frameworks = ("--framework", "megatron", "--framework", "fsdp2", "--framework", "deepspeed")
     d = json.loads(
         trainplan("search", "--model", "llama3-70b", "--gpus", "64", "--precision", "fp8",

@@ -194,3 +194,28 @@ def test_a_moe_plans_launch_line_names_its_expert_tensor_parallel_size() -> None
     i = line.index("--expert-tensor-parallel-size")
     assert line[i + 1] == str(expert_tp)
     assert line[i - 2 : i] == ["--expert-model-parallel-size", str(lay["ep"])]
+
+
+def test_torchtitan_cp_writes_the_rotate_method_torchtitan_runs() -> None:
+    """torchtitan's ``context_parallel_rotate_method`` (``torchtitan/config/job_config.py`` at
+    248aca2: ``"allgather"``, the default, or ``"alltoall"``) picks PyTorch's context_parallel
+    rotater, all torchtitan runs. PyTorch's two flavours are written as planned; a flavour
+    torchtitan has not (Llama 3's all-gather counted as Transformer Engine's, verl's Ulysses) is
+    written as the default torchtitan runs anyway, with a note that names the flavour whose
+    figures that run has; cp 1 writes none."""
+    lay = Layout(cp=4, framework="fsdp2", zero_stage=3)
+    want = {
+        "pytorch-allgather": ("allgather", False),
+        "pytorch-alltoall": ("alltoall", False),
+        "all-gather": ("allgather", True),
+        "ulysses-kv-repeat": ("allgather", True),
+    }
+    for kind, (rotate, noted) in want.items():
+        out = torchtitan_toml(ARCH, lay.with_(cp_kind=kind), TRAINING)
+        assert f'context_parallel_rotate_method = "{rotate}"' in out.flags, kind
+        said = [n for n in out.notes if n.startswith(f"cp_kind {kind}: ")]
+        assert bool(said) == noted, (kind, out.notes)
+        if noted:
+            assert "plan it with cp_kind pytorch-allgather" in said[0]
+    single = torchtitan_toml(ARCH, Layout(framework="fsdp2", zero_stage=3), TRAINING).flags
+    assert not any(f.startswith("context_parallel_rotate_method") for f in single)

@@ -141,7 +141,11 @@ def activation_context(
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=profile_recompute_modules(
-            framework.value, training.recompute_modules, training.flash_attention, cp
+            framework.value,
+            training.recompute_modules,
+            training.flash_attention,
+            cp,
+            training.precision is Precision.FP8,
         ),
         every_norm=framework is Framework.TEXTBOOK,  # head_norms_recomputed's rule
         fp8_gemms=training.precision is Precision.FP8,

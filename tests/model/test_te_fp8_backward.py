@@ -109,10 +109,16 @@ def test_routed_experts_down_step_holds_grad_output_copies():
     assert mx == n + rh + rf + Fraction(33, 16) * (rh // 2) == 679477248
 
 
-def test_only_megatron_reads_the_copies():
+def test_megatron_and_deepspeed_read_the_copies():
+    """Transformer Engine's layers run under megatron and under deepspeed's FP8 path
+    (tests/model/test_deepspeed_te_fp8.py); fsdp2 (torchao) and textbook read none."""
     te = te_fp8_backward("delayed", True)
     ctx = _ctx(Fraction(1))
-    for fw in ("deepspeed", "textbook"):
+    for fw in ("megatron", "deepspeed"):
+        assert backward_working_bytes(
+            LLAMA, False, ctx, fw, "cudnn", te_fp8=te
+        ) > backward_working_bytes(LLAMA, False, ctx, fw, "cudnn")
+    for fw in ("fsdp2", "textbook"):
         assert backward_working_bytes(
             LLAMA, False, ctx, fw, "cudnn", te_fp8=te
         ) == backward_working_bytes(LLAMA, False, ctx, fw, "cudnn")
