@@ -151,8 +151,9 @@ _PREFIXES = (
     ("MLP norm statistics", "mlp_norm"),
     ("routed expert SiLU output", "moe_act"),
     ("routed expert GELU output", "moe_act"),
+    ("routed expert clamped GLU input", "moe_act"),
 )
-"""Term-name prefixes (the ``pytorch`` convention's extra tensors) → module."""
+"""Term-name prefixes (the ``pytorch`` convention's extra tensors, a clamped activation's copy) → module."""
 
 
 def parse_modules(value: Any) -> tuple[str, ...]:

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
 
 __all__ = [
+    "CLAMPED_GLU_COPY",
     "FP8_KEPT_ATTENTION_OUTPUT",
     "GATHERED_INPUTS",
     "HEAD_ALL_TO_ALL",
     "PRE_A2A_OUTPUT",
+    "REPEATED_KV",
     "MOE_ROUTING_ROWS",
     "NORM_INPUTS",
     "NORM_OUTPUTS",
@@ -56,6 +58,20 @@ verl b178a3cd5 ``verl/models/transformers/monkey_patch.py`` ``_ulysses_flash_att
 ``_flash_attention_forward`` then ``gather_heads_scatter_seq``. A *score* row: Megatron-Core's
 selective recomputation (``core_attn``) checkpoints the attention module whole, the
 all-to-all inside, and the checkpoint keeps only its output, the projection's input."""
+
+
+REPEATED_KV = "K and V repeated to every head (Megatron-DeepSpeed repeat_kv)"
+"""The row of the K and V heads Megatron-DeepSpeed's GQA attention repeats before its kernel
+(:attr:`model.activations.ActivationContext.repeats_kv`): ``2·β·S·(a − g)·d`` beyond the
+g-head K and V (*tp*: ``(a − g)/tp`` heads a rank). Read from the code,
+deepspeedai/Megatron-DeepSpeed 6acc370a ``megatron/model/transformer.py``
+``ParallelAttention.forward``: ``split_tensor`` takes q, k and v from the fused QKV output,
+then ``repeat_kv`` (``expand`` then ``reshape``, a copy) gives K and V ``a/tp`` heads;
+RoPE (``apply_rotary_pos_emb``: products with the cos and sin tables, which keep only the
+tables) and FlashAttention (``FlashSelfAttention``, which saves its q, k, v) or the core
+attention's ``baddbmm``/``bmm`` then keep the repeated tensors; DeepSpeed's Ulysses
+(``DistributedAttention``) moves them over its all-to-all as they are, a/tp heads of s/cp
+tokens, the same bytes."""
 
 
 def _mask(arch: Architecture) -> int:
@@ -105,6 +121,8 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
         ]
         if arch.qk_norm:
             rows.append(("Q and K before QK-norm", beta * S * (a + g) * d, "tp"))
+        if ctx.repeats_kv and a > g:  # the attention kernel keeps a-head copies of K and V
+            rows.append((REPEATED_KV, 2 * beta * S * (a - g) * d, "tp"))
     scores = a * s_cp * ctx.seq_len  # elements of [b, a, s/cp, s]
     if not ctx.flash_attention:
         # eager attention: the whole [b, a, s/cp, s] score matrix with the mask added, whatever
@@ -180,15 +198,24 @@ def _pytorch_attention_terms(
 
 
 def _swiglu_or_gelu(
-    prefix: str, arch: Architecture, S: Fraction, ffn: int, beta: int, convention: str = "paper"
+    prefix: str,
+    arch: Architecture,
+    S: Fraction,
+    ffn: int,
+    beta: int,
+    convention: str = "paper",
+    eager: bool = False,
 ) -> list[tuple[str, Fraction, str]]:
+    """A gated or GeLU MLP's rows; ``eager`` (or the ``pytorch`` convention): the gated
+    activation runs op by op and keeps the activation's output too
+    (:attr:`model.activations.ActivationContext.eager_swiglu`)."""
     if arch.mlp.gated:
         unit, act = ("SwiGLU", "SiLU") if arch.mlp is Mlp.SWIGLU else ("GeGLU", "GELU")
         rows = [
             (f"{prefix} {unit} input (gate, up)", 2 * beta * S * ffn, "tp"),
             (f"{prefix} down projection input", beta * S * ffn, "tp"),
         ]
-        if convention == "pytorch":
+        if convention == "pytorch" or eager:
             # eager act(gate) * up: the product keeps the activation's output as well as up
             rows.append((f"{prefix} {act} output (eager {unit})", beta * S * ffn, "tp"))
         return rows
@@ -198,6 +225,26 @@ def _swiglu_or_gelu(
     ]
 
 
+CLAMPED_GLU_COPY = "routed expert clamped GLU input (the concatenated copy)"
+"""The row of the second ``[k·S, 2·f_e]`` tensor a clamped gated activation keeps under
+Megatron-Core (:attr:`model.activations.ActivationContext.clamp_copies_glu_input`): the
+routed experts' activation input is kept twice, FC1's output and the clamped copy. Read from
+the code, Megatron-LM d98e8a64dd ``megatron/core/fusions/fused_bias_geglu.py``
+``weighted_bias_quick_geglu_impl`` with ``clamp_value`` (gpt-oss: Megatron Bridge 067f987d
+``GPTOSSBridge`` sets ``activation_func = quick_gelu``, ``activation_func_clamp_value = 7.0``,
+``bias_activation_fusion = True``; ``TEGroupedMLP.forward`` in ``moe/experts.py`` calls it
+from ``bias_act_func``): ``input.chunk(2, -1)`` gives two views of FC1's output, each
+``clamp`` saves its input for ``clamp_backward`` (PyTorch ``derivatives.yaml``:
+``clamp: self``), so the whole ``[k·S, 2·f_e]`` storage stays; ``torch.cat`` of the clamped
+halves makes a new ``[k·S, 2·f_e]`` tensor, which ``WeightedQuickGeGLUFunction.forward``
+(``WeightedBiasQuickGeGLUFunction`` with a bias) saves with ``save_for_backward`` (BF16;
+``activation_func_fp8_input_store`` is off by default). Sharded as the activation input
+(*tp*: ``[k·S·etp/tp, 2·f_e/etp]`` on a rank). Under the recompute module ``moe_act``
+(``CheckpointWithoutOutput`` runs ``bias_act_func`` without autograd) the layer keeps FC1's
+output only, the checkpoint's input; the copy is made again in backward
+(:func:`model.recompute_modules.recomputed_rows`)."""
+
+
 # The router's saved [S, E] tensors: ctx.router_score_bytes per element, per MoE layer and
 # micro-batch (model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES under megatron, one FP32
 # copy elsewhere).
@@ -205,10 +252,11 @@ def mlp_rows(
     arch: Architecture, index: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
     S, beta, h, conv = ctx.tokens, ctx.activation_bytes, arch.hidden_size, ctx.convention
+    eager = ctx.eager_swiglu
     rows = [("MLP norm input", beta * S * h, "sp")]
     if not arch.is_moe_layer(index):
         rows.append(("FC1 input", beta * S * h, "sp"))
-        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta, conv)
+        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta, conv, eager)
     else:
         moe = arch.moe
         assert moe is not None
@@ -225,7 +273,9 @@ def mlp_rows(
             ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
         ffn_e = moe.expert_ffn_hidden_size
-        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv)
+        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv, eager)
+        if ctx.clamp_copies_glu_input and arch.glu_clamp and arch.mlp.gated:
+            rows.append((CLAMPED_GLU_COPY, 2 * beta * k * S * ffn_e, "tp"))
         combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
         if combine:
             rows.append(("routed expert outputs for the combine", k * combine * S * h, "sp"))
@@ -235,7 +285,7 @@ def mlp_rows(
             )
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
-            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv)
+            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv, eager)
         if conv == "pytorch" and not ctx.deepspeed_gate:
             rows += [
                 # topk keeps its int64 indices; permuting the k·S routed copies by expert and

@@ -37,7 +37,9 @@ Variants, derived the same way:
 * SwiGLU (3 matrices, Llama): the activation saves its input, gate and up ``2·[S, f]``
   (Megatron-LM's fused ``bias_swiglu`` recomputes SiLU from it), and the down projection its
   input ``[S, f]``: ``6·S·f`` bytes instead of GeLU's ``4·S·f``. (PyTorch eager also keeps
-  SiLU's output: ``8·S·f``; measured in the fidelity suite.)
+  SiLU's output: ``8·S·f``; measured in the fidelity suite; Megatron-DeepSpeed's SwiGLU is
+  eager, ``ActivationContext.eager_swiglu``. Megatron-Core's clamped GLU keeps its input
+  twice, ``ActivationContext.clamp_copies_glu_input``.)
 * No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
 * FlashAttention: no ``[b, a, s, s]`` tensor is stored (the conventions drop the 5·a term; the kernel's
@@ -251,6 +253,23 @@ class ActivationContext:
     :func:`model.elementwise.elementwise_mode`): autograd keeps what each eager operator saves
     (:func:`model.eager_saved.eager_rows`: the RMSNorms' FP32 copies, the repeated K and V,
     SiLU's output). False: fused kernels or Inductor, the paper's rows."""
+    clamp_copies_glu_input: bool = False
+    """A clamped gated activation (``Architecture.glu_clamp``) in the routed experts keeps its
+    input twice, FC1's output (the clamps' saved inputs) and the concatenated clamped copy the
+    activation function saves (Megatron-Core, the ``megatron`` profile:
+    :data:`model.activation_rows.CLAMPED_GLU_COPY`). False: one ``[k·S, 2·f_e]`` tensor."""
+    eager_swiglu: bool = False
+    """The gated MLPs (dense, routed and shared experts) run SwiGLU op by op (Megatron-DeepSpeed,
+    the ``deepspeed`` profile: deepspeedai/Megatron-DeepSpeed 4efb479d
+    ``megatron/model/transformer.py`` ``ParallelMLP``, ``swiglu``: ``torch.chunk`` then
+    ``F.silu(x[0]) * x[1]``; DeepSpeed's ``MoE`` copies the same ``ParallelMLP(moe=True)`` for
+    every expert): ``silu`` keeps ``x[0]``, a view that holds FC1's whole ``[S, 2f/tp]``
+    output, the product keeps SiLU's output and ``x[1]``, ``dense_4h_to_h`` the product: the
+    paper's ``3·β·S·f/tp`` and SiLU's output ``β·S·f/tp`` (the row the ``pytorch`` convention
+    adds, not added twice)."""
+    repeats_kv: bool = False
+    """GQA attention keeps K and V repeated to every query head (Megatron-DeepSpeed, the
+    ``deepspeed`` profile: :data:`model.activation_rows.REPEATED_KV`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""

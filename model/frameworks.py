@@ -40,7 +40,9 @@ Profiles (``--framework``):
   incompatible with pipeline parallelism"); ZeRO-0 is not modelled (DeepSpeed's bf16 path
   already shards the optimizer). Stages 1 and 2 allocate the IPG bucket (``reduce_bucket_size``
   elements in the parameters' dtype) in every backward (``stage_1_and_2.py`` ``setup_buckets``,
-  ``contiguous_gradients`` on by default).
+  ``contiguous_gradients`` on by default). Its model code is Megatron-DeepSpeed's, grouped-query
+  attention as its commit 6acc370a runs it (:mod:`model.deepspeed_layers`, which refuses the
+  layer features it lacks).
 * ``fsdp2`` — PyTorch FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)`` as torchtitan configures it. The sharded parameter is the FP32 master
   (``4/D``), with FP32 Adam moments and FP32 sharded gradients (``8/D``, ``4/D``); each unit is

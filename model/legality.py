@@ -26,6 +26,7 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
+from trainplan.model.deepspeed_layers import check_deepspeed_layers
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -109,6 +110,10 @@ def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
 def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int, cp: int) -> None:
     t = s.training
     check_deepspeed_fp8(framework, t.precision, t.fp8_recipe, s.model.arch, tp, pp, cp)
+
+
+def _deepspeed_layers(s: Setting, framework: Any) -> None:
+    check_deepspeed_layers(framework, s.model.arch, s.training.seq_len)
 
 
 def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
@@ -374,6 +379,7 @@ RULES: tuple[Rule, ...] = (
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
     Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
+    Rule("deepspeed_layers", ("framework",), _deepspeed_layers),
     Rule("deepspeed_fp8", ("framework", "tp", "pp", "cp"), _deepspeed_fp8),
     Rule("offload", ("framework", "zero_stage"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),

@@ -37,7 +37,9 @@ FP8 variants too):
   ``linear_q_up_proj`` / ``linear_kv_up_proj``, ``TELayerNormColumnParallelLinear`` in
   ``megatron/core/models/gpt/gpt_layer_specs.py``, so the norms run inside the checkpoint).
 * ``moe_act``: the routed experts' activation output, the down projection's input
-  (``TEGroupedMLP``: ``activation_recompute``).
+  (``TEGroupedMLP``: ``activation_recompute``), and a clamped activation's concatenated copy
+  of its input (:data:`model.activation_rows.CLAMPED_GLU_COPY`; the checkpoint runs the
+  activation without autograd and keeps FC1's output, its input).
 * ``mlp``: a dense layer's MLP checkpointed whole (``recompute_mlp``, dense layers only): its
   FC1 input, the activation's input and the down projection's input.
 * ``moe``: the MoE layer checkpointed whole (``MoELayer``: ``moe_layer_recompute``): every row
@@ -83,6 +85,7 @@ DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 
 _MLP_ROWS = ("FC1 input", "MLP SwiGLU input", "MLP GeGLU input", "MLP GeLU input",
              "MLP down projection input", "MLP FC2 input", "MLP SiLU output", "MLP GELU output")  # fmt: skip
+_MOE_ACT_ROWS = ("routed expert down projection input", "routed expert clamped GLU input")
 _MOE_ROWS = ("router", "routed expert", "routing weights", "token permutation", "shared expert")
 
 
@@ -191,7 +194,7 @@ def _drops(
     if module == "mla_up_proj":
         return mla and base in _MLA_UP_PROJ
     if module == "moe_act":
-        return moe and base.startswith("routed expert down projection input")
+        return moe and base.startswith(_MOE_ACT_ROWS)
     if module == "mlp":
         return not moe and base.startswith(_MLP_ROWS)
     if module == "moe":

@@ -15,7 +15,7 @@ from tests.cli_runs import refusal, trainplan
 
 def test_deepspeed_fp8_on_moe_refused_at_tp_pp_1():
     done = trainplan(
-        "evaluate", "--model", "gpt-oss-20b", "--gpus", "8", "--precision", "fp8",
+        "evaluate", "--model", "mixtral-8x7b", "--gpus", "8", "--precision", "fp8",
         "--framework", "deepspeed", "--dp", "8", "--ep", "8",
     )  # fmt: skip
     line = refusal(done)
@@ -24,7 +24,7 @@ def test_deepspeed_fp8_on_moe_refused_at_tp_pp_1():
 
 def test_deepspeed_bf16_on_moe_and_fp8_dense_still_evaluate():
     moe = trainplan(
-        "evaluate", "--model", "gpt-oss-20b", "--gpus", "8", "--framework", "deepspeed",
+        "evaluate", "--model", "mixtral-8x7b", "--gpus", "8", "--framework", "deepspeed",
         "--dp", "8", "--ep", "8",
     )  # fmt: skip
     dense = trainplan(

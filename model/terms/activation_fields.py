@@ -134,6 +134,9 @@ def activation_context(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
         deepspeed_gate=framework is Framework.DEEPSPEED,
+        clamp_copies_glu_input=framework is Framework.MEGATRON,
+        eager_swiglu=framework is Framework.DEEPSPEED,
+        repeats_kv=framework is Framework.DEEPSPEED,
         router_score_bytes=(
             MEGATRON_ROUTER_SCORE_BYTES if framework is Framework.MEGATRON else Fraction(4)
         ),

@@ -11,8 +11,9 @@ from fractions import Fraction
 import pytest
 
 from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.errors import LayoutError
 from trainplan.model.layout import Layout
-from trainplan.model.moe_working_set import megatron_forward_working_set
+from trainplan.model.moe_working_set import megatron_forward_working_set, moe_forward_working_set
 from trainplan.optimizer.case import Case
 
 H, K, E, S = 2880, 4, 128, 4096  # gpt-oss-120b, s 4096, b 1
@@ -100,18 +101,17 @@ def lay_fp8(model):
     return "fp8" if model.startswith("qwen3") else "bf16"
 
 
-def test_deepspeed_gpt_oss_old_answer_does_not_fit():
-    """The search's former DeepSpeed answer for gpt-oss-120b on 64 H100 (dp 32 pp 2 ep 8
-    ZeRO-1, 82.69 of 83.21 GB): stage 0 keeps 2 micro-batches of 18 MoE layers, each now
-    28,147,712 B more (the gate rows), and adds DeepSpeed's decode working set: the BF16 norm
-    output 2·S·h, the experts' output and its padded copy 2·2·k·S·h, the FP32 product 4·k·S·h
-    and its FP32 sum 4·S·h = 38·S·h."""
-    stages = _stage("gpt-oss-120b", "deepspeed", dp=32, pp=2, ep=8, zero_stage=1)
-    acts = stages[0].activations
-    assert acts.moe_forward_bytes == 38 * S * H == 448_266_240
-    # no recompute, no loss on stage 0: beyond the layers' backward phase, its working set alone
-    assert acts.moe_over_bytes == acts.moe_forward_bytes - acts.backward_working_bytes
-    assert stages[0].total_bytes > 83.21e9
+def test_deepspeed_decode_working_set_and_gpt_oss_refused():
+    """DeepSpeed's decode working set of a MoE layer at gpt-oss-120b's dimensions (k 4): the
+    BF16 norm output 2·S·h, the experts' output and its padded copy 2·2·k·S·h, the FP32 product
+    4·k·S·h and its FP32 sum 4·S·h = 38·S·h. gpt-oss itself (sliding window, sinks, YaRN, a
+    clamped GLU) is refused under deepspeed: Megatron-DeepSpeed builds none of them
+    (model.deepspeed_layers), so its former deepspeed answer (dp 32 pp 2 ep 8) is no answer."""
+    arch = Case.of("gpt-oss-120b", "H100-SXM", Layout(dp=8)).model.arch
+    got = moe_forward_working_set(arch, "deepspeed", Fraction(S), 2, 8, 1, False, False)
+    assert got == 38 * S * H == 448_266_240
+    with pytest.raises(LayoutError, match="has no local attention"):
+        _stage("gpt-oss-120b", "deepspeed", dp=32, pp=2, ep=8, zero_stage=1)
 
 
 def test_megatron_qwen3_old_answer_does_not_fit():
