@@ -95,6 +95,22 @@ FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 """What a stage's recompute forms read of a layout."""
 
 
+def _framework_rows(framework: Framework) -> dict[str, Any]:
+    """The :class:`model.activations.ActivationContext` flags one framework's own layer code
+    decides: DeepSpeed's gate and its eager SwiGLU and repeated K/V (Megatron-DeepSpeed
+    ``ParallelMLP``/``ParallelAttention``), Megatron-Core's clamped GLU copy and its router's
+    saved scores, torchtitan's FP32 router under autocast (their rows: :mod:`model.activation_rows`)."""
+    deepspeed, megatron = framework is Framework.DEEPSPEED, framework is Framework.MEGATRON
+    return {
+        "deepspeed_gate": deepspeed,
+        "clamp_copies_glu_input": megatron,
+        "eager_swiglu": deepspeed,
+        "repeats_kv": deepspeed,
+        "router_score_bytes": MEGATRON_ROUTER_SCORE_BYTES if megatron else Fraction(4),
+        "fp32_router_autocast": framework is Framework.FSDP2,
+    }
+
+
 def activation_context(
     training: TrainingSpec,
     micro_batch_size: int,
@@ -133,14 +149,7 @@ def activation_context(
         combine_output_bytes=combine_output_bytes(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
-        deepspeed_gate=framework is Framework.DEEPSPEED,
-        clamp_copies_glu_input=framework is Framework.MEGATRON,
-        eager_swiglu=framework is Framework.DEEPSPEED,
-        repeats_kv=framework is Framework.DEEPSPEED,
-        router_score_bytes=(
-            MEGATRON_ROUTER_SCORE_BYTES if framework is Framework.MEGATRON else Fraction(4)
-        ),
-        fp32_router_autocast=framework is Framework.FSDP2,
+        **_framework_rows(framework),
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=profile_recompute_modules(
