@@ -137,6 +137,12 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
       asserts "Context parallelism does not support sliding window attention with
       cp_comm_type=…" for anything but ``all_gather`` and ``a2a``: the ring and the hybrid are
       refused on a model with ``local`` layers.
+    * Learned attention sinks (gpt-oss, ``softmax_type = "learnable"``) under ``megatron``:
+      Transformer Engine d0067d0da ``get_attention_backend``
+      (``dot_product_attention/utils.py``, its softmax-type filter) disables FlashAttention for
+      any softmax but the vanilla one, FusedAttention under context parallelism unless
+      ``cp_comm_type`` is ``a2a``, and the unfused backend under any context parallelism: only
+      ``ulysses`` (``a2a``) has a backend.
 
     Raises
     ------
@@ -173,6 +179,13 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
     if fw in _ONLY_CP:
         _ONLY_CP[fw](kind, cp)
+    sinks = arch is not None and arch.attention_sinks
+    if cp > 1 and fw == Framework.MEGATRON and sinks and kind is not CpKind.ULYSSES:
+        raise LayoutError(
+            f"cp_kind: {kind} on a model with learned attention sinks has no attention backend "
+            "in Transformer Engine (get_attention_backend: with softmax_type learnable and "
+            "context parallelism only FusedAttention with cp_comm_type a2a); use cp_kind ulysses"
+        )
     windowed_ring = kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch)
     if cp > 1 and fw == Framework.MEGATRON and windowed_ring:
         raise LayoutError(

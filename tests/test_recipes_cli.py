@@ -185,6 +185,30 @@ def test_sliding_windows_under_cp():
     assert any(n.startswith("cp: the all-gather gathers the whole K/V") for n in notes)
 
 
+def test_attention_sinks_under_cp_run_only_ulysses():
+    """gpt-oss has learned attention sinks (Transformer Engine's softmax_type learnable): under
+    context parallelism Transformer Engine d0067d0da's get_attention_backend leaves only
+    FusedAttention with cp_comm_type a2a (FlashAttention takes no sinks, FusedAttention no other
+    cp_comm_type, the unfused backend no context parallelism), so the all-gather and the ring are
+    refused in one line (exit 2) and Ulysses is evaluated."""
+    args = ["--model", "gpt-oss-20b", "--gpus", "16", "--seq-len", "32768", "--cp", "2"]
+    runs = run_many(
+        {
+            "gather": ["evaluate", *args, "--cp-kind", "all-gather"],
+            "ring": ["evaluate", *args],
+            "ulysses": ["evaluate", *args, "--cp-kind", "ulysses", "--json"],
+        }
+    )
+    for key, kind in (("gather", "all-gather"), ("ring", "ring")):
+        assert refusal(runs[key]) == (
+            f"--cp-kind: {kind} on a model with learned attention sinks has no attention backend "
+            "in Transformer Engine (get_attention_backend: with softmax_type learnable and "
+            "context parallelism only FusedAttention with cp_comm_type a2a); use cp_kind ulysses"
+        )
+    assert runs["ulysses"].returncode == 0, runs["ulysses"].stderr[-2000:]
+    assert json.loads(runs["ulysses"].stdout)["layout"]["cp"] == 2
+
+
 def test_search_chooses_an_optimizer_only_when_allowed():
     """The default search keeps Adam; given adam and muon it chooses among both (Adam's
     cheaper step wins here), and adam-8bit alone under megatron has no framework to run it."""
