@@ -179,19 +179,25 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
         )
     if fw in _ONLY_CP:
         _ONLY_CP[fw](kind, cp)
-    sinks = arch is not None and arch.attention_sinks
-    if cp > 1 and fw == Framework.MEGATRON and sinks and kind is not CpKind.ULYSSES:
-        raise LayoutError(
-            f"cp_kind: {kind} on a model with learned attention sinks has no attention backend "
-            "in Transformer Engine (get_attention_backend: with softmax_type learnable and "
-            "context parallelism only FusedAttention with cp_comm_type a2a); use cp_kind ulysses"
-        )
+    if cp > 1 and fw == Framework.MEGATRON:
+        _check_te_sinks(kind, arch)
     windowed_ring = kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch)
     if cp > 1 and fw == Framework.MEGATRON and windowed_ring:
         raise LayoutError(
             f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
             "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
             "use cp_kind all-gather or ulysses"
+        )
+
+
+def _check_te_sinks(kind: CpKind, arch: Architecture | None) -> None:
+    """Learned attention sinks under Transformer Engine's context parallelism run only ``a2a``
+    (``ulysses``): :func:`check_cp_framework`'s sinks rule."""
+    if arch is not None and arch.attention_sinks and kind is not CpKind.ULYSSES:
+        raise LayoutError(
+            f"cp_kind: {kind} on a model with learned attention sinks has no attention backend "
+            "in Transformer Engine (get_attention_backend: with softmax_type learnable and "
+            "context parallelism only FusedAttention with cp_comm_type a2a); use cp_kind ulysses"
         )
 
 
