@@ -132,17 +132,8 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     * ``deepspeed`` runs Ulysses only (:func:`_check_deepspeed_cp`).
     * ``fsdp2`` (torchtitan) runs PyTorch's ``context_parallel``, verl's Ulysses and Llama 3's
       all-gather (:func:`_check_fsdp2_cp`).
-    * Sliding-window layers under ``megatron``: Transformer Engine's ``attn_forward_func_with_cp``
-      (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
-      asserts "Context parallelism does not support sliding window attention with
-      cp_comm_type=…" for anything but ``all_gather`` and ``a2a``: the ring and the hybrid are
-      refused on a model with ``local`` layers.
-    * Learned attention sinks (gpt-oss, ``softmax_type = "learnable"``) under ``megatron``:
-      Transformer Engine d0067d0da ``get_attention_backend``
-      (``dot_product_attention/utils.py``, its softmax-type filter) disables FlashAttention for
-      any softmax but the vanilla one, FusedAttention under context parallelism unless
-      ``cp_comm_type`` is ``a2a``, and the unfused backend under any context parallelism: only
-      ``ulysses`` (``a2a``) has a backend.
+    * Under ``megatron``, Transformer Engine's limits for sliding-window layers and learned
+      attention sinks (:func:`_check_te_layers`).
 
     Raises
     ------
@@ -180,24 +171,35 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
     if fw in _ONLY_CP:
         _ONLY_CP[fw](kind, cp)
     if cp > 1 and fw == Framework.MEGATRON:
-        _check_te_sinks(kind, arch)
-    windowed_ring = kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch)
-    if cp > 1 and fw == Framework.MEGATRON and windowed_ring:
-        raise LayoutError(
-            f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
-            "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
-            "use cp_kind all-gather or ulysses"
-        )
+        _check_te_layers(kind, arch)
 
 
-def _check_te_sinks(kind: CpKind, arch: Architecture | None) -> None:
-    """Learned attention sinks under Transformer Engine's context parallelism run only ``a2a``
-    (``ulysses``): :func:`check_cp_framework`'s sinks rule."""
+def _check_te_layers(kind: CpKind, arch: Architecture | None) -> None:
+    """Transformer Engine's limits on context parallelism ``kind`` for ``arch``'s layers (under
+    ``megatron``, cp > 1), :func:`check_cp_framework`'s last rules:
+
+    * Learned attention sinks (gpt-oss, ``softmax_type = "learnable"``): Transformer Engine
+      d0067d0da ``get_attention_backend`` (``dot_product_attention/utils.py``, its softmax-type
+      filter) disables FlashAttention for any softmax but the vanilla one, FusedAttention under
+      context parallelism unless ``cp_comm_type`` is ``a2a``, and the unfused backend under any
+      context parallelism: only ``ulysses`` (``a2a``) has a backend.
+    * Sliding-window layers: ``attn_forward_func_with_cp``
+      (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)
+      asserts "Context parallelism does not support sliding window attention with
+      cp_comm_type=…" for anything but ``all_gather`` and ``a2a``: the ring and the hybrid are
+      refused on a model with ``local`` layers.
+    """
     if arch is not None and arch.attention_sinks and kind is not CpKind.ULYSSES:
         raise LayoutError(
             f"cp_kind: {kind} on a model with learned attention sinks has no attention backend "
             "in Transformer Engine (get_attention_backend: with softmax_type learnable and "
             "context parallelism only FusedAttention with cp_comm_type a2a); use cp_kind ulysses"
+        )
+    if kind in (CpKind.RING, CpKind.HYBRID) and has_window(arch):
+        raise LayoutError(
+            f"cp_kind: {kind} on a model with sliding-window layers is refused by Transformer "
+            "Engine (attn_forward_func_with_cp: sliding window only with all_gather or a2a); "
+            "use cp_kind all-gather or ulysses"
         )
 
 
