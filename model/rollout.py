@@ -26,21 +26,22 @@ Sources, term by term:
   exist, vllm-project/vllm 35d5cda ``vllm/v1/worker/gpu_worker.py``): a pool counts it as one of
   its processes (:func:`model.rlhf.step.process_bytes`; alone on its pool, the engine's is the
   one the runtime reserve holds).
-* **Not counted: what a sleeping engine keeps.** Between rollouts verl puts the engine to sleep
+* **What a sleeping engine keeps.** Between rollouts verl puts the engine to sleep
   (``free_cache_engine`` true and ``enforce_eager`` false by default,
   ``verl/trainer/config/rollout/rollout.yaml``; ``vllm_async_server`` calls ``sleep(level=1)``),
-  which frees the weights and the KV cache only. The CUDA graphs captured without
-  ``enforce_eager`` (their memory pools and executables) and the engine's NCCL communicators
-  (vLLM's ``PyNcclCommunicator`` per group) stay on the GPU through scoring and training: vLLM
-  PR #56373 ("Level-1 cuMem sleep releases weights and KV cache, but leaves graph executables
-  and native CUDA graph pools resident") and PR #51485 (communicator memory released only with
-  the opt-in ``--enable-nccl-comm-suspend``). No per-operation figure sizes them here: the
-  graphs' pool depends on the captured batch sizes and the model's kernels (vLLM issue #47654
-  reports one end-to-end measurement, 1,503,657,984 B per GPU for one TP8 model, which is a
-  run, not a rule), and which of vLLM's process groups open NCCL communicators (tp, the world,
-  beside its custom all-reduce's IPC buffers) is in vLLM's ``parallel_state``, not read here.
-  So the engine holds nothing outside the rollout phase in :mod:`model.rlhf.step`, and a
-  colocated plan's scoring and training peaks are short by these bytes.
+  which frees the weights and the KV cache only: vLLM's ``CuMemAllocator``
+  (``vllm/device_allocator/cumem.py``) releases the allocations it tagged ``weights`` and
+  ``kv_cache``. Its tp group's NCCL communicators and custom all-reduce buffers stay, and a
+  pool counts them in every phase (:func:`model.rlhf.engine.engine_communicator_bytes`;
+  vLLM PR #51485 releases communicators only behind the opt-in ``--enable-nccl-comm-suspend``).
+* **Not counted: the CUDA graphs a sleeping engine keeps.** Without ``enforce_eager`` vLLM
+  captures CUDA graphs; their memory pools and executables are not among the tagged
+  allocations and stay through scoring and training (vLLM PR #56373: "Level-1 cuMem sleep
+  releases weights and KV cache, but leaves graph executables and native CUDA graph pools
+  resident"). No per-operation figure sizes them: the pool depends on the captured batch sizes
+  and the model's kernels. vLLM issue #47654 reports one end-to-end measurement, 1,503,657,984 B
+  per GPU for one TP8 model — a run, not a rule — so a colocated plan's scoring and training
+  peaks are short by these bytes; ``enforce_eager`` true captures none.
 * **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
   prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated
   kernel efficiency; each decode step of ``c`` sequences takes the longer of its compute

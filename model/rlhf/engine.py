@@ -21,10 +21,31 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
+from trainplan.model.terms.comm_memory import communicator_bytes, p2p_channels_per_peer
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.timing import kernel_efficiency_for
 
-__all__ = ["rollout_cost", "engine_weights_bytes", "least_engine_tp", "sync_bandwidth"]
+__all__ = [
+    "CUSTOM_ALL_REDUCE_BYTES",
+    "engine_communicator_bytes",
+    "engine_weights_bytes",
+    "least_engine_tp",
+    "rollout_cost",
+    "sync_bandwidth",
+]
+
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
+"""vLLM's custom all-reduce ``max_size`` default, 8 MiB (``CustomAllreduce.__init__``,
+``vllm/distributed/device_communicators/custom_all_reduce.py``)."""
+CUSTOM_ALL_REDUCE_BYTES = 3 * CUSTOM_ALL_REDUCE_MAX_BYTES
+"""Bytes vLLM's custom all-reduce allocates on each GPU of a tp group (``CustomAllreduce.__init__``):
+its IPC metadata buffer (``meta_size() + max_size``: the synchronisation signals, a few KiB,
+left out, and the 8 MiB of intermediate results), its registered IPC input buffer (``max_size``)
+and ``rank_data`` (8 MiB of pointer tuples): 3 × 8 MiB = 25,165,824 B. The peers' buffers it
+opens over CUDA IPC are their GPUs' memory."""
+CUSTOM_ALL_REDUCE_SIZES = (2, 4, 6, 8)
+"""``CustomAllreduce._SUPPORTED_WORLD_SIZES``: other tp sizes, or a group across nodes, run
+without it."""
 
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
@@ -43,6 +64,60 @@ def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
         SplitKey(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
     )
     return 2 * (dense + experts)
+
+
+def engine_communicator_bytes(
+    tp: int, gpus_per_node: int, scaleout_bytes_per_s: float | None
+) -> tuple[int, int]:
+    """What the engine's tp group holds on each GPU for its whole life, sleeping or not, in
+    bytes: ``(made before vLLM sizes its budget, made inside it)``; ``(0, 0)`` at tp 1.
+
+    vLLM (``vllm/distributed/parallel_state.py``) gives each ``GroupCoordinator`` a torch
+    ``device_group`` (NCCL) and a ``cpu_group`` (gloo); ``CudaCommunicator.__init__``
+    (``device_communicators/cuda_communicator.py``) opens a ``PyNcclCommunicator`` of its own over
+    the cpu group for every group of more than one rank but the expert one, and a
+    ``CustomAllreduce`` for the tp group only. The world group is made with
+    ``use_device_communicator=False`` (``init_world_group``) and an engine replica runs pp 1 and
+    data-parallel size 1 (verl sets vLLM's ``data_parallel_size`` only with expert parallelism,
+    ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``), so the tp group is the one:
+
+    * its ``PyNcclCommunicator``, a ring (``communicator_bytes``): the communicator's warm-up
+      all-reduce (``pynccl.py``) runs in ``Worker.init_device`` before the memory snapshot the
+      budget is measured from, so these bytes lie outside ``gpu_memory_utilization``; with
+      :data:`CUSTOM_ALL_REDUCE_BYTES` where the group is one node of 2, 4, 6 or 8 GPUs;
+    * torch's own communicator of the ``device_group`` — a second NCCL communicator over the same
+      ranks: CUDA does not gather logits with an all-gather (``Platform.use_all_gather`` False),
+      so ``LogitsProcessor`` calls ``tensor_model_parallel_gather`` →
+      ``DeviceCommunicatorBase.gather`` → ``torch.distributed.gather`` on the device group,
+      NCCL point-to-point sends to the root: the root, the group's first rank, connects its tp − 1
+      peers on every point-to-point channel (NCCL ``taskAppend`` pre-connects
+      ``p2pnChannelsPerPeer`` channels per peer, ``src/enqueue.cc``). vLLM's profile run
+      computes logits, so this one is made inside the budget.
+
+    vLLM's sleep (``CuMemAllocator``, ``vllm/device_allocator/cumem.py``) releases only the
+    allocations it tagged ``weights`` and ``kv_cache``; NCCL's buffers (``cudaMalloc`` inside
+    NCCL) and the custom all-reduce's are none of them, so both sets stay through scoring and
+    training. Not counted: NVLS buffers, and a collective on the world group's torch
+    communicator (none found in the engine's path).
+
+    Examples
+    --------
+    tp 4 in an 8-GPU node: the ring 32 × 12 MiB = 402,653,184 B plus 25,165,824 B of custom
+    all-reduce; the gather root's 3 peers × 32 channels × 12 MiB = 1,207,959,552 B.
+
+    >>> engine_communicator_bytes(4, 8, 50e9)
+    (427819008, 1207959552)
+    >>> engine_communicator_bytes(1, 8, 50e9)
+    (0, 0)
+    """
+    if tp == 1:
+        return 0, 0
+    across = tp > gpus_per_node
+    nic = scaleout_bytes_per_s if across else 0
+    ring = communicator_bytes(True, 0, 0)
+    custom = CUSTOM_ALL_REDUCE_BYTES if not across and tp in CUSTOM_ALL_REDUCE_SIZES else 0
+    gather = communicator_bytes(False, tp - 1, p2p_channels_per_peer(tp, across, nic))
+    return ring + custom, gather
 
 
 def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
@@ -87,30 +162,16 @@ def rollout_cost(
     if device.hbm_bytes_per_s is None:
         raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
     weights = engine_weights_bytes(rs, opt.tp)
-    per_replica = math.ceil(spec.sequences / opt.dp)
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
-    time = rollout_time(
-        active_params=rs.active_params,
-        weights_bytes=weights,
-        kv_per_token_bytes=kv_bytes_per_token(arch, opt.tp),
-        sequences_per_replica=per_replica,
-        concurrent=mem.concurrent,
-        prompt_tokens=spec.prompt_tokens,
-        completion_tokens=spec.completion_tokens,
-        tp=opt.tp,
-        peak_flops_per_s=device.peak_flops_per_s,
-        kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
-        hbm_bytes_per_s=device.hbm_bytes_per_s,
-        bandwidth_efficiency=spec.bandwidth_efficiency,
-        sync_bytes=weights,
-        sync_bytes_per_s=sync_bytes_per_s,
-        max_completion_tokens=spec.max_completion_tokens,
+    time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
+    outside, inside = engine_communicator_bytes(
+        opt.tp, device.gpus_per_node, device.scaleout_bytes_per_s
     )
-    terms = _engine_terms(mem, time, device, weights, need)
+    terms = _engine_terms(mem, time, device, weights, need) + _held_terms(outside, inside)
     return RoleCost(
         opt,
         Fraction(0),
-        need,
+        need - inside,
         Fraction(0),
         Fraction(0),
         time.total_s,
@@ -122,6 +183,52 @@ def rollout_cost(
         weights,
         phases=rs.phases,
         budget_bytes=mem.budget_bytes,
+        resident_bytes=Fraction(outside + inside),
+        budget_resident_bytes=Fraction(inside),
+    )
+
+
+def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
+    """The engine's communicator terms, held in every phase (:func:`engine_communicator_bytes`)."""
+    if not outside + inside:
+        return ()
+    src = "vLLM CudaCommunicator: PyNccl ring + custom all-reduce (tp); model.terms.comm_memory"
+    gather = "torch device_group of tp: logits gather's point-to-point peers (inside the budget)"
+    return (
+        Term("engine tp communicators, kept asleep", "held", Fraction(outside), "bytes", src),
+        Term("engine logits-gather communicator", "held", Fraction(inside), "bytes", gather),
+    )
+
+
+def _rollout_time(
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    opt: RoleOption,
+    device: DeviceSpec,
+    weights: Fraction,
+    concurrent: int,
+    sync_bytes_per_s: float | None,
+) -> RolloutTime:
+    """:func:`model.rollout.rollout_time` of the engine under ``opt``, ``concurrent`` sequences
+    per replica at once."""
+    arch = rs.model.arch
+    assert arch is not None and device.hbm_bytes_per_s is not None
+    return rollout_time(
+        active_params=rs.active_params,
+        weights_bytes=weights,
+        kv_per_token_bytes=kv_bytes_per_token(arch, opt.tp),
+        sequences_per_replica=math.ceil(spec.sequences / opt.dp),
+        concurrent=concurrent,
+        prompt_tokens=spec.prompt_tokens,
+        completion_tokens=spec.completion_tokens,
+        tp=opt.tp,
+        peak_flops_per_s=device.peak_flops_per_s,
+        kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
+        hbm_bytes_per_s=device.hbm_bytes_per_s,
+        bandwidth_efficiency=spec.bandwidth_efficiency,
+        sync_bytes=weights,
+        sync_bytes_per_s=sync_bytes_per_s,
+        max_completion_tokens=spec.max_completion_tokens,
     )
 
 

@@ -17,8 +17,9 @@ seconds per phase and its host bytes — from the cost model itself:
 * the rollout engine: :mod:`model.rollout` (its memory fraction of every GPU of its pool while
   it generates, nothing outside the rollout phase — vLLM's sleep mode / verl's
   ``free_cache_engine`` release the weights and the KV cache; the weights are re-sent by the
-  actor each step. What sleep keeps, the CUDA graphs and the engine's communicators, has no
-  figure here: :mod:`model.rollout`'s "Not counted").
+  actor each step). What sleep keeps: its tp group's communicators, held in every phase
+  (:func:`model.rlhf.engine.engine_communicator_bytes`), and its CUDA graphs, which have no
+  figure here (:mod:`model.rollout`'s "Not counted").
 
 A training or scoring role also holds, in every phase and whatever its offload, its NCCL
 communicators and the framework's persistent buffers (``RoleCost.resident_bytes``), counted by
@@ -197,9 +198,14 @@ class RoleCost:
     the framework's persistent buffers (:func:`model.terms.peak.held_in_both_phases` of its
     busiest stage for them: NCCL's buffers live outside the caching allocator for the whole run,
     and the output layer's ``"mpu"`` buffer and Transformer Engine's workspaces are allocated
-    once); 0 for the engine. Not in ``held_bytes``, ``swap_bytes`` or the phase bytes: the pool
+    once); for the rollout engine, its tp group's communicators, which vLLM's sleep keeps
+    (:func:`model.rlhf.engine.engine_communicator_bytes`). Not in ``held_bytes``, ``swap_bytes`` or the phase bytes: the pool
     counts it once for roles that share their process groups (:attr:`groups`,
     :func:`model.rlhf.step.pool_resident`)."""
+    budget_resident_bytes: Fraction = Fraction(0)
+    """The part of ``resident_bytes`` the engine makes inside its budget (vLLM sizes the KV cache
+    after it exists), so ``rollout_bytes`` is the budget less it: the rollout phase counts it
+    once. 0 for the other roles."""
     groups: str = ""
     """Whose process groups (and persistent buffers) the role uses: ``""`` its own, counted on
     their own; a name (``megatron-core``: Megatron-Core's ``parallel_state``) groups shared by
@@ -214,7 +220,10 @@ class RoleCost:
     @property
     def over_budget(self) -> bool:
         """The engine needs more than its budget (see ``budget_bytes``)."""
-        return self.budget_bytes is not None and self.rollout_bytes > self.budget_bytes
+        return (
+            self.budget_bytes is not None
+            and self.rollout_bytes + self.budget_resident_bytes > self.budget_bytes
+        )
 
     def phase_bytes(self, phase: str) -> Fraction:
         """Bytes it adds in ``phase`` (0 where it does not work)."""

@@ -20,8 +20,9 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   beside ``Σ held``: once for the roles that share their process groups (the most any of them
   holds; Megatron-Core's, which verl initialises once per process for every role of a pool, so
   those roles must run the same tp and pp), and each on its own for the others
-  (:func:`pool_resident`). The rollout engine's own communicators and CUDA graphs, which vLLM's
-  sleep mode keeps, are not counted: no per-operation figure (:mod:`model.rollout`).
+  (:func:`pool_resident`). The rollout engine's are its tp group's communicators, which vLLM's
+  sleep mode keeps (:func:`model.rlhf.engine.engine_communicator_bytes`); the CUDA graphs it
+  keeps too are not counted: no per-operation figure (:mod:`model.rollout`).
 * **Processes on a GPU** (:func:`process_bytes`): the runtime reserve of the usable bytes holds
   one process's CUDA context and cuBLAS workspace; every further process on each GPU of a pool
   holds its own, in every phase (:data:`PROCESS_BYTES`). The rollout engine's worker is a
@@ -182,7 +183,8 @@ class StepPlan:
         for c in self.costs:
             if c.over_budget:
                 assert c.budget_bytes is not None
-                out.append(("engine", None, "rollout", c.rollout_bytes, c.budget_bytes))
+                need = c.rollout_bytes + c.budget_resident_bytes  # its whole need
+                out.append(("engine", None, "rollout", need, c.budget_bytes))
         for p in self.pools:
             for ph, peak in zip(PHASES, p.peak_bytes, strict=True):
                 if peak > self.capacity_bytes:

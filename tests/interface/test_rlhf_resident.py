@@ -61,22 +61,28 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert layouts == {(8, 4, 2)}
     resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
     assert resident == 1_912_602_624
+    # the engine at tp 8: its PyNccl ring 32 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
+    # budget, and the logits gather's root with 7 peers × 32 channels × 12 MiB inside it
+    outside, inside = 32 * CONNECTION + 3 * 8 * MIB, 7 * 32 * CONNECTION
+    assert (outside, inside) == (427_819_008, 2_818_572_288)
     (pool,) = r.best.plan.pools
-    held = resident + 666_632_192 + 33_554_432
+    held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
-    assert pool.resident_bytes == resident and pool.held_bytes == held == 2_612_789_248
+    assert pool.resident_bytes == resident + outside + inside
+    assert pool.held_bytes == held == 5_859_180_544
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 3_940_024_320
     assert costs["actor"].training_bytes == 8_143_503_360
     engine = Fraction(9, 10) * 85_017_493_504
+    assert costs["rollout"].rollout_bytes == engine - inside
     assert pool.peak_bytes == (
-        engine + held,
+        engine + held - inside,
         66_151_772_160 + 3_940_024_320 + held,
         66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (72_704_585_728, 76_908_064_768) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (75_950_977_024, 80_154_456_064) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
@@ -118,10 +124,12 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
     assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
+    # the engine's tp 2: ring 32 + the gather's one peer 32 connections, custom all-reduce 24 MiB
+    assert engine.resident_bytes == 64 * CONNECTION + 24 * MIB == 830_472_192
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
-    # once: one set of groups; and the engine's worker, a second process (700,186,624 B)
-    held = actor.held_bytes + ref.held_bytes + 1_207_959_552 + 700_186_624
+    # once: one set of groups; the engine's; and the engine's worker, a second process
+    held = actor.held_bytes + ref.held_bytes + 1_207_959_552 + 830_472_192 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -144,21 +152,65 @@ def test_roles_with_groups_of_their_own_add_up():
     assert plan.pools[0].resident_bytes == actor.resident_bytes + ref.resident_bytes
 
 
-def test_a_sleeping_engine_holds_nothing_outside_the_rollout_a_documented_gap():
+def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
     """verl's defaults (``free_cache_engine`` true, ``enforce_eager`` false, vLLM
-    ``sleep(level=1)``) free the engine's weights and KV cache between rollouts; its CUDA graphs
-    and NCCL communicators stay (vLLM PR #56373, #51485), but no per-operation figure sizes them,
-    so none is invented: the engine adds bytes in the rollout phase only, and the gap is stated
-    where the engine's memory is defined and in the guide."""
+    ``sleep(level=1)``) free the engine's weights and KV cache between rollouts. What stays is
+    counted in every phase where vLLM's code sizes it — the tp group's PyNccl ring and custom
+    all-reduce buffers (outside the budget) and the torch communicator of the logits gather
+    (inside it, so the rollout phase holds it once) — and the CUDA graphs' pools, which no
+    per-operation figure sizes, are a gap stated where the engine's memory is defined and in the
+    guide. At tp 1 the engine opens no tp communicator."""
     import trainplan.model.rollout as rollout
 
     inp = _ppo_70b()
     engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
-    assert engine.resident_bytes == 0 and engine.held_bytes == 0
+    inside = 7 * 32 * CONNECTION
+    assert engine.resident_bytes == 32 * CONNECTION + 24 * MIB + inside == 3_246_391_296
+    assert engine.budget_resident_bytes == inside and engine.held_bytes == 0
     assert engine.scoring_bytes == engine.training_bytes == 0
-    assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504
+    assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504 - inside
+    assert not engine.over_budget
+    grpo = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
+        placement=False,
+    )
+    one = cost_of(grpo.problem, RoleOption(Role.ROLLOUT, 64, 64, 1, 1, "none", Fraction(3, 10)))
+    assert one.resident_bytes == one.budget_resident_bytes == 0
     doc = " ".join((rollout.__doc__ or "").split())
-    assert "Not counted: what a sleeping engine keeps." in doc and "#56373" in doc
+    assert "Not counted: the CUDA graphs a sleeping engine keeps." in doc and "#56373" in doc
+
+
+def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
+    """``rlhf-plan --algorithm grpo --model qwen2.5-7b --reward rule --gpus 64``: the engine at
+    tp 4 × dp 16, fraction 0.3, shares its pool with the actor and the reference. Before, its
+    communicators held nothing outside the rollout, and the old answer (actor's optimizer on the
+    GPU) peaked at 82,946,630,688 B in scoring. The engine's tp 4 group now holds, in every
+    phase: the PyNccl ring 32 × 12 MiB = 402,653,184 B, custom all-reduce 3 × 8 MiB = 25,165,824
+    B and the logits gather's root, 3 peers × 32 channels × 12 MiB = 1,207,959,552 B (inside the
+    0.3 × 85,017,493,504 B budget): 1,635,778,560 B. The old placement's scoring peak becomes
+    82,946,630,688 + 1,635,778,560 = 84,582,409,248 B, above the 83,210,009,600 usable; the
+    answer now puts the actor's optimizer on the CPU and fits (step 322.1 s → 322.2 s)."""
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
+        placement=False,
+    )
+    p = inp.problem
+    engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
+    sleeping = 32 * CONNECTION + 3 * 8 * MIB + 3 * 32 * CONNECTION
+    assert engine.resident_bytes == sleeping == 1_635_778_560
+    old = [
+        RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
+        RoleOption(Role.ACTOR, 64, 64, 1, 1),
+        RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"),
+    ]
+    plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
+    assert plan.pools[0].peak_bytes[1] == 82_946_630_688 + sleeping == 84_582_409_248
+    assert not plan.fits
+    r = search_placement(p)
+    assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
+    actor = next(o for o in r.best.options if o.role is Role.ACTOR)
+    assert actor.offload == "optimizer"
+    assert r.best.plan.step_s == pytest.approx(322.2, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -178,7 +230,9 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     2,798.3 s. The update's peak is 629,145,600 B higher, 24,687,331,840 B (68,853,044,736 in
     training), with what Megatron-DeepSpeed's eager layer keeps in the recomputed layer
     (SiLU's output and K and V repeated to the query heads; their rows derived in
-    tests/model/test_glu_saved_copies.py)."""
+    tests/model/test_glu_saved_copies.py). The engine at tp 8 holds its tp group's communicators
+    in every phase, 3,246,391,296 B (``test_a_sleeping_engine_keeps_its_communicators_not_its_
+    graphs``): training 72,099,436,032 B; the answer does not move."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -189,12 +243,15 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (pool,) = r.best.plan.pools
     assert pool.processes == 5
     assert pool.process_bytes == 4 * (666_632_192 + 33_554_432) == 2_800_746_496
-    assert pool.resident_bytes == 4 * 64 * CONNECTION == 3_221_225_472
-    assert pool.held_bytes == 6_021_971_968
+    # the engine at tp 8: ring + custom all-reduce + the gather root's 7 peers × 32 channels
+    engine = 32 * CONNECTION + 24 * MIB + 7 * 32 * CONNECTION
+    assert pool.resident_bytes == 4 * 64 * CONNECTION + engine == 3_221_225_472 + 3_246_391_296
+    assert pool.held_bytes == 6_021_971_968 + 3_246_391_296
     actor = next(c for c in r.best.plan.costs if c.option.role is Role.ACTOR)
     assert actor.option.offload == "idle" and actor.process == ""
     assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, 24_687_331_840)
-    assert pool.peak_bytes[2] == 6_021_971_968 + 38_143_740_928 + 24_687_331_840
+    held = 6_021_971_968 + 3_246_391_296  # + the engine's tp 8 communicators
+    assert pool.peak_bytes[2] == held + 38_143_740_928 + 24_687_331_840 == 72_099_436_032
     assert r.best.plan.step_s == pytest.approx(2798.3, abs=0.05)
     old = [
         RoleOption(Role.ROLLOUT, 16, 2, 8, 1, "none", Fraction(3, 10)),
@@ -203,7 +260,10 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     ]
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 5)
     # + the eager layer's 629,145,600 B (above)
-    assert plan.pools[0].peak_bytes[2] == 82_834_773_504 + 2_800_746_496 + 629_145_600
+    # + the engine's tp 8 communicators, 3,246,391,296 B (the old answer's engine too)
+    assert plan.pools[0].peak_bytes[2] == (
+        82_834_773_504 + 2_800_746_496 + 629_145_600 + 3_246_391_296
+    )
     assert not plan.fits
 
 
