@@ -122,11 +122,15 @@ class Mechanism:
         'current + prefetched layers, embedding, output'
         >>> mechanism("fsdp2", 3).gathered_what, mechanism("megatron", 1).gathered_what
         ('current + next unit', None)
+        >>> mechanism("deepspeed", 3).gathered_what
+        'layers kept for reuse, output, prefetch'
         """
         if not self.gathered_units:
             return None
         if self.non_units_gathered:
             return "current + prefetched layers, embedding, output"
+        if self.framework is Framework.DEEPSPEED and self.zero_stage == 3:
+            return "layers kept for reuse, output, prefetch"  # model.deepspeed_gathered
         return "current + next unit"
 
     def units_held(self, unit: Any) -> Any:

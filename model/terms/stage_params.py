@@ -41,6 +41,7 @@ __all__ = [
     "stage_linear_per_gpu",
     "gather_units",
     "layer_units",
+    "output_params",
     "busiest_stage",
     "SplitKey",
     "shared_embedding_per_gpu",
@@ -168,7 +169,7 @@ def moe_layer_experts(key: SplitKey) -> tuple[Fraction, ...]:
     )
 
 
-def _output_params(key: SplitKey, counts: Any, vocab: int) -> Fraction:
+def output_params(key: SplitKey, counts: Any, vocab: int) -> Fraction:
     """The output layer's parameters on one GPU (vocabulary-parallel, ÷ tp): its own, or the
     tied embedding's ``V·h``."""
     return Fraction(counts.output or vocab * key.model.arch.hidden_size, key.tp)  # type: ignore[union-attr]
@@ -193,7 +194,7 @@ def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
         if i == 0:
             units.append((Fraction(counts.embedding, key.tp), Fraction(0)))
         if i == last:
-            units.append((_output_params(key, counts, vocab), Fraction(0)))
+            units.append((output_params(key, counts, vocab), Fraction(0)))
         out.append(max(units, key=lambda u: u[0] + u[1]))
     return tuple(out)
 

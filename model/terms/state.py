@@ -56,6 +56,7 @@ from trainplan.model.optimizers import (
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
 from trainplan.model.split import stage_chunks
+from trainplan.model.terms.deepspeed_turn import zero3_turn_gathered
 from trainplan.model.terms.dispatch_buffers import dispatch_buffer_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.terms.grad_buffers import embedding_grad_term
@@ -423,6 +424,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         buffers = mech.reduce_bytes * _reduce_queue(c, f, mech, unit)
         narrower = (mech.weight_bytes - FP8_PARAM_BYTES) * layer_linear if t.fp8_param_gather else 0
         step = step + mech.pool_bytes(unit, mech.weight_bytes * unit - narrower)
+    gathered = zero3_turn_gathered(c, f, mech, gathered)  # DeepSpeed ZeRO-3's at the turn
     if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
         staging, staged = offload_staging_bytes(mech, t.offload, largest_tensor_per_gpu(c, f))
         g, host = g + staging, host + staged

@@ -56,9 +56,13 @@ def test_partial_offload_is_a_fraction_of_each():
 def test_deepspeed_zero3_parameter_offload():
     """DeepSpeed ZeRO-3 with offload_param: the bf16 parameter shard (2 B × P/8), the optimizer
     (12 B × P/8) and FP32 gradients (4 B × P/8) on the host = 18 B × P/8; the GPU keeps no shard,
-    only the gathered layers and buffers — whole: with its shard on the host, each of the two
-    gathered units holds all 8 ranks' shares (2 × 2 B × unit), not 7/8 of them as beside a
-    resident shard (``stage3.py`` fetches the CPU partition into the full-size buffer). Every
+    only the gathered layers and buffers — whole: with its shard on the host, each gathered unit
+    holds all 8 ranks' shares (``stage3.py`` fetches the CPU partition into the full-size
+    buffer). Their peak, at the turn from forward to backward (model/deepspeed_gathered.py), is
+    whole with or without offload: at tp 8 a layer is 855,638,016 ÷ 8 + 16,384 = 106,971,136,
+    the output 128,256·8,192 ÷ 8 = 131,334,144, k = ⌈(1e9 − 131,334,144) ÷ 213,942,272⌉ = 5,
+    FC1 2·28,672·8,192 ÷ 8 = 58,720,256: 5 layers + output + 5e7 + FC1 = 774,910,080 elements,
+    above two whole units (2 × 2 B × 131,334,144). Every
     micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
     gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
@@ -68,8 +72,9 @@ def test_deepspeed_zero3_parameter_offload():
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
     assert off.host_bytes == 18 * P / 8
-    unit = plain.stages[0].state.gathered_bytes / (2 * 2 * Fraction(7, 8))
-    assert st.gathered_bytes == 2 * 2 * unit
+    turn = 2 * (5 * 106_971_136 + 131_334_144 + 50_000_000 + 58_720_256)
+    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 1_549_820_160
+    assert turn > 2 * 2 * 131_334_144
     m = off.num_microbatches
     elements = float(P / 8)
     transfers = (m * 2 * elements) + (2 * elements + 2 * m * 2 * elements)
