@@ -12,8 +12,10 @@ DeepSpeed edaa72212 ``deepspeed/runtime/zero/partitioned_param_coordinator.py``:
 * ``_fetch_sub_module_impl``: after the module computed, the prefetch gathers the next
   parameters of the trace not already available until it holds
   :data:`model.frameworks.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS` (``stage3_prefetch_bucket_size``),
-  the last parameter taken whole, and at most ``max_live_parameters`` less those available (that
-  cap is left out: the count stays an upper bound).
+  the last parameter taken whole, and at most ``max_live_parameters`` less those available
+  (:data:`DEEPSPEED_MAX_LIVE_PARAMETERS`). Every module's fetch prefetches again, so the
+  look-ahead grows until the parameters available reach that cap: they reach ``max_live_parameters``
+  plus the last parameter taken whole wherever the stage holds that many.
 * The output weight: Megatron-DeepSpeed ``megatron/model/gpt_model.py``
   ``post_language_model_processing`` reads the (tied) output weight in the root module's
   forward; ``parameter_offload.py`` ``ZeROOrderedDict.__getitem__`` registers it as an external
@@ -31,7 +33,16 @@ from typing import Any
 from trainplan.model.frameworks import DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
 from trainplan.model.xp import maximum, minimum, where
 
-__all__ = ["DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS", "zero3_turn_elements"]
+__all__ = [
+    "DEEPSPEED_MAX_LIVE_PARAMETERS",
+    "DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS",
+    "zero3_turn_elements",
+]
+
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
+"""DeepSpeed ``stage3_max_live_parameters`` default, elements (``zero/config.py``,
+``DeepSpeedZeroConfig.max_live_parameters``): ``_fetch_sub_module_impl`` prefetches while the
+parameters available are below it (``max_params_to_prefetch``), the last one taken whole."""
 
 DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS = 1_000_000_000
 """DeepSpeed ``stage3_max_reuse_distance`` default, elements (``zero/config.py``,
@@ -57,16 +68,19 @@ def zero3_turn_elements(
     * the prefetch, :data:`model.frameworks.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS` plus ``tensor``,
       the largest layer tensor (the last one it takes is whole);
 
-    at most ``total``, the parameters on the GPU. ``layer``: the largest layer's elements;
+    and at least what the prefetch reaches over many fetches,
+    :data:`DEEPSPEED_MAX_LIVE_PARAMETERS` + ``tensor``; at most ``total``, the parameters on the
+    GPU. ``layer``: the largest layer's elements;
     ``layers``: the layers on the GPU. Element-wise for arrays.
 
     GPT-3 175B at tp 16 (tied, 50,272 vocabulary rows; weights only, biases and norms aside): a
     layer is 12·12,288² ÷ 16 = 113,246,208, the output 50,272·12,288 ÷ 16 = 38,608,896; ``k`` =
     ⌈961,391,104 ÷ 226,492,416⌉ = 5 (layers 91 to 95, from 0); fc1 4·12,288² ÷ 16 = 37,748,736:
-    566,231,040 + 38,608,896 + 50,000,000 + 37,748,736 = 692,588,672 elements.
+    566,231,040 + 38,608,896 + 50,000,000 + 37,748,736 = 692,588,672 elements, below the live
+    cap's 1e9 + 37,748,736 = 1,037,748,736.
 
     >>> zero3_turn_elements(113_246_208, 96, 38_608_896, 0, 37_748_736, 10**11)
-    692588672
+    1037748736
     >>> zero3_turn_elements(10, 4, 20, 30, 5, 95)  # a small model: all of it
     95
     """
@@ -77,4 +91,4 @@ def zero3_turn_elements(
     kept = minimum(maximum(kept, 1), layers)
     whole = where(2 * layers * layer + head < reuse, embedding, 0)
     held = kept * layer + head + whole + DEEPSPEED_PREFETCH_BUCKET_ELEMENTS + tensor
-    return minimum(held, total)
+    return minimum(maximum(held, DEEPSPEED_MAX_LIVE_PARAMETERS + tensor), total)

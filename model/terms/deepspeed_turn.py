@@ -34,12 +34,13 @@ def stage_zero3_turn(key: SplitKey) -> tuple[Fraction, ...]:
     Llama 3 70B at tp 4 (untied; a layer 855,638,016 ÷ 4 + its two norms whole, 16,384, =
     213,925,888; the output 128,256·8,192 ÷ 4 = 262,668,288; fc1 117,440,512): ``k`` =
     ⌈737,331,712 ÷ 427,851,776⌉ = 2, so 427,851,776 + 262,668,288 + 50,000,000 + 117,440,512
-    = 857,960,576 elements.
+    = 857,960,576 elements, below what the prefetch reaches under the live cap, 1e9 +
+    117,440,512 = 1,117,440,512.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> m = get_model("llama3-70b").model
     >>> stage_zero3_turn(SplitKey(m, 4, 1, 1, 1, False, 1, True, None, 1))
-    (Fraction(857960576, 1),)
+    (Fraction(1117440512, 1),)
     """
     arch = key.model.arch
     if arch is None or key.model.num_params_declared is not None:

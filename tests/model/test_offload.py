@@ -62,7 +62,8 @@ def test_deepspeed_zero3_parameter_offload():
     whole with or without offload: at tp 8 a layer is 855,638,016 ÷ 8 + 16,384 = 106,971,136,
     the output 128,256·8,192 ÷ 8 = 131,334,144, k = ⌈(1e9 − 131,334,144) ÷ 213,942,272⌉ = 5,
     FC1 2·28,672·8,192 ÷ 8 = 58,720,256: 5 layers + output + 5e7 + FC1 = 774,910,080 elements,
-    above two whole units (2 × 2 B × 131,334,144). Every
+    below what the prefetch reaches under the live cap, 1e9 + FC1 = 1,058,720,256 elements, so
+    that, above two whole units (2 × 2 B × 131,334,144). Every
     micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
     gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
@@ -72,8 +73,9 @@ def test_deepspeed_zero3_parameter_offload():
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
     assert off.host_bytes == 18 * P / 8
-    turn = 2 * (5 * 106_971_136 + 131_334_144 + 50_000_000 + 58_720_256)
-    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 1_549_820_160
+    assert 5 * 106_971_136 + 131_334_144 + 50_000_000 + 58_720_256 < 1_000_000_000 + 58_720_256
+    turn = 2 * (1_000_000_000 + 58_720_256)
+    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 2_117_440_512
     assert turn > 2 * 2 * 131_334_144
     m = off.num_microbatches
     elements = float(P / 8)
