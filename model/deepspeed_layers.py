@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Mlp
 
 __all__ = ["deepspeed_missing_features", "check_deepspeed_layers"]
@@ -86,7 +87,7 @@ def check_deepspeed_layers(framework: Any, arch: Any, seq_len: int) -> None:
 
     >>> check_deepspeed_layers("megatron", None, 4096)
     """
-    if str(framework) != "deepspeed" or arch is None:
+    if framework != Framework.DEEPSPEED or arch is None:
         return
     missing = deepspeed_missing_features(arch, seq_len)
     if missing:

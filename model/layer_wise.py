@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.optimizers import OptimizerKind
 
 __all__ = [
@@ -195,7 +196,7 @@ def runs_layer_wise(
     True
     """
     return (
-        framework == "megatron"
+        framework == Framework.MEGATRON
         and zero == 1
         and shard > 1
         and kind in (OptimizerKind.MUON, OptimizerKind.SOAP)
