@@ -21,7 +21,7 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
-from trainplan.model.terms.comm_memory import communicator_bytes, p2p_channels_per_peer
+from trainplan.model.terms.comm_memory import communicator_bytes
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.timing import kernel_efficiency_for
 
@@ -66,9 +66,7 @@ def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
     return 2 * (dense + experts)
 
 
-def engine_communicator_bytes(
-    tp: int, gpus_per_node: int, scaleout_bytes_per_s: float | None
-) -> tuple[int, int]:
+def engine_communicator_bytes(tp: int, gpus_per_node: int) -> tuple[int, int]:
     """What the engine's tp group holds on each GPU for its whole life, sleeping or not, in
     bytes: ``(made before vLLM sizes its budget, made inside it)``; ``(0, 0)`` at tp 1.
 
@@ -86,12 +84,12 @@ def engine_communicator_bytes(
       budget is measured from, so these bytes lie outside ``gpu_memory_utilization``; with
       :data:`CUSTOM_ALL_REDUCE_BYTES` where the group is one node of 2, 4, 6 or 8 GPUs;
     * torch's own communicator of the ``device_group`` — a second NCCL communicator over the same
-      ranks: CUDA does not gather logits with an all-gather (``Platform.use_all_gather`` False),
-      so ``LogitsProcessor`` calls ``tensor_model_parallel_gather`` →
-      ``DeviceCommunicatorBase.gather`` → ``torch.distributed.gather`` on the device group,
-      NCCL point-to-point sends to the root: the root, the group's first rank, connects its tp − 1
-      peers on every point-to-point channel (NCCL ``taskAppend`` pre-connects
-      ``p2pnChannelsPerPeer`` channels per peer, ``src/enqueue.cc``). vLLM's profile run
+      ranks, a ring: the V1 engine gathers logits with an all-gather (``Platform.use_all_gather``,
+      ``vllm/platforms/interface.py``, True on CUDA: the base class's answer, and in the 0.8–0.10
+      releases true whenever ``VLLM_USE_V1``), so ``LogitsProcessor._gather_logits`` calls
+      ``tensor_model_parallel_all_gather`` → ``DeviceCommunicatorBase.all_gather``
+      (``base_device_communicator.py``), which ``CudaCommunicator`` does not override:
+      ``torch.distributed.all_gather_into_tensor`` on the device group. vLLM's profile run
       computes logits, so this one is made inside the budget.
 
     vLLM's sleep (``CuMemAllocator``, ``vllm/device_allocator/cumem.py``) releases only the
@@ -102,22 +100,20 @@ def engine_communicator_bytes(
 
     Examples
     --------
-    tp 4 in an 8-GPU node: the ring 32 × 12 MiB = 402,653,184 B plus 25,165,824 B of custom
-    all-reduce; the gather root's 3 peers × 32 channels × 12 MiB = 1,207,959,552 B.
+    tp 4 in an 8-GPU node: the PyNccl ring 32 × 12 MiB = 402,653,184 B plus 25,165,824 B of custom
+    all-reduce; torch's ring for the logits all-gather, another 402,653,184 B.
 
-    >>> engine_communicator_bytes(4, 8, 50e9)
-    (427819008, 1207959552)
-    >>> engine_communicator_bytes(1, 8, 50e9)
+    >>> engine_communicator_bytes(4, 8)
+    (427819008, 402653184)
+    >>> engine_communicator_bytes(1, 8)
     (0, 0)
     """
     if tp == 1:
         return 0, 0
     across = tp > gpus_per_node
-    nic = scaleout_bytes_per_s if across else 0
     ring = communicator_bytes(True, 0, 0)
     custom = CUSTOM_ALL_REDUCE_BYTES if not across and tp in CUSTOM_ALL_REDUCE_SIZES else 0
-    gather = communicator_bytes(False, tp - 1, p2p_channels_per_peer(tp, across, nic))
-    return ring + custom, gather
+    return ring + custom, ring
 
 
 def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> int | None:
@@ -164,9 +160,7 @@ def rollout_cost(
     weights = engine_weights_bytes(rs, opt.tp)
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
     time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
-    outside, inside = engine_communicator_bytes(
-        opt.tp, device.gpus_per_node, device.scaleout_bytes_per_s
-    )
+    outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
     terms = _engine_terms(mem, time, device, weights, need) + _held_terms(outside, inside)
     return RoleCost(
         opt,
@@ -193,7 +187,7 @@ def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
     if not outside + inside:
         return ()
     src = "vLLM CudaCommunicator: PyNccl ring + custom all-reduce (tp); model.terms.comm_memory"
-    gather = "torch device_group of tp: logits gather's point-to-point peers (inside the budget)"
+    gather = "torch device_group of tp: the logits all-gather's ring (inside the budget)"
     return (
         Term("engine tp communicators, kept asleep", "held", Fraction(outside), "bytes", src),
         Term("engine logits-gather communicator", "held", Fraction(inside), "bytes", gather),

@@ -48,12 +48,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
 
     Two processes on each GPU (verl's fused worker and the engine's vLLM worker): one CUDA
     context 666,632,192 B + one cuBLAS workspace 33,554,432 B = 700,186,624 B beyond the
-    reserve's. Held: 1,912,602,624 + 700,186,624 = 2,612,789,248 B.
+    reserve's. Held: 1,912,602,624 + 700,186,624 = 2,612,789,248 B, and the engine's tp 8
+    communicators (its PyNccl ring and custom all-reduce outside its budget, torch's ring for the
+    logits all-gather inside it): 2 × 402,653,184 + 25,165,824 = 830,472,192 B.
 
-    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248;
-    scoring the actor's 66,151,772,160 swapped in + 3,940,024,320 (FP32 logits + log-softmax)
-    + 2,612,789,248 = 72,704,585,728; training the actor's 66,151,772,160 + 8,143,503,360 +
-    2,612,789,248 = 76,908,064,768 — each within 83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
+    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248 +
+    427,819,008; scoring the actor's 66,151,772,160 swapped in + 3,940,024,320 (FP32 logits +
+    log-softmax) + 3,443,261,440 = 73,535,057,920; training the actor's 66,151,772,160 +
+    8,143,503,360 + 3,443,261,440 = 77,738,536,960 — each within 83,210,009,600 B. Step
+    5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -62,14 +65,14 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
     assert resident == 1_912_602_624
     # the engine at tp 8: its PyNccl ring 32 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
-    # budget, and the logits gather's root with 7 peers × 32 channels × 12 MiB inside it
-    outside, inside = 32 * CONNECTION + 3 * 8 * MIB, 7 * 32 * CONNECTION
-    assert (outside, inside) == (427_819_008, 2_818_572_288)
+    # budget, and torch's ring for the logits all-gather, 32 × 12 MiB, inside it
+    outside, inside = 32 * CONNECTION + 3 * 8 * MIB, 32 * CONNECTION
+    assert (outside, inside) == (427_819_008, 402_653_184)
     (pool,) = r.best.plan.pools
     held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 5_859_180_544
+    assert pool.held_bytes == held == 3_443_261_440
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -82,7 +85,7 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
         66_151_772_160 + 3_940_024_320 + held,
         66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (75_950_977_024, 80_154_456_064) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (73_535_057_920, 77_738_536_960) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
@@ -124,7 +127,8 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
     assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
-    # the engine's tp 2: ring 32 + the gather's one peer 32 connections, custom all-reduce 24 MiB
+    # the engine's tp 2: PyNccl's ring 32 + torch's all-gather ring 32 connections, custom
+    # all-reduce 24 MiB
     assert engine.resident_bytes == 64 * CONNECTION + 24 * MIB == 830_472_192
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
@@ -156,16 +160,16 @@ def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
     """verl's defaults (``free_cache_engine`` true, ``enforce_eager`` false, vLLM
     ``sleep(level=1)``) free the engine's weights and KV cache between rollouts. What stays is
     counted in every phase where vLLM's code sizes it — the tp group's PyNccl ring and custom
-    all-reduce buffers (outside the budget) and the torch communicator of the logits gather
-    (inside it, so the rollout phase holds it once) — and the CUDA graphs' pools, which no
+    all-reduce buffers (outside the budget) and the torch communicator of the logits all-gather,
+    a ring (inside it, so the rollout phase holds it once) — and the CUDA graphs' pools, which no
     per-operation figure sizes, are a gap stated where the engine's memory is defined and in the
     guide. At tp 1 the engine opens no tp communicator."""
     import trainplan.model.rollout as rollout
 
     inp = _ppo_70b()
     engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
-    inside = 7 * 32 * CONNECTION
-    assert engine.resident_bytes == 32 * CONNECTION + 24 * MIB + inside == 3_246_391_296
+    inside = 32 * CONNECTION
+    assert engine.resident_bytes == 32 * CONNECTION + 24 * MIB + inside == 830_472_192
     assert engine.budget_resident_bytes == inside and engine.held_bytes == 0
     assert engine.scoring_bytes == engine.training_bytes == 0
     assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504 - inside
@@ -186,25 +190,26 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     communicators held nothing outside the rollout, and the old answer (actor's optimizer on the
     GPU) peaked at 82,946,630,688 B in scoring. The engine's tp 4 group now holds, in every
     phase: the PyNccl ring 32 × 12 MiB = 402,653,184 B, custom all-reduce 3 × 8 MiB = 25,165,824
-    B and the logits gather's root, 3 peers × 32 channels × 12 MiB = 1,207,959,552 B (inside the
-    0.3 × 85,017,493,504 B budget): 1,635,778,560 B. The old placement's scoring peak becomes
-    82,946,630,688 + 1,635,778,560 = 84,582,409,248 B, above the 83,210,009,600 usable; the
-    answer now puts the actor's optimizer on the CPU and fits (step 322.1 s → 322.2 s)."""
+    B and torch's ring for the logits all-gather, 402,653,184 B (inside the 0.3 × 85,017,493,504
+    B budget): 830,472,192 B. The old placement's scoring peak becomes 82,946,630,688 +
+    830,472,192 = 83,777,102,880 B, above the 83,210,009,600 usable; the answer puts the
+    actor's optimizer on the CPU and fits, its scoring peak 82,349,174,784 B (step 322.1 s →
+    322.2 s)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
     )
     p = inp.problem
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
-    sleeping = 32 * CONNECTION + 3 * 8 * MIB + 3 * 32 * CONNECTION
-    assert engine.resident_bytes == sleeping == 1_635_778_560
+    sleeping = 32 * CONNECTION + 3 * 8 * MIB + 32 * CONNECTION
+    assert engine.resident_bytes == sleeping == 830_472_192
     old = [
         RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
         RoleOption(Role.ACTOR, 64, 64, 1, 1),
         RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"),
     ]
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
-    assert plan.pools[0].peak_bytes[1] == 82_946_630_688 + sleeping == 84_582_409_248
+    assert plan.pools[0].peak_bytes[1] == 82_946_630_688 + sleeping == 83_777_102_880
     assert not plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -231,8 +236,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     training), with what Megatron-DeepSpeed's eager layer keeps in the recomputed layer
     (SiLU's output and K and V repeated to the query heads; their rows derived in
     tests/model/test_glu_saved_copies.py). The engine at tp 8 holds its tp group's communicators
-    in every phase, 3,246,391,296 B (``test_a_sleeping_engine_keeps_its_communicators_not_its_
-    graphs``): training 72,099,436,032 B; the answer does not move."""
+    in every phase, 830,472,192 B (``test_a_sleeping_engine_keeps_its_communicators_not_its_
+    graphs``): training 69,683,516,928 B; the answer does not move."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -243,15 +248,15 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (pool,) = r.best.plan.pools
     assert pool.processes == 5
     assert pool.process_bytes == 4 * (666_632_192 + 33_554_432) == 2_800_746_496
-    # the engine at tp 8: ring + custom all-reduce + the gather root's 7 peers × 32 channels
-    engine = 32 * CONNECTION + 24 * MIB + 7 * 32 * CONNECTION
-    assert pool.resident_bytes == 4 * 64 * CONNECTION + engine == 3_221_225_472 + 3_246_391_296
-    assert pool.held_bytes == 6_021_971_968 + 3_246_391_296
+    # the engine at tp 8: PyNccl's ring + custom all-reduce + torch's all-gather ring
+    engine = 32 * CONNECTION + 24 * MIB + 32 * CONNECTION
+    assert pool.resident_bytes == 4 * 64 * CONNECTION + engine == 3_221_225_472 + 830_472_192
+    assert pool.held_bytes == 6_021_971_968 + 830_472_192
     actor = next(c for c in r.best.plan.costs if c.option.role is Role.ACTOR)
     assert actor.option.offload == "idle" and actor.process == ""
     assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, 24_687_331_840)
-    held = 6_021_971_968 + 3_246_391_296  # + the engine's tp 8 communicators
-    assert pool.peak_bytes[2] == held + 38_143_740_928 + 24_687_331_840 == 72_099_436_032
+    held = 6_021_971_968 + 830_472_192  # + the engine's tp 8 communicators
+    assert pool.peak_bytes[2] == held + 38_143_740_928 + 24_687_331_840 == 69_683_516_928
     assert r.best.plan.step_s == pytest.approx(2798.3, abs=0.05)
     old = [
         RoleOption(Role.ROLLOUT, 16, 2, 8, 1, "none", Fraction(3, 10)),
@@ -260,9 +265,9 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     ]
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 5)
     # + the eager layer's 629,145,600 B (above)
-    # + the engine's tp 8 communicators, 3,246,391,296 B (the old answer's engine too)
+    # + the engine's tp 8 communicators, 830,472,192 B (the old answer's engine too)
     assert plan.pools[0].peak_bytes[2] == (
-        82_834_773_504 + 2_800_746_496 + 629_145_600 + 3_246_391_296
+        82_834_773_504 + 2_800_746_496 + 629_145_600 + 830_472_192
     )
     assert not plan.fits
 
