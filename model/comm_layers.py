@@ -273,7 +273,7 @@ def cp_traffic(
     total = cp_bytes(
         arch, num_layers, layout.cp, ring, a2a, layout.tp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, again.core[0],
-        kv_repeat(layout.cp_kind, a2a, layout.tp, arch),
+        kv_repeat(layout.cp_kind, a2a, layout.tp, arch, str(layout.framework)),
         bool(torch_rotate_method(layout.cp_kind)),
     )  # fmt: skip
     name = cp_collective(layout.cp_kind, layout.cp, layout.cp_a2a)

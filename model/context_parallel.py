@@ -162,12 +162,21 @@ def attention_dims(arch: Architecture) -> tuple[int, int, int]:
     return a * d, 2 * arch.kv_heads * d, a * d
 
 
-def kv_repeat(kind: CpKind, u: int, tp: int, arch: Architecture | None) -> int:
+def kv_repeat(
+    kind: CpKind, u: int, tp: int, arch: Architecture | None, framework: str | None = None
+) -> int:
     """Times each K/V head is repeated before the head all-to-all: verl's
     ``max(u // g, 1)`` with g the K/V heads on a tensor-parallel rank under
     ``ulysses-kv-repeat`` (``verl/models/transformers/monkey_patch.py``,
-    ``_ulysses_flash_attention_forward``), 1 for every other flavour, for MLA (its keys and
-    values have a heads) and for a model without dimensions.
+    ``_ulysses_flash_attention_forward``); ``a/g`` under ``framework`` deepspeed's Ulysses
+    (u > 1) on a grouped-query model, whose attention repeats K and V to every query head before
+    DeepSpeed's all-to-all (deepspeedai/Megatron-DeepSpeed 6acc370a
+    ``megatron/model/transformer.py`` ``ParallelAttention.forward``: ``repeat_kv`` by
+    ``num_key_value_groups``, then ``self.dist_attn(query_layer, key_layer, value_layer, ...)``);
+    1 for every other flavour, for MLA (its keys and values have a heads) and for a model
+    without dimensions. The memory rows of the repeated heads are counted apart
+    (:data:`model.activation_rows.REPEATED_KV`; the verl rows by :func:`kv_repeat` without
+    ``framework``); this factor scales what the all-to-all moves and its buffers.
 
     Examples
     --------
@@ -178,10 +187,14 @@ def kv_repeat(kind: CpKind, u: int, tp: int, arch: Architecture | None) -> int:
     ...                      num_kv_heads=8, ffn_hidden_size=128, vocab_size=16)
     >>> kv_repeat(CpKind.ULYSSES_KV_REPEAT, 16, 1, llama), kv_repeat(CpKind.ULYSSES, 8, 1, llama)
     (2, 1)
+    >>> kv_repeat(CpKind.ULYSSES, 8, 1, llama, "deepspeed")  # 32 query heads ÷ 8 K/V heads
+    4
     """
-    if kind is not CpKind.ULYSSES_KV_REPEAT or arch is None:
+    if arch is None or arch.attention is AttentionKind.MLA:
         return 1
-    if arch.attention is AttentionKind.MLA:
+    if kind == CpKind.ULYSSES and framework == "deepspeed" and u > 1:
+        return arch.num_attention_heads // arch.kv_heads
+    if kind is not CpKind.ULYSSES_KV_REPEAT:
         return 1
     return max(u // max(arch.kv_heads // tp, 1), 1)
 

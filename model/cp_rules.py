@@ -30,7 +30,12 @@ __all__ = [
 
 
 def check_cp_kind(
-    kind: CpKind, cp: int, cp_a2a: int | None, tp: int, arch: Architecture | None
+    kind: CpKind,
+    cp: int,
+    cp_a2a: int | None,
+    tp: int,
+    arch: Architecture | None,
+    framework: str | None = None,
 ) -> None:
     """The flavour's own legality rules (:func:`model.layout.validate` calls this; so does the
     search's shape list for each flavour after the first): a flavour other than the ring needs
@@ -38,7 +43,11 @@ def check_cp_kind(
     cp and dividing cp; the head all-to-all over u ranks (Ulysses: u = cp; hybrid: u =
     ``cp_a2a``) needs u to divide the query heads and the K/V heads on a tensor-parallel rank,
     a/tp and g/tp (TE ``AttnFuncWithCPAndQKVOA2A``: "The number of attention heads needs to be
-    divisible by CP size"; MLA's keys and values have a heads). The 2·cp sequence split is
+    divisible by CP size"; MLA's keys and values have a heads). Under ``framework`` deepspeed,
+    whose attention repeats K and V to every query head before the all-to-all
+    (:func:`model.context_parallel.kv_repeat`), the K/V heads are a/tp too: u divides a/tp
+    (DeepSpeed ``deepspeed/sequence/layer.py`` ``single_all_to_all`` splits the head dimension
+    into u parts). The 2·cp sequence split is
     checked by :func:`model.layout.validate` for every flavour. A model without dimensions
     skips the head rule.
 
@@ -76,6 +85,13 @@ def check_cp_kind(
     g = a if arch.attention is AttentionKind.MLA else arch.kv_heads
     if kind is CpKind.ULYSSES_KV_REPEAT:
         _check_kv_repeat(u, tp, a, g)
+    elif kind == CpKind.ULYSSES and framework == Framework.DEEPSPEED:
+        if a % tp or (a // tp) % u:
+            raise LayoutError(
+                f"cp: DeepSpeed-Ulysses splits the heads over {u} ranks, which does not divide "
+                f"num_attention_heads / tp = {a} / {tp} = {a / tp:g} (K and V are repeated to "
+                "every query head before its all-to-all)"
+            )
     else:
         _check_head_split(kind, u, tp, a, g)
 

@@ -297,7 +297,7 @@ def _recompute_layers(
 
 
 def _context_parallel(
-    s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool
+    s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool, framework: Any
 ) -> None:
     """cp > 1 needs s divisible by 2·cp (load-balanced causal split, every flavour); the
     flavour's own rules (:func:`model.cp_rules.check_cp_kind`); with sequence
@@ -305,7 +305,7 @@ def _context_parallel(
     seq = s.training.seq_len
     if cp > 1 and seq % (2 * cp):
         raise LayoutError(f"cp: seq_len {seq} is not divisible by 2 × cp = {2 * cp}")
-    check_cp_kind(cp_kind, cp, cp_a2a, tp, s.model.arch)
+    check_cp_kind(cp_kind, cp, cp_a2a, tp, s.model.arch, framework)
     if sp and (seq // cp) % tp:
         raise LayoutError(
             f"tp: sequence parallelism needs seq_len / cp = {seq // cp} divisible by tp = {tp}"
@@ -417,7 +417,11 @@ RULES: tuple[Rule, ...] = (
         ),
         _recompute_layers,
     ),
-    Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp"), _context_parallel),
+    Rule(
+        "context_parallel",
+        ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"),
+        _context_parallel,
+    ),
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),

@@ -322,8 +322,9 @@ def _with_cp_kinds(
     shape: Shape, space: SearchSpace, model: ModelSpec, axes: Setting
 ) -> list[Shape]:
     """``shape`` (legal with the ring) under each CP flavour of the space whose own rules
-    accept (:func:`model.legality.refusal`: the context-parallel rule) — the hybrid once per
-    legal inner degree; a shape with cp = 1 once, as it is."""
+    accept under at least one framework of the space (:func:`model.legality.refusal`: the
+    context-parallel rule, whose head rule is the framework's; :func:`_runs_cp` checks each
+    framework) — the hybrid once per legal inner degree; a shape with cp = 1 once, as it is."""
     if shape.cp == 1:
         return [shape]
     out = []
@@ -332,10 +333,20 @@ def _with_cp_kinds(
         if kind is CpKind.HYBRID:
             inner = [u for u in _allowed(space.cp_a2a, divisors(shape.cp)) if 1 < u < shape.cp]
         for u in inner:
-            why = refusal(axes, cp=shape.cp, cp_kind=kind, cp_a2a=u, tp=shape.tp, sp=shape.tp > 1)
-            if not why:
+            if any(not _cp_refusal(axes, shape, fw, kind, u) for fw in space.frameworks):
                 out.append(replace(shape, cp_kind=kind, cp_a2a=u, cp_kind_rank=rank))
     return out
+
+
+def _cp_refusal(
+    setting: Setting, shape: Shape, framework: Framework, kind: CpKind, cp_a2a: int | None
+) -> str:
+    """The context-parallel rules' refusal of ``shape`` with flavour ``kind`` (inner degree
+    ``cp_a2a``) under ``framework`` (:func:`model.legality.refusal`), or ""."""
+    return refusal(
+        setting, cp=shape.cp, cp_kind=kind, cp_a2a=cp_a2a, tp=shape.tp, sp=shape.tp > 1,
+        framework=framework,
+    )  # fmt: skip
 
 
 def recipe_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
@@ -443,13 +454,14 @@ def _with_frameworks(
 
 
 def _runs_cp(setting: Setting, shape: Shape, framework: Framework, named: bool) -> bool:
-    """Whether ``framework`` runs the shape's CP flavour (the legality rule
-    :func:`model.cp_rules.check_cp_framework`): a flavour the framework does not run is not
+    """Whether ``framework`` runs the shape's CP flavour (the legality rules
+    :func:`model.cp_rules.check_cp_framework` and :func:`model.cp_rules.check_cp_kind`, whose
+    head rule is the framework's): a flavour the framework does not run is not
     tabulated under it; with the default flavours (``named`` False) ``fsdp2`` takes
     torchtitan's only (:data:`model.cp_rules.FSDP2_SEARCHED`)."""
     if shape.cp > 1 and not named and framework is Framework.FSDP2:
         return shape.cp_kind in FSDP2_SEARCHED
-    return not refusal(setting, cp=shape.cp, cp_kind=shape.cp_kind, framework=framework)
+    return not _cp_refusal(setting, shape, framework, shape.cp_kind, shape.cp_a2a)
 
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:

@@ -380,10 +380,13 @@ def padded_vocab_of(vocab_size: int, given: int | None, framework: Any, tp: int)
     return padded_vocab(vocab_size, vocab_multiple_for(framework, given), tp)
 
 
-def cp_kv_repeat_of(arch: Architecture | None, kind: CpKind, cp: int, tp: int) -> int:
+def cp_kv_repeat_of(
+    arch: Architecture | None, kind: CpKind, cp: int, tp: int, framework: str
+) -> int:
     """Times each K/V head crosses the head all-to-all (:func:`model.context_parallel.
-    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks; 1 for every other flavour)."""
-    return kv_repeat(CpKind(kind), cp, tp, arch)
+    kv_repeat`: verl's ``ulysses-kv-repeat`` over u = cp ranks, every query head's under
+    DeepSpeed's Ulysses on a grouped-query model; 1 for every other flavour)."""
+    return kv_repeat(CpKind(kind), cp, tp, arch, str(framework))
 
 
 def cp_mechanism_of(kind: CpKind, cp: int, cp_a2a: int | None) -> tuple[int, int, bool]:

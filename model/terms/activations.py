@@ -342,7 +342,7 @@ def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
     :func:`model.context_parallel.templated_transient_bytes`), for ``tokens`` S a rank."""
     arch = c.arch
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     torch_cp = f.lookup(templated_method_code, (), "cp_kind")
     beta = c.training.activation_bytes
     return cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)

@@ -244,7 +244,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             collective_sm_share(d.name, o.nccl_sm_charge))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp")
+    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
     ep_bw, ep_up = axis_link(c, f, "ep", True)

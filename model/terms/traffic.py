@@ -127,7 +127,7 @@ def cp_traffic_bytes(c: Context, f: Fields) -> Any:
     torchtitan's op-level policy, which saves the SDPA output)."""
     t = c.training
     r, u, _ = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp")
+    rep = f.lookup(cp_kv_repeat_of, (c.arch,), "cp_kind", "cp", "tp", "framework")
     templated = f.lookup(_templated, (), "cp_kind")
     core = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t).core
 
