@@ -329,6 +329,18 @@ FP8_KEPT_ATTENTION_OUTPUT = "attention output (BF16, kept by the attention kerne
 the output projection's FP8 input."""
 
 
+MLA_SECOND_DOWN_PROJECTION = "attention projection input (FP8, the second down-projection's copy)"
+"""Under FP8, MLA's second linear on the attention norm's output keeps its own quantised copy:
+Megatron-Core's MLA layer spec (``megatron/core/models/gpt/gpt_layer_specs.py``, the MLA branch
+without ``mla_down_proj_fusion``, False by default in ``transformer_config.py``) builds
+``linear_q_down_proj`` (``linear_q_proj`` without a query latent) and ``linear_kv_down_proj`` as
+two Transformer Engine linears, and ``MLASelfAttention._qkv_down_projection``
+(``multi_latent_attention.py``) calls both on the same ``hidden_states``; each ``_Linear.forward``
+(``transformer_engine/pytorch/module/linear.py``) quantises its input with its own quantizer and
+saves that copy. In BF16 both save the one tensor (one row). Its base name is the projection
+input's, so recomputing the norm (``layernorm``) drops it with the first copy."""
+
+
 def fp8_rows(
     rows: list[tuple[str, Fraction, str]], ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -340,7 +352,8 @@ def fp8_rows(
     its own backward (``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward``
     saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
     leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
-    recomputed with the attention core under selective recomputation (a score term)."""
+    recomputed with the attention core under selective recomputation (a score term). MLA's
+    norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
@@ -365,6 +378,10 @@ def fp8_rows(
         else:
             out.append((f"{name} (FP8)", value * scale, kind))
     names = {r[0] for r in rows}
+    if "attention projection input" in names:
+        # MLA: two linears read the norm's output, each saving its own quantised copy
+        value = dict((r[0], r[1]) for r in rows)["attention projection input"]
+        out.append((MLA_SECOND_DOWN_PROJECTION, value * scale, "sp"))
     if "router and dispatch input" in names and any(n.startswith("shared expert") for n in names):
         # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
         value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]

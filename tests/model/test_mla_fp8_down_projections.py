@@ -1,0 +1,54 @@
+"""Under FP8, MLA's two down-projections each keep their own quantised copy of the attention
+norm's output (model.activation_rows.MLA_SECOND_DOWN_PROJECTION): Megatron-Core's MLA spec builds
+``linear_q_down_proj`` and ``linear_kv_down_proj`` as two Transformer Engine linears
+(``mla_down_proj_fusion`` False by default) and ``MLASelfAttention._qkv_down_projection`` calls
+both on ``hidden_states``; each ``_Linear.forward`` saves its own quantised input."""
+
+import pytest
+
+import trainplan
+from trainplan.model.activation_rows import MLA_SECOND_DOWN_PROJECTION
+from trainplan.model.activations import kind_activations
+from trainplan.model.context_parallel import CpKind
+from trainplan.model.specs import Precision, TrainingSpec
+from trainplan.model.terms.activation_fields import activation_context
+from trainplan.scenarios.catalogue import get_model
+
+ARCH = get_model("deepseek-v3").model.arch
+
+
+def _terms(moe: bool, **training) -> dict[str, object]:
+    t = TrainingSpec(seq_len=4096, global_batch_size=8, **training)
+    ctx = activation_context(t, 1, 1, 1, False, CpKind.RING, 8, 1, "megatron")
+    return dict(kind_activations(ARCH, moe, ctx).terms)
+
+
+def test_deepseek_v3_mxfp8_counts_both_copies():
+    """DeepSeek-V3 on 256 B200, dp 16 × pp 16 × ep 8, MXFP8, no recomputation, b 1: stage 2
+    holds 4 MLA layers × 14 micro-batches in flight. The second copy is 1.03125 B (MXFP8: a
+    1-byte element and an 8-bit scale per 32) × 4,096 tokens × h 7,168 = 30,277,632 B per layer
+    and micro-batch; × 56 = 1,695,547,392 B over the 186,020,637,440 B counted before:
+    187,716,184,832 B."""
+    e = trainplan.evaluate(
+        model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
+        fp8_recipe="mxfp8", global_batch_size=2048,
+    )  # fmt: skip
+    assert e.busiest == 2
+    one = 30_277_632
+    assert one == 4096 * 7168 * 33 // 32
+    assert e.peak.total_bytes == 186_020_637_440 + 56 * one == 187_716_184_832
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_the_row_in_both_layer_kinds(moe):
+    """FP8 (1 B an element): 4,096 × 7,168 = 29,360,128 B, as much as the first copy."""
+    terms = _terms(moe, precision=Precision.FP8)
+    assert terms[MLA_SECOND_DOWN_PROJECTION] == 4096 * 7168 == 29_360_128
+    assert terms["attention projection input (FP8)"] == 29_360_128
+
+
+def test_bf16_keeps_one():
+    """In BF16 both linears save the one norm output, 2 B an element."""
+    bf16 = _terms(True)
+    assert MLA_SECOND_DOWN_PROJECTION not in bf16
+    assert bf16["attention projection input"] == 2 * 4096 * 7168
