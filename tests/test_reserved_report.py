@@ -20,7 +20,7 @@ def test_reserved_line_under_fsdp2_and_none_under_megatron():
     assert m["stream_pool_bytes"] == 2 * 2 * 128_256 * 4096
     line = next(x for x in evaluate_text(d).splitlines() if "max_memory_reserved" in x)
     assert f"{m['reserved_bytes'] / 1e9:.2f} GB" in line
-    assert "+ 2.10 GB idle in the all-gather stream's pool" in line
+    assert "+ 2.10 GB idle in a side stream's pool" in line
     mega = estimate_to_dict(build_case({**BASE, "framework": "megatron"}).evaluate())
     assert "max_memory_reserved" not in evaluate_text(mega)
 

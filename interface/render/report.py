@@ -201,7 +201,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
 
 def _reserved_lines(m: dict[str, Any]) -> list[str]:
     """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather outputs,
-    :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved`` (torchtitan's
+    DeepSpeed ZeRO-3's reduce-scatter copy: :func:`model.terms.peak.stream_pool_term`): what ``torch.cuda.max_memory_reserved`` (torchtitan's
     memory monitor) counts at least; not in the total or the verdict (the allocator frees idle cached
     blocks before it raises out-of-memory). Where the reserved bytes and the communicators exceed the
     capacity (``memory.allocator_retries``, :func:`model.terms.peak.allocator_retries`), a second line
@@ -210,8 +210,8 @@ def _reserved_lines(m: dict[str, Any]) -> list[str]:
         return []
     lines = [
         f"  {'reserved at least (max_memory_reserved)':<44} {gb(m['reserved_bytes']):>14}"
-        f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in the "
-        "all-gather stream's pool; not in the verdict: freed before out-of-memory)"
+        f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in a "
+        "side stream's pool; not in the verdict: freed before out-of-memory)"
     ]
     if m.get("allocator_retries") and m["fits"]:  # over by the allocated peak: no run to retry
         lines.append(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.frameworks import Framework
+from trainplan.model.frameworks import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
@@ -35,7 +35,7 @@ from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
-from trainplan.model.xp import is_array, maximum, where
+from trainplan.model.xp import is_array, maximum, minimum, where
 
 __all__ = [
     "StageMemory",
@@ -234,10 +234,11 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
 
 
 def stream_pool_term(c: Context, f: Fields) -> Any:
-    """Bytes PyTorch's caching allocator reserves for FSDP2's all-gather outputs on one GPU of
-    stage ``f.stage``, beyond the allocated peak: ``2·w·U`` under ``fsdp2`` with dp·cp > 1 (``w``
-    bytes per working weight, ``U`` the stage's largest unit per GPU,
-    :func:`model.terms.stage_params.units_per_gpu`); 0 otherwise.
+    """Bytes PyTorch's caching allocator reserves on a side stream's pool on one GPU of stage
+    ``f.stage``, beyond the allocated peak: FSDP2's all-gather outputs, ``2·w·U`` under ``fsdp2``
+    with dp·cp > 1 (``w`` bytes per working weight, ``U`` the stage's largest unit per GPU,
+    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copy
+    (below); 0 otherwise.
 
     * FSDP2 allocates each unit's all-gather output, the whole unit, on its
       ``all_gather_copy_in_stream`` (``foreach_all_gather``,
@@ -256,8 +257,25 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     (:func:`model.terms.state.model_state_term` counts it at the peak). The verdict does not
     read this term: before an out-of-memory error the allocator frees every stream's unused
     cached segments (``release_cached_blocks``) and retries.
+
+    Under ``deepspeed`` ZeRO-3 with dp·cp > 1: ``w·min(R, P)``, ``R`` the ``reduce_bucket_size``
+    (:data:`model.frameworks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`), ``P`` the stage's parameters on
+    the GPU. ``overlap_comm`` is on at stage 3 (``zero/config.py`` ``overlap_comm_valid``), so
+    ``stage3.py`` ``__reduce_and_partition_ipg_grads`` reduce-scatters each gradient bucket
+    inside ``reduce_and_partition_stream``, a side stream, through
+    ``comm/coalesced_collectives.py`` ``reduce_scatter_coalesced`` (``reduce_scatter`` on by
+    default), which for a bucket of more than one tensor ``torch.cat``-s their interleaved
+    partitions into a new buffer as large as the bucket: a block of that stream's pool, at most
+    the bucket (DeepSpeed edaa72212). Flushes of growing sizes can leave more than one such
+    segment (not counted).
     """
-    if Framework(f.framework) is not Framework.FSDP2:
+    fw = Framework(f.framework)
+    if fw is Framework.DEEPSPEED:
+        dense, expert = split_params(c, f)
+        flush = minimum(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, dense + expert)
+        copy = c.training.weight_bytes * flush
+        return where((f.zero_stage == 3) & (f.shard_degree > 1), copy, 0)
+    if fw is not Framework.FSDP2:
         return 0
     unit_dense, unit_expert = units_per_gpu(c, f)
     return where(f.shard_degree > 1, 2 * c.training.weight_bytes * (unit_dense + unit_expert), 0)
