@@ -352,8 +352,10 @@ def fp8_rows(
     its own backward (``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward``
     saves ``q, k, v, out_f16`` unless FP8 attention is on, which Megatron-Core's default recipe
     leaves off): the output projection keeps its FP8 copy beside it, and the BF16 output is
-    recomputed with the attention core under selective recomputation (a score term). MLA's
-    norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
+    recomputed with the attention core under selective recomputation (a score term); under
+    Megatron-Core's recipes other than ``delayed`` the projection saves that BF16 output itself
+    and no FP8 copy (:attr:`model.activations.ActivationContext.fp8_proj_saves_original`), so it
+    stays a BF16 row. MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
@@ -368,6 +370,8 @@ def fp8_rows(
             continue  # §3.3.3 (2): the SwiGLU output recomputed from its cached input
         elif name not in FP8_LINEAR_INPUTS:
             out.append((name, value, kind))
+        elif name == "output projection input" and ctx.fp8_proj_saves_original:
+            out.append((name, value, kind))  # the BF16 output the attention kernel keeps too
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
         elif name == "output projection input" and ctx.flash_attention:

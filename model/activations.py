@@ -183,6 +183,13 @@ class ActivationContext:
     fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
     """Bytes per element of a linear layer's FP8-saved input with its scales
     (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
+    fp8_proj_saves_original: bool = False
+    """The attention's output projection saves its BF16 input, not an FP8 copy: Megatron-Core
+    under an FP8 recipe other than ``delayed`` (Megatron-LM d98e8a64dd
+    ``megatron/core/transformer/attention.py`` ``Attention.__init__`` and
+    ``multi_latent_attention.py`` ``MultiLatentAttention.__init__``: ``set_save_original_input
+    (self.linear_proj)`` when ``fp8_recipe != 'delayed'`` and Transformer Engine ≥ 2.6, "the
+    output of the fused core_attn is saved by itself")."""
     cp_kind: CpKind = CpKind.RING
     """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
     the all-gather flavour keeps one more tensor (the module docstring)."""

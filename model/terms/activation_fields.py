@@ -27,6 +27,7 @@ from trainplan.model.moe_run import combine_output_bytes
 from trainplan.model.moe_working_set import MEGATRON_ROUTER_SCORE_BYTES
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
+    Fp8Recipe,
     Precision,
     fp8_activation_bytes,
     fp8_recipe_of,
@@ -142,6 +143,9 @@ def activation_context(
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
         fp8_input_bytes=fp8_activation_bytes(fp8_recipe_of(framework, training.fp8_recipe)),
+        fp8_proj_saves_original=training.precision is Precision.FP8
+        and framework is Framework.MEGATRON
+        and fp8_recipe_of(framework, training.fp8_recipe) is not Fp8Recipe.DELAYED,
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),

@@ -27,16 +27,33 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     """DeepSeek-V3 on 256 B200, dp 16 × pp 16 × ep 8, MXFP8, no recomputation, b 1: stage 2
     holds 4 MLA layers × 14 micro-batches in flight. The second copy is 1.03125 B (MXFP8: a
     1-byte element and an 8-bit scale per 32) × 4,096 tokens × h 7,168 = 30,277,632 B per layer
-    and micro-batch; × 56 = 1,695,547,392 B over the 186,020,637,440 B counted before:
-    187,716,184,832 B."""
+    and micro-batch. Under MXFP8 (not ``delayed``) the output projection saves the BF16 attention
+    output the kernel keeps, not its own copy of a·v_head = 128·128 values: 1.03125 × 4,096 ×
+    16,384 = 69,206,016 B less. From the 186,020,637,440 B counted before:
+    + 56 × 30,277,632 − 56 × 69,206,016 = 183,840,647,936 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
     )  # fmt: skip
     assert e.busiest == 2
-    one = 30_277_632
-    assert one == 4096 * 7168 * 33 // 32
-    assert e.peak.total_bytes == 186_020_637_440 + 56 * one == 187_716_184_832
+    one, proj = 30_277_632, 69_206_016
+    assert one == 4096 * 7168 * 33 // 32 and proj == 4096 * 128 * 128 * 33 // 32
+    assert e.peak.total_bytes == 186_020_637_440 + 56 * (one - proj) == 183_840_647_936
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])
+def test_output_projection_input_by_recipe(recipe):
+    """Megatron-Core's ``Attention.__init__`` / ``MultiLatentAttention.__init__``: under any recipe
+    but ``delayed`` ``set_save_original_input(self.linear_proj)``: the BF16 row, 2 B × 4,096 ×
+    16,384; under ``delayed`` the kernel's BF16 output (a score row) and the FP8 copy, 1 B each."""
+    terms = _terms(True, precision=Precision.FP8, fp8_recipe=recipe)
+    names = [n for n in terms if n.startswith("output projection input")]
+    if recipe == "delayed":
+        assert names == ["output projection input (FP8)"]
+        assert terms["output projection input (FP8)"] == 4096 * 16384
+    else:
+        assert names == ["output projection input"]
+        assert terms["output projection input"] == 2 * 4096 * 16384
 
 
 @pytest.mark.parametrize("moe", [False, True])
