@@ -52,8 +52,13 @@ class Mechanism:
     """When the step materialises ``step_sharded`` one sub-group at a time: the sub-group size
     in elements (DeepSpeed ZeRO-3's ``sub_group_size``); None = the whole partition."""
     gathered_units: int = 0
-    """Units held gathered in bf16 at once, beyond the local shard (current + prefetched); with
-    :attr:`prefetch_elements` the fewest (:meth:`units_held`)."""
+    """Units held gathered in bf16 at once (current + prefetched), each whole beside the local
+    shard: every framework all-gathers into a new unsharded buffer and keeps its shard apart
+    (FSDP2 ``FSDPParam.init_all_gather_outputs``, ``torch.empty`` of the padded unsharded size,
+    the FP32 sharded parameter apart; DeepSpeed ``partition_parameters.py``, the full buffer
+    beside ``ds_tensor``; Megatron-FSDP ``DataParallelBuffer.fetch_bucket`` →
+    ``allocate_bucket_storage`` for a distributed buffer); with :attr:`prefetch_elements` the
+    fewest (:meth:`units_held`)."""
     prefetch_elements: int = 0
     """Where the prefetch is sized in elements rather than in units (Megatron-FSDP): the
     all-gather prefetches following units until it holds this many elements beyond the unit
@@ -226,15 +231,22 @@ class Mechanism:
         return 2 * (unit_weight_bytes + unit * self.reduce_bytes)
 
     def memory_terms(
-        self, params: Any, replicas: Any, unit: Any, whole_unit: Any = None
+        self,
+        params: Any,
+        replicas: Any,
+        unit: Any,
+        whole_unit: Any = None,
+        wrapped: Any = None,
     ) -> tuple[Any, ...]:
         """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
         for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
         ``unit`` of them (all counts per GPU, after tp/pp/ep). ``whole_unit``: the elements of
         the whole unit this class's ``unit`` is part of (a MoE layer's dense and expert
         parameters are one unit, gathered and prefetched together: :meth:`units_held`);
-        None = ``unit``. The fixed :attr:`bucket_bytes` are not included (one bucket serves
-        every parameter class).
+        None = ``unit``. ``wrapped``: whether the framework gathers these parameters at all
+        (None: where ``replicas`` > 1, they are sharded; FSDP2 wraps a module on a mesh of one
+        rank too, :func:`model.memory.mechanism_memory`). The fixed :attr:`bucket_bytes` are not
+        included (one bucket serves every parameter class).
 
         Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
         (:mod:`model.xp`).
@@ -256,9 +268,10 @@ class Mechanism:
         weights = self.weights_full * params + self.weights_sharded * shard
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
-        # beyond the local shard: (d − 1)/d of each gathered unit (none when d = 1)
+        # each gathered unit whole, beside the local shard (none when nothing is sharded)
         held = self.units_held(unit if whole_unit is None else whole_unit)
-        gathered = held * self.weight_bytes * (unit - unit / d)
+        gathers = d > 1 if wrapped is None else wrapped
+        gathered = where(gathers, held * self.weight_bytes * unit, 0 * unit)
         if self.step_cap_elements is not None:
             shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard
@@ -266,17 +279,17 @@ class Mechanism:
         return weights, grads, opt, gathered, buffers, step
 
     def non_unit_gathered(self, elements: Any, replicas: Any) -> Any:
-        """Bytes beyond the local shard of ``elements`` parameters outside every unit (the
-        stage's embedding and output layer, per GPU) where :attr:`non_units_gathered`; else 0.
-        Element-wise for arrays.
+        """Bytes of ``elements`` parameters outside every unit (the stage's embedding and output
+        layer, per GPU), gathered whole beside their shard where :attr:`non_units_gathered` and
+        ``replicas`` > 1; else 0. Element-wise for arrays.
 
         >>> from trainplan.model.mechanisms import Framework, mechanism
         >>> mechanism("megatron", 3).non_unit_gathered(800, 8), mechanism("fsdp2", 3).non_unit_gathered(800, 8)
-        (1400.0, 0)
+        (1600, 0)
         """
         if not self.non_units_gathered:
             return 0
-        return self.weight_bytes * (elements - elements / replicas)
+        return where(replicas > 1, self.weight_bytes * elements, 0 * elements)
 
     def embedding_grad_extra(self, embedding: Any) -> Any:
         """Gradient bytes beyond :attr:`grads_full` of ``embedding`` elements (whole on the

@@ -345,8 +345,17 @@ def state_terms(
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
-    dense = mech.memory_terms(dense_params, shard, dense_unit, whole)
-    experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole)
+    # with the parameters on the host every unit is fetched whole onto the GPU (DeepSpeed
+    # stage3 fetches the CPU partition into the full-size gathered buffer; FSDP2's
+    # CPUOffloadPolicy copies the shard in before its all-gather), even unsharded
+    fetched = True if offload.params else None
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched)
+    # FSDP2 wraps the experts on their own mesh, one rank included (world size 1: the
+    # unsharded parameters are still a copy, _fsdp_param_group.py wait_for_unshard)
+    wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
+    experts = mech.memory_terms(
+        expert_params, expert_shard, expert_unit, whole, fetched or wrapped
+    )
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:
@@ -356,12 +365,6 @@ def state_terms(
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes, fp8_params)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
-    if offload.params:
-        # the local shard lives on the host, so each gathered unit is whole on the GPU
-        # (DeepSpeed stage3 fetches the CPU partition into the full-size gathered buffer;
-        # FSDP2's CPUOffloadPolicy copies the shard in before its all-gather)
-        shards = dense_unit / shard + expert_unit / expert_shard
-        gathered = gathered + mech.gathered_units * mech.weight_bytes * shards
     if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
         step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
