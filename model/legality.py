@@ -43,7 +43,7 @@ from trainplan.model.moe_rules import (
     moe_recompute_violation,
     moe_run_violation,
 )
-from trainplan.model.moe_run import DROPLESS
+from trainplan.model.moe_run import DROPLESS, deepep_group_ranks
 from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
@@ -366,10 +366,14 @@ def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
         raise LayoutError(problem)
 
 
-def _moe_layout(s: Setting, ep: int, pp: int, v: int) -> None:
+def _moe_layout(
+    s: Setting, ep: int, pp: int, v: int, tp: int, etp: int | None, framework: Any
+) -> None:
     """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
-    moe_layout_violation`: DeepEP's EP sizes, the combined-1F1B overlap's ep and schedule)."""
-    problem = moe_layout_violation(s.training.moe_run, ep, pp, v)
+    moe_layout_violation`: DeepEP's group sizes, :func:`model.moe_run.deepep_group_ranks`; the
+    combined-1F1B overlap's ep and schedule)."""
+    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework))
+    problem = moe_layout_violation(s.training.moe_run, ep, pp, v, ranks)
     if problem:
         raise LayoutError(problem)
 
@@ -426,7 +430,9 @@ RULES: tuple[Rule, ...] = (
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),
     Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
-    Rule("moe_layout", ("ep", "pp", "virtual_stages"), _moe_layout),
+    Rule(
+        "moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), _moe_layout
+    ),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

@@ -79,9 +79,12 @@ def moe_run_violation(
     return None
 
 
-def moe_layout_violation(run: MoERun, ep: int, pp: int, virtual_stages: int) -> str | None:
-    """The first rule of the run's MoE choices a layout's degrees break, or None: an ep DeepEP
-    has no config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
+def moe_layout_violation(
+    run: MoERun, ep: int, pp: int, virtual_stages: int, deepep_ranks: int | None = None
+) -> str | None:
+    """The first rule of the run's MoE choices a layout's degrees break, or None: a DeepEP group
+    (``deepep_ranks``, None = ``ep``; :func:`model.moe_run.deepep_group_ranks`) DeepEP has no
+    config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
     as Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1,
     interleaving when pp > 1 (its rule on recomputation is :func:`moe_recompute_violation`).
 
@@ -93,10 +96,12 @@ def moe_layout_violation(run: MoERun, ep: int, pp: int, virtual_stages: int) -> 
     >>> moe_layout_violation(run, 8, 4, 1).endswith("(virtual_stages > 1; Megatron-Core asserts it)")
     True
     """
-    if run.dispatcher is Dispatcher.DEEPEP and ep > 1 and ep not in DEEPEP_DISPATCH_CONFIGS:
+    ranks = ep if deepep_ranks is None else deepep_ranks
+    if run.dispatcher is Dispatcher.DEEPEP and ranks > 1 and ranks not in DEEPEP_DISPATCH_CONFIGS:
+        group = f"ep: {ep}" if ranks == ep else f"ep: {ep} × etp {ranks // ep} = {ranks} ranks"
         return (
-            f"ep: {ep} has no DeepEP config for moe_dispatcher 'deepep' (Buffer.get_dispatch_config "
-            f"supports {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"
+            f"{group} has no DeepEP config for moe_dispatcher 'deepep' "
+            f"(Buffer.get_dispatch_config supports {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"
         )
     if run.ep_overlap is not EpOverlap.COMBINED_1F1B:
         return None

@@ -432,10 +432,24 @@ def exposed_all_to_all(
     return forward_s + backward_s
 
 
+def deepep_group_ranks(framework: str, ep: int, expert_tp: int) -> int:
+    """Ranks of the group DeepEP's ``Buffer`` spans: Megatron-Core's flex dispatcher builds it
+    over the expert tensor- and expert-parallel group, etp·ep ranks (Megatron-LM d98e8a64dd
+    ``moe/token_dispatcher.py`` ``MoEFlexTokenDispatcher.__init__``: ``_DeepepManager(group=
+    self.tp_ep_group, ...)``; ``moe/fused_a2a.py`` ``get_buffer`` sizes it by
+    ``group.size()``); torchtitan's over the ep group alone.
+
+    >>> deepep_group_ranks("megatron", 8, 2), deepep_group_ranks("fsdp2", 8, 2)
+    (16, 8)
+    """
+    return ep * expert_tp if str(framework) == "megatron" else ep
+
+
 def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int) -> int:
     """Bytes per GPU of the dispatcher's resident buffers: DeepEP's normal-mode ``Buffer``
     (``num_nvl_bytes + num_rdma_bytes``, :func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on
-    every rank of an expert-parallel group of ``ep`` > 1 ranks (allocated once per group for the
+    every rank of its group of ``ep`` > 1 ranks (:func:`deepep_group_ranks`; allocated once per
+    group for the
     whole run: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``, torchtitan
     ``DeepEPTokenDispatcher.init_buffer``); 0 for the NCCL all-to-all (its buffers are NCCL's
     own) and at ep = 1.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
-from trainplan.model.moe_run import Dispatcher, dispatch_buffer_bytes
+from trainplan.model.moe_run import Dispatcher, deepep_group_ranks, dispatch_buffer_bytes
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
@@ -23,19 +23,21 @@ from trainplan.model.xp import where
 __all__ = ["dispatch_buffer_term"]
 
 
-def _dispatch_buffers(run: Any, hidden: int, ep: int) -> int:
-    """:func:`model.moe_run.dispatch_buffer_bytes`; 0 for an ep DeepEP has no config for, which
+def _dispatch_buffers(run: Any, hidden: int, ep: int, expert_tp: int, framework: str) -> int:
+    """:func:`model.moe_run.dispatch_buffer_bytes` of the framework's DeepEP group
+    (:func:`model.moe_run.deepep_group_ranks`); 0 for a group DeepEP has no config for, which
     the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
     stay defined)."""
-    if ep not in DEEPEP_DISPATCH_CONFIGS:
+    ranks = deepep_group_ranks(framework, ep, expert_tp)
+    if ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0
-    return dispatch_buffer_bytes(run, hidden, ep)
+    return dispatch_buffer_bytes(run, hidden, ranks)
 
 
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     """Bytes of the expert dispatcher's resident buffers on one GPU of stage ``f.stage``:
     :func:`model.moe_run.dispatch_buffer_bytes` (DeepEP's normal ``Buffer`` under
-    ``moe_dispatcher = deepep``, ep > 1) where the stage holds MoE layers (the buffer is made on
+    ``moe_dispatcher = deepep``, a group of more than one rank) where the stage holds MoE layers (the buffer is made on
     the first dispatch: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``), under DualPipe where
     either of the rank's two stages does; 0 otherwise."""
     arch, run = c.model.arch, c.training.moe_run
@@ -45,5 +47,7 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     if any_dualpipe(f):
         _, mirror = f.per_stage(mirror_layer_counts, (arch,), *LAYER_FIELDS)
         moe = moe + where(f.schedule == Schedule.DUALPIPE, mirror, 0)
-    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep")
+    buffers = f.lookup(
+        _dispatch_buffers, (run, arch.hidden_size), "ep", "expert_tp", "framework"
+    )
     return where(moe > 0, buffers, 0)

@@ -1,0 +1,38 @@
+"""DeepEP's buffer under Megatron-Core spans the expert tensor- and expert-parallel group, etp·ep
+ranks (Megatron-LM d98e8a64dd ``moe/token_dispatcher.py`` ``MoEFlexTokenDispatcher.__init__``:
+``_DeepepManager(group=self.tp_ep_group, ...)``; ``moe/fused_a2a.py`` ``get_buffer`` sizes the
+``Buffer`` by ``group.size()``): model.moe_run.deepep_group_ranks."""
+
+import json
+
+from tests.cli_runs import refusal, trainplan
+from trainplan.model.moe_run import MoERun, dispatch_buffer_bytes
+
+ARGS = ["evaluate", "--model", "deepseek-v3", "--gpu", "H100-SXM", "--pp", "16", "--dp", "16",
+        "--micro-batch", "1", "--global-batch", "4096", "--recompute", "full",
+        "--set", "moe_dispatcher=deepep", "--json"]  # fmt: skip
+
+
+def _buffer(*degrees: str) -> int:
+    out = trainplan(*ARGS, *degrees)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["memory"]["dispatch_buffer_bytes"]
+
+
+def test_the_buffer_of_16_ranks_at_ep_8_etp_2():
+    """h 7,168: the 16-rank buffer (DeepEP config 16: 36 NVL send, 288 receive chunks...) is
+    469,561,728 B; ep 8 with etp 1 keeps the 8-rank one, 335,709,824 B."""
+    deepep = MoERun(dispatcher="deepep")
+    assert dispatch_buffer_bytes(deepep, 7168, 16) == 469_561_728
+    assert dispatch_buffer_bytes(deepep, 7168, 8) == 335_709_824
+    assert _buffer("--tp", "2", "--ep", "8", "--etp", "2") == 469_561_728
+    assert _buffer("--tp", "2", "--ep", "8", "--etp", "1") == 335_709_824
+
+
+def test_a_group_deepep_has_no_config_for_is_refused():
+    """ep 32 × etp 8 = 256 ranks: DeepEP has no config for 256 (ep 32 alone has one)."""
+    line = refusal(trainplan(
+        "evaluate", "--model", "deepseek-v3", "--pp", "16", "--dp", "32", "--tp", "8",
+        "--ep", "32", "--etp", "8", "--set", "moe_dispatcher=deepep",
+    ))  # fmt: skip
+    assert "ep: 32 × etp 8 = 256 ranks has no DeepEP config for moe_dispatcher 'deepep'" in line
