@@ -48,7 +48,13 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
+from trainplan.model.precision import (
+    Fp8Recipe,
+    Precision,
+    check_fp8_activation_storage,
+    check_fp8_param_gather,
+    fp8_recipe_of,
+)
 from trainplan.model.recompute_modules import check_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -146,10 +152,16 @@ def _layer_offload(s: Setting, framework: Any, pp: int, recompute: Any, counts: 
 
 
 def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
-    arch = s.model.arch
+    arch, t = s.model.arch, s.training
     has_moe = arch is None or arch.kind_index(True) is not None
     has_mla = arch is None or arch.mla is not None
-    check_recompute_modules(framework, recompute, s.training.recompute_modules, has_moe, has_mla)
+    shared = arch is not None and arch.moe is not None and arch.moe.num_shared_experts > 0
+    delayed = t.precision is Precision.FP8 and (
+        fp8_recipe_of(str(framework), t.fp8_recipe) is Fp8Recipe.DELAYED
+    )
+    check_recompute_modules(
+        framework, recompute, t.recompute_modules, has_moe, has_mla, delayed, shared
+    )
 
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:

@@ -234,7 +234,13 @@ def recomputed_rows(
 
 
 def check_recompute_modules(
-    framework: str, recompute: str, modules: tuple[str, ...], has_moe: bool, has_mla: bool
+    framework: str,
+    recompute: str,
+    modules: tuple[str, ...],
+    has_moe: bool,
+    has_mla: bool,
+    fp8_delayed: bool = False,
+    shared_experts: bool = False,
 ) -> None:
     """Check that ``framework`` runs the per-module recomputation of ``modules``.
 
@@ -250,7 +256,14 @@ def check_recompute_modules(
         recomputation other than ``selective``; ``moe_act``, ``moe`` or ``shared_experts`` on
         a model without MoE layers; ``mla_up_proj`` without MLA (Megatron-Core's
         ``TransformerConfig.__post_init__``: "mla_up_proj in recompute_modules is only
-        supported with multi_latent_attention").
+        supported with multi_latent_attention"); under ``megatron`` with FP8's ``delayed``
+        recipe (``fp8_delayed``), the modules whose recomputation makes a Transformer Engine
+        linear save its original input, which TE refuses with that recipe
+        (``grouped_linear.py`` / ``linear.py``: "DelayedScaling recipe is not supported with
+        save_original_input"): ``moe_act`` (Megatron-Core ``experts.py``
+        ``TEGroupedMLP.__init__``: ``set_save_original_input(self.linear_fc2)``) and ``layernorm``
+        on MLA (``set_for_recompute_input_layernorm``, both down-projections) or on shared
+        experts (``MoELayer.set_for_recompute_pre_mlp_layernorm``, their fc1).
 
     >>> check_recompute_modules("megatron", "selective", ("core_attn", "layernorm"), True, True)
     >>> try:
@@ -281,3 +294,14 @@ def check_recompute_modules(
         raise LayoutError(
             "recompute_modules: mla_up_proj needs multi-latent attention; this model has none"
         )
+    if fp8_delayed and str(framework) == Framework.MEGATRON:
+        refused = [m for m in modules if m == "moe_act" and has_moe]
+        if "layernorm" in modules and (has_mla or shared_experts):
+            refused.append("layernorm")
+        if refused:
+            raise LayoutError(
+                f"recompute_modules: {', '.join(refused)} makes Transformer Engine linears save "
+                "their original input, which TE refuses under fp8_recipe delayed "
+                "(\"DelayedScaling recipe is not supported with save_original_input\"); use "
+                "fp8_recipe tensorwise, blockwise or mxfp8, or other modules"
+            )
