@@ -18,19 +18,15 @@ buffers the exchange holds while one layer's attention runs:
 * ``ulysses`` — DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509, §3); Megatron-Core
   ``a2a``, TE ``AttnFuncWithCPAndQKVOA2A``: an all-to-all turns Q, K, V from a sequence shard
   into the full sequence of a/cp heads, attention runs locally, and an all-to-all turns the
-  output back (the paper's ``4·N·h/P`` per layer forward). TE's backward all-to-alls the saved
-  output O and its gradient dO in, and dQ, dK, dV out. Heads are split over cp: TE asserts that
-  cp divides the query heads and the K/V heads on a tensor-parallel rank (no replication of KV
-  heads; DeepSpeed's uneven-head split is not modelled).
+  output back (the paper's ``4·N·h/P`` per layer forward); TE's backward all-to-alls O and dO
+  in, dQ, dK, dV out. TE asserts that cp divides the query and K/V heads on a tensor-parallel
+  rank; under ``deepspeed`` K and V are repeated to every query head first (:func:`kv_repeat`).
 * ``ulysses-kv-repeat`` — verl's Ulysses (``verl/models/transformers/monkey_patch.py``,
-  ``_ulysses_flash_attention_forward`` and ``apply_monkey_patch``): the same all-to-alls, but
-  when the sequence-parallel size u exceeds the K/V heads g it first repeats each K/V head
-  ``max(u // g, 1)`` times (``repeat_kv``), so u need only divide the query heads and be a
-  multiple or a divisor of g ("kv heads are repeated to ensure correctness"). The repeated K/V
-  cross the all-to-all (forward K, V; backward dK, dV) and are what the attention core keeps:
-  :func:`kv_repeat` scales the K/V terms of the head all-to-all. verl runs it under FSDP
-  (the ``fsdp2`` and ``textbook`` profiles here); Megatron-Core (Transformer Engine's rule) and
-  DeepSpeed refuse it by name (:func:`model.cp_rules.check_cp_framework`).
+  ``_ulysses_flash_attention_forward``, ``apply_monkey_patch``): the same all-to-alls, each K/V
+  head first repeated ``max(u // g, 1)`` times (``repeat_kv``), so u need only divide the query
+  heads and be a multiple or a divisor of g. The repeated K/V cross the all-to-all and are what
+  the attention core keeps (:func:`kv_repeat`). Under FSDP only (``fsdp2``, ``textbook``);
+  Megatron-Core and DeepSpeed refuse it by name (:func:`model.cp_rules.check_cp_framework`).
 * ``pytorch-allgather``, ``pytorch-alltoall`` — PyTorch's ``context_parallel``
   (``torch/distributed/tensor/experimental/_attention.py``), torchtitan's CP
   (``context_parallel_rotate_method`` ``allgather``, its default, or ``alltoall``): a ring
@@ -165,18 +161,13 @@ def attention_dims(arch: Architecture) -> tuple[int, int, int]:
 def kv_repeat(
     kind: CpKind, u: int, tp: int, arch: Architecture | None, framework: str | None = None
 ) -> int:
-    """Times each K/V head is repeated before the head all-to-all: verl's
-    ``max(u // g, 1)`` with g the K/V heads on a tensor-parallel rank under
-    ``ulysses-kv-repeat`` (``verl/models/transformers/monkey_patch.py``,
-    ``_ulysses_flash_attention_forward``); ``a/g`` under ``framework`` deepspeed's Ulysses
-    (u > 1) on a grouped-query model, whose attention repeats K and V to every query head before
-    DeepSpeed's all-to-all (deepspeedai/Megatron-DeepSpeed 6acc370a
-    ``megatron/model/transformer.py`` ``ParallelAttention.forward``: ``repeat_kv`` by
-    ``num_key_value_groups``, then ``self.dist_attn(query_layer, key_layer, value_layer, ...)``);
-    1 for every other flavour, for MLA (its keys and values have a heads) and for a model
-    without dimensions. The memory rows of the repeated heads are counted apart
-    (:data:`model.activation_rows.REPEATED_KV`; the verl rows by :func:`kv_repeat` without
-    ``framework``); this factor scales what the all-to-all moves and its buffers.
+    """Times each K/V head is repeated before the head all-to-all: verl's ``max(u // g, 1)``,
+    g the K/V heads on a tensor-parallel rank, under ``ulysses-kv-repeat``
+    (``verl/models/transformers/monkey_patch.py``, ``_ulysses_flash_attention_forward``); a/g
+    under ``framework`` deepspeed's Ulysses (u > 1) on a grouped-query model (Megatron-DeepSpeed
+    6acc370a ``megatron/model/transformer.py`` ``ParallelAttention.forward``: ``repeat_kv``, then
+    ``dist_attn``; its memory rows are :data:`model.activation_rows.REPEATED_KV`); 1 otherwise,
+    for MLA (a heads already) and for a model without dimensions.
 
     Examples
     --------
@@ -314,27 +305,24 @@ def cp_transient_bytes(
     ``context_parallel``, whose buffers are :func:`templated_transient_bytes` in place of the
     rules below). What is counted, as Transformer Engine allocates it:
 
-    * ring (r > 1): forward keeps every K/V chunk it has held in its ``p2p_comm_buffers`` list
-      until the layer's forward returns — the packed local copy and r − 1 received: ``r·KV`` —
-      and with them the partial outputs until they are merged
-      (:func:`model.cp_outputs.ring_forward_outputs`);
-      backward double-buffers [K/V, dK/dV]: ``4·KV``. The larger:
-      ``max(r·KV + ring_forward_outputs, 4·KV)``.
+    * ring (r > 1): forward keeps every K/V chunk it has held in ``p2p_comm_buffers`` until the
+      layer's forward returns (the local copy and r − 1 received: ``r·KV``) beside the partial
+      outputs until merged (:func:`model.cp_outputs.ring_forward_outputs`); backward
+      double-buffers [K/V, dK/dV], ``4·KV``: ``max(r·KV + ring_forward_outputs, 4·KV)``.
     * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
       before their reduce-scatter: ``2·r·KV``; forward the gathered K/V and its chunk-reordered
       copy, as much, then the reordered ``r·KV`` beside the outputs
       (:func:`model.cp_outputs.gather_forward_outputs`).
     * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
-      layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep`` under verl's
-      repeated heads, :func:`kv_repeat`; TE's a2a beyond it: :mod:`model.cp_outputs`).
-    * the hybrid runs the all-to-all, then the ring: the larger of the two.
-
-    Not counted: allocator rounding.
+      layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep``, the repeated
+      heads, :func:`kv_repeat`; TE's a2a beyond it: :mod:`model.cp_outputs`).
+    * the hybrid runs the all-to-all, then the ring: the larger of the two (not counted:
+      allocator rounding).
 
     Examples
     --------
-    Ring, cp 8, KV = 128 B (the :func:`cp_layer_bytes` example; O = 64 B, 2 heads, 4 tokens):
-    8·128 + 9·(64 + 4·4·2) = 1,888; all-gather 2·8·128.
+    Ring, cp 8, KV = 128 B (O = 64 B, 2 heads, 4 tokens): 8·128 + 9·(64 + 4·4·2) = 1,888;
+    all-gather 2·8·128.
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,

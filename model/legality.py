@@ -48,14 +48,8 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import (
-    Fp8Recipe,
-    Precision,
-    check_fp8_activation_storage,
-    check_fp8_param_gather,
-    fp8_recipe_of,
-)
-from trainplan.model.recompute_modules import check_recompute_modules
+from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
+from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
@@ -152,16 +146,7 @@ def _layer_offload(s: Setting, framework: Any, pp: int, recompute: Any, counts: 
 
 
 def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
-    arch, t = s.model.arch, s.training
-    has_moe = arch is None or arch.kind_index(True) is not None
-    has_mla = arch is None or arch.mla is not None
-    shared = arch is not None and arch.moe is not None and arch.moe.num_shared_experts > 0
-    delayed = t.precision is Precision.FP8 and (
-        fp8_recipe_of(str(framework), t.fp8_recipe) is Fp8Recipe.DELAYED
-    )
-    check_recompute_modules(
-        framework, recompute, t.recompute_modules, has_moe, has_mla, delayed, shared
-    )
+    check_setting_recompute_modules(s.model.arch, s.training, framework, recompute)
 
 
 def _fp8_param_gather(s: Setting, framework: Any) -> None:
@@ -308,7 +293,7 @@ def _recompute_layers(
         )
 
 
-def _context_parallel(
+def _cp(
     s: Setting, cp: int, cp_kind: Any, cp_a2a: int | None, tp: int, sp: bool, framework: Any
 ) -> None:
     """cp > 1 needs s divisible by 2·cp (load-balanced causal split, every flavour); the
@@ -433,18 +418,12 @@ RULES: tuple[Rule, ...] = (
         ),
         _recompute_layers,
     ),
-    Rule(
-        "context_parallel",
-        ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"),
-        _context_parallel,
-    ),
+    Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
     Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),
     Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
-    Rule(
-        "moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), _moe_layout
-    ),
+    Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), _moe_layout),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

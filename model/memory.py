@@ -353,9 +353,7 @@ def state_terms(
     # FSDP2 wraps the experts on their own mesh, one rank included (world size 1: the
     # unsharded parameters are still a copy, _fsdp_param_group.py wait_for_unshard)
     wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
-    experts = mech.memory_terms(
-        expert_params, expert_shard, expert_unit, whole, fetched or wrapped
-    )
+    experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole, fetched or wrapped)
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:

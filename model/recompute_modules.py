@@ -58,6 +58,7 @@ from typing import Any
 from trainplan.model.activation_offload import norm_modules
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 
 __all__ = [
     "RECOMPUTE_MODULES",
@@ -302,6 +303,21 @@ def check_recompute_modules(
             raise LayoutError(
                 f"recompute_modules: {', '.join(refused)} makes Transformer Engine linears save "
                 "their original input, which TE refuses under fp8_recipe delayed "
-                "(\"DelayedScaling recipe is not supported with save_original_input\"); use "
+                '("DelayedScaling recipe is not supported with save_original_input"); use '
                 "fp8_recipe tensorwise, blockwise or mxfp8, or other modules"
             )
+
+
+def check_setting_recompute_modules(
+    arch: Any, training: Any, framework: str, recompute: str
+) -> None:
+    """:func:`check_recompute_modules` of a model's ``arch`` (None: a model given by size, every
+    feature possible) and ``training``'s modules, precision and FP8 recipe."""
+    has_moe = arch is None or arch.kind_index(True) is not None
+    has_mla = arch is None or arch.mla is not None
+    shared = arch is not None and arch.moe is not None and arch.moe.num_shared_experts > 0
+    delayed = training.precision is Precision.FP8 and (
+        fp8_recipe_of(str(framework), training.fp8_recipe) is Fp8Recipe.DELAYED
+    )
+    modules = training.recompute_modules
+    check_recompute_modules(framework, recompute, modules, has_moe, has_mla, delayed, shared)

@@ -47,7 +47,5 @@ def dispatch_buffer_term(c: Context, f: Fields) -> Any:
     if any_dualpipe(f):
         _, mirror = f.per_stage(mirror_layer_counts, (arch,), *LAYER_FIELDS)
         moe = moe + where(f.schedule == Schedule.DUALPIPE, mirror, 0)
-    buffers = f.lookup(
-        _dispatch_buffers, (run, arch.hidden_size), "ep", "expert_tp", "framework"
-    )
+    buffers = f.lookup(_dispatch_buffers, (run, arch.hidden_size), "ep", "expert_tp", "framework")
     return where(moe > 0, buffers, 0)
