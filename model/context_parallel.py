@@ -321,8 +321,7 @@ def cp_transient_bytes(
 
     Examples
     --------
-    Ring, cp 8, KV = 128 B (O = 64 B, 2 heads, 4 tokens): 8·128 + 9·(64 + 4·4·2) = 1,888;
-    all-gather 2·8·128.
+    Ring, cp 8, KV = 128 B (O = 64 B, 2 heads, 4 tokens): 8·128 + 9·(64 + 32) = 1,888; 2·8·128.
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
