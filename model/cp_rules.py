@@ -86,14 +86,19 @@ def check_cp_kind(
     if kind is CpKind.ULYSSES_KV_REPEAT:
         _check_kv_repeat(u, tp, a, g)
     elif kind == CpKind.ULYSSES and framework == Framework.DEEPSPEED:
-        if a % tp or (a // tp) % u:
-            raise LayoutError(
-                f"cp: DeepSpeed-Ulysses splits the heads over {u} ranks, which does not divide "
-                f"num_attention_heads / tp = {a} / {tp} = {a / tp:g} (K and V are repeated to "
-                "every query head before its all-to-all)"
-            )
+        _check_repeated_heads(u, tp, a)
     else:
         _check_head_split(kind, u, tp, a, g)
+
+
+def _check_repeated_heads(u: int, tp: int, a: int) -> None:
+    """DeepSpeed-Ulysses under Megatron-DeepSpeed: u divides a/tp (K and V are a heads too)."""
+    if a % tp or (a // tp) % u:
+        raise LayoutError(
+            f"cp: DeepSpeed-Ulysses splits the heads over {u} ranks, which does not divide "
+            f"num_attention_heads / tp = {a} / {tp} = {a / tp:g} (K and V are repeated to "
+            "every query head before its all-to-all)"
+        )
 
 
 def _check_hybrid_degree(cp: int, cp_a2a: int | None) -> None:

@@ -345,15 +345,10 @@ def state_terms(
     (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
     arrays of layouts (the search's tables call it so)."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
-    # with the parameters on the host every unit is fetched whole onto the GPU (DeepSpeed
-    # stage3 fetches the CPU partition into the full-size gathered buffer; FSDP2's
-    # CPUOffloadPolicy copies the shard in before its all-gather), even unsharded
-    fetched = True if offload.params else None
-    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched)
-    # FSDP2 wraps the experts on their own mesh, one rank included (world size 1: the
-    # unsharded parameters are still a copy, _fsdp_param_group.py wait_for_unshard)
-    wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
-    experts = mech.memory_terms(expert_params, expert_shard, expert_unit, whole, fetched or wrapped)
+    dense, experts = _class_terms(
+        mech, dense_params, expert_params, shard, expert_shard, dense_unit, expert_unit,
+        bool(offload.params),
+    )  # fmt: skip
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:
@@ -366,6 +361,31 @@ def state_terms(
     if mech.bucket_persists:  # DeepSpeed ZeRO-3's IPG bucket is held through the step too
         step = step + mech.bucket_bytes
     return w, g, o, gathered + gathered_cache, buffers + mech.bucket_bytes, step, cache, host
+
+
+def _class_terms(
+    mech: Mechanism,
+    dense_params: Any,
+    expert_params: Any,
+    shard: Any,
+    expert_shard: Any,
+    dense_unit: Any,
+    expert_unit: Any,
+    params_offloaded: bool,
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """:meth:`model.mechanism_record.Mechanism.memory_terms` of the dense parameters and of the
+    routed experts, one layer's two parts gathered and prefetched as one unit. With the
+    parameters on the host every unit is fetched whole onto the GPU (DeepSpeed stage3 fetches the
+    CPU partition into the full-size gathered buffer; FSDP2's CPUOffloadPolicy copies the shard
+    in before its all-gather), even unsharded. FSDP2 wraps the experts on their own mesh, one
+    rank included (world size 1: the unsharded parameters are still a copy,
+    ``_fsdp_param_group.py`` ``wait_for_unshard``)."""
+    whole = dense_unit + expert_unit
+    fetched = True if params_offloaded else None
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched)
+    wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
+    expert = mech.memory_terms(expert_params, expert_shard, expert_unit, whole, fetched or wrapped)
+    return dense, expert
 
 
 def _fp8_param_terms(

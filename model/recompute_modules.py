@@ -257,14 +257,8 @@ def check_recompute_modules(
         recomputation other than ``selective``; ``moe_act``, ``moe`` or ``shared_experts`` on
         a model without MoE layers; ``mla_up_proj`` without MLA (Megatron-Core's
         ``TransformerConfig.__post_init__``: "mla_up_proj in recompute_modules is only
-        supported with multi_latent_attention"); under ``megatron`` with FP8's ``delayed``
-        recipe (``fp8_delayed``), the modules whose recomputation makes a Transformer Engine
-        linear save its original input, which TE refuses with that recipe
-        (``grouped_linear.py`` / ``linear.py``: "DelayedScaling recipe is not supported with
-        save_original_input"): ``moe_act`` (Megatron-Core ``experts.py``
-        ``TEGroupedMLP.__init__``: ``set_save_original_input(self.linear_fc2)``) and ``layernorm``
-        on MLA (``set_for_recompute_input_layernorm``, both down-projections) or on shared
-        experts (``MoELayer.set_for_recompute_pre_mlp_layernorm``, their fc1).
+        supported with multi_latent_attention"); what TE refuses under FP8's ``delayed``
+        recipe (``fp8_delayed``; :func:`_check_delayed`).
 
     >>> check_recompute_modules("megatron", "selective", ("core_attn", "layernorm"), True, True)
     >>> try:
@@ -296,16 +290,29 @@ def check_recompute_modules(
             "recompute_modules: mla_up_proj needs multi-latent attention; this model has none"
         )
     if fp8_delayed and str(framework) == Framework.MEGATRON:
-        refused = [m for m in modules if m == "moe_act" and has_moe]
-        if "layernorm" in modules and (has_mla or shared_experts):
-            refused.append("layernorm")
-        if refused:
-            raise LayoutError(
-                f"recompute_modules: {', '.join(refused)} makes Transformer Engine linears save "
-                "their original input, which TE refuses under fp8_recipe delayed "
-                '("DelayedScaling recipe is not supported with save_original_input"); use '
-                "fp8_recipe tensorwise, blockwise or mxfp8, or other modules"
-            )
+        _check_delayed(modules, has_moe, has_mla, shared_experts)
+
+
+def _check_delayed(
+    modules: tuple[str, ...], has_moe: bool, has_mla: bool, shared_experts: bool
+) -> None:
+    """Under ``megatron`` with FP8's ``delayed`` recipe, refuse the modules whose recomputation
+    makes a Transformer Engine linear save its original input, which TE refuses with that recipe
+    (``grouped_linear.py`` / ``linear.py``: "DelayedScaling recipe is not supported with
+    save_original_input"): ``moe_act`` (Megatron-Core ``experts.py`` ``TEGroupedMLP.__init__``:
+    ``set_save_original_input(self.linear_fc2)``) and ``layernorm`` on MLA
+    (``set_for_recompute_input_layernorm``, both down-projections) or on shared experts
+    (``MoELayer.set_for_recompute_pre_mlp_layernorm``, their fc1)."""
+    refused = [m for m in modules if m == "moe_act" and has_moe]
+    if "layernorm" in modules and (has_mla or shared_experts):
+        refused.append("layernorm")
+    if refused:
+        raise LayoutError(
+            f"recompute_modules: {', '.join(refused)} makes Transformer Engine linears save "
+            "their original input, which TE refuses under fp8_recipe delayed "
+            '("DelayedScaling recipe is not supported with save_original_input"); use '
+            "fp8_recipe tensorwise, blockwise or mxfp8, or other modules"
+        )
 
 
 def check_setting_recompute_modules(
