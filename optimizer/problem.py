@@ -128,11 +128,12 @@ class Problem:
         if not self.jobs:
             raise InputError("search: no job (GPU count × accelerator) to search")
         if self.constraints.allocator_retries_ok and all(
-            str(fw) != "fsdp2" for fw in self.space.frameworks
+            str(fw) not in ("fsdp2", "deepspeed") for fw in self.space.frameworks
         ):
             raise InputError(
-                "allocator_retries_ok: true changes nothing without fsdp2 among the frameworks "
-                "searched (only FSDP2's all-gather stream reserves bytes beyond the allocated peak)"
+                "allocator_retries_ok: true changes nothing without fsdp2 or deepspeed among the "
+                "frameworks searched (only FSDP2's all-gather stream and DeepSpeed ZeRO-3's "
+                "reduce-scatter stream reserve bytes beyond the allocated peak)"
             )
         if not all(j.case.training.sac_saves_scaled_mm for j in self.jobs) and all(
             str(fw) != "fsdp2" for fw in self.space.frameworks

@@ -214,7 +214,9 @@ def test_mxfp8_memory_counts_the_scales():
     linear weight = 32 × 218,103,808 × 33/16 = 14,394,851,328 B against delayed scaling's
     6,979,321,856 (one copy: per-tensor scaling keeps no transpose on Blackwell,
     :func:`trainplan.model.precision.keeps_fp8_transpose`); each FP8-saved linear input gains
-    1/32 B per element."""
+    1/32 B per element, and under MXFP8 (not delayed) the output projection saves the BF16
+    attention output the kernel keeps, not its own FP8 copy of a·d = 4,096 per token
+    (Megatron-Core ``Attention.__init__``: ``set_save_original_input(self.linear_proj)``)."""
     from trainplan.optimizer.case import Case
 
     base = {"model": "llama3-8b", "dp": 8, "seq_len": 8192, "global_batch_size": 64,
@@ -223,11 +225,11 @@ def test_mxfp8_memory_counts_the_scales():
     delayed = Case.of(**base).evaluate().stages[0]
     assert delayed.state.weight_cache_bytes == 32 * 218_103_808 * 1
     assert mx.state.weight_cache_bytes == 32 * 218_103_808 * 33 // 16 == 14_394_851_328
-    # FP8 rows per token of one layer: QKV, output, FC1 inputs (h each) and the down input (f)
-    fp8_elements = (3 * 4096 + 14336) * 8192
+    # FP8 rows per token of one layer: QKV and FC1 inputs (h each) and the down input (f)
+    fp8_elements = (2 * 4096 + 14336) * 8192
     assert mx.activations is not None and delayed.activations is not None
     extra = mx.activations.layers_bytes - delayed.activations.layers_bytes
-    assert extra == 32 * fp8_elements / 32  # 32 layers, b 1
+    assert extra == 32 * (fp8_elements / 32 - 4096 * 8192)  # 32 layers, b 1
 
 
 def test_nvls_all_reduce_inside_an_hgx_hopper_board():
