@@ -338,7 +338,10 @@ two Transformer Engine linears, and ``MLASelfAttention._qkv_down_projection``
 (``multi_latent_attention.py``) calls both on the same ``hidden_states``; each ``_Linear.forward``
 (``transformer_engine/pytorch/module/linear.py``) quantises its input with its own quantizer and
 saves that copy. In BF16 both save the one tensor (one row). Its base name is the projection
-input's, so recomputing the norm (``layernorm``) drops it with the first copy."""
+input's, so recomputing the norm (``layernorm``) drops it with the first copy. Counted where the
+linears are Transformer Engine's (:attr:`model.activations.ActivationContext.te_linears`), not
+for the ``textbook`` profile: DeepSeek-V3's report (§3.3.3) caches a linear's input in FP8 and
+says nothing of two copies of one input."""
 
 
 def fp8_rows(
@@ -382,7 +385,7 @@ def fp8_rows(
         else:
             out.append((f"{name} (FP8)", value * scale, kind))
     names = {r[0] for r in rows}
-    if "attention projection input" in names:
+    if "attention projection input" in names and ctx.te_linears:
         # MLA: two linears read the norm's output, each saving its own quantised copy
         value = dict((r[0], r[1]) for r in rows)["attention projection input"]
         out.append((MLA_SECOND_DOWN_PROJECTION, value * scale, "sp"))

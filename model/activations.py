@@ -183,6 +183,11 @@ class ActivationContext:
     fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
     """Bytes per element of a linear layer's FP8-saved input with its scales
     (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
+    te_linears: bool = False
+    """The linear layers are Transformer Engine modules, each quantising its input with its own
+    quantizer (``megatron``, ``deepspeed``: :attr:`model.frameworks.Framework.te_layers`): MLA's
+    two down-projections keep two FP8 copies of one input
+    (:data:`model.activation_rows.MLA_SECOND_DOWN_PROJECTION`)."""
     fp8_proj_saves_original: bool = False
     """The attention's output projection saves its BF16 input, not an FP8 copy: Megatron-Core
     under an FP8 recipe other than ``delayed`` (Megatron-LM d98e8a64dd

@@ -143,6 +143,7 @@ def activation_context(
         memory_efficient_norm=training.memory_efficient_norm,
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
         fp8_input_bytes=fp8_activation_bytes(fp8_recipe_of(framework, training.fp8_recipe)),
+        te_linears=framework.te_layers,
         fp8_proj_saves_original=training.precision is Precision.FP8
         and framework is Framework.MEGATRON
         and fp8_recipe_of(framework, training.fp8_recipe) is not Fp8Recipe.DELAYED,

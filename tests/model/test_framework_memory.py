@@ -211,15 +211,15 @@ def test_deepseek_recipe_under_textbook_recomputes_every_norm_and_the_moe_swiglu
     rows = dict(d3.terms)
     assert rows["shared expert SwiGLU input (gate, up) (FP8)"] == 4224 * S
     assert "shared expert down projection input (FP8)" not in rows
-    # what the three modules drop: the norm outputs (FP8 attention-projection input 7392 and
-    # the second down-projection's own FP8 copy 7392, FP8 latent norm outputs 1536 · 1.03125 = 1584 and 528, BF16 router input 14336, the shared
+    # what the three modules drop: the norm outputs (FP8 attention-projection input 7392, FP8
+    # latent norm outputs 1536 · 1.03125 = 1584 and 528, BF16 router input 14336, the shared
     # expert's FP8 FC1 input 7392), Q, K, V and the routed experts' FP8 down-projection input
     # (8 · 2048 · 1.03125 = 16896)
     qkv = 2 * S * 128 * (192 + 192 + 128)
     assert rows["Q"] + rows["K"] + rows["V"] == qkv
     none = layer_activations(arch, 3, replace(deepseek, recompute_modules=()))
     assert none.selective_bytes - d3.selective_bytes == (
-        (7392 + 7392 + 1584 + 528 + 14336 + 7392 + 16896) * S + qkv
+        (7392 + 1584 + 528 + 14336 + 7392 + 16896) * S + qkv
     )
 
 
