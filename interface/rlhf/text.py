@@ -97,7 +97,24 @@ def pools_lines(plan: dict[str, Any]) -> list[str]:
         }
         for p in plan["pools"]
     ]
-    return table_text(rows).splitlines()
+    return table_text(rows).splitlines() + _graph_lines(plan)
+
+
+def _graph_lines(plan: dict[str, Any]) -> list[str]:
+    """Under each pool where the engine sleeps beside training or scoring roles, what its peaks
+    leave for the engine's CUDA graphs, which they do not count (:mod:`model.rollout`: no
+    per-operation figure sizes them)."""
+    out = []
+    for p in plan["pools"]:
+        if "rollout" not in p["roles"] or len(p["roles"]) == 1 or not p["fits"]:
+            continue
+        left = plan["capacity_bytes"] - max(p["peak_bytes"][ph] for ph in ("scoring", "training"))
+        out.append(
+            f"pool {p['pool']}: not counted, the engine's CUDA graphs, which vLLM keeps while it "
+            f"sleeps (PR #56373; one run measured 1.50 GB per GPU at TP8, issue #47654): the "
+            f"scoring and training peaks leave {_gb(left)} GB for them (enforce_eager captures none)"
+        )
+    return out
 
 
 def _segments(plan: dict[str, Any]) -> list[list[tuple[float, float, str]]]:

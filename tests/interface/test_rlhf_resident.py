@@ -289,3 +289,23 @@ def test_an_engine_alone_or_sharing_the_actors_weights_adds_no_process():
     assert (shared.pools[0].processes, shared.pools[0].process_bytes) == (1, 0)
     apart = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     assert (apart.pools[0].processes, apart.pools[0].process_bytes) == (2, 700_186_624)
+
+
+def test_a_colocated_pool_says_what_it_leaves_for_the_engines_graphs():
+    """The CUDA graphs a sleeping engine keeps are not counted (no per-operation figure): under a
+    pool where the engine shares GPUs with scoring or training, the text says what the larger of
+    those peaks leaves of the capacity, 83.21 − 82.35 = 0.86 GB; a pool of the engine alone, or
+    one that does not fit, says nothing."""
+    from trainplan.interface.rlhf.text import pools_lines
+
+    def pool(roles, fits=True):
+        peaks = {"rollout": 73.53e9, "scoring": 82.35e9, "training": 74.02e9}
+        return {"pool": 0, "gpus": 64, "first_gpu": 0, "roles": roles, "processes": 2,
+                "peak_bytes": peaks, "fits": fits}  # fmt: skip
+
+    plan = {"capacity_bytes": 83.21e9, "pools": [pool(["rollout", "actor", "reference"])]}
+    (line,) = pools_lines(plan)[3:]
+    assert line.startswith("pool 0: not counted, the engine's CUDA graphs")
+    assert "the scoring and training peaks leave 0.86 GB for them" in line
+    for other in ([pool(["rollout"])], [pool(["rollout", "actor"], fits=False)]):
+        assert len(pools_lines({"capacity_bytes": 83.21e9, "pools": other})) == 3
