@@ -272,6 +272,9 @@ def mlp_rows(
             ("router probabilities (fp32)", ctx.router_score_bytes * S * moe.num_experts, "sp"),
             ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
         ]
+        if ctx.permute_map_bytes:  # TE's fused permutation's int32 row map, [S, 2E + 1]
+            map_bytes = ctx.permute_map_bytes * S * (2 * moe.num_experts + 1)
+            rows.append(("token permutation row map (int32, fused)", map_bytes, "sp"))
         ffn_e = moe.expert_ffn_hidden_size
         rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv, eager)
         if ctx.clamp_copies_glu_input and arch.glu_clamp and arch.mlp.gated:

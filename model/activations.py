@@ -239,6 +239,14 @@ class ActivationContext:
     probabilities (fp32)"): 4, one FP32 ``[S, E]`` tensor (the softmax output the textbook's
     rows, DeepSpeed's gate and torchtitan's router keep); under ``megatron``
     :data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`."""
+    permute_map_bytes: int = 0
+    """Bytes per element of ``[S, 2E + 1]`` the MoE permutation saves for backward: 4 under
+    ``megatron`` with the all-to-all dispatcher, whose fused permutation (``moe_permute_fusion``,
+    set by Megatron Bridge's MoE recipes) is Transformer Engine's: ``moe_utils.permute(fused=True)``
+    → ``transformer_engine/pytorch/permutation.py`` saves ``row_id_map``, an int32
+    ``[num_tokens, 2·num_experts + 1]`` (``triton/permutation.py`` ``make_row_id_map``), which the
+    unpermute reuses; 0 elsewhere (the flex dispatchers permute the received tokens by local
+    expert: not counted)."""
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""

@@ -23,7 +23,7 @@ from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs
-from trainplan.model.moe_run import combine_output_bytes
+from trainplan.model.moe_run import Dispatcher, combine_output_bytes
 from trainplan.model.moe_working_set import MEGATRON_ROUTER_SCORE_BYTES
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
@@ -144,6 +144,9 @@ def activation_context(
         fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
         fp8_input_bytes=fp8_activation_bytes(fp8_recipe_of(framework, training.fp8_recipe)),
         te_linears=framework.te_layers,
+        permute_map_bytes=4
+        if framework is Framework.MEGATRON and training.moe_run.dispatcher is Dispatcher.ALLTOALL
+        else 0,
         fp8_proj_saves_original=training.precision is Precision.FP8
         and framework is Framework.MEGATRON
         and fp8_recipe_of(framework, training.fp8_recipe) is not Fp8Recipe.DELAYED,
