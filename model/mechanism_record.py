@@ -268,10 +268,12 @@ class Mechanism:
         weights = self.weights_full * params + self.weights_sharded * shard
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
-        # each gathered unit whole, beside the local shard (none when nothing is sharded)
+        # each gathered unit whole, beside the local shard (none when nothing is sharded); the
+        # textbook's convention counts what lies beyond the shard, (d − 1)/d of each unit
         held = self.units_held(unit if whole_unit is None else whole_unit)
         gathers = d > 1 if wrapped is None else wrapped
-        gathered = where(gathers, held * self.weight_bytes * unit, 0 * unit)
+        whole = unit if self.framework.physical else unit - unit / d
+        gathered = where(gathers, held * self.weight_bytes * whole, 0 * unit)
         if self.step_cap_elements is not None:
             shard = minimum(shard, self.step_cap_elements)
         step = self.step_full * params + self.step_sharded * shard

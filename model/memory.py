@@ -29,6 +29,7 @@ from trainplan.model.precision import (
     keeps_fp8_transpose,
 )
 from trainplan.model.specs import TrainingSpec
+from trainplan.model.xp import where
 
 FP8_PARAM_BYTES = 1
 """Bytes per linear weight element of an FP8 primary weight (E4M3 data; the per-tensor scale
@@ -408,7 +409,8 @@ def _fp8_param_terms(
         return w, gathered
     w = w - narrower * linear / shard + (FP8_PARAM_BYTES * linear / shard if fsdp_transpose else 0)
     held = mech.units_held(whole)
-    return w, gathered - held * narrower * (layer_linear - layer_linear / shard)
+    beside = layer_linear if mech.framework.physical else layer_linear - layer_linear / shard
+    return w, gathered - where(shard > 1, held * narrower * beside, 0 * beside)
 
 
 def optimizer_elements(
