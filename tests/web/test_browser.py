@@ -122,7 +122,9 @@ def test_planner_memory_table_lists_the_clis_lines(page, name):
     expect(page.locator("#memory-total")).to_be_visible()
     rows = page.locator("#memory-table tbody tr")
     expect(rows).to_have_count(len(want) + len(extra))
-    got = [[c.strip() for c in rows.nth(i).locator("td").all_inner_texts()] for i in range(len(want))]
+    got = [
+        [c.strip() for c in rows.nth(i).locator("td").all_inner_texts()] for i in range(len(want))
+    ]
     assert got == want
     for i, w in enumerate(extra):
         expect(rows.nth(len(want) + i)).to_contain_text(w)
