@@ -325,7 +325,8 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     Raises
     ------
     LayoutError
-        Degrees that do not divide a pool, or that the model or the KV heads do not allow.
+        Degrees that do not divide a pool, or that the model or the KV heads do not allow; a
+        training dp above the sequences of an update (a rank with no rollout to train on).
     """
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
@@ -348,6 +349,14 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
         if train_pool % mp:
             raise LayoutError(
                 f"train_tp × train_pp: {mp} does not divide the training roles' {train_pool} GPUs"
+            )
+        batch = inp.spec.train_batch or inp.spec.sequences
+        if train_pool // mp > batch:  # the training layout would round the batch up to dp
+            raise LayoutError(
+                f"gpus: the training roles' {train_pool:,} GPUs at train_tp × train_pp = {mp} "
+                f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
+                "on: a data-parallel rank would have no rollout (fewer --gpus, more "
+                "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
             )
         options.append(
             RoleOption(
