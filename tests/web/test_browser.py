@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from click.testing import CliRunner
 
-from tests.cli_runs import trainplan
+from tests.cli_runs import refusal, trainplan
 from tests.web.conftest import TIMEOUT, cli_json, go, need, need_chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -171,6 +171,26 @@ def test_planner_bad_input_shows_the_cli_line(page):
     total = str(want["memory"]["total_bytes"])
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", total)
     expect(page.locator(".field-error")).to_have_count(0)
+
+
+@pytest.mark.parametrize(
+    ("query", "args"),
+    [
+        ("model=llama3-8bb&tp=8", ["--model", "llama3-8bb", "--tp", "8"]),
+        (
+            "model=llama3-70b&gpu=H1000&tp=8",
+            ["--model", "llama3-70b", "--gpu", "H1000", "--tp", "8"],
+        ),
+    ],
+    ids=["model", "gpu"],
+)
+def test_a_link_with_a_name_not_in_the_list_shows_the_clis_line(page, query, args):
+    # a typo in a link's model or GPU once fell back to the select's default (llama3-70b on an
+    # H100-SXM) and showed its figures under the typed name; it is sent as given and refused
+    line = refusal(trainplan("evaluate", *args))
+    go(page, f"/planner?{query}")
+    expect(page.get_by_text(f"Error: {line}", exact=True).first).to_be_visible()
+    expect(page.locator("#memory-total")).to_have_count(0)
 
 
 def test_planner_uploads_a_config(page):
