@@ -627,3 +627,13 @@ def test_moe_options_are_the_cli_options(client):
     )
     assert got["traffic"] == want["traffic"] and got["time"] == want["time"]
     assert got["layout"]["moe"]["moe_capacity_factor"] == 2.0
+
+
+@pytest.mark.parametrize("path", ["/search", "/frontier"])
+def test_search_constraints_grey_text_is_the_default_not_an_example(client, path):
+    """An empty field sends nothing, and the search then has no MFU floor and keeps no memory
+    free (optimizer.problem: min_mfu None, headroom 0): the grey text says so, the example after
+    it, as the Planner's "e.g." fields do (once a bare 0.4 and 0.1, read as defaults)."""
+    html = client.get(path).text
+    assert 'name="min-mfu" placeholder="none (e.g. 0.4)"' in html
+    assert 'name="headroom" placeholder="0 (e.g. 0.1)"' in html
