@@ -22,6 +22,9 @@ def test_a_gpu_count_without_dp_sets_dp():
     assert line == "--gpus: dp 4 × tp 1 × pp 1 × cp 1 = 4, not 8"
     line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "12", "--pp", "8"))
     assert line.startswith("--gpus: 12 is not divisible by tp·pp·cp = 8")
+    # and --help says so (it said only "Check that dp·tp·pp·cp equals this.")
+    shown = " ".join(trainplan("evaluate", "--help").stdout.split())
+    assert "--gpus COUNT GPUs in all: without --dp, dp is this ÷ (tp·pp·cp); with --dp, " in shown
 
 
 def test_a_price_is_said_whatever_the_objective():

@@ -29,7 +29,13 @@ CP_KIND_CHOICES = [k.value for k in CpKind] + ["p2p", "all_gather", "a2a", "hybr
 
 CLUSTER: list[Decorator] = [
     click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
-    click.option("--gpus", "num_gpus", type=COUNT, help="Check that dp·tp·pp·cp equals this."),
+    click.option(
+        "--gpus",
+        "num_gpus",
+        type=COUNT,
+        help="GPUs in all: without --dp, dp is this ÷ (tp·pp·cp); with --dp, dp·tp·pp·cp must "
+        "equal it.",
+    ),
 ]
 """The accelerator and GPU count."""
 
