@@ -315,6 +315,19 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
+    """Refuse a training dp above the sequences of an update: the training layout would round
+    the batch up to a micro-batch per rank, training on rollouts that do not exist."""
+    batch = inp.spec.train_batch or inp.spec.sequences
+    if train_pool // mp > batch:
+        raise LayoutError(
+            f"gpus: the training roles' {train_pool:,} GPUs at train_tp × train_pp = {mp} "
+            f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
+            "on: a data-parallel rank would have no rollout (fewer --gpus, more "
+            "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
+        )
+
+
 def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     """The tab's placement: every role on all ``gpus`` (colocated), or the engine on
     ``rollout_gpus`` and the other roles together on the rest; the training and scoring roles at
@@ -350,14 +363,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             raise LayoutError(
                 f"train_tp × train_pp: {mp} does not divide the training roles' {train_pool} GPUs"
             )
-        batch = inp.spec.train_batch or inp.spec.sequences
-        if train_pool // mp > batch:  # the training layout would round the batch up to dp
-            raise LayoutError(
-                f"gpus: the training roles' {train_pool:,} GPUs at train_tp × train_pp = {mp} "
-                f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
-                "on: a data-parallel rank would have no rollout (fewer --gpus, more "
-                "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
-            )
+        _check_train_dp(inp, train_pool, mp)
         options.append(
             RoleOption(
                 rs.role,
