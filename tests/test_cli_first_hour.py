@@ -133,3 +133,13 @@ def test_torchtitans_tensor_parallelism_waits_unless_asked():
     sharded = json.loads(trainplan(*base, *fsdp, "--set", "tp_block_inputs=sharded").stdout)
     assert sharded["time"]["tp_comm_overlap"] == "async"
     assert json.loads(trainplan(*base).stdout)["time"]["tp_comm_overlap"] == "async"
+
+
+def test_a_timeline_too_long_to_simulate_names_every_factor():
+    """1,000,000 stages × 8 micro-batches is over the passes the timeline simulates; the advice
+    named only the micro-batches (8 here), not the stages that make it too long."""
+    line = refusal(trainplan("pipeline", "--stages", "1000000", "--microbatches", "8"))
+    assert line == (
+        "stages × microbatches × virtual_stages: 1000000·8·1 is over the 200,000 passes this "
+        "timeline simulates; use fewer stages, micro-batches or virtual stages"
+    )
