@@ -143,3 +143,16 @@ def test_a_timeline_too_long_to_simulate_names_every_factor():
         "stages × microbatches × virtual_stages: 1000000·8·1 is over the 200,000 passes this "
         "timeline simulates; use fewer stages, micro-batches or virtual stages"
     )
+
+
+def test_the_help_says_where_megatron_fsdp_is():
+    """`--framework megatron-fsdp` is refused (exit 2, the four profiles named); the help of
+    evaluate and search says that Megatron-FSDP is megatron's ZeRO-3."""
+    line = refusal(trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework",
+                             "megatron-fsdp"))  # fmt: skip
+    assert line.startswith("--framework: 'megatron-fsdp' is not one of 'megatron'")
+    for command, said in (
+        ("evaluate", "megatron --zero 3 is Megatron-FSDP"),
+        ("search", "its ZeRO-3 is Megatron-FSDP"),
+    ):
+        assert said in " ".join(trainplan(command, "--help").stdout.split())

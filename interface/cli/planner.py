@@ -44,7 +44,8 @@ LAYOUT: list[Decorator] = [
         "--framework",
         type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
         help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
-        "it (default megatron); textbook = the ZeRO paper's steady state (the original planner's figures).",
+        "it (default megatron; megatron --zero 3 is Megatron-FSDP); textbook = the ZeRO paper's "
+        "steady state.",
     ),
     click.option("--dp", type=COUNT, help="Data-parallel degree (default 1)."),
     click.option("--tp", type=COUNT, help="Tensor-parallel degree (default 1)."),
