@@ -190,7 +190,7 @@ def simulate_classic(
     if 2 * pp * m * v > MAX_PASSES:
         raise InputError(
             f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
-            f"{MAX_PASSES // 2:,} passes this timeline simulates; use fewer micro-batches"
+            f"{MAX_PASSES // 2:,} passes this timeline simulates; use fewer stages, micro-batches or virtual stages"
         )
     if stage_times is not None and (
         len(stage_times) != pp or any(Fraction(t) <= 0 for ft in stage_times for t in ft)
@@ -243,7 +243,7 @@ def simulate_split(
     if 3 * pp * m * v > MAX_PASSES:
         raise InputError(
             f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
-            f"{MAX_PASSES // 3:,} passes this timeline simulates; use fewer micro-batches"
+            f"{MAX_PASSES // 3:,} passes this timeline simulates; use fewer stages, micro-batches or virtual stages"
         )
 
     def duration(rank: int, entry: Entry) -> Fraction:

@@ -105,14 +105,20 @@ def prepare(
             refusal = recipe_refusal(problem.space, job.case.training, job.case.model)
             if refusal:
                 raise InputError(refusal)
-        why = ["divisibility: no legal combination of degrees, batch and micro-batch"]
         space = problem.space
+        gpus = sorted({job.num_gpus for job in problem.jobs})
+        batches = sorted({job.case.training.global_batch_size for job in problem.jobs})
+        counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
+        why = [
+            "divisibility: no legal combination of degrees, batch and micro-batch: no "
+            f"dp·tp·pp·cp of the allowed degrees equals {counts} GPUs with the global batch "
+            f"({', '.join(f'{b:,}' for b in batches[:4])} sequences) divisible by micro-batch × "
+            "dp (--global-batch, or a GPU count whose dp divides it)"
+        ]
         for axis in ("tp", "pp", "cp", "ep"):
             given = getattr(space, axis)
-            gpus = sorted({job.num_gpus for job in problem.jobs})
             if given and not any(g % d == 0 for d in given for g in gpus):
                 shown = ", ".join(map(str, given))
-                counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
                 why.insert(0, f"{axis}: {shown} divides no GPU count searched ({counts})")
         if len(why) == 1:  # every given degree of an axis breaks one of the model's rules: exit 2
             for job in problem.jobs:

@@ -22,6 +22,9 @@ def test_a_gpu_count_without_dp_sets_dp():
     assert line == "--gpus: dp 4 × tp 1 × pp 1 × cp 1 = 4, not 8"
     line = refusal(trainplan("evaluate", "--model", "llama3-8b", "--gpus", "12", "--pp", "8"))
     assert line.startswith("--gpus: 12 is not divisible by tp·pp·cp = 8")
+    # and --help says so (it said only "Check that dp·tp·pp·cp equals this.")
+    shown = " ".join(trainplan("evaluate", "--help").stdout.split())
+    assert "--gpus COUNT GPUs in all: without --dp, dp is this ÷ (tp·pp·cp); with --dp, " in shown
 
 
 def test_a_price_is_said_whatever_the_objective():
@@ -130,3 +133,26 @@ def test_torchtitans_tensor_parallelism_waits_unless_asked():
     sharded = json.loads(trainplan(*base, *fsdp, "--set", "tp_block_inputs=sharded").stdout)
     assert sharded["time"]["tp_comm_overlap"] == "async"
     assert json.loads(trainplan(*base).stdout)["time"]["tp_comm_overlap"] == "async"
+
+
+def test_a_timeline_too_long_to_simulate_names_every_factor():
+    """1,000,000 stages × 8 micro-batches is over the passes the timeline simulates; the advice
+    named only the micro-batches (8 here), not the stages that make it too long."""
+    line = refusal(trainplan("pipeline", "--stages", "1000000", "--microbatches", "8"))
+    assert line == (
+        "stages × microbatches × virtual_stages: 1000000·8·1 is over the 200,000 passes this "
+        "timeline simulates; use fewer stages, micro-batches or virtual stages"
+    )
+
+
+def test_the_help_says_where_megatron_fsdp_is():
+    """`--framework megatron-fsdp` is refused (exit 2, the four profiles named); the help of
+    evaluate and search says that Megatron-FSDP is megatron's ZeRO-3."""
+    line = refusal(trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework",
+                             "megatron-fsdp"))  # fmt: skip
+    assert line.startswith("--framework: 'megatron-fsdp' is not one of 'megatron'")
+    for command, said in (
+        ("evaluate", "megatron --zero 3 is Megatron-FSDP"),
+        ("search", "its ZeRO-3 is Megatron-FSDP"),
+    ):
+        assert said in " ".join(trainplan(command, "--help").stdout.split())

@@ -29,7 +29,13 @@ CP_KIND_CHOICES = [k.value for k in CpKind] + ["p2p", "all_gather", "a2a", "hybr
 
 CLUSTER: list[Decorator] = [
     click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
-    click.option("--gpus", "num_gpus", type=COUNT, help="Check that dp·tp·pp·cp equals this."),
+    click.option(
+        "--gpus",
+        "num_gpus",
+        type=COUNT,
+        help="GPUs in all: without --dp, dp is this ÷ (tp·pp·cp); with --dp, dp·tp·pp·cp must "
+        "equal it.",
+    ),
 ]
 """The accelerator and GPU count."""
 
@@ -38,7 +44,8 @@ LAYOUT: list[Decorator] = [
         "--framework",
         type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
         help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
-        "it (default megatron); textbook = the ZeRO paper's steady state (the original planner's figures).",
+        "it (default megatron; megatron --zero 3 is Megatron-FSDP); textbook = the ZeRO paper's "
+        "steady state.",
     ),
     click.option("--dp", type=COUNT, help="Data-parallel degree (default 1)."),
     click.option("--tp", type=COUNT, help="Tensor-parallel degree (default 1)."),

@@ -92,7 +92,8 @@ SPACE: list[Decorator] = [
         "--framework",
         type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
         help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
-        "default megatron). textbook is the ZeRO paper's steady state.",
+        "default megatron; its ZeRO-3 is Megatron-FSDP). textbook is the ZeRO paper's steady "
+        "state.",
     ),
     list_option("--tp", type=COUNT, help="Allowed tp degrees (repeatable)."),
     list_option("--pp", type=COUNT, help="Allowed pp degrees (repeatable)."),

@@ -8,6 +8,7 @@ from typing import Any
 __all__ = [
     "STATE_LEGEND",
     "MEMORY_PARTS",
+    "memory_bars",
     "tensor_label",
     "layout_key",
     "place_labels",
@@ -138,14 +139,47 @@ MEMORY_PARTS = (
     ("gradients_bytes", "gradients", "#72b7b2"),
     ("optimizer_bytes", "optimizer states", "#54a24b"),
     ("zero3_gathered_bytes", "gathered weights", "#b279a2"),
+    ("weight_cache_bytes", "FP8 weight cache", "#8c564b"),
+    ("dispatch_buffer_bytes", "expert dispatch buffers", "#17becf"),
     ("buffers_bytes", "buffers", "#9d755d"),
     ("activations_bytes", "activations", "#f58518"),
     ("embedding_activations_bytes", "embedding/output activations", "#eeca3b"),
     ("recompute_transient_bytes", "recompute transient", "#e45756"),
-    ("backward_working_bytes", "backward working set", "#ff7f0e"),
+    ("backward_working_bytes", "backward working set", "#bcbd22"),
     ("loss_transient_bytes", "loss working set", "#d6616b"),
     ("moe_forward_transient_bytes", "MoE forward working set", "#c44e52"),
     ("pipeline_output_bytes", "pipeline outputs kept", "#ff9da6"),
+    ("cp_transient_bytes", "context-parallel buffers", "#9467bd"),
+    ("activation_offload_buffer_bytes", "offloaded activations on GPU", "#c5b0d5"),
+    ("persistent_buffers_bytes", "persistent buffers", "#aec7e8"),
+    ("communicator_bytes", "NCCL communicators", "#7f7f7f"),
     ("optimizer_step_bytes", "optimizer step extra", "#bab0ac"),
 )
-"""The memory lines of the evaluate object stacked in the planner's bar, in the text's order."""
+"""The memory lines of the evaluate object stacked in the planner's bar, in the text's order
+(interface/render/report.py ``_memory_lines``; the communicators with Transformer Engine's
+userbuffers in them, the output layer's released bytes taken from its activations:
+:func:`memory_bars`)."""
+
+HELD_IN_BOTH_PHASES = ("persistent_buffers_bytes", "communicator_bytes")
+"""Held through the optimizer step too (``model.terms.peak.held_in_both_phases``)."""
+
+
+def memory_bars(m: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
+    """Each phase's stacked parts (key, bytes) from an evaluate object's ``memory``: the
+    forward/backward bar sums to its peak (the text's lines, the output layer's tensors released
+    before the backward phase taken from the embedding/output-layer activations), and where the
+    step materialises bytes of its own, the optimizer step's bar (model state, what is held in
+    both phases, the step's extra)."""
+
+    def part(key: str) -> float:
+        value = m.get(key) or 0
+        if key == "embedding_activations_bytes":
+            value -= m.get("output_layer_freed_bytes") or 0
+        return value
+
+    keys = [k for k, *_ in MEMORY_PARTS]
+    bars = {"forward/backward": [(k, part(k)) for k in keys[:-1] if part(k)]}
+    if m.get("optimizer_step_bytes"):
+        step = [*keys[:3], *HELD_IN_BOTH_PHASES, "optimizer_step_bytes"]
+        bars["optimizer step"] = [(k, part(k)) for k in keys if k in step and part(k)]
+    return bars

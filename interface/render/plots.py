@@ -19,6 +19,7 @@ from trainplan.interface.render.chart_layout import (
     MEMORY_PARTS,
     STATE_LEGEND,
     layout_key,
+    memory_bars,
     staircase,
     tensor_label,
 )
@@ -230,16 +231,15 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     out = chart_output(path, (".png", ".svg", ".pdf"))
     plt = pyplot()
     m = d["memory"]
-    phases = {"forward/backward": [k for k, *_ in MEMORY_PARTS[:-1]]}
-    if m.get("optimizer_step_bytes"):
-        phases["optimizer step"] = [k for k, *_ in MEMORY_PARTS[:3]] + ["optimizer_step_bytes"]
+    phases = memory_bars(m)
+    look = {key: (label, colour) for key, label, colour in MEMORY_PARTS}
     fig, ax = plt.subplots(figsize=(9, 1.9 + 0.5 * len(phases)))
-    for y, keys in enumerate(reversed(phases.values())):
+    for y, parts in enumerate(reversed(phases.values())):
         left = 0.0
-        for key, label, colour in MEMORY_PARTS:
-            if key in keys and m.get(key):
-                ax.barh(y, m[key] / 1e9, left=left, color=colour, label=label, height=0.6)
-                left += m[key] / 1e9
+        for key, value in parts:
+            label, colour = look[key]
+            ax.barh(y, value / 1e9, left=left, color=colour, label=label, height=0.6)
+            left += value / 1e9
     cap = m["capacity_bytes"] / 1e9
     ax.axvline(cap, color="black", ls="--", lw=1.2, label=f"capacity {cap:,.2f} GB")
     ax.set_yticks(range(len(phases)), list(reversed(phases)))

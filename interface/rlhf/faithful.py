@@ -315,6 +315,19 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
+    """Refuse a training dp above the sequences of an update: the training layout would round
+    the batch up to a micro-batch per rank, training on rollouts that do not exist."""
+    batch = inp.spec.train_batch or inp.spec.sequences
+    if train_pool // mp > batch:
+        raise LayoutError(
+            f"gpus: the training roles' {train_pool:,} GPUs at train_tp × train_pp = {mp} "
+            f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
+            "on: a data-parallel rank would have no rollout (fewer --gpus, more "
+            "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
+        )
+
+
 def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     """The tab's placement: every role on all ``gpus`` (colocated), or the engine on
     ``rollout_gpus`` and the other roles together on the rest; the training and scoring roles at
@@ -325,7 +338,8 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     Raises
     ------
     LayoutError
-        Degrees that do not divide a pool, or that the model or the KV heads do not allow.
+        Degrees that do not divide a pool, or that the model or the KV heads do not allow; a
+        training dp above the sequences of an update (a rank with no rollout to train on).
     """
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
@@ -349,6 +363,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             raise LayoutError(
                 f"train_tp × train_pp: {mp} does not divide the training roles' {train_pool} GPUs"
             )
+        _check_train_dp(inp, train_pool, mp)
         options.append(
             RoleOption(
                 rs.role,

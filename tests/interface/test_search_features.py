@@ -347,3 +347,21 @@ def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
     assert r.exit_code == 2 and "fsdp2 has no fine-grained activation offload" in r.output
     r = CliRunner().invoke(cli, [*base, "--tp", "3"])
     assert r.exit_code == 1 and "tp: 3 divides no GPU count searched (8)" in r.output
+
+
+def test_no_layout_for_a_gpu_count_names_the_count_and_the_batch():
+    """1,000 GPUs under the default global batch of 2,048: no dp divides the batch with the
+    rest equal to 1,000. The explanation (exit 1) names the GPU count, the batch and the way
+    out; with --global-batch 2000 the same count has a layout."""
+    from tests.cli_runs import trainplan
+
+    base = ["search", "--model", "llama3-70b", "--gpus", "1,000"]
+    done = trainplan(*base)
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        "No layout satisfies the constraints:",
+        "  - divisibility: no legal combination of degrees, batch and micro-batch: no dp·tp·pp·cp "
+        "of the allowed degrees equals 1,000 GPUs with the global batch (2,048 sequences) "
+        "divisible by micro-batch × dp (--global-batch, or a GPU count whose dp divides it)",
+    ]
+    assert trainplan(*base, "--global-batch", "2000").returncode == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.cli_runs import refusal
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.rlhf.measured import rows, table_markdown
 from trainplan.interface.tabs import rlhf_report
@@ -220,3 +221,22 @@ def test_each_source_is_cited_once_and_rows_refer_to_it_by_key():
     megatron = next(k for k, v in sources.items() if v.startswith("Megatron-LM"))
     rows = [line for line in out.splitlines() if line.rstrip().endswith(f"[{megatron}]")]
     assert len(rows) == 4  # the actor's weights, gradients, optimizer state; the reference's
+
+
+def test_more_training_ranks_than_sequences_is_refused():
+    """A training dp above the sequences of an update leaves ranks with no rollout to train on;
+    the training layout would round the batch up to one micro-batch per rank and the step time
+    would grow with the GPU count (4,000,000 GPUs: 114 s of training for 16,384 rollouts).
+    Refused as one line naming --gpus; at dp = the sequences it still runs."""
+    base = ["rlhf", "--algorithm", "grpo", "--model", "llama3-8b"]
+    line = refusal(trainplan(*base, "--gpus", "4,000,000"))
+    assert line == (
+        "--gpus: the training roles' 4,000,000 GPUs at train_tp × train_pp = 1 are dp 4,000,000, "
+        "above the 16,384 sequences an update trains on: a data-parallel rank would have no "
+        "rollout (fewer --gpus, more --rollout-gpus, a larger --train-tp or --train-pp, or more "
+        "--prompts)"
+    )
+    assert "dp 64, above the 32 sequences" in refusal(
+        trainplan(*base, "--gpus", "64", "--train-batch", "32")
+    )
+    assert trainplan(*base, "--gpus", "64", "--train-batch", "64").returncode == 0

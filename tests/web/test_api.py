@@ -627,3 +627,44 @@ def test_moe_options_are_the_cli_options(client):
     )
     assert got["traffic"] == want["traffic"] and got["time"] == want["time"]
     assert got["layout"]["moe"]["moe_capacity_factor"] == 2.0
+
+
+@pytest.mark.parametrize("path", ["/search", "/frontier"])
+def test_search_constraints_grey_text_is_the_default_not_an_example(client, path):
+    """An empty field sends nothing, and the search then has no MFU floor and keeps no memory
+    free (optimizer.problem: min_mfu None, headroom 0): the grey text says so, the example after
+    it, as the Planner's "e.g." fields do (once a bare 0.4 and 0.1, read as defaults)."""
+    html = client.get(path).text
+    assert 'name="min-mfu" placeholder="none (e.g. 0.4)"' in html
+    assert 'name="headroom" placeholder="0 (e.g. 0.1)"' in html
+
+
+MEMORY_CHART_LAYOUTS = [
+    ["--model", "llama3-70b", "--dp", "2", "--tp", "4", "--pp", "8"],
+    ["--model", "llama3-8b", "--framework", "fsdp2", "--dp", "8", "--recompute", "full"],
+    ["--model", "llama3-8b", "--framework", "deepspeed", "--zero", "3", "--dp", "8"],
+    ["--model", "mixtral-8x7b", "--dp", "8", "--ep", "8", "--tp", "2"],
+    ["--model", "llama3-70b", "--tp", "8", "--cp", "2", "--dp", "4", "--seq-len", "32768",
+     "--global-batch", "64"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", MEMORY_CHART_LAYOUTS, ids=lambda a: a[1] + "-" + "-".join(a[2:6]))
+def test_memory_chart_bar_reaches_the_total(client, args):
+    """The planner's memory bar stacks every term of the text (communicators, persistent and
+    context-parallel buffers, the backward working set…; once it left them out and stopped
+    short of the total in its own title: 73.79 of 75.76 GB on the page's default layout), so
+    the forward/backward bar is the peak; no part is negative (the output layer's released
+    bytes come off its activations)."""
+    from tests.cli_runs import trainplan
+    from trainplan.interface.render.chart_layout import memory_bars
+
+    done = trainplan("evaluate", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    m = json.loads(done.stdout)["memory"]
+    bars = memory_bars(m)
+    assert all(v > 0 for parts in bars.values() for _, v in parts)
+    assert m["peak_phase"] == "forward-backward"
+    assert sum(v for _, v in bars["forward/backward"]) == m["total_bytes"]
+    svg = client.get(f"/api/figures/memory?{query(args)}").text
+    assert "NCCL communicators" in svg

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from click.testing import CliRunner
 
+from tests.cli_runs import refusal, trainplan
 from tests.web.conftest import TIMEOUT, cli_json, go, need, need_chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -90,6 +91,45 @@ def test_planner_input_change_matches_the_cli(page):
     expect(page.locator("input[name=tp]")).to_have_value("8")
 
 
+MEMORY_LAYOUTS = {
+    # the page's default: a backward working set and NCCL's communicators the page once left out
+    "megatron": "model=llama3-70b&dp=2&tp=4&pp=8",
+    # gathered units, buffers, the recompute transient, the output layer released, the loss's
+    # working set, and below the verdict the reserved peak of the all-gather stream's pool
+    "fsdp2": "model=llama3-8b&framework=fsdp2&dp=8&recompute=full",
+    # the MoE layer's working set and persistent buffers; over the memory, so no allocator
+    # retries (the page once listed them under a layout that does not fit)
+    "moe": "model=mixtral-8x7b&dp=8&ep=8&tp=2",
+    # the context-parallel buffers
+    "cp": "model=llama3-70b&tp=8&cp=2&dp=4&seq-len=32768&global-batch=64",
+}
+
+
+@pytest.mark.parametrize("name", list(MEMORY_LAYOUTS))
+def test_planner_memory_table_lists_the_clis_lines(page, name):
+    # every memory term the CLI prints is a row of the page's table, with the same figure, so the
+    # rows add up to the total on the page as they do in the terminal
+    query = MEMORY_LAYOUTS[name]
+    args = [a for k, v in (kv.split("=") for kv in query.split("&")) for a in (f"--{k}", v)]
+    done = trainplan("evaluate", *args)
+    assert done.returncode == 0, done.stderr
+    memory = done.stdout.split("Memory per GPU", 1)[1].split("\n\n", 1)[0]
+    terms, after = memory.split("  verdict:", 1)
+    want = [re.split(r"\s{2,}", line.strip()) for line in terms.splitlines()[1:] if line.strip()]
+    # below the verdict the text may add the reserved peak and the allocator's retries
+    extra = [w for w in ("reserved at least", "allocator retries") if f"  {w}" in after]
+    go(page, f"/planner?{query}")
+    expect(page.locator("#memory-total")).to_be_visible()
+    rows = page.locator("#memory-table tbody tr")
+    expect(rows).to_have_count(len(want) + len(extra))
+    got = [
+        [c.strip() for c in rows.nth(i).locator("td").all_inner_texts()] for i in range(len(want))
+    ]
+    assert got == want
+    for i, w in enumerate(extra):
+        expect(rows.nth(len(want) + i)).to_contain_text(w)
+
+
 def test_planner_keeps_a_links_options_without_a_field(page):
     # a search answer's link may carry cluster options the form has none for: kept and said
     args = ["--model", "llama3-70b", "--dp", "1", "--tp", "8", "--pp", "2"]
@@ -131,6 +171,26 @@ def test_planner_bad_input_shows_the_cli_line(page):
     total = str(want["memory"]["total_bytes"])
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", total)
     expect(page.locator(".field-error")).to_have_count(0)
+
+
+@pytest.mark.parametrize(
+    ("query", "args"),
+    [
+        ("model=llama3-8bb&tp=8", ["--model", "llama3-8bb", "--tp", "8"]),
+        (
+            "model=llama3-70b&gpu=H1000&tp=8",
+            ["--model", "llama3-70b", "--gpu", "H1000", "--tp", "8"],
+        ),
+    ],
+    ids=["model", "gpu"],
+)
+def test_a_link_with_a_name_not_in_the_list_shows_the_clis_line(page, query, args):
+    # a typo in a link's model or GPU once fell back to the select's default (llama3-70b on an
+    # H100-SXM) and showed its figures under the typed name; it is sent as given and refused
+    line = refusal(trainplan("evaluate", *args))
+    go(page, f"/planner?{query}")
+    expect(page.get_by_text(f"Error: {line}", exact=True).first).to_be_visible()
+    expect(page.locator("#memory-total")).to_have_count(0)
 
 
 def test_planner_uploads_a_config(page):

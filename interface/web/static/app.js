@@ -148,7 +148,11 @@ const TP = (() => {
     history.replaceState(null, "", `${location.pathname}?${params}`);
     for (const sel of $$("select[data-gpus], select[data-models]")) {
       const keep = params.get(sel.name);
-      if (keep) sel.value = keep;
+      if (!keep) continue;
+      // a name the catalogue lacks (a typo in a link) is kept and sent, so the API names it, as
+      // the CLI does, instead of the select falling back to its default without a word
+      if (!sel.multiple && ![...sel.options].some((o) => o.value === keep)) sel.add(new Option(`${keep} (not in the list)`, keep));
+      sel.value = keep;
     }
     showPreset();
     remember();

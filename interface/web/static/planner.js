@@ -25,12 +25,25 @@
     form.dispatchEvent(new Event("change"));
   });
 
+  // The text report's memory lines in its order (interface/render/report.py _memory_lines): each
+  // term shown where it applies, so the rows add up to the total as the CLI's do.
   const MEMORY = [
-    ["weights", "weights_bytes"], ["gradients", "gradients_bytes"], ["optimizer states", "optimizer_bytes"],
-    ["= model state", "model_state_bytes"], ["gathered weights", "zero3_gathered_bytes"],
-    ["buffers in forward/backward", "buffers_bytes"], ["activations (layers, in flight)", "activations_bytes"],
-    ["embedding / output-layer activations", "embedding_activations_bytes"], ["recompute transient", "recompute_transient_bytes"],
-    ["pipeline outputs kept", "pipeline_output_bytes"], ["optimizer step extra (no activations then)", "optimizer_step_bytes"],
+    ["weights", (m) => m.weights_bytes], ["gradients", (m) => m.gradients_bytes], ["optimizer states", (m) => m.optimizer_bytes],
+    ["= model state", (m) => m.model_state_bytes], ["gathered weights", (m) => m.zero3_gathered_bytes],
+    ["FP8 weight cache", (m) => m.weight_cache_bytes], ["expert dispatch buffers (DeepEP)", (m) => m.dispatch_buffer_bytes],
+    ["buffers in forward/backward", (m) => m.buffers_bytes], ["activations (layers, in flight)", (m) => m.activations_bytes],
+    ["embedding / output-layer activations", (m) => m.embedding_activations_bytes], ["recompute transient", (m) => m.recompute_transient_bytes],
+    ["backward working set (one layer)", (m) => m.backward_working_bytes],
+    ["output layer released before it", (m) => -(m.output_layer_freed_bytes || 0)],
+    ["loss working set beyond them (one micro-batch)", (m) => m.loss_transient_bytes],
+    ["MoE forward working set (one layer)", (m) => m.moe_forward_transient_bytes],
+    ["pipeline stage outputs and receive buffers", (m) => m.pipeline_output_bytes],
+    ["context-parallel buffers (one layer)", (m) => m.cp_transient_bytes],
+    ["offloaded activations still on GPU", (m) => m.activation_offload_buffer_bytes],
+    ["optimizer step extra (no activations then)", (m) => m.optimizer_step_bytes],
+    ["persistent buffers (whole run)", (m) => m.persistent_buffers_bytes],
+    ["NCCL communicator buffers (whole run)", (m) => (m.communicator_bytes || 0) - (m.userbuffer_bytes || 0)],
+    ["Transformer Engine userbuffers (whole run)", (m) => m.userbuffer_bytes || 0],
   ];
 
   // Every part is drawn from this answer or cleared: nothing of a previous model stays on screen
@@ -46,13 +59,14 @@
       (m.fits_covers !== "model state and activations" ? ` (${m.fits_covers})` : "");
     v.dataset.totalBytes = m.total_bytes;
     // the gathered line says what is gathered, as the text report does (memory.zero3_gathered_what)
-    const label = (name, k) => (k === "zero3_gathered_bytes" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})` : name);
-    const rows = MEMORY.filter(([name, k]) => m[k] || name.startsWith("=")).map(([name, k]) => ({ name: label(name, k), v: m[k] }));
+    const label = (name) => (name === "gathered weights" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})` : name);
+    const rows = MEMORY.map(([name, f]) => ({ name: label(name), v: f(m) })).filter((r) => r.v || r.name.startsWith("="));
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
     if (m.stream_pool_bytes) rows.push({ name: "reserved at least (max_memory_reserved; not in the verdict)", v: m.reserved_bytes });
     // reserved above capacity: the allocator releases its cache and retries each step (not charged)
-    if (m.allocator_retries) rows.push({ name: "reserved + communicators over capacity: allocator retries at least once a step (cudaFree, device sync; not in the step time)", v: m.reserved_over_bytes });
+    // (as the text report: only where the step fits; over by the allocated peak, no run retries)
+    if (m.allocator_retries && m.fits) rows.push({ name: "reserved + communicators over capacity: allocator retries at least once a step (cudaFree, device sync; not in the step time)", v: m.reserved_over_bytes });
     TP.$("#memory-table").innerHTML = TP.table(rows, [["term", (r) => TP.esc(r.name)], ["bytes per GPU", (r) => `<span ${r.id ? 'id="memory-total"' : ""}>${TP.gb(r.v)}</span>`]]) +
       (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
     TP.$("#zero-table").innerHTML = TP.table(d.zero_table || [], [
