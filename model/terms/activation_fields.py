@@ -112,6 +112,24 @@ def _framework_rows(framework: Framework) -> dict[str, Any]:
     }
 
 
+def _linear_rows(training: TrainingSpec, framework: Framework) -> dict[str, Any]:
+    """The :class:`model.activations.ActivationContext` flags of what the linear layers and the
+    MoE permutation save under the recipe and the framework: FP8 inputs and their bytes, TE's
+    per-module quantizers, Megatron-Core's BF16 output-projection input under a recipe other than
+    ``delayed``, TE's fused permutation's int32 row map under the all-to-all dispatcher."""
+    fp8 = training.precision is Precision.FP8
+    recipe = fp8_recipe_of(framework, training.fp8_recipe)
+    megatron = framework is Framework.MEGATRON
+    alltoall = training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    return {
+        "fp8_linear_inputs": fp8 and framework.fp8_saves_fp8_inputs,
+        "fp8_input_bytes": fp8_activation_bytes(recipe),
+        "te_linears": framework.te_layers,
+        "permute_map_bytes": 4 if megatron and alltoall else 0,
+        "fp8_proj_saves_original": fp8 and megatron and recipe is not Fp8Recipe.DELAYED,
+    }
+
+
 def activation_context(
     training: TrainingSpec,
     micro_batch_size: int,
@@ -141,15 +159,7 @@ def activation_context(
         activation_bytes=training.activation_bytes,
         convention=training.activation_convention,
         memory_efficient_norm=training.memory_efficient_norm,
-        fp8_linear_inputs=training.precision is Precision.FP8 and framework.fp8_saves_fp8_inputs,
-        fp8_input_bytes=fp8_activation_bytes(fp8_recipe_of(framework, training.fp8_recipe)),
-        te_linears=framework.te_layers,
-        permute_map_bytes=4
-        if framework is Framework.MEGATRON and training.moe_run.dispatcher is Dispatcher.ALLTOALL
-        else 0,
-        fp8_proj_saves_original=training.precision is Precision.FP8
-        and framework is Framework.MEGATRON
-        and fp8_recipe_of(framework, training.fp8_recipe) is not Fp8Recipe.DELAYED,
+        **_linear_rows(training, framework),
         cp_kind=cp_kind,
         offload_modules=training.offload.activations,
         gathered_block_inputs=keeps_gathered_inputs(framework, training),
