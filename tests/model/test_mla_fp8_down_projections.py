@@ -30,7 +30,9 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     and micro-batch. Under MXFP8 (not ``delayed``) the output projection saves the BF16 attention
     output the kernel keeps, not its own copy of a·v_head = 128·128 values: 1.03125 × 4,096 ×
     16,384 = 69,206,016 B less. From the 186,020,637,440 B counted before:
-    + 56 × 30,277,632 − 56 × 69,206,016 = 183,840,647,936 B."""
+    + 56 × 30,277,632 − 56 × 69,206,016 = 183,840,647,936 B, and with the fused permutation's
+    int32 row map (4 × 4,096 × 513 = 8,404,992 B a MoE layer, tests/model/test_fused_permute_map.py)
+    184,311,327,488 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -38,7 +40,8 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert e.busiest == 2
     one, proj = 30_277_632, 69_206_016
     assert one == 4096 * 7168 * 33 // 32 and proj == 4096 * 128 * 128 * 33 // 32
-    assert e.peak.total_bytes == 186_020_637_440 + 56 * (one - proj) == 183_840_647_936
+    assert 186_020_637_440 + 56 * (one - proj) == 183_840_647_936
+    assert e.peak.total_bytes == 183_840_647_936 + 56 * 8_404_992 == 184_311_327_488
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])
