@@ -142,7 +142,9 @@ def _check_kv_repeat(u: int, tp: int, a: int, g: int) -> None:
         )
 
 
-def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture | None) -> None:
+def check_cp_framework(
+    kind: CpKind, cp: int, framework: str, arch: Architecture | None, tp: int = 1, pp: int = 1
+) -> None:
     """Check that ``framework`` runs context parallelism of ``kind`` on ``arch``'s layers.
 
     * ``pytorch-allgather`` and ``pytorch-alltoall`` are PyTorch's ``context_parallel``
@@ -190,7 +192,7 @@ def check_cp_framework(kind: CpKind, cp: int, framework: str, arch: Architecture
             "heads (use `framework` fsdp2, or `cp_kind` ulysses with cp dividing the K/V heads)"
         )
     if fw in _ONLY_CP:
-        _ONLY_CP[fw](kind, cp)
+        _ONLY_CP[fw](kind, cp, tp, pp)
     if cp > 1 and fw == Framework.MEGATRON:
         _check_te_layers(kind, arch)
 
@@ -238,19 +240,28 @@ _OWN_CP: dict[str, tuple[str, str]] = {
 (the flavours :func:`check_cp_framework` does not refuse it), for its refusal's line."""
 
 
-def _check_deepspeed_cp(kind: CpKind, cp: int) -> None:
+def _check_deepspeed_cp(kind: CpKind, cp: int, tp: int = 1, pp: int = 1) -> None:
     """DeepSpeed runs Ulysses only: DeepSpeed edaa72212 ``deepspeed/sequence/layer.py``
     ``DistributedAttention`` exchanges heads for sequence with ``single_all_to_all`` (its FPDT,
     ``fpdt_layer.py``, chunks the same all-to-all), and Megatron-DeepSpeed f4157bea
     ``megatron/arguments.py`` has ``--ds-sequence-parallel-size`` only (no context-parallel
     size, no ring), which ``megatron/model/transformer.py`` ``ParallelAttention`` wraps in
     ``DistributedAttention``. The ring, the all-gather and the hybrid are refused at cp > 1
-    (the PyTorch and verl flavours have their own refusals)."""
+    (the PyTorch and verl flavours have their own refusals), and so is Ulysses beside tp or pp
+    (Megatron-DeepSpeed 4efb479d ``megatron/core/parallel_state.py``
+    ``initialize_model_parallel`` asserts "DeepSpeed's sequence parallel does not work with tensor
+    parallel or pipeline parallel")."""
     if cp > 1 and kind in (CpKind.RING, CpKind.ALL_GATHER, CpKind.HYBRID):
         raise LayoutError(
             f"cp_kind: {kind} does not run under framework deepspeed, whose context parallelism "
             "is DeepSpeed-Ulysses only (deepspeed/sequence/layer.py DistributedAttention, an "
             "all-to-all); use cp_kind ulysses"
+        )
+    if cp > 1 and (tp > 1 or pp > 1):
+        raise LayoutError(
+            f"cp: {cp} with tp {tp} × pp {pp} does not run under framework deepspeed: "
+            "Megatron-DeepSpeed asserts that DeepSpeed's sequence parallelism runs with tp = pp = 1 "
+            "(parallel_state.initialize_model_parallel)"
         )
 
 
@@ -275,7 +286,7 @@ FSDP2_SEARCHED = (CpKind.PYTORCH_ALLGATHER, CpKind.PYTORCH_ALLTOALL)
 named (the all-gather runs there only as Llama 3's, named; :func:`_check_fsdp2_cp`)."""
 
 
-def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
+def _check_fsdp2_cp(kind: CpKind, cp: int, tp: int = 1, pp: int = 1) -> None:
     """torchtitan runs PyTorch's ``context_parallel`` only: torchtitan 114151ad4
     ``torchtitan/distributed/context_parallel.py`` ``apply_cp_to_attention_module`` wraps every
     attention module in PyTorch's ``_ContextParallel`` (``torch/distributed/tensor/experimental/
@@ -297,7 +308,7 @@ def _check_fsdp2_cp(kind: CpKind, cp: int) -> None:
         )
 
 
-_ONLY_CP: dict[str, Callable[[CpKind, int], None]] = {
+_ONLY_CP: dict[str, Callable[[CpKind, int, int, int], None]] = {
     Framework.DEEPSPEED: _check_deepspeed_cp,
     Framework.FSDP2: _check_fsdp2_cp,
 }

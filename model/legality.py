@@ -309,11 +309,11 @@ def _cp(
         )
 
 
-def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any) -> None:
+def _cp_framework(s: Setting, cp: int, cp_kind: Any, framework: Any, tp: int, pp: int) -> None:
     """The CP flavour runs under the framework on these layers
     (:func:`model.cp_rules.check_cp_framework`: verl's Ulysses under FSDP only;
     Transformer Engine refuses the ring and the hybrid on sliding-window layers)."""
-    check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch)
+    check_cp_framework(CpKind(cp_kind), cp, framework, s.model.arch, tp, pp)
 
 
 def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> None:
@@ -419,7 +419,7 @@ RULES: tuple[Rule, ...] = (
         _recompute_layers,
     ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
-    Rule("cp_framework", ("cp", "cp_kind", "framework"), _cp_framework),
+    Rule("cp_framework", ("cp", "cp_kind", "framework", "tp", "pp"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),
     Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),

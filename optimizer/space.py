@@ -345,7 +345,7 @@ def _cp_refusal(
     ``cp_a2a``) under ``framework`` (:func:`model.legality.refusal`), or ""."""
     return refusal(
         setting, cp=shape.cp, cp_kind=kind, cp_a2a=cp_a2a, tp=shape.tp, sp=shape.tp > 1,
-        framework=framework,
+        framework=framework, pp=shape.pp,
     )  # fmt: skip
 
 

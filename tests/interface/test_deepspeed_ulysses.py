@@ -90,3 +90,15 @@ def test_the_search_prices_the_repeated_heads_as_evaluate_does(cp):
     )  # fmt: skip
     assert best.objective == round(e.step_s * 1e9)
     assert best.peak_bytes == e.peak.total_bytes
+
+
+def test_ulysses_runs_without_tp_and_pp():
+    """Megatron-DeepSpeed 4efb479d ``parallel_state.initialize_model_parallel`` asserts
+    "DeepSpeed's sequence parallel does not work with tensor parallel or pipeline parallel": cp > 1
+    with tp or pp > 1 is refused in one line."""
+    s = Setting(LLAMA8, TrainingSpec(seq_len=32768, global_batch_size=16))
+    for tp, pp in ((2, 1), (1, 2)):
+        why = refusal(s, cp=4, cp_kind="ulysses", framework="deepspeed", tp=tp, pp=pp)
+        assert why.startswith(f"cp: 4 with tp {tp} × pp {pp} does not run under framework deepspeed")
+    assert refusal(s, cp=4, cp_kind="ulysses", framework="deepspeed", tp=1, pp=1) == ""
+    assert refusal(s, cp=4, cp_kind="ring", framework="megatron", tp=2, pp=2) == ""
