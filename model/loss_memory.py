@@ -11,7 +11,7 @@ code; this module gives it with the code it comes from, and :func:`loss_transien
 bytes beyond the kept ``4·S·V/tp``, counted once on the last stage (like the recompute
 transient, :class:`model.memory.StageActivations`).
 
-* ``megatron`` and ``deepspeed`` (Megatron-LM's and Megatron-DeepSpeed's unfused
+* ``megatron`` (Megatron-LM's unfused
   ``_VocabParallelCrossEntropy``, ``megatron/core/tensor_parallel/cross_entropy.py``):
   ``calculate_logits_max`` takes ``vocab_parallel_logits.float()`` while the caller still holds
   the BF16 logits, then subtracts the maximum, exponentiates and normalises *in place*
@@ -19,6 +19,16 @@ transient, :class:`model.memory.StageActivations`).
   Backward turns the saved softmax into the gradient in place (``calculate_gradients``); the
   autograd engine casts the fp32 gradient to the BF16 input's dtype (``validate_outputs``) while
   the fp32 one is still referenced. Peak: 2 + 4 = **6 B** per element, in forward and in backward.
+* ``deepspeed`` (Megatron-DeepSpeed 4efb479d): ``megatron/model/gpt_model.py``
+  ``post_language_model_processing`` (and ``CrossEntropy`` under the pipeline engine) calls the
+  loss on ``output.float()``, an fp32 copy, while the BF16 logits are still referenced, and its
+  older ``_VocabParallelCrossEntropy.forward`` (``megatron/core/tensor_parallel/
+  cross_entropy.py``) subtracts the maximum *out of place* into a new fp32 tensor, which it
+  exponentiates, normalises in place and saves: 2 + 4 + 4 = **10 B** at the forward's peak.
+  With DeepSpeed's sequence parallelism (Ulysses, cp > 1) the loss is
+  ``megatron/core/sequence_parallel/cross_entropy.py`` ``_VocabSequenceParallelCrossEntropy``:
+  ``softmax(x)`` (saved) and ``softmax.log()`` beside the fp32 copy and the BF16 logits,
+  2 + 4 + 4 + 4 = **14 B**.
 * ``fsdp2`` (torchtitan: ``cross_entropy_loss`` in ``torchtitan/components/loss.py``,
   ``train.py``'s ``loss_fn`` at 9dec370: ``F.cross_entropy(pred.flatten(0, 1).float(), labels)``;
   the trainer deletes ``pred`` before ``loss.backward()``):
@@ -127,10 +137,15 @@ LOSS_KEPT_BYTES = 4
 """Bytes per local logit element that backward keeps of the loss: the fp32 (log-)softmax
 (:func:`model.stage_bytes.embedding_bytes`' ``4·S·V/tp``)."""
 
+DEEPSPEED_ULYSSES_LOSS_BYTES = 14
+"""Bytes per local logit at the peak of Megatron-DeepSpeed's sequence-parallel loss
+(``_VocabSequenceParallelCrossEntropy``: BF16 logits, their fp32 copy, softmax and its log; the
+module docstring)."""
+
 _PEAK: dict[Framework, tuple[int, int]] = {
     # (tp = 1, tp > 1): bytes per element of the local logits at the loss's peak
     Framework.MEGATRON: (6, 6),
-    Framework.DEEPSPEED: (6, 6),
+    Framework.DEEPSPEED: (10, 10),
     Framework.FSDP2: (12, 16),
     Framework.TEXTBOOK: (LOSS_KEPT_BYTES, LOSS_KEPT_BYTES),
 }
@@ -199,12 +214,17 @@ def loss_kept_bytes_per_element(
 
 
 def loss_peak_bytes_per_element(
-    framework: Framework | str, tp: int, impl: CrossEntropyFusion | str = "none", beta: int = 2
+    framework: Framework | str,
+    tp: int,
+    impl: CrossEntropyFusion | str = "none",
+    beta: int = 2,
+    cp: int = 1,
 ) -> int:
     """Bytes per element of the local logits ``[S, V/tp]`` that the profile's loss holds at
     its peak, what backward keeps included (the module docstring derives each figure from the
     framework's code); ``impl`` the fused loss Megatron-Core runs (:class:`CrossEntropyFusion`),
-    ``beta`` the logits' bytes per element.
+    ``beta`` the logits' bytes per element, ``cp`` the context-parallel degree (DeepSpeed's
+    Ulysses loss, 14 B).
 
     Examples
     --------
@@ -220,6 +240,8 @@ def loss_peak_bytes_per_element(
         CrossEntropyFusion.TE
     ):
         return beta
+    if Framework(framework) is Framework.DEEPSPEED and cp > 1:
+        return DEEPSPEED_ULYSSES_LOSS_BYTES
     single, parallel = _PEAK[Framework(framework)]
     return single if tp == 1 else parallel
 

@@ -34,7 +34,8 @@ __all__ = ["loss_sentence", "precision_sentence"]
 _DEFAULT_LOSS = {
     "megatron": "Megatron-Core's unfused vocab-parallel cross entropy",
     "fsdp2": "PyTorch's cross_entropy, as torchtitan calls it",
-    "deepspeed": "PyTorch's cross_entropy",
+    "deepspeed": "Megatron-DeepSpeed's vocab-parallel cross entropy on an fp32 copy of the logits "
+    "(the sequence-parallel one with Ulysses)",
 }
 
 
@@ -45,7 +46,8 @@ def loss_sentence(est: Estimate) -> str:
     t, lay = est.training, est.layout
     beta = t.activation_bytes
     kept = loss_kept_bytes_per_element(lay.framework, t.cross_entropy_fusion_impl, beta)
-    peak = loss_peak_bytes_per_element(lay.framework, lay.tp, t.cross_entropy_fusion_impl, beta)
+    impl = t.cross_entropy_fusion_impl
+    peak = loss_peak_bytes_per_element(lay.framework, lay.tp, impl, beta, lay.cp)
     which = {
         "te": "Transformer Engine's fused cross entropy (parallel_cross_entropy, Transformer "
         "Engine 2.2 to 2.17, which writes the gradient into the BF16 logits; from 2.18 it keeps "

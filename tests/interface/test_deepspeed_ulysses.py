@@ -99,6 +99,8 @@ def test_ulysses_runs_without_tp_and_pp():
     s = Setting(LLAMA8, TrainingSpec(seq_len=32768, global_batch_size=16))
     for tp, pp in ((2, 1), (1, 2)):
         why = refusal(s, cp=4, cp_kind="ulysses", framework="deepspeed", tp=tp, pp=pp)
-        assert why.startswith(f"cp: 4 with tp {tp} × pp {pp} does not run under framework deepspeed")
+        assert why.startswith(
+            f"cp: 4 with tp {tp} × pp {pp} does not run under framework deepspeed"
+        )
     assert refusal(s, cp=4, cp_kind="ulysses", framework="deepspeed", tp=1, pp=1) == ""
     assert refusal(s, cp=4, cp_kind="ring", framework="megatron", tp=2, pp=2) == ""
