@@ -248,9 +248,20 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
       ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
       rank.
 
-    0 under the other profiles (DeepSpeed and FSDP2 reduce their norms over groups counted
-    already). Counted as a ring like every collective group here (a one-float all-reduce; NCCL
-    may connect its tree instead, not modelled)."""
+    Under ``deepspeed`` (DeepSpeed edaa72212, Megatron-DeepSpeed 4efb479d), the groups of its own
+    beside Megatron-DeepSpeed's tp group: ZeRO's grad norm all-reduces over the model-parallel
+    group every step (``stage_1_and_2.py`` ``_model_parallel_all_reduce``; ``stage3.py`` likewise),
+    Megatron-DeepSpeed's ``_MODEL_PARALLEL_GROUP`` (a ``new_group`` of its own) or under the
+    pipeline engine the grid's ``ds_model_proc_group``: one ring where tp·pp > 1; the pipeline
+    engine (pp > 1) broadcasts the loss over the pipe group (``pipe/engine.py``
+    ``_aggregate_total_loss``): one more; and with tp > 1 it partitions the activations it sends
+    over the slice group (``pipe_partitioned``/``grad_partitioned``, on by default,
+    ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more. 0 under FSDP2
+    (its norms reduce over groups counted already). Counted as a ring like every collective
+    group here (a one-float all-reduce; NCCL may connect its tree instead, not modelled)."""
+    if Framework(f.framework) is Framework.DEEPSPEED:
+        pipe = where(f.pp > 1, 1, 0)
+        return where(f.tp * f.pp > 1, 1, 0) + pipe + pipe * where(f.tp > 1, 1, 0)
     if Framework(f.framework) is not Framework.MEGATRON:
         return 0
     world = f.tp * f.pp * f.shard_degree
