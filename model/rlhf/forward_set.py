@@ -35,6 +35,12 @@ model verl's Megatron workers run):
   :func:`model.moe_working_set.moe_forward_working_set` (ep 1: the RLHF layouts have no expert
   parallelism), one cost model for the training and the scoring forward.
 
+The reward model's and critic's head (verl ``AutoModelForTokenClassification`` with one label;
+``compute_values`` and ``compute_rm_score`` under ``torch.no_grad()``, ``verl/workers/critic/
+dp_critic.py``, ``fsdp_workers.py``) writes ``[S, 1]``: nothing beside the layer's step. The
+actor's and reference's logits on the last stage are larger than a layer's step for every
+vocabulary here; the scoring figure takes the larger of the two there.
+
 The RMSNorm's FP32 temporaries (``hidden_states.to(torch.float32)`` and its normalised copy,
 ``8·S·h`` beside ``2·n``) stay below the MLP step for every FFN at least ~1.5·h wide; the
 attention kernel's own workspace (FlashAttention's logsumexp, ``4·a·S``) and shared experts'
