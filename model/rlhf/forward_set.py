@@ -38,8 +38,9 @@ model verl's Megatron workers run):
 The reward model's and critic's head (verl ``AutoModelForTokenClassification`` with one label;
 ``compute_values`` and ``compute_rm_score`` under ``torch.no_grad()``, ``verl/workers/critic/
 dp_critic.py``, ``fsdp_workers.py``) writes ``[S, 1]``: nothing beside the layer's step. The
-actor's and reference's logits on the last stage are larger than a layer's step for every
-vocabulary here; the scoring figure takes the larger of the two there.
+actor's and reference's FP32 logits and log-softmax follow the last layer on the last stage:
+the scoring figure there is the larger of the two (``model.rlhf.network._scoring``; under
+``--logits fused`` one 2,048-token chunk, often below the layer's step).
 
 The RMSNorm's FP32 temporaries (``hidden_states.to(torch.float32)`` and its normalised copy,
 ``8·S·h`` beside ``2·n``) stay below the MLP step for every FFN at least ~1.5·h wide; the
