@@ -16,6 +16,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
+from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.roles import (
     IDLE_SOURCE,
     OFFLOAD_SOURCE,
@@ -40,6 +41,12 @@ _LOGITS_SOURCE = {
     "a time (Liger Kernel; verl use_fused_kernels)",
 }
 
+
+_FORWARD_SOURCE = (
+    "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
+    "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
+    "larger of it and the logits on the last stage"
+)
 
 _RESIDENT_SOURCE = (
     "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
@@ -370,19 +377,25 @@ def _scoring(
     held: _Held,
     logits: tuple[Fraction, Fraction],
 ) -> tuple[Fraction, float, list[Term]]:
-    """The scoring forward's bytes above ``held``'s state and resident bytes (gathered layers,
-    and the FP32 logits and log-softmax on the last stage when the role returns log-probs; each
-    stage with its own bytes held in both phases, :func:`_resident`, as the update's fit has
-    them), its seconds and terms; 0 and none for a role that does not score."""
+    """The scoring forward's bytes above ``held``'s state and resident bytes (gathered layers;
+    one layer's no-grad working set, :func:`model.rlhf.forward_set.scoring_forward_bytes`, or on
+    the last stage the FP32 logits and log-softmax when the role returns log-probs, the larger;
+    each stage with its own bytes held in both phases, :func:`_resident`, as the update's fit
+    has them), its seconds and terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
     logit, temp = logits
     last = len(score_est.stages) - 1
     out = (logit + temp) if rs.log_probs else Fraction(0)
+    lay = score_est.layout
+    arch = rs.model.arch
+    assert arch is not None
+    tokens = spec.micro_batch_sequences * score_est.training.seq_len
+    layer = scoring_forward_bytes(arch, spec.framework, tokens, lay.tp, lay.sp)
     peaks = [
         held.per_stage[i]
         + st.state.gathered_bytes
-        + (out if i == last else 0)
+        + max(out if i == last else Fraction(0), layer)
         + st.both_phases_bytes
         for i, st in enumerate(score_est.stages)
     ]
@@ -398,6 +411,9 @@ def _scoring(
             "evaluate() without recomputation: one of a micro-batch's three passes",
         )
     ]
+    terms.append(
+        Term("forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE)
+    )
     if rs.log_probs and not rs.trainable:
         terms.append(
             Term("FP32 logits + log-softmax", "scoring", out, "bytes", _LOGITS_SOURCE[spec.logits])

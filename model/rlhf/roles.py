@@ -10,7 +10,9 @@ seconds per phase and its host bytes — from the cost model itself:
   framework profile (model state at the framework's mechanism, activations with the spec's
   recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf.spec.logits_bytes`)
   on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
-  without recomputation, a third of a micro-batch's three passes (backward = 2 × forward);
+  without recomputation, a third of a micro-batch's three passes (backward = 2 × forward),
+  holding one layer's no-grad working set (:mod:`model.rlhf.forward_set`; on the last stage the
+  larger of it and the logits where the role returns log-probs);
 * frozen roles (reference, reward): BF16 weights held as the framework shards them (whole
   without ZeRO-3; ÷ dp with ZeRO-3 / FSDP full sharding, plus its two gathered layers while
   working), the scoring forward as above;
