@@ -238,7 +238,7 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     """Bytes PyTorch's caching allocator reserves on a side stream's pool on one GPU of stage
     ``f.stage``, beyond the allocated peak: FSDP2's all-gather outputs, ``2·w·U`` under ``fsdp2``
     with dp·cp > 1 (``w`` bytes per working weight, ``U`` the stage's largest unit per GPU,
-    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copy
+    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copies
     (below); 0 otherwise.
 
     * FSDP2 allocates each unit's all-gather output, the whole unit, on its
