@@ -150,7 +150,10 @@ KEY_DOCS: dict[str, str] = {
     "(megatron, tp > 1), outside the caching allocator for the whole run "
     "(their cuBLAS workspaces are in persistent_buffers_bytes).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
-    "memory.stream_pool_bytes": "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs).",
+    "memory.stream_pool_bytes": (
+        "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs; "
+        "deepspeed ZeRO-3: a segment per record-setting reduce-scatter copy)."
+    ),
     "memory.reserved_bytes": "What torch.cuda.max_memory_reserved counts at least: allocated_bytes plus stream_pool_bytes.",
     "memory.allocator_retries": "True when some stage's reserved_bytes and communicators exceed capacity_bytes: "
     "the allocator frees its cached blocks and retries (cudaFree, a device sync) at least once a step; not in the time.",

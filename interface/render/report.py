@@ -201,7 +201,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
 
 def _reserved_lines(m: dict[str, Any]) -> list[str]:
     """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather
-    outputs, DeepSpeed ZeRO-3's reduce-scatter copy: :func:`model.terms.peak.stream_pool_term`):
+    outputs, DeepSpeed ZeRO-3's reduce-scatter copies: :func:`model.terms.peak.stream_pool_term`):
     what ``torch.cuda.max_memory_reserved`` counts at least; not in the total or the verdict (the
     allocator frees idle cached blocks before it raises out-of-memory). Where the reserved bytes
     and the communicators exceed the capacity (``memory.allocator_retries``), a second line says

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.frameworks import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, Framework
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
@@ -32,10 +32,11 @@ from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
+from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
-from trainplan.model.xp import is_array, maximum, minimum, where
+from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
     "StageMemory",
@@ -237,7 +238,7 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     """Bytes PyTorch's caching allocator reserves on a side stream's pool on one GPU of stage
     ``f.stage``, beyond the allocated peak: FSDP2's all-gather outputs, ``2·w·U`` under ``fsdp2``
     with dp·cp > 1 (``w`` bytes per working weight, ``U`` the stage's largest unit per GPU,
-    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copy
+    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copies
     (below); 0 otherwise.
 
     * FSDP2 allocates each unit's all-gather output, the whole unit, on its
@@ -258,23 +259,24 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     read this term: before an out-of-memory error the allocator frees every stream's unused
     cached segments (``release_cached_blocks``) and retries.
 
-    Under ``deepspeed`` ZeRO-3 with dp·cp > 1: ``w·min(R, P)``, ``R`` the ``reduce_bucket_size``
-    (:data:`model.frameworks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`), ``P`` the stage's parameters on
-    the GPU. ``overlap_comm`` is on at stage 3 (``zero/config.py`` ``overlap_comm_valid``), so
-    ``stage3.py`` ``__reduce_and_partition_ipg_grads`` reduce-scatters each gradient bucket
+    Under ``deepspeed`` ZeRO-3 with dp·cp > 1: the segments the gradient buckets' copies leave
+    (:func:`model.terms.reduce_pool.reduce_pool_per_gpu`). ``overlap_comm`` is on at stage 3
+    (``zero/config.py`` ``overlap_comm_valid``), so ``stage3.py``
+    ``__reduce_and_partition_ipg_grads`` reduce-scatters each flush of the IPG bucket
+    (``reduce_bucket_size`` ``R``, :data:`model.frameworks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`)
     inside ``reduce_and_partition_stream``, a side stream, through
     ``comm/coalesced_collectives.py`` ``reduce_scatter_coalesced`` (``reduce_scatter`` on by
-    default), which for a bucket of more than one tensor ``torch.cat``-s their interleaved
-    partitions into a new buffer as large as the bucket: a block of that stream's pool, at most
-    the bucket (DeepSpeed edaa72212). Flushes of growing sizes can leave more than one such
-    segment (not counted).
+    default), which, unless the flush is one tensor the world size divides, ``torch.cat``-s the
+    tensors' interleaved partitions into a new buffer as large as the flush (DeepSpeed
+    edaa72212). A cached block serves only a request no larger than itself, so each flush larger
+    than every one before leaves a segment of its own, rounded up to 2 MiB: the pool is the sum
+    of the record-setting flushes, simulated over the stage's gradients in backward order
+    (Llama 3 70B at tp 4: 954,204,160 + 975,175,680 B in BF16).
     """
     fw = Framework(f.framework)
     if fw is Framework.DEEPSPEED:
-        dense, expert = split_params(c, f)
-        flush = minimum(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, dense + expert)
-        copy = c.training.weight_bytes * flush
-        return where((f.zero_stage == 3) & (f.shard_degree > 1), copy, 0)
+        pool = reduce_pool_per_gpu(c, f)
+        return where((f.zero_stage == 3) & (f.shard_degree > 1), pool, 0)
     if fw is not Framework.FSDP2:
         return 0
     unit_dense, unit_expert = units_per_gpu(c, f)

@@ -1,32 +1,55 @@
-"""DeepSpeed ZeRO-3's reduce-scatter copy in its side stream's pool (model/terms/peak.py
-stream_pool_term): ``overlap_comm`` is on at stage 3 (DeepSpeed edaa72212 ``zero/config.py``
-``overlap_comm_valid``), ``stage3.py`` ``__reduce_and_partition_ipg_grads`` reduce-scatters each
-gradient bucket on ``reduce_and_partition_stream``, and ``comm/coalesced_collectives.py``
-``reduce_scatter_coalesced`` concatenates the bucket's interleaved partitions into a new buffer
-(``torch.cat``) as large as the bucket (``reduce_bucket_size`` 5e8 elements)."""
+"""DeepSpeed ZeRO-3's reduce-scatter copies in their side stream's pool (model/terms/peak.py
+stream_pool_term, model/terms/reduce_pool.py): ``overlap_comm`` is on at stage 3 (DeepSpeed
+edaa72212 ``zero/config.py`` ``overlap_comm_valid``), ``stage3.py`` flushes the IPG bucket when
+the next gradient would take it past ``reduce_bucket_size`` (5e8 elements,
+``reduce_independent_p_g_buckets_and_remove_grads``) and reduce-scatters each flush on
+``reduce_and_partition_stream``; ``comm/coalesced_collectives.py`` ``reduce_scatter_coalesced``
+concatenates the flush's interleaved partitions into a new buffer (``torch.cat``) unless the
+flush is one tensor the world size divides. The caching allocator serves a copy from a cached
+segment at least as large, else makes a segment rounded up to 2 MiB: the pool holds one segment
+per record-setting flush.
+
+Llama 3 70B at tp 4 (per GPU, backward order): the output layer 128,256 × 8,192 ÷ 4 =
+262,668,288, the final norm 8,192, then per layer fc2 8,192 × 28,672 ÷ 4 = 58,720,256, fc1
+2 × 28,672 × 8,192 ÷ 4 = 117,440,512, the post-attention norm 8,192, the output projection
+8,192 × 8,192 ÷ 4 = 16,777,216, QKV (64 + 16) × 128 × 8,192 ÷ 4 = 20,971,520, the input norm
+8,192: 213,925,888 a layer.
+
+* flush 1: output + norm + the last layer = 476,602,368 elements (the next fc2 would pass 5e8),
+  953,204,736 B in BF16, a segment of ⌈953,204,736 ÷ 2,097,152⌉ = 455 × 2 MiB = 954,204,160 B;
+* flush 2: two layers + the next fc2 = 2 × 213,925,888 + 58,720,256 = 486,572,032 elements,
+  973,144,064 B: larger than the first segment, a second of 465 × 2 MiB = 975,175,680 B;
+* later flushes: fc1 and the rest of a layer, a layer and fc2, 427,851,776 elements: they fit
+  in the first segment; the embedding's gradient (262,668,288) comes last.
+
+Pool: 954,204,160 + 975,175,680 = 1,929,379,840 B (0.954 + 0.975 GB); every tensor divides by
+16 (no padding)."""
 
 import trainplan
 from trainplan.interface.scenario import build_problem
+from trainplan.interface.search_commands import per_stage_json
 from trainplan.optimizer.search import search
 
+POOL_70B_TP4 = 455 * 2 * 2**20 + 465 * 2 * 2**20
+COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed",
+                  zero_stage=3, global_batch_size=2048, recompute="none", micro_batch_size=1)  # fmt: skip
 
-def test_llama3_70b_zero3_pool_and_the_search_answer():
-    """Llama 3 70B, dp 16 × tp 4, ZeRO-3, no recomputation, b 1: 17,639,415,808 parameters per
-    GPU, so the largest flush is the whole bucket: 2 B × 5e8 = 1,000,000,000 B in the reduce
-    stream's pool. Allocated 81,707,433,472 B + the pool + 1,207,959,552 B of communicators =
-    83,915,393,024 B, above the 83,210,009,600 usable: this layout, the search's answer before
-    (fit 82,915,393,024 B), now fits only through allocator retries, which the search does not
-    rely on; the answer moves to tp 8."""
-    e = trainplan.evaluate(
-        model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed", zero_stage=3,
-        global_batch_size=2048, recompute="none", micro_batch_size=1,
-    )  # fmt: skip
+
+def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
+    """Llama 3 70B, dp 16 × tp 4, ZeRO-3, no recomputation, b 1: the two segments above.
+    Allocated 81,707,433,472 B + the pool + 1,207,959,552 B of communicators = 84,844,772,864 B,
+    above the 83,210,009,600 usable: the uniform search's answer is tp 8."""
+    assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
+    assert 486_572_032 == 2 * 213_925_888 + 58_720_256
+    assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
+    assert POOL_70B_TP4 == 954_204_160 + 975_175_680 == 1_929_379_840
+    e = trainplan.evaluate(**COMMON_70B)
     p = e.peak
     assert p.dense_params + p.expert_params == 17_639_415_808
-    assert p.stream_pool_bytes == 2 * 500_000_000
+    assert p.stream_pool_bytes == POOL_70B_TP4
     assert p.allocated_bytes == 81_707_433_472 and p.communicator_bytes == 1_207_959_552
-    assert p.reserved_total_bytes == 81_707_433_472 + 10**9 + 1_207_959_552 == 83_915_393_024
-    assert p.reserved_total_bytes > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 81_707_433_472 + POOL_70B_TP4 + 1_207_959_552
+    assert p.reserved_total_bytes == 84_844_772_864 > e.capacity_bytes == 83_210_009_600
     assert e.fits  # the allocated verdict; the search's rule reads the reserved figure
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
@@ -34,15 +57,52 @@ def test_llama3_70b_zero3_pool_and_the_search_answer():
     assert (best.dp, best.tp, best.zero_stage) == (8, 8, 3)
 
 
+def test_the_per_stage_answer_counts_the_second_segment():
+    """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed
+    --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers:
+    allocated 80,298,147,328 + 1,000,000,000 + 1,207,959,552 = 82,506,106,880 B (82.51 of
+    83.21 GB); the second segment puts that layout at 80,298,147,328 + 1,929,379,840 +
+    1,207,959,552 = 83,435,486,720 B, over. The answer recomputes 3: allocated 79,593,504,256,
+    fit 82,730,843,648 B; the search's tables and the evaluator read the same pool."""
+    two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
+    assert two.allocated_bytes == 80_298_147_328 and two.stream_pool_bytes == POOL_70B_TP4
+    assert two.reserved_total_bytes == 83_435_486_720 > 83_210_009_600
+    assert two.reserved_total_bytes - POOL_70B_TP4 + 10**9 == 82_506_106_880  # the one-block rule
+    run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
+                          "framework": "deepspeed"})  # fmt: skip
+    lay, m = run.json["layout"], run.json["memory"]
+    assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [3])
+    assert m["stream_pool_bytes"] == POOL_70B_TP4 and m["allocated_bytes"] == 79_593_504_256
+    assert m["fit_bytes"] == 79_593_504_256 + POOL_70B_TP4 + 1_207_959_552 == 82_730_843_648
+    assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
+
+
+def test_llama3_8b_tp1_pools_one_segment():
+    """Llama 3 8B at tp 1 over 8 ranks: the output layer (128,256 × 4,096 = 525,336,576) is
+    larger than the bucket, alone in its flush, and divides by 8: reduced in place, no copy.
+    Then the final norm (4,096) and layers of 218,112,000 (fc2 58,720,256, fc1 117,440,512,
+    norm 4,096, output projection 16,777,216, QKV 25,165,824, norm 4,096) until the next fc2
+    would pass 5e8: 4,096 + 2 × 218,112,000 + 58,720,256 = 494,948,352 elements, 989,896,704 B,
+    a segment of 473 × 2 MiB = 991,952,896 B. Later flushes (436,224,000 elements at most) fit
+    in it, the embedding comes last alone and divides by 8: one segment."""
+    assert 494_948_352 == 4_096 + 2 * 218_112_000 + 58_720_256
+    assert 218_112_000 == 58_720_256 + 117_440_512 + 16_777_216 + 25_165_824 + 2 * 4_096
+    assert 473 * 2 * 2**20 == 991_952_896 >= 2 * 494_948_352 > 472 * 2 * 2**20
+    p = trainplan.evaluate(model="llama3-8b", gpu="H100-SXM", dp=8, framework="deepspeed",
+                           zero_stage=3, global_batch_size=64).peak  # fmt: skip
+    assert p.stream_pool_bytes == 991_952_896
+
+
 def test_a_stage_smaller_than_the_bucket_pools_its_own_size():
-    """Megatron 1.7B at tp 4 has fewer parameters on a GPU than the bucket holds: the largest
-    flush, and the pool, is all of them, 2 B each. ZeRO-1 and -2 (overlap_comm off by default)
-    and dp 1 (no reduce-scatter) pool nothing."""
+    """Megatron 1.7B at tp 4 has fewer parameters on a GPU than the bucket holds: one flush of
+    all 416,848,896 of them (the tied embedding's gradient last), 833,697,792 B, a segment of
+    398 × 2 MiB = 834,666,496 B. ZeRO-1 and -2 (overlap_comm off by default) and dp 1 (no
+    reduce-scatter) pool nothing."""
     common = dict(model="megatron-1.7b", gpu="H100-SXM", framework="deepspeed",
                   global_batch_size=64)  # fmt: skip
     p = trainplan.evaluate(dp=8, tp=4, zero_stage=3, **common).peak
-    params = p.dense_params + p.expert_params
-    assert params < 500_000_000 and p.stream_pool_bytes == 2 * params
+    assert p.dense_params + p.expert_params == 416_848_896 < 500_000_000
+    assert p.stream_pool_bytes == 398 * 2 * 2**20 == 834_666_496 >= 2 * 416_848_896
     for zero in (1, 2):
         assert trainplan.evaluate(dp=8, tp=4, zero_stage=zero, **common).peak.stream_pool_bytes == 0
     assert trainplan.evaluate(dp=1, tp=4, zero_stage=3, **common).peak.stream_pool_bytes == 0
