@@ -103,7 +103,8 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    click.echo(f"Example {name}: {out['says']}\n")
+    source = f"  [{out['source']}]" if out.get("source") else ""
+    click.echo(f"Example {name}: {out['says']}{source}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
