@@ -130,7 +130,7 @@ MAX_CONFIG_CHARS = 1_000_000
 def rlhf_json(kw: Mapping[str, Any]) -> dict[str, Any]:
     """``trainplan rlhf --json`` of the command's parsed options (display-only ones such as
     ``width`` dropped), made its request once (:class:`interface.tab_requests.RLHFRequest`): the
-    original planner's figures, and the faithful accounting with ``model``."""
+    textbook accounting's figures, and the faithful accounting with ``model``."""
     from trainplan.interface import tabs
     from trainplan.interface.tab_requests import RLHFRequest, tab_request
 

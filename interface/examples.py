@@ -1,4 +1,4 @@
-"""The 21 named examples of the original web planner, runnable by name.
+"""The 21 worked examples, runnable by name.
 
 Data: ``scenarios/examples.toml`` (each example with its source). Each example opens
 one tab with its parameters; parameters given by the caller override the example's.
@@ -16,8 +16,9 @@ from trainplan.model.units import closest_names
 __all__ = ["examples", "get_example", "example_params", "run_example", "EXAMPLE_FRAMEWORK"]
 
 EXAMPLE_FRAMEWORK = "textbook"
-"""The profile the planner examples run under (docs/concepts/conventions.md "Two kinds of figures"): the original
-tool's steady-state conventions, so its figures come out exactly; ``--framework`` overrides."""
+"""The profile the planner examples run under (docs/concepts/conventions.md "Two kinds of figures"): the
+textbook steady-state accounting their figures are stated in, so they come out exactly;
+``--framework`` overrides."""
 
 
 @cache
@@ -47,7 +48,7 @@ def example_params(
     ex = get_example(name)
     tab = ex["tab"]
     if tab == "planner":
-        # the original tool's figures: the textbook steady-state convention, by name, with the
+        # the figures as stated: the textbook steady-state accounting, by name, with the
         # training options a published run states (its `recipe`, which may name its framework)
         params: dict[str, Any] = {"framework": EXAMPLE_FRAMEWORK}
         params.update({k: ex[k] for k in ("params", "model", "gpu") if k in ex})

@@ -83,7 +83,7 @@ KEY_HELP: dict[str, str] = {
     "they are counted per layout, by process group.",
     "time_model": "roofline (default for megatron, deepspeed, fsdp2): every operation on the "
     "roofline, collectives by mechanism; single: one kernel efficiency and per-axis overlaps "
-    "(the original model; textbook always uses it).",
+    "(textbook always uses it).",
     "gemm_efficiency": "Roofline: fraction of peak of a GEMM's main loop; default fitted per "
     "accelerator generation (model.roofline).",
     "hbm_efficiency": "Roofline: fraction of the HBM bandwidth memory-bound kernels reach (0.9).",

@@ -123,17 +123,17 @@ class CkptRequest:
 @dataclass(frozen=True, slots=True)
 class RLHFRequest:
     """``trainplan rlhf``'s inputs (``/api/rlhf``; the ``rlhf`` examples; the workload of
-    ``rlhf-plan``): the step's workload, the original planner's accounting's own options, and
+    ``rlhf-plan``): the step's workload, the textbook accounting's own options, and
     with ``model`` the faithful accounting's placement. Defaults: :data:`model.rlhf.shares.
-    DEFAULTS` (original) and :data:`interface.rlhf.faithful.FAITHFUL_DEFAULTS` (faithful); which
+    DEFAULTS` (textbook) and :data:`interface.rlhf.faithful.FAITHFUL_DEFAULTS` (faithful); which
     option belongs to which: :data:`interface.rlhf.report.SEED_ONLY`, ``FAITHFUL_ONLY``."""
 
     algorithm: str
-    """ppo, grpo or dpo (dpo: the original accounting only)."""
+    """ppo, grpo or dpo (dpo: the textbook accounting only)."""
     policy_params: Any = None
-    """Original: policy parameters N_p."""
+    """Textbook: policy parameters N_p."""
     reward_params: Any = None
-    """Original: reward model / critic parameters N_r (None: N_p)."""
+    """Textbook: reward model / critic parameters N_r (None: N_p)."""
     reward: str | None = None
     """model or rule (PPO and GRPO; None: model)."""
     prompts: Any = 1024
@@ -178,29 +178,29 @@ class RLHFRequest:
     bandwidth_efficiency: Any = None
     """Faithful: fraction of HBM bandwidth decode reaches (None: 1)."""
     decode_mfu: Any = None
-    """Original: MFU of rollout generation, 0–1 (None: 0.04)."""
+    """Textbook: MFU of rollout generation, 0–1 (None: 0.04)."""
     train_mfu: Any = 0.4
-    """Original: MFU of scoring and training, 0–1."""
+    """Textbook: MFU of scoring and training, 0–1."""
     peak_tflops: Any = None
-    """Original: dense peak per chip, TFLOP/s, instead of ``gpu``."""
+    """Textbook: dense peak per chip, TFLOP/s, instead of ``gpu``."""
     chips: Any = None
-    """Original: chips (None: 1)."""
+    """Textbook: chips (None: 1)."""
     rollout_engine: bool = False
-    """Original: add the engine's weight copy and KV cache."""
+    """Textbook: add the engine's weight copy and KV cache."""
     layers: Any = None
-    """Original: the policy's layers (KV cache)."""
+    """Textbook: the policy's layers (KV cache)."""
     kv_heads: Any = None
-    """Original: the policy's K/V heads (KV cache)."""
+    """Textbook: the policy's K/V heads (KV cache)."""
     head_dim: Any = None
-    """Original: the policy's head dimension (KV cache)."""
+    """Textbook: the policy's head dimension (KV cache)."""
     logits_buffer: bool = False
-    """Original: add the FP32 logits buffer."""
+    """Textbook: add the FP32 logits buffer."""
     vocab_size: Any = None
-    """Original: the vocabulary of the logits buffer."""
+    """Textbook: the vocabulary of the logits buffer."""
     logits_tokens: Any = None
-    """Original: tokens per logits buffer (None: one sequence)."""
+    """Textbook: tokens per logits buffer (None: one sequence)."""
     model: str | None = None
-    """Faithful: the policy, a catalogue name or a config.json path (None: the original
+    """Faithful: the policy, a catalogue name or a config.json path (None: the textbook
     accounting)."""
     model_spec: Any = None
     """Faithful: the policy as a :class:`~model.model_spec.ModelSpec` built in code (the

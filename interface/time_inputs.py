@@ -178,7 +178,7 @@ def _time_model(params: Mapping[str, Any], framework: Framework) -> TimeModel:
     if params.get("time_model") == "roofline" and not framework.physical:
         raise InputError(
             f"time_model: roofline times the mechanisms of a physical profile; framework "
-            f"{framework} keeps the single model (its figures are the original planner's); use --framework "
+            f"{framework} keeps the single model (one kernel efficiency, per-axis overlaps); use --framework "
             "megatron, deepspeed or fsdp2, or leave time_model out"
         )
     roofline = time_model is TimeModel.ROOFLINE and framework.physical

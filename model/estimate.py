@@ -266,7 +266,7 @@ def _zero_table(
     stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
 ) -> tuple[ZeroRow, ...]:
     """The model state of the busiest stage under each ZeRO stage the layout's framework runs at
-    its pp, against its lowest stage (textbook: ZeRO-0, as the original planner's table). On the GPU without
+    its pp, against its lowest stage (textbook: ZeRO-0, the ZeRO paper's baseline). On the GPU without
     offload: the table compares the ZeRO stages themselves (an offload is reported beside it,
     ``memory.host_bytes``)."""
     stages = zero_stages_for(layout.framework, layout.pp)

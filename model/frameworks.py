@@ -55,10 +55,11 @@ Profiles (``--framework``):
   pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync off until the last
   micro-batch: the stage's unsharded gradients accumulate whole, in FP32, and are
   reduce-scattered once per step (:func:`_fsdp2_pipelined`).
-* ``textbook`` — the original planner's and the ZeRO paper's steady state (Rajbhandari et al. 2019): 16
-  B/param sharded as ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather;
-  ``zero3_regather`` gathers per micro-batch), capacity as the vendor states it. It reproduces
-  the original tool's figures; the search does not optimise it by default.
+* ``textbook`` — the ZeRO paper's steady state (Rajbhandari et al. 2019): 16 B/param sharded as
+  ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather; ``zero3_regather`` gathers per
+  micro-batch), capacity as the vendor states it, with Korthikanti et al.'s per-layer
+  activations. It reproduces the worked examples' figures (``trainplan example``); the search
+  does not optimise it by default.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ DEFAULT_ZERO_STAGE: dict[Framework, int] = {
 }
 """The stage a layout gets when none is given: Megatron's distributed optimizer, DeepSpeed's
 stage 1, FSDP2's full sharding (``fully_shard``'s default ``reshard_after_forward=True``), and
-ZeRO-1 for the textbook (the original planner's default)."""
+ZeRO-1 for the textbook (the worked examples' default)."""
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``reduce_bucket_size`` default, elements (``deepspeed/runtime/zero/config.py``):

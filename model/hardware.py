@@ -122,7 +122,7 @@ class DeviceSpec:
 
     def usable_bytes(self, physical: bool = True) -> int:
         """Bytes a layout may use: the device's bytes less the runtime reserve under a physical
-        profile; the vendor's stated capacity under ``textbook`` (the original planner's 80 GB = 80·10⁹).
+        profile; the vendor's stated capacity under ``textbook`` (an "80 GB" GPU holds 80·10⁹ B).
 
         Examples
         --------

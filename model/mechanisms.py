@@ -31,7 +31,7 @@ _SOURCES = {
     Framework.FSDP2: "PyTorch FSDP2 fully_shard, MixedPrecisionPolicy(param_dtype=bf16, "
     "reduce_dtype=fp32) as torchtitan sets it; Llama 3 (arXiv 2407.21783) §3.3.1, §3.3.4",
     Framework.TEXTBOOK: "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) §3.1, §7: 16 B/param "
-    "and one DP exchange per step (the original tool's convention)",
+    "and one DP exchange per step (steady state, the textbook accounting)",
 }
 
 

@@ -4,7 +4,7 @@
 Two conventions are both named in every output:
 
 * ``bubble_fraction`` — idle share of the whole step, ``(pp − 1)/(v·m + pp − 1)`` (GPipe, Huang et
-  al. 2019; the original planner's form).
+  al. 2019; the pipeline tab's form).
 * ``bubble_ratio`` — bubble time over ideal compute time, ``(pp − 1)/(v·m)`` (Narayanan et al.
   2021, arXiv 2104.04473, §2.2; Llama 3 Table 4's form).
 

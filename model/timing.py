@@ -2,7 +2,7 @@
 
 Two time models (``time_model``): ``roofline`` (the default for the physical framework
 profiles) times each operation and collective (:mod:`model.step_time`); ``single`` is the
-original model, kept by name and always used by the ``textbook`` profile:
+first model, kept by name and always used by the ``textbook`` profile:
 
 ``step_s = ideal_compute_s × (1 + bubble_ratio) + Σ_axis (1 − overlap_axis) × comm_s(axis)``
 (docs/concepts/conventions.md "Step time and MFU"), where ``ideal_compute_s = m × t_mb`` and ``t_mb`` is the slowest
@@ -149,8 +149,7 @@ def attention_efficiency_for(device_name: str) -> float | None:
 class TimeModel(StrEnum):
     """``roofline``: every operation on the roofline and every collective by its mechanism
     (:mod:`model.step_time`; physical profiles); ``single``: one kernel efficiency for all
-    FLOPs and one overlap fraction per axis (the original model; the ``textbook`` profile always
-    uses it)."""
+    FLOPs and one overlap fraction per axis (the ``textbook`` profile always uses it)."""
 
     ROOFLINE = "roofline"
     SINGLE = "single"

@@ -205,7 +205,7 @@ def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
 
 
 def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
-    """Read a number as the original planner writes it, exactly.
+    """Read a number as the command line, the page's links and scenario files write it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
     space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).

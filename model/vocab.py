@@ -37,7 +37,7 @@ ranks hold together are V rounded up to a multiple of it × tp):
 * ``fsdp2`` 1: torchtitan keeps the tokenizer's V; a tensor-parallel embedding or output layer
   is a DTensor sharded on its rows, which ``Shard(0)`` splits as ``torch.chunk`` does (⌈V/tp⌉
   rows on the first ranks, fewer on the last).
-* ``textbook`` 1: the original planner's V/tp, in whole rows.
+* ``textbook`` 1: V/tp, in whole rows.
 """
 
 

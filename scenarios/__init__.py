@@ -77,8 +77,8 @@ def load(kind: str, name: str) -> dict[str, Any]:
 
 
 DATA_FILES = ("examples", "published", "rlhf_measured")
-"""The package's top-level data files: ``examples.toml`` (the original tool's 21 named examples
-and the figures each must show) and ``published.toml`` (papers' tables: Megatron-LM 2021 Table 1,
+"""The package's top-level data files: ``examples.toml`` (the 21 worked examples, their
+sources and the figures each must show) and ``published.toml`` (papers' tables: Megatron-LM 2021 Table 1,
 Korthikanti et al. 2022 Tables 3 and 5, Llama 3 Table 4, the ZeRO paper's Table 1, …; each table
 names its source in the file) and ``rlhf_measured.toml`` (published RLHF step times with the
 configuration each ran, issue 12)."""

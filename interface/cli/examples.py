@@ -1,4 +1,4 @@
-"""``trainplan example NAME``: run one of the 21 named examples of the original tool."""
+"""``trainplan example NAME``: run one of the 21 worked examples (``scenarios/examples.toml``)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def example_cmd(
     per_stage: bool,
     **params: Any,
 ) -> None:
-    """Run a named example of the original tool (trainplan example --list)."""
+    """Run a worked example by name: a layout, pipeline, MFU, checkpointing or RLHF case, its source
+    and the figures it reproduces (trainplan example --list)."""
     from trainplan.interface.examples import example_params, examples, run_example
 
     if list_ or not name:
@@ -88,8 +89,9 @@ def example_cmd(
                 + (f"  [{ex['source']}]" if ex.get("source") else "")
                 + f"\nProfile: {merged['framework']}"
                 + (
-                    " (the original tool's steady-state convention; --framework megatron|"
-                    "deepspeed|fsdp2 for a real framework's peak memory and traffic)"
+                    " — steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
+                    "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
+                    "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
                     if merged["framework"] == "textbook"
                     else ""
                 )
@@ -101,7 +103,8 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    click.echo(f"Example {name}: {out['says']}\n")
+    source = f"  [{out['source']}]" if out.get("source") else ""
+    click.echo(f"Example {name}: {out['says']}{source}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)

@@ -1,4 +1,4 @@
-"""``trainplan rlhf`` (the RLHF tab: the original planner's accounting, and with ``--model`` the faithful one)
+"""``trainplan rlhf`` (the RLHF tab: the textbook accounting, and with ``--model`` the faithful one)
 and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
 Options are read as text into the tab's request (:class:`interface.tab_requests.RLHFRequest`,
@@ -39,7 +39,7 @@ def _pct(x: float) -> str:
 def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
     """The workload options both commands share."""
     opts = [
-        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: the original planner's accounting only)."),
+        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: textbook accounting only, without --model)."),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
         click.option(
             "--prompts", default=str(D["prompts"]), show_default=True, help="Prompts per step."
@@ -93,34 +93,35 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 @cli.command("rlhf")
 @_workload
 @click.option(
-    "--policy-params", help="Policy parameters N_p (70e9, 70B): the original planner's accounting."
+    "--policy-params",
+    help="Policy parameters N_p (70e9, 70B): the textbook accounting (without --model).",
 )
 @click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
 @click.option(
     "--decode-mfu",
-    help=f"Original accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+    help=f"Textbook accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
     default=str(D["train_mfu"]),
     show_default=True,
-    help="Original accounting: MFU of scoring and training (0–1).",
+    help="Textbook accounting: MFU of scoring and training (0–1).",
 )
-@click.option("--peak-tflops", help="Peak per chip instead of --gpu (original accounting).")
-@click.option("--chips", help="Original accounting: chips [default: 1].")
+@click.option("--peak-tflops", help="Peak per chip instead of --gpu (textbook accounting).")
+@click.option("--chips", help="Textbook accounting: chips [default: 1].")
 @click.option(
     "--rollout-engine",
     is_flag=True,
-    help="Original accounting: add the engine's weight copy and KV cache (needs --layers "
+    help="Textbook accounting: add the engine's weight copy and KV cache (needs --layers "
     "--kv-heads --head-dim).",
 )
-@click.option("--layers", help="Original accounting: the policy's layers (KV cache).")
-@click.option("--kv-heads", help="Original accounting: the policy's KV heads (KV cache).")
-@click.option("--head-dim", help="Original accounting: the policy's head dimension (KV cache).")
+@click.option("--layers", help="Textbook accounting: the policy's layers (KV cache).")
+@click.option("--kv-heads", help="Textbook accounting: the policy's KV heads (KV cache).")
+@click.option("--head-dim", help="Textbook accounting: the policy's head dimension (KV cache).")
 @click.option(
-    "--logits-buffer", is_flag=True, help="Original accounting: add the FP32 logits buffer."
+    "--logits-buffer", is_flag=True, help="Textbook accounting: add the FP32 logits buffer."
 )
-@click.option("--vocab-size", help="Original accounting: vocabulary for --logits-buffer.")
+@click.option("--vocab-size", help="Textbook accounting: vocabulary for --logits-buffer.")
 @click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
 @click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
 @click.option("--gpus", help="Faithful: GPUs of the cluster [default: 8].")
@@ -145,13 +146,14 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
 @JSON
 def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
-    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the original planner's figures, or with --model
-    every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
+    """Memory, FLOPs and time of one PPO, GRPO or DPO step: the textbook accounting (16 B per
+    trainable parameter, 2 B per frozen one; 2N FLOPs per token to infer, 6N to train), or with
+    --model every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
     r = rlhf_json(kw)
     if as_json:
         echo_json(r)
         return
-    _original_text(r)
+    _textbook_text(r)
     if "faithful" in r:
         from trainplan.interface.rlhf.text import plan_lines
 
@@ -172,8 +174,8 @@ def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
             click.echo(line)
 
 
-def _original_text(r: dict[str, Any]) -> None:
-    head = "" if r["accounting"] == "original" else "The original planner's accounting (textbook): "
+def _textbook_text(r: dict[str, Any]) -> None:
+    head = "" if r["accounting"] == "textbook" else "Textbook accounting (16 / 2 B per parameter): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
     click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
     for x in r["network_table"]:

@@ -1,4 +1,4 @@
-"""Three of the other tabs of the original tool: ``pipeline``, ``mfu``, ``ckpt`` (``rlhf`` is in
+"""Three of the other tabs: ``pipeline``, ``mfu``, ``ckpt`` (``rlhf`` is in
 :mod:`interface.cli.rlhf`).
 
 Options are read as text into each tab's request (:mod:`interface.tab_requests`) and parsed by

@@ -189,15 +189,16 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
     Raises
     ------
     InputError
-        A bad value; ``framework`` textbook (the original accounting's).
+        A bad value; ``framework`` textbook (the accounting without a model).
     """
     policy = r.model_spec if r.model_spec is not None else get_model(str(r.model)).model
     critic = None if r.critic_model is None else get_model(str(r.critic_model)).model
     framework = parse_framework(_opt(r, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
-            "framework: 'textbook' is the original planner's accounting; the faithful one runs a framework's "
-            "mechanism (megatron, deepspeed, fsdp2) — leave out --model for the original planner's figures"
+            "framework: 'textbook' is the accounting without --model (16 / 2 B per parameter); the "
+            "faithful one runs a framework's mechanism (megatron, deepspeed, fsdp2) — leave out "
+            "--model for the textbook figures"
         )
     fraction = r.engine_memory_fraction
     frac = (

@@ -194,14 +194,14 @@ SEED_ONLY = (
     "policy_params", "reward_params", "chips", "peak_tflops", "rollout_engine", "layers",
     "kv_heads", "head_dim", "logits_buffer", "vocab_size", "logits_tokens",
 )  # fmt: skip
-"""Options of the original planner's accounting only: with ``--model`` the sizes, dimensions and the
+"""Options of the textbook accounting only: with ``--model`` the sizes, dimensions and the
 engine come from the model and the placement."""
 
 
 def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
-    """The RLHF tab with ``model``: the original planner's figures for the same workload (its keys, with
-    ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
-    :func:`plan_dict` of the tab's placement. ``seed_report`` is the original accounting of a
+    """The RLHF tab with ``model``: the textbook accounting's figures for the same workload (its keys,
+    with ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
+    :func:`plan_dict` of the tab's placement. ``seed_report`` is the textbook accounting of a
     request (:func:`interface.rlhf.tab.rlhf_report`'s; passed in: that module imports this one).
 
     Raises

@@ -1,4 +1,4 @@
-"""The original planner's RLHF tab as a report dictionary (``trainplan rlhf``): resident memory,
+"""The RLHF tab as a report dictionary (``trainplan rlhf``): the textbook accounting's resident memory,
 FLOPs and time shares of one step (:mod:`model.rlhf.shares`), and with a model name the faithful
 accounting of :mod:`interface.rlhf.report`."""
 
@@ -36,10 +36,11 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
     With ``model`` (a catalogue name or a config.json path) it also gives the faithful accounting
     of issue 12 under ``faithful`` (:func:`interface.rlhf.report.faithful_report`; its options,
     :data:`interface.rlhf.report.FAITHFUL_ONLY`), and ``accounting`` says which; without it the
-    figures are the original planner's (``accounting: "original"``).
+    figures are the textbook accounting's (``accounting: "textbook"``: 16 B per trainable
+    parameter, 2 B per frozen one; 2·N FLOPs per token to infer, 6·N to train).
 
     The rollout engine's weight copy and KV cache (``rollout_engine``) and the FP32 logits buffer
-    (``logits_buffer``) are off by default (the original planner leaves them out) and add to
+    (``logits_buffer``) are off by default (the textbook accounting leaves them out) and add to
     ``resident_bytes`` when on; ``bytes_per_policy_param`` counts the networks only. Options left
     None take :data:`RLHF_DEFAULTS` (``reward`` model for PPO and GRPO; ``gpu`` H100-SXM unless
     ``peak_tflops`` is given).
@@ -59,12 +60,12 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
     """
     r = as_request(RLHFRequest, args, kw)
     if r.faithful:
-        return rf.faithful_report(_original, r)
-    return _original(r)
+        return rf.faithful_report(_textbook, r)
+    return _textbook(r)
 
 
-def _original(r: RLHFRequest) -> dict[str, Any]:
-    """The original planner's accounting of ``r`` (:func:`rlhf_report` without a model)."""
+def _textbook(r: RLHFRequest) -> dict[str, Any]:
+    """The textbook accounting of ``r`` (:func:`rlhf_report` without a model)."""
     faithful = {k: getattr(r, k) for k in rf.FAITHFUL_ONLY}
     check_applicable(
         faithful,
@@ -72,15 +73,15 @@ def _original(r: RLHFRequest) -> dict[str, Any]:
     )
     algo = str(r.algorithm).lower()
     check_applicable(
-        {k: getattr(r, k) for k in _ORIGINAL_CHECKED},
+        {k: getattr(r, k) for k in _TEXTBOOK_CHECKED},
         rl.not_applicable(
             algo, r.reward, rollout_engine=r.rollout_engine, logits_buffer=r.logits_buffer
         ),
     )
     if r.policy_params is None:
         raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the original planner's accounting) or --model "
-            "NAME (the faithful one)"
+            "policy_params: missing; give --policy-params SIZE (the textbook accounting) or --model NAME "
+            "(the faithful one)"
         )
     n_p = parse_count(r.policy_params, "policy_params")
     n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
@@ -109,7 +110,7 @@ def _original(r: RLHFRequest) -> dict[str, Any]:
     total_flops, total_time = sum(flops.values()), sum(times.values())
     batch = rl.rollout_batch_size(dims["rollout_batch"], seqs) if r.rollout_engine else None
     return jsonable({
-        "tab": "rlhf", "accounting": "original", "algorithm": algo, "reward": reward,
+        "tab": "rlhf", "accounting": "textbook", "algorithm": algo, "reward": reward,
         "networks": len(nets), "network_table": [_network_row(x) for x in nets],
         "bytes_per_policy_param": net_bytes / n_p, "network_bytes": net_bytes,
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
@@ -125,16 +126,16 @@ def _original(r: RLHFRequest) -> dict[str, Any]:
 
 
 _ENGINE_DIMS = ("layers", "kv_heads", "head_dim", "rollout_batch", "vocab_size", "logits_tokens")
-"""The original accounting's engine and logits-buffer dimensions (:func:`model.rlhf.shares.
+"""The textbook accounting's engine and logits-buffer dimensions (:func:`model.rlhf.shares.
 extra_bytes`)."""
-_ORIGINAL_CHECKED = ("reward", "reward_params", "samples_per_prompt", "decode_mfu",
+_TEXTBOOK_CHECKED = ("reward", "reward_params", "samples_per_prompt", "decode_mfu",
                      "rollout_engine", *_ENGINE_DIMS)  # fmt: skip
-"""The original accounting's options that apply only to some algorithms or with the engine
+"""The textbook accounting's options that apply only to some algorithms or with the engine
 (:func:`model.rlhf.shares.not_applicable`)."""
 
 
 def _network_row(x: Any) -> dict[str, Any]:
-    """One network of the original accounting as its ``network_table`` row."""
+    """One network of the textbook accounting as its ``network_table`` row."""
     return {
         "role": x.role,
         "params": x.params,

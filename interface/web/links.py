@@ -5,7 +5,7 @@ A page's parameters are its command's options without the dashes (``seq-len``). 
 name a parameter as the command's own parameter does (``zero_stage`` for ``--zero``,
 ``micro_batch_size`` for ``--micro-batch``, the names of ``scenarios/examples.toml``), or by its
 one-letter option (``p`` and ``m`` for the pipeline's ``--stages`` and ``--microbatches``), or by
-the original web tool's name (:data:`ORIGINAL_NAMES`: ``pp`` for the stages, ``gpus`` and ``step``
+a hash link's name (:data:`ORIGINAL_NAMES`: ``pp`` for the stages, ``gpus`` and ``step``
 for the MFU tab's chips and seconds per step): each page reads those as its own (:func:`aliases`).
 A name that is none of these is refused by the page, naming it and the page's names
 (:func:`names`). ``/api/examples`` answers every example with the
@@ -56,9 +56,9 @@ ORIGINAL_NAMES = {
     "pipeline": {"pp": "stages"},
     "mfu": {"gpus": "chips", "step": "step-seconds"},
 }
-"""The original web tool's link names that are none of the command's names → the page's name:
-its pipeline tab's ``pp`` (the stages, as the Planner's ``pp``), its MFU tab's ``gpus`` (the
-chips) and ``step`` (the measured step's seconds). Its other names (``m``, ``schedule``,
+"""Hash-link names (``/#pipeline?pp=4``; SEED.md's links) that are none of the command's names →
+the page's name: the pipeline tab's ``pp`` (the stages, as the Planner's ``pp``), the MFU tab's ``gpus`` (the
+chips) and ``step`` (the measured step's seconds). The links' other names (``m``, ``schedule``,
 ``params``, ``tokens``, ``algorithm``, ``model``, ``gpus`` on the RLHF tab, ``dp tp pp cp ep``
 on the Planner, ``n`` and ``k`` on checkpointing) are the commands' own names or one-letter
 options already."""
@@ -74,7 +74,7 @@ def names(page: str) -> tuple[str, ...]:
 def aliases(page: str) -> dict[str, str]:
     """Other names of ``page``'s parameters → the page's name (the option without dashes): the
     command's parameter name (``zero_stage`` → ``zero``), its one-letter options (``p`` →
-    ``stages``) and the original tool's names (:data:`ORIGINAL_NAMES`, ``gpus`` → ``chips`` on
+    ``stages``) and the hash links' names (:data:`ORIGINAL_NAMES`, ``gpus`` → ``chips`` on
     the MFU tab). Names equal to the page's own are left out."""
     out: dict[str, str] = {}
     for o in option_names(PAGE_COMMANDS[page]):

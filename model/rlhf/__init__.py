@@ -1,4 +1,4 @@
-"""RLHF in the cost model: the original planner's accounting of a step (:mod:`.shares`: 16 / 2 B
+"""RLHF in the cost model: the textbook accounting of a step (:mod:`.shares`: 16 / 2 B
 per parameter, FLOP shares at two MFUs) and the faithful one — the workload and its roles
 (:mod:`.spec`), each role's placement and cost records (:mod:`.roles`), the cost of a training or
 scoring role (:mod:`.network`) and of the rollout engine (:mod:`.engine`), one role's cost under

@@ -291,7 +291,7 @@ DEFAULTS: dict[str, object] = {
 }
 """Documented defaults of the RLHF tab: a GRPO step as in DeepSeekMath (1,024 prompts × 16 samples,
 long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
-(the original planner's "decode MFU one tenth of training MFU"); the rollout engine decodes
+(decode MFU one tenth of training MFU); the rollout engine decodes
 :data:`ROLLOUT_BATCH` sequences at once (vLLM's default). The FLOP and time *shares* depend only on
 the algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
 
@@ -339,7 +339,7 @@ def extra_bytes(
     vocab_size: int | None = None,
     logits_tokens: int | None = None,
 ) -> dict[str, Fraction]:
-    """Optional memory beyond the networks (off by default, as in the original planner), in bytes.
+    """Optional memory beyond the networks (off by default, as in the textbook accounting), in bytes.
 
     ``rollout_engine``: the inference engine's own BF16 weight copy (2·N_p) and its KV cache for
     the ``rollout_batch`` sequences it decodes at once (default :data:`ROLLOUT_BATCH`, vLLM's 256,

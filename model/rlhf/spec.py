@@ -1,6 +1,6 @@
 """An RLHF step as people run it (issue 12): the workload, the roles, the logits buffers and
 the FLOPs of each phase — the inputs of :mod:`model.rlhf.roles` (each role's bytes and seconds)
-and :mod:`model.rlhf.step` (a placement's step). The original planner's accounting (16 / 2 B per parameter,
+and :mod:`model.rlhf.step` (a placement's step). The textbook accounting (16 / 2 B per parameter,
 FLOP shares at two MFUs) stays in :mod:`model.rlhf.shares`.
 
 Roles (OpenRLHF's and verl's, Hu et al. 2024 arXiv 2405.11143; Sheng et al. 2025, HybridFlow,

@@ -66,14 +66,14 @@ def test_old_log_prob_engine_is_the_users_not_the_default():
 
 def test_faithful_text_prints_every_term_and_a_timeline():
     out = run(*GRPO7, "--gpus", "16", "--rollout-gpus", "8", "--off-policy", "1").stdout
-    for line in ("The original planner's accounting (textbook)", "Faithful accounting", "engine budget",
+    for line in ("Textbook accounting (16 / 2 B per parameter)", "Faithful accounting", "engine budget",
                  "KV cache", "decode", "FP32 logits", "one-step off-policy", "pool 1 (GPUs 8–15)"):  # fmt: skip
         assert line in out, line
 
 
 def test_seed_figures_unchanged_without_model():
     r = rlhf_report("grpo", 70e9, 70e9)
-    assert r["accounting"] == "original" and r["bytes_per_policy_param"] == 20
+    assert r["accounting"] == "textbook" and r["bytes_per_policy_param"] == 20
     assert "faithful" not in r
 
 
@@ -89,7 +89,7 @@ BAD = [
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
     (["--logits", "sparse"], "logits: 'sparse' is not one of full, chunked, fused"),
     (["--policy-params", "7B"], "--policy-params: '7B' does not apply"),
-    (["--framework", "textbook"], "framework: 'textbook' is the original planner's accounting"),
+    (["--framework", "textbook"], "framework: 'textbook' is the accounting without --model"),
     (["--off-policy", "1"], "--off-policy: 1 needs the engine on GPUs of its own"),
 ]
 

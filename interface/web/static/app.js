@@ -1,5 +1,5 @@
 // trainplan's pages: the URL is the page's state; every figure and number comes from the API.
-// This file: the ways in (the original tool's hash links #plan?…, the named examples, a tab's last
+// This file: the ways in (hash links #plan?…, the named examples, a tab's last
 // state), reading and writing the state, calling the API, errors next to their field, formatting
 // for the eye (GB, %, durations), tables, and the accelerator table at the bottom of every page.
 // The page never reads a number itself: each field's text goes to the API as typed, and the API
@@ -36,7 +36,7 @@ const TP = (() => {
   }
 
   // ---------------------------------------------------------------- the ways in
-  // The original tool's hash links: #plan?dp=8&tp=4 opens the Planner with those values.
+  // Hash links: #plan?dp=8&tp=4 opens the Planner with those values.
   const HASH_TABS = { plan: "planner", planner: "planner", pipeline: "pipeline", mfu: "mfu", ckpt: "ckpt", rlhf: "rlhf", search: "search", frontier: "frontier", about: "about" };
   // Parameters of the page itself, never sent to the API: the example shown, the player's step.
   const PAGE_ONLY = ["example", "step"];
@@ -55,7 +55,7 @@ const TP = (() => {
   const fieldNames = (form) => new Set(form ? $$("[name]", form).map((el) => el.name) : []);
 
   // A link's names as the page's: seq_len → seq-len, zero_stage → zero, p → stages, and the
-  // original tool's (gpus → chips on the MFU tab). A name the page does not know is left out and
+  // hash links' (gpus → chips on the MFU tab). A name the page does not know is left out and
   // refused at the top, naming it and the page's names (never sent for click to guess at).
   function canonical(params, form) {
     const names = fieldNames(form), aliases = INFO.aliases[PAGE] || {}, out = new URLSearchParams();
