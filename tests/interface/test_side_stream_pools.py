@@ -37,8 +37,11 @@ COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="de
 
 def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     """Llama 3 70B, dp 16 × tp 4, ZeRO-3, no recomputation, b 1: the two segments above.
-    Allocated 81,707,433,472 B + the pool + 1,207,959,552 B of communicators = 84,844,772,864 B,
-    above the 83,210,009,600 usable: the uniform search's answer is tp 8."""
+    Allocated 82,758,106,624 B (81,707,433,472 before Megatron-DeepSpeed's 10 B loss added
+    4·8,192·32,064 = 1,050,673,152, tests/model/test_deepspeed_loss.py) + the pool + 1,610,612,736
+    B of communicators (the model-parallel group's ring among them,
+    tests/model/test_deepspeed_groups.py) = 86,298,099,200 B, above the 83,210,009,600 usable:
+    the uniform search's answer is tp 8."""
     assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
     assert 486_572_032 == 2 * 213_925_888 + 58_720_256
     assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
@@ -47,10 +50,10 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     p = e.peak
     assert p.dense_params + p.expert_params == 17_639_415_808
     assert p.stream_pool_bytes == POOL_70B_TP4
-    assert p.allocated_bytes == 81_707_433_472 and p.communicator_bytes == 1_207_959_552
-    assert p.reserved_total_bytes == 81_707_433_472 + POOL_70B_TP4 + 1_207_959_552
-    assert p.reserved_total_bytes == 84_844_772_864 > e.capacity_bytes == 83_210_009_600
-    assert e.fits  # the allocated verdict; the search's rule reads the reserved figure
+    assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 == 82_758_106_624
+    assert p.communicator_bytes == 1_610_612_736
+    assert p.reserved_total_bytes == 82_758_106_624 + POOL_70B_TP4 + 1_610_612_736
+    assert p.reserved_total_bytes == 86_298_099_200 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate.layout
@@ -59,21 +62,19 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
 
 def test_the_per_stage_answer_counts_the_second_segment():
     """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed
-    --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers:
-    allocated 80,298,147,328 + 1,000,000,000 + 1,207,959,552 = 82,506,106,880 B (82.51 of
-    83.21 GB); the second segment puts that layout at 80,298,147,328 + 1,929,379,840 +
-    1,207,959,552 = 83,435,486,720 B, over. The answer recomputes 3: allocated 79,593,504,256,
-    fit 82,730,843,648 B; the search's tables and the evaluator read the same pool."""
+    --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers;
+    that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,610,612,736 =
+    84,888,813,056 B, over. The answer recomputes 5: allocated 79,234,891,264, fit
+    82,774,883,840 B; the search's tables and the evaluator read the same pool."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
-    assert two.allocated_bytes == 80_298_147_328 and two.stream_pool_bytes == POOL_70B_TP4
-    assert two.reserved_total_bytes == 83_435_486_720 > 83_210_009_600
-    assert two.reserved_total_bytes - POOL_70B_TP4 + 10**9 == 82_506_106_880  # the one-block rule
+    assert two.allocated_bytes == 81_348_820_480 and two.stream_pool_bytes == POOL_70B_TP4
+    assert two.reserved_total_bytes == 84_888_813_056 > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed"})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
-    assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [3])
-    assert m["stream_pool_bytes"] == POOL_70B_TP4 and m["allocated_bytes"] == 79_593_504_256
-    assert m["fit_bytes"] == 79_593_504_256 + POOL_70B_TP4 + 1_207_959_552 == 82_730_843_648
+    assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [5])
+    assert m["stream_pool_bytes"] == POOL_70B_TP4 and m["allocated_bytes"] == 79_234_891_264
+    assert m["fit_bytes"] == 79_234_891_264 + POOL_70B_TP4 + 1_610_612_736 == 82_774_883_840
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

@@ -161,7 +161,8 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
     megatron's router also keeps 9 B per element of ``[S, E]`` (Transformer Engine's fused
     top-k: the routing map and an FP32 intermediate; the fused auxiliary-loss scores' FP32
     intermediate) where the others keep one FP32 copy: (9 − 4)·S·8 = 163,840 B more per layer
-    (:data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`)."""
+    (:data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`), and its fused permutation
+    Transformer Engine's int32 row map ``[S, 2E + 1]``: 4·S·17 = 278,528 B more per layer."""
     base = {"model": "mixtral-8x7b", "dp": 8, "num_gpus": 8, "global_batch_size": 8,
             "seq_len": 4096}  # fmt: skip
     per_mb = {}
@@ -172,8 +173,10 @@ def test_moe_combine_keeps_what_each_framework_multiplies():
     k, S, h, layers = 2, 4096, 4096, 32
     fused_router = (9 - 4) * S * 8
     assert fused_router == 163_840
+    row_map = 4 * S * (2 * 8 + 1)
+    assert row_map == 278_528
     assert per_mb["textbook"] - per_mb["megatron"] == layers * (
-        2 * k * S * h - 4 * k * S - fused_router
+        2 * k * S * h - 4 * k * S - fused_router - row_map
     )
     router = (4 - 2) * S * h + 4 * 8 * h
     assert router == 33_685_504
