@@ -121,6 +121,7 @@ def stage_backward_grads(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
     table = Fraction(vocab * arch.hidden_size, key.tp)
     last = key.output_rank()
     out = []
+    kinds: dict[Any, list[Fraction]] = {}  # a layer's gradients depend only on its kind
     for i, (_, layers, dense, experts) in enumerate(stage_params_per_gpu(key)):
         grads: list[Fraction] = []
         if i == last:
@@ -128,7 +129,10 @@ def stage_backward_grads(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
             head = Fraction(counts.output, key.tp) if counts.output else table if copy else 0
             grads += [g for g in (head, Fraction(counts.final_norm)) if g]
         for j in sorted(layers, reverse=True):
-            grads += layer_backward_grads(key, j)
+            kind = (arch.is_moe_layer(j), layer_params(arch, j))
+            if kind not in kinds:
+                kinds[kind] = layer_backward_grads(key, j)
+            grads += kinds[kind]
         tail = [table, Fraction(counts.embedding - vocab * arch.hidden_size)] if i == 0 else []
         rest = dense + experts - sum(grads) - sum(tail)
         grads += [g for g in (rest, *tail) if g > 0]
@@ -146,11 +150,13 @@ def bucket_flushes(grads: Iterable[Fraction], bucket: int) -> list[list[Fraction
     """
     flushes: list[list[Fraction]] = []
     current: list[Fraction] = []
+    elements: Fraction | int = 0
     for n in grads:
-        if current and sum(current) + n > bucket:
+        if current and elements + n > bucket:
             flushes.append(current)
-            current = []
+            current, elements = [], 0
         current.append(n)
+        elements += n
     return flushes + ([current] if current else [])
 
 
@@ -185,7 +191,7 @@ def pool_segments(flushes: Sequence[Sequence[Fraction]], world: int, w: int) -> 
     for tensors in flushes:
         if len(tensors) == 1 and tensors[0] % world == 0:
             continue
-        request = w * world * sum(-(-Fraction(n) // world) for n in tensors)
+        request = w * world * sum(-(-n // world) for n in tensors)
         request = -(-request // _ROUND) * _ROUND
         small = request <= _SMALL
         if request > largest[small]:
@@ -214,14 +220,27 @@ def stage_reduce_pools(key: SplitKey, world: int, w: int) -> tuple[Fraction, ...
     """
     R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     out = []
-    for i, grads in enumerate(stage_backward_grads(key)):
-        if grads:
-            out.append(Fraction(sum(pool_segments(bucket_flushes(grads, R), world, w))))
+    for i, flushes in enumerate(_stage_flushes(key)):
+        if flushes:
+            out.append(Fraction(sum(pool_segments(flushes, world, w))))
             continue
         p = stage_params_per_gpu(key)[i]
         request = -(-w * min(R, p[2] + p[3]) // _ROUND) * _ROUND
         out.append(Fraction(segment_bytes(request) if request else 0))
     return tuple(out)
+
+
+@lru_cache(maxsize=CACHE)
+def _stage_flushes(key: SplitKey) -> tuple[tuple[tuple[Any, ...], ...], ...]:
+    """Per stage, :func:`bucket_flushes` of its :func:`stage_backward_grads` (whole counts as
+    ints, for speed; whatever the world size)."""
+    R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    return tuple(
+        tuple(
+            tuple(n if n.denominator != 1 else int(n) for n in f) for f in bucket_flushes(grads, R)
+        )
+        for grads in stage_backward_grads(key)
+    )
 
 
 def _pools_on_split(model: Any, given: Any, w: int, *fields: Any) -> tuple[Fraction, ...]:
