@@ -69,8 +69,9 @@ def layouts(draw, models=MODELS, convention: str | None = None):
         heads = (arch.num_attention_heads // tp, arch.kv_heads // tp)
         kinds = ["ring", "all-gather"] + (["ulysses"] if all(n % cp == 0 for n in heads) else [])
         kinds += ["a2a+p2p"] if cp == 4 and all(n % 2 == 0 for n in heads) else []
-        if framework == "deepspeed":  # DeepSpeed-Ulysses only (model.cp_rules)
-            kinds = [k for k in kinds if k == "ulysses"]
+        if framework == "deepspeed":  # DeepSpeed-Ulysses only, at tp = pp = 1 (model.cp_rules)
+            ok = tp == 1 and pp == 1 and arch.num_attention_heads % cp == 0
+            kinds = ["ulysses"] if ok else []
         if framework == "fsdp2":  # PyTorch's flavours and Llama 3's all-gather (model.cp_rules)
             kinds = ["all-gather", "pytorch-allgather", "pytorch-alltoall"]
         if kinds:
