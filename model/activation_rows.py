@@ -139,6 +139,9 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
         rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
     if ctx.cp > 1 and ctx.cp_kind in HEAD_ALL_TO_ALL:
         rows.append((PRE_A2A_OUTPUT, beta * S * out, "score"))
+    copies = ctx.attention_output_copy and ctx.flash_attention and not ctx.fp8_linear_inputs
+    if copies and ctx.micro_batch_size > 1:  # FlashAttention's output beside the [s, b] copy
+        rows.append(("attention kernel output ([b, s] layout, kept)", beta * S * out, "tp"))
     rep = kv_repeat(ctx.cp_kind, ctx.cp, ctx.tp, arch) if ctx.cp > 1 else 1
     if rep > 1:  # verl's Ulysses: the core keeps the repeated K/V heads it received
         d, g = arch.dim_per_head, arch.kv_heads

@@ -183,6 +183,12 @@ class ActivationContext:
     fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
     """Bytes per element of a linear layer's FP8-saved input with its scales
     (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
+    attention_output_copy: bool = False
+    """The attention's output is kept twice at a micro-batch above one: Megatron-DeepSpeed's
+    layer (the ``deepspeed`` profile; 6acc370a ``megatron/model/transformer.py``
+    ``ParallelAttention.forward``) calls FlashAttention on ``[b, s, h, d]`` tensors, which saves
+    its output for backward, then ``rearrange(context_layer, 'b s h d -> s b (h d)')
+    .contiguous()``, a copy once b > 1, which the ``dense`` projection saves as its input."""
     te_linears: bool = False
     """The linear layers are Transformer Engine modules, each quantising its input with its own
     quantizer (``megatron``, ``deepspeed``: :attr:`model.frameworks.Framework.te_layers`): MLA's

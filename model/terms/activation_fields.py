@@ -107,6 +107,7 @@ def _framework_rows(framework: Framework) -> dict[str, Any]:
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
         "repeats_kv": deepspeed,
+        "attention_output_copy": deepspeed,
         "router_score_bytes": MEGATRON_ROUTER_SCORE_BYTES if megatron else Fraction(4),
         "fp32_router_autocast": framework is Framework.FSDP2,
     }
