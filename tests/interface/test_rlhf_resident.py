@@ -237,7 +237,10 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (SiLU's output and K and V repeated to the query heads; their rows derived in
     tests/model/test_glu_saved_copies.py). The engine at tp 8 holds its tp group's communicators
     in every phase, 830,472,192 B (``test_a_sleeping_engine_keeps_its_communicators_not_its_
-    graphs``): training 69,683,516,928 B; the answer does not move."""
+    graphs``): training 69,683,516,928 B. At b 3 the recomputed layer also keeps FlashAttention's
+    output beside the projection's copy (tests/model/test_deepspeed_attention_copy.py),
+    2 B × 15,360 × 4,096 = 125,829,120 B: the update 24,813,160,960 B, training
+    69,809,346,048 B; the answer does not move."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -254,9 +257,10 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert pool.held_bytes == 6_021_971_968 + 830_472_192
     actor = next(c for c in r.best.plan.costs if c.option.role is Role.ACTOR)
     assert actor.option.offload == "idle" and actor.process == ""
-    assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, 24_687_331_840)
+    update = 24_687_331_840 + 2 * 15_360 * 4096
+    assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, update)
     held = 6_021_971_968 + 830_472_192  # + the engine's tp 8 communicators
-    assert pool.peak_bytes[2] == held + 38_143_740_928 + 24_687_331_840 == 69_683_516_928
+    assert pool.peak_bytes[2] == held + 38_143_740_928 + update == 69_809_346_048
     assert r.best.plan.step_s == pytest.approx(2798.3, abs=0.05)
     old = [
         RoleOption(Role.ROLLOUT, 16, 2, 8, 1, "none", Fraction(3, 10)),
@@ -266,8 +270,9 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 5)
     # + the eager layer's 629,145,600 B (above)
     # + the engine's tp 8 communicators, 830,472,192 B (the old answer's engine too)
+    # + the attention output's copy in the recomputed layer, 125,829,120 B (above)
     assert plan.pools[0].peak_bytes[2] == (
-        82_834_773_504 + 2_800_746_496 + 629_145_600 + 830_472_192
+        82_834_773_504 + 2_800_746_496 + 629_145_600 + 830_472_192 + 125_829_120
     )
     assert not plan.fits
 
