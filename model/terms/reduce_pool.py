@@ -127,7 +127,7 @@ def stage_backward_grads(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
         if i == last:
             copy = i != 0 and shares_embedding_with_last_stage(arch)
             head = Fraction(counts.output, key.tp) if counts.output else table if copy else 0
-            grads += [g for g in (head, Fraction(counts.final_norm)) if g]
+            grads += [Fraction(g) for g in (head, counts.final_norm) if g]
         for j in sorted(layers, reverse=True):
             kind = (arch.is_moe_layer(j), layer_params(arch, j))
             if kind not in kinds:
@@ -225,7 +225,8 @@ def stage_reduce_pools(key: SplitKey, world: int, w: int) -> tuple[Fraction, ...
             out.append(Fraction(sum(pool_segments(flushes, world, w))))
             continue
         p = stage_params_per_gpu(key)[i]
-        request = -(-w * min(R, p[2] + p[3]) // _ROUND) * _ROUND
+        elements: Fraction = min(Fraction(R), Fraction(p[2] + p[3]))
+        request = -(-w * elements // _ROUND) * _ROUND
         out.append(Fraction(segment_bytes(request) if request else 0))
     return tuple(out)
 
