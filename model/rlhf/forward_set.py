@@ -1,12 +1,13 @@
 """The working set of a scoring role's forward under ``torch.no_grad()``: what one transformer
-layer holds at its peak when nothing is saved for backward (issue: reward model and critic
-scoring counted 0 bytes beyond their weights).
+layer holds at its peak when nothing is saved for backward (a reward model's or critic's
+scoring, which computes no logits, holds this beside its weights).
 
 A scoring forward (verl ``compute_log_prob`` / ``compute_ref_log_prob`` / ``compute_values`` /
 ``compute_rm_score``, run under ``torch.no_grad()``) keeps no layer's tensors: each layer's
 temporaries are freed when the layer returns. At any moment the GPU holds the current layer's
 live tensors only, so the forward's activation peak is one layer's largest step. Notation, per
-GPU and micro-batch: ``S = b·s`` tokens, β = 2 (BF16), ``n = β·S·h``/tp with sequence
+GPU and micro-batch: ``S = b·s`` tokens, β bytes per activation element (2, BF16),
+``n = β·S·h``/tp with sequence
 parallelism (a hidden-state shard), ``H = β·S·h`` (the whole one), ``Q, KV, O``
 (:func:`model.context_parallel.attention_dims`) and the FFN width ``f``, each ÷ tp.
 
@@ -59,15 +60,19 @@ from trainplan.model.specs import Architecture
 
 __all__ = ["scoring_forward_bytes"]
 
-_BETA = 2
-
 
 def scoring_forward_bytes(
-    arch: Architecture, framework: Framework, tokens: int, tp: int, sequence_parallel: bool
+    arch: Architecture,
+    framework: Framework,
+    tokens: int,
+    tp: int,
+    sequence_parallel: bool,
+    beta: int = 2,
 ) -> Fraction:
     """Bytes one layer of ``arch`` holds at the peak of a no-grad forward over ``tokens``
-    tokens (``b·s``) on a rank of ``tp`` (module docstring): the largest of its attention step,
-    its dense MLP step (if any layer is dense) and its MoE step (if any layer is MoE).
+    tokens (``b·s``) on a rank of ``tp``, ``beta`` bytes per activation element (module
+    docstring): the largest of its attention step, its dense MLP step (if any layer is dense)
+    and its MoE step (if any layer is MoE). A scalar of bytes on one GPU.
 
     Examples
     --------
@@ -82,7 +87,7 @@ def scoring_forward_bytes(
     >>> scoring_forward_bytes(llama, Framework.DEEPSPEED, 15360, 1, False)
     Fraction(3397386240, 1)
     """
-    S, beta, h = Fraction(tokens), _BETA, arch.hidden_size
+    S, h = Fraction(tokens), arch.hidden_size
     H = beta * S * h
     n = H / tp if sequence_parallel else H
     q, kv, o = attention_dims(arch)

@@ -391,7 +391,8 @@ def _scoring(
     arch = rs.model.arch
     assert arch is not None
     tokens = spec.micro_batch_sequences * score_est.training.seq_len
-    layer = scoring_forward_bytes(arch, spec.framework, tokens, lay.tp, lay.sp)
+    beta = score_est.training.activation_bytes
+    layer = scoring_forward_bytes(arch, spec.framework, tokens, lay.tp, lay.sp, beta)
     peaks = [
         held.per_stage[i]
         + st.state.gathered_bytes
