@@ -104,8 +104,9 @@ class Constraints:
     allocator then frees its cached blocks and retries at least once a step
     (:func:`model.terms.peak.reserved_over_capacity`), a cost with no per-operation source that
     the step time does not charge. False (the default): such a layout is infeasible. Refused
-    (:class:`Problem`) where no framework searched is fsdp2, the only one whose reserved bytes
-    exceed the allocated peak (:func:`model.terms.peak.stream_pool_term`)."""
+    (:class:`Problem`) where no framework searched is fsdp2 or deepspeed, the only ones whose
+    reserved bytes exceed the allocated peak (FSDP2's all-gather stream, DeepSpeed ZeRO-3's
+    reduce-scatter stream: :func:`model.terms.peak.stream_pool_term`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:

@@ -65,9 +65,11 @@ outside fsdp2."""
 
 
 PIPELINED_GRADIENTS = 4 * 3_187_933_184 * 127 // 128 - 4 * 398_491_648
-COMMUNICATORS = (384 + 384 + 2 * 4 * 12) * 2**20
+COMMUNICATORS = (384 + 384 + 384 + 2 * 4 * 12) * 2**20
 """NCCL's buffers on a middle stage (model/terms/comm_memory.py): the tp and dp rings, 32
-channels × 12 MiB each, and two pipeline neighbours across nodes, 4 channels × 12 MiB each."""
+channels × 12 MiB each, the pp group's ring (torchtitan's ``clip_grad_norm_`` all-reduces the
+gradient norm over the pp mesh, whose communicator otherwise only sends point to point) and two
+pipeline neighbours across nodes, 4 channels × 12 MiB each."""
 """Bytes FSDP2 holds more under a pipeline schedule (PyTorch's ``PipelineStage`` turns gradient
 sync off until the last micro-batch; :func:`model.frameworks._fsdp2_pipelined`): the stage's
 3,187,933,184 parameters per GPU (8 layers of 398,491,648 each after tp 8) keep whole FP32
@@ -90,7 +92,7 @@ more): 800 MiB. (torchtitan opens no world-group communicator: no world ring her
 def test_meta_layout_fits_only_as_meta_ran_it(meta):
     default, sharded = (json.loads(meta[k].stdout) for k in ("default", "sharded"))
     assert PIPELINED_GRADIENTS == 11_058_143_232
-    assert COMMUNICATORS == 905_969_664
+    assert COMMUNICATORS == 1_308_622_848
     assert (WORKING_GATHERED, WORKING_SHARDED) == (570_425_344, 838_860_800)
     assert default["memory"]["total_bytes"] == (
         128_887_521_280 + PIPELINED_GRADIENTS + COMMUNICATORS + WORKING_GATHERED
@@ -99,7 +101,7 @@ def test_meta_layout_fits_only_as_meta_ran_it(meta):
     assert sharded["memory"]["total_bytes"] == (
         68_757_979_136 + PIPELINED_GRADIENTS + COMMUNICATORS + WORKING_SHARDED
     )
-    assert sharded["memory"]["fits"]  # 81,560,952,832 B of 83,210,009,600 usable
+    assert sharded["memory"]["fits"]  # 81,963,606,016 B of 83,210,009,600 usable
     assert sharded["memory"]["gradients_bytes"] == 4 * 3_187_933_184
     assert GATHERED_EXTRA == 60_129_542_144
     assert default["memory"]["total_bytes"] - sharded["memory"]["total_bytes"] == (
@@ -137,10 +139,10 @@ def test_gathered_is_the_default_said(meta):
 
 def test_text_says_which_plan(meta):
     text, sharded = meta["text"].stdout, meta["text sharded"].stdout
-    assert "verdict: DOES NOT FIT: over by 58.21 GB" in text  # 141.42 GB − 83.21 GB usable
+    assert "verdict: DOES NOT FIT: over by 58.61 GB" in text  # 141.82 GB − 83.21 GB usable
     assert "tp_block_inputs = gathered" in text.splitlines()[-1]  # Defaults used:
     assert "all-gathered inputs kept whole on every tp rank, torchtitan's plan" in text
-    assert "verdict: fits" in sharded and "81.56 GB" in sharded
+    assert "verdict: fits" in sharded and "81.96 GB" in sharded
     assert "kept as the sequence shard, gathered again in backward" in sharded
     assert "elementwise passes eager (fsdp2 without torch.compile, torchtitan's default" in text
 

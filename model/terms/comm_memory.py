@@ -256,18 +256,31 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     engine (pp > 1) broadcasts the loss over the pipe group (``pipe/engine.py``
     ``_aggregate_total_loss``): one more; and with tp > 1 it partitions the activations it sends
     over the slice group (``pipe_partitioned``/``grad_partitioned``, on by default,
-    ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more. 0 under FSDP2
-    (its norms reduce over groups counted already). Counted as a ring like every collective
-    group here (a one-float all-reduce; NCCL may connect its tree instead, not modelled)."""
+    ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more.
+
+    Under ``fsdp2`` (torchtitan b5bcd76c6, ``torchtitan/distributed/utils.py``
+    ``clip_grad_norm_``, ``_clip_grad_norm_with_ep``): with pp > 1 the norm is all-reduced over
+    the pp mesh's group (``dist.all_reduce(total_norm, group=pp_mesh.get_group())``), a group
+    that otherwise carries only point-to-point sends, so a ring of its own: one; with ep > 1 on a
+    MoE model the experts' norm is a DTensor on the experts' mesh reduced by
+    ``ep_grads_total_norm.full_tensor()``, an all-reduce over the ep group, which otherwise
+    carries the all-to-all's point-to-point connections: one more. The dense norm reduces over
+    the FSDP and tp groups, whose rings are counted already.
+
+    Counted as a ring like every collective group here (a one-float all-reduce; NCCL may
+    connect its tree instead, not modelled)."""
     if Framework(f.framework) is Framework.DEEPSPEED:
         pipe = where(f.pp > 1, 1, 0)
         return where(f.tp * f.pp > 1, 1, 0) + pipe + pipe * where(f.tp > 1, 1, 0)
+    arch = c.model.arch
+    moe = arch is not None and arch.moe is not None
+    if Framework(f.framework) is Framework.FSDP2:
+        return where(f.pp > 1, 1, 0) + (where(f.ep > 1, 1, 0) if moe else 0)
     if Framework(f.framework) is not Framework.MEGATRON:
         return 0
     world = f.tp * f.pp * f.shard_degree
-    arch = c.model.arch
     experts = 0
-    if arch is not None and arch.moe is not None:
+    if moe:
         experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
     ddp = where(f.tp * f.pp > 1, 1, 0) + experts
     return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)

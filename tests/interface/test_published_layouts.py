@@ -7,7 +7,7 @@ import pytest
 
 from trainplan.interface.fidelity.published import build_run_case, evaluate_run, published_runs
 from trainplan.model.estimate import objective_ns
-from trainplan.optimizer.problem import Job, Problem
+from trainplan.optimizer.problem import Constraints, Job, Problem
 from trainplan.optimizer.search import search
 from trainplan.optimizer.space import SearchSpace
 
@@ -35,7 +35,14 @@ def test_search_at_least_as_fast_as_published(run):
         virtual_stages=tuple(sorted({2, 3, 4, lay.virtual_stages} - {1})),
         frameworks=(lay.framework,),  # the mechanism the paper's recipe runs
     )
-    problem = Problem(jobs=(Job(case, lay.num_gpus, run.key),), space=space)
+    # the evaluation's verdict is on the allocated peak; the search judges the same rule
+    # where the framework reserves beyond it (fsdp2, deepspeed)
+    retries = str(lay.framework) in ("fsdp2", "deepspeed")
+    problem = Problem(
+        jobs=(Job(case, lay.num_gpus, run.key),),
+        space=space,
+        constraints=Constraints(allocator_retries_ok=retries),
+    )
     result = search(problem)
     assert result.status == "optimal"
     assert result.best.objective <= sum(objective_ns(published.time_terms))
