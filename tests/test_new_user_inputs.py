@@ -544,12 +544,16 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
 
 
 def test_expert_parallel_traffic_is_labelled_an_upper_bound():
-    out = json.loads(run("example", "deepseek-v3-ep64", "--json").stdout)
+    # DeepSeek-V3's layout with the uniform all-to-all (the example runs DeepEP's node-limited
+    # dispatch, its published recipe)
+    layout = ("--model", "deepseek-v3", "--gpu", "H800", "--framework", "textbook", "--dp", "128",
+              "--pp", "16", "--ep", "64", "--global-batch", "15360", "--seq-len", "4096")  # fmt: skip
+    out = json.loads(run("evaluate", *layout, "--json").stdout)
     (ep,) = [r for r in out["traffic"] if r["axis"] == "ep"]
     assert ep["bytes_per_step"] > 0
     (note,) = [n for n in out["notes"] if n.startswith("ep traffic is an upper bound")]
     assert "DeepSeek-V3 §2.1.2" in note
-    assert f"Note: {note}" in run("example", "deepseek-v3-ep64").stdout
+    assert f"Note: {note}" in run("evaluate", *layout).stdout
     dense = json.loads(run("example", "llama3-405b", "--json").stdout)
     assert not any("upper bound" in n for n in dense["notes"])  # no EP, no note
 
