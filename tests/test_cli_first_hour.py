@@ -156,3 +156,19 @@ def test_the_help_says_where_megatron_fsdp_is():
         ("search", "its ZeRO-3 is Megatron-FSDP"),
     ):
         assert said in " ".join(trainplan(command, "--help").stdout.split())
+
+
+def test_the_accelerator_tables_status_column_is_headed_and_explained():
+    """``trainplan gpus``: the rows' ``status`` (accelerators.toml: vendor, secondary, derived)
+    is headed "figures from" and a line under the table says what each value means (the page:
+    tests/web/test_api.py). JSON keeps the key ``status``."""
+    done = trainplan("gpus")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-2:] == ["figures", "from"] and "status" not in lines[0]
+    legend = next(line for line in lines if line.startswith("figures from: "))
+    rows = json.loads(trainplan("gpus", "--json").stdout)
+    kinds = {r["status"] for r in rows}
+    assert kinds == {"vendor", "secondary", "derived"}
+    assert all(f"{k} = " in legend for k in kinds)
+    assert "secondary = a copy of the vendor's table" in legend

@@ -251,7 +251,10 @@ def gpus_cmd(as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
+    from trainplan.topology.accelerators import status_legend
+
     click.echo(gpus_text(rows))
+    click.echo(status_legend())
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")

@@ -350,7 +350,11 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
 
 
 def gpus_text(rows: list[dict[str, Any]]) -> str:
-    """The accelerator table for the terminal."""
+    """The accelerator table for the terminal (the ``status`` column headed
+    :data:`topology.accelerators.STATUS_HEADER`; :func:`topology.accelerators.status_legend`
+    says what it means)."""
+    from trainplan.topology.accelerators import STATUS_HEADER
+
     return table_text(
         [
             {
@@ -365,7 +369,7 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "host GB/s": r["host_link_gbps"],
                 "host memory GB/s": r["host_memory_gbps"],
                 "power W": r["power_w"],
-                "status": r["status"],
+                STATUS_HEADER: r["status"],
             }
             for r in rows
         ]

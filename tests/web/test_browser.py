@@ -50,6 +50,9 @@ def test_each_tab_loads(page, tab, tmp_path):
         expect(page.locator(figure).first).to_be_visible()
     expect(page.locator("#gpu-table tbody tr").first).to_be_visible()  # the accelerator table
     expect(page.locator("#gpu-table")).to_contain_text("NVIDIA H100 Tensor Core GPU datasheet")
+    # the rows' status headed as trainplan gpus heads it, the legend under the table
+    expect(page.locator("#gpu-table thead")).to_contain_text("figures from")
+    expect(page.locator("#gpu-status-legend")).to_contain_text("secondary = a copy of")
     assert "?" in page.url  # a first visit shows an example, in the URL
     page.screenshot(path=str(tmp_path / f"{tab}.png"), full_page=True)
 
