@@ -172,3 +172,27 @@ def test_the_accelerator_tables_status_column_is_headed_and_explained():
     assert kinds == {"vendor", "secondary", "derived"}
     assert all(f"{k} = " in legend for k in kinds)
     assert "secondary = a copy of the vendor's table" in legend
+
+
+def test_the_per_stage_table_has_readable_headers_with_units():
+    """``evaluate --per-stage``: the table's headers say what each column is, in its unit
+    (they were the JSON's keys: stage_layers, stage_state, stage_in_flight …); the figures are
+    the JSON's, GB = 10^9 bytes, and a fractional in-flight count is rounded (16/3 → 5.333)."""
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--pp", "4"]
+    args += ["--schedule", "interleaved", "--virtual-stages", "2", "--per-stage"]
+    done = trainplan(*args)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("Per pipeline stage (per GPU; GB = 10^9 bytes):\n")[1].splitlines()
+    header = table[0]
+    for name in ("stage", "layers", "model state GB", "layer activations GB",
+                 "other activations GB", "micro-batches in flight", "peak GB"):  # fmt: skip
+        assert name in header
+    assert "stage_" not in done.stdout.split("Per pipeline stage")[1]
+    stages = json.loads(trainplan(*args, "--json").stdout)["stages"]
+    for row, st in zip(table[2:], stages, strict=False):
+        cells = row.split()
+        assert cells[0] == str(st["stage"]) and cells[1] == str(st["stage_layers"])
+        assert cells[2] == f"{st['stage_state_bytes'] / 1e9:,.2f}"
+        assert cells[-1] == f"{st['stage_total_bytes'] / 1e9:,.2f}"
+        assert cells[-2] == f"{st['stage_in_flight']:,.4g}"
+    assert table[2 + len(stages)].startswith("other activations: embedding")
