@@ -196,3 +196,21 @@ def test_the_per_stage_table_has_readable_headers_with_units():
         assert cells[-1] == f"{st['stage_total_bytes'] / 1e9:,.2f}"
         assert cells[-2] == f"{st['stage_in_flight']:,.4g}"
     assert table[2 + len(stages)].startswith("other activations: embedding")
+
+
+def test_the_peak_is_said_by_the_figure_used_first():
+    """The MFU and RLHF answers' ``peak_source`` leads with what the peak is (the accelerator
+    table's dense BF16) before the row's source text, which for H100-SXM opens with its FP8
+    figure; ``trainplan mfu`` prints the figure used, then that."""
+    args = ["--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
+    done = trainplan("mfu", *args, "--gpu", "H100-SXM")
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("peak "))
+    assert line.startswith(
+        "peak 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: FP8"
+    )
+    rlhf = json.loads(
+        trainplan("rlhf", "--algorithm", "ppo", "--policy-params", "70e9", "--json").stdout
+    )
+    assert rlhf["peak_flops_per_s"] == 989.4e12
+    assert rlhf["peak_source"].startswith("H100-SXM dense BF16, the accelerator table's")

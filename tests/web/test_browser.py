@@ -251,6 +251,11 @@ def test_pipeline_and_mfu_and_rlhf_values(page):
     expect(page.locator("#arithmetic")).to_contain_text("571.428e3 tokens/s")
     go(page, "/rlhf?algorithm=ppo&policy-params=70e9")
     expect(page.locator("#resident")).to_have_text("2.520 TB")
+    # the peak line leads with the figure the times use (H100-SXM's dense BF16), not with the
+    # FP8 figure its source text opens with
+    expect(page.locator("#assumptions")).to_contain_text(
+        ". Peak: 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: "
+    )
 
 
 def test_checkpoint_animation_advances(page):
