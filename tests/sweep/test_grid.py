@@ -208,3 +208,6 @@ def test_a_misspelled_model_is_refused_before_any_point_runs(tmp_path):
         "did you mean llama3-8b, llama3-70b, llama3-405b?"
     )
     assert list(tmp_path.iterdir()) == [path]  # no results file
+    path.write_text("[sweep]\nmodel = ['llama3-8b']\ngpus = [8]\n")
+    done = trainplan("sweep", str(path), "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(f"Swept 1 point of {path} ")
