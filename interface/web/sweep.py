@@ -99,8 +99,9 @@ def _grid(text: str) -> Any:
     g = parse_grid(data, "from the page", _catalogue_model)
     if "calibration" in g.base.get("cluster", {}):
         raise InputError("calibration: names a file on the server; the page does not take files")
+    known = set(model_names())
     for p in g.points:  # a point without a model anywhere
-        if g.model(p) not in model_names():
+        if g.model(p) not in known:
             raise InputError(f"model: {_not_catalogue(g.model(p))}")
     if len(g.points) > MAX_POINTS:
         raise InputError(
