@@ -245,12 +245,15 @@ def _megatron_pipeline(
             "its 1F1B"
         )
         return []
+    # Megatron-Core's counts are decoder layers: the MTP blocks (indices L, L + 1, … in the
+    # last model chunk, on the last stage) come on top of them, "m" in the layout string
+    mtp = arch.mtp_layers
     if layout.virtual_stages > 1:
-        chunks = tuple(
-            len(c)
-            for c in model_chunks(
+        chunks = _decoder_counts(
+            arch,
+            model_chunks(
                 arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
-            )
+            ),
         )
         if len(set(chunks)) == 1:
             return ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
@@ -260,9 +263,10 @@ def _megatron_pipeline(
             "cannot say; Megatron-Core's --pipeline-model-parallel-layout (experimental "
             "there) lists the pp·v chunks in model order"
         )
-        return ["--pipeline-model-parallel-layout", pipeline_layout(chunks)]
+        return ["--pipeline-model-parallel-layout", pipeline_layout(chunks, mtp)]
     if layout.stage_layers is None or layout.pp == 1:
         return []
+    split = split[:-1] + (split[-1] - mtp,)  # the last stage's MTP blocks are no decoder layers
     if len(set(split[1:-1])) <= 1:
         return [
             "--decoder-first-pipeline-num-layers", str(split[0]),
@@ -273,7 +277,12 @@ def _megatron_pipeline(
         "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
         "--pipeline-model-parallel-layout (experimental there) says it"
     )
-    return ["--pipeline-model-parallel-layout", pipeline_layout(split)]
+    return ["--pipeline-model-parallel-layout", pipeline_layout(split, mtp)]
+
+
+def _decoder_counts(arch: Architecture, chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """Decoder layers of each chunk (layer indices below L; the MTP blocks are L, L + 1, …)."""
+    return tuple(sum(1 for j in c if j < arch.num_layers) for c in chunks)
 
 
 def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
@@ -325,19 +334,27 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
     return out
 
 
-def pipeline_layout(split: tuple[int, ...]) -> str:
-    """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` layers per stage
-    (v = 1), or per model chunk in model order (pp·v of them, interleaved): ``E`` the embedding,
-    ``t`` a transformer layer (``t*N`` N of them), ``|`` between (virtual) stages, ``L`` the
-    loss (Megatron-Core's "Custom Pipeline Model Parallel Layout" docs; e.g.
-    ``Et*3|(tt|)*29,m|L`` for DeepSeek-V3).
+def pipeline_layout(split: tuple[int, ...], mtp: int = 0) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` decoder layers
+    per stage (v = 1), or per model chunk in model order (pp·v of them, interleaved), with
+    ``mtp`` multi-token-prediction blocks after the last chunk's decoder layers: ``E`` the
+    embedding, ``t`` a transformer (decoder) layer (``t*N`` N of them), ``m`` an MTP block,
+    ``|`` between (virtual) stages, ``L`` the loss — Megatron-LM
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+    ``PipelineParallelLayerLayout.parse_str_to_list`` (``char2layer_type``: E, L, t, m) and
+    ``validate_layer_layout`` (the ``t`` count equals ``--num-layers``, the ``m`` count
+    ``--mtp-num-layers``, no decoder layer after an MTP block, the MTP blocks in a rank's last
+    chunk); its example ``Et*3|(tt|)*29,m|L`` is DeepSeek-V3's.
 
     Examples
     --------
     >>> pipeline_layout((9, 10, 0, 11))
     'Et*9|t*10||t*11L'
+    >>> pipeline_layout((3, 4, 2), mtp=1)
+    'Et*3|t*4|t*2mL'
     """
     stages = [f"t*{n}" if n else "" for n in split]
+    stages[-1] += "" if not mtp else "m" if mtp == 1 else f"m*{mtp}"
     return "E" + "|".join(stages) + "L"
 
 

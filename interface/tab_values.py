@@ -65,7 +65,9 @@ def resolve_peak(
     gpu: str | None, peak_tflops: Any, default_gpu: str | None = None
 ) -> tuple[Fraction, str]:
     """Peak FLOP/s per chip and its source: ``peak_tflops`` (TFLOP/s) if given, else the
-    accelerator table's dense BF16 peak of ``gpu`` (or of ``default_gpu`` when neither is given).
+    accelerator table's dense BF16 peak of ``gpu`` (or of ``default_gpu`` when neither is given),
+    its source saying so before the row's source text (``H100-SXM dense BF16, the accelerator
+    table's (source: …)``).
 
     Raises
     ------
@@ -85,4 +87,7 @@ def resolve_peak(
     if gpu is None:
         raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
     device = get_accelerator(gpu)
-    return Fraction(device.peak_flops_per_s), f"{device.name}: {device.source}"
+    # the figure used first: a row's source may open with another figure (H100-SXM's with FP8)
+    return Fraction(device.peak_flops_per_s), (
+        f"{device.name} dense BF16, the accelerator table's (source: {device.source})"
+    )

@@ -156,3 +156,61 @@ def test_the_help_says_where_megatron_fsdp_is():
         ("search", "its ZeRO-3 is Megatron-FSDP"),
     ):
         assert said in " ".join(trainplan(command, "--help").stdout.split())
+
+
+def test_the_accelerator_tables_status_column_is_headed_and_explained():
+    """``trainplan gpus``: the rows' ``status`` (accelerators.toml: vendor, secondary, derived)
+    is headed "figures from" and a line under the table says what each value means (the page:
+    tests/web/test_api.py). JSON keeps the key ``status``."""
+    done = trainplan("gpus")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-2:] == ["figures", "from"] and "status" not in lines[0]
+    legend = next(line for line in lines if line.startswith("figures from: "))
+    rows = json.loads(trainplan("gpus", "--json").stdout)
+    kinds = {r["status"] for r in rows}
+    assert kinds == {"vendor", "secondary", "derived"}
+    assert all(f"{k} = " in legend for k in kinds)
+    assert "secondary = a copy of the vendor's table" in legend
+
+
+def test_the_per_stage_table_has_readable_headers_with_units():
+    """``evaluate --per-stage``: the table's headers say what each column is, in its unit
+    (they were the JSON's keys: stage_layers, stage_state, stage_in_flight …); the figures are
+    the JSON's, GB = 10^9 bytes, and a fractional in-flight count is rounded (16/3 → 5.333)."""
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--pp", "4"]
+    args += ["--schedule", "interleaved", "--virtual-stages", "2", "--per-stage"]
+    done = trainplan(*args)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("Per pipeline stage (per GPU; GB = 10^9 bytes):\n")[1].splitlines()
+    header = table[0]
+    for name in ("stage", "layers", "model state GB", "layer activations GB",
+                 "other activations GB", "micro-batches in flight", "peak GB"):  # fmt: skip
+        assert name in header
+    assert "stage_" not in done.stdout.split("Per pipeline stage")[1]
+    stages = json.loads(trainplan(*args, "--json").stdout)["stages"]
+    for row, st in zip(table[2:], stages, strict=False):
+        cells = row.split()
+        assert cells[0] == str(st["stage"]) and cells[1] == str(st["stage_layers"])
+        assert cells[2] == f"{st['stage_state_bytes'] / 1e9:,.2f}"
+        assert cells[-1] == f"{st['stage_total_bytes'] / 1e9:,.2f}"
+        assert cells[-2] == f"{st['stage_in_flight']:,.4g}"
+    assert table[2 + len(stages)].startswith("other activations: embedding")
+
+
+def test_the_peak_is_said_by_the_figure_used_first():
+    """The MFU and RLHF answers' ``peak_source`` leads with what the peak is (the accelerator
+    table's dense BF16) before the row's source text, which for H100-SXM opens with its FP8
+    figure; ``trainplan mfu`` prints the figure used, then that."""
+    args = ["--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
+    done = trainplan("mfu", *args, "--gpu", "H100-SXM")
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("peak "))
+    assert line.startswith(
+        "peak 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: FP8"
+    )
+    rlhf = json.loads(
+        trainplan("rlhf", "--algorithm", "ppo", "--policy-params", "70e9", "--json").stdout
+    )
+    assert rlhf["peak_flops_per_s"] == 989.4e12
+    assert rlhf["peak_source"].startswith("H100-SXM dense BF16, the accelerator table's")

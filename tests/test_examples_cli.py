@@ -45,7 +45,15 @@ TEXT: dict[str, list[str]] = {
     "llama3-405b": ["on 16,384 × H100-SXM", "dp 128 × tp 8 × pp 16", "m 16,"],
     "llama3-405b-128k": ["on 16,384 × H100-SXM", "cp 16 all-gather", "s 131072"],
     "megatron-1t": ["on 3,072 × A100-80GB", "dp 6 × tp 8 × pp 64", "m 512,"],
-    "deepseek-v3-ep64": ["682,636,487,424 parameters", "on 2,048 × H800", "(ep 64)"],
+    # DeepSeek trained this layout: with its published recipe (DualPipe, FP8, the report's
+    # recomputation) it fits the H800; BF16 with recompute none and 1F1B needed 141.72 GB
+    "deepseek-v3-ep64": [
+        "682,636,487,424 parameters",
+        "on 2,048 × H800",
+        "(ep 64), textbook ZeRO-1, recompute selective, dualpipe",
+        "verdict: fits",
+        "Profile: textbook — standing for DeepSeek's HAI-LLM",
+    ],
     # (p − 1)/(m + p − 1) = 3/11; 1F1B holds p − i micro-batches on stage i, GPipe all m
     "1f1b-4x8": ["bubble_fraction 3/11 = 27.3%", "held per stage  4 3 2 1 "],
     "gpipe-4x8": ["bubble_fraction 3/11 = 27.3%", "held per stage  8 8 8 8 "],
@@ -97,3 +105,18 @@ def test_example_text_shows_its_figures(name):
     assert done.stdout.startswith(f"Example {name}: {EXAMPLES[name]['says']}")
     for fragment in TEXT[name]:
         assert fragment in done.stdout, f"{name}: {fragment!r} not in its text"
+
+
+def test_the_deepseek_examples_megatron_run_is_the_one_its_profile_line_gives():
+    """The DeepSeek-V3 example's profile line names the flags of Megatron-Core's run of the same
+    recipe (Megatron-Core has no DualPipe and saves its linears' own inputs): they run, and fit
+    the H800."""
+    from tests.cli_runs import trainplan
+
+    line = _runs()["deepseek-v3-ep64"].stdout.splitlines()[1]
+    flags = line.split("Megatron-Core's run of the recipe: ")[1].split()
+    done = trainplan("example", "deepseek-v3-ep64", *flags, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert (out["framework"], out["layout"]["schedule"]) == ("megatron", "1f1b")
+    assert out["memory"]["fits"]

@@ -451,9 +451,9 @@ def test_durations_read_in_days_hours_minutes():
 def test_per_stage_table_prints_gigabytes_not_raw_bytes():
     args = ["evaluate", "--model", "llama3-8b", "--pp", "4", "--per-stage"]
     stages = json.loads(run(*args, "--json").stdout)["stages"]
-    text = run(*args).stdout.split("Per stage")[1]
-    for st in stages:  # e.g. stage 0: 72,829,… bytes → "72.83 GB"
-        assert f"{st['stage_total_bytes'] / 1e9:,.2f} GB" in text
+    text = run(*args).stdout.split("Per pipeline stage")[1]
+    for st in stages:  # e.g. stage 0: 72,829,… bytes → "72.83" under "peak GB"
+        assert f"{st['stage_total_bytes'] / 1e9:,.2f}" in text
         assert str(st["stage_total_bytes"]) not in text
 
 
@@ -544,12 +544,16 @@ def test_the_llama3_examples_run_the_published_recipe(example, key):
 
 
 def test_expert_parallel_traffic_is_labelled_an_upper_bound():
-    out = json.loads(run("example", "deepseek-v3-ep64", "--json").stdout)
+    # DeepSeek-V3's layout with the uniform all-to-all (the example runs DeepEP's node-limited
+    # dispatch, its published recipe)
+    layout = ("--model", "deepseek-v3", "--gpu", "H800", "--framework", "textbook", "--dp", "128",
+              "--pp", "16", "--ep", "64", "--global-batch", "15360", "--seq-len", "4096")  # fmt: skip
+    out = json.loads(run("evaluate", *layout, "--json").stdout)
     (ep,) = [r for r in out["traffic"] if r["axis"] == "ep"]
     assert ep["bytes_per_step"] > 0
     (note,) = [n for n in out["notes"] if n.startswith("ep traffic is an upper bound")]
     assert "DeepSeek-V3 §2.1.2" in note
-    assert f"Note: {note}" in run("example", "deepseek-v3-ep64").stdout
+    assert f"Note: {note}" in run("evaluate", *layout).stdout
     dense = json.loads(run("example", "llama3-405b", "--json").stdout)
     assert not any("upper bound" in n for n in dense["notes"])  # no EP, no note
 

@@ -95,3 +95,26 @@ def test_deepseek_v3_has_an_ep_all_to_all_row_and_experts_over_two_replicas():
         row["group_size"] == 64 and row["bytes_per_step"] > 0 and "all-to-all" in row["collective"]
     )
     assert any("dp·cp/ep = 2" in line for line in out["assumptions"])
+
+
+def test_deepseek_v3_runs_its_published_recipe_and_fits():
+    """The example is DeepSeek-V3's pre-training job (report §3.1–3.3), so it carries the recipe
+    scenarios/deepseek-v3-dualpipe.toml states (docs/pipeline-schedules.md), and a layout
+    DeepSeek trained with fits the H800's 80 GB."""
+    import tomllib
+    from importlib import resources
+
+    from trainplan.interface.examples import example_params
+
+    scenario = tomllib.loads(
+        resources.files("trainplan.scenarios").joinpath("deepseek-v3-dualpipe.toml").read_text()
+    )
+    _, params = example_params("deepseek-v3-ep64")
+    assert {k: params[k] for k in scenario["cluster"]} == scenario["cluster"]
+    assert (params["framework"], params["schedule"], params["recompute"]) == (
+        "textbook",
+        "dualpipe",
+        "selective",
+    )
+    out = run_example("deepseek-v3-ep64")
+    assert out["memory"]["fits"] and out["memory"]["total_bytes"] <= 80e9

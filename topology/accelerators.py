@@ -24,7 +24,16 @@ from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
 
-__all__ = ["load_accelerators", "get_accelerator", "accelerator_rows", "ALIASES", "TABLE_FILE"]
+__all__ = [
+    "load_accelerators",
+    "get_accelerator",
+    "accelerator_rows",
+    "status_legend",
+    "ALIASES",
+    "STATUS_HEADER",
+    "STATUS_MEANINGS",
+    "TABLE_FILE",
+]
 
 TABLE_FILE = "accelerators.toml"
 """File name of the table inside the ``topology`` package."""
@@ -51,7 +60,23 @@ _OPTIONAL = (
 )
 _DRIVER_KEYS = ("driver_total_mib", "driver_reserved_mib", "driver_source")
 _UNITS = {"GB": GB, "GiB": GIB}
-_STATUSES = ("vendor", "secondary", "derived")
+STATUS_MEANINGS: dict[str, str] = {
+    "vendor": "read in the vendor's document",
+    "secondary": "a copy of the vendor's table",
+    "derived": "computed from vendor figures, as the row's source says",
+}
+"""A row's ``status`` (accelerators.toml): how its figures were got from their source."""
+STATUS_HEADER = "figures from"
+"""The ``status`` column's header in the CLI's and the page's tables."""
+_STATUSES = tuple(STATUS_MEANINGS)
+
+
+def status_legend() -> str:
+    """The line under the accelerator table that says what its ``figures from`` column (a
+    row's ``status``) means."""
+    kinds = "; ".join(f"{k} = {v}" for k, v in STATUS_MEANINGS.items())
+    return f"{STATUS_HEADER}: {kinds}."
+
 
 ALIASES: dict[str, str] = {
     "h100sxm5": "H100-SXM",

@@ -84,17 +84,16 @@ def example_cmd(
             echo_json(out)
         else:
             ex = examples()[name]
+            gloss = ex.get("profile") or (
+                "steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
+                "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
+                "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
+            )
             click.echo(
                 f"Example {name}: {ex['says']}"
                 + (f"  [{ex['source']}]" if ex.get("source") else "")
                 + f"\nProfile: {merged['framework']}"
-                + (
-                    " — steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
-                    "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
-                    "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
-                    if merged["framework"] == "textbook"
-                    else ""
-                )
+                + (f" — {gloss}" if merged["framework"] == "textbook" else "")
                 + "\n"
             )
             run_evaluate(merged, False, per_stage)

@@ -223,10 +223,11 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
-            from trainplan.interface.render.report import readable, table_text
+            from trainplan.interface.render.report import stages_text
 
-            rows = [readable(row) for row in out["stages"]]
-            click.echo("\nPer stage (bytes per GPU in GB, 10^9):\n" + table_text(rows))
+            click.echo(
+                "\nPer pipeline stage (per GPU; GB = 10^9 bytes):\n" + stages_text(out["stages"])
+            )
     return out
 
 
@@ -251,7 +252,10 @@ def gpus_cmd(as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
+    from trainplan.topology.accelerators import status_legend
+
     click.echo(gpus_text(rows))
+    click.echo(status_legend())
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")

@@ -175,7 +175,8 @@ def _summary(
         what = f"{g.command}" + (f", objective {s['objective']}" if g.command == "search" else "")
         before = f"; {s['points'] - run.ran:,} were done before" if run.ran < s["points"] else ""
         head = (
-            f"Swept {s['points']:,} points of {g.source} ({what}): {run.ran:,} run in "
+            f"Swept {s['points']:,} point{'' if s['points'] == 1 else 's'} of {g.source} "
+            f"({what}): {run.ran:,} run in "
             f"{run.seconds:,.1f} s on a {where}{before}"
         )
         click.echo(summary_text(s, head))

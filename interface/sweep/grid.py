@@ -38,19 +38,23 @@ import hashlib
 import itertools
 import json
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trainplan.interface.inputs import LAYOUT_KEYS, RECIPE_KEYS, parse_framework
 from trainplan.interface.scenario import TOP_KEYS, check_scenario
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
+from trainplan.scenarios.catalogue import check_model_name
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.what_if import WHAT_IFS, what_if_label, what_if_part
+
+T = TypeVar("T")
 
 __all__ = ["AXES", "COMMANDS", "MAX_POINTS", "Grid", "Point", "load_grid", "parse_grid"]
 
@@ -212,16 +216,22 @@ def load_grid(path: str | Path) -> Grid:
     return parse_grid(data, str(p))
 
 
-def parse_grid(data: dict[str, Any], source: str = "grid") -> Grid:
+def parse_grid(
+    data: dict[str, Any],
+    source: str = "grid",
+    check_model: Callable[[str], None] = check_model_name,
+) -> Grid:
     """A :class:`Grid` from a grid's TOML values (:func:`load_grid`'s work; the web app passes
-    the text it was sent). Raises as :func:`load_grid`."""
+    the text it was sent). ``check_model`` refuses a model name before any point runs (default:
+    an unknown catalogue name; a path is read when its points run). Raises as
+    :func:`load_grid`."""
     try:
-        return _parse(data, source)
+        return _parse(data, source, check_model)
     except PlannerError as err:
         raise ScenarioError(f"grid {source}: {err}") from None
 
 
-def _parse(data: dict[str, Any], source: str) -> Grid:
+def _parse(data: dict[str, Any], source: str, check_model: Callable[[str], None]) -> Grid:
     where = ""  # no context: a message names the key; parse_grid puts the file in front
     unknown = sorted(set(data) - TOP_KEYS - _GRID_KEYS)
     if unknown:
@@ -259,6 +269,11 @@ def _parse(data: dict[str, Any], source: str) -> Grid:
         points += _product(sweep, what_if, recipes, base, where)
     for i, entry in enumerate(points_data, 1):
         points.append(_listed(entry, recipes, base, f"point {i}: "))
+    named = [("model", base.get("model")), *(("sweep.model", m) for m in sweep.get("model", []))]
+    named += [(f"point {i}: model", e.get("model")) for i, e in enumerate(points_data, 1)]
+    for name, model in named:
+        if model is not None:  # a typo is refused here, not at each of its points
+            _named(check_model, model, f"{where}{name}")
     unused = [name for name in recipes if name not in {p.recipe for p in points}]
     if unused:
         raise ScenarioError(f"recipe.{unused[0]} is defined and no point takes it")
@@ -346,10 +361,19 @@ def _axis_values(axis: str, value: Any, where: str) -> list[Any]:
     if not isinstance(value, str) or not value.strip():
         raise ScenarioError(f"{name}: {value!r} must be a name (text)")
     if axis == "gpu":
-        return [get_accelerator(value).name]
+        return [_named(get_accelerator, value, name).name]
     if axis == "framework":
         return [str(parse_framework(value))]
     return [value]
+
+
+def _named(get: Callable[[str], T], value: str, name: str) -> T:
+    """``get(value)`` (an accelerator; a model name's check); its refusal as ``name``'s:
+    ``sweep.model: unknown model 'llama3-8bb'; did you mean llama3-8b, …``."""
+    try:
+        return get(value)
+    except PlannerError as err:
+        raise ScenarioError(f"{name}: {err}") from None
 
 
 def _one_value(axis: str, value: Any, where: str) -> Any:

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request, Response
 
 from trainplan.interface.cli.names import option_names
 from trainplan.interface.examples import example_params, examples
+from trainplan.interface.scenario_file import CLUSTER_KEYS
 from trainplan.interface.tabs import fmt_number
 from trainplan.interface.web.api import json_response, pairs
 from trainplan.model.errors import InputError
@@ -112,9 +113,13 @@ def example_query(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     names = {o.param: o.long for o in option_names(PAGE_COMMANDS[page])}
     out = []
     for key, value in params.items():
-        if key not in names:
+        text = ",".join(map(_text, value)) if isinstance(value, list | tuple) else _text(value)
+        if key in names:
+            out.append((names[key], text))
+        elif "set" in names and key in CLUSTER_KEYS:  # a scenario key no option gives: --set's
+            out.append(("set", f"{key}={text}"))
+        else:
             raise InputError(f"example {name}: {key!r} is no parameter of the {page} page")
-        out.append((names[key], _text(value)))
     return page, tuple(out)
 
 

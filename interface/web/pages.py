@@ -10,6 +10,7 @@ the page's state, the API calls, the error line, the accelerator table) and ``st
 from __future__ import annotations
 
 from functools import cache
+from html import escape as html_escape
 from importlib.resources import files
 
 from fastapi import APIRouter, HTTPException
@@ -17,6 +18,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from trainplan.model import units
+from trainplan.topology.accelerators import STATUS_HEADER, status_legend
 
 __all__ = ["router", "PAGES", "INTROS", "LIST_HELP", "LIST_SEPARATOR", "STATIC", "swagger_folder"]
 
@@ -106,6 +108,8 @@ def _page(name: str) -> str:
         ("search_inputs", (_PAGES / "search_inputs.html").read_text()),
         ("list_help", LIST_HELP),
         ("sep", LIST_SEPARATOR),
+        ("gpu_status_legend", html_escape(status_legend())),
+        ("gpu_status_header", html_escape(STATUS_HEADER)),
     ):
         html = html.replace("{{" + key + "}}", value)
     return html

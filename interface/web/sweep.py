@@ -96,20 +96,31 @@ def _grid(text: str) -> Any:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"grid: not TOML: {err}") from None
-    g = parse_grid(data, "from the page")
+    g = parse_grid(data, "from the page", _catalogue_model)
     if "calibration" in g.base.get("cluster", {}):
         raise InputError("calibration: names a file on the server; the page does not take files")
     known = set(model_names())
-    for p in g.points:
+    for p in g.points:  # a point without a model anywhere
         if g.model(p) not in known:
-            raise InputError(
-                f"model: {g.model(p)!r} is not a catalogue model (trainplan models); the page takes catalogue names only"
-            )
+            raise InputError(f"model: {_not_catalogue(g.model(p))}")
     if len(g.points) > MAX_POINTS:
         raise InputError(
             f"grid: {len(g.points):,} points, over the page's {MAX_POINTS:,}; run trainplan sweep"
         )
     return g
+
+
+def _not_catalogue(name: str) -> str:
+    return (
+        f"{name!r} is not a catalogue model (trainplan models); the page takes catalogue names only"
+    )
+
+
+def _catalogue_model(name: str) -> None:
+    """Refuse, reading nothing, a model that is no catalogue name (a path would name a file on
+    the server)."""
+    if name not in model_names():
+        raise InputError(_not_catalogue(name))
 
 
 def _run(job: Job) -> None:

@@ -288,3 +288,43 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
     assert d["per_stage"]["step_s"] == pytest.approx(550.53, abs=0.01)
     assert d["per_stage"]["gain"] == pytest.approx(1.0331, abs=1e-4)
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
+
+
+def test_the_launch_line_writes_the_mtp_block_as_megatron_parses_it():
+    """A model with a multi-token-prediction block: Megatron-LM's layout string has ``m`` for it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``:
+    E, L, t, m), and ``validate_layer_layout`` counts ``t`` against ``--num-layers`` (32 here),
+    ``m`` against ``--mtp-num-layers`` (1), MTP after every decoder layer. The per-stage search's
+    launch line, run as a user runs it, wrote the MTP block as a 33rd decoder layer
+    (``…|t*4L``)."""
+    import re
+
+    from tests.cli_runs import trainplan
+
+    done = trainplan("search", "--model", "llama3-8b", "--mtp-layers", "1", "--gpus", "16",
+                     "--tp", "1", "--pp", "4", "--per-stage", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    flags = json.loads(done.stdout)["launch"]["megatron"]
+    layout = flags[flags.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "Et*4|t*4|t*4|t*2|t*5|t*5|t*5|t*3mL"
+    decoder = sum(int(n or 1) for n in re.findall(r"t(?:\*(\d+))?", layout))
+    assert decoder == 32 and layout.count("m") == 1 and layout.endswith("mL")
+
+
+def test_megatron_counts_decoder_layers_beside_the_mtp_block():
+    """DeepSeek-V3 (61 layers and one MTP block on the last stage): the first/last counts and
+    the layout string are decoder layers; the MTP block is ``m`` on the last stage."""
+    from trainplan.scenarios.catalogue import get_model
+
+    arch = get_model("deepseek-v3").model.arch
+    even = Layout(pp=16, dp=128, ep=64, stage_layers=(3, *[4] * 14, 2))
+    text = " ".join(megatron_flags(arch, even, 15360).flags)
+    assert "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2" in text
+    uneven = even.with_(stage_layers=(4, 4, 3, *[4] * 12, 2))
+    flags = megatron_flags(arch, uneven, 15360).flags
+    assert flags[-1] == "Et*4|t*4|t*3|" + "t*4|" * 12 + "t*2mL"
+    interleaved = Layout(pp=4, dp=8, ep=8, schedule="interleaved", virtual_stages=2)
+    flags = megatron_flags(arch, interleaved, 1024).flags
+    assert flags[flags.index("--pipeline-model-parallel-layout") + 1] == (
+        "Et*7|t*7|t*8|t*8|t*8|t*8|t*8|t*7mL"
+    )

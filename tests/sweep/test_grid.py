@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 
+from tests.cli_runs import refusal, trainplan
 from trainplan.interface.sweep.grid import parse_grid
 from trainplan.model.errors import ScenarioError
 from trainplan.model.hardware import DeviceSpec
@@ -168,6 +169,13 @@ def test_the_fingerprint_follows_the_meaning():
             "command: 'train' is not one of search, evaluate",
         ),
         ("description = 'nothing'", "nothing to sweep"),
+        (
+            "[sweep]\nmodel = ['llama3-8bb']\ngpus = [8]",
+            "sweep.model: unknown model 'llama3-8bb'; did you mean llama3-8b",
+        ),
+        ("[sweep]\ngpu = ['H100-SXMM']\ngpus = [8]", "sweep.gpu: unknown gpu 'H100-SXMM'"),
+        ("model = 'llama3-8bb'\n[sweep]\ngpus = [8]", "model: unknown model 'llama3-8bb'"),
+        ("[[point]]\nmodel = 'llama3-8bb'\ngpus = 8", "point 1: model: unknown model"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key_value_and_rule(text, line):
@@ -187,3 +195,19 @@ def test_the_command_refuses_bad_grids_with_exit_code_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == f"Error: grid {path}: sweep.gpus: 0 must be at least 1\n"
     assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_a_misspelled_model_is_refused_before_any_point_runs(tmp_path):
+    """A typo in the grid's model is one line and exit 2 before the pool starts (it was run at
+    every point and reported per point, exit 0)."""
+    path = tmp_path / "bad1.toml"
+    path.write_text("[sweep]\nmodel = ['llama3-8bb', 'llama3-8b']\ngpus = [64]\n")
+    line = refusal(trainplan("sweep", str(path), cwd=tmp_path))
+    assert line == (
+        f"grid {path}: sweep.model: unknown model 'llama3-8bb'; "
+        "did you mean llama3-8b, llama3-70b, llama3-405b?"
+    )
+    assert list(tmp_path.iterdir()) == [path]  # no results file
+    path.write_text("[sweep]\nmodel = ['llama3-8b']\ngpus = [8]\n")
+    done = trainplan("sweep", str(path), "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(f"Swept 1 point of {path} ")

@@ -668,3 +668,15 @@ def test_memory_chart_bar_reaches_the_total(client, args):
     assert sum(v for _, v in bars["forward/backward"]) == m["total_bytes"]
     svg = client.get(f"/api/figures/memory?{query(args)}").text
     assert "NCCL communicators" in svg
+
+
+def test_the_accelerator_tables_status_column_is_explained_on_every_page(client):
+    """The page's accelerator table heads the rows' ``status`` as ``trainplan gpus`` does
+    (app.js reads the header from the legend's data-header) and says what each value means."""
+    from trainplan.topology.accelerators import STATUS_MEANINGS
+
+    for path in ("/planner", "/rlhf", "/about"):
+        page = client.get(path).text
+        assert 'id="gpu-status-legend" data-header="figures from">figures from: vendor = ' in page
+        for kind, meaning in STATUS_MEANINGS.items():
+            assert f"{kind} = {meaning}".replace("'", "&#x27;") in page

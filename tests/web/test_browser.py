@@ -50,6 +50,9 @@ def test_each_tab_loads(page, tab, tmp_path):
         expect(page.locator(figure).first).to_be_visible()
     expect(page.locator("#gpu-table tbody tr").first).to_be_visible()  # the accelerator table
     expect(page.locator("#gpu-table")).to_contain_text("NVIDIA H100 Tensor Core GPU datasheet")
+    # the rows' status headed as trainplan gpus heads it, the legend under the table
+    expect(page.locator("#gpu-table thead")).to_contain_text("figures from")
+    expect(page.locator("#gpu-status-legend")).to_contain_text("secondary = a copy of")
     assert "?" in page.url  # a first visit shows an example, in the URL
     page.screenshot(path=str(tmp_path / f"{tab}.png"), full_page=True)
 
@@ -248,6 +251,11 @@ def test_pipeline_and_mfu_and_rlhf_values(page):
     expect(page.locator("#arithmetic")).to_contain_text("571.428e3 tokens/s")
     go(page, "/rlhf?algorithm=ppo&policy-params=70e9")
     expect(page.locator("#resident")).to_have_text("2.520 TB")
+    # the peak line leads with the figure the times use (H100-SXM's dense BF16), not with the
+    # FP8 figure its source text opens with
+    expect(page.locator("#assumptions")).to_contain_text(
+        ". Peak: 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: "
+    )
 
 
 def test_checkpoint_animation_advances(page):

@@ -367,7 +367,8 @@ const TP = (() => {
         ["NVLink GB/s", (g) => num(g.nvlink_gbps)],
         ["NVLink domain", (g) => num(g.nvlink_domain)],
         ["scale-out GB/s", (g) => num(g.scaleout_gbps)],
-        ["status", (g) => esc(g.status)],
+        // the status column, headed and explained by the legend under the table (trainplan gpus')
+        [$("#gpu-status-legend")?.dataset.header || "status", (g) => esc(g.status)],
         ["source", (g) => esc(g.source)],
       ]);
     }

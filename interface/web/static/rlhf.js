@@ -25,6 +25,7 @@
       ["FLOPs share", (p) => `${TP.pct(r.phase_flops_share[p])} ${bar(r.phase_flops_share[p])}`],
       ["time", (p) => TP.secs(r.phase_seconds[p])], ["time share", (p) => `${TP.pct(r.phase_time_share[p])} ${bar(r.phase_time_share[p])}`],
     ], 'id="phases-table"');
-    TP.$("#assumptions").textContent = `${r.assumptions}. Peak: ${r.peak_source}`;
+    // the figure used first, then whose it is (the MFU tab's and trainplan mfu's words)
+    TP.$("#assumptions").textContent = `${r.assumptions}. Peak: ${TP.num(r.peak_flops_per_s / 1e12)} TFLOP/s per chip — ${r.peak_source}`;
   });
 })();
