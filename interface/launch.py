@@ -221,6 +221,13 @@ def megatron_flags(
             f"framework {layout.framework}: the plan's memory and traffic are that profile's "
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
+    if str(layout.framework) == "deepspeed" and layout.pp == 1:
+        notes.append(
+            "deepspeed at pp 1: the plan counts Megatron-DeepSpeed's GPTModel, which it builds "
+            "only with --no-pipeline-parallel (pretrain_gpt.py model_provider); without it "
+            "Megatron-DeepSpeed runs its pipeline engine with one stage (GPTModelPipe), whose "
+            "buffers this plan does not count"
+        )
     out += megatron_parallel_flags(layout, arch.moe is not None)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)

@@ -219,3 +219,12 @@ def test_torchtitan_cp_writes_the_rotate_method_torchtitan_runs() -> None:
             assert "plan it with cp_kind pytorch-allgather" in said[0]
     single = torchtitan_toml(ARCH, Layout(framework="fsdp2", zero_stage=3), TRAINING).flags
     assert not any(f.startswith("context_parallel_rotate_method") for f in single)
+
+
+def test_deepspeed_at_pp_1_names_the_model_the_plan_counts():
+    """Megatron-DeepSpeed builds GPTModel only with ``--no-pipeline-parallel`` (4efb479d
+    pretrain_gpt.py model_provider); the plan at pp 1 counts that model, and says so."""
+    one = megatron_flags(ARCH, Layout(dp=2, framework="deepspeed", zero_stage=1), 8).notes
+    two = megatron_flags(ARCH, Layout(pp=2, framework="deepspeed", zero_stage=1), 8).notes
+    assert any("only with --no-pipeline-parallel" in n for n in one)
+    assert not any("--no-pipeline-parallel" in n for n in two)

@@ -223,7 +223,7 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     else:
         click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
-            from trainplan.interface.render.report import stages_text
+            from trainplan.interface.render.tables import stages_text
 
             click.echo(
                 "\nPer pipeline stage (per GPU; GB = 10^9 bytes):\n" + stages_text(out["stages"])
@@ -246,7 +246,7 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 def gpus_cmd(as_json: bool) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
     from trainplan.interface.commands import gpus_json
-    from trainplan.interface.render.report import gpus_text
+    from trainplan.interface.render.tables import gpus_text
 
     rows = gpus_json()
     if as_json:

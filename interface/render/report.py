@@ -17,13 +17,10 @@ __all__ = [
     "frame",
     "table_text",
     "evaluate_text",
-    "gpus_text",
     "gb",
     "duration",
     "objective_text",
     "readable",
-    "stages_text",
-    "STAGE_COLUMNS",
     "csv_text",
     "write_csv",
 ]
@@ -97,51 +94,6 @@ def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
 
     df = pd.DataFrame(rows)
     return df[columns] if columns else df
-
-
-STAGE_COLUMNS: dict[str, str] = {
-    "stage": "stage",
-    "stage_layers": "layers",
-    "stage_state_bytes": "model state GB",
-    "stage_activation_bytes": "layer activations GB",
-    "stage_other_activation_bytes": "other activations GB",
-    "stage_in_flight": "micro-batches in flight",
-    "stage_total_bytes": "peak GB",
-}
-"""The ``--per-stage`` table's header for each key of the JSON's ``stages`` rows (bytes in GB,
-10^9, per GPU)."""
-
-
-def stages_text(stages: list[dict[str, Any]]) -> str:
-    """The ``--per-stage`` table (evaluate's ``stages`` rows): headers with their units
-    (:data:`STAGE_COLUMNS`), GB to two decimals, and a line saying what the two summary columns
-    hold.
-
-    Examples
-    --------
-    >>> row = {"stage": 0, "stage_layers": 20, "stage_state_bytes": 27.26e9,
-    ...        "stage_activation_bytes": 22.48e9, "stage_other_activation_bytes": 0.29e9,
-    ...        "stage_in_flight": 16 / 3, "stage_total_bytes": 51.69e9}
-    >>> print(stages_text([row]).splitlines()[2])
-    0        20        27.26             22.48                   0.29                    5.333                      51.69
-    """
-
-    def cell(key: str, value: Any) -> str:
-        if value is None:
-            return "—"
-        if key.endswith("_bytes"):
-            return gb(value).removesuffix(" GB")
-        return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
-
-    rows = [
-        {STAGE_COLUMNS[k]: cell(k, v) for k, v in r.items() if k in STAGE_COLUMNS} for r in stages
-    ]
-    return (
-        table_text(rows)
-        + "\nother activations: embedding and output-layer activations and the recompute, "
-        "backward, loss and context-parallel working sets, offload buffers; peak: the stage's "
-        "peak per GPU, with the terms these columns leave out (buffers, communicators, caches)"
-    )
 
 
 def readable(row: dict[str, Any]) -> dict[str, Any]:
@@ -394,33 +346,6 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         + _mfu_conventions(d, "hfu")
     )
     return out
-
-
-def gpus_text(rows: list[dict[str, Any]]) -> str:
-    """The accelerator table for the terminal (the ``status`` column headed
-    :data:`topology.accelerators.STATUS_HEADER`; :func:`topology.accelerators.status_legend`
-    says what it means)."""
-    from trainplan.topology.accelerators import STATUS_HEADER
-
-    return table_text(
-        [
-            {
-                "name": r["name"],
-                "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
-                "dense BF16 TFLOP/s": r["bf16_tflops"],
-                "dense FP8 TFLOP/s": r["fp8_tflops"],
-                "NVLink GB/s": r["nvlink_gbps"],
-                "domain": r["nvlink_domain"],
-                "scale-out GB/s": r["scaleout_gbps"],
-                "HBM TB/s": r["hbm_tbps"],
-                "host GB/s": r["host_link_gbps"],
-                "host memory GB/s": r["host_memory_gbps"],
-                "power W": r["power_w"],
-                STATUS_HEADER: r["status"],
-            }
-            for r in rows
-        ]
-    )
 
 
 def frontier_row(

@@ -43,18 +43,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from trainplan.interface.inputs import LAYOUT_KEYS, RECIPE_KEYS, parse_framework
 from trainplan.interface.scenario import TOP_KEYS, check_scenario
+from trainplan.interface.sweep.names import check_models, named
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
 from trainplan.scenarios.catalogue import check_model_name
 from trainplan.topology.accelerators import get_accelerator
 from trainplan.topology.what_if import WHAT_IFS, what_if_label, what_if_part
-
-T = TypeVar("T")
 
 __all__ = ["AXES", "COMMANDS", "MAX_POINTS", "Grid", "Point", "load_grid", "parse_grid"]
 
@@ -269,11 +268,7 @@ def _parse(data: dict[str, Any], source: str, check_model: Callable[[str], None]
         points += _product(sweep, what_if, recipes, base, where)
     for i, entry in enumerate(points_data, 1):
         points.append(_listed(entry, recipes, base, f"point {i}: "))
-    named = [("model", base.get("model")), *(("sweep.model", m) for m in sweep.get("model", []))]
-    named += [(f"point {i}: model", e.get("model")) for i, e in enumerate(points_data, 1)]
-    for name, model in named:
-        if model is not None:  # a typo is refused here, not at each of its points
-            _named(check_model, model, f"{where}{name}")
+    check_models(check_model, base, sweep, points_data, where)
     unused = [name for name in recipes if name not in {p.recipe for p in points}]
     if unused:
         raise ScenarioError(f"recipe.{unused[0]} is defined and no point takes it")
@@ -361,19 +356,10 @@ def _axis_values(axis: str, value: Any, where: str) -> list[Any]:
     if not isinstance(value, str) or not value.strip():
         raise ScenarioError(f"{name}: {value!r} must be a name (text)")
     if axis == "gpu":
-        return [_named(get_accelerator, value, name).name]
+        return [named(get_accelerator, value, name).name]
     if axis == "framework":
         return [str(parse_framework(value))]
     return [value]
-
-
-def _named(get: Callable[[str], T], value: str, name: str) -> T:
-    """``get(value)`` (an accelerator; a model name's check); its refusal as ``name``'s:
-    ``sweep.model: unknown model 'llama3-8bb'; did you mean llama3-8b, …``."""
-    try:
-        return get(value)
-    except PlannerError as err:
-        raise ScenarioError(f"{name}: {err}") from None
 
 
 def _one_value(axis: str, value: Any, where: str) -> Any:
