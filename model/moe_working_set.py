@@ -13,11 +13,13 @@ rows are ``capacity_factor·k·S``, skewed routing more on the busiest rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.specs import Architecture
 
 __all__ = [
+    "ExpertMlp",
     "MEGATRON_ROUTER_SCORE_BYTES",
     "deepspeed_gate_rows",
     "megatron_forward_working_set",
@@ -173,7 +175,68 @@ def _torchtitan_forward(h: int, k: int, S: Fraction, beta: int, ep: int) -> Frac
     return beta * k * S * h + a2a + 4 * k * S * h + beta * k * S * h
 
 
-def _flex_working_set(copy: Fraction, fp8: bool) -> Fraction:
+@dataclass(frozen=True)
+class ExpertMlp:
+    """The routed experts' MLP as Megatron-Core runs it (Megatron-LM d98e8a64dd
+    ``megatron/core/transformer/moe/experts.py`` ``TEGroupedMLP.forward``), for the tensors it
+    holds of its own while FC2 and what follows run (:func:`_experts_peak`). The default (every
+    field empty) counts FC2's output alone."""
+
+    ffn: int = 0
+    """The activation output's width on a rank: ``f_e / expert_tp`` (FC1 is column-parallel
+    over the expert-TP group, and the gated linear unit halves FC1's output)."""
+    fp8_rowwise_bytes: Fraction = Fraction(0)
+    """Bytes per element of the row-wise FP8 copy of the activation output that FC2 (Transformer
+    Engine d0067d0da ``module/grouped_linear.py`` ``_GroupedLinear.forward``) quantises for its
+    GEMM and drops after it (``update_usage(rowwise_usage=False, columnwise_usage=True)``,
+    keeping the column-wise copy the saved rows count): 1 B plus the recipe's scales; 0 where
+    one copy serves both uses and is saved (the per-tensor recipes on Blackwell,
+    :func:`model.precision.keeps_fp8_transpose`)."""
+    pad_align: int = 0
+    """Transformer Engine's ``Fp8Padding`` alignment (``quantization.py``
+    ``get_align_size_for_quantization``: 32 under MXFP8, 16 otherwise); 0 where no padded
+    copies are made (BF16, or a dispatcher that pads itself)."""
+    act_recompute: bool = False
+    """Megatron-Core's ``moe_act`` recompute module: ``CheckpointWithoutOutput`` releases the
+    activation output's storage right after FC2 (``discard_output_and_register_recompute``)."""
+    bias: bool = False
+    """Expert biases (``add_bias_linear``): FC2 returns its bias unadded and
+    ``TEGroupedMLP._apply_bias`` adds it scaled by the FP32 probabilities per expert."""
+
+
+def _experts_peak(
+    h: int, rows: Fraction, beta: int, held: Fraction, fp8: bool, local: int, mlp: ExpertMlp
+) -> Fraction:
+    """The largest of ``TEGroupedMLP.forward``'s points past FC1, ``rows`` routed copies on the
+    experts' side, beside ``held`` (what the caller keeps that no backward saves):
+
+    * under FP8 the input's padded copy (``self.quantization_padding``, TE
+      ``module/fp8_padding.py`` ``_Fp8Padding.forward``: ``torch.empty([sum(padded_m_splits),
+      h])`` unless every expert's count is already a multiple of the alignment, which real
+      routing is not: counted always, each expert's count rounded up), a local of the forward
+      until it returns (FC1 saves its FP8 copy);
+    * at FC2: the BF16 activation output (``bias_act_output``, ``[rows, ffn]``), a local until
+      the forward returns where FC2 saves an FP8 copy instead (FP8) or released after FC2
+      (``moe_act``), saved otherwise (not transient); FC2's row-wise FP8 copy of it
+      (:attr:`ExpertMlp.fp8_rowwise_bytes`); FC2's output;
+    * with expert biases, ``_apply_bias``' per-expert FP32 sums ``t + b * p`` (probabilities
+      FP32) and their FP32 ``torch.cat`` beside FC2's output: ``8·rows·h``;
+    * with padding, ``self.quantization_unpadding``' unpadded copy of the output
+      (``fp8_unpadding.py`` ``_Fp8Unpadding.forward``) beside the padded one.
+    """
+    R = rows + local * (mlp.pad_align - 1) if mlp.pad_align else rows
+    pad = beta * R * h if mlp.pad_align else 0
+    act = beta * R * mlp.ffn if fp8 or mlp.act_recompute else 0
+    quant = mlp.fp8_rowwise_bytes * R * mlp.ffn if fp8 else 0
+    out = beta * R * h
+    fc2 = held + pad + act + quant + out
+    after = held + pad + (0 if mlp.act_recompute else act) + out
+    bias = after + 8 * R * h if mlp.bias else 0
+    unpad = after + beta * rows * h if mlp.pad_align else 0
+    return Fraction(max(fc2, bias, unpad))
+
+
+def _flex_working_set(copy: Fraction, fp8: bool) -> tuple[Fraction, Fraction]:
     """Megatron-Core's ``flex`` dispatcher (``MoEFlexTokenDispatcher``, DeepEP or HybridEP),
     ``copy`` bytes a routed-token tensor on the experts' side: the router's input is dispatched
     unpermuted (``dispatch_preprocess`` returns it); ``custom_forward`` keeps the fused
@@ -181,48 +244,17 @@ def _flex_working_set(copy: Fraction, fp8: bool) -> Fraction:
     permutes it into the experts' input (saved in BF16), and
     ``get_restored_hidden_states_by_experts`` un-permutes the experts' output while both are
     alive: dispatch output, experts' output and un-permuted copy (the dispatch's per-rank
-    deduplication making the first and the last smaller), plus the BF16 input under FP8."""
-    return 3 * copy + (copy if fp8 else 0)
+    deduplication making the first and the last smaller), plus the BF16 input under FP8.
+    (held while the experts run, the combine's peak)."""
+    held = copy + (copy if fp8 else 0)
+    return held, held + 2 * copy
 
 
-def megatron_forward_working_set(
-    h: int,
-    k: int,
-    S: Fraction,
-    beta: int,
-    ep: int,
-    etp: int,
-    local_experts: int,
-    fp8: bool,
-    flex: bool,
-) -> Fraction:
-    """Megatron-Core's MoE forward working set (Megatron-LM d98e8a64dd
-    ``megatron/core/transformer/moe/moe_layer.py`` ``MoELayer.forward``'s ``custom_forward`` and
-    ``routed_experts_compute``; ``token_dispatcher.py``): the routed-token tensors alive at
-    once that no backward keeps, for ``S`` tokens a rank, ``etp`` ranks' routed tokens on the
-    experts' side (``U = β·k·S·h``; the expert side ``G·U``, G = ``etp``).
-
-    ``alltoall`` (``MoEAlltoAllTokenDispatcher``): ``custom_forward`` keeps ``hidden_states``,
-    rebound to the permuted tokens (``dispatch_preprocess``' ``permute``, U) and
-    ``dispatched_input``, the all-to-all's output (``token_dispatch``, U; the same tensor at
-    ep = 1, where ``_AllToAll`` returns its input), both alive until it returns.
-    ``dispatch_postprocess`` gathers over the expert-TP group (G > 1) and sorts by local expert
-    (``sort_chunks_by_idxs``, more than one local expert): the experts' input (GU), which
-    Transformer Engine's grouped FC1 saves in BF16 (the rows' "routed expert inputs") and
-    quantizes under FP8 (the BF16 copy then held by ``routed_experts_compute`` until it
-    returns). The experts' output (``expert_output``, GU) and ``combine_preprocess``' un-sorted
-    copy (GU) are made while all of these are alive: the peak. With G > 1
-    ``combine_preprocess`` then reduce-scatters an FP32 copy (``hidden_states.to(self.probs.
-    dtype)``: ``4·k·S·h·G``) into an FP32 result (``4·k·S·h``). With one local expert there is
-    no sort: the peak is the combine's all-to-all output (U) beside the permuted tokens and
-    the experts' output.
-
-    ``flex``: :func:`_flex_working_set`. The ``[k·S]`` FP32 probabilities are left out.
-    """
-    U = beta * k * S * h
-    G = etp
-    if flex:
-        return _flex_working_set(G * U, fp8)
+def _alltoall_working_set(
+    U: Fraction, G: int, ep: int, local_experts: int, fp8: bool, fp32_copy: Fraction
+) -> tuple[Fraction, Fraction]:
+    """(held while the experts run, the combine's peak) under ``alltoall``
+    (:func:`megatron_forward_working_set`); ``fp32_copy``: ``4·k·S·h``."""
     zero = Fraction(0)
     permuted: Fraction = U
     a2a = U if ep > 1 else zero
@@ -239,12 +271,58 @@ def megatron_forward_working_set(
     held = permuted + a2a + expert_input
     unsorted = G * U if local_experts > 1 else 0
     if G > 1:  # the experts' output, its un-sorted copy, the FP32 copy and reduce-scatter output
-        peak = held + G * U + unsorted + 4 * k * S * h * G + 4 * k * S * h
+        peak = held + G * U + unsorted + fp32_copy * G + fp32_copy
     elif local_experts > 1:
         peak = held + G * U + unsorted  # the experts' output and its un-sorted copy
     else:  # the experts' output and the combine's all-to-all output
         peak = held + G * U + (U if ep > 1 else 0)
-    return Fraction(peak)
+    return held, Fraction(peak)
+
+
+def megatron_forward_working_set(
+    h: int,
+    k: int,
+    S: Fraction,
+    beta: int,
+    ep: int,
+    etp: int,
+    local_experts: int,
+    fp8: bool,
+    flex: bool,
+    mlp: ExpertMlp = ExpertMlp(),
+) -> Fraction:
+    """Megatron-Core's MoE forward working set (Megatron-LM d98e8a64dd
+    ``megatron/core/transformer/moe/moe_layer.py`` ``MoELayer.forward``'s ``custom_forward`` and
+    ``routed_experts_compute``; ``token_dispatcher.py``): the routed-token tensors alive at
+    once that no backward keeps, for ``S`` tokens a rank, ``etp`` ranks' routed tokens on the
+    experts' side (``U = β·k·S·h``; the expert side ``G·U``, G = ``etp``): the larger of the
+    combine's peak and the experts' own (:func:`_experts_peak`, ``mlp``).
+
+    ``alltoall`` (``MoEAlltoAllTokenDispatcher``): ``custom_forward`` keeps ``hidden_states``,
+    rebound to the permuted tokens (``dispatch_preprocess``' ``permute``, U) and
+    ``dispatched_input``, the all-to-all's output (``token_dispatch``, U; the same tensor at
+    ep = 1, where ``_AllToAll`` returns its input), both alive until it returns.
+    ``dispatch_postprocess`` gathers over the expert-TP group (G > 1) and sorts by local expert
+    (``sort_chunks_by_idxs``, more than one local expert): the experts' input (GU), which
+    Transformer Engine's grouped FC1 saves in BF16 (the rows' "routed expert inputs") and
+    quantizes under FP8 (the BF16 copy then held by ``routed_experts_compute`` until it
+    returns). The experts' output (``expert_output``, GU) and ``combine_preprocess``' un-sorted
+    copy (GU) are made while all of these are alive: the combine's peak. With G > 1
+    ``combine_preprocess`` then reduce-scatters an FP32 copy (``hidden_states.to(self.probs.
+    dtype)``: ``4·k·S·h·G``) into an FP32 result (``4·k·S·h``). With one local expert there is
+    no sort: the combine's peak is its all-to-all output (U) beside the permuted tokens and
+    the experts' output.
+
+    ``flex``: :func:`_flex_working_set`. The ``[k·S]`` FP32 probabilities are left out.
+    """
+    U = beta * k * S * h
+    G = etp
+    if flex:
+        held, peak = _flex_working_set(G * U, fp8)
+    else:
+        held, peak = _alltoall_working_set(U, G, ep, local_experts, fp8, 4 * k * S * h)
+    experts = _experts_peak(h, G * k * S, beta, held, fp8, local_experts, mlp)
+    return max(peak, experts)
 
 
 def moe_forward_working_set(
@@ -256,12 +334,14 @@ def moe_forward_working_set(
     etp: int,
     fp8: bool,
     flex: bool,
+    mlp: ExpertMlp = ExpertMlp(),
 ) -> Fraction:
     """The forward working set of one MoE layer of ``arch`` under ``framework``, bytes per GPU
     per micro-batch, beside the tensors it saves (:func:`megatron_forward_working_set` for
     ``megatron``, DeepSpeed's ``_sparse_decode`` for ``deepspeed``, torchtitan's combine for
     ``fsdp2``). 0 for ``textbook`` (the convention counts what is kept) and for a model without
-    MoE layers. ``S``: the tokens of a rank's routed rows (÷ tp with sequence parallelism).
+    MoE layers. ``S``: the tokens of a rank's routed rows (÷ tp with sequence parallelism);
+    ``mlp``: Megatron-Core's expert MLP (:class:`ExpertMlp`).
 
     Examples
     --------
@@ -289,4 +369,4 @@ def moe_forward_working_set(
     if framework == "fsdp2":
         return Fraction(_torchtitan_forward(h, k, S, beta, ep))
     local = moe.num_experts // ep
-    return megatron_forward_working_set(h, k, S, beta, ep, etp, local, fp8, flex)
+    return megatron_forward_working_set(h, k, S, beta, ep, etp, local, fp8, flex, mlp)

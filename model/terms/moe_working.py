@@ -31,23 +31,61 @@ from typing import Any
 
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap
-from trainplan.model.moe_working_set import moe_forward_working_set
+from trainplan.model.moe_working_set import ExpertMlp, moe_forward_working_set
+from trainplan.model.precision import (
+    Fp8Recipe,
+    fp8_activation_bytes,
+    fp8_recipe_of,
+    keeps_fp8_transpose,
+)
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import CACHE, CONTEXT_FIELDS, activation_context
 from trainplan.model.terms.fields import Fields
 from trainplan.model.xp import maximum, where
 
-__all__ = ["moe_forward_figure", "moe_forward_peak", "moe_over"]
+__all__ = ["expert_mlp", "moe_forward_figure", "moe_forward_peak", "moe_over"]
+
+
+def expert_mlp(
+    arch: Architecture, training: TrainingSpec, ctx: Any, expert_tp: int, keeps_transpose: bool,
+    act_recompute: bool,
+) -> ExpertMlp:  # fmt: skip
+    """Megatron-Core's expert MLP (:class:`model.moe_working_set.ExpertMlp`) of ``arch`` under
+    ``training``'s recipe and dispatcher: the activation output ``f_e / expert_tp`` wide; under
+    FP8 FC2's row-wise copy (:func:`model.precision.fp8_activation_bytes`: 1 B and the recipe's
+    scales) where Transformer Engine makes one beside the saved copy (``keeps_transpose``,
+    :func:`model.precision.keeps_fp8_transpose`) or quantises row-wise only (``moe_act``, whose
+    ``set_save_original_input(self.linear_fc2)`` saves the BF16 input instead); the padding
+    copies unless the dispatcher pads itself (Megatron-LM d98e8a64dd ``moe/moe_utils.py``
+    ``skip_routed_expert_padding``: HybridEP; DeepEP only with ``moe_use_grouped_tensor``,
+    which the profile does not set); expert biases where the model's linear layers have them."""
+    moe = arch.moe
+    assert moe is not None
+    fp8 = bool(ctx.fp8_linear_inputs)
+    recipe = fp8_recipe_of("megatron", training.fp8_recipe)
+    rowwise = act_recompute or keeps_transpose
+    pads = fp8 and training.moe_run.dispatcher is not Dispatcher.HYBRIDEP
+    return ExpertMlp(
+        ffn=moe.expert_ffn_hidden_size // expert_tp,
+        fp8_rowwise_bytes=fp8_activation_bytes(recipe) if fp8 and rowwise else Fraction(0),
+        pad_align=(32 if recipe is Fp8Recipe.MXFP8 else 16) if pads else 0,
+        act_recompute=act_recompute,
+        bias=arch.linear_bias,
+    )
 
 
 @lru_cache(maxsize=CACHE)
-def moe_forward_figure(arch: Architecture, training: TrainingSpec, *fields: Any) -> Fraction:
+def moe_forward_figure(
+    arch: Architecture, training: TrainingSpec, keeps_transpose: bool, act_recompute: bool,
+    *fields: Any,
+) -> Fraction:  # fmt: skip
     """Bytes of one MoE layer's forward working set, per GPU per micro-batch, for the
     :data:`model.terms.activation_fields.CONTEXT_FIELDS` values ``fields``: the routed rows'
     tokens ``(s/cp)·b`` (÷ tp with sequence parallelism, whole where torchtitan routes the
     gathered tokens, :data:`model.activation_rows.MOE_ROUTING_ROWS`), the expert-TP group's gathered tokens
     where the profile gathers them, FP8 where the linear layers save FP8 inputs, the flex
-    dispatcher for ``deepep`` and ``hybridep`` (:func:`model.moe_working_set.
+    dispatcher for ``deepep`` and ``hybridep``, Megatron-Core's expert MLP (:func:`expert_mlp`;
+    ``act_recompute``: the ``moe_act`` recompute module in force) (:func:`model.moe_working_set.
     moe_forward_working_set`); 0 for a model without MoE layers."""
     ctx = activation_context(training, *fields)
     framework = str(fields[CONTEXT_FIELDS.index("framework")])
@@ -56,6 +94,10 @@ def moe_forward_figure(arch: Architecture, training: TrainingSpec, *fields: Any)
         sp = 1  # torchtitan routes the tp-gathered tokens at ep = 1 (MOE_ROUTING_ROWS)
     etp = ctx.expert_tp if ctx.sequence_parallel else 1
     flex = training.moe_run.dispatcher is not Dispatcher.ALLTOALL
+    mlp = ExpertMlp()
+    if framework == "megatron" and arch.moe is not None:
+        expert_tp = int(fields[CONTEXT_FIELDS.index("expert_tp")])
+        mlp = expert_mlp(arch, training, ctx, expert_tp, keeps_transpose, act_recompute)
     return moe_forward_working_set(
         arch,
         framework,
@@ -65,6 +107,7 @@ def moe_forward_figure(arch: Architecture, training: TrainingSpec, *fields: Any)
         etp,
         ctx.fp8_linear_inputs,
         flex,
+        mlp,
     )
 
 
@@ -88,7 +131,11 @@ def moe_forward_peak(
     before the paired layers, while the forward's output layer runs after them); the forwards
     with no partner (warm-up) hold the working set alone: the larger of the two."""
     arch, t = c.arch, c.training
-    figure = f.lookup(moe_forward_figure, (arch, t), *CONTEXT_FIELDS)
+    keeps = keeps_fp8_transpose(fp8_recipe_of("megatron", t.fp8_recipe), c.device)
+    figure = f.lookup(moe_forward_figure, (arch, t, keeps, False), *CONTEXT_FIELDS)
+    if "moe_act" in t.recompute_modules:  # Megatron-Core's moe_act, under selective only
+        act = f.lookup(moe_forward_figure, (arch, t, keeps, True), *CONTEXT_FIELDS)
+        figure = where(f.recompute == Recompute.SELECTIVE, act, figure)
     moe_module = "moe" in t.recompute_modules
     replay = where(f.recompute == Recompute.SELECTIVE, moe_module, True)
     # 0 on a stage without MoE layers: no MoE forward phase there (the recompute transient is

@@ -32,7 +32,13 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     16,384 = 69,206,016 B less. From the 186,020,637,440 B counted before:
     + 56 × 30,277,632 − 56 × 69,206,016 = 183,840,647,936 B, and with the fused permutation's
     int32 row map (4 × 4,096 × 513 = 8,404,992 B a MoE layer, tests/model/test_fused_permute_map.py)
-    184,311,327,488 B."""
+    184,311,327,488 B. The MoE forward working set (the stage's peak phase) then counts the expert
+    MLP's own copies (tests/model/test_moe_expert_mlp.py): MXFP8 pads each of the 32 local
+    experts' rows to 32, R = 8·4,096 + 32·31 = 33,760 rows, and Fp8Unpadding's point holds,
+    beside the caller's 3U (U = 2·8·4,096·7,168), the padded input 2·R·h, the BF16 activation
+    output 2·R·f_e (f_e 2,048), FC2's padded output 2·R·h and the unpadded copy U:
+    4U + 2·R·(2h + f_e) = 2,985,295,872 B against the combine's 5U = 2,348,810,240 B:
+    636,485,632 B more, 184,947,813,120 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -41,7 +47,10 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     one, proj = 30_277_632, 69_206_016
     assert one == 4096 * 7168 * 33 // 32 and proj == 4096 * 128 * 128 * 33 // 32
     assert 186_020_637_440 + 56 * (one - proj) == 183_840_647_936
-    assert e.peak.total_bytes == 183_840_647_936 + 56 * 8_404_992 == 184_311_327_488
+    assert 183_840_647_936 + 56 * 8_404_992 == 184_311_327_488
+    U, R = 2 * 8 * 4096 * 7168, 8 * 4096 + 32 * 31
+    assert 4 * U + 2 * R * (2 * 7168 + 2048) - 5 * U == 636_485_632
+    assert e.peak.total_bytes == 184_311_327_488 + 636_485_632 == 184_947_813_120
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])

@@ -116,16 +116,24 @@ def test_deepspeed_decode_working_set_and_gpt_oss_refused():
 
 def test_megatron_qwen3_old_answer_does_not_fit():
     """The former answer for Qwen3-235B-A22B FP8 on 64 H100 (dp 4 pp 16 ep 4, interleaved v3,
-    √n; 82.85 of 83.21 GB): 32 local experts under FP8, five copies U on top of the √n
-    recompute transient (backward replays the forward)."""
+    √n; 82.85 of 83.21 GB): 32 local experts under FP8, on top of the √n recompute transient
+    (backward replays the forward). The caller holds 3U (permuted, all-to-all output, the sorted
+    input's BF16 copy); the experts pad every local expert's rows to 16 (R = 8·4,096 + 32·15 =
+    33,248 rows) and the largest point is Fp8Unpadding's: the padded input 2·R·h, the BF16
+    activation output 2·R·f_e (f_e 1,536), FC2's padded output 2·R·h and the unpadded copy U:
+    4U + 2·R·(2h + f_e) = 1,720,614,912 B (the combine's 5U = 1,342,177,280 B before the expert
+    MLP's own copies were counted)."""
     stages = _stage(
         "qwen3-235b-a22b", "megatron", dp=4, pp=16, ep=4, schedule="interleaved",
         virtual_stages=3, recompute="sqrt",
     )  # fmt: skip
     acts = stages[1].activations
-    assert acts.moe_forward_bytes == acts.recompute_transient_bytes + 5 * U
+    R = 8 * 4096 + 32 * 15
+    working = 4 * U + 2 * R * (2 * 4096 + 1536)
+    assert working == 1_720_614_912
+    assert acts.moe_forward_bytes == acts.recompute_transient_bytes + working
     # the layers' backward phase holds the same transient and one layer's backward working set
-    assert acts.moe_over_bytes == 5 * U - acts.backward_working_bytes
+    assert acts.moe_over_bytes == working - acts.backward_working_bytes
     assert stages[1].total_bytes > 83.21e9
 
 
