@@ -96,7 +96,7 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     (:func:`model.terms.userbuffers.te_workspace_term`); else 0 (and 0 for a size-only model).
 
     Scope: tp, cp, micro_batch_size, sequence_parallel, pp, virtual_stages, uneven_stages,
-    stage_layers, schedule, framework. Control: pp, framework.
+    stage_layers, schedule, framework, dp (through m). Control: pp, framework.
     """
     arch = c.model.arch
     if arch is None or Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
