@@ -33,13 +33,14 @@ FC1 are ``ColumnParallelLinear``) or the output layer (``GPTModelPipe``'s ``_log
 ``parallel_lm_logits``, or ``LMHeadPipe``'s ``ColumnParallelLinear``; ``megatron/model/
 gpt_model.py``, ``megatron/model/transformer.py``). A stage left without transformer layers
 (L < pp) that holds only the embedding (``EmbeddingPipe``: ``VocabParallelEmbedding`` and a
-scatter to the sequence-parallel region, no gather) runs none, so holds none. Beside it DeepSpeed's pipeline engine keeps
-its receive buffers (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also
-allocated once, and, with pp > 1, the ``[1, 1, s, s]`` bool causal masks of Megatron-DeepSpeed's
-``GPTModelPipe`` (:func:`model.terms.pipeline_buffers.deepspeed_mask_bytes`): ``args.attn_mask``
-on every stage and, on the first, the clone of each micro-batch's mask the pipeline engine keeps
-in its input buffers, overwritten only. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary tensors);
-``textbook`` counts no runtime buffer.
+scatter to the sequence-parallel region, no gather) runs none, so holds none. Beside it
+DeepSpeed's pipeline engine keeps its receive buffers
+(:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also allocated once, and, with
+pp > 1, the ``[1, 1, s, s]`` bool causal masks of Megatron-DeepSpeed's ``GPTModelPipe``
+(:func:`model.terms.pipeline_buffers.deepspeed_mask_bytes`): ``args.attn_mask`` on every stage
+and, on the first, the clone of each micro-batch's mask the pipeline engine keeps in its input
+buffers, overwritten only. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary
+tensors); ``textbook`` counts no runtime buffer.
 
 Also held here, under ``megatron``: Transformer Engine's cuBLAS workspaces beyond the plain one
 (:func:`model.terms.userbuffers.te_workspace_term`), tensors of the caching allocator allocated
@@ -110,7 +111,6 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     n_layers, _ = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
     runs_gather = last | ((ds == 1) & (n_layers > 0))
     mpu = where(runs_gather & f.sp & (f.tp > 1), one, 0)
-    engine = deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size) + deepspeed_mask_bytes(
-        c, f
-    )
+    sequences = tokens * f.micro_batch_size
+    engine = deepspeed_engine_buffers(c, f, sequences) + deepspeed_mask_bytes(c, f)
     return mpu + engine + te_workspace_term(c, f)
