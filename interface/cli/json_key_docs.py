@@ -253,7 +253,7 @@ KEY_DOCS: dict[str, str] = {
     "stages[].stage_state_bytes": "Model state on one GPU of the stage.",
     "stages[].stage_activation_bytes": "Layer activations held at the stage's peak.",
     "stages[].stage_other_activation_bytes": "Embedding/output-layer activations, recompute and "
-    "context-parallel transients, offload buffers.",
+    "context-parallel transients, offload buffers, deepspeed's causal mask being built.",
     "stages[].stage_in_flight": "Micro-batches of activations the schedule holds on the stage.",
     "stages[].stage_total_bytes": "The stage's peak per GPU.",
 }

@@ -244,6 +244,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                     + loss_beyond_recompute(acts)
                     + acts.cp_transient_bytes
                     + acts.offload_buffer_bytes
+                    + acts.load_over_bytes
                 )
                 if acts
                 else None,
