@@ -34,8 +34,10 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     # 1,879,048,192 B, and K and V repeated to the 32 query heads, 2·β·S·(a − g)·d =
     # 2·2·32,768·24·128 = 402,653,184 B: 58.96 + 2.28 = 61.24 GB; 62.05 GB with DeepSpeed's own
     # groups' communicators, the model-parallel group's and the pipe group's rings,
-    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py)
-    assert "= total (peak: forward-backward)                   62.05 GB" in search.stdout
+    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py); 65.27 GB with Megatron-DeepSpeed's
+    # bool causal masks on stage 0, args.attn_mask and the input buffers' clones of pp 2
+    # micro-batches, 3 × 32,768² = 3,221,225,472 B (tests/model/test_deepspeed_causal_mask.py)
+    assert "= total (peak: forward-backward)                   65.27 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -130,6 +130,11 @@ KEY_DOCS: dict[str, str] = {
     "FP32 combine), on top of the recompute transient where backward replays the forward (under "
     "overlap_moe_expert_parallel_comm, on top of another micro-batch's layers' backward phase), "
     "less the larger of the layers' backward phase and the loss working set.",
+    "memory.batch_load_transient_bytes": "deepspeed with pp > 1, first and last stage: what "
+    "building one micro-batch's causal mask holds (FP32 ones and their lower triangle, 8·s² B, "
+    "one micro-batch fewer held then; on the first stage at least the mask's clone held through "
+    "the forward, s² B), less the larger of the layers' backward phase, the loss working set "
+    "and the MoE forward working set; 0 elsewhere.",
     "memory.construction_bytes": "DeepSpeed ZeRO-3: what each GPU holds while the model is built "
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
@@ -248,7 +253,7 @@ KEY_DOCS: dict[str, str] = {
     "stages[].stage_state_bytes": "Model state on one GPU of the stage.",
     "stages[].stage_activation_bytes": "Layer activations held at the stage's peak.",
     "stages[].stage_other_activation_bytes": "Embedding/output-layer activations, recompute and "
-    "context-parallel transients, offload buffers.",
+    "context-parallel transients, offload buffers, deepspeed's causal mask being built.",
     "stages[].stage_in_flight": "Micro-batches of activations the schedule holds on the stage.",
     "stages[].stage_total_bytes": "The stage's peak per GPU.",
 }

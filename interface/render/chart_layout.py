@@ -148,6 +148,7 @@ MEMORY_PARTS = (
     ("backward_working_bytes", "backward working set", "#bcbd22"),
     ("loss_transient_bytes", "loss working set", "#d6616b"),
     ("moe_forward_transient_bytes", "MoE forward working set", "#c44e52"),
+    ("batch_load_transient_bytes", "causal mask being built", "#843c39"),
     ("pipeline_output_bytes", "pipeline outputs kept", "#ff9da6"),
     ("cp_transient_bytes", "context-parallel buffers", "#9467bd"),
     ("activation_offload_buffer_bytes", "offloaded activations on GPU", "#c5b0d5"),

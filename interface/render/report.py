@@ -131,8 +131,7 @@ def table_text(rows: list[dict[str, Any]]) -> str:
 
 
 def _gathered_label(m: dict[str, Any]) -> str:
-    """The gathered-weights line's name: what the framework holds gathered
-    (``memory.zero3_gathered_what``; the web page's planner.js writes the same)."""
+    """The gathered-weights line's name (``memory.zero3_gathered_what``; planner.js alike)."""
     what = m.get("zero3_gathered_what")
     return f"gathered weights ({what})" if what else "gathered weights"
 
@@ -156,6 +155,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("output layer released before it", -(m.get("output_layer_freed_bytes") or 0)),
         ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
         ("MoE forward working set (one layer)", m.get("moe_forward_transient_bytes")),
+        ("causal mask being built (one micro-batch)", m.get("batch_load_transient_bytes")),
         ("pipeline stage outputs and receive buffers", m.get("pipeline_output_bytes")),
         ("context-parallel buffers (one layer)", m.get("cp_transient_bytes")),
         ("offloaded activations still on GPU", m.get("activation_offload_buffer_bytes")),

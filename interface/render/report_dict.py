@@ -134,12 +134,14 @@ def _backward_phase(acts: Any) -> dict[str, Any]:
     """The lines of the layers' backward phase beside the loss's (None for a size-only model):
     the loss beyond it, one layer's backward working set, the output layer's released bytes, and
     a MoE layer's forward working set beyond both phases (:attr:`model.terms.activations.
-    StageActivations.moe_over_bytes`)."""
+    StageActivations.moe_over_bytes`) and DeepSpeed's causal mask being built beyond all three
+    (:attr:`model.terms.activations.StageActivations.load_over_bytes`)."""
     return {
         "loss_transient_bytes": _n(loss_beyond_recompute(acts)) if acts else None,
         "backward_working_bytes": _n(acts.backward_working_bytes) if acts else None,
         "output_layer_freed_bytes": _n(acts.output_layer_freed_bytes) if acts else None,
         "moe_forward_transient_bytes": _n(acts.moe_over_bytes) if acts else None,
+        "batch_load_transient_bytes": _n(acts.load_over_bytes) if acts else None,
     }
 
 
@@ -242,6 +244,7 @@ def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
                     + loss_beyond_recompute(acts)
                     + acts.cp_transient_bytes
                     + acts.offload_buffer_bytes
+                    + acts.load_over_bytes
                 )
                 if acts
                 else None,

@@ -69,6 +69,7 @@ from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.pipeline_buffers import (
     boundary_tensors,
+    deepspeed_load_transient,
     torch_pipelining,
 )
 from trainplan.model.terms.step import offload_layer_forward_s
@@ -142,6 +143,11 @@ class StageActivations:
     moe_forward_bytes: Fraction = Fraction(0)
     """Beside the kept layers at a MoE layer's forward working set, one micro-batch
     (:func:`model.terms.moe_working.moe_forward_peak`); the peak adds :attr:`moe_over_bytes`."""
+    batch_load_bytes: Fraction = Fraction(0)
+    """Under ``deepspeed`` with pp > 1, beyond the kept bytes while the first or last stage
+    builds a micro-batch's causal mask (FP32, one micro-batch fewer held) or the first stage's
+    forward holds its clone (:func:`model.terms.pipeline_buffers.deepspeed_load_transient`);
+    the peak adds :attr:`load_over_bytes`. 0 elsewhere."""
 
     @property
     def layer_backward_bytes(self) -> Any:
@@ -157,12 +163,14 @@ class StageActivations:
     @property
     def total_bytes(self) -> Fraction:
         """The kept bytes plus the largest of the loss phase, the layers' backward phase
-        (:attr:`layer_backward_bytes`) and a MoE layer's forward working set
-        (:attr:`moe_over_bytes`); never below the forward's end."""
+        (:attr:`layer_backward_bytes`), a MoE layer's forward working set
+        (:attr:`moe_over_bytes`) and DeepSpeed's batch load (:attr:`load_over_bytes`); never
+        below the forward's end."""
         return (
             self.layers_bytes
             + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
             + self.moe_over_bytes
+            + self.load_over_bytes
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -182,6 +190,14 @@ class StageActivations:
         return moe_over(
             self.moe_forward_bytes, self.layer_backward_bytes, self.loss_transient_bytes
         )
+
+    @property
+    def load_over_bytes(self) -> Any:
+        """What the batch load (:attr:`batch_load_bytes`) adds beyond the layers' backward phase,
+        the loss phase and a MoE layer's forward: ``max(load − those, 0)``."""
+        over = self.batch_load_bytes - self.moe_over_bytes
+        over = over - maximum(self.layer_backward_bytes, self.loss_transient_bytes)
+        return maximum(over, 0 * over)
 
 
 def _dualpipe_kept(
@@ -317,9 +333,10 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
+    load = deepspeed_load_transient(c, f, per_mb + emb + outputs / maximum(in_flight, 1))
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
-        host, loss, working, freed, moe,
+        host, loss, working, freed, moe, load,
     )  # fmt: skip
 
 

@@ -33,10 +33,14 @@ FC1 are ``ColumnParallelLinear``) or the output layer (``GPTModelPipe``'s ``_log
 ``parallel_lm_logits``, or ``LMHeadPipe``'s ``ColumnParallelLinear``; ``megatron/model/
 gpt_model.py``, ``megatron/model/transformer.py``). A stage left without transformer layers
 (L < pp) that holds only the embedding (``EmbeddingPipe``: ``VocabParallelEmbedding`` and a
-scatter to the sequence-parallel region, no gather) runs none, so holds none. Beside it DeepSpeed's pipeline engine keeps
-its receive buffers (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also
-allocated once. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary tensors);
-``textbook`` counts no runtime buffer.
+scatter to the sequence-parallel region, no gather) runs none, so holds none. Beside it
+DeepSpeed's pipeline engine keeps its receive buffers
+(:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`), also allocated once, and, with
+pp > 1, the ``[1, 1, s, s]`` bool causal masks of Megatron-DeepSpeed's ``GPTModelPipe``
+(:func:`model.terms.pipeline_buffers.deepspeed_mask_bytes`): ``args.attn_mask`` on every stage
+and, on the first, the clone of each micro-batch's mask the pipeline engine keeps in its input
+buffers, overwritten only. ``fsdp2`` has no such buffer (DTensor's all-gathers are ordinary
+tensors); ``textbook`` counts no runtime buffer.
 
 Also held here, under ``megatron``: Transformer Engine's cuBLAS workspaces beyond the plain one
 (:func:`model.terms.userbuffers.te_workspace_term`), tensors of the caching allocator allocated
@@ -50,7 +54,11 @@ from typing import Any
 from trainplan.model.frameworks import Framework
 from trainplan.model.terms.activation_fields import LAYER_FIELDS, end_stages, stage_layer_counts
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.pipeline_buffers import deepspeed_engine, deepspeed_engine_buffers
+from trainplan.model.terms.pipeline_buffers import (
+    deepspeed_engine,
+    deepspeed_engine_buffers,
+    deepspeed_mask_bytes,
+)
 from trainplan.model.terms.userbuffers import te_workspace_term
 from trainplan.model.xp import exact, where
 
@@ -81,12 +89,15 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     (:func:`model.terms.activation_fields.stage_layer_counts`), with tp > 1 and sequence
     parallelism; under
     ``deepspeed`` with pp > 1 also the pipeline engine's receive buffers
-    (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`); under ``megatron``
+    (:func:`model.terms.pipeline_buffers.deepspeed_engine_buffers`) and the bool causal masks
+    of Megatron-DeepSpeed's ``GPTModelPipe`` (:func:`model.terms.pipeline_buffers.
+    deepspeed_mask_bytes`: ``args.attn_mask`` on every stage, the input buffers' clones on the
+    first); under ``megatron``
     Transformer Engine's extra cuBLAS workspaces
     (:func:`model.terms.userbuffers.te_workspace_term`); else 0 (and 0 for a size-only model).
 
     Scope: tp, cp, micro_batch_size, sequence_parallel, pp, virtual_stages, uneven_stages,
-    stage_layers, schedule, framework. Control: pp, framework.
+    stage_layers, schedule, framework, dp (through m). Control: pp, framework.
     """
     arch = c.model.arch
     if arch is None or Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
@@ -100,6 +111,6 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     n_layers, _ = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
     runs_gather = last | ((ds == 1) & (n_layers > 0))
     mpu = where(runs_gather & f.sp & (f.tp > 1), one, 0)
-    return (
-        mpu + deepspeed_engine_buffers(c, f, tokens * f.micro_batch_size) + te_workspace_term(c, f)
-    )
+    sequences = tokens * f.micro_batch_size
+    engine = deepspeed_engine_buffers(c, f, sequences) + deepspeed_mask_bytes(c, f)
+    return mpu + engine + te_workspace_term(c, f)

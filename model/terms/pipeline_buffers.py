@@ -1,7 +1,9 @@
 """The pipeline stage's boundary tensors a GPU keeps beside its layers' activations: stage
 outputs left after the send (:func:`pipeline_outputs`) and PyTorch's pipeline receive buffers
-(:func:`torch_recv_buffers`), as the activation term (:mod:`model.terms.activations`) adds them.
-Written once over a layout's fields (:mod:`model.terms.fields`)."""
+(:func:`torch_recv_buffers`), as the activation term (:mod:`model.terms.activations`) adds them;
+and the causal-mask tensors of DeepSpeed's pipeline engine (:func:`deepspeed_mask_bytes`,
+:func:`deepspeed_load_transient`). Written once over a layout's fields
+(:mod:`model.terms.fields`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from trainplan.model.loss_memory import output_chunks_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import output_stage
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.xp import where
+from trainplan.model.xp import exact, maximum, minimum, where
 
 __all__ = [
     "pipeline_outputs",
@@ -24,6 +26,8 @@ __all__ = [
     "deepspeed_kept_per_microbatch",
     "deepspeed_engine_buffers",
     "deepspeed_backward_rebuilt",
+    "deepspeed_mask_bytes",
+    "deepspeed_load_transient",
     "boundary_tensors",
 ]
 
@@ -183,3 +187,68 @@ def torch_pipelining(training: TrainingSpec, framework: Any) -> int:
     if training.pipeline_frees_stage_tensors:
         return 0
     return 1 if output_chunks_bytes(framework, 2, 1, 1, 1, 1, 1) else 0
+
+
+def _deepspeed_pipe(f: Fields) -> Any:
+    """True where DeepSpeed's ``PipelineEngine`` runs Megatron-DeepSpeed's ``GPTModelPipe``: the
+    ``deepspeed`` profile with pp > 1."""
+    return (f.lookup(deepspeed_engine, (), "framework") == 1) & (f.pp > 1)
+
+
+def deepspeed_mask_bytes(c: Context, f: Fields) -> Any:
+    """Bytes of the ``[1, 1, s, s]`` bool causal masks (s the full sequence, one byte an element)
+    held for the whole run on one GPU, both phases, under ``deepspeed`` with pp > 1; 0 otherwise.
+
+    * every stage: ``s²``, ``args.attn_mask``. Megatron-DeepSpeed's ``model_provider``
+      (``pretrain_gpt.py``, 4efb479d; the ``GPTModelPipe`` branch) builds
+      ``torch.tril(torch.ones((1, s, s)))`` on the GPU, ``< 0.5``, and keeps it
+      ``.to(torch.bool)`` in ``args`` on every rank.
+    * the first stage: ``min(pp, m)·s²`` more. ``get_batch_pipe`` calls
+      ``get_ltor_masks_and_position_ids`` (``megatron/utils.py``) without ``skip_mask``, so
+      every micro-batch's inputs carry a bool ``[1, 1, s, s]`` mask; DeepSpeed's
+      ``PipelineEngine._exec_load_micro_batch`` (``deepspeed/runtime/pipe/engine.py``,
+      edaa72212) keeps ``x.clone().detach()`` of each input in
+      ``pipe_buffers['inputs'][buffer_id]``, which only ``_exec_send_grads`` clears, and the
+      first stage sends no gradient: each buffer's clone stays until a later micro-batch
+      overwrites it, across steps and the optimizer step. ``TrainSchedule.num_pipe_buffers``
+      (``deepspeed/runtime/pipe/schedule.py``) gives stage 0 ``max(2, min(pp, m))`` buffers,
+      ``micro_batch_id % num_pipe_buffers`` fills ``min(pp, m)`` of them.
+
+    ``EmbeddingPipe.forward`` (``megatron/model/language_model.py``) drops the mask when
+    ``args.attn_mask`` exists, so no later stage receives it. Left out: the token and position
+    ids kept beside it (16·b·s B) and a mask per sequence under ``--reset-attention-mask``.
+
+    E.g. s 16,384, pp 8, m ≥ 8: stage 0 holds 9·16,384² = 2,415,919,104 B, every other stage
+    268,435,456 B.
+    """
+    mask = exact(c.training.seq_len) ** 2
+    clones = where(f.stage == 0, minimum(f.pp, f.m), 0)
+    return where(_deepspeed_pipe(f), mask * (1 + clones), 0)
+
+
+def deepspeed_load_transient(c: Context, f: Fields, one_microbatch: Any) -> Any:
+    """Bytes beyond the kept activations of every micro-batch in flight that the first and the
+    last stage hold while a micro-batch's inputs are built, under ``deepspeed`` with pp > 1;
+    ``one_microbatch`` the bytes one micro-batch keeps on the stage (layers, embedding or output
+    layer, pipeline buffers); at least 0, 0 on other stages and profiles.
+
+    DeepSpeed's ``TrainSchedule`` (``deepspeed/runtime/pipe/schedule.py``, edaa72212) loads a
+    micro-batch on the first and the last stage before its forward, when the stage holds one
+    micro-batch fewer than its peak (the previous one's backward is done).
+    ``_exec_load_micro_batch`` calls the batch function, Megatron-DeepSpeed's ``get_batch_pipe``
+    (``pretrain_gpt.py``, 4efb479d), whose ``get_ltor_masks_and_position_ids``
+    (``megatron/utils.py``) builds ``torch.tril(torch.ones((1, s, s)))`` in FP32 on the GPU:
+    the ones and their lower triangle, ``8·s²`` bytes, live together (the bool mask made from
+    the triangle next, ``5·s²``, is less). On the first stage ``_exec_forward_pass`` runs the
+    stage on ``tuple(t.clone() for t in pipe_buffers['inputs'][buffer_id])``: one more bool
+    ``s²`` mask held through the stage's whole forward, beside every micro-batch in flight.
+    So ``max(8·s² − one_microbatch, s² on the first stage)``.
+
+    E.g. s 16,384 (8·s² = 2,147,483,648 B) on a first stage whose micro-batch keeps 1.5 GB:
+    647,483,648 B.
+    """
+    mask = exact(c.training.seq_len) ** 2
+    first, last = f.stage == 0, output_stage(f)
+    build = where(first | last, 8 * mask - one_microbatch, 0)
+    held = maximum(build, where(first, mask, 0))
+    return where(_deepspeed_pipe(f), maximum(held, 0 * held), 0)

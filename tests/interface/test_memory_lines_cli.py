@@ -38,7 +38,8 @@ def _lines_sum(m: dict) -> int:
         m["model_state_bytes"] + m["activations_bytes"] + m["embedding_activations_bytes"]
         + m["recompute_transient_bytes"] + m["backward_working_bytes"]
         - m["output_layer_freed_bytes"] + m["loss_transient_bytes"]
-        + m["moe_forward_transient_bytes"] + m["persistent_buffers_bytes"] + m["communicator_bytes"]
+        + m["moe_forward_transient_bytes"] + m["batch_load_transient_bytes"]
+        + m["persistent_buffers_bytes"] + m["communicator_bytes"]
     )  # fmt: skip
 
 

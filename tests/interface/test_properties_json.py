@@ -78,6 +78,7 @@ def test_total_is_the_sum_of_its_parts(params):
             "loss_transient_bytes",
             "backward_working_bytes",
             "moe_forward_transient_bytes",
+            "batch_load_transient_bytes",
             "pipeline_output_bytes",
             "cp_transient_bytes",
             "zero3_gathered_bytes",

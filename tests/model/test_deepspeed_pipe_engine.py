@@ -21,6 +21,11 @@ BASE = replace(MEGATRON_BASE, framework="deepspeed")
 """Llama 3 70B at dp 1, tp 8 with sequence parallelism, pp 2, ZeRO-1, full recompute."""
 H = 2 * 8192 * 8192
 """One whole [s, b, h] BF16 tensor of Llama 3 70B at s 8,192, b 1: 134,217,728 B."""
+MASK = 8192 * 8192
+"""Megatron-DeepSpeed's bool [1, 1, s, s] causal mask at s 8,192: 67,108,864 B, persistent with
+pp > 1 (``args.attn_mask`` on every stage; on stage 0 also one clone per filled input buffer,
+min(pp, m) of them: tests/model/test_deepspeed_causal_mask.py). The figures below add it to the
+engine's buffers: 3·MASK on stage 0 (pp 2, m ≥ 2), MASK on the others."""
 
 
 def _figures(layout: Layout) -> list[tuple[int, int, int]]:
@@ -51,7 +56,7 @@ def test_tp8_sp_partitioned_by_hand():
       tensor its first layer runs on: nothing kept beside the layers."""
     one, part = H // 8, H // 64
     assert (one, part) == (16_777_216, 2_097_152)
-    assert _figures(BASE) == [(H + part, 2 * part, 2), (H + part, 0, 1)]
+    assert _figures(BASE) == [(H + part + 3 * MASK, 2 * part, 2), (H + part + MASK, 0, 1)]
     assert H + part == 136_314_880
 
 
@@ -65,7 +70,7 @@ def test_tp1_whole_tensors_by_hand():
       beside the ``inputs.clone()`` the stage runs on (its first layer's saved input):
       134,217,728 kept."""
     layout = replace(BASE, tp=1, dp=8, sequence_parallel=False)
-    assert _figures(layout) == [(H, 2 * H, 2), (H, H, 1)]
+    assert _figures(layout) == [(H + 3 * MASK, 2 * H, 2), (H + MASK, H, 1)]
 
 
 def test_held_in_both_phases_and_none_without_pipeline():
@@ -101,7 +106,8 @@ def test_moe_sends_whole_tensors_by_hand():
     for st in stage_memory(mixtral, training, layout, device=H100):
         got.append((int(st.persistent_buffers_bytes), int(st.activations.pipeline_output_bytes)))
     one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
-    assert got == [(mpu + one, 2 * one), (mpu + one, one)]
+    mask = 4096 * 4096  # the bool causal mask: 3 on stage 0 (pp 2, m 64), 1 on stage 1
+    assert got == [(mpu + one + 3 * mask, 2 * one), (mpu + one + mask, one)]
     assert mpu + one == 50_331_648
 
 
@@ -133,8 +139,11 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     ]
     mpu, part = 2 * 512 * 256, 2 * 512 * 256 // 2 // 2
     assert (mpu, part) == (262_144, 65_536)
-    assert got == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
-    assert got == [65_536, 393_216, 393_216, 327_680]
+    # beside them the bool causal mask, 512² = 262,144 B: on stage 0 1 + min(pp 4, m 16) = 5
+    mask = 512 * 512
+    engine = [g - m for g, m in zip(got, (5 * mask, mask, mask, mask), strict=True)]
+    assert engine == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
+    assert engine == [65_536, 393_216, 393_216, 327_680]
 
 
 def test_backward_rebuilds_output_and_gradient_whole_by_hand():

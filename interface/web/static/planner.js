@@ -37,6 +37,7 @@
     ["output layer released before it", (m) => -(m.output_layer_freed_bytes || 0)],
     ["loss working set beyond them (one micro-batch)", (m) => m.loss_transient_bytes],
     ["MoE forward working set (one layer)", (m) => m.moe_forward_transient_bytes],
+    ["causal mask being built (one micro-batch)", (m) => m.batch_load_transient_bytes],
     ["pipeline stage outputs and receive buffers", (m) => m.pipeline_output_bytes],
     ["context-parallel buffers (one layer)", (m) => m.cp_transient_bytes],
     ["offloaded activations still on GPU", (m) => m.activation_offload_buffer_bytes],
