@@ -34,8 +34,13 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     # 1,879,048,192 B, and K and V repeated to the 32 query heads, 2·β·S·(a − g)·d =
     # 2·2·32,768·24·128 = 402,653,184 B: 58.96 + 2.28 = 61.24 GB; 62.05 GB with DeepSpeed's own
     # groups' communicators, the model-parallel group's and the pipe group's rings,
-    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py)
-    assert "= total (peak: forward-backward)                   62.05 GB" in search.stdout
+    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py). That was stage 0; stage 1 (61.14
+    # GB before) is now the busiest: the pipeline engine keeps the last stage's fp32 logits of
+    # two micro-batches for the whole run (pipe_buffers['outputs'], never emptied there;
+    # tests/model/test_deepspeed_pipe_logits.py), 2·4·32,768·32,000 = 8,388,608,000 B:
+    # 61.14 + 8.39 = 69.53 GB
+    assert "Memory per GPU (busiest pipeline stage: 1, counted from 0)" in search.stdout
+    assert "= total (peak: forward-backward)                   69.53 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -328,7 +328,7 @@ def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[An
     keeps) on the last stage, 0 elsewhere: :func:`_loss_extra` per local logit, and
     :func:`model.loss_memory.output_chunks_bytes` where ``pipeline_keeps_outputs``."""
     t = c.training
-    extra = f.lookup(_loss_extra, (t,), "framework", "tp", "cp")
+    extra = f.lookup(_loss_extra, (t,), "framework", "tp", "cp", "pp")
     last = end_stages(f)[1]
     loss = where(last, extra * tokens * vocab / f.tp, 0)
     keeps = f.lookup(torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
@@ -424,11 +424,11 @@ def _loss_kept(training: TrainingSpec, framework: Any) -> int:
     return loss_kept_bytes_per_element(framework, impl, beta)
 
 
-def _loss_extra(training: TrainingSpec, framework: Any, tp: int, cp: int) -> int:
+def _loss_extra(training: TrainingSpec, framework: Any, tp: int, cp: int, pp: int) -> int:
     """Bytes per local logit the profile's loss holds beyond what backward keeps of it
     (:func:`model.loss_memory.loss_peak_bytes_per_element` less :func:`_loss_kept`)."""
     impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
-    peak = loss_peak_bytes_per_element(framework, tp, impl, beta, cp)
+    peak = loss_peak_bytes_per_element(framework, tp, impl, beta, cp, pp)
     return peak - _loss_kept(training, framework)
 
 

@@ -48,11 +48,15 @@ def test_tp8_sp_partitioned_by_hand():
       flight, ``part.data()`` of its output (the output's data is replaced by zeros(1)):
       134,217,728 + 2,097,152 = 136,314,880 held; 2 × 2,097,152 = 4,194,304 kept;
     * stage 1 keeps ``pipe_recv_buf`` (part); its input buffer holds ``part_input.full()``, the
-      tensor its first layer runs on: nothing kept beside the layers."""
+      tensor its first layer runs on: nothing kept beside the layers. As the last stage it
+      also holds the fp32 logits of two micro-batches in ``pipe_buffers['outputs']`` (never
+      emptied there; model.loss_memory.deepspeed_pipe_logits_bytes): 2·4·8,192·16,032 =
+      1,050,673,152 B (V 128,256 over tp 8), 1,186,988,032 B held in all."""
     one, part = H // 8, H // 64
     assert (one, part) == (16_777_216, 2_097_152)
-    assert _figures(BASE) == [(H + part, 2 * part, 2), (H + part, 0, 1)]
-    assert H + part == 136_314_880
+    logits = 2 * 4 * 8192 * 16_032
+    assert _figures(BASE) == [(H + part, 2 * part, 2), (H + part + logits, 0, 1)]
+    assert H + part == 136_314_880 and H + part + logits == 1_186_988_032
 
 
 def test_tp1_whole_tensors_by_hand():
@@ -63,9 +67,12 @@ def test_tp1_whole_tensors_by_hand():
       2 × 134,217,728 = 268,435,456 kept;
     * stage 1: ``pipe_recv_buf`` H, held; per micro-batch in flight the received ``recvd``,
       beside the ``inputs.clone()`` the stage runs on (its first layer's saved input):
-      134,217,728 kept."""
+      134,217,728 kept; held beside ``pipe_recv_buf``, the fp32 logits of two micro-batches
+      (m = 8), 2·4·8,192·128,256 = 8,405,385,216 B."""
     layout = replace(BASE, tp=1, dp=8, sequence_parallel=False)
-    assert _figures(layout) == [(H, 2 * H, 2), (H, H, 1)]
+    logits = 2 * 4 * 8192 * 128_256
+    assert logits == 8_405_385_216
+    assert _figures(layout) == [(H, 2 * H, 2), (H + logits, H, 1)]
 
 
 def test_held_in_both_phases_and_none_without_pipeline():
@@ -93,7 +100,8 @@ def test_moe_sends_whole_tensors_by_hand():
     * stage 0: "mpu" + gradient buffer one = 50,331,648 held; 2 outputs in flight,
       33,554,432 kept;
     * stage 1: "mpu" + ``pipe_recv_buf`` one held; the received copy beside the clone the
-      stage runs on, 16,777,216 kept."""
+      stage runs on, 16,777,216 kept; and the fp32 logits of two micro-batches,
+      2·4·4,096·16,000 = 524,288,000 B held (V 32,000 over tp 2)."""
     mixtral = get_model("mixtral-8x7b").model
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     layout = replace(BASE, tp=2)
@@ -101,8 +109,9 @@ def test_moe_sends_whole_tensors_by_hand():
     for st in stage_memory(mixtral, training, layout, device=H100):
         got.append((int(st.persistent_buffers_bytes), int(st.activations.pipeline_output_bytes)))
     one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
-    assert got == [(mpu + one, 2 * one), (mpu + one, one)]
-    assert mpu + one == 50_331_648
+    logits = 2 * 4 * 4096 * 16_000
+    assert got == [(mpu + one, 2 * one), (mpu + one + logits, one)]
+    assert mpu + one == 50_331_648 and logits == 524_288_000
 
 
 def test_mpu_buffer_only_where_a_gather_runs_by_hand():
@@ -119,7 +128,8 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     * stage 0, the embedding only: no gather; the gradient buffer, 65,536;
     * stages 1 and 2, one layer each: "mpu" + ``pipe_recv_buf`` + gradient buffer =
       262,144 + 2·65,536 = 393,216;
-    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680."""
+    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680, and the fp32 logits
+      of two micro-batches the engine keeps there, 2·4·512·500 = 2,048,000: 2,375,680."""
     arch = Architecture(
         num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
         ffn_hidden_size=512, vocab_size=1000, mlp="swiglu", norm="rmsnorm",
@@ -133,8 +143,9 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     ]
     mpu, part = 2 * 512 * 256, 2 * 512 * 256 // 2 // 2
     assert (mpu, part) == (262_144, 65_536)
-    assert got == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
-    assert got == [65_536, 393_216, 393_216, 327_680]
+    logits = 2 * 4 * 512 * 500
+    assert got == [part, mpu + 2 * part, mpu + 2 * part, mpu + part + logits]
+    assert got == [65_536, 393_216, 393_216, 2_375_680]
 
 
 def test_backward_rebuilds_output_and_gradient_whole_by_hand():
