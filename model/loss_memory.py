@@ -116,6 +116,16 @@ when the next ``step()`` begins. The loss is computed on that output (``_maybe_c
 in ``schedules.py``), so no ``del pred`` frees it as torchtitan's trainer does without a
 pipeline. At the last micro-batch's backward all ``m`` outputs are held:
 :func:`output_chunks_bytes`, ``m·β·S·V/tp``.
+
+Without that list (the default) the last stage still holds each micro-batch's output until its
+backward ends: ``forward_one_chunk`` stores ``(output_tuple, flatten_input_tensors)`` in
+``self.fwd_cache[fwd_chunk_id]`` on every stage, and ``backward_one_chunk`` pops it into the local
+``stage_output`` and runs the whole backward of the chunk (the loss, the output layer, every
+layer) before it returns (pytorch 0138610331 ``torch/distributed/pipelining/stage.py``); no
+``del pred`` frees the BF16 logits as torchtitan's trainer does without a pipeline. So under
+``fsdp2`` with pp > 1 the loss's peak holds ``β·S·V/tp`` more (14 B at tp = 1, 18 B with loss
+parallelism) and so does every layer's backward of that micro-batch
+(:func:`pipeline_pred_bytes`); none of it at the optimizer step.
 """
 
 from __future__ import annotations
@@ -137,6 +147,7 @@ __all__ = [
     "loss_transient_bytes",
     "output_chunks_bytes",
     "deepspeed_pipe_logits_bytes",
+    "pipeline_pred_bytes",
 ]
 
 
@@ -362,3 +373,28 @@ def deepspeed_pipe_logits_bytes(pp: Any, m: Any, tokens: Any, vocab: Any, tp: An
     """
     held = 4 * minimum(exact(m), 2) * exact(tokens) * vocab / tp
     return where(pp > 1, held, 0)
+
+
+def pipeline_pred_bytes(
+    framework: Framework | str, pp: Any, tokens: Any, vocab: Any, tp: Any, beta: int
+) -> Any:
+    """Bytes of the last stage's output, the logits, that PyTorch's pipeline stage holds in
+    ``fwd_cache`` until that micro-batch's backward ends (module docstring): ``β·S·V/tp`` under
+    ``fsdp2`` with pp > 1 (``tokens`` S of one micro-batch on this rank, ``vocab`` V the padded
+    vocabulary, ``beta`` bytes per logit as the output layer returns it), beside the loss and
+    every layer's backward of the micro-batch; 0 for the other profiles and without a pipeline.
+    Exact for Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 8B at 8,192 tokens, tp 1, BF16 logits: 2·8,192·128,256 B = 2.10 GB.
+
+    >>> pipeline_pred_bytes("fsdp2", 2, 8192, 128_256, 1, 2)
+    Fraction(2101346304, 1)
+    >>> pipeline_pred_bytes("fsdp2", 1, 8192, 128_256, 1, 2), pipeline_pred_bytes(
+    ...     "deepspeed", 2, 8192, 128_256, 1, 2)
+    (0, 0)
+    """
+    if Framework(framework) is not Framework.FSDP2:
+        return 0
+    return where(pp > 1, beta * exact(tokens) * vocab / tp, 0)

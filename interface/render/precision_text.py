@@ -60,6 +60,12 @@ def loss_sentence(est: Estimate) -> str:
             " beside the fp32 logits of up to two micro-batches that DeepSpeed's pipeline "
             "engine keeps on the last stage (pipe_buffers['outputs'], 4 B per local logit each)"
         )
+    torch_pp = not (t.pipeline_keeps_outputs or t.pipeline_frees_stage_tensors)
+    if str(lay.framework) == "fsdp2" and lay.pp > 1 and torch_pp:
+        held = (
+            f", and {beta} B more: PyTorch's pipeline stage holds the BF16 logits (fwd_cache) "
+            "until the micro-batch's backward ends, beside every layer's backward too"
+        )
     return (
         f"loss: {which}; backward keeps {kept} B per local logit, the loss holds {peak} B at "
         f"its peak{held}"
