@@ -31,7 +31,12 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Mlp
 
-__all__ = ["deepspeed_missing_features", "check_deepspeed_layers"]
+__all__ = [
+    "deepspeed_missing_features",
+    "check_deepspeed_layers",
+    "deepspeed_pipe_refusal",
+    "check_deepspeed_pipe_recompute",
+]
 
 
 def deepspeed_missing_features(arch: Any, seq_len: int) -> list[str]:
@@ -95,3 +100,50 @@ def check_deepspeed_layers(framework: Any, arch: Any, seq_len: int) -> None:
             f"framework: deepspeed runs Megatron-DeepSpeed's transformer layer, which has no "
             f"{', '.join(missing)} (use `framework` megatron or fsdp2)"
         )
+
+
+def deepspeed_pipe_refusal(framework: Any, pp: int) -> str:
+    """Why a per-stage plan (layers and recomputed layers chosen stage by stage) does not run
+    under ``framework`` with ``pp`` stages, or "": under ``deepspeed`` with pp > 1 the model is
+    Megatron-DeepSpeed's ``GPTModelPipe`` (4efb479d ``megatron/model/gpt_model.py``), which
+    places the layers itself (``partition_method='type:transformer'``, balanced) and hands
+    DeepSpeed's ``PipelineModule`` one ``activation_checkpoint_interval`` for every stage:
+    ``checkpoint_num_layers``, or ``recompute_num_layers`` only with ``--recompute-granularity
+    full --recompute-method uniform`` ("deepspeed's pipeline doesn't support the block recompute
+    method"), else 0. ``PipelineModule.forward`` (DeepSpeed edaa72212
+    ``deepspeed/runtime/pipe/module.py``) checkpoints each run of ``interval`` functions made of
+    transformer layers only (``_is_checkpointable``): every layer of every stage, or none. No
+    "first N layers of each stage" exists; ``--recompute-method block`` recomputes nothing there.
+
+    >>> deepspeed_pipe_refusal("deepspeed", 1), deepspeed_pipe_refusal("megatron", 4)
+    ('', '')
+    >>> deepspeed_pipe_refusal("deepspeed", 2).split(" (")[0]
+    'framework deepspeed with pp 2 recomputes every layer or none and places the layers itself'
+    """
+    if Framework(framework) is not Framework.DEEPSPEED or pp == 1:
+        return ""
+    return (
+        f"framework deepspeed with pp {pp} recomputes every layer or none and places the layers "
+        "itself (Megatron-DeepSpeed's GPTModelPipe: one activation_checkpoint_interval for every "
+        "stage, partition_method type:transformer; --recompute-method block recomputes nothing "
+        "there)"
+    )
+
+
+def check_deepspeed_pipe_recompute(
+    setting: Any, framework: Any, pp: int, counts: tuple[int, ...] | None
+) -> None:
+    """Refuse per-stage recomputation counts (``Layout.recompute_layers``) that
+    :func:`deepspeed_pipe_refusal` says do not run; ``setting`` unread (a legality rule's
+    first argument).
+
+    Raises
+    ------
+    LayoutError
+        ``recompute_layers: 16,15 ...: use recompute full (every layer) or none``.
+    """
+    why = deepspeed_pipe_refusal(framework, pp)
+    if counts is None or not any(counts) or not why:
+        return
+    shown = ",".join(map(str, counts))
+    raise LayoutError(f"recompute_layers: {shown} does not run: {why}; use recompute full or none")

@@ -26,7 +26,7 @@ from trainplan.model.activation_offload import check_activation_offload, check_l
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
-from trainplan.model.deepspeed_layers import check_deepspeed_layers
+from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deepspeed_pipe_recompute
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -418,6 +418,7 @@ RULES: tuple[Rule, ...] = (
         ),
         _recompute_layers,
     ),
+    Rule("deepspeed_pipe", ("framework", "pp", "recompute_layers"), check_deepspeed_pipe_recompute),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
     Rule("cp_framework", ("cp", "cp_kind", "framework", "tp", "pp"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),

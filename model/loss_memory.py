@@ -20,15 +20,36 @@ transient, :class:`model.memory.StageActivations`).
   autograd engine casts the fp32 gradient to the BF16 input's dtype (``validate_outputs``) while
   the fp32 one is still referenced. Peak: 2 + 4 = **6 B** per element, in forward and in backward.
 * ``deepspeed`` (Megatron-DeepSpeed 4efb479d): ``megatron/model/gpt_model.py``
-  ``post_language_model_processing`` (and ``CrossEntropy`` under the pipeline engine) calls the
-  loss on ``output.float()``, an fp32 copy, while the BF16 logits are still referenced, and its
-  older ``_VocabParallelCrossEntropy.forward`` (``megatron/core/tensor_parallel/
-  cross_entropy.py``) subtracts the maximum *out of place* into a new fp32 tensor, which it
-  exponentiates, normalises in place and saves: 2 + 4 + 4 = **10 B** at the forward's peak.
+  ``post_language_model_processing`` calls the loss on ``output.float()``, an fp32 copy, while
+  the BF16 logits are still referenced, and its older ``_VocabParallelCrossEntropy.forward``
+  (``megatron/core/tensor_parallel/cross_entropy.py``) subtracts the maximum *out of place*
+  into a new fp32 tensor, which it exponentiates, normalises in place and saves:
+  2 + 4 + 4 = **10 B** at the forward's peak.
   With DeepSpeed's sequence parallelism (Ulysses, cp > 1) the loss is
   ``megatron/core/sequence_parallel/cross_entropy.py`` ``_VocabSequenceParallelCrossEntropy``:
   ``softmax(x)`` (saved) and ``softmax.log()`` beside the fp32 copy and the BF16 logits,
   2 + 4 + 4 + 4 = **14 B**.
+* ``deepspeed`` with pp > 1 (Megatron-DeepSpeed's ``GPTModelPipe`` run by DeepSpeed's
+  ``PipelineEngine``, DeepSpeed edaa72212 ``deepspeed/runtime/pipe/engine.py``): the pipeline
+  module's last function is ``float16_to_fp32`` (``megatron/model/module.py``: ``val.float()``),
+  so the module returns the **fp32** logits; the BF16 ones are freed as soon as they are
+  converted (``PipelineModule.forward`` moves on, and ``float()``'s backward saves nothing).
+  ``_exec_forward_pass`` stores the module's output in ``pipe_buffers['outputs'][buffer_id]``
+  and computes ``CrossEntropy`` (``gpt_model.py``: ``output.contiguous().float()``, no copy of
+  an fp32 tensor) on it; on the last stage ``_exec_backward_pass`` runs ``backward(self.loss)``
+  and returns *before* the line that sets ``pipe_buffers['outputs'][buffer_id] = None`` (the
+  other stages reach it). The buffer is only overwritten by the forward of the micro-batch
+  that next uses it (``TrainSchedule._buffer_idx``: ``micro_batch_id % num_pipe_buffers``,
+  ``num_pipe_buffers = max(2, min(stages − stage_id, micro_batches))`` = 2 on the last stage),
+  and the engine never empties it between steps. So the last stage holds the fp32 logits of
+  ``min(m, 2)`` micro-batches, ``4·min(m, 2)·S·V/tp``, for the whole run, at the optimizer
+  step too (:func:`deepspeed_pipe_logits_bytes`; held in both phases beside the persistent
+  buffers). Beside those the loss's own moments are: the new fp32 logits being converted
+  beside the BF16 ones while the buffer still holds the micro-batch it is about to overwrite
+  (2 + 4 B), the out-of-place subtraction (4 B, the softmax kept; the fp32 logits are the
+  buffer's), and at the output layer's backward the gradient formed in the saved softmax
+  (4 B) beside its BF16 cast (2 B): **6 B** at the peak beyond the held logits (14 B per
+  local logit in all from m = 2 on).
 * ``fsdp2`` (torchtitan: ``cross_entropy_loss`` in ``torchtitan/components/loss.py``,
   ``train.py``'s ``loss_fn`` at 9dec370: ``F.cross_entropy(pred.flatten(0, 1).float(), labels)``;
   the trainer deletes ``pred`` before ``loss.backward()``):
@@ -95,6 +116,16 @@ when the next ``step()`` begins. The loss is computed on that output (``_maybe_c
 in ``schedules.py``), so no ``del pred`` frees it as torchtitan's trainer does without a
 pipeline. At the last micro-batch's backward all ``m`` outputs are held:
 :func:`output_chunks_bytes`, ``m·β·S·V/tp``.
+
+Without that list (the default) the last stage still holds each micro-batch's output until its
+backward ends: ``forward_one_chunk`` stores ``(output_tuple, flatten_input_tensors)`` in
+``self.fwd_cache[fwd_chunk_id]`` on every stage, and ``backward_one_chunk`` pops it into the local
+``stage_output`` and runs the whole backward of the chunk (the loss, the output layer, every
+layer) before it returns (pytorch 0138610331 ``torch/distributed/pipelining/stage.py``); no
+``del pred`` frees the BF16 logits as torchtitan's trainer does without a pipeline. So under
+``fsdp2`` with pp > 1 the loss's peak holds ``β·S·V/tp`` more (14 B at tp = 1, 18 B with loss
+parallelism) and so does every layer's backward of that micro-batch
+(:func:`pipeline_pred_bytes`); none of it at the optimizer step.
 """
 
 from __future__ import annotations
@@ -104,7 +135,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.frameworks import Framework
-from trainplan.model.xp import exact, where
+from trainplan.model.xp import exact, minimum, where
 
 __all__ = [
     "CrossEntropyFusion",
@@ -115,6 +146,8 @@ __all__ = [
     "loss_peak_bytes_per_element",
     "loss_transient_bytes",
     "output_chunks_bytes",
+    "deepspeed_pipe_logits_bytes",
+    "pipeline_pred_bytes",
 ]
 
 
@@ -141,6 +174,11 @@ DEEPSPEED_ULYSSES_LOSS_BYTES = 14
 """Bytes per local logit at the peak of Megatron-DeepSpeed's sequence-parallel loss
 (``_VocabSequenceParallelCrossEntropy``: BF16 logits, their fp32 copy, softmax and its log; the
 module docstring)."""
+
+DEEPSPEED_PIPE_LOSS_BYTES = 6
+"""Bytes per local logit at the peak of the loss under DeepSpeed's pipeline engine (pp > 1),
+beyond the fp32 logits its pipe buffers hold (:func:`deepspeed_pipe_logits_bytes`; the module
+docstring)."""
 
 _PEAK: dict[Framework, tuple[int, int]] = {
     # (tp = 1, tp > 1): bytes per element of the local logits at the loss's peak
@@ -219,12 +257,14 @@ def loss_peak_bytes_per_element(
     impl: CrossEntropyFusion | str = "none",
     beta: int = 2,
     cp: int = 1,
+    pp: int = 1,
 ) -> int:
     """Bytes per element of the local logits ``[S, V/tp]`` that the profile's loss holds at
     its peak, what backward keeps included (the module docstring derives each figure from the
     framework's code); ``impl`` the fused loss Megatron-Core runs (:class:`CrossEntropyFusion`),
     ``beta`` the logits' bytes per element, ``cp`` the context-parallel degree (DeepSpeed's
-    Ulysses loss, 14 B).
+    Ulysses loss, 14 B), ``pp`` the pipeline degree (DeepSpeed's pipeline engine: 6 B beyond the
+    fp32 logits it holds, :data:`DEEPSPEED_PIPE_LOSS_BYTES`).
 
     Examples
     --------
@@ -235,11 +275,16 @@ def loss_peak_bytes_per_element(
     >>> loss_peak_bytes_per_element("megatron", 8, "native"), loss_peak_bytes_per_element(
     ...     "megatron", 8, "te")
     (6, 2)
+    >>> loss_peak_bytes_per_element("deepspeed", 8), loss_peak_bytes_per_element(
+    ...     "deepspeed", 8, pp=4)
+    (10, 6)
     """
     if Framework(framework) is Framework.MEGATRON and cross_entropy_fusion_of(impl) is (
         CrossEntropyFusion.TE
     ):
         return beta
+    if Framework(framework) is Framework.DEEPSPEED and pp > 1:
+        return DEEPSPEED_PIPE_LOSS_BYTES
     if Framework(framework) is Framework.DEEPSPEED and cp > 1:
         return DEEPSPEED_ULYSSES_LOSS_BYTES
     single, parallel = _PEAK[Framework(framework)]
@@ -253,12 +298,13 @@ def loss_transient_bytes(
     tp: Any,
     impl: CrossEntropyFusion | str = "none",
     beta: int = 2,
+    pp: int = 1,
 ) -> Any:
     """Bytes the loss holds for a moment beyond what backward keeps of it, on one GPU of the
     last stage: ``(peak − kept)·S·V/tp`` (:func:`loss_peak_bytes_per_element`,
     :func:`loss_kept_bytes_per_element`), with ``tokens`` S of one micro-batch on this rank and
-    ``vocab`` V the padded vocabulary. Counted once (one micro-batch's loss runs at a time).
-    Exact for Fractions; element-wise for arrays of ``tp``.
+    ``vocab`` V the padded vocabulary, ``pp`` the pipeline degree. Counted once (one
+    micro-batch's loss runs at a time). Exact for Fractions; element-wise for arrays of ``tp``.
 
     Examples
     --------
@@ -272,7 +318,9 @@ def loss_transient_bytes(
     >>> loss_transient_bytes("megatron", 8192, 128_256, 8, "te")  # in place: nothing beside
     Fraction(0, 1)
     """
-    single, parallel = (loss_peak_bytes_per_element(framework, n, impl, beta) for n in (1, 2))
+    single, parallel = (
+        loss_peak_bytes_per_element(framework, n, impl, beta, pp=pp) for n in (1, 2)
+    )
     extra = where(tp == 1, single, parallel) - loss_kept_bytes_per_element(framework, impl, beta)
     return extra * exact(tokens) * vocab / tp
 
@@ -284,8 +332,9 @@ def output_chunks_bytes(
     ``output_chunks`` until the next step (module docstring): ``m·β·S·V/tp`` under ``fsdp2``
     with pp > 1 (``m`` micro-batches per step, ``tokens`` S of one micro-batch on this rank,
     ``vocab`` V the padded vocabulary, ``beta`` bytes per logit as the output layer returns
-    it); 0 for the other profiles (Megatron-Core's and DeepSpeed's schedules keep the loss,
-    not the logits) and without a pipeline (torchtitan's trainer deletes ``pred`` before
+    it); 0 for the other profiles (Megatron-Core's schedule keeps the loss, not the logits;
+    DeepSpeed's pipeline engine keeps two micro-batches' fp32 logits,
+    :func:`deepspeed_pipe_logits_bytes`) and without a pipeline (torchtitan's trainer deletes ``pred`` before
     backward). Exact for Fractions; element-wise for arrays.
 
     Examples
@@ -302,3 +351,50 @@ def output_chunks_bytes(
     if Framework(framework) is not Framework.FSDP2:
         return 0
     return where(pp > 1, exact(m) * beta * exact(tokens) * vocab / tp, 0)
+
+
+def deepspeed_pipe_logits_bytes(pp: Any, m: Any, tokens: Any, vocab: Any, tp: Any) -> Any:
+    """Bytes of the fp32 logits DeepSpeed's pipeline engine holds on one GPU of the last stage,
+    with pp > 1, for the whole run (module docstring: ``pipe_buffers['outputs']``, never
+    emptied on the last stage, two buffers there): ``4·min(m, 2)·S·V/tp`` (``m`` micro-batches
+    per step, ``tokens`` S of one micro-batch on this rank, ``vocab`` V the padded vocabulary);
+    0 with pp = 1. Exact for Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Mixtral 8x7B (V 32,000), 16 micro-batches of 32,768 tokens, tp 1: 4·2·32,768·32,000 B =
+    8.39 GB; one micro-batch a step, one buffer used: half that.
+
+    >>> deepspeed_pipe_logits_bytes(2, 16, 32_768, 32_000, 1)
+    Fraction(8388608000, 1)
+    >>> deepspeed_pipe_logits_bytes(2, 1, 32_768, 32_000, 1), deepspeed_pipe_logits_bytes(
+    ...     1, 16, 32_768, 32_000, 1)
+    (Fraction(4194304000, 1), 0)
+    """
+    held = 4 * minimum(exact(m), 2) * exact(tokens) * vocab / tp
+    return where(pp > 1, held, 0)
+
+
+def pipeline_pred_bytes(
+    framework: Framework | str, pp: Any, tokens: Any, vocab: Any, tp: Any, beta: int
+) -> Any:
+    """Bytes of the last stage's output, the logits, that PyTorch's pipeline stage holds in
+    ``fwd_cache`` until that micro-batch's backward ends (module docstring): ``β·S·V/tp`` under
+    ``fsdp2`` with pp > 1 (``tokens`` S of one micro-batch on this rank, ``vocab`` V the padded
+    vocabulary, ``beta`` bytes per logit as the output layer returns it), beside the loss and
+    every layer's backward of the micro-batch; 0 for the other profiles and without a pipeline.
+    Exact for Fractions; element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 8B at 8,192 tokens, tp 1, BF16 logits: 2·8,192·128,256 B = 2.10 GB.
+
+    >>> pipeline_pred_bytes("fsdp2", 2, 8192, 128_256, 1, 2)
+    Fraction(2101346304, 1)
+    >>> pipeline_pred_bytes("fsdp2", 1, 8192, 128_256, 1, 2), pipeline_pred_bytes(
+    ...     "deepspeed", 2, 8192, 128_256, 1, 2)
+    (0, 0)
+    """
+    if Framework(framework) is not Framework.FSDP2:
+        return 0
+    return where(pp > 1, beta * exact(tokens) * vocab / tp, 0)

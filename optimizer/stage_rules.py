@@ -6,6 +6,7 @@ recipes it models (:func:`check_per_stage`), the leading block of layers unlike 
 
 from __future__ import annotations
 
+from trainplan.model.deepspeed_layers import deepspeed_pipe_refusal
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
@@ -30,7 +31,9 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
     exact for equal stages and an estimate for unequal ones, whose simulated step stays under
     1F1B's ``(m + p − 1)·t_max``, tests/model/test_recompute_layers.py; GPipe's simulated step
-    can exceed it); base recompute none or selective.
+    can exceed it); base recompute none or selective; not ``deepspeed`` with pp > 1, whose
+    pipeline recomputes every layer or none and places the layers itself
+    (:func:`model.deepspeed_layers.deepspeed_pipe_refusal`).
 
     Raises
     ------
@@ -68,6 +71,8 @@ def check_per_stage(case: Case, layout: Layout) -> None:
             f"per_stage: schedule {layout.schedule}: the per-stage search takes 1F1B or "
             "interleaved (GPipe's step with unequal stages can exceed the closed form)"
         )
+    if refused := deepspeed_pipe_refusal(layout.framework, layout.pp):
+        raise InputError(f"per_stage: {refused}: search it without --per-stage")
     if layout.recompute not in (Recompute.NONE, Recompute.SELECTIVE):
         raise InputError(
             f"per_stage: base recompute {layout.recompute} must be none or selective (the "

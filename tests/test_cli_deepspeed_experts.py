@@ -34,10 +34,16 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     # 1,879,048,192 B, and K and V repeated to the 32 query heads, 2·β·S·(a − g)·d =
     # 2·2·32,768·24·128 = 402,653,184 B: 58.96 + 2.28 = 61.24 GB; 62.05 GB with DeepSpeed's own
     # groups' communicators, the model-parallel group's and the pipe group's rings,
-    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py); 65.27 GB with Megatron-DeepSpeed's
-    # bool causal masks on stage 0, args.attn_mask and the input buffers' clones of pp 2
-    # micro-batches, 3 × 32,768² = 3,221,225,472 B (tests/model/test_deepspeed_causal_mask.py)
-    assert "= total (peak: forward-backward)                   65.27 GB" in search.stdout
+    # 2 × 402,653,184 B (tests/model/test_deepspeed_groups.py); 65.27 GB on stage 0 with
+    # Megatron-DeepSpeed's bool causal masks there, args.attn_mask and the input buffers' clones
+    # of pp 2 micro-batches, 3 × 32,768² = 3,221,225,472 B (tests/model/
+    # test_deepspeed_causal_mask.py). Stage 1 (61.14 GB before) is now the busiest: the pipeline
+    # engine keeps the last stage's fp32 logits of two micro-batches for the whole run
+    # (pipe_buffers['outputs'], never emptied there; tests/model/test_deepspeed_pipe_logits.py),
+    # 2·4·32,768·32,000 = 8,388,608,000 B, and its args.attn_mask, 32,768² = 1,073,741,824 B:
+    # 61.14 + 8.39 + 1.07 = 70.60 GB
+    assert "Memory per GPU (busiest pipeline stage: 1, counted from 0)" in search.stdout
+    assert "= total (peak: forward-backward)                   70.60 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -146,7 +146,8 @@ KEY_DOCS: dict[str, str] = {
     "memory.optimizer_step_bytes": "What the optimizer step adds to the model state (no activations then).",
     "memory.persistent_buffers_bytes": "Persistent buffers: allocated once, held for the whole run in both phases: the "
     '"mpu" all-gather buffer (tp > 1 with sequence parallelism: megatron\'s output layer on the last stage, '
-    "deepspeed's layers on every stage), DeepSpeed's pipeline receive buffers (pp > 1) and, under megatron, "
+    "deepspeed's layers on every stage), DeepSpeed's pipeline receive buffers (pp > 1) and the fp32 logits its "
+    "pipeline engine keeps on the last stage (two micro-batches', pp > 1), and, under megatron, "
     "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers). "
     "Called output_gather_bytes before.",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook), "

@@ -47,16 +47,28 @@ def loss_sentence(est: Estimate) -> str:
     beta = t.activation_bytes
     kept = loss_kept_bytes_per_element(lay.framework, t.cross_entropy_fusion_impl, beta)
     impl = t.cross_entropy_fusion_impl
-    peak = loss_peak_bytes_per_element(lay.framework, lay.tp, impl, beta, lay.cp)
+    peak = loss_peak_bytes_per_element(lay.framework, lay.tp, impl, beta, lay.cp, lay.pp)
     which = {
         "te": "Transformer Engine's fused cross entropy (parallel_cross_entropy, Transformer "
         "Engine 2.2 to 2.17, which writes the gradient into the BF16 logits; from 2.18 it keeps "
         "an FP32 gradient, 4 B, and Megatron-LM from core 0.19 no longer offers it)",
         "native": "Megatron-Core's fused vocab-parallel cross entropy",
     }.get(str(t.cross_entropy_fusion_impl), _DEFAULT_LOSS.get(str(lay.framework), "its loss"))
+    held = ""
+    if str(lay.framework) == "deepspeed" and lay.pp > 1:
+        held = (
+            " beside the fp32 logits of up to two micro-batches that DeepSpeed's pipeline "
+            "engine keeps on the last stage (pipe_buffers['outputs'], 4 B per local logit each)"
+        )
+    torch_pp = not (t.pipeline_keeps_outputs or t.pipeline_frees_stage_tensors)
+    if str(lay.framework) == "fsdp2" and lay.pp > 1 and torch_pp:
+        held = (
+            f", and {beta} B more: PyTorch's pipeline stage holds the BF16 logits (fwd_cache) "
+            "until the micro-batch's backward ends, beside every layer's backward too"
+        )
     return (
         f"loss: {which}; backward keeps {kept} B per local logit, the loss holds {peak} B at "
-        "its peak"
+        f"its peak{held}"
     )
 
 

@@ -29,6 +29,7 @@ from trainplan.model.loss_memory import (
     loss_kept_bytes_per_element,
     loss_peak_bytes_per_element,
     output_chunks_bytes,
+    pipeline_pred_bytes,
 )
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import host_rates
@@ -133,7 +134,9 @@ class StageActivations:
     split-backward schedule keeps on the loss's stage
     (:func:`model.terms.activation_fields.output_layer_phase`) and the boundary tensors
     DeepSpeed's pipeline engine rebuilds whole for the stage's backward
-    (:func:`model.terms.pipeline_buffers.deepspeed_backward_rebuilt`); held with the recompute
+    (:func:`model.terms.pipeline_buffers.deepspeed_backward_rebuilt`), and on the last stage of
+    PyTorch's pipelining the micro-batch's logits its stage holds until the backward ends
+    (:func:`model.loss_memory.pipeline_pred_bytes`); held with the recompute
     transient and the context-parallel buffers; 0 without transformer layers and under
     ``textbook``."""
     output_layer_freed_bytes: Fraction = Fraction(0)
@@ -329,9 +332,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs, rebuilt = boundary_tensors(arch, c, f, tokens, in_flight)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
-    loss, kept_chunks = _last_stage_loss(c, f, tokens, vocab)
+    loss, kept_chunks, pred = _last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
-    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt
+    working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt + pred
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     load = deepspeed_load_transient(c, f, per_mb + emb + outputs / maximum(in_flight, 1))
     return StageActivations(
@@ -340,17 +343,27 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     )  # fmt: skip
 
 
-def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
+def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any, Any]:
     """(the loss's working set beyond its kept bytes, the output chunks PyTorch pipelining
-    keeps) on the last stage, 0 elsewhere: :func:`_loss_extra` per local logit, and
-    :func:`model.loss_memory.output_chunks_bytes` where ``pipeline_keeps_outputs``."""
+    keeps, the output its stage holds until the micro-batch's backward ends) on the last
+    stage, 0 elsewhere: :func:`_loss_extra` per local logit (with the held output),
+    :func:`model.loss_memory.output_chunks_bytes` where ``pipeline_keeps_outputs``, else
+    :func:`model.loss_memory.pipeline_pred_bytes` (held with the loss and every layer's
+    backward)."""
     t = c.training
-    extra = f.lookup(_loss_extra, (t,), "framework", "tp", "cp")
+    extra = f.lookup(_loss_extra, (t,), "framework", "tp", "cp", "pp")
     last = end_stages(f)[1]
-    loss = where(last, extra * tokens * vocab / f.tp, 0)
-    keeps = f.lookup(torch_pipelining, (t,), "framework") * (1 if t.pipeline_keeps_outputs else 0)
-    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, t.activation_bytes)
-    return loss, where(last, keeps * chunks, 0)
+    torch_pp = f.lookup(torch_pipelining, (t,), "framework")
+    keeps = torch_pp * (1 if t.pipeline_keeps_outputs else 0)
+    beta = t.activation_bytes
+    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, beta)
+    pred = (torch_pp - keeps) * pipeline_pred_bytes("fsdp2", f.pp, tokens, vocab, f.tp, beta)
+    pred = where(last, pred, 0)
+    return (
+        where(last, extra * tokens * vocab / f.tp, 0) + pred,
+        where(last, keeps * chunks, 0),
+        pred,
+    )
 
 
 def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
@@ -441,11 +454,11 @@ def _loss_kept(training: TrainingSpec, framework: Any) -> int:
     return loss_kept_bytes_per_element(framework, impl, beta)
 
 
-def _loss_extra(training: TrainingSpec, framework: Any, tp: int, cp: int) -> int:
+def _loss_extra(training: TrainingSpec, framework: Any, tp: int, cp: int, pp: int) -> int:
     """Bytes per local logit the profile's loss holds beyond what backward keeps of it
     (:func:`model.loss_memory.loss_peak_bytes_per_element` less :func:`_loss_kept`)."""
     impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
-    peak = loss_peak_bytes_per_element(framework, tp, impl, beta, cp)
+    peak = loss_peak_bytes_per_element(framework, tp, impl, beta, cp, pp)
     return peak - _loss_kept(training, framework)
 
 

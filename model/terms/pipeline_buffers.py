@@ -11,9 +11,9 @@ from typing import Any
 
 from trainplan.model.comm import pipe_partitioned
 from trainplan.model.frameworks import Framework
-from trainplan.model.loss_memory import output_chunks_bytes
+from trainplan.model.loss_memory import deepspeed_pipe_logits_bytes, output_chunks_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.terms.activation_fields import output_stage
+from trainplan.model.terms.activation_fields import output_stage, padded_vocab_of
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import exact, maximum, minimum, where
 
@@ -123,12 +123,16 @@ def deepspeed_engine_buffers(c: Context, f: Fields, tokens: Any) -> Any:
       ``grad_layer`` through ``_allocate_or_extend_buffers`` into ``_grad_layer_buf``, which it
       reuses for every micro-batch.
 
-    Both are dropped only by ``reset_activation_shape``. 0 under other profiles."""
+    Both are dropped only by ``reset_activation_shape``. On the last stage also the fp32 logits
+    of ``min(m, 2)`` micro-batches that ``pipe_buffers['outputs']`` keeps there, never emptied
+    (:func:`model.loss_memory.deepspeed_pipe_logits_bytes`). 0 under other profiles."""
     arch = c.arch
     one = _boundary(arch, c, f, tokens)
     part = one / deepspeed_part_divisor(c, f)
     first, last = f.stage == 0, output_stage(f)
-    held = where(first, 0, part) + where(last, 0, part)
+    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    logits = deepspeed_pipe_logits_bytes(f.pp, f.m, tokens, vocab, f.tp)
+    held = where(first, 0, part) + where(last, logits, part)
     ds = f.lookup(deepspeed_engine, (), "framework")
     return where((ds == 1) & (f.pp > 1), held, 0)
 

@@ -53,11 +53,15 @@ def test_tp8_sp_partitioned_by_hand():
       flight, ``part.data()`` of its output (the output's data is replaced by zeros(1)):
       134,217,728 + 2,097,152 = 136,314,880 held; 2 × 2,097,152 = 4,194,304 kept;
     * stage 1 keeps ``pipe_recv_buf`` (part); its input buffer holds ``part_input.full()``, the
-      tensor its first layer runs on: nothing kept beside the layers."""
+      tensor its first layer runs on: nothing kept beside the layers. As the last stage it
+      also holds the fp32 logits of two micro-batches in ``pipe_buffers['outputs']`` (never
+      emptied there; model.loss_memory.deepspeed_pipe_logits_bytes): 2·4·8,192·16,032 =
+      1,050,673,152 B (V 128,256 over tp 8), 1,186,988,032 B held in all."""
     one, part = H // 8, H // 64
     assert (one, part) == (16_777_216, 2_097_152)
-    assert _figures(BASE) == [(H + part + 3 * MASK, 2 * part, 2), (H + part + MASK, 0, 1)]
-    assert H + part == 136_314_880
+    logits = 2 * 4 * 8192 * 16_032
+    assert _figures(BASE) == [(H + part + 3 * MASK, 2 * part, 2), (H + part + MASK + logits, 0, 1)]
+    assert H + part == 136_314_880 and H + part + logits == 1_186_988_032
 
 
 def test_tp1_whole_tensors_by_hand():
@@ -68,9 +72,12 @@ def test_tp1_whole_tensors_by_hand():
       2 × 134,217,728 = 268,435,456 kept;
     * stage 1: ``pipe_recv_buf`` H, held; per micro-batch in flight the received ``recvd``,
       beside the ``inputs.clone()`` the stage runs on (its first layer's saved input):
-      134,217,728 kept."""
+      134,217,728 kept; held beside ``pipe_recv_buf``, the fp32 logits of two micro-batches
+      (m = 8), 2·4·8,192·128,256 = 8,405,385,216 B."""
     layout = replace(BASE, tp=1, dp=8, sequence_parallel=False)
-    assert _figures(layout) == [(H + 3 * MASK, 2 * H, 2), (H + MASK, H, 1)]
+    logits = 2 * 4 * 8192 * 128_256
+    assert logits == 8_405_385_216
+    assert _figures(layout) == [(H + 3 * MASK, 2 * H, 2), (H + MASK + logits, H, 1)]
 
 
 def test_held_in_both_phases_and_none_without_pipeline():
@@ -98,7 +105,8 @@ def test_moe_sends_whole_tensors_by_hand():
     * stage 0: "mpu" + gradient buffer one = 50,331,648 held; 2 outputs in flight,
       33,554,432 kept;
     * stage 1: "mpu" + ``pipe_recv_buf`` one held; the received copy beside the clone the
-      stage runs on, 16,777,216 kept."""
+      stage runs on, 16,777,216 kept; and the fp32 logits of two micro-batches,
+      2·4·4,096·16,000 = 524,288,000 B held (V 32,000 over tp 2)."""
     mixtral = get_model("mixtral-8x7b").model
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     layout = replace(BASE, tp=2)
@@ -107,8 +115,9 @@ def test_moe_sends_whole_tensors_by_hand():
         got.append((int(st.persistent_buffers_bytes), int(st.activations.pipeline_output_bytes)))
     one, mpu = 2 * 4096 * 4096 // 2, 2 * 4096 * 4096
     mask = 4096 * 4096  # the bool causal mask: 3 on stage 0 (pp 2, m 64), 1 on stage 1
-    assert got == [(mpu + one + 3 * mask, 2 * one), (mpu + one + mask, one)]
-    assert mpu + one == 50_331_648
+    logits = 2 * 4 * 4096 * 16_000
+    assert got == [(mpu + one + 3 * mask, 2 * one), (mpu + one + mask + logits, one)]
+    assert mpu + one == 50_331_648 and logits == 524_288_000
 
 
 def test_mpu_buffer_only_where_a_gather_runs_by_hand():
@@ -125,7 +134,8 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     * stage 0, the embedding only: no gather; the gradient buffer, 65,536;
     * stages 1 and 2, one layer each: "mpu" + ``pipe_recv_buf`` + gradient buffer =
       262,144 + 2·65,536 = 393,216;
-    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680."""
+    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680, and the fp32 logits
+      of two micro-batches the engine keeps there, 2·4·512·500 = 2,048,000: 2,375,680."""
     arch = Architecture(
         num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
         ffn_hidden_size=512, vocab_size=1000, mlp="swiglu", norm="rmsnorm",
@@ -141,9 +151,10 @@ def test_mpu_buffer_only_where_a_gather_runs_by_hand():
     assert (mpu, part) == (262_144, 65_536)
     # beside them the bool causal mask, 512² = 262,144 B: on stage 0 1 + min(pp 4, m 16) = 5
     mask = 512 * 512
+    logits = 2 * 4 * 512 * 500
     engine = [g - m for g, m in zip(got, (5 * mask, mask, mask, mask), strict=True)]
-    assert engine == [part, mpu + 2 * part, mpu + 2 * part, mpu + part]
-    assert engine == [65_536, 393_216, 393_216, 327_680]
+    assert engine == [part, mpu + 2 * part, mpu + 2 * part, mpu + part + logits]
+    assert engine == [65_536, 393_216, 393_216, 2_375_680]
 
 
 def test_backward_rebuilds_output_and_gradient_whole_by_hand():

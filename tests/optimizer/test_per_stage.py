@@ -242,6 +242,12 @@ def test_per_stage_refuses_what_it_does_not_model():
         match="per_stage: schedule gpipe: the per-stage search takes 1F1B or interleaved",
     ):
         solve_shape(case, case.layout.with_(schedule="gpipe", framework="fsdp2", zero_stage=2))
+    # Megatron-DeepSpeed's pipeline: one activation_checkpoint_interval, layers placed by
+    # partition_method type:transformer (model.deepspeed_layers.deepspeed_pipe_refusal)
+    with pytest.raises(
+        InputError, match="per_stage: framework deepspeed with pp 2 recomputes every layer or none"
+    ):
+        solve_shape(case, case.layout.with_(framework="deepspeed", zero_stage=1))
 
 
 # --- what users see ---------------------------------------------------------------------------
