@@ -25,12 +25,6 @@ from trainplan.model.activation_offload import layer_offload_bytes, offload_buff
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.loss_memory import (
-    loss_kept_bytes_per_element,
-    loss_peak_bytes_per_element,
-    output_chunks_bytes,
-    pipeline_pred_bytes,
-)
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import host_rates
 from trainplan.model.pipeline import (
@@ -67,11 +61,11 @@ from trainplan.model.terms.activation_fields import (
     weight_pass_term,
 )
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.last_stage_loss import last_stage_loss, loss_kept
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
 from trainplan.model.terms.pipeline_buffers import (
     boundary_tensors,
     deepspeed_load_transient,
-    torch_pipelining,
 )
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
@@ -332,7 +326,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     outputs, rebuilt = boundary_tensors(arch, c, f, tokens, in_flight)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
-    loss, kept_chunks, pred = _last_stage_loss(c, f, tokens, vocab)
+    loss, kept_chunks, pred = last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt + pred
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
@@ -341,29 +335,6 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
         host, loss, working, freed, moe, load,
     )  # fmt: skip
-
-
-def _last_stage_loss(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any, Any]:
-    """(the loss's working set beyond its kept bytes, the output chunks PyTorch pipelining
-    keeps, the output its stage holds until the micro-batch's backward ends) on the last
-    stage, 0 elsewhere: :func:`_loss_extra` per local logit (with the held output),
-    :func:`model.loss_memory.output_chunks_bytes` where ``pipeline_keeps_outputs``, else
-    :func:`model.loss_memory.pipeline_pred_bytes` (held with the loss and every layer's
-    backward)."""
-    t = c.training
-    extra = f.lookup(_loss_extra, (t,), "framework", "tp", "cp", "pp")
-    last = end_stages(f)[1]
-    torch_pp = f.lookup(torch_pipelining, (t,), "framework")
-    keeps = torch_pp * (1 if t.pipeline_keeps_outputs else 0)
-    beta = t.activation_bytes
-    chunks = output_chunks_bytes("fsdp2", f.pp, f.m, tokens, vocab, f.tp, beta)
-    pred = (torch_pp - keeps) * pipeline_pred_bytes("fsdp2", f.pp, tokens, vocab, f.tp, beta)
-    pred = where(last, pred, 0)
-    return (
-        where(last, extra * tokens * vocab / f.tp, 0) + pred,
-        where(last, keeps * chunks, 0),
-        pred,
-    )
 
 
 def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
@@ -390,7 +361,7 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
         f.recompute == Recompute.SELECTIVE
     )
     first, last = end_stages(f)
-    kept = f.lookup(_loss_kept, (t,), "framework")
+    kept = f.lookup(loss_kept, (t,), "framework")
     args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept)
     eager = f.lookup(final_norm_eager, (arch, t), "framework")
     norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
@@ -444,22 +415,6 @@ def _held_by_chunk(
 def _any(condition: Any) -> bool:
     """Whether a condition holds for one layout, or for any row of many."""
     return bool(namespace(condition).any(condition)) if is_array(condition) else bool(condition)
-
-
-def _loss_kept(training: TrainingSpec, framework: Any) -> int:
-    """Bytes per local logit that backward keeps of the profile's loss
-    (:func:`model.loss_memory.loss_kept_bytes_per_element`, with the recipe's
-    ``cross_entropy_fusion_impl``)."""
-    impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
-    return loss_kept_bytes_per_element(framework, impl, beta)
-
-
-def _loss_extra(training: TrainingSpec, framework: Any, tp: int, cp: int, pp: int) -> int:
-    """Bytes per local logit the profile's loss holds beyond what backward keeps of it
-    (:func:`model.loss_memory.loss_peak_bytes_per_element` less :func:`_loss_kept`)."""
-    impl, beta = training.cross_entropy_fusion_impl, training.activation_bytes
-    peak = loss_peak_bytes_per_element(framework, tp, impl, beta, cp, pp)
-    return peak - _loss_kept(training, framework)
 
 
 def stage_activations(

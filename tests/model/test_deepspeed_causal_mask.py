@@ -55,7 +55,10 @@ def test_llama3_70b_s16384_pp8_by_hand():
 
     * stage 0: 268,435,456 + 4,194,304 + 2,415,919,104 = 2,688,548,864;
     * stages 1-6: 268,435,456 + 8,388,608 + 268,435,456 = 545,259,520;
-    * stage 7: 268,435,456 + 4,194,304 + 268,435,456 = 541,065,216."""
+    * stage 7: 268,435,456 + 4,194,304 + 268,435,456 = 541,065,216, and as the last stage the
+      fp32 logits of two micro-batches its output buffers keep (model.loss_memory.
+      deepspeed_pipe_logits_bytes), 2·4·16,384·16,032 (V 128,256 over tp 8) = 2,101,346,304:
+      2,642,411,520."""
     model = get_model("llama3-70b").model
     training = TrainingSpec(seq_len=16384, global_batch_size=2048)
     layout = Layout(
@@ -65,7 +68,10 @@ def test_llama3_70b_s16384_pp8_by_hand():
     mask = 16384 * 16384
     assert mask == 268_435_456 and 9 * mask == 2_415_919_104
     got = _persistent(model, training, layout)
-    assert got == [2_688_548_864] + [545_259_520] * 6 + [541_065_216]
+    logits = 2 * 4 * 16384 * 16_032
+    assert logits == 2_101_346_304
+    assert got == [2_688_548_864] + [545_259_520] * 6 + [541_065_216 + logits]
+    assert got[-1] == 2_642_411_520
 
 
 def test_stage0_clones_follow_the_filled_buffers_by_hand():
@@ -74,11 +80,16 @@ def test_stage0_clones_follow_the_filled_buffers_by_hand():
     The engine's buffers, the whole boundary tensor 2·1,024·64 = 131,072 B (tp 1): stage 0's
     gradient buffer, stage 1's receive buffer.
 
-    * m 8: stage 0 (1 + 2) × 1,048,576 + 131,072 = 3,276,800; stage 1 1,179,648;
-    * m 1 (one buffer filled of two): stage 0 2 × 1,048,576 + 131,072 = 2,228,224."""
-    assert _persistent(TINY, TINY_TRAINING, TINY_LAYOUT) == [3_276_800, 1_179_648]
+    Stage 1, the last, also keeps the fp32 logits of min(m, 2) micro-batches in its output
+    buffers: 4·1,024·256 = 1,048,576 B each.
+
+    * m 8: stage 0 (1 + 2) × 1,048,576 + 131,072 = 3,276,800; stage 1 1,179,648 + 2 × 1,048,576
+      = 3,276,800;
+    * m 1 (one buffer filled of two): stage 0 2 × 1,048,576 + 131,072 = 2,228,224; stage 1
+      1,179,648 + 1,048,576 = 2,228,224."""
+    assert _persistent(TINY, TINY_TRAINING, TINY_LAYOUT) == [3_276_800, 3_276_800]
     one = replace(TINY_TRAINING, global_batch_size=1)
-    assert _persistent(TINY, one, TINY_LAYOUT) == [2_228_224, 1_179_648]
+    assert _persistent(TINY, one, TINY_LAYOUT) == [2_228_224, 2_228_224]
 
 
 def test_no_mask_without_the_pipeline_engine():
