@@ -45,7 +45,7 @@ def roles_lines(plan: dict[str, Any]) -> list[str]:
             "layout": _layout(r),
             "held GB": _gb(r["held_bytes"])
             if not r["swap_bytes"]
-            else f"0 (+{_gb(r['swap_bytes'])})",
+            else f"{_gb(r['held_bytes']) if r['held_bytes'] else 0} (+{_gb(r['swap_bytes'])})",
             **{f"{p} GB": _gb(r["phase_bytes"][p]) for p in _PHASES},
             "host GB/GPU": _gb(r["host_bytes_per_gpu"]),
             **{f"{p} s": _s(r["seconds"][p]) for p in _PHASES},

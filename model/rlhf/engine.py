@@ -11,6 +11,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
@@ -148,7 +149,8 @@ def rollout_cost(
     """The engine's cost (:func:`model.rlhf.costs.role_cost`). An engine whose budget cannot
     hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
     cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
-    timed one sequence at a time."""
+    timed one sequence at a time. Under ``deepspeed`` its ``sync_bytes`` are its weights, which
+    OpenRLHF wakes alone for the weight sync (:mod:`model.rlhf.openrlhf`)."""
     arch = rs.model.arch
     assert arch is not None
     if opt.pp != 1:
@@ -179,6 +181,7 @@ def rollout_cost(
         budget_bytes=mem.budget_bytes,
         resident_bytes=Fraction(outside + inside),
         budget_resident_bytes=Fraction(inside),
+        sync_bytes=weights if spec.framework is Framework.DEEPSPEED else Fraction(0),
     )
 
 

@@ -17,8 +17,8 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
+from trainplan.model.rlhf.openrlhf import SYNC_SOURCE, SYNC_TERM, actor_sync_bytes, idle_swap
 from trainplan.model.rlhf.roles import (
-    IDLE_SOURCE,
     OFFLOAD_SOURCE,
     Evaluator,
     RoleCost,
@@ -152,8 +152,9 @@ class _Held:
     """What a role keeps through the step and what its update adds: the state bytes of each
     pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
     update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
-    role), its terms, its per-micro-batch compute (:func:`_microbatch_s`) and its bytes held in
-    every phase (:func:`_resident`)."""
+    role), its terms, its per-micro-batch compute (:func:`_microbatch_s`), its bytes held in
+    every phase (:func:`_resident`) and what idle offload leaves on the GPU (``kept_bytes``:
+    the busiest stage's BF16 weights under ``deepspeed``, :mod:`model.rlhf.openrlhf`)."""
 
     per_stage: list[Fraction]
     held_bytes: Fraction
@@ -163,6 +164,7 @@ class _Held:
     terms: list[Term]
     microbatch_s: float
     resident_bytes: Fraction = Fraction(0)
+    kept_bytes: Fraction = Fraction(0)
 
 
 def _training_estimate(
@@ -342,6 +344,7 @@ def _trainable(
     terms += time_terms
     resident = _resident(train_est)
     training_b = max(train_peak) - held_b - resident
+    kept = max(st.state.weights_bytes for st in train_est.stages)
     return _Held(
         held,
         held_b,
@@ -351,6 +354,7 @@ def _trainable(
         terms,
         _microbatch_s(train_est),
         resident,
+        kept if spec.framework is Framework.DEEPSPEED else Fraction(0),
     )
 
 
@@ -422,37 +426,23 @@ def _scoring(
     return scoring_b, scoring_s, terms
 
 
-def _idle_swap(rs: RoleSpec, device: DeviceSpec, held_b: Fraction) -> tuple[float, list[Term]]:
-    """Idle offload: the role's ``held_b`` bytes go to the host and come back in for its turn
-    in each phase it works in, then out — the seconds of one phase's round trip over the host
-    link, and the terms."""
-    assert device.host_link_bytes_per_s
-    moves = float(2 * held_b / Fraction(device.host_link_bytes_per_s))
-    terms = [Term("state to host when idle", "host", held_b, "bytes", IDLE_SOURCE)]
-    for phase in rs.phases:  # in for its turn in each phase it works in, then out
-        terms.append(Term("state in and back out", phase, moves, "s", IDLE_SOURCE))
-    return moves, terms
-
-
 def network_cost(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
 ) -> RoleCost:
     """A training or scoring role's cost under ``opt``: held state and update (:func:`_trainable`,
-    :func:`_frozen`), scoring forward (:func:`_scoring`), idle offload's swap (:func:`_idle_swap`);
-    the rules and their sources are in :mod:`model.rlhf.roles`.
+    :func:`_frozen`), scoring forward (:func:`_scoring`), idle offload and the weight sync
+    (:mod:`model.rlhf.openrlhf`); the rules and their sources are in :mod:`model.rlhf.roles`.
 
     Raises
     ------
     LayoutError
-        Degrees ``evaluate()`` refuses; optimizer offload under a framework that cannot offload
-        the optimizer alone.
+        Degrees ``evaluate()`` refuses; an offload the framework's stack cannot run.
     InputError
         A step time without every axis's link bandwidth.
     """
     arch = rs.model.arch
     assert arch is not None
-    # sequence parallelism splits every sequence over tp: padded to a multiple of it (NeMo-RL's
-    # make_sequence_length_divisible_by; Megatron-LM requires it)
+    # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
     b, s = spec.micro_batch_sequences, math.ceil(spec.seq_len / opt.tp) * opt.tp
     score_est = evaluate(
         rs.model,
@@ -469,13 +459,14 @@ def network_cost(
     terms = held.terms + scoring_terms + _resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
-    swap = Fraction(0)
+    swap, sync = Fraction(0), actor_sync_bytes(spec, rs, opt.tp)
     if opt.offload == "idle":
-        moves, idle_terms = _idle_swap(rs, device, held_b)
-        swap, held_b, host = held_b, Fraction(0), host + held_b
+        swap, moves, idle_terms = idle_swap(spec, rs, device, held.held_bytes, held.kept_bytes)
+        held_b, host = held.kept_bytes, host + swap
         terms += idle_terms
         scoring_s += moves if "scoring" in rs.phases else 0.0
         training_s += moves if "training" in rs.phases else 0.0
+    terms += [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE)] if sync else []
     cost = RoleCost(
         opt,
         held_b,
@@ -492,5 +483,6 @@ def network_cost(
         phases=rs.phases,
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
+        sync_bytes=sync,
     )
     return _on_stack(spec.framework, cost)

@@ -49,7 +49,9 @@ Offload (``RoleOption.offload``), two mechanisms people use:
   reference's weights on the CPU, swapped in for its log-probs (``use_reference_model``); verl's
   ``param_offload`` / ``optimizer_offload``. It holds nothing on the GPU outside its phases
   (``swap_bytes`` instead of ``held_bytes``): its state comes in for its turn in each phase it
-  works in and goes back out after, over the host link.
+  works in and goes back out after, over the host link. Under ``deepspeed`` (OpenRLHF) a
+  trainable role's BF16 weights stay on the GPU (``held_bytes``) and a frozen role offloads only
+  at ZeRO-3 (:mod:`model.rlhf.openrlhf`).
 
 The per-role figures are those of the role's busiest pipeline stage in each phase; ``held`` is
 the largest stage's state, so ``held + phase bytes`` is the role's true peak.
@@ -181,7 +183,8 @@ class RoleCost:
     weights when its framework keeps them whole): what a shared engine copy can reuse."""
     swap_bytes: Fraction = Fraction(0)
     """Offloaded when idle: its state, on the GPU only during its own turn in the phases it works
-    in (then ``held_bytes`` is 0)."""
+    in (then ``held_bytes`` is 0, or under ``deepspeed`` the BF16 weights OpenRLHF leaves on the
+    GPU)."""
     phases: tuple[str, ...] = ()
     """The phases it works in."""
     microbatch_s: tuple[float, float] = (0.0, 0.0)
@@ -218,6 +221,12 @@ class RoleCost:
     Ray actor per role; the rollout engine's worker); a name (``verl-worker``) one process shared
     by every role of the pool with the same name (verl's fused ``WorkerDict``). Each process
     holds its own CUDA context and cuBLAS workspace: :func:`model.rlhf.step.process_bytes`."""
+    sync_bytes: Fraction = Fraction(0)
+    """What the role adds on each GPU of a pool holding both the engine and the actor while the
+    actor sends it the updated weights, under the ``deepspeed`` profile (OpenRLHF's CUDA IPC
+    sync, :mod:`model.rlhf.openrlhf`): the engine its woken weights, the actor its largest
+    parameter's gathered copy and clone; 0 for the other roles and profiles (verl's sync lies
+    in KV space not yet allocated). :func:`model.rlhf.step.sync_peak`."""
 
     @property
     def over_budget(self) -> bool:

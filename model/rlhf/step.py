@@ -39,6 +39,11 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   modes and OpenRLHF's ``--async_train`` do) is bounded by each pool's own work and by the chain
   of scoring then training: ``step = max(max_pool Σ_phase W, max_pool W(scoring) + max_pool
   W(training))`` — on one shared pool that is the synchronous step again.
+* **The weight sync** (``deepspeed``, OpenRLHF's CUDA IPC sync, :mod:`model.rlhf.openrlhf`): on
+  a pool holding both the engine and the actor, a moment of the rollout phase holds ``Σ held``
+  and each role's :attr:`~model.rlhf.roles.RoleCost.sync_bytes` — the engine's woken weights
+  and the actor's largest parameter gathered and cloned (:func:`sync_peak`); the rollout
+  phase's peak is the larger of it and the generation's.
 * **A shared engine copy** (``shared_weights``; HybridFlow's 3D-HybridEngine, §5.4: the
   generation shards reuse the training weights' memory): on the pool of both the engine and the
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
@@ -73,6 +78,7 @@ __all__ = [
     "process_bytes",
     "role_process",
     "step_seconds",
+    "sync_peak",
 ]
 
 PROCESS_BYTES = CUDA_CONTEXT_BYTES + TORCH_CUBLAS_WORKSPACE_BYTES
@@ -322,10 +328,36 @@ def process_bytes(members: Sequence[RoleCost], shared_weights: bool = False) -> 
     return max(pool_processes(members, shared_weights) - 1, 0) * PROCESS_BYTES
 
 
+def sync_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
+    """A pool's bytes while the actor sends the engine its weights (module docstring): ``held``
+    (its roles' held bytes, resident bytes and processes) and every role's
+    :attr:`~model.rlhf.roles.RoleCost.sync_bytes`; 0 unless the pool holds both the engine and
+    an actor with a sync transient (the ``deepspeed`` profile).
+
+    Examples
+    --------
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z = Fraction(0)
+    >>> def cost(role, sync):
+    ...     return RoleCost(RoleOption(role, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, (),
+    ...                     sync_bytes=Fraction(sync))
+    >>> sync_peak([cost(Role.ROLLOUT, 5), cost(Role.ACTOR, 2)], Fraction(10))
+    Fraction(17, 1)
+    >>> sync_peak([cost(Role.ACTOR, 2)], Fraction(10))
+    Fraction(0, 1)
+    """
+    roles = {c.option.role: c for c in members}
+    actor = roles.get(Role.ACTOR)
+    if Role.ROLLOUT not in roles or actor is None or not actor.sync_bytes:
+        return Fraction(0)
+    return held + sum((c.sync_bytes for c in members), Fraction(0))
+
+
 def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
-    its peak per phase (each role's swap and phase bytes over the held ones; with
-    ``shared_weights`` the engine reuses the actor's BF16 weights), busy seconds and host bytes.
+    its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
+    least the weight sync's, :func:`sync_peak`; with ``shared_weights`` the engine reuses the
+    actor's BF16 weights and nothing is sent), busy seconds and host bytes.
 
     Raises
     ------
@@ -360,6 +392,8 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
             kinds["rollout"].rollout_bytes - reuse,
             *(c.rollout_bytes for c in members if c is not kinds["rollout"]),
         )
+    elif not shared_weights:
+        peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
     host = sum((c.host_bytes for c in members), Fraction(0))
     roles = tuple(str(c.option.role) for c in members)

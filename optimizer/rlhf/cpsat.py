@@ -14,6 +14,10 @@ Encoding:
   bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
   (bytes rounded up; a role offloaded when idle adds its state, swapped in for its turn). Host:
   ``Σ host bytes·x ≤`` the host's share per GPU.
+* The weight sync (:func:`model.rlhf.step.sync_peak`): for every slot, ``Σ held + Σ sync
+  bytes·x ≤ capacity``, enforced by ``B_q``, with ``B_q ≥ E_q + A_q − 1`` where ``E_q`` and
+  ``A_q`` are the engine's and the actor's options on the slot (each 0 or 1): it binds only
+  where both share the slot. No row where no actor option has sync bytes.
 * Bytes held in every phase (:func:`model.rlhf.step.pool_resident`): ``H_q`` = Σ of the
   roles' with process groups of their own, plus per name of shared groups ``S[q, g] ≥ bytes·x``
   for each option of a role using them (the most of them, where the memory rows bind); they
@@ -149,6 +153,7 @@ class PlacementModel:
                     ]
                     if any(b for b, _ in mine):
                         m.add(held + sum(b * v for b, v in mine) <= cap)
+            self._sync(q, entries, ints, held, cap)
             if entries:
                 m.add(sum(ints[(ri, n, oi)][2] * v for ri, n, oi, v in entries) <= host_cap)
             work[q] = [
@@ -172,6 +177,22 @@ class PlacementModel:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
             m.add(self.tau >= M[1] + M[2])
+
+    def _sync(self, q, entries, ints, held, cap) -> None:
+        """Slot ``q``'s weight-sync row, binding where the engine and the actor share it (module
+        docstring)."""
+        m, roles = self.model, self.tables.roles
+        if Role.ROLLOUT not in roles or Role.ACTOR not in roles:
+            return
+        ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
+        if not any(ints[(ri, n, oi)][6] for ri, n, oi, _ in entries if ri == ac):
+            return
+        both = m.new_bool_var(f"B{q}")
+        engine = sum(v for ri, _, _, v in entries if ri == ra)
+        actor = sum(v for ri, _, _, v in entries if ri == ac)
+        m.add(engine + actor - 1 <= both)
+        sync = sum(ints[(ri, n, oi)][6] * v for ri, n, oi, v in entries)
+        m.add(held + sync <= cap).only_enforce_if(both)
 
     def _resident(self, q, entries, ints, cap) -> cp_model.LinearExpr:
         """Slot ``q``'s bytes held in every phase, and its shared groups' one tp × pp (module

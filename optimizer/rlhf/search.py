@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.step import StepPlan, compose, pool_resident, process_bytes
+from trainplan.model.rlhf.step import (
+    StepPlan,
+    compose,
+    pool_resident,
+    process_bytes,
+    sync_peak,
+)
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
 from trainplan.optimizer.rlhf.tables import (
     RLHFProblem,
@@ -142,6 +148,8 @@ def objective_ns(
         for k in range(3):
             if held + max(i[1][k] + i[4][k] for _, i in members) > cap:
                 return None
+        if sync_peak(by_pool[q], held) and held + sum(i[6] for _, i in members) > cap:
+            return None
         if sum(i[2] for _, i in members) > host_cap:
             return None
         busy.append([sum(i[3][k] for _, i in members) for k in range(3)])

@@ -392,10 +392,11 @@ NS = 10**9
 
 def int_costs(
     cost: RoleCost,
-) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int], int]:
+) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int], int, int]:
     """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
     swapped-in bytes per phase; bytes held in every phase,
-    :attr:`~model.rlhf.roles.RoleCost.resident_bytes`, rounded up): the integers the CP-SAT
+    :attr:`~model.rlhf.roles.RoleCost.resident_bytes`, rounded up; bytes at the weight sync,
+    :attr:`~model.rlhf.roles.RoleCost.sync_bytes`, rounded up): the integers the CP-SAT
     placement model (:mod:`optimizer.rlhf.cpsat`) and the dominance filter (:func:`dominant`)
     read."""
     up = math.ceil
@@ -406,11 +407,12 @@ def int_costs(
         tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
         tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
         resident_int(cost),
+        up(cost.sync_bytes),
     )
 
 
 def resident_int(cost: RoleCost) -> int:
-    """A role's bytes held in every phase, rounded up (:func:`int_costs`'s last)."""
+    """A role's bytes held in every phase, rounded up (:func:`int_costs`'s sixth)."""
     return math.ceil(cost.resident_bytes)
 
 
@@ -437,7 +439,7 @@ NS_PER_S = NS
 def dominant(tables: RLHFTables) -> RLHFTables:
     """The tables less every option that another option of the same role and pool size beats or
     ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
-    phase, host, swapped and resident bytes, seconds per phase); of equal ones the first is kept.
+    phase, host, swapped, resident and sync bytes, seconds per phase); of equal ones the first is kept.
     Every constraint and the step time grow with each of them, so a placement with the dropped
     option stays feasible and no slower with the one that dominates it: the optimum is
     unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
@@ -445,8 +447,8 @@ def dominant(tables: RLHFTables) -> RLHFTables:
     (:func:`model.rlhf.step.pool_resident`), so an option of another layout is no substitute."""
 
     def flat(cost: RoleCost) -> list[int]:
-        held, phase, host, secs, swap, resident = int_costs(cost)
-        return [held, *phase, host, *secs, *swap, resident]
+        held, phase, host, secs, swap, resident, sync = int_costs(cost)
+        return [held, *phase, host, *secs, *swap, resident, sync]
 
     def layout(cost: RoleCost) -> tuple[int, int] | None:
         return (cost.option.tp, cost.option.pp) if cost.groups else None

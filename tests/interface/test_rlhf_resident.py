@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from trainplan.interface.rlhf.faithful import rlhf_inputs
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.rlhf.roles import RoleOption
 from trainplan.model.rlhf.spec import Role
 from trainplan.model.rlhf.step import compose
@@ -224,23 +224,21 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     every GPU (``num_gpus_per_actor=0.2`` on one placement group under ``colocate_all``) and the
     engine's vLLM worker is one more — five processes, four beyond the reserve's, each with a CUDA
     context and a cuBLAS workspace: 4 × (666,632,192 + 33,554,432) = 2,800,746,496 B in every
-    phase. Each process opens its own NCCL communicators too, so the four roles' 805,306,368 B
-    (64 connections of 12 MiB at dp 16) add up: 3,221,225,472 B.
+    phase. Each process opens its own NCCL communicators too, so the roles' add up.
 
-    The old answer (the actor's optimizer on the CPU, its state held on the GPU) peaked at
-    82,834,773,504 B in training with none of the four contexts; with them 85,635,520,000 B,
-    above the 83,210,009,600 usable. The answer now offloads the actor when idle too: held
-    3,221,225,472 + 2,800,746,496 = 6,021,971,968; training 6,021,971,968 + the actor's
-    38,143,740,928 swapped in + its update's 24,058,186,240 = 68,223,899,136 B; step 2,796.1 s →
-    2,798.3 s. The update's peak is 629,145,600 B higher, 24,687,331,840 B (68,853,044,736 in
-    training), with what Megatron-DeepSpeed's eager layer keeps in the recomputed layer
-    (SiLU's output and K and V repeated to the query heads; their rows derived in
-    tests/model/test_glu_saved_copies.py). The engine at tp 8 holds its tp group's communicators
-    in every phase, 830,472,192 B (``test_a_sleeping_engine_keeps_its_communicators_not_its_
-    graphs``): training 69,683,516,928 B. At b 3 the recomputed layer also keeps FlashAttention's
-    output beside the projection's copy (tests/model/test_deepspeed_attention_copy.py),
-    2 B × 15,360 × 4,096 = 125,829,120 B: the update 24,813,160,960 B, training
-    69,809,346,048 B; the answer does not move."""
+    OpenRLHF's idle offload (``offload_deepspeed_states``) leaves the BF16 weights on the GPU,
+    and a frozen role cannot be offloaded below ZeRO-3 (:mod:`model.rlhf.openrlhf`): the answer
+    that offloaded the reference and the reward model when idle (2,798.3 s) cannot run; the
+    answer now keeps them whole at dp 8 × tp 2 and offloads the actor (dp 8 × tp 2) and the
+    critic (dp 16 × tp 1) with their BF16 weights held: 2,875.6 s.
+
+    Resident: the actor, reference and reward model at tp 2 hold 1,736,441,856 B each, the
+    critic at dp 16 64 connections, 805,306,368 B, the engine at tp 8 its PyNccl ring, custom
+    all-reduce and all-gather ring, 830,472,192 B: 6,845,104,128 B. Held: that, the processes'
+    2,800,746,496, the BF16 weights of the actor, reference and reward model (8,030,527,488 B
+    each: 2 B × 8,030,261,248 parameters ÷ tp 2, norms whole) and the critic's
+    (16,060,522,496 B): 49,797,955,584 B. Training: + the critic's 22,083,218,432 B swapped in
+    + its update's 9,053,063,680 B = 80,934,237,696 B."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -253,28 +251,21 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert pool.process_bytes == 4 * (666_632_192 + 33_554_432) == 2_800_746_496
     # the engine at tp 8: PyNccl's ring + custom all-reduce + torch's all-gather ring
     engine = 32 * CONNECTION + 24 * MIB + 32 * CONNECTION
-    assert pool.resident_bytes == 4 * 64 * CONNECTION + engine == 3_221_225_472 + 830_472_192
-    assert pool.held_bytes == 6_021_971_968 + 830_472_192
-    actor = next(c for c in r.best.plan.costs if c.option.role is Role.ACTOR)
+    assert engine == 830_472_192
+    assert pool.resident_bytes == 3 * 1_736_441_856 + 64 * CONNECTION + engine == 6_845_104_128
+    weights = 3 * 8_030_527_488 + 16_060_522_496
+    assert pool.held_bytes == 6_845_104_128 + 2_800_746_496 + weights == 49_797_955_584
+    costs = {c.option.role: c for c in r.best.plan.costs}
+    actor, critic = costs[Role.ACTOR], costs[Role.CRITIC]
     assert actor.option.offload == "idle" and actor.process == ""
-    update = 24_687_331_840 + 2 * 15_360 * 4096
-    assert (actor.swap_bytes, actor.training_bytes) == (38_143_740_928, update)
-    held = 6_021_971_968 + 830_472_192  # + the engine's tp 8 communicators
-    assert pool.peak_bytes[2] == held + 38_143_740_928 + update == 69_809_346_048
-    assert r.best.plan.step_s == pytest.approx(2798.3, abs=0.05)
-    old = [
-        RoleOption(Role.ROLLOUT, 16, 2, 8, 1, "none", Fraction(3, 10)),
-        RoleOption(Role.ACTOR, 16, 16, 1, 1, "optimizer"),
-        *(RoleOption(x, 16, 16, 1, 1, "idle") for x in (Role.CRITIC, Role.REFERENCE, Role.REWARD)),
-    ]
-    plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 5)
-    # + the eager layer's 629,145,600 B (above)
-    # + the engine's tp 8 communicators, 830,472,192 B (the old answer's engine too)
-    # + the attention output's copy in the recomputed layer, 125,829,120 B (above)
-    assert plan.pools[0].peak_bytes[2] == (
-        82_834_773_504 + 2_800_746_496 + 629_145_600 + 830_472_192 + 125_829_120
-    )
-    assert not plan.fits
+    assert (actor.held_bytes, critic.held_bytes) == (8_030_527_488, 16_060_522_496)
+    assert (critic.swap_bytes, critic.training_bytes) == (22_083_218_432, 9_053_063_680)
+    assert pool.peak_bytes[2] == 49_797_955_584 + 22_083_218_432 + 9_053_063_680
+    assert pool.peak_bytes[2] == 80_934_237_696
+    assert r.best.plan.step_s == pytest.approx(2875.6, abs=0.05)
+    for role in (Role.REFERENCE, Role.REWARD):
+        with pytest.raises(LayoutError, match="only ZeRO-3"):
+            cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))
 
 
 def test_an_engine_alone_or_sharing_the_actors_weights_adds_no_process():

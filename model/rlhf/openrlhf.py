@@ -1,0 +1,185 @@
+"""Idle offload's swap (:func:`idle_swap`, every profile) and what the ``deepspeed`` profile's
+stack (OpenRLHF, OpenRLHF/OpenRLHF 3c3be6234, with the DeepSpeed 0.19.5 and transformers 5.15.0
+it pins) does with memory where the verl profiles (``megatron``, ``fsdp2``) differ: what idle
+offload leaves on the GPU, and the weight sync to a colocated engine.
+
+**Idle offload.** OpenRLHF moves a trainable role's state out between its turns with
+``offload_deepspeed_states`` (``openrlhf/utils/deepspeed/deepspeed_utils.py``; called by
+``PolicyModelActor`` / ``CriticModelActor`` ``offload_states`` after ``fit`` under
+``--ds.enable_sleep``): DeepSpeed ``offload_states`` of ``optim_states``,
+``contiguous_grad_buffer``, ``hp_params`` (the FP32 master copy) and ``lp_grads`` — the BF16
+parameters (``lp_params``) are left out (commented out there), so they stay on the GPU through
+the rollout and the scoring of the other roles. With DeepSpeed above 0.17.5 this runs at ZeRO-1
+and -2 too (``DeepSpeedZeroOptimizer.offload_states``, ``deepspeed/runtime/zero/
+stage_1_and_2.py``; at ZeRO-1/2 the BF16 parameters are whole on each rank). A frozen role's
+offload (``--ref.offload``, ``--reward.offload``) is DeepSpeed's ``offload_param`` in the eval
+config (``get_eval_ds_config``), which only ZeRO-3 runs (``DeepSpeedZeRoOffload``,
+``deepspeed/runtime/engine.py``; the eval config is stage 0 otherwise): below ZeRO-3 a frozen
+role cannot be offloaded (:func:`check_idle`).
+
+**Weight sync on a shared pool.** With every role colocated (``--train.colocate_all``),
+``PPOTrainer.broadcast_to_vllm`` (``openrlhf/trainer/ppo_trainer.py``) wakes the sleeping
+engine's weights only (``wake_up(tags=["weights"])``; its KV cache comes back before the
+next generation) after the actor's ``offload_states``, then the actor
+(``ActorPPOTrainer.broadcast_to_vllm``, ``openrlhf/trainer/ray/ppo_actor.py``) sends each
+parameter in turn over CUDA IPC (``use_cuda_ipc``: NCCL backend, colocated, not async): inside
+``GatheredParameters`` (ZeRO-3) or ``GatherReplacedLayerParams`` (DeepSpeed tensor parallel) the
+whole parameter is materialised, and ``_handle_cuda_ipc`` sends ``param.data.clone()``. At that
+moment a GPU of the pool holds what every role keeps there, the engine's weights and, for the
+largest parameter, its gathered copy and its clone (:func:`sync_transient_bytes`). verl (the
+other profiles) wakes the weights, syncs, frees its own copies, then wakes the KV cache
+(``rollout_mode``): its transient lies in KV space not yet allocated, inside the rollout's peak.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.model.arch_parts import MoESpec
+from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
+from trainplan.model.rlhf.roles import IDLE_SOURCE as _MOVED_SOURCE
+from trainplan.model.rlhf.roles import Term
+from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
+from trainplan.model.specs import Architecture
+
+__all__ = [
+    "IDLE_SOURCE",
+    "SYNC_SOURCE",
+    "SYNC_TERM",
+    "actor_sync_bytes",
+    "check_idle",
+    "idle_swap",
+    "largest_parameter_bytes",
+    "sync_transient_bytes",
+]
+
+IDLE_SOURCE = (
+    "OpenRLHF offload_deepspeed_states (deepspeed_utils.py, 3c3be6234): optim_states, "
+    "contiguous_grad_buffer, hp_params, lp_grads to the host; lp_params (the BF16 weights) stay"
+)
+SYNC_TERM = "weight sync: largest parameter gathered + IPC clone"
+"""The actor's term for :func:`sync_transient_bytes`."""
+SYNC_SOURCE = (
+    "OpenRLHF PPOTrainer.broadcast_to_vllm (wake_up weights) and ActorPPOTrainer."
+    "broadcast_to_vllm: GatheredParameters / GatherReplacedLayerParams, then "
+    "_handle_cuda_ipc param.data.clone() (3c3be6234)"
+)
+
+
+def check_idle(framework: Framework, zero_stage: int, trainable: bool, role: str) -> None:
+    """Refuse idle offload the ``deepspeed`` profile's stack cannot run: a frozen role below
+    ZeRO-3 (module docstring). Other profiles and trainable roles pass.
+
+    Raises
+    ------
+    LayoutError
+        A frozen role offloaded when idle under ``deepspeed`` below ZeRO-3.
+
+    Examples
+    --------
+    >>> check_idle(Framework.DEEPSPEED, 3, False, "reference")
+    >>> try:
+    ...     check_idle(Framework.DEEPSPEED, 1, False, "reference")
+    ... except LayoutError as e:
+    ...     print(e)
+    offload: reference=idle — OpenRLHF offloads a frozen role with DeepSpeed's offload_param, which only ZeRO-3 runs (ZeRO-1)
+    """
+    if framework is Framework.DEEPSPEED and not trainable and zero_stage != 3:
+        raise LayoutError(
+            f"offload: {role}=idle — OpenRLHF offloads a frozen role with DeepSpeed's "
+            f"offload_param, which only ZeRO-3 runs (ZeRO-{zero_stage})"
+        )
+
+
+def idle_swap(
+    spec: RLHFSpec, rs: RoleSpec, device: DeviceSpec, held_b: Fraction, kept: Fraction
+) -> tuple[Fraction, float, list[Term]]:
+    """Idle offload of a role holding ``held_b`` bytes of which ``kept`` stay on the GPU (the
+    BF16 weights under ``deepspeed``, module docstring; 0 otherwise), where the profile's stack
+    can run it (:func:`check_idle`): the bytes that go to the host and come back in for its turn
+    in each phase it works in, then out; the seconds of one phase's round trip over the host
+    link; and the terms.
+
+    Raises
+    ------
+    LayoutError
+        :func:`check_idle`'s refusal.
+    """
+    check_idle(spec.framework, spec.zero_stage or 1, rs.trainable, str(rs.role))
+    assert device.host_link_bytes_per_s
+    moved = held_b - kept
+    moves = float(2 * moved / Fraction(device.host_link_bytes_per_s))
+    terms = [Term("state to host when idle", "host", moved, "bytes", _MOVED_SOURCE)]
+    if kept:
+        terms.append(
+            Term("BF16 weights kept on the GPU when idle", "held", kept, "bytes", IDLE_SOURCE)
+        )
+    for phase in rs.phases:  # in for its turn in each phase it works in, then out
+        terms.append(Term("state in and back out", phase, moves, "s", _MOVED_SOURCE))
+    return moved, moves, terms
+
+
+def _moe_largest(arch: Architecture, moe: MoESpec) -> int:
+    """Elements of a MoE layer's largest parameter: transformers 5 keeps a layer's routed
+    experts in one 3-D parameter each for ``gate_up_proj`` ``[E, 2·f_e, h]`` (gated; ``[E, f_e,
+    h]`` otherwise) and ``down_proj`` ``[E, h, f_e]`` (``Qwen3MoeExperts``: "Collection of expert
+    weights stored as 3D tensors"); a shared expert is an MLP of its own."""
+    halves = 2 if arch.mlp.gated else 1
+    routed = moe.num_experts * halves * moe.expert_ffn_hidden_size * arch.hidden_size
+    shared = (moe.shared_expert_ffn_hidden_size or 0) * arch.hidden_size
+    return max(routed, shared)
+
+
+def largest_parameter_bytes(arch: Architecture) -> int:
+    """BF16 bytes of the model's largest parameter as the HF model holds it (the unit the sync
+    gathers and clones): the larger of the embedding / output matrix ``V·h``, a dense MLP
+    projection ``h·f`` (HF keeps ``gate_proj``, ``up_proj``, ``down_proj`` apart), the query
+    projection ``h·a·d`` and a MoE layer's fused experts (:func:`_moe_largest`).
+
+    Examples
+    --------
+    Llama 3 70B: the embedding, 128,256 × 8,192 × 2 B.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> largest_parameter_bytes(get_model("llama3-70b").model.arch)
+    2101346304
+    """
+    h = arch.hidden_size
+    head_dim = arch.head_dim or h // arch.num_attention_heads
+    elements = max(
+        arch.vocab_size * h, h * arch.ffn_hidden_size, h * arch.num_attention_heads * head_dim
+    )
+    if arch.moe is not None:
+        elements = max(elements, _moe_largest(arch, arch.moe))
+    return 2 * elements
+
+
+def sync_transient_bytes(arch: Architecture, zero_stage: int, tp: int) -> Fraction:
+    """Bytes the actor adds on each GPU while it sends its weights to an engine on its pool
+    (module docstring): the largest parameter's ``param.data.clone()`` for CUDA IPC, and its
+    gathered whole copy where the parameter is sharded (ZeRO-3, or tensor parallel ``tp`` > 1);
+    at ZeRO-1/2 without tensor parallelism ``param.data`` is already whole.
+
+    Examples
+    --------
+    Llama 3 70B at ZeRO-1, tp 2: gathered + clone, 2 × 2,101,346,304 B.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> sync_transient_bytes(get_model("llama3-70b").model.arch, 1, 2)
+    Fraction(4202692608, 1)
+    """
+    largest = largest_parameter_bytes(arch)
+    gathered = largest if zero_stage == 3 or tp > 1 else 0
+    return Fraction(largest + gathered)
+
+
+def actor_sync_bytes(spec: RLHFSpec, rs: RoleSpec, tp: int) -> Fraction:
+    """:attr:`~model.rlhf.roles.RoleCost.sync_bytes` of a training or scoring role at tensor
+    parallel ``tp``: the actor's :func:`sync_transient_bytes` under ``deepspeed``; 0 for the
+    other roles and profiles."""
+    if spec.framework is not Framework.DEEPSPEED or rs.role is not Role.ACTOR:
+        return Fraction(0)
+    assert rs.model.arch is not None
+    return sync_transient_bytes(rs.model.arch, spec.zero_stage or 1, tp)
