@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
-from trainplan.interface.launch_parallel import megatron_parallel_flags
+from trainplan.interface.launch_parallel import megatron_parallel_flags, megatron_run_flags
 from trainplan.interface.launch_torchtitan import torchtitan_cp, torchtitan_recipe
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
@@ -89,7 +89,10 @@ MEGATRON_ARGUMENTS = frozenset(
     --megatron-fsdp-main-grads-dtype --fsdp-double-buffer --cpu-offloading-num-layers
     --cross-entropy-loss-fusion --cross-entropy-fusion-impl --overlap-grad-reduce
     --overlap-param-gather --no-overlap-p2p-communication
-    --overlap-p2p-communication-warmup-flush --tp-comm-overlap""".split()
+    --overlap-p2p-communication-warmup-flush --tp-comm-overlap
+    --no-create-attention-mask-in-dataloader --moe-token-dispatcher-type
+    --moe-flex-dispatcher-backend --moe-grouped-gemm --moe-permute-fusion
+    --moe-router-fusion""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -106,7 +109,10 @@ parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch s
 ``--overlap-param-gather`` and ``--no-overlap-p2p-communication`` are ``add_argument`` calls
 there, ``--overlap-p2p-communication-warmup-flush`` is ``ModelParallelConfig``'s
 ``overlap_p2p_comm_warmup_flush`` ``arg_names``; ``--tp-comm-overlap`` is its field
-``tp_comm_overlap``)."""
+``tp_comm_overlap``; ``--no-create-attention-mask-in-dataloader`` is an ``add_argument`` call of
+``_add_data_args``; the ``--moe-*`` flags are ``TransformerConfig``'s ``moe_token_dispatcher_type``,
+``moe_flex_dispatcher_backend``, ``moe_grouped_gemm``, ``moe_permute_fusion`` and
+``moe_router_fusion``)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
@@ -221,14 +227,8 @@ def megatron_flags(
             f"framework {layout.framework}: the plan's memory and traffic are that profile's "
             "mechanism; these are Megatron-LM's flags for the same degrees, not a launch of it"
         )
-    if str(layout.framework) == "deepspeed" and layout.pp == 1:
-        notes.append(
-            "deepspeed at pp 1: the plan counts Megatron-DeepSpeed's GPTModel, which it builds "
-            "only with --no-pipeline-parallel (pretrain_gpt.py model_provider); without it "
-            "Megatron-DeepSpeed runs its pipeline engine with one stage (GPTModelPipe), whose "
-            "buffers this plan does not count"
-        )
     out += megatron_parallel_flags(layout, arch.moe is not None)
+    out += megatron_run_flags(layout, training, arch.moe is not None, notes)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)
     out += _megatron_pipeline(arch, layout, split, notes)

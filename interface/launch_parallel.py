@@ -5,8 +5,10 @@ sequence parallelism, the distributed optimizer and Megatron-FSDP (Megatron-LM d
 from __future__ import annotations
 
 from trainplan.model.layout import Layout
+from trainplan.model.moe_run import Dispatcher
+from trainplan.model.specs import TrainingSpec
 
-__all__ = ["CP_COMM_TYPE", "megatron_parallel_flags"]
+__all__ = ["CP_COMM_TYPE", "megatron_parallel_flags", "megatron_run_flags"]
 
 CP_COMM_TYPE = {
     "ring": "p2p",
@@ -47,4 +49,43 @@ def megatron_parallel_flags(layout: Layout, moe: bool = False) -> list[str]:
         out.append("--use-distributed-optimizer")
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+    return out
+
+
+def megatron_run_flags(
+    layout: Layout, training: TrainingSpec | None, moe: bool, notes: list[str]
+) -> list[str]:
+    """Flags for what the plan's memory counts of the run beyond the degrees (Megatron-LM
+    d98e8a64dd):
+
+    * ``--no-create-attention-mask-in-dataloader``: by default the data loader builds a bool
+      ``[b, 1, s, s]`` causal mask for every micro-batch (``pretrain_gpt.py``
+      ``create_attention_mask_in_dataloader``), which the recompute checkpoint saves among its
+      inputs on the first and last stage; the plan counts none (the fused attention kernels
+      mask causally without it), so the line turns it off;
+    * for a MoE model with ``training``: the dispatcher the plan counted
+      (:attr:`model.moe_run.MoERun.dispatcher`: ``--moe-token-dispatcher-type alltoall``, or
+      ``flex`` with ``--moe-flex-dispatcher-backend deepep|hybridep``; Megatron-LM's default,
+      ``allgather``, keeps other buffers), grouped expert GEMMs (``--moe-grouped-gemm``:
+      ``TEGroupedMLP``, whose working set the plan counts), the fused permutation and router
+      (``--moe-permute-fusion``, ``--moe-router-fusion``: :mod:`model.moe_working_set`).
+
+    Under ``deepspeed`` at pp 1 a note: the plan counts Megatron-DeepSpeed's ``GPTModel``, built
+    only with ``--no-pipeline-parallel`` (4efb479d ``pretrain_gpt.py`` ``model_provider``)."""
+    out = ["--no-create-attention-mask-in-dataloader"]
+    if moe and training is not None:
+        dispatcher = training.moe_run.dispatcher
+        if dispatcher is Dispatcher.ALLTOALL:
+            out += ["--moe-token-dispatcher-type", "alltoall"]
+        else:
+            out += ["--moe-token-dispatcher-type", "flex"]
+            out += ["--moe-flex-dispatcher-backend", str(dispatcher)]
+        out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"]
+    if str(layout.framework) == "deepspeed" and layout.pp == 1:
+        notes.append(
+            "deepspeed at pp 1: the plan counts Megatron-DeepSpeed's GPTModel, which it builds "
+            "only with --no-pipeline-parallel (pretrain_gpt.py model_provider); without it "
+            "Megatron-DeepSpeed runs its pipeline engine with one stage (GPTModelPipe), whose "
+            "buffers this plan does not count"
+        )
     return out

@@ -299,7 +299,7 @@ def check_framework(framework: Framework, zero_stage: int, pp: int) -> None:
         )
 
 
-def check_framework_recompute(framework: Framework | str, recompute: str) -> None:
+def check_framework_recompute(framework: Framework | str, recompute: str, pp: int = 1) -> None:
     """Check that ``framework`` runs the recompute mode ``recompute``
     (:class:`model.layout.Recompute`'s value, as text).
 
@@ -316,10 +316,17 @@ def check_framework_recompute(framework: Framework | str, recompute: str) -> Non
     ``"N"``, every N-th block wrapped alone, ``_apply_layer_sac``) wrap one block too. No
     multi-block segment exists to launch.
 
+    Under ``deepspeed`` with pp > 1 (Megatron-DeepSpeed's ``GPTModelPipe``) the interval is
+    DeepSpeed's ``activation_checkpoint_interval`` (DeepSpeed edaa72212
+    ``deepspeed/runtime/pipe/module.py`` ``PipelineModule.forward``): a run of that many pieces
+    containing a piece that is not a transformer layer (``_is_checkpointable``: the embedding,
+    the final norm, the output layer) is not checkpointed, so an interval above one leaves whole
+    layers on the end stages: ``sqrt`` is refused there.
+
     Raises
     ------
     LayoutError
-        ``sqrt`` with ``fsdp2``.
+        ``sqrt`` with ``fsdp2``; ``sqrt`` with ``deepspeed`` and pp > 1.
 
     Examples
     --------
@@ -335,6 +342,13 @@ def check_framework_recompute(framework: Framework | str, recompute: str) -> Non
             "recompute: sqrt with `framework` fsdp2 is not a torchtitan mechanism (its "
             "activation checkpointing wraps each transformer block by itself: full, selective "
             "per-op, or every N-th block; no multi-block segment); use full, selective or none"
+        )
+    if str(framework) == Framework.DEEPSPEED and str(recompute) == "sqrt" and pp > 1:
+        raise LayoutError(
+            f"recompute: sqrt with `framework` deepspeed and pp {pp} does not run as counted "
+            "(DeepSpeed's PipelineModule checkpoints runs of activation_checkpoint_interval "
+            "pieces and skips any run holding the embedding or the output layer, so the first "
+            "and last stages keep whole layers); use full, selective or none"
         )
 
 

@@ -116,8 +116,8 @@ def _deepspeed_layers(s: Setting, framework: Any) -> None:
     check_deepspeed_layers(framework, s.model.arch, s.training.seq_len)
 
 
-def _framework_recompute(s: Setting, framework: Any, recompute: Any) -> None:
-    check_framework_recompute(framework, recompute)
+def _framework_recompute(s: Setting, framework: Any, recompute: Any, pp: int) -> None:
+    check_framework_recompute(framework, recompute, pp)
 
 
 def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
@@ -379,7 +379,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
     Rule("framework", ("framework", "zero_stage", "pp"), _framework),
-    Rule("framework_recompute", ("framework", "recompute"), _framework_recompute),
+    Rule("framework_recompute", ("framework", "recompute", "pp"), _framework_recompute),
     Rule("deepspeed_layers", ("framework",), _deepspeed_layers),
     Rule("deepspeed_fp8", ("framework", "tp", "pp", "cp"), _deepspeed_fp8),
     Rule("offload", ("framework", "zero_stage"), _offload),

@@ -228,3 +228,20 @@ def test_deepspeed_at_pp_1_names_the_model_the_plan_counts():
     two = megatron_flags(ARCH, Layout(pp=2, framework="deepspeed", zero_stage=1), 8).notes
     assert any("only with --no-pipeline-parallel" in n for n in one)
     assert not any("--no-pipeline-parallel" in n for n in two)
+
+
+def test_the_line_writes_the_run_the_plan_counts():
+    """The data loader's [b, 1, s, s] causal mask is off (the plan counts none), and a MoE
+    model's line names the dispatcher, grouped GEMMs and the fused permutation and router whose
+    buffers the plan counts (Megatron-LM's defaults are the allgather dispatcher and unfused
+    kernels)."""
+    dense = megatron_flags(ARCH, Layout(), 8, TRAINING).flags
+    assert "--no-create-attention-mask-in-dataloader" in dense
+    assert not any(f.startswith("--moe-") for f in dense)
+    moe_arch = replace(
+        ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32)
+    )
+    flags = megatron_flags(moe_arch, Layout(ep=2, dp=2), 8, TRAINING).flags
+    i = flags.index("--moe-token-dispatcher-type")
+    assert flags[i + 1] == "alltoall"
+    assert {"--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"} <= set(flags)

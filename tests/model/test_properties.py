@@ -41,11 +41,11 @@ def _tp_choices(arch) -> list[int]:
     return [t for t in (1, 2, 4, 8) if all(n % t == 0 for n in sizes)]
 
 
-def _runs(framework: str, mode: Recompute) -> bool:
-    """Whether ``framework`` runs the recompute ``mode`` (model.frameworks.
-    check_framework_recompute: no sqrt under fsdp2)."""
+def _runs(framework: str, mode: Recompute, pp: int = 1) -> bool:
+    """Whether ``framework`` runs the recompute ``mode`` with ``pp`` stages (model.frameworks.
+    check_framework_recompute: no sqrt under fsdp2, nor under deepspeed with pp > 1)."""
     try:
-        check_framework_recompute(framework, mode.value)
+        check_framework_recompute(framework, mode.value, pp)
     except LayoutError:
         return False
     return True
@@ -122,7 +122,7 @@ def layouts(draw, models=MODELS, convention: str | None = None):
                 ]
             )
         ),
-        "recompute": draw(st.sampled_from([r.value for r in Recompute if _runs(framework, r)])),
+        "recompute": draw(st.sampled_from([r.value for r in Recompute if _runs(framework, r, pp)])),
         "micro_batch_size": b,
         "schedule": schedule,
         "virtual_stages": v,
@@ -264,7 +264,7 @@ def test_per_layer_activations_checkpoint_le_selective_le_none(params, index):
 @SETTINGS
 @given(layouts())
 def test_stage_activations_full_le_selective_le_none_and_sqrt_le_none(params):
-    modes = [r for r in Recompute if _runs(params["framework"], r)]  # no sqrt under fsdp2
+    modes = [r for r in Recompute if _runs(params["framework"], r, params["pp"])]
     est = {r: _evaluate(params, recompute=r.value) for r in modes}
     for i in range(len(est[Recompute.NONE].stages)):
         kept = {r: e.stages[i].activations.layers_bytes for r, e in est.items()}
