@@ -2,7 +2,8 @@
 :func:`model.rlhf.step.compose`, the placement search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`)
 and its exhaustive oracle (:func:`optimizer.rlhf.search.objective_ns`):
 
-* **One-step off-policy: the engine is alone on its pool** (:func:`engine_pool_refused`). The
+* **One-step off-policy: the engine is alone on its pool** (:func:`engine_pool_refused`); under
+  ``deepspeed`` in a synchronous step too, where OpenRLHF keeps it awake (:func:`awake_apart`). The
   stacks behind the profiles never place another role beside an off-policy engine, and its
   engine never sleeps: OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234, ``openrlhf/cli/train_ppo_ray.py``)
   asserts ``not args.vllm.enable_sleep`` under ``--train.async_enable`` and turns sleep off
@@ -12,7 +13,8 @@ and its exhaustive oracle (:func:`optimizer.rlhf.search.objective_ns`):
   ``Role.RefPolicy`` and ``Role.RewardModel`` to the actor's resource pool and only
   ``Role.Rollout`` to the rollout pool. A frozen or trainable role there would work beside the
   awake engine's whole budget, which the step's rules (the engine's bytes in the rollout phase
-  only) do not count, so such a placement is refused.
+  only) do not count, so such a placement is refused; the engine's pool holds its bytes in
+  the scoring and training phases too (:func:`awake_floor`).
 * **The NCCL weight receive** (``deepspeed``, :func:`model.rlhf.openrlhf.engine_receive_bytes`):
   on a pool holding the engine but not the actor, every phase holds the model-update
   communicator (:func:`receive_resident`), and the rollout phase's peak is at least the pool's
@@ -28,12 +30,21 @@ from fractions import Fraction
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import Role
 
-__all__ = ["engine_pool_refused", "receive_peak", "receive_resident", "receiving_engine"]
+__all__ = [
+    "awake_apart",
+    "awake_floor",
+    "engine_pool_refused",
+    "receive_peak",
+    "receive_resident",
+    "receiving_engine",
+    "split_peaks",
+]
 
 
-def engine_pool_refused(roles: Collection[Role], off_policy: int) -> bool:
-    """Whether a pool holding ``roles`` breaks the off-policy rule (module docstring): one-step
-    off-policy, the engine without the actor, and any other role.
+def engine_pool_refused(roles: Collection[Role], off_policy: int, awake: bool = False) -> bool:
+    """Whether a pool holding ``roles`` breaks the rule of the module docstring: the engine
+    without the actor and any other role, in one-step off-policy or where the engine never
+    sleeps apart from the actor (``awake``: :func:`awake_apart`).
 
     Examples
     --------
@@ -44,13 +55,22 @@ def engine_pool_refused(roles: Collection[Role], off_policy: int) -> bool:
     False
     >>> engine_pool_refused({R.ROLLOUT, R.REFERENCE}, 0)
     False
+    >>> engine_pool_refused({R.ROLLOUT, R.REFERENCE}, 0, awake=True)
+    True
     """
     return (
-        off_policy == 1
+        (off_policy == 1 or awake)
         and Role.ROLLOUT in roles
         and Role.ACTOR not in roles
         and len(set(roles) - {Role.ROLLOUT}) > 0
     )
+
+
+def awake_apart(members: Sequence[RoleCost]) -> bool:
+    """Whether the pool's engine never sleeps when the actor is elsewhere, even in a synchronous
+    step: OpenRLHF's (``deepspeed``), which turns vLLM's sleep off without
+    ``--train.colocate_all`` — the engines that receive over NCCL there (``receive_bytes``)."""
+    return any(c.option.role is Role.ROLLOUT and c.receive_bytes for c in members)
 
 
 def receiving_engine(members: Sequence[RoleCost]) -> RoleCost | None:
@@ -88,3 +108,38 @@ def receive_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     if engine is None:
         return Fraction(0)
     return held + engine.rollout_bytes + engine.receive_bytes
+
+
+def awake_floor(members: Sequence[RoleCost], held: Fraction, off_policy: int) -> Fraction:
+    """Every phase's least bytes on a pool whose engine never sleeps (one-step off-policy, the
+    engine without the actor, module docstring): ``held`` and the engine's rollout bytes; 0
+    otherwise (the engine sleeps outside the rollout).
+
+    Examples
+    --------
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z = Fraction(0)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), z, Fraction(60), z, z, 0.0, 0.0, 0.0,
+    ...                   z, ())
+    >>> awake_floor([engine], Fraction(1), 1), awake_floor([engine], Fraction(1), 0)
+    (Fraction(61, 1), Fraction(0, 1))
+    """
+    roles = {c.option.role: c for c in members}
+    engine = roles.get(Role.ROLLOUT)
+    if engine is None or Role.ACTOR in roles or not (off_policy == 1 or awake_apart(members)):
+        return Fraction(0)
+    return held + engine.rollout_bytes
+
+
+def split_peaks(
+    members: Sequence[RoleCost], held: Fraction, peaks: Sequence[Fraction], off_policy: int
+) -> tuple[Fraction, Fraction, Fraction]:
+    """A pool's three phase peaks ``peaks`` with this module's rules: the rollout's at least
+    :func:`receive_peak`, every phase's at least :func:`awake_floor`."""
+    awake = awake_floor(members, held, off_policy)
+    rollout, scoring, training = peaks
+    return (
+        max(rollout, receive_peak(members, held), awake),
+        max(scoring, awake),
+        max(training, awake),
+    )

@@ -49,10 +49,10 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
   reuses (``min`` of the two). Off by default: vLLM-based stacks load their own copy (and free
   it after the rollout).
-* **The engine on a pool without the actor** (:mod:`model.rlhf.split`): one-step off-policy
-  keeps it alone on its pool (a placement with another role there is refused), and under
-  ``deepspeed`` its NCCL weight receive adds the model-update communicator to every phase and
-  the largest parameter's buffer to the rollout's peak.
+* **The engine on a pool without the actor** (:mod:`model.rlhf.split`): one-step off-policy,
+  and ``deepspeed`` in any step, keep it awake and alone on its pool (a placement with another
+  role there is refused); under ``deepspeed`` its NCCL weight receive adds the model-update
+  communicator to every phase and the largest parameter's buffer to the rollout's peak.
 """
 
 from __future__ import annotations
@@ -70,7 +70,12 @@ from trainplan.model.frameworks import (
 )
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.split import engine_pool_refused, receive_peak, receive_resident
+from trainplan.model.rlhf.split import (
+    awake_apart,
+    engine_pool_refused,
+    receive_resident,
+    split_peaks,
+)
 
 __all__ = [
     "FUSED_PROCESS",
@@ -363,11 +368,13 @@ def _pool_size(q: int, members: list[RoleCost], off_policy: int) -> int:
     sizes = {c.option.gpus for c in members}
     if len(sizes) != 1:
         raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
-    if engine_pool_refused({c.option.role for c in members}, off_policy):
+    if engine_pool_refused({c.option.role for c in members}, off_policy, awake_apart(members)):
         raise InputError(
             f"placement: pool {q} puts {', '.join(str(c.option.role) for c in members)} beside "
-            "a one-step off-policy rollout engine, which stays awake and alone on its GPUs "
-            "(OpenRLHF --train.async_enable, verl's off-policy recipes): use the actor's pool"
+            "a rollout engine without the actor, which stays awake and alone on its GPUs "
+            "(one-step off-policy: OpenRLHF --train.async_enable, verl's off-policy recipes; "
+            "deepspeed: OpenRLHF's engine sleeps only under --train.colocate_all): use the "
+            "actor's pool"
         )
     return sizes.pop()
 
@@ -384,7 +391,7 @@ def _pool_plan(
     ------
     InputError
         Roles of the pool disagreeing on its size, sharing process groups at different tp
-        or pp (:func:`pool_resident`), or beside a one-step off-policy engine without the actor
+        or pp (:func:`pool_resident`), or beside an engine without the actor that stays awake
         (:func:`model.rlhf.split.engine_pool_refused`).
     """
     gpus = _pool_size(q, members, off_policy)
@@ -413,11 +420,11 @@ def _pool_plan(
             *(c.rollout_bytes for c in members if c is not kinds["rollout"]),
         )
     elif not shared_weights:
-        peaks[0] = max(peaks[0], sync_peak(members, held), receive_peak(members, held))
+        peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
     host = sum((c.host_bytes for c in members), Fraction(0))
     roles = tuple(str(c.option.role) for c in members)
-    three_peaks: tuple[Fraction, Fraction, Fraction] = tuple(peaks)  # type: ignore[assignment]
+    three_peaks = split_peaks(members, held, peaks, off_policy)
     three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]
     return PoolPlan(
         q,

@@ -29,7 +29,8 @@ Encoding:
   own + Σ P − Σ_n y[q, n])`` joins ``Σ held`` in every row of the slot (a used slot has at least
   one process, so the bracket counts its processes less one).
 * The engine without the actor (:mod:`model.rlhf.split`): ``Z_q = E_q ∧ ¬A_q`` (three rows).
-  One-step off-policy: ``Σ x of another role on the slot + Z_q ≤ 1`` for each other role.
+  One-step off-policy, or an engine that receives over NCCL (``deepspeed``: it never sleeps
+  there): ``Σ x of another role on the slot + Z_q ≤ 1`` for each other role.
   Under ``deepspeed``: the model-update communicator ``× Z_q`` joins ``Σ held`` in every row of
   the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity`` binds
   where ``Z_q``.
@@ -218,7 +219,7 @@ class PlacementModel:
         m.add(z >= on_e - on_a)
         m.add(z <= on_e)
         m.add(z <= 1 - on_a)
-        if self.tables.problem.spec.off_policy == 1:
+        if self.tables.problem.spec.off_policy == 1 or any(c.receive_bytes for c, _ in engine):
             for ri in {e[0] for e in entries} - {ra, ac}:
                 m.add(sum(v for r2, _, _, v in entries if r2 == ri) + z <= 1)
         group = max(math.ceil(c.receive_resident_bytes) for c, _ in engine)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.split import engine_pool_refused, receiving_engine
+from trainplan.model.rlhf.split import awake_apart, engine_pool_refused, receiving_engine
 from trainplan.model.rlhf.step import (
     StepPlan,
     compose,
@@ -146,7 +146,8 @@ def objective_ns(
             return None
         resident = pool_resident(by_pool[q], resident_int)
         roles = {c.option.role for c in by_pool[q]}
-        if resident is None or engine_pool_refused(roles, problem.spec.off_policy):
+        awake = awake_apart(by_pool[q])
+        if resident is None or engine_pool_refused(roles, problem.spec.off_policy, awake):
             return None
         receiver = receiving_engine(by_pool[q])
         resident += 0 if receiver is None else math.ceil(receiver.receive_resident_bytes)

@@ -61,7 +61,8 @@ def test_an_engine_without_the_actor_receives_beside_its_budget():
     phase, 402,653,184 B, and the rollout's peak adds the embedding it receives whole, 152,064 ×
     3,584 × 2 B = 1,089,994,752 B: 76,515,744,153.6 + 402,653,184 + 1,089,994,752 =
     78,008,392,089.6 B. Under ``fsdp2`` (verl) the peak is the budget. On the actor's pool
-    (CUDA IPC) nothing is received."""
+    (CUDA IPC) nothing is received. Off-policy, or under deepspeed, the engine stays awake in
+    every phase."""
     for framework, extra in (("deepspeed", RING + 1_089_994_752), ("fsdp2", 0)):
         p = _problem(framework)
         engine = cost_of(p, RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(9, 10)))
@@ -73,15 +74,27 @@ def test_an_engine_without_the_actor_receives_beside_its_budget():
         assert pool.held_bytes == pool.resident_bytes == (RING if extra else 0)
         if extra:
             assert pool.peak_bytes[0] == Fraction(780_083_920_896, 10)
+        # one-step off-policy: the engine never sleeps, so scoring and training hold its budget
+        # (76,515,744,153.6 B) and the ring: 76,918,397,337.6 B under deepspeed
+        awake = engine.budget_bytes + (RING if extra else 0)
+        assert pool.peak_bytes[1] == pool.peak_bytes[2] == awake
+        if extra:
+            assert awake == Fraction(769_183_973_376, 10)
+        sync = compose((engine, actor), (0, 1), CAPACITY, HOST, 8, off_policy=0)
+        # synchronous: OpenRLHF keeps vLLM awake without --train.colocate_all (deepspeed);
+        # verl's engine (fsdp2) sleeps outside the rollout
+        assert sync.pools[0].peak_bytes[1] == (awake if extra else pool.held_bytes)
         shared = compose((engine, actor), (0, 0), CAPACITY, HOST, 8, off_policy=1)
         assert shared.pools[0].resident_bytes == actor.resident_bytes  # CUDA IPC: no group
 
 
 def test_one_step_off_policy_keeps_the_engine_alone():
     """The reference beside an off-policy engine without the actor is refused; beside the actor
-    (the engine's pool holds the actor: the step runs as synchronous), or in a synchronous step,
-    it is composed."""
+    (the engine's pool holds the actor: the step runs as synchronous), or in a synchronous step
+    under verl's profiles, it is composed. Under deepspeed it is refused in a synchronous step
+    too (OpenRLHF's engine sleeps only under --train.colocate_all)."""
     p = _problem("megatron", "ppo")
+    ds = _problem("deepspeed", "ppo")
     opts = {
         Role.ROLLOUT: RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(1, 2)),
         Role.ACTOR: RoleOption(Role.ACTOR, 8, 8, 1, 1),
@@ -92,3 +105,7 @@ def test_one_step_off_policy_keeps_the_engine_alone():
         compose((engine, actor, ref), (0, 1, 0), CAPACITY, HOST, 8, off_policy=1)
     assert compose((engine, actor, ref), (0, 1, 0), CAPACITY, HOST, 8, off_policy=0).pools
     assert compose((engine, actor, ref), (0, 0, 1), CAPACITY, HOST, 8, off_policy=1).pools
+    # deepspeed: OpenRLHF places the engine beside other roles only under colocate_all
+    engine, actor, ref = (cost_of(ds, o) for o in opts.values())
+    with pytest.raises(InputError, match="alone on its GPUs"):
+        compose((engine, actor, ref), (0, 1, 0), CAPACITY, HOST, 8, off_policy=0)
