@@ -13,6 +13,8 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.rlhf.openrlhf import RECEIVE_SOURCE as RS
+from trainplan.model.rlhf.openrlhf import engine_receive_bytes
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rollout import (
@@ -163,7 +165,9 @@ def rollout_cost(
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
     time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
     outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
+    receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need) + _held_terms(outside, inside)
+    terms += _receive_terms(receive, group)
     return RoleCost(
         opt,
         Fraction(0),
@@ -182,6 +186,8 @@ def rollout_cost(
         resident_bytes=Fraction(outside + inside),
         budget_resident_bytes=Fraction(inside),
         sync_bytes=weights if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        receive_bytes=receive,
+        receive_resident_bytes=group,
     )
 
 
@@ -194,6 +200,17 @@ def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
     return (
         Term("engine tp communicators, kept asleep", "held", Fraction(outside), "bytes", src),
         Term("engine logits-gather communicator", "held", Fraction(inside), "bytes", gather),
+    )
+
+
+def _receive_terms(receive: Fraction, group: Fraction) -> tuple[Term, ...]:
+    """The NCCL weight sync's terms on a pool without the actor
+    (:func:`model.rlhf.openrlhf.engine_receive_bytes`)."""
+    if not receive:
+        return ()
+    return (
+        Term("weight receive buffer (pool without the actor)", "rollout", receive, "bytes", RS),
+        Term("model-update communicator (pool without the actor)", "held", group, "bytes", RS),
     )
 
 

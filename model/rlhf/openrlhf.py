@@ -29,6 +29,17 @@ moment a GPU of the pool holds what every role keeps there, the engine's weights
 largest parameter, its gathered copy and its clone (:func:`sync_transient_bytes`). verl (the
 other profiles) wakes the weights, syncs, frees its own copies, then wakes the KV cache
 (``rollout_mode``): its transient lies in KV space not yet allocated, inside the rollout's peak.
+
+**Weight sync to an engine on GPUs of its own.** Without ``--train.colocate_all``, or with
+``--train.async_enable`` (one-step off-policy), the actor does not use CUDA IPC
+(``ActorPPOTrainer.__init__``, ``ppo_actor.py``: ``use_cuda_ipc = nccl and colocate_all and not
+async_enable``): DeepSpeed rank 0 opens a model-update NCCL group with every engine GPU
+(``_init_vllm_sync_group``, world size engines × tp + 1) and broadcasts each parameter; each
+engine GPU receives it into ``torch.empty(shape)`` of the whole BF16 parameter
+(``WorkerWrap.update_weight``, ``vllm_worker_wrap.py``), loads it and frees it. vLLM's sleep is
+off there (``train_ppo_ray.py``: forced off without ``colocate_all``, asserted off under
+``async_enable``), so the buffer comes on top of the awake engine's budget
+(:func:`engine_receive_bytes`).
 """
 
 from __future__ import annotations
@@ -43,13 +54,16 @@ from trainplan.model.rlhf.roles import IDLE_SOURCE as _MOVED_SOURCE
 from trainplan.model.rlhf.roles import Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.specs import Architecture
+from trainplan.model.terms.comm_memory import communicator_bytes
 
 __all__ = [
     "IDLE_SOURCE",
     "SYNC_SOURCE",
     "SYNC_TERM",
+    "RECEIVE_SOURCE",
     "actor_sync_bytes",
     "check_idle",
+    "engine_receive_bytes",
     "idle_swap",
     "largest_parameter_bytes",
     "sync_transient_bytes",
@@ -183,3 +197,35 @@ def actor_sync_bytes(spec: RLHFSpec, rs: RoleSpec, tp: int) -> Fraction:
         return Fraction(0)
     assert rs.model.arch is not None
     return sync_transient_bytes(rs.model.arch, spec.zero_stage or 1, tp)
+
+
+RECEIVE_SOURCE = (
+    "OpenRLHF WorkerWrap.update_weight (vllm_worker_wrap.py): torch.empty(shape) of the whole "
+    "BF16 parameter, NCCL broadcast from DeepSpeed rank 0; ActorPPOTrainer._init_vllm_sync_group "
+    "(ppo_actor.py), the model-update group (3c3be6234)"
+)
+
+
+def engine_receive_bytes(spec: RLHFSpec, rs: RoleSpec) -> tuple[Fraction, Fraction]:
+    """What an engine on a pool without the actor adds on each GPU under ``deepspeed`` (module
+    docstring), bytes: ``(receive buffer, model-update communicator)`` — the largest parameter
+    whole in BF16 (:func:`largest_parameter_bytes`: the engine receives the HF tensor unsharded
+    and narrows it in ``load_weights``) and one NCCL ring (``communicator_bytes``, the project's
+    12 MiB per channel); ``(0, 0)`` for the other profiles (verl's sync reads the actor's
+    weights in the rollout's own KV space).
+
+    Examples
+    --------
+    Qwen2.5 72B: its embedding 152,064 × 8,192 × 2 B = 2,491,416,576 B, and a 384 MiB ring.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> largest_parameter_bytes(get_model("qwen2.5-72b").model.arch), communicator_bytes(True, 0, 0)
+    (2491416576, 402653184)
+    """
+    if spec.framework is not Framework.DEEPSPEED:
+        return Fraction(0), Fraction(0)
+    assert rs.model.arch is not None
+    return (
+        Fraction(largest_parameter_bytes(rs.model.arch)),
+        Fraction(communicator_bytes(True, 0, 0)),
+    )

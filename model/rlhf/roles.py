@@ -227,6 +227,14 @@ class RoleCost:
     sync, :mod:`model.rlhf.openrlhf`): the engine its woken weights, the actor its largest
     parameter's gathered copy and clone; 0 for the other roles and profiles (verl's sync lies
     in KV space not yet allocated). :func:`model.rlhf.step.sync_peak`."""
+    receive_bytes: Fraction = Fraction(0)
+    """The engine under ``deepspeed``, on a pool without the actor (OpenRLHF's NCCL sync): the
+    whole BF16 parameter it receives beside its awake budget, the largest one
+    (:func:`model.rlhf.openrlhf.engine_receive_bytes`); 0 otherwise. The same for every engine
+    option of a problem. :func:`model.rlhf.split.receive_peak`."""
+    receive_resident_bytes: Fraction = Fraction(0)
+    """With ``receive_bytes``: the model-update communicator it holds in every phase of such a
+    pool (:func:`model.rlhf.split.receive_resident`)."""
 
     @property
     def over_budget(self) -> bool:

@@ -49,6 +49,10 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
   reuses (``min`` of the two). Off by default: vLLM-based stacks load their own copy (and free
   it after the rollout).
+* **The engine on a pool without the actor** (:mod:`model.rlhf.split`): one-step off-policy,
+  and ``deepspeed`` in any step, keep it awake and alone on its pool (a placement with another
+  role there is refused); under ``deepspeed`` its NCCL weight receive adds the model-update
+  communicator to every phase and the largest parameter's buffer to the rollout's peak.
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ from trainplan.model.frameworks import (
 )
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.model.rlhf.split import (
+    awake_apart,
+    engine_pool_refused,
+    receive_resident,
+    split_peaks,
+)
 
 __all__ = [
     "FUSED_PROCESS",
@@ -353,7 +363,25 @@ def sync_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     return held + sum((c.sync_bytes for c in members), Fraction(0))
 
 
-def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool) -> PoolPlan:
+def _pool_size(q: int, members: list[RoleCost], off_policy: int) -> int:
+    """Pool ``q``'s GPUs, after :meth:`_pool_plan`'s first two checks (its Raises)."""
+    sizes = {c.option.gpus for c in members}
+    if len(sizes) != 1:
+        raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
+    if engine_pool_refused({c.option.role for c in members}, off_policy, awake_apart(members)):
+        raise InputError(
+            f"placement: pool {q} puts {', '.join(str(c.option.role) for c in members)} beside "
+            "a rollout engine without the actor, which stays awake and alone on its GPUs "
+            "(one-step off-policy: OpenRLHF --train.async_enable, verl's off-policy recipes; "
+            "deepspeed: OpenRLHF's engine sleeps only under --train.colocate_all): use the "
+            "actor's pool"
+        )
+    return sizes.pop()
+
+
+def _pool_plan(
+    q: int, members: list[RoleCost], first: int, shared_weights: bool, off_policy: int = 0
+) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
     least the weight sync's, :func:`sync_peak`; with ``shared_weights`` the engine reuses the
@@ -362,13 +390,11 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
     Raises
     ------
     InputError
-        Roles of the pool disagreeing on its size, or sharing process groups at different tp
-        or pp (:func:`pool_resident`).
+        Roles of the pool disagreeing on its size, sharing process groups at different tp
+        or pp (:func:`pool_resident`), or beside an engine without the actor that stays awake
+        (:func:`model.rlhf.split.engine_pool_refused`).
     """
-    sizes = {c.option.gpus for c in members}
-    if len(sizes) != 1:
-        raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
-    gpus = sizes.pop()
+    gpus = _pool_size(q, members, off_policy)
     resident = pool_resident(members)
     if resident is None:
         layouts = ", ".join(
@@ -380,6 +406,7 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
         )
     processes = pool_processes(members, shared_weights)
     extra = process_bytes(members, shared_weights)
+    resident += receive_resident(members)
     held = sum((c.held_bytes for c in members), Fraction(resident) + extra)
     peaks = [
         held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
@@ -397,7 +424,7 @@ def _pool_plan(q: int, members: list[RoleCost], first: int, shared_weights: bool
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
     host = sum((c.host_bytes for c in members), Fraction(0))
     roles = tuple(str(c.option.role) for c in members)
-    three_peaks: tuple[Fraction, Fraction, Fraction] = tuple(peaks)  # type: ignore[assignment]
+    three_peaks = split_peaks(members, held, peaks, off_policy)
     three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]
     return PoolPlan(
         q,
@@ -444,7 +471,7 @@ def compose(
     out, first = [], 0
     for q in pools:
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
-        out.append(_pool_plan(q, members, first, shared_weights))
+        out.append(_pool_plan(q, members, first, shared_weights, off_policy))
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))

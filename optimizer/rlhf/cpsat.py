@@ -28,6 +28,12 @@ Encoding:
   of a role in a shared process; ``PROCESS_BYTES × (Σ x of the roles with a process of their
   own + Σ P − Σ_n y[q, n])`` joins ``Σ held`` in every row of the slot (a used slot has at least
   one process, so the bracket counts its processes less one).
+* The engine without the actor (:mod:`model.rlhf.split`): ``Z_q = E_q ∧ ¬A_q`` (three rows).
+  One-step off-policy, or an engine that receives over NCCL (``deepspeed``: it never sleeps
+  there): ``Σ x of another role on the slot + Z_q ≤ 1`` for each other role.
+  Under ``deepspeed``: the model-update communicator ``× Z_q`` joins ``Σ held`` in every row of
+  the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity`` binds
+  where ``Z_q``.
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
   slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
@@ -52,7 +58,7 @@ from ortools.sat.python import cp_model
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.step import PROCESS_BYTES
-from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs
+from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs, receive_int
 from trainplan.optimizer.solver import solve
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
@@ -142,6 +148,7 @@ class PlacementModel:
             held = sum(ints[(ri, n, oi)][0] * v for ri, n, oi, v in entries)
             held += self._resident(q, entries, ints, cap)
             held += self._processes(q, entries)
+            held += self._split_engine(q, entries, held, cap)
             if entries:
                 m.add(held <= cap)
             for k, _ in enumerate(PHASES):
@@ -193,6 +200,34 @@ class PlacementModel:
         m.add(engine + actor - 1 <= both)
         sync = sum(ints[(ri, n, oi)][6] * v for ri, n, oi, v in entries)
         m.add(held + sync <= cap).only_enforce_if(both)
+
+    def _split_engine(self, q, entries, held, cap) -> cp_model.LinearExpr:
+        """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q``, the
+        one-step off-policy refusal, and the NCCL receive's communicator (returned, for every
+        row of the slot) and row."""
+        m, roles = self.model, self.tables.roles
+        if Role.ROLLOUT not in roles or Role.ACTOR not in roles:
+            return 0  # type: ignore[return-value]
+        ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
+        engine = [(self.tables.options[Role.ROLLOUT][n][oi][1], v) for ri, n, oi, v in entries
+                  if ri == ra]  # fmt: skip
+        if not engine:
+            return 0  # type: ignore[return-value]
+        on_e = sum(v for _, v in engine)
+        on_a = sum(v for ri, _, _, v in entries if ri == ac)
+        z = m.new_bool_var(f"Z{q}")
+        m.add(z >= on_e - on_a)
+        m.add(z <= on_e)
+        m.add(z <= 1 - on_a)
+        if self.tables.problem.spec.off_policy == 1 or any(c.receive_bytes for c, _ in engine):
+            for ri in {e[0] for e in entries} - {ra, ac}:
+                m.add(sum(v for r2, _, _, v in entries if r2 == ri) + z <= 1)
+        group = max(math.ceil(c.receive_resident_bytes) for c, _ in engine)
+        if not any(c.receive_bytes for c, _ in engine):
+            return 0  # type: ignore[return-value]
+        receive = sum(receive_int(c) * v for c, v in engine)
+        m.add(held + group * z + receive <= cap).only_enforce_if(z)
+        return group * z  # type: ignore[return-value]
 
     def _resident(self, q, entries, ints, cap) -> cp_model.LinearExpr:
         """Slot ``q``'s bytes held in every phase, and its shared groups' one tp × pp (module

@@ -7,6 +7,7 @@ solver to.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.model.rlhf.split import awake_apart, engine_pool_refused, receiving_engine
 from trainplan.model.rlhf.step import (
     StepPlan,
     compose,
@@ -27,6 +29,7 @@ from trainplan.optimizer.rlhf.tables import (
     RLHFTables,
     build_tables,
     dominant,
+    receive_int,
     resident_int,
 )
 
@@ -142,9 +145,15 @@ def objective_ns(
         if len({g for g, _ in members}) != 1:
             return None
         resident = pool_resident(by_pool[q], resident_int)
-        if resident is None:
+        roles = {c.option.role for c in by_pool[q]}
+        awake = awake_apart(by_pool[q])
+        if resident is None or engine_pool_refused(roles, problem.spec.off_policy, awake):
             return None
+        receiver = receiving_engine(by_pool[q])
+        resident += 0 if receiver is None else math.ceil(receiver.receive_resident_bytes)
         held = resident + process_bytes(by_pool[q]) + sum(i[0] for _, i in members)
+        if receiver is not None and held + receive_int(receiver) > cap:
+            return None
         for k in range(3):
             if held + max(i[1][k] + i[4][k] for _, i in members) > cap:
                 return None

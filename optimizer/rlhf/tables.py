@@ -69,6 +69,7 @@ __all__ = [
     "cost_of",
     "SMALL_POOLS_NODES",
     "int_costs",
+    "receive_int",
     "resident_int",
     "NS",
 ]
@@ -414,6 +415,12 @@ def int_costs(
 def resident_int(cost: RoleCost) -> int:
     """A role's bytes held in every phase, rounded up (:func:`int_costs`'s sixth)."""
     return math.ceil(cost.resident_bytes)
+
+
+def receive_int(cost: RoleCost) -> int:
+    """An engine's bytes over its pool's held ones while it receives a parameter over NCCL
+    (:func:`model.rlhf.split.receive_peak`), rounded up: its rollout bytes and the buffer."""
+    return math.ceil(cost.rollout_bytes) + math.ceil(cost.receive_bytes)
 
 
 def _own_ns(cost: RoleCost) -> int:

@@ -12,7 +12,7 @@ import pytest
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.rlhf.spec import RLHFSpec
+from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import PROCESS_BYTES
 from trainplan.model.specs import Architecture
 from trainplan.optimizer.rlhf.cpsat import PlacementModel
@@ -117,6 +117,21 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     assert r.colocated is None
     pools = sorted((len(p.roles), p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [(1, 1, 0), (2, 2, 700_186_624), (2, 2, 700_186_624)]
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
+def test_cpsat_equals_the_oracle_with_an_off_policy_engine_alone(framework):
+    """One-step off-policy: an engine on a pool without the actor is alone there
+    (model/rlhf/split.py), and under DeepSpeed it holds the model-update ring and receives each
+    whole parameter over NCCL. CP-SAT equals the oracle over all placements and, kept off the
+    actor's pool (``colocate=False``), no other role joins the engine."""
+    problem = _small(6, "ppo", "model", 1, framework=framework)
+    _check(problem)
+    _check(problem, colocate=False)
+    found = PlacementModel(dominant(build_tables(problem)), colocate=False).solve()
+    if found is not None:
+        rollout = found.slots[[c.option.role for _, c in found.chosen].index(Role.ROLLOUT)]
+        assert found.slots.count(rollout) == 1
 
 
 @pytest.mark.parametrize(
