@@ -26,8 +26,9 @@ def test_mixtral_last_stage_by_hand():
     268,435,456 B plus the fp32 logits of two micro-batches, 2·4·1,048,576,000 =
     8,388,608,000 B, and the bool causal mask every pipeline stage keeps, ``args.attn_mask``,
     32,768² = 1,073,741,824 B (tests/model/test_deepspeed_causal_mask.py): 9,730,785,280 B.
-    The loss beyond the kept 4 B: (6 − 4)·S·V = 2,097,152,000 B. Stage 0 keeps no logits: its two engine buffers (receive none, gradient
-    one) are the β·S·h gradient buffer, beside its causal masks."""
+    The loss beyond the kept 4 B: (6 − 4)·S·V = 2,097,152,000 B. Stage 0 keeps no logits: its
+    two engine buffers (receive none, gradient one) are the β·S·h gradient buffer, beside its
+    causal masks."""
     logits = 32768 * 32_000
     e = trainplan.evaluate(**MIXTRAL)
     last, first = e.stages[1], e.stages[0]
