@@ -246,7 +246,9 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
     stage inputs freed by memory-efficient norms (Llama 3 §3.3.2; under the pipeline schedule
     FSDP2 holds the stage's gradients whole in FP32, and without the freed inputs the layout no
     longer fits), the stage tensors freed by Meta's pipeline and its layers fused (as the README's
-    command says), the search finds Meta's own layout (Llama 3 Table 4), as ZeRO-3."""
+    command says), and the allocator's release-and-retry accepted (FSDP2's all-gather pool takes
+    the reserved bytes past the memory), the search finds Meta's own layout (Llama 3 Table 4),
+    as ZeRO-3."""
     base = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM"]
     base += ["--framework", "megatron", "--framework", "fsdp2", "--json"]
     done = run_many(
@@ -262,6 +264,7 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
                 "pipeline_frees_stage_tensors=true",
                 "--set",
                 "compile=true",
+                "--allocator-retries-ok",  # its reserved bytes pass the memory by 0.35 GB
             ],
         }
     )
