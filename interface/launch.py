@@ -151,7 +151,7 @@ def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
     pp, v, uneven, sizes = (
         layout.pp,
         layout.virtual_stages,
-        layout.uneven_stages,
+        layout.split_rule,
         layout.stage_layers,
     )
     return tuple(len(s) for s in stage_layers(arch, pp, v, uneven, sizes, layout.schedule))
@@ -173,7 +173,7 @@ def single_count_layout(layout: Layout, arch: Architecture | None = None) -> Lay
     pp, v, uneven, sizes = (
         layout.pp,
         layout.virtual_stages,
-        layout.uneven_stages,
+        layout.split_rule,
         layout.stage_layers,
     )
     largest = [
@@ -259,7 +259,7 @@ def _megatron_pipeline(
         chunks = _decoder_counts(
             arch,
             model_chunks(
-                arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+                arch, layout.pp, layout.virtual_stages, layout.split_rule, layout.stage_layers
             ),
         )
         if len(set(chunks)) == 1:
@@ -418,7 +418,7 @@ def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -
     chunks = [
         len(c)
         for c in model_chunks(
-            arch, layout.pp, layout.virtual_stages, layout.uneven_stages, layout.stage_layers
+            arch, layout.pp, layout.virtual_stages, layout.split_rule, layout.stage_layers
         )
     ]
     name = TORCHTITAN_SCHEDULES[str(layout.schedule)]

@@ -462,7 +462,7 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
     pp, v, uneven, sizes = (
         layout.pp,
         layout.virtual_stages,
-        layout.uneven_stages,
+        layout.split_rule,
         layout.stage_layers,
     )
     return tuple(

@@ -24,9 +24,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.split import (
-    chunk_sizes_from_ranks,
-)
+from trainplan.model.split import chunk_sizes_from_ranks, split_rule_of
 from trainplan.model.units import check_limit
 
 __all__ = [
@@ -255,6 +253,13 @@ class Layout:
     def shard_degree(self) -> int:
         """D = dp · cp: ranks that hold replicas of a dense parameter (ZeRO shards over them)."""
         return self.dp * self.cp
+
+    @property
+    def split_rule(self) -> bool | str:
+        """How the layers are cut into stages when ``stage_layers`` is None: the framework's own
+        split with pp > 1 under ``deepspeed`` and ``fsdp2``, else ``uneven_stages``
+        (:func:`model.split.split_rule_of`)."""
+        return split_rule_of(self.uneven_stages, self.framework, self.pp)
 
     @property
     def expert_tp(self) -> int:

@@ -52,7 +52,13 @@ from trainplan.model.precision import check_fp8_activation_storage, check_fp8_pa
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
-from trainplan.model.split import check_chunks, check_stage_layers, stage_chunks
+from trainplan.model.split import (
+    check_chunks,
+    check_framework_split,
+    check_stage_layers,
+    split_rule_of,
+    stage_chunks,
+)
 from trainplan.model.xp import where
 
 __all__ = [
@@ -238,16 +244,18 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> Non
     _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
 
 
-def _split(s: Setting, pp: int, v: int, uneven: bool, sizes: tuple[int, ...] | None) -> None:
+def _split(s: Setting, pp: int, v: int, uneven: bool, sizes: Any, framework: Any) -> None:
     """pp·v chunks at most L (and dividing it when uneven stages are off), or explicit
-    ``stage_layers`` summing to L (:mod:`model.split`)."""
+    ``stage_layers`` summing to L that the framework runs (:mod:`model.split`)."""
     arch = s.model.arch
     if arch is None:
         return
+    rule = split_rule_of(uneven, framework, pp)
     if sizes is not None:
         check_stage_layers(arch.num_layers, pp, v, sizes)
+        check_framework_split(arch.num_layers, pp, v, rule, sizes)
         return
-    check_chunks(arch.num_layers, pp, v, uneven)
+    check_chunks(arch.num_layers, pp, v, rule)
     chunks = pp * v
     if arch.num_layers % chunks and not uneven:
         raise LayoutError(
@@ -262,7 +270,7 @@ def _recompute_layers(
     recompute: Any,
     pp: int,
     v: int,
-    uneven: bool,
+    uneven: bool | str,
     sizes: tuple[int, ...] | None,
     schedule: Any = None,
 ) -> None:
@@ -404,18 +412,11 @@ RULES: tuple[Rule, ...] = (
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
     Rule("heads", ("tp", "ep", "etp", "framework"), _heads),
-    Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers"), _split),
+    Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers", "framework"), _split),
     Rule(
         "recompute_layers",
-        (
-            "recompute_layers",
-            "recompute",
-            "pp",
-            "virtual_stages",
-            "uneven_stages",
-            "stage_layers",
-            "schedule",
-        ),
+        ("recompute_layers", "recompute", "pp", "virtual_stages", "split_rule", "stage_layers")
+        + ("schedule",),
         _recompute_layers,
     ),
     Rule("deepspeed_pipe", ("framework", "pp", "recompute_layers"), check_deepspeed_pipe_recompute),

@@ -12,10 +12,15 @@ embedding and the last the final norm, the output layer and the loss (:func:`out
 
 Three ways to size the chunks, each what a framework runs:
 
-- the default split (:func:`default_chunk_sizes`): as even as L allows, the chunks at the ends
-  giving a layer back first (Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7; Dubey et
-  al. 2024 §3.3.2), and with L + 1 or L + 2 chunks an embedding-only first chunk and an
-  output-only last chunk (ibid.);
+- the framework's default split (:func:`default_chunk_sizes`, its rule :func:`split_rule_of`):
+  under ``megatron`` (and ``textbook``) as even as L allows, the chunks at the ends giving a
+  layer back first (Llama 3 405B's 126 layers over 16 stages are 7, 8 × 14, 7; Dubey et al.
+  2024 §3.3.2), and with L + 1 or L + 2 chunks an embedding-only first chunk and an
+  output-only last chunk (ibid.); under ``deepspeed`` the first L mod pp stages one layer more
+  (8 × 14, 7, 7: DeepSpeed's ``partition_method='type:transformer'``, which
+  Megatron-DeepSpeed's ``GPTModelPipe`` always passes); under ``fsdp2`` torchtitan's
+  generated split, the embedding and the output counted as one layer each (7, 8 × 14, 7 here,
+  but 20, 21, 20, 19 for 80 layers over 4 stages);
 - explicit layer counts per chunk or per rank (:attr:`model.layout.Layout.stage_layers`;
   Megatron-Core's ``--pipeline-model-parallel-layout`` writes the same thing as a string);
 - Megatron-Core's arguments (:func:`model.megatron_split.megatron_stage_layers`): ``--decoder-first-pipeline-num-layers``
@@ -49,9 +54,13 @@ __all__ = [
     "output_rank",
     "balanced_chunk_sizes",
     "check_chunks",
+    "check_framework_split",
     "check_stage_layers",
     "chunk_sizes_from_ranks",
     "default_chunk_sizes",
+    "DEEPSPEED_SPLIT",
+    "TORCHTITAN_SPLIT",
+    "split_rule_of",
     "model_chunks",
     "recomputed_in_chunks",
     "split_layers",
@@ -102,17 +111,50 @@ def output_rank(pp: int, v: int = 1, schedule: object = None) -> int:
     return chunk_ranks(pp, v, schedule)[-1]
 
 
-def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> None:
+DEEPSPEED_SPLIT = "deepspeed"
+"""The split rule of ``deepspeed`` with pp > 1 (:func:`default_chunk_sizes`)."""
+
+TORCHTITAN_SPLIT = "torchtitan"
+"""The split rule of ``fsdp2`` with pp > 1 (:func:`default_chunk_sizes`)."""
+
+_FRAMEWORK_SPLITS = {"deepspeed": DEEPSPEED_SPLIT, "fsdp2": TORCHTITAN_SPLIT}
+
+
+def split_rule_of(uneven: bool, framework: object, pp: int) -> bool | str:
+    """The rule that cuts a layout's layers into model chunks when it gives no ``stage_layers``:
+    :data:`DEEPSPEED_SPLIT` under ``deepspeed`` and :data:`TORCHTITAN_SPLIT` under ``fsdp2``
+    when pp > 1 (those frameworks split the model their own way, whatever the layout's
+    ``uneven_stages``); otherwise ``uneven`` (the layout's ``uneven_stages``: the ends give a
+    layer back first). What every split function here takes as its ``uneven`` argument.
+
+    >>> split_rule_of(True, "deepspeed", 16), split_rule_of(True, "fsdp2", 1)
+    ('deepspeed', True)
+    """
+    rule = _FRAMEWORK_SPLITS.get(str(getattr(framework, "value", framework)))
+    return rule if rule is not None and pp > 1 else uneven
+
+
+def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool | str = True) -> None:
     """Check that the default split can cut ``num_layers`` layers into ``pp·v`` model chunks.
+    ``uneven``: the split rule (:func:`split_rule_of`).
 
     Raises
     ------
     LayoutError
         When more than :data:`MAX_EMPTY_CHUNKS` chunks would hold no layer (only the first
-        chunk, embedding only, and the last, output layer only, may be empty), or any chunk
-        would be empty with uneven stages off.
+        chunk, embedding only, and the last, output layer only, may be empty; torchtitan's
+        ``_generate_llm_fqn_per_model_part`` refuses more stages than L + 2 too), or any chunk
+        would be empty with uneven stages off, or under ``deepspeed`` any stage would hold no
+        layer (``partition_balanced`` then puts the output layer on an earlier stage: for 2
+        layers over 4 stages the cuts are 0, 3, 5, 6, 7 of the 7 layer specs).
     """
     chunks = pp * v
+    if uneven == DEEPSPEED_SPLIT and chunks > num_layers:
+        raise LayoutError(
+            f"pp: {pp} stages for num_layers = {num_layers} under deepspeed; at most num_layers: "
+            "with fewer layers than stages DeepSpeed's partition_balanced moves the output layer "
+            "off the last stage"
+        )
     spare = 0 if not uneven else MAX_EMPTY_CHUNKS
     if chunks > num_layers + spare:
         rule = (
@@ -127,14 +169,50 @@ def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool = True) -> N
         )
 
 
+def _deepspeed_sizes(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """DeepSpeed's split: ⌊L/pp⌋ layers per stage, the first L mod pp stages one more.
+
+    Megatron-DeepSpeed (4efb479d) ``megatron/model/gpt_model.py`` ``GPTModelPipe.__init__``
+    builds the layer specs [_to_float16, EmbeddingPipe, L transformer layers, (the MoE loss),
+    the final norm, LMHeadPipe, float16_to_fp32] and always passes
+    ``partition_method='type:transformer'`` to ``PipelineModule``; DeepSpeed (edaa7221)
+    ``deepspeed/runtime/pipe/module.py`` ``PipelineModule._partition_layers`` weighs each spec
+    1 when its class name matches "transformer", 0 otherwise, and
+    ``deepspeed/runtime/utils.py`` ``partition_balanced`` (a linear partition; ties keep the
+    latest cut) gives these counts (checked for pp 2 … 8, 16 and L pp … 39, 61, 80, 95, 126)."""
+    q, r = divmod(num_layers, chunks)
+    return tuple(q + (i < r) for i in range(chunks))
+
+
+def _torchtitan_sizes(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """torchtitan's generated split over ``chunks`` model chunks (pp·v stages): E = L + 2
+    effective layers (the embedding and the norm + output one layer each), ⌊E/S⌋ per chunk, the
+    first E mod S chunks one more, then the first chunk gives one back for the embedding and
+    the last one for the output.
+
+    torchtitan (b5bcd76c) ``torchtitan/distributed/pipeline_parallel.py``: ``pipeline_llm``
+    generates the split when ``module_fqns_per_model_part`` is None, with
+    ``_get_pipeline_metadata``'s weights ``pipeline_parallel_first_stage_less_layers`` and
+    ``pipeline_parallel_last_stage_less_layers`` (both 1, ``torchtitan/config/configs.py``),
+    by ``_generate_llm_fqn_per_model_part``."""
+    q, r = divmod(num_layers + 2, chunks)
+    sizes = [q + (i < r) for i in range(chunks)]
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    return tuple(sizes)
+
+
 def default_chunk_sizes(
-    num_layers: int, pp: int, v: int = 1, uneven: bool = True
+    num_layers: int, pp: int, v: int = 1, uneven: bool | str = True
 ) -> tuple[int, ...]:
     """Layers of each of the ``pp·v`` model chunks, in model order, under the default split.
 
-    Every chunk gets ceil(L/(pp·v)) layers and the chunks at the ends give one back first (first,
-    last, second, second-to-last, …), so the stages that also hold the embedding and the output
-    layer get fewer layers.
+    ``uneven`` is the split rule (:func:`split_rule_of`): True — every chunk gets
+    ceil(L/(pp·v)) layers and the chunks at the ends give one back first (first, last, second,
+    second-to-last, …), so the stages that also hold the embedding and the output layer get
+    fewer layers (Megatron-LM's and Llama 3's placement); False — the same, pp·v dividing L;
+    :data:`DEEPSPEED_SPLIT` — :func:`_deepspeed_sizes`; :data:`TORCHTITAN_SPLIT` —
+    :func:`_torchtitan_sizes`.
 
     Raises
     ------
@@ -147,9 +225,17 @@ def default_chunk_sizes(
     (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
     >>> default_chunk_sizes(4, 3)
     (1, 2, 1)
+    >>> default_chunk_sizes(126, 16, 1, "deepspeed")
+    (8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7, 7)
+    >>> default_chunk_sizes(80, 4, 1, "torchtitan")
+    (20, 21, 20, 19)
     """
     chunks = pp * v
     check_chunks(num_layers, pp, v, uneven)
+    if uneven == DEEPSPEED_SPLIT:
+        return _deepspeed_sizes(num_layers, chunks)
+    if uneven == TORCHTITAN_SPLIT:
+        return _torchtitan_sizes(num_layers, chunks)
     if num_layers % chunks and not uneven:
         raise LayoutError(
             f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = {num_layers} "
@@ -162,6 +248,29 @@ def default_chunk_sizes(
     for j in list(dict.fromkeys(order))[:deficit]:
         sizes[j] -= 1
     return tuple(sizes)
+
+
+def check_framework_split(
+    num_layers: int, pp: int, v: int, rule: bool | str, sizes: tuple[int, ...] | None
+) -> None:
+    """Refuse explicit ``stage_layers`` the framework cannot run: under ``deepspeed`` with pp > 1
+    only DeepSpeed's own split (:func:`_deepspeed_sizes`: ``GPTModelPipe`` has no argument to
+    change it). torchtitan takes any split (``module_fqns_per_model_part``).
+
+    >>> check_framework_split(126, 16, 1, "deepspeed", (7,) + (8,) * 14 + (7,))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: stage_layers: 7,8,...,8,7 under deepspeed with pp 16: ...
+    """
+    if sizes is None or rule != DEEPSPEED_SPLIT:
+        return
+    own = default_chunk_sizes(num_layers, pp, v, rule)
+    if tuple(sizes) != own:
+        raise LayoutError(
+            f"stage_layers: {','.join(map(str, sizes))} under deepspeed with pp {pp}: "
+            "Megatron-DeepSpeed's GPTModelPipe always partitions with "
+            f"partition_method='type:transformer' ({','.join(map(str, own))} here)"
+        )
 
 
 def chunk_sizes_from_ranks(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...]:
@@ -251,7 +360,7 @@ def split_layers(
     num_layers: int,
     pp: int,
     v: int = 1,
-    uneven: bool = True,
+    uneven: bool | str = True,
     sizes: tuple[int, ...] | None = None,
     schedule: object = None,
 ) -> tuple[tuple[int, ...], ...]:
@@ -298,7 +407,7 @@ def model_chunks(
     arch: Architecture,
     pp: int,
     v: int = 1,
-    uneven: bool = True,
+    uneven: bool | str = True,
     sizes: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, ...], ...]:
     """The layers of each of the pp·v model chunks in model order (:func:`split_layers` with
@@ -315,7 +424,7 @@ def stage_layers(
     arch: Architecture,
     pp: int,
     v: int = 1,
-    uneven: bool = True,
+    uneven: bool | str = True,
     sizes: tuple[int, ...] | None = None,
     schedule: object = None,
 ) -> tuple[tuple[int, ...], ...]:
@@ -344,7 +453,7 @@ def stage_chunks(
     arch: Architecture,
     pp: int,
     v: int,
-    uneven: bool,
+    uneven: bool | str,
     stage: int,
     sizes: tuple[int, ...] | None = None,
     schedule: object = None,

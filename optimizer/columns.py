@@ -32,6 +32,7 @@ from trainplan.model.layout import (
     num_microbatches_of,
     sequence_parallel_on,
 )
+from trainplan.model.split import split_rule_of
 from trainplan.model.terms import Term
 from trainplan.model.terms.fields import LINK_AXES, Context, LinkFields
 from trainplan.model.xp import over_arrays
@@ -168,6 +169,7 @@ class Columns:
         flat = self._flat
         flat["sp"] = sequence_parallel_on(flat["tp"], flat["sequence_parallel"])
         flat["expert_tp"] = expert_tp_of(flat["tp"], flat["etp"], flat["framework"])
+        flat["split_rule"] = _split_rule(flat["uneven_stages"], flat["framework"], flat["pp"])
         flat["shard_degree"] = flat["dp"] * flat["cp"]
         flat["expert_shard_degree"] = expert_shard_degree_of(
             flat["tp"], flat["dp"], flat["cp"], flat["etp"], flat["ep"], flat["framework"]
@@ -288,6 +290,13 @@ class Columns:
             bandwidth[rows][:, None], nvlink[rows][:, None], span[rows][:, None],
             self.shard_degree if axis == "dp" else getattr(self, axis),
         )  # fmt: skip
+
+
+def _split_rule(uneven: Any, framework: Any, pp: Any) -> Any:
+    """:func:`model.split.split_rule_of` per row (an object column where a field is a column)."""
+    if any(isinstance(v, np.ndarray) for v in (uneven, framework, pp)):
+        return np.frompyfunc(split_rule_of, 3, 1)(uneven, framework, pp)
+    return split_rule_of(uneven, framework, pp)
 
 
 def _broadcast(value: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -28,6 +28,16 @@ from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 __all__ = ["assumptions", "elementwise", "tp_block_inputs"]
 
 
+_FRAMEWORK_SPLITS = {
+    "deepspeed": "pipeline stages as DeepSpeed splits them (Megatron-DeepSpeed's "
+    "partition_method='type:transformer'): ⌊L/pp⌋ layers each, the first L mod pp stages one more",
+    "torchtitan": "pipeline stages as torchtitan splits them (_generate_llm_fqn_per_model_part): "
+    "the embedding and the output counted as one layer each, L + 2 spread evenly over the model "
+    "chunks, the first chunks one more",
+}
+"""The split sentence of a framework's own split rule (:func:`model.split.split_rule_of`)."""
+
+
 def _attention_note(est: Estimate) -> str:
     """Where the FlashAttention core's efficiency in the step time comes from."""
     o, device = est.options, est.device
@@ -265,6 +275,8 @@ def assumptions(est: Estimate) -> list[str]:
             f"{', '.join(map(str, lay.stage_layers))} (model order; stage i holds chunks i, "
             "i + pp, …)"
         )
+    elif isinstance(lay.split_rule, str):
+        out.append(_FRAMEWORK_SPLITS[lay.split_rule])
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     if lay.recompute_layers is not None:

@@ -439,7 +439,7 @@ def _chunk_layers(est: Estimate) -> list[int] | None:
         return list(lay.stage_layers)
     if arch is None:
         return None
-    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.uneven_stages))
+    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.split_rule))
 
 
 def _documents(t: Any) -> list[list[Any]] | None:

@@ -89,9 +89,10 @@ CACHE = 4096
 
 CONTEXT_FIELDS = ("micro_batch_size", "cp", "tp", "sp", "cp_kind", "ep", "expert_tp", "framework")
 """What a layer's activation bytes read of a layout (:func:`activation_context`)."""
-LAYER_FIELDS = ("pp", "virtual_stages", "uneven_stages", "stage_layers", "schedule")
-"""What a stage's layers read of a layout (:func:`model.split.stage_layers`; the schedule places
-the chunks, :func:`model.split.chunk_ranks`)."""
+LAYER_FIELDS = ("pp", "virtual_stages", "split_rule", "stage_layers", "schedule")
+"""What a stage's layers read of a layout (:func:`model.split.stage_layers`; the split rule is
+the framework's, :func:`model.split.split_rule_of`; the schedule places the chunks,
+:func:`model.split.chunk_ranks`)."""
 FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 """What a stage's recompute forms read of a layout."""
 

@@ -449,7 +449,7 @@ def stage_activations(
         arch,
         layout.pp,
         layout.virtual_stages,
-        layout.uneven_stages,
+        layout.split_rule,
         layout.stage_layers,
         layout.schedule,
     )[stage]

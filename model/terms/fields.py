@@ -126,7 +126,7 @@ class LinkFields:
 
 class Fields(Protocol):
     """The protocol a term reads a layout through (see the module docstring). Every field of
-    :class:`model.layout.Layout`, its derived quantities (``sp``, ``expert_tp``, ``shard_degree``,
+    :class:`model.layout.Layout`, its derived quantities (``sp``, ``expert_tp``, ``split_rule``, ``shard_degree``,
     ``expert_shard_degree``), ``m`` (micro-batches per step) and ``stage`` (the pipeline stage:
     an int, or a ``[1, P]`` row of stage indices)."""
 
@@ -154,6 +154,7 @@ class Fields(Protocol):
     pipeline_scatter_gather: Any
     sp: Any
     expert_tp: Any
+    split_rule: Any
     shard_degree: Any
     expert_shard_degree: Any
     m: Any

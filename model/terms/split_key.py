@@ -34,7 +34,7 @@ SPLIT_FIELDS = (
     "pp",
     "virtual_stages",
     "ep",
-    "uneven_stages",
+    "split_rule",
     "expert_tp",
     "framework",
     "stage_layers",
@@ -74,9 +74,9 @@ class SplitKey:
     """Virtual stages (model chunks) per pipeline rank (≥ 1; the layout's ``virtual_stages``)."""
     ep: int
     """Expert-parallel degree (ranks, ≥ 1): routed experts ÷ etp·ep."""
-    uneven: bool
-    """Whether the layers split unevenly over the stages (the layout's ``uneven_stages``,
-    :func:`model.split.stage_layers`)."""
+    uneven: bool | str
+    """How the layers split over the stages (the layout's ``split_rule``,
+    :func:`model.split.split_rule_of`, read by :func:`model.split.stage_layers`)."""
     etp: int
     """Expert tensor-parallel degree (ranks, ≥ 1; the layout's ``expert_tp``)."""
     physical: bool
@@ -101,7 +101,7 @@ class SplitKey:
         pp: int,
         v: int,
         ep: int,
-        uneven: bool,
+        uneven: bool | str,
         etp: int,
         framework: Any,
         sizes: tuple[int, ...] | None,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from tests.model.test_persistent_buffers import BASE as MEGATRON_BASE
 from tests.model.test_persistent_buffers import H100, LLAMA_70B, TRAINING
+from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import stage_memory
-from trainplan.model.layout import Layout
+from trainplan.model.layout import Layout, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.scenarios.catalogue import get_model
@@ -120,41 +123,41 @@ def test_moe_sends_whole_tensors_by_hand():
     assert mpu + one == 50_331_648 and logits == 524_288_000
 
 
-def test_mpu_buffer_only_where_a_gather_runs_by_hand():
-    """A stage without transformer layers (L < pp) runs no ``"mpu"`` gather unless it holds the
-    output layer. Megatron-DeepSpeed gathers into ``"mpu"`` in ``ColumnParallelLinear`` (the
-    layers' QKV and FC1) and in the output layer (``parallel_lm_logits`` / ``LMHeadPipe``);
-    ``EmbeddingPipe`` only scatters to the sequence-parallel region.
+def test_mpu_buffer_where_a_gather_runs_by_hand():
+    """Megatron-DeepSpeed gathers into ``"mpu"`` in ``ColumnParallelLinear`` (the layers' QKV and
+    FC1) and in the output layer (``parallel_lm_logits`` / ``LMHeadPipe``); ``EmbeddingPipe``
+    only scatters to the sequence-parallel region. Under DeepSpeed's split every stage holds a
+    layer (fewer layers than stages are refused: ``partition_balanced`` then moves the output
+    layer off the last stage), so every stage holds the "mpu" buffer.
 
-    Two layers (h 256), s 512, b 1, BF16, tp 2 with SP, pp 4: the default split gives the end
-    chunks back first, (0, 1, 1, 0) layers. The "mpu" buffer is [s, b, h] = 2·512·256 =
-    262,144 B; the stage boundary tensor one = 262,144/2 = 131,072 B, partitioned over tp:
-    part = 65,536 B.
+    Two layers (h 256), s 512, b 1, BF16, tp 2 with SP, pp 2: one layer per stage. The "mpu"
+    buffer is [s, b, h] = 2·512·256 = 262,144 B; the stage boundary tensor one = 262,144/2 =
+    131,072 B, partitioned over tp: part = 65,536 B.
 
-    * stage 0, the embedding only: no gather; the gradient buffer, 65,536;
-    * stages 1 and 2, one layer each: "mpu" + ``pipe_recv_buf`` + gradient buffer =
-      262,144 + 2·65,536 = 393,216;
-    * stage 3, the output layer only: "mpu" + ``pipe_recv_buf`` = 327,680, and the fp32 logits
-      of two micro-batches the engine keeps there, 2·4·512·500 = 2,048,000: 2,375,680."""
+    * stage 0, the embedding and layer 0: "mpu" + the gradient buffer = 327,680;
+    * stage 1, layer 1 and the output layer: "mpu" + ``pipe_recv_buf`` = 327,680, and the fp32
+      logits of two micro-batches the engine keeps there, 2·4·512·500 = 2,048,000: 2,375,680."""
     arch = Architecture(
         num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
         ffn_hidden_size=512, vocab_size=1000, mlp="swiglu", norm="rmsnorm",
     )  # fmt: skip
     model = ModelSpec(name="two-layers", arch=arch)
     training = TrainingSpec(seq_len=512, global_batch_size=16)
-    layout = replace(BASE, tp=2, pp=4)
+    with pytest.raises(LayoutError, match="under deepspeed; at most num_layers"):
+        validate(replace(BASE, tp=2, pp=4), model, training)
+    layout = replace(BASE, tp=2, pp=2)
     got = [
         int(st.persistent_buffers_bytes)
         for st in stage_memory(model, training, layout, device=H100)
     ]
     mpu, part = 2 * 512 * 256, 2 * 512 * 256 // 2 // 2
     assert (mpu, part) == (262_144, 65_536)
-    # beside them the bool causal mask, 512² = 262,144 B: on stage 0 1 + min(pp 4, m 16) = 5
+    # beside them the bool causal mask, 512² = 262,144 B: on stage 0 1 + min(pp 2, m 16) = 3
     mask = 512 * 512
     logits = 2 * 4 * 512 * 500
-    engine = [g - m for g, m in zip(got, (5 * mask, mask, mask, mask), strict=True)]
-    assert engine == [part, mpu + 2 * part, mpu + 2 * part, mpu + part + logits]
-    assert engine == [65_536, 393_216, 393_216, 2_375_680]
+    engine = [g - m for g, m in zip(got, (3 * mask, mask), strict=True)]
+    assert engine == [mpu + part, mpu + part + logits]
+    assert engine == [327_680, 2_375_680]
 
 
 def test_backward_rebuilds_output_and_gradient_whole_by_hand():

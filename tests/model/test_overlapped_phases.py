@@ -52,8 +52,8 @@ def test_input_pass_keeps_the_saved_tensors_by_hand():
 
 
 def test_split_schedule_stage_reads_the_retained_working_set():
-    """Llama 3 8B, pp 2, fsdp2, full recomputation: rank 1 (layers 8–23 under the V placement,
-    no output layer) holds the retained working set under ZB-V and DualPipeV, the released one
+    """Llama 3 8B, pp 2, fsdp2, full recomputation: rank 1 (layers 8–24 under the V placement,
+    torchtitan's split 8, 9, 8, 7; no output layer) holds the retained working set under ZB-V and DualPipeV, the released one
     under 1F1B. Under 1F1B rank 1 is the last stage: beside it PyTorch's stage holds the
     micro-batch's BF16 logits in ``fwd_cache`` until its backward ends
     (model.loss_memory.pipeline_pred_bytes), 2·8,192·128,256 = 2,101,346,304 B."""
@@ -65,7 +65,7 @@ def test_split_schedule_stage_reads_the_retained_working_set():
             tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule=schedule,
             virtual_stages=v,
         )  # fmt: skip
-        own = stage_layers(LLAMA_8B, 2, v, False, None, schedule)[1]
+        own = stage_layers(LLAMA_8B, 2, v, layout.split_rule, None, schedule)[1]
         acts = stage_activations(LLAMA_8B, own, 1, layout, training)
         assert acts.backward_working_bytes == want, schedule
 
@@ -79,7 +79,7 @@ def _rank0(schedule: str, v: int) -> StageActivations:
         tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", schedule=schedule,
         virtual_stages=v, sequence_parallel=True,
     )  # fmt: skip
-    own = stage_layers(LLAMA2_70B, 4, v, False, None, schedule)[0]
+    own = stage_layers(LLAMA2_70B, 4, v, layout.split_rule, None, schedule)[0]
     return stage_activations(LLAMA2_70B, own, 0, layout, training)
 
 
@@ -111,9 +111,10 @@ def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
         rest = a.layers_bytes + a.embedding_bytes + a.pipeline_output_bytes
         assert a.total_bytes == rest + a.recompute_transient_bytes + 275_251_200
     # 1F1B puts the output layer on the last rank and releases it before the layers' backward
+    # (torchtitan's split of 80 layers over 4 stages is 20, 21, 20, 19: the last holds 61–79)
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     layout = Layout(tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", sequence_parallel=True)
-    last = stage_activations(LLAMA2_70B, tuple(range(60, 80)), 3, layout, training)
+    last = stage_activations(LLAMA2_70B, tuple(range(61, 80)), 3, layout, training)
     assert last.output_layer_freed_bytes > 0
     # the full backward's w1/w3 step releases the SwiGLU's and the down projection's inputs:
     # 209,715,200 − (2·29,360,128 + 29,360,128) = 121,634,816; the down projection step,

@@ -56,7 +56,8 @@ def test_gpt3_175b_tp16_b4_by_hand():
 
 
 def test_gpt3_pp4_zb_v_rank3_holds_seven_chunks_of_twelve_layers():
-    """GPT-3 175B, tp 16, pp 4, ZB-V (v 2: 8 stages of 12 layers), b 4, fsdp2: rank 3 has at most
+    """GPT-3 175B, tp 16, pp 4, ZB-V (v 2: 8 stages; torchtitan's split of 96 layers is 12, 13,
+    12 × 5, 11, so rank 3's stages 3 and 4 hold 12 layers each), b 4, fsdp2: rank 3 has at most
     2·3 + 1 = 7 chunk micro-batches between their I and their W (PyTorch's order, simulated), each
     of 12 layers: 7·12·515,899,392 = 43,335,548,928 bytes beside the kept layers; 1F1B keeps
     none."""
@@ -66,31 +67,35 @@ def test_gpt3_pp4_zb_v_rank3_holds_seven_chunks_of_twelve_layers():
         tp=16, pp=4, recompute="selective", framework="fsdp2", schedule="zb-v",
         virtual_stages=2, sequence_parallel=True, micro_batch_size=4,
     )  # fmt: skip
-    own = stage_layers(GPT3, 4, 2, False, None, "zb-v")[3]
+    own = stage_layers(GPT3, 4, 2, layout.split_rule, None, "zb-v")[3]
     assert len(own) == 24
     acts = stage_activations(GPT3, own, 3, layout, training)
     extra = acts.layers_bytes - 4 * acts.per_microbatch_bytes  # ZB-V holds pp = 4 rank-units
     assert extra == 7 * 12 * 515_899_392 == 43_335_548_928
     flat = replace(layout, schedule="1f1b", virtual_stages=1)
-    own1 = stage_layers(GPT3, 4, 1, False, None, "1f1b")[3]
+    own1 = stage_layers(GPT3, 4, 1, flat.split_rule, None, "1f1b")[3]
     one = stage_activations(GPT3, own1, 3, flat, training)
     assert one.layers_bytes == one.per_microbatch_bytes * one.microbatches_in_flight
 
 
 def test_dualpipev_rank_r_holds_r_plus_one_chunks():
-    """DualPipeV, Llama 3 8B, pp 2 (4 stages of 8 layers), tp 1, s 8,192, b 1, full
-    recomputation: rank 1 has at most 2 chunk micro-batches between I and W (PyTorch's
-    ScheduleDualPipeV order, simulated), each of 8 layers: 2·8·838,860,800 = 13,421,772,800."""
+    """DualPipeV, Llama 3 8B, pp 2 (4 stages), tp 1, s 8,192, b 1, full recomputation, fsdp2:
+    torchtitan's split of 32 layers over 4 stages is 8, 9, 8, 7 (34 effective layers, the first
+    two stages one more, the ends one back), so rank 1 holds stage 1 (9 layers) and stage 2 (8).
+    It has at most 2 chunk micro-batches between I and W (PyTorch's ScheduleDualPipeV order,
+    simulated), one of each of its chunks: (9 + 8)·838,860,800 = 14,260,633,600 (with an even
+    split of 8 per stage it was 2·8·838,860,800)."""
     assert w_pending("dualpipev", 2, 8, 1) == simulate(2, 8, "dualpipev").peak_w_pending(1) == 2
     training = TrainingSpec(seq_len=8192, global_batch_size=64)
     layout = Layout(
         tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule="dualpipev",
         virtual_stages=2,
     )  # fmt: skip
-    own = stage_layers(LLAMA_8B, 2, 2, False, None, "dualpipev")[1]
+    own = stage_layers(LLAMA_8B, 2, 2, layout.split_rule, None, "dualpipev")[1]
     acts = stage_activations(LLAMA_8B, own, 1, layout, training)
     held = acts.per_microbatch_bytes * acts.microbatches_in_flight
-    assert acts.layers_bytes - held == 2 * 8 * 838_860_800 == 13_421_772_800
+    assert len(own) == 17
+    assert acts.layers_bytes - held == (9 + 8) * 838_860_800 == 14_260_633_600
 
 
 def test_mixtral_moe_layer_by_hand():
