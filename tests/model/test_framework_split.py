@@ -1,0 +1,110 @@
+"""Each framework's own default pipeline split (:func:`trainplan.model.split.split_rule_of`,
+:func:`trainplan.model.split.default_chunk_sizes`), worked by hand from the frameworks' code.
+
+* deepspeed (Megatron-DeepSpeed 4efb479d ``GPTModelPipe`` → DeepSpeed edaa7221
+  ``PipelineModule._partition_layers('type:transformer')`` → ``partition_balanced``): ⌊L/pp⌋
+  layers per stage, the first L mod pp stages one more.
+* fsdp2 (torchtitan b5bcd76c ``_generate_llm_fqn_per_model_part`` with
+  ``pipeline_parallel_first/last_stage_less_layers`` 1): E = L + 2 effective layers over the
+  pp·v model chunks, ⌊E/S⌋ each, the first E mod S one more, then the first and the last chunk
+  one fewer.
+* megatron: as even as L allows, the end stages one fewer first (unchanged).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import trainplan
+from trainplan.model.errors import LayoutError
+from trainplan.model.layout import Layout
+from trainplan.model.split import default_chunk_sizes, split_rule_of
+
+
+def test_deepspeed_split_puts_the_extra_layers_on_the_first_stages():
+    """126 = 16·7 + 14: the first 14 stages 8, the last two 7; 126 = 8·15 + 6: six 16s, two 15s;
+    80 = 4·20 and 32 = 8·4 even; 61 = 16·3 + 13: thirteen 4s, three 3s."""
+    assert default_chunk_sizes(126, 16, 1, "deepspeed") == (8,) * 14 + (7, 7)
+    assert default_chunk_sizes(126, 8, 1, "deepspeed") == (16,) * 6 + (15, 15)
+    assert default_chunk_sizes(80, 4, 1, "deepspeed") == (20,) * 4
+    assert default_chunk_sizes(32, 8, 1, "deepspeed") == (4,) * 8
+    assert default_chunk_sizes(61, 16, 1, "deepspeed") == (4,) * 13 + (3,) * 3
+    # Megatron's placement of the same 126 layers: the ends give a layer back
+    assert default_chunk_sizes(126, 16) == (7,) + (8,) * 14 + (7,)
+
+
+def test_torchtitan_split_counts_the_embedding_and_the_output_as_a_layer_each():
+    """80 over 4: E = 82 = 4·20 + 2 → 21, 21, 20, 20 → 20, 21, 20, 19.
+    32 over 4: 34 = 4·8 + 2 → 9, 9, 8, 8 → 8, 9, 8, 7.
+    32 over 8: 34 = 8·4 + 2 → 5, 5, 4 × 6 → 4, 5, 4, 4, 4, 4, 4, 3.
+    126 over 16: 128 = 16·8 → 7, 8 × 14, 7 (Megatron's placement here).
+    32 over pp 2 × v 2 = 4 model chunks: 8, 9, 8, 7 per chunk."""
+    assert default_chunk_sizes(80, 4, 1, "torchtitan") == (20, 21, 20, 19)
+    assert default_chunk_sizes(32, 4, 1, "torchtitan") == (8, 9, 8, 7)
+    assert default_chunk_sizes(32, 8, 1, "torchtitan") == (4, 5, 4, 4, 4, 4, 4, 3)
+    assert default_chunk_sizes(126, 16, 1, "torchtitan") == (7,) + (8,) * 14 + (7,)
+    assert default_chunk_sizes(32, 2, 2, "torchtitan") == (8, 9, 8, 7)
+
+
+def test_the_rule_follows_the_framework_only_with_a_pipeline():
+    assert split_rule_of(True, "deepspeed", 16) == "deepspeed"
+    assert split_rule_of(True, "fsdp2", 4) == "torchtitan"
+    assert split_rule_of(True, "fsdp2", 1) is True
+    assert split_rule_of(False, "megatron", 4) is False
+    assert Layout(pp=4, framework="fsdp2").split_rule == "torchtitan"
+    assert Layout(pp=4, framework="megatron").split_rule is True
+
+
+def test_deepspeed_refuses_another_split_and_fsdp2_takes_one():
+    """GPTModelPipe has no argument to change its partition: Meta's 7, 8 × 14, 7 is refused,
+    DeepSpeed's own split accepted; torchtitan takes module_fqns_per_model_part, so fsdp2 runs
+    any split."""
+    base = {"model": "llama3-405b", "num_gpus": 128, "gpu": "H200", "dp": 1, "tp": 8, "pp": 16,
+            "zero_stage": 1, "global_batch_size": 2048, "recompute": "none"}  # fmt: skip
+    meta = ",".join(map(str, (7,) + (8,) * 14 + (7,)))
+    with pytest.raises(LayoutError, match="under deepspeed with pp 16: Megatron-DeepSpeed"):
+        trainplan.evaluate(**base, framework="deepspeed", stage_layers=meta)
+    own = ",".join(map(str, (8,) * 14 + (7, 7)))
+    trainplan.evaluate(**base, framework="deepspeed", stage_layers=own)
+    fsdp2 = {**base, "framework": "fsdp2", "zero_stage": 2, "stage_layers": own}
+    assert [s.num_layers for s in trainplan.evaluate(**fsdp2).stages][13:] == [8, 7, 7]
+
+
+def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
+    """Llama 3 405B (h 16,384; 128 heads, 8 K/V heads of 128; f 53,248), tp 8, pp 16, ZeRO-1,
+    dp 1, under deepspeed: stage 1 holds 8 layers, stage 14 holds 7. One layer per tp rank:
+    (2·16,384² + 2·16,384·1,024 + 3·16,384·53,248) / 8 = 398,458,880 plus the two norms whole,
+    2·16,384 = 32,768: 398,491,648 parameters; ZeRO-1 at dp 1 keeps 2 + 2 + 12 = 16 B of each:
+    6,375,866,368 B more model state on stage 1 than on stage 14. Stage 0 holds 8 layers and
+    the embedding with 16 micro-batches in flight: the busiest, 150.68 GB (over an H200's
+    148.21 GB usable), where Meta's split (7 layers on stage 0) counted 133.03 GB."""
+    est = trainplan.evaluate(
+        model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
+        zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
+    )  # fmt: skip
+    layer = (2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248) // 8 + 2 * 16384
+    assert layer == 398_491_648
+    assert [s.num_layers for s in est.stages] == [8] * 14 + [7, 7]
+    assert est.stages[1].dense_params - est.stages[14].dense_params == layer
+    assert est.stages[1].state.total_bytes - est.stages[14].state.total_bytes == 16 * layer
+    assert 16 * layer == 6_375_866_368
+    assert est.busiest == 0 and est.stages[0].activations.microbatches_in_flight == 16
+    assert int(est.peak.total_bytes) == 150_677_932_544
+
+
+def test_fsdp2_stage_one_holds_the_extra_layer():
+    """Llama 3 70B (h 8,192; 64 heads, 8 K/V heads of 128; f 28,672), tp 4, pp 4, fsdp2: stages
+    20, 21, 20, 19. One layer per tp rank: (2·8,192² + 2·8,192·1,024 + 3·8,192·28,672) / 4 =
+    213,909,504 plus the two norms whole, 16,384: 213,925,888 parameters more on stage 1 than
+    on stage 2. Stage 1 (3 micro-batches in flight) is the busiest: 83.71 GB, over an H100's
+    83.21 GB usable (81.58 GB with the even 20 × 4)."""
+    est = trainplan.evaluate(
+        model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
+        zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
+    )  # fmt: skip
+    layer = (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) // 4 + 2 * 8192
+    assert layer == 213_925_888
+    assert [s.num_layers for s in est.stages] == [20, 21, 20, 19]
+    assert est.stages[1].dense_params - est.stages[2].dense_params == layer
+    assert est.busiest == 1
+    assert int(est.peak.total_bytes) == 83_709_935_616
