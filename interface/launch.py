@@ -18,9 +18,9 @@ Sources, read for what exists (never copied):
   ``Interleaved1F1B``, ``ZBVZeroBubble`` for ZB-V, ``DualPipeV``; torchtitan
   ``torchtitan/distributed/pipeline_parallel.py`` places the last two in V order, ``style="v"``,
   and refuses ``InterleavedZeroBubble`` at ZB-H1's one stage per rank) and
-  ``pipeline_parallel_split_points =
-  ["layers.K", …]`` (the first layer of each pipeline stage after the first: one per model chunk
-  when interleaved). No per-stage AC count.
+  ``module_fqns_per_model_part = [["tok_embeddings", "layers.0", …], …, [… "norm", "output"]]``
+  (each model chunk's modules, written only where the plan's split is not the one torchtitan
+  generates: :func:`interface.launch_torchtitan.torchtitan_split`). No per-stage AC count.
 
 Every flag written is one of :data:`MEGATRON_ARGUMENTS` or :data:`TORCHTITAN_KEYS`, each read from
 that framework's code at a cited commit (``tests/test_launch_flags.py`` walks the plans).
@@ -33,7 +33,11 @@ from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
 from trainplan.interface.launch_parallel import megatron_parallel_flags, megatron_run_flags
-from trainplan.interface.launch_torchtitan import torchtitan_cp, torchtitan_recipe
+from trainplan.interface.launch_torchtitan import (
+    torchtitan_cp,
+    torchtitan_recipe,
+    torchtitan_split,
+)
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import Layout, Recompute
@@ -118,18 +122,18 @@ TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
         """tensor_parallel_degree pipeline_parallel_degree context_parallel_degree
         context_parallel_rotate_method pipeline_parallel_schedule
-        pipeline_parallel_split_points""".split()
+        module_fqns_per_model_part""".split()
     ),
     "activation_checkpoint": frozenset({"mode", "selective_ac_option"}),
     "compile": frozenset({"enable"}),
 }
 """The torchtitan TOML keys :func:`torchtitan_toml` writes, by section: ``JobConfig``'s
 ``Parallelism``, ``ActivationCheckpoint`` and ``Compile`` in ``torchtitan/config/job_config.py``
-at 248aca2 (2025-10-13), the last commit with ``pipeline_parallel_split_points`` (6e06a49cd
-replaced it by ``module_fqns_per_model_part``); ``[compile] enable`` is there since 08b8b244f
-(2025-08-20; before it ``[training] compile``). torchtitan since 9810191bb (2026-02-23) takes
-Python configurations, no TOML (``torchtitan/config/configs.py`` ``CompileConfig.enable``, the
-``--compile.enable`` flag)."""
+at e347b1e5e (2026-02-15), the last commit with TOML configurations (9810191bb, 2026-02-23,
+moved them to Python, ``torchtitan/config/configs.py``, the same field names:
+``parallelism.module_fqns_per_model_part``, ``compile.enable``); ``module_fqns_per_model_part``
+is there since 6e06a49cd (2025-10-13; it replaced ``pipeline_parallel_split_points``),
+``[compile] enable`` since 08b8b244f (2025-08-20; before it ``[training] compile``)."""
 
 _MEGATRON = ("gpipe", "1f1b", "interleaved")
 """Schedules Megatron-LM's flags express (GPipe as 1F1B, as before)."""
@@ -243,8 +247,9 @@ def _megatron_pipeline(
     """The stage split's flags: per model chunk when interleaved
     (``--num-layers-per-virtual-pipeline-stage``, or the layout string for uneven chunks),
     ``--decoder-first/last-pipeline-num-layers`` for ``split`` layers per stage, the layout string
-    when the middle stages differ; a schedule Megatron-Core does not run is said in ``notes``
-    (its 1F1B written)."""
+    when the middle stages differ (nothing for a default split of L/pp per stage: Megatron-LM's
+    own, which it runs only then, ``validate_args`` asserting pp divides L without them); a
+    schedule Megatron-Core does not run is said in ``notes`` (its 1F1B written)."""
     if str(layout.schedule) in TORCHTITAN_SCHEDULES and str(layout.schedule) not in _MEGATRON:
         notes.append(
             f"schedule {layout.schedule}: Megatron-Core runs 1f1b and interleaved only "
@@ -271,9 +276,9 @@ def _megatron_pipeline(
             "there) lists the pp·v chunks in model order"
         )
         return ["--pipeline-model-parallel-layout", pipeline_layout(chunks, mtp)]
-    if layout.stage_layers is None or layout.pp == 1:
-        return []
     split = split[:-1] + (split[-1] - mtp,)  # the last stage's MTP blocks are no decoder layers
+    if layout.pp == 1 or (layout.stage_layers is None and len(set(split)) == 1):  # L/pp each
+        return []
     if len(set(split[1:-1])) <= 1:
         return [
             "--decoder-first-pipeline-num-layers", str(split[0]),
@@ -412,15 +417,9 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
 
 
 def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -> list[str]:
-    """torchtitan's pipeline schedule and split points (one per model chunk, pp·v stages when
-    interleaved); a schedule torch.distributed.pipelining lacks is noted in ``notes`` and 1F1B
-    written."""
-    chunks = [
-        len(c)
-        for c in model_chunks(
-            arch, layout.pp, layout.virtual_stages, layout.split_rule, layout.stage_layers
-        )
-    ]
+    """torchtitan's pipeline schedule and, where the plan's split is not torchtitan's own, its
+    model chunks (:func:`interface.launch_torchtitan.torchtitan_split`); a schedule
+    torch.distributed.pipelining lacks is noted in ``notes`` and 1F1B written."""
     name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
     if name is None:
         notes.append(
@@ -430,21 +429,15 @@ def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -
             )
             + f" ({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
         )
-    starts, at = [], 0
-    for n in chunks[:-1]:
-        at += n
-        starts.append(f'"layers.{at}"')
-    return [
-        f'pipeline_parallel_schedule = "{name or "1F1B"}"',
-        f"pipeline_parallel_split_points = [{', '.join(starts)}]",
-    ]
+    name = name or "1F1B"
+    return [f'pipeline_parallel_schedule = "{name}"', *torchtitan_split(arch, layout, name)]
 
 
 def torchtitan_toml(
     arch: Architecture, layout: Layout, training: TrainingSpec | None = None
 ) -> LaunchFlags:
     """A torchtitan TOML fragment for ``layout`` (the format of :data:`TORCHTITAN_KEYS`):
-    ``[parallelism]`` degrees and split points, ``[activation_checkpoint]``, and with
+    ``[parallelism]`` degrees, schedule and model chunks, ``[activation_checkpoint]``, and with
     ``training`` under ``fsdp2`` ``[compile] enable`` as the plan counted it
     (:func:`model.elementwise.elementwise_mode`); what it cannot express (per-stage AC counts,
     interleaving's chunks, the pipeline runtime's memory settings) in :attr:`LaunchFlags.notes`.

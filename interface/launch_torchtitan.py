@@ -1,5 +1,6 @@
-"""The parts of :func:`interface.launch.torchtitan_toml` that read the recipe and the context
-parallelism: ``[parallelism] context_parallel_rotate_method`` (:func:`torchtitan_cp`) and
+"""The parts of :func:`interface.launch.torchtitan_toml` that read the recipe, the context
+parallelism and the stage split: ``[parallelism] context_parallel_rotate_method``
+(:func:`torchtitan_cp`), ``module_fqns_per_model_part`` (:func:`torchtitan_split`) and
 ``[compile] enable`` with the pipeline runtime's settings torchtitan has no key for
 (:func:`torchtitan_recipe`)."""
 
@@ -8,9 +9,53 @@ from __future__ import annotations
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import Elementwise, elementwise_mode
 from trainplan.model.layout import Layout
-from trainplan.model.specs import TrainingSpec
+from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.split import TORCHTITAN_SPLIT, default_chunk_sizes, model_chunks
 
-__all__ = ["torchtitan_cp", "torchtitan_recipe"]
+__all__ = ["torchtitan_cp", "torchtitan_recipe", "torchtitan_split"]
+
+_SINGLE_STAGE = frozenset({"GPipe", "1F1B"})
+"""torchtitan's schedules of one stage per rank (``PipelineScheduleSingle``); the others get two
+stages per rank by default (``_get_pipeline_metadata``)."""
+
+
+def torchtitan_split(arch: Architecture, layout: Layout, schedule: str) -> list[str]:
+    """``module_fqns_per_model_part`` for the plan's model chunks when they are not the split
+    torchtitan generates itself, else nothing. Without the key torchtitan (e347b1e5e,
+    ``torchtitan/distributed/pipeline_parallel.py`` ``pipeline_llm``) cuts the model into pp
+    stages under a one-stage ``schedule`` and 2·pp otherwise, by
+    ``generate_llm_fqn_per_model_part`` (:func:`model.split.default_chunk_sizes` with
+    :data:`model.split.TORCHTITAN_SPLIT`). With it, each model chunk's modules in model order:
+    ``tok_embeddings`` on the first, ``layers.N``, ``norm`` and ``output`` on the last (the
+    Llama module names at that commit, ``torchtitan/models/llama3/model/model.py``).
+
+    Examples
+    --------
+    >>> arch = Architecture(num_layers=4, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> torchtitan_split(arch, Layout(pp=2, framework="fsdp2"), "1F1B")
+    []
+    >>> torchtitan_split(arch, Layout(pp=2, stage_layers=(1, 3)), "1F1B")
+    ['module_fqns_per_model_part = [["tok_embeddings", "layers.0"], \
+["layers.1", "layers.2", "layers.3", "norm", "output"]]']
+    """
+    chunks = tuple(
+        sum(1 for j in c if j < arch.num_layers)  # decoder layers: no MTP blocks
+        for c in model_chunks(
+            arch, layout.pp, layout.virtual_stages, layout.split_rule, layout.stage_layers
+        )
+    )
+    v = 1 if schedule in _SINGLE_STAGE else 2
+    if len(chunks) == layout.pp * v:
+        if chunks == default_chunk_sizes(arch.num_layers, layout.pp, v, TORCHTITAN_SPLIT):
+            return []
+    parts, at = [], 0
+    for i, n in enumerate(chunks):
+        names = ["tok_embeddings"] * (i == 0) + [f"layers.{j}" for j in range(at, at + n)]
+        names += ["norm", "output"] * (i == len(chunks) - 1)
+        parts.append("[" + ", ".join(f'"{x}"' for x in names) + "]")
+        at += n
+    return [f"module_fqns_per_model_part = [{', '.join(parts)}]"]
 
 
 def torchtitan_cp(layout: Layout, notes: list[str]) -> list[str]:

@@ -23,13 +23,18 @@ ARCH = Architecture(
     ],
 )
 def test_torchtitan_names(schedule: str, v: int, name: str) -> None:
-    """torchtitan runs these: its schedule name, one split point per model chunk (pp·v − 1)."""
+    """torchtitan runs these: its schedule name, and its model chunks only where the plan's split
+    is not the one torchtitan generates (two stages per rank for these schedules; 8 layers over
+    4 chunks: 10 effective = 4·2 + 2 → 3, 3, 2, 2 → 2, 3, 2, 1, the fsdp2 plan's own split).
+    Another split (textbook's 2 × 4) is written out, one module list per model chunk."""
     lay = Layout(pp=2, schedule=schedule, virtual_stages=v, framework="fsdp2")
     flags = torchtitan_toml(ARCH, lay)
     assert f'pipeline_parallel_schedule = "{name}"' in flags.flags
-    split = next(x for x in flags.flags if x.startswith("pipeline_parallel_split_points"))
-    assert split.count("layers.") == 2 * v - 1
+    assert not any(x.startswith("module_fqns_per_model_part") for x in flags.flags)
     assert flags.notes == ()
+    even = torchtitan_toml(ARCH, lay.with_(framework="textbook")).flags
+    split = next(x for x in even if x.startswith("module_fqns_per_model_part"))
+    assert split.count("], [") == 2 * v - 1 and split.count("layers.") == 8
 
 
 def test_zb_h1_is_not_written_as_torchtitans_interleaved_zero_bubble() -> None:
@@ -101,7 +106,11 @@ def test_v_placement_sets_each_ranks_layers() -> None:
     toml = torchtitan_toml(arch, every.with_(recompute_layers=(4, 4))).flags
     assert toml[-1] == 'mode = "full"'
     assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in toml
-    assert 'pipeline_parallel_split_points = ["layers.1", "layers.3", "layers.6"]' in toml
+    assert (
+        'module_fqns_per_model_part = [["tok_embeddings", "layers.0"], ["layers.1", "layers.2"], '
+        '["layers.3", "layers.4", "layers.5"], ["layers.6", "layers.7", "layers.8", "layers.9", '
+        '"norm", "output"]]'
+    ) in toml
     # one --recompute-num-layers, capped at each rank's largest chunk: rank 0's is chunk 3
     # (4 layers), rank 1's chunk 2 (3 layers)
     single = single_count_layout(every.with_(recompute_layers=(4, 1)), arch)
