@@ -115,3 +115,18 @@ def test_v_placement_sets_each_ranks_layers() -> None:
     # (4 layers), rank 1's chunk 2 (3 layers)
     single = single_count_layout(every.with_(recompute_layers=(4, 1)), arch)
     assert single is not None and single.recompute_layers == (4, 3)
+
+
+def test_megatron_default_split_pp_does_not_divide_is_written() -> None:
+    """Megatron-LM's ``validate_args`` asserts pp divides L unless the split is given
+    (``--decoder-first/last-pipeline-num-layers`` or the layout string), so a plan whose default
+    split is uneven writes it: 10 layers over 4 stages, ceil 3 each with the two ends one fewer,
+    2, 3, 3, 2; 8 layers over 4 (2 each, Megatron-LM's own split) write nothing."""
+    ten = Architecture(
+        num_layers=10, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16
+    )
+    flags = megatron_flags(ten, Layout(pp=4), 8).flags
+    assert flags[-4:] == (
+        "--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "2",
+    )  # fmt: skip
+    assert not any("pipeline-num-layers" in x for x in megatron_flags(ARCH, Layout(pp=4), 8).flags)
