@@ -145,8 +145,7 @@ def check_chunks(num_layers: int, pp: int, v: int = 1, uneven: bool | str = True
         chunk, embedding only, and the last, output layer only, may be empty; torchtitan's
         ``_generate_llm_fqn_per_model_part`` refuses more stages than L + 2 too), or any chunk
         would be empty with uneven stages off, or under ``deepspeed`` any stage would hold no
-        layer (``partition_balanced`` then puts the output layer on an earlier stage: for 2
-        layers over 4 stages the cuts are 0, 3, 5, 6, 7 of the 7 layer specs).
+        layer (``partition_balanced`` then puts the output layer on an earlier stage).
     """
     chunks = pp * v
     if uneven == DEEPSPEED_SPLIT and chunks > num_layers:
@@ -187,8 +186,7 @@ def _deepspeed_sizes(num_layers: int, chunks: int) -> tuple[int, ...]:
 def _torchtitan_sizes(num_layers: int, chunks: int) -> tuple[int, ...]:
     """torchtitan's generated split over ``chunks`` model chunks (pp·v stages): E = L + 2
     effective layers (the embedding and the norm + output one layer each), ⌊E/S⌋ per chunk, the
-    first E mod S chunks one more, then the first chunk gives one back for the embedding and
-    the last one for the output.
+    first E mod S chunks one more, then the first and the last chunk give one back.
 
     torchtitan (b5bcd76c) ``torchtitan/distributed/pipeline_parallel.py``: ``pipeline_llm``
     generates the split when ``module_fqns_per_model_part`` is None, with
@@ -254,22 +252,26 @@ def check_framework_split(
     num_layers: int, pp: int, v: int, rule: bool | str, sizes: tuple[int, ...] | None
 ) -> None:
     """Refuse explicit ``stage_layers`` the framework cannot run: under ``deepspeed`` with pp > 1
-    only DeepSpeed's own split (:func:`_deepspeed_sizes`: ``GPTModelPipe`` has no argument to
-    change it). torchtitan takes any split (``module_fqns_per_model_part``).
+    only a ``partition_method`` of DeepSpeed's: ``type:transformer`` (:func:`_deepspeed_sizes`,
+    all deepspeedai/Megatron-DeepSpeed's ``GPTModelPipe`` runs) or ``type:transformer|embedding``
+    (bigscience-workshop/Megatron-DeepSpeed's ``--pp-partition-method``, as BLOOM ran: the
+    embedding and the tied output weigh a layer each, the counts of :func:`_torchtitan_sizes`,
+    checked against ``partition_balanced``). torchtitan takes any split.
 
-    >>> check_framework_split(126, 16, 1, "deepspeed", (7,) + (8,) * 14 + (7,))  # doctest: +ELLIPSIS
+    >>> check_framework_split(126, 16, 1, "deepspeed", (6,) + (8,) * 15)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    trainplan.model.errors.LayoutError: stage_layers: 7,8,...,8,7 under deepspeed with pp 16: ...
+    trainplan.model.errors.LayoutError: stage_layers: 6,8,...,8 under deepspeed with pp 16: ...
     """
     if sizes is None or rule != DEEPSPEED_SPLIT:
         return
-    own = default_chunk_sizes(num_layers, pp, v, rule)
-    if tuple(sizes) != own:
+    own = (_deepspeed_sizes(num_layers, pp * v), _torchtitan_sizes(num_layers, pp * v))
+    if tuple(sizes) not in own:
         raise LayoutError(
             f"stage_layers: {','.join(map(str, sizes))} under deepspeed with pp {pp}: "
-            "Megatron-DeepSpeed's GPTModelPipe always partitions with "
-            f"partition_method='type:transformer' ({','.join(map(str, own))} here)"
+            "Megatron-DeepSpeed partitions with partition_method 'type:transformer' "
+            f"({','.join(map(str, own[0]))} here) or 'type:transformer|embedding' "
+            f"({','.join(map(str, own[1]))})"
         )
 
 

@@ -438,7 +438,10 @@ def _with_frameworks(
         ]
         for s in shapes:
             if not (
-                runs[s.pp] and _runs_schedule(setting, s, fw) and _runs_cp(setting, s, fw, named)
+                runs[s.pp]
+                and _runs_split(setting, s, fw)
+                and _runs_schedule(setting, s, fw)
+                and _runs_cp(setting, s, fw, named)
             ):
                 continue
             for k, o in optimizers:
@@ -462,6 +465,16 @@ def _runs_cp(setting: Setting, shape: Shape, framework: Framework, named: bool) 
     if shape.cp > 1 and not named and framework is Framework.FSDP2:
         return shape.cp_kind in FSDP2_SEARCHED
     return not _cp_refusal(setting, shape, framework, shape.cp_kind, shape.cp_a2a)
+
+
+def _runs_split(setting: Setting, shape: Shape, framework: Framework) -> bool:
+    """Whether ``framework``'s own split cuts the model into the shape's pp·v stages (the
+    legality rule ``split``: :func:`model.split.check_chunks` under the framework's rule,
+    :func:`model.split.split_rule_of`; DeepSpeed's needs a layer on every stage)."""
+    return not refusal(
+        setting, pp=shape.pp, virtual_stages=shape.virtual_stages, uneven_stages=True,
+        stage_layers=None, framework=framework,
+    )  # fmt: skip
 
 
 def _runs_schedule(setting: Setting, shape: Shape, framework: Framework) -> bool:

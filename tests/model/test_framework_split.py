@@ -56,18 +56,23 @@ def test_the_rule_follows_the_framework_only_with_a_pipeline():
 
 
 def test_deepspeed_refuses_another_split_and_fsdp2_takes_one():
-    """GPTModelPipe has no argument to change its partition: Meta's 7, 8 × 14, 7 is refused,
-    DeepSpeed's own split accepted; torchtitan takes module_fqns_per_model_part, so fsdp2 runs
+    """deepspeedai/Megatron-DeepSpeed's GPTModelPipe always passes 'type:transformer' (8 × 14,
+    7, 7 here); bigscience-workshop's fork takes --pp-partition-method 'type:transformer|embedding'
+    (BLOOM's), where the embedding and the tied output weigh a layer each: 128 = 16·8 → 7, 8 × 14,
+    7. Any other split is refused; torchtitan takes module_fqns_per_model_part, so fsdp2 runs
     any split."""
     base = {"model": "llama3-405b", "num_gpus": 128, "gpu": "H200", "dp": 1, "tp": 8, "pp": 16,
             "zero_stage": 1, "global_batch_size": 2048, "recompute": "none"}  # fmt: skip
-    meta = ",".join(map(str, (7,) + (8,) * 14 + (7,)))
+    other = ",".join(map(str, (6,) + (8,) * 15))
     with pytest.raises(LayoutError, match="under deepspeed with pp 16: Megatron-DeepSpeed"):
-        trainplan.evaluate(**base, framework="deepspeed", stage_layers=meta)
-    own = ",".join(map(str, (8,) * 14 + (7, 7)))
-    trainplan.evaluate(**base, framework="deepspeed", stage_layers=own)
-    fsdp2 = {**base, "framework": "fsdp2", "zero_stage": 2, "stage_layers": own}
-    assert [s.num_layers for s in trainplan.evaluate(**fsdp2).stages][13:] == [8, 7, 7]
+        trainplan.evaluate(**base, framework="deepspeed", stage_layers=other)
+    for split in ((8,) * 14 + (7, 7), (7,) + (8,) * 14 + (7,)):
+        est = trainplan.evaluate(
+            **base, framework="deepspeed", stage_layers=",".join(map(str, split))
+        )
+        assert tuple(s.num_layers for s in est.stages) == split
+    fsdp2 = {**base, "framework": "fsdp2", "zero_stage": 2, "stage_layers": other}
+    assert [s.num_layers for s in trainplan.evaluate(**fsdp2).stages][:2] == [6, 8]
 
 
 def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
