@@ -137,7 +137,9 @@ BATCH: list[Decorator] = [
         "stage_layers",
         help="Transformer layers per pipeline stage, e.g. 7,8,8,7 (pp counts; or pp × "
         "virtual-stages counts, one per model chunk in model order); must sum to L. "
-        "Default: as even as L allows, the end stages holding fewer.",
+        "Default: the framework's own split (megatron: as even as L allows, the end stages "
+        "holding fewer; deepspeed: DeepSpeed's, the first stages holding more; "
+        "fsdp2: torchtitan's, the embedding and the output counted as a layer each).",
     ),
     click.option(
         "--recompute-layers",
