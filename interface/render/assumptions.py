@@ -22,6 +22,7 @@ from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, params_in_force
 from trainplan.model.op_time import tp_overlap_for
 from trainplan.model.roofline import generation_of, roofline_params_for
+from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
 
@@ -275,8 +276,12 @@ def assumptions(est: Estimate) -> list[str]:
             f"{', '.join(map(str, lay.stage_layers))} (model order; stage i holds chunks i, "
             "i + pp, …)"
         )
-    elif isinstance(lay.split_rule, str):
-        out.append(_FRAMEWORK_SPLITS[lay.split_rule])
+    elif est.model.arch and isinstance(lay.split_rule, str):
+        sizes = default_chunk_sizes(
+            est.model.arch.num_layers, lay.pp, lay.virtual_stages, lay.split_rule
+        )
+        if len(set(sizes)) > 1:  # the framework's own uneven split
+            out.append(_FRAMEWORK_SPLITS[lay.split_rule])
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
     if lay.recompute_layers is not None:
