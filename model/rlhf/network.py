@@ -17,6 +17,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
+from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
 from trainplan.model.rlhf.openrlhf import SYNC_SOURCE, SYNC_TERM, actor_sync_bytes, idle_swap
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -25,21 +26,12 @@ from trainplan.model.rlhf.roles import (
     RoleOption,
     Term,
 )
-from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
-
-_LOGITS_SOURCE = {
-    LogitsMode.FULL: "FP32 logits [tokens × V]/tp, and log-softmax/entropy over them as large "
-    "(verl entropy_from_logits, logprobs_from_logits)",
-    LogitsMode.CHUNKED: "FP32 logits [tokens × V]/tp; log-softmax/entropy 2,048 tokens at a time "
-    "(verl entropy_from_logits_with_chunking)",
-    LogitsMode.FUSED: "fused linear cross-entropy: logits and log-softmax one 2,048-token chunk at "
-    "a time (Liger Kernel; verl use_fused_kernels)",
-}
 
 
 _FORWARD_SOURCE = (
@@ -238,12 +230,11 @@ def _state_terms(
     return terms
 
 
-def _logits_terms(spec: RLHFSpec, logit: Fraction, temp: Fraction) -> list[Term]:
-    """The update's FP32 logits and its log-softmax/entropy temporary."""
-    source = _LOGITS_SOURCE[spec.logits]
+def _logits_terms(lg: PassLogits) -> list[Term]:
+    """The update's logits and the transient beside them (:mod:`model.rlhf.logits`)."""
     return [
-        Term("FP32 logits", "training", logit, "bytes", source),
-        Term("log-softmax/entropy temporary", "training", temp, "bytes", source),
+        Term("logits (update)", "training", lg.logit, "bytes", lg.source),
+        Term("log-prob transient beside them (update)", "training", lg.temp, "bytes", lg.source),
     ]
 
 
@@ -314,24 +305,23 @@ def _trainable(
     opt: RoleOption,
     evaluate: Evaluator,
     s: int,
-    logits: tuple[Fraction, Fraction],
     mech: Mechanism,
 ) -> _Held:
     """An actor's or critic's state and update: ``evaluate()`` of the update's layout, each
-    stage's fit figure (:func:`_fit`), the last one's with the RLHF loss's FP32 logits
-    (``logits``: the logits and the temporary) instead of evaluate()'s loss, and
+    stage's fit figure (:func:`_fit`), the last one's with the update's logits
+    (:mod:`model.rlhf.logits`, the update pass) instead of evaluate()'s loss, and
     ``epochs × updates_per_epoch`` step times."""
     arch = rs.model.arch
     assert arch is not None
     b = spec.micro_batch_sequences
-    logit, temp = logits
+    logits = pass_logits(spec, b * s, arch.vocab_size, opt.tp, LogitsPass.UPDATE)
     counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
     train_est, offload = _training_estimate(spec, rs, opt, evaluate, s)
     last = len(train_est.stages) - 1
     # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
     # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
     loss_over = _loss_over(train_est.stages[last].activations)
-    extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
+    extra = ((logits.logit + logits.temp) if rs.log_probs else 0) - counted - loss_over
     held = [st.state.total_bytes for st in train_est.stages]
     train_peak = [
         _fit(st, extra if i == last else Fraction(0)) for i, st in enumerate(train_est.stages)
@@ -339,7 +329,7 @@ def _trainable(
     held_b = max(held)
     terms = _state_terms(spec, train_est, offload, mech, b, s)
     if rs.log_probs:
-        terms += _logits_terms(spec, logit, temp)
+        terms += _logits_terms(logits)
     training_s, time_terms = _update_time(spec, train_est, offload)
     terms += time_terms
     resident = _resident(train_est)
@@ -379,22 +369,23 @@ def _scoring(
     rs: RoleSpec,
     score_est: Estimate,
     held: _Held,
-    logits: tuple[Fraction, Fraction],
 ) -> tuple[Fraction, float, list[Term]]:
     """The scoring forward's bytes above ``held``'s state and resident bytes (gathered layers;
     one layer's no-grad working set, :func:`model.rlhf.forward_set.scoring_forward_bytes`, or on
-    the last stage the FP32 logits and log-softmax when the role returns log-probs, the larger;
+    the last stage the logits and their transient (:mod:`model.rlhf.logits`: the reference's
+    pass, or the actor's old-log-prob pass) when the role returns log-probs, the larger;
     each stage with its own bytes held in both phases, :func:`_resident`, as the update's fit
     has them), its seconds and terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
-    logit, temp = logits
     last = len(score_est.stages) - 1
-    out = (logit + temp) if rs.log_probs else Fraction(0)
     lay = score_est.layout
     arch = rs.model.arch
     assert arch is not None
     tokens = spec.micro_batch_sequences * score_est.training.seq_len
+    pass_ = old_log_prob_pass(spec.framework) if rs.trainable else LogitsPass.REFERENCE
+    logits = pass_logits(spec, tokens, arch.vocab_size, lay.tp, pass_)
+    out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
     beta = score_est.training.activation_bytes
     layer = scoring_forward_bytes(arch, spec.framework, tokens, lay.tp, lay.sp, beta)
     peaks = [
@@ -419,9 +410,9 @@ def _scoring(
     terms.append(
         Term("forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE)
     )
-    if rs.log_probs and not rs.trainable:
+    if rs.log_probs:
         terms.append(
-            Term("FP32 logits + log-softmax", "scoring", out, "bytes", _LOGITS_SOURCE[spec.logits])
+            Term("logits + log-prob transient (scoring)", "scoring", out, "bytes", logits.source)
         )
     return scoring_b, scoring_s, terms
 
@@ -449,13 +440,12 @@ def network_cost(
         TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
         _layout(spec, opt, Recompute.NONE),
     )
-    logits = logits_bytes(b * s, arch.vocab_size, opt.tp, spec.logits, spec.logits_chunk_tokens)
     mech = mechanism(spec.framework, spec.zero_stage or 1)
     if rs.trainable:
-        held = _trainable(spec, rs, opt, evaluate, s, logits, mech)
+        held = _trainable(spec, rs, opt, evaluate, s, mech)
     else:
         held = _frozen(opt, score_est, mech)
-    scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held, logits)
+    scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
     terms = held.terms + scoring_terms + _resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0

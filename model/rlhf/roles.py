@@ -8,8 +8,8 @@ seconds per phase and its host bytes — from the cost model itself:
 
 * trainable roles (actor, critic): ``evaluate()`` of the update's layout under the spec's
   framework profile (model state at the framework's mechanism, activations with the spec's
-  recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf.spec.logits_bytes`)
-  on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
+  recomputation, step time) plus the update's logits terms (:mod:`model.rlhf.logits`, by
+  framework and pass) on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
   without recomputation, a third of a micro-batch's three passes (backward = 2 × forward),
   holding one layer's no-grad working set (:mod:`model.rlhf.forward_set`; on the last stage the
   larger of it and the logits where the role returns log-probs);
