@@ -25,6 +25,8 @@ from trainplan.model.rlhf.roles import (
     RoleCost,
     RoleOption,
     Term,
+    resident_of,
+    resident_terms,
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
@@ -38,12 +40,6 @@ _FORWARD_SOURCE = (
     "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
     "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
     "larger of it and the logits on the last stage"
-)
-
-_RESIDENT_SOURCE = (
-    "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
-    "model.terms.persistent_buffers (buffers allocated once): model.terms.peak.held_in_both_phases; "
-    "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
 )
 
 SHARED_GROUPS = "megatron-core"
@@ -145,7 +141,7 @@ class _Held:
     pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
     update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
     role), its terms, its per-micro-batch compute (:func:`_microbatch_s`), its bytes held in
-    every phase (:func:`_resident`) and what idle offload leaves on the GPU (``kept_bytes``:
+    every phase (:func:`model.rlhf.roles.resident_of`) and what idle offload leaves on the GPU (``kept_bytes``:
     the busiest stage's BF16 weights under ``deepspeed``, :mod:`model.rlhf.openrlhf`)."""
 
     per_stage: list[Fraction]
@@ -193,11 +189,11 @@ def _training_estimate(
 
 
 def _state_terms(
-    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, b: int, s: int
+    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, tokens: int, factor: Fraction
 ) -> list[Term]:
     """A trainable role's bytes term by term: weights, gradients, the optimizer state (or what
-    the host holds for it), the activations (less the loss working set the RLHF loss replaces)
-    and the logits buffers."""
+    the host holds for it), the activations at the fullest micro-batch's ``tokens`` (evaluate()'s
+    × ``factor``, :func:`_extras`; less the loss working set the RLHF loss replaces)."""
     state = est.peak.state
     last = len(est.stages) - 1
     terms = [
@@ -220,9 +216,9 @@ def _state_terms(
     if acts is not None:
         terms.append(
             Term(
-                f"activations ({spec.recompute} recompute, b {b} × s {s})",
+                f"activations ({spec.recompute} recompute, {tokens:,}-token micro-batch)",
                 "training",
-                acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0),
+                factor * (acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0)),
                 "bytes",
                 "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
             )
@@ -248,18 +244,6 @@ def _fit(st: StageMemory, extra: Fraction) -> Fraction:
         st.state.backward_bytes, acts, st.state.optimizer_step_bytes, st.persistent_buffers_bytes
     )
     return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
-
-
-def _resident(est: Estimate) -> Fraction:
-    """The bytes a role's layout holds in every phase, never offloaded: the most any of its
-    stages holds in both phases of a step beside its state and activations
-    (:attr:`model.terms.peak.StageMemory.both_phases_bytes`, the one sum
-    :func:`model.terms.peak.held_in_both_phases`: NCCL's communicators, outside the caching
-    allocator for the whole run, and the framework's persistent buffers, allocated once). Idle
-    offload moves parameters, gradients and optimizer state only (verl
-    ``offload_megatron_model_to_cpu`` / ``offload_megatron_optimizer``,
-    ``verl/utils/megatron_utils.py``; NeMo-RL ``offload_after_refit``): these stay."""
-    return max(st.both_phases_bytes for st in est.stages)
 
 
 def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple[float, list[Term]]:
@@ -291,12 +275,18 @@ def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple
     return training_s, terms
 
 
-def _resident_terms(resident: Fraction) -> list[Term]:
-    """The term of a role's bytes held in every phase (:func:`_resident`); none when 0."""
-    if not resident:
-        return []
-    what = "communicators + persistent buffers (every phase, not offloaded)"
-    return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+def _extras(est: Estimate, factor: Fraction, removed: Fraction, out: Fraction) -> list[Fraction]:
+    """Each stage's bytes beyond evaluate()'s activations for its fit (:func:`_fit`): its
+    layers' activations × ``factor`` (the fullest micro-batch's tokens ÷ evaluate()'s b × s,
+    :meth:`model.rlhf.spec.RLHFSpec.micro_batch_peak_tokens`; every activation row is per token,
+    Korthikanti et al. 2022 with FlashAttention) and, on the last stage, evaluate()'s loss
+    (``removed``) replaced by the RLHF loss's ``out``."""
+    last, extras = len(est.stages) - 1, []
+    for i, st in enumerate(est.stages):
+        gone = removed if i == last else Fraction(0)
+        acts = Fraction(st.activations.total_bytes if st.activations else 0) - gone
+        extras.append((factor - 1) * acts + (out - gone if i == last else 0))
+    return extras
 
 
 def _trainable(
@@ -308,31 +298,35 @@ def _trainable(
     mech: Mechanism,
 ) -> _Held:
     """An actor's or critic's state and update: ``evaluate()`` of the update's layout, each
-    stage's fit figure (:func:`_fit`), the last one's with the update's logits
-    (:mod:`model.rlhf.logits`, the update pass) instead of evaluate()'s loss, and
-    ``epochs × updates_per_epoch`` step times."""
+    stage's fit figure (:func:`_fit`) with its activations at the fullest micro-batch's tokens
+    and the last one's with the update's logits (:mod:`model.rlhf.logits`, the update pass, at
+    the same tokens) instead of evaluate()'s loss (:func:`_extras`), and ``epochs ×
+    updates_per_epoch`` step times (at evaluate()'s b × s: the same tokens)."""
     arch = rs.model.arch
     assert arch is not None
     b = spec.micro_batch_sequences
-    logits = pass_logits(spec, b * s, arch.vocab_size, opt.tp, LogitsPass.UPDATE)
+    logits = pass_logits(
+        spec, spec.micro_batch_peak_tokens(opt.tp), arch.vocab_size, opt.tp, LogitsPass.UPDATE
+    )
     counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
     train_est, offload = _training_estimate(spec, rs, opt, evaluate, s)
     last = len(train_est.stages) - 1
     # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
     # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
     loss_over = _loss_over(train_est.stages[last].activations)
-    extra = ((logits.logit + logits.temp) if rs.log_probs else 0) - counted - loss_over
+    tokens = spec.micro_batch_peak_tokens(opt.tp)
+    factor = Fraction(tokens, b * s)
+    out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
+    extras = _extras(train_est, factor, counted + loss_over, out)
     held = [st.state.total_bytes for st in train_est.stages]
-    train_peak = [
-        _fit(st, extra if i == last else Fraction(0)) for i, st in enumerate(train_est.stages)
-    ]
+    train_peak = [_fit(st, extras[i]) for i, st in enumerate(train_est.stages)]
     held_b = max(held)
-    terms = _state_terms(spec, train_est, offload, mech, b, s)
+    terms = _state_terms(spec, train_est, offload, mech, tokens, factor)
     if rs.log_probs:
         terms += _logits_terms(logits)
     training_s, time_terms = _update_time(spec, train_est, offload)
     terms += time_terms
-    resident = _resident(train_est)
+    resident = resident_of(train_est)
     training_b = max(train_peak) - held_b - resident
     kept = max(st.state.weights_bytes for st in train_est.stages)
     return _Held(
@@ -361,7 +355,7 @@ def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
     held_b = max(held)
     how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
     terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
-    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, _resident(score_est))
+    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident_of(score_est))
 
 
 def _scoring(
@@ -374,7 +368,8 @@ def _scoring(
     one layer's no-grad working set, :func:`model.rlhf.forward_set.scoring_forward_bytes`, or on
     the last stage the logits and their transient (:mod:`model.rlhf.logits`: the reference's
     pass, or the actor's old-log-prob pass) when the role returns log-probs, the larger;
-    each stage with its own bytes held in both phases, :func:`_resident`, as the update's fit
+    each stage with its own bytes held in both phases, :func:`model.rlhf.roles.resident_of`, as
+    the update's fit
     has them), its seconds and terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
@@ -382,7 +377,7 @@ def _scoring(
     lay = score_est.layout
     arch = rs.model.arch
     assert arch is not None
-    tokens = spec.micro_batch_sequences * score_est.training.seq_len
+    tokens = spec.micro_batch_peak_tokens(lay.tp)
     pass_ = old_log_prob_pass(spec.framework) if rs.trainable else LogitsPass.REFERENCE
     logits = pass_logits(spec, tokens, arch.vocab_size, lay.tp, pass_)
     out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
@@ -417,6 +412,19 @@ def _scoring(
     return scoring_b, scoring_s, terms
 
 
+def _scoring_estimate(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
+) -> Estimate:
+    """``evaluate()`` of the scoring forward's layout: the step's sequences at length ``s``, b a
+    micro-batch, no recomputation."""
+    b = spec.micro_batch_sequences
+    return evaluate(
+        rs.model,
+        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
+        _layout(spec, opt, Recompute.NONE),
+    )
+
+
 def network_cost(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
 ) -> RoleCost:
@@ -434,19 +442,15 @@ def network_cost(
     arch = rs.model.arch
     assert arch is not None
     # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
-    b, s = spec.micro_batch_sequences, math.ceil(spec.seq_len / opt.tp) * opt.tp
-    score_est = evaluate(
-        rs.model,
-        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
-        _layout(spec, opt, Recompute.NONE),
-    )
+    s = math.ceil(spec.seq_len / opt.tp) * opt.tp
+    score_est = _scoring_estimate(spec, rs, opt, evaluate, s)
     mech = mechanism(spec.framework, spec.zero_stage or 1)
     if rs.trainable:
         held = _trainable(spec, rs, opt, evaluate, s, mech)
     else:
         held = _frozen(opt, score_est, mech)
     scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
-    terms = held.terms + scoring_terms + _resident_terms(held.resident_bytes)
+    terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
     swap, sync = Fraction(0), actor_sync_bytes(spec, rs, opt.tp)

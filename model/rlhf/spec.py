@@ -322,6 +322,35 @@ class RLHFSpec:
         """b: whole sequences per micro-batch, ⌊micro_batch_tokens / seq_len⌋ and at least 1."""
         return max(1, self.micro_batch_tokens // self.seq_len)
 
+    def micro_batch_peak_tokens(self, tp: int = 1) -> int:
+        """Tokens of the fullest micro-batch of the update and the log-prob forwards, padded to a
+        multiple of ``tp`` (sequence parallelism): what their memory that grows with a
+        micro-batch's tokens (logits, the forward working set, activations) is sized at. Every
+        rollout of the mean length: b whole rollouts (:attr:`micro_batch_sequences` × the padded
+        ``seq_len``). Lengths that vary (``max_completion_tokens`` above the mean): verl's dynamic
+        batch (``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` = ``micro_batch_tokens``) packs
+        the rollouts without padding into ⌈total tokens / cap⌉ micro-batches of at most the cap
+        each (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``, which requires the
+        cap to hold the longest rollout), so one holds up to the cap — or the longest rollout
+        where that is longer. The step's token count, and so its time, is the same either way.
+
+        >>> from trainplan.scenarios.catalogue import get_model
+        >>> base = dict(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+        ...             prompts=4, samples_per_prompt=16, prompt_tokens=1024,
+        ...             completion_tokens=4096)
+        >>> RLHFSpec(**base).micro_batch_peak_tokens(), RLHFSpec(**base).micro_batch_peak_tokens(3)
+        (15360, 15363)
+        >>> RLHFSpec(**base, max_completion_tokens=8192).micro_batch_peak_tokens()
+        16384
+        """
+        if (
+            self.max_completion_tokens is None
+            or self.max_completion_tokens == self.completion_tokens
+        ):
+            return self.micro_batch_sequences * (-(-self.seq_len // tp) * tp)
+        longest = self.prompt_tokens + self.max_completion_tokens
+        return -(-max(self.micro_batch_tokens, longest) // tp) * tp
+
 
 def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:
     """Model FLOPs of one step by phase and role: rollout ``2·N_active`` per token of prompt and
