@@ -39,7 +39,8 @@ model verl's Megatron workers run):
 The reward model's and critic's head (verl ``AutoModelForTokenClassification`` with one label;
 ``compute_values`` and ``compute_rm_score`` under ``torch.no_grad()``, ``verl/workers/critic/
 dp_critic.py``, ``fsdp_workers.py``) writes ``[S, 1]``: nothing beside the layer's step. The
-actor's and reference's FP32 logits and log-softmax follow the last layer on the last stage:
+actor's and reference's logits and their log-prob transient (:mod:`model.rlhf.logits`) follow the
+last layer on the last stage:
 the scoring figure there is the larger of the two (``model.rlhf.network._scoring``; under
 ``--logits fused`` one 2,048-token chunk, often below the layer's step).
 

@@ -17,6 +17,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
+from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
 from trainplan.model.rlhf.openrlhf import SYNC_SOURCE, SYNC_TERM, actor_sync_bytes, idle_swap
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -24,34 +25,21 @@ from trainplan.model.rlhf.roles import (
     RoleCost,
     RoleOption,
     Term,
+    resident_of,
+    resident_terms,
 )
-from trainplan.model.rlhf.spec import LogitsMode, RLHFSpec, Role, RoleSpec, logits_bytes
+from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
 
-_LOGITS_SOURCE = {
-    LogitsMode.FULL: "FP32 logits [tokens × V]/tp, and log-softmax/entropy over them as large "
-    "(verl entropy_from_logits, logprobs_from_logits)",
-    LogitsMode.CHUNKED: "FP32 logits [tokens × V]/tp; log-softmax/entropy 2,048 tokens at a time "
-    "(verl entropy_from_logits_with_chunking)",
-    LogitsMode.FUSED: "fused linear cross-entropy: logits and log-softmax one 2,048-token chunk at "
-    "a time (Liger Kernel; verl use_fused_kernels)",
-}
-
 
 _FORWARD_SOURCE = (
     "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
     "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
     "larger of it and the logits on the last stage"
-)
-
-_RESIDENT_SOURCE = (
-    "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
-    "model.terms.persistent_buffers (buffers allocated once): model.terms.peak.held_in_both_phases; "
-    "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
 )
 
 SHARED_GROUPS = "megatron-core"
@@ -153,7 +141,7 @@ class _Held:
     pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
     update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
     role), its terms, its per-micro-batch compute (:func:`_microbatch_s`), its bytes held in
-    every phase (:func:`_resident`) and what idle offload leaves on the GPU (``kept_bytes``:
+    every phase (:func:`model.rlhf.roles.resident_of`) and what idle offload leaves on the GPU (``kept_bytes``:
     the busiest stage's BF16 weights under ``deepspeed``, :mod:`model.rlhf.openrlhf`)."""
 
     per_stage: list[Fraction]
@@ -201,11 +189,11 @@ def _training_estimate(
 
 
 def _state_terms(
-    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, b: int, s: int
+    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, tokens: int, factor: Fraction
 ) -> list[Term]:
     """A trainable role's bytes term by term: weights, gradients, the optimizer state (or what
-    the host holds for it), the activations (less the loss working set the RLHF loss replaces)
-    and the logits buffers."""
+    the host holds for it), the activations at the fullest micro-batch's ``tokens`` (evaluate()'s
+    × ``factor``, :func:`_extras`; less the loss working set the RLHF loss replaces)."""
     state = est.peak.state
     last = len(est.stages) - 1
     terms = [
@@ -228,9 +216,9 @@ def _state_terms(
     if acts is not None:
         terms.append(
             Term(
-                f"activations ({spec.recompute} recompute, b {b} × s {s})",
+                f"activations ({spec.recompute} recompute, {tokens:,}-token micro-batch)",
                 "training",
-                acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0),
+                factor * (acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0)),
                 "bytes",
                 "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
             )
@@ -238,12 +226,11 @@ def _state_terms(
     return terms
 
 
-def _logits_terms(spec: RLHFSpec, logit: Fraction, temp: Fraction) -> list[Term]:
-    """The update's FP32 logits and its log-softmax/entropy temporary."""
-    source = _LOGITS_SOURCE[spec.logits]
+def _logits_terms(lg: PassLogits) -> list[Term]:
+    """The update's logits and the transient beside them (:mod:`model.rlhf.logits`)."""
     return [
-        Term("FP32 logits", "training", logit, "bytes", source),
-        Term("log-softmax/entropy temporary", "training", temp, "bytes", source),
+        Term("logits (update)", "training", lg.logit, "bytes", lg.source),
+        Term("log-prob transient beside them (update)", "training", lg.temp, "bytes", lg.source),
     ]
 
 
@@ -257,18 +244,6 @@ def _fit(st: StageMemory, extra: Fraction) -> Fraction:
         st.state.backward_bytes, acts, st.state.optimizer_step_bytes, st.persistent_buffers_bytes
     )
     return Fraction(fit_total(allocated, st.stream_pool_bytes, st.communicator_bytes))
-
-
-def _resident(est: Estimate) -> Fraction:
-    """The bytes a role's layout holds in every phase, never offloaded: the most any of its
-    stages holds in both phases of a step beside its state and activations
-    (:attr:`model.terms.peak.StageMemory.both_phases_bytes`, the one sum
-    :func:`model.terms.peak.held_in_both_phases`: NCCL's communicators, outside the caching
-    allocator for the whole run, and the framework's persistent buffers, allocated once). Idle
-    offload moves parameters, gradients and optimizer state only (verl
-    ``offload_megatron_model_to_cpu`` / ``offload_megatron_optimizer``,
-    ``verl/utils/megatron_utils.py``; NeMo-RL ``offload_after_refit``): these stay."""
-    return max(st.both_phases_bytes for st in est.stages)
 
 
 def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple[float, list[Term]]:
@@ -300,12 +275,18 @@ def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple
     return training_s, terms
 
 
-def _resident_terms(resident: Fraction) -> list[Term]:
-    """The term of a role's bytes held in every phase (:func:`_resident`); none when 0."""
-    if not resident:
-        return []
-    what = "communicators + persistent buffers (every phase, not offloaded)"
-    return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+def _extras(est: Estimate, factor: Fraction, removed: Fraction, out: Fraction) -> list[Fraction]:
+    """Each stage's bytes beyond evaluate()'s activations for its fit (:func:`_fit`): its
+    layers' activations × ``factor`` (the fullest micro-batch's tokens ÷ evaluate()'s b × s,
+    :meth:`model.rlhf.spec.RLHFSpec.micro_batch_peak_tokens`; every activation row is per token,
+    Korthikanti et al. 2022 with FlashAttention) and, on the last stage, evaluate()'s loss
+    (``removed``) replaced by the RLHF loss's ``out``."""
+    last, extras = len(est.stages) - 1, []
+    for i, st in enumerate(est.stages):
+        gone = removed if i == last else Fraction(0)
+        acts = Fraction(st.activations.total_bytes if st.activations else 0) - gone
+        extras.append((factor - 1) * acts + (out - gone if i == last else 0))
+    return extras
 
 
 def _trainable(
@@ -314,35 +295,38 @@ def _trainable(
     opt: RoleOption,
     evaluate: Evaluator,
     s: int,
-    logits: tuple[Fraction, Fraction],
     mech: Mechanism,
 ) -> _Held:
     """An actor's or critic's state and update: ``evaluate()`` of the update's layout, each
-    stage's fit figure (:func:`_fit`), the last one's with the RLHF loss's FP32 logits
-    (``logits``: the logits and the temporary) instead of evaluate()'s loss, and
-    ``epochs × updates_per_epoch`` step times."""
+    stage's fit figure (:func:`_fit`) with its activations at the fullest micro-batch's tokens
+    and the last one's with the update's logits (:mod:`model.rlhf.logits`, the update pass, at
+    the same tokens) instead of evaluate()'s loss (:func:`_extras`), and ``epochs ×
+    updates_per_epoch`` step times (at evaluate()'s b × s: the same tokens)."""
     arch = rs.model.arch
     assert arch is not None
     b = spec.micro_batch_sequences
-    logit, temp = logits
+    logits = pass_logits(
+        spec, spec.micro_batch_peak_tokens(opt.tp), arch.vocab_size, opt.tp, LogitsPass.UPDATE
+    )
     counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
     train_est, offload = _training_estimate(spec, rs, opt, evaluate, s)
     last = len(train_est.stages) - 1
     # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
     # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
     loss_over = _loss_over(train_est.stages[last].activations)
-    extra = ((logit + temp) if rs.log_probs else 0) - counted - loss_over
+    tokens = spec.micro_batch_peak_tokens(opt.tp)
+    factor = Fraction(tokens, b * s)
+    out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
+    extras = _extras(train_est, factor, counted + loss_over, out)
     held = [st.state.total_bytes for st in train_est.stages]
-    train_peak = [
-        _fit(st, extra if i == last else Fraction(0)) for i, st in enumerate(train_est.stages)
-    ]
+    train_peak = [_fit(st, extras[i]) for i, st in enumerate(train_est.stages)]
     held_b = max(held)
-    terms = _state_terms(spec, train_est, offload, mech, b, s)
+    terms = _state_terms(spec, train_est, offload, mech, tokens, factor)
     if rs.log_probs:
-        terms += _logits_terms(spec, logit, temp)
+        terms += _logits_terms(logits)
     training_s, time_terms = _update_time(spec, train_est, offload)
     terms += time_terms
-    resident = _resident(train_est)
+    resident = resident_of(train_est)
     training_b = max(train_peak) - held_b - resident
     kept = max(st.state.weights_bytes for st in train_est.stages)
     return _Held(
@@ -371,7 +355,7 @@ def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
     held_b = max(held)
     how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
     terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
-    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, _resident(score_est))
+    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident_of(score_est))
 
 
 def _scoring(
@@ -379,22 +363,24 @@ def _scoring(
     rs: RoleSpec,
     score_est: Estimate,
     held: _Held,
-    logits: tuple[Fraction, Fraction],
 ) -> tuple[Fraction, float, list[Term]]:
     """The scoring forward's bytes above ``held``'s state and resident bytes (gathered layers;
     one layer's no-grad working set, :func:`model.rlhf.forward_set.scoring_forward_bytes`, or on
-    the last stage the FP32 logits and log-softmax when the role returns log-probs, the larger;
-    each stage with its own bytes held in both phases, :func:`_resident`, as the update's fit
+    the last stage the logits and their transient (:mod:`model.rlhf.logits`: the reference's
+    pass, or the actor's old-log-prob pass) when the role returns log-probs, the larger;
+    each stage with its own bytes held in both phases, :func:`model.rlhf.roles.resident_of`, as
+    the update's fit
     has them), its seconds and terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
-    logit, temp = logits
     last = len(score_est.stages) - 1
-    out = (logit + temp) if rs.log_probs else Fraction(0)
     lay = score_est.layout
     arch = rs.model.arch
     assert arch is not None
-    tokens = spec.micro_batch_sequences * score_est.training.seq_len
+    tokens = spec.micro_batch_peak_tokens(lay.tp)
+    pass_ = old_log_prob_pass(spec.framework) if rs.trainable else LogitsPass.REFERENCE
+    logits = pass_logits(spec, tokens, arch.vocab_size, lay.tp, pass_)
+    out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
     beta = score_est.training.activation_bytes
     layer = scoring_forward_bytes(arch, spec.framework, tokens, lay.tp, lay.sp, beta)
     peaks = [
@@ -419,11 +405,24 @@ def _scoring(
     terms.append(
         Term("forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE)
     )
-    if rs.log_probs and not rs.trainable:
+    if rs.log_probs:
         terms.append(
-            Term("FP32 logits + log-softmax", "scoring", out, "bytes", _LOGITS_SOURCE[spec.logits])
+            Term("logits + log-prob transient (scoring)", "scoring", out, "bytes", logits.source)
         )
     return scoring_b, scoring_s, terms
+
+
+def _scoring_estimate(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
+) -> Estimate:
+    """``evaluate()`` of the scoring forward's layout: the step's sequences at length ``s``, b a
+    micro-batch, no recomputation."""
+    b = spec.micro_batch_sequences
+    return evaluate(
+        rs.model,
+        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
+        _layout(spec, opt, Recompute.NONE),
+    )
 
 
 def network_cost(
@@ -443,20 +442,15 @@ def network_cost(
     arch = rs.model.arch
     assert arch is not None
     # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
-    b, s = spec.micro_batch_sequences, math.ceil(spec.seq_len / opt.tp) * opt.tp
-    score_est = evaluate(
-        rs.model,
-        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
-        _layout(spec, opt, Recompute.NONE),
-    )
-    logits = logits_bytes(b * s, arch.vocab_size, opt.tp, spec.logits, spec.logits_chunk_tokens)
+    s = math.ceil(spec.seq_len / opt.tp) * opt.tp
+    score_est = _scoring_estimate(spec, rs, opt, evaluate, s)
     mech = mechanism(spec.framework, spec.zero_stage or 1)
     if rs.trainable:
-        held = _trainable(spec, rs, opt, evaluate, s, logits, mech)
+        held = _trainable(spec, rs, opt, evaluate, s, mech)
     else:
         held = _frozen(opt, score_est, mech)
-    scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held, logits)
-    terms = held.terms + scoring_terms + _resident_terms(held.resident_bytes)
+    scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
+    terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
     swap, sync = Fraction(0), actor_sync_bytes(spec, rs, opt.tp)

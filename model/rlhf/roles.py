@@ -8,8 +8,8 @@ seconds per phase and its host bytes — from the cost model itself:
 
 * trainable roles (actor, critic): ``evaluate()`` of the update's layout under the spec's
   framework profile (model state at the framework's mechanism, activations with the spec's
-  recomputation, step time) plus the RLHF logits terms (:func:`model.rlhf.spec.logits_bytes`)
-  on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
+  recomputation, step time) plus the update's logits terms (:mod:`model.rlhf.logits`, by
+  framework and pass) on the last pipeline stage; their scoring forward is ``evaluate()`` of the same degrees
   without recomputation, a third of a micro-batch's three passes (backward = 2 × forward),
   holding one layer's no-grad working set (:mod:`model.rlhf.forward_set`; on the last stage the
   larger of it and the logits where the role returns log-probs);
@@ -78,6 +78,8 @@ __all__ = [
     "OFFLOAD_SOURCE",
     "IDLE_SOURCE",
     "OFFLOAD_MODES",
+    "resident_of",
+    "resident_terms",
 ]
 
 OFFLOAD_MODES = ("none", "optimizer", "idle")
@@ -257,3 +259,30 @@ class RoleCost:
         return {"rollout": self.rollout_s, "scoring": self.scoring_s, "training": self.training_s}[
             phase
         ]
+
+
+_RESIDENT_SOURCE = (
+    "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
+    "model.terms.persistent_buffers (buffers allocated once): model.terms.peak.held_in_both_phases; "
+    "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
+)
+
+
+def resident_of(est: Estimate) -> Fraction:
+    """The bytes a role's layout holds in every phase, never offloaded: the most any of its
+    stages holds in both phases of a step beside its state and activations
+    (:attr:`model.terms.peak.StageMemory.both_phases_bytes`, the one sum
+    :func:`model.terms.peak.held_in_both_phases`: NCCL's communicators, outside the caching
+    allocator for the whole run, and the framework's persistent buffers, allocated once). Idle
+    offload moves parameters, gradients and optimizer state only (verl
+    ``offload_megatron_model_to_cpu`` / ``offload_megatron_optimizer``,
+    ``verl/utils/megatron_utils.py``; NeMo-RL ``offload_after_refit``): these stay."""
+    return max(st.both_phases_bytes for st in est.stages)
+
+
+def resident_terms(resident: Fraction) -> list[Term]:
+    """The term of a role's bytes held in every phase (:func:`resident_of`); none when 0."""
+    if not resident:
+        return []
+    what = "communicators + persistent buffers (every phase, not offloaded)"
+    return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]

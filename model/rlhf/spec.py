@@ -18,13 +18,13 @@ EuroSys, arXiv 2409.19256):
 Phases: ``rollout`` (generate), ``scoring`` (every forward over the step's sequences), ``training``
 (``epochs`` passes of the trainable roles over them, one optimizer update per ``train_batch``).
 
-The actor's and the reference's forwards end in FP32 logits ``[tokens × V]`` (÷ tp, vocab-parallel)
-for their log-probs; computing log-softmax and entropy over them makes a temporary of the same
-size (``logits="full"``, verl's default ``entropy_from_logits``); ``chunked`` keeps the logits and
-makes the temporary over 2,048 tokens at a time (verl ``entropy_from_logits_with_chunking``,
-chunk 2048); ``fused`` never materialises either beyond one chunk (fused linear cross-entropy:
-Liger Kernel's, verl ``use_fused_kernels``). Value heads (critic, reward) output one number per
-token: no logits.
+The actor's and the reference's forwards end in logits ``[tokens × V]`` (÷ tp, vocab-parallel)
+for their log-probs; what a pass holds over them depends on the framework's path and the pass
+(:mod:`model.rlhf.logits`). ``logits="full"`` is each framework's own path; ``chunked`` keeps FP32
+logits and makes the entropy's temporary over 2,048 tokens at a time (verl
+``entropy_from_logits_with_chunking``, chunk 2048); ``fused`` never materialises either beyond
+one chunk (fused linear cross-entropy: Liger Kernel's, verl ``use_fused_kernels``). Value heads
+(critic, reward) output one number per token: no logits.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ __all__ = [
     "LogitsMode",
     "RoleSpec",
     "RLHFSpec",
-    "logits_bytes",
     "phase_flops",
     "MICRO_BATCH_TOKENS",
     "LOGITS_CHUNK_TOKENS",
@@ -323,36 +322,34 @@ class RLHFSpec:
         """b: whole sequences per micro-batch, ⌊micro_batch_tokens / seq_len⌋ and at least 1."""
         return max(1, self.micro_batch_tokens // self.seq_len)
 
+    def micro_batch_peak_tokens(self, tp: int = 1) -> int:
+        """Tokens of the fullest micro-batch of the update and the log-prob forwards, padded to a
+        multiple of ``tp`` (sequence parallelism): what their memory that grows with a
+        micro-batch's tokens (logits, the forward working set, activations) is sized at. Every
+        rollout of the mean length: b whole rollouts (:attr:`micro_batch_sequences` × the padded
+        ``seq_len``). Lengths that vary (``max_completion_tokens`` above the mean): verl's dynamic
+        batch (``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` = ``micro_batch_tokens``) packs
+        the rollouts without padding into ⌈total tokens / cap⌉ micro-batches of at most the cap
+        each (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``, which requires the
+        cap to hold the longest rollout), so one holds up to the cap — or the longest rollout
+        where that is longer. The step's token count, and so its time, is the same either way.
 
-def logits_bytes(
-    tokens: int, vocab: int, tp: int, mode: LogitsMode | str, chunk: int = LOGITS_CHUNK_TOKENS
-) -> tuple[Fraction, Fraction]:
-    """(FP32 logits, log-softmax/entropy temporary) bytes on one GPU for one micro-batch of
-    ``tokens`` over a vocabulary of ``vocab``, split over ``tp`` (vocab-parallel).
-
-    ``full``: ``4·T·V/tp`` each; ``chunked``: the logits and a ``4·min(T, chunk)·V/tp``
-    temporary; ``fused``: neither beyond one chunk's, ``4·min(T, chunk)·V/tp`` each.
-
-    Examples
-    --------
-    A 7B GRPO micro-batch of 16,384 tokens over Qwen2.5's V = 152,064: 4·16,384·152,064 =
-    9,965,666,304 B of logits and as much again for log-softmax / entropy — 2 × 9.97·10⁹ B.
-
-    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "full")]
-    [9965666304, 9965666304]
-    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "chunked")]
-    [9965666304, 1245708288]
-    >>> [int(x) for x in logits_bytes(16384, 152064, 1, "fused")]
-    [1245708288, 1245708288]
-    """
-    mode = LogitsMode(mode)
-    full = Fraction(4 * tokens * vocab, tp)
-    part = Fraction(4 * min(tokens, chunk) * vocab, tp)
-    if mode is LogitsMode.FULL:
-        return full, full
-    if mode is LogitsMode.CHUNKED:
-        return full, part
-    return part, part
+        >>> from trainplan.scenarios.catalogue import get_model
+        >>> base = dict(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+        ...             prompts=4, samples_per_prompt=16, prompt_tokens=1024,
+        ...             completion_tokens=4096)
+        >>> RLHFSpec(**base).micro_batch_peak_tokens(), RLHFSpec(**base).micro_batch_peak_tokens(3)
+        (15360, 15363)
+        >>> RLHFSpec(**base, max_completion_tokens=8192).micro_batch_peak_tokens()
+        16384
+        """
+        if (
+            self.max_completion_tokens is None
+            or self.max_completion_tokens == self.completion_tokens
+        ):
+            return self.micro_batch_sequences * (-(-self.seq_len // tp) * tp)
+        longest = self.prompt_tokens + self.max_completion_tokens
+        return -(-max(self.micro_batch_tokens, longest) // tp) * tp
 
 
 def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:

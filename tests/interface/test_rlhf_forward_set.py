@@ -59,13 +59,14 @@ def test_critic_at_tp4_counts_the_sequence_shards():
 
 
 def test_reference_keeps_the_larger_logits():
-    """The reference returns log-probs: on its last stage the FP32 logits and log-softmax,
-    2 × 4 B × 15,360 × 128,256 / 4 = 3,940,024,320 B, exceed the layer's 1,038,090,240; the
-    figure is their maximum, not their sum."""
+    """The reference returns log-probs: on its last stage verl Megatron's FP32 logits and the
+    BF16 output beside them at the cast (model.rlhf.logits: 4 + 2 B per element; 8 B before the
+    path was read), 6 B × 15,360 × 128,256 / 4 = 2,955,018,240 B, exceed the layer's
+    1,038,090,240; the figure is their maximum, not their sum."""
     p = _ppo_70b().problem
     cost = cost_of(p, RoleOption(Role.REFERENCE, 64, 8, 4, 2, "idle"))
-    assert 2 * 4 * S * 128256 // 4 == 3_940_024_320
-    assert cost.scoring_bytes == 3_940_024_320
+    assert 6 * S * 128256 // 4 == 2_955_018_240
+    assert cost.scoring_bytes == 2_955_018_240
 
 
 def test_moe_layer_reuses_the_training_forward_working_set():

@@ -53,10 +53,12 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     logits all-gather inside it): 2 × 402,653,184 + 25,165,824 = 830,472,192 B.
 
     Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248 +
-    427,819,008; scoring the actor's 66,151,772,160 swapped in + 3,940,024,320 (FP32 logits +
-    log-softmax) + 3,443,261,440 = 73,535,057,920; training the actor's 66,151,772,160 +
-    8,143,503,360 + 3,443,261,440 = 77,738,536,960 — each within 83,210,009,600 B. Step
-    5,346.8 s → 5,496.4 s."""
+    427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
+    log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
+    model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
+    75,505,070,080; training the actor's 66,151,772,160 + 7,158,497,280 (the update's logits at
+    6 B, 985,006,080 below the 8 B counted before) + 3,443,261,440 = 76,753,530,880 — each within
+    83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -76,16 +78,16 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
-    assert costs["actor"].scoring_bytes == 3_940_024_320
-    assert costs["actor"].training_bytes == 8_143_503_360
+    assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
+    assert costs["actor"].training_bytes == 8_143_503_360 - 985_006_080 == 7_158_497_280
     engine = Fraction(9, 10) * 85_017_493_504
     assert costs["rollout"].rollout_bytes == engine - inside
     assert pool.peak_bytes == (
         engine + held - inside,
-        66_151_772_160 + 3_940_024_320 + held,
-        66_151_772_160 + 8_143_503_360 + held,
+        66_151_772_160 + 5_910_036_480 + held,
+        66_151_772_160 + 7_158_497_280 + held,
     )
-    assert pool.peak_bytes[1:] == (73_535_057_920, 77_738_536_960) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (75_505_070_080, 76_753_530_880) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
@@ -191,10 +193,14 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     GPU) peaked at 82,946,630,688 B in scoring. The engine's tp 4 group now holds, in every
     phase: the PyNccl ring 32 × 12 MiB = 402,653,184 B, custom all-reduce 3 × 8 MiB = 25,165,824
     B and torch's ring for the logits all-gather, 402,653,184 B (inside the 0.3 × 85,017,493,504
-    B budget): 830,472,192 B. The old placement's scoring peak becomes 82,946,630,688 +
-    830,472,192 = 83,777,102,880 B, above the 83,210,009,600 usable; the answer puts the
-    actor's optimizer on the CPU and fits, its scoring peak 82,349,174,784 B (step 322.1 s →
-    322.2 s)."""
+    B budget): 830,472,192 B. The old placement's scoring peak became 82,946,630,688 +
+    830,472,192 = 83,777,102,880 B, above the 83,210,009,600 usable, and the answer put the
+    actor's optimizer on the CPU (322.2 s). With the reference's logits read from verl's Megatron
+    path (model.rlhf.logits: FP32 logits + the BF16 output at the cast, 6 B per element where
+    8 B were counted), the reference's scoring — the pool's binding moment — holds
+    2 B × 15,360 × 152,064 = 4,671,406,080 B less: 79,105,696,800 B. The old placement fits
+    again and is the answer, 322.1 s (the actor's old log-probs, 12 B per element, 28.03 GB,
+    stay below the reference's 15.23 GB swapped in + 14.01 GB)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -209,13 +215,15 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
         RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"),
     ]
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
-    assert plan.pools[0].peak_bytes[1] == 82_946_630_688 + sleeping == 83_777_102_880
-    assert not plan.fits
+    less = 2 * 15_360 * 152_064
+    assert less == 4_671_406_080
+    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less == 79_105_696_800
+    assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
-    assert actor.offload == "optimizer"
-    assert r.best.plan.step_s == pytest.approx(322.2, abs=0.05)
+    assert actor.offload == "none"
+    assert r.best.plan.step_s == pytest.approx(322.1, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():

@@ -45,12 +45,18 @@ def test_faithful_json_keys_and_terms_with_sources():
     assert {x["role"] for x in f["roles"]} == {"rollout", "actor", "reference"}
     assert all(t["source"] for t in f["terms"])
     names = {(t["role"], t["term"]) for t in f["terms"]}
-    for want in ("engine weights (BF16, ÷ tp)", "FP32 logits", "log-softmax/entropy temporary"):
+    for want in (
+        "engine weights (BF16, ÷ tp)",
+        "logits (update)",
+        "log-prob transient beside them (update)",
+        "logits + log-prob transient (scoring)",
+    ):
         assert any(want == n for _, n in names), want
     assert any(n.startswith("KV cache") for _, n in names)
     assert any(n.startswith("decode") for _, n in names)
-    logits = next(t for t in f["terms"] if t["term"] == "FP32 logits")
-    assert logits["value"] == 9_965_666_304  # 4 · 16,384 · 152,064
+    logits = next(t for t in f["terms"] if t["term"] == "logits (update)")
+    # fsdp2 (verl's HF path under BF16 autocast): BF16 logits, 2 · 16,384 · 152,064 (was FP32, 4 B)
+    assert logits["value"] == 4_982_833_152
     assert f["kv_bytes_per_token"] == 57_344
     assert f["flops_by_role"]["scoring"]["actor"] > 0  # the old-log-prob pass
 
