@@ -169,9 +169,9 @@ def stage_forms(
     >>> stage_forms((False, True), Recompute.SELECTIVE)
     ((0, 1, 0, 0, 0, 1, 0, 0), ((1, -1, 0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, -1, 0, 0)))
     """
-    if mode is Recompute.NONE:
+    if mode == Recompute.NONE:
         return tuple(_add([0] * 8, *(_unit(k, "full") for k in kinds))), ()
-    if mode is Recompute.SELECTIVE:
+    if mode == Recompute.SELECTIVE:
         # while a layer's backward runs, what it recomputed is back: full − selective of one
         # layer (the attention core's scores; under torchtitan's op policy every tensor it
         # did not save)
@@ -180,7 +180,7 @@ def stage_forms(
             for k in sorted(set(kinds))
         )
         return tuple(_add([0] * 8, *(_unit(k, "selective") for k in kinds))), transients
-    k = 1 if mode is Recompute.FULL else (segment or sqrt_segment(len(kinds)))
+    k = 1 if mode == Recompute.FULL else (segment or sqrt_segment(len(kinds)))
     per_chunk, transients = chunk_segment_forms((kinds,), k)
     return per_chunk[0], transients
 
@@ -310,7 +310,7 @@ def chunk_block_forms(
     >>> [t[:4] for t in transients]
     [(0, 0, 0, -1), (0, 0, 0, -1), (0, 0, 0, 0)]
     """
-    quantity = "full" if base is Recompute.NONE else "selective"
+    quantity = "full" if base == Recompute.NONE else "selective"
     kept_units: list[list[list[int]]] = []
     per_chunk: list[Form] = []
     for kinds in chunks:

@@ -207,6 +207,7 @@ class SearchSpace:
         if not self.frameworks:
             raise LayoutError("search: give at least one --framework")
         object.__setattr__(self, "frameworks", tuple(Framework(f) for f in self.frameworks))
+        object.__setattr__(self, "recomputes", tuple(Recompute(r) for r in self.recomputes))
         if not self.cp_kinds:
             raise LayoutError("search: give at least one --cp-kind")
         object.__setattr__(self, "cp_kinds", tuple(CpKind(k) for k in self.cp_kinds))
