@@ -214,3 +214,34 @@ def test_the_peak_is_said_by_the_figure_used_first():
     )
     assert rlhf["peak_flops_per_s"] == 989.4e12
     assert rlhf["peak_source"].startswith("H100-SXM dense BF16, the accelerator table's")
+
+
+def test_rlhf_text_names_the_peak_it_divides_by():
+    """``trainplan rlhf`` (text) heads its answer with the peak FLOP/s per chip and the chips its
+    times divide by, then whose peak it is — as the RLHF page and ``trainplan mfu`` give it;
+    ``rlhf-plan`` and the faithful accounting name the GPU's dense BF16 peak and HBM bandwidth
+    in their headers. Text and ``--json`` agree."""
+    args = ("rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule")
+    d = json.loads(trainplan(*args, "--peak-tflops", "500", "--chips", "8", "--json").stdout)
+    assert (d["peak_flops_per_s"], d["chips"], d["decode_mfu"], d["train_mfu"]) == (
+        500e12, 8, 0.04, 0.4
+    )
+    text = trainplan(*args, "--peak-tflops", "500", "--chips", "8").stdout.splitlines()
+    assert text[0].endswith("networks; times at peak 500.0 TFLOP/s per chip × 8 chip(s)")
+    assert "peak: given (--peak-tflops); rollout MFU 0.04, scoring and training MFU 0.4" in text
+    rollout = d["phase_seconds"]["rollout"]  # 2N per token ÷ (0.04 · 500e12 · 8)
+    assert abs(rollout - d["phase_flops"]["rollout"] / (0.04 * 500e12 * 8)) < 1e-6 * rollout
+    assert any(ln.startswith("  rollout ") and f"{rollout:,.1f} s" in ln for ln in text)
+    text = trainplan(*args).stdout
+    assert "times at peak 989.4 TFLOP/s per chip × 1 chip(s)" in text
+    assert "peak: H100-SXM dense BF16, the accelerator table's (source:" in text
+    plan = ("rlhf-plan", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule",
+            "--gpus", "8", "--prompts", "64", "--completion-tokens", "512")  # fmt: skip
+    done = trainplan(*plan)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "GRPO qwen2.5-7b on 8 × H100-SXM (peak 989.4 TFLOP/s dense BF16 per GPU, HBM 3.35 TB/s; "
+        "megatron ZeRO-1): "
+    )
+    d = json.loads(trainplan(*plan, "--json").stdout)
+    assert (d["peak_flops_per_s"], d["hbm_bytes_per_s"]) == (989.4e12, 3.35e12)
