@@ -10,7 +10,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, overload
 
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.units import parse_count
@@ -85,7 +85,7 @@ def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec
             {"params": size},
             {"params": f"model {name} has its own size; give either --model or --params, not both"},
         )
-        entry = get_model(str(name))
+        entry = named_lookup("model", get_model, str(name))
         return entry.model, dict(entry.training)
     if size is None:
         raise InputError(NO_MODEL)

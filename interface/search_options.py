@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainplan.interface.model_inputs import NO_MODEL
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.legality import check_expert_parallel
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Job, Objective, gpu_counts
@@ -109,8 +109,11 @@ def require_batch(d: Mapping[str, Any]) -> None:
     if d.get("global_batch") is not None or d.get("global_batch_tokens") is not None:
         return
 
-    if d.get("model") is not None and "global_batch_size" in get_model(str(d["model"])).training:
-        return
+    model = d.get("model")
+    if model is not None:
+        entry = named_lookup("model", get_model, str(model))
+        if "global_batch_size" in entry.training:
+            return
     if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
         raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before any batch rule
     name = d.get("model") or "a model given by its dimensions"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli_runs import refusal, trainplan
+from tests.cli_runs import refusal, run_many, trainplan
 
 
 def test_a_gpu_count_without_dp_sets_dp():
@@ -245,3 +245,40 @@ def test_rlhf_text_names_the_peak_it_divides_by():
     )
     d = json.loads(trainplan(*plan, "--json").stdout)
     assert (d["peak_flops_per_s"], d["hbm_bytes_per_s"]) == (989.4e12, 3.35e12)
+
+
+def test_misspelled_names_and_bad_numbers_name_their_flag():
+    """A misspelled model or accelerator is refused naming the flag that gave it (the critic's
+    model as ``--critic-model``), a range without an end and a document length as the user wrote
+    them (not the parsed ``Fraction``), and the MFU's missing peak names ``--gpu`` and
+    ``--peak-tflops``: one line, exit 2, each in its own process."""
+    llama = ("--model", "llama3-8b")
+    mfu = ("mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "8")
+    runs = run_many(
+        {
+            "evaluate model": ["evaluate", "--model", "lama3-8b"],
+            "search model": ["search", "--model", "lama3-8b", "--gpus", "8"],
+            "frontier model": ["frontier", "--model", "lama3-8b", "--gpus", "8"],
+            "search gpu": ["search", *llama, "--gpus", "8", "--gpu", "B900"],
+            "critic": ["rlhf", "--algorithm", "grpo", *llama, "--critic-model", "lama", "--gpus", "8"],
+            "mfu gpu": [*mfu, "--gpu", "B900"],
+            "mfu no peak": list(mfu),
+            "open range": ["search", *llama, "--gpus", "8.."],
+            "document 0": ["evaluate", *llama, "--document-length", "0"],
+            "document long": ["evaluate", *llama, "--document-length", "1.5e4"],
+        }
+    )
+    said = {name: refusal(done) for name, done in runs.items()}
+    for name in ("evaluate model", "search model", "frontier model"):
+        assert said[name].startswith("--model: unknown model 'lama3-8b'; did you mean llama3-8b")
+    assert said["search gpu"].startswith("--gpu: unknown gpu 'B900'; did you mean B300")
+    assert said["mfu gpu"].startswith("--gpu: unknown gpu 'B900'")
+    assert said["critic"].startswith("--critic-model: unknown model 'lama'; did you mean")
+    assert said["mfu no peak"] == "--gpu: missing; give --gpu (e.g. H100-SXM) or --peak-tflops (per chip)"
+    assert said["open range"] == "--gpus: range '8..' needs both ends, e.g. 1024..16384"
+    assert said["document 0"] == (
+        "--document-length: 0 must be at least 1 token, its spread at least 0"
+    )
+    assert said["document long"].startswith(
+        "--document-length: mean 15000 plus spread 0 exceeds seq_len 8192"
+    )

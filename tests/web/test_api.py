@@ -334,7 +334,9 @@ def test_stream_reports_progress_and_bad_input(client):
     assert kinds.count("tables") == 2 and kinds[-1] == "result"  # one per job
     assert events[0]["total"] == events[1]["done"]
     bad = client.get("/api/search/stream?model=llama3-70bb&gpus=32")
-    assert bad.status_code == 422 and bad.json()["error"].startswith("unknown model 'llama3-70bb'")
+    assert bad.status_code == 422 and bad.json()["error"].startswith(
+        "model: unknown model 'llama3-70bb'"
+    )
 
 
 def _no_seconds(d):
