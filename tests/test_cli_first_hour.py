@@ -282,3 +282,30 @@ def test_misspelled_names_and_bad_numbers_name_their_flag():
     assert said["document long"].startswith(
         "--document-length: mean 15000 plus spread 0 exceeds seq_len 8192"
     )
+
+
+def test_dimensions_beside_a_named_model_are_refused_not_dropped():
+    """``evaluate --model llama3-8b --layers 12`` printed llama3-8b's 32-layer figures as if the
+    flag had been read; a catalogue model (or config.json) has its own dimensions, so the flag is
+    refused as ``--params`` beside ``--model`` is. A dimension beside ``--params`` without
+    ``--layers --hidden --heads`` (a size-only model, which reads none) is refused too."""
+    runs = run_many(
+        {
+            "layers": ["evaluate", "--model", "llama3-8b", "--layers", "12"],
+            "vocab": ["search", "--model", "llama3-8b", "--gpus", "8", "--vocab", "1000"],
+            "size heads": ["evaluate", "--params", "7e9", "--heads", "32"],
+            "size dims": ["evaluate", "--params", "7e9", "--layers", "32", "--hidden", "4096",
+                          "--heads", "32", "--json"],  # fmt: skip
+        }
+    )
+    assert refusal(runs["layers"]) == (
+        "--layers: 12 does not apply: model llama3-8b has its own dimensions; give them with "
+        "--params instead of --model"
+    )
+    assert refusal(runs["vocab"]).startswith("--vocab: 1000 does not apply: model llama3-8b")
+    assert refusal(runs["size heads"]) == (
+        "model dimensions: --heads is read only with all of --layers, --hidden and --heads "
+        "(without them --params is a size only)"
+    )
+    assert runs["size dims"].returncode == 0, runs["size dims"].stderr
+    assert json.loads(runs["size dims"].stdout)["memory"]["activations_bytes"] > 0
