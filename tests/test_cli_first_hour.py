@@ -309,3 +309,17 @@ def test_dimensions_beside_a_named_model_are_refused_not_dropped():
     )
     assert runs["size dims"].returncode == 0, runs["size dims"].stderr
     assert json.loads(runs["size dims"].stdout)["memory"]["activations_bytes"] > 0
+
+
+def test_ckpt_over_80_tensors_says_its_bar():
+    """Over 80 tensors ``trainplan ckpt`` draws each step as a bar of the tensors held, not a cell
+    per tensor: its legend says so (it listed the cells' C, R, x that the bar never shows);
+    9 layers keep the cells' legend."""
+    text = trainplan("ckpt", "--layers", "100", "--every", "10").stdout.splitlines()
+    assert text[2] == (
+        "bar: tensors held, one # per 1.68 tensors (over 80 tensors a cell each would not fit a "
+        "line)"
+    )
+    assert text[3].startswith("   1 forward   layer 1    #    2 held")
+    small = trainplan("ckpt", "--layers", "9", "--every", "3").stdout.splitlines()
+    assert small[2] == "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
