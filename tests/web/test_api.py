@@ -682,3 +682,16 @@ def test_the_accelerator_tables_status_column_is_explained_on_every_page(client)
         assert 'id="gpu-status-legend" data-header="figures from">figures from: vendor = ' in page
         for kind, meaning in STATUS_MEANINGS.items():
             assert f"{kind} = {meaning}".replace("'", "&#x27;") in page
+
+
+def test_rlhf_fields_show_their_defaults_in_grey(client):
+    """The RLHF tab's decode MFU, samples per prompt and chips fields were empty with no grey
+    value, beside train MFU's 0.4: an empty field takes the grey value (the page's rule), and
+    theirs are the accounting's defaults, 0.04, 16 and 1 (``trainplan rlhf --help``)."""
+    from trainplan.interface.rlhf.tab import RLHF_DEFAULTS
+
+    html = client.get("/rlhf").text
+    assert f'name="decode-mfu" placeholder="{RLHF_DEFAULTS["decode_mfu"]}"' in html
+    assert f'name="train-mfu" placeholder="{RLHF_DEFAULTS["train_mfu"]}"' in html
+    assert f'name="samples-per-prompt" placeholder="{RLHF_DEFAULTS["samples_per_prompt"]}"' in html
+    assert 'name="chips" placeholder="1"' in html  # trainplan rlhf --chips [default: 1]
