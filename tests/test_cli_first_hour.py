@@ -323,3 +323,20 @@ def test_ckpt_over_80_tensors_says_its_bar():
     assert text[3].startswith("   1 forward   layer 1    #    2 held")
     small = trainplan("ckpt", "--layers", "9", "--every", "3").stdout.splitlines()
     assert small[2] == "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
+
+
+def test_an_empty_name_in_a_list_is_refused_as_typed():
+    """``--gpu H100-SXM,,B200`` searched the two named parts and dropped the empty one unread
+    (``;;`` was refused), and ``--framework megatron,,fsdp2`` was refused quoting
+    ``'megatron;;fsdp2'``, a value nobody typed: both are refused as typed now."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "8")
+    runs = run_many(
+        {
+            "gpu": [*args, "--gpu", "H100-SXM,,B200"],
+            "gpu end": [*args, "--gpu", "H100-SXM,"],
+            "framework": [*args, "--framework", "megatron,,fsdp2"],
+        }
+    )
+    assert refusal(runs["gpu"]) == "--gpu: 'H100-SXM,,B200' has an empty item"
+    assert refusal(runs["gpu end"]) == "--gpu: 'H100-SXM,' has an empty item"
+    assert refusal(runs["framework"]) == "--framework: 'megatron,,fsdp2' has an empty item"
