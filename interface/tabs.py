@@ -80,13 +80,13 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
             {"backward_ratio": r.backward_ratio},
-            {"backward_ratio": f"{name} splits the backward: give t_b and t_w"},
+            {"backward_ratio": f"{name} splits the backward: give `t_b` and `t_w`"},
         )
         times = pipeline_tab.pass_times(SplitSchedule(name), r.t_f, r.t_b, r.t_w, r.t_fb)
         return jsonable(pipeline_tab.split_report(p, m, name, v, times))
     given = {"t_f": r.t_f, "t_b": r.t_b, "t_w": r.t_w, "t_fb": r.t_fb}
     check_applicable(
-        given, dict.fromkeys(given, f"{name} runs whole backwards: give backward_ratio")
+        given, dict.fromkeys(given, f"{name} runs whole backwards: give `backward_ratio`")
     )
     v = 1 if v is None else v
     ratio = positive("backward_ratio", 2 if r.backward_ratio is None else r.backward_ratio)

@@ -340,3 +340,22 @@ def test_an_empty_name_in_a_list_is_refused_as_typed():
     assert refusal(runs["gpu"]) == "--gpu: 'H100-SXM,,B200' has an empty item"
     assert refusal(runs["gpu end"]) == "--gpu: 'H100-SXM,' has an empty item"
     assert refusal(runs["framework"]) == "--framework: 'megatron,,fsdp2' has an empty item"
+
+
+def test_pipeline_times_of_the_other_schedule_kind_name_the_flags_to_give():
+    """A split schedule's pass times beside a whole-backward schedule (and the reverse) were
+    refused with "give backward_ratio" / "give t_b and t_w", parameter names no flag is spelled
+    as: the line names --backward-ratio, --t-b and --t-w."""
+    runs = run_many(
+        {
+            "t-fb": ["pipeline", "--stages", "4", "--microbatches", "8", "--t-fb", "2"],
+            "ratio": ["pipeline", "--stages", "4", "--microbatches", "8", "--schedule", "zb-h1",
+                      "--backward-ratio", "2"],  # fmt: skip
+        }
+    )
+    assert refusal(runs["t-fb"]) == (
+        "--t-fb: '2' does not apply: 1f1b runs whole backwards: give --backward-ratio"
+    )
+    assert refusal(runs["ratio"]) == (
+        "--backward-ratio: '2' does not apply: zb-h1 splits the backward: give --t-b and --t-w"
+    )
