@@ -131,16 +131,16 @@ def _whole_backward_report(p: int, m: int, schedule: str, v: int, ratio: Any) ->
 # ------------------------------------------------------------------------------------ MFU
 def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
     likely = {
-        "step": "step_seconds (seconds per whole step?), tokens (tokens in the step, all "
-        f"chips) or chips ({chips}: the job's chip count)",
-        "tokens_per_second": f"tokens_per_second (all chips together?) or chips ({chips})",
-        "flop_rate": "achieved_pflops (aggregate over all chips; per-GPU rates go to "
-        f"achieved_tflops_per_gpu) or chips ({chips})",
-        "flop_rate_per_gpu": "achieved_tflops_per_gpu (one chip's rate, in TFLOP/s)",
+        "step": "`step_seconds` (seconds per whole step?), `tokens` (tokens in the step, all "
+        f"chips) or `chips` ({chips}: the job's chip count)",
+        "tokens_per_second": f"`tokens_per_second` (all chips together?) or `chips` ({chips})",
+        "flop_rate": "`achieved_pflops` (aggregate over all chips; per-GPU rates go to "
+        f"`achieved_tflops_per_gpu`) or `chips` ({chips})",
+        "flop_rate_per_gpu": "`achieved_tflops_per_gpu` (one chip's rate, in TFLOP/s)",
     }[mode]
     return InputError(
         f"mfu: {line} = {percent(value)} is above 100%, impossible; the likely wrong input is "
-        f"{likely}, else the peak (peak_tflops / gpu)"
+        f"{likely}, else the peak (`peak_tflops` / `gpu`)"
     )
 
 
@@ -325,7 +325,8 @@ def _recomputed_share(
     if mfu * (1 + extra) > 1:
         raise InputError(
             f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
-            "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
+            "the likely wrong input is `recomputed_flops_pct` (a percentage of model FLOPs, e.g. 25) "
+            "or `recompute`"
         )
     return extra, how
 

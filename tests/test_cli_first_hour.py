@@ -359,3 +359,29 @@ def test_pipeline_times_of_the_other_schedule_kind_name_the_flags_to_give():
     assert refusal(runs["ratio"]) == (
         "--backward-ratio: '2' does not apply: zb-h1 splits the backward: give --t-b and --t-w"
     )
+
+
+def test_mfu_refusals_name_the_flags_to_check():
+    """``trainplan mfu``'s impossible answers and its recompute refusals named the parameters
+    (``step_seconds``, ``peak_tflops``, ``recomputed_flops_pct``, ``head_dim``) where a user reads
+    flags: they name --step-seconds, --tokens, --chips, --peak-tflops, --gpu,
+    --recomputed-flops-pct, --recompute and --head-dim now."""
+    base = ("mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--gpu",
+            "H100-SXM")  # fmt: skip
+    runs = run_many(
+        {
+            "too high": [*base, "--chips", "8"],
+            "both": [*base, "--chips", "512", "--recompute", "full", "--recomputed-flops-pct", "20"],
+            "dims": [*base, "--chips", "512", "--recompute", "selective", "--layers", "80"],
+        }
+    )
+    assert refusal(runs["too high"]).endswith(
+        "the likely wrong input is --step-seconds (seconds per whole step?), --tokens (tokens in "
+        "the step, all chips) or --chips (8: the job's chip count), else the peak (--peak-tflops "
+        "/ --gpu)"
+    )
+    assert refusal(runs["both"]) == "--recompute: give --recomputed-flops-pct or --recompute, not both"
+    assert refusal(runs["dims"]) == (
+        "--recompute: 'selective' needs the model's --heads, --head-dim, --seq-len (or give "
+        "--recomputed-flops-pct)"
+    )
