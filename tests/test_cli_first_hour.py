@@ -385,3 +385,12 @@ def test_mfu_refusals_name_the_flags_to_check():
         "--recompute: 'selective' needs the model's --heads, --head-dim, --seq-len (or give "
         "--recomputed-flops-pct)"
     )
+
+
+def test_a_one_point_frontier_says_point():
+    """A price frontier of one accelerator at one price is one point: "1 point of", not
+    "1 points of"."""
+    done = trainplan("frontier", "--model", "llama3-8b", "--gpus", "8", "--gpu-hour-price", "2.5",
+                     "--against", "price")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Pareto frontier: step-time against price, 1 point of ")
