@@ -394,3 +394,12 @@ def test_a_one_point_frontier_says_point():
                      "--against", "price")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Pareto frontier: step-time against price, 1 point of ")
+
+
+def test_one_micro_batch_in_flight_is_singular():
+    """Without a pipeline one micro-batch is in flight: the Pipeline line said "1 micro-batches"."""
+    done = trainplan("evaluate", "--model", "llama3-8b")
+    assert done.returncode == 0, done.stderr
+    assert "; 1 micro-batch in flight on the busiest stage; layers per stage [32]" in done.stdout
+    done = trainplan("evaluate", "--model", "llama3-8b", "--pp", "4")
+    assert "; 4 micro-batches in flight on the busiest stage; " in done.stdout
