@@ -10,7 +10,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, overload
 
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.units import parse_count
@@ -34,8 +34,19 @@ def count_of(params: Mapping[str, Any], key: str, default: int | None = None) ->
     return default if value is None else parse_count(value, key)
 
 
+DIMENSIONS = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab")
+"""The dimensions that build a model with ``--params`` (:func:`_arch_from_dims`); a catalogue
+model or a config.json has its own, so ``--model`` refuses them rather than drop them unread."""
+
+
 def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | None:
     if params.get("layers") is None and params.get("hidden") is None:
+        extra = [k for k in DIMENSIONS if params.get(k) is not None]
+        if extra:  # read only with both: refused rather than dropped unread
+            raise InputError(
+                f"model dimensions: `{extra[0]}` is read only with all of `layers`, `hidden` "
+                "and `heads` (without them `params` is a size only)"
+            )
         return None
     missing = [k for k in ("layers", "hidden", "heads") if params.get(k) is None]
     if missing:
@@ -85,7 +96,14 @@ def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec
             {"params": size},
             {"params": f"model {name} has its own size; give either --model or --params, not both"},
         )
-        entry = get_model(str(name))
+        check_applicable(
+            {k: params.get(k) for k in DIMENSIONS},
+            dict.fromkeys(
+                DIMENSIONS,
+                f"model {name} has its own dimensions; give them with --params instead of --model",
+            ),
+        )
+        entry = named_lookup("model", get_model, str(name))
         return entry.model, dict(entry.training)
     if size is None:
         raise InputError(NO_MODEL)

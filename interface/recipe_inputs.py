@@ -13,7 +13,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.packing import Documents
-from trainplan.model.units import parse_count, parse_number, shown_text
+from trainplan.model.units import parse_count, parse_number, shown_number, shown_text
 
 __all__ = ["DOCUMENT_KEYS", "documents_from", "histogram"]
 
@@ -75,12 +75,18 @@ def documents_from(params: Mapping[str, Any], seq_len: int) -> Documents | None:
     sigma = parse_number(spread, "document_length_spread") if spread is not None else 0
     if mu < 1 or sigma < 0:
         raise InputError(
-            f"document_length: {shown_text(mean)} must be at least 1 token, its spread at least 0"
+            f"document_length: {_shown(mean)} must be at least 1 token, its spread at least 0"
         )
     if mu + sigma > seq_len:
         raise InputError(
-            f"document_length: mean {shown_text(mean)} plus spread {shown_text(spread or 0)} "
+            f"document_length: mean {_shown(mean)} plus spread {_shown(spread or 0)} "
             f"exceeds seq_len {seq_len} (documents longer than a pack: give document_lengths, "
             "a histogram, whose long documents are cut into packs)"
         )
     return Documents.mean_spread(float(mu), float(sigma))
+
+
+def _shown(value: object) -> str:
+    """A value as the error line echoes it: text quoted as given (``'8k'``), a number as a user
+    writes it (``8000``, not the :class:`Fraction` the option parsed it into)."""
+    return shown_text(value) if isinstance(value, str) else shown_number(value)

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainplan.interface.model_inputs import NO_MODEL
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.legality import check_expert_parallel
-from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
+from trainplan.model.units import list_items, parse_count, parse_counts, parse_number, shown_text
 from trainplan.optimizer.problem import Job, Objective, gpu_counts
 from trainplan.scenarios.catalogue import get_model
 
@@ -25,7 +25,10 @@ def names(value: Any, key: str = "value") -> list[str]:
     either); in order, each once."""
     out: list[str] = []
     for item in list_items(value, key) if value is not None else []:
-        out += [part.strip() for part in str(item).replace(";", ",").split(",") if part.strip()]
+        parts = [part.strip() for part in str(item).replace(";", ",").split(",")]
+        if not all(parts):  # as list_items refuses "64;": an empty name is no name
+            raise InputError(f"{key}: {shown_text(item)} has an empty item")
+        out += parts
     return list(dict.fromkeys(out))
 
 
@@ -109,8 +112,11 @@ def require_batch(d: Mapping[str, Any]) -> None:
     if d.get("global_batch") is not None or d.get("global_batch_tokens") is not None:
         return
 
-    if d.get("model") is not None and "global_batch_size" in get_model(str(d["model"])).training:
-        return
+    model = d.get("model")
+    if model is not None:
+        entry = named_lookup("model", get_model, str(model))
+        if "global_batch_size" in entry.training:
+            return
     if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
         raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before any batch rule
     name = d.get("model") or "a model given by its dimensions"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.units import as_json_number, parse_count, parse_positive
 from trainplan.topology.accelerators import get_accelerator
 
@@ -85,8 +85,8 @@ def resolve_peak(
         return positive("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
     gpu = gpu or default_gpu
     if gpu is None:
-        raise InputError("peak: give gpu (e.g. --gpu H100-SXM) or peak_tflops")
-    device = get_accelerator(gpu)
+        raise InputError("gpu: missing; give `gpu` (e.g. H100-SXM) or `peak_tflops` (per chip)")
+    device = named_lookup("gpu", get_accelerator, gpu)
     # the figure used first: a row's source may open with another figure (H100-SXM's with FP8)
     return Fraction(device.peak_flops_per_s), (
         f"{device.name} dense BF16, the accelerator table's (source: {device.source})"

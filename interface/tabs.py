@@ -80,13 +80,13 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
             {"backward_ratio": r.backward_ratio},
-            {"backward_ratio": f"{name} splits the backward: give t_b and t_w"},
+            {"backward_ratio": f"{name} splits the backward: give `t_b` and `t_w`"},
         )
         times = pipeline_tab.pass_times(SplitSchedule(name), r.t_f, r.t_b, r.t_w, r.t_fb)
         return jsonable(pipeline_tab.split_report(p, m, name, v, times))
     given = {"t_f": r.t_f, "t_b": r.t_b, "t_w": r.t_w, "t_fb": r.t_fb}
     check_applicable(
-        given, dict.fromkeys(given, f"{name} runs whole backwards: give backward_ratio")
+        given, dict.fromkeys(given, f"{name} runs whole backwards: give `backward_ratio`")
     )
     v = 1 if v is None else v
     ratio = positive("backward_ratio", 2 if r.backward_ratio is None else r.backward_ratio)
@@ -131,16 +131,16 @@ def _whole_backward_report(p: int, m: int, schedule: str, v: int, ratio: Any) ->
 # ------------------------------------------------------------------------------------ MFU
 def _too_high(mode: str, value: Fraction, line: str, chips: int) -> InputError:
     likely = {
-        "step": "step_seconds (seconds per whole step?), tokens (tokens in the step, all "
-        f"chips) or chips ({chips}: the job's chip count)",
-        "tokens_per_second": f"tokens_per_second (all chips together?) or chips ({chips})",
-        "flop_rate": "achieved_pflops (aggregate over all chips; per-GPU rates go to "
-        f"achieved_tflops_per_gpu) or chips ({chips})",
-        "flop_rate_per_gpu": "achieved_tflops_per_gpu (one chip's rate, in TFLOP/s)",
+        "step": "`step_seconds` (seconds per whole step?), `tokens` (tokens in the step, all "
+        f"chips) or `chips` ({chips}: the job's chip count)",
+        "tokens_per_second": f"`tokens_per_second` (all chips together?) or `chips` ({chips})",
+        "flop_rate": "`achieved_pflops` (aggregate over all chips; per-GPU rates go to "
+        f"`achieved_tflops_per_gpu`) or `chips` ({chips})",
+        "flop_rate_per_gpu": "`achieved_tflops_per_gpu` (one chip's rate, in TFLOP/s)",
     }[mode]
     return InputError(
         f"mfu: {line} = {percent(value)} is above 100%, impossible; the likely wrong input is "
-        f"{likely}, else the peak (peak_tflops / gpu)"
+        f"{likely}, else the peak (`peak_tflops` / `gpu`)"
     )
 
 
@@ -325,7 +325,8 @@ def _recomputed_share(
     if mfu * (1 + extra) > 1:
         raise InputError(
             f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
-            "the likely wrong input is recomputed_flops_pct (a percentage of model FLOPs, e.g. 25) or recompute"
+            "the likely wrong input is `recomputed_flops_pct` (a percentage of model FLOPs, e.g. 25) "
+            "or `recompute`"
         )
     return extra, how
 

@@ -5,8 +5,9 @@ The CLI turns any :class:`PlannerError` into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
+from typing import TypeVar
 
 __all__ = [
     "PlannerError",
@@ -15,7 +16,10 @@ __all__ = [
     "InfeasibleError",
     "InputError",
     "check_applicable",
+    "named_lookup",
 ]
+
+T = TypeVar("T")
 
 
 class PlannerError(ValueError):
@@ -74,3 +78,24 @@ def check_applicable(given: Mapping[str, object], not_applicable: Mapping[str, s
             if isinstance(value, Fraction):  # a number option: as written, not Fraction(8, 1)
                 shown = f"{int(value):,}" if value.denominator == 1 else f"{float(value):g}"
             raise InputError(f"{name}: {shown} does not apply: {why}")
+
+
+def named_lookup(name: str, get: Callable[[str], T], value: str) -> T:
+    """``get(value)`` (a catalogue model, an accelerator), its "unknown …" refusal headed by the
+    parameter that gave ``value``, so the line names it (``model: unknown model 'lama3-8b'; did
+    you mean …``, on the command line ``--model: …``; ``critic_model: …`` for the critic's).
+
+    >>> def unknown(v):
+    ...     raise ScenarioError(f"unknown gpu {v!r}")
+    >>> try:
+    ...     named_lookup("gpu", unknown, "X")
+    ... except ScenarioError as err:
+    ...     print(err)
+    gpu: unknown gpu 'X'
+    """
+    try:
+        return get(value)
+    except ScenarioError as err:
+        if not str(err).startswith("unknown "):
+            raise
+        raise ScenarioError(f"{name}: {err}") from None

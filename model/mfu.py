@@ -121,8 +121,8 @@ def recompute_flops_per_token(
     missing = [n for n, d in zip(names, dims, strict=True) if d is None]
     if mode == "selective" and missing:
         raise InputError(
-            f"recompute: 'selective' needs the model's {', '.join(missing)} "
-            "(or give recomputed_flops_pct)"
+            f"recompute: 'selective' needs the model's {', '.join(f'`{n}`' for n in missing)} "
+            "(or give `recomputed_flops_pct`)"
         )
     attn = Fraction(0)
     if not missing:
@@ -241,7 +241,7 @@ def recompute_share(
     (Fraction(1, 4), '25% recomputed')
     """
     if pct is not None and recompute not in (None, "none"):
-        raise InputError("recompute: give recomputed_flops_pct or recompute, not both")
+        raise InputError("recompute: give `recomputed_flops_pct` or `recompute`, not both")
     if pct is not None:
         if pct < 0:
             raise InputError(f"recomputed_flops_pct: {float(pct)} must be ≥ 0")

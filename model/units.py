@@ -481,6 +481,8 @@ def parse_counts(value: object, name: str, ranges: bool = False) -> list[int]:
 
 def _range(text: str, name: str) -> list[int]:
     lo_text, _, hi_text = text.partition("..")
+    if not lo_text.strip() or not hi_text.strip():
+        raise InputError(f"{name}: range {text!r} needs both ends, e.g. 1024..16384")
     lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
     if lo > hi:
         raise InputError(f"{name}: range {text!r} is empty (low end above high end)")

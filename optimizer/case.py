@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, named_lookup
 from trainplan.model.estimate import Estimate, evaluate
 from trainplan.model.expert_groups import expert_placement_tp_of
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
@@ -120,9 +120,9 @@ class Case:
         (8192, 2048, 0.35)
         """
         if isinstance(model, str):
-            entry = get_model(model)
+            entry = named_lookup("model", get_model, model)
             model, training_defaults = entry.model, entry.training
-        device = device if isinstance(device, DeviceSpec) else get_accelerator(device)
+        device = device if isinstance(device, DeviceSpec) else named_lookup("gpu", get_accelerator, device)
         given, case_args, layout_args = _split_options(options)
         _refuse_twice(layout_args if layout is not None else {}, "layout")
         _refuse_twice(given if training is not None else {}, "training")

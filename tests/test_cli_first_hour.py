@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli_runs import refusal, trainplan
+from tests.cli_runs import refusal, run_many, trainplan
 
 
 def test_a_gpu_count_without_dp_sets_dp():
@@ -214,3 +214,192 @@ def test_the_peak_is_said_by_the_figure_used_first():
     )
     assert rlhf["peak_flops_per_s"] == 989.4e12
     assert rlhf["peak_source"].startswith("H100-SXM dense BF16, the accelerator table's")
+
+
+def test_rlhf_text_names_the_peak_it_divides_by():
+    """``trainplan rlhf`` (text) heads its answer with the peak FLOP/s per chip and the chips its
+    times divide by, then whose peak it is — as the RLHF page and ``trainplan mfu`` give it;
+    ``rlhf-plan`` and the faithful accounting name the GPU's dense BF16 peak and HBM bandwidth
+    in their headers. Text and ``--json`` agree."""
+    args = ("rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule")
+    d = json.loads(trainplan(*args, "--peak-tflops", "500", "--chips", "8", "--json").stdout)
+    assert (d["peak_flops_per_s"], d["chips"], d["decode_mfu"], d["train_mfu"]) == (
+        500e12, 8, 0.04, 0.4
+    )
+    text = trainplan(*args, "--peak-tflops", "500", "--chips", "8").stdout.splitlines()
+    assert text[0].endswith("networks; times at peak 500.0 TFLOP/s per chip × 8 chip(s)")
+    assert "peak: given (--peak-tflops); rollout MFU 0.04, scoring and training MFU 0.4" in text
+    rollout = d["phase_seconds"]["rollout"]  # 2N per token ÷ (0.04 · 500e12 · 8)
+    assert abs(rollout - d["phase_flops"]["rollout"] / (0.04 * 500e12 * 8)) < 1e-6 * rollout
+    assert any(ln.startswith("  rollout ") and f"{rollout:,.1f} s" in ln for ln in text)
+    text = trainplan(*args).stdout
+    assert "times at peak 989.4 TFLOP/s per chip × 1 chip(s)" in text
+    assert "peak: H100-SXM dense BF16, the accelerator table's (source:" in text
+    plan = ("rlhf-plan", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--reward", "rule",
+            "--gpus", "8", "--prompts", "64", "--completion-tokens", "512")  # fmt: skip
+    done = trainplan(*plan)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "GRPO qwen2.5-7b on 8 × H100-SXM (peak 989.4 TFLOP/s dense BF16 per GPU, HBM 3.35 TB/s; "
+        "megatron ZeRO-1): "
+    )
+    d = json.loads(trainplan(*plan, "--json").stdout)
+    assert (d["peak_flops_per_s"], d["hbm_bytes_per_s"]) == (989.4e12, 3.35e12)
+
+
+def test_misspelled_names_and_bad_numbers_name_their_flag():
+    """A misspelled model or accelerator is refused naming the flag that gave it (the critic's
+    model as ``--critic-model``), a range without an end and a document length as the user wrote
+    them (not the parsed ``Fraction``), and the MFU's missing peak names ``--gpu`` and
+    ``--peak-tflops``: one line, exit 2, each in its own process."""
+    llama = ("--model", "llama3-8b")
+    mfu = ("mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "8")
+    runs = run_many(
+        {
+            "evaluate model": ["evaluate", "--model", "lama3-8b"],
+            "search model": ["search", "--model", "lama3-8b", "--gpus", "8"],
+            "frontier model": ["frontier", "--model", "lama3-8b", "--gpus", "8"],
+            "search gpu": ["search", *llama, "--gpus", "8", "--gpu", "B900"],
+            "critic": ["rlhf", "--algorithm", "grpo", *llama, "--critic-model", "lama", "--gpus", "8"],
+            "mfu gpu": [*mfu, "--gpu", "B900"],
+            "mfu no peak": list(mfu),
+            "open range": ["search", *llama, "--gpus", "8.."],
+            "document 0": ["evaluate", *llama, "--document-length", "0"],
+            "document long": ["evaluate", *llama, "--document-length", "1.5e4"],
+        }
+    )
+    said = {name: refusal(done) for name, done in runs.items()}
+    for name in ("evaluate model", "search model", "frontier model"):
+        assert said[name].startswith("--model: unknown model 'lama3-8b'; did you mean llama3-8b")
+    assert said["search gpu"].startswith("--gpu: unknown gpu 'B900'; did you mean B300")
+    assert said["mfu gpu"].startswith("--gpu: unknown gpu 'B900'")
+    assert said["critic"].startswith("--critic-model: unknown model 'lama'; did you mean")
+    assert said["mfu no peak"] == "--gpu: missing; give --gpu (e.g. H100-SXM) or --peak-tflops (per chip)"
+    assert said["open range"] == "--gpus: range '8..' needs both ends, e.g. 1024..16384"
+    assert said["document 0"] == (
+        "--document-length: 0 must be at least 1 token, its spread at least 0"
+    )
+    assert said["document long"].startswith(
+        "--document-length: mean 15000 plus spread 0 exceeds seq_len 8192"
+    )
+
+
+def test_dimensions_beside_a_named_model_are_refused_not_dropped():
+    """``evaluate --model llama3-8b --layers 12`` printed llama3-8b's 32-layer figures as if the
+    flag had been read; a catalogue model (or config.json) has its own dimensions, so the flag is
+    refused as ``--params`` beside ``--model`` is. A dimension beside ``--params`` without
+    ``--layers --hidden --heads`` (a size-only model, which reads none) is refused too."""
+    runs = run_many(
+        {
+            "layers": ["evaluate", "--model", "llama3-8b", "--layers", "12"],
+            "vocab": ["search", "--model", "llama3-8b", "--gpus", "8", "--vocab", "1000"],
+            "size heads": ["evaluate", "--params", "7e9", "--heads", "32"],
+            "size dims": ["evaluate", "--params", "7e9", "--layers", "32", "--hidden", "4096",
+                          "--heads", "32", "--json"],  # fmt: skip
+        }
+    )
+    assert refusal(runs["layers"]) == (
+        "--layers: 12 does not apply: model llama3-8b has its own dimensions; give them with "
+        "--params instead of --model"
+    )
+    assert refusal(runs["vocab"]).startswith("--vocab: 1000 does not apply: model llama3-8b")
+    assert refusal(runs["size heads"]) == (
+        "model dimensions: --heads is read only with all of --layers, --hidden and --heads "
+        "(without them --params is a size only)"
+    )
+    assert runs["size dims"].returncode == 0, runs["size dims"].stderr
+    assert json.loads(runs["size dims"].stdout)["memory"]["activations_bytes"] > 0
+
+
+def test_ckpt_over_80_tensors_says_its_bar():
+    """Over 80 tensors ``trainplan ckpt`` draws each step as a bar of the tensors held, not a cell
+    per tensor: its legend says so (it listed the cells' C, R, x that the bar never shows);
+    9 layers keep the cells' legend."""
+    text = trainplan("ckpt", "--layers", "100", "--every", "10").stdout.splitlines()
+    assert text[2] == (
+        "bar: tensors held, one # per 1.68 tensors (over 80 tensors a cell each would not fit a "
+        "line)"
+    )
+    assert text[3].startswith("   1 forward   layer 1    #    2 held")
+    small = trainplan("ckpt", "--layers", "9", "--every", "3").stdout.splitlines()
+    assert small[2] == "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
+
+
+def test_an_empty_name_in_a_list_is_refused_as_typed():
+    """``--gpu H100-SXM,,B200`` searched the two named parts and dropped the empty one unread
+    (``;;`` was refused), and ``--framework megatron,,fsdp2`` was refused quoting
+    ``'megatron;;fsdp2'``, a value nobody typed: both are refused as typed now."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "8")
+    runs = run_many(
+        {
+            "gpu": [*args, "--gpu", "H100-SXM,,B200"],
+            "gpu end": [*args, "--gpu", "H100-SXM,"],
+            "framework": [*args, "--framework", "megatron,,fsdp2"],
+        }
+    )
+    assert refusal(runs["gpu"]) == "--gpu: 'H100-SXM,,B200' has an empty item"
+    assert refusal(runs["gpu end"]) == "--gpu: 'H100-SXM,' has an empty item"
+    assert refusal(runs["framework"]) == "--framework: 'megatron,,fsdp2' has an empty item"
+
+
+def test_pipeline_times_of_the_other_schedule_kind_name_the_flags_to_give():
+    """A split schedule's pass times beside a whole-backward schedule (and the reverse) were
+    refused with "give backward_ratio" / "give t_b and t_w", parameter names no flag is spelled
+    as: the line names --backward-ratio, --t-b and --t-w."""
+    runs = run_many(
+        {
+            "t-fb": ["pipeline", "--stages", "4", "--microbatches", "8", "--t-fb", "2"],
+            "ratio": ["pipeline", "--stages", "4", "--microbatches", "8", "--schedule", "zb-h1",
+                      "--backward-ratio", "2"],  # fmt: skip
+        }
+    )
+    assert refusal(runs["t-fb"]) == (
+        "--t-fb: '2' does not apply: 1f1b runs whole backwards: give --backward-ratio"
+    )
+    assert refusal(runs["ratio"]) == (
+        "--backward-ratio: '2' does not apply: zb-h1 splits the backward: give --t-b and --t-w"
+    )
+
+
+def test_mfu_refusals_name_the_flags_to_check():
+    """``trainplan mfu``'s impossible answers and its recompute refusals named the parameters
+    (``step_seconds``, ``peak_tflops``, ``recomputed_flops_pct``, ``head_dim``) where a user reads
+    flags: they name --step-seconds, --tokens, --chips, --peak-tflops, --gpu,
+    --recomputed-flops-pct, --recompute and --head-dim now."""
+    base = ("mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--gpu",
+            "H100-SXM")  # fmt: skip
+    runs = run_many(
+        {
+            "too high": [*base, "--chips", "8"],
+            "both": [*base, "--chips", "512", "--recompute", "full", "--recomputed-flops-pct", "20"],
+            "dims": [*base, "--chips", "512", "--recompute", "selective", "--layers", "80"],
+        }
+    )
+    assert refusal(runs["too high"]).endswith(
+        "the likely wrong input is --step-seconds (seconds per whole step?), --tokens (tokens in "
+        "the step, all chips) or --chips (8: the job's chip count), else the peak (--peak-tflops "
+        "/ --gpu)"
+    )
+    assert refusal(runs["both"]) == "--recompute: give --recomputed-flops-pct or --recompute, not both"
+    assert refusal(runs["dims"]) == (
+        "--recompute: 'selective' needs the model's --heads, --head-dim, --seq-len (or give "
+        "--recomputed-flops-pct)"
+    )
+
+
+def test_a_one_point_frontier_says_point():
+    """A price frontier of one accelerator at one price is one point: "1 point of", not
+    "1 points of"."""
+    done = trainplan("frontier", "--model", "llama3-8b", "--gpus", "8", "--gpu-hour-price", "2.5",
+                     "--against", "price")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Pareto frontier: step-time against price, 1 point of ")
+
+
+def test_one_micro_batch_in_flight_is_singular():
+    """Without a pipeline one micro-batch is in flight: the Pipeline line said "1 micro-batches"."""
+    done = trainplan("evaluate", "--model", "llama3-8b")
+    assert done.returncode == 0, done.stderr
+    assert "; 1 micro-batch in flight on the busiest stage; layers per stage [32]" in done.stdout
+    done = trainplan("evaluate", "--model", "llama3-8b", "--pp", "4")
+    assert "; 4 micro-batches in flight on the busiest stage; " in done.stdout

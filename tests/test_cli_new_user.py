@@ -261,7 +261,7 @@ def test_bad_files_and_names_are_one_line(runs):
         "latin1.json: is not UTF-8 (or UTF-16/32) text: invalid continuation byte"
     )
     line = refusal(runs["model 100,000"])
-    assert line.startswith("unknown model 'xxxx") and "(100,002 characters)" in line
+    assert line.startswith("--model: unknown model 'xxxx") and "(100,002 characters)" in line
     assert len(line) < 1000  # the name is cut, not echoed whole
 
 

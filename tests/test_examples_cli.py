@@ -72,7 +72,7 @@ TEXT: dict[str, list[str]] = {
     "grpo-70b": ["3 networks", "resident 1.400 TB; 20 bytes per policy parameter; 44.4% fewer"],
     "grpo-rule-70b": ["2 networks", "resident 1.260 TB; 18 bytes per policy parameter"],
     "dpo-70b": ["2 networks", "rollout    0.000e+00        0.0%"],
-    "grpo-long-rollouts": ["rollout    1.174e+19       20.0%       71.4%"],
+    "grpo-long-rollouts": ["rollout    1.174e+19       20.0%   296,746.8 s       71.4%"],
 }
 """What each example's text shows, as printed (the derivations in the comments)."""
 

@@ -286,6 +286,8 @@ class ListOf(click.ParamType):
         if isinstance(value, tuple):
             return value
         if isinstance(self.inner, click.Choice) and isinstance(value, str):
+            if value.strip() and not all(p.strip() for p in value.replace(";", ",").split(",")):
+                raise InputError(f"{_flag(param)}: {shown_text(value)} has an empty item")
             value = value.replace(",", ";")  # names hold no comma: megatron,fsdp2 is two
         items = list_items(value, _flag(param))
         return tuple(self.inner.convert(item, param, ctx) for item in items)

@@ -140,7 +140,8 @@ def _headline(out: dict[str, Any], objective: str, against: str, per_stage: bool
     rows = out["points"]
     if not per_stage:
         return (
-            f"Pareto frontier: {objective} against {against}, {len(rows)} points of "
+            f"Pareto frontier: {objective} against {against}, {len(rows)} "
+            f"point{'' if len(rows) == 1 else 's'} of "
             f"{out['candidates']:,} candidates ({out['status']}; tables "
             f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s)"
         )

@@ -155,12 +155,13 @@ def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
         return
     _textbook_text(r)
     if "faithful" in r:
-        from trainplan.interface.rlhf.text import plan_lines
+        from trainplan.interface.rlhf.text import device_figures, plan_lines
 
         f = r["faithful"]
         click.echo(
             f"\nFaithful accounting ({f['framework']} ZeRO-{f['zero_stage']}, {f['recompute']} "
-            f"recompute, logits {f['logits']}): {f['policy']} on {f['gpus']} × {f['gpu']}, "
+            f"recompute, logits {f['logits']}): {f['policy']} on {f['gpus']} × {f['gpu']} "
+            f"({device_figures(f)}), "
             f"{f['sequences']:,} rollouts of {f['tokens_per_sequence']:,} tokens"
         )
         fl = f["phase_flops_total"]
@@ -177,7 +178,11 @@ def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
 def _textbook_text(r: dict[str, Any]) -> None:
     head = "" if r["accounting"] == "textbook" else "Textbook accounting (16 / 2 B per parameter): "
     reward = f"reward: {r['reward']}" if r["reward"] else "no reward: preference pairs"
-    click.echo(f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks")
+    # the peak the times divide by, in the header as the RLHF page and trainplan mfu give it
+    click.echo(
+        f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks; times at peak "
+        f"{r['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s per chip × {r['chips']:,} chip(s)"
+    )
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
         click.echo(
@@ -192,12 +197,20 @@ def _textbook_text(r: dict[str, Any]) -> None:
         f"resident {r['resident_bytes'] / 1e12:.3f} TB; {r['bytes_per_policy_param']:g} "
         f"bytes per policy parameter{vs_ppo}"
     )
-    click.echo("phase        FLOPs       FLOPs share  time share")
+    rollout_mfu = "" if r["algorithm"] == "dpo" else f"rollout MFU {r['decode_mfu']:g}, "
+    click.echo(
+        f"peak: {r['peak_source']}; {rollout_mfu}scoring and training MFU {r['train_mfu']:g}"
+    )
+    click.echo("phase        FLOPs       FLOPs share  time           time share")
     for ph in ("rollout", "scoring", "training"):
         click.echo(
             f"  {ph:<9} {r['phase_flops'][ph]:10.3e}  {_pct(r['phase_flops_share'][ph]):>10}"
-            f"  {_pct(r['phase_time_share'][ph]):>10}"
+            f"  {_secs(r['phase_seconds'][ph]):>12}  {_pct(r['phase_time_share'][ph]):>10}"
         )
+
+
+def _secs(x: float) -> str:
+    return f"{x:,.1f} s"
 
 
 # ------------------------------------------------------------------------------------ rlhf-plan

@@ -258,18 +258,24 @@ def mfu_cmd(as_json: bool, **kw: Any) -> None:
 _CELL = {"recomputed": "R", "kept": "C", "held": "#", "discarded": "x", "free": "."}
 
 
+_CELLS = 80
+"""The most tensors :func:`render_step` draws a cell each; above it a bar of those held."""
+_BAR = 60
+"""The bar's columns for all n + 1 tensors."""
+
+
 def render_step(report: dict[str, Any], st: dict[str, Any]) -> str:
     """One step as a text line: a cell per tensor (``C`` checkpoint, ``#`` held, ``R``
     recomputed, ``x`` discarded now, ``.`` free) and the count against no checkpointing."""
     n = report["layers"]
-    if n + 1 <= 80:
+    if n + 1 <= _CELLS:
         cells = []
         for j in range(n + 1):
             name = _name(report, j)
             cells.append(_CELL[tensor_state(st, name)])
         picture = "".join(cells)
     else:
-        picture = "#" * round(st["held"] * 60 / (n + 1))
+        picture = "#" * round(st["held"] * _BAR / (n + 1))
     return (
         f"{st['step']:>4} {st['phase']:<9} layer {st['layer']:<4} {picture}  "
         f"{st['held']:>3} held (no checkpointing: {st['held_without_checkpointing']})"
@@ -329,7 +335,12 @@ def ckpt_cmd(layers, every, labels, step, play, delay, gif, chart, as_json) -> N
         f"recompute overhead +{r['recompute_overhead']:.1%} "
         f"({r['recompute_overhead_formula']})"
     )
-    legend = "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
+    legend = (
+        "cells: C checkpoint, # held, R recomputed, x discarded now, . free"
+        if r["layers"] + 1 <= _CELLS
+        else f"bar: tensors held, one # per {(r['layers'] + 1) / _BAR:.3g} tensors (over "
+        f"{_CELLS} tensors a cell each would not fit a line)"
+    )
     if play and sys.stdout.isatty():
         for st in r["steps"]:
             click.clear()

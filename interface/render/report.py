@@ -324,7 +324,9 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
         f"{_pct(p['bubble_ratio'])} of compute; "
         + (
-            f"{p['microbatches_in_flight']} micro-batches in flight on the busiest stage; layers per stage "
+            f"{p['microbatches_in_flight']} micro-batch"
+            f"{'' if p['microbatches_in_flight'] == 1 else 'es'} in flight on the busiest stage; "
+            "layers per stage "
             f"{lay['stage_layers']} (stages counted from 0)"
             if p["microbatches_in_flight"] is not None
             else "layers unknown (size-only model)"

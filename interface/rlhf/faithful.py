@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from trainplan.interface.inputs import parse_framework
 from trainplan.interface.tab_requests import RLHFRequest, tab_request
-from trainplan.model.errors import InputError, LayoutError, check_applicable
+from trainplan.model.errors import InputError, LayoutError, check_applicable, named_lookup
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
@@ -175,7 +175,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     r = request if isinstance(request, RLHFRequest) else tab_request(RLHFRequest, request)
     used: dict[str, Any] = {}
     spec = _spec(r, used)
-    device = get_accelerator(str(_opt(r, "gpu", used)))
+    device = named_lookup("gpu", get_accelerator, str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
     links = ClusterLinks.from_device(device, gpus)
     if not placement:
@@ -191,8 +191,12 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
     InputError
         A bad value; ``framework`` textbook (the accounting without a model).
     """
-    policy = r.model_spec if r.model_spec is not None else get_model(str(r.model)).model
-    critic = None if r.critic_model is None else get_model(str(r.critic_model)).model
+    policy = r.model_spec if r.model_spec is not None else named_lookup("model", get_model, str(r.model)).model
+    critic = (
+        None
+        if r.critic_model is None
+        else named_lookup("critic_model", get_model, str(r.critic_model)).model
+    )
     framework = parse_framework(_opt(r, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(

@@ -130,6 +130,8 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
         "logits": str(spec.logits),
         "gpu": inp.device.name,
         "gpus": inp.gpus,
+        "peak_flops_per_s": inp.device.peak_flops_per_s,
+        "hbm_bytes_per_s": inp.device.hbm_bytes_per_s,
         "policy": spec.policy.name,
         "sequences": spec.sequences,
         "group_size": spec.samples_per_prompt,

@@ -121,7 +121,8 @@ def _textbook(r: RLHFRequest) -> dict[str, Any]:
         "phase_flops_share": {k: f / total_flops for k, f in flops.items()},
         "phase_seconds": times, "rollout_time_share": times["rollout"] / total_time,
         "phase_time_share": {k: t / total_time for k, t in times.items()},
-        "peak_flops_per_s": peak, "peak_source": peak_source, "assumptions": rl.ASSUMPTIONS,
+        "peak_flops_per_s": peak, "peak_source": peak_source, "chips": chips,
+        "decode_mfu": mfus[0], "train_mfu": mfus[1], "assumptions": rl.ASSUMPTIONS,
     })  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from trainplan.interface.render.report import table_text
 
-__all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines"]
+__all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines", "device_figures"]
 
 _PHASES = ("rollout", "scoring", "training")
 _MARK = {"rollout": "R", "scoring": "S", "training": "T"}
@@ -199,6 +199,16 @@ def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     return out
 
 
+def device_figures(res: dict[str, Any]) -> str:
+    """The accelerator's figures the accounting divides by, named as ``trainplan gpus`` heads
+    them: its dense BF16 peak per GPU (prefill, scoring and training FLOPs) and its HBM
+    bandwidth (decode's roofline)."""
+    hbm = res.get("hbm_bytes_per_s")
+    return f"peak {res['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s dense BF16 per GPU" + (
+        f", HBM {hbm / 1e12:,.2f} TB/s" if hbm else ""
+    )
+
+
 def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     """``rlhf-plan``'s answer: status and timing, the best plan, the alternatives, the reason."""
     best = res["best"]
@@ -214,7 +224,8 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     }
     out = [
         f"{res['algorithm'].upper()} {res['policy']} on {res['gpus']:,} × {res['gpu']} "
-        f"({res['framework']} ZeRO-{res['zero_stage']}): {res['options']:,} role options "
+        f"({device_figures(res)}; {res['framework']} ZeRO-{res['zero_stage']}): "
+        f"{res['options']:,} role options "
         f"({res['tried']:,} costed"
         + (f", {res['skipped']:,} bounded out" if res.get("skipped") else "")
         + f"); tables {res['tables_seconds']:.2f} s"

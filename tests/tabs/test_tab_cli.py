@@ -61,7 +61,7 @@ BAD = [
             "--chips",
             "512",
         ],
-        "step_seconds",
+        "--step-seconds",
     ),
     (["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7"], "peak"),
     (

@@ -334,7 +334,9 @@ def test_stream_reports_progress_and_bad_input(client):
     assert kinds.count("tables") == 2 and kinds[-1] == "result"  # one per job
     assert events[0]["total"] == events[1]["done"]
     bad = client.get("/api/search/stream?model=llama3-70bb&gpus=32")
-    assert bad.status_code == 422 and bad.json()["error"].startswith("unknown model 'llama3-70bb'")
+    assert bad.status_code == 422 and bad.json()["error"].startswith(
+        "model: unknown model 'llama3-70bb'"
+    )
 
 
 def _no_seconds(d):
@@ -680,3 +682,16 @@ def test_the_accelerator_tables_status_column_is_explained_on_every_page(client)
         assert 'id="gpu-status-legend" data-header="figures from">figures from: vendor = ' in page
         for kind, meaning in STATUS_MEANINGS.items():
             assert f"{kind} = {meaning}".replace("'", "&#x27;") in page
+
+
+def test_rlhf_fields_show_their_defaults_in_grey(client):
+    """The RLHF tab's decode MFU, samples per prompt and chips fields were empty with no grey
+    value, beside train MFU's 0.4: an empty field takes the grey value (the page's rule), and
+    theirs are the accounting's defaults, 0.04, 16 and 1 (``trainplan rlhf --help``)."""
+    from trainplan.interface.rlhf.tab import RLHF_DEFAULTS
+
+    html = client.get("/rlhf").text
+    assert f'name="decode-mfu" placeholder="{RLHF_DEFAULTS["decode_mfu"]}"' in html
+    assert f'name="train-mfu" placeholder="{RLHF_DEFAULTS["train_mfu"]}"' in html
+    assert f'name="samples-per-prompt" placeholder="{RLHF_DEFAULTS["samples_per_prompt"]}"' in html
+    assert 'name="chips" placeholder="1"' in html  # trainplan rlhf --chips [default: 1]
