@@ -92,7 +92,7 @@ MEGATRON_ARGUMENTS = frozenset(
     --overlap-p2p-communication-warmup-flush --tp-comm-overlap
     --no-create-attention-mask-in-dataloader --moe-token-dispatcher-type
     --moe-flex-dispatcher-backend --moe-grouped-gemm --moe-permute-fusion
-    --moe-router-fusion""".split()
+    --moe-router-fusion --recompute-modules""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and

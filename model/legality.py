@@ -49,6 +49,7 @@ from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
+from trainplan.model.recompute_counts import check_recompute_counts
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -419,6 +420,9 @@ RULES: tuple[Rule, ...] = (
         _recompute_layers,
     ),
     Rule("deepspeed_pipe", ("framework", "pp", "recompute_layers"), check_deepspeed_pipe_recompute),
+    Rule(
+        "recompute_counts", ("framework", "recompute", "recompute_layers"), check_recompute_counts
+    ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
     Rule("cp_framework", ("cp", "cp_kind", "framework", "tp", "pp"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),

@@ -245,3 +245,21 @@ def test_the_line_writes_the_run_the_plan_counts():
     i = flags.index("--moe-token-dispatcher-type")
     assert flags[i + 1] == "alltoall"
     assert {"--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"} <= set(flags)
+
+
+def test_selective_modules_are_written():
+    """A plan whose selective recomputation drops more than the attention core names its modules
+    (``--recompute-modules``, ``TransformerConfig.recompute_modules``, nargs "+"): without them
+    Megatron-LM recomputes ``core_attn`` only and keeps what the plan counted as recomputed.
+    The default module and other recompute modes write none."""
+    training = replace(TRAINING, recompute_modules=("layernorm", "mlp"))
+    flags = megatron_flags(ARCH, Layout(recompute="selective"), 8, training).flags
+    i = flags.index("--recompute-modules")
+    assert flags[i + 1 : i + 3] == ("layernorm", "mlp")
+    assert {f for f in flags if f.startswith("--")} <= MEGATRON_ARGUMENTS
+    default = megatron_flags(ARCH, Layout(recompute="selective"), 8, TRAINING).flags
+    assert "--recompute-modules" not in default
+    assert (
+        "--recompute-modules"
+        not in megatron_flags(ARCH, Layout(recompute="none"), 8, training).flags
+    )
