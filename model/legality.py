@@ -10,9 +10,8 @@ Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
   candidate, each rule evaluated once per distinct value of its scope. The search's shapes
   (:func:`optimizer.space.legal_shapes`) and tables ask it; they never re-type a rule.
 
-Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
-``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (docs/concepts/conventions.md "Layout").
+Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is ``G = dp · tp · pp · cp``;
+the expert-parallel group is carved out of the ``dp · cp`` ranks: ep does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
@@ -345,7 +344,8 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
     moe = None if s.model.arch is None else s.model.arch.moe
     shared = moe is not None and moe.num_shared_experts > 0
     problem = moe_run_violation(run, str(framework), moe is not None, shared)
-    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
+    modules = s.training.recompute_modules if str(recompute) == "selective" else ()
+    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES, modules)
     if problem:
         raise LayoutError(problem)
 

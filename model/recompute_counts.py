@@ -28,6 +28,7 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
+from trainplan.model.moe_run import EpOverlap
 
 __all__ = ["recompute_counts_refusal", "check_recompute_counts"]
 
@@ -43,6 +44,11 @@ def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> s
     ('', '')
     >>> recompute_counts_refusal("megatron", "selective", t).split(":")[0]
     'with recompute selective on the other layers'
+    >>> from dataclasses import replace
+    >>> from trainplan.model.moe_run import MoERun
+    >>> o = replace(t, moe_run=MoERun(ep_overlap="overlap_moe_expert_parallel_comm"))
+    >>> recompute_counts_refusal("megatron", "none", o).split(":")[0]
+    "under moe_ep_overlap 'overlap_moe_expert_parallel_comm'"
     """
     if Framework(str(framework)) is not Framework.MEGATRON:
         return ""
@@ -52,6 +58,12 @@ def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> s
             "recompute_granularity and refuses recompute_num_layers with selective "
             "(TransformerConfig.__post_init__); use recompute none with the counts, or "
             "selective on every layer"
+        )
+    if training.moe_run.ep_overlap is EpOverlap.COMBINED_1F1B:
+        return (
+            "under moe_ep_overlap 'overlap_moe_expert_parallel_comm': Megatron-Core asserts "
+            "recompute_num_layers is None and no full recomputation with it "
+            "(TransformerConfig.__post_init__); use recompute none or selective on every layer"
         )
     return ""
 

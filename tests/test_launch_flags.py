@@ -263,3 +263,25 @@ def test_selective_modules_are_written():
         "--recompute-modules"
         not in megatron_flags(ARCH, Layout(recompute="none"), 8, training).flags
     )
+
+
+def test_the_all_to_all_overlap_the_plan_times_is_written():
+    """``overlap_moe_expert_parallel_comm`` (``ModelParallelConfig``) and
+    ``moe_shared_expert_overlap`` (``TransformerConfig``) are off by default in Megatron-LM: a
+    plan timed with either writes its flag; without one the line writes neither."""
+    from trainplan.model.moe_run import MoERun
+
+    moe_arch = replace(
+        ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32)
+    )
+    lay = Layout(ep=2, dp=2)
+    for overlap, flag in (
+        ("overlap_moe_expert_parallel_comm", "--overlap-moe-expert-parallel-comm"),
+        ("moe_shared_expert_overlap", "--moe-shared-expert-overlap"),
+    ):
+        training = replace(TRAINING, moe_run=MoERun(ep_overlap=overlap))
+        flags = megatron_flags(moe_arch, lay, 8, training).flags
+        assert flag in flags
+        assert {f for f in flags if f.startswith("--")} <= MEGATRON_ARGUMENTS
+    plain = megatron_flags(moe_arch, lay, 8, TRAINING).flags
+    assert not {"--overlap-moe-expert-parallel-comm", "--moe-shared-expert-overlap"} & set(plain)
