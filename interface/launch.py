@@ -95,8 +95,8 @@ MEGATRON_ARGUMENTS = frozenset(
     --overlap-param-gather --no-overlap-p2p-communication
     --overlap-p2p-communication-warmup-flush --tp-comm-overlap
     --no-create-attention-mask-in-dataloader --moe-token-dispatcher-type
-    --moe-flex-dispatcher-backend --moe-grouped-gemm --moe-permute-fusion
-    --moe-router-fusion""".split()
+    --moe-flex-dispatcher-backend --moe-grouped-gemm --moe-permute-fusion --moe-router-fusion
+    --recompute-modules --overlap-moe-expert-parallel-comm --moe-shared-expert-overlap""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and

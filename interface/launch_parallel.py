@@ -5,7 +5,8 @@ sequence parallelism, the distributed optimizer and Megatron-FSDP (Megatron-LM d
 from __future__ import annotations
 
 from trainplan.model.layout import Layout
-from trainplan.model.moe_run import Dispatcher
+from trainplan.model.moe_run import Dispatcher, EpOverlap
+from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.specs import TrainingSpec
 
 __all__ = ["CP_COMM_TYPE", "megatron_parallel_flags", "megatron_run_flags"]
@@ -68,7 +69,16 @@ def megatron_run_flags(
       ``flex`` with ``--moe-flex-dispatcher-backend deepep|hybridep``; Megatron-LM's default,
       ``allgather``, keeps other buffers), grouped expert GEMMs (``--moe-grouped-gemm``:
       ``TEGroupedMLP``, whose working set the plan counts), the fused permutation and router
-      (``--moe-permute-fusion``, ``--moe-router-fusion``: :mod:`model.moe_working_set`).
+      (``--moe-permute-fusion``, ``--moe-router-fusion``: :mod:`model.moe_working_set`), and
+      the all-to-all overlap the plan timed (:attr:`model.moe_run.MoERun.ep_overlap`:
+      ``--overlap-moe-expert-parallel-comm``, ``ModelParallelConfig.overlap_moe_expert_parallel_comm``,
+      or ``--moe-shared-expert-overlap``, ``TransformerConfig.moe_shared_expert_overlap``; both
+      off by default, so without the flag the run waits on its all-to-alls);
+    * with ``training`` under selective recomputation on every layer, the modules the plan
+      recomputes when they are not the default ``core_attn`` (``--recompute-modules M …``:
+      ``TransformerConfig.recompute_modules``, a list field its ``ArgumentGroupFactory`` writes
+      with ``nargs "+"``; without it the run recomputes ``core_attn`` only and keeps what the
+      plan counted as recomputed).
 
     Under ``deepspeed`` at pp 1 a note: the plan counts Megatron-DeepSpeed's ``GPTModel``, built
     only with ``--no-pipeline-parallel`` (4efb479d ``pretrain_gpt.py`` ``model_provider``)."""
@@ -81,6 +91,12 @@ def megatron_run_flags(
             out += ["--moe-token-dispatcher-type", "flex"]
             out += ["--moe-flex-dispatcher-backend", str(dispatcher)]
         out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"]
+        overlap = training.moe_run.ep_overlap
+        if overlap is not EpOverlap.NONE:
+            out.append(f"--{str(overlap).replace('_', '-')}")
+    modules = () if training is None else training.recompute_modules
+    if str(layout.recompute) == "selective" and modules != DEFAULT_RECOMPUTE_MODULES:
+        out += ["--recompute-modules", *modules]
     if str(layout.framework) == "deepspeed" and layout.pp == 1:
         notes.append(
             "deepspeed at pp 1: the plan counts Megatron-DeepSpeed's GPTModel, which it builds "

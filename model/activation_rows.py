@@ -364,7 +364,9 @@ def fp8_rows(
     recomputed with the attention core under selective recomputation (a score term); under
     Megatron-Core's recipes other than ``delayed`` the projection saves that BF16 output itself
     and no FP8 copy (:attr:`model.activations.ActivationContext.fp8_proj_saves_original`), so it
-    stays a BF16 row. MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
+    stays a BF16 row; so does the routed experts' FC1 input under the ``expert_fc1`` offload
+    other than MXFP8 (:attr:`~model.activations.ActivationContext.fp8_expert_fc1_saves_original`).
+    MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
@@ -381,6 +383,8 @@ def fp8_rows(
             out.append((name, value, kind))
         elif name == "output projection input" and ctx.fp8_proj_saves_original:
             out.append((name, value, kind))  # the BF16 output the attention kernel keeps too
+        elif name == "routed expert inputs (top-k copies)" and ctx.fp8_expert_fc1_saves_original:
+            out.append((name, value, kind))  # FC1 saves its BF16 input (the expert_fc1 offload)
         elif ctx.memory_efficient_norm and name in NORM_OUTPUTS:
             out += [(name, value, kind), (f"{name} (FP8 copy)", value * scale, kind)]
         elif name == "output projection input" and ctx.flash_attention:

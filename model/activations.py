@@ -201,6 +201,15 @@ class ActivationContext:
     ``multi_latent_attention.py`` ``MultiLatentAttention.__init__``: ``set_save_original_input
     (self.linear_proj)`` when ``fp8_recipe != 'delayed'`` and Transformer Engine ≥ 2.6, "the
     output of the fused core_attn is saved by itself")."""
+    fp8_expert_fc1_saves_original: bool = False
+    """The routed experts' FC1 saves its BF16 input, not an FP8 copy: Megatron-Core with the
+    ``expert_fc1`` activation offload under an FP8 recipe other than MXFP8 (Megatron-LM
+    d98e8a64dd ``megatron/core/transformer/moe/experts.py`` ``TEGroupedMLP.__init__``, l. 280–284:
+    ``set_save_original_input(self.linear_fc1)`` when ``offload_expert_fc1`` and not MXFP8 or
+    NVFP4, "to avoid the CPU overhead of multiple d2h copies"; Transformer Engine's
+    ``_GroupedLinear.forward`` then saves the input as given and quantises it again in
+    backward), so the row "routed expert inputs (top-k copies)" stays at β bytes an element, on
+    the GPU and on the host."""
     cp_kind: CpKind = CpKind.RING
     """How the cp ranks exchange attention's inputs (:mod:`model.context_parallel`); with cp > 1
     the all-gather flavour keeps one more tensor (the module docstring)."""

@@ -10,9 +10,8 @@ Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
   candidate, each rule evaluated once per distinct value of its scope. The search's shapes
   (:func:`optimizer.space.legal_shapes`) and tables ask it; they never re-type a rule.
 
-Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is
-``G = dp · tp · pp · cp``; the expert-parallel group is carved out of the ``dp · cp`` ranks, so ep
-does not multiply G (docs/concepts/conventions.md "Layout").
+Rank order (inner to outer): tp, cp, ep, dp, pp (Megatron-LM's default). The world size is ``G = dp · tp · pp · cp``;
+the expert-parallel group is carved out of the ``dp · cp`` ranks: ep does not multiply G (docs/concepts/conventions.md "Layout").
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
+from trainplan.model.recompute_counts import check_recompute_counts
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -352,7 +352,8 @@ def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
     moe = None if s.model.arch is None else s.model.arch.moe
     shared = moe is not None and moe.num_shared_experts > 0
     problem = moe_run_violation(run, str(framework), moe is not None, shared)
-    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES)
+    modules = s.training.recompute_modules if str(recompute) == "selective" else ()
+    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES, modules)
     if problem:
         raise LayoutError(problem)
 
@@ -420,6 +421,9 @@ RULES: tuple[Rule, ...] = (
         _recompute_layers,
     ),
     Rule("deepspeed_pipe", ("framework", "pp", "recompute_layers"), check_deepspeed_pipe_recompute),
+    Rule(
+        "recompute_counts", ("framework", "recompute", "recompute_layers"), check_recompute_counts
+    ),
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
     Rule("cp_framework", ("cp", "cp_kind", "framework", "tp", "pp"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),

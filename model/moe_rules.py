@@ -116,20 +116,39 @@ def moe_layout_violation(
     return None
 
 
-def moe_recompute_violation(run: MoERun, full_recompute: bool) -> str | None:
+def moe_recompute_violation(
+    run: MoERun, full_recompute: bool, modules: tuple[str, ...] = ()
+) -> str | None:
     """``overlap_moe_expert_parallel_comm`` with full recomputation (or √n, which recomputes
-    whole layers): Megatron-Core asserts ``recompute_granularity != 'full'``
-    (``transformer_config.py``); None otherwise.
+    whole layers), or with the ``moe`` module among the selective ``modules`` recomputed:
+    Megatron-Core asserts ``recompute_granularity != 'full'`` and ``"moe" not in
+    recompute_modules`` (NVIDIA/Megatron-LM d98e8a64dd ``transformer_config.py``
+    ``TransformerConfig.__post_init__``, l. 3020–3032); None otherwise. Per-stage counts under
+    the overlap (``recompute_num_layers``, asserted None there too) are
+    :func:`model.recompute_counts.recompute_counts_refusal`'s.
 
     Examples
     --------
-    >>> moe_recompute_violation(MoERun(ep_overlap="overlap_moe_expert_parallel_comm"), True)[:30]
+    >>> run = MoERun(ep_overlap="overlap_moe_expert_parallel_comm")
+    >>> moe_recompute_violation(run, True)[:30]
     "moe_ep_overlap: 'overlap_moe_e"
+    >>> moe_recompute_violation(run, False, ("moe",)).split(" (")[0]
+    "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with the moe recompute module"
+    >>> moe_recompute_violation(run, False, ("moe_act",)) is None
+    True
     """
-    if run.ep_overlap is EpOverlap.COMBINED_1F1B and full_recompute:
+    if run.ep_overlap is not EpOverlap.COMBINED_1F1B:
+        return None
+    if full_recompute:
         return (
             "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with full "
             "recomputation (Megatron-Core asserts it)"
+        )
+    if "moe" in modules:
+        return (
+            "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with the moe "
+            'recompute module (Megatron-Core asserts "moe" not in recompute_modules); '
+            "use moe_act or other modules"
         )
     return None
 

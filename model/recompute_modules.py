@@ -319,7 +319,13 @@ def check_setting_recompute_modules(
     arch: Any, training: Any, framework: str, recompute: str
 ) -> None:
     """:func:`check_recompute_modules` of a model's ``arch`` (None: a model given by size, every
-    feature possible) and ``training``'s modules, precision and FP8 recipe."""
+    feature possible) and ``training``'s modules, precision and FP8 recipe; and, for the same
+    reason as :func:`_check_delayed`, the ``expert_fc1`` activation offload under ``megatron``
+    with FP8's ``delayed`` recipe: Megatron-Core sets ``save_original_input`` on the experts'
+    FC1 with that offload (Megatron-LM d98e8a64dd ``moe/experts.py`` ``TEGroupedMLP.__init__``,
+    l. 280–284, every recipe but MXFP8 and NVFP4), which Transformer Engine's
+    ``module/grouped_linear.py`` ``_GroupedLinear.forward`` refuses with a ``Float8Quantizer``
+    (``DelayedScaling``)."""
     has_moe = arch is None or arch.kind_index(True) is not None
     has_mla = arch is None or arch.mla is not None
     shared = arch is not None and arch.moe is not None and arch.moe.num_shared_experts > 0
@@ -328,3 +334,11 @@ def check_setting_recompute_modules(
     )
     modules = training.recompute_modules
     check_recompute_modules(framework, recompute, modules, has_moe, has_mla, delayed, shared)
+    offloaded = "expert_fc1" in training.offload.activations
+    if delayed and offloaded and has_moe and str(framework) == Framework.MEGATRON:
+        raise LayoutError(
+            "offload_activations: expert_fc1 makes the experts' FC1 save its original input "
+            "(Megatron-Core TEGroupedMLP.__init__, set_save_original_input), which Transformer "
+            'Engine refuses under fp8_recipe delayed ("DelayedScaling recipe is not supported '
+            'with save_original_input"); use fp8_recipe tensorwise, blockwise or mxfp8'
+        )

@@ -11,12 +11,20 @@ from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.params import layer_params
 from trainplan.model.pipeline import Schedule
+from trainplan.model.recompute_counts import recompute_counts_refusal
 from trainplan.model.specs import Architecture
 from trainplan.model.split import balanced_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.optimizer.case import Case
 
-__all__ = ["check_per_stage", "leading_layers", "layer_counts", "realization", "most_recomputed"]
+__all__ = [
+    "check_per_stage",
+    "leading_layers",
+    "layer_counts",
+    "realization",
+    "most_recomputed",
+    "takes_counts",
+]
 
 
 def check_per_stage(case: Case, layout: Layout) -> None:
@@ -141,8 +149,17 @@ def realization(
     )
 
 
-def most_recomputed(layers: int, v: int) -> int:
+def most_recomputed(layers: int, v: int, counts: bool = True) -> int:
     """The largest count a stage of ``layers`` layers over v chunks takes: its largest chunk's
     layers, ⌈n/v⌉ (:func:`model.split.balanced_chunk_sizes`); a count there recomputes every
-    layer."""
-    return -(-layers // v)
+    layer. 0 without ``counts`` (a base that takes none, :func:`takes_counts`)."""
+    return -(-layers // v) if counts else 0
+
+
+def takes_counts(case: Case, layout: Layout) -> bool:
+    """Whether the base ``layout`` takes per-stage counts above 0: not where its framework runs
+    none with its recompute mode and the recipe's choices
+    (:func:`model.recompute_counts.recompute_counts_refusal`: Megatron-Core with selective
+    recomputation on the other layers, or under ``overlap_moe_expert_parallel_comm``); there a
+    plan keeps the base's mode on every layer and chooses the split alone."""
+    return not recompute_counts_refusal(layout.framework, layout.recompute, case.training)

@@ -23,9 +23,8 @@ and its position only — the schedule's order of forwards and backwards on a st
 pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k, and the
 pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
 
-A stage's figures read only its own layers and position, never the other stages' counts, when
-the model's layers are alike (dense, no multi-token-prediction blocks): :func:`optimizer.stage_rules.check_per_stage`
-refuses other models (:mod:`optimizer.stage_rules`). The CP-SAT model over these rows is :mod:`optimizer.stage_cpsat`.
+A stage's figures read only its own layers and position, never the other stages' counts, when the model's layers
+are alike (:func:`optimizer.stage_rules.check_per_stage` refuses other models). The CP-SAT model is :mod:`optimizer.stage_cpsat`.
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from trainplan.optimizer.stage_rules import (
     leading_layers,
     most_recomputed,
     realization,
+    takes_counts,
 )
 
 __all__ = [
@@ -154,8 +154,9 @@ class _Stages:
     layout: Layout
     case: Case
     prefix: int = 0
-    """The leading layers that differ from the rest (:func:`leading_layers`): the first
-    stage's."""
+    """The leading layers that differ from the rest (:func:`leading_layers`): the first stage's."""
+    recomputes: bool = True
+    """Whether a stage may recompute layers (:func:`optimizer.stage_rules.takes_counts`)."""
 
     def counts(self, stage: int) -> range:
         """:func:`layer_counts` of ``stage``."""
@@ -195,7 +196,7 @@ def _stage_context(case: Case, layout: Layout) -> _Stages:
     )
     links = links_for(layout, case.links, case.fabric)
     prefix = leading_layers(arch) or 0
-    return _Stages(c, links, arch.num_layers, layout, case, prefix)
+    return _Stages(c, links, arch.num_layers, layout, case, prefix, takes_counts(case, layout))
 
 
 def stage_capacity(
@@ -254,7 +255,7 @@ def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
     for stage in range(pp):
 
         def fits(n: int, stage: int = stage) -> bool:
-            return sc.memory(stage, n, most_recomputed(n, v)).total_bytes <= capacity
+            return sc.memory(stage, n, most_recomputed(n, v, sc.recomputes)).total_bytes <= capacity
 
         if pp == 1:  # one stage holds all L layers
             if not fits(L):
@@ -441,7 +442,7 @@ def least_fitting(costs: StageCosts, stage: int, n: int, least: int) -> int | No
     fits with ``n`` layers on ``stage``, None when not even the most fits. One more layer never
     holds less, so it is at least ``least`` (n − 1's): tried first, then the most, then the
     least above it by bisection."""
-    top = most_recomputed(n, costs.stages.layout.virtual_stages)
+    top = most_recomputed(n, costs.stages.layout.virtual_stages, costs.stages.recomputes)
     if costs.fits(stage, n, least):
         return least
     if least >= top or not costs.fits(stage, n, top):

@@ -245,3 +245,43 @@ def test_the_line_writes_the_run_the_plan_counts():
     i = flags.index("--moe-token-dispatcher-type")
     assert flags[i + 1] == "alltoall"
     assert {"--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"} <= set(flags)
+
+
+def test_selective_modules_are_written():
+    """A plan whose selective recomputation drops more than the attention core names its modules
+    (``--recompute-modules``, ``TransformerConfig.recompute_modules``, nargs "+"): without them
+    Megatron-LM recomputes ``core_attn`` only and keeps what the plan counted as recomputed.
+    The default module and other recompute modes write none."""
+    training = replace(TRAINING, recompute_modules=("layernorm", "mlp"))
+    flags = megatron_flags(ARCH, Layout(recompute="selective"), 8, training).flags
+    i = flags.index("--recompute-modules")
+    assert flags[i + 1 : i + 3] == ("layernorm", "mlp")
+    assert {f for f in flags if f.startswith("--")} <= MEGATRON_ARGUMENTS
+    default = megatron_flags(ARCH, Layout(recompute="selective"), 8, TRAINING).flags
+    assert "--recompute-modules" not in default
+    assert (
+        "--recompute-modules"
+        not in megatron_flags(ARCH, Layout(recompute="none"), 8, training).flags
+    )
+
+
+def test_the_all_to_all_overlap_the_plan_times_is_written():
+    """``overlap_moe_expert_parallel_comm`` (``ModelParallelConfig``) and
+    ``moe_shared_expert_overlap`` (``TransformerConfig``) are off by default in Megatron-LM: a
+    plan timed with either writes its flag; without one the line writes neither."""
+    from trainplan.model.moe_run import MoERun
+
+    moe_arch = replace(
+        ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32)
+    )
+    lay = Layout(ep=2, dp=2)
+    for overlap, flag in (
+        ("overlap_moe_expert_parallel_comm", "--overlap-moe-expert-parallel-comm"),
+        ("moe_shared_expert_overlap", "--moe-shared-expert-overlap"),
+    ):
+        training = replace(TRAINING, moe_run=MoERun(ep_overlap=overlap))
+        flags = megatron_flags(moe_arch, lay, 8, training).flags
+        assert flag in flags
+        assert {f for f in flags if f.startswith("--")} <= MEGATRON_ARGUMENTS
+    plain = megatron_flags(moe_arch, lay, 8, TRAINING).flags
+    assert not {"--overlap-moe-expert-parallel-comm", "--moe-shared-expert-overlap"} & set(plain)

@@ -118,17 +118,20 @@ def _linear_rows(training: TrainingSpec, framework: Framework) -> dict[str, Any]
     """The :class:`model.activations.ActivationContext` flags of what the linear layers and the
     MoE permutation save under the recipe and the framework: FP8 inputs and their bytes, TE's
     per-module quantizers, Megatron-Core's BF16 output-projection input under a recipe other than
-    ``delayed``, TE's fused permutation's int32 row map under the all-to-all dispatcher."""
-    fp8 = training.precision is Precision.FP8
+    ``delayed`` and its experts' BF16 FC1 input under the ``expert_fc1`` offload other than MXFP8,
+    TE's fused permutation's int32 row map under the all-to-all dispatcher."""
+    fp8, offloaded = training.precision is Precision.FP8, training.offload.activations
     recipe = fp8_recipe_of(framework, training.fp8_recipe)
     megatron = framework is Framework.MEGATRON
     alltoall = training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    fc1_original = fp8 and megatron and recipe is not Fp8Recipe.MXFP8 and "expert_fc1" in offloaded
     return {
         "fp8_linear_inputs": fp8 and framework.fp8_saves_fp8_inputs,
         "fp8_input_bytes": fp8_activation_bytes(recipe),
         "te_linears": framework.te_layers,
         "permute_map_bytes": 4 if megatron and alltoall else 0,
         "fp8_proj_saves_original": fp8 and megatron and recipe is not Fp8Recipe.DELAYED,
+        "fp8_expert_fc1_saves_original": fc1_original,
     }
 
 

@@ -246,3 +246,37 @@ def test_pipeline_stage_holds_its_copy_backlog_and_a_prereloaded_layer():
     first, last = (float(st.activations.offload_buffer_bytes) for st in off.stages)
     assert first == pytest.approx(x + (x + 15 * excess) + x, rel=1e-9)
     assert last == pytest.approx(x + 15 * excess, rel=1e-9)
+
+
+def test_expert_fc1_offload_under_fp8_moves_the_bf16_input():
+    """Megatron-LM d98e8a64dd ``moe/experts.py`` ``TEGroupedMLP.__init__`` (l. 280–284): with
+    the ``expert_fc1`` offload under an FP8 recipe other than MXFP8 the experts' FC1 saves its
+    original BF16 input (``set_save_original_input``), not its FP8 copy. Mixtral 8×7B, tp 1,
+    ep 1, S = 4,096 tokens, h 4,096, k 2, one stage (32 MoE layers, the last kept):
+
+    * tensorwise: without the offload the layer keeps the FP8 copy, 1 B × 2·S·h = 33,554,432 B
+      (32 layers: 1,073,741,824 B), which leaves the GPU's layer stack; what moves is the BF16
+      input, 2 B × 2·S·h = 67,108,864 B a layer: 31 layers on the host, 2,080,374,784 B, and
+      the kept layer's 67,108,864 B on the GPU (the copy hides under the next layer's forward);
+    * MXFP8 (GB200) saves the FP8 copy, 1 + 1/32 B an element: 34,603,008 B a layer, 31 on the
+      host 1,072,693,248 B;
+    * ``delayed``: Transformer Engine's ``_GroupedLinear.forward`` refuses save_original_input
+      with a ``Float8Quantizer``, so the plan is refused."""
+    base = {"model": "mixtral-8x7b", "dp": 8, "seq_len": 4096, "global_batch_size": 64}
+    base |= {"recompute": "selective", "precision": "fp8", "fp8_recipe": "tensorwise"}
+    off = Offload(activations="expert_fc1")
+    plain = Case.of(**base).evaluate()
+    moved = Case.of(**base, offload=off).evaluate()
+    a0, a1 = plain.peak.activations, moved.peak.activations
+    assert a0.layers_bytes - a1.layers_bytes == 32 * 33_554_432 == 1_073_741_824
+    assert a1.offload_host_bytes == moved.host_bytes == 31 * 67_108_864 == 2_080_374_784
+    assert a1.offload_buffer_bytes == 67_108_864
+    mx = {**base, "fp8_recipe": "mxfp8", "device": "GB200"}
+    mx_moved = Case.of(**mx, offload=off).evaluate()
+    assert mx_moved.peak.activations.offload_host_bytes == 31 * 34_603_008 == 1_072_693_248
+    with pytest.raises(LayoutError) as err:
+        Case.of(**{**base, "fp8_recipe": "delayed"}, offload=off).evaluate()
+    assert str(err.value).startswith(
+        "offload_activations: expert_fc1 makes the experts' FC1 save its original input"
+    )
+    assert "DelayedScaling recipe is not supported with save_original_input" in str(err.value)

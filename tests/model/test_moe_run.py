@@ -231,3 +231,41 @@ def test_layout_rules_are_megatrons_asserts():
     assert moe_layout_violation(deepep, 64, 1, 1) is None
     assert moe_layout_violation(deepep, 12, 1, 1).startswith("ep: 12 has no DeepEP config")
     assert moe_layout_violation(MoERun(), 12, 4, 1) is None
+
+
+def test_overlap_refuses_per_stage_counts_and_the_moe_module():
+    """Megatron-LM d98e8a64dd ``transformer_config.py`` ``TransformerConfig.__post_init__``
+    (l. 3020–3032), under ``overlap_moe_expert_parallel_comm``: ``recompute_num_layers is None``
+    (so no per-stage block counts, over recompute none too) and ``"moe" not in
+    recompute_modules``. Counts all 0 and the ``moe_act`` module run; so does the same plan
+    without the overlap."""
+    import trainplan
+    from trainplan.model.errors import PlannerError
+
+    case = dict(
+        model="qwen3-235b-a22b", gpu="H100-SXM", framework="megatron", dp=2, pp=32, ep=2,
+        zero_stage=1, precision="fp8", fp8_recipe="blockwise", micro_batch_size=1,
+        global_batch_size=1024, schedule="interleaved", virtual_stages=2,
+    )  # fmt: skip
+    overlap = {"moe_ep_overlap": "overlap_moe_expert_parallel_comm"}
+    ones = (1,) * 32
+    with pytest.raises(PlannerError) as err:
+        trainplan.evaluate(**case, **overlap, recompute="none", recompute_layers=ones)
+    assert str(err.value) == (
+        f"recompute_layers: {','.join(['1'] * 32)} under moe_ep_overlap "
+        "'overlap_moe_expert_parallel_comm': Megatron-Core asserts recompute_num_layers is None "
+        "and no full recomputation with it (TransformerConfig.__post_init__); use recompute none "
+        "or selective on every layer"
+    )
+    with pytest.raises(PlannerError) as err:
+        trainplan.evaluate(**case, **overlap, recompute="selective", recompute_modules=["moe"])
+    assert str(err.value) == (
+        "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' does not run with the moe recompute "
+        'module (Megatron-Core asserts "moe" not in recompute_modules); use moe_act or other '
+        "modules"
+    )
+    assert trainplan.evaluate(**case, **overlap, recompute="none", recompute_layers=(0,) * 32)
+    assert trainplan.evaluate(
+        **case, **overlap, recompute="selective", recompute_modules=["moe_act"]
+    )
+    assert trainplan.evaluate(**case, recompute="none", recompute_layers=ones)

@@ -74,10 +74,11 @@ _SPLITS = st.integers(min_value=1, max_value=4).flatmap(
 
 
 @settings(max_examples=15, deadline=None)
-@given(layers=_SPLITS, base=st.sampled_from(["none", "selective"]))
+@given(layers=_SPLITS, base=st.sampled_from(["none"]))
 def test_counts_at_the_ends_are_the_uniform_modes(layers, base):
     """recompute_layers = every stage's layers is the existing ``full`` mode (memory exact,
-    time to float rounding); all zeros is the base mode (exact)."""
+    time to float rounding); all zeros is the base mode (exact). Base none only: Megatron-Core
+    (the default profile) refuses counts over selective (:func:`test_counts_over_selective_are_refused`)."""
     pp = len(layers)
     case = _small_case(pp, layers)
     base_e = Case.of(**{**case, "recompute": base}).evaluate()
@@ -135,6 +136,27 @@ def test_one_more_recomputed_layer_never_holds_more_nor_runs_faster(layers, data
 def test_bad_counts_are_refused_in_one_line(value, extra, message):
     with pytest.raises(LayoutError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Case.of(**{**LLAMA3_70B, "recompute_layers": value, **extra}).evaluate()
+
+
+def test_counts_over_selective_are_refused():
+    """Megatron-LM d98e8a64dd ``transformer_config.py`` ``TransformerConfig.__post_init__``
+    (l. 1927–1932): granularity selective with recompute_num_layers set raises ValueError; the
+    block counts run under full granularity, which takes no recompute modules. So counts above 0
+    over a selective base are refused under ``megatron`` (Megatron-FSDP too: ZeRO-3), all zeros
+    (selective on every layer) and counts over none are not."""
+    rule = (
+        " with recompute selective on the other layers: Megatron-Core runs one "
+        "recompute_granularity and refuses recompute_num_layers with selective "
+        "(TransformerConfig.__post_init__); use recompute none with the counts, or selective on "
+        "every layer"
+    )
+    for zero, pp, counts in ((1, 4, "2,0,0,0"), (3, 1, "2")):  # Megatron-FSDP at pp 1
+        case = {**LLAMA3_70B, "pp": pp, "zero_stage": zero, "recompute": "selective"}
+        with pytest.raises(LayoutError) as err:
+            Case.of(**case, recompute_layers=counts).evaluate()
+        assert str(err.value) == f"recompute_layers: {counts}{rule}"
+    assert Case.of(**LLAMA3_70B, recompute="selective", recompute_layers="0,0,0,0").evaluate()
+    assert Case.of(**LLAMA3_70B, recompute="none", recompute_layers="2,0,0,0").evaluate()
 
 
 def test_cli_refuses_bad_counts_with_exit_2(monkeypatch, capsys):
@@ -256,10 +278,11 @@ _CHUNKS = st.integers(min_value=2, max_value=3).flatmap(
 
 
 @settings(max_examples=12, deadline=None)
-@given(shape=_CHUNKS, base=st.sampled_from(["none", "selective"]))
+@given(shape=_CHUNKS, base=st.sampled_from(["none"]))
 def test_interleaved_counts_at_the_ends_are_the_uniform_modes(shape, base):
     """Interleaved, any per-chunk split: counts of every stage's largest chunk are the ``full``
-    mode (memory exact, time to float rounding), all zeros the base mode (exact)."""
+    mode (memory exact, time to float rounding), all zeros the base mode (exact). Base none only,
+    as :func:`test_counts_at_the_ends_are_the_uniform_modes`."""
     (pp, v), chunks = shape
     if sum(chunks) == 0:
         return

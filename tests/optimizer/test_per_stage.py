@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.archs import llama_like
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import objective_ns
 from trainplan.model.model_spec import ModelSpec
 from trainplan.optimizer.case import Case
@@ -78,7 +78,9 @@ def oracle_at(case, lay, capacity: int):
     """(least step ns, layers, recomputed) over every per-stage layout of ``lay``'s shape whose
     every stage needs at most ``capacity`` bytes, by evaluate(): every composition of L into pp
     stage counts, each stage's n spread over its v chunks as ⌊n/v⌋ with its last n mod v chunks
-    one more, and every per-chunk count 0 … ⌈n/v⌉; None when none fits."""
+    one more, and every per-chunk count 0 … ⌈n/v⌉ that is legal (evaluate() refuses counts
+    above 0 over a selective base under megatron: :mod:`model.recompute_counts`); None when none
+    fits."""
     v = lay.virtual_stages
     best = None
     for sizes in compositions(case.model.arch.num_layers, lay.pp):
@@ -87,7 +89,10 @@ def oracle_at(case, lay, capacity: int):
             for c in range(v):
                 chunks[i + c * lay.pp] = n // v + (c >= v - n % v)
         for counts in itertools.product(*(range(-(-n // v) + 1) for n in sizes)):
-            est = case.evaluate(lay.with_(stage_layers=tuple(chunks), recompute_layers=counts))
+            try:
+                est = case.evaluate(lay.with_(stage_layers=tuple(chunks), recompute_layers=counts))
+            except LayoutError:
+                continue
             if all(s.total_bytes <= capacity for s in est.stages):
                 value = sum(objective_ns(est.time_terms))
                 if best is None or value < best[0]:
@@ -166,6 +171,24 @@ def test_oracle_case_by_hand():
     assert got.estimate is not None
     assert got.estimate.layout.stage_layers == (3, 3)
     assert got.estimate.layout.recompute_layers == (2, 0)
+
+
+def test_selective_base_takes_no_counts_under_megatron():
+    """Megatron-Core refuses recompute_num_layers with selective granularity
+    (``TransformerConfig.__post_init__``; :mod:`model.recompute_counts`): on a selective base
+    the tables' rows recompute nothing and the plan is selective on every layer with a split;
+    the same shape over recompute none recomputes 2 layers of stage 0
+    (:func:`test_oracle_case_by_hand`)."""
+    case = tiny_case(6, 2, "selective")
+    headroom = tight_headroom(case, 0.5)
+    tables = build_stage_tables(case, case.layout, headroom)
+    assert {o.recomputed for rows in tables.options for o in rows} == {0}
+    got = solve_shape(case, case.layout, headroom)
+    if got.estimate is not None:
+        assert set(got.estimate.layout.recompute_layers) == {0}
+    none = tiny_case(6, 2)
+    rows = build_stage_tables(none, none.layout, tight_headroom(none, 0.5)).options
+    assert max(o.recomputed for r in rows for o in r) > 0
 
 
 def test_time_limit_returns_what_it_has_not_a_proof():

@@ -1,0 +1,87 @@
+"""Which framework runs per-stage recomputation counts with which recompute mode.
+
+A layout's per-stage counts (``Layout.recompute_layers``: the first k layers of each stage, or
+of each model chunk, fully recomputed) are Megatron-LM's block method: ``--recompute-granularity
+full --recompute-method block --recompute-num-layers k``. Megatron-Core (the ``megatron``
+profile, Megatron-FSDP included: both build one ``TransformerConfig``) runs one
+``recompute_granularity`` per run, so the layers past the count keep every activation; it runs
+none of the mixes below (NVIDIA/Megatron-LM d98e8a64dd,
+``megatron/core/transformer/transformer_config.py`` ``TransformerConfig.__post_init__``):
+
+* counts with ``recompute`` selective on the other layers: granularity ``selective`` with
+  ``recompute_num_layers`` set raises ``ValueError`` ("recompute_num_layers must be None",
+  l. 1927–1932), and granularity ``full`` takes no ``recompute_modules``
+  (``transformer_block.py`` checkpoints layers only under ``full``; ``transformer_layer.py``
+  reads the modules only under ``selective``);
+* counts under ``overlap_moe_expert_parallel_comm``: asserted against
+  (``recompute_granularity != 'full'``, ``recompute_method is None``, ``recompute_num_layers
+  is None``, l. 3020–3029).
+
+The legality rule ``recompute_counts`` (:func:`check_recompute_counts`) refuses them, and the
+per-stage search's tables read the same :func:`recompute_counts_refusal` to keep every count at
+0 on such a base (:mod:`optimizer.stage_tables`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.errors import LayoutError
+from trainplan.model.frameworks import Framework
+from trainplan.model.moe_run import EpOverlap
+
+__all__ = ["recompute_counts_refusal", "check_recompute_counts"]
+
+
+def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> str:
+    """Why per-stage counts above 0 do not run under ``framework`` with ``recompute`` on the
+    other layers and ``training``'s choices (its MoE all-to-all overlap), or "" (the module
+    docstring).
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=8)
+    >>> recompute_counts_refusal("megatron", "none", t), recompute_counts_refusal("fsdp2", "selective", t)
+    ('', '')
+    >>> recompute_counts_refusal("megatron", "selective", t).split(":")[0]
+    'with recompute selective on the other layers'
+    >>> from dataclasses import replace
+    >>> from trainplan.model.moe_run import MoERun
+    >>> o = replace(t, moe_run=MoERun(ep_overlap="overlap_moe_expert_parallel_comm"))
+    >>> recompute_counts_refusal("megatron", "none", o).split(":")[0]
+    "under moe_ep_overlap 'overlap_moe_expert_parallel_comm'"
+    """
+    if Framework(str(framework)) is not Framework.MEGATRON:
+        return ""
+    if str(recompute) == "selective":
+        return (
+            "with recompute selective on the other layers: Megatron-Core runs one "
+            "recompute_granularity and refuses recompute_num_layers with selective "
+            "(TransformerConfig.__post_init__); use recompute none with the counts, or "
+            "selective on every layer"
+        )
+    if training.moe_run.ep_overlap is EpOverlap.COMBINED_1F1B:
+        return (
+            "under moe_ep_overlap 'overlap_moe_expert_parallel_comm': Megatron-Core asserts "
+            "recompute_num_layers is None and no full recomputation with it "
+            "(TransformerConfig.__post_init__); use recompute none or selective on every layer"
+        )
+    return ""
+
+
+def check_recompute_counts(
+    setting: Any, framework: Any, recompute: Any, counts: tuple[int, ...] | None
+) -> None:
+    """Refuse per-stage counts (some above 0) that :func:`recompute_counts_refusal` says do not
+    run; ``setting`` is the legality rule's (:class:`model.legality.Setting`), read for its
+    training choices.
+
+    Raises
+    ------
+    LayoutError
+        ``recompute_layers: 2,1 with recompute selective on the other layers: …``.
+    """
+    if counts is None or not any(counts):
+        return
+    why = recompute_counts_refusal(framework, recompute, setting.training)
+    if why:
+        raise LayoutError(f"recompute_layers: {','.join(map(str, counts))} {why}")
