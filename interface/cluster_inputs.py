@@ -77,7 +77,11 @@ def device_of(
     if "gpu" not in params:
         used["gpu"] = gpu_name
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
-    device = gpu_name if isinstance(gpu_name, DeviceSpec) else named_lookup("gpu", get_accelerator, str(gpu_name))
+    device = (
+        gpu_name
+        if isinstance(gpu_name, DeviceSpec)
+        else named_lookup("gpu", get_accelerator, str(gpu_name))
+    )
     check_precision(training.precision, device)
     check_fp8_profile(training, device, frameworks)
     if training.precision is Precision.FP8 and model.arch is None:

@@ -122,7 +122,11 @@ class Case:
         if isinstance(model, str):
             entry = named_lookup("model", get_model, model)
             model, training_defaults = entry.model, entry.training
-        device = device if isinstance(device, DeviceSpec) else named_lookup("gpu", get_accelerator, device)
+        device = (
+            device
+            if isinstance(device, DeviceSpec)
+            else named_lookup("gpu", get_accelerator, device)
+        )
         given, case_args, layout_args = _split_options(options)
         _refuse_twice(layout_args if layout is not None else {}, "layout")
         _refuse_twice(given if training is not None else {}, "training")

@@ -224,7 +224,10 @@ def test_rlhf_text_names_the_peak_it_divides_by():
     args = ("rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule")
     d = json.loads(trainplan(*args, "--peak-tflops", "500", "--chips", "8", "--json").stdout)
     assert (d["peak_flops_per_s"], d["chips"], d["decode_mfu"], d["train_mfu"]) == (
-        500e12, 8, 0.04, 0.4
+        500e12,
+        8,
+        0.04,
+        0.4,
     )
     text = trainplan(*args, "--peak-tflops", "500", "--chips", "8").stdout.splitlines()
     assert text[0].endswith("networks; times at peak 500.0 TFLOP/s per chip × 8 chip(s)")
@@ -260,7 +263,16 @@ def test_misspelled_names_and_bad_numbers_name_their_flag():
             "search model": ["search", "--model", "lama3-8b", "--gpus", "8"],
             "frontier model": ["frontier", "--model", "lama3-8b", "--gpus", "8"],
             "search gpu": ["search", *llama, "--gpus", "8", "--gpu", "B900"],
-            "critic": ["rlhf", "--algorithm", "grpo", *llama, "--critic-model", "lama", "--gpus", "8"],
+            "critic": [
+                "rlhf",
+                "--algorithm",
+                "grpo",
+                *llama,
+                "--critic-model",
+                "lama",
+                "--gpus",
+                "8",
+            ],
             "mfu gpu": [*mfu, "--gpu", "B900"],
             "mfu no peak": list(mfu),
             "open range": ["search", *llama, "--gpus", "8.."],
@@ -274,7 +286,10 @@ def test_misspelled_names_and_bad_numbers_name_their_flag():
     assert said["search gpu"].startswith("--gpu: unknown gpu 'B900'; did you mean B300")
     assert said["mfu gpu"].startswith("--gpu: unknown gpu 'B900'")
     assert said["critic"].startswith("--critic-model: unknown model 'lama'; did you mean")
-    assert said["mfu no peak"] == "--gpu: missing; give --gpu (e.g. H100-SXM) or --peak-tflops (per chip)"
+    assert (
+        said["mfu no peak"]
+        == "--gpu: missing; give --gpu (e.g. H100-SXM) or --peak-tflops (per chip)"
+    )
     assert said["open range"] == "--gpus: range '8..' needs both ends, e.g. 1024..16384"
     assert said["document 0"] == (
         "--document-length: 0 must be at least 1 token, its spread at least 0"
@@ -294,8 +309,18 @@ def test_dimensions_beside_a_named_model_are_refused_not_dropped():
             "layers": ["evaluate", "--model", "llama3-8b", "--layers", "12"],
             "vocab": ["search", "--model", "llama3-8b", "--gpus", "8", "--vocab", "1000"],
             "size heads": ["evaluate", "--params", "7e9", "--heads", "32"],
-            "size dims": ["evaluate", "--params", "7e9", "--layers", "32", "--hidden", "4096",
-                          "--heads", "32", "--json"],  # fmt: skip
+            "size dims": [
+                "evaluate",
+                "--params",
+                "7e9",
+                "--layers",
+                "32",
+                "--hidden",
+                "4096",
+                "--heads",
+                "32",
+                "--json",
+            ],  # fmt: skip
         }
     )
     assert refusal(runs["layers"]) == (
@@ -349,8 +374,17 @@ def test_pipeline_times_of_the_other_schedule_kind_name_the_flags_to_give():
     runs = run_many(
         {
             "t-fb": ["pipeline", "--stages", "4", "--microbatches", "8", "--t-fb", "2"],
-            "ratio": ["pipeline", "--stages", "4", "--microbatches", "8", "--schedule", "zb-h1",
-                      "--backward-ratio", "2"],  # fmt: skip
+            "ratio": [
+                "pipeline",
+                "--stages",
+                "4",
+                "--microbatches",
+                "8",
+                "--schedule",
+                "zb-h1",
+                "--backward-ratio",
+                "2",
+            ],  # fmt: skip
         }
     )
     assert refusal(runs["t-fb"]) == (
@@ -371,7 +405,15 @@ def test_mfu_refusals_name_the_flags_to_check():
     runs = run_many(
         {
             "too high": [*base, "--chips", "8"],
-            "both": [*base, "--chips", "512", "--recompute", "full", "--recomputed-flops-pct", "20"],
+            "both": [
+                *base,
+                "--chips",
+                "512",
+                "--recompute",
+                "full",
+                "--recomputed-flops-pct",
+                "20",
+            ],
             "dims": [*base, "--chips", "512", "--recompute", "selective", "--layers", "80"],
         }
     )
@@ -380,7 +422,9 @@ def test_mfu_refusals_name_the_flags_to_check():
         "the step, all chips) or --chips (8: the job's chip count), else the peak (--peak-tflops "
         "/ --gpu)"
     )
-    assert refusal(runs["both"]) == "--recompute: give --recomputed-flops-pct or --recompute, not both"
+    assert (
+        refusal(runs["both"]) == "--recompute: give --recomputed-flops-pct or --recompute, not both"
+    )
     assert refusal(runs["dims"]) == (
         "--recompute: 'selective' needs the model's --heads, --head-dim, --seq-len (or give "
         "--recomputed-flops-pct)"

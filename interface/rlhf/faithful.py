@@ -191,7 +191,11 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
     InputError
         A bad value; ``framework`` textbook (the accounting without a model).
     """
-    policy = r.model_spec if r.model_spec is not None else named_lookup("model", get_model, str(r.model)).model
+    policy = (
+        r.model_spec
+        if r.model_spec is not None
+        else named_lookup("model", get_model, str(r.model)).model
+    )
     critic = (
         None
         if r.critic_model is None
