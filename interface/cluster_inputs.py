@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from trainplan.interface.model_inputs import count_of
-from trainplan.model.errors import InputError, check_applicable, named_lookup
+from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.model_spec import ModelSpec
@@ -18,7 +18,7 @@ from trainplan.model.precision import Precision, check_precision, fp8_recipe_of
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
 from trainplan.optimizer.case import DEFAULT_GPU
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerators import accelerator_of
 
 __all__ = [
     "DEFAULT_GPU",
@@ -77,11 +77,7 @@ def device_of(
     if "gpu" not in params:
         used["gpu"] = gpu_name
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
-    device = (
-        gpu_name
-        if isinstance(gpu_name, DeviceSpec)
-        else named_lookup("gpu", get_accelerator, str(gpu_name))
-    )
+    device = accelerator_of(gpu_name)
     check_precision(training.precision, device)
     check_fp8_profile(training, device, frameworks)
     if training.precision is Precision.FP8 and model.arch is None:

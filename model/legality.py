@@ -48,7 +48,7 @@ from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
-from trainplan.model.recompute_counts import check_recompute_counts
+from trainplan.model.recompute_counts import check_count_sizes, check_recompute_counts
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.specs import AttentionKind, TrainingSpec
@@ -57,7 +57,6 @@ from trainplan.model.split import (
     check_framework_split,
     check_stage_layers,
     split_rule_of,
-    stage_chunks,
 )
 from trainplan.model.xp import where
 
@@ -274,31 +273,8 @@ def _recompute_layers(
     sizes: tuple[int, ...] | None,
     schedule: Any = None,
 ) -> None:
-    """The per-stage recomputation counts' rules (``Layout.recompute_layers``; the schedule
-    places the chunks, :func:`model.split.chunk_ranks`)."""
-    arch = s.model.arch
-    if counts is None or arch is None:
-        return
-    shown = ",".join(map(str, counts))
-    if str(recompute) not in ("none", "selective"):
-        raise LayoutError(
-            f"recompute_layers: {shown} needs recompute none or selective for the other "
-            f"layers, not {recompute}"
-        )
-    for i, k in enumerate(counts):
-        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule))
-        if k <= largest:
-            continue
-        if v == 1:
-            raise LayoutError(
-                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
-                "(each count must be at most its stage's layers)"
-            )
-        raise LayoutError(
-            f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
-            f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
-            "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
-        )
+    """The per-stage recomputation counts' rules (:func:`model.recompute_counts.check_count_sizes`)."""
+    check_count_sizes(s.model.arch, counts, recompute, pp, v, uneven, sizes, schedule)
 
 
 def _cp(

@@ -29,8 +29,9 @@ from typing import Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import EpOverlap
+from trainplan.model.split import stage_chunks
 
-__all__ = ["recompute_counts_refusal", "check_recompute_counts"]
+__all__ = ["recompute_counts_refusal", "check_recompute_counts", "check_count_sizes"]
 
 
 def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> str:
@@ -85,3 +86,45 @@ def check_recompute_counts(
     why = recompute_counts_refusal(framework, recompute, setting.training)
     if why:
         raise LayoutError(f"recompute_layers: {','.join(map(str, counts))} {why}")
+
+
+def check_count_sizes(
+    arch: Any,
+    counts: tuple[int, ...] | None,
+    recompute: Any,
+    pp: int,
+    v: int,
+    uneven: bool | str,
+    sizes: tuple[int, ...] | None,
+    schedule: Any = None,
+) -> None:
+    """Per-stage counts (``Layout.recompute_layers``) need recompute none or selective on the
+    other layers, and each count is at most its stage's layers (with ``virtual_stages`` > 1 its
+    largest model chunk's, as Megatron-LM's ``--recompute-num-layers`` counts per chunk; the
+    schedule places the chunks, :func:`model.split.chunk_ranks`).
+
+    Raises:
+        LayoutError: naming ``recompute_layers``, the count and the rule.
+    """
+    if counts is None or arch is None:
+        return
+    shown = ",".join(map(str, counts))
+    if str(recompute) not in ("none", "selective"):
+        raise LayoutError(
+            f"recompute_layers: {shown} needs recompute none or selective for the other "
+            f"layers, not {recompute}"
+        )
+    for i, k in enumerate(counts):
+        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule))
+        if k <= largest:
+            continue
+        if v == 1:
+            raise LayoutError(
+                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
+                "(each count must be at most its stage's layers)"
+            )
+        raise LayoutError(
+            f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
+            f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
+            "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
+        )

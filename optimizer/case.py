@@ -25,7 +25,7 @@ from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.scenarios.catalogue import get_model
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerators import accelerator_of
 from trainplan.topology.graph import build_cluster
 from trainplan.topology.placement import axis_links
 
@@ -122,11 +122,7 @@ class Case:
         if isinstance(model, str):
             entry = named_lookup("model", get_model, model)
             model, training_defaults = entry.model, entry.training
-        device = (
-            device
-            if isinstance(device, DeviceSpec)
-            else named_lookup("gpu", get_accelerator, device)
-        )
+        device = accelerator_of(device)
         given, case_args, layout_args = _split_options(options)
         _refuse_twice(layout_args if layout is not None else {}, "layout")
         _refuse_twice(given if training is not None else {}, "training")

@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from trainplan.model.errors import ScenarioError
+from trainplan.model.errors import ScenarioError, named_lookup
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
@@ -27,6 +27,7 @@ from trainplan.model.units import GB, GIB, closest_names
 __all__ = [
     "load_accelerators",
     "get_accelerator",
+    "accelerator_of",
     "accelerator_rows",
     "status_legend",
     "ALIASES",
@@ -380,3 +381,15 @@ def accelerator_rows() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def accelerator_of(gpu: DeviceSpec | str) -> DeviceSpec:
+    """``gpu`` as it is when it is a :class:`DeviceSpec` built in code (a hardware what-if,
+    ``topology.what_if``), else the table's accelerator of that name (:func:`get_accelerator`).
+
+    Raises
+    ------
+    ScenarioError
+        ``--gpu: unknown gpu 'X'; did you mean …?`` (the flag named, :func:`model.errors.named_lookup`).
+    """
+    return gpu if isinstance(gpu, DeviceSpec) else named_lookup("gpu", get_accelerator, str(gpu))

@@ -270,6 +270,24 @@ def assumptions(est: Estimate) -> list[str]:
         out.append(
             "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
         )
+    out += _split_sentences(est)
+    if lay.recompute_layers is not None:
+        where = "stage" if lay.virtual_stages == 1 else "stage's model chunks (per chunk)"
+        out.append(
+            "per-stage recomputation: the first "
+            f"{', '.join(map(str, lay.recompute_layers))} layers of each {where} fully "
+            f"recomputed (Megatron-LM --recompute-method block), the others {lay.recompute}; "
+            "each keeps its input and adds one forward in backward"
+        )
+    return out
+
+
+def _split_sentences(est: Estimate) -> list[str]:
+    """How the layers fall on the pipeline stages, where it is not an even split: as given, the
+    framework's own uneven split (:func:`model.split.default_chunk_sizes`), or Megatron's ends
+    holding one layer fewer first."""
+    lay = est.layout
+    out: list[str] = []
     if lay.stage_layers is not None:
         out.append(
             "stage layout as given: layers per model chunk "
@@ -284,14 +302,6 @@ def assumptions(est: Estimate) -> list[str]:
             out.append(_FRAMEWORK_SPLITS[lay.split_rule])
     elif est.model.arch and est.model.arch.num_layers % (lay.pp * lay.virtual_stages):
         out.append("uneven pipeline stages: the end stages hold one layer fewer first")
-    if lay.recompute_layers is not None:
-        where = "stage" if lay.virtual_stages == 1 else "stage's model chunks (per chunk)"
-        out.append(
-            "per-stage recomputation: the first "
-            f"{', '.join(map(str, lay.recompute_layers))} layers of each {where} fully "
-            f"recomputed (Megatron-LM --recompute-method block), the others {lay.recompute}; "
-            "each keeps its input and adds one forward in backward"
-        )
     return out
 
 
