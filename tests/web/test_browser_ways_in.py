@@ -102,6 +102,25 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     expect(page.locator("#error-samples-per-prompt")).to_contain_text("samples")
 
 
+@pytest.mark.parametrize(
+    "query, field, other",
+    [
+        ("stages=4&microbatches=8&t-fb=2", "t-fb", "backward-ratio"),
+        ("stages=4&microbatches=8&schedule=zb-h1&backward-ratio=2", "backward-ratio", "t-b"),
+    ],
+)
+def test_a_value_that_does_not_apply_is_marked_not_the_field_it_asks_for(page, query, field, other):
+    """A refused value's line also says what to give instead ("t-fb: '2' does not apply: 1f1b
+    runs whole backwards: give backward-ratio"): the field marked is the one holding the value."""
+    go(page, f"/pipeline?{query}")
+    error = page.locator(f"#error-{field}")
+    expect(error).to_contain_text(f"{field}: '2' does not apply")
+    expect(error).to_contain_text(f"give {other}")
+    expect(page.locator(f"input[name={field}]")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator(f"input[name={other}]")).not_to_have_attribute("aria-invalid", "true")
+    expect(page.locator(".field-error")).to_have_count(1)
+
+
 # ------------------------------------------------------------------------ the player, 70B, links
 
 
