@@ -91,6 +91,8 @@ const TP = (() => {
     return merged;
   }
   let startError = "";
+  // A tab's own refusal of its link (before bind): said at the top until the user edits.
+  function refuseLink(message) { startError = message; }
 
   function showPreset() {
     const box = $("#preset"), name = new URLSearchParams(location.search).get("example");
@@ -379,7 +381,7 @@ const TP = (() => {
     }
   }
 
-  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
