@@ -175,6 +175,24 @@ def test_the_accelerator_tables_status_column_is_headed_and_explained():
     assert "secondary = a copy of the vendor's table" in legend
 
 
+def test_figures_read_in_the_vendors_datasheet_are_not_called_a_copy():
+    """``trainplan gpus`` said H100-SXM's figures were "secondary" (a copy of the vendor's table)
+    although its source is NVIDIA's H100 datasheet. A row whose source names the vendor's own
+    datasheet or specifications is "vendor"; "secondary" is left to rows sourced otherwise (the
+    H800 from the H100's rates and DeepSeek-V3's report, the H20 as secondary sources copy it)."""
+    done = trainplan("gpus")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("H100-SXM "))
+    assert row.split()[-1] == "vendor"
+    rows = json.loads(trainplan("gpus", "--json").stdout)
+    vendor_doc = ("datasheet", "data sheet", "specifications")
+    for r in rows:
+        if r["status"] == "secondary":
+            said = r["source"].lower()
+            assert "secondary sources" in said or not any(d in said for d in vendor_doc), r["name"]
+    assert {r["name"] for r in rows if r["status"] == "secondary"} == {"H800", "H20"}
+
+
 def test_the_per_stage_table_has_readable_headers_with_units():
     """``evaluate --per-stage``: the table's headers say what each column is, in its unit
     (they were the JSON's keys: stage_layers, stage_state, stage_in_flight …); the figures are
