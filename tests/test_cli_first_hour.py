@@ -4,6 +4,7 @@ and ``--json``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.cli_runs import refusal, run_many, trainplan
 
@@ -172,6 +173,24 @@ def test_the_accelerator_tables_status_column_is_headed_and_explained():
     assert kinds == {"vendor", "secondary", "derived"}
     assert all(f"{k} = " in legend for k in kinds)
     assert "secondary = a copy of the vendor's table" in legend
+
+
+def test_figures_read_in_the_vendors_datasheet_are_not_called_a_copy():
+    """``trainplan gpus`` said H100-SXM's figures were "secondary" (a copy of the vendor's table)
+    although its source is NVIDIA's H100 datasheet. A row whose source names the vendor's own
+    datasheet or specifications is "vendor"; "secondary" is left to rows sourced otherwise (the
+    H800 from the H100's rates and DeepSeek-V3's report, the H20 as secondary sources copy it)."""
+    done = trainplan("gpus")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("H100-SXM "))
+    assert row.split()[-1] == "vendor"
+    rows = json.loads(trainplan("gpus", "--json").stdout)
+    vendor_doc = ("datasheet", "data sheet", "specifications")
+    for r in rows:
+        if r["status"] == "secondary":
+            said = r["source"].lower()
+            assert "secondary sources" in said or not any(d in said for d in vendor_doc), r["name"]
+    assert {r["name"] for r in rows if r["status"] == "secondary"} == {"H800", "H20"}
 
 
 def test_the_per_stage_table_has_readable_headers_with_units():
@@ -447,3 +466,28 @@ def test_one_micro_batch_in_flight_is_singular():
     assert "; 1 micro-batch in flight on the busiest stage; layers per stage [32]" in done.stdout
     done = trainplan("evaluate", "--model", "llama3-8b", "--pp", "4")
     assert "; 4 micro-batches in flight on the busiest stage; " in done.stdout
+
+
+def test_sweep_group_by_is_refused_where_it_is_not_read_and_before_a_sweep_runs(tmp_path):
+    """``--group-by`` groups the summary, which ``--point`` does not print: refused with it (was
+    accepted silently, a misspelled column too); without ``--point`` a column the results lack is
+    refused before the sweep runs (was after its last point), and nothing is written."""
+    grid = str(Path(__file__).resolve().parents[1] / "docs" / "sweeps" / "study.toml")
+    out = tmp_path / "study.parquet"
+    runs = run_many(
+        {
+            "point": ["sweep", grid, "--point", "3", "--group-by", "nosuchcol"],
+            "point, a column": ["sweep", grid, "--point", "3", "--group-by", "model;gpu"],
+            "sweep": ["sweep", grid, "--group-by", "nosuchcol", "--out", str(out)],
+        }
+    )
+    assert refusal(runs["point"]) == (
+        "--group-by: 'nosuchcol' does not apply: --point prints the points' rows, not the summary "
+        "it groups"
+    )
+    assert refusal(runs["point, a column"]).startswith("--group-by: 'model;gpu' does not apply")
+    assert refusal(runs["sweep"]) == (
+        "--group-by: 'nosuchcol' is not a results column (e.g. model, gpu, part, gpus, seq_len, "
+        "recipe, framework or a what-if)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -123,6 +123,8 @@ def sweep_cmd(
     """
     from trainplan.interface import sweep
     from trainplan.interface.sweep.engines import WorkerLost
+    from trainplan.interface.sweep.points import columns
+    from trainplan.interface.sweep.summary import check_group_by
 
     g = sweep.load_grid(grid)
     if points:
@@ -130,8 +132,13 @@ def sweep_cmd(
         given |= {"restart": restart or None, "engine": None if engine == "pool" else engine}
         why = "--point runs the points alone in this process and writes nothing"
         check_applicable(given, dict.fromkeys(given, why))
+        check_applicable(  # read only by the summary, which --point does not print
+            {"group_by": ";".join(group_by) or None},
+            {"group_by": "--point prints the points' rows, not the summary it groups"},
+        )
         _points_alone(g, points, as_json)
         return
+    check_group_by(group_by, {name for name, _ in columns(g)})  # before the sweep, not after it
     runner = sweep.engine(engine, workers, address)
     out_path = out or str(output(".parquet").convert(_default_out(grid), None, None))
     bar = _Progress(not as_json)

@@ -49,6 +49,23 @@ def _why(frame: Any, status: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: -d["points"])
 
 
+def check_group_by(group_by: tuple[str, ...], columns: Any) -> None:
+    """Refuse a ``group_by`` column not among ``columns`` (the results' columns; checked before a
+    sweep runs, so a misspelled column is not found only after its last point).
+
+    Raises
+    ------
+    InputError
+        ``group_by: 'modle' is not a results column (e.g. model, …)``.
+    """
+    for column in group_by:
+        if column not in columns:
+            raise InputError(
+                f"group_by: {column!r} is not a results column (e.g. model, gpu, part, gpus, "
+                "seq_len, recipe, framework or a what-if)"
+            )
+
+
 def summary_json(
     frame: Any, meta: dict[str, Any], group_by: tuple[str, ...] = ("model",)
 ) -> dict[str, Any]:
@@ -62,12 +79,7 @@ def summary_json(
     InputError
         A ``group_by`` column the results do not have.
     """
-    for column in group_by:
-        if column not in frame.columns:
-            raise InputError(
-                f"group_by: {column!r} is not a results column (e.g. model, gpu, part, gpus, "
-                "seq_len, recipe, framework or a what-if)"
-            )
+    check_group_by(group_by, frame.columns)
     frame = frame.copy()
     frame["gpu_s_per_token"] = frame["gpus"] / frame["tokens_per_s"]
     column, name = rank_column(frame, meta)

@@ -102,6 +102,44 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     expect(page.locator("#error-samples-per-prompt")).to_contain_text("samples")
 
 
+@pytest.mark.parametrize(
+    "query, field, other",
+    [
+        ("stages=4&microbatches=8&t-fb=2", "t-fb", "backward-ratio"),
+        ("stages=4&microbatches=8&schedule=zb-h1&backward-ratio=2", "backward-ratio", "t-b"),
+    ],
+)
+def test_a_value_that_does_not_apply_is_marked_not_the_field_it_asks_for(page, query, field, other):
+    """A refused value's line also says what to give instead ("t-fb: '2' does not apply: 1f1b
+    runs whole backwards: give backward-ratio"): the field marked is the one holding the value."""
+    go(page, f"/pipeline?{query}")
+    error = page.locator(f"#error-{field}")
+    expect(error).to_contain_text(f"{field}: '2' does not apply")
+    expect(error).to_contain_text(f"give {other}")
+    expect(page.locator(f"input[name={field}]")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator(f"input[name={other}]")).not_to_have_attribute("aria-invalid", "true")
+    expect(page.locator(".field-error")).to_have_count(1)
+
+
+@pytest.mark.parametrize(
+    "query, line",
+    [
+        ("model=llama3-70b&layers=12", "layers: 12 does not apply: model llama3-70b has its own"),
+        ("kv_heads=2", "kv-heads: 2 does not apply: model llama3-70b has its own"),  # default model
+    ],
+)
+def test_a_link_with_a_model_and_its_dimensions_says_they_do_not_apply(page, query, line):
+    """The size fields are hidden beside a named model and not sent; a link that gives both is
+    refused at the top with the API's (and the CLI's) line, not shown as if the size were read."""
+    go(page, f"/planner?{query}")
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", re.compile(r"\d+"))
+    error = page.locator("#error")
+    expect(error).to_contain_text(line)
+    expect(error).to_contain_text("give them with params instead of model")
+    page.fill("input[name=tp]", "4")  # an edit: the link's error has been read
+    expect(error).to_be_hidden()
+
+
 # ------------------------------------------------------------------------ the player, 70B, links
 
 

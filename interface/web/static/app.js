@@ -91,6 +91,8 @@ const TP = (() => {
     return merged;
   }
   let startError = "";
+  // A tab's own refusal of its link (before bind): said at the top until the user edits.
+  function refuseLink(message) { startError = message; }
 
   function showPreset() {
     const box = $("#preset"), name = new URLSearchParams(location.search).get("example");
@@ -264,15 +266,20 @@ const TP = (() => {
   // ---------------------------------------------------------------- errors next to their field
   // The API's line names the parameter first ("tp: '0' must be at least 1", "reward: 'rule'
   // does not apply…"); a line that asks for another ("give --tp", or "give scaleout-gbps" for a
-  // knob the command line takes by --set, named by its query parameter) goes to that one.
+  // knob the command line takes by --set, named by its query parameter) goes to that one, but a
+  // value refused as not applying ("t-fb: '2' does not apply: 1f1b runs whole backwards: give
+  // backward-ratio") stays with its own field: that is the one to clear.
   function fieldFor(form, message) {
     if (!form) return null;
     const aliases = INFO.aliases[PAGE] || {};
     const names = [];
     const give = /give (?:--)?([a-z][\w-]*)/.exec(message);
-    if (give) names.push(give[1]);
     const head = /^(?:--)?([A-Za-z][\w-]*)/.exec(message);
-    if (head) names.push(head[1], head[1].replace(/_/g, "-"), aliases[head[1]]);
+    const heads = head ? [head[1], head[1].replace(/_/g, "-"), aliases[head[1]]] : [];
+    const ownValue = head && /^[^:]+: .*? does not apply\b/.test(message);
+    if (ownValue) names.push(...heads);
+    if (give) names.push(give[1]);
+    names.push(...heads);
     for (const name of names.filter(Boolean)) {
       const el = $$(`[name="${name}"]`, form).find(active);
       if (el) return el;
@@ -374,7 +381,7 @@ const TP = (() => {
     }
   }
 
-  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)

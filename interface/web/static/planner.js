@@ -117,6 +117,20 @@
   TP.$("#link-only").textContent = extra.length
     ? "From the link, options without a field here (kept): " + extra.map(([k, x]) => `${k} = ${x}`).join(", ")
     : "";
+  // A link that names a model (or a config.json, or neither: the default model) and also model
+  // dimensions (/planner?model=llama3-70b&layers=12): the size fields are hidden and not sent, so
+  // the page would show the named model as if the dimensions were read. The API's refusal of the
+  // two together (as the CLI's) is said instead, and the named model shown.
+  if (source !== "size") {
+    const dims = TP.$$("[data-source=size] [name]", form).map((el) => el.name).filter((n) => n !== "params" && params.get(n));
+    if (dims.length) {
+      const q = new URLSearchParams(source === "config" ? { config: params.get("config") } : { model: params.get("model") || form.elements.model.dataset.default });
+      for (const n of dims) q.append(n, params.get(n));
+      const body = await fetch(`/api/evaluate?${q}`).then((r) => r.json()).catch(() => ({}));
+      if (body.error) TP.refuseLink(body.error);
+    }
+  }
+
   TP.bind(form, async (q) => {
     if (TP.$("input[name=_source]:checked").value === "config" && !q.get("config")) return; // no file yet
     const d = await TP.api("evaluate", `/api/evaluate?${q}`);
