@@ -73,6 +73,7 @@ def _cost(role, framework, logits="full"):
     spec = RLHFSpec(
         algorithm="grpo", policy=QWEN, reward="rule", prompts=4, samples_per_prompt=16,
         prompt_tokens=1024, completion_tokens=4096, framework=framework, logits=logits,
+        packing="first-fit",  # 3 whole rollouts, 15,360 tokens: the bytes per element are the point
     )  # fmt: skip
     problem = RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
     return cost_of(problem, RoleOption(role, 8, 8, 1, 1))
