@@ -61,8 +61,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
     model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
-    75,505,070,080; training the actor's 66,151,772,160 + 7,158,497,280 (the update's logits at
-    6 B, 985,006,080 below the 8 B counted before) + 3,443,261,440 = 76,753,530,880 — each within
+    75,505,070,080; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
+    8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
+    DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
+    985,006,080 above the 6 B without it) + 3,443,261,440 = 77,738,536,960 — each within
     83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
@@ -84,15 +86,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
-    assert costs["actor"].training_bytes == 8_143_503_360 - 985_006_080 == 7_158_497_280
+    assert costs["actor"].training_bytes == 7_158_497_280 + 985_006_080 == 8_143_503_360
     engine = Fraction(9, 10) * 85_017_493_504
     assert costs["rollout"].rollout_bytes == engine - inside
     assert pool.peak_bytes == (
         engine + held - inside,
         66_151_772_160 + 5_910_036_480 + held,
-        66_151_772_160 + 7_158_497_280 + held,
+        66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (75_505_070_080, 76_753_530_880) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (75_505_070_080, 77_738_536_960) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
