@@ -153,7 +153,7 @@ def logits_element_bytes(framework: Framework | str, pass_: LogitsPass | str) ->
     --------
     >>> [sum(logits_element_bytes(f, p)) for f in ("megatron", "fsdp2", "deepspeed")
     ...  for p in ("reference", "old_log_prob_entropy", "update")]
-    [6, 12, 6, 2, 10, 2, 6, 12, 8]
+    [6, 12, 8, 2, 10, 4, 6, 12, 8]
     """
     held, temp, _ = _row(framework, pass_)
     return held, temp
