@@ -21,7 +21,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption
+from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
@@ -364,6 +364,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             )
             pools.append(0)
             continue
+        check_training_tp(inp.spec.framework, inp.train_tp)
         mp = inp.train_tp * inp.train_pp
         if train_pool % mp:
             raise LayoutError(
