@@ -320,5 +320,5 @@ def check_training_tp(framework: Framework | str, tp: int, name: str = "train_tp
     if tp > training_tp_limit(framework, tp):
         raise LayoutError(
             f"{name}: {tp} — under {Framework(framework)} {_NO_TP[Framework(framework)]}; use 1 "
-            "(or --framework megatron for tensor parallelism)"
+            "(or `framework` megatron for tensor parallelism)"
         )
