@@ -162,6 +162,9 @@ class RLHFRequest:
     """Faithful: sequences per optimizer update (None: all of the step's)."""
     micro_batch_tokens: Any = None
     """Faithful: tokens per micro-batch (verl ``ppo_max_token_len_per_gpu``; None: 16,384)."""
+    packing: str | None = None
+    """Faithful: balanced (verl) or first-fit (OpenRLHF, NeMo-RL): how rollouts fill the
+    micro-batches (None: the framework's)."""
     logits: str | None = None
     """Faithful: full, chunked or fused log-softmax over the logits (None: full)."""
     old_log_prob: bool | str | None = None

@@ -76,6 +76,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--zero", help="ZeRO stage of the framework [default: the framework's]."),
         click.option("--train-batch", help="Sequences per optimizer update [default: all of the step's]."),
         click.option("--micro-batch-tokens", help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
+        click.option("--packing", help="Micro-batches: balanced (verl) or first-fit (OpenRLHF, NeMo-RL) [default: framework's]."),
         click.option("--logits", help="full, chunked or fused: log-softmax/entropy over the logits [default: full]."),
         click.option("--old-log-prob", help="recompute (the actor's forward, verl) or engine [default: recompute]."),
         click.option("--engine-memory-fraction", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),

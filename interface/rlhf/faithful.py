@@ -21,7 +21,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption
+from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
@@ -159,7 +159,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     """Read the faithful options of ``request`` (an :class:`~interface.tab_requests.RLHFRequest`,
     or its fields by name, a caller's dict: made one here): ``algorithm model critic_model reward
     prompts samples_per_prompt prompt_tokens completion_tokens epochs train_batch
-    micro_batch_tokens logits old_log_prob engine_memory_fraction rollout_batch off_policy
+    micro_batch_tokens packing logits old_log_prob engine_memory_fraction rollout_batch off_policy
     framework zero recompute host_memory_gb bandwidth_efficiency gpu gpus`` and, with
     ``placement``, ``rollout_gpus train_tp train_pp rollout_tp offload shared_engine_weights``.
 
@@ -228,6 +228,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         train_batch=_count(r, "train_batch", used),
         micro_batch_tokens=_count(r, "micro_batch_tokens", used) or MICRO_BATCH_TOKENS,
         logits=_choice(_opt(r, "logits", used), LogitsMode, "logits"),
+        packing=r.packing,
         old_log_prob=_old_log_prob(_opt(r, "old_log_prob", used)),
         engine_memory_fraction=frac,
         max_num_seqs=_count(r, "rollout_batch", used) or ROLLOUT_BATCH,
@@ -367,6 +368,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             )
             pools.append(0)
             continue
+        check_training_tp(inp.spec.framework, inp.train_tp)
         mp = inp.train_tp * inp.train_pp
         if train_pool % mp:
             raise LayoutError(

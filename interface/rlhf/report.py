@@ -128,6 +128,7 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
         "zero_stage": spec.zero_stage,
         "recompute": str(spec.recompute),
         "logits": str(spec.logits),
+        "packing": str(spec.packing),
         "gpu": inp.device.name,
         "gpus": inp.gpus,
         "peak_flops_per_s": inp.device.peak_flops_per_s,
@@ -187,6 +188,7 @@ def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
 FAITHFUL_ONLY = (
     "critic_model", "framework", "zero", "gpus", "rollout_gpus", "train_tp", "train_pp",
     "rollout_tp", "offload", "engine_memory_fraction", "logits", "micro_batch_tokens",
+    "packing",
     "train_batch", "old_log_prob", "off_policy", "recompute", "host_memory_gb",
     "bandwidth_efficiency", "shared_engine_weights", "max_completion_tokens",
 )  # fmt: skip

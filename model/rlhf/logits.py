@@ -73,6 +73,13 @@ _FSDP = (
     "(remove-padding); logprobs_from_logits → flash-attn cross_entropy_loss "
     "(verl/utils/torch_functional.py), no [T, V] temporary"
 )
+_DIV_BACKWARD = (
+    "verl divides the logits by the temperature in place before the log-prob, unconditionally "
+    "(dp_actor._forward_micro_batch logits_rmpad.div_(temperature); megatron_actor "
+    "forward_backward_batch logits_processor logits.div_(temperature)); on the backward "
+    "DivBackward (torch derivatives.yaml div_.Scalar: grad / other) returns a new gradient "
+    "tensor while the cross-entropy's in-place gradient is still live"
+)
 _OPENRLHF = (
     "OpenRLHF Actor.forward (openrlhf/models/actor.py): output['logits'].to(torch.float32) — "
     "FP32 4 B beside the BF16 2 B at the cast; log_probs_from_logits → flash-attn "
@@ -91,9 +98,9 @@ _ELEMENT: dict[tuple[Framework, LogitsPass], tuple[int, int, str]] = {
     ),
     (Framework.MEGATRON, LogitsPass.UPDATE): (
         4,
-        2,
+        4,
         _MEGATRON_CAST + "the cross-entropy's softmax is the logits' storage and its gradient "
-        "in place; the cast's backward adds a BF16 gradient 2 B",
+        "in place; " + _DIV_BACKWARD + ": FP32 4 B beside it (the cast's backward after, 4 + 2 B)",
     ),
     (Framework.FSDP2, LogitsPass.REFERENCE): (2, 0, _FSDP),
     (Framework.FSDP2, LogitsPass.OLD_LOG_PROB): (2, 0, _FSDP),
@@ -106,8 +113,11 @@ _ELEMENT: dict[tuple[Framework, LogitsPass], tuple[int, int, str]] = {
     ),
     (Framework.FSDP2, LogitsPass.UPDATE): (
         2,
-        0,
-        _FSDP + "; inplace_backward=True: the gradient overwrites the logits",
+        2,
+        _FSDP
+        + "; inplace_backward=True: the gradient overwrites the logits; "
+        + _DIV_BACKWARD
+        + ": BF16 2 B beside it",
     ),
     (Framework.DEEPSPEED, LogitsPass.REFERENCE): (4, 2, _OPENRLHF),
     (Framework.DEEPSPEED, LogitsPass.OLD_LOG_PROB): (4, 2, _OPENRLHF),
@@ -143,7 +153,7 @@ def logits_element_bytes(framework: Framework | str, pass_: LogitsPass | str) ->
     --------
     >>> [sum(logits_element_bytes(f, p)) for f in ("megatron", "fsdp2", "deepspeed")
     ...  for p in ("reference", "old_log_prob_entropy", "update")]
-    [6, 12, 6, 2, 10, 2, 6, 12, 8]
+    [6, 12, 8, 2, 10, 4, 6, 12, 8]
     """
     held, temp, _ = _row(framework, pass_)
     return held, temp

@@ -65,6 +65,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate
+from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.spec import Role
@@ -80,6 +81,8 @@ __all__ = [
     "OFFLOAD_MODES",
     "resident_of",
     "resident_terms",
+    "training_tp_limit",
+    "check_training_tp",
 ]
 
 OFFLOAD_MODES = ("none", "optimizer", "idle")
@@ -286,3 +289,36 @@ def resident_terms(resident: Fraction) -> list[Term]:
         return []
     what = "communicators + persistent buffers (every phase, not offloaded)"
     return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+
+
+_NO_TP = {
+    Framework.FSDP2: "verl's FSDP workers have no tensor parallelism: their device mesh is FSDP "
+    "(× DDP) and Ulysses sequence parallelism only (verl/workers/fsdp_workers.py "
+    "create_device_mesh, ulysses_device_mesh)",
+}
+"""RLHF profiles whose training and scoring roles run without tensor parallelism, and why."""
+
+
+def training_tp_limit(framework: Framework | str, limit: int) -> int:
+    """The largest tp a training or scoring role may take under ``framework``'s RLHF stack:
+    1 under fsdp2 (verl's FSDP workers, :data:`_NO_TP`), else ``limit``.
+
+    >>> training_tp_limit("fsdp2", 8), training_tp_limit("megatron", 8)
+    (1, 8)
+    """
+    return 1 if Framework(framework) in _NO_TP else limit
+
+
+def check_training_tp(framework: Framework | str, tp: int, name: str = "train_tp") -> None:
+    """Refuse tp > 1 for a training or scoring role where the stack has none.
+
+    Raises
+    ------
+    LayoutError
+        tp above :func:`training_tp_limit`, in one line naming the parameter, value and rule.
+    """
+    if tp > training_tp_limit(framework, tp):
+        raise LayoutError(
+            f"{name}: {tp} — under {Framework(framework)} {_NO_TP[Framework(framework)]}; use 1 "
+            "(or `framework` megatron for tensor parallelism)"
+        )

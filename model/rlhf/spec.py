@@ -38,6 +38,7 @@ from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_fram
 from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import LIMITS
 
@@ -78,8 +79,9 @@ class LogitsMode(StrEnum):
 MICRO_BATCH_TOKENS = 16_384
 """Tokens per micro-batch of the actor's update and of every log-prob forward: verl's
 ``ppo_max_token_len_per_gpu`` and ``log_prob_max_token_len_per_gpu`` default (16384,
-``verl/trainer/config/actor/actor.yaml``, ``rollout/rollout.yaml``). A micro-batch holds
-⌊tokens / (prompt + completion)⌋ whole sequences, at least one."""
+``verl/trainer/config/actor/actor.yaml``, ``rollout/rollout.yaml``): the cap the rollouts are
+packed at (:mod:`model.rlhf.packing`); a micro-batch's time is counted at ⌊tokens / (prompt +
+completion)⌋ whole sequences, at least one (:attr:`RLHFSpec.micro_batch_sequences`)."""
 
 LOGITS_CHUNK_TOKENS = 2048
 """Tokens per chunk of chunked or fused log-prob / entropy: verl's
@@ -191,6 +193,10 @@ class RLHFSpec:
     """The training roles' framework profile (:mod:`model.frameworks`; not ``textbook``)."""
     zero_stage: int | None = None
     """Its ZeRO stage; None: the framework's default."""
+    packing: Packing | None = None
+    """How rollouts are packed into micro-batches at ``micro_batch_tokens``
+    (:mod:`model.rlhf.packing`); None: the framework's (verl's balanced for megatron and fsdp2,
+    OpenRLHF's first-fit for deepspeed)."""
     recompute: Recompute = Recompute.FULL
     """Activation recomputation of the update: full, as verl's default
     ``enable_gradient_checkpointing: True`` and NeMo-RL's performance recipes."""
@@ -213,6 +219,7 @@ class RLHFSpec:
             raise InputError(f"reward: {self.reward!r} is not one of model, rule")
         object.__setattr__(self, "framework", Framework(self.framework))
         object.__setattr__(self, "logits", LogitsMode(self.logits))
+        object.__setattr__(self, "packing", packing_of(self.packing, self.framework))
         object.__setattr__(self, "recompute", Recompute(self.recompute))
         if self.zero_stage is None:
             object.__setattr__(self, "zero_stage", DEFAULT_ZERO_STAGE[self.framework])
@@ -325,31 +332,31 @@ class RLHFSpec:
     def micro_batch_peak_tokens(self, tp: int = 1) -> int:
         """Tokens of the fullest micro-batch of the update and the log-prob forwards, padded to a
         multiple of ``tp`` (sequence parallelism): what their memory that grows with a
-        micro-batch's tokens (logits, the forward working set, activations) is sized at. Every
-        rollout of the mean length: b whole rollouts (:attr:`micro_batch_sequences` × the padded
-        ``seq_len``). Lengths that vary (``max_completion_tokens`` above the mean): verl's dynamic
-        batch (``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` = ``micro_batch_tokens``) packs
-        the rollouts without padding into ⌈total tokens / cap⌉ micro-batches of at most the cap
-        each (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``, which requires the
-        cap to hold the longest rollout), so one holds up to the cap — or the longest rollout
-        where that is longer. The step's token count, and so its time, is the same either way.
+        micro-batch's tokens (logits, the forward working set, activations) is sized at — the
+        :attr:`packing` rule at the cap ``micro_batch_tokens`` (:func:`model.rlhf.packing.peak_tokens`).
+        verl's balanced packing (megatron, fsdp2) makes ⌈tokens / cap⌉ micro-batches without
+        holding one to the cap: at equal lengths ⌈cap / seq_len⌉ whole rollouts, with lengths that
+        vary up to the cap plus the longest rollout; first-fit (deepspeed: OpenRLHF; NeMo-RL) at
+        most ⌊cap / seq_len⌋ rollouts, or the cap (the longest rollout where longer).
 
         >>> from trainplan.scenarios.catalogue import get_model
         >>> base = dict(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
         ...             prompts=4, samples_per_prompt=16, prompt_tokens=1024,
         ...             completion_tokens=4096)
         >>> RLHFSpec(**base).micro_batch_peak_tokens(), RLHFSpec(**base).micro_batch_peak_tokens(3)
-        (15360, 15363)
+        (20480, 20484)
+        >>> RLHFSpec(**base, packing="first-fit").micro_batch_peak_tokens()
+        15360
         >>> RLHFSpec(**base, max_completion_tokens=8192).micro_batch_peak_tokens()
-        16384
+        25600
         """
-        if (
-            self.max_completion_tokens is None
-            or self.max_completion_tokens == self.completion_tokens
-        ):
-            return self.micro_batch_sequences * (-(-self.seq_len // tp) * tp)
-        longest = self.prompt_tokens + self.max_completion_tokens
-        return -(-max(self.micro_batch_tokens, longest) // tp) * tp
+        longest = (
+            None
+            if self.max_completion_tokens is None
+            else self.prompt_tokens + self.max_completion_tokens
+        )
+        assert self.packing is not None
+        return peak_tokens(self.packing, self.micro_batch_tokens, self.seq_len, longest, tp)
 
 
 def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:

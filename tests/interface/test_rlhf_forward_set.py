@@ -21,7 +21,12 @@ H = 2 * S * 8192  # one whole BF16 hidden-state tensor of llama3-70b: 251,658,24
 
 
 def _ppo_70b():
-    return rlhf_inputs({"algorithm": "ppo", "model": "llama3-70b", "gpus": 64}, placement=False)
+    # first-fit packing: micro-batches of 3 whole rollouts, 15,360 tokens, as derived below (verl's
+    # balanced packing, the megatron default, holds 4: tests/model/test_rlhf_micro_batch_tokens.py)
+    return rlhf_inputs(
+        {"algorithm": "ppo", "model": "llama3-70b", "gpus": 64, "packing": "first-fit"},
+        placement=False,
+    )
 
 
 def test_reward_model_counts_one_llama3_70b_layer_at_tp1():

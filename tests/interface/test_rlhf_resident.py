@@ -27,7 +27,12 @@ CAPACITY = 83_210_009_600  # H100-SXM usable bytes (HBM less the runtime reserve
 
 
 def _ppo_70b():
-    return rlhf_inputs({"algorithm": "ppo", "model": "llama3-70b", "gpus": 64}, placement=False)
+    # first-fit packing: micro-batches of 3 whole rollouts, 15,360 tokens, as derived below (verl's
+    # balanced packing, the megatron default, holds 4: tests/model/test_rlhf_micro_batch_tokens.py)
+    return rlhf_inputs(
+        {"algorithm": "ppo", "model": "llama3-70b", "gpus": 64, "packing": "first-fit"},
+        placement=False,
+    )
 
 
 def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
@@ -56,8 +61,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
     model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
-    75,505,070,080; training the actor's 66,151,772,160 + 7,158,497,280 (the update's logits at
-    6 B, 985,006,080 below the 8 B counted before) + 3,443,261,440 = 76,753,530,880 — each within
+    75,505,070,080; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
+    8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
+    DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
+    985,006,080 above the 6 B without it) + 3,443,261,440 = 77,738,536,960 — each within
     83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
@@ -79,15 +86,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
-    assert costs["actor"].training_bytes == 8_143_503_360 - 985_006_080 == 7_158_497_280
+    assert costs["actor"].training_bytes == 7_158_497_280 + 985_006_080 == 8_143_503_360
     engine = Fraction(9, 10) * 85_017_493_504
     assert costs["rollout"].rollout_bytes == engine - inside
     assert pool.peak_bytes == (
         engine + held - inside,
         66_151_772_160 + 5_910_036_480 + held,
-        66_151_772_160 + 7_158_497_280 + held,
+        66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (75_505_070_080, 76_753_530_880) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (75_505_070_080, 77_738_536_960) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
@@ -200,11 +207,14 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     8 B were counted), the reference's scoring — the pool's binding moment — holds
     2 B × 15,360 × 152,064 = 4,671,406,080 B less: 79,105,696,800 B. The old placement fits
     again and is the answer, 322.1 s (the actor's old log-probs, 12 B per element, 28.03 GB,
-    stay below the reference's 15.23 GB swapped in + 14.01 GB)."""
+    stay below the reference's 15.23 GB swapped in + 14.01 GB). All of this at first-fit
+    packing, 15,360-token micro-batches; verl's balanced packing (the default) is
+    test_grpo_qwen7b_under_verl_packing_moves_off_dp64."""
     inp = rlhf_inputs(
-        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
+         "packing": "first-fit"},
         placement=False,
-    )
+    )  # fmt: skip
     p = inp.problem
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
     sleeping = 32 * CONNECTION + 3 * 8 * MIB + 32 * CONNECTION
@@ -224,6 +234,40 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert actor.offload == "none"
     assert r.best.plan.step_s == pytest.approx(322.1, abs=0.05)
+
+
+def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
+    """The same command at the megatron default, verl's balanced packing: micro-batches of
+    ⌈16,384 / 5,120⌉ = 4 rollouts, 20,480 tokens. The actor's old log-probs (12 B per element)
+    grow by 12 × 5,120 × 152,064 = 9,342,812,160 B over first-fit's 15,360 tokens, so the 322.1 s
+    placement (actor dp 64 × tp 1) no longer fits its pool in scoring, and the answer takes
+    tp 2 for the actor and the reference: 334.9 s."""
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
+        placement=False,
+    )
+    p = inp.problem
+    assert p.spec.micro_batch_peak_tokens() == 20_480
+    ff = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
+         "packing": "first-fit"},
+        placement=False,
+    ).problem  # fmt: skip
+    actor = RoleOption(Role.ACTOR, 64, 64, 1, 1)
+    grow = cost_of(p, actor).scoring_bytes - cost_of(ff, actor).scoring_bytes
+    assert grow >= 12 * 5_120 * 152_064 == 9_342_812_160
+    old = [
+        RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
+        actor,
+        RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"),
+    ]
+    plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
+    assert not plan.fits and plan.pools[0].peak_bytes[1] > CAPACITY
+    r = search_placement(p)
+    assert r.status == "optimal" and r.best.plan.fits
+    tps = {o.role: o.tp for o in r.best.options}
+    assert tps[Role.ACTOR] == 2 and tps[Role.REFERENCE] == 2
+    assert r.best.plan.step_s == pytest.approx(334.9, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():

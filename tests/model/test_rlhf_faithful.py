@@ -147,12 +147,12 @@ def test_logits_buffers_of_a_7b_grpo_micro_batch():
     """Qwen2.5 7B, 16,384 tokens per micro-batch (verl's ppo_max_token_len_per_gpu) over
     V = 152,064 (2,491,416,576 elements): the update under verl Megatron holds FP32 logits
     4·16,384·152,064 = 9,965,666,304 B and, at Float16Module's cast, the BF16 output beside them,
-    2 B per element = 4,982,833,152 B (model.rlhf.logits; it was 8 B per element before the
-    paths were read: a log-softmax temporary as large as the logits, which Megatron's
-    vocab-parallel cross-entropy does in place). Chunked (2,048 tokens) keeps the logits and a
+    and on the backward DivBackward's new FP32 gradient of verl's logits.div_(temperature) beside
+    the cross-entropy's in-place one, 4 B per element = 9,965,666,304 B (model.rlhf.logits).
+    Chunked (2,048 tokens) keeps the logits and a
     4·2,048·152,064 = 1,245,708,288 B temporary."""
     full = logits_bytes(16384, 152064, 1, "full", pass_="update")
-    assert full == (9_965_666_304, 4_982_833_152)
+    assert full == (9_965_666_304, 9_965_666_304)
     assert logits_bytes(16384, 152064, 1, "chunked") == (9_965_666_304, 1_245_708_288)
     assert logits_bytes(16384, 152064, 1, "fused") == (1_245_708_288, 1_245_708_288)
     assert logits_bytes(16384, 152064, 4, "full")[0] == 9_965_666_304 // 4
@@ -163,11 +163,11 @@ def test_logits_buffers_of_a_7b_grpo_micro_batch():
     cost = cost_of(problem, opt)
     terms = {t.name: t.value for t in cost.terms}
     assert terms["logits (update)"] == 9_965_666_304
-    assert terms["log-prob transient beside them (update)"] == 4_982_833_152
+    assert terms["log-prob transient beside them (update)"] == 9_965_666_304
     chunked = cost_of(
         RLHFProblem(_spec(completion_tokens=3072, logits="chunked"), H100, 8, problem.links), opt
     )
-    assert cost.training_bytes - chunked.training_bytes == 4_982_833_152 - 1_245_708_288
+    assert cost.training_bytes - chunked.training_bytes == 9_965_666_304 - 1_245_708_288
 
 
 def test_old_log_prob_pass_and_phase_flops():

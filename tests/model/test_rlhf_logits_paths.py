@@ -28,12 +28,15 @@ assert ELEMENTS == 2_335_703_040
         ("megatron", "reference", 4, 2),
         # … + logits.clone() + vocab_parallel_entropy's normalized copy (review F2)
         ("megatron", "old_log_prob_entropy", 4, 8),
-        ("megatron", "update", 4, 2),
+        # … the update: the in-place CE gradient (the logits' storage) and DivBackward's new FP32
+        # gradient of logits.div_(temperature) at once (review R1)
+        ("megatron", "update", 4, 4),
         # verl FSDP: BF16 logits, flash-attn cross-entropy (no [T, V] temporary)
         ("fsdp2", "reference", 2, 0),
         # … + entropy_from_logits under autocast: FP32 softmax input copy and output (eager)
         ("fsdp2", "old_log_prob_entropy", 2, 8),
-        ("fsdp2", "update", 2, 0),
+        # … the update: the in-place gradient and DivBackward's new BF16 gradient (review R1)
+        ("fsdp2", "update", 2, 2),
         # OpenRLHF: logits.to(float32) beside the BF16 output; the update's FP32 gradient
         ("deepspeed", "reference", 4, 2),
         ("deepspeed", "old_log_prob", 4, 2),
@@ -73,6 +76,7 @@ def _cost(role, framework, logits="full"):
     spec = RLHFSpec(
         algorithm="grpo", policy=QWEN, reward="rule", prompts=4, samples_per_prompt=16,
         prompt_tokens=1024, completion_tokens=4096, framework=framework, logits=logits,
+        packing="first-fit",  # 3 whole rollouts, 15,360 tokens: the bytes per element are the point
     )  # fmt: skip
     problem = RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
     return cost_of(problem, RoleOption(role, 8, 8, 1, 1))
@@ -85,7 +89,8 @@ def test_every_role_cost_reads_its_pass():
     actor = {t.name: t.value for t in _cost("actor", "megatron").terms}
     assert actor["logits + log-prob transient (scoring)"] == 28_028_436_480
     assert actor["logits (update)"] == 9_342_812_160
-    assert actor["log-prob transient beside them (update)"] == 4_671_406_080
+    # DivBackward's FP32 gradient beside the in-place one: 4 B × 2,335,703,040 (was 2 B)
+    assert actor["log-prob transient beside them (update)"] == 9_342_812_160
     ref = _cost("reference", "megatron")
     terms = {t.name: t.value for t in ref.terms}
     assert terms["logits + log-prob transient (scoring)"] == 6 * ELEMENTS == 14_014_218_240
@@ -95,4 +100,22 @@ def test_every_role_cost_reads_its_pass():
     fsdp_actor = {t.name: t.value for t in _cost("actor", "fsdp2").terms}
     assert fsdp_actor["logits + log-prob transient (scoring)"] == 23_357_030_400
     assert fsdp_actor["logits (update)"] == 2 * ELEMENTS
-    assert fsdp_actor["log-prob transient beside them (update)"] == 0
+    # DivBackward's BF16 gradient: 2 B × 2,335,703,040 (was 0)
+    assert fsdp_actor["log-prob transient beside them (update)"] == 4_671_406_080
+
+
+def test_the_temperature_division_adds_a_gradient_on_the_update():
+    """verl divides the logits by the temperature in place before the log-prob (dp_actor
+    ``logits_rmpad.div_(temperature)``, megatron_actor ``logits_processor``
+    ``logits.div_(temperature)``), even at temperature 1. On the update's backward the
+    cross-entropy writes its gradient into the logits' storage, and DivBackward (grad / t)
+    returns a new tensor of the same shape while that one is live. One 15,360-token micro-batch
+    over V = 152,064 (2,335,703,040 elements), tp 1: Megatron FP32 4 + 4 = 8 B per element,
+    18,685,624,320 B; FSDP BF16 2 + 2 = 4 B, 9,342,812,160 B; OpenRLHF divides only at a
+    temperature other than 1, and its 4 + 4 B (the FP32 gradient beside the saved logits) is
+    unchanged."""
+    meg = logits_bytes(15_360, 152_064, 1, "full", framework="megatron", pass_="update")
+    assert meg == (9_342_812_160, 9_342_812_160) and sum(meg) == 18_685_624_320
+    fsdp = logits_bytes(15_360, 152_064, 1, "full", framework="fsdp2", pass_="update")
+    assert fsdp == (4_671_406_080, 4_671_406_080) and sum(fsdp) == 9_342_812_160
+    assert logits_element_bytes("deepspeed", "update") == (4, 4)

@@ -1,0 +1,104 @@
+"""How a framework packs one rank's rollouts into micro-batches at a token cap (the dynamic
+batch: verl ``use_dynamic_bsz`` with ``ppo_max_token_len_per_gpu`` / ``log_prob_max_token_len_per_gpu``,
+OpenRLHF ``--train.max_tokens_per_gpu``, NeMo-RL ``train_mb_tokens`` / ``logprob_mb_tokens``), and
+so how many tokens the fullest micro-batch holds — what the update's and the log-prob forwards'
+memory that grows with a micro-batch's tokens (logits, activations, the forward working set) is
+sized at. The step's token count, and so its time, is the same under either rule.
+
+Two mechanisms (:class:`Packing`):
+
+* ``balanced`` — verl: ``rearrange_micro_batches`` (``verl/utils/seqlen_balancing.py``, verl
+  b178a3cd5; the same rule at 0d04d640) takes k = ⌈rank's tokens / cap⌉ micro-batches and spreads
+  the rollouts over them with Karmarkar–Karp (``get_seqlen_balanced_partitions`` →
+  ``karmarkar_karp``, ``equal_size=False``), balancing an estimated work per rollout
+  (``calculate_workload``: 24,576·L + L² at b178a3cd5; the token count L at 0d04d640). It asserts
+  only ``max_token_len >= max_seq_len``: no micro-batch is held to the cap. Used by the Megatron
+  actor (``megatron_actor.forward_backward_batch``) and the FSDP actor (``dp_actor`` via
+  ``prepare_dynamic_batch``) for the old log-probs, the reference and the update.
+* ``first-fit`` — OpenRLHF: ``get_minimum_num_micro_batch_size`` (first fit at the cap) sets the
+  count, then Karmarkar–Karp on the lengths (``openrlhf/utils/seqlen_balancing.py``,
+  ``replay_buffer.py``, OpenRLHF 3c3be6234); NeMo-RL: every packer of ``nemo_rl/data/packing/algorithms.py`` (NVIDIA-NeMo/RL
+  f4b1bdc3: ``FirstFitPacker._pack_implementation``, first-fit decreasing / shuffle, and
+  ``ModifiedFirstFitDecreasingPacker``) places a rollout only in a bin with room, bins of at most
+  ``bin_capacity``. A micro-batch holds at most the cap (or one
+  rollout longer than it).
+
+The fullest micro-batch (:func:`peak_tokens`), rollouts padded to a multiple of tp:
+
+* every rollout of the mean length L — first-fit: ⌊cap / L⌋ whole rollouts (at least one);
+  balanced: Karmarkar–Karp of n equal items into k = ⌈n·L / cap⌉ parts gives parts of ⌊n/k⌋ or
+  ⌈n/k⌉ items, and ⌈n/k⌉ ≤ ⌈cap / L⌉ for every n (n/k ≤ cap/L), with equality once a rank holds a
+  few dozen rollouts (256 rollouts of 5,120 at cap 16,384: k 80, 4 rollouts, 20,480 tokens) —
+  ⌈cap / L⌉ whole rollouts are counted.
+* lengths that vary (``max_completion_tokens`` above the mean) — first-fit: the cap, or the
+  longest rollout where longer; balanced: the cap plus the longest rollout. Argument: the mean per
+  micro-batch, rank tokens / ⌈rank tokens / cap⌉, is at most the cap; Karmarkar–Karp's merge of two
+  partial partitions (largest with smallest) leaves a spread no larger than the larger of theirs,
+  so the final spread is at most the largest single item: balancing tokens, the fullest part holds
+  at most the mean plus the longest rollout. Balancing verl's workload instead (convex in L) is not
+  covered by that argument; verl's own ``karmarkar_karp`` on one rank's lengths (uniform, two-length,
+  10 % long, 10 % short and exponential spreads; caps 4,096 and 16,384) gave fullest parts of
+  1.01–1.16 × the cap, all below the cap plus the longest rollout, which is an upper bound, not
+  the typical figure (about the cap + 10 % there).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from trainplan.model.errors import InputError
+from trainplan.model.frameworks import Framework
+
+__all__ = ["Packing", "DEFAULT_PACKING", "packing_of", "peak_tokens"]
+
+
+class Packing(StrEnum):
+    """How rollouts are packed into micro-batches at the token cap (module docstring)."""
+
+    BALANCED = "balanced"
+    FIRST_FIT = "first-fit"
+
+
+DEFAULT_PACKING = {
+    Framework.MEGATRON: Packing.BALANCED,
+    Framework.FSDP2: Packing.BALANCED,
+    Framework.DEEPSPEED: Packing.FIRST_FIT,
+}
+"""Each RLHF framework profile's packing: ``megatron`` and ``fsdp2`` are verl's Megatron and FSDP
+workers (balanced), ``deepspeed`` is OpenRLHF's (first-fit)."""
+
+
+def packing_of(value: Packing | str | None, framework: Framework) -> Packing:
+    """``value`` as a :class:`Packing`; None: ``framework``'s (:data:`DEFAULT_PACKING`).
+
+    >>> packing_of(None, Framework.DEEPSPEED), packing_of("balanced", Framework.DEEPSPEED)
+    (<Packing.FIRST_FIT: 'first-fit'>, <Packing.BALANCED: 'balanced'>)
+    """
+    if value is None:
+        return DEFAULT_PACKING.get(framework, Packing.BALANCED)
+    try:
+        return Packing(str(value).strip().lower())
+    except ValueError:
+        raise InputError(
+            f"packing: {value!r} is not one of balanced (verl's rearrange_micro_batches), "
+            "first-fit (OpenRLHF, NeMo-RL: micro-batches of at most the token cap)"
+        ) from None
+
+
+def peak_tokens(packing: Packing, cap: int, seq_len: int, longest: int | None, tp: int = 1) -> int:
+    """Tokens of the fullest micro-batch at token cap ``cap``: rollouts of mean length ``seq_len``
+    and, when lengths vary, the longest ``longest`` tokens (None: all equal), each padded to a
+    multiple of ``tp`` (module docstring).
+
+    >>> peak_tokens(Packing.BALANCED, 16384, 5120, None), peak_tokens(Packing.FIRST_FIT, 16384, 5120, None)
+    (20480, 15360)
+    >>> peak_tokens(Packing.BALANCED, 16384, 5120, 9216), peak_tokens(Packing.FIRST_FIT, 16384, 5120, 9216)
+    (25600, 16384)
+    """
+    pad = -(-seq_len // tp) * tp
+    if longest is None or longest == seq_len:
+        whole = -(-cap // seq_len) if packing is Packing.BALANCED else max(1, cap // seq_len)
+        return whole * pad
+    if packing is Packing.BALANCED:
+        return -(-(cap + longest) // tp) * tp
+    return -(-max(cap, longest) // tp) * tp
