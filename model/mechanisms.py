@@ -301,9 +301,16 @@ def _apex_distributed_fused_adam(w: int, g: int, o: int) -> Mechanism:
 def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> Mechanism:
     """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets.
 
+    ZeRO-1/2's step (DeepSpeed edaa7221 ``deepspeed/runtime/zero/stage_1_and_2.py``
+    ``DeepSpeedZeroOptimizer.step``, l. 2344-2372) holds the flat copy of the gradient
+    partition and its FP32 cast together: ``step_sharded`` = g + 4 (BF16 gradients: 6), g alone
+    when the gradients are FP32 (the cast returns the copy).
+
     >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
     >>> (one, two)
     (1000000000, 2000000000)
+    >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4))]
+    [6, 6, 4]
     """
     fw, src = Framework.DEEPSPEED, _SOURCES[Framework.DEEPSPEED]
     bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
@@ -315,11 +322,18 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> M
     # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
     # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
     ipg *= 2 if overlap_comm else 1
+    # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
+    # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
+    # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
+    # partition in the gradients' dtype, and .to(fp32) casts that copy beside it before
+    # `del flat_grad_partition`: g + 4 B a parameter ÷ D at that moment, the cast being the
+    # copy itself (no second tensor) when the gradients are FP32 already
+    step = g + (4 if g != 4 else 0)
     if zero_stage == 1:
         return Mechanism(
             fw, 1, "DeepSpeed ZeRO stage 1",
             weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
             host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
             gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
@@ -327,7 +341,7 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> M
         return Mechanism(
             fw, 2, "DeepSpeed ZeRO stage 2",
             weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
             host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
             reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
