@@ -36,6 +36,7 @@ __all__ = [
     "check_deepspeed_layers",
     "deepspeed_pipe_refusal",
     "check_deepspeed_pipe_recompute",
+    "keeps_embedding_view",
 ]
 
 
@@ -147,3 +148,29 @@ def check_deepspeed_pipe_recompute(
         return
     shown = ",".join(map(str, counts))
     raise LayoutError(f"recompute_layers: {shown} does not run: {why}; use recompute full or none")
+
+
+def keeps_embedding_view(dropout: bool, framework: Any) -> bool:
+    """Whether the first stage keeps the input embedding's whole ``[S, b, h]`` output, not its
+    sequence shard, for every micro-batch in flight, when tp > 1 with sequence parallelism.
+
+    Megatron-DeepSpeed 4efb479d ``megatron/model/language_model.py`` ``Embedding.forward``
+    (l. 231-267, called by ``EmbeddingPipe.forward``): the all-reduced ``[b, s, h]`` embedding is
+    transposed into a new ``[s, b, h]`` tensor (``transpose(0, 1).contiguous()``), then
+    ``tensor_parallel.scatter_to_sequence_parallel_region`` keeps this rank's rows:
+    ``megatron/core/tensor_parallel/mappings.py`` ``_split_along_first_dim`` (l. 46-65) returns
+    ``input_[dim_offset:dim_offset+local_dim_size].contiguous()``, a dim-0 slice of a contiguous
+    tensor, already contiguous, so a view whose storage is the whole ``[s, b, h]``. With no
+    dropout ``embedding_dropout`` (p = 0) returns that view unchanged, and it is the first layer's
+    input: its checkpoint (full recomputation) or its first norm's saved input. The whole tensor
+    therefore lives as long as the micro-batch's first layer. With dropout the dropout output is
+    a new tensor and the view is freed. Megatron-LM clones after the scatter for this reason
+    (``LanguageModelEmbedding.forward``, ``clone_scatter_output_in_embedding``); the other
+    profiles count the shard. True only under ``deepspeed`` for a model without dropout.
+
+    >>> keeps_embedding_view(False, "deepspeed"), keeps_embedding_view(True, "deepspeed")
+    (True, False)
+    >>> keeps_embedding_view(False, "megatron")
+    False
+    """
+    return Framework(framework) is Framework.DEEPSPEED and not dropout

@@ -46,6 +46,7 @@ def mechanism(
     distributed_optimizer: DistributedOptimizer | str = DistributedOptimizer.MCORE,
     double_buffer: bool = False,
     overlap_comm: bool = False,
+    cpu_offload: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -63,6 +64,9 @@ def mechanism(
     (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (megatron ZeRO-3: Megatron-FSDP's
     two-unit pools) and ``overlap_comm`` (deepspeed ZeRO-1/2: a second IPG bucket) are the
     recipe's ``fsdp_double_buffer`` and ``deepspeed_overlap_comm``; ignored elsewhere.
+    ``cpu_offload`` (deepspeed: the optimizer offloaded) keeps DeepSpeed's ZeRO optimizer where
+    BF16 weights with FP32 gradients at ZeRO-1 would run ``BF16_Optimizer``
+    (:func:`_deepspeed_bf16_optimizer`).
 
     Raises
     ------
@@ -91,6 +95,8 @@ def mechanism(
             return _megatron_fsdp(weight_bytes, g, optimizer_bytes, double_buffer)
         return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.DEEPSPEED:
+        if zero_stage == 1 and (weight_bytes, g) == (2, 4) and not cpu_offload:
+            return _deepspeed_bf16_optimizer(weight_bytes, g, optimizer_bytes)
         return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm)
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])
@@ -295,9 +301,16 @@ def _apex_distributed_fused_adam(w: int, g: int, o: int) -> Mechanism:
 def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> Mechanism:
     """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets.
 
+    ZeRO-1/2's step (DeepSpeed edaa7221 ``deepspeed/runtime/zero/stage_1_and_2.py``
+    ``DeepSpeedZeroOptimizer.step``, l. 2344-2372) holds the flat copy of the gradient
+    partition and its FP32 cast together: ``step_sharded`` = g + 4 (BF16 gradients: 6), g alone
+    when the gradients are FP32 (the cast returns the copy).
+
     >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
     >>> (one, two)
     (1000000000, 2000000000)
+    >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4))]
+    [6, 6, 4]
     """
     fw, src = Framework.DEEPSPEED, _SOURCES[Framework.DEEPSPEED]
     bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
@@ -309,11 +322,18 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> M
     # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
     # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
     ipg *= 2 if overlap_comm else 1
+    # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
+    # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
+    # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
+    # partition in the gradients' dtype, and .to(fp32) casts that copy beside it before
+    # `del flat_grad_partition`: g + 4 B a parameter ÷ D at that moment, the cast being the
+    # copy itself (no second tensor) when the gradients are FP32 already
+    step = g + (4 if g != 4 else 0)
     if zero_stage == 1:
         return Mechanism(
             fw, 1, "DeepSpeed ZeRO stage 1",
             weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
             host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
             gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
@@ -321,7 +341,7 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> M
         return Mechanism(
             fw, 2, "DeepSpeed ZeRO stage 2",
             weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=4, bucket_bytes=ipg,
+            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
             host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
             reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
@@ -332,6 +352,38 @@ def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> M
         step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
         bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, weight_bytes=w, source=src,
+    )  # fmt: skip
+
+
+def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
+    """DeepSpeed's ``BF16_Optimizer``: BF16 weights, FP32 gradient accumulation, ZeRO stage 1.
+
+    DeepSpeed edaa7221 ``deepspeed/runtime/engine.py`` ``_do_optimizer_sanity_check``
+    (l. 1994-1996) returns ``BFLOAT16`` for a bf16 model with ``grad_accum_dtype`` fp32 at ZeRO
+    stage 1 without CPU offload, so ``BF16_Optimizer`` runs, not ``DeepSpeedZeroOptimizer``.
+    ``deepspeed/runtime/bf16_optimizer.py``: ``__init__`` (l. 176) allocates the whole FP32
+    gradient buffer (``torch.zeros_like(self.bf16_groups_flat[i], dtype=self.grad_acc_dtype)``,
+    4 B a parameter, not partitioned); the FP32 master and the moments are the rank's
+    partition. Each parameter's BF16 ``.grad`` stays beside it: ``_update_hp_grad`` (l. 356)
+    adds ``lp.grad`` into the FP32 buffer and keeps it (``update_hp_grads(clear_lp_grads=False)``
+    in ``deepspeed/runtime/pipe/engine.py`` ``_exec_backward_pass``; ``clear_lp_grads`` zeroes,
+    ``torch._foreach_zero_``, l. 473-489), and only ``zero_grad(set_to_none=True)`` after the
+    step frees it (``engine._take_model_step``): 2 + 4 = 6 B of gradients a parameter, whole.
+    It has no IPG bucket: the gradients are all-reduced at the step's boundary by
+    ``engine.buffered_allreduce_fallback`` over ``get_grads_for_reduction`` (the FP32 buffers
+    themselves). The step reads the FP32 gradient partition as a view of that buffer
+    (``param_partition.grad = grad_partition`` when it is FP32, ``step``), so nothing is
+    materialised for the step.
+
+    >>> m = _deepspeed_bf16_optimizer(2, 4, 12)
+    >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_sharded, m.bucket_bytes)
+    (2, 6, 12, 0, 0)
+    """
+    return Mechanism(
+        Framework.DEEPSPEED, 1, "DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients)",
+        weights_full=w, weights_sharded=0, grads_full=w + g, grads_sharded=0,
+        optimizer_full=0, optimizer_sharded=o, reduce_bytes=g, gathers_per_step=1,
+        weight_bytes=w, source=_SOURCES[Framework.DEEPSPEED],
     )  # fmt: skip
 
 

@@ -163,6 +163,7 @@ def model_state(
         layout.framework, stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=layout.pp > 1, distributed_optimizer=t.distributed_optimizer,
         overlap_comm=t.deepspeed_overlap_comm,
+        cpu_offload=t.offload.optimizer > 0,
     )  # fmt: skip
     return _model_state(
         dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,

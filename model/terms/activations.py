@@ -23,6 +23,7 @@ from typing import Any
 from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
+from trainplan.model.deepspeed_layers import keeps_embedding_view
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec
@@ -87,7 +88,8 @@ class StageActivations:
     """Extra bytes while one layer (full) or one segment (√n) is recomputed, less the
     checkpoint it starts from; counted once."""
     embedding_bytes: Fraction
-    """Input-embedding dropout mask (first stage) and output layer (last stage: final-norm
+    """Input-embedding dropout mask (first stage; under ``deepspeed`` with sequence parallelism
+    and no dropout the embedding's whole output, :func:`_view_rest`) and output layer (last stage: final-norm
     input, output-projection input, FP32 logits ``4·S·V/tp``), times micro-batches in flight."""
     microbatches_in_flight: Fraction
     per_microbatch_bytes: Fraction
@@ -354,7 +356,9 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     output layer's alone; :func:`model.stage_bytes.embedding_bytes` where :func:`end_stages`
     places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`;
     under ``fsdp2`` the eager final RMSNorm's FP32 copy and statistics,
-    :func:`model.eager_saved.final_norm_extra_bytes`)."""
+    :func:`model.eager_saved.final_norm_extra_bytes`; on the first stage under ``deepspeed``
+    with sequence parallelism and no dropout the rest of the embedding's whole output the first
+    layer's input views, :func:`_view_rest`)."""
     arch, t = c.arch, c.training
     gathered = f.lookup(gathers_block_inputs, (t,), "framework")
     norms = f.lookup(head_norms_recomputed, (t,), "framework") & (
@@ -365,8 +369,17 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept)
     eager = f.lookup(final_norm_eager, (arch, t), "framework")
     norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
-    emb = embedding_bytes(arch, first, last, *args) + norm
+    view = f.lookup(keeps_embedding_view, (arch.dropout,), "framework") * f.sp * first
+    emb = embedding_bytes(arch, first, last, *args) + norm + view * _view_rest(c, f, tokens)
     return emb, embedding_bytes(arch, False, last, *args) + norm
+
+
+def _view_rest(c: Context, f: Fields, tokens: Any) -> Any:
+    """What the first stage keeps of the input embedding's output beyond the sequence shard the
+    first layer counts, when :func:`model.deepspeed_layers.keeps_embedding_view`:
+    ``β·S·h·(1 − 1/tp)`` per micro-batch (S = ``tokens``)."""
+    beta = c.training.activation_bytes
+    return tokens * beta * c.arch.hidden_size * (f.tp - 1) / f.tp
 
 
 def _held_whole(

@@ -407,6 +407,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
         double_buffer=t.fsdp_double_buffer,
         overlap_comm=t.deepspeed_overlap_comm,
+        cpu_offload=t.offload.optimizer > 0,
     )  # fmt: skip
     held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(

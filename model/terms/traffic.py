@@ -72,6 +72,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         c.options.zero3_regather, pipelined=f.pp > 1,
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
+        cpu_offload=t.offload.optimizer > 0,
     )  # fmt: skip
 
 

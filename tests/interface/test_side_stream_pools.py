@@ -41,7 +41,10 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     4·8,192·32,064 = 1,050,673,152, tests/model/test_deepspeed_loss.py) + the pool + 1,610,612,736
     B of communicators (the model-parallel group's ring among them,
     tests/model/test_deepspeed_groups.py) = 86,298,099,200 B, above the 83,210,009,600 usable:
-    the uniform search's answer is tp 8."""
+    the uniform search's answer is tp 8. Megatron-DeepSpeed's embedding output, a view of the
+    whole [s, b, h] under SP without dropout (model/deepspeed_layers.py keeps_embedding_view),
+    adds 2·8,192·8,192 × 3/4 = 100,663,296 B: allocated 82,858,769,920, reserved
+    86,398,762,496."""
     assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
     assert 486_572_032 == 2 * 213_925_888 + 58_720_256
     assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
@@ -50,10 +53,12 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     p = e.peak
     assert p.dense_params + p.expert_params == 17_639_415_808
     assert p.stream_pool_bytes == POOL_70B_TP4
-    assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 == 82_758_106_624
+    view = 2 * 8192 * 8192 * 3 // 4
+    assert view == 100_663_296
+    assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 + view == 82_858_769_920
     assert p.communicator_bytes == 1_610_612_736
-    assert p.reserved_total_bytes == 82_758_106_624 + POOL_70B_TP4 + 1_610_612_736
-    assert p.reserved_total_bytes == 86_298_099_200 > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 82_858_769_920 + POOL_70B_TP4 + 1_610_612_736
+    assert p.reserved_total_bytes == 86_398_762_496 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate.layout
@@ -65,16 +70,20 @@ def test_the_per_stage_answer_counts_the_second_segment():
     --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers;
     that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,610,612,736 =
     84,888,813,056 B, over. The answer recomputes 5: allocated 79,234,891,264, fit
-    82,774,883,840 B; the search's tables and the evaluator read the same pool."""
+    82,774,883,840 B; the search's tables and the evaluator read the same pool. Both carry the
+    embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more:
+    81,449,483,776 and 79,335,554,560 allocated."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
-    assert two.allocated_bytes == 81_348_820_480 and two.stream_pool_bytes == POOL_70B_TP4
-    assert two.reserved_total_bytes == 84_888_813_056 > 83_210_009_600
+    view = 100_663_296
+    assert two.allocated_bytes == 81_348_820_480 + view and two.stream_pool_bytes == POOL_70B_TP4
+    assert two.reserved_total_bytes == 84_888_813_056 + view > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed"})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
     assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [5])
-    assert m["stream_pool_bytes"] == POOL_70B_TP4 and m["allocated_bytes"] == 79_234_891_264
-    assert m["fit_bytes"] == 79_234_891_264 + POOL_70B_TP4 + 1_610_612_736 == 82_774_883_840
+    assert m["stream_pool_bytes"] == POOL_70B_TP4
+    assert m["allocated_bytes"] == 79_234_891_264 + view == 79_335_554_560
+    assert m["fit_bytes"] == 79_335_554_560 + POOL_70B_TP4 + 1_610_612_736 == 82_875_547_136
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

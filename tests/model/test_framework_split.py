@@ -82,7 +82,10 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     2·16,384 = 32,768: 398,491,648 parameters; ZeRO-1 at dp 1 keeps 2 + 2 + 12 = 16 B of each:
     6,375,866,368 B more model state on stage 1 than on stage 14. Stage 0 holds 8 layers and
     the embedding with 16 micro-batches in flight: the busiest, 150.68 GB (over an H200's
-    148.21 GB usable), where Meta's split (7 layers on stage 0) counted 133.03 GB."""
+    148.21 GB usable), where Meta's split (7 layers on stage 0) counted 133.03 GB; with the
+    embedding's whole output the first layer's input views (no dropout, SP:
+    model/deepspeed_layers.py keeps_embedding_view) 16 × 2·8,192·16,384 × 7/8 =
+    3,758,096,384 B more: 154,436,028,928."""
     est = trainplan.evaluate(
         model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
         zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
@@ -94,7 +97,9 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     assert est.stages[1].state.total_bytes - est.stages[14].state.total_bytes == 16 * layer
     assert 16 * layer == 6_375_866_368
     assert est.busiest == 0 and est.stages[0].activations.microbatches_in_flight == 16
-    assert int(est.peak.total_bytes) == 150_677_932_544
+    view = 16 * 2 * 8192 * 16384 * 7 // 8
+    assert view == 3_758_096_384
+    assert int(est.peak.total_bytes) == 150_677_932_544 + view == 154_436_028_928
 
 
 def test_fsdp2_stage_one_holds_the_extra_layer():

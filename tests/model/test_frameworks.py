@@ -40,14 +40,20 @@ P13 = Fraction(13 * 10**9)
 
 
 def test_deepspeed_zero2_peak_is_2p_plus_18p_over_n():
-    """2 bf16 params + (2 bf16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam) / N, at the step."""
+    """2 bf16 params + (2 bf16 grads + 2 bf16 flat copy + 4 fp32 cast + 4 fp32 params + 8 Adam)
+    / N at the step's cast (``stage_1_and_2.py`` ``step``: the flat BF16 copy of the partition
+    is cast to FP32 before ``del flat_grad_partition``; was 18 / N without the copy)."""
     st = model_state(P13, Fraction(0), Layout(dp=8, framework="deepspeed", zero_stage=2), T)
-    assert st.optimizer_step_bytes == 2 * P13 + 18 * P13 / 8 == 55_250_000_000
-    # backward: the same without the fp32 gradient partition, plus the 5e8-element IPG bucket
+    assert st.optimizer_step_bytes == 2 * P13 + 20 * P13 / 8 == 58_500_000_000
+    # backward: without the step's two tensors, plus the 5e8-element IPG bucket
     assert st.backward_bytes == 2 * P13 + 14 * P13 / 8 + 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     assert st.optimizer_step_bytes > st.backward_bytes  # the step is the peak without activations
-    measured = 52.37 * 2**30  # deepspeedai/DeepSpeed #3734, ZeRO-2 "max" allocated
-    assert 0 < measured - st.optimizer_step_bytes < 0.02 * measured  # activations, buffers
+    # deepspeedai/DeepSpeed #3734, ZeRO-2 "max" allocated, 52.37 GiB = 56.23e9 B: between the
+    # step's tensors without the flat copy (2 + 18/N: 55.25e9) and with it (58.5e9). Not
+    # re-derived: the count with the copy is what the step's code holds once Adam's moments
+    # exist (from the second step on); a first-step measurement creates them after the cast.
+    measured = 52.37 * 2**30
+    assert 2 * P13 + 18 * P13 / 8 < measured < st.optimizer_step_bytes
 
 
 def test_deepspeed_zero3_buffers_at_their_default_sizes():
@@ -242,11 +248,12 @@ def test_deepspeed_zero1_allocates_the_ipg_bucket_in_backward():
     """DeepSpeed's ZeRO-1 runs the same ``stage_1_and_2.py`` optimizer as ZeRO-2: its first
     gradient hook of a backward allocates the contiguous IPG bucket (``setup_buckets``:
     ``reduce_bucket_size`` = 5e8 elements in the parameters' bf16, ``contiguous_gradients`` on
-    by default), released at the backward's end: 1e9 B in backward, none at the step."""
+    by default), released at the backward's end: 1e9 B in backward, none at the step. The step
+    holds the flat BF16 copy of the gradient partition and its FP32 cast: (2 + 4)/N."""
     st = model_state(P13, Fraction(0), Layout(dp=8, framework="deepspeed", zero_stage=1), T)
     assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 1_000_000_000
     assert st.backward_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 1_000_000_000
-    assert st.optimizer_step_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 4 * P13 / 8
+    assert st.optimizer_step_bytes == 2 * P13 + 2 * P13 + 12 * P13 / 8 + 6 * P13 / 8
 
 
 def test_deepspeed_offload_accumulates_bf16_gradients_on_the_host():

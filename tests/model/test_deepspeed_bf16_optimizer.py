@@ -1,0 +1,53 @@
+"""DeepSpeed's ``BF16_Optimizer`` (BF16 weights, FP32 gradient accumulation, ZeRO stage 1, no
+CPU offload), derived by hand from DeepSpeed edaa7221 ``deepspeed/runtime/engine.py``
+``_do_optimizer_sanity_check`` and ``deepspeed/runtime/bf16_optimizer.py``: the whole FP32
+gradient buffer and each parameter's BF16 ``.grad`` beside it (6 B a parameter), the FP32
+master and moments partitioned, no IPG bucket, nothing materialised for the step
+(model/mechanisms.py ``_deepspeed_bf16_optimizer``)."""
+
+from __future__ import annotations
+
+import trainplan
+from trainplan.model.mechanisms import mechanism
+
+GPT3 = dict(
+    model="gpt3-175b", num_gpus=128, gpu="H100-SXM", framework="deepspeed", dp=4, tp=4, pp=8,
+    zero_stage=1, micro_batch_size=1, global_batch_size=1536, recompute="none",
+)  # fmt: skip
+
+
+def test_gpt3_175b_stage0_by_hand():
+    """GPT-3 175B (h 12,288, 96 layers, biases), tp 4, pp 8 (12 layers a stage), dp 4. One layer
+    per tp rank: 12·h²/4 + the column-parallel biases 7·h/4 + the row-parallel biases 2·h and
+    the two LayerNorms 4·h whole = 452,984,832 + 21,504 + 73,728 = 453,080,064; 12 layers
+    5,436,960,768; stage 0 adds the word embedding (V 50,260 padded, ÷ tp 4: 12,565 rows ×
+    12,288 = 154,398,720) and the positions (2,048 × 12,288 = 25,165,824): 5,616,525,312.
+    Gradients 6 B each (BF16 ``.grad`` 2 + FP32 buffer 4) = 33,699,151,872 B; weights 2 B =
+    11,233,050,624; optimizer 12 B ÷ dp 4 = 16,849,575,936; no IPG bucket and no step extra.
+    The review's search answer (75.56 GB with 4 B of gradients and the 1.00 GB bucket) is
+    75.56 + 11.23 − 1.00 = 85.79 GB: over an H100's 83.21."""
+    layer = 3 * 12288**2 + 7 * 12288 // 4 + 6 * 12288
+    assert layer == 453_080_064
+    params = 12 * layer + 12565 * 12288 + 2048 * 12288
+    assert params == 5_616_525_312
+    e = trainplan.evaluate(**GPT3, gradient_dtype="fp32")
+    s = e.stages[0]
+    assert s.dense_params == params
+    assert s.state.gradients_bytes == 6 * params == 33_699_151_872
+    assert s.state.weights_bytes == 2 * params == 11_233_050_624
+    assert s.state.optimizer_bytes == 12 * params // 4 == 16_849_575_936
+    assert s.state.buffers_bytes == 0 and s.state.step_bytes == 0
+    assert int(e.peak.total_bytes) == 85_793_120_256 and not e.fits
+
+
+def test_only_zero1_bf16_fp32_grads_without_offload():
+    """``_do_optimizer_sanity_check`` picks ``BF16_Optimizer`` only for ZeRO stage 1, BF16
+    weights, FP32 ``grad_accum_dtype`` and no CPU offload; otherwise DeepSpeed's ZeRO
+    optimizer with its IPG bucket (5e8 elements × 2 B) and its step partition."""
+    bf16 = mechanism("deepspeed", 1, 2, 4, 12)
+    assert (bf16.grads_full, bf16.bucket_bytes, bf16.step_sharded) == (6, 0, 0)
+    for zero, g, offload in ((1, 2, False), (2, 4, False), (1, 4, True)):
+        m = mechanism("deepspeed", zero, 2, g, 12, cpu_offload=offload)
+        # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4
+        assert m.bucket_bytes == 1_000_000_000 and m.step_sharded == (6 if g == 2 else 4)
+    assert mechanism("megatron", 1, 2, 4, 12).grads_full == 4

@@ -1,0 +1,45 @@
+"""DeepSpeed ZeRO-1/2's optimizer step, derived by hand from DeepSpeed edaa7221
+``deepspeed/runtime/zero/stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.step`` (non-offload
+branch): the gradient partition is concatenated into a new flat tensor in the gradients' dtype
+(``flatten`` / ``flatten_dense_tensors_aligned`` of ``averaged_gradients[i]``, a list of views)
+and cast to FP32 beside it before ``del flat_grad_partition``: BF16 gradients add 2 + 4 B a
+parameter ÷ D at that moment (model/mechanisms.py ``_deepspeed``, ``step_sharded``)."""
+
+from __future__ import annotations
+
+import trainplan
+from trainplan.model.mechanisms import mechanism
+
+
+def test_llama3_405b_tp4_pp32_by_hand():
+    """Llama 3 405B (h 16,384; 8 K/V heads of 128; f 53,248), tp 4, pp 32, dp 1, ZeRO-1: stage 0
+    holds 4 layers of (2·h² + 2·h·1,024 + 3·h·53,248)/4 + 2·h = 796,950,528 parameters and the
+    word embedding 128,256/4 × h = 525,336,576: 3,713,138,688. The step's extra, ÷ dp 1: the
+    BF16 flat copy 2 B and its FP32 cast 4 B a parameter, 6 × 3,713,138,688 =
+    22,278,832,128 B (was 4 B: 14,852,554,752). The peak is the step's: 86,252,453,888 B, over
+    an H100's 83.21 GB (the review's search answer, 78.83 GB before)."""
+    h = 16384
+    layer = (2 * h * h + 2 * h * 1024 + 3 * h * 53248) // 4 + 2 * h
+    assert layer == 796_950_528
+    params = 4 * layer + 128256 // 4 * h
+    assert params == 3_713_138_688
+    e = trainplan.evaluate(
+        model="llama3-405b", num_gpus=128, gpu="H100-SXM", framework="deepspeed", dp=1, tp=4,
+        pp=32, zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="full",
+    )  # fmt: skip
+    s = e.stages[0]
+    assert s.dense_params == params
+    assert s.state.step_bytes == 6 * params == 22_278_832_128
+    assert e.peak.peak_phase == "optimizer-step"
+    assert int(e.peak.total_bytes) == 86_252_453_888 and not e.fits
+
+
+def test_step_bytes_by_gradient_dtype_and_stage():
+    """ZeRO-2 runs the same branch of ``step``: 2 + 4 with BF16 gradients. With FP32 gradients
+    (ZeRO-2 here; ZeRO-1 runs ``BF16_Optimizer``) the cast returns the flat copy: 4. ZeRO-3's
+    step is its own (sub-groups)."""
+    assert mechanism("deepspeed", 1, 2, 2, 12).step_sharded == 6
+    assert mechanism("deepspeed", 2, 2, 2, 12).step_sharded == 6
+    assert mechanism("deepspeed", 2, 2, 4, 12).step_sharded == 4
+    assert mechanism("deepspeed", 1, 2, 4, 12, cpu_offload=True).step_sharded == 4
+    assert mechanism("deepspeed", 3, 2, 2, 12).step_sharded == 4
