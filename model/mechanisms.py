@@ -59,14 +59,10 @@ def mechanism(
     gathers the weights for every micro-batch's forward and backward. ``pipelined`` (pp > 1)
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
-    ``distributed_optimizer`` (``megatron`` ZeRO-1 only; the layout's rules refuse it elsewhere,
-    :func:`model.frameworks.check_distributed_optimizer`): ``distributed_fused_adam`` is Apex's
-    (:func:`_apex_distributed_fused_adam`). ``double_buffer`` (megatron ZeRO-3: Megatron-FSDP's
-    two-unit pools) and ``overlap_comm`` (deepspeed ZeRO-1/2: a second IPG bucket) are the
-    recipe's ``fsdp_double_buffer`` and ``deepspeed_overlap_comm``; ignored elsewhere.
-    ``cpu_offload`` (deepspeed: the optimizer offloaded) keeps DeepSpeed's ZeRO optimizer where
-    BF16 weights with FP32 gradients at ZeRO-1 would run ``BF16_Optimizer``
-    (:func:`_deepspeed_bf16_optimizer`).
+    ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`),
+    ``overlap_comm`` and ``cpu_offload`` DeepSpeed's (:func:`_deepspeed_of`); each is the
+    recipe's choice of that name (``fsdp_double_buffer``, ``deepspeed_overlap_comm``), ignored
+    under other frameworks.
 
     Raises
     ------
@@ -88,19 +84,44 @@ def mechanism(
     if fw is Framework.TEXTBOOK:
         return _textbook(zero_stage, weight_bytes, g, optimizer_bytes, regather)
     if fw is Framework.MEGATRON:
-        apex = DistributedOptimizer(distributed_optimizer) is DistributedOptimizer.APEX
-        if apex and zero_stage == 1:
-            return _apex_distributed_fused_adam(weight_bytes, g, optimizer_bytes)
-        if zero_stage == 3:
-            return _megatron_fsdp(weight_bytes, g, optimizer_bytes, double_buffer)
-        return _megatron(zero_stage, weight_bytes, g, optimizer_bytes)
+        return _megatron_of(
+            zero_stage, weight_bytes, g, optimizer_bytes, distributed_optimizer, double_buffer
+        )
     if fw is Framework.DEEPSPEED:
-        if zero_stage == 1 and (weight_bytes, g) == (2, 4) and not cpu_offload:
-            return _deepspeed_bf16_optimizer(weight_bytes, g, optimizer_bytes)
-        return _deepspeed(zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm)
+        return _deepspeed_of(
+            zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload
+        )
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])
     return _fsdp2(zero_stage, weight_bytes, g, optimizer_bytes)
+
+
+def _megatron_of(
+    zero_stage: int, w: int, g: int, o: int, distributed_optimizer: Any, double_buffer: bool
+) -> Mechanism:
+    """Megatron-Core's mechanism at ``zero_stage``: ``distributed_optimizer``
+    ``distributed_fused_adam`` is Apex's at ZeRO-1 (:func:`_apex_distributed_fused_adam`; the
+    layout's rules refuse it elsewhere, :func:`model.frameworks.check_distributed_optimizer`);
+    ZeRO-3 is Megatron-FSDP, with two-unit pools under ``double_buffer``; else the distributed
+    optimizer."""
+    apex = DistributedOptimizer(distributed_optimizer) is DistributedOptimizer.APEX
+    if apex and zero_stage == 1:
+        return _apex_distributed_fused_adam(w, g, o)
+    if zero_stage == 3:
+        return _megatron_fsdp(w, g, o, double_buffer)
+    return _megatron(zero_stage, w, g, o)
+
+
+def _deepspeed_of(
+    zero_stage: int, w: int, g: int, o: int, overlap_comm: bool, cpu_offload: bool
+) -> Mechanism:
+    """DeepSpeed's mechanism at ``zero_stage``: ``BF16_Optimizer`` for BF16 weights with FP32
+    gradients at ZeRO-1 unless ``cpu_offload`` (the optimizer offloaded keeps DeepSpeed's ZeRO
+    optimizer; :func:`_deepspeed_bf16_optimizer`), else the ZeRO optimizer, with a second IPG
+    bucket under ``overlap_comm`` (ZeRO-1/2)."""
+    if zero_stage == 1 and (w, g) == (2, 4) and not cpu_offload:
+        return _deepspeed_bf16_optimizer(w, g, o)
+    return _deepspeed(zero_stage, w, g, o, overlap_comm)
 
 
 def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechanism:
