@@ -21,6 +21,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rlhf.spec import (
@@ -228,7 +229,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         train_batch=_count(r, "train_batch", used),
         micro_batch_tokens=_count(r, "micro_batch_tokens", used) or MICRO_BATCH_TOKENS,
         logits=_choice(_opt(r, "logits", used), LogitsMode, "logits"),
-        packing=r.packing,
+        packing=None if r.packing is None else _choice(r.packing, Packing, "packing"),
         old_log_prob=_old_log_prob(_opt(r, "old_log_prob", used)),
         engine_memory_fraction=frac,
         max_num_seqs=_count(r, "rollout_batch", used) or ROLLOUT_BATCH,
