@@ -253,15 +253,17 @@ class Mechanism:
 
         Examples
         --------
-        DeepSpeed ZeRO-2, P = 13e9 on N = 8 GPUs: ``2P + 18P/N`` at the step
-        (``estimate_zero2_model_states_mem_needs``) = 55.25e9 B.
+        DeepSpeed ZeRO-2, P = 13e9 on N = 8 GPUs: ``2P + 20P/N`` at the step = 58.5e9 B —
+        ``estimate_zero2_model_states_mem_needs``'s ``2P + 18P/N`` (55.25e9) plus the BF16 flat
+        gradient partition the step concatenates beside its FP32 cast, ``2P/N``
+        (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.step``).
 
         >>> from trainplan.model.mechanisms import Framework, mechanism
         >>> from fractions import Fraction
         >>> m = mechanism(Framework.DEEPSPEED, 2)
         >>> w, g, o, _, _, step = m.memory_terms(Fraction(13 * 10**9), 8, Fraction(0))
         >>> w + g + o + step
-        Fraction(55250000000, 1)
+        Fraction(58500000000, 1)
         """
         d = replicas
         shard = params / d

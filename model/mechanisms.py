@@ -392,19 +392,24 @@ def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
     step frees it (``engine._take_model_step``): 2 + 4 = 6 B of gradients a parameter, whole.
     It has no IPG bucket: the gradients are all-reduced at the step's boundary by
     ``engine.buffered_allreduce_fallback`` over ``get_grads_for_reduction`` (the FP32 buffers
-    themselves). The step reads the FP32 gradient partition as a view of that buffer
-    (``param_partition.grad = grad_partition`` when it is FP32, ``step``), so nothing is
+    themselves, one flat tensor a parameter group) → ``allreduce_no_retain`` → ``allreduce_bucket``
+    (l. 3658-3684), which casts the flattened bucket to ``communication_data_type`` —
+    ``torch.bfloat16`` under bf16 unless the config sets it (the property, l. 1405-1416) — before
+    the all-reduce: a BF16 copy of the whole FP32 buffer, 2 B a parameter, while the BF16
+    ``.grad``s and the FP32 buffer are held (``step_full``; the activations are gone by then). The
+    step reads the FP32 gradient partition as a view of that buffer
+    (``param_partition.grad = grad_partition`` when it is FP32, ``step``), so nothing more is
     materialised for the step.
 
     >>> m = _deepspeed_bf16_optimizer(2, 4, 12)
-    >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_sharded, m.bucket_bytes)
-    (2, 6, 12, 0, 0)
+    >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_full, m.step_sharded)
+    (2, 6, 12, 2, 0)
     """
     return Mechanism(
         Framework.DEEPSPEED, 1, "DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients)",
         weights_full=w, weights_sharded=0, grads_full=w + g, grads_sharded=0,
         optimizer_full=0, optimizer_sharded=o, reduce_bytes=g, gathers_per_step=1,
-        weight_bytes=w, source=_SOURCES[Framework.DEEPSPEED],
+        weight_bytes=w, step_full=w, source=_SOURCES[Framework.DEEPSPEED],
     )  # fmt: skip
 
 
