@@ -369,7 +369,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
             )
             pools.append(0)
             continue
-        check_training_tp(inp.spec.framework, inp.train_tp)
+        check_training_tp(inp.spec.framework, inp.train_tp, "train_tp", inp.train_pp)
         mp = inp.train_tp * inp.train_pp
         if train_pool % mp:
             raise LayoutError(

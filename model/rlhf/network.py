@@ -442,7 +442,7 @@ def network_cost(
     """
     arch = rs.model.arch
     assert arch is not None
-    check_training_tp(spec.framework, opt.tp, f"{rs.role} tp")
+    check_training_tp(spec.framework, opt.tp, f"{rs.role} tp", opt.pp)
     # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
     s = math.ceil(spec.seq_len / opt.tp) * opt.tp
     score_est = _scoring_estimate(spec, rs, opt, evaluate, s)

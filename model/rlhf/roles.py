@@ -82,6 +82,7 @@ __all__ = [
     "resident_of",
     "resident_terms",
     "training_tp_limit",
+    "training_pp_limit",
     "check_training_tp",
 ]
 
@@ -295,30 +296,62 @@ _NO_TP = {
     Framework.FSDP2: "verl's FSDP workers have no tensor parallelism: their device mesh is FSDP "
     "(× DDP) and Ulysses sequence parallelism only (verl/workers/fsdp_workers.py "
     "create_device_mesh, ulysses_device_mesh)",
+    Framework.DEEPSPEED: "OpenRLHF's tensor parallelism is DeepSpeed AutoTP with one "
+    "ds.tensor_parallel_size for every model, its token cap multiplied by tp and every tp rank "
+    "holding the whole micro-batch and its logits (openrlhf/utils/deepspeed/deepspeed.py, "
+    "get_minimum_num_micro_batch_size; OpenRLHF 3c3be6234), which this plan does not count",
 }
-"""RLHF profiles whose training and scoring roles run without tensor parallelism, and why."""
+"""RLHF profiles whose training and scoring roles are planned without tensor parallelism, and
+why."""
+
+_NO_PP = {
+    Framework.FSDP2: "verl's FSDP workers have no pipeline stages (verl/workers/fsdp_workers.py "
+    "create_device_mesh: FSDP × DDP and Ulysses only)",
+    Framework.DEEPSPEED: "OpenRLHF has no pipeline parallelism: its device mesh is data × ring "
+    "attention × tensor parallel (openrlhf/utils/deepspeed/deepspeed.py setup_distributed; "
+    "OpenRLHF 3c3be6234)",
+}
+"""RLHF profiles whose training and scoring roles run without pipeline stages, and why."""
+
+_USE = {"tp": "tensor", "pp": "pipeline"}
 
 
 def training_tp_limit(framework: Framework | str, limit: int) -> int:
     """The largest tp a training or scoring role may take under ``framework``'s RLHF stack:
-    1 under fsdp2 (verl's FSDP workers, :data:`_NO_TP`), else ``limit``.
+    1 under fsdp2 and deepspeed (:data:`_NO_TP`), else ``limit``.
 
-    >>> training_tp_limit("fsdp2", 8), training_tp_limit("megatron", 8)
-    (1, 8)
+    >>> training_tp_limit("fsdp2", 8), training_tp_limit("deepspeed", 8), training_tp_limit("megatron", 8)
+    (1, 1, 8)
     """
     return 1 if Framework(framework) in _NO_TP else limit
 
 
-def check_training_tp(framework: Framework | str, tp: int, name: str = "train_tp") -> None:
-    """Refuse tp > 1 for a training or scoring role where the stack has none.
+def training_pp_limit(framework: Framework | str, limit: int) -> int:
+    """The largest pp a training or scoring role may take under ``framework``'s RLHF stack:
+    1 under fsdp2 and deepspeed (:data:`_NO_PP`), else ``limit``.
+
+    >>> training_pp_limit("deepspeed", 8), training_pp_limit("megatron", 8)
+    (1, 8)
+    """
+    return 1 if Framework(framework) in _NO_PP else limit
+
+
+def check_training_tp(
+    framework: Framework | str, tp: int, name: str = "train_tp", pp: int = 1
+) -> None:
+    """Refuse tp > 1 or pp > 1 for a training or scoring role where the stack has none
+    (``name`` names the tp; the pp is named with ``tp`` replaced by ``pp``).
 
     Raises
     ------
     LayoutError
-        tp above :func:`training_tp_limit`, in one line naming the parameter, value and rule.
+        tp above :func:`training_tp_limit` or pp above :func:`training_pp_limit`, in one line
+        naming the parameter, value and rule.
     """
-    if tp > training_tp_limit(framework, tp):
-        raise LayoutError(
-            f"{name}: {tp} — under {Framework(framework)} {_NO_TP[Framework(framework)]}; use 1 "
-            "(or `framework` megatron for tensor parallelism)"
-        )
+    fw = Framework(framework)
+    for axis, value, table in (("tp", tp, _NO_TP), ("pp", pp, _NO_PP)):
+        if value > 1 and fw in table:
+            raise LayoutError(
+                f"{name.replace('tp', axis)}: {value} — under {fw} {table[fw]}; use 1 "
+                f"(or `framework` megatron for {_USE[axis]} parallelism)"
+            )

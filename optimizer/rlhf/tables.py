@@ -44,7 +44,13 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
 from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
-from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption, training_tp_limit
+from trainplan.model.rlhf.roles import (
+    Evaluator,
+    RoleCost,
+    RoleOption,
+    training_pp_limit,
+    training_tp_limit,
+)
 from trainplan.model.rlhf.spec import (
     DEFAULT_FRACTION_COLOCATED,
     DEFAULT_FRACTION_SPLIT,
@@ -182,7 +188,7 @@ def _training_options(
         cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
         modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
     for tp in _powers(training_tp_limit(problem.spec.framework, problem.max_tp or problem.node), n):
-        for pp in _powers(n // tp, n // tp):
+        for pp in _powers(training_pp_limit(problem.spec.framework, n // tp), n // tp):
             for off in modes:
                 out.append(RoleOption(role, n, n // (tp * pp), tp, pp, off))
     return out

@@ -272,49 +272,53 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     """``rlhf-plan --algorithm ppo --model llama3-8b --gpus 16 --framework deepspeed``, the stack
-    of OpenRLHF: the actor, critic, reference and reward model are Ray actors of their own on
-    every GPU (``num_gpus_per_actor=0.2`` on one placement group under ``colocate_all``) and the
-    engine's vLLM worker is one more — five processes, four beyond the reserve's, each with a CUDA
-    context and a cuBLAS workspace: 4 × (666,632,192 + 33,554,432) = 2,800,746,496 B in every
-    phase. Each process opens its own NCCL communicators too, so the roles' add up.
+    of OpenRLHF: the actor, critic, reference and reward model are Ray actors of their own
+    (``num_gpus_per_actor=0.2`` on one placement group under ``colocate_all``) and the engine's
+    vLLM worker is one more — each process beyond the reserve's one adds a CUDA context and a
+    cuBLAS workspace, 666,632,192 + 33,554,432 B, in every phase. Each process opens its own NCCL
+    communicators too, so the roles' add up.
 
-    OpenRLHF's idle offload (``offload_deepspeed_states``) leaves the BF16 weights on the GPU,
-    and a frozen role cannot be offloaded below ZeRO-3 (:mod:`model.rlhf.openrlhf`): the answer
-    that offloaded the reference and the reward model when idle (2,798.3 s) cannot run; the
-    answer now keeps them whole at dp 8 × tp 2 and offloads the actor (dp 8 × tp 2) and the
-    critic (dp 16 × tp 1) with their BF16 weights held: 2,875.6 s.
+    OpenRLHF has no pipeline parallelism and plans its roles at tp 1 here
+    (:func:`model.rlhf.roles.training_tp_limit`), ZeRO-1 keeps the BF16 weights whole, and a
+    frozen role cannot be offloaded below ZeRO-3 (:mod:`model.rlhf.openrlhf`): the four models
+    and the engine do not fit on one pool, so the answer splits: pool 0 the engine (tp 8), the
+    actor (optimizer offloaded) and the reference; pool 1 the critic and the reward model, all at
+    dp 8 — 3,408.4 s.
 
-    Resident: the actor, reference and reward model at tp 2 hold 1,736,441,856 B each, the
-    critic at dp 16 64 connections, 805,306,368 B, the engine at tp 8 its PyNccl ring, custom
-    all-reduce and all-gather ring, 830,472,192 B: 6,845,104,128 B. Held: that, the processes'
-    2,800,746,496, the BF16 weights of the actor, reference and reward model (8,030,527,488 B
-    each: 2 B × 8,030,261,248 parameters ÷ tp 2, norms whole) and the critic's
-    (16,060,522,496 B): 49,797,955,584 B. Training: + the critic's 22,083,218,432 B swapped in
-    + its update's 9,053,063,680 B = 80,934,237,696 B."""
+    Pool 0: three processes, two beyond the reserve's: 2 × 700,186,624 = 1,400,373,248 B;
+    resident: the engine at tp 8 (PyNccl's ring, custom all-reduce, all-gather ring) 830,472,192 +
+    the actor's and the reference's dp-8 groups, 64 connections each, 805,306,368: 2,441,084,928.
+    Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248 parameters =
+    16,060,522,496) and the actor's held state: 53,073,698,816 B. Pool 1: two processes, one
+    beyond: 700,186,624; resident 2 × 805,306,368 = 1,610,612,736."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
     )
     p = inp.problem
     r = search_placement(p)
-    assert r.status == "optimal" and r.best.colocated
-    (pool,) = r.best.plan.pools
-    assert pool.processes == 5
-    assert pool.process_bytes == 4 * (666_632_192 + 33_554_432) == 2_800_746_496
-    # the engine at tp 8: PyNccl's ring + custom all-reduce + torch's all-gather ring
+    assert r.status == "optimal" and not r.best.colocated
+    pool0, pool1 = r.best.plan.pools
+    one = 666_632_192 + 33_554_432
+    assert (pool0.processes, pool1.processes) == (3, 2)
+    assert (
+        (pool0.process_bytes, pool1.process_bytes) == (2 * one, one) == (1_400_373_248, 700_186_624)
+    )
     engine = 32 * CONNECTION + 24 * MIB + 32 * CONNECTION
     assert engine == 830_472_192
-    assert pool.resident_bytes == 3 * 1_736_441_856 + 64 * CONNECTION + engine == 6_845_104_128
-    weights = 3 * 8_030_527_488 + 16_060_522_496
-    assert pool.held_bytes == 6_845_104_128 + 2_800_746_496 + weights == 49_797_955_584
+    assert 64 * CONNECTION == 805_306_368
+    assert pool0.resident_bytes == engine + 2 * 64 * CONNECTION == 2_441_084_928
+    assert pool1.resident_bytes == 2 * 64 * CONNECTION == 1_610_612_736
     costs = {c.option.role: c for c in r.best.plan.costs}
-    actor, critic = costs[Role.ACTOR], costs[Role.CRITIC]
-    assert actor.option.offload == "idle" and actor.process == ""
-    assert (actor.held_bytes, critic.held_bytes) == (8_030_527_488, 16_060_522_496)
-    assert (critic.swap_bytes, critic.training_bytes) == (22_083_218_432, 9_053_063_680)
-    assert pool.peak_bytes[2] == 49_797_955_584 + 22_083_218_432 + 9_053_063_680
-    assert pool.peak_bytes[2] == 80_934_237_696
-    assert r.best.plan.step_s == pytest.approx(2875.6, abs=0.05)
+    assert all(
+        c.option.tp == 1 and c.option.pp == 1
+        for role, c in costs.items()
+        if role is not Role.ROLLOUT
+    )
+    assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
+    held = 2_441_084_928 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool0.held_bytes == held == 53_073_698_816
+    assert r.best.plan.step_s == pytest.approx(3408.4, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

@@ -9,7 +9,12 @@ import pytest
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.rlhf.roles import RoleOption, check_training_tp, training_tp_limit
+from trainplan.model.rlhf.roles import (
+    RoleOption,
+    check_training_tp,
+    training_pp_limit,
+    training_tp_limit,
+)
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.optimizer.rlhf.tables import RLHFProblem, _training_options, cost_of
 from trainplan.scenarios.catalogue import get_model
@@ -29,7 +34,15 @@ def _problem(framework: str) -> RLHFProblem:
 def test_the_limit_by_profile():
     assert training_tp_limit("fsdp2", 8) == 1
     assert training_tp_limit("megatron", 8) == 8
-    assert training_tp_limit("deepspeed", 4) == 4
+    # OpenRLHF's AutoTP (one tp for every model, whole micro-batches on each tp rank) is not
+    # counted: deepspeed roles are planned at tp 1, and no profile but megatron has pp
+    assert training_tp_limit("deepspeed", 4) == 1
+    assert training_pp_limit("deepspeed", 4) == training_pp_limit("fsdp2", 4) == 1
+    assert training_pp_limit("megatron", 4) == 4
+    with pytest.raises(
+        LayoutError, match=r"^train_pp: 2 — under deepspeed OpenRLHF has no pipeline"
+    ):
+        check_training_tp("deepspeed", 1, "train_tp", 2)
     check_training_tp("fsdp2", 1)
     with pytest.raises(LayoutError, match=r"^train_tp: 2 — under fsdp2 verl's FSDP workers"):
         check_training_tp("fsdp2", 2)

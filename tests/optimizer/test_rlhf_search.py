@@ -107,16 +107,15 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     worker are processes of their own, each with a CUDA context and a cuBLAS workspace,
     666,632,192 + 33,554,432 = 700,186,624 B, beyond the one the runtime reserve holds. PPO on
     one pool would run five processes (4 × 700,186,624 = 2,800,746,496 B more) and does not fit
-    here; the answer splits the roles into pools of two processes, two processes and one (the
-    reference alone, now that scoring counts one layer's no-grad forward working set,
-    model/rlhf/forward_set.py): 700,186,624 B, 700,186,624 B and 0. CP-SAT still equals the
-    oracle."""
-    problem = _small(6, "ppo", "model", 0, framework="deepspeed")
+    here; with OpenRLHF's roles planned at tp 1 and pp 1 (model.rlhf.roles; at 6 GiB nothing fits
+    then) the answer on 8 GiB splits the roles into pools of three processes and two:
+    2 × 700,186,624 = 1,400,373,248 B and 700,186,624 B. CP-SAT still equals the oracle."""
+    problem = _small(8, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
     assert r.colocated is None
     pools = sorted((len(p.roles), p.processes, p.process_bytes) for p in r.best.plan.pools)
-    assert pools == [(1, 1, 0), (2, 2, 700_186_624), (2, 2, 700_186_624)]
+    assert pools == [(2, 2, 700_186_624), (3, 3, 2 * 700_186_624)]
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
