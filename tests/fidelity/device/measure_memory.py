@@ -1,8 +1,12 @@
 """GPU memory the cost model cannot measure on a CPU, measured on one CUDA device.
 
-Run on a machine with a GPU (not in CI; nothing requires it):
+Run on a machine with a GPU (not in CI; nothing requires it), from the repository's root with
+trainplan installed (``pip install --no-deps -e .``: the ``loss`` sections read the model):
 
     python -m tests.fidelity.device.measure_memory --out "$OUT/memory.json"
+
+The results of one H200 are in ``tests/data/device/h200-2026-12-04/`` and set beside the model
+in ``tests/fidelity/test_device_h200.py``.
 
 It writes one JSON object with, per measurement, the figure trainplan's model predicts beside
 what the device shows:
