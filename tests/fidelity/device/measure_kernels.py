@@ -279,6 +279,97 @@ def measure_sustained(seconds: float = 20.0) -> dict[str, Any]:
     return {"mnk": [m, n, k], "windows": windows}
 
 
+class _LlamaBlock(torch.nn.Module):
+    """torchtitan's Llama 3 block in eager PyTorch (``torchtitan/models/llama3/model``): RMSNorm,
+    separate wq/wk/wv, complex rotary embedding, SDPA over repeated K/V heads, wo, SwiGLU."""
+
+    def __init__(self, h: int, heads: int, kv: int, f: int) -> None:
+        super().__init__()
+        d = h // heads
+        self.heads, self.kv, self.d = heads, kv, d
+        self.n1, self.n2 = torch.nn.RMSNorm(h, eps=1e-5), torch.nn.RMSNorm(h, eps=1e-5)
+        self.wq = torch.nn.Linear(h, heads * d, bias=False)
+        self.wk = torch.nn.Linear(h, kv * d, bias=False)
+        self.wv = torch.nn.Linear(h, kv * d, bias=False)
+        self.wo = torch.nn.Linear(heads * d, h, bias=False)
+        self.w1 = torch.nn.Linear(h, f, bias=False)
+        self.w3 = torch.nn.Linear(h, f, bias=False)
+        self.w2 = torch.nn.Linear(f, h, bias=False)
+
+    def _rope(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
+
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        y = self.n1(x)
+        q = self._rope(self.wq(y).view(b, s, self.heads, self.d), freqs)
+        k = self._rope(self.wk(y).view(b, s, self.kv, self.d), freqs)
+        v = self.wv(y).view(b, s, self.kv, self.d)
+        rep = self.heads // self.kv
+        k = k[:, :, :, None, :].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        v = v[:, :, :, None, :].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.wo(o.transpose(1, 2).reshape(b, s, -1))
+        y = self.n2(x)
+        return x + self.w2(torch.nn.functional.silu(self.w1(y)) * self.w3(y))
+
+
+def _kernel_table(prof: Any) -> list[dict[str, Any]]:
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+        if t > 0:
+            rows.append({"name": e.key[:120], "calls": e.count, "device_us": t})
+    return sorted(rows, key=lambda r: -r["device_us"])[:60]
+
+
+def _layer_row(name: str, layers: int, backend: str) -> dict[str, Any]:
+    h, q, _, f, _ = LAYERS[name]
+    heads, kv, s = q // 128, 8, 8192
+    blocks = torch.nn.ModuleList(_LlamaBlock(h, heads, kv, f) for _ in range(layers))
+    blocks = blocks.to(DEV, torch.bfloat16)
+    pos = torch.arange(s, device=DEV, dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, device=DEV).float() / 128))
+    freqs = torch.polar(torch.ones(s, 64, device=DEV), torch.outer(pos, inv))[None, :, None, :]
+    x = torch.randn(1, s, h, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+
+    def step(i: int) -> None:
+        y = x
+        for blk in blocks:
+            y = blk(y, freqs)
+        y.sum().backward()
+
+    with _sdpa(backend):
+        t = timed(step, 5, warmup=2)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step(0)
+            _sync()
+    return {"model": name, "layers": layers, "seq": s, "batch": 1, "backend": backend,
+            "step_s": t, "per_layer_s": t / layers, "kernels": _kernel_table(prof)}  # fmt: skip
+
+
+def measure_layer() -> dict[str, Any]:
+    """Forward and backward of a stack of torchtitan-style Llama 3 blocks (BF16 weights, eager,
+    no recomputation), one sequence of 8,192 tokens: the whole step's time and, from one
+    profiled step, each kernel's device time — what a layer runs beside its GEMMs and attention."""
+    rows = []
+    for name, layers in (("llama3-8b", 4), ("llama3-70b", 2)):
+        for backend in ("flash", "cudnn"):
+            try:
+                rows.append(_layer_row(name, layers, backend))
+            except Exception as exc:
+                rows.append(
+                    {"model": name, "backend": backend, "error": f"{type(exc).__name__}: {exc}"}
+                )
+            _free()
+    return {"rows": rows}
+
+
 def measure_ring_chunks(seq: int = 131072) -> dict[str, Any]:
     """One rank's calls of a load-balanced causal ring over cp ranks, against the whole call."""
     rows = []
@@ -422,6 +513,7 @@ SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "attention": measure_attention,
     "attention_gqa": measure_attention_gqa,
     "sustained": measure_sustained,
+    "layer": measure_layer,
     "ring_chunks": measure_ring_chunks,
 }
 
