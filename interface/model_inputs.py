@@ -12,6 +12,7 @@ from typing import Any, overload
 
 from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.params import count_params
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 from trainplan.model.units import parse_count
 from trainplan.scenarios.catalogue import get_model
@@ -82,7 +83,10 @@ def _arch_from_dims(params: Mapping[str, Any], seq_len: int) -> Architecture | N
     )
 
 
-NO_MODEL = "model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+NO_MODEL = (
+    "model: give --model NAME (a catalogue name or a config.json path), --params SIZE, or the "
+    "dimensions --layers --hidden --heads"
+)
 """The one refusal of a command given no model (evaluate, search, …)."""
 
 
@@ -105,12 +109,15 @@ def model_of(params: Mapping[str, Any], used: dict[str, Any]) -> tuple[ModelSpec
         )
         entry = named_lookup("model", get_model, str(name))
         return entry.model, dict(entry.training)
-    if size is None:
+    dims_given = any(params.get(k) is not None for k in ("layers", "hidden", "heads"))
+    if size is None and not dims_given:
         raise InputError(NO_MODEL)
     n = count_of(params, "params")
     seq = count_of(params, "seq_len", 4096)
     arch = _arch_from_dims(params, seq or 4096)
-    label = params.get("name") or f"{float(Fraction(n or 0, 10**9)):g}B"
+    counted = n if n is not None or arch is None else count_params(arch).total
+    size_b = float(Fraction(counted or 0, 10**9))
+    label = params.get("name") or (f"{size_b:g}B" if n is not None else f"{size_b:.3g}B")
     return ModelSpec(
         name=str(label), source="size given by the user", arch=arch, num_params_declared=n
     ), {}

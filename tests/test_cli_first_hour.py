@@ -42,7 +42,10 @@ def test_a_price_is_said_whatever_the_objective():
 def test_a_search_without_a_model_asks_for_one():
     """``search --gpus 8`` with no model is refused as ``evaluate`` refuses it (the model first,
     not a batch size of a model nobody named), in text and under ``--json``."""
-    want = "--model: give --model NAME (a catalogue name or a config.json path) or --params SIZE"
+    want = (
+        "--model: give --model NAME (a catalogue name or a config.json path), --params SIZE, or "
+        "the dimensions --layers --hidden --heads"
+    )
     for extra in ((), ("--json",)):
         done = trainplan("search", "--gpus", "8", *extra)
         assert done.returncode == 2 and refusal(done) == want, done.stderr
@@ -491,3 +494,19 @@ def test_sweep_group_by_is_refused_where_it_is_not_read_and_before_a_sweep_runs(
         "recipe, framework or a what-if)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_given_by_its_dimensions_alone():
+    """``--layers --hidden --heads`` (with ``--arch llama`` and its FFN, K/V heads and vocabulary)
+    describe a model without ``--params``: its size is their count. A Llama-style layer of
+    hidden 4,096, 32 heads over 8 K/V heads of 128 and FFN 14,336 holds 2·(4096² + 4096·1024) +
+    3·4096·14336 + 2·4096 = 218,112,000 parameters; 16 of them, the untied 128,256 × 4,096
+    embedding and output layer (1,050,673,152) and the final norm (4,096) make 4,540,469,248."""
+    dims = ("--arch", "llama", "--layers", "16", "--hidden", "4096", "--heads", "32",
+            "--kv-heads", "8", "--ffn-hidden", "14336", "--vocab", "128256")  # fmt: skip
+    done = trainplan("evaluate", *dims, "--gpus", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"]["num_params"] == 4_540_469_248
+    assert trainplan("evaluate", *dims, "--gpus", "8").stdout.startswith(
+        "4.54B: 4,540,469,248 parameters"
+    )

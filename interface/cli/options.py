@@ -47,21 +47,31 @@ MODEL: list[Decorator] = [
         help="Catalogue name (trainplan models lists them) or a config.json path.",
     ),
     click.option(
-        "--params", "params", type=NUMBER, help="Model size taken as given (70B, 1.5T, 7.5e9)."
+        "--params",
+        "params",
+        type=NUMBER,
+        help="Model size taken as given (70B, 1.5T, 7.5e9); with dimensions, checked against their count.",
     ),
     click.option(
         "--arch",
         type=click.Choice(["gpt", "llama"]),
-        help="Layer family for --params with dimensions.",
+        help="Layer family of a model given by its dimensions.",
     ),
-    click.option("--layers", type=COUNT, help="L, transformer layers (with --params)."),
-    click.option("--hidden", type=COUNT, help="h, hidden size (with --params)."),
-    click.option("--heads", type=COUNT, help="a, attention heads (with --params)."),
+    click.option(
+        "--layers",
+        type=COUNT,
+        help="L, transformer layers (a model by its dimensions, with --hidden and --heads).",
+    ),
+    click.option("--hidden", type=COUNT, help="h, hidden size (a model by its dimensions)."),
+    click.option("--heads", type=COUNT, help="a, attention heads (a model by its dimensions)."),
     click.option("--kv-heads", "kv_heads", type=COUNT, help="g, KV heads (GQA; default a)."),
     click.option(
-        "--ffn-hidden", "ffn_hidden", type=COUNT, help="f, FFN hidden size (with --params)."
+        "--ffn-hidden",
+        "ffn_hidden",
+        type=COUNT,
+        help="f, FFN hidden size (a model by its dimensions).",
     ),
-    click.option("--vocab", type=COUNT, help="V, vocabulary size (with --params)."),
+    click.option("--vocab", type=COUNT, help="V, vocabulary size (a model by its dimensions)."),
     click.option(
         "--mtp-layers",
         "mtp_layers",
