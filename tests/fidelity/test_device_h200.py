@@ -242,3 +242,24 @@ def test_a_whole_eager_layer_against_the_models_layer_time() -> None:
     assert (model_8b, model_70b) == pytest.approx((26.88e-3, 90.25e-3), abs=0.01e-3)
     assert model_8b / measured["llama3-8b", "flash"] == pytest.approx(1.119, abs=0.001)
     assert model_70b / measured["llama3-70b", "flash"] == pytest.approx(1.125, abs=0.001)
+
+
+def test_fsdp2_on_one_rank_keeps_its_side_stream_pool_apart() -> None:
+    """Four Llama 3 8B blocks, each ``fully_shard``-ed on a one-rank mesh (FP32 parameters, BF16
+    compute, FP32 reduction), the second step: 14.11 GB allocated at the peak, 16.09 GB reserved,
+    of which 4,372,561,920 B on the one side stream that holds segments — exactly five segments of
+    one unit's 218,112,000 FP32 elements (872,448,000 B, rounded up to 2 MiB: 874,512,384 B).
+    At one rank FSDP2's sharded gradient is the whole unit, so this reads as the four units'
+    FP32 gradients (``foreach_reduce``'s output, which the model counts in the gradient term)
+    and one reduce-scatter input in flight; the all-gather copy-in pool of two BF16 units
+    (``model.terms.peak.stream_pool_term``, 2 × 436,224,000 B) would need two ranks to show, so
+    this run neither confirms nor refutes it."""
+    pool = _load("memory_fsdp2.json")["fsdp2_pool"]
+    unit_fp32 = 218_112_000 * 4
+    segment = -(-unit_fp32 // 2**21) * 2**21
+    assert (unit_fp32, segment) == (872_448_000, 874_512_384)
+    side = {
+        k: v for k, v in pool["reserved_by_stream_bytes"].items() if k != pool["default_stream"]
+    }
+    assert list(side.values()) == [5 * segment]
+    assert pool["unit_bf16_bytes"] == 218_112_000 * 2

@@ -184,6 +184,65 @@ def measure_allocator(layers: int, seq: int, vocab: int) -> dict[str, Any]:
     }
 
 
+def _pool_by_stream() -> dict[str, int]:
+    """Reserved bytes per CUDA stream, from the allocator's snapshot (segments carry their
+    stream)."""
+    pools: dict[str, int] = {}
+    for seg in torch.cuda.memory._snapshot()["segments"]:
+        key = str(seg.get("stream", "?"))
+        pools[key] = pools.get(key, 0) + int(seg["total_size"])
+    return pools
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, blocks: torch.nn.ModuleList) -> None:
+        super().__init__()
+        self.blocks = blocks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for blk in self.blocks:
+            x = blk(x)
+        return x
+
+
+def measure_fsdp2_pool(layers: int, seq: int) -> dict[str, Any]:
+    """FSDP2 (``fully_shard`` per block, BF16 compute, FP32 parameters) on a one-rank mesh: the
+    reserved bytes per stream after a steady step, against two units' BF16 all-gather outputs
+    (``model.terms.peak.stream_pool_term``'s ``2·w·U``)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29511")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+    mesh = init_device_mesh("cuda", (1,))
+    h, heads, kv, f = 4096, 32, 8, 14336
+    blocks = torch.nn.ModuleList(_Block(h, heads, kv, f) for _ in range(layers)).cuda()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for blk in blocks:
+        fully_shard(blk, mesh=mesh, mp_policy=mp)
+    model = fully_shard(_Stack(blocks), mesh=mesh, mp_policy=mp)
+    x = torch.randn(1, seq, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    _reset()
+    for _ in range(2):
+        torch.cuda.reset_peak_memory_stats()
+        model(x).float().pow(2).mean().backward()
+        torch.cuda.synchronize()
+    unit = sum(p.numel() for p in blocks[0].parameters()) * 2
+    return {
+        "layers": layers,
+        "seq": seq,
+        "unit_bf16_bytes": unit,
+        "model_two_units_bytes": 2 * unit,
+        "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "reserved_by_stream_bytes": _pool_by_stream(),
+        "default_stream": str(torch.cuda.default_stream().cuda_stream),
+    }
+
+
 def measure_nccl(groups: int) -> dict[str, Any]:
     """Device bytes each one-rank NCCL communicator takes outside the caching allocator."""
     import torch.distributed as dist
@@ -266,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     _section("loss", lambda: measure_loss(args.tokens, args.vocab), results)
     _section("loss_parallel", lambda: measure_loss_parallel(args.tokens, args.vocab), results)
     _section("allocator", lambda: measure_allocator(args.layers, args.tokens, args.vocab), results)
+    _section("fsdp2_pool", lambda: measure_fsdp2_pool(args.layers, args.tokens), results)
     _section("nccl", lambda: measure_nccl(args.groups), results)
     _section("fp8_cache", lambda: measure_fp8_cache(4096), results)
     with open(args.out, "w") as fh:
