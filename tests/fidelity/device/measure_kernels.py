@@ -50,6 +50,8 @@ from typing import Any
 
 import torch
 
+from tests.fidelity.device.measure_memory import _Block
+
 LAYERS = {
     # name: (hidden, q width, kv width, ffn, gated)
     "llama3-8b": (4096, 4096, 1024, 14336, True),
@@ -279,22 +281,10 @@ def measure_sustained(seconds: float = 20.0) -> dict[str, Any]:
     return {"mnk": [m, n, k], "windows": windows}
 
 
-class _LlamaBlock(torch.nn.Module):
+class _LlamaBlock(_Block):
     """torchtitan's Llama 3 block in eager PyTorch (``torchtitan/models/llama3/model``): RMSNorm,
-    separate wq/wk/wv, complex rotary embedding, SDPA over repeated K/V heads, wo, SwiGLU."""
-
-    def __init__(self, h: int, heads: int, kv: int, f: int) -> None:
-        super().__init__()
-        d = h // heads
-        self.heads, self.kv, self.d = heads, kv, d
-        self.n1, self.n2 = torch.nn.RMSNorm(h, eps=1e-5), torch.nn.RMSNorm(h, eps=1e-5)
-        self.wq = torch.nn.Linear(h, heads * d, bias=False)
-        self.wk = torch.nn.Linear(h, kv * d, bias=False)
-        self.wv = torch.nn.Linear(h, kv * d, bias=False)
-        self.wo = torch.nn.Linear(heads * d, h, bias=False)
-        self.w1 = torch.nn.Linear(h, f, bias=False)
-        self.w3 = torch.nn.Linear(h, f, bias=False)
-        self.w2 = torch.nn.Linear(f, h, bias=False)
+    separate wq/wk/wv, complex rotary embedding, SDPA over repeated K/V heads, wo, SwiGLU (the
+    layers of :class:`measure_memory._Block`, with the rotary embedding)."""
 
     def _rope(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
