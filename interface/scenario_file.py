@@ -113,6 +113,7 @@ CLUSTER_KEYS = {
     "p2p_warmup_flush",
     "p2p_forward_send_wait",
     "nccl_sm_charge",
+    "nccl_channel_setup",
     "attention_kernel",
     "calibration",
 }
@@ -252,6 +253,7 @@ VALUE_KINDS: dict[str, Any] = {
     "p2p_warmup_flush": _FLAG,
     "p2p_forward_send_wait": _FLAG,
     "nccl_sm_charge": _FLAG,
+    "nccl_channel_setup": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -49,6 +49,7 @@ TIME_KEYS: tuple[str, ...] = (
     "p2p_warmup_flush",
     "p2p_forward_send_wait",
     "nccl_sm_charge",
+    "nccl_channel_setup",
     "attention_kernel",
     "calibration",
 )
@@ -157,7 +158,8 @@ def cost_options(
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
     flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
-    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", "nccl_sm_charge"):
+    nccl = ("nccl_sm_charge", "nccl_channel_setup")
+    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if "mfu_convention" in params:

@@ -243,6 +243,7 @@ KEY_DOCS: dict[str, str] = {
     "time.p2p_warmup_flush": "Interleaved warm-up/cool-down sends asynchronous too (--overlap-p2p-communication-warmup-flush).",
     "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
     "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
+    "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

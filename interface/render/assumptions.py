@@ -448,15 +448,18 @@ def _capacity_sentence(est: Estimate) -> str:
     else:
         have = f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
     head = f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:.2f} GiB runtime reserve"
+    nccl = "NCCL's communicators counted in the peak" + (
+        ", with their channels' set-up (--set nccl_channel_setup=true)"
+        if est.options.nccl_channel_setup
+        else ""
+    )
     if d.runtime_reserve_bytes != runtime_reserve_for(d.driver_reserved_bytes):
-        return (
-            f"{head} (as given: --set memory_reserve_gib); NCCL's communicators counted in the peak"
-        )
+        return f"{head} (as given: --set memory_reserve_gib); {nccl}"
     return (
         f"{head}: the driver's {d.driver_reserved_bytes / 2**20:g} MiB, the CUDA context's "
         f"{CUDA_CONTEXT_BYTES / 2**20:.0f} MiB, cuBLAS workspaces "
         f"{CUBLAS_WORKSPACE_BYTES / 2**20:.0f} MiB and an ASSUMED "
         f"{FRAGMENTATION_ALLOWANCE_BYTES / 2**30:g} GiB fragmentation allowance for the caching "
         "allocator's reserved bytes beyond the tensors (no per-operation source; "
-        "--set memory_reserve_gib replaces it); NCCL's communicators counted in the peak"
+        f"--set memory_reserve_gib replaces it); {nccl}"
     )

@@ -22,6 +22,21 @@ all-to-all on 8 H100s shows exactly these two sizes for every channel and peer, 
 maintainer: "The memory usage is linearly tied to the number of channels ... Ring uses a limited
 amount of memory as it only has 2 connections regardless of the scale").
 
+Beside the buffers, each channel a communicator sets up holds three small device allocations
+(``src/channel.cc`` ``initChannel``: the shared peer array ``sharedRes->devPeers[c]``, the
+channel's ``devPeers`` and its ring's ``devRingUserRanks``), and the communicator two more
+(``src/init.cc`` ``devCommSetup``: ``devCommAndChans`` and ``rankToLocalRank``), each made by
+``ncclCudaCallocAsync`` as an allocation of its own. With cuMem (``NCCL_CUMEM_ENABLE``, on by
+default) each is rounded up to the allocation granularity (``src/include/alloc.h``
+``ncclCuMemAlloc``: ``cuMemGetAllocationGranularity`` ``MINIMUM``, 2 MiB), so a channel costs
+6 MiB however few ranks it has. ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) sets up
+the point-to-point channels beyond the collective ones up to ``p2pnChannels``, the collective
+count rounded up to a power of two: :func:`channel_setup_bytes`. Measured on one H200 (NCCL
+2.28.9, PyTorch 2.11; ``tests/data/device/h200-2026-12-04/nccl_steps.json`` and
+``nccl_alloc_log.txt``): each one-rank communicator took 388–390 MiB outside PyTorch's allocator,
+its ALLOC log 64 channels × those three allocations plus the two, every pointer 2 MiB past the
+last: (64 × 3 + 2) × 2 MiB = 388 MiB.
+
 Per communicator on one GPU (:func:`communicator_bytes`):
 
 * a **ring** (all-reduce, reduce-scatter, all-gather): one connection in and one out per
@@ -47,7 +62,7 @@ from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activations import cp_mechanism_of
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.xp import where
+from trainplan.model.xp import maximum, where
 
 __all__ = [
     "CONNECTION_BYTES",
@@ -56,6 +71,7 @@ __all__ = [
     "P2P_NET_BYTES_PER_CHANNEL",
     "P2P_PEERS_PER_ROUND",
     "communicator_bytes",
+    "channel_setup_bytes",
     "p2p_channels_per_peer",
     "net_channels_per_peer",
     "comm_memory_term",
@@ -73,7 +89,14 @@ LL128_BYTES = 120 * 640 * 8 * 8
 SIMPLE_BYTES = 4 * MIB
 """NCCL's ``DEFAULT_BUFFSIZE`` (``NCCL_BUFFSIZE``): 4 MiB."""
 ALLOCATION_GRANULE = 2 * MIB
-"""``CUDA_IPC_MIN`` (``src/include/comm.h``): NCCL rounds each connection's buffers up to it."""
+"""``CUDA_IPC_MIN`` (``src/include/comm.h``): NCCL rounds each connection's buffers up to it; also
+the cuMem allocation granularity every other device allocation of NCCL's is rounded up to."""
+CHANNEL_ALLOCATIONS = 3
+"""Device allocations ``initChannel`` (``src/channel.cc``) makes for each channel: the shared
+peer array, the channel's peer pointers and its ring's user ranks."""
+COMMUNICATOR_ALLOCATIONS = 2
+"""Device allocations ``devCommSetup`` (``src/init.cc``) makes once per communicator:
+``devCommAndChans`` and ``rankToLocalRank``."""
 
 
 def _granules(nbytes: int) -> int:
@@ -142,20 +165,45 @@ def p2p_channels_per_peer(ranks: int, across_hosts: bool, nic_bytes_per_s: float
     return per_peer
 
 
-def communicator_bytes(ring: Any, peers: Any, channels_per_peer: Any) -> Any:
+def channel_setup_bytes(channels: Any) -> Any:
+    """Bytes a communicator's ``channels`` set-up channels hold on one GPU beyond their
+    connections' buffers: :data:`CHANNEL_ALLOCATIONS` per channel and
+    :data:`COMMUNICATOR_ALLOCATIONS`, each one :data:`ALLOCATION_GRANULE` (module docstring).
+
+    >>> channel_setup_bytes(64) // 2**20, channel_setup_bytes(32) // 2**20  # measured; a ring
+    (388, 196)
+    """
+    return (channels * CHANNEL_ALLOCATIONS + COMMUNICATOR_ALLOCATIONS) * ALLOCATION_GRANULE
+
+
+def communicator_bytes(ring: Any, peers: Any, channels_per_peer: Any, setup: bool = False) -> Any:
     """Bytes one NCCL communicator holds on one GPU: a ring's :data:`RING_CHANNELS`
     connections where ``ring``, plus ``peers`` point-to-point peers' ``channels_per_peer``
-    channels each, every one :data:`CONNECTION_BYTES`. Exact for ints; element-wise for arrays.
+    channels each, every one :data:`CONNECTION_BYTES`; and the set-up of its channels
+    (:func:`channel_setup_bytes`), at least the ring's channels and those of one peer (NCCL
+    sets up the collective channel count, rounded up to a power of two, which a point-to-point
+    communicator's per-peer count does not exceed) where ``setup`` (the layout terms pass
+    :class:`model.timing.CostOptions` ``nccl_channel_setup``, off by default). Exact for ints;
+    element-wise for arrays.
 
     Examples
     --------
-    A tp group's ring: 32 × 12 MiB = 384 MiB; a middle pipeline stage's two neighbours on other
-    nodes, 4 channels each: 2 × 4 × 12 MiB = 96 MiB.
+    A tp group's ring: 32 × 12 MiB = 384 MiB of buffers, and with the set-up (32 × 3 + 2) ×
+    2 MiB = 196 MiB more; a middle pipeline stage's two neighbours on other nodes, 4 channels
+    each: 2 × 4 × 12 MiB = 96 MiB, and (4 × 3 + 2) × 2 MiB = 28 MiB more.
 
     >>> communicator_bytes(True, 0, 0) // 2**20, communicator_bytes(False, 2, 4) // 2**20
     (384, 96)
+    >>> communicator_bytes(True, 0, 0, True) // 2**20, communicator_bytes(False, 2, 4, True) // 2**20
+    (580, 124)
+    >>> communicator_bytes(False, 0, 0, True)
+    0
     """
-    return (where(ring, RING_CHANNELS, 0) + peers * channels_per_peer) * CONNECTION_BYTES
+    connections = (where(ring, RING_CHANNELS, 0) + peers * channels_per_peer) * CONNECTION_BYTES
+    if not setup:
+        return connections
+    channels = maximum(where(ring, RING_CHANNELS, 0), where(peers > 0, channels_per_peer, 0))
+    return connections + where(channels > 0, channel_setup_bytes(channels), 0)
 
 
 def _pipeline_peers(f: Fields) -> Any:
@@ -209,26 +257,31 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     """
     if not Framework(f.framework).physical:
         return 0
-    total = communicator_bytes(f.tp > 1, 0, 0) + communicator_bytes(f.shard_degree > 1, 0, 0)
+    setup = c.options.nccl_channel_setup
+
+    def comm(ring: Any, peers: Any, channels_per_peer: Any) -> Any:
+        return communicator_bytes(ring, peers, channels_per_peer, setup)
+
+    total = comm(f.tp > 1, 0, 0) + comm(f.shard_degree > 1, 0, 0)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     ring_peers = where(r > 2, 2, where(r == 2, 1, 0))
     cp_peers = where(gather, 0, ring_peers) + (u - 1)
     cp_ring = where(gather, r > 1, False)
-    total = total + communicator_bytes(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp))
+    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp))
     arch = c.model.arch
     if arch is not None and arch.moe is not None:
         if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            total = total + communicator_bytes(False, f.ep - 1, _p2p(c, f, "ep", f.ep))
-        total = total + communicator_bytes(f.expert_shard_degree > 1, 0, 0)
-        total = total + communicator_bytes(f.expert_tp > 1, 0, 0)
-    total = total + communicator_bytes(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp))
+            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep))
+        total = total + comm(f.expert_shard_degree > 1, 0, 0)
+        total = total + comm(f.expert_tp > 1, 0, 0)
+    total = total + comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp))
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
-        total = total + communicator_bytes(ends, 0, 0)
-    total = total + grad_stats_rings(c, f) * communicator_bytes(True, 0, 0)
-    total = total + communicator_bytes(world_ring(f), 0, 0)
+        total = total + comm(ends, 0, 0)
+    total = total + grad_stats_rings(c, f) * comm(True, 0, 0)
+    total = total + comm(world_ring(f), 0, 0)
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
-    return total + communicator_bytes(mirror, 0, 0)
+    return total + comm(mirror, 0, 0)
 
 
 def grad_stats_rings(c: Context, f: Fields) -> Any:
