@@ -399,16 +399,22 @@ def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
     ``.grad``s and the FP32 buffer are held (``step_full``; the activations are gone by then). The
     step reads the FP32 gradient partition as a view of that buffer
     (``param_partition.grad = grad_partition`` when it is FP32, ``step``), so nothing more is
-    materialised for the step.
+    materialised for the step. On the wire, then, an all-reduce of BF16 gradients: at ZeRO stage 1
+    ``engine.allreduce_gradients`` calls ``reduce_gradients`` only where the optimizer has one, and
+    ``BF16_Optimizer`` has none, so ``buffered_allreduce_fallback`` runs (l. 2907-2913, 3784); after
+    the step ``update_lp_params`` all-gathers the updated BF16 partitions (``all_gather_dp_groups``,
+    ``bf16_optimizer.py`` l. 454-460): 2 · 2 + 2 B a parameter, times (D − 1)/D.
 
     >>> m = _deepspeed_bf16_optimizer(2, 4, 12)
     >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_full, m.step_sharded)
     (2, 6, 12, 2, 0)
+    >>> m.all_reduce, m.reduce_bytes, m.traffic_terms()
+    (True, 2, (6, 0))
     """
     return Mechanism(
         Framework.DEEPSPEED, 1, "DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients)",
         weights_full=w, weights_sharded=0, grads_full=w + g, grads_sharded=0,
-        optimizer_full=0, optimizer_sharded=o, reduce_bytes=g, gathers_per_step=1,
+        optimizer_full=0, optimizer_sharded=o, reduce_bytes=w, all_reduce=True, gathers_per_step=1,
         weight_bytes=w, step_full=w, source=_SOURCES[Framework.DEEPSPEED],
     )  # fmt: skip
 

@@ -54,3 +54,18 @@ def test_only_zero1_bf16_fp32_grads_without_offload():
         # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4
         assert m.bucket_bytes == 1_000_000_000 and m.step_sharded == (6 if g == 2 else 4)
     assert mechanism("megatron", 1, 2, 4, 12).grads_full == 4
+
+
+def test_gpt3_175b_gradients_are_all_reduced_in_bf16():
+    """At ZeRO stage 1 the engine calls the optimizer's ``reduce_gradients`` only where it has
+    one; ``BF16_Optimizer`` has none, so ``buffered_allreduce_fallback`` all-reduces the FP32
+    buffers cast to BF16 (``communication_data_type``), and ``update_lp_params`` all-gathers the
+    updated BF16 partitions (DeepSpeed edaa7221 ``engine.py`` ``allreduce_gradients``,
+    ``bf16_optimizer.py`` ``update_lp_params``). Stage 0's 5,616,525,312 parameters over dp 4: an
+    all-reduce of 2 B (2 × 3/4 × 2 B) and an all-gather of 2 B (3/4 × 2 B), 6 × 3/4 ×
+    5,616,525,312 = 25,274,363,904 B a step — the same bytes as the reduce-scatter of FP32 the
+    model used to name, now timed as an all-reduce."""
+    e = trainplan.evaluate(**GPT3, gradient_dtype="fp32")
+    dp = next(row for row in e.traffic if row.traffic.axis == "dp")
+    assert dp.traffic.collective == "all-reduce (bf16) + all-gather per step"
+    assert dp.traffic.bytes_per_step == 6 * 3 * 5_616_525_312 // 4 == 25_274_363_904
