@@ -11,7 +11,6 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
-from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.rlhf.openrlhf import RECEIVE_SOURCE as RS
 from trainplan.model.rlhf.openrlhf import engine_receive_bytes
@@ -185,7 +184,7 @@ def rollout_cost(
         budget_bytes=mem.budget_bytes,
         resident_bytes=Fraction(outside + inside),
         budget_resident_bytes=Fraction(inside),
-        sync_bytes=weights if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        sync_bytes=weights,  # awake during the sync under every profile (model.rlhf.verl_sync)
         receive_bytes=receive,
         receive_resident_bytes=group,
     )

@@ -27,8 +27,7 @@ parameter in turn over CUDA IPC (``use_cuda_ipc``: NCCL backend, colocated, not 
 whole parameter is materialised, and ``_handle_cuda_ipc`` sends ``param.data.clone()``. At that
 moment a GPU of the pool holds what every role keeps there, the engine's weights and, for the
 largest parameter, its gathered copy and its clone (:func:`sync_transient_bytes`). verl (the
-other profiles) wakes the weights, syncs, frees its own copies, then wakes the KV cache
-(``rollout_mode``): its transient lies in KV space not yet allocated, inside the rollout's peak.
+other profiles) has its own transient, counted by :mod:`model.rlhf.verl_sync`.
 
 **Weight sync to an engine on GPUs of its own.** Without ``--train.colocate_all``, or with
 ``--train.async_enable`` (one-step off-policy), the actor does not use CUDA IPC

@@ -229,10 +229,11 @@ class RoleCost:
     holds its own CUDA context and cuBLAS workspace: :func:`model.rlhf.step.process_bytes`."""
     sync_bytes: Fraction = Fraction(0)
     """What the role adds on each GPU of a pool holding both the engine and the actor while the
-    actor sends it the updated weights, under the ``deepspeed`` profile (OpenRLHF's CUDA IPC
-    sync, :mod:`model.rlhf.openrlhf`): the engine its woken weights, the actor its largest
-    parameter's gathered copy and clone; 0 for the other roles and profiles (verl's sync lies
-    in KV space not yet allocated). :func:`model.rlhf.step.sync_peak`."""
+    actor sends it the updated weights: the engine its woken weights; the actor, under
+    ``deepspeed``, its largest parameter's gathered copy and clone (OpenRLHF's CUDA IPC sync,
+    :mod:`model.rlhf.openrlhf`), under ``megatron`` and ``fsdp2`` verl's buckets, its largest
+    parameter made whole and, offloaded while idle, its parameters back (:mod:`model.rlhf.
+    verl_sync`); 0 for the other roles. :func:`model.rlhf.step.sync_peak`."""
     receive_bytes: Fraction = Fraction(0)
     """The engine under ``deepspeed``, on a pool without the actor (OpenRLHF's NCCL sync): the
     whole BF16 parameter it receives beside its awake budget, the largest one

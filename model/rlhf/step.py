@@ -39,11 +39,12 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   modes and OpenRLHF's ``--async_train`` do) is bounded by each pool's own work and by the chain
   of scoring then training: ``step = max(max_pool Σ_phase W, max_pool W(scoring) + max_pool
   W(training))`` — on one shared pool that is the synchronous step again.
-* **The weight sync** (``deepspeed``, OpenRLHF's CUDA IPC sync, :mod:`model.rlhf.openrlhf`): on
-  a pool holding both the engine and the actor, a moment of the rollout phase holds ``Σ held``
-  and each role's :attr:`~model.rlhf.roles.RoleCost.sync_bytes` — the engine's woken weights
-  and the actor's largest parameter gathered and cloned (:func:`sync_peak`); the rollout
-  phase's peak is the larger of it and the generation's.
+* **The weight sync** (OpenRLHF's CUDA IPC sync under ``deepspeed``, :mod:`model.rlhf.openrlhf`;
+  verl's IPC buckets under ``megatron`` and ``fsdp2``, :mod:`model.rlhf.verl_sync`): on a pool
+  holding both the engine and the actor, a moment of the rollout phase holds ``Σ held`` and each
+  role's :attr:`~model.rlhf.roles.RoleCost.sync_bytes` — the engine's woken weights and the
+  actor's transient (:func:`sync_peak`); the rollout phase's peak is the larger of it and the
+  generation's.
 * **A shared engine copy** (``shared_weights``; HybridFlow's 3D-HybridEngine, §5.4: the
   generation shards reuse the training weights' memory): on the pool of both the engine and the
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
@@ -342,7 +343,7 @@ def sync_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     """A pool's bytes while the actor sends the engine its weights (module docstring): ``held``
     (its roles' held bytes, resident bytes and processes) and every role's
     :attr:`~model.rlhf.roles.RoleCost.sync_bytes`; 0 unless the pool holds both the engine and
-    an actor with a sync transient (the ``deepspeed`` profile).
+    an actor with a sync transient.
 
     Examples
     --------

@@ -88,9 +88,13 @@ def test_the_weight_sync_moment_binds_when_the_kv_space_is_small():
     15,231,233,024 B, and the actor sends each parameter through ``param.data.clone()``: the
     embedding, 152,064 × 3,584 × 2 B = 1,089,994,752 B (whole at ZeRO-1, tp 1: no gathered
     copy). The sync moment, held + 16,321,227,776 B, is above the generation's held + budget,
-    whose KV space is under 1,089,994,752 B. Under ``fsdp2`` (verl: the sync in KV space not
-    yet woken) the rollout peak stays held + budget."""
-    for framework, counted in (("deepspeed", True), ("fsdp2", False)):
+    whose KV space is under 1,089,994,752 B. Under ``fsdp2`` (verl, :mod:`model.rlhf.verl_sync`)
+    the engine's weights wake too, and the actor streams through a 2,048 MiB IPC bucket that the
+    engine clones, each parameter gathered in FP32 and cast to BF16 (three times the embedding's
+    BF16 bytes): 2 × 2,147,483,648 + 3 × 1,089,994,752 = 7,564,951,552 B."""
+    actor_sync = {"deepspeed": 1_089_994_752, "fsdp2": 2 * 2_147_483_648 + 3 * 1_089_994_752}
+    assert actor_sync["fsdp2"] == 7_564_951_552
+    for framework in ("deepspeed", "fsdp2"):
         p = _problem(framework)
         engine = cost_of(p, RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(37, 200)))
         actor = cost_of(p, RoleOption(Role.ACTOR, 8, 8, 1, 1))
@@ -99,15 +103,12 @@ def test_the_weight_sync_moment_binds_when_the_kv_space_is_small():
         assert engine.budget_bytes - 15_231_233_024 < 1_089_994_752
         plan = compose((engine, actor), (0, 0), CAPACITY, HOST, 8)
         held = plan.pools[0].held_bytes
-        if counted:
-            assert (engine.sync_bytes, actor.sync_bytes) == (15_231_233_024, 1_089_994_752)
-            assert plan.pools[0].peak_bytes[0] == held + 15_231_233_024 + 1_089_994_752
-        else:
-            assert (engine.sync_bytes, actor.sync_bytes) == (0, 0)
-            assert plan.pools[0].peak_bytes[0] == held + engine.budget_bytes
+        sync = actor_sync[framework]
+        assert (engine.sync_bytes, actor.sync_bytes) == (15_231_233_024, sync)
+        assert plan.pools[0].peak_bytes[0] == held + 15_231_233_024 + sync
         split = compose((engine, actor), (0, 1), CAPACITY, HOST, 8)
         # CUDA IPC on the same pool only; on a pool of its own the engine receives over NCCL
         # (tests/model/test_rlhf_split_engine.py): the model-update ring, 402,653,184 B, and the
         # embedding whole, 1,089,994,752 B, under deepspeed
-        receive = 402_653_184 + 1_089_994_752 if counted else 0
+        receive = 402_653_184 + 1_089_994_752 if framework == "deepspeed" else 0
         assert split.pools[0].peak_bytes[0] == engine.budget_bytes + receive

@@ -1,0 +1,87 @@
+"""The weight sync of the verl profiles (``megatron``, ``fsdp2``) to a rollout engine on the
+actor's pool: what a GPU holds while the actor sends the engine its new weights.
+
+verl's hybrid engine updates a colocated engine only in ``rollout_mode`` (volcengine/verl
+b178a3cd5: ``verl/workers/megatron_workers.py`` and ``verl/workers/fsdp_workers.py``
+``ActorRolloutRefWorker.rollout_mode``), in this order:
+
+1. with the actor offloaded between its turns (``_is_offload_param``, what ``--offload idle``
+   stands for), its parameters come back to the GPU: Megatron ``load_megatron_model_to_gpu(...,
+   load_grad=False)`` (the BF16 parameters, no gradients, no optimizer); FSDP
+   ``load_fsdp_model_to_gpu``, whose sharded FP32 parameters ``state_dict()`` then references
+   (the FSDP worker offloads them again before the sync, but the dict's tensors still hold the
+   GPU storage they were taken from, so they are counted as present);
+2. the engine's weights wake (``rollout.resume(tags=["weights"])``), its KV cache not yet;
+3. ``rollout.update_weights`` streams the parameters through a CUDA IPC bucket of
+   ``checkpoint_engine.update_weights_bucket_megabytes`` = 2,048 MiB
+   (``verl/trainer/config/rollout/rollout.yaml``; ``ServerAdapter.update_weights``,
+   ``vllm_rollout.py``: ``torch.empty(bucket_size, dtype=torch.uint8)``, whatever the model's
+   size), which the engine's process clones tensor by tensor before loading
+   (``update_weights_from_ipc``, ``vllm_rollout/utils.py``: "clone the tensor to release CUDA IPC
+   memory"): up to a second bucket, the model's weights where they are fewer. Each parameter is
+   first made whole: Megatron's ``per_tensor_generator`` (``megatron_utils.py``) all-gathers a
+   tensor-parallel parameter into ``tp`` shards and concatenates them (the gathered shards and the
+   whole: twice its BF16 bytes; under pipeline parallelism a parameter of another stage arrives by
+   broadcast: once); FSDP's ``param.to(device).full_tensor()`` gathers it in FP32 and
+   ``update_weights`` casts it to BF16 (three times its BF16 bytes);
+4. only then the actor's parameters go back to the host and the KV cache wakes.
+
+So the sync adds, on top of what the pool keeps: the engine's weights (the engine's
+``sync_bytes``, :func:`model.rlhf.engine.rollout_cost`), the bucket and its clone, the largest
+parameter made whole (:func:`model.rlhf.openrlhf.largest_parameter_bytes`) as above, and with idle offload
+the actor's parameters (:func:`verl_sync_bytes`). :func:`model.rlhf.step.sync_peak` adds them to
+the pool's held bytes, the one rule every placement search reads.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.model.frameworks import Framework
+
+__all__ = ["SYNC_BUCKET_BYTES", "VERL_SYNC_SOURCE", "verl_sync_bytes"]
+
+SYNC_BUCKET_BYTES = 2048 * 2**20
+"""verl's CUDA IPC bucket, ``checkpoint_engine.update_weights_bucket_megabytes`` = 2,048
+(``verl/trainer/config/rollout/rollout.yaml``, ``verl/workers/config/rollout.py``)."""
+
+VERL_SYNC_SOURCE = (
+    "verl b178a3cd5 ActorRolloutRefWorker.rollout_mode (megatron_workers.py, fsdp_workers.py): "
+    "actor parameters back when offloaded, engine weights woken, a 2,048 MiB IPC bucket and the "
+    "engine's clone of it, each parameter made whole, then the KV cache"
+)
+
+
+def verl_sync_bytes(
+    framework: Framework,
+    tp: int,
+    pp: int,
+    offloaded_weights: Fraction,
+    largest: int,
+    model_bytes: int,
+) -> Fraction:
+    """Bytes the actor's side of verl's sync adds on each GPU of its pool (module docstring):
+    :data:`SYNC_BUCKET_BYTES` and the engine's clone of one bucket's tensors (at most the model's
+    ``model_bytes`` BF16 bytes), the largest parameter's ``largest`` BF16 bytes made whole
+    (Megatron: twice at tp > 1, once at tp 1 under pp > 1, else 0; FSDP: three times), and
+    ``offloaded_weights``, the actor's parameters loaded back when it is offloaded while idle
+    (0 otherwise); 0 for ``deepspeed``, whose sync is OpenRLHF's (:func:`model.rlhf.openrlhf.actor_sync_bytes`).
+
+    Examples
+    --------
+    Llama 3 70B's actor at tp 4 × pp 2 under ``megatron``, offloaded while idle: two buckets
+    (2 × 2,147,483,648 B), its embedding gathered and concatenated (2 × 2,101,346,304 B) and its
+    BF16 parameters back, 2 × 70,553,706,496 / 8 = 17,638,426,624 B.
+
+    >>> int(verl_sync_bytes(Framework.MEGATRON, 4, 2, Fraction(17_638_426_624), 2_101_346_304,
+    ...                     141_107_412_992))
+    26136086528
+    """
+    if framework is Framework.DEEPSPEED:
+        return Fraction(0)
+    if framework is Framework.MEGATRON:
+        whole = 2 if tp > 1 else (1 if pp > 1 else 0)
+    else:
+        whole = 3
+    clone = min(SYNC_BUCKET_BYTES, model_bytes)
+    return Fraction(SYNC_BUCKET_BYTES + clone + whole * largest) + offloaded_weights

@@ -1,0 +1,42 @@
+"""verl's weight sync to a colocated engine (:mod:`model.rlhf.verl_sync`) as a user meets it:
+``trainplan rlhf`` in its own process. verl brings an idle-offloaded actor's parameters back,
+wakes the engine's weights before its KV cache and streams the parameters through a 2,048 MiB
+CUDA IPC bucket the engine clones, each parameter made whole (verl b178a3cd5
+``ActorRolloutRefWorker.rollout_mode``)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import run_many
+
+ARGS = ("rlhf", "--algorithm", "grpo", "--model", "llama3-70b", "--reward", "rule", "--gpus",
+        "64", "--train-tp", "4", "--train-pp", "2", "--rollout-tp", "2")  # fmt: skip
+
+
+def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
+    """Llama 3 70B GRPO on 64 H100s, the actor at dp 8 × tp 4 × pp 2 offloaded while idle, the
+    engine at tp 2 with 0.9 of the memory. At the sync a GPU holds what stays in every phase
+    (3.45 GB: communicators, buffers, a second process), the engine's weights (2 × 70,553,706,496
+    / 2 = 70.55 GB), two buckets (2 × 2,147,483,648 B), the embedding gathered and concatenated
+    (2 × 128,256 × 8,192 × 2 B = 4,202,692,608 B) and the actor's busiest BF16 stage back: the
+    last, 40 layers of (855,654,400 − 16,384) / 4 + 16,384 = 213,925,888 parameters per tp rank,
+    the output layer's 128,512 (padded to 128 × tp) × 8,192 / 4 rows and the final norm's 8,192,
+    8,820,236,288 parameters, 17,640,472,576 B: 100.14 GB, over the 83.21 GB usable. The engine's
+    budget (76.52 GB) alone fitted, so the placement used to be answered "fits"."""
+    runs = run_many({
+        "text": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9"),
+        "json": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9", "--json"),
+    })  # fmt: skip
+    text = runs["text"].stdout
+    assert "DOES NOT FIT" in text, runs["text"].stderr[-2000:]
+    assert (
+        "needs 100.14 GB per GPU in the rollout phase, 16.93 GB above the 83.21 GB usable" in text
+    )
+    stage = 40 * ((855_654_400 - 16_384) // 4 + 16_384) + 128_512 * 8_192 // 4 + 8_192
+    assert stage == 8_820_236_288
+    actor_sync = 2 * 2_147_483_648 + 2 * 2_101_346_304 + 2 * stage
+    assert actor_sync == 26_138_132_480
+    terms = json.loads(runs["json"].stdout)["faithful"]["terms"]
+    sync = [t for t in terms if t["term"].startswith("weight sync: IPC buckets")]
+    assert [(t["role"], t["phase"], t["value"]) for t in sync] == [("actor", "rollout", actor_sync)]
