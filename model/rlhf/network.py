@@ -91,8 +91,9 @@ def _stage_params(stage: StageMemory) -> Fraction:
     return stage.dense_params + stage.expert_params
 
 
-VERL_SYNC_TERM = "weight sync: IPC buckets + largest parameter made whole (+ weights when idle)"
-"""The actor's term for :func:`model.rlhf.verl_sync.verl_sync_bytes`."""
+VERL_SYNC_TERM = "weight sync: IPC bucket and clone, largest parameter whole"
+"""The actor's term for :func:`model.rlhf.verl_sync.verl_sync_bytes` (with the parameters loaded
+back when the actor is offloaded while idle)."""
 
 
 def _verl_sync(

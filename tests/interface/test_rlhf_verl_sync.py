@@ -38,5 +38,5 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     actor_sync = 2 * 2_147_483_648 + 2 * 2_101_346_304 + 2 * stage
     assert actor_sync == 26_138_132_480
     terms = json.loads(runs["json"].stdout)["faithful"]["terms"]
-    sync = [t for t in terms if t["term"].startswith("weight sync: IPC buckets")]
+    sync = [t for t in terms if t["term"].startswith("weight sync: IPC bucket and clone")]
     assert [(t["role"], t["phase"], t["value"]) for t in sync] == [("actor", "rollout", actor_sync)]
