@@ -50,7 +50,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from trainplan.model.cp_outputs import gather_forward_outputs, ring_forward_outputs
+from trainplan.model.cp_outputs import gather_forward_outputs, ring_buffers
 from trainplan.model.specs import Architecture, AttentionKind
 from trainplan.model.xp import exact, maximum, where
 
@@ -307,8 +307,8 @@ def cp_transient_bytes(
 
     * ring (r > 1): forward keeps every K/V chunk it has held in ``p2p_comm_buffers`` until the
       layer's forward returns (the local copy and r − 1 received: ``r·KV``) beside the partial
-      outputs until merged (:func:`model.cp_outputs.ring_forward_outputs`); backward
-      double-buffers [K/V, dK/dV], ``4·KV``: ``max(r·KV + ring_forward_outputs, 4·KV)``.
+      outputs until merged; backward the [K/V, dK/dV] double buffer and the dQ accumulator,
+      ``4·KV + Q``: the larger (:func:`model.cp_outputs.ring_buffers`).
     * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
       before their reduce-scatter: ``2·r·KV``; forward the gathered K/V and its chunk-reordered
       copy, as much, then the reordered ``r·KV`` beside the outputs
@@ -330,9 +330,9 @@ def cp_transient_bytes(
     (Fraction(1888, 1), Fraction(2048, 1))
     """
     q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
-    ring = r * kv + ring_forward_outputs(arch, r, tp, tokens, o)
+    ring = ring_buffers(arch, r, tp, tokens, q, kv, o)
     gathered = r * kv + gather_forward_outputs(arch, tp, tokens, o)
-    exchange = where(gather, maximum(2 * r * kv, gathered), maximum(ring, 4 * kv))
+    exchange = where(gather, maximum(2 * r * kv, gathered), ring)
     exchange = where(r > 1, exchange, 0 * kv)
     a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
     torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)

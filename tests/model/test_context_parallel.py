@@ -383,6 +383,31 @@ def test_ring_forward_keeps_every_partial_output_until_the_merge():
     assert got == 8 * 33_554_432 + 9 * (67_108_864 + 1_048_576) == 881_852_416
 
 
+def test_ring_backward_holds_the_dq_accumulator_beside_the_double_buffer():
+    """Transformer Engine ``AttnFuncWithCPAndKVP2P.backward`` (d0067d0da, BF16 attention): before
+    its loop ``dq_buffer = torch.empty_like(q)`` (Q) and ``p2p_comm_buffers``, two
+    ``torch.empty((2, *kv.shape))`` ([K/V, dK/dV] sent and received: 4·KV); every step's
+    ``dq_`` is added into ``dq_buffer`` and its ``dk_``, ``dv_`` into the received buffer's
+    dK/dV, so at the last (diagonal) step the step's own dQ, dK, dV (Q + KV, the attention
+    call's gradients the layer's working set counts) sit beside 4·KV + Q. Megatron's 7.5B
+    (MHA: a = 32, h = 4,096) at s 16,384, cp 2, tp 1, b 1: S = 8,192 tokens, Q = O =
+    2·8,192·4,096 = 64 MiB, K + V = 128 MiB, the FP32 log-sum-exp rows 4·8,192·32 = 1 MiB.
+    Backward 4·128 + 64 = 576 MiB; the forward holds 2·128 + 3·(64 + 1) = 451 MiB. Before the
+    dQ accumulator was counted the ring's buffers were max(451, 4·128) = 512 MiB: 64 MiB short.
+    (A grouped-query model's forward is the larger: Llama 3 8B above, 4·KV + Q = 96 MiB against
+    420.5.)"""
+    arch = get_model("megatron-7.5b").model.arch
+    assert cp_transient_bytes(arch, 2, 1, False, 1, 8192, 2) == 576 * MiB
+    assert 2 * 128 + 3 * (64 + 1) == 451 < 576
+    est = _evaluate(model="megatron-7.5b", cp=2, seq_len=16384, cp_kind="ring")
+    assert est.stages[0].activations.cp_transient_bytes == 576 * MiB
+    # the hybrid at cp 4 (S = 4,096: Q = 32 MiB, K + V = 64 MiB), a ring over r = 2 groups of
+    # u = 2 all-to-all ranks (2·S tokens of a/2 heads after the all-to-all: the same bytes):
+    # backward 4·64 + 32 = 288 MiB above its forward, 2·64 + 3·(32 + 0.5) = 225.5, and the
+    # all-to-all's 2·(32 + 64) = 192
+    assert cp_transient_bytes(arch, 2, 2, False, 1, 4096, 2) == 4 * 64 * MiB + 32 * MiB
+
+
 def test_ulysses_backward_working_set_is_covered():
     """Transformer Engine's AttnFuncWithCPAndQKVOA2A.backward at its largest moment, the
     all-to-all of dQ, dK, dV back (flash_attn_a2a_communicate, before_attn False), on the repro
