@@ -367,7 +367,16 @@ def _routed_experts(
     """The routed experts' steps (module docstring), their largest; under ``te`` the down and
     up projections' steps also hold Transformer Engine's FP8 copies of their ``grad_output``
     (``_GroupedLinear.backward``, :mod:`model.te_fp8_backward`): ``both`` per element of the
-    ``[R, h]`` and ``[R, u·f_e]`` gradients."""
+    ``[R, h]`` and ``[R, u·f_e]`` gradients; and where FC1 saved its BF16 input (the
+    ``expert_fc1`` offload: ``ActivationContext.fp8_expert_fc1_saves_original``) the up
+    projection's step holds that input quantised again for the weight gradient,
+    ``saved_input`` per element of ``[R, h]``: Transformer Engine d0067d0da
+    ``module/grouped_linear.py`` ``_GroupedLinear.backward``, after the dgrad GEMM, ``if
+    ctx.save_original_input``: ``_split_quantize`` of the reloaded input with the input
+    quantizers set to both usages (``Float8CurrentScalingQuantizer``, tensorwise: the row-wise
+    data and, where kept, its transpose) or the column-wise one (blockwise), freed by
+    ``clear_tensor_data(*inputmats)`` after the wgrad GEMM (Megatron-Core's default
+    ``moe_use_grouped_tensor = False`` takes this path)."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
@@ -382,10 +391,11 @@ def _routed_experts(
     down = _released(rows, names[1])
     both = _released(rows, *names)
     q8 = te.both / beta if te else 0
+    requant = te.saved_input / beta * rh if te and ctx.fp8_expert_fc1_saves_original else 0
     return max(
         n + rh + rf + q8 * rh,
         n + rf + u * rf - down,
-        n + u * rf + rh - both + q8 * u * rf,
+        n + u * rf + rh - both + q8 * u * rf + requant,
         n + 2 * rh - both,
     )
 

@@ -280,3 +280,38 @@ def test_expert_fc1_offload_under_fp8_moves_the_bf16_input():
         "offload_activations: expert_fc1 makes the experts' FC1 save its original input"
     )
     assert "DelayedScaling recipe is not supported with save_original_input" in str(err.value)
+
+
+def test_expert_fc1_offload_under_fp8_requantises_the_reloaded_input_for_wgrad():
+    """Transformer Engine d0067d0da ``module/grouped_linear.py`` ``_GroupedLinear.backward``
+    (Megatron-Core's default ``moe_use_grouped_tensor = False`` path): where FC1 saved its BF16
+    input (``save_original_input``, set by the ``expert_fc1`` offload under tensorwise), the
+    weight gradient quantises the reloaded input again after the dgrad GEMM,
+    ``_split_quantize`` with ``Float8CurrentScalingQuantizer.set_usage(rowwise=True,
+    columnwise=True)``: on H100 the row-wise FP8 data and its transpose, 2 B per element of
+    ``[R, h]``, live until ``clear_tensor_data(*inputmats)`` after the wgrad GEMM.
+
+    Qwen3-235B-A22B (h 4,096, k 8 of 128 experts, f_e 1,536, SwiGLU), tp 1, s 8,192, b 1, pp 4
+    (stage 0: no output layer), recompute none, β 2: S = 8,192; n = 2·S·h = 67,108,864 B;
+    R·h = 8·S·h = 268,435,456 elements, rh = 2·R·h = 536,870,912 B; rf = 2·8·S·1,536 =
+    201,326,592 B. The routed experts' steps (model.backward_working._routed_experts):
+
+    * down projection: n + rh + rf + 1·rh (its grad_output quantised, 2 B ÷ β per element)
+      = 1,342,177,280 B;
+    * up projection: n + 2·rf (the SwiGLU's input gradient) + rh (the dgrad) − the released
+      down projection's FP8 input (rf/2) and SwiGLU input (2·rf) + 2·rf (grad_output in FP8)
+      = 905,969,664 B, and with the requantised input, + 2·R·h = 536,870,912 B:
+      1,442,840,576 B, now the layer's largest step (+100,663,296 B).
+
+    Without the offload FC1 saved its FP8 column-wise copy and quantises nothing again."""
+    base = {"model": "qwen3-235b-a22b", "dp": 8, "pp": 4, "seq_len": 8192}
+    base |= {"global_batch_size": 64, "precision": "fp8", "fp8_recipe": "tensorwise"}
+    n, rh, rf, elements = 67_108_864, 536_870_912, 201_326_592, 268_435_456
+    down_step = n + rh + rf + rh
+    up_step = n + 2 * rf + rh - (rf // 2 + 2 * rf) + 2 * rf
+    assert (down_step, up_step) == (1_342_177_280, 905_969_664)
+    plain = Case.of(**base).evaluate().stages[0].activations
+    moved = Case.of(**base, offload=Offload(activations="expert_fc1")).evaluate()
+    assert plain.backward_working_bytes == down_step
+    assert moved.stages[0].activations.backward_working_bytes == up_step + 2 * elements
+    assert up_step + 2 * elements == 1_442_840_576
