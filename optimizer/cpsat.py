@@ -177,6 +177,8 @@ class LayoutModel:
     ) -> SolveResult:
         """Optimise ``expr`` with the ``active`` bounds enforced (as assumptions); read the
         chosen candidate."""
+        if not len(self.candidates):  # no legal candidate at all: nothing to choose from
+            return SolveResult("infeasible", None, None, 0.0)
         m = self.model
         m.clear_objective()
         (m.maximize if maximize else m.minimize)(expr)

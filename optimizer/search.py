@@ -267,6 +267,19 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     return out
 
 
+def _nothing_legal(problem: Problem) -> InfeasibleError:
+    """The refusal when no candidate of any job is legal (:attr:`CostTables.legal`): with
+    offload, the usual cause is the host's share beyond its memory (``pk.host_fits``)."""
+    offload = any(job.case.training.offload.active for job in problem.jobs)
+    why = (
+        "with offload, every candidate's host share exceeds the host memory or breaks a framework "
+        "rule; offload less, use more GPUs, or see `trainplan evaluate` of one layout for which"
+        if offload
+        else "every candidate breaks a framework rule; `trainplan evaluate` of one layout names it"
+    )
+    return InfeasibleError(f"search: no layout is legal: {why}", [why])
+
+
 def _solve_one(
     lm: LayoutModel,
     tables: CostTables,
@@ -338,6 +351,8 @@ def search(
     answers: list[Answer] = []
     seconds, status = 0.0, "optimal"
     for _ in range(top):
+        if not tables.legal.any():
+            raise _nothing_legal(problem)
         st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress, maximize)
         seconds += sec
         if choice is None and st == "unknown":

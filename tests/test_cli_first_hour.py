@@ -510,3 +510,18 @@ def test_a_model_given_by_its_dimensions_alone():
     assert trainplan("evaluate", *dims, "--gpus", "8").stdout.startswith(
         "4.54B: 4,540,469,248 parameters"
     )
+
+
+def test_a_search_whose_offload_leaves_nothing_legal_is_refused_in_one_line():
+    """Llama 3 8B on one 40 GB A100 with the optimizer offloaded: every candidate's host share
+    (145.60 GB at ZeRO-1 or -2 against the DGX A100's 128 GB a GPU) is over the host memory, so
+    no candidate is legal. The search says so as every infeasible search does, in text and JSON,
+    not with a traceback."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "1", "--gpu", "A100-40GB", "--framework",
+            "deepspeed", "--offload-optimizer", "1", "--seq-len", "4096", "--global-batch", "8")  # fmt: skip
+    runs = run_many({"text": args, "json": (*args, "--json")})
+    assert "Traceback" not in runs["text"].stderr + runs["text"].stdout
+    assert "every candidate's host share exceeds the host memory" in runs["text"].stderr
+    assert runs["text"].returncode == runs["json"].returncode != 0
+    message = json.loads(runs["json"].stdout)["message"]
+    assert message.startswith("search: no layout is legal: with offload")
