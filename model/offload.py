@@ -281,6 +281,15 @@ def offload_transfers(
     return d2h, h2d
 
 
+FSDP2_HOST_ACCUMULATE_BYTES = 12
+"""Host-memory bytes per element of FSDP2's gradient accumulation on the CPU under
+``CPUOffloadPolicy`` (torchtitan ``training.enable_cpu_offload``): from the second micro-batch
+on, ``foreach_reduce`` (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) copies the
+new FP32 gradient shard to the host without overlap ("the CPU add kernel depends on the copy
+result") and adds it into the held one on the CPU, ``sharded_param.grad._local_tensor +=
+new_sharded_grad``: two FP32 reads and one FP32 write."""
+
+
 def offload_seconds(
     mech: Mechanism,
     offload: Offload,
@@ -293,7 +302,9 @@ def offload_seconds(
     """Seconds per step the offload adds, all exposed: the host-link transfers
     (:func:`offload_transfers`) at ``host_link_bytes_per_s`` per direction, one after the
     other, plus the CPU Adam step over the offloaded elements at ``host_memory_bytes_per_s``
-    (:func:`cpu_adam_bytes`). Exact for numbers; element-wise for arrays.
+    (:func:`cpu_adam_bytes`) and, under ``fsdp2`` with the parameters offloaded, the CPU's
+    gradient accumulation of every micro-batch after the first
+    (:data:`FSDP2_HOST_ACCUMULATE_BYTES`). Exact for numbers; element-wise for arrays.
 
     Examples
     --------
@@ -304,12 +315,25 @@ def offload_seconds(
     >>> m = mechanism("megatron", 1, gradient_bytes=2)
     >>> offload_seconds(m, Offload(Fraction(1)), 1e9, 8, 12, 64e9, 76.8e9)
     0.453125
+
+    FSDP2 with the parameters offloaded adds (8 − 1) × 1e9 × 12 B / 76.8e9 = 1.09375 s of CPU
+    gradient accumulation to whatever its transfers and step take.
+
+    >>> f = mechanism("fsdp2", 3)
+    >>> on = Offload(Fraction(1), params=True)
+    >>> off = offload_seconds(f, on, 1e9, 8, 12, 64e9, 76.8e9)
+    >>> one = offload_seconds(f, on, 1e9, 1, 12, 64e9, 76.8e9)
+    >>> round(off - one - (8 - 1) * 2 * 1e9 * f.weight_bytes / 64e9
+    ...       - (8 - 1) * 1e9 * f.reduce_bytes / 64e9, 6)
+    1.09375
     """
     if not offload.active:
         return 0.0 * elements
     d2h, h2d = offload_transfers(mech, offload, elements, microbatches)
     f = float(offload.optimizer)
     cpu = f * elements * cpu_adam_bytes(optimizer_bytes, mech.weight_bytes)
+    if offload.params and mech.framework is Framework.FSDP2:
+        cpu = cpu + (microbatches - 1) * elements * FSDP2_HOST_ACCUMULATE_BYTES
     return (d2h + h2d) / host_link_bytes_per_s + cpu / host_memory_bytes_per_s
 
 

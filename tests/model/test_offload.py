@@ -142,3 +142,26 @@ def test_deepspeed_zero1_offload_keeps_the_largest_parameter_as_a_gpu_buffer():
     assert off.stages[0].state.gradients_bytes - 2 * off.stages[0].dense_params == 525_336_576
     plain = Case.of(**base).evaluate()
     assert plain.stages[0].state.gradients_bytes == 2 * plain.stages[0].dense_params
+
+
+def test_fsdp2_parameter_offload_accumulates_gradients_on_the_cpu():
+    """torchtitan's CPU offload (FSDP2 ``CPUOffloadPolicy``): from the second micro-batch on,
+    ``foreach_reduce`` copies the FP32 gradient shard to the host and adds it on the CPU, 12 B
+    an element (two reads, one write) at the host memory bandwidth. Llama 3 70B on 8 H100s,
+    dp 8, b 2, B 2,048 (m 128): the shard is 70,553,706,496 / 8 = 8,819,213,312 elements, 127 ×
+    8,819,213,312 × 12 B / 76.8 GB/s = 175.0 s more than the transfers and the CPU Adam step
+    (review H1 of the deepspeed/fsdp2 round)."""
+    from trainplan.model.mechanisms import mechanism
+    from trainplan.model.offload import FSDP2_HOST_ACCUMULATE_BYTES, offload_seconds
+
+    shard = 70_553_706_496 // 8
+    assert shard == 8_819_213_312
+    fsdp2 = mechanism("fsdp2", 3)
+    on = Offload(Fraction(1), params=True)
+    with_m = offload_seconds(fsdp2, on, shard, 128, 12, 64e9, 76.8e9)
+    without = offload_seconds(
+        replace(fsdp2, framework="deepspeed"), on, shard, 128, 12, 64e9, 76.8e9
+    )
+    assert FSDP2_HOST_ACCUMULATE_BYTES == 12
+    assert with_m - without == pytest.approx(127 * shard * 12 / 76.8e9, rel=1e-12)
+    assert 127 * shard * 12 / 76.8e9 == pytest.approx(175.0, abs=0.05)
