@@ -271,13 +271,21 @@ def offload_transfers(
     """(device→host, host→device) bytes per step over the host link: the offloaded gradients
     (once per step, or per micro-batch where the framework reduces per micro-batch), the
     updated weights back once per step; with parameters, the shard fetched for the forward and
-    for the backward of every micro-batch. Exact for numbers; element-wise for arrays."""
+    for the backward of every micro-batch; under DeepSpeed ZeRO-2 the host-accumulated
+    gradients brought back to the GPU for every micro-batch after the first (DeepSpeed edaa7221
+    ``stage_1_and_2.py`` ``copy_grads_in_partition`` → ``async_accumulate_grad_in_cpu_via_gpu``:
+    ``dest_buffer.copy_(accumulated_grads_in_cpu[...])``, on the compute stream with
+    ``overlap_comm`` off, ZeRO-2's default). Exact for numbers; element-wise for arrays."""
     f: Any = float(offload.optimizer) if is_array(elements) else offload.optimizer
     grads = f * elements * mech.reduce_bytes
     d2h = grads * microbatches if mech.reduce_per_microbatch else grads
     h2d = f * elements * mech.weight_bytes
     if offload.params:
         h2d = h2d + 2 * microbatches * elements * mech.weight_bytes
+    if mech.framework is Framework.DEEPSPEED and mech.zero_stage == 2:
+        # stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu: from the second micro-batch on,
+        # the host-accumulated gradients come back to the GPU, are added there and go out again
+        h2d = h2d + (microbatches - 1) * f * elements * mech.weight_bytes
     return d2h, h2d
 
 
