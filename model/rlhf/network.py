@@ -26,6 +26,7 @@ from trainplan.model.rlhf.openrlhf import (
     idle_swap,
     largest_parameter_bytes,
 )
+from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
     Evaluator,
@@ -45,6 +46,7 @@ from trainplan.model.terms.peak import fit_total, peak_over_phases
 __all__ = ["network_cost", "seconds_floor"]
 
 
+_SCORING_TIME_SOURCE = "evaluate() without recomputation: one of a micro-batch's three passes"
 _FORWARD_SOURCE = (
     "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
     "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
@@ -398,15 +400,17 @@ def _scoring(
     the last stage the logits and their transient (:mod:`model.rlhf.logits`: the reference's
     pass, or the actor's old-log-prob pass) when the role returns log-probs, the larger;
     each stage with its own bytes held in both phases, :func:`model.rlhf.roles.resident_of`, as
-    the update's fit
-    has them), its seconds and terms; 0 and none for a role that does not score."""
+    the update's fit has them), all at the fullest scoring micro-batch
+    (:meth:`model.rlhf.spec.RLHFSpec.scoring_peak_tokens` at the role's dp, which a placement
+    keeps the actor's where it matters, :func:`model.rlhf.openrlhf.split_refusal`), its seconds and
+    terms; 0 and none for a role that does not score."""
     if "scoring" not in rs.phases:
         return Fraction(0), 0.0, []
     last = len(score_est.stages) - 1
     lay = score_est.layout
     arch = rs.model.arch
     assert arch is not None
-    tokens = spec.micro_batch_peak_tokens(lay.tp)
+    tokens = spec.scoring_peak_tokens(lay.dp, lay.tp)
     pass_ = old_log_prob_pass(spec.framework) if rs.trainable else LogitsPass.REFERENCE
     logits = pass_logits(spec, tokens, arch.vocab_size, lay.tp, pass_)
     out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
@@ -423,21 +427,18 @@ def _scoring(
     scoring_s = _forward_s(score_est)
     what = "old log-probs" if rs.role is Role.ACTOR else "forward"
     terms = [
+        Term(f"scoring {what} (2N per token)", "scoring", scoring_s, "s", _SCORING_TIME_SOURCE),
         Term(
-            f"scoring {what} (2N per token)",
-            "scoring",
-            scoring_s,
-            "s",
-            "evaluate() without recomputation: one of a micro-batch's three passes",
-        )
+            "forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE
+        ),
     ]
-    terms.append(
-        Term("forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE)
-    )
     if rs.log_probs:
         terms.append(
             Term("logits + log-prob transient (scoring)", "scoring", out, "bytes", logits.source)
         )
+    if spec.split_tokens(lay.dp, lay.tp):
+        name = f"scoring micro-batch tokens (rollouts split at the actor's dp {lay.dp})"
+        terms.append(Term(name, "scoring", tokens, "tokens", SPLIT_SOURCE))
     return scoring_b, scoring_s, terms
 
 
@@ -511,5 +512,6 @@ def network_cost(
         microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
         sync_bytes=sync,
+        split_tokens=spec.split_tokens(opt.dp, opt.tp),
     )
     return _on_stack(spec.framework, cost)

@@ -43,6 +43,7 @@ off there (``train_ppo_ray.py``: forced off without ``colocate_all``, asserted o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 from trainplan.model.arch_parts import MoESpec
@@ -50,7 +51,7 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.rlhf.roles import IDLE_SOURCE as _MOVED_SOURCE
-from trainplan.model.rlhf.roles import Term
+from trainplan.model.rlhf.roles import RoleCost, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.specs import Architecture
 from trainplan.model.terms.comm_memory import communicator_bytes
@@ -62,6 +63,7 @@ __all__ = [
     "RECEIVE_SOURCE",
     "actor_sync_bytes",
     "check_idle",
+    "split_refusal",
     "engine_receive_bytes",
     "idle_swap",
     "largest_parameter_bytes",
@@ -104,6 +106,40 @@ def check_idle(framework: Framework, zero_stage: int, trainable: bool, role: str
             f"offload: {role}=idle — OpenRLHF offloads a frozen role with DeepSpeed's "
             f"offload_param, which only ZeRO-3 runs (ZeRO-{zero_stage})"
         )
+
+
+def split_refusal(costs: Sequence[RoleCost]) -> str | None:
+    """Why a placement cannot be counted under OpenRLHF's scoring split, or None where it can.
+    ``split_rollout_samples`` cuts the step's rollouts once, at the actor's dp, for every scoring
+    role (:func:`model.rlhf.packing.split_peak_tokens`); each role's scoring bytes are sized at
+    :attr:`~model.rlhf.roles.RoleCost.split_tokens`, its own dp's figure, so a scoring role whose
+    figure is not the actor's (a pool of another size, where the rounding differs) is refused.
+    Nothing is refused under verl's profiles (no split figure) or without an actor.
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> from trainplan.model.rlhf.spec import Role
+    >>> def cost(role, gpus, tokens):
+    ...     return RoleCost(RoleOption(role, gpus, gpus), *[Fraction(0)] * 4, 0.0, 0.0, 0.0,
+    ...                     Fraction(0), (), phases=("scoring",), split_tokens=tokens)
+    >>> split_refusal([cost(Role.ACTOR, 64, 20480), cost(Role.REFERENCE, 64, 20480)]) is None
+    True
+    >>> print(split_refusal([cost(Role.ACTOR, 64, 20480), cost(Role.REFERENCE, 32, 15360)]))
+    ... # doctest: +ELLIPSIS
+    placement: ... actor's dp 64 ..., 20,480 tokens ...; reference at dp 32 would be counted at 15,360: ...
+    """
+    actor = next((c for c in costs if c.option.role == "actor"), None)
+    if actor is None or not actor.split_tokens:
+        return None
+    for c in costs:
+        if "scoring" in c.phases and c.split_tokens and c.split_tokens != actor.split_tokens:
+            return (
+                f"placement: OpenRLHF splits the step's rollouts for every scoring role at the "
+                f"actor's dp {actor.option.dp} (split_rollout_samples), {actor.split_tokens:,} "
+                f"tokens per scoring micro-batch; {c.option.role} at dp {c.option.dp} would be "
+                f"counted at {c.split_tokens:,}: put it on a pool where the two agree (the "
+                "actor's size)"
+            )
+    return None
 
 
 def idle_swap(

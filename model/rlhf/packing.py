@@ -40,6 +40,27 @@ The fullest micro-batch (:func:`peak_tokens`), rollouts padded to a multiple of 
   10 % long, 10 % short and exponential spreads; caps 4,096 and 16,384) gave fullest parts of
   1.01–1.16 × the cap, all below the cap plus the longest rollout, which is an upper bound, not
   the typical figure (about the cap + 10 % there).
+
+**OpenRLHF's scoring forwards** (:func:`split_peak_tokens`) do not use the update's packing.
+``RemoteExperienceMaker.split_rollout_samples`` (``openrlhf/trainer/ppo_utils/
+experience_maker.py``, OpenRLHF 3c3be6234), with ``--train.dynamic_batch_enable``, cuts the
+step's rollouts (all of them, not one rank's) into the micro-batches that the actor's old
+log-probs, the reference, the critic and the reward model each run one forward over
+(``make_experience``; ``RayActorGroup.async_run_method_batch`` hands each rank a run of them):
+k = ``get_minimum_num_micro_batch_size`` (first fit at ``--rollout.max_tokens_per_gpu``, which
+defaults to the update's cap) rounded *down* to a multiple of the actor's dp
+(``effective_actor_num``: its GPUs ÷ ring ÷ tp), at least dp, then Karmarkar–Karp on the lengths
+(``get_seqlen_balanced_partitions``, ``equal_size=False``). The rounding down is what breaks the
+cap: 16,384 rollouts of 5,120 at the cap 16,384 and dp 64 — first fit 5,462 micro-batches of 3
+(15,360 tokens), rounded to 5,440, so 22 of them hold 4 rollouts, 20,480 tokens. Every rollout of
+the mean length L: with f = ⌊cap / L⌋ (at least 1), k = ⌈n / f⌉ and m = max(dp, ⌊k / dp⌋·dp),
+Karmarkar–Karp of n equal items into m parts gives parts of ⌊n/m⌋ or ⌈n/m⌉, so the fullest holds
+⌈n/m⌉·L (OpenRLHF's own functions, run on equal lengths for n up to 16,384, gave these figures
+in every case tried). Lengths that vary: first fit makes at least ⌈n·L / max(cap, longest)⌉
+micro-batches, so m is at least that rounded as above, and the fullest part holds at most the
+mean n·L / m plus the longest rollout (the spread argument above); OpenRLHF's functions on the
+spreads above stayed within it (up to 0.91 × the bound). The cap is multiplied by ring × tp
+there; the ``deepspeed`` profile runs tp 1 and no ring attention (:mod:`model.rlhf.roles`).
 """
 
 from __future__ import annotations
@@ -49,7 +70,22 @@ from enum import StrEnum
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
 
-__all__ = ["Packing", "DEFAULT_PACKING", "packing_of", "peak_tokens"]
+__all__ = [
+    "Packing",
+    "DEFAULT_PACKING",
+    "SPLIT_SOURCE",
+    "packing_of",
+    "peak_tokens",
+    "split_peak_tokens",
+]
+
+SPLIT_SOURCE = (
+    "OpenRLHF RemoteExperienceMaker.split_rollout_samples (experience_maker.py, 3c3be6234): the "
+    "step's rollouts in get_minimum_num_micro_batch_size (first fit at the cap) micro-batches, "
+    "rounded down to a multiple of the actor's dp, balanced by get_seqlen_balanced_partitions; "
+    "each scoring role runs one forward per micro-batch"
+)
+"""The source of the scoring micro-batch under OpenRLHF (:func:`split_peak_tokens`)."""
 
 
 class Packing(StrEnum):
@@ -102,3 +138,38 @@ def peak_tokens(packing: Packing, cap: int, seq_len: int, longest: int | None, t
     if packing is Packing.BALANCED:
         return -(-(cap + longest) // tp) * tp
     return -(-max(cap, longest) // tp) * tp
+
+
+def split_peak_tokens(
+    rollouts: int, cap: int, seq_len: int, longest: int | None, dp: int, tp: int = 1
+) -> int:
+    """Tokens of the fullest scoring micro-batch under OpenRLHF's ``split_rollout_samples``
+    (module docstring): the step's ``rollouts`` of mean length ``seq_len`` (the longest
+    ``longest``; None: all equal), each padded to a multiple of ``tp``, at the cap ``cap`` and
+    the actor's data-parallel size ``dp``.
+
+    16,384 rollouts of 5,120 at the cap 16,384, dp 64: first fit ⌈16,384 / 3⌉ = 5,462, rounded
+    down to 85 × 64 = 5,440 micro-batches, the fullest ⌈16,384 / 5,440⌉ = 4 rollouts; at dp 1
+    no rounding, 3. 64 rollouts at dp 8: ⌈64 / 3⌉ = 22 → 16, 4 rollouts.
+
+    >>> split_peak_tokens(16384, 16384, 5120, None, 64), split_peak_tokens(16384, 16384, 5120, None, 1)
+    (20480, 15360)
+    >>> split_peak_tokens(64, 16384, 5120, None, 8)
+    20480
+
+    Lengths that vary, 16,384 rollouts of mean 5,120 up to 9,216 at dp 64: at least
+    ⌈83,886,080 / 16,384⌉ = 5,120 micro-batches (80 × 64, no rounding), the mean 16,384 + the
+    longest 9,216.
+
+    >>> split_peak_tokens(16384, 16384, 5120, 9216, 64)
+    25600
+    """
+    pad = -(-seq_len // tp) * tp
+    if longest is None or longest == seq_len:
+        count = -(-rollouts // max(1, cap // seq_len))
+        parts = max(dp, count // dp * dp)
+        return -(-rollouts // parts) * pad
+    total = rollouts * pad
+    count = -(-total // max(cap, longest))
+    parts = max(dp, count // dp * dp)
+    return -(-total // parts) + -(-longest // tp) * tp

@@ -155,7 +155,7 @@ class Term:
     value: Fraction | float | int
     """The figure, in ``unit``."""
     unit: str
-    """``bytes``, ``s`` or ``sequences``."""
+    """``bytes``, ``s``, ``sequences`` or ``tokens``."""
     source: str
 
 
@@ -242,6 +242,13 @@ class RoleCost:
     receive_resident_bytes: Fraction = Fraction(0)
     """With ``receive_bytes``: the model-update communicator it holds in every phase of such a
     pool (:func:`model.rlhf.split.receive_resident`)."""
+    split_tokens: int = 0
+    """Under OpenRLHF (``deepspeed``), the scoring micro-batch's tokens at this role's dp
+    (:meth:`model.rlhf.spec.RLHFSpec.split_tokens`), which its scoring bytes are sized at. OpenRLHF
+    splits the rollouts once, at the actor's dp, for every scoring role, so a placement is counted
+    only where each scoring role's figure is the actor's
+    (:func:`model.rlhf.openrlhf.split_refusal`);
+    0 under verl's profiles, where each role packs its own ranks' rollouts."""
 
     @property
     def over_budget(self) -> bool:

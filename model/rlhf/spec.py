@@ -38,7 +38,7 @@ from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_fram
 from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
-from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens
+from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import LIMITS
 
@@ -350,13 +350,50 @@ class RLHFSpec:
         >>> RLHFSpec(**base, max_completion_tokens=8192).micro_batch_peak_tokens()
         25600
         """
-        longest = (
-            None
-            if self.max_completion_tokens is None
-            else self.prompt_tokens + self.max_completion_tokens
-        )
         assert self.packing is not None
-        return peak_tokens(self.packing, self.micro_batch_tokens, self.seq_len, longest, tp)
+        return peak_tokens(self.packing, self.micro_batch_tokens, self.seq_len, self._longest, tp)
+
+    @property
+    def _longest(self) -> int | None:
+        """The longest rollout's tokens, prompt and completion (None: every rollout the mean)."""
+        longest = self.max_completion_tokens
+        return None if longest is None else self.prompt_tokens + longest
+
+    def split_tokens(self, dp: int, tp: int = 1) -> int:
+        """Under ``deepspeed`` with its first-fit packing (OpenRLHF), the fullest micro-batch of
+        the scoring forwards at the actor's data-parallel size ``dp``, padded to a multiple of
+        ``tp`` — ``split_rollout_samples`` over the step's rollouts
+        (:func:`model.rlhf.packing.split_peak_tokens`); 0 elsewhere: verl and NeMo-RL pack their
+        log-prob forwards like the update, on each rank (:meth:`micro_batch_peak_tokens`).
+
+        >>> from trainplan.scenarios.catalogue import get_model
+        >>> base = dict(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+        ...             prompts=1024, samples_per_prompt=16, prompt_tokens=1024,
+        ...             completion_tokens=4096)
+        >>> RLHFSpec(**base, framework="deepspeed").split_tokens(64)
+        20480
+        >>> RLHFSpec(**base, framework="deepspeed", packing="balanced").split_tokens(64)
+        0
+        """
+        if self.framework is not Framework.DEEPSPEED or self.packing is not Packing.FIRST_FIT:
+            return 0
+        cap, longest = self.micro_batch_tokens, self._longest
+        return split_peak_tokens(self.sequences, cap, self.seq_len, longest, dp, tp)
+
+    def scoring_peak_tokens(self, dp: int, tp: int = 1) -> int:
+        """Tokens of the fullest micro-batch of the scoring forwards (old log-probs, reference,
+        critic values, reward) at the actor's data-parallel size ``dp``: :meth:`split_tokens`
+        under OpenRLHF, else :meth:`micro_batch_peak_tokens` (the update's packing).
+
+        >>> from trainplan.scenarios.catalogue import get_model
+        >>> base = dict(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+        ...             prompts=1024, samples_per_prompt=16, prompt_tokens=1024,
+        ...             completion_tokens=4096, framework="deepspeed")
+        >>> spec = RLHFSpec(**base)
+        >>> spec.micro_batch_peak_tokens(), spec.scoring_peak_tokens(64), spec.scoring_peak_tokens(1)
+        (15360, 20480, 15360)
+        """
+        return self.split_tokens(dp, tp) or self.micro_batch_peak_tokens(tp)
 
 
 def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:

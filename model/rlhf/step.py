@@ -69,6 +69,7 @@ from trainplan.model.frameworks import (
     TORCH_CUBLAS_WORKSPACE_BYTES,
     Framework,
 )
+from trainplan.model.rlhf.openrlhf import split_refusal
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import (
@@ -457,7 +458,9 @@ def compose(
     Raises
     ------
     InputError
-        Pools numbered with gaps, or roles of one pool disagreeing on its size.
+        Pools numbered with gaps, roles of one pool disagreeing on its size, or a scoring role
+        off the actor's scoring micro-batch under OpenRLHF
+        (:func:`model.rlhf.openrlhf.split_refusal`).
 
     Examples
     --------
@@ -466,6 +469,8 @@ def compose(
     """
     if len(costs) != len(pool_of):
         raise InputError("placement: one pool per role")
+    if refused := split_refusal(costs):
+        raise InputError(refused)
     pools = sorted(set(pool_of))
     if pools != list(range(len(pools))):
         raise InputError(f"placement: pools must be numbered 0 … n − 1, got {pools}")

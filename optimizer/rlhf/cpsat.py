@@ -34,6 +34,10 @@ Encoding:
   Under ``deepspeed``: the model-update communicator ``× Z_q`` joins ``Σ held`` in every row of
   the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity`` binds
   where ``Z_q``.
+* OpenRLHF's scoring split (``deepspeed``, :func:`model.rlhf.openrlhf.split_refusal`): a
+  scoring role's options of scoring micro-batch t (:attr:`~model.rlhf.roles.RoleCost.split_tokens`,
+  at its dp) only beside an actor option of the same t: ``Σ x of the role's options of t ≤ Σ x of
+  the actor's of t``.
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
   slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
@@ -112,6 +116,7 @@ class PlacementModel:
                         m.add_implication(v, self.y[(q, n)])
         for ri in range(R):
             m.add_exactly_one(per_role[ri])
+        self._split(roles)
         for (q, n), xs in on.items():
             if xs:
                 m.add_bool_or(xs).only_enforce_if(self.y[(q, n)])
@@ -184,6 +189,21 @@ class PlacementModel:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
             m.add(self.tau >= M[1] + M[2])
+
+    def _split(self, roles) -> None:
+        """OpenRLHF's scoring split: a scoring role's micro-batch is the actor's (module
+        docstring)."""
+        if Role.ACTOR not in roles:
+            return
+        ac = roles.index(Role.ACTOR)
+        by: dict[tuple[int, int], list[cp_model.IntVar]] = {}
+        for ri, _, n, oi, v in self.vars:
+            _, cost = self.tables.options[roles[ri]][n][oi]
+            if cost.split_tokens and (ri == ac or "scoring" in cost.phases):
+                by.setdefault((ri, cost.split_tokens), []).append(v)
+        for (ri, tokens), xs in by.items():
+            if ri != ac:
+                self.model.add(sum(xs) <= sum(by.get((ac, tokens), [])))
 
     def _sync(self, q, entries, ints, held, cap) -> None:
         """Slot ``q``'s weight-sync row, binding where the engine and the actor share it (module

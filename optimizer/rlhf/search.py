@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.model.errors import InfeasibleError
+from trainplan.model.rlhf.openrlhf import split_refusal
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import awake_apart, engine_pool_refused, receiving_engine
@@ -130,7 +131,10 @@ def objective_ns(
     problem: RLHFProblem, costs: tuple[RoleCost, ...], slots: tuple[int, ...]
 ) -> int | None:
     """The solver's objective for a placement, from the same integers (None: it does not fit,
-    or its pools need more GPUs than the cluster has)."""
+    its pools need more GPUs than the cluster has, or a scoring role is off the actor's
+    scoring micro-batch, :func:`model.rlhf.openrlhf.split_refusal`)."""
+    if split_refusal(costs):
+        return None
     cap = problem.device.usable_bytes(True)
     host_cap = problem.spec.host_memory_bytes // problem.node
     pools: dict[int, list[tuple]] = {}

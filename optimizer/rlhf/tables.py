@@ -457,14 +457,15 @@ def dominant(tables: RLHFTables) -> RLHFTables:
     option stays feasible and no slower with the one that dominates it: the optimum is
     unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
     compared within one tp × pp only: a pool's roles must then agree on it
-    (:func:`model.rlhf.step.pool_resident`), so an option of another layout is no substitute."""
+    (:func:`model.rlhf.step.pool_resident`), so an option of another layout is no substitute;
+    and within one OpenRLHF scoring micro-batch (``split_tokens``), which the actor's must match."""
 
     def flat(cost: RoleCost) -> list[int]:
         held, phase, host, secs, swap, resident, sync = int_costs(cost)
         return [held, *phase, host, *secs, *swap, resident, sync]
 
-    def layout(cost: RoleCost) -> tuple[int, int] | None:
-        return (cost.option.tp, cost.option.pp) if cost.groups else None
+    def layout(cost: RoleCost) -> tuple[tuple[int, int] | None, int]:
+        return ((cost.option.tp, cost.option.pp) if cost.groups else None), cost.split_tokens
 
     out: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]] = {}
     for role, by_size in tables.options.items():

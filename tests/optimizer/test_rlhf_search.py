@@ -9,12 +9,14 @@ from fractions import Fraction
 
 import pytest
 
-from trainplan.model.errors import InfeasibleError
+from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.rlhf.packing import split_peak_tokens
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import PROCESS_BYTES
 from trainplan.model.specs import Architecture
+from trainplan.optimizer.rlhf import search
 from trainplan.optimizer.rlhf.cpsat import PlacementModel
 from trainplan.optimizer.rlhf.search import (
     TABLES_SHARE,
@@ -116,6 +118,35 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     assert r.colocated is None
     pools = sorted((len(p.roles), p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [(2, 2, 700_186_624), (3, 3, 2 * 700_186_624)]
+
+
+def test_scoring_roles_keep_the_actors_split(monkeypatch):
+    """OpenRLHF's scoring split (model/rlhf/packing.py, split_peak_tokens) on :func:`_small`'s
+    step: 16 × 8 = 128 rollouts of 256 + 1,024 = 1,280 tokens, 12 to a first-fit micro-batch,
+    k = ⌈128 / 12⌉ = 11. dp 1: 11 micro-batches, ⌈128 / 11⌉ = 12 rollouts, 15,360 tokens; dp 2:
+    10, 13 rollouts, 16,640. OpenRLHF splits once, at the actor's dp, for every scoring role, so
+    a reference and a reward model on 1-GPU pools beside an actor on 2 GPUs would each run
+    16,640-token forwards while their options are costed at 15,360: that placement is refused
+    (compose, the oracle, CP-SAT), which costs this problem 908,012,142 − 893,754,936 ns a step;
+    CP-SAT still equals the oracle."""
+    assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
+    assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
+    problem = _small(8, "grpo", "model", 0, framework="deepspeed")
+    _check(problem)
+    best = search_placement(problem).best
+    assert best.objective_ns == 908_012_142
+    assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {16_640}
+    tables = build_tables(problem)
+    by = {c.option.role: c for c in best.plan.costs}
+    one = [next(c for _, c in tables.options[r][1]) for r in (Role.REFERENCE, Role.REWARD)]
+    costs = (by[Role.ROLLOUT], by[Role.ACTOR], *one)
+    assert [c.split_tokens for c in one] == [15_360, 15_360]
+    slots = (0, 0, 1, 2)
+    assert objective_ns(problem, costs, slots) is None
+    with pytest.raises(InputError, match="actor's dp 2 .* reference at dp 1 would be counted"):
+        placement_plan(problem, costs, slots)
+    monkeypatch.setattr(search, "split_refusal", lambda costs: None)
+    assert objective_ns(problem, costs, slots) == 893_754_936
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
