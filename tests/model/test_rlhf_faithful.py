@@ -260,9 +260,11 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     """Qwen2.5 7B actor on 8 H100 (dp 8), DeepSpeed ZeRO-2 with offload_optimizer: the 64
     sequences of 5,120 tokens go 3 per micro-batch, ⌈64/24⌉·24 = 72 on the dp ranks, m = 3
     micro-batches. e = N/8 = 951,952,064 elements per GPU. DeepSpeed accumulates BF16 gradients
-    into the host's FP32 partition every micro-batch: 3 × 2 B × e down, 2 B × e of weights up,
-    8 B × e / 64 GB/s = 0.118994 s; CPU Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.490850 s per
-    update, less the GPU's own Adam step (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
+    into the host's FP32 partition every micro-batch: 3 × 2 B × e down; up, 2 B × e of weights
+    and, for each micro-batch after the first, the host-accumulated BF16 gradients brought back
+    (``async_accumulate_grad_in_cpu_via_gpu``), 2 × 2 B × e: 12 B × e / 64 GB/s = 0.178491 s; CPU
+    Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.550347 s per update, less the GPU's own Adam step
+    (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
     GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e and, with m > 1,
     the BF16 accumulation buffers (``accumulated_grads_in_cpu``) 2 B × e: 18 B × e =
     17,135,137,152 B per GPU. Beside them DeepSpeed stages each gradient through a buffer of the
@@ -280,8 +282,8 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     assert staging == 1_089_994_752
     assert base.held_bytes - cost.held_bytes == 12 * e - staging
     assert cost.host_bytes == 18 * e + staging == 17_135_137_152 + staging
-    offload_s = (3 * 2 + 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
-    assert offload_s == pytest.approx(0.118994008 + 0.371856275, rel=1e-8)
+    offload_s = (3 * 2 + 2 + 2 * 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
+    assert offload_s == pytest.approx(0.178491012 + 0.371856275, rel=1e-8)
     gpu_adam = 38 * 951_952_064 / 2.97e12  # the GPU's Adam step leaves, as above
     assert cost.training_s - base.training_s == pytest.approx(offload_s - gpu_adam, rel=1e-9)
 
