@@ -16,15 +16,10 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
-from trainplan.model.params import count_params
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
 from trainplan.model.rlhf.openrlhf import (
-    SYNC_SOURCE,
-    SYNC_TERM,
-    actor_sync_bytes,
     idle_swap,
-    largest_parameter_bytes,
 )
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
@@ -39,8 +34,8 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
-from trainplan.model.rlhf.verl_sync import VERL_SYNC_SOURCE, verl_sync_bytes
-from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.rlhf.verl_sync import role_sync
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
@@ -91,26 +86,6 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
 
 def _stage_params(stage: StageMemory) -> Fraction:
     return stage.dense_params + stage.expert_params
-
-
-VERL_SYNC_TERM = "weight sync: IPC bucket and clone, largest parameter whole"
-"""The actor's term for :func:`model.rlhf.verl_sync.verl_sync_bytes` (with the parameters loaded
-back when the actor is offloaded while idle)."""
-
-
-def _verl_sync(
-    spec: RLHFSpec, opt: RoleOption, score_est: Estimate, arch: Architecture
-) -> Fraction:
-    """The actor's side of verl's weight sync on its pool (:mod:`model.rlhf.verl_sync`), with
-    the parameters loaded back when it is offloaded while idle: Megatron's BF16 stage (2 B a
-    parameter of the busiest stage), FSDP's FP32 shard (4 B a parameter over dp)."""
-    stage = max(_stage_params(st) for st in score_est.stages)
-    weights = Fraction(0)
-    if opt.offload == "idle":
-        weights = 2 * stage if spec.framework is Framework.MEGATRON else 4 * stage / opt.dp
-    largest = largest_parameter_bytes(arch)
-    model_bytes = 2 * count_params(arch).total
-    return verl_sync_bytes(spec.framework, opt.tp, opt.pp, weights, largest, model_bytes)
 
 
 def _microbatch_s(est: Estimate) -> float:
@@ -484,17 +459,14 @@ def network_cost(
     terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
-    swap, sync = Fraction(0), actor_sync_bytes(spec, rs, opt.tp)
+    swap, (sync, sync_terms) = Fraction(0), role_sync(spec, rs, opt, score_est.stages)
     if opt.offload == "idle":
         swap, moves, idle_terms = idle_swap(spec, rs, device, held.held_bytes, held.kept_bytes)
         held_b, host = held.kept_bytes, host + swap
         terms += idle_terms
         scoring_s += moves if "scoring" in rs.phases else 0.0
         training_s += moves if "training" in rs.phases else 0.0
-    terms += [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE)] if sync else []
-    if rs.role is Role.ACTOR and spec.framework is not Framework.DEEPSPEED:
-        sync = _verl_sync(spec, opt, score_est, arch)
-        terms += [Term(VERL_SYNC_TERM, "rollout", sync, "bytes", VERL_SYNC_SOURCE)]
+    terms += sync_terms
     cost = RoleCost(
         opt,
         held_b,

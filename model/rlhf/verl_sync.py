@@ -37,9 +37,27 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from trainplan.model.estimate import StageMemory
 from trainplan.model.frameworks import Framework
+from trainplan.model.params import count_params
+from trainplan.model.rlhf.openrlhf import (
+    SYNC_SOURCE,
+    SYNC_TERM,
+    actor_sync_bytes,
+    largest_parameter_bytes,
+)
+from trainplan.model.rlhf.roles import RoleOption, Term
+from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
+from trainplan.model.specs import Architecture
 
-__all__ = ["SYNC_BUCKET_BYTES", "VERL_SYNC_SOURCE", "verl_sync_bytes"]
+__all__ = [
+    "SYNC_BUCKET_BYTES",
+    "VERL_SYNC_SOURCE",
+    "VERL_SYNC_TERM",
+    "verl_sync_bytes",
+    "actor_verl_sync_bytes",
+    "role_sync",
+]
 
 SYNC_BUCKET_BYTES = 2048 * 2**20
 """verl's CUDA IPC bucket, ``checkpoint_engine.update_weights_bucket_megabytes`` = 2,048
@@ -85,3 +103,38 @@ def verl_sync_bytes(
         whole = 3
     clone = min(SYNC_BUCKET_BYTES, model_bytes)
     return Fraction(SYNC_BUCKET_BYTES + clone + whole * largest) + offloaded_weights
+
+
+VERL_SYNC_TERM = "weight sync: IPC bucket and clone, largest parameter whole"
+"""The actor's term for :func:`actor_verl_sync_bytes` (with the parameters loaded back when the
+actor is offloaded while idle)."""
+
+
+def actor_verl_sync_bytes(
+    framework: Framework, opt: RoleOption, stage_params: Fraction, arch: Architecture
+) -> Fraction:
+    """:func:`verl_sync_bytes` of the actor at ``opt`` whose busiest stage holds
+    ``stage_params`` parameters per GPU, with the parameters loaded back when it is offloaded
+    while idle: Megatron's BF16 stage (2 B a parameter), FSDP's FP32 shard (4 B a parameter
+    over dp)."""
+    weights = Fraction(0)
+    if opt.offload == "idle":
+        weights = 2 * stage_params if framework is Framework.MEGATRON else 4 * stage_params / opt.dp
+    largest = largest_parameter_bytes(arch)
+    model_bytes = 2 * count_params(arch).total
+    return verl_sync_bytes(framework, opt.tp, opt.pp, weights, largest, model_bytes)
+
+
+def role_sync(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, stages: tuple[StageMemory, ...]
+) -> tuple[Fraction, list[Term]]:
+    """A training or scoring role's weight-sync bytes and term on the engine's pool: OpenRLHF's
+    under ``deepspeed`` (:func:`model.rlhf.openrlhf.actor_sync_bytes`); verl's for the actor
+    otherwise (:func:`actor_verl_sync_bytes`, at the busiest of ``stages``); 0 for other roles."""
+    if spec.framework is Framework.DEEPSPEED or rs.role is not Role.ACTOR:
+        sync = actor_sync_bytes(spec, rs, opt.tp)
+        return sync, [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE)] if sync else []
+    assert rs.model.arch is not None
+    stage = max(st.dense_params + st.expert_params for st in stages)
+    sync = actor_verl_sync_bytes(spec.framework, opt, stage, rs.model.arch)
+    return sync, [Term(VERL_SYNC_TERM, "rollout", sync, "bytes", VERL_SYNC_SOURCE)]
