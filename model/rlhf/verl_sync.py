@@ -113,10 +113,10 @@ actor is offloaded while idle)."""
 def actor_verl_sync_bytes(
     framework: Framework, opt: RoleOption, stage_params: Fraction, arch: Architecture
 ) -> Fraction:
-    """:func:`verl_sync_bytes` of the actor at ``opt`` whose busiest stage holds
-    ``stage_params`` parameters per GPU, with the parameters loaded back when it is offloaded
-    while idle: Megatron's BF16 stage (2 B a parameter), FSDP's FP32 shard (4 B a parameter
-    over dp)."""
+    """Bytes per GPU of the actor's pool: :func:`verl_sync_bytes` of the actor at ``opt`` whose
+    busiest stage holds ``stage_params`` parameters per GPU, with the parameters loaded back
+    when it is offloaded while idle: Megatron's BF16 stage (2 B a parameter), FSDP's FP32 shard
+    (4 B a parameter over dp)."""
     weights = Fraction(0)
     if opt.offload == "idle":
         weights = 2 * stage_params if framework is Framework.MEGATRON else 4 * stage_params / opt.dp
@@ -128,7 +128,8 @@ def actor_verl_sync_bytes(
 def role_sync(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, stages: tuple[StageMemory, ...]
 ) -> tuple[Fraction, list[Term]]:
-    """A training or scoring role's weight-sync bytes and term on the engine's pool: OpenRLHF's
+    """A training or scoring role's weight-sync bytes per GPU of the engine's pool (a Fraction)
+    and its term (an empty list when 0): OpenRLHF's
     under ``deepspeed`` (:func:`model.rlhf.openrlhf.actor_sync_bytes`); verl's for the actor
     otherwise (:func:`actor_verl_sync_bytes`, at the busiest of ``stages``); 0 for other roles."""
     if spec.framework is Framework.DEEPSPEED or rs.role is not Role.ACTOR:
