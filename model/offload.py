@@ -292,10 +292,10 @@ def offload_transfers(
 FSDP2_HOST_ACCUMULATE_BYTES = 12
 """Host-memory bytes per element of FSDP2's gradient accumulation on the CPU under
 ``CPUOffloadPolicy`` (torchtitan ``training.enable_cpu_offload``): from the second micro-batch
-on, ``foreach_reduce`` (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) copies the
-new FP32 gradient shard to the host without overlap ("the CPU add kernel depends on the copy
-result") and adds it into the held one on the CPU, ``sharded_param.grad._local_tensor +=
-new_sharded_grad``: two FP32 reads and one FP32 write."""
+on, ``foreach_reduce`` (PyTorch ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` at
+010ae4a8) copies the new FP32 gradient shard to the host without overlap ("the CPU add kernel
+depends on the copy result") and adds it into the held one on the CPU,
+``sharded_param.grad._local_tensor += new_sharded_grad``: two FP32 reads and one FP32 write."""
 
 
 def offload_seconds(
