@@ -1,7 +1,7 @@
 """What a communication kernel beside a GEMM cost the GEMM on one H200 (2026-12-04), set beside
 the model's NCCL SM charge.
 
-The files are under ``tests/data/device/h200-2026-12-05/``: two runs of
+The files are under ``tests/data/device/h200-2026-12-04/``: two runs of
 ``tests/fidelity/device/measure_contention.py`` (``contention.json``, ``contention_run2.json``;
 the second adds the hold-only stand-in) on one H200 SXM (132 SMs, 700 W limit, driver
 580.159.04, PyTorch 2.11.0+cu130, Triton 3.6.0), with ``nvidia-smi`` logs beside them. The
@@ -28,7 +28,7 @@ import pytest
 
 from trainplan.model.comm_sms import collective_sm_share
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "device" / "h200-2026-12-05"
+DATA = Path(__file__).resolve().parents[1] / "data" / "device" / "h200-2026-12-04"
 RUNS = ("contention.json", "contention_run2.json")
 
 
