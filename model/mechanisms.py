@@ -422,21 +422,35 @@ def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
 def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
     """FSDP2 ``fully_shard`` without a pipeline schedule: the FP32 sharded parameter is the
     master copy; gradients sharded in FP32; a unit's bf16 gradients are cast to the reduce dtype
-    (FP32 by default) before its reduce-scatter."""
+    (FP32 by default) before its reduce-scatter.
+
+    ZeRO-3 gathers each unit for forward and again for backward. ZeRO-2 is
+    ``reshard_after_forward=False`` alone: ``FSDPParamGroup.reshard_after_backward`` defaults to
+    ``True`` and ``post_backward`` then calls ``reshard()`` after every backward
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py`` at 002a76fb), and torchtitan
+    never turns it off outside its chunked loss's lm_head (``apply_fsdp`` at 9dec370 and
+    820504e, ``apply_fsdp_to_decoder`` at b5bcd76c; ``ChunkedLossWrapper`` resets it): each
+    micro-batch's forward gathers the weights again, one bf16 all-gather per micro-batch.
+
+    >>> z2 = _fsdp2(2, 2, 4, 12)
+    >>> z2.gathers_per_step, z2.gathers_per_microbatch, z2.traffic_terms()
+    (0, 1, (0, 6))
+    """
     master = 4
     reshard = zero_stage == 3
     name = (
         "FSDP2 fully_shard(reshard_after_forward=True)"
         if reshard
-        else "FSDP2 fully_shard(reshard_after_forward=False) + set_reshard_after_backward(False)"
+        else "FSDP2 fully_shard(reshard_after_forward=False), reshard_after_backward=True "
+        "(FSDP2's default)"
     )
     return Mechanism(
         Framework.FSDP2, zero_stage, f"{name}, reduce_dtype={_dtype(g)}",
         weights_full=0 if reshard else w, weights_sharded=master, grads_full=0,
         grads_sharded=4, optimizer_full=0, optimizer_sharded=o - master,
         gathered_units=2 if reshard else 0, unit_grad_bytes=w + (g if g != w else 0),
-        reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0 if reshard else 1,
-        gathers_per_microbatch=2 if reshard else 0, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
+        reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0,
+        gathers_per_microbatch=2 if reshard else 1, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
     )  # fmt: skip
 
 

@@ -151,10 +151,11 @@ KEY_DOCS: dict[str, str] = {
     "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers). "
     "Called output_gather_bytes before.",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook), "
-    "with Transformer Engine's userbuffers (memory.userbuffer_bytes).",
+    "with Transformer Engine's userbuffers or async TP's symmetric memory (memory.userbuffer_bytes).",
     "memory.userbuffer_bytes": "Of communicator_bytes: Transformer Engine's userbuffers under tp_comm_overlap full "
-    "(megatron, tp > 1), outside the caching allocator for the whole run "
-    "(their cuBLAS workspaces are in persistent_buffers_bytes).",
+    "(megatron, tp > 1), or PyTorch's symmetric-memory workspace under async-tp (fsdp2, tp > 1: "
+    "2 x s·b/cp/tp x h x 2 B), outside the caching allocator for the whole run "
+    "(the userbuffers' cuBLAS workspaces are in persistent_buffers_bytes).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
     "memory.stream_pool_bytes": (
         "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs; "

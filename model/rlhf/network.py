@@ -14,7 +14,7 @@ from trainplan.model.estimate import Estimate, StageMemory
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.mechanisms import Mechanism, mechanism
+from trainplan.model.mechanisms import Mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
@@ -31,6 +31,7 @@ from trainplan.model.rlhf.roles import (
     check_training_tp,
     resident_of,
     resident_terms,
+    rlhf_mechanism,
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
@@ -450,7 +451,7 @@ def network_cost(
     # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
     s = math.ceil(spec.seq_len / opt.tp) * opt.tp
     score_est = _scoring_estimate(spec, rs, opt, evaluate, s)
-    mech = mechanism(spec.framework, spec.zero_stage or 1)
+    mech = rlhf_mechanism(spec.framework, spec.zero_stage or 1)
     if rs.trainable:
         held = _trainable(spec, rs, opt, evaluate, s, mech)
     else:

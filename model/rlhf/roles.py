@@ -60,13 +60,14 @@ the largest stage's state, so ``held + phase bytes`` is the role's true peak.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.spec import Role
 from trainplan.model.specs import TrainingSpec
@@ -84,6 +85,8 @@ __all__ = [
     "training_tp_limit",
     "training_pp_limit",
     "check_training_tp",
+    "VERL_FSDP_SOURCE",
+    "rlhf_mechanism",
 ]
 
 OFFLOAD_MODES = ("none", "optimizer", "idle")
@@ -298,6 +301,34 @@ def resident_terms(resident: Fraction) -> list[Term]:
         return []
     what = "communicators + persistent buffers (every phase, not offloaded)"
     return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+
+
+VERL_FSDP_SOURCE = (
+    "verl b178a3cd5 verl/workers/fsdp_workers.py _build_model_optimizer: actor.strategy fsdp, "
+    "the default (trainer/config/_generated_ppo_trainer.yaml), is FSDP1 FullyShardedDataParallel "
+    "(flat parameters, use_orig_params False, FULL_SHARD, MixedPrecision(param bf16, reduce "
+    "fp32), transformer layers wrapped, the embedding, final norm and output layer in the root "
+    "unit); strategy fsdp2 is fully_shard (verl/utils/fsdp_utils.py apply_fsdp2). Both counted "
+    "with FSDP2's mechanism: sharded FP32 master and moments, BF16 gathers, FP32 reduce-scatter "
+    "per micro-batch (FSDP1's root unit: docs/memory-mechanisms.md, not counted)"
+)
+"""The source the ``fsdp2`` profile's state terms cite under RLHF (verl's FSDP workers)."""
+
+
+def rlhf_mechanism(framework: Framework | str, zero_stage: int) -> Mechanism:
+    """The framework profile's mechanism (:func:`model.mechanisms.mechanism`) as the RLHF stack
+    runs it: under ``fsdp2`` verl's FSDP workers, whose default is FSDP1, so its state terms
+    cite :data:`VERL_FSDP_SOURCE` (the bytes are FSDP2's).
+
+    >>> rlhf_mechanism("fsdp2", 3).source.startswith("verl b178a3cd5")
+    True
+    >>> rlhf_mechanism("megatron", 1).source == mechanism("megatron", 1).source
+    True
+    """
+    mech = mechanism(framework, zero_stage)
+    if Framework(framework) is Framework.FSDP2:
+        return replace(mech, source=VERL_FSDP_SOURCE)
+    return mech
 
 
 _NO_TP = {
