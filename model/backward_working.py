@@ -216,20 +216,23 @@ def _fp8_casts(
 
 
 def _row_step(
-    ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
-) -> Fraction:
+    ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction,
+    requant: Fraction = Fraction(0),
+) -> Fraction:  # fmt: skip
     """A row-parallel projection's step (the output or the down projection) under Transformer
     Engine FP8 (:mod:`model.te_fp8_backward`), for ``n`` the layer's output gradient (the BF16
     ``grad_output``), ``elements`` = ``S·h`` and ``dgrad`` its input gradient's bytes. With
     sequence parallelism at tp > 1 the gather (``grad_output_preprocess``, synchronous) holds
     the quantised shard ``shard·S·h/tp``, the gathered ``both·S·h`` and the blockwise
     temporaries, then the dgrad GEMM the gathered tensor and the dgrad; without, the whole
-    ``grad_output`` quantised, ``both·S·h``, beside the dgrad."""
+    ``grad_output`` quantised, ``both·S·h``, beside the dgrad. ``requant``: a saved BF16 input
+    quantised again for the weight gradient (:func:`_attention`), made after the gather and
+    before the dgrad GEMM, freed after the wgrad: beside the dgrad."""
     gathered = te.both * elements
     if not (ctx.sequence_parallel and ctx.tp > 1):
-        return n + gathered + dgrad
+        return n + gathered + dgrad + requant
     temporaries = te.shard * elements / ctx.tp + (te.interleaved + te.interleaved_scales) * elements
-    return n + gathered + max(temporaries, dgrad)
+    return n + gathered + max(temporaries, dgrad + requant)
 
 
 def _column_extra(
@@ -366,7 +369,14 @@ def _attention(
     """The attention block's steps (output projection, core: :func:`attention_core_step`, QKV
     projection), their largest; the projections' steps with their FP8 ``casts``
     (:func:`_fp8_casts`), or Transformer Engine's FP8 copies under ``te`` (:func:`_row_step`,
-    :func:`_column_extra`)."""
+    :func:`_column_extra`). Where the output projection saved its BF16 input
+    (``ActivationContext.fp8_proj_saves_original``) its step also holds that input quantised
+    again, ``saved_input`` per element of ``[S, O/tp]``: Transformer Engine d0067d0da
+    ``module/linear.py`` ``_Linear.backward``, after ``grad_output_preprocess``, ``if
+    bwd_args.requires_wgrad`` and FP8: the input quantizer set to both usages where it
+    ``supports_only_rowwise_all_gather`` (``Float8CurrentScalingQuantizer``, tensorwise; a
+    row-parallel input is not gathered) or the column-wise one (blockwise, MXFP8), freed by
+    ``clear_tensor_data(inputmat_total)`` after the wgrad GEMM."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H = beta * S * h / (tp if sp else 1), beta * S * h
@@ -377,8 +387,9 @@ def _attention(
     qkv = ("Q", "K", "V", "output projection input", FP8_KEPT_ATTENTION_OUTPUT)
     released = _released(rows, *qkv)
     qkv_step = n + q + kv + r * H + c * H + sp * n - released + casts[1]
+    requant = te.saved_input * o / beta if te and ctx.fp8_proj_saves_original else Fraction(0)
     return max(
-        _row_step(ctx, te, n, S * h, o) if te else n + sp * H + o + casts[0],
+        _row_step(ctx, te, n, S * h, o, requant) if te else n + sp * H + o + casts[0],
         attention_core_step(ctx, arch, kernel),
         qkv_step + _column_extra(te, S * h, (q + kv) / beta, r, H) if te else qkv_step,
     )
