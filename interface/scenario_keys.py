@@ -173,8 +173,8 @@ KEY_HELP: dict[str, str] = {
     "combine; overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "
     "compute (combined 1F1B; needs interleaving when pp > 1, no full recompute). Default none.",
     "offload_activations": "Modules whose saved activations go to the host between forward and "
-    "backward, named as Megatron-Core's --offload-modules names them (attn_norm, core_attn, "
-    "attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
+    "backward, named as Megatron-Core's --offload-modules names them (attn_norm, qkv_linear, "
+    "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
     "list or text with ; between the names. Copies overlap the next layer's compute; "
     "recompute none or selective.",
     "cpu_offloading_num_layers": "megatron, pp 1, recompute none, dense layers: this many "

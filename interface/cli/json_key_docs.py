@@ -139,7 +139,11 @@ KEY_DOCS: dict[str, str] = {
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
     "memory.pipeline_output_bytes": "Stage outputs kept after the send (0 when deallocated); fsdp2: also the receive buffers.",
-    "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
+    "memory.cp_transient_bytes": (
+        "What the context-parallel buffers add to one layer's backward phase beyond its backward "
+        "working set: the backward's at the attention-core step beyond the working set's headroom "
+        "above it, or the forward's beyond the working set, the larger."
+    ),
     "memory.activation_offload_buffer_bytes": "Offloaded activations kept on the GPU: one layer's, the group never offloaded.",
     "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
     "memory.buffers_bytes": "Live in forward/backward only: unsharded gradients before reduction, communication buckets.",

@@ -1,0 +1,86 @@
+"""The attention core's step of a layer's backward: the gradients the attention kernel returns
+and the workspace it allocates beside them, per GPU, for one micro-batch
+(:func:`attention_core_step`, one of :func:`model.backward_working.backward_working_bytes`'
+steps; the context-parallel exchange's backward buffers are live at it,
+:func:`model.context_parallel.cp_phase_bytes`)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.model.activations import ActivationContext
+from trainplan.model.context_parallel import attention_dims
+from trainplan.model.specs import Architecture
+
+__all__ = [
+    "FLASH_ATTENTION_2",
+    "FLASH_ATTENTION_3",
+    "attention_backward_workspace",
+    "attention_core_step",
+]
+
+FLASH_ATTENTION_2 = "flash-attention-2"
+FLASH_ATTENTION_3 = "flash-attention-3"
+
+
+def attention_backward_workspace(
+    kernel: str | None, tokens: Fraction, heads: Fraction, kv_heads: Fraction, head_dim: int,
+    beta: int,
+) -> Fraction:  # fmt: skip
+    """Bytes the attention kernel's backward allocates beside dQ, dK, dV, for ``tokens`` queries
+    and keys, ``heads`` query heads and ``kv_heads`` key/value heads on this rank of
+    ``head_dim`` each (rounded to the kernel's tiles: 128 tokens, 8 of the head dimension at
+    most, left out):
+
+    * ``flash-attention-2`` (Dao-AILab/flash-attention ``csrc/flash_attn/flash_api.cpp``
+      ``mha_bwd``, non-deterministic): ``dq_accum`` fp32 ``[b, s, heads, d]``, ``softmax_d`` fp32
+      ``[b, heads, s]`` and, with fewer K/V heads than query heads, ``dk_expanded`` and
+      ``dv_expanded`` ``[b, s, heads, d]`` in the input's dtype, summed over each group after;
+    * ``flash-attention-3`` (``hopper/flash_api.cpp`` ``mha_bwd``): ``dq_accum`` fp32, the
+      softmax's ``softmax_d`` and ``softmax_lse_log2`` fp32 ``[b, heads, s]`` and, with fewer K/V
+      heads, ``dk_accum`` and ``dv_accum`` fp32 ``[b, kv_heads, s, d]``;
+    * cuDNN (Transformer Engine's fused attention, PyTorch SDPA's cuDNN backend) and any other
+      kernel: 0, the workspace being the cuDNN graph's (:mod:`model.backward_working`).
+
+    Examples
+    --------
+    Llama 3 70B at tp 8, s 8,192: 8 query heads and 1 K/V head of 128 on a rank; FlashAttention-2
+    holds ``4·8,192·8·128`` (dq_accum, 33.6 MB) + ``4·8·8,192`` (softmax_d) + ``2·2·8,192·8·128``
+    (dK, dV expanded to 8 heads, 33.6 MB).
+
+    >>> attention_backward_workspace("flash-attention-2", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
+    Fraction(67371008, 1)
+    >>> attention_backward_workspace("cudnn", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
+    Fraction(0, 1)
+    """
+    if kernel == FLASH_ATTENTION_2:
+        expanded = 2 * beta * tokens * heads * head_dim if kv_heads != heads else 0
+        return 4 * tokens * heads * head_dim + 4 * heads * tokens + expanded
+    if kernel == FLASH_ATTENTION_3:
+        accum = 2 * 4 * tokens * kv_heads * head_dim if kv_heads != heads else 0
+        return 4 * tokens * heads * head_dim + 2 * 4 * heads * tokens + accum
+    return Fraction(0)
+
+
+def attention_core_step(ctx: ActivationContext, arch: Architecture, kernel: str | None) -> Fraction:
+    """The attention core's step of one layer's backward (module docstring): the layer's output
+    gradient ``n``, dO, dQ, dK, dV and the kernel's workspace (:func:`attention_backward_workspace`;
+    without a fused kernel the gradients of the probabilities and of the scores, ``[b, a/tp,
+    s/cp, s]`` each). The context-parallel exchange's backward buffers are live at this step
+    (:func:`model.context_parallel.cp_phase_bytes`).
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> ctx = ActivationContext(seq_len=8192, cp=1, micro_batch_size=1, tp=8,
+    ...     sequence_parallel=True, flash_attention=True)
+    >>> int(attention_core_step(ctx, get_model("llama3-70b").model.arch, "cudnn"))  # 2·16.8 + 21.0 MB
+    54525952
+    """
+    beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
+    n = beta * S * h / (tp if ctx.sequence_parallel and tp > 1 else 1)
+    q, kv, o = (beta * S * Fraction(x, tp) for x in attention_dims(arch))
+    heads = Fraction(arch.num_attention_heads, tp)
+    if not ctx.flash_attention:
+        return n + o + q + kv + 2 * beta * heads * S * ctx.seq_len
+    kv_heads = Fraction(arch.kv_heads, tp) if arch.kv_heads < arch.num_attention_heads else heads
+    d = q / (beta * S * heads)
+    return n + o + q + kv + attention_backward_workspace(kernel, S, heads, kv_heads, int(d), beta)
