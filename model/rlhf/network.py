@@ -18,9 +18,7 @@ from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
-from trainplan.model.rlhf.openrlhf import (
-    idle_swap,
-)
+from trainplan.model.rlhf.openrlhf import idle_swap
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -82,10 +80,6 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
         recompute=recompute,
         micro_batch_size=spec.micro_batch_sequences,
     )
-
-
-def _stage_params(stage: StageMemory) -> Fraction:
-    return stage.dense_params + stage.expert_params
 
 
 def _microbatch_s(est: Estimate) -> float:
@@ -458,7 +452,7 @@ def network_cost(
     scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
     terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
-    whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
+    whole = 2 * max(st.params for st in score_est.stages) if mech.weights_full else 0
     swap, (sync, sync_terms) = Fraction(0), role_sync(spec, rs, opt, score_est.stages)
     if opt.offload == "idle":
         swap, moves, idle_terms = idle_swap(spec, rs, device, held.held_bytes, held.kept_bytes)

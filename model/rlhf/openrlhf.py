@@ -46,10 +46,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from trainplan.model.arch_parts import MoESpec
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.params import largest_parameter_bytes
 from trainplan.model.rlhf.roles import IDLE_SOURCE as _MOVED_SOURCE
 from trainplan.model.rlhf.roles import RoleCost, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
@@ -66,7 +66,6 @@ __all__ = [
     "split_refusal",
     "engine_receive_bytes",
     "idle_swap",
-    "largest_parameter_bytes",
     "sync_transient_bytes",
 ]
 
@@ -168,41 +167,6 @@ def idle_swap(
     for phase in rs.phases:  # in for its turn in each phase it works in, then out
         terms.append(Term("state in and back out", phase, moves, "s", _MOVED_SOURCE))
     return moved, moves, terms
-
-
-def _moe_largest(arch: Architecture, moe: MoESpec) -> int:
-    """Elements of a MoE layer's largest parameter: transformers 5 keeps a layer's routed
-    experts in one 3-D parameter each for ``gate_up_proj`` ``[E, 2·f_e, h]`` (gated; ``[E, f_e,
-    h]`` otherwise) and ``down_proj`` ``[E, h, f_e]`` (``Qwen3MoeExperts``: "Collection of expert
-    weights stored as 3D tensors"); a shared expert is an MLP of its own."""
-    halves = 2 if arch.mlp.gated else 1
-    routed = moe.num_experts * halves * moe.expert_ffn_hidden_size * arch.hidden_size
-    shared = (moe.shared_expert_ffn_hidden_size or 0) * arch.hidden_size
-    return max(routed, shared)
-
-
-def largest_parameter_bytes(arch: Architecture) -> int:
-    """BF16 bytes of the model's largest parameter as the HF model holds it (the unit the sync
-    gathers and clones): the larger of the embedding / output matrix ``V·h``, a dense MLP
-    projection ``h·f`` (HF keeps ``gate_proj``, ``up_proj``, ``down_proj`` apart), the query
-    projection ``h·a·d`` and a MoE layer's fused experts (:func:`_moe_largest`).
-
-    Examples
-    --------
-    Llama 3 70B: the embedding, 128,256 × 8,192 × 2 B.
-
-    >>> from trainplan.scenarios.catalogue import get_model
-    >>> largest_parameter_bytes(get_model("llama3-70b").model.arch)
-    2101346304
-    """
-    h = arch.hidden_size
-    head_dim = arch.head_dim or h // arch.num_attention_heads
-    elements = max(
-        arch.vocab_size * h, h * arch.ffn_hidden_size, h * arch.num_attention_heads * head_dim
-    )
-    if arch.moe is not None:
-        elements = max(elements, _moe_largest(arch, arch.moe))
-    return 2 * elements
 
 
 def sync_transient_bytes(arch: Architecture, zero_stage: int, tp: int) -> Fraction:
