@@ -141,8 +141,10 @@ class _Held:
     pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
     update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
     role), its terms, its per-micro-batch compute (:func:`_microbatch_s`), its bytes held in
-    every phase (:func:`model.rlhf.roles.resident_of`) and what idle offload leaves on the GPU (``kept_bytes``:
-    the busiest stage's BF16 weights under ``deepspeed``, :mod:`model.rlhf.openrlhf`)."""
+    every phase (:func:`model.rlhf.roles.resident_of`), what idle offload leaves on the GPU
+    (``kept_bytes``: the busiest stage's BF16 weights under ``deepspeed``,
+    :mod:`model.rlhf.openrlhf`) and the busiest stage's weights and gradients (what a scoring
+    turn brings back, :func:`model.rlhf.openrlhf.scoring_state_bytes`)."""
 
     per_stage: list[Fraction]
     held_bytes: Fraction
@@ -153,6 +155,8 @@ class _Held:
     microbatch_s: float
     resident_bytes: Fraction = Fraction(0)
     kept_bytes: Fraction = Fraction(0)
+    weights_bytes: Fraction = Fraction(0)
+    gradients_bytes: Fraction = Fraction(0)
 
 
 def _training_estimate(
@@ -328,7 +332,7 @@ def _trainable(
     terms += time_terms
     resident = resident_of(train_est)
     training_b = max(train_peak) - held_b - resident
-    kept = max(st.state.weights_bytes for st in train_est.stages)
+    busiest = train_est.stages[held.index(held_b)].state
     return _Held(
         held,
         held_b,
@@ -338,7 +342,9 @@ def _trainable(
         terms,
         _microbatch_s(train_est),
         resident,
-        kept if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        busiest.weights_bytes if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        busiest.weights_bytes,
+        busiest.gradients_bytes,
     )
 
 
@@ -355,7 +361,10 @@ def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
     held_b = max(held)
     how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
     terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
-    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident_of(score_est))
+    resident = resident_of(score_est)
+    return _Held(
+        held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident, weights_bytes=held_b
+    )
 
 
 def _scoring(
@@ -454,12 +463,14 @@ def network_cost(
     held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
     whole = 2 * max(st.params for st in score_est.stages) if mech.weights_full else 0
     swap, (sync, sync_terms) = Fraction(0), role_sync(spec, rs, opt, score_est.stages)
+    scoring_swap = None
     if opt.offload == "idle":
-        swap, moves, idle_terms = idle_swap(spec, rs, device, held.held_bytes, held.kept_bytes)
+        state = (held.held_bytes, held.kept_bytes, held.weights_bytes, held.gradients_bytes)
+        swap, scoring_swap, moves, idle_terms = idle_swap(spec, rs, device, state)
         held_b, host = held.kept_bytes, host + swap
         terms += idle_terms
-        scoring_s += moves if "scoring" in rs.phases else 0.0
-        training_s += moves if "training" in rs.phases else 0.0
+        scoring_s += moves[0] if "scoring" in rs.phases else 0.0
+        training_s += moves[1] if "training" in rs.phases else 0.0
     terms += sync_terms
     cost = RoleCost(
         opt,
@@ -479,5 +490,6 @@ def network_cost(
         resident_bytes=held.resident_bytes,
         sync_bytes=sync,
         split_tokens=spec.split_tokens(opt.dp, opt.tp),
+        scoring_swap_bytes=scoring_swap,
     )
     return _on_stack(spec.framework, cost)

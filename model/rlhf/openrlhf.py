@@ -66,6 +66,8 @@ __all__ = [
     "split_refusal",
     "engine_receive_bytes",
     "idle_swap",
+    "scoring_state_bytes",
+    "SCORING_SWAP_SOURCE",
     "sync_transient_bytes",
 ]
 
@@ -141,14 +143,50 @@ def split_refusal(costs: Sequence[RoleCost]) -> str | None:
     return None
 
 
+SCORING_SWAP_SOURCE = (
+    "verl b178a3cd5 megatron_workers.py compute_log_prob / compute_ref_log_prob: "
+    "load_megatron_model_to_gpu(load_grad=False), no optimizer (update_actor loads both); "
+    "CriticWorker.compute_values: load_grad=True (gradient buffers allocated and zeroed, not "
+    "copied); fsdp_workers.py compute_log_prob / compute_values: load_fsdp_model_to_gpu only, "
+    "gradients freed by update_policy's final zero_grad(); OpenRLHF PPOTrainer.ppo_train "
+    "_run_sleep: reload_states only around fit (3c3be6234)"
+)
+
+
+def scoring_state_bytes(
+    framework: Framework, role: Role, weights: Fraction, gradients: Fraction
+) -> Fraction:
+    """What of a role's state (``weights`` and ``gradients`` bytes on its busiest stage) is on
+    the GPU for its scoring turn when it is offloaded while idle (:data:`SCORING_SWAP_SOURCE`):
+    the weights — verl's Megatron actor and reference load the parameters without gradients,
+    its FSDP workers the parameter shards (gradients freed after each update), OpenRLHF keeps
+    the BF16 weights on the GPU and reloads the rest only for ``fit`` — and, for verl's
+    Megatron critic (``compute_values`` loads with ``load_grad=True``), the gradient buffers
+    too. The optimizer state never comes back for scoring.
+
+    >>> scoring_state_bytes(Framework.MEGATRON, Role.ACTOR, Fraction(17), Fraction(35))
+    Fraction(17, 1)
+    >>> scoring_state_bytes(Framework.MEGATRON, Role.CRITIC, Fraction(17), Fraction(35))
+    Fraction(52, 1)
+    """
+    if framework is Framework.MEGATRON and role is Role.CRITIC:
+        return weights + gradients
+    return weights
+
+
 def idle_swap(
-    spec: RLHFSpec, rs: RoleSpec, device: DeviceSpec, held_b: Fraction, kept: Fraction
-) -> tuple[Fraction, float, list[Term]]:
-    """Idle offload of a role holding ``held_b`` bytes of which ``kept`` stay on the GPU (the
-    BF16 weights under ``deepspeed``, module docstring; 0 otherwise), where the profile's stack
-    can run it (:func:`check_idle`): the bytes that go to the host and come back in for its turn
-    in each phase it works in, then out; the seconds of one phase's round trip over the host
-    link; and the terms.
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    device: DeviceSpec,
+    held: tuple[Fraction, Fraction, Fraction, Fraction],
+) -> tuple[Fraction, Fraction, tuple[float, float], list[Term]]:
+    """Idle offload of a role whose busiest stage holds ``held`` = (state, kept, weights,
+    gradients) bytes, ``kept`` of them staying on the GPU (the BF16 weights under
+    ``deepspeed``, module docstring; 0 otherwise), where the profile's stack can run it
+    (:func:`check_idle`): the bytes that go to the host (all but ``kept``), come back in for
+    its training turn and go out after; the bytes its scoring turn brings back
+    (:func:`scoring_state_bytes` less ``kept``); the seconds of the scoring and the training
+    round trips over the host link (the scoring one moves the weights only); and the terms.
 
     Raises
     ------
@@ -157,16 +195,26 @@ def idle_swap(
     """
     check_idle(spec.framework, spec.zero_stage or 1, rs.trainable, str(rs.role))
     assert device.host_link_bytes_per_s
-    moved = held_b - kept
-    moves = float(2 * moved / Fraction(device.host_link_bytes_per_s))
+    state, kept, weights, gradients = held
+    moved = state - kept
+    link = Fraction(device.host_link_bytes_per_s)
+    scoring = scoring_state_bytes(spec.framework, rs.role, weights, gradients) - kept
+    seconds = (float(2 * (weights - kept) / link), float(2 * moved / link))
     terms = [Term("state to host when idle", "host", moved, "bytes", _MOVED_SOURCE)]
     if kept:
         terms.append(
             Term("BF16 weights kept on the GPU when idle", "held", kept, "bytes", IDLE_SOURCE)
         )
-    for phase in rs.phases:  # in for its turn in each phase it works in, then out
-        terms.append(Term("state in and back out", phase, moves, "s", _MOVED_SOURCE))
-    return moved, moves, terms
+    if "scoring" in rs.phases and scoring:
+        what = "weights" if scoring == weights - kept else "weights + gradient buffers"
+        for name, value, unit in (
+            (f"{what} back for scoring", scoring, "bytes"),
+            ("weights in and back out", seconds[0], "s"),
+        ):
+            terms.append(Term(name, "scoring", value, unit, SCORING_SWAP_SOURCE))
+    if "training" in rs.phases:
+        terms.append(Term("state in and back out", "training", seconds[1], "s", _MOVED_SOURCE))
+    return moved, scoring, seconds, terms
 
 
 def sync_transient_bytes(arch: Architecture, zero_stage: int, tp: int) -> Fraction:

@@ -380,8 +380,8 @@ class TableBuild:
 def _fits_alone(cost: RoleCost, cap: int, host_cap: Fraction) -> bool:
     """The option alone on a GPU: its held, swapped and largest phase bytes within ``cap``, its
     host bytes within the host's share."""
-    phase = max(cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
-    alone = cost.held_bytes + cost.resident_bytes + cost.swap_bytes + phase
+    phase = max(cost.swap_in(p) + cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
+    alone = cost.held_bytes + cost.resident_bytes + phase
     return alone <= cap and cost.host_bytes <= host_cap
 
 
@@ -412,7 +412,7 @@ def int_costs(
         tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
         up(cost.host_bytes),
         tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
-        tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
+        tuple(up(cost.swap_in(p)) for p in PHASES),  # type: ignore[misc]
         resident_int(cost),
         up(cost.sync_bytes),
     )
