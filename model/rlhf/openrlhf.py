@@ -149,7 +149,9 @@ SCORING_SWAP_SOURCE = (
     "CriticWorker.compute_values: load_grad=True (gradient buffers allocated and zeroed, not "
     "copied); fsdp_workers.py compute_log_prob / compute_values: load_fsdp_model_to_gpu only, "
     "gradients freed by update_policy's final zero_grad(); OpenRLHF PPOTrainer.ppo_train "
-    "_run_sleep: reload_states only around fit (3c3be6234)"
+    "_run_sleep: reload_states only around fit (3c3be6234); NeMo-RL MegatronPolicyWorker."
+    "prepare_for_lp_inference: move_model(cuda, move_grads=False), gradients and optimizer on the "
+    "CPU (megatron_policy_worker.py, NVIDIA-NeMo/RL 87618908)"
 )
 
 
@@ -160,7 +162,8 @@ def scoring_state_bytes(
     the GPU for its scoring turn when it is offloaded while idle (:data:`SCORING_SWAP_SOURCE`):
     the weights — verl's Megatron actor and reference load the parameters without gradients,
     its FSDP workers the parameter shards (gradients freed after each update), OpenRLHF keeps
-    the BF16 weights on the GPU and reloads the rest only for ``fit`` — and, for verl's
+    the BF16 weights on the GPU and reloads the rest only for ``fit``, NeMo-RL's Megatron policy
+    moves the parameters without gradients for its log-probs — and, for verl's
     Megatron critic (``compute_values`` loads with ``load_grad=True``), the gradient buffers
     too. The optimizer state never comes back for scoring.
 
