@@ -21,6 +21,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
@@ -328,7 +329,9 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
 
 def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
     """Refuse a training dp above the sequences of an update: the training layout would round
-    the batch up to a micro-batch per rank, training on rollouts that do not exist."""
+    the batch up to a micro-batch per rank, training on rollouts that do not exist. OpenRLHF's
+    rule first where it applies (:func:`model.rlhf.openrlhf.check_split_count`): it names why."""
+    check_split_count(inp.spec, Role.ACTOR, train_pool // mp)
     batch = inp.spec.train_batch or inp.spec.sequences
     if train_pool // mp > batch:
         raise LayoutError(

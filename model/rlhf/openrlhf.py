@@ -64,6 +64,7 @@ __all__ = [
     "actor_sync_bytes",
     "check_idle",
     "split_refusal",
+    "check_split_count",
     "engine_receive_bytes",
     "idle_swap",
     "scoring_state_bytes",
@@ -106,6 +107,45 @@ def check_idle(framework: Framework, zero_stage: int, trainable: bool, role: str
         raise LayoutError(
             f"offload: {role}=idle — OpenRLHF offloads a frozen role with DeepSpeed's "
             f"offload_param, which only ZeRO-3 runs (ZeRO-{zero_stage})"
+        )
+
+
+def check_split_count(spec: RLHFSpec, role: Role, dp: int) -> None:
+    """Refuse an actor (``role``; other roles pass) at data-parallel size ``dp`` above the
+    step's rollouts under OpenRLHF's
+    scoring split: ``RemoteExperienceMaker.split_rollout_samples`` (``experience_maker.py``,
+    3c3be6234) cuts them into at least ``effective_actor_num`` (the actor's GPUs ÷ ring ÷ tp, its
+    dp) micro-batches, and ``get_seqlen_balanced_partitions`` (``openrlhf/utils/
+    seqlen_balancing.py``) asserts ``len(seqlen_list) >= k_partitions``: with fewer rollouts
+    than dp the step stops there. Only where the split applies (:meth:`~model.rlhf.spec.
+    RLHFSpec.split_tokens`: ``deepspeed`` with first-fit packing, OpenRLHF's
+    ``--train.dynamic_batch_enable``).
+
+    Raises
+    ------
+    LayoutError
+        ``dp`` above the step's rollouts, in one line naming both and the rule.
+
+    Examples
+    --------
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> spec = RLHFSpec(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+    ...                 prompts=4, samples_per_prompt=4, prompt_tokens=1024,
+    ...                 completion_tokens=4096, framework="deepspeed")
+    >>> check_split_count(spec, Role.ACTOR, 16), check_split_count(spec, Role.REFERENCE, 32)
+    (None, None)
+    >>> try:
+    ...     check_split_count(spec, Role.ACTOR, 32)
+    ... except LayoutError as e:
+    ...     print(e)  # doctest: +ELLIPSIS
+    actor dp: 32 — above the step's 16 rollouts: OpenRLHF splits them into at least the actor's dp micro-batches ...
+    """
+    if role is Role.ACTOR and spec.split_tokens(dp) and dp > spec.sequences:
+        raise LayoutError(
+            f"actor dp: {dp:,} — above the step's {spec.sequences:,} rollouts: OpenRLHF splits "
+            "them into at least the actor's dp micro-batches (split_rollout_samples) and "
+            "get_seqlen_balanced_partitions asserts at least one rollout each; use fewer GPUs "
+            "for the actor, or more prompts or samples_per_prompt"
         )
 
 
