@@ -31,11 +31,12 @@ from trainplan.model.rlhf.spec import (
     LogitsMode,
     RLHFSpec,
     Role,
+    default_fraction,
 )
 from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import parse_count, parse_number, parse_positive
-from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of, default_fraction
+from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -357,7 +358,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     """
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
-    fraction = inp.spec.engine_memory_fraction or default_fraction(not split)
+    fraction = inp.spec.engine_memory_fraction or default_fraction(not split, inp.spec.framework)
     options, pools = [], []
     for rs in inp.spec.roles:
         if rs.role is Role.ROLLOUT:

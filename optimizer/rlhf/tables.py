@@ -52,8 +52,6 @@ from trainplan.model.rlhf.roles import (
     training_tp_limit,
 )
 from trainplan.model.rlhf.spec import (
-    DEFAULT_FRACTION_COLOCATED,
-    DEFAULT_FRACTION_SPLIT,
     PHASES,
     RLHFSpec,
     Role,
@@ -490,8 +488,3 @@ def _undominated(rows: list[list[int]]) -> list[int]:
     earlier = np.tri(len(rows), k=-1, dtype=bool).T  # earlier[j, i]: j < i
     beaten = np.asarray((le & (lt | earlier)).any(axis=0)).tolist()
     return [i for i, b in enumerate(beaten) if not b]
-
-
-def default_fraction(colocated: bool) -> Fraction:
-    """verl's 0.5 when the engine shares GPUs with training roles, vLLM's 0.9 alone."""
-    return DEFAULT_FRACTION_COLOCATED if colocated else DEFAULT_FRACTION_SPLIT
