@@ -49,7 +49,8 @@ Offload (``RoleOption.offload``), two mechanisms people use:
   reference's weights on the CPU, swapped in for its log-probs (``use_reference_model``); verl's
   ``param_offload`` / ``optimizer_offload``. It holds nothing on the GPU outside its phases
   (``swap_bytes`` instead of ``held_bytes``): its state comes in for its turn in each phase it
-  works in and goes back out after, over the host link. Under ``deepspeed`` (OpenRLHF) a
+  works in and goes back out after, over the host link — the whole state for the update, its
+  weights for scoring (:func:`model.rlhf.openrlhf.scoring_state_bytes`). Under ``deepspeed`` (OpenRLHF) a
   trainable role's BF16 weights stay on the GPU (``held_bytes``) and a frozen role offloads only
   at ZeRO-3 (:mod:`model.rlhf.openrlhf`).
 
@@ -193,7 +194,8 @@ class RoleCost:
     swap_bytes: Fraction = Fraction(0)
     """Offloaded when idle: its state, on the GPU only during its own turn in the phases it works
     in (then ``held_bytes`` is 0, or under ``deepspeed`` the BF16 weights OpenRLHF leaves on the
-    GPU)."""
+    GPU). Brought back whole for its training turn; for its scoring turn only
+    ``scoring_swap_bytes``."""
     phases: tuple[str, ...] = ()
     """The phases it works in."""
     microbatch_s: tuple[float, float] = (0.0, 0.0)
@@ -252,6 +254,10 @@ class RoleCost:
     only where each scoring role's figure is the actor's
     (:func:`model.rlhf.openrlhf.split_refusal`);
     0 under verl's profiles, where each role packs its own ranks' rollouts."""
+    scoring_swap_bytes: Fraction | None = None
+    """Offloaded when idle: the part of ``swap_bytes`` its scoring turn brings back, its weights
+    only (:func:`model.rlhf.openrlhf.scoring_state_bytes`); None: all of ``swap_bytes`` (a frozen
+    role, whose state is its weights)."""
 
     @property
     def over_budget(self) -> bool:
@@ -268,6 +274,15 @@ class RoleCost:
             "scoring": self.scoring_bytes,
             "training": self.training_bytes,
         }[phase]
+
+    def swap_in(self, phase: str) -> Fraction:
+        """Bytes its idle offload brings back for its turn in ``phase`` (0 where it does not
+        work): ``scoring_swap_bytes`` for scoring, ``swap_bytes`` otherwise."""
+        if phase not in self.phases:
+            return Fraction(0)
+        if phase == "scoring" and self.scoring_swap_bytes is not None:
+            return self.scoring_swap_bytes
+        return self.swap_bytes
 
     def seconds(self, phase: str) -> float:
         """Its seconds of work in ``phase`` (0 where it does not work)."""

@@ -149,6 +149,12 @@ class StageMemory:
     both phases."""
 
     @property
+    def params(self) -> Fraction:
+        """The parameters this stage holds on this GPU: :attr:`dense_params` +
+        :attr:`expert_params`."""
+        return self.dense_params + self.expert_params
+
+    @property
     def backward_bytes(self) -> Fraction:
         """Bytes at the forward/backward peak: model state, gathered units, buffers, every
         activation line (the micro-batches in flight, the recompute transient) and the

@@ -61,7 +61,8 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
     model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
-    75,505,070,080; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
+    75,505,070,080 before scoring brought back the weights only (now the critic's 6 B a parameter
+    and its forward, 57,402,769,408 below); training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
     8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
     DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
     985,006,080 above the 6 B without it) + 3,443,261,440 = 77,738,536,960 — each within
@@ -89,13 +90,21 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert costs["actor"].training_bytes == 7_158_497_280 + 985_006_080 == 8_143_503_360
     engine = Fraction(9, 10) * 85_017_493_504
     assert costs["rollout"].rollout_bytes == engine - inside
+    # scoring: each idle role brings back its weights only (verl compute_log_prob /
+    # compute_ref_log_prob load_grad=False), the Megatron critic its gradient buffers too
+    # (compute_values, load_grad=True): 6 B × P, P = 66,151,772,160 / 7.5 = 8,820,236,288, beside
+    # its forward working set, 1,038,090,240 B; the actor 2P + 5,910,036,480 is less
+    critic = 6 * 8_820_236_288 + 1_038_090_240
+    assert critic == 53_959_507_968 > 2 * 8_820_236_288 + 5_910_036_480
     assert pool.peak_bytes == (
         engine + held - inside,
-        66_151_772_160 + 5_910_036_480 + held,
+        critic + held,
         66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (75_505_070_080, 77_738_536_960) and pool.peak <= CAPACITY
-    assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
+    assert pool.peak_bytes[1:] == (57_402_769_408, 77_738_536_960) and pool.peak <= CAPACITY
+    # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
+    # = 3.03 s less than 5,496.4 s
+    assert r.best.plan.step_s == pytest.approx(5493.4, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
