@@ -43,7 +43,8 @@ Variants, derived the same way:
 * No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
 * FlashAttention: no ``[b, a, s, s]`` tensor is stored (the conventions drop the 5·a term; the kernel's
-  per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
+  per-row softmax statistics, 4·a·S bytes in fp32, are left out by the paper's count and kept
+  where a framework profile's kernel keeps them, ``ActivationContext.saves_softmax_lse``).
 * Without FlashAttention the score tensors are the whole ``[b, a, s/cp, s]`` whatever the mask:
   eager attention (Hugging Face's ``eager_attention_forward``, Megatron's unfused softmax) adds a
   causal, sliding-window or chunked mask to the full score matrix, so windows and chunks save no
@@ -305,6 +306,23 @@ class ActivationContext:
     repeats_kv: bool = False
     """GQA attention keeps K and V repeated to every query head (Megatron-DeepSpeed, the
     ``deepspeed`` profile: :data:`model.activation_rows.REPEATED_KV`)."""
+    saves_softmax_lse: bool = False
+    """The flash attention kernel keeps its per-row softmax statistics for backward, FP32
+    ``[b, a/tp, s/cp]``, ``4·a·S`` (÷ tp; :data:`model.activation_rows.SOFTMAX_LSE`, a score
+    row), under the ``paper`` convention too: ``megatron`` (Transformer Engine d0067d0da
+    ``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward`` saves
+    ``*aux_ctx_tensors``, which ``backward`` unpacks as ``softmax_lse, rng_state``;
+    ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu`` ``fused_attn_arbitrary_seqlen_fwd``
+    gives ``output_S`` the shape ``{batch, num_attn_heads, max_seqlen_q, 1}`` in FP32; the
+    context-parallel functions of ``context_parallel.py`` save the local queries' ``softmax_lse``,
+    or the two query chunks' ``softmax_lse_per_step``, the same bytes) and ``deepspeed``
+    (Megatron-DeepSpeed 4efb479d ``megatron/model/transformer.py`` ``FlashSelfAttention``
+    calls flash-attn's ``flash_attn_varlen_func`` under ``--use-flash-attn-v2``;
+    Dao-AILab/flash-attention 00530025 ``flash_attn/flash_attn_interface.py``
+    ``FlashAttnVarlenFunc.forward`` saves ``softmax_lse``, FP32 ``(num_heads, total_q)``). The
+    rng state (two int64) is not counted. False: ``textbook`` (the paper's rows) and ``fsdp2``,
+    whose SDPA log-sum-exp the eager rows, the op-level policy or the ``pytorch`` convention
+    count (:mod:`model.eager_saved`, :mod:`model.op_checkpoint`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
