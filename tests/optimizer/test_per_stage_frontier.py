@@ -111,8 +111,10 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     lse = 4 * 2 * 8192
     assert want[0] == (105_007_616 + lse + gather + comm, 32_652_698, "uniform")
     assert want[1] == (120_998_400 + lse + gather + comm, 31_209_158, "per-stage")
-    assert (178_330_624 + comm, 15_734_081, "uniform") in want  # tp 1 over dp 2, full
-    assert want[-1] == (526_195_712 + comm, 11_981_336, "uniform")
+    # tp 1 over dp 2, full: the recomputed layer's statistics at 4 heads, 2·lse
+    assert (178_330_624 + 2 * lse + comm, 15_734_081, "uniform") in want
+    # tp 1 (4 heads a rank: 2·lse a layer), six layers kept whole
+    assert want[-1] == (526_195_712 + 6 * 2 * lse + comm, 11_981_336, "uniform")
     assert got.points[-1].uniform_ns == 32_652_698
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
