@@ -3,7 +3,7 @@ CPU offload), derived by hand from DeepSpeed edaa7221 ``deepspeed/runtime/engine
 ``_do_optimizer_sanity_check`` and ``deepspeed/runtime/bf16_optimizer.py``: the whole FP32
 gradient buffer and each parameter's BF16 ``.grad`` beside it (6 B a parameter), the FP32
 master and moments partitioned, no IPG bucket, nothing materialised for the step
-(model/mechanisms.py ``_deepspeed_bf16_optimizer``)."""
+(model/deepspeed_mechanisms.py ``_deepspeed_bf16_optimizer``)."""
 
 from __future__ import annotations
 

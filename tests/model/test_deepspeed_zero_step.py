@@ -3,7 +3,7 @@
 branch): the gradient partition is concatenated into a new flat tensor in the gradients' dtype
 (``flatten`` / ``flatten_dense_tensors_aligned`` of ``averaged_gradients[i]``, a list of views)
 and cast to FP32 beside it before ``del flat_grad_partition``: BF16 gradients add 2 + 4 B a
-parameter ÷ D at that moment (model/mechanisms.py ``_deepspeed``, ``step_sharded``)."""
+parameter ÷ D at that moment (model/deepspeed_mechanisms.py ``_deepspeed``, ``step_sharded``)."""
 
 from __future__ import annotations
 
