@@ -75,16 +75,22 @@ def _deepspeed(
     ZeRO-1/2's step (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.step``, l. 2344-2372) holds
     the flat copy of the gradient partition and its FP32 cast together: ``step_sharded`` = g + 4
     (BF16 gradients: 6), g alone when the gradients are FP32 (the cast returns the copy).
+    ZeRO-3's step does the same one sub-group at a time (``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``: ``self.flatten(self.averaged_gradients[i]).to(fp32)``,
+    the flattened g-byte copy alive while its FP32 cast is made), at most ``sub_group_size``
+    elements (``step_cap_elements``).
 
     ZeRO-1/2's reduction (the module's docstring): an all-reduce of each IPG bucket with
     ``multi_rank`` (``use_multi_rank_bucket_allreduce``, DeepSpeed's default), else one reduce
-    per owning rank, counted as a reduce-scatter.
+    per owning rank, counted as a reduce-scatter; ``allreduce_bucket`` flattens the bucket's
+    slices into a new tensor either way, a second bucket-sized transient in backward beside the
+    IPG bucket(s).
 
     >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
     >>> (one, two)
-    (1000000000, 2000000000)
-    >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4))]
-    [6, 6, 4]
+    (2000000000, 3000000000)
+    >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4), (3, 2))]
+    [6, 6, 4, 6]
     >>> m, old = _deepspeed(2, 2, 2, 12, False), _deepspeed(2, 2, 2, 12, False, multi_rank=False)
     >>> m.traffic_terms(), old.traffic_terms(), old.per_rank_reduce
     ((2, 4), (2, 2), True)
@@ -101,6 +107,12 @@ def _deepspeed(
     # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
     # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
     ipg *= 2 if overlap_comm else 1
+    # allreduce_bucket: tensor = self.flatten(bucket), a new tensor of the bucket's slices in
+    # its dtype (communication_data_type is the parameters' own by default), reduced and
+    # copied back; one at a time (each reduction in turn on one stream). Inside the backward
+    # under ZeRO-2 and ZeRO-1 with overlap_comm; ZeRO-1 without it reduces after the backward
+    # (engine.allreduce_gradients -> reduce_gradients), the activations freed
+    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w if zero_stage == 2 or overlap_comm else 0
     # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
     # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
     # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
@@ -121,7 +133,7 @@ def _deepspeed(
     return Mechanism(
         fw, 3, "DeepSpeed ZeRO stage 3",
         weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
-        optimizer_full=0, optimizer_sharded=o, step_sharded=4,
+        optimizer_full=0, optimizer_sharded=o, step_sharded=step,
         step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
         bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, weight_bytes=w, source=src,

@@ -55,8 +55,11 @@ def test_only_zero1_bf16_fp32_grads_without_offload():
     assert (bf16.grads_full, bf16.bucket_bytes, bf16.step_sharded) == (6, 0, 0)
     for zero, g, offload in ((1, 2, False), (2, 4, False), (1, 4, True)):
         m = mechanism("deepspeed", zero, 2, g, 12, cpu_offload=offload)
-        # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4
-        assert m.bucket_bytes == 1_000_000_000 and m.step_sharded == (6 if g == 2 else 4)
+        # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4; ZeRO-2
+        # reduces inside the backward, where allreduce_bucket's flattened copy (5e8 × 2 B) sits
+        # beside the IPG bucket; ZeRO-1 without overlap_comm reduces after it
+        bucket = 2_000_000_000 if zero == 2 else 1_000_000_000
+        assert m.bucket_bytes == bucket and m.step_sharded == (6 if g == 2 else 4)
     assert mechanism("megatron", 1, 2, 4, 12).grads_full == 4
 
 
