@@ -305,6 +305,11 @@ class ActivationContext:
     repeats_kv: bool = False
     """GQA attention keeps K and V repeated to every query head (Megatron-DeepSpeed, the
     ``deepspeed`` profile: :data:`model.activation_rows.REPEATED_KV`)."""
+    kernel_kv_repeated: bool = False
+    """The attention kernel is given K and V repeated to every query head, so its backward
+    returns dK and dV of ``a`` heads (:func:`model.attention_core.attention_core_step`):
+    torchtitan's ``repeat_kv`` before SDPA (``fsdp2``; 9dec370 and 820504e, until ff0829c10)
+    and Megatron-DeepSpeed's before FlashAttention (``deepspeed``, :attr:`repeats_kv`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""

@@ -27,7 +27,8 @@ reduce-scatter's output ``n`` is allocated while it is live):
   down projection's and the activation's inputs;
 * output projection (row-parallel): ``n + [sp]·H + β·S·O/tp``;
 * attention core: ``n + β·S·O/tp`` (dO) ``+ β·S·(Q + KV)/tp`` (dQ, dK, dV) plus the kernel's
-  workspace (:func:`attention_backward_workspace`);
+  workspace (:func:`attention_backward_workspace`); dK, dV at ``a/g`` times KV where the
+  framework repeats K and V before the kernel (:func:`model.attention_core.kernel_kv_repeat`);
 * QKV projection (column-parallel): ``n + β·S·(Q + KV)/tp + r·H + c·H + [sp]·n``, less the
   output projection's input and Q, K, V.
 
