@@ -330,6 +330,17 @@ class ActivationContext:
         """S = (s/cp)·b tokens on this rank per micro-batch."""
         return Fraction(self.seq_len, self.cp) * self.micro_batch_size
 
+    @property
+    def fp8_shared_fc1_saves_original(self) -> bool:
+        """The shared experts' FC1 saves its BF16 input (the pre-MLP norm's output, the tensor
+        the router keeps), not an FP8 copy: Megatron-Core under the recipes other than
+        ``delayed`` (:attr:`fp8_proj_saves_original`'s condition) unless ``shared_experts`` is
+        recomputed (Megatron-LM d98e8a64dd ``moe/shared_experts.py`` ``SharedExpertMLP.__init__``,
+        l. 151–161: ``set_save_original_input(self.linear_fc1)``, "the output of
+        pre_mlp_layernorm is saved by router"; ``MoELayer.set_for_recompute_pre_mlp_layernorm``
+        sets the same under ``layernorm``)."""
+        return self.fp8_proj_saves_original and "shared_experts" not in self.recompute_modules
+
 
 @dataclass(frozen=True, slots=True)
 class LayerActivations:
