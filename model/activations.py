@@ -341,6 +341,16 @@ class ActivationContext:
         sets the same under ``layernorm``)."""
         return self.fp8_proj_saves_original and "shared_experts" not in self.recompute_modules
 
+    @property
+    def fp8_mla_down_saves_original(self) -> bool:
+        """MLA's down-projections save their BF16 input (the attention norm's output, recomputed
+        under ``layernorm``): Megatron-Core under the recipes other than ``delayed`` with the
+        ``layernorm`` recompute module (``TransformerLayer.__init__``:
+        ``self_attention.set_for_recompute_input_layernorm()`` under FP8, Megatron-LM d98e8a64dd
+        ``multi_latent_attention.py`` l. 1114–1118; ``delayed`` with it is refused,
+        :func:`model.recompute_modules.check_recompute_modules`)."""
+        return self.fp8_proj_saves_original and "layernorm" in self.recompute_modules
+
 
 @dataclass(frozen=True, slots=True)
 class LayerActivations:

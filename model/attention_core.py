@@ -2,7 +2,8 @@
 and the workspace it allocates beside them, per GPU, for one micro-batch
 (:func:`attention_core_step`, one of :func:`model.backward_working.backward_working_bytes`'
 steps; the context-parallel exchange's backward buffers are live at it,
-:func:`model.context_parallel.cp_phase_bytes`)."""
+:func:`model.context_parallel.cp_phase_bytes`); and MLA's down-projections' step
+(:func:`mla_down_step`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fractions import Fraction
 from trainplan.model.activations import ActivationContext
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.specs import Architecture
+from trainplan.model.te_fp8_backward import TeFp8Backward
 
 __all__ = [
     "FLASH_ATTENTION_2",
@@ -18,6 +20,7 @@ __all__ = [
     "attention_backward_workspace",
     "attention_core_step",
     "kernel_kv_repeat",
+    "mla_down_step",
 ]
 
 FLASH_ATTENTION_2 = "flash-attention-2"
@@ -113,3 +116,35 @@ def attention_core_step(ctx: ActivationContext, arch: Architecture, kernel: str 
     kv_heads = Fraction(arch.kv_heads, tp) if grouped else heads
     d = q / (beta * S * heads)
     return grads + attention_backward_workspace(kernel, S, heads, kv_heads, int(d), beta)
+
+
+def mla_down_step(
+    ctx: ActivationContext, arch: Architecture, te: TeFp8Backward | None, released: Fraction
+) -> Fraction:
+    """MLA's down-projections' step of a layer's backward under Megatron-Core (0 for other
+    attention and under torchtitan's gathered plan, whose QKV step holds the whole input
+    gradients), less the layer's ``released`` rows by then. ``linear_q_down_proj`` and
+    ``linear_kv_down_proj`` (Megatron-LM d98e8a64dd ``multi_latent_attention.py``, ``TELinear``
+    ``parallel_mode='duplicated'``: the sequence shard, no gather) both read the attention
+    norm's output, so autograd holds the first's input gradient while the second's is made:
+    ``n + 2·x`` (``x = β·S·h``, ÷ tp with sequence parallelism) beside the larger latent's
+    gradient ``β·S·L`` (``L = max(q_lora, kv_lora + rope)``). Under Transformer Engine's FP8
+    (``te``) that gradient quantised for both usages, ``both·S·L``; and where the projections
+    save their BF16 input (``ActivationContext.fp8_mla_down_saves_original``: the ``layernorm``
+    recompute module, ``set_for_recompute_input_layernorm``, l. 1114–1118) that input quantised
+    again for the weight gradient, ``saved_input·S·h`` (÷ tp with SP; TE d0067d0da
+    ``module/linear.py`` ``_Linear.backward``: both usages tensorwise, column-wise block-scaled,
+    no gather). The recomputed norm output is the recompute's, counted beside the working set.
+    """
+    mla = arch.mla
+    if mla is None or ctx.gathered_block_inputs:
+        return Fraction(0)
+    beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
+    div = ctx.tp if ctx.sequence_parallel and ctx.tp > 1 else 1
+    x = beta * S * h / div
+    latent = S * max(mla.q_lora_rank or 0, mla.kv_lora_rank + mla.qk_rope_head_dim) / div
+    grads = x + 2 * x + beta * latent
+    if te is None:
+        return grads - released
+    requant = te.saved_input * S * h / div if ctx.fp8_mla_down_saves_original else 0
+    return grads + te.both * latent + requant - released

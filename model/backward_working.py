@@ -122,7 +122,7 @@ from functools import lru_cache
 from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
-from trainplan.model.attention_core import attention_core_step
+from trainplan.model.attention_core import attention_core_step, mla_down_step
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.deepspeed_backward import deepspeed_weight_grads, layernorm_mlp_held
 from trainplan.model.frameworks import Framework
@@ -381,6 +381,12 @@ def _routed_experts(
     )
 
 
+MLA_LATENT_ROWS = ("query latent", "query latent norm output", "kv latent with rope key",
+                   "kv latent norm output")  # fmt: skip
+"""MLA's rows released before its down-projections' step (the up-projections' inputs and the
+latent norms' inputs: :func:`model.attention_core.mla_down_step`)."""
+
+
 def _attention(
     ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
@@ -408,10 +414,12 @@ def _attention(
     released = _released(rows, *qkv)
     qkv_step = n + q + kv + r * H + c * H + sp * n - released + casts[1]
     requant = te.saved_input * o / beta if te and ctx.fp8_proj_saves_original else Fraction(0)
+    latents = _released(rows, *MLA_LATENT_ROWS)
     return max(
         _row_step(ctx, te, n, S * h, o, requant) if te else n + sp * H + o + casts[0],
         attention_core_step(ctx, arch, kernel),
         qkv_step + _column_extra(te, S * h, (q + kv) / beta, r, H) if te else qkv_step,
+        mla_down_step(ctx, arch, te, released + latents),
     )
 
 

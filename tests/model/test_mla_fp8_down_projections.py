@@ -4,13 +4,17 @@ norm's output (model.activation_rows.MLA_SECOND_DOWN_PROJECTION): Megatron-Core'
 (``mla_down_proj_fusion`` False by default) and ``MLASelfAttention._qkv_down_projection`` calls
 both on ``hidden_states``; each ``_Linear.forward`` saves its own quantised input."""
 
+from fractions import Fraction
+
 import pytest
 
 import trainplan
 from trainplan.model.activation_rows import MLA_SECOND_DOWN_PROJECTION
-from trainplan.model.activations import kind_activations
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.attention_core import attention_core_step, mla_down_step
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.specs import Precision, TrainingSpec
+from trainplan.model.te_fp8_backward import te_fp8_backward
 from trainplan.model.terms.activation_fields import activation_context
 from trainplan.scenarios.catalogue import get_model
 
@@ -84,3 +88,37 @@ def test_bf16_keeps_one():
     bf16 = _terms(True)
     assert MLA_SECOND_DOWN_PROJECTION not in bf16
     assert bf16["attention projection input"] == 2 * 4096 * 7168
+
+
+def test_down_projections_step_requantises_under_layernorm_by_hand():
+    """MLA's down-projections' step (model.attention_core.mla_down_step), DeepSeek-V3, s 4,096,
+    b 1, tp 1, blockwise on Hopper, recompute_modules layernorm (Megatron-Core then sets
+    save_original_input on both down-projections, set_for_recompute_input_layernorm):
+
+    n + 2x (the layer's output gradient; the two down-projections' input gradients, autograd
+    holding the first while the second is made) = 3·2·4,096·7,168 = 176,160,768
+    the larger latent's gradient (q_lora 1,536 > 512 + 64): 2·4,096·1,536 = 12,582,912, and its
+    FP8 copy for both usages 33/16·4,096·1,536 = 12,976,128
+    the saved BF16 norm output quantised column-wise again: 33/32·4,096·7,168 = 30,277,632
+    = 231,997,440 before any released row; without layernorm 201,719,808.
+
+    The attention core's step is n + O + Q + KV = 58,720,256 + 2·4,096·128·(128 + 192 + 320)
+    = 729,808,896: the down-projections' step stays below it even releasing nothing, so it does
+    not set the layer's peak here."""
+    arch = get_model("deepseek-v3").model.arch
+    te = te_fp8_backward("blockwise", True)
+
+    def ctx(modules):
+        return ActivationContext(
+            seq_len=4096, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+            flash_attention=True, fp8_gemms=True, fp8_linear_inputs=True,
+            fp8_input_bytes=Fraction(33, 32), te_linears=True, fp8_proj_saves_original=True,
+            recompute_modules=modules,
+        )  # fmt: skip
+
+    layernorm = ctx(("layernorm",))
+    assert layernorm.fp8_mla_down_saves_original
+    assert mla_down_step(layernorm, arch, te, Fraction(0)) == 231_997_440
+    assert mla_down_step(ctx(("core_attn",)), arch, te, Fraction(0)) == 201_719_808
+    assert attention_core_step(layernorm, arch, "cudnn") == 729_808_896
+    assert mla_down_step(layernorm, get_model("llama3-8b").model.arch, te, Fraction(0)) == 0
