@@ -376,7 +376,9 @@ def fp8_rows(
     and no FP8 copy (:attr:`model.activations.ActivationContext.fp8_proj_saves_original`), so it
     stays a BF16 row; so does the routed experts' FC1 input under the ``expert_fc1`` offload
     other than MXFP8 (:attr:`~model.activations.ActivationContext.fp8_expert_fc1_saves_original`).
-    MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
+    MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`). The shared
+    experts' FC1 keeps an FP8 copy of the router's BF16 input only where it does not save that
+    input itself (:attr:`~model.activations.ActivationContext.fp8_shared_fc1_saves_original`)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
@@ -409,7 +411,8 @@ def fp8_rows(
         # MLA: two linears read the norm's output, each saving its own quantised copy
         value = dict((r[0], r[1]) for r in rows)["attention projection input"]
         out.append((MLA_SECOND_DOWN_PROJECTION, value * scale, "sp"))
-    if "router and dispatch input" in names and any(n.startswith("shared expert") for n in names):
+    shared = any(n.startswith("shared expert") for n in names)
+    if "router and dispatch input" in names and shared and not ctx.fp8_shared_fc1_saves_original:
         # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
         value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]
         out.append(("shared expert FC1 input (FP8)", value * scale, "sp"))

@@ -323,6 +323,11 @@ class ActivationContext:
     rng state (two int64) is not counted. False: ``textbook`` (the paper's rows) and ``fsdp2``,
     whose SDPA log-sum-exp the eager rows, the op-level policy or the ``pytorch`` convention
     count (:mod:`model.eager_saved`, :mod:`model.op_checkpoint`)."""
+    kernel_kv_repeated: bool = False
+    """The attention kernel is given K and V repeated to every query head, so its backward
+    returns dK and dV of ``a`` heads (:func:`model.attention_core.attention_core_step`):
+    torchtitan's ``repeat_kv`` before SDPA (``fsdp2``; 9dec370 and 820504e, until ff0829c10)
+    and Megatron-DeepSpeed's before FlashAttention (``deepspeed``, :attr:`repeats_kv`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
@@ -342,6 +347,27 @@ class ActivationContext:
     def tokens(self) -> Fraction:
         """S = (s/cp)·b tokens on this rank per micro-batch."""
         return Fraction(self.seq_len, self.cp) * self.micro_batch_size
+
+    @property
+    def fp8_shared_fc1_saves_original(self) -> bool:
+        """The shared experts' FC1 saves its BF16 input (the pre-MLP norm's output, the tensor
+        the router keeps), not an FP8 copy: Megatron-Core under the recipes other than
+        ``delayed`` (:attr:`fp8_proj_saves_original`'s condition) unless ``shared_experts`` is
+        recomputed (Megatron-LM d98e8a64dd ``moe/shared_experts.py`` ``SharedExpertMLP.__init__``,
+        l. 151–161: ``set_save_original_input(self.linear_fc1)``, "the output of
+        pre_mlp_layernorm is saved by router"; ``MoELayer.set_for_recompute_pre_mlp_layernorm``
+        sets the same under ``layernorm``)."""
+        return self.fp8_proj_saves_original and "shared_experts" not in self.recompute_modules
+
+    @property
+    def fp8_mla_down_saves_original(self) -> bool:
+        """MLA's down-projections save their BF16 input (the attention norm's output, recomputed
+        under ``layernorm``): Megatron-Core under the recipes other than ``delayed`` with the
+        ``layernorm`` recompute module (``TransformerLayer.__init__``:
+        ``self_attention.set_for_recompute_input_layernorm()`` under FP8, Megatron-LM d98e8a64dd
+        ``multi_latent_attention.py`` l. 1114–1118; ``delayed`` with it is refused,
+        :func:`model.recompute_modules.check_recompute_modules`)."""
+        return self.fp8_proj_saves_original and "layernorm" in self.recompute_modules
 
 
 @dataclass(frozen=True, slots=True)
