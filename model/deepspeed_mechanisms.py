@@ -97,22 +97,7 @@ def _deepspeed(
     """
     fw, src = Framework.DEEPSPEED, DEEPSPEED_SOURCE
     bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
-    # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
-    # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
-    # (contiguous_gradients defaults to True), released at the backward's end
-    # (independent_gradient_partition_epilogue → _release_ipg_buffers, and
-    # _clear_param_grad_only drops the .grad views into it, every backward, offload or not)
-    ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
-    # with overlap_comm, setup_buckets appends a second buffer to each IPG bucket ("Use double
-    # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
-    # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
-    ipg *= 2 if overlap_comm else 1
-    # allreduce_bucket: tensor = self.flatten(bucket), a new tensor of the bucket's slices in
-    # its dtype (communication_data_type is the parameters' own by default), reduced and
-    # copied back; one at a time (each reduction in turn on one stream). Inside the backward
-    # under ZeRO-2 and ZeRO-1 with overlap_comm; ZeRO-1 without it reduces after the backward
-    # (engine.allreduce_gradients -> reduce_gradients), the activations freed
-    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w if zero_stage == 2 or overlap_comm else 0
+    ipg = _ipg_bytes(zero_stage, w, overlap_comm)
     # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
     # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
     # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
@@ -138,6 +123,30 @@ def _deepspeed(
         bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
         gathers_per_microbatch=2, weight_bytes=w, source=src,
     )  # fmt: skip
+
+
+def _ipg_bytes(zero_stage: int, w: int, overlap_comm: bool) -> int:
+    """Bytes ZeRO-1/2's gradient buckets hold in backward: the IPG bucket(s) of
+    ``reduce_bucket_size`` elements in the parameters' dtype (``w`` B) and ``allreduce_bucket``'s
+    flattened copy where the reduction runs inside the backward (DeepSpeed edaa7221
+    ``stage_1_and_2.py``)."""
+    # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
+    # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
+    # (contiguous_gradients defaults to True), released at the backward's end
+    # (independent_gradient_partition_epilogue → _release_ipg_buffers, and
+    # _clear_param_grad_only drops the .grad views into it, every backward, offload or not)
+    ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
+    # with overlap_comm, setup_buckets appends a second buffer to each IPG bucket ("Use double
+    # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
+    # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
+    ipg *= 2 if overlap_comm else 1
+    # allreduce_bucket: tensor = self.flatten(bucket), a new tensor of the bucket's slices in
+    # its dtype (communication_data_type is the parameters' own by default), reduced and
+    # copied back; one at a time (each reduction in turn on one stream). Inside the backward
+    # under ZeRO-2 and ZeRO-1 with overlap_comm; ZeRO-1 without it reduces after the backward
+    # (engine.allreduce_gradients -> reduce_gradients), the activations freed
+    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w if zero_stage == 2 or overlap_comm else 0
+    return ipg
 
 
 def _reduce_name(multi_rank: bool) -> str:
