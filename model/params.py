@@ -89,9 +89,12 @@ def attention_params(arch: Architecture) -> int:
 
 
 def mlp_params(arch: Architecture, ffn: int) -> int:
-    """Parameters of one feed-forward network of hidden size ``ffn``.
+    """Parameters (a count, not bytes) of one feed-forward network of hidden size ``ffn``
+    (elements of its intermediate activation per token).
 
-    GeLU: ``2·h·f`` (+ biases ``f + h``); SwiGLU or GeGLU: ``3·h·f`` (+ ``2f + h``).
+    GeLU: ``2·h·f`` (+ biases ``f + h``); SwiGLU or GeGLU: ``3·h·f`` (+ ``2f + h``) — the weight
+    shapes of Megatron-LM's ``MLP`` (``megatron/core/transformer/mlp.py``: ``linear_fc1`` of
+    ``[h, f]``, ``[h, 2f]`` when gated, and ``linear_fc2`` of ``[f, h]``).
 
     Examples
     --------
@@ -280,7 +283,8 @@ class ParamCounts:
 
 @lru_cache(maxsize=4096)
 def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCounts:
-    """Count every parameter of ``arch`` (``vocab_size`` overrides V, e.g. when padded).
+    """Count every parameter of ``arch`` (counts of elements, not bytes; ``vocab_size``, in
+    tokens, overrides V, e.g. when padded to a multiple of the tensor-parallel size).
 
     Examples
     --------
