@@ -127,6 +127,15 @@ class GuardedGroup(click.Group):
 
     command_class = GuardedCommand
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """click's parsing, except that no arguments at all print the help on stdout and exit 0,
+        as ``--help`` does: click 8.2+ raises its no-arguments help as a usage error (exit 2,
+        on stderr), which the one-line handler would print as ``Error: Usage: …``."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
