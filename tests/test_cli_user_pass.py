@@ -4,7 +4,9 @@ run as a user runs it: its own ``trainplan`` process, all of them in parallel on
 
 * ``trainplan`` alone prints its help, as ``--help`` does (exit 0), not ``Error: Usage: …``;
 * ``128K``, ``64k``, ``4M`` are refused as ambiguous with both readings written out to paste;
-  a number that is no number gets examples that fit the parameter.
+  a number that is no number gets examples that fit the parameter;
+* ``trainplan models`` prints the sources its help promises;
+* a ``--set`` key and a price are refused under the flag the user typed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ CALLS: dict[str, list[str]] = {
     "seq abc": [*EVAL70, "--seq-len", "abc"],
     "gpus abc": ["search", "--model", "llama3-70b", "--gpus", "abc"],
     "params abc": ["evaluate", "--params", "abc"],
+    "models": ["models"],
+    "models json": ["models", "--json"],
+    "set compile": [*EVAL70, "--dp", "2", "--gpu", "H100-SXM", "--set", "compile=maybe"],
+    "set reserve": [*EVAL70, "--dp", "2", "--set", "memory_reserve_gib=-1"],
+    "price abc": ["frontier", "--model", "llama3-70b", "--gpus", "64", "--gpu", "H100-SXM"]
+    + ["--against", "price", "--gpu-hour-price", "H100-SXM=abc"],
     "epochs abc": ["rlhf", "--algorithm", "ppo", "--model", "llama3-8b", "--epochs", "x"],
 }
 
@@ -80,3 +88,28 @@ def test_the_examples_of_a_number_fit_the_parameter(runs, call, line):
     assert refusal(runs[call]).startswith(line)
     if call != "params abc":
         assert "70B" not in refusal(runs[call])
+
+
+def test_models_prints_each_row_with_its_source(runs):
+    """The help and the README say "each row with its source": the text table had none; now a
+    Sources section follows it, one line per model, as ``trainplan gpus`` prints."""
+    import json
+
+    rows = json.loads(runs["models json"].stdout)
+    text = runs["models"].stdout
+    assert runs["models"].returncode == 0 and "\nSources:\n" in text
+    for r in rows:
+        assert f"  {r['name']}: {r['source']}\n" in text
+
+
+def test_a_set_key_and_a_price_are_refused_under_the_flag_typed(runs):
+    """``compile: …`` and ``gpu_hour_price H100-SXM: …`` named internal keys. The reserve's
+    bound is the H100-SXM's memory, its driver total 81,559 MiB / 1,024 = 79.6475 GiB, cut to 79.64 (2 places,
+    as the tool prints GiB; cut, so a refused value is never below the bound shown)."""
+    assert refusal(runs["set compile"]) == "--set compile: 'maybe' must be true or false"
+    assert refusal(runs["set reserve"]) == (
+        "--set memory_reserve_gib: -1 must be at least 0 GiB and below the H100-SXM's 79.64 GiB"
+    )
+    assert refusal(runs["price abc"]).startswith(
+        "--gpu-hour-price H100-SXM: 'abc' is not a number (write e.g. 0.5, 4e6"
+    )
