@@ -34,6 +34,8 @@ CALLS: dict[str, list[str]] = {
     "set reserve": [*EVAL70, "--dp", "2", "--set", "memory_reserve_gib=-1"],
     "price abc": ["frontier", "--model", "llama3-70b", "--gpus", "64", "--gpu", "H100-SXM"]
     + ["--against", "price", "--gpu-hour-price", "H100-SXM=abc"],
+    "hub id": ["search", "--model", "meta-llama/Meta-Llama-3-70B", "--gpus", "64"],
+    "hub id far": ["evaluate", "--model", "org/zzzzqqq"],
     "epochs abc": ["rlhf", "--algorithm", "ppo", "--model", "llama3-8b", "--epochs", "x"],
 }
 
@@ -112,4 +114,16 @@ def test_a_set_key_and_a_price_are_refused_under_the_flag_typed(runs):
     )
     assert refusal(runs["price abc"]).startswith(
         "--gpu-hour-price H100-SXM: 'abc' is not a number (write e.g. 0.5, 4e6"
+    )
+
+
+def test_a_hugging_face_id_gets_the_catalogue_suggestion(runs):
+    """``meta-llama/Meta-Llama-3-70B`` said only "looks like a path, but nothing is there"; its
+    last part is matched against the catalogue as an unknown plain name is."""
+    assert refusal(runs["hub id"]) == (
+        "--model: 'meta-llama/Meta-Llama-3-70B' looks like a path, but nothing is there; "
+        "catalogue names: trainplan models (did you mean llama3-70b, llama2-70b, llama3-405b?)"
+    )
+    assert refusal(runs["hub id far"]).endswith(
+        "nothing is there; catalogue names: trainplan models"
     )
