@@ -11,6 +11,8 @@ run as a user runs it: its own ``trainplan`` process, all of them in parallel on
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.cli_runs import Done, refusal, run_many
@@ -36,13 +38,20 @@ CALLS: dict[str, list[str]] = {
     + ["--against", "price", "--gpu-hour-price", "H100-SXM=abc"],
     "hub id": ["search", "--model", "meta-llama/Meta-Llama-3-70B", "--gpus", "64"],
     "hub id far": ["evaluate", "--model", "org/zzzzqqq"],
+    "one point": ["frontier", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
+    + ["--against", "gpus", "--png", "one.svg"],
     "epochs abc": ["rlhf", "--algorithm", "ppo", "--model", "llama3-8b", "--epochs", "x"],
 }
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, Done]:
-    return run_many(CALLS)
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("user-pass")
+
+
+@pytest.fixture(scope="module")
+def runs(folder: Path) -> dict[str, Done]:
+    return run_many(CALLS, cwd=folder)
 
 
 def test_bare_trainplan_prints_the_help_and_exits_0(runs):
@@ -127,3 +136,12 @@ def test_a_hugging_face_id_gets_the_catalogue_suggestion(runs):
     assert refusal(runs["hub id far"]).endswith(
         "nothing is there; catalogue names: trainplan models"
     )
+
+
+def test_a_frontier_of_one_point_says_one_point(runs, folder):
+    """The chart's title read "(1 points)" where the text says "1 point" (matplotlib writes each
+    text of an SVG as a comment before its glyphs)."""
+    assert runs["one point"].returncode == 0, runs["one point"].stderr
+    assert "1 point of" in runs["one point"].stdout
+    svg = (folder / "one.svg").read_text()
+    assert "Pareto frontier: step time against gpus (1 point)" in svg and "(1 points)" not in svg
