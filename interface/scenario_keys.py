@@ -116,6 +116,9 @@ KEY_HELP: dict[str, str] = {
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB for a ring of 32 channels (default false; "
     "docs/memory-mechanisms.md, NCCL).",
+    "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
+    "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
+    "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "

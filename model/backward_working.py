@@ -27,7 +27,8 @@ reduce-scatter's output ``n`` is allocated while it is live):
   down projection's and the activation's inputs;
 * output projection (row-parallel): ``n + [sp]·H + β·S·O/tp``;
 * attention core: ``n + β·S·O/tp`` (dO) ``+ β·S·(Q + KV)/tp`` (dQ, dK, dV) plus the kernel's
-  workspace (:func:`attention_backward_workspace`);
+  workspace (:func:`attention_backward_workspace`); dK, dV at ``a/g`` times KV where the
+  framework repeats K and V before the kernel (:func:`model.attention_core.kernel_kv_repeat`);
 * QKV projection (column-parallel): ``n + β·S·(Q + KV)/tp + r·H + c·H + [sp]·n``, less the
   output projection's input and Q, K, V.
 
@@ -121,7 +122,7 @@ from functools import lru_cache
 from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
-from trainplan.model.attention_core import attention_core_step
+from trainplan.model.attention_core import attention_core_step, mla_down_step
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.deepspeed_backward import deepspeed_weight_grads, layernorm_mlp_held
 from trainplan.model.frameworks import Framework
@@ -132,6 +133,7 @@ from trainplan.model.te_fp8_backward import TeFp8Backward
 __all__ = [
     "backward_working_bytes",
     "input_pass_retains",
+    "shared_fc1_requant",
     "torchao_fp8_casts",
 ]
 
@@ -297,14 +299,32 @@ def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
     return f"{prefix} GeLU input", f"{prefix} FC2 input"
 
 
+def shared_fc1_requant(ctx: ActivationContext, te: TeFp8Backward | None, h: int) -> Fraction:
+    """Bytes of the shared experts' FC1 input quantised again in its backward where FC1 saved
+    the BF16 input (``ActivationContext.fp8_shared_fc1_saves_original``), for the weight
+    gradient: Transformer Engine d0067d0da ``module/linear.py`` ``_Linear.backward``, the
+    ``requires_wgrad`` and FP8 block, before the dgrad GEMM: the quantizer set row-wise only
+    where the input is gathered again and ``supports_only_rowwise_all_gather`` (tensorwise),
+    else column-wise (blockwise, MXFP8), or both usages without a gather (tensorwise); the
+    quantised tensor (``inputmat``) lives until the function returns. With sequence parallelism
+    at tp > 1 that is the local shard, ``min(shard, saved_input)·S·h/tp`` (the FP8 gather that
+    follows is :func:`_column_extra`'s, as for a saved FP8 input), else ``saved_input·S·h``."""
+    if te is None or not ctx.fp8_shared_fc1_saves_original:
+        return Fraction(0)
+    if ctx.sequence_parallel and ctx.tp > 1:
+        return min(te.shard, te.saved_input) * ctx.tokens * h / ctx.tp
+    return te.saved_input * ctx.tokens * h
+
+
 def _dense_mlp(
     ctx: ActivationContext, arch: Architecture, ffn: int, prefix: str, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
-    te: TeFp8Backward | None = None,
+    te: TeFp8Backward | None = None, requant: Fraction = Fraction(0),
 ) -> Fraction:  # fmt: skip
     """The dense MLP's steps (down projection, activation, up projection), their largest; the
     projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
-    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`)."""
+    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`) and, at the up
+    projection's, a saved BF16 input quantised again (``requant``, :func:`shared_fc1_requant`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H, f = beta * S * h / (tp if sp else 1), beta * S * h, beta * S * Fraction(ffn, tp)
@@ -317,7 +337,7 @@ def _dense_mlp(
     return max(
         _row_step(ctx, te, n, S * h, f) if te else n + sp * H + f + casts[0],
         n + f + u * f - down,
-        up + _column_extra(te, S * h, u * f / beta, r, H) if te else up,
+        up + _column_extra(te, S * h, u * f / beta, r, H) + requant if te else up,
     )
 
 
@@ -361,6 +381,12 @@ def _routed_experts(
     )
 
 
+MLA_LATENT_ROWS = ("query latent", "query latent norm output", "kv latent with rope key",
+                   "kv latent norm output")  # fmt: skip
+"""MLA's rows released before its down-projections' step (the up-projections' inputs and the
+latent norms' inputs: :func:`model.attention_core.mla_down_step`)."""
+
+
 def _attention(
     ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
@@ -388,11 +414,26 @@ def _attention(
     released = _released(rows, *qkv)
     qkv_step = n + q + kv + r * H + c * H + sp * n - released + casts[1]
     requant = te.saved_input * o / beta if te and ctx.fp8_proj_saves_original else Fraction(0)
+    latents = _released(rows, *MLA_LATENT_ROWS)
     return max(
         _row_step(ctx, te, n, S * h, o, requant) if te else n + sp * H + o + casts[0],
         attention_core_step(ctx, arch, kernel),
         qkv_step + _column_extra(te, S * h, (q + kv) / beta, r, H) if te else qkv_step,
+        mla_down_step(ctx, arch, te, released + latents),
     )
+
+
+def _shared_experts(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, rows: dict[str, Fraction],
+    plan: tuple[int, int], te: TeFp8Backward | None,
+) -> Fraction:  # fmt: skip
+    """The shared experts' steps: a dense MLP of their width (:func:`_dense_mlp`), FC1's step
+    with its saved BF16 input quantised again (:func:`shared_fc1_requant`)."""
+    assert arch.moe is not None
+    ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
+    casts = _step_additions(ctx, arch, framework, ffn)[1]
+    requant = shared_fc1_requant(ctx, te, arch.hidden_size)
+    return _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, casts, te, requant)
 
 
 @lru_cache(maxsize=4096)
@@ -451,8 +492,5 @@ def backward_working_bytes(
     assert arch.moe is not None
     mlp = _routed_experts(ctx, arch, rows, te)
     if arch.moe.num_shared_experts:
-        ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        shared_casts = _step_additions(ctx, arch, framework, ffn)[1]
-        shared = _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts, te)
-        mlp = max(mlp, shared)
+        mlp = max(mlp, _shared_experts(ctx, arch, framework, rows, plan, te))
     return max(att, mlp)

@@ -249,6 +249,7 @@ KEY_DOCS: dict[str, str] = {
     "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
     "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
+    "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

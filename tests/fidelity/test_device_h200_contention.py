@@ -7,8 +7,10 @@ the second adds the hold-only stand-in) on one H200 SXM (132 SMs, 700 W limit, d
 580.159.04, PyTorch 2.11.0+cu130, Triton 3.6.0), with ``nvidia-smi`` logs beside them. The
 stand-in collective is a persistent Triton copy of k CTAs of 512 threads (NCCL's
 ``NCCL_SIMPLE_MAX_NTHREADS``, src/include/device.h at NVIDIA/nccl 5067397c), HBM to HBM, one
-CTA per NCCL channel. Nothing here runs on a GPU; nothing here is in force
-(``docs/time-model-sources.md`` §2 has the what-if against the validation set).
+CTA per NCCL channel. Nothing here runs on a GPU. The medians are in force:
+``model.comm_sms.GEMM_SLOWDOWN_BESIDE_BLOCKS`` holds them and ``measured_sm_share`` reads
+``φ = 1 − 1/s`` from them for DeepEP's dispatcher and (under ``nccl_sm_charge``) NCCL's
+collectives; the tests below check that table against these files.
 
 Every GEMM slowdown is the GEMM's mean time beside the stand-in over the mean of its times alone
 just before and just after (the card sits at its power limit throughout, so the baseline
@@ -26,7 +28,12 @@ from typing import Any
 
 import pytest
 
-from trainplan.model.comm_sms import collective_sm_share
+from trainplan.model.comm_sms import (
+    GEMM_SLOWDOWN_BESIDE_BLOCKS,
+    MEASURED_ON_SMS,
+    collective_sm_share,
+    measured_sm_share,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "device" / "h200-2026-12-04"
 RUNS = ("contention.json", "contention_run2.json")
@@ -107,9 +114,10 @@ def test_one_gemm_written_out() -> None:
     )
 
 
-MEASURED = {8: 1.177, 16: 1.314, 24: 1.350, 32: 1.542, 64: 2.264}
+MEASURED = dict(GEMM_SLOWDOWN_BESIDE_BLOCKS)
 """GEMM slowdown beside a k-CTA copy, median over the validation GEMMs (k = 8: run 1 only;
-run 2's 8-CTA copies stopped at their cap, set from the compile-polluted first row)."""
+run 2's 8-CTA copies stopped at their cap, set from the compile-polluted first row): the
+model's own table, which the test below derives from the files."""
 
 
 def test_a_k_cta_copy_costs_a_gemm_about_twice_its_sm_share() -> None:
@@ -121,17 +129,20 @@ def test_a_k_cta_copy_costs_a_gemm_about_twice_its_sm_share() -> None:
     32: 1.542, 0.351 (0.242); 64: 2.264, 0.558 (0.485).
 
     At NVLink SHARP's 16 channels on Hopper (``model.comm_sms.NCCL_NVLS_CTAS``) the measured
-    φ is 0.239, 1.97× the model's 16/132 = 0.121. The spread is wide: GEMMs whose tiles fill
-    about two waves (70B's QKV forward and weight gradient, the attention output's input and
-    weight gradients at tp 8) run 1.7–2.0× slower beside as few as 8 CTAs."""
+    φ is 0.239, 1.97× the SM share 16/132 = 0.121 the model charged before; the model now
+    charges the measured φ (``collective_sm_share``, ``measured_sm_share`` at each count, 132
+    SMs). The spread is wide: GEMMs whose tiles fill about two waves (70B's QKV forward and
+    weight gradient, the attention output's input and weight gradients at tp 8) run 1.7–2.0×
+    slower beside as few as 8 CTAs."""
+    assert set(MEASURED) == {8, 16, 24, 32, 64} and MEASURED_ON_SMS == 132
     for k, s in MEASURED.items():
         assert median_slowdown(f"sm_copy_{k}") == pytest.approx(s, abs=5e-4)
     assert len(slowdowns("sm_copy_8")) == 19 and len(slowdowns("sm_copy_16")) == 38
     phi = {k: 1 - 1 / s for k, s in MEASURED.items()}
     assert [round(phi[k], 3) for k in MEASURED] == [0.150, 0.239, 0.259, 0.351, 0.558]
-    model_phi = collective_sm_share("H200", True)
-    assert model_phi == pytest.approx(16 / 132)
-    assert phi[16] / model_phi == pytest.approx(1.97, abs=0.01)
+    assert [measured_sm_share(k, 132) for k in MEASURED] == [pytest.approx(phi[k]) for k in phi]
+    assert collective_sm_share("H200", True) == pytest.approx(phi[16])
+    assert phi[16] / (16 / 132) == pytest.approx(1.97, abs=0.01)
     assert max(slowdowns("sm_copy_8")) == pytest.approx(1.960, abs=1e-3)
 
 

@@ -29,9 +29,11 @@ def test_qwen25_72b_on_64_gpus(degrees, before, rings):
     buffers' clones of pp 2 micro-batches, 3 × 4,096² = 50,331,648 B) 84.02; with the
     embedding's whole output the first layer's input views on stage 0 (no dropout, SP:
     model/deepspeed_layers.py keeps_embedding_view), 2 micro-batches × 2·4,096·8,192 × 3/4 =
-    100,663,296 B more: 84.12."""
+    100,663,296 B more: 84.12; with flash-attn's FP32 softmax statistics (``FlashAttnVarlenFunc``
+    saves ``softmax_lse``), 4·64/4 heads·4,096 = 262,144 B a layer over stage 0's 40 layers × 2
+    micro-batches, 20,971,520 B more: 84.14."""
     e = trainplan.evaluate(model="qwen2.5-72b", framework="deepspeed", num_gpus=64, **degrees)
     assert e.peak.communicator_bytes == (before + 32 * rings) * 12 * 2**20
     if rings == 3:
-        assert 3 * RING == 1_207_959_552 and round(e.peak.total_bytes / 1e9, 2) == 84.12
+        assert 3 * RING == 1_207_959_552 and round(e.peak.total_bytes / 1e9, 2) == 84.14
         assert not e.fits

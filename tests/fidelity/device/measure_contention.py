@@ -38,13 +38,10 @@ carries the versions.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -402,28 +399,7 @@ def _header() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--only", default="", help="comma-separated sections (default: all)")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing measured", file=sys.stderr)
-        return 2
-    results = _header()
-    only = [s for s in args.only.split(",") if s] or list(SECTIONS)
-    for name in only:
-        t0 = time.time()
-        try:
-            results[name] = SECTIONS[name]()
-        except Exception as exc:
-            results[name] = {"error": f"{type(exc).__name__}: {exc}",
-                             "trace": traceback.format_exc()}  # fmt: skip
-        results[name]["wall_s"] = round(time.time() - t0, 1)
-        print(name, json.dumps(results[name])[:400], flush=True)
-        mk._free()
-        with open(args.out, "w") as fh:  # written after each section: a timeout keeps the rest
-            json.dump(results, fh, indent=1)
-    return 0
+    return mk.run_sections(argv, SECTIONS, _header, __doc__)
 
 
 if __name__ == "__main__":
