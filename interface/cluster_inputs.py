@@ -125,7 +125,7 @@ def _reserve_bytes(params: Mapping[str, Any], device: DeviceSpec) -> int:
     if not 0 <= reserve < gib:
         raise InputError(
             f"memory_reserve_gib: {shown_number(value)} must be at least 0 GiB and below the "
-            f"{device.name}'s {gib:g} GiB"
+            f"{device.name}'s {int(gib * 100) / 100:.2f} GiB"  # cut, not rounded up, to 2 places
         )
     return int(reserve * 2**30)
 

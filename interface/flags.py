@@ -202,20 +202,26 @@ def _dashed(name: str, fields: Collection[str]) -> str:
 def refusal(message: str, options: Collection[str], web: bool = False) -> str:
     """A one-line refusal as its reader typed the input — the one convention for every refusal
     the interface prints. Command line: backticked parameters as flags (:func:`with_flags`), the
-    head (the parameter the line starts with, before its ``:``) as the flag the user typed when
-    it is one of ``options`` (the command line's flags: ``gpus:`` as ``--gpus:``,
-    ``global_batch_size:`` as ``--global-batch:``), a ``--set`` key as the key
-    (``--set compile:`` as ``compile:``). Web (``web``, ``options`` the API's query keys): every
-    name as the API's key (:func:`on_page`: ``--dp:`` as ``dp:``).
+    head (the parameter the line starts with, before its ``:`` or its ``NAME:``) as the flag the
+    user typed when it is one of ``options`` (the command line's flags: ``gpus:`` as
+    ``--gpus:``, ``global_batch_size:`` as ``--global-batch:``, ``gpu_hour_price H100-SXM:`` as
+    ``--gpu-hour-price H100-SXM:``), a key given as ``--set KEY=…`` as ``--set KEY:`` (the key is
+    in ``options`` as ``--set KEY``: :func:`interface.cli.common.typed_options`). Web (``web``,
+    ``options`` the API's query keys): every name as the API's key (:func:`on_page`: ``--dp:`` as
+    ``dp:``).
 
     Examples
     --------
     >>> refusal("global_batch_size: 7 is not divisible by 8", {"--global-batch"})
     '--global-batch: 7 is not divisible by 8'
     >>> refusal("--set: compile: 'True' must be true or false", {"--set"})
-    "compile: 'True' must be true or false"
+    "--set compile: 'True' must be true or false"
+    >>> refusal("compile: 'maybe' must be true or false", {"--set", "--set compile"})
+    "--set compile: 'maybe' must be true or false"
     >>> refusal("--set compile: set twice", {"--set"}), refusal("nvlink_gbps: 0 …", {"--gpus"})
-    ('compile: set twice', 'nvlink_gbps: 0 …')
+    ('--set compile: set twice', 'nvlink_gbps: 0 …')
+    >>> refusal("gpu_hour_price B200: 'x' is not a number", {"--gpu-hour-price"})
+    "--gpu-hour-price B200: 'x' is not a number"
     >>> refusal("global_batch_size: 7 …", {"global-batch"}, web=True)
     'global-batch: 7 …'
     """
@@ -223,20 +229,23 @@ def refusal(message: str, options: Collection[str], web: bool = False) -> str:
         return on_page(message, options)
     message = with_flags(message)
     if _SET_HEAD.match(message):
-        return _SET_HEAD.sub(r"\1:", message)
+        return _SET_HEAD.sub(r"--set \1:", message)
     return _CLI_HEAD.sub(lambda m: _typed(m.group(1), options), message)
 
 
 def _typed(name: str, options: Collection[str]) -> str:
     """A line's head parameter as the flag the user typed, where the command line has one."""
     flag = flag_for(name)
-    return flag if flag in options else name
+    if flag in options:
+        return flag
+    return f"--set {name}" if f"--set {name}" in options else name
 
 
 _SET_HEAD = re.compile(r"^--set:? ([a-z][a-z0-9_.]*):")
 """A line's ``--set KEY:`` or ``--set: KEY:`` head (the key is what the user typed)."""
-_CLI_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=:)")
-"""A one-line error's head parameter on the command line (``gpus: dp 3 × …``)."""
+_CLI_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=(?: (?=[^\s:]*[A-Z0-9-])[A-Za-z0-9-]+)?:)")
+"""A one-line error's head parameter on the command line (``gpus: dp 3 × …``), also one that
+names an item before its ``:`` (``gpu_hour_price H100-SXM: …``)."""
 
 
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")

@@ -102,8 +102,8 @@ class DeviceSpec:
             raise InputError(f"gpu {self.name}: memory and peak must be positive")
         if not 0 <= self.runtime_reserve_bytes < self.physical_bytes:
             raise InputError(
-                f"memory_reserve: {self.runtime_reserve_bytes / 2**30:g} GiB must be at least 0 "
-                f"and below the {self.name}'s {self.physical_bytes / 2**30:g} GiB"
+                f"memory_reserve: {self.runtime_reserve_bytes / 2**30:.2f} GiB must be at least 0 "
+                f"and below the {self.name}'s {int(self.physical_bytes * 100 / 2**30) / 100:.2f} GiB"
             )
 
     @property

@@ -16,6 +16,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from trainplan.model.errors import InputError
+from trainplan.model.number_words import not_a_number
 
 __all__ = [
     "GB",
@@ -45,8 +46,9 @@ TB = 10**12
 GIB = 2**30
 
 _SUFFIX = {"B": 10**9, "T": 10**12}
-"""Size suffixes (docs/concepts/conventions.md "Inputs and errors"): 70B, 1.5T. K and M are refused: to an ML engineer "8K"
-means 8192 tokens, so a silent 8000 would be a wrong figure."""
+"""Size suffixes (docs/concepts/conventions.md "Inputs and errors"): 70B, 1.5T. K, M and G are
+refused, naming both readings (:data:`model.number_words.AMBIGUOUS_SUFFIXES`): to an ML engineer
+"8K" means 8192 tokens, so a silent 8000 would be a wrong figure."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
 """A whole part grouped by commas in threes: the only comma a number may hold."""
@@ -242,10 +244,7 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         scale = _SUFFIX[s[-1].upper()]
         s = s[:-1].strip()
     if not _NUMBER.match(s):
-        raise InputError(
-            f"{name}: {shown_text(raw)} is not a number (write e.g. 4e6, 4000000, 4,000,000, 70B "
-            "or 1.5T)"
-        )
+        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name)))
     mantissa, _, exponent = s.lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:

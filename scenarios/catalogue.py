@@ -211,7 +211,9 @@ def config_path(name: str) -> Path:
                 )
             path = path / "config.json"
         if not os.path.lexists(path):
-            raise ScenarioError(f"model: {shown} looks like a path, but nothing is there")
+            raise ScenarioError(
+                f"model: {shown} looks like a path, but nothing is there{_hub_hint(name)}"
+            )
         link = _link(path)
         if not path.exists():
             raise ScenarioError(f"model: {shown_text(str(path))}{link} points to nothing")
@@ -231,6 +233,20 @@ def config_path(name: str) -> Path:
             "config.json"
         )
     return path
+
+
+def _hub_hint(name: str) -> str:
+    """For a Hugging Face Hub id (``meta-llama/Meta-Llama-3-70B``: one ``/``, no leading ``.``,
+    ``/`` or ``~``), the catalogue names closest to its last part, as an unknown plain name gets
+    (:func:`trainplan.scenarios.load`); else nothing.
+
+    >>> _hub_hint("meta-llama/Meta-Llama-3-70B")
+    '; catalogue names: trainplan models (did you mean llama3-70b, llama2-70b, llama3-405b?)'
+    """
+    if name.count("/") != 1 or name.startswith((".", "/", "~")) or name.endswith(".json"):
+        return ""
+    close = closest_names(name.split("/")[1][:200], list(model_names()))
+    return "; catalogue names: trainplan models" + (f" ({close})" if "did you" in close else "")
 
 
 def _link(path: Path) -> str:

@@ -79,7 +79,7 @@ def test_a_search_takes_megatron_cores_loss_and_fp8_weights():
         trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
                   "--set", "cross_entropy_fusion_impl=te")
     )  # fmt: skip
-    assert line.startswith("cross_entropy_fusion_impl: te is Megatron-Core's fused loss")
+    assert line.startswith("--set cross_entropy_fusion_impl: te is Megatron-Core's fused loss")
 
 
 def test_fsdp2_runs_torchaos_float8_recipes():

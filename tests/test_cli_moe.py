@@ -132,13 +132,22 @@ def test_combined_1f1b_leaves_the_warmup_and_cooldown_exposed(runs):
 @pytest.mark.parametrize(
     ("name", "line"),
     [
-        ("no moe", "moe_capacity_factor: routing and dispatch options apply to a model with MoE"),
-        ("limit alone", "moe_node_limit: node-limited routing is modelled with the deepep"),
-        ("deepspeed deepep", "moe_dispatcher: 'deepep' does not run under deepspeed"),
-        ("fsdp2 overlap", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' is Megatron-Core's"),
-        ("no shared", "moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts"),
-        ("imbalance below 1", "moe_imbalance: 1/2 must be at least 1"),
-        ("overlap 1f1b", "moe_ep_overlap: 'overlap_moe_expert_parallel_comm' with pp > 1 needs"),
+        (
+            "no moe",
+            "--set moe_capacity_factor: routing and dispatch options apply to a model with MoE",
+        ),
+        ("limit alone", "--set moe_node_limit: node-limited routing is modelled with the deepep"),
+        ("deepspeed deepep", "--set moe_dispatcher: 'deepep' does not run under deepspeed"),
+        (
+            "fsdp2 overlap",
+            "--set moe_ep_overlap: 'overlap_moe_expert_parallel_comm' is Megatron-Core's",
+        ),
+        ("no shared", "--set moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts"),
+        ("imbalance below 1", "--set moe_imbalance: 1/2 must be at least 1"),
+        (
+            "overlap 1f1b",
+            "--set moe_ep_overlap: 'overlap_moe_expert_parallel_comm' with pp > 1 needs",
+        ),
     ],
 )
 def test_refusals_name_the_option(runs, name, line):

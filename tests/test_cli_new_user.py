@@ -393,7 +393,9 @@ def test_contradicting_options_are_named(runs):
 
 def test_an_oversubscription_no_fabric_has_is_refused(runs):
     line = refusal(runs["oversubscription"])
-    assert line.startswith("oversubscription: 1000000 must be between 1 (non-blocking) and 255")
+    assert line.startswith(
+        "--set oversubscription: 1000000 must be between 1 (non-blocking) and 255"
+    )
     assert "Warning" not in runs["oversubscription"].stderr
 
 
@@ -478,7 +480,7 @@ def test_a_search_the_recipe_forbids_says_the_rule(runs):
     """Apex's distributed_fused_adam is Megatron's ZeRO-1: with --zero 0 every shape is illegal
     at every ZeRO stage searched; the legality rule's own line, not a traceback."""
     line = (
-        "distributed_optimizer: distributed_fused_adam is Apex's optimizer under NeMo's "
+        "--set distributed_optimizer: distributed_fused_adam is Apex's optimizer under NeMo's "
         "Megatron-Core models; it needs --framework megatron with --zero 1, not megatron ZeRO-0"
     )
     assert refusal(runs["apex zero 0"]) == refusal(runs["apex zero 0 json"]) == line

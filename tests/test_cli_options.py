@@ -78,7 +78,7 @@ def test_moved_flag_names_its_replacement():
     )
     done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--set", "fabric=ring")
     assert done.returncode == 2
-    assert done.stderr == "Error: fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
+    assert done.stderr == "Error: --set fabric: 'ring' is not one of two-tier, fat-tree, rail\n"
 
 
 @pytest.mark.parametrize(
@@ -86,15 +86,15 @@ def test_moved_flag_names_its_replacement():
     [
         (
             ["search", "--per-stage", "--set", "per_stage=true"],
-            "Error: per_stage: --per-stage gives it too (True); give one of them\n",
+            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
         ),
         (
             ["frontier", "--per-stage", "--set", "per_stage=false"],
-            "Error: per_stage: --per-stage gives it too (True); give one of them\n",
+            "Error: --set per_stage: --per-stage gives it too (True); give one of them\n",
         ),
         (
             ["search", "--seq-len", "4096", "--set", "seq_len=8192"],
-            "Error: seq_len: --seq-len gives it too (4096); give one of them\n",
+            "Error: --set seq_len: --seq-len gives it too (4096); give one of them\n",
         ),
         (
             ["search", "--per-stage-shapes", "3"],

@@ -245,10 +245,13 @@ def test_global_batch_number_forms(text):
 
 @pytest.mark.parametrize("text", ["8K", "8k", "4M"])
 def test_k_and_m_suffixes_are_refused(monkeypatch, capsys, text):
-    """The conventions name the suffixes B and T; "8K" would silently be 8000 tokens, not 8192."""
+    """The conventions name the suffixes B and T; "8K" would silently be 8000 tokens, not 8192:
+    the refusal names both readings (8 × 1,024 = 8192 or 8000; 4 × 1,024² = 4194304)."""
     code, out, err = run_main(monkeypatch, capsys, "--params", "70B", "--seq-len", text)
     assert code == 2
-    assert "is not a number" in err and "Traceback" not in out + err
+    both = {"8K": "8192 (8 × 1,024) or 8000", "4M": "4194304 (4 × 1,024²) or 4000000"}
+    assert f"is ambiguous: write {both.get(text, both['8K'])}" in err
+    assert "Traceback" not in out + err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -123,7 +123,8 @@ def test_meta_layout_fits_only_as_meta_ran_it(meta):
 
 def test_pipeline_frees_stage_tensors_refused_where_it_changes_nothing(meta):
     rule = (
-        "pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 (PyTorch's pipelining); "
+        "--set pipeline_frees_stage_tensors: true applies to fsdp2 with pp > 1 "
+        "(PyTorch's pipelining); "
     )
     assert refusal(meta["frees under megatron"]) == rule + "megatron keeps no such tensors"
     assert refusal(meta["frees with pp 1"]) == rule + "with pp 1 there is no pipeline"

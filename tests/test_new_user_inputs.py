@@ -84,11 +84,12 @@ def test_a_number_that_overflows_a_float_is_refused_before_it_is_expanded():
     [
         (
             ["evaluate", "--params", "70B", "--set", "vocab_multiple=-128"],
-            "Error: vocab_multiple: -128 must be at least 1",
+            "Error: --set vocab_multiple: -128 must be at least 1",
         ),
         (  # the key typed, not DeviceSpec's field (runtime_reserve_bytes) or a shortened name
             ["evaluate", "--params", "70B", "--set", "memory_reserve_gib=-1"],
-            "Error: memory_reserve_gib: -1 must be at least 0 GiB and below the H100-SXM's 79.6475 GiB",
+            "Error: --set memory_reserve_gib: -1 must be at least 0 GiB and below the H100-SXM's "
+            "79.64 GiB",
         ),
         (["pipeline", "-p", "4", "-m", "8", "--width", "-1"], "--width: '-1' must be at least 1"),
         (["pipeline", "-p", "4", "-m", "8", "--width", "0"], "--width: '0' must be at least 1"),

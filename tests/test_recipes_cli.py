@@ -91,7 +91,7 @@ def test_optimizers_refused_in_one_line():
     assert refusal(runs["8bit"]).startswith(
         "--optimizer: adam-8bit does not run under megatron (it runs under textbook)"
     )
-    assert refusal(runs["dtype"]).startswith("optimizer_dtype: sizes Adam's state")
+    assert refusal(runs["dtype"]).startswith("--set optimizer_dtype: sizes Adam's state")
     assert refusal(runs["size"]).startswith("--optimizer: muon needs the model's layers")
 
 
@@ -131,7 +131,7 @@ def test_document_length_refusals():
         }
     )
     assert refusal(runs["long"]).startswith("--document-length: mean")
-    assert refusal(runs["spread"]).startswith("document_length_spread: needs document_length")
+    assert refusal(runs["spread"]).startswith("--set document_length_spread: needs document_length")
 
 
 def test_verl_ulysses_repeats_kv_heads_by_hand():

@@ -1,6 +1,6 @@
 """Every refusal starts with what its reader typed (:func:`interface.flags.refusal`): on the
-command line the flag (``--gpus:``, ``--global-batch:``, ``--zero:``), a ``--set`` key as the
-key (``compile:``); in the web API the query key (``global-batch:``, ``zero:``). Run in-process
+command line the flag (``--gpus:``, ``--global-batch:``, ``--zero:``), a ``--set`` key as typed
+(``--set compile:``); in the web API the query key (``global-batch:``, ``zero:``). Run in-process
 through the console script's own entry (:func:`interface.cli.common.run_guarded`) and the ASGI
 test client."""
 
@@ -23,12 +23,12 @@ CLI = [
     (["--recompute", "foo"], "--recompute"),
     (["--micro-batch", "0"], "--micro-batch"),
     (["--gpus", "8", "--gpus", "7"], "--gpus"),
-    (["--set", "compile=maybe"], "compile"),
-    (["--set", "compile=true", "--set", "compile=false"], "compile"),
-    (["--set", "nvlink_gbps=0"], "nvlink_gbps"),
+    (["--set", "compile=maybe"], "--set compile"),
+    (["--set", "compile=true", "--set", "compile=false"], "--set compile"),
+    (["--set", "nvlink_gbps=0"], "--set nvlink_gbps"),
     (["--set", "nope=1"], "--set"),
-    (["--set", "offload_optimizer=2"], "offload_optimizer"),  # a key that also has a flag
-    (["--set=offload_optimizer=2"], "offload_optimizer"),
+    (["--set", "offload_optimizer=2"], "--set offload_optimizer"),  # a key that also has a flag
+    (["--set=offload_optimizer=2"], "--set offload_optimizer"),
     (["--offload-optimizer", "2"], "--offload-optimizer"),
     (["--nvlink-gbps", "900"], "--nvlink-gbps"),
 ]

@@ -127,6 +127,15 @@ class GuardedGroup(click.Group):
 
     command_class = GuardedCommand
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """click's parsing, except that no arguments at all print the help on stdout and exit 0,
+        as ``--help`` does: click 8.2+ raises its no-arguments help as a usage error (exit 2,
+        on stderr), which the one-line handler would print as ``Error: Usage: …``."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -140,16 +149,17 @@ _RAW_ARGS = "trainplan.raw_args"
 
 def typed_options(group: click.Command, args: Collection[str]) -> frozenset[str]:
     """The flags a refusal's head may be written as: :func:`command_options`, less those of keys
-    the user gave only as ``--set KEY=…`` (``--set offload_optimizer=2`` is refused as
-    ``offload_optimizer:``, the key typed, not as its flag ``--offload-optimizer:``).
+    the user gave only as ``--set KEY=…``, plus ``--set KEY`` for each such key
+    (``--set offload_optimizer=2`` is refused as ``--set offload_optimizer:``, as typed, not as
+    its flag ``--offload-optimizer:``; :func:`interface.flags.refusal`).
 
     Examples
     --------
     >>> opts = frozenset({"--offload-optimizer", "--set", "--tp"})
     >>> sorted(_without_set_keys(opts, ["--set", "offload_optimizer=2", "--tp", "2"]))
-    ['--set', '--tp']
+    ['--set', '--set offload_optimizer', '--tp']
     >>> sorted(_without_set_keys(opts, ["--set=offload_optimizer=2", "--offload-optimizer", "1"]))
-    ['--offload-optimizer', '--set', '--tp']
+    ['--offload-optimizer', '--set', '--set offload_optimizer', '--tp']
     """
     return _without_set_keys(command_options(group), list(args))
 
@@ -165,7 +175,7 @@ def _without_set_keys(options: frozenset[str], args: list[str]) -> frozenset[str
             keys.add(arg[len("--set=") :].partition("=")[0])
     typed = {a.partition("=")[0] for a in args if a.startswith("--")}
     dropped = {flag_for(k) for k in keys} - typed
-    return options - dropped
+    return (options - dropped) | {f"--set {k}" for k in keys}
 
 
 def command_options(group: click.Command) -> frozenset[str]:

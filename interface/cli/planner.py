@@ -270,7 +270,8 @@ def gpus_cmd(as_json: bool) -> None:
 @cli.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_cmd(as_json: bool) -> None:
-    """The model catalogue: names, sizes and sources."""
+    """The model catalogue: names, sizes and sources (a Sources section after the table, as
+    ``trainplan gpus`` prints)."""
     from trainplan.interface.commands import models_json
 
     rows = models_json()
@@ -291,3 +292,6 @@ def models_cmd(as_json: bool) -> None:
             ]
         )
     )
+    click.echo("\nSources:")
+    for r in rows:
+        click.echo(f"  {r['name']}: {r['source']}")

@@ -198,7 +198,8 @@ def frontier_figure(
         {"memory": "memory per GPU (GB)", "gpus": "GPUs", "price": "cluster $ per hour"}[against]
     )
     ax.set_ylabel("step time (s)")
-    ax.set_title(f"Pareto frontier: step time against {against} ({len(rows)} points)")
+    points = f"{len(rows)} point" + ("" if len(rows) == 1 else "s")
+    ax.set_title(f"Pareto frontier: step time against {against} ({points})")
     ax.grid(alpha=0.3)
     ax.margins(0.08)
     _place_labels(ax, xs, ys, [str(i) for i in range(1, len(rows) + 1)])

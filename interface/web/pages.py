@@ -115,10 +115,11 @@ def _page(name: str) -> str:
     return html
 
 
-@router.get("/")
+@router.api_route("/", methods=["GET", "HEAD"])
 def home() -> Response:
     """The planner is the first tab (a hash link, ``/#pipeline?stages=8``, keeps its hash across
-    the redirect and opens its own tab)."""
+    the redirect and opens its own tab). ``HEAD /`` (``curl -I``, an uptime probe) answers as
+    ``GET`` does, not 405."""
     return RedirectResponse("/planner")
 
 
@@ -134,9 +135,9 @@ def docs() -> Response:
     )
 
 
-@router.get("/{name}")
+@router.api_route("/{name}", methods=["GET", "HEAD"])
 def page(name: str) -> Response:
-    """One tab's page; its state is its query string."""
+    """One tab's page; its state is its query string (``HEAD`` answers as ``GET``)."""
     if name not in PAGES:
         raise HTTPException(404, f"no page {name!r}; the pages are {', '.join(PAGES)}")
     return HTMLResponse(_page(name))

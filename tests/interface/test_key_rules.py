@@ -122,26 +122,28 @@ def test_cli_refusals_and_search():
         }
     )  # fmt: skip
     assert refusal(done["g7"]).startswith(
-        "p2p_overlap: false with virtual stages (v 2) needs pp > 2"
+        "--set p2p_overlap: false with virtual stages (v 2) needs pp > 2"
     )
     assert done["g7_pp4"].returncode == 0, done["g7_pp4"].stderr
     assert refusal(done["double"]).startswith(
-        "fsdp_double_buffer: true is read by Megatron-FSDP only"
+        "--set fsdp_double_buffer: true is read by Megatron-FSDP only"
     )
     assert refusal(done["ds"]).startswith(
-        "deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only"
+        "--set deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only"
     )
-    assert refusal(done["flush"]).startswith("p2p_warmup_flush: true is read by Megatron-Core")
+    assert refusal(done["flush"]).startswith(
+        "--set p2p_warmup_flush: true is read by Megatron-Core"
+    )
     assert done["search"].returncode == 0, done["search"].stderr
     assert "deepspeed ZeRO-" in done["search"].stdout  # megatron's rows refused, deepspeed's kept
-    assert refusal(done["search_none"]).startswith("deepspeed_overlap_comm: true")
+    assert refusal(done["search_none"]).startswith("--set deepspeed_overlap_comm: true")
     # the table has no scale-out figure: one 8-GPU domain needs none; two domains are refused
     # with the key to set
     assert done["mi300x"].returncode == 0, done["mi300x"].stderr
     assert "verdict: fits" in done["mi300x"].stdout
     for key, gpu in (("mi300x_16", "MI300X"), ("h20", "H20")):
         assert refusal(done[key]) == (
-            f"gpu {gpu}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
+            f"--gpu {gpu}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
         )
     assert done["mi300x_set"].returncode == 0, done["mi300x_set"].stderr
 
@@ -215,18 +217,22 @@ def test_cli_refuses_what_the_framework_does_not_run():
     assert "cp-kind: ring does not run under framework deepspeed" in refusal(done["ds_ring"])
     assert done["ds_search"].returncode == 0, done["ds_search"].stderr
     assert "ulysses" in done["ds_search"].stdout
-    assert refusal(done["norm"]).startswith("memory_efficient_norm: true needs Apex's")
-    assert refusal(done["regather"]).startswith("zero3_regather: true is read by the textbook")
+    assert refusal(done["norm"]).startswith("--set memory_efficient_norm: true needs Apex's")
+    assert refusal(done["regather"]).startswith(
+        "--set zero3_regather: true is read by the textbook"
+    )
     assert refusal(done["zb"]).startswith("--schedule: zb-h1 does not run under framework fsdp2")
     # a layout that does not read the key: refused for the layout evaluated
     # (model.key_rules.check_layout_reads_options); a search keeps such layouts
     assert refusal(done["p2p_1f1b"]).startswith(
-        "p2p_forward_send_wait: false is read by Megatron-Core's interleaved schedule only"
+        "--set p2p_forward_send_wait: false is read by Megatron-Core's interleaved schedule only"
     )
     assert done["p2p_v2"].returncode == 0, done["p2p_v2"].stderr
-    assert refusal(done["gro_z3"]).startswith("grad_reduce_overlap: false changes nothing")
+    assert refusal(done["gro_z3"]).startswith("--set grad_reduce_overlap: false changes nothing")
     assert done["gro_z2"].returncode == 0, done["gro_z2"].stderr
-    assert refusal(done["gro_ds"]).startswith("grad_reduce_overlap: false is read by megatron")
+    assert refusal(done["gro_ds"]).startswith(
+        "--set grad_reduce_overlap: false is read by megatron"
+    )
     assert done["p2p_search"].returncode == 0, done["p2p_search"].stderr
 
 
@@ -236,4 +242,6 @@ def test_a_roofline_switch_turned_off_is_refused_under_the_single_model():
     args = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "8"]
     args += ["--set", "time_model=single", "--set", "grad_reduce_overlap=false"]
     err = refusal(trainplan(*args))
-    assert err.startswith("grad_reduce_overlap: 'false' does not apply: the single time model")
+    assert err.startswith(
+        "--set grad_reduce_overlap: 'false' does not apply: the single time model"
+    )

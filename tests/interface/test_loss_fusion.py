@@ -140,13 +140,13 @@ def test_set_key_web_key_and_refusals():
     done = CliRunner().invoke(cli, [*args, "--set", "cross_entropy_fusion_impl=fused"])
     assert (done.exit_code, done.stderr) == (
         2,
-        "Error: cross_entropy_fusion_impl: 'fused' is not one of none, native, te\n",
+        "Error: --set cross_entropy_fusion_impl: 'fused' is not one of none, native, te\n",
     )
     done = CliRunner().invoke(
         cli, [*args, "--framework", "fsdp2", "--set", "cross_entropy_fusion_impl=te"]
     )
     assert done.exit_code == 2 and done.stderr.count("\n") == 1
-    assert done.stderr.startswith("Error: cross_entropy_fusion_impl: te is Megatron-Core's")
+    assert done.stderr.startswith("Error: --set cross_entropy_fusion_impl: te is Megatron-Core's")
     params = {"model": "llama3-8b", "dp": 8, "cross_entropy_fusion_impl": "native"}
     assert build_case(params).training.cross_entropy_fusion_impl == "native"
     with pytest.raises(InputError, match="not one of none, native, te"):

@@ -41,7 +41,7 @@ def test_the_set_up_from_the_command_line() -> None:
     assert grown == (4 * 196 + 28) * MIB == 851_443_712
     assert on["memory"]["total_bytes"] - off["memory"]["total_bytes"] == grown
     assert SENTENCE in runs["text"].stdout and SENTENCE not in runs["default_text"].stdout
-    assert refusal(runs["bad"]) == "nccl_channel_setup: 'maybe' must be true or false"
+    assert refusal(runs["bad"]) == "--set nccl_channel_setup: 'maybe' must be true or false"
 
 
 def test_the_rule_reproduces_the_one_rank_measurement() -> None:

@@ -40,7 +40,7 @@ def test_the_charge_from_the_command_line() -> None:
     assert on["memory"] == off["memory"]
     assert SENTENCE in runs["text"].stdout and SENTENCE not in runs["default_text"].stdout
     assert "nccl_sm_charge" in refusal(runs["textbook"])
-    assert refusal(runs["bad"]) == "nccl_sm_charge: 'maybe' must be true or false"
+    assert refusal(runs["bad"]) == "--set nccl_sm_charge: 'maybe' must be true or false"
 
 
 def _charged(params: dict[str, Any]) -> dict[str, Any]:

@@ -71,8 +71,8 @@ def test_userbuffers_refuse_the_blockwise_fp8_recipe_in_a_fresh_process():
         )
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().splitlines() == [
-            "Error: tp_comm_overlap: full (Transformer Engine's userbuffers) does not run with "
-            "fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
+            "Error: --set tp_comm_overlap: full (Transformer Engine's userbuffers) does not run "
+            "with fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
             "tensorwise and mxfp8 quantizers only); use another recipe or tp_comm_overlap async"
         ]
         assert "Traceback" not in res.stderr and res.stdout == ""

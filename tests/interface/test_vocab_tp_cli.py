@@ -18,7 +18,7 @@ def test_pad_vocab_must_be_positive_everywhere(tmp_path):
     for command in (["evaluate", "--model", "llama3-8b"], ["search", "--model", "llama3-8b"]):
         out = _run(*command, "--gpus", "8", "--set", "vocab_multiple=0")
         assert out.returncode == 2
-        assert out.stderr.strip() == "Error: vocab_multiple: 0 must be at least 1"
+        assert out.stderr.strip() == "Error: --set vocab_multiple: 0 must be at least 1"
     scenario = tmp_path / "s.toml"
     scenario.write_text('model = "llama3-8b"\ngpus = 8\n[cluster]\nvocab_multiple = 0\n')
     out = _run("search", "--scenario", str(scenario))

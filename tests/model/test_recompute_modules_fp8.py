@@ -19,7 +19,7 @@ BASE = ("evaluate", "--model", "deepseek-v3", "--gpu", "H200", "--dp", "16", "--
 def test_refused_under_delayed(modules):
     line = refusal(trainplan(*BASE, "--set", f"recompute_modules={modules}"))
     assert "which TE refuses under fp8_recipe delayed" in line
-    assert line.startswith("recompute_modules: ")
+    assert line.startswith("--set recompute_modules: ")
 
 
 def test_runs_under_tensorwise_and_mla_up_proj_under_delayed():

@@ -139,15 +139,17 @@ def test_cli_reads_and_refuses_it():
     assert today["time"]["hfu"] == today["time"]["mfu"]
     assert older["time"]["hfu"] > older["time"]["mfu"]
     assert refusal(done["full"]).startswith(
-        "sac_saves_scaled_mm: false is read by recompute selective only"
+        "--set sac_saves_scaled_mm: false is read by recompute selective only"
     )
-    assert refusal(done["bf16"]).startswith("sac_saves_scaled_mm: false needs precision fp8")
+    assert refusal(done["bf16"]).startswith("--set sac_saves_scaled_mm: false needs precision fp8")
     # a search over several frameworks keeps those that never read it (Megatron-Core's layouts
     # stay candidates: its answer here, as without the key); without fsdp2 it is refused
     assert done["search"].returncode == 0, done["search"].stderr
     assert "megatron ZeRO-3" in done["search"].stdout
     assert refusal(done["search_megatron"]) == (
-        "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
+        "--set sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
         "checkpointing), and no framework searched is fsdp2"
     )
-    assert refusal(done["megatron"]).startswith("sac_saves_scaled_mm: false is read by fsdp2 only")
+    assert refusal(done["megatron"]).startswith(
+        "--set sac_saves_scaled_mm: false is read by fsdp2 only"
+    )

@@ -126,7 +126,7 @@ def test_the_fingerprint_follows_the_meaning():
         ("[sweep]\ngpus = 64", "sweep.gpus: 64 must be a non-empty TOML array"),
         ("[sweep]\ngpus = [0]", "sweep.gpus: 0 must be at least 1"),
         ("[sweep]\ngpus = ['1e30']", "sweep.gpus: 1e30 is above the limit of 16,777,216 GPUs"),
-        ("[sweep]\nseq_len = ['8k']", "sweep.seq_len: '8k' is not a number"),
+        ("[sweep]\nseq_len = ['8k']", "sweep.seq_len: '8k' is ambiguous: write 8192 (8 × 1,024)"),
         (
             "[sweep]\ngpus = [8]\n[what_if]\npeak_flops = [0]",
             "what_if.peak_flops: 0 must be a multiplier above 0",

@@ -57,7 +57,7 @@ def test_fields_go_to_the_api_as_typed(page):
     page.fill("input[name=gpus]", "16,384")
     page.fill("input[name=tp]", "4e 0")
     page.click("#run")
-    expect(page.locator("#run")).to_be_enabled()
+    expect(page.locator("#cancel")).to_be_hidden()  # the search ended (Search stays live)
     last = sent(urls, "/api/frontier/stream")[-1]
     assert [v for k, v in last if k == "gpus"] == ["16,384"]
     assert [v for k, v in last if k == "tp"] == ["4e 0"]
@@ -494,6 +494,34 @@ def test_cancel_stops_the_search_on_the_server(page):
         time.sleep(0.2)
     assert api_json(page, "/api/jobs") == []
     assert not Path(f"/proc/{pid}").exists(), "the search's process still runs"
+
+
+def test_search_during_the_first_visit_example_cancels_it_and_answers_the_users(page):
+    """The first visit to the Search tab runs the example (llama3-70b on 64 GPUs). The user
+    changes the model and clicks Search while it runs: the example is cancelled and the user's
+    search is answered (the button used to stay disabled until the example ended). The example's
+    stream is held unanswered (page.route) so that it still runs at the click on any machine."""
+    held: list = []
+
+    def hold_the_first(route):
+        if held:
+            route.continue_()
+        else:
+            held.append(route)  # never answered: the page's click on Search aborts it
+
+    page.route(lambda url: urlsplit(url).path == "/api/search/stream", hold_the_first)
+    go(page, "/search")
+    expect(page.locator("#cancel")).to_be_visible()  # the example runs
+    assert held and ("model", "llama3-70b") in parse_qsl(urlsplit(held[0].request.url).query)
+    page.select_option("select[name=model]", "llama3-8b")
+    page.fill("input[name=gpus]", "8")
+    page.click("#run", timeout=5_000)
+    want = cli_json("search", "--model", "llama3-8b", "--gpus", "8")
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator(".answer h3")).to_have_text([want["job"]])
+    expect(page.locator(".answer .objective")).to_have_text([want["objective_text"]])
+    expect(page.locator("#cancel")).to_be_hidden()
+    assert "model=llama3-8b" in page.url and "gpus=8" in page.url
 
 
 def test_a_long_timeline_is_drawn_at_a_size_a_browser_holds(page):

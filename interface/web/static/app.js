@@ -429,10 +429,11 @@ TP.stream = async (url, onEvent, signal) => {
 
 // The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
 // with a visible progress indicator and a Cancel button; render(result event, query) draws the
-// answer.
+// answer. The button stays live while a search runs (the first visit's example, or the user's
+// last): a click cancels that search and starts the one the fields now hold.
 TP.searchPage = async (kind, render) => {
   await TP.start("model=llama3-70b&gpus=64");
-  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), button = TP.$("#run"), cancel = TP.$("#cancel");
+  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
   TP.fill(form, new URLSearchParams(location.search));
   const extra = TP.linkOnly(form);
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
@@ -450,7 +451,6 @@ TP.searchPage = async (kind, render) => {
     const controller = (running = new AbortController());
     const q = withExtra(TP.query(form));
     keepUrl();
-    button.disabled = true;
     cancel.hidden = false;
     TP.$("#progress").hidden = false;
     const status = TP.$("#status");
@@ -476,7 +476,6 @@ TP.searchPage = async (kind, render) => {
     clearInterval(tick);
     if (running !== controller) return; // a newer run took over
     running = null;
-    button.disabled = false;
     cancel.hidden = true;
     if (controller.signal.aborted) {
       bar.max = 1;

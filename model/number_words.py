@@ -1,0 +1,71 @@
+"""What a number that cannot be read is refused with (:func:`model.units.parse_number`, the one
+grammar for numbers everywhere): a ``K``, ``M`` or ``G`` suffix read both ways for the user to
+choose, and examples that fit the parameter (docs/concepts/conventions.md "Inputs and errors").
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainplan.model.units import Limit
+
+__all__ = ["AMBIGUOUS_SUFFIXES", "not_a_number", "number_examples"]
+
+AMBIGUOUS_SUFFIXES = {"K": 1, "M": 2, "G": 3}
+"""Suffixes refused as ambiguous, with the power each raises its base to: ``8K`` is 8,000 to an
+SI reader and 8,192 (8 × 1,024) to an ML engineer's context length, so the tool reads neither
+silently and names both (``B`` and ``T``, billions and trillions of parameters or tokens, have
+one reading and are accepted)."""
+
+_SUPERSCRIPT = {1: "", 2: "²", 3: "³"}
+
+
+def not_a_number(
+    name: str, shown: str, body: str, number: re.Pattern[str], limit: Limit | None
+) -> str:
+    """The refusal of text that is not a number: ``body`` (the text without digit separators) is
+    a number with an ambiguous suffix, or not one at all; ``shown`` is the text as echoed.
+
+    Examples
+    --------
+    >>> from trainplan.model.units import limit_for
+    >>> num = re.compile(r"^\\d+(\\.\\d*)?$")
+    >>> not_a_number("--seq-len", "'128K'", "128K", num, limit_for("--seq-len"))
+    "--seq-len: '128K' is ambiguous: write 131072 (128 × 1,024) or 128000"
+    >>> not_a_number("--gpus", "'abc'", "abc", num, limit_for("--gpus"))
+    "--gpus: 'abc' is not a number (write a number of GPUs, e.g. 8192, 8,192 or 8.192e3)"
+    """
+    mantissa, suffix = body[:-1].strip(), body[-1:].upper()
+    if suffix in AMBIGUOUS_SUFFIXES and number.match(mantissa):
+        power = AMBIGUOUS_SUFFIXES[suffix]
+        binary, decimal = (Fraction(mantissa) * base**power for base in (1024, 1000))
+        return (
+            f"{name}: {shown} is ambiguous: write {_plain(binary)} ({mantissa} × "
+            f"1,024{_SUPERSCRIPT[power]}) or {_plain(decimal)}"
+        )
+    return f"{name}: {shown} is not a number (write {number_examples(limit)})"
+
+
+def number_examples(limit: Limit | None) -> str:
+    """Ways to write a number that fit the parameter: the ``B``/``T`` suffixes only for sizes
+    that reach billions (parameters, a token budget: a limit of 10^12 or more); a count's unit
+    with counts; plain numbers for anything else (a price, an efficiency).
+
+    >>> number_examples(None)
+    'e.g. 0.5, 4e6, 4000000 or 4,000,000'
+    """
+    if limit is None:
+        return "e.g. 0.5, 4e6, 4000000 or 4,000,000"
+    if limit.maximum >= 10**12:
+        return "e.g. 4e6, 4000000, 4,000,000, 70B or 1.5T"
+    if limit.maximum >= 10**4:
+        return f"a number of {limit.unit}, e.g. 8192, 8,192 or 8.192e3"
+    return f"a number of {limit.unit}, e.g. 4 or 16"
+
+
+def _plain(value: Fraction) -> str:
+    """A number as the user can paste it back: digits only (``131072``, ``0.3``)."""
+    return str(value.numerator) if value.denominator == 1 else repr(float(value))
