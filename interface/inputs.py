@@ -65,6 +65,7 @@ RECIPE_KEYS = (
     "fp8_param_gather",
     "fsdp_double_buffer",
     "deepspeed_overlap_comm",
+    "seq_parallel_communication_data_type",
     "sac_saves_scaled_mm",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
@@ -271,6 +272,14 @@ _RECIPE_FLAGS = (
 """The recipe's on/off keys (:class:`model.specs.TrainingSpec` fields of the same names;
 default false, ``sac_saves_scaled_mm`` true)."""
 
+_RECIPE_STRINGS = (
+    "activation_convention",
+    "fp8_activation_storage",
+    "cross_entropy_fusion_impl",
+    "seq_parallel_communication_data_type",
+)
+"""The recipe's keys given as words (:class:`model.specs.TrainingSpec` fields of the same names)."""
+
 
 def _training(
     params: Mapping[str, Any],
@@ -288,7 +297,7 @@ def _training(
     for key in _RECIPE_FLAGS:
         if key in params:
             given[key] = _flag(params, key, False)
-    for key in ("activation_convention", "fp8_activation_storage", "cross_entropy_fusion_impl"):
+    for key in _RECIPE_STRINGS:
         if key in params:
             given[key] = str(params[key])
     for key in ("precision", "fp8_recipe", "muon_tp_mode", "distributed_optimizer"):

@@ -207,6 +207,13 @@ KEY_HELP: dict[str, str] = {
     "(default false, DeepSpeed's own default below ZeRO-3): true reduces the gradient buckets on "
     "a side stream beside the backward and holds a second IPG bucket; false reduces them on the "
     "compute stream, every reduction exposed. ZeRO-3 always overlaps (DeepSpeed's default there).",
+    "seq_parallel_communication_data_type": "deepspeed with cp > 1 (Ulysses): DeepSpeed's "
+    "seq_parallel_communication_data_type, the gradients' dtype on the wire (default fp32, "
+    "DeepSpeed's: its engine sets communication_data_type to it). Under ZeRO-3 it is also the "
+    "IPG bucket's dtype (fp32: 2 GB, bf16: 1 GB) and the reduce-scatter's; under BF16_Optimizer "
+    "(zero 1 with gradient_dtype fp32) bf16 adds the 2 B/param cast that fp32 makes none of. "
+    "ZeRO-1/2's allreduce_bucket reduces in fp32 under Ulysses whatever this says: there it "
+    "changes nothing.",
     "sac_saves_scaled_mm": "fsdp2 with precision fp8 and recompute selective: torchtitan's "
     "op-level save list keeps the FP8 GEMM outputs (aten._scaled_mm; default true, today's "
     "torchtitan); false: the list torchtitan used until March 2026 (before commit 114151ad4), "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
@@ -121,6 +122,7 @@ def dp_traffic(
         distributed_optimizer=training.distributed_optimizer,
         overlap_comm=training.deepspeed_overlap_comm,
         multi_rank_allreduce=multi_rank_allreduce,
+        sp_comm=sp_comm_bytes(training, layout.cp),
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(

@@ -27,9 +27,26 @@ ZeRO-1/2's gradient reduction (``deepspeed/runtime/zero/stage_1_and_2.py``):
   ``allreduce_and_copy`` → ``allreduce_bucket(rank=dst)``, a ``dist.reduce`` to the owner:
   D reduces of about S/D each, every rank the root of one, sending (D − 1)/D · S on a ring
   — a reduce-scatter's bytes (:attr:`~model.mechanism_record.Mechanism.per_rank_reduce`).
+
+Under Ulysses (cp > 1, :func:`sp_comm_bytes`; :data:`SP_COMM_SOURCE`), the communication dtype
+is ``seq_parallel_communication_data_type`` (FP32 by default):
+
+* ZeRO-1/2: ``allreduce_bucket`` sets ``communication_data_type = torch.float32`` whenever
+  ``self.sequence_parallel_size > 1``, whatever the config says, casts the flattened bucket
+  (``tensor.to``, 4 B an element beside it) and all-reduces that: 4 B on the wire
+  (:func:`_ipg_bytes`); the IPG bucket stays in the parameters' dtype (``setup_buckets``).
+* ZeRO-3: each IPG bucket's buffer is allocated in its key's dtype (``stage3.py`` ``__init__``,
+  ``torch.empty(self.reduce_bucket_size, dtype=dtype)``; ``ipg_buckets`` keyed by the
+  communication dtype, ``get_param_comm_dtype``), the gradients copied into it and
+  reduce-scattered from it: ``sp_comm`` B an element in the persistent bucket and on the wire;
+  the partitions are cast back to the accumulation dtype (``__avg_scatter_grads``), ``g``; the
+  side stream's copies: :func:`model.terms.reduce_pool.flush_requests`.
+* ``BF16_Optimizer``: :func:`_deepspeed_bf16_optimizer`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from trainplan.model.frameworks import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
@@ -38,7 +55,7 @@ from trainplan.model.frameworks import (
 )
 from trainplan.model.mechanism_record import Mechanism
 
-__all__ = ["DEEPSPEED_SOURCE", "deepspeed_of"]
+__all__ = ["DEEPSPEED_SOURCE", "deepspeed_of", "sp_comm_bytes"]
 
 DEEPSPEED_SOURCE = (
     "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py and stage3.py "
@@ -46,6 +63,38 @@ DEEPSPEED_SOURCE = (
     "stage3_prefetch_bucket_size, sub_group_size, use_multi_rank_bucket_allreduce defaults in "
     "zero/config.py)"
 )
+
+
+SP_COMM_SOURCE = (
+    "DeepSpeed edaa72212 deepspeed/runtime/engine.py _configure_distributed_model "
+    "(sequence_parallel_size > 1: communication_data_type = seq_parallel_communication_data_type, "
+    "default fp32 in runtime/constants.py); zero/stage_1_and_2.py allreduce_bucket (FP32 when "
+    "sequence_parallel_size > 1); zero/stage3.py IPG buffers in the communication dtype, "
+    "__avg_scatter_grads"
+)
+
+
+def sp_comm_bytes(training: Any, cp: Any) -> int | None:
+    """Bytes of DeepSpeed's ``communication_data_type`` under Ulysses sequence parallelism: with
+    cp > 1 (``deepspeed`` runs Ulysses only) ``engine._configure_distributed_model`` sets it to
+    the config's ``seq_parallel_communication_data_type`` (:data:`SP_COMM_SOURCE`; DeepSpeed's
+    default ``fp32``, :attr:`model.specs.TrainingSpec.seq_parallel_communication_data_type`);
+    None where cp = 1 (the engine's own, the parameters' dtype). ``cp`` a scalar (a control
+    field of the terms that build the mechanism).
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=8)
+    >>> sp_comm_bytes(t, 1), sp_comm_bytes(t, 2)
+    (None, 4)
+    >>> u2, u3 = (_deepspeed(z, 2, 2, 12, False, sp_comm=4) for z in (2, 3))
+    >>> u2.bucket_bytes, u2.reduce_bytes, u3.bucket_bytes, u3.reduce_bytes, u3.grads_sharded
+    (4000000000, 4, 2000000000, 4, 2)
+    >>> _deepspeed(2, 2, 2, 12, False, sp_comm=2).reduce_bytes  # allreduce_bucket forces FP32
+    4
+    """
+    if int(cp) <= 1:
+        return None
+    return 4 if training.seq_parallel_communication_data_type == "fp32" else 2
 
 
 def deepspeed_of(
@@ -56,21 +105,30 @@ def deepspeed_of(
     overlap_comm: bool,
     cpu_offload: bool,
     multi_rank_allreduce: bool = True,
+    sp_comm: int | None = None,
 ) -> Mechanism:
     """DeepSpeed's mechanism at ``zero_stage``: ``BF16_Optimizer`` for BF16 weights with FP32
     gradients at ZeRO-1 unless ``cpu_offload`` (the optimizer offloaded keeps DeepSpeed's ZeRO
     optimizer; :func:`_deepspeed_bf16_optimizer`), else the ZeRO optimizer, with a second IPG
     bucket under ``overlap_comm`` (ZeRO-1/2) and, ``multi_rank_allreduce`` off, ZeRO-1/2's
-    per-rank reduce instead of the all-reduce (:func:`_deepspeed`)."""
+    per-rank reduce instead of the all-reduce (:func:`_deepspeed`). ``sp_comm``: the
+    communication dtype's bytes under Ulysses (:func:`sp_comm_bytes`; None without)."""
     if zero_stage == 1 and (w, g) == (2, 4) and not cpu_offload:
-        return _deepspeed_bf16_optimizer(w, g, o)
-    return _deepspeed(zero_stage, w, g, o, overlap_comm, multi_rank_allreduce)
+        return _deepspeed_bf16_optimizer(w, g, o, sp_comm)
+    return _deepspeed(zero_stage, w, g, o, overlap_comm, multi_rank_allreduce, sp_comm)
 
 
 def _deepspeed(
-    zero_stage: int, w: int, g: int, o: int, overlap_comm: bool, multi_rank: bool = True
+    zero_stage: int,
+    w: int,
+    g: int,
+    o: int,
+    overlap_comm: bool,
+    multi_rank: bool = True,
+    sp_comm: int | None = None,
 ) -> Mechanism:
-    """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets.
+    """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets;
+    ``sp_comm``: Ulysses' communication dtype (the module's docstring).
 
     ZeRO-1/2's step (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.step``, l. 2344-2372) holds
     the flat copy of the gradient partition and its FP32 cast together: ``step_sharded`` = g + 4
@@ -83,53 +141,54 @@ def _deepspeed(
     ZeRO-1/2's reduction (the module's docstring): an all-reduce of each IPG bucket with
     ``multi_rank`` (``use_multi_rank_bucket_allreduce``, DeepSpeed's default), else one reduce
     per owning rank, counted as a reduce-scatter; ``allreduce_bucket`` flattens the bucket's
-    slices into a new tensor either way, a second bucket-sized transient in backward beside the
-    IPG bucket(s).
+    slices into a new tensor either way, a second bucket-sized transient beside the IPG bucket(s).
 
-    >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
-    >>> (one, two)
-    (2000000000, 3000000000)
+    >>> [_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True)]
+    [2000000000, 3000000000]
     >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4), (3, 2))]
     [6, 6, 4, 6]
     >>> m, old = _deepspeed(2, 2, 2, 12, False), _deepspeed(2, 2, 2, 12, False, multi_rank=False)
     >>> m.traffic_terms(), old.traffic_terms(), old.per_rank_reduce
     ((2, 4), (2, 2), True)
     """
-    fw, src = Framework.DEEPSPEED, DEEPSPEED_SOURCE
-    bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
-    ipg = _ipg_bytes(zero_stage, w, overlap_comm)
-    # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
-    # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
-    # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
-    # partition in the gradients' dtype, and .to(fp32) casts that copy beside it before
-    # `del flat_grad_partition`: g + 4 B a parameter ÷ D at that moment, the cast being the
-    # copy itself (no second tensor) when the gradients are FP32 already
+    # under Ulysses ZeRO-1/2's allreduce_bucket reduces in FP32 whatever the config says
+    comm = g if sp_comm is None else sp_comm if zero_stage == 3 else 4
+    fw, (sp, src) = Framework.DEEPSPEED, _ulysses_name(sp_comm, comm, DEEPSPEED_SOURCE)
+    # stage_1_and_2.py step (no offload): averaged_gradients[i] is get_flat_partition(...,
+    # return_tensor_list=True)'s list of views, so flatten makes a new g-byte partition and
+    # .to(fp32) its cast beside it (the copy itself when g is 4): g + 4 B a parameter ÷ D
     step = g + (4 if g != 4 else 0)
     if zero_stage in (1, 2):
         return Mechanism(
-            fw, zero_stage, f"DeepSpeed ZeRO stage {zero_stage}" + _reduce_name(multi_rank),
+            fw, zero_stage, f"DeepSpeed ZeRO stage {zero_stage}" + _reduce_name(multi_rank) + sp,
             weights_full=w, weights_sharded=0, grads_full=g if zero_stage == 1 else 0,
             grads_sharded=0 if zero_stage == 1 else g, optimizer_full=0, optimizer_sharded=o,
-            step_sharded=step, bucket_bytes=ipg, host_accumulation_bytes=w,
-            offload_staging_bytes=w, reduce_bytes=g, all_reduce=multi_rank,
+            step_sharded=step, host_accumulation_bytes=w, offload_staging_bytes=w,
+            bucket_bytes=_ipg_bytes(zero_stage, w, overlap_comm, sp_comm is not None),
+            reduce_bytes=comm, all_reduce=multi_rank,
             per_rank_reduce=not multi_rank, reduce_per_microbatch=zero_stage == 2,
             gathers_per_step=1, weight_bytes=w, source=src,
         )  # fmt: skip
     return Mechanism(
-        fw, 3, "DeepSpeed ZeRO stage 3",
+        fw, 3, "DeepSpeed ZeRO stage 3" + sp,
         weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o, step_sharded=step,
         step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
-        bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
-        gathers_per_microbatch=2, weight_bytes=w, source=src,
+        bucket_bytes=DEEPSPEED_REDUCE_BUCKET_ELEMENTS * comm, bucket_persists=True,
+        reduce_bytes=comm, reduce_per_microbatch=True, gathers_per_microbatch=2, weight_bytes=w,
+        source=src,
     )  # fmt: skip
 
 
-def _ipg_bytes(zero_stage: int, w: int, overlap_comm: bool) -> int:
+def _ipg_bytes(zero_stage: int, w: int, overlap_comm: bool, ulysses: bool = False) -> int:
     """Bytes ZeRO-1/2's gradient buckets hold in backward: the IPG bucket(s) of
     ``reduce_bucket_size`` elements in the parameters' dtype (``w`` B) and ``allreduce_bucket``'s
-    flattened copy where the reduction runs inside the backward (DeepSpeed edaa7221
-    ``stage_1_and_2.py``)."""
+    flattened copy where the reduction runs inside the backward, with under Ulysses
+    (``ulysses``) its FP32 cast beside it (DeepSpeed edaa7221 ``stage_1_and_2.py``).
+
+    >>> _ipg_bytes(2, 2, False), _ipg_bytes(2, 2, False, True), _ipg_bytes(1, 2, False, True)
+    (2000000000, 4000000000, 1000000000)
+    """
     # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
     # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
     # (contiguous_gradients defaults to True), released at the backward's end
@@ -145,8 +204,22 @@ def _ipg_bytes(zero_stage: int, w: int, overlap_comm: bool) -> int:
     # copied back; one at a time (each reduction in turn on one stream). Inside the backward
     # under ZeRO-2 and ZeRO-1 with overlap_comm; ZeRO-1 without it reduces after the backward
     # (engine.allreduce_gradients -> reduce_gradients), the activations freed
-    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w if zero_stage == 2 or overlap_comm else 0
+    in_backward = zero_stage == 2 or overlap_comm
+    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w if in_backward else 0
+    # under Ulysses allreduce_bucket sets communication_data_type = torch.float32 ("if
+    # pg_correctness_test or self.sequence_parallel_size > 1") and casts the flattened copy,
+    # tensor_to_allreduce = tensor.to(torch.float32), alive beside it through the all-reduce
+    # and the copy back (tensor.copy_(tensor_to_allreduce))
+    ipg += DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 4 if ulysses and in_backward and w != 4 else 0
     return ipg
+
+
+def _ulysses_name(sp_comm: int | None, comm: int, source: str) -> tuple[str, str]:
+    """(the mechanism's name suffix, its source) under Ulysses (``sp_comm``, reducing in
+    ``comm`` B); ("", ``source``) without."""
+    if sp_comm is None:
+        return "", source
+    return f", Ulysses: {'fp32' if comm == 4 else 'bf16'} reduction", f"{source}; {SP_COMM_SOURCE}"
 
 
 def _reduce_name(multi_rank: bool) -> str:
@@ -155,7 +228,7 @@ def _reduce_name(multi_rank: bool) -> str:
     return "" if multi_rank else " (per-rank reduce, use_multi_rank_bucket_allreduce false)"
 
 
-def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
+def _deepspeed_bf16_optimizer(w: int, g: int, o: int, sp_comm: int | None = None) -> Mechanism:
     """DeepSpeed's ``BF16_Optimizer``: BF16 weights, FP32 gradient accumulation, ZeRO stage 1.
 
     DeepSpeed edaa7221 ``deepspeed/runtime/engine.py`` ``_do_optimizer_sanity_check``
@@ -184,15 +257,25 @@ def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
     the step ``update_lp_params`` all-gathers the updated BF16 partitions (``all_gather_dp_groups``,
     ``bf16_optimizer.py`` l. 454-460): 2 · 2 + 2 B a parameter, times (D − 1)/D.
 
+    Under Ulysses (``sp_comm``, :func:`sp_comm_bytes`) ``communication_data_type`` is the
+    config's ``seq_parallel_communication_data_type``: FP32 by default, the buffer's own dtype,
+    so ``allreduce_bucket`` all-reduces the FP32 buffer itself (no cast, ``step_full`` 0) and 4 B
+    a parameter cross the wire; with ``bf16`` as without Ulysses.
+
     >>> m = _deepspeed_bf16_optimizer(2, 4, 12)
     >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_full, m.step_sharded)
     (2, 6, 12, 2, 0)
     >>> m.all_reduce, m.reduce_bytes, m.traffic_terms()
     (True, 2, (6, 0))
+    >>> u = _deepspeed_bf16_optimizer(2, 4, 12, sp_comm=4)
+    >>> u.step_full, u.reduce_bytes, u.traffic_terms()
+    (0, 4, (10, 0))
     """
+    comm = w if sp_comm is None else sp_comm
+    sp, src = _ulysses_name(sp_comm, comm, DEEPSPEED_SOURCE)
     return Mechanism(
-        Framework.DEEPSPEED, 1, "DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients)",
+        Framework.DEEPSPEED, 1, f"DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients{sp})",
         weights_full=w, weights_sharded=0, grads_full=w + g, grads_sharded=0,
-        optimizer_full=0, optimizer_sharded=o, reduce_bytes=w, all_reduce=True, gathers_per_step=1,
-        weight_bytes=w, step_full=w, source=DEEPSPEED_SOURCE,
+        optimizer_full=0, optimizer_sharded=o, reduce_bytes=comm, all_reduce=True,
+        gathers_per_step=1, weight_bytes=w, step_full=comm if comm != g else 0, source=src,
     )  # fmt: skip

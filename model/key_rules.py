@@ -67,7 +67,8 @@ def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
     """Refuse ``fsdp_double_buffer`` outside ``megatron`` ZeRO-3 (Megatron-FSDP's
     ``FixedPoolAllocator``, Megatron-LM ``megatron_fsdp/param_and_grad_buffer.py``) and
     ``deepspeed_overlap_comm`` outside ``deepspeed`` ZeRO-1/2 (DeepSpeed ``zero/config.py``
-    ``overlap_comm_valid``: ZeRO-3 turns it on itself; the other profiles have no such key).
+    ``overlap_comm_valid``: ZeRO-3 turns it on itself; the other profiles have no such key) and
+    ``seq_parallel_communication_data_type`` bf16 outside ``deepspeed`` (DeepSpeed's key).
 
     Raises
     ------
@@ -90,6 +91,11 @@ def check_stage_keys(framework: Any, zero_stage: int, training: Any) -> None:
         raise LayoutError(
             "deepspeed_overlap_comm: true is read by DeepSpeed ZeRO-1/2 only (`framework` "
             f"deepspeed with zero_stage 1 or 2), not {fw} zero_stage {zero_stage}"
+        )
+    if training.seq_parallel_communication_data_type != "fp32" and fw != Framework.DEEPSPEED:
+        raise LayoutError(
+            "seq_parallel_communication_data_type: bf16 is DeepSpeed-Ulysses' (`framework` "
+            f"deepspeed with cp > 1), not {fw}'s"
         )
 
 

@@ -45,6 +45,7 @@ def mechanism(
     overlap_comm: bool = False,
     cpu_offload: bool = False,
     multi_rank_allreduce: bool = True,
+    sp_comm: int | None = None,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -58,8 +59,8 @@ def mechanism(
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`)
-    and DeepSpeed's ``overlap_comm``, ``cpu_offload`` and ``multi_rank_allreduce``
-    (``use_multi_rank_bucket_allreduce``): :mod:`model.deepspeed_mechanisms`.
+    and DeepSpeed's ``overlap_comm``, ``cpu_offload``, ``multi_rank_allreduce`` and ``sp_comm``
+    (Ulysses' dtype, :func:`~model.deepspeed_mechanisms.sp_comm_bytes`) choose DeepSpeed's.
 
     Raises
     ------
@@ -70,10 +71,8 @@ def mechanism(
     --------
     Megatron-LM's table, bf16 parameters and fp32 gradients: 18, and 6 + 12/d:
     >>> m0, m1 = mechanism("megatron", 0), mechanism("megatron", 1)
-    >>> m0.weights_full + m0.grads_full + m0.optimizer_full
-    18
-    >>> (m1.weights_full + m1.grads_full, m1.optimizer_sharded)
-    (6, 12)
+    >>> m0.weights_full + m0.grads_full + m0.optimizer_full, m1.weights_full + m1.grads_full, m1.optimizer_sharded
+    (18, 6, 12)
     """
     fw = Framework(framework)
     check_framework(fw, zero_stage, 1)
@@ -87,7 +86,7 @@ def mechanism(
     if fw is Framework.DEEPSPEED:
         return deepspeed_of(
             zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload,
-            multi_rank_allreduce,
+            multi_rank_allreduce, sp_comm,
         )  # fmt: skip
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])

@@ -16,6 +16,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
@@ -163,7 +164,7 @@ def model_state(
         layout.framework, stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=layout.pp > 1, distributed_optimizer=t.distributed_optimizer,
         overlap_comm=t.deepspeed_overlap_comm,
-        cpu_offload=t.offload.optimizer > 0,
+        cpu_offload=t.offload.optimizer > 0, sp_comm=sp_comm_bytes(t, layout.cp),
     )  # fmt: skip
     return _model_state(
         dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,

@@ -385,26 +385,42 @@ def fp8_recipe_of(framework: str, recipe: Fp8Recipe | str | None) -> Fp8Recipe:
 
 
 def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -> None:
-    """Refuse delayed scaling under ``fsdp2``: torchao's Float8 training scales dynamically only
-    (delayed scaling was deleted from ``torchao.float8``, pytorch/ao d37019636, February 2025;
-    its recipes are tensorwise, rowwise and rowwise_with_gw_hp).
+    """Refuse under ``fsdp2`` the recipes torchtitan does not run:
+
+    * delayed scaling: torchao's Float8 training scales dynamically only (delayed scaling was
+      deleted from ``torchao.float8``, pytorch/ao d37019636, February 2025; its recipes are
+      tensorwise, rowwise and rowwise_with_gw_hp);
+    * blockwise: torchtitan offers no blockwise recipe. 820504e ``torchtitan/config_manager.py``:
+      ``Float8.recipe_name: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None``
+      (None: tensorwise) and ``MX.recipe_name: Literal["mxfp8"]``; b5bcd76c
+      ``components/quantization/float8.py`` ``Float8LinearConverter.Config.recipe_name:
+      Literal["rowwise", "rowwise_with_gw_hp"]``. Blockwise FP8 (``Float8BlockScaling``) is
+      Transformer Engine's.
 
     Raises
     ------
     LayoutError
-        ``fp8_recipe`` delayed with ``framework`` fsdp2.
+        ``fp8_recipe`` delayed or blockwise with ``framework`` fsdp2.
 
     >>> check_framework_fp8_recipe("megatron", "delayed")
     >>> check_framework_fp8_recipe("fsdp2", None)
+    >>> check_framework_fp8_recipe("fsdp2", "blockwise")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: fp8_recipe: blockwise is Transformer Engine's ...
     """
-    if (
-        str(framework) == "fsdp2"
-        and recipe is not None
-        and Fp8Recipe(str(recipe).lower()) is Fp8Recipe.DELAYED
-    ):
+    if str(framework) != "fsdp2" or recipe is None:
+        return
+    if Fp8Recipe(str(recipe).lower()) is Fp8Recipe.DELAYED:
         raise LayoutError(
             "fp8_recipe: delayed is Transformer Engine's; fsdp2 runs torchao's Float8, which "
             "scales dynamically only (use tensorwise, or `framework` megatron)"
+        )
+    if Fp8Recipe(str(recipe).lower()) is Fp8Recipe.BLOCKWISE:
+        raise LayoutError(
+            "fp8_recipe: blockwise is Transformer Engine's (Float8BlockScaling); torchtitan "
+            "(`framework` fsdp2) offers torchao's tensorwise, rowwise, rowwise_with_gw_hp and "
+            "mxfp8, no blockwise (use tensorwise or mxfp8, or `framework` megatron)"
         )
 
 

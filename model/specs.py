@@ -397,6 +397,9 @@ class TrainingSpec:
     edaa72212 ``zero/config.py`` ``overlap_comm_valid``: off below ZeRO-3 unless set). Off: the
     reductions run on the compute stream (:func:`model.comm.reduces_beside_compute`); on: beside
     the backward, with a second IPG bucket (:func:`model.mechanisms.mechanism`)."""
+    seq_parallel_communication_data_type: str = "fp32"
+    """DeepSpeed's, fp32 (its default) or bf16: the gradients' dtype on the wire under Ulysses
+    (``deepspeed``, cp > 1; :func:`model.deepspeed_mechanisms.sp_comm_bytes`)."""
     sac_saves_scaled_mm: bool = True
     """torchtitan's op-level selective checkpointing (``fsdp2``, ``recompute = selective``)
     under FP8 saves the FP8 GEMMs' outputs (``aten._scaled_mm``, in today's save list); false:

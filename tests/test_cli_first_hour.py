@@ -100,6 +100,39 @@ def test_fsdp2_runs_torchaos_float8_recipes():
     assert plain["memory"]["total_bytes"] == given["memory"]["total_bytes"]
 
 
+def test_fsdp2_refuses_blockwise_fp8_torchtitan_has_none():
+    """torchtitan offers no blockwise FP8 recipe (820504e ``config_manager.py``:
+    ``Float8.recipe_name`` tensorwise, rowwise, rowwise_with_gw_hp; ``MX.recipe_name`` mxfp8;
+    b5bcd76c ``Float8LinearConverter.Config.recipe_name``: rowwise, rowwise_with_gw_hp):
+    ``--framework fsdp2 --fp8-recipe blockwise`` is refused in one line naming the flag, the value
+    and torchtitan's recipes, in evaluate and in search, exit 2 (it was answered, as tensorwise's
+    memory); under megatron (Transformer Engine's Float8BlockScaling) it still runs."""
+    base = (
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--precision",
+        "fp8",
+        "--fp8-recipe",
+        "blockwise",
+    )
+    want = (
+        "--fp8-recipe: blockwise is Transformer Engine's (Float8BlockScaling); torchtitan "
+        "(--framework fsdp2) offers torchao's tensorwise, rowwise, rowwise_with_gw_hp and mxfp8"
+    )
+    done = run_many(
+        {
+            "evaluate": ["evaluate", *base, "--framework", "fsdp2", "--zero", "2", "--json"],
+            "search": ["search", *base, "--framework", "fsdp2"],
+            "megatron": ["evaluate", *base, "--framework", "megatron", "--json"],
+        }
+    )
+    for command in ("evaluate", "search"):
+        assert refusal(done[command]).startswith(want), done[command].stderr
+    assert done["megatron"].returncode == 0, done["megatron"].stderr[-2000:]
+
+
 def test_deepspeed_runs_what_its_code_runs():
     """DeepSpeed's native MoE refuses ZeRO-3 (engine.py _validate_zero3_moe_compatibility), and
     Megatron-DeepSpeed's FP8 (Transformer Engine's TransformerLayer: no GQA, LayerNorm and GELU,

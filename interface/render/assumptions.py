@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import (
@@ -240,6 +241,7 @@ def assumptions(est: Estimate) -> list[str]:
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
         overlap_comm=t.deepspeed_overlap_comm, multi_rank_allreduce=o.use_multi_rank_bucket_allreduce,
+        sp_comm=sp_comm_bytes(t, lay.cp),
     )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainplan.interface.flags import with_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
 from trainplan.model.frameworks import Framework
@@ -154,7 +155,7 @@ def _gathered_what(est: Estimate) -> str | None:
     mech = mechanism(
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
-        overlap_comm=t.deepspeed_overlap_comm,
+        overlap_comm=t.deepspeed_overlap_comm, sp_comm=sp_comm_bytes(t, lay.cp),
     )  # fmt: skip
     return mech.gathered_what if est.peak.state.gathered_bytes else None
 
@@ -362,11 +363,20 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "muon_tp_mode": t.muon_tp_mode,
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
         **_where(ds12, "deepspeed_overlap_comm", t.deepspeed_overlap_comm),
+        **_ulysses_key(est),
         **_where(sac_fp8, "sac_saves_scaled_mm", t.sac_saves_scaled_mm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
         "moe": _moe_run(t.moe_run),
     }
+
+
+def _ulysses_key(est: Estimate) -> dict[str, Any]:
+    """``seq_parallel_communication_data_type`` where it is read (``deepspeed`` with cp > 1,
+    :func:`model.deepspeed_mechanisms.sp_comm_bytes`), else nothing."""
+    lay, key = est.layout, "seq_parallel_communication_data_type"
+    ulysses = str(lay.framework) == "deepspeed" and lay.cp > 1
+    return _where(ulysses, key, est.training.seq_parallel_communication_data_type)
 
 
 def _where(applies: bool, key: str, value: Any) -> dict[str, Any]:

@@ -469,7 +469,7 @@ def network_cost(
     else:
         held = _frozen(opt, score_est, mech)
     scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
-    terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
+    terms = held.terms + scoring_terms + resident_terms(held.resident_bytes, spec.framework)
     whole = 2 * max(st.params for st in score_est.stages) if mech.weights_full else 0
     sync, sync_terms = role_sync(spec, rs, opt, score_est.stages)
     swap, scoring_swap, moves, idle_terms = _idle(spec, rs, opt, device, held)

@@ -294,8 +294,20 @@ class RoleCost:
 _RESIDENT_SOURCE = (
     "model.terms.comm_memory (NCCL buffers per process group, outside the caching allocator) and "
     "model.terms.persistent_buffers (buffers allocated once): model.terms.peak.held_in_both_phases; "
-    "idle offload does not move them (verl megatron_utils.offload_megatron_model_to_cpu)"
+    "idle offload does not move them ({})"
 )
+
+IDLE_OFFLOAD_SOURCES = {
+    Framework.MEGATRON: "verl b178a3cd5 verl/utils/megatron_utils.py "
+    "offload_megatron_model_to_cpu / offload_megatron_optimizer",
+    Framework.FSDP2: "verl b178a3cd5 verl/utils/fsdp_utils.py offload_fsdp_model_to_cpu / "
+    "offload_fsdp_optimizer (verl's FSDP workers)",
+    Framework.DEEPSPEED: "OpenRLHF 3c3be6234 openrlhf/utils/deepspeed/deepspeed_utils.py "
+    "offload_deepspeed_states (--ds.enable_sleep): DeepSpeed's optimizer.offload_states of "
+    "optim_states, contiguous_grad_buffer, hp_params, lp_grads",
+}
+"""Each RLHF stack's idle offload, by the training roles' framework: what moves parameters,
+gradients and optimizer state to the host (and nothing else)."""
 
 
 def resident_of(est: Estimate) -> Fraction:
@@ -304,18 +316,28 @@ def resident_of(est: Estimate) -> Fraction:
     (:attr:`model.terms.peak.StageMemory.both_phases_bytes`, the one sum
     :func:`model.terms.peak.held_in_both_phases`: NCCL's communicators, outside the caching
     allocator for the whole run, and the framework's persistent buffers, allocated once). Idle
-    offload moves parameters, gradients and optimizer state only (verl
-    ``offload_megatron_model_to_cpu`` / ``offload_megatron_optimizer``,
-    ``verl/utils/megatron_utils.py``; NeMo-RL ``offload_after_refit``): these stay."""
+    offload moves parameters, gradients and optimizer state only (each stack's own,
+    :data:`IDLE_OFFLOAD_SOURCES`: verl's ``offload_megatron_model_to_cpu`` /
+    ``offload_megatron_optimizer`` and ``offload_fsdp_model_to_cpu`` / ``offload_fsdp_optimizer``,
+    OpenRLHF's ``offload_deepspeed_states``; NeMo-RL ``offload_after_refit``): these stay."""
     return max(st.both_phases_bytes for st in est.stages)
 
 
-def resident_terms(resident: Fraction) -> list[Term]:
-    """The term of a role's bytes held in every phase (:func:`resident_of`); none when 0."""
+def resident_terms(resident: Fraction, framework: Framework | str) -> list[Term]:
+    """The term of a role's bytes held in every phase (:func:`resident_of`), citing the idle
+    offload of ``framework``'s stack (:data:`IDLE_OFFLOAD_SOURCES`); none when 0.
+
+    >>> resident_terms(Fraction(5), "deepspeed")[0].source.endswith(
+    ...     "offload_states of optim_states, contiguous_grad_buffer, hp_params, lp_grads)")
+    True
+    >>> "offload_fsdp_model_to_cpu" in resident_terms(Fraction(5), "fsdp2")[0].source
+    True
+    """
     if not resident:
         return []
     what = "communicators + persistent buffers (every phase, not offloaded)"
-    return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+    source = _RESIDENT_SOURCE.format(IDLE_OFFLOAD_SOURCES[Framework(framework)])
+    return [Term(what, "held", resident, "bytes", source)]
 
 
 VERL_FSDP_SOURCE = (

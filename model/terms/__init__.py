@@ -74,7 +74,7 @@ TERMS: tuple[Term, ...] = (
         "state",
         model_state_term,
         frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer", "schedule"}),
-        ("pp", "framework", "zero_stage", "optimizer", "schedule"),
+        ("pp", "framework", "zero_stage", "optimizer", "schedule", "cp"),  # cp: Ulysses' dtype
         True,
         "bytes",
         "ceil",
@@ -156,7 +156,7 @@ TERMS: tuple[Term, ...] = (
         "dp_time",
         dp_term,
         frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer", "schedule"}),
-        ("pp", "framework", "zero_stage", "optimizer"),
+        ("pp", "framework", "zero_stage", "optimizer", "cp"),
         False,
         "seconds",
         "ns",

@@ -37,6 +37,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from trainplan.model.optimizers import layer_matrices
 from trainplan.model.params import count_params, layer_params, shares_embedding_with_last_stage
@@ -174,38 +175,88 @@ def segment_bytes(request: int) -> int:
     return -(-request // (2 * _MIB)) * 2 * _MIB
 
 
-def pool_segments(flushes: Sequence[Sequence[Fraction]], world: int, w: int) -> list[int]:
+def flush_requests(tensors: Sequence[Fraction], world: int, w: int, comm: int) -> list[int]:
+    """The side stream's allocations alive together while ``__reduce_and_partition_ipg_grads``
+    reduces one flush of ``tensors`` (elements) over ``world`` ranks, bytes rounded up to 512 B
+    (``round_size``), with ``w`` B a gradient element and ``comm`` B the communication dtype's
+    (DeepSpeed edaa72212 ``stage3.py`` ``__avg_scatter_grads``):
+
+    * ``comm ≠ w`` (Ulysses' FP32, :func:`model.deepspeed_mechanisms.sp_comm_bytes`) and one
+      tensor larger than the bucket: ``g.to(communication_data_type)`` copies it (a gradient
+      the bucket holds is already a view of its ``comm``-dtype buffer; one larger than the
+      bucket never enters it, ``__add_grad_to_ipg_bucket``);
+    * ``reduce_scatter_coalesced``'s ``torch.cat`` of the padded partitions,
+      ``comm·world·Σ⌈nᵢ/world⌉`` B, unless the flush is one tensor the world divides;
+    * ``comm ≠ w``: each tensor's reduced partition cast back to the accumulation dtype,
+      ``g.to(self.gradient_accumulation_dtype)``, ``w·⌈nᵢ/world⌉`` B (rank 0's, the largest).
+
+    >>> flush_requests([1 << 20, 8], 2, 2, 2), flush_requests([1 << 20, 8], 2, 2, 4)
+    ([2097664], [4194816, 1048576, 512])
+    """
+    R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    out = []
+    if comm != w and len(tensors) == 1 and tensors[0] > R:
+        out.append(comm * tensors[0])
+    if not (len(tensors) == 1 and tensors[0] % world == 0):
+        out.append(comm * world * sum(-(-n // world) for n in tensors))
+    if comm != w:
+        out += [w * -(-n // world) for n in tensors]
+    return [-(-int(r) // _ROUND) * _ROUND for r in out]
+
+
+def pool_segments(
+    flushes: Sequence[Sequence[Fraction]], world: int, w: int, comm: int | None = None
+) -> list[int]:
     """The segments (bytes) the reduce-scatter copies of ``flushes`` leave in the side stream's
-    pool, ``world`` the partition group's size and ``w`` bytes per element: a flush of one tensor
-    the world divides makes no copy; another copies ``world·Σ⌈nᵢ/world⌉`` elements, rounded up
-    to 512 B, and adds a segment only when no segment of its pool (small: ≤ 1 MiB) is as large.
+    pool, ``world`` the partition group's size, ``w`` bytes per gradient element and ``comm`` per
+    element on the wire (None: ``w``): each flush's :func:`flush_requests`, all freed before the
+    next flush, so each flush starts from its pools' segments whole. A request takes the smallest
+    free block of its pool (small: ≤ 1 MiB) at least as large (``get_free_block``), the rest of
+    the block split off as a free block where it exceeds 1 MiB in the large pool, 512 B in the
+    small one (``should_split``); where none is large enough, a new segment
+    (:func:`segment_bytes`).
 
     Three flushes over 2 ranks in BF16: 14 MiB (a segment), one even tensor (no copy), then
-    8 MiB + 1 element, each half padded to 4 MiB + 1: 16 MiB + 4 B, a segment of 18 MiB.
+    8 MiB + 1 element, each half padded to 4 MiB + 1: 16 MiB + 4 B, a segment of 18 MiB. With
+    ``comm`` 4 (BF16 gradients, FP32 on the wire): the first flush's cat, 28 MiB, takes a segment
+    whole, so its casts back, 3 MiB and 4 MiB, need a new one (20 MiB, below 10 MiB), the 4 MiB
+    in what the 3 MiB left; the second (no cat) casts 2 MiB into the 20 MiB segment; the third's
+    cat, 32 MiB + 8 B (512 rounded), a segment of 34 MiB, its casts 8 MiB (the 20 MiB segment)
+    and 8 B (a 2 MiB small-pool segment).
 
     >>> pool_segments([[3 << 20, 4 << 20], [2 << 20], [8 << 20, 1]], 2, 2)
     [14680064, 18874368]
+    >>> pool_segments([[3 << 20, 4 << 20], [2 << 20], [8 << 20, 1]], 2, 2, 4)
+    [29360128, 20971520, 35651584, 2097152]
     """
-    largest = {True: 0, False: 0}
-    segments = []
+    comm = w if comm is None else comm
+    segments: dict[bool, list[int]] = {True: [], False: []}
+    made = []
     for tensors in flushes:
-        if len(tensors) == 1 and tensors[0] % world == 0:
-            continue
-        request = w * world * sum(-(-n // world) for n in tensors)
-        request = -(-request // _ROUND) * _ROUND
-        small = request <= _SMALL
-        if request > largest[small]:
-            largest[small] = segment_bytes(request)
-            segments.append(largest[small])
-    return segments
+        free = {k: list(v) for k, v in segments.items()}
+        for request in flush_requests(tensors, world, w, comm):
+            small = request <= _SMALL
+            fits = [b for b in free[small] if b >= request]
+            if fits:
+                block = min(fits)
+                free[small].remove(block)
+            else:
+                block = segment_bytes(request)
+                segments[small].append(block)
+                made.append(block)
+            if block - request > (_ROUND - 1 if small else _SMALL):
+                free[small].append(block - request)
+    return made
 
 
 @lru_cache(maxsize=CACHE)
-def stage_reduce_pools(key: SplitKey, world: int, w: int) -> tuple[Fraction, ...]:
+def stage_reduce_pools(
+    key: SplitKey, world: int, w: int, comm: int | None = None
+) -> tuple[Fraction, ...]:
     """Per stage, the bytes :func:`pool_segments` leaves for its :func:`stage_backward_grads`
-    under a bucket of :data:`model.frameworks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`. For a size-only
-    model (its tensors unknown) one flush of ``min(R, P)`` elements, ``P`` the stage's parameters
-    on the GPU.
+    under a bucket of :data:`model.frameworks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`, ``comm`` bytes
+    an element on the wire (None: ``w``). For a size-only model (its tensors unknown) one flush
+    of ``min(R, P)`` elements, ``P`` the stage's parameters on the GPU, at ``comm`` B.
 
     Llama 3 70B at tp 4 over 16 ranks, BF16: the output layer (262,668,288), the final norm
     (8,192) and the last layer (213,925,888): 476,602,368 elements, 953,204,736 B, a segment of
@@ -217,16 +268,29 @@ def stage_reduce_pools(key: SplitKey, world: int, w: int) -> tuple[Fraction, ...
     >>> key = SplitKey(get_model("llama3-70b").model, 4, 1, 1, 1, False, 1, True, None, 1)
     >>> stage_reduce_pools(key, 16, 2)
     (Fraction(1929379840, 1),)
+
+    Llama 3 70B at tp 1 over 64 ranks under Ulysses (FP32 on the wire): the output layer,
+    1,050,673,152 elements, is larger than the bucket, so it is reduced alone from its BF16
+    gradient: its FP32 copy, 4,202,692,608 B, a segment of 2,004 × 2 MiB = 4,202,692,608 B (the
+    world divides it: no cat) taken whole, so its partition cast back, 16,416,768 × 2 =
+    32,833,536 B, needs a segment of 33,554,432 B (16 × 2 MiB). The later flushes' FP32 cats
+    (≤ 5e8 × 4 B) fit in the first segment, their larger casts back in the second; a norm's,
+    8,192 / 64 × 2 = 256 B, takes a 2 MiB small-pool segment: 4,238,344,192 B (1,413,480,448 B
+    in BF16).
+
+    >>> key = SplitKey(get_model("llama3-70b").model, 1, 1, 1, 1, False, 1, True, None, 1)
+    >>> stage_reduce_pools(key, 64, 2, 4), stage_reduce_pools(key, 64, 2)
+    ((Fraction(4238344192, 1),), (Fraction(1413480448, 1),))
     """
     R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     out = []
     for i, flushes in enumerate(_stage_flushes(key)):
         if flushes:
-            out.append(Fraction(sum(pool_segments(flushes, world, w))))
+            out.append(Fraction(sum(pool_segments(flushes, world, w, comm))))
             continue
         p = stage_params_per_gpu(key)[i]
         elements: Fraction = min(Fraction(R), Fraction(p[2] + p[3]))
-        request = -(-w * elements // _ROUND) * _ROUND
+        request = -(-(comm or w) * elements // _ROUND) * _ROUND
         out.append(Fraction(segment_bytes(request) if request else 0))
     return tuple(out)
 
@@ -244,15 +308,18 @@ def _stage_flushes(key: SplitKey) -> tuple[tuple[tuple[Any, ...], ...], ...]:
     )
 
 
-def _pools_on_split(model: Any, given: Any, w: int, *fields: Any) -> tuple[Fraction, ...]:
-    """:func:`stage_reduce_pools` of the :data:`SPLIT_FIELDS` values ``fields[:-1]`` and the
-    partition world ``fields[-1]`` (at least 1)."""
-    key = SplitKey.of(model, given, *fields[:-1])
-    return stage_reduce_pools(key, max(1, int(fields[-1])), int(w))
+def _pools_on_split(model: Any, given: Any, t: Any, *fields: Any) -> tuple[Fraction, ...]:
+    """:func:`stage_reduce_pools` of the :data:`SPLIT_FIELDS` values ``fields[:-2]``, the
+    partition world ``fields[-1]`` (at least 1) and, from cp ``fields[-2]`` and the recipe
+    ``t``, the communication dtype (:func:`model.deepspeed_mechanisms.sp_comm_bytes`)."""
+    key = SplitKey.of(model, given, *fields[:-2])
+    comm = sp_comm_bytes(t, fields[-2])
+    return stage_reduce_pools(key, max(1, int(fields[-1])), int(t.weight_bytes), comm)
 
 
 def reduce_pool_per_gpu(c: Context, f: Fields) -> Any:
     """:func:`stage_reduce_pools` of stage ``f.stage``, ZeRO-3 partitioning over dp·cp
-    (``shard_degree``), ``c.training.weight_bytes`` per element (``[n, P]`` for many layouts)."""
-    args = (_pools_on_split, (c.model, c.vocab_multiple, c.training.weight_bytes))
-    return f.per_stage(*args, *SPLIT_FIELDS, "shard_degree")
+    (``shard_degree``), ``c.training.weight_bytes`` per gradient element and Ulysses'
+    communication dtype where cp > 1 (``[n, P]`` for many layouts)."""
+    args = (_pools_on_split, (c.model, c.vocab_multiple, c.training))
+    return f.per_stage(*args, *SPLIT_FIELDS, "cp", "shard_degree")

@@ -20,6 +20,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
@@ -407,7 +408,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
         double_buffer=t.fsdp_double_buffer,
         overlap_comm=t.deepspeed_overlap_comm,
-        cpu_offload=t.offload.optimizer > 0,
+        cpu_offload=t.offload.optimizer > 0, sp_comm=sp_comm_bytes(t, f.cp),
     )  # fmt: skip
     held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(

@@ -25,6 +25,7 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pipe_partitioned, pp_bytes
 from trainplan.model.comm_layers import cp_bytes, ep_bytes, recomputed_sends, tp_bytes
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
+from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
@@ -74,6 +75,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
         cpu_offload=t.offload.optimizer > 0,
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
+        sp_comm=sp_comm_bytes(t, f.cp),
     )  # fmt: skip
 
 

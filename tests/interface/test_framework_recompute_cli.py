@@ -57,3 +57,22 @@ def test_torchtitan_fragment_never_writes_none_for_sqrt() -> None:
     titan = torchtitan_toml(arch, Layout(pp=2, recompute="sqrt"))
     assert titan.flags[-2:] == ("[activation_checkpoint]", 'mode = "full"')
     assert any(n.startswith("recompute sqrt: torchtitan has no multi-block") for n in titan.notes)
+
+
+def test_web_api_refuses_fsdp2_blockwise_fp8_with_422() -> None:
+    """torchtitan has no blockwise FP8 recipe (model/precision.py check_framework_fp8_recipe):
+    the web API answers 422 with the command line's rule."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    got = client.get(
+        "/api/evaluate?model=llama3-8b&gpu=H100-SXM&gpus=8&dp=8&zero=2&framework=fsdp2"
+        "&precision=fp8&fp8-recipe=blockwise"
+    )
+    assert got.status_code == 422, got.text
+    assert got.json()["error"].startswith("fp8-recipe: blockwise is Transformer Engine's")

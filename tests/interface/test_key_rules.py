@@ -34,6 +34,14 @@ def test_stage_keys_are_read_at_their_stage_only():
     for fw, z in (("deepspeed", 3), ("megatron", 1)):
         with pytest.raises(LayoutError, match="^deepspeed_overlap_comm: true"):
             check_stage_keys(fw, z, _t(deepspeed_overlap_comm=True))
+    # DeepSpeed's seq_parallel_communication_data_type: bf16 refused outside deepspeed
+    check_stage_keys("deepspeed", 3, _t(seq_parallel_communication_data_type="bf16"))
+    check_stage_keys("megatron", 1, _t(seq_parallel_communication_data_type="fp32"))
+    for fw in ("megatron", "fsdp2"):
+        with pytest.raises(
+            LayoutError, match=f"^seq_parallel_communication_data_type: bf16 .* not {fw}'s"
+        ):
+            check_stage_keys(fw, 1, _t(seq_parallel_communication_data_type="bf16"))
 
 
 def test_p2p_options():

@@ -1,0 +1,123 @@
+"""DeepSpeed-Ulysses (``deepspeed``, cp > 1) reduces gradients in FP32, derived by hand from
+DeepSpeed edaa72212 (model/deepspeed_mechanisms.py, the module's docstring):
+
+* ``engine.py`` ``_configure_distributed_model``: with ``sequence_parallel_size > 1``,
+  ``self.communication_data_type = self._config.seq_parallel_communication_data_type``, default
+  ``"fp32"`` (``runtime/constants.py``, the unconditional last assignment);
+* ZeRO-1/2, ``stage_1_and_2.py`` ``allreduce_bucket``: ``if pg_correctness_test or
+  self.sequence_parallel_size > 1: communication_data_type = torch.float32`` whatever the config
+  says, then ``tensor_to_allreduce = tensor.to(communication_data_type)``: an FP32 copy of the
+  flattened bucket (5e8 × 4 B) beside it, and 4 B a gradient element on the wire;
+* ZeRO-3, ``stage3.py``: the IPG buffer ``torch.empty(self.reduce_bucket_size, dtype=dtype)``
+  in the communication dtype (5e8 × 4 B, persistent), reduce-scattered in it; a gradient larger
+  than the bucket is copied ``g.to(communication_data_type)`` (``__avg_scatter_grads``) on the
+  side stream;
+* ``BF16_Optimizer`` (ZeRO-1, FP32 gradients), ``engine.py`` ``allreduce_bucket``: the FP32
+  buffer is already in the communication dtype, so no BF16 cast (``step_full`` 0) and 4 B on
+  the wire.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import trainplan
+from trainplan.model.mechanisms import mechanism
+
+P = 8_030_261_248
+"""Llama 3 8B's parameters, all on each GPU at tp = pp = 1."""
+
+R = 500_000_000
+"""DeepSpeed's ``reduce_bucket_size`` default, elements."""
+
+ULYSSES_8B = dict(
+    model="llama3-8b", num_gpus=32, gpu="H100-SXM", framework="deepspeed", dp=16, cp=2,
+    cp_kind="ulysses", recompute="full", micro_batch_size=1, global_batch_size=256,
+    seq_len=16384,
+)  # fmt: skip
+"""The review's layout: dp 16 × cp 2, m = 256 / 16 = 16 micro-batches, D = dp·cp = 32."""
+
+
+def _evaluate(zero: int, **more: object):
+    e = trainplan.evaluate(**ULYSSES_8B, zero_stage=zero, **more)
+    assert e.stages[0].dense_params == P and e.num_microbatches == 16
+    return e
+
+
+def test_zero2_all_reduces_fp32_and_holds_the_fp32_cast():
+    """ZeRO-2, m = 16: 16 all-reduces of FP32 gradients (2 × 4 B) + the BF16 weights' all-gather
+    once (2 B): (16 × 8 + 2) × 31/32 × 8,030,261,248 = 1,011,311,025,920 B (was 16 × 4 + 2 = 66
+    B a parameter: 513,432,329,792 B). Buffers in backward: the IPG bucket 5e8 × 2 B + its
+    flattened copy 5e8 × 2 B + the copy's FP32 cast 5e8 × 4 B = 4e9 B (was 2e9). The step: 25.366
+    → 26.662 s (the all-reduce exposed, overlap_comm off below ZeRO-3)."""
+    e = _evaluate(2)
+    row = e.traffic[0].traffic
+    assert row.collective == "all-reduce (fp32) per micro-batch + all-gather per step"
+    assert row.bytes_per_step == Fraction(31, 32) * P * 130 == 1_011_311_025_920
+    assert e.stages[0].state.buffers_bytes == 2 * R * 2 + R * 4 == 4 * 10**9
+    assert round(e.step_s, 3) == 26.662
+
+
+def test_zero2_ignores_the_key_allreduce_bucket_forces_fp32():
+    """``seq_parallel_communication_data_type=bf16`` changes nothing under ZeRO-1/2:
+    ``allreduce_bucket`` sets FP32 itself when ``sequence_parallel_size > 1``."""
+    a, b = _evaluate(2), _evaluate(2, seq_parallel_communication_data_type="bf16")
+    assert a.traffic[0].traffic.bytes_per_step == b.traffic[0].traffic.bytes_per_step
+    assert a.peak.allocated_bytes == b.peak.allocated_bytes
+
+
+def test_zero3_bucket_and_reduce_scatter_in_the_communication_dtype():
+    """ZeRO-3, m = 16: per micro-batch an FP32 reduce-scatter (4 B) and two BF16 all-gathers
+    (2 × 2 B): 16 × 8 × 31/32 × P = 995,752,394,752 B (bf16: 16 × 6, 746,814,296,064 B). The
+    persistent IPG bucket 5e8 × 4 = 2e9 B (bf16: 1e9), in backward and at the step."""
+    fp32, bf16 = _evaluate(3), _evaluate(3, seq_parallel_communication_data_type="bf16")
+    assert fp32.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * P * 128
+    assert bf16.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * P * 96
+    assert fp32.traffic[0].traffic.bytes_per_step == 995_752_394_752
+    assert fp32.stages[0].state.buffers_bytes == R * 4
+    assert bf16.stages[0].state.buffers_bytes == R * 2
+    assert fp32.stages[0].state.step_bytes - bf16.stages[0].state.step_bytes == R * 2
+
+
+def test_bf16_optimizer_reduces_its_fp32_buffer_without_a_cast():
+    """``BF16_Optimizer`` (ZeRO-1, ``gradient_dtype`` fp32): all-reduce 2 × 4 B + all-gather 2 B
+    = 10 B a parameter (was 6) and no 2 B/param BF16 copy at the step (was 2 × 8,030,261,248 =
+    16,060,522,496 B); ``bf16`` gives both back."""
+    u, b = (mechanism("deepspeed", 1, 2, 4, sp_comm=c) for c in (4, 2))
+    assert (u.reduce_bytes, u.step_full, u.traffic_terms()) == (4, 0, (10, 0))
+    assert (b.reduce_bytes, b.step_full, b.traffic_terms()) == (2, 2, (6, 0))
+    fp32 = _evaluate(1, gradient_dtype="fp32")
+    bf16 = _evaluate(1, gradient_dtype="fp32", seq_parallel_communication_data_type="bf16")
+    assert fp32.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * P * 10
+    assert bf16.stages[0].state.step_bytes - fp32.stages[0].state.step_bytes == 2 * P
+
+
+def test_cp_1_keeps_the_engine_dtype():
+    """Without sequence parallelism the engine's own dtype (BF16): the mechanism is unchanged."""
+    assert mechanism("deepspeed", 2, sp_comm=None) == mechanism("deepspeed", 2)
+    assert mechanism("deepspeed", 2).reduce_bytes == 2
+
+
+def test_llama3_70b_zero3_cp2_allocated_and_reserved():
+    """The review's search answer, Llama 3 70B on 64 GPUs, dp 32 × cp 2, ZeRO-3, full
+    recomputation, s 32,768: the FP32 IPG bucket adds 5e8 × 2 B = 1e9 B to the allocated peak
+    (76.13 → 77.13 GB); the side stream's pool holds the output layer's FP32 copy,
+    128,256 × 8,192 × 4 = 4,202,692,608 B, its partition cast back in a 33,554,432 B segment and
+    a 2 MiB small-pool segment: 4,238,344,192 B (was 1,413,480,448; model/terms/reduce_pool.py
+    ``stage_reduce_pools``), so reserved 76.33 → 80.16 GB (81.37 with the communicators)."""
+    common = dict(
+        model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="deepspeed", dp=32, cp=2,
+        cp_kind="ulysses", zero_stage=3, recompute="full", micro_batch_size=1,
+        global_batch_size=2048, seq_len=32768,
+    )  # fmt: skip
+    fp32 = trainplan.evaluate(**common).peak
+    bf16 = trainplan.evaluate(**common, seq_parallel_communication_data_type="bf16").peak
+    assert 128_256 * 8_192 * 4 == 4_202_692_608 == 2_004 * 2**21
+    assert fp32.stream_pool_bytes == 4_202_692_608 + 33_554_432 + 2**21 == 4_238_344_192
+    assert bf16.stream_pool_bytes == 1_413_480_448
+    assert fp32.allocated_bytes - bf16.allocated_bytes == R * 2
+    assert round(fp32.total_bytes / 1e9, 2) == 77.13
+    # reserved: allocated + the pool (80.16 GB) + 1.21 GB of communicators
+    more = R * 2 + 4_238_344_192 - 1_413_480_448
+    assert fp32.reserved_total_bytes - bf16.reserved_total_bytes == more == 3_824_863_744
+    assert round(fp32.reserved_total_bytes / 1e9, 2) == 81.37
