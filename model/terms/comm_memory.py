@@ -67,6 +67,10 @@ from trainplan.model.xp import maximum, where
 __all__ = [
     "CONNECTION_BYTES",
     "RING_CHANNELS",
+    "NODE_CHANNELS",
+    "collective_channels",
+    "group_channels",
+    "setup_channels",
     "P2P_CHANNELS",
     "P2P_NET_BYTES_PER_CHANNEL",
     "P2P_PEERS_PER_ROUND",
@@ -114,6 +118,16 @@ point-to-point channels per peer (NVIDIA/nccl#1685), and ``ncclTopoComputeP2pCha
 (``src/graph/paths.cc``) caps those at the collective channel count rounded up to a power of two,
 so that node ran between 17 and 32 collective channels. The count is NCCL's topology search's
 (``src/graph/search.cc``), sized to the links' bandwidth; 32 is the larger end."""
+NODE_CHANNELS = 24
+"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of NVLink 3 or 4 (A100, H100,
+H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
+channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
+are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
+``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
+them again: 24. An A100 (12 × 20 GB/s, 6 at 40 GB/s) reaches 24 the same way. The ring connects
+these (``src/transport/generic.cc`` ``ncclTransportRingConnect``: ``c < comm->nChannels``); the
+channels set up are the point-to-point count, 32 (:data:`P2P_CHANNELS`, NVIDIA/nccl#1685).
+The communicator term does not read it yet: it counts :data:`RING_CHANNELS` for every ring."""
 P2P_CHANNELS = 32
 """Point-to-point channels of a communicator (``p2pnChannels``) and the most per peer: 32 on
 8 H100s (NVIDIA/nccl#1685). Inside a node each NVLink peer gets ``2 × (path bandwidth ÷ one
@@ -129,6 +143,83 @@ channels per peer until ``channels × ⌈peers ÷ 8⌉`` fits :data:`P2P_CHANNEL
 
 def _pow2_up(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(n)))
+
+
+SM90_INTER_SPEEDS = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)
+"""``sm90SpeedArrayInter`` (``src/graph/search.cc``), GB/s: the bandwidths the ring search tries
+per channel across nodes, highest first."""
+PCIE_GEN5_X16 = 48.0
+"""A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
+``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
+
+
+@lru_cache(maxsize=256)
+def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, nvl5: bool) -> int:
+    """Collective channels NCCL gives a communicator of ``local`` ranks on each of ``nodes``
+    nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
+    ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
+
+    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5 (``nvl5``: 18 ×
+      ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
+    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
+      node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
+      speed its NIC and PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s
+      NICs; ``ncclTopoDupChannels`` doubles them unless the speed is under 25 GB/s or, on
+      sm90, under 50 GB/s with more than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
+      with more than 45 GB/s a channel and under 16 channels "4 compute channels per search
+      channel" doubles again. 8 ranks a node: 8 → 16 (NVIDIA/nccl#1453's three H100 nodes:
+      ``Channel 00/16``; nccl#1041: "execution channels are typically 2x the search channels",
+      8 search channels on H100s with eight CX7s); 4 a node: 4 → 8 → 16; 1 a node: 1 → 2 → 4.
+      Unknown NIC bandwidth: 400 Gb/s.
+
+    >>> collective_channels(8, 1, None, False), collective_channels(8, 1, None, True)
+    (24, 32)
+    >>> [collective_channels(r, 8, 50e9, False) for r in (1, 2, 4, 6, 8)]
+    [4, 8, 16, 24, 16]
+    >>> collective_channels(8, 4, 25e9, False)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
+    16
+    """
+    if nodes <= 1:
+        return 32 if nvl5 else NODE_CHANNELS
+    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
+    speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
+    search = local
+    if speed >= 25.0 and not (speed < 50.0 and search > 4):
+        search, speed = 2 * search, speed / 2
+    channels = 2 * search
+    if speed > 45.0 and channels < 16:
+        channels *= 2
+    return min(channels, 2 * P2P_CHANNELS)
+
+
+def setup_channels(channels: int) -> int:
+    """Channels a communicator with ``channels`` collective channels sets up (``initChannel``):
+    ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) runs it up to ``p2pnChannels``, the
+    collective count rounded up to a power of two.
+
+    >>> setup_channels(24), setup_channels(16), setup_channels(12)
+    (32, 16, 16)
+    """
+    return _pow2_up(int(channels))
+
+
+@lru_cache(maxsize=4096)
+def group_channels(
+    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+) -> int:
+    """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
+    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else
+    ``size × gpus_per_node ÷ span`` ranks on each of ``span ÷ gpus_per_node`` nodes (at least
+    one).
+
+    >>> group_channels(32, 64, 8, False, 50e9, False), group_channels(2, 2, 8, True, None, False)
+    (16, 24)
+    """
+    if nvlink or size <= 1:
+        return collective_channels(int(size), 1, None, nvl5)
+    nodes = max(1, -(-int(span) // int(gpus_per_node)))
+    local = max(1, min(int(gpus_per_node), -(-int(size) // nodes)))
+    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
 
 def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
