@@ -114,8 +114,8 @@ KEY_HELP: dict[str, str] = {
     "under (default false: the fitted GEMM efficiency already holds the effect; "
     "docs/time-model-sources.md).",
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
-    "communicator's channels, 2 MiB each, 196 MiB for a ring of 32 channels (default false; "
-    "docs/memory-mechanisms.md, NCCL).",
+    "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
+    "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "
