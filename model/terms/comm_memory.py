@@ -462,11 +462,14 @@ def world_ring(f: Fields) -> Any:
     ``print_datetime``, ``pretrain``; ``initialize.py`` ``_compile_dependencies``; at
     d98e8a64dd); DeepSpeed in ZeRO-3's optimizer set-up (``stage3.py``
     ``_setup_for_real_optimizer``, ``_create_fp16_partitions_with_defragmentation``) and in
-    every ``save_checkpoint`` (``engine.py``; at edaa72212). torchtitan's trainer calls no
-    barrier (its code at b5bcd76c6 has none outside tests): not counted. Counted as a ring, as
+    every ``save_checkpoint`` (``engine.py``; at edaa72212); torchtitan after the first step
+    (``trainer.py`` ``Trainer.train``: ``dist_utils.set_pg_timeouts`` when ``self.step -
+    loaded_step == 1``, which runs ``torch.distributed.barrier(device_ids=...)`` on the default
+    group before lowering every group's timeout, ``torchtitan/distributed/utils.py``; at
+    b5bcd76c6), so from the second step on. Counted as a ring, as
     the gradient-statistics groups' one-float all-reduce is (:func:`grad_stats_rings`); the
     groups of the layout are separate communicators (``new_group``), so this one is beside
     them. Where the job has one GPU, none."""
-    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
+    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2):
         return False
     return f.tp * f.pp * f.shard_degree > 1
