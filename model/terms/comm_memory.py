@@ -336,7 +336,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
-      neighbouring stages (:func:`_pipeline_peers`), with :func:`p2p_channels_per_peer`
+      neighbouring stages (:func:`_pipeline_bytes`), with :func:`p2p_channels_per_peer`
       channels each (across nodes as the topology placed the axis).
 
     Each ring connects, and each communicator sets up, the channels its placement gets
@@ -372,7 +372,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         total = total + comm(f.expert_shard_degree > 1, 0, 0, dp)
         total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp))
     pp = chans("pp", f.pp)
-    total = total + comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp)
+    total = total + _pipeline_bytes(c, f, comm, pp)
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
         total = total + comm(ends, 0, 0, pp)
@@ -396,6 +396,29 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, 
         args = (size, link.span, gpn, link.nvlink, nic, nvl5)
     coll = f.lookup_values(group_channels, (), *args)
     return coll, f.lookup_values(setup_channels, (), coll)
+
+
+def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> Any:
+    """The pipeline's communicators on one stage. Megatron-LM's interleaved schedule overlaps
+    its sends by default (``--no-overlap-p2p-communication`` turns it off), and then does not
+    batch them (``argument_utils.py``: ``batch_p2p_comm = not args.overlap_p2p_comm``;
+    ``p2p_communication.py`` ``_p2p_ops``: lone ``isend``/``irecv``; at d98e8a64dd), so PyTorch
+    gives each neighbour pair a two-rank communicator of its own (``getKeySendRecv``): where
+    pp > 2 a stage holds two, one per neighbour, each with its own set-up
+    (:func:`collective_channels` of a pair of adjacent stages). Otherwise one communicator over
+    the pp group reaches :func:`_pipeline_peers`."""
+    link = f.link("pp")
+    megatron = Framework(f.framework) is Framework.MEGATRON
+    lone = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1) & (f.pp > 2) & megatron
+    stride = link.span // maximum(f.pp, 1)
+    nic = where(link.nvlink, 0.0, link.bandwidth)
+    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, nvl5)
+    pair_coll = f.lookup_values(group_channels, (), *args)
+    pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
+    per_peer = _p2p(c, f, "pp", 2)
+    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp)
+    return where(lone, 2 * comm(False, 1, per_peer, pair), group)
 
 
 def grad_stats_rings(c: Context, f: Fields) -> Any:
