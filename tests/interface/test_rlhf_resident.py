@@ -123,10 +123,12 @@ def test_the_old_four_layout_answer_is_refused():
 
 def test_scoring_and_rollout_count_the_roles_own_communicators():
     """GRPO, Llama 3 8B on 16 H100, the actor and the reference at dp 16, colocated with the
-    engine: the actor's communicators — dp 16 ring 32 + gradient-statistics ring 32 + world ring
-    32 = 96 connections = 1,207,959,552 B (tp 1: no tp ring, no "mpu" buffer) — count in the
-    rollout and scoring phases as in training. Before, the scoring phase left them out (80.00 GB
-    where 81.21 GB are held)."""
+    engine: the actor's communicators — the dp 16 ring, the gradient-statistics ring and the world
+    ring, each over 2 nodes at 8 a node, 16 channels × 12 MiB + (16 × 3 + 2) × 2 MiB of set-up =
+    292 MiB (model/terms/comm_memory.py): 876 MiB = 918,552,576 B (tp 1: no tp ring, no "mpu"
+    buffer; 96 connections of 32-channel rings, 1,207,959,552 B, before the placed channels) —
+    count in the rollout and scoring phases as in training. Before, the scoring phase left them
+    out (80.00 GB where 81.21 GB were held)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "llama3-8b", "reward": "rule", "gpus": 16},
         placement=False,
@@ -135,14 +137,15 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     actor = cost_of(p, RoleOption(Role.ACTOR, 16, 16, 1, 1))
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
-    assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
-    # the engine's tp 2: PyNccl's ring 32 + torch's all-gather ring 32 connections, custom
-    # all-reduce 24 MiB
-    assert engine.resident_bytes == 64 * CONNECTION + 24 * MIB == 830_472_192
+    assert actor.resident_bytes == ref.resident_bytes == 3 * 292 * MIB == 918_552_576
+    # the engine's tp 2: PyNccl's ring 24 + torch's all-gather ring 24 connections (the 24
+    # collective channels of a node, model/terms/comm_memory.py RING_CHANNELS; no set-up counted
+    # for the engine's rings), custom all-reduce 24 MiB
+    assert engine.resident_bytes == 48 * CONNECTION + 24 * MIB == 629_145_600
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
     # once: one set of groups; the engine's; and the engine's worker, a second process
-    held = actor.held_bytes + ref.held_bytes + 1_207_959_552 + 830_472_192 + 700_186_624
+    held = actor.held_bytes + ref.held_bytes + 918_552_576 + 629_145_600 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -177,8 +180,8 @@ def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
 
     inp = _ppo_70b()
     engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
-    inside = 32 * CONNECTION
-    assert engine.resident_bytes == 32 * CONNECTION + 24 * MIB + inside == 830_472_192
+    inside = 24 * CONNECTION  # a ring of a node's 24 collective channels (RING_CHANNELS)
+    assert engine.resident_bytes == 24 * CONNECTION + 24 * MIB + inside == 629_145_600
     assert engine.budget_resident_bytes == inside and engine.held_bytes == 0
     assert engine.scoring_bytes == engine.training_bytes == 0
     assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504 - inside
