@@ -44,44 +44,49 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     Megatron workers share one process per GPU and initialise Megatron-Core's groups once), and
     the plan now gives every training and scoring role one layout, dp 8 × tp 4 × pp 2.
 
-    Bytes held in every phase, by hand (12 MiB per NCCL connection, 32 channels per ring):
-    tp 4 ring 32 + dp 8 ring 32 + the pipeline neighbour on another node 4 (a 50 GB/s NIC ÷
-    14 GB/s per channel, rounded up to a power of two) + the distributed optimizer's
-    gradient-statistics ring 32 + the world group's ring 32 = 132 connections = 1,660,944,384 B;
-    the last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192
-    = 251,658,240 B: 1,912,602,624 B, once for the four roles (one set of groups).
+    Bytes held in every phase, by hand (12 MiB per NCCL connection; each communicator's
+    collective channels by placement and their set-up, (pow2Up(channels) × 3 + 2) × 2 MiB,
+    model/terms/comm_memory.py): the tp 4 ring in a node, 24 channels, 288 + 196 = 484 MiB; the
+    dp 8 ring over 32 consecutive ranks, 2 a node (8 channels), 96 + 52 = 148 MiB; the pipeline
+    neighbour on another node, 4 channels (a 50 GB/s NIC ÷ 14 GB/s per channel, rounded up to a
+    power of two), 48 + 28 = 76 MiB; the distributed optimizer's gradient-statistics ring and the
+    world group's ring over 8 nodes (16 channels), 192 + 100 = 292 MiB each: 1,292 MiB =
+    1,354,760,192 B (132 connections, 1,660,944,384 B, at 32 channels a ring without set-up); the
+    last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192 =
+    251,658,240 B: 1,606,418,432 B, once for the four roles (one set of groups).
 
     Two processes on each GPU (verl's fused worker and the engine's vLLM worker): one CUDA
     context 666,632,192 B + one cuBLAS workspace 33,554,432 B = 700,186,624 B beyond the
-    reserve's. Held: 1,912,602,624 + 700,186,624 = 2,612,789,248 B, and the engine's tp 8
+    reserve's. Held: 1,606,418,432 + 700,186,624 = 2,306,605,056 B, and the engine's tp 8
     communicators (its PyNccl ring and custom all-reduce outside its budget, torch's ring for the
-    logits all-gather inside it): 2 × 402,653,184 + 25,165,824 = 830,472,192 B.
+    logits all-gather inside it; a node's 24 channels each): 2 × 301,989,888 + 25,165,824 =
+    629,145,600 B.
 
-    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248 +
-    427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
+    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,306,605,056 +
+    327,155,712; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
-    model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
-    75,505,070,080; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
+    model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 2,935,750,656 =
+    74,997,559,296; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
     8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
     DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
-    985,006,080 above the 6 B without it) + 3,443,261,440 = 77,738,536,960 — each within
+    985,006,080 above the 6 B without it) + 2,935,750,656 = 77,231,026,176 — each within
     83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
     assert layouts == {(8, 4, 2)}
-    resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
-    assert resident == 1_912_602_624
-    # the engine at tp 8: its PyNccl ring 32 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
-    # budget, and torch's ring for the logits all-gather, 32 × 12 MiB, inside it
-    outside, inside = 32 * CONNECTION + 3 * 8 * MIB, 32 * CONNECTION
-    assert (outside, inside) == (427_819_008, 402_653_184)
+    resident = (484 + 148 + 76 + 292 + 292) * MIB + 2 * 3 * 5120 * 8192
+    assert resident == 1_606_418_432
+    # the engine at tp 8: its PyNccl ring 24 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
+    # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
+    outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
+    assert (outside, inside) == (327_155_712, 301_989_888)
     (pool,) = r.best.plan.pools
     held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 3_443_261_440
+    assert pool.held_bytes == held == 2_935_750_656
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -94,7 +99,7 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
         66_151_772_160 + 5_910_036_480 + held,
         66_151_772_160 + 8_143_503_360 + held,
     )
-    assert pool.peak_bytes[1:] == (75_505_070_080, 77_738_536_960) and pool.peak <= CAPACITY
+    assert pool.peak_bytes[1:] == (74_997_559_296, 77_231_026_176) and pool.peak <= CAPACITY
     assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
 
 
