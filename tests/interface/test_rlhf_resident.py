@@ -116,12 +116,20 @@ def test_the_old_four_layout_answer_is_refused():
         RoleOption(Role.REWARD, 64, 32, 1, 2, "idle"),
     ]
     costs = tuple(cost_of(p, o) for o in opts)
-    # each role's own groups, as evaluate() counts them, at its busiest stage: 132 connections
-    # and the "mpu" buffer on a tp > 1 last stage (the critic's middle stages' 136 connections,
-    # two pipeline neighbours, are fewer); the reward model's 100 (no tp ring, no buffer)
-    last = 132 * CONNECTION + 251_658_240
-    assert last > 136 * CONNECTION
-    assert [c.resident_bytes for c in costs[1:]] == [last, last, last, 100 * CONNECTION]
+    # each role's own groups, as evaluate() counts them, at its busiest stage (MiB; each
+    # communicator's placed channels × 12 MiB and its set-up, model/terms/comm_memory.py), the
+    # gradient-statistics and world rings over 8 nodes 292 each, a pipeline pair across nodes
+    # (4 channels) 48 + 28 = 76 on an end stage, and the "mpu" buffer on a tp > 1 last stage:
+    # the actor, tp 4 in a node 484 + dp 8 at 2 a node (8 channels) 148 = 1,292; the critic
+    # (dp 8 × tp 2 × pp 4) and the reference (dp 16 × tp 2 × pp 2), tp 2 484 + dp at 4 a node
+    # (16 channels) 292 = 1,436 (the critic's middle stages, two neighbours, 96 + 28: 1,484
+    # without the buffer, fewer); the reward model, dp 32 at 8 a node 292: 952 (no tp ring, no
+    # buffer)
+    mpu = 251_658_240
+    actor, critic = (484 + 148 + 76 + 584) * MIB + mpu, (484 + 292 + 76 + 584) * MIB + mpu
+    assert critic > (484 + 292 + 96 + 28 + 584) * MIB
+    reward = (292 + 76 + 584) * MIB
+    assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))
 
