@@ -302,11 +302,14 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     dp 8 — 3,408.4 s.
 
     Pool 0: three processes, two beyond the reserve's: 2 × 700,186,624 = 1,400,373,248 B;
-    resident: the engine at tp 8 (PyNccl's ring, custom all-reduce, all-gather ring) 830,472,192 +
-    the actor's and the reference's dp-8 groups, 64 connections each, 805,306,368: 2,441,084,928.
-    Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248 parameters =
-    16,060,522,496) and the actor's held state: 53,073,698,816 B. Pool 1: two processes, one
-    beyond: 700,186,624; resident 2 × 805,306,368 = 1,610,612,736."""
+    resident: the engine at tp 8 (PyNccl's ring and the all-gather ring, a node's 24 channels ×
+    12 MiB each, and custom all-reduce 24 MiB) 629,145,600 + the actor's and the reference's
+    groups, each its dp-8 ring and DeepSpeed's world ring inside the node, 24 channels × 12 MiB +
+    (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py), 968 MiB =
+    1,015,021,568 each (64 connections, 805,306,368, at 32 channels without set-up):
+    2,659,188,736. Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248
+    parameters = 16,060,522,496) and the actor's held state: 53,291,802,624 B. Pool 1: two
+    processes, one beyond: 700,186,624; resident 2 × 1,015,021,568 = 2,030,043,136."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -320,11 +323,12 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert (
         (pool0.process_bytes, pool1.process_bytes) == (2 * one, one) == (1_400_373_248, 700_186_624)
     )
-    engine = 32 * CONNECTION + 24 * MIB + 32 * CONNECTION
-    assert engine == 830_472_192
-    assert 64 * CONNECTION == 805_306_368
-    assert pool0.resident_bytes == engine + 2 * 64 * CONNECTION == 2_441_084_928
-    assert pool1.resident_bytes == 2 * 64 * CONNECTION == 1_610_612_736
+    engine = 24 * CONNECTION + 24 * MIB + 24 * CONNECTION
+    assert engine == 629_145_600
+    role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
+    assert role == 968 * MIB == 1_015_021_568
+    assert pool0.resident_bytes == engine + 2 * role == 2_659_188_736
+    assert pool1.resident_bytes == 2 * role == 2_030_043_136
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -332,8 +336,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_441_084_928 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool0.held_bytes == held == 53_073_698_816
+    held = 2_659_188_736 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool0.held_bytes == held == 53_291_802_624
     assert r.best.plan.step_s == pytest.approx(3408.4, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
