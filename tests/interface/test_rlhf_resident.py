@@ -225,7 +225,14 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     again and is the answer, 322.1 s (the actor's old log-probs, 12 B per element, 28.03 GB,
     stay below the reference's 15.23 GB swapped in + 14.01 GB). All of this at first-fit
     packing, 15,360-token micro-batches; verl's balanced packing (the default) is
-    test_grpo_qwen7b_under_verl_packing_moves_off_dp64."""
+    test_grpo_qwen7b_under_verl_packing_moves_off_dp64.
+
+    With NCCL's channels by placement and their set-up (model/terms/comm_memory.py) the engine's
+    two rings are a node's 24 channels, 24 × 12 MiB each: 629,145,600 B (201,326,592 fewer), and
+    the actor's dp 64, gradient-statistics and world rings over 8 nodes 16 channels with their
+    set-up, 292 MiB each, 876 MiB against 3 × 384 = 1,152 MiB (289,406,976 fewer): the old
+    placement's scoring peak is 79,105,696,800 − 490,733,568 = 78,614,963,232 B, the same
+    answer at 322.1 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -233,8 +240,8 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     )  # fmt: skip
     p = inp.problem
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
-    sleeping = 32 * CONNECTION + 3 * 8 * MIB + 32 * CONNECTION
-    assert engine.resident_bytes == sleeping == 830_472_192
+    sleeping = 24 * CONNECTION + 3 * 8 * MIB + 24 * CONNECTION
+    assert engine.resident_bytes == sleeping == 629_145_600
     old = [
         RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
         RoleOption(Role.ACTOR, 64, 64, 1, 1),
@@ -243,7 +250,9 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
     less = 2 * 15_360 * 152_064
     assert less == 4_671_406_080
-    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less == 79_105_696_800
+    fewer = (830_472_192 - 629_145_600) + (1152 - 876) * MIB
+    assert fewer == 490_733_568
+    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less - fewer == 78_614_963_232
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
